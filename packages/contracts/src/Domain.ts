@@ -1,0 +1,240 @@
+/**
+ * The durable domain model: threads, runs, run attempts, items, provider threads, native threads, context usage,
+ * context handoffs and their per-destination deliveries. Vocabulary as in DESIGN.md.
+ *
+ * Times are ISO-8601 strings in UTC (`DateTimeUtc`); token counts are non-negative integers.
+ */
+import { Schema } from "effect"
+import {
+  DeliveryId,
+  HandoffId,
+  ItemId,
+  NativeThreadId,
+  ProviderInstance,
+  ProviderThreadId,
+  RunAttemptId,
+  RunId,
+  ThreadId,
+  ToolCallId
+} from "./Ids.js"
+
+/** A non-negative integer count of tokens. */
+export const Tokens = Schema.Int.pipe(Schema.nonNegative())
+
+export const Thread = Schema.Struct({
+  id: ThreadId,
+  title: Schema.String,
+  /** The provider thread the next run goes to; `null` until the first run is sent. */
+  activeProviderThreadId: Schema.NullOr(ProviderThreadId),
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type Thread = typeof Thread.Type
+
+/** DESIGN.md run statuses. `queued` and `starting` are transient; the last four are terminal. */
+export const RunStatus = Schema.Literal("queued", "starting", "running", "completed", "interrupted", "failed", "cancelled")
+export type RunStatus = typeof RunStatus.Type
+export const terminalRunStatuses: ReadonlyArray<RunStatus> = ["completed", "interrupted", "failed", "cancelled"]
+
+/**
+ * Where a run stopped, when it did not complete: `before_provider` means the provider never read the prompt
+ * (the run is a missed run and its history is owed); `after_provider` means the provider saw the prompt.
+ */
+export const RunStopPoint = Schema.Literal("before_provider", "after_provider")
+export type RunStopPoint = typeof RunStopPoint.Type
+
+export const Run = Schema.Struct({
+  id: RunId,
+  threadId: ThreadId,
+  /** 1-based position of the run in its thread. */
+  seq: Schema.Int.pipe(Schema.positive()),
+  providerThreadId: ProviderThreadId,
+  status: RunStatus,
+  /** The user's prompt, exactly as sent by the user; the provider must receive these bytes unchanged. */
+  prompt: Schema.String,
+  /** Set for `interrupted`/`failed`/`cancelled`. */
+  stopPoint: Schema.NullOr(RunStopPoint),
+  /** A one-line reason for a run that did not complete. */
+  failureReason: Schema.NullOr(Schema.String),
+  /** The native thread the provider ran this run on, once started. */
+  nativeThreadId: Schema.NullOr(NativeThreadId),
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type Run = typeof Run.Type
+
+export const RunAttemptStatus = Schema.Literal("starting", "running", "completed", "failed", "interrupted")
+export type RunAttemptStatus = typeof RunAttemptStatus.Type
+
+export const RunAttempt = Schema.Struct({
+  id: RunAttemptId,
+  runId: RunId,
+  /** 1-based attempt number within the run. */
+  attempt: Schema.Int.pipe(Schema.positive()),
+  nativeThreadId: NativeThreadId,
+  status: RunAttemptStatus,
+  error: Schema.NullOr(Schema.String),
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type RunAttempt = typeof RunAttempt.Type
+
+/** DESIGN.md item kinds. */
+export const ItemKind = Schema.Literal(
+  "user_message",
+  "assistant_message",
+  "tool_call",
+  "tool_result",
+  "reasoning",
+  "error",
+  "summary",
+  "handoff_marker"
+)
+export type ItemKind = typeof ItemKind.Type
+
+/**
+ * The state of a `tool_call`: `answered` when a `tool_result` with the same `toolCallId` exists, `dangling` when the
+ * source ended without a result (aborted turn), `interrupted` when Baton interrupted the run during the call.
+ */
+export const ToolCallState = Schema.Literal("answered", "dangling", "interrupted")
+export type ToolCallState = typeof ToolCallState.Type
+
+/**
+ * One entry of history. Items have stable ids and are never edited or deleted.
+ *
+ * - `text`: the model-visible content (prompt, answer, tool arguments as JSON, tool output, summary text).
+ * - `toolCallId` pairs a `tool_call` with its `tool_result`; `toolName` names the tool on both.
+ * - `messageId` groups items produced by one assistant response (text, reasoning and the tool calls it issued);
+ *   with the paired results they form a tool unit.
+ * - `tokens`: the token count of the item's rendered form (see `@baton/context` Render), computed once at write
+ *   time so turn start never re-tokenizes history.
+ */
+export const Item = Schema.Struct({
+  id: ItemId,
+  threadId: ThreadId,
+  /** The run that produced the item; `null` for items outside any run (imported preamble, summaries). */
+  runId: Schema.NullOr(RunId),
+  /** 1-based position in the thread; strictly increasing, the thread's total order. */
+  seq: Schema.Int.pipe(Schema.positive()),
+  kind: ItemKind,
+  text: Schema.String,
+  toolCallId: Schema.NullOr(ToolCallId),
+  toolName: Schema.NullOr(Schema.String),
+  messageId: Schema.NullOr(Schema.String),
+  isError: Schema.Boolean,
+  toolCallState: Schema.NullOr(ToolCallState),
+  tokens: Tokens,
+  createdAt: Schema.DateTimeUtc
+})
+export type Item = typeof Item.Type
+
+/**
+ * Context usage as last reported by the provider for one native thread.
+ * `usedTokens`: tokens the native thread holds; `maxTokens`: its window if the provider reports one;
+ * `autoCompactThreshold`: where the provider compacts by itself.
+ */
+export const ContextUsage = Schema.Struct({
+  usedTokens: Tokens,
+  maxTokens: Schema.optional(Tokens),
+  autoCompactThreshold: Schema.optional(Tokens)
+})
+export type ContextUsage = typeof ContextUsage.Type
+
+/**
+ * A provider thread: the thread's lane on one provider instance. `syncedRunSeq` is the bookkeeping watermark of
+ * what this lane owes: every item of runs with `seq <= syncedRunSeq` has been seen by the active native thread or is
+ * covered by a handoff toward this provider thread.
+ */
+export const ProviderThread = Schema.Struct({
+  id: ProviderThreadId,
+  threadId: ThreadId,
+  providerInstance: ProviderInstance,
+  model: Schema.String,
+  /** The model's context window in tokens, as configured for the provider instance. */
+  contextWindow: Schema.NullOr(Tokens),
+  activeNativeThreadId: Schema.NullOr(NativeThreadId),
+  syncedRunSeq: Schema.Int.pipe(Schema.nonNegative()),
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type ProviderThread = typeof ProviderThread.Type
+
+export const NativeThreadStatus = Schema.Literal("active", "replaced")
+export type NativeThreadStatus = typeof NativeThreadStatus.Type
+
+/**
+ * A native thread: the provider-side conversation of one provider thread. `generation` starts at 1 and increases
+ * each time Baton replaces the native thread. `usage` is the last usage the provider reported for *this* native
+ * thread (never copied from another), `null` until it reports. `estimatedTokens` is Baton's own count of what this
+ * native thread has been sent, the fallback when no usage is reported.
+ */
+export const NativeThread = Schema.Struct({
+  id: NativeThreadId,
+  providerThreadId: ProviderThreadId,
+  generation: Schema.Int.pipe(Schema.positive()),
+  nativeRef: Schema.String,
+  status: NativeThreadStatus,
+  usage: Schema.NullOr(ContextUsage),
+  estimatedTokens: Tokens,
+  /** How many `/compact` or auto-compactions in a row freed nothing. */
+  compactionsWithoutProgress: Schema.Int.pipe(Schema.nonNegative()),
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type NativeThread = typeof NativeThread.Type
+
+/** Why history is owed (DESIGN.md): provider switch, fork, merge-back, missed run, native-thread replacement. */
+export const HandoffKind = Schema.Literal("switch", "fork", "merge", "missed_run", "replacement")
+export type HandoffKind = typeof HandoffKind.Type
+
+/**
+ * A context handoff: history owed to one provider thread. `itemIds` are the items owed, in thread order;
+ * `sourceRunIds` the runs they came from. A handoff's owed set can grow only by missed-run recovery, which reuses
+ * an unsettled handoff instead of allocating a new one.
+ */
+export const ContextHandoff = Schema.Struct({
+  id: HandoffId,
+  threadId: ThreadId,
+  kind: HandoffKind,
+  targetProviderThreadId: ProviderThreadId,
+  sourceRunIds: Schema.Array(RunId),
+  itemIds: Schema.Array(ItemId),
+  /** Items left out of the delivery that settled this handoff; each stays readable by ref. */
+  omittedItemIds: Schema.Array(ItemId),
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type ContextHandoff = typeof ContextHandoff.Type
+
+/**
+ * Delivery states (docs/handoff-lifecycle.md): `deferred` (owed, not sent), `pending` (intent written, provider
+ * call in flight or uncertain), `injected` (sent natively, acknowledged), `inline` (rendered before the user's
+ * prompt of a started turn), `superseded` (covered by a replacement or summary; nothing more to send).
+ */
+export const DeliveryStatus = Schema.Literal("deferred", "pending", "injected", "inline", "superseded")
+export type DeliveryStatus = typeof DeliveryStatus.Type
+export const settledDeliveryStatuses: ReadonlyArray<DeliveryStatus> = ["injected", "inline", "superseded"]
+
+export const DeliveryMode = Schema.Literal("injected", "inline")
+export type DeliveryMode = typeof DeliveryMode.Type
+
+/** The lifecycle of one handoff toward one destination native thread. */
+export const HandoffDelivery = Schema.Struct({
+  id: DeliveryId,
+  handoffId: HandoffId,
+  nativeThreadId: NativeThreadId,
+  status: DeliveryStatus,
+  /** The mode chosen when the delivery went `pending`; kept after it settles. */
+  mode: Schema.NullOr(DeliveryMode),
+  /** The run whose turn start (or `/compact`) sent it. */
+  runId: Schema.NullOr(RunId),
+  deliveredItemIds: Schema.Array(ItemId),
+  omittedItemIds: Schema.Array(ItemId),
+  deliveredTokens: Tokens,
+  /** How many turn starts found no budget for this delivery. */
+  deferCount: Schema.Int.pipe(Schema.nonNegative()),
+  lastDeferReason: Schema.NullOr(Schema.String),
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type HandoffDelivery = typeof HandoffDelivery.Type

@@ -1,0 +1,115 @@
+/**
+ * Boundary errors: failures that reach a user (CLI, HTTP, persisted run failure). Each carries what the user needs
+ * to act and is annotated with its HTTP status for the HttpApi.
+ */
+import { Schema } from "effect"
+
+export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
+  "ThreadNotFound",
+  { threadId: Schema.String },
+  { status: 404 }
+) {
+  override get message() {
+    return `thread ${this.threadId} not found (list threads with \`baton threads\`)`
+  }
+}
+
+export class RunNotFound extends Schema.TaggedError<RunNotFound>()(
+  "RunNotFound",
+  { runId: Schema.String },
+  { status: 404 }
+) {
+  override get message() {
+    return `run ${this.runId} not found`
+  }
+}
+
+export class UnknownProvider extends Schema.TaggedError<UnknownProvider>()(
+  "UnknownProvider",
+  { provider: Schema.String, known: Schema.Array(Schema.String) },
+  { status: 400 }
+) {
+  override get message() {
+    return `unknown provider "${this.provider}" (configured: ${this.known.join(", ") || "none"})`
+  }
+}
+
+/** A request that cannot be carried out as given: malformed option, bad value, wrong state. */
+export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()(
+  "InvalidRequest",
+  { reason: Schema.String },
+  { status: 400 }
+) {
+  override get message() {
+    return this.reason
+  }
+}
+
+/** A run is already in progress on the thread; wait for it or interrupt it. */
+export class RunInProgress extends Schema.TaggedError<RunInProgress>()(
+  "RunInProgress",
+  { threadId: Schema.String, runId: Schema.String },
+  { status: 409 }
+) {
+  override get message() {
+    return `thread ${this.threadId} already has run ${this.runId} in progress; interrupt it or wait`
+  }
+}
+
+/** Another writer changed the thread first (the unique `(thread_id, seq)` event constraint fired); retry. */
+export class ConcurrentModification extends Schema.TaggedError<ConcurrentModification>()(
+  "ConcurrentModification",
+  { threadId: Schema.String },
+  { status: 409 }
+) {
+  override get message() {
+    return `thread ${this.threadId} was changed by another writer; retry the command`
+  }
+}
+
+/** The durable store failed; `operation` names the repository call. */
+export class PersistenceError extends Schema.TaggedError<PersistenceError>()(
+  "PersistenceError",
+  { operation: Schema.String, detail: Schema.String },
+  { status: 500 }
+) {
+  override get message() {
+    return `storage error in ${this.operation}: ${this.detail}`
+  }
+}
+
+/** The provider failed a call. `retryable` tells whether the same call may succeed later. */
+export class ProviderError extends Schema.TaggedError<ProviderError>()(
+  "ProviderError",
+  {
+    provider: Schema.String,
+    operation: Schema.String,
+    reason: Schema.String,
+    /** `refused`, `timeout`, `overflow`, `ack_lost`, `unavailable`, `protocol` */
+    code: Schema.String,
+    retryable: Schema.Boolean
+  },
+  { status: 502 }
+) {
+  override get message() {
+    return `provider ${this.provider} failed ${this.operation} (${this.code}): ${this.reason}`
+  }
+}
+
+/** A transcript file could not be read or parsed. `line` is 1-based; `field` is a JSON path within the line. */
+export class TranscriptError extends Schema.TaggedError<TranscriptError>()(
+  "TranscriptError",
+  {
+    file: Schema.String,
+    line: Schema.optional(Schema.Int),
+    field: Schema.optional(Schema.String),
+    reason: Schema.String
+  },
+  { status: 400 }
+) {
+  override get message() {
+    const at = this.line === undefined ? "" : `:${this.line}`
+    const field = this.field === undefined ? "" : ` (field ${this.field})`
+    return `${this.file}${at}${field}: ${this.reason}`
+  }
+}

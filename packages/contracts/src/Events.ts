@@ -1,0 +1,61 @@
+/**
+ * Thread events: the append-only audit log of every state change, one row per change, written in the same
+ * transaction as the change with a per-thread `seq` under a unique `(thread_id, seq)` constraint. Names are in the
+ * past tense. `payload` is a JSON object whose fields depend on `type` (documented beside each type).
+ */
+import { Schema } from "effect"
+import { ThreadId } from "./Ids.js"
+
+export const ThreadEventType = Schema.Literal(
+  /** `{title}` */
+  "thread.created",
+  /** `{runId, seq, providerThreadId}` */
+  "run.queued",
+  /** `{runId, nativeThreadId, attempt}` */
+  "run.started",
+  /** `{runId, itemCount}` */
+  "run.completed",
+  /** `{runId, stopPoint, reason}` */
+  "run.failed",
+  /** `{runId, stopPoint, reason}` */
+  "run.interrupted",
+  /** `{providerThreadId, providerInstance}` */
+  "provider_thread.created",
+  /** `{from, to, handoffId?}` */
+  "provider.switched",
+  /** `{nativeThreadId, generation, replaces?}` */
+  "native_thread.started",
+  /** `{nativeThreadId, reason}` */
+  "native_thread.replaced",
+  /** `{nativeThreadId, usage, trusted}` */
+  "usage.reported",
+  /** `{handoffId, kind, itemCount, sourceRunIds}` */
+  "handoff.created",
+  /** `{handoffId, addedItemIds, addedRunIds}`: missed-run recovery reused this handoff */
+  "handoff.extended",
+  /** `{deliveryId, handoffId, nativeThreadId}` */
+  "delivery.created",
+  /** `{deliveryId, budget, reason, deferCount}` */
+  "delivery.deferred",
+  /** `{deliveryId, mode, itemIds}`: intent written before the provider call */
+  "delivery.pending",
+  /** `{deliveryId, deliveredItemIds, omittedItemIds, tokens}` */
+  "delivery.injected",
+  /** `{deliveryId, deliveredItemIds, omittedItemIds, tokens}` */
+  "delivery.inlined",
+  /** `{deliveryId, reason}` */
+  "delivery.superseded",
+  /** `{nativeThreadId, usedBefore, usedAfter, delivered}` */
+  "thread.compacted"
+)
+export type ThreadEventType = typeof ThreadEventType.Type
+
+export const ThreadEvent = Schema.Struct({
+  threadId: ThreadId,
+  /** 1-based, gap-free per thread. */
+  seq: Schema.Int.pipe(Schema.positive()),
+  type: ThreadEventType,
+  payload: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  createdAt: Schema.DateTimeUtc
+})
+export type ThreadEvent = typeof ThreadEvent.Type

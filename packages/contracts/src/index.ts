@@ -1,0 +1,5 @@
+export * from "./Ids.js"
+export * from "./Domain.js"
+export * from "./Events.js"
+export * from "./Errors.js"
+export * as Commands from "./Commands.js"
