@@ -1,0 +1,346 @@
+/**
+ * ContextHandoffDelivery: the delivery lifecycle of context handoffs toward one destination native thread.
+ *
+ *   deferred ──(budget fits)──> pending ──(provider ack)──> injected | inline
+ *      │  ^                         │
+ *      │  └──(turn not started)─────┘        any non-settled ──(native thread replaced)──> superseded
+ *      └──(budget below minimum: deferCount+1, prompt unchanged)──> deferred
+ *
+ * It owns: creating handoffs and their per-destination deliveries, choosing what fits a budget (via
+ * `@baton/context` Selection), writing the `pending` intent before any provider side effect and the outcome after,
+ * and superseding deliveries a replacement covers. It does not own the provider call order of a turn (that is
+ * ProviderTurnStartService) nor `/compact` (ThreadCompaction).
+ */
+import {
+  type ContextHandoff,
+  type HandoffDelivery,
+  type HandoffKind,
+  type Item,
+  type ItemId,
+  type NativeThread,
+  type ProviderThread,
+  type Run,
+  type RunId,
+  type ThreadId
+} from "@baton/contracts"
+import { Selection, TokenCounter } from "@baton/context"
+import { ThreadStore, type StoredHandoff } from "@baton/persistence"
+import { DateTime, Effect } from "effect"
+import { IdGenerator } from "./IdGenerator.js"
+
+/** Item kinds that are never owed to another native thread: provider-private reasoning and Baton's own markers. */
+export const isTransferable = (item: Item) => item.kind !== "reasoning" && item.kind !== "handoff_marker"
+
+/** One open handoff with its delivery toward the destination native thread. */
+export interface OwedHandoff {
+  readonly handoff: StoredHandoff
+  readonly delivery: HandoffDelivery
+}
+
+/** The plan for a delivery: what is sent, what is omitted, the rendered text and its exact token count. */
+export interface DeliveryPlan {
+  readonly owed: ReadonlyArray<OwedHandoff>
+  readonly selection: Selection.Selection<Item>
+  readonly items: ReadonlyArray<Item>
+}
+
+export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDelivery>()(
+  "@baton/orchestration/ContextHandoffDelivery",
+  {
+    effect: Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const ids = yield* IdGenerator
+      const counter = yield* TokenCounter.TokenCounter
+
+      /**
+       * Creates a handoff of `kind` owing the transferable items of `runs` to `target`. Returns `null` (and writes
+       * nothing) when the runs hold no transferable item.
+       */
+      const createHandoff = Effect.fn("ContextHandoffDelivery.createHandoff")(function*(
+        threadId: ThreadId,
+        kind: HandoffKind,
+        target: ProviderThread,
+        runs: ReadonlyArray<Run>
+      ) {
+        if (runs.length === 0) return null
+        const items = (yield* store.listItemsOfRuns(runs.map((r) => r.id))).filter(isTransferable)
+        if (items.length === 0) return null
+        const now = yield* DateTime.now
+        const handoff: StoredHandoff = {
+          id: ids.next("hof") as ContextHandoff["id"],
+          threadId,
+          kind,
+          targetProviderThreadId: target.id,
+          open: true,
+          sourceRunIds: runs.map((r) => r.id),
+          itemIds: items.map((i) => i.id),
+          omittedItemIds: [],
+          createdAt: now,
+          updatedAt: now
+        }
+        yield* store.insertHandoff(handoff)
+        yield* store.appendEvent(threadId, "handoff.created", {
+          handoffId: handoff.id,
+          kind,
+          targetProviderThreadId: target.id,
+          itemCount: items.length,
+          sourceRunIds: handoff.sourceRunIds
+        })
+        return handoff
+      })
+
+      /**
+       * Missed-run recovery: owes the items of `runs` to `target`, reusing the newest open handoff toward it whose
+       * delivery to `native` is still `deferred` (or not yet created) instead of allocating a new record.
+       */
+      const recoverMissedRuns = Effect.fn("ContextHandoffDelivery.recoverMissedRuns")(function*(
+        threadId: ThreadId,
+        target: ProviderThread,
+        native: NativeThread,
+        runs: ReadonlyArray<Run>
+      ) {
+        if (runs.length === 0) return null
+        const open = yield* store.listOpenHandoffs(target.id)
+        for (const handoff of [...open].reverse()) {
+          const delivery = yield* store.findDelivery(handoff.id, native.id)
+          if (delivery._tag === "Some" && delivery.value.status !== "deferred") continue
+          const known = new Set<string>(handoff.sourceRunIds)
+          const fresh = runs.filter((r) => !known.has(r.id))
+          if (fresh.length === 0) return handoff
+          const items = (yield* store.listItemsOfRuns(fresh.map((r) => r.id))).filter(isTransferable)
+          const now = yield* DateTime.now
+          const known2 = new Set<string>(handoff.itemIds)
+          const added = items.filter((i) => !known2.has(i.id)).map((i) => i.id)
+          const updated: StoredHandoff = {
+            ...handoff,
+            sourceRunIds: [...handoff.sourceRunIds, ...fresh.map((r) => r.id)],
+            itemIds: [...handoff.itemIds, ...added],
+            updatedAt: now
+          }
+          yield* store.updateHandoff(updated)
+          yield* store.appendEvent(threadId, "handoff.extended", {
+            handoffId: handoff.id,
+            addedItemIds: added,
+            addedRunIds: fresh.map((r) => r.id)
+          })
+          return updated
+        }
+        return yield* createHandoff(threadId, "missed_run", target, runs)
+      })
+
+      /** The open handoffs toward `target`, each with its delivery to `native` (created `deferred` when missing). */
+      const owedTo = Effect.fn("ContextHandoffDelivery.owedTo")(function*(
+        threadId: ThreadId,
+        target: ProviderThread,
+        native: NativeThread
+      ) {
+        const open = yield* store.listOpenHandoffs(target.id)
+        const owed: Array<OwedHandoff> = []
+        for (const handoff of open) {
+          const found = yield* store.findDelivery(handoff.id, native.id)
+          if (found._tag === "Some") {
+            owed.push({ handoff, delivery: found.value })
+            continue
+          }
+          const now = yield* DateTime.now
+          const delivery: HandoffDelivery = {
+            id: ids.next("dlv") as HandoffDelivery["id"],
+            handoffId: handoff.id,
+            nativeThreadId: native.id,
+            status: "deferred",
+            mode: null,
+            runId: null,
+            deliveredItemIds: [],
+            omittedItemIds: [],
+            deliveredTokens: 0,
+            deferCount: 0,
+            lastDeferReason: null,
+            createdAt: now,
+            updatedAt: now
+          }
+          yield* store.insertDelivery(delivery)
+          yield* store.appendEvent(threadId, "delivery.created", {
+            deliveryId: delivery.id,
+            handoffId: handoff.id,
+            nativeThreadId: native.id
+          })
+          owed.push({ handoff, delivery })
+        }
+        return owed
+      })
+
+      /** Selects what of the owed history fits `budget` tokens (rendered, envelope included). */
+      const plan = Effect.fn("ContextHandoffDelivery.plan")(function*(
+        threadId: ThreadId,
+        owed: ReadonlyArray<OwedHandoff>,
+        budget: number
+      ) {
+        const wanted = new Set<ItemId>()
+        for (const o of owed) for (const id of o.handoff.itemIds) wanted.add(id)
+        const items = yield* store.getItems([...wanted])
+        const selection = Selection.select({ items, budget, threadId, counter })
+        return { owed, selection, items } satisfies DeliveryPlan
+      })
+
+      /** Records a deferral of every owed delivery: `deferCount + 1`, the reason, one event each. */
+      const defer = Effect.fn("ContextHandoffDelivery.defer")(function*(
+        threadId: ThreadId,
+        owed: ReadonlyArray<OwedHandoff>,
+        budget: number,
+        reason: string
+      ) {
+        const now = yield* DateTime.now
+        const out: Array<HandoffDelivery> = []
+        for (const { delivery } of owed) {
+          const next: HandoffDelivery = {
+            ...delivery,
+            status: "deferred",
+            deferCount: delivery.deferCount + 1,
+            lastDeferReason: reason,
+            updatedAt: now
+          }
+          yield* store.updateDelivery(next)
+          yield* store.appendEvent(threadId, "delivery.deferred", {
+            deliveryId: delivery.id,
+            handoffId: delivery.handoffId,
+            budget,
+            reason,
+            deferCount: next.deferCount
+          })
+          out.push(next)
+        }
+        return out
+      })
+
+      /**
+       * Writes the `pending` intent for every owed delivery of `plan` (before the provider side effect): the mode,
+       * the run, and each handoff's share of the selected and omitted items.
+       */
+      const markPending = Effect.fn("ContextHandoffDelivery.markPending")(function*(
+        threadId: ThreadId,
+        deliveryPlan: DeliveryPlan,
+        mode: "injected" | "inline",
+        runId: RunId | null,
+        budget: number
+      ) {
+        const now = yield* DateTime.now
+        const selected = new Set<string>(deliveryPlan.selection.selected.map((i) => i.id))
+        const tokensOf = new Map<string, number>(deliveryPlan.items.map((i) => [i.id, i.tokens]))
+        const out: Array<HandoffDelivery> = []
+        for (const { delivery, handoff } of deliveryPlan.owed) {
+          const deliveredItemIds = handoff.itemIds.filter((id) => selected.has(id))
+          const omittedItemIds = handoff.itemIds.filter((id) => !selected.has(id))
+          const next: HandoffDelivery = {
+            ...delivery,
+            status: "pending",
+            mode,
+            runId,
+            deliveredItemIds,
+            omittedItemIds,
+            deliveredTokens: deliveredItemIds.reduce((n, id) => n + (tokensOf.get(id) ?? 0), 0),
+            updatedAt: now
+          }
+          yield* store.updateDelivery(next)
+          yield* store.appendEvent(threadId, "delivery.pending", {
+            deliveryId: next.id,
+            handoffId: handoff.id,
+            mode,
+            runId,
+            budget,
+            renderedTokens: deliveryPlan.selection.tokens,
+            itemIds: deliveredItemIds,
+            omittedItemIds
+          })
+          out.push(next)
+        }
+        return out
+      })
+
+      /** Settles `pending` deliveries as `injected`/`inline` after the provider acknowledged; closes their handoffs. */
+      const markSettled = Effect.fn("ContextHandoffDelivery.markSettled")(function*(
+        threadId: ThreadId,
+        deliveries: ReadonlyArray<HandoffDelivery>,
+        status: "injected" | "inline"
+      ) {
+        const now = yield* DateTime.now
+        for (const delivery of deliveries) {
+          yield* store.updateDelivery({ ...delivery, status, updatedAt: now })
+          yield* store.appendEvent(threadId, status === "injected" ? "delivery.injected" : "delivery.inlined", {
+            deliveryId: delivery.id,
+            handoffId: delivery.handoffId,
+            deliveredItemIds: delivery.deliveredItemIds,
+            omittedItemIds: delivery.omittedItemIds,
+            tokens: delivery.deliveredTokens
+          })
+          const handoff = yield* store.getHandoff(delivery.handoffId)
+          if (handoff._tag === "Some") {
+            yield* store.updateHandoff({ ...handoff.value, open: false, omittedItemIds: delivery.omittedItemIds, updatedAt: now })
+          }
+        }
+      })
+
+      /** Returns `pending` deliveries whose turn never reached the provider to `deferred` (no defer counted). */
+      const revertToDeferred = Effect.fn("ContextHandoffDelivery.revertToDeferred")(function*(
+        threadId: ThreadId,
+        deliveries: ReadonlyArray<HandoffDelivery>,
+        reason: string
+      ) {
+        const now = yield* DateTime.now
+        for (const delivery of deliveries) {
+          yield* store.updateDelivery({
+            ...delivery,
+            status: "deferred",
+            mode: null,
+            runId: null,
+            deliveredItemIds: [],
+            omittedItemIds: [],
+            deliveredTokens: 0,
+            lastDeferReason: reason,
+            updatedAt: now
+          })
+          yield* store.appendEvent(threadId, "delivery.deferred", {
+            deliveryId: delivery.id,
+            handoffId: delivery.handoffId,
+            budget: null,
+            reason,
+            deferCount: delivery.deferCount
+          })
+        }
+      })
+
+      /**
+       * Supersedes every non-settled delivery to `native` and closes the open handoffs toward `target`: a
+       * replacement handoff that covers the whole history takes their place.
+       */
+      const supersedeForReplacement = Effect.fn("ContextHandoffDelivery.supersedeForReplacement")(function*(
+        threadId: ThreadId,
+        target: ProviderThread,
+        native: NativeThread,
+        reason: string
+      ) {
+        const now = yield* DateTime.now
+        for (const status of ["pending", "deferred"] as const) {
+          for (const delivery of yield* store.listDeliveriesByStatus(native.id, status)) {
+            yield* store.updateDelivery({ ...delivery, status: "superseded", updatedAt: now })
+            yield* store.appendEvent(threadId, "delivery.superseded", { deliveryId: delivery.id, handoffId: delivery.handoffId, reason })
+          }
+        }
+        for (const handoff of yield* store.listOpenHandoffs(target.id)) {
+          yield* store.updateHandoff({ ...handoff, open: false, updatedAt: now })
+        }
+      })
+
+      return {
+        createHandoff,
+        recoverMissedRuns,
+        owedTo,
+        plan,
+        defer,
+        markPending,
+        markSettled,
+        revertToDeferred,
+        supersedeForReplacement
+      }
+    })
+  }
+) {}

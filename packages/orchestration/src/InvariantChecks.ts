@@ -1,0 +1,166 @@
+/**
+ * InvariantChecks: DESIGN.md's invariants, checked against the durable record of one thread and (optionally) what
+ * the providers actually received. Used by the replay (`baton replay` exits non-zero on any violation) and by tests.
+ * Crash safety (invariant 4) is checked by the simulation, which restarts between durable steps.
+ *
+ * Each violation is one line naming the invariant, the record and what is wrong.
+ */
+import { type Item, terminalRunStatuses, type ThreadId } from "@baton/contracts"
+import { ThreadStore } from "@baton/persistence"
+import { Effect } from "effect"
+import { isTransferable } from "./ContextHandoffDelivery.js"
+
+/** What a provider instance received, as recorded by the scripted adapter. */
+export interface Observed {
+  readonly turns: ReadonlyArray<{ readonly runId: string; readonly prompt: string; readonly nativeRef: string }>
+  readonly injections: ReadonlyArray<{ readonly nativeRef: string; readonly itemIds: ReadonlyArray<string> }>
+}
+
+export interface CheckOptions {
+  /** The number of items the caller appended (prompts + produced items); checks nothing was lost. */
+  readonly expectedItemCount?: number
+  readonly observed?: Observed
+}
+
+/** Failure reasons that come from provider faults (allowed), not from history that did not fit (a wedge). */
+const faultReason = /^(provider |history injection unconfirmed|interrupted by the user)/
+
+/** Checks invariants 1, 2, 3, 5, 6 and 7 for `threadId`; returns the violations (empty when all hold). */
+export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const violations: Array<string> = []
+    const runs = yield* store.listRuns(threadId)
+    const items = yield* store.listItems(threadId)
+    const handoffs = yield* store.listHandoffs(threadId)
+    const deliveries = yield* store.listDeliveriesOfThread(threadId)
+    const events = yield* store.listEvents(threadId)
+    const providerThreads = yield* store.listProviderThreads(threadId)
+    const itemById = new Map<string, Item>(items.map((i) => [i.id, i]))
+
+    // 1. No wedge: every run is terminal; a run that did not complete stopped for a provider fault or the user;
+    //    every started run's prompt reached the provider byte-identical.
+    for (const run of runs) {
+      if (!terminalRunStatuses.includes(run.status)) violations.push(`no-wedge: run ${run.id} left ${run.status}`)
+      if (run.status !== "completed" && run.failureReason !== null && !faultReason.test(run.failureReason)) {
+        violations.push(`no-wedge: run ${run.id} ${run.status}: ${run.failureReason}`)
+      }
+    }
+    if (options.observed !== undefined) {
+      const byRun = new Map<string, Array<string>>()
+      for (const t of options.observed.turns) byRun.set(t.runId, [...(byRun.get(t.runId) ?? []), t.prompt])
+      for (const run of runs) {
+        const prompts = byRun.get(run.id) ?? []
+        if (run.status === "completed" && prompts.length !== 1) {
+          violations.push(`no-wedge: completed run ${run.id} reached the provider ${prompts.length} times`)
+        }
+        for (const p of prompts) if (p !== run.prompt) violations.push(`no-wedge: run ${run.id} prompt changed on the way to the provider`)
+      }
+    }
+
+    // 2. Exactly once per native thread: no item delivered twice, none delivered that the thread saw natively.
+    const nativeOfRun = new Map<string, string | null>(runs.map((r) => [r.id, r.nativeThreadId]))
+    const runById = new Map(runs.map((r) => [r.id as string, r]))
+    const deliveredTo = new Map<string, Set<string>>()
+    for (const d of deliveries) {
+      if (d.status !== "injected" && d.status !== "inline") continue
+      const seen = deliveredTo.get(d.nativeThreadId) ?? new Set<string>()
+      for (const id of d.deliveredItemIds) {
+        if (seen.has(id)) violations.push(`exactly-once: item ${id} delivered twice to native thread ${d.nativeThreadId}`)
+        seen.add(id)
+        const item = itemById.get(id)
+        if (item?.runId != null && nativeOfRun.get(item.runId) === d.nativeThreadId) {
+          violations.push(`exactly-once: item ${id} delivered to native thread ${d.nativeThreadId}, which saw it natively`)
+        }
+      }
+      deliveredTo.set(d.nativeThreadId, seen)
+    }
+    if (options.observed !== undefined) {
+      const byRef = new Map<string, Set<string>>()
+      for (const inj of options.observed.injections) {
+        const seen = byRef.get(inj.nativeRef) ?? new Set<string>()
+        for (const id of inj.itemIds) {
+          if (seen.has(id)) violations.push(`exactly-once: provider native thread ${inj.nativeRef} received item ${id} twice`)
+          seen.add(id)
+        }
+        byRef.set(inj.nativeRef, seen)
+      }
+    }
+    // ...and eventually: every transferable item of runs at or below a provider thread's watermark is seen natively
+    // by its active native thread, delivered to it, omitted with a ref, or still owed by an open handoff.
+    const accounted = new Map<string, Set<string>>()
+    for (const h of handoffs) {
+      const set = accounted.get(h.targetProviderThreadId) ?? new Set<string>()
+      const settledTo = deliveries.filter((d) => d.handoffId === h.id)
+      if (h.open) for (const id of h.itemIds) set.add(id)
+      for (const d of settledTo) for (const id of [...d.deliveredItemIds, ...d.omittedItemIds]) set.add(id)
+      accounted.set(h.targetProviderThreadId, set)
+    }
+    for (const p of providerThreads) {
+      if (p.activeNativeThreadId === null) continue
+      const native = p.activeNativeThreadId
+      const covered = accounted.get(p.id) ?? new Set<string>()
+      const delivered = deliveredTo.get(native) ?? new Set<string>()
+      for (const item of items) {
+        if (item.runId === null || !isTransferable(item)) continue
+        const run = runById.get(item.runId)
+        if (run === undefined || run.seq > p.syncedRunSeq) continue
+        if (run.nativeThreadId === native) continue
+        if (delivered.has(item.id) || covered.has(item.id)) continue
+        violations.push(`exactly-once: item ${item.id} (run ${run.seq}) owed to ${p.providerInstance} is neither seen, delivered, omitted nor owed`)
+      }
+    }
+
+    // 3. Bounded records: handoffs grow with switches, missed runs and replacements, never with turns.
+    const switches = events.filter((e) => e.type === "provider.switched" && e.payload.handoffId != null).length
+    const missed = runs.filter((r) => r.stopPoint === "before_provider").length
+    const replacements = events.filter((e) => e.type === "native_thread.replaced").length
+    if (handoffs.length > switches + missed + replacements) {
+      violations.push(
+        `bounded-records: ${handoffs.length} handoffs for ${switches} switches, ${missed} missed runs, ${replacements} replacements`
+      )
+    }
+    const perPair = new Set<string>()
+    for (const d of deliveries) {
+      const key = `${d.handoffId}/${d.nativeThreadId}`
+      if (perPair.has(key)) violations.push(`bounded-records: two deliveries of ${d.handoffId} to ${d.nativeThreadId}`)
+      perPair.add(key)
+    }
+
+    // 5. Budget: what was sent never exceeded the budget it was planned under.
+    for (const e of events) {
+      if (e.type !== "delivery.pending") continue
+      const budget = Number(e.payload.budget)
+      const tokens = Number(e.payload.renderedTokens)
+      if (tokens > budget) violations.push(`budget: delivery ${String(e.payload.deliveryId)} sent ${tokens} tokens over a budget of ${budget}`)
+    }
+
+    // 6. Nothing lost: every item referenced by a handoff exists; the log holds every appended item.
+    for (const h of handoffs) {
+      for (const id of h.itemIds) if (!itemById.has(id)) violations.push(`nothing-lost: handoff ${h.id} owes missing item ${id}`)
+    }
+    if (options.expectedItemCount !== undefined && items.length !== options.expectedItemCount) {
+      violations.push(`nothing-lost: ${items.length} items in the log, ${options.expectedItemCount} appended`)
+    }
+
+    // 7. Tool pairing: a delivery carries a tool call iff it carries the results answering it (when both are owed).
+    for (const d of deliveries) {
+      if (d.status !== "injected" && d.status !== "inline") continue
+      const handoff = handoffs.find((h) => h.id === d.handoffId)
+      if (handoff === undefined) continue
+      const delivered = new Set<string>(d.deliveredItemIds)
+      const owedItems = handoff.itemIds.map((id) => itemById.get(id)).filter((i): i is Item => i !== undefined)
+      const byCall = new Map<string, Array<Item>>()
+      for (const i of owedItems) {
+        if (i.toolCallId === null || (i.kind !== "tool_call" && i.kind !== "tool_result")) continue
+        byCall.set(i.toolCallId, [...(byCall.get(i.toolCallId) ?? []), i])
+      }
+      for (const [callId, pair] of byCall) {
+        const inside = pair.filter((i) => delivered.has(i.id)).length
+        if (inside !== 0 && inside !== pair.length) {
+          violations.push(`tool-pairing: delivery ${d.id} split tool call ${callId}`)
+        }
+      }
+    }
+    return violations
+  })

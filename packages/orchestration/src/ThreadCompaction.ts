@@ -1,0 +1,149 @@
+/**
+ * ThreadCompaction: the `/compact` path. It drains history deferred toward the thread's active provider thread
+ * into the native thread *before* compacting it, where the adapter can inject natively: since compaction follows,
+ * the injection may use the physical headroom (window - used) instead of the turn-start budget. When the owed
+ * history does not fit the headroom, the native thread is compacted first to make room, the history injected, and
+ * the thread compacted again. An adapter without native injection only compacts; deferred history is left
+ * untouched for the next ordinary turn.
+ *
+ * It does not summarise Baton's own record (that is `/offload`) and never edits an item.
+ */
+import type { NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
+import { Budget } from "@baton/context"
+import { ThreadStore } from "@baton/persistence"
+import type { ProviderAdapter } from "@baton/providers"
+import { DateTime, Effect } from "effect"
+import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { OrchestratorConfig } from "./OrchestratorConfig.js"
+
+/** What `/compact` did. Token counts are the native thread's usage. */
+export interface CompactReport {
+  readonly compacted: boolean
+  readonly reason: string | null
+  readonly usedBefore: number | null
+  readonly usedAfter: number | null
+  readonly deliveredItems: number
+  readonly deliveredTokens: number
+  readonly omittedItems: number
+  /** Deliveries still `deferred` after `/compact` (no native injection, or nothing fit). */
+  readonly stillDeferred: number
+}
+
+export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton/orchestration/ThreadCompaction", {
+  effect: Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const delivery = yield* ContextHandoffDelivery
+    const config = yield* OrchestratorConfig
+
+    const used = (n: NativeThread) => n.usage?.usedTokens ?? n.estimatedTokens
+
+    const compact = Effect.fn("ThreadCompaction.compact")(function*(
+      threadId: ThreadId,
+      providerThread: ProviderThread,
+      adapter: ProviderAdapter.ProviderAdapterShape
+    ) {
+      const empty: CompactReport = {
+        compacted: false,
+        reason: null,
+        usedBefore: null,
+        usedAfter: null,
+        deliveredItems: 0,
+        deliveredTokens: 0,
+        omittedItems: 0,
+        stillDeferred: 0
+      }
+      if (providerThread.activeNativeThreadId === null) return { ...empty, reason: "no native thread yet: nothing to compact" }
+      const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
+      if (found._tag === "None") return { ...empty, reason: "the native thread record is missing" }
+      let native = found.value
+      const compactThread = adapter.compactThread
+      if (compactThread === undefined) return { ...empty, reason: `${adapter.instance} cannot compact natively` }
+      const usedBefore = used(native)
+
+      const compactOnce = Effect.gen(function*() {
+        const result = yield* compactThread(native.nativeRef)
+        const now = yield* DateTime.now
+        native = {
+          ...native,
+          usage: result.usageAfter ?? native.usage,
+          estimatedTokens: result.usageAfter?.usedTokens ?? native.estimatedTokens,
+          updatedAt: now
+        }
+        yield* store.updateNativeThread(native)
+      })
+
+      const owed = yield* delivery.owedTo(threadId, providerThread, native)
+      let deliveredItems = 0
+      let deliveredTokens = 0
+      let omittedItems = 0
+      let stillDeferred = owed.filter((o) => o.delivery.status === "deferred").length
+      const inject = adapter.injectHistory
+      if (owed.length > 0 && inject !== undefined) {
+        const headroom = () =>
+          Budget.compute({
+            modelWindow: providerThread.contextWindow ?? undefined,
+            usage: native.usage,
+            estimatedUsedTokens: native.estimatedTokens,
+            requestTokens: 0
+          }, config.budget).physicalHeadroom
+        let room = headroom()
+        let plan = yield* delivery.plan(threadId, owed, room)
+        let compactedFirst = false
+        if (plan.selection.omittedItemIds.length > 0 || plan.selection.selected.length === 0) {
+          yield* compactOnce
+          compactedFirst = true
+          room = headroom()
+          plan = yield* delivery.plan(threadId, owed, room)
+        }
+        if (plan.selection.selected.length > 0) {
+          const pending = yield* delivery.markPending(threadId, plan, "injected", null, room)
+          const outcome = yield* inject({
+            nativeRef: native.nativeRef,
+            rendered: plan.selection.rendered,
+            itemIds: plan.selection.selected.map((i) => i.id),
+            deliveryId: pending.map((d) => d.id).join(",")
+          }).pipe(Effect.either)
+          if (outcome._tag === "Right") {
+            yield* delivery.markSettled(threadId, pending, "injected")
+            const now = yield* DateTime.now
+            native = {
+              ...native,
+              usage: outcome.right.usage ?? native.usage,
+              estimatedTokens: native.estimatedTokens + plan.selection.tokens,
+              updatedAt: now
+            }
+            yield* store.updateNativeThread(native)
+            deliveredItems = plan.selection.selected.length
+            deliveredTokens = plan.selection.tokens
+            omittedItems = plan.selection.omittedItemIds.length
+            stillDeferred = 0
+          }
+          yield* compactOnce
+        } else if (!compactedFirst) {
+          yield* compactOnce
+        }
+      } else {
+        yield* compactOnce
+      }
+      const usedAfter = used(native)
+      yield* store.appendEvent(threadId, "thread.compacted", {
+        nativeThreadId: native.id,
+        usedBefore,
+        usedAfter,
+        delivered: deliveredItems
+      })
+      return {
+        compacted: true,
+        reason: null,
+        usedBefore,
+        usedAfter,
+        deliveredItems,
+        deliveredTokens,
+        omittedItems,
+        stillDeferred
+      } satisfies CompactReport
+    })
+
+    return { compact }
+  })
+}) {}

@@ -1,0 +1,447 @@
+/**
+ * ThreadService: the orchestrator's command surface — create a thread, send a user message (a run), interrupt a
+ * run, switch the provider for the next run, `/compact` — plus the reads the apps need.
+ *
+ * It owns the run lifecycle (`queued` -> `starting` -> `running` -> terminal) and the command receipts (a command
+ * id seen before returns its first result). History decisions are delegated to ProviderTurnStartService and
+ * ContextHandoffDelivery, `/compact` to ThreadCompaction.
+ */
+import {
+  Commands,
+  type CommandId,
+  InvalidRequest,
+  type Item,
+  type ProviderInstance,
+  type ProviderThread,
+  type Run,
+  RunInProgress,
+  RunNotFound,
+  type RunStopPoint,
+  type Thread,
+  ThreadNotFound,
+  type ThreadId
+} from "@baton/contracts"
+import { Render, TokenCounter } from "@baton/context"
+import { ThreadStore } from "@baton/persistence"
+import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
+import { SqlClient } from "@effect/sql"
+import { DateTime, Effect, Option, Schema } from "effect"
+import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { IdGenerator } from "./IdGenerator.js"
+import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
+import { type CompactReport, ThreadCompaction } from "./ThreadCompaction.js"
+
+/** The result of `sendMessage`: the run's final status and what turn start decided. */
+export interface SendResult {
+  readonly runId: string
+  readonly runSeq: number
+  readonly status: Run["status"]
+  readonly providerInstance: string
+  readonly nativeGeneration: number | null
+  /** Usage of the native thread after the run, when known. */
+  readonly usedTokens: number | null
+  readonly window: number
+  readonly turnStart: TurnStartReport | null
+  readonly failureReason: string | null
+}
+
+/** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
+const promptNotReadCodes = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost"])
+
+export class ThreadService extends Effect.Service<ThreadService>()("@baton/orchestration/ThreadService", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const store = yield* ThreadStore
+    const ids = yield* IdGenerator
+    const registry = yield* ProviderRegistry.ProviderRegistry
+    const counter = yield* TokenCounter.TokenCounter
+    const turnStart = yield* ProviderTurnStartService
+    const delivery = yield* ContextHandoffDelivery
+    const compaction = yield* ThreadCompaction
+
+    const getThread = (threadId: ThreadId) =>
+      Effect.flatMap(store.getThread(threadId), Option.match({
+        onNone: () => Effect.fail(new ThreadNotFound({ threadId })),
+        onSome: Effect.succeed
+      }))
+
+    const getProviderThread = (thread: Thread) =>
+      thread.activeProviderThreadId === null
+        ? Effect.fail(new InvalidRequest({ reason: `thread ${thread.id} has no provider; switch to one first` }))
+        : Effect.flatMap(store.getProviderThread(thread.activeProviderThreadId), Option.match({
+          onNone: () => Effect.fail(new InvalidRequest({ reason: `thread ${thread.id} lost its provider thread` })),
+          onSome: Effect.succeed
+        }))
+
+    /** Runs `effect` once per command id: a repeated id returns the stored result (decoded with `schema`). */
+    const withReceipt = <A, I, E, R>(
+      commandId: CommandId,
+      commandType: string,
+      threadId: ThreadId | null,
+      schema: Schema.Schema<A, I>,
+      effect: Effect.Effect<A, E, R>
+    ) =>
+      Effect.gen(function*() {
+        const seen = yield* store.findReceipt(commandId)
+        if (seen._tag === "Some") return yield* Schema.decodeUnknown(schema)(seen.value.result).pipe(Effect.orDie)
+        const result = yield* effect
+        const encoded = yield* Schema.encode(schema)(result).pipe(Effect.orDie)
+        const createdAt = yield* DateTime.now
+        yield* store.insertReceipt({ commandId, commandType, threadId, result: encoded, createdAt })
+        return result
+      })
+
+    const ensureProviderThread = Effect.fn("ThreadService.ensureProviderThread")(function*(
+      threadId: ThreadId,
+      adapter: ProviderAdapter.ProviderAdapterShape
+    ) {
+      const found = yield* store.findProviderThread(threadId, adapter.instance)
+      if (found._tag === "Some") return found.value
+      const now = yield* DateTime.now
+      const providerThread: ProviderThread = {
+        id: ids.next("pth") as ProviderThread["id"],
+        threadId,
+        providerInstance: adapter.instance,
+        model: adapter.model,
+        contextWindow: adapter.modelContextWindow,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      }
+      yield* store.insertProviderThread(providerThread)
+      yield* store.appendEvent(threadId, "provider_thread.created", {
+        providerThreadId: providerThread.id,
+        providerInstance: adapter.instance
+      })
+      return providerThread
+    })
+
+    /** Creates a thread whose first provider is `providerInstance`. Fails with `UnknownProvider`. */
+    const createThread = Effect.fn("ThreadService.createThread")(function*(command: Commands.CreateThread) {
+      return yield* withReceipt(
+        command.commandId,
+        "CreateThread",
+        null,
+        Schema.Struct({ threadId: Schema.String }),
+        Effect.gen(function*() {
+          const adapter = yield* registry.get(command.providerInstance)
+          const now = yield* DateTime.now
+          const thread: Thread = {
+            id: ids.next("thr") as ThreadId,
+            title: command.title,
+            activeProviderThreadId: null,
+            createdAt: now,
+            updatedAt: now
+          }
+          yield* store.insertThread(thread)
+          yield* store.appendEvent(thread.id, "thread.created", { title: thread.title })
+          const providerThread = yield* ensureProviderThread(thread.id, adapter)
+          yield* store.updateThread({ ...thread, activeProviderThreadId: providerThread.id })
+          return { threadId: thread.id as string }
+        }).pipe(sql.withTransaction)
+      ).pipe(Effect.map((r) => r.threadId as ThreadId))
+    })
+
+    /**
+     * Switches the provider for the next run. The destination is owed every run it has not seen: a `switch`
+     * handoff covers them (none when there is nothing new). Fails with `ThreadNotFound`, `UnknownProvider`.
+     */
+    const switchProvider = Effect.fn("ThreadService.switchProvider")(function*(command: Commands.SwitchProvider) {
+      return yield* withReceipt(
+        command.commandId,
+        "SwitchProvider",
+        command.threadId,
+        Schema.Struct({ providerThreadId: Schema.String, handoffId: Schema.NullOr(Schema.String) }),
+        Effect.gen(function*() {
+          const thread = yield* getThread(command.threadId)
+          const adapter = yield* registry.get(command.providerInstance)
+          const active = yield* store.findActiveRun(thread.id)
+          if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+          const target = yield* ensureProviderThread(thread.id, adapter)
+          if (target.id === thread.activeProviderThreadId) return { providerThreadId: target.id as string, handoffId: null }
+          const nextSeq = yield* store.nextRunSeq(thread.id)
+          const unseen = yield* store.listRunsBetween(thread.id, target.syncedRunSeq, nextSeq)
+          const handoff = yield* delivery.createHandoff(thread.id, "switch", target, unseen)
+          const now = yield* DateTime.now
+          yield* store.updateProviderThread({ ...target, syncedRunSeq: nextSeq - 1, updatedAt: now })
+          yield* store.updateThread({ ...thread, activeProviderThreadId: target.id, updatedAt: now })
+          yield* store.appendEvent(thread.id, "provider.switched", {
+            from: thread.activeProviderThreadId,
+            to: target.id,
+            handoffId: handoff?.id ?? null
+          })
+          return { providerThreadId: target.id as string, handoffId: handoff?.id ?? null }
+        }).pipe(sql.withTransaction)
+      )
+    })
+
+    const appendItems = (threadId: ThreadId, run: Run, produced: ReadonlyArray<ProviderAdapter.ProducedItem | Item>) =>
+      Effect.gen(function*() {
+        if (produced.length === 0) return [] as ReadonlyArray<Item>
+        const first = yield* store.nextItemSeq(threadId)
+        const createdAt = yield* DateTime.now
+        const items: Array<Item> = produced.map((p, i) => {
+          const base = {
+            id: ids.next("itm") as Item["id"],
+            threadId,
+            runId: run.id,
+            seq: first + i,
+            kind: p.kind,
+            text: p.text,
+            toolCallId: p.toolCallId as Item["toolCallId"],
+            toolName: p.toolName,
+            messageId: p.messageId,
+            isError: p.isError,
+            toolCallState: p.toolCallState,
+            createdAt
+          }
+          return { ...base, tokens: Render.itemTokens(counter, base) }
+        })
+        yield* store.insertItems(items)
+        return items
+      })
+
+    /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
+    const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage) {
+      const thread = yield* getThread(command.threadId)
+      const active = yield* store.findActiveRun(thread.id)
+      if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+      const providerThread = yield* getProviderThread(thread)
+      const now = yield* DateTime.now
+      const run: Run = {
+        id: ids.next("run") as Run["id"],
+        threadId: thread.id,
+        seq: yield* store.nextRunSeq(thread.id),
+        providerThreadId: providerThread.id,
+        status: "queued",
+        prompt: command.text,
+        stopPoint: null,
+        failureReason: null,
+        nativeThreadId: null,
+        createdAt: now,
+        updatedAt: now
+      }
+      yield* store.insertRun(run)
+      yield* appendItems(thread.id, run, [{
+        kind: "user_message",
+        text: command.text,
+        toolCallId: null,
+        toolName: null,
+        messageId: null,
+        isError: false,
+        toolCallState: null
+      }])
+      yield* store.appendEvent(thread.id, "run.queued", { runId: run.id, seq: run.seq, providerThreadId: providerThread.id })
+      return run
+    }, sql.withTransaction)
+
+    const finishRun = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string) =>
+      Effect.gen(function*() {
+        const now = yield* DateTime.now
+        const done: Run = { ...run, status, stopPoint, failureReason: reason, updatedAt: now }
+        yield* store.updateRun(done)
+        yield* store.appendEvent(run.threadId, status === "failed" ? "run.failed" : "run.interrupted", {
+          runId: run.id,
+          stopPoint,
+          reason
+        })
+        return done
+      })
+
+    /** Drives a queued run through turn start and the provider turn to a terminal status. */
+    const processRun = Effect.fn("ThreadService.processRun")(function*(runId: Run["id"]) {
+      const found = yield* store.getRun(runId)
+      if (found._tag === "None") return yield* new RunNotFound({ runId })
+      let run = found.value
+      const providerThread = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
+        onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${run.id} names a missing provider thread` })),
+        onSome: Effect.succeed
+      }))
+      const adapter = yield* registry.get(providerThread.providerInstance)
+      const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
+        runId: run.id,
+        runSeq: run.seq,
+        status: run.status,
+        providerInstance: providerThread.providerInstance,
+        nativeGeneration: native?.generation ?? null,
+        usedTokens: native?.used ?? null,
+        window,
+        turnStart: report,
+        failureReason: run.failureReason
+      })
+      if (run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
+
+      run = { ...run, status: "starting", updatedAt: yield* DateTime.now }
+      yield* store.updateRun(run)
+
+      const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
+        Effect.either
+      )
+      if (prepared._tag === "Left") {
+        run = yield* finishRun(run, "failed", "before_provider", prepared.left.message)
+        return result(null, null, providerThread.contextWindow ?? 0)
+      }
+      const plan = prepared.right
+      const window = plan.report.budget.window
+      if (plan.report.injectionError !== null) {
+        run = yield* finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`)
+        return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
+      }
+
+      const attemptNo = (yield* store.listAttempts(run.id)).length + 1
+      const attemptId = ids.next("att") as import("@baton/contracts").RunAttemptId
+      const startedAt = yield* DateTime.now
+      const attempt = {
+        id: attemptId,
+        runId: run.id,
+        attempt: attemptNo,
+        nativeThreadId: plan.native.id,
+        status: "starting" as const,
+        error: null,
+        createdAt: startedAt,
+        updatedAt: startedAt
+      }
+      yield* store.insertAttempt(attempt)
+      // Re-read: an interrupt that arrived while history was prepared stops the run before the provider starts.
+      const current = yield* store.getRun(run.id)
+      if (current._tag === "Some" && current.value.status === "interrupted") {
+        run = current.value
+        yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "run interrupted before the provider started")
+        yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "interrupted before start", updatedAt: yield* DateTime.now })
+        return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
+      }
+      run = { ...run, status: "running", nativeThreadId: plan.native.id, updatedAt: yield* DateTime.now }
+      yield* store.updateRun(run)
+      yield* store.appendEvent(run.threadId, "run.started", { runId: run.id, nativeThreadId: plan.native.id, attempt: attemptNo })
+
+      const outcome = yield* adapter.startTurn({
+        nativeRef: plan.native.nativeRef,
+        runId: run.id,
+        prompt: run.prompt,
+        inlineHistory: plan.inlineHistory
+      }).pipe(Effect.either)
+
+      if (outcome._tag === "Left") {
+        const error = outcome.left
+        const notRead = promptNotReadCodes.has(error.code)
+        const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
+        const finished = Effect.gen(function*() {
+          if (notRead) {
+            yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, `turn did not start: ${error.code}`)
+          }
+          yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: yield* DateTime.now })
+          return yield* finishRun(
+            { ...run, nativeThreadId: notRead ? null : run.nativeThreadId },
+            status,
+            notRead ? "before_provider" : "after_provider",
+            error.message
+          )
+        })
+        run = yield* sql.withTransaction(finished)
+        return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
+      }
+
+      const turn = outcome.right
+      const completed = Effect.gen(function*() {
+        yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
+        const items = yield* appendItems(run.threadId, run, turn.items)
+        const now = yield* DateTime.now
+        const sent = counter.count(run.prompt) + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
+          items.reduce((n, i) => n + i.tokens, 0)
+        const native = {
+          ...plan.native,
+          usage: turn.usage ?? plan.native.usage,
+          estimatedTokens: turn.usage?.usedTokens ?? plan.native.estimatedTokens + sent,
+          updatedAt: now
+        }
+        yield* store.updateNativeThread(native)
+        if (turn.usage !== null) {
+          yield* store.appendEvent(run.threadId, "usage.reported", { nativeThreadId: native.id, usage: turn.usage, trusted: true })
+        }
+        const fresh = yield* store.getProviderThread(plan.providerThread.id)
+        if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
+          yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
+        }
+        yield* store.updateAttempt({ ...attempt, status: "completed", updatedAt: now })
+        const done: Run = { ...run, status: "completed", updatedAt: now }
+        yield* store.updateRun(done)
+        yield* store.appendEvent(run.threadId, "run.completed", { runId: run.id, itemCount: items.length })
+        return { done, native }
+      })
+      const { done, native } = yield* sql.withTransaction(completed)
+      run = done
+      return result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window)
+    })
+
+    /**
+     * Sends a user message: queues a run and drives it to a terminal status. The prompt reaches the provider
+     * byte-identical whatever happens to owed history. Fails with `ThreadNotFound`, `RunInProgress`,
+     * `InvalidRequest`; provider faults end the run as `failed`/`interrupted` (they do not fail the command).
+     */
+    const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
+      const seen = yield* store.findReceipt(command.commandId)
+      if (seen._tag === "Some") return seen.value.result as SendResult
+      const run = yield* queueRun(command)
+      const result = yield* processRun(run.id)
+      const createdAt = yield* DateTime.now
+      yield* store.insertReceipt({ commandId: command.commandId, commandType: "SendMessage", threadId: command.threadId, result: JSON.parse(JSON.stringify(result)), createdAt })
+      return result
+    })
+
+    /** Queues a run without starting it (a client that starts runs separately, or one about to interrupt). */
+    const enqueueMessage = queueRun
+
+    /**
+     * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
+     * is interrupted at the provider. A terminal run is left as it is. Fails with `RunNotFound`.
+     */
+    const interrupt = Effect.fn("ThreadService.interrupt")(function*(command: Commands.InterruptRun) {
+      const found = yield* store.getRun(command.runId)
+      if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
+      const run = found.value
+      if (run.status === "queued" || run.status === "starting") {
+        return yield* finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started")
+      }
+      if (run.status === "running") {
+        const providerThread = yield* store.getProviderThread(run.providerThreadId)
+        if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
+          const adapter = yield* registry.get(providerThread.value.providerInstance)
+          const native = yield* store.getNativeThread(run.nativeThreadId)
+          if (native._tag === "Some") yield* Effect.ignore(adapter.interrupt(native.value.nativeRef))
+        }
+        return yield* finishRun(run, "interrupted", "after_provider", "interrupted by the user")
+      }
+      return run
+    })
+
+    /** `/compact` on the thread's active provider thread (see ThreadCompaction). */
+    const compact = Effect.fn("ThreadService.compact")(function*(command: Commands.CompactThread) {
+      const seen = yield* store.findReceipt(command.commandId)
+      if (seen._tag === "Some") return seen.value.result as CompactReport
+      const thread = yield* getThread(command.threadId)
+      const active = yield* store.findActiveRun(thread.id)
+      if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+      const providerThread = yield* getProviderThread(thread)
+      const adapter = yield* registry.get(providerThread.providerInstance)
+      const report = yield* compaction.compact(thread.id, providerThread, adapter)
+      const createdAt = yield* DateTime.now
+      yield* store.insertReceipt({ commandId: command.commandId, commandType: "CompactThread", threadId: thread.id, result: JSON.parse(JSON.stringify(report)), createdAt })
+      return report
+    })
+
+    return {
+      createThread,
+      switchProvider,
+      sendMessage,
+      enqueueMessage,
+      processRun,
+      interrupt,
+      compact,
+      getThread,
+      listThreads: store.listThreads
+    }
+  })
+}) {}
+
+export type { ProviderInstance }

@@ -1,0 +1,8 @@
+export * as ContextHandoffDelivery from "./ContextHandoffDelivery.js"
+export * as IdGenerator from "./IdGenerator.js"
+export * as OrchestratorConfig from "./OrchestratorConfig.js"
+export * as ProviderTurnStartService from "./ProviderTurnStartService.js"
+export * as ThreadCompaction from "./ThreadCompaction.js"
+export * as ThreadService from "./ThreadService.js"
+export * as InvariantChecks from "./InvariantChecks.js"
+export * as OrchestratorLayer from "./OrchestratorLayer.js"

@@ -1,0 +1,243 @@
+/**
+ * ThreadStore: the repository of the thread aggregate — threads, runs, run attempts, items, provider threads,
+ * native threads, context handoffs, handoff deliveries, the thread event log and command receipts.
+ *
+ * It owns SQL and row encoding only. It does not decide anything: transactions are opened by the orchestration
+ * service method that owns the unit of work (`sql.withTransaction`), and every query here joins the ambient
+ * transaction. Every failure is a `PersistenceError` naming the operation.
+ *
+ * Hot-path queries (turn start) are indexed and do not scan the thread: open handoffs by target, deliveries by
+ * native thread and status, runs by provider thread and seq range.
+ */
+import {
+  Commands,
+  ConcurrentModification,
+  type ContextHandoff,
+  type HandoffDelivery,
+  type HandoffId,
+  type Item,
+  type ItemId,
+  type NativeThread,
+  type NativeThreadId,
+  PersistenceError,
+  type ProviderInstance,
+  type ProviderThread,
+  type ProviderThreadId,
+  type Run,
+  type RunAttempt,
+  type RunId,
+  type Thread,
+  type ThreadEvent,
+  ThreadEvent as ThreadEventSchema,
+  type ThreadEventType,
+  type ThreadId
+} from "@baton/contracts"
+import { SqlClient } from "@effect/sql"
+import { DateTime, Effect, Option, Schema } from "effect"
+import { orPersistence } from "./internal/errors.js"
+import { Count } from "./internal/Rows.js"
+import * as Table from "./internal/Table.js"
+import {
+  DeliveryRow,
+  HandoffRow,
+  ItemRow,
+  NativeThreadRow,
+  ProviderThreadRow,
+  RunAttemptRow,
+  RunRow,
+  ThreadRow
+} from "./internal/Tables.js"
+
+/** A handoff with its bookkeeping flag: `open` while some destination still owes a delivery. */
+export type StoredHandoff = ContextHandoff & { readonly open: boolean }
+
+const EventRow = Schema.Struct({
+  ...ThreadEventSchema.fields,
+  payload: Schema.parseJson(ThreadEventSchema.fields.payload)
+})
+const ReceiptRow = Schema.Struct({ ...Commands.CommandReceipt.fields, result: Schema.parseJson(Schema.Unknown) })
+const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
+
+const isUniqueViolation = (e: { readonly cause?: unknown }) => {
+  const text = String((e.cause as { message?: unknown } | undefined)?.message ?? e.cause ?? "")
+  return /UNIQUE constraint|duplicate key|unique/i.test(text)
+}
+
+export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persistence/ThreadStore", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const threads = Table.make(sql, "threads", ThreadRow)
+    const runs = Table.make(sql, "runs", RunRow)
+    const attempts = Table.make(sql, "run_attempts", RunAttemptRow)
+    const items = Table.make(sql, "items", ItemRow)
+    const providerThreads = Table.make(sql, "provider_threads", ProviderThreadRow)
+    const nativeThreads = Table.make(sql, "native_threads", NativeThreadRow)
+    const handoffs = Table.make(sql, "handoffs", HandoffRow)
+    const deliveries = Table.make(sql, "handoff_deliveries", DeliveryRow)
+    const events = Table.make(sql, "thread_events", EventRow as unknown as Schema.Schema<ThreadEvent, { id?: unknown }>)
+
+    const nextSeq = (operation: string, query: Effect.Effect<ReadonlyArray<unknown>, { readonly message: string; readonly _tag: string }>) =>
+      Effect.flatMap(query, Schema.decodeUnknown(NextSeq)).pipe(
+        Effect.map((rows) => Number(rows[0]?.next ?? 1)),
+        orPersistence(operation)
+      )
+
+    const inChunks = <A>(ids: ReadonlyArray<string>, f: (chunk: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<A>, PersistenceError>) =>
+      Effect.map(
+        Effect.forEach(chunk(ids, 500), f),
+        (parts) => parts.flat()
+      )
+
+    return {
+      // ---- threads
+      insertThread: (t: Thread) => threads.insert(t),
+      updateThread: (t: Thread) => threads.update(t),
+      getThread: (id: ThreadId) => threads.findOne("threads.get", sql`SELECT * FROM threads WHERE id = ${id}`),
+      listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
+
+      // ---- runs
+      insertRun: (r: Run) => runs.insert(r),
+      updateRun: (r: Run) => runs.update(r),
+      getRun: (id: RunId) => runs.findOne("runs.get", sql`SELECT * FROM runs WHERE id = ${id}`),
+      nextRunSeq: (threadId: ThreadId) =>
+        nextSeq("runs.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM runs WHERE thread_id = ${threadId}`),
+      listRuns: (threadId: ThreadId) =>
+        runs.findAll("runs.list", sql`SELECT * FROM runs WHERE thread_id = ${threadId} ORDER BY seq`),
+      /** Runs of a thread with `afterSeq < seq < beforeSeq`, in order. */
+      listRunsBetween: (threadId: ThreadId, afterSeq: number, beforeSeq: number) =>
+        runs.findAll(
+          "runs.listBetween",
+          sql`SELECT * FROM runs WHERE thread_id = ${threadId} AND seq > ${afterSeq} AND seq < ${beforeSeq} ORDER BY seq`
+        ),
+      /** The run of the thread that is not terminal, if any (at most one by construction). */
+      findActiveRun: (threadId: ThreadId) =>
+        runs.findOne(
+          "runs.findActive",
+          sql`SELECT * FROM runs WHERE thread_id = ${threadId}
+              AND status IN ('queued', 'starting', 'running') ORDER BY seq DESC LIMIT 1`
+        ),
+
+      // ---- run attempts
+      insertAttempt: (a: RunAttempt) => attempts.insert(a),
+      updateAttempt: (a: RunAttempt) => attempts.update(a),
+      listAttempts: (runId: RunId) =>
+        attempts.findAll("run_attempts.list", sql`SELECT * FROM run_attempts WHERE run_id = ${runId} ORDER BY attempt`),
+
+      // ---- items
+      insertItems: (values: ReadonlyArray<Item>) => items.insertMany(values),
+      nextItemSeq: (threadId: ThreadId) =>
+        nextSeq("items.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM items WHERE thread_id = ${threadId}`),
+      listItems: (threadId: ThreadId) =>
+        items.findAll("items.list", sql`SELECT * FROM items WHERE thread_id = ${threadId} ORDER BY seq`),
+      listItemsOfRuns: (runIds: ReadonlyArray<RunId>) =>
+        inChunks(runIds, (c) =>
+          items.findAll("items.listOfRuns", sql`SELECT * FROM items WHERE ${sql.in("run_id", c)} ORDER BY seq`)).pipe(
+            Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))
+          ),
+      getItems: (ids: ReadonlyArray<ItemId>) =>
+        inChunks(ids, (c) => items.findAll("items.get", sql`SELECT * FROM items WHERE ${sql.in("id", c)}`)).pipe(
+          Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))
+        ),
+      countItems: (threadId: ThreadId) =>
+        nextSeq("items.count", sql`SELECT COUNT(*) AS next FROM items WHERE thread_id = ${threadId}`),
+
+      // ---- provider threads and native threads
+      insertProviderThread: (p: ProviderThread) => providerThreads.insert(p),
+      updateProviderThread: (p: ProviderThread) => providerThreads.update(p),
+      getProviderThread: (id: ProviderThreadId) =>
+        providerThreads.findOne("provider_threads.get", sql`SELECT * FROM provider_threads WHERE id = ${id}`),
+      findProviderThread: (threadId: ThreadId, instance: ProviderInstance) =>
+        providerThreads.findOne(
+          "provider_threads.find",
+          sql`SELECT * FROM provider_threads WHERE thread_id = ${threadId} AND provider_instance = ${instance}`
+        ),
+      listProviderThreads: (threadId: ThreadId) =>
+        providerThreads.findAll(
+          "provider_threads.list",
+          sql`SELECT * FROM provider_threads WHERE thread_id = ${threadId} ORDER BY created_at, id`
+        ),
+      insertNativeThread: (n: NativeThread) => nativeThreads.insert(n),
+      updateNativeThread: (n: NativeThread) => nativeThreads.update(n),
+      getNativeThread: (id: NativeThreadId) =>
+        nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
+      listNativeThreads: (providerThreadId: ProviderThreadId) =>
+        nativeThreads.findAll(
+          "native_threads.list",
+          sql`SELECT * FROM native_threads WHERE provider_thread_id = ${providerThreadId} ORDER BY generation`
+        ),
+
+      // ---- handoffs and deliveries
+      insertHandoff: (h: StoredHandoff) => handoffs.insert(h),
+      updateHandoff: (h: StoredHandoff) => handoffs.update(h),
+      getHandoff: (id: HandoffId) => handoffs.findOne("handoffs.get", sql`SELECT * FROM handoffs WHERE id = ${id}`),
+      listOpenHandoffs: (target: ProviderThreadId) =>
+        handoffs.findAll(
+          "handoffs.listOpen",
+          sql`SELECT * FROM handoffs WHERE target_provider_thread_id = ${target} AND open = 1 ORDER BY created_at, id`
+        ),
+      listHandoffs: (threadId: ThreadId) =>
+        handoffs.findAll("handoffs.list", sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} ORDER BY created_at, id`),
+      insertDelivery: (d: HandoffDelivery) => deliveries.insert(d),
+      updateDelivery: (d: HandoffDelivery) => deliveries.update(d),
+      findDelivery: (handoffId: HandoffId, nativeThreadId: NativeThreadId) =>
+        deliveries.findOne(
+          "handoff_deliveries.find",
+          sql`SELECT * FROM handoff_deliveries WHERE handoff_id = ${handoffId} AND native_thread_id = ${nativeThreadId}`
+        ),
+      listDeliveriesByStatus: (nativeThreadId: NativeThreadId, status: HandoffDelivery["status"]) =>
+        deliveries.findAll(
+          "handoff_deliveries.listByStatus",
+          sql`SELECT * FROM handoff_deliveries WHERE native_thread_id = ${nativeThreadId} AND status = ${status}
+              ORDER BY created_at, id`
+        ),
+      listDeliveriesOfThread: (threadId: ThreadId) =>
+        deliveries.findAll(
+          "handoff_deliveries.listOfThread",
+          sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id
+              WHERE h.thread_id = ${threadId} ORDER BY d.created_at, d.id`
+        ),
+
+      // ---- events
+      /**
+       * Appends one event with the next `seq` of the thread. A concurrent writer that took the same `seq` makes the
+       * unique `(thread_id, seq)` constraint fire: this fails with `ConcurrentModification` instead of losing an update.
+       */
+      appendEvent: (threadId: ThreadId, type: ThreadEventType, payload: Record<string, unknown>) =>
+        Effect.gen(function*() {
+          const seq = yield* nextSeq(
+            "thread_events.nextSeq",
+            sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM thread_events WHERE thread_id = ${threadId}`
+          )
+          const createdAt = yield* DateTime.now
+          const row = { threadId, seq, type, payload: JSON.stringify(payload), createdAt: DateTime.formatIso(createdAt) }
+          yield* sql`INSERT INTO thread_events ${sql.insert(row)}`.pipe(
+            Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
+              isUniqueViolation(e)
+                ? Effect.fail(new ConcurrentModification({ threadId }))
+                : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) })))
+          )
+          return seq
+        }),
+      listEvents: (threadId: ThreadId) =>
+        events.findAll("thread_events.list", sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} ORDER BY seq`),
+
+      // ---- command receipts
+      findReceipt: (commandId: string) =>
+        Effect.flatMap(
+          sql`SELECT * FROM command_receipts WHERE command_id = ${commandId}`,
+          Schema.decodeUnknown(Schema.Array(ReceiptRow))
+        ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("command_receipts.find")),
+      insertReceipt: (receipt: Commands.CommandReceipt) =>
+        Effect.flatMap(
+          Schema.encode(ReceiptRow)(receipt),
+          (row) => sql`INSERT INTO command_receipts ${sql.insert(row)}`
+        ).pipe(Effect.asVoid, orPersistence("command_receipts.insert"))
+    }
+  })
+}) {}
+
+const chunk = <A>(xs: ReadonlyArray<A>, size: number): ReadonlyArray<ReadonlyArray<A>> => {
+  const out: Array<ReadonlyArray<A>> = []
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size))
+  return out
+}

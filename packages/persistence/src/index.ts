@@ -1,0 +1,3 @@
+export * as Database from "./Database.js"
+export * as Migrations from "./Migrations.js"
+export * from "./ThreadStore.js"

@@ -1,0 +1,50 @@
+/**
+ * A thin typed table accessor: encodes domain values through their row schema on the way in and decodes rows on
+ * the way out, mapping every failure to `PersistenceError` with the operation name.
+ */
+import type { PersistenceError } from "@baton/contracts"
+import type { SqlClient } from "@effect/sql"
+import type { Statement } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import { orPersistence } from "./errors.js"
+
+export interface Table<A> {
+  readonly insert: (value: A) => Effect.Effect<void, PersistenceError>
+  readonly insertMany: (values: ReadonlyArray<A>) => Effect.Effect<void, PersistenceError>
+  /** Replaces every column of the row with the same `id`. */
+  readonly update: (value: A) => Effect.Effect<void, PersistenceError>
+  readonly findAll: (
+    operation: string,
+    query: Statement.Statement<unknown>
+  ) => Effect.Effect<ReadonlyArray<A>, PersistenceError>
+  readonly findOne: (
+    operation: string,
+    query: Statement.Statement<unknown>
+  ) => Effect.Effect<Option.Option<A>, PersistenceError>
+}
+
+export const make = <A, I extends { readonly id?: unknown }>(
+  sql: SqlClient.SqlClient,
+  name: string,
+  schema: Schema.Schema<A, I>
+): Table<A> => {
+  const encode = Schema.encode(schema)
+  const decodeAll = Schema.decodeUnknown(Schema.Array(schema))
+  const insertMany = (values: ReadonlyArray<A>) =>
+    values.length === 0 ? Effect.void : Effect.flatMap(
+      Effect.forEach(values, (v) => encode(v)),
+      (rows) => sql`INSERT INTO ${sql(name)} ${sql.insert(rows as ReadonlyArray<Record<string, unknown>>)}`
+    ).pipe(Effect.asVoid, orPersistence(`${name}.insert`))
+  return {
+    insert: (value) => insertMany([value]),
+    insertMany,
+    update: (value) =>
+      Effect.flatMap(encode(value), (row) => {
+        const { id, ...rest } = row as Record<string, unknown>
+        return sql`UPDATE ${sql(name)} SET ${sql.update(rest)} WHERE id = ${id as string}`
+      }).pipe(Effect.asVoid, orPersistence(`${name}.update`)),
+    findAll: (operation, query) => Effect.flatMap(query, decodeAll).pipe(orPersistence(operation)),
+    findOne: (operation, query) =>
+      Effect.flatMap(query, decodeAll).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence(operation))
+  }
+}

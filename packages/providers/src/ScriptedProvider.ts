@@ -1,0 +1,231 @@
+/**
+ * ScriptedProvider: a deterministic, offline provider — the embedded default and the replay's playback engine.
+ *
+ * Each instance keeps its native threads in memory and counts what each has seen with the real tokenizer, so the
+ * usage it reports is "the tokens this native thread has been sent and has produced". It models native
+ * auto-compaction: when usage reaches the instance's threshold after a turn, the thread's usage drops to
+ * `summaryTokens`. Turns play back responses from a `Script` shared by all instances (the replay enqueues the
+ * recorded assistant and tool items of each user turn). A `FaultPlan` injects provider faults by call.
+ *
+ * It owns nothing durable: a process restart loses its native threads, exactly like a real provider session that
+ * expired, and `resumeThread` on an unknown ref fails with `unavailable`.
+ */
+import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
+import type { TokenCounter } from "@baton/context"
+import { Effect } from "effect"
+import type {
+  CompactResult,
+  ProducedItem,
+  ProviderAdapterShape,
+  ReadThreadResult,
+  StartTurnInput,
+  TurnResult
+} from "./ProviderAdapter.js"
+
+/** A fault the plan can inject (issue "Baton core", item 5). */
+export type Fault =
+  /** `startTurn` fails before the provider reads the prompt (`code: "refused"`). */
+  | "refuse"
+  /** `startTurn` fails with `code: "interrupted"`: the run was interrupted before the provider started. */
+  | "interrupt_before_start"
+  /** `injectHistory` succeeds, then `startTurn` of the same turn fails (`code: "unavailable"`). */
+  | "fail_after_injection"
+  /** `injectHistory` reaches the native thread but its acknowledgement is lost (`code: "ack_lost"`). */
+  | "lose_injection_ack"
+
+/** The call being planned: which operation, the 1-based count of that operation on this instance, and the run. */
+export interface FaultCall {
+  readonly operation: "startTurn" | "injectHistory"
+  readonly call: number
+  readonly runId: string
+}
+
+/** Decides a fault for a call, or `null`. Must be deterministic for replayable runs. */
+export type FaultPlan = (call: FaultCall) => Fault | null
+
+/** A scripted response: the items a turn produces and, optionally, the usage to report instead of the count. */
+export interface ScriptedResponse {
+  readonly items: ReadonlyArray<ProducedItem>
+  /** `undefined`: report the counted usage; `null`: report no usage at all (a provider that omits it). */
+  readonly usage?: ContextUsage | null | undefined
+}
+
+/** A FIFO of responses shared by the scripted instances of one process. */
+export interface Script {
+  readonly enqueue: (response: ScriptedResponse) => void
+  readonly next: () => ScriptedResponse | undefined
+  readonly size: () => number
+}
+
+export const makeScript = (): Script => {
+  const queue: Array<ScriptedResponse> = []
+  let head = 0
+  return {
+    enqueue: (r) => void queue.push(r),
+    next: () => (head < queue.length ? queue[head++] : undefined),
+    size: () => queue.length - head
+  }
+}
+
+/** Configuration of one scripted provider instance. */
+export interface ScriptedConfig {
+  readonly instance: ProviderInstance
+  readonly model?: string
+  /** Context window in tokens; `null` = the provider does not say. */
+  readonly contextWindow: number | null
+  /** Native auto-compaction threshold in tokens; `null` = none. */
+  readonly autoCompactThreshold: number | null
+  readonly injectHistory: boolean
+  /** Usage after a compaction, in tokens. Default 2,000. */
+  readonly summaryTokens?: number
+  readonly faults?: FaultPlan
+}
+
+/** What one native thread of the scripted provider received, for tests and the replay's invariant checks. */
+export type Received =
+  | { readonly type: "turn"; readonly nativeRef: string; readonly runId: string; readonly prompt: string; readonly inlineHistory: string | null }
+  | { readonly type: "inject"; readonly nativeRef: string; readonly deliveryId: string; readonly rendered: string; readonly itemIds: ReadonlyArray<string> }
+  | { readonly type: "compact"; readonly nativeRef: string; readonly usedBefore: number; readonly usedAfter: number }
+
+interface NativeState {
+  used: number
+  readonly deliveryIds: Array<string>
+}
+
+/** The adapter plus the test-facing controls of the scripted instance. */
+export interface ScriptedProvider extends ProviderAdapterShape {
+  readonly received: ReadonlyArray<Received>
+  /** Forces a native thread's usage (e.g. "the thread is at 39,761 of 41,800"). */
+  readonly setUsage: (nativeRef: string, usedTokens: number) => void
+  readonly usageOf: (nativeRef: string) => number | undefined
+  /** Drops every native thread, as a provider whose sessions expired. */
+  readonly forgetThreads: () => void
+}
+
+const defaultReply: ScriptedResponse = {
+  items: [{
+    kind: "assistant_message",
+    text: "Done.",
+    toolCallId: null,
+    toolName: null,
+    messageId: null,
+    isError: false,
+    toolCallState: null
+  }]
+}
+
+/**
+ * Builds a scripted instance. `counter` counts tokens of everything a native thread is sent or produces.
+ * Native refs are `<instance>-n<k>`, numbered per instance in creation order (deterministic).
+ */
+export const make = (
+  config: ScriptedConfig,
+  script: Script,
+  counter: TokenCounter.TokenCounterShape
+): ScriptedProvider => {
+  const threads = new Map<string, NativeState>()
+  const received: Array<Received> = []
+  const calls = { startTurn: 0, injectHistory: 0 }
+  let created = 0
+  let failNextTurn = false
+  const summaryTokens = config.summaryTokens ?? 2_000
+  const instance = config.instance
+
+  const fail = (operation: string, code: string, reason: string, retryable = false) =>
+    Effect.fail(new ProviderError({ provider: instance, operation, code, reason, retryable }))
+
+  const usageOf = (state: NativeState): ContextUsage => ({
+    usedTokens: state.used,
+    ...(config.contextWindow === null ? {} : { maxTokens: config.contextWindow }),
+    ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+  })
+
+  const autoCompact = (state: NativeState) => {
+    if (config.autoCompactThreshold !== null && state.used >= config.autoCompactThreshold) {
+      state.used = Math.min(state.used, summaryTokens)
+    }
+  }
+
+  const lookup = (operation: string, nativeRef: string) => {
+    const state = threads.get(nativeRef)
+    return state === undefined
+      ? fail(operation, "unavailable", `native thread ${nativeRef} does not exist on ${instance}`)
+      : Effect.succeed(state)
+  }
+
+  const startTurn = (input: StartTurnInput): Effect.Effect<TurnResult, ProviderError> =>
+    Effect.gen(function*() {
+      calls.startTurn++
+      const state = yield* lookup("startTurn", input.nativeRef)
+      const fault = config.faults?.({ operation: "startTurn", call: calls.startTurn, runId: input.runId }) ?? null
+      if (failNextTurn) {
+        failNextTurn = false
+        return yield* fail("startTurn", "unavailable", "turn start failed after a successful injection", true)
+      }
+      if (fault === "refuse") return yield* fail("startTurn", "refused", "the provider refused the request before reading it", true)
+      if (fault === "interrupt_before_start") return yield* fail("startTurn", "interrupted", "interrupted before the provider started")
+      received.push({ type: "turn", nativeRef: input.nativeRef, runId: input.runId, prompt: input.prompt, inlineHistory: input.inlineHistory })
+      const response = script.next() ?? defaultReply
+      state.used += counter.count(input.prompt) + (input.inlineHistory === null ? 0 : counter.count(input.inlineHistory))
+      for (const item of response.items) state.used += counter.count(item.text)
+      if (response.usage === null) {
+        autoCompact(state)
+        return { items: response.items, usage: null }
+      }
+      if (response.usage !== undefined) state.used = response.usage.usedTokens
+      const reported = response.usage ?? usageOf(state)
+      autoCompact(state)
+      return { items: response.items, usage: config.autoCompactThreshold !== null && state.used < reported.usedTokens ? usageOf(state) : reported }
+    })
+
+  const adapter: ScriptedProvider = {
+    instance,
+    model: config.model ?? `scripted-${instance}`,
+    capabilities: { injectHistory: config.injectHistory, compactThread: true, readThread: true },
+    modelContextWindow: config.contextWindow,
+    startThread: () =>
+      Effect.sync(() => {
+        created++
+        const nativeRef = `${instance}-n${created}`
+        threads.set(nativeRef, { used: 0, deliveryIds: [] })
+        return { nativeRef }
+      }),
+    resumeThread: (nativeRef) => Effect.asVoid(lookup("resumeThread", nativeRef)),
+    startTurn,
+    interrupt: (nativeRef) => Effect.asVoid(lookup("interrupt", nativeRef)),
+    compactThread: (nativeRef): Effect.Effect<CompactResult, ProviderError> =>
+      Effect.map(lookup("compactThread", nativeRef), (state) => {
+        const before = usageOf(state)
+        state.used = Math.min(state.used, summaryTokens)
+        received.push({ type: "compact", nativeRef, usedBefore: before.usedTokens, usedAfter: state.used })
+        return { usageBefore: before, usageAfter: usageOf(state) }
+      }),
+    readThread: (nativeRef): Effect.Effect<ReadThreadResult, ProviderError> =>
+      Effect.map(lookup("readThread", nativeRef), (state) => ({ deliveryIds: [...state.deliveryIds], usage: usageOf(state) })),
+    received,
+    setUsage: (nativeRef, usedTokens) => {
+      const state = threads.get(nativeRef)
+      if (state !== undefined) state.used = usedTokens
+    },
+    usageOf: (nativeRef) => threads.get(nativeRef)?.used,
+    forgetThreads: () => threads.clear()
+  }
+  if (!config.injectHistory) return adapter
+  return {
+    ...adapter,
+    injectHistory: (input) =>
+      Effect.gen(function*() {
+        calls.injectHistory++
+        const state = yield* lookup("injectHistory", input.nativeRef)
+        const fault = config.faults?.({ operation: "injectHistory", call: calls.injectHistory, runId: input.deliveryId }) ?? null
+        state.used += counter.count(input.rendered)
+        state.deliveryIds.push(input.deliveryId)
+        received.push({ type: "inject", nativeRef: input.nativeRef, deliveryId: input.deliveryId, rendered: input.rendered, itemIds: input.itemIds })
+        if (fault === "lose_injection_ack") {
+          return yield* fail("injectHistory", "ack_lost", "the injection reached the provider but its acknowledgement was lost", true)
+        }
+        if (fault === "fail_after_injection") failNextTurn = true
+        return { usage: usageOf(state) }
+      })
+  }
+}

@@ -1,0 +1,3 @@
+export * as ProviderAdapter from "./ProviderAdapter.js"
+export * as ProviderRegistry from "./ProviderRegistry.js"
+export * as ScriptedProvider from "./ScriptedProvider.js"
