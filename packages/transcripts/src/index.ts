@@ -1,0 +1,7 @@
+export * as Transcript from "./Transcript.js"
+export * as TranscriptImporter from "./TranscriptImporter.js"
+export * as RecordImporter from "./RecordImporter.js"
+export * as ClaudeCodeImporter from "./ClaudeCodeImporter.js"
+export * as PiImporter from "./PiImporter.js"
+export * as OpenHandsImporter from "./OpenHandsImporter.js"
+export * as SweAgentImporter from "./SweAgentImporter.js"
