@@ -176,7 +176,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       )
     })
 
-    const appendItems = (threadId: ThreadId, run: Run, produced: ReadonlyArray<ProviderAdapter.ProducedItem | Item>) =>
+    /** The fields of an item the caller supplies; ids, order, time and token count are assigned here. */
+    type NewItem = Pick<Item, "kind" | "text" | "toolName" | "messageId" | "isError" | "toolCallState"> & {
+      readonly toolCallId: string | null
+    }
+    const appendItems = (threadId: ThreadId, run: Run, produced: ReadonlyArray<NewItem>) =>
       Effect.gen(function*() {
         if (produced.length === 0) return [] as ReadonlyArray<Item>
         const first = yield* store.nextItemSeq(threadId)

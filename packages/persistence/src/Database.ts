@@ -4,7 +4,6 @@
  * names are snake_case in SQL and camelCase in code (the client transforms both ways). Migrations run when the
  * Layer is built.
  */
-import { SqlClient } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { Effect, Layer, String as Str } from "effect"
 import * as Fs from "node:fs"
@@ -34,4 +33,4 @@ export const layerSqlite = (filename: string) =>
         return SqliteClient.layer({ filename, ...names })
       }))
     )
-  ) as Layer.Layer<SqlClient.SqlClient, unknown>
+  )

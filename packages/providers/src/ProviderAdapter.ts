@@ -21,7 +21,7 @@ export interface ProviderCapabilities {
 
 /** One item the provider produced during a turn, in Baton's item vocabulary. */
 export interface ProducedItem {
-  readonly kind: "assistant_message" | "tool_call" | "tool_result" | "reasoning" | "error"
+  readonly kind: "assistant_message" | "tool_call" | "tool_result" | "reasoning" | "error" | "summary"
   readonly text: string
   readonly toolCallId: string | null
   readonly toolName: string | null

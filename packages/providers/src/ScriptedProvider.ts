@@ -55,6 +55,8 @@ export interface Script {
   readonly enqueue: (response: ScriptedResponse) => void
   readonly next: () => ScriptedResponse | undefined
   readonly size: () => number
+  /** Drops responses nobody consumed (a turn that never reached the provider). */
+  readonly clear: () => void
 }
 
 export const makeScript = (): Script => {
@@ -63,7 +65,11 @@ export const makeScript = (): Script => {
   return {
     enqueue: (r) => void queue.push(r),
     next: () => (head < queue.length ? queue[head++] : undefined),
-    size: () => queue.length - head
+    size: () => queue.length - head,
+    clear: () => {
+      queue.length = 0
+      head = 0
+    }
   }
 }
 

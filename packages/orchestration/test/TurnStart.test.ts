@@ -1,0 +1,265 @@
+import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { ThreadStore } from "@baton/persistence"
+import { InvariantChecks, ThreadService } from "@baton/orchestration"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+
+let n = 0
+const cid = () => `cmd_${++n}` as CommandId
+
+const ops = Effect.gen(function*() {
+  const service = yield* ThreadService.ThreadService
+  const store = yield* ThreadStore
+  return {
+    service,
+    store,
+    create: (provider: string) =>
+      service.createThread(Commands.CreateThread.make({ commandId: cid(), title: "t", providerInstance: provider as ProviderInstance })),
+    send: (threadId: ThreadId, text: string) => service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text })),
+    switchTo: (threadId: ThreadId, provider: string) =>
+      service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as ProviderInstance })),
+    compact: (threadId: ThreadId) => service.compact(Commands.CompactThread.make({ commandId: cid(), threadId })),
+    interruptBeforeStart: (threadId: ThreadId, text: string) =>
+      Effect.gen(function*() {
+        const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text }))
+        return yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: run.id }))
+      }),
+    check: (threadId: ThreadId, h: Harness.Harness) =>
+      InvariantChecks.check(threadId, {
+        observed: {
+          turns: Object.values(h.providers).flatMap((p) => p.received.flatMap((r) => r.type === "turn" ? [r] : [])),
+          injections: Object.values(h.providers).flatMap((p) => p.received.flatMap((r) => r.type === "inject" ? [r] : []))
+        }
+      })
+  }
+})
+
+describe("turn start on a near-full thread", () => {
+  it.effect("defers a ~20,000-token switch handoff, sends the prompt unchanged, and /compact delivers it once", () => {
+    const h = Harness.make([
+      { name: "codex", window: 44_000, autoCompactThreshold: 42_000, inject: true },
+      { name: "claude", window: 200_000, inject: false }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(50, { usedTokens: 39_761, maxTokens: 41_800 }))
+      const first = yield* o.send(threadId, "Start the refactor")
+      expect(first.status).toBe("completed")
+      expect(first.usedTokens).toBe(39_761)
+
+      yield* o.switchTo(threadId, "claude")
+      for (let i = 0; i < 10; i++) {
+        h.script.enqueue(Harness.reply(2_000))
+        expect((yield* o.send(threadId, `claude step ${i}`)).status).toBe("completed")
+      }
+      const back = yield* o.switchTo(threadId, "codex")
+      expect(back.handoffId).not.toBeNull()
+      const handoff = (yield* o.store.getHandoff(back.handoffId as never)).pipe((x) => x._tag === "Some" ? x.value : undefined)!
+      const owedItems = yield* o.store.getItems(handoff.itemIds)
+      const owedTokens = owedItems.reduce((s, i) => s + i.tokens, 0)
+      expect(owedTokens).toBeGreaterThan(19_000)
+      expect(owedTokens).toBeLessThan(22_000)
+
+      const interrupted = yield* o.interruptBeforeStart(threadId, "Please also update the docs")
+      expect(interrupted.status).toBe("interrupted")
+
+      const codex = h.providers.codex!
+      const before = codex.received.length
+      const cont = yield* o.send(threadId, "Continue")
+      expect(cont.status).toBe("completed")
+      expect(cont.turnStart?.budget.budget).toBe(0)
+      expect(cont.turnStart?.mode).toBe("none")
+      const sent = codex.received.slice(before)
+      expect(sent).toEqual([{ type: "turn", nativeRef: "codex-n1", runId: cont.runId, prompt: "Continue", inlineHistory: null }])
+
+      const handoffs = yield* o.store.listHandoffs(threadId)
+      const towardCodex = handoffs.filter((x) => x.targetProviderThreadId === handoff.targetProviderThreadId)
+      expect(towardCodex.map((x) => x.id)).toEqual([handoff.id])
+      expect(towardCodex[0]!.open).toBe(true)
+      const deliveries = (yield* o.store.listDeliveriesOfThread(threadId)).filter((d) => d.handoffId === handoff.id)
+      expect(deliveries.map((d) => [d.status, d.deferCount])).toEqual([["deferred", 1]])
+
+      const compacted = yield* o.compact(threadId)
+      // 10 claude runs (prompt + answer each) plus the interrupted run's prompt, folded in by missed-run recovery.
+      expect(towardCodex[0]!.itemIds).toHaveLength(21)
+      expect(compacted.deliveredItems).toBe(21)
+      expect(compacted.omittedItems).toBe(0)
+      const injections = codex.received.filter((r) => r.type === "inject")
+      expect(injections).toHaveLength(1)
+
+      const after = codex.received.length
+      const next = yield* o.send(threadId, "Next")
+      expect(next.turnStart?.mode).toBe("none")
+      expect(next.turnStart?.deliveredItems).toBe(0)
+      expect(codex.received.slice(after)).toEqual([
+        { type: "turn", nativeRef: "codex-n1", runId: next.runId, prompt: "Next", inlineHistory: null }
+      ])
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("round trip between a 1,000,000 and a 475,000 window", () => {
+  it.effect("keeps one handoff record through budget-zero turns, then /compact delivers it once", () => {
+    const h = Harness.make([
+      { name: "claude", window: 1_000_000, inject: true },
+      { name: "codex", window: 475_000, inject: true }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(300, { usedTokens: 840_960, maxTokens: 1_000_000 }))
+      yield* o.send(threadId, "Investigate the crash")
+      yield* o.switchTo(threadId, "codex")
+      h.script.enqueue(Harness.reply(400, { usedTokens: 87_369, maxTokens: 475_000 }))
+      const onCodex = yield* o.send(threadId, "Write the fix")
+      expect(onCodex.status).toBe("completed")
+      expect(onCodex.turnStart?.deliveredItems).toBe(2)
+      const back = yield* o.switchTo(threadId, "claude")
+      const claude = h.providers.claude!
+
+      const defers: Array<number> = []
+      for (const prompt of ["Review it", "Any risks?", "Ship it"]) {
+        const before = claude.received.length
+        const r = yield* o.send(threadId, prompt)
+        expect(r.status).toBe("completed")
+        expect(r.turnStart?.budget.reserve).toBe(250_000)
+        expect(r.turnStart?.budget.budget).toBe(0)
+        expect(claude.received.slice(before)).toEqual([{ type: "turn", nativeRef: "claude-n1", runId: r.runId, prompt, inlineHistory: null }])
+        const handoffs = (yield* o.store.listHandoffs(threadId)).filter((x) => x.kind === "switch" && x.id === back.handoffId)
+        expect(handoffs).toHaveLength(1)
+        const d = (yield* o.store.listDeliveriesOfThread(threadId)).filter((x) => x.handoffId === back.handoffId)
+        expect(d).toHaveLength(1)
+        expect(d[0]!.status).toBe("deferred")
+        defers.push(d[0]!.deferCount)
+      }
+      expect(defers).toEqual([1, 2, 3])
+      const all = yield* o.store.listHandoffs(threadId)
+      expect(all.map((x) => x.kind)).toEqual(["switch", "switch"])
+
+      const compacted = yield* o.compact(threadId)
+      expect(compacted.deliveredItems).toBe(2)
+      const injectedToClaude = claude.received.filter((r) => r.type === "inject")
+      expect(injectedToClaude).toHaveLength(1)
+      const d = (yield* o.store.listDeliveriesOfThread(threadId)).filter((x) => x.handoffId === back.handoffId)
+      expect(d.map((x) => x.status)).toEqual(["injected"])
+
+      const next = yield* o.send(threadId, "Thanks")
+      expect(next.turnStart?.mode).toBe("none")
+      expect(claude.received.filter((r) => r.type === "inject")).toHaveLength(1)
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("missed-run recovery", () => {
+  it.effect("repeated budget-zero turns after a failed run reuse one deferred record", () => {
+    const h = Harness.make([
+      {
+        name: "claude",
+        window: 1_000_000,
+        inject: true,
+        faults: ({ operation, call }) => (operation === "startTurn" && call === 2 ? "refuse" : null)
+      }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(100, { usedTokens: 840_960, maxTokens: 1_000_000 }))
+      yield* o.send(threadId, "First")
+      const refused = yield* o.send(threadId, "This one is refused")
+      expect(refused.status).toBe("failed")
+      for (const prompt of ["Again", "And again", "Once more"]) {
+        const r = yield* o.send(threadId, prompt)
+        expect(r.status).toBe("completed")
+        expect(r.turnStart?.budget.budget).toBe(0)
+      }
+      const handoffs = yield* o.store.listHandoffs(threadId)
+      expect(handoffs.map((x) => [x.kind, x.itemIds.length])).toEqual([["missed_run", 1]])
+      const deliveries = yield* o.store.listDeliveriesOfThread(threadId)
+      expect(deliveries.map((d) => [d.status, d.deferCount])).toEqual([["deferred", 3]])
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("a missed run whose recovery is also missed extends the same deferred record", () => {
+    const h = Harness.make([
+      {
+        name: "claude",
+        window: 1_000_000,
+        inject: true,
+        faults: ({ operation, call }) => (operation === "startTurn" && (call === 2 || call === 3) ? "refuse" : null)
+      }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(100, { usedTokens: 840_960, maxTokens: 1_000_000 }))
+      yield* o.send(threadId, "First")
+      expect((yield* o.send(threadId, "refused 1")).status).toBe("failed")
+      expect((yield* o.send(threadId, "refused 2")).status).toBe("failed")
+      expect((yield* o.send(threadId, "works")).status).toBe("completed")
+      const handoffs = yield* o.store.listHandoffs(threadId)
+      expect(handoffs.map((x) => [x.kind, x.sourceRunIds.length, x.itemIds.length])).toEqual([["missed_run", 2, 2]])
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("lost injection acknowledgement", () => {
+  it.effect("the next turn start replaces the native thread (generation 2) and delivers once", () => {
+    const h = Harness.make([
+      { name: "claude", window: 200_000, inject: false },
+      {
+        name: "codex",
+        window: 200_000,
+        inject: true,
+        faults: ({ operation, call }) => (operation === "injectHistory" && call === 1 ? "lose_injection_ack" : null)
+      }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(200))
+      yield* o.send(threadId, "Plan the change")
+      yield* o.switchTo(threadId, "codex")
+      const lost = yield* o.send(threadId, "Implement it")
+      expect(lost.status).toBe("failed")
+      expect(lost.failureReason).toContain("history injection unconfirmed")
+      const pending = (yield* o.store.listDeliveriesOfThread(threadId)).filter((d) => d.status === "pending")
+      expect(pending).toHaveLength(1)
+
+      const next = yield* o.send(threadId, "Implement it, please")
+      expect(next.status).toBe("completed")
+      expect(next.nativeGeneration).toBe(2)
+      const codex = h.providers.codex!
+      const injections = codex.received.filter((r) => r.type === "inject")
+      expect(injections.map((r) => r.nativeRef)).toEqual(["codex-n1", "codex-n2"])
+      const deliveries = yield* o.store.listDeliveriesOfThread(threadId)
+      expect(deliveries.map((d) => d.status)).toEqual(["superseded", "injected"])
+      const handoffs = yield* o.store.listHandoffs(threadId)
+      expect(handoffs.map((x) => x.kind)).toEqual(["switch", "replacement"])
+      // The replacement carries the first run and the failed run's prompt, once.
+      expect(deliveries[1]!.deliveredItemIds).toHaveLength(3)
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("command receipts", () => {
+  it.effect("a repeated command id returns the first result and runs nothing again", () => {
+    const h = Harness.make([{ name: "claude", window: 200_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      const command = Commands.SendMessage.make({ commandId: "cmd_same" as CommandId, threadId, text: "Hello" })
+      const a = yield* o.service.sendMessage(command)
+      const b = yield* o.service.sendMessage(command)
+      expect(b).toEqual(JSON.parse(JSON.stringify(a)))
+      expect((yield* o.store.listRuns(threadId))).toHaveLength(1)
+      expect(h.providers.claude!.received).toHaveLength(1)
+    }).pipe(Effect.provide(h.layer))
+  })
+})

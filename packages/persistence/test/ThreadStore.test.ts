@@ -1,0 +1,112 @@
+import type { Item, ItemId, RunId, ThreadId, ToolCallId } from "@baton/contracts"
+import { Database, ThreadStore } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { DateTime, Effect, Layer } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+const layerAt = (file: string) => ThreadStore.Default.pipe(Layer.provideMerge(Database.layerSqlite(file)))
+
+const thread = (id: string, now: DateTime.Utc) => ({
+  id: id as ThreadId,
+  title: "a thread",
+  activeProviderThreadId: null,
+  createdAt: now,
+  updatedAt: now
+})
+
+const item = (threadId: ThreadId, seq: number, now: DateTime.Utc, patch: Partial<Item> = {}): Item => ({
+  id: `itm_${seq}` as ItemId,
+  threadId,
+  runId: null,
+  seq,
+  kind: "user_message",
+  text: `message ${seq}`,
+  toolCallId: null,
+  toolName: null,
+  messageId: null,
+  isError: false,
+  toolCallState: null,
+  tokens: 7,
+  createdAt: now,
+  ...patch
+})
+
+describe("ThreadStore on a SQLite file", () => {
+  it.live("persists across reopening the file: threads, items (booleans, nulls), events", () => {
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-store-"))
+    const file = Path.join(dir, "nested", "baton.sqlite")
+    return Effect.gen(function*() {
+      const now = yield* DateTime.now
+      yield* Effect.gen(function*() {
+        const store = yield* ThreadStore
+        yield* store.insertThread(thread("thr_1", now))
+        yield* store.insertItems([
+          item("thr_1" as ThreadId, 1, now),
+          item("thr_1" as ThreadId, 2, now, {
+            kind: "tool_result",
+            isError: true,
+            toolCallId: "call_1" as ToolCallId,
+            toolName: "bash",
+            runId: "run_1" as RunId
+          })
+        ])
+        expect(yield* store.appendEvent("thr_1" as ThreadId, "thread.created", { title: "a thread" })).toBe(1)
+        expect(yield* store.appendEvent("thr_1" as ThreadId, "run.queued", { runId: "run_1" })).toBe(2)
+      }).pipe(Effect.provide(layerAt(file)))
+
+      expect(Fs.existsSync(file)).toBe(true)
+      yield* Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const items = yield* store.listItems("thr_1" as ThreadId)
+        expect(items.map((i) => [i.seq, i.kind, i.isError, i.toolCallId, i.runId])).toEqual([
+          [1, "user_message", false, null, null],
+          [2, "tool_result", true, "call_1", "run_1"]
+        ])
+        expect(yield* store.nextItemSeq("thr_1" as ThreadId)).toBe(3)
+        const events = yield* store.listEvents("thr_1" as ThreadId)
+        expect(events.map((e) => [e.seq, e.type, e.payload])).toEqual([
+          [1, "thread.created", { title: "a thread" }],
+          [2, "run.queued", { runId: "run_1" }]
+        ])
+        // Migrations are not re-applied on an existing file.
+        const sql = yield* SqlClient.SqlClient
+        const applied = yield* sql<{ migrationId: number }>`SELECT migration_id FROM effect_sql_migrations`
+        expect(applied.map((m) => m.migrationId)).toEqual([1])
+      }).pipe(Effect.provide(layerAt(file)))
+    }).pipe(Effect.ensuring(Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))))
+  })
+
+  it.effect("a second writer taking the same event seq fails with ConcurrentModification", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const sql = yield* SqlClient.SqlClient
+      const now = yield* DateTime.now
+      yield* store.insertThread(thread("thr_2", now))
+      yield* store.appendEvent("thr_2" as ThreadId, "thread.created", {})
+      // Simulate the other writer: it inserted seq 2 between our read of MAX(seq) and our insert.
+      yield* sql`CREATE TRIGGER steal BEFORE INSERT ON thread_events WHEN NEW.seq = 2 AND NEW.type = 'run.queued'
+        BEGIN INSERT INTO thread_events (thread_id, seq, type, payload, created_at)
+        VALUES (NEW.thread_id, 2, 'run.started', '{}', NEW.created_at); END`
+      const result = yield* Effect.flip(store.appendEvent("thr_2" as ThreadId, "run.queued", {}))
+      expect(result._tag).toBe("ConcurrentModification")
+      expect(result.message).toContain("thr_2")
+      // The failed statement is rolled back whole (the trigger's row with it): nothing half-written remains.
+      const events = yield* store.listEvents("thr_2" as ThreadId)
+      expect(events.map((e) => e.type)).toEqual(["thread.created"])
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("an unknown id reads as None, a duplicate item id is a PersistenceError naming the operation", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      expect((yield* store.getThread("thr_missing" as ThreadId))._tag).toBe("None")
+      yield* store.insertThread(thread("thr_3", now))
+      yield* store.insertItems([item("thr_3" as ThreadId, 1, now)])
+      const error = yield* Effect.flip(store.insertItems([item("thr_3" as ThreadId, 1, now)]))
+      expect(error._tag).toBe("PersistenceError")
+      expect(error.operation).toBe("items.insert")
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+})

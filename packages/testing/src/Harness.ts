@@ -1,0 +1,88 @@
+/**
+ * Harness: a complete orchestrator on a real SQLite database (a file or `:memory:`) with scripted provider
+ * instances, sequential ids and the real tokenizer — the Layer graph tests and benchmarks run against.
+ */
+import type { ContextUsage, ProviderInstance } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
+import { Database } from "@baton/persistence"
+import { IdGenerator, OrchestratorConfig, OrchestratorLayer } from "@baton/orchestration"
+import { ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { Layer } from "effect"
+
+export interface HarnessProvider {
+  readonly name: string
+  readonly window: number | null
+  readonly autoCompactThreshold?: number | null
+  readonly inject: boolean
+  readonly faults?: ScriptedProvider.FaultPlan
+}
+
+export interface Harness {
+  readonly layer: ReturnType<typeof makeLayer>
+  readonly providers: Readonly<Record<string, ScriptedProvider.ScriptedProvider>>
+  readonly script: ScriptedProvider.Script
+  readonly counter: TokenCounter.TokenCounterShape
+}
+
+const makeLayer = (
+  adapters: ReadonlyArray<ScriptedProvider.ScriptedProvider>,
+  counter: TokenCounter.TokenCounterShape,
+  db: string,
+  config: Partial<OrchestratorConfig.OrchestratorConfigShape>
+) =>
+  OrchestratorLayer.layer.pipe(
+    Layer.provideMerge(Database.layerSqlite(db)),
+    Layer.provideMerge(ProviderRegistry.layer(adapters)),
+    Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
+    Layer.provideMerge(IdGenerator.layerSequential()),
+    Layer.provideMerge(OrchestratorConfig.layer(config))
+  )
+
+/** Builds a harness. `db` defaults to `:memory:`. One token counter is shared (it is pure). */
+export const make = (
+  providers: ReadonlyArray<HarnessProvider>,
+  options: { readonly db?: string; readonly config?: Partial<OrchestratorConfig.OrchestratorConfigShape> } = {}
+): Harness => {
+  const counter = sharedCounter()
+  const script = ScriptedProvider.makeScript()
+  const adapters = providers.map((p) =>
+    ScriptedProvider.make({
+      instance: p.name as ProviderInstance,
+      contextWindow: p.window,
+      autoCompactThreshold: p.autoCompactThreshold ?? null,
+      injectHistory: p.inject,
+      ...(p.faults === undefined ? {} : { faults: p.faults })
+    }, script, counter)
+  )
+  return {
+    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}),
+    providers: Object.fromEntries(adapters.map((a) => [a.instance, a])),
+    script,
+    counter
+  }
+}
+
+let counterInstance: TokenCounter.TokenCounterShape | undefined
+const sharedCounter = () => (counterInstance ??= TokenCounter.make())
+
+/** A scripted response of one assistant message of about `tokens` tokens (ASCII words), reporting `usage`. */
+export const reply = (tokens: number, usage?: ContextUsage | null) => ({
+  items: [{
+    kind: "assistant_message" as const,
+    text: words(tokens),
+    toolCallId: null,
+    toolName: null,
+    messageId: null,
+    isError: false,
+    toolCallState: null
+  }],
+  ...(usage === undefined ? {} : { usage })
+})
+
+/** About `tokens` tokens of text: distinct short words, one token each with o200k_base plus a leading space. */
+export const words = (tokens: number) => {
+  const out: Array<string> = []
+  for (let i = 0; i < tokens; i++) out.push(vocabulary[i % vocabulary.length]!)
+  return out.join(" ")
+}
+const vocabulary = ["alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "green", "table", "light", "north", "south"]

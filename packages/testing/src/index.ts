@@ -1,0 +1,1 @@
+export * as Harness from "./Harness.js"
