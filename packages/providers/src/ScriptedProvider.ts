@@ -146,10 +146,13 @@ export const make = (
     ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
   })
 
+  /**
+   * Native auto-compaction at the configured threshold; without one, at the window (a provider compacts, or a
+   * harness like Claude Code does, rather than let a native thread grow past its model's window).
+   */
+  const compactAt = config.autoCompactThreshold ?? config.contextWindow
   const autoCompact = (state: NativeState) => {
-    if (config.autoCompactThreshold !== null && state.used >= config.autoCompactThreshold) {
-      state.used = Math.min(state.used, summaryTokens)
-    }
+    if (compactAt !== null && state.used >= compactAt) state.used = Math.min(state.used, summaryTokens)
   }
 
   const lookup = (operation: string, nativeRef: string) => {
@@ -181,7 +184,7 @@ export const make = (
       if (response.usage !== undefined) state.used = response.usage.usedTokens
       const reported = response.usage ?? usageOf(state)
       autoCompact(state)
-      return { items: response.items, usage: config.autoCompactThreshold !== null && state.used < reported.usedTokens ? usageOf(state) : reported }
+      return { items: response.items, usage: state.used < reported.usedTokens ? usageOf(state) : reported }
     })
 
   const adapter: ScriptedProvider = {

@@ -1,0 +1,56 @@
+/**
+ * `--providers` specs: `NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject]`, comma-separated. NAME is a provider instance
+ * name, WINDOW and AUTOCOMPACT token counts (digits, `_` or `,` separators not allowed inside a spec list, so use
+ * plain digits or a `k` suffix: `44k`).
+ */
+import { InvalidRequest } from "@baton/contracts"
+import { Either } from "effect"
+
+export interface ProviderSpec {
+  readonly name: string
+  readonly window: number
+  readonly autoCompactThreshold: number | null
+  readonly inject: boolean
+}
+
+/** The replay's default: a small-window provider that injects natively, and a large one that does not. */
+export const defaultProviders = "codex:44000:42000:inject,claude:200000:noinject"
+
+/** The scripted provider instance names this build knows how to configure. */
+export const knownProviderNames = ["codex", "claude", "openai", "anthropic", "pi", "openhands", "gemini", "scripted"]
+
+const tokens = (text: string) => {
+  const m = /^(\d+)(k)?$/i.exec(text)
+  return m === null ? null : Number(m[1]) * (m[2] === undefined ? 1 : 1000)
+}
+
+/** Parses a `--providers` value. Fails with `InvalidRequest` naming the bad spec and why. */
+export const parse = (value: string): Either.Either<ReadonlyArray<ProviderSpec>, InvalidRequest> => {
+  const specs: Array<ProviderSpec> = []
+  const parts = value.split(",").map((s) => s.trim()).filter((s) => s.length > 0)
+  if (parts.length === 0) return Either.left(new InvalidRequest({ reason: "--providers: no provider given" }))
+  for (const part of parts) {
+    const fields = part.split(":")
+    const [name, windowText, ...rest] = fields
+    const bad = (why: string) => Either.left(new InvalidRequest({ reason: `--providers: "${part}": ${why}` }))
+    if (name === undefined || !knownProviderNames.includes(name)) {
+      return bad(`unknown provider "${name ?? ""}" (known: ${knownProviderNames.join(", ")})`)
+    }
+    if (specs.some((s) => s.name === name)) return bad(`provider "${name}" given twice`)
+    const window = windowText === undefined ? null : tokens(windowText)
+    if (window === null || window < 1_000) return bad("WINDOW must be a token count of at least 1000 (e.g. 44000 or 44k)")
+    let autoCompactThreshold: number | null = null
+    let inject = true
+    for (const field of rest) {
+      if (field === "inject" || field === "noinject") inject = field === "inject"
+      else {
+        const t = tokens(field)
+        if (t === null) return bad(`"${field}" is neither AUTOCOMPACT tokens nor inject/noinject`)
+        if (t > window) return bad(`AUTOCOMPACT ${t} exceeds WINDOW ${window}`)
+        autoCompactThreshold = t
+      }
+    }
+    specs.push({ name, window, autoCompactThreshold, inject })
+  }
+  return Either.right(specs)
+}

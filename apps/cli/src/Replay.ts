@@ -1,0 +1,259 @@
+/**
+ * Replay: imports a real transcript and drives each recorded user turn through the orchestrator as a run, with the
+ * scripted providers playing back the recorded assistant and tool items. Provider switches, interruptions before
+ * the provider starts and `/compact` are interleaved on a fixed schedule and a seeded random draw, so the same
+ * options give the same run, byte for byte. After each thread it checks DESIGN.md's invariants.
+ */
+import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
+import { Database, ThreadStore } from "@baton/persistence"
+import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
+import { ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { type Transcript, TranscriptImporter } from "@baton/transcripts"
+import { Effect, Layer } from "effect"
+import { randomUUID } from "node:crypto"
+import type { ProviderSpec } from "./ProviderSpec.js"
+
+export interface ReplayOptions {
+  readonly file: string
+  readonly providers: ReadonlyArray<ProviderSpec>
+  /** Switch to the next provider every N runs (0 = never). */
+  readonly switchEvery: number
+  /** Probability in [0, 1] that a run is interrupted before the provider starts. */
+  readonly interruptRate: number
+  /** `/compact` every N runs (0 = never). */
+  readonly compactEvery: number
+  readonly seed: number
+  /** SQLite file (`:memory:` allowed). */
+  readonly db: string
+  readonly skipInvalid: boolean
+}
+
+/** One replayed run, as printed per line. */
+export interface RunLine {
+  readonly thread: number
+  readonly run: number
+  readonly provider: string
+  readonly generation: number | null
+  readonly status: string
+  readonly usedTokens: number | null
+  readonly window: number
+  readonly budget: number | null
+  readonly mode: string
+  readonly deliveredItems: number
+  readonly deliveredTokens: number
+  readonly deferredItems: number
+  readonly deferredTokens: number
+  readonly omittedItems: number
+}
+
+export interface ReplaySummary {
+  readonly file: string
+  readonly format: string
+  readonly threads: number
+  readonly runs: number
+  readonly completedRuns: number
+  /** Runs that failed for a reason other than the fault plan: must be 0. */
+  readonly failedRuns: number
+  /** Runs failed by the fault plan (provider faults), counted apart. */
+  readonly faultFailedRuns: number
+  readonly interruptedRuns: number
+  readonly switches: number
+  readonly compactions: number
+  readonly items: number
+  readonly skippedRecords: number
+  readonly handoffs: { readonly created: number; readonly deferred: number; readonly delivered: number; readonly superseded: number; readonly stillOwed: number }
+  readonly deliveries: { readonly injected: number; readonly inline: number }
+  readonly promptsSent: number
+  readonly promptsUnchanged: number
+  readonly invariantViolations: ReadonlyArray<string>
+  readonly elapsedMs: number
+}
+
+/** A small seeded PRNG (mulberry32): same seed, same sequence, on every platform. */
+export const rng = (seed: number) => {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6D2B79F5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+/** Imports `file` only (no database touched): fails with `TranscriptError`. */
+export const load = (options: Pick<ReplayOptions, "file" | "skipInvalid">) =>
+  TranscriptImporter.importFile(options.file, { skipInvalid: options.skipInvalid })
+
+/**
+ * Replays an imported transcript on a fresh database at `options.db`. `onRun` is called after each run.
+ * Requires nothing; assembles its own Layer graph (SQLite, scripted providers, sequential ids).
+ */
+export const replay = (
+  imported: Transcript.ImportResult,
+  options: ReplayOptions,
+  onRun: (line: RunLine) => Effect.Effect<void> = () => Effect.void
+) =>
+  Effect.gen(function*() {
+    const started = Date.now()
+    const counter = TokenCounter.make()
+    const script = ScriptedProvider.makeScript()
+    const adapters = options.providers.map((spec) =>
+      ScriptedProvider.make({
+        instance: spec.name as ProviderInstance,
+        contextWindow: spec.window,
+        autoCompactThreshold: spec.autoCompactThreshold,
+        injectHistory: spec.inject
+      }, script, counter)
+    )
+    const layer = OrchestratorLayer.layer.pipe(
+      Layer.provideMerge(Database.layerSqlite(options.db)),
+      Layer.provide(ProviderRegistry.layer(adapters)),
+      Layer.provide(Layer.succeed(TokenCounter.TokenCounter, counter)),
+      Layer.provide(IdGenerator.layerRandom),
+      Layer.provide(OrchestratorConfig.layer())
+    )
+    const random = rng(options.seed)
+    let commandNo = 0
+    // Command ids are unique per replay: a database reused across replays must not answer from old receipts.
+    const replayId = randomUUID()
+    const cid = () => `cmd_${replayId}_${++commandNo}` as CommandId
+
+    return yield* Effect.gen(function*() {
+      const service = yield* ThreadService.ThreadService
+      const store = yield* ThreadStore
+      let runs = 0, completed = 0, failed = 0, faultFailed = 0, interrupted = 0, switches = 0, compactions = 0
+      let items = 0
+      const violations: Array<string> = []
+      const threadIds: Array<ThreadId> = []
+
+      for (const [threadIndex, thread] of imported.threads.entries()) {
+        let providerIndex = 0
+        const threadId = yield* service.createThread(Commands.CreateThread.make({
+          commandId: cid(),
+          title: thread.title,
+          providerInstance: options.providers[0]!.name as ProviderInstance
+        }))
+        threadIds.push(threadId)
+        let appended = 0
+        for (const [turnIndex, turn] of thread.turns.entries()) {
+          if (turnIndex > 0 && options.switchEvery > 0 && turnIndex % options.switchEvery === 0 && options.providers.length > 1) {
+            providerIndex = (providerIndex + 1) % options.providers.length
+            yield* service.switchProvider(Commands.SwitchProvider.make({
+              commandId: cid(),
+              threadId,
+              providerInstance: options.providers[providerIndex]!.name as ProviderInstance
+            }))
+            switches++
+          }
+          if (turnIndex > 0 && options.compactEvery > 0 && turnIndex % options.compactEvery === 0) {
+            yield* service.compact(Commands.CompactThread.make({ commandId: cid(), threadId }))
+            compactions++
+          }
+          const prompt = turn.userText.length > 0 ? turn.userText : " "
+          const interruptNow = random() < options.interruptRate
+          script.clear()
+          // A preamble (e.g. a summary the transcript opens with) is recorded as the first run's output so that
+          // nothing from the source is dropped.
+          const produced = turnIndex === 0 ? [...thread.preamble, ...turn.items] : turn.items
+          script.enqueue({ items: produced })
+          runs++
+          appended++
+          if (interruptNow) {
+            const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
+            const done = yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: run.id }))
+            interrupted++
+            yield* onRun({
+              thread: threadIndex + 1,
+              run: run.seq,
+              provider: options.providers[providerIndex]!.name,
+              generation: null,
+              status: done.status,
+              usedTokens: null,
+              window: 0,
+              budget: null,
+              mode: "none",
+              deliveredItems: 0,
+              deliveredTokens: 0,
+              deferredItems: 0,
+              deferredTokens: 0,
+              omittedItems: 0
+            })
+            continue
+          }
+          const result = yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
+          if (result.status === "completed") {
+            completed++
+            appended += produced.length
+          } else if (result.status === "interrupted") interrupted++
+          else if (result.failureReason?.startsWith("provider ") === true || result.failureReason?.startsWith("history injection") === true) faultFailed++
+          else failed++
+          const report = result.turnStart
+          yield* onRun({
+            thread: threadIndex + 1,
+            run: result.runSeq,
+            provider: result.providerInstance,
+            generation: result.nativeGeneration,
+            status: result.status,
+            usedTokens: result.usedTokens,
+            window: result.window,
+            budget: report?.budget.budget ?? null,
+            mode: report?.mode ?? "none",
+            deliveredItems: report?.deliveredItems ?? 0,
+            deliveredTokens: report?.deliveredTokens ?? 0,
+            deferredItems: report?.deferredItems ?? 0,
+            deferredTokens: report?.deferredTokens ?? 0,
+            omittedItems: report?.omittedItems ?? 0
+          })
+        }
+        items += appended
+        const observed: InvariantChecks.Observed = {
+          turns: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "turn" ? [r] : [])),
+          injections: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "inject" ? [r] : []))
+        }
+        for (const v of yield* InvariantChecks.check(threadId, { expectedItemCount: appended, observed })) {
+          violations.push(`thread ${threadIndex + 1}: ${v}`)
+        }
+      }
+
+      let created = 0, deferred = 0, delivered = 0, superseded = 0, stillOwed = 0, injected = 0, inline = 0
+      for (const threadId of threadIds) {
+        const handoffs = yield* store.listHandoffs(threadId)
+        const deliveries = yield* store.listDeliveriesOfThread(threadId)
+        created += handoffs.length
+        for (const h of handoffs) {
+          const ds = deliveries.filter((d) => d.handoffId === h.id)
+          if (ds.some((d) => d.deferCount > 0)) deferred++
+          if (ds.some((d) => d.status === "injected" || d.status === "inline")) delivered++
+          else if (!h.open) superseded++
+          if (h.open) stillOwed++
+        }
+        injected += deliveries.filter((d) => d.status === "injected").length
+        inline += deliveries.filter((d) => d.status === "inline").length
+      }
+      const turnsReceived = adapters.flatMap((a) => a.received.flatMap((r) => r.type === "turn" ? [r] : []))
+      const prompts = new Map<string, string>()
+      for (const threadId of threadIds) for (const r of yield* store.listRuns(threadId)) prompts.set(r.id, r.prompt)
+      return {
+        file: options.file,
+        format: imported.threads[0]?.format ?? "unknown",
+        threads: imported.threads.length,
+        runs,
+        completedRuns: completed,
+        failedRuns: failed,
+        faultFailedRuns: faultFailed,
+        interruptedRuns: interrupted,
+        switches,
+        compactions,
+        items,
+        skippedRecords: imported.skipped.length,
+        handoffs: { created, deferred, delivered, superseded, stillOwed },
+        deliveries: { injected, inline },
+        promptsSent: turnsReceived.length,
+        promptsUnchanged: turnsReceived.filter((t) => prompts.get(t.runId) === t.prompt).length,
+        invariantViolations: violations,
+        elapsedMs: Date.now() - started
+      } satisfies ReplaySummary
+    }).pipe(Effect.provide(layer))
+  })

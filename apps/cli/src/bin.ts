@@ -1,0 +1,151 @@
+#!/usr/bin/env node
+/**
+ * `baton`: the command-line app. Assembles the Layer graph (SQLite under the data directory, scripted providers,
+ * the orchestrator) and runs one command. Bad input (a missing file, a malformed transcript, an unknown provider,
+ * an unknown thread) prints one line naming the problem and exits 2, before anything is written; an invariant
+ * violation in a replay exits 1.
+ */
+import { Args, Command, Options } from "@effect/cli"
+import { NodeContext, NodeRuntime } from "@effect/platform-node"
+import { Console, Effect, Either, Layer, Option } from "effect"
+import * as Fs from "node:fs"
+import { Database, ThreadStore } from "@baton/persistence"
+import type { ThreadId } from "@baton/contracts"
+import * as ProviderSpec from "./ProviderSpec.js"
+import * as Replay from "./Replay.js"
+import * as Format from "./Format.js"
+
+const dbOption = Options.text("db").pipe(
+  Options.withDescription("SQLite file (default: $BATON_DATA_DIR/baton.sqlite, else ./.baton/baton.sqlite)"),
+  Options.optional
+)
+const dataDirOption = Options.text("data-dir").pipe(
+  Options.withDescription("data directory holding baton.sqlite (default: $BATON_DATA_DIR or ./.baton)"),
+  Options.optional
+)
+
+const resolveDb = (db: Option.Option<string>, dataDir: Option.Option<string>) =>
+  Database.resolveSqlitePath({ db: Option.getOrUndefined(db), dataDir: Option.getOrUndefined(dataDir) })
+
+/** Prints `baton: <message>` on stderr and sets exit code 2 (bad input) for any typed failure. */
+const badInput = <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
+  Effect.catchAll(self, (e) =>
+    Effect.zipRight(Console.error(`baton: ${e.message}`), Effect.sync(() => void (process.exitCode = 2))))
+
+const replay = Command.make(
+  "replay",
+  {
+    file: Args.text({ name: "file" }).pipe(Args.withDescription("transcript: Claude Code / pi / OpenHands JSONL or SWE-agent .traj")),
+    providers: Options.text("providers").pipe(
+      Options.withDefault(ProviderSpec.defaultProviders),
+      Options.withDescription("NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject],...")
+    ),
+    switchEvery: Options.integer("switch-every").pipe(Options.withDefault(10)),
+    interruptRate: Options.float("interrupt-rate").pipe(Options.withDefault(0.05)),
+    compactEvery: Options.integer("compact-every").pipe(Options.withDefault(40)),
+    seed: Options.integer("seed").pipe(Options.withDefault(1)),
+    skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
+    json: Options.boolean("json").pipe(Options.withDescription("print one JSON summary object")),
+    db: dbOption,
+    dataDir: dataDirOption
+  },
+  (o) =>
+    Effect.gen(function*() {
+      const providers = ProviderSpec.parse(o.providers)
+      if (Either.isLeft(providers)) return yield* Effect.fail(providers.left)
+      if (o.interruptRate < 0 || o.interruptRate > 1) {
+        return yield* Effect.fail({ message: `--interrupt-rate must be within 0..1, got ${o.interruptRate}` })
+      }
+      if (o.switchEvery < 0 || o.compactEvery < 0) {
+        return yield* Effect.fail({ message: "--switch-every and --compact-every must be 0 (never) or positive" })
+      }
+      // Validate the whole input before the database is opened: bad input writes nothing.
+      const imported = yield* Replay.load({ file: o.file, skipInvalid: o.skipInvalid })
+      for (const s of imported.skipped) yield* Console.error(`baton: skipped ${o.file}:${s.line}${s.field ? ` (${s.field})` : ""}: ${s.reason}`)
+      const options: Replay.ReplayOptions = {
+        file: o.file,
+        providers: providers.right,
+        switchEvery: o.switchEvery,
+        interruptRate: o.interruptRate,
+        compactEvery: o.compactEvery,
+        seed: o.seed,
+        db: resolveDb(o.db, o.dataDir),
+        skipInvalid: o.skipInvalid
+      }
+      const total = imported.threads.reduce((n, t) => n + t.turns.length, 0)
+      const tty = process.stderr.isTTY === true && !o.json
+      let done = 0
+      const summary = yield* Replay.replay(imported, options, (line) =>
+        Effect.sync(() => {
+          done++
+          if (o.json) return
+          if (tty) process.stderr.write("\r\x1b[K")
+          process.stdout.write(Format.runLine(line) + "\n")
+          if (tty) process.stderr.write(Format.progressBar(done, total))
+        }))
+      if (tty) process.stderr.write("\r\x1b[K")
+      yield* Console.log(o.json ? JSON.stringify(summary) : Format.summary(summary))
+      if (summary.invariantViolations.length > 0) process.exitCode = 1
+    }).pipe(badInput)
+)
+
+const withStore = <A, E, R>(db: Option.Option<string>, dataDir: Option.Option<string>, f: (store: ThreadStore) => Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const path = resolveDb(db, dataDir)
+    if (path !== ":memory:" && !Fs.existsSync(path)) {
+      return yield* Effect.fail({ message: `no database at ${path} (run \`baton replay\` first, or pass --db)` })
+    }
+    return yield* Effect.flatMap(ThreadStore, f).pipe(
+      Effect.provide(ThreadStore.Default.pipe(Layer.provide(Database.layerSqlite(path))))
+    )
+  })
+
+const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption }, (o) =>
+  withStore(o.db, o.dataDir, (store) =>
+    Effect.gen(function*() {
+      const list = yield* store.listThreads()
+      if (list.length === 0) return yield* Console.log("no threads")
+      for (const t of list) {
+        const runs = yield* store.listRuns(t.id)
+        const items = yield* store.countItems(t.id)
+        yield* Console.log(Format.threadLine(t, runs.length, items))
+      }
+    })).pipe(badInput))
+
+const threadShow = Command.make(
+  "show",
+  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption },
+  (o) =>
+    withStore(o.db, o.dataDir, (store) =>
+      Effect.gen(function*() {
+        const thread = yield* store.getThread(o.id as ThreadId)
+        if (thread._tag === "None") return yield* Effect.fail({ message: `thread ${o.id} not found (list threads with \`baton threads\`)` })
+        const runs = yield* store.listRuns(thread.value.id)
+        const providerThreads = yield* store.listProviderThreads(thread.value.id)
+        const natives = yield* Effect.forEach(providerThreads, (p) => store.listNativeThreads(p.id))
+        const items = yield* store.countItems(thread.value.id)
+        yield* Console.log(Format.threadShow(thread.value, providerThreads, natives.flat(), runs, items))
+      })).pipe(badInput)
+)
+const thread = Command.make("thread").pipe(Command.withSubcommands([threadShow]))
+
+const handoffs = Command.make(
+  "handoffs",
+  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption },
+  (o) =>
+    withStore(o.db, o.dataDir, (store) =>
+      Effect.gen(function*() {
+        const found = yield* store.getThread(o.id as ThreadId)
+        if (found._tag === "None") return yield* Effect.fail({ message: `thread ${o.id} not found (list threads with \`baton threads\`)` })
+        const list = yield* store.listHandoffs(found.value.id)
+        const deliveries = yield* store.listDeliveriesOfThread(found.value.id)
+        const providerThreads = yield* store.listProviderThreads(found.value.id)
+        yield* Console.log(Format.handoffs(list, deliveries, providerThreads))
+      })).pipe(badInput)
+)
+
+const baton = Command.make("baton").pipe(Command.withSubcommands([replay, threads, thread, handoffs]))
+
+const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
+
+cli(process.argv).pipe(Effect.provide(NodeContext.layer), NodeRuntime.runMain({ disableErrorReporting: false }))
