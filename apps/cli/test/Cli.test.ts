@@ -1,0 +1,73 @@
+/**
+ * The `baton` command as a user runs it: a real process, real files. Bad input prints one line naming the problem,
+ * exits 2 and writes nothing.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { execFile } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+const raw = Path.join(repo, "../shared/transcripts/raw")
+
+const baton = (args: ReadonlyArray<string>) =>
+  new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+    execFile(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", ...args], { cwd: repo, env: { ...process.env, BATON_DATA_DIR: "" } }, (error, stdout, stderr) => {
+      resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
+    })
+  })
+
+const tmp = () => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-cli-"))
+
+describe("baton (process)", () => {
+  it("replays, lists and shows a thread, and rejects bad input with exit 2 writing nothing", async () => {
+    const dir = tmp()
+    const db = Path.join(dir, "baton.sqlite")
+    const truncated = Path.join(dir, "truncated.jsonl")
+    const lines = Fs.readFileSync(Path.join(raw, "pi/large-session.jsonl"), "utf8").split("\n")
+    Fs.writeFileSync(truncated, lines.slice(0, 40).join("\n") + "\n" + lines[40]!.slice(0, 50))
+
+    const [missing, broken, badProvider, ok] = await Promise.all([
+      baton(["replay", Path.join(dir, "nope.jsonl"), "--db", db]),
+      baton(["replay", truncated, "--db", db]),
+      baton(["replay", Path.join(raw, "pi/large-session.jsonl"), "--providers", "codex:44000,gpt9:1000", "--db", db]),
+      baton(["replay", Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj"), "--db", Path.join(dir, "ok.sqlite")])
+    ])
+    for (const r of [missing, broken, badProvider]) {
+      expect(r.code).toBe(2)
+      expect(r.stdout).toBe("")
+      expect(r.stderr.trim().split("\n")).toHaveLength(1)
+    }
+    expect(missing.stderr).toBe(`baton: ${Path.join(dir, "nope.jsonl")}: file not found\n`)
+    expect(broken.stderr).toMatch(new RegExp(`^baton: ${truncated}:41: truncated record`))
+    expect(badProvider.stderr).toContain(`unknown provider "gpt9"`)
+    expect(Fs.existsSync(db)).toBe(false)
+
+    expect(ok.code).toBe(0)
+    expect(ok.stdout).toContain("invariants: all hold")
+    expect(ok.stdout).toMatch(/^run {4}1 codex/m)
+
+    const okDb = Path.join(dir, "ok.sqlite")
+    const threads = await baton(["threads", "--db", okDb])
+    expect(threads.code).toBe(0)
+    const threadId = threads.stdout.split(/\s+/)[0]!
+    expect(threadId).toMatch(/^thr_/)
+    const [show, handoffs, unknown, noDb] = await Promise.all([
+      baton(["thread", "show", threadId, "--db", okDb]),
+      baton(["handoffs", threadId, "--db", okDb]),
+      baton(["thread", "show", "thr_unknown", "--db", okDb]),
+      baton(["threads", "--db", Path.join(dir, "absent.sqlite")])
+    ])
+    expect(show.code).toBe(0)
+    expect(show.stdout).toContain(`thread ${threadId}`)
+    expect(show.stdout).toContain("provider codex (active)")
+    expect(handoffs.code).toBe(0)
+    expect(unknown.code).toBe(2)
+    expect(unknown.stderr).toBe("baton: thread thr_unknown not found (list threads with `baton threads`)\n")
+    expect(noDb.code).toBe(2)
+    expect(Fs.existsSync(Path.join(dir, "absent.sqlite"))).toBe(false)
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 120_000)
+})

@@ -1,0 +1,93 @@
+import { NodeFileSystem } from "@effect/platform-node"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either } from "effect"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as ProviderSpec from "../src/ProviderSpec.js"
+import * as Replay from "../src/Replay.js"
+
+const raw = fileURLToPath(new URL("../../../../shared/transcripts/raw/", import.meta.url))
+const files = (dir: string): Array<string> =>
+  Fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? files(Path.join(dir, e.name)) : [Path.join(dir, e.name)]
+  ).sort()
+
+const defaults = (file: string): Replay.ReplayOptions => ({
+  file,
+  providers: Either.getOrThrow(ProviderSpec.parse(ProviderSpec.defaultProviders)),
+  switchEvery: 10,
+  interruptRate: 0.05,
+  compactEvery: 40,
+  seed: 1,
+  db: ":memory:",
+  skipInvalid: false
+})
+
+const run = (options: Replay.ReplayOptions) =>
+  Effect.flatMap(Replay.load(options), (imported) => Replay.replay(imported, options)).pipe(
+    Effect.provide(NodeFileSystem.layer)
+  )
+
+describe("baton replay on every real transcript", () => {
+  it("covers all ten files", () => {
+    expect(files(raw)).toHaveLength(10)
+  })
+  for (const file of files(raw)) {
+    it.live(`${Path.relative(raw, file)}: no failed run, prompts unchanged, no invariant violation`, () =>
+      Effect.gen(function*() {
+        const summary = yield* run(defaults(file))
+        expect(summary.invariantViolations).toEqual([])
+        expect(summary.failedRuns).toBe(0)
+        expect(summary.completedRuns + summary.interruptedRuns + summary.faultFailedRuns).toBe(summary.runs)
+        expect(summary.promptsUnchanged).toBe(summary.promptsSent)
+        expect(summary.promptsSent).toBe(summary.completedRuns)
+      }))
+  }
+
+  it.live("stresses deferral on a long session: small windows, frequent switches and interruptions", () =>
+    Effect.gen(function*() {
+      const summary = yield* run({
+        ...defaults(Path.join(raw, "pi/large-session.jsonl")),
+        providers: Either.getOrThrow(ProviderSpec.parse("codex:20000:18000:inject,claude:30000:noinject,gemini:60000:inject")),
+        switchEvery: 3,
+        interruptRate: 0.2,
+        compactEvery: 7,
+        seed: 7
+      })
+      expect(summary.invariantViolations).toEqual([])
+      expect(summary.failedRuns).toBe(0)
+      expect(summary.handoffs.deferred).toBeGreaterThan(0)
+      expect(summary.deliveries.inline).toBeGreaterThan(0)
+      expect(summary.deliveries.injected).toBeGreaterThan(0)
+      expect(summary.promptsUnchanged).toBe(summary.promptsSent)
+    }))
+
+  it.live("same seed, same summary (apart from wall time)", () =>
+    Effect.gen(function*() {
+      const options = defaults(Path.join(raw, "pi/before-compaction.jsonl"))
+      const a = yield* run(options)
+      const b = yield* run(options)
+      expect({ ...a, elapsedMs: 0 }).toEqual({ ...b, elapsedMs: 0 })
+      const c = yield* run({ ...options, seed: 2 })
+      expect(c.interruptedRuns === a.interruptedRuns && c.handoffs.created === a.handoffs.created &&
+        c.deliveries.inline === a.deliveries.inline).toBe(false)
+    }))
+})
+
+describe("--providers", () => {
+  it("parses names, windows, thresholds and injection", () => {
+    expect(Either.getOrThrow(ProviderSpec.parse("codex:44000:42000:inject,claude:200k:noinject"))).toEqual([
+      { name: "codex", window: 44_000, autoCompactThreshold: 42_000, inject: true },
+      { name: "claude", window: 200_000, autoCompactThreshold: null, inject: false }
+    ])
+  })
+  it("rejects an unknown provider, a bad window, a threshold above the window, a duplicate", () => {
+    const reason = (s: string) => Either.match(ProviderSpec.parse(s), { onLeft: (e) => e.message, onRight: () => "ok" })
+    expect(reason("gpt9:44000")).toBe(`--providers: "gpt9:44000": unknown provider "gpt9" (known: ${ProviderSpec.knownProviderNames.join(", ")})`)
+    expect(reason("codex:lots")).toContain("WINDOW must be a token count")
+    expect(reason("codex:44000:50000")).toContain("AUTOCOMPACT 50000 exceeds WINDOW 44000")
+    expect(reason("codex:44000,codex:50000")).toContain(`provider "codex" given twice`)
+    expect(reason("")).toBe("--providers: no provider given")
+  })
+})
