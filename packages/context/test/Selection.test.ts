@@ -1,0 +1,266 @@
+import { describe, expect, it } from "@effect/vitest"
+import { FastCheck as fc } from "effect"
+import * as Render from "../src/Render.js"
+import * as Selection from "../src/Selection.js"
+import * as ToolUnits from "../src/ToolUnits.js"
+import type { TokenCounterShape } from "../src/TokenCounter.js"
+import {
+  assistant,
+  call,
+  conversation,
+  counter,
+  type ItemSpec,
+  items,
+  result,
+  type TestItem,
+  user
+} from "./fixtures.js"
+
+const threadId = "thr_1"
+
+const select = (history: ReadonlyArray<TestItem>, budget: number, tokenCounter: TokenCounterShape = counter) =>
+  Selection.select({ items: history, budget, threadId, counter: tokenCounter })
+
+const selectedIds = (selection: Selection.Selection<TestItem>) => selection.selected.map((item) => item.id)
+
+const words = (n: number, word: string) => Array.from({ length: n }, (_, i) => `${word}${i}`).join(" ")
+
+/** Room `Selection` keeps for the envelope and a pointer listing every id (at most 20 items here). */
+const envelopeRoom = (history: ReadonlyArray<TestItem>) =>
+  Render.envelopeTokens(counter, { threadId, omittedItemIds: history.map((item) => item.id) })
+
+const cost = (history: ReadonlyArray<TestItem>, ...ids: Array<string>) =>
+  history.filter((item) => ids.includes(item.id)).reduce((sum, item) => sum + item.tokens, 0)
+
+/**
+ * itm_1 first user message, itm_2 an answer, itm_3 a user message, itm_4..6 a tool unit with a large output,
+ * itm_7 the last user message, itm_8 the last assistant message.
+ */
+const history = items([
+  user(`First question: ${words(60, "alpha")}`),
+  assistant(`First answer: ${words(40, "beta")}`, "msg_1"),
+  user(`Second question: ${words(40, "gamma")}`),
+  assistant("Let me check the logs.", "msg_2"),
+  call("call_1", "msg_2", "{\"command\":\"cat build.log\"}"),
+  result("call_1", words(400, "log")),
+  user(`Last question: ${words(60, "delta")}`),
+  assistant(`Last answer: ${words(60, "epsilon")}`, "msg_3")
+])
+
+describe("Selection.select priority", () => {
+  it("keeps the last user message and the last assistant message first", () => {
+    const budget = envelopeRoom(history) + cost(history, "itm_7", "itm_8") + 10
+    const selection = select(history, budget)
+    expect(selectedIds(selection)).toEqual(["itm_7", "itm_8"])
+    expect(selection.omittedItemIds).toEqual(["itm_1", "itm_2", "itm_3", "itm_4", "itm_5", "itm_6"])
+    expect(selection.tokens).toBeLessThanOrEqual(budget)
+  })
+
+  it("then the first user message", () => {
+    const budget = envelopeRoom(history) + cost(history, "itm_1", "itm_7", "itm_8") + 10
+    expect(selectedIds(select(history, budget))).toEqual(["itm_1", "itm_7", "itm_8"])
+  })
+
+  it("then newest to oldest, skipping a unit that does not fit for smaller older ones", () => {
+    const budget = envelopeRoom(history) + cost(history, "itm_1", "itm_2", "itm_3", "itm_7", "itm_8") + 10
+    const selection = select(history, budget)
+    // The tool unit (itm_4..6) is newer than itm_2 and itm_3 but too large: omitted whole, the older ones fit.
+    expect(selectedIds(selection)).toEqual(["itm_1", "itm_2", "itm_3", "itm_7", "itm_8"])
+    expect(selection.omittedItemIds).toEqual(["itm_4", "itm_5", "itm_6"])
+    expect(selection.rendered).toContain(
+      "3 earlier items were omitted to fit the context budget; read them with thread_read " +
+        "{\"threadId\":\"thr_1\",\"itemIds\":[\"itm_4\",\"itm_5\",\"itm_6\"]}"
+    )
+  })
+
+  it("prefers newer units over older, smaller ones", () => {
+    const budget = envelopeRoom(history) + cost(history, "itm_1", "itm_4", "itm_5", "itm_6", "itm_7", "itm_8") + 10
+    // After the top three, the tool unit (the newest left) takes the room itm_2 and itm_3 together would fit in.
+    expect(cost(history, "itm_2", "itm_3")).toBeLessThan(cost(history, "itm_4", "itm_5", "itm_6"))
+    expect(selectedIds(select(history, budget))).toEqual(["itm_1", "itm_4", "itm_5", "itm_6", "itm_7", "itm_8"])
+  })
+
+  it("delivers everything without a pointer when everything fits", () => {
+    const total = Render.envelopeTokens(counter, { threadId, omittedItemIds: [] }) +
+      cost(history, ...history.map((item) => item.id))
+    const selection = select(history, total)
+    expect(selection.selected).toEqual(history)
+    expect(selection.omittedItemIds).toEqual([])
+    expect(selection.rendered).toBe(Render.renderHistory({ threadId, items: history, omittedItemIds: [] }))
+    expect(selection.tokens).toBe(counter.count(selection.rendered))
+    expect(selection.tokens).toBeLessThanOrEqual(total)
+  })
+})
+
+describe("Selection.select limits", () => {
+  it("omits an item larger than the budget whole and records its id", () => {
+    const big = items([
+      user("Please summarise the log."),
+      assistant("Reading it.", "msg_1"),
+      call("call_1", "msg_1", "{\"path\":\"huge.log\"}"),
+      result("call_1", words(5_000, "line")),
+      assistant("Done.", "msg_2")
+    ])
+    const selection = select(big, 2_000)
+    expect(big[3]!.tokens).toBeGreaterThan(2_000)
+    expect(selectedIds(selection)).toEqual(["itm_1", "itm_5"])
+    // The call goes with its result: the unit (itm_2..4) is omitted as a whole.
+    expect(selection.omittedItemIds).toEqual(["itm_2", "itm_3", "itm_4"])
+    expect(selection.rendered).not.toContain("line0")
+    expect(selection.tokens).toBeLessThanOrEqual(2_000)
+  })
+
+  it("returns nothing, with every id omitted, when nothing fits", () => {
+    for (const budget of [0, -5, Number.NaN, 10, envelopeRoom(history)]) {
+      expect(select(history, budget)).toEqual({
+        selected: [],
+        omittedItemIds: history.map((item) => item.id),
+        tokens: 0,
+        rendered: ""
+      })
+    }
+    expect(select([], 16_000)).toEqual({ selected: [], omittedItemIds: [], tokens: 0, rendered: "" })
+  })
+
+  it("stays within the budget when stored token counts are far too low", () => {
+    const understated = history.map((item) => ({ ...item, tokens: 1 }))
+    for (const budget of [150, 300, 600, 1_200]) {
+      const selection = select(understated, budget)
+      expect(selection.tokens).toBeLessThanOrEqual(budget)
+      expect(selection.tokens).toBe(selection.selected.length === 0 ? 0 : counter.count(selection.rendered))
+    }
+    // With room for the envelope and the two top units, the search still finds them.
+    const budget = envelopeRoom(history) + cost(history, "itm_7", "itm_8") + 10
+    expect(selectedIds(select(understated, budget))).toContain("itm_7")
+  })
+
+  it("renders the same bytes for the same input", () => {
+    const budget = envelopeRoom(history) + cost(history, "itm_1", "itm_7", "itm_8") + 10
+    const first = select(history, budget)
+    const second = select(structuredClone(history), budget)
+    expect(second.rendered).toBe(first.rendered)
+    expect(second).toEqual(first)
+  })
+})
+
+/** Wraps a counter to record how much text `select` counts. */
+const metered = () => {
+  const usage = { calls: 0, characters: 0 }
+  const tokenCounter: TokenCounterShape = {
+    name: counter.name,
+    count: (text) => {
+      usage.calls++
+      usage.characters += text.length
+      return counter.count(text)
+    }
+  }
+  return { usage, tokenCounter }
+}
+
+describe("Selection.select at scale", () => {
+  // 10,000 items: 2,000 turns of user message, assistant message with a tool call, and its result.
+  const specs: Array<ItemSpec> = []
+  for (let turn = 0; turn < 2_000; turn++) {
+    specs.push(user(`Turn ${turn}: please check file ${turn}.`))
+    specs.push(assistant(`Checking file ${turn}.`, `msg_${turn}`))
+    specs.push(call(`call_${turn}`, `msg_${turn}`, `{"path":"src/file${turn}.ts"}`))
+    specs.push(result(`call_${turn}`, `export const value${turn} = ${turn} // ${words(20, "x")}`))
+    specs.push(assistant(`File ${turn} is fine.`, `msg_${turn}_done`))
+  }
+  const large = items(specs)
+
+  it("fills the budget counting only whole renders, never each item", () => {
+    const { tokenCounter, usage } = metered()
+    const selection = select(large, 16_000, tokenCounter)
+    expect(selection.tokens).toBeLessThanOrEqual(16_000)
+    // The estimates overstate by about a token per block; the refill pass spends that slack.
+    expect(selection.tokens).toBeGreaterThan(15_900)
+    expect(selection.selected.length + selection.omittedItemIds.length).toBe(10_000)
+    expect(selectedIds(selection)).toContain("itm_1")
+    expect(selectedIds(selection).slice(-5)).toEqual(["itm_9996", "itm_9997", "itm_9998", "itm_9999", "itm_10000"])
+    // Envelope estimates (a few short strings) plus the first fit and the refilled selection.
+    expect(usage.calls).toBeLessThanOrEqual(6)
+    expect(usage.characters).toBeLessThan(2 * selection.rendered.length + 5_000)
+  })
+})
+
+const budgetFor = (items: ReadonlyArray<TestItem>) =>
+  fc.integer({ min: 0, max: items.reduce((sum, item) => sum + item.tokens, 0) + 200 })
+
+const withBudget = conversation(12).chain((history) => fc.tuple(fc.constant(history), budgetFor(history)))
+
+describe("Selection.select properties", () => {
+  it.prop("never exceeds the budget and reports the exact count", [withBudget], ([[history, budget]]) => {
+    const selection = select(history, budget)
+    expect(selection.tokens).toBeLessThanOrEqual(budget)
+    if (selection.selected.length === 0) {
+      expect(selection).toMatchObject({ tokens: 0, rendered: "" })
+    } else {
+      expect(selection.rendered).toBe(
+        Render.renderHistory({ threadId, items: selection.selected, omittedItemIds: selection.omittedItemIds })
+      )
+      expect(selection.tokens).toBe(counter.count(selection.rendered))
+    }
+  })
+
+  it.prop("partitions the input: selected and omitted are disjoint, cover it, in thread order", [withBudget], ([
+    [history, budget]
+  ]) => {
+    const selection = select(history, budget)
+    const chosen = new Set(selectedIds(selection))
+    expect(selectedIds(selection)).toEqual(history.filter((item) => chosen.has(item.id)).map((item) => item.id))
+    expect(selection.omittedItemIds).toEqual(history.filter((item) => !chosen.has(item.id)).map((item) => item.id))
+  })
+
+  it.prop("never separates a tool call from its result", [withBudget], ([[history, budget]]) => {
+    const chosen = new Set(selectedIds(select(history, budget)))
+    const callSelected = new Map<string, boolean>()
+    for (const item of history) {
+      if (item.kind === "tool_call" && item.toolCallId !== null) callSelected.set(item.toolCallId, chosen.has(item.id))
+    }
+    for (const item of history) {
+      if (item.kind === "tool_result" && item.toolCallId !== null && callSelected.has(item.toolCallId)) {
+        expect(chosen.has(item.id)).toBe(callSelected.get(item.toolCallId))
+      }
+    }
+  })
+
+  it.prop("keeps the unit of the last user message whenever it fits", [withBudget], ([[history, budget]]) => {
+    const lastUser = [...history].reverse().find((item) => item.kind === "user_message")
+    if (lastUser === undefined) return
+    const unit = ToolUnits.toolUnits(history).find((u) => u.includes(lastUser))!
+    const ids = history.map((item) => item.id)
+    const longest = [...ids].sort((a, b) => b.length - a.length).slice(0, 20)
+    const room = Math.max(
+      Render.envelopeTokens(counter, { threadId, omittedItemIds: longest }),
+      Render.envelopeTokens(counter, { threadId, omittedItemIds: ids })
+    )
+    const unitCost = unit.reduce((sum, item) => sum + item.tokens, 0)
+    // A few tokens of margin for the pointer's id lengths and merges across block boundaries.
+    if (unitCost + room + 10 <= budget) {
+      expect(selectedIds(select(history, budget))).toContain(lastUser.id)
+    }
+  })
+
+  it.prop("is deterministic", [withBudget], ([[history, budget]]) => {
+    expect(select(structuredClone(history), budget)).toEqual(select(history, budget))
+  })
+
+  it.prop(
+    "stays within the budget whatever the stored token counts say",
+    [withBudget.chain(([history, budget]) =>
+      fc.tuple(
+        fc.constant(history),
+        fc.constant(budget),
+        // Stored counts from a fraction of the truth to half again as much (another counter, stale calibration).
+        fc.array(fc.double({ min: 0, max: 1.5, noNaN: true }), { minLength: history.length, maxLength: history.length })
+      )
+    )],
+    ([[history, budget, factors]]) => {
+      const misstated = history.map((item, i) => ({ ...item, tokens: Math.floor(item.tokens * factors[i]!) }))
+      const selection = select(misstated, budget)
+      expect(selection.tokens).toBeLessThanOrEqual(budget)
+      expect(selection.selected.length + selection.omittedItemIds.length).toBe(history.length)
+    }
+  )
+})
