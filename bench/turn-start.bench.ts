@@ -19,7 +19,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { performance } from "node:perf_hooks"
 
-const sizes = [100, 1_000, 10_000]
+const sizes = (process.env.BENCH_SIZES ?? "100,1000,10000").split(",").map(Number)
 const measured = 200
 
 let providerMs = 0

@@ -69,5 +69,5 @@ describe("baton (process)", () => {
     expect(noDb.code).toBe(2)
     expect(Fs.existsSync(Path.join(dir, "absent.sqlite"))).toBe(false)
     Fs.rmSync(dir, { recursive: true, force: true })
-  }, 120_000)
+  }, 300_000)
 })

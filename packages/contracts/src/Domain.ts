@@ -199,6 +199,8 @@ export const ContextHandoff = Schema.Struct({
   targetProviderThreadId: ProviderThreadId,
   sourceRunIds: Schema.Array(RunId),
   itemIds: Schema.Array(ItemId),
+  /** The sum of the owed items' `tokens` (rendered form), kept so a deferral needs no item reads. */
+  tokens: Tokens,
   /** Items left out of the delivery that settled this handoff; each stays readable by ref. */
   omittedItemIds: Schema.Array(ItemId),
   createdAt: Schema.DateTimeUtc,

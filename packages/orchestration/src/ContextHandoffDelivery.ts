@@ -74,6 +74,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           open: true,
           sourceRunIds: runs.map((r) => r.id),
           itemIds: items.map((i) => i.id),
+          tokens: items.reduce((n, i) => n + i.tokens, 0),
           omittedItemIds: [],
           createdAt: now,
           updatedAt: now
@@ -110,11 +111,13 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           const items = (yield* store.listItemsOfRuns(fresh.map((r) => r.id))).filter(isTransferable)
           const now = yield* DateTime.now
           const known2 = new Set<string>(handoff.itemIds)
-          const added = items.filter((i) => !known2.has(i.id)).map((i) => i.id)
+          const addedItems = items.filter((i) => !known2.has(i.id))
+          const added = addedItems.map((i) => i.id)
           const updated: StoredHandoff = {
             ...handoff,
             sourceRunIds: [...handoff.sourceRunIds, ...fresh.map((r) => r.id)],
             itemIds: [...handoff.itemIds, ...added],
+            tokens: handoff.tokens + addedItems.reduce((n, i) => n + i.tokens, 0),
             updatedAt: now
           }
           yield* store.updateHandoff(updated)

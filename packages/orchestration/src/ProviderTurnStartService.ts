@@ -15,6 +15,7 @@
 import { type HandoffDelivery, type NativeThread, type ProviderThread, type Run } from "@baton/contracts"
 import { Budget, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
@@ -49,19 +50,19 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
   "@baton/orchestration/ProviderTurnStartService",
   {
     effect: Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
       const store = yield* ThreadStore
       const delivery = yield* ContextHandoffDelivery
       const ids = yield* IdGenerator
       const counter = yield* TokenCounter.TokenCounter
       const config = yield* OrchestratorConfig
 
-      /** Starts a fresh native thread for P (generation = previous + 1) and makes it active. */
-      const startNative = Effect.fn("ProviderTurnStartService.startNative")(function*(
+      /** Records a native thread the provider just started (generation = previous + 1) and makes it active. */
+      const recordNative = Effect.fn("ProviderTurnStartService.recordNative")(function*(
         providerThread: ProviderThread,
-        adapter: ProviderAdapter.ProviderAdapterShape,
-        previous: NativeThread | null
+        previous: NativeThread | null,
+        nativeRef: string
       ) {
-        const { nativeRef } = yield* adapter.startThread()
         const now = yield* DateTime.now
         const native: NativeThread = {
           id: ids.next("nat") as NativeThread["id"],
@@ -91,15 +92,15 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       const replaceNative = Effect.fn("ProviderTurnStartService.replaceNative")(function*(
         run: Run,
         providerThread: ProviderThread,
-        adapter: ProviderAdapter.ProviderAdapterShape,
         old: NativeThread,
+        nativeRef: string,
         reason: string
       ) {
         const now = yield* DateTime.now
         yield* store.updateNativeThread({ ...old, status: "replaced", updatedAt: now })
         yield* store.appendEvent(run.threadId, "native_thread.replaced", { nativeThreadId: old.id, reason })
         yield* delivery.supersedeForReplacement(run.threadId, providerThread, old, reason)
-        const started = yield* startNative(providerThread, adapter, old)
+        const started = yield* recordNative(providerThread, old, nativeRef)
         const earlier = yield* store.listRunsBetween(run.threadId, 0, run.seq)
         yield* delivery.createHandoff(run.threadId, "replacement", started.providerThread, earlier)
         const synced: ProviderThread = { ...started.providerThread, syncedRunSeq: run.seq - 1, updatedAt: now }
@@ -108,35 +109,73 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       })
 
       /**
-       * Prepares the turn of `run` on `providerThread`. Writes happen in the caller's transaction boundaries:
-       * bookkeeping is durable before `injectHistory` is called.
+       * Prepares the turn of `run` on `providerThread`. Provider calls (`startThread`, `injectHistory`) are made
+       * outside transactions; the bookkeeping between them is one transaction each, so the `pending` intent is
+       * durable before `injectHistory` is called and the outcome is written after it returns.
        */
       const prepare = Effect.fn("ProviderTurnStartService.prepare")(function*(
         run: Run,
         providerThreadIn: ProviderThread,
         adapter: ProviderAdapter.ProviderAdapterShape
       ) {
+        // Is the active native thread usable? A native thread with an uncertain delivery is not trusted.
+        let current: NativeThread | null = null
+        let replaceReason: string | null = null
+        if (providerThreadIn.activeNativeThreadId !== null) {
+          const found = yield* store.getNativeThread(providerThreadIn.activeNativeThreadId)
+          if (found._tag === "Some") {
+            current = found.value
+            const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
+            if (uncertain.length > 0) replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
+          }
+        }
+        const freshRef = current === null || replaceReason !== null ? (yield* adapter.startThread()).nativeRef : null
+        const decided = yield* sql.withTransaction(decide(run, providerThreadIn, adapter, current, replaceReason, freshRef))
+        if (decided.injection === null) return decided.plan
+        const { plan, injection } = decided
+        const outcome = yield* adapter.injectHistory!({
+          nativeRef: plan.native.nativeRef,
+          rendered: injection.rendered,
+          itemIds: injection.itemIds,
+          deliveryId: injection.pending.map((d) => d.id).join(",")
+        }).pipe(Effect.either)
+        if (outcome._tag === "Left") {
+          // The provider may hold the history: leave the deliveries `pending` (uncertain) for the next turn
+          // start, which will not trust this native thread.
+          return { ...plan, report: { ...plan.report, injectionError: outcome.left.message } }
+        }
+        const native = yield* sql.withTransaction(Effect.gen(function*() {
+          yield* delivery.markSettled(run.threadId, injection.pending, "injected")
+          const now = yield* DateTime.now
+          const native: NativeThread = {
+            ...plan.native,
+            usage: outcome.right.usage ?? plan.native.usage,
+            estimatedTokens: plan.native.estimatedTokens + injection.tokens,
+            updatedAt: now
+          }
+          yield* store.updateNativeThread(native)
+          return native
+        }))
+        return { ...plan, native }
+      })
+
+      /** The bookkeeping of turn start, in one transaction: native thread, missed runs, budget, defer or intent. */
+      const decide = (
+        run: Run,
+        providerThreadIn: ProviderThread,
+        adapter: ProviderAdapter.ProviderAdapterShape,
+        current: NativeThread | null,
+        replaceReason: string | null,
+        freshRef: string | null
+      ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
         let native: NativeThread
-        if (providerThread.activeNativeThreadId === null) {
-          ;({ native, providerThread } = yield* startNative(providerThread, adapter, null))
+        if (current !== null && replaceReason !== null && freshRef !== null) {
+          ;({ native, providerThread } = yield* replaceNative(run, providerThread, current, freshRef, replaceReason))
+        } else if (current === null && freshRef !== null) {
+          ;({ native, providerThread } = yield* recordNative(providerThread, null, freshRef))
         } else {
-          const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
-          if (found._tag === "None") {
-            ;({ native, providerThread } = yield* startNative(providerThread, adapter, null))
-          } else {
-            native = found.value
-            const uncertain = yield* store.listDeliveriesByStatus(native.id, "pending")
-            if (uncertain.length > 0) {
-              ;({ native, providerThread } = yield* replaceNative(
-                run,
-                providerThread,
-                adapter,
-                native,
-                `${uncertain.length} delivery(ies) with an unconfirmed outcome`
-              ))
-            }
-          }
+          native = current!
         }
 
         // Missed-run recovery: runs on P after its watermark that the provider never read.
@@ -176,18 +215,25 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             ...report
           }
         })
-        if (owed.length === 0) return nothing({})
+        if (owed.length === 0) return { plan: nothing({}), injection: null }
 
-        const plan = yield* delivery.plan(run.threadId, owed, budget.budget)
-        const owedTokens = plan.items.reduce((n, i) => n + i.tokens, 0)
-        if (budget.budget < config.budget.minUsefulBudget || plan.selection.selected.length === 0) {
-          const reason = budget.budget < config.budget.minUsefulBudget
-            ? `budget ${budget.budget} below the useful minimum ${config.budget.minUsefulBudget} ` +
+        const deferAll = (reason: string) =>
+          Effect.as(delivery.defer(run.threadId, owed, budget.budget, reason), {
+            plan: nothing({
+              deferredItems: owed.reduce((n, o) => n + o.handoff.itemIds.length, 0),
+              deferredTokens: owed.reduce((n, o) => n + o.handoff.tokens, 0)
+            }),
+            injection: null
+          })
+        // Below the useful minimum nothing is read or selected: a deferral costs the same however much is owed.
+        if (budget.budget < config.budget.minUsefulBudget) {
+          return yield* deferAll(
+            `budget ${budget.budget} below the useful minimum ${config.budget.minUsefulBudget} ` +
               `(window ${budget.window}, used ${budget.used}, request ${budget.request}, reserve ${budget.reserve})`
-            : `no tool unit fits the budget ${budget.budget}`
-          yield* delivery.defer(run.threadId, owed, budget.budget, reason)
-          return nothing({ deferredItems: plan.items.length, deferredTokens: owedTokens })
+          )
         }
+        const plan = yield* delivery.plan(run.threadId, owed, budget.budget)
+        if (plan.selection.selected.length === 0) return yield* deferAll(`no tool unit fits the budget ${budget.budget}`)
 
         const report = {
           deliveredItems: plan.selection.selected.length,
@@ -196,37 +242,28 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         }
         if (adapter.injectHistory !== undefined) {
           const pending = yield* delivery.markPending(run.threadId, plan, "injected", run.id, budget.budget)
-          const outcome = yield* adapter.injectHistory({
-            nativeRef: native.nativeRef,
-            rendered: plan.selection.rendered,
-            itemIds: plan.selection.selected.map((i) => i.id),
-            deliveryId: pending.map((d) => d.id).join(",")
-          }).pipe(Effect.either)
-          if (outcome._tag === "Left") {
-            // The provider may hold the history: leave the deliveries `pending` (uncertain) for the next turn
-            // start, which will not trust this native thread.
-            return nothing({ ...report, mode: "injected", injectionError: outcome.left.message })
+          return {
+            plan: nothing({ ...report, mode: "injected" }),
+            injection: {
+              pending,
+              rendered: plan.selection.rendered,
+              itemIds: plan.selection.selected.map((i) => i.id as string),
+              tokens: plan.selection.tokens
+            }
           }
-          yield* delivery.markSettled(run.threadId, pending, "injected")
-          const now = yield* DateTime.now
-          native = {
-            ...native,
-            usage: outcome.right.usage ?? native.usage,
-            estimatedTokens: native.estimatedTokens + plan.selection.tokens,
-            updatedAt: now
-          }
-          yield* store.updateNativeThread(native)
-          return nothing({ ...report, mode: "injected" })
         }
         const pending = yield* delivery.markPending(run.threadId, plan, "inline", run.id, budget.budget)
         return {
-          ...nothing({ ...report, mode: "inline" }),
-          inlineHistory: plan.selection.rendered,
-          inlineDeliveries: pending
-        } satisfies TurnStartPlan
+          plan: {
+            ...nothing({ ...report, mode: "inline" }),
+            inlineHistory: plan.selection.rendered,
+            inlineDeliveries: pending
+          } satisfies TurnStartPlan,
+          injection: null
+        }
       })
 
-      return { prepare, startNative }
+      return { prepare }
     })
   }
 ) {}

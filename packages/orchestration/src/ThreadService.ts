@@ -14,6 +14,7 @@ import {
   type ProviderInstance,
   type ProviderThread,
   type Run,
+  type RunAttempt,
   RunInProgress,
   RunNotFound,
   type RunStopPoint,
@@ -293,31 +294,40 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
       }
 
-      const attemptNo = (yield* store.listAttempts(run.id)).length + 1
-      const attemptId = ids.next("att") as import("@baton/contracts").RunAttemptId
-      const startedAt = yield* DateTime.now
-      const attempt = {
-        id: attemptId,
-        runId: run.id,
-        attempt: attemptNo,
-        nativeThreadId: plan.native.id,
-        status: "starting" as const,
-        error: null,
-        createdAt: startedAt,
-        updatedAt: startedAt
-      }
-      yield* store.insertAttempt(attempt)
-      // Re-read: an interrupt that arrived while history was prepared stops the run before the provider starts.
-      const current = yield* store.getRun(run.id)
-      if (current._tag === "Some" && current.value.status === "interrupted") {
-        run = current.value
-        yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "run interrupted before the provider started")
-        yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "interrupted before start", updatedAt: yield* DateTime.now })
+      // One transaction: the attempt, the interrupt check and the move to `running`.
+      const queuedRun = run
+      const begun = yield* sql.withTransaction(Effect.gen(function*() {
+        const attemptNo = (yield* store.listAttempts(queuedRun.id)).length + 1
+        const startedAt = yield* DateTime.now
+        const attempt = {
+          id: ids.next("att") as RunAttempt["id"],
+          runId: queuedRun.id,
+          attempt: attemptNo,
+          nativeThreadId: plan.native.id,
+          status: "running" as const,
+          error: null,
+          createdAt: startedAt,
+          updatedAt: startedAt
+        }
+        // Re-read: an interrupt that arrived while history was prepared stops the run before the provider starts.
+        const current = yield* store.getRun(queuedRun.id)
+        if (current._tag === "Some" && current.value.status === "interrupted") {
+          yield* delivery.revertToDeferred(queuedRun.threadId, plan.inlineDeliveries, "run interrupted before the provider started")
+          yield* store.insertAttempt({ ...attempt, status: "interrupted", error: "interrupted before start" })
+          return { interrupted: current.value, attempt } as const
+        }
+        yield* store.insertAttempt(attempt)
+        const running: Run = { ...queuedRun, status: "running", nativeThreadId: plan.native.id, updatedAt: startedAt }
+        yield* store.updateRun(running)
+        yield* store.appendEvent(queuedRun.threadId, "run.started", { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attemptNo })
+        return { interrupted: null, running, attempt } as const
+      }))
+      if (begun.interrupted !== null) {
+        run = begun.interrupted
         return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
       }
-      run = { ...run, status: "running", nativeThreadId: plan.native.id, updatedAt: yield* DateTime.now }
-      yield* store.updateRun(run)
-      yield* store.appendEvent(run.threadId, "run.started", { runId: run.id, nativeThreadId: plan.native.id, attempt: attemptNo })
+      run = begun.running
+      const attempt = begun.attempt
 
       const outcome = yield* adapter.startTurn({
         nativeRef: plan.native.nativeRef,

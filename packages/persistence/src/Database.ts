@@ -4,6 +4,7 @@
  * names are snake_case in SQL and camelCase in code (the client transforms both ways). Migrations run when the
  * Layer is built.
  */
+import { SqlClient } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { Effect, Layer, String as Str } from "effect"
 import * as Fs from "node:fs"
@@ -26,7 +27,12 @@ const names = { transformQueryNames: Str.camelToSnake, transformResultNames: Str
  * Fails with `SqlError`/`MigrationError` when the file cannot be opened or migrated.
  */
 export const layerSqlite = (filename: string) =>
-  Layer.effectDiscard(Migrations.run).pipe(
+  Layer.effectDiscard(Effect.zipRight(
+    // WAL with synchronous=NORMAL: a commit survives a process crash (the durability Baton's recovery relies
+    // on); only a power loss can roll back the last commits. SQLite's recommended setting for WAL mode.
+    Effect.flatMap(SqlClient.SqlClient, (sql) => sql`PRAGMA synchronous = NORMAL`),
+    Migrations.run
+  )).pipe(
     Layer.provideMerge(
       Layer.unwrapEffect(Effect.sync(() => {
         if (filename !== ":memory:") Fs.mkdirSync(Path.dirname(Path.resolve(filename)), { recursive: true })

@@ -29,6 +29,7 @@ export default Effect.gen(function*() {
     UNIQUE (thread_id, seq)
   )`
   yield* sql`CREATE INDEX runs_provider_thread ON runs (provider_thread_id, seq)`
+  yield* sql`CREATE INDEX runs_thread_status ON runs (thread_id, status)`
   yield* sql`CREATE TABLE run_attempts (
     id TEXT PRIMARY KEY,
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -92,6 +93,7 @@ export default Effect.gen(function*() {
     open INTEGER NOT NULL,
     source_run_ids TEXT NOT NULL,
     item_ids TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
     omitted_item_ids TEXT NOT NULL,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
