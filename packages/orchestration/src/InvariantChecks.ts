@@ -23,7 +23,7 @@ export interface CheckOptions {
 }
 
 /** Failure reasons that come from provider faults (allowed), not from history that did not fit (a wedge). */
-const faultReason = /^(provider |history injection unconfirmed|interrupted by the user)/
+const faultReason = /^(provider |history injection unconfirmed|interrupted by the user|process restarted)/
 
 /** Checks invariants 1, 2, 3, 5, 6 and 7 for `threadId`; returns the violations (empty when all hold). */
 export const check = (threadId: ThreadId, options: CheckOptions = {}) =>

@@ -429,6 +429,31 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       return run
     })
 
+    /**
+     * Restart recovery: ends every run a crashed process left unfinished, so each thread accepts new messages and
+     * the next turn start reconciles what the provider may hold. A run that never reached the provider
+     * (`queued`/`starting`) ends `interrupted` before the provider (a missed run, recovered at the next turn
+     * start); a `running` run ends `interrupted` after the provider: the provider read its prompt, and whatever it
+     * produced after the last durable write is not recorded (never replayed into the record from the provider).
+     * Returns the runs it ended.
+     */
+    const recover = Effect.fn("ThreadService.recover")(function*() {
+      const unfinished = yield* store.listUnfinishedRuns()
+      const ended: Array<Run> = []
+      for (const run of unfinished) {
+        const wasRunning = run.status === "running"
+        ended.push(yield* sql.withTransaction(finishRun(
+          run,
+          "interrupted",
+          wasRunning ? "after_provider" : "before_provider",
+          wasRunning
+            ? "process restarted during the provider turn"
+            : "process restarted before the provider started"
+        )))
+      }
+      return ended
+    })
+
     /** `/compact` on the thread's active provider thread (see ThreadCompaction). */
     const compact = Effect.fn("ThreadService.compact")(function*(command: Commands.CompactThread) {
       const seen = yield* store.findReceipt(command.commandId)
@@ -452,6 +477,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       processRun,
       interrupt,
       compact,
+      recover,
       getThread,
       listThreads: store.listThreads
     }

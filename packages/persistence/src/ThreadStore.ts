@@ -117,6 +117,13 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
               AND status IN ('queued', 'starting', 'running') ORDER BY seq DESC LIMIT 1`
         ),
 
+      /** Every run of every thread that is not terminal (after a crash: the runs to reconcile). */
+      listUnfinishedRuns: () =>
+        runs.findAll(
+          "runs.listUnfinished",
+          sql`SELECT * FROM runs WHERE status IN ('queued', 'starting', 'running') ORDER BY thread_id, seq`
+        ),
+
       // ---- run attempts
       insertAttempt: (a: RunAttempt) => attempts.insert(a),
       updateAttempt: (a: RunAttempt) => attempts.update(a),
