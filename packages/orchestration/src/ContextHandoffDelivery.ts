@@ -308,6 +308,11 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             reason,
             deferCount: delivery.deferCount
           })
+          // The handoff owes its history again.
+          const handoff = yield* store.getHandoff(delivery.handoffId)
+          if (handoff._tag === "Some" && !handoff.value.open) {
+            yield* store.updateHandoff({ ...handoff.value, open: true, omittedItemIds: [], updatedAt: now })
+          }
         }
       })
 

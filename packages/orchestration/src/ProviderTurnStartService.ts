@@ -57,6 +57,35 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       const counter = yield* TokenCounter.TokenCounter
       const config = yield* OrchestratorConfig
 
+      /**
+       * Reconciles uncertain (`pending`) deliveries by reading the native thread back: an injection the thread holds
+       * settles `injected`, inline history whose turn it holds settles `inline`, anything else returns to
+       * `deferred`. Returns `false` (nothing written) when the adapter cannot read threads or the read fails, so
+       * the caller falls back to a replacement native thread.
+       */
+      const reconcile = Effect.fn("ProviderTurnStartService.reconcile")(function*(
+        threadId: Run["threadId"],
+        native: NativeThread,
+        uncertain: ReadonlyArray<HandoffDelivery>,
+        adapter: ProviderAdapter.ProviderAdapterShape
+      ) {
+        if (adapter.readThread === undefined) return false
+        const read = yield* Effect.either(adapter.readThread(native.nativeRef))
+        if (read._tag === "Left") return false
+        const deliveryIds = new Set(read.right.deliveryIds)
+        const runIds = new Set(read.right.runIds)
+        yield* sql.withTransaction(Effect.gen(function*() {
+          for (const d of uncertain) {
+            const held = d.mode === "injected" ? deliveryIds.has(d.id) : d.runId !== null && runIds.has(d.runId)
+            if (held) yield* delivery.markSettled(threadId, [d], d.mode === "inline" ? "inline" : "injected")
+            else yield* delivery.revertToDeferred(threadId, [d], "reconciled: the native thread does not hold it")
+          }
+          const now = yield* DateTime.now
+          if (read.right.usage !== null) yield* store.updateNativeThread({ ...native, usage: read.right.usage, updatedAt: now })
+        }))
+        return true
+      })
+
       /** Records a native thread the provider just started (generation = previous + 1) and makes it active. */
       const recordNative = Effect.fn("ProviderTurnStartService.recordNative")(function*(
         providerThread: ProviderThread,
@@ -126,7 +155,9 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           if (found._tag === "Some") {
             current = found.value
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
-            if (uncertain.length > 0) replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
+            if (uncertain.length > 0 && !(yield* reconcile(run.threadId, current, uncertain, adapter))) {
+              replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
+            }
           }
         }
         const freshRef = current === null || replaceReason !== null ? (yield* adapter.startThread()).nativeRef : null
@@ -137,11 +168,16 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           nativeRef: plan.native.nativeRef,
           rendered: injection.rendered,
           itemIds: injection.itemIds,
-          deliveryId: injection.pending.map((d) => d.id).join(",")
+          deliveryIds: injection.pending.map((d) => d.id)
         }).pipe(Effect.either)
         if (outcome._tag === "Left") {
-          // The provider may hold the history: leave the deliveries `pending` (uncertain) for the next turn
-          // start, which will not trust this native thread.
+          // The provider may hold the history. Read the native thread back where the adapter can: the deliveries
+          // settle or return to `deferred`, and the turn goes on. Otherwise they stay `pending` (uncertain) and
+          // the next turn start will not trust this native thread.
+          if (yield* reconcile(run.threadId, plan.native, injection.pending, adapter)) {
+            const reread = yield* store.getNativeThread(plan.native.id)
+            return { ...plan, native: reread._tag === "Some" ? reread.value : plan.native }
+          }
           return { ...plan, report: { ...plan.report, injectionError: outcome.left.message } }
         }
         const native = yield* sql.withTransaction(Effect.gen(function*() {

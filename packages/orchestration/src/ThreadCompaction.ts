@@ -101,7 +101,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
             nativeRef: native.nativeRef,
             rendered: plan.selection.rendered,
             itemIds: plan.selection.selected.map((i) => i.id),
-            deliveryId: pending.map((d) => d.id).join(",")
+            deliveryIds: pending.map((d) => d.id)
           }).pipe(Effect.either)
           if (outcome._tag === "Right") {
             yield* delivery.markSettled(threadId, pending, "injected")

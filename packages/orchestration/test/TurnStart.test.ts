@@ -209,13 +209,14 @@ describe("missed-run recovery", () => {
 })
 
 describe("lost injection acknowledgement", () => {
-  it.effect("the next turn start replaces the native thread (generation 2) and delivers once", () => {
+  it.effect("without readThread, the next turn start replaces the native thread (generation 2) and delivers once", () => {
     const h = Harness.make([
       { name: "claude", window: 200_000, inject: false },
       {
         name: "codex",
         window: 200_000,
         inject: true,
+        readThread: false,
         faults: ({ operation, call }) => (operation === "injectHistory" && call === 1 ? "lose_injection_ack" : null)
       }
     ])
@@ -244,6 +245,65 @@ describe("lost injection acknowledgement", () => {
       // The replacement carries the first run and the failed run's prompt, once.
       expect(deliveries[1]!.deliveredItemIds).toHaveLength(3)
       expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("reconcile before replacing", () => {
+  it.effect("a lost acknowledgement is read back: the delivery settles, the turn goes on, no new native thread", () => {
+    const h = Harness.make([
+      { name: "claude", window: 200_000, inject: false },
+      {
+        name: "codex",
+        window: 200_000,
+        inject: true,
+        faults: ({ operation, call }) => (operation === "injectHistory" && call === 1 ? "lose_injection_ack" : null)
+      }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(200))
+      yield* o.send(threadId, "Plan the change")
+      yield* o.switchTo(threadId, "codex")
+      const r = yield* o.send(threadId, "Implement it")
+      expect(r.status).toBe("completed")
+      expect(r.nativeGeneration).toBe(1)
+      const deliveries = yield* o.store.listDeliveriesOfThread(threadId)
+      expect(deliveries.map((d) => d.status)).toEqual(["injected"])
+      expect(h.providers.codex!.received.filter((x) => x.type === "inject")).toHaveLength(1)
+      expect((yield* o.store.listHandoffs(threadId)).map((x) => x.kind)).toEqual(["switch"])
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("an injection that never arrived is read back as missing and returns to deferred, then delivers once", () => {
+    const h = Harness.make([
+      { name: "claude", window: 200_000, inject: false },
+      { name: "codex", window: 200_000, inject: true }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(200))
+      yield* o.send(threadId, "Plan the change")
+      yield* o.switchTo(threadId, "codex")
+      // A crash after the intent was written and before the provider call: the delivery is `pending`, the provider
+      // holds nothing. Reproduce that state directly.
+      const first = yield* o.send(threadId, "warm up")
+      expect(first.turnStart?.mode).toBe("injected")
+      const [settled] = yield* o.store.listDeliveriesOfThread(threadId)
+      yield* o.store.updateDelivery({ ...settled!, status: "pending" })
+      h.providers.codex!.forgetDeliveries("codex-n1")
+      const r = yield* o.send(threadId, "Implement it")
+      expect(r.status).toBe("completed")
+      expect(r.nativeGeneration).toBe(1)
+      expect(r.turnStart?.mode).toBe("injected")
+      const deliveries = yield* o.store.listDeliveriesOfThread(threadId)
+      expect(deliveries.map((d) => [d.status, d.deferCount])).toEqual([["injected", 0]])
+      expect(h.providers.codex!.received.filter((x) => x.type === "inject")).toHaveLength(2)
+      // The provider log still shows the first (forgotten) injection, so only the durable record is checked here.
+      expect(yield* InvariantChecks.check(threadId)).toEqual([])
     }).pipe(Effect.provide(h.layer))
   })
 })

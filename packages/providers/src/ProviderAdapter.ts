@@ -53,8 +53,8 @@ export interface InjectHistoryInput {
   readonly rendered: string
   /** The Baton item ids carried, so a later `readThread` can tell what arrived. */
   readonly itemIds: ReadonlyArray<string>
-  /** The delivery this injection settles: adapters that support `readThread` report it back. */
-  readonly deliveryId: string
+  /** The deliveries this injection settles: adapters that support `readThread` report them back. */
+  readonly deliveryIds: ReadonlyArray<string>
 }
 
 export interface CompactResult {
@@ -65,6 +65,8 @@ export interface CompactResult {
 export interface ReadThreadResult {
   /** Delivery ids whose injection the native thread holds. */
   readonly deliveryIds: ReadonlyArray<string>
+  /** Baton run ids whose turn (prompt, and any inline history before it) the native thread holds. */
+  readonly runIds: ReadonlyArray<string>
   readonly usage: ContextUsage | null
 }
 

@@ -82,6 +82,8 @@ export interface ScriptedConfig {
   /** Native auto-compaction threshold in tokens; `null` = none. */
   readonly autoCompactThreshold: number | null
   readonly injectHistory: boolean
+  /** Whether `readThread` is offered (default true): without it, uncertain deliveries force a replacement. */
+  readonly readThread?: boolean
   /** Usage after a compaction, in tokens. Default 2,000. */
   readonly summaryTokens?: number
   readonly faults?: FaultPlan
@@ -90,12 +92,13 @@ export interface ScriptedConfig {
 /** What one native thread of the scripted provider received, for tests and the replay's invariant checks. */
 export type Received =
   | { readonly type: "turn"; readonly nativeRef: string; readonly runId: string; readonly prompt: string; readonly inlineHistory: string | null }
-  | { readonly type: "inject"; readonly nativeRef: string; readonly deliveryId: string; readonly rendered: string; readonly itemIds: ReadonlyArray<string> }
+  | { readonly type: "inject"; readonly nativeRef: string; readonly deliveryIds: ReadonlyArray<string>; readonly rendered: string; readonly itemIds: ReadonlyArray<string> }
   | { readonly type: "compact"; readonly nativeRef: string; readonly usedBefore: number; readonly usedAfter: number }
 
 interface NativeState {
   used: number
   readonly deliveryIds: Array<string>
+  readonly runIds: Array<string>
 }
 
 /** The adapter plus the test-facing controls of the scripted instance. */
@@ -106,6 +109,8 @@ export interface ScriptedProvider extends ProviderAdapterShape {
   readonly usageOf: (nativeRef: string) => number | undefined
   /** Drops every native thread, as a provider whose sessions expired. */
   readonly forgetThreads: () => void
+  /** Forgets which deliveries a native thread holds (test control: an injection that never arrived). */
+  readonly forgetDeliveries: (nativeRef: string) => void
 }
 
 const defaultReply: ScriptedResponse = {
@@ -174,6 +179,7 @@ export const make = (
       if (fault === "refuse") return yield* fail("startTurn", "refused", "the provider refused the request before reading it", true)
       if (fault === "interrupt_before_start") return yield* fail("startTurn", "interrupted", "interrupted before the provider started")
       received.push({ type: "turn", nativeRef: input.nativeRef, runId: input.runId, prompt: input.prompt, inlineHistory: input.inlineHistory })
+      state.runIds.push(input.runId)
       const response = script.next() ?? defaultReply
       state.used += counter.count(input.prompt) + (input.inlineHistory === null ? 0 : counter.count(input.inlineHistory))
       for (const item of response.items) state.used += counter.count(item.text)
@@ -190,13 +196,13 @@ export const make = (
   const adapter: ScriptedProvider = {
     instance,
     model: config.model ?? `scripted-${instance}`,
-    capabilities: { injectHistory: config.injectHistory, compactThread: true, readThread: true },
+    capabilities: { injectHistory: config.injectHistory, compactThread: true, readThread: config.readThread !== false },
     modelContextWindow: config.contextWindow,
     startThread: () =>
       Effect.sync(() => {
         created++
         const nativeRef = `${instance}-n${created}`
-        threads.set(nativeRef, { used: 0, deliveryIds: [] })
+        threads.set(nativeRef, { used: 0, deliveryIds: [], runIds: [] })
         return { nativeRef }
       }),
     resumeThread: (nativeRef) => Effect.asVoid(lookup("resumeThread", nativeRef)),
@@ -210,26 +216,32 @@ export const make = (
         return { usageBefore: before, usageAfter: usageOf(state) }
       }),
     readThread: (nativeRef): Effect.Effect<ReadThreadResult, ProviderError> =>
-      Effect.map(lookup("readThread", nativeRef), (state) => ({ deliveryIds: [...state.deliveryIds], usage: usageOf(state) })),
+      Effect.map(lookup("readThread", nativeRef), (state) => ({
+        deliveryIds: [...state.deliveryIds],
+        runIds: [...state.runIds],
+        usage: usageOf(state)
+      })),
     received,
     setUsage: (nativeRef, usedTokens) => {
       const state = threads.get(nativeRef)
       if (state !== undefined) state.used = usedTokens
     },
     usageOf: (nativeRef) => threads.get(nativeRef)?.used,
-    forgetThreads: () => threads.clear()
+    forgetThreads: () => threads.clear(),
+    forgetDeliveries: (nativeRef) => void threads.get(nativeRef)?.deliveryIds.splice(0)
   }
-  if (!config.injectHistory) return adapter
+  const readable: ScriptedProvider = config.readThread === false ? { ...adapter, readThread: undefined } : adapter
+  if (!config.injectHistory) return readable
   return {
-    ...adapter,
+    ...readable,
     injectHistory: (input) =>
       Effect.gen(function*() {
         calls.injectHistory++
         const state = yield* lookup("injectHistory", input.nativeRef)
-        const fault = config.faults?.({ operation: "injectHistory", call: calls.injectHistory, runId: input.deliveryId }) ?? null
+        const fault = config.faults?.({ operation: "injectHistory", call: calls.injectHistory, runId: input.deliveryIds.join(",") }) ?? null
         state.used += counter.count(input.rendered)
-        state.deliveryIds.push(input.deliveryId)
-        received.push({ type: "inject", nativeRef: input.nativeRef, deliveryId: input.deliveryId, rendered: input.rendered, itemIds: input.itemIds })
+        state.deliveryIds.push(...input.deliveryIds)
+        received.push({ type: "inject", nativeRef: input.nativeRef, deliveryIds: input.deliveryIds, rendered: input.rendered, itemIds: input.itemIds })
         if (fault === "lose_injection_ack") {
           return yield* fail("injectHistory", "ack_lost", "the injection reached the provider but its acknowledgement was lost", true)
         }

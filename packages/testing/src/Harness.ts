@@ -14,6 +14,8 @@ export interface HarnessProvider {
   readonly window: number | null
   readonly autoCompactThreshold?: number | null
   readonly inject: boolean
+  /** Offer `readThread` (default true). */
+  readonly readThread?: boolean
   readonly faults?: ScriptedProvider.FaultPlan
 }
 
@@ -51,6 +53,7 @@ export const make = (
       contextWindow: p.window,
       autoCompactThreshold: p.autoCompactThreshold ?? null,
       injectHistory: p.inject,
+      ...(p.readThread === undefined ? {} : { readThread: p.readThread }),
       ...(p.faults === undefined ? {} : { faults: p.faults })
     }, script, counter)
   )
