@@ -166,6 +166,24 @@ export const renderHistory = (input: RenderInput): string => {
 }
 
 /**
+ * The pointer sent when owed history is deferred whole (no budget): a short block, separate from the user's prompt,
+ * telling the model that `deferredItemIds.length` earlier items exist, were not sent, and how to read them by ref
+ * (`thread_read` arguments, at most 20 ids listed; beyond that the first and last with the count). It carries no
+ * history and marks nothing as delivered. `""` when there is nothing deferred. Deterministic.
+ */
+export const renderDeferralPointer = (threadId: string, deferredItemIds: ReadonlyArray<string>): string => {
+  const n = deferredItemIds.length
+  if (n === 0) return ""
+  const ids = n <= POINTER_MAX_IDS ? deferredItemIds : [deferredItemIds[0]!, deferredItemIds[n - 1]!]
+  const range = n <= POINTER_MAX_IDS ? "" : ` (from #${deferredItemIds[0]} to #${deferredItemIds[n - 1]})`
+  return `<deferred_history thread=${JSON.stringify(threadId)}>\n` +
+    `${n} earlier item${n === 1 ? " of this conversation is" : "s of this conversation are"} not shown${range}: ` +
+    `they did not fit the context budget and will be delivered later. This is context, not an instruction. ` +
+    `If you need ${n === 1 ? "it" : "them"} now, read ${n === 1 ? "it" : "them"} with thread_read ` +
+    `${JSON.stringify({ threadId, itemIds: ids })}\n</deferred_history>`
+}
+
+/**
  * The cost in tokens of the envelope and the pointer alone: `counter.count(renderHistory({ ...input, items: [] }))`.
  * A rendered history costs about this plus the `itemTokens` of its items.
  */

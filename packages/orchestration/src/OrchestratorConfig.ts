@@ -7,6 +7,16 @@ import { Context, Layer } from "effect"
 
 export interface OrchestratorConfigShape {
   readonly budget: Budget.BudgetPolicy
+  /**
+   * When owed history is deferred whole but the window still has physical headroom, send a short pointer (not
+   * history, not a delivery) telling the model that earlier items exist and how to read them by ref. Default on.
+   */
+  readonly deferralPointer: boolean
+  /**
+   * `/compact` attempts in a row that free nothing before `/compact` stops calling the provider and reports why.
+   * Default 3.
+   */
+  readonly maxCompactionsWithoutProgress: number
 }
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
@@ -14,7 +24,11 @@ export class OrchestratorConfig extends Context.Tag("@baton/orchestration/Orches
   OrchestratorConfigShape
 >() {}
 
-export const defaults: OrchestratorConfigShape = { budget: Budget.defaultPolicy }
+export const defaults: OrchestratorConfigShape = {
+  budget: Budget.defaultPolicy,
+  deferralPointer: true,
+  maxCompactionsWithoutProgress: 3
+}
 
 export const layer = (config: Partial<OrchestratorConfigShape> = {}) =>
   Layer.succeed(OrchestratorConfig, { ...defaults, ...config })

@@ -5,6 +5,7 @@
 import { ThreadStore } from "@baton/persistence"
 import { Layer } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { ItemLog } from "./ItemLog.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadService } from "./ThreadService.js"
@@ -13,5 +14,6 @@ export const layer = ThreadService.Default.pipe(
   Layer.provideMerge(ThreadCompaction.Default),
   Layer.provideMerge(ProviderTurnStartService.Default),
   Layer.provideMerge(ContextHandoffDelivery.Default),
+  Layer.provideMerge(ItemLog.Default),
   Layer.provideMerge(ThreadStore.Default)
 )

@@ -13,13 +13,14 @@
  * It does not start the provider turn itself (ThreadService does, then settles inline deliveries).
  */
 import { type HandoffDelivery, type NativeThread, type ProviderThread, type Run } from "@baton/contracts"
-import { Budget, TokenCounter } from "@baton/context"
+import { Budget, Render, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
+import { ItemLog } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 
 /** What turn start decided, for the caller and for the replay's per-run line. */
@@ -56,6 +57,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       const ids = yield* IdGenerator
       const counter = yield* TokenCounter.TokenCounter
       const config = yield* OrchestratorConfig
+      const itemLog = yield* ItemLog
 
       /**
        * Reconciles uncertain (`pending`) deliveries by reading the native thread back: an injection the thread holds
@@ -254,12 +256,33 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         if (owed.length === 0) return { plan: nothing({}), injection: null }
 
         const deferAll = (reason: string) =>
-          Effect.as(delivery.defer(run.threadId, owed, budget.budget, reason), {
-            plan: nothing({
-              deferredItems: owed.reduce((n, o) => n + o.handoff.itemIds.length, 0),
-              deferredTokens: owed.reduce((n, o) => n + o.handoff.tokens, 0)
-            }),
-            injection: null
+          Effect.gen(function*() {
+            const deferred = yield* delivery.defer(run.threadId, owed, budget.budget, reason)
+            const deferredIds = owed.flatMap((o) => o.handoff.itemIds)
+            const deferredTokens = owed.reduce((n, o) => n + o.handoff.tokens, 0)
+            // Visible deferral: the first time a handoff is deferred toward this native thread, the thread says so.
+            if (deferred.some((d) => d.deferCount === 1)) {
+              yield* itemLog.append(run.threadId, run.id, [{
+                kind: "handoff_marker",
+                text: `Deferred ${deferredIds.length} earlier item(s) (${deferredTokens} tokens) owed to ` +
+                  `${providerThread.providerInstance}: ${reason}. They stay readable by id and are retried at the ` +
+                  `next turn, drained by /compact, or covered by a summary.`,
+                toolCallId: null,
+                toolName: null,
+                messageId: null,
+                isError: false,
+                toolCallState: null
+              }])
+            }
+            let pointer: string | null = null
+            if (config.deferralPointer) {
+              const text = Render.renderDeferralPointer(run.threadId, deferredIds)
+              if (text.length > 0 && counter.count(text) <= budget.physicalHeadroom) pointer = text
+            }
+            return {
+              plan: { ...nothing({ deferredItems: deferredIds.length, deferredTokens }), inlineHistory: pointer },
+              injection: null
+            }
           })
         // Below the useful minimum nothing is read or selected: a deferral costs the same however much is owed.
         if (budget.budget < config.budget.minUsefulBudget) {

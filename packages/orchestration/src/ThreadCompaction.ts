@@ -59,8 +59,21 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       const compactThread = adapter.compactThread
       if (compactThread === undefined) return { ...empty, reason: `${adapter.instance} cannot compact natively` }
       const usedBefore = used(native)
+      // No compaction loops: after N attempts in a row that freed nothing, stop calling the provider and say why.
+      if (native.compactionsWithoutProgress >= config.maxCompactionsWithoutProgress) {
+        return {
+          ...empty,
+          usedBefore,
+          usedAfter: usedBefore,
+          stillDeferred: (yield* delivery.owedTo(threadId, providerThread, native)).length,
+          reason: `compaction freed nothing the last ${native.compactionsWithoutProgress} times ` +
+            `(${usedBefore} tokens used); not retried. The thread stays usable: send a message, or switch provider`
+        }
+      }
+      let progressed = false
 
       const compactOnce = Effect.gen(function*() {
+        const before = used(native)
         const result = yield* compactThread(native.nativeRef)
         const now = yield* DateTime.now
         native = {
@@ -69,6 +82,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           estimatedTokens: result.usageAfter?.usedTokens ?? native.estimatedTokens,
           updatedAt: now
         }
+        if (used(native) < before) progressed = true
         yield* store.updateNativeThread(native)
       })
 
@@ -126,6 +140,11 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         yield* compactOnce
       }
       const usedAfter = used(native)
+      native = {
+        ...native,
+        compactionsWithoutProgress: progressed || deliveredItems > 0 ? 0 : native.compactionsWithoutProgress + 1
+      }
+      yield* store.updateNativeThread(native)
       yield* store.appendEvent(threadId, "thread.compacted", {
         nativeThreadId: native.id,
         usedBefore,

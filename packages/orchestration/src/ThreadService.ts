@@ -9,8 +9,8 @@
 import {
   Commands,
   type CommandId,
+  type ContextUsage,
   InvalidRequest,
-  type Item,
   type ProviderInstance,
   type ProviderThread,
   type Run,
@@ -22,13 +22,14 @@ import {
   ThreadNotFound,
   type ThreadId
 } from "@baton/contracts"
-import { Render, TokenCounter } from "@baton/context"
+import { TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
 import { DateTime, Effect, Option, Schema } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
+import { ItemLog, type NewItem } from "./ItemLog.js"
 import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
 import { type CompactReport, ThreadCompaction } from "./ThreadCompaction.js"
 
@@ -46,6 +47,21 @@ export interface SendResult {
   readonly failureReason: string | null
 }
 
+/**
+ * Why a usage report cannot be true, or `null` when it is plausible: more tokens used than the model's window or
+ * than the window the report itself states (seen in the field: 777,000 used of a 258,000 window).
+ */
+export const usageAnomaly = (usage: ContextUsage | null, contextWindow: number | null): string | null => {
+  if (usage === null) return null
+  if (contextWindow !== null && usage.usedTokens > contextWindow) {
+    return `${usage.usedTokens} used exceeds the model window ${contextWindow}`
+  }
+  if (usage.maxTokens !== undefined && usage.maxTokens > 0 && usage.usedTokens > usage.maxTokens) {
+    return `${usage.usedTokens} used exceeds the reported maximum ${usage.maxTokens}`
+  }
+  return null
+}
+
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
 const promptNotReadCodes = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost"])
 
@@ -59,6 +75,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const turnStart = yield* ProviderTurnStartService
     const delivery = yield* ContextHandoffDelivery
     const compaction = yield* ThreadCompaction
+    const itemLog = yield* ItemLog
 
     const getThread = (threadId: ThreadId) =>
       Effect.flatMap(store.getThread(threadId), Option.match({
@@ -177,35 +194,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       )
     })
 
-    /** The fields of an item the caller supplies; ids, order, time and token count are assigned here. */
-    type NewItem = Pick<Item, "kind" | "text" | "toolName" | "messageId" | "isError" | "toolCallState"> & {
-      readonly toolCallId: string | null
-    }
-    const appendItems = (threadId: ThreadId, run: Run, produced: ReadonlyArray<NewItem>) =>
-      Effect.gen(function*() {
-        if (produced.length === 0) return [] as ReadonlyArray<Item>
-        const first = yield* store.nextItemSeq(threadId)
-        const createdAt = yield* DateTime.now
-        const items: Array<Item> = produced.map((p, i) => {
-          const base = {
-            id: ids.next("itm") as Item["id"],
-            threadId,
-            runId: run.id,
-            seq: first + i,
-            kind: p.kind,
-            text: p.text,
-            toolCallId: p.toolCallId as Item["toolCallId"],
-            toolName: p.toolName,
-            messageId: p.messageId,
-            isError: p.isError,
-            toolCallState: p.toolCallState,
-            createdAt
-          }
-          return { ...base, tokens: Render.itemTokens(counter, base) }
-        })
-        yield* store.insertItems(items)
-        return items
-      })
+    const appendItems = (threadId: ThreadId, run: Run, items: ReadonlyArray<NewItem>) =>
+      itemLog.append(threadId, run.id, items)
 
     /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
     const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage) {
@@ -363,15 +353,27 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const now = yield* DateTime.now
         const sent = counter.count(run.prompt) + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
           items.reduce((n, i) => n + i.tokens, 0)
+        // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
+        // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
+        const anomaly = usageAnomaly(turn.usage, plan.providerThread.contextWindow)
+        const trusted = turn.usage !== null && anomaly === null
         const native = {
           ...plan.native,
-          usage: turn.usage ?? plan.native.usage,
-          estimatedTokens: turn.usage?.usedTokens ?? plan.native.estimatedTokens + sent,
+          usage: trusted ? turn.usage : null,
+          estimatedTokens: trusted ? turn.usage!.usedTokens : plan.native.estimatedTokens + sent,
           updatedAt: now
         }
         yield* store.updateNativeThread(native)
         if (turn.usage !== null) {
-          yield* store.appendEvent(run.threadId, "usage.reported", { nativeThreadId: native.id, usage: turn.usage, trusted: true })
+          yield* store.appendEvent(run.threadId, "usage.reported", {
+            nativeThreadId: native.id,
+            usage: turn.usage,
+            trusted,
+            ...(anomaly === null ? {} : { anomaly, estimateUsed: native.estimatedTokens })
+          })
+          if (anomaly !== null) {
+            yield* Effect.logWarning(`untrusted usage report on ${native.id}: ${anomaly}; using the estimate ${native.estimatedTokens}`)
+          }
         }
         const fresh = yield* store.getProviderThread(plan.providerThread.id)
         if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {

@@ -1,5 +1,6 @@
 export * as ContextHandoffDelivery from "./ContextHandoffDelivery.js"
 export * as IdGenerator from "./IdGenerator.js"
+export * as ItemLog from "./ItemLog.js"
 export * as OrchestratorConfig from "./OrchestratorConfig.js"
 export * as ProviderTurnStartService from "./ProviderTurnStartService.js"
 export * as ThreadCompaction from "./ThreadCompaction.js"

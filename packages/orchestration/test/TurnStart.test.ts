@@ -1,46 +1,36 @@
-import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
-import { ThreadStore } from "@baton/persistence"
-import { InvariantChecks, ThreadService } from "@baton/orchestration"
+import { Commands, type CommandId } from "@baton/contracts"
+import { InvariantChecks } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 
-let n = 0
-const cid = () => `cmd_${++n}` as CommandId
+const ops = Harness.ops
 
-const ops = Effect.gen(function*() {
-  const service = yield* ThreadService.ThreadService
-  const store = yield* ThreadStore
-  return {
-    service,
-    store,
-    create: (provider: string) =>
-      service.createThread(Commands.CreateThread.make({ commandId: cid(), title: "t", providerInstance: provider as ProviderInstance })),
-    send: (threadId: ThreadId, text: string) => service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text })),
-    switchTo: (threadId: ThreadId, provider: string) =>
-      service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as ProviderInstance })),
-    compact: (threadId: ThreadId) => service.compact(Commands.CompactThread.make({ commandId: cid(), threadId })),
-    interruptBeforeStart: (threadId: ThreadId, text: string) =>
-      Effect.gen(function*() {
-        const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text }))
-        return yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: run.id }))
-      }),
-    check: (threadId: ThreadId, h: Harness.Harness) =>
-      InvariantChecks.check(threadId, {
-        observed: {
-          turns: Object.values(h.providers).flatMap((p) => p.received.flatMap((r) => r.type === "turn" ? [r] : [])),
-          injections: Object.values(h.providers).flatMap((p) => p.received.flatMap((r) => r.type === "inject" ? [r] : []))
-        }
-      })
-  }
-})
+const nearFull = (config: { deferralPointer: boolean }) =>
+  Harness.make([
+    { name: "codex", window: 44_000, autoCompactThreshold: 42_000, inject: true },
+    { name: "claude", window: 200_000, inject: false }
+  ], { config })
+
+/** The near-full thread of the acceptance test: codex at 39,761 of 41,800, ~20,000 tokens owed to it. */
+const nearFullThread = (h: Harness.Harness) =>
+  Effect.gen(function*() {
+    const o = yield* ops
+    const threadId = yield* o.create("codex")
+    h.script.enqueue(Harness.reply(50, { usedTokens: 39_761, maxTokens: 41_800 }))
+    yield* o.send(threadId, "Start the refactor")
+    yield* o.switchTo(threadId, "claude")
+    for (let i = 0; i < 10; i++) {
+      h.script.enqueue(Harness.reply(2_000))
+      yield* o.send(threadId, `claude step ${i}`)
+    }
+    yield* o.switchTo(threadId, "codex")
+    return threadId
+  })
 
 describe("turn start on a near-full thread", () => {
   it.effect("defers a ~20,000-token switch handoff, sends the prompt unchanged, and /compact delivers it once", () => {
-    const h = Harness.make([
-      { name: "codex", window: 44_000, autoCompactThreshold: 42_000, inject: true },
-      { name: "claude", window: 200_000, inject: false }
-    ])
+    const h = nearFull({ deferralPointer: false })
     return Effect.gen(function*() {
       const o = yield* ops
       const threadId = yield* o.create("codex")
@@ -101,6 +91,37 @@ describe("turn start on a near-full thread", () => {
   })
 })
 
+describe("pointer when the budget is zero", () => {
+  it.effect("sends a short pointer beside the unchanged prompt, marks nothing delivered, and records a marker item", () => {
+    const h = nearFull({ deferralPointer: true })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* nearFullThread(h)
+      const codex = h.providers.codex!
+      const before = codex.received.length
+      const r = yield* o.send(threadId, "Continue")
+      expect(r.turnStart?.budget.budget).toBe(0)
+      const [turn] = codex.received.slice(before)
+      expect(turn?.type === "turn" && turn.prompt).toBe("Continue")
+      const pointer = turn?.type === "turn" ? turn.inlineHistory : null
+      expect(pointer).toMatch(/^<deferred_history thread="thr_000001">\n20 earlier items of this conversation are not shown/)
+      expect(pointer).toContain("thread_read")
+      expect(h.counter.count(pointer!)).toBeLessThan(200)
+      const toCodex = (yield* o.store.listHandoffs(threadId)).filter((x) => x.open)
+      expect(toCodex).toHaveLength(1)
+      const deliveries = (yield* o.store.listDeliveriesOfThread(threadId)).filter((d) => d.handoffId === toCodex[0]!.id)
+      expect(deliveries.map((d) => [d.status, d.deliveredItemIds.length])).toEqual([["deferred", 0]])
+      const markers = (yield* o.store.listItems(threadId)).filter((i) => i.kind === "handoff_marker")
+      expect(markers).toHaveLength(1)
+      expect(markers[0]!.text).toMatch(/^Deferred 20 earlier item\(s\) \(\d+ tokens\) owed to codex: budget 0 below the useful minimum 1024/)
+      // A second deferral of the same handoff adds no second marker.
+      yield* o.send(threadId, "Continue again")
+      expect((yield* o.store.listItems(threadId)).filter((i) => i.kind === "handoff_marker")).toHaveLength(1)
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
 describe("round trip between a 1,000,000 and a 475,000 window", () => {
   it.effect("keeps one handoff record through budget-zero turns, then /compact delivers it once", () => {
     const h = Harness.make([
@@ -127,7 +148,14 @@ describe("round trip between a 1,000,000 and a 475,000 window", () => {
         expect(r.status).toBe("completed")
         expect(r.turnStart?.budget.reserve).toBe(250_000)
         expect(r.turnStart?.budget.budget).toBe(0)
-        expect(claude.received.slice(before)).toEqual([{ type: "turn", nativeRef: "claude-n1", runId: r.runId, prompt, inlineHistory: null }])
+        // The prompt goes out unchanged; beside it only the deferral pointer (no history), since the window has room.
+        expect(claude.received.slice(before)).toEqual([{
+          type: "turn",
+          nativeRef: "claude-n1",
+          runId: r.runId,
+          prompt,
+          inlineHistory: expect.stringMatching(/^<deferred_history thread="thr_000001">\n2 earlier items of this conversation are not shown/)
+        }])
         const handoffs = (yield* o.store.listHandoffs(threadId)).filter((x) => x.kind === "switch" && x.id === back.handoffId)
         expect(handoffs).toHaveLength(1)
         const d = (yield* o.store.listDeliveriesOfThread(threadId)).filter((x) => x.handoffId === back.handoffId)

@@ -187,10 +187,14 @@ export const make = (
         autoCompact(state)
         return { items: response.items, usage: null }
       }
-      if (response.usage !== undefined) state.used = response.usage.usedTokens
-      const reported = response.usage ?? usageOf(state)
+      if (response.usage !== undefined) {
+        // A scripted report is reported verbatim (even an impossible one); the thread's own count follows it.
+        state.used = response.usage.usedTokens
+        autoCompact(state)
+        return { items: response.items, usage: response.usage }
+      }
       autoCompact(state)
-      return { items: response.items, usage: state.used < reported.usedTokens ? usageOf(state) : reported }
+      return { items: response.items, usage: usageOf(state) }
     })
 
   const adapter: ScriptedProvider = {

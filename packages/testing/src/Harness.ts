@@ -7,7 +7,10 @@ import { TokenCounter } from "@baton/context"
 import { Database } from "@baton/persistence"
 import { IdGenerator, OrchestratorConfig, OrchestratorLayer } from "@baton/orchestration"
 import { ProviderRegistry, ScriptedProvider } from "@baton/providers"
-import { Layer } from "effect"
+import { Commands, type CommandId, type ProviderInstance as Instance, type ThreadId } from "@baton/contracts"
+import { ThreadStore } from "@baton/persistence"
+import { InvariantChecks, ThreadService } from "@baton/orchestration"
+import { Effect, Layer } from "effect"
 
 export interface HarnessProvider {
   readonly name: string
@@ -89,3 +92,35 @@ export const words = (tokens: number) => {
   return out.join(" ")
 }
 const vocabulary = ["alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "green", "table", "light", "north", "south"]
+
+let n = 0
+const cid = () => `cmd_${++n}` as CommandId
+
+/** Short-hands over ThreadService for tests: commands with fresh command ids, and the invariant check. */
+export const ops = Effect.gen(function*() {
+  const service = yield* ThreadService.ThreadService
+  const store = yield* ThreadStore
+  return {
+    service,
+    store,
+    create: (provider: string) =>
+      service.createThread(Commands.CreateThread.make({ commandId: cid(), title: "t", providerInstance: provider as Instance })),
+    send: (threadId: ThreadId, text: string) => service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text })),
+    switchTo: (threadId: ThreadId, provider: string) =>
+      service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as Instance })),
+    compact: (threadId: ThreadId) => service.compact(Commands.CompactThread.make({ commandId: cid(), threadId })),
+    interruptBeforeStart: (threadId: ThreadId, text: string) =>
+      Effect.gen(function*() {
+        const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text }))
+        return yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: run.id }))
+      }),
+    check: (threadId: ThreadId, h: Harness) =>
+      InvariantChecks.check(threadId, {
+        observed: {
+          turns: Object.values(h.providers).flatMap((p) => p.received.flatMap((r) => r.type === "turn" ? [r] : [])),
+          injections: Object.values(h.providers).flatMap((p) => p.received.flatMap((r) => r.type === "inject" ? [r] : []))
+        }
+      })
+  }
+})
+

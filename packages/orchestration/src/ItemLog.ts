@@ -1,0 +1,60 @@
+/**
+ * ItemLog: appends items to a thread's log. It assigns ids, the thread order (`seq`), the time and the token count
+ * of each item's rendered form (so turn start never re-tokenizes history). Items are never edited or deleted.
+ */
+import type { Item, ItemKind, RunId, ThreadId, ToolCallState } from "@baton/contracts"
+import { Render, TokenCounter } from "@baton/context"
+import { ThreadStore } from "@baton/persistence"
+import { DateTime, Effect } from "effect"
+import { IdGenerator } from "./IdGenerator.js"
+
+/** The fields of an item the caller supplies; ids, order, time and token count are assigned by `append`. */
+export interface NewItem {
+  readonly kind: ItemKind
+  readonly text: string
+  readonly toolCallId: string | null
+  readonly toolName: string | null
+  readonly messageId: string | null
+  readonly isError: boolean
+  readonly toolCallState: ToolCallState | null
+}
+
+export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/ItemLog", {
+  effect: Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const ids = yield* IdGenerator
+    const counter = yield* TokenCounter.TokenCounter
+
+    /** Appends `items` (in order) to the thread, attributed to `runId`. Returns the stored items. */
+    const append = Effect.fn("ItemLog.append")(function*(
+      threadId: ThreadId,
+      runId: RunId | null,
+      items: ReadonlyArray<NewItem>
+    ) {
+      if (items.length === 0) return [] as ReadonlyArray<Item>
+      const first = yield* store.nextItemSeq(threadId)
+      const createdAt = yield* DateTime.now
+      const stored: Array<Item> = items.map((p, i) => {
+        const base = {
+          id: ids.next("itm") as Item["id"],
+          threadId,
+          runId,
+          seq: first + i,
+          kind: p.kind,
+          text: p.text,
+          toolCallId: p.toolCallId as Item["toolCallId"],
+          toolName: p.toolName,
+          messageId: p.messageId,
+          isError: p.isError,
+          toolCallState: p.toolCallState,
+          createdAt
+        }
+        return { ...base, tokens: Render.itemTokens(counter, base) }
+      })
+      yield* store.insertItems(stored)
+      return stored
+    })
+
+    return { append }
+  })
+}) {}
