@@ -85,7 +85,7 @@ export class ProviderError extends Schema.TaggedError<ProviderError>()(
     provider: Schema.String,
     operation: Schema.String,
     reason: Schema.String,
-    /** `refused`, `timeout`, `overflow`, `ack_lost`, `unavailable`, `protocol` */
+    /** `refused`, `interrupted`, `timeout`, `overflow`, `ack_lost`, `unavailable`, `thread_not_found`, `protocol` */
     code: Schema.String,
     retryable: Schema.Boolean
   },

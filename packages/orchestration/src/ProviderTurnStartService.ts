@@ -21,6 +21,7 @@ import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
+import * as UsageSanity from "./UsageSanity.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 
 /** What turn start decided, for the caller and for the replay's per-run line. */
@@ -83,7 +84,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             else yield* delivery.revertToDeferred(threadId, [d], "reconciled: the native thread does not hold it")
           }
           const now = yield* DateTime.now
-          if (read.right.usage !== null) yield* store.updateNativeThread({ ...native, usage: read.right.usage, updatedAt: now })
+          const checked = UsageSanity.check(read.right.usage, native.usage?.maxTokens ?? null).usage
+          if (checked !== null) yield* store.updateNativeThread({ ...native, usage: checked, updatedAt: now })
         }))
         return true
       })
@@ -154,7 +156,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         let replaceReason: string | null = null
         if (providerThreadIn.activeNativeThreadId !== null) {
           const found = yield* store.getNativeThread(providerThreadIn.activeNativeThreadId)
-          if (found._tag === "Some") {
+          if (found._tag === "Some" && found.value.status === "replaced") {
+            current = found.value
+            replaceReason = "the provider lost the native thread"
+          } else if (found._tag === "Some") {
             current = found.value
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
             if (uncertain.length > 0 && !(yield* reconcile(run.threadId, current, uncertain, adapter))) {
@@ -187,7 +192,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           const now = yield* DateTime.now
           const native: NativeThread = {
             ...plan.native,
-            usage: outcome.right.usage ?? plan.native.usage,
+            usage: UsageSanity.check(outcome.right.usage, plan.providerThread.contextWindow).usage ?? plan.native.usage,
             estimatedTokens: plan.native.estimatedTokens + injection.tokens,
             updatedAt: now
           }
@@ -322,7 +327,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         }
       })
 
-      return { prepare }
+      return { prepare, reconcile }
     })
   }
 ) {}

@@ -15,6 +15,8 @@ import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
+import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
+import * as UsageSanity from "./UsageSanity.js"
 
 /** What `/compact` did. Token counts are the native thread's usage. */
 export interface CompactReport {
@@ -34,6 +36,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
     const store = yield* ThreadStore
     const delivery = yield* ContextHandoffDelivery
     const config = yield* OrchestratorConfig
+    const turnStart = yield* ProviderTurnStartService
 
     const used = (n: NativeThread) => n.usage?.usedTokens ?? n.estimatedTokens
 
@@ -76,17 +79,25 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         const before = used(native)
         const result = yield* compactThread(native.nativeRef)
         const now = yield* DateTime.now
+        const after = UsageSanity.check(result.usageAfter, providerThread.contextWindow).usage
         native = {
           ...native,
-          usage: result.usageAfter ?? native.usage,
-          estimatedTokens: result.usageAfter?.usedTokens ?? native.estimatedTokens,
+          usage: after ?? native.usage,
+          estimatedTokens: after?.usedTokens ?? native.estimatedTokens,
           updatedAt: now
         }
         if (used(native) < before) progressed = true
         yield* store.updateNativeThread(native)
       })
 
-      const owed = yield* delivery.owedTo(threadId, providerThread, native)
+      // Uncertain deliveries are never drained again: read them back first where the adapter can; whatever stays
+      // uncertain is left to the next turn start (which replaces the native thread) and not injected here.
+      const uncertain = yield* store.listDeliveriesByStatus(native.id, "pending")
+      if (uncertain.length > 0 && (yield* turnStart.reconcile(threadId, native, uncertain, adapter))) {
+        const reread = yield* store.getNativeThread(native.id)
+        if (reread._tag === "Some") native = reread.value
+      }
+      const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
       let deliveredItems = 0
       let deliveredTokens = 0
       let omittedItems = 0
@@ -117,12 +128,27 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
             itemIds: plan.selection.selected.map((i) => i.id),
             deliveryIds: pending.map((d) => d.id)
           }).pipe(Effect.either)
-          if (outcome._tag === "Right") {
+          if (outcome._tag === "Left") {
+            // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
+            if (yield* turnStart.reconcile(threadId, native, pending, adapter)) {
+              const reread = yield* store.getNativeThread(native.id)
+              if (reread._tag === "Some") native = reread.value
+              const settled = (yield* store.listDeliveriesOfThread(threadId)).filter((d) =>
+                pending.some((p) => p.id === d.id) && d.status === "injected"
+              )
+              if (settled.length > 0) {
+                deliveredItems = plan.selection.selected.length
+                deliveredTokens = plan.selection.tokens
+                omittedItems = plan.selection.omittedItemIds.length
+                stillDeferred = 0
+              }
+            }
+          } else {
             yield* delivery.markSettled(threadId, pending, "injected")
             const now = yield* DateTime.now
             native = {
               ...native,
-              usage: outcome.right.usage ?? native.usage,
+              usage: UsageSanity.check(outcome.right.usage, providerThread.contextWindow).usage ?? native.usage,
               estimatedTokens: native.estimatedTokens + plan.selection.tokens,
               updatedAt: now
             }

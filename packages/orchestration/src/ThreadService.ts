@@ -9,7 +9,6 @@
 import {
   Commands,
   type CommandId,
-  type ContextUsage,
   InvalidRequest,
   type ProviderInstance,
   type ProviderThread,
@@ -30,6 +29,7 @@ import { DateTime, Effect, Option, Schema } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
+import * as UsageSanity from "./UsageSanity.js"
 import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
 import { type CompactReport, ThreadCompaction } from "./ThreadCompaction.js"
 
@@ -48,22 +48,44 @@ export interface SendResult {
 }
 
 /**
- * Why a usage report cannot be true, or `null` when it is plausible: more tokens used than the model's window or
- * than the window the report itself states (seen in the field: 777,000 used of a 258,000 window).
+ * The index of the first lone UTF-16 surrogate in `text`, or -1. Such a prompt cannot reach a provider unchanged
+ * (every UTF-8 boundary turns it into U+FFFD), so it is rejected instead of silently altered.
  */
-export const usageAnomaly = (usage: ContextUsage | null, contextWindow: number | null): string | null => {
-  if (usage === null) return null
-  if (contextWindow !== null && usage.usedTokens > contextWindow) {
-    return `${usage.usedTokens} used exceeds the model window ${contextWindow}`
+const loneSurrogateAt = (text: string): number => {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = text.charCodeAt(i + 1)
+      if (next >= 0xdc00 && next <= 0xdfff) i++
+      else return i
+    } else if (c >= 0xdc00 && c <= 0xdfff) return i
   }
-  if (usage.maxTokens !== undefined && usage.maxTokens > 0 && usage.usedTokens > usage.maxTokens) {
-    return `${usage.usedTokens} used exceeds the reported maximum ${usage.maxTokens}`
+  return -1
+}
+
+const producedKinds = new Set(["assistant_message", "tool_call", "tool_result", "reasoning", "error", "summary"])
+const toolCallStates = new Set(["answered", "dangling", "interrupted"])
+
+/**
+ * Keeps a provider's output recordable whatever an adapter returns: an unknown kind becomes an `error` item that
+ * quotes it, an unknown tool-call state becomes `null`, non-string text is stringified. Nothing is dropped.
+ */
+const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
+  const text = typeof p.text === "string" ? p.text : JSON.stringify(p.text) ?? ""
+  const known = producedKinds.has(p.kind)
+  return {
+    kind: known ? p.kind : "error",
+    text: known ? text : `unrecognised ${JSON.stringify(String(p.kind))} item from the provider: ${text}`,
+    toolCallId: typeof p.toolCallId === "string" ? p.toolCallId : null,
+    toolName: typeof p.toolName === "string" ? p.toolName : null,
+    messageId: typeof p.messageId === "string" ? p.messageId : null,
+    isError: p.isError === true,
+    toolCallState: p.toolCallState !== null && toolCallStates.has(p.toolCallState) ? p.toolCallState : null
   }
-  return null
 }
 
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
-const promptNotReadCodes = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost"])
+const promptNotReadCodes = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
 export class ThreadService extends Effect.Service<ThreadService>()("@baton/orchestration/ThreadService", {
   effect: Effect.gen(function*() {
@@ -199,6 +221,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
     const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage) {
+      const lone = loneSurrogateAt(command.text)
+      if (lone >= 0) {
+        return yield* new InvalidRequest({ reason: `the prompt is not well-formed Unicode: lone surrogate at index ${lone}` })
+      }
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
@@ -249,10 +275,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
       let run = found.value
-      const providerThread = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
+      const providerThreadAtStart = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
         onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${run.id} names a missing provider thread` })),
         onSome: Effect.succeed
       }))
+      const providerThread = providerThreadAtStart
       const adapter = yield* registry.get(providerThread.providerInstance)
       const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
         runId: run.id,
@@ -270,124 +297,166 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       run = { ...run, status: "starting", updatedAt: yield* DateTime.now }
       yield* store.updateRun(run)
 
-      const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
-        Effect.either
-      )
-      if (prepared._tag === "Left") {
-        run = yield* finishRun(run, "failed", "before_provider", prepared.left.message)
-        return result(null, null, providerThread.contextWindow ?? 0)
-      }
-      const plan = prepared.right
-      const window = plan.report.budget.window
-      if (plan.report.injectionError !== null) {
-        run = yield* finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`)
-        return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-      }
-
-      // One transaction: the attempt, the interrupt check and the move to `running`.
-      const queuedRun = run
-      const begun = yield* sql.withTransaction(Effect.gen(function*() {
-        const attemptNo = (yield* store.listAttempts(queuedRun.id)).length + 1
-        const startedAt = yield* DateTime.now
-        const attempt = {
-          id: ids.next("att") as RunAttempt["id"],
-          runId: queuedRun.id,
-          attempt: attemptNo,
-          nativeThreadId: plan.native.id,
-          status: "running" as const,
-          error: null,
-          createdAt: startedAt,
-          updatedAt: startedAt
+      /**
+       * One attempt at the turn. A native thread the provider no longer has (`thread_not_found`) is marked replaced
+       * and the turn is attempted once more on a replacement, which is owed the whole history: the run does not fail
+       * because the provider lost its session.
+       */
+      const attemptTurn = (retryOnLost: boolean) => Effect.gen(function*() {
+        const providerThread = yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
+        const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
+          Effect.either
+        )
+        if (prepared._tag === "Left") {
+          run = yield* finishRun(run, "failed", "before_provider", prepared.left.message)
+          return result(null, null, providerThread.contextWindow ?? 0)
         }
-        // Re-read: an interrupt that arrived while history was prepared stops the run before the provider starts.
-        const current = yield* store.getRun(queuedRun.id)
-        if (current._tag === "Some" && current.value.status === "interrupted") {
-          yield* delivery.revertToDeferred(queuedRun.threadId, plan.inlineDeliveries, "run interrupted before the provider started")
-          yield* store.insertAttempt({ ...attempt, status: "interrupted", error: "interrupted before start" })
-          return { interrupted: current.value, attempt } as const
+        const plan = prepared.right
+        const window = plan.report.budget.window
+        if (plan.report.injectionError !== null) {
+          run = yield* finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`)
+          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
-        yield* store.insertAttempt(attempt)
-        const running: Run = { ...queuedRun, status: "running", nativeThreadId: plan.native.id, updatedAt: startedAt }
-        yield* store.updateRun(running)
-        yield* store.appendEvent(queuedRun.threadId, "run.started", { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attemptNo })
-        return { interrupted: null, running, attempt } as const
-      }))
-      if (begun.interrupted !== null) {
-        run = begun.interrupted
-        return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-      }
-      run = begun.running
-      const attempt = begun.attempt
 
-      const outcome = yield* adapter.startTurn({
-        nativeRef: plan.native.nativeRef,
-        runId: run.id,
-        prompt: run.prompt,
-        inlineHistory: plan.inlineHistory
-      }).pipe(Effect.either)
-
-      if (outcome._tag === "Left") {
-        const error = outcome.left
-        const notRead = promptNotReadCodes.has(error.code)
-        const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
-        const finished = Effect.gen(function*() {
-          if (notRead) {
-            yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, `turn did not start: ${error.code}`)
+        // One transaction: the attempt, the interrupt check and the move to `running`.
+        const queuedRun = run
+        const begun = yield* sql.withTransaction(Effect.gen(function*() {
+          const attemptNo = (yield* store.listAttempts(queuedRun.id)).length + 1
+          const startedAt = yield* DateTime.now
+          const attempt = {
+            id: ids.next("att") as RunAttempt["id"],
+            runId: queuedRun.id,
+            attempt: attemptNo,
+            nativeThreadId: plan.native.id,
+            status: "running" as const,
+            error: null,
+            createdAt: startedAt,
+            updatedAt: startedAt
           }
-          yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: yield* DateTime.now })
-          return yield* finishRun(
-            { ...run, nativeThreadId: notRead ? null : run.nativeThreadId },
-            status,
-            notRead ? "before_provider" : "after_provider",
-            error.message
-          )
-        })
-        run = yield* sql.withTransaction(finished)
-        return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-      }
-
-      const turn = outcome.right
-      const completed = Effect.gen(function*() {
-        yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
-        const items = yield* appendItems(run.threadId, run, turn.items)
-        const now = yield* DateTime.now
-        const sent = counter.count(run.prompt) + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
-          items.reduce((n, i) => n + i.tokens, 0)
-        // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
-        // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
-        const anomaly = usageAnomaly(turn.usage, plan.providerThread.contextWindow)
-        const trusted = turn.usage !== null && anomaly === null
-        const native = {
-          ...plan.native,
-          usage: trusted ? turn.usage : null,
-          estimatedTokens: trusted ? turn.usage!.usedTokens : plan.native.estimatedTokens + sent,
-          updatedAt: now
+          // Re-read: an interrupt that arrived while history was prepared stops the run before the provider starts.
+          const current = yield* store.getRun(queuedRun.id)
+          if (current._tag === "Some" && current.value.status === "interrupted") {
+            yield* delivery.revertToDeferred(queuedRun.threadId, plan.inlineDeliveries, "run interrupted before the provider started")
+            yield* store.insertAttempt({ ...attempt, status: "interrupted", error: "interrupted before start" })
+            return { interrupted: current.value, attempt } as const
+          }
+          yield* store.insertAttempt(attempt)
+          const running: Run = { ...queuedRun, status: "running", nativeThreadId: plan.native.id, updatedAt: startedAt }
+          yield* store.updateRun(running)
+          yield* store.appendEvent(queuedRun.threadId, "run.started", { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attemptNo })
+          return { interrupted: null, running, attempt } as const
+        }))
+        if (begun.interrupted !== null) {
+          run = begun.interrupted
+          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
-        yield* store.updateNativeThread(native)
-        if (turn.usage !== null) {
-          yield* store.appendEvent(run.threadId, "usage.reported", {
-            nativeThreadId: native.id,
-            usage: turn.usage,
-            trusted,
-            ...(anomaly === null ? {} : { anomaly, estimateUsed: native.estimatedTokens })
+        run = begun.running
+        const attempt = begun.attempt
+
+        const outcome = yield* adapter.startTurn({
+          nativeRef: plan.native.nativeRef,
+          runId: run.id,
+          prompt: run.prompt,
+          inlineHistory: plan.inlineHistory
+        }).pipe(Effect.either)
+
+        if (outcome._tag === "Left") {
+          const error = outcome.left
+          if (error.code === "thread_not_found" && retryOnLost) {
+            const lostRun = run
+            run = yield* sql.withTransaction(Effect.gen(function*() {
+              const now = yield* DateTime.now
+              yield* delivery.revertToDeferred(lostRun.threadId, plan.inlineDeliveries, "the provider lost the native thread")
+              yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
+              yield* store.updateNativeThread({ ...plan.native, status: "replaced", updatedAt: now })
+              yield* store.appendEvent(lostRun.threadId, "native_thread.replaced", {
+                nativeThreadId: plan.native.id,
+                reason: "the provider no longer has it"
+              })
+              const again: Run = { ...lostRun, status: "starting", nativeThreadId: null, updatedAt: now }
+              yield* store.updateRun(again)
+              return again
+            }))
+            return "retry" as const
+          }
+          const notRead = promptNotReadCodes.has(error.code)
+          const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
+          const finished = Effect.gen(function*() {
+            if (notRead) {
+              yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, `turn did not start: ${error.code}`)
+            }
+            yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: yield* DateTime.now })
+            return yield* finishRun(
+              { ...run, nativeThreadId: notRead ? null : run.nativeThreadId },
+              status,
+              notRead ? "before_provider" : "after_provider",
+              error.message
+            )
           })
-          if (anomaly !== null) {
-            yield* Effect.logWarning(`untrusted usage report on ${native.id}: ${anomaly}; using the estimate ${native.estimatedTokens}`)
+          run = yield* sql.withTransaction(finished)
+          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
+        }
+
+        const turn = outcome.right
+        const completed = Effect.gen(function*() {
+          yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
+          const items = yield* appendItems(run.threadId, run, turn.items.map(normalizeProduced))
+          const now = yield* DateTime.now
+          const sent = counter.count(run.prompt) + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
+            items.reduce((n, i) => n + i.tokens, 0)
+          // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
+          // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
+          const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow)
+          const trusted = checked !== null
+          const native = {
+            ...plan.native,
+            usage: checked,
+            estimatedTokens: checked !== null ? checked.usedTokens : plan.native.estimatedTokens + sent,
+            updatedAt: now
           }
+          yield* store.updateNativeThread(native)
+          if (turn.usage !== null) {
+            yield* store.appendEvent(run.threadId, "usage.reported", {
+              nativeThreadId: native.id,
+              usage: anomaly === null ? turn.usage : JSON.parse(JSON.stringify(turn.usage)),
+              trusted,
+              ...(anomaly === null ? {} : { anomaly, estimateUsed: native.estimatedTokens })
+            })
+            if (anomaly !== null) {
+              yield* Effect.logWarning(`untrusted usage report on ${native.id}: ${anomaly}; using the estimate ${native.estimatedTokens}`)
+            }
+          }
+          const fresh = yield* store.getProviderThread(plan.providerThread.id)
+          if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
+            yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
+          }
+          yield* store.updateAttempt({ ...attempt, status: "completed", updatedAt: now })
+          const done: Run = { ...run, status: "completed", updatedAt: now }
+          yield* store.updateRun(done)
+          yield* store.appendEvent(run.threadId, "run.completed", { runId: run.id, itemCount: items.length })
+          return { done, native }
+        })
+        const recorded = yield* Effect.either(sql.withTransaction(completed))
+        if (recorded._tag === "Left") {
+          // Never leave a run `running`: the provider read the prompt, but its output could not be recorded.
+          const reason = `provider output could not be recorded: ${recorded.left.message}`
+          const startedRun = run
+          run = yield* sql.withTransaction(Effect.gen(function*() {
+            yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
+            return yield* finishRun(startedRun, "failed", "after_provider", reason)
+          }))
+          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
-        const fresh = yield* store.getProviderThread(plan.providerThread.id)
-        if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
-          yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
-        }
-        yield* store.updateAttempt({ ...attempt, status: "completed", updatedAt: now })
-        const done: Run = { ...run, status: "completed", updatedAt: now }
-        yield* store.updateRun(done)
-        yield* store.appendEvent(run.threadId, "run.completed", { runId: run.id, itemCount: items.length })
-        return { done, native }
+        const { done, native } = recorded.right
+        run = done
+        return result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window)
       })
-      const { done, native } = yield* sql.withTransaction(completed)
-      run = done
-      return result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window)
+
+      const first = yield* attemptTurn(true)
+      if (first !== "retry") return first
+      const second = yield* attemptTurn(false)
+      if (second === "retry") return yield* Effect.dieMessage("unreachable: no retry on the second attempt")
+      return second
     })
 
     /**
@@ -465,7 +534,37 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = yield* getProviderThread(thread)
       const adapter = yield* registry.get(providerThread.providerInstance)
-      const report = yield* compaction.compact(thread.id, providerThread, adapter)
+      const report = yield* compaction.compact(thread.id, providerThread, adapter).pipe(
+        Effect.catchIf(
+          (e) => e._tag === "ProviderError" && e.code === "thread_not_found",
+          (e) =>
+            Effect.gen(function*() {
+              // The provider lost the native thread: the next turn start replaces it and redelivers the history.
+              const native = providerThread.activeNativeThreadId === null
+                ? Option.none()
+                : yield* store.getNativeThread(providerThread.activeNativeThreadId)
+              if (native._tag === "Some") {
+                yield* sql.withTransaction(Effect.gen(function*() {
+                  yield* store.updateNativeThread({ ...native.value, status: "replaced", updatedAt: yield* DateTime.now })
+                  yield* store.appendEvent(thread.id, "native_thread.replaced", {
+                    nativeThreadId: native.value.id,
+                    reason: "the provider no longer has it"
+                  })
+                }))
+              }
+              return {
+                compacted: false,
+                reason: `${e.message}; the next turn starts a replacement native thread and redelivers the history`,
+                usedBefore: null,
+                usedAfter: null,
+                deliveredItems: 0,
+                deliveredTokens: 0,
+                omittedItems: 0,
+                stillDeferred: 0
+              } satisfies CompactReport
+            })
+        )
+      )
       const createdAt = yield* DateTime.now
       yield* store.insertReceipt({ commandId: command.commandId, commandType: "CompactThread", threadId: thread.id, result: JSON.parse(JSON.stringify(report)), createdAt })
       return report

@@ -163,7 +163,7 @@ export const make = (
   const lookup = (operation: string, nativeRef: string) => {
     const state = threads.get(nativeRef)
     return state === undefined
-      ? fail(operation, "unavailable", `native thread ${nativeRef} does not exist on ${instance}`)
+      ? fail(operation, "thread_not_found", `native thread ${nativeRef} does not exist on ${instance}`)
       : Effect.succeed(state)
   }
 
