@@ -1,21 +1,33 @@
 /** Plain-text rendering of the CLI's output: one line per run, the replay summary, thread and handoff listings. */
 import type { ContextHandoff, HandoffDelivery, NativeThread, ProviderThread, Run, Thread } from "@baton/contracts"
+import { DateTime } from "effect"
 import type { ReplaySummary, RunLine } from "./Replay.js"
+
+const nativeThreadId = (names: ReadonlyMap<string, string>, id: string) => names.get(id) ?? id
 
 const n = (x: number) => x.toLocaleString("en-US")
 const pad = (s: string, w: number) => s.padEnd(w)
 const lpad = (s: string, w: number) => s.padStart(w)
 
-/** `run  12 codex   g1 completed  used 31,204/42,000 budget  0 | deferred 143 items 20,511 tok` */
+const items = (k: number) => `${n(k)} item${k === 1 ? "" : "s"}`
+
+/**
+ * One run: `run  12 codex    g1  completed | start 31,204/42,000 budget 0 | deferred 143 items 20,511 tok | after 31,950`.
+ * "start" is the native thread's usage and effective window the budget was computed from; "after" its usage once
+ * the run ended (a drop means the provider compacted natively).
+ */
 export const runLine = (l: RunLine) => {
   const head = `${l.thread > 1 ? `t${l.thread} ` : ""}run ${lpad(String(l.run), 4)} ${pad(l.provider, 8)} ${pad(l.generation === null ? "-" : `g${l.generation}`, 3)} ${pad(l.status, 11)}`
-  const usage = l.usedTokens === null ? pad("", 24) : `used ${lpad(n(l.usedTokens), 7)}/${pad(n(l.window), 9)}`
-  const budget = l.budget === null ? pad("budget -", 15) : `budget ${lpad(n(l.budget), 6)}`
+  if (l.budget === null) {
+    return `${head} | ${l.status === "interrupted" ? "interrupted before the provider started: its prompt is owed to the next turn" : "did not start"}`
+  }
+  const start = `start ${lpad(l.usedAtStart === null ? "-" : n(l.usedAtStart), 9)}/${pad(n(l.window), 9)} budget ${lpad(n(l.budget), 6)}`
   const parts: Array<string> = []
-  if (l.deliveredItems > 0) parts.push(`${l.mode} ${n(l.deliveredItems)} items ${n(l.deliveredTokens)} tok`)
-  if (l.deferredItems > 0) parts.push(`deferred ${n(l.deferredItems)} items ${n(l.deferredTokens)} tok`)
-  if (l.omittedItems > 0) parts.push(`omitted ${n(l.omittedItems)}`)
-  return `${head} ${usage} ${budget} | ${parts.length === 0 ? "nothing owed" : parts.join(", ")}`
+  if (l.deliveredItems > 0) parts.push(`${l.mode} ${items(l.deliveredItems)} ${n(l.deliveredTokens)} tok`)
+  if (l.deferredItems > 0) parts.push(`deferred ${items(l.deferredItems)} ${n(l.deferredTokens)} tok`)
+  if (l.omittedItems > 0) parts.push(`omitted ${items(l.omittedItems)}`)
+  const after = l.usedAfter === null ? "" : ` | after ${n(l.usedAfter)}`
+  return `${head} | ${start} | ${parts.length === 0 ? "nothing owed" : parts.join(", ")}${after}`
 }
 
 /** A 30-cell progress bar for stderr on a terminal. */
@@ -27,7 +39,7 @@ export const progressBar = (done: number, total: number) => {
 
 export const summary = (s: ReplaySummary) =>
   [
-    `replayed ${s.file} (${s.format}): ${s.threads} thread(s), ${n(s.runs)} runs, ${n(s.items)} items in ${n(s.elapsedMs)} ms`,
+    `replayed ${s.file} (${s.format}): ${s.threads} thread(s) ${s.threadIds.join(", ")}, ${n(s.runs)} runs, ${n(s.items)} items in ${n(s.elapsedMs)} ms`,
     `runs: ${s.completedRuns} completed, ${s.interruptedRuns} interrupted, ${s.faultFailedRuns} failed by faults, ${s.failedRuns} failed`,
     `switches ${s.switches}, /compact ${s.compactions}; handoffs: ${s.handoffs.created} created, ${s.handoffs.deferred} deferred at least once, ` +
     `${s.handoffs.delivered} delivered, ${s.handoffs.superseded} superseded, ${s.handoffs.stillOwed} still owed`,
@@ -37,17 +49,17 @@ export const summary = (s: ReplaySummary) =>
       : `invariants: ${s.invariantViolations.length} violation(s)\n  ${s.invariantViolations.join("\n  ")}`
   ].join("\n")
 
-export const threadLine = (t: Thread, runs: number, items: number) =>
-  `${t.id}  ${lpad(String(runs), 5)} runs ${lpad(String(items), 6)} items  ${t.title}`
+export const threadLine = (t: Thread, runs: number, itemCount: number) =>
+  `${t.id}  ${DateTime.formatIso(t.createdAt).slice(0, 19)}Z ${lpad(String(runs), 5)} runs ${lpad(String(itemCount), 6)} items  ${t.title.slice(0, 60)}`
 
 export const threadShow = (
   t: Thread,
   providerThreads: ReadonlyArray<ProviderThread>,
   natives: ReadonlyArray<NativeThread>,
   runs: ReadonlyArray<Run>,
-  items: number
+  itemCount: number
 ) => {
-  const lines = [`thread ${t.id}: ${t.title}`, `  ${runs.length} runs, ${items} items, created ${t.createdAt.toString()}`]
+  const lines = [`thread ${t.id}: ${t.title}`, `  ${runs.length} runs, ${itemCount} items, created ${DateTime.formatIso(t.createdAt)}`]
   for (const p of providerThreads) {
     const active = p.id === t.activeProviderThreadId ? " (active)" : ""
     lines.push(`  provider ${p.providerInstance}${active}: window ${p.contextWindow ?? "unknown"}, synced through run ${p.syncedRunSeq}`)
@@ -65,16 +77,18 @@ export const threadShow = (
 export const handoffs = (
   list: ReadonlyArray<ContextHandoff & { readonly open: boolean }>,
   deliveries: ReadonlyArray<HandoffDelivery>,
-  providerThreads: ReadonlyArray<ProviderThread>
+  providerThreads: ReadonlyArray<ProviderThread>,
+  natives: ReadonlyArray<NativeThread>
 ) => {
   if (list.length === 0) return "no handoffs"
   const name = new Map(providerThreads.map((p) => [p.id as string, p.providerInstance as string]))
+  const nativeName = new Map(natives.map((nt) => [nt.id as string, `${name.get(nt.providerThreadId) ?? "?"} g${nt.generation}`]))
   const lines: Array<string> = []
   for (const h of list) {
     lines.push(`${h.id} ${h.kind} -> ${name.get(h.targetProviderThreadId) ?? h.targetProviderThreadId}: ${h.itemIds.length} items from ${h.sourceRunIds.length} run(s)${h.open ? " (open)" : ""}`)
     for (const d of deliveries.filter((x) => x.handoffId === h.id)) {
       lines.push(
-        `  ${d.id} to ${d.nativeThreadId}: ${d.status}${d.mode ? ` (${d.mode})` : ""}, delivered ${d.deliveredItemIds.length}, ` +
+        `  ${d.id} to ${nativeThreadId(nativeName, d.nativeThreadId)}: ${d.status}${d.status === "pending" && d.mode ? ` (${d.mode})` : ""}, delivered ${d.deliveredItemIds.length}, ` +
         `omitted ${d.omittedItemIds.length}, deferred ${d.deferCount}x${d.lastDeferReason ? ` (last: ${d.lastDeferReason})` : ""}`
       )
     }

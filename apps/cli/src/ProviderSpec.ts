@@ -24,6 +24,23 @@ const tokens = (text: string) => {
   return m === null ? null : Number(m[1]) * (m[2] === undefined ? 1 : 1000)
 }
 
+/** The largest window accepted, in tokens: far above any model's, small enough to be stored exactly. */
+export const maxWindow = 100_000_000
+
+/**
+ * A warning for a spec that can never deliver history at turn start: its effective window is at most the reserve
+ * floor plus the minimum useful budget (16,000 + 1,024 tokens by default), so owed history is always deferred and
+ * only `/compact` drains it. `null` when the spec is fine.
+ */
+export const warning = (spec: ProviderSpec): string | null => {
+  const effective = Math.min(spec.window, spec.autoCompactThreshold ?? spec.window)
+  const reserve = Math.max(16_000, Math.ceil(effective / 4))
+  return effective - reserve < 1_024
+    ? `${spec.name}: a window of ${effective} tokens leaves no history budget after the ${reserve}-token reserve; ` +
+      `owed history is deferred at every turn and only /compact${spec.inject ? "" : " (which cannot inject here)"} drains it`
+    : null
+}
+
 /** Parses a `--providers` value. Fails with `InvalidRequest` naming the bad spec and why. */
 export const parse = (value: string): Either.Either<ReadonlyArray<ProviderSpec>, InvalidRequest> => {
   const specs: Array<ProviderSpec> = []
@@ -38,19 +55,25 @@ export const parse = (value: string): Either.Either<ReadonlyArray<ProviderSpec>,
     }
     if (specs.some((s) => s.name === name)) return bad(`provider "${name}" given twice`)
     const window = windowText === undefined ? null : tokens(windowText)
-    if (window === null || window < 1_000) return bad("WINDOW must be a token count of at least 1000 (e.g. 44000 or 44k)")
+    if (window === null || window < 1_000 || window > maxWindow) {
+      return bad(`WINDOW must be a token count from 1000 to ${maxWindow} (e.g. 44000 or 44k)`)
+    }
     let autoCompactThreshold: number | null = null
-    let inject = true
+    let inject: boolean | null = null
     for (const field of rest) {
-      if (field === "inject" || field === "noinject") inject = field === "inject"
-      else {
+      if (field === "inject" || field === "noinject") {
+        if (inject !== null) return bad("give inject or noinject once")
+        inject = field === "inject"
+      } else {
         const t = tokens(field)
         if (t === null) return bad(`"${field}" is neither AUTOCOMPACT tokens nor inject/noinject`)
+        if (autoCompactThreshold !== null) return bad("give AUTOCOMPACT once")
+        if (t < 1_000) return bad(`AUTOCOMPACT ${t} is below 1000 tokens`)
         if (t > window) return bad(`AUTOCOMPACT ${t} exceeds WINDOW ${window}`)
         autoCompactThreshold = t
       }
     }
-    specs.push({ name, window, autoCompactThreshold, inject })
+    specs.push({ name, window, autoCompactThreshold, inject: inject ?? true })
   }
   return Either.right(specs)
 }

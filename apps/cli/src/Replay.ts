@@ -36,8 +36,12 @@ export interface RunLine {
   readonly provider: string
   readonly generation: number | null
   readonly status: string
-  readonly usedTokens: number | null
+  /** The native thread's usage at turn start (what the budget was computed from), `null` if the run never started. */
+  readonly usedAtStart: number | null
+  /** The effective window at turn start (min of the known windows). */
   readonly window: number
+  /** The native thread's usage after the run, when known. */
+  readonly usedAfter: number | null
   readonly budget: number | null
   readonly mode: string
   readonly deliveredItems: number
@@ -51,6 +55,8 @@ export interface ReplaySummary {
   readonly file: string
   readonly format: string
   readonly threads: number
+  /** The ids of the threads the replay created, for `baton thread show` and `baton handoffs`. */
+  readonly threadIds: ReadonlyArray<string>
   readonly runs: number
   readonly completedRuns: number
   /** Runs that failed for a reason other than the fault plan: must be 0. */
@@ -170,8 +176,9 @@ export const replay = (
               provider: options.providers[providerIndex]!.name,
               generation: null,
               status: done.status,
-              usedTokens: null,
+              usedAtStart: null,
               window: 0,
+              usedAfter: null,
               budget: null,
               mode: "none",
               deliveredItems: 0,
@@ -196,8 +203,9 @@ export const replay = (
             provider: result.providerInstance,
             generation: result.nativeGeneration,
             status: result.status,
-            usedTokens: result.usedTokens,
-            window: result.window,
+            usedAtStart: report?.budget.used ?? null,
+            window: report?.budget.window ?? result.window,
+            usedAfter: result.usedTokens,
             budget: report?.budget.budget ?? null,
             mode: report?.mode ?? "none",
             deliveredItems: report?.deliveredItems ?? 0,
@@ -207,7 +215,6 @@ export const replay = (
             omittedItems: report?.omittedItems ?? 0
           })
         }
-        items += appended
         const observed: InvariantChecks.Observed = {
           turns: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "turn" ? [r] : [])),
           injections: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "inject" ? [r] : []))
@@ -217,6 +224,7 @@ export const replay = (
         for (const v of yield* InvariantChecks.check(threadId, { expectedItemCount: appended + markers, observed })) {
           violations.push(`thread ${threadIndex + 1}: ${v}`)
         }
+        items += appended + markers
       }
 
       let created = 0, deferred = 0, delivered = 0, superseded = 0, stillOwed = 0, injected = 0, inline = 0
@@ -241,6 +249,7 @@ export const replay = (
         file: options.file,
         format: imported.threads[0]?.format ?? "unknown",
         threads: imported.threads.length,
+        threadIds,
         runs,
         completedRuns: completed,
         failedRuns: failed,

@@ -5,9 +5,9 @@
  * an unknown thread) prints one line naming the problem and exits 2, before anything is written; an invariant
  * violation in a replay exits 1.
  */
-import { Args, Command, Options } from "@effect/cli"
+import { Args, Command, Options, ValidationError } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Either, Layer, Option } from "effect"
+import { Cause, Console, Effect, Either, Layer, Option } from "effect"
 import * as Fs from "node:fs"
 import { Database, ThreadStore } from "@baton/persistence"
 import type { ThreadId } from "@baton/contracts"
@@ -27,10 +27,23 @@ const dataDirOption = Options.text("data-dir").pipe(
 const resolveDb = (db: Option.Option<string>, dataDir: Option.Option<string>) =>
   Database.resolveSqlitePath({ db: Option.getOrUndefined(db), dataDir: Option.getOrUndefined(dataDir) })
 
-/** Prints `baton: <message>` on stderr and sets exit code 2 (bad input) for any typed failure. */
+/** The first line of a message, trimmed: errors are reported on one line. */
+const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? text
+
+/**
+ * Prints `baton: <message>` on stderr and sets exit code 2 (bad input) for any typed failure, and for a defect
+ * raised while opening the database (a directory, a non-SQLite file), which is bad input too.
+ */
 const badInput = <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
-  Effect.catchAll(self, (e) =>
-    Effect.zipRight(Console.error(`baton: ${e.message}`), Effect.sync(() => void (process.exitCode = 2))))
+  self.pipe(
+    Effect.catchAll((e) =>
+      Effect.zipRight(Console.error(`baton: ${oneLine(e.message)}`), Effect.sync(() => void (process.exitCode = 2)))),
+    Effect.catchAllDefect((defect) =>
+      Effect.zipRight(
+        Console.error(`baton: ${oneLine(defect instanceof Error ? defect.message : String(defect))}`),
+        Effect.sync(() => void (process.exitCode = 2))
+      ))
+  )
 
 const replay = Command.make(
   "replay",
@@ -53,15 +66,25 @@ const replay = Command.make(
     Effect.gen(function*() {
       const providers = ProviderSpec.parse(o.providers)
       if (Either.isLeft(providers)) return yield* Effect.fail(providers.left)
-      if (o.interruptRate < 0 || o.interruptRate > 1) {
+      if (!(o.interruptRate >= 0 && o.interruptRate <= 1)) {
         return yield* Effect.fail({ message: `--interrupt-rate must be within 0..1, got ${o.interruptRate}` })
       }
       if (o.switchEvery < 0 || o.compactEvery < 0) {
         return yield* Effect.fail({ message: "--switch-every and --compact-every must be 0 (never) or positive" })
       }
       // Validate the whole input before the database is opened: bad input writes nothing.
+      if (Fs.existsSync(o.file) && Fs.statSync(o.file).isDirectory()) {
+        return yield* Effect.fail({ message: `${o.file} is a directory; give one transcript file` })
+      }
       const imported = yield* Replay.load({ file: o.file, skipInvalid: o.skipInvalid })
       for (const s of imported.skipped) yield* Console.error(`baton: skipped ${o.file}:${s.line}${s.field ? ` (${s.field})` : ""}: ${s.reason}`)
+      if (imported.threads.every((t) => t.turns.length === 0)) {
+        return yield* Effect.fail({ message: `${o.file}: no user turn to replay${imported.skipped.length > 0 ? ` (${imported.skipped.length} record(s) skipped)` : ""}` })
+      }
+      for (const p of providers.right) {
+        const warning = ProviderSpec.warning(p)
+        if (warning !== null) yield* Console.error(`baton: warning: ${warning}`)
+      }
       const options: Replay.ReplayOptions = {
         file: o.file,
         providers: providers.right,
@@ -140,7 +163,8 @@ const handoffs = Command.make(
         const list = yield* store.listHandoffs(found.value.id)
         const deliveries = yield* store.listDeliveriesOfThread(found.value.id)
         const providerThreads = yield* store.listProviderThreads(found.value.id)
-        yield* Console.log(Format.handoffs(list, deliveries, providerThreads))
+        const natives = yield* Effect.forEach(providerThreads, (p) => store.listNativeThreads(p.id))
+        yield* Console.log(Format.handoffs(list, deliveries, providerThreads, natives.flat()))
       })).pipe(badInput)
 )
 
@@ -148,4 +172,15 @@ const baton = Command.make("baton").pipe(Command.withSubcommands([replay, thread
 
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
 
-cli(process.argv).pipe(Effect.provide(NodeContext.layer), NodeRuntime.runMain({ disableErrorReporting: false }))
+cli(process.argv).pipe(
+  // @effect/cli has already printed a usage error on stderr: exit 2 (bad input) without a second report.
+  Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => void (process.exitCode = 2))),
+  // Anything unexpected still gets one line, never a stack trace on stdout.
+  Effect.catchAllCause((cause) =>
+    Effect.sync(() => {
+      process.stderr.write(`baton: unexpected failure: ${oneLine(Cause.pretty(cause))}\n`)
+      process.exitCode = 1
+    })),
+  Effect.provide(NodeContext.layer),
+  NodeRuntime.runMain({ disableErrorReporting: true })
+)

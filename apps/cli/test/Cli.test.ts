@@ -29,13 +29,18 @@ describe("baton (process)", () => {
     const lines = Fs.readFileSync(Path.join(raw, "pi/large-session.jsonl"), "utf8").split("\n")
     Fs.writeFileSync(truncated, lines.slice(0, 40).join("\n") + "\n" + lines[40]!.slice(0, 50))
 
-    const [missing, broken, badProvider, ok] = await Promise.all([
+    const notSqlite = Path.join(dir, "notes.txt")
+    Fs.writeFileSync(notSqlite, "these are not the droids\n".repeat(100))
+    const [missing, broken, badProvider, ok, badSeed, badDb, directory] = await Promise.all([
       baton(["replay", Path.join(dir, "nope.jsonl"), "--db", db]),
       baton(["replay", truncated, "--db", db]),
       baton(["replay", Path.join(raw, "pi/large-session.jsonl"), "--providers", "codex:44000,gpt9:1000", "--db", db]),
-      baton(["replay", Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj"), "--db", Path.join(dir, "ok.sqlite")])
+      baton(["replay", Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj"), "--db", Path.join(dir, "ok.sqlite")]),
+      baton(["replay", Path.join(raw, "pi/large-session.jsonl"), "--seed", "x", "--json", "--db", db]),
+      baton(["threads", "--db", notSqlite]),
+      baton(["replay", raw, "--db", db])
     ])
-    for (const r of [missing, broken, badProvider]) {
+    for (const r of [missing, broken, badProvider, badSeed, badDb, directory]) {
       expect(r.code).toBe(2)
       expect(r.stdout).toBe("")
       expect(r.stderr.trim().split("\n")).toHaveLength(1)
@@ -43,6 +48,9 @@ describe("baton (process)", () => {
     expect(missing.stderr).toBe(`baton: ${Path.join(dir, "nope.jsonl")}: file not found\n`)
     expect(broken.stderr).toMatch(new RegExp(`^baton: ${truncated}:41: truncated record`))
     expect(badProvider.stderr).toContain(`unknown provider "gpt9"`)
+    expect(badSeed.stderr.trim()).toBe("'x' is not a integer")
+    expect(badDb.stderr).toMatch(/^baton: .*(file is not a database|not a database)/)
+    expect(directory.stderr).toBe(`baton: ${raw} is a directory; give one transcript file\n`)
     expect(Fs.existsSync(db)).toBe(false)
 
     expect(ok.code).toBe(0)

@@ -68,7 +68,7 @@ describe("baton replay on every real transcript", () => {
       const options = defaults(Path.join(raw, "pi/before-compaction.jsonl"))
       const a = yield* run(options)
       const b = yield* run(options)
-      expect({ ...a, elapsedMs: 0 }).toEqual({ ...b, elapsedMs: 0 })
+      expect({ ...a, elapsedMs: 0, threadIds: [] }).toEqual({ ...b, elapsedMs: 0, threadIds: [] })
       const c = yield* run({ ...options, seed: 2 })
       expect(c.interruptedRuns === a.interruptedRuns && c.handoffs.created === a.handoffs.created &&
         c.deliveries.inline === a.deliveries.inline).toBe(false)
@@ -89,5 +89,23 @@ describe("--providers", () => {
     expect(reason("codex:44000:50000")).toContain("AUTOCOMPACT 50000 exceeds WINDOW 44000")
     expect(reason("codex:44000,codex:50000")).toContain(`provider "codex" given twice`)
     expect(reason("")).toBe("--providers: no provider given")
+  })
+})
+
+describe("--providers limits and warnings", () => {
+  it("rejects windows beyond storage, AUTOCOMPACT below 1000, and repeated flags", () => {
+    const reason = (s: string) => Either.match(ProviderSpec.parse(s), { onLeft: (e) => e.message, onRight: () => "ok" })
+    expect(reason("codex:99999999999999999999")).toContain("WINDOW must be a token count from 1000 to 100000000")
+    expect(reason("codex:44000:0")).toContain("AUTOCOMPACT 0 is below 1000 tokens")
+    expect(reason("codex:44000:500")).toContain("AUTOCOMPACT 500 is below 1000 tokens")
+    expect(reason("codex:44000:inject:noinject")).toContain("give inject or noinject once")
+    expect(reason("codex:44000:42000:43000")).toContain("give AUTOCOMPACT once")
+  })
+  it("warns about a window that can never carry history at turn start", () => {
+    const [small, fine] = Either.getOrThrow(ProviderSpec.parse("pi:16000,codex:44000:42000"))
+    expect(ProviderSpec.warning(small!)).toBe(
+      "pi: a window of 16000 tokens leaves no history budget after the 16000-token reserve; owed history is deferred at every turn and only /compact drains it"
+    )
+    expect(ProviderSpec.warning(fine!)).toBeNull()
   })
 })

@@ -30,7 +30,9 @@ export const layerSqlite = (filename: string) =>
   Layer.effectDiscard(Effect.zipRight(
     // WAL with synchronous=NORMAL: a commit survives a process crash (the durability Baton's recovery relies
     // on); only a power loss can roll back the last commits. SQLite's recommended setting for WAL mode.
-    Effect.flatMap(SqlClient.SqlClient, (sql) => sql`PRAGMA synchronous = NORMAL`),
+    // busy_timeout: a second process writing the same file waits for the lock (up to 5 s) instead of failing.
+    Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      Effect.zipRight(sql`PRAGMA synchronous = NORMAL`, sql`PRAGMA busy_timeout = 5000`)),
     Migrations.run
   )).pipe(
     Layer.provideMerge(

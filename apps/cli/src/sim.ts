@@ -1,0 +1,152 @@
+#!/usr/bin/env node
+/**
+ * `pnpm sim`: the deterministic simulation soak (see `@baton/testing` Simulation). Runs seeds `S .. S+N-1`, `M`
+ * operations each, against the real orchestrator on SQLite with crash-restarts, and checks the invariants after every
+ * step. Every failing seed is printed with its violations and, for the first few, the shrunk operation list and the
+ * scenario as JSON (paste it into a regression test, or rerun it with `--scenario FILE`). The last line is a one-line
+ * summary; the exit code is 1 on any violation, 2 on bad arguments.
+ *
+ *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json] [--without crashes,retries,interrupts,faults,usage]
+ *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
+ */
+import { Simulation } from "@baton/testing"
+import { Effect } from "effect"
+import * as Fs from "node:fs"
+
+interface Args {
+  readonly seeds: number
+  readonly steps: number
+  readonly seedStart: number
+  readonly json: boolean
+  readonly without: ReadonlyArray<string>
+  readonly shrinkLimit: number
+  readonly trace: boolean
+  readonly scenario: string | null
+}
+
+const featureNames: Record<string, keyof Simulation.Features> = {
+  crashes: "crashes",
+  retries: "retries",
+  interrupts: "interrupts",
+  faults: "faults",
+  usage: "usageReports"
+}
+
+const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json] [--without " +
+  `${Object.keys(featureNames).join(",")}] [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]`
+
+const parse = (argv: ReadonlyArray<string>): Args | string => {
+  const out = { seeds: 100, steps: 60, seedStart: 1, json: false, without: [] as Array<string>, shrinkLimit: 5, trace: false, scenario: null as string | null }
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!
+    const value = () => argv[++i]
+    const int = (name: string, min: number) => {
+      const raw = value()
+      const n = Number(raw)
+      if (raw === undefined || !Number.isInteger(n) || n < min) throw `${name} needs an integer >= ${min}, got ${raw ?? "nothing"}`
+      return n
+    }
+    try {
+      switch (flag) {
+        case "--seeds": out.seeds = int(flag, 1); break
+        case "--steps": out.steps = int(flag, 1); break
+        case "--seed-start": out.seedStart = int(flag, 0); break
+        case "--shrink-limit": out.shrinkLimit = int(flag, 0); break
+        case "--no-shrink": out.shrinkLimit = 0; break
+        case "--json": out.json = true; break
+        case "--trace": out.trace = true; break
+        case "--scenario": {
+          const file = value()
+          if (file === undefined) return "--scenario needs a file"
+          out.scenario = file
+          break
+        }
+        case "--without": {
+          const names = (value() ?? "").split(",").filter((s) => s.length > 0)
+          const unknown = names.filter((n) => !(n in featureNames))
+          if (unknown.length > 0 || names.length === 0) return `--without takes ${Object.keys(featureNames).join(",")}; got ${names.join(",") || "nothing"}`
+          out.without.push(...names)
+          break
+        }
+        case "--help":
+        case "-h":
+          return usage
+        default:
+          return `unknown argument ${flag}\n${usage}`
+      }
+    } catch (e) {
+      return String(e)
+    }
+  }
+  return out
+}
+
+const main = Effect.gen(function*() {
+  const args = parse(process.argv.slice(2))
+  if (typeof args === "string") {
+    console.error(`sim: ${args}`)
+    process.exitCode = 2
+    return
+  }
+
+  if (args.scenario !== null) {
+    const scenario = JSON.parse(Fs.readFileSync(args.scenario, "utf8")) as Simulation.Scenario
+    const outcome = yield* Simulation.execute(scenario)
+    for (const line of Simulation.formatScenario(scenario)) console.log(line)
+    for (const line of outcome.trace) console.log(line)
+    for (const v of outcome.violations) console.log(`violation: ${v}`)
+    console.log(`sim: scenario ${args.scenario}, ${outcome.executed} operations, ${outcome.crashes} crash-restarts, ` +
+      `${outcome.violations.length} violations, digest ${outcome.digest.slice(0, 16)}`)
+    if (outcome.violations.length > 0) process.exitCode = 1
+    return
+  }
+
+  const features = { ...Simulation.allFeatures }
+  for (const name of args.without) features[featureNames[name]!] = false
+  const tty = process.stderr.isTTY === true && !args.json
+  const report = yield* Simulation.soak({
+    seedStart: args.seedStart,
+    seeds: args.seeds,
+    steps: args.steps,
+    features,
+    shrinkLimit: args.shrinkLimit,
+    onSeed: (outcome, index) =>
+      Effect.sync(() => {
+        const done = index + 1
+        if (tty) {
+          process.stderr.write(`seed ${outcome.seed}: ${outcome.executed} operations, ${outcome.crashes} crashes, ` +
+            `${outcome.violations.length === 0 ? "ok" : `VIOLATION ${outcome.violations[0]!.slice(0, 100)}`}\n`)
+        } else if (done % 100 === 0 && !args.json) {
+          process.stderr.write(`sim: ${done}/${args.seeds} seeds\n`)
+        }
+        if (args.trace) for (const line of outcome.trace) process.stderr.write(`  ${line}\n`)
+      })
+  })
+
+  if (args.json) {
+    console.log(JSON.stringify({
+      seedStart: report.seedStart,
+      seeds: report.seeds,
+      steps: report.steps,
+      operations: report.operations,
+      crashRestarts: report.crashes,
+      distinctCrashPoints: report.crashPoints.length,
+      violations: report.failures.length,
+      failures: report.failures.map((f) => ({
+        seed: f.seed,
+        violations: f.outcome.violations,
+        shrunk: f.shrunk === null ? null : { violations: f.shrunk.outcome.violations, scenario: f.shrunk.scenario }
+      })),
+      elapsedMs: report.elapsedMs
+    }))
+  } else {
+    for (const failure of report.failures) for (const line of Simulation.formatFailure(failure)) console.log(line)
+    console.log(Simulation.summaryLine(report))
+  }
+  if (report.failures.length > 0) process.exitCode = 1
+})
+
+Effect.runPromise(main).catch((e) => {
+  console.error(`sim: ${String(e)}`)
+  process.exitCode = 1
+})
