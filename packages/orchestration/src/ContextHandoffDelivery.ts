@@ -21,6 +21,7 @@ import {
   type ProviderThread,
   type Run,
   type RunId,
+  settledDeliveryStatuses,
   type ThreadId
 } from "@baton/contracts"
 import { Selection, TokenCounter } from "@baton/context"
@@ -141,6 +142,12 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         const owed: Array<OwedHandoff> = []
         for (const handoff of open) {
           const found = yield* store.findDelivery(handoff.id, native.id)
+          if (found._tag === "Some" && settledDeliveryStatuses.includes(found.value.status)) {
+            // Already settled toward this native thread (the handoff's close was lost): close it, owe nothing.
+            const now = yield* DateTime.now
+            yield* store.updateHandoff({ ...handoff, open: false, updatedAt: now })
+            continue
+          }
           if (found._tag === "Some") {
             owed.push({ handoff, delivery: found.value })
             continue

@@ -11,6 +11,7 @@
 import type { NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
 import { Budget } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
@@ -33,6 +34,7 @@ export interface CompactReport {
 
 export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton/orchestration/ThreadCompaction", {
   effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
     const store = yield* ThreadStore
     const delivery = yield* ContextHandoffDelivery
     const config = yield* OrchestratorConfig
@@ -121,7 +123,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           plan = yield* delivery.plan(threadId, owed, room)
         }
         if (plan.selection.selected.length > 0) {
-          const pending = yield* delivery.markPending(threadId, plan, "injected", null, room)
+          const pending = yield* sql.withTransaction(delivery.markPending(threadId, plan, "injected", null, room))
           const outcome = yield* inject({
             nativeRef: native.nativeRef,
             rendered: plan.selection.rendered,
@@ -144,15 +146,19 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
               }
             }
           } else {
-            yield* delivery.markSettled(threadId, pending, "injected")
-            const now = yield* DateTime.now
-            native = {
-              ...native,
-              usage: UsageSanity.check(outcome.right.usage, providerThread.contextWindow).usage ?? native.usage,
-              estimatedTokens: native.estimatedTokens + plan.selection.tokens,
-              updatedAt: now
-            }
-            yield* store.updateNativeThread(native)
+            const acknowledged = outcome.right
+            native = yield* sql.withTransaction(Effect.gen(function*() {
+              yield* delivery.markSettled(threadId, pending, "injected")
+              const now = yield* DateTime.now
+              const updated: NativeThread = {
+                ...native,
+                usage: UsageSanity.check(acknowledged.usage, providerThread.contextWindow).usage ?? native.usage,
+                estimatedTokens: native.estimatedTokens + plan.selection.tokens,
+                updatedAt: now
+              }
+              yield* store.updateNativeThread(updated)
+              return updated
+            }))
             deliveredItems = plan.selection.selected.length
             deliveredTokens = plan.selection.tokens
             omittedItems = plan.selection.omittedItemIds.length

@@ -11,6 +11,7 @@ import {
   type CommandId,
   InvalidRequest,
   type ProviderInstance,
+  type NativeThread,
   type ProviderThread,
   type Run,
   type RunAttempt,
@@ -179,8 +180,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const providerThread = yield* ensureProviderThread(thread.id, adapter)
           yield* store.updateThread({ ...thread, activeProviderThreadId: providerThread.id })
           return { threadId: thread.id as string }
-        }).pipe(sql.withTransaction)
-      ).pipe(Effect.map((r) => r.threadId as ThreadId))
+        })
+      ).pipe(sql.withTransaction, Effect.map((r) => r.threadId as ThreadId))
     })
 
     /**
@@ -201,7 +202,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const target = yield* ensureProviderThread(thread.id, adapter)
           if (target.id === thread.activeProviderThreadId) return { providerThreadId: target.id as string, handoffId: null }
           const nextSeq = yield* store.nextRunSeq(thread.id)
-          const unseen = yield* store.listRunsBetween(thread.id, target.syncedRunSeq, nextSeq)
+          // Runs the destination's active native thread ran itself (the provider read them) are not owed again.
+          const unseen = (yield* store.listRunsBetween(thread.id, target.syncedRunSeq, nextSeq)).filter((r) =>
+            !(target.activeNativeThreadId !== null && r.nativeThreadId === target.activeNativeThreadId &&
+              r.stopPoint !== "before_provider")
+          )
           const handoff = yield* delivery.createHandoff(thread.id, "switch", target, unseen)
           const now = yield* DateTime.now
           yield* store.updateProviderThread({ ...target, syncedRunSeq: nextSeq - 1, updatedAt: now })
@@ -212,8 +217,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             handoffId: handoff?.id ?? null
           })
           return { providerThreadId: target.id as string, handoffId: handoff?.id ?? null }
-        }).pipe(sql.withTransaction)
-      )
+        })
+      ).pipe(sql.withTransaction)
     })
 
     const appendItems = (threadId: ThreadId, run: Run, items: ReadonlyArray<NewItem>) =>
@@ -254,6 +259,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         toolCallState: null
       }])
       yield* store.appendEvent(thread.id, "run.queued", { runId: run.id, seq: run.seq, providerThreadId: providerThread.id })
+      // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
+      // run instead of queueing a second one. The receipt's result is completed when the run ends.
+      yield* store.insertReceipt({ commandId: command.commandId, commandType: "SendMessage", threadId: thread.id, result: { runId: run.id }, createdAt: now })
       return run
     }, sql.withTransaction)
 
@@ -294,8 +302,19 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       })
       if (run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
 
-      run = { ...run, status: "starting", updatedAt: yield* DateTime.now }
-      yield* store.updateRun(run)
+      // Read and move to `starting` in one transaction: an interrupt written in between is never overwritten.
+      const claimed = yield* sql.withTransaction(Effect.gen(function*() {
+        const current = yield* store.getRun(runId)
+        if (current._tag === "None" || current.value.status !== "queued") return null
+        const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
+        yield* store.updateRun(starting)
+        return starting
+      }))
+      if (claimed === null) {
+        run = Option.getOrElse(yield* store.getRun(runId), () => run)
+        return result(null, null, providerThread.contextWindow ?? 0)
+      }
+      run = claimed
 
       /**
        * One attempt at the turn. A native thread the provider no longer has (`thread_not_found`) is marked replaced
@@ -386,6 +405,17 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
               yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, `turn did not start: ${error.code}`)
             }
             yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: yield* DateTime.now })
+            // A user interrupt that arrived meanwhile stays; only where the run stopped is corrected.
+            const current = yield* store.getRun(run.id)
+            if (current._tag === "Some" && current.value.status === "interrupted") {
+              const kept: Run = {
+                ...current.value,
+                stopPoint: notRead ? "before_provider" : current.value.stopPoint,
+                nativeThreadId: notRead ? null : current.value.nativeThreadId
+              }
+              yield* store.updateRun(kept)
+              return kept
+            }
             return yield* finishRun(
               { ...run, nativeThreadId: notRead ? null : run.nativeThreadId },
               status,
@@ -431,6 +461,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
           }
           yield* store.updateAttempt({ ...attempt, status: "completed", updatedAt: now })
+          // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
+          const current = yield* store.getRun(run.id)
+          if (current._tag === "Some" && current.value.status === "interrupted") return { done: current.value, native }
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* store.updateRun(done)
           yield* store.appendEvent(run.threadId, "run.completed", { runId: run.id, itemCount: items.length })
@@ -466,16 +499,34 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
       const seen = yield* store.findReceipt(command.commandId)
-      if (seen._tag === "Some") return seen.value.result as SendResult
+      if (seen._tag === "Some") {
+        const recorded = seen.value.result as Partial<SendResult> & { readonly runId: string }
+        if (recorded.status !== undefined) return recorded as SendResult
+        // Recorded when the run was queued, never completed (a crash): finish the same run, never a second one.
+        const result = yield* processRun(recorded.runId as Run["id"])
+        yield* store.updateReceipt(command.commandId, JSON.parse(JSON.stringify(result)))
+        return result
+      }
       const run = yield* queueRun(command)
       const result = yield* processRun(run.id)
-      const createdAt = yield* DateTime.now
-      yield* store.insertReceipt({ commandId: command.commandId, commandType: "SendMessage", threadId: command.threadId, result: JSON.parse(JSON.stringify(result)), createdAt })
+      yield* store.updateReceipt(command.commandId, JSON.parse(JSON.stringify(result)))
       return result
     })
 
-    /** Queues a run without starting it (a client that starts runs separately, or one about to interrupt). */
-    const enqueueMessage = queueRun
+    /**
+     * Queues a run without starting it (a client that starts runs separately, or one about to interrupt). A
+     * repeated command id returns the run it queued first.
+     */
+    const enqueueMessage = (command: Commands.SendMessage) =>
+      Effect.gen(function*() {
+        const seen = yield* store.findReceipt(command.commandId)
+        if (seen._tag === "Some") {
+          const runId = (seen.value.result as { readonly runId: Run["id"] }).runId
+          const run = yield* store.getRun(runId)
+          if (run._tag === "Some") return run.value
+        }
+        return yield* queueRun(command)
+      })
 
     /**
      * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
@@ -512,15 +563,36 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const unfinished = yield* store.listUnfinishedRuns()
       const ended: Array<Run> = []
       for (const run of unfinished) {
-        const wasRunning = run.status === "running"
-        ended.push(yield* sql.withTransaction(finishRun(
-          run,
-          "interrupted",
-          wasRunning ? "after_provider" : "before_provider",
-          wasRunning
-            ? "process restarted during the provider turn"
-            : "process restarted before the provider started"
-        )))
+        // `running` is written before the provider call, so whether the provider read the prompt is unknown:
+        // read the native thread back; if that is impossible, stop trusting the native thread (the next turn
+        // start replaces it and owes it the whole history, this prompt included).
+        let read: boolean | "unknown" = false
+        let native: NativeThread | null = null
+        if (run.status === "running" && run.nativeThreadId !== null) {
+          native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
+          const providerThread = Option.getOrNull(yield* store.getProviderThread(run.providerThreadId))
+          const adapter = providerThread === null ? null : Option.getOrNull(yield* Effect.option(registry.get(providerThread.providerInstance)))
+          const back = native === null || adapter?.readThread === undefined
+            ? null
+            : yield* Effect.option(adapter.readThread(native.nativeRef))
+          read = back === null || back._tag === "None" ? "unknown" : back.value.runIds.includes(run.id)
+        }
+        const untrusted = native
+        ended.push(yield* sql.withTransaction(Effect.gen(function*() {
+          if (read === "unknown" && untrusted !== null && untrusted.status === "active") {
+            yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: yield* DateTime.now })
+            yield* store.appendEvent(run.threadId, "native_thread.replaced", {
+              nativeThreadId: untrusted.id,
+              reason: "restart: cannot tell whether the provider read an unfinished run"
+            })
+          }
+          return yield* finishRun(
+            { ...run, nativeThreadId: read === true ? run.nativeThreadId : null },
+            "interrupted",
+            read === true ? "after_provider" : "before_provider",
+            read === true ? "process restarted during the provider turn" : "process restarted before the provider started"
+          )
+        })))
       }
       return ended
     })

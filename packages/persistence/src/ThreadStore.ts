@@ -234,6 +234,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM command_receipts WHERE command_id = ${commandId}`,
           Schema.decodeUnknown(Schema.Array(ReceiptRow))
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("command_receipts.find")),
+      /** Replaces a receipt's result (a command recorded when it began, completed later). */
+      updateReceipt: (commandId: string, result: unknown) =>
+        sql`UPDATE command_receipts SET result = ${JSON.stringify(result)} WHERE command_id = ${commandId}`.pipe(
+          Effect.asVoid,
+          orPersistence("command_receipts.update")
+        ),
       insertReceipt: (receipt: Commands.CommandReceipt) =>
         Effect.flatMap(
           Schema.encode(ReceiptRow)(receipt),

@@ -1,1 +1,2 @@
 export * as Harness from "./Harness.js"
+export * as Simulation from "./Simulation.js"

@@ -1,0 +1,562 @@
+/**
+ * Executes one scenario against the real orchestration services on a real SQLite file, with crash-restarts, and
+ * checks the invariants after every operation and every restart.
+ *
+ * One incarnation of Baton = one Layer build (SQLite connection, migrations, services) in its own Scope, with
+ * sequential ids under a namespace of its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never
+ * collide. A crash closes that Scope (the connection goes; a transaction in progress was rolled back) and builds a
+ * fresh incarnation on the same file, which runs `ThreadService.recover()`. The scripted providers are the external
+ * world: they survive every restart. Time is logical (a clock that advances one millisecond per reading), so the same
+ * scenario gives the same database and the same provider logs, byte for byte.
+ */
+import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
+import { Database, ThreadStore } from "@baton/persistence"
+import {
+  ContextHandoffDelivery,
+  IdGenerator,
+  InvariantChecks,
+  ItemLog,
+  OrchestratorConfig,
+  OrchestratorLayer,
+  ProviderTurnStartService,
+  ThreadCompaction,
+  ThreadService
+} from "@baton/orchestration"
+import { type ProviderAdapter, ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { SqlClient } from "@effect/sql"
+import { Cause, Chunk, Clock, type Context, Data, Effect, Exit, Layer, Logger, Scope } from "effect"
+import { createHash } from "node:crypto"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Checks from "./Checks.js"
+import * as Crash from "./Crash.js"
+import { formatOperation, type Operation, promptText, responseFor, type Scenario } from "./Scenario.js"
+
+/** Counts of what a run exercised. */
+export interface Stats {
+  readonly runs: Readonly<Record<string, number>>
+  readonly deliveries: Readonly<Record<string, number>>
+  readonly handoffs: number
+  readonly nativeThreads: number
+  readonly restarts: number
+  readonly retries: number
+  readonly faultsFired: number
+  readonly interruptsLanded: number
+  /** The most durable steps one operation of each kind went through. */
+  readonly maxSteps: Readonly<Record<string, number>>
+}
+
+/** The result of executing a scenario. */
+export interface Outcome {
+  readonly seed: number
+  /** Operations executed (the run stops after the first operation with a violation). */
+  readonly executed: number
+  readonly violations: ReadonlyArray<string>
+  /** Index of the operation after which the violations were found, `null` when there were none. */
+  readonly failedAt: number | null
+  readonly crashes: number
+  /** Distinct crash points hit, as `<operation>: <site>#<occurrence within the operation>`. */
+  readonly crashPoints: ReadonlyArray<string>
+  /** One line per operation: what it was and what happened. */
+  readonly trace: ReadonlyArray<string>
+  /** SHA-256 of `dump`. */
+  readonly digest: string
+  /** Every table of the database (but the migrations table) and every provider's received log, canonically. */
+  readonly dump: string | null
+  readonly stats: Stats
+}
+
+export interface ExecuteOptions {
+  /** Keep the full `dump` in the outcome (for determinism tests); the digest is always computed. */
+  readonly keepDump?: boolean
+}
+
+class ProbeRollback extends Data.TaggedError("ProbeRollback") {}
+
+/** A clock that advances one millisecond per reading, from 2025-01-01: deterministic timestamps. */
+const logicalClock = (): Clock.Clock => {
+  let now = Date.UTC(2025, 0, 1)
+  const real = Clock.make()
+  return {
+    [Clock.ClockTypeId]: Clock.ClockTypeId,
+    unsafeCurrentTimeMillis: () => ++now,
+    currentTimeMillis: Effect.sync(() => ++now),
+    unsafeCurrentTimeNanos: () => BigInt(now) * 1_000_000n,
+    currentTimeNanos: Effect.sync(() => BigInt(now) * 1_000_000n),
+    sleep: (duration) => real.sleep(duration)
+  }
+}
+
+let counterInstance: TokenCounter.TokenCounterShape | undefined
+const sharedCounter = () => (counterInstance ??= TokenCounter.make())
+
+/**
+ * The orchestrator of `OrchestratorLayer.layer`, with its `ThreadStore` replaced by the crash-injecting one. It lists
+ * the services itself (OrchestratorLayer provides the real store inside); `layerDrift` fails loudly when
+ * OrchestratorLayer gains a service this list lacks.
+ */
+const orchestrator = (
+  file: string,
+  namespace: string,
+  steps: Crash.Steps,
+  adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
+  counter: TokenCounter.TokenCounterShape
+) =>
+  ThreadService.ThreadService.Default.pipe(
+    Layer.provideMerge(ThreadCompaction.ThreadCompaction.Default),
+    Layer.provideMerge(ProviderTurnStartService.ProviderTurnStartService.Default),
+    Layer.provideMerge(ContextHandoffDelivery.ContextHandoffDelivery.Default),
+    Layer.provideMerge(ItemLog.ItemLog.Default),
+    Layer.provideMerge(Crash.storeLayer(steps)),
+    Layer.provideMerge(Database.layerSqlite(file)),
+    Layer.provideMerge(ProviderRegistry.layer(adapters)),
+    Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
+    Layer.provideMerge(IdGenerator.layerSequential(namespace)),
+    Layer.provideMerge(OrchestratorConfig.layer())
+  )
+
+type Services = Layer.Layer.Success<ReturnType<typeof orchestrator>>
+
+let layerChecked = false
+/** Dies if `OrchestratorLayer.layer` provides a service the simulation's layer does not. Checked once per process. */
+const layerDrift = Effect.suspend(() => {
+  if (layerChecked) return Effect.void
+  return Effect.scoped(Effect.gen(function*() {
+    const counter = sharedCounter()
+    const deps = Layer.mergeAll(
+      ProviderRegistry.layer([]),
+      Layer.succeed(TokenCounter.TokenCounter, counter),
+      IdGenerator.layerSequential(),
+      OrchestratorConfig.layer()
+    )
+    const theirs = yield* Layer.build(OrchestratorLayer.layer.pipe(
+      Layer.provideMerge(Database.layerSqlite(":memory:")),
+      Layer.provideMerge(deps)
+    ))
+    const mine = yield* Layer.build(orchestrator(":memory:", "", new Crash.Steps(), [], counter))
+    const missing = [...theirs.unsafeMap.keys()].filter((key) => !mine.unsafeMap.has(key))
+    if (missing.length > 0) {
+      return yield* Effect.dieMessage(`Simulation: OrchestratorLayer provides ${missing.join(", ")}, which the simulation's layer lacks`)
+    }
+    layerChecked = true
+  })).pipe(Effect.orDie)
+})
+
+type Attempt<A> =
+  | { readonly _tag: "ok"; readonly value: A }
+  | { readonly _tag: "crashed"; readonly step: number; readonly site: string }
+  | { readonly _tag: "failed"; readonly message: string }
+
+const describeCause = (cause: Cause.Cause<unknown>): string => {
+  const failure = Cause.failureOption(cause)
+  if (failure._tag === "Some") {
+    const e = failure.value as { readonly _tag?: unknown; readonly message?: unknown }
+    return `${String(e._tag ?? "Error")}: ${String(e.message ?? JSON.stringify(e))}`
+  }
+  return Cause.pretty(cause).split("\n")[0] ?? "unknown defect"
+}
+
+/**
+ * Where the simulation's SQLite files go: `BATON_SIM_DIR`, else `/dev/shm` where it exists (a restart closes the
+ * database, and closing a WAL database checkpoints and syncs it: in memory-backed storage that costs nothing), else
+ * the OS temporary directory.
+ */
+const simulationDir = () =>
+  process.env.BATON_SIM_DIR ?? (Fs.existsSync("/dev/shm") ? "/dev/shm" : Os.tmpdir())
+
+const cid = (id: number, suffix = "") => `cmd_${id}${suffix}` as CommandId
+
+/** Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards). Never fails. */
+export const execute = (scenario: Scenario, options: ExecuteOptions = {}): Effect.Effect<Outcome> =>
+  Effect.zipRight(
+    layerDrift,
+    Effect.suspend(() =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-"))),
+        (dir) => simulate(scenario, Path.join(dir, "baton.sqlite"), options),
+        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+      ).pipe(Effect.withClock(logicalClock()))
+    )
+  )
+
+const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
+  Effect.gen(function*() {
+    const counter = sharedCounter()
+    const script = ScriptedProvider.makeScript()
+    const steps = new Crash.Steps()
+    const armed: Record<ScriptedProvider.FaultCall["operation"], ScriptedProvider.Fault | null> = { startTurn: null, injectHistory: null }
+    let faultsFired = 0
+    const providers = scenario.providers.map((p) =>
+      ScriptedProvider.make({
+        instance: p.name as ProviderInstance,
+        contextWindow: p.window,
+        autoCompactThreshold: p.autoCompactThreshold,
+        injectHistory: p.inject,
+        readThread: p.readThread,
+        faults: (call) => {
+          const fault = armed[call.operation]
+          if (fault === null) return null
+          armed[call.operation] = null
+          faultsFired++
+          return fault
+        }
+      }, script, counter)
+    )
+    const adapters = providers.map((p) => Crash.wrapAdapter(p, steps))
+    const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
+    const armFault = (fault: ScriptedProvider.Fault | null) => {
+      armed.startTurn = fault === "refuse" || fault === "interrupt_before_start" ? fault : null
+      armed.injectHistory = fault === "fail_after_injection" || fault === "lose_injection_ack" ? fault : null
+    }
+
+    // ---- incarnations
+    let incarnation = 0
+    let scope: Scope.CloseableScope | null = null
+    let context: Context.Context<Services> | null = null
+    const open = Effect.gen(function*() {
+      incarnation++
+      const s = yield* Scope.make()
+      context = yield* Layer.buildWithScope(
+        orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter),
+        s
+      ).pipe(Effect.orDie)
+      scope = s
+    })
+    const close = Effect.suspend(() => {
+      const s = scope
+      scope = null
+      context = null
+      return s === null ? Effect.void : Scope.close(s, Exit.void)
+    })
+    const within = <A, E>(effect: Effect.Effect<A, E, Services>) =>
+      Effect.suspend(() => Effect.provide(effect, context as Context.Context<Services>))
+
+    // ---- bookkeeping
+    const trace: Array<string> = []
+    const notes: Array<string> = []
+    let crashes = 0
+    let restarts = 0
+    let retries = 0
+    let interruptsLanded = 0
+    const crashPoints = new Set<string>()
+    const maxSteps: Record<string, number> = {}
+    const memory = Checks.emptyMemory()
+    let threadId: ThreadId | null = null
+
+    const attempt = <A, E>(plan: Crash.StepPlan, effect: Effect.Effect<A, E, Services>) =>
+      Effect.gen(function*() {
+        steps.arm(plan)
+        const exit = yield* Effect.exit(within(effect))
+        steps.disarm()
+        if (steps.interruptLanded !== null) {
+          interruptsLanded++
+          notes.push(`interrupt landed at ${steps.interruptLanded}`)
+        }
+        if (Exit.isSuccess(exit)) return { _tag: "ok", value: exit.value } as Attempt<A>
+        const crash = Chunk.findFirst(Cause.defects(exit.cause), (d) => d instanceof Crash.SimulatedCrash)
+        if (crash._tag === "Some" && steps.crashed !== null) {
+          return { _tag: "crashed", step: steps.crashed.step, site: steps.crashed.site } as Attempt<A>
+        }
+        return { _tag: "failed", message: describeCause(exit.cause) } as Attempt<A>
+      })
+    const noteCrash = (kind: string, step: number, site: string) => {
+      const occurrence = steps.sites.slice(0, step).filter((s) => s === site).length
+      crashPoints.add(`${kind}: ${site}#${occurrence}`)
+      crashes++
+      notes.push(`crashed at step ${step} (${site})`)
+    }
+    const noPlan: Crash.StepPlan = { crashAt: null, interruptAt: null, onInterrupt: null }
+    const crashPlan = (op: Operation, onInterrupt: Effect.Effect<void> | null = null): Crash.StepPlan => ({
+      crashAt: "crash" in op && op.crash !== null ? op.crash.at : null,
+      interruptAt: op.kind === "send" ? op.interruptAt : null,
+      onInterrupt
+    })
+
+    const service = <A, E>(f: (s: ThreadService.ThreadService) => Effect.Effect<A, E, Services>) =>
+      Effect.flatMap(ThreadService.ThreadService, f)
+
+    /** The thread accepts a new message: queue one in a transaction that is then rolled back. */
+    const probe = (thread: ThreadId) =>
+      within(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const threads = yield* ThreadService.ThreadService
+        const outcome = yield* sql.withTransaction(Effect.zipRight(
+          threads.enqueueMessage(Commands.SendMessage.make({ commandId: "cmd_probe" as CommandId, threadId: thread, text: "probe" })),
+          Effect.fail(new ProbeRollback())
+        )).pipe(Effect.flip, Effect.either)
+        if (outcome._tag === "Left") return ["crash-safety: the probe message was not rolled back"]
+        if (outcome.right._tag === "ProbeRollback") return []
+        const e = outcome.right as { readonly _tag: string; readonly message?: string }
+        return [`crash-safety: the thread does not accept a new message after restart: ${e._tag}: ${e.message ?? ""}`]
+      }))
+
+    /** Drops the incarnation, builds a fresh one on the same file and runs restart recovery (which may crash too). */
+    const restart = (kind: string, recoveryCrashAt: number | null) =>
+      Effect.gen(function*() {
+        const violations: Array<string> = []
+        yield* close
+        yield* open
+        restarts++
+        const recover = service((s) => s.recover())
+        let r = yield* attempt({ crashAt: recoveryCrashAt, interruptAt: null, onInterrupt: null }, recover)
+        if (r._tag === "crashed") {
+          noteCrash(`${kind} recovery`, r.step, r.site)
+          yield* close
+          yield* open
+          restarts++
+          r = yield* attempt(noPlan, recover)
+        }
+        if (r._tag === "failed") violations.push(`crash-safety: restart recovery failed: ${r.message}`)
+        const left = yield* within(Checks.afterRestart(memory)).pipe(Effect.orElseSucceed(() => ["crash-safety: cannot read runs after restart"]))
+        violations.push(...left)
+        if (threadId !== null) violations.push(...(yield* probe(threadId).pipe(Effect.catchAll((e) => Effect.succeed([`crash-safety: probe failed: ${String(e)}`])))))
+        return violations
+      })
+
+    /**
+     * Runs a command under the operation's plan; after a crash restarts and, when the client retries, runs it again
+     * with the same command id (without a crash plan).
+     */
+    const command = <A, E>(
+      op: Operation,
+      effect: Effect.Effect<A, E, Services>,
+      options: { readonly onInterrupt?: Effect.Effect<void>; readonly beforeRetry?: () => void; readonly neverRetry?: boolean } = {}
+    ) =>
+      Effect.gen(function*() {
+        const violations: Array<string> = []
+        let r = yield* attempt(crashPlan(op, options.onInterrupt ?? null), effect)
+        maxSteps[op.kind] = Math.max(maxSteps[op.kind] ?? 0, steps.steps)
+        let retried = false
+        if (r._tag === "crashed" && "crash" in op && op.crash !== null) {
+          noteCrash(op.kind, r.step, r.site)
+          violations.push(...(yield* restart(op.kind, op.crash.inRecoveryAt)))
+          if (options.neverRetry !== true && op.crash.retry) {
+            options.beforeRetry?.()
+            retries++
+            retried = true
+            notes.push("client retried")
+            r = yield* attempt(noPlan, effect)
+          }
+        }
+        return { result: r as Attempt<A>, violations, retried }
+      })
+
+    const activeWindow = (thread: ThreadId) =>
+      within(Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const t = yield* store.getThread(thread)
+        if (t._tag === "None" || t.value.activeProviderThreadId === null) return null
+        const p = yield* store.getProviderThread(t.value.activeProviderThreadId)
+        return p._tag === "Some" ? windowOf.get(p.value.providerInstance) ?? null : null
+      })).pipe(Effect.orElseSucceed(() => null))
+
+    const interruptHook = (id: number, thread: ThreadId): Effect.Effect<void> =>
+      within(Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const threads = yield* ThreadService.ThreadService
+        const active = yield* store.findActiveRun(thread)
+        if (active._tag === "None") {
+          notes.push("nothing to interrupt")
+          return
+        }
+        const run = yield* threads.interrupt(Commands.InterruptRun.make({ commandId: cid(id, "_interrupt"), threadId: thread, runId: active.value.id }))
+        notes.push(`interrupted ${run.id} (${active.value.status} -> ${run.status})`)
+      })).pipe(Effect.catchAll((e) => Effect.sync(() => void notes.push(`interrupt failed: ${String(e)}`))))
+
+    const describeFailure = (op: Operation, message: string) =>
+      op.kind === "send" ? `no-wedge: send m${op.id} failed: ${message}` : `command: ${op.kind} failed: ${message}`
+
+    /** Executes one operation: the violations it raised itself and a short description of what happened. */
+    const perform = (op: Operation) =>
+      Effect.gen(function*() {
+        const violations: Array<string> = []
+        let result = ""
+        switch (op.kind) {
+          case "create": {
+            const cmd = Commands.CreateThread.make({
+              commandId: cid(op.id),
+              title: `simulation ${scenario.seed}`,
+              providerInstance: op.provider as ProviderInstance
+            })
+            // The thread is needed to go on: after a crash the client retries, or (without a retry) looks it up.
+            const c = yield* command(op, service((s) => s.createThread(cmd)))
+            violations.push(...c.violations)
+            if (c.result._tag === "crashed") {
+              const found = yield* within(Effect.flatMap(ThreadStore, (s) => s.listThreads())).pipe(Effect.orElseSucceed(() => []))
+              c.result = found.length > 0 ? { _tag: "ok", value: found[0]!.id } : yield* attempt(noPlan, service((s) => s.createThread(cmd)))
+            }
+            if (c.result._tag === "ok") {
+              threadId = c.result.value
+              result = threadId
+            } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            const threads = yield* within(Effect.flatMap(ThreadStore, (s) => s.listThreads())).pipe(Effect.orElseSucceed(() => []))
+            if (threads.length !== 1) {
+              violations.push(`idempotency: CreateThread ${cmd.commandId} made ${threads.length} threads (retried after a crash)`)
+            }
+            break
+          }
+          case "send": {
+            const thread = threadId!
+            const text = promptText(op.id, op.prompt)
+            const cmd = Commands.SendMessage.make({ commandId: cid(op.id), threadId: thread, text })
+            const window = yield* activeWindow(thread)
+            script.clear()
+            script.enqueue(responseFor(op.id, 1, op.reply, window))
+            armFault(op.fault)
+            const c = yield* command(op, service((s) => s.sendMessage(cmd)), {
+              onInterrupt: interruptHook(op.id, thread),
+              beforeRetry: () => {
+                script.clear()
+                script.enqueue(responseFor(op.id, 2, op.reply, window))
+              }
+            })
+            armFault(null)
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") {
+              const r = c.result.value
+              const t = r.turnStart
+              result = `${r.status}${r.failureReason === null ? "" : ` (${r.failureReason.slice(0, 80)})`}` +
+                (t === null ? "" : `; budget ${t.budget.budget}, ${t.mode}, delivered ${t.deliveredItems}, deferred ${t.deferredItems}`) +
+                `; gen ${r.nativeGeneration ?? "-"}, used ${r.usedTokens ?? "?"}`
+            } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            if (c.retried) {
+              const runs = yield* within(Effect.flatMap(ThreadStore, (s) => s.listRuns(thread))).pipe(Effect.orElseSucceed(() => []))
+              const same = runs.filter((r) => r.prompt === text)
+              if (same.length > 1) {
+                violations.push(`idempotency: SendMessage ${cmd.commandId} queued ${same.length} runs (${same.map((r) => r.id).join(", ")}): the retry after the crash ran it again`)
+              }
+            }
+            break
+          }
+          case "interrupt_before_start": {
+            const thread = threadId!
+            const cmd = Commands.SendMessage.make({ commandId: cid(op.id), threadId: thread, text: promptText(op.id, op.prompt) })
+            const c = yield* command(op, service((s) =>
+              Effect.flatMap(s.enqueueMessage(cmd), (run) =>
+                s.interrupt(Commands.InterruptRun.make({ commandId: cid(op.id, "_interrupt"), threadId: thread, runId: run.id })))
+            ), { neverRetry: true })
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") result = `${c.result.value.status} ${c.result.value.stopPoint ?? ""}`
+            else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            break
+          }
+          case "switch": {
+            const thread = threadId!
+            const cmd = Commands.SwitchProvider.make({ commandId: cid(op.id), threadId: thread, providerInstance: op.to as ProviderInstance })
+            const c = yield* command(op, service((s) => s.switchProvider(cmd)))
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") result = `handoff ${c.result.value.handoffId ?? "none"}`
+            else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            break
+          }
+          case "compact": {
+            const thread = threadId!
+            const cmd = Commands.CompactThread.make({ commandId: cid(op.id), threadId: thread })
+            armFault(op.fault)
+            const c = yield* command(op, service((s) => s.compact(cmd)))
+            armFault(null)
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") {
+              const r = c.result.value
+              result = r.compacted
+                ? `compacted ${r.usedBefore ?? "?"} -> ${r.usedAfter ?? "?"}, delivered ${r.deliveredItems}, still deferred ${r.stillDeferred}`
+                : `not compacted: ${r.reason ?? ""}`.slice(0, 100)
+            } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            break
+          }
+          case "restart":
+            violations.push(...(yield* restart("restart", null)))
+            result = "restarted"
+            break
+        }
+        return { violations, result }
+      })
+
+    const check = within(Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const threads = yield* store.listThreads()
+      const observed: InvariantChecks.Observed = {
+        turns: providers.flatMap((p) => p.received.flatMap((r) => r.type === "turn" ? [r] : [])),
+        injections: providers.flatMap((p) => p.received.flatMap((r) => r.type === "inject" ? [r] : []))
+      }
+      const violations: Array<string> = []
+      for (const t of threads) violations.push(...(yield* InvariantChecks.check(t.id, { observed })))
+      violations.push(...(yield* Checks.check(threads.map((t) => t.id), providers, memory)))
+      return violations
+    })).pipe(Effect.catchAll((e) => Effect.succeed([`checks: could not read the record: ${String(e)}`])))
+
+    // Orchestrator log lines (e.g. untrusted usage reports) go to the trace, not to the console.
+    const traceLogger = Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) =>
+      void notes.push(`${logLevel.label}: ${Array.isArray(message) ? message.join(" ") : String(message)}`)))
+
+    // ---- the run
+    const run = Effect.gen(function*() {
+      yield* open
+      let violations: ReadonlyArray<string> = []
+      let failedAt: number | null = null
+      let executed = 0
+      for (const [index, op] of scenario.ops.entries()) {
+        if (op.kind !== "create" && threadId === null) break
+        notes.length = 0
+        const done = yield* perform(op)
+        executed++
+        const found = [...done.violations, ...(yield* check)]
+        trace.push(`${String(index).padStart(3)}  ${formatOperation(op)}  =>  ${done.result}${notes.length > 0 ? `  [${notes.join("; ")}]` : ""}`)
+        if (found.length > 0) {
+          violations = found
+          failedAt = index
+          break
+        }
+      }
+
+      const summary = yield* within(Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const sql = yield* SqlClient.SqlClient
+        const runs: Record<string, number> = {}
+        const deliveries: Record<string, number> = {}
+        let handoffs = 0
+        let nativeThreads = 0
+        for (const t of yield* store.listThreads()) {
+          for (const r of yield* store.listRuns(t.id)) runs[r.status] = (runs[r.status] ?? 0) + 1
+          for (const d of yield* store.listDeliveriesOfThread(t.id)) deliveries[d.status] = (deliveries[d.status] ?? 0) + 1
+          handoffs += (yield* store.listHandoffs(t.id)).length
+          for (const p of yield* store.listProviderThreads(t.id)) nativeThreads += (yield* store.listNativeThreads(p.id)).length
+        }
+        const tables = yield* sql<{ readonly name: string }>`SELECT name FROM sqlite_master WHERE type = 'table'
+          AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'effect_sql_%' ORDER BY name`
+        const parts: Array<string> = []
+        for (const { name } of tables) {
+          const rows = yield* sql`SELECT * FROM ${sql(name)} ORDER BY rowid`
+          parts.push(`## ${name}`, ...rows.map((row) => JSON.stringify(row)))
+        }
+        for (const p of providers) parts.push(`## received by ${p.instance}`, ...p.received.map((r) => JSON.stringify(r)))
+        return { runs, deliveries, handoffs, nativeThreads, dump: parts.join("\n") }
+      })).pipe(Effect.orDie)
+
+      return {
+        seed: scenario.seed,
+        executed,
+        violations,
+        failedAt,
+        crashes,
+        crashPoints: [...crashPoints].sort(),
+        trace,
+        digest: createHash("sha256").update(summary.dump).digest("hex"),
+        dump: options.keepDump === true ? summary.dump : null,
+        stats: {
+          runs: summary.runs,
+          deliveries: summary.deliveries,
+          handoffs: summary.handoffs,
+          nativeThreads: summary.nativeThreads,
+          restarts,
+          retries,
+          faultsFired,
+          interruptsLanded,
+          maxSteps
+        }
+      } satisfies Outcome
+    })
+    return yield* run.pipe(Effect.ensuring(close), Effect.provide(traceLogger))
+  })

@@ -1,0 +1,341 @@
+/**
+ * The simulation's scenario: the provider set-up of one seed and the operations to drive through the orchestrator,
+ * as plain data (JSON), so a shrunk failure can be printed, stored and replayed as a regression test. Every random
+ * choice is made here, at generation time; execution is a pure function of the scenario.
+ *
+ * Texts are derived from each operation's `id` (not its position), so deleting operations while shrinking leaves
+ * the others byte-identical.
+ */
+import type { ContextUsage } from "@baton/contracts"
+import type { ProviderAdapter, ScriptedProvider } from "@baton/providers"
+import * as Prng from "./Prng.js"
+
+/** One scripted provider instance of the scenario. Windows and thresholds in tokens. */
+export interface ProviderSetup {
+  readonly name: string
+  readonly window: number | null
+  readonly autoCompactThreshold: number | null
+  readonly inject: boolean
+  /** Offers `readThread`, so uncertain deliveries are reconciled instead of replacing the native thread. */
+  readonly readThread: boolean
+}
+
+/**
+ * The usage a scripted reply reports: the provider's own count, none (`usage: null`), a thread set near full
+ * (`fraction` of the active provider's window), or an impossible report (`777,000` used of `258,000`).
+ */
+export type UsageReport =
+  | { readonly kind: "counted" }
+  | { readonly kind: "missing" }
+  | { readonly kind: "near_full"; readonly fraction: number }
+  | { readonly kind: "impossible" }
+
+/** What the provider answers to a turn: an assistant message of `tokens` tokens and tool call/result pairs. */
+export interface ReplySpec {
+  readonly tokens: number
+  /** The size in tokens of each tool result; one tool call/result pair per entry. */
+  readonly tools: ReadonlyArray<number>
+  readonly reasoning: boolean
+  readonly usage: UsageReport
+}
+
+/** A crash planned inside an operation. */
+export interface CrashSpec {
+  /** The 1-based durable step of the operation at which the process dies (no crash if the operation has fewer). */
+  readonly at: number
+  /** The process dies again at this durable step of restart recovery; `null`: recovery completes. */
+  readonly inRecoveryAt: number | null
+  /** After the restart the client repeats the command with the same command id. */
+  readonly retry: boolean
+}
+
+export type Operation =
+  | { readonly kind: "create"; readonly id: number; readonly provider: string; readonly crash: CrashSpec | null }
+  | {
+    readonly kind: "send"
+    readonly id: number
+    /** Prompt size in tokens. */
+    readonly prompt: number
+    readonly reply: ReplySpec
+    readonly fault: ScriptedProvider.Fault | null
+    /** The user interrupts the run at the first durable step at or after this one outside a transaction. */
+    readonly interruptAt: number | null
+    readonly crash: CrashSpec | null
+  }
+  | { readonly kind: "interrupt_before_start"; readonly id: number; readonly prompt: number; readonly crash: CrashSpec | null }
+  | { readonly kind: "switch"; readonly id: number; readonly to: string; readonly crash: CrashSpec | null }
+  | { readonly kind: "compact"; readonly id: number; readonly fault: "lose_injection_ack" | null; readonly crash: CrashSpec | null }
+  | { readonly kind: "restart"; readonly id: number }
+
+export interface Scenario {
+  readonly seed: number
+  readonly providers: ReadonlyArray<ProviderSetup>
+  /** `ops[0]` is always `create`. */
+  readonly ops: ReadonlyArray<Operation>
+}
+
+/** What generation may include; everything is on by default. */
+export interface Features {
+  /** Crash-restarts inside operations (and inside restart recovery). */
+  readonly crashes: boolean
+  /** After a crash, the client repeats the interrupted command with the same command id. */
+  readonly retries: boolean
+  /** Users interrupting a run while it is processed (at a durable step outside a transaction). */
+  readonly interrupts: boolean
+  /** Provider faults (refusal, interrupt before start, failure after injection, lost injection acknowledgement). */
+  readonly faults: boolean
+  /** Scripted usage reports: missing, near full, impossible. */
+  readonly usageReports: boolean
+}
+
+export const allFeatures: Features = { crashes: true, retries: true, interrupts: true, faults: true, usageReports: true }
+
+/** The provider set-up of a seed: a large window, a small auto-compacting one, and one without native injection. */
+const providersFor = (r: Prng.Prng): ReadonlyArray<ProviderSetup> => {
+  const small = r.pick([
+    { window: 44_000, autoCompactThreshold: 42_000 },
+    { window: 64_000, autoCompactThreshold: 60_000 }
+  ])
+  return [
+    { name: "big", window: 1_000_000, autoCompactThreshold: null, inject: true, readThread: r.chance(0.7) },
+    { name: "small", ...small, inject: r.chance(0.85), readThread: r.chance(0.7) },
+    { name: "plain", window: 200_000, autoCompactThreshold: null, inject: false, readThread: r.chance(0.7) }
+  ]
+}
+
+/**
+ * The durable steps an operation of each kind goes through at most (measured: a send with a replacement, an
+ * injection and a completed turn is the longest); a crash step is drawn uniformly up to it, so most planned crashes
+ * land inside the operation.
+ */
+const stepsOf: Record<Operation["kind"], number> = {
+  create: 6,
+  send: 40,
+  interrupt_before_start: 5,
+  switch: 9,
+  compact: 16,
+  restart: 0
+}
+
+const crashFor = (r: Prng.Prng, features: Features, kind: Operation["kind"], p: number): CrashSpec | null =>
+  features.crashes && r.chance(p)
+    ? {
+      at: r.int(1, stepsOf[kind]),
+      inRecoveryAt: r.chance(0.2) ? r.int(1, 3) : null,
+      retry: features.retries && r.chance(0.5)
+    }
+    : null
+
+const promptSize = (r: Prng.Prng) =>
+  r.weighted<() => number>([
+    [70, () => r.int(3, 80)],
+    [20, () => r.int(100, 2_500)],
+    [10, () => r.int(5_000, 20_000)]
+  ])()
+
+const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
+  const tokens = r.weighted<() => number>([
+    [60, () => r.int(5, 300)],
+    [30, () => r.int(300, 3_000)],
+    [10, () => r.int(5_000, 15_000)]
+  ])()
+  const tools = r.chance(0.25) ? Array.from({ length: r.int(1, 3) }, () => r.int(20, 2_500)) : []
+  const usage: UsageReport = !features.usageReports
+    ? { kind: "counted" }
+    : r.weighted<UsageReport>([
+      [76, { kind: "counted" }],
+      [10, { kind: "missing" }],
+      [10, { kind: "near_full", fraction: 0.8 + r.int(0, 17) / 100 }],
+      [4, { kind: "impossible" }]
+    ])
+  return { tokens, tools, reasoning: r.chance(0.15), usage }
+}
+
+/**
+ * Generates the scenario of `seed`: `steps` operations after `create`. Operation mix (by weight): send 56, switch
+ * 16, `/compact` 12, interrupt before start 8, clean restart 4; about one operation in five carries a crash.
+ */
+export const generate = (seed: number, steps: number, features: Features = allFeatures): Scenario => {
+  const r = Prng.make(seed)
+  const providers = providersFor(r)
+  const names = providers.map((p) => p.name)
+  let active = r.pick(names)
+  const ops: Array<Operation> = [{ kind: "create", id: 0, provider: active, crash: crashFor(r, features, "create", 0.3) }]
+  for (let id = 1; id <= steps; id++) {
+    const kind = r.weighted<Operation["kind"]>([
+      [56, "send"],
+      [16, "switch"],
+      [12, "compact"],
+      [8, "interrupt_before_start"],
+      [4, "restart"]
+    ])
+    switch (kind) {
+      case "send": {
+        const prompt = promptSize(r)
+        const reply = replyFor(r, features)
+        const fault = features.faults && r.chance(0.2)
+          ? r.weighted<ScriptedProvider.Fault>([
+            [30, "refuse"],
+            [20, "interrupt_before_start"],
+            [25, "fail_after_injection"],
+            [25, "lose_injection_ack"]
+          ])
+          : null
+        const interruptAt = features.interrupts && r.chance(0.1) ? r.int(1, 16) : null
+        ops.push({ kind, id, prompt, reply, fault, interruptAt, crash: crashFor(r, features, kind, 0.25) })
+        break
+      }
+      case "switch": {
+        const to = r.pick(names.filter((n) => n !== active))
+        active = to
+        ops.push({ kind, id, to, crash: crashFor(r, features, kind, 0.2) })
+        break
+      }
+      case "compact":
+        ops.push({ kind, id, fault: features.faults && r.chance(0.15) ? "lose_injection_ack" : null, crash: crashFor(r, features, kind, 0.2) })
+        break
+      case "interrupt_before_start": {
+        // Queue-then-interrupt is two commands: the client does not replay it after a crash.
+        const crash = crashFor(r, features, kind, 0.2)
+        ops.push({ kind, id, prompt: promptSize(r), crash: crash === null ? null : { ...crash, retry: false } })
+        break
+      }
+      case "restart":
+        ops.push({ kind, id })
+        break
+    }
+  }
+  return { seed, providers, ops }
+}
+
+// ---- texts
+
+const vocabulary = [
+  "alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "green", "table", "light", "north", "south",
+  "file", "test", "build", "error", "value", "return", "import", "string", "number", "array", "index", "check",
+  "parse", "write", "read", "thread", "run", "item", "queue", "event", "state", "order", "fix", "patch"
+]
+const snippets = [
+  "const x = await load(path)\n",
+  "if (!ok) throw new Error(`bad ${id}`)\n",
+  "SELECT * FROM runs WHERE seq > 3;\n",
+  "{\"path\": \"src/index.ts\", \"line\": 42}\n",
+  "naïve café — ünïcödé ✓\n",
+  "$ pnpm test -- --run\n"
+]
+
+/** About `tokens` tokens of text, determined by `salt` (short words, with code-like snippets now and then). */
+export const filler = (salt: number, tokens: number): string => {
+  const r = Prng.make(salt)
+  const out: Array<string> = []
+  let n = 0
+  while (n < tokens) {
+    if (r.chance(0.01)) {
+      out.push(r.pick(snippets))
+      n += 8
+    } else {
+      out.push(r.pick(vocabulary) + (r.chance(0.06) ? "." : ""))
+      n += 1
+    }
+  }
+  return out.join(" ")
+}
+
+/** The prompt of operation `id` (and retry `attempt`): distinct per operation, about `tokens` tokens. */
+export const promptText = (id: number, tokens: number) => `m${id}: ${filler(Prng.mix(id, 1), Math.max(1, tokens - 3))}`
+
+/** Usage the reply reports to the orchestrator, given the active provider's window. */
+const usageOf = (usage: UsageReport, window: number | null): ContextUsage | null | undefined => {
+  switch (usage.kind) {
+    case "counted":
+      return undefined
+    case "missing":
+      return null
+    case "near_full": {
+      const max = window ?? 200_000
+      return { usedTokens: Math.floor(max * usage.fraction), maxTokens: max }
+    }
+    case "impossible":
+      return { usedTokens: 777_000, maxTokens: 258_000 }
+  }
+}
+
+/**
+ * The scripted response of a send operation. Tool call ids are unique per attempt (`call_<id>_<attempt>_<k>`), as
+ * a real provider's are; the assistant message and its tool calls share a message id (one tool unit).
+ */
+export const responseFor = (
+  id: number,
+  attempt: number,
+  reply: ReplySpec,
+  window: number | null
+): ScriptedProvider.ScriptedResponse => {
+  const messageId = reply.tools.length > 0 || reply.reasoning ? `msg_${id}_${attempt}` : null
+  const item = (
+    kind: ProviderAdapter.ProducedItem["kind"],
+    text: string,
+    extra: Partial<ProviderAdapter.ProducedItem> = {}
+  ): ProviderAdapter.ProducedItem => ({
+    kind,
+    text,
+    toolCallId: null,
+    toolName: null,
+    messageId,
+    isError: false,
+    toolCallState: null,
+    ...extra
+  })
+  const items: Array<ProviderAdapter.ProducedItem> = []
+  if (reply.reasoning) items.push(item("reasoning", filler(Prng.mix(id, 2), 40)))
+  items.push(item("assistant_message", `a${id}: ${filler(Prng.mix(id, 3), reply.tokens)}`))
+  reply.tools.forEach((_, k) => {
+    const toolCallId = `call_${id}_${attempt}_${k}`
+    items.push(item("tool_call", JSON.stringify({ cmd: `cat src/file${k}.ts` }), { toolCallId, toolName: "bash", toolCallState: "answered" }))
+  })
+  reply.tools.forEach((size, k) => {
+    const toolCallId = `call_${id}_${attempt}_${k}`
+    items.push(item("tool_result", filler(Prng.mix(id, 10 + k), size), { toolCallId, toolName: "bash", messageId: null }))
+  })
+  if (reply.tools.length > 0) items.push(item("assistant_message", `done ${id}`, { messageId: `msg_${id}_${attempt}_end` }))
+  const usage = usageOf(reply.usage, window)
+  return usage === undefined ? { items } : { items, usage }
+}
+
+// ---- formatting
+
+const crashText = (c: CrashSpec | null) =>
+  c === null
+    ? ""
+    : ` [crash at step ${c.at}${c.inRecoveryAt === null ? "" : `, again at recovery step ${c.inRecoveryAt}`}${c.retry ? ", client retries" : ""}]`
+
+const usageText = (u: UsageReport) =>
+  u.kind === "counted" ? "" : u.kind === "near_full" ? `, usage near full ${u.fraction}` : `, usage ${u.kind}`
+
+/** One line per operation, for failure reports. */
+export const formatOperation = (op: Operation): string => {
+  switch (op.kind) {
+    case "create":
+      return `create on ${op.provider}${crashText(op.crash)}`
+    case "send":
+      return `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok` +
+        `${op.reply.tools.length > 0 ? `, tools [${op.reply.tools.join(", ")}]` : ""}` +
+        `${op.reply.reasoning ? ", reasoning" : ""}${usageText(op.reply.usage)})` +
+        `${op.fault === null ? "" : ` fault ${op.fault}`}` +
+        `${op.interruptAt === null ? "" : ` interrupt at step ${op.interruptAt}`}${crashText(op.crash)}`
+    case "interrupt_before_start":
+      return `queue m${op.id} (${op.prompt} tok) and interrupt it before it starts${crashText(op.crash)}`
+    case "switch":
+      return `switch to ${op.to}${crashText(op.crash)}`
+    case "compact":
+      return `/compact${op.fault === null ? "" : ` fault ${op.fault}`}${crashText(op.crash)}`
+    case "restart":
+      return "restart"
+  }
+}
+
+export const formatScenario = (scenario: Scenario): ReadonlyArray<string> => [
+  `providers: ${scenario.providers.map((p) =>
+    `${p.name} ${p.window ?? "?"}${p.autoCompactThreshold === null ? "" : `/${p.autoCompactThreshold}`} ${p.inject ? "inject" : "noinject"}${p.readThread ? "" : " noread"}`
+  ).join(", ")}`,
+  ...scenario.ops.map((op, i) => `${String(i).padStart(3)}  ${formatOperation(op)}`)
+]
