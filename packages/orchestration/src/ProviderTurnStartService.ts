@@ -168,7 +168,20 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           }
         }
         const freshRef = current === null || replaceReason !== null ? (yield* adapter.startThread()).nativeRef : null
-        const decided = yield* sql.withTransaction(decide(run, providerThreadIn, adapter, current, replaceReason, freshRef))
+        // A run recorded as never read may have reached the provider after all (an interrupt or a crash raced the
+        // turn). Where the adapter can read the native thread back, such a run is recognised and not owed again.
+        let readByProvider = new Set<string>()
+        if (current !== null && replaceReason === null && adapter.readThread !== undefined &&
+          providerThreadIn.syncedRunSeq < run.seq - 1) {
+          const between = yield* store.listRunsBetween(run.threadId, providerThreadIn.syncedRunSeq, run.seq)
+          if (between.some((r) => r.stopPoint === "before_provider")) {
+            const back = yield* Effect.option(adapter.readThread(current.nativeRef))
+            if (back._tag === "Some") readByProvider = new Set(back.value.runIds)
+          }
+        }
+        const decided = yield* sql.withTransaction(
+          decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider)
+        )
         if (decided.injection === null) return decided.plan
         const { plan, injection } = decided
         const outcome = yield* adapter.injectHistory!({
@@ -209,7 +222,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         adapter: ProviderAdapter.ProviderAdapterShape,
         current: NativeThread | null,
         replaceReason: string | null,
-        freshRef: string | null
+        freshRef: string | null,
+        readByProvider: ReadonlySet<string>
       ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
         let native: NativeThread
@@ -224,7 +238,16 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         // Missed-run recovery: runs on P after its watermark that the provider never read.
         if (providerThread.syncedRunSeq < run.seq - 1) {
           const between = yield* store.listRunsBetween(run.threadId, providerThread.syncedRunSeq, run.seq)
-          const missed = between.filter((r) => r.stopPoint === "before_provider")
+          const missed: Array<Run> = []
+          for (const r of between) {
+            if (r.stopPoint !== "before_provider") continue
+            if (readByProvider.has(r.id)) {
+              // The provider holds this run: record it as read on this native thread instead of owing it again.
+              yield* store.updateRun({ ...r, stopPoint: "after_provider", nativeThreadId: native.id })
+              continue
+            }
+            missed.push(r)
+          }
           yield* delivery.recoverMissedRuns(run.threadId, providerThread, native, missed)
           const now = yield* DateTime.now
           providerThread = { ...providerThread, syncedRunSeq: run.seq - 1, updatedAt: now }

@@ -60,6 +60,10 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       if (providerThread.activeNativeThreadId === null) return { ...empty, reason: "no native thread yet: nothing to compact" }
       const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
       if (found._tag === "None") return { ...empty, reason: "the native thread record is missing" }
+      if (found.value.status === "replaced") {
+        // An untrusted native thread is never written to again: the next turn start replaces it.
+        return { ...empty, reason: "the native thread is no longer trusted; the next turn starts a replacement and delivers the history" }
+      }
       let native = found.value
       const compactThread = adapter.compactThread
       if (compactThread === undefined) return { ...empty, reason: `${adapter.instance} cannot compact natively` }

@@ -18,6 +18,7 @@ import {
   RunInProgress,
   RunNotFound,
   type RunStopPoint,
+  terminalRunStatuses,
   type Thread,
   ThreadNotFound,
   type ThreadId
@@ -265,8 +266,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       return run
     }, sql.withTransaction)
 
+    /** Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending. */
     const finishRun = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string) =>
       Effect.gen(function*() {
+        const current = yield* store.getRun(run.id)
+        if (current._tag === "Some" && terminalRunStatuses.includes(current.value.status)) return current.value
         const now = yield* DateTime.now
         const done: Run = { ...run, status, stopPoint, failureReason: reason, updatedAt: now }
         yield* store.updateRun(done)
@@ -463,7 +467,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.updateAttempt({ ...attempt, status: "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
           const current = yield* store.getRun(run.id)
-          if (current._tag === "Some" && current.value.status === "interrupted") return { done: current.value, native }
+          if (current._tag === "Some" && current.value.status === "interrupted") {
+            // The provider did read the prompt (the turn completed): record that, whatever the interrupt assumed.
+            const kept: Run = { ...current.value, stopPoint: "after_provider", nativeThreadId: plan.native.id, updatedAt: now }
+            yield* store.updateRun(kept)
+            return { done: kept, native }
+          }
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* store.updateRun(done)
           yield* store.appendEvent(run.threadId, "run.completed", { runId: run.id, itemCount: items.length })
@@ -540,13 +549,40 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         return yield* finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started")
       }
       if (run.status === "running") {
+        // `running` is written just before the provider call: read the native thread back, where the adapter can,
+        // to record whether the provider read the prompt (a turn that starts after this is corrected on completion).
+        // Where it cannot be told, the native thread is no longer trusted: the next turn start replaces it and owes
+        // it the whole history, so the prompt is neither lost nor delivered twice.
+        let read: boolean | "unknown" = "unknown"
+        let native: NativeThread | null = null
         const providerThread = yield* store.getProviderThread(run.providerThreadId)
         if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
           const adapter = yield* registry.get(providerThread.value.providerInstance)
-          const native = yield* store.getNativeThread(run.nativeThreadId)
-          if (native._tag === "Some") yield* Effect.ignore(adapter.interrupt(native.value.nativeRef))
+          native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
+          if (native !== null) {
+            yield* Effect.ignore(adapter.interrupt(native.nativeRef))
+            if (adapter.readThread !== undefined) {
+              const back = yield* Effect.option(adapter.readThread(native.nativeRef))
+              if (back._tag === "Some") read = back.value.runIds.includes(run.id)
+            }
+          }
         }
-        return yield* finishRun(run, "interrupted", "after_provider", "interrupted by the user")
+        const untrusted = read === "unknown" ? native : null
+        return yield* sql.withTransaction(Effect.gen(function*() {
+          if (untrusted !== null && untrusted.status === "active") {
+            yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: yield* DateTime.now })
+            yield* store.appendEvent(run.threadId, "native_thread.replaced", {
+              nativeThreadId: untrusted.id,
+              reason: "interrupted mid-turn: cannot tell whether the provider read the prompt"
+            })
+          }
+          return yield* finishRun(
+            read === true ? run : { ...run, nativeThreadId: null },
+            "interrupted",
+            read === true ? "after_provider" : "before_provider",
+            "interrupted by the user"
+          )
+        }))
       }
       return run
     })
@@ -561,15 +597,26 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const recover = Effect.fn("ThreadService.recover")(function*() {
       const unfinished = yield* store.listUnfinishedRuns()
+      const openAttempts = yield* store.listOpenAttempts()
+      const toCheck = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))
+      for (const a of openAttempts) {
+        if (!toCheck.has(a.runId)) {
+          const r = yield* store.getRun(a.runId)
+          if (r._tag === "Some") toCheck.set(a.runId, r.value)
+        }
+      }
       const ended: Array<Run> = []
-      for (const run of unfinished) {
-        // `running` is written before the provider call, so whether the provider read the prompt is unknown:
-        // read the native thread back; if that is impossible, stop trusting the native thread (the next turn
-        // start replaces it and owes it the whole history, this prompt included).
+      for (const run of toCheck.values()) {
+        // An attempt without a recorded outcome (`running` is written just before the provider call) leaves it
+        // unknown whether the provider read the prompt: read the native thread back; if that is impossible, stop
+        // trusting the native thread (the next turn start replaces it and owes it the whole history, this prompt
+        // included). A run still queued or starting never reached the provider.
+        const attempt = openAttempts.filter((a) => a.runId === run.id).at(-1) ?? null
+        const nativeId = attempt?.nativeThreadId ?? run.nativeThreadId
         let read: boolean | "unknown" = false
         let native: NativeThread | null = null
-        if (run.status === "running" && run.nativeThreadId !== null) {
-          native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
+        if (attempt !== null && nativeId !== null) {
+          native = Option.getOrNull(yield* store.getNativeThread(nativeId))
           const providerThread = Option.getOrNull(yield* store.getProviderThread(run.providerThreadId))
           const adapter = providerThread === null ? null : Option.getOrNull(yield* Effect.option(registry.get(providerThread.providerInstance)))
           const back = native === null || adapter?.readThread === undefined
@@ -577,19 +624,31 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             : yield* Effect.option(adapter.readThread(native.nativeRef))
           read = back === null || back._tag === "None" ? "unknown" : back.value.runIds.includes(run.id)
         }
-        const untrusted = native
+        const untrusted = read === "unknown" ? native : null
+        const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"
+        const nativeThreadId = read === true ? nativeId : null
         ended.push(yield* sql.withTransaction(Effect.gen(function*() {
-          if (read === "unknown" && untrusted !== null && untrusted.status === "active") {
-            yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: yield* DateTime.now })
+          const now = yield* DateTime.now
+          if (untrusted !== null && untrusted.status === "active") {
+            yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: now })
             yield* store.appendEvent(run.threadId, "native_thread.replaced", {
               nativeThreadId: untrusted.id,
               reason: "restart: cannot tell whether the provider read an unfinished run"
             })
           }
+          if (attempt !== null) {
+            yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "process restarted", updatedAt: now })
+          }
+          if (terminalRunStatuses.includes(run.status)) {
+            // Already ended (e.g. by an interrupt) but its turn's outcome was never recorded: correct where it stopped.
+            const corrected: Run = { ...run, stopPoint, nativeThreadId, updatedAt: now }
+            yield* store.updateRun(corrected)
+            return corrected
+          }
           return yield* finishRun(
-            { ...run, nativeThreadId: read === true ? run.nativeThreadId : null },
+            { ...run, nativeThreadId },
             "interrupted",
-            read === true ? "after_provider" : "before_provider",
+            stopPoint,
             read === true ? "process restarted during the provider turn" : "process restarted before the provider started"
           )
         })))

@@ -125,6 +125,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
 
       // ---- run attempts
+      /** Attempts whose outcome was never recorded (after a crash: the provider turns to reconcile). */
+      listOpenAttempts: () =>
+        attempts.findAll(
+          "run_attempts.listOpen",
+          sql`SELECT * FROM run_attempts WHERE status IN ('starting', 'running') ORDER BY run_id, attempt`
+        ),
       insertAttempt: (a: RunAttempt) => attempts.insert(a),
       updateAttempt: (a: RunAttempt) => attempts.update(a),
       listAttempts: (runId: RunId) =>

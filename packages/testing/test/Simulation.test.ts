@@ -209,6 +209,11 @@ const knownViolations: ReadonlyArray<{ readonly name: string; readonly category:
 /** Shrunk simulation failures that have since been fixed: each must run without a violation. */
 const regressions: ReadonlyArray<{ readonly name: string; readonly category: string; readonly scenario: Simulation.Scenario }> = [
   {
+    name: "G. an interrupt raced the provider turn and a crash lost the turn's outcome: recovery reads it back, a switch back owes nothing twice (seed 15)",
+    category: "exactly-once",
+    scenario: JSON.parse("{\"seed\":15,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true},{\"name\":\"small\",\"window\":44000,\"autoCompactThreshold\":42000,\"inject\":true,\"readThread\":true},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true}],\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":8,\"crash\":{\"at\":17,\"inRecoveryAt\":null,\"retry\":false}},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"switch\",\"id\":10,\"to\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":11,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
+  },
+  {
     name: "E1. /compact after a lost injection acknowledgement does not inject the same history again (seed 1)",
     category: "exactly-once",
     scenario: {
