@@ -32,6 +32,18 @@ export interface CompactReport {
   readonly stillDeferred: number
 }
 
+/** The report of a `/compact` that did not compact, saying why. */
+export const notCompacted = (reason: string | null): CompactReport => ({
+  compacted: false,
+  reason,
+  usedBefore: null,
+  usedAfter: null,
+  deliveredItems: 0,
+  deliveredTokens: 0,
+  omittedItems: 0,
+  stillDeferred: 0
+})
+
 export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton/orchestration/ThreadCompaction", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -47,16 +59,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       providerThread: ProviderThread,
       adapter: ProviderAdapter.ProviderAdapterShape
     ) {
-      const empty: CompactReport = {
-        compacted: false,
-        reason: null,
-        usedBefore: null,
-        usedAfter: null,
-        deliveredItems: 0,
-        deliveredTokens: 0,
-        omittedItems: 0,
-        stillDeferred: 0
-      }
+      const empty = notCompacted(null)
       if (providerThread.activeNativeThreadId === null) return { ...empty, reason: "no native thread yet: nothing to compact" }
       const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
       if (found._tag === "None") return { ...empty, reason: "the native thread record is missing" }

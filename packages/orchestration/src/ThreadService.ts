@@ -33,7 +33,7 @@ import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
-import { type CompactReport, ThreadCompaction } from "./ThreadCompaction.js"
+import { type CompactReport, notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 
 /** The result of `sendMessage`: the run's final status and what turn start decided. */
 export interface SendResult {
@@ -683,16 +683,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
                   })
                 }))
               }
-              return {
-                compacted: false,
-                reason: `${e.message}; the next turn starts a replacement native thread and redelivers the history`,
-                usedBefore: null,
-                usedAfter: null,
-                deliveredItems: 0,
-                deliveredTokens: 0,
-                omittedItems: 0,
-                stillDeferred: 0
-              } satisfies CompactReport
+              return notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`)
             })
         )
       )
