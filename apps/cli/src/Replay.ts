@@ -194,7 +194,7 @@ export const replay = (
             completed++
             appended += produced.length
           } else if (result.status === "interrupted") interrupted++
-          else if (result.failureReason?.startsWith("provider ") === true || result.failureReason?.startsWith("history injection") === true) faultFailed++
+          else if (InvariantChecks.isFaultReason(result.failureReason)) faultFailed++
           else failed++
           const report = result.turnStart
           yield* onRun({

@@ -25,6 +25,12 @@ export interface CheckOptions {
 /** Failure reasons that come from provider faults (allowed), not from history that did not fit (a wedge). */
 const faultReason = /^(provider |history injection unconfirmed|interrupted by the user|process restarted)/
 
+/**
+ * Whether a run that did not complete stopped for an allowed reason — a provider fault, an unconfirmed injection,
+ * the user, a restart — rather than because history did not fit (a wedge).
+ */
+export const isFaultReason = (reason: string | null): boolean => reason !== null && faultReason.test(reason)
+
 /** Checks invariants 1, 2, 3, 5, 6 and 7 for `threadId`; returns the violations (empty when all hold). */
 export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
   Effect.gen(function*() {
@@ -42,7 +48,7 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
     //    every started run's prompt reached the provider byte-identical.
     for (const run of runs) {
       if (!terminalRunStatuses.includes(run.status)) violations.push(`no-wedge: run ${run.id} left ${run.status}`)
-      if (run.status !== "completed" && run.failureReason !== null && !faultReason.test(run.failureReason)) {
+      if (run.status !== "completed" && run.failureReason !== null && !isFaultReason(run.failureReason)) {
         violations.push(`no-wedge: run ${run.id} ${run.status}: ${run.failureReason}`)
       }
     }

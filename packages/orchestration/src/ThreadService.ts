@@ -436,7 +436,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
           const items = yield* appendItems(run.threadId, run, turn.items.map(normalizeProduced))
           const now = yield* DateTime.now
-          const sent = counter.count(run.prompt) + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
+          const sent = plan.report.budget.request + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
             items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.

@@ -2,14 +2,11 @@
  * Harness: a complete orchestrator on a real SQLite database (a file or `:memory:`) with scripted provider
  * instances, sequential ids and the real tokenizer — the Layer graph tests and benchmarks run against.
  */
-import type { ContextUsage, ProviderInstance } from "@baton/contracts"
+import { Commands, type CommandId, type ContextUsage, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
-import { Database } from "@baton/persistence"
-import { IdGenerator, OrchestratorConfig, OrchestratorLayer } from "@baton/orchestration"
+import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
+import { Database, ThreadStore } from "@baton/persistence"
 import { ProviderRegistry, ScriptedProvider } from "@baton/providers"
-import { Commands, type CommandId, type ProviderInstance as Instance, type ThreadId } from "@baton/contracts"
-import { ThreadStore } from "@baton/persistence"
-import { InvariantChecks, ThreadService } from "@baton/orchestration"
 import { Effect, Layer } from "effect"
 
 export interface HarnessProvider {
@@ -104,10 +101,10 @@ export const ops = Effect.gen(function*() {
     service,
     store,
     create: (provider: string) =>
-      service.createThread(Commands.CreateThread.make({ commandId: cid(), title: "t", providerInstance: provider as Instance })),
+      service.createThread(Commands.CreateThread.make({ commandId: cid(), title: "t", providerInstance: provider as ProviderInstance })),
     send: (threadId: ThreadId, text: string) => service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text })),
     switchTo: (threadId: ThreadId, provider: string) =>
-      service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as Instance })),
+      service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as ProviderInstance })),
     compact: (threadId: ThreadId) => service.compact(Commands.CompactThread.make({ commandId: cid(), threadId })),
     interruptBeforeStart: (threadId: ThreadId, text: string) =>
       Effect.gen(function*() {
