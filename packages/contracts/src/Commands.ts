@@ -42,7 +42,34 @@ export const CompactThread = Schema.TaggedStruct("CompactThread", {
 })
 export type CompactThread = typeof CompactThread.Type
 
-export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread)
+/**
+ * Forks a thread: a new thread whose history starts with the parent's history through run `atRunSeq` (default: the
+ * last run that has ended), on `providerInstance` (default: the parent's active provider). The fork's provider
+ * thread is owed that history by a `fork` handoff. Fails with `ThreadNotFound`, `UnknownProvider`, `InvalidRequest`
+ * (a run at or below `atRunSeq` has not ended, or `atRunSeq` is past the last run).
+ */
+export const ForkThread = Schema.TaggedStruct("ForkThread", {
+  commandId: CommandId,
+  threadId: ThreadId,
+  atRunSeq: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  providerInstance: Schema.optional(ProviderInstance),
+  title: Schema.optional(Schema.String.pipe(Schema.maxLength(500)))
+})
+export type ForkThread = typeof ForkThread.Type
+
+/**
+ * Merges a fork back into its parent: the fork's runs that ended since the fork (or since its previous merge) are
+ * appended to the parent as one merge run and owed to the parent's active provider thread by a `merge` handoff. It
+ * does not wait for a running turn on the parent: the merge is delivered at the parent's next turn start. Fails with
+ * `ThreadNotFound`, `InvalidRequest` (the thread is not a fork).
+ */
+export const MergeBack = Schema.TaggedStruct("MergeBack", {
+  commandId: CommandId,
+  forkThreadId: ThreadId
+})
+export type MergeBack = typeof MergeBack.Type
+
+export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread, ForkThread, MergeBack)
 export type Command = typeof Command.Type
 
 /** A stored command receipt: the first result of a command, returned again on a retry with the same id. */

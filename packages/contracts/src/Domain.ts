@@ -240,3 +240,28 @@ export const HandoffDelivery = Schema.Struct({
   updatedAt: Schema.DateTimeUtc
 })
 export type HandoffDelivery = typeof HandoffDelivery.Type
+
+export const ThreadLinkKind = Schema.Literal("fork", "merge")
+export type ThreadLinkKind = typeof ThreadLinkKind.Type
+
+/**
+ * A fork or a merge-back between a parent thread and a fork. Both copy history as one synthetic run (`runId`) whose
+ * items are copies, in order, of the transferable items of the source runs `(fromRunSeq, throughRunSeq]`:
+ * - `fork`: the run is the fork's first run (seq 1); the source is the parent's runs `(0, atRunSeq]`;
+ * - `merge`: the run is appended to the parent; the source is the fork's runs since the fork or its last merge.
+ * The originals stay in their thread; a synthetic run never reaches a provider as a prompt (its `prompt` is empty):
+ * its items are owed by the link's handoff (`null` when there was nothing to owe).
+ */
+export const ThreadLink = Schema.Struct({
+  id: Schema.String,
+  kind: ThreadLinkKind,
+  parentThreadId: ThreadId,
+  forkThreadId: ThreadId,
+  runId: RunId,
+  fromRunSeq: Schema.Int.pipe(Schema.nonNegative()),
+  throughRunSeq: Schema.Int.pipe(Schema.nonNegative()),
+  itemCount: Schema.Int.pipe(Schema.nonNegative()),
+  handoffId: Schema.NullOr(HandoffId),
+  createdAt: Schema.DateTimeUtc
+})
+export type ThreadLink = typeof ThreadLink.Type

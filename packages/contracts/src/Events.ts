@@ -46,7 +46,14 @@ export const ThreadEventType = Schema.Literal(
   /** `{deliveryId, reason}` */
   "delivery.superseded",
   /** `{nativeThreadId, usedBefore, usedAfter, delivered}` */
-  "thread.compacted"
+  "thread.compacted",
+  /**
+   * On the parent: `{linkId, forkThreadId, atRunSeq}`; on the fork: `{linkId, parentThreadId, atRunSeq, runId,
+   * itemCount, handoffId}` (the fork's first event after `thread.created`).
+   */
+  "thread.forked",
+  /** On the parent: `{linkId, forkThreadId, runId, fromRunSeq, throughRunSeq, itemCount, handoffId}`; on the fork: `{linkId, parentThreadId, throughRunSeq}` */
+  "thread.merged"
 )
 export type ThreadEventType = typeof ThreadEventType.Type
 

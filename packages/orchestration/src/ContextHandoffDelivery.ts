@@ -18,6 +18,7 @@ import {
   type Item,
   type ItemId,
   type NativeThread,
+  type NativeThreadId,
   type ProviderThread,
   type Run,
   type RunId,
@@ -92,15 +93,41 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       })
 
       /**
+       * The ids of the runs whose history `target` already owes or holds through a handoff: listed by a handoff
+       * toward it that is still open (owed to whichever native thread is active), or by one settled (`injected` /
+       * `inline`) to `native`. A fork or merge run, whose items its own handoff owes, is therefore never owed a second
+       * time by a switch or by missed-run recovery. Fails with `PersistenceError`.
+       */
+      const coveredRuns = Effect.fn("ContextHandoffDelivery.coveredRuns")(function*(
+        target: ProviderThread,
+        native: NativeThreadId | null
+      ) {
+        const covered = new Set<string>()
+        for (const handoff of yield* store.listHandoffsTo(target.id)) {
+          if (!handoff.open) {
+            if (native === null) continue
+            const settled = yield* store.findDelivery(handoff.id, native)
+            if (settled._tag === "None" || (settled.value.status !== "injected" && settled.value.status !== "inline")) continue
+          }
+          for (const id of handoff.sourceRunIds) covered.add(id)
+        }
+        return covered
+      })
+
+      /**
        * Missed-run recovery: owes the items of `runs` to `target`, reusing the newest open handoff toward it whose
-       * delivery to `native` is still `deferred` (or not yet created) instead of allocating a new record.
+       * delivery to `native` is still `deferred` (or not yet created) instead of allocating a new record. Runs that a
+       * handoff toward `target` already covers (see `coveredRuns`) are not owed again.
        */
       const recoverMissedRuns = Effect.fn("ContextHandoffDelivery.recoverMissedRuns")(function*(
         threadId: ThreadId,
         target: ProviderThread,
         native: NativeThread,
-        runs: ReadonlyArray<Run>
+        missed: ReadonlyArray<Run>
       ) {
+        if (missed.length === 0) return null
+        const covered = yield* coveredRuns(target, native.id)
+        const runs = missed.filter((r) => !covered.has(r.id))
         if (runs.length === 0) return null
         const open = yield* store.listOpenHandoffs(target.id)
         for (const handoff of [...open].reverse()) {
@@ -347,6 +374,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
 
       return {
         createHandoff,
+        coveredRuns,
         recoverMissedRuns,
         owedTo,
         plan,

@@ -42,6 +42,11 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
     const deliveries = yield* store.listDeliveriesOfThread(threadId)
     const events = yield* store.listEvents(threadId)
     const providerThreads = yield* store.listProviderThreads(threadId)
+    // Fork and merge runs of this thread hold copied history: they never reach a provider as a prompt.
+    const copyRuns = new Set<string>((yield* store.listLinks(threadId)).flatMap((l) => {
+      const receiving = l.kind === "fork" ? l.forkThreadId : l.parentThreadId
+      return receiving === threadId ? [l.runId] : []
+    }))
     const itemById = new Map<string, Item>(items.map((i) => [i.id, i]))
 
     // 1. No wedge: every run is terminal; a run that did not complete stopped for a provider fault or the user;
@@ -57,6 +62,10 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
       for (const t of options.observed.turns) byRun.set(t.runId, [...(byRun.get(t.runId) ?? []), t.prompt])
       for (const run of runs) {
         const prompts = byRun.get(run.id) ?? []
+        if (copyRuns.has(run.id)) {
+          if (prompts.length > 0) violations.push(`no-wedge: copied-history run ${run.id} reached the provider as a prompt`)
+          continue
+        }
         if (run.status === "completed" && prompts.length !== 1) {
           violations.push(`no-wedge: completed run ${run.id} reached the provider ${prompts.length} times`)
         }

@@ -8,12 +8,17 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { ItemLog } from "./ItemLog.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
+import { ThreadLineage } from "./ThreadLineage.js"
 import { ThreadService } from "./ThreadService.js"
 
-export const layer = ThreadService.Default.pipe(
+/** Every orchestration service, still needing a `ThreadStore` (the simulation provides a crash-injecting one). */
+export const services = ThreadService.Default.pipe(
   Layer.provideMerge(ThreadCompaction.Default),
+  Layer.provideMerge(ThreadLineage.Default),
   Layer.provideMerge(ProviderTurnStartService.Default),
   Layer.provideMerge(ContextHandoffDelivery.Default),
-  Layer.provideMerge(ItemLog.Default),
-  Layer.provideMerge(ThreadStore.Default)
+  Layer.provideMerge(ItemLog.Default)
 )
+
+/** The orchestration services over the real `ThreadStore`. */
+export const layer = services.pipe(Layer.provideMerge(ThreadStore.Default))

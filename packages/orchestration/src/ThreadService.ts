@@ -34,6 +34,34 @@ import { ItemLog, type NewItem } from "./ItemLog.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
 import { type CompactReport, notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
+import { ThreadLineage } from "./ThreadLineage.js"
+
+/** The result of `fork`: the new thread, its provider thread, and what it is owed. */
+export const ForkResult = Schema.Struct({
+  threadId: Schema.String,
+  providerThreadId: Schema.String,
+  /** The parent's runs `1..atRunSeq` were copied into the fork's first run. */
+  atRunSeq: Schema.Number,
+  runId: Schema.String,
+  itemCount: Schema.Number,
+  /** Tokens of the copied history (the `fork` handoff's size). */
+  tokens: Schema.Number,
+  handoffId: Schema.NullOr(Schema.String)
+})
+export type ForkResult = typeof ForkResult.Type
+
+/** The result of `mergeBack`: what was merged into the parent (`runId` null: nothing new to merge). */
+export const MergeResult = Schema.Struct({
+  parentThreadId: Schema.String,
+  runId: Schema.NullOr(Schema.String),
+  /** The fork's runs `(fromRunSeq, throughRunSeq]` were merged. */
+  fromRunSeq: Schema.Number,
+  throughRunSeq: Schema.Number,
+  itemCount: Schema.Number,
+  tokens: Schema.Number,
+  handoffId: Schema.NullOr(Schema.String)
+})
+export type MergeResult = typeof MergeResult.Type
 
 /** The result of `sendMessage`: the run's final status and what turn start decided. */
 export interface SendResult {
@@ -100,6 +128,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const delivery = yield* ContextHandoffDelivery
     const compaction = yield* ThreadCompaction
     const itemLog = yield* ItemLog
+    const lineage = yield* ThreadLineage
 
     const getThread = (threadId: ThreadId) =>
       Effect.flatMap(store.getThread(threadId), Option.match({
@@ -204,9 +233,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (target.id === thread.activeProviderThreadId) return { providerThreadId: target.id as string, handoffId: null }
           const nextSeq = yield* store.nextRunSeq(thread.id)
           // Runs the destination's active native thread ran itself (the provider read them) are not owed again.
+          // So are runs whose history a handoff toward it already owes or delivered (a fork or merge run, forwarding).
+          const covered = yield* delivery.coveredRuns(target, target.activeNativeThreadId)
           const unseen = (yield* store.listRunsBetween(thread.id, target.syncedRunSeq, nextSeq)).filter((r) =>
             !(target.activeNativeThreadId !== null && r.nativeThreadId === target.activeNativeThreadId &&
-              r.stopPoint !== "before_provider")
+              r.stopPoint !== "before_provider") && !covered.has(r.id)
           )
           const handoff = yield* delivery.createHandoff(thread.id, "switch", target, unseen)
           const now = yield* DateTime.now
@@ -656,6 +687,100 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       return ended
     })
 
+    /**
+     * Forks a thread (see `Commands.ForkThread` and ThreadLineage): a new thread on the requested provider (default:
+     * the parent's), whose first run holds a copy of the parent's history through `atRunSeq` (default: the last run
+     * that has ended), owed by a `fork` handoff. A turn running on the parent is not waited for. Fails with
+     * `ThreadNotFound`, `UnknownProvider`, `InvalidRequest`.
+     */
+    const fork = Effect.fn("ThreadService.fork")(function*(command: Commands.ForkThread) {
+      return yield* withReceipt(
+        command.commandId,
+        "ForkThread",
+        command.threadId,
+        ForkResult,
+        Effect.gen(function*() {
+          const parent = yield* getThread(command.threadId)
+          const instance = command.providerInstance ?? (yield* getProviderThread(parent)).providerInstance
+          const adapter = yield* registry.get(instance)
+          const runs = yield* store.listRuns(parent.id)
+          const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))
+          const lastEnded = firstOpen === undefined ? (runs.at(-1)?.seq ?? 0) : firstOpen.seq - 1
+          const atRunSeq = command.atRunSeq ?? lastEnded
+          if (atRunSeq > lastEnded) {
+            return yield* new InvalidRequest({
+              reason: firstOpen !== undefined && atRunSeq >= firstOpen.seq
+                ? `cannot fork ${parent.id} at run ${atRunSeq}: run ${firstOpen.seq} has not ended; fork at ${lastEnded} or wait`
+                : `cannot fork ${parent.id} at run ${atRunSeq}: it has ${lastEnded} run(s)`
+            })
+          }
+          const now = yield* DateTime.now
+          const forkThread: Thread = {
+            id: ids.next("thr") as ThreadId,
+            title: command.title ?? `${parent.title} (fork)`.slice(0, 500),
+            activeProviderThreadId: null,
+            createdAt: now,
+            updatedAt: now
+          }
+          yield* store.insertThread(forkThread)
+          yield* store.appendEvent(forkThread.id, "thread.created", { title: forkThread.title, parentThreadId: parent.id })
+          const providerThread = yield* ensureProviderThread(forkThread.id, adapter)
+          yield* store.updateThread({ ...forkThread, activeProviderThreadId: providerThread.id })
+          const forked = yield* lineage.fork(parent, forkThread, providerThread, atRunSeq, runs.filter((r) => r.seq <= atRunSeq))
+          return {
+            threadId: forkThread.id as string,
+            providerThreadId: providerThread.id as string,
+            atRunSeq,
+            runId: forked.run.id as string,
+            itemCount: forked.itemCount,
+            tokens: forked.tokens,
+            handoffId: forked.handoff?.id ?? null
+          }
+        })
+      ).pipe(sql.withTransaction)
+    })
+
+    /**
+     * Merges a fork back into its parent (see `Commands.MergeBack` and ThreadLineage): the fork's runs that ended
+     * since the fork or its previous merge (up to its first run still in progress) become one merge run of the
+     * parent, owed to the parent's active provider thread by a `merge` handoff. Merging again merges only what is
+     * new; nothing new is a no-op (`runId: null`). A turn running on the parent is not disturbed: the merge is
+     * delivered at its next turn start. Fails with `ThreadNotFound`, `InvalidRequest` (not a fork).
+     */
+    const mergeBack = Effect.fn("ThreadService.mergeBack")(function*(command: Commands.MergeBack) {
+      return yield* withReceipt(
+        command.commandId,
+        "MergeBack",
+        command.forkThreadId,
+        MergeResult,
+        Effect.gen(function*() {
+          const forkThread = yield* getThread(command.forkThreadId)
+          const link = yield* store.findForkOf(forkThread.id)
+          if (link._tag === "None") {
+            return yield* new InvalidRequest({ reason: `thread ${forkThread.id} is not a fork: there is nothing to merge it into` })
+          }
+          const parent = yield* getThread(link.value.parentThreadId)
+          const providerThread = yield* getProviderThread(parent)
+          const last = yield* store.findLastMerge(forkThread.id)
+          // The fork's own history starts after its first (synthetic) run.
+          const fromRunSeq = last._tag === "Some" ? last.value.throughRunSeq : 1
+          const after = yield* store.listRunsBetween(forkThread.id, fromRunSeq, Number.MAX_SAFE_INTEGER)
+          const firstOpen = after.findIndex((r) => !terminalRunStatuses.includes(r.status))
+          const ended = firstOpen === -1 ? after : after.slice(0, firstOpen)
+          const merged = ended.length === 0 ? null : yield* lineage.mergeBack(forkThread, parent, providerThread, fromRunSeq, ended)
+          return {
+            parentThreadId: parent.id as string,
+            runId: merged?.run.id ?? null,
+            fromRunSeq,
+            throughRunSeq: merged?.link.throughRunSeq ?? fromRunSeq,
+            itemCount: merged?.itemCount ?? 0,
+            tokens: merged?.tokens ?? 0,
+            handoffId: merged?.handoff?.id ?? null
+          }
+        })
+      ).pipe(sql.withTransaction)
+    })
+
     /** `/compact` on the thread's active provider thread (see ThreadCompaction). */
     const compact = Effect.fn("ThreadService.compact")(function*(command: Commands.CompactThread) {
       const seen = yield* store.findReceipt(command.commandId)
@@ -700,6 +825,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       processRun,
       interrupt,
       compact,
+      fork,
+      mergeBack,
       recover,
       getThread,
       listThreads: store.listThreads

@@ -28,6 +28,7 @@ import {
   type RunId,
   type Thread,
   type ThreadEvent,
+  type ThreadLink,
   ThreadEvent as ThreadEventSchema,
   type ThreadEventType,
   type ThreadId
@@ -45,6 +46,7 @@ import {
   ProviderThreadRow,
   RunAttemptRow,
   RunRow,
+  ThreadLinkRow,
   ThreadRow
 } from "./internal/Tables.js"
 
@@ -74,6 +76,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const nativeThreads = Table.make(sql, "native_threads", NativeThreadRow)
     const handoffs = Table.make(sql, "handoffs", HandoffRow)
     const deliveries = Table.make(sql, "handoff_deliveries", DeliveryRow)
+    const links = Table.make(sql, "thread_links", ThreadLinkRow)
     const events = Table.make(sql, "thread_events", EventRow as unknown as Schema.Schema<ThreadEvent, { id?: unknown }>)
 
     const nextSeq = (operation: string, query: Effect.Effect<ReadonlyArray<unknown>, { readonly message: string; readonly _tag: string }>) =>
@@ -188,6 +191,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "handoffs.listOpen",
           sql`SELECT * FROM handoffs WHERE target_provider_thread_id = ${target} AND open = 1 ORDER BY created_at, id`
         ),
+      /** Every handoff toward `target`, open or closed, oldest first. */
+      listHandoffsTo: (target: ProviderThreadId) =>
+        handoffs.findAll(
+          "handoffs.listTo",
+          sql`SELECT * FROM handoffs WHERE target_provider_thread_id = ${target} ORDER BY created_at, id`
+        ),
       listHandoffs: (threadId: ThreadId) =>
         handoffs.findAll("handoffs.list", sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} ORDER BY created_at, id`),
       insertDelivery: (d: HandoffDelivery) => deliveries.insert(d),
@@ -208,6 +217,29 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "handoff_deliveries.listOfThread",
           sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id
               WHERE h.thread_id = ${threadId} ORDER BY d.created_at, d.id`
+        ),
+
+      // ---- forks and merges
+      insertLink: (l: ThreadLink) => links.insert(l),
+      /** Forks and merges where `threadId` is the parent or the fork, oldest first. */
+      listLinks: (threadId: ThreadId) =>
+        links.findAll(
+          "thread_links.list",
+          sql`SELECT * FROM thread_links WHERE parent_thread_id = ${threadId} OR fork_thread_id = ${threadId}
+              ORDER BY created_at, id`
+        ),
+      /** The fork link of `forkThreadId` (how it was forked), if it is a fork. */
+      findForkOf: (forkThreadId: ThreadId) =>
+        links.findOne(
+          "thread_links.findFork",
+          sql`SELECT * FROM thread_links WHERE fork_thread_id = ${forkThreadId} AND kind = 'fork'`
+        ),
+      /** The newest merge of `forkThreadId` into its parent, if any. */
+      findLastMerge: (forkThreadId: ThreadId) =>
+        links.findOne(
+          "thread_links.findLastMerge",
+          sql`SELECT * FROM thread_links WHERE fork_thread_id = ${forkThreadId} AND kind = 'merge'
+              ORDER BY through_run_seq DESC LIMIT 1`
         ),
 
       // ---- events

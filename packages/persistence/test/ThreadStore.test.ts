@@ -1,5 +1,5 @@
 import type { Item, ItemId, RunId, ThreadId, ToolCallId } from "@baton/contracts"
-import { Database, ThreadStore } from "@baton/persistence"
+import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Effect, Layer } from "effect"
@@ -71,10 +71,12 @@ describe("ThreadStore on a SQLite file", () => {
           [1, "thread.created", { title: "a thread" }],
           [2, "run.queued", { runId: "run_1" }]
         ])
-        // Migrations are not re-applied on an existing file.
+        // Each migration is applied once: not re-applied on an existing file.
         const sql = yield* SqlClient.SqlClient
         const applied = yield* sql<{ migrationId: number }>`SELECT migration_id FROM effect_sql_migrations`
-        expect(applied.map((m) => m.migrationId)).toEqual([1])
+        const ids = Object.keys(Migrations.migrations).map((k) => Number(k.slice(0, 4)))
+        expect(ids[0]).toBe(1)
+        expect(applied.map((m) => m.migrationId)).toEqual(ids)
       }).pipe(Effect.provide(layerAt(file)))
     }).pipe(Effect.ensuring(Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))))
   })

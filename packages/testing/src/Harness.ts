@@ -6,7 +6,7 @@ import { Commands, type CommandId, type ContextUsage, type ProviderInstance, typ
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
-import { ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { type ProviderAdapter, ProviderRegistry, ScriptedProvider } from "@baton/providers"
 import { Effect, Layer } from "effect"
 
 export interface HarnessProvider {
@@ -26,8 +26,12 @@ export interface Harness {
   readonly counter: TokenCounter.TokenCounterShape
 }
 
-const makeLayer = (
-  adapters: ReadonlyArray<ScriptedProvider.ScriptedProvider>,
+/**
+ * The orchestrator over `adapters` on the SQLite database `db` (a path or `:memory:`), with sequential ids and
+ * `config` over the defaults — for tests that wrap an adapter (e.g. to hold a turn open).
+ */
+export const makeLayer = (
+  adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
   counter: TokenCounter.TokenCounterShape,
   db: string,
   config: Partial<OrchestratorConfig.OrchestratorConfigShape>
@@ -106,6 +110,14 @@ export const ops = Effect.gen(function*() {
     switchTo: (threadId: ThreadId, provider: string) =>
       service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as ProviderInstance })),
     compact: (threadId: ThreadId) => service.compact(Commands.CompactThread.make({ commandId: cid(), threadId })),
+    fork: (threadId: ThreadId, options: { readonly atRunSeq?: number; readonly provider?: string } = {}) =>
+      service.fork(Commands.ForkThread.make({
+        commandId: cid(),
+        threadId,
+        ...(options.atRunSeq === undefined ? {} : { atRunSeq: options.atRunSeq }),
+        ...(options.provider === undefined ? {} : { providerInstance: options.provider as ProviderInstance })
+      })),
+    merge: (forkThreadId: ThreadId) => service.mergeBack(Commands.MergeBack.make({ commandId: cid(), forkThreadId })),
     interruptBeforeStart: (threadId: ThreadId, text: string) =>
       Effect.gen(function*() {
         const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text }))

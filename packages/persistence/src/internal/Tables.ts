@@ -16,6 +16,7 @@ import {
   RunAttempt,
   RunId,
   Thread,
+  ThreadLink,
   Tokens
 } from "@baton/contracts"
 import { Schema } from "effect"
@@ -25,6 +26,7 @@ export const ThreadRow = Thread
 export const RunRow = Run
 export const RunAttemptRow = RunAttempt
 export const ProviderThreadRow = ProviderThread
+export const ThreadLinkRow = ThreadLink
 
 export const ItemRow = Schema.Struct({ ...Item.fields, isError: BoolInt })
 

@@ -12,17 +12,7 @@
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
-import {
-  ContextHandoffDelivery,
-  IdGenerator,
-  InvariantChecks,
-  ItemLog,
-  OrchestratorConfig,
-  OrchestratorLayer,
-  ProviderTurnStartService,
-  ThreadCompaction,
-  ThreadService
-} from "@baton/orchestration"
+import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
 import { Cause, Chunk, Clock, type Context, Data, Effect, Exit, Layer, Logger, Scope } from "effect"
@@ -92,11 +82,7 @@ const logicalClock = (): Clock.Clock => {
 let counterInstance: TokenCounter.TokenCounterShape | undefined
 const sharedCounter = () => (counterInstance ??= TokenCounter.make())
 
-/**
- * The orchestrator of `OrchestratorLayer.layer`, with its `ThreadStore` replaced by the crash-injecting one. It lists
- * the services itself (OrchestratorLayer provides the real store inside); `layerDrift` fails loudly when
- * OrchestratorLayer gains a service this list lacks.
- */
+/** The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`. */
 const orchestrator = (
   file: string,
   namespace: string,
@@ -104,11 +90,7 @@ const orchestrator = (
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
   counter: TokenCounter.TokenCounterShape
 ) =>
-  ThreadService.ThreadService.Default.pipe(
-    Layer.provideMerge(ThreadCompaction.ThreadCompaction.Default),
-    Layer.provideMerge(ProviderTurnStartService.ProviderTurnStartService.Default),
-    Layer.provideMerge(ContextHandoffDelivery.ContextHandoffDelivery.Default),
-    Layer.provideMerge(ItemLog.ItemLog.Default),
+  OrchestratorLayer.services.pipe(
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(Database.layerSqlite(file)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
@@ -118,31 +100,6 @@ const orchestrator = (
   )
 
 type Services = Layer.Layer.Success<ReturnType<typeof orchestrator>>
-
-let layerChecked = false
-/** Dies if `OrchestratorLayer.layer` provides a service the simulation's layer does not. Checked once per process. */
-const layerDrift = Effect.suspend(() => {
-  if (layerChecked) return Effect.void
-  return Effect.scoped(Effect.gen(function*() {
-    const counter = sharedCounter()
-    const deps = Layer.mergeAll(
-      ProviderRegistry.layer([]),
-      Layer.succeed(TokenCounter.TokenCounter, counter),
-      IdGenerator.layerSequential(),
-      OrchestratorConfig.layer()
-    )
-    const theirs = yield* Layer.build(OrchestratorLayer.layer.pipe(
-      Layer.provideMerge(Database.layerSqlite(":memory:")),
-      Layer.provideMerge(deps)
-    ))
-    const mine = yield* Layer.build(orchestrator(":memory:", "", new Crash.Steps(), [], counter))
-    const missing = [...theirs.unsafeMap.keys()].filter((key) => !mine.unsafeMap.has(key))
-    if (missing.length > 0) {
-      return yield* Effect.dieMessage(`Simulation: OrchestratorLayer provides ${missing.join(", ")}, which the simulation's layer lacks`)
-    }
-    layerChecked = true
-  })).pipe(Effect.orDie)
-})
 
 type Attempt<A> =
   | { readonly _tag: "ok"; readonly value: A }
@@ -170,15 +127,12 @@ const cid = (id: number, suffix = "") => `cmd_${id}${suffix}` as CommandId
 
 /** Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards). Never fails. */
 export const execute = (scenario: Scenario, options: ExecuteOptions = {}): Effect.Effect<Outcome> =>
-  Effect.zipRight(
-    layerDrift,
-    Effect.suspend(() =>
-      Effect.acquireUseRelease(
-        Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-"))),
-        (dir) => simulate(scenario, Path.join(dir, "baton.sqlite"), options),
-        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-      ).pipe(Effect.withClock(logicalClock()))
-    )
+  Effect.suspend(() =>
+    Effect.acquireUseRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-"))),
+      (dir) => simulate(scenario, Path.join(dir, "baton.sqlite"), options),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    ).pipe(Effect.withClock(logicalClock()))
   )
 
 const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>

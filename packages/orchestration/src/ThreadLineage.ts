@@ -1,0 +1,193 @@
+/**
+ * ThreadLineage: forks and merge-backs as portable context handoffs.
+ *
+ * A fork is a new thread whose history starts with its parent's history through one run; a merge-back brings what a
+ * fork did since the fork (or since its last merge) into the parent. Both copy that history, in order, into one
+ * synthetic run of the receiving thread (a `handoff_marker` saying what was copied, then copies of the transferable
+ * items) and owe it to the receiving provider thread with a `fork` or `merge` handoff. From then on the copied history
+ * is ordinary history of the receiving thread: deferred when it does not fit, forwarded on a switch, redelivered on a
+ * native-thread replacement, drained by `/compact`. The originals stay where they were (nothing is moved or edited).
+ *
+ * A synthetic run is `completed`, never reached a provider as a prompt (`prompt` is empty, `stopPoint` is
+ * `before_provider`) and is recorded in `thread_links`, so its handoff — not missed-run recovery nor a switch — owes
+ * its items (see `ContextHandoffDelivery.coveredRuns`).
+ *
+ * It owns the copying and the link records. It does not own command receipts or validation (ThreadService).
+ */
+import {
+  type ContextHandoff,
+  type Item,
+  type ProviderThread,
+  type Run,
+  type Thread,
+  type ThreadLink
+} from "@baton/contracts"
+import { ThreadStore } from "@baton/persistence"
+import { DateTime, Effect } from "effect"
+import { ContextHandoffDelivery, isTransferable } from "./ContextHandoffDelivery.js"
+import { IdGenerator } from "./IdGenerator.js"
+import { ItemLog } from "./ItemLog.js"
+
+/** What a fork or a merge-back wrote: the link, its synthetic run, the copied item count and the handoff. */
+export interface LinkOutcome {
+  readonly link: ThreadLink
+  readonly run: Run
+  readonly itemCount: number
+  readonly tokens: number
+  readonly handoff: ContextHandoff | null
+}
+
+const range = (from: number, through: number) => (from + 1 === through ? `run ${through}` : `runs ${from + 1}–${through}`)
+
+export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orchestration/ThreadLineage", {
+  effect: Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const ids = yield* IdGenerator
+    const itemLog = yield* ItemLog
+    const delivery = yield* ContextHandoffDelivery
+
+    /**
+     * Appends to `threadId` a synthetic run on `providerThread` holding `marker` (a `handoff_marker` item) and copies
+     * of `source` (same kind, text, tool call id, name and state; new ids), then owes the copies to `providerThread`
+     * with a handoff of `kind`. Joins the caller's transaction.
+     */
+    const copyInto = (
+      kind: "fork" | "merge",
+      threadId: Thread["id"],
+      providerThread: ProviderThread,
+      marker: string,
+      source: ReadonlyArray<Item>
+    ) =>
+      Effect.gen(function*() {
+        const now = yield* DateTime.now
+        const run: Run = {
+          id: ids.next("run") as Run["id"],
+          threadId,
+          seq: yield* store.nextRunSeq(threadId),
+          providerThreadId: providerThread.id,
+          status: "completed",
+          prompt: "",
+          stopPoint: "before_provider",
+          failureReason: null,
+          nativeThreadId: null,
+          createdAt: now,
+          updatedAt: now
+        }
+        yield* store.insertRun(run)
+        const copies = yield* itemLog.append(threadId, run.id, [
+          {
+            kind: "handoff_marker",
+            text: marker,
+            toolCallId: null,
+            toolName: null,
+            messageId: null,
+            isError: false,
+            toolCallState: null
+          },
+          ...source.map((i) => ({
+            kind: i.kind,
+            text: i.text,
+            toolCallId: i.toolCallId,
+            toolName: i.toolName,
+            messageId: i.messageId,
+            isError: i.isError,
+            toolCallState: i.toolCallState
+          }))
+        ])
+        const handoff = yield* delivery.createHandoff(threadId, kind, providerThread, [run])
+        return { run, handoff, tokens: copies.slice(1).reduce((n, i) => n + i.tokens, 0) }
+      })
+
+    /**
+     * Forks `parent` into the new thread `fork` (already created, with its provider thread `providerThread`): copies
+     * the transferable items of `sourceRuns` (the parent's runs `1..atRunSeq`, all ended) into the fork's first run
+     * and owes them to `providerThread` with a `fork` handoff. Joins the caller's transaction.
+     */
+    const fork = Effect.fn("ThreadLineage.fork")(function*(
+      parent: Thread,
+      forkThread: Thread,
+      providerThread: ProviderThread,
+      atRunSeq: number,
+      sourceRuns: ReadonlyArray<Run>
+    ) {
+      const source = (yield* store.listItemsOfRuns(sourceRuns.map((r) => r.id))).filter(isTransferable)
+      const marker = atRunSeq === 0
+        ? `Forked from thread ${parent.id} before its first run: no earlier history.`
+        : `Forked from thread ${parent.id} at ${range(0, atRunSeq)}: ${source.length} earlier item(s), owed to ` +
+          `${providerThread.providerInstance} as a fork handoff. The originals stay readable by id in ${parent.id}.`
+      const copied = yield* copyInto("fork", forkThread.id, providerThread, marker, source)
+      const link: ThreadLink = {
+        id: ids.next("lnk"),
+        kind: "fork",
+        parentThreadId: parent.id,
+        forkThreadId: forkThread.id,
+        runId: copied.run.id,
+        fromRunSeq: 0,
+        throughRunSeq: atRunSeq,
+        itemCount: source.length,
+        handoffId: copied.handoff?.id ?? null,
+        createdAt: yield* DateTime.now
+      }
+      yield* store.insertLink(link)
+      yield* store.appendEvent(parent.id, "thread.forked", { linkId: link.id, forkThreadId: forkThread.id, atRunSeq })
+      yield* store.appendEvent(forkThread.id, "thread.forked", {
+        linkId: link.id,
+        parentThreadId: parent.id,
+        atRunSeq,
+        runId: copied.run.id,
+        itemCount: source.length,
+        handoffId: link.handoffId
+      })
+      return { link, run: copied.run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff } satisfies LinkOutcome
+    })
+
+    /**
+     * Merges the fork's runs `(fromRunSeq, throughRunSeq]` (all ended) back into `parent`: copies their transferable
+     * items into a new run of the parent and owes them to `providerThread` (the parent's active provider thread) with
+     * a `merge` handoff. Returns `null` (writes nothing) when those runs hold no transferable item. A turn running on
+     * the parent is not disturbed: the handoff is delivered at the parent's next turn start. Joins the caller's
+     * transaction.
+     */
+    const mergeBack = Effect.fn("ThreadLineage.mergeBack")(function*(
+      forkThread: Thread,
+      parent: Thread,
+      providerThread: ProviderThread,
+      fromRunSeq: number,
+      sourceRuns: ReadonlyArray<Run>
+    ) {
+      const throughRunSeq = sourceRuns.at(-1)?.seq ?? fromRunSeq
+      const source = (yield* store.listItemsOfRuns(sourceRuns.map((r) => r.id))).filter(isTransferable)
+      if (source.length === 0) return null
+      const marker = `Merged back from fork ${forkThread.id} (${range(fromRunSeq, throughRunSeq)}): ` +
+        `${source.length} item(s), owed to ${providerThread.providerInstance} as a merge handoff. The originals stay ` +
+        `readable by id in ${forkThread.id}.`
+      const copied = yield* copyInto("merge", parent.id, providerThread, marker, source)
+      const link: ThreadLink = {
+        id: ids.next("lnk"),
+        kind: "merge",
+        parentThreadId: parent.id,
+        forkThreadId: forkThread.id,
+        runId: copied.run.id,
+        fromRunSeq,
+        throughRunSeq,
+        itemCount: source.length,
+        handoffId: copied.handoff?.id ?? null,
+        createdAt: yield* DateTime.now
+      }
+      yield* store.insertLink(link)
+      yield* store.appendEvent(parent.id, "thread.merged", {
+        linkId: link.id,
+        forkThreadId: forkThread.id,
+        runId: copied.run.id,
+        fromRunSeq,
+        throughRunSeq,
+        itemCount: source.length,
+        handoffId: link.handoffId
+      })
+      yield* store.appendEvent(forkThread.id, "thread.merged", { linkId: link.id, parentThreadId: parent.id, throughRunSeq })
+      return { link, run: copied.run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff } satisfies LinkOutcome
+    })
+
+    return { fork, mergeBack }
+  })
+}) {}
