@@ -250,8 +250,10 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       })
 
       /**
-       * Writes the `pending` intent for every owed delivery of `plan` (before the provider side effect): the mode,
-       * the run, and each handoff's share of the selected and omitted items.
+       * Writes the `pending` intent (before the provider side effect) for every owed delivery of `plan` that has at
+       * least one selected item: the mode, the run, and the handoff's share of the selected and omitted items. A
+       * handoff of which nothing was selected (the budget went to other owed history) is deferred, not settled with
+       * everything omitted: it is retried at the next turn start. Returns the `pending` deliveries.
        */
       const markPending = Effect.fn("ContextHandoffDelivery.markPending")(function*(
         threadId: ThreadId,
@@ -264,8 +266,14 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         const selected = new Set<string>(deliveryPlan.selection.selected.map((i) => i.id))
         const tokensOf = new Map<string, number>(deliveryPlan.items.map((i) => [i.id, i.tokens]))
         const out: Array<HandoffDelivery> = []
-        for (const { delivery, handoff } of deliveryPlan.owed) {
+        const untouched: Array<OwedHandoff> = []
+        for (const owed of deliveryPlan.owed) {
+          const { delivery, handoff } = owed
           const deliveredItemIds = handoff.itemIds.filter((id) => selected.has(id))
+          if (deliveredItemIds.length === 0) {
+            untouched.push(owed)
+            continue
+          }
           const omittedItemIds = handoff.itemIds.filter((id) => !selected.has(id))
           const next: HandoffDelivery = {
             ...delivery,
@@ -289,6 +297,9 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             omittedItemIds
           })
           out.push(next)
+        }
+        if (untouched.length > 0) {
+          yield* defer(threadId, untouched, budget, `none of its items fit beside the other owed history (budget ${budget})`)
         }
         return out
       })
