@@ -186,7 +186,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const counter = sharedCounter()
     const script = ScriptedProvider.makeScript()
     const steps = new Crash.Steps()
-    const armed: Record<ScriptedProvider.FaultCall["operation"], ScriptedProvider.Fault | null> = { startTurn: null, injectHistory: null }
+    const armed: Record<ScriptedProvider.FaultCall["operation"], ScriptedProvider.Fault | null> = { startTurn: null, injectHistory: null, interrupt: null }
     let faultsFired = 0
     const providers = scenario.providers.map((p) =>
       ScriptedProvider.make({
