@@ -170,9 +170,10 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
 }
 
 /**
- * Generates the scenario of `seed`: `steps` operations after `create`. Operation mix (by weight): send 56, switch
- * 16, `/compact` 12, interrupt before start 8, interrupt inside a tool call 6 (with faults on), clean restart 4;
- * about one operation in five carries a crash.
+ * Generates the scenario of `seed`: `steps` operations after `create`. Operation mix (by weight): send 56 (with
+ * faults on: send 50 and interrupt inside a tool call 6, itself a send, so the share of every other operation is
+ * unchanged), switch 16, `/compact` 12, interrupt before start 8, clean restart 4; about one operation in five
+ * carries a crash.
  */
 export const generate = (seed: number, steps: number, features: Features = allFeatures): Scenario => {
   const r = Prng.make(seed)
@@ -182,11 +183,11 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const ops: Array<Operation> = [{ kind: "create", id: 0, provider: active, crash: crashFor(r, features, "create", 0.3) }]
   for (let id = 1; id <= steps; id++) {
     const kind = r.weighted<Operation["kind"]>([
-      [56, "send"],
+      [features.faults ? 50 : 56, "send"],
+      [features.faults ? 6 : 0, "interrupt_in_tool_call"],
       [16, "switch"],
       [12, "compact"],
       [8, "interrupt_before_start"],
-      [features.faults ? 6 : 0, "interrupt_in_tool_call"],
       [4, "restart"]
     ])
     switch (kind) {
