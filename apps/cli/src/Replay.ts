@@ -219,8 +219,12 @@ export const replay = (
           turns: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "turn" ? [r] : [])),
           injections: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "inject" ? [r] : []))
         }
-        // Baton adds one visible `handoff_marker` item per first deferral; everything else came from the transcript.
-        const markers = (yield* store.listItems(threadId)).filter((i) => i.kind === "handoff_marker").length
+        // Baton adds one visible `handoff_marker` item per first deferral and one error `tool_result` per tool call a
+        // turn left without a result (a transcript's aborted turn); everything else came from the transcript.
+        const synthetic = new Set([ThreadService.unansweredToolResultText("dangling"), ThreadService.unansweredToolResultText("interrupted")])
+        const markers = (yield* store.listItems(threadId)).filter((i) =>
+          i.kind === "handoff_marker" || (i.kind === "tool_result" && i.isError && synthetic.has(i.text))
+        ).length
         for (const v of yield* InvariantChecks.check(threadId, { expectedItemCount: appended + markers, observed })) {
           violations.push(`thread ${threadIndex + 1}: ${v}`)
         }

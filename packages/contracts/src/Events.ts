@@ -29,6 +29,11 @@ export const ThreadEventType = Schema.Literal(
   "native_thread.replaced",
   /** `{nativeThreadId, usage, trusted}` */
   "usage.reported",
+  /**
+   * `{runId, nativeThreadId, attempt, recovery, window}`: the provider rejected a turn as too long for its context;
+   * `recovery` is `defer_history` (native thread recorded as full) or `replace_native_thread`. The turn is retried.
+   */
+  "context.overflowed",
   /** `{handoffId, kind, itemCount, sourceRunIds}` */
   "handoff.created",
   /** `{handoffId, addedItemIds, addedRunIds}`: missed-run recovery reused this handoff */

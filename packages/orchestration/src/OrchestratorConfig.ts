@@ -1,6 +1,7 @@
 /**
  * OrchestratorConfig: the policy knobs of turn start and `/compact`. Defaults follow DESIGN.md's Budget section
- * (reserve max(16,000, ceil(window/4)), cap 16,000, minimum useful budget 1,024 tokens).
+ * (reserve max(16,000, ceil(window/4)), cap 16,000, minimum useful budget 1,024 tokens), and the provider timeouts
+ * of the run lifecycle (interrupt acknowledgement, turn).
  */
 import { Budget } from "@baton/context"
 import { Context, Layer } from "effect"
@@ -17,6 +18,18 @@ export interface OrchestratorConfigShape {
    * Default 3.
    */
   readonly maxCompactionsWithoutProgress: number
+  /**
+   * How long an interrupt waits for the provider to acknowledge it, in milliseconds, before the run ends
+   * `interrupted` anyway and the native thread (still busy with a turn Baton can no longer follow) is no longer
+   * trusted. Default 30,000 (30 s).
+   */
+  readonly interruptTimeoutMillis: number
+  /**
+   * How long one provider turn may run, in milliseconds, before Baton stops waiting: the turn fails with
+   * `ProviderError` code `timeout` and the run ends instead of staying `running`. Default 1,800,000 (30 min: coding
+   * agents' turns run long tool calls).
+   */
+  readonly turnTimeoutMillis: number
 }
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
@@ -27,7 +40,9 @@ export class OrchestratorConfig extends Context.Tag("@baton/orchestration/Orches
 export const defaults: OrchestratorConfigShape = {
   budget: Budget.defaultPolicy,
   deferralPointer: true,
-  maxCompactionsWithoutProgress: 3
+  maxCompactionsWithoutProgress: 3,
+  interruptTimeoutMillis: 30_000,
+  turnTimeoutMillis: 1_800_000
 }
 
 export const layer = (config: Partial<OrchestratorConfigShape> = {}) =>

@@ -11,6 +11,7 @@ import {
   type CommandId,
   InvalidRequest,
   type ProviderInstance,
+  ProviderError,
   type NativeThread,
   type ProviderThread,
   type Run,
@@ -27,12 +28,13 @@ import { TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { DateTime, Effect, Option, Schema } from "effect"
+import { DateTime, Duration, Effect, Option, Schema } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
+import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import * as UsageSanity from "./UsageSanity.js"
-import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
+import { ProviderTurnStartService, type TurnStartPlan, type TurnStartReport } from "./ProviderTurnStartService.js"
 import { type CompactReport, notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 
@@ -117,6 +119,49 @@ const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
 const promptNotReadCodes = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
+/**
+ * Context overflows one run recovers from before it fails: history deferred, then a replacement native thread, then
+ * (the replacement was owed history) history deferred again. A fourth overflow means the prompt alone does not fit
+ * an empty native thread; the prompt is never truncated, so the run fails.
+ */
+const maxOverflowRetries = 3
+
+/** The text of the `tool_result` Baton records for a tool call its turn left without one. */
+export const unansweredToolResultText = (state: "interrupted" | "dangling") =>
+  state === "interrupted"
+    ? "[interrupted] The user interrupted the turn while this tool call ran; it returned no result."
+    : "[no result] The turn ended without a result for this tool call."
+
+/**
+ * Closes the tool calls a turn left open, at append time (items are never edited): each `tool_call` of `items`
+ * with a call id and no later `tool_result` of the same id gets `toolCallState` `interrupted` (the turn stopped at
+ * an interrupt) or `dangling` (it ended without the result), and a synthetic error `tool_result` answering it is
+ * appended after the turn's items. Every tool call in the record then has its result, so any history Baton later
+ * renders (inline or injected) keeps the tool unit whole and is a well-formed request for APIs that reject a tool
+ * use without its result. Returns `items` unchanged when nothing is open.
+ */
+export const closeOpenToolCalls = (items: ReadonlyArray<NewItem>, interrupted: boolean): ReadonlyArray<NewItem> => {
+  const state = interrupted ? "interrupted" as const : "dangling" as const
+  const out: Array<NewItem> = []
+  const answers: Array<NewItem> = []
+  items.forEach((item, i) => {
+    const open = item.kind === "tool_call" && item.toolCallId !== null &&
+      !items.some((r, j) => j > i && r.kind === "tool_result" && r.toolCallId === item.toolCallId)
+    if (!open) return void out.push(item)
+    out.push({ ...item, toolCallState: state })
+    answers.push({
+      kind: "tool_result",
+      text: unansweredToolResultText(state),
+      toolCallId: item.toolCallId,
+      toolName: item.toolName,
+      messageId: null,
+      isError: true,
+      toolCallState: null
+    })
+  })
+  return answers.length === 0 ? items : [...out, ...answers]
+}
+
 export class ThreadService extends Effect.Service<ThreadService>()("@baton/orchestration/ThreadService", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -129,6 +174,34 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const compaction = yield* ThreadCompaction
     const itemLog = yield* ItemLog
     const lineage = yield* ThreadLineage
+    const config = yield* OrchestratorConfig
+    const interruptTimeout = Duration.millis(config.interruptTimeoutMillis)
+
+    /**
+     * Asks the provider to stop the turn on `native` and reads the native thread back to learn whether it read
+     * `runId`'s prompt. Each call is bounded by `interruptTimeoutMillis`. `answered`: the provider acknowledged the
+     * interrupt (when it did not, the native thread may still be running a turn Baton no longer follows); `read`:
+     * `"unknown"` when the adapter cannot read threads back or the read failed.
+     */
+    const stopAndReadBack = (adapter: ProviderAdapter.ProviderAdapterShape, native: NativeThread, runId: string) =>
+      Effect.gen(function*() {
+        const stopped = yield* adapter.interrupt(native.nativeRef).pipe(Effect.timeout(interruptTimeout), Effect.either)
+        let read: boolean | "unknown" = "unknown"
+        if (adapter.readThread !== undefined) {
+          const back = yield* adapter.readThread(native.nativeRef).pipe(Effect.timeout(interruptTimeout), Effect.option)
+          if (back._tag === "Some") read = back.value.runIds.includes(runId)
+        }
+        return { answered: stopped._tag === "Right", read }
+      })
+
+    /** Stops trusting a native thread: the next turn start replaces it and owes the new one the whole history. */
+    const distrustNative = (threadId: ThreadId, native: NativeThread, reason: string) =>
+      Effect.gen(function*() {
+        const current = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
+        if (current.status !== "active") return
+        yield* store.updateNativeThread({ ...current, status: "replaced", updatedAt: yield* DateTime.now })
+        yield* store.appendEvent(threadId, "native_thread.replaced", { nativeThreadId: native.id, reason })
+      })
 
     const getThread = (threadId: ThreadId) =>
       Effect.flatMap(store.getThread(threadId), Option.match({
@@ -354,9 +427,55 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       /**
        * One attempt at the turn. A native thread the provider no longer has (`thread_not_found`) is marked replaced
        * and the turn is attempted once more on a replacement, which is owed the whole history: the run does not fail
-       * because the provider lost its session.
+       * because the provider lost its session. A context overflow is retried too (see `overflowRecovery`).
        */
-      const attemptTurn = (retryOnLost: boolean) => Effect.gen(function*() {
+      const retries = { lost: 0, overflow: 0 }
+
+      /**
+       * Recovery from a context overflow (`ProviderError` code `overflow`: the provider rejected the request before
+       * reading it). No run fails because history does not fit (invariant 1): the attempt's inline deliveries go
+       * back to `deferred`, and the turn is attempted again with the prompt unchanged.
+       * - If the attempt carried history (inline, injected or a pointer), the native thread is recorded as full
+       *   (`usedTokens` = the budget window): the next budget is 0, everything owed is deferred and the prompt goes
+       *   alone. The next usage report (or `/compact`) corrects the figure.
+       * - If the prompt went alone, the native thread itself is full: it is no longer trusted and the retry starts
+       *   a replacement, owed the whole history under a fresh budget.
+       * Returns `false` (nothing written) when a user interrupt ended the run meanwhile: it is not retried.
+       */
+      const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
+        sql.withTransaction(Effect.gen(function*() {
+          const current = yield* store.getRun(run.id)
+          if (current._tag === "Some" && current.value.status === "interrupted") return false
+          const now = yield* DateTime.now
+          const carriedHistory = plan.inlineHistory !== null || plan.report.mode === "injected"
+          yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
+          yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
+          const window = plan.report.budget.window
+          if (carriedHistory) {
+            const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
+            yield* store.updateNativeThread({
+              ...native,
+              usage: { usedTokens: window, maxTokens: window },
+              estimatedTokens: Math.max(native.estimatedTokens, window),
+              updatedAt: now
+            })
+          } else {
+            yield* distrustNative(run.threadId, plan.native, "context overflow with the prompt alone: the native thread is full")
+          }
+          yield* store.appendEvent(run.threadId, "context.overflowed", {
+            runId: run.id,
+            nativeThreadId: plan.native.id,
+            attempt: attempt.attempt,
+            recovery: carriedHistory ? "defer_history" : "replace_native_thread",
+            window
+          })
+          const again: Run = { ...run, status: "starting", nativeThreadId: null, updatedAt: now }
+          yield* store.updateRun(again)
+          run = again
+          retries.overflow++
+          return true
+        }))
+      const attemptTurn = () => Effect.gen(function*() {
         const providerThread = yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
         const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
           Effect.either
@@ -407,16 +526,36 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         run = begun.running
         const attempt = begun.attempt
 
+        // A provider turn that never returns must not leave the run `running`: Baton stops waiting after
+        // `turnTimeoutMillis` and handles it like a provider-reported timeout.
         const outcome = yield* adapter.startTurn({
           nativeRef: plan.native.nativeRef,
           runId: run.id,
           prompt: run.prompt,
           inlineHistory: plan.inlineHistory
-        }).pipe(Effect.either)
+        }).pipe(
+          Effect.timeoutFail({
+            duration: Duration.millis(config.turnTimeoutMillis),
+            onTimeout: () =>
+              new ProviderError({
+                provider: adapter.instance,
+                operation: "startTurn",
+                code: "timeout",
+                reason: `no answer within ${config.turnTimeoutMillis} ms (turn timeout)`,
+                retryable: true
+              })
+          }),
+          Effect.either
+        )
 
         if (outcome._tag === "Left") {
           const error = outcome.left
-          if (error.code === "thread_not_found" && retryOnLost) {
+          if (error.code === "overflow" && retries.overflow < maxOverflowRetries) {
+            const retried = yield* overflowRecovery(plan, attempt, error)
+            if (retried) return "retry" as const
+          }
+          if (error.code === "thread_not_found" && retries.lost === 0) {
+            retries.lost++
             const lostRun = run
             run = yield* sql.withTransaction(Effect.gen(function*() {
               const now = yield* DateTime.now
@@ -433,12 +572,27 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             }))
             return "retry" as const
           }
-          const notRead = promptNotReadCodes.has(error.code)
+          // A timeout leaves it unknown whether the provider read the prompt: stop the turn and read the native
+          // thread back. Where that cannot tell, or the provider does not acknowledge the interrupt (it may still be
+          // running the turn), the native thread is no longer trusted.
+          let read: boolean | "unknown" = !promptNotReadCodes.has(error.code)
+          let untrustedReason: string | null = null
+          if (error.code === "timeout") {
+            const probe = yield* stopAndReadBack(adapter, plan.native, run.id)
+            read = probe.read
+            if (!probe.answered) untrustedReason = "turn timed out and the provider did not acknowledge the interrupt"
+            else if (probe.read === "unknown") untrustedReason = "turn timed out: cannot tell whether the provider read the prompt"
+          }
+          const notRead = read !== true
           const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
           const finished = Effect.gen(function*() {
-            if (notRead) {
+            if (read === false) {
               yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, `turn did not start: ${error.code}`)
+            } else if (read === true && error.code === "timeout") {
+              yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
             }
+            // (Unknown: the inline deliveries stay `pending`; the replacement supersedes them.)
+            if (untrustedReason !== null) yield* distrustNative(run.threadId, plan.native, untrustedReason)
             yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: yield* DateTime.now })
             // A user interrupt that arrived meanwhile stays; only where the run stopped is corrected.
             const current = yield* store.getRun(run.id)
@@ -465,7 +619,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const turn = outcome.right
         const completed = Effect.gen(function*() {
           yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
-          const items = yield* appendItems(run.threadId, run, turn.items.map(normalizeProduced))
+          // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
+          const before = yield* store.getRun(run.id)
+          const interrupted = turn.interrupted === true || (before._tag === "Some" && before.value.status === "interrupted")
+          const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(turn.items.map(normalizeProduced), interrupted))
           const now = yield* DateTime.now
           const sent = plan.report.budget.request + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
             items.reduce((n, i) => n + i.tokens, 0)
@@ -473,8 +630,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
           const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow)
           const trusted = checked !== null
+          // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
+          const nativeNow = yield* store.getNativeThread(plan.native.id)
           const native = {
             ...plan.native,
+            status: nativeNow._tag === "Some" ? nativeNow.value.status : plan.native.status,
             usage: checked,
             estimatedTokens: checked !== null ? checked.usedTokens : plan.native.estimatedTokens + sent,
             updatedAt: now
@@ -495,7 +655,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
           }
-          yield* store.updateAttempt({ ...attempt, status: "completed", updatedAt: now })
+          yield* store.updateAttempt({ ...attempt, status: turn.interrupted === true ? "interrupted" : "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
           const current = yield* store.getRun(run.id)
           if (current._tag === "Some" && current.value.status === "interrupted") {
@@ -503,6 +663,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             const kept: Run = { ...current.value, stopPoint: "after_provider", nativeThreadId: plan.native.id, updatedAt: now }
             yield* store.updateRun(kept)
             return { done: kept, native }
+          }
+          if (turn.interrupted === true) {
+            // The provider stopped at an interrupt before the user's interrupt command recorded it (or one from
+            // elsewhere): the run ends interrupted, after the provider read the prompt.
+            const ended = yield* finishRun({ ...run, nativeThreadId: plan.native.id }, "interrupted", "after_provider", "interrupted by the user during the provider turn")
+            return { done: ended, native }
           }
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* store.updateRun(done)
@@ -525,11 +691,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         return result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window)
       })
 
-      const first = yield* attemptTurn(true)
-      if (first !== "retry") return first
-      const second = yield* attemptTurn(false)
-      if (second === "retry") return yield* Effect.dieMessage("unreachable: no retry on the second attempt")
-      return second
+      // At most one retry for a lost native thread and `maxOverflowRetries` for overflows.
+      for (let i = 0; i <= 1 + maxOverflowRetries; i++) {
+        const attempted = yield* attemptTurn()
+        if (attempted !== "retry") return attempted
+      }
+      return yield* Effect.dieMessage("unreachable: more attempts than the retry bounds allow")
     })
 
     /**
@@ -584,29 +751,27 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         // to record whether the provider read the prompt (a turn that starts after this is corrected on completion).
         // Where it cannot be told, the native thread is no longer trusted: the next turn start replaces it and owes
         // it the whole history, so the prompt is neither lost nor delivered twice.
+        // A provider that does not acknowledge the interrupt within `interruptTimeoutMillis` may still be running the
+        // turn: the run ends `interrupted` anyway (the thread accepts the next message) and that native thread is no
+        // longer trusted either.
         let read: boolean | "unknown" = "unknown"
-        let native: NativeThread | null = null
+        let untrusted: { readonly native: NativeThread; readonly reason: string } | null = null
         const providerThread = yield* store.getProviderThread(run.providerThreadId)
         if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
           const adapter = yield* registry.get(providerThread.value.providerInstance)
-          native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
+          const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
           if (native !== null) {
-            yield* Effect.ignore(adapter.interrupt(native.nativeRef))
-            if (adapter.readThread !== undefined) {
-              const back = yield* Effect.option(adapter.readThread(native.nativeRef))
-              if (back._tag === "Some") read = back.value.runIds.includes(run.id)
+            const probe = yield* stopAndReadBack(adapter, native, run.id)
+            read = probe.read
+            if (!probe.answered) {
+              untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
+            } else if (probe.read === "unknown") {
+              untrusted = { native, reason: "interrupted mid-turn: cannot tell whether the provider read the prompt" }
             }
           }
         }
-        const untrusted = read === "unknown" ? native : null
         return yield* sql.withTransaction(Effect.gen(function*() {
-          if (untrusted !== null && untrusted.status === "active") {
-            yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: yield* DateTime.now })
-            yield* store.appendEvent(run.threadId, "native_thread.replaced", {
-              nativeThreadId: untrusted.id,
-              reason: "interrupted mid-turn: cannot tell whether the provider read the prompt"
-            })
-          }
+          if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
           return yield* finishRun(
             read === true ? run : { ...run, nativeThreadId: null },
             "interrupted",

@@ -27,7 +27,7 @@ export interface ProducedItem {
   readonly toolName: string | null
   readonly messageId: string | null
   readonly isError: boolean
-  readonly toolCallState: "answered" | "dangling" | null
+  readonly toolCallState: "answered" | "dangling" | "interrupted" | null
 }
 
 /**
@@ -41,10 +41,18 @@ export interface StartTurnInput {
   readonly inlineHistory: string | null
 }
 
-/** The outcome of a completed turn: the produced items in order and the usage the provider reported (if any). */
+/**
+ * The outcome of a turn: the produced items in order and the usage the provider reported (if any).
+ *
+ * `interrupted: true` when the turn stopped at an `interrupt`: `items` is what the provider produced before it (a
+ * tool call may have no result), and the adapter has closed any open tool call in the native thread the way its
+ * provider does (Claude Code and Codex answer it with an "interrupted" tool result), so the native thread's next
+ * request is well-formed. Baton closes such calls in its own record (see ThreadService).
+ */
 export interface TurnResult {
   readonly items: ReadonlyArray<ProducedItem>
   readonly usage: ContextUsage | null
+  readonly interrupted?: boolean
 }
 
 export interface InjectHistoryInput {
@@ -86,6 +94,10 @@ export interface ProviderAdapterShape {
    * `overflow`, `unavailable`).
    */
   readonly startTurn: (input: StartTurnInput) => Effect.Effect<TurnResult, ProviderError>
+  /**
+   * Asks the provider to stop the turn in progress on `nativeRef`. A provider may never answer: callers bound it
+   * with a timeout (OrchestratorConfig `interruptTimeoutMillis`).
+   */
   readonly interrupt: (nativeRef: string) => Effect.Effect<void, ProviderError>
   /** Present iff `capabilities.injectHistory`. Returns the usage after the injection when reported. */
   readonly injectHistory?: (input: InjectHistoryInput) => Effect.Effect<{ readonly usage: ContextUsage | null }, ProviderError>

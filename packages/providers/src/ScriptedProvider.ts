@@ -12,7 +12,7 @@
  */
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
 import type { TokenCounter } from "@baton/context"
-import { Effect } from "effect"
+import { Deferred, Effect, FiberId } from "effect"
 import type {
   CompactResult,
   ProducedItem,
@@ -32,10 +32,29 @@ export type Fault =
   | "fail_after_injection"
   /** `injectHistory` reaches the native thread but its acknowledgement is lost (`code: "ack_lost"`). */
   | "lose_injection_ack"
+  /**
+   * `startTurn`: the provider reads the prompt (and any inline history), then its answer never arrives: the call
+   * fails with `code: "timeout"` and the turn's output is lost. Baton cannot tell from the error whether the prompt
+   * was read (only `readThread` can).
+   */
+  | "timeout"
+  /** `startTurn` fails with `code: "overflow"` (context length exceeded) before the provider reads the prompt. */
+  | "overflow"
+  /** `startTurn` reads the prompt and then never returns (a provider that hangs): only Baton's turn timeout ends it. */
+  | "hang"
+  /**
+   * `startTurn` reads the prompt, issues the response's first tool call and stops inside it until interrupted: it
+   * runs the instance's `onToolCall` hook (if any), then waits for `interrupt` on its native thread and returns the
+   * items up to that call with `interrupted: true`. With a hook, an interrupt that did not arrive by the time the
+   * hook returns means the tool finished: the turn completes normally.
+   */
+  | "interrupt_in_tool_call"
+  /** `interrupt` never answers (and the turn in progress does not stop). */
+  | "ignore_interrupt"
 
 /** The call being planned: which operation, the 1-based count of that operation on this instance, and the run. */
 export interface FaultCall {
-  readonly operation: "startTurn" | "injectHistory"
+  readonly operation: "startTurn" | "injectHistory" | "interrupt"
   readonly call: number
   readonly runId: string
 }
@@ -87,6 +106,11 @@ export interface ScriptedConfig {
   /** Usage after a compaction, in tokens. Default 2,000. */
   readonly summaryTokens?: number
   readonly faults?: FaultPlan
+  /**
+   * Runs when an `interrupt_in_tool_call` turn stops inside its tool call (the simulation interrupts from here).
+   * Without it the turn waits for `interrupt` (tests interrupt from another fiber after `awaitToolCall`).
+   */
+  readonly onToolCall?: (turn: { readonly nativeRef: string; readonly runId: string }) => Effect.Effect<void>
 }
 
 /** What one native thread of the scripted provider received, for tests and the replay's invariant checks. */
@@ -111,6 +135,8 @@ export interface ScriptedProvider extends ProviderAdapterShape {
   readonly forgetThreads: () => void
   /** Forgets which deliveries a native thread holds (test control: an injection that never arrived). */
   readonly forgetDeliveries: (nativeRef: string) => void
+  /** Waits until an `interrupt_in_tool_call` turn is inside its tool call; returns that turn's native ref and run. */
+  readonly awaitToolCall: Effect.Effect<{ readonly nativeRef: string; readonly runId: string }>
 }
 
 const defaultReply: ScriptedResponse = {
@@ -125,6 +151,9 @@ const defaultReply: ScriptedResponse = {
   }]
 }
 
+/** What the scripted provider places in its native thread to close a tool call its turn was interrupted in. */
+const interruptedToolResult = "[Request interrupted by user for tool use]"
+
 /**
  * Builds a scripted instance. `counter` counts tokens of everything a native thread is sent or produces.
  * Native refs are `<instance>-n<k>`, numbered per instance in creation order (deterministic).
@@ -136,9 +165,12 @@ export const make = (
 ): ScriptedProvider => {
   const threads = new Map<string, NativeState>()
   const received: Array<Received> = []
-  const calls = { startTurn: 0, injectHistory: 0 }
+  const calls = { startTurn: 0, injectHistory: 0, interrupt: 0 }
   let created = 0
   let failNextTurn = false
+  // Turns stopped inside a tool call, by native ref: completing the Deferred is the interrupt arriving.
+  const inToolCall = new Map<string, Deferred.Deferred<void>>()
+  let toolCallReached = Deferred.unsafeMake<{ readonly nativeRef: string; readonly runId: string }>(FiberId.none)
   const summaryTokens = config.summaryTokens ?? 2_000
   const instance = config.instance
 
@@ -178,10 +210,37 @@ export const make = (
       }
       if (fault === "refuse") return yield* fail("startTurn", "refused", "the provider refused the request before reading it", true)
       if (fault === "interrupt_before_start") return yield* fail("startTurn", "interrupted", "interrupted before the provider started")
+      if (fault === "overflow") {
+        return yield* fail("startTurn", "overflow", "the request exceeds the model's context window (context_length_exceeded)")
+      }
       received.push({ type: "turn", nativeRef: input.nativeRef, runId: input.runId, prompt: input.prompt, inlineHistory: input.inlineHistory })
       state.runIds.push(input.runId)
       const response = script.next() ?? defaultReply
       state.used += counter.count(input.prompt) + (input.inlineHistory === null ? 0 : counter.count(input.inlineHistory))
+      if (fault === "timeout") return yield* fail("startTurn", "timeout", "no answer from the provider before its deadline", true)
+      if (fault === "hang") return yield* Effect.never
+      if (fault === "interrupt_in_tool_call") {
+        const callAt = response.items.findIndex((i) => i.kind === "tool_call")
+        if (callAt >= 0) {
+          const interrupted = Deferred.unsafeMake<void>(FiberId.none)
+          inToolCall.set(input.nativeRef, interrupted)
+          const turn = { nativeRef: input.nativeRef, runId: input.runId }
+          Deferred.unsafeDone(toolCallReached, Effect.succeed(turn))
+          if (config.onToolCall !== undefined) yield* config.onToolCall(turn)
+          const stopped = config.onToolCall === undefined || (yield* Deferred.isDone(interrupted))
+          if (stopped) {
+            yield* Deferred.await(interrupted)
+            inToolCall.delete(input.nativeRef)
+            // The provider closes the open call in its native thread (as Claude Code does): counted with the output.
+            const partial = response.items.slice(0, callAt + 1)
+            for (const item of partial) state.used += counter.count(item.text)
+            state.used += counter.count(interruptedToolResult)
+            autoCompact(state)
+            return { items: partial, usage: usageOf(state), interrupted: true }
+          }
+          inToolCall.delete(input.nativeRef)
+        }
+      }
       for (const item of response.items) state.used += counter.count(item.text)
       if (response.usage === null) {
         autoCompact(state)
@@ -211,7 +270,15 @@ export const make = (
       }),
     resumeThread: (nativeRef) => Effect.asVoid(lookup("resumeThread", nativeRef)),
     startTurn,
-    interrupt: (nativeRef) => Effect.asVoid(lookup("interrupt", nativeRef)),
+    interrupt: (nativeRef) =>
+      Effect.gen(function*() {
+        calls.interrupt++
+        yield* lookup("interrupt", nativeRef)
+        const fault = config.faults?.({ operation: "interrupt", call: calls.interrupt, runId: "" }) ?? null
+        if (fault === "ignore_interrupt") return yield* Effect.never
+        const waiting = inToolCall.get(nativeRef)
+        if (waiting !== undefined) yield* Deferred.succeed(waiting, undefined)
+      }),
     compactThread: (nativeRef): Effect.Effect<CompactResult, ProviderError> =>
       Effect.map(lookup("compactThread", nativeRef), (state) => {
         const before = usageOf(state)
@@ -232,7 +299,10 @@ export const make = (
     },
     usageOf: (nativeRef) => threads.get(nativeRef)?.used,
     forgetThreads: () => threads.clear(),
-    forgetDeliveries: (nativeRef) => void threads.get(nativeRef)?.deliveryIds.splice(0)
+    forgetDeliveries: (nativeRef) => void threads.get(nativeRef)?.deliveryIds.splice(0),
+    awaitToolCall: Effect.suspend(() => Deferred.await(toolCallReached)).pipe(
+      Effect.tap(() => Effect.sync(() => void (toolCallReached = Deferred.unsafeMake(FiberId.none))))
+    )
   }
   const readable: ScriptedProvider = config.readThread === false ? { ...adapter, readThread: undefined } : adapter
   if (!config.injectHistory) return readable

@@ -80,6 +80,11 @@ const simplifications = (op: Operation): ReadonlyArray<Operation> => {
     case "compact":
       if (op.fault !== null) out.push({ ...op, fault: null })
       break
+    case "interrupt_in_tool_call":
+      if (!op.answered) out.push({ ...op, answered: true })
+      if (op.prompt > 20) out.push({ ...op, prompt: 20 })
+      if (op.reply.tools.length > 1) out.push({ ...op, reply: { ...op.reply, tools: [op.reply.tools[0]!] } })
+      break
     case "interrupt_before_start":
       if (op.prompt > 20) out.push({ ...op, prompt: 20 }, { ...op, prompt: Math.floor(op.prompt / 2) })
       break

@@ -257,3 +257,53 @@ describe("regressions (shrunk simulation failures, fixed)", () => {
   }
 })
 
+
+describe("provider faults of issue 3 in the simulation", () => {
+  const midCall = (id: number, answered: boolean, extra: Partial<Extract<Op, { kind: "interrupt_in_tool_call" }>> = {}): Op =>
+    ({ kind: "interrupt_in_tool_call", id, prompt: 20, reply: { ...reply, tools: [40] }, answered, crash: null, ...extra })
+  const scenario: Simulation.Scenario = {
+    seed: 99,
+    providers: providers({ big: true, small: false, plain: false }),
+    ops: [
+      { kind: "create", id: 0, provider: "big", crash: null },
+      send(1),
+      midCall(2, true),
+      midCall(3, false),
+      { kind: "switch", id: 4, to: "plain", crash: null },
+      send(5, { fault: "overflow" }),
+      send(6, { fault: "timeout" }),
+      midCall(7, true),
+      { kind: "switch", id: 8, to: "small", crash: null },
+      send(9, { fault: "overflow" }),
+      send(10),
+      midCall(11, true, { crash: crashAt(12, true) })
+    ]
+  }
+
+  it.live("interrupts inside a tool call (acknowledged or not), timeouts and overflows: no violation, same bytes twice", () =>
+    Effect.gen(function*() {
+      const a = yield* Simulation.execute(scenario, { keepDump: true })
+      expect(a.violations).toEqual([])
+      expect(a.executed).toBe(scenario.ops.length)
+      const outcomes = a.trace.map((line) => line.split("  =>  ")[1]!.split(/[;(]/)[0]!.trim())
+      expect(outcomes).toEqual([
+        expect.any(String),
+        "completed",
+        "interrupted",
+        "interrupted",
+        "handoff hof_000001",
+        "completed",
+        "failed",
+        "interrupted",
+        expect.any(String),
+        "completed",
+        "completed",
+        expect.any(String)
+      ])
+      // Every tool call the interrupted turns left open is answered in the record.
+      expect(a.dump).toContain("[interrupted] The user interrupted the turn while this tool call ran")
+      const b = yield* Simulation.execute(scenario, { keepDump: true })
+      expect(b.dump === a.dump).toBe(true)
+      expect(b.trace).toEqual(a.trace)
+    }), { timeout: 60_000 })
+})

@@ -8,7 +8,10 @@
  * - exactly once as the provider saw it (invariant 2): per native thread, no item arrives twice (injected or inline),
  *   none arrives as history that the thread saw natively, every delivery the record settles did arrive, and a run
  *   the record says a native thread saw was in fact received by it;
- * - lifecycle: a run reaches a terminal status once.
+ * - lifecycle: a run reaches a terminal status once;
+ * - well-formed requests (invariant 7 as the provider saw it): every tool call in a history Baton sent (inline or
+ *   injected) is followed by its result in the same text, and every tool call in the record has a result (a call a
+ *   turn left open is closed with a synthetic result when it is recorded).
  *
  * Each violation is one line starting with its category (`crash-safety:`, `exactly-once:`, ...).
  */
@@ -49,6 +52,17 @@ const inlineIds = (turn: { readonly inlineHistory: string | null }) => {
   return ids
 }
 
+/** Tool calls of a rendered history without a `tool_result` block of the same call id in the same text. */
+const unansweredCalls = (rendered: string): ReadonlyArray<string> => {
+  const calls: Array<string> = []
+  const answered = new Set<string>()
+  for (const m of rendered.matchAll(/^\[(tool_call|tool_result) [^\s\]]+ ([^\s\]]+) #[^\s\]]+(?: [a-z]+)*\]$/gm)) {
+    if (m[1] === "tool_call") calls.push(m[2]!)
+    else answered.add(m[2]!)
+  }
+  return calls.filter((id) => !answered.has(id))
+}
+
 const terminalEvents = new Set(["run.completed", "run.failed", "run.interrupted"])
 
 /** Checks every thread; updates `memory` with what it read. */
@@ -81,6 +95,18 @@ export const check = (
       }
     }
 
+    // Well-formed requests: no history Baton sent carries a tool call without its result.
+    for (const p of providers) {
+      for (const r of p.received) {
+        const text = r.type === "turn" ? r.inlineHistory : r.type === "inject" ? r.rendered : null
+        if (text === null) continue
+        const open = unansweredCalls(text)
+        if (open.length > 0) {
+          violations.push(`tool-pairing: ${r.type === "turn" ? `inline history of run ${r.runId}` : `injection into ${r.nativeRef}`} carries tool call(s) ${open.slice(0, 3).join(", ")} without a result`)
+        }
+      }
+    }
+
     const carriedSets = new Map<string, Set<string>>()
     const carriedSet = (ref: string) => {
       let set = carriedSets.get(ref)
@@ -108,6 +134,11 @@ export const check = (
             key: JSON.stringify([i.runId, i.seq, i.kind, i.tokens, i.chars, i.ends, i.toolCallId, i.messageId])
           }))
       const runs = yield* store.listRuns(threadId)
+      const openCalls = yield* sql<{ readonly id: string; readonly toolCallId: string }>`
+        SELECT c.id, c.tool_call_id FROM items c WHERE c.thread_id = ${threadId} AND c.kind = 'tool_call'
+          AND c.tool_call_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM items r WHERE r.thread_id = c.thread_id
+          AND r.kind = 'tool_result' AND r.tool_call_id = c.tool_call_id)`
+      for (const c of openCalls) violations.push(`tool-pairing: tool call ${c.id} (${c.toolCallId}) has no result in the record`)
       const events = (yield* sql<{ readonly seq: number; readonly type: string; readonly payload: string }>`
         SELECT seq, type, payload FROM thread_events WHERE thread_id = ${threadId} ORDER BY seq`).map((e) => ({
           seq: e.seq,

@@ -96,8 +96,15 @@ const orchestrator = (
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerSequential(namespace)),
-    Layer.provideMerge(OrchestratorConfig.layer())
+    Layer.provideMerge(OrchestratorConfig.layer(simulationConfig))
   )
+
+/**
+ * The simulation's policy: the defaults, with an interrupt timeout of 50 ms real time (the clock's sleeps are real)
+ * so an interrupt the provider never acknowledges costs little. Scripted calls answer in microseconds, so only a
+ * `ignore_interrupt` fault reaches it and the outcome stays deterministic.
+ */
+const simulationConfig: Partial<OrchestratorConfig.OrchestratorConfigShape> = { interruptTimeoutMillis: 50 }
 
 type Services = Layer.Layer.Success<ReturnType<typeof orchestrator>>
 
@@ -140,8 +147,10 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const counter = sharedCounter()
     const script = ScriptedProvider.makeScript()
     const steps = new Crash.Steps()
-    const armed: Record<ScriptedProvider.FaultCall["operation"], ScriptedProvider.Fault | null> = { startTurn: null, injectHistory: null }
+    const armed: Record<ScriptedProvider.FaultCall["operation"], ScriptedProvider.Fault | null> = { startTurn: null, injectHistory: null, interrupt: null }
     let faultsFired = 0
+    // The user's interrupt of an `interrupt_in_tool_call` operation, run by the provider when its turn is inside the call.
+    let onToolCall: Effect.Effect<void> = Effect.void
     const providers = scenario.providers.map((p) =>
       ScriptedProvider.make({
         instance: p.name as ProviderInstance,
@@ -155,14 +164,17 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           armed[call.operation] = null
           faultsFired++
           return fault
-        }
+        },
+        onToolCall: () => Effect.suspend(() => onToolCall)
       }, script, counter)
     )
     const adapters = providers.map((p) => Crash.wrapAdapter(p, steps))
     const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
+    const turnFaults = new Set<ScriptedProvider.Fault>(["refuse", "interrupt_before_start", "timeout", "overflow", "interrupt_in_tool_call"])
     const armFault = (fault: ScriptedProvider.Fault | null) => {
-      armed.startTurn = fault === "refuse" || fault === "interrupt_before_start" ? fault : null
+      armed.startTurn = fault !== null && turnFaults.has(fault) ? fault : null
       armed.injectHistory = fault === "fail_after_injection" || fault === "lose_injection_ack" ? fault : null
+      armed.interrupt = fault === "ignore_interrupt" ? fault : null
     }
 
     // ---- incarnations
@@ -320,7 +332,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       })).pipe(Effect.catchAll((e) => Effect.sync(() => void notes.push(`interrupt failed: ${String(e)}`))))
 
     const describeFailure = (op: Operation, message: string) =>
-      op.kind === "send" ? `no-wedge: send m${op.id} failed: ${message}` : `command: ${op.kind} failed: ${message}`
+      op.kind === "send" || op.kind === "interrupt_in_tool_call" ? `no-wedge: send m${op.id} failed: ${message}` : `command: ${op.kind} failed: ${message}`
 
     /** Executes one operation: the violations it raised itself and a short description of what happened. */
     const perform = (op: Operation) =>
@@ -351,14 +363,20 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
             }
             break
           }
-          case "send": {
+          case "send":
+          case "interrupt_in_tool_call": {
             const thread = threadId!
             const text = promptText(op.id, op.prompt)
             const cmd = Commands.SendMessage.make({ commandId: cid(op.id), threadId: thread, text })
             const window = yield* activeWindow(thread)
             script.clear()
             script.enqueue(responseFor(op.id, 1, op.reply, window))
-            armFault(op.fault)
+            if (op.kind === "send") armFault(op.fault)
+            else {
+              armFault("interrupt_in_tool_call")
+              if (!op.answered) armed.interrupt = "ignore_interrupt"
+              onToolCall = interruptHook(op.id, thread)
+            }
             const c = yield* command(op, service((s) => s.sendMessage(cmd)), {
               onInterrupt: interruptHook(op.id, thread),
               beforeRetry: () => {
@@ -367,6 +385,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
               }
             })
             armFault(null)
+            onToolCall = Effect.void
             violations.push(...c.violations)
             if (c.result._tag === "ok") {
               const r = c.result.value

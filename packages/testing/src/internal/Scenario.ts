@@ -63,6 +63,20 @@ export type Operation =
     readonly crash: CrashSpec | null
   }
   | { readonly kind: "interrupt_before_start"; readonly id: number; readonly prompt: number; readonly crash: CrashSpec | null }
+  | {
+    /**
+     * A send whose turn stops inside its first tool call, where the user interrupts it (from inside the provider
+     * call, so the order of events is fixed). `answered: false`: the provider never acknowledges the interrupt (it
+     * times out) and its tool call then finishes, so the turn completes late.
+     */
+    readonly kind: "interrupt_in_tool_call"
+    readonly id: number
+    readonly prompt: number
+    /** Has at least one tool. */
+    readonly reply: ReplySpec
+    readonly answered: boolean
+    readonly crash: CrashSpec | null
+  }
   | { readonly kind: "switch"; readonly id: number; readonly to: string; readonly crash: CrashSpec | null }
   | { readonly kind: "compact"; readonly id: number; readonly fault: "lose_injection_ack" | null; readonly crash: CrashSpec | null }
   | { readonly kind: "restart"; readonly id: number }
@@ -82,7 +96,10 @@ export interface Features {
   readonly retries: boolean
   /** Users interrupting a run while it is processed (at a durable step outside a transaction). */
   readonly interrupts: boolean
-  /** Provider faults (refusal, interrupt before start, failure after injection, lost injection acknowledgement). */
+  /**
+   * Provider faults (refusal, interrupt before start, failure after injection, lost injection acknowledgement,
+   * timeout, context overflow) and interrupts inside a tool call (acknowledged or not).
+   */
   readonly faults: boolean
   /** Scripted usage reports: missing, near full, impossible. */
   readonly usageReports: boolean
@@ -112,6 +129,7 @@ const stepsOf: Record<Operation["kind"], number> = {
   create: 6,
   send: 40,
   interrupt_before_start: 5,
+  interrupt_in_tool_call: 40,
   switch: 9,
   compact: 16,
   restart: 0
@@ -152,8 +170,10 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
 }
 
 /**
- * Generates the scenario of `seed`: `steps` operations after `create`. Operation mix (by weight): send 56, switch
- * 16, `/compact` 12, interrupt before start 8, clean restart 4; about one operation in five carries a crash.
+ * Generates the scenario of `seed`: `steps` operations after `create`. Operation mix (by weight): send 56 (with
+ * faults on: send 50 and interrupt inside a tool call 6, itself a send, so the share of every other operation is
+ * unchanged), switch 16, `/compact` 12, interrupt before start 8, clean restart 4; about one operation in five
+ * carries a crash.
  */
 export const generate = (seed: number, steps: number, features: Features = allFeatures): Scenario => {
   const r = Prng.make(seed)
@@ -163,7 +183,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const ops: Array<Operation> = [{ kind: "create", id: 0, provider: active, crash: crashFor(r, features, "create", 0.3) }]
   for (let id = 1; id <= steps; id++) {
     const kind = r.weighted<Operation["kind"]>([
-      [56, "send"],
+      [features.faults ? 50 : 56, "send"],
+      [features.faults ? 6 : 0, "interrupt_in_tool_call"],
       [16, "switch"],
       [12, "compact"],
       [8, "interrupt_before_start"],
@@ -178,11 +199,26 @@ export const generate = (seed: number, steps: number, features: Features = allFe
             [30, "refuse"],
             [20, "interrupt_before_start"],
             [25, "fail_after_injection"],
-            [25, "lose_injection_ack"]
+            [25, "lose_injection_ack"],
+            [20, "timeout"],
+            [20, "overflow"]
           ])
           : null
         const interruptAt = features.interrupts && r.chance(0.1) ? r.int(1, 16) : null
         ops.push({ kind, id, prompt, reply, fault, interruptAt, crash: crashFor(r, features, kind, 0.25) })
+        break
+      }
+      case "interrupt_in_tool_call": {
+        const reply = replyFor(r, features)
+        const tools = reply.tools.length > 0 ? reply.tools : [r.int(20, 2_500)]
+        ops.push({
+          kind,
+          id,
+          prompt: promptSize(r),
+          reply: { ...reply, tools },
+          answered: r.chance(0.7),
+          crash: crashFor(r, features, kind, 0.25)
+        })
         break
       }
       case "switch": {
@@ -322,6 +358,9 @@ export const formatOperation = (op: Operation): string => {
         `${op.reply.reasoning ? ", reasoning" : ""}${usageText(op.reply.usage)})` +
         `${op.fault === null ? "" : ` fault ${op.fault}`}` +
         `${op.interruptAt === null ? "" : ` interrupt at step ${op.interruptAt}`}${crashText(op.crash)}`
+    case "interrupt_in_tool_call":
+      return `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}]) and interrupt ` +
+        `it inside its first tool call${op.answered ? "" : " (the provider never acknowledges)"}${crashText(op.crash)}`
     case "interrupt_before_start":
       return `queue m${op.id} (${op.prompt} tok) and interrupt it before it starts${crashText(op.crash)}`
     case "switch":
