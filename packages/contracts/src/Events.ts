@@ -34,6 +34,11 @@ export const ThreadEventType = Schema.Literal(
    * `recovery` is `defer_history` (native thread recorded as full) or `replace_native_thread`. The turn is retried.
    */
   "context.overflowed",
+  /**
+   * `{runId, messageIds}`: items a turn returned under provider message ids the thread already holds (a resumed
+   * native thread replaying its history) were not recorded again
+   */
+  "items.replay_skipped",
   /** `{handoffId, kind, itemCount, sourceRunIds}` */
   "handoff.created",
   /** `{handoffId, addedItemIds, addedRunIds}`: missed-run recovery reused this handoff */

@@ -59,6 +59,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       const counter = yield* TokenCounter.TokenCounter
       const config = yield* OrchestratorConfig
       const itemLog = yield* ItemLog
+      // Native threads this process started or resumed; any other is resumed (`resumeThread`) before its first use.
+      const live = new Set<string>()
 
       /**
        * Reconciles uncertain (`pending`) deliveries by reading the native thread back: an injection the thread holds
@@ -110,6 +112,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           updatedAt: now
         }
         yield* store.insertNativeThread(native)
+        live.add(native.id)
         const updated: ProviderThread = { ...providerThread, activeNativeThreadId: native.id, updatedAt: now }
         yield* store.updateProviderThread(updated)
         yield* store.appendEvent(providerThread.threadId, "native_thread.started", {
@@ -161,8 +164,16 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             replaceReason = "the provider lost the native thread"
           } else if (found._tag === "Some") {
             current = found.value
+            if (!live.has(current.id)) {
+              // First use in this process (after a restart): resume the provider's session. A provider that no longer
+              // has it gets a replacement; any other failure fails the turn before the provider read the prompt.
+              const resumed = yield* Effect.either(adapter.resumeThread(current.nativeRef))
+              if (resumed._tag === "Left" && resumed.left.code !== "thread_not_found") return yield* resumed.left
+              if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
+              else live.add(current.id)
+            }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
-            if (uncertain.length > 0 && !(yield* reconcile(run.threadId, current, uncertain, adapter))) {
+            if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, current, uncertain, adapter))) {
               replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
             }
           }

@@ -622,7 +622,19 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
           const before = yield* store.getRun(run.id)
           const interrupted = turn.interrupted === true || (before._tag === "Some" && before.value.status === "interrupted")
-          const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(turn.items.map(normalizeProduced), interrupted))
+          // A resumed native thread may replay its history with the turn: items under provider message ids the
+          // thread already holds are that replay, not new output, and are not recorded again.
+          const produced = turn.items.map(normalizeProduced)
+          const messageIds = produced.flatMap((i) => i.messageId === null ? [] : [i.messageId])
+          const known = messageIds.length === 0 ? new Set<string>() : yield* store.findMessageIds(run.threadId, messageIds)
+          const newItems = known.size === 0 ? produced : produced.filter((i) => i.messageId === null || !known.has(i.messageId))
+          if (newItems.length < produced.length) {
+            yield* store.appendEvent(run.threadId, "items.replay_skipped", {
+              runId: run.id,
+              messageIds: produced.flatMap((i) => i.messageId !== null && known.has(i.messageId) ? [i.messageId] : [])
+            })
+          }
+          const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(newItems, interrupted))
           const now = yield* DateTime.now
           const sent = plan.report.budget.request + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
             items.reduce((n, i) => n + i.tokens, 0)

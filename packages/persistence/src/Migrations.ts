@@ -5,11 +5,13 @@
 import { Migrator } from "@effect/sql"
 import migration0001 from "./migrations/0001_core.js"
 import migration0002 from "./migrations/0002_thread_links.js"
+import migration0005 from "./migrations/0005_item_message_ids.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
   "0001_core": migration0001,
-  "0002_thread_links": migration0002
+  "0002_thread_links": migration0002,
+  "0005_item_message_ids": migration0005
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

@@ -154,6 +154,13 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         inChunks(ids, (c) => items.findAll("items.get", sql`SELECT * FROM items WHERE ${sql.in("id", c)}`)).pipe(
           Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))
         ),
+      /** Which of `messageIds` (provider message ids) the thread's log already holds. */
+      findMessageIds: (threadId: ThreadId, messageIds: ReadonlyArray<string>) =>
+        inChunks(messageIds, (c) =>
+          Effect.flatMap(
+            sql`SELECT DISTINCT message_id FROM items WHERE thread_id = ${threadId} AND ${sql.in("message_id", c)}`,
+            Schema.decodeUnknown(Schema.Array(Schema.Struct({ messageId: Schema.String })))
+          ).pipe(orPersistence("items.findMessageIds"))).pipe(Effect.map((rows) => new Set(rows.map((r) => r.messageId)))),
       countItems: (threadId: ThreadId) =>
         nextSeq("items.count", sql`SELECT COUNT(*) AS next FROM items WHERE thread_id = ${threadId}`),
 

@@ -111,6 +111,11 @@ export interface ScriptedConfig {
    * Without it the turn waits for `interrupt` (tests interrupt from another fiber after `awaitToolCall`).
    */
   readonly onToolCall?: (turn: { readonly nativeRef: string; readonly runId: string }) => Effect.Effect<void>
+  /**
+   * After `resumeThread`, the next turn re-emits everything the native thread produced before its own output, with
+   * the same message ids (seen in the field: a resumed session replaying its history). Default false.
+   */
+  readonly replayOnResume?: boolean
 }
 
 /** What one native thread of the scripted provider received, for tests and the replay's invariant checks. */
@@ -121,6 +126,10 @@ export type Received =
 
 interface NativeState {
   used: number
+  /** Everything its turns produced, in order (what a replaying resume re-emits). */
+  readonly produced: Array<ProducedItem>
+  /** Resumed with `replayOnResume`: the next turn re-emits `produced` before its own output. */
+  replayNext: boolean
   readonly deliveryIds: Array<string>
   readonly runIds: Array<string>
 }
@@ -233,6 +242,7 @@ export const make = (
             inToolCall.delete(input.nativeRef)
             // The provider closes the open call in its native thread (as Claude Code does): counted with the output.
             const partial = response.items.slice(0, callAt + 1)
+            state.produced.push(...partial)
             for (const item of partial) state.used += counter.count(item.text)
             state.used += counter.count(interruptedToolResult)
             autoCompact(state)
@@ -242,18 +252,21 @@ export const make = (
         }
       }
       for (const item of response.items) state.used += counter.count(item.text)
+      const items = state.replayNext ? [...state.produced, ...response.items] : response.items
+      state.replayNext = false
+      state.produced.push(...response.items)
       if (response.usage === null) {
         autoCompact(state)
-        return { items: response.items, usage: null }
+        return { items, usage: null }
       }
       if (response.usage !== undefined) {
         // A scripted report is reported verbatim (even an impossible one); the thread's own count follows it.
         state.used = response.usage.usedTokens
         autoCompact(state)
-        return { items: response.items, usage: response.usage }
+        return { items, usage: response.usage }
       }
       autoCompact(state)
-      return { items: response.items, usage: usageOf(state) }
+      return { items, usage: usageOf(state) }
     })
 
   const adapter: ScriptedProvider = {
@@ -265,10 +278,13 @@ export const make = (
       Effect.sync(() => {
         created++
         const nativeRef = `${instance}-n${created}`
-        threads.set(nativeRef, { used: 0, deliveryIds: [], runIds: [] })
+        threads.set(nativeRef, { used: 0, deliveryIds: [], runIds: [], produced: [], replayNext: false })
         return { nativeRef }
       }),
-    resumeThread: (nativeRef) => Effect.asVoid(lookup("resumeThread", nativeRef)),
+    resumeThread: (nativeRef) =>
+      Effect.map(lookup("resumeThread", nativeRef), (state) => {
+        if (config.replayOnResume === true) state.replayNext = true
+      }),
     startTurn,
     interrupt: (nativeRef) =>
       Effect.gen(function*() {

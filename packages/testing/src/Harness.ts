@@ -17,6 +17,8 @@ export interface HarnessProvider {
   /** Offer `readThread` (default true). */
   readonly readThread?: boolean
   readonly faults?: ScriptedProvider.FaultPlan
+  /** A resumed native thread re-emits its history with the next turn (see `ScriptedConfig.replayOnResume`). */
+  readonly replayOnResume?: boolean
 }
 
 export interface Harness {
@@ -28,19 +30,21 @@ export interface Harness {
 
 /**
  * The orchestrator over `adapters` on the SQLite database `db` (a path or `:memory:`), with sequential ids and
- * `config` over the defaults — for tests that wrap an adapter (e.g. to hold a turn open).
+ * `config` over the defaults — for tests that wrap an adapter (e.g. to hold a turn open) or restart on the same file
+ * (a second process on the same database needs its own `idNamespace` for the sequential ids).
  */
 export const makeLayer = (
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
   counter: TokenCounter.TokenCounterShape,
   db: string,
-  config: Partial<OrchestratorConfig.OrchestratorConfigShape>
+  config: Partial<OrchestratorConfig.OrchestratorConfigShape>,
+  idNamespace = ""
 ) =>
   OrchestratorLayer.layer.pipe(
     Layer.provideMerge(Database.layerSqlite(db)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
-    Layer.provideMerge(IdGenerator.layerSequential()),
+    Layer.provideMerge(IdGenerator.layerSequential(idNamespace)),
     Layer.provideMerge(OrchestratorConfig.layer(config))
   )
 
@@ -58,7 +62,8 @@ export const make = (
       autoCompactThreshold: p.autoCompactThreshold ?? null,
       injectHistory: p.inject,
       ...(p.readThread === undefined ? {} : { readThread: p.readThread }),
-      ...(p.faults === undefined ? {} : { faults: p.faults })
+      ...(p.faults === undefined ? {} : { faults: p.faults }),
+      ...(p.replayOnResume === undefined ? {} : { replayOnResume: p.replayOnResume })
     }, script, counter)
   )
   return {
