@@ -42,7 +42,19 @@ export const CompactThread = Schema.TaggedStruct("CompactThread", {
 })
 export type CompactThread = typeof CompactThread.Type
 
-export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread)
+/**
+ * `/offload`: summarise the thread's older history into one `summary` item, keeping the newest `keepTokens` tokens
+ * (rendered) verbatim. Without `keepTokens` the default is min(16,000, floor(window / 4)) of the active provider
+ * thread's window (16,000 when the window is unknown).
+ */
+export const OffloadThread = Schema.TaggedStruct("OffloadThread", {
+  commandId: CommandId,
+  threadId: ThreadId,
+  keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
+})
+export type OffloadThread = typeof OffloadThread.Type
+
+export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread, OffloadThread)
 export type Command = typeof Command.Type
 
 /** A stored command receipt: the first result of a command, returned again on a retry with the same id. */

@@ -46,7 +46,15 @@ export const ThreadEventType = Schema.Literal(
   /** `{deliveryId, reason}` */
   "delivery.superseded",
   /** `{nativeThreadId, usedBefore, usedAfter, delivered}` */
-  "thread.compacted"
+  "thread.compacted",
+  /**
+   * `{offloadId, generation, summaryItemId, previousOffloadId, fromSeq, cutSeq, coveredItems, coveredTokens,
+   * summaryTokens, keptItems, keptTokens, keepTokens, supersededHandoffIds, handoffIds}`: `/offload` summarised
+   * the history up to `cutSeq`; `handoffIds` are the handoffs that now owe the summary instead of the originals
+   */
+  "thread.offloaded",
+  /** `{reason, keepTokens, cutSeq}`: the summariser failed; nothing else was written */
+  "thread.offload_failed"
 )
 export type ThreadEventType = typeof ThreadEventType.Type
 

@@ -1,6 +1,6 @@
 /**
  * The orchestration services as one Layer. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
- * `TokenCounter`, `ProviderRegistry` and `OrchestratorConfig`.
+ * `TokenCounter`, `ProviderRegistry`, `Summariser` (for `/offload`) and `OrchestratorConfig`.
  */
 import { ThreadStore } from "@baton/persistence"
 import { Layer } from "effect"
@@ -8,9 +8,11 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { ItemLog } from "./ItemLog.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
+import { ThreadOffload } from "./ThreadOffload.js"
 import { ThreadService } from "./ThreadService.js"
 
 export const layer = ThreadService.Default.pipe(
+  Layer.provideMerge(ThreadOffload.Default),
   Layer.provideMerge(ThreadCompaction.Default),
   Layer.provideMerge(ProviderTurnStartService.Default),
   Layer.provideMerge(ContextHandoffDelivery.Default),

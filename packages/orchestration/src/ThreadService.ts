@@ -1,10 +1,10 @@
 /**
  * ThreadService: the orchestrator's command surface — create a thread, send a user message (a run), interrupt a
- * run, switch the provider for the next run, `/compact` — plus the reads the apps need.
+ * run, switch the provider for the next run, `/compact`, `/offload` — plus the reads the apps need.
  *
  * It owns the run lifecycle (`queued` -> `starting` -> `running` -> terminal) and the command receipts (a command
  * id seen before returns its first result). History decisions are delegated to ProviderTurnStartService and
- * ContextHandoffDelivery, `/compact` to ThreadCompaction.
+ * ContextHandoffDelivery, `/compact` to ThreadCompaction, `/offload` to ThreadOffload.
  */
 import {
   Commands,
@@ -34,6 +34,7 @@ import { ItemLog, type NewItem } from "./ItemLog.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
 import { type CompactReport, notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
+import { defaultKeepTokens, type OffloadReport, ThreadOffload } from "./ThreadOffload.js"
 
 /** The result of `sendMessage`: the run's final status and what turn start decided. */
 export interface SendResult {
@@ -99,6 +100,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const turnStart = yield* ProviderTurnStartService
     const delivery = yield* ContextHandoffDelivery
     const compaction = yield* ThreadCompaction
+    const offloader = yield* ThreadOffload
     const itemLog = yield* ItemLog
 
     const getThread = (threadId: ThreadId) =>
@@ -692,7 +694,32 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       return report
     })
 
+    /**
+     * `/offload` (see ThreadOffload): summarises the thread's older history, keeping `keepTokens` (default
+     * `defaultKeepTokens` of the active provider thread's window) verbatim. A repeated command id returns the first
+     * report. Fails with `ThreadNotFound`, `RunInProgress`, `OffloadFailed` (the summariser failed: nothing was
+     * changed and no receipt is kept, so the same command may be retried), `ConcurrentModification`.
+     */
+    const offload = Effect.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
+      const seen = yield* store.findReceipt(command.commandId)
+      if (seen._tag === "Some") return seen.value.result as OffloadReport
+      const thread = yield* getThread(command.threadId)
+      const active = yield* store.findActiveRun(thread.id)
+      if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+      const providerThread = thread.activeProviderThreadId === null
+        ? Option.none()
+        : yield* store.getProviderThread(thread.activeProviderThreadId)
+      const keepTokens = command.keepTokens ??
+        defaultKeepTokens(providerThread._tag === "Some" ? providerThread.value.contextWindow : null)
+      const report = yield* offloader.offload(thread.id, keepTokens)
+      const createdAt = yield* DateTime.now
+      yield* store.insertReceipt({ commandId: command.commandId, commandType: "OffloadThread", threadId: thread.id, result: JSON.parse(JSON.stringify(report)), createdAt })
+      return report
+    })
+
     return {
+      offload,
+      visibleHistory: offloader.visibleHistory,
       createThread,
       switchProvider,
       sendMessage,

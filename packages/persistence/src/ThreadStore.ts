@@ -1,6 +1,6 @@
 /**
  * ThreadStore: the repository of the thread aggregate — threads, runs, run attempts, items, provider threads,
- * native threads, context handoffs, handoff deliveries, the thread event log and command receipts.
+ * native threads, context handoffs, handoff deliveries, offload records, the thread event log and command receipts.
  *
  * It owns SQL and row encoding only. It does not decide anything: transactions are opened by the orchestration
  * service method that owns the unit of work (`sql.withTransaction`), and every query here joins the ambient
@@ -19,6 +19,7 @@ import {
   type ItemId,
   type NativeThread,
   type NativeThreadId,
+  type Offload,
   PersistenceError,
   type ProviderInstance,
   type ProviderThread,
@@ -42,6 +43,7 @@ import {
   HandoffRow,
   ItemRow,
   NativeThreadRow,
+  OffloadRow,
   ProviderThreadRow,
   RunAttemptRow,
   RunRow,
@@ -74,6 +76,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const nativeThreads = Table.make(sql, "native_threads", NativeThreadRow)
     const handoffs = Table.make(sql, "handoffs", HandoffRow)
     const deliveries = Table.make(sql, "handoff_deliveries", DeliveryRow)
+    const offloads = Table.make(sql, "offloads", OffloadRow)
     const events = Table.make(sql, "thread_events", EventRow as unknown as Schema.Schema<ThreadEvent, { id?: unknown }>)
 
     const nextSeq = (operation: string, query: Effect.Effect<ReadonlyArray<unknown>, { readonly message: string; readonly _tag: string }>) =>
@@ -208,6 +211,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "handoff_deliveries.listOfThread",
           sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id
               WHERE h.thread_id = ${threadId} ORDER BY d.created_at, d.id`
+        ),
+
+      // ---- offloads
+      insertOffload: (o: Offload) => offloads.insert(o),
+      /** Every offload of the thread, oldest first (the summary chain). */
+      listOffloads: (threadId: ThreadId) =>
+        offloads.findAll("offloads.list", sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation`),
+      /** The newest offload of the thread: its summary and cut define the model-visible history. */
+      latestOffload: (threadId: ThreadId) =>
+        offloads.findOne(
+          "offloads.latest",
+          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation DESC LIMIT 1`
         ),
 
       // ---- events

@@ -6,7 +6,7 @@ import { Commands, type CommandId, type ContextUsage, type ProviderInstance, typ
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
-import { ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { Effect, Layer } from "effect"
 
 export interface HarnessProvider {
@@ -24,17 +24,21 @@ export interface Harness {
   readonly providers: Readonly<Record<string, ScriptedProvider.ScriptedProvider>>
   readonly script: ScriptedProvider.Script
   readonly counter: TokenCounter.TokenCounterShape
+  /** The `/offload` summariser (deterministic digest; `failWith` makes it fail). */
+  readonly summariser: ScriptedSummariser.ScriptedSummariser
 }
 
 const makeLayer = (
   adapters: ReadonlyArray<ScriptedProvider.ScriptedProvider>,
   counter: TokenCounter.TokenCounterShape,
   db: string,
-  config: Partial<OrchestratorConfig.OrchestratorConfigShape>
+  config: Partial<OrchestratorConfig.OrchestratorConfigShape>,
+  summariser: ScriptedSummariser.ScriptedSummariser
 ) =>
   OrchestratorLayer.layer.pipe(
     Layer.provideMerge(Database.layerSqlite(db)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
+    Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerSequential()),
     Layer.provideMerge(OrchestratorConfig.layer(config))
@@ -57,11 +61,13 @@ export const make = (
       ...(p.faults === undefined ? {} : { faults: p.faults })
     }, script, counter)
   )
+  const summariser = ScriptedSummariser.make(counter)
   return {
-    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}),
+    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}, summariser),
     providers: Object.fromEntries(adapters.map((a) => [a.instance, a])),
     script,
-    counter
+    counter,
+    summariser
   }
 }
 
@@ -106,6 +112,8 @@ export const ops = Effect.gen(function*() {
     switchTo: (threadId: ThreadId, provider: string) =>
       service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as ProviderInstance })),
     compact: (threadId: ThreadId) => service.compact(Commands.CompactThread.make({ commandId: cid(), threadId })),
+    offload: (threadId: ThreadId, keepTokens?: number) =>
+      service.offload(Commands.OffloadThread.make({ commandId: cid(), threadId, ...(keepTokens === undefined ? {} : { keepTokens }) })),
     interruptBeforeStart: (threadId: ThreadId, text: string) =>
       Effect.gen(function*() {
         const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text }))

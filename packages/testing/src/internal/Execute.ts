@@ -21,9 +21,10 @@ import {
   OrchestratorLayer,
   ProviderTurnStartService,
   ThreadCompaction,
+  ThreadOffload,
   ThreadService
 } from "@baton/orchestration"
-import { type ProviderAdapter, ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
 import { Cause, Chunk, Clock, type Context, Data, Effect, Exit, Layer, Logger, Scope } from "effect"
 import { createHash } from "node:crypto"
@@ -105,6 +106,7 @@ const orchestrator = (
   counter: TokenCounter.TokenCounterShape
 ) =>
   ThreadService.ThreadService.Default.pipe(
+    Layer.provideMerge(ThreadOffload.ThreadOffload.Default),
     Layer.provideMerge(ThreadCompaction.ThreadCompaction.Default),
     Layer.provideMerge(ProviderTurnStartService.ProviderTurnStartService.Default),
     Layer.provideMerge(ContextHandoffDelivery.ContextHandoffDelivery.Default),
@@ -112,6 +114,7 @@ const orchestrator = (
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(Database.layerSqlite(file)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
+    Layer.provideMerge(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerSequential(namespace)),
     Layer.provideMerge(OrchestratorConfig.layer())
@@ -127,6 +130,7 @@ const layerDrift = Effect.suspend(() => {
     const counter = sharedCounter()
     const deps = Layer.mergeAll(
       ProviderRegistry.layer([]),
+      ScriptedSummariser.layer(ScriptedSummariser.make(counter)),
       Layer.succeed(TokenCounter.TokenCounter, counter),
       IdGenerator.layerSequential(),
       OrchestratorConfig.layer()
