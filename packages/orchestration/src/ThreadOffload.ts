@@ -16,6 +16,7 @@
  * own the native threads: nothing is sent to a provider here; the summary reaches a provider only as owed history.
  */
 import {
+  type CommandId,
   type Item,
   type ItemId,
   type Offload,
@@ -103,14 +104,26 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       })
 
     /**
-     * Offloads `threadId`, keeping the newest `keepTokens` (rendered tokens) verbatim. The caller checks the thread
-     * and that no run is active. The summariser is called outside any transaction; the summary item, the offload
+     * Offloads `threadId`, keeping the newest `keepTokens` (rendered tokens) verbatim; with `commandId`, records the
+     * command receipt with the outcome. The caller checks the thread and that no run is active. The summariser is called outside any transaction; the summary item, the offload
      * record, the handoff supersession and the `thread.offloaded` event are then written in one transaction.
      * Returns a report (`offloaded: false` with the reason when there is nothing to offload). Fails with
      * `OffloadFailed` (summariser failure or empty summary; only a `thread.offload_failed` event is written),
      * `RunInProgress` / `ConcurrentModification` (a run or another offload got in between), `PersistenceError`.
      */
-    const offload = Effect.fn("ThreadOffload.offload")(function*(threadId: ThreadId, keepTokens: number) {
+    const offload = Effect.fn("ThreadOffload.offload")(function*(
+      threadId: ThreadId,
+      keepTokens: number,
+      commandId: CommandId | null = null
+    ) {
+      // The receipt is written with the outcome (in the same transaction when something is written), so a client
+      // retrying after a crash gets this report back instead of running a second offload pass.
+      const receipt = (report: OffloadReport) =>
+        commandId === null ? Effect.succeed(report) : Effect.gen(function*() {
+          const createdAt = yield* DateTime.now
+          yield* store.insertReceipt({ commandId, commandType: "OffloadThread", threadId, result: JSON.parse(JSON.stringify(report)), createdAt })
+          return report
+        })
       const offloads = yield* store.listOffloads(threadId)
       const previous = offloads.at(-1) ?? null
       const summaryIds = new Set<string>(offloads.map((o) => o.summaryItemId))
@@ -135,12 +148,12 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         handoffIds: []
       })
       if (cut.cut === 0) {
-        return nothing(
+        return yield* receipt(nothing(
           cut.naiveCut === 0
             ? `nothing to offload: the ${candidates.length} item(s) after the ${previous === null ? "start" : "last summary"} ` +
               `hold ${cut.keptTokens} tokens, within the ${keepTokens} kept verbatim`
             : `nothing to offload: every cut within the oldest ${cut.naiveCut} item(s) would split a tool unit`
-        )
+        ))
       }
       const covered = candidates.slice(0, cut.cut)
       const cutSeq = covered[covered.length - 1]!.seq
@@ -226,7 +239,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           supersededHandoffIds: report.supersededHandoffIds,
           handoffIds: report.handoffIds
         })
-        return report
+        return yield* receipt(report)
       }))
     })
 

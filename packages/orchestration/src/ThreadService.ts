@@ -711,10 +711,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         : yield* store.getProviderThread(thread.activeProviderThreadId)
       const keepTokens = command.keepTokens ??
         defaultKeepTokens(providerThread._tag === "Some" ? providerThread.value.contextWindow : null)
-      const report = yield* offloader.offload(thread.id, keepTokens)
-      const createdAt = yield* DateTime.now
-      yield* store.insertReceipt({ commandId: command.commandId, commandType: "OffloadThread", threadId: thread.id, result: JSON.parse(JSON.stringify(report)), createdAt })
-      return report
+      return yield* offloader.offload(thread.id, keepTokens, command.commandId)
     })
 
     return {

@@ -80,6 +80,9 @@ const simplifications = (op: Operation): ReadonlyArray<Operation> => {
     case "compact":
       if (op.fault !== null) out.push({ ...op, fault: null })
       break
+    case "offload":
+      if (op.summariserFails) out.push({ ...op, summariserFails: false })
+      break
     case "interrupt_before_start":
       if (op.prompt > 20) out.push({ ...op, prompt: 20 }, { ...op, prompt: Math.floor(op.prompt / 2) })
       break

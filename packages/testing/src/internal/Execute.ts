@@ -103,7 +103,8 @@ const orchestrator = (
   namespace: string,
   steps: Crash.Steps,
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
-  counter: TokenCounter.TokenCounterShape
+  counter: TokenCounter.TokenCounterShape,
+  summariser: ScriptedSummariser.ScriptedSummariser
 ) =>
   ThreadService.ThreadService.Default.pipe(
     Layer.provideMerge(ThreadOffload.ThreadOffload.Default),
@@ -114,7 +115,7 @@ const orchestrator = (
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(Database.layerSqlite(file)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
-    Layer.provideMerge(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
+    Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerSequential(namespace)),
     Layer.provideMerge(OrchestratorConfig.layer())
@@ -139,7 +140,7 @@ const layerDrift = Effect.suspend(() => {
       Layer.provideMerge(Database.layerSqlite(":memory:")),
       Layer.provideMerge(deps)
     ))
-    const mine = yield* Layer.build(orchestrator(":memory:", "", new Crash.Steps(), [], counter))
+    const mine = yield* Layer.build(orchestrator(":memory:", "", new Crash.Steps(), [], counter, ScriptedSummariser.make(counter)))
     const missing = [...theirs.unsafeMap.keys()].filter((key) => !mine.unsafeMap.has(key))
     if (missing.length > 0) {
       return yield* Effect.dieMessage(`Simulation: OrchestratorLayer provides ${missing.join(", ")}, which the simulation's layer lacks`)
@@ -209,6 +210,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       }, script, counter)
     )
     const adapters = providers.map((p) => Crash.wrapAdapter(p, steps))
+    // The summariser is the external world too: it survives restarts.
+    const summariser = ScriptedSummariser.make(counter)
     const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
     const armFault = (fault: ScriptedProvider.Fault | null) => {
       armed.startTurn = fault === "refuse" || fault === "interrupt_before_start" ? fault : null
@@ -223,7 +226,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       incarnation++
       const s = yield* Scope.make()
       context = yield* Layer.buildWithScope(
-        orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter),
+        orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
         s
       ).pipe(Effect.orDie)
       scope = s
@@ -356,6 +359,13 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         return p._tag === "Some" ? windowOf.get(p.value.providerInstance) ?? null : null
       })).pipe(Effect.orElseSucceed(() => null))
 
+    /** The model-visible history as one line of item ids (to compare before and after a failed offload). */
+    const visibleIds = (thread: ThreadId) =>
+      within(Effect.gen(function*() {
+        const v = yield* (yield* ThreadService.ThreadService).visibleHistory(thread)
+        return [v.summary?.id ?? "-", ...v.items.map((i) => i.id)].join(",")
+      })).pipe(Effect.orElseSucceed(() => "unreadable"))
+
     const interruptHook = (id: number, thread: ThreadId): Effect.Effect<void> =>
       within(Effect.gen(function*() {
         const store = yield* ThreadStore
@@ -468,6 +478,29 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
                 ? `compacted ${r.usedBefore ?? "?"} -> ${r.usedAfter ?? "?"}, delivered ${r.deliveredItems}, still deferred ${r.stillDeferred}`
                 : `not compacted: ${r.reason ?? ""}`.slice(0, 100)
             } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            break
+          }
+          case "offload": {
+            const thread = threadId!
+            const cmd = Commands.OffloadThread.make({ commandId: cid(op.id), threadId: thread, keepTokens: op.keepTokens })
+            const before = op.summariserFails ? yield* visibleIds(thread) : null
+            summariser.failWith(op.summariserFails ? "simulated summariser outage" : null)
+            const c = yield* command(op, service((s) => s.offload(cmd)))
+            summariser.failWith(null)
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") {
+              const r = c.result.value
+              result = r.offloaded
+                ? `offloaded up to seq ${r.cutSeq}: ${r.coveredItems} items (${r.coveredTokens} tok) -> summary ${r.summaryTokens} tok, ` +
+                  `kept ${r.keptItems}, handoffs superseded ${r.supersededHandoffIds.length}`
+                : `not offloaded: ${r.reason ?? ""}`.slice(0, 100)
+            } else if (c.result._tag === "failed") {
+              if (op.summariserFails && c.result.message.startsWith("OffloadFailed:")) {
+                result = "summariser failed; history unchanged"
+                const after = yield* visibleIds(thread)
+                if (before !== after) violations.push(`offload: a failed summariser changed the visible history (${before} -> ${after})`)
+              } else violations.push(describeFailure(op, c.result.message))
+            }
             break
           }
           case "restart":
