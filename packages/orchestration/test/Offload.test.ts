@@ -5,10 +5,10 @@
  */
 import { Commands, type CommandId, type Item, type ThreadId } from "@baton/contracts"
 import { ToolUnits } from "@baton/context"
-import type { ProviderAdapter } from "@baton/providers"
+import { type ProviderAdapter, ScriptedSummariser } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, FastCheck as fc } from "effect"
+import { DateTime, Effect, FastCheck as fc } from "effect"
 
 const ops = Harness.ops
 
@@ -303,6 +303,64 @@ describe("/offload: records converge", () => {
       expect(injections).toEqual([[report.summaryItemId]])
       expect(yield* o.check(t, h)).toEqual([])
     }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("/offload: uncertain deliveries are left to reconciliation", () => {
+  it.effect("a handoff with a pending delivery is not superseded; the next turn replaces the native thread as before", () => {
+    const h = Harness.make([
+      { name: "claude", window: 200_000, inject: false },
+      { name: "codex", window: 200_000, inject: true, readThread: false, faults: (c) => (c.operation === "injectHistory" && c.call === 1 ? "lose_injection_ack" : null) }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(200))
+      yield* o.send(t, "on claude")
+      yield* o.switchTo(t, "codex")
+      expect((yield* o.send(t, "codex, ack lost")).status).toBe("failed")
+      expect((yield* o.store.listDeliveriesOfThread(t)).map((d) => d.status)).toEqual(["pending"])
+      const report = yield* o.offload(t, 0)
+      expect(report).toMatchObject({ offloaded: true, cutSeq: 3, coveredItems: 3, supersededHandoffIds: [], handoffIds: [] })
+      expect((yield* o.store.listHandoffs(t)).map((x) => [x.kind, x.open])).toEqual([["switch", true]])
+      const next = yield* o.send(t, "go on")
+      expect(next.status).toBe("completed")
+      expect(next.nativeGeneration).toBe(2)
+      expect((yield* o.store.listDeliveriesOfThread(t)).map((d) => d.status)).toEqual(["superseded", "injected"])
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("ScriptedSummariser", () => {
+  it.effect("one line per request with its outcome, capped to its token budget by dropping the oldest lines", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+    const summariser = ScriptedSummariser.make(h.counter, { maxTokens: 60 })
+    const items = Array.from({ length: 10 }, (_, n): Item => ({
+      id: `itm_${n + 1}` as Item["id"],
+      threadId: "thr_1" as ThreadId,
+      runId: null,
+      seq: n + 1,
+      kind: n % 2 === 0 ? "user_message" : "assistant_message",
+      text: n % 2 === 0 ? `request ${n / 2 + 1}` : `done ${(n + 1) / 2}`,
+      toolCallId: null,
+      toolName: null,
+      messageId: null,
+      isError: false,
+      toolCallState: null,
+      tokens: 5,
+      createdAt: DateTime.unsafeMake(0)
+    }))
+    return Effect.gen(function*() {
+      const { text } = yield* summariser.summarise({ threadId: "thr_1", previousSummary: null, items })
+      expect(text.split("\n")).toEqual([
+        "Summary of earlier conversation (older items are readable by id):",
+        "- (3 older line(s) dropped to fit 60 tokens)",
+        "- request: request 4 -> outcome: done 4",
+        "- request: request 5 -> outcome: done 5"
+      ])
+      expect(h.counter.count(text)).toBeLessThanOrEqual(60)
+    })
   })
 })
 
