@@ -8,9 +8,9 @@ import { Schema } from "effect"
 import {
   DeliveryId,
   HandoffId,
-  OffloadId,
   ItemId,
   NativeThreadId,
+  OffloadId,
   ProviderInstance,
   ProviderThreadId,
   RunAttemptId,

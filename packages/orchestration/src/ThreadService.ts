@@ -697,7 +697,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     /**
      * `/offload` (see ThreadOffload): summarises the thread's older history, keeping `keepTokens` (default
      * `defaultKeepTokens` of the active provider thread's window) verbatim. A repeated command id returns the first
-     * report. Fails with `ThreadNotFound`, `RunInProgress`, `OffloadFailed` (the summariser failed: nothing was
+     * report (the receipt is written in the offload's own transaction). Fails with `ThreadNotFound`, `RunInProgress`, `OffloadFailed` (the summariser failed: nothing was
      * changed and no receipt is kept, so the same command may be retried), `ConcurrentModification`.
      */
     const offload = Effect.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
@@ -715,8 +715,6 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     })
 
     return {
-      offload,
-      visibleHistory: offloader.visibleHistory,
       createThread,
       switchProvider,
       sendMessage,
@@ -724,6 +722,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       processRun,
       interrupt,
       compact,
+      offload,
+      visibleHistory: offloader.visibleHistory,
       recover,
       getThread,
       listThreads: store.listThreads
