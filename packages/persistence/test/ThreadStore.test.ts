@@ -1,5 +1,5 @@
 import type { Item, ItemId, RunId, ThreadId, ToolCallId } from "@baton/contracts"
-import { Database, ThreadStore } from "@baton/persistence"
+import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Effect, Layer } from "effect"
@@ -71,10 +71,11 @@ describe("ThreadStore on a SQLite file", () => {
           [1, "thread.created", { title: "a thread" }],
           [2, "run.queued", { runId: "run_1" }]
         ])
-        // Migrations are not re-applied on an existing file.
+        // Migrations are not re-applied on an existing file: each registered migration is recorded once.
         const sql = yield* SqlClient.SqlClient
-        const applied = yield* sql<{ migrationId: number }>`SELECT migration_id FROM effect_sql_migrations`
-        expect(applied.map((m) => m.migrationId)).toEqual([1])
+        const applied = yield* sql<{ migrationId: number }>`SELECT migration_id FROM effect_sql_migrations ORDER BY migration_id`
+        const registered = Object.keys(Migrations.migrations).map((key) => Number(key.slice(0, key.indexOf("_"))))
+        expect(applied.map((m) => m.migrationId)).toEqual(registered)
       }).pipe(Effect.provide(layerAt(file)))
     }).pipe(Effect.ensuring(Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))))
   })
