@@ -8,7 +8,7 @@ import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
-import { ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { type Transcript, TranscriptImporter } from "@baton/transcripts"
 import { Effect, Layer } from "effect"
 import { randomUUID } from "node:crypto"
@@ -116,6 +116,7 @@ export const replay = (
     const layer = OrchestratorLayer.layer.pipe(
       Layer.provideMerge(Database.layerSqlite(options.db)),
       Layer.provide(ProviderRegistry.layer(adapters)),
+      Layer.provide(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
       Layer.provide(Layer.succeed(TokenCounter.TokenCounter, counter)),
       Layer.provide(IdGenerator.layerRandom),
       Layer.provide(OrchestratorConfig.layer())

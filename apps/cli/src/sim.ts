@@ -29,7 +29,8 @@ const featureNames: Record<string, keyof Simulation.Features> = {
   retries: "retries",
   interrupts: "interrupts",
   faults: "faults",
-  usage: "usageReports"
+  usage: "usageReports",
+  offload: "offloads"
 }
 
 const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json] [--without " +

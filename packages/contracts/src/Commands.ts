@@ -69,7 +69,19 @@ export const MergeBack = Schema.TaggedStruct("MergeBack", {
 })
 export type MergeBack = typeof MergeBack.Type
 
-export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread, ForkThread, MergeBack)
+/**
+ * `/offload`: summarise the thread's older history into one `summary` item, keeping the newest `keepTokens` tokens
+ * (rendered) verbatim. Without `keepTokens` the default is min(16,000, floor(window / 4)) of the active provider
+ * thread's window (16,000 when the window is unknown).
+ */
+export const OffloadThread = Schema.TaggedStruct("OffloadThread", {
+  commandId: CommandId,
+  threadId: ThreadId,
+  keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
+})
+export type OffloadThread = typeof OffloadThread.Type
+
+export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread, ForkThread, MergeBack, OffloadThread)
 export type Command = typeof Command.Type
 
 /** A stored command receipt: the first result of a command, returned again on a retry with the same id. */

@@ -10,6 +10,7 @@ import {
   HandoffId,
   ItemId,
   NativeThreadId,
+  OffloadId,
   ProviderInstance,
   ProviderThreadId,
   RunAttemptId,
@@ -265,3 +266,28 @@ export const ThreadLink = Schema.Struct({
   createdAt: Schema.DateTimeUtc
 })
 export type ThreadLink = typeof ThreadLink.Type
+/**
+ * One `/offload` pass: the record that summary item `summaryItemId` stands for the history of the thread up to and
+ * including item `cutSeq` (a chain: it extends `previousOffloadId`, whose summary text it summarised together with
+ * the items it newly covers). Model-visible history after it = the summary + every item with `seq > cutSeq` (other
+ * offload summaries excepted). Originals are never edited or deleted; they stay readable by id.
+ *
+ * - `generation`: 1 for the first offload of the thread, +1 for each later one (unique per thread).
+ * - `coveredItemIds`: the items this pass summarised for the first time (`previous cutSeq < seq <= cutSeq`, offload
+ *   summaries excepted), in thread order; `coveredTokens` their rendered tokens.
+ * - `keepTokens`: the verbatim tail it was asked to keep, in tokens.
+ */
+export const Offload = Schema.Struct({
+  id: OffloadId,
+  threadId: ThreadId,
+  generation: Schema.Int.pipe(Schema.positive()),
+  summaryItemId: ItemId,
+  previousOffloadId: Schema.NullOr(OffloadId),
+  fromSeq: Schema.Int.pipe(Schema.positive()),
+  cutSeq: Schema.Int.pipe(Schema.positive()),
+  coveredItemIds: Schema.Array(ItemId),
+  coveredTokens: Tokens,
+  keepTokens: Tokens,
+  createdAt: Schema.DateTimeUtc
+})
+export type Offload = typeof Offload.Type

@@ -96,6 +96,22 @@ export class ProviderError extends Schema.TaggedError<ProviderError>()(
   }
 }
 
+/**
+ * `/offload` could not summarise: the summariser failed (or returned an empty summary). Nothing was replaced and no
+ * placeholder was written: the history, its visible form and every handoff are exactly as before. `retryable` tells
+ * whether the same command may succeed later.
+ */
+export class OffloadFailed extends Schema.TaggedError<OffloadFailed>()(
+  "OffloadFailed",
+  { threadId: Schema.String, reason: Schema.String, retryable: Schema.Boolean },
+  { status: 502 }
+) {
+  override get message() {
+    return `could not offload thread ${this.threadId}: ${this.reason}. The history is unchanged (nothing was ` +
+      `summarised or replaced)${this.retryable ? "; retry /offload later" : ""}`
+  }
+}
+
 /** A transcript file could not be read or parsed. `line` is 1-based; `field` is a JSON path within the line. */
 export class TranscriptError extends Schema.TaggedError<TranscriptError>()(
   "TranscriptError",

@@ -63,7 +63,15 @@ export const ThreadEventType = Schema.Literal(
    */
   "thread.forked",
   /** On the parent: `{linkId, forkThreadId, runId, fromRunSeq, throughRunSeq, itemCount, handoffId}`; on the fork: `{linkId, parentThreadId, throughRunSeq}` */
-  "thread.merged"
+  "thread.merged",
+  /**
+   * `{offloadId, generation, summaryItemId, previousOffloadId, fromSeq, cutSeq, coveredItems, coveredTokens,
+   * summaryTokens, keptItems, keptTokens, keepTokens, supersededHandoffIds, handoffIds}`: `/offload` summarised
+   * the history up to `cutSeq`; `handoffIds` are the handoffs that now owe the summary instead of the originals
+   */
+  "thread.offloaded",
+  /** `{reason, keepTokens, cutSeq}`: the summariser failed; nothing else was written */
+  "thread.offload_failed"
 )
 export type ThreadEventType = typeof ThreadEventType.Type
 

@@ -21,6 +21,8 @@ export const HandoffId = Schema.String.pipe(Schema.brand("HandoffId"))
 export type HandoffId = typeof HandoffId.Type
 export const DeliveryId = Schema.String.pipe(Schema.brand("DeliveryId"))
 export type DeliveryId = typeof DeliveryId.Type
+export const OffloadId = Schema.String.pipe(Schema.brand("OffloadId"))
+export type OffloadId = typeof OffloadId.Type
 export const CommandId = Schema.String.pipe(Schema.brand("CommandId"))
 export type CommandId = typeof CommandId.Type
 /** The provider-assigned id pairing a tool call with its result (Anthropic `tool_use.id`, OpenAI `call_id`). */

@@ -8,8 +8,8 @@
  *
  * It owns: creating handoffs and their per-destination deliveries, choosing what fits a budget (via
  * `@baton/context` Selection), writing the `pending` intent before any provider side effect and the outcome after,
- * and superseding deliveries a replacement covers. It does not own the provider call order of a turn (that is
- * ProviderTurnStartService) nor `/compact` (ThreadCompaction).
+ * and superseding deliveries a replacement or an `/offload` summary covers. It does not own the provider call order
+ * of a turn (that is ProviderTurnStartService), `/compact` (ThreadCompaction) nor `/offload` (ThreadOffload).
  */
 import {
   type ContextHandoff,
@@ -383,7 +383,71 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         }
       })
 
+      /**
+       * Records converge under `/offload` (invariant 2, "superseded by a summary that covers it"): every open handoff
+       * that owes an item `covered` by the summary, and whose deliveries are all still `deferred` (or not created),
+       * is closed and its deferred deliveries go `superseded`. Per target provider thread, one new handoff (the kind
+       * of the oldest one it replaces) owes instead the summary item plus the items they owed that the summary does
+       * not cover, so deferred history drains as the summary rather than the originals. A handoff with a `pending`
+       * delivery is left alone (its outcome is uncertain: reconciliation decides it); settled ones are closed
+       * already. Returns the superseded and the new handoff ids. Runs inside the caller's transaction.
+       */
+      const supersedeForSummary = Effect.fn("ContextHandoffDelivery.supersedeForSummary")(function*(
+        threadId: ThreadId,
+        summary: Item,
+        covered: (itemId: ItemId) => boolean,
+        reason: string
+      ) {
+        const now = yield* DateTime.now
+        const deliveries = yield* store.listDeliveriesOfThread(threadId)
+        const byTarget = new Map<string, Array<StoredHandoff>>()
+        for (const handoff of yield* store.listHandoffs(threadId)) {
+          if (!handoff.open || !handoff.itemIds.some(covered)) continue
+          const own = deliveries.filter((d) => d.handoffId === handoff.id)
+          if (own.some((d) => d.status === "pending")) continue
+          for (const d of own) {
+            if (d.status !== "deferred") continue
+            yield* store.updateDelivery({ ...d, status: "superseded", updatedAt: now })
+            yield* store.appendEvent(threadId, "delivery.superseded", { deliveryId: d.id, handoffId: handoff.id, reason })
+          }
+          yield* store.updateHandoff({ ...handoff, open: false, updatedAt: now })
+          byTarget.set(handoff.targetProviderThreadId, [...(byTarget.get(handoff.targetProviderThreadId) ?? []), handoff])
+        }
+        const superseded: Array<ContextHandoff["id"]> = []
+        const created: Array<ContextHandoff["id"]> = []
+        for (const [target, replaced] of byTarget) {
+          const uncoveredIds = [...new Set(replaced.flatMap((h) => h.itemIds.filter((id) => !covered(id))))]
+          const uncovered = yield* store.getItems(uncoveredIds)
+          const handoff: StoredHandoff = {
+            id: ids.next("hof") as ContextHandoff["id"],
+            threadId,
+            kind: replaced[0]!.kind,
+            targetProviderThreadId: replaced[0]!.targetProviderThreadId,
+            open: true,
+            sourceRunIds: [...new Set(replaced.flatMap((h) => h.sourceRunIds))],
+            itemIds: [summary.id, ...uncovered.map((i) => i.id)],
+            tokens: summary.tokens + uncovered.reduce((n, i) => n + i.tokens, 0),
+            omittedItemIds: [],
+            createdAt: now,
+            updatedAt: now
+          }
+          yield* store.insertHandoff(handoff)
+          yield* store.appendEvent(threadId, "handoff.created", {
+            handoffId: handoff.id,
+            kind: handoff.kind,
+            targetProviderThreadId: target,
+            itemCount: handoff.itemIds.length,
+            sourceRunIds: handoff.sourceRunIds,
+            supersedes: replaced.map((h) => h.id)
+          })
+          superseded.push(...replaced.map((h) => h.id))
+          created.push(handoff.id)
+        }
+        return { superseded, created }
+      })
+
       return {
+        supersedeForSummary,
         createHandoff,
         coveredRuns,
         recoverMissedRuns,

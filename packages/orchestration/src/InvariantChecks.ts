@@ -31,7 +31,11 @@ const faultReason = /^(provider |history injection unconfirmed|interrupted by th
  */
 export const isFaultReason = (reason: string | null): boolean => reason !== null && faultReason.test(reason)
 
-/** Checks invariants 1, 2, 3, 5, 6 and 7 for `threadId`; returns the violations (empty when all hold). */
+/**
+ * Checks invariants 1, 2, 3, 5, 6 and 7 for `threadId`, offload records included (an owed item is settled by a
+ * summary that really covers it; the summary chain has no gap; no cut splits a tool call from its result); returns
+ * the violations (empty when all hold).
+ */
 export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
@@ -47,6 +51,7 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
       const receiving = l.kind === "fork" ? l.forkThreadId : l.parentThreadId
       return receiving === threadId ? [l.runId] : []
     }))
+    const offloads = yield* store.listOffloads(threadId)
     const itemById = new Map<string, Item>(items.map((i) => [i.id, i]))
 
     // 1. No wedge: every run is terminal; a run that did not complete stopped for a provider fault or the user;
@@ -111,28 +116,44 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
       for (const d of settledTo) for (const id of [...d.deliveredItemIds, ...d.omittedItemIds]) set.add(id)
       accounted.set(h.targetProviderThreadId, set)
     }
+    // An item is also settled by a summary that covers it (invariant 2), but only when an offload record really
+    // covers it (seq at or below the record's cut) and that summary is itself delivered to, or owed to, the thread.
     for (const p of providerThreads) {
       if (p.activeNativeThreadId === null) continue
       const native = p.activeNativeThreadId
       const covered = accounted.get(p.id) ?? new Set<string>()
       const delivered = deliveredTo.get(native) ?? new Set<string>()
+      const summaryCut = offloads
+        .filter((o) => delivered.has(o.summaryItemId) || covered.has(o.summaryItemId))
+        .reduce((cut, o) => Math.max(cut, o.cutSeq), 0)
       for (const item of items) {
         if (item.runId === null || !isTransferable(item)) continue
         const run = runById.get(item.runId)
         if (run === undefined || run.seq > p.syncedRunSeq) continue
         if (run.nativeThreadId === native) continue
-        if (delivered.has(item.id) || covered.has(item.id)) continue
+        if (delivered.has(item.id) || covered.has(item.id) || item.seq <= summaryCut) continue
         violations.push(`exactly-once: item ${item.id} (run ${run.seq}) owed to ${p.providerInstance} is neither seen, delivered, omitted nor owed`)
       }
     }
 
-    // 3. Bounded records: handoffs grow with switches, missed runs and replacements, never with turns.
+    // 3. Bounded records: handoffs grow with switches, missed runs, replacements and offloads (at most one handoff
+    //    per provider thread per offload, owing the summary in place of the handoffs it supersedes), never with turns.
     const switches = events.filter((e) => e.type === "provider.switched" && e.payload.handoffId != null).length
     const missed = runs.filter((r) => r.stopPoint === "before_provider").length
     const replacements = events.filter((e) => e.type === "native_thread.replaced").length
-    if (handoffs.length > switches + missed + replacements) {
+    let bySummary = 0
+    for (const e of events) {
+      if (e.type !== "thread.offloaded") continue
+      const created = Array.isArray(e.payload.handoffIds) ? e.payload.handoffIds.length : 0
+      if (created > providerThreads.length) {
+        violations.push(`bounded-records: offload ${String(e.payload.offloadId)} created ${created} handoffs for ${providerThreads.length} provider threads`)
+      }
+      bySummary += created
+    }
+    if (handoffs.length > switches + missed + replacements + bySummary) {
       violations.push(
-        `bounded-records: ${handoffs.length} handoffs for ${switches} switches, ${missed} missed runs, ${replacements} replacements`
+        `bounded-records: ${handoffs.length} handoffs for ${switches} switches, ${missed} missed runs, ${replacements} replacements, ` +
+          `${bySummary} offload supersessions`
       )
     }
     const perPair = new Set<string>()
@@ -153,6 +174,20 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
     // 6. Nothing lost: every item referenced by a handoff exists; the log holds every appended item.
     for (const h of handoffs) {
       for (const id of h.itemIds) if (!itemById.has(id)) violations.push(`nothing-lost: handoff ${h.id} owes missing item ${id}`)
+    }
+    // ...and an offload chain leaves no gap: every item at or below the latest cut (summaries aside) is summarised by
+    // exactly one offload of the chain, and every summary exists.
+    const summaryIds = new Set<string>(offloads.map((o) => o.summaryItemId))
+    const summarisedBy = new Map<string, number>()
+    for (const o of offloads) {
+      if (!itemById.has(o.summaryItemId)) violations.push(`nothing-lost: offload ${o.id} names missing summary ${o.summaryItemId}`)
+      for (const id of o.coveredItemIds) summarisedBy.set(id, (summarisedBy.get(id) ?? 0) + 1)
+    }
+    const lastCut = offloads.at(-1)?.cutSeq ?? 0
+    for (const item of items) {
+      if (item.seq > lastCut || summaryIds.has(item.id)) continue
+      const times = summarisedBy.get(item.id) ?? 0
+      if (times !== 1) violations.push(`nothing-lost: item ${item.id} (seq ${item.seq}) before the offload cut ${lastCut} is summarised ${times} times`)
     }
     if (options.expectedItemCount !== undefined && items.length !== options.expectedItemCount) {
       violations.push(`nothing-lost: ${items.length} items in the log, ${options.expectedItemCount} appended`)
@@ -175,6 +210,18 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
         if (inside !== 0 && inside !== pair.length) {
           violations.push(`tool-pairing: delivery ${d.id} split tool call ${callId}`)
         }
+      }
+    }
+    // ...and no offload cut falls between a tool call and a result answering it.
+    const seqsOfCall = new Map<string, Array<number>>()
+    for (const i of items) {
+      if (i.toolCallId === null || (i.kind !== "tool_call" && i.kind !== "tool_result")) continue
+      seqsOfCall.set(i.toolCallId, [...(seqsOfCall.get(i.toolCallId) ?? []), i.seq])
+    }
+    for (const o of offloads) {
+      for (const [callId, seqs] of seqsOfCall) {
+        const before = seqs.filter((seq) => seq <= o.cutSeq).length
+        if (before !== 0 && before !== seqs.length) violations.push(`tool-pairing: offload ${o.id} (cut at seq ${o.cutSeq}) split tool call ${callId}`)
       }
     }
     return violations

@@ -1,6 +1,6 @@
 /**
  * The orchestration services as one Layer. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
- * `TokenCounter`, `ProviderRegistry` and `OrchestratorConfig`.
+ * `TokenCounter`, `ProviderRegistry`, `Summariser` (for `/offload`) and `OrchestratorConfig`.
  */
 import { ThreadStore } from "@baton/persistence"
 import { Layer } from "effect"
@@ -9,10 +9,12 @@ import { ItemLog } from "./ItemLog.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
+import { ThreadOffload } from "./ThreadOffload.js"
 import { ThreadService } from "./ThreadService.js"
 
 /** Every orchestration service, still needing a `ThreadStore` (the simulation provides a crash-injecting one). */
 export const services = ThreadService.Default.pipe(
+  Layer.provideMerge(ThreadOffload.Default),
   Layer.provideMerge(ThreadCompaction.Default),
   Layer.provideMerge(ThreadLineage.Default),
   Layer.provideMerge(ProviderTurnStartService.Default),

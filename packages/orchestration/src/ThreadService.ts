@@ -1,10 +1,10 @@
 /**
  * ThreadService: the orchestrator's command surface — create a thread, send a user message (a run), interrupt a
- * run, switch the provider for the next run, `/compact` — plus the reads the apps need.
+ * run, switch the provider for the next run, `/compact`, `/offload` — plus the reads the apps need.
  *
  * It owns the run lifecycle (`queued` -> `starting` -> `running` -> terminal) and the command receipts (a command
  * id seen before returns its first result). History decisions are delegated to ProviderTurnStartService and
- * ContextHandoffDelivery, `/compact` to ThreadCompaction.
+ * ContextHandoffDelivery, `/compact` to ThreadCompaction, `/offload` to ThreadOffload.
  */
 import {
   Commands,
@@ -64,6 +64,7 @@ export const MergeResult = Schema.Struct({
   handoffId: Schema.NullOr(Schema.String)
 })
 export type MergeResult = typeof MergeResult.Type
+import { defaultKeepTokens, type OffloadReport, ThreadOffload } from "./ThreadOffload.js"
 
 /** The result of `sendMessage`: the run's final status and what turn start decided. */
 export interface SendResult {
@@ -172,6 +173,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const turnStart = yield* ProviderTurnStartService
     const delivery = yield* ContextHandoffDelivery
     const compaction = yield* ThreadCompaction
+    const offloader = yield* ThreadOffload
     const itemLog = yield* ItemLog
     const lineage = yield* ThreadLineage
     const config = yield* OrchestratorConfig
@@ -994,6 +996,26 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       return report
     })
 
+    /**
+     * `/offload` (see ThreadOffload): summarises the thread's older history, keeping `keepTokens` (default
+     * `defaultKeepTokens` of the active provider thread's window) verbatim. A repeated command id returns the first
+     * report (the receipt is written in the offload's own transaction). Fails with `ThreadNotFound`, `RunInProgress`, `OffloadFailed` (the summariser failed: nothing was
+     * changed and no receipt is kept, so the same command may be retried), `ConcurrentModification`.
+     */
+    const offload = Effect.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
+      const seen = yield* store.findReceipt(command.commandId)
+      if (seen._tag === "Some") return seen.value.result as OffloadReport
+      const thread = yield* getThread(command.threadId)
+      const active = yield* store.findActiveRun(thread.id)
+      if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+      const providerThread = thread.activeProviderThreadId === null
+        ? Option.none()
+        : yield* store.getProviderThread(thread.activeProviderThreadId)
+      const keepTokens = command.keepTokens ??
+        defaultKeepTokens(providerThread._tag === "Some" ? providerThread.value.contextWindow : null)
+      return yield* offloader.offload(thread.id, keepTokens, command.commandId)
+    })
+
     return {
       createThread,
       switchProvider,
@@ -1004,6 +1026,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       compact,
       fork,
       mergeBack,
+      offload,
+      visibleHistory: offloader.visibleHistory,
       recover,
       getThread,
       listThreads: store.listThreads

@@ -1,6 +1,6 @@
 /**
  * ThreadStore: the repository of the thread aggregate — threads, runs, run attempts, items, provider threads,
- * native threads, context handoffs, handoff deliveries, the thread event log and command receipts.
+ * native threads, context handoffs, handoff deliveries, offload records, the thread event log and command receipts.
  *
  * It owns SQL and row encoding only. It does not decide anything: transactions are opened by the orchestration
  * service method that owns the unit of work (`sql.withTransaction`), and every query here joins the ambient
@@ -19,6 +19,7 @@ import {
   type ItemId,
   type NativeThread,
   type NativeThreadId,
+  type Offload,
   PersistenceError,
   type ProviderInstance,
   type ProviderThread,
@@ -43,6 +44,7 @@ import {
   HandoffRow,
   ItemRow,
   NativeThreadRow,
+  OffloadRow,
   ProviderThreadRow,
   RunAttemptRow,
   RunRow,
@@ -77,6 +79,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const handoffs = Table.make(sql, "handoffs", HandoffRow)
     const deliveries = Table.make(sql, "handoff_deliveries", DeliveryRow)
     const links = Table.make(sql, "thread_links", ThreadLinkRow)
+    const offloads = Table.make(sql, "offloads", OffloadRow)
     const events = Table.make(sql, "thread_events", EventRow as unknown as Schema.Schema<ThreadEvent, { id?: unknown }>)
 
     const nextSeq = (operation: string, query: Effect.Effect<ReadonlyArray<unknown>, { readonly message: string; readonly _tag: string }>) =>
@@ -247,6 +250,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "thread_links.findLastMerge",
           sql`SELECT * FROM thread_links WHERE fork_thread_id = ${forkThreadId} AND kind = 'merge'
               ORDER BY through_run_seq DESC LIMIT 1`
+        ),
+      // ---- offloads
+      insertOffload: (o: Offload) => offloads.insert(o),
+      /** Every offload of the thread, oldest first (the summary chain). */
+      listOffloads: (threadId: ThreadId) =>
+        offloads.findAll("offloads.list", sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation`),
+      /** The newest offload of the thread: its summary and cut define the model-visible history. */
+      latestOffload: (threadId: ThreadId) =>
+        offloads.findOne(
+          "offloads.latest",
+          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation DESC LIMIT 1`
         ),
 
       // ---- events

@@ -1,3 +1,5 @@
 export * as ProviderAdapter from "./ProviderAdapter.js"
 export * as ProviderRegistry from "./ProviderRegistry.js"
 export * as ScriptedProvider from "./ScriptedProvider.js"
+export * as Summariser from "./Summariser.js"
+export * as ScriptedSummariser from "./ScriptedSummariser.js"

@@ -6,7 +6,7 @@ import { Commands, type CommandId, type ContextUsage, type ProviderInstance, typ
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
-import { type ProviderAdapter, ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { Effect, Layer } from "effect"
 
 export interface HarnessProvider {
@@ -26,6 +26,8 @@ export interface Harness {
   readonly providers: Readonly<Record<string, ScriptedProvider.ScriptedProvider>>
   readonly script: ScriptedProvider.Script
   readonly counter: TokenCounter.TokenCounterShape
+  /** The `/offload` summariser (deterministic digest; `failWith` makes it fail). */
+  readonly summariser: ScriptedSummariser.ScriptedSummariser
 }
 
 /**
@@ -38,11 +40,13 @@ export const makeLayer = (
   counter: TokenCounter.TokenCounterShape,
   db: string,
   config: Partial<OrchestratorConfig.OrchestratorConfigShape>,
-  idNamespace = ""
+  idNamespace = "",
+  summariser: ScriptedSummariser.ScriptedSummariser = ScriptedSummariser.make(counter)
 ) =>
   OrchestratorLayer.layer.pipe(
     Layer.provideMerge(Database.layerSqlite(db)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
+    Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerSequential(idNamespace)),
     Layer.provideMerge(OrchestratorConfig.layer(config))
@@ -66,11 +70,13 @@ export const make = (
       ...(p.replayOnResume === undefined ? {} : { replayOnResume: p.replayOnResume })
     }, script, counter)
   )
+  const summariser = ScriptedSummariser.make(counter)
   return {
-    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}),
+    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}, "", summariser),
     providers: Object.fromEntries(adapters.map((a) => [a.instance, a])),
     script,
-    counter
+    counter,
+    summariser
   }
 }
 
@@ -123,6 +129,8 @@ export const ops = Effect.gen(function*() {
         ...(options.provider === undefined ? {} : { providerInstance: options.provider as ProviderInstance })
       })),
     merge: (forkThreadId: ThreadId) => service.mergeBack(Commands.MergeBack.make({ commandId: cid(), forkThreadId })),
+    offload: (threadId: ThreadId, keepTokens?: number) =>
+      service.offload(Commands.OffloadThread.make({ commandId: cid(), threadId, ...(keepTokens === undefined ? {} : { keepTokens }) })),
     interruptBeforeStart: (threadId: ThreadId, text: string) =>
       Effect.gen(function*() {
         const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text }))

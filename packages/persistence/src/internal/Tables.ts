@@ -10,6 +10,7 @@ import {
   NativeThread,
   NativeThreadId,
   NativeThreadStatus,
+  Offload,
   ProviderThread,
   ProviderThreadId,
   Run,
@@ -96,3 +97,5 @@ export const NativeThreadRow = Schema.transform(
     })
   }
 )
+
+export const OffloadRow = Schema.Struct({ ...Offload.fields, coveredItemIds: JsonArray(ItemId) })

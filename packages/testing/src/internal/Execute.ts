@@ -13,7 +13,7 @@ import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
-import { type ProviderAdapter, ProviderRegistry, ScriptedProvider } from "@baton/providers"
+import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
 import { Cause, Chunk, Clock, type Context, Data, Effect, Exit, Layer, Logger, Scope } from "effect"
 import { createHash } from "node:crypto"
@@ -88,12 +88,14 @@ const orchestrator = (
   namespace: string,
   steps: Crash.Steps,
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
-  counter: TokenCounter.TokenCounterShape
+  counter: TokenCounter.TokenCounterShape,
+  summariser: ScriptedSummariser.ScriptedSummariser
 ) =>
   OrchestratorLayer.services.pipe(
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(Database.layerSqlite(file)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
+    Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerSequential(namespace)),
     Layer.provideMerge(OrchestratorConfig.layer(simulationConfig))
@@ -169,6 +171,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       }, script, counter)
     )
     const adapters = providers.map((p) => Crash.wrapAdapter(p, steps))
+    // The summariser is the external world too: it survives restarts.
+    const summariser = ScriptedSummariser.make(counter)
     const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
     const turnFaults = new Set<ScriptedProvider.Fault>(["refuse", "interrupt_before_start", "timeout", "overflow", "interrupt_in_tool_call"])
     const armFault = (fault: ScriptedProvider.Fault | null) => {
@@ -185,7 +189,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       incarnation++
       const s = yield* Scope.make()
       context = yield* Layer.buildWithScope(
-        orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter),
+        orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
         s
       ).pipe(Effect.orDie)
       scope = s
@@ -318,6 +322,13 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         return p._tag === "Some" ? windowOf.get(p.value.providerInstance) ?? null : null
       })).pipe(Effect.orElseSucceed(() => null))
 
+    /** The model-visible history as one line of item ids (to compare before and after a failed offload). */
+    const visibleIds = (thread: ThreadId) =>
+      within(Effect.gen(function*() {
+        const v = yield* (yield* ThreadService.ThreadService).visibleHistory(thread)
+        return [v.summary?.id ?? "-", ...v.items.map((i) => i.id)].join(",")
+      })).pipe(Effect.orElseSucceed(() => "unreadable"))
+
     const interruptHook = (id: number, thread: ThreadId): Effect.Effect<void> =>
       within(Effect.gen(function*() {
         const store = yield* ThreadStore
@@ -437,6 +448,29 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
                 ? `compacted ${r.usedBefore ?? "?"} -> ${r.usedAfter ?? "?"}, delivered ${r.deliveredItems}, still deferred ${r.stillDeferred}`
                 : `not compacted: ${r.reason ?? ""}`.slice(0, 100)
             } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            break
+          }
+          case "offload": {
+            const thread = threadId!
+            const cmd = Commands.OffloadThread.make({ commandId: cid(op.id), threadId: thread, keepTokens: op.keepTokens })
+            const before = op.summariserFails ? yield* visibleIds(thread) : null
+            summariser.failWith(op.summariserFails ? "simulated summariser outage" : null)
+            const c = yield* command(op, service((s) => s.offload(cmd)))
+            summariser.failWith(null)
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") {
+              const r = c.result.value
+              result = r.offloaded
+                ? `offloaded up to seq ${r.cutSeq}: ${r.coveredItems} items (${r.coveredTokens} tok) -> summary ${r.summaryTokens} tok, ` +
+                  `kept ${r.keptItems}, handoffs superseded ${r.supersededHandoffIds.length}`
+                : `not offloaded: ${r.reason ?? ""}`.slice(0, 100)
+            } else if (c.result._tag === "failed") {
+              if (op.summariserFails && c.result.message.startsWith("OffloadFailed:")) {
+                result = "summariser failed; history unchanged"
+                const after = yield* visibleIds(thread)
+                if (before !== after) violations.push(`offload: a failed summariser changed the visible history (${before} -> ${after})`)
+              } else violations.push(describeFailure(op, c.result.message))
+            }
             break
           }
           case "restart":

@@ -79,6 +79,15 @@ export type Operation =
   }
   | { readonly kind: "switch"; readonly id: number; readonly to: string; readonly crash: CrashSpec | null }
   | { readonly kind: "compact"; readonly id: number; readonly fault: "lose_injection_ack" | null; readonly crash: CrashSpec | null }
+  | {
+    readonly kind: "offload"
+    readonly id: number
+    /** The verbatim tail to keep, in tokens. */
+    readonly keepTokens: number
+    /** The summariser fails this offload (the record must stay unchanged). */
+    readonly summariserFails: boolean
+    readonly crash: CrashSpec | null
+  }
   | { readonly kind: "restart"; readonly id: number }
 
 export interface Scenario {
@@ -103,9 +112,11 @@ export interface Features {
   readonly faults: boolean
   /** Scripted usage reports: missing, near full, impossible. */
   readonly usageReports: boolean
+  /** `/offload` between operations (from a PRNG of its own, so the other operations of a seed stay the same). */
+  readonly offloads: boolean
 }
 
-export const allFeatures: Features = { crashes: true, retries: true, interrupts: true, faults: true, usageReports: true }
+export const allFeatures: Features = { crashes: true, retries: true, interrupts: true, faults: true, usageReports: true, offloads: true }
 
 /** The provider set-up of a seed: a large window, a small auto-compacting one, and one without native injection. */
 const providersFor = (r: Prng.Prng): ReadonlyArray<ProviderSetup> => {
@@ -132,6 +143,7 @@ const stepsOf: Record<Operation["kind"], number> = {
   interrupt_in_tool_call: 40,
   switch: 9,
   compact: 16,
+  offload: 12,
   restart: 0
 }
 
@@ -173,10 +185,12 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * Generates the scenario of `seed`: `steps` operations after `create`. Operation mix (by weight): send 56 (with
  * faults on: send 50 and interrupt inside a tool call 6, itself a send, so the share of every other operation is
  * unchanged), switch 16, `/compact` 12, interrupt before start 8, clean restart 4; about one operation in five
- * carries a crash.
+ * carries a crash. After about one operation in eight an `/offload` follows (its own PRNG stream; ids `steps + id`).
  */
 export const generate = (seed: number, steps: number, features: Features = allFeatures): Scenario => {
   const r = Prng.make(seed)
+  // Offloads draw from their own stream: adding them leaves every other operation of a seed as it was.
+  const ro = Prng.make((seed ^ 0x0ff10ad) >>> 0)
   const providers = providersFor(r)
   const names = providers.map((p) => p.name)
   let active = r.pick(names)
@@ -239,6 +253,15 @@ export const generate = (seed: number, steps: number, features: Features = allFe
       case "restart":
         ops.push({ kind, id })
         break
+    }
+    if (features.offloads && ro.chance(0.12)) {
+      ops.push({
+        kind: "offload",
+        id: steps + id,
+        keepTokens: ro.pick([0, 300, 2_000, 16_000]),
+        summariserFails: features.faults && ro.chance(0.15),
+        crash: crashFor(ro, features, "offload", 0.25)
+      })
     }
   }
   return { seed, providers, ops }
@@ -367,6 +390,8 @@ export const formatOperation = (op: Operation): string => {
       return `switch to ${op.to}${crashText(op.crash)}`
     case "compact":
       return `/compact${op.fault === null ? "" : ` fault ${op.fault}`}${crashText(op.crash)}`
+    case "offload":
+      return `/offload keep ${op.keepTokens}${op.summariserFails ? " summariser fails" : ""}${crashText(op.crash)}`
     case "restart":
       return "restart"
   }

@@ -1,0 +1,248 @@
+/**
+ * ThreadOffload: the `/offload` path (DESIGN.md vocabulary). It summarises a thread's older history into one
+ * `summary` item and records what the summary stands for, so the model-visible history becomes
+ * [latest summary] + every item after its cut. Originals are never edited or deleted (invariant 6), and the cut never
+ * separates a tool call from its result (invariant 7).
+ *
+ * The summary chain: each offload summarises the previous summary's text together with *every* item between the
+ * previous cut and the new one — including the items the previous pass kept verbatim — so after any number of
+ * offloads the chain covers every item before the latest cut and nothing falls in a gap (the field bug this fixes:
+ * a second summarisation that saw only the previous summary and the items after it dropped what the first kept).
+ *
+ * Deferred history converges: open handoffs whose deferred deliveries owe covered items are superseded by one
+ * handoff per provider thread owing the summary plus the uncovered items (ContextHandoffDelivery.supersedeForSummary).
+ *
+ * It owns the cut choice (via `@baton/context` OffloadCut), the summariser call and the offload record. It does not
+ * own the native threads: nothing is sent to a provider here; the summary reaches a provider only as owed history.
+ */
+import {
+  type CommandId,
+  type Item,
+  type ItemId,
+  type Offload,
+  OffloadFailed,
+  RunInProgress,
+  ConcurrentModification,
+  type ThreadId
+} from "@baton/contracts"
+import { OffloadCut } from "@baton/context"
+import { ThreadStore } from "@baton/persistence"
+import { Summariser } from "@baton/providers"
+import { SqlClient } from "@effect/sql"
+import { DateTime, Effect } from "effect"
+import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { IdGenerator } from "./IdGenerator.js"
+import { ItemLog } from "./ItemLog.js"
+
+/** The largest default verbatim tail, in tokens: DESIGN.md's turn-start token cap (16,000). */
+export const maxDefaultKeepTokens = 16_000
+
+/**
+ * The verbatim tail `/offload` keeps when the command does not say, in tokens: min(16,000, floor(window / 4)) of
+ * the active provider thread's context window, 16,000 when the window is unknown. A quarter of the window leaves the
+ * reserve (DESIGN.md Budget: max(16,000, window/4)) and the summary room on small windows; 16,000 matches the
+ * turn-start cap, so on large windows the recent tail is what one turn start could deliver in full.
+ */
+export const defaultKeepTokens = (window: number | null): number =>
+  window === null ? maxDefaultKeepTokens : Math.min(maxDefaultKeepTokens, Math.floor(window / 4))
+
+/** What `/offload` did. Token counts are rendered tokens (`Item.tokens`). */
+export interface OffloadReport {
+  readonly offloaded: boolean
+  /** Why nothing was offloaded (`offloaded: false`), else `null`. */
+  readonly reason: string | null
+  readonly offloadId: string | null
+  readonly summaryItemId: string | null
+  /** Every item with `seq <= cutSeq` (offload summaries excepted) is covered by the summary chain. */
+  readonly cutSeq: number | null
+  /** Items (and their tokens) this pass summarised for the first time. */
+  readonly coveredItems: number
+  readonly coveredTokens: number
+  readonly summaryTokens: number
+  /** Items after the cut: the verbatim part of the visible history. */
+  readonly keptItems: number
+  readonly keptTokens: number
+  readonly keepTokens: number
+  /** How many items the cut moved earlier so that no tool unit is split. */
+  readonly movedForToolUnits: number
+  readonly supersededHandoffIds: ReadonlyArray<string>
+  readonly handoffIds: ReadonlyArray<string>
+}
+
+/** The model-visible history: the latest summary (if any) and the verbatim items after its cut. */
+export interface VisibleHistory {
+  readonly offload: Offload | null
+  readonly summary: Item | null
+  readonly items: ReadonlyArray<Item>
+}
+
+export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orchestration/ThreadOffload", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const store = yield* ThreadStore
+    const ids = yield* IdGenerator
+    const itemLog = yield* ItemLog
+    const delivery = yield* ContextHandoffDelivery
+    const summariser = yield* Summariser.Summariser
+
+    /**
+     * The model-visible history of `threadId`: [latest summary] + every item after its cut (offload summaries
+     * excepted); without an offload, every item. Fails with `PersistenceError`.
+     */
+    const visibleHistory = Effect.fn("ThreadOffload.visibleHistory")(function*(threadId: ThreadId) {
+      const items = yield* store.listItems(threadId)
+      const offloads = yield* store.listOffloads(threadId)
+      const visible = OffloadCut.visibleHistory(items, offloads)
+      return { offload: offloads.at(-1) ?? null, summary: visible.summary, items: visible.items } satisfies VisibleHistory
+    })
+
+    const failed = (threadId: ThreadId, keepTokens: number, cutSeq: number, reason: string, retryable: boolean) =>
+      Effect.gen(function*() {
+        // The only write of a failed offload: the audit event. No summary, no record, no handoff changes.
+        yield* sql.withTransaction(store.appendEvent(threadId, "thread.offload_failed", { reason, keepTokens, cutSeq }))
+        return yield* new OffloadFailed({ threadId, reason, retryable })
+      })
+
+    /**
+     * Offloads `threadId`, keeping the newest `keepTokens` (rendered tokens) verbatim; with `commandId`, records the
+     * command receipt with the outcome. The caller checks the thread and that no run is active. The summariser is called outside any transaction; the summary item, the offload
+     * record, the handoff supersession and the `thread.offloaded` event are then written in one transaction.
+     * Returns a report (`offloaded: false` with the reason when there is nothing to offload). Fails with
+     * `OffloadFailed` (summariser failure or empty summary; only a `thread.offload_failed` event is written),
+     * `RunInProgress` / `ConcurrentModification` (a run or another offload got in between), `PersistenceError`.
+     */
+    const offload = Effect.fn("ThreadOffload.offload")(function*(
+      threadId: ThreadId,
+      keepTokens: number,
+      commandId: CommandId | null = null
+    ) {
+      // The receipt is written with the outcome (in the same transaction when something is written), so a client
+      // retrying after a crash gets this report back instead of running a second offload pass.
+      const receipt = (report: OffloadReport) =>
+        commandId === null ? Effect.succeed(report) : Effect.gen(function*() {
+          const createdAt = yield* DateTime.now
+          yield* store.insertReceipt({ commandId, commandType: "OffloadThread", threadId, result: JSON.parse(JSON.stringify(report)), createdAt })
+          return report
+        })
+      const offloads = yield* store.listOffloads(threadId)
+      const previous = offloads.at(-1) ?? null
+      const summaryIds = new Set<string>(offloads.map((o) => o.summaryItemId))
+      const all = yield* store.listItems(threadId)
+      const previousCut = previous?.cutSeq ?? 0
+      const candidates = all.filter((i) => i.seq > previousCut && !summaryIds.has(i.id))
+      const cut = OffloadCut.chooseCut(candidates, keepTokens)
+      const nothing = (reason: string): OffloadReport => ({
+        offloaded: false,
+        reason,
+        offloadId: null,
+        summaryItemId: null,
+        cutSeq: previous?.cutSeq ?? null,
+        coveredItems: 0,
+        coveredTokens: 0,
+        summaryTokens: 0,
+        keptItems: candidates.length,
+        keptTokens: cut.keptTokens,
+        keepTokens,
+        movedForToolUnits: 0,
+        supersededHandoffIds: [],
+        handoffIds: []
+      })
+      if (cut.cut === 0) {
+        return yield* receipt(nothing(
+          cut.naiveCut === 0
+            ? `nothing to offload: the ${candidates.length} item(s) after the ${previous === null ? "start" : "last summary"} ` +
+              `hold ${cut.keptTokens} tokens, within the ${keepTokens} kept verbatim`
+            : `nothing to offload: every cut within the oldest ${cut.naiveCut} item(s) would split a tool unit`
+        ))
+      }
+      const covered = candidates.slice(0, cut.cut)
+      const cutSeq = covered[covered.length - 1]!.seq
+      const previousSummary = previous === null ? null : all.find((i) => i.id === previous.summaryItemId)?.text ?? null
+
+      const answer = yield* Effect.either(summariser.summarise({ threadId, previousSummary, items: covered }))
+      if (answer._tag === "Left") {
+        return yield* failed(threadId, keepTokens, cutSeq, `the summariser failed: ${answer.left.message}`, answer.left.retryable)
+      }
+      const text = answer.right.text
+      if (text.trim().length === 0) return yield* failed(threadId, keepTokens, cutSeq, "the summariser returned an empty summary", true)
+
+      return yield* sql.withTransaction(Effect.gen(function*() {
+        // Re-read under the transaction: another offload or a run that started meanwhile wins; this one stops.
+        const latest = yield* store.latestOffload(threadId)
+        if ((latest._tag === "Some" ? latest.value.id : null) !== (previous?.id ?? null)) {
+          return yield* new ConcurrentModification({ threadId })
+        }
+        const active = yield* store.findActiveRun(threadId)
+        if (active._tag === "Some") return yield* new RunInProgress({ threadId, runId: active.value.id })
+
+        const [summary] = yield* itemLog.append(threadId, null, [{
+          kind: "summary",
+          text,
+          toolCallId: null,
+          toolName: null,
+          messageId: null,
+          isError: false,
+          toolCallState: null
+        }])
+        const record: Offload = {
+          id: ids.next("off") as Offload["id"],
+          threadId,
+          generation: (previous?.generation ?? 0) + 1,
+          summaryItemId: summary!.id,
+          previousOffloadId: previous?.id ?? null,
+          fromSeq: covered[0]!.seq,
+          cutSeq,
+          coveredItemIds: covered.map((i) => i.id),
+          coveredTokens: cut.coveredTokens,
+          keepTokens,
+          createdAt: yield* DateTime.now
+        }
+        yield* store.insertOffload(record)
+        // Covered by the chain: every item up to the cut, and every earlier summary (this one extends them).
+        const seqOf = new Map<string, number>(all.map((i) => [i.id, i.seq]))
+        const isCovered = (id: ItemId) => summaryIds.has(id) || (seqOf.get(id) ?? Number.POSITIVE_INFINITY) <= cutSeq
+        const handoffs = yield* delivery.supersedeForSummary(
+          threadId,
+          summary!,
+          isCovered,
+          `covered by summary ${summary!.id} (offload ${record.id}, items up to seq ${cutSeq})`
+        )
+        const report: OffloadReport = {
+          offloaded: true,
+          reason: null,
+          offloadId: record.id,
+          summaryItemId: summary!.id,
+          cutSeq,
+          coveredItems: covered.length,
+          coveredTokens: cut.coveredTokens,
+          summaryTokens: summary!.tokens,
+          keptItems: candidates.length - cut.cut,
+          keptTokens: cut.keptTokens,
+          keepTokens,
+          movedForToolUnits: cut.naiveCut - cut.cut,
+          supersededHandoffIds: handoffs.superseded,
+          handoffIds: handoffs.created
+        }
+        yield* store.appendEvent(threadId, "thread.offloaded", {
+          offloadId: record.id,
+          generation: record.generation,
+          summaryItemId: summary!.id,
+          previousOffloadId: record.previousOffloadId,
+          fromSeq: record.fromSeq,
+          cutSeq,
+          coveredItems: report.coveredItems,
+          coveredTokens: report.coveredTokens,
+          summaryTokens: report.summaryTokens,
+          keptItems: report.keptItems,
+          keptTokens: report.keptTokens,
+          keepTokens,
+          supersededHandoffIds: report.supersededHandoffIds,
+          handoffIds: report.handoffIds
+        })
+        return yield* receipt(report)
+      }))
+    })
+
+    return { offload, visibleHistory }
+  })
+}) {}

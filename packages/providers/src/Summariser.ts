@@ -1,0 +1,29 @@
+/**
+ * Summariser: the port `/offload` uses to turn older history into one summary text (DESIGN.md vocabulary,
+ * `/offload`). Implementations: the deterministic offline `ScriptedSummariser` (embedded default, tests, replay) and,
+ * later, a model-backed one. A summariser owns only the text; which items to summarise, where to cut and what the
+ * summary replaces in the model-visible history is decided by `@baton/orchestration` ThreadOffload.
+ */
+import type { Item, ProviderError } from "@baton/contracts"
+import { Context, type Effect } from "effect"
+
+/**
+ * What to summarise: `previousSummary` is the text of the thread's latest summary (`null` on the first offload); it
+ * stands for everything before `items`. `items` are every item between the previous cut and the new cut, in thread
+ * order (items the previous pass kept verbatim included), so the new summary covers the whole history up to the cut.
+ */
+export interface SummariseInput {
+  readonly threadId: string
+  readonly previousSummary: string | null
+  readonly items: ReadonlyArray<Item>
+}
+
+export interface SummariserShape {
+  /**
+   * Returns the summary text of `previousSummary` + `items`. Fails with `ProviderError` when the summariser cannot
+   * answer; the caller then changes nothing (no placeholder).
+   */
+  readonly summarise: (input: SummariseInput) => Effect.Effect<{ readonly text: string }, ProviderError>
+}
+
+export class Summariser extends Context.Tag("@baton/providers/Summariser")<Summariser, SummariserShape>() {}
