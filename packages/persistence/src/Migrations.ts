@@ -4,10 +4,12 @@
  */
 import { Migrator } from "@effect/sql"
 import migration0001 from "./migrations/0001_core.js"
+import migration0003 from "./migrations/0003_calibration.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
-  "0001_core": migration0001
+  "0001_core": migration0001,
+  "0003_calibration": migration0003
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */
