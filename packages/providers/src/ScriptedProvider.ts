@@ -87,6 +87,12 @@ export interface ScriptedConfig {
   /** Usage after a compaction, in tokens. Default 2,000. */
   readonly summaryTokens?: number
   readonly faults?: FaultPlan
+  /**
+   * How many of this provider's tokens one of Baton's tokens is (default 1): every text a native thread is sent or
+   * produces counts `ceil(counted * tokenScale)`. Models a provider whose model tokenizer differs from Baton's
+   * (seen in the field: about 1.15, 247k estimated against 270k-295k reported).
+   */
+  readonly tokenScale?: number
 }
 
 /** What one native thread of the scripted provider received, for tests and the replay's invariant checks. */
@@ -126,7 +132,8 @@ const defaultReply: ScriptedResponse = {
 }
 
 /**
- * Builds a scripted instance. `counter` counts tokens of everything a native thread is sent or produces.
+ * Builds a scripted instance. `counter` counts tokens of everything a native thread is sent or produces (scaled by
+ * `config.tokenScale`).
  * Native refs are `<instance>-n<k>`, numbered per instance in creation order (deterministic).
  */
 export const make = (
@@ -141,6 +148,8 @@ export const make = (
   let failNextTurn = false
   const summaryTokens = config.summaryTokens ?? 2_000
   const instance = config.instance
+  const tokenScale = config.tokenScale ?? 1
+  const count = (text: string) => tokenScale === 1 ? counter.count(text) : Math.ceil(counter.count(text) * tokenScale)
 
   const fail = (operation: string, code: string, reason: string, retryable = false) =>
     Effect.fail(new ProviderError({ provider: instance, operation, code, reason, retryable }))
@@ -181,8 +190,8 @@ export const make = (
       received.push({ type: "turn", nativeRef: input.nativeRef, runId: input.runId, prompt: input.prompt, inlineHistory: input.inlineHistory })
       state.runIds.push(input.runId)
       const response = script.next() ?? defaultReply
-      state.used += counter.count(input.prompt) + (input.inlineHistory === null ? 0 : counter.count(input.inlineHistory))
-      for (const item of response.items) state.used += counter.count(item.text)
+      state.used += count(input.prompt) + (input.inlineHistory === null ? 0 : count(input.inlineHistory))
+      for (const item of response.items) state.used += count(item.text)
       if (response.usage === null) {
         autoCompact(state)
         return { items: response.items, usage: null }
@@ -243,7 +252,7 @@ export const make = (
         calls.injectHistory++
         const state = yield* lookup("injectHistory", input.nativeRef)
         const fault = config.faults?.({ operation: "injectHistory", call: calls.injectHistory, runId: input.deliveryIds.join(",") }) ?? null
-        state.used += counter.count(input.rendered)
+        state.used += count(input.rendered)
         state.deliveryIds.push(...input.deliveryIds)
         received.push({ type: "inject", nativeRef: input.nativeRef, deliveryIds: input.deliveryIds, rendered: input.rendered, itemIds: input.itemIds })
         if (fault === "lose_injection_ack") {

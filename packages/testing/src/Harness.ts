@@ -17,6 +17,8 @@ export interface HarnessProvider {
   /** Offer `readThread` (default true). */
   readonly readThread?: boolean
   readonly faults?: ScriptedProvider.FaultPlan
+  /** The provider's tokens per Baton token (default 1); see `ScriptedConfig.tokenScale`. */
+  readonly tokenScale?: number
 }
 
 export interface Harness {
@@ -54,7 +56,8 @@ export const make = (
       autoCompactThreshold: p.autoCompactThreshold ?? null,
       injectHistory: p.inject,
       ...(p.readThread === undefined ? {} : { readThread: p.readThread }),
-      ...(p.faults === undefined ? {} : { faults: p.faults })
+      ...(p.faults === undefined ? {} : { faults: p.faults }),
+      ...(p.tokenScale === undefined ? {} : { tokenScale: p.tokenScale })
     }, script, counter)
   )
   return {
