@@ -46,7 +46,12 @@ export const ThreadEventType = Schema.Literal(
   /** `{deliveryId, reason}` */
   "delivery.superseded",
   /** `{nativeThreadId, usedBefore, usedAfter, delivered}` */
-  "thread.compacted"
+  "thread.compacted",
+  /**
+   * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}`: a completed turn of this
+   * thread taught the provider's tokenizer calibration (provider tokens per Baton token)
+   */
+  "calibration.updated"
 )
 export type ThreadEventType = typeof ThreadEventType.Type
 

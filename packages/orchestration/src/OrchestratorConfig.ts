@@ -2,7 +2,7 @@
  * OrchestratorConfig: the policy knobs of turn start and `/compact`. Defaults follow DESIGN.md's Budget section
  * (reserve max(16,000, ceil(window/4)), cap 16,000, minimum useful budget 1,024 tokens).
  */
-import { Budget } from "@baton/context"
+import { Budget, Calibration } from "@baton/context"
 import { Context, Layer } from "effect"
 
 export interface OrchestratorConfigShape {
@@ -17,6 +17,13 @@ export interface OrchestratorConfigShape {
    * Default 3.
    */
   readonly maxCompactionsWithoutProgress: number
+  /**
+   * Learn a per-provider tokenizer calibration from trusted usage reports and apply it to Baton's estimates
+   * (`ProviderCalibration`). Default on; off, every ratio is 1 and nothing is learned.
+   */
+  readonly calibration: boolean
+  /** The learning policy (`Calibration.defaultPolicy`: ratio clamped to [0.5, 2], samples >= 256 tokens). */
+  readonly calibrationPolicy: Calibration.CalibrationPolicy
 }
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
@@ -27,7 +34,9 @@ export class OrchestratorConfig extends Context.Tag("@baton/orchestration/Orches
 export const defaults: OrchestratorConfigShape = {
   budget: Budget.defaultPolicy,
   deferralPointer: true,
-  maxCompactionsWithoutProgress: 3
+  maxCompactionsWithoutProgress: 3,
+  calibration: true,
+  calibrationPolicy: Calibration.defaultPolicy
 }
 
 export const layer = (config: Partial<OrchestratorConfigShape> = {}) =>

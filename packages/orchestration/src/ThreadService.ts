@@ -23,7 +23,7 @@ import {
   ThreadNotFound,
   type ThreadId
 } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
+import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
@@ -32,6 +32,7 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import * as UsageSanity from "./UsageSanity.js"
+import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService, type TurnStartReport } from "./ProviderTurnStartService.js"
 import { type CompactReport, notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 
@@ -100,6 +101,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const delivery = yield* ContextHandoffDelivery
     const compaction = yield* ThreadCompaction
     const itemLog = yield* ItemLog
+    const calibration = yield* ProviderCalibration
 
     const getThread = (threadId: ThreadId) =>
       Effect.flatMap(store.getThread(threadId), Option.match({
@@ -436,16 +438,27 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
           const items = yield* appendItems(run.threadId, run, turn.items.map(normalizeProduced))
           const now = yield* DateTime.now
-          const sent = plan.report.budget.request + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
-            items.reduce((n, i) => n + i.tokens, 0)
+          const inlineTokens = plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)
+          const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
           const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow)
           const trusted = checked !== null
+          // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
+          // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
+          const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
+            base: plan.sampleBase,
+            reportedUsedTokens: checked?.usedTokens ?? null,
+            estimatedTokens: plan.requestTokens + inlineTokens + items.reduce((n, i) => n + counter.count(i.text), 0)
+          })
           const native = {
             ...plan.native,
             usage: checked,
-            estimatedTokens: checked !== null ? checked.usedTokens : plan.native.estimatedTokens + sent,
+            // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales
+            // the estimate back by the ratio when no trusted report exists).
+            estimatedTokens: checked !== null
+              ? Calibration.toRaw(learned.ratio, checked.usedTokens)
+              : plan.native.estimatedTokens + sent,
             updatedAt: now
           }
           yield* store.updateNativeThread(native)

@@ -19,6 +19,7 @@ import {
   ItemLog,
   OrchestratorConfig,
   OrchestratorLayer,
+  ProviderCalibration,
   ProviderTurnStartService,
   ThreadCompaction,
   ThreadService
@@ -108,6 +109,7 @@ const orchestrator = (
     Layer.provideMerge(ThreadCompaction.ThreadCompaction.Default),
     Layer.provideMerge(ProviderTurnStartService.ProviderTurnStartService.Default),
     Layer.provideMerge(ContextHandoffDelivery.ContextHandoffDelivery.Default),
+    Layer.provideMerge(ProviderCalibration.ProviderCalibration.Default),
     Layer.provideMerge(ItemLog.ItemLog.Default),
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(Database.layerSqlite(file)),
