@@ -32,20 +32,28 @@ const makeLayer = (
   adapters: ReadonlyArray<ScriptedProvider.ScriptedProvider>,
   counter: TokenCounter.TokenCounterShape,
   db: string,
-  config: Partial<OrchestratorConfig.OrchestratorConfigShape>
+  config: Partial<OrchestratorConfig.OrchestratorConfigShape>,
+  idNamespace: string
 ) =>
   OrchestratorLayer.layer.pipe(
     Layer.provideMerge(Database.layerSqlite(db)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
-    Layer.provideMerge(IdGenerator.layerSequential()),
+    Layer.provideMerge(IdGenerator.layerSequential(idNamespace)),
     Layer.provideMerge(OrchestratorConfig.layer(config))
   )
 
-/** Builds a harness. `db` defaults to `:memory:`. One token counter is shared (it is pure). */
+/**
+ * Builds a harness. `db` defaults to `:memory:`. One token counter is shared (it is pure). `idNamespace` prefixes
+ * the sequential ids (default none): a second harness on the same database file (a restart) needs its own.
+ */
 export const make = (
   providers: ReadonlyArray<HarnessProvider>,
-  options: { readonly db?: string; readonly config?: Partial<OrchestratorConfig.OrchestratorConfigShape> } = {}
+  options: {
+    readonly db?: string
+    readonly config?: Partial<OrchestratorConfig.OrchestratorConfigShape>
+    readonly idNamespace?: string
+  } = {}
 ): Harness => {
   const counter = sharedCounter()
   const script = ScriptedProvider.makeScript()
@@ -61,7 +69,7 @@ export const make = (
     }, script, counter)
   )
   return {
-    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}),
+    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}, options.idNamespace ?? ""),
     providers: Object.fromEntries(adapters.map((a) => [a.instance, a])),
     script,
     counter
