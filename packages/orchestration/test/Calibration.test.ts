@@ -3,7 +3,7 @@
  * 247k estimated against 270k-295k reported) is budgeted in its own units once Baton has learned the ratio.
  */
 import type { ProviderInstance } from "@baton/contracts"
-import { ProviderCalibration } from "@baton/orchestration"
+import { InvariantChecks, ProviderCalibration } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -144,7 +144,11 @@ describe("calibration learned from reported usage", () => {
           const actual = h.providers.codex!.usageOf(ref)!
           h.script.enqueue(Harness.reply(100, null))
           const turn = yield* o.send(threadId, "back on codex")
-          return { report: turn.turnStart!, actual, cost: injectedCost(h, ref), violations: yield* o.check(threadId, h) }
+          const cost = injectedCost(h, ref)
+          // /compact drains what was deferred, under the physical headroom in codex's units.
+          const compacted = yield* o.compact(threadId)
+          const pending = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "delivery.pending").at(-1)!.payload
+          return { report: turn.turnStart!, actual, cost, compacted, pending, violations: yield* o.check(threadId, h) }
         }).pipe(Effect.provide(h.layer))
       }
       const calibrated = yield* outcome(true)
@@ -155,6 +159,8 @@ describe("calibration learned from reported usage", () => {
       expect(calibrated.report.budget.budget).toBe(0)
       expect([calibrated.report.mode, calibrated.report.deferredItems, calibrated.report.deferredTokens]).toEqual(["none", 6, 6_066])
       expect(calibrated.cost).toEqual([])
+      expect([calibrated.compacted.deliveredItems, calibrated.compacted.deliveredTokens]).toEqual([6, 6_119])
+      expect(calibrated.pending).toMatchObject({ mode: "injected", renderedTokens: 6_119, ratio: 5_986 / 5_205 })
       expect(calibrated.violations).toEqual([])
 
       const uncalibrated = yield* outcome(false)
@@ -212,6 +218,27 @@ describe("calibration learned from reported usage", () => {
       // Two trusted reports in a row: the next turn does teach it (this test would notice a learner that never learns).
       yield* turn()
       expect((yield* updates()).map((e) => [e.payload.samples, e.payload.estimatedTokens, e.payload.reportedTokens])).toEqual([[1, 5_001, 5_752]])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("invariant 5 compares calibrated tokens: 14,000 Baton tokens at 1.15 (16,100) break a 16,000 budget", () => {
+    const h = Harness.make([...providers])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("codex")
+      const pending = (deliveryId: string, renderedTokens: number, ratio?: number) =>
+        o.store.appendEvent(threadId, "delivery.pending", {
+          deliveryId,
+          budget: 16_000,
+          renderedTokens,
+          ...(ratio === undefined ? {} : { ratio })
+        })
+      yield* pending("dlv_a", 14_000, 1.15)
+      yield* pending("dlv_b", 13_913, 1.15)
+      yield* pending("dlv_c", 16_000)
+      expect(yield* InvariantChecks.check(threadId)).toEqual([
+        "budget: delivery dlv_a sent 16100 tokens (ratio 1.15) over a budget of 16000"
+      ])
     }).pipe(Effect.provide(h.layer))
   })
 })
