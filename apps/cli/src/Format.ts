@@ -14,14 +14,16 @@ const items = (k: number) => `${n(k)} item${k === 1 ? "" : "s"}`
 /**
  * One run: `run  12 codex    g1  completed | start 31,204/42,000 budget 0 | deferred 143 items 20,511 tok | after 31,950`.
  * "start" is the native thread's usage and effective window the budget was computed from; "after" its usage once
- * the run ended (a drop means the provider compacted natively).
+ * the run ended (a drop means the provider compacted natively). A provider whose tokenizer calibration is not 1
+ * shows it after the budget (`budget 16,000 x1.150`): the budget's estimates were scaled by it.
  */
 export const runLine = (l: RunLine) => {
   const head = `${l.thread > 1 ? `t${l.thread} ` : ""}run ${lpad(String(l.run), 4)} ${pad(l.provider, 8)} ${pad(l.generation === null ? "-" : `g${l.generation}`, 3)} ${pad(l.status, 11)}`
   if (l.budget === null) {
     return `${head} | ${l.status === "interrupted" ? "interrupted before the provider started: its prompt is owed to the next turn" : "did not start"}`
   }
-  const start = `start ${lpad(l.usedAtStart === null ? "-" : n(l.usedAtStart), 9)}/${pad(n(l.window), 9)} budget ${lpad(n(l.budget), 6)}`
+  const start = `start ${lpad(l.usedAtStart === null ? "-" : n(l.usedAtStart), 9)}/${pad(n(l.window), 9)} budget ${lpad(n(l.budget), 6)}` +
+    (l.ratio === 1 ? "" : ` x${l.ratio.toFixed(3)}`)
   const parts: Array<string> = []
   if (l.deliveredItems > 0) parts.push(`${l.mode} ${items(l.deliveredItems)} ${n(l.deliveredTokens)} tok`)
   if (l.deferredItems > 0) parts.push(`deferred ${items(l.deferredItems)} ${n(l.deferredTokens)} tok`)

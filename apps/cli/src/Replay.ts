@@ -43,6 +43,8 @@ export interface RunLine {
   /** The native thread's usage after the run, when known. */
   readonly usedAfter: number | null
   readonly budget: number | null
+  /** The provider's tokenizer calibration at turn start (provider tokens per Baton token); 1 when none. */
+  readonly ratio: number
   readonly mode: string
   readonly deliveredItems: number
   readonly deliveredTokens: number
@@ -181,6 +183,7 @@ export const replay = (
               window: 0,
               usedAfter: null,
               budget: null,
+              ratio: 1,
               mode: "none",
               deliveredItems: 0,
               deliveredTokens: 0,
@@ -208,6 +211,7 @@ export const replay = (
             window: report?.budget.window ?? result.window,
             usedAfter: result.usedTokens,
             budget: report?.budget.budget ?? null,
+            ratio: report?.calibrationRatio ?? 1,
             mode: report?.mode ?? "none",
             deliveredItems: report?.deliveredItems ?? 0,
             deliveredTokens: report?.deliveredTokens ?? 0,

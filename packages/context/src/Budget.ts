@@ -99,12 +99,16 @@ export const makePolicy = (overrides: Partial<BudgetPolicy>): Either.Either<Budg
  * - `usage`: the context usage last reported for *this* native thread (never another's), or `null`/absent.
  * - `estimatedUsedTokens`: Baton's own count of what this native thread has been sent; used only without `usage`.
  * - `requestTokens`: the user's prompt plus attachments. The request is never truncated; it only shrinks the budget.
+ * - `ratio`: the provider's calibration (`Calibration`, provider tokens per Baton token), default 1. It scales what
+ *   is Baton's own count (`estimatedUsedTokens`, `requestTokens`) into the provider's units; a reported
+ *   `usage.usedTokens` is already in them and is taken as is. A ratio that is not a positive finite number is 1.
  */
 export interface BudgetInput {
   readonly modelWindow?: number | undefined
   readonly usage?: ContextUsage | null | undefined
   readonly estimatedUsedTokens?: number | undefined
   readonly requestTokens: number
+  readonly ratio?: number | undefined
 }
 
 /**
@@ -113,8 +117,11 @@ export interface BudgetInput {
  * - `window`: the smallest known of model window, reported `maxTokens`, reported `autoCompactThreshold`; else the
  *   policy's `defaultWindow`. `windowSource` says which (`model`, then `reported_max`, then `auto_compact_threshold`
  *   on a tie; `default` when none is known).
- * - `used`: reported `usedTokens` (`usedSource: "reported"`), else `estimatedUsedTokens`, else 0 (`"estimate"`).
- * - `request`: `requestTokens`.
+ * - `used`: reported `usedTokens` (`usedSource: "reported"`), else `ceil(estimatedUsedTokens * ratio)`, else 0
+ *   (`"estimate"`).
+ * - `request`: `ceil(requestTokens * ratio)`.
+ *
+ * Every figure is in the provider's units (Baton's count when the ratio is 1).
  * - `reserve`: `max(reserveFloor, ceil(window * reserveFraction))`.
  * - `budget`: `max(0, min(tokenCap, window - used - request - reserve))`: the history that may be delivered.
  * - `physicalHeadroom`: `max(0, window - used - request)`: what physically still fits, reserve included; `/compact`
@@ -165,8 +172,9 @@ export const compute = (input: BudgetInput, policy: BudgetPolicy = defaultPolicy
     }
   }
   const usage = input.usage ?? null
-  const used = tokenCount(usage !== null ? usage.usedTokens : (input.estimatedUsedTokens ?? 0))
-  const request = tokenCount(input.requestTokens)
+  const ratio = input.ratio !== undefined && Number.isFinite(input.ratio) && input.ratio > 0 ? input.ratio : 1
+  const used = tokenCount(usage !== null ? usage.usedTokens : (input.estimatedUsedTokens ?? 0) * ratio)
+  const request = tokenCount(input.requestTokens * ratio)
   const reserve = Math.max(policy.reserveFloor, Math.ceil(window * policy.reserveFraction))
   const free = window - used - request
   return {

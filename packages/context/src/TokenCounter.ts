@@ -2,8 +2,8 @@
  * The token counter port: how many tokens a piece of text costs a model.
  *
  * Owns: the `TokenCounter` tag, the default counter (o200k_base, the encoding of OpenAI's GPT-4o/o-series/GPT-5
- * models) and its Layer. Does not own: per-provider calibration against reported usage (a provider adapter's job,
- * layered on top of this port), nor any caching of counts (items store their count at write time, see `Render`).
+ * models) and its Layer. Does not own: per-provider calibration against reported usage (`Calibration`, a ratio
+ * applied to this counter's counts where they meet a provider's), nor any caching of counts (items store their count at write time, see `Render`).
  *
  * Counting is pure and synchronous, so the shape is a plain function rather than an `Effect`: Selection calls it on
  * the hot path and a counter cannot fail.

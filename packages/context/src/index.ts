@@ -1,4 +1,5 @@
 export * as Budget from "./Budget.js"
+export * as Calibration from "./Calibration.js"
 export * as Render from "./Render.js"
 export * as Selection from "./Selection.js"
 export * as TokenCounter from "./TokenCounter.js"

@@ -71,7 +71,12 @@ export const ThreadEventType = Schema.Literal(
    */
   "thread.offloaded",
   /** `{reason, keepTokens, cutSeq}`: the summariser failed; nothing else was written */
-  "thread.offload_failed"
+  "thread.offload_failed",
+  /**
+   * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}`: a completed turn of this
+   * thread taught the provider's tokenizer calibration (provider tokens per Baton token)
+   */
+  "calibration.updated"
 )
 export type ThreadEventType = typeof ThreadEventType.Type
 

@@ -25,7 +25,7 @@ import {
   settledDeliveryStatuses,
   type ThreadId
 } from "@baton/contracts"
-import { Selection, TokenCounter } from "@baton/context"
+import { Calibration, Selection, TokenCounter } from "@baton/context"
 import { ThreadStore, type StoredHandoff } from "@baton/persistence"
 import { DateTime, Effect } from "effect"
 import { IdGenerator } from "./IdGenerator.js"
@@ -206,16 +206,21 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         return owed
       })
 
-      /** Selects what of the owed history fits `budget` tokens (rendered, envelope included). */
+      /**
+       * Selects what of the owed history fits `budget` provider tokens (rendered, envelope included). Selection
+       * counts Baton tokens, so it selects under `Calibration.rawBudget(ratio, budget)`: the rendered history, at
+       * the provider's calibration `ratio` (default 1), never costs the provider more than `budget`.
+       */
       const plan = Effect.fn("ContextHandoffDelivery.plan")(function*(
         threadId: ThreadId,
         owed: ReadonlyArray<OwedHandoff>,
-        budget: number
+        budget: number,
+        ratio: number = 1
       ) {
         const wanted = new Set<ItemId>()
         for (const o of owed) for (const id of o.handoff.itemIds) wanted.add(id)
         const items = yield* store.getItems([...wanted])
-        const selection = Selection.select({ items, budget, threadId, counter })
+        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter })
         return { owed, selection, items } satisfies DeliveryPlan
       })
 
@@ -253,14 +258,18 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * Writes the `pending` intent (before the provider side effect) for every owed delivery of `plan` that has at
        * least one selected item: the mode, the run, and the handoff's share of the selected and omitted items. A
        * handoff of which nothing was selected (the budget went to other owed history) is deferred, not settled with
-       * everything omitted: it is retried at the next turn start. Returns the `pending` deliveries.
+       * everything omitted: it is retried at the next turn start. Returns the `pending` deliveries. The event records
+       * the `budget` (provider tokens), the `renderedTokens` (Baton tokens) and the calibration `ratio` it was planned
+       * under, so invariant 5 can be checked in the provider's units (`Calibration.apply(ratio, renderedTokens) <=
+       * budget`).
        */
       const markPending = Effect.fn("ContextHandoffDelivery.markPending")(function*(
         threadId: ThreadId,
         deliveryPlan: DeliveryPlan,
         mode: "injected" | "inline",
         runId: RunId | null,
-        budget: number
+        budget: number,
+        ratio: number = 1
       ) {
         const now = yield* DateTime.now
         const selected = new Set<string>(deliveryPlan.selection.selected.map((i) => i.id))
@@ -293,6 +302,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             runId,
             budget,
             renderedTokens: deliveryPlan.selection.tokens,
+            ratio,
             itemIds: deliveredItemIds,
             omittedItemIds
           })

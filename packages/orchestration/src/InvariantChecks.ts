@@ -6,6 +6,7 @@
  * Each violation is one line naming the invariant, the record and what is wrong.
  */
 import { type Item, terminalRunStatuses, type ThreadId } from "@baton/contracts"
+import { Calibration } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { Effect } from "effect"
 import { isTransferable } from "./ContextHandoffDelivery.js"
@@ -163,12 +164,16 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
       perPair.add(key)
     }
 
-    // 5. Budget: what was sent never exceeded the budget it was planned under.
+    // 5. Budget: what was sent never exceeded the budget it was planned under, in the provider's units (Baton's
+    //    count scaled by the calibration ratio in force; events written before calibration carry none: ratio 1).
     for (const e of events) {
       if (e.type !== "delivery.pending") continue
       const budget = Number(e.payload.budget)
-      const tokens = Number(e.payload.renderedTokens)
-      if (tokens > budget) violations.push(`budget: delivery ${String(e.payload.deliveryId)} sent ${tokens} tokens over a budget of ${budget}`)
+      const ratio = e.payload.ratio === undefined ? 1 : Number(e.payload.ratio)
+      const tokens = Calibration.apply(ratio, Number(e.payload.renderedTokens))
+      if (!(tokens <= budget)) {
+        violations.push(`budget: delivery ${String(e.payload.deliveryId)} sent ${tokens} tokens (ratio ${ratio}) over a budget of ${budget}`)
+      }
     }
 
     // 6. Nothing lost: every item referenced by a handoff exists; the log holds every appended item.

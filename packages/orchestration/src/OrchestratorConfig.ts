@@ -3,7 +3,7 @@
  * (reserve max(16,000, ceil(window/4)), cap 16,000, minimum useful budget 1,024 tokens), and the provider timeouts
  * of the run lifecycle (interrupt acknowledgement, turn).
  */
-import { Budget } from "@baton/context"
+import { Budget, Calibration } from "@baton/context"
 import { Context, Layer } from "effect"
 
 export interface OrchestratorConfigShape {
@@ -30,6 +30,13 @@ export interface OrchestratorConfigShape {
    * agents' turns run long tool calls).
    */
   readonly turnTimeoutMillis: number
+  /**
+   * Learn a per-provider tokenizer calibration from trusted usage reports and apply it to Baton's estimates
+   * (`ProviderCalibration`). Default on; off, every ratio is 1 and nothing is learned.
+   */
+  readonly calibration: boolean
+  /** The learning policy (`Calibration.defaultPolicy`: ratio clamped to [0.5, 2], samples >= 256 tokens). */
+  readonly calibrationPolicy: Calibration.CalibrationPolicy
 }
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
@@ -42,7 +49,9 @@ export const defaults: OrchestratorConfigShape = {
   deferralPointer: true,
   maxCompactionsWithoutProgress: 3,
   interruptTimeoutMillis: 30_000,
-  turnTimeoutMillis: 1_800_000
+  turnTimeoutMillis: 1_800_000,
+  calibration: true,
+  calibrationPolicy: Calibration.defaultPolicy
 }
 
 export const layer = (config: Partial<OrchestratorConfigShape> = {}) =>

@@ -6,6 +6,7 @@ import { ThreadStore } from "@baton/persistence"
 import { Layer } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { ItemLog } from "./ItemLog.js"
+import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
@@ -19,6 +20,7 @@ export const services = ThreadService.Default.pipe(
   Layer.provideMerge(ThreadLineage.Default),
   Layer.provideMerge(ProviderTurnStartService.Default),
   Layer.provideMerge(ContextHandoffDelivery.Default),
+  Layer.provideMerge(ProviderCalibration.Default),
   Layer.provideMerge(ItemLog.Default)
 )
 

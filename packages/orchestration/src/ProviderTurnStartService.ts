@@ -6,14 +6,15 @@
  *    replaced (generation + 1) with a `replacement` handoff covering the whole history;
  * 2. missed-run recovery: runs on P since its watermark that the provider never saw are owed, reusing a deferred
  *    handoff rather than allocating a new one;
- * 3. budget from P's context usage on *this* native thread (never another's);
- * 4. select under the budget and deliver natively (`injectHistory`) or prepare inline text; what does not fit (a
+ * 3. budget from P's context usage on *this* native thread (never another's), with Baton's estimates scaled by
+ *    the provider instance's tokenizer calibration (`ProviderCalibration`);
+ * 4. select under the budget (in the provider's units) and deliver natively (`injectHistory`) or prepare inline text; what does not fit (a
  *    budget below the useful minimum) stays `deferred` and the prompt goes out unchanged.
  *
  * It does not start the provider turn itself (ThreadService does, then settles inline deliveries).
  */
 import { type HandoffDelivery, type NativeThread, type ProviderThread, type Run } from "@baton/contracts"
-import { Budget, Render, TokenCounter } from "@baton/context"
+import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import type { ProviderAdapter } from "@baton/providers"
@@ -23,13 +24,18 @@ import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
+import { ProviderCalibration, type SampleBase } from "./ProviderCalibration.js"
 
 /** What turn start decided, for the caller and for the replay's per-run line. */
 export interface TurnStartReport {
+  /** In the provider's units: Baton's estimates (request, used without a trusted report) scaled by the ratio. */
   readonly budget: Budget.Budget
+  /** The provider instance's calibration in force (provider tokens per Baton token); 1 when none or turned off. */
+  readonly calibrationRatio: number
   /** `none` when nothing was owed or everything was deferred. */
   readonly mode: "injected" | "inline" | "none"
   readonly deliveredItems: number
+  /** Baton tokens of the rendered history; `ceil(deliveredTokens * calibrationRatio) <= budget.budget`. */
   readonly deliveredTokens: number
   readonly deferredItems: number
   readonly deferredTokens: number
@@ -46,6 +52,10 @@ export interface TurnStartPlan {
   /** Deliveries written `pending` for inline mode; settle them once the provider accepted the turn. */
   readonly inlineDeliveries: ReadonlyArray<HandoffDelivery>
   readonly report: TurnStartReport
+  /** Baton tokens of the prompt (the budget's `request` is in the provider's units). */
+  readonly requestTokens: number
+  /** Where this turn's calibration sample starts; `null`: the native thread has no trusted report, no sample. */
+  readonly sampleBase: SampleBase | null
 }
 
 export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartService>()(
@@ -61,6 +71,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       const itemLog = yield* ItemLog
       // Native threads this process started or resumed; any other is resumed (`resumeThread`) before its first use.
       const live = new Set<string>()
+      const calibration = yield* ProviderCalibration
 
       /**
        * Reconciles uncertain (`pending`) deliveries by reading the native thread back: an injection the thread holds
@@ -207,23 +218,31 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           // the next turn start will not trust this native thread.
           if (yield* reconcile(run.threadId, plan.native, injection.pending, adapter)) {
             const reread = yield* store.getNativeThread(plan.native.id)
-            return { ...plan, native: reread._tag === "Some" ? reread.value : plan.native }
+            // Whether the read-back usage covers the injection is unknown: this turn teaches the calibration nothing.
+            return { ...plan, native: reread._tag === "Some" ? reread.value : plan.native, sampleBase: null }
           }
           return { ...plan, report: { ...plan.report, injectionError: outcome.left.message } }
         }
+        const acknowledged = UsageSanity.check(outcome.right.usage, plan.providerThread.contextWindow).usage
         const native = yield* sql.withTransaction(Effect.gen(function*() {
           yield* delivery.markSettled(run.threadId, injection.pending, "injected")
           const now = yield* DateTime.now
           const native: NativeThread = {
             ...plan.native,
-            usage: UsageSanity.check(outcome.right.usage, plan.providerThread.contextWindow).usage ?? plan.native.usage,
+            usage: acknowledged ?? plan.native.usage,
             estimatedTokens: plan.native.estimatedTokens + injection.tokens,
             updatedAt: now
           }
           yield* store.updateNativeThread(native)
           return native
         }))
-        return { ...plan, native }
+        // A trusted acknowledgement is the new start of the sample; without one the injection is still unreported.
+        const sampleBase: SampleBase | null = acknowledged !== null
+          ? { usedTokens: acknowledged.usedTokens, unreportedTokens: 0 }
+          : plan.sampleBase === null
+          ? null
+          : { ...plan.sampleBase, unreportedTokens: plan.sampleBase.unreportedTokens + injection.tokens }
+        return { ...plan, native, sampleBase }
       })
 
       /** The bookkeeping of turn start, in one transaction: native thread, missed runs, budget, defer or intent. */
@@ -266,12 +285,15 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         }
 
         const owed = yield* delivery.owedTo(run.threadId, providerThread, native)
+        const { ratio } = yield* calibration.current(providerThread.providerInstance)
+        const requestTokens = counter.count(run.prompt)
         const budget = Budget.compute(
           {
             modelWindow: providerThread.contextWindow ?? undefined,
             usage: native.usage,
             estimatedUsedTokens: native.estimatedTokens,
-            requestTokens: counter.count(run.prompt)
+            requestTokens,
+            ratio
           },
           config.budget
         )
@@ -280,8 +302,11 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           providerThread,
           inlineHistory: null,
           inlineDeliveries: [],
+          requestTokens,
+          sampleBase: native.usage === null ? null : { usedTokens: native.usage.usedTokens, unreportedTokens: 0 },
           report: {
             budget,
+            calibrationRatio: ratio,
             mode: "none",
             deliveredItems: 0,
             deliveredTokens: 0,
@@ -316,7 +341,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             let pointer: string | null = null
             if (config.deferralPointer) {
               const text = Render.renderDeferralPointer(run.threadId, deferredIds)
-              if (text.length > 0 && counter.count(text) <= budget.physicalHeadroom) pointer = text
+              if (text.length > 0 && Calibration.apply(ratio, counter.count(text)) <= budget.physicalHeadroom) pointer = text
             }
             return {
               plan: { ...nothing({ deferredItems: deferredIds.length, deferredTokens }), inlineHistory: pointer },
@@ -330,7 +355,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               `(window ${budget.window}, used ${budget.used}, request ${budget.request}, reserve ${budget.reserve})`
           )
         }
-        const plan = yield* delivery.plan(run.threadId, owed, budget.budget)
+        const plan = yield* delivery.plan(run.threadId, owed, budget.budget, ratio)
         if (plan.selection.selected.length === 0) return yield* deferAll(`no tool unit fits the budget ${budget.budget}`)
 
         const report = {
@@ -339,7 +364,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           omittedItems: plan.selection.omittedItemIds.length
         }
         if (adapter.injectHistory !== undefined) {
-          const pending = yield* delivery.markPending(run.threadId, plan, "injected", run.id, budget.budget)
+          const pending = yield* delivery.markPending(run.threadId, plan, "injected", run.id, budget.budget, ratio)
           return {
             plan: nothing({ ...report, mode: "injected" }),
             injection: {
@@ -350,7 +375,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             }
           }
         }
-        const pending = yield* delivery.markPending(run.threadId, plan, "inline", run.id, budget.budget)
+        const pending = yield* delivery.markPending(run.threadId, plan, "inline", run.id, budget.budget, ratio)
         return {
           plan: {
             ...nothing({ ...report, mode: "inline" }),

@@ -9,13 +9,14 @@
  * It does not summarise Baton's own record (that is `/offload`) and never edits an item.
  */
 import type { NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
-import { Budget } from "@baton/context"
+import { Budget, Calibration } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
+import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import * as UsageSanity from "./UsageSanity.js"
 
@@ -51,8 +52,10 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
     const delivery = yield* ContextHandoffDelivery
     const config = yield* OrchestratorConfig
     const turnStart = yield* ProviderTurnStartService
+    const calibration = yield* ProviderCalibration
 
-    const used = (n: NativeThread) => n.usage?.usedTokens ?? n.estimatedTokens
+    /** The native thread's usage in the provider's units: reported, else Baton's estimate scaled by `ratio`. */
+    const usedAt = (ratio: number) => (n: NativeThread) => n.usage?.usedTokens ?? Calibration.apply(ratio, n.estimatedTokens)
 
     const compact = Effect.fn("ThreadCompaction.compact")(function*(
       threadId: ThreadId,
@@ -68,6 +71,8 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         return { ...empty, reason: "the native thread is no longer trusted; the next turn starts a replacement and delivers the history" }
       }
       let native = found.value
+      const { ratio } = yield* calibration.current(providerThread.providerInstance)
+      const used = usedAt(ratio)
       const compactThread = adapter.compactThread
       if (compactThread === undefined) return { ...empty, reason: `${adapter.instance} cannot compact natively` }
       const usedBefore = used(native)
@@ -92,7 +97,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         native = {
           ...native,
           usage: after ?? native.usage,
-          estimatedTokens: after?.usedTokens ?? native.estimatedTokens,
+          estimatedTokens: after === null ? native.estimatedTokens : Calibration.toRaw(ratio, after.usedTokens),
           updatedAt: now
         }
         if (used(native) < before) progressed = true
@@ -118,19 +123,20 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
             modelWindow: providerThread.contextWindow ?? undefined,
             usage: native.usage,
             estimatedUsedTokens: native.estimatedTokens,
-            requestTokens: 0
+            requestTokens: 0,
+            ratio
           }, config.budget).physicalHeadroom
         let room = headroom()
-        let plan = yield* delivery.plan(threadId, owed, room)
+        let plan = yield* delivery.plan(threadId, owed, room, ratio)
         let compactedFirst = false
         if (plan.selection.omittedItemIds.length > 0 || plan.selection.selected.length === 0) {
           yield* compactOnce
           compactedFirst = true
           room = headroom()
-          plan = yield* delivery.plan(threadId, owed, room)
+          plan = yield* delivery.plan(threadId, owed, room, ratio)
         }
         if (plan.selection.selected.length > 0) {
-          const pending = yield* sql.withTransaction(delivery.markPending(threadId, plan, "injected", null, room))
+          const pending = yield* sql.withTransaction(delivery.markPending(threadId, plan, "injected", null, room, ratio))
           const outcome = yield* inject({
             nativeRef: native.nativeRef,
             rendered: plan.selection.rendered,

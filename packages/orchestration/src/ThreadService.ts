@@ -24,7 +24,7 @@ import {
   ThreadNotFound,
   type ThreadId
 } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
+import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
@@ -34,6 +34,7 @@ import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import * as UsageSanity from "./UsageSanity.js"
+import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService, type TurnStartPlan, type TurnStartReport } from "./ProviderTurnStartService.js"
 import { type CompactReport, notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
@@ -176,6 +177,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const offloader = yield* ThreadOffload
     const itemLog = yield* ItemLog
     const lineage = yield* ThreadLineage
+    const calibration = yield* ProviderCalibration
     const config = yield* OrchestratorConfig
     const interruptTimeout = Duration.millis(config.interruptTimeoutMillis)
 
@@ -638,19 +640,30 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           }
           const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(newItems, interrupted))
           const now = yield* DateTime.now
-          const sent = plan.report.budget.request + (plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)) +
-            items.reduce((n, i) => n + i.tokens, 0)
+          const inlineTokens = plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)
+          const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
           const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow)
           const trusted = checked !== null
           // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
           const nativeNow = yield* store.getNativeThread(plan.native.id)
+          // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
+          // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
+          const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
+            base: plan.sampleBase,
+            reportedUsedTokens: checked?.usedTokens ?? null,
+            estimatedTokens: plan.requestTokens + inlineTokens + items.reduce((n, i) => n + counter.count(i.text), 0)
+          })
           const native = {
             ...plan.native,
             status: nativeNow._tag === "Some" ? nativeNow.value.status : plan.native.status,
             usage: checked,
-            estimatedTokens: checked !== null ? checked.usedTokens : plan.native.estimatedTokens + sent,
+            // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales
+            // the estimate back by the ratio when no trusted report exists).
+            estimatedTokens: checked !== null
+              ? Calibration.toRaw(learned.ratio, checked.usedTokens)
+              : plan.native.estimatedTokens + sent,
             updatedAt: now
           }
           yield* store.updateNativeThread(native)

@@ -5,6 +5,7 @@
 import { Migrator } from "@effect/sql"
 import migration0001 from "./migrations/0001_core.js"
 import migration0002 from "./migrations/0002_thread_links.js"
+import migration0003 from "./migrations/0003_calibration.js"
 import migration0004 from "./migrations/0004_offload.js"
 import migration0005 from "./migrations/0005_item_message_ids.js"
 
@@ -12,6 +13,7 @@ import migration0005 from "./migrations/0005_item_message_ids.js"
 export const migrations = {
   "0001_core": migration0001,
   "0002_thread_links": migration0002,
+  "0003_calibration": migration0003,
   "0004_offload": migration0004,
   "0005_item_message_ids": migration0005
 }

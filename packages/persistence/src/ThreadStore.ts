@@ -52,6 +52,19 @@ import {
   ThreadRow
 } from "./internal/Tables.js"
 
+/**
+ * The tokenizer calibration of one provider instance (`Calibration.Calibration` of `@baton/context` plus its key and
+ * time): `ratio` provider tokens per Baton token, `samples` accepted, `weight` evidence held in Baton tokens.
+ */
+export const ProviderCalibration = Schema.Struct({
+  providerInstance: Schema.String,
+  ratio: Schema.Number,
+  samples: Schema.Int,
+  weight: Schema.Int,
+  updatedAt: Schema.DateTimeUtc
+})
+export type ProviderCalibration = typeof ProviderCalibration.Type
+
 /** A handoff with its bookkeeping flag: `open` while some destination still owes a delivery. */
 export type StoredHandoff = ContextHandoff & { readonly open: boolean }
 
@@ -286,6 +299,23 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         }),
       listEvents: (threadId: ThreadId) =>
         events.findAll("thread_events.list", sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} ORDER BY seq`),
+
+      // ---- provider calibrations
+      /** The calibration learned for `instance`, if any. */
+      getCalibration: (instance: ProviderInstance) =>
+        Effect.flatMap(
+          sql`SELECT * FROM provider_calibrations WHERE provider_instance = ${instance}`,
+          Schema.decodeUnknown(Schema.Array(ProviderCalibration))
+        ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("provider_calibrations.get")),
+      /** Inserts or replaces the calibration of `c.providerInstance` (same statement on SQLite and Postgres). */
+      upsertCalibration: (c: ProviderCalibration) =>
+        Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
+          sql`INSERT INTO provider_calibrations ${sql.insert(row)}
+              ON CONFLICT (provider_instance) DO UPDATE SET ratio = ${row.ratio}, samples = ${row.samples},
+              weight = ${row.weight}, updated_at = ${row.updatedAt}`).pipe(
+            Effect.asVoid,
+            orPersistence("provider_calibrations.upsert")
+          ),
 
       // ---- command receipts
       findReceipt: (commandId: string) =>

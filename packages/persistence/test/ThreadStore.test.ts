@@ -1,4 +1,4 @@
-import type { Item, ItemId, RunId, ThreadId, ToolCallId } from "@baton/contracts"
+import type { Item, ItemId, ProviderInstance, RunId, ThreadId, ToolCallId } from "@baton/contracts"
 import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -109,5 +109,18 @@ describe("ThreadStore on a SQLite file", () => {
       const error = yield* Effect.flip(store.insertItems([item("thr_3" as ThreadId, 1, now)]))
       expect(error._tag).toBe("PersistenceError")
       expect(error.operation).toBe("items.insert")
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("a provider's calibration reads as None until written; an upsert replaces it (ratio kept to full precision)", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      const codex = "codex" as ProviderInstance
+      expect((yield* store.getCalibration(codex))._tag).toBe("None")
+      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1499999999999997, samples: 1, weight: 4_000, updatedAt: now })
+      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1512345678901234, samples: 2, weight: 9_000, updatedAt: now })
+      const read = yield* store.getCalibration(codex)
+      expect(read._tag === "Some" && [read.value.ratio, read.value.samples, read.value.weight]).toEqual([1.1512345678901234, 2, 9_000])
+      expect((yield* store.getCalibration("claude" as ProviderInstance))._tag).toBe("None")
     }).pipe(Effect.provide(layerAt(":memory:"))))
 })

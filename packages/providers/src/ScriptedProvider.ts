@@ -116,6 +116,12 @@ export interface ScriptedConfig {
    * the same message ids (seen in the field: a resumed session replaying its history). Default false.
    */
   readonly replayOnResume?: boolean
+  /**
+   * How many of this provider's tokens one of Baton's tokens is (default 1): every text a native thread is sent or
+   * produces counts `ceil(counted * tokenScale)`. Models a provider whose model tokenizer differs from Baton's
+   * (seen in the field: about 1.15, 247k estimated against 270k-295k reported).
+   */
+  readonly tokenScale?: number
 }
 
 /** What one native thread of the scripted provider received, for tests and the replay's invariant checks. */
@@ -164,7 +170,8 @@ const defaultReply: ScriptedResponse = {
 const interruptedToolResult = "[Request interrupted by user for tool use]"
 
 /**
- * Builds a scripted instance. `counter` counts tokens of everything a native thread is sent or produces.
+ * Builds a scripted instance. `counter` counts tokens of everything a native thread is sent or produces (scaled by
+ * `config.tokenScale`).
  * Native refs are `<instance>-n<k>`, numbered per instance in creation order (deterministic).
  */
 export const make = (
@@ -182,6 +189,8 @@ export const make = (
   let toolCallReached = Deferred.unsafeMake<{ readonly nativeRef: string; readonly runId: string }>(FiberId.none)
   const summaryTokens = config.summaryTokens ?? 2_000
   const instance = config.instance
+  const tokenScale = config.tokenScale ?? 1
+  const count = (text: string) => tokenScale === 1 ? counter.count(text) : Math.ceil(counter.count(text) * tokenScale)
 
   const fail = (operation: string, code: string, reason: string, retryable = false) =>
     Effect.fail(new ProviderError({ provider: instance, operation, code, reason, retryable }))
@@ -225,7 +234,7 @@ export const make = (
       received.push({ type: "turn", nativeRef: input.nativeRef, runId: input.runId, prompt: input.prompt, inlineHistory: input.inlineHistory })
       state.runIds.push(input.runId)
       const response = script.next() ?? defaultReply
-      state.used += counter.count(input.prompt) + (input.inlineHistory === null ? 0 : counter.count(input.inlineHistory))
+      state.used += count(input.prompt) + (input.inlineHistory === null ? 0 : count(input.inlineHistory))
       if (fault === "timeout") return yield* fail("startTurn", "timeout", "no answer from the provider before its deadline", true)
       if (fault === "hang") return yield* Effect.never
       if (fault === "interrupt_in_tool_call") {
@@ -243,15 +252,15 @@ export const make = (
             // The provider closes the open call in its native thread (as Claude Code does): counted with the output.
             const partial = response.items.slice(0, callAt + 1)
             state.produced.push(...partial)
-            for (const item of partial) state.used += counter.count(item.text)
-            state.used += counter.count(interruptedToolResult)
+            for (const item of partial) state.used += count(item.text)
+            state.used += count(interruptedToolResult)
             autoCompact(state)
             return { items: partial, usage: usageOf(state), interrupted: true }
           }
           inToolCall.delete(input.nativeRef)
         }
       }
-      for (const item of response.items) state.used += counter.count(item.text)
+      for (const item of response.items) state.used += count(item.text)
       const items = state.replayNext ? [...state.produced, ...response.items] : response.items
       state.replayNext = false
       state.produced.push(...response.items)
@@ -329,7 +338,7 @@ export const make = (
         calls.injectHistory++
         const state = yield* lookup("injectHistory", input.nativeRef)
         const fault = config.faults?.({ operation: "injectHistory", call: calls.injectHistory, runId: input.deliveryIds.join(",") }) ?? null
-        state.used += counter.count(input.rendered)
+        state.used += count(input.rendered)
         state.deliveryIds.push(...input.deliveryIds)
         received.push({ type: "inject", nativeRef: input.nativeRef, deliveryIds: input.deliveryIds, rendered: input.rendered, itemIds: input.itemIds })
         if (fault === "lose_injection_ack") {

@@ -19,6 +19,8 @@ export interface HarnessProvider {
   readonly faults?: ScriptedProvider.FaultPlan
   /** A resumed native thread re-emits its history with the next turn (see `ScriptedConfig.replayOnResume`). */
   readonly replayOnResume?: boolean
+  /** The provider's tokens per Baton token (default 1); see `ScriptedConfig.tokenScale`. */
+  readonly tokenScale?: number
 }
 
 export interface Harness {
@@ -52,10 +54,17 @@ export const makeLayer = (
     Layer.provideMerge(OrchestratorConfig.layer(config))
   )
 
-/** Builds a harness. `db` defaults to `:memory:`. One token counter is shared (it is pure). */
+/**
+ * Builds a harness. `db` defaults to `:memory:`. One token counter is shared (it is pure). `idNamespace` prefixes
+ * the sequential ids (default none): a second harness on the same database file (a restart) needs its own.
+ */
 export const make = (
   providers: ReadonlyArray<HarnessProvider>,
-  options: { readonly db?: string; readonly config?: Partial<OrchestratorConfig.OrchestratorConfigShape> } = {}
+  options: {
+    readonly db?: string
+    readonly config?: Partial<OrchestratorConfig.OrchestratorConfigShape>
+    readonly idNamespace?: string
+  } = {}
 ): Harness => {
   const counter = sharedCounter()
   const script = ScriptedProvider.makeScript()
@@ -67,12 +76,13 @@ export const make = (
       injectHistory: p.inject,
       ...(p.readThread === undefined ? {} : { readThread: p.readThread }),
       ...(p.faults === undefined ? {} : { faults: p.faults }),
-      ...(p.replayOnResume === undefined ? {} : { replayOnResume: p.replayOnResume })
+      ...(p.replayOnResume === undefined ? {} : { replayOnResume: p.replayOnResume }),
+      ...(p.tokenScale === undefined ? {} : { tokenScale: p.tokenScale })
     }, script, counter)
   )
   const summariser = ScriptedSummariser.make(counter)
   return {
-    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}, "", summariser),
+    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}, options.idNamespace ?? "", summariser),
     providers: Object.fromEntries(adapters.map((a) => [a.instance, a])),
     script,
     counter,

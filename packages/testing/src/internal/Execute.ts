@@ -160,6 +160,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         autoCompactThreshold: p.autoCompactThreshold,
         injectHistory: p.inject,
         readThread: p.readThread,
+        ...(p.tokenScale === undefined ? {} : { tokenScale: p.tokenScale }),
         faults: (call) => {
           const fault = armed[call.operation]
           if (fault === null) return null

@@ -1,0 +1,124 @@
+/**
+ * Calibration: how many of a provider's tokens one of Baton's tokens is worth, learned from the provider's own
+ * usage reports (DESIGN.md, "Budget": "a real tokenizer with a per-provider calibration learned from reported usage").
+ *
+ * Baton counts every text with one tokenizer (`TokenCounter`, o200k_base). A provider whose model tokenizes the same
+ * text into more tokens (seen in the field: 247k estimated against 270k-295k reported) would otherwise be sent more
+ * history than its budget allows, and deferral would come too late. The calibration is a ratio
+ * `provider tokens / Baton tokens`, applied to every figure that is Baton's estimate before it meets a figure the
+ * provider reported.
+ *
+ * Owns: the learning policy (`learn`), the conversion both ways (`apply`, `rawBudget`, `toRaw`). Does not own where
+ * samples come from (a turn between two trusted usage reports, in `packages/orchestration`) nor where a calibration
+ * is stored (`packages/persistence`, one row per provider instance). Pure: no I/O, no clock.
+ *
+ * Policy (tokens, except the ratios):
+ * - A sample is `{estimatedTokens, reportedTokens}`: Baton's count of what a native thread was sent and produced
+ *   between two trusted usage reports, and how much the provider's reported usage grew over the same span.
+ * - Samples under `minSampleTokens` (default 256) are ignored: per-message framing and rounding are a few tokens per
+ *   message whatever the tokenizer, so a short turn says more about framing than about the tokenizer.
+ * - Samples whose own ratio is outside `[minSampleRatio, maxSampleRatio]` (default [1/3, 3]) are ignored as
+ *   implausible: no two current tokenizers differ by 3x on the same text, so such a sample is an unnoticed
+ *   compaction, cached tokens reported differently, or a broken report, not a tokenizer difference.
+ * - The ratio is a token-weighted moving average: a sample weighs its `estimatedTokens`, and the weight already held
+ *   is capped at `memoryTokens` (default 200,000, about one long conversation), so old evidence fades geometrically
+ *   and a provider that changes its model is followed, while one large turn cannot swing the ratio alone once
+ *   evidence exists. The first sample sets the ratio outright: before it there is no evidence, only the guess 1.
+ * - The ratio is clamped to `[minRatio, maxRatio]` (default [0.5, 2.0]), so a run of bad samples that slipped past
+ *   the filters can at most halve or double a budget, never zero it or blow it up.
+ */
+
+/**
+ * A learned calibration for one provider instance.
+ *
+ * - `ratio`: provider tokens per Baton token, in `[minRatio, maxRatio]`; 1 when nothing is learned.
+ * - `samples`: how many samples were accepted.
+ * - `weight`: the evidence held, in Baton tokens (`<= memoryTokens`).
+ */
+export interface Calibration {
+  readonly ratio: number
+  readonly samples: number
+  readonly weight: number
+}
+
+/** A sample: Baton's estimate and the provider's reported growth over the same span (tokens, non-negative). */
+export interface Sample {
+  readonly estimatedTokens: number
+  readonly reportedTokens: number
+}
+
+/** The learning policy; see the module docblock for the defaults and why. */
+export interface CalibrationPolicy {
+  readonly minRatio: number
+  readonly maxRatio: number
+  readonly minSampleTokens: number
+  readonly minSampleRatio: number
+  readonly maxSampleRatio: number
+  readonly memoryTokens: number
+}
+
+export const defaultPolicy: CalibrationPolicy = {
+  minRatio: 0.5,
+  maxRatio: 2,
+  minSampleTokens: 256,
+  minSampleRatio: 1 / 3,
+  maxSampleRatio: 3,
+  memoryTokens: 200_000
+}
+
+/** Nothing learned: ratio 1 (Baton's count is taken as the provider's). */
+export const identity: Calibration = { ratio: 1, samples: 0, weight: 0 }
+
+/** Why `learn` did not use a sample, or `null` when it did. */
+export type Rejection = "too_small" | "implausible" | null
+
+/** The sample's verdict under `policy`: `too_small`, `implausible`, or `null` (usable). */
+export const rejection = (sample: Sample, policy: CalibrationPolicy = defaultPolicy): Rejection => {
+  const { estimatedTokens: e, reportedTokens: r } = sample
+  if (!(Number.isFinite(e) && Number.isFinite(r)) || e < policy.minSampleTokens) return "too_small"
+  const ratio = r / e
+  return ratio >= policy.minSampleRatio && ratio <= policy.maxSampleRatio ? null : "implausible"
+}
+
+const clamp = (x: number, lo: number, hi: number) => Math.min(hi, Math.max(lo, x))
+
+/**
+ * `calibration` updated with `sample` per the policy above; returned unchanged when the sample is rejected
+ * (see `rejection`). Total: never fails; the ratio stays in `[minRatio, maxRatio]`, the weight in
+ * `[0, memoryTokens]`.
+ */
+export const learn = (
+  calibration: Calibration,
+  sample: Sample,
+  policy: CalibrationPolicy = defaultPolicy
+): Calibration => {
+  if (rejection(sample, policy) !== null) return calibration
+  const t = Math.min(sample.estimatedTokens, policy.memoryTokens)
+  const held = clamp(calibration.weight, 0, policy.memoryTokens)
+  const observed = sample.reportedTokens / sample.estimatedTokens
+  const ratio = (calibration.ratio * held + observed * t) / (held + t)
+  return {
+    ratio: clamp(ratio, policy.minRatio, policy.maxRatio),
+    samples: calibration.samples + 1,
+    weight: Math.min(policy.memoryTokens, held + t)
+  }
+}
+
+/** Baton tokens (`rawTokens`) in the provider's units: `ceil(rawTokens * ratio)`. Ratio 1 is the identity. */
+export const apply = (ratio: number, rawTokens: number): number => Math.ceil(rawTokens * ratio)
+
+/**
+ * The most Baton tokens whose calibrated cost fits `budget` provider tokens: the largest `n` with
+ * `apply(ratio, n) <= budget` (0 when the budget is 0). Selecting under it keeps delivered history within the
+ * budget in the provider's units (DESIGN.md invariant 5).
+ */
+export const rawBudget = (ratio: number, budget: number): number => {
+  if (!(budget > 0)) return 0
+  let n = Math.floor(budget / ratio)
+  // Floating point: `floor(b / r) * r` can land a hair above `b`.
+  while (n > 0 && apply(ratio, n) > budget) n--
+  return n
+}
+
+/** Provider tokens in Baton's units (`floor(providerTokens / ratio)`), for storing a reported count as an estimate. */
+export const toRaw = (ratio: number, providerTokens: number): number => Math.floor(providerTokens / ratio)
