@@ -6,7 +6,8 @@
  * scenario as JSON (paste it into a regression test, or rerun it with `--scenario FILE`). The last line is a one-line
  * summary; the exit code is 1 on any violation, 2 on bad arguments.
  *
- *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json] [--without crashes,retries,interrupts,faults,usage]
+ *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json]
+ *            [--without crashes,retries,interrupts,faults,usage,offload,forks]
  *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
  */
 import { Simulation } from "@baton/testing"
@@ -30,7 +31,8 @@ const featureNames: Record<string, keyof Simulation.Features> = {
   interrupts: "interrupts",
   faults: "faults",
   usage: "usageReports",
-  offload: "offloads"
+  offload: "offloads",
+  forks: "forks"
 }
 
 const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json] [--without " +

@@ -95,6 +95,9 @@ const simplifications = (op: Operation): ReadonlyArray<Operation> => {
     case "offload":
       if (op.summariserFails) out.push({ ...op, summariserFails: false })
       break
+    case "fork":
+      if (op.provider !== null) out.push({ ...op, provider: null })
+      break
     case "interrupt_before_start":
       if (op.prompt > 20) out.push({ ...op, prompt: 20 }, { ...op, prompt: Math.floor(op.prompt / 2) })
       break

@@ -43,11 +43,15 @@ describe("simulation soak (bounded)", () => {
         // (A crash right after injectHistory, i.e. a lost acknowledgement, is rare in these 30 seeds; the
         // `lose_injection_ack` fault and the E1/E2 regressions cover it.)
         "before provider.injectHistory",
-        "before provider.compactThread"
+        "before provider.compactThread",
+        // Forks and merge-backs crash too (their copies, links and handoffs).
+        "store.insertLink"
       ]) {
         expect(sites).toContain(site)
       }
       expect([...points].some((p) => p.includes("recovery"))).toBe(true)
+      expect([...points].some((p) => p.startsWith("fork: "))).toBe(true)
+      expect([...points].some((p) => p.startsWith("merge: "))).toBe(true)
     }), { timeout: 180_000 })
 })
 

@@ -214,7 +214,9 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const crashPoints = new Set<string>()
     const maxSteps: Record<string, number> = {}
     const memory = Checks.emptyMemory()
+    // The thread the user is on, and the parents of the forks they went into (innermost last).
     let threadId: ThreadId | null = null
+    const parents: Array<ThreadId> = []
 
     const attempt = <A, E>(plan: Crash.StepPlan, effect: Effect.Effect<A, E, Services>) =>
       Effect.gen(function*() {
@@ -472,6 +474,54 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
                 if (before !== after) violations.push(`offload: a failed summariser changed the visible history (${before} -> ${after})`)
               } else violations.push(describeFailure(op, c.result.message))
             }
+            break
+          }
+          case "fork": {
+            const parent = threadId!
+            const cmd = Commands.ForkThread.make({
+              commandId: cid(op.id),
+              threadId: parent,
+              ...(op.provider === null ? {} : { providerInstance: op.provider as ProviderInstance })
+            })
+            const countThreads = within(Effect.map(Effect.flatMap(ThreadStore, (s) => s.listThreads()), (ts) => ts.length))
+              .pipe(Effect.orElseSucceed(() => -1))
+            const before = yield* countThreads
+            const c = yield* command(op, service((s) => s.fork(cmd)))
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") {
+              const r = c.result.value
+              parents.push(parent)
+              threadId = r.threadId as ThreadId
+              result = `forked at run ${r.atRunSeq}: ${r.itemCount} items (${r.tokens} tok) -> ${r.threadId}`
+            } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            // Without a retry the client does not know whether the fork exists and stays on the parent.
+            if (c.retried && (yield* countThreads) > before + 1) {
+              violations.push(`idempotency: ForkThread ${cmd.commandId} made ${(yield* countThreads) - before} threads (retried after a crash)`)
+            }
+            break
+          }
+          case "merge": {
+            const fork = threadId!
+            const parent = parents.at(-1)
+            if (parent === undefined) {
+              result = "not in a fork: nothing to merge"
+              break
+            }
+            const cmd = Commands.MergeBack.make({ commandId: cid(op.id), forkThreadId: fork })
+            const copyRuns = within(Effect.map(Effect.flatMap(ThreadStore, (s) => s.listLinks(parent)), (ls) =>
+              ls.filter((l) => l.kind === "merge" && l.parentThreadId === parent).length)).pipe(Effect.orElseSucceed(() => -1))
+            const before = yield* copyRuns
+            const c = yield* command(op, service((s) => s.mergeBack(cmd)))
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") {
+              const r = c.result.value
+              result = r.runId === null
+                ? `nothing new to merge (through run ${r.throughRunSeq})`
+                : `merged runs ${r.fromRunSeq + 1}-${r.throughRunSeq}: ${r.itemCount} items (${r.tokens} tok)`
+              if (op.leave) threadId = parents.pop()!
+            } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            const after = yield* copyRuns
+            if (after > before + 1) violations.push(`idempotency: MergeBack ${cmd.commandId} merged ${after - before} times`)
             break
           }
           case "restart":

@@ -90,6 +90,26 @@ export type Operation =
     readonly summariserFails: boolean
     readonly crash: CrashSpec | null
   }
+  | {
+    /**
+     * The user forks the thread they are on (at its last ended run) and continues in the fork; `provider`: the
+     * fork's provider (`null`: the parent's).
+     */
+    readonly kind: "fork"
+    readonly id: number
+    readonly provider: string | null
+    readonly crash: CrashSpec | null
+  }
+  | {
+    /**
+     * The user merges the fork they are on back into its parent (a no-op on a thread that is not a fork); `leave`:
+     * they then go back to the parent, else they keep working in the fork (a later merge brings only what is new).
+     */
+    readonly kind: "merge"
+    readonly id: number
+    readonly leave: boolean
+    readonly crash: CrashSpec | null
+  }
   | { readonly kind: "restart"; readonly id: number }
 
 export interface Scenario {
@@ -116,9 +136,19 @@ export interface Features {
   readonly usageReports: boolean
   /** `/offload` between operations (from a PRNG of its own, so the other operations of a seed stay the same). */
   readonly offloads: boolean
+  /** Forks and merge-backs between operations (from a PRNG of their own, like offloads). */
+  readonly forks: boolean
 }
 
-export const allFeatures: Features = { crashes: true, retries: true, interrupts: true, faults: true, usageReports: true, offloads: true }
+export const allFeatures: Features = {
+  crashes: true,
+  retries: true,
+  interrupts: true,
+  faults: true,
+  usageReports: true,
+  offloads: true,
+  forks: true
+}
 
 /**
  * The provider set-up of a seed: a large window, a small auto-compacting one, and one without native injection.
@@ -150,6 +180,8 @@ const stepsOf: Record<Operation["kind"], number> = {
   switch: 9,
   compact: 16,
   offload: 12,
+  fork: 12,
+  merge: 10,
   restart: 0
 }
 
@@ -191,12 +223,16 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * Generates the scenario of `seed`: `steps` operations after `create`. Operation mix (by weight): send 56 (with
  * faults on: send 50 and interrupt inside a tool call 6, itself a send, so the share of every other operation is
  * unchanged), switch 16, `/compact` 12, interrupt before start 8, clean restart 4; about one operation in five
- * carries a crash. After about one operation in eight an `/offload` follows (its own PRNG stream; ids `steps + id`).
+ * carries a crash. After about one operation in eight an `/offload` follows (its own PRNG stream; ids `steps + id`),
+ * and after about one in ten a fork or a merge-back (another stream; ids `2 * steps + id`; at most two forks deep).
  */
 export const generate = (seed: number, steps: number, features: Features = allFeatures): Scenario => {
   const r = Prng.make(seed)
   // Offloads draw from their own stream: adding them leaves every other operation of a seed as it was.
   const ro = Prng.make((seed ^ 0x0ff10ad) >>> 0)
+  // So do forks and merges; `depth` is how many forks deep the user is (at most 2).
+  const rl = Prng.make((seed ^ 0x11ea9e) >>> 0)
+  let depth = 0
   const providers = providersFor(r)
   const names = providers.map((p) => p.name)
   let active = r.pick(names)
@@ -268,6 +304,17 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         summariserFails: features.faults && ro.chance(0.15),
         crash: crashFor(ro, features, "offload", 0.25)
       })
+    }
+    if (features.forks && rl.chance(0.1)) {
+      const id2 = 2 * steps + id
+      if (depth < 2 && (depth === 0 || rl.chance(0.4))) {
+        depth++
+        ops.push({ kind: "fork", id: id2, provider: rl.chance(0.5) ? null : rl.pick(names), crash: crashFor(rl, features, "fork", 0.25) })
+      } else {
+        const leave = rl.chance(0.6)
+        if (leave) depth--
+        ops.push({ kind: "merge", id: id2, leave, crash: crashFor(rl, features, "merge", 0.25) })
+      }
     }
   }
   return { seed, providers, ops }
@@ -398,6 +445,10 @@ export const formatOperation = (op: Operation): string => {
       return `/compact${op.fault === null ? "" : ` fault ${op.fault}`}${crashText(op.crash)}`
     case "offload":
       return `/offload keep ${op.keepTokens}${op.summariserFails ? " summariser fails" : ""}${crashText(op.crash)}`
+    case "fork":
+      return `fork${op.provider === null ? "" : ` onto ${op.provider}`}${crashText(op.crash)}`
+    case "merge":
+      return `merge back${op.leave ? " and leave the fork" : ""}${crashText(op.crash)}`
     case "restart":
       return "restart"
   }
