@@ -55,7 +55,33 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       const counter = yield* TokenCounter.TokenCounter
 
       /**
-       * Creates a handoff of `kind` owing the transferable items of `runs` to `target`. Returns `null` (and writes
+       * The model-visible form of `items` owed to `target`: items an `/offload` summary covers (`seq <= cutSeq` of
+       * the thread's latest offload) are owed as that summary instead — once: not again when a handoff toward
+       * `target` already owes it (open) or delivered it to its active native thread. Invariant 2's "superseded by a
+       * summary that covers it"; the originals stay readable by id.
+       */
+      const throughSummary = (threadId: ThreadId, target: ProviderThread, items: ReadonlyArray<Item>) =>
+        Effect.gen(function*() {
+          const latest = yield* store.latestOffload(threadId)
+          if (latest._tag === "None") return items
+          const cutSeq = latest.value.cutSeq
+          if (!items.some((i) => i.seq <= cutSeq)) return items
+          const tail = items.filter((i) => i.seq > cutSeq)
+          const summaryId = latest.value.summaryItemId
+          for (const handoff of yield* store.listHandoffsTo(target.id)) {
+            if (!handoff.itemIds.includes(summaryId)) continue
+            if (handoff.open) return tail
+            if (target.activeNativeThreadId === null) continue
+            const d = yield* store.findDelivery(handoff.id, target.activeNativeThreadId)
+            if (d._tag === "Some" && (d.value.status === "injected" || d.value.status === "inline") &&
+              d.value.deliveredItemIds.includes(summaryId)) return tail
+          }
+          return [...(yield* store.getItems([summaryId])), ...tail]
+        })
+
+      /**
+       * Creates a handoff of `kind` owing the transferable items of `runs` to `target` (items an `/offload` summary
+       * covers are owed as that summary, see `throughSummary`). Returns `null` (and writes
        * nothing) when the runs hold no transferable item.
        */
       const createHandoff = Effect.fn("ContextHandoffDelivery.createHandoff")(function*(
@@ -65,7 +91,9 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         runs: ReadonlyArray<Run>
       ) {
         if (runs.length === 0) return null
-        const items = (yield* store.listItemsOfRuns(runs.map((r) => r.id))).filter(isTransferable)
+        const original = (yield* store.listItemsOfRuns(runs.map((r) => r.id))).filter(isTransferable)
+        if (original.length === 0) return null
+        const items = yield* throughSummary(threadId, target, original)
         if (items.length === 0) return null
         const now = yield* DateTime.now
         const handoff: StoredHandoff = {
@@ -219,7 +247,12 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       ) {
         const wanted = new Set<ItemId>()
         for (const o of owed) for (const id of o.handoff.itemIds) wanted.add(id)
-        const items = yield* store.getItems([...wanted])
+        // Thread order, with an `/offload` summary placed where the history it stands for ends (right after its cut).
+        const summaryAt = new Map<string, number>((yield* store.listOffloads(threadId)).map((o) => [o.summaryItemId, o.cutSeq + 0.5]))
+        const position = (i: Item) => summaryAt.get(i.id) ?? i.seq
+        const items = summaryAt.size === 0
+          ? yield* store.getItems([...wanted])
+          : [...(yield* store.getItems([...wanted]))].sort((a, b) => position(a) - position(b))
         const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter })
         return { owed, selection, items } satisfies DeliveryPlan
       })

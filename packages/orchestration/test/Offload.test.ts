@@ -429,3 +429,52 @@ describe("/offload: properties", () => {
     { fastCheck: { numRuns: 25 } }
   )
 })
+
+describe("/offload: handoffs created after an offload", () => {
+  it.effect("a switch after /offload owes the summary plus the verbatim tail, not the originals; switching back owes nothing twice", () => {
+    const h = Harness.make([
+      { name: "codex", window: 1_000_000, inject: true },
+      { name: "claude", window: 260_000, inject: true }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      for (let i = 0; i < 8; i++) {
+        h.script.enqueue(Harness.reply(5_000))
+        yield* o.send(t, `step ${i}`)
+      }
+      const report = yield* o.offload(t, 6_000)
+      expect(report.offloaded).toBe(true)
+      const summaryId = report.summaryItemId!
+      const moved = yield* o.switchTo(t, "claude")
+      const handoff = (yield* o.store.getHandoff(moved.handoffId as never)).pipe((x) => x._tag === "Some" ? x.value : undefined)!
+      const owed = yield* o.store.getItems(handoff.itemIds)
+      // The summary, then only what the offload kept verbatim (seq above the cut).
+      expect(handoff.itemIds[0]).toBe(summaryId)
+      expect(owed.filter((i) => i.id !== summaryId).every((i) => i.seq > report.cutSeq!)).toBe(true)
+      expect(handoff.tokens).toBeLessThan(12_000)
+      h.script.enqueue(Harness.reply(20))
+      const next = yield* o.send(t, "continue on claude")
+      expect(next.turnStart).toMatchObject({ mode: "injected", deliveredItems: owed.length, omittedItems: 0 })
+      const injection = h.providers.claude!.received.flatMap((r) => r.type === "inject" ? [r] : [])[0]!
+      expect(injection.itemIds).toContain(summaryId)
+      // Rendered where the history it stands for ends: before the verbatim tail.
+      const summaryText = owed.find((i) => i.id === summaryId)!.text
+      const tailText = owed.find((i) => i.id !== summaryId)!.text
+      const at = injection.rendered.indexOf(summaryText.slice(0, 40))
+      expect(at).toBeGreaterThanOrEqual(0)
+      expect(at).toBeLessThan(injection.rendered.indexOf(tailText.slice(0, 40)))
+
+      // Back to codex (it saw the originals natively), then to claude again: the summary is not owed a second time.
+      yield* o.switchTo(t, "codex")
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(t, "on codex")
+      const again = yield* o.switchTo(t, "claude")
+      const second = (yield* o.store.getHandoff(again.handoffId as never)).pipe((x) => x._tag === "Some" ? x.value : undefined)!
+      expect(second.itemIds).not.toContain(summaryId)
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(t, "claude again")
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
