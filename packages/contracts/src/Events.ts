@@ -35,8 +35,8 @@ export const ThreadEventType = Schema.Literal(
    */
   "context.overflowed",
   /**
-   * `{runId, messageIds}`: items a turn returned under provider message ids the thread already holds (a resumed
-   * native thread replaying its history) were not recorded again
+   * `{runId, count, messageIds, toolCallIds}`: the leading items of a turn that its native thread already produced
+   * (a resumed native thread replaying its history) were not recorded again
    */
   "items.replay_skipped",
   /** `{handoffId, kind, itemCount, sourceRunIds}` */

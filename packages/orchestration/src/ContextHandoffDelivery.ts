@@ -354,7 +354,12 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         status: "injected" | "inline"
       ) {
         const now = yield* DateTime.now
-        for (const delivery of deliveries) {
+        for (const stale of deliveries) {
+          // Re-read: a delivery another path settled, reverted or superseded meanwhile (a timed-out turn, a
+          // replacement) keeps that outcome; only a still `pending` delivery settles.
+          const current = yield* store.findDelivery(stale.handoffId, stale.nativeThreadId)
+          if (current._tag === "None" || current.value.status !== "pending") continue
+          const delivery = current.value
           yield* store.updateDelivery({ ...delivery, status, updatedAt: now })
           yield* store.appendEvent(threadId, status === "injected" ? "delivery.injected" : "delivery.inlined", {
             deliveryId: delivery.id,
@@ -377,7 +382,12 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         reason: string
       ) {
         const now = yield* DateTime.now
-        for (const delivery of deliveries) {
+        for (const stale of deliveries) {
+          // Only a still `pending` delivery returns to `deferred` (see markSettled): a superseded or settled one, and
+          // its closed handoff, stay as they are.
+          const current = yield* store.findDelivery(stale.handoffId, stale.nativeThreadId)
+          if (current._tag === "None" || current.value.status !== "pending") continue
+          const delivery = current.value
           yield* store.updateDelivery({
             ...delivery,
             status: "deferred",

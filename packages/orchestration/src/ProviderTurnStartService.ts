@@ -172,7 +172,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           const found = yield* store.getNativeThread(providerThreadIn.activeNativeThreadId)
           if (found._tag === "Some" && found.value.status === "replaced") {
             current = found.value
-            replaceReason = "the provider lost the native thread"
+            replaceReason = "the native thread was marked replaced (lost by the provider, or no longer trusted after an interrupt, timeout or restart)"
           } else if (found._tag === "Some") {
             current = found.value
             if (!live.has(current.id)) {
@@ -284,7 +284,16 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           yield* store.updateProviderThread(providerThread)
         }
 
-        const owed = yield* delivery.owedTo(run.threadId, providerThread, native)
+        // A merge-back recorded after this run was queued is delivered from the next run on, so the model sees the
+        // history in the order the thread records it.
+        const owed: Array<OwedHandoff> = []
+        for (const o of yield* delivery.owedTo(run.threadId, providerThread, native)) {
+          if (o.handoff.kind === "merge" && o.handoff.sourceRunIds.length > 0) {
+            const mergeRun = yield* store.getRun(o.handoff.sourceRunIds[0]!)
+            if (mergeRun._tag === "Some" && mergeRun.value.seq > run.seq) continue
+          }
+          owed.push(o)
+        }
         const { ratio } = yield* calibration.current(providerThread.providerInstance)
         const requestTokens = counter.count(run.prompt)
         const budget = Budget.compute(

@@ -222,6 +222,31 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         }))
 
     /** Runs `effect` once per command id: a repeated id returns the stored result (decoded with `schema`). */
+    /**
+     * The receipt of a command id seen before, checked to belong to the same command: a command id reused for
+     * another command type or another thread fails with `InvalidRequest` (it would otherwise return, or overwrite,
+     * the other command's result and drop this one).
+     */
+    const priorReceipt = (commandId: CommandId, commandType: string, threadId: ThreadId | null) =>
+      Effect.gen(function*() {
+        const seen = yield* store.findReceipt(commandId)
+        if (seen._tag === "None") return seen
+        const r = seen.value
+        if (r.commandType !== commandType || (threadId !== null && r.threadId !== null && r.threadId !== threadId)) {
+          return yield* new InvalidRequest({
+            reason: `command id ${commandId} was already used by ${r.commandType}${r.threadId === null ? "" : ` on thread ${r.threadId}`}; ` +
+              `send ${commandType} with a new command id`
+          })
+        }
+        return seen
+      })
+
+    /** Decodes a stored result; one that does not decode (a receipt of an older shape) is an `InvalidRequest`. */
+    const decodeReceipt = <A, I>(schema: Schema.Schema<A, I>, commandId: CommandId, result: unknown) =>
+      Schema.decodeUnknown(schema)(result).pipe(
+        Effect.mapError(() => new InvalidRequest({ reason: `the stored result of command ${commandId} cannot be read; use a new command id` }))
+      )
+
     const withReceipt = <A, I, E, R>(
       commandId: CommandId,
       commandType: string,
@@ -230,8 +255,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       effect: Effect.Effect<A, E, R>
     ) =>
       Effect.gen(function*() {
-        const seen = yield* store.findReceipt(commandId)
-        if (seen._tag === "Some") return yield* Schema.decodeUnknown(schema)(seen.value.result).pipe(Effect.orDie)
+        const seen = yield* priorReceipt(commandId, commandType, threadId)
+        if (seen._tag === "Some") return yield* decodeReceipt(schema, commandId, seen.value.result)
         const result = yield* effect
         const encoded = yield* Schema.encode(schema)(result).pipe(Effect.orDie)
         const createdAt = yield* DateTime.now
@@ -343,6 +368,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = yield* getProviderThread(thread)
+      // A provider this process does not have fails the command before anything is written (UnknownProvider).
+      yield* registry.get(providerThread.providerInstance)
       const now = yield* DateTime.now
       const run: Run = {
         id: ids.next("run") as Run["id"],
@@ -395,12 +422,24 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
       let run = found.value
-      const providerThreadAtStart = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
-        onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${run.id} names a missing provider thread` })),
-        onSome: Effect.succeed
+      // The run's provider must be usable here; if not (e.g. a process configured without it), a queued run ends
+      // `failed` before the provider instead of staying `queued` and blocking the thread, and the error is returned.
+      const lookedUp = yield* Effect.either(Effect.gen(function*() {
+        const providerThread = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
+          onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${run.id} names a missing provider thread` })),
+          onSome: Effect.succeed
+        }))
+        return { providerThread, adapter: yield* registry.get(providerThread.providerInstance) }
       }))
+      if (lookedUp._tag === "Left") {
+        if (run.status === "queued") {
+          yield* sql.withTransaction(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`))
+        }
+        return yield* lookedUp.left
+      }
+      const providerThreadAtStart = lookedUp.right.providerThread
       const providerThread = providerThreadAtStart
-      const adapter = yield* registry.get(providerThread.providerInstance)
+      const adapter = lookedUp.right.adapter
       const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
         runId: run.id,
         runSeq: run.seq,
@@ -626,16 +665,28 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
           const before = yield* store.getRun(run.id)
           const interrupted = turn.interrupted === true || (before._tag === "Some" && before.value.status === "interrupted")
-          // A resumed native thread may replay its history with the turn: items under provider message ids the
-          // thread already holds are that replay, not new output, and are not recorded again.
+          // A resumed native thread may replay its history at the start of the turn's output: the leading items this
+          // native thread already produced (same provider message id, or the same tool call / tool result id) are
+          // that replay, not new output, and are not recorded again.
           const produced = turn.items.map(normalizeProduced)
           const messageIds = produced.flatMap((i) => i.messageId === null ? [] : [i.messageId])
-          const known = messageIds.length === 0 ? new Set<string>() : yield* store.findMessageIds(run.threadId, messageIds)
-          const newItems = known.size === 0 ? produced : produced.filter((i) => i.messageId === null || !known.has(i.messageId))
-          if (newItems.length < produced.length) {
+          const toolCallIds = produced.flatMap((i) => i.toolCallId === null ? [] : [i.toolCallId])
+          const known = messageIds.length + toolCallIds.length === 0
+            ? { messageIds: new Set<string>(), toolItems: new Set<string>() }
+            : yield* store.findReplayKeys(run.threadId, plan.native.id, messageIds, toolCallIds)
+          const replayed = (i: NewItem) =>
+            (i.messageId !== null && known.messageIds.has(i.messageId)) ||
+            ((i.kind === "tool_call" || i.kind === "tool_result") && i.toolCallId !== null &&
+              known.toolItems.has(`${i.kind}:${i.toolCallId}`))
+          let replay = 0
+          while (replay < produced.length && replayed(produced[replay]!)) replay++
+          const newItems = produced.slice(replay)
+          if (replay > 0) {
             yield* store.appendEvent(run.threadId, "items.replay_skipped", {
               runId: run.id,
-              messageIds: produced.flatMap((i) => i.messageId !== null && known.has(i.messageId) ? [i.messageId] : [])
+              count: replay,
+              messageIds: [...new Set(produced.slice(0, replay).flatMap((i) => i.messageId === null ? [] : [i.messageId]))],
+              toolCallIds: [...new Set(produced.slice(0, replay).flatMap((i) => i.toolCallId === null ? [] : [i.toolCallId]))]
             })
           }
           const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(newItems, interrupted))
@@ -732,7 +783,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * `InvalidRequest`; provider faults end the run as `failed`/`interrupted` (they do not fail the command).
      */
     const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
-      const seen = yield* store.findReceipt(command.commandId)
+      const seen = yield* priorReceipt(command.commandId, "SendMessage", command.threadId)
       if (seen._tag === "Some") {
         const recorded = seen.value.result as Partial<SendResult> & { readonly runId: string }
         if (recorded.status !== undefined) return recorded as SendResult
@@ -753,7 +804,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const enqueueMessage = (command: Commands.SendMessage) =>
       Effect.gen(function*() {
-        const seen = yield* store.findReceipt(command.commandId)
+        const seen = yield* priorReceipt(command.commandId, "SendMessage", command.threadId)
         if (seen._tag === "Some") {
           const runId = (seen.value.result as { readonly runId: Run["id"] }).runId
           const run = yield* store.getRun(runId)
@@ -975,7 +1026,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /** `/compact` on the thread's active provider thread (see ThreadCompaction). */
     const compact = Effect.fn("ThreadService.compact")(function*(command: Commands.CompactThread) {
-      const seen = yield* store.findReceipt(command.commandId)
+      const seen = yield* priorReceipt(command.commandId, "CompactThread", command.threadId)
       if (seen._tag === "Some") return seen.value.result as CompactReport
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
@@ -1016,7 +1067,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * changed and no receipt is kept, so the same command may be retried), `ConcurrentModification`.
      */
     const offload = Effect.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
-      const seen = yield* store.findReceipt(command.commandId)
+      const seen = yield* priorReceipt(command.commandId, "OffloadThread", command.threadId)
       if (seen._tag === "Some") return seen.value.result as OffloadReport
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)

@@ -231,6 +231,29 @@ describe("merge-back", () => {
     }).pipe(Effect.provide(h.layer))
   })
 
+  it.effect("a merge-back recorded while a run is queued on the parent reaches the next run, in record order", () => {
+    const h = providers()
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const parent = yield* parentWithRuns(h)
+      const forkId = (yield* o.fork(parent, { provider: "claude" })).threadId as ThreadId
+      h.script.enqueue(Harness.reply(30))
+      yield* o.send(forkId, "fork result")
+      const queued = yield* o.service.enqueueMessage(Commands.SendMessage.make({ commandId: "queued-p4" as CommandId, threadId: parent, text: "queued before the merge" }))
+      const merged = yield* o.merge(forkId)
+      expect((yield* o.store.getRun(merged.runId as never)).pipe((r) => r._tag === "Some" ? r.value.seq : null)).toBe(5)
+      h.script.enqueue(Harness.reply(20))
+      const first = yield* o.service.processRun(queued.id)
+      expect(first.runSeq).toBe(4)
+      expect(first.turnStart?.deliveredItems).toBe(0)
+      h.script.enqueue(Harness.reply(20))
+      const next = yield* o.send(parent, "after the merge")
+      expect(next.runSeq).toBe(6)
+      expect(next.turnStart).toMatchObject({ mode: "injected", deliveredItems: 2 })
+      expect(yield* o.check(parent, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
   it.effect("a merge-back during a running turn on the parent is delivered at the next turn, not into the running one", () => {
     const base = providers()
     return Effect.gen(function*() {

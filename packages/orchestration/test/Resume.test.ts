@@ -47,7 +47,7 @@ describe("resuming a native thread after a restart", () => {
             "first question", "first answer", "second question", "second answer", "third question", "third answer"
           ])
           const skipped = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "items.replay_skipped")
-          expect(skipped.map((e) => e.payload)).toEqual([{ runId: third.runId, messageIds: ["msg_1", "msg_2"] }])
+          expect(skipped.map((e) => e.payload)).toEqual([{ runId: third.runId, count: 2, messageIds: ["msg_1", "msg_2"], toolCallIds: [] }])
           expect(yield* o.check(threadId, h)).toEqual([])
         }).pipe(Effect.provide(restarted))
       })

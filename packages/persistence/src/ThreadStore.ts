@@ -170,13 +170,37 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         inChunks(ids, (c) => items.findAll("items.get", sql`SELECT * FROM items WHERE ${sql.in("id", c)}`)).pipe(
           Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))
         ),
-      /** Which of `messageIds` (provider message ids) the thread's log already holds. */
-      findMessageIds: (threadId: ThreadId, messageIds: ReadonlyArray<string>) =>
-        inChunks(messageIds, (c) =>
-          Effect.flatMap(
-            sql`SELECT DISTINCT message_id FROM items WHERE thread_id = ${threadId} AND ${sql.in("message_id", c)}`,
-            Schema.decodeUnknown(Schema.Array(Schema.Struct({ messageId: Schema.String })))
-          ).pipe(orPersistence("items.findMessageIds"))).pipe(Effect.map((rows) => new Set(rows.map((r) => r.messageId)))),
+      /**
+       * What the thread's log already holds from runs on native thread `nativeThreadId`: which of `messageIds`
+       * (provider message ids), and which tool calls and tool results (as `tool_call:<id>` / `tool_result:<id>`) of
+       * `toolCallIds`. Used to recognise a resumed native thread replaying its history.
+       */
+      findReplayKeys: (
+        threadId: ThreadId,
+        nativeThreadId: NativeThreadId,
+        messageIds: ReadonlyArray<string>,
+        toolCallIds: ReadonlyArray<string>
+      ) =>
+        Effect.gen(function*() {
+          const Row = Schema.Array(Schema.Struct({
+            messageId: Schema.NullOr(Schema.String),
+            toolCallId: Schema.NullOr(Schema.String),
+            kind: Schema.String
+          }))
+          const query = (column: "message_id" | "tool_call_id", ids: ReadonlyArray<string>) =>
+            inChunks(ids, (c) =>
+              Effect.flatMap(
+                sql`SELECT i.message_id, i.tool_call_id, i.kind FROM items i JOIN runs r ON r.id = i.run_id
+                    WHERE i.thread_id = ${threadId} AND r.native_thread_id = ${nativeThreadId} AND ${sql.in(`i.${column}`, c)}`,
+                Schema.decodeUnknown(Row)
+              ).pipe(orPersistence("items.findReplayKeys")))
+          const byMessage = yield* query("message_id", messageIds)
+          const byCall = yield* query("tool_call_id", toolCallIds)
+          return {
+            messageIds: new Set(byMessage.flatMap((r) => r.messageId === null ? [] : [r.messageId])),
+            toolItems: new Set(byCall.flatMap((r) => r.toolCallId === null ? [] : [`${r.kind}:${r.toolCallId}`]))
+          }
+        }),
       countItems: (threadId: ThreadId) =>
         nextSeq("items.count", sql`SELECT COUNT(*) AS next FROM items WHERE thread_id = ${threadId}`),
 

@@ -1,0 +1,204 @@
+/**
+ * Regressions from the adversarial review of issue 3's work: each test is the smallest input that reproduced a
+ * defect, with the behaviour a user now sees.
+ */
+import { Commands, type CommandId, type RunId, type ThreadId } from "@baton/contracts"
+import type { ProviderAdapter, ScriptedProvider } from "@baton/providers"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { type Duration, Effect, Fiber, TestClock } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+const ops = Harness.ops
+
+const produced = (
+  kind: ProviderAdapter.ProducedItem["kind"],
+  text: string,
+  extra: Partial<ProviderAdapter.ProducedItem> = {}
+): ProviderAdapter.ProducedItem => ({ kind, text, toolCallId: null, toolName: null, messageId: null, isError: false, toolCallState: null, ...extra })
+
+/** A turn that runs one tool: text and call under message `m1`, the result (no message id), a closing answer. */
+const toolTurn: ScriptedProvider.ScriptedResponse = {
+  items: [
+    produced("assistant_message", "Running the tests.", { messageId: "msg_1" }),
+    produced("tool_call", `{"command":"npm test"}`, { toolCallId: "call_1", toolName: "bash", messageId: "msg_1", toolCallState: "answered" }),
+    produced("tool_result", "tests: 12 passed", { toolCallId: "call_1", toolName: "bash" }),
+    produced("assistant_message", "All tests pass.", { messageId: "msg_1_end" })
+  ]
+}
+
+const withFile = <A, E, R>(f: (file: string) => Effect.Effect<A, E, R>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-review-"))),
+    (dir) => f(Path.join(dir, "baton.sqlite")),
+    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+  )
+
+let n = 0
+const cid = (prefix: string) => `${prefix}_${++n}` as CommandId
+
+describe("review regressions", () => {
+  it.live("a message to a provider this process does not have fails with UnknownProvider and leaves nothing queued", () =>
+    withFile((file) =>
+      Effect.gen(function*() {
+        const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }], { db: file })
+        const t = yield* Effect.gen(function*() {
+          const o = yield* ops
+          const t = yield* o.create("claude")
+          h.script.enqueue(Harness.reply(20))
+          yield* o.send(t, "q1")
+          return t
+        }).pipe(Effect.provide(h.layer))
+        // A new process on the same file, configured without claude.
+        yield* Effect.gen(function*() {
+          const o = yield* ops
+          const failed = yield* Effect.flip(o.send(t, "q2"))
+          expect(failed._tag).toBe("UnknownProvider")
+          expect((yield* o.store.listRuns(t)).map((r) => [r.seq, r.status])).toEqual([[1, "completed"]])
+          // The thread stays usable: switch to a provider this process has, and go on.
+          yield* o.switchTo(t, "codex")
+          h.script.enqueue(Harness.reply(20))
+          expect((yield* o.send(t, "q3")).status).toBe("completed")
+          expect(yield* o.check(t, h)).toEqual([])
+        }).pipe(Effect.provide(Harness.makeLayer([h.providers.codex!], h.counter, file, {}, "p2_")))
+      })
+    ))
+
+  it.live("a resumed session replaying a tool turn records none of it again (the result has no message id)", () =>
+    withFile((file) =>
+      Effect.gen(function*() {
+        const h = Harness.make([
+          { name: "codex", window: 200_000, inject: true, replayOnResume: true },
+          { name: "claude", window: 200_000, inject: false }
+        ], { db: file })
+        const t = yield* Effect.gen(function*() {
+          const o = yield* ops
+          const t = yield* o.create("codex")
+          h.script.enqueue(toolTurn)
+          yield* o.send(t, "run tests")
+          return t
+        }).pipe(Effect.provide(h.layer))
+        yield* Effect.gen(function*() {
+          const o = yield* ops
+          h.script.enqueue({ items: [produced("assistant_message", "third answer", { messageId: "msg_3" })] })
+          const again = yield* o.send(t, "again")
+          const items = yield* o.store.listItems(t)
+          expect(items.map((i) => [i.kind, i.text])).toEqual([
+            ["user_message", "run tests"],
+            ["assistant_message", "Running the tests."],
+            ["tool_call", `{"command":"npm test"}`],
+            ["tool_result", "tests: 12 passed"],
+            ["assistant_message", "All tests pass."],
+            ["user_message", "again"],
+            ["assistant_message", "third answer"]
+          ])
+          const skipped = (yield* o.store.listEvents(t)).filter((e) => e.type === "items.replay_skipped")
+          expect(skipped.map((e) => e.payload)).toEqual([
+            { runId: again.runId, count: 4, messageIds: ["msg_1", "msg_1_end"], toolCallIds: ["call_1"] }
+          ])
+          // The history another provider receives carries the tool call with exactly one result.
+          yield* o.switchTo(t, "claude")
+          h.script.enqueue(Harness.reply(10))
+          const moved = yield* o.send(t, "on claude")
+          const inline = h.providers.claude!.received.flatMap((r) => r.type === "turn" && r.runId === moved.runId ? [r.inlineHistory ?? ""] : [])[0]!
+          expect(inline.split("tests: 12 passed").length - 1).toBe(1)
+          expect(yield* o.check(t, h)).toEqual([])
+        }).pipe(Effect.provide(Harness.makeLayer(Object.values(h.providers), h.counter, file, {}, "p2_")))
+      })
+    ))
+
+  it.effect("a provider message id seen on another native thread is not a replay: the answer is recorded", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue({ items: [produced("assistant_message", "codex answer", { messageId: "msg_1" })] })
+      yield* o.send(t, "q1")
+      yield* o.switchTo(t, "claude")
+      h.script.enqueue({ items: [produced("assistant_message", "claude answer", { messageId: "msg_1" })] })
+      yield* o.send(t, "q2")
+      expect((yield* o.store.listItems(t)).map((i) => i.text)).toEqual(["q1", "codex answer", "q2", "claude answer"])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("a command id reused for another command or thread is an InvalidRequest, never another command's result", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const parent = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(parent, "p1")
+      const same = cid("same")
+      const forked = yield* o.service.fork(Commands.ForkThread.make({ commandId: same, threadId: parent }))
+      const merge = yield* Effect.flip(o.service.mergeBack(Commands.MergeBack.make({ commandId: same, forkThreadId: forked.threadId as ThreadId })))
+      expect(merge._tag).toBe("InvalidRequest")
+      expect(merge.message).toBe(`command id ${same} was already used by ForkThread on thread ${parent}; send MergeBack with a new command id`)
+      const offload = yield* Effect.flip(o.service.offload(Commands.OffloadThread.make({ commandId: same, threadId: parent })))
+      expect(offload._tag).toBe("InvalidRequest")
+      const compact = yield* Effect.flip(o.service.compact(Commands.CompactThread.make({ commandId: same, threadId: parent })))
+      expect(compact._tag).toBe("InvalidRequest")
+      const send = yield* Effect.flip(o.service.sendMessage(Commands.SendMessage.make({ commandId: same, threadId: parent, text: "hello again" })))
+      expect(send._tag).toBe("InvalidRequest")
+      // Nothing was recorded for the rejected commands, and the fork's receipt still answers a retried fork.
+      expect((yield* o.store.listRuns(parent)).length).toBe(1)
+      expect(yield* o.service.fork(Commands.ForkThread.make({ commandId: same, threadId: parent }))).toEqual(forked)
+      const created = cid("c")
+      yield* o.service.createThread(Commands.CreateThread.make({ commandId: created, title: "x", providerInstance: "codex" as never }))
+      const reused = yield* Effect.flip(o.service.sendMessage(Commands.SendMessage.make({ commandId: created, threadId: parent, text: "hi" })))
+      expect(reused._tag).toBe("InvalidRequest")
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("a turn whose interrupt is never answered: its delivery superseded by the replacement is not settled later", () => {
+    const h = Harness.make([
+      { name: "codex", window: 200_000, inject: true },
+      {
+        name: "claude",
+        window: 200_000,
+        inject: false,
+        faults: (c) =>
+          c.operation === "startTurn" && c.call === 1
+            ? "interrupt_in_tool_call"
+            : c.operation === "interrupt" && c.call === 1
+            ? "ignore_interrupt"
+            : null
+      }
+    ], { config: { interruptTimeoutMillis: 5_000, turnTimeoutMillis: 600_000 } })
+    const untilDone = <A, E>(fiber: Fiber.RuntimeFiber<A, E>, step: Duration.DurationInput) =>
+      Effect.gen(function*() {
+        for (let i = 0; i < 100 && (yield* Fiber.poll(fiber))._tag === "None"; i++) {
+          yield* TestClock.adjust(step)
+          yield* Effect.yieldNow()
+        }
+        return yield* Fiber.join(fiber)
+      })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(40))
+      yield* o.send(t, "q1 on codex")
+      yield* o.switchTo(t, "claude")
+      h.script.enqueue(toolTurn)
+      const sending = yield* Effect.fork(o.send(t, "run the tests"))
+      const inCall = yield* h.providers.claude!.awaitToolCall
+      const interrupting = yield* Effect.fork(o.service.interrupt(Commands.InterruptRun.make({ commandId: cid("i"), threadId: t, runId: inCall.runId as RunId })))
+      expect((yield* untilDone(interrupting, "1 second")).status).toBe("interrupted")
+      h.script.enqueue(Harness.reply(20))
+      expect((yield* o.send(t, "continue")).nativeGeneration).toBe(2)
+      yield* untilDone(sending, "1 minute")
+      // Each delivery ends once: a superseded delivery is never settled afterwards.
+      const ends = new Map<string, Array<string>>()
+      for (const e of yield* o.store.listEvents(t)) {
+        if (!["delivery.superseded", "delivery.inlined", "delivery.injected"].includes(e.type)) continue
+        const id = String(e.payload.deliveryId)
+        ends.set(id, [...(ends.get(id) ?? []), e.type])
+      }
+      for (const [id, types] of ends) expect([id, types.length]).toEqual([id, 1])
+      h.script.enqueue(Harness.reply(20))
+      expect((yield* o.send(t, "third")).status).toBe("completed")
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
