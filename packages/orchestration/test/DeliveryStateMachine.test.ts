@@ -5,6 +5,7 @@
  */
 import type { HandoffDelivery, NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
 import { ContextHandoffDelivery } from "@baton/orchestration"
+import type { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Effect, FastCheck as fc, Option } from "effect"
@@ -56,6 +57,26 @@ const setup = (h: Harness.Harness) =>
     return { o, delivery, threadId, target }
   })
 
+/** Inserts native thread generation `generation` of `target` (ids and refs derived from it). */
+const insertNative = (store: ThreadStore, target: ProviderThread, generation: number) =>
+  Effect.gen(function*() {
+    const now = yield* DateTime.now
+    const native: NativeThread = {
+      id: `nat_model_${generation}` as NativeThread["id"],
+      providerThreadId: target.id,
+      generation,
+      nativeRef: `ref_${generation}`,
+      status: "active",
+      usage: null,
+      estimatedTokens: 0,
+      compactionsWithoutProgress: 0,
+      createdAt: now,
+      updatedAt: now
+    }
+    yield* store.insertNativeThread(native)
+    return native
+  })
+
 const twoProviders = () =>
   Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: true }])
 
@@ -66,20 +87,7 @@ describe("delivery state machine", () => {
     const h = twoProviders()
     return Effect.gen(function*() {
       const { delivery, o, target, threadId } = yield* setup(h)
-      const now = yield* DateTime.now
-      const native: NativeThread = {
-        id: "nat_regression" as NativeThread["id"],
-        providerThreadId: target.id,
-        generation: 1,
-        nativeRef: "ref",
-        status: "active",
-        usage: null,
-        estimatedTokens: 0,
-        compactionsWithoutProgress: 0,
-        createdAt: now,
-        updatedAt: now
-      }
-      yield* o.store.insertNativeThread(native)
+      const native = yield* insertNative(o.store, target, 1)
       const owed = yield* delivery.owedTo(threadId, target, native)
       const plan = yield* delivery.plan(threadId, owed, 227)
       const pending = yield* delivery.markPending(threadId, plan, "injected", null, 227)
@@ -106,24 +114,7 @@ describe("delivery state machine", () => {
       const { delivery, o, target, threadId } = yield* setup(h)
 
       let generation = 0
-      const newNative = Effect.gen(function*() {
-        const now = yield* DateTime.now
-        generation++
-        const native: NativeThread = {
-          id: `nat_model_${generation}` as NativeThread["id"],
-          providerThreadId: target.id,
-          generation,
-          nativeRef: `ref_${generation}`,
-          status: "active",
-          usage: null,
-          estimatedTokens: 0,
-          compactionsWithoutProgress: 0,
-          createdAt: now,
-          updatedAt: now
-        }
-        yield* o.store.insertNativeThread(native)
-        return native
-      })
+      const newNative = Effect.suspend(() => insertNative(o.store, target, ++generation))
       let native = yield* newNative
       const snapshot = () =>
         Effect.map(o.store.listDeliveriesOfThread(threadId), (ds) => new Map(ds.map((d) => [d.id as string, d])))

@@ -5,27 +5,14 @@
  */
 import { Commands, type CommandId, type RunId, type ThreadId } from "@baton/contracts"
 import { InvariantChecks } from "@baton/orchestration"
-import type { ProviderAdapter, ScriptedProvider } from "@baton/providers"
+import type { ScriptedProvider } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, TestClock } from "effect"
 
 const ops = Harness.ops
 
-const produced = (
-  kind: ProviderAdapter.ProducedItem["kind"],
-  text: string,
-  extra: Partial<ProviderAdapter.ProducedItem> = {}
-): ProviderAdapter.ProducedItem => ({
-  kind,
-  text,
-  toolCallId: null,
-  toolName: null,
-  messageId: null,
-  isError: false,
-  toolCallState: null,
-  ...extra
-})
+const produced = Harness.produced
 
 /** "Let me run the tests." + `bash` call `call_1` + its result + a closing message. */
 const toolTurn: ScriptedProvider.ScriptedResponse = {

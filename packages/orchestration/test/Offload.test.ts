@@ -5,27 +5,14 @@
  */
 import { Commands, type CommandId, type Item, type ThreadId } from "@baton/contracts"
 import { ToolUnits } from "@baton/context"
-import { type ProviderAdapter, ScriptedSummariser } from "@baton/providers"
+import { ScriptedSummariser } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Effect, FastCheck as fc } from "effect"
 
 const ops = Harness.ops
 
-const produced = (
-  kind: ProviderAdapter.ProducedItem["kind"],
-  text: string,
-  extra: Partial<ProviderAdapter.ProducedItem> = {}
-): ProviderAdapter.ProducedItem => ({
-  kind,
-  text,
-  toolCallId: null,
-  toolName: null,
-  messageId: null,
-  isError: false,
-  toolCallState: null,
-  ...extra
-})
+const produced = Harness.produced
 
 /** One response that runs one tool: text + call under `messageId`, the result, then a closing answer. */
 const toolResponse = (callId: string, messageId: string, outputTokens: number) => ({

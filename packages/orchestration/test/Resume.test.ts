@@ -2,21 +2,13 @@ import type { ThreadId } from "@baton/contracts"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
-import * as Fs from "node:fs"
-import * as Os from "node:os"
-import * as Path from "node:path"
 
 /** A reply of one assistant message under the provider message id `messageId`. */
 const replyWithId = (messageId: string, text: string) => ({
   items: [{ kind: "assistant_message" as const, text, toolCallId: null, toolName: null, messageId, isError: false, toolCallState: null }]
 })
 
-const withFile = <A, E, R>(f: (file: string) => Effect.Effect<A, E, R>) =>
-  Effect.acquireUseRelease(
-    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-resume-"))),
-    (dir) => f(Path.join(dir, "baton.sqlite")),
-    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-  )
+const withFile = Harness.withDbFile
 
 describe("resuming a native thread after a restart", () => {
   it.live("never records the provider's replayed history as new items", () =>

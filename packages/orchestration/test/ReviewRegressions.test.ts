@@ -3,21 +3,14 @@
  * defect, with the behaviour a user now sees.
  */
 import { Commands, type CommandId, type RunId, type ThreadId } from "@baton/contracts"
-import type { ProviderAdapter, ScriptedProvider } from "@baton/providers"
+import type { ScriptedProvider } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { type Duration, Effect, Fiber, TestClock } from "effect"
-import * as Fs from "node:fs"
-import * as Os from "node:os"
-import * as Path from "node:path"
 
 const ops = Harness.ops
 
-const produced = (
-  kind: ProviderAdapter.ProducedItem["kind"],
-  text: string,
-  extra: Partial<ProviderAdapter.ProducedItem> = {}
-): ProviderAdapter.ProducedItem => ({ kind, text, toolCallId: null, toolName: null, messageId: null, isError: false, toolCallState: null, ...extra })
+const produced = Harness.produced
 
 /** A turn that runs one tool: text and call under message `m1`, the result (no message id), a closing answer. */
 const toolTurn: ScriptedProvider.ScriptedResponse = {
@@ -29,12 +22,7 @@ const toolTurn: ScriptedProvider.ScriptedResponse = {
   ]
 }
 
-const withFile = <A, E, R>(f: (file: string) => Effect.Effect<A, E, R>) =>
-  Effect.acquireUseRelease(
-    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-review-"))),
-    (dir) => f(Path.join(dir, "baton.sqlite")),
-    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-  )
+const withFile = Harness.withDbFile
 
 let n = 0
 const cid = (prefix: string) => `${prefix}_${++n}` as CommandId

@@ -8,6 +8,9 @@ import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, Th
 import { Database, ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { Effect, Layer } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 
 export interface HarnessProvider {
   readonly name: string
@@ -106,6 +109,30 @@ export const reply = (tokens: number, usage?: ContextUsage | null) => ({
   }],
   ...(usage === undefined ? {} : { usage })
 })
+
+/** One item a scripted provider produces: `kind` and `text`, everything else empty unless given in `extra`. */
+export const produced = (
+  kind: ProviderAdapter.ProducedItem["kind"],
+  text: string,
+  extra: Partial<ProviderAdapter.ProducedItem> = {}
+): ProviderAdapter.ProducedItem => ({
+  kind,
+  text,
+  toolCallId: null,
+  toolName: null,
+  messageId: null,
+  isError: false,
+  toolCallState: null,
+  ...extra
+})
+
+/** Runs `f` with the path of a SQLite file in a fresh temporary directory, removed afterwards (restart tests). */
+export const withDbFile = <A, E, R>(f: (file: string) => Effect.Effect<A, E, R>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-test-"))),
+    (dir) => f(Path.join(dir, "baton.sqlite")),
+    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+  )
 
 /** About `tokens` tokens of text: distinct short words, one token each with o200k_base plus a leading space. */
 export const words = (tokens: number) => {
