@@ -93,7 +93,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         const before = used(native)
         const result = yield* compactThread(native.nativeRef)
         const now = yield* DateTime.now
-        const after = UsageSanity.check(result.usageAfter, providerThread.contextWindow).usage
+        const after = UsageSanity.check(result.usageAfter, providerThread.contextWindow, config.budget.defaultWindow).usage
         native = {
           ...native,
           usage: after ?? native.usage,
@@ -107,7 +107,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       // Uncertain deliveries are never drained again: read them back first where the adapter can; whatever stays
       // uncertain is left to the next turn start (which replaces the native thread) and not injected here.
       const uncertain = yield* store.listDeliveriesByStatus(native.id, "pending")
-      if (uncertain.length > 0 && (yield* turnStart.reconcile(threadId, native, uncertain, adapter))) {
+      if (uncertain.length > 0 && (yield* turnStart.reconcile(threadId, providerThread, native, uncertain, adapter))) {
         const reread = yield* store.getNativeThread(native.id)
         if (reread._tag === "Some") native = reread.value
       }
@@ -145,7 +145,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           }).pipe(Effect.either)
           if (outcome._tag === "Left") {
             // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
-            if (yield* turnStart.reconcile(threadId, native, pending, adapter)) {
+            if (yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter)) {
               const reread = yield* store.getNativeThread(native.id)
               if (reread._tag === "Some") native = reread.value
               const settled = (yield* store.listDeliveriesOfThread(threadId)).filter((d) =>
@@ -165,7 +165,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
               const now = yield* DateTime.now
               const updated: NativeThread = {
                 ...native,
-                usage: UsageSanity.check(acknowledged.usage, providerThread.contextWindow).usage ?? native.usage,
+                usage: UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage ?? native.usage,
                 estimatedTokens: native.estimatedTokens + plan.selection.tokens,
                 updatedAt: now
               }

@@ -644,7 +644,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
-          const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow)
+          const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow, config.budget.defaultWindow)
           const trusted = checked !== null
           // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
           const nativeNow = yield* store.getNativeThread(plan.native.id)
