@@ -6,6 +6,7 @@
  * B. After three no-progress `/compact`, `/compact` stayed disabled on that native thread for good, however much
  *    the thread grew.
  */
+import { type CommandId, Commands } from "@baton/contracts"
 import { InvariantChecks } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
@@ -102,5 +103,82 @@ describe("A: usage reports from a provider with an unknown window", () => {
   it("a run whose output could not be stored is a wedge for the checker, not a provider fault", () => {
     expect(InvariantChecks.isFaultReason("provider output could not be recorded: storage error in native_threads.update: ParseError")).toBe(false)
     expect(InvariantChecks.isFaultReason("provider codex failed startTurn (timeout): no answer within 60000 ms (turn timeout)")).toBe(true)
+  })
+})
+
+describe("B: the no-progress /compact count is about an unchanged native thread", () => {
+  it.effect("three no-progress /compact, then six turns: /compact compacts again (24,039 -> 2,000)", () => {
+    const h = Harness.make([{ name: "codex", window: 44_000, inject: true }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(t, "hello")
+      for (let i = 0; i < 3; i++) expect([(yield* o.compact(t)).usedAfter]).toEqual([21])
+      for (let i = 0; i < 6; i++) {
+        h.script.enqueue(Harness.reply(4000))
+        yield* o.send(t, "work " + i)
+      }
+      const c = yield* o.compact(t)
+      expect([c.compacted, c.reason, c.usedBefore, c.usedAfter]).toEqual([true, null, 24_039, 2_000])
+      expect(h.providers.codex!.received.filter((x) => x.type === "compact")).toHaveLength(4)
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("the guard still holds on an unchanged thread: the 4th /compact in a row is not sent; after one turn, three more are", () => {
+    const h = Harness.make([{ name: "codex", window: 44_000, inject: true }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(t, "hello")
+      const compacts = () => h.providers.codex!.received.filter((x) => x.type === "compact").length
+      for (let i = 0; i < 3; i++) yield* o.compact(t)
+      const fourth = yield* o.compact(t)
+      expect([fourth.compacted, compacts()]).toEqual([false, 3])
+      expect(fourth.reason).toBe(
+        "compaction freed nothing the last 3 times (21 tokens used); not retried. The thread stays usable: send a message, or switch provider"
+      )
+      h.script.enqueue(Harness.reply(5))
+      yield* o.send(t, "a small turn")
+      for (let i = 0; i < 3; i++) expect((yield* o.compact(t)).compacted).toBe(true)
+      const again = yield* o.compact(t)
+      expect([again.compacted, again.usedBefore, compacts()]).toEqual([false, 29, 6])
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("newly owed history restarts the count: after a switch away and back, /compact injects it", () => {
+    const h = Harness.make([{ name: "codex", window: 44_000, inject: true }, { name: "claude", window: 200_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(t, "hello")
+      for (let i = 0; i < 4; i++) yield* o.compact(t)
+      yield* o.switchTo(t, "claude")
+      h.script.enqueue(Harness.reply(200))
+      yield* o.send(t, "on claude")
+      yield* o.switchTo(t, "codex")
+      const c = yield* o.compact(t)
+      expect([c.compacted, c.deliveredItems, c.stillDeferred]).toEqual([true, 2, 0])
+      expect(h.providers.codex!.received.filter((x) => x.type === "compact")).toHaveLength(4)
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("with the receipt written by the compaction itself, a repeated /compact command id still returns the first report; the provider compacts once", () => {
+    const h = Harness.make([{ name: "codex", window: 44_000, inject: true }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(t, "hello")
+      const cmd = Commands.CompactThread.make({ commandId: "cmd_compact_once" as CommandId, threadId: t })
+      const first = yield* o.service.compact(cmd)
+      const again = yield* o.service.compact(cmd)
+      expect(again).toEqual(first)
+      expect(h.providers.codex!.received.filter((x) => x.type === "compact")).toHaveLength(1)
+    }).pipe(Effect.provide(h.layer))
   })
 })
