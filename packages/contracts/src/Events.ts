@@ -55,7 +55,10 @@ export const ThreadEventType = Schema.Literal(
   "delivery.inlined",
   /** `{deliveryId, reason}` */
   "delivery.superseded",
-  /** `{nativeThreadId, usedBefore, usedAfter, delivered}` */
+  /**
+   * `{nativeThreadId, usedBefore, usedAfter, delivered, state}`; `state` (`{usedTokens, estimatedTokens, owed}`) is
+   * the native thread as the compaction left it: the no-progress count only carries over while it is unchanged.
+   */
   "thread.compacted",
   /**
    * On the parent: `{linkId, forkThreadId, atRunSeq}`; on the fork: `{linkId, parentThreadId, atRunSeq, runId,

@@ -27,10 +27,18 @@ export interface CheckOptions {
 const faultReason = /^(provider |history injection unconfirmed|interrupted by the user|process restarted)/
 
 /**
- * Whether a run that did not complete stopped for an allowed reason — a provider fault, an unconfirmed injection,
- * the user, a restart — rather than because history did not fit (a wedge).
+ * A turn the provider answered but whose output Baton failed to store (ThreadService's completion transaction
+ * failed). The reason starts with "provider" but the fault is Baton's: the user lost the turn's output and, if the
+ * cause persists, every later turn too. Not an allowed reason.
  */
-export const isFaultReason = (reason: string | null): boolean => reason !== null && faultReason.test(reason)
+const unrecordedOutput = /^provider output could not be recorded/
+
+/**
+ * Whether a run that did not complete stopped for an allowed reason — a provider fault, an unconfirmed injection,
+ * the user, a restart — rather than because history did not fit or its output could not be stored (a wedge).
+ */
+export const isFaultReason = (reason: string | null): boolean =>
+  reason !== null && faultReason.test(reason) && !unrecordedOutput.test(reason)
 
 /**
  * Checks invariants 1, 2, 3, 5, 6 and 7 for `threadId`, offload records included (an owed item is settled by a

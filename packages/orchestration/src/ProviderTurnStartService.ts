@@ -77,10 +77,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * Reconciles uncertain (`pending`) deliveries by reading the native thread back: an injection the thread holds
        * settles `injected`, inline history whose turn it holds settles `inline`, anything else returns to
        * `deferred`. Returns `false` (nothing written) when the adapter cannot read threads or the read fails, so
-       * the caller falls back to a replacement native thread.
+       * the caller falls back to a replacement native thread. The read-back usage is stored only when `UsageSanity`
+       * trusts it against `providerThread`'s window (the same windows every other usage report is checked against).
        */
       const reconcile = Effect.fn("ProviderTurnStartService.reconcile")(function*(
         threadId: Run["threadId"],
+        providerThread: ProviderThread,
         native: NativeThread,
         uncertain: ReadonlyArray<HandoffDelivery>,
         adapter: ProviderAdapter.ProviderAdapterShape
@@ -97,7 +99,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             else yield* delivery.revertToDeferred(threadId, [d], "reconciled: the native thread does not hold it")
           }
           const now = yield* DateTime.now
-          const checked = UsageSanity.check(read.right.usage, native.usage?.maxTokens ?? null).usage
+          const checked = UsageSanity.check(read.right.usage, providerThread.contextWindow, config.budget.defaultWindow).usage
           if (checked !== null) yield* store.updateNativeThread({ ...native, usage: checked, updatedAt: now })
         }))
         return true
@@ -184,7 +186,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               else live.add(current.id)
             }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
-            if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, current, uncertain, adapter))) {
+            if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
               replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
             }
           }
@@ -216,14 +218,14 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           // The provider may hold the history. Read the native thread back where the adapter can: the deliveries
           // settle or return to `deferred`, and the turn goes on. Otherwise they stay `pending` (uncertain) and
           // the next turn start will not trust this native thread.
-          if (yield* reconcile(run.threadId, plan.native, injection.pending, adapter)) {
+          if (yield* reconcile(run.threadId, plan.providerThread, plan.native, injection.pending, adapter)) {
             const reread = yield* store.getNativeThread(plan.native.id)
             // Whether the read-back usage covers the injection is unknown: this turn teaches the calibration nothing.
             return { ...plan, native: reread._tag === "Some" ? reread.value : plan.native, sampleBase: null }
           }
           return { ...plan, report: { ...plan.report, injectionError: outcome.left.message } }
         }
-        const acknowledged = UsageSanity.check(outcome.right.usage, plan.providerThread.contextWindow).usage
+        const acknowledged = UsageSanity.check(outcome.right.usage, plan.providerThread.contextWindow, config.budget.defaultWindow).usage
         const native = yield* sql.withTransaction(Effect.gen(function*() {
           yield* delivery.markSettled(run.threadId, injection.pending, "injected")
           const now = yield* DateTime.now

@@ -8,7 +8,7 @@
  *
  * It does not summarise Baton's own record (that is `/offload`) and never edits an item.
  */
-import type { NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
+import type { CommandId, NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
 import { Budget, Calibration } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
@@ -45,6 +45,30 @@ export const notCompacted = (reason: string | null): CompactReport => ({
   stillDeferred: 0
 })
 
+/**
+ * What a run of no-progress `/compact` attempts is about: the native thread's stored usage (reported `usedTokens`,
+ * Baton's `estimatedTokens`) and the handoffs owed to it (`id:itemCount`, sorted). Recorded as `state` on each
+ * `thread.compacted` event; a new turn, an injection or a new (or grown) handoff changes it.
+ */
+interface CompactionState {
+  readonly usedTokens: number | null
+  readonly estimatedTokens: number
+  readonly owed: ReadonlyArray<string>
+}
+
+const stateOf = (
+  native: NativeThread,
+  owed: ReadonlyArray<{ readonly handoff: { readonly id: string; readonly itemIds: ReadonlyArray<string> } }>
+): CompactionState => ({
+  usedTokens: native.usage?.usedTokens ?? null,
+  estimatedTokens: native.estimatedTokens,
+  owed: owed.map((o) => `${o.handoff.id}:${o.handoff.itemIds.length}`).sort()
+})
+
+/** Same state; a recorded state that is missing or malformed (events written before it existed) is never the same. */
+const sameState = (recorded: unknown, now: CompactionState): boolean =>
+  typeof recorded === "object" && recorded !== null && JSON.stringify(recorded) === JSON.stringify(now)
+
 export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton/orchestration/ThreadCompaction", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -57,35 +81,58 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
     /** The native thread's usage in the provider's units: reported, else Baton's estimate scaled by `ratio`. */
     const usedAt = (ratio: number) => (n: NativeThread) => n.usage?.usedTokens ?? Calibration.apply(ratio, n.estimatedTokens)
 
+    /**
+     * `/compact` on `providerThread`'s active native thread; returns what it did (`compacted: false` with the reason
+     * when it did not call the provider). With `commandId`, the command receipt is written with the outcome (in the
+     * compaction's final transaction), so a client retrying after a crash gets this report back instead of compacting
+     * again. Fails with the adapter's `ProviderError` (no receipt: the command may be retried) or `PersistenceError`.
+     */
     const compact = Effect.fn("ThreadCompaction.compact")(function*(
       threadId: ThreadId,
       providerThread: ProviderThread,
-      adapter: ProviderAdapter.ProviderAdapterShape
+      adapter: ProviderAdapter.ProviderAdapterShape,
+      commandId: CommandId | null = null
     ) {
+      const receipt = (report: CompactReport) =>
+        commandId === null ? Effect.succeed(report) : Effect.gen(function*() {
+          const createdAt = yield* DateTime.now
+          yield* store.insertReceipt({ commandId, commandType: "CompactThread", threadId, result: JSON.parse(JSON.stringify(report)), createdAt })
+          return report
+        })
       const empty = notCompacted(null)
-      if (providerThread.activeNativeThreadId === null) return { ...empty, reason: "no native thread yet: nothing to compact" }
+      const refuse = (reason: string) => sql.withTransaction(receipt({ ...empty, reason }))
+      if (providerThread.activeNativeThreadId === null) return yield* refuse("no native thread yet: nothing to compact")
       const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
-      if (found._tag === "None") return { ...empty, reason: "the native thread record is missing" }
+      if (found._tag === "None") return yield* refuse("the native thread record is missing")
       if (found.value.status === "replaced") {
         // An untrusted native thread is never written to again: the next turn start replaces it.
-        return { ...empty, reason: "the native thread is no longer trusted; the next turn starts a replacement and delivers the history" }
+        return yield* refuse("the native thread is no longer trusted; the next turn starts a replacement and delivers the history")
       }
       let native = found.value
       const { ratio } = yield* calibration.current(providerThread.providerInstance)
       const used = usedAt(ratio)
       const compactThread = adapter.compactThread
-      if (compactThread === undefined) return { ...empty, reason: `${adapter.instance} cannot compact natively` }
+      if (compactThread === undefined) return yield* refuse(`${adapter.instance} cannot compact natively`)
       const usedBefore = used(native)
-      // No compaction loops: after N attempts in a row that freed nothing, stop calling the provider and say why.
-      if (native.compactionsWithoutProgress >= config.maxCompactionsWithoutProgress) {
-        return {
+      // No compaction loops: after N attempts in a row on an unchanged native thread that freed nothing, stop calling
+      // the provider and say why. The count is about that unchanged thread: once a turn, an injection or newly owed
+      // history has changed it since the last attempt, compaction may free something again and the count restarts.
+      const owedBefore = yield* delivery.owedTo(threadId, providerThread, native)
+      const last = (yield* store.listEvents(threadId)).filter((e) =>
+        e.type === "thread.compacted" && e.payload.nativeThreadId === native.id
+      ).at(-1)
+      const withoutProgress = last !== undefined && sameState(last.payload.state, stateOf(native, owedBefore))
+        ? native.compactionsWithoutProgress
+        : 0
+      if (withoutProgress >= config.maxCompactionsWithoutProgress) {
+        return yield* sql.withTransaction(receipt({
           ...empty,
           usedBefore,
           usedAfter: usedBefore,
-          stillDeferred: (yield* delivery.owedTo(threadId, providerThread, native)).length,
-          reason: `compaction freed nothing the last ${native.compactionsWithoutProgress} times ` +
+          stillDeferred: owedBefore.length,
+          reason: `compaction freed nothing the last ${withoutProgress} times ` +
             `(${usedBefore} tokens used); not retried. The thread stays usable: send a message, or switch provider`
-        }
+        }))
       }
       let progressed = false
 
@@ -93,7 +140,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         const before = used(native)
         const result = yield* compactThread(native.nativeRef)
         const now = yield* DateTime.now
-        const after = UsageSanity.check(result.usageAfter, providerThread.contextWindow).usage
+        const after = UsageSanity.check(result.usageAfter, providerThread.contextWindow, config.budget.defaultWindow).usage
         native = {
           ...native,
           usage: after ?? native.usage,
@@ -107,7 +154,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       // Uncertain deliveries are never drained again: read them back first where the adapter can; whatever stays
       // uncertain is left to the next turn start (which replaces the native thread) and not injected here.
       const uncertain = yield* store.listDeliveriesByStatus(native.id, "pending")
-      if (uncertain.length > 0 && (yield* turnStart.reconcile(threadId, native, uncertain, adapter))) {
+      if (uncertain.length > 0 && (yield* turnStart.reconcile(threadId, providerThread, native, uncertain, adapter))) {
         const reread = yield* store.getNativeThread(native.id)
         if (reread._tag === "Some") native = reread.value
       }
@@ -145,7 +192,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           }).pipe(Effect.either)
           if (outcome._tag === "Left") {
             // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
-            if (yield* turnStart.reconcile(threadId, native, pending, adapter)) {
+            if (yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter)) {
               const reread = yield* store.getNativeThread(native.id)
               if (reread._tag === "Some") native = reread.value
               const settled = (yield* store.listDeliveriesOfThread(threadId)).filter((d) =>
@@ -165,7 +212,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
               const now = yield* DateTime.now
               const updated: NativeThread = {
                 ...native,
-                usage: UsageSanity.check(acknowledged.usage, providerThread.contextWindow).usage ?? native.usage,
+                usage: UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage ?? native.usage,
                 estimatedTokens: native.estimatedTokens + plan.selection.tokens,
                 updatedAt: now
               }
@@ -187,16 +234,9 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       const usedAfter = used(native)
       native = {
         ...native,
-        compactionsWithoutProgress: progressed || deliveredItems > 0 ? 0 : native.compactionsWithoutProgress + 1
+        compactionsWithoutProgress: progressed || deliveredItems > 0 ? 0 : withoutProgress + 1
       }
-      yield* store.updateNativeThread(native)
-      yield* store.appendEvent(threadId, "thread.compacted", {
-        nativeThreadId: native.id,
-        usedBefore,
-        usedAfter,
-        delivered: deliveredItems
-      })
-      return {
+      const report: CompactReport = {
         compacted: true,
         reason: null,
         usedBefore,
@@ -205,7 +245,19 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         deliveredTokens,
         omittedItems,
         stillDeferred
-      } satisfies CompactReport
+      }
+      const outcome = native
+      return yield* sql.withTransaction(Effect.gen(function*() {
+        yield* store.updateNativeThread(outcome)
+        yield* store.appendEvent(threadId, "thread.compacted", {
+          nativeThreadId: outcome.id,
+          usedBefore,
+          usedAfter,
+          delivered: deliveredItems,
+          state: stateOf(outcome, yield* delivery.owedTo(threadId, providerThread, outcome))
+        })
+        return yield* receipt(report)
+      }))
     })
 
     return { compact }

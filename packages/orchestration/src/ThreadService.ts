@@ -695,7 +695,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
-          const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow)
+          const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow, config.budget.defaultWindow)
           const trusted = checked !== null
           // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
           const nativeNow = yield* store.getNativeThread(plan.native.id)
@@ -1033,7 +1033,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = yield* getProviderThread(thread)
       const adapter = yield* registry.get(providerThread.providerInstance)
-      const report = yield* compaction.compact(thread.id, providerThread, adapter).pipe(
+      // The receipt is written with each outcome (ThreadCompaction writes it in the compaction's transaction), so a
+      // client retrying after a crash gets the first report back instead of compacting again.
+      return yield* compaction.compact(thread.id, providerThread, adapter, command.commandId).pipe(
         Effect.catchIf(
           (e) => e._tag === "ProviderError" && e.code === "thread_not_found",
           (e) =>
@@ -1042,22 +1044,22 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
               const native = providerThread.activeNativeThreadId === null
                 ? Option.none()
                 : yield* store.getNativeThread(providerThread.activeNativeThreadId)
-              if (native._tag === "Some") {
-                yield* sql.withTransaction(Effect.gen(function*() {
+              const report = notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`)
+              yield* sql.withTransaction(Effect.gen(function*() {
+                if (native._tag === "Some") {
                   yield* store.updateNativeThread({ ...native.value, status: "replaced", updatedAt: yield* DateTime.now })
                   yield* store.appendEvent(thread.id, "native_thread.replaced", {
                     nativeThreadId: native.value.id,
                     reason: "the provider no longer has it"
                   })
-                }))
-              }
-              return notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`)
+                }
+                const createdAt = yield* DateTime.now
+                yield* store.insertReceipt({ commandId: command.commandId, commandType: "CompactThread", threadId: thread.id, result: JSON.parse(JSON.stringify(report)), createdAt })
+              }))
+              return report
             })
         )
       )
-      const createdAt = yield* DateTime.now
-      yield* store.insertReceipt({ commandId: command.commandId, commandType: "CompactThread", threadId: thread.id, result: JSON.parse(JSON.stringify(report)), createdAt })
-      return report
     })
 
     /**
