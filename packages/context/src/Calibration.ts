@@ -24,8 +24,10 @@
  *   is capped at `memoryTokens` (default 200,000, about one long conversation), so old evidence fades geometrically
  *   and a provider that changes its model is followed, while one large turn cannot swing the ratio alone once
  *   evidence exists. The first sample sets the ratio outright: before it there is no evidence, only the guess 1.
- * - The ratio is clamped to `[minRatio, maxRatio]` (default [0.5, 2.0]), so a run of bad samples that slipped past
- *   the filters can at most halve or double a budget, never zero it or blow it up.
+ * - The ratio is clamped to `[minRatio, maxRatio]` (default [1/3, 3], the same bounds as the sample filter: every
+ *   ratio a sample can show is representable, so delivered history stays within the budget in the provider's units
+ *   for any accepted tokenizer gap; a narrower clamp let a provider at 2.5x overrun budgets by 25%). A provider
+ *   beyond 3x is not calibrated at all (its samples are implausible by the rule above).
  */
 
 /**
@@ -58,8 +60,8 @@ export interface CalibrationPolicy {
 }
 
 export const defaultPolicy: CalibrationPolicy = {
-  minRatio: 0.5,
-  maxRatio: 2,
+  minRatio: 1 / 3,
+  maxRatio: 3,
   minSampleTokens: 256,
   minSampleRatio: 1 / 3,
   maxSampleRatio: 3,

@@ -8,11 +8,12 @@ const sample = fc.record({
   reportedTokens: fc.integer({ min: 0, max: 2_000_000 })
 })
 const calibration = fc.record({
-  ratio: fc.double({ min: 0.5, max: 2, noNaN: true }),
+  ratio: fc.double({ min: 1 / 3, max: 3, noNaN: true }),
   samples: fc.integer({ min: 0, max: 1_000 }),
   weight: fc.integer({ min: 0, max: 200_000 })
 })
-const ratio = fc.double({ min: 0.5, max: 2, noNaN: true })
+// True ratios inside the sample filter with room for rounding (a sample of ceil(e x 3) / e can exceed 3).
+const ratio = fc.double({ min: 0.34, max: 2.9, noNaN: true })
 
 describe("Calibration.learn", () => {
   it("the field case: 247,000 estimated, 284,050 reported (x1.15) sets the ratio to 1.15 from nothing", () => {
@@ -42,10 +43,10 @@ describe("Calibration.learn", () => {
     expect(full.weight).toBe(200_000)
   })
 
-  it.prop("keeps the ratio in [0.5, 2] and the weight in [0, 200,000]", [calibration, fc.array(sample, { maxLength: 30 })], ([c, samples]) => {
+  it.prop("keeps the ratio in [1/3, 3] and the weight in [0, 200,000]", [calibration, fc.array(sample, { maxLength: 30 })], ([c, samples]) => {
     const learned = samples.reduce((acc, s) => Calibration.learn(acc, s), c)
-    expect(learned.ratio).toBeGreaterThanOrEqual(0.5)
-    expect(learned.ratio).toBeLessThanOrEqual(2)
+    expect(learned.ratio).toBeGreaterThanOrEqual(1 / 3)
+    expect(learned.ratio).toBeLessThanOrEqual(3)
     expect(learned.weight).toBeGreaterThanOrEqual(0)
     expect(learned.weight).toBeLessThanOrEqual(200_000)
   })

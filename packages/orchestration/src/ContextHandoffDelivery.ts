@@ -164,7 +164,12 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           const known = new Set<string>(handoff.sourceRunIds)
           const fresh = runs.filter((r) => !known.has(r.id))
           if (fresh.length === 0) return handoff
-          const items = (yield* store.listItemsOfRuns(fresh.map((r) => r.id))).filter(isTransferable)
+          // Items an /offload summary covers are owed as the summary (see throughSummary), here as in createHandoff.
+          const items = yield* throughSummary(
+            threadId,
+            target,
+            (yield* store.listItemsOfRuns(fresh.map((r) => r.id))).filter(isTransferable)
+          )
           const now = yield* DateTime.now
           const known2 = new Set<string>(handoff.itemIds)
           const addedItems = items.filter((i) => !known2.has(i.id))

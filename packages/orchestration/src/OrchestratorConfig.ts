@@ -35,7 +35,7 @@ export interface OrchestratorConfigShape {
    * (`ProviderCalibration`). Default on; off, every ratio is 1 and nothing is learned.
    */
   readonly calibration: boolean
-  /** The learning policy (`Calibration.defaultPolicy`: ratio clamped to [0.5, 2], samples >= 256 tokens). */
+  /** The learning policy (`Calibration.defaultPolicy`: ratio clamped to [1/3, 3], samples >= 256 tokens). */
   readonly calibrationPolicy: Calibration.CalibrationPolicy
 }
 

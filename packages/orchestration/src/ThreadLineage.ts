@@ -110,7 +110,21 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
       atRunSeq: number,
       sourceRuns: ReadonlyArray<Run>
     ) {
-      const source = (yield* store.listItemsOfRuns(sourceRuns.map((r) => r.id))).filter(isTransferable)
+      const original = (yield* store.listItemsOfRuns(sourceRuns.map((r) => r.id))).filter(isTransferable)
+      // The parent's model-visible history: where an /offload summary covers only history up to the fork point, the
+      // fork gets the summary instead of the originals it covers (the newest such summary of the chain).
+      const sourceIds = new Set<string>(original.map((i) => i.id))
+      let source: ReadonlyArray<Item> = original
+      const covered = new Set<string>()
+      let usable: { readonly summaryItemId: Item["id"]; readonly covered: ReadonlySet<string> } | null = null
+      for (const offload of yield* store.listOffloads(parent.id)) {
+        for (const id of offload.coveredItemIds) covered.add(id)
+        if ([...covered].every((id) => sourceIds.has(id))) usable = { summaryItemId: offload.summaryItemId, covered: new Set(covered) }
+      }
+      if (usable !== null) {
+        const summary = yield* store.getItems([usable.summaryItemId])
+        source = [...summary, ...original.filter((i) => !usable.covered.has(i.id))]
+      }
       const marker = atRunSeq === 0
         ? `Forked from thread ${parent.id} before its first run: no earlier history.`
         : `Forked from thread ${parent.id} at ${range(0, atRunSeq)}: ${source.length} earlier item(s), owed to ` +

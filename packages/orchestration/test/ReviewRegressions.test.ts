@@ -189,4 +189,74 @@ describe("review regressions", () => {
       expect(yield* o.check(t, h)).toEqual([])
     }).pipe(Effect.provide(h.layer))
   })
+
+  it.effect("a missed run an /offload covers is owed as the summary, not as its original before the summary", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: false }, { name: "claude", window: 200_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(50))
+      yield* o.send(t, "first on codex")
+      yield* o.switchTo(t, "claude")
+      yield* o.interruptBeforeStart(t, "MISSED PROMPT never read")
+      const report = yield* o.offload(t, 0)
+      expect(report.offloaded).toBe(true)
+      h.script.enqueue(Harness.reply(10))
+      const next = yield* o.send(t, "next on claude")
+      const inline = h.providers.claude!.received.flatMap((r) => r.type === "turn" && r.runId === next.runId ? [r.inlineHistory ?? ""] : [])[0]!
+      // Once, inside the summary; never as the original user message.
+      expect(inline.split("MISSED PROMPT never read").length - 1).toBe(1)
+      expect(inline).not.toContain("[user")
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("a provider counting 3 tokens per Baton token: delivered history stays within the budget in its units", () => {
+    const h = Harness.make([
+      { name: "claude", window: 200_000, inject: false },
+      { name: "codex", window: 100_000, inject: false, tokenScale: 3 }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      for (let i = 0; i < 3; i++) {
+        h.script.enqueue(Harness.reply(2_000))
+        yield* o.send(t, `learn ${i}`)
+      }
+      yield* o.switchTo(t, "claude")
+      for (let i = 0; i < 60; i++) {
+        h.script.enqueue(Harness.reply(150))
+        yield* o.send(t, `c${i}`)
+      }
+      yield* o.switchTo(t, "codex")
+      h.script.enqueue(Harness.reply(10))
+      const back = yield* o.send(t, "back on codex")
+      expect(back.turnStart!.calibrationRatio).toBeCloseTo(3, 2)
+      const inline = h.providers.codex!.received.flatMap((r) => r.type === "turn" && r.runId === back.runId ? [r.inlineHistory ?? ""] : [])[0]!
+      expect(inline.length).toBeGreaterThan(0)
+      expect(Math.ceil(h.counter.count(inline) * 3)).toBeLessThanOrEqual(back.turnStart!.budget.budget)
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("a fork of an offloaded parent is owed the parent's summary and verbatim tail, not the covered originals", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      for (let i = 0; i < 4; i++) {
+        h.script.enqueue(Harness.reply(500))
+        yield* o.send(t, `step ${i}`)
+      }
+      const report = yield* o.offload(t, 600)
+      expect(report.offloaded).toBe(true)
+      const forked = yield* o.fork(t, { provider: "claude" })
+      const copies = yield* o.store.listItems(forked.threadId as ThreadId)
+      expect(copies[1]!.kind).toBe("summary")
+      const kept = (yield* o.store.listItems(t)).filter((i) => i.seq > report.cutSeq! && i.kind !== "summary")
+      expect(copies.slice(2).map((i) => i.text)).toEqual(kept.map((i) => i.text))
+      expect(forked.itemCount).toBe(1 + kept.length)
+      expect(yield* o.check(forked.threadId as ThreadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
 })
