@@ -80,18 +80,21 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         })
 
       /**
-       * Creates a handoff of `kind` owing the transferable items of `runs` to `target` (items an `/offload` summary
-       * covers are owed as that summary, see `throughSummary`). Returns `null` (and writes
+       * Creates a handoff of `kind` owing the transferable items of `runs` (or only `only`, items of those runs) to
+       * `target` (items an `/offload` summary covers are owed as that summary, see `throughSummary`); `note` is added
+       * to the `handoff.created` event. Returns `null` (and writes
        * nothing) when the runs hold no transferable item.
        */
       const createHandoff = Effect.fn("ContextHandoffDelivery.createHandoff")(function*(
         threadId: ThreadId,
         kind: HandoffKind,
         target: ProviderThread,
-        runs: ReadonlyArray<Run>
+        runs: ReadonlyArray<Run>,
+        only: ReadonlyArray<Item> | null = null,
+        note: Record<string, unknown> = {}
       ) {
         if (runs.length === 0) return null
-        const original = (yield* store.listItemsOfRuns(runs.map((r) => r.id))).filter(isTransferable)
+        const original = (only ?? (yield* store.listItemsOfRuns(runs.map((r) => r.id)))).filter(isTransferable)
         if (original.length === 0) return null
         const items = yield* throughSummary(threadId, target, original)
         if (items.length === 0) return null
@@ -115,7 +118,8 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           kind,
           targetProviderThreadId: target.id,
           itemCount: items.length,
-          sourceRunIds: handoff.sourceRunIds
+          sourceRunIds: handoff.sourceRunIds,
+          ...note
         })
         return handoff
       })

@@ -149,7 +149,9 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
     //    per provider thread per offload, owing the summary in place of the handoffs it supersedes), never with turns.
     const switches = events.filter((e) => e.type === "provider.switched" && e.payload.handoffId != null).length
     const missed = runs.filter((r) => r.stopPoint === "before_provider").length
-    const replacements = events.filter((e) => e.type === "native_thread.replaced").length
+    const replacements = events.filter((e) => e.type === "native_thread.replaced").length +
+      // Late output of a turn on a native thread since replaced is owed to its successor: one handoff per such turn.
+      events.filter((e) => e.type === "handoff.created" && e.payload.lateOutputOf !== undefined).length
     let bySummary = 0
     for (const e of events) {
       if (e.type !== "thread.offloaded") continue

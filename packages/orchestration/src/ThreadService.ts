@@ -733,6 +733,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
           }
+          // Late output: the turn ran on a native thread that has since been replaced (an interrupt it never answered,
+          // a timeout). The native thread that took over never saw what this turn produced: owe it.
+          if (fresh._tag === "Some" && items.length > 0 &&
+            (native.status !== "active" || fresh.value.activeNativeThreadId !== plan.native.id)) {
+            yield* delivery.createHandoff(run.threadId, "missed_run", fresh.value, [run], items, { lateOutputOf: run.id })
+          }
           yield* store.updateAttempt({ ...attempt, status: turn.interrupted === true ? "interrupted" : "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
           const current = yield* store.getRun(run.id)

@@ -3,7 +3,7 @@
  * defect, with the behaviour a user now sees.
  */
 import { Commands, type CommandId, type RunId, type ThreadId } from "@baton/contracts"
-import type { ScriptedProvider } from "@baton/providers"
+import { ScriptedProvider } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { type Duration, Effect, Fiber, TestClock } from "effect"
@@ -259,4 +259,57 @@ describe("review regressions", () => {
       expect(yield* o.check(forked.threadId as ThreadId, h)).toEqual([])
     }).pipe(Effect.provide(h.layer))
   })
+})
+
+describe("late output of a turn whose interrupt was never answered", () => {
+  it.live("is recorded with its run, and owed to the replacement native thread that took over", () =>
+    Effect.gen(function*() {
+      const counter = Harness.make([]).counter
+      const script = ScriptedProvider.makeScript()
+      // Set once the orchestrator runs: what the user does while the first turn sits in its tool call.
+      let whileInToolCall: Effect.Effect<void> = Effect.void
+      const claude = ScriptedProvider.make({
+        instance: "claude" as never,
+        contextWindow: 200_000,
+        autoCompactThreshold: null,
+        injectHistory: false,
+        readThread: false,
+        faults: (c) =>
+          c.operation === "startTurn" && c.call === 1 ? "interrupt_in_tool_call" : c.operation === "interrupt" ? "ignore_interrupt" : null,
+        onToolCall: () => whileInToolCall
+      }, script, counter)
+      const layer = Harness.makeLayer([claude], counter, ":memory:", { interruptTimeoutMillis: 20 })
+      yield* Effect.gen(function*() {
+        const o = yield* ops
+        const context = yield* Effect.context<Effect.Effect.Context<typeof ops>>()
+        const t = yield* o.create("claude")
+        script.enqueue(toolTurn)
+        let second: { readonly nativeGeneration: number | null } | null = null
+        whileInToolCall = Effect.provide(
+          Effect.gen(function*() {
+            const active = yield* o.store.findActiveRun(t)
+            // The interrupt is never answered: after the timeout the run ends anyway and the native thread is replaced.
+            const ended = yield* o.service.interrupt(Commands.InterruptRun.make({ commandId: cid("i"), threadId: t, runId: active.pipe((r) => r._tag === "Some" ? r.value.id : "" as RunId) }))
+            expect(ended.status).toBe("interrupted")
+            script.enqueue(Harness.reply(10))
+            second = yield* o.send(t, "next message")
+          }).pipe(Effect.orDie),
+          context
+        )
+        const first = yield* o.send(t, "run the tests")
+        expect(first.status).toBe("interrupted")
+        expect(second!.nativeGeneration).toBe(2)
+        // The first turn finished after all: its output is recorded with run 1.
+        const items = yield* o.store.listItems(t)
+        const run1 = (yield* o.store.listRuns(t))[0]!
+        expect(items.filter((i) => i.runId === run1.id).map((i) => i.text)).toContain("All tests pass.")
+        // ...and the replacement native thread, which never saw it, is owed it at the next turn.
+        script.enqueue(Harness.reply(10))
+        const third = yield* o.send(t, "third")
+        expect(third.status).toBe("completed")
+        const inline = claude.received.flatMap((r) => r.type === "turn" && r.runId === third.runId ? [r.inlineHistory ?? ""] : [])[0]!
+        expect(inline).toContain("All tests pass.")
+        expect(yield* o.check(t, { providers: { claude }, layer, script, counter } as unknown as Harness.Harness)).toEqual([])
+      }).pipe(Effect.provide(layer))
+    }))
 })

@@ -294,8 +294,10 @@ describe("provider faults of issue 3 in the simulation", () => {
         expect.any(String),
         "completed",
         "interrupted",
+        // The unacknowledged interrupt's turn finished late on the replaced native thread: its output is owed to the
+        // replacement (hof_000001), so the switch's handoff is the second.
         "interrupted",
-        "handoff hof_000001",
+        "handoff hof_000002",
         "completed",
         "failed",
         "interrupted",
@@ -304,6 +306,7 @@ describe("provider faults of issue 3 in the simulation", () => {
         "completed",
         expect.any(String)
       ])
+      expect(a.dump).toContain("lateOutputOf")
       // Every tool call the interrupted turns left open is answered in the record.
       expect(a.dump).toContain("[interrupted] The user interrupted the turn while this tool call ran")
       const b = yield* Simulation.execute(scenario, { keepDump: true })
