@@ -208,6 +208,15 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
       violations.push(`nothing-lost: ${items.length} items in the log, ${options.expectedItemCount} appended`)
     }
 
+    // 7. Tool pairing in the record: every tool result answers a tool call recorded before it in the thread.
+    const calls = new Set<string>()
+    for (const item of items) {
+      if (item.toolCallId === null) continue
+      if (item.kind === "tool_call") calls.add(item.toolCallId)
+      else if (item.kind === "tool_result" && !calls.has(item.toolCallId)) {
+        violations.push(`tool-pairing: tool result ${item.id} answers call ${item.toolCallId}, which is not in the record before it`)
+      }
+    }
     // 7. Tool pairing: a delivery carries a tool call iff it carries the results answering it (when both are owed).
     for (const d of deliveries) {
       if (d.status !== "injected" && d.status !== "inline") continue

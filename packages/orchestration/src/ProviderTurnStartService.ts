@@ -71,6 +71,9 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       const itemLog = yield* ItemLog
       // Native threads this process started or resumed; any other is resumed (`resumeThread`) before its first use.
       const live = new Set<string>()
+      // Native threads resumed in this process whose first turn since has not completed: only that turn's output
+      // may replay the session's history (see `takeReplayWindow`).
+      const replayWindow = new Set<string>()
       const calibration = yield* ProviderCalibration
 
       /**
@@ -183,7 +186,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               const resumed = yield* Effect.either(adapter.resumeThread(current.nativeRef))
               if (resumed._tag === "Left" && resumed.left.code !== "thread_not_found") return yield* resumed.left
               if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
-              else live.add(current.id)
+              else {
+                live.add(current.id)
+                replayWindow.add(current.id)
+              }
             }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
             if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
@@ -397,7 +403,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         }
       })
 
-      return { prepare, reconcile }
+      /**
+       * Whether a turn completing on `nativeThreadId` is the first since the native thread was resumed (its output
+       * may start with the replayed history); answers `true` once per resume.
+       */
+      const takeReplayWindow = (nativeThreadId: string) => replayWindow.delete(nativeThreadId)
+
+      return { prepare, reconcile, takeReplayWindow }
     })
   }
 ) {}

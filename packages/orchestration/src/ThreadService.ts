@@ -665,21 +665,31 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
           const before = yield* store.getRun(run.id)
           const interrupted = turn.interrupted === true || (before._tag === "Some" && before.value.status === "interrupted")
-          // A resumed native thread may replay its history at the start of the turn's output: the leading items this
-          // native thread already produced (same provider message id, or the same tool call / tool result id) are
-          // that replay, not new output, and are not recorded again.
+          // The first turn after a resume may replay the session's history at the start of its output: the leading
+          // items this native thread already produced — the same item (kind and text) under the same provider id (a
+          // tool call or result by its call id, anything else by its message id) — are that replay, not new output,
+          // and are not recorded again. Any other turn records everything it returns.
           const produced = turn.items.map(normalizeProduced)
-          const messageIds = produced.flatMap((i) => i.messageId === null ? [] : [i.messageId])
-          const toolCallIds = produced.flatMap((i) => i.toolCallId === null ? [] : [i.toolCallId])
+          const afterResume = turnStart.takeReplayWindow(plan.native.id)
+          const isTool = (i: NewItem) => (i.kind === "tool_call" || i.kind === "tool_result") && i.toolCallId !== null
+          const messageIds = afterResume ? produced.flatMap((i) => isTool(i) || i.messageId === null ? [] : [i.messageId]) : []
+          const toolCallIds = afterResume ? produced.flatMap((i) => isTool(i) ? [i.toolCallId!] : []) : []
           const known = messageIds.length + toolCallIds.length === 0
-            ? { messageIds: new Set<string>(), toolItems: new Set<string>() }
+            ? new Set<string>()
             : yield* store.findReplayKeys(run.threadId, plan.native.id, messageIds, toolCallIds)
           const replayed = (i: NewItem) =>
-            (i.messageId !== null && known.messageIds.has(i.messageId)) ||
-            ((i.kind === "tool_call" || i.kind === "tool_result") && i.toolCallId !== null &&
-              known.toolItems.has(`${i.kind}:${i.toolCallId}`))
+            isTool(i)
+              ? known.has(`${i.kind}\u0000tool:${i.toolCallId}\u0000${i.text}`)
+              : i.messageId !== null && known.has(`${i.kind}\u0000msg:${i.messageId}\u0000${i.text}`)
           let replay = 0
           while (replay < produced.length && replayed(produced[replay]!)) replay++
+          // A tool call and its results are skipped together or kept together (invariant 7).
+          for (let moved = true; moved;) {
+            const keptResults = new Set(produced.slice(replay).flatMap((i) => i.kind === "tool_result" && i.toolCallId !== null ? [i.toolCallId] : []))
+            const split = produced.slice(0, replay).findIndex((i) => i.kind === "tool_call" && i.toolCallId !== null && keptResults.has(i.toolCallId))
+            moved = split >= 0
+            if (moved) replay = split
+          }
           const newItems = produced.slice(replay)
           if (replay > 0) {
             yield* store.appendEvent(run.threadId, "items.replay_skipped", {
@@ -734,10 +744,20 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
           }
           // Late output: the turn ran on a native thread that has since been replaced (an interrupt it never answered,
-          // a timeout). The native thread that took over never saw what this turn produced: owe it.
-          if (fresh._tag === "Some" && items.length > 0 &&
-            (native.status !== "active" || fresh.value.activeNativeThreadId !== plan.native.id)) {
-            yield* delivery.createHandoff(run.threadId, "missed_run", fresh.value, [run], items, { lateOutputOf: run.id })
+          // a timeout), or the user has moved to another provider meanwhile. Every provider thread that already
+          // holds or is owed this run (its watermark is past it) but cannot have seen this output is owed it.
+          const endedMeanwhile = native.status !== "active" ||
+            (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
+            (before._tag === "Some" && terminalRunStatuses.includes(before.value.status))
+          if (items.length > 0 && endedMeanwhile) {
+            for (const other of yield* store.listProviderThreads(run.threadId)) {
+              const own = other.id === plan.providerThread.id
+              const sawIt = own && native.status === "active" && other.activeNativeThreadId === plan.native.id
+              const pastRun = own ? (fresh._tag === "Some" ? fresh.value.syncedRunSeq : 0) >= run.seq || !sawIt : other.syncedRunSeq >= run.seq
+              if (sawIt || !pastRun) continue
+              const target = own && fresh._tag === "Some" ? fresh.value : other
+              yield* delivery.createHandoff(run.threadId, "missed_run", target, [run], items, { lateOutputOf: run.id })
+            }
           }
           yield* store.updateAttempt({ ...attempt, status: turn.interrupted === true ? "interrupted" : "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.

@@ -313,3 +313,107 @@ describe("late output of a turn whose interrupt was never answered", () => {
       }).pipe(Effect.provide(layer))
     }))
 })
+
+describe("review 3", () => {
+  it.live("late output reaches the provider the user switched to while the old turn was stuck", () =>
+    Effect.gen(function*() {
+      const counter = Harness.make([]).counter
+      const script = ScriptedProvider.makeScript()
+      let whileInToolCall: Effect.Effect<void> = Effect.void
+      const claude = ScriptedProvider.make({
+        instance: "claude" as never,
+        contextWindow: 200_000,
+        autoCompactThreshold: null,
+        injectHistory: false,
+        readThread: false,
+        faults: (c) =>
+          c.operation === "startTurn" && c.call === 1 ? "interrupt_in_tool_call" : c.operation === "interrupt" ? "ignore_interrupt" : null,
+        onToolCall: () => whileInToolCall
+      }, script, counter)
+      const codex = ScriptedProvider.make({ instance: "codex" as never, contextWindow: 200_000, autoCompactThreshold: null, injectHistory: false }, script, counter)
+      const layer = Harness.makeLayer([claude, codex], counter, ":memory:", { interruptTimeoutMillis: 20 })
+      yield* Effect.gen(function*() {
+        const o = yield* ops
+        const context = yield* Effect.context<Effect.Effect.Context<typeof ops>>()
+        const t = yield* o.create("claude")
+        script.enqueue(toolTurn)
+        whileInToolCall = Effect.provide(
+          Effect.gen(function*() {
+            const active = yield* o.store.findActiveRun(t)
+            yield* o.service.interrupt(Commands.InterruptRun.make({ commandId: cid("i"), threadId: t, runId: active.pipe((r) => r._tag === "Some" ? r.value.id : "" as RunId) }))
+            yield* o.switchTo(t, "codex")
+          }).pipe(Effect.orDie),
+          context
+        )
+        expect((yield* o.send(t, "run the tests")).status).toBe("interrupted")
+        script.enqueue(Harness.reply(10))
+        const onCodex = yield* o.send(t, "on codex")
+        const inline = codex.received.flatMap((r) => r.type === "turn" && r.runId === onCodex.runId ? [r.inlineHistory ?? ""] : [])[0]!
+        expect(inline).toContain("All tests pass.")
+        expect(inline.split("tests: 12 passed").length - 1).toBe(1)
+        script.enqueue(Harness.reply(10))
+        yield* o.send(t, "again on codex")
+        expect(yield* o.check(t, { providers: { claude, codex } } as unknown as Harness.Harness)).toEqual([])
+      }).pipe(Effect.provide(layer))
+    }))
+
+  it.effect("a provider reusing tool call ids every turn: nothing is taken for a replay on a thread never resumed", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: false }])
+    const turn = (tag: string) => ({
+      items: [
+        produced("tool_call", `{"command":"${tag}"}`, { toolCallId: "call_0", toolName: "bash", toolCallState: "answered" as const }),
+        produced("tool_result", `result of ${tag}`, { toolCallId: "call_0", toolName: "bash" }),
+        produced("assistant_message", `answer ${tag}`)
+      ]
+    })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(turn("ls"))
+      yield* o.send(t, "list")
+      h.script.enqueue(turn("pwd"))
+      yield* o.send(t, "where")
+      expect((yield* o.store.listItems(t)).map((i) => i.text)).toEqual([
+        "list", `{"command":"ls"}`, "result of ls", "answer ls", "where", `{"command":"pwd"}`, "result of pwd", "answer pwd"
+      ])
+      expect((yield* o.store.listEvents(t)).filter((e) => e.type === "items.replay_skipped")).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live("after a resume, a new tool call sharing a message id with an old answer is recorded with its result", () =>
+    withFile((file) =>
+      Effect.gen(function*() {
+        const h = Harness.make([
+          { name: "codex", window: 200_000, inject: false, replayOnResume: true },
+          { name: "claude", window: 200_000, inject: false }
+        ], { db: file })
+        const t = yield* Effect.gen(function*() {
+          const o = yield* ops
+          const t = yield* o.create("codex")
+          h.script.enqueue({ items: [produced("assistant_message", "Let me look.", { messageId: "m1" })] })
+          yield* o.send(t, "look")
+          return t
+        }).pipe(Effect.provide(h.layer))
+        yield* Effect.gen(function*() {
+          const o = yield* ops
+          // The resumed session replays "Let me look." (m1), then a new tool call under the same message id m1.
+          h.script.enqueue({
+            items: [
+              produced("tool_call", `{"command":"cat x"}`, { toolCallId: "call_9", toolName: "bash", messageId: "m1", toolCallState: "answered" }),
+              produced("tool_result", "contents of x", { toolCallId: "call_9", toolName: "bash" }),
+              produced("assistant_message", "Done.", { messageId: "m2" })
+            ]
+          })
+          yield* o.send(t, "go on")
+          const items = yield* o.store.listItems(t)
+          expect(items.map((i) => i.kind)).toEqual([
+            "user_message", "assistant_message", "user_message", "tool_call", "tool_result", "assistant_message"
+          ])
+          yield* o.switchTo(t, "claude")
+          h.script.enqueue(Harness.reply(5))
+          yield* o.send(t, "on claude")
+          expect(yield* o.check(t, h)).toEqual([])
+        }).pipe(Effect.provide(Harness.makeLayer(Object.values(h.providers), h.counter, file, {}, "p2_")))
+      })
+    ))
+})

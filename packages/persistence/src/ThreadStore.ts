@@ -171,9 +171,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))
         ),
       /**
-       * What the thread's log already holds from runs on native thread `nativeThreadId`: which of `messageIds`
-       * (provider message ids), and which tool calls and tool results (as `tool_call:<id>` / `tool_result:<id>`) of
-       * `toolCallIds`. Used to recognise a resumed native thread replaying its history.
+       * What the thread's log already holds from runs on native thread `nativeThreadId`, as keys of kind, id and
+       * text: `<kind>\u0000msg:<messageId>\u0000<text>` for `messageIds` and `<kind>\u0000tool:<toolCallId>\u0000<text>`
+       * for `toolCallIds`. Used to recognise a resumed native thread replaying its history (same item, same text).
        */
       findReplayKeys: (
         threadId: ThreadId,
@@ -185,21 +185,22 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           const Row = Schema.Array(Schema.Struct({
             messageId: Schema.NullOr(Schema.String),
             toolCallId: Schema.NullOr(Schema.String),
-            kind: Schema.String
+            kind: Schema.String,
+            text: Schema.String
           }))
           const query = (column: "message_id" | "tool_call_id", ids: ReadonlyArray<string>) =>
             inChunks(ids, (c) =>
               Effect.flatMap(
-                sql`SELECT i.message_id, i.tool_call_id, i.kind FROM items i JOIN runs r ON r.id = i.run_id
+                sql`SELECT i.message_id, i.tool_call_id, i.kind, i.text FROM items i JOIN runs r ON r.id = i.run_id
                     WHERE i.thread_id = ${threadId} AND r.native_thread_id = ${nativeThreadId} AND ${sql.in(`i.${column}`, c)}`,
                 Schema.decodeUnknown(Row)
               ).pipe(orPersistence("items.findReplayKeys")))
           const byMessage = yield* query("message_id", messageIds)
           const byCall = yield* query("tool_call_id", toolCallIds)
-          return {
-            messageIds: new Set(byMessage.flatMap((r) => r.messageId === null ? [] : [r.messageId])),
-            toolItems: new Set(byCall.flatMap((r) => r.toolCallId === null ? [] : [`${r.kind}:${r.toolCallId}`]))
-          }
+          return new Set([
+            ...byMessage.flatMap((r) => r.messageId === null ? [] : [`${r.kind}\u0000msg:${r.messageId}\u0000${r.text}`]),
+            ...byCall.flatMap((r) => r.toolCallId === null ? [] : [`${r.kind}\u0000tool:${r.toolCallId}\u0000${r.text}`])
+          ])
         }),
       countItems: (threadId: ThreadId) =>
         nextSeq("items.count", sql`SELECT COUNT(*) AS next FROM items WHERE thread_id = ${threadId}`),
