@@ -79,6 +79,42 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           return [...(yield* store.getItems([summaryId])), ...tail]
         })
 
+      /** Writes an open handoff owing `items` (in this order) to `target`, and its `handoff.created` event. */
+      const insertHandoff = (
+        threadId: ThreadId,
+        kind: HandoffKind,
+        target: ProviderThread["id"],
+        sourceRunIds: ReadonlyArray<RunId>,
+        items: ReadonlyArray<Item>,
+        note: Record<string, unknown>
+      ) =>
+        Effect.gen(function*() {
+          const now = yield* DateTime.now
+          const handoff: StoredHandoff = {
+            id: ids.next("hof") as ContextHandoff["id"],
+            threadId,
+            kind,
+            targetProviderThreadId: target,
+            open: true,
+            sourceRunIds,
+            itemIds: items.map((i) => i.id),
+            tokens: items.reduce((n, i) => n + i.tokens, 0),
+            omittedItemIds: [],
+            createdAt: now,
+            updatedAt: now
+          }
+          yield* store.insertHandoff(handoff)
+          yield* store.appendEvent(threadId, "handoff.created", {
+            handoffId: handoff.id,
+            kind,
+            targetProviderThreadId: target,
+            itemCount: items.length,
+            sourceRunIds,
+            ...note
+          })
+          return handoff
+        })
+
       /**
        * Creates a handoff of `kind` owing the transferable items of `runs` (or only `only`, items of those runs) to
        * `target` (items an `/offload` summary covers are owed as that summary, see `throughSummary`); `note` is added
@@ -98,30 +134,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         if (original.length === 0) return null
         const items = yield* throughSummary(threadId, target, original)
         if (items.length === 0) return null
-        const now = yield* DateTime.now
-        const handoff: StoredHandoff = {
-          id: ids.next("hof") as ContextHandoff["id"],
-          threadId,
-          kind,
-          targetProviderThreadId: target.id,
-          open: true,
-          sourceRunIds: runs.map((r) => r.id),
-          itemIds: items.map((i) => i.id),
-          tokens: items.reduce((n, i) => n + i.tokens, 0),
-          omittedItemIds: [],
-          createdAt: now,
-          updatedAt: now
-        }
-        yield* store.insertHandoff(handoff)
-        yield* store.appendEvent(threadId, "handoff.created", {
-          handoffId: handoff.id,
-          kind,
-          targetProviderThreadId: target.id,
-          itemCount: items.length,
-          sourceRunIds: handoff.sourceRunIds,
-          ...note
-        })
-        return handoff
+        return yield* insertHandoff(threadId, kind, target.id, runs.map((r) => r.id), items, note)
       })
 
       /**
@@ -477,31 +490,17 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         }
         const superseded: Array<ContextHandoff["id"]> = []
         const created: Array<ContextHandoff["id"]> = []
-        for (const [target, replaced] of byTarget) {
+        for (const replaced of byTarget.values()) {
           const uncoveredIds = [...new Set(replaced.flatMap((h) => h.itemIds.filter((id) => !covered(id))))]
           const uncovered = yield* store.getItems(uncoveredIds)
-          const handoff: StoredHandoff = {
-            id: ids.next("hof") as ContextHandoff["id"],
+          const handoff = yield* insertHandoff(
             threadId,
-            kind: replaced[0]!.kind,
-            targetProviderThreadId: replaced[0]!.targetProviderThreadId,
-            open: true,
-            sourceRunIds: [...new Set(replaced.flatMap((h) => h.sourceRunIds))],
-            itemIds: [summary.id, ...uncovered.map((i) => i.id)],
-            tokens: summary.tokens + uncovered.reduce((n, i) => n + i.tokens, 0),
-            omittedItemIds: [],
-            createdAt: now,
-            updatedAt: now
-          }
-          yield* store.insertHandoff(handoff)
-          yield* store.appendEvent(threadId, "handoff.created", {
-            handoffId: handoff.id,
-            kind: handoff.kind,
-            targetProviderThreadId: target,
-            itemCount: handoff.itemIds.length,
-            sourceRunIds: handoff.sourceRunIds,
-            supersedes: replaced.map((h) => h.id)
-          })
+            replaced[0]!.kind,
+            replaced[0]!.targetProviderThreadId,
+            [...new Set(replaced.flatMap((h) => h.sourceRunIds))],
+            [summary, ...uncovered],
+            { supersedes: replaced.map((h) => h.id) }
+          )
           superseded.push(...replaced.map((h) => h.id))
           created.push(handoff.id)
         }

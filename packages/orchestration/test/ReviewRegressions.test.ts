@@ -261,31 +261,40 @@ describe("review regressions", () => {
   })
 })
 
+/**
+ * A claude whose first turn stops inside its tool call and never answers an interrupt; `hook.run` is what the user
+ * does meanwhile (set once the orchestrator runs). `codex` is a plain provider to switch to.
+ */
+const stuckTurnSetup = () => {
+  const counter = Harness.make([]).counter
+  const script = ScriptedProvider.makeScript()
+  const hook = { run: Effect.void as Effect.Effect<void> }
+  const claude = ScriptedProvider.make({
+    instance: "claude" as never,
+    contextWindow: 200_000,
+    autoCompactThreshold: null,
+    injectHistory: false,
+    readThread: false,
+    faults: (c) =>
+      c.operation === "startTurn" && c.call === 1 ? "interrupt_in_tool_call" : c.operation === "interrupt" ? "ignore_interrupt" : null,
+    onToolCall: () => hook.run
+  }, script, counter)
+  const codex = ScriptedProvider.make({ instance: "codex" as never, contextWindow: 200_000, autoCompactThreshold: null, injectHistory: false }, script, counter)
+  const layer = Harness.makeLayer([claude, codex], counter, ":memory:", { interruptTimeoutMillis: 20 })
+  return { script, hook, claude, codex, layer, counter }
+}
+
 describe("late output of a turn whose interrupt was never answered", () => {
   it.live("is recorded with its run, and owed to the replacement native thread that took over", () =>
     Effect.gen(function*() {
-      const counter = Harness.make([]).counter
-      const script = ScriptedProvider.makeScript()
-      // Set once the orchestrator runs: what the user does while the first turn sits in its tool call.
-      let whileInToolCall: Effect.Effect<void> = Effect.void
-      const claude = ScriptedProvider.make({
-        instance: "claude" as never,
-        contextWindow: 200_000,
-        autoCompactThreshold: null,
-        injectHistory: false,
-        readThread: false,
-        faults: (c) =>
-          c.operation === "startTurn" && c.call === 1 ? "interrupt_in_tool_call" : c.operation === "interrupt" ? "ignore_interrupt" : null,
-        onToolCall: () => whileInToolCall
-      }, script, counter)
-      const layer = Harness.makeLayer([claude], counter, ":memory:", { interruptTimeoutMillis: 20 })
+      const { claude, hook, layer, script } = stuckTurnSetup()
       yield* Effect.gen(function*() {
         const o = yield* ops
         const context = yield* Effect.context<Effect.Effect.Context<typeof ops>>()
         const t = yield* o.create("claude")
         script.enqueue(toolTurn)
         let second: { readonly nativeGeneration: number | null } | null = null
-        whileInToolCall = Effect.provide(
+        hook.run = Effect.provide(
           Effect.gen(function*() {
             const active = yield* o.store.findActiveRun(t)
             // The interrupt is never answered: after the timeout the run ends anyway and the native thread is replaced.
@@ -309,7 +318,7 @@ describe("late output of a turn whose interrupt was never answered", () => {
         expect(third.status).toBe("completed")
         const inline = claude.received.flatMap((r) => r.type === "turn" && r.runId === third.runId ? [r.inlineHistory ?? ""] : [])[0]!
         expect(inline).toContain("All tests pass.")
-        expect(yield* o.check(t, { providers: { claude }, layer, script, counter } as unknown as Harness.Harness)).toEqual([])
+        expect(yield* o.check(t, { providers: { claude } } as unknown as Harness.Harness)).toEqual([])
       }).pipe(Effect.provide(layer))
     }))
 })
@@ -317,27 +326,13 @@ describe("late output of a turn whose interrupt was never answered", () => {
 describe("review 3", () => {
   it.live("late output reaches the provider the user switched to while the old turn was stuck", () =>
     Effect.gen(function*() {
-      const counter = Harness.make([]).counter
-      const script = ScriptedProvider.makeScript()
-      let whileInToolCall: Effect.Effect<void> = Effect.void
-      const claude = ScriptedProvider.make({
-        instance: "claude" as never,
-        contextWindow: 200_000,
-        autoCompactThreshold: null,
-        injectHistory: false,
-        readThread: false,
-        faults: (c) =>
-          c.operation === "startTurn" && c.call === 1 ? "interrupt_in_tool_call" : c.operation === "interrupt" ? "ignore_interrupt" : null,
-        onToolCall: () => whileInToolCall
-      }, script, counter)
-      const codex = ScriptedProvider.make({ instance: "codex" as never, contextWindow: 200_000, autoCompactThreshold: null, injectHistory: false }, script, counter)
-      const layer = Harness.makeLayer([claude, codex], counter, ":memory:", { interruptTimeoutMillis: 20 })
+      const { claude, codex, hook, layer, script } = stuckTurnSetup()
       yield* Effect.gen(function*() {
         const o = yield* ops
         const context = yield* Effect.context<Effect.Effect.Context<typeof ops>>()
         const t = yield* o.create("claude")
         script.enqueue(toolTurn)
-        whileInToolCall = Effect.provide(
+        hook.run = Effect.provide(
           Effect.gen(function*() {
             const active = yield* o.store.findActiveRun(t)
             yield* o.service.interrupt(Commands.InterruptRun.make({ commandId: cid("i"), threadId: t, runId: active.pipe((r) => r._tag === "Some" ? r.value.id : "" as RunId) }))
