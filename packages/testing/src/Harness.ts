@@ -8,6 +8,7 @@ import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, Th
 import { Database, ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { Effect, Layer } from "effect"
+import * as Produced from "./internal/Produced.js"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -111,20 +112,7 @@ export const reply = (tokens: number, usage?: ContextUsage | null) => ({
 })
 
 /** One item a scripted provider produces: `kind` and `text`, everything else empty unless given in `extra`. */
-export const produced = (
-  kind: ProviderAdapter.ProducedItem["kind"],
-  text: string,
-  extra: Partial<ProviderAdapter.ProducedItem> = {}
-): ProviderAdapter.ProducedItem => ({
-  kind,
-  text,
-  toolCallId: null,
-  toolName: null,
-  messageId: null,
-  isError: false,
-  toolCallState: null,
-  ...extra
-})
+export const produced = Produced.produced
 
 /** Runs `f` with the path of a SQLite file in a fresh temporary directory, removed afterwards (restart tests). */
 export const withDbFile = <A, E, R>(f: (file: string) => Effect.Effect<A, E, R>) =>

@@ -9,6 +9,7 @@
 import type { ContextUsage } from "@baton/contracts"
 import type { ProviderAdapter, ScriptedProvider } from "@baton/providers"
 import * as Prng from "./Prng.js"
+import { produced } from "./Produced.js"
 
 /** One scripted provider instance of the scenario. Windows and thresholds in tokens. */
 export interface ProviderSetup {
@@ -383,20 +384,8 @@ export const responseFor = (
   window: number | null
 ): ScriptedProvider.ScriptedResponse => {
   const messageId = reply.tools.length > 0 || reply.reasoning ? `msg_${id}_${attempt}` : null
-  const item = (
-    kind: ProviderAdapter.ProducedItem["kind"],
-    text: string,
-    extra: Partial<ProviderAdapter.ProducedItem> = {}
-  ): ProviderAdapter.ProducedItem => ({
-    kind,
-    text,
-    toolCallId: null,
-    toolName: null,
-    messageId,
-    isError: false,
-    toolCallState: null,
-    ...extra
-  })
+  const item = (kind: ProviderAdapter.ProducedItem["kind"], text: string, extra: Partial<ProviderAdapter.ProducedItem> = {}) =>
+    produced(kind, text, { messageId, ...extra })
   const items: Array<ProviderAdapter.ProducedItem> = []
   if (reply.reasoning) items.push(item("reasoning", filler(Prng.mix(id, 2), 40)))
   items.push(item("assistant_message", `a${id}: ${filler(Prng.mix(id, 3), reply.tokens)}`))
