@@ -56,14 +56,21 @@ export class RunInProgress extends Schema.TaggedError<RunInProgress>()(
   }
 }
 
-/** Another writer changed the thread first (the unique `(thread_id, seq)` event constraint fired); retry. */
+/**
+ * Another writer changed the same record first: a unique constraint fired (Postgres `23505`, SQLite
+ * `SQLITE_CONSTRAINT_UNIQUE`/`_PRIMARYKEY`), or the database reported write contention it would not wait out
+ * (Postgres `40001`/`40P01`, SQLite `SQLITE_BUSY` after the busy timeout). Nothing of the command was written; retry it.
+ * `threadId` is set when the unit of work knew its thread; `operation` names the statement that lost.
+ */
 export class ConcurrentModification extends Schema.TaggedError<ConcurrentModification>()(
   "ConcurrentModification",
-  { threadId: Schema.String },
+  { threadId: Schema.optional(Schema.String), operation: Schema.optional(Schema.String) },
   { status: 409 }
 ) {
   override get message() {
-    return `thread ${this.threadId} was changed by another writer; retry the command`
+    const what = this.threadId === undefined ? "the record" : `thread ${this.threadId}`
+    const where = this.operation === undefined ? "" : ` (${this.operation})`
+    return `${what} was changed by another writer${where}; retry the command`
   }
 }
 

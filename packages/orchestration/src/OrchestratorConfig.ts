@@ -37,6 +37,11 @@ export interface OrchestratorConfigShape {
   readonly calibration: boolean
   /** The learning policy (`Calibration.defaultPolicy`: ratio clamped to [1/3, 3], samples >= 256 tokens). */
   readonly calibrationPolicy: Calibration.CalibrationPolicy
+  /**
+   * How long a driver on another host counts as alive without a heartbeat, in milliseconds (heartbeats every third
+   * of it). Default 30,000; 0 turns heartbeats off (one host: liveness by pid alone, as tests and the simulation do).
+   */
+  readonly driverLeaseMillis: number
 }
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
@@ -51,7 +56,8 @@ export const defaults: OrchestratorConfigShape = {
   interruptTimeoutMillis: 30_000,
   turnTimeoutMillis: 1_800_000,
   calibration: true,
-  calibrationPolicy: Calibration.defaultPolicy
+  calibrationPolicy: Calibration.defaultPolicy,
+  driverLeaseMillis: 30_000
 }
 
 export const layer = (config: Partial<OrchestratorConfigShape> = {}) =>

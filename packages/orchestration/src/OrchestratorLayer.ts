@@ -1,10 +1,12 @@
 /**
- * The orchestration services as one Layer. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
+ * The orchestration services as one Layer, with the unit of work, the post-commit event bus and this incarnation's
+ * driver registration. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
  * `TokenCounter`, `ProviderRegistry`, `Summariser` (for `/offload`) and `OrchestratorConfig`.
  */
-import { ThreadStore } from "@baton/persistence"
+import { ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Layer } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { DriverRegistry } from "./DriverRegistry.js"
 import { ItemLog } from "./ItemLog.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
@@ -21,7 +23,10 @@ export const services = ThreadService.Default.pipe(
   Layer.provideMerge(ProviderTurnStartService.Default),
   Layer.provideMerge(ContextHandoffDelivery.Default),
   Layer.provideMerge(ProviderCalibration.Default),
-  Layer.provideMerge(ItemLog.Default)
+  Layer.provideMerge(ItemLog.Default),
+  Layer.provideMerge(DriverRegistry.Default),
+  Layer.provideMerge(UnitOfWork.Default),
+  Layer.provideMerge(ThreadEventBus.Default)
 )
 
 /** The orchestration services over the real `ThreadStore`. */

@@ -15,11 +15,11 @@
  */
 import { type HandoffDelivery, type NativeThread, type ProviderThread, type Run } from "@baton/contracts"
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
-import { ThreadStore } from "@baton/persistence"
-import { SqlClient } from "@effect/sql"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
+import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 import * as UsageSanity from "./UsageSanity.js"
@@ -62,18 +62,17 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
   "@baton/orchestration/ProviderTurnStartService",
   {
     effect: Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
+      const uow = yield* UnitOfWork
       const store = yield* ThreadStore
       const delivery = yield* ContextHandoffDelivery
       const ids = yield* IdGenerator
       const counter = yield* TokenCounter.TokenCounter
       const config = yield* OrchestratorConfig
       const itemLog = yield* ItemLog
-      // Native threads this process started or resumed; any other is resumed (`resumeThread`) before its first use.
-      const live = new Set<string>()
-      // Native threads resumed in this process whose first turn since has not completed: only that turn's output
-      // may replay the session's history (see `takeReplayWindow`).
-      const replayWindow = new Set<string>()
+      // Which driver holds each native thread's provider session is recorded in the database: a native thread this
+      // driver did not start or resume is resumed (`resumeThread`) before its first use, and only the first turn
+      // after that may replay the session's history (see `takeReplayWindow`).
+      const driver = yield* DriverRegistry
       const calibration = yield* ProviderCalibration
 
       /**
@@ -95,7 +94,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         if (read._tag === "Left") return false
         const deliveryIds = new Set(read.right.deliveryIds)
         const runIds = new Set(read.right.runIds)
-        yield* sql.withTransaction(Effect.gen(function*() {
+        yield* uow.thread(threadId, "ProviderTurnStartService.reconcile")(Effect.gen(function*() {
           for (const d of uncertain) {
             const held = d.mode === "injected" ? deliveryIds.has(d.id) : d.runId !== null && runIds.has(d.runId)
             if (held) yield* delivery.markSettled(threadId, [d], d.mode === "inline" ? "inline" : "injected")
@@ -128,7 +127,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           updatedAt: now
         }
         yield* store.insertNativeThread(native)
-        live.add(native.id)
+        yield* store.holdSession(native.id, driver.driverId)
         const updated: ProviderThread = { ...providerThread, activeNativeThreadId: native.id, updatedAt: now }
         yield* store.updateProviderThread(updated)
         yield* store.appendEvent(providerThread.threadId, "native_thread.started", {
@@ -180,16 +179,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             replaceReason = "the native thread was marked replaced (lost by the provider, or no longer trusted after an interrupt, timeout or restart)"
           } else if (found._tag === "Some") {
             current = found.value
-            if (!live.has(current.id)) {
+            if (yield* store.sessionHeldElsewhere(current.id, driver.driverId)) {
               // First use in this process (after a restart): resume the provider's session. A provider that no longer
               // has it gets a replacement; any other failure fails the turn before the provider read the prompt.
               const resumed = yield* Effect.either(adapter.resumeThread(current.nativeRef))
               if (resumed._tag === "Left" && resumed.left.code !== "thread_not_found") return yield* resumed.left
               if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
-              else {
-                live.add(current.id)
-                replayWindow.add(current.id)
-              }
+              else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.takeSession(current.id, driver.driverId))
             }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
             if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
@@ -209,7 +205,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             if (back._tag === "Some") readByProvider = new Set(back.value.runIds)
           }
         }
-        const decided = yield* sql.withTransaction(
+        const decided = yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
           decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider)
         )
         if (decided.injection === null) return decided.plan
@@ -232,7 +228,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           return { ...plan, report: { ...plan.report, injectionError: outcome.left.message } }
         }
         const acknowledged = UsageSanity.check(outcome.right.usage, plan.providerThread.contextWindow, config.budget.defaultWindow).usage
-        const native = yield* sql.withTransaction(Effect.gen(function*() {
+        const native = yield* uow.thread(run.threadId, "ProviderTurnStartService.injected")(Effect.gen(function*() {
           yield* delivery.markSettled(run.threadId, injection.pending, "injected")
           const now = yield* DateTime.now
           const native: NativeThread = {
@@ -407,7 +403,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * Whether a turn completing on `nativeThreadId` is the first since the native thread was resumed (its output
        * may start with the replayed history); answers `true` once per resume.
        */
-      const takeReplayWindow = (nativeThreadId: string) => replayWindow.delete(nativeThreadId)
+      const takeReplayWindow = (nativeThreadId: NativeThread["id"]) => store.takeReplayWindow(nativeThreadId)
 
       return { prepare, reconcile, takeReplayWindow }
     })

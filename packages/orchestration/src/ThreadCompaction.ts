@@ -10,8 +10,7 @@
  */
 import type { CommandId, NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
 import { Budget, Calibration } from "@baton/context"
-import { ThreadStore } from "@baton/persistence"
-import { SqlClient } from "@effect/sql"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
@@ -71,7 +70,7 @@ const sameState = (recorded: unknown, now: CompactionState): boolean =>
 
 export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton/orchestration/ThreadCompaction", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const uow = yield* UnitOfWork
     const store = yield* ThreadStore
     const delivery = yield* ContextHandoffDelivery
     const config = yield* OrchestratorConfig
@@ -100,7 +99,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           return report
         })
       const empty = notCompacted(null)
-      const refuse = (reason: string) => sql.withTransaction(receipt({ ...empty, reason }))
+      const refuse = (reason: string) => uow.thread(threadId, "ThreadCompaction.refuse")(receipt({ ...empty, reason }))
       if (providerThread.activeNativeThreadId === null) return yield* refuse("no native thread yet: nothing to compact")
       const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
       if (found._tag === "None") return yield* refuse("the native thread record is missing")
@@ -125,7 +124,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         ? native.compactionsWithoutProgress
         : 0
       if (withoutProgress >= config.maxCompactionsWithoutProgress) {
-        return yield* sql.withTransaction(receipt({
+        return yield* uow.thread(threadId, "ThreadCompaction.noProgress")(receipt({
           ...empty,
           usedBefore,
           usedAfter: usedBefore,
@@ -183,7 +182,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           plan = yield* delivery.plan(threadId, owed, room, ratio)
         }
         if (plan.selection.selected.length > 0) {
-          const pending = yield* sql.withTransaction(delivery.markPending(threadId, plan, "injected", null, room, ratio))
+          const pending = yield* uow.thread(threadId, "ThreadCompaction.pending")(delivery.markPending(threadId, plan, "injected", null, room, ratio))
           const outcome = yield* inject({
             nativeRef: native.nativeRef,
             rendered: plan.selection.rendered,
@@ -207,7 +206,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
             }
           } else {
             const acknowledged = outcome.right
-            native = yield* sql.withTransaction(Effect.gen(function*() {
+            native = yield* uow.thread(threadId, "ThreadCompaction.injected")(Effect.gen(function*() {
               yield* delivery.markSettled(threadId, pending, "injected")
               const now = yield* DateTime.now
               const updated: NativeThread = {
@@ -247,7 +246,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         stillDeferred
       }
       const outcome = native
-      return yield* sql.withTransaction(Effect.gen(function*() {
+      return yield* uow.thread(threadId, "ThreadCompaction.compacted")(Effect.gen(function*() {
         yield* store.updateNativeThread(outcome)
         yield* store.appendEvent(threadId, "thread.compacted", {
           nativeThreadId: outcome.id,

@@ -26,9 +26,8 @@ import {
   type ThreadId
 } from "@baton/contracts"
 import { OffloadCut } from "@baton/context"
-import { ThreadStore } from "@baton/persistence"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Summariser } from "@baton/providers"
-import { SqlClient } from "@effect/sql"
 import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -78,7 +77,7 @@ export interface VisibleHistory {
 
 export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orchestration/ThreadOffload", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const uow = yield* UnitOfWork
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
     const itemLog = yield* ItemLog
@@ -99,7 +98,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const failed = (threadId: ThreadId, keepTokens: number, cutSeq: number, reason: string, retryable: boolean) =>
       Effect.gen(function*() {
         // The only write of a failed offload: the audit event. No summary, no record, no handoff changes.
-        yield* sql.withTransaction(store.appendEvent(threadId, "thread.offload_failed", { reason, keepTokens, cutSeq }))
+        yield* uow.thread(threadId, "ThreadOffload.failed")(store.appendEvent(threadId, "thread.offload_failed", { reason, keepTokens, cutSeq }))
         return yield* new OffloadFailed({ threadId, reason, retryable })
       })
 
@@ -166,7 +165,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       const text = answer.right.text
       if (text.trim().length === 0) return yield* failed(threadId, keepTokens, cutSeq, "the summariser returned an empty summary", true)
 
-      return yield* sql.withTransaction(Effect.gen(function*() {
+      return yield* uow.thread(threadId, "ThreadOffload.offload")(Effect.gen(function*() {
         // Re-read under the transaction: another offload or a run that started meanwhile wins; this one stops.
         const latest = yield* store.latestOffload(threadId)
         if ((latest._tag === "Some" ? latest.value.id : null) !== (previous?.id ?? null)) {

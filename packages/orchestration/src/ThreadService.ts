@@ -25,11 +25,11 @@ import {
   type ThreadId
 } from "@baton/contracts"
 import { Calibration, TokenCounter } from "@baton/context"
-import { ThreadStore } from "@baton/persistence"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
-import { SqlClient } from "@effect/sql"
 import { DateTime, Duration, Effect, Option, Schema } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -166,7 +166,8 @@ export const closeOpenToolCalls = (items: ReadonlyArray<NewItem>, interrupted: b
 
 export class ThreadService extends Effect.Service<ThreadService>()("@baton/orchestration/ThreadService", {
   effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
+    const uow = yield* UnitOfWork
+    const driver = yield* DriverRegistry
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
     const registry = yield* ProviderRegistry.ProviderRegistry
@@ -313,7 +314,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.updateThread({ ...thread, activeProviderThreadId: providerThread.id })
           return { threadId: thread.id as string }
         })
-      ).pipe(sql.withTransaction, Effect.map((r) => r.threadId as ThreadId))
+      ).pipe(uow.global("ThreadService.createThread"), Effect.map((r) => r.threadId as ThreadId))
     })
 
     /**
@@ -352,7 +353,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           })
           return { providerThreadId: target.id as string, handoffId: handoff?.id ?? null }
         })
-      ).pipe(sql.withTransaction)
+      ).pipe(uow.thread(command.threadId, "ThreadService.switchProvider"))
     })
 
     const appendItems = (threadId: ThreadId, run: Run, items: ReadonlyArray<NewItem>) =>
@@ -385,6 +386,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         updatedAt: now
       }
       yield* store.insertRun(run)
+      yield* store.setRunDriver(run.id, driver.driverId)
       yield* appendItems(thread.id, run, [{
         kind: "user_message",
         text: command.text,
@@ -399,7 +401,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // run instead of queueing a second one. The receipt's result is completed when the run ends.
       yield* store.insertReceipt({ commandId: command.commandId, commandType: "SendMessage", threadId: thread.id, result: { runId: run.id }, createdAt: now })
       return run
-    }, sql.withTransaction)
+    }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
 
     /** Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending. */
     const finishRun = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string) =>
@@ -433,7 +435,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       }))
       if (lookedUp._tag === "Left") {
         if (run.status === "queued") {
-          yield* sql.withTransaction(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`))
+          yield* uow.thread(run.threadId, "ThreadService.failRun")(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`))
         }
         return yield* lookedUp.left
       }
@@ -454,7 +456,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
 
       // Read and move to `starting` in one transaction: an interrupt written in between is never overwritten.
-      const claimed = yield* sql.withTransaction(Effect.gen(function*() {
+      const claimed = yield* uow.thread(run.threadId, "ThreadService.claimRun")(Effect.gen(function*() {
         const current = yield* store.getRun(runId)
         if (current._tag === "None" || current.value.status !== "queued") return null
         const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
@@ -486,7 +488,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
        * Returns `false` (nothing written) when a user interrupt ended the run meanwhile: it is not retried.
        */
       const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
-        sql.withTransaction(Effect.gen(function*() {
+        uow.thread(run.threadId, "ThreadService.overflowRecovery")(Effect.gen(function*() {
           const current = yield* store.getRun(run.id)
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
@@ -536,7 +538,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
         // One transaction: the attempt, the interrupt check and the move to `running`.
         const queuedRun = run
-        const begun = yield* sql.withTransaction(Effect.gen(function*() {
+        const begun = yield* uow.thread(queuedRun.threadId, "ThreadService.beginAttempt")(Effect.gen(function*() {
           const attemptNo = (yield* store.listAttempts(queuedRun.id)).length + 1
           const startedAt = yield* DateTime.now
           const attempt = {
@@ -600,7 +602,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (error.code === "thread_not_found" && retries.lost === 0) {
             retries.lost++
             const lostRun = run
-            run = yield* sql.withTransaction(Effect.gen(function*() {
+            run = yield* uow.thread(lostRun.threadId, "ThreadService.lostNativeThread")(Effect.gen(function*() {
               const now = yield* DateTime.now
               yield* delivery.revertToDeferred(lostRun.threadId, plan.inlineDeliveries, "the provider lost the native thread")
               yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
@@ -655,7 +657,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
               error.message
             )
           })
-          run = yield* sql.withTransaction(finished)
+          run = yield* uow.thread(run.threadId, "ThreadService.turnFailed")(finished)
           return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
 
@@ -670,7 +672,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // tool call or result by its call id, anything else by its message id) — are that replay, not new output,
           // and are not recorded again. Any other turn records everything it returns.
           const produced = turn.items.map(normalizeProduced)
-          const afterResume = turnStart.takeReplayWindow(plan.native.id)
+          const afterResume = yield* turnStart.takeReplayWindow(plan.native.id)
           const isTool = (i: NewItem) => (i.kind === "tool_call" || i.kind === "tool_result") && i.toolCallId !== null
           const messageIds = afterResume ? produced.flatMap((i) => isTool(i) || i.messageId === null ? [] : [i.messageId]) : []
           const toolCallIds = afterResume ? produced.flatMap((i) => isTool(i) ? [i.toolCallId!] : []) : []
@@ -779,12 +781,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.appendEvent(run.threadId, "run.completed", { runId: run.id, itemCount: items.length })
           return { done, native }
         })
-        const recorded = yield* Effect.either(sql.withTransaction(completed))
+        const recorded = yield* Effect.either(uow.thread(run.threadId, "ThreadService.turnCompleted")(completed))
         if (recorded._tag === "Left") {
           // Never leave a run `running`: the provider read the prompt, but its output could not be recorded.
           const reason = `provider output could not be recorded: ${recorded.left.message}`
           const startedRun = run
-          run = yield* sql.withTransaction(Effect.gen(function*() {
+          run = yield* uow.thread(startedRun.threadId, "ThreadService.outputNotRecorded")(Effect.gen(function*() {
             yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
             return yield* finishRun(startedRun, "failed", "after_provider", reason)
           }))
@@ -874,7 +876,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             }
           }
         }
-        return yield* sql.withTransaction(Effect.gen(function*() {
+        return yield* uow.thread(run.threadId, "ThreadService.interrupt")(Effect.gen(function*() {
           if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
           return yield* finishRun(
             read === true ? run : { ...run, nativeThreadId: null },
@@ -898,13 +900,21 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const recover = Effect.fn("ThreadService.recover")(function*() {
       const unfinished = yield* store.listUnfinishedRuns()
       const openAttempts = yield* store.listOpenAttempts()
-      const toCheck = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))
+      const candidates = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))
       for (const a of openAttempts) {
-        if (!toCheck.has(a.runId)) {
+        if (!candidates.has(a.runId)) {
           const r = yield* store.getRun(a.runId)
-          if (r._tag === "Some") toCheck.set(a.runId, r.value)
+          if (r._tag === "Some") candidates.set(a.runId, r.value)
         }
       }
+      // Only the runs of drivers that are gone: another process on the same database (or this incarnation) may be
+      // driving the others right now.
+      const owners = yield* store.runDrivers([...candidates.values()].map((r) => r.id))
+      const alive = yield* driver.aliveAmong([...owners.values()])
+      const toCheck = new Map([...candidates].filter(([id]) => {
+        const owner = owners.get(id) ?? null
+        return owner === null || !alive.has(owner)
+      }))
       const ended: Array<Run> = []
       for (const run of toCheck.values()) {
         // An attempt without a recorded outcome (`running` is written just before the provider call) leaves it
@@ -927,7 +937,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const untrusted = read === "unknown" ? native : null
         const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"
         const nativeThreadId = read === true ? nativeId : null
-        ended.push(yield* sql.withTransaction(Effect.gen(function*() {
+        ended.push(yield* uow.thread(run.threadId, "ThreadService.recover")(Effect.gen(function*() {
           const now = yield* DateTime.now
           if (untrusted !== null && untrusted.status === "active") {
             yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: now })
@@ -1006,7 +1016,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             handoffId: forked.handoff?.id ?? null
           }
         })
-      ).pipe(sql.withTransaction)
+      ).pipe(uow.thread(command.threadId, "ThreadService.fork"))
     })
 
     /**
@@ -1033,7 +1043,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const last = yield* store.findLastMerge(forkThread.id)
           // The fork's own history starts after its first (synthetic) run.
           const fromRunSeq = last._tag === "Some" ? last.value.throughRunSeq : 1
-          const after = yield* store.listRunsBetween(forkThread.id, fromRunSeq, Number.MAX_SAFE_INTEGER)
+          const after = yield* store.listRunsAfter(forkThread.id, fromRunSeq)
           const firstOpen = after.findIndex((r) => !terminalRunStatuses.includes(r.status))
           const ended = firstOpen === -1 ? after : after.slice(0, firstOpen)
           const merged = ended.length === 0 ? null : yield* lineage.mergeBack(forkThread, parent, providerThread, fromRunSeq, ended)
@@ -1047,7 +1057,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             handoffId: merged?.handoff?.id ?? null
           }
         })
-      ).pipe(sql.withTransaction)
+      ).pipe(uow.thread(command.forkThreadId, "ThreadService.mergeBack"))
     })
 
     /** `/compact` on the thread's active provider thread (see ThreadCompaction). */
@@ -1071,7 +1081,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
                 ? Option.none()
                 : yield* store.getNativeThread(providerThread.activeNativeThreadId)
               const report = notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`)
-              yield* sql.withTransaction(Effect.gen(function*() {
+              yield* uow.thread(thread.id, "ThreadService.compactLost")(Effect.gen(function*() {
                 if (native._tag === "Some") {
                   yield* store.updateNativeThread({ ...native.value, status: "replaced", updatedAt: yield* DateTime.now })
                   yield* store.appendEvent(thread.id, "native_thread.replaced", {

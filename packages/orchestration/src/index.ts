@@ -1,4 +1,5 @@
 export * as ContextHandoffDelivery from "./ContextHandoffDelivery.js"
+export * as DriverRegistry from "./DriverRegistry.js"
 export * as IdGenerator from "./IdGenerator.js"
 export * as ItemLog from "./ItemLog.js"
 export * as OrchestratorConfig from "./OrchestratorConfig.js"

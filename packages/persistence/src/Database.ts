@@ -1,12 +1,14 @@
 /**
- * Database: the SQL client Layers. SQLite (the embedded default) keeps one file under the data directory in WAL
- * mode; the data directory defaults to `./.baton/` and is overridden by `--data-dir` or `BATON_DATA_DIR`. Column
- * names are snake_case in SQL and camelCase in code (the client transforms both ways). Migrations run when the
- * Layer is built.
+ * Database: the SQL client Layers, one schema on two dialects. SQLite (the embedded default, one process) keeps one
+ * file under the data directory in WAL mode; the data directory defaults to `./.baton/` and is overridden by
+ * `--data-dir` or `BATON_DATA_DIR`. Postgres (`BATON_DATABASE_URL`, or `--database-url`) serves several processes on
+ * one database. Column names are snake_case in SQL and camelCase in code (the client transforms both ways).
+ * Migrations run when the Layer is built, safely when several processes start at once.
  */
 import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
-import { Effect, Layer, String as Str } from "effect"
+import { Config, Data, Duration, Effect, Layer, Option, Redacted, Schedule, String as Str } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as Migrations from "./Migrations.js"
@@ -23,6 +25,32 @@ export const resolveSqlitePath = (options: { readonly db?: string | undefined; r
 const names = { transformQueryNames: Str.camelToSnake, transformResultNames: Str.snakeToCamel }
 
 /**
+ * Runs the migrations until every registered one is recorded. Two processes starting on one fresh database race:
+ * on Postgres the Migrator locks its table; on SQLite the loser of the race reports "already running" and would go
+ * on with a half-made schema, so the applied ids are checked and the run retried (every 50 ms, up to 30 s) until the
+ * winner has committed. Fails with `MigrationError`/`SqlError`.
+ */
+const migrate = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const latest = Math.max(...Object.keys(Migrations.migrations).map((k) => Number(k.slice(0, k.indexOf("_")))))
+  const once = Effect.gen(function*() {
+    yield* Migrations.run
+    const rows = yield* sql<{ readonly latest: number | string | null }>`SELECT MAX(migration_id) AS latest FROM effect_sql_migrations`
+    const applied = Number(rows[0]?.latest ?? 0)
+    if (applied < latest) return yield* Effect.fail(new MigrationsIncomplete({ applied, latest }))
+  })
+  yield* Effect.retry(once, {
+    schedule: Schedule.spaced(Duration.millis(50)).pipe(Schedule.upTo(Duration.seconds(30)))
+  })
+})
+
+/** Another process is still applying the migrations (internal; retried by `migrate`). */
+class MigrationsIncomplete extends Data.TaggedError("MigrationsIncomplete")<{
+  readonly applied: number
+  readonly latest: number
+}> {}
+
+/**
  * A SQLite client on `filename` (`:memory:` allowed) with migrations applied. Creates the parent directory.
  * Fails with `SqlError`/`MigrationError` when the file cannot be opened or migrated.
  */
@@ -30,10 +58,11 @@ export const layerSqlite = (filename: string) =>
   Layer.effectDiscard(Effect.zipRight(
     // WAL with synchronous=NORMAL: a commit survives a process crash (the durability Baton's recovery relies
     // on); only a power loss can roll back the last commits. SQLite's recommended setting for WAL mode.
-    // busy_timeout: a second process writing the same file waits for the lock (up to 5 s) instead of failing.
+    // busy_timeout: a second process writing the same file waits for the lock (up to 5 s) instead of failing;
+    // every unit of work writes first (see UnitOfWork), so the wait applies.
     Effect.flatMap(SqlClient.SqlClient, (sql) =>
       Effect.zipRight(sql`PRAGMA synchronous = NORMAL`, sql`PRAGMA busy_timeout = 5000`)),
-    Migrations.run
+    migrate
   )).pipe(
     Layer.provideMerge(
       Layer.unwrapEffect(Effect.sync(() => {
@@ -42,3 +71,59 @@ export const layerSqlite = (filename: string) =>
       }))
     )
   )
+
+/** Options of `layerPg`: the connection URL and the pool size (default 10 connections). */
+export interface PgOptions {
+  readonly url: string
+  readonly maxConnections?: number
+}
+
+/**
+ * A Postgres client on `url` (e.g. `postgres://user@127.0.0.1:5432/baton`; a `?options=-c%20search_path%3DS` suffix
+ * selects a schema) with migrations applied. Integer aggregates (`COUNT`, `MAX`) come back as numbers or strings
+ * and every repository decodes both. Fails with `SqlError` (unreachable server) or `MigrationError`.
+ */
+export const layerPg = (options: PgOptions) =>
+  Layer.effectDiscard(migrate).pipe(
+    Layer.provideMerge(PgClient.layer({
+      url: Redacted.make(options.url),
+      maxConnections: options.maxConnections ?? 10,
+      applicationName: "baton",
+      ...names
+    }))
+  )
+
+/**
+ * The database from configuration: `BATON_DATABASE_URL` (Postgres) when set, else SQLite at
+ * `BATON_DATA_DIR/baton.sqlite` (default `./.baton/baton.sqlite`). Explicit `overrides` (CLI flags) win.
+ */
+export const layerFromConfig = (overrides: { readonly databaseUrl?: string | undefined; readonly db?: string | undefined; readonly dataDir?: string | undefined } = {}) =>
+  Layer.unwrapEffect(Effect.gen(function*() {
+    const url = overrides.databaseUrl ?? Option.getOrUndefined(yield* Config.option(Config.string("BATON_DATABASE_URL")))
+    if (url !== undefined && url !== "" && overrides.db === undefined && overrides.dataDir === undefined) return layerPg({ url })
+    const dataDir = overrides.dataDir ?? Option.getOrUndefined(yield* Config.option(Config.string("BATON_DATA_DIR")))
+    return layerSqlite(overrides.db ?? Path.join(dataDir ?? defaultDataDir, sqliteFileName))
+  }))
+
+/** The Postgres server tests and benchmarks use: `BATON_TEST_DATABASE_URL`, else the local server's `test` database. */
+export const testPgUrl = () => process.env.BATON_TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test"
+
+let isolatedCount = 0
+
+/**
+ * A Postgres database of its own for one test or benchmark: a fresh schema `baton_t_<pid>_<n>_<random>` on the
+ * server at `url` (default `testPgUrl()`), migrated, and dropped (`CASCADE`) when the Layer is released. Returns the
+ * same services as `layerPg`. Fails with `SqlError` when the server is unreachable (CI starts it; see `.ci/run`).
+ */
+export const layerPgIsolated = (url: string = testPgUrl()) => {
+  const schema = `baton_t_${process.pid}_${++isolatedCount}_${Math.random().toString(36).slice(2, 8)}`
+  const admin = PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })
+  const create = Layer.scopedDiscard(Effect.acquireRelease(
+    Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE SCHEMA ${sql(schema)}`),
+    () => Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.orDie)
+  )).pipe(Layer.provide(admin))
+  const separator = url.includes("?") ? "&" : "?"
+  return layerPg({ url: `${url}${separator}options=${encodeURIComponent(`-c search_path=${schema}`)}`, maxConnections: 4 }).pipe(
+    Layer.provide(create)
+  )
+}

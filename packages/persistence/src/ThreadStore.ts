@@ -35,9 +35,10 @@ import {
   type ThreadId
 } from "@baton/contracts"
 import { SqlClient } from "@effect/sql"
-import { DateTime, Effect, Option, Schema } from "effect"
-import { orPersistence } from "./internal/errors.js"
+import { DateTime, Effect, FiberRef, Option, Schema } from "effect"
+import { isContention, orPersistence } from "./internal/errors.js"
 import { Count } from "./internal/Rows.js"
+import { pendingEvents } from "./UnitOfWork.js"
 import * as Table from "./internal/Table.js"
 import {
   DeliveryRow,
@@ -65,6 +66,20 @@ export const ProviderCalibration = Schema.Struct({
 })
 export type ProviderCalibration = typeof ProviderCalibration.Type
 
+/**
+ * One orchestrator incarnation (a process, or a restart of the orchestrator within one): restart recovery
+ * reconciles only the runs of drivers that are gone (see the orchestration `RunDriver`).
+ */
+export const DriverRecord = Schema.Struct({
+  id: Schema.String,
+  host: Schema.String,
+  pid: Schema.Int,
+  startedAt: Schema.DateTimeUtc,
+  heartbeatAt: Schema.DateTimeUtc,
+  stoppedAt: Schema.NullOr(Schema.DateTimeUtc)
+})
+export type DriverRecord = typeof DriverRecord.Type
+
 /** A handoff with its bookkeeping flag: `open` while some destination still owes a delivery. */
 export type StoredHandoff = ContextHandoff & { readonly open: boolean }
 
@@ -74,11 +89,6 @@ const EventRow = Schema.Struct({
 })
 const ReceiptRow = Schema.Struct({ ...Commands.CommandReceipt.fields, result: Schema.parseJson(Schema.Unknown) })
 const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
-
-const isUniqueViolation = (e: { readonly cause?: unknown }) => {
-  const text = String((e.cause as { message?: unknown } | undefined)?.message ?? e.cause ?? "")
-  return /UNIQUE constraint|duplicate key|unique/i.test(text)
-}
 
 export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persistence/ThreadStore", {
   effect: Effect.gen(function*() {
@@ -101,7 +111,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         orPersistence(operation)
       )
 
-    const inChunks = <A>(ids: ReadonlyArray<string>, f: (chunk: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<A>, PersistenceError>) =>
+    const inChunks = <A>(ids: ReadonlyArray<string>, f: (chunk: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<A>, PersistenceError | ConcurrentModification>) =>
       Effect.map(
         Effect.forEach(chunk(ids, 500), f),
         (parts) => parts.flat()
@@ -128,6 +138,24 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "runs.listBetween",
           sql`SELECT * FROM runs WHERE thread_id = ${threadId} AND seq > ${afterSeq} AND seq < ${beforeSeq} ORDER BY seq`
         ),
+      /** Runs of a thread with `seq > afterSeq`, in order (no upper bound: no sentinel is bound into a query). */
+      listRunsAfter: (threadId: ThreadId, afterSeq: number) =>
+        runs.findAll(
+          "runs.listAfter",
+          sql`SELECT * FROM runs WHERE thread_id = ${threadId} AND seq > ${afterSeq} ORDER BY seq`
+        ),
+      /** Records the driver that accepted (and drives) a run. */
+      setRunDriver: (runId: RunId, driverId: string) =>
+        sql`UPDATE runs SET driver_id = ${driverId} WHERE id = ${runId}`.pipe(Effect.asVoid, orPersistence("runs.setDriver")),
+      /** The driver of each run of `runIds` (`null`: accepted before drivers were recorded). */
+      runDrivers: (runIds: ReadonlyArray<RunId>) =>
+        inChunks(runIds, (c) =>
+          Effect.flatMap(
+            sql`SELECT id, driver_id FROM runs WHERE ${sql.in("id", c)}`,
+            Schema.decodeUnknown(Schema.Array(Schema.Struct({ id: Schema.String, driverId: Schema.NullOr(Schema.String) })))
+          ).pipe(orPersistence("runs.drivers"))).pipe(
+            Effect.map((rows) => new Map(rows.map((r) => [r.id, r.driverId])))
+          ),
       /** The run of the thread that is not terminal, if any (at most one by construction). */
       findActiveRun: (threadId: ThreadId) =>
         runs.findOne(
@@ -230,6 +258,61 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM native_threads WHERE provider_thread_id = ${providerThreadId} ORDER BY generation`
         ),
 
+      /**
+       * Takes the provider session of a native thread for `driverId`. Returns `true` when another driver (or none)
+       * held it: the caller must resume the native thread before use, and its next turn may replay history (the
+       * replay window opens). Returns `false` when `driverId` already held it.
+       */
+      takeSession: (nativeThreadId: NativeThreadId, driverId: string) =>
+        Effect.gen(function*() {
+          const rows = yield* Effect.flatMap(
+            sql`SELECT session_driver_id FROM native_threads WHERE id = ${nativeThreadId}`,
+            Schema.decodeUnknown(Schema.Array(Schema.Struct({ sessionDriverId: Schema.NullOr(Schema.String) })))
+          )
+          if (rows[0]?.sessionDriverId === driverId) return false
+          yield* sql`UPDATE native_threads SET session_driver_id = ${driverId}, replay_window = 1 WHERE id = ${nativeThreadId}`
+          return true
+        }).pipe(orPersistence("native_threads.takeSession")),
+      /** Whether a driver other than `driverId` (or none) holds the provider session of `nativeThreadId`. */
+      sessionHeldElsewhere: (nativeThreadId: NativeThreadId, driverId: string) =>
+        Effect.flatMap(
+          sql`SELECT session_driver_id FROM native_threads WHERE id = ${nativeThreadId}`,
+          Schema.decodeUnknown(Schema.Array(Schema.Struct({ sessionDriverId: Schema.NullOr(Schema.String) })))
+        ).pipe(Effect.map((rows) => rows[0]?.sessionDriverId !== driverId), orPersistence("native_threads.sessionHeldElsewhere")),
+      /** Records that `driverId` started `nativeThreadId` itself: it holds the session, nothing to replay. */
+      holdSession: (nativeThreadId: NativeThreadId, driverId: string) =>
+        sql`UPDATE native_threads SET session_driver_id = ${driverId}, replay_window = 0 WHERE id = ${nativeThreadId}`.pipe(
+          Effect.asVoid,
+          orPersistence("native_threads.holdSession")
+        ),
+      /** Closes the replay window of a native thread; `true` when it was open (the turn may hold a replay). */
+      takeReplayWindow: (nativeThreadId: NativeThreadId) =>
+        Effect.gen(function*() {
+          const rows = yield* Effect.flatMap(
+            sql`SELECT replay_window FROM native_threads WHERE id = ${nativeThreadId}`,
+            Schema.decodeUnknown(Schema.Array(Schema.Struct({ replayWindow: Schema.Number })))
+          )
+          if ((rows[0]?.replayWindow ?? 0) === 0) return false
+          yield* sql`UPDATE native_threads SET replay_window = 0 WHERE id = ${nativeThreadId}`
+          return true
+        }).pipe(orPersistence("native_threads.takeReplayWindow")),
+
+      // ---- drivers (orchestrator incarnations)
+      insertDriver: (d: DriverRecord) =>
+        Effect.flatMap(Schema.encode(DriverRecord)(d), (row) => sql`INSERT INTO drivers ${sql.insert(row)}`).pipe(
+          Effect.asVoid,
+          orPersistence("drivers.insert")
+        ),
+      /** Refreshes a driver's heartbeat (`stopped`: it shut down cleanly). */
+      touchDriver: (id: string, at: DateTime.Utc, stopped: boolean) =>
+        sql`UPDATE drivers SET heartbeat_at = ${DateTime.formatIso(at)}, stopped_at = ${stopped ? DateTime.formatIso(at) : null}
+            WHERE id = ${id}`.pipe(Effect.asVoid, orPersistence("drivers.touch")),
+      getDrivers: (ids: ReadonlyArray<string>) =>
+        inChunks(ids, (c) =>
+          Effect.flatMap(sql`SELECT * FROM drivers WHERE ${sql.in("id", c)}`, Schema.decodeUnknown(Schema.Array(DriverRecord))).pipe(
+            orPersistence("drivers.get")
+          )),
+
       // ---- handoffs and deliveries
       insertHandoff: (h: StoredHandoff) => handoffs.insert(h),
       updateHandoff: (h: StoredHandoff) => handoffs.update(h),
@@ -316,10 +399,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           const row = { threadId, seq, type, payload: JSON.stringify(payload), createdAt: DateTime.formatIso(createdAt) }
           yield* sql`INSERT INTO thread_events ${sql.insert(row)}`.pipe(
             Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
-              isUniqueViolation(e)
-                ? Effect.fail(new ConcurrentModification({ threadId }))
+              isContention(e)
+                ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
                 : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) })))
           )
+          const pending = yield* FiberRef.get(pendingEvents)
+          if (pending !== null) pending.push({ threadId, seq, type, payload, createdAt })
           return seq
         }),
       listEvents: (threadId: ThreadId) =>

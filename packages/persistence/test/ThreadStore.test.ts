@@ -99,16 +99,21 @@ describe("ThreadStore on a SQLite file", () => {
       expect(events.map((e) => e.type)).toEqual(["thread.created"])
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
-  it.effect("an unknown id reads as None, a duplicate item id is a PersistenceError naming the operation", () =>
+  it.effect("an unknown id reads as None; a duplicate key is a ConcurrentModification (by driver code), a storage fault a PersistenceError, each naming the operation", () =>
     Effect.gen(function*() {
       const store = yield* ThreadStore
+      const sql = yield* SqlClient.SqlClient
       const now = yield* DateTime.now
       expect((yield* store.getThread("thr_missing" as ThreadId))._tag).toBe("None")
       yield* store.insertThread(thread("thr_3", now))
       yield* store.insertItems([item("thr_3" as ThreadId, 1, now)])
-      const error = yield* Effect.flip(store.insertItems([item("thr_3" as ThreadId, 1, now)]))
-      expect(error._tag).toBe("PersistenceError")
-      expect(error.operation).toBe("items.insert")
+      const duplicate = yield* Effect.flip(store.insertItems([item("thr_3" as ThreadId, 1, now)]))
+      expect(duplicate._tag).toBe("ConcurrentModification")
+      expect(duplicate._tag === "ConcurrentModification" && duplicate.operation).toBe("items.insert")
+      yield* sql`DROP TABLE offloads`
+      const fault = yield* Effect.flip(store.listOffloads("thr_3" as ThreadId))
+      expect(fault._tag).toBe("PersistenceError")
+      expect(fault.message).toBe("storage error in offloads.list: SqlError: Failed to prepare statement  (SQLITE_ERROR: no such table: offloads)")
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
   it.effect("a provider's calibration reads as None until written; an upsert replaces it (ratio kept to full precision)", () =>

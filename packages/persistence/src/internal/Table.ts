@@ -2,25 +2,25 @@
  * A thin typed table accessor: encodes domain values through their row schema on the way in and decodes rows on
  * the way out, mapping every failure to `PersistenceError` with the operation name.
  */
-import type { PersistenceError } from "@baton/contracts"
+import type { ConcurrentModification, PersistenceError } from "@baton/contracts"
 import type { SqlClient } from "@effect/sql"
 import type { Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { orPersistence } from "./errors.js"
 
 export interface Table<A> {
-  readonly insert: (value: A) => Effect.Effect<void, PersistenceError>
-  readonly insertMany: (values: ReadonlyArray<A>) => Effect.Effect<void, PersistenceError>
+  readonly insert: (value: A) => Effect.Effect<void, PersistenceError | ConcurrentModification>
+  readonly insertMany: (values: ReadonlyArray<A>) => Effect.Effect<void, PersistenceError | ConcurrentModification>
   /** Replaces every column of the row with the same `id`. */
-  readonly update: (value: A) => Effect.Effect<void, PersistenceError>
+  readonly update: (value: A) => Effect.Effect<void, PersistenceError | ConcurrentModification>
   readonly findAll: (
     operation: string,
     query: Statement.Statement<unknown>
-  ) => Effect.Effect<ReadonlyArray<A>, PersistenceError>
+  ) => Effect.Effect<ReadonlyArray<A>, PersistenceError | ConcurrentModification>
   readonly findOne: (
     operation: string,
     query: Statement.Statement<unknown>
-  ) => Effect.Effect<Option.Option<A>, PersistenceError>
+  ) => Effect.Effect<Option.Option<A>, PersistenceError | ConcurrentModification>
 }
 
 export const make = <A, I extends { readonly id?: unknown }>(

@@ -1,16 +1,66 @@
-import { PersistenceError } from "@baton/contracts"
+import { ConcurrentModification, PersistenceError } from "@baton/contracts"
 import { Effect } from "effect"
 
+interface DriverCause {
+  readonly message?: unknown
+  readonly code?: unknown
+}
+type SqlLike = { readonly message?: string; readonly _tag?: string; readonly cause?: unknown }
+
 /** The most specific message of an error: its cause's (e.g. SQLite's `SQLITE_BUSY: database is locked`), else its own. */
-const detailOf = (e: { readonly message?: string; readonly _tag?: string; readonly cause?: unknown }) => {
-  const cause = e.cause as { readonly message?: unknown; readonly code?: unknown } | undefined
+const detailOf = (e: SqlLike) => {
+  const cause = e.cause as DriverCause | undefined
   const causeText = cause?.message === undefined ? "" : `${cause.code === undefined ? "" : `${String(cause.code)}: `}${String(cause.message)}`
   return `${e._tag ?? "Error"}: ${String(e.message ?? e)}${causeText === "" ? "" : ` (${causeText})`}`
 }
 
-/** Maps any `SqlError`/`ParseError` of a repository call to one `PersistenceError` carrying the operation name. */
+/**
+ * Driver error codes that mean "another writer got there first" (retry the command), never a storage fault:
+ * Postgres `23505` unique_violation, `40001` serialization_failure, `40P01` deadlock_detected; SQLite's extended
+ * codes for a unique or primary-key violation and for a lock it did not get within the busy timeout.
+ * Sources: PostgreSQL "Appendix A. Error Codes"; SQLite "Result and Error Codes" (better-sqlite3 reports `code`).
+ */
+const contentionCodes = new Set([
+  "23505",
+  "40001",
+  "40P01",
+  "SQLITE_CONSTRAINT_UNIQUE",
+  "SQLITE_CONSTRAINT_PRIMARYKEY",
+  "SQLITE_BUSY",
+  "SQLITE_BUSY_SNAPSHOT",
+  "SQLITE_BUSY_RECOVERY",
+  "SQLITE_BUSY_TIMEOUT",
+  "SQLITE_LOCKED"
+])
+
+/** The driver's error code of a `SqlError` (its cause's `code`), if any. */
+export const driverCode = (e: SqlLike): string | null => {
+  const code = (e.cause as DriverCause | undefined)?.code
+  return typeof code === "string" ? code : null
+}
+
+/** Whether a `SqlError` is a lost race (unique violation or write contention) rather than a storage fault. */
+export const isContention = (e: SqlLike) => {
+  const code = driverCode(e)
+  return code !== null && contentionCodes.has(code)
+}
+
+/** Maps one `SqlError`/`ParseError` to `ConcurrentModification` (by driver code) or `PersistenceError`. */
+export const toBoundary = (operation: string, e: SqlLike): ConcurrentModification | PersistenceError =>
+  e._tag === "ConcurrentModification"
+    ? e as ConcurrentModification
+    : e._tag === "PersistenceError"
+    ? e as PersistenceError
+    : isContention(e)
+    ? new ConcurrentModification({ operation })
+    : new PersistenceError({ operation, detail: detailOf(e).slice(0, 2000) })
+
+/**
+ * Maps any `SqlError`/`ParseError` of a repository call to `ConcurrentModification` (a unique violation or write
+ * contention, by driver code) or one `PersistenceError` carrying the operation name.
+ */
 export const orPersistence = (operation: string) =>
-<A, E extends { readonly message?: string; readonly _tag?: string; readonly cause?: unknown }, R>(
+<A, E extends SqlLike, R>(
   self: Effect.Effect<A, E, R>
-): Effect.Effect<A, PersistenceError, R> =>
-  Effect.mapError(self, (e) => new PersistenceError({ operation, detail: detailOf(e).slice(0, 2000) }))
+): Effect.Effect<A, PersistenceError | ConcurrentModification, R> =>
+  Effect.mapError(self, (e) => toBoundary(operation, e))

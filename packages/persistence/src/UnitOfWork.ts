@@ -1,0 +1,100 @@
+/**
+ * UnitOfWork: the one way orchestration writes. Each unit of work is a transaction that takes its thread's lock
+ * first and maps every driver error to a boundary error, so `SqlError` never reaches a service's error channel.
+ *
+ * - The thread's lock: on Postgres the thread row `SELECT … FOR UPDATE` (writers to one thread queue on the row,
+ *   writers to other threads do not wait); on SQLite the first statement is a write to the thread row
+ *   (`lock_version`), which takes the database's write lock before any read — the effect of `BEGIN IMMEDIATE`: a
+ *   second process waits under the busy timeout instead of failing with `SQLITE_BUSY_SNAPSHOT` when its snapshot
+ *   goes stale. Correctness never relies on SQLite's single connection: the same suites run on Postgres.
+ * - Errors: a unique violation or write contention (by driver code, see `internal/errors.ts`) is a
+ *   `ConcurrentModification` naming the thread; anything else a `PersistenceError` naming the unit of work.
+ * - Nesting: a unit of work inside another joins it (a savepoint), takes no second lock and publishes nothing.
+ * - Events: thread events appended inside a unit of work are handed to `afterCommit` listeners only once the
+ *   outermost transaction has committed (see `ThreadEventBus`).
+ *
+ * It does not decide anything about threads; services call it with the effect that is their unit of work.
+ */
+import { ConcurrentModification, type PersistenceError, type ThreadEvent } from "@baton/contracts"
+import { SqlClient } from "@effect/sql"
+import { Effect, FiberRef, Option, PubSub } from "effect"
+import { toBoundary } from "./internal/errors.js"
+
+/** Events appended in the current unit of work, published after it commits (`null` outside a unit of work). */
+export const pendingEvents: FiberRef.FiberRef<Array<ThreadEvent> | null> = FiberRef.unsafeMake<Array<ThreadEvent> | null>(null)
+
+/**
+ * The post-commit event bus of this process: subscribers see a thread event only after the transaction that
+ * appended it committed, in append order. Other processes see it through the event log (`afterSeq` cursors).
+ */
+export class ThreadEventBus extends Effect.Service<ThreadEventBus>()("@baton/persistence/ThreadEventBus", {
+  scoped: Effect.gen(function*() {
+    const hub = yield* Effect.acquireRelease(PubSub.unbounded<ThreadEvent>(), PubSub.shutdown)
+    return {
+      /** Publishes committed events, in order. */
+      publish: (events: ReadonlyArray<ThreadEvent>) => events.length === 0 ? Effect.void : Effect.asVoid(hub.publishAll(events)),
+      /** A subscription (scoped): every event committed after it was taken. */
+      subscribe: hub.subscribe
+    }
+  })
+}) {}
+
+type Mapped<E> = Exclude<E, { readonly _tag: "SqlError" } | { readonly _tag: "ParseError" }> | PersistenceError | ConcurrentModification
+
+export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence/UnitOfWork", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const bus = yield* ThreadEventBus
+
+    /** The statement that takes a thread's lock, per dialect (the one place the dialects differ here). */
+    const lockThread = (threadId: string) =>
+      sql.onDialectOrElse({
+        pg: () => sql`SELECT id FROM threads WHERE id = ${threadId} FOR UPDATE`,
+        orElse: () => sql`UPDATE threads SET lock_version = lock_version + 1 WHERE id = ${threadId}`
+      })
+
+    /** On SQLite a unit of work with no thread yet (create) takes the write lock with its first write anyway. */
+    const mapErrors = <A, E, R>(operation: string, threadId: string | null, self: Effect.Effect<A, E, R>) =>
+      Effect.mapError(self, (e): Mapped<E> => {
+        const tag = (e as { readonly _tag?: unknown })._tag
+        if (tag === "SqlError" || tag === "ParseError") {
+          const mapped = toBoundary(operation, e as { readonly _tag: string })
+          return mapped._tag === "ConcurrentModification" && threadId !== null && mapped.threadId === undefined
+            ? new ConcurrentModification({ threadId, operation: mapped.operation ?? operation })
+            : mapped
+        }
+        if (tag === "ConcurrentModification" && threadId !== null) {
+          const c = e as ConcurrentModification
+          if (c.threadId === undefined) return new ConcurrentModification({ threadId, operation: c.operation ?? operation })
+        }
+        return e as Mapped<E>
+      })
+
+    const run = <A, E, R>(operation: string, threadId: string | null, self: Effect.Effect<A, E, R>) =>
+      Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (outer) => {
+        if (Option.isSome(outer)) return mapErrors(operation, threadId, sql.withTransaction(self))
+        return Effect.gen(function*() {
+          const events: Array<ThreadEvent> = []
+          const body = threadId === null ? self : Effect.zipRight(lockThread(threadId), self)
+          const result = yield* mapErrors(
+            operation,
+            threadId,
+            sql.withTransaction(Effect.locally(body, pendingEvents, events))
+          )
+          yield* bus.publish(events)
+          return result
+        })
+      })
+
+    return {
+      /**
+       * Runs `self` as one unit of work on `threadId`: one transaction, the thread's lock first, committed or rolled
+       * back whole; events it appended are published after the commit. Fails with `self`'s errors (less `SqlError` /
+       * `ParseError`), `ConcurrentModification` (lost race, retry) or `PersistenceError` (naming `operation`).
+       */
+      thread: (threadId: string, operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) => run(operation, threadId, self),
+      /** A unit of work that concerns no existing thread (creating one, process bookkeeping). */
+      global: (operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) => run(operation, null, self)
+    }
+  })
+}) {}

@@ -1,0 +1,130 @@
+import type { ProviderThreadId, Run, RunId, ThreadId } from "@baton/contracts"
+import { Database, Migrations, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, DateTime, Effect, Fiber, Layer, Queue, Stream } from "effect"
+
+/** The persistence suite runs on every dialect: a `:memory:` SQLite database and a fresh schema on the real Postgres. */
+const dialects = [
+  ["SQLite", () => Database.layerSqlite(":memory:")],
+  ["Postgres", () => Database.layerPgIsolated()]
+] as const
+
+const layerOn = (db: () => Layer.Layer<SqlClient.SqlClient, unknown>) =>
+  UnitOfWork.Default.pipe(
+    Layer.provideMerge(ThreadStore.Default),
+    Layer.provideMerge(ThreadEventBus.Default),
+    Layer.provideMerge(Layer.orDie(db()))
+  )
+
+const thread = (id: string, now: DateTime.Utc) => ({
+  id: id as ThreadId,
+  title: "a thread",
+  activeProviderThreadId: null,
+  createdAt: now,
+  updatedAt: now
+})
+
+const run = (threadId: string, seq: number, now: DateTime.Utc): Run => ({
+  id: `run_${threadId}_${seq}` as RunId,
+  threadId: threadId as ThreadId,
+  seq,
+  providerThreadId: "pth_1" as ProviderThreadId,
+  status: "completed",
+  prompt: `prompt ${seq}`,
+  stopPoint: null,
+  failureReason: null,
+  nativeThreadId: null,
+  createdAt: now,
+  updatedAt: now
+})
+
+describe.each(dialects)("persistence on %s", (_label, db) => {
+  it.live("applies every registered migration once", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const applied = yield* sql<{ migrationId: number }>`SELECT migration_id FROM effect_sql_migrations ORDER BY migration_id`
+      const registered = Object.keys(Migrations.migrations).map((key) => Number(key.slice(0, key.indexOf("_"))))
+      expect(applied.map((m) => Number(m.migrationId))).toEqual(registered)
+    }).pipe(Effect.provide(layerOn(db))))
+
+  it.live("a duplicate key inside a unit of work is a ConcurrentModification naming the thread, and nothing of it is written", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const now = yield* DateTime.now
+      yield* uow.global("test.create")(store.insertThread(thread("thr_a", now)))
+      yield* uow.thread("thr_a", "test.first")(store.insertRun(run("thr_a", 1, now)))
+      const lost = yield* Effect.flip(uow.thread("thr_a", "test.second")(Effect.gen(function*() {
+        yield* store.appendEvent("thr_a" as ThreadId, "thread.created", { title: "x" })
+        yield* store.insertRun({ ...run("thr_a", 1, now), id: "run_other" as RunId })
+      })))
+      expect(lost._tag).toBe("ConcurrentModification")
+      expect(lost.message).toBe("thread thr_a was changed by another writer (runs.insert); retry the command")
+      expect((yield* store.listEvents("thr_a" as ThreadId)).length).toBe(0)
+      expect((yield* store.listRuns("thr_a" as ThreadId)).map((r) => r.id)).toEqual(["run_thr_a_1"])
+    }).pipe(Effect.provide(layerOn(db))))
+
+  it.live("runs after a seq: no upper bound is bound into the query (a sentinel does not fit INTEGER)", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const now = yield* DateTime.now
+      yield* uow.global("test.create")(store.insertThread(thread("thr_b", now)))
+      yield* uow.thread("thr_b", "test.runs")(Effect.forEach([1, 2, 3], (n) => store.insertRun(run("thr_b", n, now))))
+      expect((yield* store.listRunsAfter("thr_b" as ThreadId, 1)).map((r) => r.seq)).toEqual([2, 3])
+    }).pipe(Effect.provide(layerOn(db))))
+
+  it.live("concurrent units of work on one thread serialise: 20 read-modify-write increments, none lost", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const sql = yield* SqlClient.SqlClient
+      const now = yield* DateTime.now
+      yield* uow.global("test.create")(store.insertThread(thread("thr_c", now)))
+      // Each unit of work reads the next seq and inserts a run with it: without the lock two would read the same
+      // seq and one would lose (a duplicate key).
+      yield* Effect.forEach(
+        Array.from({ length: 20 }, (_, i) => i),
+        () =>
+          uow.thread("thr_c", "test.increment")(Effect.gen(function*() {
+            const seq = yield* store.nextRunSeq("thr_c" as ThreadId)
+            yield* Effect.sleep("1 millis")
+            yield* store.insertRun(run("thr_c", seq, now))
+          })),
+        { concurrency: "unbounded", discard: true }
+      )
+      const seqs = (yield* store.listRuns("thr_c" as ThreadId)).map((r) => r.seq)
+      expect(seqs).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+      const versions = yield* sql<{ lockVersion: number }>`SELECT lock_version FROM threads WHERE id = 'thr_c'`
+      expect(versions.length).toBe(1)
+    }).pipe(Effect.provide(layerOn(db))))
+
+  it.live("events reach subscribers only after their unit of work commits; a rolled-back unit publishes nothing", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const bus = yield* ThreadEventBus
+      const now = yield* DateTime.now
+      yield* uow.global("test.create")(store.insertThread(thread("thr_d", now)))
+      const seen = yield* Queue.unbounded<string>()
+      const subscription = yield* bus.subscribe
+      const reader = yield* Effect.fork(Stream.fromQueue(subscription).pipe(
+        Stream.take(2),
+        Stream.runForEach((e) => Queue.offer(seen, `${e.seq}:${e.type}`))
+      ))
+      yield* uow.thread("thr_d", "test.events")(Effect.gen(function*() {
+        yield* store.appendEvent("thr_d" as ThreadId, "thread.created", { title: "t" })
+        // Not visible yet: the transaction is open.
+        yield* Effect.sleep("20 millis")
+        expect(yield* Queue.size(seen)).toBe(0)
+      }))
+      yield* Effect.flip(uow.thread("thr_d", "test.rolledBack")(Effect.gen(function*() {
+        yield* store.appendEvent("thr_d" as ThreadId, "run.queued", { runId: "x" })
+        return yield* Effect.fail("abandon" as const)
+      })))
+      yield* uow.thread("thr_d", "test.events2")(store.appendEvent("thr_d" as ThreadId, "run.queued", { runId: "y" }))
+      yield* Fiber.join(reader)
+      expect(Chunk.toArray(yield* Queue.takeAll(seen))).toEqual(["1:thread.created", "2:run.queued"])
+    }).pipe(Effect.scoped, Effect.provide(layerOn(db))))
+})
