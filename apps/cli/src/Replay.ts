@@ -132,6 +132,8 @@ export const replay = (
     return yield* Effect.gen(function*() {
       const service = yield* ThreadService.ThreadService
       const store = yield* ThreadStore
+      // A write command reconciles what a killed process left unfinished on this database (runs of gone drivers).
+      yield* service.recover()
       let runs = 0, completed = 0, failed = 0, faultFailed = 0, interrupted = 0, switches = 0, compactions = 0
       let items = 0
       const violations: Array<string> = []

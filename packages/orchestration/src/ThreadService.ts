@@ -360,14 +360,14 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       itemLog.append(threadId, run.id, items)
 
     /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
-    const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage) {
+    const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean) {
       const lone = loneSurrogateAt(command.text)
       if (lone >= 0) {
         return yield* new InvalidRequest({ reason: `the prompt is not well-formed Unicode: lone surrogate at index ${lone}` })
       }
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
-      if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+      if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = yield* getProviderThread(thread)
       // A provider this process does not have fails the command before anything is written (UnknownProvider).
       yield* registry.get(providerThread.providerInstance)
@@ -459,6 +459,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const claimed = yield* uow.thread(run.threadId, "ThreadService.claimRun")(Effect.gen(function*() {
         const current = yield* store.getRun(runId)
         if (current._tag === "None" || current.value.status !== "queued") return null
+        // Runs of a thread start in seq order, one at a time (across processes: this runs under the thread's lock).
+        const first = yield* store.findFirstUnfinishedRun(current.value.threadId)
+        if (first._tag === "Some" && first.value.id !== runId) return null
         const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
         yield* store.updateRun(starting)
         return starting
@@ -820,17 +823,18 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         yield* store.updateReceipt(command.commandId, JSON.parse(JSON.stringify(result)))
         return result
       }
-      const run = yield* queueRun(command)
+      const run = yield* queueRun(command, false)
       const result = yield* processRun(run.id)
       yield* store.updateReceipt(command.commandId, JSON.parse(JSON.stringify(result)))
       return result
     })
 
     /**
-     * Queues a run without starting it (a client that starts runs separately, or one about to interrupt). A
-     * repeated command id returns the run it queued first.
+     * Queues a run without starting it (the run driver starts it; or a client about to interrupt). A repeated command
+     * id returns the run it queued first. With `queueBehind` the run is queued behind the thread's unfinished runs
+     * (they run first, in seq order); without it a thread with a run in progress fails with `RunInProgress`.
      */
-    const enqueueMessage = (command: Commands.SendMessage) =>
+    const enqueueMessage = (command: Commands.SendMessage, options: { readonly queueBehind?: boolean } = {}) =>
       Effect.gen(function*() {
         const seen = yield* priorReceipt(command.commandId, "SendMessage", command.threadId)
         if (seen._tag === "Some") {
@@ -838,7 +842,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const run = yield* store.getRun(runId)
           if (run._tag === "Some") return run.value
         }
-        return yield* queueRun(command)
+        return yield* queueRun(command, options.queueBehind === true)
       })
 
     /**

@@ -164,6 +164,13 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
               AND status IN ('queued', 'starting', 'running') ORDER BY seq DESC LIMIT 1`
         ),
 
+      /** The thread's unfinished run with the lowest seq: the one that runs next (or is running). */
+      findFirstUnfinishedRun: (threadId: ThreadId) =>
+        runs.findOne(
+          "runs.findFirstUnfinished",
+          sql`SELECT * FROM runs WHERE thread_id = ${threadId}
+              AND status IN ('queued', 'starting', 'running') ORDER BY seq LIMIT 1`
+        ),
       /** Every run of every thread that is not terminal (after a crash: the runs to reconcile). */
       listUnfinishedRuns: () =>
         runs.findAll(

@@ -53,7 +53,12 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
         orElse: () => sql`UPDATE threads SET lock_version = lock_version + 1 WHERE id = ${threadId}`
       })
 
-    /** On SQLite a unit of work with no thread yet (create) takes the write lock with its first write anyway. */
+    /** The statement a unit of work with no thread takes first: SQLite's write lock; nothing on Postgres. */
+    const lockDatabase = sql.onDialectOrElse({
+      pg: () => Effect.void,
+      orElse: () => Effect.asVoid(sql`UPDATE database_lock SET version = version + 1 WHERE id = 1`)
+    })
+
     const mapErrors = <A, E, R>(operation: string, threadId: string | null, self: Effect.Effect<A, E, R>) =>
       Effect.mapError(self, (e): Mapped<E> => {
         const tag = (e as { readonly _tag?: unknown })._tag
@@ -75,7 +80,7 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
         if (Option.isSome(outer)) return mapErrors(operation, threadId, sql.withTransaction(self))
         return Effect.gen(function*() {
           const events: Array<ThreadEvent> = []
-          const body = threadId === null ? self : Effect.zipRight(lockThread(threadId), self)
+          const body = Effect.zipRight(threadId === null ? lockDatabase : lockThread(threadId), self)
           const result = yield* mapErrors(
             operation,
             threadId,

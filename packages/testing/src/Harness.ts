@@ -37,7 +37,16 @@ export interface Harness {
 }
 
 /**
- * The orchestrator over `adapters` on the SQLite database `db` (a path or `:memory:`), with sequential ids and
+ * The `db` that selects the real Postgres server (a fresh schema per Layer build, dropped after) instead of a SQLite
+ * file: see `Database.layerPgIsolated` (`BATON_TEST_DATABASE_URL`, default the local server's `test` database).
+ */
+export const postgres = "postgres"
+
+/** The dialects every storage and orchestration core suite runs on: `[label, db]` pairs for `make` / `makeLayer`. */
+export const dialects = [["SQLite", ":memory:"], ["Postgres", postgres]] as const
+
+/**
+ * The orchestrator over `adapters` on the SQLite database `db` (or `postgres`) (a path or `:memory:`), with sequential ids and
  * `config` over the defaults — for tests that wrap an adapter (e.g. to hold a turn open) or restart on the same file
  * (a second process on the same database needs its own `idNamespace` for the sequential ids).
  */
@@ -50,7 +59,7 @@ export const makeLayer = (
   summariser: ScriptedSummariser.ScriptedSummariser = ScriptedSummariser.make(counter)
 ) =>
   OrchestratorLayer.layer.pipe(
-    Layer.provideMerge(Database.layerSqlite(db)),
+    Layer.provideMerge(db === postgres ? Database.layerPgIsolated() : Database.layerSqlite(db)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),

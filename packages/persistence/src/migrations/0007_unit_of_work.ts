@@ -4,6 +4,8 @@
  * - `threads.lock_version`: the row every unit of work on a thread writes first. On SQLite that first write takes
  *   the database's write lock before any read (the effect of `BEGIN IMMEDIATE`: a second process waits under the busy
  *   timeout instead of failing with `SQLITE_BUSY_SNAPSHOT`); on Postgres the thread row is locked `FOR UPDATE`.
+ * - `database_lock`: one row that a SQLite unit of work concerning no existing thread (creating a thread, process
+ *   bookkeeping) writes first, for the same reason. Postgres needs no such lock (unique keys decide those races).
  * - `drivers`: one row per orchestrator incarnation (a process, or a restart of the orchestrator within one), with
  *   its host, pid and heartbeat, so restart recovery reconciles only the runs of drivers that are gone.
  * - `runs.driver_id`: the driver that accepted (and drives) the run.
@@ -16,6 +18,8 @@ import { Effect } from "effect"
 export default Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   yield* sql`ALTER TABLE threads ADD COLUMN lock_version INTEGER NOT NULL DEFAULT 0`
+  yield* sql`CREATE TABLE database_lock (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)`
+  yield* sql`INSERT INTO database_lock (id, version) VALUES (1, 0)`
   yield* sql`CREATE TABLE drivers (
     id TEXT PRIMARY KEY,
     host TEXT NOT NULL,

@@ -1,0 +1,244 @@
+/**
+ * RunDriver: runs each thread's queued runs in order, one at a time, in the background of this process, so a send
+ * returns its run id at once (the asynchronous surface a server needs); `sendAndWait` is the synchronous helper on
+ * top of it.
+ *
+ * - `submit` queues the run (behind the thread's unfinished runs: never `RunInProgress`) and wakes the thread's
+ *   worker. One worker fiber per thread with queued runs; it claims the next run under the thread's lock
+ *   (ThreadService.processRun: a run starts only when every earlier run of its thread has ended), so across
+ *   processes on one database a thread's runs still run in seq order, one at a time. A run ahead that another
+ *   process is driving is waited for (polled, 25 ms doubling to 1 s).
+ * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
+ *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
+ *   run's outcome is already recorded and the thread takes the next run.
+ * - At start it reconciles what gone drivers left unfinished (ThreadService.recover).
+ * - At shutdown (its scope closing, e.g. on SIGTERM) it stops taking runs and interrupts the runs in flight the same
+ *   way, so each ends with a recorded outcome.
+ *
+ * Fiber bookkeeping (which threads have a worker here, which run each fiber drives) is process-local runtime state;
+ * everything two processes must agree on is in the database.
+ */
+import { type Commands, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId } from "@baton/contracts"
+import { ThreadStore } from "@baton/persistence"
+import { Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { OrchestratorConfig } from "./OrchestratorConfig.js"
+import { type SendResult, ThreadService } from "./ThreadService.js"
+
+/** What `submit` answers at once: the queued run. */
+export interface RunAccepted {
+  readonly runId: RunId
+  readonly runSeq: number
+  readonly threadId: ThreadId
+  readonly status: Run["status"]
+}
+
+/** A run's result as the record tells it (another process drove it, or the report is gone). */
+const fromRecord = (r: Run): SendResult => ({
+  runId: r.id,
+  runSeq: r.seq,
+  status: r.status,
+  providerInstance: "",
+  nativeGeneration: null,
+  usedTokens: null,
+  window: 0,
+  turnStart: null,
+  failureReason: r.failureReason
+})
+
+const backoff = (pause: number) => Math.min(1_000, pause * 2)
+
+export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration/RunDriver", {
+  scoped: Effect.gen(function*() {
+    const threads = yield* ThreadService
+    const store = yield* ThreadStore
+    const config = yield* OrchestratorConfig
+    const scope = yield* Effect.scope
+    const workers = new Map<string, Fiber.RuntimeFiber<void, never>>()
+    const again = new Set<string>()
+    const inFlight = new Map<string, Fiber.RuntimeFiber<SendResult, unknown>>()
+    /** Callers waiting for a run this process may drive: its result (rich turn-start report) or its failure. */
+    const waiting = new Map<string, { readonly threadId: string; readonly deferred: Deferred.Deferred<SendResult, unknown> }>()
+    let stopping = false
+    const mutex = yield* Effect.makeSemaphore(1)
+
+    /** Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), polling. */
+    const waitWhileFirst = (threadId: ThreadId, runId: RunId) =>
+      Effect.gen(function*() {
+        let pause = 25
+        while (!stopping) {
+          const first = yield* store.findFirstUnfinishedRun(threadId)
+          if (first._tag === "None" || first.value.id !== runId) return
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = backoff(pause)
+        }
+      })
+
+    /** Polls the record until the run ends. */
+    const pollEnded = (runId: RunId) =>
+      Effect.gen(function*() {
+        let pause = 25
+        let found = yield* store.getRun(runId)
+        while (found._tag === "Some" && !terminalRunStatuses.includes(found.value.status)) {
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = backoff(pause)
+          found = yield* store.getRun(runId)
+        }
+        return found
+      })
+
+    const settle = (runId: string, exit: Exit.Exit<SendResult, unknown>) =>
+      Effect.suspend(() => {
+        const w = waiting.get(runId)
+        return w === undefined ? Effect.void : Effect.asVoid(Deferred.done(w.deferred, exit))
+      })
+
+    /** Drives the thread's queued runs until none is left. */
+    const work = (threadId: ThreadId): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        while (!stopping) {
+          const first = yield* store.findFirstUnfinishedRun(threadId)
+          if (first._tag === "None") {
+            const done = yield* mutex.withPermits(1)(Effect.sync(() => {
+              if (again.delete(threadId)) return false
+              workers.delete(threadId)
+              return true
+            }))
+            if (done) return
+            continue
+          }
+          const run = first.value
+          if (run.status !== "queued") {
+            // Started by another driver (a gone driver's run is ended by recovery): wait until it ends.
+            yield* waitWhileFirst(threadId, run.id)
+            continue
+          }
+          const fiber = yield* Effect.forkIn(threads.processRun(run.id), scope)
+          inFlight.set(run.id, fiber)
+          const exit = yield* Fiber.await(fiber)
+          inFlight.delete(run.id)
+          yield* settle(run.id, exit)
+          // Another process claimed the run meanwhile: wait until it ends there.
+          if (Exit.isSuccess(exit) && !terminalRunStatuses.includes(exit.value.status)) yield* waitWhileFirst(threadId, run.id)
+        }
+      }).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.gen(function*() {
+            yield* Effect.logError(`run driver for thread ${threadId} stopped`, cause)
+            yield* mutex.withPermits(1)(Effect.sync(() => void workers.delete(threadId)))
+            for (const w of waiting.values()) if (w.threadId === threadId) yield* Deferred.failCause(w.deferred, cause)
+          })
+        )
+      )
+
+    /** Starts the thread's worker, or tells the running one to look again. */
+    const wake = (threadId: ThreadId) =>
+      mutex.withPermits(1)(Effect.gen(function*() {
+        if (stopping) return
+        if (workers.has(threadId)) return void again.add(threadId)
+        const fiber = yield* Effect.forkIn(work(threadId), scope)
+        workers.set(threadId, fiber)
+      }))
+
+    const stopRun = (threadId: ThreadId, runId: RunId, commandId: Commands.InterruptRun["commandId"]) =>
+      Effect.gen(function*() {
+        const run = yield* threads.interrupt({ _tag: "InterruptRun", commandId, threadId, runId })
+        const fiber = inFlight.get(runId)
+        if (fiber !== undefined) {
+          const ended = yield* Fiber.await(fiber).pipe(Effect.timeout(Duration.millis(config.interruptTimeoutMillis)), Effect.option)
+          if (Option.isNone(ended)) yield* Fiber.interrupt(fiber)
+        }
+        return run
+      })
+
+    /**
+     * Waits for `runId`: through `deferred` while this process drives (or will drive) it, else by polling the
+     * record. A result that is not terminal (another process claimed the run) falls back to polling too.
+     */
+    const awaitWith = (runId: RunId, deferred: Deferred.Deferred<SendResult, unknown>) =>
+      Effect.gen(function*() {
+        const found = yield* store.getRun(runId)
+        if (found._tag === "None") return yield* new RunNotFound({ runId })
+        if (terminalRunStatuses.includes(found.value.status)) {
+          const done = yield* Deferred.poll(deferred)
+          if (Option.isSome(done)) {
+            const exit = yield* Effect.exit(done.value)
+            if (Exit.isSuccess(exit)) return exit.value
+          }
+          return fromRecord(found.value)
+        }
+        if (workers.has(found.value.threadId) || inFlight.has(runId)) {
+          const exit = yield* Effect.exit(Deferred.await(deferred))
+          if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return exit.value
+        }
+        const ended = yield* pollEnded(runId)
+        if (ended._tag === "None") return yield* new RunNotFound({ runId })
+        return fromRecord(ended.value)
+      }).pipe(Effect.ensuring(Effect.sync(() => waiting.delete(runId))))
+
+    const register = (runId: string, threadId: string) =>
+      Effect.gen(function*() {
+        const existing = waiting.get(runId)
+        if (existing !== undefined) return existing.deferred
+        const deferred = yield* Deferred.make<SendResult, unknown>()
+        waiting.set(runId, { threadId, deferred })
+        return deferred
+      })
+
+    // Runs left unfinished by drivers that are gone are reconciled before this driver takes any.
+    yield* threads.recover()
+
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* mutex.withPermits(1)(Effect.sync(() => void (stopping = true)))
+        for (const [runId, fiber] of [...inFlight]) {
+          const run = yield* store.getRun(runId as RunId)
+          if (run._tag === "Some" && !terminalRunStatuses.includes(run.value.status)) {
+            yield* stopRun(run.value.threadId, run.value.id, `cmd_shutdown_${runId}` as Commands.InterruptRun["commandId"]).pipe(Effect.ignore)
+          }
+          yield* Fiber.interrupt(fiber)
+        }
+        yield* Effect.forEach([...workers.values()], Fiber.interrupt, { discard: true })
+      }).pipe(Effect.ignore)
+    )
+
+    const submit = (command: Commands.SendMessage, awaitIt: boolean) =>
+      Effect.gen(function*() {
+        const run = yield* threads.enqueueMessage(command, { queueBehind: true })
+        const deferred = awaitIt ? yield* register(run.id, run.threadId) : null
+        if (!terminalRunStatuses.includes(run.status)) yield* wake(run.threadId)
+        return { run, deferred }
+      })
+
+    return {
+      /**
+       * Queues a user message as a run behind the thread's unfinished runs and returns at once (`status` `queued`, or
+       * the first answer for a repeated command id). Fails with `ThreadNotFound`, `InvalidRequest`,
+       * `UnknownProvider`, `ConcurrentModification`, `PersistenceError`.
+       */
+      submit: (command: Commands.SendMessage) =>
+        Effect.map(submit(command, false), ({ run }) =>
+          ({ runId: run.id, runSeq: run.seq, threadId: run.threadId, status: run.status }) satisfies RunAccepted),
+      /** `submit`, then wait for the run to end: its result with the turn-start report. Fails as `submit` does. */
+      sendAndWait: (command: Commands.SendMessage) =>
+        Effect.flatMap(submit(command, true), ({ deferred, run }) => awaitWith(run.id, deferred!)),
+      /**
+       * Waits for a run to end and returns its result: the turn-start report when this process drove it and was
+       * asked before it ended, else what the record says. Fails with `RunNotFound`.
+       */
+      awaitRun: (runId: RunId) =>
+        Effect.gen(function*() {
+          const found = yield* store.getRun(runId)
+          if (found._tag === "None") return yield* new RunNotFound({ runId })
+          return yield* awaitWith(runId, yield* register(runId, found.value.threadId))
+        }),
+      /**
+       * Interrupts a run: recorded at once (a queued run ends `interrupted` before the provider), the provider asked
+       * to stop, and the run's fiber interrupted if it has not ended within `interruptTimeoutMillis`. Fails with
+       * `RunNotFound`.
+       */
+      interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId),
+      /** Runs this process drives right now. */
+      inFlight: () => [...inFlight.keys()]
+    }
+  })
+}) {}
