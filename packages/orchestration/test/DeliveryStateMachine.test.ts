@@ -7,7 +7,7 @@ import type { HandoffDelivery, NativeThread, ProviderThread, ThreadId } from "@b
 import { ContextHandoffDelivery } from "@baton/orchestration"
 import type { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
-import { describe, expect, it } from "@effect/vitest"
+import { describe, expect, it, beforeAll } from "@effect/vitest"
 import { DateTime, Effect, FastCheck as fc, Option } from "effect"
 
 type Action =
@@ -80,127 +80,131 @@ const insertNative = (store: ThreadStore, target: ProviderThread, generation: nu
 const twoProviders = () =>
   Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: true }])
 
-describe("delivery state machine", () => {
-  // Shrunk counterexample of the property below: a handoff of which the plan selected nothing was written `pending`
-  // with every item omitted and then settled, closing it for good instead of retrying it.
-  it.effect("a handoff of which nothing fits beside the other owed history stays deferred and open", () => {
-    const h = twoProviders()
-    return Effect.gen(function*() {
-      const { delivery, o, target, threadId } = yield* setup(h)
-      const native = yield* insertNative(o.store, target, 1)
-      const owed = yield* delivery.owedTo(threadId, target, native)
-      const plan = yield* delivery.plan(threadId, owed, 227)
-      const pending = yield* delivery.markPending(threadId, plan, "injected", null, 227)
-      expect(pending.length).toBeGreaterThan(0)
-      expect(pending.length).toBeLessThan(5)
-      yield* delivery.markSettled(threadId, pending, "injected")
-      const all = yield* o.store.listDeliveriesOfThread(threadId)
-      const deferred = all.filter((d) => d.status === "deferred")
-      expect(deferred.length).toBe(5 - pending.length)
-      for (const d of deferred) {
-        expect(d.deferCount).toBe(1)
-        expect(d.lastDeferReason).toBe("none of its items fit beside the other owed history (budget 227)")
-        expect(Option.getOrThrow(yield* o.store.getHandoff(d.handoffId)).open).toBe(true)
-      }
-      expect(all.every((d) => d.status !== "injected" || d.deliveredItemIds.length > 0)).toBe(true)
-    }).pipe(Effect.provide(h.layer))
+describe.each(Harness.dialects)("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
+
+  describe("delivery state machine", () => {
+    // Shrunk counterexample of the property below: a handoff of which the plan selected nothing was written `pending`
+    // with every item omitted and then settled, closing it for good instead of retrying it.
+    it.effect("a handoff of which nothing fits beside the other owed history stays deferred and open", () => {
+      const h = twoProviders()
+      return Effect.gen(function*() {
+        const { delivery, o, target, threadId } = yield* setup(h)
+        const native = yield* insertNative(o.store, target, 1)
+        const owed = yield* delivery.owedTo(threadId, target, native)
+        const plan = yield* delivery.plan(threadId, owed, 227)
+        const pending = yield* delivery.markPending(threadId, plan, "injected", null, 227)
+        expect(pending.length).toBeGreaterThan(0)
+        expect(pending.length).toBeLessThan(5)
+        yield* delivery.markSettled(threadId, pending, "injected")
+        const all = yield* o.store.listDeliveriesOfThread(threadId)
+        const deferred = all.filter((d) => d.status === "deferred")
+        expect(deferred.length).toBe(5 - pending.length)
+        for (const d of deferred) {
+          expect(d.deferCount).toBe(1)
+          expect(d.lastDeferReason).toBe("none of its items fit beside the other owed history (budget 227)")
+          expect(Option.getOrThrow(yield* o.store.getHandoff(d.handoffId)).open).toBe(true)
+        }
+        expect(all.every((d) => d.status !== "injected" || d.deliveredItemIds.length > 0)).toBe(true)
+      }).pipe(Effect.provide(h.layer))
+    })
+
+    it.effect.prop("every operation order keeps transitions legal, settled records frozen and items delivered once per native thread", [
+      fc.array(action, { minLength: 1, maxLength: 30 })
+    ], ([actions]) => {
+      const h = twoProviders()
+      return Effect.gen(function*() {
+        const { delivery, o, target, threadId } = yield* setup(h)
+
+        let generation = 0
+        const newNative = Effect.suspend(() => insertNative(o.store, target, ++generation))
+        let native = yield* newNative
+        const snapshot = () =>
+          Effect.map(o.store.listDeliveriesOfThread(threadId), (ds) => new Map(ds.map((d) => [d.id as string, d])))
+        let before = yield* snapshot()
+
+        for (const a of actions) {
+          const owedNow = () => delivery.owedTo(threadId, target, native)
+          switch (a.op) {
+            case "owe":
+              yield* owedNow()
+              break
+            case "defer": {
+              const owed = (yield* owedNow()).filter((x) => x.delivery.status === "deferred")
+              yield* delivery.defer(threadId, owed, 0, "model: budget 0")
+              break
+            }
+            case "pending": {
+              const owed = (yield* owedNow()).filter((x) => x.delivery.status === "deferred")
+              if (owed.length === 0) break
+              const plan = yield* delivery.plan(threadId, owed, a.budget)
+              if (plan.selection.selected.length === 0) break
+              yield* delivery.markPending(threadId, plan, a.mode, null, a.budget)
+              expect(plan.selection.tokens).toBeLessThanOrEqual(a.budget)
+              break
+            }
+            case "settle": {
+              const pending = yield* o.store.listDeliveriesByStatus(native.id, "pending")
+              yield* delivery.markSettled(threadId, pending, pending[0]?.mode === "inline" ? "inline" : "injected")
+              break
+            }
+            case "revert": {
+              const pending = yield* o.store.listDeliveriesByStatus(native.id, "pending")
+              yield* delivery.revertToDeferred(threadId, pending, "model: turn did not start")
+              break
+            }
+            case "replace": {
+              yield* delivery.supersedeForReplacement(threadId, target, native, "model: replaced")
+              yield* o.store.updateNativeThread({ ...native, status: "replaced" })
+              native = yield* newNative
+              break
+            }
+          }
+
+          const after = yield* snapshot()
+          const seenPairs = new Set<string>()
+          const deliveredTo = new Map<string, Set<string>>()
+          for (const d of after.values()) {
+            const prev = before.get(d.id)
+            if (prev !== undefined) {
+              expect(legal[prev.status], `${prev.status} -> ${d.status} after ${a.op}`).toContain(d.status)
+              expect(d.deferCount).toBeGreaterThanOrEqual(prev.deferCount)
+              if (prev.status === "injected" || prev.status === "inline" || prev.status === "superseded") {
+                expect(d).toEqual(prev)
+              }
+            } else {
+              // Created `deferred` toward the active native thread (and possibly made `pending` by the same operation).
+              expect(a.op === "pending" ? ["deferred", "pending"] : ["deferred"]).toContain(d.status)
+              expect(d.nativeThreadId).toBe(native.id)
+            }
+            const pair = `${d.handoffId}/${d.nativeThreadId}`
+            expect(seenPairs.has(pair)).toBe(false)
+            seenPairs.add(pair)
+            if (d.status === "pending" || d.status === "injected" || d.status === "inline") {
+              const handoff = Option.getOrThrow(yield* o.store.getHandoff(d.handoffId))
+              // Each handoff's items are split into delivered and omitted, nothing else.
+              expect([...d.deliveredItemIds, ...d.omittedItemIds].sort()).toEqual([...handoff.itemIds].sort())
+              expect(d.deliveredItemIds.length).toBeGreaterThan(0)
+            }
+            if (d.status === "injected" || d.status === "inline") {
+              const seen = deliveredTo.get(d.nativeThreadId) ?? new Set<string>()
+              for (const id of d.deliveredItemIds) {
+                expect(seen.has(id), `item ${id} delivered twice to ${d.nativeThreadId}`).toBe(false)
+                seen.add(id)
+              }
+              deliveredTo.set(d.nativeThreadId, seen)
+            }
+          }
+          // A handoff with a settled delivery to the active native thread is closed; one the native thread still owes
+          // (deferred or pending there) is open.
+          for (const handoff of yield* o.store.listHandoffs(threadId)) {
+            const toActive = [...after.values()].find((d) => d.handoffId === handoff.id && d.nativeThreadId === native.id)
+            if (toActive?.status === "injected" || toActive?.status === "inline") expect(handoff.open).toBe(false)
+            if (toActive?.status === "deferred" || toActive?.status === "pending") expect(handoff.open).toBe(true)
+          }
+          before = after
+        }
+      }).pipe(Effect.provide(h.layer))
+    }, { fastCheck: { numRuns: db === Harness.postgres ? 12 : 40 } }) // Postgres: a fresh schema per run
   })
-
-  it.effect.prop("every operation order keeps transitions legal, settled records frozen and items delivered once per native thread", [
-    fc.array(action, { minLength: 1, maxLength: 30 })
-  ], ([actions]) => {
-    const h = twoProviders()
-    return Effect.gen(function*() {
-      const { delivery, o, target, threadId } = yield* setup(h)
-
-      let generation = 0
-      const newNative = Effect.suspend(() => insertNative(o.store, target, ++generation))
-      let native = yield* newNative
-      const snapshot = () =>
-        Effect.map(o.store.listDeliveriesOfThread(threadId), (ds) => new Map(ds.map((d) => [d.id as string, d])))
-      let before = yield* snapshot()
-
-      for (const a of actions) {
-        const owedNow = () => delivery.owedTo(threadId, target, native)
-        switch (a.op) {
-          case "owe":
-            yield* owedNow()
-            break
-          case "defer": {
-            const owed = (yield* owedNow()).filter((x) => x.delivery.status === "deferred")
-            yield* delivery.defer(threadId, owed, 0, "model: budget 0")
-            break
-          }
-          case "pending": {
-            const owed = (yield* owedNow()).filter((x) => x.delivery.status === "deferred")
-            if (owed.length === 0) break
-            const plan = yield* delivery.plan(threadId, owed, a.budget)
-            if (plan.selection.selected.length === 0) break
-            yield* delivery.markPending(threadId, plan, a.mode, null, a.budget)
-            expect(plan.selection.tokens).toBeLessThanOrEqual(a.budget)
-            break
-          }
-          case "settle": {
-            const pending = yield* o.store.listDeliveriesByStatus(native.id, "pending")
-            yield* delivery.markSettled(threadId, pending, pending[0]?.mode === "inline" ? "inline" : "injected")
-            break
-          }
-          case "revert": {
-            const pending = yield* o.store.listDeliveriesByStatus(native.id, "pending")
-            yield* delivery.revertToDeferred(threadId, pending, "model: turn did not start")
-            break
-          }
-          case "replace": {
-            yield* delivery.supersedeForReplacement(threadId, target, native, "model: replaced")
-            yield* o.store.updateNativeThread({ ...native, status: "replaced" })
-            native = yield* newNative
-            break
-          }
-        }
-
-        const after = yield* snapshot()
-        const seenPairs = new Set<string>()
-        const deliveredTo = new Map<string, Set<string>>()
-        for (const d of after.values()) {
-          const prev = before.get(d.id)
-          if (prev !== undefined) {
-            expect(legal[prev.status], `${prev.status} -> ${d.status} after ${a.op}`).toContain(d.status)
-            expect(d.deferCount).toBeGreaterThanOrEqual(prev.deferCount)
-            if (prev.status === "injected" || prev.status === "inline" || prev.status === "superseded") {
-              expect(d).toEqual(prev)
-            }
-          } else {
-            // Created `deferred` toward the active native thread (and possibly made `pending` by the same operation).
-            expect(a.op === "pending" ? ["deferred", "pending"] : ["deferred"]).toContain(d.status)
-            expect(d.nativeThreadId).toBe(native.id)
-          }
-          const pair = `${d.handoffId}/${d.nativeThreadId}`
-          expect(seenPairs.has(pair)).toBe(false)
-          seenPairs.add(pair)
-          if (d.status === "pending" || d.status === "injected" || d.status === "inline") {
-            const handoff = Option.getOrThrow(yield* o.store.getHandoff(d.handoffId))
-            // Each handoff's items are split into delivered and omitted, nothing else.
-            expect([...d.deliveredItemIds, ...d.omittedItemIds].sort()).toEqual([...handoff.itemIds].sort())
-            expect(d.deliveredItemIds.length).toBeGreaterThan(0)
-          }
-          if (d.status === "injected" || d.status === "inline") {
-            const seen = deliveredTo.get(d.nativeThreadId) ?? new Set<string>()
-            for (const id of d.deliveredItemIds) {
-              expect(seen.has(id), `item ${id} delivered twice to ${d.nativeThreadId}`).toBe(false)
-              seen.add(id)
-            }
-            deliveredTo.set(d.nativeThreadId, seen)
-          }
-        }
-        // A handoff with a settled delivery to the active native thread is closed; one the native thread still owes
-        // (deferred or pending there) is open.
-        for (const handoff of yield* o.store.listHandoffs(threadId)) {
-          const toActive = [...after.values()].find((d) => d.handoffId === handoff.id && d.nativeThreadId === native.id)
-          if (toActive?.status === "injected" || toActive?.status === "inline") expect(handoff.open).toBe(false)
-          if (toActive?.status === "deferred" || toActive?.status === "pending") expect(handoff.open).toBe(true)
-        }
-        before = after
-      }
-    }).pipe(Effect.provide(h.layer))
-  }, { fastCheck: { numRuns: 40 } })
 })

@@ -1,6 +1,6 @@
 import type { ThreadId } from "@baton/contracts"
 import { Harness } from "@baton/testing"
-import { describe, expect, it } from "@effect/vitest"
+import { describe, expect, it, beforeAll } from "@effect/vitest"
 import { Effect, Option } from "effect"
 
 /** A reply of one assistant message under the provider message id `messageId`. */
@@ -10,67 +10,71 @@ const replyWithId = (messageId: string, text: string) => ({
 
 const withFile = Harness.withDbFile
 
-describe("resuming a native thread after a restart", () => {
-  it.live("never records the provider's replayed history as new items", () =>
-    withFile((file) =>
-      Effect.gen(function*() {
-        const h = Harness.make([{ name: "codex", window: 200_000, inject: true, replayOnResume: true }], { db: file })
-        const threadId = yield* Effect.gen(function*() {
-          const o = yield* Harness.ops
-          const t = yield* o.create("codex")
-          h.script.enqueue(replyWithId("msg_1", "first answer"))
-          yield* o.send(t, "first question")
-          h.script.enqueue(replyWithId("msg_2", "second answer"))
-          yield* o.send(t, "second question")
-          return t
-        }).pipe(Effect.provide(h.layer))
+describe.each(Harness.dialects)("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
 
-        // A new process on the same file, talking to the same provider (its session survived the restart).
-        const restarted = Harness.makeLayer(Object.values(h.providers), h.counter, file, {}, "p2_")
-        yield* Effect.gen(function*() {
-          const o = yield* Harness.ops
-          h.script.enqueue(replyWithId("msg_3", "third answer"))
-          const third = yield* o.send(threadId as ThreadId, "third question")
-          expect(third.status).toBe("completed")
-          // Resumed, not replaced: the same native thread, generation 1.
-          expect(third.nativeGeneration).toBe(1)
-          const items = yield* o.store.listItems(threadId)
-          expect(items.map((i) => i.text)).toEqual([
-            "first question", "first answer", "second question", "second answer", "third question", "third answer"
-          ])
-          const skipped = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "items.replay_skipped")
-          expect(skipped.map((e) => e.payload)).toEqual([{ runId: third.runId, count: 2, messageIds: ["msg_1", "msg_2"], toolCallIds: [] }])
-          expect(yield* o.check(threadId, h)).toEqual([])
-        }).pipe(Effect.provide(restarted))
-      })
-    ))
+  describe("resuming a native thread after a restart", () => {
+    it.live("never records the provider's replayed history as new items", () =>
+      withFile((file) =>
+        Effect.gen(function*() {
+          const h = Harness.make([{ name: "codex", window: 200_000, inject: true, replayOnResume: true }], { db: file })
+          const threadId = yield* Effect.gen(function*() {
+            const o = yield* Harness.ops
+            const t = yield* o.create("codex")
+            h.script.enqueue(replyWithId("msg_1", "first answer"))
+            yield* o.send(t, "first question")
+            h.script.enqueue(replyWithId("msg_2", "second answer"))
+            yield* o.send(t, "second question")
+            return t
+          }).pipe(Effect.provide(h.layer))
 
-  it.live("a provider that lost the session on restart gets a replacement native thread owed the whole history", () =>
-    withFile((file) =>
-      Effect.gen(function*() {
-        const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db: file })
-        const threadId = yield* Effect.gen(function*() {
-          const o = yield* Harness.ops
-          const t = yield* o.create("codex")
-          h.script.enqueue(Harness.reply(30))
-          yield* o.send(t, "before the restart")
-          return t
-        }).pipe(Effect.provide(h.layer))
-        h.providers.codex!.forgetThreads()
-        yield* Effect.gen(function*() {
-          const o = yield* Harness.ops
-          h.script.enqueue(Harness.reply(30))
-          const after = yield* o.send(threadId, "after the restart")
-          expect(after.status).toBe("completed")
-          expect(after.nativeGeneration).toBe(2)
-          expect(after.turnStart).toMatchObject({ mode: "injected", deliveredItems: 2 })
-          const replaced = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "native_thread.replaced")
-          expect(replaced.map((e) => e.payload.reason)).toEqual(["the provider no longer has the native thread (resume failed)"])
-          // One attempt: the loss was found before the turn, not by a failed turn.
-          const run = Option.getOrThrow(yield* o.store.getRun(after.runId as never))
-          expect((yield* o.store.listAttempts(run.id)).length).toBe(1)
-          expect(yield* o.check(threadId, h)).toEqual([])
-        }).pipe(Effect.provide(Harness.makeLayer(Object.values(h.providers), h.counter, file, {}, "p2_")))
-      })
-    ))
+          // A new process on the same file, talking to the same provider (its session survived the restart).
+          const restarted = Harness.makeLayer(Object.values(h.providers), h.counter, file, {}, "p2_")
+          yield* Effect.gen(function*() {
+            const o = yield* Harness.ops
+            h.script.enqueue(replyWithId("msg_3", "third answer"))
+            const third = yield* o.send(threadId as ThreadId, "third question")
+            expect(third.status).toBe("completed")
+            // Resumed, not replaced: the same native thread, generation 1.
+            expect(third.nativeGeneration).toBe(1)
+            const items = yield* o.store.listItems(threadId)
+            expect(items.map((i) => i.text)).toEqual([
+              "first question", "first answer", "second question", "second answer", "third question", "third answer"
+            ])
+            const skipped = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "items.replay_skipped")
+            expect(skipped.map((e) => e.payload)).toEqual([{ runId: third.runId, count: 2, messageIds: ["msg_1", "msg_2"], toolCallIds: [] }])
+            expect(yield* o.check(threadId, h)).toEqual([])
+          }).pipe(Effect.provide(restarted))
+        })
+      ))
+
+    it.live("a provider that lost the session on restart gets a replacement native thread owed the whole history", () =>
+      withFile((file) =>
+        Effect.gen(function*() {
+          const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db: file })
+          const threadId = yield* Effect.gen(function*() {
+            const o = yield* Harness.ops
+            const t = yield* o.create("codex")
+            h.script.enqueue(Harness.reply(30))
+            yield* o.send(t, "before the restart")
+            return t
+          }).pipe(Effect.provide(h.layer))
+          h.providers.codex!.forgetThreads()
+          yield* Effect.gen(function*() {
+            const o = yield* Harness.ops
+            h.script.enqueue(Harness.reply(30))
+            const after = yield* o.send(threadId, "after the restart")
+            expect(after.status).toBe("completed")
+            expect(after.nativeGeneration).toBe(2)
+            expect(after.turnStart).toMatchObject({ mode: "injected", deliveredItems: 2 })
+            const replaced = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "native_thread.replaced")
+            expect(replaced.map((e) => e.payload.reason)).toEqual(["the provider no longer has the native thread (resume failed)"])
+            // One attempt: the loss was found before the turn, not by a failed turn.
+            const run = Option.getOrThrow(yield* o.store.getRun(after.runId as never))
+            expect((yield* o.store.listAttempts(run.id)).length).toBe(1)
+            expect(yield* o.check(threadId, h)).toEqual([])
+          }).pipe(Effect.provide(Harness.makeLayer(Object.values(h.providers), h.counter, file, {}, "p2_")))
+        })
+      ))
+  })
 })

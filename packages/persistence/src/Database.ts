@@ -8,7 +8,7 @@
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
-import { Config, Data, Duration, Effect, Layer, Option, Redacted, Schedule, String as Str } from "effect"
+import { Config, Context, Data, Duration, Effect, Layer, Option, Redacted, Schedule, String as Str } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as Migrations from "./Migrations.js"
@@ -110,20 +110,36 @@ export const testPgUrl = () => process.env.BATON_TEST_DATABASE_URL ?? "postgres:
 
 let isolatedCount = 0
 
+/** The URL of a Postgres schema made by `layerPgSchema`: `layerPg({ url })` connects to it. */
+export class PgSchemaUrl extends Context.Tag("@baton/persistence/PgSchemaUrl")<PgSchemaUrl, string>() {}
+
 /**
- * A Postgres database of its own for one test or benchmark: a fresh schema `baton_t_<pid>_<n>_<random>` on the
- * server at `url` (default `testPgUrl()`), migrated, and dropped (`CASCADE`) when the Layer is released. Returns the
- * same services as `layerPg`. Fails with `SqlError` when the server is unreachable (CI starts it; see `.ci/run`).
+ * A fresh, empty schema `baton_t_<pid>_<n>_<random>` on the Postgres server at `url` (default `testPgUrl()`), for
+ * tests and benchmarks, dropped (`CASCADE`) when the Layer is released. Provides the schema's URL (`PgSchemaUrl`),
+ * so several Layer builds (a restart, a second process) can share it. Fails with `SqlError` when the server is
+ * unreachable (CI starts it; see `.ci/run`).
  */
-export const layerPgIsolated = (url: string = testPgUrl()) => {
+export const layerPgSchema = (url: string = testPgUrl()) => {
   const schema = `baton_t_${process.pid}_${++isolatedCount}_${Math.random().toString(36).slice(2, 8)}`
-  const admin = PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })
-  const create = Layer.scopedDiscard(Effect.acquireRelease(
-    Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE SCHEMA ${sql(schema)}`),
-    () => Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.orDie)
-  )).pipe(Layer.provide(admin))
   const separator = url.includes("?") ? "&" : "?"
-  return layerPg({ url: `${url}${separator}options=${encodeURIComponent(`-c search_path=${schema}`)}`, maxConnections: 4 }).pipe(
-    Layer.provide(create)
-  )
+  const schemaUrl = `${url}${separator}options=${encodeURIComponent(`-c search_path=${schema}`)}`
+  return Layer.scoped(
+    PgSchemaUrl,
+    Effect.as(
+      Effect.acquireRelease(
+        Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE SCHEMA ${sql(schema)}`),
+        () => Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DROP SCHEMA IF EXISTS ${sql(schema)} CASCADE`).pipe(Effect.orDie)
+      ),
+      schemaUrl
+    )
+  ).pipe(Layer.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })))
 }
+
+/**
+ * A Postgres database of its own for one test or benchmark: `layerPg` on a fresh `layerPgSchema`, migrated, dropped
+ * when released. Fails with `SqlError` when the server is unreachable.
+ */
+export const layerPgIsolated = (url: string = testPgUrl()) =>
+  Layer.unwrapEffect(Effect.map(PgSchemaUrl, (schemaUrl) => layerPg({ url: schemaUrl, maxConnections: 4 }))).pipe(
+    Layer.provide(layerPgSchema(url))
+  )

@@ -7,7 +7,7 @@ import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
-import { Effect, Layer } from "effect"
+import { Context, Effect, Layer } from "effect"
 import * as Produced from "./internal/Produced.js"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -45,6 +45,16 @@ export const postgres = "postgres"
 /** The dialects every storage and orchestration core suite runs on: `[label, db]` pairs for `make` / `makeLayer`. */
 export const dialects = [["SQLite", ":memory:"], ["Postgres", postgres]] as const
 
+let defaultDb = ":memory:"
+/**
+ * Sets the database `make` uses when a test names none (`:memory:` or `postgres`): a suite written once runs on
+ * every dialect as `describe.each(Harness.dialects)(…, (_, db) => { beforeAll(() => Harness.useDb(db)); … })`
+ * (vitest runs a file's blocks one after another).
+ */
+export const useDb = (db: string) => void (defaultDb = db)
+/** The database `make` uses when a test names none (see `useDb`). */
+export const currentDb = () => defaultDb
+
 /**
  * The orchestrator over `adapters` on the SQLite database `db` (or `postgres`) (a path or `:memory:`), with sequential ids and
  * `config` over the defaults — for tests that wrap an adapter (e.g. to hold a turn open) or restart on the same file
@@ -59,7 +69,13 @@ export const makeLayer = (
   summariser: ScriptedSummariser.ScriptedSummariser = ScriptedSummariser.make(counter)
 ) =>
   OrchestratorLayer.layer.pipe(
-    Layer.provideMerge(db === postgres ? Database.layerPgIsolated() : Database.layerSqlite(db)),
+    Layer.provideMerge(
+      db === postgres
+        ? Database.layerPgIsolated()
+        : db.startsWith("postgres://")
+        ? Database.layerPg({ url: db, maxConnections: 4 })
+        : Database.layerSqlite(db)
+    ),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
@@ -95,7 +111,7 @@ export const make = (
   )
   const summariser = ScriptedSummariser.make(counter)
   return {
-    layer: makeLayer(adapters, counter, options.db ?? ":memory:", options.config ?? {}, options.idNamespace ?? "", summariser),
+    layer: makeLayer(adapters, counter, options.db ?? defaultDb, options.config ?? {}, options.idNamespace ?? "", summariser),
     providers: Object.fromEntries(adapters.map((a) => [a.instance, a])),
     script,
     counter,
@@ -123,13 +139,22 @@ export const reply = (tokens: number, usage?: ContextUsage | null) => ({
 /** One item a scripted provider produces: `kind` and `text`, everything else empty unless given in `extra`. */
 export const produced = Produced.produced
 
-/** Runs `f` with the path of a SQLite file in a fresh temporary directory, removed afterwards (restart tests). */
+/**
+ * Runs `f` with a database that outlives one Layer build (restart tests): on SQLite the path of a file in a fresh
+ * temporary directory, removed afterwards; when the current dialect is Postgres (`useDb("postgres")`), the URL of a
+ * fresh schema on the test server, dropped afterwards.
+ */
 export const withDbFile = <A, E, R>(f: (file: string) => Effect.Effect<A, E, R>) =>
-  Effect.acquireUseRelease(
-    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-test-"))),
-    (dir) => f(Path.join(dir, "baton.sqlite")),
-    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-  )
+  defaultDb === postgres
+    ? Effect.scoped(Effect.flatMap(
+      Layer.build(Database.layerPgSchema()),
+      (context) => f(Context.get(context, Database.PgSchemaUrl))
+    ))
+    : Effect.acquireUseRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-test-"))),
+      (dir) => f(Path.join(dir, "baton.sqlite")),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    )
 
 /** About `tokens` tokens of text: distinct short words, one token each with o200k_base plus a leading space. */
 export const words = (tokens: number) => {
