@@ -12,6 +12,7 @@ import {
   InvalidRequest,
   type ProviderInstance,
   ProviderError,
+  type ProviderErrorCode,
   type NativeThread,
   type ProviderThread,
   type Run,
@@ -119,7 +120,7 @@ const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
 }
 
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
-const promptNotReadCodes = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
+const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
 /**
  * Context overflows one run recovers from before it fails: history deferred, then a replacement native thread, then
