@@ -29,7 +29,7 @@ import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { DateTime, Duration, Effect, Option, Schema } from "effect"
+import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
@@ -83,20 +83,15 @@ export interface SendResult {
 }
 
 /**
- * The index of the first lone UTF-16 surrogate in `text`, or -1. Such a prompt cannot reach a provider unchanged
- * (every UTF-8 boundary turns it into U+FFFD), so it is rejected instead of silently altered.
+ * Checks a command against its schema (a caller may have built it without validation): a violation is an
+ * `InvalidRequest` whose reason is the schema's messages (e.g. the lone surrogate of `Commands.PromptText`).
  */
-const loneSurrogateAt = (text: string): number => {
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const next = text.charCodeAt(i + 1)
-      if (next >= 0xdc00 && next <= 0xdfff) i++
-      else return i
-    } else if (c >= 0xdc00 && c <= 0xdfff) return i
-  }
-  return -1
-}
+const validateCommand = <A, I>(schema: Schema.Schema<A, I>, command: A) =>
+  Schema.validate(schema)(command).pipe(
+    Effect.mapError((e) =>
+      new InvalidRequest({ reason: ParseResult.ArrayFormatter.formatErrorSync(e).map((i) => i.message).join("; ") })
+    )
+  )
 
 const producedKinds = new Set(["assistant_message", "tool_call", "tool_result", "reasoning", "error", "summary"])
 const toolCallStates = new Set(["answered", "dangling", "interrupted"])
@@ -361,10 +356,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
     const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage) {
-      const lone = loneSurrogateAt(command.text)
-      if (lone >= 0) {
-        return yield* new InvalidRequest({ reason: `the prompt is not well-formed Unicode: lone surrogate at index ${lone}` })
-      }
+      yield* validateCommand(Commands.SendMessage, command)
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
