@@ -114,12 +114,18 @@ export type OffloadThread = typeof OffloadThread.Type
 export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread, ForkThread, MergeBack, OffloadThread)
 export type Command = typeof Command.Type
 
-/** A stored command receipt: the first result of a command, returned again on a retry with the same id. */
+/**
+ * A stored command receipt: the first result of a command, returned again on a retry with the same id.
+ * `result` is the command's result encoded with its schema (`Results`); `payloadFingerprint` identifies the
+ * command's payload (everything but `commandId`), so a command id reused with a different payload is rejected;
+ * `null` on receipts stored before fingerprints were kept.
+ */
 export const CommandReceipt = Schema.Struct({
   commandId: CommandId,
   commandType: Schema.String,
   threadId: Schema.NullOr(ThreadId),
   result: Schema.Unknown,
+  payloadFingerprint: Schema.NullOr(Schema.String),
   createdAt: Schema.DateTimeUtc
 })
 export type CommandReceipt = typeof CommandReceipt.Type
