@@ -200,7 +200,7 @@ export const replay = (
             completed++
             appended += produced.length
           } else if (result.status === "interrupted") interrupted++
-          else if (InvariantChecks.isFaultReason(result.failureReason)) faultFailed++
+          else if (InvariantChecks.isFaultCode(result.failureCode)) faultFailed++
           else failed++
           const report = result.turnStart
           yield* onRun({

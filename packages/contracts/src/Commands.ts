@@ -15,10 +15,40 @@ export type CreateThread = typeof CreateThread.Type
 /** The largest prompt accepted, in characters (1 MiB of UTF-16 code units); larger prompts are rejected whole. */
 export const maxPromptChars = 1_048_576
 
+/**
+ * The index (UTF-16 code units) of the first lone surrogate in `text`, or -1 when `text` is well-formed Unicode.
+ */
+export const loneSurrogateAt = (text: string): number => {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = text.charCodeAt(i + 1)
+      if (next >= 0xdc00 && next <= 0xdfff) i++
+      else return i
+    } else if (c >= 0xdc00 && c <= 0xdfff) return i
+  }
+  return -1
+}
+
+/**
+ * A user's prompt: 1 to `maxPromptChars` characters of well-formed Unicode. A lone UTF-16 surrogate cannot reach a
+ * provider unchanged (every UTF-8 boundary turns it into U+FFFD), so such a prompt is rejected, with the index of the
+ * first lone surrogate, instead of silently altered.
+ */
+export const PromptText = Schema.String.pipe(
+  Schema.minLength(1),
+  Schema.maxLength(maxPromptChars),
+  Schema.filter((text) => {
+    const at = loneSurrogateAt(text)
+    return at < 0 || `the prompt is not well-formed Unicode: lone surrogate at index ${at}`
+  })
+)
+
+/** Sends a user message (one run) to a thread. `text` reaches the provider byte-identical. */
 export const SendMessage = Schema.TaggedStruct("SendMessage", {
   commandId: CommandId,
   threadId: ThreadId,
-  text: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(maxPromptChars))
+  text: PromptText
 })
 export type SendMessage = typeof SendMessage.Type
 
@@ -84,12 +114,18 @@ export type OffloadThread = typeof OffloadThread.Type
 export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread, ForkThread, MergeBack, OffloadThread)
 export type Command = typeof Command.Type
 
-/** A stored command receipt: the first result of a command, returned again on a retry with the same id. */
+/**
+ * A stored command receipt: the first result of a command, returned again on a retry with the same id.
+ * `result` is the command's result encoded with its schema (`Results`); `payloadFingerprint` identifies the
+ * command's payload (everything but `commandId`), so a command id reused with a different payload is rejected;
+ * `null` on receipts stored before fingerprints were kept.
+ */
 export const CommandReceipt = Schema.Struct({
   commandId: CommandId,
   commandType: Schema.String,
   threadId: Schema.NullOr(ThreadId),
   result: Schema.Unknown,
+  payloadFingerprint: Schema.NullOr(Schema.String),
   createdAt: Schema.DateTimeUtc
 })
 export type CommandReceipt = typeof CommandReceipt.Type

@@ -5,6 +5,7 @@
  * Times are ISO-8601 strings in UTC (`DateTimeUtc`); token counts are non-negative integers.
  */
 import { Schema } from "effect"
+import type { ProviderErrorCode } from "./Errors.js"
 import {
   DeliveryId,
   HandoffId,
@@ -44,6 +45,58 @@ export const terminalRunStatuses: ReadonlyArray<RunStatus> = ["completed", "inte
 export const RunStopPoint = Schema.Literal("before_provider", "after_provider")
 export type RunStopPoint = typeof RunStopPoint.Type
 
+/**
+ * Why a run did not complete, stored as a code beside the one-line `failureReason` (read the code, never the prose):
+ * - `provider_refused`, `provider_interrupted`, `provider_timeout`, `overflow`, `provider_ack_lost`,
+ *   `provider_unavailable`, `provider_lost_thread`, `provider_protocol`: the provider's turn failed with the
+ *   `ProviderError` code of the same meaning (`overflow`: the prompt does not fit even an empty native thread);
+ * - `provider_missing`: the run's provider instance is not configured in this process, or its provider thread is gone;
+ * - `turn_start_failed`: turn start failed for a reason other than the provider (e.g. storage);
+ * - `injection_unconfirmed`: a history injection's outcome is unknown (lost acknowledgement), so the turn did not start;
+ * - `output_not_recorded`: the provider answered but its output could not be stored;
+ * - `interrupted_by_user`: the user interrupted the run (before or during the provider turn);
+ * - `process_restarted`: the process stopped while the run was unfinished; restart recovery ended it.
+ */
+export const RunFailureCode = Schema.Literal(
+  "provider_refused",
+  "provider_interrupted",
+  "provider_timeout",
+  "overflow",
+  "provider_ack_lost",
+  "provider_unavailable",
+  "provider_lost_thread",
+  "provider_protocol",
+  "provider_missing",
+  "turn_start_failed",
+  "injection_unconfirmed",
+  "output_not_recorded",
+  "interrupted_by_user",
+  "process_restarted"
+)
+export type RunFailureCode = typeof RunFailureCode.Type
+
+/** The run failure code of a provider turn that failed with `ProviderError` code `code`. */
+export const runFailureCodeOfProvider = (code: ProviderErrorCode): RunFailureCode => {
+  switch (code) {
+    case "refused":
+      return "provider_refused"
+    case "interrupted":
+      return "provider_interrupted"
+    case "timeout":
+      return "provider_timeout"
+    case "overflow":
+      return "overflow"
+    case "ack_lost":
+      return "provider_ack_lost"
+    case "unavailable":
+      return "provider_unavailable"
+    case "thread_not_found":
+      return "provider_lost_thread"
+    case "protocol":
+      return "provider_protocol"
+  }
+}
+
 export const Run = Schema.Struct({
   id: RunId,
   threadId: ThreadId,
@@ -55,8 +108,10 @@ export const Run = Schema.Struct({
   prompt: Schema.String,
   /** Set for `interrupted`/`failed`/`cancelled`. */
   stopPoint: Schema.NullOr(RunStopPoint),
-  /** A one-line reason for a run that did not complete. */
+  /** A one-line reason for a run that did not complete, for people. */
   failureReason: Schema.NullOr(Schema.String),
+  /** Why the run did not complete, for code; `null` for a run that completed or is not over (and for runs that ended before codes were stored). */
+  failureCode: Schema.NullOr(RunFailureCode),
   /** The native thread the provider ran this run on, once started. */
   nativeThreadId: Schema.NullOr(NativeThreadId),
   createdAt: Schema.DateTimeUtc,

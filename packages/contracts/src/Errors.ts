@@ -1,13 +1,15 @@
 /**
  * Boundary errors: failures that reach a user (CLI, HTTP, persisted run failure). Each carries what the user needs
- * to act and is annotated with its HTTP status for the HttpApi.
+ * to act and is annotated with its HTTP status through `HttpApiSchema.annotations({ status })`, the annotation
+ * HttpApi reads when it encodes an error response (a plain `{ status }` object is ignored and served as 500).
  */
+import { HttpApiSchema } from "@effect/platform"
 import { Schema } from "effect"
 
 export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
   "ThreadNotFound",
   { threadId: Schema.String },
-  { status: 404 }
+  HttpApiSchema.annotations({ status: 404 })
 ) {
   override get message() {
     return `thread ${this.threadId} not found (list threads with \`baton threads\`)`
@@ -17,7 +19,7 @@ export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
 export class RunNotFound extends Schema.TaggedError<RunNotFound>()(
   "RunNotFound",
   { runId: Schema.String },
-  { status: 404 }
+  HttpApiSchema.annotations({ status: 404 })
 ) {
   override get message() {
     return `run ${this.runId} not found`
@@ -27,7 +29,7 @@ export class RunNotFound extends Schema.TaggedError<RunNotFound>()(
 export class UnknownProvider extends Schema.TaggedError<UnknownProvider>()(
   "UnknownProvider",
   { provider: Schema.String, known: Schema.Array(Schema.String) },
-  { status: 400 }
+  HttpApiSchema.annotations({ status: 400 })
 ) {
   override get message() {
     return `unknown provider "${this.provider}" (configured: ${this.known.join(", ") || "none"})`
@@ -38,7 +40,7 @@ export class UnknownProvider extends Schema.TaggedError<UnknownProvider>()(
 export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()(
   "InvalidRequest",
   { reason: Schema.String },
-  { status: 400 }
+  HttpApiSchema.annotations({ status: 400 })
 ) {
   override get message() {
     return this.reason
@@ -49,7 +51,7 @@ export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()(
 export class RunInProgress extends Schema.TaggedError<RunInProgress>()(
   "RunInProgress",
   { threadId: Schema.String, runId: Schema.String },
-  { status: 409 }
+  HttpApiSchema.annotations({ status: 409 })
 ) {
   override get message() {
     return `thread ${this.threadId} already has run ${this.runId} in progress; interrupt it or wait`
@@ -65,7 +67,7 @@ export class RunInProgress extends Schema.TaggedError<RunInProgress>()(
 export class ConcurrentModification extends Schema.TaggedError<ConcurrentModification>()(
   "ConcurrentModification",
   { threadId: Schema.optional(Schema.String), operation: Schema.optional(Schema.String) },
-  { status: 409 }
+  HttpApiSchema.annotations({ status: 409 })
 ) {
   override get message() {
     const what = this.threadId === undefined ? "the record" : `thread ${this.threadId}`
@@ -74,16 +76,43 @@ export class ConcurrentModification extends Schema.TaggedError<ConcurrentModific
   }
 }
 
-/** The durable store failed; `operation` names the repository call. */
+/**
+ * The durable store failed; `operation` names the repository call. HTTP 500, not 503: it covers transient driver
+ * failures and rows that do not decode alike, and a 503 would invite automatic retries of a fault that a retry
+ * cannot fix; a lost race is `ConcurrentModification` (409), never this.
+ */
 export class PersistenceError extends Schema.TaggedError<PersistenceError>()(
   "PersistenceError",
   { operation: Schema.String, detail: Schema.String },
-  { status: 500 }
+  HttpApiSchema.annotations({ status: 500 })
 ) {
   override get message() {
     return `storage error in ${this.operation}: ${this.detail}`
   }
 }
+
+/**
+ * Why a provider call failed:
+ * - `refused`: the provider rejected the request before reading it;
+ * - `interrupted`: the turn was interrupted before the provider started it;
+ * - `timeout`: no answer before the deadline (the provider may or may not have read the prompt);
+ * - `overflow`: the request exceeds the model's context window (rejected before it was read);
+ * - `ack_lost`: the call reached the provider but its acknowledgement was lost (outcome uncertain);
+ * - `unavailable`: the provider could not be reached or could not serve the call;
+ * - `thread_not_found`: the provider no longer has the native thread;
+ * - `protocol`: the provider answered something Baton cannot interpret.
+ */
+export const ProviderErrorCode = Schema.Literal(
+  "refused",
+  "interrupted",
+  "timeout",
+  "overflow",
+  "ack_lost",
+  "unavailable",
+  "thread_not_found",
+  "protocol"
+)
+export type ProviderErrorCode = typeof ProviderErrorCode.Type
 
 /** The provider failed a call. `retryable` tells whether the same call may succeed later. */
 export class ProviderError extends Schema.TaggedError<ProviderError>()(
@@ -92,11 +121,10 @@ export class ProviderError extends Schema.TaggedError<ProviderError>()(
     provider: Schema.String,
     operation: Schema.String,
     reason: Schema.String,
-    /** `refused`, `interrupted`, `timeout`, `overflow`, `ack_lost`, `unavailable`, `thread_not_found`, `protocol` */
-    code: Schema.String,
+    code: ProviderErrorCode,
     retryable: Schema.Boolean
   },
-  { status: 502 }
+  HttpApiSchema.annotations({ status: 502 })
 ) {
   override get message() {
     return `provider ${this.provider} failed ${this.operation} (${this.code}): ${this.reason}`
@@ -111,7 +139,7 @@ export class ProviderError extends Schema.TaggedError<ProviderError>()(
 export class OffloadFailed extends Schema.TaggedError<OffloadFailed>()(
   "OffloadFailed",
   { threadId: Schema.String, reason: Schema.String, retryable: Schema.Boolean },
-  { status: 502 }
+  HttpApiSchema.annotations({ status: 502 })
 ) {
   override get message() {
     return `could not offload thread ${this.threadId}: ${this.reason}. The history is unchanged (nothing was ` +
@@ -128,7 +156,7 @@ export class TranscriptError extends Schema.TaggedError<TranscriptError>()(
     field: Schema.optional(Schema.String),
     reason: Schema.String
   },
-  { status: 400 }
+  HttpApiSchema.annotations({ status: 400 })
 ) {
   override get message() {
     const at = this.line === undefined ? "" : `:${this.line}`

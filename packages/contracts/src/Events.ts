@@ -15,9 +15,9 @@ export const ThreadEventType = Schema.Literal(
   "run.started",
   /** `{runId, itemCount}` */
   "run.completed",
-  /** `{runId, stopPoint, reason}` */
+  /** `{runId, stopPoint, reason, code}`: `code` is the run's `RunFailureCode` */
   "run.failed",
-  /** `{runId, stopPoint, reason}` */
+  /** `{runId, stopPoint, reason, code}`: `code` is the run's `RunFailureCode` */
   "run.interrupted",
   /** `{providerThreadId, providerInstance}` */
   "provider_thread.created",

@@ -5,7 +5,7 @@
  *
  * Each violation is one line naming the invariant, the record and what is wrong.
  */
-import { type Item, terminalRunStatuses, type ThreadId } from "@baton/contracts"
+import { type Item, type RunFailureCode, terminalRunStatuses, type ThreadId } from "@baton/contracts"
 import { Calibration } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { Effect } from "effect"
@@ -23,22 +23,34 @@ export interface CheckOptions {
   readonly observed?: Observed
 }
 
-/** Failure reasons that come from provider faults (allowed), not from history that did not fit (a wedge). */
-const faultReason = /^(provider |history injection unconfirmed|interrupted by the user|process restarted)/
-
 /**
- * A turn the provider answered but whose output Baton failed to store (ThreadService's completion transaction
- * failed). The reason starts with "provider" but the fault is Baton's: the user lost the turn's output and, if the
- * cause persists, every later turn too. Not an allowed reason.
+ * Run failure codes that are allowed endings (invariant 1): a provider fault (`overflow` only after the recovery
+ * that defers history and replaces the native thread: the prompt alone does not fit), an unconfirmed injection, the
+ * run's provider missing in this process, the user, a restart. Not allowed: `turn_start_failed` (Baton's own turn
+ * start failed) and `output_not_recorded` (the provider answered but Baton lost the output: if the cause persists,
+ * every later turn too).
  */
-const unrecordedOutput = /^provider output could not be recorded/
+const faultCodes: ReadonlySet<RunFailureCode> = new Set<RunFailureCode>([
+  "provider_refused",
+  "provider_interrupted",
+  "provider_timeout",
+  "overflow",
+  "provider_ack_lost",
+  "provider_unavailable",
+  "provider_lost_thread",
+  "provider_protocol",
+  "provider_missing",
+  "injection_unconfirmed",
+  "interrupted_by_user",
+  "process_restarted"
+])
 
 /**
  * Whether a run that did not complete stopped for an allowed reason — a provider fault, an unconfirmed injection,
  * the user, a restart — rather than because history did not fit or its output could not be stored (a wedge).
+ * Reads the run's `failureCode`, never its prose.
  */
-export const isFaultReason = (reason: string | null): boolean =>
-  reason !== null && faultReason.test(reason) && !unrecordedOutput.test(reason)
+export const isFaultCode = (code: RunFailureCode | null): boolean => code !== null && faultCodes.has(code)
 
 /**
  * Checks invariants 1, 2, 3, 5, 6 and 7 for `threadId`, offload records included (an owed item is settled by a
@@ -67,8 +79,8 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
     //    every started run's prompt reached the provider byte-identical.
     for (const run of runs) {
       if (!terminalRunStatuses.includes(run.status)) violations.push(`no-wedge: run ${run.id} left ${run.status}`)
-      if (run.status !== "completed" && run.failureReason !== null && !isFaultReason(run.failureReason)) {
-        violations.push(`no-wedge: run ${run.id} ${run.status}: ${run.failureReason}`)
+      if (run.status !== "completed" && run.failureCode !== null && !isFaultCode(run.failureCode)) {
+        violations.push(`no-wedge: run ${run.id} ${run.status} (${run.failureCode}): ${run.failureReason}`)
       }
     }
     if (options.observed !== undefined) {

@@ -13,7 +13,7 @@
  *
  * It does not start the provider turn itself (ThreadService does, then settles inline deliveries).
  */
-import { type HandoffDelivery, type NativeThread, type ProviderThread, type Run } from "@baton/contracts"
+import { type HandoffDelivery, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
@@ -26,23 +26,8 @@ import * as UsageSanity from "./UsageSanity.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration, type SampleBase } from "./ProviderCalibration.js"
 
-/** What turn start decided, for the caller and for the replay's per-run line. */
-export interface TurnStartReport {
-  /** In the provider's units: Baton's estimates (request, used without a trusted report) scaled by the ratio. */
-  readonly budget: Budget.Budget
-  /** The provider instance's calibration in force (provider tokens per Baton token); 1 when none or turned off. */
-  readonly calibrationRatio: number
-  /** `none` when nothing was owed or everything was deferred. */
-  readonly mode: "injected" | "inline" | "none"
-  readonly deliveredItems: number
-  /** Baton tokens of the rendered history; `ceil(deliveredTokens * calibrationRatio) <= budget.budget`. */
-  readonly deliveredTokens: number
-  readonly deferredItems: number
-  readonly deferredTokens: number
-  readonly omittedItems: number
-  /** Set when the injection's outcome is uncertain (lost acknowledgement); the run must not start. */
-  readonly injectionError: string | null
-}
+/** What turn start decided, for the caller and for the replay's per-run line (the schema lives in contracts). */
+export { TurnStartReport } from "@baton/contracts"
 
 export interface TurnStartPlan {
   readonly native: NativeThread

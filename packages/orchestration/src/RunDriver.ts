@@ -18,7 +18,7 @@
  * Fiber bookkeeping (which threads have a worker here, which run each fiber drives) is process-local runtime state;
  * everything two processes must agree on is in the database.
  */
-import { type Commands, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId } from "@baton/contracts"
+import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -33,16 +33,17 @@ export interface RunAccepted {
 }
 
 /** A run's result as the record tells it (another process drove it, or the report is gone). */
-const fromRecord = (r: Run): SendResult => ({
+const fromRecord = (r: Run, providerInstance: ProviderInstance): SendResult => ({
   runId: r.id,
   runSeq: r.seq,
   status: r.status,
-  providerInstance: "",
+  providerInstance,
   nativeGeneration: null,
   usedTokens: null,
   window: 0,
   turnStart: null,
-  failureReason: r.failureReason
+  failureReason: r.failureReason,
+  failureCode: r.failureCode
 })
 
 const backoff = (pause: number) => Math.min(1_000, pause * 2)
@@ -85,6 +86,10 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
         return found
       })
+
+    const recorded = (r: Run) =>
+      Effect.map(store.getProviderThread(r.providerThreadId), (p) =>
+        fromRecord(r, p._tag === "Some" ? p.value.providerInstance : ("" as ProviderInstance)))
 
     const settle = (runId: string, exit: Exit.Exit<SendResult, unknown>) =>
       Effect.suspend(() => {
@@ -164,7 +169,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             const exit = yield* Effect.exit(done.value)
             if (Exit.isSuccess(exit)) return exit.value
           }
-          return fromRecord(found.value)
+          return yield* recorded(found.value)
         }
         if (workers.has(found.value.threadId) || inFlight.has(runId)) {
           const exit = yield* Effect.exit(Deferred.await(deferred))
@@ -172,7 +177,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
         const ended = yield* pollEnded(runId)
         if (ended._tag === "None") return yield* new RunNotFound({ runId })
-        return fromRecord(ended.value)
+        return yield* recorded(ended.value)
       }).pipe(Effect.ensuring(Effect.sync(() => waiting.delete(runId))))
 
     const register = (runId: string, threadId: string) =>

@@ -8,29 +8,20 @@
  *
  * It does not summarise Baton's own record (that is `/offload`) and never edits an item.
  */
-import type { CommandId, NativeThread, ProviderThread, ThreadId } from "@baton/contracts"
+import { CompactReport, type NativeThread, type ProviderThread, type ThreadId } from "@baton/contracts"
 import { Budget, Calibration } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
+import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import * as UsageSanity from "./UsageSanity.js"
 
-/** What `/compact` did. Token counts are the native thread's usage. */
-export interface CompactReport {
-  readonly compacted: boolean
-  readonly reason: string | null
-  readonly usedBefore: number | null
-  readonly usedAfter: number | null
-  readonly deliveredItems: number
-  readonly deliveredTokens: number
-  readonly omittedItems: number
-  /** Deliveries still `deferred` after `/compact` (no native injection, or nothing fit). */
-  readonly stillDeferred: number
-}
+/** What `/compact` did (the schema lives in contracts). */
+export { CompactReport } from "@baton/contracts"
 
 /** The report of a `/compact` that did not compact, saying why. */
 export const notCompacted = (reason: string | null): CompactReport => ({
@@ -82,7 +73,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
 
     /**
      * `/compact` on `providerThread`'s active native thread; returns what it did (`compacted: false` with the reason
-     * when it did not call the provider). With `commandId`, the command receipt is written with the outcome (in the
+     * when it did not call the provider). With `receipt`, the command receipt is written with the outcome (in the
      * compaction's final transaction), so a client retrying after a crash gets this report back instead of compacting
      * again. Fails with the adapter's `ProviderError` (no receipt: the command may be retried) or `PersistenceError`.
      */
@@ -90,14 +81,10 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       threadId: ThreadId,
       providerThread: ProviderThread,
       adapter: ProviderAdapter.ProviderAdapterShape,
-      commandId: CommandId | null = null
+      receiptKey: CommandReceipts.Key | null = null
     ) {
       const receipt = (report: CompactReport) =>
-        commandId === null ? Effect.succeed(report) : Effect.gen(function*() {
-          const createdAt = yield* DateTime.now
-          yield* store.insertReceipt({ commandId, commandType: "CompactThread", threadId, result: JSON.parse(JSON.stringify(report)), createdAt })
-          return report
-        })
+        receiptKey === null ? Effect.succeed(report) : CommandReceipts.write(store, receiptKey, CompactReport, report)
       const empty = notCompacted(null)
       const refuse = (reason: string) => uow.thread(threadId, "ThreadCompaction.refuse")(receipt({ ...empty, reason }))
       if (providerThread.activeNativeThreadId === null) return yield* refuse("no native thread yet: nothing to compact")

@@ -69,6 +69,7 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
           prompt: "",
           stopPoint: "before_provider",
           failureReason: null,
+          failureCode: null,
           nativeThreadId: null,
           createdAt: now,
           updatedAt: now

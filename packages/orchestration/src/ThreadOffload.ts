@@ -16,11 +16,11 @@
  * own the native threads: nothing is sent to a provider here; the summary reaches a provider only as owed history.
  */
 import {
-  type CommandId,
   type Item,
   type ItemId,
   type Offload,
   OffloadFailed,
+  OffloadReport,
   RunInProgress,
   ConcurrentModification,
   type ThreadId
@@ -29,6 +29,7 @@ import { OffloadCut } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Summariser } from "@baton/providers"
 import { DateTime, Effect } from "effect"
+import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
@@ -45,28 +46,8 @@ export const maxDefaultKeepTokens = 16_000
 export const defaultKeepTokens = (window: number | null): number =>
   window === null ? maxDefaultKeepTokens : Math.min(maxDefaultKeepTokens, Math.floor(window / 4))
 
-/** What `/offload` did. Token counts are rendered tokens (`Item.tokens`). */
-export interface OffloadReport {
-  readonly offloaded: boolean
-  /** Why nothing was offloaded (`offloaded: false`), else `null`. */
-  readonly reason: string | null
-  readonly offloadId: string | null
-  readonly summaryItemId: string | null
-  /** Every item with `seq <= cutSeq` (offload summaries excepted) is covered by the summary chain. */
-  readonly cutSeq: number | null
-  /** Items (and their tokens) this pass summarised for the first time. */
-  readonly coveredItems: number
-  readonly coveredTokens: number
-  readonly summaryTokens: number
-  /** Items after the cut: the verbatim part of the visible history. */
-  readonly keptItems: number
-  readonly keptTokens: number
-  readonly keepTokens: number
-  /** How many items the cut moved earlier so that no tool unit is split. */
-  readonly movedForToolUnits: number
-  readonly supersededHandoffIds: ReadonlyArray<string>
-  readonly handoffIds: ReadonlyArray<string>
-}
+/** What `/offload` did (the schema lives in contracts). */
+export { OffloadReport } from "@baton/contracts"
 
 /** The model-visible history: the latest summary (if any) and the verbatim items after its cut. */
 export interface VisibleHistory {
@@ -103,7 +84,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       })
 
     /**
-     * Offloads `threadId`, keeping the newest `keepTokens` (rendered tokens) verbatim; with `commandId`, records the
+     * Offloads `threadId`, keeping the newest `keepTokens` (rendered tokens) verbatim; with `receiptKey`, records the
      * command receipt with the outcome. The caller checks the thread and that no run is active. The summariser is called outside any transaction; the summary item, the offload
      * record, the handoff supersession and the `thread.offloaded` event are then written in one transaction.
      * Returns a report (`offloaded: false` with the reason when there is nothing to offload). Fails with
@@ -113,16 +94,12 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const offload = Effect.fn("ThreadOffload.offload")(function*(
       threadId: ThreadId,
       keepTokens: number,
-      commandId: CommandId | null = null
+      receiptKey: CommandReceipts.Key | null = null
     ) {
       // The receipt is written with the outcome (in the same transaction when something is written), so a client
       // retrying after a crash gets this report back instead of running a second offload pass.
       const receipt = (report: OffloadReport) =>
-        commandId === null ? Effect.succeed(report) : Effect.gen(function*() {
-          const createdAt = yield* DateTime.now
-          yield* store.insertReceipt({ commandId, commandType: "OffloadThread", threadId, result: JSON.parse(JSON.stringify(report)), createdAt })
-          return report
-        })
+        receiptKey === null ? Effect.succeed(report) : CommandReceipts.write(store, receiptKey, OffloadReport, report)
       const offloads = yield* store.listOffloads(threadId)
       const previous = offloads.at(-1) ?? null
       const summaryIds = new Set<string>(offloads.map((o) => o.summaryItemId))

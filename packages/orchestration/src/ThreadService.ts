@@ -8,26 +8,38 @@
  */
 import {
   Commands,
-  type CommandId,
+  CompactReport,
+  CreateThreadResult,
+  ForkResult,
   InvalidRequest,
+  MergeResult,
+  OffloadReport,
   type ProviderInstance,
   ProviderError,
+  type ProviderErrorCode,
   type NativeThread,
   type ProviderThread,
   type Run,
   type RunAttempt,
+  RunId,
   RunInProgress,
   RunNotFound,
+  type RunFailureCode,
+  runFailureCodeOfProvider,
   type RunStopPoint,
+  SendResult,
+  SwitchResult,
   terminalRunStatuses,
   type Thread,
   ThreadNotFound,
-  type ThreadId
+  type ThreadId,
+  type TurnStartReport
 } from "@baton/contracts"
 import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
-import { DateTime, Duration, Effect, Option, Schema } from "effect"
+import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
+import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -35,67 +47,30 @@ import { ItemLog, type NewItem } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
-import { ProviderTurnStartService, type TurnStartPlan, type TurnStartReport } from "./ProviderTurnStartService.js"
-import { type CompactReport, notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
+import { ProviderTurnStartService, type TurnStartPlan } from "./ProviderTurnStartService.js"
+import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
+import { defaultKeepTokens, ThreadOffload } from "./ThreadOffload.js"
 
-/** The result of `fork`: the new thread, its provider thread, and what it is owed. */
-export const ForkResult = Schema.Struct({
-  threadId: Schema.String,
-  providerThreadId: Schema.String,
-  /** The parent's runs `1..atRunSeq` were copied into the fork's first run. */
-  atRunSeq: Schema.Number,
-  runId: Schema.String,
-  itemCount: Schema.Number,
-  /** Tokens of the copied history (the `fork` handoff's size). */
-  tokens: Schema.Number,
-  handoffId: Schema.NullOr(Schema.String)
-})
-export type ForkResult = typeof ForkResult.Type
+/** The results of the commands (schemas in contracts), under the names this module exported before. */
+export { ForkResult, MergeResult, SendResult } from "@baton/contracts"
 
-/** The result of `mergeBack`: what was merged into the parent (`runId` null: nothing new to merge). */
-export const MergeResult = Schema.Struct({
-  parentThreadId: Schema.String,
-  runId: Schema.NullOr(Schema.String),
-  /** The fork's runs `(fromRunSeq, throughRunSeq]` were merged. */
-  fromRunSeq: Schema.Number,
-  throughRunSeq: Schema.Number,
-  itemCount: Schema.Number,
-  tokens: Schema.Number,
-  handoffId: Schema.NullOr(Schema.String)
-})
-export type MergeResult = typeof MergeResult.Type
-import { defaultKeepTokens, type OffloadReport, ThreadOffload } from "./ThreadOffload.js"
+/** A SendMessage receipt as written when the run was queued, before the run ended. */
+const QueuedReceipt = Schema.Struct({ runId: RunId })
 
-/** The result of `sendMessage`: the run's final status and what turn start decided. */
-export interface SendResult {
-  readonly runId: string
-  readonly runSeq: number
-  readonly status: Run["status"]
-  readonly providerInstance: string
-  readonly nativeGeneration: number | null
-  /** Usage of the native thread after the run, when known. */
-  readonly usedTokens: number | null
-  readonly window: number
-  readonly turnStart: TurnStartReport | null
-  readonly failureReason: string | null
-}
+/** A SendMessage receipt: the run's `SendResult` once it ended, else the queued run (members tried in this order). */
+const SendReceipt = Schema.Union(SendResult, QueuedReceipt)
 
 /**
- * The index of the first lone UTF-16 surrogate in `text`, or -1. Such a prompt cannot reach a provider unchanged
- * (every UTF-8 boundary turns it into U+FFFD), so it is rejected instead of silently altered.
+ * Checks a command against its schema (a caller may have built it without validation): a violation is an
+ * `InvalidRequest` whose reason is the schema's messages (e.g. the lone surrogate of `Commands.PromptText`).
  */
-const loneSurrogateAt = (text: string): number => {
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const next = text.charCodeAt(i + 1)
-      if (next >= 0xdc00 && next <= 0xdfff) i++
-      else return i
-    } else if (c >= 0xdc00 && c <= 0xdfff) return i
-  }
-  return -1
-}
+const validateCommand = <A, I>(schema: Schema.Schema<A, I>, command: A) =>
+  Schema.validate(schema)(command).pipe(
+    Effect.mapError((e) =>
+      new InvalidRequest({ reason: ParseResult.ArrayFormatter.formatErrorSync(e).map((i) => i.message).join("; ") })
+    )
+  )
 
 const producedKinds = new Set(["assistant_message", "tool_call", "tool_result", "reasoning", "error", "summary"])
 const toolCallStates = new Set(["answered", "dangling", "interrupted"])
@@ -119,7 +94,7 @@ const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
 }
 
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
-const promptNotReadCodes = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
+const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
 /**
  * Context overflows one run recovers from before it fails: history deferred, then a replacement native thread, then
@@ -222,47 +197,21 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           onSome: Effect.succeed
         }))
 
-    /** Runs `effect` once per command id: a repeated id returns the stored result (decoded with `schema`). */
     /**
-     * The receipt of a command id seen before, checked to belong to the same command: a command id reused for
-     * another command type or another thread fails with `InvalidRequest` (it would otherwise return, or overwrite,
-     * the other command's result and drop this one).
+     * Runs `effect` once per command: a repeated command id returns the stored result (decoded with `schema`); one
+     * reused for another command type, thread or payload fails with `InvalidRequest` (see CommandReceipts).
      */
-    const priorReceipt = (commandId: CommandId, commandType: string, threadId: ThreadId | null) =>
-      Effect.gen(function*() {
-        const seen = yield* store.findReceipt(commandId)
-        if (seen._tag === "None") return seen
-        const r = seen.value
-        if (r.commandType !== commandType || (threadId !== null && r.threadId !== null && r.threadId !== threadId)) {
-          return yield* new InvalidRequest({
-            reason: `command id ${commandId} was already used by ${r.commandType}${r.threadId === null ? "" : ` on thread ${r.threadId}`}; ` +
-              `send ${commandType} with a new command id`
-          })
-        }
-        return seen
-      })
-
-    /** Decodes a stored result; one that does not decode (a receipt of an older shape) is an `InvalidRequest`. */
-    const decodeReceipt = <A, I>(schema: Schema.Schema<A, I>, commandId: CommandId, result: unknown) =>
-      Schema.decodeUnknown(schema)(result).pipe(
-        Effect.mapError(() => new InvalidRequest({ reason: `the stored result of command ${commandId} cannot be read; use a new command id` }))
-      )
-
     const withReceipt = <A, I, E, R>(
-      commandId: CommandId,
-      commandType: string,
+      command: Commands.Command,
       threadId: ThreadId | null,
       schema: Schema.Schema<A, I>,
       effect: Effect.Effect<A, E, R>
     ) =>
       Effect.gen(function*() {
-        const seen = yield* priorReceipt(commandId, commandType, threadId)
-        if (seen._tag === "Some") return yield* decodeReceipt(schema, commandId, seen.value.result)
-        const result = yield* effect
-        const encoded = yield* Schema.encode(schema)(result).pipe(Effect.orDie)
-        const createdAt = yield* DateTime.now
-        yield* store.insertReceipt({ commandId, commandType, threadId, result: encoded, createdAt })
-        return result
+        const key = CommandReceipts.keyOf(command, threadId)
+        const seen = yield* CommandReceipts.find(store, key)
+        if (seen._tag === "Some") return yield* CommandReceipts.decode(schema, command.commandId, seen.value.result)
+        return yield* CommandReceipts.write(store, key, schema, yield* effect)
       })
 
     const ensureProviderThread = Effect.fn("ThreadService.ensureProviderThread")(function*(
@@ -294,10 +243,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     /** Creates a thread whose first provider is `providerInstance`. Fails with `UnknownProvider`. */
     const createThread = Effect.fn("ThreadService.createThread")(function*(command: Commands.CreateThread) {
       return yield* withReceipt(
-        command.commandId,
-        "CreateThread",
+        command,
         null,
-        Schema.Struct({ threadId: Schema.String }),
+        CreateThreadResult,
         Effect.gen(function*() {
           const adapter = yield* registry.get(command.providerInstance)
           const now = yield* DateTime.now
@@ -312,9 +260,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.appendEvent(thread.id, "thread.created", { title: thread.title })
           const providerThread = yield* ensureProviderThread(thread.id, adapter)
           yield* store.updateThread({ ...thread, activeProviderThreadId: providerThread.id })
-          return { threadId: thread.id as string }
+          return { threadId: thread.id }
         })
-      ).pipe(uow.global("ThreadService.createThread"), Effect.map((r) => r.threadId as ThreadId))
+      ).pipe(uow.global("ThreadService.createThread"), Effect.map((r) => r.threadId))
     })
 
     /**
@@ -323,17 +271,16 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const switchProvider = Effect.fn("ThreadService.switchProvider")(function*(command: Commands.SwitchProvider) {
       return yield* withReceipt(
-        command.commandId,
-        "SwitchProvider",
+        command,
         command.threadId,
-        Schema.Struct({ providerThreadId: Schema.String, handoffId: Schema.NullOr(Schema.String) }),
+        SwitchResult,
         Effect.gen(function*() {
           const thread = yield* getThread(command.threadId)
           const adapter = yield* registry.get(command.providerInstance)
           const active = yield* store.findActiveRun(thread.id)
           if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
           const target = yield* ensureProviderThread(thread.id, adapter)
-          if (target.id === thread.activeProviderThreadId) return { providerThreadId: target.id as string, handoffId: null }
+          if (target.id === thread.activeProviderThreadId) return { providerThreadId: target.id, handoffId: null }
           const nextSeq = yield* store.nextRunSeq(thread.id)
           // Runs the destination's active native thread ran itself (the provider read them) are not owed again.
           // So are runs whose history a handoff toward it already owes or delivered (a fork or merge run, forwarding).
@@ -351,7 +298,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             to: target.id,
             handoffId: handoff?.id ?? null
           })
-          return { providerThreadId: target.id as string, handoffId: handoff?.id ?? null }
+          return { providerThreadId: target.id, handoffId: handoff?.id ?? null }
         })
       ).pipe(uow.thread(command.threadId, "ThreadService.switchProvider"))
     })
@@ -361,10 +308,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
     const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean) {
-      const lone = loneSurrogateAt(command.text)
-      if (lone >= 0) {
-        return yield* new InvalidRequest({ reason: `the prompt is not well-formed Unicode: lone surrogate at index ${lone}` })
-      }
+      yield* validateCommand(Commands.SendMessage, command)
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
@@ -381,6 +325,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         prompt: command.text,
         stopPoint: null,
         failureReason: null,
+        failureCode: null,
         nativeThreadId: null,
         createdAt: now,
         updatedAt: now
@@ -399,22 +344,26 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       yield* store.appendEvent(thread.id, "run.queued", { runId: run.id, seq: run.seq, providerThreadId: providerThread.id })
       // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
       // run instead of queueing a second one. The receipt's result is completed when the run ends.
-      yield* store.insertReceipt({ commandId: command.commandId, commandType: "SendMessage", threadId: thread.id, result: { runId: run.id }, createdAt: now })
+      yield* CommandReceipts.write(store, CommandReceipts.keyOf(command, thread.id), QueuedReceipt, { runId: run.id })
       return run
     }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
 
-    /** Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending. */
-    const finishRun = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string) =>
+    /**
+     * Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending.
+     * `reason` is the one-line reason for people, `code` the same for code.
+     */
+    const finishRun = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string, code: RunFailureCode) =>
       Effect.gen(function*() {
         const current = yield* store.getRun(run.id)
         if (current._tag === "Some" && terminalRunStatuses.includes(current.value.status)) return current.value
         const now = yield* DateTime.now
-        const done: Run = { ...run, status, stopPoint, failureReason: reason, updatedAt: now }
+        const done: Run = { ...run, status, stopPoint, failureReason: reason, failureCode: code, updatedAt: now }
         yield* store.updateRun(done)
         yield* store.appendEvent(run.threadId, status === "failed" ? "run.failed" : "run.interrupted", {
           runId: run.id,
           stopPoint,
-          reason
+          reason,
+          code
         })
         return done
       })
@@ -435,7 +384,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       }))
       if (lookedUp._tag === "Left") {
         if (run.status === "queued") {
-          yield* uow.thread(run.threadId, "ThreadService.failRun")(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`))
+          yield* uow.thread(run.threadId, "ThreadService.failRun")(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`,
+            lookedUp.left._tag === "PersistenceError" ? "turn_start_failed" : "provider_missing"))
         }
         return yield* lookedUp.left
       }
@@ -451,7 +401,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         usedTokens: native?.used ?? null,
         window,
         turnStart: report,
-        failureReason: run.failureReason
+        failureReason: run.failureReason,
+        failureCode: run.failureCode
       })
       if (run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
 
@@ -529,13 +480,15 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           Effect.either
         )
         if (prepared._tag === "Left") {
-          run = yield* finishRun(run, "failed", "before_provider", prepared.left.message)
+          const failed = prepared.left
+          const code = failed._tag === "ProviderError" ? runFailureCodeOfProvider(failed.code) : "turn_start_failed"
+          run = yield* finishRun(run, "failed", "before_provider", failed.message, code)
           return result(null, null, providerThread.contextWindow ?? 0)
         }
         const plan = prepared.right
         const window = plan.report.budget.window
         if (plan.report.injectionError !== null) {
-          run = yield* finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`)
+          run = yield* finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`, "injection_unconfirmed")
           return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
 
@@ -657,7 +610,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
               { ...run, nativeThreadId: notRead ? null : run.nativeThreadId },
               status,
               notRead ? "before_provider" : "after_provider",
-              error.message
+              error.message,
+              runFailureCodeOfProvider(error.code)
             )
           })
           run = yield* uow.thread(run.threadId, "ThreadService.turnFailed")(finished)
@@ -776,7 +730,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (turn.interrupted === true) {
             // The provider stopped at an interrupt before the user's interrupt command recorded it (or one from
             // elsewhere): the run ends interrupted, after the provider read the prompt.
-            const ended = yield* finishRun({ ...run, nativeThreadId: plan.native.id }, "interrupted", "after_provider", "interrupted by the user during the provider turn")
+            const ended = yield* finishRun({ ...run, nativeThreadId: plan.native.id }, "interrupted", "after_provider", "interrupted by the user during the provider turn", "interrupted_by_user")
             return { done: ended, native }
           }
           const done: Run = { ...run, status: "completed", updatedAt: now }
@@ -791,7 +745,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const startedRun = run
           run = yield* uow.thread(startedRun.threadId, "ThreadService.outputNotRecorded")(Effect.gen(function*() {
             yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
-            return yield* finishRun(startedRun, "failed", "after_provider", reason)
+            return yield* finishRun(startedRun, "failed", "after_provider", reason, "output_not_recorded")
           }))
           return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
@@ -814,18 +768,18 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * `InvalidRequest`; provider faults end the run as `failed`/`interrupted` (they do not fail the command).
      */
     const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
-      const seen = yield* priorReceipt(command.commandId, "SendMessage", command.threadId)
+      const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
       if (seen._tag === "Some") {
-        const recorded = seen.value.result as Partial<SendResult> & { readonly runId: string }
-        if (recorded.status !== undefined) return recorded as SendResult
+        const recorded = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
+        if ("status" in recorded) return recorded
         // Recorded when the run was queued, never completed (a crash): finish the same run, never a second one.
-        const result = yield* processRun(recorded.runId as Run["id"])
-        yield* store.updateReceipt(command.commandId, JSON.parse(JSON.stringify(result)))
+        const result = yield* processRun(recorded.runId)
+        yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
         return result
       }
       const run = yield* queueRun(command, false)
       const result = yield* processRun(run.id)
-      yield* store.updateReceipt(command.commandId, JSON.parse(JSON.stringify(result)))
+      yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
       return result
     })
 
@@ -836,9 +790,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const enqueueMessage = (command: Commands.SendMessage, options: { readonly queueBehind?: boolean } = {}) =>
       Effect.gen(function*() {
-        const seen = yield* priorReceipt(command.commandId, "SendMessage", command.threadId)
+        const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
         if (seen._tag === "Some") {
-          const runId = (seen.value.result as { readonly runId: Run["id"] }).runId
+          const { runId } = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
           const run = yield* store.getRun(runId)
           if (run._tag === "Some") return run.value
         }
@@ -854,7 +808,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
       const run = found.value
       if (run.status === "queued" || run.status === "starting") {
-        return yield* finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started")
+        return yield* finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started", "interrupted_by_user")
       }
       if (run.status === "running") {
         // `running` is written just before the provider call: read the native thread back, where the adapter can,
@@ -886,7 +840,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             read === true ? run : { ...run, nativeThreadId: null },
             "interrupted",
             read === true ? "after_provider" : "before_provider",
-            "interrupted by the user"
+            "interrupted by the user",
+            "interrupted_by_user"
           )
         }))
       }
@@ -963,7 +918,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             { ...run, nativeThreadId },
             "interrupted",
             stopPoint,
-            read === true ? "process restarted during the provider turn" : "process restarted before the provider started"
+            read === true ? "process restarted during the provider turn" : "process restarted before the provider started",
+            "process_restarted"
           )
         })))
       }
@@ -978,8 +934,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const fork = Effect.fn("ThreadService.fork")(function*(command: Commands.ForkThread) {
       return yield* withReceipt(
-        command.commandId,
-        "ForkThread",
+        command,
         command.threadId,
         ForkResult,
         Effect.gen(function*() {
@@ -1011,10 +966,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.updateThread({ ...forkThread, activeProviderThreadId: providerThread.id })
           const forked = yield* lineage.fork(parent, forkThread, providerThread, atRunSeq, runs.filter((r) => r.seq <= atRunSeq))
           return {
-            threadId: forkThread.id as string,
-            providerThreadId: providerThread.id as string,
+            threadId: forkThread.id,
+            providerThreadId: providerThread.id,
             atRunSeq,
-            runId: forked.run.id as string,
+            runId: forked.run.id,
             itemCount: forked.itemCount,
             tokens: forked.tokens,
             handoffId: forked.handoff?.id ?? null
@@ -1032,8 +987,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const mergeBack = Effect.fn("ThreadService.mergeBack")(function*(command: Commands.MergeBack) {
       return yield* withReceipt(
-        command.commandId,
-        "MergeBack",
+        command,
         command.forkThreadId,
         MergeResult,
         Effect.gen(function*() {
@@ -1052,7 +1006,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const ended = firstOpen === -1 ? after : after.slice(0, firstOpen)
           const merged = ended.length === 0 ? null : yield* lineage.mergeBack(forkThread, parent, providerThread, fromRunSeq, ended)
           return {
-            parentThreadId: parent.id as string,
+            parentThreadId: parent.id,
             runId: merged?.run.id ?? null,
             fromRunSeq,
             throughRunSeq: merged?.link.throughRunSeq ?? fromRunSeq,
@@ -1066,8 +1020,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /** `/compact` on the thread's active provider thread (see ThreadCompaction). */
     const compact = Effect.fn("ThreadService.compact")(function*(command: Commands.CompactThread) {
-      const seen = yield* priorReceipt(command.commandId, "CompactThread", command.threadId)
-      if (seen._tag === "Some") return seen.value.result as CompactReport
+      const receiptKey = CommandReceipts.keyOf(command, command.threadId)
+      const seen = yield* CommandReceipts.find(store, receiptKey)
+      if (seen._tag === "Some") return yield* CommandReceipts.decode(CompactReport, command.commandId, seen.value.result)
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
@@ -1075,7 +1030,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const adapter = yield* registry.get(providerThread.providerInstance)
       // The receipt is written with each outcome (ThreadCompaction writes it in the compaction's transaction), so a
       // client retrying after a crash gets the first report back instead of compacting again.
-      return yield* compaction.compact(thread.id, providerThread, adapter, command.commandId).pipe(
+      return yield* compaction.compact(thread.id, providerThread, adapter, receiptKey).pipe(
         Effect.catchIf(
           (e) => e._tag === "ProviderError" && e.code === "thread_not_found",
           (e) =>
@@ -1093,8 +1048,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
                     reason: "the provider no longer has it"
                   })
                 }
-                const createdAt = yield* DateTime.now
-                yield* store.insertReceipt({ commandId: command.commandId, commandType: "CompactThread", threadId: thread.id, result: JSON.parse(JSON.stringify(report)), createdAt })
+                yield* CommandReceipts.write(store, receiptKey, CompactReport, report)
               }))
               return report
             })
@@ -1109,8 +1063,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * changed and no receipt is kept, so the same command may be retried), `ConcurrentModification`.
      */
     const offload = Effect.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
-      const seen = yield* priorReceipt(command.commandId, "OffloadThread", command.threadId)
-      if (seen._tag === "Some") return seen.value.result as OffloadReport
+      const receiptKey = CommandReceipts.keyOf(command, command.threadId)
+      const seen = yield* CommandReceipts.find(store, receiptKey)
+      if (seen._tag === "Some") return yield* CommandReceipts.decode(OffloadReport, command.commandId, seen.value.result)
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
@@ -1119,7 +1074,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         : yield* store.getProviderThread(thread.activeProviderThreadId)
       const keepTokens = command.keepTokens ??
         defaultKeepTokens(providerThread._tag === "Some" ? providerThread.value.contextWindow : null)
-      return yield* offloader.offload(thread.id, keepTokens, command.commandId)
+      return yield* offloader.offload(thread.id, keepTokens, receiptKey)
     })
 
     return {

@@ -161,7 +161,9 @@ describe("prompts are not changed on the way", () => {
     return Effect.gen(function*() {
       const o = yield* ops
       const t = yield* o.create("codex")
-      const error = yield* Effect.flip(o.service.sendMessage(Commands.SendMessage.make({ commandId: "cmd_lone" as CommandId, threadId: t, text: "a\uD800b" })))
+      // Built without validation, as a caller that skips the schema would: the service still checks it.
+      const command = Commands.SendMessage.make({ commandId: "cmd_lone" as CommandId, threadId: t, text: "a\uD800b" }, true)
+      const error = yield* Effect.flip(o.service.sendMessage(command))
       expect(error._tag).toBe("InvalidRequest")
       expect(error.message).toBe("the prompt is not well-formed Unicode: lone surrogate at index 1")
       expect(yield* o.store.listRuns(t)).toEqual([])

@@ -100,9 +100,11 @@ describe("A: usage reports from a provider with an unknown window", () => {
     }).pipe(Effect.provide(h.layer))
   })
 
-  it("a run whose output could not be stored is a wedge for the checker, not a provider fault", () => {
-    expect(InvariantChecks.isFaultReason("provider output could not be recorded: storage error in native_threads.update: ParseError")).toBe(false)
-    expect(InvariantChecks.isFaultReason("provider codex failed startTurn (timeout): no answer within 60000 ms (turn timeout)")).toBe(true)
+  it("a run whose output could not be stored is a wedge for the checker, not a provider fault (read from the code)", () => {
+    expect(InvariantChecks.isFaultCode("output_not_recorded")).toBe(false)
+    expect(InvariantChecks.isFaultCode("turn_start_failed")).toBe(false)
+    expect(InvariantChecks.isFaultCode("provider_timeout")).toBe(true)
+    expect(InvariantChecks.isFaultCode(null)).toBe(false)
   })
 })
 

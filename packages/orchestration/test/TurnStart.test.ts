@@ -259,6 +259,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         yield* o.switchTo(threadId, "codex")
         const lost = yield* o.send(threadId, "Implement it")
         expect(lost.status).toBe("failed")
+        expect(lost.failureCode).toBe("injection_unconfirmed")
         expect(lost.failureReason).toContain("history injection unconfirmed")
         const pending = (yield* o.store.listDeliveriesOfThread(threadId)).filter((d) => d.status === "pending")
         expect(pending).toHaveLength(1)

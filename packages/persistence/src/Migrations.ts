@@ -8,6 +8,7 @@ import migration0002 from "./migrations/0002_thread_links.js"
 import migration0003 from "./migrations/0003_calibration.js"
 import migration0004 from "./migrations/0004_offload.js"
 import migration0005 from "./migrations/0005_item_message_ids.js"
+import migration0006 from "./migrations/0006_run_failure_code.js"
 import migration0007 from "./migrations/0007_unit_of_work.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
@@ -17,6 +18,7 @@ export const migrations = {
   "0003_calibration": migration0003,
   "0004_offload": migration0004,
   "0005_item_message_ids": migration0005,
+  "0006_run_failure_code": migration0006,
   "0007_unit_of_work": migration0007
 }
 

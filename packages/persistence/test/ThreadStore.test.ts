@@ -1,8 +1,8 @@
-import type { Item, ItemId, ProviderInstance, RunId, ThreadId, ToolCallId } from "@baton/contracts"
+import type { CommandId, Item, ItemId, ProviderInstance, ProviderThreadId, Run, RunId, ThreadId, ToolCallId } from "@baton/contracts"
 import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { DateTime, Effect, Layer } from "effect"
+import { DateTime, Effect, Layer, Option } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -127,5 +127,46 @@ describe("ThreadStore on a SQLite file", () => {
       const read = yield* store.getCalibration(codex)
       expect(read._tag === "Some" && [read.value.ratio, read.value.samples, read.value.weight]).toEqual([1.1512345678901234, 2, 9_000])
       expect((yield* store.getCalibration("claude" as ProviderInstance))._tag).toBe("None")
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("migration 0006: a run's failure code and a command receipt's payload fingerprint are stored and read back", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      yield* store.insertThread(thread("thr_6", now))
+      yield* store.insertProviderThread({
+        id: "pth_6" as ProviderThreadId,
+        threadId: "thr_6" as ThreadId,
+        providerInstance: "codex" as ProviderInstance,
+        model: "m",
+        contextWindow: null,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      })
+      const run: Run = {
+        id: "run_6" as RunId,
+        threadId: "thr_6" as ThreadId,
+        seq: 1,
+        providerThreadId: "pth_6" as ProviderThreadId,
+        status: "queued",
+        prompt: "p",
+        stopPoint: null,
+        failureReason: null,
+        failureCode: null,
+        nativeThreadId: null,
+        createdAt: now,
+        updatedAt: now
+      }
+      yield* store.insertRun(run)
+      const read = (id: RunId) => Effect.map(store.getRun(id), Option.getOrThrow)
+      expect((yield* read(run.id)).failureCode).toBe(null)
+      yield* store.updateRun({ ...run, status: "failed", stopPoint: "before_provider", failureReason: "provider codex failed startTurn (timeout): t", failureCode: "provider_timeout" })
+      expect([(yield* read(run.id)).status, (yield* read(run.id)).failureCode]).toEqual(["failed", "provider_timeout"])
+
+      yield* store.insertReceipt({ commandId: "cmd_6" as CommandId, commandType: "SendMessage", threadId: "thr_6" as ThreadId, result: { runId: "run_6" }, payloadFingerprint: "abc", createdAt: now })
+      const receipt = Option.getOrThrow(yield* store.findReceipt("cmd_6"))
+      expect([receipt.payloadFingerprint, receipt.result]).toEqual(["abc", { runId: "run_6" }])
     }).pipe(Effect.provide(layerAt(":memory:"))))
 })

@@ -34,6 +34,7 @@ const run = (threadId: string, seq: number, now: DateTime.Utc): Run => ({
   prompt: `prompt ${seq}`,
   stopPoint: null,
   failureReason: null,
+  failureCode: null,
   nativeThreadId: null,
   createdAt: now,
   updatedAt: now

@@ -10,7 +10,7 @@
  * It owns nothing durable: a process restart loses its native threads, exactly like a real provider session that
  * expired, and `resumeThread` on an unknown ref fails with `unavailable`.
  */
-import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
+import { type ContextUsage, ProviderError, type ProviderErrorCode, type ProviderInstance } from "@baton/contracts"
 import type { TokenCounter } from "@baton/context"
 import { Deferred, Effect, FiberId } from "effect"
 import type {
@@ -192,7 +192,7 @@ export const make = (
   const tokenScale = config.tokenScale ?? 1
   const count = (text: string) => tokenScale === 1 ? counter.count(text) : Math.ceil(counter.count(text) * tokenScale)
 
-  const fail = (operation: string, code: string, reason: string, retryable = false) =>
+  const fail = (operation: string, code: ProviderErrorCode, reason: string, retryable = false) =>
     Effect.fail(new ProviderError({ provider: instance, operation, code, reason, retryable }))
 
   const usageOf = (state: NativeState): ContextUsage => ({

@@ -113,7 +113,15 @@ type Services = Layer.Layer.Success<ReturnType<typeof orchestrator>>
 type Attempt<A> =
   | { readonly _tag: "ok"; readonly value: A }
   | { readonly _tag: "crashed"; readonly step: number; readonly site: string }
-  | { readonly _tag: "failed"; readonly message: string }
+  | { readonly _tag: "failed"; readonly message: string; readonly errorTag: string | null }
+
+/** The `_tag` of the command's typed failure (`OffloadFailed`, …), `null` for a defect: read instead of the message. */
+const errorTagOf = (cause: Cause.Cause<unknown>): string | null => {
+  const failure = Cause.failureOption(cause)
+  if (failure._tag === "None") return null
+  const tag = (failure.value as { readonly _tag?: unknown })._tag
+  return typeof tag === "string" ? tag : null
+}
 
 const describeCause = (cause: Cause.Cause<unknown>): string => {
   const failure = Cause.failureOption(cause)
@@ -232,7 +240,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         if (crash._tag === "Some" && steps.crashed !== null) {
           return { _tag: "crashed", step: steps.crashed.step, site: steps.crashed.site } as Attempt<A>
         }
-        return { _tag: "failed", message: describeCause(exit.cause) } as Attempt<A>
+        return { _tag: "failed", message: describeCause(exit.cause), errorTag: errorTagOf(exit.cause) } as Attempt<A>
       })
     const noteCrash = (kind: string, step: number, site: string) => {
       const occurrence = steps.sites.slice(0, step).filter((s) => s === site).length
@@ -468,7 +476,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
                   `kept ${r.keptItems}, handoffs superseded ${r.supersededHandoffIds.length}`
                 : `not offloaded: ${r.reason ?? ""}`.slice(0, 100)
             } else if (c.result._tag === "failed") {
-              if (op.summariserFails && c.result.message.startsWith("OffloadFailed:")) {
+              if (op.summariserFails && c.result.errorTag === "OffloadFailed") {
                 result = "summariser failed; history unchanged"
                 const after = yield* visibleIds(thread)
                 if (before !== after) violations.push(`offload: a failed summariser changed the visible history (${before} -> ${after})`)

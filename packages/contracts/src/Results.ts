@@ -1,0 +1,150 @@
+/**
+ * The results of commands, as returned to the caller and stored in command receipts (a retry with the same command
+ * id gets the stored result back, decoded through the same schema). Token figures are tokens: Baton's count unless
+ * a field says it is in the provider's units; item counts are numbers of items.
+ */
+import { Schema } from "effect"
+import { RunFailureCode, RunStatus, Tokens } from "./Domain.js"
+import { HandoffId, ItemId, OffloadId, ProviderInstance, ProviderThreadId, RunId, ThreadId } from "./Ids.js"
+
+/** A non-negative number of items. */
+const ItemCount = Schema.Int.pipe(Schema.nonNegative())
+
+/** A run's 1-based position in its thread, or 0 for "before the first run". */
+const RunSeq = Schema.Int.pipe(Schema.nonNegative())
+
+/** The result of `CreateThread`: the new thread. */
+export const CreateThreadResult = Schema.Struct({ threadId: ThreadId })
+export type CreateThreadResult = typeof CreateThreadResult.Type
+
+/** The result of `SwitchProvider`: the now active provider thread and the `switch` handoff owing it history (`null`: nothing owed). */
+export const SwitchResult = Schema.Struct({ providerThreadId: ProviderThreadId, handoffId: Schema.NullOr(HandoffId) })
+export type SwitchResult = typeof SwitchResult.Type
+
+/**
+ * The budget of one turn start (`@baton/context` Budget), every figure in tokens in the provider's units (Baton's
+ * count when the calibration ratio is 1):
+ * `budget = max(0, min(tokenCap, window - used - request - reserve))`, `physicalHeadroom = max(0, window - used - request)`.
+ * `windowSource` tells where `window` came from, `usedSource` whether `used` was reported or estimated.
+ */
+export const TurnBudget = Schema.Struct({
+  window: Schema.Number,
+  used: Schema.Number,
+  request: Schema.Number,
+  reserve: Schema.Number,
+  budget: Schema.Number,
+  physicalHeadroom: Schema.Number,
+  windowSource: Schema.Literal("model", "reported_max", "auto_compact_threshold", "default"),
+  usedSource: Schema.Literal("reported", "estimate")
+})
+export type TurnBudget = typeof TurnBudget.Type
+
+/** What one turn start decided about owed history. */
+export const TurnStartReport = Schema.Struct({
+  budget: TurnBudget,
+  /** The provider instance's calibration in force (provider tokens per Baton token); 1 when none or turned off. */
+  calibrationRatio: Schema.Number,
+  /** How owed history went out: `none` when nothing was owed or everything was deferred. */
+  mode: Schema.Literal("injected", "inline", "none"),
+  deliveredItems: ItemCount,
+  /** Baton tokens of the rendered history; `ceil(deliveredTokens * calibrationRatio) <= budget.budget`. */
+  deliveredTokens: Tokens,
+  deferredItems: ItemCount,
+  /** Tokens (rendered) of the history deferred to a later turn. */
+  deferredTokens: Tokens,
+  /** Items left out of a delivery (each stays readable by ref). */
+  omittedItems: ItemCount,
+  /** Set when the injection's outcome is uncertain (lost acknowledgement); the run did not start. */
+  injectionError: Schema.NullOr(Schema.String)
+})
+export type TurnStartReport = typeof TurnStartReport.Type
+
+/** The result of `SendMessage`: the run's final status and what turn start decided. */
+export const SendResult = Schema.Struct({
+  runId: RunId,
+  /** 1-based position of the run in its thread. */
+  runSeq: Schema.Int.pipe(Schema.positive()),
+  status: RunStatus,
+  providerInstance: ProviderInstance,
+  /** The generation of the native thread the run went to; `null` when it reached none. */
+  nativeGeneration: Schema.NullOr(Schema.Int.pipe(Schema.positive())),
+  /** Tokens the native thread holds after the run (reported, else Baton's estimate), when known. */
+  usedTokens: Schema.NullOr(Tokens),
+  /** The context window the turn was budgeted against, in tokens (0 when the run never reached turn start). */
+  window: Tokens,
+  turnStart: Schema.NullOr(TurnStartReport),
+  /** Why the run did not complete, for people (see `Run.failureReason`). */
+  failureReason: Schema.NullOr(Schema.String),
+  /** Why the run did not complete, for code (see `RunFailureCode`). */
+  failureCode: Schema.NullOr(RunFailureCode)
+})
+export type SendResult = typeof SendResult.Type
+
+/** What `/compact` did. Token counts are the native thread's usage, in tokens. */
+export const CompactReport = Schema.Struct({
+  compacted: Schema.Boolean,
+  /** Why it did not compact (`compacted: false`), else `null`. */
+  reason: Schema.NullOr(Schema.String),
+  usedBefore: Schema.NullOr(Tokens),
+  usedAfter: Schema.NullOr(Tokens),
+  deliveredItems: ItemCount,
+  deliveredTokens: Tokens,
+  omittedItems: ItemCount,
+  /** Deliveries still `deferred` after `/compact` (no native injection, or nothing fit). */
+  stillDeferred: ItemCount
+})
+export type CompactReport = typeof CompactReport.Type
+
+/** What `/offload` did. Token counts are rendered tokens (`Item.tokens`). */
+export const OffloadReport = Schema.Struct({
+  offloaded: Schema.Boolean,
+  /** Why nothing was offloaded (`offloaded: false`), else `null`. */
+  reason: Schema.NullOr(Schema.String),
+  offloadId: Schema.NullOr(OffloadId),
+  summaryItemId: Schema.NullOr(ItemId),
+  /** Every item with `seq <= cutSeq` (offload summaries excepted) is covered by the summary chain. */
+  cutSeq: Schema.NullOr(Schema.Int.pipe(Schema.positive())),
+  /** Items (and their tokens) this pass summarised for the first time. */
+  coveredItems: ItemCount,
+  coveredTokens: Tokens,
+  summaryTokens: Tokens,
+  /** Items after the cut: the verbatim part of the visible history. */
+  keptItems: ItemCount,
+  keptTokens: Tokens,
+  /** The verbatim tail asked for, in tokens. */
+  keepTokens: Tokens,
+  /** How many items the cut moved earlier so that no tool unit is split. */
+  movedForToolUnits: ItemCount,
+  supersededHandoffIds: Schema.Array(HandoffId),
+  /** The handoffs that now owe the summary instead of the originals. */
+  handoffIds: Schema.Array(HandoffId)
+})
+export type OffloadReport = typeof OffloadReport.Type
+
+/** The result of `ForkThread`: the new thread, its provider thread, and what it is owed. */
+export const ForkResult = Schema.Struct({
+  threadId: ThreadId,
+  providerThreadId: ProviderThreadId,
+  /** The parent's runs `1..atRunSeq` were copied into the fork's first run. */
+  atRunSeq: RunSeq,
+  runId: RunId,
+  itemCount: ItemCount,
+  /** Tokens (rendered) of the copied history: the `fork` handoff's size. */
+  tokens: Tokens,
+  handoffId: Schema.NullOr(HandoffId)
+})
+export type ForkResult = typeof ForkResult.Type
+
+/** The result of `MergeBack`: what was merged into the parent (`runId` null: nothing new to merge). */
+export const MergeResult = Schema.Struct({
+  parentThreadId: ThreadId,
+  runId: Schema.NullOr(RunId),
+  /** The fork's runs `(fromRunSeq, throughRunSeq]` were merged. */
+  fromRunSeq: RunSeq,
+  throughRunSeq: RunSeq,
+  itemCount: ItemCount,
+  /** Tokens (rendered) of the merged history: the `merge` handoff's size. */
+  tokens: Tokens,
+  handoffId: Schema.NullOr(HandoffId)
+})
+export type MergeResult = typeof MergeResult.Type

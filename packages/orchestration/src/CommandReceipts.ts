@@ -1,0 +1,102 @@
+/**
+ * CommandReceipts: the rules of command receipts, in one place. A command id seen before returns the result stored
+ * with its first run, decoded through the result's schema (`@baton/contracts` Results); the id must come back with
+ * the same command: the same type, the same thread and the same payload (compared by fingerprint). Anything else is
+ * an `InvalidRequest` telling the user to send the command with a new command id — otherwise the second command
+ * would be silently dropped and the first one's result returned.
+ *
+ * It does not decide when a receipt is written (each command writes it in the transaction of its outcome).
+ */
+import { type CommandId, type Commands, InvalidRequest, type ThreadId } from "@baton/contracts"
+import type { ThreadStore } from "@baton/persistence"
+import { createHash } from "node:crypto"
+import { DateTime, Effect, Schema } from "effect"
+
+/** What identifies one command's receipt: its id, type, thread (`null`: not about one thread) and payload fingerprint. */
+export interface Key {
+  readonly commandId: CommandId
+  readonly commandType: Commands.Command["_tag"]
+  readonly threadId: ThreadId | null
+  readonly fingerprint: string
+}
+
+/** JSON with object keys sorted, so the same payload always gives the same text. */
+const canonical = (value: unknown): string =>
+  Array.isArray(value)
+    ? `[${value.map(canonical).join(",")}]`
+    : typeof value === "object" && value !== null
+    ? `{${
+      Object.keys(value).filter((k) => (value as Record<string, unknown>)[k] !== undefined).sort()
+        .map((k) => `${JSON.stringify(k)}:${canonical((value as Record<string, unknown>)[k])}`).join(",")
+    }}`
+    : JSON.stringify(value)
+
+/**
+ * The fingerprint of a command's payload: the SHA-256 (hex) of its encoded form without `commandId`, keys sorted.
+ * Two commands have the same fingerprint exactly when every field but the command id is equal (an omitted optional
+ * field differs from one given explicitly, even when it equals the default).
+ */
+export const fingerprint = (command: Commands.Command): string => {
+  const { commandId: _, ...payload } = command
+  return createHash("sha256").update(canonical(payload)).digest("hex")
+}
+
+/** The receipt key of `command`, on `threadId`. */
+export const keyOf = (command: Commands.Command, threadId: ThreadId | null): Key => ({
+  commandId: command.commandId,
+  commandType: command._tag,
+  threadId,
+  fingerprint: fingerprint(command)
+})
+
+/**
+ * The receipt of `key.commandId` if the command was seen before, checked to be the same command. Fails with
+ * `InvalidRequest` when the id was used by another command type, on another thread, or with another payload;
+ * `PersistenceError`.
+ */
+export const find = (store: ThreadStore, key: Key) =>
+  Effect.gen(function*() {
+    const seen = yield* store.findReceipt(key.commandId)
+    if (seen._tag === "None") return seen
+    const r = seen.value
+    if (r.commandType !== key.commandType || (key.threadId !== null && r.threadId !== null && r.threadId !== key.threadId)) {
+      return yield* new InvalidRequest({
+        reason: `command id ${key.commandId} was already used by ${r.commandType}${r.threadId === null ? "" : ` on thread ${r.threadId}`}; ` +
+          `send ${key.commandType} with a new command id`
+      })
+    }
+    if (r.payloadFingerprint !== null && r.payloadFingerprint !== key.fingerprint) {
+      return yield* new InvalidRequest({
+        reason: `command id ${key.commandId} was already used by a ${r.commandType} with a different payload; ` +
+          `a retry must repeat the command unchanged: send this ${key.commandType} with a new command id`
+      })
+    }
+    return seen
+  })
+
+/** Decodes a stored result; one that does not decode (a receipt of an older shape) is an `InvalidRequest`. */
+export const decode = <A, I>(schema: Schema.Schema<A, I>, commandId: CommandId, result: unknown) =>
+  Schema.decodeUnknown(schema)(result).pipe(
+    Effect.mapError(() =>
+      new InvalidRequest({ reason: `the stored result of command ${commandId} cannot be read; use a new command id` })
+    )
+  )
+
+/** Writes the receipt of `key` with `result` encoded by `schema`; returns `result`. Fails with `PersistenceError`. */
+export const write = <A, I>(store: ThreadStore, key: Key, schema: Schema.Schema<A, I>, result: A) =>
+  Effect.gen(function*() {
+    const encoded = yield* Schema.encode(schema)(result).pipe(Effect.orDie)
+    yield* store.insertReceipt({
+      commandId: key.commandId,
+      commandType: key.commandType,
+      threadId: key.threadId,
+      result: encoded,
+      payloadFingerprint: key.fingerprint,
+      createdAt: yield* DateTime.now
+    })
+    return result
+  })
+
+/** Replaces the result of a receipt written when its command began (encoded by `schema`). Fails with `PersistenceError`. */
+export const complete = <A, I>(store: ThreadStore, commandId: CommandId, schema: Schema.Schema<A, I>, result: A) =>
+  Effect.flatMap(Schema.encode(schema)(result).pipe(Effect.orDie), (encoded) => store.updateReceipt(commandId, encoded))
