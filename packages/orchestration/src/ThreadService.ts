@@ -7,7 +7,7 @@
  * ContextHandoffDelivery, `/compact` to ThreadCompaction, `/offload` to ThreadOffload.
  */
 import {
-  Commands,
+  type Commands,
   type CommandId,
   InvalidRequest,
   type ProviderInstance,
