@@ -38,47 +38,50 @@ const featureNames: Record<string, keyof Simulation.Features> = {
 const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json] [--without " +
   `${Object.keys(featureNames).join(",")}] [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]`
 
+/** The integer flags: the field each sets and its least value. */
+const integerFlags = new Map<string, readonly ["seeds" | "steps" | "seedStart" | "shrinkLimit", number]>([
+  ["--seeds", ["seeds", 1]],
+  ["--steps", ["steps", 1]],
+  ["--seed-start", ["seedStart", 0]],
+  ["--shrink-limit", ["shrinkLimit", 0]]
+])
+
 const parse = (argv: ReadonlyArray<string>): Args | string => {
   const out = { seeds: 100, steps: 60, seedStart: 1, json: false, without: [] as Array<string>, shrinkLimit: 5, trace: false, scenario: null as string | null }
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!
     const value = () => argv[++i]
-    const int = (name: string, min: number) => {
+    const integer = integerFlags.get(flag)
+    if (integer !== undefined) {
+      const [field, min] = integer
       const raw = value()
       const n = Number(raw)
-      if (raw === undefined || !Number.isInteger(n) || n < min) throw `${name} needs an integer >= ${min}, got ${raw ?? "nothing"}`
-      return n
+      if (raw === undefined || !Number.isInteger(n) || n < min) return `${flag} needs an integer >= ${min}, got ${raw ?? "nothing"}`
+      out[field] = n
+      continue
     }
-    try {
-      switch (flag) {
-        case "--seeds": out.seeds = int(flag, 1); break
-        case "--steps": out.steps = int(flag, 1); break
-        case "--seed-start": out.seedStart = int(flag, 0); break
-        case "--shrink-limit": out.shrinkLimit = int(flag, 0); break
-        case "--no-shrink": out.shrinkLimit = 0; break
-        case "--json": out.json = true; break
-        case "--trace": out.trace = true; break
-        case "--scenario": {
-          const file = value()
-          if (file === undefined) return "--scenario needs a file"
-          out.scenario = file
-          break
-        }
-        case "--without": {
-          const names = (value() ?? "").split(",").filter((s) => s.length > 0)
-          const unknown = names.filter((n) => !(n in featureNames))
-          if (unknown.length > 0 || names.length === 0) return `--without takes ${Object.keys(featureNames).join(",")}; got ${names.join(",") || "nothing"}`
-          out.without.push(...names)
-          break
-        }
-        case "--help":
-        case "-h":
-          return usage
-        default:
-          return `unknown argument ${flag}\n${usage}`
+    switch (flag) {
+      case "--no-shrink": out.shrinkLimit = 0; break
+      case "--json": out.json = true; break
+      case "--trace": out.trace = true; break
+      case "--scenario": {
+        const file = value()
+        if (file === undefined) return "--scenario needs a file"
+        out.scenario = file
+        break
       }
-    } catch (e) {
-      return String(e)
+      case "--without": {
+        const names = (value() ?? "").split(",").filter((s) => s.length > 0)
+        const unknown = names.filter((n) => !(n in featureNames))
+        if (unknown.length > 0 || names.length === 0) return `--without takes ${Object.keys(featureNames).join(",")}; got ${names.join(",") || "nothing"}`
+        out.without.push(...names)
+        break
+      }
+      case "--help":
+      case "-h":
+        return usage
+      default:
+        return `unknown argument ${flag}\n${usage}`
     }
   }
   return out

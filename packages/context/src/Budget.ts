@@ -66,7 +66,9 @@ const isIntegerIn = (value: number, min: number, max: number): boolean =>
  * [0, 1); `defaultWindow` an integer >= 1; `minUsefulBudget` an integer in 0..tokenCap (a minimum above the cap would
  * defer every handoff forever). Fails with `InvalidBudgetPolicy` for the first field out of range.
  */
-export const makePolicy = (overrides: Partial<BudgetPolicy>): Either.Either<BudgetPolicy, InvalidBudgetPolicy> => {
+export const makePolicy = (
+  overrides: { readonly [K in keyof BudgetPolicy]?: BudgetPolicy[K] | undefined }
+): Either.Either<BudgetPolicy, InvalidBudgetPolicy> => {
   const policy: BudgetPolicy = {
     tokenCap: overrides.tokenCap ?? defaultPolicy.tokenCap,
     reserveFloor: overrides.reserveFloor ?? defaultPolicy.reserveFloor,

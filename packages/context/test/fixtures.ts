@@ -9,7 +9,7 @@ import * as TokenCounter from "../src/TokenCounter.js"
 
 export const counter = TokenCounter.make()
 
-export interface TestItem extends Selection.SelectableItem {}
+export type TestItem = Selection.SelectableItem
 
 export interface ItemSpec {
   readonly kind: ItemKind

@@ -8,7 +8,7 @@ import { InvariantChecks } from "@baton/orchestration"
 import type { ScriptedProvider } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it, beforeAll } from "@effect/vitest"
-import { Duration, Effect, Fiber, TestClock } from "effect"
+import { type Duration, Effect, Fiber, TestClock } from "effect"
 
 const ops = Harness.ops
 

@@ -123,9 +123,9 @@ describe("ThreadStore on a SQLite file", () => {
       const codex = "codex" as ProviderInstance
       expect((yield* store.getCalibration(codex))._tag).toBe("None")
       yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1499999999999997, samples: 1, weight: 4_000, updatedAt: now })
-      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1512345678901234, samples: 2, weight: 9_000, updatedAt: now })
+      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1512345678901235, samples: 2, weight: 9_000, updatedAt: now })
       const read = yield* store.getCalibration(codex)
-      expect(read._tag === "Some" && [read.value.ratio, read.value.samples, read.value.weight]).toEqual([1.1512345678901234, 2, 9_000])
+      expect(read._tag === "Some" && [read.value.ratio, read.value.samples, read.value.weight]).toEqual([1.1512345678901235, 2, 9_000])
       expect((yield* store.getCalibration("claude" as ProviderInstance))._tag).toBe("None")
     }).pipe(Effect.provide(layerAt(":memory:"))))
 

@@ -7,7 +7,7 @@
  * Baton's durable record, budgets or handoffs.
  */
 import type { ContextUsage, ProviderError, ProviderInstance, UnknownProvider } from "@baton/contracts"
-import { Context, Effect } from "effect"
+import { Context, type Effect } from "effect"
 
 /** What an adapter can do beyond starting turns. */
 export interface ProviderCapabilities {

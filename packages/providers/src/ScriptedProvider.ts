@@ -329,7 +329,8 @@ export const make = (
       Effect.tap(() => Effect.sync(() => void (toolCallReached = Deferred.unsafeMake(FiberId.none))))
     )
   }
-  const readable: ScriptedProvider = config.readThread === false ? { ...adapter, readThread: undefined } : adapter
+  const { readThread: _readThread, ...unreadable } = adapter
+  const readable: ScriptedProvider = config.readThread === false ? unreadable : adapter
   if (!config.injectHistory) return readable
   return {
     ...readable,

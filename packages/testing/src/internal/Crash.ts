@@ -83,9 +83,15 @@ type AnyMethod = (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unk
 export const wrapStore = (real: ThreadStore, steps: Steps): ThreadStore => {
   const wrapped: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(real)) {
-    wrapped[name] = typeof value === "function" && writeMethod.test(name)
-      ? (...args: ReadonlyArray<unknown>) => Effect.zipRight(steps.point(`store.${name}`), (value as AnyMethod)(...args))
-      : value
+    if (typeof value !== "function" || !writeMethod.test(name)) {
+      wrapped[name] = value
+      continue
+    }
+    const method = value as AnyMethod
+    // One forwarder for every write method cannot name each method's error and requirements, so they are `unknown`
+    // here; the object is typed as the store's shape again when handed to `ThreadStore.make`.
+    // @effect-diagnostics-next-line anyUnknownInErrorContext:off
+    wrapped[name] = (...args: ReadonlyArray<unknown>) => Effect.zipRight(steps.point(`store.${name}`), method(...args))
   }
   return ThreadStore.make(wrapped as unknown as Parameters<typeof ThreadStore.make>[0])
 }

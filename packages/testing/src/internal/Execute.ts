@@ -292,7 +292,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         if (r._tag === "failed") violations.push(`crash-safety: restart recovery failed: ${r.message}`)
         const left = yield* within(Checks.afterRestart(memory)).pipe(Effect.orElseSucceed(() => ["crash-safety: cannot read runs after restart"]))
         violations.push(...left)
-        if (threadId !== null) violations.push(...(yield* probe(threadId).pipe(Effect.catchAll((e) => Effect.succeed([`crash-safety: probe failed: ${String(e)}`])))))
+        if (threadId !== null) violations.push(...(yield* probe(threadId)))
         return violations
       })
 
