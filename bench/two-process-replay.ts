@@ -21,6 +21,15 @@ interface Outcome {
   readonly stderr: string
 }
 
+/** The replay's JSON summary, or `null` when stdout is not one JSON document. */
+const parseSummary = (out: string): Outcome["summary"] => {
+  try {
+    return JSON.parse(out) as Outcome["summary"]
+  } catch {
+    return null
+  }
+}
+
 const replay = (file: string, db: string) =>
   new Promise<Outcome>((resolve) => {
     const child = spawn(process.execPath, ["--import", "tsx", bin, "replay", file, "--db", db, "--json"], { stdio: ["ignore", "pipe", "pipe"] })
@@ -29,13 +38,7 @@ const replay = (file: string, db: string) =>
     child.stdout.on("data", (d: Buffer) => (out += d.toString()))
     child.stderr.on("data", (d: Buffer) => (err += d.toString()))
     child.on("close", (code) => {
-      let summary: Outcome["summary"] = null
-      try {
-        summary = JSON.parse(out) as Outcome["summary"]
-      } catch {
-        summary = null
-      }
-      resolve({ code, summary, stderr: err })
+      resolve({ code, summary: parseSummary(out), stderr: err })
     })
   })
 

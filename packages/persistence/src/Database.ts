@@ -37,7 +37,7 @@ const migrate = Effect.gen(function*() {
     yield* Migrations.run
     const rows = yield* sql<{ readonly latest: number | string | null }>`SELECT MAX(migration_id) AS latest FROM effect_sql_migrations`
     const applied = Number(rows[0]?.latest ?? 0)
-    if (applied < latest) return yield* Effect.fail(new MigrationsIncomplete({ applied, latest }))
+    if (applied < latest) return yield* new MigrationsIncomplete({ applied, latest })
   })
   yield* Effect.retry(once, {
     schedule: Schedule.spaced(Duration.millis(50)).pipe(Schedule.upTo(Duration.seconds(30)))

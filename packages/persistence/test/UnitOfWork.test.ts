@@ -10,7 +10,7 @@ const dialects = [
   ["Postgres", () => Database.layerPgIsolated()]
 ] as const
 
-const layerOn = (db: () => Layer.Layer<SqlClient.SqlClient, unknown>) =>
+const layerOn = <E>(db: () => Layer.Layer<SqlClient.SqlClient, E>) =>
   UnitOfWork.Default.pipe(
     Layer.provideMerge(ThreadStore.Default),
     Layer.provideMerge(ThreadEventBus.Default),
