@@ -8,6 +8,7 @@ import migration0002 from "./migrations/0002_thread_links.js"
 import migration0003 from "./migrations/0003_calibration.js"
 import migration0004 from "./migrations/0004_offload.js"
 import migration0005 from "./migrations/0005_item_message_ids.js"
+import migration0008 from "./migrations/0008_typed_events.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -15,7 +16,8 @@ export const migrations = {
   "0002_thread_links": migration0002,
   "0003_calibration": migration0003,
   "0004_offload": migration0004,
-  "0005_item_message_ids": migration0005
+  "0005_item_message_ids": migration0005,
+  "0008_typed_events": migration0008
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */
