@@ -1,94 +1,436 @@
 /**
  * Thread events: the append-only audit log of every state change, one row per change, written in the same
  * transaction as the change with a per-thread `seq` under a unique `(thread_id, seq)` constraint. Names are in the
- * past tense. `payload` is a JSON object whose fields depend on `type` (documented beside each type).
+ * past tense.
+ *
+ * `ThreadEvent` is a union with one struct per event type, discriminated by `type` (the model: t3code's
+ * `packages/contracts/src/orchestration.ts`). Every stored event carries the same envelope (`EventEnvelope`) and a
+ * `payload` whose schema depends on `type`. Payload fields that events written by older versions lack are optional.
  */
 import { Schema } from "effect"
-import { ThreadId } from "./Ids.js"
+import { ContextUsage, DeliveryMode, HandoffKind, RunFailureCode, RunStopPoint } from "./Domain.js"
+import {
+  CommandId,
+  DeliveryId,
+  HandoffId,
+  ItemId,
+  NativeThreadId,
+  OffloadId,
+  ProviderInstance,
+  ProviderThreadId,
+  RunId,
+  ThreadId
+} from "./Ids.js"
 
-export const ThreadEventType = Schema.Literal(
-  /** `{title}` */
-  "thread.created",
-  /** `{runId, seq, providerThreadId}` */
-  "run.queued",
-  /** `{runId, nativeThreadId, attempt}` */
-  "run.started",
-  /** `{runId, itemCount}` */
-  "run.completed",
-  /** `{runId, stopPoint, reason, code}`: `code` is the run's `RunFailureCode` */
-  "run.failed",
-  /** `{runId, stopPoint, reason, code}`: `code` is the run's `RunFailureCode` */
-  "run.interrupted",
-  /** `{providerThreadId, providerInstance}` */
-  "provider_thread.created",
-  /** `{from, to, handoffId?}` */
-  "provider.switched",
-  /** `{nativeThreadId, generation, replaces?}` */
-  "native_thread.started",
-  /** `{nativeThreadId, reason}` */
-  "native_thread.replaced",
-  /** `{nativeThreadId, usage, trusted}` */
-  "usage.reported",
-  /**
-   * `{runId, nativeThreadId, attempt, recovery, window}`: the provider rejected a turn as too long for its context;
-   * `recovery` is `defer_history` (native thread recorded as full) or `replace_native_thread`. The turn is retried.
-   */
-  "context.overflowed",
-  /**
-   * `{runId, count, messageIds, toolCallIds}`: the leading items of a turn that its native thread already produced
-   * (a resumed native thread replaying its history) were not recorded again
-   */
-  "items.replay_skipped",
-  /** `{handoffId, kind, itemCount, sourceRunIds}` */
-  "handoff.created",
-  /** `{handoffId, addedItemIds, addedRunIds}`: missed-run recovery reused this handoff */
-  "handoff.extended",
-  /** `{deliveryId, handoffId, nativeThreadId}` */
-  "delivery.created",
-  /** `{deliveryId, budget, reason, deferCount}` */
-  "delivery.deferred",
-  /** `{deliveryId, mode, itemIds}`: intent written before the provider call */
-  "delivery.pending",
-  /** `{deliveryId, deliveredItemIds, omittedItemIds, tokens}` */
-  "delivery.injected",
-  /** `{deliveryId, deliveredItemIds, omittedItemIds, tokens}` */
-  "delivery.inlined",
-  /** `{deliveryId, reason}` */
-  "delivery.superseded",
-  /**
-   * `{nativeThreadId, usedBefore, usedAfter, delivered, state}`; `state` (`{usedTokens, estimatedTokens, owed}`) is
-   * the native thread as the compaction left it: the no-progress count only carries over while it is unchanged.
-   */
-  "thread.compacted",
-  /**
-   * On the parent: `{linkId, forkThreadId, atRunSeq}`; on the fork: `{linkId, parentThreadId, atRunSeq, runId,
-   * itemCount, handoffId}` (the fork's first event after `thread.created`).
-   */
-  "thread.forked",
-  /** On the parent: `{linkId, forkThreadId, runId, fromRunSeq, throughRunSeq, itemCount, handoffId}`; on the fork: `{linkId, parentThreadId, throughRunSeq}` */
-  "thread.merged",
-  /**
-   * `{offloadId, generation, summaryItemId, previousOffloadId, fromSeq, cutSeq, coveredItems, coveredTokens,
-   * summaryTokens, keptItems, keptTokens, keepTokens, supersededHandoffIds, handoffIds}`: `/offload` summarised
-   * the history up to `cutSeq`; `handoffIds` are the handoffs that now owe the summary instead of the originals
-   */
-  "thread.offloaded",
-  /** `{reason, keepTokens, cutSeq}`: the summariser failed; nothing else was written */
-  "thread.offload_failed",
-  /**
-   * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}`: a completed turn of this
-   * thread taught the provider's tokenizer calibration (provider tokens per Baton token)
-   */
-  "calibration.updated"
-)
-export type ThreadEventType = typeof ThreadEventType.Type
+/** A stored event's id, `evt_…`: unique across threads, processes and databases (a UUID outside simulations). */
+export const EventId = Schema.String.pipe(Schema.brand("EventId"))
+export type EventId = typeof EventId.Type
 
-export const ThreadEvent = Schema.Struct({
+const Count = Schema.Int.pipe(Schema.nonNegative())
+const Seq = Schema.Int.pipe(Schema.positive())
+
+/**
+ * The fields every stored event has, whatever its type:
+ * - `eventId`: unique id of the event;
+ * - `threadId`, `seq`: the thread and the event's position in its log (1-based, gap-free per thread);
+ * - `globalSeq`: position in the log of all threads (strictly increasing in insertion order, with gaps where a
+ *   transaction rolled back): the cursor of cross-thread feeds;
+ * - `commandId`: the client command that caused the event, `null` when none did (recovery, a run driver step);
+ * - `createdAt`: when it was appended (UTC).
+ */
+export const EventEnvelope = {
+  eventId: EventId,
   threadId: ThreadId,
-  /** 1-based, gap-free per thread. */
-  seq: Schema.Int.pipe(Schema.positive()),
-  type: ThreadEventType,
-  payload: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  seq: Seq,
+  globalSeq: Seq,
+  commandId: Schema.NullOr(CommandId),
   createdAt: Schema.DateTimeUtc
+}
+
+/** The envelope fields the store assigns on append (`commandId` is the caller's, optional). */
+export type StoredEventField = "eventId" | "seq" | "globalSeq" | "commandId" | "createdAt"
+
+const event = <const Type extends string, Payload extends Schema.Schema.Any>(type: Type, payload: Payload) =>
+  Schema.Struct({ ...EventEnvelope, type: Schema.Literal(type), payload })
+
+// ---- threads
+
+/** `{title, parentThreadId?}`: a thread was created; `parentThreadId` on a fork. */
+export const ThreadCreated = event(
+  "thread.created",
+  Schema.Struct({ title: Schema.String, parentThreadId: Schema.optional(ThreadId) })
+)
+
+/**
+ * A fork was taken. On the parent: `{linkId, forkThreadId, atRunSeq}`; on the fork: `{linkId, parentThreadId,
+ * atRunSeq, runId, itemCount, handoffId}` (the fork's first event after `thread.created`).
+ */
+export const ThreadForked = event(
+  "thread.forked",
+  Schema.Union(
+    Schema.Struct({ linkId: Schema.String, forkThreadId: ThreadId, atRunSeq: Count }),
+    Schema.Struct({
+      linkId: Schema.String,
+      parentThreadId: ThreadId,
+      atRunSeq: Count,
+      runId: RunId,
+      itemCount: Count,
+      handoffId: Schema.NullOr(HandoffId)
+    })
+  )
+)
+
+/**
+ * A fork was merged back. On the parent: `{linkId, forkThreadId, runId, fromRunSeq, throughRunSeq, itemCount,
+ * handoffId}`; on the fork: `{linkId, parentThreadId, throughRunSeq}`.
+ */
+export const ThreadMerged = event(
+  "thread.merged",
+  Schema.Union(
+    Schema.Struct({
+      linkId: Schema.String,
+      forkThreadId: ThreadId,
+      runId: RunId,
+      fromRunSeq: Count,
+      throughRunSeq: Count,
+      itemCount: Count,
+      handoffId: Schema.NullOr(HandoffId)
+    }),
+    Schema.Struct({ linkId: Schema.String, parentThreadId: ThreadId, throughRunSeq: Count })
+  )
+)
+
+/**
+ * The state of a native thread that a compaction left: `usedTokens` (last trusted report, `null` without one),
+ * `estimatedTokens` (Baton's count) and the handoffs owed to it (`<handoffId>:<itemCount>`, sorted).
+ */
+export const CompactionState = Schema.Struct({
+  usedTokens: Schema.NullOr(Schema.Number),
+  estimatedTokens: Schema.Number,
+  owed: Schema.Array(Schema.String)
 })
+export type CompactionState = typeof CompactionState.Type
+
+/**
+ * `{nativeThreadId, usedBefore, usedAfter, delivered, state}` (tokens); `state` is the native thread as the
+ * compaction left it: the no-progress count only carries over while it is unchanged (absent on events written
+ * before it existed).
+ */
+export const ThreadCompacted = event(
+  "thread.compacted",
+  Schema.Struct({
+    nativeThreadId: NativeThreadId,
+    usedBefore: Schema.NullOr(Schema.Number),
+    usedAfter: Schema.NullOr(Schema.Number),
+    delivered: Count,
+    state: Schema.optional(CompactionState)
+  })
+)
+
+/**
+ * `/offload` summarised the history up to `cutSeq` (item seqs; token counts in rendered tokens); `handoffIds` are
+ * the handoffs that now owe the summary instead of the superseded originals.
+ */
+export const ThreadOffloaded = event(
+  "thread.offloaded",
+  Schema.Struct({
+    offloadId: OffloadId,
+    generation: Seq,
+    summaryItemId: ItemId,
+    previousOffloadId: Schema.NullOr(OffloadId),
+    fromSeq: Count,
+    cutSeq: Count,
+    coveredItems: Count,
+    coveredTokens: Count,
+    summaryTokens: Count,
+    keptItems: Count,
+    keptTokens: Count,
+    keepTokens: Count,
+    supersededHandoffIds: Schema.Array(HandoffId),
+    handoffIds: Schema.Array(HandoffId)
+  })
+)
+
+/** `{reason, keepTokens, cutSeq}`: the summariser failed; nothing else was written. */
+export const ThreadOffloadFailed = event(
+  "thread.offload_failed",
+  Schema.Struct({ reason: Schema.String, keepTokens: Count, cutSeq: Count })
+)
+
+// ---- runs and items
+
+/** `{runId, seq, providerThreadId}`: a run was queued (`seq`: its position among the thread's runs). */
+export const RunQueued = event(
+  "run.queued",
+  Schema.Struct({ runId: RunId, seq: Seq, providerThreadId: ProviderThreadId })
+)
+
+/** `{runId, nativeThreadId, attempt}`: an attempt (1-based) of the run was handed to the provider. */
+export const RunStarted = event(
+  "run.started",
+  Schema.Struct({ runId: RunId, nativeThreadId: NativeThreadId, attempt: Seq })
+)
+
+/** `{runId, itemCount}`: the run completed with `itemCount` produced items recorded. */
+export const RunCompleted = event("run.completed", Schema.Struct({ runId: RunId, itemCount: Count }))
+
+/** `code` is the run's `RunFailureCode` (optional: events written before failure codes lack it). */
+const RunEnded = Schema.Struct({ runId: RunId, stopPoint: RunStopPoint, reason: Schema.String, code: Schema.optional(RunFailureCode) })
+
+/** `{runId, stopPoint, reason, code}`: the run failed. */
+export const RunFailed = event("run.failed", RunEnded)
+
+/** `{runId, stopPoint, reason, code}`: the run was interrupted. */
+export const RunInterrupted = event("run.interrupted", RunEnded)
+
+/**
+ * `{runId, itemIds, fromSeq, toSeq}`: items were appended to the thread's log, `fromSeq..toSeq` (item seqs,
+ * inclusive) in order; `runId` is `null` for items of no run (an `/offload` summary).
+ */
+export const ItemsAppended = event(
+  "items.appended",
+  Schema.Struct({ runId: Schema.NullOr(RunId), itemIds: Schema.Array(ItemId), fromSeq: Seq, toSeq: Seq })
+)
+
+/**
+ * `{runId, count, messageIds, toolCallIds}`: the leading items of a turn that its native thread already produced
+ * (a resumed native thread replaying its history) were not recorded again.
+ */
+export const ItemsReplaySkipped = event(
+  "items.replay_skipped",
+  Schema.Struct({
+    runId: RunId,
+    count: Count,
+    messageIds: Schema.Array(Schema.String),
+    toolCallIds: Schema.Array(Schema.String)
+  })
+)
+
+// ---- provider threads and native threads
+
+/** `{providerThreadId, providerInstance}`: the thread got a lane on a provider instance. */
+export const ProviderThreadCreated = event(
+  "provider_thread.created",
+  Schema.Struct({ providerThreadId: ProviderThreadId, providerInstance: ProviderInstance })
+)
+
+/** `{from, to, handoffId}`: the active provider thread changed; `handoffId` owes `to` what it did not see. */
+export const ProviderSwitched = event(
+  "provider.switched",
+  Schema.Struct({
+    from: Schema.NullOr(ProviderThreadId),
+    to: ProviderThreadId,
+    handoffId: Schema.NullOr(HandoffId)
+  })
+)
+
+/** `{nativeThreadId, providerThreadId, generation, replaces}`: a native thread was started on the provider. */
+export const NativeThreadStarted = event(
+  "native_thread.started",
+  Schema.Struct({
+    nativeThreadId: NativeThreadId,
+    providerThreadId: ProviderThreadId,
+    generation: Seq,
+    replaces: Schema.NullOr(NativeThreadId)
+  })
+)
+
+/** `{nativeThreadId, reason}`: the native thread is no longer trusted; the next turn starts a replacement. */
+export const NativeThreadReplaced = event(
+  "native_thread.replaced",
+  Schema.Struct({ nativeThreadId: NativeThreadId, reason: Schema.String })
+)
+
+/**
+ * A usage report as the provider sent it. An untrusted one (see `UsageSanity`) may hold counts that are not token
+ * counts (fractional, negative, huge); a count JSON cannot hold (NaN, infinity) is `null`.
+ */
+export const ReportedUsage = Schema.Union(
+  ContextUsage,
+  Schema.Struct({
+    usedTokens: Schema.NullOr(Schema.Number),
+    maxTokens: Schema.optional(Schema.NullOr(Schema.Number)),
+    autoCompactThreshold: Schema.optional(Schema.NullOr(Schema.Number))
+  })
+)
+
+/**
+ * `{nativeThreadId, usage, trusted, anomaly?, estimateUsed?}`: a turn reported its native thread's usage; an
+ * untrusted report carries why (`anomaly`) and the estimate used instead (`estimateUsed`, Baton tokens).
+ */
+export const UsageReported = event(
+  "usage.reported",
+  Schema.Struct({
+    nativeThreadId: NativeThreadId,
+    usage: ReportedUsage,
+    trusted: Schema.Boolean,
+    anomaly: Schema.optional(Schema.String),
+    estimateUsed: Schema.optional(Schema.Number)
+  })
+)
+
+/**
+ * `{runId, nativeThreadId, attempt, recovery, window}`: the provider rejected a turn as too long for its context
+ * (`window` in provider tokens); `recovery` is `defer_history` (native thread recorded as full) or
+ * `replace_native_thread`. The turn is retried.
+ */
+export const ContextOverflowed = event(
+  "context.overflowed",
+  Schema.Struct({
+    runId: RunId,
+    nativeThreadId: NativeThreadId,
+    attempt: Seq,
+    recovery: Schema.Literal("defer_history", "replace_native_thread"),
+    window: Schema.Number
+  })
+)
+
+/**
+ * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}`: a completed turn of this
+ * thread taught the provider's tokenizer calibration (provider tokens per Baton token).
+ */
+export const CalibrationUpdated = event(
+  "calibration.updated",
+  Schema.Struct({
+    providerInstance: ProviderInstance,
+    oldRatio: Schema.Number,
+    newRatio: Schema.Number,
+    samples: Count,
+    estimatedTokens: Schema.Number,
+    reportedTokens: Schema.Number
+  })
+)
+
+// ---- handoffs and deliveries
+
+/**
+ * `{handoffId, kind, targetProviderThreadId, itemCount, sourceRunIds, lateOutputOf?, supersedes?}`: a handoff now
+ * owes `itemCount` items to the target; `lateOutputOf` names the run whose output arrived after a switch,
+ * `supersedes` the handoffs an `/offload` summary replaced with this one.
+ */
+export const HandoffCreated = event(
+  "handoff.created",
+  Schema.Struct({
+    handoffId: HandoffId,
+    kind: HandoffKind,
+    targetProviderThreadId: ProviderThreadId,
+    itemCount: Count,
+    sourceRunIds: Schema.Array(RunId),
+    lateOutputOf: Schema.optional(RunId),
+    supersedes: Schema.optional(Schema.Array(HandoffId))
+  })
+)
+
+/** `{handoffId, addedItemIds, addedRunIds}`: missed-run recovery reused this handoff. */
+export const HandoffExtended = event(
+  "handoff.extended",
+  Schema.Struct({ handoffId: HandoffId, addedItemIds: Schema.Array(ItemId), addedRunIds: Schema.Array(RunId) })
+)
+
+/** `{deliveryId, handoffId, nativeThreadId}`: a native thread is now owed the handoff. */
+export const DeliveryCreated = event(
+  "delivery.created",
+  Schema.Struct({ deliveryId: DeliveryId, handoffId: HandoffId, nativeThreadId: NativeThreadId })
+)
+
+/** `{deliveryId, handoffId, budget, reason, deferCount}`: not delivered this turn (`budget` in provider tokens). */
+export const DeliveryDeferred = event(
+  "delivery.deferred",
+  Schema.Struct({
+    deliveryId: DeliveryId,
+    handoffId: HandoffId,
+    budget: Schema.NullOr(Schema.Number),
+    reason: Schema.String,
+    deferCount: Count
+  })
+)
+
+/**
+ * `{deliveryId, handoffId, mode, runId, budget, renderedTokens, ratio?, itemIds, omittedItemIds}`: the intent,
+ * written before the provider call. `renderedTokens` in Baton tokens, `budget` in provider tokens, `ratio` the
+ * calibration applied (absent on events written before calibration existed: 1).
+ */
+export const DeliveryPending = event(
+  "delivery.pending",
+  Schema.Struct({
+    deliveryId: DeliveryId,
+    handoffId: HandoffId,
+    mode: DeliveryMode,
+    runId: Schema.NullOr(RunId),
+    budget: Schema.Number,
+    renderedTokens: Schema.Number,
+    ratio: Schema.optional(Schema.Number),
+    itemIds: Schema.Array(ItemId),
+    omittedItemIds: Schema.Array(ItemId)
+  })
+)
+
+const DeliverySettled = Schema.Struct({
+  deliveryId: DeliveryId,
+  handoffId: HandoffId,
+  deliveredItemIds: Schema.Array(ItemId),
+  omittedItemIds: Schema.Array(ItemId),
+  tokens: Count
+})
+
+/** `{deliveryId, handoffId, deliveredItemIds, omittedItemIds, tokens}`: injected into the native thread. */
+export const DeliveryInjected = event("delivery.injected", DeliverySettled)
+
+/** `{deliveryId, handoffId, deliveredItemIds, omittedItemIds, tokens}`: sent inline with the prompt. */
+export const DeliveryInlined = event("delivery.inlined", DeliverySettled)
+
+/** `{deliveryId, handoffId, reason}`: the delivery will never be made (its handoff was replaced). */
+export const DeliverySuperseded = event(
+  "delivery.superseded",
+  Schema.Struct({ deliveryId: DeliveryId, handoffId: HandoffId, reason: Schema.String })
+)
+
+/** A stored thread event: the envelope plus `type` and its typed `payload`. */
+export const ThreadEvent = Schema.Union(
+  ThreadCreated,
+  RunQueued,
+  RunStarted,
+  RunCompleted,
+  RunFailed,
+  RunInterrupted,
+  ItemsAppended,
+  ProviderThreadCreated,
+  ProviderSwitched,
+  NativeThreadStarted,
+  NativeThreadReplaced,
+  UsageReported,
+  ContextOverflowed,
+  ItemsReplaySkipped,
+  HandoffCreated,
+  HandoffExtended,
+  DeliveryCreated,
+  DeliveryDeferred,
+  DeliveryPending,
+  DeliveryInjected,
+  DeliveryInlined,
+  DeliverySuperseded,
+  ThreadCompacted,
+  ThreadForked,
+  ThreadMerged,
+  ThreadOffloaded,
+  ThreadOffloadFailed,
+  CalibrationUpdated
+)
 export type ThreadEvent = typeof ThreadEvent.Type
+
+/** Every event type. */
+export const ThreadEventType = Schema.Literal(...ThreadEvent.members.map((m) => m.fields.type.literals[0]))
+export type ThreadEventType = ThreadEvent["type"]
+
+/** The event of type `T`. */
+export type ThreadEventOf<T extends ThreadEventType> = Extract<ThreadEvent, { readonly type: T }>
+
+type DistributiveOmit<A, K extends PropertyKey> = A extends unknown ? Omit<A, K> : never
+
+/**
+ * What a writer appends: one union member without the fields the store assigns, plus the causing command's id
+ * when a client command caused it. `ThreadStore.appendEvent` returns the stored `ThreadEvent`.
+ */
+export type NewThreadEvent = DistributiveOmit<ThreadEvent, StoredEventField> & {
+  readonly commandId?: CommandId | null | undefined
+}

@@ -33,6 +33,15 @@ import { IdGenerator } from "./IdGenerator.js"
 /** Item kinds that are never owed to another native thread: provider-private reasoning and Baton's own markers. */
 export const isTransferable = (item: Item) => item.kind !== "reasoning" && item.kind !== "handoff_marker"
 
+/**
+ * What a new handoff's `handoff.created` event adds: `lateOutputOf`, the run whose output arrived after a switch;
+ * `supersedes`, the handoffs an `/offload` summary replaced.
+ */
+export interface HandoffNote {
+  readonly lateOutputOf?: RunId
+  readonly supersedes?: ReadonlyArray<ContextHandoff["id"]>
+}
+
 /** One open handoff with its delivery toward the destination native thread. */
 export interface OwedHandoff {
   readonly handoff: StoredHandoff
@@ -86,7 +95,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         target: ProviderThread["id"],
         sourceRunIds: ReadonlyArray<RunId>,
         items: ReadonlyArray<Item>,
-        note: Record<string, unknown>
+        note: HandoffNote
       ) =>
         Effect.gen(function*() {
           const now = yield* DateTime.now
@@ -104,14 +113,14 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             updatedAt: now
           }
           yield* store.insertHandoff(handoff)
-          yield* store.appendEvent(threadId, "handoff.created", {
+          yield* store.appendEvent({ threadId, type: "handoff.created", payload: {
             handoffId: handoff.id,
             kind,
             targetProviderThreadId: target,
             itemCount: items.length,
             sourceRunIds,
             ...note
-          })
+          } })
           return handoff
         })
 
@@ -127,7 +136,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         target: ProviderThread,
         runs: ReadonlyArray<Run>,
         only: ReadonlyArray<Item> | null = null,
-        note: Record<string, unknown> = {}
+        note: HandoffNote = {}
       ) {
         if (runs.length === 0) return null
         const original = (only ?? (yield* store.listItemsOfRuns(runs.map((r) => r.id)))).filter(isTransferable)
@@ -199,11 +208,11 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             updatedAt: now
           }
           yield* store.updateHandoff(updated)
-          yield* store.appendEvent(threadId, "handoff.extended", {
+          yield* store.appendEvent({ threadId, type: "handoff.extended", payload: {
             handoffId: handoff.id,
             addedItemIds: added,
             addedRunIds: fresh.map((r) => r.id)
-          })
+          } })
           return updated
         }
         return yield* createHandoff(threadId, "missed_run", target, runs)
@@ -246,11 +255,11 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             updatedAt: now
           }
           yield* store.insertDelivery(delivery)
-          yield* store.appendEvent(threadId, "delivery.created", {
+          yield* store.appendEvent({ threadId, type: "delivery.created", payload: {
             deliveryId: delivery.id,
             handoffId: handoff.id,
             nativeThreadId: native.id
-          })
+          } })
           owed.push({ handoff, delivery })
         }
         return owed
@@ -297,13 +306,13 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             updatedAt: now
           }
           yield* store.updateDelivery(next)
-          yield* store.appendEvent(threadId, "delivery.deferred", {
+          yield* store.appendEvent({ threadId, type: "delivery.deferred", payload: {
             deliveryId: delivery.id,
             handoffId: delivery.handoffId,
             budget,
             reason,
             deferCount: next.deferCount
-          })
+          } })
           out.push(next)
         }
         return out
@@ -350,7 +359,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             updatedAt: now
           }
           yield* store.updateDelivery(next)
-          yield* store.appendEvent(threadId, "delivery.pending", {
+          yield* store.appendEvent({ threadId, type: "delivery.pending", payload: {
             deliveryId: next.id,
             handoffId: handoff.id,
             mode,
@@ -360,7 +369,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             ratio,
             itemIds: deliveredItemIds,
             omittedItemIds
-          })
+          } })
           out.push(next)
         }
         if (untouched.length > 0) {
@@ -383,13 +392,13 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           if (current._tag === "None" || current.value.status !== "pending") continue
           const delivery = current.value
           yield* store.updateDelivery({ ...delivery, status, updatedAt: now })
-          yield* store.appendEvent(threadId, status === "injected" ? "delivery.injected" : "delivery.inlined", {
+          yield* store.appendEvent({ threadId, type: status === "injected" ? "delivery.injected" : "delivery.inlined", payload: {
             deliveryId: delivery.id,
             handoffId: delivery.handoffId,
             deliveredItemIds: delivery.deliveredItemIds,
             omittedItemIds: delivery.omittedItemIds,
             tokens: delivery.deliveredTokens
-          })
+          } })
           const handoff = yield* store.getHandoff(delivery.handoffId)
           if (handoff._tag === "Some") {
             yield* store.updateHandoff({ ...handoff.value, open: false, omittedItemIds: delivery.omittedItemIds, updatedAt: now })
@@ -421,13 +430,13 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             lastDeferReason: reason,
             updatedAt: now
           })
-          yield* store.appendEvent(threadId, "delivery.deferred", {
+          yield* store.appendEvent({ threadId, type: "delivery.deferred", payload: {
             deliveryId: delivery.id,
             handoffId: delivery.handoffId,
             budget: null,
             reason,
             deferCount: delivery.deferCount
-          })
+          } })
           // The handoff owes its history again.
           const handoff = yield* store.getHandoff(delivery.handoffId)
           if (handoff._tag === "Some" && !handoff.value.open) {
@@ -450,7 +459,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         for (const status of ["pending", "deferred"] as const) {
           for (const delivery of yield* store.listDeliveriesByStatus(native.id, status)) {
             yield* store.updateDelivery({ ...delivery, status: "superseded", updatedAt: now })
-            yield* store.appendEvent(threadId, "delivery.superseded", { deliveryId: delivery.id, handoffId: delivery.handoffId, reason })
+            yield* store.appendEvent({ threadId, type: "delivery.superseded", payload: { deliveryId: delivery.id, handoffId: delivery.handoffId, reason } })
           }
         }
         for (const handoff of yield* store.listOpenHandoffs(target.id)) {
@@ -483,7 +492,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           for (const d of own) {
             if (d.status !== "deferred") continue
             yield* store.updateDelivery({ ...d, status: "superseded", updatedAt: now })
-            yield* store.appendEvent(threadId, "delivery.superseded", { deliveryId: d.id, handoffId: handoff.id, reason })
+            yield* store.appendEvent({ threadId, type: "delivery.superseded", payload: { deliveryId: d.id, handoffId: handoff.id, reason } })
           }
           yield* store.updateHandoff({ ...handoff, open: false, updatedAt: now })
           byTarget.set(handoff.targetProviderThreadId, [...(byTarget.get(handoff.targetProviderThreadId) ?? []), handoff])

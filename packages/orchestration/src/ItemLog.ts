@@ -1,6 +1,7 @@
 /**
  * ItemLog: appends items to a thread's log. It assigns ids, the thread order (`seq`), the time and the token count
- * of each item's rendered form (so turn start never re-tokenizes history). Items are never edited or deleted.
+ * of each item's rendered form (so turn start never re-tokenizes history), and records each append as one
+ * `items.appended` event in the caller's transaction. Items are never edited or deleted.
  */
 import type { Item, ItemKind, RunId, ThreadId, ToolCallState } from "@baton/contracts"
 import { Render, TokenCounter } from "@baton/context"
@@ -25,7 +26,10 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
     const ids = yield* IdGenerator
     const counter = yield* TokenCounter.TokenCounter
 
-    /** Appends `items` (in order) to the thread, attributed to `runId`. Returns the stored items. */
+    /**
+     * Appends `items` (in order) to the thread, attributed to `runId`, with one `items.appended` event
+     * `{runId, itemIds, fromSeq, toSeq}`. Returns the stored items (nothing is written for no items).
+     */
     const append = Effect.fn("ItemLog.append")(function*(
       threadId: ThreadId,
       runId: RunId | null,
@@ -52,6 +56,11 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
         return { ...base, tokens: Render.itemTokens(counter, base) }
       })
       yield* store.insertItems(stored)
+      yield* store.appendEvent({
+        threadId,
+        type: "items.appended",
+        payload: { runId, itemIds: stored.map((i) => i.id), fromSeq: first, toSeq: first + stored.length - 1 }
+      })
       return stored
     })
 

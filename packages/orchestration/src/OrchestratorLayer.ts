@@ -3,10 +3,11 @@
  * driver registration. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
  * `TokenCounter`, `ProviderRegistry`, `Summariser` (for `/offload`) and `OrchestratorConfig`.
  */
-import { ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
-import { Layer } from "effect"
+import { EventIds, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
+import { Effect, Layer } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
+import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
@@ -29,5 +30,11 @@ export const services = ThreadService.Default.pipe(
   Layer.provideMerge(ThreadEventBus.Default)
 )
 
-/** The orchestration services over the real `ThreadStore`. */
-export const layer = services.pipe(Layer.provideMerge(ThreadStore.Default))
+/**
+ * Event ids (`evt_…`) from the app's `IdGenerator`, for the `ThreadStore` (its default is a UUID): a sequential
+ * generator makes the event log as deterministic as every other id. Needs `IdGenerator`.
+ */
+export const eventIds = Layer.effect(EventIds.EventIds, Effect.map(IdGenerator, (ids) => ({ next: () => ids.next("evt") })))
+
+/** The orchestration services over the real `ThreadStore` (event ids from the `IdGenerator`). */
+export const layer = services.pipe(Layer.provideMerge(ThreadStore.Default), Layer.provide(eventIds))

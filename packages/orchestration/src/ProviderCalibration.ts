@@ -69,13 +69,13 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         const after = Calibration.learn(before, sample, config.calibrationPolicy)
         if (after === before) return before
         yield* store.upsertCalibration({ providerInstance: instance, ...after, updatedAt: yield* DateTime.now })
-        yield* store.appendEvent(threadId, "calibration.updated", {
+        yield* store.appendEvent({ threadId, type: "calibration.updated", payload: {
           providerInstance: instance,
           oldRatio: before.ratio,
           newRatio: after.ratio,
           samples: after.samples,
           ...sample
-        })
+        } })
         return after
       })
 

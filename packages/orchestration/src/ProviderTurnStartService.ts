@@ -115,12 +115,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         yield* store.holdSession(native.id, driver.driverId)
         const updated: ProviderThread = { ...providerThread, activeNativeThreadId: native.id, updatedAt: now }
         yield* store.updateProviderThread(updated)
-        yield* store.appendEvent(providerThread.threadId, "native_thread.started", {
+        yield* store.appendEvent({ threadId: providerThread.threadId, type: "native_thread.started", payload: {
           nativeThreadId: native.id,
           providerThreadId: providerThread.id,
           generation: native.generation,
           replaces: previous?.id ?? null
-        })
+        } })
         return { native, providerThread: updated }
       })
 
@@ -134,7 +134,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       ) {
         const now = yield* DateTime.now
         yield* store.updateNativeThread({ ...old, status: "replaced", updatedAt: now })
-        yield* store.appendEvent(run.threadId, "native_thread.replaced", { nativeThreadId: old.id, reason })
+        yield* store.appendEvent({ threadId: run.threadId, type: "native_thread.replaced", payload: { nativeThreadId: old.id, reason } })
         yield* delivery.supersedeForReplacement(run.threadId, providerThread, old, reason)
         const started = yield* recordNative(providerThread, old, nativeRef)
         const earlier = yield* store.listRunsBetween(run.threadId, 0, run.seq)

@@ -8,7 +8,16 @@
  *
  * It does not summarise Baton's own record (that is `/offload`) and never edits an item.
  */
-import { CompactReport, type NativeThread, type ProviderThread, type ThreadId } from "@baton/contracts"
+import {
+  CompactReport,
+  type ConcurrentModification,
+  type NativeThread,
+  type NativeThreadId,
+  type PersistenceError,
+  type ProviderThread,
+  type ThreadEventOf,
+  type ThreadId
+} from "@baton/contracts"
 import { Budget, Calibration } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
@@ -55,6 +64,9 @@ const stateOf = (
   owed: owed.map((o) => `${o.handoff.id}:${o.handoff.itemIds.length}`).sort()
 })
 
+/** Compaction events read per page while looking for one native thread's newest (other native threads' interleave). */
+const compactionPage = 8
+
 /** Same state; a recorded state that is missing or malformed (events written before it existed) is never the same. */
 const sameState = (recorded: unknown, now: CompactionState): boolean =>
   typeof recorded === "object" && recorded !== null && JSON.stringify(recorded) === JSON.stringify(now)
@@ -67,6 +79,26 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
     const config = yield* OrchestratorConfig
     const turnStart = yield* ProviderTurnStartService
     const calibration = yield* ProviderCalibration
+
+    /**
+     * The newest `thread.compacted` event of `nativeThreadId`, if any. Reads the thread's compactions newest first
+     * by the `(thread_id, type, seq)` index, a page at a time: usually the first row, never the whole log.
+     */
+    const lastCompaction = (
+      threadId: ThreadId,
+      nativeThreadId: NativeThreadId,
+      beforeSeq?: number
+    ): Effect.Effect<ThreadEventOf<"thread.compacted"> | undefined, PersistenceError | ConcurrentModification> =>
+      Effect.flatMap(
+        store.listEventsOfType(threadId, "thread.compacted", { ...(beforeSeq === undefined ? {} : { beforeSeq }), limit: compactionPage }),
+        (events) => {
+          const found = events.find((e) => e.payload.nativeThreadId === nativeThreadId)
+          const oldest = events.at(-1)
+          return found !== undefined || oldest === undefined || events.length < compactionPage
+            ? Effect.succeed(found)
+            : lastCompaction(threadId, nativeThreadId, oldest.seq)
+        }
+      )
 
     /** The native thread's usage in the provider's units: reported, else Baton's estimate scaled by `ratio`. */
     const usedAt = (ratio: number) => (n: NativeThread) => n.usage?.usedTokens ?? Calibration.apply(ratio, n.estimatedTokens)
@@ -104,9 +136,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       // the provider and say why. The count is about that unchanged thread: once a turn, an injection or newly owed
       // history has changed it since the last attempt, compaction may free something again and the count restarts.
       const owedBefore = yield* delivery.owedTo(threadId, providerThread, native)
-      const last = (yield* store.listEvents(threadId)).filter((e) =>
-        e.type === "thread.compacted" && e.payload.nativeThreadId === native.id
-      ).at(-1)
+      const last = yield* lastCompaction(threadId, native.id)
       const withoutProgress = last !== undefined && sameState(last.payload.state, stateOf(native, owedBefore))
         ? native.compactionsWithoutProgress
         : 0
@@ -235,13 +265,13 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       const outcome = native
       return yield* uow.thread(threadId, "ThreadCompaction.compacted")(Effect.gen(function*() {
         yield* store.updateNativeThread(outcome)
-        yield* store.appendEvent(threadId, "thread.compacted", {
+        yield* store.appendEvent({ threadId, type: "thread.compacted", payload: {
           nativeThreadId: outcome.id,
           usedBefore,
           usedAfter,
           delivered: deliveredItems,
           state: stateOf(outcome, yield* delivery.owedTo(threadId, providerThread, outcome))
-        })
+        }, commandId: receiptKey?.commandId ?? null })
         return yield* receipt(report)
       }))
     })

@@ -144,15 +144,15 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
         createdAt: yield* DateTime.now
       }
       yield* store.insertLink(link)
-      yield* store.appendEvent(parent.id, "thread.forked", { linkId: link.id, forkThreadId: forkThread.id, atRunSeq })
-      yield* store.appendEvent(forkThread.id, "thread.forked", {
+      yield* store.appendEvent({ threadId: parent.id, type: "thread.forked", payload: { linkId: link.id, forkThreadId: forkThread.id, atRunSeq } })
+      yield* store.appendEvent({ threadId: forkThread.id, type: "thread.forked", payload: {
         linkId: link.id,
         parentThreadId: parent.id,
         atRunSeq,
         runId: copied.run.id,
         itemCount: source.length,
         handoffId: link.handoffId
-      })
+      } })
       return { link, run: copied.run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff } satisfies LinkOutcome
     })
 
@@ -190,7 +190,7 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
         createdAt: yield* DateTime.now
       }
       yield* store.insertLink(link)
-      yield* store.appendEvent(parent.id, "thread.merged", {
+      yield* store.appendEvent({ threadId: parent.id, type: "thread.merged", payload: {
         linkId: link.id,
         forkThreadId: forkThread.id,
         runId: copied.run.id,
@@ -198,8 +198,8 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
         throughRunSeq,
         itemCount: source.length,
         handoffId: link.handoffId
-      })
-      yield* store.appendEvent(forkThread.id, "thread.merged", { linkId: link.id, parentThreadId: parent.id, throughRunSeq })
+      } })
+      yield* store.appendEvent({ threadId: forkThread.id, type: "thread.merged", payload: { linkId: link.id, parentThreadId: parent.id, throughRunSeq } })
       return { link, run: copied.run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff } satisfies LinkOutcome
     })
 

@@ -79,7 +79,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const failed = (threadId: ThreadId, keepTokens: number, cutSeq: number, reason: string, retryable: boolean) =>
       Effect.gen(function*() {
         // The only write of a failed offload: the audit event. No summary, no record, no handoff changes.
-        yield* uow.thread(threadId, "ThreadOffload.failed")(store.appendEvent(threadId, "thread.offload_failed", { reason, keepTokens, cutSeq }))
+        yield* uow.thread(threadId, "ThreadOffload.failed")(store.appendEvent({ threadId, type: "thread.offload_failed", payload: { reason, keepTokens, cutSeq } }))
         return yield* new OffloadFailed({ threadId, reason, retryable })
       })
 
@@ -199,7 +199,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           supersededHandoffIds: handoffs.superseded,
           handoffIds: handoffs.created
         }
-        yield* store.appendEvent(threadId, "thread.offloaded", {
+        yield* store.appendEvent({ threadId, type: "thread.offloaded", payload: {
           offloadId: record.id,
           generation: record.generation,
           summaryItemId: summary!.id,
@@ -212,9 +212,9 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           keptItems: report.keptItems,
           keptTokens: report.keptTokens,
           keepTokens,
-          supersededHandoffIds: report.supersededHandoffIds,
-          handoffIds: report.handoffIds
-        })
+          supersededHandoffIds: handoffs.superseded,
+          handoffIds: handoffs.created
+        }, commandId: receiptKey?.commandId ?? null })
         return yield* receipt(report)
       }))
     })

@@ -180,7 +180,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const current = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
         if (current.status !== "active") return
         yield* store.updateNativeThread({ ...current, status: "replaced", updatedAt: yield* DateTime.now })
-        yield* store.appendEvent(threadId, "native_thread.replaced", { nativeThreadId: native.id, reason })
+        yield* store.appendEvent({ threadId, type: "native_thread.replaced", payload: { nativeThreadId: native.id, reason } })
       })
 
     const getThread = (threadId: ThreadId) =>
@@ -233,10 +233,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         updatedAt: now
       }
       yield* store.insertProviderThread(providerThread)
-      yield* store.appendEvent(threadId, "provider_thread.created", {
+      yield* store.appendEvent({ threadId, type: "provider_thread.created", payload: {
         providerThreadId: providerThread.id,
         providerInstance: adapter.instance
-      })
+      } })
       return providerThread
     })
 
@@ -257,7 +257,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             updatedAt: now
           }
           yield* store.insertThread(thread)
-          yield* store.appendEvent(thread.id, "thread.created", { title: thread.title })
+          yield* store.appendEvent({ threadId: thread.id, type: "thread.created", payload: { title: thread.title }, commandId: command.commandId })
           const providerThread = yield* ensureProviderThread(thread.id, adapter)
           yield* store.updateThread({ ...thread, activeProviderThreadId: providerThread.id })
           return { threadId: thread.id }
@@ -293,11 +293,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const now = yield* DateTime.now
           yield* store.updateProviderThread({ ...target, syncedRunSeq: nextSeq - 1, updatedAt: now })
           yield* store.updateThread({ ...thread, activeProviderThreadId: target.id, updatedAt: now })
-          yield* store.appendEvent(thread.id, "provider.switched", {
+          yield* store.appendEvent({ threadId: thread.id, type: "provider.switched", payload: {
             from: thread.activeProviderThreadId,
             to: target.id,
             handoffId: handoff?.id ?? null
-          })
+          }, commandId: command.commandId })
           return { providerThreadId: target.id, handoffId: handoff?.id ?? null }
         })
       ).pipe(uow.thread(command.threadId, "ThreadService.switchProvider"))
@@ -341,7 +341,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         isError: false,
         toolCallState: null
       }])
-      yield* store.appendEvent(thread.id, "run.queued", { runId: run.id, seq: run.seq, providerThreadId: providerThread.id })
+      yield* store.appendEvent({ threadId: thread.id, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: providerThread.id }, commandId: command.commandId })
       // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
       // run instead of queueing a second one. The receipt's result is completed when the run ends.
       yield* CommandReceipts.write(store, CommandReceipts.keyOf(command, thread.id), QueuedReceipt, { runId: run.id })
@@ -359,12 +359,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const now = yield* DateTime.now
         const done: Run = { ...run, status, stopPoint, failureReason: reason, failureCode: code, updatedAt: now }
         yield* store.updateRun(done)
-        yield* store.appendEvent(run.threadId, status === "failed" ? "run.failed" : "run.interrupted", {
+        yield* store.appendEvent({ threadId: run.threadId, type: status === "failed" ? "run.failed" : "run.interrupted", payload: {
           runId: run.id,
           stopPoint,
           reason,
           code
-        })
+        } })
         return done
       })
 
@@ -461,13 +461,13 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           } else {
             yield* distrustNative(run.threadId, plan.native, "context overflow with the prompt alone: the native thread is full")
           }
-          yield* store.appendEvent(run.threadId, "context.overflowed", {
+          yield* store.appendEvent({ threadId: run.threadId, type: "context.overflowed", payload: {
             runId: run.id,
             nativeThreadId: plan.native.id,
             attempt: attempt.attempt,
             recovery: carriedHistory ? "defer_history" : "replace_native_thread",
             window
-          })
+          } })
           const again: Run = { ...run, status: "starting", nativeThreadId: null, updatedAt: now }
           yield* store.updateRun(again)
           run = again
@@ -517,7 +517,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.insertAttempt(attempt)
           const running: Run = { ...queuedRun, status: "running", nativeThreadId: plan.native.id, updatedAt: startedAt }
           yield* store.updateRun(running)
-          yield* store.appendEvent(queuedRun.threadId, "run.started", { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attemptNo })
+          yield* store.appendEvent({ threadId: queuedRun.threadId, type: "run.started", payload: { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attemptNo } })
           return { interrupted: null, running, attempt } as const
         }))
         if (begun.interrupted !== null) {
@@ -563,10 +563,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
               yield* delivery.revertToDeferred(lostRun.threadId, plan.inlineDeliveries, "the provider lost the native thread")
               yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
               yield* store.updateNativeThread({ ...plan.native, status: "replaced", updatedAt: now })
-              yield* store.appendEvent(lostRun.threadId, "native_thread.replaced", {
+              yield* store.appendEvent({ threadId: lostRun.threadId, type: "native_thread.replaced", payload: {
                 nativeThreadId: plan.native.id,
                 reason: "the provider no longer has it"
-              })
+              } })
               const again: Run = { ...lostRun, status: "starting", nativeThreadId: null, updatedAt: now }
               yield* store.updateRun(again)
               return again
@@ -651,12 +651,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           }
           const newItems = produced.slice(replay)
           if (replay > 0) {
-            yield* store.appendEvent(run.threadId, "items.replay_skipped", {
+            yield* store.appendEvent({ threadId: run.threadId, type: "items.replay_skipped", payload: {
               runId: run.id,
               count: replay,
               messageIds: [...new Set(produced.slice(0, replay).flatMap((i) => i.messageId === null ? [] : [i.messageId]))],
               toolCallIds: [...new Set(produced.slice(0, replay).flatMap((i) => i.toolCallId === null ? [] : [i.toolCallId]))]
-            })
+            } })
           }
           const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(newItems, interrupted))
           const now = yield* DateTime.now
@@ -688,12 +688,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           }
           yield* store.updateNativeThread(native)
           if (turn.usage !== null) {
-            yield* store.appendEvent(run.threadId, "usage.reported", {
+            yield* store.appendEvent({ threadId: run.threadId, type: "usage.reported", payload: {
               nativeThreadId: native.id,
               usage: anomaly === null ? turn.usage : JSON.parse(JSON.stringify(turn.usage)),
               trusted,
               ...(anomaly === null ? {} : { anomaly, estimateUsed: native.estimatedTokens })
-            })
+            } })
             if (anomaly !== null) {
               yield* Effect.logWarning(`untrusted usage report on ${native.id}: ${anomaly}; using the estimate ${native.estimatedTokens}`)
             }
@@ -735,7 +735,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           }
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* store.updateRun(done)
-          yield* store.appendEvent(run.threadId, "run.completed", { runId: run.id, itemCount: items.length })
+          yield* store.appendEvent({ threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } })
           return { done, native }
         })
         const recorded = yield* Effect.either(uow.thread(run.threadId, "ThreadService.turnCompleted")(completed))
@@ -900,10 +900,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const now = yield* DateTime.now
           if (untrusted !== null && untrusted.status === "active") {
             yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: now })
-            yield* store.appendEvent(run.threadId, "native_thread.replaced", {
+            yield* store.appendEvent({ threadId: run.threadId, type: "native_thread.replaced", payload: {
               nativeThreadId: untrusted.id,
               reason: "restart: cannot tell whether the provider read an unfinished run"
-            })
+            } })
           }
           if (attempt !== null) {
             yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "process restarted", updatedAt: now })
@@ -961,7 +961,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             updatedAt: now
           }
           yield* store.insertThread(forkThread)
-          yield* store.appendEvent(forkThread.id, "thread.created", { title: forkThread.title, parentThreadId: parent.id })
+          yield* store.appendEvent({ threadId: forkThread.id, type: "thread.created", payload: { title: forkThread.title, parentThreadId: parent.id }, commandId: command.commandId })
           const providerThread = yield* ensureProviderThread(forkThread.id, adapter)
           yield* store.updateThread({ ...forkThread, activeProviderThreadId: providerThread.id })
           const forked = yield* lineage.fork(parent, forkThread, providerThread, atRunSeq, runs.filter((r) => r.seq <= atRunSeq))
@@ -1043,10 +1043,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
               yield* uow.thread(thread.id, "ThreadService.compactLost")(Effect.gen(function*() {
                 if (native._tag === "Some") {
                   yield* store.updateNativeThread({ ...native.value, status: "replaced", updatedAt: yield* DateTime.now })
-                  yield* store.appendEvent(thread.id, "native_thread.replaced", {
+                  yield* store.appendEvent({ threadId: thread.id, type: "native_thread.replaced", payload: {
                     nativeThreadId: native.value.id,
                     reason: "the provider no longer has it"
-                  })
+                  } })
                 }
                 yield* CommandReceipts.write(store, receiptKey, CompactReport, report)
               }))

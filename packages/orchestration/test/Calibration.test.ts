@@ -2,7 +2,7 @@
  * Per-provider tokenizer calibration (issue 3): a provider whose tokenizer counts ~15% more than Baton's (the field:
  * 247k estimated against 270k-295k reported) is budgeted in its own units once Baton has learned the ratio.
  */
-import type { ProviderInstance } from "@baton/contracts"
+import type { DeliveryId, HandoffId, ProviderInstance } from "@baton/contracts"
 import { InvariantChecks, ProviderCalibration } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
@@ -227,12 +227,17 @@ describe("calibration learned from reported usage", () => {
       const o = yield* ops
       const threadId = yield* o.create("codex")
       const pending = (deliveryId: string, renderedTokens: number, ratio?: number) =>
-        o.store.appendEvent(threadId, "delivery.pending", {
-          deliveryId,
+        o.store.appendEvent({ threadId, type: "delivery.pending", payload: {
+          deliveryId: deliveryId as DeliveryId,
+          handoffId: "hof_1" as HandoffId,
+          mode: "injected",
+          runId: null,
           budget: 16_000,
           renderedTokens,
-          ...(ratio === undefined ? {} : { ratio })
-        })
+          ...(ratio === undefined ? {} : { ratio }),
+          itemIds: [],
+          omittedItemIds: []
+        } })
       yield* pending("dlv_a", 14_000, 1.15)
       yield* pending("dlv_b", 13_913, 1.15)
       yield* pending("dlv_c", 16_000)

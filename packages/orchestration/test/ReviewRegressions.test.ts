@@ -179,8 +179,8 @@ describe("review regressions", () => {
       // Each delivery ends once: a superseded delivery is never settled afterwards.
       const ends = new Map<string, Array<string>>()
       for (const e of yield* o.store.listEvents(t)) {
-        if (!["delivery.superseded", "delivery.inlined", "delivery.injected"].includes(e.type)) continue
-        const id = String(e.payload.deliveryId)
+        if (e.type !== "delivery.superseded" && e.type !== "delivery.inlined" && e.type !== "delivery.injected") continue
+        const id = e.payload.deliveryId
         ends.set(id, [...(ends.get(id) ?? []), e.type])
       }
       for (const [id, types] of ends) expect([id, types.length]).toEqual([id, 1])

@@ -10,6 +10,7 @@ import migration0004 from "./migrations/0004_offload.js"
 import migration0005 from "./migrations/0005_item_message_ids.js"
 import migration0006 from "./migrations/0006_run_failure_code.js"
 import migration0007 from "./migrations/0007_unit_of_work.js"
+import migration0008 from "./migrations/0008_typed_events.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -19,7 +20,8 @@ export const migrations = {
   "0004_offload": migration0004,
   "0005_item_message_ids": migration0005,
   "0006_run_failure_code": migration0006,
-  "0007_unit_of_work": migration0007
+  "0007_unit_of_work": migration0007,
+  "0008_typed_events": migration0008
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

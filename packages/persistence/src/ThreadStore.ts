@@ -19,6 +19,7 @@ import {
   type ItemId,
   type NativeThread,
   type NativeThreadId,
+  type NewThreadEvent,
   type Offload,
   PersistenceError,
   type ProviderInstance,
@@ -28,14 +29,15 @@ import {
   type RunAttempt,
   type RunId,
   type Thread,
-  type ThreadEvent,
-  type ThreadLink,
-  ThreadEvent as ThreadEventSchema,
+  ThreadEvent,
+  type ThreadEventOf,
   type ThreadEventType,
-  type ThreadId
+  type ThreadId,
+  type ThreadLink
 } from "@baton/contracts"
 import { SqlClient } from "@effect/sql"
 import { DateTime, Effect, FiberRef, Option, Schema } from "effect"
+import { EventIds } from "./EventIds.js"
 import { isContention, orPersistence } from "./internal/errors.js"
 import { Count } from "./internal/Rows.js"
 import { pendingEvents } from "./UnitOfWork.js"
@@ -83,10 +85,24 @@ export type DriverRecord = typeof DriverRecord.Type
 /** A handoff with its bookkeeping flag: `open` while some destination still owes a delivery. */
 export type StoredHandoff = ContextHandoff & { readonly open: boolean }
 
-const EventRow = Schema.Struct({
-  ...ThreadEventSchema.fields,
-  payload: Schema.parseJson(ThreadEventSchema.fields.payload)
-})
+/**
+ * A `thread_events` row as the client returns it: `payload` JSON text, `globalSeq` a number (SQLite) or a bigint
+ * string (Postgres `BIGINT`); decoded through `ThreadEvent` (the member its `type` names).
+ */
+const EventRow = Schema.compose(
+  Schema.Struct(
+    { globalSeq: Count, payload: Schema.parseJson() },
+    Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  ),
+  ThreadEvent,
+  { strict: false }
+)
+const decodeEvents = Schema.decodeUnknown(Schema.Array(EventRow))
+/** `{type, payload}` of every event type: what `appendEvent` validates and encodes. */
+const EventBody = Schema.Union(
+  ...ThreadEvent.members.map((member) => Schema.Struct({ type: member.fields.type, payload: member.fields.payload }))
+)
+const encodeBody = Schema.encodeUnknown(EventBody)
 const ReceiptRow = Schema.Struct({ ...Commands.CommandReceipt.fields, result: Schema.parseJson(Schema.Unknown) })
 const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
 
@@ -103,7 +119,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const deliveries = Table.make(sql, "handoff_deliveries", DeliveryRow)
     const links = Table.make(sql, "thread_links", ThreadLinkRow)
     const offloads = Table.make(sql, "offloads", OffloadRow)
-    const events = Table.make(sql, "thread_events", EventRow as unknown as Schema.Schema<ThreadEvent, { id?: unknown }>)
+    const eventIds = yield* EventIds
+    const readEvents = (operation: string, query: Effect.Effect<ReadonlyArray<unknown>, { readonly message: string; readonly _tag: string }>) =>
+      Effect.flatMap(query, decodeEvents).pipe(orPersistence(operation))
 
     const nextSeq = (operation: string, query: Effect.Effect<ReadonlyArray<unknown>, { readonly message: string; readonly _tag: string }>) =>
       Effect.flatMap(query, Schema.decodeUnknown(NextSeq)).pipe(
@@ -393,29 +411,85 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
 
       // ---- events
       /**
-       * Appends one event with the next `seq` of the thread. A concurrent writer that took the same `seq` makes the
-       * unique `(thread_id, seq)` constraint fire: this fails with `ConcurrentModification` instead of losing an update.
+       * Appends one event with the next `seq` of its thread and returns it as stored (`eventId`, `seq`,
+       * `globalSeq`, `commandId`, `createdAt` assigned). The payload is validated against the schema of its `type`
+       * (`PersistenceError` "thread_events.encode" when it does not match). A concurrent writer that took the same
+       * `seq` makes the unique `(thread_id, seq)` constraint fire: this fails with `ConcurrentModification` instead
+       * of losing an update.
        */
-      appendEvent: (threadId: ThreadId, type: ThreadEventType, payload: Record<string, unknown>) =>
+      appendEvent: (event: NewThreadEvent) =>
         Effect.gen(function*() {
+          const { threadId } = event
+          const body = yield* encodeBody({ type: event.type, payload: event.payload }).pipe(orPersistence("thread_events.encode"))
           const seq = yield* nextSeq(
             "thread_events.nextSeq",
             sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM thread_events WHERE thread_id = ${threadId}`
           )
           const createdAt = yield* DateTime.now
-          const row = { threadId, seq, type, payload: JSON.stringify(payload), createdAt: DateTime.formatIso(createdAt) }
-          yield* sql`INSERT INTO thread_events ${sql.insert(row)}`.pipe(
+          const row = {
+            eventId: eventIds.next(),
+            threadId,
+            seq,
+            commandId: event.commandId ?? null,
+            type: body.type,
+            payload: JSON.stringify(body.payload),
+            createdAt: DateTime.formatIso(createdAt)
+          }
+          const stored = yield* sql`INSERT INTO thread_events ${sql.insert(row)} RETURNING *`.pipe(
             Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
               isContention(e)
                 ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
                 : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) })))
           )
+          const [appended] = yield* decodeEvents(stored).pipe(orPersistence("thread_events.append"))
+          if (appended === undefined) {
+            return yield* new PersistenceError({ operation: "thread_events.append", detail: "the insert returned no row" })
+          }
           const pending = yield* FiberRef.get(pendingEvents)
-          if (pending !== null) pending.push({ threadId, seq, type, payload, createdAt })
-          return seq
+          if (pending !== null) pending.push(appended)
+          return appended
         }),
-      listEvents: (threadId: ThreadId) =>
-        events.findAll("thread_events.list", sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} ORDER BY seq`),
+      /**
+       * The thread's events with `seq > afterSeq` (default 0: from the start) in `seq` order, at most `limit` of
+       * them (default: all). A reader pages by passing the last `seq` it saw. Reads the `(thread_id, seq)` index.
+       */
+      listEvents: (threadId: ThreadId, options: { readonly afterSeq?: number; readonly limit?: number } = {}) => {
+        const afterSeq = options.afterSeq ?? 0
+        return readEvents(
+          "thread_events.list",
+          options.limit === undefined
+            ? sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} AND seq > ${afterSeq} ORDER BY seq`
+            : sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} AND seq > ${afterSeq} ORDER BY seq
+                  LIMIT ${options.limit}`
+        )
+      },
+      /**
+       * Events of every thread with `globalSeq > afterGlobalSeq` (default 0) in `globalSeq` order, at most `limit`:
+       * the catch-up read of a cross-thread feed, paged by the last `globalSeq` seen. Reads the table's key.
+       */
+      listEventsGlobal: (options: { readonly afterGlobalSeq?: number; readonly limit: number }) =>
+        readEvents(
+          "thread_events.listGlobal",
+          sql`SELECT * FROM thread_events WHERE global_seq > ${options.afterGlobalSeq ?? 0} ORDER BY global_seq
+              LIMIT ${options.limit}`
+        ),
+      /**
+       * The thread's events of type `type`, newest first, with `seq < beforeSeq` when given, at most `limit`.
+       * Reads the `(thread_id, type, seq)` index: the cost is the events returned, not the length of the log.
+       */
+      listEventsOfType: <T extends ThreadEventType>(
+        threadId: ThreadId,
+        type: T,
+        options: { readonly beforeSeq?: number; readonly limit: number }
+      ) =>
+        readEvents(
+          "thread_events.listOfType",
+          options.beforeSeq === undefined
+            ? sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} AND type = ${type}
+                  ORDER BY seq DESC LIMIT ${options.limit}`
+            : sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} AND type = ${type}
+                  AND seq < ${options.beforeSeq} ORDER BY seq DESC LIMIT ${options.limit}`
+        ).pipe(Effect.map((events) => events.filter((e): e is ThreadEventOf<T> => e.type === type))),
 
       // ---- provider calibrations
       /** The calibration learned for `instance`, if any. */

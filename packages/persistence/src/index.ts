@@ -1,4 +1,5 @@
 export * as Database from "./Database.js"
+export * as EventIds from "./EventIds.js"
 export * as Migrations from "./Migrations.js"
 export * from "./ThreadStore.js"
 export * from "./UnitOfWork.js"

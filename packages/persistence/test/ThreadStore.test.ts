@@ -53,8 +53,9 @@ describe("ThreadStore on a SQLite file", () => {
             runId: "run_1" as RunId
           })
         ])
-        expect(yield* store.appendEvent("thr_1" as ThreadId, "thread.created", { title: "a thread" })).toBe(1)
-        expect(yield* store.appendEvent("thr_1" as ThreadId, "run.queued", { runId: "run_1" })).toBe(2)
+        const queued = { runId: "run_1" as RunId, seq: 1, providerThreadId: "pth_1" as ProviderThreadId }
+        expect((yield* store.appendEvent({ threadId: "thr_1" as ThreadId, type: "thread.created", payload: { title: "a thread" } })).seq).toBe(1)
+        expect((yield* store.appendEvent({ threadId: "thr_1" as ThreadId, type: "run.queued", payload: queued })).seq).toBe(2)
       }).pipe(Effect.provide(layerAt(file)))
 
       expect(Fs.existsSync(file)).toBe(true)
@@ -69,7 +70,7 @@ describe("ThreadStore on a SQLite file", () => {
         const events = yield* store.listEvents("thr_1" as ThreadId)
         expect(events.map((e) => [e.seq, e.type, e.payload])).toEqual([
           [1, "thread.created", { title: "a thread" }],
-          [2, "run.queued", { runId: "run_1" }]
+          [2, "run.queued", { runId: "run_1", seq: 1, providerThreadId: "pth_1" }]
         ])
         // Migrations are not re-applied on an existing file: each registered migration is recorded once.
         const sql = yield* SqlClient.SqlClient
@@ -86,12 +87,13 @@ describe("ThreadStore on a SQLite file", () => {
       const sql = yield* SqlClient.SqlClient
       const now = yield* DateTime.now
       yield* store.insertThread(thread("thr_2", now))
-      yield* store.appendEvent("thr_2" as ThreadId, "thread.created", {})
+      yield* store.appendEvent({ threadId: "thr_2" as ThreadId, type: "thread.created", payload: { title: "a thread" } })
       // Simulate the other writer: it inserted seq 2 between our read of MAX(seq) and our insert.
       yield* sql`CREATE TRIGGER steal BEFORE INSERT ON thread_events WHEN NEW.seq = 2 AND NEW.type = 'run.queued'
-        BEGIN INSERT INTO thread_events (thread_id, seq, type, payload, created_at)
-        VALUES (NEW.thread_id, 2, 'run.started', '{}', NEW.created_at); END`
-      const result = yield* Effect.flip(store.appendEvent("thr_2" as ThreadId, "run.queued", {}))
+        BEGIN INSERT INTO thread_events (event_id, thread_id, seq, type, payload, created_at)
+        VALUES ('evt_other', NEW.thread_id, 2, 'run.started', '{}', NEW.created_at); END`
+      const payload = { runId: "run_1" as RunId, seq: 1, providerThreadId: "pth_1" as ProviderThreadId }
+      const result = yield* Effect.flip(store.appendEvent({ threadId: "thr_2" as ThreadId, type: "run.queued", payload }))
       expect(result._tag).toBe("ConcurrentModification")
       expect(result.message).toContain("thr_2")
       // The failed statement is rolled back whole (the trigger's row with it): nothing half-written remains.

@@ -57,7 +57,7 @@ describe.each(dialects)("persistence on %s", (_label, db) => {
       yield* uow.global("test.create")(store.insertThread(thread("thr_a", now)))
       yield* uow.thread("thr_a", "test.first")(store.insertRun(run("thr_a", 1, now)))
       const lost = yield* Effect.flip(uow.thread("thr_a", "test.second")(Effect.gen(function*() {
-        yield* store.appendEvent("thr_a" as ThreadId, "thread.created", { title: "x" })
+        yield* store.appendEvent({ threadId: "thr_a" as ThreadId, type: "thread.created", payload: { title: "x" } })
         yield* store.insertRun({ ...run("thr_a", 1, now), id: "run_other" as RunId })
       })))
       expect(lost._tag).toBe("ConcurrentModification")
@@ -115,16 +115,16 @@ describe.each(dialects)("persistence on %s", (_label, db) => {
         Stream.runForEach((e) => Queue.offer(seen, `${e.seq}:${e.type}`))
       ))
       yield* uow.thread("thr_d", "test.events")(Effect.gen(function*() {
-        yield* store.appendEvent("thr_d" as ThreadId, "thread.created", { title: "t" })
+        yield* store.appendEvent({ threadId: "thr_d" as ThreadId, type: "thread.created", payload: { title: "t" } })
         // Not visible yet: the transaction is open.
         yield* Effect.sleep("20 millis")
         expect(yield* Queue.size(seen)).toBe(0)
       }))
       yield* Effect.flip(uow.thread("thr_d", "test.rolledBack")(Effect.gen(function*() {
-        yield* store.appendEvent("thr_d" as ThreadId, "run.queued", { runId: "x" })
+        yield* store.appendEvent({ threadId: "thr_d" as ThreadId, type: "run.queued", payload: { runId: "run_x" as RunId, seq: 1, providerThreadId: "pth_1" as ProviderThreadId } })
         return yield* Effect.fail("abandon" as const)
       })))
-      yield* uow.thread("thr_d", "test.events2")(store.appendEvent("thr_d" as ThreadId, "run.queued", { runId: "y" }))
+      yield* uow.thread("thr_d", "test.events2")(store.appendEvent({ threadId: "thr_d" as ThreadId, type: "run.queued", payload: { runId: "run_y" as RunId, seq: 2, providerThreadId: "pth_1" as ProviderThreadId } }))
       yield* Fiber.join(reader)
       expect(Chunk.toArray(yield* Queue.takeAll(seen))).toEqual(["1:thread.created", "2:run.queued"])
     }).pipe(Effect.scoped, Effect.provide(layerOn(db))))

@@ -93,6 +93,7 @@ const orchestrator = (
 ) =>
   OrchestratorLayer.services.pipe(
     Layer.provideMerge(Crash.storeLayer(steps)),
+    Layer.provideMerge(OrchestratorLayer.eventIds),
     Layer.provideMerge(Database.layerSqlite(file)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(ScriptedSummariser.layer(summariser)),
