@@ -6,13 +6,13 @@
  * violation in a replay exits 1.
  */
 import { Args, Command, Options, ValidationError } from "@effect/cli"
-import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Cause, Console, Effect, Either, Layer, Option } from "effect"
 import * as Fs from "node:fs"
 import { Database, ThreadStore } from "@baton/persistence"
 import type { ThreadId } from "@baton/contracts"
 import * as ProviderSpec from "./ProviderSpec.js"
 import * as Replay from "./Replay.js"
+import * as CliRuntime from "./CliRuntime.js"
 import * as Format from "./Format.js"
 
 const dbOption = Options.text("db").pipe(
@@ -181,6 +181,5 @@ cli(process.argv).pipe(
       process.stderr.write(`baton: unexpected failure: ${oneLine(Cause.pretty(cause))}\n`)
       process.exitCode = 1
     })),
-  Effect.provide(NodeContext.layer),
-  NodeRuntime.runMain({ disableErrorReporting: true })
+  CliRuntime.runMain
 )

@@ -11,8 +11,9 @@
  *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
  */
 import { Simulation } from "@baton/testing"
-import { Effect } from "effect"
+import { Cause, Effect } from "effect"
 import * as Fs from "node:fs"
+import * as CliRuntime from "./CliRuntime.js"
 
 interface Args {
   readonly seeds: number
@@ -149,7 +150,11 @@ const main = Effect.gen(function*() {
   if (report.failures.length > 0) process.exitCode = 1
 })
 
-Effect.runPromise(main).catch((e) => {
-  console.error(`sim: ${String(e)}`)
-  process.exitCode = 1
-})
+main.pipe(
+  Effect.catchAllCause((cause) =>
+    Effect.sync(() => {
+      console.error(`sim: ${Cause.pretty(cause)}`)
+      process.exitCode = 1
+    })),
+  CliRuntime.runMain
+)
