@@ -4,7 +4,8 @@
  * operations each, against the real orchestrator on SQLite with crash-restarts, and checks the invariants after every
  * step. Every failing seed is printed with its violations and, for the first few, the shrunk operation list and the
  * scenario as JSON (paste it into a regression test, or rerun it with `--scenario FILE`). The last line is a one-line
- * summary; the exit code is 1 on any violation, 2 on bad arguments.
+ * summary; the exit code is 1 on any violation, 2 on bad arguments, 130/143 when stopped by SIGINT/SIGTERM. Log lines
+ * go to stderr (see CliRuntime).
  *
  *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json]
  *            [--without crashes,retries,interrupts,faults,usage,offload,forks]
