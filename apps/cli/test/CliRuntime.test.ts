@@ -2,6 +2,7 @@
  * How `baton` runs as a process (CliRuntime): log lines on stderr and exactly one JSON document on stdout with
  * `--json`; SIGTERM/SIGINT stop a replay with exit 143/130 and leave no run of it unfinished in the database.
  */
+import { InvariantChecks } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
@@ -48,13 +49,17 @@ const baton = (args: ReadonlyArray<string>, stop?: { readonly signal: NodeJS.Sig
 
 const tmpDb = () => Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-runtime-")), "baton.sqlite")
 
-/** Every run in the database at `db`, read through ThreadStore on a fresh Layer, and the runs left unfinished. */
+/**
+ * The database at `db` read through ThreadStore on a fresh Layer: every run, the runs left unfinished, and the
+ * invariants DESIGN.md states on the record (those that need no provider observations).
+ */
 const readRuns = (db: string) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
     const threads = yield* store.listThreads()
     const runs = (yield* Effect.forEach(threads, (t) => store.listRuns(t.id))).flat()
-    return { threads: threads.length, runs, unfinished: yield* store.listUnfinishedRuns() }
+    const violations = (yield* Effect.forEach(threads, (t) => InvariantChecks.check(t.id))).flat()
+    return { threads: threads.length, runs, unfinished: yield* store.listUnfinishedRuns(), violations }
   }).pipe(Effect.provide(ThreadStore.Default.pipe(Layer.provide(Database.layerSqlite(db)))))
 
 describe("baton as a process (CliRuntime)", () => {
@@ -91,9 +96,10 @@ describe("baton as a process (CliRuntime)", () => {
         expect(lines.length).toBeLessThan(55)
         expect(r.stderr).toBe(`baton: stopped by ${signal} after ${lines.length} of 55 runs\n`)
 
-        const { runs, threads, unfinished } = yield* readRuns(db)
+        const { runs, threads, unfinished, violations } = yield* readRuns(db)
         expect(threads).toBe(1)
         expect(unfinished).toEqual([])
+        expect(violations).toEqual([])
         expect(runs.filter((run) => ["queued", "starting", "running"].includes(run.status))).toEqual([])
         // Every run the replay started is in the database and was shown as a line.
         expect(runs.length).toBe(lines.length)
