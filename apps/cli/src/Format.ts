@@ -19,6 +19,7 @@ const items = (k: number) => `${n(k)} item${k === 1 ? "" : "s"}`
  */
 export const runLine = (l: RunLine) => {
   const head = `${l.thread > 1 ? `t${l.thread} ` : ""}run ${lpad(String(l.run), 4)} ${pad(l.provider, 8)} ${pad(l.generation === null ? "-" : `g${l.generation}`, 3)} ${pad(l.status, 11)}`
+  if (l.stopped !== null) return `${head} | ${l.stopped}`
   if (l.budget === null) {
     return `${head} | ${l.status === "interrupted" ? "interrupted before the provider started: its prompt is owed to the next turn" : "did not start"}`
   }

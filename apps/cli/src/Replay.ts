@@ -51,6 +51,8 @@ export interface RunLine {
   readonly deferredItems: number
   readonly deferredTokens: number
   readonly omittedItems: number
+  /** Printed instead of the turn-start figures when set: how a run cut short by a signal ended. */
+  readonly stopped: string | null
 }
 
 export interface ReplaySummary {
@@ -89,6 +91,23 @@ export const rng = (seed: number) => {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296
   }
 }
+
+/** The turn-start fields of a run line for a run that ended before a turn-start report was returned. */
+const notStarted = {
+  generation: null,
+  usedAtStart: null,
+  window: 0,
+  usedAfter: null,
+  budget: null,
+  ratio: 1,
+  mode: "none",
+  deliveredItems: 0,
+  deliveredTokens: 0,
+  deferredItems: 0,
+  deferredTokens: 0,
+  omittedItems: 0,
+  stopped: null
+} as const
 
 /** Imports `file` only (no database touched): fails with `TranscriptError`. */
 export const load = (options: Pick<ReplayOptions, "file" | "skipInvalid">) =>
@@ -139,6 +158,30 @@ export const replay = (
       const violations: Array<string> = []
       const threadIds: Array<ThreadId> = []
 
+      /**
+       * Ends the thread's run in flight, if any, as the user's interrupt command would (`interrupted`; the provider
+       * is asked to stop and its native thread read back), and reports it as a run line. Called when the replay's
+       * fiber is interrupted: the orchestrator does not record a run whose fiber is interrupted mid-turn, which
+       * would stay `starting`/`running` until a restart recovery. Never fails: a failure to record is logged.
+       */
+      const endRunInFlight = (threadIndex: number, threadId: ThreadId) =>
+        Effect.gen(function*() {
+          const active = yield* store.findActiveRun(threadId)
+          if (active._tag === "None") return
+          const ended = yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: active.value.id }))
+          const providerThread = yield* store.getProviderThread(ended.providerThreadId)
+          yield* onRun({
+            ...notStarted,
+            thread: threadIndex + 1,
+            run: ended.seq,
+            provider: providerThread._tag === "Some" ? providerThread.value.providerInstance : "?",
+            status: ended.status,
+            stopped: ended.stopPoint === "after_provider"
+              ? "stopped by a signal after the provider read its prompt"
+              : "stopped by a signal before the provider read its prompt: it is owed to the next turn"
+          })
+        }).pipe(Effect.catchAllCause((cause) => Effect.logError(`could not record the interrupted run of thread ${threadId}`, cause)))
+
       for (const [threadIndex, thread] of imported.threads.entries()) {
         let providerIndex = 0
         const threadId = yield* service.createThread(Commands.CreateThread.make({
@@ -148,80 +191,74 @@ export const replay = (
         }))
         threadIds.push(threadId)
         let appended = 0
-        for (const [turnIndex, turn] of thread.turns.entries()) {
-          if (turnIndex > 0 && options.switchEvery > 0 && turnIndex % options.switchEvery === 0 && options.providers.length > 1) {
-            providerIndex = (providerIndex + 1) % options.providers.length
-            yield* service.switchProvider(Commands.SwitchProvider.make({
-              commandId: cid(),
-              threadId,
-              providerInstance: options.providers[providerIndex]!.name as ProviderInstance
-            }))
-            switches++
-          }
-          if (turnIndex > 0 && options.compactEvery > 0 && turnIndex % options.compactEvery === 0) {
-            yield* service.compact(Commands.CompactThread.make({ commandId: cid(), threadId }))
-            compactions++
-          }
-          const prompt = turn.userText.length > 0 ? turn.userText : " "
-          const interruptNow = random() < options.interruptRate
-          script.clear()
-          // A preamble (e.g. a summary the transcript opens with) is recorded as the first run's output so that
-          // nothing from the source is dropped.
-          const produced = turnIndex === 0 ? [...thread.preamble, ...turn.items] : turn.items
-          script.enqueue({ items: produced })
-          runs++
-          appended++
-          if (interruptNow) {
-            const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
-            const done = yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: run.id }))
-            interrupted++
+        // A signal interrupts this fiber between any two steps: the run in flight is ended `interrupted` (and shown)
+        // before the database is closed, so no run of this replay is left queued, starting or running.
+        yield* Effect.gen(function*() {
+          for (const [turnIndex, turn] of thread.turns.entries()) {
+            if (turnIndex > 0 && options.switchEvery > 0 && turnIndex % options.switchEvery === 0 && options.providers.length > 1) {
+              providerIndex = (providerIndex + 1) % options.providers.length
+              yield* service.switchProvider(Commands.SwitchProvider.make({
+                commandId: cid(),
+                threadId,
+                providerInstance: options.providers[providerIndex]!.name as ProviderInstance
+              }))
+              switches++
+            }
+            if (turnIndex > 0 && options.compactEvery > 0 && turnIndex % options.compactEvery === 0) {
+              yield* service.compact(Commands.CompactThread.make({ commandId: cid(), threadId }))
+              compactions++
+            }
+            const prompt = turn.userText.length > 0 ? turn.userText : " "
+            const interruptNow = random() < options.interruptRate
+            script.clear()
+            // A preamble (e.g. a summary the transcript opens with) is recorded as the first run's output so that
+            // nothing from the source is dropped.
+            const produced = turnIndex === 0 ? [...thread.preamble, ...turn.items] : turn.items
+            script.enqueue({ items: produced })
+            runs++
+            appended++
+            if (interruptNow) {
+              const run = yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
+              const done = yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: run.id }))
+              interrupted++
+              yield* onRun({
+                ...notStarted,
+                thread: threadIndex + 1,
+                run: run.seq,
+                provider: options.providers[providerIndex]!.name,
+                status: done.status
+              })
+              continue
+            }
+            const result = yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
+            if (result.status === "completed") {
+              completed++
+              appended += produced.length
+            } else if (result.status === "interrupted") interrupted++
+            else if (InvariantChecks.isFaultCode(result.failureCode)) faultFailed++
+            else failed++
+            const report = result.turnStart
             yield* onRun({
               thread: threadIndex + 1,
-              run: run.seq,
-              provider: options.providers[providerIndex]!.name,
-              generation: null,
-              status: done.status,
-              usedAtStart: null,
-              window: 0,
-              usedAfter: null,
-              budget: null,
-              ratio: 1,
-              mode: "none",
-              deliveredItems: 0,
-              deliveredTokens: 0,
-              deferredItems: 0,
-              deferredTokens: 0,
-              omittedItems: 0
+              run: result.runSeq,
+              provider: result.providerInstance,
+              generation: result.nativeGeneration,
+              status: result.status,
+              usedAtStart: report?.budget.used ?? null,
+              window: report?.budget.window ?? result.window,
+              usedAfter: result.usedTokens,
+              budget: report?.budget.budget ?? null,
+              ratio: report?.calibrationRatio ?? 1,
+              mode: report?.mode ?? "none",
+              deliveredItems: report?.deliveredItems ?? 0,
+              deliveredTokens: report?.deliveredTokens ?? 0,
+              deferredItems: report?.deferredItems ?? 0,
+              deferredTokens: report?.deferredTokens ?? 0,
+              omittedItems: report?.omittedItems ?? 0,
+              stopped: null
             })
-            continue
           }
-          const result = yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
-          if (result.status === "completed") {
-            completed++
-            appended += produced.length
-          } else if (result.status === "interrupted") interrupted++
-          else if (InvariantChecks.isFaultCode(result.failureCode)) faultFailed++
-          else failed++
-          const report = result.turnStart
-          yield* onRun({
-            thread: threadIndex + 1,
-            run: result.runSeq,
-            provider: result.providerInstance,
-            generation: result.nativeGeneration,
-            status: result.status,
-            usedAtStart: report?.budget.used ?? null,
-            window: report?.budget.window ?? result.window,
-            usedAfter: result.usedTokens,
-            budget: report?.budget.budget ?? null,
-            ratio: report?.calibrationRatio ?? 1,
-            mode: report?.mode ?? "none",
-            deliveredItems: report?.deliveredItems ?? 0,
-            deliveredTokens: report?.deliveredTokens ?? 0,
-            deferredItems: report?.deferredItems ?? 0,
-            deferredTokens: report?.deferredTokens ?? 0,
-            omittedItems: report?.omittedItems ?? 0
-          })
-        }
+        }).pipe(Effect.onInterrupt(() => endRunInFlight(threadIndex, threadId)))
         const observed: InvariantChecks.Observed = {
           turns: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "turn" ? [r] : [])),
           injections: adapters.flatMap((a) => a.received.flatMap((r) => r.type === "inject" ? [r] : []))

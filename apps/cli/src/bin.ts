@@ -2,17 +2,21 @@
 /**
  * `baton`: the command-line app. Assembles the Layer graph (SQLite under the data directory, scripted providers,
  * the orchestrator) and runs one command. Bad input (a missing file, a malformed transcript, an unknown provider,
- * an unknown thread) prints one line naming the problem and exits 2, before anything is written; an invariant
- * violation in a replay exits 1.
+ * an unknown thread, `baton demo` without the sample transcripts) prints one line naming the problem and exits 2,
+ * before anything is written; an invariant violation in a replay exits 1. stdout carries only the command's output
+ * (with `--json`, one JSON document); log lines go to stderr. SIGINT/SIGTERM stop a replay once the run in flight is
+ * recorded, and exit 130/143 (see CliRuntime).
  */
 import { Args, Command, Options, ValidationError } from "@effect/cli"
-import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Cause, Console, Effect, Either, Layer, Option } from "effect"
 import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
 import { Database, ThreadStore } from "@baton/persistence"
 import type { ThreadId } from "@baton/contracts"
 import * as ProviderSpec from "./ProviderSpec.js"
 import * as Replay from "./Replay.js"
+import * as CliRuntime from "./CliRuntime.js"
 import * as Format from "./Format.js"
 
 const dbOption = Options.text("db").pipe(
@@ -45,72 +49,134 @@ const badInput = <A, E extends { readonly message: string }, R>(self: Effect.Eff
       ))
   )
 
+/** Where Claude Code and pi keep their sessions, for a user without the sample transcripts. */
+const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
+  "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"
+
+const replayOptions = {
+  providers: Options.text("providers").pipe(
+    Options.withDefault(ProviderSpec.defaultProviders),
+    Options.withDescription("NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject],...")
+  ),
+  switchEvery: Options.integer("switch-every").pipe(Options.withDefault(10)),
+  interruptRate: Options.float("interrupt-rate").pipe(Options.withDefault(0.05)),
+  compactEvery: Options.integer("compact-every").pipe(Options.withDefault(40)),
+  seed: Options.integer("seed").pipe(Options.withDefault(1)),
+  skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
+  json: Options.boolean("json").pipe(Options.withDescription("print one JSON summary object on stdout (log lines go to stderr)")),
+  db: dbOption,
+  dataDir: dataDirOption
+}
+
+interface ReplayCommand {
+  readonly file: string
+  readonly providers: string
+  readonly switchEvery: number
+  readonly interruptRate: number
+  readonly compactEvery: number
+  readonly seed: number
+  readonly skipInvalid: boolean
+  readonly json: boolean
+  readonly db: Option.Option<string>
+  readonly dataDir: Option.Option<string>
+}
+
+/**
+ * `baton replay`: validates the whole input before the database is opened (bad input writes nothing), prints one
+ * line per run on stdout (a progress bar on stderr when it is a terminal) and the summary, or with `--json` only the
+ * summary as one JSON document. Exit code 1 when an invariant is violated. A signal stops it after the run in
+ * flight is recorded (see CliRuntime).
+ */
+const runReplay = (o: ReplayCommand) =>
+  Effect.gen(function*() {
+    const providers = ProviderSpec.parse(o.providers)
+    if (Either.isLeft(providers)) return yield* Effect.fail(providers.left)
+    if (!(o.interruptRate >= 0 && o.interruptRate <= 1)) {
+      return yield* Effect.fail({ message: `--interrupt-rate must be within 0..1, got ${o.interruptRate}` })
+    }
+    if (o.switchEvery < 0 || o.compactEvery < 0) {
+      return yield* Effect.fail({ message: "--switch-every and --compact-every must be 0 (never) or positive" })
+    }
+    // Validate the whole input before the database is opened: bad input writes nothing.
+    if (Fs.existsSync(o.file) && Fs.statSync(o.file).isDirectory()) {
+      return yield* Effect.fail({ message: `${o.file} is a directory; give one transcript file` })
+    }
+    const imported = yield* Replay.load({ file: o.file, skipInvalid: o.skipInvalid })
+    for (const s of imported.skipped) yield* Console.error(`baton: skipped ${o.file}:${s.line}${s.field ? ` (${s.field})` : ""}: ${s.reason}`)
+    if (imported.threads.every((t) => t.turns.length === 0)) {
+      return yield* Effect.fail({ message: `${o.file}: no user turn to replay${imported.skipped.length > 0 ? ` (${imported.skipped.length} record(s) skipped)` : ""}` })
+    }
+    for (const p of providers.right) {
+      const warning = ProviderSpec.warning(p)
+      if (warning !== null) yield* Console.error(`baton: warning: ${warning}`)
+    }
+    const options: Replay.ReplayOptions = {
+      file: o.file,
+      providers: providers.right,
+      switchEvery: o.switchEvery,
+      interruptRate: o.interruptRate,
+      compactEvery: o.compactEvery,
+      seed: o.seed,
+      db: resolveDb(o.db, o.dataDir),
+      skipInvalid: o.skipInvalid
+    }
+    const total = imported.threads.reduce((n, t) => n + t.turns.length, 0)
+    const tty = process.stderr.isTTY === true && !o.json
+    let done = 0
+    const summary = yield* Replay.replay(imported, options, (line) =>
+      Effect.sync(() => {
+        done++
+        if (o.json) return
+        if (tty) process.stderr.write("\r\x1b[K")
+        process.stdout.write(Format.runLine(line) + "\n")
+        if (tty) process.stderr.write(Format.progressBar(done, total))
+      })).pipe(Effect.onInterrupt(() =>
+        Effect.gen(function*() {
+          if (tty) process.stderr.write("\r\x1b[K")
+          const signal = yield* CliRuntime.receivedSignal
+          yield* Console.error(`baton: stopped by ${Option.getOrElse(signal, () => "an interrupt")} after ${done} of ${total} runs`)
+        })))
+    if (tty) process.stderr.write("\r\x1b[K")
+    yield* Console.log(o.json ? JSON.stringify(summary) : Format.summary(summary))
+    if (summary.invariantViolations.length > 0) process.exitCode = 1
+  }).pipe(badInput)
+
 const replay = Command.make(
   "replay",
   {
-    file: Args.text({ name: "file" }).pipe(Args.withDescription("transcript: Claude Code / pi / OpenHands JSONL or SWE-agent .traj")),
-    providers: Options.text("providers").pipe(
-      Options.withDefault(ProviderSpec.defaultProviders),
-      Options.withDescription("NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject],...")
-    ),
-    switchEvery: Options.integer("switch-every").pipe(Options.withDefault(10)),
-    interruptRate: Options.float("interrupt-rate").pipe(Options.withDefault(0.05)),
-    compactEvery: Options.integer("compact-every").pipe(Options.withDefault(40)),
-    seed: Options.integer("seed").pipe(Options.withDefault(1)),
-    skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
-    json: Options.boolean("json").pipe(Options.withDescription("print one JSON summary object")),
-    db: dbOption,
-    dataDir: dataDirOption
+    file: Args.text({ name: "file" }).pipe(Args.withDescription(
+      "transcript: Claude Code JSONL (~/.claude/projects/<project-dir>/<session-id>.jsonl), pi JSONL " +
+        "(~/.pi/agent/sessions/<project-dir>/*.jsonl), OpenHands output JSONL or SWE-agent .traj"
+    )),
+    ...replayOptions
   },
-  (o) =>
-    Effect.gen(function*() {
-      const providers = ProviderSpec.parse(o.providers)
-      if (Either.isLeft(providers)) return yield* Effect.fail(providers.left)
-      if (!(o.interruptRate >= 0 && o.interruptRate <= 1)) {
-        return yield* Effect.fail({ message: `--interrupt-rate must be within 0..1, got ${o.interruptRate}` })
-      }
-      if (o.switchEvery < 0 || o.compactEvery < 0) {
-        return yield* Effect.fail({ message: "--switch-every and --compact-every must be 0 (never) or positive" })
-      }
-      // Validate the whole input before the database is opened: bad input writes nothing.
-      if (Fs.existsSync(o.file) && Fs.statSync(o.file).isDirectory()) {
-        return yield* Effect.fail({ message: `${o.file} is a directory; give one transcript file` })
-      }
-      const imported = yield* Replay.load({ file: o.file, skipInvalid: o.skipInvalid })
-      for (const s of imported.skipped) yield* Console.error(`baton: skipped ${o.file}:${s.line}${s.field ? ` (${s.field})` : ""}: ${s.reason}`)
-      if (imported.threads.every((t) => t.turns.length === 0)) {
-        return yield* Effect.fail({ message: `${o.file}: no user turn to replay${imported.skipped.length > 0 ? ` (${imported.skipped.length} record(s) skipped)` : ""}` })
-      }
-      for (const p of providers.right) {
-        const warning = ProviderSpec.warning(p)
-        if (warning !== null) yield* Console.error(`baton: warning: ${warning}`)
-      }
-      const options: Replay.ReplayOptions = {
-        file: o.file,
-        providers: providers.right,
-        switchEvery: o.switchEvery,
-        interruptRate: o.interruptRate,
-        compactEvery: o.compactEvery,
-        seed: o.seed,
-        db: resolveDb(o.db, o.dataDir),
-        skipInvalid: o.skipInvalid
-      }
-      const total = imported.threads.reduce((n, t) => n + t.turns.length, 0)
-      const tty = process.stderr.isTTY === true && !o.json
-      let done = 0
-      const summary = yield* Replay.replay(imported, options, (line) =>
-        Effect.sync(() => {
-          done++
-          if (o.json) return
-          if (tty) process.stderr.write("\r\x1b[K")
-          process.stdout.write(Format.runLine(line) + "\n")
-          if (tty) process.stderr.write(Format.progressBar(done, total))
-        }))
-      if (tty) process.stderr.write("\r\x1b[K")
-      yield* Console.log(o.json ? JSON.stringify(summary) : Format.summary(summary))
-      if (summary.invariantViolations.length > 0) process.exitCode = 1
-    }).pipe(badInput)
+  runReplay
 )
+
+/** The sample transcripts beside the repository (`../shared/transcripts` from its root). */
+const defaultSamples = fileURLToPath(new URL("../../../../shared/transcripts", import.meta.url))
+/** The demo's transcript inside the samples: a real pi session of 990 messages. */
+const demoTranscript = (samples: string) => Path.join(samples, "raw", "pi", "before-compaction.jsonl")
+
+const demo = Command.make(
+  "demo",
+  {
+    samples: Options.directory("samples", { exists: "either" }).pipe(
+      Options.withDefault(defaultSamples),
+      Options.withDescription("the sample transcripts directory (default: ../shared/transcripts beside the repository)")
+    ),
+    ...replayOptions
+  },
+  ({ samples, ...o }) => {
+    const file = demoTranscript(samples)
+    return Fs.existsSync(file)
+      ? runReplay({ ...o, file })
+      : Effect.fail({
+        message: `the sample transcripts are not beside this repository (no ${file}); ` +
+          `replay one of your own agent sessions instead: ${ownSessions}`
+      }).pipe(badInput)
+  }
+).pipe(Command.withDescription("replays the sample pi session (../shared/transcripts/raw/pi/before-compaction.jsonl)"))
 
 const withStore = <A, E, R>(db: Option.Option<string>, dataDir: Option.Option<string>, f: (store: ThreadStore) => Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
@@ -168,7 +234,7 @@ const handoffs = Command.make(
       })).pipe(badInput)
 )
 
-const baton = Command.make("baton").pipe(Command.withSubcommands([replay, threads, thread, handoffs]))
+const baton = Command.make("baton").pipe(Command.withSubcommands([replay, demo, threads, thread, handoffs]))
 
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
 
@@ -181,6 +247,5 @@ cli(process.argv).pipe(
       process.stderr.write(`baton: unexpected failure: ${oneLine(Cause.pretty(cause))}\n`)
       process.exitCode = 1
     })),
-  Effect.provide(NodeContext.layer),
-  NodeRuntime.runMain({ disableErrorReporting: true })
+  CliRuntime.runMain
 )

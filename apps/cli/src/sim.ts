@@ -4,15 +4,17 @@
  * operations each, against the real orchestrator on SQLite with crash-restarts, and checks the invariants after every
  * step. Every failing seed is printed with its violations and, for the first few, the shrunk operation list and the
  * scenario as JSON (paste it into a regression test, or rerun it with `--scenario FILE`). The last line is a one-line
- * summary; the exit code is 1 on any violation, 2 on bad arguments.
+ * summary; the exit code is 1 on any violation, 2 on bad arguments, 130/143 when stopped by SIGINT/SIGTERM. Log lines
+ * go to stderr (see CliRuntime).
  *
  *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--json]
  *            [--without crashes,retries,interrupts,faults,usage,offload,forks]
  *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
  */
 import { Simulation } from "@baton/testing"
-import { Effect } from "effect"
+import { Cause, Effect } from "effect"
 import * as Fs from "node:fs"
+import * as CliRuntime from "./CliRuntime.js"
 
 interface Args {
   readonly seeds: number
@@ -152,7 +154,11 @@ const main = Effect.gen(function*() {
   if (report.failures.length > 0) process.exitCode = 1
 })
 
-Effect.runPromise(main).catch((e) => {
-  console.error(`sim: ${String(e)}`)
-  process.exitCode = 1
-})
+main.pipe(
+  Effect.catchAllCause((cause) =>
+    Effect.sync(() => {
+      console.error(`sim: ${Cause.pretty(cause)}`)
+      process.exitCode = 1
+    })),
+  CliRuntime.runMain
+)

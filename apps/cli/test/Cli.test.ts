@@ -78,4 +78,21 @@ describe("baton (process)", () => {
     expect(Fs.existsSync(Path.join(dir, "absent.sqlite"))).toBe(false)
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 300_000)
+
+  it("demo without the sample transcripts says so in one line, shows where one's own sessions are, exits 2", async () => {
+    const dir = tmp()
+    const samples = Path.join(dir, "transcripts")
+    const db = Path.join(dir, "baton.sqlite")
+    const r = await baton(["demo", "--samples", samples, "--db", db])
+    expect(r.code).toBe(2)
+    expect(r.stdout).toBe("")
+    expect(r.stderr).toBe(
+      `baton: the sample transcripts are not beside this repository (no ${Path.join(samples, "raw/pi/before-compaction.jsonl")}); ` +
+        "replay one of your own agent sessions instead: " +
+        "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
+        "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)\n"
+    )
+    expect(Fs.existsSync(db)).toBe(false)
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
 })

@@ -15,7 +15,7 @@ import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { Cause, Chunk, Clock, type Context, Data, Effect, Exit, Layer, Logger, Scope } from "effect"
+import { Cause, Chunk, Clock, type Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Scope } from "effect"
 import { createHash } from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -554,9 +554,10 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       return violations
     })).pipe(Effect.catchAll((e) => Effect.succeed([`checks: could not read the record: ${String(e)}`])))
 
-    // Orchestrator log lines (e.g. untrusted usage reports) go to the trace, not to the console.
-    const traceLogger = Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) =>
-      void notes.push(`${logLevel.label}: ${Array.isArray(message) ? message.join(" ") : String(message)}`)))
+    // Orchestrator log lines (e.g. untrusted usage reports) go to the trace only, whichever loggers the caller has
+    // installed (`pnpm sim` logs to stderr): the trace logger replaces them all.
+    const traceLogger = Logger.make(({ logLevel, message }) =>
+      void notes.push(`${logLevel.label}: ${Array.isArray(message) ? message.join(" ") : String(message)}`))
 
     // ---- the run
     const run = Effect.gen(function*() {
@@ -625,5 +626,5 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         }
       } satisfies Outcome
     })
-    return yield* run.pipe(Effect.ensuring(close), Effect.provide(traceLogger))
+    return yield* run.pipe(Effect.ensuring(close), Effect.locally(FiberRef.currentLoggers, HashSet.make(traceLogger)))
   })

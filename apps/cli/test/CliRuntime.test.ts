@@ -1,0 +1,108 @@
+/**
+ * How `baton` runs as a process (CliRuntime): log lines on stderr and exactly one JSON document on stdout with
+ * `--json`; SIGTERM/SIGINT stop a replay with exit 143/130 and leave no run of it unfinished in the database.
+ */
+import { InvariantChecks } from "@baton/orchestration"
+import { Database, ThreadStore } from "@baton/persistence"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import { spawn } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+const transcript = Path.join(repo, "../shared/transcripts/raw/pi/before-compaction.jsonl")
+
+interface Exited {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/**
+ * Spawns `baton <args>` with tsx, as a user runs it. `stop`: once stdout holds `afterRuns` run lines, sends `signal`.
+ */
+const baton = (args: ReadonlyArray<string>, stop?: { readonly signal: NodeJS.Signals; readonly afterRuns: number }) =>
+  new Promise<Exited>((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", ...args], {
+      cwd: repo,
+      env: { ...process.env, BATON_DATA_DIR: "" },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    let sent = false
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      if (stop !== undefined && !sent && stdout.split("\n").filter((l) => l.startsWith("run ")).length >= stop.afterRuns) {
+        sent = true
+        child.kill(stop.signal)
+      }
+    })
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    child.on("error", reject)
+    child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
+  })
+
+const tmpDb = () => Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-runtime-")), "baton.sqlite")
+
+/**
+ * The database at `db` read through ThreadStore on a fresh Layer: every run, the runs left unfinished, and the
+ * invariants DESIGN.md states on the record (those that need no provider observations).
+ */
+const readRuns = (db: string) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const threads = yield* store.listThreads()
+    const runs = (yield* Effect.forEach(threads, (t) => store.listRuns(t.id))).flat()
+    const violations = (yield* Effect.forEach(threads, (t) => InvariantChecks.check(t.id))).flat()
+    return { threads: threads.length, runs, unfinished: yield* store.listUnfinishedRuns(), violations }
+  }).pipe(Effect.provide(ThreadStore.Default.pipe(Layer.provide(Database.layerSqlite(db)))))
+
+describe("baton as a process (CliRuntime)", () => {
+  it("--json prints one JSON document on stdout; warnings and log lines go to stderr", async () => {
+    const db = tmpDb()
+    const r = await baton([
+      "replay", transcript, "--providers", "codex:1000,claude:1000:noinject", "--switch-every", "1", "--json", "--db", db
+    ])
+    expect(r.code).toBe(0)
+    const summary = JSON.parse(r.stdout) as Record<string, unknown>
+    expect(Object.keys(summary)).toEqual(expect.arrayContaining([
+      "runs", "failedRuns", "handoffs", "deliveries", "promptsUnchanged", "invariantViolations", "elapsedMs"
+    ]))
+    expect(summary.runs).toBe(55)
+    expect(summary.failedRuns).toBe(0)
+    expect(summary.invariantViolations).toEqual([])
+    // The CLI's own warning and the orchestrator's log lines (Effect.logWarning) are both on stderr.
+    expect(r.stderr).toContain("baton: warning: codex: a window of 1000 tokens leaves no history budget")
+    expect(r.stderr).toMatch(/WARN .*untrusted usage report on nat_\S+: 2000 used exceeds the model window 1000/)
+    expect(r.stdout).not.toContain("untrusted usage report")
+  }, 120_000)
+
+  const signals = [["SIGTERM", 143], ["SIGINT", 130]] as const
+  for (const [signal, exitCode] of signals) {
+    it.live(`${signal} stops a replay: the run in flight is recorded, nothing is left running, exit ${exitCode}`, () =>
+      Effect.gen(function*() {
+        const db = tmpDb()
+        const r = yield* Effect.promise(() => baton(["replay", transcript, "--db", db], { signal, afterRuns: 5 }))
+        expect({ code: r.code, signal: r.signal }).toEqual({ code: exitCode, signal: null })
+        const lines = r.stdout.split("\n").filter((l) => l.startsWith("run "))
+        // Stopped early: no summary, and fewer runs than the transcript's 55 turns.
+        expect(r.stdout).not.toContain("invariants:")
+        expect(lines.length).toBeGreaterThanOrEqual(5)
+        expect(lines.length).toBeLessThan(55)
+        expect(r.stderr).toBe(`baton: stopped by ${signal} after ${lines.length} of 55 runs\n`)
+
+        const { runs, threads, unfinished, violations } = yield* readRuns(db)
+        expect(threads).toBe(1)
+        expect(unfinished).toEqual([])
+        expect(violations).toEqual([])
+        expect(runs.filter((run) => ["queued", "starting", "running"].includes(run.status))).toEqual([])
+        // Every run the replay started is in the database and was shown as a line.
+        expect(runs.length).toBe(lines.length)
+      }), 120_000)
+  }
+})
