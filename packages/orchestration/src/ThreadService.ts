@@ -808,7 +808,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
       const run = found.value
       if (run.status === "queued" || run.status === "starting") {
-        return yield* finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started", "interrupted_by_user")
+        return yield* uow.thread(run.threadId, "ThreadService.interrupt")(
+          finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started", "interrupted_by_user")
+        )
       }
       if (run.status === "running") {
         // `running` is written just before the provider call: read the native thread back, where the adapter can,
@@ -836,6 +838,13 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         }
         return yield* uow.thread(run.threadId, "ThreadService.interrupt")(Effect.gen(function*() {
           if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
+          // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
+          const now = yield* DateTime.now
+          for (const a of yield* store.listAttempts(run.id)) {
+            if (a.status === "running" || a.status === "starting") {
+              yield* store.updateAttempt({ ...a, status: "interrupted", error: "interrupted by the user", updatedAt: now })
+            }
+          }
           return yield* finishRun(
             read === true ? run : { ...run, nativeThreadId: null },
             "interrupted",

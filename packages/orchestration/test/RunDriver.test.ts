@@ -92,6 +92,8 @@ describe.each(Harness.dialects)("run driver on %s", (_label, db) => {
         const next = yield* driver.awaitRun(second.runId)
         expect(next).toMatchObject({ runSeq: 2, status: "completed" })
         expect((yield* o.store.getRun(first.runId as RunId)).pipe((r) => r._tag === "Some" ? r.value.status : null)).toBe("interrupted")
+        // The interrupted fiber never wrote the attempt's outcome: the interrupt did (no attempt is left running).
+        expect((yield* o.store.listAttempts(first.runId)).map((a) => a.status)).toEqual(["interrupted"])
         expect(yield* o.check(threadId, h)).toEqual([])
       }).pipe(Effect.scoped, Effect.provide(layer))
     })
