@@ -26,6 +26,8 @@ export interface ReplayOptions {
   readonly seed: number
   /** SQLite file (`:memory:` allowed). */
   readonly db: string
+  /** A Postgres URL: replay there instead of the SQLite `db`. */
+  readonly databaseUrl?: string | undefined
   readonly skipInvalid: boolean
 }
 
@@ -135,7 +137,7 @@ export const replay = (
       }, script, counter)
     )
     const layer = OrchestratorLayer.layer.pipe(
-      Layer.provideMerge(Database.layerSqlite(options.db)),
+      Layer.provideMerge(options.databaseUrl === undefined ? Database.layerSqlite(options.db) : Database.layerPg({ url: options.databaseUrl })),
       Layer.provide(ProviderRegistry.layer(adapters)),
       Layer.provide(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
       Layer.provide(Layer.succeed(TokenCounter.TokenCounter, counter)),

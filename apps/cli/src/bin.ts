@@ -28,8 +28,24 @@ const dataDirOption = Options.text("data-dir").pipe(
   Options.optional
 )
 
+const databaseUrlOption = Options.text("database-url").pipe(
+  Options.withDescription("Postgres URL, e.g. postgres://user@127.0.0.1:5432/baton (default: $BATON_DATABASE_URL; --db/--data-dir win)"),
+  Options.optional
+)
+
 const resolveDb = (db: Option.Option<string>, dataDir: Option.Option<string>) =>
   Database.resolveSqlitePath({ db: Option.getOrUndefined(db), dataDir: Option.getOrUndefined(dataDir) })
+
+/**
+ * The Postgres URL a command uses: `--database-url`, else `BATON_DATABASE_URL` when neither `--db` nor `--data-dir`
+ * names a SQLite file; `undefined` means SQLite.
+ */
+const resolveDatabaseUrl = (url: Option.Option<string>, db: Option.Option<string>, dataDir: Option.Option<string>) => {
+  if (Option.isSome(url)) return url.value
+  if (Option.isSome(db) || Option.isSome(dataDir)) return undefined
+  const fromEnv = process.env.BATON_DATABASE_URL
+  return fromEnv === undefined || fromEnv === "" ? undefined : fromEnv
+}
 
 /** The first line of a message, trimmed: errors are reported on one line. */
 const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? text
@@ -65,7 +81,8 @@ const replayOptions = {
   skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
   json: Options.boolean("json").pipe(Options.withDescription("print one JSON summary object on stdout (log lines go to stderr)")),
   db: dbOption,
-  dataDir: dataDirOption
+  dataDir: dataDirOption,
+  databaseUrl: databaseUrlOption
 }
 
 interface ReplayCommand {
@@ -79,6 +96,7 @@ interface ReplayCommand {
   readonly json: boolean
   readonly db: Option.Option<string>
   readonly dataDir: Option.Option<string>
+  readonly databaseUrl: Option.Option<string>
 }
 
 /**
@@ -118,6 +136,7 @@ const runReplay = (o: ReplayCommand) =>
       compactEvery: o.compactEvery,
       seed: o.seed,
       db: resolveDb(o.db, o.dataDir),
+      databaseUrl: resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir),
       skipInvalid: o.skipInvalid
     }
     const total = imported.threads.reduce((n, t) => n + t.turns.length, 0)
@@ -178,9 +197,18 @@ const demo = Command.make(
   }
 ).pipe(Command.withDescription("replays the sample pi session (../shared/transcripts/raw/pi/before-compaction.jsonl)"))
 
-const withStore = <A, E, R>(db: Option.Option<string>, dataDir: Option.Option<string>, f: (store: ThreadStore) => Effect.Effect<A, E, R>) =>
+const withStore = <A, E, R>(
+  o: { readonly db: Option.Option<string>; readonly dataDir: Option.Option<string>; readonly databaseUrl: Option.Option<string> },
+  f: (store: ThreadStore) => Effect.Effect<A, E, R>
+) =>
   Effect.gen(function*() {
-    const path = resolveDb(db, dataDir)
+    const url = resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir)
+    if (url !== undefined) {
+      return yield* Effect.flatMap(ThreadStore, f).pipe(
+        Effect.provide(ThreadStore.Default.pipe(Layer.provide(Database.layerPg({ url, maxConnections: 2 }))))
+      )
+    }
+    const path = resolveDb(o.db, o.dataDir)
     if (path !== ":memory:" && !Fs.existsSync(path)) {
       return yield* Effect.fail({ message: `no database at ${path} (run \`baton replay\` first, or pass --db)` })
     }
@@ -189,8 +217,8 @@ const withStore = <A, E, R>(db: Option.Option<string>, dataDir: Option.Option<st
     )
   })
 
-const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption }, (o) =>
-  withStore(o.db, o.dataDir, (store) =>
+const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption }, (o) =>
+  withStore(o, (store) =>
     Effect.gen(function*() {
       const list = yield* store.listThreads()
       if (list.length === 0) return yield* Console.log("no threads")
@@ -203,9 +231,9 @@ const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption }
 
 const threadShow = Command.make(
   "show",
-  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption },
+  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
   (o) =>
-    withStore(o.db, o.dataDir, (store) =>
+    withStore(o, (store) =>
       Effect.gen(function*() {
         const thread = yield* store.getThread(o.id as ThreadId)
         if (thread._tag === "None") return yield* Effect.fail({ message: `thread ${o.id} not found (list threads with \`baton threads\`)` })
@@ -220,9 +248,9 @@ const thread = Command.make("thread").pipe(Command.withSubcommands([threadShow])
 
 const handoffs = Command.make(
   "handoffs",
-  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption },
+  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
   (o) =>
-    withStore(o.db, o.dataDir, (store) =>
+    withStore(o, (store) =>
       Effect.gen(function*() {
         const found = yield* store.getThread(o.id as ThreadId)
         if (found._tag === "None") return yield* Effect.fail({ message: `thread ${o.id} not found (list threads with \`baton threads\`)` })
