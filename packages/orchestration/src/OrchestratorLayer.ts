@@ -9,6 +9,7 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
+import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
@@ -25,6 +26,7 @@ export const services = ThreadService.Default.pipe(
   Layer.provideMerge(ContextHandoffDelivery.Default),
   Layer.provideMerge(ProviderCalibration.Default),
   Layer.provideMerge(ItemLog.Default),
+  Layer.provideMerge(NativeThreadTrust.Default),
   Layer.provideMerge(DriverRegistry.Default),
   Layer.provideMerge(UnitOfWork.Default),
   Layer.provideMerge(ThreadEventBus.Default)

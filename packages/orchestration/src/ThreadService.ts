@@ -42,6 +42,7 @@ import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
+import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -143,6 +144,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
   effect: Effect.gen(function*() {
     const uow = yield* UnitOfWork
     const driver = yield* DriverRegistry
+    const trust = yield* NativeThreadTrust
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
     const registry = yield* ProviderRegistry.ProviderRegistry
@@ -175,13 +177,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       })
 
     /** Stops trusting a native thread: the next turn start replaces it and owes the new one the whole history. */
-    const distrustNative = (threadId: ThreadId, native: NativeThread, reason: string) =>
-      Effect.gen(function*() {
-        const current = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
-        if (current.status !== "active") return
-        yield* store.updateNativeThread({ ...current, status: "replaced", updatedAt: yield* DateTime.now })
-        yield* store.appendEvent({ threadId, type: "native_thread.replaced", payload: { nativeThreadId: native.id, reason } })
-      })
+    const distrustNative = (threadId: ThreadId, native: NativeThread, reason: string) => trust.distrust(threadId, native, reason)
 
     const getThread = (threadId: ThreadId) =>
       Effect.flatMap(store.getThread(threadId), Option.match({
@@ -907,12 +903,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const nativeThreadId = read === true ? nativeId : null
         ended.push(yield* uow.thread(run.threadId, "ThreadService.recover")(Effect.gen(function*() {
           const now = yield* DateTime.now
-          if (untrusted !== null && untrusted.status === "active") {
-            yield* store.updateNativeThread({ ...untrusted, status: "replaced", updatedAt: now })
-            yield* store.appendEvent({ threadId: run.threadId, type: "native_thread.replaced", payload: {
-              nativeThreadId: untrusted.id,
-              reason: "restart: cannot tell whether the provider read an unfinished run"
-            } })
+          if (untrusted !== null) {
+            yield* distrustNative(run.threadId, untrusted, "restart: cannot tell whether the provider read an unfinished run")
           }
           if (attempt !== null) {
             yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "process restarted", updatedAt: now })
@@ -1050,13 +1042,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
                 : yield* store.getNativeThread(providerThread.activeNativeThreadId)
               const report = notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`)
               yield* uow.thread(thread.id, "ThreadService.compactLost")(Effect.gen(function*() {
-                if (native._tag === "Some") {
-                  yield* store.updateNativeThread({ ...native.value, status: "replaced", updatedAt: yield* DateTime.now })
-                  yield* store.appendEvent({ threadId: thread.id, type: "native_thread.replaced", payload: {
-                    nativeThreadId: native.value.id,
-                    reason: "the provider no longer has it"
-                  } })
-                }
+                if (native._tag === "Some") yield* distrustNative(thread.id, native.value, "the provider no longer has it")
                 yield* CommandReceipts.write(store, receiptKey, CompactReport, report)
               }))
               return report
