@@ -10,6 +10,7 @@ import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
+import { RunLifecycle } from "./RunLifecycle.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
@@ -27,6 +28,7 @@ export const services = ThreadService.Default.pipe(
   Layer.provideMerge(ProviderCalibration.Default),
   Layer.provideMerge(ItemLog.Default),
   Layer.provideMerge(NativeThreadTrust.Default),
+  Layer.provideMerge(RunLifecycle.Default),
   Layer.provideMerge(DriverRegistry.Default),
   Layer.provideMerge(UnitOfWork.Default),
   Layer.provideMerge(ThreadEventBus.Default)

@@ -43,6 +43,7 @@ import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
+import { RunLifecycle } from "./RunLifecycle.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -145,6 +146,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const uow = yield* UnitOfWork
     const driver = yield* DriverRegistry
     const trust = yield* NativeThreadTrust
+    const lifecycle = yield* RunLifecycle
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
     const registry = yield* ProviderRegistry.ProviderRegistry
@@ -354,7 +356,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         if (current._tag === "Some" && terminalRunStatuses.includes(current.value.status)) return current.value
         const now = yield* DateTime.now
         const done: Run = { ...run, status, stopPoint, failureReason: reason, failureCode: code, updatedAt: now }
-        yield* store.updateRun(done)
+        yield* lifecycle.update(current._tag === "Some" ? current.value : run, done)
         yield* store.appendEvent({ threadId: run.threadId, type: status === "failed" ? "run.failed" : "run.interrupted", payload: {
           runId: run.id,
           stopPoint,
@@ -410,7 +412,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const first = yield* store.findFirstUnfinishedRun(current.value.threadId)
         if (first._tag === "Some" && first.value.id !== runId) return null
         const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
-        yield* store.updateRun(starting)
+        yield* lifecycle.update(current.value, starting)
         return starting
       }))
       if (claimed === null) {
@@ -912,7 +914,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (terminalRunStatuses.includes(run.status)) {
             // Already ended (e.g. by an interrupt) but its turn's outcome was never recorded: correct where it stopped.
             const corrected: Run = { ...run, stopPoint, nativeThreadId, updatedAt: now }
-            yield* store.updateRun(corrected)
+            yield* lifecycle.update(run, corrected)
             return corrected
           }
           return yield* finishRun(

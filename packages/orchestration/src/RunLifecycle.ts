@@ -1,0 +1,59 @@
+/**
+ * RunLifecycle: the run status machine of docs/design.md in production code — which status a run may move to from
+ * which — and the one write that moves a run (`RunLifecycle.update`), checked against the table.
+ *
+ * ```
+ * queued   -> starting | interrupted | failed | cancelled
+ * starting -> starting | running | interrupted | failed | cancelled     (starting -> starting: a retry's reset)
+ * running  -> starting | completed | interrupted | failed               (running -> starting: overflow or lost thread retry)
+ * interrupted -> interrupted, failed -> failed                          (corrections of where it stopped)
+ * completed, cancelled: final
+ * ```
+ *
+ * An illegal move is a defect (a bug in Baton, never a user's error): `IllegalRunTransition`. It does not decide
+ * when a run moves; ThreadService and the run driver do.
+ */
+import type { Run, RunStatus } from "@baton/contracts"
+import { ThreadStore } from "@baton/persistence"
+import { Data, Effect } from "effect"
+
+/** For each status, the statuses a run may move to (the same status: a correction or a retry's reset). */
+export const transitions: Readonly<Record<RunStatus, ReadonlyArray<RunStatus>>> = {
+  queued: ["starting", "interrupted", "failed", "cancelled"],
+  starting: ["starting", "running", "interrupted", "failed", "cancelled"],
+  running: ["starting", "completed", "interrupted", "failed"],
+  interrupted: ["interrupted"],
+  failed: ["failed"],
+  completed: [],
+  cancelled: []
+}
+
+/** Whether a run may move from `from` to `to`. */
+export const canMove = (from: RunStatus, to: RunStatus) => transitions[from].includes(to)
+
+/** A run was about to move in a way the lifecycle forbids (a defect). */
+export class IllegalRunTransition extends Data.TaggedError("IllegalRunTransition")<{
+  readonly runId: string
+  readonly from: RunStatus
+  readonly to: RunStatus
+}> {
+  override get message() {
+    return `run ${this.runId} cannot move from ${this.from} to ${this.to}`
+  }
+}
+
+export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchestration/RunLifecycle", {
+  effect: Effect.gen(function*() {
+    const store = yield* ThreadStore
+    return {
+      /**
+       * Writes `next` over `previous` (the run as the caller read it in this unit of work) after checking the move
+       * against `transitions`. Dies with `IllegalRunTransition` on an illegal move; fails with the store's errors.
+       */
+      update: (previous: Run, next: Run) =>
+        canMove(previous.status, next.status)
+          ? store.updateRun(next)
+          : Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
+    }
+  })
+}) {}
