@@ -61,8 +61,12 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         instance: ProviderInstance,
         turn: TurnSample
       ) {
-        const before = yield* current(instance)
-        if (!config.calibration || turn.base === null || turn.reportedUsedTokens === null) return before
+        if (!config.calibration || turn.base === null || turn.reportedUsedTokens === null) return yield* current(instance)
+        // Read under a lock: another thread's turn on the same provider may be learning right now.
+        const found = yield* store.getCalibrationForUpdate(instance)
+        const before = found._tag === "Some"
+          ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight }
+          : Calibration.identity
         const reportedTokens = turn.reportedUsedTokens - turn.base.usedTokens
         if (reportedTokens < 0) return before
         const sample = { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens }

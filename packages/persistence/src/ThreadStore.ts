@@ -498,6 +498,25 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM provider_calibrations WHERE provider_instance = ${instance}`,
           Schema.decodeUnknown(Schema.Array(ProviderCalibration))
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("provider_calibrations.get")),
+      /**
+       * The calibration of `instance`, locked until the transaction ends (Postgres `FOR UPDATE`; SQLite's unit of work
+       * already holds the write lock): two threads learning from the same provider at once never lose a sample.
+       */
+      getCalibrationForUpdate: (instance: ProviderInstance) =>
+        Effect.gen(function*() {
+          const decode = Schema.decodeUnknown(Schema.Array(ProviderCalibration))
+          const select = sql.onDialectOrElse({
+            pg: () => sql`SELECT * FROM provider_calibrations WHERE provider_instance = ${instance} FOR UPDATE`,
+            orElse: () => sql`SELECT * FROM provider_calibrations WHERE provider_instance = ${instance}`
+          })
+          const found = yield* Effect.flatMap(select, decode)
+          if (found.length > 0 || sql.onDialectOrElse({ pg: () => false, orElse: () => true })) return Option.fromNullable(found[0])
+          // No row to lock yet: create the identity row (a concurrent creator makes this wait for its commit, then
+          // do nothing), and lock that.
+          yield* sql`INSERT INTO provider_calibrations (provider_instance, ratio, samples, weight, updated_at)
+                     VALUES (${instance}, 1, 0, 0, ${new Date(0).toISOString()}) ON CONFLICT (provider_instance) DO NOTHING`
+          return Option.fromNullable((yield* Effect.flatMap(select, decode))[0])
+        }).pipe(orPersistence("provider_calibrations.getForUpdate")),
       /** Inserts or replaces the calibration of `c.providerInstance` (same statement on SQLite and Postgres). */
       upsertCalibration: (c: ProviderCalibration) =>
         Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
