@@ -127,9 +127,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         return { answered: stopped._tag === "Right", read }
       })
 
-    /** Whether `runId` has provider output in the record (its turn streams items as they arrive): proof it was read. */
+    /**
+     * Whether `runId` has provider output in the record (its turn streams items as they arrive): proof that the
+     * provider read its prompt. The prompt and the pointer turn start writes (`handoff_marker`) are Baton's own.
+     */
     const hasOutput = (runId: Run["id"]) =>
-      Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message"))
+      Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
     /** Stops trusting a native thread: the next turn start replaces it and owes the new one the whole history. */
     const distrustNative = (threadId: ThreadId, native: NativeThread, reason: string) => trust.distrust(threadId, native, reason)
