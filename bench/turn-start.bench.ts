@@ -13,7 +13,7 @@ import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "
 import { ThreadService } from "@baton/orchestration"
 import type { ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
-import { Effect } from "effect"
+import { Effect, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -30,7 +30,9 @@ const timed = (adapter: ProviderAdapter.ProviderAdapterShape) => {
       return Effect.ensuring(f(...a), Effect.sync(() => void (providerMs += performance.now() - t0)))
     })
   const mutable = adapter as { -readonly [K in keyof ProviderAdapter.ProviderAdapterShape]: ProviderAdapter.ProviderAdapterShape[K] }
-  mutable.startTurn = wrap(adapter.startTurn)
+  // The provider's own time of a streamed turn: it is played to its end first (timed), then replayed to Baton.
+  const collect = wrap((input: ProviderAdapter.StartTurnInput) => Stream.runCollect(adapter.startTurn(input)))
+  mutable.startTurn = (input) => Stream.unwrap(Effect.map(collect(input), Stream.fromChunk))
   mutable.startThread = wrap(adapter.startThread)
   if (adapter.injectHistory) mutable.injectHistory = wrap(adapter.injectHistory)
 }

@@ -17,9 +17,11 @@ import { ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import { ThreadOffload } from "./ThreadOffload.js"
 import { ThreadService } from "./ThreadService.js"
+import { TurnStream } from "./TurnStream.js"
 
 /** Every orchestration service, still needing a `ThreadStore` (the simulation provides a crash-injecting one). */
 export const services = ThreadService.Default.pipe(
+  Layer.provideMerge(TurnStream.Default),
   Layer.provideMerge(ThreadOffload.Default),
   Layer.provideMerge(ThreadCompaction.Default),
   Layer.provideMerge(ThreadLineage.Default),

@@ -12,6 +12,7 @@ import {
   CreateThreadResult,
   ForkResult,
   InvalidRequest,
+  type Item,
   MergeResult,
   OffloadReport,
   type ProviderInstance,
@@ -51,6 +52,7 @@ import * as UsageSanity from "./UsageSanity.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService, type TurnStartPlan } from "./ProviderTurnStartService.js"
 import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
+import { TurnStream } from "./TurnStream.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import { defaultKeepTokens, ThreadOffload } from "./ThreadOffload.js"
 
@@ -74,27 +76,6 @@ const validateCommand = <A, I>(schema: Schema.Schema<A, I>, command: A) =>
     )
   )
 
-const producedKinds = new Set(["assistant_message", "tool_call", "tool_result", "reasoning", "error", "summary"])
-const toolCallStates = new Set(["answered", "dangling", "interrupted"])
-
-/**
- * Keeps a provider's output recordable whatever an adapter returns: an unknown kind becomes an `error` item that
- * quotes it, an unknown tool-call state becomes `null`, non-string text is stringified. Nothing is dropped.
- */
-const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
-  const text = typeof p.text === "string" ? p.text : JSON.stringify(p.text) ?? ""
-  const known = producedKinds.has(p.kind)
-  return {
-    kind: known ? p.kind : "error",
-    text: known ? text : `unrecognised ${JSON.stringify(String(p.kind))} item from the provider: ${text}`,
-    toolCallId: typeof p.toolCallId === "string" ? p.toolCallId : null,
-    toolName: typeof p.toolName === "string" ? p.toolName : null,
-    messageId: typeof p.messageId === "string" ? p.messageId : null,
-    isError: p.isError === true,
-    toolCallState: p.toolCallState !== null && toolCallStates.has(p.toolCallState) ? p.toolCallState : null
-  }
-}
-
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
 const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
@@ -105,41 +86,8 @@ const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "
  */
 const maxOverflowRetries = 3
 
-/** The text of the `tool_result` Baton records for a tool call its turn left without one. */
-export const unansweredToolResultText = (state: "interrupted" | "dangling") =>
-  state === "interrupted"
-    ? "[interrupted] The user interrupted the turn while this tool call ran; it returned no result."
-    : "[no result] The turn ended without a result for this tool call."
-
-/**
- * Closes the tool calls a turn left open, at append time (items are never edited): each `tool_call` of `items`
- * with a call id and no later `tool_result` of the same id gets `toolCallState` `interrupted` (the turn stopped at
- * an interrupt) or `dangling` (it ended without the result), and a synthetic error `tool_result` answering it is
- * appended after the turn's items. Every tool call in the record then has its result, so any history Baton later
- * renders (inline or injected) keeps the tool unit whole and is a well-formed request for APIs that reject a tool
- * use without its result. Returns `items` unchanged when nothing is open.
- */
-export const closeOpenToolCalls = (items: ReadonlyArray<NewItem>, interrupted: boolean): ReadonlyArray<NewItem> => {
-  const state = interrupted ? "interrupted" as const : "dangling" as const
-  const out: Array<NewItem> = []
-  const answers: Array<NewItem> = []
-  items.forEach((item, i) => {
-    const open = item.kind === "tool_call" && item.toolCallId !== null &&
-      !items.some((r, j) => j > i && r.kind === "tool_result" && r.toolCallId === item.toolCallId)
-    if (!open) return void out.push(item)
-    out.push({ ...item, toolCallState: state })
-    answers.push({
-      kind: "tool_result",
-      text: unansweredToolResultText(state),
-      toolCallId: item.toolCallId,
-      toolName: item.toolName,
-      messageId: null,
-      isError: true,
-      toolCallState: null
-    })
-  })
-  return answers.length === 0 ? items : [...out, ...answers]
-}
+/** Closing open tool calls moved to TurnStream with the streaming record; re-exported under their old names. */
+export { closeOpenToolCalls, unansweredToolResultText } from "./TurnStream.js"
 
 export class ThreadService extends Effect.Service<ThreadService>()("@baton/orchestration/ThreadService", {
   effect: Effect.gen(function*() {
@@ -158,6 +106,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const itemLog = yield* ItemLog
     const lineage = yield* ThreadLineage
     const calibration = yield* ProviderCalibration
+    const turnStream = yield* TurnStream
     const config = yield* OrchestratorConfig
     const interruptTimeout = Duration.millis(config.interruptTimeoutMillis)
 
@@ -177,6 +126,13 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         }
         return { answered: stopped._tag === "Right", read }
       })
+
+    /**
+     * Whether `runId` has provider output in the record (its turn streams items as they arrive): proof that the
+     * provider read its prompt. The prompt and the pointer turn start writes (`handoff_marker`) are Baton's own.
+     */
+    const hasOutput = (runId: Run["id"]) =>
+      Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
     /** Stops trusting a native thread: the next turn start replaces it and owes the new one the whole history. */
     const distrustNative = (threadId: ThreadId, native: NativeThread, reason: string) => trust.distrust(threadId, native, reason)
@@ -472,6 +428,38 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           retries.overflow++
           return true
         }))
+      /**
+       * Late output: the turn ran on a native thread that has since been replaced (an interrupt it never answered, a
+       * timeout), or the user has moved to another provider meanwhile. Every provider thread that already holds or is
+       * owed this run (its watermark is past it) but cannot have seen this output is owed it: the items of `items`
+       * that no handoff toward it carries yet (items stream in, so a handoff built meanwhile may carry the first ones).
+       * `nativeStatus`, `fresh` and `before` are the native thread's status, the provider thread and the run as the
+       * caller's unit of work found them before writing the turn's outcome.
+       */
+      const handOverLateOutput = (
+        plan: TurnStartPlan,
+        items: ReadonlyArray<Item>,
+        nativeStatus: NativeThread["status"],
+        fresh: Option.Option<ProviderThread>,
+        before: Option.Option<Run>
+      ) =>
+        Effect.gen(function*() {
+          const endedMeanwhile = nativeStatus !== "active" ||
+            (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
+            (before._tag === "Some" && terminalRunStatuses.includes(before.value.status))
+          if (items.length === 0 || !endedMeanwhile) return
+          for (const other of yield* store.listProviderThreads(run.threadId)) {
+            const own = other.id === plan.providerThread.id
+            const sawIt = own && nativeStatus === "active" && other.activeNativeThreadId === plan.native.id
+            const pastRun = own ? (fresh._tag === "Some" ? fresh.value.syncedRunSeq : 0) >= run.seq || !sawIt : other.syncedRunSeq >= run.seq
+            if (sawIt || !pastRun) continue
+            const target = own && fresh._tag === "Some" ? fresh.value : other
+            const carried = new Set((yield* store.listHandoffsTo(target.id)).flatMap((h) => h.itemIds))
+            const late = items.filter((i) => !carried.has(i.id))
+            if (late.length > 0) yield* delivery.createHandoff(run.threadId, "missed_run", target, [run], late, { lateOutputOf: run.id })
+          }
+        })
+
       const attemptTurn = () => Effect.gen(function*() {
         const providerThread = yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
         const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
@@ -525,14 +513,16 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         run = begun.running
         const attempt = begun.attempt
 
-        // A provider turn that never returns must not leave the run `running`: Baton stops waiting after
+        // The turn streams: its items are recorded as they arrive (TurnStream), its outcome below once the stream
+        // ends. A provider turn that never ends must not leave the run `running`: Baton stops waiting after
         // `turnTimeoutMillis` and handles it like a provider-reported timeout.
-        const outcome = yield* adapter.startTurn({
+        const output = turnStream.output(run, plan.native, plan.inlineDeliveries)
+        const outcome = yield* output.consume(adapter.startTurn({
           nativeRef: plan.native.nativeRef,
           runId: run.id,
           prompt: run.prompt,
           inlineHistory: plan.inlineHistory
-        }).pipe(
+        })).pipe(
           Effect.timeoutFail({
             duration: Duration.millis(config.turnTimeoutMillis),
             onTimeout: () =>
@@ -547,13 +537,29 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           Effect.either
         )
 
-        if (outcome._tag === "Left") {
+        /** Never leaves a run `running`: the provider read the prompt, but (some of) its output could not be recorded. */
+        const outputNotRecorded = (failure: { readonly message: string }) =>
+          Effect.gen(function*() {
+            const reason = `provider output could not be recorded: ${failure.message}`
+            const startedRun = run
+            run = yield* uow.thread(startedRun.threadId, "ThreadService.outputNotRecorded")(Effect.gen(function*() {
+              yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
+              return yield* finishRun(startedRun, "failed", "after_provider", reason, "output_not_recorded")
+            }))
+            return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
+          })
+
+        if (outcome._tag === "Left" && outcome.left._tag !== "ProviderError") return yield* outputNotRecorded(outcome.left)
+        if (outcome._tag === "Left" && outcome.left._tag === "ProviderError") {
           const error = outcome.left
-          if (error.code === "overflow" && retries.overflow < maxOverflowRetries) {
+          // Output before the failure (a mid-stream failure) proves the provider read the prompt: the items stay
+          // recorded, the turn is not retried (a retry would produce them twice) and the run ends after the provider.
+          const arrived = output.arrived > 0
+          if (!arrived && error.code === "overflow" && retries.overflow < maxOverflowRetries) {
             const retried = yield* overflowRecovery(plan, attempt, error)
             if (retried) return "retry" as const
           }
-          if (error.code === "thread_not_found" && retries.lost === 0) {
+          if (!arrived && error.code === "thread_not_found" && retries.lost === 0) {
             retries.lost++
             const lostRun = run
             run = yield* uow.thread(lostRun.threadId, "ThreadService.lostNativeThread")(Effect.gen(function*() {
@@ -574,23 +580,44 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // A timeout leaves it unknown whether the provider read the prompt: stop the turn and read the native
           // thread back. Where that cannot tell, or the provider does not acknowledge the interrupt (it may still be
           // running the turn), the native thread is no longer trusted.
-          let read: boolean | "unknown" = !promptNotReadCodes.has(error.code)
+          let read: boolean | "unknown" = arrived || !promptNotReadCodes.has(error.code)
           let untrustedReason: string | null = null
           if (error.code === "timeout") {
             const probe = yield* stopAndReadBack(adapter, plan.native, run.id)
-            read = probe.read
+            read = arrived || probe.read
             if (!probe.answered) untrustedReason = "turn timed out and the provider did not acknowledge the interrupt"
-            else if (probe.read === "unknown") untrustedReason = "turn timed out: cannot tell whether the provider read the prompt"
+            else if (read === "unknown") untrustedReason = "turn timed out: cannot tell whether the provider read the prompt"
           }
           const notRead = read !== true
           const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
           const finished = Effect.gen(function*() {
+            // As found before this outcome is written (see `handOverLateOutput`).
+            const before = yield* store.getRun(run.id)
+            const nativeBefore = yield* store.getNativeThread(plan.native.id)
             if (read === false) {
               yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, `turn did not start: ${error.code}`)
-            } else if (read === true && error.code === "timeout") {
+            } else if (read === true && (error.code === "timeout" || arrived)) {
               yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
             }
             // (Unknown: the inline deliveries stay `pending`; the replacement supersedes them.)
+            if (arrived) {
+              // What the stream held back (an open tool unit, a possible replay) is recorded now, its calls closed.
+              const items = yield* output.flush(error.code === "interrupted")
+              const fresh = yield* store.getProviderThread(plan.providerThread.id)
+              yield* handOverLateOutput(plan, items, nativeBefore._tag === "Some" ? nativeBefore.value.status : plan.native.status, fresh, before)
+              if (error.code === "overflow") {
+                // The native thread reached its window while producing: recorded as full, so the next turn start
+                // defers owed history (and the next usage report or `/compact` corrects the figure).
+                const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
+                const full = plan.report.budget.window
+                yield* store.updateNativeThread({
+                  ...native,
+                  usage: { usedTokens: full, maxTokens: full },
+                  estimatedTokens: Math.max(native.estimatedTokens, full),
+                  updatedAt: yield* DateTime.now
+                })
+              }
+            }
             if (untrustedReason !== null) yield* distrustNative(run.threadId, plan.native, untrustedReason)
             yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: yield* DateTime.now })
             // A user interrupt that arrived meanwhile stays; only where the run stopped is corrected.
@@ -616,53 +643,20 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
 
-        const turn = outcome.right
         const completed = Effect.gen(function*() {
           yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
           // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
           const before = yield* store.getRun(run.id)
-          const interrupted = turn.interrupted === true || (before._tag === "Some" && before.value.status === "interrupted")
-          // The first turn after a resume may replay the session's history at the start of its output: the leading
-          // items this native thread already produced — the same item (kind and text) under the same provider id (a
-          // tool call or result by its call id, anything else by its message id) — are that replay, not new output,
-          // and are not recorded again. Any other turn records everything it returns.
-          const produced = turn.items.map(normalizeProduced)
-          const afterResume = yield* turnStart.takeReplayWindow(plan.native.id)
-          const isTool = (i: NewItem) => (i.kind === "tool_call" || i.kind === "tool_result") && i.toolCallId !== null
-          const messageIds = afterResume ? produced.flatMap((i) => isTool(i) || i.messageId === null ? [] : [i.messageId]) : []
-          const toolCallIds = afterResume ? produced.flatMap((i) => isTool(i) ? [i.toolCallId!] : []) : []
-          const known = messageIds.length + toolCallIds.length === 0
-            ? new Set<string>()
-            : yield* store.findReplayKeys(run.threadId, plan.native.id, messageIds, toolCallIds)
-          const replayed = (i: NewItem) =>
-            isTool(i)
-              ? known.has(`${i.kind}\u0000tool:${i.toolCallId}\u0000${i.text}`)
-              : i.messageId !== null && known.has(`${i.kind}\u0000msg:${i.messageId}\u0000${i.text}`)
-          let replay = 0
-          while (replay < produced.length && replayed(produced[replay]!)) replay++
-          // A tool call and its results are skipped together or kept together (invariant 7).
-          for (let moved = true; moved;) {
-            const keptResults = new Set(produced.slice(replay).flatMap((i) => i.kind === "tool_result" && i.toolCallId !== null ? [i.toolCallId] : []))
-            const split = produced.slice(0, replay).findIndex((i) => i.kind === "tool_call" && i.toolCallId !== null && keptResults.has(i.toolCallId))
-            moved = split >= 0
-            if (moved) replay = split
-          }
-          const newItems = produced.slice(replay)
-          if (replay > 0) {
-            yield* store.appendEvent({ threadId: run.threadId, type: "items.replay_skipped", payload: {
-              runId: run.id,
-              count: replay,
-              messageIds: [...new Set(produced.slice(0, replay).flatMap((i) => i.messageId === null ? [] : [i.messageId]))],
-              toolCallIds: [...new Set(produced.slice(0, replay).flatMap((i) => i.toolCallId === null ? [] : [i.toolCallId]))]
-            } })
-          }
-          const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(newItems, interrupted))
+          const interrupted = output.interrupted || (before._tag === "Some" && before.value.status === "interrupted")
+          // Most items are recorded already (as they arrived); what the stream still holds is recorded now: a
+          // possible replay of a resumed native thread is skipped, the tool calls the turn left open are closed.
+          const items = yield* output.flush(interrupted)
           const now = yield* DateTime.now
           const inlineTokens = plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)
           const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
-          const { usage: checked, anomaly } = UsageSanity.check(turn.usage, plan.providerThread.contextWindow, config.budget.defaultWindow)
+          const { usage: checked, anomaly } = UsageSanity.check(output.usage, plan.providerThread.contextWindow, config.budget.defaultWindow)
           const trusted = checked !== null
           // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
           const nativeNow = yield* store.getNativeThread(plan.native.id)
@@ -685,10 +679,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             updatedAt: now
           }
           yield* store.updateNativeThread(native)
-          if (turn.usage !== null) {
+          if (output.usage !== null) {
             yield* store.appendEvent({ threadId: run.threadId, type: "usage.reported", payload: {
               nativeThreadId: native.id,
-              usage: anomaly === null ? turn.usage : JSON.parse(JSON.stringify(turn.usage)),
+              usage: anomaly === null ? output.usage : JSON.parse(JSON.stringify(output.usage)),
               trusted,
               ...(anomaly === null ? {} : { anomaly, estimateUsed: native.estimatedTokens })
             } })
@@ -700,23 +694,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
           }
-          // Late output: the turn ran on a native thread that has since been replaced (an interrupt it never answered,
-          // a timeout), or the user has moved to another provider meanwhile. Every provider thread that already
-          // holds or is owed this run (its watermark is past it) but cannot have seen this output is owed it.
-          const endedMeanwhile = native.status !== "active" ||
-            (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
-            (before._tag === "Some" && terminalRunStatuses.includes(before.value.status))
-          if (items.length > 0 && endedMeanwhile) {
-            for (const other of yield* store.listProviderThreads(run.threadId)) {
-              const own = other.id === plan.providerThread.id
-              const sawIt = own && native.status === "active" && other.activeNativeThreadId === plan.native.id
-              const pastRun = own ? (fresh._tag === "Some" ? fresh.value.syncedRunSeq : 0) >= run.seq || !sawIt : other.syncedRunSeq >= run.seq
-              if (sawIt || !pastRun) continue
-              const target = own && fresh._tag === "Some" ? fresh.value : other
-              yield* delivery.createHandoff(run.threadId, "missed_run", target, [run], items, { lateOutputOf: run.id })
-            }
-          }
-          yield* store.updateAttempt({ ...attempt, status: turn.interrupted === true ? "interrupted" : "completed", updatedAt: now })
+          yield* handOverLateOutput(plan, items, native.status, fresh, before)
+          yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
           const current = yield* store.getRun(run.id)
           if (current._tag === "Some" && current.value.status === "interrupted") {
@@ -725,7 +704,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             yield* store.updateRun(kept)
             return { done: kept, native }
           }
-          if (turn.interrupted === true) {
+          if (output.interrupted) {
             // The provider stopped at an interrupt before the user's interrupt command recorded it (or one from
             // elsewhere): the run ends interrupted, after the provider read the prompt.
             const ended = yield* finishRun({ ...run, nativeThreadId: plan.native.id }, "interrupted", "after_provider", "interrupted by the user during the provider turn", "interrupted_by_user")
@@ -737,16 +716,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           return { done, native }
         })
         const recorded = yield* Effect.either(uow.thread(run.threadId, "ThreadService.turnCompleted")(completed))
-        if (recorded._tag === "Left") {
-          // Never leave a run `running`: the provider read the prompt, but its output could not be recorded.
-          const reason = `provider output could not be recorded: ${recorded.left.message}`
-          const startedRun = run
-          run = yield* uow.thread(startedRun.threadId, "ThreadService.outputNotRecorded")(Effect.gen(function*() {
-            yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
-            return yield* finishRun(startedRun, "failed", "after_provider", reason, "output_not_recorded")
-          }))
-          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-        }
+        if (recorded._tag === "Left") return yield* outputNotRecorded(recorded.left)
         const { done, native } = recorded.right
         run = done
         return result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window)
@@ -826,7 +796,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
           if (native !== null) {
             const probe = yield* stopAndReadBack(adapter, native, run.id)
-            read = probe.read
+            // Output the turn already recorded proves the provider read the prompt, whatever the read-back says.
+            read = (yield* hasOutput(run.id)) || probe.read
             if (!probe.answered) {
               untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
             } else if (probe.read === "unknown") {
@@ -898,7 +869,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const back = native === null || adapter?.readThread === undefined
             ? null
             : yield* Effect.option(adapter.readThread(native.nativeRef))
-          read = back === null || back._tag === "None" ? "unknown" : back.value.runIds.includes(run.id)
+          // Output the turn recorded before the crash proves the provider read the prompt.
+          read = (yield* hasOutput(run.id)) || (back === null || back._tag === "None" ? "unknown" : back.value.runIds.includes(run.id))
         }
         const untrusted = read === "unknown" ? native : null
         const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"

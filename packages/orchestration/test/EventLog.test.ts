@@ -22,10 +22,11 @@ describe("the event log of a thread", () => {
       const items = yield* o.store.listItems(t)
       const events = yield* o.store.listEvents(t)
       const appended = events.filter((e) => e.type === "items.appended")
-      // The prompt when the run is queued, then the turn's output when it completes.
+      // The prompt when the run is queued, then each item of the turn's output as it streamed in.
       expect(appended.map((e) => e.payload)).toEqual([
         { runId: r.runId, itemIds: [items[0]!.id], fromSeq: 1, toSeq: 1 },
-        { runId: r.runId, itemIds: [items[1]!.id, items[2]!.id], fromSeq: 2, toSeq: 3 }
+        { runId: r.runId, itemIds: [items[1]!.id], fromSeq: 2, toSeq: 2 },
+        { runId: r.runId, itemIds: [items[2]!.id], fromSeq: 3, toSeq: 3 }
       ])
       expect(items.map((i) => i.kind)).toEqual(["user_message", "assistant_message", "reasoning"])
     }).pipe(Effect.provide(h.layer))

@@ -2,7 +2,7 @@ import { Commands, type CommandId, type ThreadId } from "@baton/contracts"
 import type { ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it, beforeAll } from "@effect/vitest"
-import { Deferred, Effect, Fiber } from "effect"
+import { Deferred, Effect, Fiber, Stream } from "effect"
 
 const ops = Harness.ops
 
@@ -269,13 +269,13 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
           ...codex,
           startTurn: (input) =>
             holdNext
-              ? Effect.zipRight(
+              ? Stream.unwrap(Effect.zipRight(
                 Effect.zipRight(Deferred.succeed(entered, input.runId), Deferred.await(gate)),
-                Effect.suspend(() => {
+                Effect.sync(() => {
                   holdNext = false
                   return codex.startTurn(input)
                 })
-              )
+              ))
               : codex.startTurn(input)
         }
         const layer = Harness.makeLayer([held, base.providers.claude!, base.providers.small!], base.counter, Harness.currentDb(), {})

@@ -19,10 +19,10 @@ const holding = (h: Harness.Harness) =>
     const held: ProviderAdapter.ProviderAdapterShape = {
       ...codex,
       startTurn: (input) =>
-        Effect.zipRight(
+        Stream.unwrap(Effect.as(
           Effect.zipRight(Queue.offer(entered, input.runId), Deferred.await(gate)),
           codex.startTurn(input)
-        )
+        ))
     }
     return { entered, gate, held }
   })

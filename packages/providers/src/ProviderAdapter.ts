@@ -7,17 +7,7 @@
  * Baton's durable record, budgets or handoffs.
  */
 import type { ContextUsage, ProviderError, ProviderInstance, UnknownProvider } from "@baton/contracts"
-import { Context, type Effect } from "effect"
-
-/** What an adapter can do beyond starting turns. */
-export interface ProviderCapabilities {
-  /** `injectHistory` places history into the native thread without starting a turn. */
-  readonly injectHistory: boolean
-  /** `compactThread` compacts the native thread on request. */
-  readonly compactThread: boolean
-  /** `readThread` reads the native thread back (for reconciling uncertain deliveries). */
-  readonly readThread: boolean
-}
+import { Context, Data, type Effect, type Stream } from "effect"
 
 /** One item the provider produced during a turn, in Baton's item vocabulary. */
 export interface ProducedItem {
@@ -42,18 +32,26 @@ export interface StartTurnInput {
 }
 
 /**
- * The outcome of a turn: the produced items in order and the usage the provider reported (if any).
+ * One event of a provider turn, in the order the provider produced them (see `ProviderAdapterShape.startTurn`):
  *
- * `interrupted: true` when the turn stopped at an `interrupt`: `items` is what the provider produced before it (a
- * tool call may have no result), and the adapter has closed any open tool call in the native thread the way its
- * provider does (Claude Code and Codex answer it with an "interrupted" tool result), so the native thread's next
- * request is well-formed. Baton closes such calls in its own record (see ThreadService).
+ * - `item_produced`: the provider produced `item` (an assistant message, a tool call, its result, ...). Baton records
+ *   it as it arrives.
+ * - `usage_reported`: the provider reported the native thread's context usage (tokens); the last report of a turn
+ *   counts. A turn that reports none leaves Baton on its own estimate.
+ * - `turn_ended`: the turn is over and nothing follows. `interrupted: true` when it stopped at an `interrupt`: the
+ *   items before it are what the provider produced (a tool call may have no result), and the adapter has closed any
+ *   open tool call in the native thread the way its provider does (Claude Code and Codex answer it with an
+ *   "interrupted" tool result), so the native thread's next request is well-formed. Baton closes such calls in its
+ *   own record (see ThreadService). A stream that ends without `turn_ended` ended normally.
  */
-export interface TurnResult {
-  readonly items: ReadonlyArray<ProducedItem>
-  readonly usage: ContextUsage | null
-  readonly interrupted?: boolean
-}
+export type TurnEvent = Data.TaggedEnum<{
+  item_produced: { readonly item: ProducedItem }
+  usage_reported: { readonly usage: ContextUsage }
+  turn_ended: { readonly interrupted: boolean }
+}>
+
+/** Constructors and matchers of `TurnEvent` (`TurnEvent.item_produced({ item })`, `TurnEvent.$is("turn_ended")`). */
+export const TurnEvent = Data.taggedEnum<TurnEvent>()
 
 export interface InjectHistoryInput {
   readonly nativeRef: string
@@ -81,7 +79,6 @@ export interface ReadThreadResult {
 export interface ProviderAdapterShape {
   readonly instance: ProviderInstance
   readonly model: string
-  readonly capabilities: ProviderCapabilities
   /** The model's context window in tokens, `null` when unknown. */
   readonly modelContextWindow: number | null
   /** Starts a fresh native thread and returns its provider reference. */
@@ -89,21 +86,28 @@ export interface ProviderAdapterShape {
   /** Re-attaches to an existing native thread (after a restart). Never replays history into Baton's record. */
   readonly resumeThread: (nativeRef: string) => Effect.Effect<void, ProviderError>
   /**
-   * Runs one turn to completion. Fails with `ProviderError`; `code: "refused"` or `"interrupted"` with
-   * `readPrompt: false` semantics are reported through `ProviderError.code` (`refused`, `interrupted`, `timeout`,
-   * `overflow`, `unavailable`).
+   * Runs one turn as a stream of `TurnEvent`s: the items as the provider produces them, usage reports, and
+   * `turn_ended` last. The turn starts when the stream is run (not when `startTurn` is called); closing the stream
+   * early abandons it. Fails with `ProviderError` in the stream's error channel, before the first item (the code
+   * tells whether the provider read the prompt: `refused`, `interrupted`, `overflow`, `unavailable` before it read
+   * it, `timeout` unknown) or after some items (a mid-stream failure: the provider did read the prompt, and the
+   * items before the failure stand).
    */
-  readonly startTurn: (input: StartTurnInput) => Effect.Effect<TurnResult, ProviderError>
+  readonly startTurn: (input: StartTurnInput) => Stream.Stream<TurnEvent, ProviderError>
   /**
    * Asks the provider to stop the turn in progress on `nativeRef`. A provider may never answer: callers bound it
    * with a timeout (OrchestratorConfig `interruptTimeoutMillis`).
    */
   readonly interrupt: (nativeRef: string) => Effect.Effect<void, ProviderError>
-  /** Present iff `capabilities.injectHistory`. Returns the usage after the injection when reported. */
+  /**
+   * Optional capabilities: present exactly when the provider can do it (the method is the one source of truth;
+   * there is no separate flag). `injectHistory` places history into the native thread without starting a turn and
+   * returns the usage after the injection when reported.
+   */
   readonly injectHistory?: (input: InjectHistoryInput) => Effect.Effect<{ readonly usage: ContextUsage | null }, ProviderError>
-  /** Present iff `capabilities.compactThread`. */
+  /** Optional capability: compacts the native thread on request. */
   readonly compactThread?: (nativeRef: string) => Effect.Effect<CompactResult, ProviderError>
-  /** Present iff `capabilities.readThread`. */
+  /** Optional capability: reads the native thread back (for reconciling uncertain deliveries and interrupts). */
   readonly readThread?: (nativeRef: string) => Effect.Effect<ReadThreadResult, ProviderError>
 }
 

@@ -12,14 +12,14 @@
  */
 import { type ContextUsage, ProviderError, type ProviderErrorCode, type ProviderInstance } from "@baton/contracts"
 import type { TokenCounter } from "@baton/context"
-import { Deferred, Effect, FiberId } from "effect"
-import type {
-  CompactResult,
-  ProducedItem,
-  ProviderAdapterShape,
-  ReadThreadResult,
-  StartTurnInput,
-  TurnResult
+import { Deferred, Effect, FiberId, Stream } from "effect"
+import {
+  type CompactResult,
+  type ProducedItem,
+  type ProviderAdapterShape,
+  type ReadThreadResult,
+  type StartTurnInput,
+  TurnEvent
 } from "./ProviderAdapter.js"
 
 /** A fault the plan can inject (issue "Baton core", item 5). */
@@ -51,6 +51,26 @@ export type Fault =
   | "interrupt_in_tool_call"
   /** `interrupt` never answers (and the turn in progress does not stop). */
   | "ignore_interrupt"
+  /**
+   * `startTurn` reads the prompt, streams the response's first `items` items (all of them when it has fewer), then
+   * fails mid-stream with `code` (a dropped connection: `unavailable`; the native thread hit its window while
+   * producing: `overflow`). The items before the failure were produced and stay in the native thread.
+   */
+  | FailAfterItems
+
+/** The mid-stream fault (see `Fault`). */
+export interface FailAfterItems {
+  readonly _tag: "fail_after_items"
+  readonly items: number
+  readonly code: "unavailable" | "overflow"
+}
+
+/** A mid-stream failure after `items` items with `code` (see `Fault`). */
+export const failAfterItems = (items: number, code: FailAfterItems["code"] = "unavailable"): FailAfterItems => ({
+  _tag: "fail_after_items",
+  items,
+  code
+})
 
 /** The call being planned: which operation, the 1-based count of that operation on this instance, and the run. */
 export interface FaultCall {
@@ -67,6 +87,11 @@ export interface ScriptedResponse {
   readonly items: ReadonlyArray<ProducedItem>
   /** `undefined`: report the counted usage; `null`: report no usage at all (a provider that omits it). */
   readonly usage?: ContextUsage | null | undefined
+  /**
+   * Holds the turn open after its first `afterItems` items (before `turn_ended` when it has no more) until `gate`
+   * is completed: a test sees the turn running with some of its output streamed.
+   */
+  readonly hold?: { readonly afterItems: number; readonly gate: Deferred.Deferred<void> } | undefined
 }
 
 /** A FIFO of responses shared by the scripted instances of one process. */
@@ -217,8 +242,74 @@ export const make = (
       : Effect.succeed(state)
   }
 
-  const startTurn = (input: StartTurnInput): Effect.Effect<TurnResult, ProviderError> =>
-    Effect.gen(function*() {
+  /** Emits `item` as produced by `state`'s native thread: it counts in the thread's usage and in what it replays. */
+  const produce = (state: NativeState, item: ProducedItem) =>
+    Effect.sync(() => {
+      state.used += count(item.text)
+      state.produced.push(item)
+      return TurnEvent.item_produced({ item })
+    })
+
+  /** The end of a turn: native auto-compaction, the usage report (unless the script omits it), `turn_ended`. */
+  const endTurn = (state: NativeState, response: ScriptedResponse, interrupted: boolean) =>
+    Effect.sync((): ReadonlyArray<TurnEvent> => {
+      const ended = TurnEvent.turn_ended({ interrupted })
+      if (response.usage === null) {
+        autoCompact(state)
+        return [ended]
+      }
+      // A scripted report is reported verbatim (even an impossible one); the thread's own count follows it.
+      if (response.usage !== undefined) state.used = response.usage.usedTokens
+      autoCompact(state)
+      return [TurnEvent.usage_reported({ usage: response.usage ?? usageOf(state) }), ended]
+    })
+
+  /**
+   * The turn after the prompt was read, item by item: the replay of a resumed thread (if due), then the response's
+   * items, holding at `response.hold`, failing at a `fail_after_items` fault, stopping inside the first tool call at
+   * `interrupt_in_tool_call`; then the end of the turn.
+   */
+  const playTurn = (input: StartTurnInput, state: NativeState, response: ScriptedResponse, fault: Fault | null) => {
+    const replayed = state.replayNext ? [...state.produced] : []
+    state.replayNext = false
+    const failAt = typeof fault === "object" && fault !== null ? Math.min(fault.items, response.items.length) : null
+    const callAt = fault === "interrupt_in_tool_call" ? response.items.findIndex((i) => i.kind === "tool_call") : -1
+    let stopped = false
+    // Position k (0..n) is the moment before the response's k-th item (n: after the last one).
+    const at = (k: number): Effect.Effect<ReadonlyArray<TurnEvent>, ProviderError> =>
+      Effect.gen(function*() {
+        if (stopped) return []
+        if (response.hold !== undefined && response.hold.afterItems === k) yield* Deferred.await(response.hold.gate)
+        if (failAt === k && typeof fault === "object" && fault !== null) {
+          return yield* fail("startTurn", fault.code, `the turn failed after ${k} item(s): ${fault.code === "overflow" ? "context_length_exceeded while producing output" : "the stream was disconnected"}`, fault.code === "unavailable")
+        }
+        if (k === callAt + 1 && callAt >= 0) {
+          const interrupted = Deferred.unsafeMake<void>(FiberId.none)
+          inToolCall.set(input.nativeRef, interrupted)
+          const turn = { nativeRef: input.nativeRef, runId: input.runId }
+          Deferred.unsafeDone(toolCallReached, Effect.succeed(turn))
+          if (config.onToolCall !== undefined) yield* config.onToolCall(turn)
+          stopped = config.onToolCall === undefined || (yield* Deferred.isDone(interrupted))
+          if (stopped) yield* Deferred.await(interrupted)
+          inToolCall.delete(input.nativeRef)
+          if (stopped) {
+            // The provider closes the open call in its native thread (as Claude Code does): counted with the output.
+            state.used += count(interruptedToolResult)
+            return yield* endTurn(state, response, true)
+          }
+        }
+        if (k === response.items.length) return yield* endTurn(state, response, false)
+        return [yield* produce(state, response.items[k]!)]
+      })
+    return Stream.concat(
+      // A replay re-emits what the thread already holds: it is not counted again.
+      Stream.fromIterable(replayed.map((item) => TurnEvent.item_produced({ item }))),
+      Stream.range(0, response.items.length).pipe(Stream.mapEffect(at), Stream.flattenIterables)
+    )
+  }
+
+  const startTurn = (input: StartTurnInput): Stream.Stream<TurnEvent, ProviderError> =>
+    Stream.unwrap(Effect.gen(function*() {
       calls.startTurn++
       const state = yield* lookup("startTurn", input.nativeRef)
       const fault = config.faults?.({ operation: "startTurn", call: calls.startTurn, runId: input.runId }) ?? null
@@ -237,51 +328,12 @@ export const make = (
       state.used += count(input.prompt) + (input.inlineHistory === null ? 0 : count(input.inlineHistory))
       if (fault === "timeout") return yield* fail("startTurn", "timeout", "no answer from the provider before its deadline", true)
       if (fault === "hang") return yield* Effect.never
-      if (fault === "interrupt_in_tool_call") {
-        const callAt = response.items.findIndex((i) => i.kind === "tool_call")
-        if (callAt >= 0) {
-          const interrupted = Deferred.unsafeMake<void>(FiberId.none)
-          inToolCall.set(input.nativeRef, interrupted)
-          const turn = { nativeRef: input.nativeRef, runId: input.runId }
-          Deferred.unsafeDone(toolCallReached, Effect.succeed(turn))
-          if (config.onToolCall !== undefined) yield* config.onToolCall(turn)
-          const stopped = config.onToolCall === undefined || (yield* Deferred.isDone(interrupted))
-          if (stopped) {
-            yield* Deferred.await(interrupted)
-            inToolCall.delete(input.nativeRef)
-            // The provider closes the open call in its native thread (as Claude Code does): counted with the output.
-            const partial = response.items.slice(0, callAt + 1)
-            state.produced.push(...partial)
-            for (const item of partial) state.used += count(item.text)
-            state.used += count(interruptedToolResult)
-            autoCompact(state)
-            return { items: partial, usage: usageOf(state), interrupted: true }
-          }
-          inToolCall.delete(input.nativeRef)
-        }
-      }
-      for (const item of response.items) state.used += count(item.text)
-      const items = state.replayNext ? [...state.produced, ...response.items] : response.items
-      state.replayNext = false
-      state.produced.push(...response.items)
-      if (response.usage === null) {
-        autoCompact(state)
-        return { items, usage: null }
-      }
-      if (response.usage !== undefined) {
-        // A scripted report is reported verbatim (even an impossible one); the thread's own count follows it.
-        state.used = response.usage.usedTokens
-        autoCompact(state)
-        return { items, usage: response.usage }
-      }
-      autoCompact(state)
-      return { items, usage: usageOf(state) }
-    })
+      return playTurn(input, state, response, fault)
+    }))
 
   const adapter: ScriptedProvider = {
     instance,
     model: config.model ?? `scripted-${instance}`,
-    capabilities: { injectHistory: config.injectHistory, compactThread: true, readThread: config.readThread !== false },
     modelContextWindow: config.contextWindow,
     startThread: () =>
       Effect.sync(() => {

@@ -2,6 +2,7 @@
  * The deterministic simulation: a bounded soak (CI), determinism, crash coverage, the shrinker, the shrunk failures
  * the simulator found, each as a regression test that must run without a violation.
  */
+import { ScriptedProvider } from "@baton/providers"
 import { Simulation } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -248,6 +249,24 @@ const regressions: ReadonlyArray<{ readonly name: string; readonly category: str
       ]
     }
   },
+  {
+    name: "H. recovery took turn start's deferral pointer (a handoff_marker of the run) for streamed provider output and recorded an overflowed run as seen (seed 25)",
+    category: "exactly-once",
+    scenario: {
+      seed: 25,
+      providers: [
+        { name: "big", window: 1_000_000, autoCompactThreshold: null, inject: true, readThread: false },
+        { name: "small", window: 64_000, autoCompactThreshold: 60_000, inject: true, readThread: false, tokenScale: 1.15 },
+        { name: "plain", window: 200_000, autoCompactThreshold: null, inject: false, readThread: true }
+      ],
+      ops: [
+        { kind: "create", id: 0, provider: "big", crash: null },
+        send(37, { reply: { ...reply, usage: { kind: "near_full", fraction: 0.94 } } }),
+        { kind: "interrupt_before_start", id: 38, prompt: 20, crash: null },
+        send(39, { reply: { ...reply, tokens: 7 }, fault: "overflow", crash: crashAt(24) })
+      ]
+    }
+  },
 ]
 
 describe("regressions (shrunk simulation failures, fixed)", () => {
@@ -261,6 +280,46 @@ describe("regressions (shrunk simulation failures, fixed)", () => {
   }
 })
 
+
+describe("mid-stream provider failures in the simulation", () => {
+  // Replies with a tool unit: a failure after 1 item stops before the call, after 2 inside the call.
+  const tools = { ...reply, tools: [40] }
+  const scenario = (crash: ReturnType<typeof crashAt> | null): Simulation.Scenario => ({
+    seed: 77,
+    providers: providers({ big: true, small: false, plain: true }),
+    ops: [
+      { kind: "create", id: 0, provider: "big", crash: null },
+      send(1),
+      send(2, { reply: tools, fault: ScriptedProvider.failAfterItems(2), crash }),
+      { kind: "switch", id: 3, to: "plain", crash: null },
+      send(4, { reply: tools, fault: ScriptedProvider.failAfterItems(1, "overflow") }),
+      { kind: "switch", id: 5, to: "small", crash: null },
+      send(6)
+    ]
+  })
+
+  it.live("failures after 1 and 2 streamed items, then switches: no violation; both runs fail, the thread goes on", () =>
+    Effect.gen(function*() {
+      const outcome = yield* Simulation.execute(scenario(null))
+      expect(outcome.violations).toEqual([])
+      expect(outcome.executed).toBe(7)
+      const outcomes = outcome.trace.map((line) => line.split("  =>  ")[1]!.split(/[;(]/)[0]!.trim())
+      expect(outcomes.slice(1)).toEqual(["completed", "failed", expect.any(String), "failed", expect.any(String), "completed"])
+    }), { timeout: 60_000 })
+
+  it.live("a crash at every durable step of the send whose stream fails mid-way: no violation after restart", () =>
+    Effect.gen(function*() {
+      const crashed: Array<string> = []
+      for (let at = 1; at <= 30; at++) {
+        const outcome = yield* Simulation.execute(scenario(crashAt(at, at % 2 === 0)))
+        expect([at, outcome.violations]).toEqual([at, []])
+        crashed.push(...outcome.crashPoints)
+      }
+      // The crashes landed on the per-item appends and on both sides of the streamed turn.
+      const sites = new Set(crashed.map((p) => p.replace(/^[^:]+: /, "").replace(/#\d+$/, "")))
+      for (const site of ["store.insertItems", "before provider.startTurn", "after provider.startTurn"]) expect(sites).toContain(site)
+    }), { timeout: 120_000 })
+})
 
 describe("provider faults of issue 3 in the simulation", () => {
   const midCall = (id: number, answered: boolean, extra: Partial<Extract<Op, { kind: "interrupt_in_tool_call" }>> = {}): Op =>

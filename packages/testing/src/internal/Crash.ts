@@ -6,10 +6,11 @@
  * catches defects, a transaction in progress rolls back, and the runtime is then dropped) and the step at which the
  * user's interrupt arrives.
  */
+import type { ProviderError } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { Data, Effect, Layer } from "effect"
+import { Data, Effect, Layer, Stream } from "effect"
 
 /** The defect a planned crash dies with. */
 export class SimulatedCrash extends Data.TaggedError("SimulatedCrash")<{ readonly step: number; readonly site: string }> {}
@@ -115,12 +116,35 @@ export const wrapAdapter = (
       yield* steps.point(`after provider.${operation}`)
       return yield* exit
     })
+  /**
+   * A turn streams: "before" when it starts; "after" once the provider has finished it, just before the process
+   * hears of its end (`turn_ended`, the stream's end or its failure). The items in between pass through: recording
+   * each is a store write, so each has its own crash points.
+   */
+  const aroundTurn = (turn: Stream.Stream<ProviderAdapter.TurnEvent, ProviderError>) => {
+    let heard = false
+    const after = Effect.suspend(() => {
+      if (heard) return Effect.void
+      heard = true
+      return steps.point("after provider.startTurn")
+    })
+    return Stream.unwrap(Effect.as(
+      steps.point("before provider.startTurn"),
+      Stream.concat(
+        turn.pipe(
+          Stream.mapEffect((e): Effect.Effect<ProviderAdapter.TurnEvent> => e._tag === "turn_ended" ? Effect.as(after, e) : Effect.succeed(e)),
+          Stream.catchAll((e): Stream.Stream<ProviderAdapter.TurnEvent, ProviderError> => Stream.unwrap(Effect.as(after, Stream.fail(e))))
+        ),
+        Stream.execute(after)
+      )
+    ))
+  }
   const { compactThread, injectHistory, readThread } = adapter
   return {
     ...adapter,
     startThread: () => around("startThread", adapter.startThread()),
     resumeThread: (nativeRef) => around("resumeThread", adapter.resumeThread(nativeRef)),
-    startTurn: (input) => around("startTurn", adapter.startTurn(input)),
+    startTurn: (input) => aroundTurn(adapter.startTurn(input)),
     interrupt: (nativeRef) => around("interrupt", adapter.interrupt(nativeRef)),
     ...(injectHistory === undefined ? {} : { injectHistory: (input) => around("injectHistory", injectHistory(input)) }),
     ...(compactThread === undefined ? {} : { compactThread: (nativeRef) => around("compactThread", compactThread(nativeRef)) }),

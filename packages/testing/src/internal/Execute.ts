@@ -186,7 +186,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
     const turnFaults = new Set<ScriptedProvider.Fault>(["refuse", "interrupt_before_start", "timeout", "overflow", "interrupt_in_tool_call"])
     const armFault = (fault: ScriptedProvider.Fault | null) => {
-      armed.startTurn = fault !== null && turnFaults.has(fault) ? fault : null
+      armed.startTurn = fault !== null && (typeof fault === "object" || turnFaults.has(fault)) ? fault : null
       armed.injectHistory = fault === "fail_after_injection" || fault === "lose_injection_ack" ? fault : null
       armed.interrupt = fault === "ignore_interrupt" ? fault : null
     }

@@ -412,6 +412,9 @@ const crashText = (c: CrashSpec | null) =>
 const usageText = (u: UsageReport) =>
   u.kind === "counted" ? "" : u.kind === "near_full" ? `, usage near full ${u.fraction}` : `, usage ${u.kind}`
 
+const faultText = (fault: ScriptedProvider.Fault) =>
+  typeof fault === "string" ? fault : `${fault._tag}(${fault.items}, ${fault.code})`
+
 /** One line per operation, for failure reports. */
 export const formatOperation = (op: Operation): string => {
   switch (op.kind) {
@@ -421,7 +424,7 @@ export const formatOperation = (op: Operation): string => {
       return `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok` +
         `${op.reply.tools.length > 0 ? `, tools [${op.reply.tools.join(", ")}]` : ""}` +
         `${op.reply.reasoning ? ", reasoning" : ""}${usageText(op.reply.usage)})` +
-        `${op.fault === null ? "" : ` fault ${op.fault}`}` +
+        `${op.fault === null ? "" : ` fault ${faultText(op.fault)}`}` +
         `${op.interruptAt === null ? "" : ` interrupt at step ${op.interruptAt}`}${crashText(op.crash)}`
     case "interrupt_in_tool_call":
       return `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}]) and interrupt ` +

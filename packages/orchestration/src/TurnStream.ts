@@ -1,0 +1,298 @@
+/**
+ * TurnStream: records a provider turn's output as it streams in (`ProviderAdapter.startTurn` is a stream of
+ * `TurnEvent`s). Each item that can be recorded is appended in its own small unit of work (with its `items.appended`
+ * event), so subscribers of the post-commit event bus see a run's items while its turn is still running.
+ *
+ * What it holds back, and why:
+ * - An open tool unit: a `tool_call` (with a call id) and everything after it stay held until every held call has
+ *   its `tool_result`; then the unit is appended whole. The record never holds a call without its result, even
+ *   after a crash mid-turn (invariant 7), and a call the turn leaves open is closed at the end with its state
+ *   (`interrupted` / `dangling`) and a synthetic result (`closeOpenToolCalls`), exactly as a whole turn was.
+ * - A possible replay: the first turn after a native thread was resumed may start by re-emitting what the thread
+ *   already produced. While the leading items are each already recorded for this native thread (same kind, text and
+ *   provider id), they are held; at the first item that is not, the held prefix is skipped (`items.replay_skipped`)
+ *   except that a tool call and its results are skipped or kept together.
+ *
+ * It owns neither the run's status nor the turn's outcome: ThreadService writes the attempt before the stream starts
+ * and the outcome after it ends (completion, failure), calling `flush` in that unit of work for what is still held.
+ */
+import type { ConcurrentModification, ContextUsage, HandoffDelivery, Item, NativeThread, PersistenceError, ProviderError, Run } from "@baton/contracts"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
+import type { ProviderAdapter } from "@baton/providers"
+import { Effect, Stream } from "effect"
+import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { ItemLog, type NewItem } from "./ItemLog.js"
+
+const producedKinds = new Set(["assistant_message", "tool_call", "tool_result", "reasoning", "error", "summary"])
+const toolCallStates = new Set(["answered", "dangling", "interrupted"])
+
+/**
+ * Keeps a provider's output recordable whatever an adapter returns: an unknown kind becomes an `error` item that
+ * quotes it, an unknown tool-call state becomes `null`, non-string text is stringified. Nothing is dropped.
+ */
+export const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
+  const text = typeof p.text === "string" ? p.text : JSON.stringify(p.text) ?? ""
+  const known = producedKinds.has(p.kind)
+  return {
+    kind: known ? p.kind : "error",
+    text: known ? text : `unrecognised ${JSON.stringify(String(p.kind))} item from the provider: ${text}`,
+    toolCallId: typeof p.toolCallId === "string" ? p.toolCallId : null,
+    toolName: typeof p.toolName === "string" ? p.toolName : null,
+    messageId: typeof p.messageId === "string" ? p.messageId : null,
+    isError: p.isError === true,
+    toolCallState: p.toolCallState !== null && toolCallStates.has(p.toolCallState) ? p.toolCallState : null
+  }
+}
+
+/** The text of the `tool_result` Baton records for a tool call its turn left without one. */
+export const unansweredToolResultText = (state: "interrupted" | "dangling") =>
+  state === "interrupted"
+    ? "[interrupted] The user interrupted the turn while this tool call ran; it returned no result."
+    : "[no result] The turn ended without a result for this tool call."
+
+/** Whether `items[i]` is a tool call (with a call id) that no later item of `items` answers. */
+const isOpenCall = (items: ReadonlyArray<NewItem>, i: number) => {
+  const item = items[i]!
+  return item.kind === "tool_call" && item.toolCallId !== null &&
+    !items.some((r, j) => j > i && r.kind === "tool_result" && r.toolCallId === item.toolCallId)
+}
+
+/**
+ * Closes the tool calls a turn left open, at append time (items are never edited): each `tool_call` of `items`
+ * with a call id and no later `tool_result` of the same id gets `toolCallState` `interrupted` (the turn stopped at
+ * an interrupt) or `dangling` (it ended without the result), and a synthetic error `tool_result` answering it is
+ * appended after the turn's items. Every tool call in the record then has its result, so any history Baton later
+ * renders (inline or injected) keeps the tool unit whole and is a well-formed request for APIs that reject a tool
+ * use without its result. Returns `items` unchanged when nothing is open.
+ */
+export const closeOpenToolCalls = (items: ReadonlyArray<NewItem>, interrupted: boolean): ReadonlyArray<NewItem> => {
+  const state = interrupted ? "interrupted" as const : "dangling" as const
+  const out: Array<NewItem> = []
+  const answers: Array<NewItem> = []
+  items.forEach((item, i) => {
+    if (!isOpenCall(items, i)) return void out.push(item)
+    out.push({ ...item, toolCallState: state })
+    answers.push({
+      kind: "tool_result",
+      text: unansweredToolResultText(state),
+      toolCallId: item.toolCallId,
+      toolName: item.toolName,
+      messageId: null,
+      isError: true,
+      toolCallState: null
+    })
+  })
+  return answers.length === 0 ? items : [...out, ...answers]
+}
+
+const isTool = (i: NewItem) => (i.kind === "tool_call" || i.kind === "tool_result") && i.toolCallId !== null
+
+/**
+ * Splits the leading replayed items `held` and the first item that is not a replay (`next`, or none when the turn
+ * ended) into what is skipped and what is kept: a tool call is skipped only when no kept item is a result
+ * answering it (a call and its results are skipped or kept together, invariant 7).
+ */
+export const resolveReplay = (held: ReadonlyArray<NewItem>, next: NewItem | null) => {
+  const produced = next === null ? held : [...held, next]
+  let replay = held.length
+  for (let moved = true; moved;) {
+    const keptResults = new Set(produced.slice(replay).flatMap((i) => i.kind === "tool_result" && i.toolCallId !== null ? [i.toolCallId] : []))
+    const split = produced.slice(0, replay).findIndex((i) => i.kind === "tool_call" && i.toolCallId !== null && keptResults.has(i.toolCallId))
+    moved = split >= 0
+    if (moved) replay = split
+  }
+  return { skipped: produced.slice(0, replay), kept: produced.slice(replay) }
+}
+
+/** What a turn's stream left behind when it stopped: what was recorded, what the provider reported. */
+export interface TurnOutput {
+  /** Items recorded so far by this turn, in order (appended in their own units of work, or by `flush`). */
+  readonly recorded: ReadonlyArray<Item>
+  /** `item_produced` events received (replays included): more than 0 means the provider read the prompt. */
+  readonly arrived: number
+  /** The last usage the provider reported in this turn, `null` when it reported none. */
+  readonly usage: ContextUsage | null
+  /** `turn_ended` said the turn stopped at an interrupt. */
+  readonly interrupted: boolean
+  /** Whether the stream delivered `turn_ended`. */
+  readonly ended: boolean
+  /**
+   * Runs the turn's stream to its end (or `turn_ended`), recording items as they arrive. Fails with the stream's
+   * `ProviderError` (after recording what arrived before it) or with the unit of work's `PersistenceError` /
+   * `ConcurrentModification` (an item that could not be recorded: the stream is closed).
+   */
+  readonly consume: (
+    stream: Stream.Stream<ProviderAdapter.TurnEvent, ProviderError>
+  ) => Effect.Effect<void, ProviderError | PersistenceError | ConcurrentModification>
+  /**
+   * Appends what is still held, to be run inside the caller's unit of work that writes the turn's outcome: a
+   * possible replay is resolved as skipped (`items.replay_skipped`), an open tool unit is closed
+   * (`closeOpenToolCalls` with `interrupted`). When no item arrived, it closes the native thread's replay window
+   * (the turn that could have replayed is over). Returns every item the turn recorded, in order.
+   */
+  readonly flush: (interrupted: boolean) => Effect.Effect<ReadonlyArray<Item>, PersistenceError | ConcurrentModification>
+}
+
+export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestration/TurnStream", {
+  effect: Effect.gen(function*() {
+    const uow = yield* UnitOfWork
+    const store = yield* ThreadStore
+    const itemLog = yield* ItemLog
+    const delivery = yield* ContextHandoffDelivery
+
+    /**
+     * A fresh output for `run`'s turn on `native`. `inlineDeliveries` (written `pending` before the turn) settle
+     * `inline` with the first recorded item: output proves the provider read the turn.
+     */
+    const output = (run: Run, native: NativeThread, inlineDeliveries: ReadonlyArray<HandoffDelivery>) => {
+      const recorded: Array<Item> = []
+      const state = {
+        arrived: 0,
+        usage: null as ContextUsage | null,
+        interrupted: false,
+        ended: false,
+        settled: false,
+        // `undecided` until the first item: whether the replay window of `native` was open.
+        replay: "undecided" as "undecided" | "buffering" | "passing"
+      }
+      let replayHeld: Array<NewItem> = []
+      // Tool calls skipped as a replay, by call id: a later result answering one brings its call back with it.
+      const skippedCalls = new Map<string, NewItem>()
+      let unit: Array<NewItem> = []
+
+      const skipEvent = (skipped: ReadonlyArray<NewItem>) =>
+        skipped.length === 0 ? Effect.void : store.appendEvent({ threadId: run.threadId, type: "items.replay_skipped", payload: {
+          runId: run.id,
+          count: skipped.length,
+          messageIds: [...new Set(skipped.flatMap((i) => i.messageId === null ? [] : [i.messageId]))],
+          toolCallIds: [...new Set(skipped.flatMap((i) => i.toolCallId === null ? [] : [i.toolCallId]))]
+        } })
+
+      /** Adds kept items to the open unit; returns what can be appended now (the unit, once nothing in it is open). */
+      const feed = (items: ReadonlyArray<NewItem>) => {
+        const ready: Array<NewItem> = []
+        for (const item of items) {
+          const call = item.kind === "tool_result" && item.toolCallId !== null ? skippedCalls.get(item.toolCallId) : undefined
+          if (call !== undefined) {
+            skippedCalls.delete(item.toolCallId!)
+            unit.push(call)
+          }
+          unit.push(item)
+          if (!unit.some((_, i) => isOpenCall(unit, i))) {
+            ready.push(...unit)
+            unit = []
+          }
+        }
+        return ready
+      }
+
+      const append = (items: ReadonlyArray<NewItem>) =>
+        Effect.gen(function*() {
+          const stored = yield* itemLog.append(run.threadId, run.id, items)
+          recorded.push(...stored)
+          return stored
+        })
+
+      /** Whether `item` is already recorded for this native thread (same kind, text and provider id). */
+      const isReplayed = (item: NewItem) =>
+        Effect.gen(function*() {
+          if (!isTool(item) && item.messageId === null) return false
+          const known = yield* store.findReplayKeys(
+            run.threadId,
+            native.id,
+            isTool(item) ? [] : [item.messageId!],
+            isTool(item) ? [item.toolCallId!] : []
+          )
+          return isTool(item)
+            ? known.has(`${item.kind}\u0000tool:${item.toolCallId}\u0000${item.text}`)
+            : known.has(`${item.kind}\u0000msg:${item.messageId}\u0000${item.text}`)
+        })
+
+      const onItem = (produced: ProviderAdapter.ProducedItem) =>
+        Effect.gen(function*() {
+          state.arrived++
+          const item = normalizeProduced(produced)
+          if (state.replay === "undecided") {
+            const open = yield* uow.thread(run.threadId, "TurnStream.takeReplayWindow")(store.takeReplayWindow(native.id))
+            state.replay = open ? "buffering" : "passing"
+          }
+          let skipped: ReadonlyArray<NewItem> = []
+          let kept: ReadonlyArray<NewItem> = [item]
+          if (state.replay === "buffering") {
+            if (yield* isReplayed(item)) return void replayHeld.push(item)
+            const resolved = resolveReplay(replayHeld, item)
+            replayHeld = []
+            state.replay = "passing"
+            skipped = resolved.skipped
+            kept = resolved.kept
+            for (const s of skipped) if (s.kind === "tool_call" && s.toolCallId !== null) skippedCalls.set(s.toolCallId, s)
+          }
+          const ready = feed(kept)
+          if (ready.length === 0 && skipped.length === 0) return
+          const settle = !state.settled && ready.length > 0
+          yield* uow.thread(run.threadId, "TurnStream.itemsProduced")(Effect.gen(function*() {
+            yield* skipEvent(skipped)
+            if (settle) yield* delivery.markSettled(run.threadId, inlineDeliveries, "inline")
+            yield* append(ready)
+          })).pipe(
+            // An item that arrived is recorded whole or not at all: a turn timeout or an interrupt waits for it.
+            Effect.uninterruptible
+          )
+          if (settle) state.settled = true
+        })
+
+      const out: TurnOutput = {
+        get recorded() {
+          return recorded
+        },
+        get arrived() {
+          return state.arrived
+        },
+        get usage() {
+          return state.usage
+        },
+        get interrupted() {
+          return state.interrupted
+        },
+        get ended() {
+          return state.ended
+        },
+        consume: (stream) =>
+          stream.pipe(
+            Stream.takeUntil((e) => e._tag === "turn_ended"),
+            Stream.runForEach((event): Effect.Effect<void, PersistenceError | ConcurrentModification> => {
+              switch (event._tag) {
+                case "item_produced":
+                  return onItem(event.item)
+                case "usage_reported":
+                  return Effect.sync(() => void (state.usage = event.usage))
+                case "turn_ended":
+                  return Effect.sync(() => {
+                    state.ended = true
+                    state.interrupted = event.interrupted
+                  })
+              }
+            })
+          ),
+        flush: (interrupted) =>
+          Effect.gen(function*() {
+            if (state.replay === "undecided") yield* store.takeReplayWindow(native.id)
+            if (state.replay === "buffering") {
+              const resolved = resolveReplay(replayHeld, null)
+              replayHeld = []
+              state.replay = "passing"
+              yield* skipEvent(resolved.skipped)
+              unit = [...unit, ...resolved.kept]
+            }
+            const rest = closeOpenToolCalls(unit, interrupted)
+            unit = []
+            yield* append(rest)
+            return recorded
+          })
+      }
+      return out
+    }
+
+    return { output }
+  })
+}) {}
