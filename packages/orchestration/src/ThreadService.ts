@@ -330,8 +330,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         createdAt: now,
         updatedAt: now
       }
-      yield* store.insertRun(run)
-      yield* store.setRunDriver(run.id, driver.driverId)
+      yield* store.insertRun(run, driver.driverId)
       yield* appendItems(thread.id, run, [{
         kind: "user_message",
         text: command.text,
@@ -660,7 +659,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           }
           const items = yield* appendItems(run.threadId, run, closeOpenToolCalls(newItems, interrupted))
           const now = yield* DateTime.now
-          const inlineTokens = plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)
+          const inlineTokens = plan.inlineTokens
           const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
