@@ -1,40 +1,151 @@
 /**
  * Turn-start overhead: the time Baton adds to a turn (everything but the provider's own time), on threads of
- * 100, 1,000 and 10,000 items, on a real SQLite file.
+ * 100, 1,000, 10,000 and 100,000 items, on a real SQLite file or on the real Postgres server.
  *
  * For each size it builds a thread on one scripted provider (runs of 10 items: the prompt, an answer and four tool
  * call/result pairs), then measures `sendMessage` for 200 further runs, subtracting the time spent inside the
  * provider adapter's own calls. Half of the measured runs follow a provider switch, so they carry owed history
- * (selection, rendering, inline delivery); the other half owe nothing. Prints median and p99 in milliseconds.
+ * (selection, rendering, inline delivery); the other half owe nothing.
  *
- * Run: `pnpm --filter @baton/bench exec tsx turn-start.bench.ts` (or `npx tsx bench/turn-start.bench.ts`).
+ * It also counts the SQL statements of each measured turn and splits them, and the time, by phase. A tracer sees
+ * every `sql.execute` span (one statement) and `sql.transaction` span (`BEGIN` + `COMMIT`, or one `SAVEPOINT` when
+ * nested) of `@effect/sql`, and the `Effect.fn` spans that mark the phases:
+ *   accept      `sendMessage` up to `ThreadService.queueRun` (the command receipt lookup)
+ *   queue       `ThreadService.queueRun` (the run, its `user_message` item, the receipt)
+ *   claim       after queueing, up to `ProviderTurnStartService.prepare` (provider lookup, `queued` -> `starting`)
+ *   prepare     `ProviderTurnStartService.prepare` (native thread, missed runs, budget, owed history)
+ *   begin       after prepare, up to the provider's `startTurn` (the attempt and `running`)
+ *   completion  after `startTurn` returned, to the end of `ThreadService.processRun` (items, usage, settle)
+ *   receipt     after `processRun` (the command receipt's result)
+ * Provider calls (`startThread`, `injectHistory`, `startTurn`) are excluded from every phase.
+ *
+ * A warm-up thread of 60 runs (half after a switch) runs first, so the JIT and the statement caches are warm.
+ *
+ * Environment: `BENCH_SIZES` (default `100,1000,10000,100000`), `BENCH_DIALECT` (`sqlite`, the default, or
+ * `postgres`: `Database.layerPgIsolated()` on `BATON_TEST_DATABASE_URL`, default the local server's `test`
+ * database), `BENCH_RUNS` (measured runs per size, default 200), `BENCH_STATEMENTS=1` (also print each phase's
+ * statements by total time).
+ *
+ * Run: `npx tsx bench/turn-start.bench.ts` from the repository root.
  */
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { ThreadService } from "@baton/orchestration"
 import type { ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
-import { Effect, Stream } from "effect"
+import { Effect, Option, Stream, Tracer } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { performance } from "node:perf_hooks"
 
-const sizes = (process.env.BENCH_SIZES ?? "100,1000,10000").split(",").map(Number)
-const measured = 200
+const sizes = (process.env.BENCH_SIZES ?? "100,1000,10000,100000").split(",").map(Number)
+const dialect = process.env.BENCH_DIALECT === "postgres" ? "postgres" : "sqlite"
+const measured = Number(process.env.BENCH_RUNS ?? 200)
+const listStatements = process.env.BENCH_STATEMENTS === "1"
 
-let providerMs = 0
+const phases = ["accept", "queue", "claim", "prepare", "begin", "completion", "receipt"] as const
+type Phase = typeof phases[number] | "provider" | "idle"
+
+/** The phase clock: time and statements of the current phase accumulate until the next transition. */
+const clock = {
+  phase: "idle" as Phase,
+  since: 0,
+  ms: new Map<Phase, number>(),
+  statements: new Map<Phase, number>(),
+  texts: new Map<string, { count: number; ms: number }>(),
+  enter(next: Phase) {
+    const now = performance.now()
+    this.ms.set(this.phase, (this.ms.get(this.phase) ?? 0) + now - this.since)
+    this.phase = next
+    this.since = now
+  },
+  reset() {
+    this.ms.clear()
+    this.statements.clear()
+    this.texts.clear()
+    this.phase = "idle"
+    this.since = performance.now()
+  },
+  count(n: number, text: string, ms: number) {
+    this.statements.set(this.phase, (this.statements.get(this.phase) ?? 0) + n)
+    if (listStatements) {
+      const key = `${this.phase}\t${text.replace(/\s+/g, " ").slice(0, 160)}`
+      const t = this.texts.get(key) ?? { count: 0, ms: 0 }
+      t.count += n
+      t.ms += ms
+      this.texts.set(key, t)
+    }
+  }
+}
+
+/** Phase transitions at the start and end of the spans that mark them (see the module docblock). */
+const onStart: Record<string, Phase> = { "ThreadService.queueRun": "queue", "ProviderTurnStartService.prepare": "prepare" }
+const onEnd: Record<string, Phase> = {
+  "ThreadService.queueRun": "claim",
+  "ProviderTurnStartService.prepare": "begin",
+  "ThreadService.processRun": "receipt"
+}
+
+const insideTransaction = (parent: Option.Option<Tracer.AnySpan>): boolean => {
+  let p = Option.getOrUndefined(parent)
+  while (p !== undefined) {
+    if (p._tag === "Span" && p.name === "sql.transaction") return true
+    p = p._tag === "Span" ? Option.getOrUndefined(p.parent) : undefined
+  }
+  return false
+}
+
+let spanIds = 0
+/** A tracer that counts statements and moves the phase clock; its spans are minimal and export nowhere. */
+const countingTracer = Tracer.make({
+  span: (name, parent, context, links, startTime, kind) => {
+    const attributes = new Map<string, unknown>()
+    const phase = onStart[name]
+    if (phase !== undefined && clock.phase !== "idle") clock.enter(phase)
+    const nested = name === "sql.transaction" && insideTransaction(parent)
+    const t0 = performance.now()
+    const span: Tracer.Span = {
+      _tag: "Span",
+      name,
+      spanId: String(++spanIds),
+      traceId: "bench",
+      parent,
+      context,
+      status: { _tag: "Started", startTime },
+      attributes,
+      links: [...links],
+      sampled: true,
+      kind,
+      end: () => {
+        if (name === "sql.execute") clock.count(1, String(attributes.get("db.query.text") ?? ""), performance.now() - t0)
+        else if (name === "sql.transaction") clock.count(nested ? 1 : 2, nested ? "SAVEPOINT" : "BEGIN + COMMIT", 0)
+        const next = onEnd[name]
+        if (next !== undefined && clock.phase !== "idle") clock.enter(next)
+      },
+      attribute: (key, value) => void attributes.set(key, value),
+      event: () => {},
+      addLinks: () => {}
+    }
+    return span
+  },
+  context: (f) => f()
+})
+
+/** Wraps the adapter's calls: their time is the provider's (excluded); `startTurn` starts the completion phase. */
 const timed = (adapter: ProviderAdapter.ProviderAdapterShape) => {
-  const wrap = <A extends ReadonlyArray<unknown>, B, E>(f: (...a: A) => Effect.Effect<B, E>) => (...a: A) =>
+  const wrap = <A extends ReadonlyArray<unknown>, B, E>(f: (...a: A) => Effect.Effect<B, E>, after: Phase | null) => (...a: A) =>
     Effect.suspend(() => {
-      const t0 = performance.now()
-      return Effect.ensuring(f(...a), Effect.sync(() => void (providerMs += performance.now() - t0)))
+      const back = after ?? clock.phase
+      if (clock.phase !== "idle") clock.enter("provider")
+      return Effect.ensuring(f(...a), Effect.sync(() => clock.phase !== "idle" && clock.enter(back)))
     })
   const mutable = adapter as { -readonly [K in keyof ProviderAdapter.ProviderAdapterShape]: ProviderAdapter.ProviderAdapterShape[K] }
   // The provider's own time of a streamed turn: it is played to its end first (timed), then replayed to Baton.
-  const collect = wrap((input: ProviderAdapter.StartTurnInput) => Stream.runCollect(adapter.startTurn(input)))
+  const collect = wrap((input: ProviderAdapter.StartTurnInput) => Stream.runCollect(adapter.startTurn(input)), "completion")
   mutable.startTurn = (input) => Stream.unwrap(Effect.map(collect(input), Stream.fromChunk))
-  mutable.startThread = wrap(adapter.startThread)
-  if (adapter.injectHistory) mutable.injectHistory = wrap(adapter.injectHistory)
+  mutable.startThread = wrap(adapter.startThread, null)
+  mutable.resumeThread = wrap(adapter.resumeThread, null)
+  if (adapter.injectHistory) mutable.injectHistory = wrap(adapter.injectHistory, null)
 }
 
 const runResponse = (i: number) => ({
@@ -52,25 +163,58 @@ const quantile = (xs: ReadonlyArray<number>, q: number) => {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!
 }
 
+interface Sample {
+  readonly total: number
+  readonly ms: ReadonlyMap<Phase, number>
+  readonly statements: ReadonlyMap<Phase, number>
+}
+
+const fmt = (x: number) => x.toFixed(3)
+const median = (xs: ReadonlyArray<number>) => quantile(xs, 0.5)
+
+const report = (label: string, samples: ReadonlyArray<Sample>) => {
+  const totals = samples.map((s) => s.total)
+  const statements = samples.map((s) => phases.reduce((n, p) => n + (s.statements.get(p) ?? 0), 0))
+  const byPhase = phases.map((p) =>
+    `${p} ${fmt(median(samples.map((s) => s.ms.get(p) ?? 0)))}/${median(samples.map((s) => s.statements.get(p) ?? 0))}`
+  ).join(" ")
+  const slowest = samples.reduce((a, b) => (b.total > a.total ? b : a))
+  const slowPhases = phases.map((p) => `${p} ${fmt(slowest.ms.get(p) ?? 0)}/${slowest.statements.get(p) ?? 0}`).join(" ")
+  return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms, ` +
+    `statements median ${median(statements)} (max ${Math.max(...statements)}); per phase ms/statements: ${byPhase}` +
+    `\n    slowest ${fmt(slowest.total)} ms: ${slowPhases}`
+}
+
 for (const size of sizes) {
   const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-bench-"))
   const h = Harness.make([
     { name: "claude", window: 1_000_000, inject: false },
     { name: "codex", window: 1_000_000, inject: false }
-  ], { db: Path.join(dir, "baton.sqlite") })
+  ], { db: dialect === "postgres" ? Harness.postgres : Path.join(dir, "baton.sqlite") })
   for (const p of Object.values(h.providers)) timed(p)
   let n = 0
   const cid = () => `cmd_${++n}` as CommandId
+  const built0 = performance.now()
   const program = Effect.gen(function*() {
     const service = yield* ThreadService.ThreadService
+    // Warm-up on a thread of its own (the JIT, the statement caches), switching as the measured runs do.
+    const warm: ThreadId = yield* service.createThread(Commands.CreateThread.make({ commandId: cid(), title: "warm-up", providerInstance: "claude" as ProviderInstance }))
+    for (let i = 0; i < 60; i++) {
+      if (i % 2 === 0) {
+        yield* service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId: warm, providerInstance: (i % 4 === 0 ? "codex" : "claude") as ProviderInstance }))
+      }
+      h.script.enqueue(runResponse(i))
+      yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId: warm, text: `Warm-up step ${i}.` }))
+    }
     const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({ commandId: cid(), title: "bench", providerInstance: "claude" as ProviderInstance }))
     const runsToBuild = Math.ceil(size / 10)
     for (let i = 0; i < runsToBuild; i++) {
       h.script.enqueue(runResponse(i))
       yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: `Step ${i}: continue with the plan.` }))
     }
-    const samples: Array<number> = []
-    const owedSamples: Array<number> = []
+    const buildMs = performance.now() - built0
+    const plain: Array<Sample> = []
+    const owed: Array<Sample> = []
     let provider: "claude" | "codex" = "claude"
     for (let i = 0; i < measured; i++) {
       const switching = i % 2 === 0
@@ -79,19 +223,26 @@ for (const size of sizes) {
         yield* service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as ProviderInstance }))
       }
       h.script.enqueue(runResponse(runsToBuild + i))
-      providerMs = 0
-      const t0 = performance.now()
-      yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: `Measured step ${i}.` }))
-      const overhead = performance.now() - t0 - providerMs
-      ;(switching ? owedSamples : samples).push(overhead)
+      const command = Commands.SendMessage.make({ commandId: cid(), threadId, text: `Measured step ${i}.` })
+      clock.reset()
+      clock.enter("accept")
+      yield* service.sendMessage(command)
+      clock.enter("idle")
+      const ms = new Map(clock.ms)
+      const total = phases.reduce((t, p) => t + (ms.get(p) ?? 0), 0)
+      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements) })
+      if (listStatements && i >= measured - 2) {
+        console.log(switching ? "statements of the last turn after a switch:" : "statements of the last turn with nothing owed:")
+        for (const [key, t] of [...clock.texts].sort((a, b) => b[1].ms - a[1].ms)) console.log(`  ${t.count}x ${fmt(t.ms)} ms ${key}`)
+      }
     }
-    return { samples, owedSamples }
+    return { plain, owed, buildMs }
   })
-  const { samples, owedSamples } = await Effect.runPromise(program.pipe(Effect.provide(h.layer)))
-  const fmt = (x: number) => x.toFixed(3)
-  console.log(
-    `${String(size).padStart(6)} items | nothing owed: median ${fmt(quantile(samples, 0.5))} ms, p99 ${fmt(quantile(samples, 0.99))} ms` +
-    ` | after a switch (owed history): median ${fmt(quantile(owedSamples, 0.5))} ms, p99 ${fmt(quantile(owedSamples, 0.99))} ms`
+  const { plain, owed, buildMs } = await Effect.runPromise(
+    program.pipe(Effect.withTracer(countingTracer), Effect.provide(h.layer))
   )
+  console.log(`${dialect} ${size} items (built in ${(buildMs / 1000).toFixed(1)} s)`)
+  console.log(`  ${report("nothing owed", plain)}`)
+  console.log(`  ${report("after a switch", owed)}`)
   Fs.rmSync(dir, { recursive: true, force: true })
 }

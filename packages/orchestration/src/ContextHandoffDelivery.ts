@@ -399,10 +399,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             omittedItemIds: delivery.omittedItemIds,
             tokens: delivery.deliveredTokens
           } })
-          const handoff = yield* store.getHandoff(delivery.handoffId)
-          if (handoff._tag === "Some") {
-            yield* store.updateHandoff({ ...handoff.value, open: false, omittedItemIds: delivery.omittedItemIds, updatedAt: now })
-          }
+          yield* store.setHandoffOpen(delivery.handoffId, false, delivery.omittedItemIds, now)
         }
       })
 

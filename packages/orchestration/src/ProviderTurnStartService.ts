@@ -34,6 +34,8 @@ export interface TurnStartPlan {
   readonly providerThread: ProviderThread
   /** Rendered history to place before the prompt (inline mode), else `null`. */
   readonly inlineHistory: string | null
+  /** Baton tokens of `inlineHistory` (0 when `null`), counted once at turn start. */
+  readonly inlineTokens: number
   /** Deliveries written `pending` for inline mode; settle them once the provider accepted the turn. */
   readonly inlineDeliveries: ReadonlyArray<HandoffDelivery>
   readonly report: TurnStartReport
@@ -158,13 +160,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         let current: NativeThread | null = null
         let replaceReason: string | null = null
         if (providerThreadIn.activeNativeThreadId !== null) {
-          const found = yield* store.getNativeThread(providerThreadIn.activeNativeThreadId)
-          if (found._tag === "Some" && found.value.status === "replaced") {
-            current = found.value
+          const found = yield* store.getNativeThreadSession(providerThreadIn.activeNativeThreadId)
+          if (found._tag === "Some" && found.value.native.status === "replaced") {
+            current = found.value.native
             replaceReason = "the native thread was marked replaced (lost by the provider, or no longer trusted after an interrupt, timeout or restart)"
           } else if (found._tag === "Some") {
-            current = found.value
-            if (yield* store.sessionHeldElsewhere(current.id, driver.driverId)) {
+            current = found.value.native
+            if (found.value.sessionDriverId !== driver.driverId) {
               // First use in this process (after a restart): resume the provider's session. A provider that no longer
               // has it gets a replacement; any other failure fails the turn before the provider read the prompt.
               const resumed = yield* Effect.either(adapter.resumeThread(current.nativeRef))
@@ -190,9 +192,17 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             if (back._tag === "Some") readByProvider = new Set(back.value.runIds)
           }
         }
-        const decided = yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
-          decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider)
-        )
+        // Nothing to write (a trusted native thread, no missed run, no open handoff toward P): the plan is decided
+        // without a transaction, so the common turn takes no lock here. Anything owed is decided under the lock,
+        // re-read there. A handoff committed just after this read is owed from the next turn on, as it would be
+        // had it committed just after the locked decision.
+        const quiet = current !== null && replaceReason === null && freshRef === null &&
+          providerThreadIn.syncedRunSeq >= run.seq - 1 && (yield* store.listOpenHandoffs(providerThreadIn.id)).length === 0
+        const decided = quiet
+          ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, true)
+          : yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
+            decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider)
+          )
         if (decided.injection === null) return decided.plan
         const { plan, injection } = decided
         const outcome = yield* adapter.injectHistory!({
@@ -234,7 +244,11 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         return { ...plan, native, sampleBase }
       })
 
-      /** The bookkeeping of turn start, in one transaction: native thread, missed runs, budget, defer or intent. */
+      /**
+       * The bookkeeping of turn start, in one transaction: native thread, missed runs, budget, defer or intent.
+       * `nothingOpen`: the caller found no open handoff toward the provider thread and runs this without a
+       * transaction (it then writes nothing).
+       */
       const decide = (
         run: Run,
         providerThreadIn: ProviderThread,
@@ -242,7 +256,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         current: NativeThread | null,
         replaceReason: string | null,
         freshRef: string | null,
-        readByProvider: ReadonlySet<string>
+        readByProvider: ReadonlySet<string>,
+        nothingOpen = false
       ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
         let native: NativeThread
@@ -276,7 +291,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         // A merge-back recorded after this run was queued is delivered from the next run on, so the model sees the
         // history in the order the thread records it.
         const owed: Array<OwedHandoff> = []
-        for (const o of yield* delivery.owedTo(run.threadId, providerThread, native)) {
+        for (const o of nothingOpen ? [] : yield* delivery.owedTo(run.threadId, providerThread, native)) {
           if (o.handoff.kind === "merge" && o.handoff.sourceRunIds.length > 0) {
             const mergeRun = yield* store.getRun(o.handoff.sourceRunIds[0]!)
             if (mergeRun._tag === "Some" && mergeRun.value.seq > run.seq) continue
@@ -299,6 +314,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           native,
           providerThread,
           inlineHistory: null,
+          inlineTokens: 0,
           inlineDeliveries: [],
           requestTokens,
           sampleBase: native.usage === null ? null : { usedTokens: native.usage.usedTokens, unreportedTokens: 0 },
@@ -336,13 +352,18 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
                 toolCallState: null
               }])
             }
-            let pointer: string | null = null
+            let pointer: { readonly text: string; readonly tokens: number } | null = null
             if (config.deferralPointer) {
               const text = Render.renderDeferralPointer(run.threadId, deferredIds)
-              if (text.length > 0 && Calibration.apply(ratio, counter.count(text)) <= budget.physicalHeadroom) pointer = text
+              const tokens = text.length > 0 ? counter.count(text) : 0
+              if (text.length > 0 && Calibration.apply(ratio, tokens) <= budget.physicalHeadroom) pointer = { text, tokens }
             }
             return {
-              plan: { ...nothing({ deferredItems: deferredIds.length, deferredTokens }), inlineHistory: pointer },
+              plan: {
+                ...nothing({ deferredItems: deferredIds.length, deferredTokens }),
+                inlineHistory: pointer?.text ?? null,
+                inlineTokens: pointer?.tokens ?? 0
+              },
               injection: null
             }
           })
@@ -378,6 +399,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           plan: {
             ...nothing({ ...report, mode: "inline" }),
             inlineHistory: plan.selection.rendered,
+            inlineTokens: plan.selection.tokens,
             inlineDeliveries: pending
           } satisfies TurnStartPlan,
           injection: null

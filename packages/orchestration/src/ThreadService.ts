@@ -284,8 +284,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         createdAt: now,
         updatedAt: now
       }
-      yield* store.insertRun(run)
-      yield* store.setRunDriver(run.id, driver.driverId)
+      yield* store.insertRun(run, driver.driverId)
       yield* appendItems(thread.id, run, [{
         kind: "user_message",
         text: command.text,
@@ -652,7 +651,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // possible replay of a resumed native thread is skipped, the tool calls the turn left open are closed.
           const items = yield* output.flush(interrupted)
           const now = yield* DateTime.now
-          const inlineTokens = plan.inlineHistory === null ? 0 : counter.count(plan.inlineHistory)
+          const inlineTokens = plan.inlineTokens
           const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
           // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.

@@ -11,6 +11,7 @@ import migration0005 from "./migrations/0005_item_message_ids.js"
 import migration0006 from "./migrations/0006_run_failure_code.js"
 import migration0007 from "./migrations/0007_unit_of_work.js"
 import migration0008 from "./migrations/0008_typed_events.js"
+import migration0009 from "./migrations/0009_unfinished_runs.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -21,7 +22,8 @@ export const migrations = {
   "0005_item_message_ids": migration0005,
   "0006_run_failure_code": migration0006,
   "0007_unit_of_work": migration0007,
-  "0008_typed_events": migration0008
+  "0008_typed_events": migration0008,
+  "0009_unfinished_runs": migration0009
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

@@ -105,6 +105,10 @@ const EventBody = Schema.Union(
 const encodeBody = Schema.encodeUnknown(EventBody)
 const ReceiptRow = Schema.Struct({ ...Commands.CommandReceipt.fields, result: Schema.parseJson(Schema.Unknown) })
 const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
+/** What `appendEvent`'s insert returns: the keys the database assigned (`globalSeq` a bigint string on Postgres). */
+const decodeAssigned = Schema.decodeUnknown(Schema.Array(Schema.Struct({ globalSeq: Count, seq: Count })))
+const decodeEvent = Schema.decodeUnknown(ThreadEvent)
+const decodeNative = Schema.decodeUnknown(NativeThreadRow)
 
 export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persistence/ThreadStore", {
   effect: Effect.gen(function*() {
@@ -143,7 +147,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
 
       // ---- runs
-      insertRun: (r: Run) => runs.insert(r),
+      /** Inserts a run; `driverId`: the driver that accepted it (see `setRunDriver`), written in the same statement. */
+      insertRun: (r: Run, driverId: string | null = null) =>
+        driverId === null ? runs.insert(r) : Effect.flatMap(
+          Schema.encode(RunRow)(r),
+          (row) => sql`INSERT INTO runs ${sql.insert({ ...row, driverId })}`
+        ).pipe(Effect.asVoid, orPersistence("runs.insert")),
       updateRun: (r: Run) => runs.update(r),
       getRun: (id: RunId) => runs.findOne("runs.get", sql`SELECT * FROM runs WHERE id = ${id}`),
       nextRunSeq: (threadId: ThreadId) =>
@@ -277,6 +286,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       updateNativeThread: (n: NativeThread) => nativeThreads.update(n),
       getNativeThread: (id: NativeThreadId) =>
         nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
+      /**
+       * A native thread with the driver holding its provider session (`null`: none), in one read: turn start's
+       * `getNativeThread` plus `sessionHeldElsewhere`.
+       */
+      getNativeThreadSession: (id: NativeThreadId) =>
+        Effect.flatMap(
+          sql`SELECT * FROM native_threads WHERE id = ${id}`,
+          (rows) => Effect.all(rows.slice(0, 1).map((row) => Effect.map(
+            decodeNative(row),
+            (native) => ({ native, sessionDriverId: (row as { readonly sessionDriverId?: string | null }).sessionDriverId ?? null })
+          )))
+        ).pipe(Effect.map((found) => Option.fromNullable(found[0])), orPersistence("native_threads.getSession")),
       listNativeThreads: (providerThreadId: ProviderThreadId) =>
         nativeThreads.findAll(
           "native_threads.list",
@@ -312,15 +333,10 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
       /** Closes the replay window of a native thread; `true` when it was open (the turn may hold a replay). */
       takeReplayWindow: (nativeThreadId: NativeThreadId) =>
-        Effect.gen(function*() {
-          const rows = yield* Effect.flatMap(
-            sql`SELECT replay_window FROM native_threads WHERE id = ${nativeThreadId}`,
-            Schema.decodeUnknown(Schema.Array(Schema.Struct({ replayWindow: Schema.Number })))
-          )
-          if ((rows[0]?.replayWindow ?? 0) === 0) return false
-          yield* sql`UPDATE native_threads SET replay_window = 0 WHERE id = ${nativeThreadId}`
-          return true
-        }).pipe(orPersistence("native_threads.takeReplayWindow")),
+        Effect.flatMap(
+          sql`UPDATE native_threads SET replay_window = 0 WHERE id = ${nativeThreadId} AND replay_window <> 0 RETURNING id`,
+          (rows) => Effect.succeed(rows.length > 0)
+        ).pipe(orPersistence("native_threads.takeReplayWindow")),
 
       // ---- drivers (orchestrator incarnations)
       insertDriver: (d: DriverRecord) =>
@@ -341,6 +357,16 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       // ---- handoffs and deliveries
       insertHandoff: (h: StoredHandoff) => handoffs.insert(h),
       updateHandoff: (h: StoredHandoff) => handoffs.update(h),
+      /**
+       * Opens or closes a handoff and sets its `omittedItemIds`, without reading it (a targeted update: the handoff's
+       * item lists are neither decoded nor re-encoded). Returns whether the handoff exists.
+       */
+      setHandoffOpen: (id: HandoffId, open: boolean, omittedItemIds: ReadonlyArray<ItemId>, updatedAt: DateTime.Utc) =>
+        sql`UPDATE handoffs SET open = ${open ? 1 : 0}, omitted_item_ids = ${JSON.stringify(omittedItemIds)},
+            updated_at = ${DateTime.formatIso(updatedAt)} WHERE id = ${id} RETURNING id`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("handoffs.setOpen")
+        ),
       getHandoff: (id: HandoffId) => handoffs.findOne("handoffs.get", sql`SELECT * FROM handoffs WHERE id = ${id}`),
       listOpenHandoffs: (target: ProviderThreadId) =>
         handoffs.findAll(
@@ -421,30 +447,37 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         Effect.gen(function*() {
           const { threadId } = event
           const body = yield* encodeBody({ type: event.type, payload: event.payload }).pipe(orPersistence("thread_events.encode"))
-          const seq = yield* nextSeq(
-            "thread_events.nextSeq",
-            sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM thread_events WHERE thread_id = ${threadId}`
-          )
-          const createdAt = yield* DateTime.now
-          const row = {
-            eventId: eventIds.next(),
-            threadId,
-            seq,
-            commandId: event.commandId ?? null,
-            type: body.type,
-            payload: JSON.stringify(body.payload),
-            createdAt: DateTime.formatIso(createdAt)
-          }
-          const stored = yield* sql`INSERT INTO thread_events ${sql.insert(row)} RETURNING *`.pipe(
+          const createdAt = DateTime.formatIso(yield* DateTime.now)
+          const eventId = eventIds.next()
+          const commandId = event.commandId ?? null
+          // One statement: the next `seq` is read in the insert itself (under the thread's lock, see UnitOfWork), and
+          // only the two columns the database assigns come back; the event is built from what was written.
+          const assigned = yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
+            SELECT ${eventId}, ${threadId}, COALESCE(MAX(seq), 0) + 1, ${commandId}, ${body.type},
+              ${JSON.stringify(body.payload)}, ${createdAt}
+            FROM thread_events WHERE thread_id = ${threadId}
+            RETURNING global_seq, seq`.pipe(
             Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
               isContention(e)
                 ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
-                : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) })))
+                : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) }))),
+            Effect.flatMap(decodeAssigned),
+            orPersistence("thread_events.append")
           )
-          const [appended] = yield* decodeEvents(stored).pipe(orPersistence("thread_events.append"))
-          if (appended === undefined) {
+          const row = assigned[0]
+          if (row === undefined) {
             return yield* new PersistenceError({ operation: "thread_events.append", detail: "the insert returned no row" })
           }
+          const appended = yield* decodeEvent({
+            eventId,
+            threadId,
+            seq: row.seq,
+            globalSeq: row.globalSeq,
+            commandId,
+            type: body.type,
+            payload: body.payload,
+            createdAt
+          }).pipe(orPersistence("thread_events.append"))
           const pending = yield* FiberRef.get(pendingEvents)
           if (pending !== null) pending.push(appended)
           return appended

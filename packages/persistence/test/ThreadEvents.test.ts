@@ -18,11 +18,11 @@ import type {
   ThreadId
 } from "@baton/contracts"
 import { Migrations, ThreadStore } from "@baton/persistence"
-import { Migrator, SqlClient } from "@effect/sql"
+import { Migrator, SqlClient, type SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { describe, expect, it } from "@effect/vitest"
-import { DateTime, Effect, Layer, Redacted, String as Str } from "effect"
+import { type ConfigError, DateTime, Effect, Layer, Redacted, String as Str } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -35,7 +35,7 @@ const pgUrl = (database: string) => {
   return url.toString()
 }
 
-const onAdmin = <A>(f: (sql: SqlClient.SqlClient) => Effect.Effect<A, unknown>) =>
+const onAdmin = <A, E>(f: (sql: SqlClient.SqlClient) => Effect.Effect<A, E>) =>
   Effect.provide(Effect.flatMap(SqlClient.SqlClient, f), PgClient.layer({ url: Redacted.make(adminUrl) }))
 
 let scratch = 0
@@ -58,13 +58,16 @@ const emptySqlite = Layer.unwrapScoped(Effect.gen(function*() {
   return SqliteClient.layer({ filename: Path.join(dir, "baton.sqlite"), ...names })
 }))
 
-const dialects: ReadonlyArray<readonly [string, Layer.Layer<SqlClient.SqlClient, unknown>]> = [
+/** An empty database: SQLite fails to build with a `ConfigError`, Postgres with a `SqlError`. */
+type EmptyDatabase = Layer.Layer<SqlClient.SqlClient, ConfigError.ConfigError | SqlError.SqlError>
+
+const dialects: ReadonlyArray<readonly [string, EmptyDatabase]> = [
   ["SQLite file", emptySqlite],
   ["Postgres", emptyPostgres]
 ]
 
 /** The store over `empty`, migrated to the latest migration. */
-const migratedStore = (empty: Layer.Layer<SqlClient.SqlClient, unknown>) =>
+const migratedStore = <E>(empty: Layer.Layer<SqlClient.SqlClient, E>) =>
   ThreadStore.Default.pipe(Layer.provideMerge(Layer.effectDiscard(Migrations.run).pipe(Layer.provideMerge(empty))))
 
 const thr = (id: string) => id as ThreadId
