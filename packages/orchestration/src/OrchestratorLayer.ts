@@ -16,11 +16,15 @@ import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import { ThreadOffload } from "./ThreadOffload.js"
+import { RunRecovery } from "./RunRecovery.js"
 import { ThreadService } from "./ThreadService.js"
+import { TurnExecution } from "./TurnExecution.js"
 import { TurnStream } from "./TurnStream.js"
 
 /** Every orchestration service, still needing a `ThreadStore` (the simulation provides a crash-injecting one). */
 export const services = ThreadService.Default.pipe(
+  Layer.provideMerge(TurnExecution.Default),
+  Layer.provideMerge(RunRecovery.Default),
   Layer.provideMerge(TurnStream.Default),
   Layer.provideMerge(ThreadOffload.Default),
   Layer.provideMerge(ThreadCompaction.Default),

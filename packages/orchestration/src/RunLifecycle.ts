@@ -10,12 +10,14 @@
  * completed, cancelled: final
  * ```
  *
- * An illegal move is a defect (a bug in Baton, never a user's error): `IllegalRunTransition`. It does not decide
- * when a run moves; ThreadService and the run driver do.
+ * An illegal move is a defect (a bug in Baton, never a user's error): `IllegalRunTransition`. `finish` ends a run
+ * once (failed or interrupted, with its reason and code, and its event). It does not decide when a run moves;
+ * TurnExecution, RunRecovery and the run driver do.
  */
-import type { Run, RunStatus } from "@baton/contracts"
+import type { Run, RunFailureCode, RunStatus, RunStopPoint } from "@baton/contracts"
+import { terminalRunStatuses } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { Data, Effect } from "effect"
+import { Data, DateTime, Effect } from "effect"
 
 /** For each status, the statuses a run may move to (the same status: a correction or a retry's reset). */
 export const transitions: Readonly<Record<RunStatus, ReadonlyArray<RunStatus>>> = {
@@ -45,15 +47,42 @@ export class IllegalRunTransition extends Data.TaggedError("IllegalRunTransition
 export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchestration/RunLifecycle", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
-    return {
-      /**
-       * Writes `next` over `previous` (the run as the caller read it in this unit of work) after checking the move
-       * against `transitions`. Dies with `IllegalRunTransition` on an illegal move; fails with the store's errors.
-       */
-      update: (previous: Run, next: Run) =>
-        canMove(previous.status, next.status)
-          ? store.updateRun(next)
-          : Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
-    }
+    /**
+     * Writes `next` over `previous` (the run as the caller read it in this unit of work) after checking the move
+     * against `transitions`. Dies with `IllegalRunTransition` on an illegal move; fails with the store's errors.
+     */
+    const update = (previous: Run, next: Run) =>
+      canMove(previous.status, next.status)
+        ? store.updateRun(next)
+        : Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
+
+    /**
+     * Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending.
+     * `reason` is the one-line reason for people, `code` the same for code.
+     */
+    const finish = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string, code: RunFailureCode) =>
+      Effect.gen(function*() {
+        const current = yield* store.getRun(run.id)
+        if (current._tag === "Some" && terminalRunStatuses.includes(current.value.status)) return current.value
+        const now = yield* DateTime.now
+        const done: Run = { ...run, status, stopPoint, failureReason: reason, failureCode: code, updatedAt: now }
+        yield* update(current._tag === "Some" ? current.value : run, done)
+        yield* store.appendEvent({ threadId: run.threadId, type: status === "failed" ? "run.failed" : "run.interrupted", payload: {
+          runId: run.id,
+          stopPoint,
+          reason,
+          code
+        } })
+        return done
+      })
+
+    /**
+     * Whether `runId` has provider output in the record (its turn streams items as they arrive): proof that the
+     * provider read its prompt. The prompt and the pointer turn start writes (`handoff_marker`) are Baton's own.
+     */
+    const hasOutput = (runId: Run["id"]) =>
+      Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
+
+    return { update, finish, hasOutput }
   })
 }) {}

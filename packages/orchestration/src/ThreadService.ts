@@ -1,10 +1,12 @@
 /**
- * ThreadService: the orchestrator's command surface — create a thread, send a user message (a run), interrupt a
- * run, switch the provider for the next run, `/compact`, `/offload` — plus the reads the apps need.
+ * ThreadService: the orchestrator's command facade — create a thread, send a user message (a run), interrupt a run,
+ * switch the provider for the next run, fork and merge back, `/compact`, `/offload` — each command once per command
+ * id (CommandReceipts), each state change in a unit of work.
  *
- * It owns the run lifecycle (`queued` -> `starting` -> `running` -> terminal) and the command receipts (a command
- * id seen before returns its first result). History decisions are delegated to ProviderTurnStartService and
- * ContextHandoffDelivery, `/compact` to ThreadCompaction, `/offload` to ThreadOffload.
+ * It queues runs; TurnExecution drives them (claim, turn start, the streamed turn, the outcome), RunRecovery
+ * interrupts and recovers them, RunLifecycle owns their status machine, NativeThreadTrust the trust in native
+ * threads. History decisions are ProviderTurnStartService's and ContextHandoffDelivery's, `/compact`
+ * ThreadCompaction's, `/offload` ThreadOffload's, forks and merges ThreadLineage's.
  */
 import {
   Commands,
@@ -12,47 +14,32 @@ import {
   CreateThreadResult,
   ForkResult,
   InvalidRequest,
-  type Item,
   MergeResult,
   OffloadReport,
   type ProviderInstance,
-  ProviderError,
-  type ProviderErrorCode,
-  type NativeThread,
   type ProviderThread,
   type Run,
-  type RunAttempt,
   RunId,
   RunInProgress,
-  RunNotFound,
-  type RunFailureCode,
-  runFailureCodeOfProvider,
-  type RunStopPoint,
   SendResult,
   SwitchResult,
   terminalRunStatuses,
   type Thread,
   ThreadNotFound,
-  type ThreadId,
-  type TurnStartReport
+  type ThreadId
 } from "@baton/contracts"
-import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
-import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
+import { DateTime, Effect, Option, ParseResult, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
-import { RunLifecycle } from "./RunLifecycle.js"
+import { RunRecovery } from "./RunRecovery.js"
+import { TurnExecution } from "./TurnExecution.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
-import { OrchestratorConfig } from "./OrchestratorConfig.js"
-import * as UsageSanity from "./UsageSanity.js"
-import { ProviderCalibration } from "./ProviderCalibration.js"
-import { ProviderTurnStartService, type TurnStartPlan } from "./ProviderTurnStartService.js"
 import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
-import { TurnStream } from "./TurnStream.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import { defaultKeepTokens, ThreadOffload } from "./ThreadOffload.js"
 
@@ -76,15 +63,6 @@ const validateCommand = <A, I>(schema: Schema.Schema<A, I>, command: A) =>
     )
   )
 
-/** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
-const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
-
-/**
- * Context overflows one run recovers from before it fails: history deferred, then a replacement native thread, then
- * (the replacement was owed history) history deferred again. A fourth overflow means the prompt alone does not fit
- * an empty native thread; the prompt is never truncated, so the run fails.
- */
-const maxOverflowRetries = 3
 
 /** Closing open tool calls moved to TurnStream with the streaming record; re-exported under their old names. */
 export { closeOpenToolCalls, unansweredToolResultText } from "./TurnStream.js"
@@ -93,49 +71,24 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
   effect: Effect.gen(function*() {
     const uow = yield* UnitOfWork
     const driver = yield* DriverRegistry
-    const trust = yield* NativeThreadTrust
-    const lifecycle = yield* RunLifecycle
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
     const registry = yield* ProviderRegistry.ProviderRegistry
-    const counter = yield* TokenCounter.TokenCounter
-    const turnStart = yield* ProviderTurnStartService
     const delivery = yield* ContextHandoffDelivery
     const compaction = yield* ThreadCompaction
     const offloader = yield* ThreadOffload
     const itemLog = yield* ItemLog
     const lineage = yield* ThreadLineage
-    const calibration = yield* ProviderCalibration
-    const turnStream = yield* TurnStream
-    const config = yield* OrchestratorConfig
-    const interruptTimeout = Duration.millis(config.interruptTimeoutMillis)
+    const trust = yield* NativeThreadTrust
+    const turns = yield* TurnExecution
+    const recovery = yield* RunRecovery
 
-    /**
-     * Asks the provider to stop the turn on `native` and reads the native thread back to learn whether it read
-     * `runId`'s prompt. Each call is bounded by `interruptTimeoutMillis`. `answered`: the provider acknowledged the
-     * interrupt (when it did not, the native thread may still be running a turn Baton no longer follows); `read`:
-     * `"unknown"` when the adapter cannot read threads back or the read failed.
-     */
-    const stopAndReadBack = (adapter: ProviderAdapter.ProviderAdapterShape, native: NativeThread, runId: string) =>
-      Effect.gen(function*() {
-        const stopped = yield* adapter.interrupt(native.nativeRef).pipe(Effect.timeout(interruptTimeout), Effect.either)
-        let read: boolean | "unknown" = "unknown"
-        if (adapter.readThread !== undefined) {
-          const back = yield* adapter.readThread(native.nativeRef).pipe(Effect.timeout(interruptTimeout), Effect.option)
-          if (back._tag === "Some") read = back.value.runIds.includes(runId)
-        }
-        return { answered: stopped._tag === "Right", read }
-      })
-
-    /**
-     * Whether `runId` has provider output in the record (its turn streams items as they arrive): proof that the
-     * provider read its prompt. The prompt and the pointer turn start writes (`handoff_marker`) are Baton's own.
-     */
-    const hasOutput = (runId: Run["id"]) =>
-      Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
-
-    /** Stops trusting a native thread: the next turn start replaces it and owes the new one the whole history. */
-    const distrustNative = (threadId: ThreadId, native: NativeThread, reason: string) => trust.distrust(threadId, native, reason)
+    /** Drives a queued run to a terminal status (see TurnExecution). */
+    const processRun = turns.run
+    /** Interrupts a run (see RunRecovery). */
+    const interrupt = recovery.interrupt
+    /** Restart recovery: ends the unfinished runs of drivers that are gone (see RunRecovery). */
+    const recover = recovery.recover
 
     const getThread = (threadId: ThreadId) =>
       Effect.flatMap(store.getThread(threadId), Option.match({
@@ -302,434 +255,6 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
 
     /**
-     * Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending.
-     * `reason` is the one-line reason for people, `code` the same for code.
-     */
-    const finishRun = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string, code: RunFailureCode) =>
-      Effect.gen(function*() {
-        const current = yield* store.getRun(run.id)
-        if (current._tag === "Some" && terminalRunStatuses.includes(current.value.status)) return current.value
-        const now = yield* DateTime.now
-        const done: Run = { ...run, status, stopPoint, failureReason: reason, failureCode: code, updatedAt: now }
-        yield* lifecycle.update(current._tag === "Some" ? current.value : run, done)
-        yield* store.appendEvent({ threadId: run.threadId, type: status === "failed" ? "run.failed" : "run.interrupted", payload: {
-          runId: run.id,
-          stopPoint,
-          reason,
-          code
-        } })
-        return done
-      })
-
-    /** Drives a queued run through turn start and the provider turn to a terminal status. */
-    const processRun = Effect.fn("ThreadService.processRun")(function*(runId: Run["id"]) {
-      const found = yield* store.getRun(runId)
-      if (found._tag === "None") return yield* new RunNotFound({ runId })
-      let run = found.value
-      // The run's provider must be usable here; if not (e.g. a process configured without it), a queued run ends
-      // `failed` before the provider instead of staying `queued` and blocking the thread, and the error is returned.
-      const lookedUp = yield* Effect.either(Effect.gen(function*() {
-        const providerThread = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
-          onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${run.id} names a missing provider thread` })),
-          onSome: Effect.succeed
-        }))
-        return { providerThread, adapter: yield* registry.get(providerThread.providerInstance) }
-      }))
-      if (lookedUp._tag === "Left") {
-        if (run.status === "queued") {
-          yield* uow.thread(run.threadId, "ThreadService.failRun")(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`,
-            lookedUp.left._tag === "PersistenceError" ? "turn_start_failed" : "provider_missing"))
-        }
-        return yield* lookedUp.left
-      }
-      const providerThreadAtStart = lookedUp.right.providerThread
-      const providerThread = providerThreadAtStart
-      const adapter = lookedUp.right.adapter
-      const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
-        runId: run.id,
-        runSeq: run.seq,
-        status: run.status,
-        providerInstance: providerThread.providerInstance,
-        nativeGeneration: native?.generation ?? null,
-        usedTokens: native?.used ?? null,
-        window,
-        turnStart: report,
-        failureReason: run.failureReason,
-        failureCode: run.failureCode
-      })
-      if (run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
-
-      // Read and move to `starting` in one transaction: an interrupt written in between is never overwritten.
-      const claimed = yield* uow.thread(run.threadId, "ThreadService.claimRun")(Effect.gen(function*() {
-        const current = yield* store.getRun(runId)
-        if (current._tag === "None" || current.value.status !== "queued") return null
-        // Runs of a thread start in seq order, one at a time (across processes: this runs under the thread's lock).
-        const first = yield* store.findFirstUnfinishedRun(current.value.threadId)
-        if (first._tag === "Some" && first.value.id !== runId) return null
-        const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
-        yield* lifecycle.update(current.value, starting)
-        return starting
-      }))
-      if (claimed === null) {
-        run = Option.getOrElse(yield* store.getRun(runId), () => run)
-        return result(null, null, providerThread.contextWindow ?? 0)
-      }
-      run = claimed
-
-      /**
-       * One attempt at the turn. A native thread the provider no longer has (`thread_not_found`) is marked replaced
-       * and the turn is attempted once more on a replacement, which is owed the whole history: the run does not fail
-       * because the provider lost its session. A context overflow is retried too (see `overflowRecovery`).
-       */
-      const retries = { lost: 0, overflow: 0 }
-
-      /**
-       * Recovery from a context overflow (`ProviderError` code `overflow`: the provider rejected the request before
-       * reading it). No run fails because history does not fit (invariant 1): the attempt's inline deliveries go
-       * back to `deferred`, and the turn is attempted again with the prompt unchanged.
-       * - If the attempt carried history (inline, injected or a pointer), the native thread is recorded as full
-       *   (`usedTokens` = the budget window): the next budget is 0, everything owed is deferred and the prompt goes
-       *   alone. The next usage report (or `/compact`) corrects the figure.
-       * - If the prompt went alone, the native thread itself is full: it is no longer trusted and the retry starts
-       *   a replacement, owed the whole history under a fresh budget.
-       * Returns `false` (nothing written) when a user interrupt ended the run meanwhile: it is not retried.
-       */
-      const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
-        uow.thread(run.threadId, "ThreadService.overflowRecovery")(Effect.gen(function*() {
-          const current = yield* store.getRun(run.id)
-          if (current._tag === "Some" && current.value.status === "interrupted") return false
-          const now = yield* DateTime.now
-          const carriedHistory = plan.inlineHistory !== null || plan.report.mode === "injected"
-          yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
-          yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
-          const window = plan.report.budget.window
-          if (carriedHistory) {
-            const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
-            yield* store.updateNativeThread({
-              ...native,
-              usage: { usedTokens: window, maxTokens: window },
-              estimatedTokens: Math.max(native.estimatedTokens, window),
-              updatedAt: now
-            })
-          } else {
-            yield* distrustNative(run.threadId, plan.native, "context overflow with the prompt alone: the native thread is full")
-          }
-          yield* store.appendEvent({ threadId: run.threadId, type: "context.overflowed", payload: {
-            runId: run.id,
-            nativeThreadId: plan.native.id,
-            attempt: attempt.attempt,
-            recovery: carriedHistory ? "defer_history" : "replace_native_thread",
-            window
-          } })
-          const again: Run = { ...run, status: "starting", nativeThreadId: null, updatedAt: now }
-          yield* store.updateRun(again)
-          run = again
-          retries.overflow++
-          return true
-        }))
-      /**
-       * Late output: the turn ran on a native thread that has since been replaced (an interrupt it never answered, a
-       * timeout), or the user has moved to another provider meanwhile. Every provider thread that already holds or is
-       * owed this run (its watermark is past it) but cannot have seen this output is owed it: the items of `items`
-       * that no handoff toward it carries yet (items stream in, so a handoff built meanwhile may carry the first ones).
-       * `nativeStatus`, `fresh` and `before` are the native thread's status, the provider thread and the run as the
-       * caller's unit of work found them before writing the turn's outcome.
-       */
-      const handOverLateOutput = (
-        plan: TurnStartPlan,
-        items: ReadonlyArray<Item>,
-        nativeStatus: NativeThread["status"],
-        fresh: Option.Option<ProviderThread>,
-        before: Option.Option<Run>
-      ) =>
-        Effect.gen(function*() {
-          const endedMeanwhile = nativeStatus !== "active" ||
-            (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
-            (before._tag === "Some" && terminalRunStatuses.includes(before.value.status))
-          if (items.length === 0 || !endedMeanwhile) return
-          for (const other of yield* store.listProviderThreads(run.threadId)) {
-            const own = other.id === plan.providerThread.id
-            const sawIt = own && nativeStatus === "active" && other.activeNativeThreadId === plan.native.id
-            const pastRun = own ? (fresh._tag === "Some" ? fresh.value.syncedRunSeq : 0) >= run.seq || !sawIt : other.syncedRunSeq >= run.seq
-            if (sawIt || !pastRun) continue
-            const target = own && fresh._tag === "Some" ? fresh.value : other
-            const carried = new Set((yield* store.listHandoffsTo(target.id)).flatMap((h) => h.itemIds))
-            const late = items.filter((i) => !carried.has(i.id))
-            if (late.length > 0) yield* delivery.createHandoff(run.threadId, "missed_run", target, [run], late, { lateOutputOf: run.id })
-          }
-        })
-
-      const attemptTurn = () => Effect.gen(function*() {
-        const providerThread = yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
-        const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
-          Effect.either
-        )
-        if (prepared._tag === "Left") {
-          const failed = prepared.left
-          const code = failed._tag === "ProviderError" ? runFailureCodeOfProvider(failed.code) : "turn_start_failed"
-          run = yield* finishRun(run, "failed", "before_provider", failed.message, code)
-          return result(null, null, providerThread.contextWindow ?? 0)
-        }
-        const plan = prepared.right
-        const window = plan.report.budget.window
-        if (plan.report.injectionError !== null) {
-          run = yield* finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`, "injection_unconfirmed")
-          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-        }
-
-        // One transaction: the attempt, the interrupt check and the move to `running`.
-        const queuedRun = run
-        const begun = yield* uow.thread(queuedRun.threadId, "ThreadService.beginAttempt")(Effect.gen(function*() {
-          const attemptNo = (yield* store.listAttempts(queuedRun.id)).length + 1
-          const startedAt = yield* DateTime.now
-          const attempt = {
-            id: ids.next("att") as RunAttempt["id"],
-            runId: queuedRun.id,
-            attempt: attemptNo,
-            nativeThreadId: plan.native.id,
-            status: "running" as const,
-            error: null,
-            createdAt: startedAt,
-            updatedAt: startedAt
-          }
-          // Re-read: an interrupt that arrived while history was prepared stops the run before the provider starts.
-          const current = yield* store.getRun(queuedRun.id)
-          if (current._tag === "Some" && current.value.status === "interrupted") {
-            yield* delivery.revertToDeferred(queuedRun.threadId, plan.inlineDeliveries, "run interrupted before the provider started")
-            yield* store.insertAttempt({ ...attempt, status: "interrupted", error: "interrupted before start" })
-            return { interrupted: current.value, attempt } as const
-          }
-          yield* store.insertAttempt(attempt)
-          const running: Run = { ...queuedRun, status: "running", nativeThreadId: plan.native.id, updatedAt: startedAt }
-          yield* store.updateRun(running)
-          yield* store.appendEvent({ threadId: queuedRun.threadId, type: "run.started", payload: { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attemptNo } })
-          return { interrupted: null, running, attempt } as const
-        }))
-        if (begun.interrupted !== null) {
-          run = begun.interrupted
-          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-        }
-        run = begun.running
-        const attempt = begun.attempt
-
-        // The turn streams: its items are recorded as they arrive (TurnStream), its outcome below once the stream
-        // ends. A provider turn that never ends must not leave the run `running`: Baton stops waiting after
-        // `turnTimeoutMillis` and handles it like a provider-reported timeout.
-        const output = turnStream.output(run, plan.native, plan.inlineDeliveries)
-        const outcome = yield* output.consume(adapter.startTurn({
-          nativeRef: plan.native.nativeRef,
-          runId: run.id,
-          prompt: run.prompt,
-          inlineHistory: plan.inlineHistory
-        })).pipe(
-          Effect.timeoutFail({
-            duration: Duration.millis(config.turnTimeoutMillis),
-            onTimeout: () =>
-              new ProviderError({
-                provider: adapter.instance,
-                operation: "startTurn",
-                code: "timeout",
-                reason: `no answer within ${config.turnTimeoutMillis} ms (turn timeout)`,
-                retryable: true
-              })
-          }),
-          Effect.either
-        )
-
-        /** Never leaves a run `running`: the provider read the prompt, but (some of) its output could not be recorded. */
-        const outputNotRecorded = (failure: { readonly message: string }) =>
-          Effect.gen(function*() {
-            const reason = `provider output could not be recorded: ${failure.message}`
-            const startedRun = run
-            run = yield* uow.thread(startedRun.threadId, "ThreadService.outputNotRecorded")(Effect.gen(function*() {
-              yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
-              return yield* finishRun(startedRun, "failed", "after_provider", reason, "output_not_recorded")
-            }))
-            return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-          })
-
-        if (outcome._tag === "Left" && outcome.left._tag !== "ProviderError") return yield* outputNotRecorded(outcome.left)
-        if (outcome._tag === "Left" && outcome.left._tag === "ProviderError") {
-          const error = outcome.left
-          // Output before the failure (a mid-stream failure) proves the provider read the prompt: the items stay
-          // recorded, the turn is not retried (a retry would produce them twice) and the run ends after the provider.
-          const arrived = output.arrived > 0
-          if (!arrived && error.code === "overflow" && retries.overflow < maxOverflowRetries) {
-            const retried = yield* overflowRecovery(plan, attempt, error)
-            if (retried) return "retry" as const
-          }
-          if (!arrived && error.code === "thread_not_found" && retries.lost === 0) {
-            retries.lost++
-            const lostRun = run
-            run = yield* uow.thread(lostRun.threadId, "ThreadService.lostNativeThread")(Effect.gen(function*() {
-              const now = yield* DateTime.now
-              yield* delivery.revertToDeferred(lostRun.threadId, plan.inlineDeliveries, "the provider lost the native thread")
-              yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
-              yield* store.updateNativeThread({ ...plan.native, status: "replaced", updatedAt: now })
-              yield* store.appendEvent({ threadId: lostRun.threadId, type: "native_thread.replaced", payload: {
-                nativeThreadId: plan.native.id,
-                reason: "the provider no longer has it"
-              } })
-              const again: Run = { ...lostRun, status: "starting", nativeThreadId: null, updatedAt: now }
-              yield* store.updateRun(again)
-              return again
-            }))
-            return "retry" as const
-          }
-          // A timeout leaves it unknown whether the provider read the prompt: stop the turn and read the native
-          // thread back. Where that cannot tell, or the provider does not acknowledge the interrupt (it may still be
-          // running the turn), the native thread is no longer trusted.
-          let read: boolean | "unknown" = arrived || !promptNotReadCodes.has(error.code)
-          let untrustedReason: string | null = null
-          if (error.code === "timeout") {
-            const probe = yield* stopAndReadBack(adapter, plan.native, run.id)
-            read = arrived || probe.read
-            if (!probe.answered) untrustedReason = "turn timed out and the provider did not acknowledge the interrupt"
-            else if (read === "unknown") untrustedReason = "turn timed out: cannot tell whether the provider read the prompt"
-          }
-          const notRead = read !== true
-          const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
-          const finished = Effect.gen(function*() {
-            // As found before this outcome is written (see `handOverLateOutput`).
-            const before = yield* store.getRun(run.id)
-            const nativeBefore = yield* store.getNativeThread(plan.native.id)
-            if (read === false) {
-              yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, `turn did not start: ${error.code}`)
-            } else if (read === true && (error.code === "timeout" || arrived)) {
-              yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
-            }
-            // (Unknown: the inline deliveries stay `pending`; the replacement supersedes them.)
-            if (arrived) {
-              // What the stream held back (an open tool unit, a possible replay) is recorded now, its calls closed.
-              const items = yield* output.flush(error.code === "interrupted")
-              const fresh = yield* store.getProviderThread(plan.providerThread.id)
-              yield* handOverLateOutput(plan, items, nativeBefore._tag === "Some" ? nativeBefore.value.status : plan.native.status, fresh, before)
-              if (error.code === "overflow") {
-                // The native thread reached its window while producing: recorded as full, so the next turn start
-                // defers owed history (and the next usage report or `/compact` corrects the figure).
-                const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
-                const full = plan.report.budget.window
-                yield* store.updateNativeThread({
-                  ...native,
-                  usage: { usedTokens: full, maxTokens: full },
-                  estimatedTokens: Math.max(native.estimatedTokens, full),
-                  updatedAt: yield* DateTime.now
-                })
-              }
-            }
-            if (untrustedReason !== null) yield* distrustNative(run.threadId, plan.native, untrustedReason)
-            yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: yield* DateTime.now })
-            // A user interrupt that arrived meanwhile stays; only where the run stopped is corrected.
-            const current = yield* store.getRun(run.id)
-            if (current._tag === "Some" && current.value.status === "interrupted") {
-              const kept: Run = {
-                ...current.value,
-                stopPoint: notRead ? "before_provider" : current.value.stopPoint,
-                nativeThreadId: notRead ? null : current.value.nativeThreadId
-              }
-              yield* store.updateRun(kept)
-              return kept
-            }
-            return yield* finishRun(
-              { ...run, nativeThreadId: notRead ? null : run.nativeThreadId },
-              status,
-              notRead ? "before_provider" : "after_provider",
-              error.message,
-              runFailureCodeOfProvider(error.code)
-            )
-          })
-          run = yield* uow.thread(run.threadId, "ThreadService.turnFailed")(finished)
-          return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
-        }
-
-        const completed = Effect.gen(function*() {
-          yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
-          // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
-          const before = yield* store.getRun(run.id)
-          const interrupted = output.interrupted || (before._tag === "Some" && before.value.status === "interrupted")
-          // Most items are recorded already (as they arrived); what the stream still holds is recorded now: a
-          // possible replay of a resumed native thread is skipped, the tool calls the turn left open are closed.
-          const items = yield* output.flush(interrupted)
-          const now = yield* DateTime.now
-          const inlineTokens = plan.inlineTokens
-          const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
-          // Usage sanity: a report above the window is impossible and not trusted; a missing report is not replaced
-          // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
-          const { usage: checked, anomaly } = UsageSanity.check(output.usage, plan.providerThread.contextWindow, config.budget.defaultWindow)
-          const trusted = checked !== null
-          // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
-          const nativeNow = yield* store.getNativeThread(plan.native.id)
-          // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
-          // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
-          const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
-            base: plan.sampleBase,
-            reportedUsedTokens: checked?.usedTokens ?? null,
-            estimatedTokens: plan.requestTokens + inlineTokens + items.reduce((n, i) => n + counter.count(i.text), 0)
-          })
-          const native = {
-            ...plan.native,
-            status: nativeNow._tag === "Some" ? nativeNow.value.status : plan.native.status,
-            usage: checked,
-            // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales
-            // the estimate back by the ratio when no trusted report exists).
-            estimatedTokens: checked !== null
-              ? Calibration.toRaw(learned.ratio, checked.usedTokens)
-              : plan.native.estimatedTokens + sent,
-            updatedAt: now
-          }
-          yield* store.updateNativeThread(native)
-          if (output.usage !== null) {
-            yield* store.appendEvent({ threadId: run.threadId, type: "usage.reported", payload: {
-              nativeThreadId: native.id,
-              usage: anomaly === null ? output.usage : JSON.parse(JSON.stringify(output.usage)),
-              trusted,
-              ...(anomaly === null ? {} : { anomaly, estimateUsed: native.estimatedTokens })
-            } })
-            if (anomaly !== null) {
-              yield* Effect.logWarning(`untrusted usage report on ${native.id}: ${anomaly}; using the estimate ${native.estimatedTokens}`)
-            }
-          }
-          const fresh = yield* store.getProviderThread(plan.providerThread.id)
-          if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
-            yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
-          }
-          yield* handOverLateOutput(plan, items, native.status, fresh, before)
-          yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
-          // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
-          const current = yield* store.getRun(run.id)
-          if (current._tag === "Some" && current.value.status === "interrupted") {
-            // The provider did read the prompt (the turn completed): record that, whatever the interrupt assumed.
-            const kept: Run = { ...current.value, stopPoint: "after_provider", nativeThreadId: plan.native.id, updatedAt: now }
-            yield* store.updateRun(kept)
-            return { done: kept, native }
-          }
-          if (output.interrupted) {
-            // The provider stopped at an interrupt before the user's interrupt command recorded it (or one from
-            // elsewhere): the run ends interrupted, after the provider read the prompt.
-            const ended = yield* finishRun({ ...run, nativeThreadId: plan.native.id }, "interrupted", "after_provider", "interrupted by the user during the provider turn", "interrupted_by_user")
-            return { done: ended, native }
-          }
-          const done: Run = { ...run, status: "completed", updatedAt: now }
-          yield* store.updateRun(done)
-          yield* store.appendEvent({ threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } })
-          return { done, native }
-        })
-        const recorded = yield* Effect.either(uow.thread(run.threadId, "ThreadService.turnCompleted")(completed))
-        if (recorded._tag === "Left") return yield* outputNotRecorded(recorded.left)
-        const { done, native } = recorded.right
-        run = done
-        return result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window)
-      })
-
-      // At most one retry for a lost native thread and `maxOverflowRetries` for overflows.
-      for (let i = 0; i <= 1 + maxOverflowRetries; i++) {
-        const attempted = yield* attemptTurn()
-        if (attempted !== "retry") return attempted
-      }
-      return yield* Effect.dieMessage("unreachable: more attempts than the retry bounds allow")
-    })
-
-    /**
      * Sends a user message: queues a run and drives it to a terminal status. The prompt reaches the provider
      * byte-identical whatever happens to owed history. Fails with `ThreadNotFound`, `RunInProgress`,
      * `InvalidRequest`; provider faults end the run as `failed`/`interrupted` (they do not fail the command).
@@ -765,140 +290,6 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         }
         return yield* queueRun(command, options.queueBehind === true)
       })
-
-    /**
-     * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
-     * is interrupted at the provider. A terminal run is left as it is. Fails with `RunNotFound`.
-     */
-    const interrupt = Effect.fn("ThreadService.interrupt")(function*(command: Commands.InterruptRun) {
-      const found = yield* store.getRun(command.runId)
-      if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
-      const run = found.value
-      if (run.status === "queued" || run.status === "starting") {
-        return yield* uow.thread(run.threadId, "ThreadService.interrupt")(
-          finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started", "interrupted_by_user")
-        )
-      }
-      if (run.status === "running") {
-        // `running` is written just before the provider call: read the native thread back, where the adapter can,
-        // to record whether the provider read the prompt (a turn that starts after this is corrected on completion).
-        // Where it cannot be told, the native thread is no longer trusted: the next turn start replaces it and owes
-        // it the whole history, so the prompt is neither lost nor delivered twice.
-        // A provider that does not acknowledge the interrupt within `interruptTimeoutMillis` may still be running the
-        // turn: the run ends `interrupted` anyway (the thread accepts the next message) and that native thread is no
-        // longer trusted either.
-        let read: boolean | "unknown" = "unknown"
-        let untrusted: { readonly native: NativeThread; readonly reason: string } | null = null
-        const providerThread = yield* store.getProviderThread(run.providerThreadId)
-        if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
-          const adapter = yield* registry.get(providerThread.value.providerInstance)
-          const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
-          if (native !== null) {
-            const probe = yield* stopAndReadBack(adapter, native, run.id)
-            // Output the turn already recorded proves the provider read the prompt, whatever the read-back says.
-            read = (yield* hasOutput(run.id)) || probe.read
-            if (!probe.answered) {
-              untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
-            } else if (probe.read === "unknown") {
-              untrusted = { native, reason: "interrupted mid-turn: cannot tell whether the provider read the prompt" }
-            }
-          }
-        }
-        return yield* uow.thread(run.threadId, "ThreadService.interrupt")(Effect.gen(function*() {
-          if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
-          // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
-          const now = yield* DateTime.now
-          for (const a of yield* store.listAttempts(run.id)) {
-            if (a.status === "running" || a.status === "starting") {
-              yield* store.updateAttempt({ ...a, status: "interrupted", error: "interrupted by the user", updatedAt: now })
-            }
-          }
-          return yield* finishRun(
-            read === true ? run : { ...run, nativeThreadId: null },
-            "interrupted",
-            read === true ? "after_provider" : "before_provider",
-            "interrupted by the user",
-            "interrupted_by_user"
-          )
-        }))
-      }
-      return run
-    })
-
-    /**
-     * Restart recovery: ends every run a crashed process left unfinished, so each thread accepts new messages and
-     * the next turn start reconciles what the provider may hold. A run that never reached the provider
-     * (`queued`/`starting`) ends `interrupted` before the provider (a missed run, recovered at the next turn
-     * start); a `running` run ends `interrupted` after the provider: the provider read its prompt, and whatever it
-     * produced after the last durable write is not recorded (never replayed into the record from the provider).
-     * Returns the runs it ended.
-     */
-    const recover = Effect.fn("ThreadService.recover")(function*() {
-      const unfinished = yield* store.listUnfinishedRuns()
-      const openAttempts = yield* store.listOpenAttempts()
-      const candidates = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))
-      for (const a of openAttempts) {
-        if (!candidates.has(a.runId)) {
-          const r = yield* store.getRun(a.runId)
-          if (r._tag === "Some") candidates.set(a.runId, r.value)
-        }
-      }
-      // Only the runs of drivers that are gone: another process on the same database (or this incarnation) may be
-      // driving the others right now.
-      const owners = yield* store.runDrivers([...candidates.values()].map((r) => r.id))
-      const alive = yield* driver.aliveAmong([...owners.values()])
-      const toCheck = new Map([...candidates].filter(([id]) => {
-        const owner = owners.get(id) ?? null
-        return owner === null || !alive.has(owner)
-      }))
-      const ended: Array<Run> = []
-      for (const run of toCheck.values()) {
-        // An attempt without a recorded outcome (`running` is written just before the provider call) leaves it
-        // unknown whether the provider read the prompt: read the native thread back; if that is impossible, stop
-        // trusting the native thread (the next turn start replaces it and owes it the whole history, this prompt
-        // included). A run still queued or starting never reached the provider.
-        const attempt = openAttempts.filter((a) => a.runId === run.id).at(-1) ?? null
-        const nativeId = attempt?.nativeThreadId ?? run.nativeThreadId
-        let read: boolean | "unknown" = false
-        let native: NativeThread | null = null
-        if (attempt !== null && nativeId !== null) {
-          native = Option.getOrNull(yield* store.getNativeThread(nativeId))
-          const providerThread = Option.getOrNull(yield* store.getProviderThread(run.providerThreadId))
-          const adapter = providerThread === null ? null : Option.getOrNull(yield* Effect.option(registry.get(providerThread.providerInstance)))
-          const back = native === null || adapter?.readThread === undefined
-            ? null
-            : yield* Effect.option(adapter.readThread(native.nativeRef))
-          // Output the turn recorded before the crash proves the provider read the prompt.
-          read = (yield* hasOutput(run.id)) || (back === null || back._tag === "None" ? "unknown" : back.value.runIds.includes(run.id))
-        }
-        const untrusted = read === "unknown" ? native : null
-        const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"
-        const nativeThreadId = read === true ? nativeId : null
-        ended.push(yield* uow.thread(run.threadId, "ThreadService.recover")(Effect.gen(function*() {
-          const now = yield* DateTime.now
-          if (untrusted !== null) {
-            yield* distrustNative(run.threadId, untrusted, "restart: cannot tell whether the provider read an unfinished run")
-          }
-          if (attempt !== null) {
-            yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "process restarted", updatedAt: now })
-          }
-          if (terminalRunStatuses.includes(run.status)) {
-            // Already ended (e.g. by an interrupt) but its turn's outcome was never recorded: correct where it stopped.
-            const corrected: Run = { ...run, stopPoint, nativeThreadId, updatedAt: now }
-            yield* lifecycle.update(run, corrected)
-            return corrected
-          }
-          return yield* finishRun(
-            { ...run, nativeThreadId },
-            "interrupted",
-            stopPoint,
-            read === true ? "process restarted during the provider turn" : "process restarted before the provider started",
-            "process_restarted"
-          )
-        })))
-      }
-      return ended
-    })
 
     /**
      * Forks a thread (see `Commands.ForkThread` and ThreadLineage): a new thread on the requested provider (default:
@@ -1015,7 +406,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
                 : yield* store.getNativeThread(providerThread.activeNativeThreadId)
               const report = notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`)
               yield* uow.thread(thread.id, "ThreadService.compactLost")(Effect.gen(function*() {
-                if (native._tag === "Some") yield* distrustNative(thread.id, native.value, "the provider no longer has it")
+                if (native._tag === "Some") yield* trust.distrust(thread.id, native.value, "the provider no longer has it")
                 yield* CommandReceipts.write(store, receiptKey, CompactReport, report)
               }))
               return report

@@ -1,0 +1,166 @@
+/**
+ * RunRecovery: ends runs that cannot go on by themselves — a user's interrupt (a run not yet started ends before the
+ * provider, a running run is stopped at the provider and read back) and restart recovery (the runs of drivers that
+ * are gone). Where it cannot be told whether the provider read a prompt, the native thread is no longer trusted, so
+ * the prompt is neither lost nor delivered twice.
+ *
+ * It does not run turns (TurnExecution) or decide when to recover (the run driver and the CLI's write commands do).
+ */
+import { type Commands, type NativeThread, type Run, type RunStopPoint, RunNotFound, terminalRunStatuses } from "@baton/contracts"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
+import { ProviderRegistry } from "@baton/providers"
+import { DateTime, Effect, Option } from "effect"
+import { DriverRegistry } from "./DriverRegistry.js"
+import { NativeThreadTrust } from "./NativeThreadTrust.js"
+import { RunLifecycle } from "./RunLifecycle.js"
+
+export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestration/RunRecovery", {
+  effect: Effect.gen(function*() {
+    const uow = yield* UnitOfWork
+    const driver = yield* DriverRegistry
+    const trust = yield* NativeThreadTrust
+    const lifecycle = yield* RunLifecycle
+    const store = yield* ThreadStore
+    const registry = yield* ProviderRegistry.ProviderRegistry
+    const finishRun = lifecycle.finish
+    const stopAndReadBack = trust.probe
+    const distrustNative = trust.distrust
+    const hasOutput = lifecycle.hasOutput
+
+    /**
+     * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
+     * is interrupted at the provider. A terminal run is left as it is. Fails with `RunNotFound`.
+     */
+    const interrupt = Effect.fn("RunRecovery.interrupt")(function*(command: Commands.InterruptRun) {
+      const found = yield* store.getRun(command.runId)
+      if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
+      const run = found.value
+      if (run.status === "queued" || run.status === "starting") {
+        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(
+          finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started", "interrupted_by_user")
+        )
+      }
+      if (run.status === "running") {
+        // `running` is written just before the provider call: read the native thread back, where the adapter can,
+        // to record whether the provider read the prompt (a turn that starts after this is corrected on completion).
+        // Where it cannot be told, the native thread is no longer trusted: the next turn start replaces it and owes
+        // it the whole history, so the prompt is neither lost nor delivered twice.
+        // A provider that does not acknowledge the interrupt within `interruptTimeoutMillis` may still be running the
+        // turn: the run ends `interrupted` anyway (the thread accepts the next message) and that native thread is no
+        // longer trusted either.
+        let read: boolean | "unknown" = "unknown"
+        let untrusted: { readonly native: NativeThread; readonly reason: string } | null = null
+        const providerThread = yield* store.getProviderThread(run.providerThreadId)
+        if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
+          const adapter = yield* registry.get(providerThread.value.providerInstance)
+          const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
+          if (native !== null) {
+            const probe = yield* stopAndReadBack(adapter, native, run.id)
+            // Output the turn already recorded proves the provider read the prompt, whatever the read-back says.
+            read = (yield* hasOutput(run.id)) || probe.read
+            if (!probe.answered) {
+              untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
+            } else if (probe.read === "unknown") {
+              untrusted = { native, reason: "interrupted mid-turn: cannot tell whether the provider read the prompt" }
+            }
+          }
+        }
+        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(Effect.gen(function*() {
+          if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
+          // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
+          const now = yield* DateTime.now
+          for (const a of yield* store.listAttempts(run.id)) {
+            if (a.status === "running" || a.status === "starting") {
+              yield* store.updateAttempt({ ...a, status: "interrupted", error: "interrupted by the user", updatedAt: now })
+            }
+          }
+          return yield* finishRun(
+            read === true ? run : { ...run, nativeThreadId: null },
+            "interrupted",
+            read === true ? "after_provider" : "before_provider",
+            "interrupted by the user",
+            "interrupted_by_user"
+          )
+        }))
+      }
+      return run
+    })
+
+    /**
+     * Restart recovery: ends every run a crashed process left unfinished, so each thread accepts new messages and
+     * the next turn start reconciles what the provider may hold. A run that never reached the provider
+     * (`queued`/`starting`) ends `interrupted` before the provider (a missed run, recovered at the next turn
+     * start); a `running` run ends `interrupted` after the provider: the provider read its prompt, and whatever it
+     * produced after the last durable write is not recorded (never replayed into the record from the provider).
+     * Returns the runs it ended.
+     */
+    const recover = Effect.fn("RunRecovery.recover")(function*() {
+      const unfinished = yield* store.listUnfinishedRuns()
+      const openAttempts = yield* store.listOpenAttempts()
+      const candidates = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))
+      for (const a of openAttempts) {
+        if (!candidates.has(a.runId)) {
+          const r = yield* store.getRun(a.runId)
+          if (r._tag === "Some") candidates.set(a.runId, r.value)
+        }
+      }
+      // Only the runs of drivers that are gone: another process on the same database (or this incarnation) may be
+      // driving the others right now.
+      const owners = yield* store.runDrivers([...candidates.values()].map((r) => r.id))
+      const alive = yield* driver.aliveAmong([...owners.values()])
+      const toCheck = new Map([...candidates].filter(([id]) => {
+        const owner = owners.get(id) ?? null
+        return owner === null || !alive.has(owner)
+      }))
+      const ended: Array<Run> = []
+      for (const run of toCheck.values()) {
+        // An attempt without a recorded outcome (`running` is written just before the provider call) leaves it
+        // unknown whether the provider read the prompt: read the native thread back; if that is impossible, stop
+        // trusting the native thread (the next turn start replaces it and owes it the whole history, this prompt
+        // included). A run still queued or starting never reached the provider.
+        const attempt = openAttempts.filter((a) => a.runId === run.id).at(-1) ?? null
+        const nativeId = attempt?.nativeThreadId ?? run.nativeThreadId
+        let read: boolean | "unknown" = false
+        let native: NativeThread | null = null
+        if (attempt !== null && nativeId !== null) {
+          native = Option.getOrNull(yield* store.getNativeThread(nativeId))
+          const providerThread = Option.getOrNull(yield* store.getProviderThread(run.providerThreadId))
+          const adapter = providerThread === null ? null : Option.getOrNull(yield* Effect.option(registry.get(providerThread.providerInstance)))
+          const back = native === null || adapter?.readThread === undefined
+            ? null
+            : yield* Effect.option(adapter.readThread(native.nativeRef))
+          // Output the turn recorded before the crash proves the provider read the prompt.
+          read = (yield* hasOutput(run.id)) || (back === null || back._tag === "None" ? "unknown" : back.value.runIds.includes(run.id))
+        }
+        const untrusted = read === "unknown" ? native : null
+        const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"
+        const nativeThreadId = read === true ? nativeId : null
+        ended.push(yield* uow.thread(run.threadId, "RunRecovery.recover")(Effect.gen(function*() {
+          const now = yield* DateTime.now
+          if (untrusted !== null) {
+            yield* distrustNative(run.threadId, untrusted, "restart: cannot tell whether the provider read an unfinished run")
+          }
+          if (attempt !== null) {
+            yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "process restarted", updatedAt: now })
+          }
+          if (terminalRunStatuses.includes(run.status)) {
+            // Already ended (e.g. by an interrupt) but its turn's outcome was never recorded: correct where it stopped.
+            const corrected: Run = { ...run, stopPoint, nativeThreadId, updatedAt: now }
+            yield* lifecycle.update(run, corrected)
+            return corrected
+          }
+          return yield* finishRun(
+            { ...run, nativeThreadId },
+            "interrupted",
+            stopPoint,
+            read === true ? "process restarted during the provider turn" : "process restarted before the provider started",
+            "process_restarted"
+          )
+        })))
+      }
+      return ended
+    })
+
+    return { interrupt, recover }
+  })
+}) {}
