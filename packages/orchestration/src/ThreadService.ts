@@ -415,6 +415,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         if (first._tag === "Some" && first.value.id !== runId) return null
         const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
         yield* store.updateRun(starting)
+        // From here the run is this driver's: recovery elsewhere reconciles it only once this driver is gone.
+        yield* store.setRunDriver(runId, driver.driverId)
         return starting
       }))
       if (claimed === null) {
