@@ -1,9 +1,9 @@
 /**
  * DriverRegistry: this orchestrator incarnation as a run driver on the shared database. Each incarnation (a process,
  * or a restart of the orchestrator within one) registers a `drivers` row with its host, pid and heartbeat when its
- * Layer is built, and marks it stopped when the Layer is released. Runs record the driver that accepted them, and
- * native threads the driver holding their provider session, so two processes on one database agree on who owns
- * what without any process-local set.
+ * Layer is built, and marks it stopped when the Layer is released. Runs record the driver that accepted them, then
+ * the driver that claimed them to run, and native threads the driver holding their provider session, so two
+ * processes on one database agree on who owns what without any process-local set.
  *
  * Liveness of another driver (`isAlive`), in order:
  * - an incarnation of this process still running (its Layer not released) is alive;

@@ -7,7 +7,8 @@
  *   worker. One worker fiber per thread with queued runs; it claims the next run under the thread's lock
  *   (ThreadService.processRun: a run starts only when every earlier run of its thread has ended), so across
  *   processes on one database a thread's runs still run in seq order, one at a time. A run ahead that another
- *   process is driving is waited for (polled, 25 ms doubling to 1 s).
+ *   process is driving is waited for (polled, 25 ms doubling to 1 s); if that driver is gone, its runs are
+ *   reconciled (ThreadService.recover) and the thread goes on.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
  *   run's outcome is already recorded and the thread takes the next run.
@@ -21,6 +22,7 @@
 import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { type SendResult, ThreadService } from "./ThreadService.js"
 
@@ -51,6 +53,7 @@ const backoff = (pause: number) => Math.min(1_000, pause * 2)
 export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration/RunDriver", {
   scoped: Effect.gen(function*() {
     const threads = yield* ThreadService
+    const registry = yield* DriverRegistry
     const store = yield* ThreadStore
     const config = yield* OrchestratorConfig
     const scope = yield* Effect.scope
@@ -58,17 +61,26 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const again = new Set<string>()
     const inFlight = new Map<string, Fiber.RuntimeFiber<SendResult, unknown>>()
     /** Callers waiting for a run this process may drive: its result (rich turn-start report) or its failure. */
-    const waiting = new Map<string, { readonly threadId: string; readonly deferred: Deferred.Deferred<SendResult, unknown> }>()
+    const waiting = new Map<string, { readonly threadId: string; readonly runSeq: number; readonly deferred: Deferred.Deferred<SendResult, unknown> }>()
     let stopping = false
     const mutex = yield* Effect.makeSemaphore(1)
 
-    /** Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), polling. */
+    /**
+     * Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), polling. If the
+     * driver driving it is gone (a crash, or a process that stopped mid-run), its runs are reconciled here
+     * (ThreadService.recover) instead of being waited for until some process restarts.
+     */
     const waitWhileFirst = (threadId: ThreadId, runId: RunId) =>
       Effect.gen(function*() {
         let pause = 25
         while (!stopping) {
           const first = yield* store.findFirstUnfinishedRun(threadId)
           if (first._tag === "None" || first.value.id !== runId) return
+          const owner = (yield* store.runDrivers([runId])).get(runId) ?? null
+          if (!(yield* registry.aliveAmong([owner])).has(owner ?? "")) {
+            yield* threads.recover().pipe(Effect.catchAllCause((cause) => Effect.logWarning(`reconciling run ${runId} of a gone driver failed`, cause)))
+            continue
+          }
           yield* Effect.sleep(Duration.millis(pause))
           pause = backoff(pause)
         }
@@ -97,11 +109,29 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         return w === undefined ? Effect.void : Effect.asVoid(Deferred.done(w.deferred, exit))
       })
 
+    /**
+     * Settles the callers waiting for runs of `threadId` that ended without this process driving them (another
+     * process did): every run before `firstUnfinishedSeq` (all of them when `null`) has ended, in seq order.
+     */
+    const settleEndedElsewhere = (threadId: ThreadId, firstUnfinishedSeq: number | null) =>
+      Effect.gen(function*() {
+        for (const [runId, w] of [...waiting]) {
+          if (w.threadId !== threadId || inFlight.has(runId) || (firstUnfinishedSeq !== null && w.runSeq >= firstUnfinishedSeq)) continue
+          if (yield* Deferred.isDone(w.deferred)) continue
+          const found = yield* store.getRun(runId as RunId)
+          if (found._tag === "Some" && terminalRunStatuses.includes(found.value.status)) {
+            yield* Deferred.succeed(w.deferred, yield* recorded(found.value))
+          }
+        }
+      })
+
     /** Drives the thread's queued runs until none is left. */
     const work = (threadId: ThreadId): Effect.Effect<void> =>
       Effect.gen(function*() {
         while (!stopping) {
           const first = yield* store.findFirstUnfinishedRun(threadId)
+          // A caller waiting here for a run another process drove is answered once the run has ended.
+          yield* settleEndedElsewhere(threadId, first._tag === "None" ? null : first.value.seq)
           if (first._tag === "None") {
             const done = yield* mutex.withPermits(1)(Effect.sync(() => {
               if (again.delete(threadId)) return false
@@ -180,12 +210,12 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         return yield* recorded(ended.value)
       }).pipe(Effect.ensuring(Effect.sync(() => waiting.delete(runId))))
 
-    const register = (runId: string, threadId: string) =>
+    const register = (runId: string, threadId: string, runSeq: number) =>
       Effect.gen(function*() {
         const existing = waiting.get(runId)
         if (existing !== undefined) return existing.deferred
         const deferred = yield* Deferred.make<SendResult, unknown>()
-        waiting.set(runId, { threadId, deferred })
+        waiting.set(runId, { threadId, runSeq, deferred })
         return deferred
       })
 
@@ -209,7 +239,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const submit = (command: Commands.SendMessage, awaitIt: boolean) =>
       Effect.gen(function*() {
         const run = yield* threads.enqueueMessage(command, { queueBehind: true })
-        const deferred = awaitIt ? yield* register(run.id, run.threadId) : null
+        const deferred = awaitIt ? yield* register(run.id, run.threadId, run.seq) : null
         if (!terminalRunStatuses.includes(run.status)) yield* wake(run.threadId)
         return { run, deferred }
       })
@@ -234,7 +264,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         Effect.gen(function*() {
           const found = yield* store.getRun(runId)
           if (found._tag === "None") return yield* new RunNotFound({ runId })
-          return yield* awaitWith(runId, yield* register(runId, found.value.threadId))
+          return yield* awaitWith(runId, yield* register(runId, found.value.threadId, found.value.seq))
         }),
       /**
        * Interrupts a run: recorded at once (a queued run ends `interrupted` before the provider), the provider asked

@@ -28,6 +28,7 @@ import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { ProviderRegistry } from "@baton/providers"
 import { Data, DateTime, Duration, Effect, Option } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -53,6 +54,7 @@ class TurnRetry extends Data.TaggedError("TurnRetry")<{ readonly cause: "overflo
 export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orchestration/TurnExecution", {
   effect: Effect.gen(function*() {
     const uow = yield* UnitOfWork
+    const driver = yield* DriverRegistry
     const trust = yield* NativeThreadTrust
     const lifecycle = yield* RunLifecycle
     const store = yield* ThreadStore
@@ -115,6 +117,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         if (first._tag === "Some" && first.value.id !== runId) return null
         const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
         yield* lifecycle.update(current.value, starting)
+        // From here the run is this driver's: recovery elsewhere reconciles it only once this driver is gone.
+        yield* store.setRunDriver(runId, driver.driverId)
         return starting
       }))
       if (claimed === null) {

@@ -1,10 +1,13 @@
 import { Commands, type CommandId, type RunId, type ThreadId } from "@baton/contracts"
-import { RunDriver } from "@baton/orchestration"
-import { ThreadEventBus } from "@baton/persistence"
+import { RunDriver, ThreadService } from "@baton/orchestration"
+import { Database, ThreadEventBus } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Layer, Queue, Stream } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Scope, Stream } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 
 let n = 0
 const cid = () => `cmd_driver_${++n}` as CommandId
@@ -97,5 +100,115 @@ describe.each(Harness.dialects)("run driver on %s", (_label, db) => {
         expect(yield* o.check(threadId, h)).toEqual([])
       }).pipe(Effect.scoped, Effect.provide(layer))
     })
+  })
+})
+
+describe.each(Harness.dialects)("two run drivers on one database (%s)", (_label, db) => {
+  /** A database two Layer builds share: a SQLite file in a temporary directory, or a fresh Postgres schema. */
+  const shared = <A, E, R>(f: (db: string) => Effect.Effect<A, E, R>) =>
+    db === Harness.postgres
+      ? Effect.scoped(Effect.flatMap(Database.PgSchemaUrl, f).pipe(Effect.provide(Database.layerPgSchema())))
+      : Effect.acquireUseRelease(
+        Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-driver-"))),
+        (dir) => f(Path.join(dir, "baton.sqlite")),
+        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+      )
+
+  // Regression: awaitRun in driver A waited on a deferred only A's own worker settles, while driver B drove the run:
+  // A's worker saw the run running elsewhere, waited, found nothing left and stopped, and awaitRun never returned.
+  it.live("awaitRun returns when another driver ran the run, while this driver had a worker on the thread", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return shared((file) =>
+      Effect.gen(function*() {
+        const { entered, gate, held } = yield* holding(h)
+        const layerA = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([h.providers.codex!], h.counter, file, {}, "a")))
+        const layerB = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([held], h.counter, file, {}, "b")))
+        const contextA = yield* Layer.build(layerA)
+        const contextB = yield* Layer.build(layerB)
+        const a = Context.get(contextA, RunDriver.RunDriver)
+        const b = Context.get(contextB, RunDriver.RunDriver)
+        const threadId = yield* Effect.provide(Effect.flatMap(Harness.ops, (o) => o.create("codex")), contextA)
+        // B drives run 1 and holds it; A queues run 2 behind it (A's worker waits for run 1, driven by B).
+        const first = yield* b.submit(send(threadId, "first"))
+        expect(yield* Queue.take(entered)).toBe(first.runId)
+        const second = yield* a.submit(send(threadId, "second"))
+        const waited = yield* Effect.fork(a.awaitRun(second.runId))
+        // B's worker takes run 2 as soon as run 1 ends (A's worker is asleep in its poll).
+        yield* Deferred.succeed(gate, undefined)
+        const entered2 = yield* Queue.take(entered)
+        expect(entered2).toBe(second.runId)
+        const result = yield* Fiber.join(waited).pipe(Effect.timeout("10 seconds"))
+        expect(result).toMatchObject({ runId: second.runId, runSeq: 2, status: "completed" })
+        expect(yield* Effect.provide(Effect.flatMap(Harness.ops, (o) => o.check(threadId, h)), contextA)).toEqual([])
+      }).pipe(Effect.scoped))
+  })
+})
+
+describe.each(Harness.dialects)("a run driver that goes away mid-run (%s)", (_label, db) => {
+  const shared = <A, E, R>(f: (db: string) => Effect.Effect<A, E, R>) =>
+    db === Harness.postgres
+      ? Effect.scoped(Effect.flatMap(Database.PgSchemaUrl, f).pipe(Effect.provide(Database.layerPgSchema())))
+      : Effect.acquireUseRelease(
+        Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-driver-"))),
+        (dir) => f(Path.join(dir, "baton.sqlite")),
+        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+      )
+
+  // Regression: driver A shut down while driving run 1; the run stayed `running` and driver B, waiting behind it,
+  // waited forever (nothing reconciles a gone driver's run while the other driver runs).
+  it.live("the driver waiting behind it reconciles the gone driver's run and runs the next one", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return shared((file) =>
+      Effect.gen(function*() {
+        const { entered, held } = yield* holding(h)
+        const scopeA = yield* Scope.make()
+        const contextA = yield* Layer.buildWithScope(
+          RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([held], h.counter, file, { interruptTimeoutMillis: 200 }, "a"))),
+          scopeA
+        )
+        const contextB = yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([h.providers.codex!], h.counter, file, {}, "b"))))
+        const a = Context.get(contextA, RunDriver.RunDriver)
+        const b = Context.get(contextB, RunDriver.RunDriver)
+        const threadId = yield* Effect.provide(Effect.flatMap(Harness.ops, (o) => o.create("codex")), contextB)
+        const first = yield* a.submit(send(threadId, "first"))
+        expect(yield* Queue.take(entered)).toBe(first.runId)
+        const second = yield* b.submit(send(threadId, "second"))
+        // A goes away with run 1 in flight (its provider never answers).
+        yield* Scope.close(scopeA, Exit.void)
+        const result = yield* b.awaitRun(second.runId).pipe(Effect.timeout("15 seconds"))
+        expect(result).toMatchObject({ runSeq: 2, status: "completed" })
+        const o = yield* Effect.provide(Harness.ops, contextB)
+        const run1 = Option.getOrThrow(yield* o.store.getRun(first.runId))
+        expect([run1.status, run1.failureCode]).toEqual(["interrupted", expect.stringMatching(/^(process_restarted|interrupted_by_user)$/)])
+        expect(yield* Effect.provide(o.check(threadId, h), contextB)).toEqual([])
+      }).pipe(Effect.scoped))
+  })
+
+  // Regression: runs recorded the driver that accepted them, not the one driving them; a driver starting while the
+  // accepting driver was gone reconciled (ended `interrupted`) a run another live driver was still driving.
+  it.live("a driver starting up leaves alone a run that a live driver drives, though the driver that accepted it is gone", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return shared((file) =>
+      Effect.gen(function*() {
+        const { entered, gate, held } = yield* holding(h)
+        const scopeA = yield* Scope.make()
+        const contextA = yield* Layer.buildWithScope(Harness.makeLayer([h.providers.codex!], h.counter, file, {}, "a"), scopeA)
+        const contextB = yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([held], h.counter, file, {}, "b"))))
+        const b = Context.get(contextB, RunDriver.RunDriver)
+        const o = yield* Effect.provide(Harness.ops, contextB)
+        const threadId = yield* o.create("codex")
+        // A accepts run 1 (no driver of its own); B drives it and holds it; A goes away.
+        const first = yield* Effect.provide(Effect.flatMap(ThreadService.ThreadService, (s) => s.enqueueMessage(send(threadId, "first"))), contextA)
+        const second = yield* b.submit(send(threadId, "second"))
+        expect(yield* Queue.take(entered)).toBe(first.id)
+        yield* Scope.close(scopeA, Exit.void)
+        // C starts (recovering what gone drivers left): run 1 is B's, B is alive.
+        yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([h.providers.codex!], h.counter, file, {}, "c"))))
+        expect(Option.getOrThrow(yield* o.store.getRun(first.id)).status).toBe("running")
+        yield* Deferred.succeed(gate, undefined)
+        const results = yield* Effect.forEach([first.id, second.runId], (id) => b.awaitRun(id)).pipe(Effect.timeout("15 seconds"))
+        expect(results.map((r) => [r.runSeq, r.status])).toEqual([[1, "completed"], [2, "completed"]])
+        expect(yield* Effect.provide(o.check(threadId, h), contextB)).toEqual([])
+      }).pipe(Effect.scoped))
   })
 })

@@ -1,7 +1,8 @@
 /**
- * The typed event log of `ThreadStore` on both dialects (a SQLite file and a scratch database on the real Postgres,
- * `BATON_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/test`): every event type round-trips, the cursor
- * reads page, `(thread_id, seq)` stays unique, and migration 0008 backfills the rows of an older database.
+ * The typed event log of `ThreadStore` on both dialects (a SQLite file and a fresh schema on the real Postgres,
+ * `Database.testPgUrl()`: `BATON_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`): every event
+ * type round-trips, the cursor reads page, `(thread_id, seq)` stays unique, and migration 0008 backfills the rows of
+ * an older database.
  */
 import type {
   CommandId,
@@ -17,58 +18,53 @@ import type {
   ThreadEventType,
   ThreadId
 } from "@baton/contracts"
-import { Migrations, ThreadStore } from "@baton/persistence"
-import { Migrator, SqlClient, type SqlError } from "@effect/sql"
+import { Database, Migrations, ThreadStore } from "@baton/persistence"
+import { Migrator, SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { describe, expect, it } from "@effect/vitest"
-import { type ConfigError, DateTime, Effect, Layer, Redacted, String as Str } from "effect"
+import { DateTime, Effect, Layer, Redacted, String as Str } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 
 const names = { transformQueryNames: Str.camelToSnake, transformResultNames: Str.snakeToCamel }
-const adminUrl = process.env.BATON_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test"
-const pgUrl = (database: string) => {
-  const url = new URL(adminUrl)
-  url.pathname = `/${database}`
-  return url.toString()
-}
 
-const onAdmin = <A, E>(f: (sql: SqlClient.SqlClient) => Effect.Effect<A, E>) =>
-  Effect.provide(Effect.flatMap(SqlClient.SqlClient, f), PgClient.layer({ url: Redacted.make(adminUrl) }))
-
-let scratch = 0
-/** An empty scratch database on the real Postgres, dropped when the layer is released. */
-const emptyPostgres = Layer.unwrapScoped(Effect.gen(function*() {
-  const database = `baton_events_${process.pid}_${++scratch}`
-  yield* Effect.acquireRelease(
-    Effect.orDie(onAdmin((sql) => sql`CREATE DATABASE ${sql(database)}`)),
-    () => Effect.orDie(onAdmin((sql) => sql`DROP DATABASE IF EXISTS ${sql(database)} WITH (FORCE)`))
-  )
-  return PgClient.layer({ url: Redacted.make(pgUrl(database)), ...names })
-}))
+/**
+ * An empty schema on the real Postgres (`Database.layerPgSchema()`: the server at `Database.testPgUrl()`,
+ * `BATON_TEST_DATABASE_URL`), not migrated, dropped when the layer is released.
+ */
+const emptyPostgres = () =>
+  Layer.unwrapEffect(Effect.map(Database.PgSchemaUrl, (url) => PgClient.layer({ url: Redacted.make(url), maxConnections: 2, ...names })))
+    .pipe(Layer.provide(Database.layerPgSchema()))
 
 /** An empty SQLite file in a temporary directory, removed when the layer is released. */
-const emptySqlite = Layer.unwrapScoped(Effect.gen(function*() {
-  const dir = yield* Effect.acquireRelease(
-    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-events-"))),
-    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-  )
-  return SqliteClient.layer({ filename: Path.join(dir, "baton.sqlite"), ...names })
-}))
+const emptySqlite = () =>
+  Layer.unwrapScoped(Effect.map(
+    Effect.acquireRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-events-"))),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    ),
+    (dir) => SqliteClient.layer({ filename: Path.join(dir, "baton.sqlite"), ...names })
+  ))
 
-/** An empty database: SQLite fails to build with a `ConfigError`, Postgres with a `SqlError`. */
-type EmptyDatabase = Layer.Layer<SqlClient.SqlClient, ConfigError.ConfigError | SqlError.SqlError>
+/**
+ * Each dialect: an empty database (for the migration test) and a migrated one (`Database`'s own Layers). A setup
+ * failure (the server unreachable) is a defect.
+ */
+interface Dialect {
+  readonly empty: () => Layer.Layer<SqlClient.SqlClient>
+  readonly migrated: () => Layer.Layer<SqlClient.SqlClient>
+}
+const sqliteFile: Dialect = {
+  empty: () => Layer.orDie(emptySqlite()),
+  migrated: () => Layer.orDie(Layer.provideMerge(Layer.effectDiscard(Migrations.run), emptySqlite()))
+}
+const postgres: Dialect = { empty: () => Layer.orDie(emptyPostgres()), migrated: () => Layer.orDie(Database.layerPgIsolated()) }
+const dialects = [["SQLite file", sqliteFile], ["Postgres", postgres]] as const
 
-const dialects: ReadonlyArray<readonly [string, EmptyDatabase]> = [
-  ["SQLite file", emptySqlite],
-  ["Postgres", emptyPostgres]
-]
-
-/** The store over `empty`, migrated to the latest migration. */
-const migratedStore = <E>(empty: Layer.Layer<SqlClient.SqlClient, E>) =>
-  ThreadStore.Default.pipe(Layer.provideMerge(Layer.effectDiscard(Migrations.run).pipe(Layer.provideMerge(empty))))
+/** The store over a migrated database of the dialect. */
+const migratedStore = (db: Dialect) => ThreadStore.Default.pipe(Layer.provideMerge(db.migrated()))
 
 const thr = (id: string) => id as ThreadId
 const run = (id: string) => id as RunId
@@ -212,7 +208,7 @@ const allSamples = (threadId: ThreadId): ReadonlyArray<NewThreadEvent> => [
   { threadId, type: "usage.reported", payload: { nativeThreadId: nat("nat_1"), usage: { usedTokens: 1_200 }, trusted: true } }
 ]
 
-for (const [label, empty] of dialects) {
+for (const [label, db] of dialects) {
   describe(`the event log on ${label}`, () => {
     it.live("every event type round-trips through the store: appended, returned and read back as written", () =>
       Effect.gen(function*() {
@@ -240,7 +236,7 @@ for (const [label, empty] of dialects) {
         expect(new Set(globalSeqs).size).toBe(inputs.length)
         // What the store returned is exactly what a reader gets back.
         expect(yield* store.listEvents(thr("thr_a"))).toEqual(appended)
-      }).pipe(Effect.provide(migratedStore(empty))), { timeout: 30_000 })
+      }).pipe(Effect.provide(migratedStore(db))), { timeout: 30_000 })
 
     it.live("a payload that does not match its type's schema is refused before anything is written", () =>
       Effect.gen(function*() {
@@ -251,7 +247,7 @@ for (const [label, empty] of dialects) {
         expect(error._tag).toBe("PersistenceError")
         expect(error._tag === "PersistenceError" && error.operation).toBe("thread_events.encode")
         expect(yield* store.listEvents(thr("thr_b"))).toEqual([])
-      }).pipe(Effect.provide(migratedStore(empty))), { timeout: 30_000 })
+      }).pipe(Effect.provide(migratedStore(db))), { timeout: 30_000 })
 
     it.live("cursor reads page per thread by seq, across threads by globalSeq, and by type newest first", () =>
       Effect.gen(function*() {
@@ -294,7 +290,7 @@ for (const [label, empty] of dialects) {
         expect((yield* store.listEventsOfType(thr("thr_a"), "run.completed", { beforeSeq: 4, limit: 10 })).map((e) => e.seq))
           .toEqual([3, 2, 1])
         expect(yield* store.listEventsOfType(thr("thr_b"), "native_thread.replaced", { limit: 1 })).toEqual([])
-      }).pipe(Effect.provide(migratedStore(empty))), { timeout: 30_000 })
+      }).pipe(Effect.provide(migratedStore(db))), { timeout: 30_000 })
 
     it.live("(thread_id, seq) stays unique: a second row with a taken seq is refused", () =>
       Effect.gen(function*() {
@@ -310,7 +306,7 @@ for (const [label, empty] of dialects) {
           VALUES (${first.eventId}, 'thr_a', 2, 'thread.created', '{"title":"t"}', '2026-01-01T00:00:00.000Z')`)
         expect(sameId._tag).toBe("SqlError")
         expect((yield* store.listEvents(thr("thr_a"))).map((e) => e.eventId)).toEqual([first.eventId])
-      }).pipe(Effect.provide(migratedStore(empty))), { timeout: 30_000 })
+      }).pipe(Effect.provide(migratedStore(db))), { timeout: 30_000 })
 
     it.live("migration 0008 keeps the events of an older database: ids, global order by time, old payloads decode", () =>
       Effect.gen(function*() {
@@ -355,7 +351,7 @@ for (const [label, empty] of dialects) {
         // A new event continues both sequences.
         const next = yield* store.appendEvent({ threadId: thr("thr_a"), type: "run.completed", payload: { runId: run("run_1"), itemCount: 0 } })
         expect([next.seq, next.globalSeq]).toEqual([3, 4])
-      }).pipe(Effect.provide(ThreadStore.Default.pipe(Layer.provideMerge(empty)))), { timeout: 30_000 })
+      }).pipe(Effect.provide(ThreadStore.Default.pipe(Layer.provideMerge(db.empty())))), { timeout: 30_000 })
   })
 }
 
@@ -376,5 +372,5 @@ describe("the event log's reads on SQLite use indexes", () => {
         expect(detail).toMatch(/^SEARCH thread_events USING (INDEX|INTEGER PRIMARY KEY)/)
         expect(detail).not.toContain("TEMP B-TREE")
       }
-    }).pipe(Effect.provide(migratedStore(emptySqlite))))
+    }).pipe(Effect.provide(migratedStore(sqliteFile))))
 })

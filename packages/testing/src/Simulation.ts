@@ -20,7 +20,7 @@
  * `OrchestratorLayer.layer` with a crash-injecting `ThreadStore`, and dies if the two drift apart).
  */
 import { Effect } from "effect"
-import { execute, type Outcome } from "./internal/Execute.js"
+import { execute, type ExecuteOptions, type Outcome } from "./internal/Execute.js"
 import { allFeatures, type Features, formatScenario, generate, type Operation, type Scenario } from "./internal/Scenario.js"
 
 export { execute, type ExecuteOptions, type Outcome, type Stats } from "./internal/Execute.js"
@@ -55,12 +55,12 @@ export const signature = (violation: string) =>
 /**
  * Generates and executes the scenario of `seed`. It first yields to the event loop's I/O phase: a seed runs on
  * synchronous SQLite without ever waiting on I/O, so a host process (vitest's worker RPC) would otherwise get no
- * turn for the whole length of a soak.
+ * turn for the whole length of a soak. `options.dialect: "postgres"` runs it on a fresh Postgres schema.
  */
-export const runSeed = (seed: number, steps: number, features: Features = allFeatures) =>
+export const runSeed = (seed: number, steps: number, features: Features = allFeatures, options: ExecuteOptions = {}) =>
   Effect.zipRight(
     Effect.async<void>((resume) => void setImmediate(() => resume(Effect.void))),
-    execute(generate(seed, steps, features))
+    execute(generate(seed, steps, features), options)
   )
 
 /** The single-step simplifications of an operation, most aggressive first. */

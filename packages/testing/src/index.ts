@@ -1,2 +1,3 @@
 export * as Harness from "./Harness.js"
 export * as Simulation from "./Simulation.js"
+export * as ConcurrentSends from "./ConcurrentSends.js"

@@ -15,7 +15,7 @@ import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { Cause, Chunk, Clock, type Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Scope } from "effect"
+import { Cause, Chunk, Clock, Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Scope } from "effect"
 import { createHash } from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -61,6 +61,13 @@ export interface Outcome {
 export interface ExecuteOptions {
   /** Keep the full `dump` in the outcome (for determinism tests); the digest is always computed. */
   readonly keepDump?: boolean
+  /**
+   * The database: a fresh SQLite file (default) or a fresh schema on the real Postgres (`Database.layerPgSchema`,
+   * dropped afterwards; every incarnation connects to it). The dump of a Postgres run lists each table's rows
+   * sorted by their JSON (Postgres has no `rowid`) and renders values as the pg driver returns them, so it is
+   * deterministic run to run but not byte-identical to the SQLite dump of the same seed.
+   */
+  readonly dialect?: "sqlite" | "postgres"
 }
 
 class ProbeRollback extends Data.TaggedError("ProbeRollback") {}
@@ -82,7 +89,11 @@ const logicalClock = (): Clock.Clock => {
 let counterInstance: TokenCounter.TokenCounterShape | undefined
 const sharedCounter = () => (counterInstance ??= TokenCounter.make())
 
-/** The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`. */
+/** The SQL client on `db`: a Postgres URL or a SQLite file; a failure to open or migrate it is a defect. */
+const database = (db: string): Layer.Layer<SqlClient.SqlClient> =>
+  db.startsWith("postgres://") ? Layer.orDie(Database.layerPg({ url: db, maxConnections: 4 })) : Layer.orDie(Database.layerSqlite(db))
+
+/** The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`, on `file` (or a Postgres URL). */
 const orchestrator = (
   file: string,
   namespace: string,
@@ -94,7 +105,7 @@ const orchestrator = (
   OrchestratorLayer.services.pipe(
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(OrchestratorLayer.eventIds),
-    Layer.provideMerge(Database.layerSqlite(file)),
+    Layer.provideMerge(database(file)),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
@@ -105,9 +116,11 @@ const orchestrator = (
 /**
  * The simulation's policy: the defaults, with an interrupt timeout of 50 ms real time (the clock's sleeps are real)
  * so an interrupt the provider never acknowledges costs little. Scripted calls answer in microseconds, so only a
- * `ignore_interrupt` fault reaches it and the outcome stays deterministic.
+ * `ignore_interrupt` fault reaches it and the outcome stays deterministic. No driver heartbeat
+ * (`driverLeaseMillis: 0`; one host, liveness by pid): the heartbeat fiber reads the logical clock at moments that
+ * depend on I/O timing on Postgres, which would shift every later timestamp.
  */
-const simulationConfig: Partial<OrchestratorConfig.OrchestratorConfigShape> = { interruptTimeoutMillis: 50 }
+const simulationConfig: Partial<OrchestratorConfig.OrchestratorConfigShape> = { interruptTimeoutMillis: 50, driverLeaseMillis: 0 }
 
 type Services = Layer.Layer.Success<ReturnType<typeof orchestrator>>
 
@@ -143,14 +156,21 @@ const simulationDir = () =>
 
 const cid = (id: number, suffix = "") => `cmd_${id}${suffix}` as CommandId
 
-/** Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards). Never fails. */
+/**
+ * Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards), or with
+ * `dialect: "postgres"` on a fresh Postgres schema (dropped afterwards). Never fails (an unreachable Postgres
+ * server is a defect).
+ */
 export const execute = (scenario: Scenario, options: ExecuteOptions = {}): Effect.Effect<Outcome> =>
   Effect.suspend(() =>
-    Effect.acquireUseRelease(
-      Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-"))),
-      (dir) => simulate(scenario, Path.join(dir, "baton.sqlite"), options),
-      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-    ).pipe(Effect.withClock(logicalClock()))
+    (options.dialect === "postgres"
+      ? Effect.scoped(Effect.flatMap(Layer.build(Database.layerPgSchema()), (schema) =>
+        simulate(scenario, Context.get(schema, Database.PgSchemaUrl), options))).pipe(Effect.orDie)
+      : Effect.acquireUseRelease(
+        Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-"))),
+        (dir) => simulate(scenario, Path.join(dir, "baton.sqlite"), options),
+        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+      )).pipe(Effect.withClock(logicalClock()))
   )
 
 const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
@@ -592,12 +612,24 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           handoffs += (yield* store.listHandoffs(t.id)).length
           for (const p of yield* store.listProviderThreads(t.id)) nativeThreads += (yield* store.listNativeThreads(p.id)).length
         }
-        const tables = yield* sql<{ readonly name: string }>`SELECT name FROM sqlite_master WHERE type = 'table'
-          AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'effect_sql_%' ORDER BY name`
+        // Every table but the migrations' and `drivers` (this process's host and pid: not the simulated world).
+        const tables = yield* sql.onDialectOrElse({
+          pg: () =>
+            sql<{ readonly name: string }>`SELECT table_name AS name FROM information_schema.tables
+              WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+              AND table_name NOT LIKE 'effect_sql_%' AND table_name <> 'drivers' ORDER BY table_name`,
+          orElse: () =>
+            sql<{ readonly name: string }>`SELECT name FROM sqlite_master WHERE type = 'table'
+              AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'effect_sql_%' AND name <> 'drivers' ORDER BY name`
+        })
         const parts: Array<string> = []
         for (const { name } of tables) {
-          const rows = yield* sql`SELECT * FROM ${sql(name)} ORDER BY rowid`
-          parts.push(`## ${name}`, ...rows.map((row) => JSON.stringify(row)))
+          const rows = yield* sql.onDialectOrElse({
+            // No rowid on Postgres: rows in the canonical order of their JSON.
+            pg: () => Effect.map(sql`SELECT * FROM ${sql(name)}`, (rs) => rs.map((row) => JSON.stringify(row)).sort()),
+            orElse: () => Effect.map(sql`SELECT * FROM ${sql(name)} ORDER BY rowid`, (rs) => rs.map((row) => JSON.stringify(row)))
+          })
+          parts.push(`## ${name}`, ...rows)
         }
         for (const p of providers) parts.push(`## received by ${p.instance}`, ...p.received.map((r) => JSON.stringify(r)))
         return { runs, deliveries, handoffs, nativeThreads, dump: parts.join("\n") }
