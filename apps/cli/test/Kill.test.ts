@@ -54,7 +54,8 @@ const readBack = (db: string) =>
     const threads = yield* store.listThreads()
     const runs = (yield* Effect.forEach(threads, (t) => store.listRuns(t.id))).flat()
     const violations = (yield* Effect.forEach(threads, (t) => InvariantChecks.check(t.id))).flat()
-    return { threads, runs, unfinished: yield* store.listUnfinishedRuns(), violations }
+    const items = (yield* Effect.forEach(threads, (t) => store.listItems(t.id))).flat()
+    return { threads, runs, items, unfinished: yield* store.listUnfinishedRuns(), violations }
   }).pipe(Effect.provide(ThreadStore.Default.pipe(Layer.provide(Layer.orDie(Database.layerSqlite(db))))))
 
 describe("a killed baton (SIGKILL mid-turn)", () => {
@@ -74,6 +75,9 @@ describe("a killed baton (SIGKILL mid-turn)", () => {
       expect(killed).toHaveLength(1)
       const victim = killed[0]!
       expect(["queued", "starting", "running"]).toContain(victim.status)
+      // Items stream into the record as they arrive: output recorded before the kill proves the provider read the
+      // prompt (the run then stopped after the provider), none leaves it unknown or unread (before the provider).
+      const output = (yield* readBack(db)).items.filter((i) => i.runId === victim.id && i.kind !== "user_message" && i.kind !== "handoff_marker")
 
       // Any write command on the same database: a replay of another transcript, which reconciles at start.
       const next = yield* baton(["replay", Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj"), "--db", db])
@@ -84,7 +88,11 @@ describe("a killed baton (SIGKILL mid-turn)", () => {
       expect(after.unfinished).toEqual([])
       expect(after.runs.filter((r) => ["queued", "starting", "running"].includes(r.status))).toEqual([])
       const reconciled = after.runs.find((r) => r.id === victim.id)!
-      expect([reconciled.status, reconciled.failureCode, reconciled.stopPoint]).toEqual(["interrupted", "process_restarted", "before_provider"])
+      expect([reconciled.status, reconciled.failureCode, reconciled.stopPoint])
+        .toEqual(["interrupted", "process_restarted", output.length > 0 ? "after_provider" : "before_provider"])
+      // Nothing the killed process recorded is lost or duplicated.
+      const outputAfter = after.items.filter((i) => i.runId === victim.id && i.kind !== "user_message" && i.kind !== "handoff_marker")
+      expect(outputAfter.map((i) => i.id).slice(0, output.length)).toEqual(output.map((i) => i.id))
       expect(after.violations).toEqual([])
 
       // Nothing owed is lost: the next turn on the killed thread owes its prompt to the model (a missed-run or
