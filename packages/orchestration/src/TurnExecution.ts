@@ -173,7 +173,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             window
           } })
           const again: Run = { ...run, status: "starting", nativeThreadId: null, updatedAt: now }
-          yield* store.updateRun(again)
+          yield* lifecycle.update(run, again)
           run = again
           retries.overflow++
           return true
@@ -252,7 +252,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           }
           yield* store.insertAttempt(attempt)
           const running: Run = { ...queuedRun, status: "running", nativeThreadId: plan.native.id, updatedAt: startedAt }
-          yield* store.updateRun(running)
+          yield* lifecycle.update(queuedRun, running)
           yield* store.appendEvent({ threadId: queuedRun.threadId, type: "run.started", payload: { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attemptNo } })
           return { interrupted: null, running, attempt } as const
         }))
@@ -322,7 +322,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
                 reason: "the provider no longer has it"
               } })
               const again: Run = { ...lostRun, status: "starting", nativeThreadId: null, updatedAt: now }
-              yield* store.updateRun(again)
+              yield* lifecycle.update(lostRun, again)
               return again
             }))
             return yield* new TurnRetry({ cause: "lost_native_thread" })
@@ -378,7 +378,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
                 stopPoint: notRead ? "before_provider" : current.value.stopPoint,
                 nativeThreadId: notRead ? null : current.value.nativeThreadId
               }
-              yield* store.updateRun(kept)
+              yield* lifecycle.update(current.value, kept)
               return kept
             }
             return yield* finishRun(
@@ -451,7 +451,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           if (current._tag === "Some" && current.value.status === "interrupted") {
             // The provider did read the prompt (the turn completed): record that, whatever the interrupt assumed.
             const kept: Run = { ...current.value, stopPoint: "after_provider", nativeThreadId: plan.native.id, updatedAt: now }
-            yield* store.updateRun(kept)
+            yield* lifecycle.update(current.value, kept)
             return { done: kept, native }
           }
           if (output.interrupted) {
@@ -461,7 +461,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             return { done: ended, native }
           }
           const done: Run = { ...run, status: "completed", updatedAt: now }
-          yield* store.updateRun(done)
+          yield* lifecycle.update(run, done)
           yield* store.appendEvent({ threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } })
           return { done, native }
         })
