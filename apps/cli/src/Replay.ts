@@ -170,7 +170,7 @@ export const replay = (
         Effect.gen(function*() {
           const active = yield* store.findActiveRun(threadId)
           if (active._tag === "None") return
-          const ended = yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: active.value.id }))
+          const ended = yield* service.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: active.value.id }), "shutdown")
           const providerThread = yield* store.getProviderThread(ended.providerThreadId)
           yield* onRun({
             ...notStarted,

@@ -55,7 +55,9 @@ export type RunStopPoint = typeof RunStopPoint.Type
  * - `injection_unconfirmed`: a history injection's outcome is unknown (lost acknowledgement), so the turn did not start;
  * - `output_not_recorded`: the provider answered but its output could not be stored;
  * - `interrupted_by_user`: the user interrupted the run (before or during the provider turn);
- * - `process_restarted`: the process stopped while the run was unfinished; restart recovery ended it.
+ * - `process_restarted`: the process stopped while the run was unfinished; restart recovery ended it;
+ * - `process_stopped`: the process was asked to stop (SIGINT/SIGTERM, a shutdown) while the run was in flight and
+ *   interrupted it on the way out.
  */
 export const RunFailureCode = Schema.Literal(
   "provider_refused",
@@ -71,7 +73,8 @@ export const RunFailureCode = Schema.Literal(
   "injection_unconfirmed",
   "output_not_recorded",
   "interrupted_by_user",
-  "process_restarted"
+  "process_restarted",
+  "process_stopped"
 )
 export type RunFailureCode = typeof RunFailureCode.Type
 

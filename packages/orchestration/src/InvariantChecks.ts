@@ -42,7 +42,8 @@ const faultCodes: ReadonlySet<RunFailureCode> = new Set<RunFailureCode>([
   "provider_missing",
   "injection_unconfirmed",
   "interrupted_by_user",
-  "process_restarted"
+  "process_restarted",
+  "process_stopped"
 ])
 
 /**

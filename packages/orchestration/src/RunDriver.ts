@@ -174,9 +174,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         workers.set(threadId, fiber)
       }))
 
-    const stopRun = (threadId: ThreadId, runId: RunId, commandId: Commands.InterruptRun["commandId"]) =>
+    const stopRun = (threadId: ThreadId, runId: RunId, commandId: Commands.InterruptRun["commandId"], by: "user" | "shutdown") =>
       Effect.gen(function*() {
-        const run = yield* threads.interrupt({ _tag: "InterruptRun", commandId, threadId, runId })
+        const run = yield* threads.interrupt({ _tag: "InterruptRun", commandId, threadId, runId }, by)
         const fiber = inFlight.get(runId)
         if (fiber !== undefined) {
           const ended = yield* Fiber.await(fiber).pipe(Effect.timeout(Duration.millis(config.interruptTimeoutMillis)), Effect.option)
@@ -228,7 +228,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         for (const [runId, fiber] of [...inFlight]) {
           const run = yield* store.getRun(runId as RunId)
           if (run._tag === "Some" && !terminalRunStatuses.includes(run.value.status)) {
-            yield* stopRun(run.value.threadId, run.value.id, `cmd_shutdown_${runId}` as Commands.InterruptRun["commandId"]).pipe(Effect.ignore)
+            yield* stopRun(run.value.threadId, run.value.id, `cmd_shutdown_${runId}` as Commands.InterruptRun["commandId"], "shutdown").pipe(Effect.ignore)
           }
           yield* Fiber.interrupt(fiber)
         }
@@ -271,7 +271,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * to stop, and the run's fiber interrupted if it has not ended within `interruptTimeoutMillis`. Fails with
        * `RunNotFound`.
        */
-      interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId),
+      interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId, "user"),
       /** Runs this process drives right now. */
       inFlight: () => [...inFlight.keys()]
     }

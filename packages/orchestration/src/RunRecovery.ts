@@ -29,15 +29,21 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
 
     /**
      * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
-     * is interrupted at the provider. A terminal run is left as it is. Fails with `RunNotFound`.
+     * is interrupted at the provider. A terminal run is left as it is. `by`: `user` (failure code
+     * `interrupted_by_user`) or `shutdown` (the process is stopping: `process_stopped`). Fails with `RunNotFound`.
      */
-    const interrupt = Effect.fn("RunRecovery.interrupt")(function*(command: Commands.InterruptRun) {
+    const interrupt = Effect.fn("RunRecovery.interrupt")(function*(
+      command: Commands.InterruptRun,
+      by: "user" | "shutdown" = "user"
+    ) {
       const found = yield* store.getRun(command.runId)
       if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
       const run = found.value
+      const who = by === "user" ? "the user" : "the process stopping"
+      const code = by === "user" ? "interrupted_by_user" as const : "process_stopped" as const
       if (run.status === "queued" || run.status === "starting") {
         return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(
-          finishRun(run, "interrupted", "before_provider", "interrupted by the user before the provider started", "interrupted_by_user")
+          finishRun(run, "interrupted", "before_provider", `interrupted by ${who} before the provider started`, code)
         )
       }
       if (run.status === "running") {
@@ -71,15 +77,15 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           const now = yield* DateTime.now
           for (const a of yield* store.listAttempts(run.id)) {
             if (a.status === "running" || a.status === "starting") {
-              yield* store.updateAttempt({ ...a, status: "interrupted", error: "interrupted by the user", updatedAt: now })
+              yield* store.updateAttempt({ ...a, status: "interrupted", error: `interrupted by ${who}`, updatedAt: now })
             }
           }
           return yield* finishRun(
             read === true ? run : { ...run, nativeThreadId: null },
             "interrupted",
             read === true ? "after_provider" : "before_provider",
-            "interrupted by the user",
-            "interrupted_by_user"
+            `interrupted by ${who}`,
+            code
           )
         }))
       }
