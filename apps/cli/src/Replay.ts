@@ -2,7 +2,7 @@
  * Replay: imports a real transcript and drives each recorded user turn through the orchestrator as a run, with the
  * scripted providers playing back the recorded assistant and tool items. Provider switches, interruptions before
  * the provider starts and `/compact` are interleaved on a fixed schedule and a seeded random draw, so the same
- * options give the same run, byte for byte. After each thread it checks DESIGN.md's invariants.
+ * options give the same run, byte for byte. After each thread it checks docs/design.md's invariants.
  */
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"

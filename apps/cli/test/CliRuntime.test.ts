@@ -51,7 +51,7 @@ const tmpDb = () => Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-runti
 
 /**
  * The database at `db` read through ThreadStore on a fresh Layer: every run, the runs left unfinished, and the
- * invariants DESIGN.md states on the record (those that need no provider observations).
+ * invariants docs/design.md states on the record (those that need no provider observations).
  */
 const readRuns = (db: string) =>
   Effect.gen(function*() {

@@ -1,6 +1,6 @@
 /**
  * The budget: how many tokens of history may be delivered at a turn start without crowding the model
- * (DESIGN.md, "Budget").
+ * (docs/design.md, "Budget").
  *
  * Owns: the budget policy (defaults and valid ranges) and the arithmetic from a native thread's window, usage and the
  * user's request to a budget. Does not own: where the numbers come from (the provider thread's configured window,
@@ -15,14 +15,14 @@ import { Data, Either } from "effect"
 /**
  * Budget policy, all in tokens except `reserveFraction`.
  *
- * - `tokenCap`: the most history delivered at one turn start; default 16,000, valid 1,024..64,000 (DESIGN.md).
+ * - `tokenCap`: the most history delivered at one turn start; default 16,000, valid 1,024..64,000 (docs/design.md).
  * - `reserveFloor` and `reserveFraction`: the part of the window kept free for the model's own work (its answer,
  *   tool output to come): `reserve = max(reserveFloor, ceil(window * reserveFraction))`; defaults 16,000 and 0.25,
- *   i.e. `max(16,000, ceil(window / 4))` (DESIGN.md, "matching the field's reserve policy").
+ *   i.e. `max(16,000, ceil(window / 4))` (docs/design.md, "matching the field's reserve policy").
  * - `defaultWindow`: the window assumed when neither the model nor the provider reports one; default 128,000, a
  *   GPT-4o-class window, small next to current coding models' so the assumption errs small.
  * - `minUsefulBudget`: below this a handoff is deferred whole rather than delivered as a sliver; default 1,024
- *   (DESIGN.md, "Selection and rendering"). Not used by `compute`; carried here so one policy value configures both.
+ *   (docs/design.md, "Selection and rendering"). Not used by `compute`; carried here so one policy value configures both.
  */
 export interface BudgetPolicy {
   readonly tokenCap: number
@@ -32,7 +32,7 @@ export interface BudgetPolicy {
   readonly minUsefulBudget: number
 }
 
-/** The defaults of DESIGN.md: cap 16,000, reserve `max(16,000, ceil(window / 4))`, window 128,000, minimum 1,024. */
+/** The defaults of docs/design.md: cap 16,000, reserve `max(16,000, ceil(window / 4))`, window 128,000, minimum 1,024. */
 export const defaultPolicy: BudgetPolicy = {
   tokenCap: 16_000,
   reserveFloor: 16_000,
@@ -152,7 +152,7 @@ const tokenCount = (value: number): number =>
   Number.isNaN(value) ? Number.POSITIVE_INFINITY : Math.max(0, Math.ceil(value))
 
 /**
- * The budget for one turn start, per DESIGN.md:
+ * The budget for one turn start, per docs/design.md:
  * `budget = max(0, min(tokenCap, window - used - request - reserve))`, `reserve = max(reserveFloor,
  * ceil(window * reserveFraction))`, with `window` and `used` chosen as described on `Budget`.
  *

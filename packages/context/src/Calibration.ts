@@ -1,6 +1,6 @@
 /**
  * Calibration: how many of a provider's tokens one of Baton's tokens is worth, learned from the provider's own
- * usage reports (DESIGN.md, "Budget": "a real tokenizer with a per-provider calibration learned from reported usage").
+ * usage reports (docs/design.md, "Budget": "a real tokenizer with a per-provider calibration learned from reported usage").
  *
  * Baton counts every text with one tokenizer (`TokenCounter`, o200k_base). A provider whose model tokenizes the same
  * text into more tokens (seen in the field: 247k estimated against 270k-295k reported) would otherwise be sent more
@@ -112,7 +112,7 @@ export const apply = (ratio: number, rawTokens: number): number => Math.ceil(raw
 /**
  * The most Baton tokens whose calibrated cost fits `budget` provider tokens: the largest `n` with
  * `apply(ratio, n) <= budget` (0 when the budget is 0). Selecting under it keeps delivered history within the
- * budget in the provider's units (DESIGN.md invariant 5).
+ * budget in the provider's units (docs/design.md invariant 5).
  */
 export const rawBudget = (ratio: number, budget: number): number => {
   if (!(budget > 0)) return 0

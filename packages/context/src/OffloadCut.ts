@@ -1,5 +1,5 @@
 /**
- * OffloadCut: where `/offload` cuts a thread's history (DESIGN.md vocabulary `/offload`, invariant 7).
+ * OffloadCut: where `/offload` cuts a thread's history (docs/design.md vocabulary `/offload`, invariant 7).
  *
  * Owns: the choice of the cut point — keep the newest `keepTokens` tokens verbatim, then move the cut earlier until
  * no tool unit straddles it — and the model-visible history an offload chain leaves. Pure: no I/O, no clock. Does not

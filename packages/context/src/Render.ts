@@ -1,6 +1,6 @@
 /**
  * Rendering of history as text: one block per item, and the envelope that marks a run of blocks as historical
- * context, with a pointer to what was left out (DESIGN.md, "Selection and rendering").
+ * context, with a pointer to what was left out (docs/design.md, "Selection and rendering").
  *
  * Owns: the exact bytes of rendered history and the token cost of each part. Rendering is a pure function of its
  * input (no clock, no randomness, no locale), so the same history renders to the same bytes at every turn and

@@ -1,5 +1,5 @@
 /**
- * Selection: which items of owed history fit the budget, rendered (DESIGN.md, "Selection and rendering").
+ * Selection: which items of owed history fit the budget, rendered (docs/design.md, "Selection and rendering").
  *
  * Owns: the priority order, the greedy fill by tool unit, and the guarantee that the rendered history never costs
  * more than the budget. Does not own: the budget (`Budget`), the bytes (`Render`), the decision to defer a handoff
@@ -73,7 +73,7 @@ const envelopeAllowance = (
  * Select the history that fits `budget` and render it.
  *
  * Items are grouped into tool units (`ToolUnits`), which are kept or left out whole. Units are taken greedily in
- * priority order (DESIGN.md): the unit holding the last `user_message`, the unit holding the last
+ * priority order (docs/design.md): the unit holding the last `user_message`, the unit holding the last
  * `assistant_message`, the unit holding the first `user_message`, then the remaining units newest to oldest (by
  * their first item). A unit whose cost (the sum of its items' `tokens`) does not fit what is left is skipped whole
  * and later, smaller units may still fit. Room is kept for the envelope and the largest pointer the result can

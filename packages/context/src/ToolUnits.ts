@@ -1,6 +1,6 @@
 /**
  * Tool units: the indivisible groups of history that selection, offload and compaction keep or drop as a whole, so
- * no delivery separates a tool call from its result (DESIGN.md, vocabulary "tool unit" and invariant 7).
+ * no delivery separates a tool call from its result (docs/design.md, vocabulary "tool unit" and invariant 7).
  *
  * Owns: the partition of a list of items into units. Does not own: what is done with a unit (select, offload,
  * summarise).

@@ -1,6 +1,6 @@
 /**
  * The durable domain model: threads, runs, run attempts, items, provider threads, native threads, context usage,
- * context handoffs and their per-destination deliveries. Vocabulary as in DESIGN.md.
+ * context handoffs and their per-destination deliveries. Vocabulary as in docs/design.md.
  *
  * Times are ISO-8601 strings in UTC (`DateTimeUtc`); token counts are non-negative integers.
  */
@@ -33,7 +33,7 @@ export const Thread = Schema.Struct({
 })
 export type Thread = typeof Thread.Type
 
-/** DESIGN.md run statuses. `queued` and `starting` are transient; the last four are terminal. */
+/** docs/design.md run statuses. `queued` and `starting` are transient; the last four are terminal. */
 export const RunStatus = Schema.Literal("queued", "starting", "running", "completed", "interrupted", "failed", "cancelled")
 export type RunStatus = typeof RunStatus.Type
 export const terminalRunStatuses: ReadonlyArray<RunStatus> = ["completed", "interrupted", "failed", "cancelled"]
@@ -138,7 +138,7 @@ export const RunAttempt = Schema.Struct({
 })
 export type RunAttempt = typeof RunAttempt.Type
 
-/** DESIGN.md item kinds. */
+/** docs/design.md item kinds. */
 export const ItemKind = Schema.Literal(
   "user_message",
   "assistant_message",
@@ -242,7 +242,7 @@ export const NativeThread = Schema.Struct({
 })
 export type NativeThread = typeof NativeThread.Type
 
-/** Why history is owed (DESIGN.md): provider switch, fork, merge-back, missed run, native-thread replacement. */
+/** Why history is owed (docs/design.md): provider switch, fork, merge-back, missed run, native-thread replacement. */
 export const HandoffKind = Schema.Literal("switch", "fork", "merge", "missed_run", "replacement")
 export type HandoffKind = typeof HandoffKind.Type
 

@@ -1,5 +1,5 @@
 /**
- * InvariantChecks: DESIGN.md's invariants, checked against the durable record of one thread and (optionally) what
+ * InvariantChecks: docs/design.md's invariants, checked against the durable record of one thread and (optionally) what
  * the providers actually received. Used by the replay (`baton replay` exits non-zero on any violation) and by tests.
  * Crash safety (invariant 4) is checked by the simulation, which restarts between durable steps.
  *

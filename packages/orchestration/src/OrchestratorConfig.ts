@@ -1,5 +1,5 @@
 /**
- * OrchestratorConfig: the policy knobs of turn start and `/compact`. Defaults follow DESIGN.md's Budget section
+ * OrchestratorConfig: the policy knobs of turn start and `/compact`. Defaults follow docs/design.md's Budget section
  * (reserve max(16,000, ceil(window/4)), cap 16,000, minimum useful budget 1,024 tokens), and the provider timeouts
  * of the run lifecycle (interrupt acknowledgement, turn).
  */

@@ -1,6 +1,6 @@
 /**
  * ProviderTurnStartService: decides, at the start of a run on provider thread P, what history P's native thread
- * still owes the model, and prepares it (DESIGN.md "Turn start", steps 1-4):
+ * still owes the model, and prepares it (docs/design.md "Turn start", steps 1-4):
  *
  * 1. ensure P has a native thread; a native thread with an uncertain (`pending`) delivery is not trusted and is
  *    replaced (generation + 1) with a `replacement` handoff covering the whole history;

@@ -1,5 +1,5 @@
 /**
- * ThreadOffload: the `/offload` path (DESIGN.md vocabulary). It summarises a thread's older history into one
+ * ThreadOffload: the `/offload` path (docs/design.md vocabulary). It summarises a thread's older history into one
  * `summary` item and records what the summary stands for, so the model-visible history becomes
  * [latest summary] + every item after its cut. Originals are never edited or deleted (invariant 6), and the cut never
  * separates a tool call from its result (invariant 7).
@@ -34,13 +34,13 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 
-/** The largest default verbatim tail, in tokens: DESIGN.md's turn-start token cap (16,000). */
+/** The largest default verbatim tail, in tokens: docs/design.md's turn-start token cap (16,000). */
 export const maxDefaultKeepTokens = 16_000
 
 /**
  * The verbatim tail `/offload` keeps when the command does not say, in tokens: min(16,000, floor(window / 4)) of
  * the active provider thread's context window, 16,000 when the window is unknown. A quarter of the window leaves the
- * reserve (DESIGN.md Budget: max(16,000, window/4)) and the summary room on small windows; 16,000 matches the
+ * reserve (docs/design.md Budget: max(16,000, window/4)) and the summary room on small windows; 16,000 matches the
  * turn-start cap, so on large windows the recent tail is what one turn start could deliver in full.
  */
 export const defaultKeepTokens = (window: number | null): number =>

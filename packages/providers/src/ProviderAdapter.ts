@@ -1,5 +1,5 @@
 /**
- * ProviderAdapter: the port every model provider implements (DESIGN.md "Provider adapters"). One adapter value per
+ * ProviderAdapter: the port every model provider implements (docs/design.md "Provider adapters"). One adapter value per
  * configured provider instance (`codex`, `claude`, …). Adapters never take endpoints or credentials from a request:
  * those come from the instance's configuration.
  *

@@ -1,5 +1,5 @@
 /**
- * Summariser: the port `/offload` uses to turn older history into one summary text (DESIGN.md vocabulary,
+ * Summariser: the port `/offload` uses to turn older history into one summary text (docs/design.md vocabulary,
  * `/offload`). Implementations: the deterministic offline `ScriptedSummariser` (embedded default, tests, replay) and,
  * later, a model-backed one. A summariser owns only the text; which items to summarise, where to cut and what the
  * summary replaces in the model-visible history is decided by `@baton/orchestration` ThreadOffload.

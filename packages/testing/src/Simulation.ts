@@ -8,7 +8,7 @@
  * state is dropped between two writes or between a write and a provider call, and a fresh orchestrator resumes
  * from the database (`ThreadService.recover()`), after which the client may retry its command.
  *
- * After every operation and every restart it checks DESIGN.md's invariants 1-3 and 5-7 (`InvariantChecks`) and
+ * After every operation and every restart it checks docs/design.md's invariants 1-3 and 5-7 (`InvariantChecks`) and
  * crash safety (invariant 4) — see `internal/Checks.ts`. A failing scenario is shrunk to a short operation list that
  * still fails the same way, printable and replayable as a regression test (`execute(scenario)`).
  *

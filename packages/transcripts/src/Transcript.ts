@@ -7,7 +7,7 @@
  * and the per-format importers), nor ids, runs or token counts (the orchestrator assigns those when it replays a
  * thread; see `@baton/contracts` `Item`).
  *
- * Item kinds are the DESIGN.md kinds minus `user_message` (the prompt is the turn's `userText`) and
+ * Item kinds are the docs/design.md kinds minus `user_message` (the prompt is the turn's `userText`) and
  * `handoff_marker` (Baton's own).
  */
 

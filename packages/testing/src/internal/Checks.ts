@@ -1,5 +1,5 @@
 /**
- * The simulation's own checks, on top of `InvariantChecks` (DESIGN.md invariants 1-3 and 5-7):
+ * The simulation's own checks, on top of `InvariantChecks` (docs/design.md invariants 1-3 and 5-7):
  *
  * - crash safety (invariant 4): after a restart no run is left unfinished and every item read back before the crash
  *   is retrievable by id (`afterRestart`); after every step every item and every event read back before is still
