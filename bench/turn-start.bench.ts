@@ -141,7 +141,9 @@ const timed = (adapter: ProviderAdapter.ProviderAdapterShape) => {
     })
   const mutable = adapter as { -readonly [K in keyof ProviderAdapter.ProviderAdapterShape]: ProviderAdapter.ProviderAdapterShape[K] }
   // The provider's own time of a streamed turn: it is played to its end first (timed), then replayed to Baton.
-  const collect = wrap((input: ProviderAdapter.StartTurnInput) => Stream.runCollect(adapter.startTurn(input)), "completion")
+  // The adapter's own startTurn, taken before it is replaced below (the replacement must not call itself).
+  const startTurn = adapter.startTurn
+  const collect = wrap((input: ProviderAdapter.StartTurnInput) => Stream.runCollect(startTurn(input)), "completion")
   mutable.startTurn = (input) => Stream.unwrap(Effect.map(collect(input), Stream.fromChunk))
   mutable.startThread = wrap(adapter.startThread, null)
   mutable.resumeThread = wrap(adapter.resumeThread, null)
