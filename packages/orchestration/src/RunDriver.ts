@@ -61,7 +61,13 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const again = new Set<string>()
     const inFlight = new Map<string, Fiber.RuntimeFiber<SendResult, unknown>>()
     /** Callers waiting for a run this process may drive: its result (rich turn-start report) or its failure. */
-    const waiting = new Map<string, { readonly threadId: string; readonly runSeq: number; readonly deferred: Deferred.Deferred<SendResult, unknown> }>()
+    const waiting = new Map<string, {
+      readonly threadId: string
+      readonly runSeq: number
+      readonly deferred: Deferred.Deferred<SendResult, unknown>
+      /** Callers awaiting it: the entry goes when the last one stops waiting (one giving up leaves the others). */
+      waiters: number
+    }>()
     let stopping = false
     const mutex = yield* Effect.makeSemaphore(1)
 
@@ -208,14 +214,20 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         const ended = yield* pollEnded(runId)
         if (ended._tag === "None") return yield* new RunNotFound({ runId })
         return yield* recorded(ended.value)
-      }).pipe(Effect.ensuring(Effect.sync(() => waiting.delete(runId))))
+      }).pipe(Effect.ensuring(Effect.sync(() => {
+        const w = waiting.get(runId)
+        if (w !== undefined && --w.waiters <= 0) waiting.delete(runId)
+      })))
 
     const register = (runId: string, threadId: string, runSeq: number) =>
       Effect.gen(function*() {
         const existing = waiting.get(runId)
-        if (existing !== undefined) return existing.deferred
+        if (existing !== undefined) {
+          existing.waiters++
+          return existing.deferred
+        }
         const deferred = yield* Deferred.make<SendResult, unknown>()
-        waiting.set(runId, { threadId, runSeq, deferred })
+        waiting.set(runId, { threadId, runSeq, deferred, waiters: 1 })
         return deferred
       })
 

@@ -218,13 +218,15 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         if (prepared._tag === "Left") {
           const failed = prepared.left
           const code = failed._tag === "ProviderError" ? runFailureCodeOfProvider(failed.code) : "turn_start_failed"
-          run = yield* finishRun(run, "failed", "before_provider", failed.message, code)
+          run = yield* uow.thread(run.threadId, "TurnExecution.turnStartFailed")(finishRun(run, "failed", "before_provider", failed.message, code))
           return result(null, null, providerThread.contextWindow ?? 0)
         }
         const plan = prepared.right
         const window = plan.report.budget.window
         if (plan.report.injectionError !== null) {
-          run = yield* finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`, "injection_unconfirmed")
+          run = yield* uow.thread(run.threadId, "TurnExecution.injectionUnconfirmed")(
+            finishRun(run, "failed", "before_provider", `history injection unconfirmed: ${plan.report.injectionError}`, "injection_unconfirmed")
+          )
           return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
 

@@ -1,10 +1,10 @@
-import { Commands, type CommandId, type RunId, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, ProviderError, type RunId, type ThreadId } from "@baton/contracts"
 import { RunDriver, ThreadService } from "@baton/orchestration"
 import { Database, ThreadEventBus } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Scope, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Scope, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -31,6 +31,55 @@ const holding = (h: Harness.Harness) =>
   })
 
 describe.each(Harness.dialects)("run driver on %s", (_label, db) => {
+  // Regression (review): a caller that gave up waiting deleted the shared waiter entry; the other caller never woke.
+  it.live("one caller of awaitRun giving up leaves the others waiting: they get the result when the run ends", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { entered, gate, held } = yield* holding(h)
+      const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([held], h.counter, db, {}, "w")))
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const driver = yield* RunDriver.RunDriver
+        const threadId = yield* o.create("codex")
+        h.script.enqueue(Harness.reply(10))
+        const accepted = yield* driver.submit(send(threadId, "hold on"))
+        expect(yield* Queue.take(entered)).toBe(accepted.runId)
+        const patient = yield* Effect.fork(driver.awaitRun(accepted.runId))
+        const impatient = yield* Effect.option(driver.awaitRun(accepted.runId).pipe(Effect.timeout("50 millis")))
+        expect(Option.isNone(impatient)).toBe(true)
+        yield* Deferred.succeed(gate, undefined)
+        const answer = yield* Fiber.join(patient).pipe(Effect.timeout("10 seconds"))
+        expect(answer).toMatchObject({ runId: accepted.runId, status: "completed" })
+        expect(answer.turnStart).not.toBeNull()
+      }).pipe(Effect.scoped, Effect.provide(layer))
+    })
+  })
+
+  // Regression (review): a run failed at turn start was ended outside a unit of work, so `run.failed` was stored but
+  // never published (and written without the thread's lock).
+  it.live("a run failed at turn start (the provider cannot start a native thread): run.failed reaches the event bus", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    const codex = h.providers.codex!
+    const broken: ProviderAdapter.ProviderAdapterShape = {
+      ...codex,
+      startThread: () => Effect.fail(new ProviderError({ provider: codex.instance, operation: "startThread", code: "unavailable", reason: "down", retryable: true }))
+    }
+    return Effect.gen(function*() {
+      const o = yield* Harness.ops
+      const bus = yield* ThreadEventBus
+      const subscription = yield* bus.subscribe
+      const threadId = yield* o.create("codex")
+      const result = yield* o.send(threadId, "hello")
+      expect([result.status, result.failureCode]).toEqual(["failed", "provider_unavailable"])
+      const published = Chunk.toArray(yield* Queue.takeAll(subscription)).filter((e) => e.threadId === threadId).map((e) => e.type)
+      const stored = (yield* o.store.listEvents(threadId)).map((e) => e.type)
+      expect(stored).toContain("run.failed")
+      expect(published.filter((t) => t !== "thread.created" && t !== "provider_thread.created")).toEqual(
+        stored.filter((t) => t !== "thread.created" && t !== "provider_thread.created")
+      )
+    }).pipe(Effect.scoped, Effect.provide(Harness.makeLayer([broken], h.counter, db, {}, "f")))
+  })
+
   it.live("a send returns its queued run at once while the provider holds the turn; later sends queue behind and run in order", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {

@@ -77,7 +77,16 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
 
     const run = <A, E, R>(operation: string, threadId: string | null, self: Effect.Effect<A, E, R>) =>
       Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (outer) => {
-        if (Option.isSome(outer)) return mapErrors(operation, threadId, sql.withTransaction(self))
+        if (Option.isSome(outer)) {
+          // Nested (a savepoint): its events join the outer unit's only if the savepoint is kept.
+          return Effect.gen(function*() {
+            const outerEvents = yield* FiberRef.get(pendingEvents)
+            const inner: Array<ThreadEvent> = []
+            const result = yield* mapErrors(operation, threadId, sql.withTransaction(Effect.locally(self, pendingEvents, inner)))
+            if (outerEvents !== null) outerEvents.push(...inner)
+            return result
+          })
+        }
         return Effect.gen(function*() {
           const events: Array<ThreadEvent> = []
           const body = Effect.zipRight(threadId === null ? lockDatabase : lockThread(threadId), self)

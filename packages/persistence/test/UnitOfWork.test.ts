@@ -128,4 +128,26 @@ describe.each(dialects)("persistence on %s", (_label, db) => {
       yield* Fiber.join(reader)
       expect(Chunk.toArray(yield* Queue.takeAll(seen))).toEqual(["1:thread.created", "2:run.queued"])
     }).pipe(Effect.scoped, Effect.provide(layerOn(db))))
+
+  // Regression (review): a nested unit of work that rolled back (its savepoint) still had its events published.
+  it.live("a nested unit of work rolled back publishes nothing; its outer unit's events are published once", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const bus = yield* ThreadEventBus
+      const now = yield* DateTime.now
+      yield* uow.global("test.create")(store.insertThread(thread("thr_n", now)))
+      const subscription = yield* bus.subscribe
+      yield* uow.thread("thr_n", "test.outer")(Effect.gen(function*() {
+        yield* store.appendEvent({ threadId: "thr_n" as ThreadId, type: "thread.created", payload: { title: "kept" } })
+        yield* Effect.ignore(uow.thread("thr_n", "test.inner")(Effect.gen(function*() {
+          yield* store.appendEvent({ threadId: "thr_n" as ThreadId, type: "run.queued", payload: { runId: "run_n" as RunId, seq: 1, providerThreadId: "pth_1" as ProviderThreadId } })
+          return yield* Effect.fail("inner gives up" as const)
+        })))
+      }))
+      const stored = (yield* store.listEvents("thr_n" as ThreadId)).map((e) => e.type)
+      const published = Chunk.toArray(yield* Queue.takeAll(subscription)).map((e) => e.type)
+      expect(stored).toEqual(["thread.created"])
+      expect(published).toEqual(["thread.created"])
+    }).pipe(Effect.scoped, Effect.provide(layerOn(db))))
 })
