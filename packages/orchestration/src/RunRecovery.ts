@@ -141,7 +141,15 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
         const untrusted = read === "unknown" ? native : null
         const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"
         const nativeThreadId = read === true ? nativeId : null
-        ended.push(yield* uow.thread(run.threadId, "RunRecovery.recover")(Effect.gen(function*() {
+        const settled = yield* uow.thread(run.threadId, "RunRecovery.recover")(Effect.gen(function*() {
+          // Under the thread's lock, the run as it is now: a live driver may have claimed it since it was read (its
+          // owner changed and is alive); then it is not recovery's to end.
+          const current = yield* store.getRun(run.id)
+          if (current._tag === "None") return null
+          const ownerNow = (yield* store.runDrivers([run.id])).get(run.id) ?? null
+          const ownerBefore = owners.get(run.id) ?? null
+          if ((current.value.status !== run.status || ownerNow !== ownerBefore) && ownerNow !== null &&
+            (yield* driver.aliveAmong([ownerNow])).has(ownerNow)) return null
           const now = yield* DateTime.now
           if (untrusted !== null) {
             yield* distrustNative(run.threadId, untrusted, "restart: cannot tell whether the provider read an unfinished run")
@@ -162,7 +170,8 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             read === true ? "process restarted during the provider turn" : "process restarted before the provider started",
             "process_restarted"
           )
-        })))
+        }))
+        if (settled !== null) ended.push(settled)
       }
       return ended
     })
