@@ -361,6 +361,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (link._tag === "None") {
             return yield* new InvalidRequest({ reason: `thread ${forkThread.id} is not a fork: there is nothing to merge it into` })
           }
+          // The merge writes a run, items, a handoff and events into the parent: the parent's lock too.
+          yield* uow.alsoLock(link.value.parentThreadId, "ThreadService.mergeBack")
           const parent = yield* getThread(link.value.parentThreadId)
           const providerThread = yield* getProviderThread(parent)
           const last = yield* store.findLastMerge(forkThread.id)

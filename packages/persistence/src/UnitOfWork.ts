@@ -107,6 +107,12 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
        * `ParseError`), `ConcurrentModification` (lost race, retry) or `PersistenceError` (naming `operation`).
        */
       thread: (threadId: string, operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) => run(operation, threadId, self),
+      /**
+       * Inside a unit of work, takes the lock of another thread it writes to as well (a merge-back writes into the
+       * parent): Postgres locks the row; SQLite already holds the database's write lock. Locks are taken child
+       * before parent, never the other way, so two units of work cannot wait on each other.
+       */
+      alsoLock: (threadId: string, operation: string) => mapErrors(operation, threadId, Effect.asVoid(lockThread(threadId))),
       /** A unit of work that concerns no existing thread (creating one, process bookkeeping). */
       global: (operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) => run(operation, null, self)
     }
