@@ -95,4 +95,19 @@ describe("baton (process)", () => {
     expect(Fs.existsSync(db)).toBe(false)
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
+
+  it("a Postgres server it cannot reach, or a database that does not exist: one line naming the cause, exit 2", async () => {
+    const [refused, missing] = await Promise.all([
+      baton(["threads", "--database-url", "postgres://postgres:secret@127.0.0.1:1/test"]),
+      baton(["threads", "--database-url", "postgres://postgres@127.0.0.1:5432/baton_no_such_database"])
+    ])
+    expect([refused.code, refused.stdout]).toEqual([2, ""])
+    expect(refused.stderr.trim()).toBe(
+      "baton: storage error in database.connect: cannot connect to postgres://postgres:***@127.0.0.1:1/test: ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1"
+    )
+    expect([missing.code, missing.stdout]).toEqual([2, ""])
+    expect(missing.stderr.trim()).toBe(
+      "baton: storage error in database.connect: cannot connect to postgres://postgres@127.0.0.1:5432/baton_no_such_database: 3D000: database \"baton_no_such_database\" does not exist"
+    )
+  })
 })

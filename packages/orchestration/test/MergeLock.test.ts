@@ -23,13 +23,12 @@ describe.each(Harness.dialects)("merge-back racing sends on the parent on %s", (
       const failures: Array<string> = []
       for (let round = 0; round < 10; round++) {
         yield* o.send(fork.threadId as ThreadId, `fork work ${round}`)
-        const exits = yield* Effect.all([
-          Effect.exit(o.service.mergeBack(Commands.MergeBack.make({ commandId: cid(), forkThreadId: fork.threadId as ThreadId }))),
-          ...[0, 1, 2].map((k) => Effect.exit(o.service.enqueueMessage(
-            Commands.SendMessage.make({ commandId: cid(), threadId: parent, text: `parent ${round}.${k}` }),
-            { queueBehind: true }
-          )))
-        ], { concurrency: "unbounded" })
+        const merge = Effect.asVoid(o.service.mergeBack(Commands.MergeBack.make({ commandId: cid(), forkThreadId: fork.threadId as ThreadId })))
+        const sends = [0, 1, 2].map((k) => Effect.asVoid(o.service.enqueueMessage(
+          Commands.SendMessage.make({ commandId: cid(), threadId: parent, text: `parent ${round}.${k}` }),
+          { queueBehind: true }
+        )))
+        const exits = yield* Effect.forEach([merge, ...sends], Effect.exit, { concurrency: "unbounded" })
         for (const e of exits) if (Exit.isFailure(e)) failures.push(String(e.cause))
       }
       expect(failures).toEqual([])

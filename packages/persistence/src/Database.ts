@@ -5,13 +5,21 @@
  * one database. Column names are snake_case in SQL and camelCase in code (the client transforms both ways).
  * Migrations run when the Layer is built, safely when several processes start at once.
  */
+import { PersistenceError } from "@baton/contracts"
 import { SqlClient } from "@effect/sql"
+import type { Migrator } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import type * as ConfigError from "effect/ConfigError"
+import type { YieldWrap } from "effect/Utils"
 import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { Config, Context, Data, Duration, Effect, Layer, Option, Redacted, Schedule, String as Str } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as Migrations from "./Migrations.js"
+
+/** What building a database Layer can fail with: the server unreachable, the file unusable, a migration failing. */
+export type DatabaseError = PersistenceError | SqlError | Migrator.MigrationError | MigrationsIncomplete | ConfigError.ConfigError
 
 /** The default data directory, relative to the working directory. */
 export const defaultDataDir = ".baton"
@@ -45,7 +53,7 @@ const migrate = Effect.gen(function*() {
 })
 
 /** Another process is still applying the migrations (internal; retried by `migrate`). */
-class MigrationsIncomplete extends Data.TaggedError("MigrationsIncomplete")<{
+export class MigrationsIncomplete extends Data.TaggedError("MigrationsIncomplete")<{
   readonly applied: number
   readonly latest: number
 }> {}
@@ -54,7 +62,7 @@ class MigrationsIncomplete extends Data.TaggedError("MigrationsIncomplete")<{
  * A SQLite client on `filename` (`:memory:` allowed) with migrations applied. Creates the parent directory.
  * Fails with `SqlError`/`MigrationError` when the file cannot be opened or migrated.
  */
-export const layerSqlite = (filename: string) =>
+export const layerSqlite = (filename: string): Layer.Layer<SqlClient.SqlClient, DatabaseError> =>
   Layer.effectDiscard(Effect.zipRight(
     // WAL with synchronous=NORMAL: a commit survives a process crash (the durability Baton's recovery relies
     // on); only a power loss can roll back the last commits. SQLite's recommended setting for WAL mode.
@@ -83,22 +91,36 @@ export interface PgOptions {
  * selects a schema) with migrations applied. Integer aggregates (`COUNT`, `MAX`) come back as numbers or strings
  * and every repository decodes both. Fails with `SqlError` (unreachable server) or `MigrationError`.
  */
-export const layerPg = (options: PgOptions) =>
+export const layerPg = (options: PgOptions): Layer.Layer<SqlClient.SqlClient, DatabaseError> =>
   Layer.effectDiscard(migrate).pipe(
     Layer.provideMerge(PgClient.layer({
       url: Redacted.make(options.url),
       maxConnections: options.maxConnections ?? 10,
       applicationName: "baton",
       ...names
-    }))
+    }).pipe(Layer.mapError((e) => new PersistenceError({ operation: "database.connect", detail: connectDetail(options.url, e) }))))
   )
+
+/**
+ * Why a Postgres connection failed, for a person: the driver's code and message (`ECONNREFUSED 127.0.0.1:5999`,
+ * `database "x" does not exist`, an invalid URL), and the URL without its password.
+ */
+const connectDetail = (url: string, e: { readonly message: string; readonly cause?: unknown }) => {
+  const cause = e.cause as { readonly code?: unknown; readonly message?: unknown } | undefined
+  const why = cause?.message === undefined ? e.message : `${cause.code === undefined ? "" : `${String(cause.code)}: `}${String(cause.message)}`
+  const shown = url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")
+  return `cannot connect to ${shown}: ${why}`
+}
 
 /**
  * The database from configuration: `BATON_DATABASE_URL` (Postgres) when set, else SQLite at
  * `BATON_DATA_DIR/baton.sqlite` (default `./.baton/baton.sqlite`). Explicit `overrides` (CLI flags) win.
  */
 export const layerFromConfig = (overrides: { readonly databaseUrl?: string | undefined; readonly db?: string | undefined; readonly dataDir?: string | undefined } = {}) =>
-  Layer.unwrapEffect(Effect.gen(function*() {
+  Layer.unwrapEffect(Effect.gen(function*(): Generator<
+    YieldWrap<Effect.Effect<Option.Option<string>, ConfigError.ConfigError>>,
+    Layer.Layer<SqlClient.SqlClient, DatabaseError>
+  > {
     const url = overrides.databaseUrl ?? Option.getOrUndefined(yield* Config.option(Config.string("BATON_DATABASE_URL")))
     if (url !== undefined && url !== "" && overrides.db === undefined && overrides.dataDir === undefined) return layerPg({ url })
     const dataDir = overrides.dataDir ?? Option.getOrUndefined(yield* Config.option(Config.string("BATON_DATA_DIR")))

@@ -5,10 +5,10 @@ import { describe, expect, it } from "@effect/vitest"
 import { Chunk, DateTime, Effect, Fiber, Layer, Queue, Stream } from "effect"
 
 /** The persistence suite runs on every dialect: a `:memory:` SQLite database and a fresh schema on the real Postgres. */
-const dialects = [
+const dialects: ReadonlyArray<readonly [string, () => Layer.Layer<SqlClient.SqlClient, Database.DatabaseError>]> = [
   ["SQLite", () => Database.layerSqlite(":memory:")],
   ["Postgres", () => Database.layerPgIsolated()]
-] as const
+]
 
 const layerOn = <E>(db: () => Layer.Layer<SqlClient.SqlClient, E>) =>
   UnitOfWork.Default.pipe(
