@@ -42,10 +42,10 @@ describe.each(Harness.dialects)("restart recovery racing a live driver on %s", (
           runs.push((yield* x.service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId: t, text: `hi ${i}` }))).id)
         }
         yield* Scope.close(x.scope, Exit.void)
-        const drives: Array<Fiber.RuntimeFiber<unknown, unknown>> = []
+        const drives: Array<Fiber.RuntimeFiber<void, never>> = []
         for (const [i, runId] of runs.entries()) {
           h.script.enqueue(Harness.reply(10))
-          drives.push(yield* Effect.fork(y.service.processRun(runId)))
+          drives.push(yield* Effect.fork(Effect.ignore(y.service.processRun(runId))))
           yield* Effect.sleep(Duration.millis(i % 4))
           yield* Effect.exit(z.service.recover())
         }
@@ -57,7 +57,7 @@ describe.each(Harness.dialects)("restart recovery racing a live driver on %s", (
           if (owner.startsWith("drv_y")) expect([runId, r.failureCode]).toEqual([runId, null])
         }
         yield* Deferred.succeed(gate, undefined)
-        yield* Effect.forEach(drives, (f) => Effect.exit(Fiber.join(f)), { discard: true })
+        yield* Effect.forEach(drives, Fiber.join, { discard: true })
         for (const runId of runs) {
           const r = Option.getOrThrow(yield* y.store.getRun(runId))
           expect(["completed", "interrupted"]).toContain(r.status)
