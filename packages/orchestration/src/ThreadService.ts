@@ -30,7 +30,7 @@ import {
 } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
-import { DateTime, Effect, Option, ParseResult, Schema } from "effect"
+import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -216,6 +216,14 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
     const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean) {
       yield* validateCommand(Commands.SendMessage, command)
+      // Under the thread's lock: the same command sent concurrently may have queued its run first (a retry that
+      // raced the original). Then that run is the answer; a different payload under the same id is refused by `find`.
+      const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
+      if (seen._tag === "Some") {
+        const { runId } = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
+        const existing = yield* store.getRun(runId)
+        if (existing._tag === "Some") return { run: existing.value, created: false }
+      }
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
@@ -251,8 +259,30 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
       // run instead of queueing a second one. The receipt's result is completed when the run ends.
       yield* CommandReceipts.write(store, CommandReceipts.keyOf(command, thread.id), QueuedReceipt, { runId: run.id })
-      return run
+      return { run, created: true }
     }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
+
+    /**
+     * The result of a SendMessage whose run a concurrent caller with the same command id queued and drives: waits
+     * (polling, 25 ms doubling to 1 s) until the run has ended, then answers with that caller's receipt, or with
+     * what the record says if the receipt was never completed (that caller's process stopped).
+     */
+    const awaitSent = (command: Commands.SendMessage, runId: Run["id"]) =>
+      Effect.gen(function*() {
+        let pause = 25
+        for (;;) {
+          const run = yield* store.getRun(runId)
+          if (run._tag === "None" || terminalRunStatuses.includes(run.value.status)) break
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = Math.min(1_000, pause * 2)
+        }
+        const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
+        if (seen._tag === "Some") {
+          const recorded = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
+          if ("status" in recorded) return recorded
+        }
+        return yield* processRun(runId)
+      })
 
     /**
      * Sends a user message: queues a run and drives it to a terminal status. The prompt reaches the provider
@@ -264,13 +294,16 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (seen._tag === "Some") {
         const recorded = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
         if ("status" in recorded) return recorded
-        // Recorded when the run was queued, never completed (a crash): finish the same run, never a second one.
+        // Recorded when the run was queued, never completed: a crash (finish the same run, never a second one), or
+        // the same command still in flight in another call (wait for its result).
         const result = yield* processRun(recorded.runId)
+        if (!terminalRunStatuses.includes(result.status)) return yield* awaitSent(command, recorded.runId)
         yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
         return result
       }
-      const run = yield* queueRun(command, false)
-      const result = yield* processRun(run.id)
+      const queued = yield* queueRun(command, false)
+      if (!queued.created) return yield* awaitSent(command, queued.run.id)
+      const result = yield* processRun(queued.run.id)
       yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
       return result
     })
@@ -288,7 +321,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           const run = yield* store.getRun(runId)
           if (run._tag === "Some") return run.value
         }
-        return yield* queueRun(command, options.queueBehind === true)
+        return (yield* queueRun(command, options.queueBehind === true)).run
       })
 
     /**
