@@ -36,16 +36,13 @@ const databaseUrlOption = Options.text("database-url").pipe(
 const resolveDb = (db: Option.Option<string>, dataDir: Option.Option<string>) =>
   Database.resolveSqlitePath({ db: Option.getOrUndefined(db), dataDir: Option.getOrUndefined(dataDir) })
 
-/**
- * The Postgres URL a command uses: `--database-url`, else `BATON_DATABASE_URL` when neither `--db` nor `--data-dir`
- * names a SQLite file; `undefined` means SQLite.
- */
-const resolveDatabaseUrl = (url: Option.Option<string>, db: Option.Option<string>, dataDir: Option.Option<string>) => {
-  if (Option.isSome(url)) return url.value
-  if (Option.isSome(db) || Option.isSome(dataDir)) return undefined
-  const fromEnv = process.env.BATON_DATABASE_URL
-  return fromEnv === undefined || fromEnv === "" ? undefined : fromEnv
-}
+/** The Postgres URL a command uses (`--database-url`, else `BATON_DATABASE_URL` unless `--db`/`--data-dir`), or SQLite. */
+const resolveDatabaseUrl = (url: Option.Option<string>, db: Option.Option<string>, dataDir: Option.Option<string>) =>
+  Database.configuredDatabaseUrl({
+    databaseUrl: Option.getOrUndefined(url),
+    db: Option.getOrUndefined(db),
+    dataDir: Option.getOrUndefined(dataDir)
+  })
 
 /** The first line of a message, trimmed: errors are reported on one line. */
 const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? text
@@ -136,7 +133,7 @@ const runReplay = (o: ReplayCommand) =>
       compactEvery: o.compactEvery,
       seed: o.seed,
       db: resolveDb(o.db, o.dataDir),
-      databaseUrl: resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir),
+      databaseUrl: yield* resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir),
       skipInvalid: o.skipInvalid
     }
     const total = imported.threads.reduce((n, t) => n + t.turns.length, 0)
@@ -202,7 +199,7 @@ const withStore = <A, E, R>(
   f: (store: ThreadStore) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function*() {
-    const url = resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir)
+    const url = yield* resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir)
     if (url !== undefined) {
       return yield* Effect.flatMap(ThreadStore, f).pipe(
         Effect.provide(ThreadStore.Default.pipe(Layer.provide(Database.layerPg({ url, maxConnections: 2 }))))

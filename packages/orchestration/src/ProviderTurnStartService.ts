@@ -114,7 +114,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           updatedAt: now
         }
         yield* store.insertNativeThread(native)
-        yield* store.holdSession(native.id, driver.driverId)
+        yield* store.holdSession(native.id, driver.driverId, false)
         const updated: ProviderThread = { ...providerThread, activeNativeThreadId: native.id, updatedAt: now }
         yield* store.updateProviderThread(updated)
         yield* store.appendEvent({ threadId: providerThread.threadId, type: "native_thread.started", payload: {
@@ -172,7 +172,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               const resumed = yield* Effect.either(adapter.resumeThread(current.nativeRef))
               if (resumed._tag === "Left" && resumed.left.code !== "thread_not_found") return yield* resumed.left
               if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
-              else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.takeSession(current.id, driver.driverId))
+              else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, true))
             }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
             if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {

@@ -290,20 +290,21 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * `InvalidRequest`; provider faults end the run as `failed`/`interrupted` (they do not fail the command).
      */
     const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
+      const queued = yield* queueRun(command, false)
+      if (queued.created) {
+        const result = yield* processRun(queued.run.id)
+        yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
+        return result
+      }
+      // The command was seen before: its result if the run ended and was recorded; a run left queued by a crash is
+      // finished here (the same run, never a second one); one that another call is driving is waited for.
       const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
       if (seen._tag === "Some") {
         const recorded = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
         if ("status" in recorded) return recorded
-        // Recorded when the run was queued, never completed: a crash (finish the same run, never a second one), or
-        // the same command still in flight in another call (wait for its result).
-        const result = yield* processRun(recorded.runId)
-        if (!terminalRunStatuses.includes(result.status)) return yield* awaitSent(command, recorded.runId)
-        yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
-        return result
       }
-      const queued = yield* queueRun(command, false)
-      if (!queued.created) return yield* awaitSent(command, queued.run.id)
       const result = yield* processRun(queued.run.id)
+      if (!terminalRunStatuses.includes(result.status)) return yield* awaitSent(command, queued.run.id)
       yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
       return result
     })
@@ -314,15 +315,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * (they run first, in seq order); without it a thread with a run in progress fails with `RunInProgress`.
      */
     const enqueueMessage = (command: Commands.SendMessage, options: { readonly queueBehind?: boolean } = {}) =>
-      Effect.gen(function*() {
-        const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
-        if (seen._tag === "Some") {
-          const { runId } = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
-          const run = yield* store.getRun(runId)
-          if (run._tag === "Some") return run.value
-        }
-        return (yield* queueRun(command, options.queueBehind === true)).run
-      })
+      Effect.map(queueRun(command, options.queueBehind === true), (queued) => queued.run)
 
     /**
      * Forks a thread (see `Commands.ForkThread` and ThreadLineage): a new thread on the requested provider (default:

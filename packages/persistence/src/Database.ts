@@ -112,17 +112,37 @@ const connectDetail = (url: string, e: { readonly message: string; readonly caus
   return `cannot connect to ${shown}: ${why}`
 }
 
+/** What the apps may override of the configuration: `--database-url`, `--db`, `--data-dir`. */
+export interface DatabaseOverrides {
+  readonly databaseUrl?: string | undefined
+  readonly db?: string | undefined
+  readonly dataDir?: string | undefined
+}
+
 /**
- * The database from configuration: `BATON_DATABASE_URL` (Postgres) when set, else SQLite at
- * `BATON_DATA_DIR/baton.sqlite` (default `./.baton/baton.sqlite`). Explicit `overrides` (CLI flags) win.
+ * The Postgres URL the configuration selects, or `undefined` for SQLite: `overrides.databaseUrl`, else
+ * `BATON_DATABASE_URL` (Effect `Config`) when neither `db` nor `dataDir` names a SQLite file. Fails with
+ * `ConfigError` only when the variable cannot be read.
  */
-export const layerFromConfig = (overrides: { readonly databaseUrl?: string | undefined; readonly db?: string | undefined; readonly dataDir?: string | undefined } = {}) =>
+export const configuredDatabaseUrl = (overrides: DatabaseOverrides = {}) =>
+  Effect.gen(function*() {
+    if (overrides.databaseUrl !== undefined) return overrides.databaseUrl
+    if (overrides.db !== undefined || overrides.dataDir !== undefined) return undefined
+    const url = Option.getOrUndefined(yield* Config.option(Config.string("BATON_DATABASE_URL")))
+    return url === "" ? undefined : url
+  })
+
+/**
+ * The database from configuration: Postgres at `configuredDatabaseUrl(overrides)` when there is one, else SQLite at
+ * `overrides.db`, else `BATON_DATA_DIR/baton.sqlite` (default `./.baton/baton.sqlite`).
+ */
+export const layerFromConfig = (overrides: DatabaseOverrides = {}) =>
   Layer.unwrapEffect(Effect.gen(function*(): Generator<
-    YieldWrap<Effect.Effect<Option.Option<string>, ConfigError.ConfigError>>,
+    YieldWrap<Effect.Effect<string | undefined | Option.Option<string>, ConfigError.ConfigError>>,
     Layer.Layer<SqlClient.SqlClient, DatabaseError>
   > {
-    const url = overrides.databaseUrl ?? Option.getOrUndefined(yield* Config.option(Config.string("BATON_DATABASE_URL")))
-    if (url !== undefined && url !== "" && overrides.db === undefined && overrides.dataDir === undefined) return layerPg({ url })
+    const url = yield* configuredDatabaseUrl(overrides)
+    if (url !== undefined) return layerPg({ url })
     const dataDir = overrides.dataDir ?? Option.getOrUndefined(yield* Config.option(Config.string("BATON_DATA_DIR")))
     return layerSqlite(overrides.db ?? Path.join(dataDir ?? defaultDataDir, sqliteFileName))
   }))

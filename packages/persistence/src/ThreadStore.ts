@@ -288,7 +288,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
       /**
        * A native thread with the driver holding its provider session (`null`: none), in one read: turn start's
-       * `getNativeThread` plus `sessionHeldElsewhere`.
+       * `getNativeThread` and which driver holds its session.
        */
       getNativeThreadSession: (id: NativeThreadId) =>
         Effect.flatMap(
@@ -305,32 +305,13 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
 
       /**
-       * Takes the provider session of a native thread for `driverId`. Returns `true` when another driver (or none)
-       * held it: the caller must resume the native thread before use, and its next turn may replay history (the
-       * replay window opens). Returns `false` when `driverId` already held it.
+       * Records that `driverId` holds the provider session of `nativeThreadId`: it started the native thread itself
+       * (`resumed: false`, nothing to replay) or resumed it (`resumed: true`: the next turn's output may replay the
+       * session's history, the replay window opens; see `takeReplayWindow`).
        */
-      takeSession: (nativeThreadId: NativeThreadId, driverId: string) =>
-        Effect.gen(function*() {
-          const rows = yield* Effect.flatMap(
-            sql`SELECT session_driver_id FROM native_threads WHERE id = ${nativeThreadId}`,
-            Schema.decodeUnknown(Schema.Array(Schema.Struct({ sessionDriverId: Schema.NullOr(Schema.String) })))
-          )
-          if (rows[0]?.sessionDriverId === driverId) return false
-          yield* sql`UPDATE native_threads SET session_driver_id = ${driverId}, replay_window = 1 WHERE id = ${nativeThreadId}`
-          return true
-        }).pipe(orPersistence("native_threads.takeSession")),
-      /** Whether a driver other than `driverId` (or none) holds the provider session of `nativeThreadId`. */
-      sessionHeldElsewhere: (nativeThreadId: NativeThreadId, driverId: string) =>
-        Effect.flatMap(
-          sql`SELECT session_driver_id FROM native_threads WHERE id = ${nativeThreadId}`,
-          Schema.decodeUnknown(Schema.Array(Schema.Struct({ sessionDriverId: Schema.NullOr(Schema.String) })))
-        ).pipe(Effect.map((rows) => rows[0]?.sessionDriverId !== driverId), orPersistence("native_threads.sessionHeldElsewhere")),
-      /** Records that `driverId` started `nativeThreadId` itself: it holds the session, nothing to replay. */
-      holdSession: (nativeThreadId: NativeThreadId, driverId: string) =>
-        sql`UPDATE native_threads SET session_driver_id = ${driverId}, replay_window = 0 WHERE id = ${nativeThreadId}`.pipe(
-          Effect.asVoid,
-          orPersistence("native_threads.holdSession")
-        ),
+      holdSession: (nativeThreadId: NativeThreadId, driverId: string, resumed: boolean) =>
+        sql`UPDATE native_threads SET session_driver_id = ${driverId}, replay_window = ${resumed ? 1 : 0}
+            WHERE id = ${nativeThreadId}`.pipe(Effect.asVoid, orPersistence("native_threads.holdSession")),
       /** Closes the replay window of a native thread; `true` when it was open (the turn may hold a replay). */
       takeReplayWindow: (nativeThreadId: NativeThreadId) =>
         Effect.flatMap(
