@@ -25,7 +25,7 @@ import {
 } from "@baton/contracts"
 import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
-import { ProviderFailure, ProviderRegistry } from "@baton/providers"
+import { type ProviderAdapter, ProviderFailure, ProviderRegistry } from "@baton/providers"
 import { Data, DateTime, Duration, Effect, Option } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -88,6 +88,33 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           `Shorten it, or switch the thread to a provider with a larger window`
       })
 
+    /**
+     * `providerThread` brought up to its instance's configuration: a model or window changed since the lane was
+     * recorded (a new configuration between restarts) is written, with a `provider_thread.reconfigured` event, so
+     * budgets and known-full checks use the window the provider enforces now. Unchanged: no statement.
+     */
+    const reconfigure = (run: Run, providerThread: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape) =>
+      adapter.model === providerThread.model && adapter.modelContextWindow === providerThread.contextWindow
+        ? Effect.succeed(providerThread)
+        : uow.thread(run.threadId, "TurnExecution.reconfigure")(Effect.gen(function*() {
+          const current = Option.getOrElse(yield* store.getProviderThread(providerThread.id), () => providerThread)
+          const updated: ProviderThread = {
+            ...current,
+            model: adapter.model,
+            contextWindow: adapter.modelContextWindow,
+            updatedAt: yield* DateTime.now
+          }
+          yield* store.updateProviderThread(updated)
+          yield* store.appendEvent({ threadId: run.threadId, type: "provider_thread.reconfigured", payload: {
+            providerThreadId: current.id,
+            model: updated.model,
+            contextWindow: updated.contextWindow,
+            previousModel: current.model,
+            previousContextWindow: current.contextWindow
+          } })
+          return updated
+        }))
+
     /** Drives a queued run through turn start and the provider turn to a terminal status. */
     const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"]) {
       const found = yield* store.getRun(runId)
@@ -109,9 +136,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         }
         return yield* lookedUp.left
       }
-      const providerThreadAtStart = lookedUp.right.providerThread
-      const providerThread = providerThreadAtStart
       const adapter = lookedUp.right.adapter
+      const providerThreadAtStart = yield* reconfigure(run, lookedUp.right.providerThread, adapter)
+      const providerThread = providerThreadAtStart
       const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
         runId: run.id,
         runSeq: run.seq,

@@ -184,3 +184,41 @@ describe("oracle: the calibration converges to the provider's true ratio", () =>
     }).pipe(Effect.provide(h.layer))
   })
 })
+
+describe("a provider instance reconfigured between restarts", () => {
+  it.live("a smaller window takes effect at the next turn start: the lane is updated with an event, the turn runs under it, nothing rejected", () =>
+    Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const before = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db: file })
+        const threadId = yield* Effect.gen(function*() {
+          const o = yield* ops
+          const t = yield* o.create("codex")
+          before.script.enqueue(Harness.reply(50, { usedTokens: 10_000, maxTokens: 200_000 }))
+          yield* o.send(t, "before the restart")
+          return t
+        }).pipe(Effect.provide(before.layer))
+
+        // The provider instance, now configured with an 8,000-token model (a new process: its sessions are gone).
+        const after = Harness.make([{ name: "codex", window: 8_000, inject: true }], { db: file, idNamespace: "p2_" })
+        yield* Effect.gen(function*() {
+          const o = yield* ops
+          after.script.enqueue(Harness.reply(20))
+          const r = yield* o.send(threadId, "after the restart")
+          expect(r.status).toBe("completed")
+          expect(r.window).toBe(8_000)
+          const [lane] = yield* o.store.listProviderThreads(threadId)
+          expect(lane!.contextWindow).toBe(8_000)
+          const reconfigured = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "provider_thread.reconfigured")
+          expect(reconfigured.map((e) => e.payload)).toEqual([{
+            providerThreadId: lane!.id,
+            model: "scripted-codex",
+            contextWindow: 8_000,
+            previousModel: "scripted-codex",
+            previousContextWindow: 200_000
+          }])
+          expect(after.providers.codex!.truth.filter((t) => !t.accepted)).toEqual([])
+          expect(yield* truthOf(after, threadId)).toEqual([])
+        }).pipe(Effect.provide(after.layer))
+      })
+    ))
+})
