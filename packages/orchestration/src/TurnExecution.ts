@@ -189,6 +189,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        *   alone. The next usage report (or `/compact`) corrects the figure.
        * - If the prompt went alone, the native thread itself is full: it is no longer trusted and the retry starts
        *   a replacement, owed the whole history under a fresh budget.
+       * An overflow that names the request's size (`prompt is too long: N tokens > M maximum`) is a usage report
+       * too: from the turn's sample base, it teaches the calibration what this request cost in the provider's units
+       * (`ProviderCalibration.learn`, same policy as a completed turn), so the retry and later turns are budgeted
+       * in the units the provider really counts.
        * Returns `false` (nothing written) when a user interrupt ended the run meanwhile: it is not retried.
        */
       const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
@@ -197,6 +201,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
           const carriedHistory = plan.inlineHistory !== null || plan.report.mode === "injected"
+          const sizes = ProviderFailure.overflowOf(error.reason)
+          if (sizes?.requestedTokens != null) {
+            yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
+              base: plan.sampleBase,
+              reportedUsedTokens: sizes.requestedTokens,
+              estimatedTokens: plan.requestTokens + plan.inlineTokens
+            })
+          }
           yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
           yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
           const window = plan.report.budget.window

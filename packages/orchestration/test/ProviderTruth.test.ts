@@ -222,3 +222,28 @@ describe("a provider instance reconfigured between restarts", () => {
       })
     ))
 })
+
+describe("an overflow teaches the calibration", () => {
+  it.effect("the size an overflow names is a usage report: the ratio learned from it lets the retry fit", () => {
+    // The provider counts 1.5 of its tokens per Baton token; Baton has learned nothing yet (ratio 1), so a
+    // 2,000-token prompt looks like it fits next to the 1,560 tokens the thread reported. The provider says
+    // "prompt is too long: N tokens > 4000 maximum": N teaches the ratio, and the retry (on a replacement) fits.
+    const h = harness({ tokenScale: 1.5 })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(40))
+      yield* o.send(threadId, Harness.words(1_000))
+      h.script.enqueue(Harness.reply(20))
+      const r = yield* o.send(threadId, Harness.words(2_000))
+      expect(r.status).toBe("completed")
+      const rejected = h.providers.codex!.truth.filter((t) => !t.accepted)
+      expect(rejected).toHaveLength(1)
+      const learned = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "calibration.updated")
+      expect(learned).toHaveLength(1)
+      expect(learned[0]!.payload.reportedTokens).toBe(rejected[0]!.tokens - 1_560)
+      expect(learned[0]!.payload.newRatio).toBeCloseTo(1.5, 1)
+      expect(yield* truthOf(h, threadId)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
