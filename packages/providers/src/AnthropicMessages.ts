@@ -338,7 +338,7 @@ export const make = (options: ModelApiAdapter.ModelApiOptions): ProviderAdapterS
  * before its first turn. Fails with `ProviderError` (`unavailable`, `refused`, `overflow`, `protocol`).
  */
 export const countTokens = (
-  options: ModelApiAdapter.ModelApiOptions,
+  options: Pick<ModelApiAdapter.ModelApiOptions, "instance" | "config" | "apiKey" | "http">,
   request: { readonly prompt: string; readonly tools?: ReadonlyArray<ToolDefinition> }
 ): Effect.Effect<number, ProviderError> => {
   const body = dialect.render({
