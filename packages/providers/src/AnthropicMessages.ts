@@ -36,7 +36,7 @@ import {
 } from "./internal/Dialect.js"
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
-import type { ProducedItem, ProviderAdapterShape, ToolDefinition } from "./ProviderAdapter.js"
+import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } from "./ProviderAdapter.js"
 
 /** The API version header Baton speaks. */
 export const apiVersion = "2023-06-01"
@@ -75,8 +75,7 @@ interface Block {
   readonly start: Record<string, unknown>
 }
 
-const parser = (offered: ReadonlySet<string>): StreamParser => {
-  void offered
+const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => void) | null): StreamParser => {
   let messageId: string | null = null
   let blocks: Array<Block | undefined> = []
   let done: Array<Record<string, unknown>> = []
@@ -177,12 +176,18 @@ const parser = (offered: ReadonlySet<string>): StreamParser => {
         if (b === undefined) return wireFailure("protocol", `content_block_delta for block ${String(index)}, which never started`)
         const delta = field(data, "delta")
         switch (str(field(delta, "type"))) {
-          case "text_delta":
-            b.text += str(field(delta, "text")) ?? ""
+          case "text_delta": {
+            const piece = str(field(delta, "text")) ?? ""
+            b.text += piece
+            if (onDelta !== null && piece !== "") onDelta({ kind: "text", text: piece })
             break
-          case "thinking_delta":
-            b.text += str(field(delta, "thinking")) ?? ""
+          }
+          case "thinking_delta": {
+            const piece = str(field(delta, "thinking")) ?? ""
+            b.text += piece
+            if (onDelta !== null && piece !== "") onDelta({ kind: "reasoning", text: piece })
             break
+          }
           case "signature_delta":
             b.signature += str(field(delta, "signature")) ?? ""
             break

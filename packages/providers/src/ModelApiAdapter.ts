@@ -26,6 +26,7 @@ import type {
   ProviderAdapterShape,
   ReadThreadResult,
   StartTurnInput,
+  TextDelta,
   ToolDefinition,
   ToolResultInput,
   TurnTokens
@@ -254,8 +255,13 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   }
 
   /** The events of one request's answer: its items, then its outcome (or a typed failure). */
-  const answerEvents = (operation: string, response: HttpClientResponse.HttpClientResponse, offered: ReadonlySet<string>) => {
-    const parser = dialect.parser(offered)
+  const answerEvents = (
+    operation: string,
+    response: HttpClientResponse.HttpClientResponse,
+    offered: ReadonlySet<string>,
+    onDelta: ((delta: TextDelta) => void) | null
+  ) => {
+    const parser = dialect.parser(offered, onDelta)
     const contentType = response.headers["content-type"] ?? ""
     const midStream = (f: WireFailure) => providerError(operation, f)
     const events = contentType.includes("application/json")
@@ -308,13 +314,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     runId: string,
     tools: ReadonlyArray<ToolDefinition>,
     local: ReadonlyArray<LocalTool>,
+    onDelta: ((delta: TextDelta) => void) | null,
     billed: TurnTokens | null
   ): Stream.Stream<TurnEvent, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const offered = [...tools, ...local.map((t) => t.definition)]
       const body = renderBody(nativeRef, state, offered)
       const response = yield* send(operation, body)
-      const { parser, stream } = answerEvents(operation, response, new Set(offered.map((t) => t.name)))
+      const { parser, stream } = answerEvents(operation, response, new Set(offered.map((t) => t.name)), onDelta)
       state.current = parser
       return stream.pipe(
         Stream.tapError(() => recordPartial(operation, nativeRef, state, runId)),
@@ -359,7 +366,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
                 ...report,
                 ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))
               ]),
-              requestLoop(operation, nativeRef, state, runId, tools, local, tokens)
+              requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens)
             )
           }))
         })
@@ -428,7 +435,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return interruptible(
         input.nativeRef,
         state,
-        requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], null)
+        requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null)
       )
     }))
 
@@ -442,7 +449,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return interruptible(
         input.nativeRef,
         state,
-        requestLoop("continueTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], null)
+        requestLoop("continueTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null)
       )
     }))
 

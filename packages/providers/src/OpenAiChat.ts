@@ -14,7 +14,7 @@
 import { callItem, type Dialect, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
-import type { ProducedItem, ProviderAdapterShape, ToolDefinition } from "./ProviderAdapter.js"
+import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } from "./ProviderAdapter.js"
 
 const encodeTool = (t: ToolDefinition) =>
   JSON.stringify({ type: "function", function: { name: t.name, description: t.description, parameters: t.inputSchema } })
@@ -41,7 +41,7 @@ interface Assembling {
   arguments: string
 }
 
-const parser = (_offered: ReadonlySet<string>): StreamParser => {
+const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => void) | null): StreamParser => {
   let text = ""
   let reasoning = ""
   let messageId: string | null = null
@@ -89,8 +89,12 @@ const parser = (_offered: ReadonlySet<string>): StreamParser => {
     const choice = Array.isArray(choices) ? choices.find((c) => (num(field(c, "index")) ?? 0) === 0) : undefined
     if (choice === undefined) return []
     const delta = field(choice, "delta")
-    text += str(field(delta, "content")) ?? ""
-    reasoning += str(field(delta, "reasoning_content")) ?? str(field(delta, "reasoning")) ?? ""
+    const piece = str(field(delta, "content")) ?? ""
+    const thought = str(field(delta, "reasoning_content")) ?? str(field(delta, "reasoning")) ?? ""
+    text += piece
+    reasoning += thought
+    if (onDelta !== null && thought !== "") onDelta({ kind: "reasoning", text: thought })
+    if (onDelta !== null && piece !== "") onDelta({ kind: "text", text: piece })
     const deltas = field(delta, "tool_calls")
     if (Array.isArray(deltas)) {
       for (const d of deltas) {

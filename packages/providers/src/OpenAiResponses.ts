@@ -18,7 +18,7 @@
 import { callItem, type Dialect, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
-import type { ProducedItem, ProviderAdapterShape, ToolDefinition, ToolResultInput } from "./ProviderAdapter.js"
+import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition, ToolResultInput } from "./ProviderAdapter.js"
 
 /** The events whose data Baton reads; every other event is skipped without parsing. */
 const readEvents = new Set(["response.output_item.done", "response.completed", "response.incomplete", "response.failed", "error"])
@@ -53,7 +53,13 @@ const unwrapParallel = (call: ToolCall, offered: ReadonlySet<string>): ReadonlyA
   }))
 }
 
-const parser = (offered: ReadonlySet<string>): StreamParser => {
+/** The delta events read only when someone listens to deltas. */
+const deltaEvents: Record<string, TextDelta["kind"]> = {
+  "response.output_text.delta": "text",
+  "response.reasoning_summary_text.delta": "reasoning"
+}
+
+const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => void) | null): StreamParser => {
   const output: Array<string> = []
   const calls: Array<ToolCall> = []
   let complete = false
@@ -118,6 +124,11 @@ const parser = (offered: ReadonlySet<string>): StreamParser => {
   }
 
   const onEvent = (m: SseMessage): ReadonlyArray<ProducedItem> | WireFailure => {
+    if (onDelta !== null && deltaEvents[m.event] !== undefined) {
+      const piece = str(field(parseJson(m.data), "delta"))
+      if (piece !== undefined && piece !== "") onDelta({ kind: deltaEvents[m.event]!, text: piece })
+      return []
+    }
     if (m.event !== "message" && !readEvents.has(m.event)) return []
     const data = parseJson(m.data)
     if (data === undefined) return wireFailure("protocol", `unreadable OpenAI Responses event ${m.event}: ${m.data.slice(0, 200)}`)

@@ -60,6 +60,18 @@ export interface StartTurnInput {
   readonly inlineHistory: string | null
   readonly tools?: ReadonlyArray<ToolDefinition> | undefined
   readonly localTools?: ReadonlyArray<LocalTool> | undefined
+  /** Receives the model's text as it streams, before the item it belongs to is complete (see `TextDelta`). */
+  readonly onDelta?: ((delta: TextDelta) => void) | undefined
+}
+
+/**
+ * A piece of streamed text (`text` of an assistant message, or `reasoning`), for live display. Called synchronously
+ * on the stream's fiber as each piece is read, so it must not block (offer to a queue or a PubSub). The complete item
+ * still arrives as `item_produced`; deltas are never recorded.
+ */
+export interface TextDelta {
+  readonly kind: "text" | "reasoning"
+  readonly text: string
 }
 
 /**
@@ -73,6 +85,7 @@ export interface ContinueTurnInput {
   readonly toolResults: ReadonlyArray<ToolResultInput>
   readonly tools?: ReadonlyArray<ToolDefinition> | undefined
   readonly localTools?: ReadonlyArray<LocalTool> | undefined
+  readonly onDelta?: ((delta: TextDelta) => void) | undefined
 }
 
 /**

@@ -4,7 +4,7 @@
  * (cache breakpoints, byte-for-byte extension, tool pairing) and a restart.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Option } from "effect"
+import { Cause, Effect, Exit, Option, Stream } from "effect"
 import * as AnthropicMessages from "../src/AnthropicMessages.js"
 import { TurnEvent } from "../src/ProviderAdapter.js"
 import { adapterFor, collect, configFor, fixtureLines, frame, httpLayer, itemsOf, json, loopback, sqliteFile, sse } from "./support/Loopback.js"
@@ -51,6 +51,33 @@ describe("Anthropic Messages: every recorded fixture", () => {
       expect(itemsOf(events)).toEqual([["assistant_message", "Hello! I'm doing well, thank you for asking. How are you doing today? Is there anything I can help you with?", null, null]])
       expect(usageOf(events)).toEqual({ used: 42, tokens: tokens(12, 0, 0, 30) })
       expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: false }))
+    }).pipe(Effect.provide(httpLayer)))
+
+  it.scoped("onDelta receives the text as it streams: six pieces, joined equal to the item, all before it", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      loop.enqueue(streamed("anthropic-text.chunks.txt"))
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const seen: Array<string> = []
+      const { events } = yield* collect(adapter.startTurn({
+        nativeRef,
+        runId: "run-1",
+        prompt: "Hi",
+        inlineHistory: null,
+        onDelta: (d) => void seen.push(`${d.kind}:${d.text}`)
+      }).pipe(Stream.tap((e) => Effect.sync(() => void seen.push(`event:${e._tag}`)))))
+      expect(seen.slice(0, 7)).toEqual([
+        "text:Hello",
+        "text:! I",
+        "text:'m doing well, thank you for asking",
+        "text:. How are you doing today?",
+        "text: Is",
+        "text: there anything I can help you with?",
+        "event:item_produced"
+      ])
+      expect(itemsOf(events)[0]![1]).toBe(seen.slice(0, 6).map((s) => s.slice(5)).join(""))
     }).pipe(Effect.provide(httpLayer)))
 
   it.scoped("anthropic-text.json (non-streamed body): the same text", () =>

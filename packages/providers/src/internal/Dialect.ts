@@ -4,7 +4,7 @@
  * `ModelApiAdapter` drives a dialect; `AnthropicMessages`, `OpenAiResponses` and `OpenAiChat` are the three.
  */
 import type { ProviderErrorCode } from "@baton/contracts"
-import type { ProducedItem, ToolDefinition, ToolResultInput, TurnTokens } from "../ProviderAdapter.js"
+import type { ProducedItem, TextDelta, ToolDefinition, ToolResultInput, TurnTokens } from "../ProviderAdapter.js"
 import type { SseMessage } from "./Sse.js"
 
 /** A tool call the model made, as the adapter keeps it until its result is sent. `wire` is the API's call kind. */
@@ -88,7 +88,8 @@ export interface Dialect {
   readonly callsOf: (output: string) => ReadonlyArray<ToolCall>
   readonly answeredBy: (toolResults: string) => ReadonlyArray<string>
   readonly render: (input: RenderInput) => string
-  readonly parser: (offered: ReadonlySet<string>) => StreamParser
+  /** A parser for one response; `onDelta` (when given) receives text pieces as they are read. */
+  readonly parser: (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => void) | null) => StreamParser
   /** A non-streamed (JSON) response body as the events its stream would have carried. */
   readonly synthesize: (body: unknown) => ReadonlyArray<SseMessage>
   /** An HTTP error answer's failure (status and body text as received). */
