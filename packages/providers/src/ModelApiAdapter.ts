@@ -43,7 +43,7 @@ import {
   type WireFailure,
   wireFailure
 } from "./internal/Dialect.js"
-import { makeDecoder } from "./internal/Sse.js"
+import { makeDecoder, type SseMessage } from "./internal/Sse.js"
 
 /** What the adapter is built from (the app reads the key with `ProviderConfig.apiKey`). */
 export interface ModelApiOptions {
@@ -219,7 +219,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   const send = (operation: string, body: string) => {
     const request = HttpClientRequest.post(url).pipe(
       HttpClientRequest.setHeaders(headers),
-      HttpClientRequest.bodyText(body, "application/json")
+      HttpClientRequest.bodyUint8Array(Buffer.from(body, "utf8"), "application/json")
     )
     const once: Effect.Effect<HttpClientResponse.HttpClientResponse, HttpFailure> = options.http.execute(request).pipe(
       Effect.mapError((e): HttpFailure => ({
@@ -254,54 +254,52 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     )
   }
 
-  /** The events of one request's answer: its items, then its outcome (or a typed failure). */
-  const answerEvents = (
+  /**
+   * The items of one request's answer as they complete. Events are read a network chunk at a time (one step per
+   * chunk, not per event: a Chat Completions answer is hundreds of events). Fails with `ProviderError`: the
+   * parser's failure, a broken connection, or a stream that ended before its terminal event.
+   */
+  const answerItems = (
     operation: string,
     response: HttpClientResponse.HttpClientResponse,
-    offered: ReadonlySet<string>,
-    onDelta: ((delta: TextDelta) => void) | null
-  ) => {
-    const parser = dialect.parser(offered, onDelta)
-    const contentType = response.headers["content-type"] ?? ""
+    parser: StreamParser
+  ): Stream.Stream<ProducedItem, ProviderError> => {
     const midStream = (f: WireFailure) => providerError(operation, f)
-    const events = contentType.includes("application/json")
-      ? Stream.fromIterableEffect(Effect.map(
-        Effect.mapError(response.json, (e) => midStream(wireFailure("protocol", `unreadable ${dialect.api} response: ${e.message}`))),
-        dialect.synthesize
-      ))
-      : Stream.suspend(() => {
-        const decoder = makeDecoder()
-        return response.stream.pipe(
-          Stream.mapError((e) => midStream(wireFailure("unavailable", `the ${dialect.api} stream broke off: ${e.message}`, true))),
-          Stream.mapConcat(decoder.push),
-          Stream.concat(Stream.suspend(() =>
-            decoder.end()
-              ? Stream.fail(midStream(wireFailure("protocol", `the ${dialect.api} stream ended inside an event`)))
-              : Stream.empty
-          ))
-        )
-      })
-    return events.pipe(
-      Stream.takeWhile(() => !parser.complete()),
-      Stream.mapConcatEffect((message) => {
-        const out = parser.onEvent(message)
-        return isWireFailure(out) ? Effect.fail(midStream(out)) : Effect.succeed(out)
-      }),
-      Stream.map((item): ProducedItem | ParserDone => item),
-      Stream.concat(Stream.suspend(() =>
-        parser.complete()
-          ? Stream.succeed<ProducedItem | ParserDone>({ _tag: "ParserDone", outcome: parser.outcome() })
-          : Stream.fail(midStream(wireFailure("unavailable", `the ${dialect.api} stream ended before the response was complete`, true)))
-      )),
-      (stream) => ({ stream, parser })
+    /** A batch's items; when an event fails, the items before it, then the failure. */
+    const read = (batch: ReadonlyArray<SseMessage>): Stream.Stream<ProducedItem, ProviderError> => {
+      const out: Array<ProducedItem> = []
+      for (const message of batch) {
+        if (parser.complete()) break
+        const items = parser.onEvent(message)
+        if (isWireFailure(items)) return Stream.concat(Stream.fromIterable(out), Stream.fail(midStream(items)))
+        for (const item of items) out.push(item)
+      }
+      return Stream.fromIterable(out)
+    }
+    const ended = Stream.suspend(() =>
+      parser.complete()
+        ? Stream.empty
+        : Stream.fail(midStream(wireFailure("unavailable", `the ${dialect.api} stream ended before the response was complete`, true)))
     )
+    if ((response.headers["content-type"] ?? "").includes("application/json")) {
+      return Stream.fromEffect(Effect.mapError(response.json, (e) => midStream(wireFailure("protocol", `unreadable ${dialect.api} response: ${e.message}`)))).pipe(
+        Stream.flatMap((body) => read(dialect.synthesize(body))),
+        Stream.concat(ended)
+      )
+    }
+    return Stream.suspend(() => {
+      const decoder = makeDecoder()
+      return response.stream.pipe(
+        Stream.mapError((e) => midStream(wireFailure("unavailable", `the ${dialect.api} stream broke off: ${e.message}`, true))),
+        Stream.flatMap((bytes) => read(decoder.push(bytes))),
+        Stream.concat(Stream.suspend(() =>
+          decoder.end() && !parser.complete()
+            ? Stream.fail(midStream(wireFailure("protocol", `the ${dialect.api} stream ended inside an event`)))
+            : ended
+        ))
+      )
+    })
   }
-
-  interface ParserDone {
-    readonly _tag: "ParserDone"
-    readonly outcome: RequestOutcome
-  }
-  const isDone = (u: ProducedItem | ParserDone): u is ParserDone => "_tag" in u
 
   /**
    * One model request of a turn and, when the model called only Baton's tools, the requests after it: the items as
@@ -321,56 +319,55 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const offered = [...tools, ...local.map((t) => t.definition)]
       const body = renderBody(nativeRef, state, offered)
       const response = yield* send(operation, body)
-      const { parser, stream } = answerEvents(operation, response, new Set(offered.map((t) => t.name)), onDelta)
+      const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
       state.current = parser
-      return stream.pipe(
-        Stream.tapError(() => recordPartial(operation, nativeRef, state, runId)),
-        Stream.flatMap((event): Stream.Stream<TurnEvent, ProviderError> => {
-          if (!isDone(event)) return Stream.succeed(TurnEvent.item_produced({ item: event }))
-          const outcome = event.outcome
+      return answerItems(operation, response, parser).pipe(
+        Stream.map((item) => TurnEvent.item_produced({ item })),
+        Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
+        Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
+      )
+
+      /** The answer is complete: record it, report usage, then end the turn or answer Baton's own calls and go on. */
+      function afterAnswer(outcome: RequestOutcome) {
+        return Effect.gen(function*() {
           const tokens = sumTokens(billed, outcome.tokens)
           const usage: ContextUsage | null = outcome.contextTokens === null ? null : {
             usedTokens: outcome.contextTokens,
             maxTokens: config.contextWindow,
             ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
           }
-          return Stream.unwrap(Effect.gen(function*() {
-            state.current = null
-            if (outcome.output !== null) yield* append(operation, nativeRef, state, "output", outcome.output, { runId, usage })
-            state.open = [...outcome.calls]
-            const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
-            if (outcome.overflow) {
-              return Stream.concat(
-                Stream.fromIterable(report),
-                Stream.fail(providerError(operation, wireFailure("overflow", `the model stopped: the context window of ${config.contextWindow} tokens is full (model_context_window_exceeded)`, false, { limitTokens: config.contextWindow })))
-              )
-            }
-            const localByName = new Map(local.map((t) => [t.definition.name, t]))
-            const mine = outcome.calls.filter((c) => localByName.has(c.name))
-            const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
-            if (mine.length === 0 || theirs.length > 0) {
-              // Baton's own calls made next to the client's are answered now; the client's wait for `continueTurn`.
-              if (mine.length > 0) {
-                const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
-                yield* appendPartialResults(operation, nativeRef, state, runId, results)
-              }
-              return Stream.fromIterable<TurnEvent>([
-                ...report,
-                TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
-              ])
-            }
-            const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
-            yield* answer(operation, nativeRef, state, runId, results)
+          state.current = null
+          if (outcome.output !== null) yield* append(operation, nativeRef, state, "output", outcome.output, { runId, usage })
+          state.open = [...outcome.calls]
+          const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
+          if (outcome.overflow) {
             return Stream.concat(
-              Stream.fromIterable<TurnEvent>([
-                ...report,
-                ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))
-              ]),
-              requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens)
+              Stream.fromIterable(report),
+              Stream.fail(providerError(operation, wireFailure("overflow", `the model stopped: the context window of ${config.contextWindow} tokens is full (model_context_window_exceeded)`, false, { limitTokens: config.contextWindow })))
             )
-          }))
+          }
+          const localByName = new Map(local.map((t) => [t.definition.name, t]))
+          const mine = outcome.calls.filter((c) => localByName.has(c.name))
+          const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
+          if (mine.length === 0 || theirs.length > 0) {
+            // Baton's own calls made next to the client's are answered now; the client's wait for `continueTurn`.
+            if (mine.length > 0) {
+              const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+              yield* appendPartialResults(operation, nativeRef, state, runId, results)
+            }
+            return Stream.fromIterable<TurnEvent>([
+              ...report,
+              TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
+            ])
+          }
+          const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+          yield* answer(operation, nativeRef, state, runId, results)
+          return Stream.concat(
+            Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
+            requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens)
+          )
         })
-      )
+      }
     }))
 
   /**
