@@ -20,8 +20,10 @@ import type { ProviderError } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
 import { Effect, Option, Redacted, Schema } from "effect"
 import {
+  bodyText,
   callItem,
   type Dialect,
+  entryParts,
   field,
   num,
   overflowNumbers,
@@ -319,15 +321,14 @@ export const dialect: Dialect = {
     const tools = input.tools.map(encodeTool)
     const system = input.system === undefined ? null : `[{"type":"text","text":${JSON.stringify(input.system)}${breakpoint}}]`
     if (system === null && tools.length > 0) tools[tools.length - 1] = tools[tools.length - 1]!.slice(0, -1) + breakpoint + "}"
-    let messages = ""
-    for (let i = 0; i < input.entries.length; i++) {
-      const entry = input.entries[i]!
-      messages += (i === 0 ? "" : ",") + (marks.has(i) ? withBreakpoint(entry) : entry)
-    }
-    return `{"model":${JSON.stringify(input.model)},"max_tokens":${input.maxOutputTokens},"stream":true` +
+    return [
+      `{"model":${JSON.stringify(input.model)},"max_tokens":${input.maxOutputTokens},"stream":true` +
       (system === null ? "" : `,"system":${system}`) +
       (tools.length === 0 ? "" : `,"tools":[${tools.join(",")}]`) +
-      `,"messages":[${messages}]}`
+      `,"messages":[`,
+      ...entryParts(input.entries.length, (i) => (marks.has(i) ? withBreakpoint(input.entries[i]!) : null)),
+      "]}"
+    ]
   },
   parser,
   synthesize,
@@ -346,15 +347,16 @@ export const countTokens = (
   options: Pick<ModelApiAdapter.ModelApiOptions, "instance" | "config" | "apiKey" | "http">,
   request: { readonly prompt: string; readonly tools?: ReadonlyArray<ToolDefinition> }
 ): Effect.Effect<number, ProviderError> => {
-  const body = dialect.render({
+  const entries = [dialect.userTurn(request.prompt, null)]
+  const body = bodyText(dialect.render({
     model: options.config.model,
     maxOutputTokens: options.config.maxOutputTokens,
     system: options.config.systemPrompt,
     tools: request.tools ?? [],
-    entries: [dialect.userTurn(request.prompt, null)],
+    entries,
     breakpoints: [],
     cacheKey: ""
-  }).replace(`,"max_tokens":${options.config.maxOutputTokens},"stream":true`, "")
+  }), entries).replace(`,"max_tokens":${options.config.maxOutputTokens},"stream":true`, "")
   const url = options.config.baseUrl.replace(/\/+$/, "") + "/v1/messages/count_tokens"
   const key = Option.match(options.apiKey, { onNone: () => null, onSome: Redacted.value })
   const fail = (f: WireFailure, httpStatus?: number) =>

@@ -65,6 +65,8 @@ interface Lane {
   open: Array<ToolCall>
   /** The parser of the request in flight: what it completed is recorded if the turn stops early. */
   current: StreamParser | null
+  /** Each entry's body as UTF-8, encoded once when first sent (index = entry index). */
+  readonly encoded: Array<Buffer | undefined>
 }
 
 /** The answer closing a call nobody answered (a new turn started, or the wait was abandoned). */
@@ -112,6 +114,8 @@ export const failure = (instance: string, operation: string, f: WireFailure, htt
     ...(httpStatus === undefined ? {} : { httpStatus })
   })
 
+const comma = Buffer.from(",", "utf8")
+
 /** Statuses retried: rate limited (429), Anthropic overloaded (529), and server errors (500-504). */
 const retryableStatus = (status: number) => status === 429 || status === 529 || (status >= 500 && status <= 504)
 
@@ -143,7 +147,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const stored = yield* log.lastSeq(nativeRef)
       if (cached !== undefined && stored === last) return cached
       const fresh = yield* log.load(nativeRef, last)
-      const next: Lane = cached ?? { entries: [], open: [], current: null }
+      const next: Lane = cached ?? { entries: [], open: [], current: null, encoded: [] }
       next.entries.push(...fresh)
       next.open = openCalls(next.entries)
       lanes.set(nativeRef, next)
@@ -201,7 +205,24 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     return -1
   }
 
-  const renderBody = (nativeRef: string, state: Lane, tools: ReadonlyArray<ToolDefinition>) => {
+  /** The next request's body as bytes: stored entries copied from their cached encoding, the rest encoded now. */
+  const renderBody = (nativeRef: string, state: Lane, tools: ReadonlyArray<ToolDefinition>): Uint8Array => {
+    const parts = renderParts(nativeRef, state, tools)
+    const buffers: Array<Buffer> = []
+    let length = 0
+    for (const part of parts) {
+      const buffer = typeof part === "number"
+        ? (state.encoded[part] ??= Buffer.from(state.entries[part]!.body, "utf8"))
+        : part === ","
+        ? comma
+        : Buffer.from(part, "utf8")
+      buffers.push(buffer)
+      length += buffer.length
+    }
+    return Buffer.concat(buffers, length)
+  }
+
+  const renderParts = (nativeRef: string, state: Lane, tools: ReadonlyArray<ToolDefinition>) => {
     const last = state.entries.length - 1
     const previous = previousRequestEnd(state.entries)
     return dialect.render({
@@ -216,10 +237,10 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   }
 
   /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
-  const send = (operation: string, body: string) => {
+  const send = (operation: string, body: Uint8Array) => {
     const request = HttpClientRequest.post(url).pipe(
       HttpClientRequest.setHeaders(headers),
-      HttpClientRequest.bodyUint8Array(Buffer.from(body, "utf8"), "application/json")
+      HttpClientRequest.bodyUint8Array(body, "application/json")
     )
     const once: Effect.Effect<HttpClientResponse.HttpClientResponse, HttpFailure> = options.http.execute(request).pipe(
       Effect.mapError((e): HttpFailure => ({

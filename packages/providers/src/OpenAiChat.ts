@@ -11,7 +11,7 @@
  * Overflow: HTTP 400 with `context_length_exceeded` or a "maximum context length is M tokens … N tokens" message
  * (OpenAI, vLLM), and llama.cpp's `exceed_context_size_error` with `n_prompt_tokens`/`n_ctx`.
  */
-import { callItem, type Dialect, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
+import { callItem, type Dialect, entryParts, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
 import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } from "./ProviderAdapter.js"
@@ -164,13 +164,15 @@ export const dialect: Dialect = {
     const items = parseJson(`[${results}]`)
     return (Array.isArray(items) ? items : []).map((i) => str(field(i, "tool_call_id")) ?? "")
   },
-  render: (input) =>
+  render: (input) => [
     `{"model":${JSON.stringify(input.model)},"max_tokens":${input.maxOutputTokens},"stream":true` +
     `,"stream_options":{"include_usage":true}` +
     (input.tools.length === 0 ? "" : `,"tools":[${input.tools.map(encodeTool).join(",")}]`) +
     `,"messages":[` +
-    (input.system === undefined ? "" : JSON.stringify({ role: "system", content: input.system }) + (input.entries.length === 0 ? "" : ",")) +
-    `${input.entries.join(",")}]}`,
+    (input.system === undefined ? "" : JSON.stringify({ role: "system", content: input.system }) + (input.entries.length === 0 ? "" : ",")),
+    ...entryParts(input.entries.length, () => null),
+    "]}"
+  ],
   parser,
   synthesize,
   httpFailure: (status, body) => {

@@ -15,7 +15,7 @@
  * write charge. Overflow: HTTP 400 `context_length_exceeded`, or `response.failed` with that code mid-stream.
  * Only the events Baton reads are parsed (by their SSE `event:` name): the rest are skipped unread.
  */
-import { callItem, type Dialect, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
+import { callItem, type Dialect, entryParts, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
 import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition, ToolResultInput } from "./ProviderAdapter.js"
@@ -217,12 +217,15 @@ export const dialect: Dialect = {
     const items = parseJson(`[${results}]`)
     return (Array.isArray(items) ? items : []).map((i) => str(field(i, "call_id")) ?? "")
   },
-  render: (input) =>
+  render: (input) => [
     `{"model":${JSON.stringify(input.model)},"max_output_tokens":${input.maxOutputTokens},"stream":true,"store":false` +
     `,"include":["reasoning.encrypted_content"],"prompt_cache_key":${JSON.stringify(input.cacheKey)}` +
     (input.system === undefined ? "" : `,"instructions":${JSON.stringify(input.system)}`) +
     (input.tools.length === 0 ? "" : `,"tools":[${input.tools.map(encodeTool).join(",")}]`) +
-    `,"input":[${input.entries.join(",")}]}`,
+    `,"input":[`,
+    ...entryParts(input.entries.length, () => null),
+    "]}"
+  ],
   parser,
   synthesize,
   httpFailure: (status, body) => {

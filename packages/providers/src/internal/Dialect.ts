@@ -87,13 +87,35 @@ export interface Dialect {
   /** The calls an `output` entry holds, and the call ids a `tool_results` entry answers (read back after a restart). */
   readonly callsOf: (output: string) => ReadonlyArray<ToolCall>
   readonly answeredBy: (toolResults: string) => ReadonlyArray<string>
-  readonly render: (input: RenderInput) => string
+  /** The request body as parts: text, or the index of a stored entry sent verbatim (see `BodyPart`). */
+  readonly render: (input: RenderInput) => ReadonlyArray<BodyPart>
   /** A parser for one response; `onDelta` (when given) receives text pieces as they are read. */
   readonly parser: (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => void) | null) => StreamParser
   /** A non-streamed (JSON) response body as the events its stream would have carried. */
   readonly synthesize: (body: unknown) => ReadonlyArray<SseMessage>
   /** An HTTP error answer's failure (status and body text as received). */
   readonly httpFailure: (status: number, body: string) => WireFailure
+}
+
+/**
+ * A piece of a request body: literal text, or the index of a stored entry to send exactly as stored. Entries are the
+ * bulk of a body (a 150,000-token conversation is about 530 KB): the adapter keeps each entry's UTF-8 bytes and
+ * copies them, so only what is new in a request is encoded.
+ */
+export type BodyPart = string | number
+
+/** The body's text (count_tokens, tests, benchmarks). */
+export const bodyText = (parts: ReadonlyArray<BodyPart>, entries: ReadonlyArray<string>): string =>
+  parts.map((p) => (typeof p === "number" ? entries[p]! : p)).join("")
+
+/** The entries joined by commas as parts, `marked` entries replaced by their text. */
+export const entryParts = (count: number, marked: (index: number) => string | null): Array<BodyPart> => {
+  const parts: Array<BodyPart> = []
+  for (let i = 0; i < count; i++) {
+    if (i > 0) parts.push(",")
+    parts.push(marked(i) ?? i)
+  }
+  return parts
 }
 
 /** JSON.parse without exceptions: `undefined` when the text is not JSON. */
