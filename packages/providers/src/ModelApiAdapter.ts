@@ -17,7 +17,7 @@
  * It does not own: budgets, handoffs, the durable record of items (the orchestrator records the items it streams).
  */
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
-import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
+import { type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Deferred, Duration, Effect, Option, Redacted, Schedule, Stream } from "effect"
 import type {
   ContinueTurnInput,

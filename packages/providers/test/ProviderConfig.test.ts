@@ -35,7 +35,7 @@ describe("ProviderConfig", () => {
 
   it.effect("the key is read from the named variable into a Redacted that prints as <redacted>; an unset variable fails", () =>
     Effect.gen(function*() {
-      const config = Schema.decodeUnknownSync(ModelProviderConfig)(anthropic)
+      const config = yield* Schema.decodeUnknown(ModelProviderConfig)(anthropic)
       const key = yield* apiKey(config).pipe(Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["ANTHROPIC_API_KEY", "sk-ant-secret"]]))))
       expect(Option.map(key, Redacted.value)).toEqual(Option.some("sk-ant-secret"))
       expect(String(Option.getOrThrow(key))).toBe("<redacted>")
@@ -52,7 +52,7 @@ describe("ProviderConfig", () => {
       const file = yield* sqliteFile
       const log = yield* logOn(file)
       loop.enqueue(sse(frame("openai-chat", fixtureLines("openai-chat/openai-text.chunks.txt"))))
-      const config = Schema.decodeUnknownSync(ModelProviderConfig)({
+      const config = yield* Schema.decodeUnknown(ModelProviderConfig)({
         ...anthropic,
         kind: "openai-chat",
         baseUrl: `${loop.url}/v1`,
