@@ -166,37 +166,43 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     return dialect.callsOf(entries[at]!.body).filter((c) => !answered.has(c.id))
   }
 
-  const append = (
-    operation: string,
-    nativeRef: string,
-    state: Lane,
-    kind: NativeEntryKind,
-    body: string,
-    extra: { readonly runId?: string | null; readonly deliveryIds?: ReadonlyArray<string>; readonly usage?: ContextUsage | null } = {}
-  ) => {
-    const entry: NativeEntry = {
-      seq: state.entries.length + 1,
-      kind,
-      runId: extra.runId ?? null,
-      deliveryIds: extra.deliveryIds ?? [],
-      usage: extra.usage ?? null,
-      body
-    }
-    return log.append(instance, nativeRef, [entry]).pipe(
+  /** An entry not yet stored: it joins the native thread once the request carrying it is accepted. */
+  interface Draft {
+    readonly kind: NativeEntryKind
+    readonly body: string
+    readonly runId: string | null
+    readonly deliveryIds?: ReadonlyArray<string>
+    readonly usage?: ContextUsage | null
+  }
+
+  /** Stores `drafts` after the lane's entries (one insert) and refreshes the open calls. */
+  const append = (operation: string, nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>) => {
+    if (drafts.length === 0) return Effect.void
+    const entries = drafts.map((d, i): NativeEntry => ({
+      seq: state.entries.length + i + 1,
+      kind: d.kind,
+      runId: d.runId,
+      deliveryIds: d.deliveryIds ?? [],
+      usage: d.usage ?? null,
+      body: d.body
+    }))
+    return log.append(instance, nativeRef, entries).pipe(
       Effect.mapError(storageError(operation)),
-      Effect.tap(() => Effect.sync(() => void state.entries.push(entry)))
+      Effect.tap(() =>
+        Effect.sync(() => {
+          state.entries.push(...entries)
+          state.open = openCalls(state.entries)
+        })
+      )
     )
   }
 
-  /** Closes the open calls with `results` (and an error result for each call left without one). */
-  const answer = (operation: string, nativeRef: string, state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>) => {
-    if (state.open.length === 0) return Effect.void
+  /** The results closing every open call: `results` where given, an error result for each call left without one. */
+  const closing = (state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>): ReadonlyArray<Draft> => {
+    if (state.open.length === 0) return []
     const byId = new Map(results.map((r) => [r.toolCallId, r]))
     const all = state.open.map((c) => byId.get(c.id) ?? { toolCallId: c.id, output: unansweredResult, isError: true })
-    const calls = state.open
-    return append(operation, nativeRef, state, "tool_results", dialect.toolResults(all, calls), { runId }).pipe(
-      Effect.tap(() => Effect.sync(() => void (state.open = [])))
-    )
+    return [{ kind: "tool_results", body: dialect.toolResults(all, state.open), runId }]
   }
 
   /** Index of the entry that ended the previous request (the one before the last `output`), or -1. */
@@ -205,14 +211,29 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     return -1
   }
 
-  /** The next request's body as bytes: stored entries copied from their cached encoding, the rest encoded now. */
-  const renderBody = (nativeRef: string, state: Lane, tools: ReadonlyArray<ToolDefinition>): Uint8Array => {
-    const parts = renderParts(nativeRef, state, tools)
+  /**
+   * The next request's body as bytes: the stored entries then `drafts`. Stored entries are copied from their cached
+   * encoding; drafts and the rest are encoded now (a draft is not cached: its request may be refused).
+   */
+  const renderBody = (nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>): Uint8Array => {
+    const stored = state.entries.length
+    const bodies = drafts.length === 0 ? state.entries.map((e) => e.body) : [...state.entries.map((e) => e.body), ...drafts.map((d) => d.body)]
+    const last = bodies.length - 1
+    const previous = previousRequestEnd(state.entries)
+    const parts = dialect.render({
+      model: config.model,
+      maxOutputTokens: config.maxOutputTokens,
+      system: config.systemPrompt,
+      tools,
+      entries: bodies,
+      breakpoints: previous >= 0 && previous !== last ? [previous, last] : [last],
+      cacheKey: nativeRef
+    })
     const buffers: Array<Buffer> = []
     let length = 0
     for (const part of parts) {
       const buffer = typeof part === "number"
-        ? (state.encoded[part] ??= Buffer.from(state.entries[part]!.body, "utf8"))
+        ? (part < stored ? (state.encoded[part] ??= Buffer.from(bodies[part]!, "utf8")) : Buffer.from(bodies[part]!, "utf8"))
         : part === ","
         ? comma
         : Buffer.from(part, "utf8")
@@ -220,20 +241,6 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       length += buffer.length
     }
     return Buffer.concat(buffers, length)
-  }
-
-  const renderParts = (nativeRef: string, state: Lane, tools: ReadonlyArray<ToolDefinition>) => {
-    const last = state.entries.length - 1
-    const previous = previousRequestEnd(state.entries)
-    return dialect.render({
-      model: config.model,
-      maxOutputTokens: config.maxOutputTokens,
-      system: config.systemPrompt,
-      tools,
-      entries: state.entries.map((e) => e.body),
-      breakpoints: previous >= 0 && previous !== last ? [previous, last] : [last],
-      cacheKey: nativeRef
-    })
   }
 
   /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
@@ -334,12 +341,15 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     tools: ReadonlyArray<ToolDefinition>,
     local: ReadonlyArray<LocalTool>,
     onDelta: ((delta: TextDelta) => void) | null,
-    billed: TurnTokens | null
+    billed: TurnTokens | null,
+    drafts: ReadonlyArray<Draft>
   ): Stream.Stream<TurnEvent, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const offered = [...tools, ...local.map((t) => t.definition)]
-      const body = renderBody(nativeRef, state, offered)
+      const body = renderBody(nativeRef, state, drafts, offered)
       const response = yield* send(operation, body)
+      // The provider accepted the request: from now on the native thread holds what it carried.
+      yield* append(operation, nativeRef, state, drafts)
       const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
       state.current = parser
       return answerItems(operation, response, parser).pipe(
@@ -358,7 +368,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
             ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
           }
           state.current = null
-          if (outcome.output !== null) yield* append(operation, nativeRef, state, "output", outcome.output, { runId, usage })
+          if (outcome.output !== null) yield* append(operation, nativeRef, state, [{ kind: "output", body: outcome.output, runId, usage }])
           state.open = [...outcome.calls]
           const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
           if (outcome.overflow) {
@@ -382,10 +392,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
             ])
           }
           const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
-          yield* answer(operation, nativeRef, state, runId, results)
           return Stream.concat(
             Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
-            requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens)
+            requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
           )
         })
       }
@@ -400,9 +409,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const parser = state.current
       state.current = null
       const partial = parser === null ? null : parser.partial()
-      return (partial === null ? Effect.void : Effect.ignore(append(operation, nativeRef, state, "output", partial, { runId }))).pipe(
-        Effect.tap(() => Effect.sync(() => void (state.open = openCalls(state.entries))))
-      )
+      return partial === null ? Effect.void : Effect.ignore(append(operation, nativeRef, state, [{ kind: "output", body: partial, runId }]))
     })
 
   const resultItem = (r: ToolResultInput, calls: ReadonlyArray<ToolCall>): ProducedItem => ({
@@ -418,13 +425,11 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   const runLocal = (tool: LocalTool, call: ToolCall, runId: string) =>
     Effect.map(tool.execute({ arguments: call.arguments, runId }), (output): ToolResultInput => ({ toolCallId: call.id, output, isError: false }))
 
-  /** Answers some open calls now (Baton's own), leaving the rest open. */
+  /** Answers some open calls now (Baton's own), leaving the rest open for the client. */
   const appendPartialResults = (operation: string, nativeRef: string, state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>) => {
     const ids = new Set(results.map((r) => r.toolCallId))
     const calls = state.open.filter((c) => ids.has(c.id))
-    return append(operation, nativeRef, state, "tool_results", dialect.toolResults(results, calls), { runId }).pipe(
-      Effect.tap(() => Effect.sync(() => void (state.open = state.open.filter((c) => !ids.has(c.id)))))
-    )
+    return append(operation, nativeRef, state, [{ kind: "tool_results", body: dialect.toolResults(results, calls), runId }])
   }
 
   /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
@@ -448,12 +453,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   const startTurn = (input: StartTurnInput): Stream.Stream<TurnEvent, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const state = yield* lane("startTurn", input.nativeRef)
-      yield* answer("startTurn", input.nativeRef, state, input.runId, [])
-      yield* append("startTurn", input.nativeRef, state, "turn", dialect.userTurn(input.prompt, input.inlineHistory), { runId: input.runId })
+      const drafts: ReadonlyArray<Draft> = [
+        ...closing(state, input.runId, []),
+        { kind: "turn", body: dialect.userTurn(input.prompt, input.inlineHistory), runId: input.runId }
+      ]
       return interruptible(
         input.nativeRef,
         state,
-        requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null)
+        requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null, drafts)
       )
     }))
 
@@ -463,11 +470,20 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       if (state.open.length === 0) {
         return yield* providerError("continueTurn", wireFailure("protocol", `native thread ${input.nativeRef} has no open tool call to answer`))
       }
-      yield* answer("continueTurn", input.nativeRef, state, input.runId, input.toolResults)
       return interruptible(
         input.nativeRef,
         state,
-        requestLoop("continueTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null)
+        requestLoop(
+          "continueTurn",
+          input.nativeRef,
+          state,
+          input.runId,
+          input.tools ?? [],
+          input.localTools ?? [],
+          input.onDelta ?? null,
+          null,
+          closing(state, input.runId, input.toolResults)
+        )
       )
     }))
 
@@ -498,7 +514,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     injectHistory: (input) =>
       Effect.gen(function*() {
         const state = yield* lane("injectHistory", input.nativeRef)
-        yield* append("injectHistory", input.nativeRef, state, "history", dialect.history(input.rendered), { deliveryIds: input.deliveryIds })
+        yield* append("injectHistory", input.nativeRef, state, [{ kind: "history", body: dialect.history(input.rendered), runId: null, deliveryIds: input.deliveryIds }])
         return { usage: null }
       }),
     readThread

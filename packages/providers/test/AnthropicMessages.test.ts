@@ -236,6 +236,18 @@ describe("Anthropic Messages: errors and faults", () => {
       expect(loop.requests).toHaveLength(1)
     }).pipe(Effect.provide(httpLayer)))
 
+  it.scoped("a refused request leaves the native thread as it was: the retried turn is sent once, not twice", () =>
+    Effect.gen(function*() {
+      const { adapter, loop, nativeRef } = yield* turnWith(
+        json(400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}`),
+        streamed("anthropic-text.chunks.txt")
+      )
+      expect((yield* adapter.readThread!(nativeRef)).runIds).toEqual([])
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null }))
+      expect(loop.requests[1]!.body).toBe(loop.requests[0]!.body)
+      expect((yield* adapter.readThread!(nativeRef)).runIds).toEqual(["run-1"])
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("stop reason model_context_window_exceeded: the items before stand, then a typed overflow with M", () =>
     Effect.gen(function*() {
       const lines = fixtureLines("anthropic/anthropic-text.chunks.txt").map((l) => l.replace(`"stop_reason":"end_turn"`, `"stop_reason":"model_context_window_exceeded"`))
