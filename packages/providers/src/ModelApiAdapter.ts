@@ -4,9 +4,10 @@
  *
  * The native thread is the message list Baton keeps for the lane in the `NativeMessageLog` (durable: a request after a
  * restart is byte-identical to the one without it). Each request renders the stored entries verbatim, so request n+1
- * extends request n byte for byte (Anthropic cache breakpoints aside, see `AnthropicMessages`). A turn appends the
- * user's turn before the request (the native thread holds it from then on, as `readThread` reports) and the model's
- * output after it; a mid-stream failure appends what was completed, so the record and the native thread agree.
+ * extends request n byte for byte (Anthropic cache breakpoints aside, see `AnthropicMessages`). What a request carries
+ * (the user's turn, tool results) is appended once the provider accepted it (a refused request leaves the native
+ * thread unchanged), the model's output once its answer is complete; a mid-stream failure or an interrupt appends what
+ * was completed, so the record and the native thread agree.
  *
  * Tools: the client's tools end the turn with `pendingToolCalls` (`continueTurn` sends their results); Baton's own
  * (`localTools`, e.g. `thread_read`) are executed here and answered on the next request of the same turn. Open calls
@@ -433,7 +434,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   }
 
   /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
-  const interruptible = (nativeRef: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
+  const interruptible = (nativeRef: string, runId: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
     Stream.unwrapScoped(Effect.gen(function*() {
       const stop = yield* Deferred.make<void>()
       yield* Effect.acquireRelease(
@@ -445,7 +446,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         Stream.tap((e) => Effect.sync(() => void (ended = ended || e._tag === "turn_ended"))),
         Stream.interruptWhen(Deferred.await(stop)),
         Stream.concat(Stream.suspend(() =>
-          ended ? Stream.empty : Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, null), TurnEvent.turn_ended({ interrupted: true })))
+          ended ? Stream.empty : Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))
         ))
       )
     }))
@@ -459,6 +460,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       ]
       return interruptible(
         input.nativeRef,
+        input.runId,
         state,
         requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null, drafts)
       )
@@ -472,6 +474,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       }
       return interruptible(
         input.nativeRef,
+        input.runId,
         state,
         requestLoop(
           "continueTurn",
