@@ -293,6 +293,16 @@ describe("Anthropic Messages: errors and faults", () => {
       expect(messages[1]).toEqual({ role: "assistant", content: [{ type: "text", text: "I'll update the issue list for you." }] })
     }).pipe(Effect.provide(httpLayer)))
 
+  it.scoped("an error event mid-stream (overloaded_error after a block): the block stands, a typed retryable unavailable error", () =>
+    Effect.gen(function*() {
+      const lines = fixtureLines("anthropic/anthropic-tool-no-args.chunks.txt").slice(0, 6)
+      lines.push(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+      const { events, exit } = yield* turnWith(sse(frame(kind, lines)))
+      expect(itemsOf(events).map(([k]) => k)).toEqual(["assistant_message"])
+      const error = Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null
+      expect([error?.code, error?.retryable, error?.reason]).toEqual(["unavailable", true, "Anthropic overloaded_error: Overloaded"])
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("malformed SSE (an event whose data is not JSON): a typed protocol error, no crash", () =>
     Effect.gen(function*() {
       const chunks = frame(kind, fixtureLines("anthropic/anthropic-text.chunks.txt"))
