@@ -201,11 +201,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
           const carriedHistory = plan.inlineHistory !== null || plan.report.mode === "injected"
-          const sizes = ProviderFailure.overflowOf(error.reason)
-          if (sizes?.requestedTokens != null) {
+          const requested = error.requestedTokens ?? ProviderFailure.overflowOf(error.reason)?.requestedTokens ?? null
+          if (requested !== null) {
             yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
               base: plan.sampleBase,
-              reportedUsedTokens: sizes.requestedTokens,
+              reportedUsedTokens: requested,
               estimatedTokens: plan.requestTokens + plan.inlineTokens
             })
           }

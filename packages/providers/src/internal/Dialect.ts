@@ -6,6 +6,7 @@
 import type { ProviderErrorCode } from "@baton/contracts"
 import type { ProducedItem, TextDelta, ToolDefinition, ToolResultInput, TurnTokens } from "../ProviderAdapter.js"
 import type { SseMessage } from "./Sse.js"
+import * as ProviderFailure from "../ProviderFailure.js"
 
 /** A tool call the model made, as the adapter keeps it until its result is sent. `wire` is the API's call kind. */
 export interface ToolCall {
@@ -162,9 +163,11 @@ export const callItem = (call: ToolCall, messageId: string | null): ProducedItem
  * requested N tokens`).
  */
 export const overflowNumbers = (message: string): { requestedTokens?: number; limitTokens?: number } | null => {
-  const anthropic = /prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)\s*maximum/i.exec(message)
-  if (anthropic !== null) return { requestedTokens: Number(anthropic[1]), limitTokens: Number(anthropic[2]) }
-  const openai = /maximum context length is\s*(\d+)\s*tokens[\s\S]*?(?:resulted in|requested)\s*(\d+)\s*tokens/i.exec(message)
-  if (openai !== null) return { requestedTokens: Number(openai[2]), limitTokens: Number(openai[1]) }
-  return null
+  // One reading of the field's overflow texts for every adapter and for Baton's own classification.
+  const sizes = ProviderFailure.overflowOf(message)
+  if (sizes === null || (sizes.requestedTokens === null && sizes.maximumTokens === null)) return null
+  return {
+    ...(sizes.requestedTokens === null ? {} : { requestedTokens: sizes.requestedTokens }),
+    ...(sizes.maximumTokens === null ? {} : { limitTokens: sizes.maximumTokens })
+  }
 }
