@@ -39,6 +39,7 @@ import { SqlClient } from "@effect/sql"
 import { DateTime, Effect, FiberRef, Option, Schema } from "effect"
 import { EventIds } from "./EventIds.js"
 import { isContention, orPersistence } from "./internal/errors.js"
+import { decodeEvents } from "./internal/EventRows.js"
 import { Count } from "./internal/Rows.js"
 import { pendingEvents } from "./UnitOfWork.js"
 import * as Table from "./internal/Table.js"
@@ -85,19 +86,6 @@ export type DriverRecord = typeof DriverRecord.Type
 /** A handoff with its bookkeeping flag: `open` while some destination still owes a delivery. */
 export type StoredHandoff = ContextHandoff & { readonly open: boolean }
 
-/**
- * A `thread_events` row as the client returns it: `payload` JSON text, `globalSeq` a number (SQLite) or a bigint
- * string (Postgres `BIGINT`); decoded through `ThreadEvent` (the member its `type` names).
- */
-const EventRow = Schema.compose(
-  Schema.Struct(
-    { globalSeq: Count, payload: Schema.parseJson() },
-    Schema.Record({ key: Schema.String, value: Schema.Unknown })
-  ),
-  ThreadEvent,
-  { strict: false }
-)
-const decodeEvents = Schema.decodeUnknown(Schema.Array(EventRow))
 /** `{type, payload}` of every event type: what `appendEvent` validates and encodes. */
 const EventBody = Schema.Union(
   ...ThreadEvent.members.map((member) => Schema.Struct({ type: member.fields.type, payload: member.fields.payload }))
