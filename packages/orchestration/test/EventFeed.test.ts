@@ -308,7 +308,7 @@ describe("EventFeed on Postgres", () => {
     const h = Harness.make([...providers])
     return Harness.withDbFile((db) =>
       Effect.gen(function*() {
-        const quiet = yield* open(h, db, "a", { pollMillis: 600_000 })
+        const quiet = yield* open(h, db, "a", { pollMillis: 600_000, listenCheckMillis: 100 })
         const polling = yield* open(h, db, "c", { pollMillis: 100 })
         const there = yield* open(h, db, "b")
         const t = yield* there.create()
@@ -323,6 +323,32 @@ describe("EventFeed on Postgres", () => {
         yield* there.sql`ALTER TABLE thread_events DISABLE TRIGGER thread_events_notify`.pipe(Effect.orDie)
         yield* there.append(t, 2)
         expect((yield* Fiber.join(byPoll)).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6].map((i) => known + i))
+      })
+    ).pipe(Effect.scoped)
+  })
+
+  it.live("a LISTEN connection that dies is noticed by its self-check and replaced; notifications flow again", () => {
+    const h = Harness.make([...providers])
+    return Harness.withDbFile((db) =>
+      Effect.gen(function*() {
+        const there = yield* open(h, db, "b")
+        const startedAt = (yield* there.sql<{ readonly now: string }>`SELECT now()::text AS now`.pipe(Effect.orDie))[0]!.now
+        const quiet = yield* open(h, db, "a", { pollMillis: 600_000, listenCheckMillis: 150 })
+        const t = yield* there.create()
+        const known = (yield* there.store.listEvents(t)).length
+        const got = yield* collect(yield* quiet.feed.thread(t, { afterSeq: known }))
+        yield* Effect.sleep(Duration.millis(300))
+        // The listener started since this test began (the only feed subscribed here is `quiet`'s).
+        const listeners = there.sql<{ readonly pid: number }>`SELECT pid FROM pg_stat_activity
+          WHERE query = ${`LISTEN "${EventFeed.channel}"`} AND backend_start >= ${startedAt}::timestamptz`.pipe(Effect.orDie)
+        const before = (yield* listeners).map((r) => r.pid)
+        expect(before.length).toBeGreaterThan(0)
+        yield* there.sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid IN ${there.sql.in(before)}`.pipe(Effect.orDie)
+        yield* Effect.sleep(Duration.seconds(2))
+        const after = (yield* listeners).map((r) => r.pid)
+        expect(after.filter((pid) => !before.includes(pid)).length).toBeGreaterThan(0)
+        yield* there.append(t, 2)
+        expect((yield* got(2)).map((e) => e.seq)).toEqual([1, 2].map((i) => known + i))
       })
     ).pipe(Effect.scoped)
   })

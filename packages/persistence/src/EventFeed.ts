@@ -54,7 +54,7 @@ import {
 } from "@baton/contracts"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Chunk, Duration, Effect, Layer, Option, Queue, RcMap, RcRef, Ref, Schedule, Schema, type Scope, Stream } from "effect"
+import { Chunk, Clock, Duration, Effect, Fiber, Layer, Option, Queue, RcMap, RcRef, Ref, Schedule, Schema, type Scope, Stream } from "effect"
 import { decodeEvents } from "./internal/EventRows.js"
 import { orPersistence } from "./internal/errors.js"
 import { BoolInt, Count } from "./internal/Rows.js"
@@ -75,6 +75,8 @@ export interface EventFeedOptions {
   readonly bufferSize?: number
   /** How long a tailer outlives its last subscriber, in milliseconds (a reconnect reuses it). Default 5,000. */
   readonly idleMillis?: number
+  /** Postgres: how often the LISTEN connection is checked by a notification to itself, in milliseconds. Default 30,000. */
+  readonly listenCheckMillis?: number
 }
 
 /** The default poll interval per dialect, in milliseconds: Postgres relies on NOTIFY; SQLite's other processes on it. */
@@ -106,6 +108,20 @@ export interface AllFeedOptions {
   readonly afterGlobalSeq: number
   /** This subscriber's queue, in events (default: the feed's `bufferSize`). */
   readonly bufferSize?: number | undefined
+}
+
+/**
+ * The feed's methods. Each checks its arguments (and the thread) before returning the stream, so a server can answer
+ * 400/404 before it starts a response; the stream then fails only with `SubscriberTooSlow` or `PersistenceError`.
+ */
+export interface EventFeedShape {
+  readonly thread: (
+    threadId: ThreadId,
+    options: ThreadFeedOptions
+  ) => Effect.Effect<Stream.Stream<ThreadEvent, SubscriberTooSlow | PersistenceError>, ThreadNotFound | InvalidRequest | PersistenceError>
+  readonly all: (
+    options: AllFeedOptions
+  ) => Effect.Effect<Stream.Stream<ThreadEvent, SubscriberTooSlow | PersistenceError>, InvalidRequest | PersistenceError>
 }
 
 /**
@@ -205,6 +221,7 @@ export const make = (options: EventFeedOptions) =>
     const pageSize = options.pageSize ?? 256
     const bufferSize = options.bufferSize ?? defaultBufferSize
     const idleTimeToLive = Duration.millis(options.idleMillis ?? 5_000)
+    const listenCheckMillis = options.listenCheckMillis ?? 30_000
 
     // ---- reading the log (the one place the dialects differ)
 
@@ -314,8 +331,11 @@ export const make = (options: EventFeedOptions) =>
       )
 
     /**
-     * Postgres: LISTEN on `channel` for this schema's notifications (one connection, `PgClient`'s). A failed
-     * connection is retried with backoff; every (re)start wakes every tailer, since notifications were missed.
+     * Postgres: LISTEN on `channel` for this schema's notifications (`PgClient.listen`: one connection per process).
+     * A failed LISTEN is retried with backoff. `PgClient` ignores errors of its LISTEN connection, so a dropped one
+     * would go silent: every `listenCheckMillis` the feed notifies itself (payload `<schema>:`) and, when that does not
+     * come back within `min(5 s, listenCheckMillis)`, starts LISTEN again on a new connection. Every (re)start wakes
+     * every tailer, since notifications may have been missed meanwhile (the poll covers them too).
      */
     const listenPg = Effect.gen(function*() {
       const pg = yield* Effect.serviceOption(PgClient.PgClient)
@@ -323,14 +343,31 @@ export const make = (options: EventFeedOptions) =>
         return yield* Effect.logWarning("EventFeed: no PgClient in context; other processes' events arrive by polling only")
       }
       const prefix = `${(yield* Effect.flatMap(sql`SELECT current_schema() AS schema`, decodeSchema).pipe(readFailure("eventFeed.schema")))[0]?.schema ?? "public"}:`
-      const listen = Effect.zipRight(
-        wakeAll,
-        Stream.runForEach(pg.value.listen(channel), (payload) =>
-          payload.startsWith(prefix) ? wake([payload.slice(prefix.length)]) : Effect.void)
-      ).pipe(Effect.tapError((e) => Effect.logWarning(`EventFeed: LISTEN ${channel} failed, retrying: ${e.message}`)))
-      yield* Effect.forkScoped(
-        Effect.retry(listen, Schedule.exponential(Duration.millis(100)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(10)))))
+      const heard = yield* Ref.make(0)
+      const onPayload = (payload: string) =>
+        !payload.startsWith(prefix)
+          ? Effect.void
+          : payload === prefix
+          ? Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.set(heard, now))
+          : wake([payload.slice(prefix.length)])
+      const listen = Effect.zipRight(wakeAll, Stream.runForEach(pg.value.listen(channel), onPayload)).pipe(
+        Effect.tapError((e) => Effect.logWarning(`EventFeed: LISTEN ${channel} failed, retrying: ${e.message}`)),
+        Effect.retry(Schedule.exponential(Duration.millis(100)).pipe(Schedule.union(Schedule.spaced(Duration.seconds(10)))))
       )
+      const hears = Effect.gen(function*() {
+        const sentAt = yield* Clock.currentTimeMillis
+        yield* pg.value.notify(channel, prefix)
+        yield* Effect.sleep(Duration.millis(Math.min(5_000, listenCheckMillis)))
+        return (yield* Ref.get(heard)) >= sentAt
+      }).pipe(Effect.catchAll((e) => Effect.as(Effect.logWarning(`EventFeed: NOTIFY ${channel} failed: ${e.message}`), false)))
+      const supervised = Effect.gen(function*() {
+        const fiber = yield* Effect.fork(listen)
+        yield* Effect.repeat(Effect.delay(hears, Duration.millis(listenCheckMillis)), { while: (ok) => ok })
+        yield* Effect.logWarning(`EventFeed: LISTEN ${channel} stopped hearing notifications; listening again`)
+        // A connection that hangs instead of failing cannot hold the feed up: the poll still delivers meanwhile.
+        yield* Effect.timeoutOption(Fiber.interrupt(fiber), Duration.seconds(5))
+      })
+      yield* Effect.forkScoped(Effect.forever(supervised))
     })
 
     /** The wake-up sources of this process, running while any tailer is: the bus, the poll, LISTEN on Postgres. */
@@ -480,7 +517,7 @@ export const make = (options: EventFeedOptions) =>
         ? Effect.void
         : Effect.fail(new InvalidRequest({ reason: `bufferSize must be a positive integer, got ${value}` }))
 
-    return {
+    const feed: EventFeedShape = {
       /**
        * The events of `threadId` with `seq > afterSeq`, replayed from the database, then live as they commit (in
        * this process or another on the same database), in `seq` order with no gap and no duplicate. The returned
@@ -492,7 +529,8 @@ export const make = (options: EventFeedOptions) =>
       thread: Effect.fn("EventFeed.thread")(function*(threadId: ThreadId, feedOptions: ThreadFeedOptions) {
         yield* checkCursor("afterSeq", feedOptions.afterSeq, maxThreadCursor)
         yield* checkBuffer(feedOptions.bufferSize)
-        if (Option.isNone(yield* store.getThread(threadId))) return yield* new ThreadNotFound({ threadId })
+        const thread = yield* store.getThread(threadId).pipe(readFailure("threads.get"))
+        if (Option.isNone(thread)) return yield* new ThreadNotFound({ threadId })
         const capacity = feedOptions.bufferSize ?? bufferSize
         return subscriberStream({
           start: { xact: 0n, at: feedOptions.afterSeq },
@@ -527,6 +565,7 @@ export const make = (options: EventFeedOptions) =>
         })
       })
     }
+    return feed
   })
 
 /**
