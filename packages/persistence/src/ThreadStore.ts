@@ -466,8 +466,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         )
       },
       /**
-       * Events of every thread with `globalSeq > afterGlobalSeq` (default 0) in `globalSeq` order, at most `limit`:
-       * the catch-up read of a cross-thread feed, paged by the last `globalSeq` seen. Reads the table's key.
+       * Events of every thread with `globalSeq > afterGlobalSeq` (default 0) in `globalSeq` order, at most `limit`.
+       * Reads the table's key. Not a feed cursor on Postgres: `globalSeq` is taken at insert and seen at commit, so a
+       * reader paging by it can pass an event that commits later; `EventFeed.all` reads the log commit-safely.
        */
       listEventsGlobal: (options: { readonly afterGlobalSeq?: number; readonly limit: number }) =>
         readEvents(
