@@ -20,7 +20,7 @@ import { EventFeed, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Fiber, Layer, Option, Schedule, Stream } from "effect"
+import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Option, Schedule, Scope, Stream } from "effect"
 
 let k = 0
 const cid = () => `cmd_feed_${++k}` as CommandId
@@ -39,6 +39,7 @@ const open = (h: Harness.Harness, db: string, ns: string, feedOptions?: EventFee
     const service = Context.get(ctx, ThreadService.ThreadService)
     const sql = Context.get(ctx, SqlClient.SqlClient)
     return {
+      context: ctx,
       feed,
       store,
       uow,
@@ -281,6 +282,29 @@ describe.each(Harness.dialects)("EventFeed on %s", (label, dialectDb) => {
         const threadLog = ids((yield* p.store.listEvents(t)).slice(seq0))
         const allLog = (yield* allInFeedOrder(p.sql)).slice(-90)
         results.forEach((events, i) => expect(ids(events)).toEqual(i % 2 === 0 ? threadLog : allLog))
+      })
+    ).pipe(Effect.scoped)
+  })
+
+  it.live("when the feed closes (its Layer released, as at shutdown) its streams end after what they delivered", () => {
+    const h = Harness.make([...providers])
+    return Harness.withDbFile((db) =>
+      Effect.gen(function*() {
+        const p = yield* open(h, db, "a")
+        const t = yield* p.create()
+        const known = (yield* p.store.listEvents(t)).length
+        const scope = yield* Scope.make()
+        const feed = Context.get(
+          yield* Layer.buildWithScope(EventFeed.layer(), scope).pipe(Effect.provide(p.context)),
+          EventFeed.EventFeed
+        )
+        const seen = yield* Effect.fork(Stream.runCollect(yield* feed.thread(t, { afterSeq: known })))
+        yield* Effect.sleep(Duration.millis(50))
+        yield* p.append(t, 3)
+        yield* Effect.sleep(Duration.millis(300))
+        yield* Scope.close(scope, Exit.void)
+        const got = yield* Fiber.join(seen).pipe(Effect.timeout(Duration.seconds(10)))
+        expect(Chunk.toArray(got).map((e) => e.seq)).toEqual([1, 2, 3].map((i) => known + i))
       })
     ).pipe(Effect.scoped)
   })

@@ -40,9 +40,9 @@
  *   the first subscriber and stopped after the last; a wake-up costs one indexed read per affected tailer, however
  *   many subscribers it has. A poll costs one read per tailer.
  *
- * It does not write, frame SSE (see `EventStream` in `@baton/contracts`) or authorise; its streams end only with
- * `SubscriberTooSlow`, `PersistenceError` (the database failed under the tailer or the subscriber), or when the
- * consumer stops.
+ * It does not write, frame SSE (see `EventStream` in `@baton/contracts`) or authorise. Its streams fail only with
+ * `SubscriberTooSlow` or `PersistenceError` (the database failed under the tailer or the subscriber), and end only
+ * when the feed closes (its Layer released, e.g. at shutdown: clients reconnect and resume) or the consumer stops.
  */
 import {
   InvalidRequest,
@@ -147,6 +147,7 @@ type Item =
   | { readonly _tag: "Entry"; readonly entry: Entry }
   | { readonly _tag: "Overflow" }
   | { readonly _tag: "Failed"; readonly error: PersistenceError }
+  | { readonly _tag: "Closed" }
 
 /** The fan-out of one tailer: its subscribers' bounded queues. */
 interface Hub {
@@ -181,11 +182,11 @@ const makeHub = () => {
           { _tag: "Overflow" }
         ])
       }), { discard: true })
-  /** Ends every subscription with `error` (the database failed under the tailer); clients resume by cursor. */
-  const fail = (error: PersistenceError) =>
+  /** Ends every subscription with `item` (a failure, or the feed closing); clients resume by cursor. */
+  const end = (item: Item) =>
     Effect.forEach([...subscribers], ([queue]) =>
-      Effect.zipRight(Effect.sync(() => subscribers.delete(queue)), Queue.offer(queue, { _tag: "Failed", error })), { discard: true })
-  return { hub, publish, fail }
+      Effect.zipRight(Effect.sync(() => subscribers.delete(queue)), Queue.offer(queue, item)), { discard: true })
+  return { hub, publish, end }
 }
 
 const FeedRow = Schema.Struct({ xact: Schema.String, final: Schema.Union(Schema.Boolean, BoolInt) })
@@ -395,7 +396,9 @@ export const make = (options: EventFeedOptions) =>
       read: (from: Position) => Effect.Effect<GlobalPage, PersistenceError>
     ) =>
       Effect.gen(function*() {
-        const { fail, hub, publish } = makeHub()
+        const { end, hub, publish } = makeHub()
+        // The tailer stops with its scope (the feed's Layer released, e.g. at shutdown): its streams end, cleanly.
+        yield* Effect.addFinalizer(() => end({ _tag: "Closed" }))
         const cursor = yield* Ref.make(start)
         /** Reads and publishes until caught up; whether committed rows are waiting to become final. */
         const drain: Effect.Effect<boolean, PersistenceError> = Effect.gen(function*() {
@@ -414,7 +417,7 @@ export const make = (options: EventFeedOptions) =>
           else yield* Effect.timeoutOption(Queue.take(signal), Duration.millis(millis))
           const pending = yield* drain.pipe(
             Effect.catchAll((error) =>
-              Effect.as(Effect.zipRight(Effect.logWarning(`EventFeed: ${name} read failed: ${error.message}`), fail(error)), false))
+              Effect.as(Effect.zipRight(Effect.logWarning(`EventFeed: ${name} read failed: ${error.message}`), end({ _tag: "Failed", error })), false))
           )
           yield* Ref.set(wait, pending ? Math.min(pollMillis, millis === null ? 5 : millis * 2) : null)
         })
@@ -481,19 +484,23 @@ export const make = (options: EventFeedOptions) =>
             Effect.flatMap((entries) => entries.length === 0 ? Effect.fail(Option.none()) : deliver(entries))
           )
         )
-        /** Why the subscription ended, once it has: the stream fails at the pull after the events before it. */
-        const ended = yield* Ref.make<Option.Option<PersistenceError | "overflow">>(Option.none())
+        /** Why the subscription ended, once it has: the stream ends at the pull after the events before it. */
+        const ended = yield* Ref.make<Option.Option<PersistenceError | "overflow" | "closed">>(Option.none())
         const follow = (queue: Queue.Dequeue<Item>) =>
           Stream.repeatEffectChunkOption(Effect.gen(function*() {
             const end = yield* Ref.get(ended)
             if (Option.isSome(end)) {
-              return yield* Effect.fail(Option.some(end.value === "overflow" ? spec.tooSlow((yield* Ref.get(last)).cursor) : end.value))
+              return yield* Effect.fail(
+                end.value === "closed"
+                  ? Option.none()
+                  : Option.some(end.value === "overflow" ? spec.tooSlow((yield* Ref.get(last)).cursor) : end.value)
+              )
             }
             const items = yield* Queue.takeBetween(queue, 1, pageSize)
             const entries: Array<Entry> = []
             for (const item of items) {
               if (item._tag !== "Entry") {
-                yield* Ref.set(ended, Option.some(item._tag === "Overflow" ? "overflow" as const : item.error))
+                yield* Ref.set(ended, Option.some(item._tag === "Overflow" ? "overflow" as const : item._tag === "Closed" ? "closed" as const : item.error))
                 break
               }
               entries.push(item.entry)
@@ -522,7 +529,7 @@ export const make = (options: EventFeedOptions) =>
        * The events of `threadId` with `seq > afterSeq`, replayed from the database, then live as they commit (in
        * this process or another on the same database), in `seq` order with no gap and no duplicate. The returned
        * effect checks the thread first: `ThreadNotFound` (404) when it does not exist, `InvalidRequest` (400) for a
-       * cursor outside 0..`maxThreadCursor` or a `bufferSize` below 1. The stream never ends by itself; it fails with
+       * cursor outside 0..`maxThreadCursor` or a `bufferSize` below 1. The stream ends only when the feed closes; it fails with
        * `SubscriberTooSlow` when more than `bufferSize` (default `defaultBufferSize`) events wait for its consumer,
        * after delivering the ones before, and with `PersistenceError` when the database fails.
        */
