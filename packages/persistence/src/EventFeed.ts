@@ -371,6 +371,22 @@ export const make = (options: EventFeedOptions) =>
       yield* Effect.forkScoped(Effect.forever(supervised))
     })
 
+    /**
+     * One poll. SQLite: one read of the log's last `global_seq` (in commit order there: one writer at a time), and
+     * the tailers are woken only when it moved, so an idle poll costs one read however many threads are watched.
+     * Postgres: every tailer is woken (a late commit can land below the last `global_seq`, so the last one proves
+     * nothing); the poll only stands in for a lost notification there. A failed read wakes every tailer, whose own
+     * read then reports the failure.
+     */
+    const lastSeen = yield* Ref.make<number | null>(null)
+    const poll = isPg ? wakeAll : Effect.gen(function*() {
+      const rows = yield* Effect.flatMap(sql`SELECT MAX(global_seq) AS last FROM thread_events`, decodeMaxSeq).pipe(Effect.option)
+      const last = Option.map(rows, (r) => Number(r[0]?.last ?? 0))
+      if (Option.isSome(last) && last.value === (yield* Ref.get(lastSeen))) return
+      yield* Ref.set(lastSeen, Option.getOrNull(last))
+      yield* wakeAll
+    })
+
     /** The wake-up sources of this process, running while any tailer is: the bus, the poll, LISTEN on Postgres. */
     const sources = yield* RcRef.make({
       acquire: Effect.gen(function*() {
@@ -378,7 +394,7 @@ export const make = (options: EventFeedOptions) =>
         yield* Effect.forkScoped(Effect.forever(
           Effect.flatMap(Queue.takeBetween(committed, 1, 4_096), (events) => wake(new Set(Chunk.map(events, (e) => e.threadId))))
         ))
-        yield* Effect.forkScoped(Effect.repeat(wakeAll, Schedule.spaced(Duration.millis(pollMillis))))
+        yield* Effect.forkScoped(Effect.repeat(poll, Schedule.spaced(Duration.millis(pollMillis))))
         if (isPg) yield* listenPg
       })
     })
