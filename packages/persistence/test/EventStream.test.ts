@@ -37,7 +37,7 @@ describe("EventStream", () => {
       expect(parsed).toHaveLength(1)
       const back = parsed[0] as Sse.Event
       expect([back.id, back.event]).toEqual(["3", "run.completed"])
-      expect(Schema.decodeUnknownSync(ThreadEvent)(JSON.parse(back.data))).toEqual(event)
+      expect(yield* Schema.decodeUnknown(ThreadEvent)(JSON.parse(back.data))).toEqual(event)
     }))
 
   it.effect("Last-Event-ID: absent or blank is 0; a non-negative integer is the cursor; anything else is InvalidRequest", () =>
