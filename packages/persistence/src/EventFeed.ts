@@ -10,7 +10,7 @@
  *   ThreadEventBus (this process's commits)   on a wake-up: read the log after the tailer's cursor, ──▶  bounded
  *   Postgres LISTEN baton_events (any           publish each event once, in cursor order                 queue each
  *     process's commits; a trigger NOTIFYs)
- *   a poll every `pollInterval` (a missed
+ *   a poll every `pollMillis` (a missed
  *     NOTIFY, another SQLite process)
  * ```
  *
@@ -33,12 +33,14 @@
  *   latency: an event of the feed of all threads is delivered once every transaction older than its own has ended
  *   (transactions are short units of work; one left open elsewhere on the server delays the feed, never loses an
  *   event). SQLite has one writer at a time: its `globalSeq` is in commit order and every row is final.
- * - Slow subscribers: each has a queue of at most `bufferSize` events. When the tailer finds it full, the
- *   subscriber is dropped; its stream delivers what it had queued and fails with `SubscriberTooSlow` carrying the
+ * - Slow subscribers: each has a queue of at most `bufferSize` events (plus the chunk of at most `pageSize` its
+ *   stream is handing over). When the tailer finds the queue full, the subscriber is dropped; its stream delivers what it had queued and fails with `SubscriberTooSlow` carrying the
  *   cursor of the last event it delivered, from which the client resumes. The other subscribers are not slowed.
  * - Cost: one poller, one LISTEN connection (Postgres) and one tailer per watched thread per process, started with
  *   the first subscriber and stopped after the last; a wake-up costs one indexed read per affected tailer, however
- *   many subscribers it has. A poll costs one read per tailer.
+ *   many subscribers it has. A poll costs one read per tailer on Postgres; on SQLite one read, plus one per tailer
+ *   only when the log moved. On Postgres, an event written by this process wakes its tailers twice (the bus, then
+ *   the notification): the second read finds nothing and costs one indexed probe.
  *
  * It does not write, frame SSE (see `EventStream` in `@baton/contracts`) or authorise. Its streams fail only with
  * `SubscriberTooSlow` or `PersistenceError` (the database failed under the tailer or the subscriber), and end only
