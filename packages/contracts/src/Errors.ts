@@ -172,3 +172,21 @@ export class TranscriptError extends Schema.TaggedError<TranscriptError>()(
     return `${this.file}${at}${field}: ${this.reason}`
   }
 }
+
+/**
+ * A live event stream fell more than `bufferSize` events behind what was being committed: the stream ends (the
+ * server's memory per subscriber stays bounded) and the client resumes by cursor — over SSE, by reconnecting with
+ * `Last-Event-ID: <cursor>`, which replays what it missed with no gap and no duplicate. `cursor` is the last event
+ * the stream delivered (`seq` on a thread's stream, `threadId` set; `globalSeq` on the stream of all threads,
+ * `threadId` null), or the cursor it started from when it delivered none. 503: the service is fine, retry now.
+ */
+export class SubscriberTooSlow extends Schema.TaggedError<SubscriberTooSlow>()(
+  "SubscriberTooSlow",
+  { threadId: Schema.NullOr(Schema.String), cursor: Schema.Int, bufferSize: Schema.Int },
+  HttpApiSchema.annotations({ status: 503 })
+) {
+  override get message() {
+    const stream = this.threadId === null ? "the event stream" : `the event stream of thread ${this.threadId}`
+    return `${stream} fell more than ${this.bufferSize} events behind; reconnect with Last-Event-ID: ${this.cursor} to resume`
+  }
+}

@@ -15,7 +15,8 @@ const intended: Record<string, number> = {
   ConcurrentModification: 409,
   PersistenceError: 500,
   ProviderError: 502,
-  OffloadFailed: 502
+  OffloadFailed: 502,
+  SubscriberTooSlow: 503
 }
 
 /** Every exported error class of a module: a constructor whose instances are `Error`s. */

@@ -1,9 +1,9 @@
 /**
- * The orchestration services as one Layer, with the unit of work, the post-commit event bus and this incarnation's
- * driver registration. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
+ * The orchestration services as one Layer, with the unit of work, the post-commit event bus, the live event feed and
+ * this incarnation's driver registration. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
  * `TokenCounter`, `ProviderRegistry`, `Summariser` (for `/offload`) and `OrchestratorConfig`.
  */
-import { EventIds, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
+import { EventFeed, EventIds, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Effect, Layer } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -48,5 +48,12 @@ export const services = ThreadService.Default.pipe(
  */
 export const eventIds = Layer.effect(EventIds.EventIds, Effect.map(IdGenerator, (ids) => ({ next: () => ids.next("evt") })))
 
-/** The orchestration services over the real `ThreadStore` (event ids from the `IdGenerator`). */
-export const layer = services.pipe(Layer.provideMerge(ThreadStore.Default), Layer.provide(eventIds))
+/**
+ * The orchestration services over the real `ThreadStore` (event ids from the `IdGenerator`), with the live event
+ * feed (`EventFeed`: it starts nothing until a first subscriber, so apps that never stream pay nothing).
+ */
+export const layer = EventFeed.EventFeed.Default.pipe(
+  Layer.provideMerge(services),
+  Layer.provideMerge(ThreadStore.Default),
+  Layer.provide(eventIds)
+)

@@ -1,6 +1,6 @@
 /**
  * NativeMessageStore: the repository of model-API native threads' message lists (table `native_messages`, migration
- * 0012). It implements `@baton/providers`' `NativeMessageLog` port structurally (this package does not depend on the
+ * 0011). It implements `@baton/providers`' `NativeMessageLog` port structurally (this package does not depend on the
  * providers package; the app provides `make` under that tag). It owns SQL and row encoding only: what an entry means
  * is the adapter's.
  *

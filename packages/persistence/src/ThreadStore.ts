@@ -39,6 +39,7 @@ import { SqlClient } from "@effect/sql"
 import { DateTime, Effect, FiberRef, Option, Schema } from "effect"
 import { EventIds } from "./EventIds.js"
 import { isContention, orPersistence } from "./internal/errors.js"
+import { decodeEvents } from "./internal/EventRows.js"
 import { Count } from "./internal/Rows.js"
 import { pendingEvents } from "./UnitOfWork.js"
 import * as Table from "./internal/Table.js"
@@ -85,19 +86,6 @@ export type DriverRecord = typeof DriverRecord.Type
 /** A handoff with its bookkeeping flag: `open` while some destination still owes a delivery. */
 export type StoredHandoff = ContextHandoff & { readonly open: boolean }
 
-/**
- * A `thread_events` row as the client returns it: `payload` JSON text, `globalSeq` a number (SQLite) or a bigint
- * string (Postgres `BIGINT`); decoded through `ThreadEvent` (the member its `type` names).
- */
-const EventRow = Schema.compose(
-  Schema.Struct(
-    { globalSeq: Count, payload: Schema.parseJson() },
-    Schema.Record({ key: Schema.String, value: Schema.Unknown })
-  ),
-  ThreadEvent,
-  { strict: false }
-)
-const decodeEvents = Schema.decodeUnknown(Schema.Array(EventRow))
 /** `{type, payload}` of every event type: what `appendEvent` validates and encodes. */
 const EventBody = Schema.Union(
   ...ThreadEvent.members.map((member) => Schema.Struct({ type: member.fields.type, payload: member.fields.payload }))
@@ -481,8 +469,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         )
       },
       /**
-       * Events of every thread with `globalSeq > afterGlobalSeq` (default 0) in `globalSeq` order, at most `limit`:
-       * the catch-up read of a cross-thread feed, paged by the last `globalSeq` seen. Reads the table's key.
+       * Events of every thread with `globalSeq > afterGlobalSeq` (default 0) in `globalSeq` order, at most `limit`.
+       * Reads the table's key. Not a feed cursor on Postgres: `globalSeq` is taken at insert and seen at commit, so a
+       * reader paging by it can pass an event that commits later; `EventFeed.all` reads the log commit-safely.
        */
       listEventsGlobal: (options: { readonly afterGlobalSeq?: number; readonly limit: number }) =>
         readEvents(

@@ -1,5 +1,5 @@
 /**
- * The message lists of model-API native threads (migration 0012), on every dialect: entries come back in order with
+ * The message lists of model-API native threads (migration 0011), on every dialect: entries come back in order with
  * their bodies byte for byte (non-ASCII, escapes, a 1 MB body), `load` reads only the tail after a seq, and a second
  * writer taking a seq already stored fails with `ConcurrentModification` instead of interleaving.
  */

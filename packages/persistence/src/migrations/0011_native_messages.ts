@@ -1,11 +1,10 @@
 /**
- * 0012: the message lists of model-API native threads (Anthropic Messages, OpenAI Responses, Chat Completions).
+ * 0011: the message lists of model-API native threads (Anthropic Messages, OpenAI Responses, Chat Completions).
  * These APIs are stateless: the native thread is the list Baton sends with every request, kept here so that the
  * request after a restart is byte-identical to the one without it. One row per entry (`seq` from 1 per native
  * thread); `body` is the entry's wire messages as JSON text, stored and read back unchanged. The primary key makes
  * two writers racing on one native thread fail (`ConcurrentModification`) instead of interleaving.
  *
- * Numbered 0012 (0010 and 0011 are taken by branches in flight); the Migrator applies ids in order, whatever gaps.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
