@@ -25,7 +25,7 @@ import {
 } from "@baton/contracts"
 import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
-import { ProviderRegistry } from "@baton/providers"
+import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { Data, DateTime, Duration, Effect, Option } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -51,6 +51,16 @@ export const maxOverflowRetries = 3
 /** An attempt ended in a way the same run recovers from by attempting the turn again (internal to `run`). */
 class TurnRetry extends Data.TaggedError("TurnRetry")<{ readonly cause: "overflow" | "lost_native_thread" }> {}
 
+/**
+ * A run its queueing unit of work also claimed (`starting`, its driver this one): only a run queued on a thread
+ * with no unfinished run, by a caller that drives it at once (`ThreadService.sendMessage`).
+ */
+export interface ClaimedRun {
+  readonly run: Run
+  readonly providerThread: ProviderThread
+  readonly adapter: ProviderAdapter.ProviderAdapterShape
+}
+
 export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orchestration/TurnExecution", {
   effect: Effect.gen(function*() {
     const uow = yield* UnitOfWork
@@ -70,14 +80,20 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     const stopAndReadBack = trust.probe
     const distrustNative = trust.distrust
 
-    /** Drives a queued run through turn start and the provider turn to a terminal status. */
-    const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"]) {
+    /**
+     * Drives a queued run through turn start and the provider turn to a terminal status. `claimed`: the run was
+     * queued and claimed (`starting`, this driver's) in the caller's unit of work, with its provider thread and
+     * adapter as read there; the lookup and the claim are skipped.
+     */
+    const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"], claimed?: ClaimedRun) {
+      if (claimed !== undefined) return yield* drive(claimed.run, claimed.providerThread, claimed.adapter, true)
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
-      let run = found.value
+      const queued = found.value
       // The run's provider must be usable here; if not (e.g. a process configured without it), a queued run ends
       // `failed` before the provider instead of staying `queued` and blocking the thread, and the error is returned.
       const lookedUp = yield* Effect.either(Effect.gen(function*() {
+        const run = queued
         const providerThread = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
           onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${run.id} names a missing provider thread` })),
           onSome: Effect.succeed
@@ -85,15 +101,20 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         return { providerThread, adapter: yield* registry.get(providerThread.providerInstance) }
       }))
       if (lookedUp._tag === "Left") {
-        if (run.status === "queued") {
-          yield* uow.thread(run.threadId, "TurnExecution.failRun")(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`,
+        if (queued.status === "queued") {
+          yield* uow.thread(queued.threadId, "TurnExecution.failRun")(finishRun(queued, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`,
             lookedUp.left._tag === "PersistenceError" ? "turn_start_failed" : "provider_missing"))
         }
         return yield* lookedUp.left
       }
-      const providerThreadAtStart = lookedUp.right.providerThread
+      return yield* drive(queued, lookedUp.right.providerThread, lookedUp.right.adapter, false)
+    })
+
+    /** `processRun` from the claim on (`alreadyClaimed`: the run is `starting` and this driver's already). */
+    const drive = (queued: Run, providerThreadAtStart: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape, alreadyClaimed: boolean) => Effect.gen(function*() {
+      const runId = queued.id
+      let run = queued
       const providerThread = providerThreadAtStart
-      const adapter = lookedUp.right.adapter
       const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
         runId: run.id,
         runSeq: run.seq,
@@ -106,10 +127,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         failureReason: run.failureReason,
         failureCode: run.failureCode
       })
-      if (run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
+      if (!alreadyClaimed && run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
 
       // Read and move to `starting` in one transaction: an interrupt written in between is never overwritten.
-      const claimed = yield* uow.thread(run.threadId, "TurnExecution.claimRun")(Effect.gen(function*() {
+      const claimed = alreadyClaimed ? run : yield* uow.thread(run.threadId, "TurnExecution.claimRun")(Effect.gen(function*() {
         const current = yield* store.getRun(runId)
         if (current._tag === "None" || current.value.status !== "queued") return null
         // Runs of a thread start in seq order, one at a time (across processes: this runs under the thread's lock).
@@ -210,8 +231,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           }
         })
 
+      // The provider thread as the claim read it serves the first attempt of a run claimed with its queueing (read
+      // under the thread's lock a moment ago); otherwise, and for every retry, it is read again.
+      let providerThreadFresh = alreadyClaimed
       const attemptTurn = () => Effect.gen(function*() {
-        const providerThread = yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
+        const providerThread = providerThreadFresh
+          ? providerThreadAtStart
+          : yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
+        providerThreadFresh = false
         const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
           Effect.either
         )
