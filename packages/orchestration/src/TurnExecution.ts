@@ -437,8 +437,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
           const { usage: checked, anomaly } = UsageSanity.check(output.usage, plan.providerThread.contextWindow, config.budget.defaultWindow)
           const trusted = checked !== null
-          // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
-          const nativeNow = yield* store.getNativeThread(plan.native.id)
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
@@ -446,18 +444,19 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             reportedUsedTokens: checked?.usedTokens ?? null,
             estimatedTokens: plan.requestTokens + inlineTokens + items.reduce((n, i) => n + counter.count(i.text), 0)
           })
+          // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales the
+          // estimate back by the ratio when no trusted report exists).
+          const estimatedTokens = checked !== null ? Calibration.toRaw(learned.ratio, checked.usedTokens) : plan.native.estimatedTokens + sent
+          // Only the usage columns are written; the status comes back as stored: an interrupt or timeout may have
+          // stopped trusting the native thread meanwhile.
+          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now)
           const native = {
             ...plan.native,
-            status: nativeNow._tag === "Some" ? nativeNow.value.status : plan.native.status,
+            status: statusNow._tag === "Some" ? statusNow.value : plan.native.status,
             usage: checked,
-            // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales
-            // the estimate back by the ratio when no trusted report exists).
-            estimatedTokens: checked !== null
-              ? Calibration.toRaw(learned.ratio, checked.usedTokens)
-              : plan.native.estimatedTokens + sent,
+            estimatedTokens,
             updatedAt: now
           }
-          yield* store.updateNativeThread(native)
           if (output.usage !== null) {
             yield* store.appendEvent({ threadId: run.threadId, type: "usage.reported", payload: {
               nativeThreadId: native.id,
@@ -475,8 +474,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           }
           yield* handOverLateOutput(plan, items, native.status, fresh, before)
           yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
-          // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
-          const current = yield* store.getRun(run.id)
+          // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays. (The
+          // run as read above, under this unit's lock: nothing here writes it before this point.)
+          const current = before
           if (current._tag === "Some" && current.value.status === "interrupted") {
             // The provider did read the prompt (the turn completed): record that, whatever the interrupt assumed.
             const kept: Run = { ...current.value, stopPoint: "after_provider", nativeThreadId: plan.native.id, updatedAt: now }
