@@ -24,12 +24,21 @@ const file = Path.join(dir, "floor.sqlite")
 const Row = Schema.Struct({ id: Schema.String, threadId: Schema.String, seq: Schema.Number, status: Schema.String, prompt: Schema.String })
 const decode = Schema.decodeUnknown(Schema.Array(Row))
 
-const time = async (label: string, f: () => Promise<void>) => {
-  await f() // warm-up
+/** Runs `self` twice (a warm-up, then timed) and prints the time per repetition in µs (`n` repetitions each). */
+const time = <E>(label: string, self: Effect.Effect<unknown, E>) =>
+  Effect.gen(function*() {
+    yield* self
+    const t0 = performance.now()
+    yield* self
+    const us = ((performance.now() - t0) / n) * 1000
+    console.log(`${label.padEnd(64)} ${us.toFixed(1)} µs`)
+  })
+
+const timeSync = (label: string, f: () => void) => {
+  f()
   const t0 = performance.now()
-  await f()
-  const us = ((performance.now() - t0) / n) * 1000
-  console.log(`${label.padEnd(64)} ${us.toFixed(1)} µs`)
+  f()
+  console.log(`${label.padEnd(64)} ${(((performance.now() - t0) / n) * 1000).toFixed(1)} µs`)
 }
 
 const nullTracer = Tracer.make({
@@ -48,11 +57,11 @@ const program = Effect.gen(function*() {
     sql`INSERT INTO runs (id, thread_id, seq, provider_thread_id, status, prompt, created_at, updated_at)
         VALUES (${`run_${i}`}, 'thr_1', ${i + 1}, 'pth_1', 'completed', 'a prompt', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`, { discard: true }))
   const ids = Array.from({ length: n }, (_, i) => `run_${(i * 7919) % 10_000}`)
-  const run = (e: Effect.Effect<unknown, unknown>) => () => Effect.runPromise(Effect.asVoid(Effect.orDie(e)))
-  yield* Effect.promise(() => time("effect: point read, raw rows", run(Effect.forEach(ids, (id) => sql`SELECT * FROM runs WHERE id = ${id}`, { discard: true }))))
-  yield* Effect.promise(() => time("effect: point read + schema decode", run(Effect.forEach(ids, (id) => Effect.flatMap(sql`SELECT * FROM runs WHERE id = ${id}`, decode), { discard: true }))))
-  yield* Effect.promise(() => time("effect: point read + decode, with a tracer", run(Effect.withTracer(Effect.forEach(ids, (id) => Effect.flatMap(sql`SELECT * FROM runs WHERE id = ${id}`, decode), { discard: true }), nullTracer))))
-  yield* Effect.promise(() => time("effect: unit of work (BEGIN, lock UPDATE, COMMIT)", run(Effect.forEach(ids, () => sql.withTransaction(sql`UPDATE threads SET lock_version = lock_version + 1 WHERE id = 'thr_1'`), { discard: true }))))
+  const each = <A, E>(f: (id: string) => Effect.Effect<A, E>) => Effect.forEach(ids, f, { discard: true })
+  yield* time("effect: point read, raw rows", each((id) => sql`SELECT * FROM runs WHERE id = ${id}`))
+  yield* time("effect: point read + schema decode", each((id) => Effect.flatMap(sql`SELECT * FROM runs WHERE id = ${id}`, decode)))
+  yield* time("effect: point read + decode, with a tracer", Effect.withTracer(each((id) => Effect.flatMap(sql`SELECT * FROM runs WHERE id = ${id}`, decode)), nullTracer))
+  yield* time("effect: unit of work (BEGIN, lock UPDATE, COMMIT)", each(() => sql.withTransaction(sql`UPDATE threads SET lock_version = lock_version + 1 WHERE id = 'thr_1'`)))
 })
 
 const require = createRequire(import.meta.url)
@@ -67,10 +76,10 @@ const main = async () => {
   db.pragma("synchronous = NORMAL")
   const select = db.prepare("SELECT * FROM runs WHERE id = ?")
   const ids = Array.from({ length: n }, (_, i) => `run_${(i * 7919) % 10_000}`)
-  await time("better-sqlite3: point read (prepared once)", async () => { for (const id of ids) select.all(id) })
-  await time("better-sqlite3: point read (prepared each time)", async () => { for (const id of ids) db.prepare("SELECT * FROM runs WHERE id = ?").all(id) })
+  timeSync("better-sqlite3: point read (prepared once)", () => { for (const id of ids) select.all(id) })
+  timeSync("better-sqlite3: point read (prepared each time)", () => { for (const id of ids) db.prepare("SELECT * FROM runs WHERE id = ?").all(id) })
   const begin = db.prepare("BEGIN"), lock = db.prepare("UPDATE threads SET lock_version = lock_version + 1 WHERE id = 'thr_1'"), commit = db.prepare("COMMIT")
-  await time("better-sqlite3: BEGIN, lock UPDATE, COMMIT", async () => { for (const _ of ids) { begin.run(); lock.run(); commit.run() } })
+  timeSync("better-sqlite3: BEGIN, lock UPDATE, COMMIT", () => { for (const _ of ids) { begin.run(); lock.run(); commit.run() } })
   Fs.rmSync(dir, { recursive: true, force: true })
 }
 void main()
