@@ -210,22 +210,39 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
             : known.has(`${item.kind}\u0000msg:${item.messageId}\u0000${item.text}`)
         })
 
+      /** Records what `onItems` found ready (and skipped as a replay), in the caller's unit of work. */
+      const write = (skipped: ReadonlyArray<NewItem>, ready: ReadonlyArray<NewItem>) =>
+        Effect.gen(function*() {
+          yield* skipEvent(skipped)
+          if (!state.settled && ready.length > 0) yield* delivery.markSettled(run.threadId, inlineDeliveries, "inline")
+          yield* append(ready)
+        })
+
       /**
        * Records the items of one arrival (the items of one stream chunk: what the provider delivered together) in one
-       * unit of work: the native thread's replay window is taken with the first arrival, each item is checked for a
-       * replay while the window is open, and what is ready (everything but an open tool unit or a held replay) is
-       * appended with one `items.appended` event. Nothing is written when everything is held.
+       * unit of work. While a replay is possible (the first arrival takes the native thread's replay window; while
+       * it is open each item is checked against the record) that is done in the same unit of work; afterwards the
+       * items go straight to the open tool unit, and an arrival that completes nothing (a tool call waiting for its
+       * result) writes nothing. What is ready is appended with one `items.appended` event.
        */
       const onItems = (produced: ReadonlyArray<ProviderAdapter.ProducedItem>) =>
         Effect.gen(function*() {
           state.arrived += produced.length
-          const settle = !state.settled
-          const written = yield* uow.thread(run.threadId, "TurnStream.itemsProduced")(Effect.gen(function*() {
+          const items = produced.map(normalizeProduced)
+          // What arrived is recorded whole or not at all: a turn timeout or an interrupt waits for it.
+          const recordWhole = Effect.uninterruptible
+          if (state.replay === "passing") {
+            const ready = feed(items)
+            if (ready.length === 0) return
+            yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(write([], ready)))
+            state.settled = true
+            return
+          }
+          const wrote = yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(Effect.gen(function*() {
             if (state.replay === "undecided") state.replay = (yield* store.takeReplayWindow(native.id)) ? "buffering" : "passing"
             const skipped: Array<NewItem> = []
             const ready: Array<NewItem> = []
-            for (const p of produced) {
-              const item = normalizeProduced(p)
+            for (const item of items) {
               let kept: ReadonlyArray<NewItem> = [item]
               if (state.replay === "buffering") {
                 if (yield* isReplayed(item)) {
@@ -241,15 +258,10 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
               }
               ready.push(...feed(kept))
             }
-            yield* skipEvent(skipped)
-            if (settle && ready.length > 0) yield* delivery.markSettled(run.threadId, inlineDeliveries, "inline")
-            yield* append(ready)
+            yield* write(skipped, ready)
             return ready.length > 0
-          })).pipe(
-            // What arrived is recorded whole or not at all: a turn timeout or an interrupt waits for it.
-            Effect.uninterruptible
-          )
-          if (written) state.settled = true
+          })))
+          if (wrote) state.settled = true
         })
 
       const out: TurnOutput = {
