@@ -15,8 +15,8 @@
  *   claim       after queueing, up to `ProviderTurnStartService.prepare` (provider lookup, `queued` -> `starting`)
  *   prepare     `ProviderTurnStartService.prepare` (native thread, missed runs, budget, owed history)
  *   begin       after prepare, up to the provider's `startTurn` (the attempt and `running`)
- *   completion  after `startTurn` returned, to the end of `ThreadService.processRun` (items, usage, settle)
- *   receipt     after `processRun` (the command receipt's result)
+ *   completion  after `startTurn` returned, to the end of `TurnExecution.run` (items, usage, settle)
+ *   receipt     after `TurnExecution.run` (the command receipt's result)
  * Provider calls (`startThread`, `injectHistory`, `startTurn`) are excluded from every phase.
  *
  * A warm-up thread of 60 runs (half after a switch) runs first, so the JIT and the statement caches are warm.
@@ -24,7 +24,9 @@
  * Environment: `BENCH_SIZES` (default `100,1000,10000,100000`), `BENCH_DIALECT` (`sqlite`, the default, or
  * `postgres`: `Database.layerPgIsolated()` on `BATON_TEST_DATABASE_URL`, default the local server's `test`
  * database), `BENCH_RUNS` (measured runs per size, default 200), `BENCH_STATEMENTS=1` (also print each phase's
- * statements by total time).
+ * statements by total time), `BENCH_ITEM_CHUNKS=1` (replay the provider's turn to Baton one event per stream chunk,
+ * as a provider that streams item by item with pauses between items; by default the played turn is replayed as
+ * one chunk, as a provider that delivers the turn's items together).
  *
  * Run: `npx tsx bench/turn-start.bench.ts` from the repository root.
  */
@@ -42,6 +44,7 @@ const sizes = (process.env.BENCH_SIZES ?? "100,1000,10000,100000").split(",").ma
 const dialect = process.env.BENCH_DIALECT === "postgres" ? "postgres" : "sqlite"
 const measured = Number(process.env.BENCH_RUNS ?? 200)
 const listStatements = process.env.BENCH_STATEMENTS === "1"
+const itemChunks = process.env.BENCH_ITEM_CHUNKS === "1"
 
 const phases = ["accept", "queue", "claim", "prepare", "begin", "completion", "receipt"] as const
 type Phase = typeof phases[number] | "provider" | "idle"
@@ -83,7 +86,8 @@ const onStart: Record<string, Phase> = { "ThreadService.queueRun": "queue", "Pro
 const onEnd: Record<string, Phase> = {
   "ThreadService.queueRun": "claim",
   "ProviderTurnStartService.prepare": "begin",
-  "ThreadService.processRun": "receipt"
+  // The run is driven by `TurnExecution.run` (ThreadService's `processRun` before the service was split).
+  "TurnExecution.run": "receipt"
 }
 
 const insideTransaction = (parent: Option.Option<Tracer.AnySpan>): boolean => {
@@ -144,7 +148,8 @@ const timed = (adapter: ProviderAdapter.ProviderAdapterShape) => {
   // The adapter's own startTurn, taken before it is replaced below (the replacement must not call itself).
   const startTurn = adapter.startTurn
   const collect = wrap((input: ProviderAdapter.StartTurnInput) => Stream.runCollect(startTurn(input)), "completion")
-  mutable.startTurn = (input) => Stream.unwrap(Effect.map(collect(input), Stream.fromChunk))
+  mutable.startTurn = (input) =>
+    Stream.unwrap(Effect.map(collect(input), (events) => itemChunks ? Stream.fromIterable(events).pipe(Stream.rechunk(1)) : Stream.fromChunk(events)))
   mutable.startThread = wrap(adapter.startThread, null)
   mutable.resumeThread = wrap(adapter.resumeThread, null)
   if (adapter.injectHistory) mutable.injectHistory = wrap(adapter.injectHistory, null)

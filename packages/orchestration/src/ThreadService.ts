@@ -84,7 +84,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const recovery = yield* RunRecovery
 
     /** Drives a queued run to a terminal status (see TurnExecution). */
-    const processRun = turns.run
+    const processRun = (runId: Run["id"]) => turns.run(runId)
     /** Interrupts a run (see RunRecovery). */
     const interrupt = recovery.interrupt
     /** Restart recovery: ends the unfinished runs of drivers that are gone (see RunRecovery). */
@@ -213,8 +213,13 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const appendItems = (threadId: ThreadId, run: Run, items: ReadonlyArray<NewItem>) =>
       itemLog.append(threadId, run.id, items)
 
-    /** Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. */
-    const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean) {
+    /**
+     * Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. `claim`
+     * (never with `behind`): the caller drives the run at once, so the same transaction also claims it — the run is
+     * written `starting`, this driver's, as `TurnExecution`'s claim would write it a moment later (a thread with no
+     * unfinished run has no run to start before it) — and `claimed` carries what the turn needs, read under the lock.
+     */
+    const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean, claim = false) {
       yield* validateCommand(Commands.SendMessage, command)
       // Under the thread's lock: the same command sent concurrently may have queued its run first (a retry that
       // raced the original). Then that run is the answer; a different payload under the same id is refused by `find`.
@@ -222,21 +227,22 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (seen._tag === "Some") {
         const { runId } = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
         const existing = yield* store.getRun(runId)
-        if (existing._tag === "Some") return { run: existing.value, created: false }
+        if (existing._tag === "Some") return { run: existing.value, created: false, claimed: null }
       }
       const thread = yield* getThread(command.threadId)
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = yield* getProviderThread(thread)
       // A provider this process does not have fails the command before anything is written (UnknownProvider).
-      yield* registry.get(providerThread.providerInstance)
+      const adapter = yield* registry.get(providerThread.providerInstance)
       const now = yield* DateTime.now
+      const claimNow = claim && !behind && active._tag === "None"
       const run: Run = {
         id: ids.next("run") as Run["id"],
         threadId: thread.id,
         seq: yield* store.nextRunSeq(thread.id),
         providerThreadId: providerThread.id,
-        status: "queued",
+        status: claimNow ? "starting" : "queued",
         prompt: command.text,
         stopPoint: null,
         failureReason: null,
@@ -259,7 +265,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
       // run instead of queueing a second one. The receipt's result is completed when the run ends.
       yield* CommandReceipts.write(store, CommandReceipts.keyOf(command, thread.id), QueuedReceipt, { runId: run.id })
-      return { run, created: true }
+      return { run, created: true, claimed: claimNow ? { run, providerThread, adapter } : null }
     }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
 
     /**
@@ -290,9 +296,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * `InvalidRequest`; provider faults end the run as `failed`/`interrupted` (they do not fail the command).
      */
     const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
-      const queued = yield* queueRun(command, false)
+      const queued = yield* queueRun(command, false, true)
       if (queued.created) {
-        const result = yield* processRun(queued.run.id)
+        const result = yield* turns.run(queued.run.id, queued.claimed ?? undefined)
         yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
         return result
       }

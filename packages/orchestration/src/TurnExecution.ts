@@ -52,6 +52,16 @@ export const maxOverflowRetries = 3
 /** An attempt ended in a way the same run recovers from by attempting the turn again (internal to `run`). */
 class TurnRetry extends Data.TaggedError("TurnRetry")<{ readonly cause: "overflow" | "lost_native_thread" }> {}
 
+/**
+ * A run its queueing unit of work also claimed (`starting`, its driver this one): only a run queued on a thread
+ * with no unfinished run, by a caller that drives it at once (`ThreadService.sendMessage`).
+ */
+export interface ClaimedRun {
+  readonly run: Run
+  readonly providerThread: ProviderThread
+  readonly adapter: ProviderAdapter.ProviderAdapterShape
+}
+
 export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orchestration/TurnExecution", {
   effect: Effect.gen(function*() {
     const uow = yield* UnitOfWork
@@ -117,14 +127,20 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           return updated
         }))
 
-    /** Drives a queued run through turn start and the provider turn to a terminal status. */
-    const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"]) {
+    /**
+     * Drives a queued run through turn start and the provider turn to a terminal status. `claimed`: the run was
+     * queued and claimed (`starting`, this driver's) in the caller's unit of work, with its provider thread and
+     * adapter as read there; the lookup and the claim are skipped.
+     */
+    const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"], claimed?: ClaimedRun) {
+      if (claimed !== undefined) return yield* drive(claimed.run, claimed.providerThread, claimed.adapter, true)
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
-      let run = found.value
+      const queued = found.value
       // The run's provider must be usable here; if not (e.g. a process configured without it), a queued run ends
       // `failed` before the provider instead of staying `queued` and blocking the thread, and the error is returned.
       const lookedUp = yield* Effect.either(Effect.gen(function*() {
+        const run = queued
         const providerThread = yield* Effect.flatMap(store.getProviderThread(run.providerThreadId), Option.match({
           onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${run.id} names a missing provider thread` })),
           onSome: Effect.succeed
@@ -132,14 +148,20 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         return { providerThread, adapter: yield* registry.get(providerThread.providerInstance) }
       }))
       if (lookedUp._tag === "Left") {
-        if (run.status === "queued") {
-          yield* uow.thread(run.threadId, "TurnExecution.failRun")(finishRun(run, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`,
+        if (queued.status === "queued") {
+          yield* uow.thread(queued.threadId, "TurnExecution.failRun")(finishRun(queued, "failed", "before_provider", `provider unavailable: ${lookedUp.left.message}`,
             lookedUp.left._tag === "PersistenceError" ? "turn_start_failed" : "provider_missing"))
         }
         return yield* lookedUp.left
       }
-      const adapter = lookedUp.right.adapter
-      const providerThreadAtStart = yield* reconfigure(run, lookedUp.right.providerThread, adapter)
+      return yield* drive(queued, lookedUp.right.providerThread, lookedUp.right.adapter, false)
+    })
+
+    /** `processRun` from the claim on (`alreadyClaimed`: the run is `starting` and this driver's already). */
+    const drive = (queued: Run, providerThreadIn: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape, alreadyClaimed: boolean) => Effect.gen(function*() {
+      const runId = queued.id
+      let run = queued
+      const providerThreadAtStart = yield* reconfigure(queued, providerThreadIn, adapter)
       const providerThread = providerThreadAtStart
       const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
         runId: run.id,
@@ -153,10 +175,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         failureReason: run.failureReason,
         failureCode: run.failureCode
       })
-      if (run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
+      if (!alreadyClaimed && run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
 
       // Read and move to `starting` in one transaction: an interrupt written in between is never overwritten.
-      const claimed = yield* uow.thread(run.threadId, "TurnExecution.claimRun")(Effect.gen(function*() {
+      const claimed = alreadyClaimed ? run : yield* uow.thread(run.threadId, "TurnExecution.claimRun")(Effect.gen(function*() {
         const current = yield* store.getRun(runId)
         if (current._tag === "None" || current.value.status !== "queued") return null
         // Runs of a thread start in seq order, one at a time (across processes: this runs under the thread's lock).
@@ -271,8 +293,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           }
         })
 
+      // The provider thread as the claim read it serves the first attempt of a run claimed with its queueing (read
+      // under the thread's lock a moment ago); otherwise, and for every retry, it is read again.
+      let providerThreadFresh = alreadyClaimed
       const attemptTurn = () => Effect.gen(function*() {
-        const providerThread = yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
+        const providerThread = providerThreadFresh
+          ? providerThreadAtStart
+          : yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
+        providerThreadFresh = false
         // A prompt Baton knows cannot fit the model's window even alone is not sent (invariant 1: no request that
         // Baton knows would exceed the window); the run fails as an overflow with what to do.
         const tooLarge = config.mutations.has("ignore_known_full") ? null : yield* promptExceedsWindow(run.prompt, providerThread)
@@ -484,8 +512,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // by the previous one. Either way Baton's own estimate (what it sent plus what came back) is used.
           const { usage: checked, anomaly } = UsageSanity.check(output.usage, plan.providerThread.contextWindow, config.budget.defaultWindow)
           const trusted = checked !== null
-          // The status is re-read: an interrupt or timeout may have stopped trusting the native thread meanwhile.
-          const nativeNow = yield* store.getNativeThread(plan.native.id)
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
@@ -494,18 +520,19 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             estimatedTokens: plan.requestTokens + inlineTokens +
               (config.mutations.has("sample_omits_output") ? 0 : items.reduce((n, i) => n + counter.count(i.text), 0))
           })
+          // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales the
+          // estimate back by the ratio when no trusted report exists).
+          const estimatedTokens = checked !== null ? Calibration.toRaw(learned.ratio, checked.usedTokens) : plan.native.estimatedTokens + sent
+          // Only the usage columns are written; the status comes back as stored: an interrupt or timeout may have
+          // stopped trusting the native thread meanwhile.
+          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now)
           const native = {
             ...plan.native,
-            status: nativeNow._tag === "Some" ? nativeNow.value.status : plan.native.status,
+            status: statusNow._tag === "Some" ? statusNow.value : plan.native.status,
             usage: checked,
-            // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales
-            // the estimate back by the ratio when no trusted report exists).
-            estimatedTokens: checked !== null
-              ? Calibration.toRaw(learned.ratio, checked.usedTokens)
-              : plan.native.estimatedTokens + sent,
+            estimatedTokens,
             updatedAt: now
           }
-          yield* store.updateNativeThread(native)
           if (output.usage !== null) {
             yield* store.appendEvent({ threadId: run.threadId, type: "usage.reported", payload: {
               nativeThreadId: native.id,
@@ -523,8 +550,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           }
           yield* handOverLateOutput(plan, items, native.status, fresh, before)
           yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
-          // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays.
-          const current = yield* store.getRun(run.id)
+          // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays. (The
+          // run as read above, under this unit's lock: nothing here writes it before this point.)
+          const current = before
           if (current._tag === "Some" && current.value.status === "interrupted") {
             // The provider did read the prompt (the turn completed): record that, whatever the interrupt assumed.
             const kept: Run = { ...current.value, stopPoint: "after_provider", nativeThreadId: plan.native.id, updatedAt: now }

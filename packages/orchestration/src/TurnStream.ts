@@ -1,7 +1,9 @@
 /**
  * TurnStream: records a provider turn's output as it streams in (`ProviderAdapter.startTurn` is a stream of
- * `TurnEvent`s). Each item that can be recorded is appended in its own small unit of work (with its `items.appended`
- * event), so subscribers of the post-commit event bus see a run's items while its turn is still running.
+ * `TurnEvent`s). The items of each arrival (one stream chunk: what the provider delivered together, often a single
+ * item) are recorded in one small unit of work with one `items.appended` event, so subscribers of the post-commit
+ * event bus see a run's items while its turn is still running, and a burst of items costs one transaction, not one
+ * per item.
  *
  * What it holds back, and why:
  * - An open tool unit: a `tool_call` (with a call id) and everything after it stay held until every held call has
@@ -208,37 +210,58 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
             : known.has(`${item.kind}\u0000msg:${item.messageId}\u0000${item.text}`)
         })
 
-      const onItem = (produced: ProviderAdapter.ProducedItem) =>
+      /** Records what `onItems` found ready (and skipped as a replay), in the caller's unit of work. */
+      const write = (skipped: ReadonlyArray<NewItem>, ready: ReadonlyArray<NewItem>) =>
         Effect.gen(function*() {
-          state.arrived++
-          const item = normalizeProduced(produced)
-          if (state.replay === "undecided") {
-            const open = yield* uow.thread(run.threadId, "TurnStream.takeReplayWindow")(store.takeReplayWindow(native.id))
-            state.replay = open ? "buffering" : "passing"
+          yield* skipEvent(skipped)
+          if (!state.settled && ready.length > 0) yield* delivery.markSettled(run.threadId, inlineDeliveries, "inline")
+          yield* append(ready)
+        })
+
+      /**
+       * Records the items of one arrival (the items of one stream chunk: what the provider delivered together) in one
+       * unit of work. While a replay is possible (the first arrival takes the native thread's replay window; while
+       * it is open each item is checked against the record) that is done in the same unit of work; afterwards the
+       * items go straight to the open tool unit, and an arrival that completes nothing (a tool call waiting for its
+       * result) writes nothing. What is ready is appended with one `items.appended` event.
+       */
+      const onItems = (produced: ReadonlyArray<ProviderAdapter.ProducedItem>) =>
+        Effect.gen(function*() {
+          state.arrived += produced.length
+          const items = produced.map(normalizeProduced)
+          // What arrived is recorded whole or not at all: a turn timeout or an interrupt waits for it.
+          const recordWhole = Effect.uninterruptible
+          if (state.replay === "passing") {
+            const ready = feed(items)
+            if (ready.length === 0) return
+            yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(write([], ready)))
+            state.settled = true
+            return
           }
-          let skipped: ReadonlyArray<NewItem> = []
-          let kept: ReadonlyArray<NewItem> = [item]
-          if (state.replay === "buffering") {
-            if (yield* isReplayed(item)) return void replayHeld.push(item)
-            const resolved = resolveReplay(replayHeld, item)
-            replayHeld = []
-            state.replay = "passing"
-            skipped = resolved.skipped
-            kept = resolved.kept
-            for (const s of skipped) if (s.kind === "tool_call" && s.toolCallId !== null) skippedCalls.set(s.toolCallId, s)
-          }
-          const ready = feed(kept)
-          if (ready.length === 0 && skipped.length === 0) return
-          const settle = !state.settled && ready.length > 0
-          yield* uow.thread(run.threadId, "TurnStream.itemsProduced")(Effect.gen(function*() {
-            yield* skipEvent(skipped)
-            if (settle) yield* delivery.markSettled(run.threadId, inlineDeliveries, "inline")
-            yield* append(ready)
-          })).pipe(
-            // An item that arrived is recorded whole or not at all: a turn timeout or an interrupt waits for it.
-            Effect.uninterruptible
-          )
-          if (settle) state.settled = true
+          const wrote = yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(Effect.gen(function*() {
+            if (state.replay === "undecided") state.replay = (yield* store.takeReplayWindow(native.id)) ? "buffering" : "passing"
+            const skipped: Array<NewItem> = []
+            const ready: Array<NewItem> = []
+            for (const item of items) {
+              let kept: ReadonlyArray<NewItem> = [item]
+              if (state.replay === "buffering") {
+                if (yield* isReplayed(item)) {
+                  replayHeld.push(item)
+                  continue
+                }
+                const resolved = resolveReplay(replayHeld, item)
+                replayHeld = []
+                state.replay = "passing"
+                skipped.push(...resolved.skipped)
+                kept = resolved.kept
+                for (const s of resolved.skipped) if (s.kind === "tool_call" && s.toolCallId !== null) skippedCalls.set(s.toolCallId, s)
+              }
+              ready.push(...feed(kept))
+            }
+            yield* write(skipped, ready)
+            return ready.length > 0
+          })))
+          if (wrote) state.settled = true
         })
 
       const out: TurnOutput = {
@@ -260,18 +283,25 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         consume: (stream) =>
           stream.pipe(
             Stream.takeUntil((e) => e._tag === "turn_ended"),
-            Stream.runForEach((event): Effect.Effect<void, PersistenceError | ConcurrentModification> => {
-              switch (event._tag) {
-                case "item_produced":
-                  return onItem(event.item)
-                case "usage_reported":
-                  return Effect.sync(() => void (state.usage = event.usage))
-                case "turn_ended":
-                  return Effect.sync(() => {
+            // A chunk is what the provider delivered together: its items are recorded in one unit of work. Usage and
+            // the end of the turn only update the output (they are written with the turn's outcome).
+            Stream.runForEachChunk((chunk): Effect.Effect<void, PersistenceError | ConcurrentModification> => {
+              const produced: Array<ProviderAdapter.ProducedItem> = []
+              for (const event of chunk) {
+                switch (event._tag) {
+                  case "item_produced":
+                    produced.push(event.item)
+                    break
+                  case "usage_reported":
+                    state.usage = event.usage
+                    break
+                  case "turn_ended":
                     state.ended = true
                     state.interrupted = event.interrupted
-                  })
+                    break
+                }
               }
+              return produced.length === 0 ? Effect.void : onItems(produced)
             })
           ),
         flush: (interrupted) =>

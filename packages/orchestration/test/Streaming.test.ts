@@ -138,4 +138,43 @@ describe.each(Harness.dialects)("a streamed turn on %s", (_label, db) => {
       expect(yield* o.check(threadId, h)).toEqual([])
     }).pipe(Effect.provide(h.layer))
   })
+
+  it.effect("items a provider delivers together (one stream chunk) are recorded in one unit of work: one items.appended event for the burst, an open tool unit still recorded whole", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    // A provider that delivers its turn's events together: the scripted turn, played to its end, then handed to
+    // Baton as one chunk (as the turn-start benchmark does).
+    const adapter = h.providers.codex!
+    const startTurn = adapter.startTurn
+    ;(adapter as { startTurn: typeof startTurn }).startTurn = (input) =>
+      Stream.unwrap(Effect.map(Stream.runCollect(startTurn(input)), Stream.fromChunk))
+    return Effect.gen(function*() {
+      const o = yield* Harness.ops
+      const threadId = yield* o.create("codex")
+      h.script.enqueue({
+        items: [
+          Harness.produced("assistant_message", "I will list the files"),
+          Harness.produced("tool_call", "{\"cmd\":\"ls\"}", { toolCallId: "call_1", toolName: "bash" }),
+          Harness.produced("tool_result", "a.ts b.ts", { toolCallId: "call_1", toolName: "bash" }),
+          Harness.produced("assistant_message", "two files"),
+          Harness.produced("tool_call", "{\"cmd\":\"cat a.ts\"}", { toolCallId: "call_2", toolName: "bash" })
+        ]
+      })
+      const r = yield* o.send(threadId, "what is in the repo?")
+      expect(r.status).toBe("completed")
+      const items = yield* o.store.listItems(threadId)
+      expect(items.map((i) => [i.kind, i.toolCallState, i.text])).toEqual([
+        ["user_message", null, "what is in the repo?"],
+        ["assistant_message", null, "I will list the files"],
+        ["tool_call", null, "{\"cmd\":\"ls\"}"],
+        ["tool_result", null, "a.ts b.ts"],
+        ["assistant_message", null, "two files"],
+        ["tool_call", "dangling", "{\"cmd\":\"cat a.ts\"}"],
+        ["tool_result", null, "[no result] The turn ended without a result for this tool call."]
+      ])
+      // The prompt; the burst up to the open call; the open call closed with the turn's outcome.
+      const appended = (yield* o.store.listEvents(threadId)).flatMap((e) => e.type === "items.appended" ? [[e.payload.fromSeq, e.payload.toSeq]] : [])
+      expect(appended).toEqual([[1, 1], [2, 5], [6, 7]])
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
 })

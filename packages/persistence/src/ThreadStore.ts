@@ -12,6 +12,7 @@
 import {
   Commands,
   ConcurrentModification,
+  type ContextUsage,
   type ContextHandoff,
   type HandoffDelivery,
   type HandoffId,
@@ -19,6 +20,7 @@ import {
   type ItemId,
   type NativeThread,
   type NativeThreadId,
+  NativeThreadStatus,
   type NewThreadEvent,
   type Offload,
   PersistenceError,
@@ -275,6 +277,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
       insertNativeThread: (n: NativeThread) => nativeThreads.insert(n),
       updateNativeThread: (n: NativeThread) => nativeThreads.update(n),
+      /**
+       * Records a turn's outcome on a native thread in one statement: its context `usage` (`null`: none trusted) and
+       * Baton's `estimatedTokens`, leaving every other column (status, generation, compaction count) as it is now.
+       * Returns the native thread's status as stored (`None`: no such native thread).
+       */
+      recordNativeUsage: (id: NativeThreadId, usage: ContextUsage | null, estimatedTokens: number, updatedAt: DateTime.Utc) =>
+        Effect.flatMap(
+          sql`UPDATE native_threads SET used_tokens = ${usage?.usedTokens ?? null}, max_tokens = ${usage?.maxTokens ?? null},
+              auto_compact_threshold = ${usage?.autoCompactThreshold ?? null}, estimated_tokens = ${estimatedTokens},
+              updated_at = ${DateTime.formatIso(updatedAt)} WHERE id = ${id} RETURNING status`,
+          Schema.decodeUnknown(Schema.Array(Schema.Struct({ status: NativeThreadStatus })))
+        ).pipe(Effect.map((rows) => Option.fromNullable(rows[0]?.status)), orPersistence("native_threads.recordUsage")),
       getNativeThread: (id: NativeThreadId) =>
         nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
       /**

@@ -1,4 +1,4 @@
-import type { CommandId, Item, ItemId, ProviderInstance, ProviderThreadId, Run, RunId, ThreadId, ToolCallId } from "@baton/contracts"
+import type { CommandId, Item, ItemId, NativeThreadId, ProviderInstance, ProviderThreadId, Run, RunId, ThreadId, ToolCallId } from "@baton/contracts"
 import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -116,6 +116,44 @@ describe("ThreadStore on a SQLite file", () => {
       const fault = yield* Effect.flip(store.listOffloads("thr_3" as ThreadId))
       expect(fault._tag).toBe("PersistenceError")
       expect(fault.message).toBe("storage error in offloads.list: SqlError: Failed to prepare statement  (SQLITE_ERROR: no such table: offloads)")
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("recordNativeUsage writes a turn's usage and estimate only: a status written meanwhile (replaced) is kept and returned; an unknown id is None", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      yield* store.insertThread(thread("thr_4", now))
+      yield* store.insertProviderThread({
+        id: "pth_1" as ProviderThreadId,
+        threadId: "thr_4" as ThreadId,
+        providerInstance: "codex" as ProviderInstance,
+        model: "gpt-5",
+        contextWindow: null,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      })
+      const native = {
+        id: "nat_1" as NativeThreadId,
+        providerThreadId: "pth_1" as ProviderThreadId,
+        generation: 2,
+        nativeRef: "ref-1",
+        status: "active" as const,
+        usage: { usedTokens: 10, maxTokens: 100, autoCompactThreshold: 90 },
+        estimatedTokens: 10,
+        compactionsWithoutProgress: 1,
+        createdAt: now,
+        updatedAt: now
+      }
+      yield* store.insertNativeThread(native)
+      yield* store.updateNativeThread({ ...native, status: "replaced" })
+      expect(yield* store.recordNativeUsage(native.id, { usedTokens: 42 }, 40, now)).toEqual(Option.some("replaced"))
+      const read = Option.getOrThrow(yield* store.getNativeThread(native.id))
+      expect([read.status, read.usage, read.estimatedTokens, read.generation, read.compactionsWithoutProgress]).toEqual(["replaced", { usedTokens: 42 }, 40, 2, 1])
+      yield* store.recordNativeUsage(native.id, null, 55, now)
+      expect(Option.map(yield* store.getNativeThread(native.id), (n) => [n.usage, n.estimatedTokens])).toEqual(Option.some([null, 55]))
+      expect(yield* store.recordNativeUsage("nat_missing" as NativeThreadId, null, 0, now)).toEqual(Option.none())
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
   it.effect("a provider's calibration reads as None until written; an upsert replaces it (ratio kept to full precision)", () =>
