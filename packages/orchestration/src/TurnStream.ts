@@ -21,7 +21,7 @@
 import type { ConcurrentModification, ContextUsage, HandoffDelivery, Item, NativeThread, PersistenceError, ProviderError, Run } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
-import { Effect, Stream } from "effect"
+import { DateTime, Effect, Stream } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 
@@ -214,7 +214,13 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
       const write = (skipped: ReadonlyArray<NewItem>, ready: ReadonlyArray<NewItem>) =>
         Effect.gen(function*() {
           yield* skipEvent(skipped)
-          if (!state.settled && ready.length > 0) yield* delivery.markSettled(run.threadId, inlineDeliveries, "inline")
+          if (!state.settled && ready.length > 0) {
+            yield* delivery.markSettled(run.threadId, inlineDeliveries, "inline")
+            // Output proves the provider read the turn: a run an interrupt recorded as never read (it read the native
+            // thread back just before the turn reached it) is corrected in the same unit of work as the output, so
+            // no crash can leave the items recorded and the run owed to this native thread again.
+            yield* store.markRunRead(run.id, native.id, yield* DateTime.now)
+          }
           yield* append(ready)
         })
 

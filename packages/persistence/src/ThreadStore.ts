@@ -162,6 +162,14 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM runs WHERE thread_id = ${threadId} AND seq > ${afterSeq} ORDER BY seq`
         ),
       /** Records the driver that accepted (and drives) a run. */
+      /**
+       * Corrects a run recorded as never read by the provider (`stop_point = 'before_provider'`, e.g. an interrupt that
+       * read the native thread back just before the turn reached it) to read on `nativeThreadId`: output of the
+       * turn arrived, which proves it. One conditional statement; a run recorded otherwise is left as it is.
+       */
+      markRunRead: (runId: RunId, nativeThreadId: NativeThreadId, updatedAt: DateTime.Utc) =>
+        sql`UPDATE runs SET stop_point = 'after_provider', native_thread_id = ${nativeThreadId}, updated_at = ${DateTime.formatIso(updatedAt)}
+            WHERE id = ${runId} AND stop_point = 'before_provider'`.pipe(Effect.asVoid, orPersistence("runs.markRead")),
       setRunDriver: (runId: RunId, driverId: string) =>
         sql`UPDATE runs SET driver_id = ${driverId} WHERE id = ${runId}`.pipe(Effect.asVoid, orPersistence("runs.setDriver")),
       /** The driver of each run of `runIds` (`null`: accepted before drivers were recorded). */

@@ -283,6 +283,17 @@ const regressions: ReadonlyArray<{ readonly name: string; readonly category: str
  * code before this change with `interruptAt` 10 and `crash.at` 19 (the same sites); regression G there had drifted to
  * an earlier site (its step numbers), so it no longer reached this case.
  */
+/**
+ * Fixed: the turn's output was recorded before the crash, but the run stayed recorded as never read (the interrupt
+ * had read the native thread back just before the turn reached it): a switch away and back re-delivered the run to
+ * the native thread that produced it. Output now proves the read, in the unit of work that records it.
+ */
+const outputProvesRead = {
+  name: "G''. an interrupt read back before provider.startTurn, the turn's output recorded, then a crash: a switch away and back owes the run nothing (seed 15, crash at 18)",
+  category: "exactly-once",
+  scenario: JSON.parse("{\"seed\": 15, \"providers\": [{\"name\": \"big\", \"window\": 1000000, \"autoCompactThreshold\": null, \"inject\": true, \"readThread\": true}, {\"name\": \"small\", \"window\": 44000, \"autoCompactThreshold\": 42000, \"inject\": true, \"readThread\": true}, {\"name\": \"plain\", \"window\": 200000, \"autoCompactThreshold\": null, \"inject\": false, \"readThread\": true}], \"ops\": [{\"kind\": \"create\", \"id\": 0, \"provider\": \"small\", \"crash\": null}, {\"kind\": \"send\", \"id\": 1, \"prompt\": 20, \"reply\": {\"tokens\": 20, \"tools\": [], \"reasoning\": false, \"usage\": {\"kind\": \"counted\"}}, \"fault\": null, \"interruptAt\": 8, \"crash\": {\"at\": 18, \"inRecoveryAt\": null, \"retry\": false}}, {\"kind\": \"switch\", \"id\": 2, \"to\": \"big\", \"crash\": null}, {\"kind\": \"switch\", \"id\": 10, \"to\": \"small\", \"crash\": null}, {\"kind\": \"send\", \"id\": 11, \"prompt\": 20, \"reply\": {\"tokens\": 20, \"tools\": [], \"reasoning\": false, \"usage\": {\"kind\": \"counted\"}}, \"fault\": null, \"interruptAt\": null, \"crash\": null}]}") as Simulation.Scenario
+}
+
 const knownBugs: ReadonlyArray<{ readonly name: string; readonly scenario: Simulation.Scenario }> = [
   {
     name: "G'. an interrupt read back before provider.startTurn while the turn is in flight, then a crash after it: a switch away and back re-delivers run 1 to the native thread that ran it (seed 15)",
@@ -301,7 +312,7 @@ describe("known violations (fail today)", () => {
 })
 
 describe("regressions (shrunk simulation failures, fixed)", () => {
-  for (const regression of [...regressions, ...knownViolations]) {
+  for (const regression of [...regressions, ...knownViolations, outputProvesRead]) {
     it.live(regression.name, () =>
       Effect.gen(function*() {
         const outcome = yield* Simulation.execute(regression.scenario)
