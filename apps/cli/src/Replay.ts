@@ -8,15 +8,14 @@ import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
-import { ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { type Transcript, TranscriptImporter } from "@baton/transcripts"
 import { Effect, Layer } from "effect"
 import { randomUUID } from "node:crypto"
-import type { ProviderSpec } from "./ProviderSpec.js"
 
 export interface ReplayOptions {
   readonly file: string
-  readonly providers: ReadonlyArray<ProviderSpec>
+  readonly providers: ReadonlyArray<ProviderSpec.ProviderSpec>
   /** Switch to the next provider every N runs (0 = never). */
   readonly switchEvery: number
   /** Probability in [0, 1] that a run is interrupted before the provider starts. */
@@ -128,14 +127,7 @@ export const replay = (
     const started = Date.now()
     const counter = TokenCounter.make()
     const script = ScriptedProvider.makeScript()
-    const adapters = options.providers.map((spec) =>
-      ScriptedProvider.make({
-        instance: spec.name as ProviderInstance,
-        contextWindow: spec.window,
-        autoCompactThreshold: spec.autoCompactThreshold,
-        injectHistory: spec.inject
-      }, script, counter)
-    )
+    const adapters = ProviderSpec.scripted(options.providers, script, counter)
     const layer = OrchestratorLayer.layer.pipe(
       Layer.provideMerge(options.databaseUrl === undefined ? Database.layerSqlite(options.db) : Database.layerPg({ url: options.databaseUrl })),
       Layer.provide(ProviderRegistry.layer(adapters)),

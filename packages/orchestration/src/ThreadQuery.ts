@@ -142,6 +142,15 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       return { runs, nextAfterSeq: rows.length > limit ? runs.at(-1)!.seq : null } satisfies RunPage
     })
 
+    /**
+     * The thread's run in progress: its first run not yet ended (running, or the next to run), `null` when none.
+     * Fails with `ThreadNotFound`, `PersistenceError`.
+     */
+    const currentRun = Effect.fn("ThreadQuery.currentRun")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      return Option.getOrNull(yield* store.findFirstUnfinishedRun(threadId))
+    })
+
     /** A run with its attempts and items. Fails with `RunNotFound`, `PersistenceError`. */
     const run = Effect.fn("ThreadQuery.run")(function*(runId: RunId) {
       const found = yield* store.getRun(runId)
@@ -234,6 +243,6 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       } satisfies Readiness
     })
 
-    return { listThreads, snapshot, listRuns, run, listItems, itemText, handoffs, handoff, threadEvents, allEvents, readiness }
+    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, handoffs, handoff, threadEvents, allEvents, readiness }
   })
 }) {}
