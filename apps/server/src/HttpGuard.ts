@@ -2,8 +2,9 @@
  * HttpGuard: what stands between the network and the API so that bad input never hurts. It wraps the whole HTTP
  * app (API routes, `/openapi.json`, `/docs`) and owns:
  *
- * - **The body limit.** A declared `Content-Length` over the limit is answered 413 before anything is read; a body
- *   without one (chunked) is read up to the limit and answered 413 past it. Nothing of such a request is written.
+ * - **The body limit.** A body must declare its `Content-Length` (411 otherwise: chunked bodies are refused); one
+ *   over the limit is answered 413 without being parsed (it is drained first, up to 64 MiB, so that the answer
+ *   reaches the client, then the connection is closed). Nothing of such a request is written.
  * - **The body's form.** A body with a `Content-Type` other than JSON is 415; a JSON body that does not parse is 400
  *   `InvalidRequest` saying where. The body is read here once (the request caches it), so the API's own decoding
  *   never meets a transport failure it would turn into a 500.
@@ -18,6 +19,7 @@ import {
   HandoffNotFound,
   InvalidRequest,
   ItemNotFound,
+  LengthRequired,
   NoRunInProgress,
   NotReady,
   OffloadFailed,
@@ -32,8 +34,9 @@ import {
   UnknownProvider,
   UnsupportedMediaType
 } from "@baton/contracts"
-import { HttpApp, HttpIncomingMessage, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Effect, Option, Schema } from "effect"
+import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
+import { Cause, Duration, Effect, Option, Schema } from "effect"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
 const BoundaryError = Schema.Union(
@@ -52,6 +55,7 @@ const BoundaryError = Schema.Union(
   Unauthorized,
   Forbidden,
   PayloadTooLarge,
+  LengthRequired,
   UnsupportedMediaType,
   RouteNotFound,
   NotReady
@@ -81,23 +85,70 @@ const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
 /** Whether a `Content-Type` is JSON (`application/json`, `application/x+json`, with parameters). */
 const isJson = (contentType: string) => /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(contentType.trim())
 
+/** How much of a refused body is read and discarded before answering, in bytes past the limit. */
+const drainCapBytes = 64 * 1024 * 1024
+/** How long a refused body is drained before answering anyway, in milliseconds. */
+const drainTimeoutMs = 5_000
+
 /**
- * Checks and reads a request's body before the app sees it; returns the response to answer instead, if any.
+ * Reads and discards what is left of a request body (at most `drainCapBytes`, for at most `drainTimeoutMs`), so
+ * that the refusal sent next reaches the client: closing a socket with unread data resets the connection and the
+ * client may lose the answer.
+ */
+const drain = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.async<void>((resume) => {
+    const source = NodeHttpServerRequest.toIncomingMessage(request)
+    if (source.readableEnded || source.destroyed) return resume(Effect.void)
+    let bytes = 0
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length
+      if (bytes > drainCapBytes) finish()
+    }
+    const finish = () => {
+      source.off("data", onData)
+      source.off("end", finish)
+      source.off("error", finish)
+      source.off("close", finish)
+      resume(Effect.void)
+    }
+    source.on("data", onData)
+    source.once("end", finish)
+    source.once("error", finish)
+    source.once("close", finish)
+    source.resume()
+    return Effect.sync(() => {
+      source.off("data", onData)
+      source.off("end", finish)
+      source.off("error", finish)
+      source.off("close", finish)
+    })
+  }).pipe(Effect.timeoutOption(Duration.millis(drainTimeoutMs)), Effect.asVoid)
+
+/** A refusal sent after draining the body; the connection is closed after it. */
+const refuse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  Effect.as(drain(request), Option.some(HttpServerResponse.setHeader(response, "connection", "close")))
+
+/**
+ * Checks and reads a request's body before the app sees it; returns the response to answer instead, if any. A body
+ * must declare its length (411 otherwise); one longer than the limit is refused (413) before it is parsed.
  */
 const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: number) =>
   Effect.gen(function*() {
-    if (!HttpMethod.hasBody(request.method)) return Option.none<HttpServerResponse.HttpServerResponse>()
+    const none = Option.none<HttpServerResponse.HttpServerResponse>()
     const declared = request.headers["content-length"]
-    if (declared !== undefined && Number(declared) > maxBodyBytes) {
-      return Option.some(errorResponse(new PayloadTooLarge({ limitBytes: maxBodyBytes }), 413))
+    if (declared === undefined) {
+      return request.headers["transfer-encoding"] === undefined ? none : yield* refuse(request, errorResponse(new LengthRequired(), 411))
+    }
+    // Node's parser has already refused a malformed Content-Length; a body is exactly this long.
+    const length = Number(declared)
+    if (length > maxBodyBytes) return yield* refuse(request, errorResponse(new PayloadTooLarge({ limitBytes: maxBodyBytes }), 413))
+    if (length === 0 || !HttpMethod.hasBody(request.method)) return none
+    const text = yield* Effect.either(request.text)
+    if (text._tag === "Left") {
+      // The connection broke mid-body: nobody reads the answer, but it is a client's fault, not the server's.
+      return Option.some(errorResponse(new InvalidRequest({ reason: "the body could not be read (the connection broke)" }), 400))
     }
     const contentType = request.headers["content-type"]
-    const text = yield* request.text.pipe(HttpIncomingMessage.withMaxBodySize(Option.some(maxBodyBytes)), Effect.either)
-    if (text._tag === "Left") {
-      // The reader fails past the limit, or when the connection breaks mid-body (then nobody reads the answer).
-      return Option.some(errorResponse(new PayloadTooLarge({ limitBytes: maxBodyBytes }), 413))
-    }
-    if (text.right.length === 0) return Option.none()
     if (contentType !== undefined && !isJson(contentType)) {
       return Option.some(errorResponse(new UnsupportedMediaType({ contentType: contentType.slice(0, 200) }), 415))
     }
@@ -105,7 +156,7 @@ const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: n
     if (Option.isNone(parsed)) {
       return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid JSON" }), 400))
     }
-    return Option.none()
+    return none
   })
 
 /**

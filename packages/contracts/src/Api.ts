@@ -22,6 +22,7 @@ import {
   HandoffNotFound,
   InvalidRequest,
   ItemNotFound,
+  LengthRequired,
   NoRunInProgress,
   NotReady,
   OffloadFailed,
@@ -356,7 +357,7 @@ export class HealthGroup extends HttpApiGroup.make("health")
 
 /**
  * The Baton HTTP API. Errors any endpoint may answer: 400 `InvalidRequest` (a command that cannot be carried out as
- * given), 409 `ConcurrentModification` (another writer won; retry), 413, 415, 404 `RouteNotFound`, 500
+ * given), 409 `ConcurrentModification` (another writer won; retry), 411, 413, 415, 404 `RouteNotFound`, 500
  * `PersistenceError`.
  */
 export class BatonApi extends HttpApi.make("BatonApi")
@@ -371,6 +372,7 @@ export class BatonApi extends HttpApi.make("BatonApi")
   .addError(ConcurrentModification)
   .addError(PersistenceError)
   .addError(PayloadTooLarge)
+  .addError(LengthRequired)
   .addError(UnsupportedMediaType)
   .addError(RouteNotFound)
   .annotate(OpenApi.Title, "Baton")

@@ -263,3 +263,14 @@ export class NotReady extends Schema.TaggedError<NotReady>()(
     return `not ready: ${this.reason}`
   }
 }
+
+/** A request body sent without `Content-Length` (chunked): the server takes only bodies of declared length. */
+export class LengthRequired extends Schema.TaggedError<LengthRequired>()(
+  "LengthRequired",
+  {},
+  HttpApiSchema.annotations({ status: 411 })
+) {
+  override get message() {
+    return "a request body needs a Content-Length header (chunked bodies are not accepted)"
+  }
+}

@@ -24,7 +24,8 @@ const intended: Record<string, number> = {
   PayloadTooLarge: 413,
   UnsupportedMediaType: 415,
   RouteNotFound: 404,
-  NotReady: 503
+  NotReady: 503,
+  LengthRequired: 411
 }
 
 /** Every exported error class of a module: a constructor whose instances are `Error`s. */
