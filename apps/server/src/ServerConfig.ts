@@ -116,11 +116,20 @@ export interface ServeFlags {
 const formatPath = (path: ReadonlyArray<PropertyKey>) =>
   path.reduce<string>((out, key) => typeof key === "number" ? `${out}[${key}]` : out === "" ? String(key) : `${out}.${String(key)}`, "")
 
-/** Every issue of a parse error, one per field: `path: message`. */
-export const describeIssues = (error: ParseResult.ParseError) =>
-  ParseResult.ArrayFormatter.formatErrorSync(error)
-    .map((issue) => `${issue.path.length === 0 ? "(root)" : formatPath(issue.path)}: ${issue.message}`)
-    .join("; ")
+/**
+ * Every field a parse error names, once each (an optional field's "Expected undefined" alternative is dropped):
+ * `path: message; path: message`.
+ */
+export const describeIssues = (error: ParseResult.ParseError) => {
+  const byPath = new Map<string, string>()
+  const issues = ParseResult.ArrayFormatter.formatErrorSync(error)
+  const meaningful = issues.filter((issue) => !issue.message.startsWith("Expected undefined"))
+  for (const issue of meaningful.length > 0 ? meaningful : issues) {
+    const path = issue.path.length === 0 ? "(root)" : formatPath(issue.path)
+    if (!byPath.has(path)) byPath.set(path, issue.message)
+  }
+  return [...byPath].map(([path, message]) => `${path}: ${message}`).join("; ")
+}
 
 const decodeFile = Schema.decodeUnknownEither(ConfigFile, { onExcessProperty: "error", errors: "all" })
 
