@@ -7,7 +7,7 @@ import { Commands, type CommandId, type ProviderInstance } from "@baton/contract
 import { ThreadService } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -23,9 +23,12 @@ interface Server {
   readonly exited: Promise<number | null>
 }
 
+/** The server did not print its "listening on" line within 60 s. */
+class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
+
 /** Starts `baton serve --port 0 --data-dir DIR` and waits for its "listening on" line (at most 60 s). */
 const start = (dataDir: string) =>
-  Effect.async<Server, Error>((resume) => {
+  Effect.async<Server, NotListening>((resume) => {
     const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--data-dir", dataDir], {
       cwd: repo,
       env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "" },
@@ -34,7 +37,7 @@ const start = (dataDir: string) =>
     let stdout = ""
     let stderr = ""
     const exited = new Promise<number | null>((done) => child.on("close", (code) => done(code)))
-    const timer = setTimeout(() => resume(Effect.fail(new Error(`no "listening on" within 60 s: ${stderr}`))), 60_000)
+    const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 60_000)
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       stdout += chunk

@@ -160,19 +160,19 @@ const env = (name: string) =>
 /** An optional environment variable holding an integer within `[min, max]`. */
 const envInt = (name: string, min: number, max: number) =>
   Effect.flatMap(env(name), (text) => {
-    if (text === undefined) return Effect.succeed(undefined)
+    if (text === undefined) return Effect.succeed(Option.none<number>())
     const n = Number(text)
     return Number.isInteger(n) && n >= min && n <= max
-      ? Effect.succeed(n)
+      ? Effect.succeed(Option.some(n))
       : Effect.fail(new ConfigInvalid({ source: name, reason: `expected an integer from ${min} to ${max}, got "${text}"` }))
-  })
+  }).pipe(Effect.map(Option.getOrUndefined))
 
 /** A token from the environment, checked like the file's. */
 const envToken = (name: string) =>
   Effect.flatMap(env(name), (text) =>
-    text === undefined ? Effect.succeed(undefined) : Either.match(Schema.decodeUnknownEither(Token)(text), {
+    text === undefined ? Effect.succeed(Option.none<string>()) : Either.match(Schema.decodeUnknownEither(Token)(text), {
       onLeft: () => Effect.fail(new ConfigInvalid({ source: name, reason: "a token is 16 to 512 printable ASCII characters without spaces" })),
-      onRight: (t) => Effect.succeed(t)
+      onRight: (t) => Effect.succeed(Option.some(t))
     }))
 
 /**

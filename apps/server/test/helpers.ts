@@ -5,7 +5,7 @@
 import { Api } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
 import { Server } from "@baton/server"
-import { Harness } from "@baton/testing"
+import type { Harness } from "@baton/testing"
 import { HttpApiClient, HttpClient, HttpClientRequest } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer, Redacted } from "effect"

@@ -33,7 +33,7 @@ import {
   type ThreadSnapshot
 } from "@baton/contracts"
 import { type StoredHandoff, ThreadStore } from "@baton/persistence"
-import { Effect, Encoding, Either, Option, Schema } from "effect"
+import { DateTime, Effect, Encoding, Either, Option, Schema } from "effect"
 
 /** The default page size of the paged reads. */
 export const defaultPageSize = 100
@@ -91,7 +91,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       return {
         threads,
         nextCursor: rows.length > limit && last !== undefined
-          ? encodeCursor(Schema.encodeSync(Schema.DateTimeUtc)(last.createdAt), last.id)
+          ? encodeCursor(DateTime.formatIso(last.createdAt), last.id)
           : null
       } satisfies ThreadPage
     })
