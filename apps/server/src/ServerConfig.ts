@@ -173,7 +173,7 @@ const envToken = (name: string) =>
     text === undefined ? Effect.succeed(Option.none<string>()) : Either.match(Schema.decodeUnknownEither(Token)(text), {
       onLeft: () => Effect.fail(new ConfigInvalid({ source: name, reason: "a token is 16 to 512 printable ASCII characters without spaces" })),
       onRight: (t) => Effect.succeed(Option.some(t))
-    }))
+    })).pipe(Effect.map(Option.getOrUndefined))
 
 /**
  * The admin token in `file`, or a new one written there (mode 0600, its directory created). Fails with
