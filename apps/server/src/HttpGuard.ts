@@ -6,8 +6,9 @@
  *   over the limit is answered 413 without being parsed (it is drained first, up to 64 MiB, so that the answer
  *   reaches the client, then the connection is closed). Nothing of such a request is written.
  * - **The body's form.** A body with a `Content-Type` other than JSON is 415; a JSON body that does not parse is 400
- *   `InvalidRequest` saying where. The body is read here once (the request caches it), so the API's own decoding
- *   never meets a transport failure it would turn into a 500.
+ *   `InvalidRequest`, and so is a body that is not valid UTF-8 or nests deeper than `maxNesting` levels (a deep
+ *   value would exhaust the stack of the schema error formatter). The body is read here once (the request caches
+ *   it), so the API's own decoding never meets a transport failure it would turn into a 500.
  * - **Unknown routes** are 404 `RouteNotFound` as JSON (the router's default is an empty 404).
  * - **Error bodies** get a `message` (the error's sentence for people, with what to do) beside `_tag` and its fields.
  * - **Anything unexpected** (a defect) is logged with its cause and answered 500 `InternalError` as JSON, never with
@@ -85,6 +86,29 @@ const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
 /** Whether a `Content-Type` is JSON (`application/json`, `application/x+json`, with parameters). */
 const isJson = (contentType: string) => /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(contentType.trim())
 
+/** The deepest nesting of arrays and objects a body may have (none of the API's bodies nests beyond 2). */
+export const maxNesting = 32
+
+/**
+ * The deepest nesting of `[`/`{` in a JSON text, outside strings (a linear scan that never recurses: a body of a
+ * million brackets must not exhaust the stack of whatever reads it next).
+ */
+export const nestingDepth = (text: string) => {
+  let depth = 0
+  let deepest = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++
+      else if (c === 0x22) inString = false
+    } else if (c === 0x22) inString = true
+    else if (c === 0x5b || c === 0x7b) deepest = Math.max(deepest, ++depth)
+    else if (c === 0x5d || c === 0x7d) depth--
+  }
+  return deepest
+}
+
 /** How much of a refused body is read and discarded before answering, in bytes past the limit. */
 const drainCapBytes = 64 * 1024 * 1024
 /** How long a refused body is drained before answering anyway, in milliseconds. */
@@ -151,6 +175,15 @@ const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: n
     const contentType = request.headers["content-type"]
     if (contentType !== undefined && !isJson(contentType)) {
       return Option.some(errorResponse(new UnsupportedMediaType({ contentType: contentType.slice(0, 200) }), 415))
+    }
+    // Every invalid UTF-8 sequence the decoder met became U+FFFD, which (but for a truncated 4-byte sequence) does
+    // not re-encode to the declared length: such a body is refused instead of altered.
+    if (text.right.includes("\uFFFD") && Buffer.byteLength(text.right, "utf8") !== length) {
+      return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid UTF-8" }), 400))
+    }
+    const depth = nestingDepth(text.right)
+    if (depth > maxNesting) {
+      return Option.some(errorResponse(new InvalidRequest({ reason: `the body nests ${depth} levels deep; at most ${maxNesting} are accepted` }), 400))
     }
     const parsed = Option.liftThrowable((body: string): unknown => JSON.parse(body))(text.right)
     if (Option.isNone(parsed)) {

@@ -108,6 +108,16 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         reason: "the body is not valid JSON",
         message: "the body is not valid JSON"
       }])
+      const deep = yield* raw(HttpClientRequest.post(`/threads/${threadId}/messages`).pipe(
+        HttpClientRequest.bearerToken(adminToken),
+        HttpClientRequest.bodyText("[".repeat(2_000) + "]".repeat(2_000), "application/json")
+      ))
+      expect([deep.status, deep.body?.reason]).toEqual([400, "the body nests 2000 levels deep; at most 32 are accepted"])
+      const notUtf8 = yield* raw(HttpClientRequest.post(`/threads/${threadId}/messages`).pipe(
+        HttpClientRequest.bearerToken(adminToken),
+        HttpClientRequest.bodyUint8Array(new Uint8Array([...new TextEncoder().encode("{\"text\":\"a"), 0xff, 0xfe, ...new TextEncoder().encode("\"}")]), "application/json")
+      ))
+      expect([notUtf8.status, notUtf8.body?.reason]).toEqual([400, "the body is not valid UTF-8"])
       const form = yield* raw(HttpClientRequest.post(`/threads/${threadId}/messages`).pipe(
         HttpClientRequest.bearerToken(adminToken),
         HttpClientRequest.bodyText("text=hi", "application/x-www-form-urlencoded")
