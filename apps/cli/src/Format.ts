@@ -47,6 +47,8 @@ export const summary = (s: ReplaySummary) =>
     `switches ${s.switches}, /compact ${s.compactions}; handoffs: ${s.handoffs.created} created, ${s.handoffs.deferred} deferred at least once, ` +
     `${s.handoffs.delivered} delivered, ${s.handoffs.superseded} superseded, ${s.handoffs.stillOwed} still owed`,
     `deliveries: ${s.deliveries.injected} injected, ${s.deliveries.inline} inline; prompts unchanged ${s.promptsUnchanged}/${s.promptsSent}`,
+    `providers: ${s.overflows.rejected} request(s) rejected as over the window, ${s.overflows.outputStopped} turn(s) stopped at the window, ` +
+    `${s.overflows.usageAboveWindow} run(s) recorded above the window`,
     s.invariantViolations.length === 0
       ? "invariants: all hold"
       : `invariants: ${s.invariantViolations.length} violation(s)\n  ${s.invariantViolations.join("\n  ")}`

@@ -7,11 +7,11 @@
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
-import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
-import { ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
+import { ProviderRegistry, type ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { type Transcript, TranscriptImporter } from "@baton/transcripts"
 import { Effect, Layer } from "effect"
-import { randomUUID } from "node:crypto"
+import { randomInt, randomUUID } from "node:crypto"
 
 export interface ReplayOptions {
   readonly file: string
@@ -77,9 +77,33 @@ export interface ReplaySummary {
   readonly deliveries: { readonly injected: number; readonly inline: number }
   readonly promptsSent: number
   readonly promptsUnchanged: number
+  /**
+   * The providers' side (their own truth, see ScriptedProvider): requests they rejected as over their window
+   * (`rejected`), turns whose output stopped at the window (`outputStopped`), and runs after which Baton recorded a
+   * usage above the window (`usageAboveWindow`: must be 0).
+   */
+  readonly overflows: { readonly rejected: number; readonly outputStopped: number; readonly usageAboveWindow: number }
   readonly invariantViolations: ReadonlyArray<string>
   readonly elapsedMs: number
 }
+
+/**
+ * A replay provider's true tokenizer ratio (1.00-1.20 provider tokens per Baton token: the field saw about 1.15) and
+ * system-prompt overhead (500-3,000 tokens, capped at 5% of the window by the caller), drawn from `random`.
+ */
+export const providerTruth = (random: () => number) => ({
+  tokenScale: 1 + Math.round(random() * 20) / 100,
+  requestOverhead: 500 + Math.round(random() * 2_500)
+})
+
+/**
+ * The id namespace of one replay: 9 random decimal digits, so that replays sharing a database (even at the same
+ * moment) never mint the same id. Digits, not hex: o200k splits digit runs into groups of three, one token each, so
+ * every id of a replay costs the same number of tokens whatever its digits, and the rendered history (which carries
+ * item ids) is exactly as long on every run of the same seed. With UUIDs, the providers' enforced windows made the
+ * outcome of a turn near the window depend on the random ids.
+ */
+const replayNamespace = () => String(randomInt(0, 1_000_000_000)).padStart(9, "0")
 
 /** A small seeded PRNG (mulberry32): same seed, same sequence, on every platform. */
 export const rng = (seed: number) => {
@@ -127,13 +151,25 @@ export const replay = (
     const started = Date.now()
     const counter = TokenCounter.make()
     const script = ScriptedProvider.makeScript()
-    const adapters = ProviderSpec.scripted(options.providers, script, counter)
+    // Each provider's own truth (see ScriptedProvider): a tokenizer that differs from Baton's and a system prompt
+    // Baton never sees, drawn from their own seeded stream so that the run's random choices stay as they were.
+    const truth = rng(options.seed ^ 0x5eed)
+    const adapters = options.providers.map((spec) =>
+      ScriptedProvider.make({
+        instance: spec.name as ProviderInstance,
+        contextWindow: spec.window,
+        autoCompactThreshold: spec.autoCompactThreshold,
+        injectHistory: spec.inject,
+        tokenScale: providerTruth(truth).tokenScale,
+        requestOverhead: Math.round(Math.min(spec.window * 0.05, providerTruth(truth).requestOverhead))
+      }, script, counter)
+    )
     const layer = OrchestratorLayer.layer.pipe(
       Layer.provideMerge(options.databaseUrl === undefined ? Database.layerSqlite(options.db) : Database.layerPg({ url: options.databaseUrl })),
       Layer.provide(ProviderRegistry.layer(adapters)),
       Layer.provide(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
       Layer.provide(Layer.succeed(TokenCounter.TokenCounter, counter)),
-      Layer.provide(IdGenerator.layerRandom),
+      Layer.provide(Layer.sync(IdGenerator.IdGenerator, () => IdGenerator.makeSequential(replayNamespace()))),
       Layer.provide(OrchestratorConfig.layer())
     )
     const random = rng(options.seed)
@@ -147,7 +183,7 @@ export const replay = (
       const store = yield* ThreadStore
       // A write command reconciles what a killed process left unfinished on this database (runs of gone drivers).
       yield* service.recover()
-      let runs = 0, completed = 0, failed = 0, faultFailed = 0, interrupted = 0, switches = 0, compactions = 0
+      let runs = 0, completed = 0, failed = 0, faultFailed = 0, interrupted = 0, switches = 0, compactions = 0, usageAboveWindow = 0
       let items = 0
       const violations: Array<string> = []
       const threadIds: Array<ThreadId> = []
@@ -185,6 +221,7 @@ export const replay = (
         }))
         threadIds.push(threadId)
         let appended = 0
+        const producedBefore = adapters.reduce((n, a) => n + a.producedItems(), 0)
         // A signal interrupts this fiber between any two steps: the run in flight is ended `interrupted` (and shown)
         // before the database is closed, so no run of this replay is left queued, starting or running.
         yield* Effect.gen(function*() {
@@ -225,10 +262,9 @@ export const replay = (
               continue
             }
             const result = yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
-            if (result.status === "completed") {
-              completed++
-              appended += produced.length
-            } else if (result.status === "interrupted") interrupted++
+            if (result.usedTokens !== null && result.window > 0 && result.usedTokens > result.window) usageAboveWindow++
+            if (result.status === "completed") completed++
+            else if (result.status === "interrupted") interrupted++
             else if (InvariantChecks.isFaultCode(result.failureCode)) faultFailed++
             else failed++
             const report = result.turnStart
@@ -260,12 +296,18 @@ export const replay = (
         // Baton adds one visible `handoff_marker` item per first deferral and one error `tool_result` per tool call a
         // turn left without a result (a transcript's aborted turn); everything else came from the transcript.
         const synthetic = new Set([ThreadService.unansweredToolResultText("dangling"), ThreadService.unansweredToolResultText("interrupted")])
+        // What the providers produced (their own count: a turn stopped at the window produced less than its script).
+        appended += adapters.reduce((n, a) => n + a.producedItems(), 0) - producedBefore
         const markers = (yield* store.listItems(threadId)).filter((i) =>
           i.kind === "handoff_marker" || (i.kind === "tool_result" && i.isError && synthetic.has(i.text))
         ).length
         for (const v of yield* InvariantChecks.check(threadId, { expectedItemCount: appended + markers, observed })) {
           violations.push(`thread ${threadIndex + 1}: ${v}`)
         }
+        for (const v of yield* ProviderTruthChecks.check(threadId, adapters.map((a) => a.truth))) {
+          violations.push(`thread ${threadIndex + 1}: ${v}`)
+        }
+        violations.push(...(yield* ProviderTruthChecks.checkCalibration(adapters.map((a) => ({ instance: a.instance, trueRatio: a.tokenScale })))))
         items += appended + markers
       }
 
@@ -305,6 +347,11 @@ export const replay = (
         deliveries: { injected, inline },
         promptsSent: turnsReceived.length,
         promptsUnchanged: turnsReceived.filter((t) => prompts.get(t.runId) === t.prompt).length,
+        overflows: {
+          rejected: adapters.reduce((n, a) => n + a.truth.filter((t) => !t.accepted && t.operation !== "output").length, 0),
+          outputStopped: adapters.reduce((n, a) => n + a.truth.filter((t) => t.operation === "output").length, 0),
+          usageAboveWindow
+        },
         invariantViolations: violations,
         elapsedMs: Date.now() - started
       } satisfies ReplaySummary

@@ -63,6 +63,28 @@ describe("baton replay on every real transcript", () => {
       expect(summary.promptsUnchanged).toBe(summary.promptsSent)
     }))
 
+  it.live("windows smaller than the transcript's turns: overflows handled, never a request Baton knew would not fit, never usage above the window", () =>
+    Effect.gen(function*() {
+      // The regression of "start 33,644/1,000 ... invariants: all hold": the providers now enforce their windows
+      // (in their own units: a tokenizer ratio and a system prompt of their own) and the oracle checks Baton
+      // against them.
+      const summary = yield* run({
+        ...defaults(Path.join(raw, "pi/before-compaction.jsonl")),
+        providers: Either.getOrThrow(ProviderSpec.parse("codex:1000,claude:42000:40000")),
+        switchEvery: 10,
+        interruptRate: 0.05,
+        compactEvery: 40,
+        seed: 1
+      })
+      expect(summary.invariantViolations).toEqual([])
+      expect(summary.failedRuns).toBe(0)
+      expect(summary.overflows.usageAboveWindow).toBe(0)
+      // Turns whose output outgrew the 1,000-token window stopped there; Baton replaced the full native thread
+      // instead of sending it a request it knew would be rejected.
+      expect(summary.overflows.outputStopped).toBeGreaterThan(0)
+      expect(summary.promptsUnchanged).toBe(summary.promptsSent)
+    }))
+
   it.live("same seed, same summary (apart from wall time)", () =>
     Effect.gen(function*() {
       const options = defaults(Path.join(raw, "pi/before-compaction.jsonl"))

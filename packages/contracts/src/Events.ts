@@ -214,6 +214,21 @@ export const ProviderThreadCreated = event(
   Schema.Struct({ providerThreadId: ProviderThreadId, providerInstance: ProviderInstance })
 )
 
+/**
+ * `{providerThreadId, model, contextWindow, previousModel, previousContextWindow}`: the provider instance's
+ * configuration changed (a new model or window, e.g. between restarts): the lane now uses the configured values.
+ */
+export const ProviderThreadReconfigured = event(
+  "provider_thread.reconfigured",
+  Schema.Struct({
+    providerThreadId: ProviderThreadId,
+    model: Schema.String,
+    contextWindow: Schema.NullOr(Schema.Number),
+    previousModel: Schema.String,
+    previousContextWindow: Schema.NullOr(Schema.Number)
+  })
+)
+
 /** `{from, to, handoffId}`: the active provider thread changed; `handoffId` owes `to` what it did not see. */
 export const ProviderSwitched = event(
   "provider.switched",
@@ -395,6 +410,7 @@ export const ThreadEvent = Schema.Union(
   RunInterrupted,
   ItemsAppended,
   ProviderThreadCreated,
+  ProviderThreadReconfigured,
   ProviderSwitched,
   NativeThreadStarted,
   NativeThreadReplaced,

@@ -42,7 +42,23 @@ export interface OrchestratorConfigShape {
    * of it). Default 30,000; 0 turns heartbeats off (one host: liveness by pid alone, as tests and the simulation do).
    */
   readonly driverLeaseMillis: number
+  /**
+   * Deliberately broken behaviours, for the simulator's mutation tests only: each proves that an oracle property
+   * (`ProviderTruthChecks`) fails when the mechanism it guards is broken, so that it cannot pass vacuously. Empty
+   * by default; never set outside tests.
+   */
+  readonly mutations: ReadonlySet<Mutation>
 }
+
+/**
+ * - `ignore_known_full`: turn start sends a request even when Baton knows it would exceed the window (a trusted
+ *   usage report leaves no room for the prompt, or the prompt alone is larger than the window);
+ * - `retry_overflow_on_same_native`: after an overflow with the prompt alone, the retry goes to the same native
+ *   thread instead of a replacement;
+ * - `sample_omits_output`: a turn's calibration sample leaves out what the turn produced, so the provider's growth
+ *   is compared with the prompt alone and the ratio learned is too high.
+ */
+export type Mutation = "ignore_known_full" | "retry_overflow_on_same_native" | "sample_omits_output"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,
@@ -57,7 +73,8 @@ export const defaults: OrchestratorConfigShape = {
   turnTimeoutMillis: 1_800_000,
   calibration: true,
   calibrationPolicy: Calibration.defaultPolicy,
-  driverLeaseMillis: 30_000
+  driverLeaseMillis: 30_000,
+  mutations: new Set()
 }
 
 export const layer = (config: Partial<OrchestratorConfigShape> = {}) =>

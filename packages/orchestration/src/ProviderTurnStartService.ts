@@ -147,6 +147,24 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       })
 
       /**
+       * Why `native` is known to be too full for `prompt`, or `null`: its last trusted usage report plus the prompt's
+       * calibrated size exceeds the window (invariant 1: a request Baton knows would overflow is not sent; the
+       * turn goes to a replacement native thread, which is owed the history under a fresh budget). Reads the
+       * calibration only when even a 3x ratio could not fit (`Calibration.defaultPolicy.maxRatio`).
+       */
+      const knownFull = (native: NativeThread, providerThread: ProviderThread, prompt: string) =>
+        Effect.gen(function*() {
+          const window = Math.min(providerThread.contextWindow ?? Infinity, native.usage?.maxTokens ?? Infinity)
+          if (native.usage === null || !Number.isFinite(window)) return null
+          const raw = counter.count(prompt)
+          if (native.usage.usedTokens + raw * Calibration.defaultPolicy.maxRatio <= window) return null
+          const { ratio } = yield* calibration.current(providerThread.providerInstance)
+          const tokens = Calibration.apply(ratio, raw)
+          return native.usage.usedTokens + tokens <= window ? null :
+            `the provider reported ${native.usage.usedTokens} of its ${window}-token window used: the prompt (about ${tokens} tokens) does not fit`
+        })
+
+      /**
        * Prepares the turn of `run` on `providerThread`. Provider calls (`startThread`, `injectHistory`) are made
        * outside transactions; the bookkeeping between them is one transaction each, so the `pending` intent is
        * durable before `injectHistory` is called and the outcome is written after it returns.
@@ -154,7 +172,14 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       const prepare = Effect.fn("ProviderTurnStartService.prepare")(function*(
         run: Run,
         providerThreadIn: ProviderThread,
-        adapter: ProviderAdapter.ProviderAdapterShape
+        adapter: ProviderAdapter.ProviderAdapterShape,
+        options: {
+          /**
+           * The retry after an overflow that carried history: the native thread's usage is the recovery's own
+           * "full" marker (to defer everything), not a report, and the prompt goes alone to the same native thread.
+           */
+          readonly retryWithoutHistory?: boolean
+        } = {}
       ) {
         // Is the active native thread usable? A native thread with an uncertain delivery is not trusted.
         let current: NativeThread | null = null
@@ -173,6 +198,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               if (resumed._tag === "Left" && resumed.left.code !== "thread_not_found") return yield* resumed.left
               if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
               else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, true))
+            }
+            if (replaceReason === null && options.retryWithoutHistory !== true && !config.mutations.has("ignore_known_full")) {
+              replaceReason = yield* knownFull(current, providerThreadIn, run.prompt)
+              if (replaceReason !== null) yield* Effect.logWarning(`native thread ${current.id} is full (${replaceReason}): the turn starts a replacement`)
             }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
             if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {

@@ -25,7 +25,7 @@ import {
 } from "@baton/contracts"
 import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
-import { ProviderRegistry } from "@baton/providers"
+import { type ProviderAdapter, ProviderFailure, ProviderRegistry } from "@baton/providers"
 import { Data, DateTime, Duration, Effect, Option } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -70,6 +70,51 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     const stopAndReadBack = trust.probe
     const distrustNative = trust.distrust
 
+    /**
+     * Why `prompt` cannot be sent to `providerThread` at all, or `null`: its calibrated size (Baton's count times the
+     * provider's learned ratio) exceeds the model's window, so no native thread, however empty, can take it. Reads
+     * the calibration only for a prompt within `Calibration.defaultPolicy.maxRatio` of the window.
+     */
+    const promptExceedsWindow = (prompt: string, providerThread: ProviderThread) =>
+      Effect.gen(function*() {
+        const window = providerThread.contextWindow
+        if (window === null) return null
+        const raw = counter.count(prompt)
+        if (raw * Calibration.defaultPolicy.maxRatio <= window) return null
+        const { ratio } = yield* calibration.current(providerThread.providerInstance)
+        const tokens = Calibration.apply(ratio, raw)
+        return tokens <= window ? null : `the prompt alone is about ${tokens} tokens of ${providerThread.providerInstance} ` +
+          `(${raw} counted x${ratio.toFixed(3)}), more than its ${window}-token context window: it was not sent. ` +
+          `Shorten it, or switch the thread to a provider with a larger window`
+      })
+
+    /**
+     * `providerThread` brought up to its instance's configuration: a model or window changed since the lane was
+     * recorded (a new configuration between restarts) is written, with a `provider_thread.reconfigured` event, so
+     * budgets and known-full checks use the window the provider enforces now. Unchanged: no statement.
+     */
+    const reconfigure = (run: Run, providerThread: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape) =>
+      adapter.model === providerThread.model && adapter.modelContextWindow === providerThread.contextWindow
+        ? Effect.succeed(providerThread)
+        : uow.thread(run.threadId, "TurnExecution.reconfigure")(Effect.gen(function*() {
+          const current = Option.getOrElse(yield* store.getProviderThread(providerThread.id), () => providerThread)
+          const updated: ProviderThread = {
+            ...current,
+            model: adapter.model,
+            contextWindow: adapter.modelContextWindow,
+            updatedAt: yield* DateTime.now
+          }
+          yield* store.updateProviderThread(updated)
+          yield* store.appendEvent({ threadId: run.threadId, type: "provider_thread.reconfigured", payload: {
+            providerThreadId: current.id,
+            model: updated.model,
+            contextWindow: updated.contextWindow,
+            previousModel: current.model,
+            previousContextWindow: current.contextWindow
+          } })
+          return updated
+        }))
+
     /** Drives a queued run through turn start and the provider turn to a terminal status. */
     const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"]) {
       const found = yield* store.getRun(runId)
@@ -91,9 +136,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         }
         return yield* lookedUp.left
       }
-      const providerThreadAtStart = lookedUp.right.providerThread
-      const providerThread = providerThreadAtStart
       const adapter = lookedUp.right.adapter
+      const providerThreadAtStart = yield* reconfigure(run, lookedUp.right.providerThread, adapter)
+      const providerThread = providerThreadAtStart
       const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
         runId: run.id,
         runSeq: run.seq,
@@ -132,7 +177,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * and the turn is attempted once more on a replacement, which is owed the whole history: the run does not fail
        * because the provider lost its session. A context overflow is retried too (see `overflowRecovery`).
        */
-      const retries = { lost: 0, overflow: 0 }
+      // `lastRecovery`: how the last overflow of this run was recovered (the next attempt's turn start follows it).
+      const retries = { lost: 0, overflow: 0, lastRecovery: null as "defer_history" | "replace_native_thread" | null }
 
       /**
        * Recovery from a context overflow (`ProviderError` code `overflow`: the provider rejected the request before
@@ -143,6 +189,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        *   alone. The next usage report (or `/compact`) corrects the figure.
        * - If the prompt went alone, the native thread itself is full: it is no longer trusted and the retry starts
        *   a replacement, owed the whole history under a fresh budget.
+       * An overflow that names the request's size (`prompt is too long: N tokens > M maximum`) is a usage report
+       * too: from the turn's sample base, it teaches the calibration what this request cost in the provider's units
+       * (`ProviderCalibration.learn`, same policy as a completed turn), so the retry and later turns are budgeted
+       * in the units the provider really counts.
        * Returns `false` (nothing written) when a user interrupt ended the run meanwhile: it is not retried.
        */
       const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
@@ -151,6 +201,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
           const carriedHistory = plan.inlineHistory !== null || plan.report.mode === "injected"
+          const sizes = ProviderFailure.overflowOf(error.reason)
+          if (sizes?.requestedTokens != null) {
+            yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
+              base: plan.sampleBase,
+              reportedUsedTokens: sizes.requestedTokens,
+              estimatedTokens: plan.requestTokens + plan.inlineTokens
+            })
+          }
           yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
           yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
           const window = plan.report.budget.window
@@ -162,7 +220,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               estimatedTokens: Math.max(native.estimatedTokens, window),
               updatedAt: now
             })
-          } else {
+          } else if (!config.mutations.has("retry_overflow_on_same_native")) {
             yield* distrustNative(run.threadId, plan.native, "context overflow with the prompt alone: the native thread is full")
           }
           yield* store.appendEvent({ threadId: run.threadId, type: "context.overflowed", payload: {
@@ -176,6 +234,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           yield* lifecycle.update(run, again)
           run = again
           retries.overflow++
+          retries.lastRecovery = carriedHistory ? "defer_history" : "replace_native_thread"
           return true
         }))
       /**
@@ -212,7 +271,15 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
 
       const attemptTurn = () => Effect.gen(function*() {
         const providerThread = yield* Effect.map(store.getProviderThread(providerThreadAtStart.id), Option.getOrElse(() => providerThreadAtStart))
-        const prepared = yield* turnStart.prepare(run, providerThread, adapter).pipe(
+        // A prompt Baton knows cannot fit the model's window even alone is not sent (invariant 1: no request that
+        // Baton knows would exceed the window); the run fails as an overflow with what to do.
+        const tooLarge = config.mutations.has("ignore_known_full") ? null : yield* promptExceedsWindow(run.prompt, providerThread)
+        if (tooLarge !== null) {
+          yield* Effect.logWarning(`run ${run.id} not sent: ${tooLarge}`)
+          run = yield* uow.thread(run.threadId, "TurnExecution.promptTooLarge")(finishRun(run, "failed", "before_provider", tooLarge, "overflow"))
+          return result(null, null, providerThread.contextWindow ?? 0)
+        }
+        const prepared = yield* turnStart.prepare(run, providerThread, adapter, { retryWithoutHistory: retries.lastRecovery === "defer_history" }).pipe(
           Effect.either
         )
         if (prepared._tag === "Left") {
@@ -303,7 +370,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
 
         if (outcome._tag === "Left" && outcome.left._tag !== "ProviderError") return yield* outputNotRecorded(outcome.left)
         if (outcome._tag === "Left" && outcome.left._tag === "ProviderError") {
-          const error = outcome.left
+          // An overflow the adapter reported only in its text (a plain HTTP 400) is an overflow all the same.
+          const error = ProviderFailure.classify(outcome.left)
           // Output before the failure (a mid-stream failure) proves the provider read the prompt: the items stay
           // recorded, the turn is not retried (a retry would produce them twice) and the run ends after the provider.
           const arrived = output.arrived > 0
@@ -417,7 +485,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
             base: plan.sampleBase,
             reportedUsedTokens: checked?.usedTokens ?? null,
-            estimatedTokens: plan.requestTokens + inlineTokens + items.reduce((n, i) => n + counter.count(i.text), 0)
+            estimatedTokens: plan.requestTokens + inlineTokens +
+              (config.mutations.has("sample_omits_output") ? 0 : items.reduce((n, i) => n + counter.count(i.text), 0))
           })
           const native = {
             ...plan.native,

@@ -9,6 +9,13 @@
  *
  * It owns nothing durable: a process restart loses its native threads, exactly like a real provider session that
  * expired, and `resumeThread` on an unknown ref fails with `unavailable`.
+ *
+ * Provider truth: each native thread's `used` is the provider's own count, in its own units (`tokenScale` of Baton's
+ * tokens, plus a fixed `requestOverhead` such as a system prompt), whatever Baton believes. The instance enforces its
+ * window the way real APIs do: a turn or an injection that would take the native thread past its window is rejected
+ * before the provider reads it (`overflow`, or with `overflowSignal: "text"` a plain `refused` whose only signal is
+ * the message text), and a turn whose output would pass it stops mid-stream with `overflow`. Every request and its
+ * outcome is kept in `truth`, for the simulator's oracle.
  */
 import { type ContextUsage, ProviderError, type ProviderErrorCode, type ProviderInstance } from "@baton/contracts"
 import type { TokenCounter } from "@baton/context"
@@ -147,6 +154,35 @@ export interface ScriptedConfig {
    * (seen in the field: about 1.15, 247k estimated against 270k-295k reported).
    */
   readonly tokenScale?: number
+  /**
+   * Tokens (the provider's units) every native thread holds from its start: a system prompt and tool definitions
+   * that Baton never sees. Counted in the usage reported. Default 0.
+   */
+  readonly requestOverhead?: number
+  /** Whether the window is enforced (see the module doc). Default true; without a window nothing is enforced. */
+  readonly enforceWindow?: boolean
+  /**
+   * How an overflow is signalled: `code` (default) a `ProviderError` with code `overflow` and Anthropic's text;
+   * `text` a plain HTTP 400 as an OpenAI-compatible server sends it: code `refused`, the overflow only in the text.
+   */
+  readonly overflowSignal?: "code" | "text"
+}
+
+/**
+ * One request the provider received, as the provider saw it: the native thread's size in the provider's units had
+ * it been accepted (`tokens`), its window, and whether it was accepted; `addedBatonTokens` is what the request
+ * added, counted with Baton's own tokenizer (no scale, no overhead). `operation` is what Baton asked (`output`: a
+ * turn's output stopped at the window; `compact`: the thread was compacted, by request or automatically; `tokens`
+ * is then its size after).
+ */
+export interface TruthRecord {
+  readonly nativeRef: string
+  readonly operation: "startTurn" | "injectHistory" | "output" | "compact"
+  readonly runId: string | null
+  readonly tokens: number
+  readonly addedBatonTokens: number
+  readonly window: number | null
+  readonly accepted: boolean
 }
 
 /** What one native thread of the scripted provider received, for tests and the replay's invariant checks. */
@@ -177,6 +213,12 @@ export interface ScriptedProvider extends ProviderAdapterShape {
   readonly forgetDeliveries: (nativeRef: string) => void
   /** Waits until an `interrupt_in_tool_call` turn is inside its tool call; returns that turn's native ref and run. */
   readonly awaitToolCall: Effect.Effect<{ readonly nativeRef: string; readonly runId: string }>
+  /** Every request with its true size and outcome, in arrival order (see `TruthRecord`). */
+  readonly truth: ReadonlyArray<TruthRecord>
+  /** The provider's true tokens per Baton token (`ScriptedConfig.tokenScale`, default 1). */
+  readonly tokenScale: number
+  /** How many items this instance's turns produced, in all (a resumed thread's replay not counted again). */
+  readonly producedItems: () => number
 }
 
 const defaultReply: ScriptedResponse = {
@@ -206,6 +248,10 @@ export const make = (
 ): ScriptedProvider => {
   const threads = new Map<string, NativeState>()
   const received: Array<Received> = []
+  const truth: Array<TruthRecord> = []
+  let producedItems = 0
+  const overhead = config.requestOverhead ?? 0
+  const enforced = config.enforceWindow !== false ? config.contextWindow : null
   const calls = { startTurn: 0, injectHistory: 0, interrupt: 0 }
   let created = 0
   let failNextTurn = false
@@ -231,8 +277,29 @@ export const make = (
    * harness like Claude Code does, rather than let a native thread grow past its model's window).
    */
   const compactAt = config.autoCompactThreshold ?? config.contextWindow
-  const autoCompact = (state: NativeState) => {
-    if (compactAt !== null && state.used >= compactAt) state.used = Math.min(state.used, summaryTokens)
+  const autoCompact = (state: NativeState, nativeRef: string) => {
+    if (compactAt === null || state.used < compactAt) return
+    state.used = Math.min(state.used, Math.max(summaryTokens, overhead))
+    truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: config.contextWindow, accepted: true })
+  }
+
+  /**
+   * The window check of one request that would take `state` to `tokens`: recorded in `truth`; fails as an overflow
+   * (in the instance's signal style) when it passes the enforced window.
+   */
+  const admit = (
+    operation: "startTurn" | "injectHistory",
+    nativeRef: string,
+    runId: string | null,
+    tokens: number,
+    addedBatonTokens: number
+  ): Effect.Effect<void, ProviderError> => {
+    const accepted = enforced === null || tokens <= enforced
+    truth.push({ nativeRef, operation, runId, tokens, addedBatonTokens, window: config.contextWindow, accepted })
+    if (accepted) return Effect.void
+    return config.overflowSignal === "text"
+      ? fail(operation, "refused", `HTTP 400: This model's maximum context length is ${enforced} tokens. However, your messages resulted in ${tokens} tokens. Please reduce the length of the messages.`)
+      : fail(operation, "overflow", `prompt is too long: ${tokens} tokens > ${enforced} maximum`)
   }
 
   const lookup = (operation: string, nativeRef: string) => {
@@ -242,25 +309,39 @@ export const make = (
       : Effect.succeed(state)
   }
 
-  /** Emits `item` as produced by `state`'s native thread: it counts in the thread's usage and in what it replays. */
-  const produce = (state: NativeState, item: ProducedItem) =>
+  /**
+   * Emits `item` as produced by `state`'s native thread: it counts in the thread's usage and in what it replays.
+   * `null` when it does not fit the enforced window: the model stops there (Anthropic's stop reason
+   * `model_context_window_exceeded`) and the turn ends with what it produced so far.
+   */
+  const produce = (state: NativeState, nativeRef: string, runId: string, item: ProducedItem) =>
     Effect.sync(() => {
-      state.used += count(item.text)
+      const tokens = state.used + count(item.text)
+      if (enforced !== null && tokens > enforced) {
+        // (What it would have produced of that item is not modelled: the thread holds exactly what Baton saw.)
+        truth.push({ nativeRef, operation: "output", runId, tokens, addedBatonTokens: counter.count(item.text), window: config.contextWindow, accepted: false })
+        return null
+      }
+      state.used = tokens
       state.produced.push(item)
+      producedItems++
       return TurnEvent.item_produced({ item })
     })
 
   /** The end of a turn: native auto-compaction, the usage report (unless the script omits it), `turn_ended`. */
-  const endTurn = (state: NativeState, response: ScriptedResponse, interrupted: boolean) =>
+  const endTurn = (state: NativeState, nativeRef: string, response: ScriptedResponse, interrupted: boolean) =>
     Effect.sync((): ReadonlyArray<TurnEvent> => {
       const ended = TurnEvent.turn_ended({ interrupted })
       if (response.usage === null) {
-        autoCompact(state)
+        autoCompact(state, nativeRef)
         return [ended]
       }
-      // A scripted report is reported verbatim (even an impossible one); the thread's own count follows it.
-      if (response.usage !== undefined) state.used = response.usage.usedTokens
-      autoCompact(state)
+      // A scripted report is reported verbatim (even an impossible one); the thread's own count follows a possible
+      // one (the provider's true state), never one past the enforced window.
+      if (response.usage !== undefined && (enforced === null || response.usage.usedTokens <= enforced)) {
+        state.used = response.usage.usedTokens
+      }
+      autoCompact(state, nativeRef)
       return [TurnEvent.usage_reported({ usage: response.usage ?? usageOf(state) }), ended]
     })
 
@@ -295,11 +376,14 @@ export const make = (
           if (stopped) {
             // The provider closes the open call in its native thread (as Claude Code does): counted with the output.
             state.used += count(interruptedToolResult)
-            return yield* endTurn(state, response, true)
+            return yield* endTurn(state, input.nativeRef, response, true)
           }
         }
-        if (k === response.items.length) return yield* endTurn(state, response, false)
-        return [yield* produce(state, response.items[k]!)]
+        if (k === response.items.length) return yield* endTurn(state, input.nativeRef, response, false)
+        const produced = yield* produce(state, input.nativeRef, input.runId, response.items[k]!)
+        if (produced !== null) return [produced]
+        stopped = true
+        return yield* endTurn(state, input.nativeRef, response, false)
       })
     return Stream.concat(
       // A replay re-emits what the thread already holds: it is not counted again.
@@ -322,10 +406,13 @@ export const make = (
       if (fault === "overflow") {
         return yield* fail("startTurn", "overflow", "the request exceeds the model's context window (context_length_exceeded)")
       }
+      const requestTokens = state.used + count(input.prompt) + (input.inlineHistory === null ? 0 : count(input.inlineHistory))
+      const added = counter.count(input.prompt) + (input.inlineHistory === null ? 0 : counter.count(input.inlineHistory))
+      yield* admit("startTurn", input.nativeRef, input.runId, requestTokens, added)
       received.push({ type: "turn", nativeRef: input.nativeRef, runId: input.runId, prompt: input.prompt, inlineHistory: input.inlineHistory })
       state.runIds.push(input.runId)
       const response = script.next() ?? defaultReply
-      state.used += count(input.prompt) + (input.inlineHistory === null ? 0 : count(input.inlineHistory))
+      state.used = requestTokens
       if (fault === "timeout") return yield* fail("startTurn", "timeout", "no answer from the provider before its deadline", true)
       if (fault === "hang") return yield* Effect.never
       return playTurn(input, state, response, fault)
@@ -339,7 +426,7 @@ export const make = (
       Effect.sync(() => {
         created++
         const nativeRef = `${instance}-n${created}`
-        threads.set(nativeRef, { used: 0, deliveryIds: [], runIds: [], produced: [], replayNext: false })
+        threads.set(nativeRef, { used: overhead, deliveryIds: [], runIds: [], produced: [], replayNext: false })
         return { nativeRef }
       }),
     resumeThread: (nativeRef) =>
@@ -359,7 +446,8 @@ export const make = (
     compactThread: (nativeRef): Effect.Effect<CompactResult, ProviderError> =>
       Effect.map(lookup("compactThread", nativeRef), (state) => {
         const before = usageOf(state)
-        state.used = Math.min(state.used, summaryTokens)
+        state.used = Math.min(state.used, Math.max(summaryTokens, overhead))
+        truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: config.contextWindow, accepted: true })
         received.push({ type: "compact", nativeRef, usedBefore: before.usedTokens, usedAfter: state.used })
         return { usageBefore: before, usageAfter: usageOf(state) }
       }),
@@ -377,6 +465,9 @@ export const make = (
     usageOf: (nativeRef) => threads.get(nativeRef)?.used,
     forgetThreads: () => threads.clear(),
     forgetDeliveries: (nativeRef) => void threads.get(nativeRef)?.deliveryIds.splice(0),
+    truth,
+    producedItems: () => producedItems,
+    tokenScale,
     awaitToolCall: Effect.suspend(() => Deferred.await(toolCallReached)).pipe(
       Effect.tap(() => Effect.sync(() => void (toolCallReached = Deferred.unsafeMake(FiberId.none))))
     )
@@ -391,7 +482,9 @@ export const make = (
         calls.injectHistory++
         const state = yield* lookup("injectHistory", input.nativeRef)
         const fault = config.faults?.({ operation: "injectHistory", call: calls.injectHistory, runId: input.deliveryIds.join(",") }) ?? null
-        state.used += count(input.rendered)
+        const tokens = state.used + count(input.rendered)
+        yield* admit("injectHistory", input.nativeRef, null, tokens, counter.count(input.rendered))
+        state.used = tokens
         state.deliveryIds.push(...input.deliveryIds)
         received.push({ type: "inject", nativeRef: input.nativeRef, deliveryIds: input.deliveryIds, rendered: input.rendered, itemIds: input.itemIds })
         if (fault === "lose_injection_ack") {

@@ -25,6 +25,12 @@ export interface HarnessProvider {
   readonly replayOnResume?: boolean
   /** The provider's tokens per Baton token (default 1); see `ScriptedConfig.tokenScale`. */
   readonly tokenScale?: number
+  /** Tokens every native thread holds that Baton never sees (default 0); see `ScriptedConfig.requestOverhead`. */
+  readonly requestOverhead?: number
+  /** Whether the window is enforced (default true); see `ScriptedConfig.enforceWindow`. */
+  readonly enforceWindow?: boolean
+  /** How overflows are signalled (default a typed code); see `ScriptedConfig.overflowSignal`. */
+  readonly overflowSignal?: "code" | "text"
 }
 
 export interface Harness {
@@ -106,7 +112,10 @@ export const make = (
       ...(p.readThread === undefined ? {} : { readThread: p.readThread }),
       ...(p.faults === undefined ? {} : { faults: p.faults }),
       ...(p.replayOnResume === undefined ? {} : { replayOnResume: p.replayOnResume }),
-      ...(p.tokenScale === undefined ? {} : { tokenScale: p.tokenScale })
+      ...(p.tokenScale === undefined ? {} : { tokenScale: p.tokenScale }),
+      ...(p.requestOverhead === undefined ? {} : { requestOverhead: p.requestOverhead }),
+      ...(p.enforceWindow === undefined ? {} : { enforceWindow: p.enforceWindow }),
+      ...(p.overflowSignal === undefined ? {} : { overflowSignal: p.overflowSignal })
     }, script, counter)
   )
   const summariser = ScriptedSummariser.make(counter)

@@ -192,6 +192,8 @@ export interface SoakOptions {
   readonly shrinkRuns?: number
   /** Called after each seed (progress output). */
   readonly onSeed?: (outcome: Outcome, index: number) => Effect.Effect<void>
+  /** A deadline (epoch milliseconds): no seed starts after it (a soak by time; `seeds` is then an upper bound). */
+  readonly until?: number
 }
 
 export interface SoakReport {
@@ -202,6 +204,9 @@ export interface SoakReport {
   readonly crashes: number
   readonly crashPoints: ReadonlyArray<string>
   readonly failures: ReadonlyArray<Failure>
+  /** Requests the providers rejected as over their window, and turns stopped at the window (their truth). */
+  readonly overflowsRejected: number
+  readonly outputStopped: number
   readonly elapsedMs: number
 }
 
@@ -213,13 +218,19 @@ export const soak = (options: SoakOptions) =>
     const failures: Array<Failure> = []
     let crashes = 0
     let operations = 0
+    let overflowsRejected = 0
+    let outputStopped = 0
+    let ran = 0
     const shrinkLimit = options.shrinkLimit ?? 5
-    for (let i = 0; i < options.seeds; i++) {
+    for (let i = 0; i < options.seeds && (options.until === undefined || Date.now() < options.until); i++) {
+      ran++
       const seed = options.seedStart + i
       const scenario = generate(seed, options.steps, options.features ?? allFeatures)
       const outcome = yield* execute(scenario)
       crashes += outcome.crashes
       operations += outcome.executed
+      overflowsRejected += outcome.stats.overflowsRejected
+      outputStopped += outcome.stats.outputStopped
       for (const p of outcome.crashPoints) crashPoints.add(p)
       if (options.onSeed !== undefined) yield* options.onSeed(outcome, i)
       if (outcome.violations.length === 0) continue
@@ -230,12 +241,14 @@ export const soak = (options: SoakOptions) =>
     }
     return {
       seedStart: options.seedStart,
-      seeds: options.seeds,
+      seeds: ran,
       steps: options.steps,
       operations,
       crashes,
       crashPoints: [...crashPoints].sort(),
       failures,
+      overflowsRejected,
+      outputStopped,
       elapsedMs: Math.round(performance.now() - started)
     } satisfies SoakReport
   })
@@ -244,7 +257,12 @@ export const soak = (options: SoakOptions) =>
 export const summaryLine = (report: SoakReport) =>
   `sim: seeds ${report.seedStart}..${report.seedStart + report.seeds - 1}, ${report.seeds}×${report.steps} steps, ` +
   `${report.crashes} crash-restarts at ${report.crashPoints.length} distinct crash points, ` +
-  `${report.failures.length} violations, ${report.elapsedMs} ms`
+  `${report.overflowsRejected} overflows rejected and ${report.outputStopped} turns stopped by the providers' windows, ` +
+  `${report.failures.length} violations, ${report.elapsedMs} ms (${operationsPerSecond(report)} operations/s)`
+
+/** Operations per second of a soak, to one decimal. */
+export const operationsPerSecond = (report: SoakReport) =>
+  report.elapsedMs === 0 ? 0 : Math.round((report.operations / report.elapsedMs) * 10_000) / 10
 
 /** A failure as text: the seed, its violations, the shrunk operation list and the scenario as JSON (a regression). */
 export const formatFailure = (failure: Failure): ReadonlyArray<string> => {

@@ -12,7 +12,7 @@
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
-import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
+import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
 import { Cause, Chunk, Clock, Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Scope } from "effect"
@@ -34,6 +34,12 @@ export interface Stats {
   readonly retries: number
   readonly faultsFired: number
   readonly interruptsLanded: number
+  /**
+   * The providers' truth: requests they rejected as over their window, and turns whose output stopped at the
+   * window (see `ScriptedProvider.TruthRecord`).
+   */
+  readonly overflowsRejected: number
+  readonly outputStopped: number
   /** The most durable steps one operation of each kind went through. */
   readonly maxSteps: Readonly<Record<string, number>>
 }
@@ -190,6 +196,9 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         injectHistory: p.inject,
         readThread: p.readThread,
         ...(p.tokenScale === undefined ? {} : { tokenScale: p.tokenScale }),
+        ...(p.requestOverhead === undefined ? {} : { requestOverhead: p.requestOverhead }),
+        ...(p.enforceWindow === undefined ? {} : { enforceWindow: p.enforceWindow }),
+        ...(p.overflowSignal === undefined ? {} : { overflowSignal: p.overflowSignal }),
         faults: (call) => {
           const fault = armed[call.operation]
           if (fault === null) return null
@@ -570,6 +579,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       }
       const violations: Array<string> = []
       for (const t of threads) violations.push(...(yield* InvariantChecks.check(t.id, { observed })))
+      for (const t of threads) violations.push(...(yield* ProviderTruthChecks.check(t.id, providers.map((p) => p.truth))))
+      violations.push(...(yield* ProviderTruthChecks.checkCalibration(providers.map((p) => ({ instance: p.instance, trueRatio: p.tokenScale })))))
       violations.push(...(yield* Checks.check(threads.map((t) => t.id), providers, memory)))
       return violations
     })).pipe(Effect.catchAll((e) => Effect.succeed([`checks: could not read the record: ${String(e)}`])))
@@ -653,6 +664,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           restarts,
           retries,
           faultsFired,
+          overflowsRejected: providers.reduce((n, p) => n + p.truth.filter((t) => !t.accepted && t.operation !== "output").length, 0),
+          outputStopped: providers.reduce((n, p) => n + p.truth.filter((t) => t.operation === "output").length, 0),
           interruptsLanded,
           maxSteps
         }

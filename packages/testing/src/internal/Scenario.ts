@@ -21,6 +21,12 @@ export interface ProviderSetup {
   readonly readThread: boolean
   /** The provider's tokens per Baton token (`ScriptedConfig.tokenScale`); absent = 1. */
   readonly tokenScale?: number
+  /** Tokens every native thread holds that Baton never sees (`ScriptedConfig.requestOverhead`); absent = 0. */
+  readonly requestOverhead?: number
+  /** Whether the provider enforces its window (`ScriptedConfig.enforceWindow`); absent = true. */
+  readonly enforceWindow?: boolean
+  /** How it signals an overflow (`ScriptedConfig.overflowSignal`); absent = a typed code. */
+  readonly overflowSignal?: "code" | "text"
 }
 
 /**
@@ -139,6 +145,13 @@ export interface Features {
   readonly offloads: boolean
   /** Forks and merge-backs between operations (from a PRNG of their own, like offloads). */
   readonly forks: boolean
+  /**
+   * Provider truth: each provider keeps its own count (a tokenizer ratio and a system-prompt overhead, drawn from a
+   * PRNG of their own), enforces its window (overflow by code, or for one provider only by the text of a plain
+   * HTTP 400), and the oracle (`ProviderTruthChecks`) checks Baton against it after every step. Off: providers
+   * accept whatever they are sent, as before.
+   */
+  readonly truth: boolean
 }
 
 export const allFeatures: Features = {
@@ -148,7 +161,8 @@ export const allFeatures: Features = {
   faults: true,
   usageReports: true,
   offloads: true,
-  forks: true
+  forks: true,
+  truth: true
 }
 
 /**
@@ -156,16 +170,26 @@ export const allFeatures: Features = {
  * The small one counts 15% more tokens than Baton (the field's tokenizer gap), so budgets there are calibrated; set
  * without drawing from the PRNG, so every seed keeps the scenario it had.
  */
-const providersFor = (r: Prng.Prng): ReadonlyArray<ProviderSetup> => {
+const providersFor = (r: Prng.Prng, rt: Prng.Prng, truth: boolean): ReadonlyArray<ProviderSetup> => {
   const small = r.pick([
     { window: 44_000, autoCompactThreshold: 42_000 },
     { window: 64_000, autoCompactThreshold: 60_000 }
   ])
-  return [
+  const setups: ReadonlyArray<ProviderSetup> = [
     { name: "big", window: 1_000_000, autoCompactThreshold: null, inject: true, readThread: r.chance(0.7) },
     { name: "small", ...small, inject: r.chance(0.85), readThread: r.chance(0.7), tokenScale: 1.15 },
     { name: "plain", window: 200_000, autoCompactThreshold: null, inject: false, readThread: r.chance(0.7) }
   ]
+  if (!truth) return setups.map((p) => ({ ...p, enforceWindow: false }))
+  // The truth of each provider, from its own stream: a ratio of 1.00-1.30 provider tokens per Baton token (the
+  // field saw about 1.15) and a system prompt of 500-3,000 tokens; `plain` (an OpenAI-compatible server) signals
+  // overflows only in the text of a plain HTTP 400.
+  return setups.map((p) => ({
+    ...p,
+    tokenScale: 1 + rt.int(0, 30) / 100,
+    requestOverhead: rt.int(500, 3_000),
+    overflowSignal: p.name === "plain" ? "text" as const : "code" as const
+  }))
 }
 
 /**
@@ -234,7 +258,9 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   // So do forks and merges; `depth` is how many forks deep the user is (at most 2).
   const rl = Prng.make((seed ^ 0x11ea9e) >>> 0)
   let depth = 0
-  const providers = providersFor(r)
+  // And so does the providers' truth.
+  const rt = Prng.make((seed ^ 0x7e57) >>> 0)
+  const providers = providersFor(r, rt, features.truth)
   const names = providers.map((p) => p.name)
   let active = r.pick(names)
   const ops: Array<Operation> = [{ kind: "create", id: 0, provider: active, crash: crashFor(r, features, "create", 0.3) }]

@@ -1,0 +1,145 @@
+/**
+ * ProviderTruthChecks: the simulator's oracle (docs/design.md invariants 1 and 8, issue "Truthful under concurrency").
+ * InvariantChecks compares Baton's record with itself; this compares it with the provider's own truth: what each
+ * native thread really held, in the provider's units, and which requests the provider rejected as over its window
+ * (`ScriptedProvider.TruthRecord`). It flags a request the provider rejected when Baton had the information to know
+ * it would not fit:
+ *
+ * - **known full:** before the request, Baton's last accepted knowledge of that native thread (a trusted usage
+ *   report, a compaction's result, or a fresh start at 0) plus what the request added (Baton's own count times the
+ *   calibration ratio Baton had learned by then, or 1) already exceeds the window the provider advertised;
+ * - **rejected before:** the same native thread already rejected a request no larger, and nothing was compacted
+ *   in between (a provider's rejection is information too).
+ *
+ * Both lower-bound what Baton knew (growth since the last report is not counted), so a flag is never a judgment
+ * call. `checkCalibration` adds the third property: once a provider instance's calibration rests on enough
+ * evidence, its ratio is within 10% of the provider's true tokenizer ratio. It owns these checks only; the other
+ * invariants stay in InvariantChecks.
+ */
+import type { ProviderInstance, ThreadEvent, ThreadId } from "@baton/contracts"
+import { ThreadStore } from "@baton/persistence"
+import type { ScriptedProvider } from "@baton/providers"
+import { Effect } from "effect"
+
+/** What one provider instance's truth log holds (see `ScriptedProvider.truth`). */
+export type TruthLog = ReadonlyArray<ScriptedProvider.TruthRecord>
+
+/**
+ * Evidence after which a calibration must have converged: at least `minSamples` accepted samples and `minWeight`
+ * Baton tokens of evidence (the policy's samples are at least 256 tokens each). Tolerance 10% (the issue's bound).
+ */
+export const convergence = { minSamples: 8, minWeight: 10_000, tolerance: 0.1 } as const
+
+/**
+ * Checks that each instance's stored calibration, once it holds `convergence` evidence, is within 10% of the
+ * instance's true ratio (`trueRatio`: the scripted provider's `tokenScale`). One line per violation.
+ */
+export const checkCalibration = (instances: ReadonlyArray<{ readonly instance: string; readonly trueRatio: number }>) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const violations: Array<string> = []
+    for (const { instance, trueRatio } of instances) {
+      const found = yield* store.getCalibration(instance as ProviderInstance)
+      if (found._tag === "None") continue
+      const c = found.value
+      if (c.samples < convergence.minSamples || c.weight < convergence.minWeight) continue
+      if (Math.abs(c.ratio - trueRatio) > convergence.tolerance * trueRatio) {
+        violations.push(
+          `truth: the calibration of ${instance} is ${c.ratio.toFixed(3)} after ${c.samples} samples (${Math.round(c.weight)} ` +
+            `tokens of evidence), more than 10% from the provider's true ratio ${trueRatio.toFixed(3)}`
+        )
+      }
+    }
+    return violations
+  })
+
+/** Baton's lower bound on a native thread's size, from the events before position `beforeSeq` of the thread log. */
+const knownBefore = (events: ReadonlyArray<ThreadEvent>, nativeThreadId: string, instance: string, beforeSeq: number) => {
+  let used = 0
+  let ratio = 1
+  for (const e of events) {
+    if (e.seq >= beforeSeq) break
+    switch (e.type) {
+      case "native_thread.started":
+        if (e.payload.nativeThreadId === nativeThreadId) used = 0
+        break
+      case "usage.reported":
+        if (e.payload.nativeThreadId === nativeThreadId && e.payload.trusted && typeof e.payload.usage.usedTokens === "number") {
+          used = e.payload.usage.usedTokens
+        }
+        break
+      case "thread.compacted":
+        if (e.payload.nativeThreadId === nativeThreadId) used = e.payload.usedAfter ?? 0
+        break
+      case "calibration.updated":
+        if (e.payload.providerInstance === instance) ratio = e.payload.newRatio
+        break
+      default:
+        break
+    }
+  }
+  return { used, ratio }
+}
+
+/**
+ * Checks `threadId`'s requests against the providers' truth logs (all instances of the process; records of other
+ * threads' native threads are ignored). Returns one line per violation, prefixed `truth:`.
+ */
+export const check = (threadId: ThreadId, logs: ReadonlyArray<TruthLog>) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const violations: Array<string> = []
+    const natives = new Map<string, { readonly id: string; readonly instance: string }>()
+    for (const pt of yield* store.listProviderThreads(threadId)) {
+      for (const n of yield* store.listNativeThreads(pt.id)) natives.set(n.nativeRef, { id: n.id, instance: pt.providerInstance })
+    }
+    const events = yield* store.listEvents(threadId)
+    const startsOf = new Map<string, Array<ThreadEvent>>()
+    for (const e of events) {
+      if (e.type !== "run.started") continue
+      const list = startsOf.get(e.payload.runId) ?? []
+      list.push(e)
+      startsOf.set(e.payload.runId, list)
+    }
+    for (const log of logs) {
+      const smallestRejected = new Map<string, number>()
+      const sentOf = new Map<string, number>()
+      for (const r of log) {
+        const native = natives.get(r.nativeRef)
+        if (native === undefined) continue
+        if (r.operation === "compact") {
+          smallestRejected.delete(r.nativeRef)
+          continue
+        }
+        if (r.operation === "output") continue
+        // The k-th request of a run is its k-th attempt (`run.started` is written before each one).
+        let started: ThreadEvent | undefined
+        if (r.operation === "startTurn" && r.runId !== null) {
+          const k = sentOf.get(r.runId) ?? 0
+          sentOf.set(r.runId, k + 1)
+          started = startsOf.get(r.runId)?.[k]
+        }
+        if (r.accepted) continue
+        const before = smallestRejected.get(r.nativeRef)
+        if (before !== undefined && r.tokens >= before) {
+          violations.push(
+            `truth: ${r.nativeRef} was sent a ${r.operation} request of ${r.tokens} tokens (window ${r.window}) after it ` +
+              `already rejected one of ${before} tokens, with nothing compacted in between`
+          )
+        }
+        smallestRejected.set(r.nativeRef, Math.min(before ?? Number.POSITIVE_INFINITY, r.tokens))
+        if (started !== undefined && r.window !== null) {
+          const known = knownBefore(events, native.id, native.instance, started.seq)
+          const expected = known.used + r.addedBatonTokens * known.ratio
+          if (expected > r.window) {
+            violations.push(
+              `truth: run ${r.runId} was sent to ${r.nativeRef} although Baton knew it would not fit: last known usage ` +
+                `${known.used} + request ${r.addedBatonTokens} x${known.ratio.toFixed(3)} = ${Math.round(expected)} > window ` +
+                `${r.window} (the provider counted ${r.tokens})`
+            )
+          }
+        }
+      }
+    }
+    return violations
+  })
