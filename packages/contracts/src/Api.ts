@@ -90,18 +90,21 @@ export const maxItemTextChars = 1_048_576
 
 // ---- payloads
 
+/** A body that names a field the endpoint does not have is refused (400 naming it), not silently ignored. */
+const strict = { parseOptions: { onExcessProperty: "error" } } as const
+
 /** `POST /threads`: a thread whose first provider is `providerInstance`; `title` defaults to "untitled". */
 export const CreateThreadPayload = Schema.Struct({
   title: Schema.optional(title),
   providerInstance: ProviderInstance,
   ...commandId
-})
+}).annotations(strict)
 
 /** `POST /threads/{id}/messages`: a user message; `text` reaches the provider byte-identical. */
-export const SendMessagePayload = Schema.Struct({ text: PromptText, ...commandId })
+export const SendMessagePayload = Schema.Struct({ text: PromptText, ...commandId }).annotations(strict)
 
 /** `POST /threads/{id}/switch`: the provider instance for the next run. */
-export const SwitchProviderPayload = Schema.Struct({ providerInstance: ProviderInstance, ...commandId })
+export const SwitchProviderPayload = Schema.Struct({ providerInstance: ProviderInstance, ...commandId }).annotations(strict)
 
 /** `POST /threads/{id}/fork`: see `Commands.ForkThread`. */
 export const ForkPayload = Schema.Struct({
@@ -109,22 +112,22 @@ export const ForkPayload = Schema.Struct({
   providerInstance: Schema.optional(ProviderInstance),
   title: Schema.optional(title),
   ...commandId
-})
+}).annotations(strict)
 
 /** A command with nothing but its optional idempotency key (`/merge`, `/compact`). */
-export const CommandPayload = Schema.Struct(commandId)
+export const CommandPayload = Schema.Struct(commandId).annotations(strict)
 
 /** `POST /threads/{id}/offload`: see `Commands.OffloadThread`. */
 export const OffloadPayload = Schema.Struct({
   keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
   ...commandId
-})
+}).annotations(strict)
 
 /** `POST /threads/{id}/interrupt`: the run to interrupt; without `runId`, the thread's run in progress. */
 export const InterruptPayload = Schema.Struct({
   runId: Schema.optional(RunId.pipe(Schema.maxLength(maxIdLength))),
   ...commandId
-})
+}).annotations(strict)
 
 // ---- security
 
