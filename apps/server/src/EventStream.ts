@@ -24,12 +24,13 @@ export const encode = (event: ThreadEvent, id: number) =>
 
 /**
  * The cursor a stream starts after: `Last-Event-ID` (a reconnecting client) wins over the `after` query parameter;
- * 0 (from the start) without either. Fails with `InvalidRequest` when `Last-Event-ID` is not a non-negative integer.
+ * 0 (from the start) without either. Fails with `InvalidRequest` when `Last-Event-ID` is not an integer from 0 to
+ * `max` (a thread's stream: `Api.maxSeq`).
  */
-export const startCursor = (lastEventId: string | undefined, after: number | undefined) => {
+export const startCursor = (lastEventId: string | undefined, after: number | undefined, max: number = Number.MAX_SAFE_INTEGER) => {
   if (lastEventId === undefined || lastEventId.trim() === "") return Effect.succeed(after ?? 0)
   const n = Number(lastEventId.trim())
-  return Number.isSafeInteger(n) && n >= 0
+  return Number.isSafeInteger(n) && n >= 0 && n <= max
     ? Effect.succeed(n)
     : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID: expected the id of an event received (a non-negative integer), got "${lastEventId.slice(0, 40)}"` }))
 }

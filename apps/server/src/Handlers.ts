@@ -3,7 +3,7 @@
  * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
  * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
  */
-import { Api, Commands, type CommandId, InvalidRequest, NoRunInProgress, type ThreadId } from "@baton/contracts"
+import { Api, Commands, type CommandId, InvalidRequest, NoRunInProgress } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { HttpApiBuilder } from "@effect/platform"
 import { Duration, Effect, Layer } from "effect"
@@ -128,9 +128,9 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
     handlers
       .handle("thread", ({ headers, path, urlParams }) =>
         Effect.gen(function*() {
-          const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
+          const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after, Api.maxSeq)
           // The thread must exist before the stream starts: an unknown id is a 404, not an empty stream.
-          yield* query.threadEvents(path.threadId as ThreadId, after, 1)
+          yield* query.threadEvents(path.threadId, after, 1)
           return EventStream.replay(
             (cursor) => query.threadEvents(path.threadId, cursor, EventStream.pageSize),
             (e) => e.seq,

@@ -99,6 +99,11 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const lone = yield* raw(post(`/threads/${threadId}/messages`, { text: "broken \ud800 surrogate" }))
       expect(lone.status).toBe(400)
       expect(lone.text).toContain("lone surrogate at index 7")
+      // A cursor past the 32-bit seq column is refused before it reaches a query (it was a Postgres error: 500).
+      const hugeSeq = yield* raw(get(`/threads/${threadId}/items?afterSeq=9007199254740991`))
+      expect([hugeSeq.status, (hugeSeq.body?.issues as Array<{ path: Array<string> }>)[0]!.path]).toEqual([400, ["afterSeq"]])
+      const hugeEventId = yield* raw(get(`/threads/${threadId}/events`).pipe(HttpClientRequest.setHeader("last-event-id", "2147483648")))
+      expect([hugeEventId.status, hugeEventId.body?._tag]).toEqual([400, "InvalidRequest"])
       const badQuery = yield* raw(get(`/threads/${threadId}/items?limit=0`))
       expect([badQuery.status, (badQuery.body?.issues as Array<{ path: Array<string> }>)[0]!.path]).toEqual([400, ["limit"]])
 

@@ -83,6 +83,10 @@ const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(m
 
 /** A non-negative integer query parameter. */
 const IntParam = Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative())
+/** The largest thread-local `seq` (runs, items, a thread's events): the columns are 32-bit `INTEGER`s. */
+export const maxSeq = 2_147_483_647
+/** A cursor over a thread-local `seq`: 0..`maxSeq` (a larger one would not fit the column's type in a query). */
+const SeqParam = Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, maxSeq))
 /** A page size: 1..500 (default 100 where omitted). */
 const LimitParam = Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 500))
 /** The longest window `GET /items/{id}` returns, in characters. */
@@ -262,7 +266,7 @@ export class RunsGroup extends HttpApiGroup.make("runs")
   .add(
     HttpApiEndpoint.get("list", "/threads/:threadId/runs")
       .setPath(threadPath)
-      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(IntParam), limit: Schema.optional(LimitParam) }))
+      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(SeqParam), limit: Schema.optional(LimitParam) }))
       .addSuccess(RunPage)
       .addError(ThreadNotFound)
       .annotate(OpenApi.Description, "A thread's runs with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page.")
@@ -275,7 +279,7 @@ export class ItemsGroup extends HttpApiGroup.make("items")
   .add(
     HttpApiEndpoint.get("list", "/threads/:threadId/items")
       .setPath(threadPath)
-      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(IntParam), limit: Schema.optional(LimitParam) }))
+      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(SeqParam), limit: Schema.optional(LimitParam) }))
       .addSuccess(ItemPage)
       .addError(ThreadNotFound)
       .annotate(OpenApi.Description, "A thread's items with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page.")
@@ -328,7 +332,7 @@ export class EventsGroup extends HttpApiGroup.make("events")
     HttpApiEndpoint.get("thread", "/threads/:threadId/events")
       .setPath(threadPath)
       .setHeaders(EventCursorHeaders)
-      .setUrlParams(Schema.Struct({ after: Schema.optional(IntParam) }))
+      .setUrlParams(Schema.Struct({ after: Schema.optional(SeqParam) }))
       .addSuccess(EventStream)
       .addError(ThreadNotFound)
       .annotate(OpenApi.Description, "The thread's events after `Last-Event-ID` (or `after`; a `seq`) as server-sent events, each `id:` its `seq`, `event:` its type, `data:` the event as JSON.")
