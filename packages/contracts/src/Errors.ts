@@ -114,7 +114,12 @@ export const ProviderErrorCode = Schema.Literal(
 )
 export type ProviderErrorCode = typeof ProviderErrorCode.Type
 
-/** The provider failed a call. `retryable` tells whether the same call may succeed later. */
+/**
+ * The provider failed a call. `retryable` tells whether the same call may succeed later. An `overflow` carries, when
+ * the provider said so, `requestedTokens` (the size of the request in the provider's tokens, Anthropic's N in
+ * `prompt is too long: N tokens > M maximum`, OpenAI's "your messages resulted in N tokens") and `limitTokens` (M,
+ * the model's window); `httpStatus` is the provider's HTTP status when it answered with an error status.
+ */
 export class ProviderError extends Schema.TaggedError<ProviderError>()(
   "ProviderError",
   {
@@ -122,7 +127,10 @@ export class ProviderError extends Schema.TaggedError<ProviderError>()(
     operation: Schema.String,
     reason: Schema.String,
     code: ProviderErrorCode,
-    retryable: Schema.Boolean
+    retryable: Schema.Boolean,
+    requestedTokens: Schema.optional(Schema.Int),
+    limitTokens: Schema.optional(Schema.Int),
+    httpStatus: Schema.optional(Schema.Int)
   },
   HttpApiSchema.annotations({ status: 502 })
 ) {

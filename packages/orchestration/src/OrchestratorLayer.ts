@@ -16,6 +16,7 @@ import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import { ThreadOffload } from "./ThreadOffload.js"
+import { ThreadRead } from "./ThreadRead.js"
 import { RunRecovery } from "./RunRecovery.js"
 import { ThreadQuery } from "./ThreadQuery.js"
 import { ThreadService } from "./ThreadService.js"
@@ -30,6 +31,7 @@ export const services = Layer.merge(ThreadQuery.Default, ThreadService.Default).
   Layer.provideMerge(TurnExecution.Default),
   Layer.provideMerge(RunRecovery.Default),
   Layer.provideMerge(TurnStream.Default),
+  Layer.provideMerge(ThreadRead.Default),
   Layer.provideMerge(ThreadOffload.Default),
   Layer.provideMerge(ThreadCompaction.Default),
   Layer.provideMerge(ThreadLineage.Default),

@@ -12,6 +12,12 @@
  * Deferred history converges: open handoffs whose deferred deliveries owe covered items are superseded by one
  * handoff per provider thread owing the summary plus the uncovered items (ContextHandoffDelivery.supersedeForSummary).
  *
+ * The summariser's window: a history larger than the summariser's declared `inputWindow` is summarised in chunks
+ * that fit, each call refining the summary so far (the "refine" strategy: previous summary + the next items), an
+ * item too large for any call alone is given to it clipped (its original stays readable by id). A summary that is
+ * not smaller than what it replaces (the previous summary plus the covered items) is refused: `/offload` never makes
+ * the model-visible history larger (invariant 8).
+ *
  * It owns the cut choice (via `@baton/context` OffloadCut), the summariser call and the offload record. It does not
  * own the native threads: nothing is sent to a provider here; the summary reaches a provider only as owed history.
  */
@@ -25,14 +31,29 @@ import {
   ConcurrentModification,
   type ThreadId
 } from "@baton/contracts"
-import { OffloadCut } from "@baton/context"
+import { OffloadCut, Render, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Summariser } from "@baton/providers"
-import { DateTime, Effect } from "effect"
+import { Data, DateTime, Effect } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
+
+/**
+ * A chunked summary cannot go on: the summary so far fills the summariser's input window (not retryable), or a call
+ * answered with no less text than it was given (a verbose model: retryable).
+ */
+class SummaryRejected extends Data.TaggedError("SummaryRejected")<{ readonly reason: string; readonly retryable: boolean }> {}
+
+/**
+ * Below this many rendered tokens of replaced history (the previous summary plus the items the cut covers), a
+ * summary that comes back no smaller is the history being too small to summarise, not the summariser failing:
+ * `/offload` is then a no-op that says so instead of an `OffloadFailed` to retry. A summary costs a header and a
+ * line per request (the scripted digest's header alone is about 15 tokens, a real model's structured summary
+ * several hundred).
+ */
+export const minOffloadTokens = 512
 
 /** The largest default verbatim tail, in tokens: docs/design.md's turn-start token cap (16,000). */
 export const maxDefaultKeepTokens = 16_000
@@ -64,6 +85,68 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const itemLog = yield* ItemLog
     const delivery = yield* ContextHandoffDelivery
     const summariser = yield* Summariser.Summariser
+    const counter = yield* TokenCounter.TokenCounter
+
+    /** `item` with its text cut to fit `room` rendered tokens, saying so, or `item` itself when it fits. */
+    const clipped = (item: Item, room: number): Item => {
+      if (item.tokens <= room) return item
+      let chars = Math.floor((item.text.length * room) / item.tokens)
+      for (;;) {
+        const left = item.text.length - chars
+        const text = `${item.text.slice(0, Math.max(0, chars))}\n[… ${left} characters left out for the summary; the original is readable by id ${item.id}]`
+        const candidate = { ...item, text, tokens: Render.itemTokens(counter, { ...item, text }) }
+        if (candidate.tokens <= room || chars === 0) return candidate
+        chars = Math.floor(chars * 0.8)
+      }
+    }
+
+    /**
+     * The summary of `previousSummary` + `items`, in as many summariser calls as its `inputWindow` needs (one when
+     * it declares none). Fails with `ProviderError` (a call failed) or with the reason no call can make progress
+     * (the summary so far leaves no room in the window).
+     */
+    const summariseInChunks = (threadId: ThreadId, previousSummary: string | null, items: ReadonlyArray<Item>) =>
+      Effect.gen(function*() {
+        const window = summariser.inputWindow
+        if (window === null) return { text: (yield* summariser.summarise({ threadId, previousSummary, items })).text, calls: 1 }
+        let summary = previousSummary
+        let calls = 0
+        let next = 0
+        while (next < items.length) {
+          const room = window - (summary === null ? 0 : counter.count(summary))
+          // Below this the summariser would see a clipped fragment per call: not a summary of anything.
+          if (room < 256) {
+            return yield* new SummaryRejected({
+              reason: `the summary so far (${summary === null ? 0 : counter.count(summary)} tokens) leaves no room in the summariser's ${window}-token window`,
+              retryable: false
+            })
+          }
+          const chunk: Array<Item> = []
+          let used = 0
+          while (next < items.length) {
+            const item = clipped(items[next]!, room)
+            if (chunk.length > 0 && used + item.tokens > room) break
+            chunk.push(item)
+            used += item.tokens
+            next++
+          }
+          const input = (summary === null ? 0 : counter.count(summary)) + used
+          const answer = (yield* summariser.summarise({ threadId, previousSummary: summary, items: chunk })).text
+          calls++
+          // Each call of a chunked summary must shrink what it was given, or the summary so far outgrows the window
+          // chunk by chunk (a summary of one call is judged against everything it replaces, by the caller).
+          const answered = counter.count(answer)
+          if (answered >= input && !(calls === 1 && next === items.length)) {
+            return yield* new SummaryRejected({
+              reason: `the summariser answered chunk ${calls} (${input} tokens) with ${answered} tokens: a summary must be ` +
+                `smaller than what it replaces, so it was not applied`,
+              retryable: true
+            })
+          }
+          summary = answer
+        }
+        return { text: summary ?? "", calls }
+      })
 
     /**
      * The model-visible history of `threadId`: [latest summary] + every item after its cut (offload summaries
@@ -134,13 +217,42 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       const covered = candidates.slice(0, cut.cut)
       const cutSeq = covered[covered.length - 1]!.seq
       const previousSummary = previous === null ? null : all.find((i) => i.id === previous.summaryItemId)?.text ?? null
+      // What the summary replaces in the model-visible history: the previous summary and the covered items.
+      const replaced = (previous === null ? 0 : all.find((i) => i.id === previous.summaryItemId)?.tokens ?? 0) + cut.coveredTokens
 
-      const answer = yield* Effect.either(summariser.summarise({ threadId, previousSummary, items: covered }))
+      const answer = yield* Effect.either(summariseInChunks(threadId, previousSummary, covered))
       if (answer._tag === "Left") {
-        return yield* failed(threadId, keepTokens, cutSeq, `the summariser failed: ${answer.left.message}`, answer.left.retryable)
+        const error = answer.left
+        return yield* error._tag === "SummaryRejected"
+          ? failed(threadId, keepTokens, cutSeq, error.reason, error.retryable)
+          : failed(threadId, keepTokens, cutSeq, `the summariser failed: ${error.message}`, error.retryable)
       }
       const text = answer.right.text
       if (text.trim().length === 0) return yield* failed(threadId, keepTokens, cutSeq, "the summariser returned an empty summary", true)
+      const summaryTokens = Render.itemTokens(counter, {
+        id: "",
+        kind: "summary",
+        text,
+        toolCallId: null,
+        toolName: null,
+        isError: false,
+        toolCallState: null
+      })
+      if (summaryTokens >= replaced && replaced < minOffloadTokens) {
+        return yield* receipt(nothing(
+          `nothing worth offloading: the ${replaced} tokens before the cut are fewer than their summary (${summaryTokens} tokens)`
+        ))
+      }
+      if (summaryTokens >= replaced) {
+        return yield* failed(
+          threadId,
+          keepTokens,
+          cutSeq,
+          `the summariser answered with ${summaryTokens} tokens for the ${replaced} tokens it was to replace: a summary must be ` +
+            `smaller than what it replaces, so it was not applied`,
+          true
+        )
+      }
 
       return yield* uow.thread(threadId, "ThreadOffload.offload")(Effect.gen(function*() {
         // Re-read under the transaction: another offload or a run that started meanwhile wins; this one stops.

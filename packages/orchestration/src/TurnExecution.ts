@@ -35,6 +35,7 @@ import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService, type TurnStartPlan } from "./ProviderTurnStartService.js"
 import { RunLifecycle } from "./RunLifecycle.js"
+import { ThreadRead } from "./ThreadRead.js"
 import { TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 
@@ -65,6 +66,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     const delivery = yield* ContextHandoffDelivery
     const calibration = yield* ProviderCalibration
     const turnStream = yield* TurnStream
+    const threadRead = yield* ThreadRead
     const config = yield* OrchestratorConfig
     const finishRun = lifecycle.finish
     const stopAndReadBack = trust.probe
@@ -201,11 +203,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
           const carriedHistory = plan.inlineHistory !== null || plan.report.mode === "injected"
-          const sizes = ProviderFailure.overflowOf(error.reason)
-          if (sizes?.requestedTokens != null) {
+          const requested = error.requestedTokens ?? ProviderFailure.overflowOf(error.reason)?.requestedTokens ?? null
+          if (requested !== null) {
             yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
               base: plan.sampleBase,
-              reportedUsedTokens: sizes.requestedTokens,
+              reportedUsedTokens: requested,
               estimatedTokens: plan.requestTokens + plan.inlineTokens
             })
           }
@@ -340,7 +342,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           nativeRef: plan.native.nativeRef,
           runId: run.id,
           prompt: run.prompt,
-          inlineHistory: plan.inlineHistory
+          inlineHistory: plan.inlineHistory,
+          // Baton's `thread_read`, offered on every turn: a tool list that changed from one request to the next would
+          // rewrite the provider's prompt cache, and a model may need an earlier item at any turn (omitted, deferred,
+          // summarised, or dropped by the provider's own compaction). Adapters without tools ignore it.
+          localTools: [threadRead.tool(run.threadId)]
         })).pipe(
           Effect.timeoutFail({
             duration: Duration.millis(config.turnTimeoutMillis),

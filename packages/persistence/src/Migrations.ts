@@ -12,6 +12,7 @@ import migration0006 from "./migrations/0006_run_failure_code.js"
 import migration0007 from "./migrations/0007_unit_of_work.js"
 import migration0008 from "./migrations/0008_typed_events.js"
 import migration0009 from "./migrations/0009_unfinished_runs.js"
+import migration0012 from "./migrations/0012_native_messages.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -23,7 +24,8 @@ export const migrations = {
   "0006_run_failure_code": migration0006,
   "0007_unit_of_work": migration0007,
   "0008_typed_events": migration0008,
-  "0009_unfinished_runs": migration0009
+  "0009_unfinished_runs": migration0009,
+  "0012_native_messages": migration0012
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

@@ -231,6 +231,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           items.findAll("items.listOfRuns", sql`SELECT * FROM items WHERE ${sql.in("run_id", c)} ORDER BY seq`)).pipe(
             Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))
           ),
+      /** Items of `threadId` with `fromSeq <= seq <= toSeq`, in seq order (the thread's key: no scan). */
+      listItemsInRange: (threadId: ThreadId, fromSeq: number, toSeq: number) =>
+        items.findAll("items.listInRange", sql`SELECT * FROM items WHERE thread_id = ${threadId} AND seq >= ${fromSeq} AND seq <= ${toSeq} ORDER BY seq`),
       getItems: (ids: ReadonlyArray<ItemId>) =>
         inChunks(ids, (c) => items.findAll("items.get", sql`SELECT * FROM items WHERE ${sql.in("id", c)}`)).pipe(
           Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))

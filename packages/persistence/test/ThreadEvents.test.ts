@@ -89,6 +89,13 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
   "run.interrupted": { runId: run("run_1"), stopPoint: "after_provider", reason: "the user interrupted" },
   "items.appended": { runId: null, itemIds: [itm("itm_4"), itm("itm_5")], fromSeq: 4, toSeq: 5 },
   "provider_thread.created": { providerThreadId: pth("pth_1"), providerInstance: "codex" as ProviderInstance },
+  "provider_thread.reconfigured": {
+    providerThreadId: pth("pth_1"),
+    model: "gpt-5",
+    contextWindow: 272_000,
+    previousModel: "gpt-4.1",
+    previousContextWindow: 1_047_576
+  },
   "provider.switched": { from: null, to: pth("pth_2"), handoffId: hof("hof_1") },
   "native_thread.started": { nativeThreadId: nat("nat_2"), providerThreadId: pth("pth_1"), generation: 2, replaces: nat("nat_1") },
   "native_thread.replaced": { nativeThreadId: nat("nat_1"), reason: "the provider no longer has it" },

@@ -21,14 +21,83 @@ export interface ProducedItem {
 }
 
 /**
+ * A tool the model may call: its name, what it does, and its input as a JSON Schema object (sent to the provider
+ * verbatim, so the same definition always renders to the same bytes and keeps the prompt cache).
+ */
+export interface ToolDefinition {
+  readonly name: string
+  readonly description: string
+  readonly inputSchema: { readonly [key: string]: unknown }
+}
+
+/** The result of one tool call, sent to the model on the next request (`output` as text). */
+export interface ToolResultInput {
+  readonly toolCallId: string
+  readonly output: string
+  readonly isError: boolean
+}
+
+/**
+ * A tool Baton executes itself (`thread_read`): offered to the model with the client's tools, never shown to the
+ * client as an open call. When the model calls it, the adapter runs `execute` with the call's arguments (the JSON
+ * text the model wrote) and sends the result on its next request within the same turn.
+ */
+export interface LocalTool {
+  readonly definition: ToolDefinition
+  readonly execute: (call: { readonly arguments: string; readonly runId: string }) => Effect.Effect<ToolResultInput["output"]>
+}
+
+/**
  * The input of a turn. `prompt` is the user's message, byte-identical to what the user sent; `inlineHistory`, when
  * present, is rendered historical context that the adapter places *before* the prompt as a separate block.
+ * `tools` are the client's tools (the model's calls to them end the turn with `pendingToolCalls`); `localTools` are
+ * Baton's own (executed by the adapter). Adapters without tool support ignore both.
  */
 export interface StartTurnInput {
   readonly nativeRef: string
   readonly runId: string
   readonly prompt: string
   readonly inlineHistory: string | null
+  readonly tools?: ReadonlyArray<ToolDefinition> | undefined
+  readonly localTools?: ReadonlyArray<LocalTool> | undefined
+  /** Receives the model's text as it streams, before the item it belongs to is complete (see `TextDelta`). */
+  readonly onDelta?: ((delta: TextDelta) => void) | undefined
+}
+
+/**
+ * A piece of streamed text (`text` of an assistant message, or `reasoning`), for live display. Called synchronously
+ * on the stream's fiber as each piece is read, so it must not block (offer to a queue or a PubSub). The complete item
+ * still arrives as `item_produced`; deltas are never recorded.
+ */
+export interface TextDelta {
+  readonly kind: "text" | "reasoning"
+  readonly text: string
+}
+
+/**
+ * The continuation of a turn that ended with `pendingToolCalls`: the client's results (one per open call; a call
+ * without a result is answered with an error result by the adapter, so the history stays well-formed), then the
+ * model's next response.
+ */
+export interface ContinueTurnInput {
+  readonly nativeRef: string
+  readonly runId: string
+  readonly toolResults: ReadonlyArray<ToolResultInput>
+  readonly tools?: ReadonlyArray<ToolDefinition> | undefined
+  readonly localTools?: ReadonlyArray<LocalTool> | undefined
+  readonly onDelta?: ((delta: TextDelta) => void) | undefined
+}
+
+/**
+ * The tokens one turn cost, as the provider billed them (summed over the turn's model requests): `inputTokens` read
+ * uncached, `cacheWriteTokens` written to the prompt cache, `cacheReadTokens` read from it, `outputTokens` produced
+ * (reasoning included). A later cost step prices them with the instance's per-million prices.
+ */
+export interface TurnTokens {
+  readonly inputTokens: number
+  readonly cacheWriteTokens: number
+  readonly cacheReadTokens: number
+  readonly outputTokens: number
 }
 
 /**
@@ -46,8 +115,13 @@ export interface StartTurnInput {
  */
 export type TurnEvent = Data.TaggedEnum<{
   item_produced: { readonly item: ProducedItem }
-  usage_reported: { readonly usage: ContextUsage }
-  turn_ended: { readonly interrupted: boolean }
+  /** `tokens`, when present: what the turn so far was billed (model APIs report it; the scripted provider does not). */
+  usage_reported: { readonly usage: ContextUsage; readonly tokens?: TurnTokens | undefined }
+  /**
+   * `pendingToolCalls`, when present and non-empty: the model called the client's tools with these call ids and
+   * waits for their results (`continueTurn`).
+   */
+  turn_ended: { readonly interrupted: boolean; readonly pendingToolCalls?: ReadonlyArray<string> | undefined }
 }>
 
 /** Constructors and matchers of `TurnEvent` (`TurnEvent.item_produced({ item })`, `TurnEvent.$is("turn_ended")`). */
@@ -105,6 +179,11 @@ export interface ProviderAdapterShape {
    * returns the usage after the injection when reported.
    */
   readonly injectHistory?: (input: InjectHistoryInput) => Effect.Effect<{ readonly usage: ContextUsage | null }, ProviderError>
+  /**
+   * Optional capability (model APIs): continues a turn that ended with `pendingToolCalls` once the client posted the
+   * results. Same events and failures as `startTurn`.
+   */
+  readonly continueTurn?: (input: ContinueTurnInput) => Stream.Stream<TurnEvent, ProviderError>
   /** Optional capability: compacts the native thread on request. */
   readonly compactThread?: (nativeRef: string) => Effect.Effect<CompactResult, ProviderError>
   /** Optional capability: reads the native thread back (for reconciling uncertain deliveries and interrupts). */

@@ -52,7 +52,18 @@ export const overflowOf = (text: string): OverflowSizes | null => {
  * `error` with its code corrected where its text proves a context overflow the adapter did not classify (`refused`
  * or `protocol` with an overflow message). Every other error is returned unchanged.
  */
-export const classify = (error: ProviderError): ProviderError =>
-  (error.code === "refused" || error.code === "protocol") && overflowOf(error.reason) !== null
-    ? new ProviderError({ provider: error.provider, operation: error.operation, reason: error.reason, code: "overflow", retryable: false })
-    : error
+export const classify = (error: ProviderError): ProviderError => {
+  if (error.code !== "refused" && error.code !== "protocol") return error
+  const sizes = overflowOf(error.reason)
+  if (sizes === null) return error
+  return new ProviderError({
+    provider: error.provider,
+    operation: error.operation,
+    reason: error.reason,
+    code: "overflow",
+    retryable: false,
+    ...(sizes.requestedTokens === null ? {} : { requestedTokens: sizes.requestedTokens }),
+    ...(sizes.maximumTokens === null ? {} : { limitTokens: sizes.maximumTokens }),
+    ...(error.httpStatus === undefined ? {} : { httpStatus: error.httpStatus })
+  })
+}

@@ -6,6 +6,11 @@
  *
  * Test controls: `failWith(reason)` makes every later call fail with a `ProviderError` (`code: "unavailable"`,
  * retryable) until `failWith(null)`; `calls` records every input it was given.
+ *
+ * Imperfections (the simulator's summariser truth): `inputWindow` is enforced — an input larger than it fails as
+ * an overflow (`prompt is too long: N tokens > M maximum`), as a model would; `verbose` decides per call (1-based)
+ * whether it answers with more text than it was given (the whole input echoed back twice under the header), as a
+ * model that ignores its instructions does.
  */
 import { type Item, ProviderError } from "@baton/contracts"
 import type { TokenCounter } from "@baton/context"
@@ -17,6 +22,10 @@ export interface ScriptedSummariserConfig {
   readonly maxTokens?: number
   /** Characters kept of a request or an outcome in its line. Default 120. */
   readonly lineChars?: number
+  /** The input window it declares and enforces, in Baton's tokens (see `SummariserShape.inputWindow`). Default none. */
+  readonly inputWindow?: number | null
+  /** Whether call `n` (1-based) answers verbosely (longer than its input). Default never. */
+  readonly verbose?: (call: number) => boolean
 }
 
 export interface ScriptedSummariser extends SummariserShape {
@@ -71,12 +80,29 @@ export const make = (counter: TokenCounter.TokenCounterShape, config: ScriptedSu
   const lineChars = config.lineChars ?? 120
   const calls: Array<SummariseInput> = []
   let failure: string | null = null
+  const inputWindow = config.inputWindow ?? null
   return {
+    inputWindow,
     calls,
     failWith: (reason) => void (failure = reason),
     summarise: (input) =>
       Effect.suspend(() => {
         calls.push(input)
+        const inputTokens = (input.previousSummary === null ? 0 : counter.count(input.previousSummary)) +
+          input.items.reduce((n, i) => n + i.tokens, 0)
+        if (inputWindow !== null && inputTokens > inputWindow) {
+          return Effect.fail(new ProviderError({
+            provider: "scripted-summariser",
+            operation: "summarise",
+            reason: `prompt is too long: ${inputTokens} tokens > ${inputWindow} maximum`,
+            code: "overflow",
+            retryable: false
+          }))
+        }
+        if (config.verbose?.(calls.length) === true) {
+          const echoed = [...(input.previousSummary === null ? [] : [input.previousSummary]), ...input.items.map((i) => i.text)].join("\n\n")
+          return Effect.succeed({ text: `${HEADER}\n${echoed}\n\nIn other words, restated:\n${echoed}` })
+        }
         if (failure !== null) {
           return Effect.fail(
             new ProviderError({ provider: "scripted-summariser", operation: "summarise", reason: failure, code: "unavailable", retryable: true })

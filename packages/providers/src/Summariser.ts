@@ -20,6 +20,11 @@ export interface SummariseInput {
 
 export interface SummariserShape {
   /**
+   * The most input it accepts in one call, in Baton's tokens (the previous summary plus the items, as rendered:
+   * `Item.tokens`); `null` when it declares no limit. `/offload` summarises larger histories in chunks that fit.
+   */
+  readonly inputWindow: number | null
+  /**
    * Returns the summary text of `previousSummary` + `items`. Fails with `ProviderError` when the summariser cannot
    * answer; the caller then changes nothing (no placeholder).
    */

@@ -99,6 +99,8 @@ export const make = (
     readonly db?: string
     readonly config?: Partial<OrchestratorConfig.OrchestratorConfigShape>
     readonly idNamespace?: string
+    /** The scripted summariser's configuration (input window, verbosity; see `ScriptedSummariserConfig`). */
+    readonly summariser?: ScriptedSummariser.ScriptedSummariserConfig
   } = {}
 ): Harness => {
   const counter = sharedCounter()
@@ -118,7 +120,7 @@ export const make = (
       ...(p.overflowSignal === undefined ? {} : { overflowSignal: p.overflowSignal })
     }, script, counter)
   )
-  const summariser = ScriptedSummariser.make(counter)
+  const summariser = ScriptedSummariser.make(counter, options.summariser)
   return {
     layer: makeLayer(adapters, counter, options.db ?? defaultDb, options.config ?? {}, options.idNamespace ?? "", summariser),
     providers: Object.fromEntries(adapters.map((a) => [a.instance, a])),

@@ -211,7 +211,10 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     )
     const adapters = providers.map((p) => Crash.wrapAdapter(p, steps))
     // The summariser is the external world too: it survives restarts.
-    const summariser = ScriptedSummariser.make(counter)
+    const summariser = ScriptedSummariser.make(counter, scenario.summariser === undefined ? {} : {
+      inputWindow: scenario.summariser.inputWindow,
+      verbose: (call) => call % scenario.summariser!.verboseEvery === 0
+    })
     const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
     const turnFaults = new Set<ScriptedProvider.Fault>(["refuse", "interrupt_before_start", "timeout", "overflow", "interrupt_in_tool_call"])
     const armFault = (fault: ScriptedProvider.Fault | null) => {
@@ -363,12 +366,18 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         return p._tag === "Some" ? windowOf.get(p.value.providerInstance) ?? null : null
       })).pipe(Effect.orElseSucceed(() => null))
 
-    /** The model-visible history as one line of item ids (to compare before and after a failed offload). */
-    const visibleIds = (thread: ThreadId) =>
+    /**
+     * The model-visible history: its item ids as one line (to compare before and after a failed offload) and its
+     * rendered tokens (an offload never makes it larger).
+     */
+    const visibleOf = (thread: ThreadId) =>
       within(Effect.gen(function*() {
         const v = yield* (yield* ThreadService.ThreadService).visibleHistory(thread)
-        return [v.summary?.id ?? "-", ...v.items.map((i) => i.id)].join(",")
-      })).pipe(Effect.orElseSucceed(() => "unreadable"))
+        return {
+          ids: [v.summary?.id ?? "-", ...v.items.map((i) => i.id)].join(","),
+          tokens: (v.summary?.tokens ?? 0) + v.items.reduce((n, i) => n + i.tokens, 0)
+        }
+      })).pipe(Effect.orElseSucceed(() => ({ ids: "unreadable", tokens: -1 })))
 
     const interruptHook = (id: number, thread: ThreadId): Effect.Effect<void> =>
       within(Effect.gen(function*() {
@@ -494,7 +503,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           case "offload": {
             const thread = threadId!
             const cmd = Commands.OffloadThread.make({ commandId: cid(op.id), threadId: thread, keepTokens: op.keepTokens })
-            const before = op.summariserFails ? yield* visibleIds(thread) : null
+            const before = yield* visibleOf(thread)
             summariser.failWith(op.summariserFails ? "simulated summariser outage" : null)
             const c = yield* command(op, service((s) => s.offload(cmd)))
             summariser.failWith(null)
@@ -505,11 +514,17 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
                 ? `offloaded up to seq ${r.cutSeq}: ${r.coveredItems} items (${r.coveredTokens} tok) -> summary ${r.summaryTokens} tok, ` +
                   `kept ${r.keptItems}, handoffs superseded ${r.supersededHandoffIds.length}`
                 : `not offloaded: ${r.reason ?? ""}`.slice(0, 100)
+              const after = yield* visibleOf(thread)
+              // Invariant 8: an offload never makes the model-visible history larger (a replayed receipt changes nothing).
+              if (after.tokens > before.tokens) {
+                violations.push(`truth: /offload made the visible history larger (${before.tokens} -> ${after.tokens} tokens)`)
+              }
             } else if (c.result._tag === "failed") {
-              if (op.summariserFails && c.result.errorTag === "OffloadFailed") {
-                result = "summariser failed; history unchanged"
-                const after = yield* visibleIds(thread)
-                if (before !== after) violations.push(`offload: a failed summariser changed the visible history (${before} -> ${after})`)
+              // The summariser failed (an outage, an input over its window, a summary not smaller than its input).
+              if (c.result.errorTag === "OffloadFailed") {
+                result = `summariser failed; history unchanged: ${c.result.message}`.slice(0, 140)
+                const after = yield* visibleOf(thread)
+                if (before.ids !== after.ids) violations.push(`offload: a failed summariser changed the visible history (${before.ids} -> ${after.ids})`)
               } else violations.push(describeFailure(op, c.result.message))
             }
             break

@@ -119,9 +119,19 @@ export type Operation =
   }
   | { readonly kind: "restart"; readonly id: number }
 
+/**
+ * The `/offload` summariser's truth: the input window it declares and enforces (Baton's tokens) and every how many
+ * calls it answers verbosely (longer than its input). Absent: no window, never verbose.
+ */
+export interface SummariserSetup {
+  readonly inputWindow: number
+  readonly verboseEvery: number
+}
+
 export interface Scenario {
   readonly seed: number
   readonly providers: ReadonlyArray<ProviderSetup>
+  readonly summariser?: SummariserSetup
   /** `ops[0]` is always `create`. */
   readonly ops: ReadonlyArray<Operation>
 }
@@ -344,7 +354,9 @@ export const generate = (seed: number, steps: number, features: Features = allFe
       }
     }
   }
-  return { seed, providers, ops }
+  // A summariser with a 6,000-token window that answers every 4th call verbosely (from the truth stream too).
+  const summariser: SummariserSetup | null = features.truth ? { inputWindow: 6_000, verboseEvery: rt.int(3, 5) } : null
+  return summariser === null ? { seed, providers, ops } : { seed, providers, summariser, ops }
 }
 
 // ---- texts

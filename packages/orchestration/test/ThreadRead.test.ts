@@ -1,0 +1,91 @@
+/**
+ * `thread_read` (issue "Real model providers", item 3): refs, paging by characters, answers a model can act on.
+ */
+import type { ThreadId } from "@baton/contracts"
+import { ThreadRead } from "@baton/orchestration"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either } from "effect"
+
+const ops = Harness.ops
+
+describe("thread_read refs", () => {
+  it("parses single refs, ranges, lists and item ids; names a bad part", () => {
+    expect(ThreadRead.parseRefs("#12")).toEqual(Either.right([{ _tag: "range", from: 12, to: 12 }]))
+    expect(ThreadRead.parseRefs("#4-#9, #12 itm_abc")).toEqual(Either.right([
+      { _tag: "range", from: 4, to: 9 },
+      { _tag: "range", from: 12, to: 12 },
+      { _tag: "id", id: "itm_abc" }
+    ]))
+    expect(ThreadRead.parseRefs("#4-9")).toEqual(Either.right([{ _tag: "range", from: 4, to: 9 }]))
+    expect(ThreadRead.parseRefs("#9-#4")).toEqual(Either.left(`"#9-#4" is not a range of item positions (#from-#to, from 1, from <= to)`))
+    expect(ThreadRead.parseRefs("all of it")).toEqual(Either.left(`"all" is not a ref (use "#12", "#4-#9" or an item id)`))
+    expect(ThreadRead.parseRefs(" ")).toEqual(Either.left("no ref given"))
+  })
+})
+
+describe("thread_read on a thread", () => {
+  const threadOf = (h: Harness.Harness) =>
+    Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(t, "first question")
+      h.script.enqueue(Harness.reply(5_000))
+      yield* o.send(t, "print the whole log")
+      return t
+    })
+
+  it.effect("reads items by position and by id, rendered as history blocks", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
+    return Effect.gen(function*() {
+      const t = yield* threadOf(h)
+      const read = yield* ThreadRead.ThreadRead
+      const items = yield* (yield* ops).store.listItems(t)
+      const answer = yield* read.read(t, JSON.stringify({ refs: "#1-#2" }))
+      expect(answer).toBe(`[user #${items[0]!.id}]\nfirst question\n\n[assistant #${items[1]!.id}]\n${items[1]!.text}\n[characters 0-${answer.indexOf("\n[characters")} of ${answer.indexOf("\n[characters")}; end]`)
+      // A legacy pointer's arguments (`itemIds`) still work.
+      const byId = yield* read.read(t, JSON.stringify({ threadId: t, itemIds: [items[0]!.id] }))
+      expect(byId.startsWith(`[user #${items[0]!.id}]\nfirst question`)).toBe(true)
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("pages a large original by characters: every page fits the limit, the pages join to the whole", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
+    return Effect.gen(function*() {
+      const t = yield* threadOf(h)
+      const read = yield* ThreadRead.ThreadRead
+      const big = (yield* (yield* ops).store.listItems(t))[3]!
+      const pages: Array<string> = []
+      let offset: number | null = 0
+      while (offset !== null) {
+        const answer: string = yield* read.read(t, JSON.stringify({ refs: "#4", offset, limit: 8_000 }))
+        const footer = /\n\[characters (\d+)-(\d+) of (\d+); (?:the next page: thread_read (\{.*\})|end)\]$/.exec(answer)!
+        expect(footer).not.toBeNull()
+        const body = answer.slice(0, footer.index)
+        expect(body.length).toBeLessThanOrEqual(8_000)
+        pages.push(body)
+        offset = footer[4] === undefined ? null : (JSON.parse(footer[4]) as { offset: number }).offset
+      }
+      expect(pages.length).toBeGreaterThan(3)
+      expect(pages.join("")).toBe(`[assistant #${big.id}]\n${big.text}`)
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("bad calls are answered with what to do, never a failure", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
+    return Effect.gen(function*() {
+      const t = yield* threadOf(h)
+      const read = yield* ThreadRead.ThreadRead
+      expect(yield* read.read(t, "not json")).toBe(`thread_read: the arguments are not {"refs": "...", "offset"?: n, "limit"?: n}`)
+      expect(yield* read.read(t, JSON.stringify({ refs: "#99" }))).toBe("thread_read: no item of this conversation matches #99")
+      expect(yield* read.read(t, JSON.stringify({ refs: "#x" }))).toBe(`thread_read: "#x" is not a ref (use "#12", "#4-#9" or an item id)`)
+      // Another thread's item is not readable from this one.
+      const other = yield* (yield* ops).create("codex")
+      h.script.enqueue(Harness.reply(3))
+      yield* (yield* ops).send(other, "elsewhere")
+      const foreign = (yield* (yield* ops).store.listItems(other))[0]!
+      expect(yield* read.read(t as ThreadId, JSON.stringify({ refs: foreign.id }))).toBe(`thread_read: no item of this conversation matches ${foreign.id}`)
+    }).pipe(Effect.provide(h.layer))
+  })
+})

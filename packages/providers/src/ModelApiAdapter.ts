@@ -1,0 +1,526 @@
+/**
+ * ModelApiAdapter: a `ProviderAdapter` for a stateless model API (Anthropic Messages, OpenAI Responses, Chat
+ * Completions), over `@effect/platform`'s `HttpClient` and a wire dialect.
+ *
+ * The native thread is the message list Baton keeps for the lane in the `NativeMessageLog` (durable: a request after a
+ * restart is byte-identical to the one without it). Each request renders the stored entries verbatim, so request n+1
+ * extends request n byte for byte (Anthropic cache breakpoints aside, see `AnthropicMessages`). What a request carries
+ * (the user's turn, tool results) is appended once the provider accepted it (a refused request leaves the native
+ * thread unchanged), the model's output once its answer is complete; a mid-stream failure or an interrupt appends what
+ * was completed, so the record and the native thread agree.
+ *
+ * Tools: the client's tools end the turn with `pendingToolCalls` (`continueTurn` sends their results); Baton's own
+ * (`localTools`, e.g. `thread_read`) are executed here and answered on the next request of the same turn. Open calls
+ * a new turn finds unanswered are closed with error results first, so the history stays well-formed.
+ *
+ * Retries: a 429, 529 or 5xx answer (or no answer at all) before the stream starts is retried with exponential
+ * backoff and jitter, honouring `retry-after`/`retry-after-ms`; nothing is retried once the stream started.
+ * It does not own: budgets, handoffs, the durable record of items (the orchestrator records the items it streams).
+ */
+import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
+import { type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
+import { Deferred, Duration, Effect, Option, Redacted, Schedule, Stream } from "effect"
+import type {
+  ContinueTurnInput,
+  LocalTool,
+  ProducedItem,
+  ProviderAdapterShape,
+  ReadThreadResult,
+  StartTurnInput,
+  TextDelta,
+  ToolDefinition,
+  ToolResultInput,
+  TurnTokens
+} from "./ProviderAdapter.js"
+import { TurnEvent } from "./ProviderAdapter.js"
+import type { ModelProviderConfig } from "./ProviderConfig.js"
+import type { NativeEntry, NativeEntryKind, NativeMessageLogShape } from "./NativeMessageLog.js"
+import {
+  type Dialect,
+  isWireFailure,
+  type RequestOutcome,
+  type StreamParser,
+  type ToolCall,
+  type WireFailure,
+  wireFailure
+} from "./internal/Dialect.js"
+import { makeDecoder, type SseMessage } from "./internal/Sse.js"
+
+/** What the adapter is built from (the app reads the key with `ProviderConfig.apiKey`). */
+export interface ModelApiOptions {
+  readonly instance: ProviderInstance
+  readonly config: ModelProviderConfig
+  readonly apiKey: Option.Option<Redacted.Redacted>
+  readonly log: NativeMessageLogShape
+  readonly http: HttpClient.HttpClient
+  /** First retry delay in milliseconds (default 500); each retry doubles it, jittered by ±20%. */
+  readonly retryBaseMillis?: number
+  /** A fresh native ref (default `<instance>-<random UUID>`). */
+  readonly newRef?: () => string
+}
+
+/** The in-process copy of a native thread's entries (the log is the truth; this is refreshed from it). */
+interface Lane {
+  readonly entries: Array<NativeEntry>
+  /** Calls of the last `output` not yet answered. */
+  open: Array<ToolCall>
+  /** The parser of the request in flight: what it completed is recorded if the turn stops early. */
+  current: StreamParser | null
+  /** Each entry's body as UTF-8, encoded once when first sent (index = entry index). */
+  readonly encoded: Array<Buffer | undefined>
+}
+
+/** The answer closing a call nobody answered (a new turn started, or the wait was abandoned). */
+export const unansweredResult = "[no result: the tool call was not answered before the conversation went on]"
+
+const sumTokens = (a: TurnTokens | null, b: TurnTokens | null): TurnTokens | null =>
+  a === null ? b : b === null ? a : {
+    inputTokens: a.inputTokens + b.inputTokens,
+    cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
+    cacheReadTokens: a.cacheReadTokens + b.cacheReadTokens,
+    outputTokens: a.outputTokens + b.outputTokens
+  }
+
+/** An HTTP answer that failed before its stream started, with the delay the server asked for (milliseconds). */
+interface HttpFailure {
+  readonly failure: WireFailure
+  readonly retryAfterMillis: number | null
+  readonly httpStatus: number | null
+}
+
+/**
+ * The delay a `retry-after-ms` (OpenAI, milliseconds) or `retry-after` (seconds, or an HTTP date) header asks for,
+ * in milliseconds; `null` without one. Source: RFC 9110 §10.2.3.
+ */
+export const retryAfterMillis = (headers: Readonly<Record<string, string | undefined>>, now: number): number | null => {
+  const ms = headers["retry-after-ms"]
+  if (ms !== undefined && /^\d+(\.\d+)?$/.test(ms.trim())) return Number(ms.trim())
+  const after = headers["retry-after"]
+  if (after === undefined) return null
+  if (/^\d+(\.\d+)?$/.test(after.trim())) return Number(after.trim()) * 1000
+  const date = Date.parse(after)
+  return Number.isNaN(date) ? null : Math.max(0, date - now)
+}
+
+/** A wire failure as the boundary's `ProviderError` of `instance`'s `operation`. */
+export const failure = (instance: string, operation: string, f: WireFailure, httpStatus?: number | undefined) =>
+  new ProviderError({
+    provider: instance,
+    operation,
+    code: f.code,
+    reason: f.reason,
+    retryable: f.retryable,
+    ...(f.requestedTokens === undefined ? {} : { requestedTokens: f.requestedTokens }),
+    ...(f.limitTokens === undefined ? {} : { limitTokens: f.limitTokens }),
+    ...(httpStatus === undefined ? {} : { httpStatus })
+  })
+
+const comma = Buffer.from(",", "utf8")
+
+/** Statuses retried: rate limited (429), Anthropic overloaded (529), and server errors (500-504). */
+const retryableStatus = (status: number) => status === 429 || status === 529 || (status >= 500 && status <= 504)
+
+export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapterShape => {
+  const { config, instance, log } = options
+  const lanes = new Map<string, Lane>()
+  const inFlight = new Map<string, Deferred.Deferred<void>>()
+  const url = config.baseUrl.replace(/\/+$/, "") + dialect.path
+  const headers = {
+    "content-type": "application/json",
+    accept: "text/event-stream",
+    ...dialect.authHeaders(Option.match(options.apiKey, { onNone: () => null, onSome: Redacted.value }))
+  }
+  const baseMillis = options.retryBaseMillis ?? 500
+  const maxRetries = config.maxRetries ?? 4
+  const newRef = options.newRef ?? (() => `${instance}-${crypto.randomUUID()}`)
+
+  const providerError = (operation: string, f: WireFailure, httpStatus: number | null = null) =>
+    failure(instance, operation, f, httpStatus ?? undefined)
+
+  const storageError = (operation: string) => (e: { readonly message: string }) =>
+    providerError(operation, wireFailure("unavailable", `could not keep the native thread: ${e.message}`, true))
+
+  /** The lane of `nativeRef`, brought up to date with the log (another process may have appended to it). */
+  const lane = (operation: string, nativeRef: string) =>
+    Effect.gen(function*() {
+      const cached = lanes.get(nativeRef)
+      const last = cached === undefined ? 0 : cached.entries.length
+      const stored = yield* log.lastSeq(nativeRef)
+      if (cached !== undefined && stored === last) return cached
+      const fresh = yield* log.load(nativeRef, last)
+      const next: Lane = cached ?? { entries: [], open: [], current: null, encoded: [] }
+      next.entries.push(...fresh)
+      next.open = openCalls(next.entries)
+      lanes.set(nativeRef, next)
+      return next
+    }).pipe(Effect.mapError(storageError(operation)))
+
+  /** The calls of the last `output` that no later `tool_results` answered. */
+  const openCalls = (entries: ReadonlyArray<NativeEntry>): Array<ToolCall> => {
+    let at = entries.length - 1
+    while (at >= 0 && entries[at]!.kind !== "output") at--
+    if (at < 0) return []
+    const answered = new Set<string>()
+    for (let i = at + 1; i < entries.length; i++) {
+      if (entries[i]!.kind === "tool_results") for (const id of dialect.answeredBy(entries[i]!.body)) answered.add(id)
+    }
+    return dialect.callsOf(entries[at]!.body).filter((c) => !answered.has(c.id))
+  }
+
+  /** An entry not yet stored: it joins the native thread once the request carrying it is accepted. */
+  interface Draft {
+    readonly kind: NativeEntryKind
+    readonly body: string
+    readonly runId: string | null
+    readonly deliveryIds?: ReadonlyArray<string>
+    readonly usage?: ContextUsage | null
+  }
+
+  /** Stores `drafts` after the lane's entries (one insert) and refreshes the open calls. */
+  const append = (operation: string, nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>) => {
+    if (drafts.length === 0) return Effect.void
+    const entries = drafts.map((d, i): NativeEntry => ({
+      seq: state.entries.length + i + 1,
+      kind: d.kind,
+      runId: d.runId,
+      deliveryIds: d.deliveryIds ?? [],
+      usage: d.usage ?? null,
+      body: d.body
+    }))
+    return log.append(instance, nativeRef, entries).pipe(
+      Effect.mapError(storageError(operation)),
+      Effect.tap(() =>
+        Effect.sync(() => {
+          state.entries.push(...entries)
+          state.open = openCalls(state.entries)
+        })
+      )
+    )
+  }
+
+  /** The results closing every open call: `results` where given, an error result for each call left without one. */
+  const closing = (state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>): ReadonlyArray<Draft> => {
+    if (state.open.length === 0) return []
+    const byId = new Map(results.map((r) => [r.toolCallId, r]))
+    const all = state.open.map((c) => byId.get(c.id) ?? { toolCallId: c.id, output: unansweredResult, isError: true })
+    return [{ kind: "tool_results", body: dialect.toolResults(all, state.open), runId }]
+  }
+
+  /** Index of the entry that ended the previous request (the one before the last `output`), or -1. */
+  const previousRequestEnd = (entries: ReadonlyArray<NativeEntry>) => {
+    for (let i = entries.length - 1; i >= 0; i--) if (entries[i]!.kind === "output") return i - 1
+    return -1
+  }
+
+  /**
+   * The next request's body as bytes: the stored entries then `drafts`. Stored entries are copied from their cached
+   * encoding; drafts and the rest are encoded now (a draft is not cached: its request may be refused).
+   */
+  const renderBody = (nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>): Uint8Array => {
+    const stored = state.entries.length
+    const bodies = drafts.length === 0 ? state.entries.map((e) => e.body) : [...state.entries.map((e) => e.body), ...drafts.map((d) => d.body)]
+    const last = bodies.length - 1
+    const previous = previousRequestEnd(state.entries)
+    const parts = dialect.render({
+      model: config.model,
+      maxOutputTokens: config.maxOutputTokens,
+      system: config.systemPrompt,
+      tools,
+      entries: bodies,
+      breakpoints: previous >= 0 && previous !== last ? [previous, last] : [last],
+      cacheKey: nativeRef
+    })
+    const buffers: Array<Buffer> = []
+    let length = 0
+    for (const part of parts) {
+      const buffer = typeof part === "number"
+        ? (part < stored ? (state.encoded[part] ??= Buffer.from(bodies[part]!, "utf8")) : Buffer.from(bodies[part]!, "utf8"))
+        : part === ","
+        ? comma
+        : Buffer.from(part, "utf8")
+      buffers.push(buffer)
+      length += buffer.length
+    }
+    return Buffer.concat(buffers, length)
+  }
+
+  /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
+  const send = (operation: string, body: Uint8Array) => {
+    const request = HttpClientRequest.post(url).pipe(
+      HttpClientRequest.setHeaders(headers),
+      HttpClientRequest.bodyUint8Array(body, "application/json")
+    )
+    const once: Effect.Effect<HttpClientResponse.HttpClientResponse, HttpFailure> = options.http.execute(request).pipe(
+      Effect.mapError((e): HttpFailure => ({
+        failure: wireFailure("unavailable", `${dialect.api} could not be reached: ${e.message}`, true),
+        retryAfterMillis: null,
+        httpStatus: null
+      })),
+      Effect.flatMap((response) =>
+        response.status >= 200 && response.status < 300
+          ? Effect.succeed(response)
+          : Effect.flatMap(Effect.orElseSucceed(response.text, () => ""), (text) => {
+            const failure = dialect.httpFailure(response.status, text)
+            return Effect.fail<HttpFailure>({
+              failure: { ...failure, retryable: failure.retryable || retryableStatus(response.status) },
+              retryAfterMillis: retryAfterMillis(response.headers, Date.now()),
+              httpStatus: response.status
+            })
+          })
+      )
+    )
+    const schedule = Schedule.exponential(Duration.millis(baseMillis), 2).pipe(
+      Schedule.jittered,
+      Schedule.intersect(Schedule.recurs(maxRetries)),
+      Schedule.zipRight(Schedule.identity<HttpFailure>()),
+      Schedule.modifyDelay((failure, delay) =>
+        failure.retryAfterMillis === null ? delay : Duration.millis(failure.retryAfterMillis)
+      )
+    )
+    return once.pipe(
+      Effect.retry({ schedule, while: (f) => f.failure.retryable && (f.httpStatus === null || retryableStatus(f.httpStatus)) }),
+      Effect.mapError((f) => providerError(operation, f.failure, f.httpStatus))
+    )
+  }
+
+  /**
+   * The items of one request's answer as they complete. Events are read a network chunk at a time (one step per
+   * chunk, not per event: a Chat Completions answer is hundreds of events). Fails with `ProviderError`: the
+   * parser's failure, a broken connection, or a stream that ended before its terminal event.
+   */
+  const answerItems = (
+    operation: string,
+    response: HttpClientResponse.HttpClientResponse,
+    parser: StreamParser
+  ): Stream.Stream<ProducedItem, ProviderError> => {
+    const midStream = (f: WireFailure) => providerError(operation, f)
+    /** A batch's items; when an event fails, the items before it, then the failure. */
+    const read = (batch: ReadonlyArray<SseMessage>): Stream.Stream<ProducedItem, ProviderError> => {
+      const out: Array<ProducedItem> = []
+      for (const message of batch) {
+        if (parser.complete()) break
+        const items = parser.onEvent(message)
+        if (isWireFailure(items)) return Stream.concat(Stream.fromIterable(out), Stream.fail(midStream(items)))
+        for (const item of items) out.push(item)
+      }
+      return Stream.fromIterable(out)
+    }
+    const ended = Stream.suspend(() =>
+      parser.complete()
+        ? Stream.empty
+        : Stream.fail(midStream(wireFailure("unavailable", `the ${dialect.api} stream ended before the response was complete`, true)))
+    )
+    if ((response.headers["content-type"] ?? "").includes("application/json")) {
+      return Stream.fromEffect(Effect.mapError(response.json, (e) => midStream(wireFailure("protocol", `unreadable ${dialect.api} response: ${e.message}`)))).pipe(
+        Stream.flatMap((body) => read(dialect.synthesize(body))),
+        Stream.concat(ended)
+      )
+    }
+    return Stream.suspend(() => {
+      const decoder = makeDecoder()
+      return response.stream.pipe(
+        Stream.mapError((e) => midStream(wireFailure("unavailable", `the ${dialect.api} stream broke off: ${e.message}`, true))),
+        Stream.flatMap((bytes) => read(decoder.push(bytes))),
+        Stream.concat(Stream.suspend(() =>
+          decoder.end() && !parser.complete()
+            ? Stream.fail(midStream(wireFailure("protocol", `the ${dialect.api} stream ended inside an event`)))
+            : ended
+        ))
+      )
+    })
+  }
+
+  /**
+   * One model request of a turn and, when the model called only Baton's tools, the requests after it: the items as
+   * they complete, a usage report after each request, `turn_ended` last.
+   */
+  const requestLoop = (
+    operation: string,
+    nativeRef: string,
+    state: Lane,
+    runId: string,
+    tools: ReadonlyArray<ToolDefinition>,
+    local: ReadonlyArray<LocalTool>,
+    onDelta: ((delta: TextDelta) => void) | null,
+    billed: TurnTokens | null,
+    drafts: ReadonlyArray<Draft>
+  ): Stream.Stream<TurnEvent, ProviderError> =>
+    Stream.unwrap(Effect.gen(function*() {
+      const offered = [...tools, ...local.map((t) => t.definition)]
+      const body = renderBody(nativeRef, state, drafts, offered)
+      const response = yield* send(operation, body)
+      // The provider accepted the request: from now on the native thread holds what it carried.
+      yield* append(operation, nativeRef, state, drafts)
+      const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
+      state.current = parser
+      return answerItems(operation, response, parser).pipe(
+        Stream.map((item) => TurnEvent.item_produced({ item })),
+        Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
+        Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
+      )
+
+      /** The answer is complete: record it, report usage, then end the turn or answer Baton's own calls and go on. */
+      function afterAnswer(outcome: RequestOutcome) {
+        return Effect.gen(function*() {
+          const tokens = sumTokens(billed, outcome.tokens)
+          const usage: ContextUsage | null = outcome.contextTokens === null ? null : {
+            usedTokens: outcome.contextTokens,
+            maxTokens: config.contextWindow,
+            ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+          }
+          state.current = null
+          if (outcome.output !== null) yield* append(operation, nativeRef, state, [{ kind: "output", body: outcome.output, runId, usage }])
+          state.open = [...outcome.calls]
+          const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
+          if (outcome.overflow) {
+            return Stream.concat(
+              Stream.fromIterable(report),
+              Stream.fail(providerError(operation, wireFailure("overflow", `the model stopped: the context window of ${config.contextWindow} tokens is full (model_context_window_exceeded)`, false, { limitTokens: config.contextWindow })))
+            )
+          }
+          const localByName = new Map(local.map((t) => [t.definition.name, t]))
+          const mine = outcome.calls.filter((c) => localByName.has(c.name))
+          const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
+          if (mine.length === 0 || theirs.length > 0) {
+            // Baton's own calls made next to the client's are answered now; the client's wait for `continueTurn`.
+            if (mine.length > 0) {
+              const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+              yield* appendPartialResults(operation, nativeRef, state, runId, results)
+            }
+            return Stream.fromIterable<TurnEvent>([
+              ...report,
+              TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
+            ])
+          }
+          const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+          return Stream.concat(
+            Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
+            requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
+          )
+        })
+      }
+    }))
+
+  /**
+   * Records what the request in flight completed before its stream failed or was interrupted (the items Baton
+   * streamed stand, so the native thread holds them too). A storage failure here is reported by the next append.
+   */
+  const recordPartial = (operation: string, nativeRef: string, state: Lane, runId: string | null) =>
+    Effect.suspend(() => {
+      const parser = state.current
+      state.current = null
+      const partial = parser === null ? null : parser.partial()
+      return partial === null ? Effect.void : Effect.ignore(append(operation, nativeRef, state, [{ kind: "output", body: partial, runId }]))
+    })
+
+  const resultItem = (r: ToolResultInput, calls: ReadonlyArray<ToolCall>): ProducedItem => ({
+    kind: "tool_result",
+    text: r.output,
+    toolCallId: r.toolCallId,
+    toolName: calls.find((c) => c.id === r.toolCallId)?.name ?? null,
+    messageId: null,
+    isError: r.isError,
+    toolCallState: "answered"
+  })
+
+  const runLocal = (tool: LocalTool, call: ToolCall, runId: string) =>
+    Effect.map(tool.execute({ arguments: call.arguments, runId }), (output): ToolResultInput => ({ toolCallId: call.id, output, isError: false }))
+
+  /** Answers some open calls now (Baton's own), leaving the rest open for the client. */
+  const appendPartialResults = (operation: string, nativeRef: string, state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>) => {
+    const ids = new Set(results.map((r) => r.toolCallId))
+    const calls = state.open.filter((c) => ids.has(c.id))
+    return append(operation, nativeRef, state, [{ kind: "tool_results", body: dialect.toolResults(results, calls), runId }])
+  }
+
+  /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
+  const interruptible = (nativeRef: string, runId: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
+    Stream.unwrapScoped(Effect.gen(function*() {
+      const stop = yield* Deferred.make<void>()
+      yield* Effect.acquireRelease(
+        Effect.sync(() => inFlight.set(nativeRef, stop)),
+        () => Effect.sync(() => inFlight.get(nativeRef) === stop && inFlight.delete(nativeRef))
+      )
+      let ended = false
+      return loop.pipe(
+        Stream.tap((e) => Effect.sync(() => void (ended = ended || e._tag === "turn_ended"))),
+        Stream.interruptWhen(Deferred.await(stop)),
+        Stream.concat(Stream.suspend(() =>
+          ended ? Stream.empty : Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))
+        ))
+      )
+    }))
+
+  const startTurn = (input: StartTurnInput): Stream.Stream<TurnEvent, ProviderError> =>
+    Stream.unwrap(Effect.gen(function*() {
+      const state = yield* lane("startTurn", input.nativeRef)
+      const drafts: ReadonlyArray<Draft> = [
+        ...closing(state, input.runId, []),
+        { kind: "turn", body: dialect.userTurn(input.prompt, input.inlineHistory), runId: input.runId }
+      ]
+      return interruptible(
+        input.nativeRef,
+        input.runId,
+        state,
+        requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null, drafts)
+      )
+    }))
+
+  const continueTurn = (input: ContinueTurnInput): Stream.Stream<TurnEvent, ProviderError> =>
+    Stream.unwrap(Effect.gen(function*() {
+      const state = yield* lane("continueTurn", input.nativeRef)
+      if (state.open.length === 0) {
+        return yield* providerError("continueTurn", wireFailure("protocol", `native thread ${input.nativeRef} has no open tool call to answer`))
+      }
+      return interruptible(
+        input.nativeRef,
+        input.runId,
+        state,
+        requestLoop(
+          "continueTurn",
+          input.nativeRef,
+          state,
+          input.runId,
+          input.tools ?? [],
+          input.localTools ?? [],
+          input.onDelta ?? null,
+          null,
+          closing(state, input.runId, input.toolResults)
+        )
+      )
+    }))
+
+  const readThread = (nativeRef: string): Effect.Effect<ReadThreadResult, ProviderError> =>
+    Effect.map(lane("readThread", nativeRef), (state) => {
+      let usage: ContextUsage | null = null
+      for (const e of state.entries) if (e.usage !== null) usage = e.usage
+      return {
+        deliveryIds: state.entries.flatMap((e) => e.deliveryIds),
+        runIds: [...new Set(state.entries.filter((e) => e.kind === "turn" && e.runId !== null).map((e) => e.runId!))],
+        usage
+      }
+    })
+
+  return {
+    instance,
+    model: config.model,
+    modelContextWindow: config.contextWindow,
+    startThread: () => Effect.sync(() => ({ nativeRef: newRef() })),
+    resumeThread: (nativeRef) => Effect.asVoid(lane("resumeThread", nativeRef)),
+    startTurn,
+    continueTurn,
+    interrupt: (nativeRef) =>
+      Effect.suspend(() => {
+        const stop = inFlight.get(nativeRef)
+        return stop === undefined ? Effect.void : Deferred.succeed(stop, undefined)
+      }),
+    injectHistory: (input) =>
+      Effect.gen(function*() {
+        const state = yield* lane("injectHistory", input.nativeRef)
+        yield* append("injectHistory", input.nativeRef, state, [{ kind: "history", body: dialect.history(input.rendered), runId: null, deliveryIds: input.deliveryIds }])
+        return { usage: null }
+      }),
+    readThread
+  }
+}
+

@@ -1,0 +1,188 @@
+/**
+ * OpenAiChat: OpenAI-compatible Chat Completions (`POST {baseUrl}/chat/completions`, streamed), the API of vLLM,
+ * llama.cpp's server, Ollama and LM Studio, as a `ProviderAdapter`.
+ *
+ * Streamed tool calls arrive as deltas keyed by `index` (the first carries `id` and `function.name`, the rest pieces
+ * of `function.arguments`) and are assembled per index; the answer's items are emitted when its `finish_reason`
+ * arrives, the usage with the final chunk (`stream_options.include_usage`), and the stream ends at `data: [DONE]`.
+ * `reasoning_content`/`reasoning` deltas (vLLM, llama.cpp, DeepSeek-style servers) become a reasoning item and are
+ * not sent back. The system prompt is the first message of every request, outside the stored list.
+ *
+ * Overflow: HTTP 400 with `context_length_exceeded` or a "maximum context length is M tokens … N tokens" message
+ * (OpenAI, vLLM), and llama.cpp's `exceed_context_size_error` with `n_prompt_tokens`/`n_ctx`.
+ */
+import { callItem, type Dialect, entryParts, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
+import type { SseMessage } from "./internal/Sse.js"
+import * as ModelApiAdapter from "./ModelApiAdapter.js"
+import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } from "./ProviderAdapter.js"
+
+const encodeTool = (t: ToolDefinition) =>
+  JSON.stringify({ type: "function", function: { name: t.name, description: t.description, parameters: t.inputSchema } })
+
+const errorFailure = (error: unknown, prefix: string): WireFailure => {
+  const code = str(field(error, "code")) ?? str(field(error, "type")) ?? "error"
+  const text = str(field(error, "message")) ?? "no message"
+  const nPrompt = num(field(error, "n_prompt_tokens"))
+  const nCtx = num(field(error, "n_ctx"))
+  if (
+    code === "context_length_exceeded" || str(field(error, "type")) === "exceed_context_size_error" ||
+    /maximum context length|context size|context window|context length/i.test(text)
+  ) {
+    const numbers = overflowNumbers(text) ??
+      { ...(nPrompt === undefined ? {} : { requestedTokens: nPrompt }), ...(nCtx === undefined ? {} : { limitTokens: nCtx }) }
+    return wireFailure("overflow", `${prefix}${code}: ${text}`, false, numbers)
+  }
+  return wireFailure("refused", `${prefix}${code}: ${text}`)
+}
+
+interface Assembling {
+  id: string
+  name: string
+  arguments: string
+}
+
+const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => void) | null): StreamParser => {
+  let text = ""
+  let reasoning = ""
+  let messageId: string | null = null
+  const tools: Array<Assembling | undefined> = []
+  let finished = false
+  let complete = false
+  let usage: { input: number; cached: number; output: number } | null = null
+  let output: string | null = null
+  let calls: ReadonlyArray<ToolCall> = []
+
+  const finish = (): ReadonlyArray<ProducedItem> => {
+    finished = true
+    calls = tools.filter((t): t is Assembling => t !== undefined).map((t) => ({
+      id: t.id,
+      name: t.name,
+      arguments: t.arguments === "" ? "{}" : t.arguments,
+      wire: "function"
+    }))
+    const message: Record<string, unknown> = { role: "assistant", content: text === "" ? null : text }
+    if (calls.length > 0) message.tool_calls = calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }))
+    output = text === "" && calls.length === 0 ? null : JSON.stringify(message)
+    return [
+      ...(reasoning === "" ? [] : [textItem("reasoning", reasoning, messageId)]),
+      ...(text === "" ? [] : [textItem("assistant_message", text, messageId)]),
+      ...calls.map((c) => callItem(c, messageId))
+    ]
+  }
+
+  const onEvent = (m: SseMessage): ReadonlyArray<ProducedItem> | WireFailure => {
+    if (m.data === "[DONE]") {
+      complete = true
+      return finished ? [] : finish()
+    }
+    const data = parseJson(m.data)
+    if (data === undefined) return wireFailure("protocol", `unreadable Chat Completions chunk: ${m.data.slice(0, 200)}`)
+    const error = field(data, "error")
+    if (error !== undefined && error !== null) return errorFailure(error, "Chat Completions stream error ")
+    messageId = messageId ?? str(field(data, "id")) ?? null
+    const u = field(data, "usage")
+    const input = num(field(u, "prompt_tokens"))
+    if (input !== undefined) {
+      usage = { input, cached: num(field(field(u, "prompt_tokens_details"), "cached_tokens")) ?? 0, output: num(field(u, "completion_tokens")) ?? 0 }
+    }
+    const choices = field(data, "choices")
+    const choice = Array.isArray(choices) ? choices.find((c) => (num(field(c, "index")) ?? 0) === 0) : undefined
+    if (choice === undefined) return []
+    const delta = field(choice, "delta")
+    const piece = str(field(delta, "content")) ?? ""
+    const thought = str(field(delta, "reasoning_content")) ?? str(field(delta, "reasoning")) ?? ""
+    text += piece
+    reasoning += thought
+    if (onDelta !== null && thought !== "") onDelta({ kind: "reasoning", text: thought })
+    if (onDelta !== null && piece !== "") onDelta({ kind: "text", text: piece })
+    const deltas = field(delta, "tool_calls")
+    if (Array.isArray(deltas)) {
+      for (const d of deltas) {
+        const index = num(field(d, "index")) ?? 0
+        const fn = field(d, "function")
+        const t = tools[index] ?? (tools[index] = { id: "", name: "", arguments: "" })
+        t.id = str(field(d, "id")) ?? t.id
+        t.name += str(field(fn, "name")) ?? ""
+        t.arguments += str(field(fn, "arguments")) ?? ""
+      }
+    }
+    const reason = str(field(choice, "finish_reason"))
+    return reason === undefined || finished ? [] : finish()
+  }
+
+  const outcome = (): RequestOutcome => ({
+    output,
+    calls,
+    contextTokens: usage === null ? null : usage.input + usage.output,
+    tokens: usage === null ? null : { inputTokens: usage.input - usage.cached, cacheWriteTokens: 0, cacheReadTokens: usage.cached, outputTokens: usage.output },
+    overflow: false
+  })
+  return { onEvent, complete: () => complete, outcome, partial: () => output }
+}
+
+/** A non-streamed Chat Completions body as the chunks of its stream. */
+const synthesize = (body: unknown): ReadonlyArray<SseMessage> => {
+  const choices = field(body, "choices")
+  const first = Array.isArray(choices) ? choices[0] : undefined
+  const message = field(first, "message")
+  const toolCalls = field(message, "tool_calls")
+  const chunk = {
+    id: field(body, "id"),
+    choices: [{
+      index: 0,
+      delta: {
+        content: field(message, "content") ?? null,
+        ...(field(message, "reasoning_content") === undefined ? {} : { reasoning_content: field(message, "reasoning_content") }),
+        ...(Array.isArray(toolCalls) ? { tool_calls: toolCalls.map((c, index) => ({ index, ...(c as object) })) } : {})
+      },
+      finish_reason: field(first, "finish_reason") ?? "stop"
+    }],
+    usage: field(body, "usage") ?? null
+  }
+  return [{ event: "message", data: JSON.stringify(chunk) }, { event: "message", data: "[DONE]" }]
+}
+
+/** The Chat Completions dialect (see the module docblock). */
+export const dialect: Dialect = {
+  api: "Chat Completions",
+  path: "/chat/completions",
+  authHeaders: (key) => (key === null ? {} : { authorization: `Bearer ${key}` }),
+  userTurn: (prompt, inlineHistory) =>
+    (inlineHistory === null ? "" : JSON.stringify({ role: "user", content: inlineHistory }) + ",") + JSON.stringify({ role: "user", content: prompt }),
+  history: (rendered) => JSON.stringify({ role: "user", content: rendered }),
+  toolResults: (results) => results.map((r) => JSON.stringify({ role: "tool", tool_call_id: r.toolCallId, content: r.output })).join(","),
+  callsOf: (output) => {
+    const calls = field(parseJson(output), "tool_calls")
+    return (Array.isArray(calls) ? calls : []).map((c) => ({
+      id: str(field(c, "id")) ?? "",
+      name: str(field(field(c, "function"), "name")) ?? "",
+      arguments: str(field(field(c, "function"), "arguments")) ?? "",
+      wire: "function"
+    }))
+  },
+  answeredBy: (results) => {
+    const items = parseJson(`[${results}]`)
+    return (Array.isArray(items) ? items : []).map((i) => str(field(i, "tool_call_id")) ?? "")
+  },
+  render: (input) => [
+    `{"model":${JSON.stringify(input.model)},"max_tokens":${input.maxOutputTokens},"stream":true` +
+    `,"stream_options":{"include_usage":true}` +
+    (input.tools.length === 0 ? "" : `,"tools":[${input.tools.map(encodeTool).join(",")}]`) +
+    `,"messages":[` +
+    (input.system === undefined ? "" : JSON.stringify({ role: "system", content: input.system }) + (input.entries.length === 0 ? "" : ",")),
+    ...entryParts(input.entries.length, () => null),
+    "]}"
+  ],
+  parser,
+  synthesize,
+  httpFailure: (status, body) => {
+    const error = field(parseJson(body), "error")
+    if (error === undefined || error === null) {
+      return wireFailure(status >= 500 ? "unavailable" : "refused", `Chat Completions answered HTTP ${status}: ${body.slice(0, 300)}`)
+    }
+    return errorFailure(typeof error === "string" ? { message: error } : error, `HTTP ${status}: `)
+  }
+}
+
+/** Builds the Chat Completions adapter (see `ModelApiAdapter.make` for what it needs). */
+export const make = (options: ModelApiAdapter.ModelApiOptions): ProviderAdapterShape => ModelApiAdapter.make(dialect, options)
