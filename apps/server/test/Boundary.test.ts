@@ -4,6 +4,7 @@
  * OpenAPI document and offline docs page. Each asserts the status and the JSON body a client sees. On SQLite and
  * Postgres.
  */
+import { Migrations } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
@@ -16,6 +17,9 @@ const providers = () =>
     { name: "codex", window: 44_000, autoCompactThreshold: 42_000, inject: true },
     { name: "claude", window: 200_000, inject: false }
   ], { config: { interruptTimeoutMillis: 500 } })
+
+/** The newest migration this build registers (`0012_…` is 12). */
+const latestMigration = Math.max(...Object.keys(Migrations.migrations).map((k) => Number(k.slice(0, k.indexOf("_")))))
 
 /** Creates a thread on codex over HTTP; returns its id. */
 const createThread = Effect.gen(function*() {
@@ -61,7 +65,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(ready.body).toEqual({
         status: "ready",
         dialect: db === Harness.postgres ? "postgres" : "sqlite",
-        migrations: { applied: 9, latest: 9 }
+        migrations: { applied: latestMigration, latest: latestMigration }
       })
     }).pipe(Effect.provide(serve(providers()))))
 
