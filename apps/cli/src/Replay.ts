@@ -8,15 +8,14 @@ import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
-import { ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { ProviderRegistry, type ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { type Transcript, TranscriptImporter } from "@baton/transcripts"
 import { Effect, Layer } from "effect"
 import { randomInt, randomUUID } from "node:crypto"
-import type { ProviderSpec } from "./ProviderSpec.js"
 
 export interface ReplayOptions {
   readonly file: string
-  readonly providers: ReadonlyArray<ProviderSpec>
+  readonly providers: ReadonlyArray<ProviderSpec.ProviderSpec>
   /** Switch to the next provider every N runs (0 = never). */
   readonly switchEvery: number
   /** Probability in [0, 1] that a run is interrupted before the provider starts. */

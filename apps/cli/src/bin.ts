@@ -13,8 +13,9 @@ import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { Database, ThreadStore } from "@baton/persistence"
+import { ProviderSpec } from "@baton/providers"
+import { Server, ServerConfig } from "@baton/server"
 import type { ThreadId } from "@baton/contracts"
-import * as ProviderSpec from "./ProviderSpec.js"
 import * as Replay from "./Replay.js"
 import * as CliRuntime from "./CliRuntime.js"
 import * as Format from "./Format.js"
@@ -259,7 +260,33 @@ const handoffs = Command.make(
       })).pipe(badInput)
 )
 
-const baton = Command.make("baton").pipe(Command.withSubcommands([replay, demo, threads, thread, handoffs]))
+/**
+ * `baton serve`: the HTTP server (see apps/server and docs/server.md) on the embedded default — SQLite under
+ * ./.baton/, scripted providers — or on what the flags, `--config FILE` and the environment say. A configuration
+ * error names the field and exits 2 before anything starts. Serves until SIGINT/SIGTERM, then shuts down in order.
+ */
+const serve = Command.make(
+  "serve",
+  {
+    host: Options.text("host").pipe(Options.withDescription("address to bind (default 127.0.0.1: loopback only)"), Options.optional),
+    port: Options.integer("port").pipe(Options.withDescription("port (default 8787; 0: any free port)"), Options.optional),
+    config: Options.file("config", { exists: "yes" }).pipe(Options.withDescription("JSON config file (see docs/server.md)"), Options.optional),
+    db: dbOption,
+    dataDir: dataDirOption,
+    databaseUrl: databaseUrlOption
+  },
+  (o) =>
+    ServerConfig.resolve({
+      host: Option.getOrUndefined(o.host),
+      port: Option.getOrUndefined(o.port),
+      config: Option.getOrUndefined(o.config),
+      db: Option.getOrUndefined(o.db),
+      dataDir: Option.getOrUndefined(o.dataDir),
+      databaseUrl: Option.getOrUndefined(o.databaseUrl)
+    }).pipe(badInput, Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings)))
+).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
+
+const baton = Command.make("baton").pipe(Command.withSubcommands([replay, demo, threads, thread, handoffs, serve]))
 
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
 

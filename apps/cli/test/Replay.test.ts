@@ -4,7 +4,7 @@ import { Effect, Either } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
-import * as ProviderSpec from "../src/ProviderSpec.js"
+import { ProviderSpec } from "@baton/providers"
 import * as Replay from "../src/Replay.js"
 
 const raw = fileURLToPath(new URL("../../../../shared/transcripts/raw/", import.meta.url))

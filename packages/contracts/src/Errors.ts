@@ -190,3 +190,113 @@ export class SubscriberTooSlow extends Schema.TaggedError<SubscriberTooSlow>()(
     return `${stream} fell more than ${this.bufferSize} events behind; reconnect with Last-Event-ID: ${this.cursor} to resume`
   }
 }
+
+/** An item id that names no item. */
+export class ItemNotFound extends Schema.TaggedError<ItemNotFound>()(
+  "ItemNotFound",
+  { itemId: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
+) {
+  override get message() {
+    return `item ${this.itemId} not found`
+  }
+}
+
+/** A handoff id that names no handoff. */
+export class HandoffNotFound extends Schema.TaggedError<HandoffNotFound>()(
+  "HandoffNotFound",
+  { handoffId: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
+) {
+  override get message() {
+    return `handoff ${this.handoffId} not found (list a thread's handoffs with GET /threads/{threadId}/handoffs)`
+  }
+}
+
+/** An interrupt asked of a thread with no run queued or running: nothing to interrupt. */
+export class NoRunInProgress extends Schema.TaggedError<NoRunInProgress>()(
+  "NoRunInProgress",
+  { threadId: Schema.String },
+  HttpApiSchema.annotations({ status: 409 })
+) {
+  override get message() {
+    return `thread ${this.threadId} has no run queued or running; there is nothing to interrupt`
+  }
+}
+
+/** The request carried no bearer token, or one the server does not know. */
+export class Unauthorized extends Schema.TaggedError<Unauthorized>()(
+  "Unauthorized",
+  { reason: Schema.String },
+  HttpApiSchema.annotations({ status: 401 })
+) {
+  override get message() {
+    return `${this.reason}; send "Authorization: Bearer <token>"`
+  }
+}
+
+/** The token is valid but may not do this: the read-only token on a write. */
+export class Forbidden extends Schema.TaggedError<Forbidden>()(
+  "Forbidden",
+  { reason: Schema.String },
+  HttpApiSchema.annotations({ status: 403 })
+) {
+  override get message() {
+    return this.reason
+  }
+}
+
+/** The request body is larger than the server's limit (`limitBytes`, in bytes). Nothing was read past it or written. */
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()(
+  "PayloadTooLarge",
+  { limitBytes: Schema.Int },
+  HttpApiSchema.annotations({ status: 413 })
+) {
+  override get message() {
+    return `the request body exceeds the limit of ${this.limitBytes} bytes`
+  }
+}
+
+/** The body is not JSON (a `Content-Type` other than `application/json`). */
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()(
+  "UnsupportedMediaType",
+  { contentType: Schema.String },
+  HttpApiSchema.annotations({ status: 415 })
+) {
+  override get message() {
+    return `unsupported Content-Type "${this.contentType}"; send application/json`
+  }
+}
+
+/** No endpoint has this method and path. */
+export class RouteNotFound extends Schema.TaggedError<RouteNotFound>()(
+  "RouteNotFound",
+  { method: Schema.String, path: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
+) {
+  override get message() {
+    return `no endpoint ${this.method} ${this.path} (the API is described at /openapi.json and /docs)`
+  }
+}
+
+/** `/readyz`: the server cannot serve yet — the database is unreachable or its migrations are not all applied. */
+export class NotReady extends Schema.TaggedError<NotReady>()(
+  "NotReady",
+  { reason: Schema.String },
+  HttpApiSchema.annotations({ status: 503 })
+) {
+  override get message() {
+    return `not ready: ${this.reason}`
+  }
+}
+
+/** A request body sent without `Content-Length` (chunked): the server takes only bodies of declared length. */
+export class LengthRequired extends Schema.TaggedError<LengthRequired>()(
+  "LengthRequired",
+  {},
+  HttpApiSchema.annotations({ status: 411 })
+) {
+  override get message() {
+    return "a request body needs a Content-Length header (chunked bodies are not accepted)"
+  }
+}

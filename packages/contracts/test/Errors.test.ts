@@ -16,7 +16,17 @@ const intended: Record<string, number> = {
   PersistenceError: 500,
   ProviderError: 502,
   OffloadFailed: 502,
-  SubscriberTooSlow: 503
+  SubscriberTooSlow: 503,
+  ItemNotFound: 404,
+  HandoffNotFound: 404,
+  NoRunInProgress: 409,
+  Unauthorized: 401,
+  Forbidden: 403,
+  PayloadTooLarge: 413,
+  UnsupportedMediaType: 415,
+  RouteNotFound: 404,
+  NotReady: 503,
+  LengthRequired: 411
 }
 
 /** Every exported error class of a module: a constructor whose instances are `Error`s. */

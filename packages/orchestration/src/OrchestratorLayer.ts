@@ -1,6 +1,7 @@
 /**
- * The orchestration services as one Layer, with the unit of work, the post-commit event bus, the live event feed and
- * this incarnation's driver registration. It needs, from the app: `SqlClient` (migrated), `IdGenerator`,
+ * The orchestration services (commands, and `ThreadQuery` to read) as one Layer, with the unit of work, the
+ * post-commit event bus, the live event feed and this incarnation's driver registration. It needs, from the app:
+ * `SqlClient` (migrated), `IdGenerator`,
  * `TokenCounter`, `ProviderRegistry`, `Summariser` (for `/offload`) and `OrchestratorConfig`.
  */
 import { EventFeed, EventIds, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
@@ -18,12 +19,16 @@ import { ThreadLineage } from "./ThreadLineage.js"
 import { ThreadOffload } from "./ThreadOffload.js"
 import { ThreadRead } from "./ThreadRead.js"
 import { RunRecovery } from "./RunRecovery.js"
+import { ThreadQuery } from "./ThreadQuery.js"
 import { ThreadService } from "./ThreadService.js"
 import { TurnExecution } from "./TurnExecution.js"
 import { TurnStream } from "./TurnStream.js"
 
-/** Every orchestration service, still needing a `ThreadStore` (the simulation provides a crash-injecting one). */
-export const services = ThreadService.Default.pipe(
+/**
+ * Every orchestration service (commands and the read side, `ThreadQuery`), still needing a `ThreadStore` (the
+ * simulation provides a crash-injecting one).
+ */
+export const services = Layer.merge(ThreadQuery.Default, ThreadService.Default).pipe(
   Layer.provideMerge(TurnExecution.Default),
   Layer.provideMerge(RunRecovery.Default),
   Layer.provideMerge(TurnStream.Default),

@@ -44,6 +44,7 @@ import { isContention, orPersistence } from "./internal/errors.js"
 import { decodeEvents } from "./internal/EventRows.js"
 import { Count } from "./internal/Rows.js"
 import { pendingEvents } from "./UnitOfWork.js"
+import { migrations } from "./Migrations.js"
 import * as Table from "./internal/Table.js"
 import {
   DeliveryRow,
@@ -99,6 +100,8 @@ const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
 const decodeAssigned = Schema.decodeUnknown(Schema.Array(Schema.Struct({ globalSeq: Count, seq: Count })))
 const decodeEvent = Schema.decodeUnknown(ThreadEvent)
 const decodeNative = Schema.decodeUnknown(NativeThreadRow)
+/** The id of the newest migration this build registers (`0009_…` is 9). */
+const latestMigration = Math.max(...Object.keys(migrations).map((k) => Number(k.slice(0, k.indexOf("_")))))
 
 export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persistence/ThreadStore", {
   effect: Effect.gen(function*() {
@@ -554,6 +557,91 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             Effect.asVoid,
             orPersistence("provider_calibrations.upsert")
           ),
+
+      // ---- paged reads (the query side: ThreadQuery)
+      /**
+       * Threads oldest first (by `createdAt`, then `id`) after the keyset `after` (the last thread of the previous
+       * page), at most `limit`.
+       */
+      listThreadsPage: (options: { readonly after?: { readonly createdAt: string; readonly id: string } | undefined; readonly limit: number }) =>
+        threads.findAll(
+          "threads.listPage",
+          options.after === undefined
+            ? sql`SELECT * FROM threads ORDER BY created_at, id LIMIT ${options.limit}`
+            : sql`SELECT * FROM threads WHERE created_at > ${options.after.createdAt}
+                  OR (created_at = ${options.after.createdAt} AND id > ${options.after.id})
+                  ORDER BY created_at, id LIMIT ${options.limit}`
+        ),
+      /** Runs of a thread with `seq > afterSeq`, in order, at most `limit`. */
+      listRunsPage: (threadId: ThreadId, afterSeq: number, limit: number) =>
+        runs.findAll(
+          "runs.listPage",
+          sql`SELECT * FROM runs WHERE thread_id = ${threadId} AND seq > ${afterSeq} ORDER BY seq LIMIT ${limit}`
+        ),
+      /** The thread's newest `limit` runs, oldest first. */
+      listRecentRuns: (threadId: ThreadId, limit: number) =>
+        runs.findAll(
+          "runs.listRecent",
+          sql`SELECT * FROM runs WHERE thread_id = ${threadId} ORDER BY seq DESC LIMIT ${limit}`
+        ).pipe(Effect.map((rs) => [...rs].reverse())),
+      /** Items of a thread with `seq > afterSeq`, in order, at most `limit`. */
+      listItemsPage: (threadId: ThreadId, afterSeq: number, limit: number) =>
+        items.findAll(
+          "items.listPage",
+          sql`SELECT * FROM items WHERE thread_id = ${threadId} AND seq > ${afterSeq} ORDER BY seq LIMIT ${limit}`
+        ),
+      getItem: (id: ItemId) => items.findOne("items.getOne", sql`SELECT * FROM items WHERE id = ${id}`),
+      /** Counts over a thread: runs per status, items and their tokens, handoffs and open handoffs. */
+      threadTotals: (threadId: ThreadId) =>
+        Effect.gen(function*() {
+          const byStatus = yield* Effect.flatMap(
+            sql`SELECT status, COUNT(*) AS n FROM runs WHERE thread_id = ${threadId} GROUP BY status`,
+            Schema.decodeUnknown(Schema.Array(Schema.Struct({ status: Schema.String, n: Count })))
+          )
+          const itemRows = yield* Effect.flatMap(
+            sql`SELECT COUNT(*) AS n, COALESCE(SUM(tokens), 0) AS tokens FROM items WHERE thread_id = ${threadId}`,
+            Schema.decodeUnknown(Schema.Array(Schema.Struct({ n: Count, tokens: Count })))
+          )
+          const handoffRows = yield* Effect.flatMap(
+            sql`SELECT COUNT(*) AS n, COALESCE(SUM(open), 0) AS open FROM handoffs WHERE thread_id = ${threadId}`,
+            Schema.decodeUnknown(Schema.Array(Schema.Struct({ n: Count, open: Count })))
+          )
+          return {
+            runsByStatus: new Map(byStatus.map((r) => [r.status, Number(r.n)])),
+            items: Number(itemRows[0]?.n ?? 0),
+            itemTokens: Number(itemRows[0]?.tokens ?? 0),
+            handoffs: Number(handoffRows[0]?.n ?? 0),
+            openHandoffs: Number(handoffRows[0]?.open ?? 0)
+          }
+        }).pipe(orPersistence("threads.totals")),
+      /** The thread's handoffs that still owe something, oldest first. */
+      listOpenHandoffsOfThread: (threadId: ThreadId) =>
+        handoffs.findAll(
+          "handoffs.listOpenOfThread",
+          sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} AND open = 1 ORDER BY created_at, id`
+        ),
+      /** The deliveries of one handoff, oldest first. */
+      listDeliveriesOfHandoff: (handoffId: HandoffId) =>
+        deliveries.findAll(
+          "handoff_deliveries.listOfHandoff",
+          sql`SELECT * FROM handoff_deliveries WHERE handoff_id = ${handoffId} ORDER BY created_at, id`
+        ),
+      /**
+       * The schema's state, for readiness: the dialect, the newest migration applied and the newest this build knows.
+       * Fails with `PersistenceError` when the database does not answer.
+       */
+      schemaStatus: () =>
+        Effect.flatMap(
+          sql`SELECT MAX(migration_id) AS applied FROM effect_sql_migrations`,
+          Schema.decodeUnknown(Schema.Array(Schema.Struct({ applied: Schema.NullOr(Count) })))
+        ).pipe(
+          Effect.map((rows) => ({
+            dialect: sql.onDialectOrElse({ pg: () => "postgres" as const, orElse: () => "sqlite" as const }),
+            applied: Number(rows[0]?.applied ?? 0),
+            latest: latestMigration
+          })),
+          orPersistence("database.schemaStatus")
+        ),
 
       // ---- command receipts
       findReceipt: (commandId: string) =>

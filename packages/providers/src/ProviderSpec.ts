@@ -1,10 +1,15 @@
 /**
- * `--providers` specs: `NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject]`, comma-separated. NAME is a provider instance
+ * Scripted provider instance specs: what the apps (the CLI's `--providers`, the server's config file and
+ * `BATON_PROVIDERS`) say about each provider instance, and the scripted adapters built from them.
+ *
+ * The text form is `NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject]`, comma-separated. NAME is a provider instance
  * name, WINDOW and AUTOCOMPACT token counts (digits, `_` or `,` separators not allowed inside a spec list, so use
- * plain digits or a `k` suffix: `44k`).
+ * plain digits or a `k` suffix: `44k`). The JSON form is `ProviderSpecJson`.
  */
-import { InvalidRequest } from "@baton/contracts"
-import { Either } from "effect"
+import { InvalidRequest, type ProviderInstance } from "@baton/contracts"
+import type { TokenCounter } from "@baton/context"
+import { Either, Schema } from "effect"
+import * as ScriptedProvider from "./ScriptedProvider.js"
 
 export interface ProviderSpec {
   readonly name: string
@@ -17,7 +22,7 @@ export interface ProviderSpec {
 export const defaultProviders = "codex:44000:42000:inject,claude:200000:noinject"
 
 /** The scripted provider instance names this build knows how to configure. */
-export const knownProviderNames = ["codex", "claude", "openai", "anthropic", "pi", "openhands", "gemini", "scripted"]
+export const knownProviderNames = ["codex", "claude", "openai", "anthropic", "pi", "openhands", "gemini", "scripted"] as const
 
 const tokens = (text: string) => {
   const m = /^(\d+)(k)?$/i.exec(text)
@@ -50,7 +55,7 @@ export const parse = (value: string): Either.Either<ReadonlyArray<ProviderSpec>,
     const fields = part.split(":")
     const [name, windowText, ...rest] = fields
     const bad = (why: string) => Either.left(new InvalidRequest({ reason: `--providers: "${part}": ${why}` }))
-    if (name === undefined || !knownProviderNames.includes(name)) {
+    if (name === undefined || !(knownProviderNames as ReadonlyArray<string>).includes(name)) {
       return bad(`unknown provider "${name ?? ""}" (known: ${knownProviderNames.join(", ")})`)
     }
     if (specs.some((s) => s.name === name)) return bad(`provider "${name}" given twice`)
@@ -77,3 +82,43 @@ export const parse = (value: string): Either.Either<ReadonlyArray<ProviderSpec>,
   }
   return Either.right(specs)
 }
+
+/**
+ * One provider instance in JSON (the server's config file): `name` one of `knownProviderNames`; `window` and
+ * `autoCompactThreshold` in tokens (1,000 to `maxWindow`; the threshold at most the window); `inject` whether
+ * the instance takes history natively (default true); `kind` the adapter (only `scripted` in this build).
+ */
+export const ProviderSpecJson = Schema.Struct({
+  kind: Schema.optional(Schema.Literal("scripted")),
+  name: Schema.Literal(...knownProviderNames),
+  window: Schema.Int.pipe(Schema.between(1_000, maxWindow)),
+  autoCompactThreshold: Schema.optional(Schema.Int.pipe(Schema.between(1_000, maxWindow))),
+  inject: Schema.optional(Schema.Boolean)
+}).pipe(Schema.filter((p) =>
+  p.autoCompactThreshold === undefined || p.autoCompactThreshold <= p.window ||
+  { path: ["autoCompactThreshold"], message: `autoCompactThreshold ${p.autoCompactThreshold} exceeds window ${p.window}` }
+))
+export type ProviderSpecJson = typeof ProviderSpecJson.Type
+
+/** The spec of a JSON entry (defaults applied). */
+export const fromJson = (p: ProviderSpecJson): ProviderSpec => ({
+  name: p.name,
+  window: p.window,
+  autoCompactThreshold: p.autoCompactThreshold ?? null,
+  inject: p.inject ?? true
+})
+
+/** One scripted adapter per spec, all playing back `script` and counting with `counter`. */
+export const scripted = (
+  specs: ReadonlyArray<ProviderSpec>,
+  script: ScriptedProvider.Script,
+  counter: TokenCounter.TokenCounterShape
+): ReadonlyArray<ScriptedProvider.ScriptedProvider> =>
+  specs.map((spec) =>
+    ScriptedProvider.make({
+      instance: spec.name as ProviderInstance,
+      contextWindow: spec.window,
+      autoCompactThreshold: spec.autoCompactThreshold,
+      injectHistory: spec.inject
+    }, script, counter)
+  )

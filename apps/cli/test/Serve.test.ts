@@ -1,0 +1,102 @@
+/**
+ * `baton serve` as a real process on loopback: it reconciles what a dead process left unfinished before it serves,
+ * prints the URL it listens on, keeps the API behind the token it stored in the data directory (never printing
+ * it), serves a thread end to end, and stops on SIGTERM (exit 143) with nothing left running.
+ */
+import { Commands, type CommandId, type ProviderInstance } from "@baton/contracts"
+import { ThreadService } from "@baton/orchestration"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { Data, Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+
+interface Server {
+  readonly child: ChildProcess
+  readonly url: string
+  readonly output: () => { readonly stdout: string; readonly stderr: string }
+  readonly exited: Promise<number | null>
+}
+
+/** The server did not print its "listening on" line within 60 s. */
+class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
+
+/** Starts `baton serve --port 0 --data-dir DIR` and waits for its "listening on" line (at most 60 s). */
+const start = (dataDir: string) =>
+  Effect.async<Server, NotListening>((resume) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--data-dir", dataDir], {
+      cwd: repo,
+      env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "" },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    const exited = new Promise<number | null>((done) => child.on("close", (code) => done(code)))
+    const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 60_000)
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      const found = /listening on (http:\/\/\S+)/.exec(stdout)
+      if (found !== null) {
+        clearTimeout(timer)
+        resume(Effect.succeed({ child, url: found[1]!, output: () => ({ stdout, stderr }), exited }))
+      }
+    })
+    return Effect.sync(() => void child.kill("SIGKILL"))
+  })
+
+const call = (url: string, init: RequestInit = {}) =>
+  Effect.promise(async () => {
+    const response = await fetch(url, init)
+    return { status: response.status, body: await response.json() as Record<string, unknown> }
+  })
+
+describe("baton serve", () => {
+  it.live("reconciles a dead process's run, serves a thread behind its token, stops on SIGTERM with exit 143", () =>
+    Effect.gen(function*() {
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-serve-"))
+      const db = Path.join(dir, "baton.sqlite")
+      // A process that queued a run and stopped before driving it: its run is left `queued`.
+      const left = yield* Effect.gen(function*() {
+        const service = yield* ThreadService.ThreadService
+        const threadId = yield* service.createThread(Commands.CreateThread.make({
+          commandId: "cmd_a" as CommandId,
+          title: "left behind",
+          providerInstance: "codex" as ProviderInstance
+        }))
+        return yield* service.enqueueMessage(Commands.SendMessage.make({ commandId: "cmd_b" as CommandId, threadId, text: "never driven" }))
+      }).pipe(Effect.provide(Harness.make([{ name: "codex", window: 44_000, inject: true }], { db, idNamespace: "dead" }).layer))
+      expect(left.status).toBe("queued")
+
+      const server = yield* start(dir)
+      expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+      const token = Fs.readFileSync(Path.join(dir, "token"), "utf8").trim()
+      expect(Fs.statSync(Path.join(dir, "token")).mode & 0o777).toBe(0o600)
+      const auth = { authorization: `Bearer ${token}`, "content-type": "application/json" }
+
+      expect(yield* call(`${server.url}/healthz`)).toEqual({ status: 200, body: { status: "ok" } })
+      expect((yield* call(`${server.url}/threads`)).status).toBe(401)
+      // Startup reconciliation ended the left-behind run before the provider: it is owed to the next turn.
+      const reconciled = yield* call(`${server.url}/runs/${left.id}`, { headers: auth })
+      expect((reconciled.body.run as Record<string, unknown>).status).toBe("interrupted")
+      expect((reconciled.body.run as Record<string, unknown>).failureCode).toBe("process_restarted")
+
+      const sent = yield* call(`${server.url}/threads/${left.threadId}/messages`, { method: "POST", headers: auth, body: JSON.stringify({ text: "hello" }) })
+      expect([sent.status, sent.body.status]).toEqual([202, "queued"])
+      const run = yield* call(`${server.url}/runs/${sent.body.runId as string}?waitMs=30000`, { headers: auth })
+      expect((run.body.run as Record<string, unknown>).status).toBe("completed")
+
+      server.child.kill("SIGTERM")
+      const code = yield* Effect.promise(() => server.exited)
+      expect(code).toBe(143)
+      const { stderr, stdout } = server.output()
+      expect(stdout.trim().split("\n")).toEqual([`listening on ${server.url}`])
+      expect(stderr).toContain(`admin token: created in ${Path.join(dir, "token")}`)
+      expect(stderr + stdout).not.toContain(token)
+    }), 120_000)
+})

@@ -1,0 +1,57 @@
+/**
+ * EventStream: thread events as server-sent events (`text/event-stream`, `@effect/experimental`'s `Sse` encoder).
+ * Each event is `id: <cursor>` (the thread's `seq`, or the `globalSeq` on the all-threads stream), `event: <type>`,
+ * `data: <the ThreadEvent as JSON>`.
+ *
+ * This build replays the stored events after the cursor and then ends the stream: a client resumes with
+ * `Last-Event-ID`. The live tail (the event feed across processes, heartbeats, the slow-client bound) plugs in
+ * here when the event feed lands.
+ */
+import { InvalidRequest, ThreadEvent } from "@baton/contracts"
+import { Sse } from "@effect/experimental"
+import { HttpServerResponse } from "@effect/platform"
+import { Chunk, Effect, Option, Schema, Stream } from "effect"
+
+/** Events read per database page while replaying. */
+export const pageSize = 500
+
+const encodeEvent = Schema.encodeSync(ThreadEvent)
+const utf8 = new TextEncoder()
+
+/** One event as SSE bytes, `id` being its cursor on this stream. */
+export const encode = (event: ThreadEvent, id: number) =>
+  utf8.encode(Sse.encoder.write({ _tag: "Event", id: String(id), event: event.type, data: JSON.stringify(encodeEvent(event)) }))
+
+/**
+ * The cursor a stream starts after: `Last-Event-ID` (a reconnecting client) wins over the `after` query parameter;
+ * 0 (from the start) without either. Fails with `InvalidRequest` when `Last-Event-ID` is not an integer from 0 to
+ * `max` (a thread's stream: `Api.maxSeq`).
+ */
+export const startCursor = (lastEventId: string | undefined, after: number | undefined, max: number = Number.MAX_SAFE_INTEGER) => {
+  if (lastEventId === undefined || lastEventId.trim() === "") return Effect.succeed(after ?? 0)
+  const n = Number(lastEventId.trim())
+  return Number.isSafeInteger(n) && n >= 0 && n <= max
+    ? Effect.succeed(n)
+    : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID: expected the id of an event received (a non-negative integer), got "${lastEventId.slice(0, 40)}"` }))
+}
+
+/**
+ * The SSE response replaying `read(after)` page by page (each page the events after the cursor, at most
+ * `pageSize`) from `after`, `cursorOf` giving each event's id on this stream.
+ */
+export const replay = <E>(
+  read: (after: number) => Effect.Effect<ReadonlyArray<ThreadEvent>, E>,
+  cursorOf: (event: ThreadEvent) => number,
+  after: number
+) =>
+  HttpServerResponse.stream(
+    Stream.paginateChunkEffect(after, (cursor) =>
+      Effect.map(read(cursor), (events) => {
+        const last = events.at(-1)
+        return [
+          Chunk.fromIterable(events.map((e) => encode(e, cursorOf(e)))),
+          events.length < pageSize || last === undefined ? Option.none() : Option.some(cursorOf(last))
+        ] as const
+      })),
+    { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+  )

@@ -1,0 +1,154 @@
+/**
+ * Handlers: the implementation of each `BatonApi` group (`HttpApiBuilder.group`). Reads go through `ThreadQuery`,
+ * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
+ * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
+ */
+import { Api, Commands, type CommandId, InvalidRequest, NoRunInProgress } from "@baton/contracts"
+import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
+import { HttpApiBuilder } from "@effect/platform"
+import { Duration, Effect, Layer } from "effect"
+import * as EventStream from "./EventStream.js"
+
+/**
+ * The command id of a write: the `Idempotency-Key` header or the body's `commandId` (both: they must be equal),
+ * else a fresh id (the command is then not deduplicated). Fails with `InvalidRequest` when the two differ.
+ */
+const commandIdOf = (
+  ids: IdGenerator.IdGeneratorShape,
+  headers: { readonly "idempotency-key"?: string | undefined },
+  body: { readonly commandId?: string | undefined }
+) => {
+  const header = headers["idempotency-key"]
+  if (header !== undefined && body.commandId !== undefined && header !== body.commandId) {
+    return Effect.fail(new InvalidRequest({ reason: "Idempotency-Key and the body's commandId differ; send one, or the same in both" }))
+  }
+  return Effect.succeed((header ?? body.commandId ?? ids.next("cmd")) as CommandId)
+}
+
+const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
+  Effect.gen(function*() {
+    const service = yield* ThreadService.ThreadService
+    const query = yield* ThreadQuery.ThreadQuery
+    const driver = yield* RunDriver.RunDriver
+    const ids = yield* IdGenerator.IdGenerator
+    return handlers
+      .handle("create", ({ headers, payload }) =>
+        Effect.gen(function*() {
+          const commandId = yield* commandIdOf(ids, headers, payload)
+          const threadId = yield* service.createThread(Commands.CreateThread.make({
+            commandId,
+            title: payload.title ?? "untitled",
+            providerInstance: payload.providerInstance
+          }))
+          return { threadId }
+        }))
+      .handle("list", ({ urlParams }) => query.listThreads(urlParams))
+      .handle("get", ({ path }) => query.snapshot(path.threadId))
+      .handle("switchProvider", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.switchProvider(Commands.SwitchProvider.make({
+            commandId,
+            threadId: path.threadId,
+            providerInstance: payload.providerInstance
+          }))))
+      .handle("fork", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.fork(Commands.ForkThread.make({
+            commandId,
+            threadId: path.threadId,
+            ...(payload.atRunSeq === undefined ? {} : { atRunSeq: payload.atRunSeq }),
+            ...(payload.providerInstance === undefined ? {} : { providerInstance: payload.providerInstance }),
+            ...(payload.title === undefined ? {} : { title: payload.title })
+          }))))
+      .handle("mergeBack", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.mergeBack(Commands.MergeBack.make({ commandId, forkThreadId: path.threadId }))))
+      .handle("compact", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.compact(Commands.CompactThread.make({ commandId, threadId: path.threadId }))))
+      .handle("offload", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.offload(Commands.OffloadThread.make({
+            commandId,
+            threadId: path.threadId,
+            ...(payload.keepTokens === undefined ? {} : { keepTokens: payload.keepTokens })
+          }))))
+      .handle("interrupt", ({ headers, path, payload }) =>
+        Effect.gen(function*() {
+          const commandId = yield* commandIdOf(ids, headers, payload)
+          const runId = payload.runId ?? (yield* query.currentRun(path.threadId))?.id
+          if (runId === undefined) return yield* new NoRunInProgress({ threadId: path.threadId })
+          return yield* driver.interrupt(Commands.InterruptRun.make({ commandId, threadId: path.threadId, runId }))
+        }))
+  }))
+
+const messages = HttpApiBuilder.group(Api.BatonApi, "messages", (handlers) =>
+  Effect.gen(function*() {
+    const driver = yield* RunDriver.RunDriver
+    const ids = yield* IdGenerator.IdGenerator
+    return handlers.handle("send", ({ headers, path, payload }) =>
+      Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+        driver.submit(Commands.SendMessage.make({ commandId, threadId: path.threadId, text: payload.text }))))
+  }))
+
+const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
+  Effect.gen(function*() {
+    const query = yield* ThreadQuery.ThreadQuery
+    const driver = yield* RunDriver.RunDriver
+    return handlers
+      .handle("get", ({ path, urlParams }) =>
+        Effect.gen(function*() {
+          if (urlParams.waitMs !== undefined && urlParams.waitMs > 0) {
+            // Waits for the run to end, at most `waitMs`; then answers the run as it stands.
+            yield* driver.awaitRun(path.runId).pipe(
+              Effect.timeout(Duration.millis(urlParams.waitMs)),
+              Effect.catchTag("TimeoutException", () => Effect.void),
+              Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.void)
+            )
+          }
+          return yield* query.run(path.runId)
+        }))
+      .handle("list", ({ path, urlParams }) => query.listRuns(path.threadId, urlParams))
+  }))
+
+const items = HttpApiBuilder.group(Api.BatonApi, "items", (handlers) =>
+  Effect.map(ThreadQuery.ThreadQuery, (query) =>
+    handlers
+      .handle("list", ({ path, urlParams }) => query.listItems(path.threadId, urlParams))
+      .handle("get", ({ path, urlParams }) => query.itemText(path.itemId, urlParams))))
+
+const handoffs = HttpApiBuilder.group(Api.BatonApi, "handoffs", (handlers) =>
+  Effect.map(ThreadQuery.ThreadQuery, (query) =>
+    handlers
+      .handle("list", ({ path }) => query.handoffs(path.threadId))
+      .handle("get", ({ path }) => query.handoff(path.handoffId))))
+
+const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
+  Effect.map(ThreadQuery.ThreadQuery, (query) =>
+    handlers
+      .handle("thread", ({ headers, path, urlParams }) =>
+        Effect.gen(function*() {
+          const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after, Api.maxSeq)
+          // The thread must exist before the stream starts: an unknown id is a 404, not an empty stream.
+          yield* query.threadEvents(path.threadId, after, 1)
+          return EventStream.replay(
+            (cursor) => query.threadEvents(path.threadId, cursor, EventStream.pageSize),
+            (e) => e.seq,
+            after
+          )
+        }))
+      .handle("all", ({ headers, urlParams }) =>
+        Effect.map(EventStream.startCursor(headers["last-event-id"], urlParams.after), (after) =>
+          EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)))))
+
+const health = HttpApiBuilder.group(Api.BatonApi, "health", (handlers) =>
+  Effect.map(ThreadQuery.ThreadQuery, (query) =>
+    handlers
+      .handle("live", () => Effect.succeed({ status: "ok" as const }))
+      .handle("ready", () => query.readiness())))
+
+/**
+ * Every group's handlers. Requires `ThreadService`, `ThreadQuery`, `RunDriver`, `IdGenerator` and the
+ * `Authorization` middleware.
+ */
+export const layer = Layer.mergeAll(threads, messages, runs, items, handoffs, events, health)

@@ -1,0 +1,236 @@
+/**
+ * HttpGuard: what stands between the network and the API so that bad input never hurts. It wraps the whole HTTP
+ * app (API routes, `/openapi.json`, `/docs`) and owns:
+ *
+ * - **The body limit.** A body must declare its `Content-Length` (411 otherwise: chunked bodies are refused); one
+ *   over the limit is answered 413 without being parsed (it is drained first, up to 64 MiB, so that the answer
+ *   reaches the client, then the connection is closed). Nothing of such a request is written.
+ * - **The body's form.** A body with a `Content-Type` other than JSON is 415; a JSON body that does not parse is 400
+ *   `InvalidRequest`, and so is a body that is not valid UTF-8 or nests deeper than `maxNesting` levels (a deep
+ *   value would exhaust the stack of the schema error formatter). The body is read here once (the request caches
+ *   it), so the API's own decoding never meets a transport failure it would turn into a 500.
+ * - **Unknown routes** are 404 `RouteNotFound` as JSON (the router's default is an empty 404).
+ * - **Error bodies** get a `message` (the error's sentence for people, with what to do) beside `_tag` and its fields.
+ * - **Anything unexpected** (a defect) is logged with its cause and answered 500 `InternalError` as JSON, never with
+ *   the defect's text.
+ */
+import {
+  ConcurrentModification,
+  Forbidden,
+  HandoffNotFound,
+  InvalidRequest,
+  ItemNotFound,
+  LengthRequired,
+  NoRunInProgress,
+  NotReady,
+  OffloadFailed,
+  PayloadTooLarge,
+  PersistenceError,
+  ProviderError,
+  RouteNotFound,
+  RunInProgress,
+  RunNotFound,
+  ThreadNotFound,
+  Unauthorized,
+  UnknownProvider,
+  UnsupportedMediaType
+} from "@baton/contracts"
+import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
+import { Cause, Duration, Effect, Option, Schema } from "effect"
+
+/** Every boundary error the API answers with, to give its body a `message`. */
+const BoundaryError = Schema.Union(
+  ThreadNotFound,
+  RunNotFound,
+  ItemNotFound,
+  HandoffNotFound,
+  UnknownProvider,
+  InvalidRequest,
+  RunInProgress,
+  NoRunInProgress,
+  ConcurrentModification,
+  PersistenceError,
+  ProviderError,
+  OffloadFailed,
+  Unauthorized,
+  Forbidden,
+  PayloadTooLarge,
+  LengthRequired,
+  UnsupportedMediaType,
+  RouteNotFound,
+  NotReady
+)
+const decodeBoundary = Schema.decodeUnknownOption(BoundaryError)
+const encodeBoundary = Schema.encodeSync(BoundaryError)
+
+/** An error as the API serves it: its encoded fields, its `message`, with its class's status. */
+export const errorResponse = (error: typeof BoundaryError.Type, status: number) =>
+  HttpServerResponse.unsafeJson({ ...encodeBoundary(error), message: error.message }, { status })
+
+const textDecoder = new TextDecoder()
+
+/**
+ * Adds `message` to a JSON error body that lacks one (a boundary error as HttpApi encoded it). Other responses
+ * are returned as they are.
+ */
+const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
+  if (response.status < 400 || response.body._tag !== "Uint8Array") return response
+  const parsed = Option.liftThrowable((text: string): unknown => JSON.parse(text))(textDecoder.decode(response.body.body))
+  if (Option.isNone(parsed) || typeof parsed.value !== "object" || parsed.value === null || "message" in parsed.value) return response
+  const error = decodeBoundary(parsed.value)
+  if (Option.isNone(error)) return response
+  return HttpServerResponse.unsafeJson({ ...parsed.value, message: error.value.message }, { status: response.status, headers: response.headers })
+}
+
+/** Whether a `Content-Type` is JSON (`application/json`, `application/x+json`, with parameters). */
+const isJson = (contentType: string) => /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(contentType.trim())
+
+/** The deepest nesting of arrays and objects a body may have (none of the API's bodies nests beyond 2). */
+export const maxNesting = 32
+
+/**
+ * The deepest nesting of `[`/`{` in a JSON text, outside strings (a linear scan that never recurses: a body of a
+ * million brackets must not exhaust the stack of whatever reads it next).
+ */
+export const nestingDepth = (text: string) => {
+  let depth = 0
+  let deepest = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++
+      else if (c === 0x22) inString = false
+    } else if (c === 0x22) inString = true
+    else if (c === 0x5b || c === 0x7b) deepest = Math.max(deepest, ++depth)
+    else if (c === 0x5d || c === 0x7d) depth--
+  }
+  return deepest
+}
+
+/** How much of a refused body is read and discarded before answering, in bytes past the limit. */
+const drainCapBytes = 64 * 1024 * 1024
+/** How long a refused body is drained before answering anyway, in milliseconds. */
+const drainTimeoutMs = 5_000
+
+/**
+ * Reads and discards what is left of a request body (at most `drainCapBytes`, for at most `drainTimeoutMs`), so
+ * that the refusal sent next reaches the client: closing a socket with unread data resets the connection and the
+ * client may lose the answer.
+ */
+const drain = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.async<void>((resume) => {
+    const source = NodeHttpServerRequest.toIncomingMessage(request)
+    if (source.readableEnded || source.destroyed) return resume(Effect.void)
+    let bytes = 0
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length
+      if (bytes > drainCapBytes) finish()
+    }
+    const finish = () => {
+      source.off("data", onData)
+      source.off("end", finish)
+      source.off("error", finish)
+      source.off("close", finish)
+      resume(Effect.void)
+    }
+    source.on("data", onData)
+    source.once("end", finish)
+    source.once("error", finish)
+    source.once("close", finish)
+    source.resume()
+    return Effect.sync(() => {
+      source.off("data", onData)
+      source.off("end", finish)
+      source.off("error", finish)
+      source.off("close", finish)
+    })
+  }).pipe(Effect.timeoutOption(Duration.millis(drainTimeoutMs)), Effect.asVoid)
+
+/** A refusal sent after draining the body; the connection is closed after it. */
+const refuse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  Effect.as(drain(request), Option.some(HttpServerResponse.setHeader(response, "connection", "close")))
+
+/**
+ * Checks and reads a request's body before the app sees it; returns the response to answer instead, if any. A body
+ * must declare its length (411 otherwise); one longer than the limit is refused (413) before it is parsed.
+ */
+const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: number) =>
+  Effect.gen(function*() {
+    const none = Option.none<HttpServerResponse.HttpServerResponse>()
+    const declared = request.headers["content-length"]
+    if (declared === undefined) {
+      return request.headers["transfer-encoding"] === undefined ? none : yield* refuse(request, errorResponse(new LengthRequired(), 411))
+    }
+    // Node's parser has already refused a malformed Content-Length; a body is exactly this long.
+    const length = Number(declared)
+    if (length > maxBodyBytes) return yield* refuse(request, errorResponse(new PayloadTooLarge({ limitBytes: maxBodyBytes }), 413))
+    if (length === 0 || !HttpMethod.hasBody(request.method)) return none
+    const text = yield* Effect.either(request.text)
+    if (text._tag === "Left") {
+      // The connection broke mid-body: nobody reads the answer, but it is a client's fault, not the server's.
+      return Option.some(errorResponse(new InvalidRequest({ reason: "the body could not be read (the connection broke)" }), 400))
+    }
+    const contentType = request.headers["content-type"]
+    if (contentType !== undefined && !isJson(contentType)) {
+      return Option.some(errorResponse(new UnsupportedMediaType({ contentType: contentType.slice(0, 200) }), 415))
+    }
+    // Every invalid UTF-8 sequence the decoder met became U+FFFD, which (but for a truncated 4-byte sequence) does
+    // not re-encode to the declared length: such a body is refused instead of altered.
+    if (text.right.includes("\uFFFD") && Buffer.byteLength(text.right, "utf8") !== length) {
+      return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid UTF-8" }), 400))
+    }
+    const depth = nestingDepth(text.right)
+    if (depth > maxNesting) {
+      return Option.some(errorResponse(new InvalidRequest({ reason: `the body nests ${depth} levels deep; at most ${maxNesting} are accepted` }), 400))
+    }
+    const parsed = Option.liftThrowable((body: string): unknown => JSON.parse(body))(text.right)
+    if (Option.isNone(parsed)) {
+      return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid JSON" }), 400))
+    }
+    return none
+  })
+
+/**
+ * The last step before a response is sent: an empty 404 (the router found no route) becomes `RouteNotFound`, an
+ * empty 5xx (a defect) becomes `InternalError`, both as JSON; an error body gets its `message`.
+ */
+const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  Effect.succeed(
+    response.body._tag === "Empty" && response.status === 404
+      ? errorResponse(new RouteNotFound({ method: request.method, path: request.url.split("?")[0]!.slice(0, 500) }), 404)
+      : response.body._tag === "Empty" && response.status >= 500
+      ? HttpServerResponse.unsafeJson(
+        { _tag: "InternalError", message: "the server failed unexpectedly; the failure is logged" },
+        { status: response.status }
+      )
+      : withMessage(response)
+  )
+
+/**
+ * The guard as an HttpApp middleware (for `HttpApiBuilder.serve`), with the body limit `maxBodyBytes` in bytes.
+ * The platform has answered a failure by the time the middleware sees it (through `finish`); what is left here is
+ * logging a defect with its cause.
+ */
+export const middleware = (options: { readonly maxBodyBytes: number }) =>
+  <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R | HttpServerRequest.HttpServerRequest> =>
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const refused = yield* checkBody(request, options.maxBodyBytes)
+      if (Option.isSome(refused)) return refused.value
+      yield* HttpApp.appendPreResponseHandler(finish)
+      return yield* app
+    }).pipe(
+      Effect.tapErrorCause((cause) =>
+        Effect.gen(function*() {
+          const failure = Cause.failureOption(cause)
+          if (Cause.isInterruptedOnly(cause) || (Option.isSome(failure) && isRouteNotFound(failure.value))) return
+          const request = yield* HttpServerRequest.HttpServerRequest
+          yield* Effect.logError(`${request.method} ${request.url.split("?")[0]} failed unexpectedly`, cause)
+        })
+      )
+    )
+
+const isRouteNotFound = (e: unknown) =>
+  typeof e === "object" && e !== null && "_tag" in e && (e as { readonly _tag: unknown })._tag === "RouteNotFound"

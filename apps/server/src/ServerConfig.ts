@@ -1,0 +1,283 @@
+/**
+ * ServerConfig: what the server is told at start — where it listens, its database, its provider instances, its
+ * tokens and its limits — from four sources, later ones winning: the defaults, a JSON config file (`--config FILE`
+ * or `BATON_CONFIG`), environment variables, command-line flags. The file is validated whole before anything starts:
+ * an unknown field, a wrong type or a bad value fails with `ConfigInvalid` naming the field's path
+ * (`providers[1].window`). It owns reading and validating; the server (Server.ts) acts on the result.
+ *
+ * Tokens: an admin token (any request) and an optional read-only token (`GET` only). Without an admin token in the
+ * file or `BATON_TOKEN`, the server reads one from its token file (`auth.tokenFile`, default
+ * `<data dir>/token`), creating it (32 random bytes, base64url, mode 0600) on first start: the API is never served
+ * without a token, even on loopback, and a local client reads the file. Token values are never logged or echoed.
+ */
+import { ProviderSpec } from "@baton/providers"
+import { Database } from "@baton/persistence"
+import { Config, Data, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
+import * as Crypto from "node:crypto"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+
+/** The default address: loopback only. */
+export const defaultHost = "127.0.0.1"
+/** The default port. */
+export const defaultPort = 8787
+/** The default request body limit, in bytes (2 MiB). */
+export const defaultMaxBodyBytes = 2 * 1024 * 1024
+/** The default shutdown deadline for open requests and streams, in milliseconds. */
+export const defaultShutdownTimeoutMs = 10_000
+/** The default bound on a provider's interrupt acknowledgement (user interrupt and shutdown), in milliseconds. */
+export const defaultInterruptTimeoutMs = 10_000
+
+/** A token: 16 to 512 printable ASCII characters (shorter ones are too easy to guess). */
+const Token = Schema.String.pipe(
+  Schema.pattern(/^[\x21-\x7e]{16,512}$/, { message: () => "a token is 16 to 512 printable ASCII characters without spaces" })
+)
+
+/**
+ * The JSON config file. Every field is optional; unknown fields are errors.
+ * - `host`, `port` (0: any free port);
+ * - `database`: `url` (Postgres) or `sqlitePath` (a SQLite file) or `dataDir` (SQLite at `<dataDir>/baton.sqlite`);
+ * - `providers`: the provider instances (`ProviderSpec.ProviderSpecJson`); the first is the default of new threads;
+ * - `auth`: `token` (admin), `readToken` (read-only), `tokenFile` (where the generated admin token lives);
+ * - `limits`: `maxBodyBytes` (request body, bytes), `shutdownTimeoutMs` (open requests at shutdown),
+ *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn).
+ */
+export const ConfigFile = Schema.Struct({
+  host: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
+  port: Schema.optional(Schema.Int.pipe(Schema.between(0, 65_535))),
+  database: Schema.optional(Schema.Struct({
+    url: Schema.optional(Schema.String.pipe(Schema.pattern(/^postgres(ql)?:\/\//, { message: () => "a Postgres URL starts with postgres://" }))),
+    sqlitePath: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
+    dataDir: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+  })),
+  providers: Schema.optional(Schema.Array(ProviderSpec.ProviderSpecJson).pipe(Schema.minItems(1))),
+  auth: Schema.optional(Schema.Struct({
+    token: Schema.optional(Token),
+    readToken: Schema.optional(Token),
+    tokenFile: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+  })),
+  limits: Schema.optional(Schema.Struct({
+    maxBodyBytes: Schema.optional(Schema.Int.pipe(Schema.between(1_024, 1_073_741_824))),
+    shutdownTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 600_000))),
+    interruptTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(100, 600_000))),
+    turnTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
+  }))
+})
+export type ConfigFile = typeof ConfigFile.Type
+
+/** The configuration is unusable: `source` (a file, a variable, a flag) and what is wrong, naming the field. */
+export class ConfigInvalid extends Data.TaggedError("ConfigInvalid")<{ readonly source: string; readonly reason: string }> {
+  override get message() {
+    return `${this.source}: ${this.reason}`
+  }
+}
+
+/** Where the admin token came from: the config file, `BATON_TOKEN`, or the token file (generated when missing). */
+export type TokenSource =
+  | { readonly _tag: "config" }
+  | { readonly _tag: "env" }
+  | { readonly _tag: "file"; readonly path: string; readonly created: boolean }
+
+/** The database the server opens. */
+export type DatabaseSetting =
+  | { readonly _tag: "sqlite"; readonly path: string }
+  | { readonly _tag: "postgres"; readonly url: string }
+
+/** The resolved configuration: every source applied, every value checked. */
+export interface ServerSettings {
+  readonly host: string
+  readonly port: number
+  readonly database: DatabaseSetting
+  readonly providers: ReadonlyArray<ProviderSpec.ProviderSpec>
+  readonly auth: {
+    readonly adminToken: Redacted.Redacted<string>
+    readonly readToken: Redacted.Redacted<string> | null
+    readonly source: TokenSource
+  }
+  readonly limits: {
+    readonly maxBodyBytes: number
+    readonly shutdownTimeoutMs: number
+    readonly interruptTimeoutMs: number
+    readonly turnTimeoutMs: number
+  }
+}
+
+/** The command-line flags of `baton serve` (each overrides the file and the environment). */
+export interface ServeFlags {
+  readonly host?: string | undefined
+  readonly port?: number | undefined
+  readonly db?: string | undefined
+  readonly dataDir?: string | undefined
+  readonly databaseUrl?: string | undefined
+  readonly config?: string | undefined
+}
+
+/** `a.b[2].c` from a parse issue's path. */
+const formatPath = (path: ReadonlyArray<PropertyKey>) =>
+  path.reduce<string>((out, key) => typeof key === "number" ? `${out}[${key}]` : out === "" ? String(key) : `${out}.${String(key)}`, "")
+
+/**
+ * Every field a parse error names, once each (an optional field's "Expected undefined" alternative is dropped):
+ * `path: message; path: message`.
+ */
+export const describeIssues = (error: ParseResult.ParseError) => {
+  const byPath = new Map<string, string>()
+  const issues = ParseResult.ArrayFormatter.formatErrorSync(error)
+  const meaningful = issues.filter((issue) => !issue.message.startsWith("Expected undefined"))
+  for (const issue of meaningful.length > 0 ? meaningful : issues) {
+    const path = issue.path.length === 0 ? "(root)" : formatPath(issue.path)
+    if (!byPath.has(path)) byPath.set(path, issue.message)
+  }
+  return [...byPath].map(([path, message]) => `${path}: ${message}`).join("; ")
+}
+
+const decodeFile = Schema.decodeUnknownEither(ConfigFile, { onExcessProperty: "error", errors: "all" })
+
+/** Reads and validates a config file. Fails with `ConfigInvalid` naming the file and the fields. */
+export const readConfigFile = (file: string) =>
+  Effect.gen(function*() {
+    const text = yield* Effect.try({
+      try: () => Fs.readFileSync(file, "utf8"),
+      catch: (e) => new ConfigInvalid({ source: file, reason: `cannot read it (${e instanceof Error ? e.message : String(e)})` })
+    })
+    const json = yield* Effect.try({
+      try: (): unknown => JSON.parse(text),
+      catch: (e) => new ConfigInvalid({ source: file, reason: `not valid JSON (${e instanceof Error ? e.message : String(e)})` })
+    })
+    return yield* Either.match(decodeFile(json), {
+      onLeft: (error) => Effect.fail(new ConfigInvalid({ source: file, reason: describeIssues(error) })),
+      onRight: Effect.succeed
+    })
+  })
+
+/** An optional environment variable (empty counts as unset). */
+const env = (name: string) =>
+  Effect.map(Config.option(Config.string(name)), (v) => Option.filter(v, (s) => s.length > 0)).pipe(
+    Effect.mapError((e) => new ConfigInvalid({ source: name, reason: e.message })),
+    Effect.map(Option.getOrUndefined)
+  )
+
+/** An optional environment variable holding an integer within `[min, max]`. */
+const envInt = (name: string, min: number, max: number) =>
+  Effect.flatMap(env(name), (text) => {
+    if (text === undefined) return Effect.succeed(Option.none<number>())
+    const n = Number(text)
+    return Number.isInteger(n) && n >= min && n <= max
+      ? Effect.succeed(Option.some(n))
+      : Effect.fail(new ConfigInvalid({ source: name, reason: `expected an integer from ${min} to ${max}, got "${text}"` }))
+  }).pipe(Effect.map(Option.getOrUndefined))
+
+/** A token from the environment, checked like the file's. */
+const envToken = (name: string) =>
+  Effect.flatMap(env(name), (text) =>
+    text === undefined ? Effect.succeed(Option.none<string>()) : Either.match(Schema.decodeUnknownEither(Token)(text), {
+      onLeft: () => Effect.fail(new ConfigInvalid({ source: name, reason: "a token is 16 to 512 printable ASCII characters without spaces" })),
+      onRight: (t) => Effect.succeed(Option.some(t))
+    })).pipe(Effect.map(Option.getOrUndefined))
+
+/**
+ * The admin token in `file`, or a new one written there (mode 0600, its directory created). Fails with
+ * `ConfigInvalid` when the file cannot be read or written, or holds no usable token.
+ */
+export const tokenFromFile = (file: string) =>
+  Effect.try({
+    try: () => {
+      if (Fs.existsSync(file)) return { token: Fs.readFileSync(file, "utf8").trim(), created: false }
+      Fs.mkdirSync(Path.dirname(Path.resolve(file)), { recursive: true })
+      const token = Crypto.randomBytes(32).toString("base64url")
+      Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" })
+      return { token, created: true }
+    },
+    catch: (e) => new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
+  }).pipe(Effect.flatMap((found) =>
+    Schema.is(Token)(found.token)
+      ? Effect.succeed(found)
+      : Effect.fail(new ConfigInvalid({ source: file, reason: "the token file holds no usable token (16 to 512 printable ASCII characters)" }))
+  ))
+
+/**
+ * Resolves the configuration: defaults, then the config file (`flags.config`, else `BATON_CONFIG`), then the
+ * environment (`BATON_HOST`, `BATON_PORT`, `BATON_DATABASE_URL`, `BATON_DATA_DIR`, `BATON_PROVIDERS`,
+ * `BATON_TOKEN`, `BATON_READ_TOKEN`, `BATON_MAX_BODY_BYTES`), then the flags. Creates the token file when it
+ * supplies the admin token. Fails with `ConfigInvalid`.
+ */
+export const resolve = (flags: ServeFlags = {}) =>
+  Effect.gen(function*() {
+    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
+    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
+
+    const host = flags.host ?? (yield* env("BATON_HOST")) ?? file.host ?? defaultHost
+    const port = flags.port ?? (yield* envInt("BATON_PORT", 0, 65_535)) ?? file.port ?? defaultPort
+    if (!Number.isInteger(port) || port < 0 || port > 65_535) {
+      return yield* new ConfigInvalid({ source: "--port", reason: `expected 0 to 65535, got ${port}` })
+    }
+
+    // The database: a flag wins, then BATON_DATABASE_URL / BATON_DATA_DIR, then the file, then ./.baton.
+    const envUrl = yield* env("BATON_DATABASE_URL")
+    const envDataDir = yield* env("BATON_DATA_DIR")
+    const dataDir = flags.dataDir ?? envDataDir ?? file.database?.dataDir ?? Database.defaultDataDir
+    const database: DatabaseSetting = flags.databaseUrl !== undefined
+      ? { _tag: "postgres", url: flags.databaseUrl }
+      : flags.db !== undefined || flags.dataDir !== undefined
+      ? { _tag: "sqlite", path: flags.db ?? Path.join(dataDir, Database.sqliteFileName) }
+      : envUrl !== undefined
+      ? { _tag: "postgres", url: envUrl }
+      : file.database?.url !== undefined
+      ? { _tag: "postgres", url: file.database.url }
+      : { _tag: "sqlite", path: file.database?.sqlitePath ?? Path.join(dataDir, Database.sqliteFileName) }
+
+    const envProviders = yield* env("BATON_PROVIDERS")
+    let providers: ReadonlyArray<ProviderSpec.ProviderSpec>
+    if (envProviders !== undefined || file.providers === undefined) {
+      const parsed = ProviderSpec.parse(envProviders ?? ProviderSpec.defaultProviders)
+      if (Either.isLeft(parsed)) return yield* new ConfigInvalid({ source: "BATON_PROVIDERS", reason: parsed.left.message })
+      providers = parsed.right
+    } else {
+      const names = file.providers.map((p) => p.name)
+      const twice = names.findIndex((n, i) => names.indexOf(n) !== i)
+      if (twice >= 0) return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${twice}].name: "${names[twice]}" given twice` })
+      providers = file.providers.map(ProviderSpec.fromJson)
+    }
+
+    const envToken_ = yield* envToken("BATON_TOKEN")
+    const readToken = (yield* envToken("BATON_READ_TOKEN")) ?? file.auth?.readToken
+    let adminToken: string
+    let source: TokenSource
+    if (envToken_ !== undefined) {
+      adminToken = envToken_
+      source = { _tag: "env" }
+    } else if (file.auth?.token !== undefined) {
+      adminToken = file.auth.token
+      source = { _tag: "config" }
+    } else {
+      const tokenFile = file.auth?.tokenFile ?? Path.join(dataDir, "token")
+      const found = yield* tokenFromFile(tokenFile)
+      adminToken = found.token
+      source = { _tag: "file", path: tokenFile, created: found.created }
+    }
+    if (readToken !== undefined && readToken === adminToken) {
+      return yield* new ConfigInvalid({ source: "auth", reason: "the read-only token must differ from the admin token" })
+    }
+
+    const maxBodyBytes = (yield* envInt("BATON_MAX_BODY_BYTES", 1_024, 1_073_741_824)) ?? file.limits?.maxBodyBytes ?? defaultMaxBodyBytes
+    return {
+      host,
+      port,
+      database,
+      providers,
+      auth: {
+        adminToken: Redacted.make(adminToken),
+        readToken: readToken === undefined ? null : Redacted.make(readToken),
+        source
+      },
+      limits: {
+        maxBodyBytes,
+        shutdownTimeoutMs: file.limits?.shutdownTimeoutMs ?? defaultShutdownTimeoutMs,
+        interruptTimeoutMs: file.limits?.interruptTimeoutMs ?? defaultInterruptTimeoutMs,
+        turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000
+      }
+    } satisfies ServerSettings
+  })
+
+/** Whether `host` binds only the loopback interface. */
+export const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\./.test(host)

@@ -1,0 +1,6 @@
+export * as Auth from "./Auth.js"
+export * as EventStream from "./EventStream.js"
+export * as Handlers from "./Handlers.js"
+export * as HttpGuard from "./HttpGuard.js"
+export * as Server from "./Server.js"
+export * as ServerConfig from "./ServerConfig.js"

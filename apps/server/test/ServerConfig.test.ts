@@ -1,0 +1,118 @@
+/**
+ * The server's configuration: a config file validated whole (errors name the field's path), environment variables
+ * over the file, flags over both, and the admin token file created once with mode 0600.
+ */
+import { ServerConfig } from "@baton/server"
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Redacted } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+const tempDir = () => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-config-"))
+
+/** Resolves with `env` as the only environment and `file` (JSON) as the config file. */
+const resolveWith = (options: { readonly file?: unknown; readonly env?: Record<string, string>; readonly flags?: ServerConfig.ServeFlags }) => {
+  const dir = tempDir()
+  const config = Path.join(dir, "baton.json")
+  if (options.file !== undefined) Fs.writeFileSync(config, typeof options.file === "string" ? options.file : JSON.stringify(options.file))
+  return ServerConfig.resolve({
+    ...(options.file === undefined ? {} : { config }),
+    ...options.flags
+  }).pipe(
+    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries({ BATON_DATA_DIR: dir, ...options.env })))),
+    Effect.map((settings) => ({ settings, dir, config }))
+  )
+}
+
+const failure = (options: Parameters<typeof resolveWith>[0]) =>
+  Effect.map(Effect.flip(resolveWith(options)), (e) => e.message.replace(/^.*baton\.json: /, "baton.json: "))
+
+describe("ServerConfig", () => {
+  it.effect("defaults: loopback on 8787, SQLite in the data dir, the default providers, a generated token file (0600)", () =>
+    Effect.gen(function*() {
+      const { dir, settings } = yield* resolveWith({})
+      expect([settings.host, settings.port]).toEqual(["127.0.0.1", 8787])
+      expect(settings.database).toEqual({ _tag: "sqlite", path: Path.join(dir, "baton.sqlite") })
+      expect(settings.providers.map((p) => p.name)).toEqual(["codex", "claude"])
+      expect(settings.limits.maxBodyBytes).toBe(2 * 1024 * 1024)
+      const tokenFile = Path.join(dir, "token")
+      expect(settings.auth.source).toEqual({ _tag: "file", path: tokenFile, created: true })
+      expect(Fs.statSync(tokenFile).mode & 0o777).toBe(0o600)
+      expect(Fs.readFileSync(tokenFile, "utf8").trim()).toBe(Redacted.value(settings.auth.adminToken))
+      expect(Redacted.value(settings.auth.adminToken)).toMatch(/^[A-Za-z0-9_-]{43}$/)
+      // The token never shows in the settings' printed form.
+      expect(JSON.stringify(settings)).not.toContain(Redacted.value(settings.auth.adminToken))
+      expect(settings.auth.readToken).toBeNull()
+    }))
+
+  it.effect("a config file sets everything; the environment overrides it; flags override both", () =>
+    Effect.gen(function*() {
+      const file = {
+        host: "127.0.0.2",
+        port: 9000,
+        database: { url: "postgres://baton@127.0.0.1:5432/baton" },
+        providers: [{ name: "codex", window: 100_000, autoCompactThreshold: 90_000 }, { name: "claude", window: 200_000, inject: false }],
+        auth: { token: "file-admin-token-0123456789", readToken: "file-read-token-0123456789" },
+        limits: { maxBodyBytes: 65_536, shutdownTimeoutMs: 1_000 }
+      }
+      const fromFile = (yield* resolveWith({ file })).settings
+      expect([fromFile.host, fromFile.port, fromFile.database]).toEqual(["127.0.0.2", 9000, { _tag: "postgres", url: "postgres://baton@127.0.0.1:5432/baton" }])
+      expect(fromFile.providers).toEqual([
+        { name: "codex", window: 100_000, autoCompactThreshold: 90_000, inject: true },
+        { name: "claude", window: 200_000, autoCompactThreshold: null, inject: false }
+      ])
+      expect([Redacted.value(fromFile.auth.adminToken), fromFile.auth.source._tag]).toEqual(["file-admin-token-0123456789", "config"])
+      expect(fromFile.limits).toMatchObject({ maxBodyBytes: 65_536, shutdownTimeoutMs: 1_000 })
+
+      const env = {
+        BATON_PORT: "9100",
+        BATON_TOKEN: "env-admin-token-0123456789",
+        BATON_READ_TOKEN: "env-read-token-0123456789",
+        BATON_DATABASE_URL: "postgres://other@127.0.0.1:5432/x",
+        BATON_PROVIDERS: "pi:16000",
+        BATON_MAX_BODY_BYTES: "4096"
+      }
+      const fromEnv = (yield* resolveWith({ file, env })).settings
+      expect([fromEnv.port, fromEnv.database, fromEnv.providers.map((p) => p.name), fromEnv.limits.maxBodyBytes])
+        .toEqual([9100, { _tag: "postgres", url: "postgres://other@127.0.0.1:5432/x" }, ["pi"], 4096])
+      expect([Redacted.value(fromEnv.auth.adminToken), Redacted.value(fromEnv.auth.readToken!), fromEnv.auth.source._tag])
+        .toEqual(["env-admin-token-0123456789", "env-read-token-0123456789", "env"])
+
+      const fromFlags = (yield* resolveWith({ file, env, flags: { port: 0, host: "localhost", db: "/tmp/x.sqlite" } })).settings
+      expect([fromFlags.host, fromFlags.port, fromFlags.database]).toEqual(["localhost", 0, { _tag: "sqlite", path: "/tmp/x.sqlite" }])
+    }))
+
+  it.effect("a bad config file is refused whole, naming each field's path", () =>
+    Effect.gen(function*() {
+      expect(yield* failure({ file: "{ not json" })).toMatch(/^baton\.json: not valid JSON/)
+      expect(yield* failure({ file: { port: "80" } })).toBe("baton.json: port: Expected number, actual \"80\"")
+      expect(yield* failure({ file: { prot: 80 } })).toBe("baton.json: prot: is unexpected, expected: \"host\" | \"port\" | \"database\" | \"providers\" | \"auth\" | \"limits\"")
+      expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000 }, { name: "codex", window: 500 }] } }))
+        .toBe("baton.json: providers[1].window: Expected a number between 1000 and 100000000, actual 500")
+      expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000, autoCompactThreshold: 50_000 }] } }))
+        .toBe("baton.json: providers[0].autoCompactThreshold: autoCompactThreshold 50000 exceeds window 44000")
+      expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000 }, { name: "codex", window: 50_000 }] } }))
+        .toBe("baton.json: providers[1].name: \"codex\" given twice")
+      expect(yield* failure({ file: { auth: { token: "short" } } }))
+        .toBe("baton.json: auth.token: a token is 16 to 512 printable ASCII characters without spaces")
+      expect(yield* failure({ file: { limits: { maxBodyBytes: 10 } } }))
+        .toBe("baton.json: limits.maxBodyBytes: Expected a number between 1024 and 1073741824, actual 10")
+      expect(yield* failure({ env: { BATON_PORT: "http" } })).toBe("BATON_PORT: expected an integer from 0 to 65535, got \"http\"")
+      expect(yield* failure({ env: { BATON_TOKEN: "same-token-0123456789", BATON_READ_TOKEN: "same-token-0123456789" } }))
+        .toBe("auth: the read-only token must differ from the admin token")
+    }))
+
+  it.effect("the token file is created once and read back on the next start", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const file = Path.join(dir, "nested", "token")
+      const first = yield* ServerConfig.tokenFromFile(file)
+      const second = yield* ServerConfig.tokenFromFile(file)
+      expect([first.created, second.created, second.token]).toEqual([true, false, first.token])
+      Fs.writeFileSync(file, "tiny\n")
+      expect((yield* Effect.flip(ServerConfig.tokenFromFile(file))).message).toBe(
+        `${file}: the token file holds no usable token (16 to 512 printable ASCII characters)`
+      )
+    }))
+})

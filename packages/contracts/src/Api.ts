@@ -1,0 +1,395 @@
+/**
+ * The HTTP API, declared once: `BatonApi` (`HttpApi`) with one `HttpApiGroup` per resource. `apps/server` implements
+ * it (`HttpApiBuilder.group`), serves its OpenAPI document at `/openapi.json`, and clients call it through
+ * `HttpApiClient.make(BatonApi)` (the CLI as a client, tests, the fuzz and load tools).
+ *
+ * Conventions:
+ * - Every group but `health` sits behind `Authorization` (bearer token): 401 without or with an unknown token, 403
+ *   for the read-only token on anything but `GET`.
+ * - A write takes an idempotency key: the `Idempotency-Key` header or the body's `commandId` (both: they must be
+ *   equal). A key seen before answers with the first result (command receipts); reused for another command, thread
+ *   or payload it is refused (400). Without one, the command is not deduplicated.
+ * - Errors are JSON `{ "_tag", ...fields, "message" }` with the status of their class (`Errors.ts`); a body that does
+ *   not match its schema is 400 `HttpApiDecodeError` whose `issues[].path` names the field.
+ */
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import { loneSurrogateAt, PromptText } from "./Commands.js"
+import { Run } from "./Domain.js"
+import {
+  ConcurrentModification,
+  Forbidden,
+  HandoffNotFound,
+  InvalidRequest,
+  ItemNotFound,
+  LengthRequired,
+  NoRunInProgress,
+  NotReady,
+  OffloadFailed,
+  PayloadTooLarge,
+  PersistenceError,
+  ProviderError,
+  RouteNotFound,
+  RunInProgress,
+  RunNotFound,
+  ThreadNotFound,
+  Unauthorized,
+  UnknownProvider,
+  UnsupportedMediaType
+} from "./Errors.js"
+import { HandoffId, ItemId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
+import {
+  CompactReport,
+  CreateThreadResult,
+  ForkResult,
+  MergeResult,
+  OffloadReport,
+  SwitchResult
+} from "./Results.js"
+import {
+  HandoffList,
+  HandoffView,
+  Health,
+  ItemPage,
+  ItemText,
+  Readiness,
+  RunAccepted,
+  RunPage,
+  RunView,
+  ThreadPage,
+  ThreadSnapshot
+} from "./Views.js"
+
+/** The longest id accepted in a path (longer ones are 400, never looked up). */
+const maxIdLength = 200
+
+/** A client's idempotency key: 1 to 200 printable ASCII characters (no spaces). */
+export const IdempotencyKey = Schema.String.pipe(
+  Schema.minLength(1),
+  Schema.maxLength(200),
+  Schema.pattern(/^[\x21-\x7e]+$/, { message: () => "an idempotency key is 1 to 200 printable ASCII characters without spaces" })
+)
+
+/** The `Idempotency-Key` header of a write (header names are matched in lower case). */
+export const IdempotencyHeaders = Schema.Struct({ "idempotency-key": Schema.optional(IdempotencyKey) })
+
+const commandId = { commandId: Schema.optional(IdempotencyKey) }
+/** A thread's title: at most 500 characters of well-formed Unicode (a lone surrogate would be stored altered). */
+const title = Schema.String.pipe(
+  Schema.maxLength(500),
+  Schema.filter((text) => {
+    const at = loneSurrogateAt(text)
+    return at < 0 || `the title is not well-formed Unicode: lone surrogate at index ${at}`
+  })
+)
+
+const threadPath = Schema.Struct({ threadId: ThreadId.pipe(Schema.maxLength(maxIdLength)) })
+const runPath = Schema.Struct({ runId: RunId.pipe(Schema.maxLength(maxIdLength)) })
+const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength)) })
+const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(maxIdLength)) })
+
+/** A non-negative integer query parameter. */
+const IntParam = Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative())
+/** The largest thread-local `seq` (runs, items, a thread's events): the columns are 32-bit `INTEGER`s. */
+export const maxSeq = 2_147_483_647
+/** A cursor over a thread-local `seq`: 0..`maxSeq` (a larger one would not fit the column's type in a query). */
+const SeqParam = Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, maxSeq))
+/** A page size: 1..500 (default 100 where omitted). */
+const LimitParam = Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 500))
+/** The longest window `GET /items/{id}` returns, in characters. */
+export const maxItemTextChars = 1_048_576
+
+// ---- payloads
+
+/** A body that names a field the endpoint does not have is refused (400 naming it), not silently ignored. */
+const strict = { parseOptions: { onExcessProperty: "error" } } as const
+
+/** `POST /threads`: a thread whose first provider is `providerInstance`; `title` defaults to "untitled". */
+export const CreateThreadPayload = Schema.Struct({
+  title: Schema.optional(title),
+  providerInstance: ProviderInstance,
+  ...commandId
+}).annotations(strict)
+
+/** `POST /threads/{id}/messages`: a user message; `text` reaches the provider byte-identical. */
+export const SendMessagePayload = Schema.Struct({ text: PromptText, ...commandId }).annotations(strict)
+
+/** `POST /threads/{id}/switch`: the provider instance for the next run. */
+export const SwitchProviderPayload = Schema.Struct({ providerInstance: ProviderInstance, ...commandId }).annotations(strict)
+
+/** `POST /threads/{id}/fork`: see `Commands.ForkThread`. */
+export const ForkPayload = Schema.Struct({
+  atRunSeq: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  providerInstance: Schema.optional(ProviderInstance),
+  title: Schema.optional(title),
+  ...commandId
+}).annotations(strict)
+
+/** A command with nothing but its optional idempotency key (`/merge`, `/compact`). */
+export const CommandPayload = Schema.Struct(commandId).annotations(strict)
+
+/** `POST /threads/{id}/offload`: see `Commands.OffloadThread`. */
+export const OffloadPayload = Schema.Struct({
+  keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  ...commandId
+}).annotations(strict)
+
+/** `POST /threads/{id}/interrupt`: the run to interrupt; without `runId`, the thread's run in progress. */
+export const InterruptPayload = Schema.Struct({
+  runId: Schema.optional(RunId.pipe(Schema.maxLength(maxIdLength))),
+  ...commandId
+}).annotations(strict)
+
+// ---- security
+
+/**
+ * Bearer-token authentication for every group but `health`: the admin token may do anything, the read-only token
+ * only `GET`. Fails with `Unauthorized` (401) or `Forbidden` (403).
+ */
+export class Authorization extends HttpApiMiddleware.Tag<Authorization>()("@baton/contracts/Authorization", {
+  failure: Schema.Union(Unauthorized, Forbidden),
+  security: { bearer: HttpApiSecurity.bearer }
+}) {}
+
+// ---- groups
+
+/** Threads: create, list, snapshot, switch provider, fork, merge back, `/compact`, `/offload`, interrupt. */
+export class ThreadsGroup extends HttpApiGroup.make("threads")
+  .add(
+    HttpApiEndpoint.post("create", "/threads")
+      .setPayload(CreateThreadPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(CreateThreadResult, { status: 201 })
+      .addError(UnknownProvider)
+      .annotate(OpenApi.Description, "Creates a thread whose first provider is `providerInstance`.")
+  )
+  .add(
+    HttpApiEndpoint.get("list", "/threads")
+      .setUrlParams(Schema.Struct({ cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(1000))), limit: Schema.optional(LimitParam) }))
+      .addSuccess(ThreadPage)
+      .annotate(OpenApi.Description, "Lists threads, oldest first, `limit` (1..500, default 100) per page; pass `nextCursor` as `cursor` for the next page.")
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/threads/:threadId")
+      .setPath(threadPath)
+      .addSuccess(ThreadSnapshot)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "A thread's snapshot: provider threads, native threads with usage and window, recent runs, open handoffs, links, totals.")
+  )
+  .add(
+    HttpApiEndpoint.post("switchProvider", "/threads/:threadId/switch")
+      .setPath(threadPath)
+      .setPayload(SwitchProviderPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(SwitchResult)
+      .addError(ThreadNotFound)
+      .addError(UnknownProvider)
+      .addError(RunInProgress)
+      .annotate(OpenApi.Description, "Switches the provider for the next run; the destination is owed what it has not seen (a `switch` handoff). 409 while a run is queued or running.")
+  )
+  .add(
+    HttpApiEndpoint.post("fork", "/threads/:threadId/fork")
+      .setPath(threadPath)
+      .setPayload(ForkPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(ForkResult, { status: 201 })
+      .addError(ThreadNotFound)
+      .addError(UnknownProvider)
+      .annotate(OpenApi.Description, "Forks the thread at run `atRunSeq` (default: the last ended run) into a new thread owed that history by a `fork` handoff.")
+  )
+  .add(
+    HttpApiEndpoint.post("mergeBack", "/threads/:threadId/merge")
+      .setPath(threadPath)
+      .setPayload(CommandPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(MergeResult)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "Merges this fork's new runs back into its parent as one merge run owed by a `merge` handoff (`runId: null`: nothing new).")
+  )
+  .add(
+    HttpApiEndpoint.post("compact", "/threads/:threadId/compact")
+      .setPath(threadPath)
+      .setPayload(CommandPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(CompactReport)
+      .addError(ThreadNotFound)
+      .addError(RunInProgress)
+      .addError(UnknownProvider)
+      .addError(ProviderError)
+      .annotate(OpenApi.Description, "`/compact`: drains deferred history into the active native thread (natively where the provider can), then compacts it. 409 while a run is queued or running.")
+  )
+  .add(
+    HttpApiEndpoint.post("offload", "/threads/:threadId/offload")
+      .setPath(threadPath)
+      .setPayload(OffloadPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(OffloadReport)
+      .addError(ThreadNotFound)
+      .addError(RunInProgress)
+      .addError(OffloadFailed)
+      .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. 409 while a run is queued or running.")
+  )
+  .add(
+    HttpApiEndpoint.post("interrupt", "/threads/:threadId/interrupt")
+      .setPath(threadPath)
+      .setPayload(InterruptPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(Run)
+      .addError(ThreadNotFound)
+      .addError(RunNotFound)
+      .addError(NoRunInProgress)
+      .addError(UnknownProvider)
+      .annotate(OpenApi.Description, "Interrupts `runId`, or the thread's run in progress: a queued run ends before the provider, a running one is stopped at the provider. Answers the run as it ended.")
+  )
+  .middleware(Authorization)
+{}
+
+/** Messages: a user message becomes a run, queued behind the thread's run in progress. */
+export class MessagesGroup extends HttpApiGroup.make("messages")
+  .add(
+    HttpApiEndpoint.post("send", "/threads/:threadId/messages")
+      .setPath(threadPath)
+      .setPayload(SendMessagePayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(RunAccepted, { status: 202 })
+      .addError(ThreadNotFound)
+      .addError(UnknownProvider)
+      .addError(RunInProgress)
+      .annotate(OpenApi.Description, "Queues a user message as a run and answers at once (202) with the run id; the run starts when the thread's earlier runs have ended. Follow it with `GET /runs/{runId}?waitMs=` or the event stream.")
+  )
+  .middleware(Authorization)
+{}
+
+/** Runs: one run with its attempts and items; a thread's runs by seq. */
+export class RunsGroup extends HttpApiGroup.make("runs")
+  .add(
+    HttpApiEndpoint.get("get", "/runs/:runId")
+      .setPath(runPath)
+      .setUrlParams(Schema.Struct({ waitMs: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, 60_000))) }))
+      .addSuccess(RunView)
+      .addError(RunNotFound)
+      .annotate(OpenApi.Description, "A run with its attempts and items. `waitMs` (0..60000) waits up to that long for the run to end before answering (it answers as the run stands then).")
+  )
+  .add(
+    HttpApiEndpoint.get("list", "/threads/:threadId/runs")
+      .setPath(threadPath)
+      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(SeqParam), limit: Schema.optional(LimitParam) }))
+      .addSuccess(RunPage)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "A thread's runs with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page.")
+  )
+  .middleware(Authorization)
+{}
+
+/** Items: a thread's items by seq; one item by id with its text paged (the ref users and the model follow). */
+export class ItemsGroup extends HttpApiGroup.make("items")
+  .add(
+    HttpApiEndpoint.get("list", "/threads/:threadId/items")
+      .setPath(threadPath)
+      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(SeqParam), limit: Schema.optional(LimitParam) }))
+      .addSuccess(ItemPage)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "A thread's items with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page.")
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/items/:itemId")
+      .setPath(itemPath)
+      .setUrlParams(Schema.Struct({
+        offset: Schema.optional(IntParam),
+        limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, maxItemTextChars)))
+      }))
+      .addSuccess(ItemText)
+      .addError(ItemNotFound)
+      .annotate(OpenApi.Description, "One item; its text from character `offset` (default 0), at most `limit` characters (default 65536, at most 1048576).")
+  )
+  .middleware(Authorization)
+{}
+
+/** Handoffs: a thread's context handoffs and one handoff, each with its deliveries. */
+export class HandoffsGroup extends HttpApiGroup.make("handoffs")
+  .add(
+    HttpApiEndpoint.get("list", "/threads/:threadId/handoffs")
+      .setPath(threadPath)
+      .addSuccess(HandoffList)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "Every context handoff of the thread, oldest first, with its deliveries.")
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/handoffs/:handoffId")
+      .setPath(handoffPath)
+      .addSuccess(HandoffView)
+      .addError(HandoffNotFound)
+      .annotate(OpenApi.Description, "One context handoff with its deliveries.")
+  )
+  .middleware(Authorization)
+{}
+
+/** The `text/event-stream` body of the event endpoints (each SSE event's `data` is one `ThreadEvent` as JSON). */
+export const EventStream = HttpApiSchema.Text({ contentType: "text/event-stream" })
+
+/** Where an event stream starts: `Last-Event-ID` (a reconnecting client) wins over `after`. */
+const EventCursorHeaders = Schema.Struct({ "last-event-id": Schema.optional(Schema.String.pipe(Schema.maxLength(100))) })
+
+/**
+ * Events: a thread's events (`id:` is the event's `seq`) or every thread's (`id:` is its `globalSeq`) as server-sent
+ * events, replayed after the cursor (`Last-Event-ID`, else `after`, else from the start) then followed live.
+ */
+export class EventsGroup extends HttpApiGroup.make("events")
+  .add(
+    HttpApiEndpoint.get("thread", "/threads/:threadId/events")
+      .setPath(threadPath)
+      .setHeaders(EventCursorHeaders)
+      .setUrlParams(Schema.Struct({ after: Schema.optional(SeqParam) }))
+      .addSuccess(EventStream)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "The thread's events after `Last-Event-ID` (or `after`; a `seq`) as server-sent events, each `id:` its `seq`, `event:` its type, `data:` the event as JSON.")
+  )
+  .add(
+    HttpApiEndpoint.get("all", "/events")
+      .setHeaders(EventCursorHeaders)
+      .setUrlParams(Schema.Struct({ after: Schema.optional(IntParam) }))
+      .addSuccess(EventStream)
+      .annotate(OpenApi.Description, "Every thread's events after `Last-Event-ID` (or `after`; a `globalSeq`) as server-sent events, each `id:` its `globalSeq`.")
+  )
+  .middleware(Authorization)
+{}
+
+/** Health: liveness and readiness, without authentication. */
+export class HealthGroup extends HttpApiGroup.make("health")
+  .add(
+    HttpApiEndpoint.get("live", "/healthz")
+      .addSuccess(Health)
+      .annotate(OpenApi.Description, "Liveness: 200 while the process serves requests. No token needed.")
+  )
+  .add(
+    HttpApiEndpoint.get("ready", "/readyz")
+      .addSuccess(Readiness)
+      .addError(NotReady)
+      .annotate(OpenApi.Description, "Readiness: 200 when the database answers and every migration is applied, else 503. No token needed.")
+  )
+{}
+
+/**
+ * The Baton HTTP API. Errors any endpoint may answer: 400 `InvalidRequest` (a command that cannot be carried out as
+ * given), 409 `ConcurrentModification` (another writer won; retry), 411, 413, 415, 404 `RouteNotFound`, 500
+ * `PersistenceError`.
+ */
+export class BatonApi extends HttpApi.make("BatonApi")
+  .add(ThreadsGroup)
+  .add(MessagesGroup)
+  .add(RunsGroup)
+  .add(ItemsGroup)
+  .add(HandoffsGroup)
+  .add(EventsGroup)
+  .add(HealthGroup)
+  .addError(InvalidRequest)
+  .addError(ConcurrentModification)
+  .addError(PersistenceError)
+  .addError(PayloadTooLarge)
+  .addError(LengthRequired)
+  .addError(UnsupportedMediaType)
+  .addError(RouteNotFound)
+  .annotate(OpenApi.Title, "Baton")
+  .annotate(OpenApi.Version, "0.1.0")
+  .annotate(OpenApi.Description, "Context orchestration for coding agents: durable threads across providers, deferred context handoffs, /compact and /offload.")
+{}

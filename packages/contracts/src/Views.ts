@@ -1,0 +1,149 @@
+/**
+ * Read models: what the HTTP API (and any other reader) returns about threads, runs, items and handoffs. Each is a
+ * projection of the durable domain values (`Domain.ts`), assembled by the orchestration `ThreadQuery`; none is stored.
+ * Token figures are tokens (Baton's count of the rendered form unless a field says otherwise); times are UTC.
+ */
+import { Schema } from "effect"
+import {
+  ContextHandoff,
+  HandoffDelivery,
+  Item,
+  NativeThread,
+  ProviderThread,
+  Run,
+  RunAttempt,
+  RunStatus,
+  Thread,
+  ThreadLink,
+  Tokens
+} from "./Domain.js"
+import { ProviderInstance, RunId, ThreadId } from "./Ids.js"
+
+const Count = Schema.Int.pipe(Schema.nonNegative())
+
+/** One page of the thread list, oldest first; `nextCursor` continues after the last thread (`null`: no more). */
+export const ThreadPage = Schema.Struct({
+  threads: Schema.Array(Thread),
+  nextCursor: Schema.NullOr(Schema.String)
+})
+export type ThreadPage = typeof ThreadPage.Type
+
+/**
+ * A native thread with the window its next turn is budgeted against: the smallest known of the model's window, the
+ * reported `maxTokens` and the reported `autoCompactThreshold` (`null` when none is known).
+ */
+export const NativeThreadView = Schema.Struct({
+  ...NativeThread.fields,
+  window: Schema.NullOr(Tokens)
+})
+export type NativeThreadView = typeof NativeThreadView.Type
+
+/** A provider thread (a lane on one provider instance), whether it is the thread's active one, and its native threads (oldest generation first). */
+export const ProviderThreadView = Schema.Struct({
+  ...ProviderThread.fields,
+  active: Schema.Boolean,
+  nativeThreads: Schema.Array(NativeThreadView)
+})
+export type ProviderThreadView = typeof ProviderThreadView.Type
+
+/** A handoff with its bookkeeping flag (`open` while some destination is still owed) and its deliveries, oldest first. */
+export const HandoffView = Schema.Struct({
+  ...ContextHandoff.fields,
+  open: Schema.Boolean,
+  deliveries: Schema.Array(HandoffDelivery)
+})
+export type HandoffView = typeof HandoffView.Type
+
+/** A thread's handoffs, oldest first. */
+export const HandoffList = Schema.Struct({ handoffs: Schema.Array(HandoffView) })
+export type HandoffList = typeof HandoffList.Type
+
+/**
+ * Counts over a whole thread: runs (and runs per status; statuses with no run are 0), items and their tokens,
+ * handoffs (and those still open).
+ */
+export const ThreadTotals = Schema.Struct({
+  runs: Count,
+  runsByStatus: Schema.Record({ key: RunStatus, value: Count }),
+  items: Count,
+  itemTokens: Tokens,
+  handoffs: Count,
+  openHandoffs: Count
+})
+export type ThreadTotals = typeof ThreadTotals.Type
+
+/**
+ * A thread as it stands: its provider threads (the active one flagged) with their native threads, usage and window;
+ * its most recent runs (`recentRuns`, up to 20, oldest first: page every run with `GET /threads/{id}/runs`); the
+ * handoffs still owing history; its fork/merge links; totals.
+ */
+export const ThreadSnapshot = Schema.Struct({
+  thread: Thread,
+  activeProviderInstance: Schema.NullOr(ProviderInstance),
+  providerThreads: Schema.Array(ProviderThreadView),
+  recentRuns: Schema.Array(Run),
+  openHandoffs: Schema.Array(HandoffView),
+  links: Schema.Array(ThreadLink),
+  totals: ThreadTotals
+})
+export type ThreadSnapshot = typeof ThreadSnapshot.Type
+
+/** The number of runs a snapshot lists in `recentRuns`. */
+export const snapshotRecentRuns = 20
+
+/** One page of a thread's runs by seq; `nextAfterSeq` continues the listing (`null`: no more). */
+export const RunPage = Schema.Struct({
+  runs: Schema.Array(Run),
+  nextAfterSeq: Schema.NullOr(Count)
+})
+export type RunPage = typeof RunPage.Type
+
+/** A run, its attempts (one per try on a native thread) and the items it produced, in thread order. */
+export const RunView = Schema.Struct({
+  run: Run,
+  attempts: Schema.Array(RunAttempt),
+  items: Schema.Array(Item)
+})
+export type RunView = typeof RunView.Type
+
+/** What `POST /threads/{id}/messages` answers at once: the run it queued (or, for a repeated command id, the first one). */
+export const RunAccepted = Schema.Struct({
+  runId: RunId,
+  threadId: ThreadId,
+  /** 1-based position of the run in its thread. */
+  runSeq: Schema.Int.pipe(Schema.positive()),
+  status: RunStatus
+})
+export type RunAccepted = typeof RunAccepted.Type
+
+/** One page of a thread's items by seq; `nextAfterSeq` continues the listing (`null`: no more). */
+export const ItemPage = Schema.Struct({
+  items: Schema.Array(Item),
+  nextAfterSeq: Schema.NullOr(Count)
+})
+export type ItemPage = typeof ItemPage.Type
+
+/**
+ * One item with a window of its text: `item.text` holds the characters (UTF-16 code units) `[offset, offset +
+ * item.text.length)` of the original, `totalChars` the original's length, `nextOffset` where the next window starts
+ * (`null`: this window reaches the end). The ref that users and the model follow to read an omitted original.
+ */
+export const ItemText = Schema.Struct({
+  item: Item,
+  offset: Count,
+  totalChars: Count,
+  nextOffset: Schema.NullOr(Count)
+})
+export type ItemText = typeof ItemText.Type
+
+/** `/healthz`: the process is up and serving. */
+export const Health = Schema.Struct({ status: Schema.Literal("ok") })
+export type Health = typeof Health.Type
+
+/** `/readyz`: the database answers and every migration this build knows is applied. */
+export const Readiness = Schema.Struct({
+  status: Schema.Literal("ready"),
+  dialect: Schema.Literal("sqlite", "postgres"),
+  migrations: Schema.Struct({ applied: Count, latest: Count })
+})
+export type Readiness = typeof Readiness.Type

@@ -1,0 +1,248 @@
+/**
+ * ThreadQuery: the read side the apps use — thread pages and snapshots, runs with their items, item pages and item
+ * text windows (the ref users and the model follow), handoffs with their deliveries, event pages and readiness. It
+ * assembles the read models of `@baton/contracts` (`Views.ts`) from `ThreadStore` reads; it never writes and takes
+ * no lock (each answer is a consistent read of committed rows per query, not one snapshot across queries).
+ *
+ * Apps read through it, never through the repository.
+ */
+import {
+  type HandoffId,
+  HandoffNotFound,
+  type HandoffView,
+  InvalidRequest,
+  type ItemId,
+  ItemNotFound,
+  type ItemPage,
+  type ItemText,
+  type NativeThread,
+  type NativeThreadView,
+  NotReady,
+  type ProviderThread,
+  type ProviderThreadView,
+  type Readiness,
+  RunNotFound,
+  type RunId,
+  type RunPage,
+  RunStatus,
+  type RunView,
+  snapshotRecentRuns,
+  type ThreadId,
+  ThreadNotFound,
+  type ThreadPage,
+  type ThreadSnapshot
+} from "@baton/contracts"
+import { type StoredHandoff, ThreadStore } from "@baton/persistence"
+import { DateTime, Effect, Encoding, Either, Option, Schema } from "effect"
+
+/** The default page size of the paged reads. */
+export const defaultPageSize = 100
+/** The default window of `itemText`, in characters. */
+export const defaultItemTextChars = 65_536
+
+/** The keyset a thread-page cursor carries: the last thread of the previous page. */
+const Cursor = Schema.parseJson(Schema.Tuple(Schema.String, Schema.String))
+
+const encodeCursor = (createdAt: string, id: string) =>
+  Encoding.encodeBase64Url(Schema.encodeSync(Cursor)([createdAt, id]))
+
+/** The effective window of a native thread: the smallest known of the model's, the reported max and threshold. */
+const windowOf = (providerThread: ProviderThread, native: NativeThread): number | null => {
+  const known = [providerThread.contextWindow, native.usage?.maxTokens ?? null, native.usage?.autoCompactThreshold ?? null]
+    .filter((n): n is number => n !== null)
+  return known.length === 0 ? null : Math.min(...known)
+}
+
+export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestration/ThreadQuery", {
+  effect: Effect.gen(function*() {
+    const store = yield* ThreadStore
+
+    const thread = (threadId: ThreadId) =>
+      Effect.flatMap(store.getThread(threadId), Option.match({
+        onNone: () => Effect.fail(new ThreadNotFound({ threadId })),
+        onSome: Effect.succeed
+      }))
+
+    const handoffView = (h: StoredHandoff) =>
+      Effect.map(store.listDeliveriesOfHandoff(h.id), (deliveries): HandoffView => ({ ...h, deliveries }))
+
+    /**
+     * Threads oldest first, `limit` per page (default 100). `cursor` is a previous page's `nextCursor`. Fails with
+     * `InvalidRequest` (a cursor this server did not issue), `PersistenceError`.
+     */
+    const listThreads = Effect.fn("ThreadQuery.listThreads")(function*(options: {
+      readonly cursor?: string | undefined
+      readonly limit?: number | undefined
+    }) {
+      const limit = options.limit ?? defaultPageSize
+      let after: { readonly createdAt: string; readonly id: string } | undefined
+      if (options.cursor !== undefined) {
+        const decoded = Either.flatMap(
+          Either.mapLeft(Encoding.decodeBase64UrlString(options.cursor), () => "not base64url"),
+          (text) => Either.mapLeft(Schema.decodeUnknownEither(Cursor)(text), () => "not a thread cursor")
+        )
+        if (Either.isLeft(decoded)) return yield* new InvalidRequest({ reason: `cursor: ${decoded.left}; pass a nextCursor this server returned` })
+        after = { createdAt: decoded.right[0], id: decoded.right[1] }
+      }
+      // One more than asked tells whether another page follows.
+      const rows = yield* store.listThreadsPage({ after, limit: limit + 1 })
+      const threads = rows.slice(0, limit)
+      const last = threads.at(-1)
+      return {
+        threads,
+        nextCursor: rows.length > limit && last !== undefined
+          ? encodeCursor(DateTime.formatIso(last.createdAt), last.id)
+          : null
+      } satisfies ThreadPage
+    })
+
+    /** A thread's snapshot (see `ThreadSnapshot`). Fails with `ThreadNotFound`, `PersistenceError`. */
+    const snapshot = Effect.fn("ThreadQuery.snapshot")(function*(threadId: ThreadId) {
+      const t = yield* thread(threadId)
+      const providerThreads = yield* store.listProviderThreads(t.id)
+      const views: Array<ProviderThreadView> = []
+      for (const p of providerThreads) {
+        const natives = yield* store.listNativeThreads(p.id)
+        views.push({
+          ...p,
+          active: p.id === t.activeProviderThreadId,
+          nativeThreads: natives.map((n): NativeThreadView => ({ ...n, window: windowOf(p, n) }))
+        })
+      }
+      const totals = yield* store.threadTotals(t.id)
+      const openHandoffs = yield* Effect.forEach(yield* store.listOpenHandoffsOfThread(t.id), handoffView)
+      const runsByStatus = Object.fromEntries(RunStatus.literals.map((s) => [s, totals.runsByStatus.get(s) ?? 0])) as Record<RunStatus, number>
+      return {
+        thread: t,
+        activeProviderInstance: views.find((v) => v.active)?.providerInstance ?? null,
+        providerThreads: views,
+        recentRuns: yield* store.listRecentRuns(t.id, snapshotRecentRuns),
+        openHandoffs,
+        links: yield* store.listLinks(t.id),
+        totals: {
+          runs: Object.values(runsByStatus).reduce((a, b) => a + b, 0),
+          runsByStatus,
+          items: totals.items,
+          itemTokens: totals.itemTokens,
+          handoffs: totals.handoffs,
+          openHandoffs: totals.openHandoffs
+        }
+      } satisfies ThreadSnapshot
+    })
+
+    /** A thread's runs with `seq > afterSeq`, `limit` per page. Fails with `ThreadNotFound`, `PersistenceError`. */
+    const listRuns = Effect.fn("ThreadQuery.listRuns")(function*(threadId: ThreadId, options: {
+      readonly afterSeq?: number | undefined
+      readonly limit?: number | undefined
+    }) {
+      yield* thread(threadId)
+      const limit = options.limit ?? defaultPageSize
+      const rows = yield* store.listRunsPage(threadId, options.afterSeq ?? 0, limit + 1)
+      const runs = rows.slice(0, limit)
+      return { runs, nextAfterSeq: rows.length > limit ? runs.at(-1)!.seq : null } satisfies RunPage
+    })
+
+    /**
+     * The thread's run in progress: its first run not yet ended (running, or the next to run), `null` when none.
+     * Fails with `ThreadNotFound`, `PersistenceError`.
+     */
+    const currentRun = Effect.fn("ThreadQuery.currentRun")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      return Option.getOrNull(yield* store.findFirstUnfinishedRun(threadId))
+    })
+
+    /** A run with its attempts and items. Fails with `RunNotFound`, `PersistenceError`. */
+    const run = Effect.fn("ThreadQuery.run")(function*(runId: RunId) {
+      const found = yield* store.getRun(runId)
+      if (found._tag === "None") return yield* new RunNotFound({ runId })
+      return {
+        run: found.value,
+        attempts: yield* store.listAttempts(runId),
+        items: yield* store.listItemsOfRuns([runId])
+      } satisfies RunView
+    })
+
+    /** A thread's items with `seq > afterSeq`, `limit` per page. Fails with `ThreadNotFound`, `PersistenceError`. */
+    const listItems = Effect.fn("ThreadQuery.listItems")(function*(threadId: ThreadId, options: {
+      readonly afterSeq?: number | undefined
+      readonly limit?: number | undefined
+    }) {
+      yield* thread(threadId)
+      const limit = options.limit ?? defaultPageSize
+      const rows = yield* store.listItemsPage(threadId, options.afterSeq ?? 0, limit + 1)
+      const items = rows.slice(0, limit)
+      return { items, nextAfterSeq: rows.length > limit ? items.at(-1)!.seq : null } satisfies ItemPage
+    })
+
+    /**
+     * One item with the window `[offset, offset + limit)` of its text, in characters (UTF-16 code units; default
+     * offset 0, limit 65,536). An offset past the end gives an empty window. Fails with `ItemNotFound`,
+     * `PersistenceError`.
+     */
+    const itemText = Effect.fn("ThreadQuery.itemText")(function*(itemId: ItemId, options: {
+      readonly offset?: number | undefined
+      readonly limit?: number | undefined
+    }) {
+      const found = yield* store.getItem(itemId)
+      if (found._tag === "None") return yield* new ItemNotFound({ itemId })
+      const item = found.value
+      const totalChars = item.text.length
+      const offset = Math.min(options.offset ?? 0, totalChars)
+      const end = Math.min(totalChars, offset + (options.limit ?? defaultItemTextChars))
+      return {
+        item: { ...item, text: item.text.slice(offset, end) },
+        offset,
+        totalChars,
+        nextOffset: end < totalChars ? end : null
+      } satisfies ItemText
+    })
+
+    /** A thread's handoffs with their deliveries, oldest first. Fails with `ThreadNotFound`, `PersistenceError`. */
+    const handoffs = Effect.fn("ThreadQuery.handoffs")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      const all = yield* store.listHandoffs(threadId)
+      const deliveries = yield* store.listDeliveriesOfThread(threadId)
+      return {
+        handoffs: all.map((h): HandoffView => ({ ...h, deliveries: deliveries.filter((d) => d.handoffId === h.id) }))
+      }
+    })
+
+    /** One handoff with its deliveries. Fails with `HandoffNotFound`, `PersistenceError`. */
+    const handoff = Effect.fn("ThreadQuery.handoff")(function*(handoffId: HandoffId) {
+      const found = yield* store.getHandoff(handoffId)
+      if (found._tag === "None") return yield* new HandoffNotFound({ handoffId })
+      return yield* handoffView(found.value)
+    })
+
+    /**
+     * A thread's stored events with `seq > afterSeq`, at most `limit`. Fails with `ThreadNotFound`, `PersistenceError`.
+     */
+    const threadEvents = Effect.fn("ThreadQuery.threadEvents")(function*(threadId: ThreadId, afterSeq: number, limit: number) {
+      yield* thread(threadId)
+      return yield* store.listEvents(threadId, { afterSeq, limit })
+    })
+
+    /** Every thread's stored events with `globalSeq > afterGlobalSeq`, at most `limit`. Fails with `PersistenceError`. */
+    const allEvents = (afterGlobalSeq: number, limit: number) => store.listEventsGlobal({ afterGlobalSeq, limit })
+
+    /**
+     * Readiness: the database answers and every migration this build knows is applied. Fails with `NotReady`
+     * naming what is missing.
+     */
+    const readiness = Effect.fn("ThreadQuery.readiness")(function*() {
+      const status = yield* store.schemaStatus().pipe(
+        Effect.mapError((e) => new NotReady({ reason: `the database does not answer (${e.message})` }))
+      )
+      if (status.applied < status.latest) {
+        return yield* new NotReady({ reason: `migrations applied through ${status.applied} of ${status.latest}` })
+      }
+      return {
+        status: "ready",
+        dialect: status.dialect,
+        migrations: { applied: status.applied, latest: status.latest }
+      } satisfies Readiness
+    })
+
+    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, handoffs, handoff, threadEvents, allEvents, readiness }
+  })
+}) {}
