@@ -3,14 +3,15 @@
  * Each event is `id: <cursor>` (the thread's `seq`, or the `globalSeq` on the all-threads stream), `event: <type>`,
  * `data: <the ThreadEvent as JSON>`.
  *
- * This build replays the stored events after the cursor and then ends the stream: a client resumes with
- * `Last-Event-ID`. The live tail (the event feed across processes, heartbeats, the slow-client bound) plugs in
- * here when the event feed lands.
+ * `live` replays what was committed after the cursor and then follows the live tail (`EventFeed`: across
+ * processes, a bounded buffer per subscriber), with a heartbeat comment every `heartbeatIntervalMillis`; a client
+ * that fell too far behind gets a last `subscriber_too_slow` event naming its cursor and the stream ends (it
+ * reconnects with `Last-Event-ID`). `replay` replays and ends (`follow=false`).
  */
-import { InvalidRequest, ThreadEvent } from "@baton/contracts"
+import { EventStream as Frames, InvalidRequest, type PersistenceError, type SubscriberTooSlow, ThreadEvent } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpServerResponse } from "@effect/platform"
-import { Chunk, Effect, Option, Schema, Stream } from "effect"
+import { Chunk, Duration, Effect, Option, Schema, Stream } from "effect"
 
 /** Events read per database page while replaying. */
 export const pageSize = 500
@@ -34,6 +35,41 @@ export const startCursor = (lastEventId: string | undefined, after: number | und
     ? Effect.succeed(n)
     : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID: expected the id of an event received (a non-negative integer), got "${lastEventId.slice(0, 40)}"` }))
 }
+
+const sseHeaders = { "cache-control": "no-cache", "x-accel-buffering": "no" }
+
+/**
+ * The SSE response following `events` (`EventFeed.thread` / `EventFeed.all`: the replay after the cursor, then the
+ * live tail), each event's id `cursorOf(event)`, with `Frames.heartbeat` every `heartbeatMillis` (default
+ * `Frames.heartbeatIntervalMillis`). It ends when the feed ends (shutdown); a `SubscriberTooSlow` ends it with a
+ * `subscriber_too_slow` event whose data is `{ message, cursor }`; a storage failure is logged and ends it (the
+ * client reconnects by cursor either way).
+ */
+export const live = (
+  events: Stream.Stream<ThreadEvent, SubscriberTooSlow | PersistenceError>,
+  cursorOf: (event: ThreadEvent) => number,
+  heartbeatMillis: number = Frames.heartbeatIntervalMillis
+) =>
+  HttpServerResponse.stream(
+    Stream.merge(
+      events.pipe(
+        Stream.map((e) => encode(e, cursorOf(e))),
+        Stream.catchAll((error) =>
+          error._tag === "SubscriberTooSlow"
+            ? Stream.make(utf8.encode(Sse.encoder.write({
+              _tag: "Event",
+              id: String(error.cursor),
+              event: "subscriber_too_slow",
+              data: JSON.stringify({ message: error.message, cursor: error.cursor })
+            })))
+            : Stream.fromEffect(Effect.logWarning("event stream ended: the event log could not be read", error)).pipe(Stream.drain)
+        )
+      ),
+      Stream.tick(Duration.millis(heartbeatMillis)).pipe(Stream.drop(1), Stream.map(() => utf8.encode(Frames.heartbeat))),
+      { haltStrategy: "left" }
+    ),
+    { contentType: "text/event-stream", headers: sseHeaders }
+  )
 
 /**
  * The SSE response replaying `read(after)` page by page (each page the events after the cursor, at most

@@ -5,6 +5,7 @@
  */
 import { Api, Commands, type CommandId, InvalidRequest, NoRunInProgress } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
+import { EventFeed } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
 import { Duration, Effect, Layer } from "effect"
 import * as EventStream from "./EventStream.js"
@@ -124,22 +125,33 @@ const handoffs = HttpApiBuilder.group(Api.BatonApi, "handoffs", (handlers) =>
       .handle("get", ({ path }) => query.handoff(path.handoffId))))
 
 const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
-  Effect.map(ThreadQuery.ThreadQuery, (query) =>
-    handlers
+  Effect.gen(function*() {
+    const query = yield* ThreadQuery.ThreadQuery
+    const feed = yield* EventFeed.EventFeed
+    return handlers
       .handle("thread", ({ headers, path, urlParams }) =>
         Effect.gen(function*() {
           const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after, Api.maxSeq)
           // The thread must exist before the stream starts: an unknown id is a 404, not an empty stream.
-          yield* query.threadEvents(path.threadId, after, 1)
-          return EventStream.replay(
-            (cursor) => query.threadEvents(path.threadId, cursor, EventStream.pageSize),
-            (e) => e.seq,
-            after
-          )
+          if (urlParams.follow === false) {
+            yield* query.threadEvents(path.threadId, after, 1)
+            return EventStream.replay(
+              (cursor) => query.threadEvents(path.threadId, cursor, EventStream.pageSize),
+              (e) => e.seq,
+              after
+            )
+          }
+          return EventStream.live(yield* feed.thread(path.threadId, { afterSeq: after }), (e) => e.seq)
         }))
       .handle("all", ({ headers, urlParams }) =>
-        Effect.map(EventStream.startCursor(headers["last-event-id"], urlParams.after), (after) =>
-          EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)))))
+        Effect.gen(function*() {
+          const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
+          if (urlParams.follow === false) {
+            return EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)
+          }
+          return EventStream.live(yield* feed.all({ afterGlobalSeq: after }), (e) => e.globalSeq)
+        }))
+  }))
 
 const health = HttpApiBuilder.group(Api.BatonApi, "health", (handlers) =>
   Effect.map(ThreadQuery.ThreadQuery, (query) =>

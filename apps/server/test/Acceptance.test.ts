@@ -114,7 +114,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       // The event stream replays the thread's event log exactly: ids are seqs, types and payloads as stored.
       const store = yield* ThreadStore
       const log = yield* store.listEvents(threadId)
-      const stream = yield* raw(get(`/threads/${threadId}/events`))
+      const stream = yield* raw(get(`/threads/${threadId}/events?follow=false`))
       expect(stream.status).toBe(200)
       const events = parseSse(stream.text)
       const encoded = yield* Schema.encode(Schema.Array(ThreadEvent))(log)
@@ -122,10 +122,10 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         log.map((e, i) => [String(e.seq), e.type, JSON.parse(JSON.stringify(encoded[i]))])
       )
       // Resuming after event 5 gives exactly the rest.
-      const resumed = yield* raw(get(`/threads/${threadId}/events`).pipe(HttpClientRequest.setHeader("last-event-id", "5")))
+      const resumed = yield* raw(get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.setHeader("last-event-id", "5")))
       expect(parseSse(resumed.text).map((e) => e.id)).toEqual(log.filter((e) => e.seq > 5).map((e) => String(e.seq)))
       // The all-threads stream holds both threads' events in globalSeq order.
-      const all = parseSse((yield* raw(get("/events"))).text)
+      const all = parseSse((yield* raw(get("/events?follow=false"))).text)
       const globals = all.map((e) => Number(e.id))
       expect(globals).toEqual([...globals].sort((a, b) => a - b))
       expect(new Set(all.map((e) => (JSON.parse(e.data) as { threadId: string }).threadId))).toEqual(new Set([threadId, fork.threadId]))

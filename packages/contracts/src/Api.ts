@@ -332,14 +332,20 @@ const EventCursorHeaders = Schema.Struct({ "last-event-id": Schema.optional(Sche
 
 /**
  * Events: a thread's events (`id:` is the event's `seq`) or every thread's (`id:` is its `globalSeq`) as server-sent
- * events, replayed after the cursor (`Last-Event-ID`, else `after`, else from the start) then followed live.
+ * events, replayed after the cursor (`Last-Event-ID`, else `after`, else from the start) then followed live, with a
+ * heartbeat comment every 15 s; `follow=false` replays and closes. A client that falls too far behind gets a last
+ * `subscriber_too_slow` event (its `data` names the cursor to resume from) and the stream ends: reconnect with
+ * `Last-Event-ID`. Resume from the last event received (on `/events` under Postgres, ids follow commit order and are
+ * not always increasing).
  */
+const EventParams = { follow: Schema.optional(Schema.BooleanFromString) }
+
 export class EventsGroup extends HttpApiGroup.make("events")
   .add(
     HttpApiEndpoint.get("thread", "/threads/:threadId/events")
       .setPath(threadPath)
       .setHeaders(EventCursorHeaders)
-      .setUrlParams(Schema.Struct({ after: Schema.optional(SeqParam) }))
+      .setUrlParams(Schema.Struct({ after: Schema.optional(SeqParam), ...EventParams }))
       .addSuccess(EventStream)
       .addError(ThreadNotFound)
       .annotate(OpenApi.Description, "The thread's events after `Last-Event-ID` (or `after`; a `seq`) as server-sent events, each `id:` its `seq`, `event:` its type, `data:` the event as JSON.")
@@ -347,7 +353,7 @@ export class EventsGroup extends HttpApiGroup.make("events")
   .add(
     HttpApiEndpoint.get("all", "/events")
       .setHeaders(EventCursorHeaders)
-      .setUrlParams(Schema.Struct({ after: Schema.optional(IntParam) }))
+      .setUrlParams(Schema.Struct({ after: Schema.optional(IntParam), ...EventParams }))
       .addSuccess(EventStream)
       .annotate(OpenApi.Description, "Every thread's events after `Last-Event-ID` (or `after`; a `globalSeq`) as server-sent events, each `id:` its `globalSeq`.")
   )

@@ -1,0 +1,63 @@
+/**
+ * The event stream followed live (issue "Baton server", item 5): replay after the cursor, then the live tail, no gap
+ * and no duplicate, on SQLite and Postgres; a reconnect with `Last-Event-ID` resumes exactly after it.
+ */
+import type { ThreadId } from "@baton/contracts"
+import { Harness } from "@baton/testing"
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect, Fiber, Layer, Stream } from "effect"
+import { client, get, parseSse, type SseEvent, serve } from "./helpers.js"
+
+/** Reads the SSE stream at `path` (a live one: it does not end) until an event satisfies `until`. */
+const follow = (path: string, until: (e: SseEvent) => boolean, lastEventId?: string) =>
+  Effect.gen(function*() {
+    const request = lastEventId === undefined ? get(path) : get(path).pipe(HttpClientRequest.setHeader("last-event-id", lastEventId))
+    const response = yield* HttpClient.execute(request)
+    expect(response.status).toBe(200)
+    expect(response.headers["content-type"]).toMatch(/^text\/event-stream/)
+    let text = ""
+    const decoder = new TextDecoder()
+    yield* response.stream.pipe(
+      Stream.map((bytes) => decoder.decode(bytes, { stream: true })),
+      Stream.takeUntil((piece) => {
+        text += piece
+        const complete = text.slice(0, text.lastIndexOf("\n\n") + 2)
+        return parseSse(complete).some(until)
+      }),
+      Stream.runDrain
+    )
+    return parseSse(text.slice(0, text.lastIndexOf("\n\n") + 2))
+  }).pipe(Effect.scoped)
+
+describe.each(Harness.dialects)("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
+
+  it.live("a live subscriber sees the replay, then a run's events as they are committed: ids = the event log's seqs", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+    return Effect.gen(function*() {
+      const api = yield* client()
+      const { threadId } = yield* api.threads.create({ payload: { title: "live", providerInstance: "codex" as never }, headers: {} })
+      h.script.enqueue(Harness.reply(20))
+      const first = yield* api.messages.send({ path: { threadId }, payload: { text: "before subscribing" }, headers: {} })
+      yield* api.runs.get({ path: { runId: first.runId }, urlParams: { waitMs: 30_000 } })
+      // Subscribe (replay of the first run's events), then send: the second run's events arrive live.
+      const live = yield* Effect.fork(follow(`/threads/${threadId}/events`, (e) => e.event === "run.completed" && !e.data.includes(first.runId)))
+      yield* Effect.sleep("200 millis")
+      h.script.enqueue(Harness.reply(20))
+      const second = yield* api.messages.send({ path: { threadId }, payload: { text: "after subscribing" }, headers: {} })
+      yield* api.runs.get({ path: { runId: second.runId }, urlParams: { waitMs: 30_000 } })
+      const received = yield* Fiber.join(live).pipe(Effect.timeout("20 seconds"))
+      const log = yield* (yield* Harness.ops).store.listEvents(threadId as ThreadId)
+      expect(received.map((e) => e.id)).toEqual(log.map((e) => String(e.seq)))
+      expect(received.at(-1)!.event).toBe("run.completed")
+      expect(JSON.parse(received.at(-1)!.data).payload.runId).toBe(second.runId)
+      // A reconnect after the 3rd event resumes exactly after it.
+      const resumed = yield* follow(`/threads/${threadId}/events`, (e) => e.id === String(log.at(-1)!.seq), "3").pipe(Effect.timeout("20 seconds"))
+      expect(resumed.map((e) => e.id)).toEqual(log.filter((e) => e.seq > 3).map((e) => String(e.seq)))
+      // The stream of every thread follows live too.
+      const all = yield* follow("/events", (e) => e.id === String(log.at(-1)!.globalSeq)).pipe(Effect.timeout("20 seconds"))
+      expect(all.map((e) => e.id)).toEqual(log.map((e) => String(e.globalSeq)))
+    }).pipe(Effect.provide(Layer.fresh(serve(h))))
+  }, 120_000)
+})
