@@ -349,3 +349,22 @@ export const Offload = Schema.Struct({
   createdAt: Schema.DateTimeUtc
 })
 export type Offload = typeof Offload.Type
+
+/**
+ * What one run cost (issue "Real model providers", item 5): the tokens its turn was billed, summed over the turn's
+ * model requests — read uncached (`inputTokens`), written to the prompt cache (`cacheWriteTokens`), read from it
+ * (`cacheReadTokens`), produced (`outputTokens`, reasoning included) — and their price in US dollars under the
+ * instance's configured per-million prices (`costUsd`, `null` when the instance has no prices).
+ */
+export const RunCost = Schema.Struct({
+  runId: RunId,
+  threadId: ThreadId,
+  providerInstance: Schema.String,
+  inputTokens: Tokens,
+  cacheWriteTokens: Tokens,
+  cacheReadTokens: Tokens,
+  outputTokens: Tokens,
+  costUsd: Schema.NullOr(Schema.Number),
+  createdAt: Schema.DateTimeUtc
+})
+export type RunCost = typeof RunCost.Type

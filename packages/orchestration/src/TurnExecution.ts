@@ -35,6 +35,7 @@ import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService, type TurnStartPlan } from "./ProviderTurnStartService.js"
 import { RunLifecycle } from "./RunLifecycle.js"
+import * as RunCosts from "./RunCosts.js"
 import { ThreadRead } from "./ThreadRead.js"
 import { TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
@@ -455,6 +456,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             }
             // (Unknown: the inline deliveries stay `pending`; the replacement supersedes them.)
             if (arrived) {
+              // A turn that failed after the provider read it was billed all the same.
+              if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, yield* DateTime.now))
               // What the stream held back (an open tool unit, a possible replay) is recorded now, its calls closed.
               const items = yield* output.flush(error.code === "interrupted")
               const fresh = yield* store.getProviderThread(plan.providerThread.id)
@@ -514,6 +517,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const trusted = checked !== null
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
+          if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, now))
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
             base: plan.sampleBase,
             reportedUsedTokens: checked?.usedTokens ?? null,

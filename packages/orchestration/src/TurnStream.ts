@@ -114,6 +114,8 @@ export interface TurnOutput {
   readonly arrived: number
   /** The last usage the provider reported in this turn, `null` when it reported none. */
   readonly usage: ContextUsage | null
+  /** The tokens the turn was billed (the last report's), `null` when the provider reported none. */
+  readonly tokens: ProviderAdapter.TurnTokens | null
   /** `turn_ended` said the turn stopped at an interrupt. */
   readonly interrupted: boolean
   /** Whether the stream delivered `turn_ended`. */
@@ -151,6 +153,8 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
       const state = {
         arrived: 0,
         usage: null as ContextUsage | null,
+        // The tokens the turn was billed so far (the last report's: model APIs report the turn's running total).
+        tokens: null as ProviderAdapter.TurnTokens | null,
         interrupted: false,
         ended: false,
         settled: false,
@@ -280,6 +284,10 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         get usage() {
           return state.usage
         },
+        /** The tokens the turn was billed (the last report's), or `null` when the provider reported none. */
+        get tokens() {
+          return state.tokens
+        },
         get interrupted() {
           return state.interrupted
         },
@@ -300,6 +308,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                     break
                   case "usage_reported":
                     state.usage = event.usage
+                    if (event.tokens !== undefined) state.tokens = event.tokens
                     break
                   case "turn_ended":
                     state.ended = true

@@ -14,6 +14,7 @@ import migration0008 from "./migrations/0008_typed_events.js"
 import migration0009 from "./migrations/0009_unfinished_runs.js"
 import migration0010 from "./migrations/0010_event_feed.js"
 import migration0011 from "./migrations/0011_native_messages.js"
+import migration0012 from "./migrations/0012_run_costs.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -27,7 +28,8 @@ export const migrations = {
   "0008_typed_events": migration0008,
   "0009_unfinished_runs": migration0009,
   "0010_event_feed": migration0010,
-  "0011_native_messages": migration0011
+  "0011_native_messages": migration0011,
+  "0012_run_costs": migration0012
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

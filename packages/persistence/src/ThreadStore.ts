@@ -30,6 +30,7 @@ import {
   type Run,
   type RunAttempt,
   type RunId,
+  RunCost,
   type Thread,
   ThreadEvent,
   type ThreadEventOf,
@@ -549,6 +550,21 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           return Option.fromNullable((yield* Effect.flatMap(select, decode))[0])
         }).pipe(orPersistence("provider_calibrations.getForUpdate")),
       /** Inserts or replaces the calibration of `c.providerInstance` (same statement on SQLite and Postgres). */
+      /** Records `cost` for its run (a second record of the same run replaces the first: a retried completion). */
+      recordRunCost: (cost: RunCost) =>
+        Effect.flatMap(Schema.encode(RunCost)(cost), (row) =>
+          sql`INSERT INTO run_costs ${sql.insert(row)}
+              ON CONFLICT (run_id) DO UPDATE SET input_tokens = ${row.inputTokens}, cache_write_tokens = ${row.cacheWriteTokens},
+              cache_read_tokens = ${row.cacheReadTokens}, output_tokens = ${row.outputTokens}, cost_usd = ${row.costUsd}`).pipe(
+            Effect.asVoid,
+            orPersistence("run_costs.record")
+          ),
+      /** The recorded costs of `threadId`'s runs, oldest first. */
+      listRunCosts: (threadId: ThreadId) =>
+        Effect.flatMap(
+          sql`SELECT * FROM run_costs WHERE thread_id = ${threadId} ORDER BY created_at, run_id`,
+          Schema.decodeUnknown(Schema.Array(RunCost))
+        ).pipe(orPersistence("run_costs.list")),
       upsertCalibration: (c: ProviderCalibration) =>
         Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
           sql`INSERT INTO provider_calibrations ${sql.insert(row)}

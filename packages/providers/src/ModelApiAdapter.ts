@@ -505,6 +505,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     instance,
     model: config.model,
     modelContextWindow: config.contextWindow,
+    prices: config.prices,
     startThread: () => Effect.sync(() => ({ nativeRef: newRef() })),
     resumeThread: (nativeRef) => Effect.asVoid(lane("resumeThread", nativeRef)),
     startTurn,

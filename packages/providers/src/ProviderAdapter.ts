@@ -153,6 +153,11 @@ export interface ReadThreadResult {
 export interface ProviderAdapterShape {
   readonly instance: ProviderInstance
   readonly model: string
+  /**
+   * The instance's configured prices in US dollars per million tokens (uncached input, cache write, cache read,
+   * output), which price the `tokens` its turns report; absent when it has none (the scripted provider).
+   */
+  readonly prices?: { readonly input: number; readonly cacheWrite: number; readonly cacheRead: number; readonly output: number } | undefined
   /** The model's context window in tokens, `null` when unknown. */
   readonly modelContextWindow: number | null
   /** Starts a fresh native thread and returns its provider reference. */

@@ -26,7 +26,8 @@ import {
   type ProviderAdapterShape,
   type ReadThreadResult,
   type StartTurnInput,
-  TurnEvent
+  TurnEvent,
+  type TurnTokens
 } from "./ProviderAdapter.js"
 
 /** A fault the plan can inject (issue "Baton core", item 5). */
@@ -99,6 +100,8 @@ export interface ScriptedResponse {
    * is completed: a test sees the turn running with some of its output streamed.
    */
   readonly hold?: { readonly afterItems: number; readonly gate: Deferred.Deferred<void> } | undefined
+  /** The tokens the turn is billed, reported with its usage (model APIs report them; the count alone does not). */
+  readonly tokens?: TurnTokens | undefined
 }
 
 /** A FIFO of responses shared by the scripted instances of one process. */
@@ -166,6 +169,8 @@ export interface ScriptedConfig {
    * `text` a plain HTTP 400 as an OpenAI-compatible server sends it: code `refused`, the overflow only in the text.
    */
   readonly overflowSignal?: "code" | "text"
+  /** Prices per million tokens (see `ProviderAdapterShape.prices`). Default none. */
+  readonly prices?: ProviderAdapterShape["prices"]
 }
 
 /**
@@ -342,7 +347,7 @@ export const make = (
         state.used = response.usage.usedTokens
       }
       autoCompact(state, nativeRef)
-      return [TurnEvent.usage_reported({ usage: response.usage ?? usageOf(state) }), ended]
+      return [TurnEvent.usage_reported({ usage: response.usage ?? usageOf(state), tokens: response.tokens }), ended]
     })
 
   /**
@@ -422,6 +427,7 @@ export const make = (
     instance,
     model: config.model ?? `scripted-${instance}`,
     modelContextWindow: config.contextWindow,
+    ...(config.prices === undefined ? {} : { prices: config.prices }),
     startThread: () =>
       Effect.sync(() => {
         created++

@@ -31,6 +31,8 @@ export interface HarnessProvider {
   readonly enforceWindow?: boolean
   /** How overflows are signalled (default a typed code); see `ScriptedConfig.overflowSignal`. */
   readonly overflowSignal?: "code" | "text"
+  /** Prices per million tokens (default none); see `ScriptedConfig.prices`. */
+  readonly prices?: ScriptedProvider.ScriptedConfig["prices"]
 }
 
 export interface Harness {
@@ -117,7 +119,8 @@ export const make = (
       ...(p.tokenScale === undefined ? {} : { tokenScale: p.tokenScale }),
       ...(p.requestOverhead === undefined ? {} : { requestOverhead: p.requestOverhead }),
       ...(p.enforceWindow === undefined ? {} : { enforceWindow: p.enforceWindow }),
-      ...(p.overflowSignal === undefined ? {} : { overflowSignal: p.overflowSignal })
+      ...(p.overflowSignal === undefined ? {} : { overflowSignal: p.overflowSignal }),
+      ...(p.prices === undefined ? {} : { prices: p.prices })
     }, script, counter)
   )
   const summariser = ScriptedSummariser.make(counter, options.summariser)

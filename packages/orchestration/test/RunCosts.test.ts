@@ -1,0 +1,64 @@
+/**
+ * What runs cost (issue "Real model providers", item 5): the tokens each turn was billed, priced by the instance's
+ * configuration, recorded with the run's outcome, with totals per thread; on SQLite and Postgres.
+ */
+import { ProviderAdapter, ScriptedProvider } from "@baton/providers"
+import { RunCosts } from "@baton/orchestration"
+import { Harness } from "@baton/testing"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+
+const ops = Harness.ops
+
+/** Claude Sonnet 4.5's list prices, US dollars per million tokens (input, 5-minute cache write, cache read, output). */
+const sonnet = { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+
+const billed = (tokens: ProviderAdapter.TurnTokens): ScriptedProvider.ScriptedResponse => ({ ...Harness.reply(20), tokens })
+
+describe("RunCosts.price", () => {
+  it("sums tokens x price per million; no prices, no price", () => {
+    const tokens = { inputTokens: 1_000, cacheWriteTokens: 20_000, cacheReadTokens: 100_000, outputTokens: 500 }
+    // 1,000 x 3 + 20,000 x 3.75 + 100,000 x 0.3 + 500 x 15 = 3,000 + 75,000 + 30,000 + 7,500 = 115,500 per million
+    expect(RunCosts.price(tokens, sonnet)).toBeCloseTo(0.1155, 10)
+    expect(RunCosts.price(tokens, undefined)).toBeNull()
+  })
+})
+
+describe.each(Harness.dialects)("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
+
+  it.effect("each run's billed tokens and price are recorded; the thread's totals add up; an unpriced instance records tokens only", () => {
+    const h = Harness.make([
+      { name: "claude", window: 200_000, inject: true, prices: sonnet },
+      { name: "local", window: 32_000, inject: true }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("claude")
+      h.script.enqueue(billed({ inputTokens: 1_000, cacheWriteTokens: 20_000, cacheReadTokens: 0, outputTokens: 500 }))
+      const first = yield* o.send(t, "first")
+      h.script.enqueue(billed({ inputTokens: 200, cacheWriteTokens: 1_000, cacheReadTokens: 20_000, outputTokens: 300 }))
+      const second = yield* o.send(t, "second")
+      yield* o.switchTo(t, "local")
+      h.script.enqueue(billed({ inputTokens: 5_000, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 100 }))
+      const third = yield* o.send(t, "third")
+      // A scripted turn that reports no tokens records no cost.
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(t, "fourth")
+
+      const costs = yield* o.store.listRunCosts(t)
+      expect(costs.map((c) => [c.runId, c.providerInstance, c.inputTokens, c.cacheWriteTokens, c.cacheReadTokens, c.outputTokens])).toEqual([
+        [first.runId, "claude", 1_000, 20_000, 0, 500],
+        [second.runId, "claude", 200, 1_000, 20_000, 300],
+        [third.runId, "local", 5_000, 0, 0, 100]
+      ])
+      // 3,000 + 75,000 + 0 + 7,500 = 85,500 / 1e6; 600 + 3,750 + 6,000 + 4,500 = 14,850 / 1e6
+      expect(costs[0]!.costUsd).toBeCloseTo(0.0855, 10)
+      expect(costs[1]!.costUsd).toBeCloseTo(0.01485, 10)
+      expect(costs[2]!.costUsd).toBeNull()
+      const total = RunCosts.total(costs)
+      expect(total).toMatchObject({ runs: 3, inputTokens: 6_200, cacheWriteTokens: 21_000, cacheReadTokens: 20_000, outputTokens: 900 })
+      expect(total.costUsd).toBeCloseTo(0.10035, 10)
+    }).pipe(Effect.provide(h.layer))
+  })
+})
