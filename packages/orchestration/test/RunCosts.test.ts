@@ -2,7 +2,7 @@
  * What runs cost (issue "Real model providers", item 5): the tokens each turn was billed, priced by the instance's
  * configuration, recorded with the run's outcome, with totals per thread; on SQLite and Postgres.
  */
-import { ProviderAdapter, ScriptedProvider } from "@baton/providers"
+import type { ProviderAdapter, ScriptedProvider } from "@baton/providers"
 import { RunCosts } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
