@@ -5,7 +5,7 @@
  * - **The body limit.** A body must declare its `Content-Length` (411 otherwise: chunked bodies are refused); one
  *   over the limit is answered 413 without being parsed (it is drained first, up to 64 MiB, so that the answer
  *   reaches the client, then the connection is closed). Nothing of such a request is written.
- * - **The body's form.** A body with a `Content-Type` other than JSON is 415; a JSON body that does not parse is 400
+ * - **The body's form.** A body whose `Content-Type` is absent or not `application/json` is 415; a JSON body that does not parse is 400
  *   `InvalidRequest`, and so is a body that is not valid UTF-8 or nests deeper than `maxNesting` levels (a deep
  *   value would exhaust the stack of the schema error formatter). The body is read here once (the request caches
  *   it), so the API's own decoding never meets a transport failure it would turn into a 500.
@@ -83,8 +83,12 @@ const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
   return HttpServerResponse.unsafeJson({ ...parsed.value, message: error.value.message }, { status: response.status, headers: response.headers })
 }
 
-/** Whether a `Content-Type` is JSON (`application/json`, `application/x+json`, with parameters). */
-const isJson = (contentType: string) => /^application\/([a-z0-9.+-]*\+)?json\s*(;|$)/i.test(contentType.trim())
+/**
+ * Whether a `Content-Type` is JSON: `application/json`, with parameters. Only that type: it is the one HttpApi
+ * decodes as JSON; any other (`application/x+json` included) it would read again as bytes from a body this guard
+ * has already consumed, and the request would hang.
+ */
+const isJson = (contentType: string) => /^application\/json\s*(;|$)/i.test(contentType.trim())
 
 /** The deepest nesting of arrays and objects a body may have (none of the API's bodies nests beyond 2). */
 export const maxNesting = 32
@@ -172,8 +176,9 @@ const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: n
       // The connection broke mid-body: nobody reads the answer, but it is a client's fault, not the server's.
       return Option.some(errorResponse(new InvalidRequest({ reason: "the body could not be read (the connection broke)" }), 400))
     }
-    const contentType = request.headers["content-type"]
-    if (contentType !== undefined && !isJson(contentType)) {
+    // A body without a Content-Type is refused too: HttpApi would read it again as bytes (see `isJson`).
+    const contentType = request.headers["content-type"] ?? ""
+    if (!isJson(contentType)) {
       return Option.some(errorResponse(new UnsupportedMediaType({ contentType: contentType.slice(0, 200) }), 415))
     }
     // Every invalid UTF-8 sequence the decoder met became U+FFFD, which (but for a truncated 4-byte sequence) does
