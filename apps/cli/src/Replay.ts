@@ -154,16 +154,17 @@ export const replay = (
     // Each provider's own truth (see ScriptedProvider): a tokenizer that differs from Baton's and a system prompt
     // Baton never sees, drawn from their own seeded stream so that the run's random choices stay as they were.
     const truth = rng(options.seed ^ 0x5eed)
-    const adapters = options.providers.map((spec) =>
-      ScriptedProvider.make({
+    const adapters = options.providers.map((spec) => {
+      const own = providerTruth(truth)
+      return ScriptedProvider.make({
         instance: spec.name as ProviderInstance,
         contextWindow: spec.window,
         autoCompactThreshold: spec.autoCompactThreshold,
         injectHistory: spec.inject,
-        tokenScale: providerTruth(truth).tokenScale,
-        requestOverhead: Math.round(Math.min(spec.window * 0.05, providerTruth(truth).requestOverhead))
+        tokenScale: own.tokenScale,
+        requestOverhead: Math.round(Math.min(spec.window * 0.05, own.requestOverhead))
       }, script, counter)
-    )
+    })
     const layer = OrchestratorLayer.layer.pipe(
       Layer.provideMerge(options.databaseUrl === undefined ? Database.layerSqlite(options.db) : Database.layerPg({ url: options.databaseUrl })),
       Layer.provide(ProviderRegistry.layer(adapters)),

@@ -152,16 +152,40 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * turn goes to a replacement native thread, which is owed the history under a fresh budget). Reads the
        * calibration only when even a 3x ratio could not fit (`Calibration.defaultPolicy.maxRatio`).
        */
-      const knownFull = (native: NativeThread, providerThread: ProviderThread, prompt: string) =>
+      const knownFull = (native: NativeThread, providerThread: ProviderThread, promptTokens: number) =>
         Effect.gen(function*() {
           const window = Math.min(providerThread.contextWindow ?? Infinity, native.usage?.maxTokens ?? Infinity)
           if (native.usage === null || !Number.isFinite(window)) return null
-          const raw = counter.count(prompt)
-          if (native.usage.usedTokens + raw * Calibration.defaultPolicy.maxRatio <= window) return null
-          const { ratio } = yield* calibration.current(providerThread.providerInstance)
-          const tokens = Calibration.apply(ratio, raw)
-          return native.usage.usedTokens + tokens <= window ? null :
-            `the provider reported ${native.usage.usedTokens} of its ${window}-token window used: the prompt (about ${tokens} tokens) does not fit`
+          const over = yield* overflowing(native.usage.usedTokens, promptTokens, window, providerThread.providerInstance)
+          return over === null ? null :
+            `the provider reported ${native.usage.usedTokens} of its ${window}-token window used: the prompt (about ${over.tokens} tokens) does not fit`
+        })
+
+      /**
+       * The prompt's calibrated size when `usedTokens` plus it exceeds `window` (provider tokens), else `null`.
+       * `promptTokens` is Baton's count; the calibration is read only when even the largest ratio
+       * (`Calibration.defaultPolicy.maxRatio`) could not fit, so a turn far from the window reads nothing.
+       */
+      const overflowing = (usedTokens: number, promptTokens: number, window: number, instance: ProviderThread["providerInstance"]) =>
+        Effect.gen(function*() {
+          if (usedTokens + promptTokens * Calibration.defaultPolicy.maxRatio <= window) return null
+          const { ratio } = yield* calibration.current(instance)
+          const tokens = Calibration.apply(ratio, promptTokens)
+          return usedTokens + tokens <= window ? null : { tokens, ratio }
+        })
+
+      /**
+       * Why a prompt of `promptTokens` (Baton's count) cannot be sent to `providerThread` at all, or `null`: its
+       * calibrated size exceeds the model's window, so no native thread, however empty, can take it.
+       */
+      const promptTooLarge = (promptTokens: number, providerThread: ProviderThread) =>
+        Effect.gen(function*() {
+          const window = providerThread.contextWindow
+          if (window === null) return null
+          const over = yield* overflowing(0, promptTokens, window, providerThread.providerInstance)
+          return over === null ? null : `the prompt alone is about ${over.tokens} tokens of ${providerThread.providerInstance} ` +
+            `(${promptTokens} counted x${over.ratio.toFixed(3)}), more than its ${window}-token context window: it was not sent. ` +
+            `Shorten it, or switch the thread to a provider with a larger window`
         })
 
       /**
@@ -179,8 +203,11 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
            * "full" marker (to defer everything), not a report, and the prompt goes alone to the same native thread.
            */
           readonly retryWithoutHistory?: boolean
+          /** Baton's count of the run's prompt, when the caller has it (the prompt is counted once per run). */
+          readonly promptTokens?: number
         } = {}
       ) {
+        const requestTokens = options.promptTokens ?? counter.count(run.prompt)
         // Is the active native thread usable? A native thread with an uncertain delivery is not trusted.
         let current: NativeThread | null = null
         let replaceReason: string | null = null
@@ -200,7 +227,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, true))
             }
             if (replaceReason === null && options.retryWithoutHistory !== true && !config.mutations.has("ignore_known_full")) {
-              replaceReason = yield* knownFull(current, providerThreadIn, run.prompt)
+              replaceReason = yield* knownFull(current, providerThreadIn, requestTokens)
               if (replaceReason !== null) yield* Effect.logWarning(`native thread ${current.id} is full (${replaceReason}): the turn starts a replacement`)
             }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
@@ -228,9 +255,9 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         const quiet = current !== null && replaceReason === null && freshRef === null &&
           providerThreadIn.syncedRunSeq >= run.seq - 1 && (yield* store.listOpenHandoffs(providerThreadIn.id)).length === 0
         const decided = quiet
-          ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, true)
+          ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, requestTokens, true)
           : yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
-            decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider)
+            decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider, requestTokens)
           )
         if (decided.injection === null) return decided.plan
         const { plan, injection } = decided
@@ -286,6 +313,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         replaceReason: string | null,
         freshRef: string | null,
         readByProvider: ReadonlySet<string>,
+        requestTokens: number,
         nothingOpen = false
       ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
@@ -328,7 +356,6 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           owed.push(o)
         }
         const { ratio } = yield* calibration.current(providerThread.providerInstance)
-        const requestTokens = counter.count(run.prompt)
         const budget = Budget.compute(
           {
             modelWindow: providerThread.contextWindow ?? undefined,
@@ -441,7 +468,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        */
       const takeReplayWindow = (nativeThreadId: NativeThread["id"]) => store.takeReplayWindow(nativeThreadId)
 
-      return { prepare, reconcile, takeReplayWindow }
+      return { prepare, reconcile, takeReplayWindow, promptTooLarge }
     })
   }
 ) {}

@@ -216,9 +216,10 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       }
       const covered = candidates.slice(0, cut.cut)
       const cutSeq = covered[covered.length - 1]!.seq
-      const previousSummary = previous === null ? null : all.find((i) => i.id === previous.summaryItemId)?.text ?? null
+      const previousItem = previous === null ? undefined : all.find((i) => i.id === previous.summaryItemId)
+      const previousSummary = previousItem?.text ?? null
       // What the summary replaces in the model-visible history: the previous summary and the covered items.
-      const replaced = (previous === null ? 0 : all.find((i) => i.id === previous.summaryItemId)?.tokens ?? 0) + cut.coveredTokens
+      const replaced = (previousItem?.tokens ?? 0) + cut.coveredTokens
 
       const answer = yield* Effect.either(summariseInChunks(threadId, previousSummary, covered))
       if (answer._tag === "Left") {

@@ -117,12 +117,12 @@ export class ThreadRead extends Effect.Service<ThreadRead>()("@baton/orchestrati
       const refsText = parsed.right.refs ?? (parsed.right.itemIds ?? []).join(",")
       const refs = parseRefs(refsText)
       if (Either.isLeft(refs)) return `thread_read: ${refs.left}`
-      const read = yield* Effect.either(itemsOf(threadId, refs.right))
-      if (Either.isLeft(read)) {
-        yield* Effect.logWarning(`thread_read on ${threadId} could not read ${refsText}`, read.left)
+      const found = yield* Effect.either(itemsOf(threadId, refs.right))
+      if (Either.isLeft(found)) {
+        yield* Effect.logWarning(`thread_read on ${threadId} could not read ${refsText}`, found.left)
         return "thread_read: could not read the thread's history right now; try again"
       }
-      const { items, cut } = read.right
+      const { items, cut } = found.right
       if (items.length === 0) return `thread_read: no item of this conversation matches ${refsText}`
       const text = items.map((i) => Render.renderItem(i)).join("\n\n") +
         (cut ? `\n\n[only the first ${maxItemsPerCall} items were read; ask for the rest by range]` : "")

@@ -84,24 +84,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     const distrustNative = trust.distrust
 
     /**
-     * Why `prompt` cannot be sent to `providerThread` at all, or `null`: its calibrated size (Baton's count times the
-     * provider's learned ratio) exceeds the model's window, so no native thread, however empty, can take it. Reads
-     * the calibration only for a prompt within `Calibration.defaultPolicy.maxRatio` of the window.
-     */
-    const promptExceedsWindow = (prompt: string, providerThread: ProviderThread) =>
-      Effect.gen(function*() {
-        const window = providerThread.contextWindow
-        if (window === null) return null
-        const raw = counter.count(prompt)
-        if (raw * Calibration.defaultPolicy.maxRatio <= window) return null
-        const { ratio } = yield* calibration.current(providerThread.providerInstance)
-        const tokens = Calibration.apply(ratio, raw)
-        return tokens <= window ? null : `the prompt alone is about ${tokens} tokens of ${providerThread.providerInstance} ` +
-          `(${raw} counted x${ratio.toFixed(3)}), more than its ${window}-token context window: it was not sent. ` +
-          `Shorten it, or switch the thread to a provider with a larger window`
-      })
-
-    /**
      * `providerThread` brought up to its instance's configuration: a model or window changed since the lane was
      * recorded (a new configuration between restarts) is written, with a `provider_thread.reconfigured` event, so
      * budgets and known-full checks use the window the provider enforces now. Unchanged: no statement.
@@ -163,6 +145,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       const runId = queued.id
       let run = queued
       const providerThreadAtStart = yield* reconfigure(queued, providerThreadIn, adapter)
+      // The prompt never changes: counted once for every attempt's checks and budget.
+      const promptTokens = counter.count(queued.prompt)
       const providerThread = providerThreadAtStart
       const result = (report: TurnStartReport | null, native: { generation: number; used: number | null } | null, window: number): SendResult => ({
         runId: run.id,
@@ -304,13 +288,13 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         providerThreadFresh = false
         // A prompt Baton knows cannot fit the model's window even alone is not sent (invariant 1: no request that
         // Baton knows would exceed the window); the run fails as an overflow with what to do.
-        const tooLarge = config.mutations.has("ignore_known_full") ? null : yield* promptExceedsWindow(run.prompt, providerThread)
+        const tooLarge = config.mutations.has("ignore_known_full") ? null : yield* turnStart.promptTooLarge(promptTokens, providerThread)
         if (tooLarge !== null) {
           yield* Effect.logWarning(`run ${run.id} not sent: ${tooLarge}`)
           run = yield* uow.thread(run.threadId, "TurnExecution.promptTooLarge")(finishRun(run, "failed", "before_provider", tooLarge, "overflow"))
           return result(null, null, providerThread.contextWindow ?? 0)
         }
-        const prepared = yield* turnStart.prepare(run, providerThread, adapter, { retryWithoutHistory: retries.lastRecovery === "defer_history" }).pipe(
+        const prepared = yield* turnStart.prepare(run, providerThread, adapter, { retryWithoutHistory: retries.lastRecovery === "defer_history", promptTokens }).pipe(
           Effect.either
         )
         if (prepared._tag === "Left") {

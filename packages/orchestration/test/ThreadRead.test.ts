@@ -43,7 +43,8 @@ describe("thread_read on a thread", () => {
       const read = yield* ThreadRead.ThreadRead
       const items = yield* (yield* ops).store.listItems(t)
       const answer = yield* read.read(t, JSON.stringify({ refs: "#1-#2" }))
-      expect(answer).toBe(`[user #${items[0]!.id}]\nfirst question\n\n[assistant #${items[1]!.id}]\n${items[1]!.text}\n[characters 0-${answer.indexOf("\n[characters")} of ${answer.indexOf("\n[characters")}; end]`)
+      const body = `[user #${items[0]!.id}]\nfirst question\n\n[assistant #${items[1]!.id}]\n${items[1]!.text}`
+      expect(answer).toBe(`${body}\n[characters 0-${body.length} of ${body.length}; end]`)
       // A legacy pointer's arguments (`itemIds`) still work.
       const byId = yield* read.read(t, JSON.stringify({ threadId: t, itemIds: [items[0]!.id] }))
       expect(byId.startsWith(`[user #${items[0]!.id}]\nfirst question`)).toBe(true)
