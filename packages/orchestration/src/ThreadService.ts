@@ -174,7 +174,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /**
      * Switches the provider for the next run. The destination is owed every run it has not seen: a `switch`
-     * handoff covers them (none when there is nothing new). Fails with `ThreadNotFound`, `UnknownProvider`.
+     * handoff covers them (none when there is nothing new), except its own runs recorded as never read, which the
+     * next turn start's missed-run recovery owes after reading the native thread back (they may have reached it).
+     * Fails with `ThreadNotFound`, `UnknownProvider`, `RunInProgress`.
      */
     const switchProvider = Effect.fn("ThreadService.switchProvider")(function*(command: Commands.SwitchProvider) {
       return yield* withReceipt(
@@ -192,13 +194,19 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // Runs the destination's active native thread ran itself (the provider read them) are not owed again.
           // So are runs whose history a handoff toward it already owes or delivered (a fork or merge run, forwarding).
           const covered = yield* delivery.coveredRuns(target, target.activeNativeThreadId)
-          const unseen = (yield* store.listRunsBetween(thread.id, target.syncedRunSeq, nextSeq)).filter((r) =>
+          const between = yield* store.listRunsBetween(thread.id, target.syncedRunSeq, nextSeq)
+          // The destination's own runs recorded as never read (interrupted or crashed before the provider) may have
+          // reached it after all (an interrupt's read-back raced the turn): they stay behind its watermark, for the
+          // next turn start's missed-run recovery, which reads the native thread back before owing them again.
+          const ownMissed = between.filter((r) => r.providerThreadId === target.id && r.stopPoint === "before_provider")
+          const unseen = between.filter((r) =>
             !(target.activeNativeThreadId !== null && r.nativeThreadId === target.activeNativeThreadId &&
-              r.stopPoint !== "before_provider") && !covered.has(r.id)
+              r.stopPoint !== "before_provider") && !covered.has(r.id) && !ownMissed.includes(r)
           )
           const handoff = yield* delivery.createHandoff(thread.id, "switch", target, unseen)
           const now = yield* DateTime.now
-          yield* store.updateProviderThread({ ...target, syncedRunSeq: nextSeq - 1, updatedAt: now })
+          const syncedRunSeq = ownMissed.length > 0 ? ownMissed[0]!.seq - 1 : nextSeq - 1
+          yield* store.updateProviderThread({ ...target, syncedRunSeq, updatedAt: now })
           yield* store.updateThread({ ...thread, activeProviderThreadId: target.id, updatedAt: now })
           yield* store.appendEvent({ threadId: thread.id, type: "provider.switched", payload: {
             from: thread.activeProviderThreadId,

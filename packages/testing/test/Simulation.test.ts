@@ -216,7 +216,7 @@ const regressions: ReadonlyArray<{ readonly name: string; readonly category: str
   {
     // Steps renumbered when sendMessage's claim joined its queueing (two fewer durable steps before the turn): the
     // interrupt lands where it landed on main before that change (before provider.startThread). Where the name says
-    // it should land (before provider.startTurn, the crash after it), it fails today: see `knownBugs` below.
+    // it should land (before provider.startTurn, the crash after it) is regression G' below.
     name: "G. an interrupt raced the provider turn and a crash lost the turn's outcome: recovery reads it back, a switch back owes nothing twice (seed 15)",
     category: "exactly-once",
     scenario: JSON.parse("{\"seed\":15,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true},{\"name\":\"small\",\"window\":44000,\"autoCompactThreshold\":42000,\"inject\":true,\"readThread\":true},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true}],\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":6,\"crash\":{\"at\":17,\"inRecoveryAt\":null,\"retry\":false}},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"switch\",\"id\":10,\"to\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":11,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
@@ -273,16 +273,19 @@ const regressions: ReadonlyArray<{ readonly name: string; readonly category: str
 ]
 
 /**
- * Violations that still occur, pinned so that fixing one turns its test red (then move it to `regressions`).
- *
- * G'. seed 15 with the interrupt landing before provider.startTurn (the interrupt's read-back finds the native thread
- * without the run: the run ends `interrupted` before the provider, native thread `null`) while the turn is already on
- * its way: the provider runs it, and the process dies right after (its completion, which would record that the
- * provider read the prompt, is lost). The switch to `big` and back owes run 1 to `small` again, and the next turn
- * delivers its items to the native thread that ran them: exactly-once is violated. The same violation occurs on the
- * code before this change with `interruptAt` 10 and `crash.at` 19 (the same sites); regression G there had drifted to
- * an earlier site (its step numbers), so it no longer reached this case.
+ * Fixed (G'): seed 15 with the interrupt landing before provider.startTurn (the interrupt's read-back finds the native
+ * thread without the run: the run ends `interrupted` before the provider, native thread `null`) while the turn is
+ * already on its way: the provider runs it, and the process dies right after (its completion, which would record that
+ * the provider read the prompt, is lost). The switch to `big` and back used to owe run 1 to `small` in the switch
+ * handoff, and the next turn delivered its items to the native thread that ran them. A switch now leaves the
+ * destination's own never-read runs to the next turn start's missed-run recovery, which reads the native thread back.
  */
+const interruptRacedTurn = {
+  name: "G'. an interrupt read back before provider.startTurn while the turn is in flight, then a crash after it: a switch away and back owes run 1 nothing (seed 15, crash at 17)",
+  category: "exactly-once",
+  scenario: JSON.parse("{\"seed\":15,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true},{\"name\":\"small\",\"window\":44000,\"autoCompactThreshold\":42000,\"inject\":true,\"readThread\":true},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true}],\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":8,\"crash\":{\"at\":17,\"inRecoveryAt\":null,\"retry\":false}},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"switch\",\"id\":10,\"to\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":11,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
+}
+
 /**
  * Fixed: the turn's output was recorded before the crash, but the run stayed recorded as never read (the interrupt
  * had read the native thread back just before the turn reached it): a switch away and back re-delivered the run to
@@ -294,25 +297,8 @@ const outputProvesRead = {
   scenario: JSON.parse("{\"seed\": 15, \"providers\": [{\"name\": \"big\", \"window\": 1000000, \"autoCompactThreshold\": null, \"inject\": true, \"readThread\": true}, {\"name\": \"small\", \"window\": 44000, \"autoCompactThreshold\": 42000, \"inject\": true, \"readThread\": true}, {\"name\": \"plain\", \"window\": 200000, \"autoCompactThreshold\": null, \"inject\": false, \"readThread\": true}], \"ops\": [{\"kind\": \"create\", \"id\": 0, \"provider\": \"small\", \"crash\": null}, {\"kind\": \"send\", \"id\": 1, \"prompt\": 20, \"reply\": {\"tokens\": 20, \"tools\": [], \"reasoning\": false, \"usage\": {\"kind\": \"counted\"}}, \"fault\": null, \"interruptAt\": 8, \"crash\": {\"at\": 18, \"inRecoveryAt\": null, \"retry\": false}}, {\"kind\": \"switch\", \"id\": 2, \"to\": \"big\", \"crash\": null}, {\"kind\": \"switch\", \"id\": 10, \"to\": \"small\", \"crash\": null}, {\"kind\": \"send\", \"id\": 11, \"prompt\": 20, \"reply\": {\"tokens\": 20, \"tools\": [], \"reasoning\": false, \"usage\": {\"kind\": \"counted\"}}, \"fault\": null, \"interruptAt\": null, \"crash\": null}]}") as Simulation.Scenario
 }
 
-const knownBugs: ReadonlyArray<{ readonly name: string; readonly scenario: Simulation.Scenario }> = [
-  {
-    name: "G'. an interrupt read back before provider.startTurn while the turn is in flight, then a crash after it: a switch away and back re-delivers run 1 to the native thread that ran it (seed 15)",
-    scenario: JSON.parse("{\"seed\":15,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true},{\"name\":\"small\",\"window\":44000,\"autoCompactThreshold\":42000,\"inject\":true,\"readThread\":true},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true}],\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":8,\"crash\":{\"at\":17,\"inRecoveryAt\":null,\"retry\":false}},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"switch\",\"id\":10,\"to\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":11,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
-  }
-]
-
-describe("known violations (fail today)", () => {
-  for (const bug of knownBugs) {
-    it.live.fails(bug.name, () =>
-      Effect.gen(function*() {
-        const outcome = yield* Simulation.execute(bug.scenario)
-        expect(outcome.violations).toEqual([])
-      }), { timeout: 60_000 })
-  }
-})
-
 describe("regressions (shrunk simulation failures, fixed)", () => {
-  for (const regression of [...regressions, ...knownViolations, outputProvesRead]) {
+  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn]) {
     it.live(regression.name, () =>
       Effect.gen(function*() {
         const outcome = yield* Simulation.execute(regression.scenario)
