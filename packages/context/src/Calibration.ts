@@ -20,10 +20,18 @@
  * - Samples whose own ratio is outside `[minSampleRatio, maxSampleRatio]` (default [1/3, 3]) are ignored as
  *   implausible: no two current tokenizers differ by 3x on the same text, so such a sample is an unnoticed
  *   compaction, cached tokens reported differently, or a broken report, not a tokenizer difference.
- * - The ratio is a token-weighted moving average: a sample weighs its `estimatedTokens`, and the weight already held
- *   is capped at `memoryTokens` (default 200,000, about one long conversation), so old evidence fades geometrically
- *   and a provider that changes its model is followed, while one large turn cannot swing the ratio alone once
- *   evidence exists. The first sample sets the ratio outright: before it there is no evidence, only the guess 1.
+ * - The ratio is robust to outliers: it is the token-weighted mean of the recent accepted samples (the last
+ *   `windowSamples`, default 16) whose own ratio lies within `inlierTolerance` (default 25%) of the recent samples'
+ *   median (by count). A usage report that grew for reasons other than the tokenizer — content the provider added
+ *   that Baton never saw (a server-side tool's result, hidden context), a report inflated near the window — passes
+ *   the 3x filter yet is not evidence of the tokenizer; while such samples are fewer than half of the recent ones
+ *   they cannot move the ratio at all (with a moving average, one of them, the first sample above all, held the
+ *   ratio 80% away from the truth for many turns: simulator seed 48). A provider that changes its model is followed
+ *   once the new samples are the majority of the window (9 turns at the default); one large turn cannot swing the
+ *   ratio alone, since the median is taken by count. One sample alone sets the ratio: before it there is no
+ *   evidence, only the guess 1. (A trimmed mean around the median is the textbook robust location estimate; the
+ *   window and tolerance are ours: 16 turns is a few minutes of an agent's work, and 25% is wider than any gap
+ *   between current tokenizers' per-text ratios while far narrower than the outliers seen.)
  * - The ratio is clamped to `[minRatio, maxRatio]` (default [1/3, 3], the same bounds as the sample filter: every
  *   ratio a sample can show is representable, so delivered history stays within the budget in the provider's units
  *   for any accepted tokenizer gap; a narrower clamp let a provider at 2.5x overrun budgets by 25%). A provider
@@ -35,12 +43,22 @@
  *
  * - `ratio`: provider tokens per Baton token, in `[minRatio, maxRatio]`; 1 when nothing is learned.
  * - `samples`: how many samples were accepted.
- * - `weight`: the evidence held, in Baton tokens (`<= memoryTokens`).
+ * - `weight`: the evidence the ratio rests on, in Baton tokens (the inlying recent samples' tokens).
+ * - `recent`: the last `windowSamples` accepted samples, oldest first, as `{ratio, tokens}` (`tokens`: the sample's
+ *   `estimatedTokens`). Absent or empty on a calibration stored before it was kept: its `ratio` and `weight` then
+ *   count as one sample.
  */
 export interface Calibration {
   readonly ratio: number
   readonly samples: number
   readonly weight: number
+  readonly recent?: ReadonlyArray<Observation> | undefined
+}
+
+/** One accepted sample as the calibration keeps it: its own ratio and its size in Baton tokens. */
+export interface Observation {
+  readonly ratio: number
+  readonly tokens: number
 }
 
 /** A sample: Baton's estimate and the provider's reported growth over the same span (tokens, non-negative). */
@@ -56,7 +74,10 @@ export interface CalibrationPolicy {
   readonly minSampleTokens: number
   readonly minSampleRatio: number
   readonly maxSampleRatio: number
-  readonly memoryTokens: number
+  /** How many recent accepted samples the ratio is computed from. */
+  readonly windowSamples: number
+  /** How far (a fraction) a sample's ratio may lie from the recent median and still count. */
+  readonly inlierTolerance: number
 }
 
 export const defaultPolicy: CalibrationPolicy = {
@@ -65,11 +86,12 @@ export const defaultPolicy: CalibrationPolicy = {
   minSampleTokens: 256,
   minSampleRatio: 1 / 3,
   maxSampleRatio: 3,
-  memoryTokens: 200_000
+  windowSamples: 16,
+  inlierTolerance: 0.25
 }
 
 /** Nothing learned: ratio 1 (Baton's count is taken as the provider's). */
-export const identity: Calibration = { ratio: 1, samples: 0, weight: 0 }
+export const identity: Calibration = { ratio: 1, samples: 0, weight: 0, recent: [] }
 
 /** Why `learn` did not use a sample, or `null` when it did. */
 export type Rejection = "too_small" | "implausible" | null
@@ -84,10 +106,33 @@ export const rejection = (sample: Sample, policy: CalibrationPolicy = defaultPol
 
 const clamp = (x: number, lo: number, hi: number) => Math.min(hi, Math.max(lo, x))
 
+/** The median of `xs` by count (the mean of the two middle values when the count is even); `xs` non-empty. */
+const median = (xs: ReadonlyArray<number>): number => {
+  const sorted = [...xs].sort((a, b) => a - b)
+  const mid = sorted.length >> 1
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
+}
+
+/**
+ * The ratio and weight that `recent` (non-empty) supports under `policy`: the token-weighted mean of the samples
+ * within `inlierTolerance` of the median, clamped to `[minRatio, maxRatio]`; the median itself when none is (two
+ * samples that disagree).
+ */
+export const estimate = (
+  recent: ReadonlyArray<Observation>,
+  policy: CalibrationPolicy = defaultPolicy
+): { readonly ratio: number; readonly weight: number } => {
+  const center = median(recent.map((o) => o.ratio))
+  const inliers = recent.filter((o) => Math.abs(o.ratio - center) <= policy.inlierTolerance * center)
+  const weight = inliers.reduce((n, o) => n + o.tokens, 0)
+  const ratio = weight > 0 ? inliers.reduce((n, o) => n + o.ratio * o.tokens, 0) / weight : center
+  return { ratio: clamp(ratio, policy.minRatio, policy.maxRatio), weight: Math.round(weight) }
+}
+
 /**
  * `calibration` updated with `sample` per the policy above; returned unchanged when the sample is rejected
- * (see `rejection`). Total: never fails; the ratio stays in `[minRatio, maxRatio]`, the weight in
- * `[0, memoryTokens]`.
+ * (see `rejection`). Total: never fails; the ratio stays in `[minRatio, maxRatio]`, `recent` holds at most
+ * `windowSamples` samples.
  */
 export const learn = (
   calibration: Calibration,
@@ -95,15 +140,14 @@ export const learn = (
   policy: CalibrationPolicy = defaultPolicy
 ): Calibration => {
   if (rejection(sample, policy) !== null) return calibration
-  const t = Math.min(sample.estimatedTokens, policy.memoryTokens)
-  const held = clamp(calibration.weight, 0, policy.memoryTokens)
-  const observed = sample.reportedTokens / sample.estimatedTokens
-  const ratio = (calibration.ratio * held + observed * t) / (held + t)
-  return {
-    ratio: clamp(ratio, policy.minRatio, policy.maxRatio),
-    samples: calibration.samples + 1,
-    weight: Math.min(policy.memoryTokens, held + t)
-  }
+  const held: ReadonlyArray<Observation> = calibration.recent !== undefined && calibration.recent.length > 0
+    ? calibration.recent
+    : calibration.samples > 0 && calibration.weight > 0
+    ? [{ ratio: calibration.ratio, tokens: calibration.weight }]
+    : []
+  const observed = { ratio: sample.reportedTokens / sample.estimatedTokens, tokens: sample.estimatedTokens }
+  const recent = [...held, observed].slice(-Math.max(1, policy.windowSamples))
+  return { ...estimate(recent, policy), samples: calibration.samples + 1, recent }
 }
 
 /** Baton tokens (`rawTokens`) in the provider's units: `ceil(rawTokens * ratio)`. Ratio 1 is the identity. */

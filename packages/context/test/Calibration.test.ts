@@ -20,7 +20,7 @@ describe("Calibration.learn", () => {
     const learned = Calibration.learn(Calibration.identity, { estimatedTokens: 247_000, reportedTokens: 284_050 })
     expect(learned.ratio).toBeCloseTo(1.15, 10)
     expect(learned.samples).toBe(1)
-    expect(learned.weight).toBe(200_000)
+    expect(learned.weight).toBe(247_000)
   })
 
   it("ignores a sample under 256 tokens and one whose ratio is beyond 3x (a compaction, a broken report)", () => {
@@ -32,24 +32,72 @@ describe("Calibration.learn", () => {
     expect(Calibration.rejection({ estimatedTokens: 255, reportedTokens: 255 })).toBe("too_small")
   })
 
-  it("weighs a sample by its tokens against the evidence held (at most 200,000 tokens)", () => {
-    // 10,000 tokens held at 1.0, a 10,000-token sample at 1.2: the mean of the two, 1.1.
+  it("samples that agree are averaged by their tokens; a calibration stored without samples counts as one", () => {
+    // Stored before `recent` existed: 10,000 tokens at 1.0. A 10,000-token sample at 1.2: median 1.1, both within
+    // 25% of it, so the token-weighted mean of the two, 1.1.
     const c = Calibration.learn({ ratio: 1, samples: 1, weight: 10_000 }, { estimatedTokens: 10_000, reportedTokens: 12_000 })
     expect(c.ratio).toBeCloseTo(1.1, 12)
     expect(c.weight).toBe(20_000)
-    // Saturated evidence: a 2,000-token sample moves the ratio by 2,000 / 202,000 of the gap.
-    const full = Calibration.learn({ ratio: 1, samples: 50, weight: 200_000 }, { estimatedTokens: 2_000, reportedTokens: 3_000 })
-    expect(full.ratio).toBeCloseTo(1 + 0.5 * 2_000 / 202_000, 12)
-    expect(full.weight).toBe(200_000)
+    expect(c.recent).toEqual([{ ratio: 1, tokens: 10_000 }, { ratio: 1.2, tokens: 10_000 }])
   })
 
-  it.prop("keeps the ratio in [1/3, 3] and the weight in [0, 200,000]", [calibration, fc.array(sample, { maxLength: 30 })], ([c, samples]) => {
+  const feed = (c: Calibration.Calibration, ratios: ReadonlyArray<number>, tokens = 2_000) =>
+    ratios.reduce((acc, r) => Calibration.learn(acc, { estimatedTokens: tokens, reportedTokens: Math.round(tokens * r) }), c)
+
+  it("a usage jump that is not the tokenizer does not move the ratio (seed 48: a report near the window after 2,000 tokens at x1.05)", () => {
+    const truth = feed(Calibration.identity, [1.05, 1.05, 1.05])
+    expect(truth.ratio).toBe(1.05)
+    // 2.9x on a 15,000-token turn: passes the 3x filter, outweighs all the evidence held, and is ignored.
+    const jumped = Calibration.learn(truth, { estimatedTokens: 15_000, reportedTokens: 43_500 })
+    expect(jumped.ratio).toBe(1.05)
+    expect(jumped.samples).toBe(4)
+    expect(jumped.weight).toBe(6_000)
+  })
+
+  it("the first sample an outlier: the truth takes over as soon as it is the majority", () => {
+    const first = feed(Calibration.identity, [2.9], 15_000)
+    expect(first.ratio).toBeCloseTo(2.9, 12)
+    expect(feed(first, [1.05, 1.05]).ratio).toBe(1.05)
+  })
+
+  it("a provider that changes its model is followed once the new ratio holds the majority of the window (9 of 16)", () => {
+    const old = feed(Calibration.identity, Array(16).fill(1))
+    expect(feed(old, Array(7).fill(1.5)).ratio).toBe(1)
+    // An even split is ambiguous: the median is between the two, and both count.
+    expect(feed(old, Array(8).fill(1.5)).ratio).toBe(1.25)
+    expect(feed(old, Array(9).fill(1.5)).ratio).toBe(1.5)
+  })
+
+  it.prop("keeps the ratio in [1/3, 3], the weight non-negative and at most 16 recent samples", [calibration, fc.array(sample, { maxLength: 30 })], ([c, samples]) => {
     const learned = samples.reduce((acc, s) => Calibration.learn(acc, s), c)
     expect(learned.ratio).toBeGreaterThanOrEqual(1 / 3)
     expect(learned.ratio).toBeLessThanOrEqual(3)
     expect(learned.weight).toBeGreaterThanOrEqual(0)
-    expect(learned.weight).toBeLessThanOrEqual(200_000)
+    expect((learned.recent ?? []).length).toBeLessThanOrEqual(16)
   })
+
+  it.prop(
+    "outliers fewer than a quarter of the samples never move a converged ratio (any ratio, any outliers >30% away)",
+    [
+      ratio,
+      fc.array(fc.tuple(fc.boolean(), fc.double({ min: 0, max: 1, noNaN: true }), fc.integer({ min: 256, max: 200_000 })), { minLength: 3, maxLength: 60 })
+    ],
+    ([truth, stream]) => {
+      let c = [truth, truth, truth].reduce(
+        (acc, r) => Calibration.learn(acc, { estimatedTokens: 10_000, reportedTokens: 10_000 * r }),
+        Calibration.identity
+      )
+      stream.forEach(([high, u, tokens], i) => {
+        // Every fourth sample is an outlier: above 1.3x the truth or under 0.7x (within the 3x filter).
+        const outlier = i % 4 === 3
+        const lo = high ? truth * 1.3 : 1 / 3
+        const hi = high ? 3 : truth * 0.7
+        const r = outlier && hi > lo ? lo + u * (hi - lo) : truth
+        c = Calibration.learn(c, { estimatedTokens: tokens, reportedTokens: tokens * r })
+        expect(Math.abs(c.ratio - truth)).toBeLessThan(1e-9 * truth)
+      })
+    }
+  )
 
   it.prop(
     "converges toward a constant true ratio from any start: never moves away, within 1% after 80 turns of 20,000+",

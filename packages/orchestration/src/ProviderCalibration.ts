@@ -44,7 +44,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         if (!config.calibration) return Calibration.identity
         const found = yield* store.getCalibration(instance)
         return found._tag === "Some"
-          ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight }
+          ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
           : Calibration.identity
       })
 
@@ -65,14 +65,21 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         // Read under a lock: another thread's turn on the same provider may be learning right now.
         const found = yield* store.getCalibrationForUpdate(instance)
         const before = found._tag === "Some"
-          ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight }
+          ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
           : Calibration.identity
         const reportedTokens = turn.reportedUsedTokens - turn.base.usedTokens
         if (reportedTokens < 0) return before
         const sample = { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens }
         const after = Calibration.learn(before, sample, config.calibrationPolicy)
         if (after === before) return before
-        yield* store.upsertCalibration({ providerInstance: instance, ...after, updatedAt: yield* DateTime.now })
+        yield* store.upsertCalibration({
+          providerInstance: instance,
+          ratio: after.ratio,
+          samples: after.samples,
+          weight: after.weight,
+          recent: after.recent ?? [],
+          updatedAt: yield* DateTime.now
+        })
         yield* store.appendEvent({ threadId, type: "calibration.updated", payload: {
           providerInstance: instance,
           oldRatio: before.ratio,

@@ -32,8 +32,11 @@ const learnOnCodex = (h: Harness.Harness) =>
     return threadId
   })
 
+/** The calibration in force for `instance`: ratio, samples, weight (the recent samples left out). */
 const ratioOf = (instance: string) =>
-  Effect.flatMap(ProviderCalibration.ProviderCalibration, (c) => c.current(instance as ProviderInstance))
+  Effect.flatMap(ProviderCalibration.ProviderCalibration, (c) => c.current(instance as ProviderInstance)).pipe(
+    Effect.map(({ ratio, samples, weight }) => ({ ratio, samples, weight }))
+  )
 
 /** What codex was sent as injected history for `threadId`'s native thread `ref`, in codex's own tokens. */
 const injectedCost = (h: Harness.Harness, ref: string) =>

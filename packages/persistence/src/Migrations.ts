@@ -15,6 +15,7 @@ import migration0009 from "./migrations/0009_unfinished_runs.js"
 import migration0010 from "./migrations/0010_event_feed.js"
 import migration0011 from "./migrations/0011_native_messages.js"
 import migration0012 from "./migrations/0012_run_costs.js"
+import migration0013 from "./migrations/0013_calibration_samples.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -29,7 +30,8 @@ export const migrations = {
   "0009_unfinished_runs": migration0009,
   "0010_event_feed": migration0010,
   "0011_native_messages": migration0011,
-  "0012_run_costs": migration0012
+  "0012_run_costs": migration0012,
+  "0013_calibration_samples": migration0013
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

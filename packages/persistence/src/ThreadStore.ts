@@ -62,13 +62,15 @@ import {
 
 /**
  * The tokenizer calibration of one provider instance (`Calibration.Calibration` of `@baton/context` plus its key and
- * time): `ratio` provider tokens per Baton token, `samples` accepted, `weight` evidence held in Baton tokens.
+ * time): `ratio` provider tokens per Baton token, `samples` accepted, `weight` evidence held in Baton tokens,
+ * `recent` the last accepted samples `{ratio, tokens}` oldest first (column `recent`, JSON text).
  */
 export const ProviderCalibration = Schema.Struct({
   providerInstance: Schema.String,
   ratio: Schema.Number,
   samples: Schema.Int,
   weight: Schema.Int,
+  recent: Schema.parseJson(Schema.Array(Schema.Struct({ ratio: Schema.Number, tokens: Schema.Number }))),
   updatedAt: Schema.DateTimeUtc
 })
 export type ProviderCalibration = typeof ProviderCalibration.Type
@@ -569,7 +571,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
           sql`INSERT INTO provider_calibrations ${sql.insert(row)}
               ON CONFLICT (provider_instance) DO UPDATE SET ratio = ${row.ratio}, samples = ${row.samples},
-              weight = ${row.weight}, updated_at = ${row.updatedAt}`).pipe(
+              weight = ${row.weight}, recent = ${row.recent}, updated_at = ${row.updatedAt}`).pipe(
             Effect.asVoid,
             orPersistence("provider_calibrations.upsert")
           ),

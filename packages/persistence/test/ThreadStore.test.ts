@@ -156,16 +156,19 @@ describe("ThreadStore on a SQLite file", () => {
       expect(yield* store.recordNativeUsage("nat_missing" as NativeThreadId, null, 0, now)).toEqual(Option.none())
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
-  it.effect("a provider's calibration reads as None until written; an upsert replaces it (ratio kept to full precision)", () =>
+  it.effect("a provider's calibration reads as None until written; an upsert replaces it (ratio kept to full precision, recent samples with it)", () =>
     Effect.gen(function*() {
       const store = yield* ThreadStore
       const now = yield* DateTime.now
       const codex = "codex" as ProviderInstance
       expect((yield* store.getCalibration(codex))._tag).toBe("None")
-      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1499999999999997, samples: 1, weight: 4_000, updatedAt: now })
-      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1512345678901235, samples: 2, weight: 9_000, updatedAt: now })
+      const first = { ratio: 1.1499999999999997, tokens: 4_000 }
+      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1499999999999997, samples: 1, weight: 4_000, recent: [first], updatedAt: now })
+      const recent = [first, { ratio: 1.1522, tokens: 5_000 }]
+      yield* store.upsertCalibration({ providerInstance: codex, ratio: 1.1512345678901235, samples: 2, weight: 9_000, recent, updatedAt: now })
       const read = yield* store.getCalibration(codex)
-      expect(read._tag === "Some" && [read.value.ratio, read.value.samples, read.value.weight]).toEqual([1.1512345678901235, 2, 9_000])
+      expect(read._tag === "Some" && [read.value.ratio, read.value.samples, read.value.weight, read.value.recent])
+        .toEqual([1.1512345678901235, 2, 9_000, recent])
       expect((yield* store.getCalibration("claude" as ProviderInstance))._tag).toBe("None")
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
