@@ -12,7 +12,7 @@
  * violations, operations/s).
  *
  *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--json]
- *            [--without crashes,retries,interrupts,faults,usage,offload,forks,truth]
+ *            [--without crashes,retries,interrupts,faults,usage,offload,forks,truth,races]
  *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
  */
 import { Simulation } from "@baton/testing"
@@ -43,7 +43,8 @@ const featureNames: Record<string, keyof Simulation.Features> = {
   usage: "usageReports",
   offload: "offloads",
   forks: "forks",
-  truth: "truth"
+  truth: "truth",
+  races: "races"
 }
 
 const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--json] [--without " +

@@ -26,6 +26,11 @@ export interface ScriptedSummariserConfig {
   readonly inputWindow?: number | null
   /** Whether call `n` (1-based) answers verbosely (longer than its input). Default never. */
   readonly verbose?: (call: number) => boolean
+  /**
+   * Runs inside every call (1-based `call`) before it answers: the summary is being written while the hook runs
+   * (the simulator issues a racing command from here). Default none.
+   */
+  readonly onCall?: (call: number) => Effect.Effect<void>
 }
 
 export interface ScriptedSummariser extends SummariserShape {
@@ -86,7 +91,13 @@ export const make = (counter: TokenCounter.TokenCounterShape, config: ScriptedSu
     calls,
     failWith: (reason) => void (failure = reason),
     summarise: (input) =>
-      Effect.suspend(() => {
+      Effect.zipRight(
+        Effect.suspend(() => config.onCall?.(calls.length + 1) ?? Effect.void),
+        answer(input)
+      )
+  }
+  function answer(input: SummariseInput) {
+    return Effect.suspend(() => {
         calls.push(input)
         const inputTokens = (input.previousSummary === null ? 0 : counter.count(input.previousSummary)) +
           input.items.reduce((n, i) => n + i.tokens, 0)

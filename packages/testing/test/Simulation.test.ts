@@ -308,6 +308,37 @@ const usageJumpCalibration = {
   scenario: JSON.parse("{\"seed\":48,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.12,\"requestOverhead\":926,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.05,\"requestOverhead\":1645,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.12,\"requestOverhead\":736,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":4},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":20,\"reply\":{\"tokens\":32,\"tools\":[2083,563,536],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"switch\",\"id\":2,\"to\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":18,\"prompt\":55,\"reply\":{\"tokens\":235,\"tools\":[2339],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":19,\"prompt\":20,\"reply\":{\"tokens\":235,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":21,\"prompt\":63,\"reply\":{\"tokens\":919,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"fork\",\"id\":144,\"provider\":null,\"crash\":null},{\"kind\":\"interrupt_in_tool_call\",\"id\":29,\"prompt\":370,\"reply\":{\"tokens\":1136,\"tools\":[820],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"answered\":true,\"crash\":null},{\"kind\":\"send\",\"id\":30,\"prompt\":1173,\"reply\":{\"tokens\":13686,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"near_full\",\"fraction\":0.93}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":33,\"prompt\":20,\"reply\":{\"tokens\":358,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":34,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":35,\"prompt\":20,\"reply\":{\"tokens\":299,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"interrupt_in_tool_call\",\"id\":39,\"prompt\":20,\"reply\":{\"tokens\":1710,\"tools\":[1978],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"answered\":true,\"crash\":null}]}") as Simulation.Scenario
 }
 
+describe("races: two commands on one thread in flight at once", () => {
+  const tool = { tokens: 200, tools: [900], reasoning: false, usage: { kind: "counted" } } as const
+  const race = (id: number, outer: "send" | "offload", withKind: "compact" | "offload" | "switch" | "send"): Op =>
+    ({ kind: "race", id, outer, prompt: 40, reply: tool, with: withKind, to: "big", keepTokens: 0 })
+  it.live("a turn in a provider call refuses /compact, /offload and a switch with RunInProgress; a send inside /offload's summary discards the summary", () =>
+    Effect.gen(function*() {
+      const scenario: Simulation.Scenario = {
+        seed: 1,
+        providers: providers(allRead),
+        ops: [
+          { kind: "create", id: 0, provider: "small", crash: null },
+          ...Array.from({ length: 6 }, (_, i) => send(i + 1, { reply: { ...reply, tokens: 400 } })),
+          race(10, "send", "compact"),
+          race(11, "send", "offload"),
+          race(12, "send", "switch"),
+          race(13, "offload", "send"),
+          send(14)
+        ]
+      }
+      const outcome = yield* Simulation.execute(scenario)
+      expect(outcome.violations).toEqual([])
+      const raced = outcome.trace.slice(7, 11).map((line) => line.split("  =>  ")[1]!)
+      for (const [i, what] of (["compact", "offload", "switch"] as const).entries()) {
+        expect(raced[i]).toMatch(new RegExp(`^completed; gen \\d+, used \\d+; ${what}: refused RunInProgress: `))
+      }
+      // The summary was being written while the thread advanced: it is discarded, the send completed.
+      expect(raced[3]).toMatch(/^offload refused ConcurrentModification: .*; send: completed/)
+      expect(outcome.trace[11]).toMatch(/=>  completed/)
+    }), { timeout: 120_000 })
+})
+
 describe("regressions (shrunk simulation failures, fixed)", () => {
   for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration]) {
     it.live(regression.name, () =>

@@ -136,6 +136,12 @@ type Attempt<A> =
   | { readonly _tag: "failed"; readonly message: string; readonly errorTag: string | null }
 
 /** The `_tag` of the command's typed failure (`OffloadFailed`, …), `null` for a defect: read instead of the message. */
+/**
+ * The typed refusals a command racing a turn may answer with (each says what to do): the thread has work in
+ * flight, it changed under the command, or the summariser could not summarise (the record unchanged).
+ */
+const raceRefusals = new Set(["RunInProgress", "ConcurrentModification", "OffloadFailed"])
+
 const errorTagOf = (cause: Cause.Cause<unknown>): string | null => {
   const failure = Cause.failureOption(cause)
   if (failure._tag === "None") return null
@@ -188,6 +194,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     let faultsFired = 0
     // The user's interrupt of an `interrupt_in_tool_call` operation, run by the provider when its turn is inside the call.
     let onToolCall: Effect.Effect<void> = Effect.void
+    // Runs inside the summariser's next call (a race: a command issued while a summary is being written).
+    let onSummariserCall: Effect.Effect<void> = Effect.void
     const providers = scenario.providers.map((p) =>
       ScriptedProvider.make({
         instance: p.name as ProviderInstance,
@@ -211,9 +219,11 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     )
     const adapters = providers.map((p) => Crash.wrapAdapter(p, steps))
     // The summariser is the external world too: it survives restarts.
-    const summariser = ScriptedSummariser.make(counter, scenario.summariser === undefined ? {} : {
+    const onCall = () => Effect.suspend(() => onSummariserCall)
+    const summariser = ScriptedSummariser.make(counter, scenario.summariser === undefined ? { onCall } : {
       inputWindow: scenario.summariser.inputWindow,
-      verbose: (call) => call % scenario.summariser!.verboseEvery === 0
+      verbose: (call) => call % scenario.summariser!.verboseEvery === 0,
+      onCall
     })
     const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
     const turnFaults = new Set<ScriptedProvider.Fault>(["refuse", "interrupt_before_start", "timeout", "overflow", "interrupt_in_tool_call"])
@@ -393,7 +403,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       })).pipe(Effect.catchAll((e) => Effect.sync(() => void notes.push(`interrupt failed: ${String(e)}`))))
 
     const describeFailure = (op: Operation, message: string) =>
-      op.kind === "send" || op.kind === "interrupt_in_tool_call" ? `no-wedge: send m${op.id} failed: ${message}` : `command: ${op.kind} failed: ${message}`
+      op.kind === "send" || op.kind === "interrupt_in_tool_call" || op.kind === "race" ? `no-wedge: send m${op.id} failed: ${message}` : `command: ${op.kind} failed: ${message}`
 
     /** Executes one operation: the violations it raised itself and a short description of what happened. */
     const perform = (op: Operation) =>
@@ -461,6 +471,65 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
               if (same.length > 1) {
                 violations.push(`idempotency: SendMessage ${cmd.commandId} queued ${same.length} runs (${same.map((r) => r.id).join(", ")}): the retry after the crash ran it again`)
               }
+            }
+            break
+          }
+          case "race": {
+            const thread = threadId!
+            const text = promptText(op.id, op.prompt)
+            const cmd = Commands.SendMessage.make({ commandId: cid(op.id), threadId: thread, text })
+            const window = yield* activeWindow(thread)
+            script.clear()
+            script.enqueue(responseFor(op.id, 1, op.reply, window))
+            const send = service((s) => Effect.map(s.sendMessage(cmd), (r) => `${r.status}; gen ${r.nativeGeneration ?? "-"}, used ${r.usedTokens ?? "?"}`))
+            const offload = service((s) => Effect.map(
+              s.offload(Commands.OffloadThread.make({ commandId: cid(op.id, op.outer === "offload" ? "" : "_race"), threadId: thread, keepTokens: op.keepTokens })),
+              (r) => r.offloaded ? `offloaded up to seq ${r.cutSeq}` : `not offloaded: ${r.reason ?? ""}`.slice(0, 80)
+            ))
+            const exitOf = <E>(effect: Effect.Effect<string, E, Services>) => Effect.exit(within(effect)) as Effect.Effect<Exit.Exit<string, E>>
+            const inner = op.with === "compact"
+              ? exitOf(service((s) => Effect.map(s.compact(Commands.CompactThread.make({ commandId: cid(op.id, "_race"), threadId: thread })), (r) =>
+                r.compacted ? `compacted ${r.usedBefore ?? "?"} -> ${r.usedAfter ?? "?"}` : `not compacted: ${r.reason ?? ""}`.slice(0, 80))))
+              : op.with === "offload"
+              ? exitOf(offload)
+              : op.with === "switch"
+              ? exitOf(service((s) => Effect.map(
+                s.switchProvider(Commands.SwitchProvider.make({ commandId: cid(op.id, "_race"), threadId: thread, providerInstance: op.to as ProviderInstance })),
+                (r) => `handoff ${r.handoffId ?? "none"}`
+              )))
+              : exitOf(send)
+            let raced = op.outer === "send" ? "the turn reached no tool call" : "the summariser was not called"
+            const hook = Effect.suspend(() => {
+              onToolCall = Effect.void
+              onSummariserCall = Effect.void
+              return inner.pipe(Effect.map((exit: Exit.Exit<string, { readonly _tag?: string }>) => {
+                if (Exit.isSuccess(exit)) raced = exit.value
+                else {
+                  const tag = errorTagOf(exit.cause)
+                  const message = describeCause(exit.cause)
+                  raced = `refused ${tag ?? "?"}: ${message}`.slice(0, 140)
+                  if (tag === null || !raceRefusals.has(tag)) {
+                    violations.push(`race: ${op.with} inside ${op.outer} failed instead of completing or being refused: ${message}`)
+                  }
+                }
+              }))
+            })
+            if (op.outer === "send") {
+              // The turn stops inside its first tool call and runs the hook; no interrupt comes, so the tool
+              // finishes and the turn completes.
+              armFault("interrupt_in_tool_call")
+              onToolCall = hook
+            } else onSummariserCall = hook
+            const c = op.outer === "send" ? yield* command(op, send) : yield* command(op, offload)
+            armFault(null)
+            onToolCall = Effect.void
+            onSummariserCall = Effect.void
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") result = `${c.result.value}; ${op.with}: ${raced}`
+            else if (c.result._tag === "failed") {
+              if (op.outer === "offload" && c.result.errorTag !== null && raceRefusals.has(c.result.errorTag)) {
+                result = `offload refused ${c.result.errorTag}: ${c.result.message}`.slice(0, 120) + `; send: ${raced}`
+              } else violations.push(describeFailure(op, c.result.message))
             }
             break
           }

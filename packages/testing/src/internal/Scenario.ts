@@ -118,6 +118,25 @@ export type Operation =
     readonly crash: CrashSpec | null
   }
   | { readonly kind: "restart"; readonly id: number }
+  | {
+    /**
+     * Two commands on one thread in flight at once. `outer: "send"`: a send whose turn pauses inside its first tool
+     * call (the provider call in progress), where the user issues `with` on the same thread (`/compact`, `/offload`
+     * keeping `keepTokens`, or a switch to `to`); then the turn goes on. `outer: "offload"`: an `/offload` keeping
+     * `keepTokens` whose summariser call pauses while the user sends the message (`with: "send"`: a whole turn),
+     * then the summary is written. The inner command either completes or is refused with a typed error saying
+     * what to do; neither fails otherwise nor waits forever, and the invariants and the oracle hold after both.
+     */
+    readonly kind: "race"
+    readonly id: number
+    readonly outer: "send" | "offload"
+    readonly prompt: number
+    /** Has at least one tool. */
+    readonly reply: ReplySpec
+    readonly with: "compact" | "offload" | "switch" | "send"
+    readonly to: string
+    readonly keepTokens: number
+  }
 
 /**
  * The `/offload` summariser's truth: the input window it declares and enforces (Baton's tokens) and every how many
@@ -162,6 +181,11 @@ export interface Features {
    * accept whatever they are sent, as before.
    */
   readonly truth: boolean
+  /**
+   * Commands racing a turn on the same thread (`race`: `/compact`, `/offload` or a switch issued while a turn is
+   * inside a provider call), from a PRNG of their own like offloads.
+   */
+  readonly races: boolean
 }
 
 export const allFeatures: Features = {
@@ -172,7 +196,8 @@ export const allFeatures: Features = {
   usageReports: true,
   offloads: true,
   forks: true,
-  truth: true
+  truth: true,
+  races: true
 }
 
 /**
@@ -217,7 +242,9 @@ const stepsOf: Record<Operation["kind"], number> = {
   offload: 12,
   fork: 12,
   merge: 10,
-  restart: 0
+  restart: 0,
+  // A race carries no crash: the crash points of its commands are covered by send, /compact, /offload and switch.
+  race: 0
 }
 
 const crashFor = (r: Prng.Prng, features: Features, kind: Operation["kind"], p: number): CrashSpec | null =>
@@ -259,7 +286,9 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * faults on: send 50 and interrupt inside a tool call 6, itself a send, so the share of every other operation is
  * unchanged), switch 16, `/compact` 12, interrupt before start 8, clean restart 4; about one operation in five
  * carries a crash. After about one operation in eight an `/offload` follows (its own PRNG stream; ids `steps + id`),
- * and after about one in ten a fork or a merge-back (another stream; ids `2 * steps + id`; at most two forks deep).
+ * and after about one in ten a fork or a merge-back (another stream; ids `2 * steps + id`; at most two forks deep),
+ * and after about one in twelve a race: a send with `/compact`, `/offload` or a switch issued inside its turn
+ * (another stream; ids `3 * steps + id`).
  */
 export const generate = (seed: number, steps: number, features: Features = allFeatures): Scenario => {
   const r = Prng.make(seed)
@@ -270,6 +299,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   let depth = 0
   // And so does the providers' truth.
   const rt = Prng.make((seed ^ 0x7e57) >>> 0)
+  // And so do races.
+  const rr = Prng.make((seed ^ 0x4ace5) >>> 0)
   const providers = providersFor(r, rt, features.truth)
   const names = providers.map((p) => p.name)
   let active = r.pick(names)
@@ -340,6 +371,21 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         keepTokens: ro.pick([0, 300, 2_000, 16_000]),
         summariserFails: features.faults && ro.chance(0.15),
         crash: crashFor(ro, features, "offload", 0.25)
+      })
+    }
+    if (features.races && rr.chance(0.08)) {
+      const reply = replyFor(rr, features)
+      const withKind = rr.pick(["compact", "offload", "switch", "send"] as const)
+      const to = rr.pick(names.filter((n) => n !== active))
+      ops.push({
+        kind: "race",
+        id: 3 * steps + id,
+        outer: withKind === "send" ? "offload" : "send",
+        prompt: promptSize(rr),
+        reply: { ...reply, tools: reply.tools.length > 0 ? reply.tools : [rr.int(20, 2_500)] },
+        with: withKind,
+        to,
+        keepTokens: rr.pick([0, 300, 2_000])
       })
     }
     if (features.forks && rl.chance(0.1)) {
@@ -481,6 +527,12 @@ export const formatOperation = (op: Operation): string => {
       return `merge back${op.leave ? " and leave the fork" : ""}${crashText(op.crash)}`
     case "restart":
       return "restart"
+    case "race": {
+      const send = `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}])`
+      return op.outer === "offload"
+        ? `/offload keep ${op.keepTokens} and, inside its summariser call, ${send}`
+        : `${send} and, inside its first tool call, ${op.with === "compact" ? "/compact" : op.with === "offload" ? `/offload keep ${op.keepTokens}` : `switch to ${op.to}`}`
+    }
   }
 }
 
