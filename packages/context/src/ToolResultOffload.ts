@@ -11,8 +11,13 @@
  * nothing from p on, so the next request writes the whole suffix again instead of reading it. With read multiplier
  * r, write multiplier w (of base input), A the tokens of the suffix from p and s the tokens the stubs release in it,
  * flushing costs (w - r)(A - s) once and saves r·s on each of the R requests still expected. The mild tier flushes
- * when r·s·R > (w - r)(A - s), for the p that maximises the margin, and stubs every eligible unit from p on (once
- * the cache is broken at p, each further stub only lowers the rewrite): one prefix break per flush. When the cache
+ * at a break p only when two things hold: the flush pays over the expected remaining requests, r·s·R > (w - r)(A - s);
+ * and the units it stubs have already cost, while eligible, at least the rewrite: r·Σ released·(requests eligible)
+ * >= (w - r)(A - s). The second condition is the ski-rental rule (keep renting until the rent paid equals the price
+ * of buying): it batches flushes, since a flush pays only the rewrite of the verbatim suffix and waiting lets more
+ * units join it, and it costs at most twice the best offline schedule of breaks. Among the breaks that meet both, the
+ * one with the largest margin r·s·R - (w - r)(A - s) is taken, and every eligible unit from p on is stubbed (once the
+ * cache is broken at p, each further stub only lowers the rewrite): one prefix break per flush. When the cache
  * has expired anyway (the time since the previous request exceeds the TTL) the rewrite costs nothing extra and every
  * eligible unit is stubbed. The aggressive tier ignores the cache near the window; the emergency tier reports that
  * stubs cannot bring the request under the window's emergency line and leaves the choice (`/offload`, deferral) to
@@ -37,12 +42,15 @@ export interface HistoryItem {
  * - `answered`: every call of the unit has its result in the history.
  * - `stubbed`: the unit is already a stub (never stubbed again).
  * - `stubTokens`: the tokens of the unit's stub (`stubText`), were it stubbed.
+ * - `answeredRequests`: the requests already sent that carried the unit with all its results (0 when unanswered or
+ *   answered since the previous request). It tells how long the unit has been paid for since it was consumed.
  */
 export interface Unit {
   readonly isTool: boolean
   readonly answered: boolean
   readonly stubbed: boolean
   readonly stubTokens: number
+  readonly answeredRequests: number
 }
 
 /**
@@ -83,8 +91,10 @@ export interface Settings {
 /**
  * The defaults and why:
  *
- * - `keepNewestUnits: 5`: Claude Code's microcompact keeps the 5 newest tool results, its authors' judgement of what
- *   a model still works from; Anthropic's `clear_tool_uses` keeps 3. We keep the larger.
+ * - `keepNewestUnits: 3`: Anthropic's `clear_tool_uses` keeps the 3 newest tool uses by default, the provider's own
+ *   judgement of what a model still works from (Claude Code's microcompact keeps 5 results). A unit here is a whole
+ *   response, with every parallel call, so 3 units hold at least 3 tool uses. With 5, the cost benchmark gives
+ *   0.50-0.52 of no management on two Claude Code sessions instead of 0.45 (docs/offload.md).
  * - `aggressiveRatio: 0.85`, `aggressiveTargetRatio: 0.6`: near the window the request must shrink whatever the
  *   cache costs; 0.85 leaves room for one large tool result (about 30,000 tokens on a 200,000 window, the largest
  *   single output in the real transcripts is 51,266 characters) and 0.6 makes room for several turns before the
@@ -95,7 +105,7 @@ export interface Settings {
  *   coding agent is typically several tool rounds).
  */
 export const defaults: Settings = {
-  keepNewestUnits: 5,
+  keepNewestUnits: 3,
   aggressiveRatio: 0.85,
   aggressiveTargetRatio: 0.6,
   emergencyRatio: 0.95,
@@ -143,11 +153,18 @@ export interface Decision {
   readonly reason: string
 }
 
-interface Candidate {
+/** An eligible unit. */
+export interface Candidate {
   readonly unit: number
   /** Position in `items` of the unit's first item: where the stub breaks the cache. */
   readonly first: number
+  /** Tokens the stub releases (unit tokens minus stub tokens, > 0). */
   readonly released: number
+  /**
+   * Requests the unit has been carried while eligible: since it was answered and the `keepNewestUnits`-th newer tool
+   * unit appeared (that unit's `answeredRequests`).
+   */
+  readonly eligibleRequests: number
 }
 
 /**
@@ -168,14 +185,20 @@ export const eligible = (situation: Situation, settings: Settings = defaults): R
   })
   // The newest tool units by their last item (a unit's result may arrive after a later unit started).
   const toolUnits = units.map((u, index) => ({ u, index })).filter(({ index, u }) => u.isTool && first[index] !== -1)
-  const newest = new Set(
-    [...toolUnits].sort((a, b) => last[b.index]! - last[a.index]!).slice(0, settings.keepNewestUnits).map((x) => x.index)
-  )
+  const byRecency = [...toolUnits].sort((a, b) => last[b.index]! - last[a.index]!)
+  const newest = new Set(byRecency.slice(0, settings.keepNewestUnits).map((x) => x.index))
+  const rank = new Map(byRecency.map((x, k) => [x.index, k]))
   const out: Array<Candidate> = []
   for (const { index, u } of toolUnits) {
     if (!u.answered || u.stubbed || pinned[index] || newest.has(index)) continue
     if (u.stubTokens >= tokens[index]!) continue
-    out.push({ unit: index, first: first[index]!, released: tokens[index]! - u.stubTokens })
+    const pusher = byRecency[rank.get(index)! - settings.keepNewestUnits]!.u
+    out.push({
+      unit: index,
+      first: first[index]!,
+      released: tokens[index]! - u.stubTokens,
+      eligibleRequests: Math.min(u.answeredRequests, pusher.answeredRequests)
+    })
   }
   return out.sort((a, b) => a.first - b.first)
 }
@@ -250,20 +273,23 @@ export const decide = (situation: Situation, settings: Settings = defaults): Dec
   const cold = situation.requestsSoFar === 0 ||
     (pricing.ttlMs !== null && situation.msSinceLastRequest !== null && situation.msSinceLastRequest > pricing.ttlMs)
   if (cold) return chosen(0, candidates.length, "mild", true)
-  // The break at candidate j stubs candidates[j..]: margin = r·s·R - (w - r)(A - s).
+  // The break at candidate j stubs candidates[j..]: margin = r·s·R - (w - r)(A - s), rent = r·Σ released·eligible.
   let best = -1
   let bestMargin = 0
   let s = 0
+  let rent = 0
   for (let j = candidates.length - 1; j >= 0; j--) {
     s += candidates[j]!.released
+    rent += r * candidates[j]!.released * candidates[j]!.eligibleRequests
     const A = suffix[candidates[j]!.first]!
-    const margin = r * s * R - (w - r) * (A - s)
-    if (margin > bestMargin) {
+    const rewrite = (w - r) * (A - s)
+    const margin = r * s * R - rewrite
+    if (margin > bestMargin && rent >= rewrite) {
       bestMargin = margin
       best = j
     }
   }
-  if (best === -1) return none(before, "no flush pays for its cache rewrite yet")
+  if (best === -1) return none(before, "no flush pays for its cache rewrite yet, or its units have not yet cost as much")
   return chosen(best, candidates.length, "mild", false)
 }
 
@@ -296,12 +322,27 @@ export interface StubCall {
 }
 
 /** The most characters of a call's arguments a stub line shows. */
-export const maxArgumentChars = 80
+export const maxArgumentChars = 60
 
-/** A call's arguments cut to one short line: whitespace collapsed, at most `maxArgumentChars` characters (`…`). */
+/**
+ * A call's arguments as one short line: for a JSON object its values (strings as they are, others as JSON) joined
+ * with spaces, else the text; whitespace collapsed; beyond `maxArgumentChars` characters the middle is cut (`…`),
+ * keeping the start and the end (a path's file name, a command's last words).
+ */
 export const shortArguments = (text: string): string => {
-  const flat = text.replace(/\s+/g, " ").trim()
-  return flat.length <= maxArgumentChars ? flat : `${flat.slice(0, maxArgumentChars - 1)}…`
+  let shown = text
+  try {
+    const parsed: unknown = JSON.parse(text)
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) {
+      shown = Object.values(parsed).map((v) => typeof v === "string" ? v : JSON.stringify(v)).join(" ")
+    }
+  } catch {
+    // Not JSON: shown as written.
+  }
+  const flat = shown.replace(/\s+/g, " ").trim()
+  if (flat.length <= maxArgumentChars) return flat
+  const head = Math.floor((maxArgumentChars - 1) * 0.4)
+  return `${flat.slice(0, head)}…${flat.slice(flat.length - (maxArgumentChars - 1 - head))}`
 }
 
 /**
@@ -322,21 +363,22 @@ export const refOf = (seqs: ReadonlyArray<number>): string => {
 
 /**
  * The stub of a unit: a header with its ref (readable in full by `thread_read`), then one line per call: tool name,
- * short arguments, characters released. Example:
+ * short arguments, characters of output released. Short on purpose: stubs stay in the history for good, and on
+ * long real sessions they are a large share of what remains. Example:
  *
  * ```
- * [offloaded tool unit; thread_read refs: #12-#15]
- * Read {"file_path":"/src/a.ts"} (12,345 chars released)
+ * [offloaded, thread_read #12-#15]
+ * Read /src/a.ts: 12,345 chars
  * ```
  */
 export const stubText = (calls: ReadonlyArray<StubCall>, ref: string): string =>
   [
-    `[offloaded tool unit; thread_read refs: ${ref}]`,
-    ...calls.map((c) => `${c.toolName} ${shortArguments(c.argumentsText)} (${c.releasedChars.toLocaleString("en-US")} chars released)`)
+    `[offloaded, thread_read ${ref}]`,
+    ...calls.map((c) => `${c.toolName} ${shortArguments(c.argumentsText)}: ${c.releasedChars.toLocaleString("en-US")} chars`)
   ].join("\n")
 
 /** The ref a stub names (`stubText`'s header), or `null` if `text` is not a stub. */
 export const refOfStub = (text: string): string | null => {
-  const match = /^\[offloaded tool unit; thread_read refs: ([^\]]+)\]/.exec(text)
+  const match = /^\[offloaded, thread_read ([^\]]+)\]/.exec(text)
   return match === null ? null : match[1]!
 }

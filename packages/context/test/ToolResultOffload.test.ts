@@ -8,7 +8,8 @@ const unitArb = fc.record({
   isTool: fc.boolean(),
   answered: fc.boolean(),
   stubbed: fc.boolean(),
-  stubTokens: fc.integer({ min: 5, max: 400 })
+  stubTokens: fc.integer({ min: 5, max: 400 }),
+  answeredRequests: fc.integer({ min: 0, max: 200 })
 })
 
 /** A random history: units with random flags, items assigned to units in a random order (results may sit far away). */
@@ -120,13 +121,13 @@ describe("ToolResultOffload.decide (properties)", () => {
   })
 })
 
-/** A history of `n` tool units of `tokens` each (call + result items), then one user message. */
-const history = (n: number, tokens: number, requestsSoFar: number): Situation => ({
+/** A history of `n` tool units of `tokens` each (a call and a result item); unit u answered `age(u)` requests ago. */
+const history = (n: number, tokens: number, requestsSoFar: number, age: (u: number) => number = (u) => n - u): Situation => ({
   items: Array.from({ length: n }, (_, u) => [
     { seq: 2 * u + 1, tokens: 50, unit: u, pinned: false },
     { seq: 2 * u + 2, tokens: tokens - 50, unit: u, pinned: false }
   ]).flat(),
-  units: Array.from({ length: n }, () => ({ isTool: true, answered: true, stubbed: false, stubTokens: 40 })),
+  units: Array.from({ length: n }, (_, u) => ({ isTool: true, answered: true, stubbed: false, stubTokens: 40, answeredRequests: age(u) })),
   systemTokens: 3_000,
   windowTokens: 200_000,
   pricing: ToolResultOffload.anthropicPricing,
@@ -135,44 +136,53 @@ const history = (n: number, tokens: number, requestsSoFar: number): Situation =>
 })
 
 describe("ToolResultOffload.decide (the rule on small histories)", () => {
-  it("waits while the savings over the expected requests do not pay for the rewrite, then flushes", () => {
-    // 10 units of 1,000 tokens; 5 are eligible. Breaking at unit 0: A = 10,000, s = 5 x 960 = 4,800;
-    // rewrite = 1.15 x 5,200 = 5,980; savings = 0.1 x 4,800 x R: R = 10 gives 4,800 (wait), R = 20 gives 9,600.
-    const early = ToolResultOffload.decide(history(10, 1_000, 10))
-    expect(early.tier).toBe("none")
-    const later = ToolResultOffload.decide(history(10, 1_000, 20))
-    expect(later.tier).toBe("mild")
-    expect(later.units).toEqual([0, 1, 2, 3, 4])
-    expect(later.tokensBefore - later.tokensAfter).toBe(4_800)
-    expect(later.rewriteCost).toBeCloseTo(5_980)
-    expect(later.expectedSavings).toBeCloseTo(9_600)
+  // 10 units of 1,000 tokens; the 3 newest are kept, units 0-6 are eligible, each releasing 960 tokens. Breaking at
+  // unit 0: A = 10,000, s = 6,720, rewrite = (1.25 - 0.1) x 3,280 = 3,772. Unit u has been eligible since unit u + 3
+  // was answered.
+  it("waits while the units have not yet cost, while eligible, as much as the rewrite", () => {
+    // Ages 10 - u: eligible for 7 - u requests; rent = 0.1 x 960 x (7 + 6 + ... + 1) = 2,688 < 3,772.
+    const d = ToolResultOffload.decide(history(10, 1_000, 30))
+    expect(d.tier).toBe("none")
+    expect(d.units).toEqual([])
+  })
+
+  it("then flushes every eligible unit in one batch, at the break with the largest margin", () => {
+    // Ages 3 x (10 - u): rent = 0.1 x 960 x 84 = 8,064 >= 3,772; savings over R = 30 requests: 0.1 x 6,720 x 30.
+    const d = ToolResultOffload.decide(history(10, 1_000, 30, (u) => 3 * (10 - u)))
+    expect(d.tier).toBe("mild")
+    expect(d.units).toEqual([0, 1, 2, 3, 4, 5, 6])
+    expect(d.tokensBefore - d.tokensAfter).toBe(6_720)
+    expect(d.rewriteCost).toBeCloseTo(3_772)
+    expect(d.expectedSavings).toBeCloseTo(20_160)
+    expect(d.breakEvenRequests).toBeCloseTo(3_772 / 672)
   })
 
   it("flushes every eligible unit when the cache has expired", () => {
     const d = ToolResultOffload.decide({ ...history(10, 1_000, 1), msSinceLastRequest: 6 * 60_000 })
     expect(d.tier).toBe("mild")
-    expect(d.units).toEqual([0, 1, 2, 3, 4])
+    expect(d.units).toEqual([0, 1, 2, 3, 4, 5, 6])
     expect(d.rewriteCost).toBe(0)
   })
 
   it("flushes the oldest regardless of cache near the window, and hands over when stubs cannot help", () => {
-    const near = ToolResultOffload.decide(history(20, 9_000, 1))
+    const near = ToolResultOffload.decide(history(20, 9_000, 1, () => 0))
     expect(near.tier).toBe("aggressive")
-    expect(near.units[0]).toBe(0)
+    expect(near.units.slice(0, 8)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
     expect(near.tokensAfter).toBeLessThanOrEqual(0.6 * 200_000)
-    const full = ToolResultOffload.decide({ ...history(20, 9_000, 1), systemTokens: 150_000 })
+    // 350,000 tokens; stubbing all 17 eligible units releases 152,320, leaving 197,680 >= 0.95 x 200,000.
+    const full = ToolResultOffload.decide({ ...history(20, 9_000, 1), systemTokens: 170_000 })
     expect(full.tier).toBe("emergency")
     expect(full.units).toEqual([])
   })
 
-  it("writes one line per call with the ref", () => {
+  it("writes one line per call (values of the arguments, middle cut) under the ref", () => {
     expect(ToolResultOffload.stubText([
       { toolName: "Read", argumentsText: "{\n  \"file_path\": \"/src/a.ts\"\n}", releasedChars: 12_345 },
       { toolName: "Bash", argumentsText: JSON.stringify({ command: "x".repeat(200) }), releasedChars: 7 }
     ], ToolResultOffload.refOf([15, 12, 13, 14, 20]))).toBe(
-      "[offloaded tool unit; thread_read refs: #12-#15, #20]\n" +
-        "Read { \"file_path\": \"/src/a.ts\" } (12,345 chars released)\n" +
-        `Bash {"command":"${"x".repeat(67)}… (7 chars released)`
+      "[offloaded, thread_read #12-#15, #20]\n" +
+        "Read /src/a.ts: 12,345 chars\n" +
+        `Bash ${"x".repeat(23)}…${"x".repeat(36)}: 7 chars`
     )
   })
 })
