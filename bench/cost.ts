@@ -140,6 +140,10 @@ if (json) {
       `| ${session.name} | ${session.requests.length} | ${names.map((n) => fmt(main.weighted[n]!)).join(" | ")} | ${ratio(main.ratioNone)} | ${ratio(main.ratioBest)} (${main.bestField}) | ${main.breaks.baton} / ${main.breaks[main.bestField]} | ${ok}/${stubbed} |`
     ),
     "",
+    `| session (prefix breaks) | ${names.join(" | ")} |`,
+    `| --- | ${names.map(() => "---:").join(" | ")} |`,
+    ...report.map(({ main, session }) => `| ${session.name} | ${names.map((n) => main.breaks[n]).join(" | ")} |`),
+    "",
     `| session | ${sensitivity.map(([l]) => `${l} baton/none | ${l} baton/best`).join(" | ")} |`,
     `| --- | ${sensitivity.map(() => "---: | ---:").join(" | ")} |`,
     ...report.map(({ runs, session }) =>
