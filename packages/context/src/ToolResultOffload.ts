@@ -96,9 +96,9 @@ export interface Settings {
  *   response, with every parallel call, so 3 units hold at least 3 tool uses. With 5, the cost benchmark gives
  *   0.50-0.52 of no management on two Claude Code sessions instead of 0.45 (docs/offload.md).
  * - `aggressiveRatio: 0.85`, `aggressiveTargetRatio: 0.6`: near the window the request must shrink whatever the
- *   cache costs; 0.85 leaves room for one large tool result (about 30,000 tokens on a 200,000 window, the largest
- *   single output in the real transcripts is 51,266 characters) and 0.6 makes room for several turns before the
- *   next aggressive flush.
+ *   cache costs; 0.85 leaves 30,000 tokens of a 200,000 window, room for a response and the largest single tool
+ *   output in the real transcripts (51,266 characters); 0.6 makes room for several turns before the next
+ *   aggressive flush.
  * - `emergencyRatio: 0.95`: above it, one more response may not fit.
  * - `minExpectedRequests: 10`: R is the number of requests so far (a session that has lasted n requests is, on a
  *   scale-free prior, expected to last about as many more: the Lindy estimate), at least 10 (a single user turn of a
