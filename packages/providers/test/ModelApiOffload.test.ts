@@ -46,7 +46,7 @@ describe("ModelApiAdapter tool-result offload", () => {
       const flushedBefore: Array<number> = [0]
       for (let round = 1; round <= rounds; round++) {
         loop.enqueue(round < rounds ? toolReply(round + 1) : textReply())
-        const { exit } = yield* collect(adapter.continueTurn({
+        const { exit } = yield* collect(adapter.continueTurn!({
           nativeRef,
           runId: "run-1",
           toolResults: [{ toolCallId: `toolu_r${round}`, output: output(round), isError: false }],
