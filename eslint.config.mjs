@@ -14,7 +14,7 @@ import tseslint from "typescript-eslint"
 export default tseslint.config(
   { ignores: ["**/node_modules/**", "**/.turbo/**", "**/*.tmp.ts", "**/*.tmp.mts", "tmp-breaker/**"] },
   {
-    files: ["packages/*/{src,test}/**/*.ts", "apps/*/{src,test}/**/*.ts", "bench/*.ts"],
+    files: ["packages/*/{src,test}/**/*.ts", "apps/*/{src,test}/**/*.ts", "bench/*.ts", "bench/test/*.ts"],
     extends: [js.configs.recommended, ...tseslint.configs.recommended],
     languageOptions: {
       parserOptions: {

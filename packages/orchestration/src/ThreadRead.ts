@@ -4,8 +4,9 @@
  * how the model reads the original back. It is executed by Baton inside the turn (a `LocalTool` of the adapter) and
  * never shown to the client as a tool call.
  *
- * Refs: `#<seq>` (an item's position in the thread, as rendered), `#<from>-#<to>` (a range, inclusive), or an item
- * id (`itm_…`); several separated by commas or spaces. What it returns is the items rendered as history blocks
+ * Refs: `#<seq>` (an item's position in the thread, as rendered), `#<from>-#<to>` (a range, inclusive), an item
+ * id (`itm_…`), or `tool:<call id>` (a tool call and its results: the ref of a tool-result offload stub in a stateless
+ * provider's message list); several separated by commas or spaces. What it returns is the items rendered as history blocks
  * (`Render.renderItem`), paged by characters (`offset`, `limit`; default 8,000, at most 32,000 characters per call)
  * so that a large original never overflows the window: the answer says which characters it holds and how to ask for
  * the next page. A range reads at most `maxItemsPerCall` items.
@@ -53,10 +54,16 @@ const Arguments = Schema.parseJson(Schema.Struct({
   limit: Schema.optional(Schema.Int.pipe(Schema.positive()))
 }))
 
-/** One parsed ref: a seq range (inclusive) or an item id. */
-export type Ref = { readonly _tag: "range"; readonly from: number; readonly to: number } | { readonly _tag: "id"; readonly id: string }
+/** One parsed ref: a seq range (inclusive), an item id, or a tool call id. */
+export type Ref =
+  | { readonly _tag: "range"; readonly from: number; readonly to: number }
+  | { readonly _tag: "id"; readonly id: string }
+  | { readonly _tag: "tool"; readonly toolCallId: string }
 
-/** Parses `refs` ("#12", "#4-#9", "#4-9", "itm_x", separated by commas or spaces); `Left` names the bad part. */
+/**
+ * Parses `refs` ("#12", "#4-#9", "#4-9", "itm_x", "tool:toolu_x", separated by commas or spaces); `Left` names the
+ * bad part.
+ */
 export const parseRefs = (refs: string): Either.Either<ReadonlyArray<Ref>, string> => {
   const out: Array<Ref> = []
   for (const part of refs.split(/[\s,]+/).filter((p) => p.length > 0)) {
@@ -66,6 +73,8 @@ export const parseRefs = (refs: string): Either.Either<ReadonlyArray<Ref>, strin
       const to = range[2] === undefined ? from : Number(range[2])
       if (from < 1 || to < from) return Either.left(`"${part}" is not a range of item positions (#from-#to, from 1, from <= to)`)
       out.push({ _tag: "range", from, to })
+    } else if (/^tool:[A-Za-z0-9._-]+$/.test(part)) {
+      out.push({ _tag: "tool", toolCallId: part.slice("tool:".length) })
     } else if (/^[A-Za-z]+_[A-Za-z0-9._-]+$/.test(part)) {
       out.push({ _tag: "id", id: part })
     } else {
@@ -98,6 +107,8 @@ export class ThreadRead extends Effect.Service<ThreadRead>()("@baton/orchestrati
           if (found.size >= maxItemsPerCall) break
           const items = ref._tag === "range"
             ? yield* store.listItemsInRange(threadId, ref.from, Math.min(ref.to, ref.from + maxItemsPerCall - 1))
+            : ref._tag === "tool"
+            ? yield* store.listItemsOfToolCalls(threadId, [ref.toolCallId])
             : (yield* store.getItems([ref.id as Item["id"]])).filter((i) => i.threadId === threadId)
           for (const i of items) if (found.size < maxItemsPerCall) found.set(i.id, i)
         }

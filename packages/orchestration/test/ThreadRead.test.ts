@@ -21,6 +21,10 @@ describe("thread_read refs", () => {
     expect(ThreadRead.parseRefs("#9-#4")).toEqual(Either.left(`"#9-#4" is not a range of item positions (#from-#to, from 1, from <= to)`))
     expect(ThreadRead.parseRefs("all of it")).toEqual(Either.left(`"all" is not a ref (use "#12", "#4-#9" or an item id)`))
     expect(ThreadRead.parseRefs(" ")).toEqual(Either.left("no ref given"))
+    expect(ThreadRead.parseRefs("tool:toolu_r7, #3")).toEqual(Either.right([
+      { _tag: "tool", toolCallId: "toolu_r7" },
+      { _tag: "range", from: 3, to: 3 }
+    ]))
   })
 })
 
@@ -35,6 +39,33 @@ describe("thread_read on a thread", () => {
       yield* o.send(t, "print the whole log")
       return t
     })
+
+  it.effect("reads a tool call and its result back by a tool-result offload stub's ref (tool:<call id>)", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue({
+        items: [
+          Harness.produced("tool_call", "{\"cmd\":\"cat a.ts\"}", { toolCallId: "toolu_r7", toolName: "bash" }),
+          Harness.produced("tool_result", "export const a = 1\n".repeat(50), { toolCallId: "toolu_r7", toolName: "bash" }),
+          Harness.produced("tool_call", "{\"cmd\":\"ls\"}", { toolCallId: "toolu_r8", toolName: "bash" }),
+          Harness.produced("tool_result", "a.ts", { toolCallId: "toolu_r8", toolName: "bash" }),
+          Harness.produced("assistant_message", "done")
+        ]
+      })
+      yield* o.send(t, "show a.ts")
+      const items = yield* o.store.listItems(t)
+      const read = yield* ThreadRead.ThreadRead
+      const answer = yield* read.read(t, JSON.stringify({ refs: "tool:toolu_r7", limit: 32_000 }))
+      const call = items.find((i) => i.toolCallId === "toolu_r7" && i.kind === "tool_call")!
+      const result = items.find((i) => i.toolCallId === "toolu_r7" && i.kind === "tool_result")!
+      expect(answer).toContain(call.text)
+      expect(answer).toContain(result.text)
+      expect(answer).not.toContain("a.ts\n[")
+      expect(answer).not.toContain("{\"cmd\":\"ls\"}")
+    }).pipe(Effect.provide(h.layer))
+  })
 
   it.effect("reads items by position and by id, rendered as history blocks", () => {
     const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])

@@ -21,7 +21,7 @@ const readFailure = (operation: string) => (e: { readonly message?: string; read
 /** An entry of a native thread's message list (see `@baton/providers` NativeMessageLog.NativeEntry). */
 export interface NativeEntry {
   readonly seq: number
-  readonly kind: "turn" | "history" | "output" | "tool_results"
+  readonly kind: "turn" | "history" | "output" | "tool_results" | "offload"
   readonly runId: string | null
   readonly deliveryIds: ReadonlyArray<string>
   readonly usage: ContextUsage | null
@@ -30,7 +30,7 @@ export interface NativeEntry {
 
 const Row = Schema.Struct({
   seq: Schema.Int,
-  kind: Schema.Literal("turn", "history", "output", "tool_results"),
+  kind: Schema.Literal("turn", "history", "output", "tool_results", "offload"),
   runId: Schema.NullOr(Schema.String),
   deliveryIds: Schema.parseJson(Schema.Array(Schema.String)),
   usage: Schema.NullOr(Schema.parseJson(ContextUsage)),

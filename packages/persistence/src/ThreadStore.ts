@@ -235,6 +235,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       /** Items of `threadId` with `fromSeq <= seq <= toSeq`, in seq order (the thread's key: no scan). */
       listItemsInRange: (threadId: ThreadId, fromSeq: number, toSeq: number) =>
         items.findAll("items.listInRange", sql`SELECT * FROM items WHERE thread_id = ${threadId} AND seq >= ${fromSeq} AND seq <= ${toSeq} ORDER BY seq`),
+      /** The items of `threadId` carrying one of `toolCallIds` (a call and its results), in seq order. */
+      listItemsOfToolCalls: (threadId: ThreadId, toolCallIds: ReadonlyArray<string>) =>
+        inChunks(toolCallIds, (c) =>
+          items.findAll("items.listOfToolCalls", sql`SELECT * FROM items WHERE thread_id = ${threadId} AND ${sql.in("tool_call_id", c)}`)).pipe(
+            Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))
+          ),
       getItems: (ids: ReadonlyArray<ItemId>) =>
         inChunks(ids, (c) => items.findAll("items.get", sql`SELECT * FROM items WHERE ${sql.in("id", c)}`)).pipe(
           Effect.map((xs) => xs.sort((a, b) => a.seq - b.seq))

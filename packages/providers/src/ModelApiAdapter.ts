@@ -18,8 +18,9 @@
  * It does not own: budgets, handoffs, the durable record of items (the orchestrator records the items it streams).
  */
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
+import { ToolResultOffload } from "@baton/context"
 import { type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { Deferred, Duration, Effect, Option, Redacted, Schedule, Stream } from "effect"
+import { Clock, Deferred, Duration, Effect, Option, Redacted, Schedule, Stream } from "effect"
 import type {
   ContinueTurnInput,
   LocalTool,
@@ -34,7 +35,7 @@ import type {
 } from "./ProviderAdapter.js"
 import { TurnEvent } from "./ProviderAdapter.js"
 import type { ModelProviderConfig } from "./ProviderConfig.js"
-import type { NativeEntry, NativeEntryKind, NativeMessageLogShape } from "./NativeMessageLog.js"
+import type { NativeEntry, NativeEntryKind, NativeMessageLogShape, OffloadBody } from "./NativeMessageLog.js"
 import {
   type Dialect,
   isWireFailure,
@@ -57,16 +58,55 @@ export interface ModelApiOptions {
   readonly retryBaseMillis?: number
   /** A fresh native ref (default `<instance>-<random UUID>`). */
   readonly newRef?: () => string
+  /** Tool-result offload of the native threads' message lists (`OffloadOptions`); off when absent. */
+  readonly offload?: OffloadOptions
+}
+
+/**
+ * Tool-result offload on a stateless API's message list (issue 11 item 3(a)). Before each request the adapter asks
+ * `ToolResultOffload.decide` which answered tool units to stub; a flush is stored as one `offload` entry in the
+ * native thread's log (durable: a restart renders the same stubs), so the request prefix changes once, at the first
+ * stubbed entry, and later requests extend it again. A stub replaces a unit's `tool_results` entry with results of
+ * the same calls (so the wire pairing holds), each one line: the tool, short arguments, characters released, and the
+ * ref `tool:<call id>` that `thread_read` reads back in full. The `output` entry holding the calls stays.
+ *
+ * - `count`: the token counter (the entries' wire JSON is counted).
+ * - `settings`: the policy's settings (default `ToolResultOffload.defaults`).
+ * - `ttlMs`: the prompt cache's time to live (default 5 minutes, Anthropic's; `null`: never expires).
+ * - `onFlush`: told of every flush (the `context.offloaded` event's data: refs, tokens before and after).
+ * Read and write multipliers come from the instance's `prices` (`cacheRead / input`, `cacheWrite / input`).
+ */
+export interface OffloadOptions {
+  readonly count: (text: string) => number
+  readonly settings?: ToolResultOffload.Settings
+  readonly ttlMs?: number | null
+  readonly onFlush?: (flush: OffloadFlush) => void
+}
+
+/** One flush on a native thread: the stubbed entries' seqs, the refs named, the decision (tier, tokens, costs). */
+export interface OffloadFlush {
+  readonly nativeRef: string
+  readonly entrySeqs: ReadonlyArray<number>
+  readonly refs: ReadonlyArray<string>
+  readonly decision: ToolResultOffload.Decision
 }
 
 /** The in-process copy of a native thread's entries (the log is the truth; this is refreshed from it). */
 interface Lane {
   readonly entries: Array<NativeEntry>
+  /** What requests carry: the entries without `offload` ones, each replaced body swapped for its stub. */
+  view: Array<NativeEntry>
+  /** Seqs of `tool_results` entries replaced by stubs. */
+  readonly stubbed: Set<number>
+  /** Tokens of each view entry by seq (a stubbed entry is counted again under its stub). */
+  readonly tokens: Map<number, number>
+  /** When the last request was sent (ms since the epoch), `null` before one in this process. */
+  lastRequestAt: number | null
   /** Calls of the last `output` not yet answered. */
   open: Array<ToolCall>
   /** The parser of the request in flight: what it completed is recorded if the turn stops early. */
   current: StreamParser | null
-  /** Each entry's body as UTF-8, encoded once when first sent (index = entry index). */
+  /** Each view entry's body as UTF-8, encoded once when first sent (index = view index; cleared by a flush). */
   readonly encoded: Array<Buffer | undefined>
 }
 
@@ -148,12 +188,38 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const stored = yield* log.lastSeq(nativeRef)
       if (cached !== undefined && stored === last) return cached
       const fresh = yield* log.load(nativeRef, last)
-      const next: Lane = cached ?? { entries: [], open: [], current: null, encoded: [] }
+      const next: Lane = cached ?? { entries: [], view: [], stubbed: new Set(), tokens: new Map(), lastRequestAt: null, open: [], current: null, encoded: [] }
       next.entries.push(...fresh)
-      next.open = openCalls(next.entries)
+      refreshView(next, fresh)
       lanes.set(nativeRef, next)
       return next
     }).pipe(Effect.mapError(storageError(operation)))
+
+  /**
+   * Brings `state.view` up to date after `added` joined `state.entries`: appended as they are, or, when one of them is
+   * an `offload`, rebuilt with every replacement applied (and the encoded bodies dropped: their indices moved).
+   */
+  const refreshView = (state: Lane, added: ReadonlyArray<NativeEntry>) => {
+    if (added.some((e) => e.kind === "offload")) {
+      const replaced = new Map<number, string>()
+      for (const e of state.entries) {
+        if (e.kind !== "offload") continue
+        for (const r of (JSON.parse(e.body) as OffloadBody).replaces) replaced.set(r.seq, r.body)
+      }
+      state.view = state.entries.filter((e) => e.kind !== "offload").map((e) => {
+        const body = replaced.get(e.seq)
+        return body === undefined ? e : { ...e, body }
+      })
+      for (const seq of replaced.keys()) {
+        if (!state.stubbed.has(seq)) state.tokens.delete(seq)
+        state.stubbed.add(seq)
+      }
+      state.encoded.length = 0
+    } else {
+      state.view.push(...added)
+    }
+    state.open = openCalls(state.view)
+  }
 
   /** The calls of the last `output` that no later `tool_results` answered. */
   const openCalls = (entries: ReadonlyArray<NativeEntry>): Array<ToolCall> => {
@@ -192,7 +258,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       Effect.tap(() =>
         Effect.sync(() => {
           state.entries.push(...entries)
-          state.open = openCalls(state.entries)
+          refreshView(state, entries)
         })
       )
     )
@@ -217,10 +283,10 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
    * encoding; drafts and the rest are encoded now (a draft is not cached: its request may be refused).
    */
   const renderBody = (nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>): Uint8Array => {
-    const stored = state.entries.length
-    const bodies = drafts.length === 0 ? state.entries.map((e) => e.body) : [...state.entries.map((e) => e.body), ...drafts.map((d) => d.body)]
+    const stored = state.view.length
+    const bodies = drafts.length === 0 ? state.view.map((e) => e.body) : [...state.view.map((e) => e.body), ...drafts.map((d) => d.body)]
     const last = bodies.length - 1
-    const previous = previousRequestEnd(state.entries)
+    const previous = previousRequestEnd(state.view)
     const parts = dialect.render({
       model: config.model,
       maxOutputTokens: config.maxOutputTokens,
@@ -243,6 +309,105 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     }
     return Buffer.concat(buffers, length)
   }
+
+  /** The stub results of a `tool_results` entry answering `calls`: one line per call with its `tool:<id>` ref. */
+  const stubResults = (body: string, calls: ReadonlyArray<ToolCall>) => {
+    const share = Math.round(body.length / Math.max(1, calls.length))
+    const results = calls.map((c): ToolResultInput => ({
+      toolCallId: c.id,
+      output: ToolResultOffload.stubText([{ toolName: c.name, argumentsText: c.arguments, releasedChars: share }], `tool:${c.id}`),
+      isError: false
+    }))
+    return dialect.toolResults(results, calls)
+  }
+
+  /**
+   * Applies `ToolResultOffload.decide` to the native thread before a request (a step boundary: never mid-request).
+   * `drafts` (what the request adds) count towards usage. A flush is stored as one `offload` entry.
+   */
+  const offloadStep = (operation: string, nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>) =>
+    Effect.gen(function*() {
+      const offload = options.offload
+      if (offload === undefined) return
+      const view = state.view
+      const tokensOf = (e: NativeEntry) => {
+        let n = state.tokens.get(e.seq)
+        if (n === undefined) state.tokens.set(e.seq, n = offload.count(e.body))
+        return n
+      }
+      // Units: an output's calls with the tool_results entries answering them; every other entry alone.
+      const units: Array<{ calls: Array<ToolCall>; results: Array<number>; pinned: boolean; answered: Set<string> }> = []
+      const unitOfCall = new Map<string, number>()
+      const unitOfEntry: Array<number> = []
+      view.forEach((e, i) => {
+        if (e.kind === "tool_results") {
+          const ids = dialect.answeredBy(e.body)
+          const owners = new Set(ids.map((id) => unitOfCall.get(id)))
+          const owner = owners.size === 1 ? [...owners][0] : undefined
+          if (owner !== undefined) {
+            units[owner]!.results.push(i)
+            for (const id of ids) units[owner]!.answered.add(id)
+            unitOfEntry.push(owner)
+            return
+          }
+          for (const o of owners) if (o !== undefined) units[o]!.pinned = true
+        }
+        const calls = e.kind === "output" ? [...dialect.callsOf(e.body)] : []
+        const u = units.push({ calls, results: [], pinned: e.kind === "tool_results", answered: new Set() }) - 1
+        for (const c of calls) unitOfCall.set(c.id, u)
+        unitOfEntry.push(u)
+      })
+      let outputsAfter = 0
+      const answeredRequests = new Array<number>(units.length).fill(0)
+      for (let i = view.length - 1; i >= 0; i--) {
+        if (view[i]!.kind === "output") outputsAfter++
+        else if (view[i]!.kind === "tool_results") answeredRequests[unitOfEntry[i]!] ||= outputsAfter
+      }
+      const stubBodies = new Map<number, string>()
+      const situation: ToolResultOffload.Situation = {
+        items: view.map((e, i) => ({ seq: e.seq, tokens: tokensOf(e), unit: unitOfEntry[i]!, pinned: units[unitOfEntry[i]!]!.pinned })),
+        units: units.map((u, index): ToolResultOffload.Unit => {
+          const stubbed = u.results.some((i) => state.stubbed.has(view[i]!.seq))
+          let stubTokens = 0
+          if (u.calls.length > 0 && !stubbed) {
+            for (const i of u.results) {
+              const body = stubResults(view[i]!.body, u.calls.filter((c) => dialect.answeredBy(view[i]!.body).includes(c.id)))
+              stubBodies.set(i, body)
+              stubTokens += offload.count(body)
+            }
+            stubTokens += u.calls.length === 0 ? 0 : view.filter((_, i) => unitOfEntry[i] === index && view[i]!.kind !== "tool_results").reduce((n, e) => n + tokensOf(e), 0)
+          }
+          return {
+            isTool: u.calls.length > 0,
+            answered: u.calls.every((c) => u.answered.has(c.id)),
+            stubbed,
+            stubTokens,
+            answeredRequests: answeredRequests[index]!
+          }
+        }),
+        systemTokens: offload.count(config.systemPrompt ?? "") + offload.count(JSON.stringify(tools)) +
+          drafts.reduce((n, d) => n + offload.count(d.body), 0),
+        windowTokens: config.contextWindow,
+        pricing: {
+          readMultiplier: config.prices.input > 0 ? config.prices.cacheRead / config.prices.input : 0.1,
+          writeMultiplier: config.prices.input > 0 ? config.prices.cacheWrite / config.prices.input : 1.25,
+          ttlMs: offload.ttlMs === undefined ? 5 * 60_000 : offload.ttlMs
+        },
+        requestsSoFar: view.filter((e) => e.kind === "output").length,
+        msSinceLastRequest: state.lastRequestAt === null ? null : (yield* Clock.currentTimeMillis) - state.lastRequestAt
+      }
+      const decision = ToolResultOffload.decide(situation, offload.settings)
+      if (decision.units.length === 0) return
+      const chosen = new Set(decision.units)
+      const replaces = view.flatMap((e, i) => chosen.has(unitOfEntry[i]!) && stubBodies.has(i) ? [{ seq: e.seq, body: stubBodies.get(i)! }] : [])
+      yield* append(operation, nativeRef, state, [{ kind: "offload", body: JSON.stringify({ replaces } satisfies OffloadBody), runId: null }])
+      offload.onFlush?.({
+        nativeRef,
+        entrySeqs: replaces.map((r) => r.seq),
+        refs: decision.units.flatMap((u) => units[u]!.calls.map((c) => `tool:${c.id}`)),
+        decision
+      })
+    })
 
   /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
   const send = (operation: string, body: Uint8Array) => {
@@ -347,7 +512,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   ): Stream.Stream<TurnEvent, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const offered = [...tools, ...local.map((t) => t.definition)]
+      yield* offloadStep(operation, nativeRef, state, drafts, offered)
       const body = renderBody(nativeRef, state, drafts, offered)
+      state.lastRequestAt = yield* Clock.currentTimeMillis
       const response = yield* send(operation, body)
       // The provider accepted the request: from now on the native thread holds what it carried.
       yield* append(operation, nativeRef, state, drafts)

@@ -12,9 +12,16 @@ import { Context, type Effect } from "effect"
 
 /**
  * What an entry holds: the user's turn (its prompt, and inline history before it), an injected history block, the
- * model's output of one request, or tool results sent back.
+ * model's output of one request, tool results sent back, or a tool-result offload (`offload`: not a wire message; its
+ * body is `OffloadBody` JSON naming earlier `tool_results` entries and the stub bodies that replace them in every later
+ * request; the originals stay in the log).
  */
-export type NativeEntryKind = "turn" | "history" | "output" | "tool_results"
+export type NativeEntryKind = "turn" | "history" | "output" | "tool_results" | "offload"
+
+/** The body of an `offload` entry: each replaced entry's `seq` and the body requests carry instead. */
+export interface OffloadBody {
+  readonly replaces: ReadonlyArray<{ readonly seq: number; readonly body: string }>
+}
 
 /**
  * One entry. `body` is a JSON array of the entry's wire messages without its brackets (comma-joined message texts),

@@ -1,0 +1,103 @@
+/**
+ * Tool-result offload on a stateless provider's message list (issue 11 item 3(a)): an Anthropic native thread over a
+ * loopback HTTP server with 60 tool rounds. Each request extends the previous one except at the reported flushes;
+ * the stubs are stored in the log, so a restarted adapter sends the same prefix.
+ */
+import { TokenCounter, ToolResultOffload } from "@baton/context"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Exit } from "effect"
+import type { OffloadFlush } from "../src/ModelApiAdapter.js"
+import { adapterFor, collect, fixtureLines, frame, httpLayer, loopback, sqliteFile, sse } from "./support/Loopback.js"
+
+const kind = "anthropic-messages" as const
+const recordedId = "toolu_01QE1WLsSVp5hy5Q3GmGTmjP"
+/** The recorded tool-call answer, its call id made unique per round. */
+const toolReply = (round: number) =>
+  sse(frame(kind, fixtureLines("anthropic/anthropic-tool-no-args.chunks.txt").map((l) => l.replace(recordedId, `toolu_r${round}`))))
+const textReply = () => sse(frame(kind, fixtureLines("anthropic/anthropic-text.chunks.txt")))
+const tools = [{ name: "updateIssueList", description: "Updates the issue list.", inputSchema: { type: "object", properties: {} } }]
+/** A tool output of about 2,000 tokens, different per round. */
+const output = (round: number) => Array.from({ length: 200 }, (_, i) => `round ${round} line ${i}: issue #${round * 1000 + i} is open`).join("\n")
+
+/** The `messages` of a request body, cache markers removed (breakpoints move by design; the content must not). */
+const messagesOf = (body: string): Array<string> => {
+  const parsed = JSON.parse(body) as { messages: Array<unknown> }
+  return parsed.messages.map((m) => JSON.stringify(m, (key, value: unknown) => key === "cache_control" ? undefined : value))
+}
+const firstDifference = (a: ReadonlyArray<string>, b: ReadonlyArray<string>) => {
+  let k = 0
+  while (k < a.length && k < b.length && a[k] === b[k]) k++
+  return k
+}
+
+describe("ModelApiAdapter tool-result offload", () => {
+  it.scoped("60 tool rounds: requests extend the previous prefix except at the reported flushes; stubs carry thread_read refs and survive a restart", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const counter = TokenCounter.make()
+      const flushes: Array<OffloadFlush> = []
+      const offload = { count: counter.count, onFlush: (f: OffloadFlush) => void flushes.push(f) }
+      const adapter = yield* adapterFor(kind, loop, file, {}, { offload })
+      const { nativeRef } = yield* adapter.startThread()
+      const rounds = 60
+      loop.enqueue(toolReply(1))
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Keep the issue list current.", inlineHistory: null, tools }))
+      const flushedBefore: Array<number> = [0]
+      for (let round = 1; round <= rounds; round++) {
+        loop.enqueue(round < rounds ? toolReply(round + 1) : textReply())
+        const { exit } = yield* collect(adapter.continueTurn!({
+          nativeRef,
+          runId: "run-1",
+          toolResults: [{ toolCallId: `toolu_r${round}`, output: output(round), isError: false }],
+          tools
+        }))
+        expect(Exit.isSuccess(exit)).toBe(true)
+        flushedBefore.push(flushes.length)
+      }
+      expect(loop.requests).toHaveLength(rounds + 1)
+
+      // Request i extends request i - 1 unless a flush came between them, and then it changes from the first stub on.
+      const requests = loop.requests.map((r) => messagesOf(r.body))
+      let breaks = 0
+      for (let i = 1; i < requests.length; i++) {
+        const k = firstDifference(requests[i - 1]!, requests[i]!)
+        const flushed = flushedBefore[i]! > flushedBefore[i - 1]!
+        if (flushed) {
+          breaks++
+          expect(k).toBeLessThan(requests[i - 1]!.length)
+          expect(requests[i]![k]).toContain("[offloaded, thread_read tool:toolu_r")
+        } else {
+          expect(k).toBe(requests[i - 1]!.length)
+        }
+      }
+      expect(flushes.length).toBeGreaterThan(0)
+      expect(breaks).toBe(flushes.length)
+      // Batched: far fewer flushes than rounds, every flush a mild one that pays for its rewrite.
+      expect(flushes.length).toBeLessThan(rounds / 5)
+      for (const f of flushes) {
+        expect(f.decision.tier).toBe("mild")
+        expect(f.decision.expectedSavings).toBeGreaterThan(f.decision.rewriteCost)
+        expect(f.decision.tokensAfter).toBeLessThan(f.decision.tokensBefore)
+      }
+
+      // Every stubbed call's result is a one-line stub naming its ref; the 3 newest units stay verbatim.
+      const last = requests.at(-1)!.join("\n")
+      const stubbedRefs = flushes.flatMap((f) => f.refs)
+      for (const ref of stubbedRefs) expect(last).toContain(`thread_read ${ref}]`)
+      for (let round = rounds - ToolResultOffload.defaults.keepNewestUnits + 1; round <= rounds; round++) {
+        expect(last).toContain(`round ${round} line 199`)
+      }
+      const lastBody = loop.requests.at(-1)!.body.length
+      const unmanaged = rounds * output(1).length
+      expect(lastBody).toBeLessThan(unmanaged / 2)
+
+      // A restarted adapter on the same file renders the stubbed prefix, then appends the new turn.
+      const restarted = yield* adapterFor(kind, loop, file, {}, { offload })
+      yield* restarted.resumeThread(nativeRef)
+      loop.enqueue(textReply())
+      yield* collect(restarted.startTurn({ nativeRef, runId: "run-2", prompt: "Thanks.", inlineHistory: null, tools }))
+      const afterRestart = messagesOf(loop.requests.at(-1)!.body)
+      expect(firstDifference(requests.at(-1)!, afterRestart)).toBe(requests.at(-1)!.length)
+    }).pipe(Effect.provide(httpLayer)))
+})
