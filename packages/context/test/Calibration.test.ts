@@ -69,7 +69,7 @@ describe("Calibration.learn", () => {
   })
 
   it.prop("keeps the ratio in [1/3, 3], the weight non-negative and at most 16 recent samples", [calibration, fc.array(sample, { maxLength: 30 })], ([c, samples]) => {
-    const learned = samples.reduce((acc, s) => Calibration.learn(acc, s), c)
+    const learned = samples.reduce<Calibration.Calibration>((acc, s) => Calibration.learn(acc, s), c)
     expect(learned.ratio).toBeGreaterThanOrEqual(1 / 3)
     expect(learned.ratio).toBeLessThanOrEqual(3)
     expect(learned.weight).toBeGreaterThanOrEqual(0)
