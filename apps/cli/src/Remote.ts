@@ -163,18 +163,25 @@ export const offload = (target: Target, threadId: string, keepTokens: Option.Opt
 
 const decodeEvent = Schema.decodeUnknown(Schema.parseJson(ThreadEvent))
 
+/** The request of a stream endpoint (`path`), resuming after `lastEventId` when given. */
+const streamRequest = (target: Target, path: string, lastEventId: string | undefined) =>
+  HttpClientRequest.get(`${target.url.replace(/\/+$/, "")}${path}`).pipe(
+    HttpClientRequest.setHeader("accept", "text/event-stream"),
+    lastEventId === undefined ? (r) => r : HttpClientRequest.setHeader("last-event-id", lastEventId),
+    withToken(target)
+  )
+
 /**
- * The events of a stream endpoint (`path`, e.g. `/threads/ID/events?follow=true`) as they arrive, decoded. Fails with
- * `RemoteFailure` carrying the server's sentence when it answers an error instead of a stream.
+ * The events of a stream endpoint (`path`, e.g. `/threads/ID/events?follow=true`) as they arrive, decoded. A client
+ * that fell behind is sent `subscriber_too_slow` naming its cursor and the stream ends: it reconnects with that cursor
+ * as `Last-Event-ID`, so nothing is missed or repeated. Fails with `RemoteFailure` carrying the server's sentence when
+ * it answers an error instead of a stream.
  */
-const eventStream = (target: Target, path: string) =>
-  Effect.gen(function*() {
+const eventStream = (target: Target, path: string, lastEventId?: string): Stream.Stream<ThreadEvent, RemoteFailure, HttpClient.HttpClient> => {
+  let resumeFrom: string | undefined
+  const once = Effect.gen(function*() {
     const client = yield* HttpClient.HttpClient
-    const request = HttpClientRequest.get(`${target.url.replace(/\/+$/, "")}${path}`).pipe(
-      HttpClientRequest.setHeader("accept", "text/event-stream"),
-      withToken(target)
-    )
-    const response = yield* client.execute(request)
+    const response = yield* client.execute(streamRequest(target, path, lastEventId))
     if (response.status !== 200) {
       const text = yield* response.text
       const body = Schema.decodeUnknownOption(ErrorBody)(text)
@@ -184,9 +191,17 @@ const eventStream = (target: Target, path: string) =>
     return response.stream.pipe(
       Stream.decodeText(),
       Stream.pipeThroughChannel(Sse.makeChannel()),
-      Stream.mapEffect((event) => decodeEvent(event.data))
+      Stream.filterMapEffect((event) => {
+        if (event.event === "subscriber_too_slow") {
+          resumeFrom = event.id
+          return Option.none()
+        }
+        return Option.some(decodeEvent(event.data))
+      })
     )
-  }).pipe(Effect.map(Stream.mapError(explain(target))), Stream.unwrapScoped, Stream.mapError(explain(target)))
+  }).pipe(Stream.unwrapScoped, Stream.mapError(explain(target)))
+  return Stream.concat(once, Stream.suspend(() => resumeFrom === undefined ? Stream.empty : eventStream(target, path, resumeFrom)))
+}
 
 /** The run an event belongs to, when its payload names one. */
 const runOf = (event: ThreadEvent): string | null => {

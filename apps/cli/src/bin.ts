@@ -5,7 +5,8 @@
  * an unknown thread, `baton demo` without the sample transcripts) prints one line naming the problem and exits 2,
  * before anything is written; an invariant violation in a replay exits 1. stdout carries only the command's output
  * (with `--json`, one JSON document); log lines go to stderr. SIGINT/SIGTERM stop a replay once the run in flight is
- * recorded, and exit 130/143 (see CliRuntime).
+ * recorded, and exit 130/143 (see CliRuntime). With `--server URL` (or `BATON_SERVER`) the thread commands and
+ * `send`, `switch`, `compact`, `offload`, `events` talk to a Baton server over HTTP instead (see Remote).
  */
 import { Args, Command, Options, ValidationError } from "@effect/cli"
 import { Cause, Console, Effect, Either, Layer, Option } from "effect"
