@@ -20,7 +20,8 @@
  * concurrency (a turn is two requests and a run).
  *
  * Environment: `DURATION` seconds per measurement (10), `WARMUP` seconds (3), `CONCURRENCY` (`1,10,100`), `DIALECTS`
- * (`sqlite,postgres`; Postgres at `BATON_TEST_PG_URL` or 127.0.0.1:5432/test).
+ * (`sqlite,postgres`; Postgres at `BATON_TEST_DATABASE_URL` or 127.0.0.1:5432/test), `BENCH_PROFILE=DIR` (a V8 CPU profile
+ * of each Baton server process, written to DIR when it stops).
  *
  * Run: `pnpm bench:server` (= `npx tsx bench/server-load.ts`) from the repository root. SSE delivery latency to 100
  * subscribers is `bench/event-feed.ts`.
@@ -142,7 +143,8 @@ interface Child {
 /** Starts this file as `role` and waits for its "listening on" line. */
 const start = (role: string, args: ReadonlyArray<string> = []) =>
   Effect.async<Child, Error>((resume) => {
-    const child = spawn(process.execPath, ["--import", "tsx", self, role, ...args], {
+    const profile = process.env.BENCH_PROFILE !== undefined && role === "serve-baton" ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : []
+    const child = spawn(process.execPath, [...profile, "--import", "tsx", self, role, ...args], {
       env: { ...process.env, BATON_TOKEN: token, BATON_CONFIG: "", BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_PORT: "", BATON_HOST: "" },
       stdio: ["ignore", "pipe", "pipe"]
     })
@@ -203,11 +205,19 @@ const batonRun = (url: string, concurrency: number, duration: number) =>
     let next = 0
     let completed = 0
     let other = 0
+    /** Answers that were not 202 (send) or 200 (wait), by `request status`. */
+    const refused = new Map<string, number>()
+    const tally = (what: string, status: number, body: string) => {
+      const tag = /"_tag":"(\w+)"/.exec(body)?.[1] ?? ""
+      refused.set(`${what} ${status} ${tag}`, (refused.get(`${what} ${status} ${tag}`) ?? 0) + 1)
+    }
     yield* json(`${url}/__bench/overhead`)
     const result = yield* cannon({
       url,
       connections: concurrency,
       duration,
+      // The wait answers when the run ends: give it as long as the server may take (its own bound is 60 s).
+      timeout: 90,
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       initialContext: {},
       requests: [
@@ -224,14 +234,16 @@ const batonRun = (url: string, concurrency: number, duration: number) =>
               body: JSON.stringify({ text: key })
             }
           },
-          onResponse: (_status, body, raw) => {
-            connection(raw).runId = (JSON.parse(body) as { runId: string }).runId
+          onResponse: (status, body, raw) => {
+            if (status === 202) connection(raw).runId = (JSON.parse(body) as { runId: string }).runId
+            else tally("send", status, body)
           }
         },
         {
           method: "GET",
           setupRequest: (request, raw) => ({ ...request, path: `/runs/${connection(raw).runId!}?waitMs=60000` }),
-          onResponse: (_status, body) => {
+          onResponse: (status, body) => {
+            if (status !== 200) return tally("wait", status, body)
             const view = JSON.parse(body) as { run?: { status?: string } }
             if (view.run?.status === "completed") completed++
             else other++
@@ -245,7 +257,8 @@ const batonRun = (url: string, concurrency: number, duration: number) =>
       turnsPerSecond: completed / result.duration,
       completed,
       other,
-      errors: result.errors + result.non2xx,
+      errors: result.errors + result.timeouts,
+      refused: [...refused].map(([k, v]) => `${k}: ${v}`).join(", ") || "none",
       overheadP50: percentile(samples, 50),
       overheadP99: percentile(samples, 99),
       samples: samples.length,
@@ -294,7 +307,7 @@ const main = Effect.gen(function*() {
         yield* Console.log(
           `baton ${dialect}, ${c} thread(s): ${f.turnsPerSecond.toFixed(1)} turns/s (${(ratio * 100).toFixed(1)}% of bare req/s), ` +
             `overhead p50 ${f.overheadP50.toFixed(2)} ms p99 ${f.overheadP99.toFixed(2)} ms (${f.samples} turns), ` +
-            `send+wait p50 ${f.requestP50} ms, not completed ${f.other}, errors ${f.errors}`
+            `request p50 ${f.requestP50} ms, runs not completed ${f.other}, refused ${f.refused}, transport errors ${f.errors}`
         )
         out.push({ ...f, ratio })
       }
