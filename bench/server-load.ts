@@ -35,7 +35,7 @@ import { Auth, Handlers, HttpGuard, Server, ServerConfig } from "@baton/server"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import autocannon from "autocannon"
-import { Console, Effect, Layer, Schema, Stream } from "effect"
+import { Console, Data, Effect, Layer, Schema, Stream } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Http from "node:http"
@@ -140,9 +140,12 @@ interface Child {
   readonly process: ChildProcess
 }
 
+/** A server process exited before it printed its "listening on" line. */
+class ServerDidNotStart extends Data.TaggedError("ServerDidNotStart")<{ readonly role: string; readonly code: number | null; readonly stderr: string }> {}
+
 /** Starts this file as `role` and waits for its "listening on" line. */
 const start = (role: string, args: ReadonlyArray<string> = []) =>
-  Effect.async<Child, Error>((resume) => {
+  Effect.async<Child, ServerDidNotStart>((resume) => {
     const profile = process.env.BENCH_PROFILE !== undefined && role === "serve-baton" ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : []
     const child = spawn(process.execPath, [...profile, "--import", "tsx", self, role, ...args], {
       env: { ...process.env, BATON_TOKEN: token, BATON_CONFIG: "", BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_PORT: "", BATON_HOST: "" },
@@ -151,7 +154,7 @@ const start = (role: string, args: ReadonlyArray<string> = []) =>
     let out = ""
     let err = ""
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (err += chunk))
-    child.on("exit", (code) => resume(Effect.fail(new Error(`${role} exited ${code}: ${err}`))))
+    child.on("exit", (code) => resume(Effect.fail(new ServerDidNotStart({ role, code, stderr: err }))))
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       out += chunk
       const found = /listening on (http:\/\/\S+)/.exec(out)
