@@ -2,7 +2,7 @@
  * `baton --server URL` as a user runs it: real `baton` processes talking over loopback HTTP to the real API
  * (`Server.httpLayer` over a harness orchestrator and its run driver). A thread is created and driven by the CLI
  * alone — a message whose events are printed as they arrive, a switch, `/compact`, `/offload` — and listed, shown and
- * followed; the server's refusals (401, 403, 404, 400) and an unreachable server are one line on stderr and exit 2.
+ * followed; the server's refusals (401, 403, 404, 409, 400) and an unreachable server are one line on stderr and exit 2.
  */
 import { ThreadEvent } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
@@ -11,7 +11,7 @@ import { Harness } from "@baton/testing"
 import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Redacted, Schema } from "effect"
+import { Deferred, Effect, Fiber, Layer, Redacted, Schedule, Schema } from "effect"
 import { execFile, spawn } from "node:child_process"
 import * as Http from "node:http"
 import { fileURLToPath } from "node:url"
@@ -147,7 +147,21 @@ describe("baton --server (the CLI as a client)", () => {
           check()
         })
       yield* Effect.promise(() => seen(/thread\.compacted/))
-      const third = yield* baton([...admin, "send", threadId, "Third"])
+      // The third turn is held open at the provider: a switch meanwhile is refused (409) with the server's words.
+      const gate = yield* Deferred.make<void>()
+      h.script.enqueue({ ...Harness.reply(10), hold: { afterItems: 0, gate } })
+      const sending = yield* Effect.fork(baton([...admin, "send", threadId, "Third"]))
+      const thirdRunning = Effect.promise(async () => {
+        const response = await fetch(`${url}/threads/${threadId}/runs`, { headers: { authorization: `Bearer ${adminToken}` } })
+        const body = await response.json() as { readonly runs: ReadonlyArray<{ readonly seq: number; readonly status: string }> }
+        return body.runs.some((run) => run.seq === 3 && run.status === "running")
+      })
+      yield* thirdRunning.pipe(Effect.repeat({ schedule: Schedule.spaced("100 millis"), until: (running) => running }))
+      const busy = yield* baton([...admin, "switch", threadId, "codex"])
+      expect(busy).toMatchObject({ code: 2, stdout: "" })
+      expect(busy.stderr).toMatch(new RegExp(`^baton: thread ${threadId} already has run run_\\S+ in progress; interrupt it or wait\n$`))
+      yield* Deferred.succeed(gate, undefined)
+      const third = yield* Fiber.join(sending)
       expect(third.code).toBe(0)
       const thirdRun = /^sent: run 3 (\S+) queued$/m.exec(third.stdout)![1]!
       yield* Effect.promise(() => seen(new RegExp(`run\\.completed +${thirdRun}`)))
