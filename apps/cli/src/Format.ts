@@ -1,5 +1,19 @@
 /** Plain-text rendering of the CLI's output: one line per run, the replay summary, thread and handoff listings. */
-import type { ContextHandoff, HandoffDelivery, NativeThread, ProviderThread, Run, Thread } from "@baton/contracts"
+import type {
+  CompactReport,
+  ContextHandoff,
+  HandoffDelivery,
+  NativeThread,
+  OffloadReport,
+  ProviderThread,
+  Run,
+  RunStatus,
+  RunView,
+  SwitchResult,
+  Thread,
+  ThreadEvent,
+  ThreadSnapshot
+} from "@baton/contracts"
 import { DateTime } from "effect"
 import type { ReplaySummary, RunLine } from "./Replay.js"
 
@@ -64,7 +78,20 @@ export const threadShow = (
   runs: ReadonlyArray<Run>,
   itemCount: number
 ) => {
-  const lines = [`thread ${t.id}: ${t.title}`, `  ${runs.length} runs, ${itemCount} items, created ${DateTime.formatIso(t.createdAt)}`]
+  const byStatus = new Map<string, number>()
+  for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1)
+  return threadShowLines(t, providerThreads, natives, runs.length, byStatus, itemCount)
+}
+
+const threadShowLines = (
+  t: Thread,
+  providerThreads: ReadonlyArray<ProviderThread>,
+  natives: ReadonlyArray<NativeThread>,
+  runCount: number,
+  byStatus: ReadonlyMap<string, number>,
+  itemCount: number
+) => {
+  const lines = [`thread ${t.id}: ${t.title}`, `  ${runCount} runs, ${itemCount} items, created ${DateTime.formatIso(t.createdAt)}`]
   for (const p of providerThreads) {
     const active = p.id === t.activeProviderThreadId ? " (active)" : ""
     lines.push(`  provider ${p.providerInstance}${active}: window ${p.contextWindow ?? "unknown"}, synced through run ${p.syncedRunSeq}`)
@@ -73,10 +100,79 @@ export const threadShow = (
       lines.push(`    native g${nt.generation} ${nt.nativeRef} ${nt.status}, ${used}`)
     }
   }
-  const byStatus = new Map<string, number>()
-  for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1)
   lines.push(`  runs: ${[...byStatus].map(([s, c]) => `${c} ${s}`).join(", ") || "none"}`)
   return lines.join("\n")
+}
+
+/** Run statuses in the order a run passes through them (the order `threadSnapshot` lists its counts in). */
+const statusOrder: ReadonlyArray<RunStatus> = ["queued", "starting", "running", "completed", "interrupted", "failed", "cancelled"]
+
+/**
+ * A server's thread snapshot (`GET /threads/{id}`) in `threadShow`'s format. The per-status counts are the
+ * snapshot's totals, listed in `statusOrder` (the in-process command lists them in order of first appearance).
+ */
+export const threadSnapshot = (s: ThreadSnapshot) =>
+  threadShowLines(
+    s.thread,
+    s.providerThreads,
+    s.providerThreads.flatMap((p) => p.nativeThreads),
+    s.totals.runs,
+    new Map(statusOrder.filter((status) => (s.totals.runsByStatus[status] ?? 0) > 0).map((status) => [status, s.totals.runsByStatus[status]])),
+    s.totals.items
+  )
+
+/** A switch: `switched thr_… to claude (provider thread pth_…; handoff hof_… owes it history | nothing owed)`. */
+export const switched = (threadId: string, providerInstance: string, r: SwitchResult) =>
+  `switched ${threadId} to ${providerInstance} (provider thread ${r.providerThreadId}; ${r.handoffId === null ? "nothing owed" : `handoff ${r.handoffId} owes it history`})`
+
+/** `/compact`'s report: usage before and after (tokens), what it delivered, omitted and left deferred. */
+export const compactReport = (r: CompactReport) =>
+  r.compacted
+    ? `compacted: used ${r.usedBefore === null ? "unknown" : n(r.usedBefore)} -> ${r.usedAfter === null ? "unknown" : n(r.usedAfter)}; ` +
+      `delivered ${items(r.deliveredItems)} ${n(r.deliveredTokens)} tok, omitted ${items(r.omittedItems)}, still deferred ${items(r.stillDeferred)}`
+    : `not compacted: ${r.reason ?? "nothing to do"}`
+
+/** `/offload`'s report: what the summary covers and what stays verbatim (tokens are rendered tokens). */
+export const offloadReport = (r: OffloadReport) =>
+  r.offloaded
+    ? `offloaded through item ${r.cutSeq ?? "-"}: ${items(r.coveredItems)} ${n(r.coveredTokens)} tok -> summary ${r.summaryItemId ?? "-"} ` +
+      `${n(r.summaryTokens)} tok; kept ${items(r.keptItems)} ${n(r.keptTokens)} tok verbatim (asked ${n(r.keepTokens)})`
+    : `not offloaded: ${r.reason ?? "nothing to do"}`
+
+/**
+ * One event of a stream: `  seq type  detail` (with `withThread`, the thread id first: the stream of all threads).
+ * Run events name the run and what happened to it; other events show their payload as compact JSON (at most 120
+ * characters).
+ */
+export const eventLine = (e: ThreadEvent, withThread: boolean) => {
+  const head = `${withThread ? `${e.threadId} ` : ""}${lpad(String(e.seq), 5)} ${pad(e.type, 22)}`
+  switch (e.type) {
+    case "run.queued":
+      return `${head} run ${e.payload.seq} ${e.payload.runId}`
+    case "run.started":
+      return `${head} ${e.payload.runId} attempt ${e.payload.attempt} on ${e.payload.nativeThreadId}`
+    case "run.completed":
+      return `${head} ${e.payload.runId} ${items(e.payload.itemCount)}`
+    case "run.failed":
+    case "run.interrupted":
+      return `${head} ${e.payload.runId} ${e.payload.stopPoint}${e.payload.code === undefined ? "" : ` ${e.payload.code}`}: ${e.payload.reason}`
+    case "items.appended":
+      return `${head} items ${e.payload.fromSeq}..${e.payload.toSeq}${e.payload.runId === null ? "" : ` of ${e.payload.runId}`}`
+    default: {
+      const json = JSON.stringify(e.payload)
+      return `${head} ${json.length > 120 ? `${json.slice(0, 119)}…` : json}`
+    }
+  }
+}
+
+/**
+ * A run as it ended: `run 3 completed` (with the failure code and reason when it did not complete), then the
+ * assistant's messages of the run.
+ */
+export const runReply = (v: RunView) => {
+  const r = v.run
+  const head = `run ${r.seq} ${r.status}${r.failureCode === null ? "" : ` (${r.failureCode})`}${r.failureReason === null ? "" : `: ${r.failureReason}`}`
+  return [head, ...v.items.filter((i) => i.kind === "assistant_message").map((i) => i.text)].join("\n")
 }
 
 export const handoffs = (

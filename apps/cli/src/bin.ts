@@ -5,7 +5,8 @@
  * an unknown thread, `baton demo` without the sample transcripts) prints one line naming the problem and exits 2,
  * before anything is written; an invariant violation in a replay exits 1. stdout carries only the command's output
  * (with `--json`, one JSON document); log lines go to stderr. SIGINT/SIGTERM stop a replay once the run in flight is
- * recorded, and exit 130/143 (see CliRuntime).
+ * recorded, and exit 130/143 (see CliRuntime). With `--server URL` (or `BATON_SERVER`) the thread commands and
+ * `send`, `switch`, `compact`, `offload`, `events` talk to a Baton server over HTTP instead (see Remote).
  */
 import { Args, Command, Options, ValidationError } from "@effect/cli"
 import { Cause, Console, Effect, Either, Layer, Option } from "effect"
@@ -16,9 +17,12 @@ import { Database, ThreadStore } from "@baton/persistence"
 import { ProviderSpec } from "@baton/providers"
 import { Server, ServerConfig } from "@baton/server"
 import type { ThreadId } from "@baton/contracts"
+import type { HttpClient } from "@effect/platform"
+import { NodeHttpClient } from "@effect/platform-node"
 import * as Replay from "./Replay.js"
 import * as CliRuntime from "./CliRuntime.js"
 import * as Format from "./Format.js"
+import * as Remote from "./Remote.js"
 
 const dbOption = Options.text("db").pipe(
   Options.withDescription("SQLite file (default: $BATON_DATA_DIR/baton.sqlite, else ./.baton/baton.sqlite)"),
@@ -195,6 +199,43 @@ const demo = Command.make(
   }
 ).pipe(Command.withDescription("replays the sample pi session (../shared/transcripts/raw/pi/before-compaction.jsonl)"))
 
+/**
+ * The root command and its options, before any subcommand: `--server URL` (else `BATON_SERVER`) makes `threads`,
+ * `thread show`, `handoffs` and the server-only commands talk to a Baton server over HTTP, sending `--token` (else
+ * `BATON_TOKEN`) as the bearer token; without a server the commands read the database in-process.
+ */
+const root = Command.make("baton", {
+  server: Options.text("server").pipe(
+    Options.withDescription("a Baton server's URL, e.g. http://127.0.0.1:8787 (default: $BATON_SERVER; none: in-process)"),
+    Options.optional
+  ),
+  token: Options.text("token").pipe(
+    Options.withDescription("the bearer token to send to --server (default: $BATON_TOKEN)"),
+    Options.optional
+  )
+})
+
+const fromEnv = (name: string) => Option.fromNullable(process.env[name]).pipe(Option.filter((v) => v.trim() !== ""))
+
+/** The server the command talks to (`--server`, else `BATON_SERVER`), or none: in-process. */
+const remoteTarget: Effect.Effect<Option.Option<Remote.Target>, never, Command.Command.Context<"baton">> = Effect.map(root, (g) =>
+  Option.map(Option.orElse(g.server, () => fromEnv("BATON_SERVER")), (url): Remote.Target => ({
+    url: url.replace(/\/+$/, ""),
+    token: Option.orElse(g.token, () => fromEnv("BATON_TOKEN"))
+  })))
+
+/** Runs `f` against the server when there is one (with an HTTP client), else `inProcess`. */
+const remoteOr = <A, E, R, A2, E2, R2>(
+  f: (target: Remote.Target) => Effect.Effect<A, E, R>,
+  inProcess: Effect.Effect<A2, E2, R2>
+) =>
+  Effect.flatMap(remoteTarget, (target): Effect.Effect<A | A2, E | E2, Exclude<R, HttpClient.HttpClient> | R2> =>
+    Option.isSome(target) ? Effect.provide(f(target.value), NodeHttpClient.layerUndici) : inProcess)
+
+/** A command that only a server can carry out: without `--server`/`BATON_SERVER` it fails naming both. */
+const remoteOnly = (name: string) => <A, E, R>(f: (target: Remote.Target) => Effect.Effect<A, E, R>) =>
+  remoteOr(f, Effect.fail({ message: `\`baton ${name}\` talks to a Baton server: pass --server URL before the command (or set BATON_SERVER)` }))
+
 const withStore = <A, E, R>(
   o: { readonly db: Option.Option<string>; readonly dataDir: Option.Option<string>; readonly databaseUrl: Option.Option<string> },
   f: (store: ThreadStore) => Effect.Effect<A, E, R>
@@ -216,7 +257,7 @@ const withStore = <A, E, R>(
   })
 
 const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption }, (o) =>
-  withStore(o, (store) =>
+  remoteOr(Remote.threads, withStore(o, (store) =>
     Effect.gen(function*() {
       const list = yield* store.listThreads()
       if (list.length === 0) return yield* Console.log("no threads")
@@ -225,13 +266,13 @@ const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption, 
         const items = yield* store.countItems(t.id)
         yield* Console.log(Format.threadLine(t, runs.length, items))
       }
-    })).pipe(badInput))
+    }))).pipe(badInput))
 
 const threadShow = Command.make(
   "show",
   { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
   (o) =>
-    withStore(o, (store) =>
+    remoteOr((target) => Remote.threadShow(target, o.id), withStore(o, (store) =>
       Effect.gen(function*() {
         const thread = yield* store.getThread(o.id as ThreadId)
         if (thread._tag === "None") return yield* Effect.fail({ message: `thread ${o.id} not found (list threads with \`baton threads\`)` })
@@ -240,15 +281,25 @@ const threadShow = Command.make(
         const natives = yield* Effect.forEach(providerThreads, (p) => store.listNativeThreads(p.id))
         const items = yield* store.countItems(thread.value.id)
         yield* Console.log(Format.threadShow(thread.value, providerThreads, natives.flat(), runs, items))
-      })).pipe(badInput)
+      }))).pipe(badInput)
 )
-const thread = Command.make("thread").pipe(Command.withSubcommands([threadShow]))
+
+const threadCreate = Command.make(
+  "create",
+  {
+    provider: Options.text("provider").pipe(Options.withDescription("the provider instance of the thread's first run, e.g. codex")),
+    title: Options.text("title").pipe(Options.optional)
+  },
+  (o) => remoteOnly("thread create")((target) => Remote.createThread(target, o.provider, o.title)).pipe(badInput)
+).pipe(Command.withDescription("creates a thread on the server and prints its id (needs --server)"))
+
+const thread = Command.make("thread").pipe(Command.withSubcommands([threadShow, threadCreate]))
 
 const handoffs = Command.make(
   "handoffs",
   { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
   (o) =>
-    withStore(o, (store) =>
+    remoteOr((target) => Remote.handoffs(target, o.id), withStore(o, (store) =>
       Effect.gen(function*() {
         const found = yield* store.getThread(o.id as ThreadId)
         if (found._tag === "None") return yield* Effect.fail({ message: `thread ${o.id} not found (list threads with \`baton threads\`)` })
@@ -257,8 +308,49 @@ const handoffs = Command.make(
         const providerThreads = yield* store.listProviderThreads(found.value.id)
         const natives = yield* Effect.forEach(providerThreads, (p) => store.listNativeThreads(p.id))
         yield* Console.log(Format.handoffs(list, deliveries, providerThreads, natives.flat()))
-      })).pipe(badInput)
+      }))).pipe(badInput)
 )
+
+const threadIdArg = Args.text({ name: "thread-id" })
+const jsonOption = (what: string) => Options.boolean("json").pipe(Options.withDescription(what))
+
+const send = Command.make(
+  "send",
+  { id: threadIdArg, text: Args.text({ name: "text" }), json: jsonOption("print each event as one JSON line, nothing else") },
+  (o) => remoteOnly("send")((target) => Remote.send(target, o.id, o.text, o.json)).pipe(badInput)
+).pipe(Command.withDescription("sends a message and prints the run's events until it ends; exit 1 if it failed (needs --server)"))
+
+const switchCommand = Command.make(
+  "switch",
+  { id: threadIdArg, provider: Args.text({ name: "provider" }) },
+  (o) => remoteOnly("switch")((target) => Remote.switchProvider(target, o.id, o.provider)).pipe(badInput)
+).pipe(Command.withDescription("switches the thread's provider for its next run (needs --server)"))
+
+const compact = Command.make(
+  "compact",
+  { id: threadIdArg, json: jsonOption("print the report as one JSON object") },
+  (o) => remoteOnly("compact")((target) => Remote.compact(target, o.id, o.json)).pipe(badInput)
+).pipe(Command.withDescription("/compact: drains deferred history into the active native thread, then compacts it (needs --server)"))
+
+const offload = Command.make(
+  "offload",
+  {
+    id: threadIdArg,
+    keepTokens: Options.integer("keep-tokens").pipe(Options.withDescription("tokens of newest history kept verbatim"), Options.optional),
+    json: jsonOption("print the report as one JSON object")
+  },
+  (o) => remoteOnly("offload")((target) => Remote.offload(target, o.id, o.keepTokens, o.json)).pipe(badInput)
+).pipe(Command.withDescription("/offload: summarises older history, keeping the newest verbatim (needs --server)"))
+
+const events = Command.make(
+  "events",
+  {
+    thread: Options.text("thread").pipe(Options.withDescription("one thread's events (default: every thread's)"), Options.optional),
+    follow: Options.boolean("follow").pipe(Options.withDescription("keep printing new events until interrupted")),
+    json: jsonOption("print each event as one JSON line")
+  },
+  (o) => remoteOnly("events")((target) => Remote.events(target, o.thread, o.follow, o.json)).pipe(badInput)
+).pipe(Command.withDescription("prints the event log (of one thread or all), then with --follow the live tail (needs --server)"))
 
 /**
  * `baton serve`: the HTTP server (see apps/server and docs/server.md) on the embedded default — SQLite under
@@ -286,7 +378,9 @@ const serve = Command.make(
     }).pipe(badInput, Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings)))
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 
-const baton = Command.make("baton").pipe(Command.withSubcommands([replay, demo, threads, thread, handoffs, serve]))
+const baton = root.pipe(Command.withSubcommands([
+  replay, demo, threads, thread, handoffs, send, switchCommand, compact, offload, events, serve
+]))
 
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
 

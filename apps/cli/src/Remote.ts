@@ -1,0 +1,255 @@
+/**
+ * Remote: the CLI as a client of a Baton server (`baton --server URL [--token T]`, or `BATON_SERVER` /
+ * `BATON_TOKEN`). Each command is one or a few typed calls through `HttpApiClient.make(BatonApi)`; the event streams
+ * are read with the platform `HttpClient` and `@effect/experimental`'s SSE parser. It owns the talking and the
+ * reporting of what the server said; the output format is `Format`'s, shared with the in-process commands.
+ *
+ * Failures are one line on stderr and exit code 2: the server's own sentence for an error it answered (401, 403,
+ * 404, 409, 400 — the `message` every Baton error body carries), or "cannot reach the Baton server at URL" when
+ * nothing answered. A `send` whose run ends failed or interrupted exits 1.
+ */
+import { Api, type ProviderInstance, type RunId, type Thread, ThreadEvent, type ThreadId, terminalRunStatuses } from "@baton/contracts"
+import { Sse } from "@effect/experimental"
+import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest } from "@effect/platform"
+import { Console, Data, Effect, Option, Schema, Stream } from "effect"
+import * as Format from "./Format.js"
+
+/** Where the server is (`url`, e.g. `http://127.0.0.1:8787`) and the bearer token to send, if any. */
+export interface Target {
+  readonly url: string
+  readonly token: Option.Option<string>
+}
+
+/** A failure already phrased for the user (one line); the CLI prints `baton: <message>` and exits 2. */
+export class RemoteFailure extends Data.TaggedError("RemoteFailure")<{ readonly message: string }> {}
+
+/** The first non-empty line of a text, trimmed. */
+const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? text
+
+const withToken = (target: Target) => (request: HttpClientRequest.HttpClientRequest) =>
+  Option.match(target.token, { onNone: () => request, onSome: (token) => HttpClientRequest.bearerToken(request, token) })
+
+/** The typed client of `BatonApi` at `target`. Requires an `HttpClient`. */
+const api = (target: Target) =>
+  HttpApiClient.make(Api.BatonApi, { baseUrl: target.url, transformClient: HttpClient.mapRequest(withToken(target)) })
+
+/** The error body's `message` (every Baton error body has one), else the first 200 characters of the body. */
+const ErrorBody = Schema.parseJson(Schema.Struct({ message: Schema.String }))
+
+/**
+ * A failure as the user should read it: the server's sentence for an error it answered (the decoded boundary error's
+ * `message`, the same text as the body's), a 400 schema error with the field path, or that the server could not be
+ * reached.
+ */
+const explain = (target: Target) => (error: unknown): RemoteFailure => {
+  if (error instanceof RemoteFailure) return error
+  if (HttpClientError.isHttpClientError(error)) {
+    if (error._tag === "RequestError") {
+      return new RemoteFailure({
+        message: error.reason === "InvalidUrl"
+          ? `--server ${target.url} is not a URL (e.g. http://127.0.0.1:8787)`
+          : `cannot reach the Baton server at ${target.url} (${oneLine(String(error.cause instanceof Error ? error.cause.message : error.cause ?? error.reason))}); start it with \`baton serve\` or check --server`
+      })
+    }
+    return new RemoteFailure({ message: `the server at ${target.url} answered ${error.response.status} unexpectedly: ${oneLine(error.message)}` })
+  }
+  if (typeof error === "object" && error !== null && "_tag" in error) {
+    const tagged = error as { readonly _tag: string; readonly message?: string; readonly issues?: ReadonlyArray<{ readonly path: ReadonlyArray<PropertyKey>; readonly message: string }> }
+    if (tagged._tag === "HttpApiDecodeError" && tagged.issues !== undefined && tagged.issues.length > 0) {
+      const issue = tagged.issues[0]!
+      return new RemoteFailure({ message: `the server refused the request: ${issue.path.map(String).join(".") || "(body)"}: ${oneLine(issue.message)}` })
+    }
+    if (tagged._tag === "ParseError") return new RemoteFailure({ message: `the server at ${target.url} answered something that is not Baton's API: ${oneLine(String(tagged.message))}` })
+    if (tagged._tag === "Unauthorized") return new RemoteFailure({ message: `${tagged.message ?? "unauthorized"} (pass --token or set BATON_TOKEN)` })
+    if (typeof tagged.message === "string" && tagged.message !== "") return new RemoteFailure({ message: oneLine(tagged.message) })
+    return new RemoteFailure({ message: `the server answered ${tagged._tag}` })
+  }
+  return new RemoteFailure({ message: oneLine(String(error)) })
+}
+
+/** Runs `self` against `target`, every failure turned into a `RemoteFailure` phrased for the user. */
+const call = <A, E, R>(target: Target, self: Effect.Effect<A, E, R>): Effect.Effect<A, RemoteFailure, R> =>
+  Effect.mapError(self, explain(target))
+
+/** Every thread, page after page (oldest first). */
+const allThreads = (client: Effect.Effect.Success<ReturnType<typeof api>>) =>
+  Effect.gen(function*() {
+    const threads: Array<Thread> = []
+    let cursor: string | undefined
+    for (;;) {
+      const page = yield* client.threads.list({ urlParams: cursor === undefined ? {} : { cursor } })
+      threads.push(...page.threads)
+      if (page.nextCursor === null) return threads
+      cursor = page.nextCursor
+    }
+  })
+
+/** `baton --server URL threads`: one line per thread, as the in-process command prints it. */
+export const threads = (target: Target) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const list = yield* allThreads(client)
+    if (list.length === 0) return yield* Console.log("no threads")
+    for (const t of list) {
+      const snapshot = yield* client.threads.get({ path: { threadId: t.id } })
+      yield* Console.log(Format.threadLine(t, snapshot.totals.runs, snapshot.totals.items))
+    }
+  }))
+
+/** `baton --server URL thread create --provider P [--title T]`: prints the new thread's id. */
+export const createThread = (target: Target, providerInstance: string, title: Option.Option<string>) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const created = yield* client.threads.create({
+      payload: { providerInstance: providerInstance as ProviderInstance, ...Option.match(title, { onNone: () => ({}), onSome: (t) => ({ title: t }) }) },
+      headers: {}
+    })
+    yield* Console.log(created.threadId)
+  }))
+
+/** `baton --server URL thread show ID`: the thread's snapshot, as the in-process command prints it. */
+export const threadShow = (target: Target, threadId: string) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const snapshot = yield* client.threads.get({ path: { threadId: threadId as ThreadId } })
+    yield* Console.log(Format.threadSnapshot(snapshot))
+  }))
+
+/** `baton --server URL handoffs ID`: the thread's handoffs with their deliveries, as the in-process command prints them. */
+export const handoffs = (target: Target, threadId: string) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const snapshot = yield* client.threads.get({ path: { threadId: threadId as ThreadId } })
+    const list = yield* client.handoffs.list({ path: { threadId: threadId as ThreadId } })
+    yield* Console.log(Format.handoffs(
+      list.handoffs,
+      list.handoffs.flatMap((h) => h.deliveries),
+      snapshot.providerThreads,
+      snapshot.providerThreads.flatMap((p) => p.nativeThreads)
+    ))
+  }))
+
+/** `baton --server URL switch ID PROVIDER`. */
+export const switchProvider = (target: Target, threadId: string, providerInstance: string) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const result = yield* client.threads.switchProvider({
+      path: { threadId: threadId as ThreadId },
+      payload: { providerInstance: providerInstance as ProviderInstance },
+      headers: {}
+    })
+    yield* Console.log(Format.switched(threadId, providerInstance, result))
+  }))
+
+/** `baton --server URL compact ID [--json]`. */
+export const compact = (target: Target, threadId: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const report = yield* client.threads.compact({ path: { threadId: threadId as ThreadId }, payload: {}, headers: {} })
+    yield* Console.log(json ? JSON.stringify(report) : Format.compactReport(report))
+  }))
+
+/** `baton --server URL offload ID [--keep-tokens N] [--json]`. */
+export const offload = (target: Target, threadId: string, keepTokens: Option.Option<number>, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const report = yield* client.threads.offload({
+      path: { threadId: threadId as ThreadId },
+      payload: Option.match(keepTokens, { onNone: () => ({}), onSome: (k) => ({ keepTokens: k }) }),
+      headers: {}
+    })
+    yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
+  }))
+
+const decodeEvent = Schema.decodeUnknown(Schema.parseJson(ThreadEvent))
+
+/** The request of a stream endpoint (`path`), resuming after `lastEventId` when given. */
+const streamRequest = (target: Target, path: string, lastEventId: string | undefined) =>
+  HttpClientRequest.get(`${target.url.replace(/\/+$/, "")}${path}`).pipe(
+    HttpClientRequest.setHeader("accept", "text/event-stream"),
+    lastEventId === undefined ? (r) => r : HttpClientRequest.setHeader("last-event-id", lastEventId),
+    withToken(target)
+  )
+
+/**
+ * The events of a stream endpoint (`path`, e.g. `/threads/ID/events?follow=true`) as they arrive, decoded. A client
+ * that fell behind is sent `subscriber_too_slow` naming its cursor and the stream ends: it reconnects with that cursor
+ * as `Last-Event-ID`, so nothing is missed or repeated. Fails with `RemoteFailure` carrying the server's sentence when
+ * it answers an error instead of a stream.
+ */
+const eventStream = (target: Target, path: string, lastEventId?: string): Stream.Stream<ThreadEvent, RemoteFailure, HttpClient.HttpClient> => {
+  let resumeFrom: string | undefined
+  const once = Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const response = yield* client.execute(streamRequest(target, path, lastEventId))
+    if (response.status !== 200) {
+      const text = yield* response.text
+      const body = Schema.decodeUnknownOption(ErrorBody)(text)
+      const words = Option.match(body, { onNone: () => `${response.status} ${oneLine(text).slice(0, 200)}`, onSome: (b) => oneLine(b.message) })
+      return yield* new RemoteFailure({ message: response.status === 401 ? `${words} (pass --token or set BATON_TOKEN)` : words })
+    }
+    return response.stream.pipe(
+      Stream.decodeText(),
+      Stream.pipeThroughChannel(Sse.makeChannel()),
+      Stream.filterMapEffect((event) => {
+        if (event.event === "subscriber_too_slow") {
+          resumeFrom = event.id
+          return Option.none()
+        }
+        return Option.some(decodeEvent(event.data))
+      })
+    )
+  }).pipe(Stream.unwrapScoped, Stream.mapError(explain(target)))
+  return Stream.concat(once, Stream.suspend(() => resumeFrom === undefined ? Stream.empty : eventStream(target, path, resumeFrom)))
+}
+
+/** The run an event belongs to, when its payload names one. */
+const runOf = (event: ThreadEvent): string | null => {
+  const payload = event.payload as { readonly runId?: unknown }
+  return typeof payload.runId === "string" ? payload.runId : null
+}
+
+const endTypes: ReadonlyArray<ThreadEvent["type"]> = ["run.completed", "run.failed", "run.interrupted"]
+
+/**
+ * `baton --server URL send ID TEXT [--json]`: posts the message (202 with the run id), then follows the thread's event
+ * stream and prints `sent: run N ID queued`, every event from the run's `run.queued` until the run ends (one line each, or with `--json` each
+ * event as one JSON line), then the run's reply. Exit code 1 when the run failed or was interrupted.
+ *
+ * The stream is read from the thread's first event (the 202 does not say the seq of the run's `run.queued`), so on a
+ * long thread the earlier events are received and skipped. Should the stream end before the run (a server shutting
+ * down), the run is awaited with `GET /runs/{id}?waitMs=`.
+ */
+export const send = (target: Target, threadId: string, text: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const accepted = yield* client.messages.send({ path: { threadId: threadId as ThreadId }, payload: { text }, headers: {} })
+    if (!json) yield* Console.log(`sent: run ${accepted.runSeq} ${accepted.runId} ${accepted.status}`)
+    const runId: string = accepted.runId
+    yield* eventStream(target, `/threads/${encodeURIComponent(threadId)}/events?follow=true`).pipe(
+      Stream.dropWhile((e) => !(e.type === "run.queued" && runOf(e) === runId)),
+      Stream.takeUntil((e) => endTypes.includes(e.type) && runOf(e) === runId),
+      Stream.runForEach((e) => Console.log(json ? JSON.stringify(Schema.encodeSync(ThreadEvent)(e)) : Format.eventLine(e, false)))
+    )
+    let view = yield* client.runs.get({ path: { runId: accepted.runId as RunId }, urlParams: {} })
+    while (!terminalRunStatuses.includes(view.run.status)) {
+      view = yield* client.runs.get({ path: { runId: accepted.runId as RunId }, urlParams: { waitMs: 30_000 } })
+    }
+    if (!json) yield* Console.log(Format.runReply(view))
+    if (view.run.status !== "completed") process.exitCode = 1
+  }))
+
+/**
+ * `baton --server URL events [--thread ID] [--follow] [--json]`: the thread's (or every thread's) events, one line
+ * each (or one JSON line each); with `--follow`, then the live tail until interrupted.
+ */
+export const events = (target: Target, threadId: Option.Option<string>, follow: boolean, json: boolean) =>
+  call(target, eventStream(
+    target,
+    Option.match(threadId, {
+      onNone: () => `/events?follow=${follow}`,
+      onSome: (id) => `/threads/${encodeURIComponent(id)}/events?follow=${follow}`
+    })
+  ).pipe(
+    Stream.runForEach((e) => Console.log(json ? JSON.stringify(Schema.encodeSync(ThreadEvent)(e)) : Format.eventLine(e, Option.isNone(threadId))))
+  ))
