@@ -14,7 +14,7 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { loneSurrogateAt, PromptText } from "./Commands.js"
+import { PromptText, storableText } from "./Commands.js"
 import { Run } from "./Domain.js"
 import {
   ConcurrentModification,
@@ -74,14 +74,11 @@ export const IdempotencyKey = Schema.String.pipe(
 export const IdempotencyHeaders = Schema.Struct({ "idempotency-key": Schema.optional(IdempotencyKey) })
 
 const commandId = { commandId: Schema.optional(IdempotencyKey) }
-/** A thread's title: at most 500 characters of well-formed Unicode (a lone surrogate would be stored altered). */
-const title = Schema.String.pipe(
-  Schema.maxLength(500),
-  Schema.filter((text) => {
-    const at = loneSurrogateAt(text)
-    return at < 0 || `the title is not well-formed Unicode: lone surrogate at index ${at}`
-  })
-)
+/**
+ * A thread's title: at most 500 characters of well-formed Unicode without NUL (a lone surrogate would be stored
+ * altered; Postgres cannot store U+0000).
+ */
+const title = Schema.String.pipe(Schema.maxLength(500), Schema.filter(storableText("the title")))
 
 const threadPath = Schema.Struct({ threadId: ThreadId.pipe(Schema.maxLength(maxIdLength)) })
 const runPath = Schema.Struct({ runId: RunId.pipe(Schema.maxLength(maxIdLength)) })
