@@ -45,4 +45,22 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect((threads.body!.threads as Array<unknown>).length).toBe(1)
       expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], nextAfterSeq: null })
     }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("an id with a NUL (%00 in a path, or an interrupt's runId) is 400, not a 500 from Postgres; nothing written", () =>
+    Effect.gen(function*() {
+      const created = yield* raw(post("/threads", { providerInstance: "codex", title: "t" }))
+      const threadId = created.body!.threadId as string
+      // The fuzz test's input: POST /threads/<id with %00>/messages failed in ThreadService.queueRun with a 500.
+      const sent = yield* raw(post("/threads/a%00/messages", { text: "hello" }))
+      expect([sent.status, sent.body?._tag]).toEqual([400, "HttpApiDecodeError"])
+      expect(sent.body?.issues).toEqual([expect.objectContaining({ path: ["threadId"], message: "an id never contains a NUL character (U+0000)" })])
+      for (const path of ["/threads/%00", "/threads/%00/items", "/runs/%00", "/items/%00", "/handoffs/%00"]) {
+        const read = yield* raw(get(path))
+        expect([path, read.status, read.body?._tag]).toEqual([path, 400, "HttpApiDecodeError"])
+      }
+      const interrupted = yield* raw(post(`/threads/${threadId}/interrupt`, { runId: "run\u0000" }))
+      expect([interrupted.status, (interrupted.body?.issues as Array<{ path: unknown }>)[0]?.path]).toEqual([400, ["runId"]])
+      expect((yield* raw(get("/threads"))).body!.threads as Array<unknown>).toHaveLength(1)
+      expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], nextAfterSeq: null })
+    }).pipe(Effect.provide(serve(providers()))))
 })

@@ -80,10 +80,18 @@ const commandId = { commandId: Schema.optional(IdempotencyKey) }
  */
 const title = Schema.String.pipe(Schema.maxLength(500), Schema.filter(storableText("the title")))
 
-const threadPath = Schema.Struct({ threadId: ThreadId.pipe(Schema.maxLength(maxIdLength)) })
-const runPath = Schema.Struct({ runId: RunId.pipe(Schema.maxLength(maxIdLength)) })
-const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength)) })
-const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(maxIdLength)) })
+/**
+ * Ids as a client sends them: at most `maxIdLength` characters and no NUL (U+0000, as `%00` in a path): no id
+ * contains one, and Postgres refuses it in a query (22021), so it is a 400 rather than a lookup.
+ */
+const noNul = (id: string) => !id.includes("\u0000") || "an id never contains a NUL character (U+0000)"
+const clientThreadId = ThreadId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul))
+const clientRunId = RunId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul))
+
+const threadPath = Schema.Struct({ threadId: clientThreadId })
+const runPath = Schema.Struct({ runId: clientRunId })
+const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
+const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
 
 /** A non-negative integer query parameter. */
 const IntParam = Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative())
@@ -133,7 +141,7 @@ export const OffloadPayload = Schema.Struct({
 
 /** `POST /threads/{id}/interrupt`: the run to interrupt; without `runId`, the thread's run in progress. */
 export const InterruptPayload = Schema.Struct({
-  runId: Schema.optional(RunId.pipe(Schema.maxLength(maxIdLength))),
+  runId: Schema.optional(clientRunId),
   ...commandId
 }).annotations(strict)
 
