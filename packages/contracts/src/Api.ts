@@ -14,7 +14,7 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { loneSurrogateAt, PromptText } from "./Commands.js"
+import { PromptText, storableText } from "./Commands.js"
 import { Run } from "./Domain.js"
 import {
   ConcurrentModification,
@@ -74,19 +74,24 @@ export const IdempotencyKey = Schema.String.pipe(
 export const IdempotencyHeaders = Schema.Struct({ "idempotency-key": Schema.optional(IdempotencyKey) })
 
 const commandId = { commandId: Schema.optional(IdempotencyKey) }
-/** A thread's title: at most 500 characters of well-formed Unicode (a lone surrogate would be stored altered). */
-const title = Schema.String.pipe(
-  Schema.maxLength(500),
-  Schema.filter((text) => {
-    const at = loneSurrogateAt(text)
-    return at < 0 || `the title is not well-formed Unicode: lone surrogate at index ${at}`
-  })
-)
+/**
+ * A thread's title: at most 500 characters of well-formed Unicode without NUL (a lone surrogate would be stored
+ * altered; Postgres cannot store U+0000).
+ */
+const title = Schema.String.pipe(Schema.maxLength(500), Schema.filter(storableText("the title")))
 
-const threadPath = Schema.Struct({ threadId: ThreadId.pipe(Schema.maxLength(maxIdLength)) })
-const runPath = Schema.Struct({ runId: RunId.pipe(Schema.maxLength(maxIdLength)) })
-const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength)) })
-const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(maxIdLength)) })
+/**
+ * Ids as a client sends them: at most `maxIdLength` characters and no NUL (U+0000, as `%00` in a path): no id
+ * contains one, and Postgres refuses it in a query (22021), so it is a 400 rather than a lookup.
+ */
+const noNul = (id: string) => !id.includes("\u0000") || "an id never contains a NUL character (U+0000)"
+const clientThreadId = ThreadId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul))
+const clientRunId = RunId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul))
+
+const threadPath = Schema.Struct({ threadId: clientThreadId })
+const runPath = Schema.Struct({ runId: clientRunId })
+const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
+const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
 
 /** A non-negative integer query parameter. */
 const IntParam = Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative())
@@ -136,7 +141,7 @@ export const OffloadPayload = Schema.Struct({
 
 /** `POST /threads/{id}/interrupt`: the run to interrupt; without `runId`, the thread's run in progress. */
 export const InterruptPayload = Schema.Struct({
-  runId: Schema.optional(RunId.pipe(Schema.maxLength(maxIdLength))),
+  runId: Schema.optional(clientRunId),
   ...commandId
 }).annotations(strict)
 

@@ -31,17 +31,26 @@ export const loneSurrogateAt = (text: string): number => {
 }
 
 /**
- * A user's prompt: 1 to `maxPromptChars` characters of well-formed Unicode. A lone UTF-16 surrogate cannot reach a
- * provider unchanged (every UTF-8 boundary turns it into U+FFFD), so such a prompt is rejected, with the index of the
- * first lone surrogate, instead of silently altered.
+ * Why `text` (named `what`, e.g. "the prompt") cannot be stored as given, or `true`: a lone surrogate (it would be
+ * stored altered) or a NUL character (U+0000: Postgres refuses it in text, error 22021, so SQLite refuses it too and
+ * both dialects answer alike). For `Schema.filter`.
+ */
+export const storableText = (what: string) => (text: string): true | string => {
+  const nul = text.indexOf("\u0000")
+  if (nul >= 0) return `${what} contains a NUL character (U+0000) at index ${nul}, which cannot be stored`
+  const at = loneSurrogateAt(text)
+  return at < 0 || `${what} is not well-formed Unicode: lone surrogate at index ${at}`
+}
+
+/**
+ * A user's prompt: 1 to `maxPromptChars` characters of well-formed Unicode without NUL (U+0000). A lone UTF-16
+ * surrogate cannot reach a provider unchanged (every UTF-8 boundary turns it into U+FFFD) and Postgres cannot store
+ * a NUL, so such a prompt is rejected, with the index of the first, instead of altered or failing in storage.
  */
 export const PromptText = Schema.String.pipe(
   Schema.minLength(1),
   Schema.maxLength(maxPromptChars),
-  Schema.filter((text) => {
-    const at = loneSurrogateAt(text)
-    return at < 0 || `the prompt is not well-formed Unicode: lone surrogate at index ${at}`
-  })
+  Schema.filter(storableText("the prompt"))
 )
 
 /** Sends a user message (one run) to a thread. `text` reaches the provider byte-identical. */

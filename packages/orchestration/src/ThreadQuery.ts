@@ -40,8 +40,12 @@ export const defaultPageSize = 100
 /** The default window of `itemText`, in characters. */
 export const defaultItemTextChars = 65_536
 
-/** The keyset a thread-page cursor carries: the last thread of the previous page. */
-const Cursor = Schema.parseJson(Schema.Tuple(Schema.String, Schema.String))
+/**
+ * The keyset a thread-page cursor carries: the last thread of the previous page. A cursor is opaque but decoded from
+ * client input: a string this server never issued (a NUL, which Postgres refuses in text) is not a cursor.
+ */
+const CursorKey = Schema.String.pipe(Schema.filter((s) => !s.includes("\u0000")))
+const Cursor = Schema.parseJson(Schema.Tuple(CursorKey, CursorKey))
 
 const encodeCursor = (createdAt: string, id: string) =>
   Encoding.encodeBase64Url(Schema.encodeSync(Cursor)([createdAt, id]))
