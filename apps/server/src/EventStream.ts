@@ -40,8 +40,8 @@ const sseHeaders = { "cache-control": "no-cache", "x-accel-buffering": "no" }
 
 /**
  * The SSE response following `events` (`EventFeed.thread` / `EventFeed.all`: the replay after the cursor, then the
- * live tail), each event's id `cursorOf(event)`, with `Frames.heartbeat` every `heartbeatMillis` (default
- * `Frames.heartbeatIntervalMillis`). It ends when the feed ends (shutdown); a `SubscriberTooSlow` ends it with a
+ * live tail), each event's id `cursorOf(event)`, opening with `Frames.heartbeat` and sending it every
+ * `heartbeatMillis` (default `Frames.heartbeatIntervalMillis`). It ends when the feed ends (shutdown); a `SubscriberTooSlow` ends it with a
  * `subscriber_too_slow` event whose data is `{ message, cursor }`; a storage failure is logged and ends it (the
  * client reconnects by cursor either way).
  */
@@ -51,7 +51,10 @@ export const live = (
   heartbeatMillis: number = Frames.heartbeatIntervalMillis
 ) =>
   HttpServerResponse.stream(
-    Stream.merge(
+    // A heartbeat first: the response's head and first bytes go out at once, so a client sees the stream open even
+    // when nothing is to be replayed (without it, nothing was written until the first heartbeat, 15 s later: found
+    // by the fuzz test as a request with no answer).
+    Stream.concat(Stream.make(utf8.encode(Frames.heartbeat)), Stream.merge(
       events.pipe(
         Stream.map((e) => encode(e, cursorOf(e))),
         Stream.catchAll((error) =>
@@ -67,7 +70,7 @@ export const live = (
       ),
       Stream.tick(Duration.millis(heartbeatMillis)).pipe(Stream.drop(1), Stream.map(() => utf8.encode(Frames.heartbeat))),
       { haltStrategy: "left" }
-    ),
+    )),
     { contentType: "text/event-stream", headers: sseHeaders }
   )
 

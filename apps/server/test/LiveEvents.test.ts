@@ -60,4 +60,22 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(all.map((e) => e.id)).toEqual(log.map((e) => String(e.globalSeq)))
     }).pipe(Effect.provide(Layer.fresh(serve(h))))
   }, 120_000)
+
+  it.live("a live stream with nothing to replay opens at once: its first bytes are a heartbeat, long before the 15 s interval", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+    return Effect.gen(function*() {
+      const api = yield* client()
+      const { threadId } = yield* api.threads.create({ payload: { title: "quiet", providerInstance: "codex" as never }, headers: {} })
+      const log = yield* (yield* Harness.ops).store.listEvents(threadId as ThreadId)
+      // Found by the fuzz test: following from the last event, nothing was written (not even the head) until the
+      // first heartbeat. The wait below is a liveness bound well under the heartbeat interval, not a speed target.
+      const first = yield* Effect.gen(function*() {
+        const response = yield* HttpClient.execute(get(`/threads/${threadId}/events`).pipe(HttpClientRequest.setHeader("last-event-id", String(log.at(-1)!.seq))))
+        expect(response.status).toBe(200)
+        const chunk = yield* response.stream.pipe(Stream.take(1), Stream.runCollect)
+        return new TextDecoder().decode([...chunk][0])
+      }).pipe(Effect.scoped, Effect.timeout("8 seconds"))
+      expect(first).toBe(": heartbeat\n\n")
+    }).pipe(Effect.provide(Layer.fresh(serve(h))))
+  }, 60_000)
 })
