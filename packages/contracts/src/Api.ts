@@ -337,8 +337,8 @@ const EventCursorHeaders = Schema.Struct({ "last-event-id": Schema.optional(Sche
 
 /**
  * Events: a thread's events (`id:` is the event's `seq`) or every thread's (`id:` is its `globalSeq`) as server-sent
- * events, replayed after the cursor (`Last-Event-ID`, else `after`, else from the start) then followed live, with a
- * heartbeat comment every 15 s; `follow=false` replays and closes. A client that falls too far behind gets a last
+ * events, replayed after the cursor (`Last-Event-ID`, else `after`, else from the start) then followed live, opening
+ * with a heartbeat comment and sending one every 15 s; `follow=false` replays and closes. A client that falls too far behind gets a last
  * `subscriber_too_slow` event (its `data` names the cursor to resume from) and the stream ends: reconnect with
  * `Last-Event-ID`. Resume from the last event received (on `/events` under Postgres, ids follow commit order and are
  * not always increasing).
