@@ -70,14 +70,41 @@ export const errorResponse = (error: typeof BoundaryError.Type, status: number) 
 
 const textDecoder = new TextDecoder()
 
+/** The most characters of a schema error's message a 400 carries (the value it quotes is clipped, not echoed whole). */
+export const maxIssueChars = 1_000
+
+const clip = (text: unknown) =>
+  typeof text === "string" && text.length > maxIssueChars ? `${text.slice(0, maxIssueChars)}… (${text.length} characters)` : text
+
 /**
- * Adds `message` to a JSON error body that lacks one (a boundary error as HttpApi encoded it). Other responses
- * are returned as they are.
+ * An `HttpApiDecodeError` body with its `message` and each issue's `message` clipped to `maxIssueChars`: the
+ * platform quotes the offending value in full (a 2 MiB string came back in the 400 whole); the `path` that names the
+ * field is kept as it is. `null` when nothing needs clipping.
+ */
+const clipDecodeError = (body: { readonly _tag?: unknown; readonly message?: unknown; readonly issues?: unknown }) => {
+  if (body._tag !== "HttpApiDecodeError") return null
+  const issues = Array.isArray(body.issues) ? body.issues as Array<unknown> : []
+  const long = (x: unknown) => typeof x === "string" && x.length > maxIssueChars
+  const issueLong = issues.some((i) => typeof i === "object" && i !== null && long((i as { readonly message?: unknown }).message))
+  if (!long(body.message) && !issueLong) return null
+  return {
+    ...body,
+    message: clip(body.message),
+    issues: issues.map((i) => typeof i === "object" && i !== null ? { ...i, message: clip((i as { readonly message?: unknown }).message) } : i)
+  }
+}
+
+/**
+ * Adds `message` to a JSON error body that lacks one (a boundary error as HttpApi encoded it) and clips a schema
+ * error's quoted values (`clipDecodeError`). Other responses are returned as they are.
  */
 const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
   if (response.status < 400 || response.body._tag !== "Uint8Array") return response
   const parsed = Option.liftThrowable((text: string): unknown => JSON.parse(text))(textDecoder.decode(response.body.body))
-  if (Option.isNone(parsed) || typeof parsed.value !== "object" || parsed.value === null || "message" in parsed.value) return response
+  if (Option.isNone(parsed) || typeof parsed.value !== "object" || parsed.value === null) return response
+  const clipped = clipDecodeError(parsed.value)
+  if (clipped !== null) return HttpServerResponse.unsafeJson(clipped, { status: response.status, headers: response.headers })
+  if ("message" in parsed.value) return response
   const error = decodeBoundary(parsed.value)
   if (Option.isNone(error)) return response
   return HttpServerResponse.unsafeJson({ ...parsed.value, message: error.value.message }, { status: response.status, headers: response.headers })

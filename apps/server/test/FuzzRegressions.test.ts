@@ -13,6 +13,24 @@ const cursorOf = (text: string) => Buffer.from(text, "utf8").toString("base64url
 describe.each(Harness.dialects)("%s", (_dialect, db) => {
   beforeAll(() => Harness.useDb(db))
 
+  it.live("a schema error quotes at most 1,000 characters of the bad value (a 300,000-character title came back whole in the 400)", () =>
+    Effect.gen(function*() {
+      const titled = yield* raw(post("/threads", { providerInstance: "codex", title: "x".repeat(300_000) }))
+      expect(titled.status).toBe(400)
+      expect(titled.body?._tag).toBe("HttpApiDecodeError")
+      const issues = titled.body?.issues as Array<{ readonly path: unknown; readonly message: string }>
+      expect(issues.length).toBeGreaterThan(0)
+      for (const issue of issues) {
+        expect(issue.path).toEqual(["title"])
+        expect(issue.message.length).toBeLessThan(1_100)
+      }
+      expect(issues.some((i) => /… \(\d+ characters\)$/.test(i.message))).toBe(true)
+      expect((titled.body?.message as string).length).toBeLessThan(1_100)
+      // Nothing was written.
+      const listed = yield* raw(get("/threads"))
+      expect((listed.body!.threads as Array<{ readonly title: string }>).filter((t) => t.title.startsWith("xxx"))).toEqual([])
+    }).pipe(Effect.provide(serve(providers()))))
+
   it.live("a NUL character (U+0000) in a prompt, a title or a thread cursor is 400 naming it, not a 500 from Postgres", () =>
     Effect.gen(function*() {
       const created = yield* raw(post("/threads", { providerInstance: "codex", title: "t" }))
