@@ -147,18 +147,30 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       })
 
       /**
-       * Why `native` is known to be too full for `prompt`, or `null`: its last trusted usage report plus the prompt's
-       * calibrated size exceeds the window (invariant 1: a request Baton knows would overflow is not sent; the
-       * turn goes to a replacement native thread, which is owed the history under a fresh budget). Reads the
-       * calibration only when even a 3x ratio could not fit (`Calibration.defaultPolicy.maxRatio`).
+       * Why `native` is known to be too full for `prompt`, or `null`: its last trusted usage report — or, when the
+       * latest turn brought none (a missing or untrusted report), Baton's own estimate of what it holds, calibrated,
+       * which counts from that report on — plus the prompt's calibrated size exceeds the window (invariant 1: a
+       * request Baton knows would overflow is not sent; the turn goes to a replacement native thread, which is owed
+       * the history under a fresh budget). A missing report used to make Baton forget a thread reported 97% full
+       * (simulator seed 303). Reads the calibration only when even a 3x ratio could not fit
+       * (`Calibration.defaultPolicy.maxRatio`).
        */
       const knownFull = (native: NativeThread, providerThread: ProviderThread, promptTokens: number) =>
         Effect.gen(function*() {
           const window = Math.min(providerThread.contextWindow ?? Infinity, native.usage?.maxTokens ?? Infinity)
-          if (native.usage === null || !Number.isFinite(window)) return null
-          const over = yield* overflowing(native.usage.usedTokens, promptTokens, window, providerThread.providerInstance)
+          if (!Number.isFinite(window)) return null
+          if (native.usage !== null) {
+            const over = yield* overflowing(native.usage.usedTokens, promptTokens, window, providerThread.providerInstance)
+            return over === null ? null :
+              `the provider reported ${native.usage.usedTokens} of its ${window}-token window used: the prompt (about ${over.tokens} tokens) does not fit`
+          }
+          const maxRatio = Calibration.defaultPolicy.maxRatio
+          if ((native.estimatedTokens + promptTokens) * maxRatio <= window) return null
+          const { ratio } = yield* calibration.current(providerThread.providerInstance)
+          const used = Calibration.apply(ratio, native.estimatedTokens)
+          const over = yield* overflowing(used, promptTokens, window, providerThread.providerInstance)
           return over === null ? null :
-            `the provider reported ${native.usage.usedTokens} of its ${window}-token window used: the prompt (about ${over.tokens} tokens) does not fit`
+            `Baton estimates ${used} of its ${window}-token window used (no usage report since the last one): the prompt (about ${over.tokens} tokens) does not fit`
         })
 
       /**
