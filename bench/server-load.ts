@@ -27,10 +27,8 @@
  * subscribers is `bench/event-feed.ts`.
  */
 import { Api } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
-import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver } from "@baton/orchestration"
 import { Database } from "@baton/persistence"
-import { type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import type { ProviderAdapter } from "@baton/providers"
 import { Auth, Handlers, HttpGuard, Server, ServerConfig } from "@baton/server"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
@@ -107,20 +105,7 @@ const timed = (adapter: ProviderAdapter.ProviderAdapterShape): ProviderAdapter.P
 
 /** `Server.layer` as production builds it, with `timing` outside the guard and timed adapters (no /docs). */
 const batonLayer = (settings: ServerConfig.ServerSettings) => {
-  const counter = TokenCounter.make()
-  const adapters = ProviderSpec.scripted(settings.providers, ScriptedProvider.makeScript(), counter).map(timed)
-  const orchestrator = RunDriver.RunDriver.Default.pipe(
-    Layer.provideMerge(OrchestratorLayer.layer),
-    Layer.provideMerge(Server.databaseLayer(settings.database)),
-    Layer.provideMerge(ProviderRegistry.layer(adapters)),
-    Layer.provide(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
-    Layer.provide(Layer.succeed(TokenCounter.TokenCounter, counter)),
-    Layer.provideMerge(IdGenerator.layerRandom),
-    Layer.provide(OrchestratorConfig.layer({
-      interruptTimeoutMillis: settings.limits.interruptTimeoutMs,
-      turnTimeoutMillis: settings.limits.turnTimeoutMs
-    }))
-  )
+  const orchestrator = Server.orchestratorLayer(settings, timed)
   const guard = HttpGuard.middleware({ maxBodyBytes: settings.limits.maxBodyBytes })
   return listening.pipe(
     Layer.provideMerge(HttpApiBuilder.serve((app) => timing(guard(app)))),

@@ -15,7 +15,7 @@ import { Api } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver } from "@baton/orchestration"
 import { Database } from "@baton/persistence"
-import { ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Console, Effect, Layer } from "effect"
@@ -51,11 +51,15 @@ export const databaseLayer = (database: ServerConfig.DatabaseSetting) =>
 
 /**
  * The embedded orchestrator of the settings: database, one scripted instance per provider spec, the `/offload`
- * summariser, the tokenizer, random ids, the driver's timeouts, and the `RunDriver`.
+ * summariser, the tokenizer, random ids, the driver's timeouts, and the `RunDriver`. `wrapAdapter` (default: none)
+ * decorates each provider adapter (the load benchmark times the provider call with it).
  */
-export const orchestratorLayer = (settings: ServerConfig.ServerSettings) => {
+export const orchestratorLayer = (
+  settings: ServerConfig.ServerSettings,
+  wrapAdapter: (adapter: ProviderAdapter.ProviderAdapterShape) => ProviderAdapter.ProviderAdapterShape = (adapter) => adapter
+) => {
   const counter = TokenCounter.make()
-  const adapters = ProviderSpec.scripted(settings.providers, ScriptedProvider.makeScript(), counter)
+  const adapters = ProviderSpec.scripted(settings.providers, ScriptedProvider.makeScript(), counter).map(wrapAdapter)
   return RunDriver.RunDriver.Default.pipe(
     Layer.provideMerge(OrchestratorLayer.layer),
     Layer.provideMerge(databaseLayer(settings.database)),

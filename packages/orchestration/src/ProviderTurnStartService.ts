@@ -166,11 +166,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           }
           const maxRatio = Calibration.defaultPolicy.maxRatio
           if ((native.estimatedTokens + promptTokens) * maxRatio <= window) return null
+          // One calibration read for both figures (`overflowing` would read it again).
           const { ratio } = yield* calibration.current(providerThread.providerInstance)
           const used = Calibration.apply(ratio, native.estimatedTokens)
-          const over = yield* overflowing(used, promptTokens, window, providerThread.providerInstance)
-          return over === null ? null :
-            `Baton estimates ${used} of its ${window}-token window used (no usage report since the last one): the prompt (about ${over.tokens} tokens) does not fit`
+          const tokens = Calibration.apply(ratio, promptTokens)
+          return used + tokens <= window ? null :
+            `Baton estimates ${used} of its ${window}-token window used (no usage report since the last one): the prompt (about ${tokens} tokens) does not fit`
         })
 
       /**

@@ -486,7 +486,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
               s.offload(Commands.OffloadThread.make({ commandId: cid(op.id, op.outer === "offload" ? "" : "_race"), threadId: thread, keepTokens: op.keepTokens })),
               (r) => r.offloaded ? `offloaded up to seq ${r.cutSeq}` : `not offloaded: ${r.reason ?? ""}`.slice(0, 80)
             ))
-            const exitOf = <E>(effect: Effect.Effect<string, E, Services>) => Effect.exit(within(effect)) as Effect.Effect<Exit.Exit<string, E>>
+            const exitOf = <E>(effect: Effect.Effect<string, E, Services>) => Effect.exit(within(effect))
             const inner = op.with === "compact"
               ? exitOf(service((s) => Effect.map(s.compact(Commands.CompactThread.make({ commandId: cid(op.id, "_race"), threadId: thread })), (r) =>
                 r.compacted ? `compacted ${r.usedBefore ?? "?"} -> ${r.usedAfter ?? "?"}` : `not compacted: ${r.reason ?? ""}`.slice(0, 80))))
