@@ -423,7 +423,20 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             }
             let pointer: { readonly text: string; readonly tokens: number } | null = null
             if (config.deferralPointer) {
-              const text = Render.renderDeferralPointer(run.threadId, deferredIds)
+              // The refs: each handoff's first to last item (its items are in thread order), two point reads per
+              // handoff, however much is owed; the ranges may also hold items the model has seen.
+              const ends = yield* store.getItems([...new Set(owed.flatMap((o) => {
+                const ids = o.handoff.itemIds
+                return ids.length === 0 ? [] : [ids[0]!, ids[ids.length - 1]!]
+              }))])
+              const seqOf = new Map(ends.map((i) => [i.id as string, i.seq]))
+              const ranges = owed.flatMap((o) => {
+                const ids = o.handoff.itemIds
+                const from = ids.length === 0 ? undefined : seqOf.get(ids[0]!)
+                const to = ids.length === 0 ? undefined : seqOf.get(ids[ids.length - 1]!)
+                return from === undefined || to === undefined ? [] : [[from, to] as const]
+              })
+              const text = Render.renderDeferralPointer(run.threadId, deferredIds.length, ranges)
               const tokens = text.length > 0 ? counter.count(text) : 0
               if (text.length > 0 && Calibration.apply(ratio, tokens) <= budget.physicalHeadroom) pointer = { text, tokens }
             }

@@ -84,8 +84,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const turn = h.providers.claude!.received.at(-1)!
         expect(turn.type === "turn" && turn.prompt).toBe("what happened?")
         const inline = turn.type === "turn" ? turn.inlineHistory ?? "" : ""
-        expect(inline).toContain(`[tool_call bash call_1 #${items[2]!.id} interrupted]\n{"command":"pnpm test"}`)
-        expect(inline).toContain(`[tool_result bash call_1 #${items[3]!.id} error]\n[interrupted] The user interrupted`)
+        expect(inline).toContain(`[tool_call bash call_1 #${items[2]!.seq} interrupted]\n{"command":"pnpm test"}`)
+        expect(inline).toContain(`[tool_result bash call_1 #${items[3]!.seq} error]\n[interrupted] The user interrupted`)
         expect(yield* o.check(t, h)).toEqual([])
       }).pipe(Effect.provide(h.layer))
     })
