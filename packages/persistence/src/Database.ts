@@ -150,7 +150,13 @@ const uninterruptibleStatements: Layer.Layer<SqlClient.SqlClient | PgClient.PgCl
       transactionAcquirer: acquirer,
       compiler: PgClient.makeCompiler(names.transformQueryNames),
       transformRows: Statement.defaultTransforms(names.transformResultNames).array,
-      spanAttributes: [["db.system.name", "postgresql"]]
+      // The driver's own span attributes (OpenTelemetry database conventions).
+      spanAttributes: [
+        ["db.system.name", "postgresql"],
+        ["db.namespace", pg.config.database ?? pg.config.username ?? "postgres"],
+        ["server.address", pg.config.host ?? "localhost"],
+        ["server.port", pg.config.port ?? 5432]
+      ]
     })
     return Context.make(PgClient.PgClient, pg).pipe(Context.add(SqlClient.SqlClient, client))
   })
