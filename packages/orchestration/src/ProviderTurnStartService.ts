@@ -261,6 +261,11 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             if (back._tag === "Some") readByProvider = new Set(back.value.runIds)
           }
         }
+        // A new instance that can count tokens is calibrated before its first turn, outside any transaction (two
+        // count requests; a failure only leaves the calibration to the usage reports).
+        if (adapter.countTokens !== undefined) {
+          yield* calibration.seedFromCount(run.threadId, providerThreadIn.providerInstance, adapter.countTokens, run.prompt)
+        }
         // Nothing to write (a trusted native thread, no missed run, no open handoff toward P): the plan is decided
         // without a transaction, so the common turn takes no lock here. Anything owed is decided under the lock,
         // re-read there. A handoff committed just after this read is owed from the next turn on, as it would be

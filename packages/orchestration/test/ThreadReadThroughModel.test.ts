@@ -14,6 +14,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import {
   adapterFor,
+  countTokensReply,
   frame,
   httpLayer,
   loopback,
@@ -64,8 +65,9 @@ const lastToolResult = (request: Received): string => {
   return typeof content === "string" ? content : (content as ReadonlyArray<{ text: string }>).map((c) => c.text).join("")
 }
 
+// it.live: the adapter's retries and timeouts sleep on the real clock.
 describe("thread_read through a model", () => {
-  it.scoped("the model reads an item a handoff omitted by the pointer's ref and gets the original back, paged", () =>
+  it.live("the model reads an item a handoff omitted by the pointer's ref and gets the original back, paged", () =>
     Effect.gen(function*() {
       const loop = yield* loopback
       const file = yield* sqliteFile
@@ -92,6 +94,8 @@ describe("thread_read through a model", () => {
         }
         yield* o.switchTo(t, "anthropic")
 
+        // The instance is new: Baton calibrates it with two count_tokens requests (this model counts as Baton does).
+        loop.enqueue(countTokensReply((text) => counter.count(text)), countTokensReply((text) => counter.count(text)))
         const pages: Array<string> = []
         let pointerRef = ""
         // 1. The model finds the pointer in its history and reads the first omitted ref, 2,000 characters at a time.
@@ -135,8 +139,8 @@ describe("thread_read through a model", () => {
         }
         expect(run[run.length - 1]).toMatchObject({ kind: "assistant_message", text: "The first answer began with alpha." })
         // The invariants (nothing lost, nothing delivered twice, tool units whole), with what the scripted side saw.
-        // The model's side: the prompt its first request ended with (the user's text, byte for byte).
-        const first = JSON.parse(loop.requests[0]!.body) as { messages: ReadonlyArray<{ role: string; content: string | ReadonlyArray<{ type: string; text?: string }> }> }
+        // The model's side: the prompt its first turn request ended with (the user's text, byte for byte).
+        const first = JSON.parse(loop.requests.find((r) => r.url === "/v1/messages")!.body) as { messages: ReadonlyArray<{ role: string; content: string | ReadonlyArray<{ type: string; text?: string }> }> }
         const last = first.messages[first.messages.length - 1]!
         const prompt = typeof last.content === "string" ? last.content : last.content.filter((c) => c.type === "text").at(-1)?.text ?? ""
         const seen = codex.received
@@ -147,5 +151,5 @@ describe("thread_read through a model", () => {
           }
         })).toEqual([])
       }).pipe(Effect.provide(layer))
-    }).pipe(Effect.provide(httpLayer)), { timeout: 60_000 })
+    }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
 })

@@ -124,6 +124,17 @@ export const loopback: Effect.Effect<Loopback, never, Scope.Scope> = Effect.acqu
   })
 ).pipe(Effect.map(({ loop }) => loop))
 
+/**
+ * A reply to Anthropic's `count_tokens` (`POST /v1/messages/count_tokens`) counting the request's only message with
+ * `count`, plus `framing` tokens for the rest of the request. Throws (an HTTP 500 to the client) on another request.
+ */
+export const countTokensReply = (count: (text: string) => number, framing = 17) => (request: Received): Reply => {
+  if (!request.url.endsWith("/v1/messages/count_tokens")) throw new Error(`expected a count_tokens request, got ${request.url}`)
+  const content = (JSON.parse(request.body) as { messages: ReadonlyArray<{ content: string | ReadonlyArray<{ text: string }> }> }).messages[0]!.content
+  const text = typeof content === "string" ? content : content.map((c) => c.text).join("")
+  return json(200, JSON.stringify({ input_tokens: framing + count(text) }))
+}
+
 /** A config for `kind` at `baseUrl` (prices of Claude Sonnet 4.5 / GPT-5 as examples). */
 export const configFor = (kind: ModelApiKind, baseUrl: string, extra: Partial<ModelProviderConfig> = {}): ModelProviderConfig => ({
   kind,
