@@ -216,6 +216,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
            * "full" marker (to defer everything), not a report, and the prompt goes alone to the same native thread.
            */
           readonly retryWithoutHistory?: boolean
+          /**
+           * The retry after an overflow of a request whose history was injected: the replacement native thread is
+           * owed the history, which is deferred for this turn (the prompt goes alone, with a pointer), so the retry
+           * cannot overflow the same way. Later turns deliver it under their budgets.
+           */
+          readonly deferHistory?: boolean
           /** Baton's count of the run's prompt, when the caller has it (the prompt is counted once per run). */
           readonly promptTokens?: number
         } = {}
@@ -275,7 +281,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         const decided = quiet
           ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, requestTokens, true)
           : yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
-            decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider, requestTokens)
+            decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider, requestTokens, false, options.deferHistory === true)
           )
         if (decided.injection === null) return decided.plan
         const { plan, injection } = decided
@@ -332,7 +338,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         freshRef: string | null,
         readByProvider: ReadonlySet<string>,
         requestTokens: number,
-        nothingOpen = false
+        nothingOpen = false,
+        deferHistory = false
       ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
         let native: NativeThread
@@ -454,6 +461,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               injection: null
             }
           })
+        if (deferHistory) return yield* deferAll("retry after a context overflow of a request with injected history")
         // Below the useful minimum nothing is read or selected: a deferral costs the same however much is owed.
         if (budget.budget < config.budget.minUsefulBudget) {
           return yield* deferAll(
