@@ -1,0 +1,120 @@
+/**
+ * Model-API provider instances from the server's config file (issue 9 items 4 and 5): the production orchestrator
+ * (`Server.orchestratorLayer`) built from a resolved config whose providers are Anthropic Messages, OpenAI Responses
+ * and Chat Completions instances pointed at loopback model APIs, served over real HTTP. A message posted through the
+ * API runs on the model and its text is recorded; the key is sent upstream and nowhere else (no response, no log
+ * line, no error), even when the upstream fails.
+ */
+import { type ThreadId } from "@baton/contracts"
+import { Server, ServerConfig } from "@baton/server"
+import { NodeHttpServer } from "@effect/platform-node"
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Layer, Logger } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { adminToken, client, get, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+
+/** A key value that must never leave the upstream request's auth header. */
+const marker = "sk-MARKER-7f3a9c21d5e84b06"
+
+const prices = { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+
+/** A model instance entry of the config file. */
+export const instance = (name: string, kind: ModelApi.Kind, api: ModelApi.ModelApi, extra: Record<string, unknown> = {}) => ({
+  kind,
+  name,
+  baseUrl: ModelApi.baseUrl(kind, api),
+  model: `${kind}-model`,
+  apiKeyEnv: "TEST_MODEL_KEY",
+  contextWindow: 200_000,
+  autoCompactThreshold: 180_000,
+  maxOutputTokens: 4_096,
+  prices,
+  maxRetries: 0,
+  ...extra
+})
+
+/** Settings resolved from a config file holding `providers` (SQLite in a fresh directory), the key in the environment. */
+export const settingsFor = (providers: ReadonlyArray<unknown>, env: Record<string, string> = { TEST_MODEL_KEY: marker }, dir?: string) =>
+  Effect.gen(function*() {
+    const data = dir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-models-"))
+    const config = Path.join(data, "baton.json")
+    Fs.writeFileSync(config, JSON.stringify({ providers, auth: { token: adminToken } }))
+    return yield* ServerConfig.resolve({ config, dataDir: data }).pipe(
+      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    )
+  })
+
+/** The API over the production orchestrator of `settings`, on a loopback port. */
+export const serveSettings = (settings: ServerConfig.ServerSettings) =>
+  Server.httpLayer({ tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken }, maxBodyBytes: settings.limits.maxBodyBytes }).pipe(
+    Layer.provideMerge(NodeHttpServer.layerTest),
+    Layer.provideMerge(Server.orchestratorLayer(settings))
+  )
+
+/** Sends `text` on `threadId` and waits for its run to end: the run view. */
+export const sendAndWait = (threadId: ThreadId, text: string) =>
+  Effect.gen(function*() {
+    const api = yield* client()
+    const accepted = yield* api.messages.send({ path: { threadId }, payload: { text }, headers: {} })
+    return yield* api.runs.get({ path: { runId: accepted.runId }, urlParams: { waitMs: 30_000 } })
+  })
+
+const kinds: ReadonlyArray<ModelApi.Kind> = ["anthropic-messages", "openai-responses", "openai-chat"]
+
+describe("model-API provider instances from the config file", () => {
+  it.scoped("a message posted over HTTP runs on each kind of instance and the model's text is recorded; the key goes upstream only", () =>
+    Effect.gen(function*() {
+      const apis = yield* Effect.forEach(kinds, () => ModelApi.start)
+      const names = ["claude", "gpt", "local"]
+      const settings = yield* settingsFor([
+        instance("claude", "anthropic-messages", apis[0]!),
+        instance("gpt", "openai-responses", apis[1]!),
+        instance("local", "openai-chat", apis[2]!, { apiKeyEnv: undefined })
+      ])
+      const logs: Array<string> = []
+      const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logs.push(JSON.stringify(message))))
+      const texts: Array<string> = []
+      yield* Effect.gen(function*() {
+        yield* Server.describeSettings(settings)
+        const api = yield* client()
+        for (const [i, kind] of kinds.entries()) {
+          const { threadId } = yield* api.threads.create({ payload: { title: kind, providerInstance: names[i] as never }, headers: {} })
+          apis[i]!.enqueue(ModelApi.answer(kind, `hello from ${kind}`, { input: 100, cacheWrite: 0, cacheRead: 0, output: 10 }))
+          const view = yield* sendAndWait(threadId, `hi ${kind}`)
+          expect(view.run.status).toBe("completed")
+          expect(view.items.map((item) => [item.kind, item.text])).toEqual([["user_message", `hi ${kind}`], ["assistant_message", `hello from ${kind}`]])
+          // The request went to the instance's endpoint with its model; the prompt is in it, byte for byte.
+          const request = apis[i]!.requests.at(-1)!
+          expect(request.url).toBe(kind === "anthropic-messages" ? "/v1/messages" : kind === "openai-responses" ? "/v1/responses" : "/v1/chat/completions")
+          expect(request.body).toContain(`"model":"${kind}-model"`)
+          expect(request.body).toContain(`hi ${kind}`)
+          for (const path of [`/threads/${threadId}`, `/runs/${view.run.id}`, `/threads/${threadId}/items`, `/threads/${threadId}/events?follow=false`]) {
+            texts.push((yield* raw(get(path))).text)
+          }
+        }
+        // The key travels in the auth header of the instances that name one, and nowhere in a body.
+        expect(apis[0]!.requests[0]!.headers["x-api-key"]).toBe(marker)
+        expect(apis[1]!.requests[0]!.headers.authorization).toBe(`Bearer ${marker}`)
+        expect(apis[2]!.requests[0]!.headers.authorization).toBeUndefined()
+
+        // A failing upstream (the key refused): the run fails with the provider's message, without the key.
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        apis[0]!.enqueue(ModelApi.error(401, "invalid x-api-key"))
+        const failed = yield* sendAndWait(threadId, "again")
+        expect(failed.run.status).toBe("failed")
+        expect(failed.run.failureReason ?? "").toContain("invalid x-api-key")
+        for (const path of [`/threads/${threadId}`, `/runs/${failed.run.id}`, `/threads/${threadId}/events?follow=false`, "/threads", "/events?follow=false", "/openapi.json"]) {
+          texts.push((yield* raw(get(path))).text)
+        }
+      }).pipe(Effect.provide(serveSettings(settings)), Effect.provide(capture))
+      expect(texts.length).toBeGreaterThan(10)
+      expect(logs.join("\n")).toContain("providers: claude (anthropic-messages anthropic-messages-model at http://127.0.0.1")
+      expect(logs.join("\n")).toContain("key from TEST_MODEL_KEY")
+      for (const text of [...texts, ...logs, JSON.stringify(settings), ...apis.flatMap((a) => a.requests.map((r) => r.body))]) {
+        expect(text).not.toContain(marker)
+      }
+    }), 60_000)
+})
