@@ -13,8 +13,12 @@ import { ConfigProvider, Effect, Layer, Logger } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { adminToken, client, get, raw } from "./helpers.js"
+import { adminToken, client, get, parseSse, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
+
+/** The thread events of a `follow=false` event stream body. */
+export const threadEvents = (text: string) =>
+  parseSse(text).filter((e) => e.event !== "heartbeat").map((e) => JSON.parse(e.data) as { readonly type: string; readonly payload: unknown })
 
 /** A key value that must never leave the upstream request's auth header. */
 const marker = "sk-MARKER-7f3a9c21d5e84b06"
@@ -116,5 +120,44 @@ describe("model-API provider instances from the config file", () => {
       for (const text of [...texts, ...logs, JSON.stringify(settings), ...apis.flatMap((a) => a.requests.map((r) => r.body))]) {
         expect(text).not.toContain(marker)
       }
+    }), 60_000)
+
+  it.scoped("a changed model or window takes effect at the next turn start after a restart (snapshot and event)", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-models-"))
+      const kind = "anthropic-messages" as const
+      const first = yield* settingsFor([instance("claude", kind, upstream)], undefined, dir)
+      const threadId = yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        upstream.enqueue(ModelApi.answer(kind, "one", { input: 50, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        expect((yield* sendAndWait(threadId, "first")).run.status).toBe("completed")
+        const lane = (yield* api.threads.get({ path: { threadId } })).providerThreads[0]!
+        expect([lane.model, lane.contextWindow, lane.nativeThreads.map((n) => n.window)]).toEqual([`${kind}-model`, 200_000, [180_000]])
+        return threadId
+      }).pipe(Effect.provide(serveSettings(first)))
+
+      // The next process on the same database, its instance changed in the file: smaller window, another model.
+      const second = yield* settingsFor([instance("claude", kind, upstream, { model: "claude-haiku-4-5", contextWindow: 100_000, autoCompactThreshold: 90_000 })], undefined, dir)
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        // Until a turn starts, the lane shows what it was recorded with.
+        expect((yield* api.threads.get({ path: { threadId } })).providerThreads[0]!.contextWindow).toBe(200_000)
+        upstream.enqueue(ModelApi.answer(kind, "two", { input: 60, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        expect((yield* sendAndWait(threadId, "second")).run.status).toBe("completed")
+        expect(upstream.requests.at(-1)!.body).toContain(`"model":"claude-haiku-4-5"`)
+        const lane = (yield* api.threads.get({ path: { threadId } })).providerThreads[0]!
+        expect([lane.model, lane.contextWindow, lane.nativeThreads.map((n) => n.window)]).toEqual(["claude-haiku-4-5", 100_000, [90_000]])
+        const events = yield* raw(get(`/threads/${threadId}/events?follow=false`))
+        const reconfigured = threadEvents(events.text).filter((e) => e.type === "provider_thread.reconfigured")
+        expect(reconfigured.map((e) => e.payload)).toEqual([{
+          providerThreadId: lane.id,
+          model: "claude-haiku-4-5",
+          contextWindow: 100_000,
+          previousModel: `${kind}-model`,
+          previousContextWindow: 200_000
+        }])
+      }).pipe(Effect.provide(serveSettings(second)))
     }), 60_000)
 })
