@@ -160,4 +160,49 @@ describe("model-API provider instances from the config file", () => {
         }])
       }).pipe(Effect.provide(serveSettings(second)))
     }), 60_000)
+
+  it.scoped("each run's cost (tokens billed, dollars at the configured prices) is in the run view and the snapshot, with thread totals", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const local = yield* ModelApi.start
+      const settings = yield* settingsFor([
+        instance("claude", "anthropic-messages", upstream),
+        instance("gpt", "openai-responses", local, { prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 } })
+      ])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        upstream.enqueue(
+          ModelApi.answer("anthropic-messages", "one", { input: 1_200, cacheWrite: 300, cacheRead: 5_000, output: 250 }),
+          ModelApi.answer("anthropic-messages", "two", { input: 100, cacheWrite: 0, cacheRead: 6_000, output: 50 })
+        )
+        const first = yield* sendAndWait(threadId, "first")
+        const second = yield* sendAndWait(threadId, "second")
+        // 1,200 x $3 + 300 x $3.75 + 5,000 x $0.30 + 250 x $15 per million = $0.009975.
+        expect(first.cost).toMatchObject({ runId: first.run.id, providerInstance: "claude", inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 250 })
+        expect(first.cost!.costUsd).toBeCloseTo(0.009975, 12)
+        expect(second.cost!.costUsd).toBeCloseTo(0.00285, 12)
+
+        // A switch to an OpenAI instance: its cached tokens are billed as cache reads (input 2,000 of which 1,500 cached).
+        yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "gpt" as never }, headers: {} })
+        local.enqueue(ModelApi.answer("openai-responses", "three", { input: 500, cacheWrite: 0, cacheRead: 1_500, output: 100 }))
+        const third = yield* sendAndWait(threadId, "third")
+        expect(third.run.status).toBe("completed")
+        expect(third.cost).toMatchObject({ providerInstance: "gpt", inputTokens: 500, cacheWriteTokens: 0, cacheReadTokens: 1_500, outputTokens: 100 })
+        // 500 x $1.25 + 1,500 x $0.125 + 100 x $10 per million = $0.0018125.
+        expect(third.cost!.costUsd).toBeCloseTo(0.0018125, 12)
+
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        expect(snapshot.costs.recentRuns.map((c) => [c.runId, c.inputTokens, c.outputTokens])).toEqual([
+          [first.run.id, 1_200, 250],
+          [second.run.id, 100, 50],
+          [third.run.id, 500, 100]
+        ])
+        expect(snapshot.costs.totals).toMatchObject({ runs: 3, inputTokens: 1_800, cacheWriteTokens: 300, cacheReadTokens: 12_500, outputTokens: 400 })
+        expect(snapshot.costs.totals.costUsd).toBeCloseTo(0.009975 + 0.00285 + 0.0018125, 12)
+        // The raw JSON carries the same figures.
+        const json = (yield* raw(get(`/runs/${first.run.id}`))).body as { readonly cost: Record<string, unknown> }
+        expect(json.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 250, costUsd: 0.009975 })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
 })
