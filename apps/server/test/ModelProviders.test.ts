@@ -5,7 +5,10 @@
  * API runs on the model and its text is recorded; the key is sent upstream and nowhere else (no response, no log
  * line, no error), even when the upstream fails.
  */
-import { type ThreadId } from "@baton/contracts"
+import type { ThreadEventOf, ThreadId } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
+import { NativeMessageStore } from "@baton/persistence"
+import type { NativeMessageLog } from "@baton/providers"
 import { Server, ServerConfig } from "@baton/server"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
@@ -205,4 +208,67 @@ describe("model-API provider instances from the config file", () => {
         expect(json.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 250, costUsd: 0.009975 })
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 60_000)
+
+  /**
+   * One turn of a tool-heavy conversation: the model calls Baton's `thread_read` `rounds` times (each result a page
+   * of the long first message), then answers. Returns the run, the thread's `context.offloaded` events and the
+   * requests the upstream received.
+   */
+  const toolHeavyTurn = (toolResultOffload: boolean, rounds: number) =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream, { toolResultOffload })])
+      return yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        for (let i = 1; i <= rounds; i++) {
+          upstream.enqueue(ModelApi.answer("anthropic-messages", "", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }, [
+            { id: `toolu_${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }
+          ]))
+        }
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 }))
+        const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
+        const view = yield* sendAndWait(threadId, long)
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        const log = yield* NativeMessageStore.make
+        const nativeRef = snapshot.providerThreads[0]!.nativeThreads[0]!.nativeRef
+        return { view, events, requests: upstream.requests, nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })
+
+  it.scoped("tool-result offload: a long tool-heavy turn flushes; each flush is a context.offloaded event with its figures; off, none", () =>
+    Effect.gen(function*() {
+      const rounds = 40
+      const on = yield* toolHeavyTurn(true, rounds)
+      expect(on.view.run.status).toBe("completed")
+      expect(on.requests).toHaveLength(rounds + 1)
+      const flushes = on.events.filter((e) => e.type === "context.offloaded").map((e) => e.payload as ThreadEventOf<"context.offloaded">["payload"])
+      expect(flushes.length).toBeGreaterThan(0)
+      // The log's offload entries are the flushes, one for one, in order.
+      const offloadEntries = on.entries.filter((e) => e.kind === "offload")
+      expect(offloadEntries).toHaveLength(flushes.length)
+      const counter = TokenCounter.make()
+      const bodyOf = new Map(on.entries.map((e) => [e.seq, e.body]))
+      for (const [i, f] of flushes.entries()) {
+        expect(f).toMatchObject({ runId: on.view.run.id, providerInstance: "claude", nativeThreadId: on.nativeThreadId, nativeRef: on.nativeRef })
+        expect(f.units).toBe(f.refs.length)
+        expect(f.refs.every((r) => /^tool:toolu_\d+$/.test(r))).toBe(true)
+        const replaces = (JSON.parse(offloadEntries[i]!.body) as NativeMessageLog.OffloadBody).replaces
+        expect(replaces.map((r) => r.seq)).toEqual(f.entrySeqs)
+        // The tokens released are the stubbed results' tokens less their stubs' (Baton's count of the stored bodies).
+        const released = replaces.reduce((n, r) => n + counter.count(bodyOf.get(r.seq)!) - counter.count(r.body), 0)
+        expect(f.tokensBefore - f.tokensAfter).toBe(released)
+        expect(released).toBeGreaterThan(0)
+        // The next request carries the stubs in place of the results.
+        for (const ref of f.refs) expect(on.requests.at(-1)!.body).toContain(`thread_read ${ref}]`)
+      }
+
+      const off = yield* toolHeavyTurn(false, rounds)
+      expect(off.view.run.status).toBe("completed")
+      expect(off.events.filter((e) => e.type === "context.offloaded")).toEqual([])
+      expect(off.entries.filter((e) => e.kind === "offload")).toEqual([])
+      expect(off.requests.at(-1)!.body).not.toContain("[offloaded")
+      expect(off.requests.at(-1)!.body.length).toBeGreaterThan(on.requests.at(-1)!.body.length * 2)
+    }), 120_000)
 })
