@@ -116,7 +116,7 @@ describe("model-API provider instances from the config file", () => {
         for (const path of [`/threads/${threadId}`, `/runs/${failed.run.id}`, `/threads/${threadId}/events?follow=false`, "/threads", "/events?follow=false", "/openapi.json"]) {
           texts.push((yield* raw(get(path))).text)
         }
-      }).pipe(Effect.provide(serveSettings(settings)), Effect.provide(capture))
+      }).pipe(Effect.provide(Layer.provideMerge(serveSettings(settings), capture)))
       expect(texts.length).toBeGreaterThan(10)
       expect(logs.join("\n")).toContain("providers: claude (anthropic-messages anthropic-messages-model at http://127.0.0.1")
       expect(logs.join("\n")).toContain("key from TEST_MODEL_KEY")
