@@ -122,18 +122,21 @@ const listener = (settings: ServerConfig.ServerSettings) =>
     return Layer.provideMerge(deadline, NodeHttpServer.layer(() => server, { host: settings.host, port: settings.port }))
   }))
 
+/** `url` with the password of its user info, if any, shown as `***`. */
+const hidePassword = (url: string) => url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")
+
 /** The startup lines (stderr): database, providers, where the admin token is, and a warning beyond loopback. */
 export const describeSettings = (settings: ServerConfig.ServerSettings) =>
   Effect.gen(function*() {
     const db = settings.database._tag === "sqlite"
       ? `SQLite ${settings.database.path}`
-      : `Postgres ${settings.database.url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")}`
+      : `Postgres ${hidePassword(settings.database.url)}`
     yield* Effect.logInfo(`database: ${db}`)
     // A model instance shows its kind, model, endpoint and the *name* of its key's variable, never the key.
     yield* Effect.logInfo(`providers: ${
       settings.providers.map((p) =>
         ServerConfig.isModelInstance(p)
-          ? `${p.name} (${p.config.kind} ${p.config.model} at ${p.config.baseUrl}, window ${p.config.contextWindow}` +
+          ? `${p.name} (${p.config.kind} ${p.config.model} at ${hidePassword(p.config.baseUrl)}, window ${p.config.contextWindow}` +
             `${p.config.apiKeyEnv === undefined ? "" : `, key from ${p.config.apiKeyEnv}`}${p.toolResultOffload ? "" : ", no tool-result offload"})`
           : `${p.name} (window ${p.window}${p.inject ? ", injects" : ""})`
       ).join(", ")

@@ -125,6 +125,17 @@ describe("model-API provider instances from the config file", () => {
       }
     }), 60_000)
 
+  it.effect("the start-up log hides a password in an instance's base URL", () =>
+    Effect.gen(function*() {
+      const settings = yield* settingsFor([{ ...instance("local", "openai-chat", { url: "http://proxy:s3cret-pass@127.0.0.1:9", requests: [], enqueue: () => undefined }), apiKeyEnv: undefined }])
+      const logs: Array<string> = []
+      yield* Server.describeSettings(settings).pipe(
+        Effect.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logs.push(JSON.stringify(message)))))
+      )
+      expect(logs.join("\n")).toContain("at http://proxy:***@127.0.0.1:9/v1")
+      expect(logs.join("\n")).not.toContain("s3cret-pass")
+    }))
+
   it.scoped("a changed model or window takes effect at the next turn start after a restart (snapshot and event)", () =>
     Effect.gen(function*() {
       const upstream = yield* ModelApi.start
