@@ -1,18 +1,21 @@
 /** Plain-text rendering of the CLI's output: one line per run, the replay summary, thread and handoff listings. */
-import type {
-  CompactReport,
-  ContextHandoff,
-  HandoffDelivery,
-  NativeThread,
-  OffloadReport,
-  ProviderThread,
-  Run,
-  RunStatus,
-  RunView,
-  SwitchResult,
-  Thread,
-  ThreadEvent,
-  ThreadSnapshot
+import {
+  type CompactReport,
+  type CostTotals,
+  type ContextHandoff,
+  type HandoffDelivery,
+  type NativeThread,
+  type OffloadReport,
+  type ProviderThread,
+  type Run,
+  type RunStatus,
+  type RunView,
+  type SwitchResult,
+  type Thread,
+  type ThreadEvent,
+  type RunCost,
+  snapshotRecentRuns,
+  type ThreadSnapshot
 } from "@baton/contracts"
 import { DateTime } from "effect"
 import type { ReplaySummary, RunLine } from "./Replay.js"
@@ -71,16 +74,46 @@ export const summary = (s: ReplaySummary) =>
 export const threadLine = (t: Thread, runs: number, itemCount: number) =>
   `${t.id}  ${DateTime.formatIso(t.createdAt).slice(0, 19)}Z ${lpad(String(runs), 5)} runs ${lpad(String(itemCount), 6)} items  ${t.title.slice(0, 60)}`
 
+/** Dollars to the cent's ten-thousandth (`$0.012825`), or `unpriced`. */
+const usd = (x: number | null) => x === null ? "unpriced" : `$${x.toFixed(6)}`
+
+const billed = (c: { readonly inputTokens: number; readonly cacheWriteTokens: number; readonly cacheReadTokens: number; readonly outputTokens: number }) =>
+  `input ${n(c.inputTokens)}, cache write ${n(c.cacheWriteTokens)}, cache read ${n(c.cacheReadTokens)}, output ${n(c.outputTokens)} tok`
+
+/**
+ * What a thread's runs cost: the totals, then one line per recent run that recorded a cost (`recent`, oldest first;
+ * `seqOf` gives each run's number). Nothing when no run recorded a cost (scripted providers report no usage):
+ *
+ * ```
+ *   cost: 2 runs, input 1,300, cache write 300, cache read 11,000, output 300 tok, $0.012825
+ *     run 1 claude: input 1,200, cache write 300, cache read 5,000, output 250 tok, $0.009975
+ * ```
+ */
+export const costLines = (totals: CostTotals, recent: ReadonlyArray<RunCost>, seqOf: ReadonlyMap<string, number>): ReadonlyArray<string> =>
+  totals.runs === 0 ? [] : [
+    `  cost: ${totals.runs} run${totals.runs === 1 ? "" : "s"}, ${billed(totals)}, ${usd(totals.costUsd)}`,
+    ...recent.map((c) => `    run ${seqOf.get(c.runId) ?? "?"} ${c.providerInstance}: ${billed(c)}, ${usd(c.costUsd)}`)
+  ]
+
+/**
+ * The in-process `thread show`: like `threadSnapshot`, from the store's rows. `costs` are the thread's recorded run
+ * costs (all of them; the lines list those of its last `snapshotRecentRuns` runs, as the server's snapshot does) and
+ * `totals` their sums (`RunCosts.total`).
+ */
 export const threadShow = (
   t: Thread,
   providerThreads: ReadonlyArray<ProviderThread>,
   natives: ReadonlyArray<NativeThread>,
   runs: ReadonlyArray<Run>,
-  itemCount: number
+  itemCount: number,
+  costs: { readonly all: ReadonlyArray<RunCost>; readonly totals: CostTotals } = { all: [], totals: { runs: 0, inputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 0, costUsd: null } }
 ) => {
   const byStatus = new Map<string, number>()
   for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1)
-  return threadShowLines(t, providerThreads, natives, runs.length, byStatus, itemCount)
+  const recent = runs.slice(-snapshotRecentRuns)
+  const costOf = new Map(costs.all.map((c) => [c.runId as string, c]))
+  return threadShowLines(t, providerThreads, natives, runs.length, byStatus, itemCount,
+    costLines(costs.totals, recent.flatMap((r) => costOf.get(r.id) ?? []), new Map(recent.map((r) => [r.id as string, r.seq]))))
 }
 
 const threadShowLines = (
@@ -89,7 +122,8 @@ const threadShowLines = (
   natives: ReadonlyArray<NativeThread>,
   runCount: number,
   byStatus: ReadonlyMap<string, number>,
-  itemCount: number
+  itemCount: number,
+  cost: ReadonlyArray<string>
 ) => {
   const lines = [`thread ${t.id}: ${t.title}`, `  ${runCount} runs, ${itemCount} items, created ${DateTime.formatIso(t.createdAt)}`]
   for (const p of providerThreads) {
@@ -101,6 +135,7 @@ const threadShowLines = (
     }
   }
   lines.push(`  runs: ${[...byStatus].map(([s, c]) => `${c} ${s}`).join(", ") || "none"}`)
+  lines.push(...cost)
   return lines.join("\n")
 }
 
@@ -118,7 +153,8 @@ export const threadSnapshot = (s: ThreadSnapshot) =>
     s.providerThreads.flatMap((p) => p.nativeThreads),
     s.totals.runs,
     new Map(statusOrder.filter((status) => (s.totals.runsByStatus[status] ?? 0) > 0).map((status) => [status, s.totals.runsByStatus[status]])),
-    s.totals.items
+    s.totals.items,
+    costLines(s.costs.totals, s.costs.recentRuns, new Map(s.recentRuns.map((r) => [r.id as string, r.seq])))
   )
 
 /** A switch: `switched thr_… to claude (provider thread pth_…; handoff hof_… owes it history | nothing owed)`. */

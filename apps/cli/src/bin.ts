@@ -15,6 +15,7 @@ import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { Database, ThreadStore } from "@baton/persistence"
 import { ProviderSpec } from "@baton/providers"
+import { RunCosts } from "@baton/orchestration"
 import { Server, ServerConfig } from "@baton/server"
 import type { ThreadId } from "@baton/contracts"
 import type { HttpClient } from "@effect/platform"
@@ -280,7 +281,8 @@ const threadShow = Command.make(
         const providerThreads = yield* store.listProviderThreads(thread.value.id)
         const natives = yield* Effect.forEach(providerThreads, (p) => store.listNativeThreads(p.id))
         const items = yield* store.countItems(thread.value.id)
-        yield* Console.log(Format.threadShow(thread.value, providerThreads, natives.flat(), runs, items))
+        const costs = yield* store.listRunCosts(thread.value.id)
+        yield* Console.log(Format.threadShow(thread.value, providerThreads, natives.flat(), runs, items, { all: costs, totals: RunCosts.total(costs) }))
       }))).pipe(badInput)
 )
 

@@ -4,8 +4,8 @@
  * - `httpLayer` is the API over an orchestrator the caller provides: `BatonApi` with its handlers and bearer-token
  *   auth, `/openapi.json`, the offline API reference at `/docs` (Scalar, its script inlined from
  *   `@effect/platform`: no CDN), all behind `HttpGuard`. Tests serve it on `NodeHttpServer.layerTest`.
- * - `orchestratorLayer` is the embedded default: the database of the settings (SQLite file or Postgres), scripted
- *   provider instances, random ids, and the `RunDriver` (which reconciles runs left by a dead process when built).
+ * - `orchestratorLayer` is the embedded default: the database of the settings (SQLite file or Postgres), its provider
+ *   instances (scripted, or model APIs: Anthropic Messages, OpenAI Responses, Chat Completions), random ids, and the `RunDriver` (which reconciles runs left by a dead process when built).
  * - `run` serves both on `host:port` until interrupted (SIGINT/SIGTERM under the CLI's runtime), then shuts down in
  *   order: the listener stops accepting and open requests get `shutdownTimeoutMs` to finish before their
  *   connections are closed; then the run driver interrupts the turns in flight (each bounded by
@@ -14,10 +14,11 @@
 import { Api } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver } from "@baton/orchestration"
-import { Database } from "@baton/persistence"
-import { type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
-import { HttpApiBuilder, HttpApiScalar, HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
+import type { ProviderInstance } from "@baton/contracts"
+import { Database, NativeMessageStore } from "@baton/persistence"
+import { ModelProviders, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpServer } from "@effect/platform"
+import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Console, Effect, Layer } from "effect"
 import * as Http from "node:http"
 import * as Auth from "./Auth.js"
@@ -50,7 +51,37 @@ export const databaseLayer = (database: ServerConfig.DatabaseSetting) =>
   database._tag === "postgres" ? Database.layerPg({ url: database.url }) : Database.layerSqlite(database.path)
 
 /**
- * The embedded orchestrator of the settings: database, one scripted instance per provider spec, the `/offload`
+ * The provider registry of the settings, in their order: a scripted adapter per scripted spec (all playing back one
+ * script, counting with `counter`), a model-API adapter per model instance (its key read at start, its native
+ * threads in the database's `NativeMessageStore`, requests over undici, tool-result offload as configured), each
+ * decorated by `wrapAdapter`. Requires the database's `SqlClient`.
+ */
+export const registryLayer = (
+  settings: ServerConfig.ServerSettings,
+  counter: TokenCounter.TokenCounterShape,
+  wrapAdapter: (adapter: ProviderAdapter.ProviderAdapterShape) => ProviderAdapter.ProviderAdapterShape
+) =>
+  Layer.effect(ProviderRegistry.ProviderRegistry, Effect.gen(function*() {
+    const log = yield* NativeMessageStore.make
+    const http = yield* HttpClient.HttpClient
+    const script = ScriptedProvider.makeScript()
+    const adapters = settings.providers.map((p) =>
+      ServerConfig.isModelInstance(p)
+        ? ModelProviders.make({
+          instance: p.name as ProviderInstance,
+          config: p.config,
+          apiKey: p.apiKey,
+          log,
+          http,
+          ...(p.toolResultOffload ? { offload: { count: counter.count } } : {})
+        })
+        : ProviderSpec.scripted([p], script, counter)[0]!
+    )
+    return ProviderRegistry.make(adapters.map(wrapAdapter))
+  })).pipe(Layer.provide(NodeHttpClient.layerUndici))
+
+/**
+ * The embedded orchestrator of the settings: database, the provider instances (`registryLayer`), the `/offload`
  * summariser, the tokenizer, random ids, the driver's timeouts, and the `RunDriver`. `wrapAdapter` (default: none)
  * decorates each provider adapter (the load benchmark times the provider call with it).
  */
@@ -59,11 +90,10 @@ export const orchestratorLayer = (
   wrapAdapter: (adapter: ProviderAdapter.ProviderAdapterShape) => ProviderAdapter.ProviderAdapterShape = (adapter) => adapter
 ) => {
   const counter = TokenCounter.make()
-  const adapters = ProviderSpec.scripted(settings.providers, ScriptedProvider.makeScript(), counter).map(wrapAdapter)
   return RunDriver.RunDriver.Default.pipe(
     Layer.provideMerge(OrchestratorLayer.layer),
+    Layer.provideMerge(registryLayer(settings, counter, wrapAdapter)),
     Layer.provideMerge(databaseLayer(settings.database)),
-    Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provide(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
     Layer.provide(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerRandom),
@@ -92,14 +122,25 @@ const listener = (settings: ServerConfig.ServerSettings) =>
     return Layer.provideMerge(deadline, NodeHttpServer.layer(() => server, { host: settings.host, port: settings.port }))
   }))
 
+/** `url` with the password of its user info, if any, shown as `***`. */
+const hidePassword = (url: string) => url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")
+
 /** The startup lines (stderr): database, providers, where the admin token is, and a warning beyond loopback. */
-const describe = (settings: ServerConfig.ServerSettings) =>
+export const describeSettings = (settings: ServerConfig.ServerSettings) =>
   Effect.gen(function*() {
     const db = settings.database._tag === "sqlite"
       ? `SQLite ${settings.database.path}`
-      : `Postgres ${settings.database.url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")}`
+      : `Postgres ${hidePassword(settings.database.url)}`
     yield* Effect.logInfo(`database: ${db}`)
-    yield* Effect.logInfo(`providers: ${settings.providers.map((p) => `${p.name} (window ${p.window}${p.inject ? ", injects" : ""})`).join(", ")}`)
+    // A model instance shows its kind, model, endpoint and the *name* of its key's variable, never the key.
+    yield* Effect.logInfo(`providers: ${
+      settings.providers.map((p) =>
+        ServerConfig.isModelInstance(p)
+          ? `${p.name} (${p.config.kind} ${p.config.model} at ${hidePassword(p.config.baseUrl)}, window ${p.config.contextWindow}` +
+            `${p.config.apiKeyEnv === undefined ? "" : `, key from ${p.config.apiKeyEnv}`}${p.toolResultOffload ? "" : ", no tool-result offload"})`
+          : `${p.name} (window ${p.window}${p.inject ? ", injects" : ""})`
+      ).join(", ")
+    }`)
     const source = settings.auth.source
     yield* Effect.logInfo(
       source._tag === "file"
@@ -132,4 +173,4 @@ export const layer = (settings: ServerConfig.ServerSettings) =>
 
 /** Serves until interrupted, then shuts down in order (see the module's docblock). */
 export const run = (settings: ServerConfig.ServerSettings) =>
-  Effect.zipRight(describe(settings), Layer.launch(layer(settings)))
+  Effect.zipRight(describeSettings(settings), Layer.launch(layer(settings)))

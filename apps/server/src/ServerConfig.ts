@@ -10,7 +10,7 @@
  * `<data dir>/token`), creating it (32 random bytes, base64url, mode 0600) on first start: the API is never served
  * without a token, even on loopback, and a local client reads the file. Token values are never logged or echoed.
  */
-import { ProviderSpec } from "@baton/providers"
+import { ProviderConfig, ProviderSpec } from "@baton/providers"
 import { Database } from "@baton/persistence"
 import { Config, Data, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
 import * as Crypto from "node:crypto"
@@ -34,10 +34,64 @@ const Token = Schema.String.pipe(
 )
 
 /**
+/**
+ * A model-API provider instance in the config file (docs/providers.md): a `ProviderConfig.ModelProviderConfig`
+ * (`kind` one of `anthropic-messages`, `openai-responses`, `openai-chat`; `baseUrl`, `model`, `apiKeyEnv`,
+ * `contextWindow`, `autoCompactThreshold`, `maxOutputTokens`, `prices`, `maxRetries`, `systemPrompt`) with its
+ * instance `name` (a free identifier: a lowercase letter, then up to 39 of `a-z 0-9 _ -`) and `toolResultOffload`
+ * (default true: answered tool results are stubbed in the message list when that pays, docs/offload.md). The
+ * threshold must not exceed the window, nor the output limit reach it.
+ */
+export const ModelInstanceJson = Schema.Struct({
+  ...ProviderConfig.ModelProviderConfig.fields,
+  name: Schema.String.pipe(Schema.pattern(/^[a-z][a-z0-9_-]{0,39}$/, {
+    message: () => "a provider name is a lowercase letter then up to 39 of a-z, 0-9, _ and -"
+  })),
+  toolResultOffload: Schema.optional(Schema.Boolean)
+}).pipe(Schema.filter((p) =>
+  p.autoCompactThreshold !== null && p.autoCompactThreshold > p.contextWindow
+    ? { path: ["autoCompactThreshold"], message: `autoCompactThreshold ${p.autoCompactThreshold} exceeds contextWindow ${p.contextWindow}` }
+    : p.maxOutputTokens >= p.contextWindow
+    ? { path: ["maxOutputTokens"], message: `maxOutputTokens ${p.maxOutputTokens} must be below contextWindow ${p.contextWindow}` }
+    : true
+))
+export type ModelInstanceJson = typeof ModelInstanceJson.Type
+
+/**
+ * One entry of the file's `providers`: a model-API instance (`kind` one of the model kinds), or a scripted one
+ * (`kind` absent or `scripted`). Decoded by `decodeProviderEntry`, which picks the schema by `kind` so an error names
+ * only the fields of the kind given.
+ */
+export type ProviderEntryJson = ModelInstanceJson | ProviderSpec.ProviderSpecJson
+
+/** Whether a decoded entry is a model-API instance. */
+export const isModelEntry = (p: ProviderEntryJson): p is ModelInstanceJson => p.kind !== undefined && p.kind !== "scripted"
+
+/** The `kind`s a provider entry may have. */
+export const providerKinds = ["scripted", ...ProviderConfig.ModelApiKind.literals] as const
+
+const decodeModelEntry = Schema.decodeUnknownEither(ModelInstanceJson, { onExcessProperty: "error", errors: "all" })
+const decodeScriptedEntry = Schema.decodeUnknownEither(ProviderSpec.ProviderSpecJson, { onExcessProperty: "error", errors: "all" })
+
+/** Decodes `providers[index]`: the entry, or the reason naming each bad field (`providers[1].baseUrl: ...`). */
+export const decodeProviderEntry = (entry: unknown, index: number): Either.Either<ProviderEntryJson, string> => {
+  const at = `providers[${index}]`
+  const kind = typeof entry === "object" && entry !== null && "kind" in entry ? (entry as { readonly kind: unknown }).kind : undefined
+  if (kind !== undefined && !(providerKinds as ReadonlyArray<unknown>).includes(kind)) {
+    return Either.left(`${at}.kind: expected one of ${providerKinds.map((k) => `"${k}"`).join(", ")}, actual ${JSON.stringify(kind)}`)
+  }
+  const decoded: Either.Either<ProviderEntryJson, ParseResult.ParseError> = kind === undefined || kind === "scripted"
+    ? decodeScriptedEntry(entry)
+    : decodeModelEntry(entry)
+  return Either.mapLeft(decoded, (error) => describeIssues(error, at))
+}
+
+/**
  * The JSON config file. Every field is optional; unknown fields are errors.
  * - `host`, `port` (0: any free port);
  * - `database`: `url` (Postgres) or `sqlitePath` (a SQLite file) or `dataDir` (SQLite at `<dataDir>/baton.sqlite`);
- * - `providers`: the provider instances (`ProviderSpec.ProviderSpecJson`); the first is the default of new threads;
+ * - `providers`: the provider instances (`ProviderEntryJson`: model-API or scripted); the first is the default of
+ *   new threads;
  * - `auth`: `token` (admin), `readToken` (read-only), `tokenFile` (where the generated admin token lives);
  * - `limits`: `maxBodyBytes` (request body, bytes), `shutdownTimeoutMs` (open requests at shutdown),
  *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn).
@@ -50,7 +104,8 @@ export const ConfigFile = Schema.Struct({
     sqlitePath: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
     dataDir: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
   })),
-  providers: Schema.optional(Schema.Array(ProviderSpec.ProviderSpecJson).pipe(Schema.minItems(1))),
+  // Each entry is checked by `decodeProviderEntry` (its schema depends on its `kind`).
+  providers: Schema.optional(Schema.Array(Schema.Unknown).pipe(Schema.minItems(1))),
   auth: Schema.optional(Schema.Struct({
     token: Schema.optional(Token),
     readToken: Schema.optional(Token),
@@ -63,7 +118,8 @@ export const ConfigFile = Schema.Struct({
     turnTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
   }))
 })
-export type ConfigFile = typeof ConfigFile.Type
+/** A config file as read: `ConfigFile` with its provider entries decoded. */
+export type ConfigFile = Omit<typeof ConfigFile.Type, "providers"> & { readonly providers?: ReadonlyArray<ProviderEntryJson> }
 
 /** The configuration is unusable: `source` (a file, a variable, a flag) and what is wrong, naming the field. */
 export class ConfigInvalid extends Data.TaggedError("ConfigInvalid")<{ readonly source: string; readonly reason: string }> {
@@ -83,12 +139,36 @@ export type DatabaseSetting =
   | { readonly _tag: "sqlite"; readonly path: string }
   | { readonly _tag: "postgres"; readonly url: string }
 
+/**
+ * A model-API instance as resolved: its `config`, its key read from `config.apiKeyEnv` (a `Redacted`, never printed;
+ * none when no variable is named) and whether tool-result offload is on.
+ */
+export interface ModelInstanceSetting {
+  readonly _tag: "model"
+  readonly name: string
+  readonly config: ProviderConfig.ModelProviderConfig
+  readonly apiKey: Option.Option<Redacted.Redacted>
+  readonly toolResultOffload: boolean
+}
+
+/** One provider instance of the settings: a scripted spec, or a model-API instance. */
+export type ProviderSetting = ProviderSpec.ProviderSpec | ModelInstanceSetting
+
+/** Whether `p` is a model-API instance. */
+export const isModelInstance = (p: ProviderSetting): p is ModelInstanceSetting => "_tag" in p && p._tag === "model"
+
+/** The window of an instance (tokens) and its auto-compact threshold (`null`: none). */
+export const windowOf = (p: ProviderSetting) =>
+  isModelInstance(p)
+    ? { window: p.config.contextWindow, autoCompactThreshold: p.config.autoCompactThreshold }
+    : { window: p.window, autoCompactThreshold: p.autoCompactThreshold }
+
 /** The resolved configuration: every source applied, every value checked. */
 export interface ServerSettings {
   readonly host: string
   readonly port: number
   readonly database: DatabaseSetting
-  readonly providers: ReadonlyArray<ProviderSpec.ProviderSpec>
+  readonly providers: ReadonlyArray<ProviderSetting>
   readonly auth: {
     readonly adminToken: Redacted.Redacted<string>
     readonly readToken: Redacted.Redacted<string> | null
@@ -120,12 +200,12 @@ const formatPath = (path: ReadonlyArray<PropertyKey>) =>
  * Every field a parse error names, once each (an optional field's "Expected undefined" alternative is dropped):
  * `path: message; path: message`.
  */
-export const describeIssues = (error: ParseResult.ParseError) => {
+export const describeIssues = (error: ParseResult.ParseError, prefix = "") => {
   const byPath = new Map<string, string>()
   const issues = ParseResult.ArrayFormatter.formatErrorSync(error)
   const meaningful = issues.filter((issue) => !issue.message.startsWith("Expected undefined"))
   for (const issue of meaningful.length > 0 ? meaningful : issues) {
-    const path = issue.path.length === 0 ? "(root)" : formatPath(issue.path)
+    const path = issue.path.length === 0 ? (prefix === "" ? "(root)" : prefix) : formatPath([...(prefix === "" ? [] : [prefix]), ...issue.path])
     if (!byPath.has(path)) byPath.set(path, issue.message)
   }
   return [...byPath].map(([path, message]) => `${path}: ${message}`).join("; ")
@@ -144,10 +224,15 @@ export const readConfigFile = (file: string) =>
       try: (): unknown => JSON.parse(text),
       catch: (e) => new ConfigInvalid({ source: file, reason: `not valid JSON (${e instanceof Error ? e.message : String(e)})` })
     })
-    return yield* Either.match(decodeFile(json), {
+    const decoded = yield* Either.match(decodeFile(json), {
       onLeft: (error) => Effect.fail(new ConfigInvalid({ source: file, reason: describeIssues(error) })),
       onRight: Effect.succeed
     })
+    if (decoded.providers === undefined) return decoded as ConfigFile
+    const entries = decoded.providers.map(decodeProviderEntry)
+    const bad = entries.flatMap((e) => Either.isLeft(e) ? [e.left] : [])
+    if (bad.length > 0) return yield* new ConfigInvalid({ source: file, reason: bad.join("; ") })
+    return { ...decoded, providers: entries.flatMap((e) => Either.isRight(e) ? [e.right] : []) } satisfies ConfigFile
   })
 
 /** An optional environment variable (empty counts as unset). */
@@ -227,7 +312,7 @@ export const resolve = (flags: ServeFlags = {}) =>
       : { _tag: "sqlite", path: file.database?.sqlitePath ?? Path.join(dataDir, Database.sqliteFileName) }
 
     const envProviders = yield* env("BATON_PROVIDERS")
-    let providers: ReadonlyArray<ProviderSpec.ProviderSpec>
+    let providers: ReadonlyArray<ProviderSetting>
     if (envProviders !== undefined || file.providers === undefined) {
       const parsed = ProviderSpec.parse(envProviders ?? ProviderSpec.defaultProviders)
       if (Either.isLeft(parsed)) return yield* new ConfigInvalid({ source: "BATON_PROVIDERS", reason: parsed.left.message })
@@ -236,7 +321,23 @@ export const resolve = (flags: ServeFlags = {}) =>
       const names = file.providers.map((p) => p.name)
       const twice = names.findIndex((n, i) => names.indexOf(n) !== i)
       if (twice >= 0) return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${twice}].name: "${names[twice]}" given twice` })
-      providers = file.providers.map(ProviderSpec.fromJson)
+      const resolved: Array<ProviderSetting> = []
+      for (const [i, p] of file.providers.entries()) {
+        if (!isModelEntry(p)) {
+          resolved.push(ProviderSpec.fromJson(p))
+          continue
+        }
+        const { name, toolResultOffload, ...config } = p
+        // A named key variable that is unset stops the start: a request without a key would only fail later.
+        const unset = new ConfigInvalid({
+          source: configPath ?? "config",
+          reason: `providers[${i}].apiKeyEnv: the environment variable ${config.apiKeyEnv} (the key of provider "${name}") is not set`
+        })
+        const apiKey = yield* Effect.mapError(ProviderConfig.apiKey(config), () => unset)
+        if (Option.isSome(apiKey) && Redacted.value(apiKey.value) === "") return yield* unset
+        resolved.push({ _tag: "model", name, config, apiKey, toolResultOffload: toolResultOffload ?? true })
+      }
+      providers = resolved
     }
 
     const envToken_ = yield* envToken("BATON_TOKEN")

@@ -4,7 +4,7 @@
  */
 import { ServerConfig } from "@baton/server"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Redacted } from "effect"
+import { ConfigProvider, Effect, Option, Redacted } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -101,6 +101,55 @@ describe("ServerConfig", () => {
       expect(yield* failure({ env: { BATON_PORT: "http" } })).toBe("BATON_PORT: expected an integer from 0 to 65535, got \"http\"")
       expect(yield* failure({ env: { BATON_TOKEN: "same-token-0123456789", BATON_READ_TOKEN: "same-token-0123456789" } }))
         .toBe("auth: the read-only token must differ from the admin token")
+    }))
+
+  it.effect("model-API instances: free names, the key read from the variable named (never printed), errors naming the field", () =>
+    Effect.gen(function*() {
+      const claude = {
+        kind: "anthropic-messages",
+        name: "claude-main",
+        baseUrl: "https://api.anthropic.com",
+        model: "claude-sonnet-4-5",
+        apiKeyEnv: "ANTHROPIC_API_KEY",
+        contextWindow: 200_000,
+        autoCompactThreshold: 180_000,
+        maxOutputTokens: 32_000,
+        prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+      }
+      const local = { ...claude, kind: "openai-chat", name: "local", baseUrl: "http://127.0.0.1:8000/v1", apiKeyEnv: undefined, toolResultOffload: false }
+      const file = { providers: [claude, local, { name: "codex", window: 44_000 }] }
+      const { settings } = yield* resolveWith({ file, env: { ANTHROPIC_API_KEY: "sk-ant-secret-value-0123" } })
+      expect(settings.providers.map((p) => p.name)).toEqual(["claude-main", "local", "codex"])
+      const [first, second, third] = settings.providers
+      expect(ServerConfig.isModelInstance(first!) && ServerConfig.isModelInstance(second!) && !ServerConfig.isModelInstance(third!)).toBe(true)
+      if (!ServerConfig.isModelInstance(first!) || !ServerConfig.isModelInstance(second!)) return
+      expect([first.config.kind, first.config.model, first.toolResultOffload, Option.map(first.apiKey, Redacted.value)])
+        .toEqual(["anthropic-messages", "claude-sonnet-4-5", true, Option.some("sk-ant-secret-value-0123")])
+      expect([second.toolResultOffload, Option.isNone(second.apiKey)]).toEqual([false, true])
+      expect(ServerConfig.windowOf(first)).toEqual({ window: 200_000, autoCompactThreshold: 180_000 })
+      // The key never shows in the settings' printed form.
+      expect(JSON.stringify(settings)).not.toContain("sk-ant-secret-value-0123")
+      expect(String(first.apiKey)).not.toContain("sk-ant-secret-value-0123")
+
+      const one = (entry: unknown) => failure({ file: { providers: [{ name: "codex", window: 44_000 }, entry] }, env: { ANTHROPIC_API_KEY: "k" } })
+      expect(yield* one({ ...claude, baseUrl: "ftp://x" }))
+        .toBe("baton.json: providers[1].baseUrl: Expected a string matching the pattern ^https?:\\/\\/[^\\s]+$, actual \"ftp://x\"")
+      expect(yield* one({ ...claude, name: "Claude Main" }))
+        .toBe("baton.json: providers[1].name: a provider name is a lowercase letter then up to 39 of a-z, 0-9, _ and -")
+      expect(yield* one({ ...claude, prices: { input: 3 } }))
+        .toBe("baton.json: providers[1].prices.cacheWrite: is missing; providers[1].prices.cacheRead: is missing; providers[1].prices.output: is missing")
+      expect(yield* one({ ...claude, kind: "gemini" }))
+        .toBe("baton.json: providers[1].kind: expected one of \"scripted\", \"anthropic-messages\", \"openai-responses\", \"openai-chat\", actual \"gemini\"")
+      expect(yield* one({ ...claude, autoCompactThreshold: 300_000 }))
+        .toBe("baton.json: providers[1].autoCompactThreshold: autoCompactThreshold 300000 exceeds contextWindow 200000")
+      expect(yield* one({ ...claude, maxOutputTokens: 200_000 }))
+        .toBe("baton.json: providers[1].maxOutputTokens: maxOutputTokens 200000 must be below contextWindow 200000")
+      expect(yield* one({ ...claude, name: "codex" })).toBe("baton.json: providers[1].name: \"codex\" given twice")
+      // A key variable named but unset (or empty) stops the start, naming the variable.
+      for (const env of [{}, { ANTHROPIC_API_KEY: "" }]) {
+        expect(yield* failure({ file: { providers: [claude] }, env }))
+          .toBe("baton.json: providers[0].apiKeyEnv: the environment variable ANTHROPIC_API_KEY (the key of provider \"claude-main\") is not set")
+      }
     }))
 
   it.effect("the token file is created once and read back on the next start", () =>

@@ -301,6 +301,30 @@ export const ContextOverflowed = event(
 )
 
 /**
+ * `{runId, providerInstance, nativeThreadId, nativeRef, units, refs, entrySeqs, tier, tokensBefore, tokensAfter}`: a
+ * model-API adapter flushed tool-result offload on the native thread's message list before a request of `runId`'s
+ * turn (docs/offload.md): `units` answered tool units had their results replaced by one-line stubs naming `refs`
+ * (`tool:<call id>`, which `thread_read` reads back in full), stored as `entrySeqs` of its message log; `tier` the
+ * policy's (`mild`, `aggressive`, `emergency`); `tokensBefore` and `tokensAfter` the history the request carries, in
+ * Baton tokens, before and after the flush.
+ */
+export const ContextOffloaded = event(
+  "context.offloaded",
+  Schema.Struct({
+    runId: RunId,
+    providerInstance: ProviderInstance,
+    nativeThreadId: NativeThreadId,
+    nativeRef: Schema.String,
+    units: Count,
+    refs: Schema.Array(Schema.String),
+    entrySeqs: Schema.Array(Count),
+    tier: Schema.String,
+    tokensBefore: Count,
+    tokensAfter: Count
+  })
+)
+
+/**
  * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}`: a completed turn of this
  * thread taught the provider's tokenizer calibration (provider tokens per Baton token).
  */
@@ -430,7 +454,8 @@ export const ThreadEvent = Schema.Union(
   ThreadMerged,
   ThreadOffloaded,
   ThreadOffloadFailed,
-  CalibrationUpdated
+  CalibrationUpdated,
+  ContextOffloaded
 )
 export type ThreadEvent = typeof ThreadEvent.Type
 

@@ -12,6 +12,7 @@ import {
   ProviderThread,
   Run,
   RunAttempt,
+  RunCost,
   RunStatus,
   Thread,
   ThreadLink,
@@ -73,6 +74,22 @@ export const ThreadTotals = Schema.Struct({
 export type ThreadTotals = typeof ThreadTotals.Type
 
 /**
+ * What a thread's runs cost (issue 9 item 5), summed over the runs with a recorded cost (`runs`: how many; runs on a
+ * provider that reports no usage, like the scripted one, record none): tokens as the providers billed them
+ * (`inputTokens` uncached, `cacheWriteTokens`, `cacheReadTokens`, `outputTokens`), and `costUsd`, US dollars at the
+ * configured prices summed over the priced runs (`null` when no run was priced).
+ */
+export const CostTotals = Schema.Struct({
+  runs: Count,
+  inputTokens: Tokens,
+  cacheWriteTokens: Tokens,
+  cacheReadTokens: Tokens,
+  outputTokens: Tokens,
+  costUsd: Schema.NullOr(Schema.Number)
+})
+export type CostTotals = typeof CostTotals.Type
+
+/**
  * A thread as it stands: its provider threads (the active one flagged) with their native threads, usage and window;
  * its most recent runs (`recentRuns`, up to 20, oldest first: page every run with `GET /threads/{id}/runs`); the
  * handoffs still owing history; its fork/merge links; totals.
@@ -84,7 +101,12 @@ export const ThreadSnapshot = Schema.Struct({
   recentRuns: Schema.Array(Run),
   openHandoffs: Schema.Array(HandoffView),
   links: Schema.Array(ThreadLink),
-  totals: ThreadTotals
+  totals: ThreadTotals,
+  /** The cost of each of `recentRuns` that recorded one (same order), and the whole thread's cost totals. */
+  costs: Schema.Struct({
+    recentRuns: Schema.Array(RunCost),
+    totals: CostTotals
+  })
 })
 export type ThreadSnapshot = typeof ThreadSnapshot.Type
 
@@ -102,7 +124,9 @@ export type RunPage = typeof RunPage.Type
 export const RunView = Schema.Struct({
   run: Run,
   attempts: Schema.Array(RunAttempt),
-  items: Schema.Array(Item)
+  items: Schema.Array(Item),
+  /** What the run cost (tokens billed, dollars at the configured prices); `null` when none was recorded. */
+  cost: Schema.NullOr(RunCost)
 })
 export type RunView = typeof RunView.Type
 

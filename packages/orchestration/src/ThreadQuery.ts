@@ -34,6 +34,7 @@ import {
 } from "@baton/contracts"
 import { type StoredHandoff, ThreadStore } from "@baton/persistence"
 import { DateTime, Effect, Encoding, Either, Option, Schema } from "effect"
+import * as RunCosts from "./RunCosts.js"
 
 /** The default page size of the paged reads. */
 export const defaultPageSize = 100
@@ -116,11 +117,14 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       const totals = yield* store.threadTotals(t.id)
       const openHandoffs = yield* Effect.forEach(yield* store.listOpenHandoffsOfThread(t.id), handoffView)
       const runsByStatus = Object.fromEntries(RunStatus.literals.map((s) => [s, totals.runsByStatus.get(s) ?? 0])) as Record<RunStatus, number>
+      const recentRuns = yield* store.listRecentRuns(t.id, snapshotRecentRuns)
+      const costs = yield* store.listRunCosts(t.id)
+      const costOf = new Map(costs.map((c) => [c.runId as string, c]))
       return {
         thread: t,
         activeProviderInstance: views.find((v) => v.active)?.providerInstance ?? null,
         providerThreads: views,
-        recentRuns: yield* store.listRecentRuns(t.id, snapshotRecentRuns),
+        recentRuns,
         openHandoffs,
         links: yield* store.listLinks(t.id),
         totals: {
@@ -130,6 +134,10 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
           itemTokens: totals.itemTokens,
           handoffs: totals.handoffs,
           openHandoffs: totals.openHandoffs
+        },
+        costs: {
+          recentRuns: recentRuns.flatMap((r) => costOf.get(r.id) ?? []),
+          totals: RunCosts.total(costs)
         }
       } satisfies ThreadSnapshot
     })
@@ -162,7 +170,8 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       return {
         run: found.value,
         attempts: yield* store.listAttempts(runId),
-        items: yield* store.listItemsOfRuns([runId])
+        items: yield* store.listItemsOfRuns([runId]),
+        cost: (yield* store.listRunCosts(found.value.threadId)).find((c) => c.runId === runId) ?? null
       } satisfies RunView
     })
 

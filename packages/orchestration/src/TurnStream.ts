@@ -274,6 +274,29 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
           if (wrote) state.settled = true
         })
 
+      /**
+       * Records the adapter's tool-result offload flushes as `context.offloaded` events (one unit of work; the stubs
+       * themselves live in the native message list, already stored).
+       */
+      const recordOffloads = (flushes: ReadonlyArray<ProviderAdapter.OffloadReport>) =>
+        Effect.uninterruptible(uow.thread(run.threadId, "TurnStream.contextOffloaded")(Effect.forEach(flushes, (f) =>
+          store.appendEvent({
+            threadId: run.threadId,
+            type: "context.offloaded",
+            payload: {
+              runId: run.id,
+              providerInstance: f.providerInstance,
+              nativeThreadId: native.id,
+              nativeRef: f.nativeRef,
+              units: f.units,
+              refs: f.refs,
+              entrySeqs: f.entrySeqs,
+              tier: f.tier,
+              tokensBefore: f.tokensBefore,
+              tokensAfter: f.tokensAfter
+            }
+          }), { discard: true })))
+
       const out: TurnOutput = {
         get recorded() {
           return recorded
@@ -301,6 +324,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
             // the end of the turn only update the output (they are written with the turn's outcome).
             Stream.runForEachChunk((chunk): Effect.Effect<void, PersistenceError | ConcurrentModification> => {
               const produced: Array<ProviderAdapter.ProducedItem> = []
+              const offloads: Array<ProviderAdapter.OffloadReport> = []
               for (const event of chunk) {
                 switch (event._tag) {
                   case "item_produced":
@@ -314,9 +338,13 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                     state.ended = true
                     state.interrupted = event.interrupted
                     break
+                  case "context_offloaded":
+                    offloads.push(event.flush)
+                    break
                 }
               }
-              return produced.length === 0 ? Effect.void : onItems(produced)
+              const recorded = produced.length === 0 ? Effect.void : onItems(produced)
+              return offloads.length === 0 ? recorded : Effect.zipRight(recordOffloads(offloads), recorded)
             })
           ),
         flush: (interrupted) =>

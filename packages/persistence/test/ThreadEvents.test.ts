@@ -192,6 +192,18 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
     samples: 1,
     estimatedTokens: 5_001,
     reportedTokens: 5_752
+  },
+  "context.offloaded": {
+    runId: run("run_1"),
+    providerInstance: "claude" as ProviderInstance,
+    nativeThreadId: nat("nat_1"),
+    nativeRef: "claude-5f0c",
+    units: 2,
+    refs: ["tool:toolu_1", "tool:toolu_2"],
+    entrySeqs: [4, 6],
+    tier: "mild",
+    tokensBefore: 41_200,
+    tokensAfter: 12_950
   }
 }
 

@@ -24,6 +24,7 @@ import { Clock, Deferred, Duration, Effect, Option, Redacted, Schedule, Stream }
 import type {
   ContinueTurnInput,
   LocalTool,
+  OffloadReport,
   ProducedItem,
   ProviderAdapterShape,
   ReadThreadResult,
@@ -90,6 +91,18 @@ export interface OffloadFlush {
   readonly refs: ReadonlyArray<string>
   readonly decision: ToolResultOffload.Decision
 }
+
+/** A flush as the `context_offloaded` turn event reports it. */
+export const offloadReport = (instance: ProviderInstance, flush: OffloadFlush): OffloadReport => ({
+  providerInstance: instance,
+  nativeRef: flush.nativeRef,
+  units: flush.decision.units.length,
+  refs: flush.refs,
+  entrySeqs: flush.entrySeqs,
+  tier: flush.decision.tier,
+  tokensBefore: flush.decision.tokensBefore,
+  tokensAfter: flush.decision.tokensAfter
+})
 
 /** The in-process copy of a native thread's entries (the log is the truth; this is refreshed from it). */
 interface Lane {
@@ -328,7 +341,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   const offloadStep = (operation: string, nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>) =>
     Effect.gen(function*() {
       const offload = options.offload
-      if (offload === undefined) return
+      if (offload === undefined) return null
       const view = state.view
       const tokensOf = (e: NativeEntry) => {
         let n = state.tokens.get(e.seq)
@@ -397,16 +410,18 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         msSinceLastRequest: state.lastRequestAt === null ? null : (yield* Clock.currentTimeMillis) - state.lastRequestAt
       }
       const decision = ToolResultOffload.decide(situation, offload.settings)
-      if (decision.units.length === 0) return
+      if (decision.units.length === 0) return null
       const chosen = new Set(decision.units)
       const replaces = view.flatMap((e, i) => chosen.has(unitOfEntry[i]!) && stubBodies.has(i) ? [{ seq: e.seq, body: stubBodies.get(i)! }] : [])
       yield* append(operation, nativeRef, state, [{ kind: "offload", body: JSON.stringify({ replaces } satisfies OffloadBody), runId: null }])
-      offload.onFlush?.({
+      const flush: OffloadFlush = {
         nativeRef,
         entrySeqs: replaces.map((r) => r.seq),
         refs: decision.units.flatMap((u) => units[u]!.calls.map((c) => `tool:${c.id}`)),
         decision
-      })
+      }
+      offload.onFlush?.(flush)
+      return flush
     })
 
   /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
@@ -512,7 +527,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   ): Stream.Stream<TurnEvent, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const offered = [...tools, ...local.map((t) => t.definition)]
-      yield* offloadStep(operation, nativeRef, state, drafts, offered)
+      const flush = yield* offloadStep(operation, nativeRef, state, drafts, offered)
+      // A flush is reported first in the stream of the request it was made for (the orchestrator records it).
+      const flushed = flush === null ? [] : [TurnEvent.context_offloaded({ flush: offloadReport(instance, flush) })]
       const body = renderBody(nativeRef, state, drafts, offered)
       state.lastRequestAt = yield* Clock.currentTimeMillis
       const response = yield* send(operation, body)
@@ -522,6 +539,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       state.current = parser
       return answerItems(operation, response, parser).pipe(
         Stream.map((item) => TurnEvent.item_produced({ item })),
+        (items) => flushed.length === 0 ? items : Stream.concat(Stream.fromIterable(flushed), items),
         Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
         Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
       )

@@ -8,6 +8,7 @@ import type { ProviderInstance } from "@baton/contracts"
 import { HttpClient } from "@effect/platform"
 import { type ConfigError, Effect } from "effect"
 import * as AnthropicMessages from "./AnthropicMessages.js"
+import type * as ModelApiAdapter from "./ModelApiAdapter.js"
 import { NativeMessageLog } from "./NativeMessageLog.js"
 import * as OpenAiChat from "./OpenAiChat.js"
 import * as OpenAiResponses from "./OpenAiResponses.js"
@@ -33,3 +34,18 @@ export const fromConfig = (
         return OpenAiChat.make(options)
     }
   })
+
+/**
+ * The adapter of `options` (the key already read, e.g. at the server's start): the dialect its `config.kind` names.
+ * Does not fail; errors surface per request as `ProviderError`.
+ */
+export const make = (options: ModelApiAdapter.ModelApiOptions): ProviderAdapterShape => {
+  switch (options.config.kind) {
+    case "anthropic-messages":
+      return AnthropicMessages.make(options)
+    case "openai-responses":
+      return OpenAiResponses.make(options)
+    case "openai-chat":
+      return OpenAiChat.make(options)
+  }
+}

@@ -107,6 +107,7 @@ export interface TurnTokens {
  *   it as it arrives.
  * - `usage_reported`: the provider reported the native thread's context usage (tokens); the last report of a turn
  *   counts. A turn that reports none leaves Baton on its own estimate.
+ * - `context_offloaded`: the adapter stubbed answered tool results in the native thread before a request (see below).
  * - `turn_ended`: the turn is over and nothing follows. `interrupted: true` when it stopped at an `interrupt`: the
  *   items before it are what the provider produced (a tool call may have no result), and the adapter has closed any
  *   open tool call in the native thread the way its provider does (Claude Code and Codex answer it with an
@@ -122,7 +123,29 @@ export type TurnEvent = Data.TaggedEnum<{
    * waits for their results (`continueTurn`).
    */
   turn_ended: { readonly interrupted: boolean; readonly pendingToolCalls?: ReadonlyArray<string> | undefined }
+  /**
+   * The adapter flushed tool-result offload on the native thread before its next request (model APIs with offload
+   * on): `flush` says what (the orchestrator records it as a `context.offloaded` event). Nothing for Baton's record
+   * of items changes: the stubs live in the native message list only.
+   */
+  context_offloaded: { readonly flush: OffloadReport }
 }>
+
+/**
+ * One tool-result offload flush on a native thread of `providerInstance`: `units` tool units stubbed, the `refs` their stubs name
+ * (`tool:<call id>`), the message-log `entrySeqs` replaced, the policy's `tier`, and the history the request carries
+ * before and after, in Baton tokens.
+ */
+export interface OffloadReport {
+  readonly providerInstance: ProviderInstance
+  readonly nativeRef: string
+  readonly units: number
+  readonly refs: ReadonlyArray<string>
+  readonly entrySeqs: ReadonlyArray<number>
+  readonly tier: string
+  readonly tokensBefore: number
+  readonly tokensAfter: number
+}
 
 /** Constructors and matchers of `TurnEvent` (`TurnEvent.item_produced({ item })`, `TurnEvent.$is("turn_ended")`). */
 export const TurnEvent = Data.taggedEnum<TurnEvent>()

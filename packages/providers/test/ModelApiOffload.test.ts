@@ -6,7 +6,9 @@
 import { TokenCounter, ToolResultOffload } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit } from "effect"
-import type { OffloadFlush } from "../src/ModelApiAdapter.js"
+import type { ProviderInstance } from "@baton/contracts"
+import { type OffloadFlush, offloadReport } from "../src/ModelApiAdapter.js"
+import type { TurnEvent } from "../src/ProviderAdapter.js"
 import { adapterFor, collect, fixtureLines, frame, httpLayer, loopback, sqliteFile, sse } from "./support/Loopback.js"
 
 const kind = "anthropic-messages" as const
@@ -44,9 +46,10 @@ describe("ModelApiAdapter tool-result offload", () => {
       loop.enqueue(toolReply(1))
       yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Keep the issue list current.", inlineHistory: null, tools }))
       const flushedBefore: Array<number> = [0]
+      const reported: Array<TurnEvent> = []
       for (let round = 1; round <= rounds; round++) {
         loop.enqueue(round < rounds ? toolReply(round + 1) : textReply())
-        const { exit } = yield* collect(adapter.continueTurn!({
+        const { events, exit } = yield* collect(adapter.continueTurn!({
           nativeRef,
           runId: "run-1",
           toolResults: [{ toolCallId: `toolu_r${round}`, output: output(round), isError: false }],
@@ -54,6 +57,11 @@ describe("ModelApiAdapter tool-result offload", () => {
         }))
         expect(Exit.isSuccess(exit)).toBe(true)
         flushedBefore.push(flushes.length)
+        // A flush is reported in the turn's stream too, first, before the items of the request it was made for.
+        const offloaded = events.filter((e) => e._tag === "context_offloaded")
+        expect(offloaded.length).toBe(flushes.length - flushedBefore[round - 1]!)
+        if (offloaded.length > 0) expect(events[0]!._tag).toBe("context_offloaded")
+        reported.push(...offloaded)
       }
       expect(loop.requests).toHaveLength(rounds + 1)
 
@@ -73,6 +81,7 @@ describe("ModelApiAdapter tool-result offload", () => {
       }
       expect(flushes.length).toBeGreaterThan(0)
       expect(breaks).toBe(flushes.length)
+      expect(reported.map((e) => e._tag === "context_offloaded" ? e.flush : null)).toEqual(flushes.map((f) => offloadReport(`test-${kind}` as ProviderInstance, f)))
       // Batched: far fewer flushes than rounds, every flush a mild one that pays for its rewrite.
       expect(flushes.length).toBeLessThan(rounds / 5)
       for (const f of flushes) {

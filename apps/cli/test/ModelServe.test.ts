@@ -1,0 +1,136 @@
+/**
+ * `baton serve --config FILE` as a real process with a model-API instance (Anthropic Messages) pointed at a loopback
+ * model API: a thread driven by `baton --server` runs on the model, and `baton thread show` prints what each run cost
+ * with the thread's totals, the same over HTTP and in process (on the server's SQLite file after it stopped). The key
+ * (a marker in the environment) reaches the upstream's auth header and nowhere else: not the server's output, not
+ * the CLI's, not a failed run's reason.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Data, Effect } from "effect"
+import { type ChildProcess, execFile, spawn } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as ModelApi from "../../server/test/support/ModelApi.js"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+const adminToken = "admin-token-0123456789abcdef"
+const marker = "sk-MARKER-5b1e0d9f44c2a871"
+
+interface Result {
+  readonly code: number
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** Runs `baton ARGS` as a process. */
+const baton = (args: ReadonlyArray<string>) =>
+  Effect.promise(() =>
+    new Promise<Result>((resolve) => {
+      execFile(
+        process.execPath,
+        ["--import", "tsx", "apps/cli/src/bin.ts", ...args],
+        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "", BATON_CONFIG: "", TEST_MODEL_KEY: "" } },
+        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
+      )
+    })
+  )
+
+interface Served {
+  readonly child: ChildProcess
+  readonly url: string
+  readonly output: () => { readonly stdout: string; readonly stderr: string }
+  readonly exited: Promise<number | null>
+}
+
+class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
+
+/** Starts `baton serve --port 0 --config FILE --data-dir DIR` with the key in `TEST_MODEL_KEY`; waits for its URL. */
+const serve = (config: string, dataDir: string) =>
+  Effect.async<Served, NotListening>((resume) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--config", config, "--data-dir", dataDir], {
+      cwd: repo,
+      env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "", BATON_PROVIDERS: "", TEST_MODEL_KEY: marker },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    const exited = new Promise<number | null>((done) => child.on("close", (code) => done(code)))
+    const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 60_000)
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      const found = /listening on (http:\/\/\S+)/.exec(stdout)
+      if (found !== null) {
+        clearTimeout(timer)
+        resume(Effect.succeed({ child, url: found[1]!, output: () => ({ stdout, stderr }), exited }))
+      }
+    })
+    return Effect.sync(() => void child.kill("SIGKILL"))
+  })
+
+describe("baton serve with a model-API instance", () => {
+  it.scoped("runs on the model; thread show prints each run's cost and the totals, over HTTP and in process; the key never shows", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-model-serve-"))
+      const config = Path.join(dir, "baton.json")
+      Fs.writeFileSync(config, JSON.stringify({
+        providers: [{
+          kind: "anthropic-messages",
+          name: "claude",
+          baseUrl: upstream.url,
+          model: "claude-sonnet-4-5",
+          apiKeyEnv: "TEST_MODEL_KEY",
+          contextWindow: 200_000,
+          autoCompactThreshold: 180_000,
+          maxOutputTokens: 4_096,
+          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
+          maxRetries: 0
+        }],
+        auth: { token: adminToken }
+      }))
+      const server = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const admin = ["--server", server.url, "--token", adminToken]
+
+      const created = yield* baton([...admin, "thread", "create", "--provider", "claude", "--title", "priced"])
+      expect(created).toMatchObject({ code: 0, stderr: "" })
+      const threadId = created.stdout.trim()
+      upstream.enqueue(
+        ModelApi.answer("anthropic-messages", "first answer", { input: 1_200, cacheWrite: 300, cacheRead: 5_000, output: 250 }),
+        ModelApi.answer("anthropic-messages", "second answer", { input: 100, cacheWrite: 0, cacheRead: 6_000, output: 50 }),
+        ModelApi.error(401, "invalid x-api-key")
+      )
+      const outputs: Array<string> = []
+      for (const [text, status] of [["one", "completed"], ["two", "completed"], ["three", "failed"]] as const) {
+        const sent = yield* baton([...admin, "send", threadId, text])
+        outputs.push(sent.stdout, sent.stderr)
+        expect(sent.stdout).toContain(`run ${text === "one" ? 1 : text === "two" ? 2 : 3} ${status}`)
+      }
+      expect(outputs.join("")).toContain("first answer")
+      expect(upstream.requests[0]!.headers["x-api-key"]).toBe(marker)
+
+      const costLines = [
+        "  cost: 2 runs, input 1,300, cache write 300, cache read 11,000, output 300 tok, $0.012825",
+        "    run 1 claude: input 1,200, cache write 300, cache read 5,000, output 250 tok, $0.009975",
+        "    run 2 claude: input 100, cache write 0, cache read 6,000, output 50 tok, $0.002850"
+      ]
+      const remote = yield* baton([...admin, "thread", "show", threadId])
+      expect(remote).toMatchObject({ code: 0, stderr: "" })
+      expect(remote.stdout.trimEnd().split("\n").slice(-3)).toEqual(costLines)
+      expect(remote.stdout).toContain("runs: 2 completed, 1 failed")
+
+      server.child.kill("SIGTERM")
+      expect(yield* Effect.promise(() => server.exited)).toBe(143)
+      const local = yield* baton(["thread", "show", threadId, "--db", Path.join(dir, "baton.sqlite")])
+      expect(local).toMatchObject({ code: 0, stderr: "" })
+      expect(local.stdout.trimEnd().split("\n").slice(-3)).toEqual(costLines)
+
+      const { stdout, stderr } = server.output()
+      expect(stderr).toContain("key from TEST_MODEL_KEY")
+      for (const text of [stdout, stderr, ...outputs, remote.stdout, local.stdout, ...upstream.requests.map((r) => r.body)]) {
+        expect(text).not.toContain(marker)
+      }
+    }), 180_000)
+})

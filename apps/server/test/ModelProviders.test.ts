@@ -1,0 +1,285 @@
+/**
+ * Model-API provider instances from the server's config file (issue 9 items 4 and 5): the production orchestrator
+ * (`Server.orchestratorLayer`) built from a resolved config whose providers are Anthropic Messages, OpenAI Responses
+ * and Chat Completions instances pointed at loopback model APIs, served over real HTTP. A message posted through the
+ * API runs on the model and its text is recorded; the key is sent upstream and nowhere else (no response, no log
+ * line, no error), even when the upstream fails.
+ */
+import type { ThreadEventOf, ThreadId } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
+import { NativeMessageStore } from "@baton/persistence"
+import type { NativeMessageLog } from "@baton/providers"
+import { Server, ServerConfig } from "@baton/server"
+import { NodeHttpServer } from "@effect/platform-node"
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Layer, Logger } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { adminToken, client, get, parseSse, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+
+/** The thread events of a `follow=false` event stream body. */
+export const threadEvents = (text: string) =>
+  parseSse(text).filter((e) => e.event !== "heartbeat").map((e) => JSON.parse(e.data) as { readonly type: string; readonly payload: unknown })
+
+/** A key value that must never leave the upstream request's auth header. */
+const marker = "sk-MARKER-7f3a9c21d5e84b06"
+
+const prices = { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+
+/** A model instance entry of the config file. */
+export const instance = (name: string, kind: ModelApi.Kind, api: ModelApi.ModelApi, extra: Record<string, unknown> = {}) => ({
+  kind,
+  name,
+  baseUrl: ModelApi.baseUrl(kind, api),
+  model: `${kind}-model`,
+  apiKeyEnv: "TEST_MODEL_KEY",
+  contextWindow: 200_000,
+  autoCompactThreshold: 180_000,
+  maxOutputTokens: 4_096,
+  prices,
+  maxRetries: 0,
+  ...extra
+})
+
+/** Settings resolved from a config file holding `providers` (SQLite in a fresh directory), the key in the environment. */
+export const settingsFor = (providers: ReadonlyArray<unknown>, env: Record<string, string> = { TEST_MODEL_KEY: marker }, dir?: string) =>
+  Effect.gen(function*() {
+    const data = dir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-models-"))
+    const config = Path.join(data, "baton.json")
+    Fs.writeFileSync(config, JSON.stringify({ providers, auth: { token: adminToken } }))
+    return yield* ServerConfig.resolve({ config, dataDir: data }).pipe(
+      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    )
+  })
+
+/** The API over the production orchestrator of `settings`, on a loopback port. */
+export const serveSettings = (settings: ServerConfig.ServerSettings) =>
+  Server.httpLayer({ tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken }, maxBodyBytes: settings.limits.maxBodyBytes }).pipe(
+    Layer.provideMerge(NodeHttpServer.layerTest),
+    Layer.provideMerge(Server.orchestratorLayer(settings))
+  )
+
+/** Sends `text` on `threadId` and waits for its run to end: the run view. */
+export const sendAndWait = (threadId: ThreadId, text: string) =>
+  Effect.gen(function*() {
+    const api = yield* client()
+    const accepted = yield* api.messages.send({ path: { threadId }, payload: { text }, headers: {} })
+    return yield* api.runs.get({ path: { runId: accepted.runId }, urlParams: { waitMs: 30_000 } })
+  })
+
+const kinds: ReadonlyArray<ModelApi.Kind> = ["anthropic-messages", "openai-responses", "openai-chat"]
+
+describe("model-API provider instances from the config file", () => {
+  it.scoped("a message posted over HTTP runs on each kind of instance and the model's text is recorded; the key goes upstream only", () =>
+    Effect.gen(function*() {
+      const apis = yield* Effect.forEach(kinds, () => ModelApi.start)
+      const names = ["claude", "gpt", "local"]
+      const settings = yield* settingsFor([
+        instance("claude", "anthropic-messages", apis[0]!),
+        instance("gpt", "openai-responses", apis[1]!),
+        instance("local", "openai-chat", apis[2]!, { apiKeyEnv: undefined })
+      ])
+      const logs: Array<string> = []
+      const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logs.push(JSON.stringify(message))))
+      const texts: Array<string> = []
+      yield* Effect.gen(function*() {
+        yield* Server.describeSettings(settings)
+        const api = yield* client()
+        for (const [i, kind] of kinds.entries()) {
+          const { threadId } = yield* api.threads.create({ payload: { title: kind, providerInstance: names[i] as never }, headers: {} })
+          apis[i]!.enqueue(ModelApi.answer(kind, `hello from ${kind}`, { input: 100, cacheWrite: 0, cacheRead: 0, output: 10 }))
+          const view = yield* sendAndWait(threadId, `hi ${kind}`)
+          expect(view.run.status).toBe("completed")
+          expect(view.items.map((item) => [item.kind, item.text])).toEqual([["user_message", `hi ${kind}`], ["assistant_message", `hello from ${kind}`]])
+          // The request went to the instance's endpoint with its model; the prompt is in it, byte for byte.
+          const request = apis[i]!.requests.at(-1)!
+          expect(request.url).toBe(kind === "anthropic-messages" ? "/v1/messages" : kind === "openai-responses" ? "/v1/responses" : "/v1/chat/completions")
+          expect(request.body).toContain(`"model":"${kind}-model"`)
+          expect(request.body).toContain(`hi ${kind}`)
+          for (const path of [`/threads/${threadId}`, `/runs/${view.run.id}`, `/threads/${threadId}/items`, `/threads/${threadId}/events?follow=false`]) {
+            texts.push((yield* raw(get(path))).text)
+          }
+        }
+        // The key travels in the auth header of the instances that name one, and nowhere in a body.
+        expect(apis[0]!.requests[0]!.headers["x-api-key"]).toBe(marker)
+        expect(apis[1]!.requests[0]!.headers.authorization).toBe(`Bearer ${marker}`)
+        expect(apis[2]!.requests[0]!.headers.authorization).toBeUndefined()
+
+        // A failing upstream (the key refused): the run fails with the provider's message, without the key.
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        apis[0]!.enqueue(ModelApi.error(401, "invalid x-api-key"))
+        const failed = yield* sendAndWait(threadId, "again")
+        expect(failed.run.status).toBe("failed")
+        expect(failed.run.failureReason ?? "").toContain("invalid x-api-key")
+        for (const path of [`/threads/${threadId}`, `/runs/${failed.run.id}`, `/threads/${threadId}/events?follow=false`, "/threads", "/events?follow=false", "/openapi.json"]) {
+          texts.push((yield* raw(get(path))).text)
+        }
+      }).pipe(Effect.provide(Layer.provideMerge(serveSettings(settings), capture)))
+      expect(texts.length).toBeGreaterThan(10)
+      expect(logs.join("\n")).toContain("providers: claude (anthropic-messages anthropic-messages-model at http://127.0.0.1")
+      expect(logs.join("\n")).toContain("key from TEST_MODEL_KEY")
+      for (const text of [...texts, ...logs, JSON.stringify(settings), ...apis.flatMap((a) => a.requests.map((r) => r.body))]) {
+        expect(text).not.toContain(marker)
+      }
+    }), 60_000)
+
+  it.effect("the start-up log hides a password in an instance's base URL", () =>
+    Effect.gen(function*() {
+      const settings = yield* settingsFor([{ ...instance("local", "openai-chat", { url: "http://proxy:s3cret-pass@127.0.0.1:9", requests: [], enqueue: () => undefined }), apiKeyEnv: undefined }])
+      const logs: Array<string> = []
+      yield* Server.describeSettings(settings).pipe(
+        Effect.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logs.push(JSON.stringify(message)))))
+      )
+      expect(logs.join("\n")).toContain("at http://proxy:***@127.0.0.1:9/v1")
+      expect(logs.join("\n")).not.toContain("s3cret-pass")
+    }))
+
+  it.scoped("a changed model or window takes effect at the next turn start after a restart (snapshot and event)", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-models-"))
+      const kind = "anthropic-messages" as const
+      const first = yield* settingsFor([instance("claude", kind, upstream)], undefined, dir)
+      const threadId = yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        upstream.enqueue(ModelApi.answer(kind, "one", { input: 50, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        expect((yield* sendAndWait(threadId, "first")).run.status).toBe("completed")
+        const lane = (yield* api.threads.get({ path: { threadId } })).providerThreads[0]!
+        expect([lane.model, lane.contextWindow, lane.nativeThreads.map((n) => n.window)]).toEqual([`${kind}-model`, 200_000, [180_000]])
+        return threadId
+      }).pipe(Effect.provide(serveSettings(first)))
+
+      // The next process on the same database, its instance changed in the file: smaller window, another model.
+      const second = yield* settingsFor([instance("claude", kind, upstream, { model: "claude-haiku-4-5", contextWindow: 100_000, autoCompactThreshold: 90_000 })], undefined, dir)
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        // Until a turn starts, the lane shows what it was recorded with.
+        expect((yield* api.threads.get({ path: { threadId } })).providerThreads[0]!.contextWindow).toBe(200_000)
+        upstream.enqueue(ModelApi.answer(kind, "two", { input: 60, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        expect((yield* sendAndWait(threadId, "second")).run.status).toBe("completed")
+        expect(upstream.requests.at(-1)!.body).toContain(`"model":"claude-haiku-4-5"`)
+        const lane = (yield* api.threads.get({ path: { threadId } })).providerThreads[0]!
+        expect([lane.model, lane.contextWindow, lane.nativeThreads.map((n) => n.window)]).toEqual(["claude-haiku-4-5", 100_000, [90_000]])
+        const events = yield* raw(get(`/threads/${threadId}/events?follow=false`))
+        const reconfigured = threadEvents(events.text).filter((e) => e.type === "provider_thread.reconfigured")
+        expect(reconfigured.map((e) => e.payload)).toEqual([{
+          providerThreadId: lane.id,
+          model: "claude-haiku-4-5",
+          contextWindow: 100_000,
+          previousModel: `${kind}-model`,
+          previousContextWindow: 200_000
+        }])
+      }).pipe(Effect.provide(serveSettings(second)))
+    }), 60_000)
+
+  it.scoped("each run's cost (tokens billed, dollars at the configured prices) is in the run view and the snapshot, with thread totals", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const local = yield* ModelApi.start
+      const settings = yield* settingsFor([
+        instance("claude", "anthropic-messages", upstream),
+        instance("gpt", "openai-responses", local, { prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 } })
+      ])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        upstream.enqueue(
+          ModelApi.answer("anthropic-messages", "one", { input: 1_200, cacheWrite: 300, cacheRead: 5_000, output: 250 }),
+          ModelApi.answer("anthropic-messages", "two", { input: 100, cacheWrite: 0, cacheRead: 6_000, output: 50 })
+        )
+        const first = yield* sendAndWait(threadId, "first")
+        const second = yield* sendAndWait(threadId, "second")
+        // 1,200 x $3 + 300 x $3.75 + 5,000 x $0.30 + 250 x $15 per million = $0.009975.
+        expect(first.cost).toMatchObject({ runId: first.run.id, providerInstance: "claude", inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 250 })
+        expect(first.cost!.costUsd).toBeCloseTo(0.009975, 12)
+        expect(second.cost!.costUsd).toBeCloseTo(0.00285, 12)
+
+        // A switch to an OpenAI instance: its cached tokens are billed as cache reads (input 2,000 of which 1,500 cached).
+        yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "gpt" as never }, headers: {} })
+        local.enqueue(ModelApi.answer("openai-responses", "three", { input: 500, cacheWrite: 0, cacheRead: 1_500, output: 100 }))
+        const third = yield* sendAndWait(threadId, "third")
+        expect(third.run.status).toBe("completed")
+        expect(third.cost).toMatchObject({ providerInstance: "gpt", inputTokens: 500, cacheWriteTokens: 0, cacheReadTokens: 1_500, outputTokens: 100 })
+        // 500 x $1.25 + 1,500 x $0.125 + 100 x $10 per million = $0.0018125.
+        expect(third.cost!.costUsd).toBeCloseTo(0.0018125, 12)
+
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        expect(snapshot.costs.recentRuns.map((c) => [c.runId, c.inputTokens, c.outputTokens])).toEqual([
+          [first.run.id, 1_200, 250],
+          [second.run.id, 100, 50],
+          [third.run.id, 500, 100]
+        ])
+        expect(snapshot.costs.totals).toMatchObject({ runs: 3, inputTokens: 1_800, cacheWriteTokens: 300, cacheReadTokens: 12_500, outputTokens: 400 })
+        expect(snapshot.costs.totals.costUsd).toBeCloseTo(0.009975 + 0.00285 + 0.0018125, 12)
+        // The raw JSON carries the same figures.
+        const json = (yield* raw(get(`/runs/${first.run.id}`))).body as { readonly cost: Record<string, unknown> }
+        expect(json.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 250, costUsd: 0.009975 })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
+
+  /**
+   * One turn of a tool-heavy conversation: the model calls Baton's `thread_read` `rounds` times (each result a page
+   * of the long first message), then answers. Returns the run, the thread's `context.offloaded` events and the
+   * requests the upstream received.
+   */
+  const toolHeavyTurn = (toolResultOffload: boolean, rounds: number) =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream, { toolResultOffload })])
+      return yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        for (let i = 1; i <= rounds; i++) {
+          upstream.enqueue(ModelApi.answer("anthropic-messages", "", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }, [
+            { id: `toolu_${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }
+          ]))
+        }
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 }))
+        const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
+        const view = yield* sendAndWait(threadId, long)
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        const log = yield* NativeMessageStore.make
+        const nativeRef = snapshot.providerThreads[0]!.nativeThreads[0]!.nativeRef
+        return { view, events, requests: upstream.requests, nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })
+
+  it.scoped("tool-result offload: a long tool-heavy turn flushes; each flush is a context.offloaded event with its figures; off, none", () =>
+    Effect.gen(function*() {
+      const rounds = 40
+      const on = yield* toolHeavyTurn(true, rounds)
+      expect(on.view.run.status).toBe("completed")
+      expect(on.requests).toHaveLength(rounds + 1)
+      const flushes = on.events.filter((e) => e.type === "context.offloaded").map((e) => e.payload as ThreadEventOf<"context.offloaded">["payload"])
+      expect(flushes.length).toBeGreaterThan(0)
+      // The log's offload entries are the flushes, one for one, in order.
+      const offloadEntries = on.entries.filter((e) => e.kind === "offload")
+      expect(offloadEntries).toHaveLength(flushes.length)
+      const counter = TokenCounter.make()
+      const bodyOf = new Map(on.entries.map((e) => [e.seq, e.body]))
+      for (const [i, f] of flushes.entries()) {
+        expect(f).toMatchObject({ runId: on.view.run.id, providerInstance: "claude", nativeThreadId: on.nativeThreadId, nativeRef: on.nativeRef })
+        expect(f.units).toBe(f.refs.length)
+        expect(f.refs.every((r) => /^tool:toolu_\d+$/.test(r))).toBe(true)
+        const replaces = (JSON.parse(offloadEntries[i]!.body) as NativeMessageLog.OffloadBody).replaces
+        expect(replaces.map((r) => r.seq)).toEqual(f.entrySeqs)
+        // The tokens released are the stubbed results' tokens less their stubs' (Baton's count of the stored bodies).
+        const released = replaces.reduce((n, r) => n + counter.count(bodyOf.get(r.seq)!) - counter.count(r.body), 0)
+        expect(f.tokensBefore - f.tokensAfter).toBe(released)
+        expect(released).toBeGreaterThan(0)
+        // The next request carries the stubs in place of the results.
+        for (const ref of f.refs) expect(on.requests.at(-1)!.body).toContain(`thread_read ${ref}]`)
+      }
+
+      const off = yield* toolHeavyTurn(false, rounds)
+      expect(off.view.run.status).toBe("completed")
+      expect(off.events.filter((e) => e.type === "context.offloaded")).toEqual([])
+      expect(off.entries.filter((e) => e.kind === "offload")).toEqual([])
+      expect(off.requests.at(-1)!.body).not.toContain("[offloaded")
+      expect(off.requests.at(-1)!.body.length).toBeGreaterThan(on.requests.at(-1)!.body.length * 2)
+    }), 120_000)
+})

@@ -1,0 +1,181 @@
+/**
+ * A loopback model API for the server's tests: a real node HTTP server on 127.0.0.1 (port 0) answering each POST with
+ * the next queued reply, recording every request (path, headers, body). Replies are built here in each API's own
+ * framing (Anthropic Messages and OpenAI Responses SSE with `event:` lines, Chat Completions `data:` chunks ending
+ * in `[DONE]`), with the usage figures a test asks for, so cost figures can be checked exactly.
+ */
+import { Effect, type Scope } from "effect"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
+
+/** The wire protocol of an instance. */
+export type Kind = "anthropic-messages" | "openai-responses" | "openai-chat"
+
+/** One queued reply: status, content type and body chunks (written in one go). */
+export interface Reply {
+  readonly status: number
+  readonly contentType: string
+  readonly body: string
+}
+
+/** One received request. */
+export interface Received {
+  readonly url: string
+  readonly headers: Http.IncomingHttpHeaders
+  readonly body: string
+}
+
+export interface ModelApi {
+  /** `http://127.0.0.1:PORT` (the instance's `baseUrl`: Anthropic's root, or with `/v1` for OpenAI's). */
+  readonly url: string
+  readonly requests: Array<Received>
+  readonly enqueue: (...replies: ReadonlyArray<Reply>) => void
+}
+
+/** Starts the server for the scope; a request with no reply queued gets HTTP 500 `no scripted reply`. */
+export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquireRelease(
+  Effect.async<{ readonly server: Http.Server; readonly api: ModelApi }>((resume) => {
+    const replies: Array<Reply> = []
+    const requests: Array<Received> = []
+    const server = Http.createServer((req, res) => {
+      const parts: Array<Buffer> = []
+      req.on("data", (c: Buffer) => parts.push(c))
+      req.on("end", () => {
+        requests.push({ url: req.url ?? "", headers: req.headers, body: Buffer.concat(parts).toString("utf8") })
+        const reply = replies.shift() ?? error(500, "no scripted reply")
+        res.writeHead(reply.status, { "content-type": reply.contentType })
+        res.end(reply.body)
+      })
+    })
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as AddressInfo).port
+      resume(Effect.succeed({ server, api: { url: `http://127.0.0.1:${port}`, requests, enqueue: (...r) => void replies.push(...r) } }))
+    })
+  }),
+  ({ server }) =>
+    Effect.async<void>((resume) => {
+      server.closeAllConnections()
+      server.close(() => resume(Effect.void))
+    })
+).pipe(Effect.map(({ api }) => api))
+
+/** Billed tokens of one answer: uncached input, cache write (Anthropic only), cache read, output. */
+export interface Usage {
+  readonly input: number
+  readonly cacheWrite: number
+  readonly cacheRead: number
+  readonly output: number
+}
+
+const sse = (events: ReadonlyArray<Record<string, unknown>>): Reply => ({
+  status: 200,
+  contentType: "text/event-stream",
+  body: events.map((e) => `event: ${String(e.type)}\ndata: ${JSON.stringify(e)}\n\n`).join("")
+})
+
+/** An error answer with `message` in each API's error shape (Anthropic's and OpenAI's agree on `error.message`). */
+export const error = (status: number, message: string): Reply => ({
+  status,
+  contentType: "application/json",
+  body: JSON.stringify({ type: "error", error: { type: "invalid_request_error", message } })
+})
+
+/** A tool call the model makes: call id, tool name, JSON arguments. */
+export interface Call {
+  readonly id: string
+  readonly name: string
+  readonly arguments: string
+}
+
+let messages = 0
+
+/** An answer of `kind`: `text` (may be empty) then `calls`, billed `usage`. */
+export const answer = (kind: Kind, text: string, usage: Usage, calls: ReadonlyArray<Call> = []): Reply => {
+  const id = `msg_${++messages}`
+  switch (kind) {
+    case "anthropic-messages": {
+      const blocks: Array<Record<string, unknown>> = []
+      let index = 0
+      if (text !== "") {
+        blocks.push(
+          { type: "content_block_start", index, content_block: { type: "text", text: "" } },
+          { type: "content_block_delta", index, delta: { type: "text_delta", text } },
+          { type: "content_block_stop", index }
+        )
+        index++
+      }
+      for (const c of calls) {
+        blocks.push(
+          { type: "content_block_start", index, content_block: { type: "tool_use", id: c.id, name: c.name, input: {} } },
+          { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: c.arguments } },
+          { type: "content_block_stop", index }
+        )
+        index++
+      }
+      const u = {
+        input_tokens: usage.input,
+        cache_creation_input_tokens: usage.cacheWrite,
+        cache_read_input_tokens: usage.cacheRead,
+        output_tokens: usage.output
+      }
+      return sse([
+        { type: "message_start", message: { id, type: "message", role: "assistant", model: "m", content: [], stop_reason: null, usage: { ...u, output_tokens: 1 } } },
+        ...blocks,
+        { type: "message_delta", delta: { stop_reason: calls.length > 0 ? "tool_use" : "end_turn", stop_sequence: null }, usage: u },
+        { type: "message_stop" }
+      ])
+    }
+    case "openai-responses": {
+      const items: Array<Record<string, unknown>> = [
+        ...(text === "" ? [] : [{ type: "message", id, role: "assistant", status: "completed", content: [{ type: "output_text", text, annotations: [] }] }]),
+        ...calls.map((c, i) => ({ type: "function_call", id: `fc_${id}_${i}`, call_id: c.id, name: c.name, arguments: c.arguments, status: "completed" }))
+      ]
+      return sse([
+        ...items.map((item, i) => ({ type: "response.output_item.done", output_index: i, item })),
+        {
+          type: "response.completed",
+          response: {
+            id: `resp_${id}`,
+            status: "completed",
+            usage: {
+              input_tokens: usage.input + usage.cacheRead,
+              input_tokens_details: { cached_tokens: usage.cacheRead },
+              output_tokens: usage.output,
+              total_tokens: usage.input + usage.cacheRead + usage.output
+            }
+          }
+        }
+      ])
+    }
+    case "openai-chat": {
+      const chunk = (body: Record<string, unknown>) => `data: ${JSON.stringify({ id, object: "chat.completion.chunk", model: "m", ...body })}\n\n`
+      return {
+        status: 200,
+        contentType: "text/event-stream",
+        body: [
+          chunk({ choices: [{ index: 0, delta: { role: "assistant", content: text }, finish_reason: null }] }),
+          ...(calls.length === 0 ? [] : [chunk({
+            choices: [{
+              index: 0,
+              delta: { tool_calls: calls.map((c, i) => ({ index: i, id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) },
+              finish_reason: null
+            }]
+          })]),
+          chunk({ choices: [{ index: 0, delta: {}, finish_reason: calls.length > 0 ? "tool_calls" : "stop" }] }),
+          chunk({
+            choices: [],
+            usage: {
+              prompt_tokens: usage.input + usage.cacheRead,
+              completion_tokens: usage.output,
+              prompt_tokens_details: { cached_tokens: usage.cacheRead }
+            }
+          }),
+          "data: [DONE]\n\n"
+        ].join("")
+      }
+    }
+  }
+}
+
+/** The `baseUrl` of an instance of `kind` served by `api`. */
+export const baseUrl = (kind: Kind, api: ModelApi) => kind === "anthropic-messages" ? api.url : `${api.url}/v1`
