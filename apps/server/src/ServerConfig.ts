@@ -40,7 +40,8 @@ const Token = Schema.String.pipe(
  * - `providers`: the provider instances (`ProviderSpec.ProviderSpecJson`); the first is the default of new threads;
  * - `auth`: `token` (admin), `readToken` (read-only), `tokenFile` (where the generated admin token lives);
  * - `limits`: `maxBodyBytes` (request body, bytes), `shutdownTimeoutMs` (open requests at shutdown),
- *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn).
+ *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn),
+ *   `toolResultTimeoutMs` (how long a run waits for the client's tool results).
  */
 export const ConfigFile = Schema.Struct({
   host: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
@@ -60,7 +61,8 @@ export const ConfigFile = Schema.Struct({
     maxBodyBytes: Schema.optional(Schema.Int.pipe(Schema.between(1_024, 1_073_741_824))),
     shutdownTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 600_000))),
     interruptTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(100, 600_000))),
-    turnTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
+    turnTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000))),
+    toolResultTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
   }))
 })
 export type ConfigFile = typeof ConfigFile.Type
@@ -99,6 +101,7 @@ export interface ServerSettings {
     readonly shutdownTimeoutMs: number
     readonly interruptTimeoutMs: number
     readonly turnTimeoutMs: number
+    readonly toolResultTimeoutMs: number
   }
 }
 
@@ -274,7 +277,8 @@ export const resolve = (flags: ServeFlags = {}) =>
         maxBodyBytes,
         shutdownTimeoutMs: file.limits?.shutdownTimeoutMs ?? defaultShutdownTimeoutMs,
         interruptTimeoutMs: file.limits?.interruptTimeoutMs ?? defaultInterruptTimeoutMs,
-        turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000
+        turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000,
+        toolResultTimeoutMs: file.limits?.toolResultTimeoutMs ?? 600_000
       }
     } satisfies ServerSettings
   })
