@@ -173,7 +173,7 @@ export const toolResults = (target: Target, threadId: string, runId: string, res
     })
     if (!json) yield* Console.log(`posted: ${list.length} result(s) for run ${accepted.runSeq} ${accepted.runId}`)
     const view = yield* untilSettled(client, accepted.runId, new Set(list.map((r) => r.toolCallId)))
-    if (json) yield* Console.log(JSON.stringify(Schema.encodeSync(RunView)(view)))
+    if (json) yield* Console.log(JSON.stringify(yield* Schema.encode(RunView)(view)))
     else yield* Console.log(view.run.status === "waiting" ? waitingLines(threadId, view) : Format.runReply(view))
     if (view.run.status !== "completed" && view.run.status !== "waiting") process.exitCode = 1
   }))

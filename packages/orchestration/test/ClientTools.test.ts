@@ -37,7 +37,7 @@ const finalAnswer = { items: [Harness.produced("assistant_message", "Both files 
 
 const result = (toolCallId: string, output: string, isError = false) => ({ toolCallId: toolCallId as ToolCallId, output, isError })
 
-/** Polls the record until run `runId` has `status` (at most 10 s). */
+/** Polls the record until run `runId` has `status` (at most 10 s, else `TimeoutException`). */
 const untilStatus = (runId: RunId, status: RunStatus) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
@@ -46,7 +46,7 @@ const untilStatus = (runId: RunId, status: RunStatus) =>
       if (run._tag === "Some" && run.value.status === status) return run.value
       yield* Effect.sleep(Duration.millis(10))
     }
-  }).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`run ${runId} never reached ${status}`) }))
+  }).pipe(Effect.timeout("10 seconds"))
 
 const setup = (threadTools: ReadonlyArray<ClientTool>) =>
   Effect.gen(function*() {
