@@ -272,6 +272,71 @@ describe.each(Harness.dialects)("client tools on %s", (_label, db) => {
       })
     ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
   })
+
+  it.live("results posted just before a restart (the continuation never started): the new process continues the run at start", () => {
+    Harness.useDb(db)
+    const h = Harness.make(providers, { db })
+    const claude = h.providers.claude!
+    return Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const first = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, {}, "q1")))
+        const { threadId, runId } = yield* Effect.gen(function*() {
+          const service = yield* ThreadService.ThreadService
+          const threadId = yield* setup([readFile])
+          h.script.enqueue(callsFor(1, ["a.ts"]))
+          h.script.enqueue(finalAnswer)
+          const accepted = yield* send(threadId, "Read a.ts")
+          yield* untilStatus(accepted.runId, "waiting")
+          // Recorded through the service (no run driver is woken): the process stops before continuing the run.
+          yield* service.submitToolResults(Commands.SubmitToolResults.make({
+            commandId: cid(),
+            threadId,
+            runId: accepted.runId,
+            results: [result("call_1_0", "contents of a")]
+          }))
+          return { threadId, runId: accepted.runId }
+        }).pipe(Effect.scoped, Effect.provide(first))
+
+        const second = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, {}, "q2")))
+        yield* Effect.gen(function*() {
+          const driver = yield* RunDriver.RunDriver
+          const query = yield* ThreadQuery.ThreadQuery
+          expect((yield* driver.awaitRun(runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+          expect((yield* query.run(runId)).items.map((i) => i.kind)).toEqual(["user_message", "assistant_message", "tool_call", "tool_result", "assistant_message"])
+          const o = yield* Harness.ops
+          expect(yield* o.check(threadId, h)).toEqual([])
+        }).pipe(Effect.scoped, Effect.provide(second))
+      })
+    ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
+  })
+
+  it.live("a deadline that passed while no process ran: the next process ends the run at start (tool_results_timeout)", () => {
+    Harness.useDb(db)
+    const h = Harness.make(providers, { db })
+    const claude = h.providers.claude!
+    return Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const config = { toolResultTimeoutMillis: 1_000 }
+        const first = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, "e1")))
+        const { threadId, runId } = yield* Effect.gen(function*() {
+          const threadId = yield* setup([readFile])
+          h.script.enqueue(callsFor(1, ["a.ts"]))
+          const accepted = yield* send(threadId, "Read a.ts")
+          yield* untilStatus(accepted.runId, "waiting")
+          return { threadId, runId: accepted.runId }
+        }).pipe(Effect.scoped, Effect.provide(first))
+        yield* Effect.sleep(Duration.millis(1_100))
+
+        const second = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, "e2")))
+        yield* Effect.gen(function*() {
+          const failed = yield* untilStatus(runId, "failed")
+          expect(failed.failureCode).toBe("tool_results_timeout")
+          const o = yield* Harness.ops
+          expect(yield* o.check(threadId, h)).toEqual([])
+        }).pipe(Effect.scoped, Effect.provide(second))
+      })
+    ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
+  })
 })
 
 /** The status of a run read from the store (`Option` of it), for a one-line assertion. */

@@ -7,6 +7,10 @@
  * `summaryTokens`. Turns play back responses from a `Script` shared by all instances (the replay enqueues the
  * recorded assistant and tool items of each user turn). A `FaultPlan` injects provider faults by call.
  *
+ * Client tools: a response's `tool_call` items whose `toolName` is one of the turn's `tools` and which the response
+ * does not answer itself end the turn with them pending (`turn_ended { pendingToolCalls }`); `continueTurn` takes
+ * their results (kept in `received` as `tool_results`) and plays the next scripted response.
+ *
  * It owns nothing durable: a process restart loses its native threads, exactly like a real provider session that
  * expired, and `resumeThread` on an unknown ref fails with `unavailable`.
  *
