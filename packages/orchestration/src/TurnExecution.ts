@@ -719,10 +719,12 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         if (output.tokens !== null) yield* addRunCost(settledRun, adapter.right, output.tokens, now)
         const { usage: checked, anomaly } = UsageSanity.check(output.usage, providerThread.contextWindow, config.budget.defaultWindow)
         // Baton's estimate grows by what this request added (the results) and what came back; a trusted report is
-        // taken as it stands (the next turn's calibration sample corrects the units).
+        // stored in Baton's units under the calibration in force (a continuation teaches no sample: the turn's
+        // sample base was the first request's).
         const currentNative = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
         const added = (claimed.wait.results ?? []).reduce((n, r) => n + counter.count(r.output), 0) + items.reduce((n, i) => n + i.tokens, 0)
-        const estimatedTokens = checked !== null ? checked.usedTokens : currentNative.estimatedTokens + added
+        const ratio = (yield* calibration.current(providerThread.providerInstance)).ratio
+        const estimatedTokens = checked !== null ? Calibration.toRaw(ratio, checked.usedTokens) : currentNative.estimatedTokens + added
         yield* store.recordNativeUsage(native.id, checked, estimatedTokens, now)
         if (output.usage !== null) {
           yield* store.appendEvent({ threadId: settledRun.threadId, type: "usage.reported", payload: {
