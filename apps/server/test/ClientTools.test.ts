@@ -190,7 +190,13 @@ describe("client tools over HTTP (Anthropic Messages wire on loopback)", () => {
         expect(done.openToolCalls).toEqual([])
         // Results for a run that is not waiting (here: completed) are 409.
         const late = yield* raw(post(`/threads/${threadId}/runs/${runId}/tool-results`, { results: [{ toolCallId: "toolu_5a", output: "x" }] }))
-        expect([late.status, late.body!._tag, late.body!.status]).toEqual([409, "RunNotWaiting", "completed"])
+        // (Regression, found by the fuzz test: the 409 body lacked the `message` every error body carries.)
+        expect([late.status, late.body]).toEqual([409, {
+          _tag: "RunNotWaiting",
+          runId,
+          status: "completed",
+          message: `run ${runId} is not waiting for tool results (it is completed); results are accepted only while the run is waiting`
+        }])
 
         // The record: the prompt, five rounds of two calls then their two results, the answer.
         const expected: Array<[string, string | null, string, boolean]> = [["user_message", null, prompt, false]]
