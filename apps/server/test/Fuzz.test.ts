@@ -436,13 +436,6 @@ const encodeBody = (pool: Pool, marker: string, body: Body): Buffer | null => {
 /** The first 4 MiB of an answer are kept; an event stream is closed once its head arrived. */
 const keepChars = 4 * 1024 * 1024
 
-/**
- * Pins `follow=false` on a request for an event stream (see the Postgres suite below: cutting a live stream may
- * cancel another request's statement).
- */
-const replayOnly = (spec: Spec): Spec =>
-  spec.path.at(-1) === "events" ? { ...spec, query: [...spec.query.filter(([k]) => k !== "follow"), ["follow", "false"]] } : spec
-
 const sendHttp = (port: number, agent: Http.Agent, pool: Pool, spec: Spec, marker: string) =>
   new Promise<Outcome>((done) => {
     const f = fill(pool, marker)
@@ -603,12 +596,11 @@ const describeRequest = (o: Outcome) =>
   JSON.stringify({ marker: o.marker, request: o.request, status: o.status, answer: o.text.slice(0, 300) }, (_k, v: unknown) =>
     typeof v === "string" && v.length > 300 ? `${v.slice(0, 100)}…(${v.length} chars)` : v)
 
-// Known bug (the event feed's reads are uninterruptible since ace7547, yet a fresh-clone run still saw 57014 in
-// threads.insert, seed 873480020): on Postgres, a client that closes a live event stream interrupts the stream's query,
-// and `@effect/sql-pg` cancels it with `pg_cancel_backend(pid)`, which cancels whatever that pooled connection runs
-// when the signal lands; another request's statement then fails with 57014 ("canceling statement due to user
-// request") as a 500 (seen in `threads.get` and `ThreadService.queueRun` of a message). Until the cancellation is
-// scoped to the statement, the Postgres suite reads event streams with `follow=false` and never cuts one.
+// Fixed: on Postgres, a client that closed a live event stream (or any request) mid-statement interrupted the
+// statement, and `@effect/sql-pg` cancelled it with `pg_cancel_backend(pid)` through the pool; queued behind a busy
+// pool, the cancel landed on another request's statement (57014, a 500: `threads.insert`, `threads.get`,
+// `ThreadService.queueRun`; seed 873480020). Baton's Postgres statements are uninterruptible now
+// (`Database.layerPg`; regression test `PgCancel.test.ts`): both suites cut live streams.
 describe.each([["SQLite file", "sqlite"], ["Postgres", Harness.postgres]] as const)("fuzz on %s", (_label, dialect) => {
   const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-fuzz-"))
   afterAll(() => Fs.rmSync(dir, { recursive: true, force: true }))
@@ -623,7 +615,7 @@ describe.each([["SQLite file", "sqlite"], ["Postgres", Harness.postgres]] as con
       const seed = Number(process.env.BATON_FUZZ_SEED ?? Date.now() % 2_147_483_647)
       const send = async (r: Request) => {
         const marker = `zq${markerCount++}qz`
-        const o = isRaw(r) ? await sendRaw(port, r, marker) : await sendHttp(port, agent, pool, dialect === Harness.postgres ? replayOnly(r) : r, marker)
+        const o = isRaw(r) ? await sendRaw(port, r, marker) : await sendHttp(port, agent, pool, r, marker)
         outcomes.push(o)
         if (!isRaw(r)) learn(pool, o, r, marker)
         return o

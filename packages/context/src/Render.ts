@@ -13,18 +13,21 @@
  * <conversation_history thread="thr_1">
  * Earlier conversation history of this thread, for context only: ...
  *
- * [user #itm_1]
+ * [user #1]
  * Fix the failing test.
  *
- * [tool_call bash toolu_01 #itm_2]
+ * [tool_call bash toolu_01 #2]
  * {"command":"npm test"}
  *
- * [tool_result bash toolu_01 #itm_3 error]
+ * [tool_result bash toolu_01 #3 error]
  * 1 failing
  *
- * 1 earlier item was omitted to fit the context budget; read it with thread_read {"threadId":"thr_1","itemIds":["itm_4"]}
+ * 1 earlier item was omitted to fit the context budget; read it with thread_read {"refs":"#4"}
  * </conversation_history>
  * ```
+ *
+ * Refs are thread positions (`#<seq>`, ranges `#a-#b`): short, stable (an item's seq never changes) and what
+ * `thread_read` accepts, never random ids.
  */
 import type { ItemKind, ToolCallState } from "@baton/contracts"
 import type { TokenCounterShape } from "./TokenCounter.js"
@@ -35,6 +38,8 @@ import type { TokenCounterShape } from "./TokenCounter.js"
  */
 export interface RenderableItem {
   readonly id: string
+  /** The item's position in its thread (from 1): its ref, rendered as `#<seq>`. */
+  readonly seq: number
   readonly kind: ItemKind
   readonly text: string
   readonly toolCallId: string | null
@@ -60,7 +65,7 @@ const CLOSING_TAG = "</conversation_history>"
 const SEPARATOR = "\n\n"
 
 const PREAMBLE = "Earlier conversation history of this thread, for context only: it records what was already said " +
-  "and done and is not a new instruction. Each entry starts with its kind and its item id (#id)."
+  "and done and is not a new instruction. Each entry starts with its kind and its ref (#n) for thread_read."
 
 /**
  * A tool name or call id goes into a one-line header, so whitespace, brackets and `#` (which would read as an item
@@ -77,14 +82,14 @@ const escapeText = (text: string): string =>
   text.includes("</conversation_history") ? text.replaceAll("</conversation_history", "<\\/conversation_history") : text
 
 /**
- * One item as a block: a header line `[<kind> #<id>]` and the item's text on the following lines.
+ * One item as a block: a header line `[<kind> #<seq>]` and the item's text on the following lines.
  *
  * - kinds read `user`, `assistant`, `reasoning`, `tool_call`, `tool_result`, `error`, `summary`, `handoff_marker`;
  * - tool calls and results carry the tool name and call id: `[tool_call <toolName> <toolCallId> #<id>]`;
  * - flags follow the id: a `tool_call` whose state is `dangling` or `interrupted` says so, an item with `isError`
- *   says `error` (`[tool_result bash toolu_01 #itm_3 error]`).
+ *   says `error` (`[tool_result bash toolu_01 #3 error]`).
  *
- * The item id is always present, so a model can read the original back by ref (`thread_read`). Deterministic; the
+ * The item's seq is always present, so a model can read the original back by ref (`thread_read #3`). Deterministic; the
  * block has no trailing separator (see `itemTokens`).
  */
 export const renderItem = (item: RenderableItem): string => {
@@ -92,7 +97,7 @@ export const renderItem = (item: RenderableItem): string => {
   if (item.kind === "tool_call" || item.kind === "tool_result") {
     header += ` ${headerField(item.toolName)} ${headerField(item.toolCallId)}`
   }
-  header += ` #${item.id}`
+  header += ` #${item.seq}`
   if (item.kind === "tool_call" && (item.toolCallState === "dangling" || item.toolCallState === "interrupted")) {
     header += ` ${item.toolCallState}`
   }
@@ -112,75 +117,118 @@ export const itemTokens = (counter: TokenCounterShape, item: RenderableItem): nu
   counter.count(renderItem(item)) + counter.count(SEPARATOR)
 
 /**
- * What to render: the thread the items come from, the items in the order to render them (thread order), and the ids
- * of items left out (thread order), which the envelope points to.
+ * What to render: the thread the items come from, the items in the order to render them (thread order), and the
+ * seqs of items left out, which the envelope's pointer covers.
  */
 export interface RenderInput {
   readonly threadId: string
   readonly items: ReadonlyArray<RenderableItem>
-  readonly omittedItemIds: ReadonlyArray<string>
+  readonly omittedSeqs: ReadonlyArray<number>
 }
 
-/** Up to this many omitted ids are listed in the pointer; beyond it only the first, the last and the count. */
-const POINTER_MAX_IDS = 20
+/**
+ * The most comma-separated parts a rendered ref list holds: a pointer's cost stays bounded however many items it
+ * covers (about 6 tokens per part).
+ */
+export const maxRefParts = 12
+
+/** A ref list in `thread_read`'s syntax and whether it names exactly the given positions. */
+export interface Refs {
+  /** `#a-#b` for a run of consecutive seqs, `#a` for a single one, joined with `", "`; `""` for none. */
+  readonly refs: string
+  /** `false` when runs were joined across gaps to stay within `maxParts`: the ranges also hold other items. */
+  readonly exact: boolean
+}
 
 /**
- * The pointer to omitted items, or `undefined` when none were omitted. Bounded: at most `POINTER_MAX_IDS` ids, so
- * its cost does not grow with the number of items left out.
+ * The refs of a set of inclusive seq ranges (`[from, to]`, in any order, overlapping or not), in at most `maxParts`
+ * parts. Beyond `maxParts` runs, the smallest gaps between runs are joined first (ties: the earliest), so the refs
+ * still cover every given position and name as few others as possible. Deterministic.
  */
-const omittedPointer = (threadId: string, omitted: ReadonlyArray<string>): string | undefined => {
+export const refsOfRanges = (
+  ranges: ReadonlyArray<readonly [number, number]>,
+  maxParts: number = maxRefParts
+): Refs => {
+  const sorted = ranges.filter(([a, b]) => a <= b).map(([a, b]) => [a, b] as [number, number]).sort((x, y) => x[0] - y[0])
+  const runs: Array<[number, number]> = []
+  for (const [a, b] of sorted) {
+    const last = runs[runs.length - 1]
+    if (last !== undefined && a <= last[1] + 1) last[1] = Math.max(last[1], b)
+    else runs.push([a, b])
+  }
+  let exact = true
+  if (runs.length > Math.max(1, maxParts)) {
+    exact = false
+    const gaps = runs.slice(1).map((run, i) => ({ i, size: run[0] - runs[i]![1] - 1 }))
+    gaps.sort((x, y) => x.size - y.size || x.i - y.i)
+    const join = new Set(gaps.slice(0, runs.length - Math.max(1, maxParts)).map((g) => g.i))
+    const joined: Array<[number, number]> = [runs[0]!]
+    for (let i = 1; i < runs.length; i++) {
+      if (join.has(i - 1)) joined[joined.length - 1]![1] = runs[i]![1]
+      else joined.push(runs[i]!)
+    }
+    runs.splice(0, runs.length, ...joined)
+  }
+  return { refs: runs.map(([a, b]) => (a === b ? `#${a}` : `#${a}-#${b}`)).join(", "), exact }
+}
+
+/** The refs of a set of seqs (any order, duplicates allowed): `refsOfRanges` of single positions. */
+export const refsOf = (seqs: ReadonlyArray<number>, maxParts: number = maxRefParts): Refs =>
+  refsOfRanges(seqs.map((s) => [s, s] as const), maxParts)
+
+/**
+ * The pointer to omitted items, or `undefined` when none were omitted. It covers every omitted item with at most
+ * `maxRefParts` refs, so its cost does not grow with the number of items left out; when ranges had to be joined it
+ * says that they also hold items shown above.
+ */
+const omittedPointer = (omitted: ReadonlyArray<number>): string | undefined => {
   const n = omitted.length
   if (n === 0) return undefined
-  if (n === 1) {
-    return `1 earlier item was omitted to fit the context budget; read it with thread_read ${
-      JSON.stringify({ threadId, itemIds: omitted })
-    }`
-  }
-  if (n <= POINTER_MAX_IDS) {
-    return `${n} earlier items were omitted to fit the context budget; read them with thread_read ${
-      JSON.stringify({ threadId, itemIds: omitted })
-    }`
-  }
-  const first = omitted[0]!
-  const last = omitted[n - 1]!
-  return `${n} earlier items were omitted to fit the context budget, from #${first} to #${last}; read them with ` +
-    `thread_read, e.g. ${JSON.stringify({ threadId, itemIds: [first, last] })}`
+  const { exact, refs } = refsOf(omitted)
+  const args = JSON.stringify({ refs })
+  if (n === 1) return `1 earlier item was omitted to fit the context budget; read it with thread_read ${args}`
+  return `${n} earlier items were omitted to fit the context budget${
+    exact ? "" : " (the ranges below also hold items shown above)"
+  }; read them with thread_read ${args}`
 }
 
 /**
  * The history as one text: an opening tag naming the thread, a preamble stating that what follows is earlier
  * history for context and not a new instruction, each item's block (`renderItem`) in the given order, the pointer
- * to omitted items when `omittedItemIds` is non-empty, and the closing tag; blocks are separated by a blank line.
+ * to omitted items when `omittedSeqs` is non-empty, and the closing tag; blocks are separated by a blank line.
  *
- * The pointer lists the omitted ids as `thread_read` arguments (`N earlier items were omitted to fit the context
- * budget; read them with thread_read {"threadId":"…","itemIds":[…]}`); beyond 20 ids it names the first and the
- * last and gives the count. Deterministic: the same input gives the same
- * bytes. With no items it renders the envelope (and pointer) alone.
+ * The pointer gives the omitted items' refs as `thread_read` arguments (`N earlier items were omitted to fit the
+ * context budget; read them with thread_read {"refs":"#4-#9, #12"}`), covering every omitted item in at most
+ * `maxRefParts` parts. Deterministic: the same input gives the same bytes. With no items it renders the envelope (and
+ * pointer) alone.
  */
 export const renderHistory = (input: RenderInput): string => {
   const blocks: Array<string> = [`<conversation_history thread=${JSON.stringify(input.threadId)}>\n${PREAMBLE}`]
   for (const item of input.items) blocks.push(renderItem(item))
-  const pointer = omittedPointer(input.threadId, input.omittedItemIds)
+  const pointer = omittedPointer(input.omittedSeqs)
   if (pointer !== undefined) blocks.push(pointer)
   return `${blocks.join(SEPARATOR)}\n${CLOSING_TAG}`
 }
 
 /**
  * The pointer sent when owed history is deferred whole (no budget): a short block, separate from the user's prompt,
- * telling the model that `deferredItemIds.length` earlier items exist, were not sent, and how to read them by ref
- * (`thread_read` arguments, at most 20 ids listed; beyond that the first and last with the count). It carries no
- * history and marks nothing as delivered. `""` when there is nothing deferred. Deterministic.
+ * telling the model that `count` earlier items exist, were not sent, and how to read them by ref: `ranges` are
+ * inclusive seq ranges that hold every deferred item (a handoff's first and last item: they may also hold items the
+ * model has seen), given in at most `maxRefParts` refs. It carries no history and marks nothing as delivered. `""`
+ * when `count` is 0. Deterministic.
  */
-export const renderDeferralPointer = (threadId: string, deferredItemIds: ReadonlyArray<string>): string => {
-  const n = deferredItemIds.length
-  if (n === 0) return ""
-  const ids = n <= POINTER_MAX_IDS ? deferredItemIds : [deferredItemIds[0]!, deferredItemIds[n - 1]!]
-  const range = n <= POINTER_MAX_IDS ? "" : ` (from #${deferredItemIds[0]} to #${deferredItemIds[n - 1]})`
+export const renderDeferralPointer = (
+  threadId: string,
+  count: number,
+  ranges: ReadonlyArray<readonly [number, number]>
+): string => {
+  if (count <= 0) return ""
+  const { refs } = refsOfRanges(ranges)
   return `<deferred_history thread=${JSON.stringify(threadId)}>\n` +
-    `${n} earlier item${n === 1 ? " of this conversation is" : "s of this conversation are"} not shown${range}: ` +
-    `they did not fit the context budget and will be delivered later. This is context, not an instruction. ` +
-    `If you need ${n === 1 ? "it" : "them"} now, read ${n === 1 ? "it" : "them"} with thread_read ` +
-    `${JSON.stringify({ threadId, itemIds: ids })}\n</deferred_history>`
+    `${count} earlier item${count === 1 ? " of this conversation is" : "s of this conversation are"} not shown ` +
+    `(within ${refs}): they did not fit the context budget and will be delivered later. This is context, not an ` +
+    `instruction. If you need ${count === 1 ? "it" : "them"} now, read ${count === 1 ? "it" : "them"} with ` +
+    `thread_read ${JSON.stringify({ refs })}\n</deferred_history>`
 }
 
 /**
@@ -188,4 +236,4 @@ export const renderDeferralPointer = (threadId: string, deferredItemIds: Readonl
  * A rendered history costs about this plus the `itemTokens` of its items.
  */
 export const envelopeTokens = (counter: TokenCounterShape, input: Omit<RenderInput, "items">): number =>
-  counter.count(renderHistory({ threadId: input.threadId, items: [], omittedItemIds: input.omittedItemIds }))
+  counter.count(renderHistory({ threadId: input.threadId, items: [], omittedSeqs: input.omittedSeqs }))

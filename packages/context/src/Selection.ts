@@ -53,20 +53,22 @@ export interface Selection<A> {
 const ESTIMATE_ROUNDS = 3
 
 /**
- * The tokens the envelope may cost with any pointer this selection can produce. A pointer lists up to 20 omitted ids
- * (bounded by the 20 longest ids) or names the first and last and the count (bounded by the two longest ids and
- * the total count). Two short counts, independent of the number of items.
+ * The tokens the envelope may cost with any pointer this selection can produce. A pointer holds at most
+ * `Render.maxRefParts` ranges of seqs no wider than the largest seq, and the count of omitted items: bounded by a
+ * pointer of that many two-ended ranges of the largest seq, independent of the number of items. Tokens, counted with
+ * `counter`; `items` the owed history (`select`'s input).
  */
-const envelopeAllowance = (
+export const envelopeAllowance = (
   counter: TokenCounterShape,
   threadId: string,
   items: ReadonlyArray<SelectableItem>
 ): number => {
-  const longest = items.map((item) => item.id).sort((a, b) => b.length - a.length)
-  const listed = Render.envelopeTokens(counter, { threadId, omittedItemIds: longest.slice(0, 20) })
-  if (items.length <= 20) return listed
-  const firstAndLast = Array.from({ length: items.length }, (_, i) => (i === 0 ? longest[0]! : longest[1]!))
-  return Math.max(listed, Render.envelopeTokens(counter, { threadId, omittedItemIds: firstAndLast }))
+  const widest = items.reduce((m, item) => Math.max(m, item.seq), 1)
+  const ranges = Array.from({ length: Math.min(items.length, Render.maxRefParts) }, (_, i) => [widest + 3 * i, widest + 3 * i + 1] as const)
+  const parts = Render.refsOfRanges(ranges).refs
+  return Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) +
+    counter.count(`${items.length} earlier items were omitted to fit the context budget (the ranges below also hold ` +
+      `items shown above); read them with thread_read ${JSON.stringify({ refs: parts })}\n\n`)
 }
 
 /**
@@ -136,18 +138,22 @@ export const select = <A extends SelectableItem>(input: SelectionInput<A>): Sele
     for (let k = 0; k < count; k++) keep[chosen[k]!] = 1
     const selected: Array<A> = []
     const omittedItemIds: Array<string> = []
+    const omittedSeqs: Array<number> = []
     for (let i = 0; i < n; i++) {
       if (keep[unitOf[i]!] === 1) selected.push(items[i]!)
-      else omittedItemIds.push(items[i]!.id)
+      else {
+        omittedItemIds.push(items[i]!.id)
+        omittedSeqs.push(items[i]!.seq)
+      }
     }
-    const rendered = Render.renderHistory({ threadId, items: selected, omittedItemIds })
+    const rendered = Render.renderHistory({ threadId, items: selected, omittedSeqs })
     return { selected, omittedItemIds, tokens: counter.count(rendered), rendered }
   }
 
   // Everything fits by estimate: no pointer, so no room for one is needed.
   let total = 0
   for (let u = 0; u < units.length; u++) total += cost[u]!
-  if (Render.envelopeTokens(counter, { threadId, omittedItemIds: [] }) + total <= budget) {
+  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) + total <= budget) {
     const all = render(priority, priority.length)
     if (all.tokens <= budget) return all
   }

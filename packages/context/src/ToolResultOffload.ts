@@ -23,6 +23,7 @@
  * stubs cannot bring the request under the window's emergency line and leaves the choice (`/offload`, deferral) to
  * the caller.
  */
+import * as Render from "./Render.js"
 
 /** One entry of the model-visible history, in request order. `tokens` as the request carries it now. */
 export interface HistoryItem {
@@ -347,19 +348,10 @@ export const shortArguments = (text: string): string => {
 
 /**
  * The ref of a set of thread positions in `thread_read`'s syntax (`ThreadRead.parseRefs`): runs of consecutive seqs
- * as `#a-#b`, single ones as `#a`, joined with `", "`. `seqs` need not be sorted.
+ * as `#a-#b`, single ones as `#a`, joined with `", "` (`Render.refsOf`, never joined across a gap: a stub names
+ * exactly its unit). `seqs` need not be sorted.
  */
-export const refOf = (seqs: ReadonlyArray<number>): string => {
-  const sorted = [...new Set(seqs)].sort((a, b) => a - b)
-  const parts: Array<string> = []
-  for (let i = 0; i < sorted.length;) {
-    let j = i
-    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j]! + 1) j++
-    parts.push(i === j ? `#${sorted[i]}` : `#${sorted[i]}-#${sorted[j]}`)
-    i = j + 1
-  }
-  return parts.join(", ")
-}
+export const refOf = (seqs: ReadonlyArray<number>): string => Render.refsOf(seqs, Number.POSITIVE_INFINITY).refs
 
 /**
  * The stub of a unit: a header with its ref (readable in full by `thread_read`), then one line per call: tool name,

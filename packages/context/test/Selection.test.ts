@@ -25,9 +25,8 @@ const selectedIds = (selection: Selection.Selection<TestItem>) => selection.sele
 
 const words = (n: number, word: string) => Array.from({ length: n }, (_, i) => `${word}${i}`).join(" ")
 
-/** Room `Selection` keeps for the envelope and a pointer listing every id (at most 20 items here). */
-const envelopeRoom = (history: ReadonlyArray<TestItem>) =>
-  Render.envelopeTokens(counter, { threadId, omittedItemIds: history.map((item) => item.id) })
+/** Room `Selection` keeps for the envelope and the largest pointer it can carry. */
+const envelopeRoom = (history: ReadonlyArray<TestItem>) => Selection.envelopeAllowance(counter, threadId, history)
 
 const cost = (history: ReadonlyArray<TestItem>, ...ids: Array<string>) =>
   history.filter((item) => ids.includes(item.id)).reduce((sum, item) => sum + item.tokens, 0)
@@ -68,8 +67,7 @@ describe("Selection.select priority", () => {
     expect(selectedIds(selection)).toEqual(["itm_1", "itm_2", "itm_3", "itm_7", "itm_8"])
     expect(selection.omittedItemIds).toEqual(["itm_4", "itm_5", "itm_6"])
     expect(selection.rendered).toContain(
-      "3 earlier items were omitted to fit the context budget; read them with thread_read " +
-        "{\"threadId\":\"thr_1\",\"itemIds\":[\"itm_4\",\"itm_5\",\"itm_6\"]}"
+      "3 earlier items were omitted to fit the context budget; read them with thread_read {\"refs\":\"#4-#6\"}"
     )
   })
 
@@ -81,12 +79,12 @@ describe("Selection.select priority", () => {
   })
 
   it("delivers everything without a pointer when everything fits", () => {
-    const total = Render.envelopeTokens(counter, { threadId, omittedItemIds: [] }) +
+    const total = Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) +
       cost(history, ...history.map((item) => item.id))
     const selection = select(history, total)
     expect(selection.selected).toEqual(history)
     expect(selection.omittedItemIds).toEqual([])
-    expect(selection.rendered).toBe(Render.renderHistory({ threadId, items: history, omittedItemIds: [] }))
+    expect(selection.rendered).toBe(Render.renderHistory({ threadId, items: history, omittedSeqs: [] }))
     expect(selection.tokens).toBe(counter.count(selection.rendered))
     expect(selection.tokens).toBeLessThanOrEqual(total)
   })
@@ -197,7 +195,11 @@ describe("Selection.select properties", () => {
       expect(selection).toMatchObject({ tokens: 0, rendered: "" })
     } else {
       expect(selection.rendered).toBe(
-        Render.renderHistory({ threadId, items: selection.selected, omittedItemIds: selection.omittedItemIds })
+        Render.renderHistory({
+          threadId,
+          items: selection.selected,
+          omittedSeqs: history.filter((item) => selection.omittedItemIds.includes(item.id)).map((item) => item.seq)
+        })
       )
       expect(selection.tokens).toBe(counter.count(selection.rendered))
     }
@@ -229,12 +231,7 @@ describe("Selection.select properties", () => {
     const lastUser = [...history].reverse().find((item) => item.kind === "user_message")
     if (lastUser === undefined) return
     const unit = ToolUnits.toolUnits(history).find((u) => u.includes(lastUser))!
-    const ids = history.map((item) => item.id)
-    const longest = [...ids].sort((a, b) => b.length - a.length).slice(0, 20)
-    const room = Math.max(
-      Render.envelopeTokens(counter, { threadId, omittedItemIds: longest }),
-      Render.envelopeTokens(counter, { threadId, omittedItemIds: ids })
-    )
+    const room = Selection.envelopeAllowance(counter, threadId, history)
     const unitCost = unit.reduce((sum, item) => sum + item.tokens, 0)
     // A few tokens of margin for the pointer's id lengths and merges across block boundaries.
     if (unitCost + room + 10 <= budget) {

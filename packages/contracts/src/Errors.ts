@@ -61,7 +61,9 @@ export class RunInProgress extends Schema.TaggedError<RunInProgress>()(
 /**
  * Another writer changed the same record first: a unique constraint fired (Postgres `23505`, SQLite
  * `SQLITE_CONSTRAINT_UNIQUE`/`_PRIMARYKEY`), or the database reported write contention it would not wait out
- * (Postgres `40001`/`40P01`, SQLite `SQLITE_BUSY` after the busy timeout). Nothing of the command was written; retry it.
+ * (Postgres `40001`/`40P01`, SQLite `SQLITE_BUSY` after the busy timeout), or the server cancelled the statement
+ * (Postgres `57014`: another session's `pg_cancel_backend`, a server-side `statement_timeout`; Baton never cancels
+ * one itself). Nothing of the command was written; retry it.
  * `threadId` is set when the unit of work knew its thread; `operation` names the statement that lost.
  */
 export class ConcurrentModification extends Schema.TaggedError<ConcurrentModification>()(

@@ -3,13 +3,16 @@
  * turn start and `/compact` to put Baton's estimates in the provider's units, and taught by every completed turn
  * that lies between two trusted usage reports (`Calibration` in `@baton/context` holds the policy).
  *
+ * A new instance whose adapter can count tokens (Anthropic's `count_tokens`) is calibrated before its first turn
+ * from a count of the thread's recent history (`seedFromCount`), so its first handoff is budgeted in its units.
+ *
  * It owns the sample's bookkeeping (which turns make a sample, the `calibration.updated` event). It does not own
  * the learning arithmetic (`Calibration.learn`), the storage (`ThreadStore`, table `provider_calibrations`) nor the
  * transaction: `learn` joins the caller's, so a calibration moves only with the turn that taught it.
  */
-import type { ProviderInstance, ThreadId } from "@baton/contracts"
-import { Calibration } from "@baton/context"
-import { ThreadStore } from "@baton/persistence"
+import type { ProviderError, ProviderInstance, ThreadId } from "@baton/contracts"
+import { Calibration, Render, TokenCounter } from "@baton/context"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { DateTime, Effect } from "effect"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 
@@ -32,12 +35,19 @@ export interface TurnSample {
   readonly estimatedTokens: number
 }
 
+/** How much recent history `seedFromCount` measures: at most this many items ... */
+const seedItems = 60
+/** ... and this many characters (about 6,000 tokens: a sample far above the noise, one cheap count request). */
+const seedChars = 24_000
+
 export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
   "@baton/orchestration/ProviderCalibration",
   {
     effect: Effect.gen(function*() {
       const store = yield* ThreadStore
       const config = yield* OrchestratorConfig
+      const uow = yield* UnitOfWork
+      const counter = yield* TokenCounter.TokenCounter
 
       /** The calibration in force for `instance`: the stored one, `Calibration.identity` if none or turned off. */
       const current = Effect.fn("ProviderCalibration.current")(function*(instance: ProviderInstance) {
@@ -49,12 +59,44 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
       })
 
       /**
+       * Applies one sample (`estimatedTokens` Baton tokens measured as `reportedTokens` provider tokens) to
+       * `instance`'s calibration, in the caller's transaction: read under a lock (another thread's turn on the same
+       * provider may be learning right now), `Calibration.learn`, stored with a `calibration.updated` event
+       * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}` on `threadId` when it
+       * moved. Returns the calibration in force afterwards.
+       */
+      const learnSample = (threadId: ThreadId, instance: ProviderInstance, sample: Calibration.Sample) =>
+        Effect.gen(function*() {
+          const found = yield* store.getCalibrationForUpdate(instance)
+          const before = found._tag === "Some"
+            ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
+            : Calibration.identity
+          const after = Calibration.learn(before, sample, config.calibrationPolicy)
+          if (after === before) return before
+          yield* store.upsertCalibration({
+            providerInstance: instance,
+            ratio: after.ratio,
+            samples: after.samples,
+            weight: after.weight,
+            recent: after.recent ?? [],
+            updatedAt: yield* DateTime.now
+          })
+          yield* store.appendEvent({ threadId, type: "calibration.updated", payload: {
+            providerInstance: instance,
+            oldRatio: before.ratio,
+            newRatio: after.ratio,
+            samples: after.samples,
+            ...sample
+          } })
+          return after
+        })
+
+      /**
        * Teaches `instance`'s calibration with one completed turn, in the caller's transaction. No sample is taken
        * when calibration is off, when the turn's report or the previous one was not trusted (`UsageSanity`), or
        * when usage went down (a compaction happened inside the span: the growth no longer measures what was sent).
-       * A sample `Calibration.learn` rejects (too small, implausible) changes nothing. When the calibration moves,
-       * it is stored and `calibration.updated` `{providerInstance, oldRatio, newRatio, samples, estimatedTokens,
-       * reportedTokens}` is appended to `threadId`'s log. Returns the calibration in force afterwards.
+       * A sample `Calibration.learn` rejects (too small, implausible) changes nothing (`learnSample`). Returns the
+       * calibration in force afterwards.
        */
       const learn = Effect.fn("ProviderCalibration.learn")(function*(
         threadId: ThreadId,
@@ -62,35 +104,45 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         turn: TurnSample
       ) {
         if (!config.calibration || turn.base === null || turn.reportedUsedTokens === null) return yield* current(instance)
-        // Read under a lock: another thread's turn on the same provider may be learning right now.
-        const found = yield* store.getCalibrationForUpdate(instance)
-        const before = found._tag === "Some"
-          ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
-          : Calibration.identity
         const reportedTokens = turn.reportedUsedTokens - turn.base.usedTokens
-        if (reportedTokens < 0) return before
-        const sample = { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens }
-        const after = Calibration.learn(before, sample, config.calibrationPolicy)
-        if (after === before) return before
-        yield* store.upsertCalibration({
-          providerInstance: instance,
-          ratio: after.ratio,
-          samples: after.samples,
-          weight: after.weight,
-          recent: after.recent ?? [],
-          updatedAt: yield* DateTime.now
-        })
-        yield* store.appendEvent({ threadId, type: "calibration.updated", payload: {
-          providerInstance: instance,
-          oldRatio: before.ratio,
-          newRatio: after.ratio,
-          samples: after.samples,
-          ...sample
-        } })
-        return after
+        if (reportedTokens < 0) return yield* current(instance)
+        return yield* learnSample(threadId, instance, { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens })
       })
 
-      return { current, learn }
+      /**
+       * Calibrates `instance` from the provider's own count before its first turn (issue "Real model providers":
+       * `count_tokens` calibrates a new instance). Only while the instance has no sample and calibration is on.
+       * The sample is the thread's recent history as Baton renders it (`seedItems` most recent items, at most
+       * `seedChars` characters, with `prompt`): the provider counts it and a one-character request, and the
+       * difference (its framing, system prompt and tools cancel out) against Baton's count of the same text is one
+       * sample, applied under the thread's lock (`learnSample`). A text under the policy's minimum sample, or a count
+       * that fails, teaches nothing and is logged: the turn never waits on it beyond the two count requests.
+       */
+      const seedFromCount = Effect.fn("ProviderCalibration.seedFromCount")(function*(
+        threadId: ThreadId,
+        instance: ProviderInstance,
+        count: (text: string) => Effect.Effect<number, ProviderError>,
+        prompt: string
+      ) {
+        if (!config.calibration || (yield* current(instance)).samples > 0) return
+        const next = yield* store.nextItemSeq(threadId)
+        const recent = next <= 1 ? [] : yield* store.listItemsInRange(threadId, Math.max(1, next - seedItems), next - 1)
+        const text = [...recent.map((i) => Render.renderItem(i)), prompt].join("\n\n").slice(-seedChars)
+        const empty = "."
+        const estimatedTokens = counter.count(text) - counter.count(empty)
+        if (estimatedTokens < config.calibrationPolicy.minSampleTokens) return
+        const counted = yield* Effect.either(Effect.all([count(text), count(empty)], { concurrency: 2 }))
+        if (counted._tag === "Left") {
+          yield* Effect.logWarning(`count_tokens on ${instance} failed; its calibration waits for usage reports`, counted.left)
+          return
+        }
+        const [whole, framing] = counted.right
+        yield* uow.thread(threadId, "ProviderCalibration.seedFromCount")(
+          learnSample(threadId, instance, { estimatedTokens, reportedTokens: whole - framing })
+        )
+      })
+
+      return { current, learn, seedFromCount }
     })
   }
 ) {}

@@ -216,6 +216,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
            * "full" marker (to defer everything), not a report, and the prompt goes alone to the same native thread.
            */
           readonly retryWithoutHistory?: boolean
+          /**
+           * The retry after an overflow of a request whose history was injected: the replacement native thread is
+           * owed the history, which is deferred for this turn (the prompt goes alone, with a pointer), so the retry
+           * cannot overflow the same way. Later turns deliver it under their budgets.
+           */
+          readonly deferHistory?: boolean
           /** Baton's count of the run's prompt, when the caller has it (the prompt is counted once per run). */
           readonly promptTokens?: number
         } = {}
@@ -261,6 +267,11 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             if (back._tag === "Some") readByProvider = new Set(back.value.runIds)
           }
         }
+        // A new instance that can count tokens is calibrated before its first turn, outside any transaction (two
+        // count requests; a failure only leaves the calibration to the usage reports).
+        if (adapter.countTokens !== undefined) {
+          yield* calibration.seedFromCount(run.threadId, providerThreadIn.providerInstance, adapter.countTokens, run.prompt)
+        }
         // Nothing to write (a trusted native thread, no missed run, no open handoff toward P): the plan is decided
         // without a transaction, so the common turn takes no lock here. Anything owed is decided under the lock,
         // re-read there. A handoff committed just after this read is owed from the next turn on, as it would be
@@ -270,7 +281,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         const decided = quiet
           ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, requestTokens, true)
           : yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
-            decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider, requestTokens)
+            decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider, requestTokens, false, options.deferHistory === true)
           )
         if (decided.injection === null) return decided.plan
         const { plan, injection } = decided
@@ -327,7 +338,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         freshRef: string | null,
         readByProvider: ReadonlySet<string>,
         requestTokens: number,
-        nothingOpen = false
+        nothingOpen = false,
+        deferHistory = false
       ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
         let native: NativeThread
@@ -423,7 +435,20 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             }
             let pointer: { readonly text: string; readonly tokens: number } | null = null
             if (config.deferralPointer) {
-              const text = Render.renderDeferralPointer(run.threadId, deferredIds)
+              // The refs: each handoff's first to last item (its items are in thread order), two point reads per
+              // handoff, however much is owed; the ranges may also hold items the model has seen.
+              const ends = yield* store.getItems([...new Set(owed.flatMap((o) => {
+                const ids = o.handoff.itemIds
+                return ids.length === 0 ? [] : [ids[0]!, ids[ids.length - 1]!]
+              }))])
+              const seqOf = new Map(ends.map((i) => [i.id as string, i.seq]))
+              const ranges = owed.flatMap((o) => {
+                const ids = o.handoff.itemIds
+                const from = ids.length === 0 ? undefined : seqOf.get(ids[0]!)
+                const to = ids.length === 0 ? undefined : seqOf.get(ids[ids.length - 1]!)
+                return from === undefined || to === undefined ? [] : [[from, to] as const]
+              })
+              const text = Render.renderDeferralPointer(run.threadId, deferredIds.length, ranges)
               const tokens = text.length > 0 ? counter.count(text) : 0
               if (text.length > 0 && Calibration.apply(ratio, tokens) <= budget.physicalHeadroom) pointer = { text, tokens }
             }
@@ -436,6 +461,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               injection: null
             }
           })
+        if (deferHistory) return yield* deferAll("retry after a context overflow of a request with injected history")
         // Below the useful minimum nothing is read or selected: a deferral costs the same however much is owed.
         if (budget.budget < config.budget.minUsefulBudget) {
           return yield* deferAll(

@@ -93,7 +93,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       let chars = Math.floor((item.text.length * room) / item.tokens)
       for (;;) {
         const left = item.text.length - chars
-        const text = `${item.text.slice(0, Math.max(0, chars))}\n[… ${left} characters left out for the summary; the original is readable by id ${item.id}]`
+        const text = `${item.text.slice(0, Math.max(0, chars))}\n[… ${left} characters left out for the summary; the original is readable with thread_read #${item.seq}]`
         const candidate = { ...item, text, tokens: Render.itemTokens(counter, { ...item, text }) }
         if (candidate.tokens <= room || chars === 0) return candidate
         chars = Math.floor(chars * 0.8)
@@ -232,6 +232,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       if (text.trim().length === 0) return yield* failed(threadId, keepTokens, cutSeq, "the summariser returned an empty summary", true)
       const summaryTokens = Render.itemTokens(counter, {
         id: "",
+        seq: cutSeq + 1,
         kind: "summary",
         text,
         toolCallId: null,

@@ -4,8 +4,8 @@
  * how the model reads the original back. It is executed by Baton inside the turn (a `LocalTool` of the adapter) and
  * never shown to the client as a tool call.
  *
- * Refs: `#<seq>` (an item's position in the thread, as rendered), `#<from>-#<to>` (a range, inclusive), an item
- * id (`itm_…`), or `tool:<call id>` (a tool call and its results: the ref of a tool-result offload stub in a stateless
+ * Refs: `#<seq>` (an item's position in the thread, as rendered), `#<from>-#<to>` (a range, inclusive), `run:<n>`
+ * (the items of the thread's run n: its prompt, answers and tool units), an item id (`itm_…`), or `tool:<call id>` (a tool call and its results: the ref of a tool-result offload stub in a stateless
  * provider's message list); several separated by commas or spaces. What it returns is the items rendered as history blocks
  * (`Render.renderItem`), paged by characters (`offset`, `limit`; default 8,000, at most 32,000 characters per call)
  * so that a large original never overflows the window: the answer says which characters it holds and how to ask for
@@ -31,12 +31,13 @@ export const maxItemsPerCall = 200
 export const definition: ProviderAdapter.ToolDefinition = {
   name: "thread_read",
   description: "Read earlier items of this conversation that are not in your context (omitted, deferred or " +
-    "summarised) by their ref, as given in the history: \"#12\" for one item, \"#4-#9\" for a range, several " +
-    "separated by commas. Long results are paged by characters: pass offset (and limit) to read further.",
+    "summarised) by their ref, as given in the history: \"#12\" for one item, \"#4-#9\" for a range, \"run:3\" " +
+    "for a whole run, several separated by commas. Long results are paged by characters: pass offset (and limit) " +
+    "to read further.",
   inputSchema: {
     type: "object",
     properties: {
-      refs: { type: "string", description: "Item refs: \"#12\", \"#4-#9\", \"#4-#9, #12\", or item ids." },
+      refs: { type: "string", description: "Item refs: \"#12\", \"#4-#9\", \"#4-#9, #12\", \"run:3\", or item ids." },
       offset: { type: "integer", minimum: 0, description: "First character to return (default 0)." },
       limit: { type: "integer", minimum: 1, maximum: maxLimit, description: `Characters to return (default ${defaultLimit}).` }
     },
@@ -54,15 +55,16 @@ const Arguments = Schema.parseJson(Schema.Struct({
   limit: Schema.optional(Schema.Int.pipe(Schema.positive()))
 }))
 
-/** One parsed ref: a seq range (inclusive), an item id, or a tool call id. */
+/** One parsed ref: a seq range (inclusive), a run's number in its thread, an item id, or a tool call id. */
 export type Ref =
   | { readonly _tag: "range"; readonly from: number; readonly to: number }
+  | { readonly _tag: "run"; readonly seq: number }
   | { readonly _tag: "id"; readonly id: string }
   | { readonly _tag: "tool"; readonly toolCallId: string }
 
 /**
- * Parses `refs` ("#12", "#4-#9", "#4-9", "itm_x", "tool:toolu_x", separated by commas or spaces); `Left` names the
- * bad part.
+ * Parses `refs` ("#12", "#4-#9", "#4-9", "run:3", "itm_x", "tool:toolu_x", separated by commas or spaces); `Left`
+ * names the bad part.
  */
 export const parseRefs = (refs: string): Either.Either<ReadonlyArray<Ref>, string> => {
   const out: Array<Ref> = []
@@ -73,12 +75,16 @@ export const parseRefs = (refs: string): Either.Either<ReadonlyArray<Ref>, strin
       const to = range[2] === undefined ? from : Number(range[2])
       if (from < 1 || to < from) return Either.left(`"${part}" is not a range of item positions (#from-#to, from 1, from <= to)`)
       out.push({ _tag: "range", from, to })
+    } else if (/^run:\d+$/.test(part)) {
+      const seq = Number(part.slice("run:".length))
+      if (seq < 1) return Either.left(`"${part}" is not a run (runs are numbered from 1)`)
+      out.push({ _tag: "run", seq })
     } else if (/^tool:[A-Za-z0-9._-]+$/.test(part)) {
       out.push({ _tag: "tool", toolCallId: part.slice("tool:".length) })
     } else if (/^[A-Za-z]+_[A-Za-z0-9._-]+$/.test(part)) {
       out.push({ _tag: "id", id: part })
     } else {
-      return Either.left(`"${part}" is not a ref (use "#12", "#4-#9" or an item id)`)
+      return Either.left(`"${part}" is not a ref (use "#12", "#4-#9", "run:3" or an item id)`)
     }
   }
   return out.length === 0 ? Either.left("no ref given") : Either.right(out)
@@ -107,6 +113,11 @@ export class ThreadRead extends Effect.Service<ThreadRead>()("@baton/orchestrati
           if (found.size >= maxItemsPerCall) break
           const items = ref._tag === "range"
             ? yield* store.listItemsInRange(threadId, ref.from, Math.min(ref.to, ref.from + maxItemsPerCall - 1))
+            : ref._tag === "run"
+            ? yield* Effect.flatMap(
+              store.listRunsPage(threadId, ref.seq - 1, 1),
+              (runs) => runs[0]?.seq === ref.seq ? store.listItemsOfRuns([runs[0].id]) : Effect.succeed([])
+            )
             : ref._tag === "tool"
             ? yield* store.listItemsOfToolCalls(threadId, [ref.toolCallId])
             : (yield* store.getItems([ref.id as Item["id"]])).filter((i) => i.threadId === threadId)

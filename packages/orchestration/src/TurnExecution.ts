@@ -189,17 +189,21 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * because the provider lost its session. A context overflow is retried too (see `overflowRecovery`).
        */
       // `lastRecovery`: how the last overflow of this run was recovered (the next attempt's turn start follows it).
-      const retries = { lost: 0, overflow: 0, lastRecovery: null as "defer_history" | "replace_native_thread" | null }
+      // `deferNext`: the last overflow's request carried injected history; the retry defers it on the replacement.
+      const retries = { lost: 0, overflow: 0, lastRecovery: null as "defer_history" | "replace_native_thread" | null, deferNext: false }
 
       /**
        * Recovery from a context overflow (`ProviderError` code `overflow`: the provider rejected the request before
        * reading it). No run fails because history does not fit (invariant 1): the attempt's inline deliveries go
        * back to `deferred`, and the turn is attempted again with the prompt unchanged.
-       * - If the attempt carried history (inline, injected or a pointer), the native thread is recorded as full
+       * - If the attempt carried history inline (or a pointer), the native thread is recorded as full
        *   (`usedTokens` = the budget window): the next budget is 0, everything owed is deferred and the prompt goes
        *   alone. The next usage report (or `/compact`) corrects the figure.
-       * - If the prompt went alone, the native thread itself is full: it is no longer trusted and the retry starts
-       *   a replacement, owed the whole history under a fresh budget.
+       * - If the prompt went alone, the native thread itself is full; if history was injected into it, it holds that
+       *   history for good (a model API's message list keeps the block, so a retry there would repeat the rejected
+       *   request byte for byte). Either way it is no longer trusted and the retry starts a replacement, owed the
+       *   whole history, which the retry defers when it was injected (the prompt goes alone to the replacement)
+       *   and otherwise delivers under a fresh budget.
        * An overflow that names the request's size (`prompt is too long: N tokens > M maximum`) is a usage report
        * too: from the turn's sample base, it teaches the calibration what this request cost in the provider's units
        * (`ProviderCalibration.learn`, same policy as a completed turn), so the retry and later turns are budgeted
@@ -211,7 +215,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const current = yield* store.getRun(run.id)
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
-          const carriedHistory = plan.inlineHistory !== null || plan.report.mode === "injected"
+          // Inline history is part of the rejected request only: the retry can leave it out. Injected history is
+          // in the native thread for good (for a model API, the lane's message list): a retry there would repeat
+          // the rejected request, so the native thread is replaced instead.
+          const injected = plan.report.mode === "injected"
+          const carriedHistory = plan.inlineHistory !== null && !injected
           const requested = error.requestedTokens ?? ProviderFailure.overflowOf(error.reason)?.requestedTokens ?? null
           if (requested !== null) {
             yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
@@ -232,7 +240,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               updatedAt: now
             })
           } else if (!config.mutations.has("retry_overflow_on_same_native")) {
-            yield* distrustNative(run.threadId, plan.native, "context overflow with the prompt alone: the native thread is full")
+            yield* distrustNative(run.threadId, plan.native, injected
+              ? "context overflow after history was injected: the native thread holds more than the provider accepts"
+              : "context overflow with the prompt alone: the native thread is full")
           }
           yield* store.appendEvent({ threadId: run.threadId, type: "context.overflowed", payload: {
             runId: run.id,
@@ -246,6 +256,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           run = again
           retries.overflow++
           retries.lastRecovery = carriedHistory ? "defer_history" : "replace_native_thread"
+          retries.deferNext = injected
           return true
         }))
       /**
@@ -296,7 +307,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           run = yield* uow.thread(run.threadId, "TurnExecution.promptTooLarge")(finishRun(run, "failed", "before_provider", tooLarge, "overflow"))
           return result(null, null, providerThread.contextWindow ?? 0)
         }
-        const prepared = yield* turnStart.prepare(run, providerThread, adapter, { retryWithoutHistory: retries.lastRecovery === "defer_history", promptTokens }).pipe(
+        const prepared = yield* turnStart.prepare(run, providerThread, adapter, {
+          retryWithoutHistory: retries.lastRecovery === "defer_history",
+          deferHistory: retries.deferNext,
+          promptTokens
+        }).pipe(
           Effect.either
         )
         if (prepared._tag === "Left") {

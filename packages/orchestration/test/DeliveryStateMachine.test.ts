@@ -92,8 +92,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const { delivery, o, target, threadId } = yield* setup(h)
         const native = yield* insertNative(o.store, target, 1)
         const owed = yield* delivery.owedTo(threadId, target, native)
-        const plan = yield* delivery.plan(threadId, owed, 227)
-        const pending = yield* delivery.markPending(threadId, plan, "injected", null, 227)
+        const plan = yield* delivery.plan(threadId, owed, 170)
+        const pending = yield* delivery.markPending(threadId, plan, "injected", null, 170)
         expect(pending.length).toBeGreaterThan(0)
         expect(pending.length).toBeLessThan(5)
         yield* delivery.markSettled(threadId, pending, "injected")
@@ -102,7 +102,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(deferred.length).toBe(5 - pending.length)
         for (const d of deferred) {
           expect(d.deferCount).toBe(1)
-          expect(d.lastDeferReason).toBe("none of its items fit beside the other owed history (budget 227)")
+          expect(d.lastDeferReason).toBe("none of its items fit beside the other owed history (budget 170)")
           expect(Option.getOrThrow(yield* o.store.getHandoff(d.handoffId)).open).toBe(true)
         }
         expect(all.every((d) => d.status !== "injected" || d.deliveredItemIds.length > 0)).toBe(true)

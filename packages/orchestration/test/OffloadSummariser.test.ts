@@ -64,7 +64,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(report.offloaded).toBe(true)
         const big = (yield* o.store.listItems(t))[1]!
         const given = h.summariser.calls.flatMap((c) => c.items).find((i) => i.id === big.id)!
-        expect(given.text).toMatch(new RegExp(`\\[… \\d+ characters left out for the summary; the original is readable by id ${big.id}\\]$`))
+        expect(given.text).toMatch(new RegExp(`\\[… \\d+ characters left out for the summary; the original is readable with thread_read #${big.seq}\\]$`))
         expect(given.tokens).toBeLessThanOrEqual(1_000)
         expect(big.text).toBe(Harness.words(3_000))
       }).pipe(Effect.provide(h.layer))

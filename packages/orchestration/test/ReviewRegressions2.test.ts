@@ -25,19 +25,19 @@ describe("A: usage reports from a provider with an unknown window", () => {
       const t = yield* o.create("claude")
       h.script.enqueue(Harness.reply(300, { usedTokens: 1e20 }))
       const a = yield* o.send(t, "one")
-      expect([a.status, a.failureReason, a.usedTokens, a.window]).toEqual(["completed", null, 310, 128_000])
-      expect((yield* o.store.listItems(t)).map((i) => [i.kind, i.tokens])).toEqual([["user_message", 9], ["assistant_message", 309]])
+      expect([a.status, a.failureReason, a.usedTokens, a.window]).toEqual(["completed", null, 307, 128_000])
+      expect((yield* o.store.listItems(t)).map((i) => [i.kind, i.tokens])).toEqual([["user_message", 6], ["assistant_message", 306]])
       const [first] = yield* usageEvents(o, t)
       expect(first).toEqual({
         nativeThreadId: "nat_000001",
         usage: { usedTokens: 1e20 },
         trusted: false,
         anomaly: "usedTokens 100000000000000000000 is not a token count",
-        estimateUsed: 310
+        estimateUsed: 307
       })
       // The scripted provider keeps counting from 1e20: every later report is refused the same way, never stored.
       const b = yield* o.send(t, "two")
-      expect([b.status, b.turnStart?.budget.used, b.turnStart?.budget.usedSource, b.turnStart?.budget.budget]).toEqual(["completed", 310, "estimate", 16_000])
+      expect([b.status, b.turnStart?.budget.used, b.turnStart?.budget.usedSource, b.turnStart?.budget.budget]).toEqual(["completed", 307, "estimate", 16_000])
       expect((yield* usageEvents(o, t)).map((p) => p.trusted)).toEqual([false, false])
       expect(yield* o.check(t, h)).toEqual([])
     }).pipe(Effect.provide(h.layer))
@@ -54,7 +54,7 @@ describe("A: usage reports from a provider with an unknown window", () => {
       expect([event?.trusted, event?.anomaly]).toEqual([false, "777000 used exceeds the default window 128000 (the model window is unknown)"])
       h.script.enqueue(Harness.reply(10, { usedTokens: 1_000 }))
       const next = yield* o.send(t, "two")
-      expect([next.turnStart?.budget.used, next.turnStart?.budget.usedSource, next.turnStart?.budget.budget]).toEqual([310, "estimate", 16_000])
+      expect([next.turnStart?.budget.used, next.turnStart?.budget.usedSource, next.turnStart?.budget.budget]).toEqual([307, "estimate", 16_000])
     }).pipe(Effect.provide(h.layer))
   })
 

@@ -19,8 +19,10 @@ describe("thread_read refs", () => {
     ]))
     expect(ThreadRead.parseRefs("#4-9")).toEqual(Either.right([{ _tag: "range", from: 4, to: 9 }]))
     expect(ThreadRead.parseRefs("#9-#4")).toEqual(Either.left(`"#9-#4" is not a range of item positions (#from-#to, from 1, from <= to)`))
-    expect(ThreadRead.parseRefs("all of it")).toEqual(Either.left(`"all" is not a ref (use "#12", "#4-#9" or an item id)`))
+    expect(ThreadRead.parseRefs("all of it")).toEqual(Either.left(`"all" is not a ref (use "#12", "#4-#9", "run:3" or an item id)`))
     expect(ThreadRead.parseRefs(" ")).toEqual(Either.left("no ref given"))
+    expect(ThreadRead.parseRefs("run:2, #3")).toEqual(Either.right([{ _tag: "run", seq: 2 }, { _tag: "range", from: 3, to: 3 }]))
+    expect(ThreadRead.parseRefs("run:0")).toEqual(Either.left(`"run:0" is not a run (runs are numbered from 1)`))
     expect(ThreadRead.parseRefs("tool:toolu_r7, #3")).toEqual(Either.right([
       { _tag: "tool", toolCallId: "toolu_r7" },
       { _tag: "range", from: 3, to: 3 }
@@ -67,18 +69,23 @@ describe("thread_read on a thread", () => {
     }).pipe(Effect.provide(h.layer))
   })
 
-  it.effect("reads items by position and by id, rendered as history blocks", () => {
+  it.effect("reads items by position, by run and by id, rendered as history blocks", () => {
     const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
     return Effect.gen(function*() {
       const t = yield* threadOf(h)
       const read = yield* ThreadRead.ThreadRead
       const items = yield* (yield* ops).store.listItems(t)
       const answer = yield* read.read(t, JSON.stringify({ refs: "#1-#2" }))
-      const body = `[user #${items[0]!.id}]\nfirst question\n\n[assistant #${items[1]!.id}]\n${items[1]!.text}`
+      const body = `[user #1]\nfirst question\n\n[assistant #2]\n${items[1]!.text}`
       expect(answer).toBe(`${body}\n[characters 0-${body.length} of ${body.length}; end]`)
       // A legacy pointer's arguments (`itemIds`) still work.
       const byId = yield* read.read(t, JSON.stringify({ threadId: t, itemIds: [items[0]!.id] }))
-      expect(byId.startsWith(`[user #${items[0]!.id}]\nfirst question`)).toBe(true)
+      expect(byId.startsWith("[user #1]\nfirst question")).toBe(true)
+      // A run by its number: its prompt and everything it produced, nothing of other runs.
+      const second = yield* read.read(t, JSON.stringify({ refs: "run:2", limit: 32_000 }))
+      expect(second.startsWith("[user #3]\nprint the whole log\n\n[assistant #4]\n")).toBe(true)
+      expect(second).not.toContain("first question")
+      expect(yield* read.read(t, JSON.stringify({ refs: "run:9" }))).toBe("thread_read: no item of this conversation matches run:9")
     }).pipe(Effect.provide(h.layer))
   })
 
@@ -100,7 +107,7 @@ describe("thread_read on a thread", () => {
         offset = footer[4] === undefined ? null : (JSON.parse(footer[4]) as { offset: number }).offset
       }
       expect(pages.length).toBeGreaterThan(3)
-      expect(pages.join("")).toBe(`[assistant #${big.id}]\n${big.text}`)
+      expect(pages.join("")).toBe(`[assistant #${big.seq}]\n${big.text}`)
     }).pipe(Effect.provide(h.layer))
   })
 
@@ -111,7 +118,7 @@ describe("thread_read on a thread", () => {
       const read = yield* ThreadRead.ThreadRead
       expect(yield* read.read(t, "not json")).toBe(`thread_read: the arguments are not {"refs": "...", "offset"?: n, "limit"?: n}`)
       expect(yield* read.read(t, JSON.stringify({ refs: "#99" }))).toBe("thread_read: no item of this conversation matches #99")
-      expect(yield* read.read(t, JSON.stringify({ refs: "#x" }))).toBe(`thread_read: "#x" is not a ref (use "#12", "#4-#9" or an item id)`)
+      expect(yield* read.read(t, JSON.stringify({ refs: "#x" }))).toBe(`thread_read: "#x" is not a ref (use "#12", "#4-#9", "run:3" or an item id)`)
       // Another thread's item is not readable from this one.
       const other = yield* (yield* ops).create("codex")
       h.script.enqueue(Harness.reply(3))

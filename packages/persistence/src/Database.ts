@@ -6,8 +6,10 @@
  * Migrations run when the Layer is built, safely when several processes start at once.
  */
 import { PersistenceError } from "@baton/contracts"
-import { SqlClient } from "@effect/sql"
+import * as Reactivity from "@effect/experimental/Reactivity"
+import { SqlClient, Statement } from "@effect/sql"
 import type { Migrator } from "@effect/sql"
+import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import type * as ConfigError from "effect/ConfigError"
 import type { YieldWrap } from "effect/Utils"
@@ -89,17 +91,76 @@ export interface PgOptions {
 /**
  * A Postgres client on `url` (e.g. `postgres://user@127.0.0.1:5432/baton`; a `?options=-c%20search_path%3DS` suffix
  * selects a schema) with migrations applied. Integer aggregates (`COUNT`, `MAX`) come back as numbers or strings
- * and every repository decodes both. Fails with `SqlError` (unreachable server) or `MigrationError`.
+ * and every repository decodes both. Its statements run uninterruptibly (see `uninterruptibleStatements`); the
+ * `PgClient` it also provides serves LISTEN/NOTIFY only. Fails with `SqlError` (unreachable server) or
+ * `MigrationError`.
  */
 export const layerPg = (options: PgOptions): Layer.Layer<SqlClient.SqlClient, DatabaseError> =>
   Layer.effectDiscard(migrate).pipe(
-    Layer.provideMerge(PgClient.layer({
+    Layer.provideMerge(uninterruptibleStatements),
+    Layer.provide(PgClient.layer({
       url: Redacted.make(options.url),
       maxConnections: options.maxConnections ?? 10,
       applicationName: "baton",
       ...names
     }).pipe(Layer.mapError((e) => new PersistenceError({ operation: "database.connect", detail: connectDetail(options.url, e) }))))
   )
+
+/**
+ * A connection whose statements cannot be interrupted: an interruption that arrives while a statement runs (or
+ * waits for its connection) takes effect once the statement has finished. Streams (`executeStream`, a cursor) are
+ * passed through: `@effect/sql-pg` never cancels a cursor's read, it closes the cursor.
+ */
+const uninterruptibleConnection = (conn: Connection): Connection => ({
+  execute: (sql, params, transformRows) => Effect.uninterruptible(conn.execute(sql, params, transformRows)),
+  executeRaw: (sql, params) => Effect.uninterruptible(conn.executeRaw(sql, params)),
+  executeValues: (sql, params) => Effect.uninterruptible(conn.executeValues(sql, params)),
+  executeUnprepared: (sql, params, transformRows) => Effect.uninterruptible(conn.executeUnprepared(sql, params, transformRows)),
+  executeStream: (sql, params, transformRows) => conn.executeStream(sql, params, transformRows)
+})
+
+/**
+ * Baton's `SqlClient` on Postgres: `@effect/sql-pg`'s pool, compiler and name transforms, with every statement
+ * uninterruptible, and the `PgClient` passed on (for LISTEN; its own statements keep the driver's behaviour).
+ *
+ * Why: `@effect/sql-pg` (0.53) answers the interruption of a running statement by sending
+ * `SELECT pg_cancel_backend(pid)` through the same pool (waiting at most 5 s) and releasing the connection. A
+ * statement outside a transaction releases its connection as soon as it completes, and a cancel that timed out is
+ * never withdrawn from the pool's queue; so when the pool is busy the cancel runs later, on another connection,
+ * and cancels whatever the backend `pid` runs by then: another request's statement, which fails with 57014
+ * (query_canceled). A client closing an event stream, or any request, mid-statement was enough (the fuzz test saw
+ * it in `threads.insert`, `threads.get`, `ThreadService.queueRun`). A cancel aimed at one statement cannot be made
+ * safe from outside the driver (a backend is addressed by pid, not by statement), so Baton never issues one:
+ * Baton's statements are short (point reads, pages, one thread's writes), and an interrupted request now waits
+ * for its statement to finish, then stops at the next statement boundary (a unit of work rolls back as before;
+ * `withTransaction` already runs BEGIN/COMMIT/ROLLBACK uninterruptibly).
+ *
+ * How: a client is built with `SqlClient.make` whose connections come from `PgClient.reserve` (one pooled
+ * connection per statement, or per transaction), acquired uninterruptibly (the driver's acquire has no canceller:
+ * interrupted while waiting for the pool, it would leak the connection) and wrapped by `uninterruptibleConnection`.
+ * Cost: an interruption (a closed stream, a shutdown) can wait for one statement, including a row lock a unit of
+ * work waits for (`SELECT … FOR UPDATE`, held only for another unit of work's short transaction).
+ */
+const uninterruptibleStatements: Layer.Layer<SqlClient.SqlClient | PgClient.PgClient, never, PgClient.PgClient> = Layer.effectContext(
+  Effect.gen(function*() {
+    const pg = yield* PgClient.PgClient
+    const acquirer = Effect.uninterruptible(Effect.map(pg.reserve, uninterruptibleConnection))
+    const client = yield* SqlClient.make({
+      acquirer,
+      transactionAcquirer: acquirer,
+      compiler: PgClient.makeCompiler(names.transformQueryNames),
+      transformRows: Statement.defaultTransforms(names.transformResultNames).array,
+      // The driver's own span attributes (OpenTelemetry database conventions).
+      spanAttributes: [
+        ["db.system.name", "postgresql"],
+        ["db.namespace", pg.config.database ?? pg.config.username ?? "postgres"],
+        ["server.address", pg.config.host ?? "localhost"],
+        ["server.port", pg.config.port ?? 5432]
+      ]
+    })
+    return Context.make(PgClient.PgClient, pg).pipe(Context.add(SqlClient.SqlClient, client))
+  })
+).pipe(Layer.provide(Reactivity.layer))
 
 /**
  * Why a Postgres connection failed, for a person: the driver's code and message (`ECONNREFUSED 127.0.0.1:5999`,

@@ -229,15 +229,13 @@ export const make = (options: EventFeedOptions) =>
     // ---- reading the log (the one place the dialects differ)
 
     /**
-     * Reads fail with `PersistenceError` only: a read has no lost race to report (contention included). A read is
-     * uninterruptible: a subscriber that goes away mid-read (a closed event stream) lets the read finish instead of
-     * cancelling it. On Postgres an interrupted statement is cancelled with `pg_cancel_backend(pid)` (`@effect/sql-pg`),
-     * which lands on whatever the pooled connection runs by then: when the pool was busy, the cancel outlived its
-     * 5 s wait and cancelled another request's statement (57014, answered 500; found by the fuzz test).
+     * Reads fail with `PersistenceError` only: a read has no lost race to report (contention included). A
+     * subscriber that goes away mid-read (a closed event stream) stops the read between statements, never inside
+     * one: on Postgres, `Database.layerPg` runs every statement uninterruptibly (a cancelled statement used to be
+     * cancelled with `pg_cancel_backend(pid)`, which could land on another request's statement).
      */
     const readFailure = (operation: string) => <A, E extends { readonly _tag: string; readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
       self.pipe(
-        Effect.uninterruptible,
         orPersistence(operation),
         Effect.mapError((e) => e._tag === "PersistenceError" ? e : new PersistenceError({ operation, detail: e.message }))
       )

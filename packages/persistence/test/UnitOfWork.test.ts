@@ -1,8 +1,8 @@
-import type { ProviderThreadId, Run, RunId, ThreadId } from "@baton/contracts"
+import { ConcurrentModification, type ProviderThreadId, type Run, type RunId, type ThreadId } from "@baton/contracts"
 import { Database, Migrations, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, DateTime, Effect, Fiber, Layer, Queue, Stream } from "effect"
+import { Chunk, DateTime, Deferred, Duration, Effect, Fiber, Layer, Option, Queue, Schedule, Stream } from "effect"
 
 /** The persistence suite runs on every dialect: a `:memory:` SQLite database and a fresh schema on the real Postgres. */
 const dialects: ReadonlyArray<readonly [string, () => Layer.Layer<SqlClient.SqlClient, Database.DatabaseError>]> = [
@@ -150,4 +150,49 @@ describe.each(dialects)("persistence on %s", (_label, db) => {
       expect(stored).toEqual(["thread.created"])
       expect(published).toEqual(["thread.created"])
     }).pipe(Effect.scoped, Effect.provide(layerOn(db))))
+})
+
+describe("persistence on Postgres: statements and interruption", () => {
+  const layer = () => layerOn(() => Database.layerPgIsolated())
+
+  // Regression (fuzz test, seed 873480020): `@effect/sql-pg` answered an interrupted statement with
+  // `pg_cancel_backend(pid)`, which could land on another request's statement once the connection had moved on.
+  it.live("an interrupted statement runs to its end and is never cancelled: the interruption waits for it", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const statement = yield* Effect.fork(sql`CREATE TABLE interrupted_probe AS SELECT 1 AS x FROM pg_sleep(0.4)`)
+      yield* Effect.sleep(Duration.millis(100))
+      const started = Date.now()
+      yield* Fiber.interrupt(statement)
+      // The interruption returned once the statement had finished (about 300 ms left), and its table exists.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(200)
+      const tables = yield* sql<{ readonly n: number | string }>`SELECT COUNT(*) AS n FROM interrupted_probe`
+      expect(Number(tables[0]?.n)).toBe(1)
+    }).pipe(Effect.provide(layer())))
+
+  it.live("a statement the server cancels (57014) is a ConcurrentModification naming the unit of work (retry), not a PersistenceError; nothing written", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const now = yield* DateTime.now
+      const backend = yield* Deferred.make<number>()
+      const work = yield* Effect.fork(Effect.flip(uow.global("test.cancelled")(Effect.gen(function*() {
+        const rows = yield* sql<{ readonly pid: number }>`SELECT pg_backend_pid() AS pid`
+        yield* Deferred.succeed(backend, Number(rows[0]?.pid))
+        yield* store.insertThread(thread("thr_c", now))
+        yield* sql`SELECT pg_sleep(5)`
+      }))))
+      const pid = yield* Deferred.await(backend)
+      // Another session cancels the unit of work's statement once it sleeps.
+      yield* sql<{ readonly query: string }>`SELECT query FROM pg_stat_activity WHERE pid = ${pid}`.pipe(
+        Effect.filterOrFail((rows) => (rows[0]?.query ?? "").includes("pg_sleep")),
+        Effect.retry(Schedule.spaced(Duration.millis(20)).pipe(Schedule.upTo(Duration.seconds(5)))),
+        Effect.orDie
+      )
+      yield* sql`SELECT pg_cancel_backend(${pid})`
+      const error = yield* Fiber.join(work)
+      expect(error).toEqual(new ConcurrentModification({ operation: "test.cancelled" }))
+      expect(yield* store.getThread("thr_c" as ThreadId)).toEqual(Option.none())
+    }).pipe(Effect.provide(layer())))
 })

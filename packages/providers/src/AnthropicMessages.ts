@@ -335,8 +335,14 @@ export const dialect: Dialect = {
   httpFailure
 }
 
-/** Builds the Anthropic adapter (see `ModelApiAdapter.make` for what it needs). */
-export const make = (options: ModelApiAdapter.ModelApiOptions): ProviderAdapterShape => ModelApiAdapter.make(dialect, options)
+/**
+ * Builds the Anthropic adapter (see `ModelApiAdapter.make` for what it needs), with the `countTokens` capability
+ * (`POST /v1/messages/count_tokens`, see `countTokens` below).
+ */
+export const make = (options: ModelApiAdapter.ModelApiOptions): ProviderAdapterShape => ({
+  ...ModelApiAdapter.make(dialect, options),
+  countTokens: (text) => countTokens(options, { prompt: text })
+})
 
 /**
  * Counts the tokens of a request (`POST {baseUrl}/v1/messages/count_tokens`) without running the model: `messages`

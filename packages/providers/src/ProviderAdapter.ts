@@ -193,6 +193,13 @@ export interface ProviderAdapterShape {
   readonly compactThread?: (nativeRef: string) => Effect.Effect<CompactResult, ProviderError>
   /** Optional capability: reads the native thread back (for reconciling uncertain deliveries and interrupts). */
   readonly readThread?: (nativeRef: string) => Effect.Effect<ReadThreadResult, ProviderError>
+  /**
+   * Optional capability (APIs with a token-count endpoint: Anthropic's `count_tokens`): the provider's count, in its
+   * own tokens, of a request whose only message is `text` from the user (the lane's system prompt and `tools`
+   * included, so callers difference two counts to measure a text). Runs no model. Used to calibrate a new instance
+   * before its first turn (`ProviderCalibration.seedFromCount`).
+   */
+  readonly countTokens?: (text: string) => Effect.Effect<number, ProviderError>
 }
 
 /** The configured provider instances, by name. */

@@ -15,15 +15,19 @@ const detailOf = (e: SqlLike) => {
 }
 
 /**
- * Driver error codes that mean "another writer got there first" (retry the command), never a storage fault:
- * Postgres `23505` unique_violation, `40001` serialization_failure, `40P01` deadlock_detected; SQLite's extended
- * codes for a unique or primary-key violation and for a lock it did not get within the busy timeout.
- * Sources: PostgreSQL "Appendix A. Error Codes"; SQLite "Result and Error Codes" (better-sqlite3 reports `code`).
+ * Driver error codes that mean "retry the command: nothing of it was written", never a storage fault: another writer
+ * got there first (Postgres `23505` unique_violation, `40001` serialization_failure, `40P01` deadlock_detected;
+ * SQLite's extended codes for a unique or primary-key violation and for a lock it did not get within the busy
+ * timeout), or the server cancelled the statement (Postgres `57014` query_canceled: `pg_cancel_backend` from another
+ * session, an operator's, or a `statement_timeout` set on the server; Baton itself never cancels a statement, see
+ * `Database.layerPg`). Sources: PostgreSQL "Appendix A. Error Codes"; SQLite "Result and Error Codes"
+ * (better-sqlite3 reports `code`).
  */
 const contentionCodes = new Set([
   "23505",
   "40001",
   "40P01",
+  "57014",
   "SQLITE_CONSTRAINT_UNIQUE",
   "SQLITE_CONSTRAINT_PRIMARYKEY",
   "SQLITE_BUSY",

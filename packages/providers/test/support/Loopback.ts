@@ -73,20 +73,28 @@ export interface Received {
 export interface Loopback {
   readonly url: string
   readonly requests: Array<Received>
-  readonly enqueue: (...replies: ReadonlyArray<Reply>) => void
+  /** Queues replies, in order; a function reply is computed from the request it answers (a model reacting to it). */
+  readonly enqueue: (...replies: ReadonlyArray<Reply | ((request: Received) => Reply)>) => void
 }
 
 /** Starts the server for the scope; a request with no reply queued gets HTTP 500 `no scripted reply`. */
 export const loopback: Effect.Effect<Loopback, never, Scope.Scope> = Effect.acquireRelease(
   Effect.async<{ readonly server: Http.Server; readonly loop: Loopback }>((resume) => {
-    const replies: Array<Reply> = []
+    const replies: Array<Reply | ((request: Received) => Reply)> = []
     const requests: Array<Received> = []
     const server = Http.createServer((req, res) => {
       const parts: Array<Buffer> = []
       req.on("data", (c: Buffer) => parts.push(c))
       req.on("end", () => {
-        requests.push({ body: Buffer.concat(parts).toString("utf8"), headers: req.headers, url: req.url ?? "", at: Date.now() })
-        const reply = replies.shift() ?? json(500, `{"error":{"message":"no scripted reply"}}`)
+        const received = { body: Buffer.concat(parts).toString("utf8"), headers: req.headers, url: req.url ?? "", at: Date.now() }
+        requests.push(received)
+        const queued = replies.shift() ?? json(500, `{"error":{"message":"no scripted reply"}}`)
+        let reply: Reply
+        try {
+          reply = typeof queued === "function" ? queued(received) : queued
+        } catch (error) {
+          reply = json(500, JSON.stringify({ error: { message: `the scripted reply failed: ${String(error)}` } }))
+        }
         res.writeHead(reply.status ?? 200, reply.headers ?? {})
         let i = 0
         const next = () => {
@@ -115,6 +123,17 @@ export const loopback: Effect.Effect<Loopback, never, Scope.Scope> = Effect.acqu
     server.close(() => resume(Effect.void))
   })
 ).pipe(Effect.map(({ loop }) => loop))
+
+/**
+ * A reply to Anthropic's `count_tokens` (`POST /v1/messages/count_tokens`) counting the request's only message with
+ * `count`, plus `framing` tokens for the rest of the request. Throws (an HTTP 500 to the client) on another request.
+ */
+export const countTokensReply = (count: (text: string) => number, framing = 17) => (request: Received): Reply => {
+  if (!request.url.endsWith("/v1/messages/count_tokens")) throw new Error(`expected a count_tokens request, got ${request.url}`)
+  const content = (JSON.parse(request.body) as { messages: ReadonlyArray<{ content: string | ReadonlyArray<{ text: string }> }> }).messages[0]!.content
+  const text = typeof content === "string" ? content : content.map((c) => c.text).join("")
+  return json(200, JSON.stringify({ input_tokens: framing + count(text) }))
+}
 
 /** A config for `kind` at `baseUrl` (prices of Claude Sonnet 4.5 / GPT-5 as examples). */
 export const configFor = (kind: ModelApiKind, baseUrl: string, extra: Partial<ModelProviderConfig> = {}): ModelProviderConfig => ({

@@ -39,17 +39,24 @@ interface ItemRow {
   readonly key: string
 }
 
-/** Item ids in a rendered history: each block starts with a header line `[<kind> ... #<id>]`. */
-const renderedIds = (rendered: string): ReadonlyArray<string> => {
-  const ids: Array<string> = []
-  for (const m of rendered.matchAll(/^\[[a-z_]+(?: [^\s\]]+ [^\s\]]+)? #([^\s\]]+)(?: [a-z]+)*\]$/gm)) ids.push(m[1]!)
-  return ids
+/**
+ * Item refs in a rendered history: each envelope opens with `<conversation_history thread="<id>">` and each block
+ * starts with a header line `[<kind> ... #<seq>]`; a ref is `<threadId>#<seq>` (`idOfRef` maps it to the item id).
+ */
+const renderedRefs = (rendered: string): ReadonlyArray<string> => {
+  const refs: Array<string> = []
+  let thread = ""
+  for (const m of rendered.matchAll(/^(?:<conversation_history thread=("(?:[^"\\]|\\.)*")>|\[[a-z_]+(?: [^\s\]]+ [^\s\]]+)? #(\d+)(?: [a-z]+)*\])$/gm)) {
+    if (m[1] !== undefined) thread = JSON.parse(m[1]) as string
+    else refs.push(`${thread}#${m[2]!}`)
+  }
+  return refs
 }
 const renderedCache = new WeakMap<object, ReadonlyArray<string>>()
-const inlineIds = (turn: { readonly inlineHistory: string | null }) => {
-  let ids = renderedCache.get(turn)
-  if (ids === undefined) renderedCache.set(turn, ids = turn.inlineHistory === null ? [] : renderedIds(turn.inlineHistory))
-  return ids
+const inlineRefs = (turn: { readonly inlineHistory: string | null }) => {
+  let refs = renderedCache.get(turn)
+  if (refs === undefined) renderedCache.set(turn, refs = turn.inlineHistory === null ? [] : renderedRefs(turn.inlineHistory))
+  return refs
 }
 
 /** Tool calls of a rendered history without a `tool_result` block of the same call id in the same text. */
@@ -76,6 +83,14 @@ export const check = (
     const sql = yield* SqlClient.SqlClient
     const violations: Array<string> = []
 
+    // Rendered history names items by `#<seq>` within the envelope's thread: the ids behind those refs.
+    const idOfRef = new Map<string, string>()
+    for (const threadId of threadIds) {
+      for (const row of yield* sql<{ readonly id: string; readonly seq: number }>`SELECT id, seq FROM items WHERE thread_id = ${threadId}`) {
+        idOfRef.set(`${threadId}#${row.seq}`, row.id)
+      }
+    }
+
     // What each native thread (by provider ref) received.
     const turnsOf = new Map<string, Set<string>>()
     const carriedOf = new Map<string, Array<string>>()
@@ -88,7 +103,7 @@ export const check = (
       for (const r of p.received) {
         if (r.type === "turn") {
           turnsOf.set(r.nativeRef, (turnsOf.get(r.nativeRef) ?? new Set()).add(r.runId))
-          if (r.inlineHistory !== null) carried(r.nativeRef).push(...inlineIds(r))
+          if (r.inlineHistory !== null) carried(r.nativeRef).push(...inlineRefs(r).map((ref) => idOfRef.get(ref) ?? ref))
         } else if (r.type === "inject") {
           carried(r.nativeRef).push(...r.itemIds)
         }

@@ -1,0 +1,155 @@
+/**
+ * Issue "Real model providers", acceptance: "the model calls `thread_read` on an item a handoff omitted and gets the
+ * original back, paged". A thread's history is built on a scripted provider, then switched to a real Anthropic
+ * Messages adapter (a loopback server speaking the wire protocol plays the model) whose window is too small for all
+ * of it. The model reads the pointer in the request it received, calls `thread_read` with the ref it names, pages
+ * through the original, and answers. Baton executes the tool inside the turn: the run completes with no open call.
+ */
+import { type ProviderInstance } from "@baton/contracts"
+import { Render, TokenCounter } from "@baton/context"
+import { InvariantChecks } from "@baton/orchestration"
+import { ScriptedProvider } from "@baton/providers"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import {
+  adapterFor,
+  countTokensReply,
+  frame,
+  httpLayer,
+  loopback,
+  type Received,
+  sqliteFile,
+  sse
+} from "../../providers/test/support/Loopback.js"
+
+const kind = "anthropic-messages" as const
+
+/** An Anthropic stream whose answer is one `thread_read` call with `input`. */
+const threadReadCall = (id: string, input: object) =>
+  sse(frame(kind, [
+    `{"type":"message_start","message":{"id":"msg_${id}","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":900,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
+    `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"${id}","name":"thread_read","input":{}}}`,
+    `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(JSON.stringify(input))}}}`,
+    `{"type":"content_block_stop","index":0}`,
+    `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":20}}`,
+    `{"type":"message_stop"}`
+  ]))
+
+/** An Anthropic stream answering `text`. */
+const answer = (text: string) =>
+  sse(frame(kind, [
+    `{"type":"message_start","message":{"id":"msg_end","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":950,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
+    `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+    `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}`,
+    `{"type":"content_block_stop","index":0}`,
+    `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":12}}`,
+    `{"type":"message_stop"}`
+  ]))
+
+/** Every text the request's messages carry (history blocks, prompts, tool results), joined. */
+const textsOf = (request: Received): string => {
+  const body = JSON.parse(request.body) as { messages: ReadonlyArray<{ content: string | ReadonlyArray<{ text?: string; content?: unknown }> }> }
+  return body.messages.flatMap((m) =>
+    typeof m.content === "string"
+      ? [m.content]
+      : m.content.map((c) => c.text ?? (typeof c.content === "string" ? c.content : JSON.stringify(c.content ?? "")))
+  ).join("\n")
+}
+
+/** The last tool result the request carries (the answer to the model's last call). */
+const lastToolResult = (request: Received): string => {
+  const body = JSON.parse(request.body) as { messages: ReadonlyArray<{ content: string | ReadonlyArray<{ type: string; content?: unknown }> }> }
+  const results = body.messages.flatMap((m) => typeof m.content === "string" ? [] : m.content.filter((c) => c.type === "tool_result"))
+  const content = results[results.length - 1]?.content
+  return typeof content === "string" ? content : (content as ReadonlyArray<{ text: string }>).map((c) => c.text).join("")
+}
+
+// it.live: the adapter's retries and timeouts sleep on the real clock.
+describe("thread_read through a model", () => {
+  it.live("the model reads an item a handoff omitted by the pointer's ref and gets the original back, paged", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      // The model: its window holds a few of the 12 earlier exchanges (each ~1,500 tokens), not all of them.
+      const model = yield* adapterFor(kind, loop, file, { contextWindow: 24_000, autoCompactThreshold: null }, {
+        instance: "anthropic" as ProviderInstance
+      })
+      const counter = TokenCounter.make()
+      const script = ScriptedProvider.makeScript()
+      const codex = ScriptedProvider.make({
+        instance: "codex" as ProviderInstance,
+        contextWindow: 1_000_000,
+        autoCompactThreshold: null,
+        injectHistory: true
+      }, script, counter)
+      const layer = Harness.makeLayer([codex, model], counter, file, {})
+
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const t = yield* o.create("codex")
+        for (let i = 1; i <= 12; i++) {
+          script.enqueue({ items: [Harness.produced("assistant_message", `answer ${i}: ${Harness.words(1_500)}`)] })
+          yield* o.send(t, `question ${i}`)
+        }
+        yield* o.switchTo(t, "anthropic")
+
+        // The instance is new: Baton calibrates it with two count_tokens requests (this model counts as Baton does).
+        loop.enqueue(countTokensReply((text) => counter.count(text)), countTokensReply((text) => counter.count(text)))
+        const pages: Array<string> = []
+        let pointerRef = ""
+        // 1. The model finds the pointer in its history and reads the first omitted ref, 2,000 characters at a time.
+        loop.enqueue((request) => {
+          const pointer = /earlier items? (?:was|were) omitted[^\n]*thread_read (\{[^\n]*\})/.exec(textsOf(request))
+          if (pointer === null) throw new Error("no pointer in the request")
+          pointerRef = (JSON.parse(pointer[1]!) as { refs: string }).refs.split(", ")[0]!.split("-")[0]!
+          return threadReadCall("toolu_read1", { refs: pointerRef, limit: 2_000 })
+        })
+        // 2..n. Each page's footer names the next page; the model follows it until the end.
+        const follow = (request: Received) => {
+          const result = lastToolResult(request)
+          const footer = /\n\[characters \d+-\d+ of \d+; (?:the next page: thread_read (\{.*\})|end)\]$/.exec(result)
+          if (footer === null) throw new Error(`no page footer in ${result.slice(-200)}`)
+          pages.push(result.slice(0, footer.index))
+          if (footer[1] === undefined) return answer("The first answer began with alpha.")
+          loop.enqueue(follow)
+          return threadReadCall(`toolu_read${pages.length + 1}`, JSON.parse(footer[1]) as object)
+        }
+        loop.enqueue(follow)
+
+        const result = yield* o.send(t, "What did your first answer say, exactly?")
+        expect(result.status).toBe("completed")
+
+        // The item the model read was omitted by the switch's handoff, and what it got back is the original, whole.
+        const items = yield* o.store.listItems(t)
+        const seq = Number(pointerRef.slice(1))
+        const original = items.find((i) => i.seq === seq)!
+        const omitted = (yield* o.store.listDeliveriesOfThread(t)).flatMap((d) => d.omittedItemIds)
+        expect(omitted).toContain(original.id)
+        expect(pages.length).toBeGreaterThan(2)
+        for (const page of pages) expect(page.length).toBeLessThanOrEqual(2_000)
+        expect(pages.join("")).toBe(Render.renderItem(original))
+
+        // Baton ran the tool inside the turn: the calls and their answers are recorded, paired, and nothing waits.
+        const run = items.filter((i) => i.runId === result.runId)
+        const calls = run.filter((i) => i.kind === "tool_call" && i.toolName === "thread_read")
+        expect(calls.length).toBe(pages.length)
+        for (const call of calls) {
+          expect(run.some((i) => i.kind === "tool_result" && i.toolCallId === call.toolCallId)).toBe(true)
+        }
+        expect(run[run.length - 1]).toMatchObject({ kind: "assistant_message", text: "The first answer began with alpha." })
+        // The invariants (nothing lost, nothing delivered twice, tool units whole), with what the scripted side saw.
+        // The model's side: the prompt its first turn request ended with (the user's text, byte for byte).
+        const first = JSON.parse(loop.requests.find((r) => r.url === "/v1/messages")!.body) as { messages: ReadonlyArray<{ role: string; content: string | ReadonlyArray<{ type: string; text?: string }> }> }
+        const last = first.messages[first.messages.length - 1]!
+        const prompt = typeof last.content === "string" ? last.content : last.content.filter((c) => c.type === "text").at(-1)?.text ?? ""
+        const seen = codex.received
+        expect(yield* InvariantChecks.check(t, {
+          observed: {
+            turns: [...seen.flatMap((r) => r.type === "turn" ? [r] : []), { runId: result.runId, prompt, nativeRef: "model" }],
+            injections: seen.flatMap((r) => r.type === "inject" ? [r] : [])
+          }
+        })).toEqual([])
+      }).pipe(Effect.provide(layer))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
+})
