@@ -140,7 +140,7 @@ const threadShowLines = (
 }
 
 /** Run statuses in the order a run passes through them (the order `threadSnapshot` lists its counts in). */
-const statusOrder: ReadonlyArray<RunStatus> = ["queued", "starting", "running", "completed", "interrupted", "failed", "cancelled"]
+const statusOrder: ReadonlyArray<RunStatus> = ["queued", "starting", "running", "waiting", "completed", "interrupted", "failed", "cancelled"]
 
 /**
  * A server's thread snapshot (`GET /threads/{id}`) in `threadShow`'s format. The per-status counts are the
@@ -192,6 +192,10 @@ export const eventLine = (e: ThreadEvent, withThread: boolean) => {
     case "run.failed":
     case "run.interrupted":
       return `${head} ${e.payload.runId} ${e.payload.stopPoint}${e.payload.code === undefined ? "" : ` ${e.payload.code}`}: ${e.payload.reason}`
+    case "run.waiting":
+      return `${head} ${e.payload.runId} round ${e.payload.round} waits for ${e.payload.calls.map((c) => `${c.name} ${c.toolCallId}`).join(", ")}`
+    case "run.tool_results_recorded":
+      return `${head} ${e.payload.runId} round ${e.payload.round} ${e.payload.source}: ${e.payload.toolCallIds.join(", ")}`
     case "items.appended":
       return `${head} items ${e.payload.fromSeq}..${e.payload.toSeq}${e.payload.runId === null ? "" : ` of ${e.payload.runId}`}`
     default: {

@@ -8,10 +8,11 @@
  * 404, 409, 400 — the `message` every Baton error body carries), or "cannot reach the Baton server at URL" when
  * nothing answered. A `send` whose run ends failed or interrupted exits 1.
  */
-import { Api, type ProviderInstance, type RunId, type Thread, ThreadEvent, type ThreadId, terminalRunStatuses } from "@baton/contracts"
+import { Api, ClientTool, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, terminalRunStatuses } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest } from "@effect/platform"
-import { Console, Data, Effect, Option, Schema, Stream } from "effect"
+import { Console, Data, Duration, Effect, Option, Schema, Stream } from "effect"
+import * as Fs from "node:fs"
 import * as Format from "./Format.js"
 
 /** Where the server is (`url`, e.g. `http://127.0.0.1:8787`) and the bearer token to send, if any. */
@@ -96,15 +97,85 @@ export const threads = (target: Target) =>
     }
   }))
 
-/** `baton --server URL thread create --provider P [--title T]`: prints the new thread's id. */
-export const createThread = (target: Target, providerInstance: string, title: Option.Option<string>) =>
+/**
+ * A JSON argument given inline (text starting with `[` or `{`) or as the path of a file holding it, decoded with
+ * `schema`; `what` names it in the one-line failure (a file that cannot be read, JSON that does not parse, a field
+ * that does not match, with its path).
+ */
+const jsonArgument = <A, I>(what: string, text: string, schema: Schema.Schema<A, I>) =>
+  Effect.gen(function*() {
+    const trimmed = text.trimStart()
+    const source = trimmed.startsWith("[") || trimmed.startsWith("{")
+      ? text
+      : yield* Effect.try({ try: () => Fs.readFileSync(text, "utf8"), catch: (e) => new RemoteFailure({ message: `${what}: cannot read ${text} (${oneLine(String(e instanceof Error ? e.message : e))})` }) })
+    return yield* Schema.decodeUnknown(Schema.parseJson(schema))(source).pipe(
+      Effect.mapError((e) => new RemoteFailure({ message: `${what}: ${oneLine(e.message)}` }))
+    )
+  })
+
+/** Tools as `--tools` takes them: a JSON array of `{name, description, inputSchema}`. */
+const ToolsArgument = Schema.Array(ClientTool)
+
+/** Results as `--results` takes them: a JSON array of `{toolCallId, output, isError?}`, or `{"results": [...]}`. */
+const ResultsArgument = Schema.Union(Schema.Array(ToolResult), Schema.Struct({ results: Schema.Array(ToolResult) }))
+
+/** `baton --server URL thread create --provider P [--title T] [--tools FILE|JSON]`: prints the new thread's id. */
+export const createThread = (target: Target, providerInstance: string, title: Option.Option<string>, tools: Option.Option<string> = Option.none()) =>
   call(target, Effect.gen(function*() {
     const client = yield* api(target)
+    const declared = Option.isSome(tools) ? yield* jsonArgument("--tools", tools.value, ToolsArgument) : undefined
     const created = yield* client.threads.create({
-      payload: { providerInstance: providerInstance as ProviderInstance, ...Option.match(title, { onNone: () => ({}), onSome: (t) => ({ title: t }) }) },
+      payload: {
+        providerInstance: providerInstance as ProviderInstance,
+        ...Option.match(title, { onNone: () => ({}), onSome: (t) => ({ title: t }) }),
+        ...(declared === undefined ? {} : { tools: declared })
+      },
       headers: {}
     })
     yield* Console.log(created.threadId)
+  }))
+
+/** The lines of a run waiting for tool results: what it waits for and how to answer. */
+const waitingLines = (threadId: string, view: RunView) => [
+  `run ${view.run.seq} waiting for tool results${view.toolResultsDeadline === null ? "" : ` until ${view.toolResultsDeadline.toJSON()}`}:`,
+  ...view.openToolCalls.map((c) => `  ${c.toolCallId} ${c.name} ${c.arguments}`),
+  `post them with: baton tool-results ${threadId} ${view.run.id} --results FILE|JSON`
+].join("\n")
+
+/**
+ * Polls run `runId` until it has ended, or waits for tool results other than `answered` (the calls just answered:
+ * until its continuation starts the run still shows them).
+ */
+const untilSettled = (client: Effect.Effect.Success<ReturnType<typeof api>>, runId: RunId, answered: ReadonlySet<string>) =>
+  Effect.gen(function*() {
+    for (;;) {
+      const view = yield* client.runs.get({ path: { runId }, urlParams: {} })
+      if (terminalRunStatuses.includes(view.run.status)) return view
+      if (view.run.status === "waiting" && view.openToolCalls.length > 0 && !view.openToolCalls.some((c) => answered.has(c.toolCallId))) return view
+      yield* Effect.sleep(Duration.millis(100))
+    }
+  })
+
+/**
+ * `baton --server URL tool-results THREAD RUN --results FILE|JSON [--json]`: posts the results of a waiting run's
+ * open tool calls (202), then waits until the run ends (its reply; exit 1 when it failed or was interrupted) or waits
+ * for tool results again (the new open calls). With `--json`, the run view as one JSON object.
+ */
+export const toolResults = (target: Target, threadId: string, runId: string, results: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const parsed = yield* jsonArgument("--results", results, ResultsArgument)
+    const list = "results" in parsed ? parsed.results : parsed
+    const accepted = yield* client.runs.toolResults({
+      path: { threadId: threadId as ThreadId, runId: runId as RunId },
+      payload: { results: list },
+      headers: {}
+    })
+    if (!json) yield* Console.log(`posted: ${list.length} result(s) for run ${accepted.runSeq} ${accepted.runId}`)
+    const view = yield* untilSettled(client, accepted.runId, new Set(list.map((r) => r.toolCallId)))
+    if (json) yield* Console.log(JSON.stringify(yield* Schema.encode(RunView)(view)))
+    else yield* Console.log(view.run.status === "waiting" ? waitingLines(threadId, view) : Format.runReply(view))
+    if (view.run.status !== "completed" && view.run.status !== "waiting") process.exitCode = 1
   }))
 
 /** `baton --server URL thread show ID`: the thread's snapshot, as the in-process command prints it. */
@@ -209,12 +280,13 @@ const runOf = (event: ThreadEvent): string | null => {
   return typeof payload.runId === "string" ? payload.runId : null
 }
 
-const endTypes: ReadonlyArray<ThreadEvent["type"]> = ["run.completed", "run.failed", "run.interrupted"]
+const endTypes: ReadonlyArray<ThreadEvent["type"]> = ["run.completed", "run.failed", "run.interrupted", "run.waiting"]
 
 /**
  * `baton --server URL send ID TEXT [--json]`: posts the message (202 with the run id), then follows the thread's event
  * stream and prints `sent: run N ID queued`, every event from the run's `run.queued` until the run ends (one line each, or with `--json` each
- * event as one JSON line), then the run's reply. Exit code 1 when the run failed or was interrupted.
+ * event as one JSON line), then the run's reply. Exit code 1 when the run failed or was interrupted. A run that waits
+ * for the client's tool results stops the command there: it prints the open calls and how to post their results.
  *
  * The stream is read from the thread's first event (the 202 does not say the seq of the run's `run.queued`), so on a
  * long thread the earlier events are received and skipped. Should the stream end before the run (a server shutting
@@ -232,8 +304,12 @@ export const send = (target: Target, threadId: string, text: string, json: boole
       Stream.runForEach((e) => Console.log(json ? JSON.stringify(Schema.encodeSync(ThreadEvent)(e)) : Format.eventLine(e, false)))
     )
     let view = yield* client.runs.get({ path: { runId: accepted.runId as RunId }, urlParams: {} })
-    while (!terminalRunStatuses.includes(view.run.status)) {
+    while (!terminalRunStatuses.includes(view.run.status) && view.run.status !== "waiting") {
       view = yield* client.runs.get({ path: { runId: accepted.runId as RunId }, urlParams: { waitMs: 30_000 } })
+    }
+    if (view.run.status === "waiting") {
+      if (!json) yield* Console.log(waitingLines(threadId, view))
+      return
     }
     if (!json) yield* Console.log(Format.runReply(view))
     if (view.run.status !== "completed") process.exitCode = 1

@@ -290,9 +290,13 @@ const threadCreate = Command.make(
   "create",
   {
     provider: Options.text("provider").pipe(Options.withDescription("the provider instance of the thread's first run, e.g. codex")),
-    title: Options.text("title").pipe(Options.optional)
+    title: Options.text("title").pipe(Options.optional),
+    tools: Options.text("tools").pipe(
+      Options.withDescription("the client's tools every run offers: a JSON array of {name, description, inputSchema}, inline or a file"),
+      Options.optional
+    )
   },
-  (o) => remoteOnly("thread create")((target) => Remote.createThread(target, o.provider, o.title)).pipe(badInput)
+  (o) => remoteOnly("thread create")((target) => Remote.createThread(target, o.provider, o.title, o.tools)).pipe(badInput)
 ).pipe(Command.withDescription("creates a thread on the server and prints its id (needs --server)"))
 
 const thread = Command.make("thread").pipe(Command.withSubcommands([threadShow, threadCreate]))
@@ -344,6 +348,19 @@ const offload = Command.make(
   (o) => remoteOnly("offload")((target) => Remote.offload(target, o.id, o.keepTokens, o.json)).pipe(badInput)
 ).pipe(Command.withDescription("/offload: summarises older history, keeping the newest verbatim (needs --server)"))
 
+const toolResults = Command.make(
+  "tool-results",
+  {
+    id: threadIdArg,
+    runId: Args.text({ name: "run-id" }),
+    results: Options.text("results").pipe(
+      Options.withDescription("the results: a JSON array of {toolCallId, output, isError?} (or {\"results\": [...]}), inline or a file")
+    ),
+    json: jsonOption("print the run as one JSON object once it ended or waits again")
+  },
+  (o) => remoteOnly("tool-results")((target) => Remote.toolResults(target, o.id, o.runId, o.results, o.json)).pipe(badInput)
+).pipe(Command.withDescription("posts the results of a waiting run's tool calls, then prints its reply or its next calls (needs --server)"))
+
 const events = Command.make(
   "events",
   {
@@ -381,7 +398,7 @@ const serve = Command.make(
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 
 const baton = root.pipe(Command.withSubcommands([
-  replay, demo, threads, thread, handoffs, send, switchCommand, compact, offload, events, serve
+  replay, demo, threads, thread, handoffs, send, switchCommand, compact, offload, toolResults, events, serve
 ]))
 
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })

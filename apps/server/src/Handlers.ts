@@ -39,7 +39,8 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
           const threadId = yield* service.createThread(Commands.CreateThread.make({
             commandId,
             title: payload.title ?? "untitled",
-            providerInstance: payload.providerInstance
+            providerInstance: payload.providerInstance,
+            ...(payload.tools === undefined ? {} : { tools: payload.tools })
           }))
           return { threadId }
         }))
@@ -89,14 +90,28 @@ const messages = HttpApiBuilder.group(Api.BatonApi, "messages", (handlers) =>
     const ids = yield* IdGenerator.IdGenerator
     return handlers.handle("send", ({ headers, path, payload }) =>
       Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
-        driver.submit(Commands.SendMessage.make({ commandId, threadId: path.threadId, text: payload.text }))))
+        driver.submit(Commands.SendMessage.make({
+          commandId,
+          threadId: path.threadId,
+          text: payload.text,
+          ...(payload.tools === undefined ? {} : { tools: payload.tools })
+        }))))
   }))
 
 const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
   Effect.gen(function*() {
     const query = yield* ThreadQuery.ThreadQuery
     const driver = yield* RunDriver.RunDriver
+    const ids = yield* IdGenerator.IdGenerator
     return handlers
+      .handle("toolResults", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          driver.submitToolResults(Commands.SubmitToolResults.make({
+            commandId,
+            threadId: path.threadId,
+            runId: path.runId,
+            results: payload.results
+          }))))
       .handle("get", ({ path, urlParams }) =>
         Effect.gen(function*() {
           if (urlParams.waitMs !== undefined && urlParams.waitMs > 0) {

@@ -99,7 +99,8 @@ export const orchestratorLayer = (
     Layer.provideMerge(IdGenerator.layerRandom),
     Layer.provide(OrchestratorConfig.layer({
       interruptTimeoutMillis: settings.limits.interruptTimeoutMs,
-      turnTimeoutMillis: settings.limits.turnTimeoutMs
+      turnTimeoutMillis: settings.limits.turnTimeoutMs,
+      toolResultTimeoutMillis: settings.limits.toolResultTimeoutMs
     }))
   )
 }

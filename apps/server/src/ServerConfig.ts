@@ -94,7 +94,8 @@ export const decodeProviderEntry = (entry: unknown, index: number): Either.Eithe
  *   new threads;
  * - `auth`: `token` (admin), `readToken` (read-only), `tokenFile` (where the generated admin token lives);
  * - `limits`: `maxBodyBytes` (request body, bytes), `shutdownTimeoutMs` (open requests at shutdown),
- *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn).
+ *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn),
+ *   `toolResultTimeoutMs` (how long a run waits for the client's tool results).
  */
 export const ConfigFile = Schema.Struct({
   host: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
@@ -115,7 +116,8 @@ export const ConfigFile = Schema.Struct({
     maxBodyBytes: Schema.optional(Schema.Int.pipe(Schema.between(1_024, 1_073_741_824))),
     shutdownTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(0, 600_000))),
     interruptTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(100, 600_000))),
-    turnTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
+    turnTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000))),
+    toolResultTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
   }))
 })
 /** A config file as read: `ConfigFile` with its provider entries decoded. */
@@ -179,6 +181,7 @@ export interface ServerSettings {
     readonly shutdownTimeoutMs: number
     readonly interruptTimeoutMs: number
     readonly turnTimeoutMs: number
+    readonly toolResultTimeoutMs: number
   }
 }
 
@@ -375,7 +378,8 @@ export const resolve = (flags: ServeFlags = {}) =>
         maxBodyBytes,
         shutdownTimeoutMs: file.limits?.shutdownTimeoutMs ?? defaultShutdownTimeoutMs,
         interruptTimeoutMs: file.limits?.interruptTimeoutMs ?? defaultInterruptTimeoutMs,
-        turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000
+        turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000,
+        toolResultTimeoutMs: file.limits?.toolResultTimeoutMs ?? 600_000
       }
     } satisfies ServerSettings
   })

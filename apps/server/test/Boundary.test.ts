@@ -95,7 +95,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect((wrongType.body?.issues as Array<{ path: Array<string> }>).map((i) => i.path)).toEqual([["text"]])
       const typo = yield* raw(post(`/threads/${threadId}/messages`, { txt: "hi", text: "hi" }))
       expect([typo.status, (typo.body?.issues as Array<{ path: Array<string>; message: string }>).map((i) => [i.path, i.message])])
-        .toEqual([400, [[["txt"], "is unexpected, expected: \"text\" | \"commandId\""]]])
+        .toEqual([400, [[["txt"], "is unexpected, expected: \"text\" | \"tools\" | \"commandId\""]]])
       const missing = yield* raw(post("/threads", { title: "no provider" }))
       expect((missing.body?.issues as Array<{ path: Array<string> }>).map((i) => i.path)).toEqual([["providerInstance"]])
       const badProvider = yield* raw(post("/threads", { providerInstance: "Not A Name!" }))
@@ -284,6 +284,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/threads/{threadId}/messages",
         "/threads/{threadId}/offload",
         "/threads/{threadId}/runs",
+        "/threads/{threadId}/runs/{runId}/tool-results",
         "/threads/{threadId}/switch"
       ])
       const docs = yield* HttpClient.get("/docs")

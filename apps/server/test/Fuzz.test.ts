@@ -124,6 +124,7 @@ const validRequest: fc.Arbitrary<Spec> = fc.oneof(
   { weight: 1, arbitrary: fc.tuple(ref("thread"), fc.boolean()).map(([t, key]) => write("threads.compact", ["threads", t, "compact"], {}, key)) },
   { weight: 1, arbitrary: fc.tuple(ref("thread"), opt(fc.nat(20_000)), fc.boolean()).map(([t, keepTokens, key]) => write("threads.offload", ["threads", t, "offload"], defined({ keepTokens }), key)) },
   { weight: 1, arbitrary: fc.tuple(ref("thread"), opt(ref("run")), fc.boolean()).map(([t, runId, key]) => write("threads.interrupt", ["threads", t, "interrupt"], defined({ runId }), key)) },
+  { weight: 1, arbitrary: fc.tuple(ref("thread"), ref("run"), fc.boolean()).map(([t, r, key]) => write("runs.toolResults", ["threads", t, "runs", r, "tool-results"], { results: [{ toolCallId: "call_1", output: `out ${M}` }] }, key)) },
   { weight: 2, arbitrary: fc.tuple(opt(limitParam), opt(ref("cursor"))).map(([limit, cursor]) => read("threads.list", ["threads"], queryOf(["limit", limit], ["cursor", cursor]))) },
   { weight: 2, arbitrary: fc.tuple(ref("thread"), fc.boolean()).map(([t, ro]) => read("threads.get", ["threads", t], [], ro ? readToken : adminToken)) },
   { weight: 2, arbitrary: fc.tuple(ref("run"), opt(fc.constantFrom("0", "50", "1000"))).map(([r, waitMs]) => read("runs.get", ["runs", r], queryOf(["waitMs", waitMs]))) },

@@ -14,8 +14,8 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { PromptText, storableText } from "./Commands.js"
-import { Run } from "./Domain.js"
+import { ClientTools, PromptText, storableText } from "./Commands.js"
+import { Run, ToolResult } from "./Domain.js"
 import {
   ConcurrentModification,
   Forbidden,
@@ -32,6 +32,7 @@ import {
   RouteNotFound,
   RunInProgress,
   RunNotFound,
+  RunNotWaiting,
   ThreadNotFound,
   Unauthorized,
   UnknownProvider,
@@ -90,6 +91,7 @@ const clientRunId = RunId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNu
 
 const threadPath = Schema.Struct({ threadId: clientThreadId })
 const runPath = Schema.Struct({ runId: clientRunId })
+const threadRunPath = Schema.Struct({ threadId: clientThreadId, runId: clientRunId })
 const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
 const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
 
@@ -109,15 +111,28 @@ export const maxItemTextChars = 1_048_576
 /** A body that names a field the endpoint does not have is refused (400 naming it), not silently ignored. */
 const strict = { parseOptions: { onExcessProperty: "error" } } as const
 
-/** `POST /threads`: a thread whose first provider is `providerInstance`; `title` defaults to "untitled". */
+/**
+ * `POST /threads`: a thread whose first provider is `providerInstance`; `title` defaults to "untitled"; `tools`: the
+ * client's tools (name, description, JSON Schema `inputSchema`) every run of the thread offers the model.
+ */
 export const CreateThreadPayload = Schema.Struct({
   title: Schema.optional(title),
   providerInstance: ProviderInstance,
+  tools: Schema.optional(ClientTools),
   ...commandId
 }).annotations(strict)
 
-/** `POST /threads/{id}/messages`: a user message; `text` reaches the provider byte-identical. */
-export const SendMessagePayload = Schema.Struct({ text: PromptText, ...commandId }).annotations(strict)
+/**
+ * `POST /threads/{id}/messages`: a user message; `text` reaches the provider byte-identical; `tools`: client tools
+ * for this run over the thread's (one with a thread tool's name replaces it).
+ */
+export const SendMessagePayload = Schema.Struct({ text: PromptText, tools: Schema.optional(ClientTools), ...commandId }).annotations(strict)
+
+/** `POST /threads/{id}/runs/{runId}/tool-results`: one result per open tool call of the waiting run. */
+export const ToolResultsPayload = Schema.Struct({
+  results: Schema.Array(ToolResult).pipe(Schema.minItems(1), Schema.maxItems(128)),
+  ...commandId
+}).annotations(strict)
 
 /** `POST /threads/{id}/switch`: the provider instance for the next run. */
 export const SwitchProviderPayload = Schema.Struct({ providerInstance: ProviderInstance, ...commandId }).annotations(strict)
@@ -282,6 +297,16 @@ export class RunsGroup extends HttpApiGroup.make("runs")
       .addSuccess(RunPage)
       .addError(ThreadNotFound)
       .annotate(OpenApi.Description, "A thread's runs with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page.")
+  )
+  .add(
+    HttpApiEndpoint.post("toolResults", "/threads/:threadId/runs/:runId/tool-results")
+      .setPath(threadRunPath)
+      .setPayload(ToolResultsPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(RunAccepted, { status: 202 })
+      .addError(RunNotFound)
+      .addError(RunNotWaiting)
+      .annotate(OpenApi.Description, "Posts the client's results for the open tool calls of a `waiting` run (one per call: an unknown call id or a call left without a result is 400 naming it; a run not waiting is 409). Answers 202 at once: the results are recorded, each after its call, and the run continues with the next model request.")
   )
   .middleware(Authorization)
 {}

@@ -3,12 +3,31 @@
  * result recorded in its command receipt instead of running again.
  */
 import { Schema } from "effect"
+import { ClientTool, ToolResult } from "./Domain.js"
 import { CommandId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
 
+/** The most tools a thread or a message may declare. */
+export const maxTools = 128
+
+/** Client tools (`ClientTool`): at most `maxTools`, names unique. */
+export const ClientTools = Schema.Array(ClientTool).pipe(
+  Schema.maxItems(maxTools),
+  Schema.filter((tools) => {
+    const seen = new Set<string>()
+    for (const t of tools) {
+      if (seen.has(t.name)) return `tool ${JSON.stringify(t.name)} is declared twice`
+      seen.add(t.name)
+    }
+    return true
+  })
+)
+
+/** Creates a thread; `tools`: the client's tools every run of the thread offers (see `SendMessage.tools`). */
 export const CreateThread = Schema.TaggedStruct("CreateThread", {
   commandId: CommandId,
   title: Schema.String.pipe(Schema.maxLength(500)),
-  providerInstance: ProviderInstance
+  providerInstance: ProviderInstance,
+  tools: Schema.optional(ClientTools)
 })
 export type CreateThread = typeof CreateThread.Type
 
@@ -53,11 +72,15 @@ export const PromptText = Schema.String.pipe(
   Schema.filter(storableText("the prompt"))
 )
 
-/** Sends a user message (one run) to a thread. `text` reaches the provider byte-identical. */
+/**
+ * Sends a user message (one run) to a thread. `text` reaches the provider byte-identical. `tools`: client tools for
+ * this run, over the thread's (`Domain.mergeTools`: one with a thread tool's name replaces it, the others are added).
+ */
 export const SendMessage = Schema.TaggedStruct("SendMessage", {
   commandId: CommandId,
   threadId: ThreadId,
-  text: PromptText
+  text: PromptText,
+  tools: Schema.optional(ClientTools)
 })
 export type SendMessage = typeof SendMessage.Type
 
@@ -120,7 +143,31 @@ export const OffloadThread = Schema.TaggedStruct("OffloadThread", {
 })
 export type OffloadThread = typeof OffloadThread.Type
 
-export const Command = Schema.Union(CreateThread, SendMessage, InterruptRun, SwitchProvider, CompactThread, ForkThread, MergeBack, OffloadThread)
+/**
+ * Posts the client's results for the open tool calls of a `waiting` run: exactly one result per open call (an
+ * unknown call id, a call without a result or two results for one call is `InvalidRequest` naming them). The results
+ * are recorded, each after its call, and the run continues with the next model request. Fails with `RunNotFound`,
+ * `RunNotWaiting` (409), `InvalidRequest`. A repeated command id answers as the first time.
+ */
+export const SubmitToolResults = Schema.TaggedStruct("SubmitToolResults", {
+  commandId: CommandId,
+  threadId: ThreadId,
+  runId: RunId,
+  results: Schema.Array(ToolResult).pipe(Schema.minItems(1), Schema.maxItems(maxTools))
+})
+export type SubmitToolResults = typeof SubmitToolResults.Type
+
+export const Command = Schema.Union(
+  CreateThread,
+  SendMessage,
+  InterruptRun,
+  SwitchProvider,
+  CompactThread,
+  ForkThread,
+  MergeBack,
+  OffloadThread,
+  SubmitToolResults
+)
 export type Command = typeof Command.Type
 
 /**

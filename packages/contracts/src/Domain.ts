@@ -33,8 +33,12 @@ export const Thread = Schema.Struct({
 })
 export type Thread = typeof Thread.Type
 
-/** docs/design.md run statuses. `queued` and `starting` are transient; the last four are terminal. */
-export const RunStatus = Schema.Literal("queued", "starting", "running", "completed", "interrupted", "failed", "cancelled")
+/**
+ * docs/design.md run statuses. `queued` and `starting` are transient; `waiting` means the model called the client's
+ * tools and the run waits for their results (`SubmitToolResults`), blocking the thread's queue as a running run
+ * does; the last four are terminal.
+ */
+export const RunStatus = Schema.Literal("queued", "starting", "running", "waiting", "completed", "interrupted", "failed", "cancelled")
 export type RunStatus = typeof RunStatus.Type
 export const terminalRunStatuses: ReadonlyArray<RunStatus> = ["completed", "interrupted", "failed", "cancelled"]
 
@@ -57,7 +61,9 @@ export type RunStopPoint = typeof RunStopPoint.Type
  * - `interrupted_by_user`: the user interrupted the run (before or during the provider turn);
  * - `process_restarted`: the process stopped while the run was unfinished; restart recovery ended it;
  * - `process_stopped`: the process was asked to stop (SIGINT/SIGTERM, a shutdown) while the run was in flight and
- *   interrupted it on the way out.
+ *   interrupted it on the way out;
+ * - `tool_results_timeout`: the run waited for the client's tool results past its deadline (OrchestratorConfig
+ *   `toolResultTimeoutMillis`); every open call was answered with an error result.
  */
 export const RunFailureCode = Schema.Literal(
   "provider_refused",
@@ -74,7 +80,8 @@ export const RunFailureCode = Schema.Literal(
   "output_not_recorded",
   "interrupted_by_user",
   "process_restarted",
-  "process_stopped"
+  "process_stopped",
+  "tool_results_timeout"
 )
 export type RunFailureCode = typeof RunFailureCode.Type
 
@@ -368,3 +375,90 @@ export const RunCost = Schema.Struct({
   createdAt: Schema.DateTimeUtc
 })
 export type RunCost = typeof RunCost.Type
+
+/** A tool name as the model APIs accept it: 1 to 64 of `[A-Za-z0-9_-]` (Anthropic's and OpenAI's common rule). */
+export const ToolName = Schema.String.pipe(
+  Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, { message: () => "a tool name is 1 to 64 characters of A-Z, a-z, 0-9, _ and -" })
+)
+
+/**
+ * A tool of the client's that the model may call: `name`, what it does (`description`, at most 10,000 characters)
+ * and its input as a JSON Schema object (`inputSchema`, sent to the provider verbatim). The client runs it and posts
+ * the result (`SubmitToolResults`); Baton never executes it.
+ */
+export const ClientTool = Schema.Struct({
+  name: ToolName,
+  description: Schema.String.pipe(Schema.maxLength(10_000)),
+  inputSchema: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+export type ClientTool = typeof ClientTool.Type
+
+/**
+ * The tools a run offers: the thread's, then the message's — a message's tool replaces the thread's tool of the
+ * same name (in the thread's position) and the others are added after, in the message's order.
+ */
+export const mergeTools = (thread: ReadonlyArray<ClientTool>, message: ReadonlyArray<ClientTool>): ReadonlyArray<ClientTool> => {
+  const byName = new Map(message.map((t) => [t.name, t]))
+  const merged = thread.map((t) => byName.get(t.name) ?? t)
+  const seen = new Set(thread.map((t) => t.name))
+  return [...merged, ...message.filter((t) => !seen.has(t.name))]
+}
+
+/** A tool call the model made that waits for the client's result: its id, the tool's name and the arguments (JSON text). */
+export const OpenToolCall = Schema.Struct({
+  toolCallId: ToolCallId,
+  name: Schema.String,
+  arguments: Schema.String
+})
+export type OpenToolCall = typeof OpenToolCall.Type
+
+/** The client's result of one tool call: `output` as text (what the model reads), `isError` when the tool failed. */
+export const ToolResult = Schema.Struct({
+  toolCallId: ToolCallId,
+  output: Schema.String.pipe(Schema.maxLength(1_048_576)),
+  isError: Schema.optionalWith(Schema.Boolean, { default: () => false })
+})
+export type ToolResult = typeof ToolResult.Type
+
+/**
+ * An item not yet recorded (no id, thread or seq): the held tool unit of a waiting run (its calls and what the model
+ * produced after them), recorded with the results.
+ */
+export const PendingItem = Schema.Struct({
+  kind: ItemKind,
+  text: Schema.String,
+  toolCallId: Schema.NullOr(Schema.String),
+  toolName: Schema.NullOr(Schema.String),
+  messageId: Schema.NullOr(Schema.String),
+  isError: Schema.Boolean,
+  toolCallState: Schema.NullOr(ToolCallState)
+})
+export type PendingItem = typeof PendingItem.Type
+
+/**
+ * `open`: the run waits for the client's results; `answered`: they are recorded and the run is owed its continuation;
+ * `closed`: the wait is over (continued, timed out or interrupted).
+ */
+export const ToolWaitState = Schema.Literal("open", "answered", "closed")
+export type ToolWaitState = typeof ToolWaitState.Type
+
+/**
+ * A run's wait for the client's tool results (one per run, rewritten at each round): the open `calls`, the `held`
+ * tool unit (recorded with the results, so the record never holds a call without its result), the `results` once
+ * posted, and the `deadlineAt` after which the run ends `failed` (`tool_results_timeout`).
+ */
+export const ToolWait = Schema.Struct({
+  runId: RunId,
+  threadId: ThreadId,
+  nativeThreadId: NativeThreadId,
+  state: ToolWaitState,
+  calls: Schema.Array(OpenToolCall),
+  held: Schema.Array(PendingItem),
+  results: Schema.NullOr(Schema.Array(ToolResult)),
+  /** The round of the run (1 for its first wait). */
+  round: Schema.Int.pipe(Schema.positive()),
+  deadlineAt: Schema.DateTimeUtc,
+  createdAt: Schema.DateTimeUtc,
+  updatedAt: Schema.DateTimeUtc
+})
+export type ToolWait = typeof ToolWait.Type

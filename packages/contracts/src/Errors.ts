@@ -226,6 +226,20 @@ export class NoRunInProgress extends Schema.TaggedError<NoRunInProgress>()(
   }
 }
 
+/**
+ * Tool results were posted for a run that is not waiting for them: it has not called a client tool yet (`queued`,
+ * `starting`, `running`), its results were already posted, or it has ended. `status` is the run's status now.
+ */
+export class RunNotWaiting extends Schema.TaggedError<RunNotWaiting>()(
+  "RunNotWaiting",
+  { runId: Schema.String, status: Schema.String },
+  HttpApiSchema.annotations({ status: 409 })
+) {
+  override get message() {
+    return `run ${this.runId} is not waiting for tool results (it is ${this.status}); results are accepted only while the run is waiting`
+  }
+}
+
 /** The request carried no bearer token, or one the server does not know. */
 export class Unauthorized extends Schema.TaggedError<Unauthorized>()(
   "Unauthorized",

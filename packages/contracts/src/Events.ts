@@ -8,7 +8,7 @@
  * `payload` whose schema depends on `type`. Payload fields that events written by older versions lack are optional.
  */
 import { Schema } from "effect"
-import { ContextUsage, DeliveryMode, HandoffKind, RunFailureCode, RunStopPoint } from "./Domain.js"
+import { ContextUsage, DeliveryMode, HandoffKind, OpenToolCall, RunFailureCode, RunStopPoint } from "./Domain.js"
 import {
   CommandId,
   DeliveryId,
@@ -173,6 +173,31 @@ export const RunStarted = event(
 
 /** `{runId, itemCount}`: the run completed with `itemCount` produced items recorded. */
 export const RunCompleted = event("run.completed", Schema.Struct({ runId: RunId, itemCount: Count }))
+
+/**
+ * `{runId, round, calls, deadlineAt}`: the model called the client's tools; the run waits (status `waiting`) for
+ * the results of `calls` (`POST /threads/{id}/runs/{runId}/tool-results`) until `deadlineAt`. `round`: 1 for the
+ * run's first wait, +1 for each later one.
+ */
+export const RunWaiting = event(
+  "run.waiting",
+  Schema.Struct({ runId: RunId, round: Seq, calls: Schema.Array(OpenToolCall), deadlineAt: Schema.DateTimeUtc })
+)
+
+/**
+ * `{runId, round, toolCallIds, source}`: the results of a round's calls were recorded (each `tool_result` item
+ * after its call): posted by the client (`client`), or error results because the deadline passed (`deadline`) or
+ * the run was interrupted (`interrupt`).
+ */
+export const RunToolResultsRecorded = event(
+  "run.tool_results_recorded",
+  Schema.Struct({
+    runId: RunId,
+    round: Seq,
+    toolCallIds: Schema.Array(Schema.String),
+    source: Schema.Literal("client", "deadline", "interrupt")
+  })
+)
 
 /** `code` is the run's `RunFailureCode` (optional: events written before failure codes lack it). */
 const RunEnded = Schema.Struct({ runId: RunId, stopPoint: RunStopPoint, reason: Schema.String, code: Schema.optional(RunFailureCode) })
@@ -432,6 +457,8 @@ export const ThreadEvent = Schema.Union(
   RunCompleted,
   RunFailed,
   RunInterrupted,
+  RunWaiting,
+  RunToolResultsRecorded,
   ItemsAppended,
   ProviderThreadCreated,
   ProviderThreadReconfigured,

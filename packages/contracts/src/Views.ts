@@ -9,6 +9,7 @@ import {
   HandoffDelivery,
   Item,
   NativeThread,
+  OpenToolCall,
   ProviderThread,
   Run,
   RunAttempt,
@@ -120,13 +121,19 @@ export const RunPage = Schema.Struct({
 })
 export type RunPage = typeof RunPage.Type
 
-/** A run, its attempts (one per try on a native thread) and the items it produced, in thread order. */
+/**
+ * A run, its attempts (one per try on a native thread, and one per continuation after tool results) and the items it
+ * produced, in thread order. While the run is `waiting`: `openToolCalls` the calls waiting for the client's results
+ * (empty once posted) and `toolResultsDeadline` when the wait ends; otherwise `[]` and `null`.
+ */
 export const RunView = Schema.Struct({
   run: Run,
   attempts: Schema.Array(RunAttempt),
   items: Schema.Array(Item),
   /** What the run cost (tokens billed, dollars at the configured prices); `null` when none was recorded. */
-  cost: Schema.NullOr(RunCost)
+  cost: Schema.NullOr(RunCost),
+  openToolCalls: Schema.Array(OpenToolCall),
+  toolResultsDeadline: Schema.NullOr(Schema.DateTimeUtc)
 })
 export type RunView = typeof RunView.Type
 

@@ -43,12 +43,14 @@ const faultCodes: ReadonlySet<RunFailureCode> = new Set<RunFailureCode>([
   "injection_unconfirmed",
   "interrupted_by_user",
   "process_restarted",
-  "process_stopped"
+  "process_stopped",
+  // The client posted no tool results before the deadline: the client's doing, like an interrupt.
+  "tool_results_timeout"
 ])
 
 /**
  * Whether a run that did not complete stopped for an allowed reason — a provider fault, an unconfirmed injection,
- * the user, a restart — rather than because history did not fit or its output could not be stored (a wedge).
+ * the user, a restart, a client that posted no tool results in time — rather than because history did not fit or its output could not be stored (a wedge).
  * Reads the run's `failureCode`, never its prose.
  */
 export const isFaultCode = (code: RunFailureCode | null): boolean => code !== null && faultCodes.has(code)

@@ -31,6 +31,12 @@ export interface OrchestratorConfigShape {
    */
   readonly turnTimeoutMillis: number
   /**
+   * How long a run waits for the client's tool results, in milliseconds, before it ends `failed`
+   * (`tool_results_timeout`) with an error result recorded for every open call (the history stays well-formed and
+   * the thread takes its next message). Default 600,000 (10 min).
+   */
+  readonly toolResultTimeoutMillis: number
+  /**
    * Learn a per-provider tokenizer calibration from trusted usage reports and apply it to Baton's estimates
    * (`ProviderCalibration`). Default on; off, every ratio is 1 and nothing is learned.
    */
@@ -71,6 +77,7 @@ export const defaults: OrchestratorConfigShape = {
   maxCompactionsWithoutProgress: 3,
   interruptTimeoutMillis: 30_000,
   turnTimeoutMillis: 1_800_000,
+  toolResultTimeoutMillis: 600_000,
   calibration: true,
   calibrationPolicy: Calibration.defaultPolicy,
   driverLeaseMillis: 30_000,

@@ -6,6 +6,7 @@
  */
 import { EventFeed, EventIds, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Effect, Layer } from "effect"
+import { ClientToolWaits } from "./ClientToolWaits.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -31,6 +32,7 @@ import { TurnStream } from "./TurnStream.js"
 export const services = Layer.merge(ThreadQuery.Default, ThreadService.Default).pipe(
   Layer.provideMerge(TurnExecution.Default),
   Layer.provideMerge(RunRecovery.Default),
+  Layer.provideMerge(ClientToolWaits.Default),
   Layer.provideMerge(TurnStream.Default),
   Layer.provideMerge(ThreadRead.Default),
   Layer.provideMerge(ThreadOffload.Default),

@@ -13,15 +13,18 @@
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
  *   run's outcome is already recorded and the thread takes the next run.
  * - At start it reconciles what gone drivers left unfinished (ThreadService.recover).
+ * - A run `waiting` for the client's tool results holds its thread's queue without a fiber: the worker stops, and
+ *   is woken when the results are posted here (`submitToolResults`: it continues the run) or at the wait's deadline
+ *   (it ends the run, `tool_results_timeout`). At start it watches every wait left open (a restart keeps them).
  * - At shutdown (its scope closing, e.g. on SIGTERM) it stops taking runs and interrupts the runs in flight the same
  *   way, so each ends with a recorded outcome.
  *
  * Fiber bookkeeping (which threads have a worker here, which run each fiber drives) is process-local runtime state;
  * everything two processes must agree on is in the database.
  */
-import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId } from "@baton/contracts"
+import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId, type ToolWait } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { DateTime, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { type SendResult, ThreadService } from "./ThreadService.js"
@@ -70,6 +73,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     }>()
     let stopping = false
     const mutex = yield* Effect.makeSemaphore(1)
+    /** Deadline timers of the waits this process watches, by run id. */
+    const deadlines = new Map<string, Fiber.RuntimeFiber<void, never>>()
 
     /**
      * Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), polling. If the
@@ -131,6 +136,48 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
       })
 
+    /** Runs `effect` (a turn of `runId`) as this process's fiber for the run and settles its waiting callers. */
+    const drive = (runId: RunId, effect: Effect.Effect<SendResult, unknown>) =>
+      Effect.gen(function*() {
+        const fiber = yield* Effect.forkIn(effect, scope)
+        inFlight.set(runId, fiber)
+        const exit = yield* Fiber.await(fiber)
+        inFlight.delete(runId)
+        yield* settle(runId, exit)
+        return exit
+      })
+
+    /** Wakes the worker of `wait`'s thread at its deadline (once per run; the timer goes with the driver's scope). */
+    const watchDeadline = (wait: ToolWait) =>
+      Effect.gen(function*() {
+        if (deadlines.has(wait.runId)) return
+        const now = yield* DateTime.now
+        const millis = Math.max(0, DateTime.toEpochMillis(wait.deadlineAt) - DateTime.toEpochMillis(now))
+        const timer = yield* Effect.forkIn(
+          Effect.sleep(Duration.millis(millis + 1)).pipe(
+            Effect.zipRight(Effect.sync(() => void deadlines.delete(wait.runId))),
+            Effect.zipRight(wake(wait.threadId))
+          ),
+          scope
+        )
+        deadlines.set(wait.runId, timer)
+      })
+
+    /**
+     * What a worker does with its thread's first run when that run is `waiting`: continue it (results posted), end it
+     * (deadline passed), or nothing yet (its deadline watched).
+     */
+    const waitingStep = (run: Run) =>
+      Effect.gen(function*() {
+        const wait = yield* store.getToolWait(run.id)
+        if (wait._tag === "None") return "idle" as const
+        if (wait.value.state === "answered") return "continue" as const
+        if (wait.value.state !== "open") return "idle" as const
+        if (!DateTime.lessThan(yield* DateTime.now, wait.value.deadlineAt)) return "expire" as const
+        yield* watchDeadline(wait.value)
+        return "idle" as const
+      })
+
     /** Drives the thread's queued runs until none is left. */
     const work = (threadId: ThreadId): Effect.Effect<void> =>
       Effect.gen(function*() {
@@ -148,18 +195,37 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             continue
           }
           const run = first.value
+          if (run.status === "waiting") {
+            const step = yield* waitingStep(run)
+            if (step === "continue") {
+              yield* drive(run.id, threads.continueRun(run.id))
+              continue
+            }
+            if (step === "expire") {
+              yield* threads.expireToolWait(run.threadId, run.id)
+              continue
+            }
+            // Nothing to do until the results are posted or the deadline passes: the worker stops (a post here or
+            // the deadline's timer wakes it; a post on another process continues the run there).
+            const done = yield* mutex.withPermits(1)(Effect.sync(() => {
+              if (again.delete(threadId)) return false
+              workers.delete(threadId)
+              return true
+            }))
+            if (done) return
+            continue
+          }
           if (run.status !== "queued") {
             // Started by another driver (a gone driver's run is ended by recovery): wait until it ends.
             yield* waitWhileFirst(threadId, run.id)
             continue
           }
-          const fiber = yield* Effect.forkIn(threads.processRun(run.id), scope)
-          inFlight.set(run.id, fiber)
-          const exit = yield* Fiber.await(fiber)
-          inFlight.delete(run.id)
-          yield* settle(run.id, exit)
-          // Another process claimed the run meanwhile: wait until it ends there.
-          if (Exit.isSuccess(exit) && !terminalRunStatuses.includes(exit.value.status)) yield* waitWhileFirst(threadId, run.id)
+          const exit = yield* drive(run.id, threads.processRun(run.id))
+          // Another process claimed the run meanwhile: wait until it ends there. (A run now waiting for tool results
+          // is looked at again by the loop.)
+          if (Exit.isSuccess(exit) && !terminalRunStatuses.includes(exit.value.status) && exit.value.status !== "waiting") {
+            yield* waitWhileFirst(threadId, run.id)
+          }
         }
       }).pipe(
         Effect.catchAllCause((cause) =>
@@ -233,6 +299,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
 
     // Runs left unfinished by drivers that are gone are reconciled before this driver takes any.
     yield* threads.recover()
+    // Waits survive a restart: their threads' workers continue those with posted results and watch the others'
+    // deadlines.
+    for (const wait of yield* store.listLiveToolWaits()) yield* wake(wait.threadId)
 
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
@@ -245,6 +314,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           yield* Fiber.interrupt(fiber)
         }
         yield* Effect.forEach([...workers.values()], Fiber.interrupt, { discard: true })
+        yield* Effect.forEach([...deadlines.values()], Fiber.interrupt, { discard: true })
       }).pipe(Effect.ignore)
     )
 
@@ -284,6 +354,17 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * `RunNotFound`.
        */
       interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId, "user"),
+      /**
+       * Posts the client's tool results for a waiting run (ThreadService `submitToolResults`) and wakes the thread's
+       * worker, which continues the run. Answers at once with the run as it stood when the results were recorded.
+       * Fails with `RunNotFound`, `RunNotWaiting`, `InvalidRequest`.
+       */
+      submitToolResults: (command: Commands.SubmitToolResults) =>
+        Effect.gen(function*() {
+          const run = yield* threads.submitToolResults(command)
+          if (!terminalRunStatuses.includes(run.status)) yield* wake(run.threadId)
+          return { runId: run.id, runSeq: run.seq, threadId: run.threadId, status: run.status } satisfies RunAccepted
+        }),
       /** Runs this process drives right now. */
       inFlight: () => [...inFlight.keys()]
     }

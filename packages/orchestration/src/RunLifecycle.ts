@@ -5,7 +5,8 @@
  * ```
  * queued   -> starting | interrupted | failed | cancelled
  * starting -> starting | running | interrupted | failed | cancelled     (starting -> starting: a retry's reset)
- * running  -> starting | completed | interrupted | failed               (running -> starting: overflow or lost thread retry)
+ * running  -> starting | waiting | completed | interrupted | failed     (running -> starting: overflow or lost thread retry)
+ * waiting  -> running | interrupted | failed                            (running: the client's results are in, the turn goes on)
  * interrupted -> interrupted, failed -> failed                          (corrections of where it stopped)
  * completed, cancelled: final
  * ```
@@ -23,7 +24,8 @@ import { Data, DateTime, Effect } from "effect"
 export const transitions: Readonly<Record<RunStatus, ReadonlyArray<RunStatus>>> = {
   queued: ["starting", "interrupted", "failed", "cancelled"],
   starting: ["starting", "running", "interrupted", "failed", "cancelled"],
-  running: ["starting", "completed", "interrupted", "failed"],
+  running: ["starting", "waiting", "completed", "interrupted", "failed"],
+  waiting: ["running", "interrupted", "failed"],
   interrupted: ["interrupted"],
   failed: ["failed"],
   completed: [],

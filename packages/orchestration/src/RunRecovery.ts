@@ -10,6 +10,7 @@ import { type Commands, type NativeThread, type Run, type RunStopPoint, RunNotFo
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { ProviderRegistry } from "@baton/providers"
 import { DateTime, Effect, Option } from "effect"
+import { ClientToolWaits } from "./ClientToolWaits.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { RunLifecycle } from "./RunLifecycle.js"
@@ -26,6 +27,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     const stopAndReadBack = trust.probe
     const distrustNative = trust.distrust
     const hasOutput = lifecycle.hasOutput
+    const toolWaits = yield* ClientToolWaits
 
     /**
      * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
@@ -45,6 +47,15 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
         return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(
           finishRun(run, "interrupted", "before_provider", `interrupted by ${who} before the provider started`, code)
         )
+      }
+      if (run.status === "waiting") {
+        // No provider turn is in flight: the open calls are answered with error results and the run ends after the
+        // provider (which read the prompt and called the tools).
+        return yield* uow.thread(run.threadId, "RunRecovery.interruptWaiting")(Effect.gen(function*() {
+          const current = yield* store.getRun(run.id)
+          if (current._tag === "None" || current.value.status !== "waiting") return current._tag === "Some" ? current.value : run
+          return yield* toolWaits.interrupt(current.value, who, code)
+        }))
       }
       if (run.status === "running") {
         // `running` is written just before the provider call: read the native thread back, where the adapter can,
@@ -98,10 +109,11 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * (`queued`/`starting`) ends `interrupted` before the provider (a missed run, recovered at the next turn
      * start); a `running` run ends `interrupted` after the provider: the provider read its prompt, and whatever it
      * produced after the last durable write is not recorded (never replayed into the record from the provider).
-     * Returns the runs it ended.
+     * A `waiting` run is left as it is: its wait is durable (no provider turn is in flight), it still accepts the
+     * client's results, and its deadline ends it otherwise. Returns the runs it ended.
      */
     const recover = Effect.fn("RunRecovery.recover")(function*() {
-      const unfinished = yield* store.listUnfinishedRuns()
+      const unfinished = (yield* store.listUnfinishedRuns()).filter((r) => r.status !== "waiting")
       const openAttempts = yield* store.listOpenAttempts()
       const candidates = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))
       for (const a of openAttempts) {

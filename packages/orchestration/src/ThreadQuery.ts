@@ -163,15 +163,21 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       return Option.getOrNull(yield* store.findFirstUnfinishedRun(threadId))
     })
 
-    /** A run with its attempts and items. Fails with `RunNotFound`, `PersistenceError`. */
+    /**
+     * A run with its attempts and items, and while it waits for tool results the open calls and the deadline. Fails
+     * with `RunNotFound`, `PersistenceError`.
+     */
     const run = Effect.fn("ThreadQuery.run")(function*(runId: RunId) {
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
+      const wait = found.value.status === "waiting" ? Option.getOrNull(yield* store.getToolWait(runId)) : null
       return {
         run: found.value,
         attempts: yield* store.listAttempts(runId),
         items: yield* store.listItemsOfRuns([runId]),
-        cost: (yield* store.listRunCosts(found.value.threadId)).find((c) => c.runId === runId) ?? null
+        cost: (yield* store.listRunCosts(found.value.threadId)).find((c) => c.runId === runId) ?? null,
+        openToolCalls: wait !== null && wait.state === "open" ? wait.calls : [],
+        toolResultsDeadline: wait !== null && wait.state === "open" ? wait.deadlineAt : null
       } satisfies RunView
     })
 

@@ -11,6 +11,7 @@
 import {
   Commands,
   CompactReport,
+  mergeTools,
   CreateThreadResult,
   ForkResult,
   InvalidRequest,
@@ -31,6 +32,7 @@ import {
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
+import { ClientToolWaits } from "./ClientToolWaits.js"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -82,6 +84,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const trust = yield* NativeThreadTrust
     const turns = yield* TurnExecution
     const recovery = yield* RunRecovery
+    const toolWaits = yield* ClientToolWaits
 
     /** Drives a queued run to a terminal status (see TurnExecution). */
     const processRun = (runId: Run["id"]) => turns.run(runId)
@@ -164,6 +167,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             updatedAt: now
           }
           yield* store.insertThread(thread)
+          if (command.tools !== undefined && command.tools.length > 0) yield* store.setThreadTools(thread.id, command.tools)
           yield* store.appendEvent({ threadId: thread.id, type: "thread.created", payload: { title: thread.title }, commandId: command.commandId })
           const providerThread = yield* ensureProviderThread(thread.id, adapter)
           yield* store.updateThread({ ...thread, activeProviderThreadId: providerThread.id })
@@ -260,6 +264,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         updatedAt: now
       }
       yield* store.insertRun(run, driver.driverId)
+      // The tools this run offers: the thread's, with the message's over them.
+      const tools = mergeTools(yield* store.getThreadTools(thread.id), command.tools ?? [])
+      if (tools.length > 0) yield* store.setRunTools(run.id, tools)
       yield* appendItems(thread.id, run, [{
         kind: "user_message",
         text: command.text,
@@ -307,7 +314,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const queued = yield* queueRun(command, false, true)
       if (queued.created) {
         const result = yield* turns.run(queued.run.id, queued.claimed ?? undefined)
-        yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
+        // A run waiting for tool results has not ended: its receipt keeps naming the run until it does.
+        if (result.status !== "waiting") yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
         return result
       }
       // The command was seen before: its result if the run ended and was recorded; a run left queued by a crash is
@@ -478,9 +486,28 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       return yield* offloader.offload(thread.id, keepTokens, receiptKey)
     })
 
+    /**
+     * Posts the client's tool results for a waiting run (see `Commands.SubmitToolResults` and ClientToolWaits): they
+     * are recorded and the run's wait is answered; `continueRun` (the run driver) then continues the turn. Fails with
+     * `RunNotFound`, `RunNotWaiting`, `InvalidRequest`.
+     */
+    const submitToolResults = toolWaits.submit
+
+    /**
+     * Continues a waiting run whose results were posted (TurnExecution `continueRun`); returns the run's result
+     * (`waiting` again when the model called the client's tools again).
+     */
+    const continueRun = (runId: Run["id"]) => turns.continueRun(runId)
+
+    /** Ends `runId` if it waited for tool results past its deadline (see ClientToolWaits `expire`). */
+    const expireToolWait = toolWaits.expire
+
     return {
       createThread,
       switchProvider,
+      submitToolResults,
+      continueRun,
+      expireToolWait,
       sendMessage,
       enqueueMessage,
       processRun,

@@ -27,6 +27,7 @@ import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderFailure, ProviderRegistry } from "@baton/providers"
 import { Data, DateTime, Duration, Effect, Option } from "effect"
+import { ClientToolWaits, toolDefinitions } from "./ClientToolWaits.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -79,6 +80,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     const turnStream = yield* TurnStream
     const threadRead = yield* ThreadRead
     const config = yield* OrchestratorConfig
+    const toolWaits = yield* ClientToolWaits
     const finishRun = lifecycle.finish
     const stopAndReadBack = trust.probe
     const distrustNative = trust.distrust
@@ -366,11 +368,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // ends. A provider turn that never ends must not leave the run `running`: Baton stops waiting after
         // `turnTimeoutMillis` and handles it like a provider-reported timeout.
         const output = turnStream.output(run, plan.native, plan.inlineDeliveries)
+        const clientTools = toolDefinitions(yield* store.getRunTools(run.id))
         const outcome = yield* output.consume(adapter.startTurn({
           nativeRef: plan.native.nativeRef,
           runId: run.id,
           prompt: run.prompt,
           inlineHistory: plan.inlineHistory,
+          // The client's tools: the model's calls to them end the turn open, and the run waits for the results.
+          ...(clientTools.length === 0 ? {} : { tools: clientTools }),
           // Baton's `thread_read`, offered on every turn: a tool list that changed from one request to the next would
           // rewrite the provider's prompt cache, and a model may need an earlier item at any turn (omitted, deferred,
           // summarised, or dropped by the provider's own compaction). Adapters without tools ignore it.
@@ -505,8 +510,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const before = yield* store.getRun(run.id)
           const interrupted = output.interrupted || (before._tag === "Some" && before.value.status === "interrupted")
           // Most items are recorded already (as they arrived); what the stream still holds is recorded now: a
-          // possible replay of a resumed native thread is skipped, the tool calls the turn left open are closed.
-          const items = yield* output.flush(interrupted)
+          // possible replay of a resumed native thread is skipped, the tool calls the turn left open are closed —
+          // except the client's calls the run now waits for: that unit is held in the wait (ClientToolWaits).
+          const waitFor = interrupted ? [] : output.pendingToolCalls.filter((id) => output.openCallIds.includes(id))
+          const settled = waitFor.length > 0 ? yield* output.hold() : { recorded: yield* output.flush(interrupted), held: [] }
+          const items = settled.recorded
           const now = yield* DateTime.now
           const inlineTokens = plan.inlineTokens
           const sent = plan.requestTokens + inlineTokens + items.reduce((n, i) => n + i.tokens, 0)
@@ -548,7 +556,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             }
           }
           const fresh = yield* store.getProviderThread(plan.providerThread.id)
-          if (fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
+          // A waiting run is not over: the watermark moves when it completes.
+          if (waitFor.length === 0 && fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
           }
           yield* handOverLateOutput(plan, items, native.status, fresh, before)
@@ -568,6 +577,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             const ended = yield* finishRun({ ...run, nativeThreadId: plan.native.id }, "interrupted", "after_provider", "interrupted by the user during the provider turn", "interrupted_by_user")
             return { done: ended, native }
           }
+          if (waitFor.length > 0) return { done: yield* toolWaits.enter(run, plan.native, waitFor, settled.held), native }
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* lifecycle.update(run, done)
           yield* store.appendEvent({ threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } })
@@ -588,6 +598,177 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       )
     })
 
+    /**
+     * The record of what `run`'s turn was billed, `tokens` added to what its earlier requests were (a run that waited
+     * for tool results is billed per continuation).
+     */
+    const addRunCost = (run: Run, adapter: ProviderAdapter.ProviderAdapterShape, tokens: ProviderAdapter.TurnTokens, now: DateTime.Utc) =>
+      Effect.gen(function*() {
+        const before = yield* store.getRunCost(run.id)
+        const sum = before._tag === "None" ? tokens : {
+          inputTokens: before.value.inputTokens + tokens.inputTokens,
+          cacheWriteTokens: before.value.cacheWriteTokens + tokens.cacheWriteTokens,
+          cacheReadTokens: before.value.cacheReadTokens + tokens.cacheReadTokens,
+          outputTokens: before.value.outputTokens + tokens.outputTokens
+        }
+        yield* store.recordRunCost(RunCosts.of(run, adapter, sum, now))
+      })
+
+    /** A run's result as the record tells it (no turn-start report: a continuation has none). */
+    const recordedResult = (r: Run, providerInstance: ProviderThread["providerInstance"]): SendResult => ({
+      runId: r.id,
+      runSeq: r.seq,
+      status: r.status,
+      providerInstance,
+      nativeGeneration: null,
+      usedTokens: null,
+      window: 0,
+      turnStart: null,
+      failureReason: r.failureReason,
+      failureCode: r.failureCode
+    })
+
+    /**
+     * Continues a `waiting` run whose results the client posted (its wait `answered`): claimed under the thread's
+     * lock (`running`, a new attempt on the wait's native thread, this driver's), then `continueTurn` with the
+     * results and the run's tools, the model's answer recorded as it streams (TurnStream), and the outcome: completed,
+     * waiting again (the model called the client's tools again), or failed/interrupted after the provider. A run that
+     * is not waiting with posted results is returned as it is. Fails with `RunNotFound`, `PersistenceError`,
+     * `ConcurrentModification`.
+     */
+    const continueRun = Effect.fn("TurnExecution.continueRun")(function*(runId: Run["id"]) {
+      const found = yield* store.getRun(runId)
+      if (found._tag === "None") return yield* new RunNotFound({ runId })
+      const providerThread = yield* Effect.flatMap(store.getProviderThread(found.value.providerThreadId), Option.match({
+        onNone: () => Effect.fail(new InvalidRequest({ reason: `run ${runId} names a missing provider thread` })),
+        onSome: Effect.succeed
+      }))
+      const claimed = yield* uow.thread(found.value.threadId, "TurnExecution.continueClaim")(Effect.gen(function*() {
+        const current = yield* store.getRun(runId)
+        const wait = yield* store.getToolWait(runId)
+        if (current._tag === "None" || current.value.status !== "waiting" || wait._tag === "None" || wait.value.state !== "answered") return null
+        const now = yield* DateTime.now
+        const attempt: RunAttempt = {
+          id: ids.next("att") as RunAttempt["id"],
+          runId,
+          attempt: (yield* store.listAttempts(runId)).length + 1,
+          nativeThreadId: wait.value.nativeThreadId,
+          status: "running",
+          error: null,
+          createdAt: now,
+          updatedAt: now
+        }
+        yield* store.insertAttempt(attempt)
+        const running: Run = { ...current.value, status: "running", updatedAt: now }
+        yield* lifecycle.update(current.value, running)
+        yield* store.setRunDriver(runId, driver.driverId)
+        yield* store.putToolWait({ ...wait.value, state: "closed", updatedAt: now })
+        yield* store.appendEvent({ threadId: running.threadId, type: "run.started", payload: { runId, nativeThreadId: wait.value.nativeThreadId, attempt: attempt.attempt } })
+        return { run: running, wait: wait.value, attempt }
+      }))
+      if (claimed === null) {
+        const now = Option.getOrElse(yield* store.getRun(runId), () => found.value)
+        return recordedResult(now, providerThread.providerInstance)
+      }
+      let run = claimed.run
+      const attempt = claimed.attempt
+      const fail = (reason: string, code: "provider_missing" | "provider_protocol" | "output_not_recorded") =>
+        Effect.gen(function*() {
+          const failing = run
+          run = yield* uow.thread(failing.threadId, "TurnExecution.continueFailed")(Effect.gen(function*() {
+            yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
+            return yield* finishRun(failing, "failed", "after_provider", reason, code)
+          }))
+          return recordedResult(run, providerThread.providerInstance)
+        })
+      const adapter = yield* Effect.either(registry.get(providerThread.providerInstance))
+      if (adapter._tag === "Left") return yield* fail(`provider unavailable: ${adapter.left.message}`, "provider_missing")
+      const native = Option.getOrNull(yield* store.getNativeThread(claimed.wait.nativeThreadId))
+      const continueTurn = adapter.right.continueTurn
+      if (native === null || continueTurn === undefined) {
+        return yield* fail(native === null ? "the native thread of the tool calls is gone" : `provider ${adapter.right.instance} cannot continue a turn after tool results`, native === null ? "provider_missing" : "provider_protocol")
+      }
+      const output = turnStream.output(run, native, [])
+      const clientTools = toolDefinitions(yield* store.getRunTools(runId))
+      const outcome = yield* output.consume(continueTurn({
+        nativeRef: native.nativeRef,
+        runId,
+        toolResults: (claimed.wait.results ?? []).map((r) => ({ toolCallId: r.toolCallId, output: r.output, isError: r.isError })),
+        ...(clientTools.length === 0 ? {} : { tools: clientTools }),
+        localTools: [threadRead.tool(run.threadId)]
+      })).pipe(
+        Effect.timeoutFail({
+          duration: Duration.millis(config.turnTimeoutMillis),
+          onTimeout: () =>
+            new ProviderError({
+              provider: adapter.right.instance,
+              operation: "continueTurn",
+              code: "timeout",
+              reason: `no answer within ${config.turnTimeoutMillis} ms (turn timeout)`,
+              retryable: true
+            })
+        }),
+        Effect.either
+      )
+      if (outcome._tag === "Left" && outcome.left._tag !== "ProviderError") return yield* fail(`provider output could not be recorded: ${outcome.left.message}`, "output_not_recorded")
+      const settledRun = run
+      const written = yield* Effect.either(uow.thread(run.threadId, "TurnExecution.continued")(Effect.gen(function*() {
+        const now = yield* DateTime.now
+        const before = yield* store.getRun(runId)
+        const stoppedByUser = before._tag === "Some" && before.value.status === "interrupted"
+        if (outcome._tag === "Left") {
+          // The provider failed after it read the results (or could not tell): what arrived stays, the run ends.
+          const error = ProviderFailure.classify(outcome.left as ProviderError)
+          yield* output.flush(error.code === "interrupted")
+          if (output.tokens !== null) yield* addRunCost(settledRun, adapter.right, output.tokens, now)
+          if (error.code === "timeout") yield* distrustNative(settledRun.threadId, native, "continuation timed out")
+          const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
+          yield* store.updateAttempt({ ...attempt, status: status === "interrupted" ? "interrupted" : "failed", error: error.message, updatedAt: now })
+          if (stoppedByUser) return before.value
+          return yield* finishRun(settledRun, status, "after_provider", error.message, runFailureCodeOfProvider(error.code))
+        }
+        const interrupted = output.interrupted || stoppedByUser
+        const waitFor = interrupted ? [] : output.pendingToolCalls.filter((id) => output.openCallIds.includes(id))
+        const settled = waitFor.length > 0 ? yield* output.hold() : { recorded: yield* output.flush(interrupted), held: [] }
+        const items = settled.recorded
+        if (output.tokens !== null) yield* addRunCost(settledRun, adapter.right, output.tokens, now)
+        const { usage: checked, anomaly } = UsageSanity.check(output.usage, providerThread.contextWindow, config.budget.defaultWindow)
+        // Baton's estimate grows by what this request added (the results) and what came back; a trusted report is
+        // stored in Baton's units under the calibration in force (a continuation teaches no sample: the turn's
+        // sample base was the first request's).
+        const currentNative = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
+        const added = (claimed.wait.results ?? []).reduce((n, r) => n + counter.count(r.output), 0) + items.reduce((n, i) => n + i.tokens, 0)
+        const ratio = (yield* calibration.current(providerThread.providerInstance)).ratio
+        const estimatedTokens = checked !== null ? Calibration.toRaw(ratio, checked.usedTokens) : currentNative.estimatedTokens + added
+        yield* store.recordNativeUsage(native.id, checked, estimatedTokens, now)
+        if (output.usage !== null) {
+          yield* store.appendEvent({ threadId: settledRun.threadId, type: "usage.reported", payload: {
+            nativeThreadId: native.id,
+            usage: anomaly === null ? output.usage : JSON.parse(JSON.stringify(output.usage)),
+            trusted: checked !== null,
+            ...(anomaly === null ? {} : { anomaly, estimateUsed: estimatedTokens })
+          } })
+        }
+        yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
+        if (stoppedByUser) return before.value
+        if (interrupted) {
+          return yield* finishRun(settledRun, "interrupted", "after_provider", "interrupted by the user during the provider turn", "interrupted_by_user")
+        }
+        if (waitFor.length > 0) return yield* toolWaits.enter(settledRun, native, waitFor, settled.held)
+        const fresh = yield* store.getProviderThread(providerThread.id)
+        if (fresh._tag === "Some" && fresh.value.syncedRunSeq === settledRun.seq - 1) {
+          yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: settledRun.seq, updatedAt: now })
+        }
+        const done: Run = { ...settledRun, status: "completed", updatedAt: now }
+        yield* lifecycle.update(settledRun, done)
+        yield* store.appendEvent({ threadId: settledRun.threadId, type: "run.completed", payload: { runId, itemCount: items.length } })
+        return done
+      })))
+      if (written._tag === "Left") return yield* fail(`provider output could not be recorded: ${written.left.message}`, "output_not_recorded")
+      run = written.right
+      return recordedResult(run, providerThread.providerInstance)
+    })
+
     return {
       /**
        * Drives the queued run `runId` to a terminal status and returns its result; a run that is not queued (or not
@@ -595,7 +776,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * (they do not fail this effect). Fails with `RunNotFound`, `UnknownProvider`/`InvalidRequest` (the run's
        * provider is not usable here: the run is ended `failed`), `PersistenceError`, `ConcurrentModification`.
        */
-      run: processRun
+      run: processRun,
+      /** Continues a waiting run whose tool results were posted (see `continueRun`). */
+      continueRun
     }
   })
 }) {}

@@ -120,6 +120,10 @@ export interface TurnOutput {
   readonly interrupted: boolean
   /** Whether the stream delivered `turn_ended`. */
   readonly ended: boolean
+  /** The client tool calls `turn_ended` left open (the run waits for their results); `[]` when none. */
+  readonly pendingToolCalls: ReadonlyArray<string>
+  /** The ids of the tool calls held open (not yet recorded: they have no result). */
+  readonly openCallIds: ReadonlyArray<string>
   /**
    * Runs the turn's stream to its end (or `turn_ended`), recording items as they arrive. Fails with the stream's
    * `ProviderError` (after recording what arrived before it) or with the unit of work's `PersistenceError` /
@@ -135,6 +139,11 @@ export interface TurnOutput {
    * (the turn that could have replayed is over). Returns every item the turn recorded, in order.
    */
   readonly flush: (interrupted: boolean) => Effect.Effect<ReadonlyArray<Item>, PersistenceError | ConcurrentModification>
+  /**
+   * Like `flush`, for a turn that ended with client tool calls open: a possible replay is resolved, but the open tool
+   * unit is not closed or recorded: it is returned (`held`), for the run's wait to record with the client's results.
+   */
+  readonly hold: () => Effect.Effect<{ readonly recorded: ReadonlyArray<Item>; readonly held: ReadonlyArray<NewItem> }, PersistenceError | ConcurrentModification>
 }
 
 export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestration/TurnStream", {
@@ -157,6 +166,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         tokens: null as ProviderAdapter.TurnTokens | null,
         interrupted: false,
         ended: false,
+        pending: [] as ReadonlyArray<string>,
         settled: false,
         // `undecided` until the first item: whether the replay window of `native` was open.
         replay: "undecided" as "undecided" | "buffering" | "passing"
@@ -296,6 +306,17 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
               tokensAfter: f.tokensAfter
             }
           }), { discard: true })))
+      /** Resolves a replay still undecided at the end of the turn (see `flush`). */
+      const resolvePending = Effect.gen(function*() {
+        if (state.replay === "undecided") yield* store.takeReplayWindow(native.id)
+        if (state.replay === "buffering") {
+          const resolved = resolveReplay(replayHeld, null)
+          replayHeld = []
+          state.replay = "passing"
+          yield* skipEvent(resolved.skipped)
+          unit = [...unit, ...resolved.kept]
+        }
+      })
 
       const out: TurnOutput = {
         get recorded() {
@@ -317,6 +338,13 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         get ended() {
           return state.ended
         },
+        get pendingToolCalls() {
+          return state.pending
+        },
+        get openCallIds() {
+          const held = [...replayHeld, ...unit]
+          return held.flatMap((i, k) => isOpenCall(held, k) ? [i.toolCallId!] : [])
+        },
         consume: (stream) =>
           stream.pipe(
             Stream.takeUntil((e) => e._tag === "turn_ended"),
@@ -337,6 +365,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                   case "turn_ended":
                     state.ended = true
                     state.interrupted = event.interrupted
+                    state.pending = event.pendingToolCalls ?? []
                     break
                   case "context_offloaded":
                     offloads.push(event.flush)
@@ -349,18 +378,22 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
           ),
         flush: (interrupted) =>
           Effect.gen(function*() {
-            if (state.replay === "undecided") yield* store.takeReplayWindow(native.id)
-            if (state.replay === "buffering") {
-              const resolved = resolveReplay(replayHeld, null)
-              replayHeld = []
-              state.replay = "passing"
-              yield* skipEvent(resolved.skipped)
-              unit = [...unit, ...resolved.kept]
-            }
+            yield* resolvePending
             const rest = closeOpenToolCalls(unit, interrupted)
             unit = []
             yield* append(rest)
             return recorded
+          }),
+        hold: () =>
+          Effect.gen(function*() {
+            yield* resolvePending
+            // What the replay resolution kept before the first open call is complete: recorded now.
+            const firstOpen = unit.findIndex((_, i) => isOpenCall(unit, i))
+            const complete = firstOpen < 0 ? unit : unit.slice(0, firstOpen)
+            const held = firstOpen < 0 ? [] : unit.slice(firstOpen)
+            unit = []
+            yield* append(complete)
+            return { recorded, held }
           })
       }
       return out

@@ -1,3 +1,4 @@
+export * as ClientToolWaits from "./ClientToolWaits.js"
 export * as CommandReceipts from "./CommandReceipts.js"
 export * as ContextHandoffDelivery from "./ContextHandoffDelivery.js"
 export * as DriverRegistry from "./DriverRegistry.js"

@@ -10,6 +10,7 @@
  * native thread and status, runs by provider thread and seq range.
  */
 import {
+  ClientTool,
   Commands,
   ConcurrentModification,
   type ContextUsage,
@@ -36,7 +37,9 @@ import {
   type ThreadEventOf,
   type ThreadEventType,
   type ThreadId,
-  type ThreadLink
+  type ThreadLink,
+  ToolResult,
+  ToolWait
 } from "@baton/contracts"
 import { SqlClient } from "@effect/sql"
 import { DateTime, Effect, FiberRef, Option, Schema } from "effect"
@@ -103,6 +106,16 @@ const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
 const decodeAssigned = Schema.decodeUnknown(Schema.Array(Schema.Struct({ globalSeq: Count, seq: Count })))
 const decodeEvent = Schema.decodeUnknown(ThreadEvent)
 const decodeNative = Schema.decodeUnknown(NativeThreadRow)
+const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool)) })
+const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
+/** A `tool_waits` row: the lists as JSON text. */
+const ToolWaitRow = Schema.Struct({
+  ...ToolWait.fields,
+  calls: Schema.parseJson(ToolWait.fields.calls),
+  held: Schema.parseJson(ToolWait.fields.held),
+  results: Schema.NullOr(Schema.parseJson(Schema.Array(ToolResult)))
+})
+const decodeWaits = Schema.decodeUnknown(Schema.Array(ToolWaitRow))
 /** The id of the newest migration this build registers (`0009_…` is 9). */
 const latestMigration = Math.max(...Object.keys(migrations).map((k) => Number(k.slice(0, k.indexOf("_")))))
 
@@ -192,7 +205,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         runs.findOne(
           "runs.findActive",
           sql`SELECT * FROM runs WHERE thread_id = ${threadId}
-              AND status IN ('queued', 'starting', 'running') ORDER BY seq DESC LIMIT 1`
+              AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY seq DESC LIMIT 1`
         ),
 
       /** The thread's unfinished run with the lowest seq: the one that runs next (or is running). */
@@ -200,13 +213,53 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         runs.findOne(
           "runs.findFirstUnfinished",
           sql`SELECT * FROM runs WHERE thread_id = ${threadId}
-              AND status IN ('queued', 'starting', 'running') ORDER BY seq LIMIT 1`
+              AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY seq LIMIT 1`
         ),
       /** Every run of every thread that is not terminal (after a crash: the runs to reconcile). */
       listUnfinishedRuns: () =>
         runs.findAll(
           "runs.listUnfinished",
-          sql`SELECT * FROM runs WHERE status IN ('queued', 'starting', 'running') ORDER BY thread_id, seq`
+          sql`SELECT * FROM runs WHERE status IN ('queued', 'starting', 'running', 'waiting') ORDER BY thread_id, seq`
+        ),
+
+      // ---- client tools
+      /** Records the tools thread `threadId` declared (at creation). */
+      setThreadTools: (threadId: ThreadId, tools: ReadonlyArray<ClientTool>) =>
+        Effect.flatMap(Schema.encode(ToolsRow)({ tools }), (row) =>
+          sql`INSERT INTO thread_tools ${sql.insert({ threadId, tools: row.tools })}`).pipe(Effect.asVoid, orPersistence("thread_tools.set")),
+      /** The tools thread `threadId` declared (`[]`: none). */
+      getThreadTools: (threadId: ThreadId) =>
+        Effect.flatMap(sql`SELECT tools FROM thread_tools WHERE thread_id = ${threadId}`, decodeTools).pipe(
+          Effect.map((rows) => rows[0]?.tools ?? []),
+          orPersistence("thread_tools.get")
+        ),
+      /** Records the tools run `runId` offers (written when it is queued). */
+      setRunTools: (runId: RunId, tools: ReadonlyArray<ClientTool>) =>
+        Effect.flatMap(Schema.encode(ToolsRow)({ tools }), (row) =>
+          sql`INSERT INTO run_tools ${sql.insert({ runId, tools: row.tools })}`).pipe(Effect.asVoid, orPersistence("run_tools.set")),
+      /** The tools run `runId` offers (`[]`: none). */
+      getRunTools: (runId: RunId) =>
+        Effect.flatMap(sql`SELECT tools FROM run_tools WHERE run_id = ${runId}`, decodeTools).pipe(
+          Effect.map((rows) => rows[0]?.tools ?? []),
+          orPersistence("run_tools.get")
+        ),
+      /** Writes run `w.runId`'s wait (inserted at its first round, replaced at each later one and on every change). */
+      putToolWait: (w: ToolWait) =>
+        Effect.flatMap(Schema.encode(ToolWaitRow)(w), (row) =>
+          sql`INSERT INTO tool_waits ${sql.insert(row)}
+              ON CONFLICT (run_id) DO UPDATE SET native_thread_id = ${row.nativeThreadId}, state = ${row.state},
+              calls = ${row.calls}, held = ${row.held}, results = ${row.results}, round = ${row.round},
+              deadline_at = ${row.deadlineAt}, updated_at = ${row.updatedAt}`).pipe(Effect.asVoid, orPersistence("tool_waits.put")),
+      /** Run `runId`'s wait, if it ever waited. */
+      getToolWait: (runId: RunId) =>
+        Effect.flatMap(sql`SELECT * FROM tool_waits WHERE run_id = ${runId}`, decodeWaits).pipe(
+          Effect.map((rows) => Option.fromNullable(rows[0])),
+          orPersistence("tool_waits.get")
+        ),
+      /** The waits not over (`open` or `answered`), oldest deadline first: what a driver watches after a restart. */
+      listLiveToolWaits: () =>
+        Effect.flatMap(sql`SELECT * FROM tool_waits WHERE state IN ('open', 'answered') ORDER BY deadline_at, run_id`, decodeWaits).pipe(
+          orPersistence("tool_waits.listLive")
         ),
 
       // ---- run attempts
@@ -567,6 +620,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             Effect.asVoid,
             orPersistence("run_costs.record")
           ),
+      /** The recorded cost of run `runId`, if any. */
+      getRunCost: (runId: RunId) =>
+        Effect.flatMap(
+          sql`SELECT * FROM run_costs WHERE run_id = ${runId}`,
+          Schema.decodeUnknown(Schema.Array(RunCost))
+        ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("run_costs.get")),
       /** The recorded costs of `threadId`'s runs, oldest first. */
       listRunCosts: (threadId: ThreadId) =>
         Effect.flatMap(

@@ -16,7 +16,8 @@ import type {
   ProviderThreadId,
   RunId,
   ThreadEventType,
-  ThreadId
+  ThreadId,
+  ToolCallId
 } from "@baton/contracts"
 import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { Migrator, SqlClient } from "@effect/sql"
@@ -87,6 +88,13 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
   "run.completed": { runId: run("run_1"), itemCount: 3 },
   "run.failed": { runId: run("run_1"), stopPoint: "before_provider", reason: "provider unavailable" },
   "run.interrupted": { runId: run("run_1"), stopPoint: "after_provider", reason: "the user interrupted" },
+  "run.waiting": {
+    runId: run("run_1"),
+    round: 2,
+    calls: [{ toolCallId: "call_1" as ToolCallId, name: "read_file", arguments: "{\"path\":\"a.ts\"}" }],
+    deadlineAt: DateTime.unsafeMake("2026-12-02T01:00:00.000Z")
+  },
+  "run.tool_results_recorded": { runId: run("run_1"), round: 2, toolCallIds: ["call_1"], source: "client" },
   "items.appended": { runId: null, itemIds: [itm("itm_4"), itm("itm_5")], fromSeq: 4, toSeq: 5 },
   "provider_thread.created": { providerThreadId: pth("pth_1"), providerInstance: "codex" as ProviderInstance },
   "provider_thread.reconfigured": {

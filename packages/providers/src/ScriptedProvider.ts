@@ -7,6 +7,10 @@
  * `summaryTokens`. Turns play back responses from a `Script` shared by all instances (the replay enqueues the
  * recorded assistant and tool items of each user turn). A `FaultPlan` injects provider faults by call.
  *
+ * Client tools: a response's `tool_call` items whose `toolName` is one of the turn's `tools` and which the response
+ * does not answer itself end the turn with them pending (`turn_ended { pendingToolCalls }`); `continueTurn` takes
+ * their results (kept in `received` as `tool_results`) and plays the next scripted response.
+ *
  * It owns nothing durable: a process restart loses its native threads, exactly like a real provider session that
  * expired, and `resumeThread` on an unknown ref fails with `unavailable`.
  *
@@ -22,6 +26,7 @@ import type { TokenCounter } from "@baton/context"
 import { Deferred, Effect, FiberId, Stream } from "effect"
 import {
   type CompactResult,
+  type ContinueTurnInput,
   type ProducedItem,
   type ProviderAdapterShape,
   type ReadThreadResult,
@@ -195,6 +200,14 @@ export type Received =
   | { readonly type: "turn"; readonly nativeRef: string; readonly runId: string; readonly prompt: string; readonly inlineHistory: string | null }
   | { readonly type: "inject"; readonly nativeRef: string; readonly deliveryIds: ReadonlyArray<string>; readonly rendered: string; readonly itemIds: ReadonlyArray<string> }
   | { readonly type: "compact"; readonly nativeRef: string; readonly usedBefore: number; readonly usedAfter: number }
+  /** `continueTurn`: the client's results of the open calls, and the tools offered with them. */
+  | {
+    readonly type: "tool_results"
+    readonly nativeRef: string
+    readonly runId: string
+    readonly results: ReadonlyArray<{ readonly toolCallId: string; readonly output: string; readonly isError: boolean }>
+    readonly tools: ReadonlyArray<string>
+  }
 
 interface NativeState {
   used: number
@@ -204,6 +217,8 @@ interface NativeState {
   replayNext: boolean
   readonly deliveryIds: Array<string>
   readonly runIds: Array<string>
+  /** The client tool calls its last turn left open (they wait for `continueTurn`). */
+  open: ReadonlyArray<string>
 }
 
 /** The adapter plus the test-facing controls of the scripted instance. */
@@ -333,10 +348,14 @@ export const make = (
       return TurnEvent.item_produced({ item })
     })
 
-  /** The end of a turn: native auto-compaction, the usage report (unless the script omits it), `turn_ended`. */
-  const endTurn = (state: NativeState, nativeRef: string, response: ScriptedResponse, interrupted: boolean) =>
+  /**
+   * The end of a turn: native auto-compaction, the usage report (unless the script omits it), `turn_ended` (with the
+   * client tool calls `pending` left open, when not interrupted).
+   */
+  const endTurn = (state: NativeState, nativeRef: string, response: ScriptedResponse, interrupted: boolean, pending: ReadonlyArray<string> = []) =>
     Effect.sync((): ReadonlyArray<TurnEvent> => {
-      const ended = TurnEvent.turn_ended({ interrupted })
+      state.open = interrupted ? [] : pending
+      const ended = TurnEvent.turn_ended({ interrupted, ...(interrupted || pending.length === 0 ? {} : { pendingToolCalls: pending }) })
       if (response.usage === null) {
         autoCompact(state, nativeRef)
         return [ended]
@@ -355,7 +374,18 @@ export const make = (
    * items, holding at `response.hold`, failing at a `fail_after_items` fault, stopping inside the first tool call at
    * `interrupt_in_tool_call`; then the end of the turn.
    */
-  const playTurn = (input: StartTurnInput, state: NativeState, response: ScriptedResponse, fault: Fault | null) => {
+  const playTurn = (
+    input: { readonly nativeRef: string; readonly runId: string; readonly tools?: StartTurnInput["tools"] },
+    state: NativeState,
+    response: ScriptedResponse,
+    fault: Fault | null
+  ) => {
+    // Calls of the client's tools that the response does not answer itself end the turn waiting for their results.
+    const clientTools = new Set((input.tools ?? []).map((t) => t.name))
+    const pending = response.items.filter((i) =>
+      i.kind === "tool_call" && i.toolCallId !== null && i.toolName !== null && clientTools.has(i.toolName) &&
+      !response.items.some((r) => r.kind === "tool_result" && r.toolCallId === i.toolCallId)
+    ).map((i) => i.toolCallId!)
     const replayed = state.replayNext ? [...state.produced] : []
     state.replayNext = false
     const failAt = typeof fault === "object" && fault !== null ? Math.min(fault.items, response.items.length) : null
@@ -384,7 +414,7 @@ export const make = (
             return yield* endTurn(state, input.nativeRef, response, true)
           }
         }
-        if (k === response.items.length) return yield* endTurn(state, input.nativeRef, response, false)
+        if (k === response.items.length) return yield* endTurn(state, input.nativeRef, response, false, pending)
         const produced = yield* produce(state, input.nativeRef, input.runId, response.items[k]!)
         if (produced !== null) return [produced]
         stopped = true
@@ -423,6 +453,28 @@ export const make = (
       return playTurn(input, state, response, fault)
     }))
 
+  /**
+   * Continues a turn that ended with client tool calls open: the results are added to the native thread (counted,
+   * and checked against the window like a turn's request), then the next scripted response plays. Fails with
+   * `protocol` when the native thread has no open call, `thread_not_found` for an unknown ref. Faults do not apply.
+   */
+  const continueTurn = (input: ContinueTurnInput): Stream.Stream<TurnEvent, ProviderError> =>
+    Stream.unwrap(Effect.gen(function*() {
+      const state = yield* lookup("continueTurn", input.nativeRef)
+      if (state.open.length === 0) return yield* fail("continueTurn", "protocol", `native thread ${input.nativeRef} has no open tool call to answer`)
+      const results = state.open.map((id) =>
+        input.toolResults.find((r) => r.toolCallId === id) ?? { toolCallId: id, output: "[no result]", isError: true }
+      )
+      const text = results.map((r) => r.output).join("\n")
+      const requestTokens = state.used + count(text)
+      yield* admit("startTurn", input.nativeRef, input.runId, requestTokens, counter.count(text))
+      received.push({ type: "tool_results", nativeRef: input.nativeRef, runId: input.runId, results, tools: (input.tools ?? []).map((t) => t.name) })
+      state.used = requestTokens
+      state.open = []
+      const response = script.next() ?? defaultReply
+      return playTurn(input, state, response, null)
+    }))
+
   const adapter: ScriptedProvider = {
     instance,
     model: config.model ?? `scripted-${instance}`,
@@ -432,7 +484,7 @@ export const make = (
       Effect.sync(() => {
         created++
         const nativeRef = `${instance}-n${created}`
-        threads.set(nativeRef, { used: overhead, deliveryIds: [], runIds: [], produced: [], replayNext: false })
+        threads.set(nativeRef, { used: overhead, deliveryIds: [], runIds: [], produced: [], replayNext: false, open: [] })
         return { nativeRef }
       }),
     resumeThread: (nativeRef) =>
@@ -440,6 +492,7 @@ export const make = (
         if (config.replayOnResume === true) state.replayNext = true
       }),
     startTurn,
+    continueTurn,
     interrupt: (nativeRef) =>
       Effect.gen(function*() {
         calls.interrupt++
