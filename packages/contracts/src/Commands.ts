@@ -4,7 +4,10 @@
  */
 import { Schema } from "effect"
 import { ClientTool, ToolResult } from "./Domain.js"
+import { storableText } from "./Text.js"
 import { CommandId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
+
+export { loneSurrogateAt, storableText } from "./Text.js"
 
 /** The most tools a thread or a message may declare. */
 export const maxTools = 128
@@ -33,33 +36,6 @@ export type CreateThread = typeof CreateThread.Type
 
 /** The largest prompt accepted, in characters (1 MiB of UTF-16 code units); larger prompts are rejected whole. */
 export const maxPromptChars = 1_048_576
-
-/**
- * The index (UTF-16 code units) of the first lone surrogate in `text`, or -1 when `text` is well-formed Unicode.
- */
-export const loneSurrogateAt = (text: string): number => {
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const next = text.charCodeAt(i + 1)
-      if (next >= 0xdc00 && next <= 0xdfff) i++
-      else return i
-    } else if (c >= 0xdc00 && c <= 0xdfff) return i
-  }
-  return -1
-}
-
-/**
- * Why `text` (named `what`, e.g. "the prompt") cannot be stored as given, or `true`: a lone surrogate (it would be
- * stored altered) or a NUL character (U+0000: Postgres refuses it in text, error 22021, so SQLite refuses it too and
- * both dialects answer alike). For `Schema.filter`.
- */
-export const storableText = (what: string) => (text: string): true | string => {
-  const nul = text.indexOf("\u0000")
-  if (nul >= 0) return `${what} contains a NUL character (U+0000) at index ${nul}, which cannot be stored`
-  const at = loneSurrogateAt(text)
-  return at < 0 || `${what} is not well-formed Unicode: lone surrogate at index ${at}`
-}
 
 /**
  * A user's prompt: 1 to `maxPromptChars` characters of well-formed Unicode without NUL (U+0000). A lone UTF-16

@@ -6,6 +6,7 @@
  */
 import { Schema } from "effect"
 import type { ProviderErrorCode } from "./Errors.js"
+import { storableText } from "./Text.js"
 import {
   DeliveryId,
   HandoffId,
@@ -376,10 +377,41 @@ export const RunCost = Schema.Struct({
 })
 export type RunCost = typeof RunCost.Type
 
+/**
+ * Tool names Baton offers the model itself (`thread_read`, executed by Baton): a client tool of that name would be
+ * offered twice (providers refuse duplicate tool names) and its calls would never reach the client.
+ */
+export const reservedToolNames: ReadonlyArray<string> = ["thread_read"]
+
 /** A tool name as the model APIs accept it: 1 to 64 of `[A-Za-z0-9_-]` (Anthropic's and OpenAI's common rule). */
 export const ToolName = Schema.String.pipe(
-  Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, { message: () => "a tool name is 1 to 64 characters of A-Z, a-z, 0-9, _ and -" })
+  Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, { message: () => "a tool name is 1 to 64 characters of A-Z, a-z, 0-9, _ and -" }),
+  Schema.filter((name) =>
+    !reservedToolNames.includes(name) ||
+    `${JSON.stringify(name)} is Baton's own tool (it reads omitted history back); give the client's tool another name`
+  )
 )
+
+/** The first string (a key or a value) inside `value` that `check` refuses, as its reason; `true` when none. */
+const storableJson = (what: string) => (value: unknown): true | string => {
+  const check = storableText(what)
+  const walk = (v: unknown): true | string => {
+    if (typeof v === "string") return check(v)
+    if (Array.isArray(v)) {
+      for (const x of v) {
+        const r = walk(x)
+        if (r !== true) return r
+      }
+    } else if (v !== null && typeof v === "object") {
+      for (const [k, x] of Object.entries(v)) {
+        const r = check(k) === true ? walk(x) : check(k)
+        if (r !== true) return r
+      }
+    }
+    return true
+  }
+  return walk(value)
+}
 
 /**
  * A tool of the client's that the model may call: `name`, what it does (`description`, at most 10,000 characters)
@@ -388,8 +420,10 @@ export const ToolName = Schema.String.pipe(
  */
 export const ClientTool = Schema.Struct({
   name: ToolName,
-  description: Schema.String.pipe(Schema.maxLength(10_000)),
-  inputSchema: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  description: Schema.String.pipe(Schema.maxLength(10_000), Schema.filter(storableText("the tool's description"))),
+  inputSchema: Schema.Record({ key: Schema.String, value: Schema.Unknown }).pipe(
+    Schema.filter(storableJson("the tool's inputSchema"))
+  )
 })
 export type ClientTool = typeof ClientTool.Type
 
@@ -415,7 +449,7 @@ export type OpenToolCall = typeof OpenToolCall.Type
 /** The client's result of one tool call: `output` as text (what the model reads), `isError` when the tool failed. */
 export const ToolResult = Schema.Struct({
   toolCallId: ToolCallId,
-  output: Schema.String.pipe(Schema.maxLength(1_048_576)),
+  output: Schema.String.pipe(Schema.maxLength(1_048_576), Schema.filter(storableText("the tool result's output"))),
   isError: Schema.optionalWith(Schema.Boolean, { default: () => false })
 })
 export type ToolResult = typeof ToolResult.Type

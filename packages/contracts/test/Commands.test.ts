@@ -28,3 +28,43 @@ describe("Commands.SendMessage.text", () => {
     ).toThrow("lone surrogate at index 0")
   })
 })
+
+// Found by a tester: tool declarations and tool results took NUL and lone surrogates that prompts refuse (a lone
+// surrogate was stored altered, U+FFFD, so the record no longer matched what the model saw), and a client tool
+// named thread_read was offered beside Baton's own.
+describe("client tools and tool results: storable text, no reserved name", () => {
+  const errors = <A, I>(schema: Schema.Schema<A, I>, value: unknown) =>
+    Either.match(Schema.decodeUnknownEither(schema)(value), {
+      onLeft: (e) => ParseResult.ArrayFormatter.formatErrorSync(e).map((i) => `${i.path.join(".")}: ${i.message}`),
+      onRight: () => []
+    })
+  const tool = (extra: object) => ({ name: "run_tests", description: "runs the tests", inputSchema: { type: "object" }, ...extra })
+  const results = (output: string) => ({ _tag: "SubmitToolResults", commandId: "c", threadId: "t", runId: "r", results: [{ toolCallId: "toolu_1", output }] })
+
+  it("a tool result's output with a NUL or a lone surrogate is refused, naming where", () => {
+    expect(errors(Commands.SubmitToolResults, results("a\u0000"))).toEqual([
+      "results.0.output: the tool result's output contains a NUL character (U+0000) at index 1, which cannot be stored"
+    ])
+    expect(errors(Commands.SubmitToolResults, results("lone \uD800 here"))).toEqual([
+      "results.0.output: the tool result's output is not well-formed Unicode: lone surrogate at index 5"
+    ])
+    expect(errors(Commands.SubmitToolResults, results("ok \uD83D\uDE00"))).toEqual([])
+  })
+
+  it("a tool's description or inputSchema (keys and values, nested) with a NUL or a lone surrogate is refused", () => {
+    expect(errors(Commands.ClientTools, [tool({ description: "x\u0000" })])).toEqual([
+      "0.description: the tool's description contains a NUL character (U+0000) at index 1, which cannot be stored"
+    ])
+    expect(errors(Commands.ClientTools, [tool({ inputSchema: { type: "object", properties: { a: { description: "\uDC00" } } } })])).toEqual([
+      "0.inputSchema: the tool's inputSchema is not well-formed Unicode: lone surrogate at index 0"
+    ])
+    expect(errors(Commands.ClientTools, [tool({ inputSchema: { ["k\u0000"]: 1 } })]).length).toBe(1)
+    expect(errors(Commands.ClientTools, [tool({})])).toEqual([])
+  })
+
+  it("a client tool may not be named thread_read (Baton's own)", () => {
+    expect(errors(Commands.ClientTools, [tool({ name: "thread_read" })])).toEqual([
+      "0.name: \"thread_read\" is Baton's own tool (it reads omitted history back); give the client's tool another name"
+    ])
+  })
+})

@@ -366,7 +366,7 @@ export const countTokens = (
   const url = options.config.baseUrl.replace(/\/+$/, "") + "/v1/messages/count_tokens"
   const key = Option.match(options.apiKey, { onNone: () => null, onSome: Redacted.value })
   const fail = (f: WireFailure, httpStatus?: number) =>
-    ModelApiAdapter.failure(options.instance, "countTokens", f, httpStatus)
+    ModelApiAdapter.failure(options.instance, "countTokens", { ...f, reason: ModelApiAdapter.redactKey(f.reason, options.apiKey) }, httpStatus)
   return options.http.execute(HttpClientRequest.post(url).pipe(
     HttpClientRequest.setHeaders({ "content-type": "application/json", ...dialect.authHeaders(key) }),
     HttpClientRequest.bodyText(body, "application/json")

@@ -155,6 +155,17 @@ export const retryAfterMillis = (headers: Readonly<Record<string, string | undef
   return Number.isNaN(date) ? null : Math.max(0, date - now)
 }
 
+/**
+ * `text` with every occurrence of the instance's key replaced by `<redacted>`: an upstream error body may echo the
+ * key it was sent (a proxy's 401, "invalid x-api-key sk-…"), and error reasons reach run records, events and API
+ * answers. Keys shorter than 8 characters are not searched for (they would match ordinary text).
+ */
+export const redactKey = (text: string, apiKey: Option.Option<Redacted.Redacted>): string => {
+  if (Option.isNone(apiKey)) return text
+  const key = Redacted.value(apiKey.value)
+  return key.length >= 8 && text.includes(key) ? text.replaceAll(key, "<redacted>") : text
+}
+
 /** A wire failure as the boundary's `ProviderError` of `instance`'s `operation`. */
 export const failure = (instance: string, operation: string, f: WireFailure, httpStatus?: number | undefined) =>
   new ProviderError({
@@ -188,7 +199,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   const newRef = options.newRef ?? (() => `${instance}-${crypto.randomUUID()}`)
 
   const providerError = (operation: string, f: WireFailure, httpStatus: number | null = null) =>
-    failure(instance, operation, f, httpStatus ?? undefined)
+    failure(instance, operation, { ...f, reason: redactKey(f.reason, options.apiKey) }, httpStatus ?? undefined)
 
   const storageError = (operation: string) => (e: { readonly message: string }) =>
     providerError(operation, wireFailure("unavailable", `could not keep the native thread: ${e.message}`, true))

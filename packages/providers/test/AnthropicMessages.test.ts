@@ -224,6 +224,25 @@ describe("Anthropic Messages: every recorded fixture", () => {
 })
 
 describe("Anthropic Messages: errors and faults", () => {
+  // Found by a tester: a 401 whose body echoed the key put it in the run's failure reason, its attempts and events.
+  it.scoped("an error body that echoes the API key: the failure's reason names <redacted>, never the key (turn and count_tokens)", () =>
+    Effect.gen(function*() {
+      const echo = `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key sk-test-key"}}`
+      const { exit, loop } = yield* turnWith(json(401, echo))
+      const error = Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null
+      expect(error?.code).toBe("refused")
+      expect(error?.reason).toContain("invalid x-api-key <redacted>")
+      expect(JSON.stringify(error)).not.toContain("sk-test-key")
+      const adapter = yield* adapterFor(kind, loop, yield* sqliteFile)
+      loop.enqueue(json(401, echo))
+      const counted = yield* Effect.either(adapter.countTokens!("hello"))
+      expect(counted._tag).toBe("Left")
+      if (counted._tag === "Left") {
+        expect(counted.left.reason).toContain("<redacted>")
+        expect(JSON.stringify(counted.left)).not.toContain("sk-test-key")
+      }
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("HTTP 400 prompt is too long: a typed overflow carrying N = 208310 and M = 200000, not retried", () =>
     Effect.gen(function*() {
       const { exit, loop } = yield* turnWith(json(400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}`))

@@ -1,0 +1,32 @@
+/**
+ * Text that Baton can store and send unchanged: well-formed Unicode without NUL. Shared by the schemas of prompts,
+ * titles, tool declarations and tool results.
+ */
+
+/**
+ * The index (UTF-16 code units) of the first lone surrogate in `text`, or -1 when `text` is well-formed Unicode.
+ */
+export const loneSurrogateAt = (text: string): number => {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = text.charCodeAt(i + 1)
+      if (next >= 0xdc00 && next <= 0xdfff) i++
+      else return i
+    } else if (c >= 0xdc00 && c <= 0xdfff) return i
+  }
+  return -1
+}
+
+/**
+ * Why `text` (named `what`, e.g. "the prompt") cannot be stored as given, or `true`: a lone surrogate (it would be
+ * stored altered) or a NUL character (U+0000: Postgres refuses it in text, error 22021, so SQLite refuses it too and
+ * both dialects answer alike). For `Schema.filter`.
+ */
+export const storableText = (what: string) => (text: string): true | string => {
+  const nul = text.indexOf("\u0000")
+  if (nul >= 0) return `${what} contains a NUL character (U+0000) at index ${nul}, which cannot be stored`
+  const at = loneSurrogateAt(text)
+  return at < 0 || `${what} is not well-formed Unicode: lone surrogate at index ${at}`
+}
+
