@@ -8,7 +8,7 @@ import { RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { DateTime, Duration, Effect, Layer } from "effect"
 
 let n = 0
 const cid = () => `cmd_tools_${++n}` as CommandId
@@ -234,6 +234,39 @@ describe.each(Harness.dialects)("client tools on %s", (_label, db) => {
       ])
       const next = yield* send(threadId, "Something else.")
       expect((yield* driver.awaitRun(next.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+      const o = yield* Harness.ops
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.scoped, Effect.provide(layer))
+  })
+
+  it.live("an interrupt of a waiting run starts the run queued behind it at once, not at the wait's deadline", () => {
+    // Regression: the worker had stopped at the waiting run and only its deadline timer (or another send) woke it.
+    const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
+    const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
+    return Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const query = yield* ThreadQuery.ThreadQuery
+      const driver = yield* RunDriver.RunDriver
+      const threadId = yield* setup([readFile])
+      h.script.enqueue(callsFor(1, ["a.ts"]))
+      h.script.enqueue(finalAnswer)
+      const accepted = yield* send(threadId, "Read a.ts")
+      yield* untilStatus(accepted.runId, "waiting")
+      const queued = yield* send(threadId, "Something else.")
+      yield* Effect.sleep(Duration.millis(100))
+      expect(statusOf(yield* store.getRun(queued.runId))).toBe("queued")
+      const deadline = (yield* query.run(accepted.runId)).toolResultsDeadline
+      if (deadline === null) return expect.fail("the waiting run has no deadline")
+
+      const started = Date.now()
+      const stopped = yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: accepted.runId }))
+      expect(stopped.status).toBe("interrupted")
+      const done = yield* driver.awaitRun(queued.runId).pipe(Effect.timeout("5 seconds"))
+      const elapsed = Date.now() - started
+      expect(done.status).toBe("completed")
+      // Well before the 60 s deadline (real clock): the interrupt woke the worker, the deadline did not.
+      expect(elapsed).toBeLessThan(5_000)
+      expect(Date.now()).toBeLessThan(DateTime.toEpochMillis(deadline) - 50_000)
       const o = yield* Harness.ops
       expect(yield* o.check(threadId, h)).toEqual([])
     }).pipe(Effect.scoped, Effect.provide(layer))
