@@ -364,7 +364,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }),
       /**
        * Interrupts a run: recorded at once (a queued run ends `interrupted` before the provider), the provider asked
-       * to stop, and the run's fiber interrupted if it has not ended within `interruptTimeoutMillis`. Fails with
+       * to stop, and the run's fiber interrupted if it has not ended within `interruptTimeoutMillis`; then the
+       * thread's worker is woken, so the runs queued behind (e.g. behind a `waiting` run) start at once. Fails with
        * `RunNotFound`.
        */
       interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId, "user"),
