@@ -14,8 +14,11 @@
  *   run's outcome is already recorded and the thread takes the next run.
  * - At start it reconciles what gone drivers left unfinished (ThreadService.recover).
  * - A run `waiting` for the client's tool results holds its thread's queue without a fiber: the worker stops, and
- *   is woken when the results are posted here (`submitToolResults`: it continues the run) or at the wait's deadline
- *   (it ends the run, `tool_results_timeout`). At start it watches every wait left open (a restart keeps them).
+ *   is woken when the results are posted here (`submitToolResults`: it continues the run), when the run is
+ *   interrupted here (`interrupt`: the runs queued behind it start at once) or at the wait's deadline (it ends the
+ *   run, `tool_results_timeout`). At start it watches every wait left open (a restart keeps them). Processes do not
+ *   signal each other: the process that records the results or the interrupt wakes its own worker, which takes the
+ *   thread's next run (a worker stopped elsewhere stays stopped until its own wake: the deadline timer or a send).
  * - At shutdown (its scope closing, e.g. on SIGTERM) it stops taking runs and interrupts the runs in flight the same
  *   way, so each ends with a recorded outcome.
  *
@@ -254,6 +257,17 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           const ended = yield* Fiber.await(fiber).pipe(Effect.timeout(Duration.millis(config.interruptTimeoutMillis)), Effect.option)
           if (Option.isNone(ended)) yield* Fiber.interrupt(fiber)
         }
+        if (terminalRunStatuses.includes(run.status)) {
+          // An ended run's deadline timer has nothing left to do.
+          const timer = deadlines.get(runId)
+          if (timer !== undefined) {
+            deadlines.delete(runId)
+            yield* Fiber.interrupt(timer)
+          }
+          // The thread's worker may have stopped at this run (it was `waiting`, with no fiber): wake it so the runs
+          // queued behind start now, not at the old wait's deadline. (A worker that is running only looks again.)
+          yield* wake(threadId)
+        }
         return run
       })
 
@@ -350,7 +364,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }),
       /**
        * Interrupts a run: recorded at once (a queued run ends `interrupted` before the provider), the provider asked
-       * to stop, and the run's fiber interrupted if it has not ended within `interruptTimeoutMillis`. Fails with
+       * to stop, and the run's fiber interrupted if it has not ended within `interruptTimeoutMillis`; then the
+       * thread's worker is woken, so the runs queued behind (e.g. behind a `waiting` run) start at once. Fails with
        * `RunNotFound`.
        */
       interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId, "user"),

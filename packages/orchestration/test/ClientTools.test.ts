@@ -1,14 +1,15 @@
 /**
  * The client's tools (issue 9, item 2) with the scripted provider on both dialects: a run whose model calls the
  * client's tools (two in parallel) goes `waiting` with the open calls, the results posted continue it, the loop can
- * repeat; the deadline and an interrupt end it with error results; a restart keeps the wait.
+ * repeat; the deadline and an interrupt end it with error results (an interrupt, here or posted on a second process,
+ * starts the run queued behind at once); a restart keeps the wait.
  */
 import { type ClientTool, Commands, type CommandId, mergeTools, type RunId, type RunStatus, type ThreadId, type ToolCallId } from "@baton/contracts"
 import { RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Context, DateTime, Duration, Effect, Layer } from "effect"
 
 let n = 0
 const cid = () => `cmd_tools_${++n}` as CommandId
@@ -237,6 +238,73 @@ describe.each(Harness.dialects)("client tools on %s", (_label, db) => {
       const o = yield* Harness.ops
       expect(yield* o.check(threadId, h)).toEqual([])
     }).pipe(Effect.scoped, Effect.provide(layer))
+  })
+
+  it.live("an interrupt of a waiting run starts the run queued behind it at once, not at the wait's deadline", () => {
+    // Regression: the worker had stopped at the waiting run and only its deadline timer (or another send) woke it.
+    const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
+    const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
+    return Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const query = yield* ThreadQuery.ThreadQuery
+      const driver = yield* RunDriver.RunDriver
+      const threadId = yield* setup([readFile])
+      h.script.enqueue(callsFor(1, ["a.ts"]))
+      h.script.enqueue(finalAnswer)
+      const accepted = yield* send(threadId, "Read a.ts")
+      yield* untilStatus(accepted.runId, "waiting")
+      const queued = yield* send(threadId, "Something else.")
+      yield* Effect.sleep(Duration.millis(100))
+      expect(statusOf(yield* store.getRun(queued.runId))).toBe("queued")
+      const deadline = (yield* query.run(accepted.runId)).toolResultsDeadline
+      if (deadline === null) return expect.fail("the waiting run has no deadline")
+
+      const started = Date.now()
+      const stopped = yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: accepted.runId }))
+      expect(stopped.status).toBe("interrupted")
+      const done = yield* driver.awaitRun(queued.runId).pipe(Effect.timeout("5 seconds"))
+      const elapsed = Date.now() - started
+      expect(done.status).toBe("completed")
+      // Well before the 60 s deadline (real clock): the interrupt woke the worker, the deadline did not.
+      expect(elapsed).toBeLessThan(5_000)
+      expect(Date.now()).toBeLessThan(DateTime.toEpochMillis(deadline) - 50_000)
+      const o = yield* Harness.ops
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.scoped, Effect.provide(layer))
+  })
+
+  it.live("an interrupt of a waiting run posted on another process starts the queued run there at once", () => {
+    // Processes do not signal each other: the process recording the interrupt wakes its own worker, which takes the
+    // queued run (the first process's worker stopped at the waiting run and sleeps until the 60 s deadline).
+    Harness.useDb(db)
+    const h = Harness.make(providers, { db })
+    const claude = h.providers.claude!
+    return Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const config = { toolResultTimeoutMillis: 60_000 }
+        const a = Context.get(yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, "w1")))), RunDriver.RunDriver)
+        const contextB = yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, "w2"))))
+        const b = Context.get(contextB, RunDriver.RunDriver)
+        yield* Effect.gen(function*() {
+          const threadId = yield* setup([readFile])
+          h.script.enqueue(callsFor(1, ["a.ts"]))
+          h.script.enqueue(finalAnswer)
+          const first = yield* a.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
+          yield* untilStatus(first.runId, "waiting")
+          const queued = yield* a.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Something else." }))
+          yield* Effect.sleep(Duration.millis(100))
+
+          const started = Date.now()
+          const stopped = yield* b.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: first.runId }))
+          expect(stopped.status).toBe("interrupted")
+          const done = yield* b.awaitRun(queued.runId).pipe(Effect.timeout("5 seconds"))
+          expect(done.status).toBe("completed")
+          expect(Date.now() - started).toBeLessThan(5_000)
+          const o = yield* Harness.ops
+          expect(yield* o.check(threadId, h)).toEqual([])
+        }).pipe(Effect.provide(contextB))
+      }).pipe(Effect.scoped)
+    ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
   })
 
   it.live("a restart while waiting: the new process finds the run waiting with its calls, accepts the results and completes it", () => {
