@@ -5,13 +5,14 @@
  * of it. The model reads the pointer in the request it received, calls `thread_read` with the ref it names, pages
  * through the original, and answers. Baton executes the tool inside the turn: the run completes with no open call.
  */
-import { type ProviderInstance } from "@baton/contracts"
+import { type CommandId, Commands, type ProviderInstance, type ToolCallId } from "@baton/contracts"
 import { Render, TokenCounter } from "@baton/context"
-import { InvariantChecks } from "@baton/orchestration"
+import { InvariantChecks, RunDriver, ThreadService } from "@baton/orchestration"
+import { ThreadStore } from "@baton/persistence"
 import { ScriptedProvider } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Layer, Option } from "effect"
 import {
   adapterFor,
   countTokensReply,
@@ -150,6 +151,73 @@ describe("thread_read through a model", () => {
             injections: seen.flatMap((r) => r.type === "inject" ? [r] : [])
           }
         })).toEqual([])
+      }).pipe(Effect.provide(layer))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
+})
+
+/** An Anthropic stream whose answer is several parallel tool calls (`[id, name, input]`) in one message. */
+const parallelCalls = (calls: ReadonlyArray<readonly [string, string, object]>) =>
+  sse(frame(kind, [
+    `{"type":"message_start","message":{"id":"msg_par","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":300,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
+    ...calls.flatMap(([id, name, input], index) => [
+      `{"type":"content_block_start","index":${index},"content_block":{"type":"tool_use","id":"${id}","name":"${name}","input":{}}}`,
+      `{"type":"content_block_delta","index":${index},"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(JSON.stringify(input))}}}`,
+      `{"type":"content_block_stop","index":${index}}`
+    ]),
+    `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":40}}`,
+    `{"type":"message_stop"}`
+  ]))
+
+// Found by a tester: thread_read called beside a client tool in one round lost its result in the record, and its
+// result went in a user message of its own before the client's (Anthropic wants every result of a round in the one
+// message after it).
+describe("thread_read beside a client tool in one round", () => {
+  it.live("both results are recorded, paired, and sent in one message after the round", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const counter = TokenCounter.make()
+      const model = yield* adapterFor(kind, loop, file, {}, { instance: "anthropic" as ProviderInstance })
+      const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([model], counter, file, {})))
+      yield* Effect.gen(function*() {
+        const service = yield* ThreadService.ThreadService
+        const driver = yield* RunDriver.RunDriver
+        const store = yield* ThreadStore
+        const t = yield* service.createThread(Commands.CreateThread.make({
+          commandId: "cmd_par_1" as CommandId,
+          title: "parallel",
+          providerInstance: "anthropic" as ProviderInstance,
+          tools: [{ name: "run_tests", description: "Runs the tests", inputSchema: { type: "object" } }]
+        }))
+        loop.enqueue(parallelCalls([["toolu_c", "run_tests", {}], ["toolu_r", "thread_read", { refs: "#1" }]]))
+        let next: Received | null = null
+        loop.enqueue((request) => {
+          next = request
+          return answer("Tests pass; your first message was read back.")
+        })
+        const accepted = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_par_2" as CommandId, threadId: t, text: "run the tests" }))
+        for (let i = 0; i < 500 && Option.getOrThrow(yield* store.getRun(accepted.runId)).status !== "waiting"; i++) yield* Effect.sleep("10 millis")
+        expect(Option.getOrThrow(yield* store.getRun(accepted.runId)).status).toBe("waiting")
+        yield* driver.submitToolResults(Commands.SubmitToolResults.make({
+          commandId: "cmd_par_3" as CommandId,
+          threadId: t,
+          runId: accepted.runId,
+          results: [{ toolCallId: "toolu_c" as ToolCallId, output: "12 passed", isError: false }]
+        }))
+        const ended = yield* driver.awaitRun(accepted.runId)
+        expect(ended.status).toBe("completed")
+
+        // The record: both calls, both results (each paired), then the answer.
+        const items = (yield* store.listItems(t)).map((i) => [i.kind, i.toolCallId, i.kind === "tool_result" ? i.text.slice(0, 20) : ""])
+        expect(items.filter(([k]) => k === "tool_call").map(([, id]) => id).sort()).toEqual(["toolu_c", "toolu_r"])
+        expect(items.filter(([k]) => k === "tool_result").map(([, id]) => id).sort()).toEqual(["toolu_c", "toolu_r"])
+        expect(items.find(([k, id]) => k === "tool_result" && id === "toolu_c")![2]).toBe("12 passed")
+        expect(items.find(([k, id]) => k === "tool_result" && id === "toolu_r")![2]).toContain("[user #1]")
+        // The wire: the message right after the round holds both results, in call order; no other user message between.
+        const messages = (JSON.parse(next!.body) as { messages: ReadonlyArray<{ role: string; content: ReadonlyArray<{ type: string; tool_use_id?: string }> }> }).messages
+        const round = messages.findIndex((m) => m.role === "assistant" && m.content.some((c) => c.type === "tool_use"))
+        expect(messages.length).toBe(round + 2)
+        expect(messages[round + 1]!.content.filter((c) => c.type === "tool_result").map((c) => c.tool_use_id)).toEqual(["toolu_c", "toolu_r"])
       }).pipe(Effect.provide(layer))
     }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
 })

@@ -52,7 +52,7 @@ describe("a thread's unfinished runs", () => {
         Effect.map(sql.unsafe<{ readonly detail: string }>(`EXPLAIN QUERY PLAN ${query}`), (rows) => rows.map((r) => r.detail).join("; "))
       for (const order of ["seq", "seq DESC"]) {
         const detail = yield* plan(
-          `SELECT * FROM runs WHERE thread_id = 'thr_1' AND status IN ('queued', 'starting', 'running') ORDER BY ${order} LIMIT 1`
+          `SELECT * FROM runs WHERE thread_id = 'thr_1' AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY ${order} LIMIT 1`
         )
         expect(detail).toBe("SEARCH runs USING INDEX runs_thread_unfinished (thread_id=?)")
       }

@@ -121,6 +121,12 @@ interface Lane {
   current: StreamParser | null
   /** Each view entry's body as UTF-8, encoded once when first sent (index = view index; cleared by a flush). */
   readonly encoded: Array<Buffer | undefined>
+  /**
+   * Results of Baton's own calls (`thread_read`) made beside the client's in the last output: they join the client's
+   * results in one `tool_results` entry (a provider wants every result of a round in the message right after it).
+   * In memory: after a restart such a call is closed as unanswered.
+   */
+  heldLocal: Array<ToolResultInput>
 }
 
 /** The answer closing a call nobody answered (a new turn started, or the wait was abandoned). */
@@ -212,7 +218,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const stored = yield* log.lastSeq(nativeRef)
       if (cached !== undefined && stored === last) return cached
       const fresh = yield* log.load(nativeRef, last)
-      const next: Lane = cached ?? { entries: [], view: [], stubbed: new Set(), tokens: new Map(), lastRequestAt: null, open: [], current: null, encoded: [] }
+      const next: Lane = cached ?? { entries: [], view: [], stubbed: new Set(), tokens: new Map(), lastRequestAt: null, open: [], current: null, encoded: [], heldLocal: [] }
       next.entries.push(...fresh)
       refreshView(next, fresh)
       lanes.set(nativeRef, next)
@@ -243,6 +249,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       state.view.push(...added)
     }
     state.open = openCalls(state.view)
+    if (added.some((e) => e.kind === "tool_results" || e.kind === "output")) state.heldLocal = []
   }
 
   /** The calls of the last `output` that no later `tool_results` answered. */
@@ -291,7 +298,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   /** The results closing every open call: `results` where given, an error result for each call left without one. */
   const closing = (state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>): ReadonlyArray<Draft> => {
     if (state.open.length === 0) return []
-    const byId = new Map(results.map((r) => [r.toolCallId, r]))
+    const byId = new Map([...state.heldLocal, ...results].map((r) => [r.toolCallId, r]))
     const all = state.open.map((c) => byId.get(c.id) ?? { toolCallId: c.id, output: unansweredResult, isError: true })
     return [{ kind: "tool_results", body: dialect.toolResults(all, state.open), runId }]
   }
@@ -578,13 +585,13 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           const mine = outcome.calls.filter((c) => localByName.has(c.name))
           const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
           if (mine.length === 0 || theirs.length > 0) {
-            // Baton's own calls made next to the client's are answered now; the client's wait for `continueTurn`.
-            if (mine.length > 0) {
-              const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
-              yield* appendPartialResults(operation, nativeRef, state, runId, results)
-            }
+            // Baton's own calls made next to the client's are answered now and recorded (their result items), but
+            // sent with the client's results in one tool_results message when the turn continues (`closing`).
+            const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+            state.heldLocal = [...held]
             return Stream.fromIterable<TurnEvent>([
               ...report,
+              ...held.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) })),
               TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
             ])
           }
@@ -621,13 +628,6 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
 
   const runLocal = (tool: LocalTool, call: ToolCall, runId: string) =>
     Effect.map(tool.execute({ arguments: call.arguments, runId }), (output): ToolResultInput => ({ toolCallId: call.id, output, isError: false }))
-
-  /** Answers some open calls now (Baton's own), leaving the rest open for the client. */
-  const appendPartialResults = (operation: string, nativeRef: string, state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>) => {
-    const ids = new Set(results.map((r) => r.toolCallId))
-    const calls = state.open.filter((c) => ids.has(c.id))
-    return append(operation, nativeRef, state, [{ kind: "tool_results", body: dialect.toolResults(results, calls), runId }])
-  }
 
   /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
   const interruptible = (nativeRef: string, runId: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
