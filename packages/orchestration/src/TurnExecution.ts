@@ -45,9 +45,10 @@ import * as UsageSanity from "./UsageSanity.js"
 export const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
 /**
- * Context overflows one run recovers from before it fails: history deferred, then a replacement native thread, then
- * (the replacement was owed history) history deferred again. A fourth overflow means the prompt alone does not fit
- * an empty native thread; the prompt is never truncated, so the run fails.
+ * Context overflows one run recovers from before it fails: inline history deferred, or a replacement native thread
+ * (the prompt alone did not fit, or injected history the native thread keeps: the retry then defers it), and again
+ * on the replacement. A fourth overflow means the prompt alone does not fit an empty native thread; the prompt is
+ * never truncated, so the run fails.
  */
 export const maxOverflowRetries = 3
 
