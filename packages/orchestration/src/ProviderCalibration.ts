@@ -48,6 +48,8 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
       const config = yield* OrchestratorConfig
       const uow = yield* UnitOfWork
       const counter = yield* TokenCounter.TokenCounter
+      /** Instances seen with a sample: samples are never removed, so their turns skip `seedFromCount`'s read. */
+      const calibrated = new Set<ProviderInstance>()
 
       /** The calibration in force for `instance`: the stored one, `Calibration.identity` if none or turned off. */
       const current = Effect.fn("ProviderCalibration.current")(function*(instance: ProviderInstance) {
@@ -124,7 +126,11 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         count: (text: string) => Effect.Effect<number, ProviderError>,
         prompt: string
       ) {
-        if (!config.calibration || (yield* current(instance)).samples > 0) return
+        if (!config.calibration || calibrated.has(instance)) return
+        if ((yield* current(instance)).samples > 0) {
+          calibrated.add(instance)
+          return
+        }
         const next = yield* store.nextItemSeq(threadId)
         const recent = next <= 1 ? [] : yield* store.listItemsInRange(threadId, Math.max(1, next - seedItems), next - 1)
         const text = [...recent.map((i) => Render.renderItem(i)), prompt].join("\n\n").slice(-seedChars)

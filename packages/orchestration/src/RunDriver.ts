@@ -31,6 +31,7 @@ import { DateTime, Deferred, Duration, Effect, Exit, Fiber, Option } from "effec
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { type SendResult, ThreadService } from "./ThreadService.js"
+import { resultFromRecord } from "./TurnExecution.js"
 
 /** What `submit` answers at once: the queued run. */
 export interface RunAccepted {
@@ -39,20 +40,6 @@ export interface RunAccepted {
   readonly threadId: ThreadId
   readonly status: Run["status"]
 }
-
-/** A run's result as the record tells it (another process drove it, or the report is gone). */
-const fromRecord = (r: Run, providerInstance: ProviderInstance): SendResult => ({
-  runId: r.id,
-  runSeq: r.seq,
-  status: r.status,
-  providerInstance,
-  nativeGeneration: null,
-  usedTokens: null,
-  window: 0,
-  turnStart: null,
-  failureReason: r.failureReason,
-  failureCode: r.failureCode
-})
 
 const backoff = (pause: number) => Math.min(1_000, pause * 2)
 
@@ -115,7 +102,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
 
     const recorded = (r: Run) =>
       Effect.map(store.getProviderThread(r.providerThreadId), (p) =>
-        fromRecord(r, p._tag === "Some" ? p.value.providerInstance : ("" as ProviderInstance)))
+        resultFromRecord(r, p._tag === "Some" ? p.value.providerInstance : ("" as ProviderInstance)))
 
     const settle = (runId: string, exit: Exit.Exit<SendResult, unknown>) =>
       Effect.suspend(() => {

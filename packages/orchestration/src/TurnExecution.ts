@@ -41,6 +41,23 @@ import { ThreadRead } from "./ThreadRead.js"
 import { TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 
+/**
+ * A run's result as the record tells it, without a turn-start report (a continuation has none; another process
+ * drove the run; the report is gone).
+ */
+export const resultFromRecord = (r: Run, providerInstance: ProviderThread["providerInstance"]): SendResult => ({
+  runId: r.id,
+  runSeq: r.seq,
+  status: r.status,
+  providerInstance,
+  nativeGeneration: null,
+  usedTokens: null,
+  window: 0,
+  turnStart: null,
+  failureReason: r.failureReason,
+  failureCode: r.failureCode
+})
+
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
 export const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
@@ -615,20 +632,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         yield* store.recordRunCost(RunCosts.of(run, adapter, sum, now))
       })
 
-    /** A run's result as the record tells it (no turn-start report: a continuation has none). */
-    const recordedResult = (r: Run, providerInstance: ProviderThread["providerInstance"]): SendResult => ({
-      runId: r.id,
-      runSeq: r.seq,
-      status: r.status,
-      providerInstance,
-      nativeGeneration: null,
-      usedTokens: null,
-      window: 0,
-      turnStart: null,
-      failureReason: r.failureReason,
-      failureCode: r.failureCode
-    })
-
     /**
      * Continues a `waiting` run whose results the client posted (its wait `answered`): claimed under the thread's
      * lock (`running`, a new attempt on the wait's native thread, this driver's), then `continueTurn` with the
@@ -669,7 +672,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       }))
       if (claimed === null) {
         const now = Option.getOrElse(yield* store.getRun(runId), () => found.value)
-        return recordedResult(now, providerThread.providerInstance)
+        return resultFromRecord(now, providerThread.providerInstance)
       }
       let run = claimed.run
       const attempt = claimed.attempt
@@ -680,7 +683,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             yield* store.updateAttempt({ ...attempt, status: "failed", error: reason, updatedAt: yield* DateTime.now })
             return yield* finishRun(failing, "failed", "after_provider", reason, code)
           }))
-          return recordedResult(run, providerThread.providerInstance)
+          return resultFromRecord(run, providerThread.providerInstance)
         })
       const adapter = yield* Effect.either(registry.get(providerThread.providerInstance))
       if (adapter._tag === "Left") return yield* fail(`provider unavailable: ${adapter.left.message}`, "provider_missing")
@@ -767,7 +770,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       })))
       if (written._tag === "Left") return yield* fail(`provider output could not be recorded: ${written.left.message}`, "output_not_recorded")
       run = written.right
-      return recordedResult(run, providerThread.providerInstance)
+      return resultFromRecord(run, providerThread.providerInstance)
     })
 
     return {

@@ -6,10 +6,11 @@
 import { type ProviderInstance } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { ScriptedProvider } from "@baton/providers"
+import { answer, scriptedCodex } from "./support/ModelLoopback.js"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { adapterFor, countTokensReply, frame, httpLayer, json, loopback, type Received, sqliteFile, sse } from "../../providers/test/support/Loopback.js"
+import { adapterFor, countTokensReply, httpLayer, json, loopback, type Received, sqliteFile } from "../../providers/test/support/Loopback.js"
 
 const kind = "anthropic-messages" as const
 const counter = TokenCounter.make()
@@ -26,27 +27,13 @@ const messageText = (request: Received): string => {
 /** `count_tokens` as the loopback model counts. */
 const countReply = countTokensReply((text) => Math.round(trueRatio * counter.count(text)), framing)
 
-const answer = (text: string) =>
-  sse(frame(kind, [
-    `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":900,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
-    `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
-    `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}`,
-    `{"type":"content_block_stop","index":0}`,
-    `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":12}}`,
-    `{"type":"message_stop"}`
-  ]))
 
 const setup = Effect.gen(function*() {
   const loop = yield* loopback
   const file = yield* sqliteFile
   const model = yield* adapterFor(kind, loop, file, {}, { instance: "anthropic" as ProviderInstance })
   const script = ScriptedProvider.makeScript()
-  const codex = ScriptedProvider.make({
-    instance: "codex" as ProviderInstance,
-    contextWindow: 1_000_000,
-    autoCompactThreshold: null,
-    injectHistory: true
-  }, script, counter)
+  const codex = scriptedCodex(script, counter)
   return { loop, script, layer: Harness.makeLayer([codex, model], counter, file, {}) }
 })
 

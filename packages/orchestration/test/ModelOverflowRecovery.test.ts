@@ -12,23 +12,15 @@ import { type ProviderInstance } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { InvariantChecks } from "@baton/orchestration"
 import { ScriptedProvider } from "@baton/providers"
+import { answer, scriptedCodex } from "./support/ModelLoopback.js"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { adapterFor, countTokensReply, frame, httpLayer, json, loopback, sqliteFile, sse } from "../../providers/test/support/Loopback.js"
+import { adapterFor, countTokensReply, httpLayer, json, loopback, sqliteFile } from "../../providers/test/support/Loopback.js"
 
 const kind = "anthropic-messages" as const
 const counter = TokenCounter.make()
 
-const answer = (text: string) =>
-  sse(frame(kind, [
-    `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":40,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
-    `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
-    `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}`,
-    `{"type":"content_block_stop","index":0}`,
-    `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}`,
-    `{"type":"message_stop"}`
-  ]))
 
 /** The user's text blocks of the last message of a request body, and whether it carried a history block. */
 const lastUserTexts = (body: string): ReadonlyArray<string> => {
@@ -45,12 +37,7 @@ describe("context overflow through a real adapter", () => {
       const file = yield* sqliteFile
       const model = yield* adapterFor(kind, loop, file, {}, { instance: "anthropic" as ProviderInstance })
       const script = ScriptedProvider.makeScript()
-      const codex = ScriptedProvider.make({
-        instance: "codex" as ProviderInstance,
-        contextWindow: 1_000_000,
-        autoCompactThreshold: null,
-        injectHistory: true
-      }, script, counter)
+      const codex = scriptedCodex(script, counter)
       yield* Effect.gen(function*() {
         const o = yield* Harness.ops
         const t = yield* o.create("codex")

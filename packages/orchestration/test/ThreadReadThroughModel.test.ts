@@ -10,43 +10,22 @@ import { Render, TokenCounter } from "@baton/context"
 import { InvariantChecks, RunDriver, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { ScriptedProvider } from "@baton/providers"
+import { answer, scriptedCodex, toolCalls } from "./support/ModelLoopback.js"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
 import {
   adapterFor,
   countTokensReply,
-  frame,
   httpLayer,
   loopback,
   type Received,
   sqliteFile,
-  sse
 } from "../../providers/test/support/Loopback.js"
 
 const kind = "anthropic-messages" as const
 
-/** An Anthropic stream whose answer is one `thread_read` call with `input`. */
-const threadReadCall = (id: string, input: object) =>
-  sse(frame(kind, [
-    `{"type":"message_start","message":{"id":"msg_${id}","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":900,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
-    `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"${id}","name":"thread_read","input":{}}}`,
-    `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(JSON.stringify(input))}}}`,
-    `{"type":"content_block_stop","index":0}`,
-    `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":20}}`,
-    `{"type":"message_stop"}`
-  ]))
 
-/** An Anthropic stream answering `text`. */
-const answer = (text: string) =>
-  sse(frame(kind, [
-    `{"type":"message_start","message":{"id":"msg_end","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":950,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
-    `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
-    `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}`,
-    `{"type":"content_block_stop","index":0}`,
-    `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":12}}`,
-    `{"type":"message_stop"}`
-  ]))
 
 /** Every text the request's messages carry (history blocks, prompts, tool results), joined. */
 const textsOf = (request: Received): string => {
@@ -78,12 +57,7 @@ describe("thread_read through a model", () => {
       })
       const counter = TokenCounter.make()
       const script = ScriptedProvider.makeScript()
-      const codex = ScriptedProvider.make({
-        instance: "codex" as ProviderInstance,
-        contextWindow: 1_000_000,
-        autoCompactThreshold: null,
-        injectHistory: true
-      }, script, counter)
+      const codex = scriptedCodex(script, counter)
       const layer = Harness.makeLayer([codex, model], counter, file, {})
 
       yield* Effect.gen(function*() {
@@ -104,7 +78,7 @@ describe("thread_read through a model", () => {
           const pointer = /earlier items? (?:was|were) omitted[^\n]*thread_read (\{[^\n]*\})/.exec(textsOf(request))
           if (pointer === null) throw new Error("no pointer in the request")
           pointerRef = (JSON.parse(pointer[1]!) as { refs: string }).refs.split(", ")[0]!.split("-")[0]!
-          return threadReadCall("toolu_read1", { refs: pointerRef, limit: 2_000 })
+          return toolCalls([["toolu_read1", "thread_read", { refs: pointerRef, limit: 2_000 }]])
         })
         // 2..n. Each page's footer names the next page; the model follows it until the end.
         const follow = (request: Received) => {
@@ -114,7 +88,7 @@ describe("thread_read through a model", () => {
           pages.push(result.slice(0, footer.index))
           if (footer[1] === undefined) return answer("The first answer began with alpha.")
           loop.enqueue(follow)
-          return threadReadCall(`toolu_read${pages.length + 1}`, JSON.parse(footer[1]) as object)
+          return toolCalls([[`toolu_read${pages.length + 1}`, "thread_read", JSON.parse(footer[1]) as object]])
         }
         loop.enqueue(follow)
 
@@ -155,18 +129,6 @@ describe("thread_read through a model", () => {
     }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
 })
 
-/** An Anthropic stream whose answer is several parallel tool calls (`[id, name, input]`) in one message. */
-const parallelCalls = (calls: ReadonlyArray<readonly [string, string, object]>) =>
-  sse(frame(kind, [
-    `{"type":"message_start","message":{"id":"msg_par","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":300,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`,
-    ...calls.flatMap(([id, name, input], index) => [
-      `{"type":"content_block_start","index":${index},"content_block":{"type":"tool_use","id":"${id}","name":"${name}","input":{}}}`,
-      `{"type":"content_block_delta","index":${index},"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(JSON.stringify(input))}}}`,
-      `{"type":"content_block_stop","index":${index}}`
-    ]),
-    `{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":40}}`,
-    `{"type":"message_stop"}`
-  ]))
 
 // Found by a tester: thread_read called beside a client tool in one round lost its result in the record, and its
 // result went in a user message of its own before the client's (Anthropic wants every result of a round in the one
@@ -189,7 +151,7 @@ describe("thread_read beside a client tool in one round", () => {
           providerInstance: "anthropic" as ProviderInstance,
           tools: [{ name: "run_tests", description: "Runs the tests", inputSchema: { type: "object" } }]
         }))
-        loop.enqueue(parallelCalls([["toolu_c", "run_tests", {}], ["toolu_r", "thread_read", { refs: "#1" }]]))
+        loop.enqueue(toolCalls([["toolu_c", "run_tests", {}], ["toolu_r", "thread_read", { refs: "#1" }]]))
         let next: Received | null = null
         loop.enqueue((request) => {
           next = request
