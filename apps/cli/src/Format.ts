@@ -6,6 +6,8 @@ import {
   type HandoffDelivery,
   type NativeThread,
   type OffloadReport,
+  type ToolResultOffloadPreview,
+  type ToolResultOffloadUndo,
   type ProviderThread,
   type Run,
   type RunStatus,
@@ -174,6 +176,29 @@ export const offloadReport = (r: OffloadReport) =>
     ? `offloaded through item ${r.cutSeq ?? "-"}: ${items(r.coveredItems)} ${n(r.coveredTokens)} tok -> summary ${r.summaryItemId ?? "-"} ` +
       `${n(r.summaryTokens)} tok; kept ${items(r.keptItems)} ${n(r.keptTokens)} tok verbatim (asked ${n(r.keepTokens)})`
     : `not offloaded: ${r.reason ?? "nothing to do"}`
+
+/**
+ * The tool-result offload dry run, e.g.:
+ * `tool-result offload (dry run) on claude, native claude-…: mild — would stub 4 units (tool:toolu_1 read_file, …);
+ * request 26,389 -> 8,938 tok; cache rewrite 2,310 tok ($0.00693), pays off after 1.3 requests; 0 entries already stubs`.
+ */
+export const toolResultOffloadPreview = (p: ToolResultOffloadPreview) => {
+  const head = `tool-result offload (dry run) on ${p.providerInstance}, native ${p.nativeRef}: `
+  if (!p.enabled) return head + `off (${p.reason})`
+  const already = `${p.stubbedEntries} ${p.stubbedEntries === 1 ? "entry" : "entries"} already stubs`
+  if (p.units.length === 0) return head + `${p.tier}, nothing to stub: ${p.reason}; request ${n(p.tokensBefore)} tok; ${already}`
+  const calls = p.units.flatMap((u) => u.refs.map((ref, i) => `${ref} ${u.toolNames[i] ?? ""}`.trim()))
+  const shown = calls.length <= 6 ? calls.join(", ") : `${calls.slice(0, 5).join(", ")}, … ${calls.length - 5} more`
+  const payoff = p.breakEvenRequests === null ? "never pays off" : `pays off after ${p.breakEvenRequests.toFixed(1)} requests`
+  return head + `${p.tier}: would stub ${p.units.length} ${p.units.length === 1 ? "unit" : "units"} (${shown}); ` +
+    `request ${n(p.tokensBefore)} -> ${n(p.tokensAfter)} tok; cache rewrite ${n(p.rewriteCostTokens)} tok ($${p.rewriteCostUsd}), ${payoff}; ${already}`
+}
+
+/** An undone flush: `undid flush 41 on claude (native …): 4 entries carry their originals again` or why not. */
+export const toolResultOffloadUndo = (u: ToolResultOffloadUndo) =>
+  u.undone
+    ? `undid flush ${u.flushSeq} on ${u.providerInstance} (native ${u.nativeRef}): ${u.entrySeqs.length} ${u.entrySeqs.length === 1 ? "entry carries its original" : "entries carry their originals"} again`
+    : `nothing undone: ${u.reason}`
 
 /**
  * One event of a stream: `  seq type  detail` (with `withThread`, the thread id first: the stream of all threads).

@@ -232,6 +232,22 @@ export const offload = (target: Target, threadId: string, keepTokens: Option.Opt
     yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
   }))
 
+/** `baton --server URL offload ID --dry-run [--json]`: the tool-result offload preview of the active native thread. */
+export const offloadPreview = (target: Target, threadId: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const preview = yield* client.threads.previewToolResultOffload({ path: { threadId: threadId as ThreadId } })
+    yield* Console.log(json ? JSON.stringify(preview) : Format.toolResultOffloadPreview(preview))
+  }))
+
+/** `baton --server URL offload ID --undo [--json]`: undoes the newest tool-result offload flush. */
+export const offloadUndo = (target: Target, threadId: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const undo = yield* client.threads.undoToolResultOffload({ path: { threadId: threadId as ThreadId }, payload: {}, headers: {} })
+    yield* Console.log(json ? JSON.stringify(undo) : Format.toolResultOffloadUndo(undo))
+  }))
+
 const decodeEvent = Schema.decodeUnknown(Schema.parseJson(ThreadEvent))
 
 /** The request of a stream endpoint (`path`), resuming after `lastEventId` when given. */

@@ -343,10 +343,23 @@ const offload = Command.make(
   {
     id: threadIdArg,
     keepTokens: Options.integer("keep-tokens").pipe(Options.withDescription("tokens of newest history kept verbatim"), Options.optional),
+    dryRun: Options.boolean("dry-run").pipe(Options.withDescription(
+      "change nothing: show the tool units tool-result offload would replace with stubs before the next request, tokens before and after, the cache-rewrite cost and break-even"
+    )),
+    undo: Options.boolean("undo").pipe(Options.withDescription("undo the newest tool-result offload flush: the stubbed results go out verbatim again")),
     json: jsonOption("print the report as one JSON object")
   },
-  (o) => remoteOnly("offload")((target) => Remote.offload(target, o.id, o.keepTokens, o.json)).pipe(badInput)
-).pipe(Command.withDescription("/offload: summarises older history, keeping the newest verbatim (needs --server)"))
+  (o) =>
+    remoteOnly("offload")((target) =>
+      o.dryRun && o.undo
+        ? Effect.fail({ message: "--dry-run and --undo exclude each other" })
+        : o.dryRun
+        ? Remote.offloadPreview(target, o.id, o.json)
+        : o.undo
+        ? Remote.offloadUndo(target, o.id, o.json)
+        : Remote.offload(target, o.id, o.keepTokens, o.json)
+    ).pipe(badInput)
+).pipe(Command.withDescription("/offload: summarises older history, keeping the newest verbatim; --dry-run previews and --undo undoes tool-result offload (needs --server)"))
 
 const toolResults = Command.make(
   "tool-results",

@@ -75,6 +75,10 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
             threadId: path.threadId,
             ...(payload.keepTokens === undefined ? {} : { keepTokens: payload.keepTokens })
           }))))
+      .handle("previewToolResultOffload", ({ path }) => service.previewToolResultOffload(path.threadId))
+      .handle("undoToolResultOffload", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.undoToolResultOffload(Commands.UndoToolResultOffload.make({ commandId, threadId: path.threadId }))))
       .handle("interrupt", ({ headers, path, payload }) =>
         Effect.gen(function*() {
           const commandId = yield* commandIdOf(ids, headers, payload)

@@ -127,7 +127,7 @@ describe("model-API provider instances from the config file", () => {
 
   it.effect("the start-up log hides a password in an instance's base URL", () =>
     Effect.gen(function*() {
-      const settings = yield* settingsFor([{ ...instance("local", "openai-chat", { url: "http://proxy:s3cret-pass@127.0.0.1:9", requests: [], enqueue: () => undefined }), apiKeyEnv: undefined }])
+      const settings = yield* settingsFor([{ ...instance("local", "openai-chat", { url: "http://proxy:s3cret-pass@127.0.0.1:9", requests: [], counts: [], enqueue: () => undefined }), apiKeyEnv: undefined }])
       const logs: Array<string> = []
       yield* Server.describeSettings(settings).pipe(
         Effect.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logs.push(JSON.stringify(message)))))
@@ -281,5 +281,65 @@ describe("model-API provider instances from the config file", () => {
       expect(off.entries.filter((e) => e.kind === "offload")).toEqual([])
       expect(off.requests.at(-1)!.body).not.toContain("[offloaded")
       expect(off.requests.at(-1)!.body.length).toBeGreaterThan(on.requests.at(-1)!.body.length * 2)
+    }), 120_000)
+
+  it.scoped("tool-result offload over HTTP: the dry run changes nothing, undo brings the newest flush's originals back (idempotent, an event), a scripted thread is refused", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream), { name: "codex", window: 44_000 }])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        // No native thread yet: the dry run says so.
+        const early = yield* raw(get(`/threads/${threadId}/tool-result-offload`))
+        expect(early.status).toBe(400)
+        expect(early.body).toMatchObject({ _tag: "InvalidRequest" })
+        expect(String(early.body!["reason"])).toContain("no native thread")
+        const rounds = 40
+        for (let i = 1; i <= rounds; i++) {
+          upstream.enqueue(ModelApi.answer("anthropic-messages", "", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }, [
+            { id: `toolu_${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }
+          ]))
+        }
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 }))
+        const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
+        expect((yield* sendAndWait(threadId, long)).run.status).toBe("completed")
+        const eventsOf = Effect.map(raw(get(`/threads/${threadId}/events?follow=false`)), (r) => threadEvents(r.text))
+        const flushes = (yield* eventsOf).filter((e) => e.type === "context.offloaded").map((e) => e.payload as ThreadEventOf<"context.offloaded">["payload"])
+        expect(flushes.length).toBeGreaterThan(0)
+        const newest = flushes.at(-1)!
+
+        const preview = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        expect(preview).toMatchObject({ threadId, providerInstance: "claude", nativeRef: newest.nativeRef, enabled: true })
+        expect(preview.stubbedEntries).toBe(flushes.reduce((n, f) => n + f.entrySeqs.length, 0))
+        expect(preview.tokensAfter).toBeLessThanOrEqual(preview.tokensBefore)
+
+        const key = "undo-1"
+        const undo = yield* api.threads.undoToolResultOffload({ path: { threadId }, payload: {}, headers: { "idempotency-key": key } })
+        expect(undo).toMatchObject({ threadId, providerInstance: "claude", nativeRef: newest.nativeRef, undone: true, entrySeqs: newest.entrySeqs })
+        // The same key answers the first answer and undoes nothing more.
+        expect(yield* api.threads.undoToolResultOffload({ path: { threadId }, payload: {}, headers: { "idempotency-key": key } })).toEqual(undo)
+        const undoneEvents = (yield* eventsOf).filter((e) => e.type === "context.offload_undone")
+        expect(undoneEvents.map((e) => e.payload)).toEqual([{
+          providerInstance: "claude",
+          nativeThreadId: newest.nativeThreadId,
+          nativeRef: newest.nativeRef,
+          flushSeq: undo.flushSeq,
+          entrySeqs: newest.entrySeqs
+        }])
+        // The next request carries the undone results verbatim again, the older flushes' stubs still.
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "ok", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 }))
+        const after = yield* sendAndWait(threadId, "and now?")
+        expect(after.run.status).toBe("completed")
+        const body = upstream.requests.at(-1)!.body
+        for (const ref of newest.refs) expect(body).not.toContain(`thread_read ${ref}]`)
+        for (const f of flushes.slice(0, -1)) for (const ref of f.refs) expect(body).toContain(`thread_read ${ref}]`)
+
+        // A thread on a scripted instance keeps no message list: a clear 400.
+        const scripted = yield* api.threads.create({ payload: { providerInstance: "codex" as never }, headers: {} })
+        const refused = yield* raw(get(`/threads/${scripted.threadId}/tool-result-offload`))
+        expect(refused.status).toBe(400)
+        expect(String(refused.body!["reason"])).toContain("keeps no message list")
+      }).pipe(Effect.provide(serveSettings(settings)))
     }), 120_000)
 })

@@ -45,7 +45,9 @@ import {
   ForkResult,
   MergeResult,
   OffloadReport,
-  SwitchResult
+  SwitchResult,
+  ToolResultOffloadPreview,
+  ToolResultOffloadUndo
 } from "./Results.js"
 import {
   HandoffList,
@@ -248,6 +250,29 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .addError(RunInProgress)
       .addError(OffloadFailed)
       .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. 409 while a run is queued or running.")
+  )
+  .add(
+    HttpApiEndpoint.get("previewToolResultOffload", "/threads/:threadId/tool-result-offload")
+      .setPath(threadPath)
+      .addSuccess(ToolResultOffloadPreview)
+      .addError(ThreadNotFound)
+      .addError(UnknownProvider)
+      .addError(InvalidRequest)
+      .addError(ProviderError)
+      .annotate(OpenApi.Description, "The dry run of tool-result offload on the active native thread: the tool units the policy would replace with stubs before the next request, tokens before and after, the cache-rewrite cost and break-even (docs/offload.md). Changes nothing. 400 when the active provider keeps no message list (scripted instances).")
+  )
+  .add(
+    HttpApiEndpoint.post("undoToolResultOffload", "/threads/:threadId/tool-result-offload/undo")
+      .setPath(threadPath)
+      .setPayload(CommandPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(ToolResultOffloadUndo)
+      .addError(ThreadNotFound)
+      .addError(UnknownProvider)
+      .addError(InvalidRequest)
+      .addError(RunInProgress)
+      .addError(ProviderError)
+      .annotate(OpenApi.Description, "Undoes the newest tool-result offload flush of the active native thread: its results go out verbatim again from the next request on, and those units are never stubbed again (the originals were never deleted). `undone: false` when there is none. 409 while a run is queued, running or waiting.")
   )
   .add(
     HttpApiEndpoint.post("interrupt", "/threads/:threadId/interrupt")

@@ -120,6 +120,18 @@ export const OffloadThread = Schema.TaggedStruct("OffloadThread", {
 export type OffloadThread = typeof OffloadThread.Type
 
 /**
+ * Undoes the newest tool-result offload flush of the thread's active native thread (a model-API instance's message
+ * list, docs/offload.md): the stubbed results are carried verbatim again from the next request on, and those units are
+ * never stubbed again. Fails with `ThreadNotFound`, `RunInProgress` (a run is queued, running or waiting),
+ * `InvalidRequest` (the active provider keeps no message list). A repeated command id answers as the first time.
+ */
+export const UndoToolResultOffload = Schema.TaggedStruct("UndoToolResultOffload", {
+  commandId: CommandId,
+  threadId: ThreadId
+})
+export type UndoToolResultOffload = typeof UndoToolResultOffload.Type
+
+/**
  * Posts the client's results for the open tool calls of a `waiting` run: exactly one result per open call (an
  * unknown call id, a call without a result or two results for one call is `InvalidRequest` naming them). The results
  * are recorded, each after its call, and the run continues with the next model request. Fails with `RunNotFound`,
@@ -142,7 +154,8 @@ export const Command = Schema.Union(
   ForkThread,
   MergeBack,
   OffloadThread,
-  SubmitToolResults
+  SubmitToolResults,
+  UndoToolResultOffload
 )
 export type Command = typeof Command.Type
 

@@ -350,6 +350,22 @@ export const ContextOffloaded = event(
 )
 
 /**
+ * `{providerInstance, nativeThreadId, nativeRef, flushSeq, entrySeqs}`: a user undid a tool-result offload flush
+ * (`flushSeq`, the `offload` entry of the message log): requests carry the originals of `entrySeqs` again from the
+ * next one on, and those units are never stubbed again.
+ */
+export const ContextOffloadUndone = event(
+  "context.offload_undone",
+  Schema.Struct({
+    providerInstance: ProviderInstance,
+    nativeThreadId: NativeThreadId,
+    nativeRef: Schema.String,
+    flushSeq: Count,
+    entrySeqs: Schema.Array(Count)
+  })
+)
+
+/**
  * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}`: a completed turn of this
  * thread taught the provider's tokenizer calibration (provider tokens per Baton token).
  */
@@ -482,7 +498,8 @@ export const ThreadEvent = Schema.Union(
   ThreadOffloaded,
   ThreadOffloadFailed,
   CalibrationUpdated,
-  ContextOffloaded
+  ContextOffloaded,
+  ContextOffloadUndone
 )
 export type ThreadEvent = typeof ThreadEvent.Type
 

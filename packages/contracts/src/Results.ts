@@ -121,6 +121,54 @@ export const OffloadReport = Schema.Struct({
 })
 export type OffloadReport = typeof OffloadReport.Type
 
+/**
+ * The dry run of tool-result offload on a thread's active native thread (`GET /threads/{id}/tool-result-offload`,
+ * `baton offload --dry-run`): what the policy (docs/offload.md) would replace with stubs before the next request, and
+ * what that would cost and save. Stores nothing.
+ *
+ * - `units`: per tool unit, the `thread_read` refs (`tool:<call id>`) and tool names of its calls;
+ * - `tokensBefore`/`tokensAfter`: the whole request (system prompt and tools included), Baton tokens;
+ * - `rewriteCostTokens`: the one-time extra cost of rewriting the provider's cached suffix, in base-input-token
+ *   equivalents, `rewriteCostUsd` the same at the instance's input price; `expectedSavingsTokens` what the stubs save
+ *   over the requests still expected; `breakEvenRequests` after how many later requests the flush has paid for itself
+ *   (`null`: never, or nothing to stub);
+ * - `reason`: why nothing would be stubbed (`tier: "none"` or `"emergency"`), else `""`;
+ * - `stubbedEntries`: message-list entries already stubs; `undoable`: a flush can be undone.
+ */
+export const ToolResultOffloadPreview = Schema.Struct({
+  threadId: ThreadId,
+  providerInstance: ProviderInstance,
+  nativeRef: Schema.String,
+  enabled: Schema.Boolean,
+  tier: Schema.Literal("none", "mild", "aggressive", "emergency"),
+  reason: Schema.String,
+  units: Schema.Array(Schema.Struct({ refs: Schema.Array(Schema.String), toolNames: Schema.Array(Schema.String) })),
+  entrySeqs: Schema.Array(ItemCount),
+  tokensBefore: Tokens,
+  tokensAfter: Tokens,
+  rewriteCostTokens: Tokens,
+  rewriteCostUsd: Schema.Number,
+  expectedSavingsTokens: Tokens,
+  breakEvenRequests: Schema.NullOr(Schema.Number),
+  stubbedEntries: ItemCount
+})
+export type ToolResultOffloadPreview = typeof ToolResultOffloadPreview.Type
+
+/**
+ * The outcome of `POST /threads/{id}/tool-result-offload/undo`: `undone` with the restored message-list entries
+ * (`entrySeqs`) of the undone flush (`flushSeq`), or `undone: false` and the `reason` (nothing to undo).
+ */
+export const ToolResultOffloadUndo = Schema.Struct({
+  threadId: ThreadId,
+  providerInstance: ProviderInstance,
+  nativeRef: Schema.String,
+  undone: Schema.Boolean,
+  flushSeq: Schema.NullOr(ItemCount),
+  entrySeqs: Schema.Array(ItemCount),
+  reason: Schema.String
+})
+export type ToolResultOffloadUndo = typeof ToolResultOffloadUndo.Type
+
 /** The result of `ForkThread`: the new thread, its provider thread, and what it is owed. */
 export const ForkResult = Schema.Struct({
   threadId: ThreadId,

@@ -27,7 +27,9 @@ import {
   terminalRunStatuses,
   type Thread,
   ThreadNotFound,
-  type ThreadId
+  type ThreadId,
+  type ToolResultOffloadPreview,
+  ToolResultOffloadUndo
 } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
@@ -487,6 +489,80 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     })
 
     /**
+     * The active native thread of `thread` on an adapter that keeps a message list with tool-result offload. Fails
+     * with `InvalidRequest` (no provider, a provider without a message list, no native thread yet), `UnknownProvider`.
+     */
+    const offloadLane = (thread: Thread) =>
+      Effect.gen(function*() {
+        const providerThread = yield* getProviderThread(thread)
+        const adapter = yield* registry.get(providerThread.providerInstance)
+        const capability = adapter.toolResultOffload
+        if (capability === undefined) {
+          return yield* new InvalidRequest({
+            reason: `provider instance "${adapter.instance}" keeps no message list of its own: tool-result offload applies to model-API instances (docs/offload.md)`
+          })
+        }
+        const native = providerThread.activeNativeThreadId === null
+          ? Option.none()
+          : yield* store.getNativeThread(providerThread.activeNativeThreadId)
+        if (native._tag === "None") {
+          return yield* new InvalidRequest({
+            reason: `thread ${thread.id} has no native thread on "${adapter.instance}" yet: nothing is offloaded before its first turn`
+          })
+        }
+        return { providerThread, capability, native: native.value }
+      })
+
+    /**
+     * The dry run of tool-result offload on the thread's active native thread (see `ToolResultOffloadPreview`):
+     * stores nothing, so it may run beside a turn (it then shows the state before that turn's next request). Fails
+     * with `ThreadNotFound`, `InvalidRequest` (see `offloadLane`), `UnknownProvider`, `ProviderError` (the message list
+     * could not be read).
+     */
+    const previewToolResultOffload = Effect.fn("ThreadService.previewToolResultOffload")(function*(threadId: ThreadId) {
+      const thread = yield* getThread(threadId)
+      const { capability, native, providerThread } = yield* offloadLane(thread)
+      const preview = yield* capability.preview(native.nativeRef)
+      const result: ToolResultOffloadPreview = { threadId: thread.id, providerInstance: providerThread.providerInstance, ...preview }
+      return result
+    })
+
+    /**
+     * Undoes the newest tool-result offload flush of the thread's active native thread (see
+     * `Commands.UndoToolResultOffload`), under the thread's lock with no run queued, running or waiting, and records
+     * a `context.offload_undone` event. A repeated command id answers as the first time.
+     */
+    const undoToolResultOffload = Effect.fn("ThreadService.undoToolResultOffload")(function*(command: Commands.UndoToolResultOffload) {
+      return yield* withReceipt(
+        command,
+        command.threadId,
+        ToolResultOffloadUndo,
+        Effect.gen(function*() {
+          const thread = yield* getThread(command.threadId)
+          const active = yield* store.findActiveRun(thread.id)
+          if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+          const { capability, native, providerThread } = yield* offloadLane(thread)
+          const undo = yield* capability.undo(native.nativeRef)
+          if (undo.undone && undo.flushSeq !== null) {
+            yield* store.appendEvent({
+              threadId: thread.id,
+              type: "context.offload_undone",
+              payload: {
+                providerInstance: providerThread.providerInstance,
+                nativeThreadId: native.id,
+                nativeRef: native.nativeRef,
+                flushSeq: undo.flushSeq,
+                entrySeqs: undo.entrySeqs
+              },
+              commandId: command.commandId
+            })
+          }
+          return { threadId: thread.id, providerInstance: providerThread.providerInstance, ...undo }
+        })
+      ).pipe(uow.thread(command.threadId, "ThreadService.undoToolResultOffload"))
+    })
+
+    /**
      * Posts the client's tool results for a waiting run (see `Commands.SubmitToolResults` and ClientToolWaits): they
      * are recorded and the run's wait is answered; `continueRun` (the run driver) then continues the turn. Fails with
      * `RunNotFound`, `RunNotWaiting`, `InvalidRequest`.
@@ -516,6 +592,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       fork,
       mergeBack,
       offload,
+      previewToolResultOffload,
+      undoToolResultOffload,
       visibleHistory: offloader.visibleHistory,
       recover,
       getThread,

@@ -212,6 +212,13 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
     tier: "mild",
     tokensBefore: 41_200,
     tokensAfter: 12_950
+  },
+  "context.offload_undone": {
+    providerInstance: "claude" as ProviderInstance,
+    nativeThreadId: nat("nat_1"),
+    nativeRef: "claude-5f0c",
+    flushSeq: 9,
+    entrySeqs: [4, 6]
   }
 }
 

@@ -32,6 +32,8 @@ import type {
   TextDelta,
   ToolDefinition,
   ToolResultInput,
+  ToolResultOffloadPreview,
+  ToolResultOffloadUndo,
   TurnTokens
 } from "./ProviderAdapter.js"
 import { TurnEvent } from "./ProviderAdapter.js"
@@ -104,13 +106,34 @@ export const offloadReport = (instance: ProviderInstance, flush: OffloadFlush): 
   tokensAfter: flush.decision.tokensAfter
 })
 
+/** A preview with nothing to stub (offload off). */
+const emptyPreview = (nativeRef: string, stubbedEntries: number): ToolResultOffloadPreview => ({
+  nativeRef,
+  enabled: false,
+  tier: "none",
+  reason: "",
+  units: [],
+  entrySeqs: [],
+  tokensBefore: 0,
+  tokensAfter: 0,
+  rewriteCostTokens: 0,
+  rewriteCostUsd: 0,
+  expectedSavingsTokens: 0,
+  breakEvenRequests: null,
+  stubbedEntries
+})
+
 /** The in-process copy of a native thread's entries (the log is the truth; this is refreshed from it). */
 interface Lane {
   readonly entries: Array<NativeEntry>
   /** What requests carry: the entries without `offload` ones, each replaced body swapped for its stub. */
   view: Array<NativeEntry>
   /** Seqs of `tool_results` entries replaced by stubs. */
-  readonly stubbed: Set<number>
+  stubbed: Set<number>
+  /** Seqs of `tool_results` entries whose stubs were undone: their units stay verbatim from then on. */
+  kept: Set<number>
+  /** The tools the last request offered (what a preview counts as the request's fixed part). */
+  lastTools: ReadonlyArray<ToolDefinition>
   /** Tokens of each view entry by seq (a stubbed entry is counted again under its stub). */
   readonly tokens: Map<number, number>
   /** When the last request was sent (ms since the epoch), `null` before one in this process. */
@@ -218,7 +241,19 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const stored = yield* log.lastSeq(nativeRef)
       if (cached !== undefined && stored === last) return cached
       const fresh = yield* log.load(nativeRef, last)
-      const next: Lane = cached ?? { entries: [], view: [], stubbed: new Set(), tokens: new Map(), lastRequestAt: null, open: [], current: null, encoded: [], heldLocal: [] }
+      const next: Lane = cached ?? {
+        entries: [],
+        view: [],
+        stubbed: new Set(),
+        kept: new Set(),
+        lastTools: [],
+        tokens: new Map(),
+        lastRequestAt: null,
+        open: [],
+        current: null,
+        encoded: [],
+        heldLocal: []
+      }
       next.entries.push(...fresh)
       refreshView(next, fresh)
       lanes.set(nativeRef, next)
@@ -231,19 +266,28 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
    */
   const refreshView = (state: Lane, added: ReadonlyArray<NativeEntry>) => {
     if (added.some((e) => e.kind === "offload")) {
+      // Offload entries in order: a flush replaces bodies, an undo restores them (and keeps those units verbatim).
       const replaced = new Map<number, string>()
+      const kept = new Set<number>()
       for (const e of state.entries) {
         if (e.kind !== "offload") continue
-        for (const r of (JSON.parse(e.body) as OffloadBody).replaces) replaced.set(r.seq, r.body)
+        const body = JSON.parse(e.body) as OffloadBody
+        for (const r of body.replaces) replaced.set(r.seq, r.body)
+        for (const seq of body.restores ?? []) {
+          replaced.delete(seq)
+          kept.add(seq)
+        }
       }
       state.view = state.entries.filter((e) => e.kind !== "offload").map((e) => {
         const body = replaced.get(e.seq)
         return body === undefined ? e : { ...e, body }
       })
-      for (const seq of replaced.keys()) {
-        if (!state.stubbed.has(seq)) state.tokens.delete(seq)
-        state.stubbed.add(seq)
-      }
+      const stubbed = new Set(replaced.keys())
+      // A body that changed (stubbed now, or restored) is counted again.
+      for (const seq of stubbed) if (!state.stubbed.has(seq)) state.tokens.delete(seq)
+      for (const seq of state.stubbed) if (!stubbed.has(seq)) state.tokens.delete(seq)
+      state.stubbed = stubbed
+      state.kept = kept
       state.encoded.length = 0
     } else {
       state.view.push(...added)
@@ -353,13 +397,12 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   }
 
   /**
-   * Applies `ToolResultOffload.decide` to the native thread before a request (a step boundary: never mid-request).
-   * `drafts` (what the request adds) count towards usage. A flush is stored as one `offload` entry.
+   * What `ToolResultOffload.decide` would stub on the lane now, before a request carrying `drafts` and offering
+   * `tools`: the decision, the stub bodies replacing entries, and the refs of the stubbed calls. `settings` default
+   * to the instance's. Stores nothing.
    */
-  const offloadStep = (operation: string, nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>) =>
+  const offloadPlan = (state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>, offload: OffloadOptions) =>
     Effect.gen(function*() {
-      const offload = options.offload
-      if (offload === undefined) return null
       const view = state.view
       const tokensOf = (e: NativeEntry) => {
         let n = state.tokens.get(e.seq)
@@ -376,6 +419,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           const owners = new Set(ids.map((id) => unitOfCall.get(id)))
           const owner = owners.size === 1 ? [...owners][0] : undefined
           if (owner !== undefined) {
+            if (state.kept.has(e.seq)) units[owner]!.pinned = true
             units[owner]!.results.push(i)
             for (const id of ids) units[owner]!.answered.add(id)
             unitOfEntry.push(owner)
@@ -428,18 +472,94 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         msSinceLastRequest: state.lastRequestAt === null ? null : (yield* Clock.currentTimeMillis) - state.lastRequestAt
       }
       const decision = ToolResultOffload.decide(situation, offload.settings)
-      if (decision.units.length === 0) return null
       const chosen = new Set(decision.units)
       const replaces = view.flatMap((e, i) => chosen.has(unitOfEntry[i]!) && stubBodies.has(i) ? [{ seq: e.seq, body: stubBodies.get(i)! }] : [])
+      return {
+        decision,
+        replaces,
+        units: decision.units.map((u) => units[u]!.calls.map((c) => ({ ref: `tool:${c.id}`, toolName: c.name })))
+      }
+    })
+
+  /**
+   * Applies `ToolResultOffload.decide` to the native thread before a request (a step boundary: never mid-request).
+   * `drafts` (what the request adds) count towards usage. A flush is stored as one `offload` entry.
+   */
+  const offloadStep = (operation: string, nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>) =>
+    Effect.gen(function*() {
+      const offload = options.offload
+      state.lastTools = tools
+      if (offload === undefined) return null
+      const plan = yield* offloadPlan(state, drafts, tools, offload)
+      if (plan.decision.units.length === 0) return null
+      const { decision, replaces } = plan
       yield* append(operation, nativeRef, state, [{ kind: "offload", body: JSON.stringify({ replaces } satisfies OffloadBody), runId: null }])
       const flush: OffloadFlush = {
         nativeRef,
         entrySeqs: replaces.map((r) => r.seq),
-        refs: decision.units.flatMap((u) => units[u]!.calls.map((c) => `tool:${c.id}`)),
+        refs: plan.units.flatMap((calls) => calls.map((c) => c.ref)),
         decision
       }
       offload.onFlush?.(flush)
       return flush
+    })
+
+  /** Base-input tokens (the policy's cost unit) in US dollars at the instance's input price. */
+  const dollarsOf = (tokens: number) => Math.round(tokens * config.prices.input) / 1e6
+
+  /**
+   * The dry run of tool-result offload on `nativeRef` (issue 11 item 5): what the policy would stub before the next
+   * request if it carried nothing new, with tokens before and after and the cache-rewrite cost and break-even. Stores
+   * nothing. Off (`enabled: false`) when the instance's offload is off.
+   */
+  const previewToolResultOffload = (nativeRef: string): Effect.Effect<ToolResultOffloadPreview, ProviderError> =>
+    Effect.gen(function*() {
+      const state = yield* lane("previewToolResultOffload", nativeRef)
+      const offload = options.offload
+      const stubbedUnits = state.stubbed.size
+      if (offload === undefined) {
+        return { ...emptyPreview(nativeRef, stubbedUnits), reason: `tool-result offload is off for provider instance "${instance}"` }
+      }
+      const plan = yield* offloadPlan(state, [], state.lastTools, offload)
+      const d = plan.decision
+      const finite = (n: number) => Number.isFinite(n) ? n : null
+      return {
+        nativeRef,
+        enabled: true,
+        tier: d.tier,
+        reason: d.reason,
+        units: plan.units.map((calls) => ({ refs: calls.map((c) => c.ref), toolNames: calls.map((c) => c.toolName) })),
+        entrySeqs: plan.replaces.map((r) => r.seq),
+        tokensBefore: d.tokensBefore,
+        tokensAfter: d.tokensAfter,
+        rewriteCostTokens: Math.round(d.rewriteCost),
+        rewriteCostUsd: dollarsOf(d.rewriteCost),
+        expectedSavingsTokens: Math.round(d.expectedSavings),
+        breakEvenRequests: finite(d.breakEvenRequests),
+        stubbedEntries: stubbedUnits
+      }
+    })
+
+  /**
+   * Undoes the newest flush on `nativeRef` not yet undone (issue 11 item 5): appends an `offload` entry restoring its
+   * entries' original bodies, so the next request carries them verbatim again (the originals were never deleted); the
+   * restored units are never stubbed again. The prompt cache breaks once, at the first restored entry. Nothing to
+   * undo answers `undone: false` with the reason.
+   */
+  const undoToolResultOffload = (nativeRef: string): Effect.Effect<ToolResultOffloadUndo, ProviderError> =>
+    Effect.gen(function*() {
+      const state = yield* lane("undoToolResultOffload", nativeRef)
+      const restored = new Set<number>()
+      for (const e of state.entries) {
+        if (e.kind === "offload") for (const seq of (JSON.parse(e.body) as OffloadBody).restores ?? []) restored.add(seq)
+      }
+      const flush = [...state.entries].reverse().find((e) =>
+        e.kind === "offload" && (JSON.parse(e.body) as OffloadBody).replaces.some((r) => !restored.has(r.seq) && state.stubbed.has(r.seq))
+      )
+      if (flush === undefined) return { nativeRef, undone: false, flushSeq: null, entrySeqs: [], reason: "no flush on this native thread to undo" }
+      const seqs = (JSON.parse(flush.body) as OffloadBody).replaces.map((r) => r.seq).filter((seq) => state.stubbed.has(seq))
+      yield* append("undoToolResultOffload", nativeRef, state, [{ kind: "offload", body: JSON.stringify({ replaces: [], restores: seqs } satisfies OffloadBody), runId: null }])
+      return { nativeRef, undone: true, flushSeq: flush.seq, entrySeqs: seqs, reason: "" }
     })
 
   /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
@@ -717,7 +837,8 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         yield* append("injectHistory", input.nativeRef, state, [{ kind: "history", body: dialect.history(input.rendered), runId: null, deliveryIds: input.deliveryIds }])
         return { usage: null }
       }),
-    readThread
+    readThread,
+    toolResultOffload: { preview: previewToolResultOffload, undo: undoToolResultOffload }
   }
 }
 

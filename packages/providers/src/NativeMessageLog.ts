@@ -18,9 +18,14 @@ import { Context, type Effect } from "effect"
  */
 export type NativeEntryKind = "turn" | "history" | "output" | "tool_results" | "offload"
 
-/** The body of an `offload` entry: each replaced entry's `seq` and the body requests carry instead. */
+/**
+ * The body of an `offload` entry: each replaced entry's `seq` and the body requests carry instead (a flush), or the
+ * `seq`s whose original bodies requests carry again (`restores`: an undone flush; those units are never stubbed again).
+ * Offload entries apply in log order.
+ */
 export interface OffloadBody {
   readonly replaces: ReadonlyArray<{ readonly seq: number; readonly body: string }>
+  readonly restores?: ReadonlyArray<number>
 }
 
 /**

@@ -223,6 +223,53 @@ export interface ProviderAdapterShape {
    * before its first turn (`ProviderCalibration.seedFromCount`).
    */
   readonly countTokens?: (text: string) => Effect.Effect<number, ProviderError>
+  /**
+   * Optional capability (adapters keeping a message list with tool-result offload, issue 11 item 5): `preview` is
+   * the dry run of the offload policy on a native thread (stores nothing); `undo` restores the originals of its
+   * newest flush (the restored units stay verbatim from then on). Callers hold the thread (no run in flight).
+   */
+  readonly toolResultOffload?: {
+    readonly preview: (nativeRef: string) => Effect.Effect<ToolResultOffloadPreview, ProviderError>
+    readonly undo: (nativeRef: string) => Effect.Effect<ToolResultOffloadUndo, ProviderError>
+  }
+}
+
+/**
+ * A dry run of tool-result offload on one native thread (`ProviderAdapterShape.toolResultOffload.preview`): what the
+ * policy (`ToolResultOffload.decide`) would stub before the next request. `units`: per unit, the `thread_read` refs
+ * and tool names of its calls; `entrySeqs`: the message-list entries whose bodies would become stubs. Tokens are the
+ * whole request's (system prompt and tools included) in the instance's counter; `rewriteCostTokens` is the extra
+ * cost of rewriting the cached suffix in base-input-token equivalents (`(w - r)(A - s)`, docs/offload.md) and
+ * `rewriteCostUsd` the same at the instance's input price; `breakEvenRequests` the later requests after which the
+ * flush has paid for itself (`null`: never). `reason` says why nothing would be stubbed; `stubbedEntries` counts
+ * the entries already stubs.
+ */
+export interface ToolResultOffloadPreview {
+  readonly nativeRef: string
+  readonly enabled: boolean
+  readonly tier: "none" | "mild" | "aggressive" | "emergency"
+  readonly reason: string
+  readonly units: ReadonlyArray<{ readonly refs: ReadonlyArray<string>; readonly toolNames: ReadonlyArray<string> }>
+  readonly entrySeqs: ReadonlyArray<number>
+  readonly tokensBefore: number
+  readonly tokensAfter: number
+  readonly rewriteCostTokens: number
+  readonly rewriteCostUsd: number
+  readonly expectedSavingsTokens: number
+  readonly breakEvenRequests: number | null
+  readonly stubbedEntries: number
+}
+
+/**
+ * The outcome of undoing the newest flush of one native thread: `flushSeq` the undone `offload` entry, `entrySeqs`
+ * the entries whose original bodies requests carry again (`undone: false` and a `reason` when there was none).
+ */
+export interface ToolResultOffloadUndo {
+  readonly nativeRef: string
+  readonly undone: boolean
+  readonly flushSeq: number | null
+  readonly entrySeqs: ReadonlyArray<number>
+  readonly reason: string
 }
 
 /** The configured provider instances, by name. */

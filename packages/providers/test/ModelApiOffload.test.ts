@@ -110,3 +110,93 @@ describe("ModelApiAdapter tool-result offload", () => {
       expect(firstDifference(requests.at(-1)!, afterRestart)).toBe(requests.at(-1)!.length)
     }).pipe(Effect.provide(httpLayer)))
 })
+
+describe("ModelApiAdapter tool-result offload: dry run and undo (issue 11 item 5)", () => {
+  it.scoped("the dry run stores nothing; undo brings the newest flush's originals back once, for good, across a restart", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const counter = TokenCounter.make()
+      const flushes: Array<OffloadFlush> = []
+      const offload = { count: counter.count, onFlush: (f: OffloadFlush) => void flushes.push(f) }
+      const adapter = yield* adapterFor(kind, loop, file, {}, { offload })
+      const capability = adapter.toolResultOffload!
+      const { nativeRef } = yield* adapter.startThread()
+      let round = 0
+      const rounds = (count: number) =>
+        Effect.gen(function*() {
+          for (let k = 0; k < count; k++) {
+            round++
+            loop.enqueue(toolReply(round))
+            const { exit } = yield* collect(round === 1
+              ? adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Keep the issue list current.", inlineHistory: null, tools })
+              : adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: `toolu_r${round - 1}`, output: output(round - 1), isError: false }], tools }))
+            expect(Exit.isSuccess(exit)).toBe(true)
+          }
+        })
+      const stubbed = (body: string, r: number) => body.includes(`thread_read tool:toolu_r${r}]`)
+      const verbatim = (body: string, r: number) => body.includes(`round ${r} line 199`)
+
+      // Nothing flushed yet: nothing to undo; the preview of a young thread stubs nothing.
+      yield* rounds(2)
+      expect(yield* capability.undo(nativeRef)).toEqual({ nativeRef, undone: false, flushSeq: null, entrySeqs: [], reason: "no flush on this native thread to undo" })
+      const young = yield* capability.preview(nativeRef)
+      expect(young).toMatchObject({ enabled: true, units: [], entrySeqs: [], stubbedEntries: 0 })
+
+      yield* rounds(30)
+      expect(flushes.length).toBeGreaterThanOrEqual(2)
+      const requestsBefore = loop.requests.length
+      const preview = yield* capability.preview(nativeRef)
+      expect(yield* capability.preview(nativeRef)).toEqual(preview)
+      expect(loop.requests.length).toBe(requestsBefore)
+      expect(preview.enabled).toBe(true)
+      expect(preview.stubbedEntries).toBe(flushes.reduce((n, f) => n + f.entrySeqs.length, 0))
+      expect(preview.tokensAfter).toBeLessThanOrEqual(preview.tokensBefore)
+      if (preview.units.length === 0) expect(preview.reason).not.toBe("")
+
+      // Undo the newest flush: its units go out verbatim again from the next request on, and stay so.
+      const newest = flushes.at(-1)!
+      const restoredRounds = newest.refs.map((ref) => Number(ref.replace("tool:toolu_r", "")))
+      const undo = yield* capability.undo(nativeRef)
+      expect(undo).toMatchObject({ nativeRef, undone: true, entrySeqs: newest.entrySeqs })
+      const lastBefore = loop.requests.at(-1)!.body
+      for (const r of restoredRounds) expect(stubbed(lastBefore, r)).toBe(true)
+      yield* rounds(1)
+      const afterUndo = loop.requests.at(-1)!.body
+      for (const r of restoredRounds) {
+        expect(stubbed(afterUndo, r)).toBe(false)
+        expect(verbatim(afterUndo, r)).toBe(true)
+      }
+      // The request changes from the first restored entry on, not before it.
+      const previous = messagesOf(lastBefore)
+      const next = messagesOf(afterUndo)
+      const k = firstDifference(previous, next)
+      expect(k).toBeLessThan(previous.length)
+      expect(previous[k]).toContain(`thread_read tool:toolu_r${Math.min(...restoredRounds)}]`)
+
+      const flushesAfterUndo = flushes.length
+      yield* rounds(25)
+      expect(flushes.length).toBeGreaterThan(flushesAfterUndo)
+      for (const f of flushes.slice(flushesAfterUndo)) for (const r of restoredRounds) expect(f.refs).not.toContain(`tool:toolu_r${r}`)
+      const later = loop.requests.at(-1)!.body
+      for (const r of restoredRounds) expect(verbatim(later, r)).toBe(true)
+
+      // A restarted adapter renders the same list (the undo is in the log), and undoes the flushes newest first.
+      const restarted = yield* adapterFor(kind, loop, file, {}, { offload })
+      yield* restarted.resumeThread(nativeRef)
+      const undone: Array<ReadonlyArray<number>> = []
+      for (;;) {
+        const u = yield* restarted.toolResultOffload!.undo(nativeRef)
+        if (!u.undone) break
+        undone.push(u.entrySeqs)
+      }
+      expect(undone).toEqual(flushes.filter((f) => f !== newest).map((f) => f.entrySeqs).reverse())
+      loop.enqueue(textReply())
+      yield* collect(restarted.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: `toolu_r${round}`, output: output(round), isError: false }], tools }))
+      const everything = loop.requests.at(-1)!.body
+      for (let r = 1; r <= round; r++) {
+        expect(stubbed(everything, r)).toBe(false)
+        expect(verbatim(everything, r)).toBe(true)
+      }
+    }).pipe(Effect.provide(httpLayer)))
+})

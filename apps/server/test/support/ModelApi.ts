@@ -29,19 +29,32 @@ export interface ModelApi {
   /** `http://127.0.0.1:PORT` (the instance's `baseUrl`: Anthropic's root, or with `/v1` for OpenAI's). */
   readonly url: string
   readonly requests: Array<Received>
+  /** Anthropic `count_tokens` requests: answered at once (a body's length / 4), never from the queue. */
+  readonly counts: Array<Received>
   readonly enqueue: (...replies: ReadonlyArray<Reply>) => void
 }
 
-/** Starts the server for the scope; a request with no reply queued gets HTTP 500 `no scripted reply`. */
+/**
+ * Starts the server for the scope; a request with no reply queued gets HTTP 500 `no scripted reply`; `count_tokens`
+ * is answered at once (see `counts`).
+ */
 export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquireRelease(
   Effect.async<{ readonly server: Http.Server; readonly api: ModelApi }>((resume) => {
     const replies: Array<Reply> = []
     const requests: Array<Received> = []
+    const counts: Array<Received> = []
     const server = Http.createServer((req, res) => {
       const parts: Array<Buffer> = []
       req.on("data", (c: Buffer) => parts.push(c))
       req.on("end", () => {
-        requests.push({ url: req.url ?? "", headers: req.headers, body: Buffer.concat(parts).toString("utf8") })
+        const received = { url: req.url ?? "", headers: req.headers, body: Buffer.concat(parts).toString("utf8") }
+        if (received.url.endsWith("/count_tokens")) {
+          counts.push(received)
+          res.writeHead(200, { "content-type": "application/json" })
+          res.end(JSON.stringify({ input_tokens: Math.ceil(received.body.length / 4) }))
+          return
+        }
+        requests.push(received)
         const reply = replies.shift() ?? error(500, "no scripted reply")
         res.writeHead(reply.status, { "content-type": reply.contentType })
         res.end(reply.body)
@@ -49,7 +62,7 @@ export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquire
     })
     server.listen(0, "127.0.0.1", () => {
       const port = (server.address() as AddressInfo).port
-      resume(Effect.succeed({ server, api: { url: `http://127.0.0.1:${port}`, requests, enqueue: (...r) => void replies.push(...r) } }))
+      resume(Effect.succeed({ server, api: { url: `http://127.0.0.1:${port}`, requests, counts, enqueue: (...r) => void replies.push(...r) } }))
     })
   }),
   ({ server }) =>

@@ -1,0 +1,62 @@
+/**
+ * The lines `baton offload --dry-run` and `--undo` print for the server's tool-result offload preview and undo.
+ */
+import type { ProviderInstance, ThreadId, ToolResultOffloadPreview } from "@baton/contracts"
+import { describe, expect, it } from "vitest"
+import * as Format from "../src/Format.js"
+
+const base: ToolResultOffloadPreview = {
+  threadId: "thr_1" as ThreadId,
+  providerInstance: "claude" as ProviderInstance,
+  nativeRef: "claude-5f0c",
+  enabled: true,
+  tier: "mild",
+  reason: "",
+  units: [],
+  entrySeqs: [],
+  tokensBefore: 26_389,
+  tokensAfter: 26_389,
+  rewriteCostTokens: 0,
+  rewriteCostUsd: 0,
+  expectedSavingsTokens: 0,
+  breakEvenRequests: null,
+  stubbedEntries: 0
+}
+
+describe("baton offload --dry-run / --undo lines", () => {
+  it("a preview with units names every call up to six, then counts the rest; tokens, rewrite cost and break-even", () => {
+    const units = Array.from({ length: 8 }, (_, i) => ({ refs: [`tool:toolu_${i}`], toolNames: ["read_file"] }))
+    const line = Format.toolResultOffloadPreview({
+      ...base,
+      units,
+      entrySeqs: units.map((_, i) => 4 + 2 * i),
+      tokensAfter: 8_938,
+      rewriteCostTokens: 2_310,
+      rewriteCostUsd: 0.00693,
+      expectedSavingsTokens: 17_451,
+      breakEvenRequests: 1.32,
+      stubbedEntries: 3
+    })
+    expect(line).toBe(
+      "tool-result offload (dry run) on claude, native claude-5f0c: mild: would stub 8 units (tool:toolu_0 read_file, " +
+        "tool:toolu_1 read_file, tool:toolu_2 read_file, tool:toolu_3 read_file, tool:toolu_4 read_file, … 3 more); " +
+        "request 26,389 -> 8,938 tok; cache rewrite 2,310 tok ($0.00693), pays off after 1.3 requests; 3 entries already stubs"
+    )
+  })
+
+  it("nothing to stub says why; off says so", () => {
+    expect(Format.toolResultOffloadPreview({ ...base, tier: "none", reason: "no eligible unit", stubbedEntries: 1 })).toBe(
+      "tool-result offload (dry run) on claude, native claude-5f0c: none, nothing to stub: no eligible unit; request 26,389 tok; 1 entry already stubs"
+    )
+    expect(Format.toolResultOffloadPreview({ ...base, enabled: false, tier: "none", reason: "tool-result offload is off for provider instance \"claude\"" }))
+      .toBe("tool-result offload (dry run) on claude, native claude-5f0c: off (tool-result offload is off for provider instance \"claude\")")
+  })
+
+  it("undo: what was restored, or why nothing was", () => {
+    const undo = { threadId: base.threadId, providerInstance: base.providerInstance, nativeRef: base.nativeRef }
+    expect(Format.toolResultOffloadUndo({ ...undo, undone: true, flushSeq: 41, entrySeqs: [4, 6], reason: "" }))
+      .toBe("undid flush 41 on claude (native claude-5f0c): 2 entries carry their originals again")
+    expect(Format.toolResultOffloadUndo({ ...undo, undone: false, flushSeq: null, entrySeqs: [], reason: "no flush on this native thread to undo" }))
+      .toBe("nothing undone: no flush on this native thread to undo")
+  })
+})
