@@ -8,13 +8,14 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const raw = Path.join(repo, "../shared/transcripts/raw")
 
 const baton = (args: ReadonlyArray<string>) =>
   new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-    execFile(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", ...args], { cwd: repo, env: { ...process.env, BATON_DATA_DIR: "" } }, (error, stdout, stderr) => {
+    execFile(process.execPath, batonArgs(args), { cwd: repo, env: { ...process.env, BATON_DATA_DIR: "" } }, (error, stdout, stderr) => {
       resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
     })
   })
@@ -22,6 +23,15 @@ const baton = (args: ReadonlyArray<string>) =>
 const tmp = () => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-cli-"))
 
 describe("baton (process)", () => {
+  it("runs from source as `pnpm baton` does (tsx), the way the other CLI tests' bundle is built from", async () => {
+    const result = await new Promise<{ code: number; stdout: string }>((resolve) => {
+      execFile(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "--help"], { cwd: repo }, (error, stdout) =>
+        resolve({ code: error === null ? 0 : (error.code as number), stdout }))
+    })
+    expect(result.code).toBe(0)
+    for (const command of ["replay", "demo", "serve", "offload", "tool-results"]) expect(result.stdout).toContain(command)
+  })
+
   it("replays, lists and shows a thread, and rejects bad input with exit 2 writing nothing", async () => {
     const dir = tmp()
     const db = Path.join(dir, "baton.sqlite")

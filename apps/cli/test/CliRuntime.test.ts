@@ -11,6 +11,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const transcript = Path.join(repo, "../shared/transcripts/raw/pi/before-compaction.jsonl")
@@ -27,7 +28,7 @@ interface Exited {
  */
 const baton = (args: ReadonlyArray<string>, stop?: { readonly signal: NodeJS.Signals; readonly afterRuns: number }) =>
   new Promise<Exited>((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", ...args], {
+    const child = spawn(process.execPath, batonArgs(args), {
       cwd: repo,
       env: { ...process.env, BATON_DATA_DIR: "" },
       stdio: ["ignore", "pipe", "pipe"]

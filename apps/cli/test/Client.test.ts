@@ -16,6 +16,7 @@ import { execFile, spawn } from "node:child_process"
 import * as Http from "node:http"
 import { fileURLToPath } from "node:url"
 import * as Format from "../src/Format.js"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const adminToken = "admin-token-0123456789abcdef"
@@ -33,7 +34,7 @@ const baton = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
     new Promise<Result>((resolve) => {
       execFile(
         process.execPath,
-        ["--import", "tsx", "apps/cli/src/bin.ts", ...args],
+        batonArgs(args),
         { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "", ...env } },
         (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
       )
@@ -130,7 +131,7 @@ describe("baton --server (the CLI as a client)", () => {
       expect(finalLog.map((e) => e.type)).toContain("thread.compacted")
 
       // `events --follow` prints the log, then the live tail, until interrupted (exit 130).
-      const follower = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", ...admin, "events", "--follow"], {
+      const follower = spawn(process.execPath, batonArgs([...admin, "events", "--follow"]), {
         cwd: repo,
         env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "" },
         stdio: ["ignore", "pipe", "pipe"]

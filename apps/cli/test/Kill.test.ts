@@ -13,6 +13,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const raw = Path.join(repo, "../shared/transcripts/raw")
@@ -29,7 +30,7 @@ interface Exited {
  */
 const baton = (args: ReadonlyArray<string>, kill?: { readonly afterRuns: number; readonly afterMillis: number }) =>
   Effect.async<Exited>((resume) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", ...args], {
+    const child = spawn(process.execPath, batonArgs(args), {
       cwd: repo,
       env: { ...process.env, BATON_DATA_DIR: "" },
       stdio: ["ignore", "pipe", "ignore"]

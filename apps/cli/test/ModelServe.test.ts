@@ -13,6 +13,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as ModelApi from "../../server/test/support/ModelApi.js"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const adminToken = "admin-token-0123456789abcdef"
@@ -30,7 +31,7 @@ const baton = (args: ReadonlyArray<string>) =>
     new Promise<Result>((resolve) => {
       execFile(
         process.execPath,
-        ["--import", "tsx", "apps/cli/src/bin.ts", ...args],
+        batonArgs(args),
         { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "", BATON_CONFIG: "", TEST_MODEL_KEY: "" } },
         (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
       )
@@ -49,7 +50,7 @@ class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: s
 /** Starts `baton serve --port 0 --config FILE --data-dir DIR` with the key in `TEST_MODEL_KEY`; waits for its URL. */
 const serve = (config: string, dataDir: string) =>
   Effect.async<Served, NotListening>((resume) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--config", config, "--data-dir", dataDir], {
+    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--config", config, "--data-dir", dataDir]), {
       cwd: repo,
       env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "", BATON_PROVIDERS: "", TEST_MODEL_KEY: marker },
       stdio: ["ignore", "pipe", "pipe"]

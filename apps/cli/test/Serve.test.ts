@@ -13,6 +13,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 
@@ -29,7 +30,7 @@ class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: s
 /** Starts `baton serve --port 0 --data-dir DIR` and waits for its "listening on" line (at most 60 s). */
 const start = (dataDir: string) =>
   Effect.async<Server, NotListening>((resume) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--data-dir", dataDir], {
+    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--data-dir", dataDir]), {
       cwd: repo,
       env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "" },
       stdio: ["ignore", "pipe", "pipe"]

@@ -17,6 +17,7 @@ import * as Http from "node:http"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const adminToken = "admin-token-0123456789abcdef"
@@ -26,7 +27,7 @@ const baton = (args: ReadonlyArray<string>) =>
     new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
       execFile(
         process.execPath,
-        ["--import", "tsx", "apps/cli/src/bin.ts", ...args],
+        batonArgs(args),
         { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "" } },
         (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
       )

@@ -11,6 +11,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const raw = Path.join(repo, "../shared/transcripts/raw")
@@ -24,7 +25,7 @@ interface Summary {
 /** `baton replay <file> --db <db> --json` in its own process: exit code and the parsed summary. */
 const replay = (file: string, db: string) =>
   Effect.async<{ readonly code: number | null; readonly summary: Summary }>((resume) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "replay", file, "--db", db, "--json"], {
+    const child = spawn(process.execPath, batonArgs(["replay", file, "--db", db, "--json"]), {
       cwd: repo,
       env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "" },
       stdio: ["ignore", "pipe", "ignore"]

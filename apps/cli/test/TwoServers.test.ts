@@ -22,6 +22,7 @@ import { Data, Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as Http from "node:http"
 import { fileURLToPath } from "node:url"
+import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const token = "two-servers-admin-token-0123456789"
@@ -46,7 +47,7 @@ class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: s
 const start = (databaseUrl: string) =>
   Effect.acquireRelease(
     Effect.async<Server, NotListening>((resume) => {
-      const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--database-url", databaseUrl], {
+      const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--database-url", databaseUrl]), {
         cwd: repo,
         env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: token, BATON_CONFIG: "", BATON_PROVIDERS: "" },
         stdio: ["ignore", "pipe", "pipe"]
