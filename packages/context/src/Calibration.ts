@@ -161,8 +161,10 @@ export const apply = (ratio: number, rawTokens: number): number => Math.ceil(raw
 export const rawBudget = (ratio: number, budget: number): number => {
   if (!(budget > 0)) return 0
   let n = Math.floor(budget / ratio)
-  // Floating point: `floor(b / r) * r` can land a hair above `b`.
+  // Floating point: `floor(b / r) * r` can land a hair above `b`, and `b / r` a hair below an integer (17 / 0.34 is
+  // 49.99999999999999 while ceil(50 * 0.34) is 17).
   while (n > 0 && apply(ratio, n) > budget) n--
+  while (apply(ratio, n + 1) <= budget) n++
   return n
 }
 

@@ -127,6 +127,10 @@ describe("Calibration.apply / rawBudget", () => {
     expect(Calibration.toRaw(1, n)).toBe(n)
   })
 
+  it("rawBudget when budget / ratio falls a hair below an integer (17 / 0.34 = 49.999…, ceil(50 x 0.34) = 17): 50", () => {
+    expect(Calibration.rawBudget(0.34, 17)).toBe(50)
+  })
+
   it.prop("rawBudget is the most Baton tokens whose calibrated cost fits the budget", [ratio, fc.integer({ min: 0, max: 1_000_000 })], ([r, budget]) => {
     const raw = Calibration.rawBudget(r, budget)
     expect(Calibration.apply(r, raw)).toBeLessThanOrEqual(budget)
