@@ -47,7 +47,9 @@ export const runLine = (l: RunLine) => {
   const parts: Array<string> = []
   if (l.deliveredItems > 0) parts.push(`${l.mode} ${items(l.deliveredItems)} ${n(l.deliveredTokens)} tok`)
   if (l.deferredItems > 0) parts.push(`deferred ${items(l.deferredItems)} ${n(l.deferredTokens)} tok`)
-  if (l.omittedItems > 0) parts.push(`omitted ${items(l.omittedItems)}`)
+  if (l.omittedItems > l.stubbedItems) parts.push(`omitted ${items(l.omittedItems - l.stubbedItems)}`)
+  if (l.stubbedItems > 0) parts.push(`stubbed ${items(l.stubbedItems)}`)
+  if (l.owedRuns > 0 && l.deliveredItems > 0) parts.push(`runs ${n(l.representedRuns)}/${n(l.owedRuns)} represented`)
   const after = l.usedAfter === null ? "" : ` | after ${n(l.usedAfter)}`
   return `${head} | ${start} | ${parts.length === 0 ? "nothing owed" : parts.join(", ")}${after}`
 }

@@ -52,6 +52,11 @@ export interface RunLine {
   readonly deferredItems: number
   readonly deferredTokens: number
   readonly omittedItems: number
+  /** Of the omitted items, those sent as tool-unit stubs. */
+  readonly stubbedItems: number
+  /** Runs the delivered history was owed, and how many it represents (verbatim or as stubs); 0 when none delivered. */
+  readonly owedRuns: number
+  readonly representedRuns: number
   /** Printed instead of the turn-start figures when set: how a run cut short by a signal ended. */
   readonly stopped: string | null
 }
@@ -131,6 +136,9 @@ const notStarted = {
   deferredItems: 0,
   deferredTokens: 0,
   omittedItems: 0,
+  stubbedItems: 0,
+  owedRuns: 0,
+  representedRuns: 0,
   stopped: null
 } as const
 
@@ -286,6 +294,9 @@ export const replay = (
               deferredItems: report?.deferredItems ?? 0,
               deferredTokens: report?.deferredTokens ?? 0,
               omittedItems: report?.omittedItems ?? 0,
+              stubbedItems: report?.stubbedItems ?? 0,
+              owedRuns: report?.owedRuns ?? 0,
+              representedRuns: report?.representedRuns ?? 0,
               stopped: null
             })
           }

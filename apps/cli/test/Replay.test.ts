@@ -34,9 +34,19 @@ describe("baton replay on every real transcript", () => {
     expect(files(raw)).toHaveLength(10)
   })
   for (const file of files(raw)) {
-    it.live(`${Path.relative(raw, file)}: no failed run, prompts unchanged, no invariant violation`, () =>
+    it.live(`${Path.relative(raw, file)}: no failed run, prompts unchanged, no invariant violation, every owed run represented`, () =>
       Effect.gen(function*() {
-        const summary = yield* run(defaults(file))
+        const lines: Array<Replay.RunLine> = []
+        const options = defaults(file)
+        const summary = yield* Effect.flatMap(Replay.load(options), (imported) =>
+          Replay.replay(imported, options, (line) => Effect.sync(() => void lines.push(line)))).pipe(Effect.provide(NodeFileSystem.layer))
+        // Issue 11: at a turn start whose budget reaches the useful minimum, the handoff represents every owed run
+        // (an item verbatim, or its tool units as stubs), and the run line says so.
+        const delivering = lines.filter((l) => l.budget !== null && l.budget >= 1_024 && (l.deliveredItems > 0 || l.deferredItems > 0))
+        for (const l of delivering) {
+          expect({ run: l.run, delivered: l.deliveredItems > 0, represented: l.representedRuns })
+            .toEqual({ run: l.run, delivered: true, represented: l.owedRuns })
+        }
         expect(summary.invariantViolations).toEqual([])
         expect(summary.failedRuns).toBe(0)
         expect(summary.completedRuns + summary.interruptedRuns + summary.faultFailedRuns).toBe(summary.runs)

@@ -285,7 +285,9 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/threads/{threadId}/offload",
         "/threads/{threadId}/runs",
         "/threads/{threadId}/runs/{runId}/tool-results",
-        "/threads/{threadId}/switch"
+        "/threads/{threadId}/switch",
+        "/threads/{threadId}/tool-result-offload",
+        "/threads/{threadId}/tool-result-offload/undo"
       ])
       const docs = yield* HttpClient.get("/docs")
       const html = yield* docs.text

@@ -116,13 +116,80 @@ export const renderItem = (item: RenderableItem): string => {
 export const itemTokens = (counter: TokenCounterShape, item: RenderableItem): number =>
   counter.count(renderItem(item)) + counter.count(SEPARATOR)
 
+/** One call of a tool unit as its stub shows it. `releasedChars`: the characters of the call's output left out. */
+export interface StubCall {
+  readonly toolName: string
+  readonly argumentsText: string
+  readonly releasedChars: number
+}
+
+/** The most characters of a call's arguments a stub line shows. */
+export const maxArgumentChars = 60
+
 /**
- * What to render: the thread the items come from, the items in the order to render them (thread order), and the
- * seqs of items left out, which the envelope's pointer covers.
+ * A call's arguments as one short line: for a JSON object its values (strings as they are, others as JSON) joined
+ * with spaces, else the text; whitespace collapsed; beyond `maxArgumentChars` characters the middle is cut (`…`),
+ * keeping the start and the end (a path's file name, a command's last words).
+ */
+export const shortArguments = (text: string): string => {
+  let shown = text
+  try {
+    const parsed: unknown = JSON.parse(text)
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) {
+      shown = Object.values(parsed).map((v) => typeof v === "string" ? v : JSON.stringify(v)).join(" ")
+    }
+  } catch {
+    // Not JSON: shown as written.
+  }
+  const flat = shown.replace(/\s+/g, " ").trim()
+  if (flat.length <= maxArgumentChars) return flat
+  const head = Math.floor((maxArgumentChars - 1) * 0.4)
+  return `${flat.slice(0, head)}…${flat.slice(flat.length - (maxArgumentChars - 1 - head))}`
+}
+
+/**
+ * The stub of a tool unit: a header with its ref (readable in full by `thread_read`), then one line per call: tool
+ * name, short arguments, characters of output left out. The same bytes stand for a unit in a handoff (`UnitStub`) and
+ * in a provider's message list (tool-result offload). Example:
+ *
+ * ```
+ * [offloaded, thread_read #12-#15]
+ * Read /src/a.ts: 12,345 chars
+ * ```
+ */
+export const stubText = (calls: ReadonlyArray<StubCall>, ref: string): string =>
+  [
+    `[offloaded, thread_read ${ref}]`,
+    ...calls.map((c) => `${c.toolName} ${shortArguments(c.argumentsText)}: ${c.releasedChars.toLocaleString("en-US")} chars`)
+  ].join("\n")
+
+/**
+ * A tool unit rendered as its stub in a history (docs/design.md "Offload": handoffs use the same stubs): `seqs` the
+ * unit's item positions (the stub's ref names exactly them), `calls` its calls.
+ */
+export interface UnitStub {
+  readonly kind: "unit_stub"
+  readonly seqs: ReadonlyArray<number>
+  readonly calls: ReadonlyArray<StubCall>
+}
+
+/** A block of a rendered history: an item, or a tool unit's stub. */
+export type HistoryBlock = RenderableItem | UnitStub
+
+/** One block's text: `renderItem` of an item, `stubText` of a unit stub. */
+export const renderBlock = (block: HistoryBlock): string =>
+  block.kind === "unit_stub"
+    ? escapeText(stubText(block.calls, refsOf(block.seqs, Number.POSITIVE_INFINITY).refs))
+    : renderItem(block)
+
+/**
+ * What to render: the thread the items come from, the blocks in the order to render them (thread order: items, and
+ * tool units as stubs), and the seqs of items left out, which the envelope's pointer covers (a stubbed unit's items
+ * need not be among them: its stub names them).
  */
 export interface RenderInput {
   readonly threadId: string
-  readonly items: ReadonlyArray<RenderableItem>
+  readonly items: ReadonlyArray<HistoryBlock>
   readonly omittedSeqs: ReadonlyArray<number>
 }
 
@@ -204,7 +271,7 @@ const omittedPointer = (omitted: ReadonlyArray<number>): string | undefined => {
  */
 export const renderHistory = (input: RenderInput): string => {
   const blocks: Array<string> = [`<conversation_history thread=${JSON.stringify(input.threadId)}>\n${PREAMBLE}`]
-  for (const item of input.items) blocks.push(renderItem(item))
+  for (const item of input.items) blocks.push(renderBlock(item))
   const pointer = omittedPointer(input.omittedSeqs)
   if (pointer !== undefined) blocks.push(pointer)
   return `${blocks.join(SEPARATOR)}\n${CLOSING_TAG}`

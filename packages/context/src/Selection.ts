@@ -30,6 +30,11 @@ export interface SelectionInput<A extends SelectableItem> {
   readonly budget: number
   readonly threadId: string
   readonly counter: TokenCounterShape
+  /**
+   * Represent older runs coherently with tool-unit stubs (docs/design.md "Offload": handoffs use the same stubs):
+   * see `select`. Default `false`: units are delivered verbatim or omitted.
+   */
+  readonly stubs?: boolean
 }
 
 /**
@@ -41,6 +46,11 @@ export interface SelectionInput<A extends SelectableItem> {
 export interface Selection<A> {
   readonly selected: ReadonlyArray<A>
   readonly omittedItemIds: ReadonlyArray<string>
+  /**
+   * The omitted items whose tool unit is represented by a stub in `rendered` (a subset of `omittedItemIds`, in
+   * thread order; empty without `stubs`): the model sees the call, not its output, and reads it by the stub's ref.
+   */
+  readonly stubbedItemIds: ReadonlyArray<string>
   readonly tokens: number
   readonly rendered: string
 }
@@ -96,8 +106,9 @@ export const envelopeAllowance = (
 export const select = <A extends SelectableItem>(input: SelectionInput<A>): Selection<A> => {
   const { budget, counter, items, threadId } = input
   const n = items.length
-  const nothing: Selection<A> = { selected: [], omittedItemIds: items.map((item) => item.id), tokens: 0, rendered: "" }
+  const nothing: Selection<A> = { selected: [], omittedItemIds: items.map((item) => item.id), stubbedItemIds: [], tokens: 0, rendered: "" }
   if (n === 0 || !(budget > 0)) return nothing
+  if (input.stubs === true) return selectWithStubs(input, nothing)
 
   const units = ToolUnits.toolUnitIndices(items)
   const unitOf = new Int32Array(n)
@@ -147,7 +158,7 @@ export const select = <A extends SelectableItem>(input: SelectionInput<A>): Sele
       }
     }
     const rendered = Render.renderHistory({ threadId, items: selected, omittedSeqs })
-    return { selected, omittedItemIds, tokens: counter.count(rendered), rendered }
+    return { selected, omittedItemIds, stubbedItemIds: [], tokens: counter.count(rendered), rendered }
   }
 
   // Everything fits by estimate: no pointer, so no room for one is needed.
@@ -218,3 +229,195 @@ export const select = <A extends SelectableItem>(input: SelectionInput<A>): Sele
   }
   return best
 }
+
+/** A step of the stub-aware fill: bring unit `unit` to `form` (a stub, or verbatim). */
+interface Step {
+  readonly unit: number
+  readonly form: 1 | 2
+}
+
+/** Forms of a unit in the stub-aware fill (0: left out): as its stub, verbatim. */
+const STUB = 1
+const VERBATIM = 2
+
+/**
+ * `select` with `stubs`: every owed run is represented before any is shown in full, and what is left out is tool
+ * output first. Priority, each step taken greedily if it fits what is left (as `select`):
+ *
+ * 1. verbatim: the unit of the last user message, of the last assistant message, of the first user message;
+ * 2. the skeleton of every run (a run starts at a user message), in three sweeps over the runs, newest run first:
+ *    each run's user message verbatim; then each run's final answer (its last assistant message, when that is not in
+ *    a tool unit) verbatim; then each run's tool units as stubs (`Render.stubText`: tool, short arguments, characters
+ *    left out, and the ref that reads it back), newest first; a tool unit whose stub would cost as much as the unit
+ *    goes verbatim;
+ * 3. every unit verbatim, newest to oldest (a stub is upgraded to its unit).
+ *
+ * A step costs what it adds (a stub's tokens; an upgrade the unit's tokens less its stub's). Rendering, the exact
+ * count, the overshoot rounds and the refill are `select`'s; the pointer covers the items neither shown nor stubbed
+ * (a stub names its own). Guarantees as `select`, and: a unit is shown whole, as its stub, or not at all.
+ */
+const selectWithStubs = <A extends SelectableItem>(input: SelectionInput<A>, nothing: Selection<A>): Selection<A> => {
+  const { budget, counter, items, threadId } = input
+  const n = items.length
+  const units = ToolUnits.toolUnitIndices(items)
+  const unitOf = new Int32Array(n)
+  const cost = new Float64Array(units.length)
+  const stubCost = new Float64Array(units.length)
+  const stubs: Array<Render.UnitStub | null> = []
+  const separator = counter.count("\n\n")
+  units.forEach((unit, u) => {
+    for (const i of unit) {
+      unitOf[i] = u
+      cost[u] += items[i]!.tokens
+    }
+    const calls = unit.filter((i) => items[i]!.kind === "tool_call").map((i): Render.StubCall => {
+      const call = items[i]!
+      const released = unit.reduce((m, j) =>
+        items[j]!.kind === "tool_result" && items[j]!.toolCallId === call.toolCallId ? m + items[j]!.text.length : m, 0)
+      return { toolName: call.toolName ?? "?", argumentsText: call.text, releasedChars: released }
+    })
+    if (calls.length === 0) {
+      stubs.push(null)
+      return
+    }
+    const stub: Render.UnitStub = { kind: "unit_stub", seqs: unit.map((i) => items[i]!.seq), calls }
+    const tokens = counter.count(Render.renderBlock(stub)) + separator
+    if (tokens < cost[u]!) {
+      stubs.push(stub)
+      stubCost[u] = tokens
+    } else {
+      stubs.push(null)
+    }
+  })
+
+  // Everything fits by estimate: as `select`.
+  let total = 0
+  for (let u = 0; u < units.length; u++) total += cost[u]!
+  const plan: Array<Step> = []
+  let firstUser = -1
+  let lastUser = -1
+  let lastAssistant = -1
+  for (let i = 0; i < n; i++) {
+    const kind = items[i]!.kind
+    if (kind === "user_message") {
+      if (firstUser < 0) firstUser = i
+      lastUser = i
+    } else if (kind === "assistant_message") {
+      lastAssistant = i
+    }
+  }
+  for (const i of [lastUser, lastAssistant, firstUser]) if (i >= 0) plan.push({ unit: unitOf[i]!, form: VERBATIM })
+  // Runs, newest first: [start, end) index ranges split at user messages. Every run's user message first, then every
+  // run's final answer, then every run's tool units as stubs, so that a tight budget still represents each run.
+  const starts: Array<number> = [0]
+  for (let i = 1; i < n; i++) if (items[i]!.kind === "user_message") starts.push(i)
+  const runs = starts.map((start, r) => [start, r + 1 < starts.length ? starts[r + 1]! : n] as const).reverse()
+  for (const [start] of runs) if (items[start]!.kind === "user_message") plan.push({ unit: unitOf[start]!, form: VERBATIM })
+  for (const [start, end] of runs) {
+    let answer = -1
+    for (let i = end - 1; i >= start && answer < 0; i--) if (items[i]!.kind === "assistant_message") answer = i
+    if (answer >= 0 && stubs[unitOf[answer]!] === null) plan.push({ unit: unitOf[answer]!, form: VERBATIM })
+  }
+  for (const [start, end] of runs) {
+    const seen = new Set<number>()
+    for (let i = end - 1; i >= start; i--) {
+      const u = unitOf[i]!
+      if (seen.has(u) || items[i]!.kind !== "tool_call") continue
+      seen.add(u)
+      plan.push({ unit: u, form: stubs[u] === null ? VERBATIM : STUB })
+    }
+  }
+  for (let u = units.length - 1; u >= 0; u--) plan.push({ unit: u, form: VERBATIM })
+
+  const costOf = (u: number, form: number) => form === VERBATIM ? cost[u]! : form === STUB ? stubCost[u]! : 0
+
+  /** Render the first `count` steps of `taken`: each unit in the form its last step gives it. */
+  const render = (taken: ReadonlyArray<Step>, count: number): Selection<A> => {
+    const form = new Uint8Array(units.length)
+    for (let k = 0; k < count; k++) form[taken[k]!.unit] = Math.max(form[taken[k]!.unit]!, taken[k]!.form)
+    const blocks: Array<Render.HistoryBlock> = []
+    const selected: Array<A> = []
+    const omittedItemIds: Array<string> = []
+    const stubbedItemIds: Array<string> = []
+    const omittedSeqs: Array<number> = []
+    for (let i = 0; i < n; i++) {
+      const u = unitOf[i]!
+      if (form[u] === VERBATIM) {
+        selected.push(items[i]!)
+        blocks.push(items[i]!)
+        continue
+      }
+      omittedItemIds.push(items[i]!.id)
+      if (form[u] === STUB) {
+        stubbedItemIds.push(items[i]!.id)
+        if (units[u]![0] === i) blocks.push(stubs[u]!)
+      } else {
+        omittedSeqs.push(items[i]!.seq)
+      }
+    }
+    if (blocks.length === 0) return nothing
+    const rendered = Render.renderHistory({ threadId, items: blocks, omittedSeqs })
+    return { selected, omittedItemIds, stubbedItemIds, tokens: counter.count(rendered), rendered }
+  }
+
+  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) + total <= budget) {
+    const all = render(Array.from({ length: units.length }, (_, u) => ({ unit: u, form: VERBATIM })), units.length)
+    if (all.tokens <= budget) return all
+  }
+
+  const capacity = budget - envelopeAllowance(counter, threadId, items)
+  /** Greedy over `plan` from the forms of `taken[0..count)`: the steps that fit `room`, appended to a copy. */
+  const fill = (taken: ReadonlyArray<Step>, count: number, room: number) => {
+    const form = new Uint8Array(units.length)
+    for (let k = 0; k < count; k++) form[taken[k]!.unit] = Math.max(form[taken[k]!.unit]!, taken[k]!.form)
+    const out = taken.slice(0, count)
+    const added: Array<number> = []
+    for (const step of plan) {
+      if (form[step.unit]! >= step.form) continue
+      const extra = costOf(step.unit, step.form) - costOf(step.unit, form[step.unit]!)
+      if (extra <= room) {
+        out.push(step)
+        added.push(extra)
+        form[step.unit] = step.form
+        room -= extra
+      }
+    }
+    return { out, added }
+  }
+  const first = fill([], 0, capacity)
+  const chosen = first.out
+  const extra = first.added
+
+  // Drop the lowest-priority steps worth the overshoot and count again (as `select`).
+  let count = chosen.length
+  let failing = 0
+  for (let round = 0; count > 0 && round < ESTIMATE_ROUNDS; round++) {
+    const attempt = render(chosen, count)
+    const overshoot = attempt.tokens - budget
+    if (overshoot <= 0) {
+      if (round > 0) return attempt
+      const more = fill(chosen, count, budget - attempt.tokens)
+      if (more.out.length === count) return attempt
+      const refilled = render(more.out, more.out.length)
+      return refilled.tokens <= budget ? refilled : attempt
+    }
+    failing = count
+    let freed = 0
+    while (count > 0 && freed < overshoot) freed += extra[--count]!
+  }
+  let best: Selection<A> = nothing
+  let lo = 0
+  let hi = failing
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1
+    const attempt = render(chosen, mid)
+    if (attempt.tokens <= budget) {
+      lo = mid
+      best = attempt
+    } else {
+      hi = mid
+    }
+  }
+  return best
+}
+

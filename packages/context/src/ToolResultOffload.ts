@@ -315,36 +315,14 @@ export const apply = (situation: Situation, decision: Decision): Situation => {
   return { ...situation, items, units }
 }
 
-/** One call of a unit as its stub line shows it. `releasedChars`: the characters the stub releases for this call. */
-export interface StubCall {
-  readonly toolName: string
-  readonly argumentsText: string
-  readonly releasedChars: number
-}
+/** One call of a unit as its stub line shows it (`Render.StubCall`). */
+export type StubCall = Render.StubCall
 
-/** The most characters of a call's arguments a stub line shows. */
-export const maxArgumentChars = 60
+/** The most characters of a call's arguments a stub line shows (`Render.maxArgumentChars`). */
+export const maxArgumentChars = Render.maxArgumentChars
 
-/**
- * A call's arguments as one short line: for a JSON object its values (strings as they are, others as JSON) joined
- * with spaces, else the text; whitespace collapsed; beyond `maxArgumentChars` characters the middle is cut (`…`),
- * keeping the start and the end (a path's file name, a command's last words).
- */
-export const shortArguments = (text: string): string => {
-  let shown = text
-  try {
-    const parsed: unknown = JSON.parse(text)
-    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) {
-      shown = Object.values(parsed).map((v) => typeof v === "string" ? v : JSON.stringify(v)).join(" ")
-    }
-  } catch {
-    // Not JSON: shown as written.
-  }
-  const flat = shown.replace(/\s+/g, " ").trim()
-  if (flat.length <= maxArgumentChars) return flat
-  const head = Math.floor((maxArgumentChars - 1) * 0.4)
-  return `${flat.slice(0, head)}…${flat.slice(flat.length - (maxArgumentChars - 1 - head))}`
-}
+/** A call's arguments as one short line (`Render.shortArguments`). */
+export const shortArguments = Render.shortArguments
 
 /**
  * The ref of a set of thread positions in `thread_read`'s syntax (`ThreadRead.parseRefs`): runs of consecutive seqs
@@ -353,21 +331,8 @@ export const shortArguments = (text: string): string => {
  */
 export const refOf = (seqs: ReadonlyArray<number>): string => Render.refsOf(seqs, Number.POSITIVE_INFINITY).refs
 
-/**
- * The stub of a unit: a header with its ref (readable in full by `thread_read`), then one line per call: tool name,
- * short arguments, characters of output released. Short on purpose: stubs stay in the history for good, and on
- * long real sessions they are a large share of what remains. Example:
- *
- * ```
- * [offloaded, thread_read #12-#15]
- * Read /src/a.ts: 12,345 chars
- * ```
- */
-export const stubText = (calls: ReadonlyArray<StubCall>, ref: string): string =>
-  [
-    `[offloaded, thread_read ${ref}]`,
-    ...calls.map((c) => `${c.toolName} ${shortArguments(c.argumentsText)}: ${c.releasedChars.toLocaleString("en-US")} chars`)
-  ].join("\n")
+/** The stub of a unit (`Render.stubText`): the same bytes in a handoff and in a provider's message list. */
+export const stubText = Render.stubText
 
 /** The ref a stub names (`stubText`'s header), or `null` if `text` is not a stub. */
 export const refOfStub = (text: string): string | null => {

@@ -113,11 +113,12 @@ describe("Selection.select limits", () => {
       expect(select(history, budget)).toEqual({
         selected: [],
         omittedItemIds: history.map((item) => item.id),
+        stubbedItemIds: [],
         tokens: 0,
         rendered: ""
       })
     }
-    expect(select([], 16_000)).toEqual({ selected: [], omittedItemIds: [], tokens: 0, rendered: "" })
+    expect(select([], 16_000)).toEqual({ selected: [], omittedItemIds: [], stubbedItemIds: [], tokens: 0, rendered: "" })
   })
 
   it("stays within the budget when stored token counts are far too low", () => {
@@ -260,4 +261,86 @@ describe("Selection.select properties", () => {
       expect(selection.selected.length + selection.omittedItemIds.length).toBe(history.length)
     }
   )
+})
+
+const selectStubs = (history: ReadonlyArray<TestItem>, budget: number, tokenCounter: TokenCounterShape = counter) =>
+  Selection.select({ items: history, budget, threadId, counter: tokenCounter, stubs: true })
+
+/** Runs of `user, tool unit (call + large result), answer`, `runs` of them. */
+const toolRuns = (runs: number) =>
+  items(Array.from({ length: runs }, (_, r) => [
+    user(`Question ${r + 1}: ${words(20, `q${r}w`)}`),
+    call(`call_${r + 1}`, `msg_c${r + 1}`, JSON.stringify({ command: `grep -rn pattern${r + 1} src/` })),
+    result(`call_${r + 1}`, words(600, `out${r}w`)),
+    assistant(`Answer ${r + 1}: ${words(15, `a${r}w`)}`, `msg_a${r + 1}`)
+  ]).flat())
+
+describe("Selection.select with stubs (handoffs represent every owed run)", () => {
+  it("older runs as user message, final answer and the tool unit's stub; the newest verbatim; the stub reads back by ref", () => {
+    const history = toolRuns(6)
+    const full = history.reduce((n, item) => n + item.tokens, 0)
+    const budget = Math.floor(full / 3)
+    const plain = select(history, budget)
+    const stubbed = selectStubs(history, budget)
+    expect(stubbed.tokens).toBeLessThanOrEqual(budget)
+    expect(stubbed.tokens).toBe(counter.count(stubbed.rendered))
+    // Without stubs the older tool units are left out with nothing in their place but the pointer; with them every
+    // run's question, answer and tool calls are there.
+    const shown = (s: Selection.Selection<TestItem>, text: string) => s.rendered.includes(text)
+    expect(plain.rendered).not.toContain("[offloaded")
+    expect([1, 2, 3, 4, 5, 6].filter((r) => !shown(plain, `pattern${r} `)).length).toBeGreaterThan(0)
+    for (let r = 1; r <= 6; r++) {
+      expect(shown(stubbed, `Question ${r}:`)).toBe(true)
+      expect(shown(stubbed, `Answer ${r}:`)).toBe(true)
+    }
+    // The newest run's tool output is verbatim; every older unit not shown is a stub naming exactly its items.
+    expect(shown(stubbed, "out5w599")).toBe(true)
+    for (let r = 1; r <= 6; r++) {
+      const callSeq = (r - 1) * 4 + 2
+      if (shown(stubbed, `out${r - 1}w599`)) continue
+      expect(stubbed.rendered).toContain(`[offloaded, thread_read #${callSeq}-#${callSeq + 1}]\nbash grep -rn pattern${r} src/: `)
+      expect(stubbed.stubbedItemIds).toEqual(expect.arrayContaining([`itm_${callSeq}`, `itm_${callSeq + 1}`]))
+    }
+    expect(stubbed.stubbedItemIds.length).toBeGreaterThan(0)
+    // Stubbed items are omitted (not delivered in full) but not in the pointer: their stub names them.
+    expect(stubbed.stubbedItemIds.every((id) => stubbed.omittedItemIds.includes(id))).toBe(true)
+    expect(stubbed.rendered).not.toContain("omitted to fit")
+  })
+
+  it("falls back to omitting the oldest runs whole when even their skeletons do not fit", () => {
+    const history = toolRuns(30)
+    const budget = 2_000
+    const s = selectStubs(history, budget)
+    expect(s.tokens).toBeLessThanOrEqual(budget)
+    expect(s.rendered).toContain("Question 30:")
+    expect(s.rendered).toContain("Question 1:")
+    expect(s.rendered).toContain("omitted to fit the context budget")
+  })
+
+  it("is the plain selection when everything fits", () => {
+    const history = toolRuns(3)
+    const budget = 100_000
+    expect(selectStubs(history, budget)).toEqual(select(history, budget))
+  })
+
+  it.prop("never exceeds the budget, reports the exact count, partitions the input, keeps units whole and stubs whole units only", [withBudget], ([[history, budget]]) => {
+    const s = selectStubs(history, budget)
+    expect(s.tokens).toBeLessThanOrEqual(Math.max(0, budget))
+    expect(s.tokens).toBe(s.rendered === "" ? 0 : counter.count(s.rendered))
+    const selected = new Set(s.selected.map((item) => item.id))
+    const omitted = new Set(s.omittedItemIds)
+    expect(history.every((item) => selected.has(item.id) !== omitted.has(item.id))).toBe(true)
+    expect(s.omittedItemIds).toEqual(history.filter((item) => omitted.has(item.id)).map((item) => item.id))
+    const stubbed = new Set(s.stubbedItemIds)
+    for (const unit of ToolUnits.toolUnits(history)) {
+      const ids = unit.map((item) => item.id)
+      const kept = ids.filter((id) => selected.has(id)).length
+      expect(kept === 0 || kept === ids.length).toBe(true)
+      const stubs = ids.filter((id) => stubbed.has(id)).length
+      expect(stubs === 0 || (stubs === ids.length && unit.some((item) => item.kind === "tool_call"))).toBe(true)
+    }
+    // Every item left out is reachable: named by a stub or covered by the pointer.
+    if (s.rendered !== "") for (const item of history) if (omitted.has(item.id) && !stubbed.has(item.id)) expect(s.rendered).toMatch(/thread_read/)
+    expect(selectStubs(history, budget)).toEqual(s)
+  })
 })

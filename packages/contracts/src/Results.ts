@@ -54,6 +54,14 @@ export const TurnStartReport = Schema.Struct({
   deferredTokens: Tokens,
   /** Items left out of a delivery (each stays readable by ref). */
   omittedItems: ItemCount,
+  /** Of `omittedItems`, those whose tool unit went out as a stub (tool, arguments, ref) instead of verbatim. */
+  stubbedItems: Schema.optional(ItemCount),
+  /**
+   * Runs the delivered history was owed, and how many of them it represents (an item verbatim or a stub): every
+   * owed run unless even its skeleton (user message, final answer, stubs) did not fit the budget.
+   */
+  owedRuns: Schema.optional(ItemCount),
+  representedRuns: Schema.optional(ItemCount),
   /** Set when the injection's outcome is uncertain (lost acknowledgement); the run did not start. */
   injectionError: Schema.NullOr(Schema.String)
 })

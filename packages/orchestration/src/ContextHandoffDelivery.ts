@@ -284,7 +284,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         const items = summaryAt.size === 0
           ? yield* store.getItems([...wanted])
           : [...(yield* store.getItems([...wanted]))].sort((a, b) => position(a) - position(b))
-        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter })
+        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true })
         return { owed, selection, items } satisfies DeliveryPlan
       })
 

@@ -472,10 +472,14 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         const plan = yield* delivery.plan(run.threadId, owed, budget.budget, ratio)
         if (plan.selection.selected.length === 0) return yield* deferAll(`no tool unit fits the budget ${budget.budget}`)
 
+        const shown = new Set<string>([...plan.selection.selected.map((i) => i.id), ...plan.selection.stubbedItemIds])
         const report = {
           deliveredItems: plan.selection.selected.length,
           deliveredTokens: plan.selection.tokens,
-          omittedItems: plan.selection.omittedItemIds.length
+          omittedItems: plan.selection.omittedItemIds.length,
+          stubbedItems: plan.selection.stubbedItemIds.length,
+          owedRuns: new Set(plan.items.map((i) => i.runId)).size,
+          representedRuns: new Set(plan.items.filter((i) => shown.has(i.id)).map((i) => i.runId)).size
         }
         if (adapter.injectHistory !== undefined) {
           const pending = yield* delivery.markPending(run.threadId, plan, "injected", run.id, budget.budget, ratio)
