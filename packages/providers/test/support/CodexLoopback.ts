@@ -5,6 +5,7 @@
  * exchange into a stable fixture (ids, times and paths replaced; only the messages Baton reads kept).
  */
 import { Effect, type Scope } from "effect"
+import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -128,6 +129,10 @@ export const normalise = (trace: ReadonlyArray<TraceLine>, home: string): string
           : stable(v)
       }
       return out
+    }
+    if (typeof value === "string" && value.length > 1_000) {
+      // Long texts (rendered history, instructions) by length and digest: a change still shows, the file stays small.
+      return `<${value.length} chars, sha256 ${Crypto.createHash("sha256").update(value.split(home).join("<home>")).digest("hex").slice(0, 16)}>`
     }
     if (typeof value === "string") {
       return value.split(home).join("<home>")
