@@ -5,7 +5,10 @@
  * next use, and closing the scope kills the child.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Option, Queue, Schema, Scope } from "effect"
+import { Effect, Exit, Fiber, Option, Queue, Schema, Scope } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 import * as CodexAppServer from "../src/codex/CodexAppServer.js"
 import * as Protocol from "../src/codex/CodexProtocol.js"
 import { answer, binary, checkFixture, codexHome, normalise, userTexts } from "./support/CodexLoopback.js"
@@ -93,7 +96,28 @@ describe("CodexAppServer (real binary)", () => {
       expect(error?.message).toMatch(/initialize failed/)
     })))
 
-  it.live("the child killed: requests in flight fail with CodexExited, subscribers get `exited`, the next use starts generation 2; closing the scope kills the child", () =>
+  it.live("a request in flight when the child dies fails with CodexExited (a stand-in child that answers initialize only)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-fake-codex-"))
+      const fake = Path.join(dir, "codex")
+      Fs.writeFileSync(fake, [
+        "#!/usr/bin/env node",
+        "require('readline').createInterface({ input: process.stdin }).on('line', (l) => {",
+        "  const m = JSON.parse(l)",
+        "  if (m.method === 'initialize') process.stdout.write(JSON.stringify({ id: m.id, result: { userAgent: 'fake' } }) + '\\n')",
+        "})"
+      ].join("\n"), { mode: 0o755 })
+      yield* Effect.addFinalizer(() => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true })))
+      const client = yield* CodexAppServer.make({ binary: fake, codexHome: dir, requestTimeoutMillis: 20_000 })
+      const inFlight = yield* Effect.fork(client.request(Protocol.Method.threadStart, {}, Protocol.ThreadResponse))
+      while ((yield* client.pid) === null) yield* Effect.sleep("10 millis")
+      yield* Effect.sleep("100 millis")
+      process.kill((yield* client.pid)!, "SIGKILL")
+      const failed = yield* Effect.exit(Fiber.join(inFlight))
+      expect(Exit.isFailure(failed) && failed.cause._tag === "Fail" ? failed.cause.error : null).toMatchObject({ _tag: "CodexExited", reason: "killed by SIGKILL" })
+    })))
+
+  it.live("the child killed: subscribers get `exited`, the next use starts generation 2 and resumes the thread; closing the scope kills the child", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
       const loop = yield* Scope.extend(loopback, scope)
@@ -105,14 +129,9 @@ describe("CodexAppServer (real binary)", () => {
       const threadId = (yield* client.request(Protocol.Method.threadStart, { cwd: home }, Protocol.ThreadResponse)).thread.id
       yield* client.request(Protocol.Method.turnStart, { threadId, input: [{ type: "text", text: "hang" }] }, Protocol.TurnStartResponse)
       const pid = (yield* client.pid)!
-      // A request in flight when the child dies.
-      const inFlight = yield* Effect.fork(client.request(Protocol.Method.threadRead, { threadId, includeTurns: true }, Protocol.ThreadReadResponse))
-      yield* Effect.yieldNow()
       process.kill(pid, "SIGKILL")
       const seen = yield* untilTurnCompleted(events)
       expect(seen.at(-1)).toMatchObject({ _tag: "exited", reason: "killed by SIGKILL", generation: 1 })
-      const failed = yield* Effect.exit(inFlight.await.pipe(Effect.flatten))
-      expect(Exit.isFailure(failed) && failed.cause._tag === "Fail" ? failed.cause.error._tag : null).toMatch(/CodexExited/)
       expect(yield* client.generation).toBe(0)
       // The next use restarts; the thread is resumed from its rollout.
       const resumed = yield* client.request(Protocol.Method.threadResume, { threadId }, Protocol.ThreadResponse)
