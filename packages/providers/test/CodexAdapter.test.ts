@@ -7,7 +7,7 @@
  */
 import type { ProviderInstance } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Data, Effect, Exit, Fiber, Option } from "effect"
 import * as CodexAdapter from "../src/codex/CodexAdapter.js"
 import type { TraceLine } from "../src/codex/CodexAppServer.js"
 import { type LocalTool, type TextDelta, TurnEvent } from "../src/ProviderAdapter.js"
@@ -41,7 +41,10 @@ const hanging = { status: 200, headers: { "content-type": "text/event-stream" },
 const requestsReach = (loop: Loopback, n: number) =>
   Effect.gen(function*() {
     while (loop.requests.length < n) yield* Effect.sleep("20 millis")
-  }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`the loopback never got request ${n}`) }))
+  }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new TestTimeout({ waitingFor: `request ${n}` }) }))
+
+/** A test waited too long. */
+class TestTimeout extends Data.TaggedError("TestTimeout")<{ readonly waitingFor: string }> {}
 
 describe("CodexAdapter (real binary, loopback Responses API)", () => {
   it.live("a turn: the prompt reaches the model unchanged after the inline history, the answer is an item, deltas stream, usage has Codex's window", () =>

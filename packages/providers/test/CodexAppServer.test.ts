@@ -5,7 +5,7 @@
  * next use, and closing the scope kills the child.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Option, Queue, Schema, Scope } from "effect"
+import { Data, Effect, Exit, Fiber, Option, Queue, Schema, Scope } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -13,6 +13,9 @@ import * as CodexAppServer from "../src/codex/CodexAppServer.js"
 import * as Protocol from "../src/codex/CodexProtocol.js"
 import { answer, binary, checkFixture, codexHome, normalise, userTexts } from "./support/CodexLoopback.js"
 import { loopback } from "./support/Loopback.js"
+
+/** A test waited too long. */
+class TestTimeout extends Data.TaggedError("TestTimeout")<{ readonly waitingFor: string }> {}
 
 /** Takes events until `turn/completed`, returning them all. */
 const untilTurnCompleted = (events: Queue.Dequeue<CodexAppServer.Incoming>) =>
@@ -23,7 +26,7 @@ const untilTurnCompleted = (events: Queue.Dequeue<CodexAppServer.Incoming>) =>
       seen.push(event)
       if (event._tag === "exited" || event.method === Protocol.Notification.turnCompleted) return seen
     }
-  }).pipe(Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error("no turn/completed") }))
+  }).pipe(Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new TestTimeout({ waitingFor: "turn/completed" }) }))
 
 const isAlive = (pid: number) => {
   try {
@@ -55,16 +58,17 @@ describe("CodexAppServer (real binary)", () => {
       expect(turn.turn.status).toBe("inProgress")
       const seen = yield* untilTurnCompleted(events)
       const notifications = seen.flatMap((e) => (e._tag === "notification" ? [e] : []))
-      const completed = Schema.decodeUnknownSync(Protocol.TurnNotification)(notifications.at(-1)!.params)
+      const completed = yield* Schema.decodeUnknown(Protocol.TurnNotification)(notifications.at(-1)!.params)
       expect(completed.turn.status).toBe("completed")
-      const messages = notifications
-        .filter((n) => n.method === Protocol.Notification.itemCompleted)
-        .map((n) => Schema.decodeUnknownSync(Protocol.ItemNotification)(n.params).item)
+      const messages = (yield* Schema.decodeUnknown(Schema.Array(Protocol.ItemNotification))(
+        notifications.filter((n) => n.method === Protocol.Notification.itemCompleted).map((n) => n.params)
+      )).map((n) => n.item)
       expect(messages.map((i) => i.type)).toEqual(["userMessage", "agentMessage"])
       expect(messages[0]).toMatchObject({ clientId: "run-1" })
       expect(messages[1]).toMatchObject({ text: "Hello from the loopback" })
-      const usage = notifications.filter((n) => n.method === Protocol.Notification.threadTokenUsageUpdated)
-        .map((n) => Schema.decodeUnknownSync(Protocol.TokenUsageUpdated)(n.params).tokenUsage)
+      const usage = (yield* Schema.decodeUnknown(Schema.Array(Protocol.TokenUsageUpdated))(
+        notifications.filter((n) => n.method === Protocol.Notification.threadTokenUsageUpdated).map((n) => n.params)
+      )).map((n) => n.tokenUsage)
       expect(usage.at(-1)).toMatchObject({ last: { inputTokens: 1_234, cachedInputTokens: 1_000, outputTokens: 7, totalTokens: 1_241 }, modelContextWindow: 41_800 })
       // The request Codex sent carries the prompt as its last user text, unchanged.
       expect(loop.requests).toHaveLength(1)

@@ -24,7 +24,7 @@
  * client tools end the turn and wait for the client): `tools` is ignored and `continueTurn` is absent.
  */
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
-import { Duration, Effect, Option, Queue, Schema, type Scope, Stream } from "effect"
+import { Duration, Effect, Option, type Queue, Schema, type Scope, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"

@@ -118,7 +118,8 @@ interface Connection {
   stopping: boolean
 }
 
-const ansi = /\u001b\[[0-9;]*m/g
+/** ANSI colour sequences (Codex colours its stderr log lines). */
+const ansi = new RegExp(`${String.fromCharCode(27)}\\[[0-9;]*m`, "g")
 
 /**
  * The binary of the pinned `@openai/codex` package for this platform: its optional dependency
