@@ -144,6 +144,19 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       expect(events.at(-1)).toEqual(TurnEvent.turn_ended({ interrupted: true }))
     })))
 
+  it.live("a turn stream closed before the turn ended (abandoned) asks Codex to stop it: turn/interrupt is sent", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const trace: Array<TraceLine> = []
+      const { adapter, loop } = yield* setup({ trace: (l) => trace.push(l) })
+      loop.enqueue(hanging)
+      const { nativeRef } = yield* adapter.startThread()
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "long", inlineHistory: null })))
+      yield* requestsReach(loop, 1)
+      yield* Fiber.interrupt(fiber)
+      const interrupts = trace.filter((l) => l.direction === "out" && l.line.includes(`"method":"turn/interrupt"`))
+      expect(interrupts).toHaveLength(1)
+    })))
+
   it.live("the child killed mid-turn: the turn fails unavailable (retryable); the next turn resumes the same thread in a new child, its history intact", () =>
     Effect.scoped(Effect.gen(function*() {
       const { adapter, loop } = yield* setup()

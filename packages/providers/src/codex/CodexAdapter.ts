@@ -402,8 +402,10 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
         if (turn.interruptRequested) {
           yield* client.request(Protocol.Method.turnInterrupt, { threadId, turnId: started.turn.id }, Protocol.EmptyResponse).pipe(Effect.ignore)
         }
+        // Over once Codex said so (its turn completed, failed, or the child exited): nothing to interrupt then.
         return follow("startTurn", threadId, events, () => turn.turnId, input.onDelta).pipe(
-          Stream.ensuring(Effect.sync(() => void (ended = true)))
+          Stream.tap((e) => Effect.sync(() => void (ended = ended || e._tag === "turn_ended"))),
+          Stream.tapError(() => Effect.sync(() => void (ended = true)))
         )
       }))
 
