@@ -184,6 +184,29 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       expect(read.runIds).toEqual(["run-1", "run-2", "run-3"])
     })))
 
+  it.live("after a restart (a new adapter on the same CODEX_HOME) the thread is read back and continued; an unknown thread is thread_not_found", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const loop = yield* loopback
+      const home = yield* codexHome(loop.url)
+      const config = { kind: "codex" as const, binary: binary(), codexHome: home, cwd: home }
+      loop.enqueue(answer("before the restart"), answer("after the restart"))
+      const nativeRef = yield* Effect.scoped(Effect.gen(function*() {
+        const before = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+        const { nativeRef } = yield* before.startThread()
+        yield* collect(before.startTurn({ nativeRef, runId: "run-1", prompt: "one", inlineHistory: null }))
+        yield* before.injectHistory!({ nativeRef, rendered: "<history/>", itemIds: [], deliveryIds: ["delivery-9"] })
+        return nativeRef
+      }))
+      const after = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+      const read = yield* after.readThread!(nativeRef)
+      expect([read.runIds, read.deliveryIds]).toEqual([["run-1"], ["delivery-9"]])
+      const { exit } = yield* collect(after.startTurn({ nativeRef, runId: "run-2", prompt: "two", inlineHistory: null }))
+      expect(exit._tag).toBe("Success")
+      expect(userTexts(loop.requests[1]!).filter((t) => t === "one" || t === "two")).toEqual(["one", "two"])
+      const unknown = yield* Effect.exit(after.resumeThread("01a23512-0000-7000-8000-000000000000"))
+      expect(failureOf(unknown)).toMatchObject({ code: "thread_not_found" })
+    })))
+
   it.live("a missing binary: startThread fails `unavailable`, not retryable, naming @openai/codex", () =>
     Effect.scoped(Effect.gen(function*() {
       const adapter = yield* CodexAdapter.make({

@@ -466,6 +466,8 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
 
     const readThread = (nativeRef: string): Effect.Effect<ReadThreadResult, ProviderError> =>
       Effect.gen(function*() {
+        // `thread/read` answers "thread not loaded" for a thread the running child has not loaded (after a restart).
+        yield* ensureLoaded("readThread", nativeRef)
         const read = yield* client.request(Protocol.Method.threadRead, { threadId: nativeRef, includeTurns: true }, Protocol.ThreadReadResponse).pipe(
           Effect.mapError(fromClient("readThread"))
         )
