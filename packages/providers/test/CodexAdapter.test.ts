@@ -203,8 +203,9 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       const { exit } = yield* collect(after.startTurn({ nativeRef, runId: "run-2", prompt: "two", inlineHistory: null }))
       expect(exit._tag).toBe("Success")
       expect(userTexts(loop.requests[1]!).filter((t) => t === "one" || t === "two")).toEqual(["one", "two"])
-      const unknown = yield* Effect.exit(after.resumeThread("01a23512-0000-7000-8000-000000000000"))
-      expect(failureOf(unknown)).toMatchObject({ code: "thread_not_found" })
+      const unknown = "01a23512-0000-7000-8000-000000000000"
+      expect(failureOf(yield* Effect.exit(after.resumeThread(unknown)))).toMatchObject({ code: "thread_not_found" })
+      expect(failureOf(yield* Effect.exit(after.readThread!(unknown)))).toMatchObject({ code: "thread_not_found" })
     })))
 
   it.live("a missing binary: startThread fails `unavailable`, not retryable, naming @openai/codex", () =>

@@ -201,7 +201,9 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
         case "CodexProtocolError":
           return fail(operation, "protocol", e.message, false)
         case "CodexRpcError":
-          return /not found|no rollout|unknown thread/i.test(e.reason)
+          // 0.171.0: "no rollout found for thread id …" (resume), "thread not found: …" (turn/start), "thread not
+          // loaded: …" (thread/read of an id it has no rollout for; a thread with a rollout is read without resuming).
+          return /not found|no rollout|unknown thread|thread not loaded/i.test(e.reason)
             ? fail(operation, "thread_not_found", e.message, false)
             : classify(fail(operation, "refused", e.message, false))
       }
@@ -466,8 +468,6 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
 
     const readThread = (nativeRef: string): Effect.Effect<ReadThreadResult, ProviderError> =>
       Effect.gen(function*() {
-        // `thread/read` answers "thread not loaded" for a thread the running child has not loaded (after a restart).
-        yield* ensureLoaded("readThread", nativeRef)
         const read = yield* client.request(Protocol.Method.threadRead, { threadId: nativeRef, includeTurns: true }, Protocol.ThreadReadResponse).pipe(
           Effect.mapError(fromClient("readThread"))
         )
