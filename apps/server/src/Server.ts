@@ -13,13 +13,13 @@
  */
 import { Api } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
-import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver } from "@baton/orchestration"
+import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver, ThreadRead } from "@baton/orchestration"
 import type { ProviderInstance } from "@baton/contracts"
 import { Database, NativeMessageStore } from "@baton/persistence"
-import { ModelProviders, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { CodexAdapter, ModelProviders, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Console, Effect, Layer } from "effect"
+import { Console, Effect, Layer, type Scope } from "effect"
 import * as Http from "node:http"
 import * as Auth from "./Auth.js"
 import * as Handlers from "./Handlers.js"
@@ -61,22 +61,24 @@ export const registryLayer = (
   counter: TokenCounter.TokenCounterShape,
   wrapAdapter: (adapter: ProviderAdapter.ProviderAdapterShape) => ProviderAdapter.ProviderAdapterShape
 ) =>
-  Layer.effect(ProviderRegistry.ProviderRegistry, Effect.gen(function*() {
+  Layer.scoped(ProviderRegistry.ProviderRegistry, Effect.gen(function*() {
     const log = yield* NativeMessageStore.make
     const http = yield* HttpClient.HttpClient
     const script = ScriptedProvider.makeScript()
-    const adapters = settings.providers.map((p) =>
+    const adapters = yield* Effect.forEach(settings.providers, (p): Effect.Effect<ProviderAdapter.ProviderAdapterShape, never, Scope.Scope> =>
       ServerConfig.isModelInstance(p)
-        ? ModelProviders.make({
+        ? Effect.succeed(ModelProviders.make({
           instance: p.name as ProviderInstance,
           config: p.config,
           apiKey: p.apiKey,
           log,
           http,
           ...(p.toolResultOffload ? { offload: { count: counter.count } } : {})
-        })
-        : ProviderSpec.scripted([p], script, counter)[0]!
-    )
+        }))
+        : ServerConfig.isCodexInstance(p)
+        // One `codex app-server` child per instance, started at its first use and killed when the layer closes.
+        ? CodexAdapter.make({ instance: p.name as ProviderInstance, config: p.config, dynamicTools: [ThreadRead.definition] })
+        : Effect.succeed(ProviderSpec.scripted([p], script, counter)[0]!))
     return ProviderRegistry.make(adapters.map(wrapAdapter))
   })).pipe(Layer.provide(NodeHttpClient.layerUndici))
 
@@ -139,6 +141,9 @@ export const describeSettings = (settings: ServerConfig.ServerSettings) =>
         ServerConfig.isModelInstance(p)
           ? `${p.name} (${p.config.kind} ${p.config.model} at ${hidePassword(p.config.baseUrl)}, window ${p.config.contextWindow}` +
             `${p.config.apiKeyEnv === undefined ? "" : `, key from ${p.config.apiKeyEnv}`}${p.toolResultOffload ? "" : ", no tool-result offload"})`
+          : ServerConfig.isCodexInstance(p)
+          ? `${p.name} (codex app-server ${p.config.binary ?? "of @openai/codex 0.171.0"}, CODEX_HOME ${p.config.codexHome ?? "default"}` +
+            `${p.config.model === undefined ? "" : `, model ${p.config.model}`}${p.config.contextWindow === undefined ? "" : `, window ${p.config.contextWindow}`})`
           : `${p.name} (window ${p.window}${p.inject ? ", injects" : ""})`
       ).join(", ")
     }`)

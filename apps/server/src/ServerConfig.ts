@@ -10,7 +10,7 @@
  * `<data dir>/token`), creating it (32 random bytes, base64url, mode 0600) on first start: the API is never served
  * without a token, even on loopback, and a local client reads the file. Token values are never logged or echoed.
  */
-import { ProviderConfig, ProviderSpec } from "@baton/providers"
+import { CodexAdapter, ProviderConfig, ProviderSpec } from "@baton/providers"
 import { Database } from "@baton/persistence"
 import { Config, Data, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
 import * as Crypto from "node:crypto"
@@ -58,20 +58,41 @@ export const ModelInstanceJson = Schema.Struct({
 export type ModelInstanceJson = typeof ModelInstanceJson.Type
 
 /**
+ * A Codex instance in the config file (docs/providers.md, "Codex"): a `CodexAdapter.CodexProviderConfig` (`kind`
+ * `codex`; optional `binary`, `codexHome`, `model`, `contextWindow`, `autoCompactThreshold`, `cwd`,
+ * `requestTimeoutMs`, `turnIdleTimeoutMs`, `prices`) with its instance `name`. The threshold must not exceed the window.
+ */
+export const CodexInstanceJson = Schema.Struct({
+  ...CodexAdapter.CodexProviderConfig.fields,
+  name: Schema.String.pipe(Schema.pattern(/^[a-z][a-z0-9_-]{0,39}$/, {
+    message: () => "a provider name is a lowercase letter then up to 39 of a-z, 0-9, _ and -"
+  }))
+}).pipe(Schema.filter((p) =>
+  p.autoCompactThreshold !== undefined && p.autoCompactThreshold !== null && p.contextWindow !== undefined && p.autoCompactThreshold > p.contextWindow
+    ? { path: ["autoCompactThreshold"], message: `autoCompactThreshold ${p.autoCompactThreshold} exceeds contextWindow ${p.contextWindow}` }
+    : true
+))
+export type CodexInstanceJson = typeof CodexInstanceJson.Type
+
+/**
  * One entry of the file's `providers`: a model-API instance (`kind` one of the model kinds), or a scripted one
  * (`kind` absent or `scripted`). Decoded by `decodeProviderEntry`, which picks the schema by `kind` so an error names
  * only the fields of the kind given.
  */
-export type ProviderEntryJson = ModelInstanceJson | ProviderSpec.ProviderSpecJson
+export type ProviderEntryJson = ModelInstanceJson | CodexInstanceJson | ProviderSpec.ProviderSpecJson
 
 /** Whether a decoded entry is a model-API instance. */
-export const isModelEntry = (p: ProviderEntryJson): p is ModelInstanceJson => p.kind !== undefined && p.kind !== "scripted"
+export const isModelEntry = (p: ProviderEntryJson): p is ModelInstanceJson => p.kind !== undefined && p.kind !== "scripted" && p.kind !== "codex"
+
+/** Whether a decoded entry is a Codex instance. */
+export const isCodexEntry = (p: ProviderEntryJson): p is CodexInstanceJson => p.kind === "codex"
 
 /** The `kind`s a provider entry may have. */
-export const providerKinds = ["scripted", ...ProviderConfig.ModelApiKind.literals] as const
+export const providerKinds = ["scripted", "codex", ...ProviderConfig.ModelApiKind.literals] as const
 
 const decodeModelEntry = Schema.decodeUnknownEither(ModelInstanceJson, { onExcessProperty: "error", errors: "all" })
 const decodeScriptedEntry = Schema.decodeUnknownEither(ProviderSpec.ProviderSpecJson, { onExcessProperty: "error", errors: "all" })
+const decodeCodexEntry = Schema.decodeUnknownEither(CodexInstanceJson, { onExcessProperty: "error", errors: "all" })
 
 /** Decodes `providers[index]`: the entry, or the reason naming each bad field (`providers[1].baseUrl: ...`). */
 export const decodeProviderEntry = (entry: unknown, index: number): Either.Either<ProviderEntryJson, string> => {
@@ -82,6 +103,8 @@ export const decodeProviderEntry = (entry: unknown, index: number): Either.Eithe
   }
   const decoded: Either.Either<ProviderEntryJson, ParseResult.ParseError> = kind === undefined || kind === "scripted"
     ? decodeScriptedEntry(entry)
+    : kind === "codex"
+    ? decodeCodexEntry(entry)
     : decodeModelEntry(entry)
   return Either.mapLeft(decoded, (error) => describeIssues(error, at))
 }
@@ -153,16 +176,31 @@ export interface ModelInstanceSetting {
   readonly toolResultOffload: boolean
 }
 
-/** One provider instance of the settings: a scripted spec, or a model-API instance. */
-export type ProviderSetting = ProviderSpec.ProviderSpec | ModelInstanceSetting
+/** A Codex instance as resolved: its name and `CodexAdapter.CodexProviderConfig`. */
+export interface CodexInstanceSetting {
+  readonly _tag: "codex"
+  readonly name: string
+  readonly config: CodexAdapter.CodexProviderConfig
+}
+
+/** One provider instance of the settings: a scripted spec, a model-API instance, or a Codex instance. */
+export type ProviderSetting = ProviderSpec.ProviderSpec | ModelInstanceSetting | CodexInstanceSetting
 
 /** Whether `p` is a model-API instance. */
 export const isModelInstance = (p: ProviderSetting): p is ModelInstanceSetting => "_tag" in p && p._tag === "model"
 
-/** The window of an instance (tokens) and its auto-compact threshold (`null`: none). */
+/** Whether `p` is a Codex instance. */
+export const isCodexInstance = (p: ProviderSetting): p is CodexInstanceSetting => "_tag" in p && p._tag === "codex"
+
+/**
+ * The window of an instance (tokens; `null` for a Codex instance that leaves it to its config.toml) and its
+ * auto-compact threshold (`null`: none, or Codex's own).
+ */
 export const windowOf = (p: ProviderSetting) =>
   isModelInstance(p)
     ? { window: p.config.contextWindow, autoCompactThreshold: p.config.autoCompactThreshold }
+    : isCodexInstance(p)
+    ? { window: p.config.contextWindow ?? null, autoCompactThreshold: p.config.autoCompactThreshold ?? null }
     : { window: p.window, autoCompactThreshold: p.autoCompactThreshold }
 
 /** The resolved configuration: every source applied, every value checked. */
@@ -326,6 +364,11 @@ export const resolve = (flags: ServeFlags = {}) =>
       if (twice >= 0) return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${twice}].name: "${names[twice]}" given twice` })
       const resolved: Array<ProviderSetting> = []
       for (const [i, p] of file.providers.entries()) {
+        if (isCodexEntry(p)) {
+          const { name, ...config } = p
+          resolved.push({ _tag: "codex", name, config })
+          continue
+        }
         if (!isModelEntry(p)) {
           resolved.push(ProviderSpec.fromJson(p))
           continue

@@ -139,7 +139,7 @@ describe("ServerConfig", () => {
       expect(yield* one({ ...claude, prices: { input: 3 } }))
         .toBe("baton.json: providers[1].prices.cacheWrite: is missing; providers[1].prices.cacheRead: is missing; providers[1].prices.output: is missing")
       expect(yield* one({ ...claude, kind: "gemini" }))
-        .toBe("baton.json: providers[1].kind: expected one of \"scripted\", \"anthropic-messages\", \"openai-responses\", \"openai-chat\", actual \"gemini\"")
+        .toBe("baton.json: providers[1].kind: expected one of \"scripted\", \"codex\", \"anthropic-messages\", \"openai-responses\", \"openai-chat\", actual \"gemini\"")
       expect(yield* one({ ...claude, autoCompactThreshold: 300_000 }))
         .toBe("baton.json: providers[1].autoCompactThreshold: autoCompactThreshold 300000 exceeds contextWindow 200000")
       expect(yield* one({ ...claude, maxOutputTokens: 200_000 }))
@@ -150,6 +150,22 @@ describe("ServerConfig", () => {
         expect(yield* failure({ file: { providers: [claude] }, env }))
           .toBe("baton.json: providers[0].apiKeyEnv: the environment variable ANTHROPIC_API_KEY (the key of provider \"claude-main\") is not set")
       }
+    }))
+
+  it.effect("codex instances: kind codex with its binary, CODEX_HOME, model, window and threshold; bad fields named", () =>
+    Effect.gen(function*() {
+      const codex = { kind: "codex", name: "codex-real", codexHome: "/srv/codex-home", model: "gpt-5-codex", contextWindow: 44_000, autoCompactThreshold: 42_000 }
+      const { settings } = yield* resolveWith({ file: { providers: [codex, { name: "scripted", window: 1_000 }] } })
+      const [first, second] = settings.providers
+      expect(ServerConfig.isCodexInstance(first!) && !ServerConfig.isCodexInstance(second!) && !ServerConfig.isModelInstance(first!)).toBe(true)
+      if (!ServerConfig.isCodexInstance(first!)) return
+      expect(first.config).toEqual({ kind: "codex", codexHome: "/srv/codex-home", model: "gpt-5-codex", contextWindow: 44_000, autoCompactThreshold: 42_000 })
+      expect(ServerConfig.windowOf(first)).toEqual({ window: 44_000, autoCompactThreshold: 42_000 })
+      const one = (entry: unknown) => failure({ file: { providers: [entry] } })
+      expect(yield* one({ ...codex, autoCompactThreshold: 50_000 }))
+        .toBe("baton.json: providers[0].autoCompactThreshold: autoCompactThreshold 50000 exceeds contextWindow 44000")
+      expect(yield* one({ ...codex, baseUrl: "http://x" })).toMatch(/^baton\.json: providers\[0\]\.baseUrl: is unexpected/)
+      expect(yield* one({ ...codex, contextWindow: 0 })).toMatch(/^baton\.json: providers\[0\]\.contextWindow: /)
     }))
 
   it.effect("the token file is created once and read back on the next start", () =>

@@ -1,0 +1,222 @@
+/**
+ * The Codex adapter (Baton's provider port over `codex app-server`) with the real pinned binary, its model provider a
+ * loopback server playing OpenAI's Responses API: a turn's items, deltas and usage; Baton's `thread_read` as a
+ * dynamic tool; native injection read back with `thread/read` and the rollout; compaction; overflow typed; an
+ * interrupt; the child killed mid-turn (the turn fails retryably, the thread is resumed and stays usable); a missing
+ * binary. The JSON-RPC exchange of the round trip is kept as a fixture.
+ */
+import type { ProviderInstance } from "@baton/contracts"
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Data, Effect, Exit, Fiber, Option } from "effect"
+import * as CodexAdapter from "../src/codex/CodexAdapter.js"
+import type { TraceLine } from "../src/codex/CodexAppServer.js"
+import { type LocalTool, type TextDelta, TurnEvent } from "../src/ProviderAdapter.js"
+import { answer, binary, bodyOf, checkFixture, codexHome, functionCall, isCompaction, normalise, overflow, userTexts } from "./support/CodexLoopback.js"
+import { collect, itemsOf, type Loopback, loopback } from "./support/Loopback.js"
+
+const failureOf = <A, E>(exit: Exit.Exit<A, E>) => (Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null)
+
+const threadReadDefinition = {
+  name: "thread_read",
+  description: "Reads items of the Baton thread by ref.",
+  inputSchema: { type: "object", properties: { refs: { type: "string" } }, required: ["refs"] }
+}
+
+const setup = (extra: { readonly trace?: (l: TraceLine) => void } = {}) =>
+  Effect.gen(function*() {
+    const loop = yield* loopback
+    const home = yield* codexHome(loop.url)
+    const adapter = yield* CodexAdapter.make({
+      instance: "codex" as ProviderInstance,
+      config: { kind: "codex", binary: binary(), codexHome: home, cwd: home, contextWindow: 44_000, autoCompactThreshold: 42_000 },
+      dynamicTools: [threadReadDefinition],
+      ...extra
+    })
+    return { loop, home, adapter }
+  })
+
+const hanging = { status: 200, headers: { "content-type": "text/event-stream" }, chunks: [": waiting\n\n", ": never\n\n"], gapMillis: 120_000 }
+
+/** Waits until the loopback received `n` requests. */
+const requestsReach = (loop: Loopback, n: number) =>
+  Effect.gen(function*() {
+    while (loop.requests.length < n) yield* Effect.sleep("20 millis")
+  }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new TestTimeout({ waitingFor: `request ${n}` }) }))
+
+/** A test waited too long. */
+class TestTimeout extends Data.TaggedError("TestTimeout")<{ readonly waitingFor: string }> {}
+
+describe("CodexAdapter (real binary, loopback Responses API)", () => {
+  it.live("a turn: the prompt reaches the model unchanged after the inline history, the answer is an item, deltas stream, usage has Codex's window", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup()
+      loop.enqueue(answer("The answer.", 39_761, 12, 30_000))
+      const { nativeRef } = yield* adapter.startThread()
+      const deltas: Array<TextDelta> = []
+      const { events, exit } = yield* collect(adapter.startTurn({
+        nativeRef,
+        runId: "run-1",
+        prompt: "What is it?\n  (exactly these bytes)",
+        inlineHistory: "<history>earlier</history>",
+        onDelta: (d) => deltas.push(d)
+      }))
+      expect(exit._tag).toBe("Success")
+      expect(itemsOf(events)).toEqual([["assistant_message", "The answer.", null, null]])
+      expect(deltas.map((d) => d.text).join("")).toBe("The answer.")
+      const usage = events.filter(TurnEvent.$is("usage_reported")).at(-1)!
+      expect(usage.usage).toEqual({ usedTokens: 39_773, maxTokens: 41_800, autoCompactThreshold: 42_000 })
+      expect(usage.tokens).toEqual({ inputTokens: 9_761, cacheWriteTokens: 0, cacheReadTokens: 30_000, outputTokens: 12 })
+      expect(events.at(-1)).toEqual(TurnEvent.turn_ended({ interrupted: false }))
+      expect(userTexts(loop.requests[0]!).slice(-2)).toEqual(["<history>earlier</history>", "What is it?\n  (exactly these bytes)"])
+      const read = yield* adapter.readThread!(nativeRef)
+      expect(read.runIds).toEqual(["run-1"])
+      expect(read.usage).toEqual(usage.usage)
+    })))
+
+  it.live("the round trip: injection read back (thread/read + rollout), thread_read answered by Baton inside the turn, compaction; the exchange is the fixture", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const trace: Array<TraceLine> = []
+      const { adapter, home, loop } = yield* setup({ trace: (l) => trace.push(l) })
+      const { nativeRef } = yield* adapter.startThread()
+      const injected = yield* adapter.injectHistory!({ nativeRef, rendered: "<history>handoff body</history>", itemIds: ["item-1"], deliveryIds: ["delivery-1"] })
+      expect(injected.usage).toBeNull()
+      const calls: Array<string> = []
+      const threadRead: LocalTool = {
+        definition: threadReadDefinition,
+        execute: ({ arguments: args, runId }) => Effect.sync(() => (calls.push(`${runId} ${args}`), "[user #1] the original item"))
+      }
+      loop.enqueue(functionCall("call_1", "thread_read", { refs: "#1" }), answer("Read it."))
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Continue", inlineHistory: null, localTools: [threadRead] }))
+      expect(exit._tag).toBe("Success")
+      expect(calls).toEqual([`run-1 {"refs":"#1"}`])
+      expect(itemsOf(events)).toEqual([
+        ["tool_call", `{"refs":"#1"}`, "call_1", "thread_read"],
+        ["tool_result", "[user #1] the original item", "call_1", "thread_read"],
+        ["assistant_message", "Read it.", null, null]
+      ])
+      // The first request offered thread_read and carried the injection before the prompt; the second the result.
+      expect(bodyOf(loop.requests[0]!).tools?.some((t) => t.name === "thread_read")).toBe(true)
+      expect(userTexts(loop.requests[0]!).slice(-3)).toEqual(["<history>handoff body</history>", `<baton-deliveries ids="delivery-1"/>`, "Continue"])
+      expect(bodyOf(loop.requests[1]!).input.at(-1)).toMatchObject({ type: "function_call_output", call_id: "call_1", output: "[user #1] the original item" })
+      const read = yield* adapter.readThread!(nativeRef)
+      expect(read.deliveryIds).toEqual(["delivery-1"])
+      expect(read.runIds).toEqual(["run-1"])
+      // /compact: Codex sends its compaction request to the model; the summary replaces the history.
+      loop.enqueue(answer("SUMMARY of the thread", 2_000, 40))
+      const compacted = yield* adapter.compactThread!(nativeRef)
+      expect(isCompaction(loop.requests[2]!)).toBe(true)
+      expect(compacted.usageBefore).not.toBeNull()
+      expect(compacted.usageAfter).not.toBeNull()
+      loop.enqueue(answer("After compaction."))
+      const after = yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "Next", inlineHistory: null }))
+      expect(after.exit._tag).toBe("Success")
+      const texts = userTexts(loop.requests[3]!)
+      expect(texts.some((t) => t.includes("SUMMARY of the thread"))).toBe(true)
+      expect(texts.at(-1)).toBe("Next")
+      const recorded = normalise(trace, home)
+      expect(recorded).toBe(checkFixture("adapter-round-trip.jsonl", recorded))
+    })))
+
+  it.live("contextWindowExceeded is a typed overflow carrying Codex's window", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup()
+      // Small enough that Codex does not compact before the second turn (it did at 40,010 of 44,000 with the
+      // configured limit at 42,000: its effective limit is lower).
+      loop.enqueue(answer("first", 1_000, 10), overflow())
+      const { nativeRef } = yield* adapter.startThread()
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "one", inlineHistory: null }))
+      const { exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "two", inlineHistory: null }))
+      const error = failureOf(exit)
+      expect(error).toMatchObject({ _tag: "ProviderError", code: "overflow", retryable: false, limitTokens: 41_800 })
+      expect(loop.requests.map(isCompaction)).toEqual([false, false])
+    })))
+
+  it.live("interrupt: the turn in progress stops and ends interrupted", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup()
+      loop.enqueue(hanging)
+      const { nativeRef } = yield* adapter.startThread()
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "long", inlineHistory: null })))
+      yield* requestsReach(loop, 1)
+      yield* adapter.interrupt(nativeRef)
+      const { events, exit } = yield* Fiber.join(fiber).pipe(Effect.timeout("20 seconds"))
+      expect(exit._tag).toBe("Success")
+      expect(events.at(-1)).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+    })))
+
+  it.live("a turn stream closed before the turn ended (abandoned) asks Codex to stop it: turn/interrupt is sent", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const trace: Array<TraceLine> = []
+      const { adapter, loop } = yield* setup({ trace: (l) => trace.push(l) })
+      loop.enqueue(hanging)
+      const { nativeRef } = yield* adapter.startThread()
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "long", inlineHistory: null })))
+      yield* requestsReach(loop, 1)
+      yield* Fiber.interrupt(fiber)
+      const interrupts = trace.filter((l) => l.direction === "out" && l.line.includes(`"method":"turn/interrupt"`))
+      expect(interrupts).toHaveLength(1)
+    })))
+
+  it.live("the child killed mid-turn: the turn fails unavailable (retryable); the next turn resumes the same thread in a new child, its history intact", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup()
+      loop.enqueue(answer("first answer"), hanging)
+      const { nativeRef } = yield* adapter.startThread()
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "first", inlineHistory: null }))
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "second", inlineHistory: null })))
+      yield* requestsReach(loop, 2)
+      const pid = (yield* adapter.appServer.pid)!
+      process.kill(pid, "SIGKILL")
+      const { exit } = yield* Fiber.join(fiber).pipe(Effect.timeout("20 seconds"))
+      expect(failureOf(exit)).toMatchObject({ code: "unavailable", retryable: true })
+      loop.enqueue(answer("third answer"))
+      const third = yield* collect(adapter.startTurn({ nativeRef, runId: "run-3", prompt: "third", inlineHistory: null }))
+      expect(third.exit._tag).toBe("Success")
+      expect(itemsOf(third.events)).toEqual([["assistant_message", "third answer", null, null]])
+      expect(yield* adapter.appServer.generation).toBe(2)
+      const texts = userTexts(loop.requests[2]!)
+      // The killed turn's prompt stayed in the thread (Codex wrote it to the rollout before the model answered), and
+      // the dynamic tool declared at thread/start is still offered after thread/resume.
+      expect(texts.filter((t) => ["first", "second", "third"].includes(t))).toEqual(["first", "second", "third"])
+      expect(texts.at(-1)).toBe("third")
+      expect(bodyOf(loop.requests[2]!).tools?.some((t) => t.name === "thread_read")).toBe(true)
+      const read = yield* adapter.readThread!(nativeRef)
+      expect(read.runIds).toEqual(["run-1", "run-2", "run-3"])
+    })))
+
+  it.live("after a restart (a new adapter on the same CODEX_HOME) the thread is read back and continued; an unknown thread is thread_not_found", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const loop = yield* loopback
+      const home = yield* codexHome(loop.url)
+      const config = { kind: "codex" as const, binary: binary(), codexHome: home, cwd: home }
+      loop.enqueue(answer("before the restart"), answer("after the restart"))
+      const nativeRef = yield* Effect.scoped(Effect.gen(function*() {
+        const before = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+        const { nativeRef } = yield* before.startThread()
+        yield* collect(before.startTurn({ nativeRef, runId: "run-1", prompt: "one", inlineHistory: null }))
+        yield* before.injectHistory!({ nativeRef, rendered: "<history/>", itemIds: [], deliveryIds: ["delivery-9"] })
+        return nativeRef
+      }))
+      const after = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+      const read = yield* after.readThread!(nativeRef)
+      expect([read.runIds, read.deliveryIds]).toEqual([["run-1"], ["delivery-9"]])
+      const { exit } = yield* collect(after.startTurn({ nativeRef, runId: "run-2", prompt: "two", inlineHistory: null }))
+      expect(exit._tag).toBe("Success")
+      expect(userTexts(loop.requests[1]!).filter((t) => t === "one" || t === "two")).toEqual(["one", "two"])
+      const unknown = "01a23512-0000-7000-8000-000000000000"
+      expect(failureOf(yield* Effect.exit(after.resumeThread(unknown)))).toMatchObject({ code: "thread_not_found" })
+      expect(failureOf(yield* Effect.exit(after.readThread!(unknown)))).toMatchObject({ code: "thread_not_found" })
+    })))
+
+  it.live("a missing binary: startThread fails `unavailable`, not retryable, naming @openai/codex", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const adapter = yield* CodexAdapter.make({
+        instance: "codex" as ProviderInstance,
+        config: { kind: "codex", binary: "/nonexistent/bin/codex", codexHome: "/nonexistent" }
+      })
+      const exit = yield* Effect.exit(adapter.startThread())
+      const error = failureOf(exit)
+      expect(error).toMatchObject({ code: "unavailable", retryable: false })
+      expect(error?.reason).toContain("@openai/codex@0.171.0")
+    })))
+})

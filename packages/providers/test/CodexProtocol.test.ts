@@ -1,0 +1,110 @@
+/**
+ * The protocol Baton speaks, checked against the pinned binary: `codex app-server generate-json-schema --experimental`
+ * is run, pruned to the definitions Baton uses (`prune`: the methods below, their params and results, and every
+ * definition they reference), and compared with `src/codex/protocol/codex-app-server.subset.json`. A Codex version
+ * that renames a method or changes a shape Baton relies on fails here as a diff (`BATON_UPDATE_FIXTURES=1` rewrites
+ * the file; read the diff, then adapt `CodexProtocol.ts`). Also: every method and notification name Baton uses is one
+ * the binary declares.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import { Method, Notification } from "../src/codex/CodexProtocol.js"
+import { binary } from "./support/CodexLoopback.js"
+
+const subsetFile = fileURLToPath(new URL("../src/codex/protocol/codex-app-server.subset.json", import.meta.url))
+
+/** The definitions Baton reads or sends (their references are followed). */
+const keep = [
+  "InitializeParams", "InitializeResponse",
+  "ThreadStartParams", "ThreadStartResponse", "ThreadResumeParams", "ThreadResumeResponse",
+  "ThreadForkParams", "ThreadForkResponse", "TurnStartParams", "TurnStartResponse",
+  "TurnInterruptParams", "TurnInterruptResponse", "ThreadInjectItemsParams", "ThreadInjectItemsResponse",
+  "ThreadCompactStartParams", "ThreadCompactStartResponse", "ThreadReadParams", "ThreadReadResponse",
+  "ThreadTokenUsageUpdatedNotification", "TurnStartedNotification", "TurnCompletedNotification",
+  "ItemStartedNotification", "ItemCompletedNotification", "ErrorNotification", "AgentMessageDeltaNotification",
+  "ContextCompactedNotification", "ThreadStartedNotification", "DynamicToolCallParams", "DynamicToolCallResponse"
+]
+
+type Json = null | boolean | number | string | ReadonlyArray<Json> | { readonly [key: string]: Json }
+const read = (file: string) => JSON.parse(Fs.readFileSync(file, "utf8")) as { readonly [key: string]: Json }
+
+/** `dir`'s schema bundle pruned to `keep`: `{ methods: { method: params definition }, definitions }`, keys sorted. */
+const prune = (dir: string) => {
+  const v2 = read(Path.join(dir, "codex_app_server_protocol.v2.schemas.json"))["definitions"] as Record<string, Json>
+  const v1 = read(Path.join(dir, "codex_app_server_protocol.schemas.json"))["definitions"] as Record<string, Json>
+  const lookup = (name: string): Json => {
+    if (name in v2) return v2[name]!
+    if (name in v1) return v1[name]!
+    for (const file of [Path.join(dir, "v2", `${name}.json`), Path.join(dir, `${name}.json`)]) if (Fs.existsSync(file)) return read(file)
+    throw new Error(`no definition ${name}`)
+  }
+  const out: Record<string, Json> = {}
+  const walk = (value: Json): Json => {
+    if (Array.isArray(value)) return value.map(walk)
+    if (value !== null && typeof value === "object") {
+      const copy: Record<string, Json> = {}
+      for (const [key, v] of Object.entries(value)) {
+        if (key === "definitions" || key === "$schema") continue
+        if (key === "$ref" && typeof v === "string" && v.startsWith("#/definitions/")) {
+          const name = v.slice("#/definitions/".length).replace(/^v2\//, "")
+          copy[key] = `#/definitions/${name}`
+          add(name)
+        } else copy[key] = walk(v as Json)
+      }
+      return copy
+    }
+    return value
+  }
+  const add = (name: string) => {
+    if (name in out) return
+    out[name] = null
+    out[name] = walk(lookup(name))
+  }
+  for (const name of keep) add(name)
+  const methods: Record<string, string> = {}
+  for (const file of ["ClientRequest", "ServerNotification", "ServerRequest"]) {
+    for (const variant of read(Path.join(dir, `${file}.json`))["oneOf"] as ReadonlyArray<{ properties: { method: { enum: [string] }; params?: { $ref?: string } } }>) {
+      const name = (variant.properties.params?.$ref ?? "").split("/").at(-1) ?? ""
+      if (keep.includes(name)) methods[variant.properties.method.enum[0]] = name
+    }
+  }
+  return stringify({ methods, definitions: out })
+}
+
+/** JSON with object keys sorted, one-space indent, and a final newline. */
+const stringify = (value: unknown) => {
+  const sort = (v: unknown): unknown =>
+    Array.isArray(v) ? v.map(sort) : v !== null && typeof v === "object" ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, sort((v as Record<string, unknown>)[k])])) : v
+  return JSON.stringify(sort(value), null, 1) + "\n"
+}
+
+describe("the Codex app-server protocol of the pinned binary", () => {
+  it.live("generate-json-schema, pruned to what Baton speaks, equals the kept subset; Baton's method names exist", () =>
+    Effect.acquireUseRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-codex-schema-"))),
+      (dir) =>
+        Effect.sync(() => {
+          ChildProcess.execFileSync(binary(), ["app-server", "generate-json-schema", "--experimental", "--out", dir], { stdio: "ignore", env: { ...process.env, CODEX_HOME: dir } })
+          const generated = prune(dir)
+          if (process.env["BATON_UPDATE_FIXTURES"] === "1") Fs.writeFileSync(subsetFile, generated)
+          expect(generated).toBe(Fs.readFileSync(subsetFile, "utf8"))
+          const methods = Object.keys((JSON.parse(generated) as { methods: Record<string, string> }).methods)
+          const declared = new Set([...methods, ...listed(dir)])
+          for (const name of [...Object.values(Method), ...Object.values(Notification).filter((n) => n !== Notification.initialized)]) {
+            expect(declared.has(name), name).toBe(true)
+          }
+        }),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    ))
+})
+
+/** Every method name the bundle declares (requests, notifications, server requests). */
+const listed = (dir: string) =>
+  ["ClientRequest", "ServerNotification", "ServerRequest", "ClientNotification"].flatMap((file) =>
+    (read(Path.join(dir, `${file}.json`))["oneOf"] as ReadonlyArray<{ properties: { method: { enum: [string] } } }>).map((v) => v.properties.method.enum[0])
+  )
