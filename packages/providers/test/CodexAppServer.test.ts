@@ -132,6 +132,15 @@ describe("CodexAppServer (real binary)", () => {
       const { events } = yield* Scope.extend(client.subscribe, scope)
       const threadId = (yield* client.request(Protocol.Method.threadStart, { cwd: home }, Protocol.ThreadResponse)).thread.id
       yield* client.request(Protocol.Method.turnStart, { threadId, input: [{ type: "text", text: "hang" }] }, Protocol.TurnStartResponse)
+      // Kill only once the model request went out and the thread's rollout holds something: a thread killed before
+      // its rollout was written cannot be resumed (Codex: "rollout … is empty"), which is not what this test is about.
+      const rolloutWritten = () => {
+        const files = Fs.readdirSync(Path.join(home, "sessions"), { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".jsonl"))
+        return files.some((f) => Fs.statSync(Path.join(home, "sessions", f)).size > 0)
+      }
+      for (let i = 0; i < 200 && !(loop.requests.length > 0 && Fs.existsSync(Path.join(home, "sessions")) && rolloutWritten()); i++) {
+        yield* Effect.sleep("50 millis")
+      }
       const pid = (yield* client.pid)!
       process.kill(pid, "SIGKILL")
       const seen = yield* untilTurnCompleted(events)
