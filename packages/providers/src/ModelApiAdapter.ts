@@ -701,6 +701,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     instance,
     model: config.model,
     modelContextWindow: config.contextWindow,
+    maxOutputTokens: config.maxOutputTokens,
     prices: config.prices,
     startThread: () => Effect.sync(() => ({ nativeRef: newRef() })),
     resumeThread: (nativeRef) => Effect.asVoid(lane("resumeThread", nativeRef)),
