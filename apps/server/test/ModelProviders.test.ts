@@ -136,6 +136,26 @@ describe("model-API provider instances from the config file", () => {
       expect(logs.join("\n")).not.toContain("s3cret-pass")
     }))
 
+  it.effect("an instance whose window is below the turn-start reserve is named at start with its window and the reserve", () =>
+    Effect.gen(function*() {
+      const api = { url: "http://127.0.0.1:9", requests: [], enqueue: () => undefined }
+      // 16,000 is below reserve + the minimum useful budget (16,000 + 1,024); 17,024 and 200,000 are not.
+      const settings = yield* settingsFor([
+        instance("tiny", "openai-chat", api, { apiKeyEnv: undefined, contextWindow: 16_000, autoCompactThreshold: null, maxOutputTokens: 2_000 }),
+        instance("edge", "openai-chat", api, { apiKeyEnv: undefined, contextWindow: 17_024, autoCompactThreshold: null, maxOutputTokens: 2_000 }),
+        instance("big", "openai-chat", api, { apiKeyEnv: undefined })
+      ])
+      const logs: Array<{ level: string; message: string }> = []
+      yield* Server.describeSettings(settings).pipe(
+        Effect.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) =>
+          void logs.push({ level: logLevel.label, message: Array.isArray(message) ? message.join(" ") : String(message) }))))
+      )
+      const warnings = logs.filter((l) => l.level === "WARN").map((l) => l.message)
+      expect(warnings).toEqual([
+        "provider tiny: a window of 16000 tokens leaves no history budget after the 16000-token reserve; owed history is deferred at every turn and only /compact drains it"
+      ])
+    }))
+
   it.scoped("a changed model or window takes effect at the next turn start after a restart (snapshot and event)", () =>
     Effect.gen(function*() {
       const upstream = yield* ModelApi.start
