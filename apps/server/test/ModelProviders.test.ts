@@ -240,6 +240,37 @@ describe("model-API provider instances from the config file", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 60_000)
 
+  it.scoped("a run whose stream breaks off after the provider reported usage shows that usage and its cost", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      /** An Anthropic answer cut just before `event` (the connection closes there: no message_stop). */
+      const cut = (text: string, event: string): ModelApi.Reply => {
+        const whole = ModelApi.answer("anthropic-messages", text, { input: 1_200, cacheWrite: 300, cacheRead: 5_000, output: 250 })
+        return { ...whole, body: whole.body.slice(0, whole.body.indexOf(`event: ${event}`)) }
+      }
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        // The text completed, then the stream ended before message_delta: message_start's usage is what was billed
+        // (1,200 in, 300 cache write, 5,000 cache read, 1 out).
+        upstream.enqueue(cut("partial answer", "message_delta"))
+        const broken = yield* sendAndWait(threadId, "first")
+        expect(broken.run.status).toBe("failed")
+        expect(broken.items.map((i) => i.text)).toEqual(["first", "partial answer"])
+        expect(broken.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 1 })
+        // 1,200 x $3 + 300 x $3.75 + 5,000 x $0.30 + 1 x $15 per million.
+        expect(broken.cost!.costUsd).toBeCloseTo(0.006240, 12)
+        // Cut right after message_start: nothing completed, but the request was read and billed.
+        upstream.enqueue(cut("never seen", "content_block_start"))
+        const early = yield* sendAndWait(threadId, "second")
+        expect(early.run.status).toBe("failed")
+        expect(early.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 1 })
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        expect(snapshot.costs.totals).toMatchObject({ runs: 2, inputTokens: 2_400, outputTokens: 2 })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
+
   /**
    * One turn of a tool-heavy conversation: the model calls Baton's `thread_read` `rounds` times (each result a page
    * of the long first message), then answers. Returns the run, the thread's `context.offloaded` events and the

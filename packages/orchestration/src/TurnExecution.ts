@@ -477,9 +477,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
             }
             // (Unknown: the inline deliveries stay `pending`; the replacement supersedes them.)
+            // A turn that failed after the provider reported usage was billed all the same (the report says it read
+            // the request, even when the stream broke before an item completed).
+            if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, yield* DateTime.now))
             if (arrived) {
-              // A turn that failed after the provider read it was billed all the same.
-              if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, yield* DateTime.now))
               // What the stream held back (an open tool unit, a possible replay) is recorded now, its calls closed.
               const items = yield* output.flush(error.code === "interrupted")
               const fresh = yield* store.getProviderThread(plan.providerThread.id)
