@@ -240,6 +240,33 @@ describe("model-API provider instances from the config file", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 60_000)
 
+  it.scoped("a run failing on a provider error is logged as a warning naming the thread, run, instance and reason, the key redacted", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      const logs: Array<{ level: string; message: string; annotations: Record<string, unknown> }> = []
+      const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ annotations, logLevel, message }) =>
+        void logs.push({
+          level: logLevel.label,
+          message: Array.isArray(message) ? message.join(" ") : String(message),
+          annotations: Object.fromEntries(annotations)
+        })))
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        // A proxy that echoes the key it was sent: the reason reaches the log with the key redacted.
+        upstream.enqueue(ModelApi.error(401, `invalid x-api-key ${marker}`))
+        const failed = yield* sendAndWait(threadId, "hello")
+        expect(failed.run.status).toBe("failed")
+        const warnings = logs.filter((l) => l.level === "WARN" && l.message.includes(failed.run.id))
+        expect(warnings.map((l) => l.message)).toEqual([
+          `run ${failed.run.id} of thread ${threadId} failed on provider claude (startTurn, refused, HTTP 401): HTTP 401: Anthropic invalid_request_error: invalid x-api-key <redacted>`
+        ])
+        expect(warnings[0]!.annotations).toMatchObject({ threadId, runId: failed.run.id, providerInstance: "claude" })
+      }).pipe(Effect.provide(Layer.provideMerge(serveSettings(settings), capture)))
+      for (const l of logs) expect(JSON.stringify(l)).not.toContain(marker)
+    }), 60_000)
+
   it.scoped("a run whose stream breaks off after the provider reported usage shows that usage and its cost", () =>
     Effect.gen(function*() {
       const upstream = yield* ModelApi.start
