@@ -143,6 +143,11 @@ describe("client tools over HTTP (Anthropic Messages wire on loopback)", () => {
         const created = yield* raw(post("/threads", { title: "tools", providerInstance: "claude", tools: [readFile] }))
         expect(created.status).toBe(201)
         const threadId = String(created.body!.threadId)
+        // The snapshot lists the thread's declared tools (found by a fresh-tester review: it did not).
+        const snapshot = yield* raw(get(`/threads/${threadId}`))
+        expect(snapshot.body!.tools).toEqual([{ name: readFile.name, description: readFile.description }])
+        const plain = yield* raw(post("/threads", { title: "no tools", providerInstance: "claude" }))
+        expect((yield* raw(get(`/threads/${String(plain.body!.threadId)}`))).body!.tools).toEqual([])
         const prompt = "Compare the files pairwise \u{1F50D} — \"exactly\" as they are\n\tplease"
         const sent = yield* raw(post(`/threads/${threadId}/messages`, { text: prompt }))
         expect(sent.status).toBe(202)
