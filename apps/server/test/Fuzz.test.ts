@@ -312,7 +312,8 @@ const smallMutation: fc.Arbitrary<(spec: Spec) => Spec> = fc.oneof(
         : kind === "upper case"
         ? spec.path.map((s) => (typeof s === "string" ? s.toUpperCase() : s))
         : kind === "dot segments"
-        ? [spec.path[0]!, "..", ...spec.path]
+        // (An earlier "drop segment" may have left no segment: seed 892116962 sent an undefined one.)
+        ? [...spec.path.slice(0, 1), "..", ...spec.path]
         : spec.path.slice(0, -1)
     }, kind)
   ),
