@@ -14,6 +14,7 @@
  */
 import {
   CompactReport,
+  type CompactSkipCode,
   type ConcurrentModification,
   type NativeThread,
   type NativeThreadId,
@@ -37,9 +38,10 @@ import * as UsageSanity from "./UsageSanity.js"
 export { CompactReport } from "@baton/contracts"
 
 /** The report of a `/compact` that did not compact, saying why (`stillDeferred` 0: callers set the real count). */
-export const notCompacted = (reason: string | null): CompactReport => ({
+export const notCompacted = (reason: string | null, reasonCode: CompactSkipCode | null = null): CompactReport => ({
   compacted: false,
   reason,
+  reasonCode,
   usedBefore: null,
   usedAfter: null,
   deliveredItems: 0,
@@ -139,14 +141,16 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         target === null
           ? Effect.map(store.listOpenHandoffs(providerThread.id), (open) => open.length)
           : Effect.map(delivery.owedTo(threadId, providerThread, target), (owed) => owed.filter((o) => o.delivery.status === "deferred").length)
-      const refuse = (reason: string, target: NativeThread | null = null) =>
-        uow.thread(threadId, "ThreadCompaction.refuse")(Effect.flatMap(deferredLeft(target), (stillDeferred) => receipt({ ...empty, reason, stillDeferred })))
-      if (providerThread.activeNativeThreadId === null) return yield* refuse("no native thread yet: nothing to compact")
+      const refuse = (reasonCode: CompactSkipCode, reason: string, target: NativeThread | null = null) =>
+        uow.thread(threadId, "ThreadCompaction.refuse")(
+          Effect.flatMap(deferredLeft(target), (stillDeferred) => receipt({ ...empty, reason, reasonCode, stillDeferred }))
+        )
+      if (providerThread.activeNativeThreadId === null) return yield* refuse("no_native_thread", "no native thread yet: nothing to compact")
       const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
-      if (found._tag === "None") return yield* refuse("the native thread record is missing")
+      if (found._tag === "None") return yield* refuse("native_thread_missing", "the native thread record is missing")
       if (found.value.status === "replaced") {
         // An untrusted native thread is never written to again: the next turn start replaces it.
-        return yield* refuse("the native thread is no longer trusted; the next turn starts a replacement and delivers the history")
+        return yield* refuse("native_thread_untrusted", "the native thread is no longer trusted; the next turn starts a replacement and delivers the history")
       }
       let native = found.value
       const { ratio } = yield* calibration.current(providerThread.providerInstance)
@@ -154,7 +158,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       const compactThread = adapter.compactThread
       const inject = adapter.injectHistory
       if (compactThread === undefined && inject === undefined) {
-        return yield* refuse(`${adapter.instance} can neither compact natively nor take history outside a turn: nothing to do. ` +
+        return yield* refuse("not_supported", `${adapter.instance} can neither compact natively nor take history outside a turn: nothing to do. ` +
           `Deferred history is delivered at the next turn start as the budget allows; /offload makes it smaller (a summary)`, native)
       }
       const usedBefore = used(native)
@@ -173,6 +177,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           usedBefore,
           usedAfter: usedBefore,
           stillDeferred: owedBefore.filter((o) => o.delivery.status === "deferred").length,
+          reasonCode: "no_progress",
           reason: `compaction freed nothing the last ${withoutProgress} times ` +
             `(${usedBefore} tokens used); not retried. The thread stays usable: send a message, or switch provider`
         }))
@@ -238,6 +243,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         return yield* receipt({
           compacted: true,
           reason: null,
+          reasonCode: null,
           usedBefore,
           usedAfter,
           deliveredItems: injected.items,
@@ -378,6 +384,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
             : `the deferred history did not fit (${room} tokens free with ${answerRoom} kept for the next answer)`
           return yield* receipt({
             compacted: false,
+            reasonCode: "not_supported",
             reason: `${adapter.instance} cannot compact natively: its native thread is the message list Baton sends. ` +
               `${what[0]!.toUpperCase()}${what.slice(1)}; ${stillDeferred} handoff(s) still deferred. ` +
               `To make owed history fit, /offload summarises it (what is owed becomes the summary and the newer items), then /compact again; ` +

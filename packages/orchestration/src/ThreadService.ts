@@ -458,7 +458,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
                 if (native._tag === "Some") yield* trust.distrust(thread.id, native.value, "the provider no longer has it")
                 // What is still owed goes to the replacement: the handoffs open toward the provider thread.
                 const report: CompactReport = {
-                  ...notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`),
+                  ...notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`, "native_thread_lost"),
                   stillDeferred: (yield* store.listOpenHandoffs(providerThread.id)).length
                 }
                 return yield* CommandReceipts.write(store, receiptKey, CompactReport, report)

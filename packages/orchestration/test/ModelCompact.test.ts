@@ -58,7 +58,7 @@ describe("/compact on a model-API lane", () => {
         expect(yield* deferredOf(t)).toBe(1)
 
         const report = yield* o.compact(t)
-        expect(report.compacted).toBe(false)
+        expect([report.compacted, report.reasonCode]).toEqual([false, "not_supported"])
         expect(report.deliveredItems).toBe(6)
         expect(report.omittedItems).toBe(0)
         expect(report.stillDeferred).toBe(0)
@@ -116,6 +116,7 @@ describe("/compact's stillDeferred", () => {
         const report = yield* o.compact(t)
         expect(report.compacted).toBe(false)
         expect(report.reason).toContain("no native thread yet")
+        expect(report.reasonCode).toBe("no_native_thread")
         expect(report.stillDeferred).toBe(1)
       }).pipe(Effect.provide(Harness.makeLayer([
         scriptedCodex(script, counter),
