@@ -165,12 +165,19 @@ export const threadSnapshot = (s: ThreadSnapshot) =>
 export const switched = (threadId: string, providerInstance: string, r: SwitchResult) =>
   `switched ${threadId} to ${providerInstance} (provider thread ${r.providerThreadId}; ${r.handoffId === null ? "nothing owed" : `handoff ${r.handoffId} owes it history`})`
 
-/** `/compact`'s report: usage before and after (tokens), what it delivered, omitted and left deferred. */
-export const compactReport = (r: CompactReport) =>
-  r.compacted
-    ? `compacted: used ${r.usedBefore === null ? "unknown" : n(r.usedBefore)} -> ${r.usedAfter === null ? "unknown" : n(r.usedAfter)}; ` +
-      `delivered ${items(r.deliveredItems)} ${n(r.deliveredTokens)} tok, omitted ${items(r.omittedItems)}, still deferred ${items(r.stillDeferred)}`
-    : `not compacted: ${r.reason ?? "nothing to do"}`
+const handoffCount = (k: number) => `${n(k)} handoff${k === 1 ? "" : "s"}`
+
+/**
+ * `/compact`'s report: usage before and after (tokens), what it delivered, omitted and left deferred (handoffs whose
+ * delivery is still deferred). A report that did not compact gives its reason, and what it delivered when it drained
+ * deferred history anyway (a model-API lane).
+ */
+export const compactReport = (r: CompactReport) => {
+  const delivered = `delivered ${items(r.deliveredItems)} ${n(r.deliveredTokens)} tok, omitted ${items(r.omittedItems)}, still deferred ${handoffCount(r.stillDeferred)}`
+  return r.compacted
+    ? `compacted: used ${r.usedBefore === null ? "unknown" : n(r.usedBefore)} -> ${r.usedAfter === null ? "unknown" : n(r.usedAfter)}; ${delivered}`
+    : `not compacted: ${r.reason ?? "nothing to do"}${r.deliveredItems > 0 || r.stillDeferred > 0 ? `; ${delivered}` : ""}`
+}
 
 /** `/offload`'s report: what the summary covers and what stays verbatim (tokens are rendered tokens). */
 export const offloadReport = (r: OffloadReport) =>

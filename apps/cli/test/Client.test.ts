@@ -116,7 +116,7 @@ describe("baton --server (the CLI as a client)", () => {
         baton([...admin, "handoffs", threadId])
       ], { concurrency: "unbounded" })
       expect(compacted).toMatchObject({ code: 0, stderr: "" })
-      expect(compacted.stdout).toMatch(/^compacted: used [\d,]+ -> [\d,]+; delivered 0 items 0 tok, omitted 0 items, still deferred 0 items\n$/)
+      expect(compacted.stdout).toMatch(/^compacted: used [\d,]+ -> [\d,]+; delivered 0 items 0 tok, omitted 0 items, still deferred 0 handoffs\n$/)
       expect(JSON.parse(compactedJson.stdout)).toMatchObject({ compacted: true, deliveredItems: 0, stillDeferred: 0 })
       expect(offloaded.stdout).toMatch(/^not offloaded: nothing to offload/)
       expect(listed.stdout).toMatch(new RegExp(`^${threadId}  \\S+Z +2 runs +4 items  over http\\n$`))

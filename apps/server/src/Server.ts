@@ -12,7 +12,7 @@
  *   `interruptTimeoutMs`) so each ends with a recorded outcome (`process_stopped`).
  */
 import { Api } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
+import { Budget, TokenCounter } from "@baton/context"
 import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver, ThreadRead } from "@baton/orchestration"
 import type { ProviderInstance } from "@baton/contracts"
 import { Database, NativeMessageStore } from "@baton/persistence"
@@ -128,7 +128,10 @@ const listener = (settings: ServerConfig.ServerSettings) =>
 /** `url` with the password of its user info, if any, shown as `***`. */
 const hidePassword = (url: string) => url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")
 
-/** The startup lines (stderr): database, providers, where the admin token is, and a warning beyond loopback. */
+/**
+ * The startup lines (stderr): database, providers, a warning for each instance whose window is too small for the
+ * turn-start reserve (`Budget.turnStartWarning`), where the admin token is, and a warning beyond loopback.
+ */
 export const describeSettings = (settings: ServerConfig.ServerSettings) =>
   Effect.gen(function*() {
     const db = settings.database._tag === "sqlite"
@@ -147,6 +150,20 @@ export const describeSettings = (settings: ServerConfig.ServerSettings) =>
           : `${p.name} (window ${p.window}${p.inject ? ", injects" : ""})`
       ).join(", ")
     }`)
+    // An instance whose window is below the turn-start reserve never gets owed history at a turn start: say so now,
+    // not when a user wonders where the history went (the same sentence `baton replay` prints).
+    for (const p of settings.providers) {
+      const { autoCompactThreshold, window } = ServerConfig.windowOf(p)
+      // A Codex instance without a configured window learns it from Codex's usage reports: nothing to warn about yet.
+      if (window === null) continue
+      const warning = Budget.turnStartWarning({
+        name: p.name,
+        window,
+        autoCompactThreshold,
+        canInject: ServerConfig.isModelInstance(p) || ServerConfig.isCodexInstance(p) || p.inject
+      })
+      if (warning !== null) yield* Effect.logWarning(`provider ${warning}`)
+    }
     const source = settings.auth.source
     yield* Effect.logInfo(
       source._tag === "file"

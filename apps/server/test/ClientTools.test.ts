@@ -143,12 +143,18 @@ describe("client tools over HTTP (Anthropic Messages wire on loopback)", () => {
         const created = yield* raw(post("/threads", { title: "tools", providerInstance: "claude", tools: [readFile] }))
         expect(created.status).toBe(201)
         const threadId = String(created.body!.threadId)
+        // The snapshot lists the thread's declared tools (found by a fresh-tester review: it did not).
+        const snapshot = yield* raw(get(`/threads/${threadId}`))
+        expect(snapshot.body!.tools).toEqual([{ name: readFile.name, description: readFile.description }])
+        const plain = yield* raw(post("/threads", { title: "no tools", providerInstance: "claude" }))
+        expect((yield* raw(get(`/threads/${String(plain.body!.threadId)}`))).body!.tools).toEqual([])
         const prompt = "Compare the files pairwise \u{1F50D} — \"exactly\" as they are\n\tplease"
         const sent = yield* raw(post(`/threads/${threadId}/messages`, { text: prompt }))
         expect(sent.status).toBe(202)
         const runId = String(sent.body!.runId)
         const view = (path: string) => Effect.map(raw(get(path)), (r) => r.body as unknown as RunView & { run: { status: string } })
 
+        const firstAnswers: Array<unknown> = []
         for (let r = 1; r <= 5; r++) {
           // Poll the run until it waits for this round's calls.
           let waiting = yield* view(`/runs/${runId}`)
@@ -184,9 +190,18 @@ describe("client tools over HTTP (Anthropic Messages wire on loopback)", () => {
           }))
           expect(repeated.status).toBe(202)
           expect(repeated.body!.runId).toBe(runId)
+          firstAnswers.push(posted.body)
         }
         const done = yield* view(`/runs/${runId}?waitMs=10000`)
         expect([done.run.status, done.run.failureCode]).toEqual(["completed", null])
+        // A repeated command id answers what the first request answered, however the run went on since (found by a
+        // fresh-tester review: the repeat answered the run's status now, `completed`).
+        expect(firstAnswers[4]).toMatchObject({ runId, threadId, status: "waiting" })
+        const repeatedLate = yield* raw(post(`/threads/${threadId}/runs/${runId}/tool-results`, {
+          results: [{ toolCallId: "toolu_5a", output: "contents of a5.ts" }, { toolCallId: "toolu_5b", output: "contents of b5.ts", isError: false }],
+          commandId: "results-5"
+        }))
+        expect([repeatedLate.status, repeatedLate.body]).toEqual([202, firstAnswers[4]])
         expect(done.openToolCalls).toEqual([])
         // Results for a run that is not waiting (here: completed) are 409.
         const late = yield* raw(post(`/threads/${threadId}/runs/${runId}/tool-results`, { results: [{ toolCallId: "toolu_5a", output: "x" }] }))

@@ -136,6 +136,26 @@ describe("model-API provider instances from the config file", () => {
       expect(logs.join("\n")).not.toContain("s3cret-pass")
     }))
 
+  it.effect("an instance whose window is below the turn-start reserve is named at start with its window and the reserve", () =>
+    Effect.gen(function*() {
+      const api = { url: "http://127.0.0.1:9", requests: [], counts: [], enqueue: () => undefined }
+      // 16,000 is below reserve + the minimum useful budget (16,000 + 1,024); 17,024 and 200,000 are not.
+      const settings = yield* settingsFor([
+        instance("tiny", "openai-chat", api, { apiKeyEnv: undefined, contextWindow: 16_000, autoCompactThreshold: null, maxOutputTokens: 2_000 }),
+        instance("edge", "openai-chat", api, { apiKeyEnv: undefined, contextWindow: 17_024, autoCompactThreshold: null, maxOutputTokens: 2_000 }),
+        instance("big", "openai-chat", api, { apiKeyEnv: undefined })
+      ])
+      const logs: Array<{ level: string; message: string }> = []
+      yield* Server.describeSettings(settings).pipe(
+        Effect.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) =>
+          void logs.push({ level: logLevel.label, message: Array.isArray(message) ? message.join(" ") : String(message) }))))
+      )
+      const warnings = logs.filter((l) => l.level === "WARN").map((l) => l.message)
+      expect(warnings).toEqual([
+        "provider tiny: a window of 16000 tokens leaves no history budget after the 16000-token reserve; owed history is deferred at every turn and only /compact drains it"
+      ])
+    }))
+
   it.scoped("a changed model or window takes effect at the next turn start after a restart (snapshot and event)", () =>
     Effect.gen(function*() {
       const upstream = yield* ModelApi.start
@@ -217,6 +237,64 @@ describe("model-API provider instances from the config file", () => {
         // The raw JSON carries the same figures.
         const json = (yield* raw(get(`/runs/${first.run.id}`))).body as { readonly cost: Record<string, unknown> }
         expect(json.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 250, costUsd: 0.009975 })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
+
+  it.scoped("a run failing on a provider error is logged as a warning naming the thread, run, instance and reason, the key redacted", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      const logs: Array<{ level: string; message: string; annotations: Record<string, unknown> }> = []
+      const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ annotations, logLevel, message }) =>
+        void logs.push({
+          level: logLevel.label,
+          message: Array.isArray(message) ? message.join(" ") : String(message),
+          annotations: Object.fromEntries(annotations)
+        })))
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        // A proxy that echoes the key it was sent: the reason reaches the log with the key redacted.
+        upstream.enqueue(ModelApi.error(401, `invalid x-api-key ${marker}`))
+        const failed = yield* sendAndWait(threadId, "hello")
+        expect(failed.run.status).toBe("failed")
+        const warnings = logs.filter((l) => l.level === "WARN" && l.message.includes(failed.run.id))
+        expect(warnings.map((l) => l.message)).toEqual([
+          `run ${failed.run.id} of thread ${threadId} failed on provider claude (startTurn, refused, HTTP 401): HTTP 401: Anthropic invalid_request_error: invalid x-api-key <redacted>`
+        ])
+        expect(warnings[0]!.annotations).toMatchObject({ threadId, runId: failed.run.id, providerInstance: "claude" })
+      }).pipe(Effect.provide(Layer.provideMerge(serveSettings(settings), capture)))
+      for (const l of logs) expect(JSON.stringify(l)).not.toContain(marker)
+    }), 60_000)
+
+  it.scoped("a run whose stream breaks off after the provider reported usage shows that usage and its cost", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      /** An Anthropic answer cut just before `event` (the connection closes there: no message_stop). */
+      const cut = (text: string, event: string): ModelApi.Reply => {
+        const whole = ModelApi.answer("anthropic-messages", text, { input: 1_200, cacheWrite: 300, cacheRead: 5_000, output: 250 })
+        return { ...whole, body: whole.body.slice(0, whole.body.indexOf(`event: ${event}`)) }
+      }
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        // The text completed, then the stream ended before message_delta: message_start's usage is what was billed
+        // (1,200 in, 300 cache write, 5,000 cache read, 1 out).
+        upstream.enqueue(cut("partial answer", "message_delta"))
+        const broken = yield* sendAndWait(threadId, "first")
+        expect(broken.run.status).toBe("failed")
+        expect(broken.items.map((i) => i.text)).toEqual(["first", "partial answer"])
+        expect(broken.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 1 })
+        // 1,200 x $3 + 300 x $3.75 + 5,000 x $0.30 + 1 x $15 per million.
+        expect(broken.cost!.costUsd).toBeCloseTo(0.006240, 12)
+        // Cut right after message_start: nothing completed, but the request was read and billed.
+        upstream.enqueue(cut("never seen", "content_block_start"))
+        const early = yield* sendAndWait(threadId, "second")
+        expect(early.run.status).toBe("failed")
+        expect(early.cost).toMatchObject({ inputTokens: 1_200, cacheWriteTokens: 300, cacheReadTokens: 5_000, outputTokens: 1 })
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        expect(snapshot.costs.totals).toMatchObject({ runs: 2, inputTokens: 2_400, outputTokens: 2 })
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 60_000)
 

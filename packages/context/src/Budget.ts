@@ -190,3 +190,23 @@ export const compute = (input: BudgetInput, policy: BudgetPolicy = defaultPolicy
     usedSource: usage !== null ? "reported" : "estimate"
   }
 }
+
+/**
+ * Why a provider instance can never get history at a turn start, or `null` when it can: its effective window (the
+ * smaller of `window` and `autoCompactThreshold`, tokens, as `compute` chooses it) less the reserve
+ * (`max(reserveFloor, ceil(window * reserveFraction))`, 16,000 by default) leaves less than `minUsefulBudget` (1,024),
+ * so owed history is deferred at every turn and only `/compact` drains it (by the physical headroom). With the default
+ * policy that is every window below 17,024 tokens. `canInject` false adds that `/compact` cannot inject there either.
+ * The sentence names the instance, the window and the reserve; `baton replay` and `baton serve` print it at start.
+ */
+export const turnStartWarning = (
+  instance: { readonly name: string; readonly window: number; readonly autoCompactThreshold: number | null; readonly canInject: boolean },
+  policy: BudgetPolicy = defaultPolicy
+): string | null => {
+  const effective = Math.min(instance.window, instance.autoCompactThreshold ?? instance.window)
+  const reserve = Math.max(policy.reserveFloor, Math.ceil(effective * policy.reserveFraction))
+  return effective - reserve < policy.minUsefulBudget
+    ? `${instance.name}: a window of ${effective} tokens leaves no history budget after the ${reserve}-token reserve; ` +
+      `owed history is deferred at every turn and only /compact${instance.canInject ? "" : " (which cannot inject here)"} drains it`
+    : null
+}

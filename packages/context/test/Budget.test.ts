@@ -231,3 +231,22 @@ describe("Budget.makePolicy", () => {
     expect(Either.isRight(Budget.makePolicy({ tokenCap: 64_000, reserveFraction: 0, reserveFloor: 0 }))).toBe(true)
   })
 })
+
+describe("Budget.turnStartWarning", () => {
+  it("names an instance whose window leaves less than the minimum useful budget after the reserve; null otherwise", () => {
+    const warn = (window: number, autoCompactThreshold: number | null = null, canInject = true) =>
+      Budget.turnStartWarning({ name: "tiny", window, autoCompactThreshold, canInject })
+    // The default reserve is 16,000 up to a 64,000-token window; 17,024 - 16,000 = 1,024 is the minimum useful budget.
+    expect(warn(17_023)).toBe(
+      "tiny: a window of 17023 tokens leaves no history budget after the 16000-token reserve; owed history is deferred at every turn and only /compact drains it"
+    )
+    expect(warn(17_024)).toBeNull()
+    // The smaller of window and auto-compact threshold counts, as in `compute`.
+    expect(warn(200_000, 16_500, false)).toBe(
+      "tiny: a window of 16500 tokens leaves no history budget after the 16000-token reserve; owed history is deferred at every turn and only /compact (which cannot inject here) drains it"
+    )
+    // A policy without a reserve floor: the reserve is a quarter of the window.
+    expect(Budget.turnStartWarning({ name: "tiny", window: 1_200, autoCompactThreshold: null, canInject: true }, policy({ reserveFloor: 0 })))
+      .toContain("after the 300-token reserve")
+  })
+})

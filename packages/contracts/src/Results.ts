@@ -88,11 +88,37 @@ export const SendResult = Schema.Struct({
 })
 export type SendResult = typeof SendResult.Type
 
+/**
+ * Why `/compact` did not compact, for code (`CompactReport.reasonCode`):
+ * - `no_native_thread`: the provider thread has no native thread yet (no turn ran there);
+ * - `native_thread_missing`: its record is gone;
+ * - `native_thread_untrusted`: it is no longer trusted (the next turn start replaces it);
+ * - `native_thread_lost`: the provider no longer has it (the next turn start replaces it);
+ * - `no_progress`: the last compactions of the unchanged native thread freed nothing (not retried);
+ * - `not_supported`: this provider kind cannot compact natively (the model APIs: their native thread is the message
+ *   list Baton sends); owed history was drained into it as far as the window allows, and `/offload` makes the rest
+ *   smaller (docs/providers.md).
+ */
+export const CompactSkipCode = Schema.Literal(
+  "no_native_thread",
+  "native_thread_missing",
+  "native_thread_untrusted",
+  "native_thread_lost",
+  "no_progress",
+  "not_supported"
+)
+export type CompactSkipCode = typeof CompactSkipCode.Type
+
 /** What `/compact` did. Token counts are the native thread's usage, in tokens. */
 export const CompactReport = Schema.Struct({
   compacted: Schema.Boolean,
-  /** Why it did not compact (`compacted: false`), else `null`. */
+  /** Why it did not compact (`compacted: false`), for people, else `null`. */
   reason: Schema.NullOr(Schema.String),
+  /**
+   * Why it did not compact, for code (`CompactSkipCode`); `null` when it compacted. Absent from reports stored
+   * before it existed (a repeated command id answers the first report as stored).
+   */
+  reasonCode: Schema.optional(Schema.NullOr(CompactSkipCode)),
   usedBefore: Schema.NullOr(Tokens),
   usedAfter: Schema.NullOr(Tokens),
   deliveredItems: ItemCount,

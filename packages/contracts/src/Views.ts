@@ -17,7 +17,8 @@ import {
   RunStatus,
   Thread,
   ThreadLink,
-  Tokens
+  Tokens,
+  ToolName
 } from "./Domain.js"
 import { ProviderInstance, RunId, ThreadId } from "./Ids.js"
 
@@ -95,6 +96,17 @@ export type CostTotals = typeof CostTotals.Type
  * its most recent runs (`recentRuns`, up to 20, oldest first: page every run with `GET /threads/{id}/runs`); the
  * handoffs still owing history; its fork/merge links; totals.
  */
+/**
+ * A client tool the thread declared (`POST /threads` `tools`, offered to the model by every run): its name and
+ * description. The input schema is not repeated here (it goes to the provider as given); a message's own tools are
+ * its run's, not the thread's.
+ */
+export const ThreadToolView = Schema.Struct({
+  name: ToolName,
+  description: Schema.String
+})
+export type ThreadToolView = typeof ThreadToolView.Type
+
 export const ThreadSnapshot = Schema.Struct({
   thread: Thread,
   activeProviderInstance: Schema.NullOr(ProviderInstance),
@@ -102,6 +114,8 @@ export const ThreadSnapshot = Schema.Struct({
   recentRuns: Schema.Array(Run),
   openHandoffs: Schema.Array(HandoffView),
   links: Schema.Array(ThreadLink),
+  /** The client tools the thread declared, in the order given (`[]`: none). */
+  tools: Schema.Array(ThreadToolView),
   totals: ThreadTotals,
   /** The cost of each of `recentRuns` that recorded one (same order), and the whole thread's cost totals. */
   costs: Schema.Struct({

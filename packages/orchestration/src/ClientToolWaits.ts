@@ -21,6 +21,7 @@ import {
   type OpenToolCall,
   type PendingItem,
   type Run,
+  RunAccepted,
   RunId,
   RunNotFound,
   RunNotWaiting,
@@ -36,8 +37,14 @@ import { ItemLog, type NewItem } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { RunLifecycle } from "./RunLifecycle.js"
 
-/** A SubmitToolResults receipt: the run the results were posted for. */
-const SubmitReceipt = Schema.Struct({ runId: RunId })
+/**
+ * A SubmitToolResults receipt: what the first request answered (the run, its position and its status then), so a
+ * repeated command id answers the same. Receipts written before it held only `runId` (`SubmitReceiptV1`).
+ */
+const SubmitReceipt = RunAccepted
+
+/** The receipt's first shape (the run id alone): such a repeat is answered with the run as it stands. */
+const SubmitReceiptV1 = Schema.Struct({ runId: RunId })
 
 /** The error result Baton records for an open call whose result never came. */
 export const missingResultText = (source: "deadline" | "interrupt", detail: string) =>
@@ -163,9 +170,11 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
 
     /**
      * Posts the client's results for `command.runId` (see `Commands.SubmitToolResults`): checked against the open
-     * calls, recorded (each result after the held calls, in the calls' order), the wait `answered`. Returns the
-     * run; the caller wakes the run driver to continue it. A repeated command id returns the run as it stands.
-     * Fails with `RunNotFound`, `RunNotWaiting` (409), `InvalidRequest` (400, naming the ids).
+     * calls, recorded (each result after the held calls, in the calls' order), the wait `answered`. Returns what
+     * the request is answered: the run (id, thread, seq) and its status when the results were recorded (`waiting`);
+     * the caller wakes the run driver to continue it. A repeated command id answers what the first request answered
+     * (the receipt), not the run's status now. Fails with `RunNotFound`, `RunNotWaiting` (409), `InvalidRequest`
+     * (400, naming the ids).
      */
     const submit = Effect.fn("ClientToolWaits.submit")(function*(command: Commands.SubmitToolResults) {
       yield* Schema.validate(Commands.SubmitToolResults)(command).pipe(
@@ -177,7 +186,12 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
         const found = yield* store.getRun(command.runId)
         if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
         const run = found.value
-        if (seen._tag === "Some") return run
+        const accepted: RunAccepted = { runId: run.id, threadId: run.threadId, runSeq: run.seq, status: run.status }
+        if (seen._tag === "Some") {
+          const first = Schema.decodeUnknownOption(SubmitReceipt)(seen.value.result)
+          if (first._tag === "Some") return first.value
+          return yield* Effect.as(CommandReceipts.decode(SubmitReceiptV1, command.commandId, seen.value.result), accepted)
+        }
         const wait = yield* store.getToolWait(run.id)
         if (run.status !== "waiting" || wait._tag === "None" || wait.value.state !== "open") {
           return yield* new RunNotWaiting({ runId: run.id, status: run.status === "waiting" ? "waiting (its results were posted already)" : run.status })
@@ -187,8 +201,7 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
         yield* record(run, wait.value, command.results, "client", "answered", "")
         const ordered = wait.value.calls.map((c) => command.results.find((r) => r.toolCallId === c.toolCallId)!)
         yield* store.putToolWait({ ...wait.value, state: "answered", results: ordered, updatedAt: yield* DateTime.now })
-        yield* CommandReceipts.write(store, key, SubmitReceipt, { runId: run.id })
-        return run
+        return yield* CommandReceipts.write(store, key, SubmitReceipt, accepted)
       }))
     })
 

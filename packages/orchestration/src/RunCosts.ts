@@ -8,15 +8,29 @@ import type { RunCost, Run } from "@baton/contracts"
 import type { ProviderAdapter } from "@baton/providers"
 import type { DateTime } from "effect"
 
-/** `tokens` priced by `prices` in US dollars (`null` without prices): sum of tokens x price / 1,000,000. */
+/**
+ * Dollars are kept as whole nano-dollars (1e-9 US dollars) while they are added up, and shown as the nearest double
+ * to that decimal: binary fractions of prices like 0.1 or 0.3 would otherwise print as 0.30000000000000004. A nano-
+ * dollar is far below any provider's billing unit (a token at $0.01 per million is 10 nano-dollars).
+ */
+const nanosPerDollar = 1_000_000_000
+
+/** `usd` as whole nano-dollars. */
+const toNanos = (usd: number): number => Math.round(usd * nanosPerDollar)
+
+/**
+ * `tokens` priced by `prices` in US dollars (`null` without prices): sum of tokens x price / 1,000,000, rounded to
+ * the nano-dollar (1e-9).
+ */
 export const price = (
   tokens: ProviderAdapter.TurnTokens,
   prices: ProviderAdapter.ProviderAdapterShape["prices"]
 ): number | null =>
   prices === undefined
     ? null
-    : (tokens.inputTokens * prices.input + tokens.cacheWriteTokens * prices.cacheWrite +
-      tokens.cacheReadTokens * prices.cacheRead + tokens.outputTokens * prices.output) / 1_000_000
+    // Tokens x dollars per million tokens = micro-dollars; x 1,000 = nano-dollars.
+    : Math.round((tokens.inputTokens * prices.input + tokens.cacheWriteTokens * prices.cacheWrite +
+      tokens.cacheReadTokens * prices.cacheRead + tokens.outputTokens * prices.output) * 1_000) / nanosPerDollar
 
 /** The cost record of `run`'s turn on `adapter` that was billed `tokens`. */
 export const of = (
@@ -36,7 +50,10 @@ export const of = (
   createdAt: at
 })
 
-/** Totals of `costs`: tokens summed, and dollars summed over the runs that have a price (`null` when none has). */
+/**
+ * Totals of `costs`: tokens summed, and dollars summed over the runs that have a price (`null` when none has), added
+ * in whole nano-dollars (so the total of $0.1 and $0.2 is $0.3, not 0.30000000000000004).
+ */
 export const total = (costs: ReadonlyArray<RunCost>) => {
   const priced = costs.filter((c) => c.costUsd !== null)
   return {
@@ -45,6 +62,6 @@ export const total = (costs: ReadonlyArray<RunCost>) => {
     cacheWriteTokens: costs.reduce((n, c) => n + c.cacheWriteTokens, 0),
     cacheReadTokens: costs.reduce((n, c) => n + c.cacheReadTokens, 0),
     outputTokens: costs.reduce((n, c) => n + c.outputTokens, 0),
-    costUsd: priced.length === 0 ? null : priced.reduce((n, c) => n + c.costUsd!, 0)
+    costUsd: priced.length === 0 ? null : priced.reduce((n, c) => n + toNanos(c.costUsd!), 0) / nanosPerDollar
   }
 }

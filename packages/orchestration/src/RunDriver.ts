@@ -358,14 +358,15 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
       interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId, "user"),
       /**
        * Posts the client's tool results for a waiting run (ThreadService `submitToolResults`) and wakes the thread's
-       * worker, which continues the run. Answers at once with the run as it stood when the results were recorded.
-       * Fails with `RunNotFound`, `RunNotWaiting`, `InvalidRequest`.
+       * worker, which continues the run. Answers at once with the run as it stood when the results were recorded (a
+       * repeated command id: what the first request answered). Fails with `RunNotFound`, `RunNotWaiting`,
+       * `InvalidRequest`.
        */
       submitToolResults: (command: Commands.SubmitToolResults) =>
         Effect.gen(function*() {
-          const run = yield* threads.submitToolResults(command)
-          if (!terminalRunStatuses.includes(run.status)) yield* wake(run.threadId)
-          return { runId: run.id, runSeq: run.seq, threadId: run.threadId, status: run.status } satisfies RunAccepted
+          const accepted: RunAccepted = yield* threads.submitToolResults(command)
+          if (!terminalRunStatuses.includes(accepted.status)) yield* wake(accepted.threadId)
+          return accepted
         }),
       /** Runs this process drives right now. */
       inFlight: () => [...inFlight.keys()]

@@ -4,12 +4,17 @@
  * the injection may use the physical headroom (window - used) instead of the turn-start budget. When the owed
  * history does not fit the headroom, the native thread is compacted first to make room, the history injected, and
  * the thread compacted again. An adapter without native injection only compacts; deferred history is left
- * untouched for the next ordinary turn.
+ * untouched for the next ordinary turn. An adapter that injects but cannot compact (the model APIs: their native
+ * thread is Baton's own message list) has its deferred history drained as far as the window allows with room kept
+ * for the next answer (`maxOutputTokens`), and is answered `compacted: false` with what to do to make the rest fit
+ * (`/offload`, then `/compact` again). Every report's `stillDeferred` is the number of deliveries toward the native thread still deferred
+ * after it (the open handoffs toward the provider thread when there is no usable native thread).
  *
  * It does not summarise Baton's own record (that is `/offload`) and never edits an item.
  */
 import {
   CompactReport,
+  type CompactSkipCode,
   type ConcurrentModification,
   type NativeThread,
   type NativeThreadId,
@@ -23,7 +28,7 @@ import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
-import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { ContextHandoffDelivery, type DeliveryPlan } from "./ContextHandoffDelivery.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
@@ -32,10 +37,11 @@ import * as UsageSanity from "./UsageSanity.js"
 /** What `/compact` did (the schema lives in contracts). */
 export { CompactReport } from "@baton/contracts"
 
-/** The report of a `/compact` that did not compact, saying why. */
-export const notCompacted = (reason: string | null): CompactReport => ({
+/** The report of a `/compact` that did not compact, saying why (`stillDeferred` 0: callers set the real count). */
+export const notCompacted = (reason: string | null, reasonCode: CompactSkipCode | null = null): CompactReport => ({
   compacted: false,
   reason,
+  reasonCode,
   usedBefore: null,
   usedAfter: null,
   deliveredItems: 0,
@@ -63,6 +69,15 @@ const stateOf = (
   estimatedTokens: native.estimatedTokens,
   owed: owed.map((o) => `${o.handoff.id}:${o.handoff.itemIds.length}`).sort()
 })
+
+/** What an injection delivered: items, their rendered tokens, and the owed items it left out. */
+interface Injected {
+  readonly items: number
+  readonly tokens: number
+  readonly omitted: number
+}
+
+const nothingInjected: Injected = { items: 0, tokens: 0, omitted: 0 }
 
 /** Compaction events read per page while looking for one native thread's newest (other native threads' interleave). */
 const compactionPage = 8
@@ -118,20 +133,36 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       const receipt = (report: CompactReport) =>
         receiptKey === null ? Effect.succeed(report) : CommandReceipts.write(store, receiptKey, CompactReport, report)
       const empty = notCompacted(null)
-      const refuse = (reason: string) => uow.thread(threadId, "ThreadCompaction.refuse")(receipt({ ...empty, reason }))
-      if (providerThread.activeNativeThreadId === null) return yield* refuse("no native thread yet: nothing to compact")
+      /**
+       * Deliveries toward `target` still `deferred` (the handoffs owed to it); without a usable native thread, the
+       * handoffs open toward the provider thread (the next turn start owes them to the native thread it uses).
+       */
+      const deferredLeft = (target: NativeThread | null) =>
+        target === null
+          ? Effect.map(store.listOpenHandoffs(providerThread.id), (open) => open.length)
+          : Effect.map(delivery.owedTo(threadId, providerThread, target), (owed) => owed.filter((o) => o.delivery.status === "deferred").length)
+      const refuse = (reasonCode: CompactSkipCode, reason: string, target: NativeThread | null = null) =>
+        uow.thread(threadId, "ThreadCompaction.refuse")(
+          Effect.flatMap(deferredLeft(target), (stillDeferred) => receipt({ ...empty, reason, reasonCode, stillDeferred }))
+        )
+      if (providerThread.activeNativeThreadId === null) return yield* refuse("no_native_thread", "no native thread yet: nothing to compact")
       const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
-      if (found._tag === "None") return yield* refuse("the native thread record is missing")
+      if (found._tag === "None") return yield* refuse("native_thread_missing", "the native thread record is missing")
       if (found.value.status === "replaced") {
         // An untrusted native thread is never written to again: the next turn start replaces it.
-        return yield* refuse("the native thread is no longer trusted; the next turn starts a replacement and delivers the history")
+        return yield* refuse("native_thread_untrusted", "the native thread is no longer trusted; the next turn starts a replacement and delivers the history")
       }
       let native = found.value
       const { ratio } = yield* calibration.current(providerThread.providerInstance)
       const used = usedAt(ratio)
       const compactThread = adapter.compactThread
-      if (compactThread === undefined) return yield* refuse(`${adapter.instance} cannot compact natively`)
+      const inject = adapter.injectHistory
+      if (compactThread === undefined && inject === undefined) {
+        return yield* refuse("not_supported", `${adapter.instance} can neither compact natively nor take history outside a turn: nothing to do. ` +
+          `Deferred history is delivered at the next turn start as the budget allows; /offload makes it smaller (a summary)`, native)
+      }
       const usedBefore = used(native)
+      if (compactThread === undefined) return yield* drainOnly(threadId, providerThread, adapter, native, ratio, usedBefore, receipt)
       // No compaction loops: after N attempts in a row on an unchanged native thread that freed nothing, stop calling
       // the provider and say why. The count is about that unchanged thread: once a turn, an injection or newly owed
       // history has changed it since the last attempt, compaction may free something again and the count restarts.
@@ -145,7 +176,8 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           ...empty,
           usedBefore,
           usedAfter: usedBefore,
-          stillDeferred: owedBefore.length,
+          stillDeferred: owedBefore.filter((o) => o.delivery.status === "deferred").length,
+          reasonCode: "no_progress",
           reason: `compaction freed nothing the last ${withoutProgress} times ` +
             `(${usedBefore} tokens used); not retried. The thread stays usable: send a message, or switch provider`
         }))
@@ -167,28 +199,11 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         yield* store.updateNativeThread(native)
       })
 
-      // Uncertain deliveries are never drained again: read them back first where the adapter can; whatever stays
-      // uncertain is left to the next turn start (which replaces the native thread) and not injected here.
-      const uncertain = yield* store.listDeliveriesByStatus(native.id, "pending")
-      if (uncertain.length > 0 && (yield* turnStart.reconcile(threadId, providerThread, native, uncertain, adapter))) {
-        const reread = yield* store.getNativeThread(native.id)
-        if (reread._tag === "Some") native = reread.value
-      }
+      native = yield* reconcileUncertain(threadId, providerThread, adapter, native)
       const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
-      let deliveredItems = 0
-      let deliveredTokens = 0
-      let omittedItems = 0
-      let stillDeferred = owed.filter((o) => o.delivery.status === "deferred").length
-      const inject = adapter.injectHistory
+      let injected: Injected = nothingInjected
       if (owed.length > 0 && inject !== undefined) {
-        const headroom = () =>
-          Budget.compute({
-            modelWindow: providerThread.contextWindow ?? undefined,
-            usage: native.usage,
-            estimatedUsedTokens: native.estimatedTokens,
-            requestTokens: 0,
-            ratio
-          }, config.budget).physicalHeadroom
+        const headroom = () => headroomOf(providerThread, native, ratio)
         let room = headroom()
         let plan = yield* delivery.plan(threadId, owed, room, ratio)
         let compactedFirst = false
@@ -199,47 +214,9 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           plan = yield* delivery.plan(threadId, owed, room, ratio)
         }
         if (plan.selection.selected.length > 0) {
-          const pending = yield* uow.thread(threadId, "ThreadCompaction.pending")(delivery.markPending(threadId, plan, "injected", null, room, ratio))
-          const outcome = yield* inject({
-            nativeRef: native.nativeRef,
-            rendered: plan.selection.rendered,
-            itemIds: plan.selection.selected.map((i) => i.id),
-            deliveryIds: pending.map((d) => d.id)
-          }).pipe(Effect.either)
-          if (outcome._tag === "Left") {
-            // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
-            if (yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter)) {
-              const reread = yield* store.getNativeThread(native.id)
-              if (reread._tag === "Some") native = reread.value
-              const settled = (yield* store.listDeliveriesOfThread(threadId)).filter((d) =>
-                pending.some((p) => p.id === d.id) && d.status === "injected"
-              )
-              if (settled.length > 0) {
-                deliveredItems = plan.selection.selected.length
-                deliveredTokens = plan.selection.tokens
-                omittedItems = plan.selection.omittedItemIds.length
-                stillDeferred = 0
-              }
-            }
-          } else {
-            const acknowledged = outcome.right
-            native = yield* uow.thread(threadId, "ThreadCompaction.injected")(Effect.gen(function*() {
-              yield* delivery.markSettled(threadId, pending, "injected")
-              const now = yield* DateTime.now
-              const updated: NativeThread = {
-                ...native,
-                usage: UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage ?? native.usage,
-                estimatedTokens: native.estimatedTokens + plan.selection.tokens,
-                updatedAt: now
-              }
-              yield* store.updateNativeThread(updated)
-              return updated
-            }))
-            deliveredItems = plan.selection.selected.length
-            deliveredTokens = plan.selection.tokens
-            omittedItems = plan.selection.omittedItemIds.length
-            stillDeferred = 0
-          }
+          const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, plan, room, ratio)
+          native = outcome.native
+          injected = outcome.injected
           yield* compactOnce
         } else if (!compactedFirst) {
           yield* compactOnce
@@ -250,31 +227,177 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       const usedAfter = used(native)
       native = {
         ...native,
-        compactionsWithoutProgress: progressed || deliveredItems > 0 ? 0 : withoutProgress + 1
-      }
-      const report: CompactReport = {
-        compacted: true,
-        reason: null,
-        usedBefore,
-        usedAfter,
-        deliveredItems,
-        deliveredTokens,
-        omittedItems,
-        stillDeferred
+        compactionsWithoutProgress: progressed || injected.items > 0 ? 0 : withoutProgress + 1
       }
       const outcome = native
       return yield* uow.thread(threadId, "ThreadCompaction.compacted")(Effect.gen(function*() {
         yield* store.updateNativeThread(outcome)
+        const owedAfter = yield* delivery.owedTo(threadId, providerThread, outcome)
         yield* store.appendEvent({ threadId, type: "thread.compacted", payload: {
           nativeThreadId: outcome.id,
           usedBefore,
           usedAfter,
-          delivered: deliveredItems,
-          state: stateOf(outcome, yield* delivery.owedTo(threadId, providerThread, outcome))
+          delivered: injected.items,
+          state: stateOf(outcome, owedAfter)
         }, commandId: receiptKey?.commandId ?? null })
-        return yield* receipt(report)
+        return yield* receipt({
+          compacted: true,
+          reason: null,
+          reasonCode: null,
+          usedBefore,
+          usedAfter,
+          deliveredItems: injected.items,
+          deliveredTokens: injected.tokens,
+          omittedItems: injected.omitted,
+          stillDeferred: owedAfter.filter((o) => o.delivery.status === "deferred").length
+        })
       }))
     })
+
+    /**
+     * Uncertain (`pending`) deliveries are never drained again: they are read back first where the adapter can;
+     * whatever stays uncertain is left to the next turn start (which replaces the native thread). Returns the native
+     * thread as stored after the read-back.
+     */
+    const reconcileUncertain = (
+      threadId: ThreadId,
+      providerThread: ProviderThread,
+      adapter: ProviderAdapter.ProviderAdapterShape,
+      native: NativeThread
+    ) =>
+      Effect.gen(function*() {
+        const uncertain = yield* store.listDeliveriesByStatus(native.id, "pending")
+        if (uncertain.length > 0 && (yield* turnStart.reconcile(threadId, providerThread, native, uncertain, adapter))) {
+          const reread = yield* store.getNativeThread(native.id)
+          if (reread._tag === "Some") return reread.value
+        }
+        return native
+      })
+
+    /** What fits physically in `native` now (provider tokens, reserve included): the window less its usage. */
+    const headroomOf = (providerThread: ProviderThread, native: NativeThread, ratio: number) =>
+      Budget.compute({
+        modelWindow: providerThread.contextWindow ?? undefined,
+        usage: native.usage,
+        estimatedUsedTokens: native.estimatedTokens,
+        requestTokens: 0,
+        ratio
+      }, config.budget).physicalHeadroom
+
+    /**
+     * Injects `plan`'s selection into `native`: the `pending` intent first, then the adapter, then the deliveries
+     * settled `injected` with the native thread's usage (a lost acknowledgement is read back; deliveries that stay
+     * uncertain are left `pending` for the next turn start). Returns the native thread after it and what arrived.
+     */
+    const injectPlan = (
+      threadId: ThreadId,
+      providerThread: ProviderThread,
+      adapter: ProviderAdapter.ProviderAdapterShape,
+      inject: NonNullable<ProviderAdapter.ProviderAdapterShape["injectHistory"]>,
+      native: NativeThread,
+      plan: DeliveryPlan,
+      room: number,
+      ratio: number
+    ) =>
+      Effect.gen(function*() {
+        const arrived: Injected = {
+          items: plan.selection.selected.length,
+          tokens: plan.selection.tokens,
+          omitted: plan.selection.omittedItemIds.length
+        }
+        const pending = yield* uow.thread(threadId, "ThreadCompaction.pending")(delivery.markPending(threadId, plan, "injected", null, room, ratio))
+        const outcome = yield* inject({
+          nativeRef: native.nativeRef,
+          rendered: plan.selection.rendered,
+          itemIds: plan.selection.selected.map((i) => i.id),
+          deliveryIds: pending.map((d) => d.id)
+        }).pipe(Effect.either)
+        if (outcome._tag === "Left") {
+          // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
+          if (!(yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter))) return { native, injected: nothingInjected }
+          const reread = yield* store.getNativeThread(native.id)
+          const settled = (yield* store.listDeliveriesOfThread(threadId)).filter((d) =>
+            pending.some((p) => p.id === d.id) && d.status === "injected"
+          )
+          return { native: reread._tag === "Some" ? reread.value : native, injected: settled.length > 0 ? arrived : nothingInjected }
+        }
+        const acknowledged = outcome.right
+        const updated = yield* uow.thread(threadId, "ThreadCompaction.injected")(Effect.gen(function*() {
+          yield* delivery.markSettled(threadId, pending, "injected")
+          const now = yield* DateTime.now
+          // An adapter that reports no usage for an injection (the model APIs: no request is sent) leaves the last
+          // reported usage stale: it is advanced by the block's size in the provider's units until a request reports.
+          const reported = UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage
+          const next: NativeThread = {
+            ...native,
+            usage: reported ?? (native.usage === null ? null : {
+              ...native.usage,
+              usedTokens: native.usage.usedTokens + Calibration.apply(ratio, plan.selection.tokens)
+            }),
+            estimatedTokens: native.estimatedTokens + plan.selection.tokens,
+            updatedAt: now
+          }
+          yield* store.updateNativeThread(next)
+          return next
+        }))
+        return { native: updated, injected: arrived }
+      })
+
+    /**
+     * `/compact` on an adapter that injects but cannot compact (the model APIs): the deferred history is injected as
+     * far as the window allows less `maxOutputTokens` (nothing compacts afterwards, so the next answer must still
+     * fit), and the report is `compacted: false` with what was delivered, what stays deferred, and what to do to make
+     * the rest fit. No `thread.compacted` event (nothing was compacted); the deliveries have their own events.
+     */
+    const drainOnly = (
+      threadId: ThreadId,
+      providerThread: ProviderThread,
+      adapter: ProviderAdapter.ProviderAdapterShape,
+      start: NativeThread,
+      ratio: number,
+      usedBefore: number,
+      receipt: (report: CompactReport) => Effect.Effect<CompactReport, PersistenceError | ConcurrentModification>
+    ) =>
+      Effect.gen(function*() {
+        const inject = adapter.injectHistory!
+        let native = yield* reconcileUncertain(threadId, providerThread, adapter, start)
+        const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
+        const answerRoom = adapter.maxOutputTokens ?? 0
+        const room = Math.max(0, headroomOf(providerThread, native, ratio) - answerRoom)
+        let injected: Injected = nothingInjected
+        if (owed.length > 0) {
+          const plan = yield* delivery.plan(threadId, owed, room, ratio)
+          if (plan.selection.selected.length > 0) {
+            const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, plan, room, ratio)
+            native = outcome.native
+            injected = outcome.injected
+          }
+        }
+        const usedAfter = usedAt(ratio)(native)
+        const done = native
+        return yield* uow.thread(threadId, "ThreadCompaction.drained")(Effect.gen(function*() {
+          const stillDeferred = (yield* delivery.owedTo(threadId, providerThread, done)).filter((o) => o.delivery.status === "deferred").length
+          const what = owed.length === 0
+            ? "no history was owed to it"
+            : injected.items > 0
+            ? `${injected.items} deferred item(s) were injected into it (${room} tokens were free with ${answerRoom} kept for the next answer)`
+            : `the deferred history did not fit (${room} tokens free with ${answerRoom} kept for the next answer)`
+          return yield* receipt({
+            compacted: false,
+            reasonCode: "not_supported",
+            reason: `${adapter.instance} cannot compact natively: its native thread is the message list Baton sends. ` +
+              `${what[0]!.toUpperCase()}${what.slice(1)}; ${stillDeferred} handoff(s) still deferred. ` +
+              `To make owed history fit, /offload summarises it (what is owed becomes the summary and the newer items), then /compact again; ` +
+              `the message list itself shrinks only by tool-result offload (answered tool results stubbed as it grows)`,
+            usedBefore,
+            usedAfter,
+            deliveredItems: injected.items,
+            deliveredTokens: injected.tokens,
+            omittedItems: injected.omitted,
+            stillDeferred
+          })
+        }))
+      })
 
     return { compact }
   })

@@ -456,12 +456,15 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
               const native = providerThread.activeNativeThreadId === null
                 ? Option.none()
                 : yield* store.getNativeThread(providerThread.activeNativeThreadId)
-              const report = notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`)
-              yield* uow.thread(thread.id, "ThreadService.compactLost")(Effect.gen(function*() {
+              return yield* uow.thread(thread.id, "ThreadService.compactLost")(Effect.gen(function*() {
                 if (native._tag === "Some") yield* trust.distrust(thread.id, native.value, "the provider no longer has it")
-                yield* CommandReceipts.write(store, receiptKey, CompactReport, report)
+                // What is still owed goes to the replacement: the handoffs open toward the provider thread.
+                const report: CompactReport = {
+                  ...notCompacted(`${e.message}; the next turn starts a replacement native thread and redelivers the history`, "native_thread_lost"),
+                  stillDeferred: (yield* store.listOpenHandoffs(providerThread.id)).length
+                }
+                return yield* CommandReceipts.write(store, receiptKey, CompactReport, report)
               }))
-              return report
             })
         )
       )

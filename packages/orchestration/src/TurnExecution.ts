@@ -58,6 +58,18 @@ export const resultFromRecord = (r: Run, providerInstance: ProviderThread["provi
   failureCode: r.failureCode
 })
 
+/**
+ * Logs, at warning level (stderr in `baton serve`), that `run` ended `failed` on the provider error `error`: the thread,
+ * the run, the provider instance, the operation and code (with the HTTP status when there was one) and the provider's
+ * reason, from which the adapters have already redacted the instance's key. Annotated with `threadId`, `runId` and
+ * `providerInstance` for structured loggers. An operator sees why runs fail without reading the run records.
+ */
+export const logProviderFailure = (run: Run, error: ProviderError) =>
+  Effect.logWarning(
+    `run ${run.id} of thread ${run.threadId} failed on provider ${error.provider} ` +
+      `(${error.operation}, ${error.code}${error.httpStatus === undefined ? "" : `, HTTP ${error.httpStatus}`}): ${error.reason}`
+  ).pipe(Effect.annotateLogs({ threadId: run.threadId, runId: run.id, providerInstance: error.provider }))
+
 /** Provider error codes after which the provider did not read the prompt: the run is a missed run. */
 export const promptNotReadCodes: ReadonlySet<ProviderErrorCode> = new Set(["refused", "interrupted", "unavailable", "overflow", "ack_lost", "thread_not_found"])
 
@@ -336,6 +348,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const failed = prepared.left
           const code = failed._tag === "ProviderError" ? runFailureCodeOfProvider(failed.code) : "turn_start_failed"
           run = yield* uow.thread(run.threadId, "TurnExecution.turnStartFailed")(finishRun(run, "failed", "before_provider", failed.message, code))
+          if (failed._tag === "ProviderError" && run.status === "failed") yield* logProviderFailure(run, failed)
           return result(null, null, providerThread.contextWindow ?? 0)
         }
         const plan = prepared.right
@@ -477,9 +490,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
             }
             // (Unknown: the inline deliveries stay `pending`; the replacement supersedes them.)
+            // A turn that failed after the provider reported usage was billed all the same (the report says it read
+            // the request, even when the stream broke before an item completed).
+            if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, yield* DateTime.now))
             if (arrived) {
-              // A turn that failed after the provider read it was billed all the same.
-              if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, yield* DateTime.now))
               // What the stream held back (an open tool unit, a possible replay) is recorded now, its calls closed.
               const items = yield* output.flush(error.code === "interrupted")
               const fresh = yield* store.getProviderThread(plan.providerThread.id)
@@ -519,6 +533,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             )
           })
           run = yield* uow.thread(run.threadId, "TurnExecution.turnFailed")(finished)
+          if (run.status === "failed") yield* logProviderFailure(run, error)
           return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
 
@@ -770,6 +785,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       })))
       if (written._tag === "Left") return yield* fail(`provider output could not be recorded: ${written.left.message}`, "output_not_recorded")
       run = written.right
+      if (outcome._tag === "Left" && run.status === "failed") yield* logProviderFailure(run, ProviderFailure.classify(outcome.left as ProviderError))
       return resultFromRecord(run, providerThread.providerInstance)
     })
 

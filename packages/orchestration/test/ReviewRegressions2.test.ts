@@ -138,6 +138,7 @@ describe("B: the no-progress /compact count is about an unchanged native thread"
       for (let i = 0; i < 3; i++) yield* o.compact(t)
       const fourth = yield* o.compact(t)
       expect([fourth.compacted, compacts()]).toEqual([false, 3])
+      expect(fourth.reasonCode).toBe("no_progress")
       expect(fourth.reason).toBe(
         "compaction freed nothing the last 3 times (21 tokens used); not retried. The thread stays usable: send a message, or switch provider"
       )

@@ -22,6 +22,20 @@ describe("RunCosts.price", () => {
     expect(RunCosts.price(tokens, sonnet)).toBeCloseTo(0.1155, 10)
     expect(RunCosts.price(tokens, undefined)).toBeNull()
   })
+
+  // Found by a fresh-tester review: costs showed binary float noise (0.30000000000000004).
+  it("is exact to the nano-dollar, without float noise, and so are the totals", () => {
+    const tenths = { input: 0.1, cacheWrite: 0, cacheRead: 0, output: 0.2 }
+    // 0.1 + 0.2 per million would be 3.0000000000000004e-7.
+    expect(RunCosts.price({ inputTokens: 1, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 1 }, tenths)).toBe(3e-7)
+    expect(RunCosts.price({ inputTokens: 1_000_000, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 1_000_000 }, tenths)).toBe(0.3)
+    const cost = (costUsd: number) => ({
+      runId: "run_x", threadId: "thr_x", providerInstance: "claude", inputTokens: 1, cacheWriteTokens: 0, cacheReadTokens: 0,
+      outputTokens: 0, costUsd, createdAt: undefined as never
+    }) as unknown as Parameters<typeof RunCosts.total>[0][number]
+    expect(RunCosts.total([cost(0.1), cost(0.2)]).costUsd).toBe(0.3)
+    expect(RunCosts.total([cost(0.009975), cost(0.00285), cost(0.0018125)]).costUsd).toBe(0.0146375)
+  })
 })
 
 describe.each(Harness.dialects)("%s", (_dialect, db) => {

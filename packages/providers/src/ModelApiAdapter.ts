@@ -677,10 +677,28 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       state.current = parser
       return answerItems(operation, response, parser).pipe(
         Stream.map((item) => TurnEvent.item_produced({ item })),
+        // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input tokens):
+        // the request was billed, so its tokens are reported before the failure and the run's cost is recorded.
+        Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
         (items) => flushed.length === 0 ? items : Stream.concat(Stream.fromIterable(flushed), items),
         Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
         Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
       )
+
+      /** The usage a broken-off answer reported so far (the turn's running total), or nothing when it reported none. */
+      function partialUsage(parser: StreamParser): ReadonlyArray<TurnEvent> {
+        const outcome = parser.outcome()
+        if (outcome.tokens === null || outcome.contextTokens === null) return []
+        const tokens = sumTokens(billed, outcome.tokens)!
+        return [TurnEvent.usage_reported({
+          usage: {
+            usedTokens: outcome.contextTokens,
+            maxTokens: config.contextWindow,
+            ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+          },
+          tokens
+        })]
+      }
 
       /** The answer is complete: record it, report usage, then end the turn or answer Baton's own calls and go on. */
       function afterAnswer(outcome: RequestOutcome) {
@@ -821,6 +839,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     instance,
     model: config.model,
     modelContextWindow: config.contextWindow,
+    maxOutputTokens: config.maxOutputTokens,
     prices: config.prices,
     startThread: () => Effect.sync(() => ({ nativeRef: newRef() })),
     resumeThread: (nativeRef) => Effect.asVoid(lane("resumeThread", nativeRef)),

@@ -183,6 +183,12 @@ export interface ProviderAdapterShape {
   readonly prices?: { readonly input: number; readonly cacheWrite: number; readonly cacheRead: number; readonly output: number } | undefined
   /** The model's context window in tokens, `null` when unknown. */
   readonly modelContextWindow: number | null
+  /**
+   * The most tokens one answer may take (the `max_tokens` / `max_output_tokens` every request sends), when the
+   * adapter sets one (model APIs). `/compact` without native compaction keeps this much of the window free when it
+   * injects deferred history, so the next answer still fits.
+   */
+  readonly maxOutputTokens?: number | undefined
   /** Starts a fresh native thread and returns its provider reference. */
   readonly startThread: () => Effect.Effect<{ readonly nativeRef: string }, ProviderError>
   /** Re-attaches to an existing native thread (after a restart). Never replays history into Baton's record. */

@@ -7,7 +7,7 @@
  * plain digits or a `k` suffix: `44k`). The JSON form is `ProviderSpecJson`.
  */
 import { InvalidRequest, type ProviderInstance } from "@baton/contracts"
-import type { TokenCounter } from "@baton/context"
+import { Budget, type TokenCounter } from "@baton/context"
 import { Either, Schema } from "effect"
 import * as ScriptedProvider from "./ScriptedProvider.js"
 
@@ -33,18 +33,12 @@ const tokens = (text: string) => {
 export const maxWindow = 100_000_000
 
 /**
- * A warning for a spec that can never deliver history at turn start: its effective window is at most the reserve
- * floor plus the minimum useful budget (16,000 + 1,024 tokens by default), so owed history is always deferred and
- * only `/compact` drains it. `null` when the spec is fine.
+ * A warning for a spec that can never deliver history at turn start (`Budget.turnStartWarning` under the default
+ * policy): its effective window is at most the reserve floor plus the minimum useful budget (16,000 + 1,024 tokens),
+ * so owed history is always deferred and only `/compact` drains it. `null` when the spec is fine.
  */
-export const warning = (spec: ProviderSpec): string | null => {
-  const effective = Math.min(spec.window, spec.autoCompactThreshold ?? spec.window)
-  const reserve = Math.max(16_000, Math.ceil(effective / 4))
-  return effective - reserve < 1_024
-    ? `${spec.name}: a window of ${effective} tokens leaves no history budget after the ${reserve}-token reserve; ` +
-      `owed history is deferred at every turn and only /compact${spec.inject ? "" : " (which cannot inject here)"} drains it`
-    : null
-}
+export const warning = (spec: ProviderSpec): string | null =>
+  Budget.turnStartWarning({ name: spec.name, window: spec.window, autoCompactThreshold: spec.autoCompactThreshold, canInject: spec.inject })
 
 /** Parses a `--providers` value. Fails with `InvalidRequest` naming the bad spec and why. */
 export const parse = (value: string): Either.Either<ReadonlyArray<ProviderSpec>, InvalidRequest> => {
