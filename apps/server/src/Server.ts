@@ -109,11 +109,19 @@ export const orchestratorLayer = (
 
 /**
  * A Node HTTP server on `host:port` whose open connections are closed `shutdownTimeoutMs` after shutdown begins
- * (the listener stops accepting at once; requests still open by the deadline are cut).
+ * (the listener stops accepting at once; requests still open by the deadline are cut). Until the API is served on it,
+ * every request is answered 503 `ServerStarting` with `Retry-After: 1`.
  */
-const listener = (settings: ServerConfig.ServerSettings) =>
+export const listener = (settings: Pick<ServerConfig.ServerSettings, "host" | "port" | "limits">) =>
   Layer.unwrapEffect(Effect.sync(() => {
     const server = Http.createServer()
+    // The socket listens before the API is attached (the API is built on the listening server): a request in that
+    // window would find no handler and hang. Until the API's handler joins this one, answer 503 with Retry-After.
+    server.on("request", (_request: Http.IncomingMessage, response: Http.ServerResponse) => {
+      if (server.listenerCount("request") > 1) return
+      response.writeHead(503, { "content-type": "application/json", "retry-after": "1" })
+      response.end(JSON.stringify({ _tag: "ServerStarting", message: "the server is starting; retry in a moment" }))
+    })
     // Built after the server, so its finalizer runs before the server's close (which waits for open connections).
     const deadline = Layer.scopedDiscard(Effect.flatMap(HttpServer.HttpServer, () =>
       Effect.addFinalizer(() =>

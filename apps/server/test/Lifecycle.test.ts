@@ -7,7 +7,10 @@ import { RunId } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Layer, Scope } from "effect"
+import { Server, type ServerConfig } from "@baton/server"
+import { HttpServer } from "@effect/platform"
+import { Context, Deferred, Duration, Effect, Exit, Layer, Scope } from "effect"
+import * as Http from "node:http"
 import { client, get, raw, serve } from "./helpers.js"
 
 const providers = (db: string, idNamespace: string) =>
@@ -48,4 +51,30 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(after).toEqual([["interrupted", "process_stopped"], ["interrupted", "process_restarted"]])
       })
     ))
+})
+
+describe("start-up", () => {
+  it.live("a request that reaches the socket before the API is attached gets 503 ServerStarting with Retry-After, not a hang", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const context = yield* Layer.buildWithScope(
+        Server.listener({ host: "127.0.0.1", port: 0, limits: { shutdownTimeoutMs: 1_000 } as ServerConfig.ServerSettings["limits"] }),
+        scope
+      )
+      const address = Context.get(context, HttpServer.HttpServer).address
+      const port = address._tag === "TcpAddress" ? address.port : 0
+      const answer = yield* Effect.async<{ status: number; retryAfter: string | undefined; body: string }, Error>((resume) => {
+        const request = Http.get({ host: "127.0.0.1", port, path: "/healthz", timeout: 5_000 }, (response) => {
+          let body = ""
+          response.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")))
+          response.on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, retryAfter: response.headers["retry-after"], body })))
+        })
+        request.on("timeout", () => request.destroy(new Error("no answer within 5 s")))
+        request.on("error", (e) => resume(Effect.fail(e)))
+      })
+      yield* Scope.close(scope, Exit.void)
+      expect(answer.status).toBe(503)
+      expect(answer.retryAfter).toBe("1")
+      expect(JSON.parse(answer.body)).toMatchObject({ _tag: "ServerStarting" })
+    }))
 })
