@@ -11,7 +11,7 @@
 import { Api, ClientTool, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, terminalRunStatuses } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest } from "@effect/platform"
-import { Console, Data, Duration, Effect, Option, Schema, Stream } from "effect"
+import { Console, Data, Duration, Effect, Option, ParseResult, Schema, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Format from "./Format.js"
 
@@ -102,16 +102,28 @@ export const threads = (target: Target) =>
  * `schema`; `what` names it in the one-line failure (a file that cannot be read, JSON that does not parse, a field
  * that does not match, with its path).
  */
-const jsonArgument = <A, I>(what: string, text: string, schema: Schema.Schema<A, I>) =>
+const jsonArgument = <A, I>(what: string, text: string, schema: Schema.Schema<A, I>, shape?: string) =>
   Effect.gen(function*() {
     const trimmed = text.trimStart()
     const source = trimmed.startsWith("[") || trimmed.startsWith("{")
       ? text
       : yield* Effect.try({ try: () => Fs.readFileSync(text, "utf8"), catch: (e) => new RemoteFailure({ message: `${what}: cannot read ${text} (${oneLine(String(e instanceof Error ? e.message : e))})` }) })
     return yield* Schema.decodeUnknown(Schema.parseJson(schema))(source).pipe(
-      Effect.mapError((e) => new RemoteFailure({ message: `${what}: ${oneLine(e.message)}` }))
+      Effect.mapError((e) => new RemoteFailure({ message: `${what}: ${shape === undefined ? oneLine(e.message) : `expected ${shape}; ${deepestIssue(e)}`}` }))
     )
   })
+
+/**
+ * The most specific problem of a decoding failure, as `path: message` (the issue with the longest path: for a union,
+ * the member that got furthest), instead of the whole tree of a union's members.
+ */
+const deepestIssue = (error: ParseResult.ParseError): string => {
+  const issues = ParseResult.ArrayFormatter.formatErrorSync(error)
+  const deepest = issues.reduce<(typeof issues)[number] | undefined>((best, i) => best === undefined || i.path.length > best.path.length ? i : best, undefined)
+  if (deepest === undefined) return oneLine(error.message)
+  const path = deepest.path.map((p) => typeof p === "number" ? `[${p}]` : `.${String(p)}`).join("").replace(/^\./, "")
+  return oneLine(`${path === "" ? "" : `${path}: `}${deepest.message}`).slice(0, 300)
+}
 
 /** Tools as `--tools` takes them: a JSON array of `{name, description, inputSchema}`. */
 const ToolsArgument = Schema.Array(ClientTool)
@@ -164,7 +176,7 @@ const untilSettled = (client: Effect.Effect.Success<ReturnType<typeof api>>, run
 export const toolResults = (target: Target, threadId: string, runId: string, results: string, json: boolean) =>
   call(target, Effect.gen(function*() {
     const client = yield* api(target)
-    const parsed = yield* jsonArgument("--results", results, ResultsArgument)
+    const parsed = yield* jsonArgument("--results", results, ResultsArgument, `a JSON array of {"toolCallId", "output", "isError"?} or {"results": [...]}`)
     const list = "results" in parsed ? parsed.results : parsed
     const accepted = yield* client.runs.toolResults({
       path: { threadId: threadId as ThreadId, runId: runId as RunId },

@@ -71,6 +71,17 @@ describe("baton tool-results (the CLI as a client)", () => {
       ])
       expect(sent.stdout).toMatch(/run\.waiting +\S+ round 1 waits for run_tests call_1/)
 
+      // A malformed argument: one line saying what shape is expected and the deepest problem, not the schema's tree.
+      const malformed = yield* baton([...admin, "tool-results", threadId, runId, "--results", `{"toolCallId":"call_1"}`])
+      expect(malformed.code).toBe(2)
+      expect(malformed.stderr).toBe(
+        "baton: --results: expected a JSON array of {\"toolCallId\", \"output\", \"isError\"?} or {\"results\": [...]}; results: is missing\n"
+      )
+      const noOutput = yield* baton([...admin, "tool-results", threadId, runId, "--results", `[{"toolCallId":"call_1"}]`])
+      expect(noOutput.stderr).toBe(
+        "baton: --results: expected a JSON array of {\"toolCallId\", \"output\", \"isError\"?} or {\"results\": [...]}; [0].output: is missing\n"
+      )
+
       const unknown = yield* baton([...admin, "tool-results", threadId, runId, "--results", `[{"toolCallId":"call_9","output":"x"}]`])
       expect(unknown.code).toBe(2)
       expect(unknown.stderr).toMatch(/^baton: run \S+: no open tool call has the id "call_9"; no result for the open call "call_1"/)
