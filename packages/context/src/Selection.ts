@@ -200,26 +200,41 @@ export const select = <A extends SelectableItem>(input: SelectionInput<A>): Sele
     return attempt.tokens <= budget ? attempt : fit
   }
 
-  // Drop the lowest-priority units worth the overshoot and count again; `failing` is a unit count known not to fit.
-  let count = chosen.length
+  return fitByCount(budget, chosen.length, (k) => cost[chosen[k]!]!, (count) => render(chosen, count), refill, nothing)
+}
+
+/**
+ * The counted fit shared by both selections. `chosen` steps (in priority order, `stepCost(k)` the estimated cost of
+ * the k-th) are rendered as a prefix of `count` steps (`renderPrefix`). Rounds of "render, count, drop the
+ * lowest-priority steps worth the overshoot"; a first fit is offered to `refill` (the slack the estimates left); if
+ * the estimates keep missing, a binary search for the longest prefix below the last failing count: keeping fewer
+ * steps nearly always renders fewer tokens, and whatever the search settles on was counted and fits (`nothing` if no
+ * prefix does).
+ */
+const fitByCount = <A>(
+  budget: number,
+  steps: number,
+  stepCost: (k: number) => number,
+  renderPrefix: (count: number) => Selection<A>,
+  refill: (fit: Selection<A>, count: number) => Selection<A>,
+  nothing: Selection<A>
+): Selection<A> => {
+  let count = steps
   let failing = 0
   for (let round = 0; count > 0 && round < ESTIMATE_ROUNDS; round++) {
-    const attempt = render(chosen, count)
+    const attempt = renderPrefix(count)
     const overshoot = attempt.tokens - budget
     if (overshoot <= 0) return round === 0 ? refill(attempt, count) : attempt
     failing = count
     let freed = 0
-    while (count > 0 && freed < overshoot) freed += cost[chosen[--count]!]!
+    while (count > 0 && freed < overshoot) freed += stepCost(--count)
   }
-
-  // The estimates keep missing: binary-search the longest prefix of `chosen` that fits below `failing`. Keeping
-  // fewer units nearly always renders fewer tokens; whatever the search settles on was counted and fits.
   let best: Selection<A> = nothing
   let lo = 0
   let hi = failing
   while (hi - lo > 1) {
     const mid = (lo + hi) >> 1
-    const attempt = render(chosen, mid)
+    const attempt = renderPrefix(mid)
     if (attempt.tokens <= budget) {
       lo = mid
       best = attempt
@@ -262,37 +277,39 @@ const selectWithStubs = <A extends SelectableItem>(input: SelectionInput<A>, not
   const units = ToolUnits.toolUnitIndices(items)
   const unitOf = new Int32Array(n)
   const cost = new Float64Array(units.length)
-  const stubCost = new Float64Array(units.length)
-  const stubs: Array<Render.UnitStub | null> = []
-  const separator = counter.count("\n\n")
   units.forEach((unit, u) => {
     for (const i of unit) {
       unitOf[i] = u
       cost[u] += items[i]!.tokens
     }
+  })
+
+  // Everything fits by estimate: as `select`, every item verbatim and no pointer (no stub is worked out).
+  let total = 0
+  for (let u = 0; u < units.length; u++) total += cost[u]!
+  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) + total <= budget) {
+    const rendered = Render.renderHistory({ threadId, items, omittedSeqs: [] })
+    const tokens = counter.count(rendered)
+    if (tokens <= budget) return { selected: [...items], omittedItemIds: [], stubbedItemIds: [], tokens, rendered }
+  }
+
+  // Each tool unit's stub, when it costs less than the unit.
+  const stubCost = new Float64Array(units.length)
+  const stubs: Array<Render.UnitStub | null> = []
+  const separator = counter.count("\n\n")
+  units.forEach((unit, u) => {
     const calls = unit.filter((i) => items[i]!.kind === "tool_call").map((i): Render.StubCall => {
       const call = items[i]!
       const released = unit.reduce((m, j) =>
         items[j]!.kind === "tool_result" && items[j]!.toolCallId === call.toolCallId ? m + items[j]!.text.length : m, 0)
       return { toolName: call.toolName ?? "?", argumentsText: call.text, releasedChars: released }
     })
-    if (calls.length === 0) {
-      stubs.push(null)
-      return
-    }
-    const stub: Render.UnitStub = { kind: "unit_stub", seqs: unit.map((i) => items[i]!.seq), calls }
-    const tokens = counter.count(Render.renderBlock(stub)) + separator
-    if (tokens < cost[u]!) {
-      stubs.push(stub)
-      stubCost[u] = tokens
-    } else {
-      stubs.push(null)
-    }
+    const stub: Render.UnitStub | null = calls.length === 0 ? null : { kind: "unit_stub", seqs: unit.map((i) => items[i]!.seq), calls }
+    const tokens = stub === null ? 0 : counter.count(Render.renderBlock(stub)) + separator
+    stubs.push(stub !== null && tokens < cost[u]! ? stub : null)
+    stubCost[u] = tokens
   })
 
-  // Everything fits by estimate: as `select`.
-  let total = 0
-  for (let u = 0; u < units.length; u++) total += cost[u]!
   const plan: Array<Step> = []
   let firstUser = -1
   let lastUser = -1
@@ -360,11 +377,6 @@ const selectWithStubs = <A extends SelectableItem>(input: SelectionInput<A>, not
     return { selected, omittedItemIds, stubbedItemIds, tokens: counter.count(rendered), rendered }
   }
 
-  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) + total <= budget) {
-    const all = render(Array.from({ length: units.length }, (_, u) => ({ unit: u, form: VERBATIM })), units.length)
-    if (all.tokens <= budget) return all
-  }
-
   const capacity = budget - envelopeAllowance(counter, threadId, items)
   /** Greedy over `plan` from the forms of `taken[0..count)`: the steps that fit `room`, appended to a copy. */
   const fill = (taken: ReadonlyArray<Step>, count: number, room: number) => {
@@ -388,36 +400,12 @@ const selectWithStubs = <A extends SelectableItem>(input: SelectionInput<A>, not
   const chosen = first.out
   const extra = first.added
 
-  // Drop the lowest-priority steps worth the overshoot and count again (as `select`).
-  let count = chosen.length
-  let failing = 0
-  for (let round = 0; count > 0 && round < ESTIMATE_ROUNDS; round++) {
-    const attempt = render(chosen, count)
-    const overshoot = attempt.tokens - budget
-    if (overshoot <= 0) {
-      if (round > 0) return attempt
-      const more = fill(chosen, count, budget - attempt.tokens)
-      if (more.out.length === count) return attempt
-      const refilled = render(more.out, more.out.length)
-      return refilled.tokens <= budget ? refilled : attempt
-    }
-    failing = count
-    let freed = 0
-    while (count > 0 && freed < overshoot) freed += extra[--count]!
+  /** The slack a first fit left, offered once more to the steps not taken (kept only if it still fits). */
+  const refill = (fit: Selection<A>, count: number): Selection<A> => {
+    const more = fill(chosen, count, budget - fit.tokens)
+    if (more.out.length === count) return fit
+    const refilled = render(more.out, more.out.length)
+    return refilled.tokens <= budget ? refilled : fit
   }
-  let best: Selection<A> = nothing
-  let lo = 0
-  let hi = failing
-  while (hi - lo > 1) {
-    const mid = (lo + hi) >> 1
-    const attempt = render(chosen, mid)
-    if (attempt.tokens <= budget) {
-      lo = mid
-      best = attempt
-    } else {
-      hi = mid
-    }
-  }
-  return best
+  return fitByCount(budget, chosen.length, (k) => extra[k]!, (count) => render(chosen, count), refill, nothing)
 }
-

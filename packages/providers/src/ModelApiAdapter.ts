@@ -549,17 +549,18 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   const undoToolResultOffload = (nativeRef: string): Effect.Effect<ToolResultOffloadUndo, ProviderError> =>
     Effect.gen(function*() {
       const state = yield* lane("undoToolResultOffload", nativeRef)
-      const restored = new Set<number>()
-      for (const e of state.entries) {
-        if (e.kind === "offload") for (const seq of (JSON.parse(e.body) as OffloadBody).restores ?? []) restored.add(seq)
+      // The newest flush with an entry still a stub (an undone entry is no longer one, and is never stubbed again).
+      let flushSeq: number | null = null
+      let seqs: Array<number> = []
+      for (let i = state.entries.length - 1; i >= 0 && flushSeq === null; i--) {
+        const e = state.entries[i]!
+        if (e.kind !== "offload") continue
+        seqs = (JSON.parse(e.body) as OffloadBody).replaces.map((r) => r.seq).filter((seq) => state.stubbed.has(seq))
+        if (seqs.length > 0) flushSeq = e.seq
       }
-      const flush = [...state.entries].reverse().find((e) =>
-        e.kind === "offload" && (JSON.parse(e.body) as OffloadBody).replaces.some((r) => !restored.has(r.seq) && state.stubbed.has(r.seq))
-      )
-      if (flush === undefined) return { nativeRef, undone: false, flushSeq: null, entrySeqs: [], reason: "no flush on this native thread to undo" }
-      const seqs = (JSON.parse(flush.body) as OffloadBody).replaces.map((r) => r.seq).filter((seq) => state.stubbed.has(seq))
+      if (flushSeq === null) return { nativeRef, undone: false, flushSeq: null, entrySeqs: [], reason: "no flush on this native thread to undo" }
       yield* append("undoToolResultOffload", nativeRef, state, [{ kind: "offload", body: JSON.stringify({ replaces: [], restores: seqs } satisfies OffloadBody), runId: null }])
-      return { nativeRef, undone: true, flushSeq: flush.seq, entrySeqs: seqs, reason: "" }
+      return { nativeRef, undone: true, flushSeq, entrySeqs: seqs, reason: "" }
     })
 
   /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */

@@ -20,6 +20,18 @@ export interface ProducedItem {
   readonly toolCallState: "answered" | "dangling" | "interrupted" | null
 }
 
+/** A `ProducedItem` of `kind` with `text`, every other field empty (null, not an error) unless given in `extra`. */
+export const producedItem = (kind: ProducedItem["kind"], text: string, extra: Partial<ProducedItem> = {}): ProducedItem => ({
+  kind,
+  text,
+  toolCallId: null,
+  toolName: null,
+  messageId: null,
+  isError: false,
+  toolCallState: null,
+  ...extra
+})
+
 /**
  * A tool the model may call: its name, what it does, and its input as a JSON Schema object (sent to the provider
  * verbatim, so the same definition always renders to the same bytes and keeps the prompt cache).

@@ -40,7 +40,7 @@ import type {
   ToolDefinition,
   TurnTokens
 } from "../ProviderAdapter.js"
-import { TurnEvent } from "../ProviderAdapter.js"
+import { producedItem, TurnEvent } from "../ProviderAdapter.js"
 import { Prices } from "../ProviderConfig.js"
 import * as AppServer from "./CodexAppServer.js"
 import * as Protocol from "./CodexProtocol.js"
@@ -126,16 +126,8 @@ const minus = (a: Protocol.TokenUsageBreakdown, b: Protocol.TokenUsageBreakdown)
   reasoningOutputTokens: a.reasoningOutputTokens - b.reasoningOutputTokens
 })
 
-const item = (kind: ProducedItem["kind"], text: string, extra: Partial<ProducedItem> = {}): ProducedItem => ({
-  kind,
-  text,
-  toolCallId: null,
-  toolName: null,
-  messageId: null,
-  isError: false,
-  toolCallState: null,
-  ...extra
-})
+/** Shorthand for `producedItem` in the mapping below. */
+const item = producedItem
 
 /** The Baton items of a completed Codex item (none for the user's message, a compaction marker, or unknown types). */
 export const itemsOf = (codex: Protocol.ThreadItem): ReadonlyArray<ProducedItem> => {
