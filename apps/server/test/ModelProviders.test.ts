@@ -6,17 +6,18 @@
  * line, no error), even when the upstream fails.
  */
 import type { ThreadEventOf, ThreadId } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
+import { TokenCounter, ToolResultOffload } from "@baton/context"
 import { NativeMessageStore } from "@baton/persistence"
 import type { NativeMessageLog } from "@baton/providers"
 import { Server, ServerConfig } from "@baton/server"
+import { HttpClientRequest } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer, Logger } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { adminToken, client, get, parseSse, raw } from "./helpers.js"
+import { adminToken, client, get, parseSse, post, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 
 /** The thread events of a `follow=false` event stream body. */
@@ -418,6 +419,85 @@ describe("model-API provider instances from the config file", () => {
         const refused = yield* raw(get(`/threads/${scripted.threadId}/tool-result-offload`))
         expect(refused.status).toBe(400)
         expect(String(refused.body!["reason"])).toContain("keeps no message list")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 120_000)
+
+  it.scoped("tool-result offload control over HTTP: the model's offload_context, a thread's settings and pins, on/off; bad controls named (issue 11 item 4)", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        const usage = { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }
+        const controlUrl = `/threads/${threadId}/tool-result-offload/control`
+        const put = (body: unknown) => raw(post(controlUrl, body).pipe(HttpClientRequest.setMethod("PUT")))
+        const eventsOf = Effect.map(raw(get(`/threads/${threadId}/events?follow=false`)), (r) => threadEvents(r.text))
+
+        // Nothing set: the instance's settings.
+        const initial = yield* api.threads.getToolResultOffloadControl({ path: { threadId } })
+        expect(initial).toEqual({
+          threadId,
+          control: {},
+          effective: { providerInstance: "claude", enabled: true, settings: ToolResultOffload.defaults, pinnedToolCallIds: [] }
+        })
+
+        // Turn 1: six pages read with thread_read, then the model frees two of them with offload_context.
+        for (let i = 1; i <= 6; i++) upstream.enqueue(ModelApi.answer("anthropic-messages", "", usage, [{ id: `toolu_${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }]))
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "", usage, [{ id: "toolu_free", name: "offload_context", arguments: JSON.stringify({ tool_call_ids: ["toolu_1", "toolu_2"] }) }]))
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", usage))
+        const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
+        expect((yield* sendAndWait(threadId, long)).run.status).toBe("completed")
+        const flushes = (yield* eventsOf).filter((e) => e.type === "context.offloaded").map((e) => e.payload as ThreadEventOf<"context.offloaded">["payload"])
+        // toolu_3 and toolu_4 ride along (the prefix breaks at toolu_1 anyway); the 3 newest tool units (toolu_5,
+        // toolu_6 and offload_context's own) stay.
+        expect(flushes.map((f) => [f.tier, f.refs])).toEqual([["requested", [1, 2, 3, 4].map((n) => `tool:toolu_${n}`)]])
+        const offered = (JSON.parse(upstream.requests[0]!.body) as { tools: Array<{ name: string }> }).tools.map((t) => t.name)
+        expect(offered).toEqual(["thread_read", "offload_context"])
+        const lastBody = upstream.requests.at(-1)!.body
+        for (const id of ["toolu_1", "toolu_2", "toolu_3", "toolu_4"]) expect(lastBody).toContain(`thread_read tool:${id}]`)
+        for (const id of ["toolu_5", "toolu_6"]) expect(lastBody).not.toContain(`thread_read tool:${id}]`)
+
+        // Bad controls: each a 400 naming what is wrong; nothing stored.
+        const unknownPin = yield* put({ pinnedItemIds: ["itm_nope"] })
+        expect([unknownPin.status, unknownPin.body!["reason"]]).toEqual([400, `pinnedItemIds: itm_nope is not an item of thread ${threadId}`])
+        const badRatio = yield* put({ aggressiveRatio: 0.5 })
+        expect([badRatio.status, badRatio.body!["reason"]]).toEqual([400, "tool-result offload control: aggressiveTargetRatio (0.6) must be below aggressiveRatio (0.5)"])
+        const outOfRange = yield* put({ keepNewestUnits: -1 })
+        expect(outOfRange.status).toBe(400)
+        expect((yield* api.threads.getToolResultOffloadControl({ path: { threadId } })).control).toEqual({})
+
+        // Pin offload_context's result and flush eagerly: everything eligible goes but the pin and the reads still in
+        // use (toolu_5 and toolu_6, among the 3 newest tool units).
+        const items = (yield* raw(get(`/threads/${threadId}/items?limit=200`))).body!["items"] as Array<{ id: string; toolCallId: string | null; kind: string }>
+        const pinnedItem = items.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_free")!
+        const settingsOnly = { keepNewestUnits: 0, aggressiveRatio: 0.02, aggressiveTargetRatio: 0.01 }
+        expect((yield* put(settingsOnly)).status).toBe(200)
+        const unpinned = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        expect([unpinned.tier, unpinned.units.flatMap((u) => u.refs)]).toEqual(["aggressive", ["tool:toolu_free"]])
+        const eager = { ...settingsOnly, pinnedItemIds: [pinnedItem.id] }
+        const set = yield* put({ ...eager, commandId: "control-1" })
+        expect(set.status).toBe(200)
+        expect(set.body!["effective"]).toMatchObject({ enabled: true, pinnedToolCallIds: ["toolu_free"], settings: { keepNewestUnits: 0, aggressiveRatio: 0.02 } })
+        // The same command id answers the same, once.
+        expect((yield* put({ ...eager, commandId: "control-1" })).body).toEqual(set.body)
+        const controlEvents = (yield* eventsOf).filter((e) => e.type === "context.offload_control_set")
+        expect(controlEvents.map((e) => e.payload)).toEqual([{ control: settingsOnly }, { control: eager }])
+        const preview = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        expect([preview.tier, preview.units]).toEqual(["none", []])
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "ok", usage))
+        expect((yield* sendAndWait(threadId, "and now?")).run.status).toBe("completed")
+        const pinnedBody = upstream.requests.at(-1)!.body
+        expect(pinnedBody).toContain("offload_context: from your next step on, 2 tool results")
+        for (const id of ["toolu_free", "toolu_5", "toolu_6"]) expect(pinnedBody).not.toContain(`thread_read tool:${id}]`)
+
+        // Off for this thread: the dry run says so, and offload_context is no longer offered.
+        yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { enabled: false }, headers: {} })
+        const off = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        expect([off.enabled, off.reason]).toEqual([false, "tool-result offload is off for this thread"])
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", usage))
+        expect((yield* sendAndWait(threadId, "still there?")).run.status).toBe("completed")
+        expect((JSON.parse(upstream.requests.at(-1)!.body) as { tools: Array<{ name: string }> }).tools.map((t) => t.name)).toEqual(["thread_read"])
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 120_000)
 })
