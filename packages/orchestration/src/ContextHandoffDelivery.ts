@@ -284,7 +284,9 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         const items = summaryAt.size === 0
           ? yield* store.getItems([...wanted])
           : [...(yield* store.getItems([...wanted]))].sort((a, b) => position(a) - position(b))
-        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true })
+        // Pinned items (the thread's tool-result offload control) are never stubs, and go first after the newest.
+        const pinned = new Set<string>((yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [])
+        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true, pinned })
         return { owed, selection, items } satisfies DeliveryPlan
       })
 
