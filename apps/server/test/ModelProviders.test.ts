@@ -319,17 +319,26 @@ describe("model-API provider instances from the config file", () => {
         upstream.enqueue(ModelApi.answer("anthropic-messages", "done", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 }))
         const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
         const view = yield* sendAndWait(threadId, long)
+        const turnRequests = upstream.requests.length
+        // Then the model reads the first stubbed unit back by its stub's ref.
+        upstream.enqueue(
+          ModelApi.answer("anthropic-messages", "", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }, [
+            { id: "toolu_back", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_1" }) }
+          ]),
+          ModelApi.answer("anthropic-messages", "read", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 })
+        )
+        const readBack = yield* sendAndWait(threadId, "read the first page back")
         const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         const snapshot = yield* api.threads.get({ path: { threadId } })
         const log = yield* NativeMessageStore.make
         const nativeRef = snapshot.providerThreads[0]!.nativeThreads[0]!.nativeRef
-        return { view, events, requests: upstream.requests, nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
+        return { view, readBack, events, requests: upstream.requests.slice(0, turnRequests), nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
       }).pipe(Effect.provide(serveSettings(settings)))
     })
 
-  it.scoped("tool-result offload: a long tool-heavy turn flushes; each flush is a context.offloaded event with its figures; off, none", () =>
+  it.scoped("tool-result offload over HTTP, 60 tool rounds: each request extends the previous except at the reported flushes (context.offloaded events with their figures); thread_read on a stub returns the original; off, none", () =>
     Effect.gen(function*() {
-      const rounds = 40
+      const rounds = 60
       const on = yield* toolHeavyTurn(true, rounds)
       expect(on.view.run.status).toBe("completed")
       expect(on.requests).toHaveLength(rounds + 1)
@@ -353,6 +362,27 @@ describe("model-API provider instances from the config file", () => {
         // The next request carries the stubs in place of the results.
         for (const ref of f.refs) expect(on.requests.at(-1)!.body).toContain(`thread_read ${ref}]`)
       }
+      // Request i extends request i - 1 byte for byte (cache markers aside), except right after a flush: one prefix
+      // break per flush, at the first stub.
+      const messagesOf = (body: string) =>
+        (JSON.parse(body) as { messages: Array<unknown> }).messages.map((m) => JSON.stringify(m, (key, value: unknown) => key === "cache_control" ? undefined : value))
+      let breaks = 0
+      for (let i = 1; i < on.requests.length; i++) {
+        const before = messagesOf(on.requests[i - 1]!.body)
+        const after = messagesOf(on.requests[i]!.body)
+        let k = 0
+        while (k < before.length && before[k] === after[k]) k++
+        if (k === before.length) continue
+        breaks++
+        expect(after[k]).toContain("[offloaded, thread_read tool:toolu_")
+      }
+      expect(breaks).toBe(flushes.length)
+      // The stub's ref reads the original back in full: the call and its result, the page of the first message.
+      expect(flushes[0]!.refs[0]).toBe("tool:toolu_1")
+      const back = on.readBack.items.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_back")!
+      expect(back.text).toMatch(/^\[tool_call thread_read toolu_1 #2\]\n\{"refs":"#1"\}\n\n\[tool_result thread_read toolu_1 #3\]\n\[user #1\]\nline 0: /)
+      expect(back.text).toContain("line 60: the module 60 imports 61 and exports 420")
+      expect(back.text).not.toContain("[offloaded")
 
       const off = yield* toolHeavyTurn(false, rounds)
       expect(off.view.run.status).toBe("completed")
