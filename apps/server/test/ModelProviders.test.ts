@@ -5,7 +5,7 @@
  * API runs on the model and its text is recorded; the key is sent upstream and nowhere else (no response, no log
  * line, no error), even when the upstream fails.
  */
-import type { ThreadEventOf, ThreadId } from "@baton/contracts"
+import type { Item, ThreadEventOf, ThreadId } from "@baton/contracts"
 import { TokenCounter, ToolResultOffload } from "@baton/context"
 import { NativeMessageStore } from "@baton/persistence"
 import type { NativeMessageLog } from "@baton/providers"
@@ -328,11 +328,14 @@ describe("model-API provider instances from the config file", () => {
           ModelApi.answer("anthropic-messages", "read", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 })
         )
         const readBack = yield* sendAndWait(threadId, "read the first page back")
+        const page = (query: string) => Effect.map(raw(get(`/threads/${threadId}/items?limit=500${query}`)), (r) => r.body!["items"] as ReadonlyArray<Item>)
+        const clientItems = yield* page("")
+        const allItems = yield* page("&batonTools=true")
         const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         const snapshot = yield* api.threads.get({ path: { threadId } })
         const log = yield* NativeMessageStore.make
         const nativeRef = snapshot.providerThreads[0]!.nativeThreads[0]!.nativeRef
-        return { view, readBack, events, requests: upstream.requests.slice(0, turnRequests), nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
+        return { view, readBack, clientItems, allItems, events, requests: upstream.requests.slice(0, turnRequests), nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
       }).pipe(Effect.provide(serveSettings(settings)))
     })
 
@@ -379,7 +382,14 @@ describe("model-API provider instances from the config file", () => {
       expect(breaks).toBe(flushes.length)
       // The stub's ref reads the original back in full: the call and its result, the page of the first message.
       expect(flushes[0]!.refs[0]).toBe("tool:toolu_1")
-      const back = on.readBack.items.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_back")!
+      // Baton ran thread_read inside the turn: the client never sees it as a tool call (run views and item pages leave
+      // it out), but the record keeps it, readable with batonTools=true or by id.
+      for (const items of [on.view.items, on.readBack.items, on.clientItems]) {
+        expect(items.filter((i) => i.kind === "tool_call" || i.kind === "tool_result")).toEqual([])
+      }
+      expect(on.readBack.items.map((i) => i.kind)).toEqual(["user_message", "assistant_message"])
+      expect(on.allItems.filter((i) => i.kind === "tool_call").length).toBe(rounds + 1)
+      const back = on.allItems.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_back")!
       expect(back.text).toMatch(/^\[tool_call thread_read toolu_1 #2\]\n\{"refs":"#1"\}\n\n\[tool_result thread_read toolu_1 #3\]\n\[user #1\]\nline 0: /)
       expect(back.text).toContain("line 60: the module 60 imports 61 and exports 420")
       expect(back.text).not.toContain("[offloaded")
@@ -499,7 +509,7 @@ describe("model-API provider instances from the config file", () => {
 
         // Pin offload_context's result and flush eagerly: everything eligible goes but the pin and the reads still in
         // use (toolu_5 and toolu_6, among the 3 newest tool units).
-        const items = (yield* raw(get(`/threads/${threadId}/items?limit=200`))).body!["items"] as Array<{ id: string; toolCallId: string | null; kind: string }>
+        const items = (yield* raw(get(`/threads/${threadId}/items?limit=200&batonTools=true`))).body!["items"] as Array<{ id: string; toolCallId: string | null; kind: string }>
         const pinnedItem = items.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_free")!
         const settingsOnly = { keepNewestUnits: 0, aggressiveRatio: 0.02, aggressiveTargetRatio: 0.01 }
         expect((yield* put(settingsOnly)).status).toBe(200)

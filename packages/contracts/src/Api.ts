@@ -365,10 +365,14 @@ export class ItemsGroup extends HttpApiGroup.make("items")
   .add(
     HttpApiEndpoint.get("list", "/threads/:threadId/items")
       .setPath(threadPath)
-      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(SeqParam), limit: Schema.optional(LimitParam) }))
+      .setUrlParams(Schema.Struct({
+        afterSeq: Schema.optional(SeqParam),
+        limit: Schema.optional(LimitParam),
+        batonTools: Schema.optional(Schema.Literal("true", "false"))
+      }))
       .addSuccess(ItemPage)
       .addError(ThreadNotFound)
-      .annotate(OpenApi.Description, "A thread's items with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page.")
+      .annotate(OpenApi.Description, "A thread's items with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page. Calls to Baton's own tools (`thread_read`, `offload_context`) and their results are left out unless `batonTools=true`: Baton ran them inside the turn, the client never does (each stays readable by id).")
   )
   .add(
     HttpApiEndpoint.get("get", "/items/:itemId")

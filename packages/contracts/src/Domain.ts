@@ -384,6 +384,15 @@ export type RunCost = typeof RunCost.Type
  */
 export const reservedToolNames: ReadonlyArray<string> = ["thread_read", "offload_context"]
 
+/**
+ * Whether `item` is a call to one of Baton's own tools or its result (`reservedToolNames`): executed by Baton inside
+ * the turn, kept in the record and readable by id, but never shown to the client as a tool call (run views and item
+ * pages leave it out unless asked) nor handed to another provider (its result is derived from history that is handed
+ * over itself).
+ */
+export const isBatonToolItem = (item: { readonly kind: string; readonly toolName: string | null }): boolean =>
+  (item.kind === "tool_call" || item.kind === "tool_result") && item.toolName !== null && reservedToolNames.includes(item.toolName)
+
 /** A tool name as the model APIs accept it: 1 to 64 of `[A-Za-z0-9_-]` (Anthropic's and OpenAI's common rule). */
 export const ToolName = Schema.String.pipe(
   Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/, { message: () => "a tool name is 1 to 64 characters of A-Z, a-z, 0-9, _ and -" }),
