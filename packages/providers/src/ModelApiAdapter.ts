@@ -763,80 +763,83 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     Stream.unwrap(Effect.gen(function*() {
       const offered = [...tools, ...local.map((t) => t.definition)]
       const flush = yield* offloadStep(operation, nativeRef, state, drafts, offered)
-      // A flush is reported first in the stream of the request it was made for (the orchestrator records it).
+      // A flush is reported first, before the request it was made for is sent: its `offload` entry is stored, so the
+      // orchestrator must hear of it even when that request is then refused, fails or is interrupted.
       const flushed = flush === null ? [] : [TurnEvent.context_offloaded({ flush: offloadReport(instance, flush) })]
-      const body = renderBody(nativeRef, state, drafts, offered)
-      state.lastRequestAt = yield* Clock.currentTimeMillis
-      const response = yield* send(operation, body)
-      // The provider accepted the request: from now on the native thread holds what it carried.
-      yield* append(operation, nativeRef, state, drafts)
-      const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
-      state.current = parser
-      return answerItems(operation, response, parser).pipe(
-        Stream.map((item) => TurnEvent.item_produced({ item })),
-        // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input tokens):
-        // the request was billed, so its tokens are reported before the failure and the run's cost is recorded.
-        Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
-        (items) => flushed.length === 0 ? items : Stream.concat(Stream.fromIterable(flushed), items),
-        Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
-        Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
-      )
+      const request = Stream.unwrap(Effect.gen(function*() {
+        const body = renderBody(nativeRef, state, drafts, offered)
+        state.lastRequestAt = yield* Clock.currentTimeMillis
+        const response = yield* send(operation, body)
+        // The provider accepted the request: from now on the native thread holds what it carried.
+        yield* append(operation, nativeRef, state, drafts)
+        const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
+        state.current = parser
+        return answerItems(operation, response, parser).pipe(
+          Stream.map((item) => TurnEvent.item_produced({ item })),
+          // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input tokens):
+          // the request was billed, so its tokens are reported before the failure and the run's cost is recorded.
+          Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
+          Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
+          Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
+        )
 
-      /** The usage a broken-off answer reported so far (the turn's running total), or nothing when it reported none. */
-      function partialUsage(parser: StreamParser): ReadonlyArray<TurnEvent> {
-        const outcome = parser.outcome()
-        if (outcome.tokens === null || outcome.contextTokens === null) return []
-        const tokens = sumTokens(billed, outcome.tokens)!
-        return [TurnEvent.usage_reported({
-          usage: {
-            usedTokens: outcome.contextTokens,
-            maxTokens: config.contextWindow,
-            ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
-          },
-          tokens
-        })]
-      }
+        /** The usage a broken-off answer reported so far (the turn's running total), or nothing when it reported none. */
+        function partialUsage(parser: StreamParser): ReadonlyArray<TurnEvent> {
+          const outcome = parser.outcome()
+          if (outcome.tokens === null || outcome.contextTokens === null) return []
+          const tokens = sumTokens(billed, outcome.tokens)!
+          return [TurnEvent.usage_reported({
+            usage: {
+              usedTokens: outcome.contextTokens,
+              maxTokens: config.contextWindow,
+              ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+            },
+            tokens
+          })]
+        }
 
-      /** The answer is complete: record it, report usage, then end the turn or answer Baton's own calls and go on. */
-      function afterAnswer(outcome: RequestOutcome) {
-        return Effect.gen(function*() {
-          const tokens = sumTokens(billed, outcome.tokens)
-          const usage: ContextUsage | null = outcome.contextTokens === null ? null : {
-            usedTokens: outcome.contextTokens,
-            maxTokens: config.contextWindow,
-            ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
-          }
-          state.current = null
-          if (outcome.output !== null) yield* append(operation, nativeRef, state, [{ kind: "output", body: outcome.output, runId, usage }])
-          state.open = [...outcome.calls]
-          const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
-          if (outcome.overflow) {
+        /** The answer is complete: record it, report usage, then end the turn or answer Baton's own calls and go on. */
+        function afterAnswer(outcome: RequestOutcome) {
+          return Effect.gen(function*() {
+            const tokens = sumTokens(billed, outcome.tokens)
+            const usage: ContextUsage | null = outcome.contextTokens === null ? null : {
+              usedTokens: outcome.contextTokens,
+              maxTokens: config.contextWindow,
+              ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+            }
+            state.current = null
+            if (outcome.output !== null) yield* append(operation, nativeRef, state, [{ kind: "output", body: outcome.output, runId, usage }])
+            state.open = [...outcome.calls]
+            const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
+            if (outcome.overflow) {
+              return Stream.concat(
+                Stream.fromIterable(report),
+                Stream.fail(providerError(operation, wireFailure("overflow", `the model stopped: the context window of ${config.contextWindow} tokens is full (model_context_window_exceeded)`, false, { limitTokens: config.contextWindow })))
+              )
+            }
+            const localByName = new Map(local.map((t) => [t.definition.name, t]))
+            const mine = outcome.calls.filter((c) => localByName.has(c.name))
+            const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
+            if (mine.length === 0 || theirs.length > 0) {
+              // Baton's own calls made next to the client's are answered now and recorded (their result items), but
+              // sent with the client's results in one tool_results message when the turn continues (`closing`).
+              const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+              state.heldLocal = [...held]
+              return Stream.fromIterable<TurnEvent>([
+                ...report,
+                ...held.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) })),
+                TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
+              ])
+            }
+            const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
             return Stream.concat(
-              Stream.fromIterable(report),
-              Stream.fail(providerError(operation, wireFailure("overflow", `the model stopped: the context window of ${config.contextWindow} tokens is full (model_context_window_exceeded)`, false, { limitTokens: config.contextWindow })))
+              Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
+              requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
             )
-          }
-          const localByName = new Map(local.map((t) => [t.definition.name, t]))
-          const mine = outcome.calls.filter((c) => localByName.has(c.name))
-          const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
-          if (mine.length === 0 || theirs.length > 0) {
-            // Baton's own calls made next to the client's are answered now and recorded (their result items), but
-            // sent with the client's results in one tool_results message when the turn continues (`closing`).
-            const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
-            state.heldLocal = [...held]
-            return Stream.fromIterable<TurnEvent>([
-              ...report,
-              ...held.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) })),
-              TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
-            ])
-          }
-          const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
-          return Stream.concat(
-            Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
-            requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
-          )
-        })
-      }
+          })
+        }
+      }))
+      return flushed.length === 0 ? request : Stream.concat(Stream.fromIterable(flushed), request)
     }))
 
   /**

@@ -8,7 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit } from "effect"
 import { type OffloadFlush, offloadContextTool } from "../src/ModelApiAdapter.js"
 import type { LocalTool, OffloadControl, ProviderAdapterShape, TurnEvent } from "../src/ProviderAdapter.js"
-import { adapterFor, collect, fixtureLines, frame, httpLayer, type Loopback, loopback, sqliteFile, sse } from "./support/Loopback.js"
+import { adapterFor, collect, fixtureLines, frame, httpLayer, json, type Loopback, loopback, sqliteFile, sse } from "./support/Loopback.js"
 
 const kind = "anthropic-messages" as const
 const recordedId = "toolu_01QE1WLsSVp5hy5Q3GmGTmjP"
@@ -151,6 +151,25 @@ describe("a thread's control over the instance's settings (issue 11 item 4)", ()
         settings: { ...ToolResultOffload.defaults, ...eager },
         problems: []
       })
+    }).pipe(Effect.provide(httpLayer)))
+
+  // Found by a reviewer: the flush's entry was stored before the request, but its event only joined the stream once the
+  // request was answered, so a refused request left a flush nobody was told of.
+  it.scoped("a flush is reported even when the request it was made for is refused", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const counter = TokenCounter.make()
+      const flushes: Array<OffloadFlush> = []
+      const adapter = yield* adapterFor(kind, loop, file, { maxRetries: 0 }, { offload: { count: counter.count, onFlush: (f) => void flushes.push(f) } })
+      const { nativeRef } = yield* adapter.startThread()
+      yield* rounds(adapter, loop, nativeRef, 3)
+      expect(flushes).toEqual([])
+      loop.enqueue(json(400, JSON.stringify({ type: "error", error: { type: "invalid_request_error", message: "refused" } })))
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "Next.", inlineHistory: null, tools, offloadControl: { settings: eager } }))
+      expect(Exit.isFailure(exit)).toBe(true)
+      expect(flushes).toHaveLength(1)
+      expect(events.map((e) => e._tag)).toEqual(["context_offloaded"])
     }).pipe(Effect.provide(httpLayer)))
 
   it.scoped("settings that break the policy's rules are not applied: the instance's hold", () =>
