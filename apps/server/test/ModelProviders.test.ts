@@ -540,4 +540,28 @@ describe("model-API provider instances from the config file", () => {
         expect((JSON.parse(upstream.requests.at(-1)!.body) as { tools: Array<{ name: string }> }).tools.map((t) => t.name)).toEqual(["thread_read"])
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 120_000)
+
+  // Found by a reviewer: a flush whose request was refused was stored but never recorded as an event.
+  it.scoped("a tool-result offload flush whose request is refused is still a context.offloaded event", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        const usage = { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }
+        for (let i = 1; i <= 6; i++) upstream.enqueue(ModelApi.answer("anthropic-messages", "", usage, [{ id: `toolu_${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }]))
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", usage))
+        const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
+        expect((yield* sendAndWait(threadId, long)).run.status).toBe("completed")
+        yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { keepNewestUnits: 0, aggressiveRatio: 0.02, aggressiveTargetRatio: 0.01 }, headers: {} })
+        upstream.enqueue(ModelApi.error(400, "refused"))
+        expect((yield* sendAndWait(threadId, "next")).run.status).toBe("failed")
+        const preview = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        const flushes = events.filter((e) => e.type === "context.offloaded").map((e) => e.payload as ThreadEventOf<"context.offloaded">["payload"])
+        expect(flushes).toHaveLength(1)
+        expect(flushes[0]!.entrySeqs).toHaveLength(preview.stubbedEntries)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
 })
