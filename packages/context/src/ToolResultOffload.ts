@@ -19,9 +19,10 @@
  * one with the largest margin r·s·R - (w - r)(A - s) is taken, and every eligible unit from p on is stubbed (once the
  * cache is broken at p, each further stub only lowers the rewrite): one prefix break per flush. When the cache
  * has expired anyway (the time since the previous request exceeds the TTL) the rewrite costs nothing extra and every
- * eligible unit is stubbed. The aggressive tier ignores the cache near the window; the emergency tier reports that
- * stubs cannot bring the request under the window's emergency line and leaves the choice (`/offload`, deferral) to
- * the caller. Units the model asked to offload (`Unit.requested`, its `offload_context` tool) are stubbed at the next
+ * eligible unit is stubbed. The aggressive tier ignores the cache near the window; the emergency tier is the
+ * aggressive tier when even every eligible unit stubbed leaves the request at or above the window's emergency line:
+ * it stubs all of them (every token counts there) and reports the tier, so that the caller summarises (`/offload`)
+ * or starts over on a new native thread. Units the model asked to offload (`Unit.requested`, its `offload_context` tool) are stubbed at the next
  * decision whatever the cache costs (the model knows it is done with them; `keepNewestUnits` does not hold them back,
  * a pin or an open call does), and, the cache being broken at the oldest of them, every eligible unit after it rides
  * along (tier `requested`, unless a higher tier already applies).
@@ -83,7 +84,7 @@ export const anthropicPricing: CachePricing = { readMultiplier: 0.1, writeMultip
  * - `aggressiveRatio`: at or above this share of the window, flush the oldest eligible units regardless of cache.
  * - `aggressiveTargetRatio`: the aggressive tier stubs oldest-first until usage is at most this share.
  * - `emergencyRatio`: if stubbing every eligible unit still leaves usage at or above this share, the tier is
- *   `emergency` and nothing is stubbed: the caller summarises (`/offload`) or defers.
+ *   `emergency`: every eligible unit is stubbed, and the caller should summarise (`/offload`) or start over.
  * - `minExpectedRequests`: the floor of R, the requests still expected.
  */
 export interface Settings {
@@ -188,7 +189,8 @@ export interface Situation {
 export type Tier = "none" | "mild" | "requested" | "aggressive" | "emergency"
 
 /**
- * A decision. `units`: indices into `Situation.units` to stub now, ascending (empty for `none` and `emergency`).
+ * A decision. `units`: indices into `Situation.units` to stub now, ascending (empty for `none`; for `emergency`, every
+ * eligible unit and every unit the model asked for).
  * Tokens are of the whole request (system prompt included) before and after the stubs. `rewriteCost` and
  * `expectedSavings` are in base-input-token equivalents (`(w - r)(A - s)` and `r·s·R`); `breakEvenRequests` is the
  * number of later requests after which the flush has paid for itself (0 when the cache was cold).
@@ -296,7 +298,7 @@ export const requestedCandidates = (situation: Situation): ReadonlyArray<Candida
 export const decide = (situation: Situation, settings: Settings = defaults): Decision => {
   const base = decideByCache(situation, settings)
   const asked = requestedCandidates(situation)
-  if (asked.length === 0 || base.tier === "emergency") return base
+  if (asked.length === 0) return base
   // The cache breaks at the oldest asked unit: every eligible unit from there on rides along, as do the base tier's.
   const from = Math.min(...asked.map((c) => c.first))
   const byUnit = new Map<number, Candidate>()
@@ -305,7 +307,8 @@ export const decide = (situation: Situation, settings: Settings = defaults): Dec
   const picked = [...byUnit.values()].sort((a, b) => a.first - b.first)
   const cold = situation.requestsSoFar === 0 || (situation.pricing.ttlMs !== null &&
     situation.msSinceLastRequest !== null && situation.msSinceLastRequest > situation.pricing.ttlMs)
-  return summarise(situation, settings, picked, base.tier === "aggressive" ? "aggressive" : "requested", cold)
+  const tier = base.tier === "aggressive" || base.tier === "emergency" ? base.tier : "requested"
+  return { ...summarise(situation, settings, picked, tier, cold), reason: base.tier === "emergency" ? base.reason : "" }
 }
 
 /** The decision stubbing `picked` (ascending by `first`, non-empty), its cost in the module docblock's terms. */
@@ -365,7 +368,9 @@ const decideByCache = (situation: Situation, settings: Settings): Decision => {
 
   if (before >= settings.aggressiveRatio * windowTokens) {
     if (before - totalRelease >= settings.emergencyRatio * windowTokens) {
-      return { ...none(before, ""), tier: "emergency", reason: `stubbing every eligible unit leaves ${before - totalRelease} of ${windowTokens} tokens` }
+      const reason = `stubbing every eligible unit leaves ${before - totalRelease} of ${windowTokens} tokens: summarise (/offload)`
+      if (candidates.length === 0) return { ...none(before, reason), tier: "emergency" }
+      return { ...chosen(0, candidates.length, "emergency", false), reason }
     }
     if (candidates.length > 0) {
       const target = settings.aggressiveTargetRatio * windowTokens

@@ -102,11 +102,10 @@ describe("ToolResultOffload.decide (properties)", () => {
     expect([...tiers].sort()).toEqual(["aggressive", "emergency", "mild", "none", "requested"])
   })
 
-  it.prop("stubs every unit the model asked for unless pinned, open, already stubbed or not worth it (or in emergency)", [
+  it.prop("stubs every unit the model asked for unless pinned, open, already stubbed or not worth it", [
     situationArb
   ], ([s]) => {
     const d = ToolResultOffload.decide(s)
-    if (d.tier === "emergency") return
     for (const [unit, u] of s.units.entries()) {
       const present = s.items.some((i) => i.unit === unit)
       const pinned = s.items.some((i) => i.unit === unit && i.pinned)
@@ -131,10 +130,13 @@ describe("ToolResultOffload.decide (properties)", () => {
     expect(ToolResultOffload.decide(plain).tier).not.toBe("requested")
   })
 
-  it.prop("emergency and none stub nothing", [situationArb], ([s]) => {
+  it.prop("none stubs nothing; emergency stubs every eligible unit and says to summarise; the others stub something", [situationArb], ([s]) => {
     const d = ToolResultOffload.decide(s)
-    if (d.tier === "none" || d.tier === "emergency") expect(d.units).toEqual([])
-    else expect(d.units.length).toBeGreaterThan(0)
+    if (d.tier === "none") expect(d.units).toEqual([])
+    else if (d.tier === "emergency") {
+      for (const c of ToolResultOffload.eligible(s)) expect(d.units).toContain(c.unit)
+      expect(d.reason).toContain("summarise (/offload)")
+    } else expect(d.units.length).toBeGreaterThan(0)
   })
 
   it.prop("every stub's ref names exactly its unit's items (stub -> ref -> original)", [situationArb], ([s]) => {
@@ -194,7 +196,7 @@ describe("ToolResultOffload.decide (the rule on small histories)", () => {
     expect(d.rewriteCost).toBe(0)
   })
 
-  it("flushes the oldest regardless of cache near the window, and hands over when stubs cannot help", () => {
+  it("flushes the oldest regardless of cache near the window; when stubs cannot help, stubs all it may and says to summarise", () => {
     const near = ToolResultOffload.decide(history(20, 9_000, 1, () => 0))
     expect(near.tier).toBe("aggressive")
     expect(near.units.slice(0, 8)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
@@ -202,7 +204,9 @@ describe("ToolResultOffload.decide (the rule on small histories)", () => {
     // 350,000 tokens; stubbing all 17 eligible units releases 152,320, leaving 197,680 >= 0.95 x 200,000.
     const full = ToolResultOffload.decide({ ...history(20, 9_000, 1), systemTokens: 170_000 })
     expect(full.tier).toBe("emergency")
-    expect(full.units).toEqual([])
+    expect(full.units).toEqual(Array.from({ length: 17 }, (_, u) => u))
+    expect(full.tokensAfter).toBe(197_680)
+    expect(full.reason).toBe("stubbing every eligible unit leaves 197680 of 200000 tokens: summarise (/offload)")
   })
 
   it("writes one line per call (values of the arguments, middle cut) under the ref", () => {

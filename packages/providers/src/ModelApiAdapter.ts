@@ -583,6 +583,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         yield* Effect.logWarning(`the thread's tool-result offload settings are not usable on "${instance}" (${effective.problems.join("; ")}): the instance's apply`)
       }
       const plan = yield* offloadPlan(state, drafts, tools, offload, effective.settings)
+      if (plan.decision.tier === "emergency") {
+        yield* Effect.logWarning(`native thread ${nativeRef} on "${instance}" is near its window even with every consumed tool result stubbed (${plan.decision.reason})`)
+      }
       if (plan.decision.units.length === 0) return null
       const { decision, replaces } = plan
       for (const calls of plan.units) for (const c of calls) state.requested.delete(c.ref.slice("tool:".length))
