@@ -486,7 +486,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           for (const o of owners) if (o !== undefined) units[o]!.pinned = true
         }
         const calls = e.kind === "output" ? [...dialect.callsOf(e.body)] : []
-        const pinned = e.kind === "tool_results" || calls.some((c) => pinnedCalls.has(c.id))
+        // A call whose id cannot be a `tool:<call id>` ref (empty, or with a space or comma) is never stubbed: its
+        // stub's ref could not be read back.
+        const pinned = e.kind === "tool_results" || calls.some((c) => pinnedCalls.has(c.id) || !/^[^\s,]+$/.test(c.id))
         const u = units.push({ calls, results: [], pinned, answered: new Set() }) - 1
         for (const c of calls) unitOfCall.set(c.id, u)
         unitOfEntry.push(u)

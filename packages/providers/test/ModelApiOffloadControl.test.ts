@@ -172,6 +172,30 @@ describe("a thread's control over the instance's settings (issue 11 item 4)", ()
       expect(events.map((e) => e._tag)).toEqual(["context_offloaded"])
     }).pipe(Effect.provide(httpLayer)))
 
+  // Found by a review: a stub's ref is `tool:<call id>`; a call id with a space (or none) could not be read back.
+  it.scoped("a unit whose call id cannot be a ref is never stubbed; one with any other characters is, and reads back", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const counter = TokenCounter.make()
+      const flushes: Array<OffloadFlush> = []
+      const adapter = yield* adapterFor(kind, loop, file, {}, { offload: { count: counter.count, onFlush: (f) => void flushes.push(f) } })
+      const { nativeRef } = yield* adapter.startThread()
+      const ids = ["toolu bad", "functions.read_file:0", "toolu_r3", "toolu_r4"]
+      const common = { tools, offloadControl: { settings: eager } }
+      loop.enqueue(callReply(ids[0]!))
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Go.", inlineHistory: null, ...common }))
+      for (const [k, id] of ids.entries()) {
+        loop.enqueue(k + 1 < ids.length ? callReply(ids[k + 1]!) : textReply())
+        const { exit } = yield* collect(adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: id, output: output(k + 1), isError: false }], ...common }))
+        expect(Exit.isSuccess(exit)).toBe(true)
+      }
+      const refs = flushes.flatMap((f) => f.refs)
+      expect(refs).toContain("tool:functions.read_file:0")
+      expect(refs).not.toContain("tool:toolu bad")
+      expect(verbatim(loop.requests.at(-1)!.body, 1)).toBe(true)
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("settings that break the policy's rules are not applied: the instance's hold", () =>
     Effect.gen(function*() {
       const loop = yield* loopback
