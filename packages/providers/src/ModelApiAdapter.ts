@@ -187,7 +187,10 @@ export const offloadContextTool: ToolDefinition = {
 const OffloadContextArguments = Schema.parseJson(Schema.Struct({
   tool_call_ids: Schema.optional(Schema.Array(Schema.String)),
   all: Schema.optional(Schema.Boolean)
-}))
+}).annotations({ parseOptions: { onExcessProperty: "error" } }))
+
+/** The most ids `offload_context` names in its answer, of those it takes and of those it refuses (the rest are counted): a tool meant to free context must not flood it. */
+const maxRefusalsNamed = 10
 
 /** The answer closing a call nobody answered (a new turn started, or the wait was abandoned). */
 export const unansweredResult = "[no result: the tool call was not answered before the conversation went on]"
@@ -620,8 +623,8 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         const off = offload !== undefined && control?.enabled === false ? "for this thread" : `for provider instance "${instance}"`
         return { ...emptyPreview(nativeRef, stubbedUnits), reason: `tool-result offload is off ${off}` }
       }
-      // As the next turn's first request would see it: the thread's pins, no pending requests of the model.
-      const plan = yield* offloadPlan({ ...state, control, requested: new Set() }, [], state.lastTools, offload, effective.settings)
+      // As the next request would see it: the thread's pins, and the model's offload_context requests not yet applied.
+      const plan = yield* offloadPlan({ ...state, control }, [], state.lastTools, offload, effective.settings)
       const d = plan.decision
       const finite = (n: number) => Number.isFinite(n) ? n : null
       return {
@@ -883,7 +886,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     execute: ({ arguments: text }) =>
       Effect.gen(function*() {
         const args = Schema.decodeUnknownEither(OffloadContextArguments)(text)
-        if (Either.isLeft(args) || (args.right.tool_call_ids === undefined && args.right.all !== true)) {
+        if (Either.isLeft(args) || (args.right.tool_call_ids === undefined && args.right.all === undefined)) {
           return `offload_context: the arguments are not {"tool_call_ids": ["<call id>", ...]} or {"all": true}`
         }
         const offload = options.offload
@@ -924,8 +927,11 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         const done = accepted.size === 0
           ? "offload_context: nothing to offload."
           : `offload_context: from your next step on, ${named.length} tool result${named.length === 1 ? "" : "s"} (about ` +
-            `${released} tokens) are one-line stubs: ${named.join(", ")}. Read one back with thread_read {"refs": "tool:<call id>"}.`
-        return refused.length === 0 ? done : `${done} Not offloaded: ${refused.join(", ")}.`
+            `${released} tokens) are one-line stubs: ${named.slice(0, maxRefusalsNamed).join(", ")}` +
+            `${named.length > maxRefusalsNamed ? `, and ${named.length - maxRefusalsNamed} more` : ""}. Read one back with thread_read {"refs": "tool:<call id>"}.`
+        if (refused.length === 0) return done
+        const listed = refused.slice(0, maxRefusalsNamed).join(", ")
+        return `${done} Not offloaded: ${listed}${refused.length > maxRefusalsNamed ? `, and ${refused.length - maxRefusalsNamed} more` : ""}.`
       })
   })
 

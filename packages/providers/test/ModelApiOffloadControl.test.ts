@@ -111,15 +111,30 @@ describe("offload_context: the model frees context itself (issue 11 item 4)", ()
       const flushes: Array<OffloadFlush> = []
       const adapter = yield* adapterFor(kind, loop, file, {}, { offload: { count: counter.count, onFlush: (f) => void flushes.push(f) } })
       const { nativeRef } = yield* adapter.startThread()
+      const flood = JSON.stringify({ tool_call_ids: Array.from({ length: 5_000 }, (_, i) => `toolu_unknown_${i}`) })
       const events = yield* rounds(adapter, loop, nativeRef, 6, {
-        last: [callReply("toolu_bad", "offload_context", "{\"ids\":3}"), callReply("toolu_all", "offload_context", "{\"all\":true}"), textReply()]
+        last: [
+          callReply("toolu_bad", "offload_context", "{\"ids\":3}"),
+          callReply("toolu_extra", "offload_context", "{\"all\":true,\"extra\":1}"),
+          callReply("toolu_none", "offload_context", "{\"all\":false}"),
+          callReply("toolu_flood", "offload_context", flood),
+          callReply("toolu_all", "offload_context", "{\"all\":true}"),
+          textReply()
+        ]
       })
       const answers = new Map(events.flatMap((e) => e._tag === "item_produced" && e.item.kind === "tool_result" && e.item.toolCallId !== null ? [[e.item.toolCallId, e.item.text] as const] : []))
       expect(answers.get("toolu_bad")).toBe("offload_context: the arguments are not {\"tool_call_ids\": [\"<call id>\", ...]} or {\"all\": true}")
-      // all: r1-r5 (the 3 newest tool units, r6, the bad call's and the all call's, stay).
-      expect(flushes.map((f) => [f.decision.tier, f.refs])).toEqual([["requested", [1, 2, 3, 4, 5].map((r) => `tool:toolu_r${r}`)]])
+      // Its own schema says additionalProperties: false (found by a review: an extra field was taken).
+      expect(answers.get("toolu_extra")).toBe(answers.get("toolu_bad"))
+      expect(answers.get("toolu_none")).toBe("offload_context: nothing to offload.")
+      // 5,000 unknown ids: ten named, the rest counted (found by a review: the answer echoed all 5,000, ~73k tokens).
+      expect(answers.get("toolu_flood")).toMatch(/^offload_context: nothing to offload\. Not offloaded: toolu_unknown_0 \(no such tool call in this conversation\), .*toolu_unknown_9 \(no such tool call in this conversation\), and 4990 more\.$/)
+      // all: every eligible unit; the 3 newest tool units (the last offload_context calls) stay.
+      // (The requests in between let a mild flush come first.)
+      expect(flushes.at(-1)!.decision.tier).toBe("requested")
+      expect(flushes.flatMap((f) => f.refs)).toEqual(expect.arrayContaining([1, 2, 3, 4, 5, 6].map((r) => `tool:toolu_r${r}`)))
       const last = loop.requests.at(-1)!.body
-      expect([verbatim(last, 5), verbatim(last, 6)]).toEqual([false, true])
+      expect([verbatim(last, 5), verbatim(last, 6)]).toEqual([false, false])
     }).pipe(Effect.provide(httpLayer)))
 })
 
