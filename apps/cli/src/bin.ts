@@ -353,6 +353,8 @@ const offload = Command.make(
     remoteOnly("offload")((target) =>
       o.dryRun && o.undo
         ? Effect.fail({ message: "--dry-run and --undo exclude each other" })
+        : (o.dryRun || o.undo) && Option.isSome(o.keepTokens)
+        ? Effect.fail({ message: "--keep-tokens applies to /offload itself, not to --dry-run or --undo (tool-result offload)" })
         : o.dryRun
         ? Remote.offloadPreview(target, o.id, o.json)
         : o.undo
@@ -377,6 +379,8 @@ const offloadControl = Command.make(
     remoteOnly("offload-control")((target) =>
       o.on && o.off
         ? Effect.fail({ message: "--on and --off exclude each other" })
+        : Option.isSome(o.keepNewest) && !(o.keepNewest.value >= 0 && o.keepNewest.value <= 1_000)
+        ? Effect.fail({ message: `--keep-newest must be a whole number from 0 to 1000 (got ${o.keepNewest.value})` })
         : Remote.offloadControl(target, o.id, {
           reset: o.reset,
           enabled: o.on ? Option.some(true) : o.off ? Option.some(false) : Option.none(),

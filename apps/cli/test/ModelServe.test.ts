@@ -133,6 +133,9 @@ describe("baton serve with a model-API instance", () => {
       const badPin = yield* baton([...admin, "offload-control", threadId, "--pin", "itm_nope"])
       expect(badPin.code).not.toBe(0)
       expect(badPin.stderr).toContain(`pinnedItemIds: itm_nope is not an item of thread ${threadId}`)
+      // Out of range: said by the CLI, not mistaken for a server fault (found by a review).
+      const outOfRange = yield* baton([...admin, "offload-control", threadId, "--keep-newest", "-1"])
+      expect([outOfRange.code !== 0, outOfRange.stderr.trim()]).toEqual([true, "baton: --keep-newest must be a whole number from 0 to 1000 (got -1)"])
       const reset = yield* baton([...admin, "offload-control", threadId, "--reset"])
       expect(reset.stdout).toContain(": on; keepNewestUnits 3,")
 

@@ -564,4 +564,20 @@ describe("model-API provider instances from the config file", () => {
         expect(flushes[0]!.entrySeqs).toHaveLength(preview.stubbedEntries)
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 60_000)
+
+  // Found by a reviewer: a thread control was also checked against the policy's defaults, so a control valid on its
+  // instance's own settings was refused, citing a value not in effect.
+  it.scoped("a thread control is checked against its instance's settings", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream, { toolResultOffload: { aggressiveRatio: 0.95, aggressiveTargetRatio: 0.9 } })])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        const set = yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { aggressiveTargetRatio: 0.88 }, headers: {} })
+        expect(set.effective?.settings).toMatchObject({ aggressiveRatio: 0.95, aggressiveTargetRatio: 0.88 })
+        const bad = yield* raw(post(`/threads/${threadId}/tool-result-offload/control`, { aggressiveTargetRatio: 0.96 }).pipe(HttpClientRequest.setMethod("PUT")))
+        expect([bad.status, bad.body!["reason"]]).toEqual([400, "tool-result offload control: aggressiveTargetRatio (0.96) must be below aggressiveRatio (0.95)"])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
 })

@@ -218,6 +218,9 @@ describe("ToolResultOffload.decide (the rule on small histories)", () => {
         "Read /src/a.ts: 12,345 chars\n" +
         `Bash ${"x".repeat(23)}…${"x".repeat(36)}: 7 chars`
     )
+    // No arguments: no stray space before the colon (found by a review).
+    expect(ToolResultOffload.stubText([{ toolName: "updateIssueList", argumentsText: "{}", releasedChars: 70 }], "tool:toolu_1"))
+      .toBe("[offloaded, thread_read tool:toolu_1]\nupdateIssueList: 70 chars")
   })
 })
 

@@ -605,8 +605,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     /**
      * Replaces the thread's tool-result offload control (see `Commands.SetToolResultOffloadControl`) and records a
      * `context.offload_control_set` event; turns read it when they start or continue after tool results. Checks that
-     * every pinned id is an item of the thread and that the settings, merged with the policy's defaults and with the
-     * active instance's, keep the policy's rules (`InvalidRequest` naming the field otherwise).
+     * every pinned id is an item of the thread and that the settings, merged with the active instance's (the policy's
+     * defaults when the thread has no model-API instance yet), keep the policy's rules (`InvalidRequest` naming the
+     * field otherwise).
      */
     const setToolResultOffloadControl = Effect.fn("ThreadService.setToolResultOffloadControl")(function*(command: Commands.SetToolResultOffloadControl) {
       return yield* withReceipt(
@@ -622,9 +623,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (missing.length > 0) {
             return yield* new InvalidRequest({ reason: `pinnedItemIds: ${missing.join(", ")} ${missing.length === 1 ? "is not an item" : "are not items"} of thread ${thread.id}` })
           }
-          const overDefaults = ToolResultOffload.problems(ToolResultOffload.withOverrides(ToolResultOffload.defaults, OffloadControls.settingsOf(control)))
+          // Checked against what it overrides: the active instance's settings, or the defaults without one (found by a
+          // review: checking against both refused a control valid on its instance).
           const { problems, view } = yield* controlView(thread, control)
-          const all = [...new Set([...overDefaults, ...problems])]
+          const all = view.effective === null
+            ? ToolResultOffload.problems(ToolResultOffload.withOverrides(ToolResultOffload.defaults, OffloadControls.settingsOf(control)))
+            : problems
           if (all.length > 0) return yield* new InvalidRequest({ reason: `tool-result offload control: ${all.join("; ")}` })
           yield* store.setOffloadControl(thread.id, control)
           yield* store.appendEvent({ threadId: thread.id, type: "context.offload_control_set", payload: { control }, commandId: command.commandId })
