@@ -183,6 +183,37 @@ export const offloadContextTool: ToolDefinition = {
   }
 }
 
+/**
+ * The characters of each result's output in a `tool_results` entry, by call id: any object of the entry's JSON naming
+ * a call (`tool_use_id` in Anthropic's, `call_id` in Responses', `tool_call_id` in Chat's) with its `content` or
+ * `output` (a string, or text blocks). The entry is one JSON value (Anthropic's message) or several joined by commas
+ * (Chat's and Responses' items). Empty when it is neither (the caller then shares the entry's length).
+ */
+export const resultChars = (body: string): ReadonlyMap<string, number> => {
+  const out = new Map<string, number>()
+  const textOf = (v: unknown): number =>
+    typeof v === "string" ? v.length : Array.isArray(v)
+      ? v.reduce((n: number, b: unknown) => n + (typeof b === "object" && b !== null && typeof (b as { text?: unknown }).text === "string" ? (b as { text: string }).text.length : 0), 0)
+      : 0
+  const walk = (v: unknown): void => {
+    if (Array.isArray(v)) return v.forEach(walk)
+    if (typeof v !== "object" || v === null) return
+    const o = v as Record<string, unknown>
+    const id = o["tool_use_id"] ?? o["call_id"] ?? o["tool_call_id"]
+    if (typeof id === "string" && ("content" in o || "output" in o)) out.set(id, textOf(o["content"] ?? o["output"]))
+    else for (const child of Object.values(o)) walk(child)
+  }
+  for (const text of [body, `[${body}]`]) {
+    try {
+      walk(JSON.parse(text))
+      break
+    } catch {
+      // Chat's and Responses' entries are several messages joined by commas: read as a list next; else no sizes
+    }
+  }
+  return out
+}
+
 /** `offload_context`'s arguments as the model writes them. */
 const OffloadContextArguments = Schema.parseJson(Schema.Struct({
   tool_call_ids: Schema.optional(Schema.Array(Schema.String)),
@@ -430,9 +461,10 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   /** The stub results of a `tool_results` entry answering `calls`: one line per call with its `tool:<id>` ref. */
   const stubResults = (body: string, calls: ReadonlyArray<ToolCall>) => {
     const share = Math.round(body.length / Math.max(1, calls.length))
+    const sizes = resultChars(body)
     const results = calls.map((c): ToolResultInput => ({
       toolCallId: c.id,
-      output: ToolResultOffload.stubText([{ toolName: c.name, argumentsText: c.arguments, releasedChars: share }], `tool:${c.id}`),
+      output: ToolResultOffload.stubText([{ toolName: c.name, argumentsText: c.arguments, releasedChars: sizes.get(c.id) ?? share }], `tool:${c.id}`),
       isError: false
     }))
     return dialect.toolResults(results, calls)

@@ -6,7 +6,7 @@
 import { TokenCounter, ToolResultOffload } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit } from "effect"
-import { type OffloadFlush, offloadContextTool } from "../src/ModelApiAdapter.js"
+import { type OffloadFlush, offloadContextTool, resultChars } from "../src/ModelApiAdapter.js"
 import type { LocalTool, OffloadControl, ProviderAdapterShape, TurnEvent } from "../src/ProviderAdapter.js"
 import { adapterFor, collect, fixtureLines, frame, httpLayer, json, type Loopback, loopback, sqliteFile, sse } from "./support/Loopback.js"
 
@@ -96,6 +96,9 @@ describe("offload_context: the model frees context itself (issue 11 item 4)", ()
       for (const r of [2, 3, 4, 5]) expect([stubbed(after!, r), verbatim(after!, r), verbatim(before!, r)]).toEqual([true, false, true])
       for (const r of [1, 6]) expect([stubbed(after!, r), verbatim(after!, r)]).toEqual([false, true])
       for (const request of loop.requests) expect(toolNamesOf(request.body)).toEqual(["updateIssueList", "offload_context"])
+      // Each stub line gives the characters of that call's own output (found by a review: it gave a share of the
+      // whole results entry's JSON).
+      expect(after).toContain(`updateIssueList: ${output(2).length.toLocaleString("en-US")} chars`)
 
       // Once applied, the request is spent: a later turn does not flush again.
       loop.enqueue(textReply())
@@ -290,4 +293,20 @@ describe("a thread's control over the instance's settings (issue 11 item 4)", ()
       expect(fifth).not.toContain("original line 299")
       expect(fifth).toContain("thread_read tool:toolu_read]")
     }).pipe(Effect.provide(httpLayer)))
+})
+
+describe("resultChars", () => {
+  it("reads each call's output length from any dialect's tool_results entry", () => {
+    const anthropic = JSON.stringify({ role: "user", content: [
+      { type: "tool_result", tool_use_id: "toolu_a", content: "x".repeat(12) },
+      { type: "tool_result", tool_use_id: "toolu_b", content: [{ type: "text", text: "yy" }, { type: "text", text: "zzz" }] }
+    ] })
+    // Chat's and Responses' entries: items joined by commas, as their dialects write them.
+    const responses = [{ type: "function_call_output", call_id: "call_a", output: "abcd" }, { type: "function_call_output", call_id: "call_b", output: "" }].map((o) => JSON.stringify(o)).join(",")
+    const chat = [{ role: "tool", tool_call_id: "c1", content: "hello" }, { role: "tool", tool_call_id: "c2", content: "hi" }].map((o) => JSON.stringify(o)).join(",")
+    expect([...resultChars(anthropic)]).toEqual([["toolu_a", 12], ["toolu_b", 5]])
+    expect([...resultChars(responses)]).toEqual([["call_a", 4], ["call_b", 0]])
+    expect([...resultChars(chat)]).toEqual([["c1", 5], ["c2", 2]])
+    expect(resultChars("not json").size).toBe(0)
+  })
 })
