@@ -49,11 +49,13 @@ export interface LinkOutcome {
 }
 
 /**
- * A native thread the provider forked from the parent's (`ProviderAdapterShape.forkThread`): its reference, and the
- * driver whose provider session holds it (the process that forked it, so the first turn does not resume it).
+ * A native thread the provider forked from the parent's (`ProviderAdapterShape.forkThread`): its reference, the
+ * parent's native thread it copies (`source`), and the driver whose provider session holds it (the process that
+ * forked it, so the first turn does not resume it).
  */
 export interface HeldFork {
   readonly nativeRef: string
+  readonly source: NativeThread
   readonly driverId: string
 }
 
@@ -123,9 +125,11 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
 
     /**
      * Records the native thread the provider forked (`heldFork`) as the first, active native thread (generation 1)
-     * of `providerThread`, held by the forking driver's session, with a `native_thread.started` event. Its usage is
-     * unknown until its first report (another native thread's report is never reused); `estimatedTokens` is set once
-     * the copied history is counted.
+     * of `providerThread`, held by the forking driver's session, with a `native_thread.started` event. It starts with
+     * its source's usage and estimate: the copy holds the source's context byte for byte (Codex 0.171.0: the fork's
+     * first request is the parent's conversation plus the new prompt), so what Baton knew of the source's size is
+     * what it knows of the copy's (invariant 1: a near-full parent makes a near-full fork). This is not another
+     * native thread's telemetry reused for different content (a replacement starts at 0).
      */
     const recordHeldFork = (providerThread: ProviderThread, heldFork: HeldFork) =>
       Effect.gen(function*() {
@@ -136,8 +140,8 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
           generation: 1,
           nativeRef: heldFork.nativeRef,
           status: "active",
-          usage: null,
-          estimatedTokens: 0,
+          usage: heldFork.source.usage,
+          estimatedTokens: heldFork.source.estimatedTokens,
           compactionsWithoutProgress: 0,
           createdAt: now,
           updatedAt: now
@@ -191,14 +195,11 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
           `${providerThread.providerInstance}'s fork of the parent's native thread. The originals stay readable by id in ${parent.id}.`
         : `Forked from thread ${parent.id} at ${range(0, atRunSeq)}: ${source.length} earlier item(s), owed to ` +
           `${providerThread.providerInstance} as a fork handoff. The originals stay readable by id in ${parent.id}.`
-      const held = heldFork === null ? null : yield* recordHeldFork(providerThread, heldFork)
-      const copied = yield* copyInto("fork", forkThread.id, providerThread, marker, source, held)
-      let native: NativeThread | null = null
-      if (held !== null) {
+      const native = heldFork === null ? null : yield* recordHeldFork(providerThread, heldFork)
+      const copied = yield* copyInto("fork", forkThread.id, providerThread, marker, source, native)
+      if (native !== null) {
         const now = yield* DateTime.now
-        native = { ...held, estimatedTokens: copied.tokens, updatedAt: now }
-        yield* store.updateNativeThread(native)
-        yield* store.updateProviderThread({ ...providerThread, activeNativeThreadId: held.id, syncedRunSeq: copied.run.seq, updatedAt: now })
+        yield* store.updateProviderThread({ ...providerThread, activeNativeThreadId: native.id, syncedRunSeq: copied.run.seq, updatedAt: now })
       }
       const link: ThreadLink = {
         id: ids.next("lnk"),

@@ -438,7 +438,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           // The native copy stands only if the parent is where it was when it was copied.
           const again = forked === null ? null : yield* nativeForkSource(parent, adapter, runs, atRunSeq)
           const held = forked !== null && again !== null && again.native.id === source?.native.id && atRunSeq === source.atRunSeq
-            ? { nativeRef: forked.nativeRef, driverId: driver.driverId }
+            ? { nativeRef: forked.nativeRef, source: again.native, driverId: driver.driverId }
             : null
           if (forked !== null && held === null) {
             yield* Effect.logWarning(`the parent ${parent.id} changed while it was forked natively: native thread ${forked.nativeRef} is left unused, the fork takes a handoff`)

@@ -15,7 +15,7 @@ import { CodexAdapter, ScriptedProvider } from "@baton/providers"
 import type { CodexAppServer } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { answer, binary, bodyOf, codexHome, isCompaction } from "../../providers/test/support/CodexLoopback.js"
 import { loopback, type Received, type Reply } from "../../providers/test/support/Loopback.js"
 
@@ -64,6 +64,9 @@ describe("forks of Codex threads (real binary, in process)", () => {
         expect(forked.nativeThreadId).toBeDefined()
         expect(forked.itemCount).toBe(4)
         expect(sent("thread/fork")).toHaveLength(1)
+        // The copy starts with what Baton knew of the parent's Codex thread: its last report (2,100 in + 20 out).
+        const forkNative = (yield* o.store.getNativeThread(forked.nativeThreadId!)).pipe(Option.getOrThrow)
+        expect(forkNative.usage?.usedTokens).toBe(2_120)
         const events = (yield* o.store.listEvents(forked.threadId)).map((e) => e.type)
         expect(events).toContain("native_thread.started")
         expect(events).not.toContain("handoff.created")
