@@ -12,14 +12,15 @@ import type { ProviderInstance } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { InvariantChecks, ThreadRead } from "@baton/orchestration"
 import { CodexAdapter, ScriptedProvider } from "@baton/providers"
-import type { CodexAppServer } from "@baton/providers"
+import type { CodexAppServer, ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { answer, binary, bodyOf, codexHome, isCompaction } from "../../providers/test/support/CodexLoopback.js"
 import { loopback, type Received, type Reply } from "../../providers/test/support/Loopback.js"
 
-const setup = Effect.gen(function*() {
+/** `wrap` may decorate the Codex adapter (an action while `thread/fork` is in flight). */
+const setupWith = (wrap: (codex: CodexAdapter.CodexAdapter) => ProviderAdapter.ProviderAdapterShape) => Effect.gen(function*() {
   const loop = yield* loopback
   const home = yield* codexHome(loop.url, { window: 44_000, autoCompact: 42_000 })
   const answers: Array<Reply> = []
@@ -35,10 +36,11 @@ const setup = Effect.gen(function*() {
     dynamicTools: [ThreadRead.definition],
     trace: (l) => trace.push(l)
   })
-  const layer = Harness.makeLayer([codex, claude], counter, ":memory:", { deferralPointer: false })
+  const layer = Harness.makeLayer([wrap(codex), claude], counter, ":memory:", { deferralPointer: false })
   const sent = (method: string) => trace.filter((l) => l.direction === "out" && l.line.includes(`"method":"${method}"`))
   return { loop, answers, script, layer, sent }
 })
+const setup = setupWith((codex) => codex)
 
 /** The conversation of a request after Codex's own preamble: `role: text` per message (parts joined by `|`). */
 const conversation = (request: Received) =>
@@ -105,6 +107,38 @@ describe("forks of Codex threads (real binary, in process)", () => {
         expect((yield* o.send(forked.threadId, "Review on claude")).status).toBe("completed")
         expect(yield* InvariantChecks.check(parent)).toEqual([])
         expect(yield* InvariantChecks.check(forked.threadId)).toEqual([])
+      }).pipe(Effect.provide(layer))
+    })))
+
+  it.live("the parent changed while Codex copied it (a run completed meanwhile): the copy is left unused and the fork takes its handoff", () =>
+    Effect.scoped(Effect.gen(function*() {
+      let meanwhile: Effect.Effect<unknown, unknown> = Effect.void
+      const { answers, layer, loop, sent } = yield* setupWith((codex) => ({
+        ...codex,
+        forkThread: (nativeRef) => Effect.tap(codex.forkThread!(nativeRef), () => Effect.orDie(meanwhile))
+      }))
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const parent = yield* o.create("codex")
+        answers.push(answer("Plan: rename the module.", 2_000, 20))
+        yield* o.send(parent, "Plan the rename")
+        answers.push(answer("Meanwhile done.", 2_100, 20))
+        meanwhile = o.send(parent, "Meanwhile")
+        const forked = yield* o.fork(parent)
+        expect(sent("thread/fork")).toHaveLength(1)
+        expect([forked.atRunSeq, forked.handoffId === null, forked.nativeThreadId]).toEqual([2, false, undefined])
+        const before = loop.requests.length
+        answers.push(answer("On the fork.", 2_200, 20))
+        const first = yield* o.send(forked.threadId, "Go on")
+        expect(first.turnStart?.mode).toBe("injected")
+        expect(first.turnStart?.deliveredItems).toBe(4)
+        expect(sent("thread/start")).toHaveLength(2)
+        // The fork's Codex thread is a new one: the parent's turns come as the injected handoff, once.
+        const texts = conversation(loop.requests.slice(before)[0]!)
+        expect(texts.filter((t) => t.includes("Meanwhile done."))).toHaveLength(1)
+        expect(texts.at(-1)).toBe("user: Go on")
+        expect(yield* InvariantChecks.check(forked.threadId)).toEqual([])
+        expect(yield* InvariantChecks.check(parent)).toEqual([])
       }).pipe(Effect.provide(layer))
     })))
 
