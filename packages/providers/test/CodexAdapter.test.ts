@@ -270,6 +270,26 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       expect(failureOf(yield* Effect.exit(after.readThread!(unknown)))).toMatchObject({ code: "thread_not_found" })
     })))
 
+  it.live("a fork after a restart: forkThread of a thread the new child never loaded, and the copy resumed in a third child, both carry the parent's history", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const loop = yield* loopback
+      const home = yield* codexHome(loop.url)
+      const config = { kind: "codex" as const, binary: binary(), codexHome: home, cwd: home }
+      loop.enqueue(answer("Parent answer."), answer("Fork answer."))
+      const parent = yield* Effect.scoped(Effect.gen(function*() {
+        const before = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+        const { nativeRef } = yield* before.startThread()
+        yield* collect(before.startTurn({ nativeRef, runId: "run-1", prompt: "parent prompt", inlineHistory: null }))
+        return nativeRef
+      }))
+      const forked = yield* Effect.scoped(Effect.flatMap(CodexAdapter.make({ instance: "codex" as ProviderInstance, config }), (a) => a.forkThread!(parent)))
+      const after = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+      const { exit } = yield* collect(after.startTurn({ nativeRef: forked.nativeRef, runId: "run-2", prompt: "fork prompt", inlineHistory: null }))
+      expect(exit._tag).toBe("Success")
+      expect(conversation(loop.requests[1]!)).toEqual(["user: parent prompt", "assistant: Parent answer.", "user: fork prompt"])
+      expect((yield* after.readThread!(forked.nativeRef)).runIds).toEqual(["run-1", "run-2"])
+    })))
+
   it.live("a missing binary: startThread fails `unavailable`, not retryable, naming @openai/codex", () =>
     Effect.scoped(Effect.gen(function*() {
       const adapter = yield* CodexAdapter.make({
