@@ -435,10 +435,15 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         ForkResult,
         Effect.gen(function*() {
           const { adapter, atRunSeq, parent, runs } = yield* forkPoint(command)
-          // The native copy stands only if the parent is where it was when it was copied.
+          // The native copy stands only if the parent is where it was when it was copied: the same fork point, still
+          // exact, on the same native thread with the same record (a usage report or a compaction meanwhile changes it,
+          // and the copy may predate it).
           const again = forked === null ? null : yield* nativeForkSource(parent, adapter, runs, atRunSeq)
-          const held = forked !== null && again !== null && again.native.id === source?.native.id && atRunSeq === source.atRunSeq
-            ? { nativeRef: forked.nativeRef, source: again.native, driverId: driver.driverId }
+          const unchanged = source !== null && again !== null && atRunSeq === source.atRunSeq && again.native.id === source.native.id &&
+            again.native.estimatedTokens === source.native.estimatedTokens &&
+            JSON.stringify(again.native.usage) === JSON.stringify(source.native.usage)
+          const held = forked !== null && source !== null && unchanged
+            ? { nativeRef: forked.nativeRef, source: source.native, driverId: driver.driverId }
             : null
           if (forked !== null && held === null) {
             yield* Effect.logWarning(`the parent ${parent.id} changed while it was forked natively: native thread ${forked.nativeRef} is left unused, the fork takes a handoff`)
