@@ -75,7 +75,9 @@ export const ThreadForked = event(
       atRunSeq: Count,
       runId: RunId,
       itemCount: Count,
-      handoffId: Schema.NullOr(HandoffId)
+      handoffId: Schema.NullOr(HandoffId),
+      /** A native fork: the fork's native thread, a provider-made copy of the parent's, holds the history (no handoff). */
+      nativeThreadId: Schema.optional(NativeThreadId)
     })
   )
 )

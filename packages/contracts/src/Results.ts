@@ -5,7 +5,7 @@
  */
 import { Schema } from "effect"
 import { RunFailureCode, RunStatus, Tokens, ToolResultOffloadControl } from "./Domain.js"
-import { HandoffId, ItemId, OffloadId, ProviderInstance, ProviderThreadId, RunId, ThreadId } from "./Ids.js"
+import { HandoffId, ItemId, NativeThreadId, OffloadId, ProviderInstance, ProviderThreadId, RunId, ThreadId } from "./Ids.js"
 
 /** A non-negative number of items. */
 const ItemCount = Schema.Int.pipe(Schema.nonNegative())
@@ -213,7 +213,13 @@ export const ForkResult = Schema.Struct({
   itemCount: ItemCount,
   /** Tokens (rendered) of the copied history: the `fork` handoff's size. */
   tokens: Tokens,
-  handoffId: Schema.NullOr(HandoffId)
+  /** The `fork` handoff owing the copied history; `null` when nothing is owed (no history, or a native fork). */
+  handoffId: Schema.NullOr(HandoffId),
+  /**
+   * Present for a native fork: the fork's native thread, which the provider copied from the parent's (Codex
+   * `thread/fork`) and which holds the copied history already, so the fork's first turn replays nothing.
+   */
+  nativeThreadId: Schema.optional(NativeThreadId)
 })
 export type ForkResult = typeof ForkResult.Type
 

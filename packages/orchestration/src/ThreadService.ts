@@ -346,30 +346,107 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       Effect.map(queueRun(command, options.queueBehind === true), (queued) => queued.run)
 
     /**
+     * Where `command` forks its parent: the parent, its runs, the fork point `atRunSeq` (default: the last run that
+     * has ended) and the fork's adapter (default: the parent's provider). Fails with `ThreadNotFound`,
+     * `UnknownProvider`, `InvalidRequest` (a fork point past the last ended run).
+     */
+    const forkPoint = (command: Commands.ForkThread) =>
+      Effect.gen(function*() {
+        const parent = yield* getThread(command.threadId)
+        const instance = command.providerInstance ?? (yield* getProviderThread(parent)).providerInstance
+        const adapter = yield* registry.get(instance)
+        const runs = yield* store.listRuns(parent.id)
+        const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))
+        const lastEnded = firstOpen === undefined ? (runs.at(-1)?.seq ?? 0) : firstOpen.seq - 1
+        const atRunSeq = command.atRunSeq ?? lastEnded
+        if (atRunSeq > lastEnded) {
+          return yield* new InvalidRequest({
+            reason: firstOpen !== undefined && atRunSeq >= firstOpen.seq
+              ? `cannot fork ${parent.id} at run ${atRunSeq}: run ${firstOpen.seq} has not ended; fork at ${lastEnded} or wait`
+              : `cannot fork ${parent.id} at run ${atRunSeq}: it has ${lastEnded} run(s)`
+          })
+        }
+        return { parent, adapter, runs, atRunSeq }
+      })
+
+    /**
+     * The parent's native thread a fork can copy natively (`forkThread`), or `null` (the fork falls back to a `fork`
+     * handoff). Exact only when that native thread holds precisely the parent's history through `atRunSeq`: the fork
+     * is on the parent's own provider instance, whose adapter can fork; the fork point is the parent's latest run and
+     * no run is queued or running (a running turn would be half in the copy); the parent's active native thread is
+     * trusted (`active`), owes nothing (no open handoff toward its provider thread, which is synced through
+     * `atRunSeq`) and has no uncertain (`pending`) delivery; every run through `atRunSeq` ran on that native thread
+     * (the provider read it) or is covered by a handoff delivered to it whole (nothing omitted); and no `/offload`
+     * summary stands for part of the parent's history (the fork copies the summary, the native thread holds the
+     * originals). A native thread Codex compacted still counts: Baton never owes a compacted thread its history
+     * again, and the copy holds what the parent's model holds.
+     */
+    const nativeForkSource = (
+      parent: Thread,
+      adapter: ProviderAdapter.ProviderAdapterShape,
+      runs: ReadonlyArray<Run>,
+      atRunSeq: number
+    ) =>
+      Effect.gen(function*() {
+        if (adapter.forkThread === undefined || parent.activeProviderThreadId === null || atRunSeq === 0) return null
+        if (runs.at(-1)?.seq !== atRunSeq || runs.some((r) => !terminalRunStatuses.includes(r.status))) return null
+        const providerThread = Option.getOrNull(yield* store.getProviderThread(parent.activeProviderThreadId))
+        if (providerThread === null || providerThread.providerInstance !== adapter.instance) return null
+        if (providerThread.activeNativeThreadId === null || providerThread.syncedRunSeq < atRunSeq) return null
+        const native = Option.getOrNull(yield* store.getNativeThread(providerThread.activeNativeThreadId))
+        if (native === null || native.status !== "active") return null
+        if ((yield* store.listOpenHandoffs(providerThread.id)).length > 0) return null
+        if ((yield* store.listDeliveriesByStatus(native.id, "pending")).length > 0) return null
+        if ((yield* store.listOffloads(parent.id)).length > 0) return null
+        const toNative = (yield* store.listDeliveriesOfThread(parent.id)).filter((d) => d.nativeThreadId === native.id)
+        if (toNative.some((d) => (d.status === "injected" || d.status === "inline") && d.omittedItemIds.length > 0)) return null
+        const covered = yield* delivery.coveredRuns(providerThread, native.id)
+        const held = runs.every((r) => (r.nativeThreadId === native.id && r.stopPoint !== "before_provider") || covered.has(r.id))
+        return held ? { providerThread, native } : null
+      })
+
+    /**
      * Forks a thread (see `Commands.ForkThread` and ThreadLineage): a new thread on the requested provider (default:
      * the parent's), whose first run holds a copy of the parent's history through `atRunSeq` (default: the last run
-     * that has ended), owed by a `fork` handoff. A turn running on the parent is not waited for. Fails with
-     * `ThreadNotFound`, `UnknownProvider`, `InvalidRequest`.
+     * that has ended). The copy is owed to the fork's provider thread by a `fork` handoff, delivered at its first
+     * turn start — or, when the parent's native thread holds exactly that history and its adapter can fork natively
+     * (`nativeForkSource`), the fork's provider thread starts on the provider's own copy of it (Codex `thread/fork`)
+     * and nothing is owed. The provider call is made between two units of work (decide, fork, then record after
+     * re-deciding under the lock: a parent that changed meanwhile gets the handoff, and the unused native copy
+     * holds nothing Baton owes). A turn running on the parent is not waited for (the fork then takes the handoff).
+     * Fails with `ThreadNotFound`, `UnknownProvider`, `InvalidRequest`.
      */
     const fork = Effect.fn("ThreadService.fork")(function*(command: Commands.ForkThread) {
+      const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
+      const source = seen._tag === "Some" ? null : yield* Effect.gen(function*() {
+        const point = yield* forkPoint(command)
+        const found = yield* nativeForkSource(point.parent, point.adapter, point.runs, point.atRunSeq)
+        return found === null ? null : { ...found, adapter: point.adapter, atRunSeq: point.atRunSeq }
+        // A failure here (an unknown thread, a bad fork point) is only no native fork: the recording step fails with it.
+      }).pipe(uow.thread(command.threadId, "ThreadService.fork.source"), Effect.orElseSucceed(() => null))
+      const forked = source === null ? null : yield* source.adapter.forkThread!(source.native.nativeRef).pipe(
+        Effect.tapError((e) => Effect.logWarning(`native fork of ${source.native.id} failed (${e.code}: ${e.reason}): the fork takes a handoff`)),
+        Effect.option,
+        Effect.map(Option.getOrNull)
+      )
       return yield* withReceipt(
         command,
         command.threadId,
         ForkResult,
         Effect.gen(function*() {
-          const parent = yield* getThread(command.threadId)
-          const instance = command.providerInstance ?? (yield* getProviderThread(parent)).providerInstance
-          const adapter = yield* registry.get(instance)
-          const runs = yield* store.listRuns(parent.id)
-          const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))
-          const lastEnded = firstOpen === undefined ? (runs.at(-1)?.seq ?? 0) : firstOpen.seq - 1
-          const atRunSeq = command.atRunSeq ?? lastEnded
-          if (atRunSeq > lastEnded) {
-            return yield* new InvalidRequest({
-              reason: firstOpen !== undefined && atRunSeq >= firstOpen.seq
-                ? `cannot fork ${parent.id} at run ${atRunSeq}: run ${firstOpen.seq} has not ended; fork at ${lastEnded} or wait`
-                : `cannot fork ${parent.id} at run ${atRunSeq}: it has ${lastEnded} run(s)`
-            })
+          const { adapter, atRunSeq, parent, runs } = yield* forkPoint(command)
+          // The native copy stands only if the parent is where it was when it was copied: the same fork point, still
+          // exact, on the same native thread with the same record (a usage report or a compaction meanwhile changes it,
+          // and the copy may predate it).
+          const again = forked === null ? null : yield* nativeForkSource(parent, adapter, runs, atRunSeq)
+          const unchanged = source !== null && again !== null && atRunSeq === source.atRunSeq && again.native.id === source.native.id &&
+            again.native.estimatedTokens === source.native.estimatedTokens &&
+            JSON.stringify(again.native.usage) === JSON.stringify(source.native.usage)
+          const held = forked !== null && source !== null && unchanged
+            ? { nativeRef: forked.nativeRef, source: source.native, driverId: driver.driverId }
+            : null
+          if (forked !== null && held === null) {
+            yield* Effect.logWarning(`the parent ${parent.id} changed while it was forked natively: native thread ${forked.nativeRef} is left unused, the fork takes a handoff`)
           }
           const now = yield* DateTime.now
           const forkThread: Thread = {
@@ -383,15 +460,16 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.appendEvent({ threadId: forkThread.id, type: "thread.created", payload: { title: forkThread.title, parentThreadId: parent.id }, commandId: command.commandId })
           const providerThread = yield* ensureProviderThread(forkThread.id, adapter)
           yield* store.updateThread({ ...forkThread, activeProviderThreadId: providerThread.id })
-          const forked = yield* lineage.fork(parent, forkThread, providerThread, atRunSeq, runs.filter((r) => r.seq <= atRunSeq))
+          const forkedRecord = yield* lineage.fork(parent, forkThread, providerThread, atRunSeq, runs.filter((r) => r.seq <= atRunSeq), held)
           return {
             threadId: forkThread.id,
             providerThreadId: providerThread.id,
             atRunSeq,
-            runId: forked.run.id,
-            itemCount: forked.itemCount,
-            tokens: forked.tokens,
-            handoffId: forked.handoff?.id ?? null
+            runId: forkedRecord.run.id,
+            itemCount: forkedRecord.itemCount,
+            tokens: forkedRecord.tokens,
+            handoffId: forkedRecord.handoff?.id ?? null,
+            ...(forkedRecord.native === null ? {} : { nativeThreadId: forkedRecord.native.id })
           }
         })
       ).pipe(uow.thread(command.threadId, "ThreadService.fork"))

@@ -254,6 +254,16 @@ export interface ProviderAdapterShape {
   readonly continueTurn?: (input: ContinueTurnInput) => Stream.Stream<TurnEvent, ProviderError>
   /** Optional capability: compacts the native thread on request. */
   readonly compactThread?: (nativeRef: string) => Effect.Effect<CompactResult, ProviderError>
+  /**
+   * Optional capability (agent runtimes that copy a thread natively: Codex `thread/fork`): starts a new native thread
+   * holding the whole history `nativeRef` holds now (every turn and injection, and its compactions, as the provider
+   * keeps them), and returns its reference with the context usage the provider reported for it (`null`: none yet).
+   * `nativeRef` is left unchanged. Callers fork only a native thread with no turn in progress. Fails with
+   * `ProviderError`: `thread_not_found` when the provider no longer has `nativeRef`, `unavailable` / `timeout` when it
+   * could not be asked (retryable), `protocol` on an unreadable answer. A fork the provider made but whose answer was
+   * lost leaves an unused native thread behind: nothing is owed to it.
+   */
+  readonly forkThread?: (nativeRef: string) => Effect.Effect<{ readonly nativeRef: string; readonly usage: ContextUsage | null }, ProviderError>
   /** Optional capability: reads the native thread back (for reconciling uncertain deliveries and interrupts). */
   readonly readThread?: (nativeRef: string) => Effect.Effect<ReadThreadResult, ProviderError>
   /**

@@ -12,7 +12,7 @@ import * as CodexAdapter from "../src/codex/CodexAdapter.js"
 import type { TraceLine } from "../src/codex/CodexAppServer.js"
 import { type LocalTool, type TextDelta, TurnEvent } from "../src/ProviderAdapter.js"
 import { answer, binary, bodyOf, checkFixture, codexHome, functionCall, isCompaction, normalise, overflow, userTexts } from "./support/CodexLoopback.js"
-import { collect, itemsOf, type Loopback, loopback } from "./support/Loopback.js"
+import { collect, itemsOf, type Loopback, loopback, type Received } from "./support/Loopback.js"
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>) => (Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null)
 
@@ -33,6 +33,14 @@ const setup = (extra: { readonly trace?: (l: TraceLine) => void } = {}) =>
       ...extra
     })
     return { loop, home, adapter }
+  })
+
+/** The request's conversation after Codex's own preamble (developer messages, environment context): `role: text`. */
+const conversation = (request: Received) =>
+  bodyOf(request).input.flatMap((i) => {
+    if (i.type !== "message" || i.role === "developer") return []
+    const text = (i.content as ReadonlyArray<{ readonly text?: string }>).map((c) => c.text ?? "").join("|")
+    return text.startsWith("<environment_context>") || text.startsWith("# AGENTS.md") ? [] : [`${String(i.role)}: ${text}`]
   })
 
 const hanging = { status: 200, headers: { "content-type": "text/event-stream" }, chunks: [": waiting\n\n", ": never\n\n"], gapMillis: 120_000 }
@@ -115,6 +123,60 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       expect(texts.at(-1)).toBe("Next")
       const recorded = normalise(trace, home)
       expect(recorded).toBe(checkFixture("adapter-round-trip.jsonl", recorded))
+    })))
+
+  it.live("forkThread: thread/fork gives a new Codex thread holding the parent's whole history (turns, injections, tools); the parent is unchanged; the exchange is the fixture", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const trace: Array<TraceLine> = []
+      const { adapter, home, loop } = yield* setup({ trace: (l) => trace.push(l) })
+      const { nativeRef: parent } = yield* adapter.startThread()
+      loop.enqueue(answer("Parent answer one.", 2_000, 10), answer("Parent answer two.", 2_050, 10))
+      yield* collect(adapter.startTurn({ nativeRef: parent, runId: "run-1", prompt: "parent prompt one", inlineHistory: null }))
+      yield* adapter.injectHistory!({ nativeRef: parent, rendered: "<history>injected into the parent</history>", itemIds: ["item-1"], deliveryIds: ["delivery-1"] })
+      yield* collect(adapter.startTurn({ nativeRef: parent, runId: "run-2", prompt: "parent prompt two", inlineHistory: null }))
+      const forked = yield* adapter.forkThread!(parent)
+      expect(forked.nativeRef).not.toBe(parent)
+      // Codex reports no usage for the new thread until its first turn: Baton never reuses the parent's report.
+      expect(forked.usage).toBeNull()
+      loop.enqueue(answer("Fork answer.", 2_100, 10), answer("Parent answer three.", 2_100, 10))
+      const onFork = yield* collect(adapter.startTurn({ nativeRef: forked.nativeRef, runId: "run-3-fork", prompt: "fork prompt", inlineHistory: null }))
+      expect(onFork.exit._tag).toBe("Success")
+      expect(itemsOf(onFork.events)).toEqual([["assistant_message", "Fork answer.", null, null]])
+      // The model saw the parent's whole history on the fork, in order, then the new prompt; the tools are the parent's.
+      const parentSoFar = conversation(loop.requests[1]!)
+      expect(parentSoFar).toEqual([
+        "user: parent prompt one", "assistant: Parent answer one.",
+        `user: <history>injected into the parent</history>|<baton-deliveries ids="delivery-1"/>`, "user: parent prompt two"
+      ])
+      expect(conversation(loop.requests[2]!)).toEqual([...parentSoFar, "assistant: Parent answer two.", "user: fork prompt"])
+      expect(bodyOf(loop.requests[2]!).tools?.some((t) => t.name === "thread_read")).toBe(true)
+      // The parent does not hold the fork's turn.
+      const onParent = yield* collect(adapter.startTurn({ nativeRef: parent, runId: "run-3", prompt: "parent prompt three", inlineHistory: null }))
+      expect(onParent.exit._tag).toBe("Success")
+      expect(conversation(loop.requests[3]!)).toEqual([...parentSoFar, "assistant: Parent answer two.", "user: parent prompt three"])
+      // Read back: thread/read of the fork lists the parent's turns and its own. Its rollout starts at the fork
+      // (`forked_from_id`), so the parent's injection markers are not read back from the fork: deliveries toward the
+      // fork are its own, written to its own rollout.
+      const forkRead = yield* adapter.readThread!(forked.nativeRef)
+      expect([forkRead.runIds, forkRead.deliveryIds]).toEqual([["run-1", "run-2", "run-3-fork"], []])
+      const parentRead = yield* adapter.readThread!(parent)
+      expect([parentRead.runIds, parentRead.deliveryIds]).toEqual([["run-1", "run-2", "run-3"], ["delivery-1"]])
+      expect(failureOf(yield* Effect.exit(adapter.forkThread!("01a23512-0000-7000-8000-000000000000")))).toMatchObject({ code: "thread_not_found" })
+      const recorded = normalise(trace, home)
+      expect(recorded).toBe(checkFixture("adapter-fork.jsonl", recorded))
+    })))
+
+  it.live("forkThread after an injection no turn followed: Codex 0.171.0 closes that open turn in the fork with its <turn_aborted> note", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup()
+      const { nativeRef: parent } = yield* adapter.startThread()
+      loop.enqueue(answer("Parent answer.", 2_000, 10), answer("Fork answer.", 2_100, 10))
+      yield* collect(adapter.startTurn({ nativeRef: parent, runId: "run-1", prompt: "parent prompt", inlineHistory: null }))
+      yield* adapter.injectHistory!({ nativeRef: parent, rendered: "<history>trailing</history>", itemIds: [], deliveryIds: ["delivery-1"] })
+      const forked = yield* adapter.forkThread!(parent)
+      yield* collect(adapter.startTurn({ nativeRef: forked.nativeRef, runId: "run-2", prompt: "fork prompt", inlineHistory: null }))
+      const texts = conversation(loop.requests[1]!)
+      expect(texts.slice(-3).map((t) => t.slice(0, 30))).toEqual([`user: <history>trailing</histo`, "user: <turn_aborted>\nThe user ", "user: fork prompt"])
     })))
 
   it.live("contextWindowExceeded is a typed overflow carrying Codex's window", () =>
@@ -206,6 +268,26 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       const unknown = "01a23512-0000-7000-8000-000000000000"
       expect(failureOf(yield* Effect.exit(after.resumeThread(unknown)))).toMatchObject({ code: "thread_not_found" })
       expect(failureOf(yield* Effect.exit(after.readThread!(unknown)))).toMatchObject({ code: "thread_not_found" })
+    })))
+
+  it.live("a fork after a restart: forkThread of a thread the new child never loaded, and the copy resumed in a third child, both carry the parent's history", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const loop = yield* loopback
+      const home = yield* codexHome(loop.url)
+      const config = { kind: "codex" as const, binary: binary(), codexHome: home, cwd: home }
+      loop.enqueue(answer("Parent answer."), answer("Fork answer."))
+      const parent = yield* Effect.scoped(Effect.gen(function*() {
+        const before = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+        const { nativeRef } = yield* before.startThread()
+        yield* collect(before.startTurn({ nativeRef, runId: "run-1", prompt: "parent prompt", inlineHistory: null }))
+        return nativeRef
+      }))
+      const forked = yield* Effect.scoped(Effect.flatMap(CodexAdapter.make({ instance: "codex" as ProviderInstance, config }), (a) => a.forkThread!(parent)))
+      const after = yield* CodexAdapter.make({ instance: "codex" as ProviderInstance, config })
+      const { exit } = yield* collect(after.startTurn({ nativeRef: forked.nativeRef, runId: "run-2", prompt: "fork prompt", inlineHistory: null }))
+      expect(exit._tag).toBe("Success")
+      expect(conversation(loop.requests[1]!)).toEqual(["user: parent prompt", "assistant: Parent answer.", "user: fork prompt"])
+      expect((yield* after.readThread!(forked.nativeRef)).runIds).toEqual(["run-1", "run-2"])
     })))
 
   it.live("a missing binary: startThread fails `unavailable`, not retryable, naming @openai/codex", () =>

@@ -7,13 +7,13 @@
  * the binary declares.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Schema } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
-import { Method, Notification } from "../src/codex/CodexProtocol.js"
+import { Method, Notification, ThreadResponse } from "../src/codex/CodexProtocol.js"
 import { binary } from "./support/CodexLoopback.js"
 
 const subsetFile = fileURLToPath(new URL("../src/codex/protocol/codex-app-server.subset.json", import.meta.url))
@@ -101,6 +101,37 @@ describe("the Codex app-server protocol of the pinned binary", () => {
         }),
       (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
     ))
+})
+
+describe("thread/fork in the kept subset (what Baton's forkThread sends and reads)", () => {
+  const subset = JSON.parse(Fs.readFileSync(subsetFile, "utf8")) as {
+    readonly methods: Record<string, string>
+    readonly definitions: Record<string, { readonly properties: Record<string, unknown>; readonly required?: ReadonlyArray<string> }>
+  }
+  it("takes the parent's threadId (the only required member) and the settings Baton sends; answers the new thread and its model", () => {
+    expect(subset.methods[Method.threadFork]).toBe("ThreadForkParams")
+    const params = subset.definitions["ThreadForkParams"]!
+    expect(params.required).toEqual(["threadId"])
+    for (const sent of ["threadId", "cwd", "approvalPolicy", "sandbox", "model", "excludeTurns"]) expect(Object.keys(params.properties), sent).toContain(sent)
+    const result = subset.definitions["ThreadForkResponse"]!
+    expect(result.required).toEqual(expect.arrayContaining(["thread", "model"]))
+    expect(result.properties["thread"]).toEqual({ $ref: "#/definitions/Thread" })
+    const thread = subset.definitions["Thread"]!
+    expect(thread.required).toContain("id")
+    expect(Object.keys(thread.properties)).toEqual(expect.arrayContaining(["id", "path", "forkedFromId"]))
+  })
+
+  it.effect("the recorded thread/fork answer (fixtures/codex/adapter-fork.jsonl) decodes with Baton's ThreadResponse: a new id, forked from the parent's", () =>
+    Effect.gen(function*() {
+      const lines = Fs.readFileSync(fileURLToPath(new URL("./fixtures/codex/adapter-fork.jsonl", import.meta.url)), "utf8").split("\n")
+      const request = lines.findIndex((l) => l.startsWith("-> ") && l.includes(`"method":"${Method.threadFork}"`))
+      const id = (JSON.parse(lines[request]!.slice(3)) as { id: number }).id
+      const answer = lines.find((l) => l.startsWith("<- ") && l.startsWith(`<- {"id":${id},`))!
+      const result = (JSON.parse(answer.slice(3)) as { result: { thread: { forkedFromId: string | null } } }).result
+      const decoded = yield* Schema.decodeUnknown(ThreadResponse)(result)
+      expect(decoded.model).toBe("gpt-loopback")
+      expect(result.thread.forkedFromId).not.toBeNull()
+    }))
 })
 
 /** Every method name the bundle declares (requests, notifications, server requests). */

@@ -17,6 +17,7 @@
  * - `injectHistory`: `thread/inject_items` with one user message: the rendered history, then a marker part naming
  *   the delivery ids (`<baton-deliveries ids="…"/>`) so `readThread` can find it;
  * - `compactThread`: `thread/compact/start`, then the compaction turn it runs, to its `turn/completed`;
+ * - `forkThread`: `thread/fork` by thread id (the new Codex thread holds the parent's whole history and dynamic tools);
  * - `readThread`: `thread/read` (turns: the run ids from the user messages' `clientId`) and the thread's rollout file
  *   (`thread.path`: the injected messages' markers; 0.171.0's `thread/read` does not list injected items).
  *
@@ -427,6 +428,19 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
         Effect.map((r) => ({ nativeRef: r.thread.id }))
       )
 
+    /**
+     * `thread/fork` of `nativeRef` (loaded from its rollout by id, so the parent need not be loaded in this child):
+     * the new thread holds the parent's whole history and keeps its dynamic tools, and is loaded in the running child.
+     * `excludeTurns`: Baton does not read the copied turns. Codex 0.171.0 reports no usage for the new thread before
+     * its first turn, so the usage is `null` (the parent's report is never reused for it).
+     */
+    const forkThread = (nativeRef: string) =>
+      client.request(Protocol.Method.threadFork, { threadId: nativeRef, ...threadSettings, excludeTurns: true }, Protocol.ThreadResponse).pipe(
+        Effect.mapError(fromClient("forkThread")),
+        Effect.tap((r) => remember(r.thread.id)),
+        Effect.map((r) => ({ nativeRef: r.thread.id, usage: null }))
+      )
+
     const injectHistory = (input: { readonly nativeRef: string; readonly rendered: string; readonly deliveryIds: ReadonlyArray<string> }) =>
       Effect.gen(function*() {
         yield* ensureLoaded("injectHistory", input.nativeRef)
@@ -505,7 +519,8 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
       interrupt,
       injectHistory,
       compactThread,
-      readThread
+      readThread,
+      forkThread
     }
     return adapter
   })
