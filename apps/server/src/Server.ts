@@ -16,7 +16,7 @@ import { Budget, TokenCounter } from "@baton/context"
 import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver, ThreadRead } from "@baton/orchestration"
 import type { ProviderInstance } from "@baton/contracts"
 import { Database, NativeMessageStore } from "@baton/persistence"
-import { CodexAdapter, ModelProviders, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { CodexAdapter, ModelProviders, ModelSummariser, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser, Summariser } from "@baton/providers"
 import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Console, Effect, Layer, type Scope } from "effect"
@@ -93,11 +93,21 @@ export const orchestratorLayer = (
   wrapAdapter: (adapter: ProviderAdapter.ProviderAdapterShape) => ProviderAdapter.ProviderAdapterShape = (adapter) => adapter
 ) => {
   const counter = TokenCounter.make()
+  const registry = registryLayer(settings, counter, wrapAdapter)
+  const summariser = settings.offload?.summariser ?? null
+  // The configured instance writes `/offload` summaries (ModelSummariser, on the registry's adapter: the config
+  // check made sure it is a model-API instance), else the offline digest.
+  const summariserLayer = summariser === null
+    ? ScriptedSummariser.layer(ScriptedSummariser.make(counter))
+    : Layer.effect(
+      Summariser.Summariser,
+      Effect.map(Effect.orDie(Effect.flatMap(ProviderRegistry.ProviderRegistry, (r) => r.get(summariser as ProviderInstance))), (adapter) => ModelSummariser.make(adapter))
+    )
   return RunDriver.RunDriver.Default.pipe(
     Layer.provideMerge(OrchestratorLayer.layer),
-    Layer.provideMerge(registryLayer(settings, counter, wrapAdapter)),
+    Layer.provideMerge(summariserLayer),
+    Layer.provideMerge(registry),
     Layer.provideMerge(databaseLayer(settings.database)),
-    Layer.provide(ScriptedSummariser.layer(ScriptedSummariser.make(counter))),
     Layer.provide(Layer.succeed(TokenCounter.TokenCounter, counter)),
     Layer.provideMerge(IdGenerator.layerRandom),
     Layer.provide(OrchestratorConfig.layer({

@@ -132,7 +132,9 @@ export const decodeProviderEntry = (entry: unknown, index: number): Either.Eithe
  * - `auth`: `token` (admin), `readToken` (read-only), `tokenFile` (where the generated admin token lives);
  * - `limits`: `maxBodyBytes` (request body, bytes), `shutdownTimeoutMs` (open requests at shutdown),
  *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn),
- *   `toolResultTimeoutMs` (how long a run waits for the client's tool results).
+ *   `toolResultTimeoutMs` (how long a run waits for the client's tool results);
+ * - `offload`: `summariser`, the name of a model-API provider instance that writes `/offload` summaries
+ *   (`ModelSummariser`; default: the offline digest summariser).
  */
 export const ConfigFile = Schema.Struct({
   host: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
@@ -155,6 +157,9 @@ export const ConfigFile = Schema.Struct({
     interruptTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(100, 600_000))),
     turnTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000))),
     toolResultTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
+  })),
+  offload: Schema.optional(Schema.Struct({
+    summariser: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
   }))
 })
 /** A config file as read: `ConfigFile` with its provider entries decoded. */
@@ -236,6 +241,8 @@ export interface ServerSettings {
     readonly turnTimeoutMs: number
     readonly toolResultTimeoutMs: number
   }
+  /** `/offload`: `summariser`, the model-API instance writing summaries (`null` or absent: the offline digest). */
+  readonly offload?: { readonly summariser: string | null }
 }
 
 /** The command-line flags of `baton serve` (each overrides the file and the environment). */
@@ -428,6 +435,15 @@ export const resolve = (flags: ServeFlags = {}) =>
     }
 
     const maxBodyBytes = (yield* envInt("BATON_MAX_BODY_BYTES", 1_024, 1_073_741_824)) ?? file.limits?.maxBodyBytes ?? defaultMaxBodyBytes
+    const summariser = file.offload?.summariser ?? null
+    if (summariser !== null && !providers.some((p) => isModelInstance(p) && p.name === summariser)) {
+      const models = providers.filter(isModelInstance).map((p) => `"${p.name}"`)
+      return yield* new ConfigInvalid({
+        source: configPath ?? "config",
+        reason: `offload.summariser: "${summariser}" is not a model-API provider instance of this config` +
+          (models.length === 0 ? " (it has none)" : ` (one of ${models.join(", ")})`)
+      })
+    }
     return {
       host,
       port,
@@ -444,7 +460,8 @@ export const resolve = (flags: ServeFlags = {}) =>
         interruptTimeoutMs: file.limits?.interruptTimeoutMs ?? defaultInterruptTimeoutMs,
         turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000,
         toolResultTimeoutMs: file.limits?.toolResultTimeoutMs ?? 600_000
-      }
+      },
+      offload: { summariser }
     } satisfies ServerSettings
   })
 

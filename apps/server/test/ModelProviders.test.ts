@@ -5,70 +5,21 @@
  * API runs on the model and its text is recorded; the key is sent upstream and nowhere else (no response, no log
  * line, no error), even when the upstream fails.
  */
-import type { Item, ThreadEventOf, ThreadId } from "@baton/contracts"
+import type { Item, ThreadEventOf } from "@baton/contracts"
 import { TokenCounter, ToolResultOffload } from "@baton/context"
 import { NativeMessageStore } from "@baton/persistence"
 import type { NativeMessageLog } from "@baton/providers"
-import { Server, ServerConfig } from "@baton/server"
+import { Server } from "@baton/server"
 import { HttpClientRequest } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Layer, Logger } from "effect"
+import { Effect, Layer, Logger } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { adminToken, client, get, parseSse, post, raw } from "./helpers.js"
+import { client, get, post, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 
-/** The thread events of a `follow=false` event stream body. */
-export const threadEvents = (text: string) =>
-  parseSse(text).filter((e) => e.event !== "heartbeat").map((e) => JSON.parse(e.data) as { readonly type: string; readonly payload: unknown })
-
-/** A key value that must never leave the upstream request's auth header. */
-const marker = "sk-MARKER-7f3a9c21d5e84b06"
-
-const prices = { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
-
-/** A model instance entry of the config file. */
-export const instance = (name: string, kind: ModelApi.Kind, api: ModelApi.ModelApi, extra: Record<string, unknown> = {}) => ({
-  kind,
-  name,
-  baseUrl: ModelApi.baseUrl(kind, api),
-  model: `${kind}-model`,
-  apiKeyEnv: "TEST_MODEL_KEY",
-  contextWindow: 200_000,
-  autoCompactThreshold: 180_000,
-  maxOutputTokens: 4_096,
-  prices,
-  maxRetries: 0,
-  ...extra
-})
-
-/** Settings resolved from a config file holding `providers` (SQLite in a fresh directory), the key in the environment. */
-export const settingsFor = (providers: ReadonlyArray<unknown>, env: Record<string, string> = { TEST_MODEL_KEY: marker }, dir?: string) =>
-  Effect.gen(function*() {
-    const data = dir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-models-"))
-    const config = Path.join(data, "baton.json")
-    Fs.writeFileSync(config, JSON.stringify({ providers, auth: { token: adminToken } }))
-    return yield* ServerConfig.resolve({ config, dataDir: data }).pipe(
-      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
-    )
-  })
-
-/** The API over the production orchestrator of `settings`, on a loopback port. */
-export const serveSettings = (settings: ServerConfig.ServerSettings) =>
-  Server.httpLayer({ tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken }, maxBodyBytes: settings.limits.maxBodyBytes }).pipe(
-    Layer.provideMerge(NodeHttpServer.layerTest),
-    Layer.provideMerge(Server.orchestratorLayer(settings))
-  )
-
-/** Sends `text` on `threadId` and waits for its run to end: the run view. */
-export const sendAndWait = (threadId: ThreadId, text: string) =>
-  Effect.gen(function*() {
-    const api = yield* client()
-    const accepted = yield* api.messages.send({ path: { threadId }, payload: { text }, headers: {} })
-    return yield* api.runs.get({ path: { runId: accepted.runId }, urlParams: { waitMs: 30_000 } })
-  })
+import { instance, marker, sendAndWait, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
 
 const kinds: ReadonlyArray<ModelApi.Kind> = ["anthropic-messages", "openai-responses", "openai-chat"]
 

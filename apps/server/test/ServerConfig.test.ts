@@ -88,7 +88,7 @@ describe("ServerConfig", () => {
     Effect.gen(function*() {
       expect(yield* failure({ file: "{ not json" })).toMatch(/^baton\.json: not valid JSON/)
       expect(yield* failure({ file: { port: "80" } })).toBe("baton.json: port: Expected number, actual \"80\"")
-      expect(yield* failure({ file: { prot: 80 } })).toBe("baton.json: prot: is unexpected, expected: \"host\" | \"port\" | \"database\" | \"providers\" | \"auth\" | \"limits\"")
+      expect(yield* failure({ file: { prot: 80 } })).toBe("baton.json: prot: is unexpected, expected: \"host\" | \"port\" | \"database\" | \"providers\" | \"auth\" | \"limits\" | \"offload\"")
       expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000 }, { name: "codex", window: 500 }] } }))
         .toBe("baton.json: providers[1].window: Expected a number between 1000 and 100000000, actual 500")
       expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000, autoCompactThreshold: 50_000 }] } }))
@@ -155,6 +155,11 @@ describe("ServerConfig", () => {
         .toBe("baton.json: providers[1].toolResultOffload: aggressiveTargetRatio (0.6) must be below aggressiveRatio (0.5)")
       expect(yield* one({ ...claude, toolResultOffload: { keepNewestUnits: -2 } })).toMatch(/^baton\.json: providers\[1\]\.toolResultOffload/)
       expect(yield* one({ ...claude, toolResultOffload: { pinnedItemIds: [] } })).toMatch(/^baton\.json: providers\[1\]\.toolResultOffload/)
+      // The /offload summariser: a model-API instance of the file, named.
+      const withSummariser = yield* resolveWith({ file: { providers: [claude], offload: { summariser: "claude-main" } }, env: { ANTHROPIC_API_KEY: "k" } })
+      expect(withSummariser.settings.offload).toEqual({ summariser: "claude-main" })
+      expect(yield* failure({ file: { providers: [claude, { name: "codex", window: 44_000 }], offload: { summariser: "codex" } }, env: { ANTHROPIC_API_KEY: "k" } }))
+        .toBe("baton.json: offload.summariser: \"codex\" is not a model-API provider instance of this config (one of \"claude-main\")")
       // A key variable named but unset (or empty) stops the start, naming the variable.
       for (const env of [{}, { ANTHROPIC_API_KEY: "" }]) {
         expect(yield* failure({ file: { providers: [claude] }, env }))
