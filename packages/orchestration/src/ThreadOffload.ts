@@ -55,6 +55,24 @@ class SummaryRejected extends Data.TaggedError("SummaryRejected")<{ readonly rea
  */
 export const minOffloadTokens = 512
 
+/**
+ * The most tokens of one pinned item a summary carries verbatim (`ThreadOffload`): a pinned item larger than that is
+ * cut, its original readable by ref, so that pinning a huge first message cannot make every summary too large.
+ */
+export const maxPinnedTokens = 2_000
+
+/**
+ * The items an offload through item `cutSeq` must keep verbatim in its summary (issue "Server-owned /offload" item 3):
+ * the thread's first user message, and the items of the thread's pins (`ToolResultOffloadControl.pinnedItemIds`), of
+ * those at or before the cut, in thread order.
+ */
+export const pinnedItems = (items: ReadonlyArray<Item>, pinnedIds: ReadonlyArray<string>, cutSeq: number): ReadonlyArray<Item> => {
+  const first = items.find((i) => i.kind === "user_message")
+  const ids = new Set<string>(pinnedIds)
+  if (first !== undefined) ids.add(first.id)
+  return items.filter((i) => ids.has(i.id) && i.seq <= cutSeq)
+}
+
 /** The largest default verbatim tail, in tokens: docs/design.md's turn-start token cap (16,000). */
 export const maxDefaultKeepTokens = 16_000
 
@@ -149,6 +167,17 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       })
 
     /**
+     * `summary` with every pinned item it does not already hold verbatim appended under `[pinned, verbatim]`, each
+     * rendered with its ref (`Render.renderItem`) and cut to `maxPinnedTokens` (the rest readable by that ref): a
+     * pinned item is never summarised away, whatever the summariser wrote.
+     */
+    const withPinned = (summary: string, pinned: ReadonlyArray<Item>): string => {
+      const missing = pinned.filter((i) => !summary.includes(i.text.trim()))
+      if (missing.length === 0) return summary
+      return `${summary.trimEnd()}\n\n[pinned, verbatim]\n${missing.map((i) => Render.renderItem(clipped(i, maxPinnedTokens))).join("\n\n")}`
+    }
+
+    /**
      * The model-visible history of `threadId`: [latest summary] + every item after its cut (offload summaries
      * excepted); without an offload, every item. Fails with `PersistenceError`.
      */
@@ -228,8 +257,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           ? failed(threadId, keepTokens, cutSeq, error.reason, error.retryable)
           : failed(threadId, keepTokens, cutSeq, `the summariser failed: ${error.message}`, error.retryable)
       }
-      const text = answer.right.text
-      if (text.trim().length === 0) return yield* failed(threadId, keepTokens, cutSeq, "the summariser returned an empty summary", true)
+      if (answer.right.text.trim().length === 0) return yield* failed(threadId, keepTokens, cutSeq, "the summariser returned an empty summary", true)
+      const text = withPinned(answer.right.text, pinnedItems(all, (yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [], cutSeq))
       const summaryTokens = Render.itemTokens(counter, {
         id: "",
         seq: cutSeq + 1,

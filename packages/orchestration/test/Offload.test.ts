@@ -5,6 +5,7 @@
  */
 import { Commands, type CommandId, type Item, type ThreadId } from "@baton/contracts"
 import { ToolUnits } from "@baton/context"
+import { ThreadOffload } from "@baton/orchestration"
 import { ScriptedSummariser } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it, beforeAll } from "@effect/vitest"
@@ -273,7 +274,12 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const report = yield* o.offload(t, tail)
         expect(report).toMatchObject({ offloaded: true, cutSeq: 2, coveredItems: 2, keptItems: 3, supersededHandoffIds: [switched!.id] })
         expect(report.coveredTokens).toBe(34_011)
-        expect(report.summaryTokens).toBe(68)
+        // The digest, then the first user message (pinned by default), cut to 2,000 tokens, the rest readable by ref.
+        const [summary] = yield* o.store.getItems([report.summaryItemId!])
+        expect(summary!.text).toMatch(/\n\n\[pinned, verbatim\]\n\[user #1\]\n/)
+        expect(summary!.text).toContain("characters left out for the summary; the original is readable with thread_read #1]")
+        expect(report.summaryTokens).toBeGreaterThan(ThreadOffload.maxPinnedTokens * 0.8)
+        expect(report.summaryTokens).toBeLessThan(ThreadOffload.maxPinnedTokens + 100)
         const handoffs = yield* o.store.listHandoffs(t)
         expect(handoffs.map((x) => [x.kind, x.open, x.itemIds])).toEqual([
           ["switch", false, switched!.itemIds],
@@ -285,7 +291,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         h.script.enqueue(Harness.reply(10))
         const next = yield* o.send(t, "what did we do before?")
         expect(next.turnStart).toMatchObject({ mode: "injected", deliveredItems: 1, deferredItems: 0, omittedItems: 0 })
-        expect(next.turnStart?.deliveredTokens).toBe(123)
+        expect(next.turnStart?.deliveredTokens).toBeGreaterThan(report.summaryTokens)
+        expect(next.turnStart?.deliveredTokens).toBeLessThan(report.summaryTokens + 100)
         h.script.enqueue(Harness.reply(10))
         const after = yield* o.send(t, "and now?")
         expect(after.turnStart).toMatchObject({ mode: "none", deliveredItems: 0 })
