@@ -23,6 +23,7 @@ import {
   bodyText,
   callItem,
   type Dialect,
+  duplicateCall,
   entryParts,
   field,
   num,
@@ -126,6 +127,7 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
           return wireFailure("protocol", `tool_use ${String(field(b.start, "id"))} has input that is not a JSON object: ${args.slice(0, 200)}`)
         }
         const call: ToolCall = { id: str(field(b.start, "id")) ?? "", name: str(field(b.start, "name")) ?? "", arguments: args, wire: "tool_use" }
+        if (calls.some((c) => c.id === call.id)) return duplicateCall("Anthropic Messages", call.id)
         done.push({ type: "tool_use", id: call.id, name: call.name, input })
         calls.push(call)
         return [callItem(call, messageId)]

@@ -619,7 +619,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       for (const message of batch) {
         if (parser.complete()) break
         const items = parser.onEvent(message)
-        if (isWireFailure(items)) return Stream.concat(Stream.fromIterable(out), Stream.fail(midStream(items)))
+        if (isWireFailure(items)) return Stream.concat(Stream.fromIterable([...out, ...(items.before ?? [])]), Stream.fail(midStream(items)))
         for (const item of items) out.push(item)
       }
       return Stream.fromIterable(out)
@@ -721,12 +721,19 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
             )
           }
           const localByName = new Map(local.map((t) => [t.definition.name, t]))
-          const mine = outcome.calls.filter((c) => localByName.has(c.name))
-          const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
+          const declared = new Set(tools.map((t) => t.name))
+          // Baton answers its own calls and calls to a tool nobody offered (an error result naming the tools that
+          // exist); only calls to the client's declared tools wait for the client.
+          const mine = outcome.calls.filter((c) => localByName.has(c.name) || !declared.has(c.name))
+          const theirs = outcome.calls.filter((c) => !localByName.has(c.name) && declared.has(c.name))
+          const answer = (c: ToolCall) => {
+            const tool = localByName.get(c.name)
+            return tool === undefined ? Effect.succeed(unknownToolResult(c, offered)) : runLocal(tool, c, runId)
+          }
           if (mine.length === 0 || theirs.length > 0) {
-            // Baton's own calls made next to the client's are answered now and recorded (their result items), but
+            // Baton's own answers next to the client's calls are made now and recorded (their result items), but
             // sent with the client's results in one tool_results message when the turn continues (`closing`).
-            const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+            const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, answer)
             state.heldLocal = [...held]
             return Stream.fromIterable<TurnEvent>([
               ...report,
@@ -734,7 +741,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
               TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
             ])
           }
-          const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+          const results = yield* Effect.forEach(mine, answer)
           return Stream.concat(
             Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
             requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
@@ -763,6 +770,17 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     messageId: null,
     isError: r.isError,
     toolCallState: "answered"
+  })
+
+  /**
+   * The error result Baton sends for a call to a tool that was not offered on the request (neither the client's nor
+   * Baton's own): `unknown tool <name>; available: <offered names, comma-separated, or none>`. The model reads it and
+   * goes on; without it the call would wait for a client that never declared the tool.
+   */
+  const unknownToolResult = (call: ToolCall, offered: ReadonlyArray<ToolDefinition>): ToolResultInput => ({
+    toolCallId: call.id,
+    output: `unknown tool ${call.name}; available: ${offered.length === 0 ? "none" : offered.map((t) => t.name).join(", ")}`,
+    isError: true
   })
 
   const runLocal = (tool: LocalTool, call: ToolCall, runId: string) =>
