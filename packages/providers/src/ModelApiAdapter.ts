@@ -20,7 +20,7 @@
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
 import { ToolResultOffload } from "@baton/context"
 import { type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { Clock, Deferred, Duration, Effect, Option, Redacted, Schedule, Stream } from "effect"
+import { Clock, Deferred, Duration, Effect, Option, Random, Redacted, Stream } from "effect"
 import type {
   ContinueTurnInput,
   LocalTool,
@@ -563,8 +563,17 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return { nativeRef, undone: true, flushSeq, entrySeqs: seqs, reason: "" }
     })
 
-  /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
-  const send = (operation: string, body: Uint8Array) => {
+  /**
+   * Sends `body` and continues with `then(response)` once the status is 2xx. A 429/529/5xx answer or a transport
+   * failure before any answer is retried up to `maxRetries` times, each after a `retry_scheduled` event (emitted
+   * before the wait: a long `retry-after` is visible to clients) and a delay: the `retry-after`/`retry-after-ms` the
+   * provider asked for, else `retryBaseMillis` doubled per retry and jittered by ±20%. Fails with `ProviderError`.
+   */
+  const sending = (
+    operation: string,
+    body: Uint8Array,
+    then: (response: HttpClientResponse.HttpClientResponse) => Stream.Stream<TurnEvent, ProviderError>
+  ): Stream.Stream<TurnEvent, ProviderError> => {
     const request = HttpClientRequest.post(url).pipe(
       HttpClientRequest.setHeaders(headers),
       HttpClientRequest.bodyUint8Array(body, "application/json")
@@ -588,18 +597,29 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           })
       )
     )
-    const schedule = Schedule.exponential(Duration.millis(baseMillis), 2).pipe(
-      Schedule.jittered,
-      Schedule.intersect(Schedule.recurs(maxRetries)),
-      Schedule.zipRight(Schedule.identity<HttpFailure>()),
-      Schedule.modifyDelay((failure, delay) =>
-        failure.retryAfterMillis === null ? delay : Duration.millis(failure.retryAfterMillis)
-      )
-    )
-    return once.pipe(
-      Effect.retry({ schedule, while: (f) => f.failure.retryable && (f.httpStatus === null || retryableStatus(f.httpStatus)) }),
-      Effect.mapError((f) => providerError(operation, f.failure, f.httpStatus))
-    )
+    const attempt = (retries: number): Stream.Stream<TurnEvent, ProviderError> =>
+      Stream.unwrap(Effect.matchEffect(once, {
+        onSuccess: (response) => Effect.succeed(then(response)),
+        onFailure: (f) => {
+          const retry = retries < maxRetries && f.failure.retryable && (f.httpStatus === null || retryableStatus(f.httpStatus))
+          if (!retry) return Effect.fail(providerError(operation, f.failure, f.httpStatus))
+          return Effect.map(Random.nextRange(0.8, 1.2), (jitter) => {
+            const delayMillis = Math.round(f.retryAfterMillis ?? baseMillis * 2 ** retries * jitter)
+            const scheduled = TurnEvent.retry_scheduled({
+              providerInstance: instance,
+              attempt: retries + 1,
+              delayMillis,
+              reason: redactKey(f.failure.reason, options.apiKey),
+              httpStatus: f.httpStatus
+            })
+            return Stream.concat(
+              Stream.make(scheduled),
+              Stream.unwrap(Effect.as(Effect.sleep(Duration.millis(delayMillis)), attempt(retries + 1)))
+            )
+          })
+        }
+      }))
+    return attempt(0)
   }
 
   /**
@@ -671,20 +691,23 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const flushed = flush === null ? [] : [TurnEvent.context_offloaded({ flush: offloadReport(instance, flush) })]
       const body = renderBody(nativeRef, state, drafts, offered)
       state.lastRequestAt = yield* Clock.currentTimeMillis
-      const response = yield* send(operation, body)
-      // The provider accepted the request: from now on the native thread holds what it carried.
-      yield* append(operation, nativeRef, state, drafts)
-      const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
-      state.current = parser
-      return answerItems(operation, response, parser).pipe(
-        Stream.map((item) => TurnEvent.item_produced({ item })),
-        // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input tokens):
-        // the request was billed, so its tokens are reported before the failure and the run's cost is recorded.
-        Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
-        (items) => flushed.length === 0 ? items : Stream.concat(Stream.fromIterable(flushed), items),
-        Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
-        Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
-      )
+      const answered = (response: HttpClientResponse.HttpClientResponse) =>
+        Stream.unwrap(Effect.gen(function*() {
+          // The provider accepted the request: from now on the native thread holds what it carried.
+          yield* append(operation, nativeRef, state, drafts)
+          const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
+          state.current = parser
+          return answerItems(operation, response, parser).pipe(
+            Stream.map((item) => TurnEvent.item_produced({ item })),
+            // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input
+            // tokens): the request was billed, so its tokens are reported before the failure and its cost recorded.
+            Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
+            Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
+            Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
+          )
+        }))
+      const sent = sending(operation, body, answered)
+      return flushed.length === 0 ? sent : Stream.concat(Stream.fromIterable(flushed), sent)
 
       /** The usage a broken-off answer reported so far (the turn's running total), or nothing when it reported none. */
       function partialUsage(parser: StreamParser): ReadonlyArray<TurnEvent> {

@@ -299,6 +299,34 @@ describe("Anthropic Messages: errors and faults", () => {
       expect(loop.requests[1]!.body).toBe(loop.requests[0]!.body)
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
+  it.live("a 429 asking retry-after-ms: 80: a retry_scheduled event (attempt 1, 80 ms, HTTP 429, the provider's text) arrives before the wait, then the answer", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      loop.enqueue(
+        json(429, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`, { "retry-after-ms": "80" }),
+        streamed("anthropic-text.chunks.txt")
+      )
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const seen: Array<{ readonly tag: string; readonly at: number }> = []
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null }).pipe(
+        Stream.tap((e) => Effect.sync(() => void seen.push({ tag: e._tag, at: Date.now() })))
+      ))
+      expect(Exit.isSuccess(exit)).toBe(true)
+      expect(events[0]).toEqual(TurnEvent.retry_scheduled({
+        providerInstance: "test-anthropic-messages" as ProviderInstance,
+        attempt: 1,
+        delayMillis: 80,
+        reason: "HTTP 429: Anthropic rate_limit_error: Number of request tokens has exceeded your per-minute rate limit",
+        httpStatus: 429
+      }))
+      expect(events.slice(1).map((e) => e._tag)).toEqual(["item_produced", "usage_reported", "turn_ended"])
+      // Told before the wait: the event came before the retried request reached the server.
+      expect(seen[0]!.at).toBeLessThanOrEqual(loop.requests[1]!.at)
+      expect(loop.requests[1]!.at - loop.requests[0]!.at).toBeGreaterThanOrEqual(80)
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
   it.live("529 overloaded four times: retried maxRetries (3) times, then a retryable unavailable error", () =>
     Effect.gen(function*() {
       const overloaded = json(529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
