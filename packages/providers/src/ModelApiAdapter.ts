@@ -649,10 +649,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         ? Stream.empty
         : Stream.fail(midStream(wireFailure("unavailable", `the ${dialect.api} stream ended before the response was complete`, true)))
     )
+    // Items the parser held back stand when the answer fails: `partial()`, which the native thread keeps, holds them.
+    const drained = (error: ProviderError) =>
+      Stream.concat(Stream.suspend(() => Stream.fromIterable(parser.drain?.() ?? [])), Stream.fail(error))
     if ((response.headers["content-type"] ?? "").includes("application/json")) {
       return Stream.fromEffect(Effect.mapError(response.json, (e) => midStream(wireFailure("protocol", `unreadable ${dialect.api} response: ${e.message}`)))).pipe(
         Stream.flatMap((body) => read(dialect.synthesize(body))),
-        Stream.concat(ended)
+        Stream.concat(ended),
+        Stream.catchAll(drained)
       )
     }
     return Stream.suspend(() => {
@@ -664,7 +668,8 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           decoder.end() && !parser.complete()
             ? Stream.fail(midStream(wireFailure("protocol", `the ${dialect.api} stream ended inside an event`)))
             : ended
-        ))
+        )),
+        Stream.catchAll(drained)
       )
     })
   }
@@ -821,9 +826,16 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return loop.pipe(
         Stream.tap((e) => Effect.sync(() => void (ended = ended || e._tag === "turn_ended"))),
         Stream.interruptWhen(Deferred.await(stop)),
-        Stream.concat(Stream.suspend(() =>
-          ended ? Stream.empty : Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))
-        ))
+        Stream.concat(Stream.suspend(() => {
+          if (ended) return Stream.empty
+          // What the request in flight completed but its parser held back joins the record, as it joins the native
+          // thread (`recordPartial`).
+          const held = state.current?.drain?.() ?? []
+          return Stream.concat(
+            Stream.fromIterable(held.map((item) => TurnEvent.item_produced({ item }))),
+            Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))
+          )
+        }))
       )
     }))
 

@@ -112,12 +112,12 @@ describe("Anthropic Messages: every recorded fixture", () => {
       expect(usageOf(events)).toEqual({ used: 244, tokens: tokens(17, 0, 0, 227) })
     }).pipe(Effect.provide(httpLayer)))
 
-  it.scoped("spliced-message-start: the restarted message wins; its tool call is the open call; the log holds only it", () =>
+  it.scoped("spliced-message-start: the restarted message wins; the first attempt's reasoning is dropped (never streamed); its tool call is the open call; the log holds only it", () =>
     Effect.gen(function*() {
       const { adapter, events, loop, nativeRef } = yield* turnDeclaring(declared("test-tool"), streamed("spliced-message-start.chunks.txt"), streamed("anthropic-text.chunks.txt"))
       expect(itemsOf(events)).toEqual([
-        // The first attempt's thinking completed before the splice: it was streamed and stands.
-        ["reasoning", "I will call the tool.", null, null],
+        // The first attempt's thinking completed before the splice, but a message's items are held until it is
+        // final: the discarded attempt never reaches the record (the native thread never holds it either).
         ["reasoning", "Let me call the tool.", null, null],
         ["tool_call", `{"value":"Sparkle Day"}`, "toolu_second", "test-tool"]
       ])
@@ -569,6 +569,30 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       yield* adapter.interrupt(nativeRef)
       const { events } = yield* fiber.await.pipe(Effect.flatten)
       expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
+  it.live("interrupt after a completed block of an unfinished message: the block is streamed before turn_ended, and the native thread holds the same partial answer", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const lines = [
+        `{"type":"message_start","message":{"id":"msg_p","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":10,"output_tokens":1}}}`,
+        `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+        `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial answer."}}`,
+        `{"type":"content_block_stop","index":0}`,
+        ...Array.from({ length: 40 }, () => `{"type":"ping"}`)
+      ]
+      loop.enqueue(sse(frame(kind, lines), { gapMillis: 50 }), streamed("anthropic-text.chunks.txt"))
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null })))
+      yield* Effect.sleep("600 millis")
+      yield* adapter.interrupt(nativeRef)
+      const { events } = yield* fiber.await.pipe(Effect.flatten)
+      expect(itemsOf(events)).toEqual([["assistant_message", "Partial answer.", null, null]])
+      expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null }))
+      expect(JSON.parse(loop.requests[1]!.body).messages[1]).toEqual({ role: "assistant", content: [{ type: "text", text: "Partial answer." }] })
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
   it.scoped("count_tokens: the request as Baton would send it, without streaming; the key in x-api-key", () =>

@@ -73,6 +73,12 @@ export interface StreamParser {
   /** The outcome once `complete()`; `partial()` the wire output of what was completed so far (mid-stream failure). */
   readonly outcome: () => RequestOutcome
   readonly partial: () => string | null
+  /**
+   * Items completed but held back (a dialect whose stream may restart holds a message's items until the message is
+   * final), returned once and forgotten: the stream stopped early (a failure, an interrupt) and `partial()` holds
+   * their wire form, so they are streamed before the stop and the record and the native thread agree.
+   */
+  readonly drain?: () => ReadonlyArray<ProducedItem>
 }
 
 /** What a request body is rendered from. `breakpoints`: entry indexes whose last block carries a cache breakpoint. */
