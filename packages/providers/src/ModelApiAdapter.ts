@@ -882,10 +882,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     Effect.map(lane("readThread", nativeRef), (state) => {
       let usage: ContextUsage | null = null
       for (const e of state.entries) if (e.usage !== null) usage = e.usage
+      // The last request's entry (a turn or tool results) with no output after it: its answer never completed.
+      const last = [...state.entries].reverse().find((e) => e.kind === "turn" || e.kind === "tool_results" || e.kind === "output")
+      const unanswered = last !== undefined && last.kind !== "output" && last.runId !== null ? [last.runId] : []
       return {
         deliveryIds: state.entries.flatMap((e) => e.deliveryIds),
         runIds: [...new Set(state.entries.filter((e) => e.kind === "turn" && e.runId !== null).map((e) => e.runId!))],
-        usage
+        usage,
+        unansweredRunIds: unanswered
       }
     })
 

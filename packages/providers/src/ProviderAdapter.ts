@@ -197,6 +197,12 @@ export interface ReadThreadResult {
   /** Baton run ids whose turn (prompt, and any inline history before it) the native thread holds. */
   readonly runIds: ReadonlyArray<string>
   readonly usage: ContextUsage | null
+  /**
+   * The run whose last request the native thread holds without the model's answer after it (model APIs: the process
+   * stopped while the answer streamed), as a one-element list; empty when the last request was answered. Absent where
+   * the adapter cannot tell. Restart recovery hands what the record holds of that answer to the lane.
+   */
+  readonly unansweredRunIds?: ReadonlyArray<string>
 }
 
 export interface ProviderAdapterShape {

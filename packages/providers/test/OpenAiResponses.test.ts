@@ -158,6 +158,29 @@ describe("OpenAI Responses: every recorded fixture", () => {
       ])
     }).pipe(Effect.provide(httpLayer)))
 
+  it.scoped("two function calls with one call_id: the first stands, the response fails as a typed protocol error; the next request answers the id once", () =>
+    Effect.gen(function*() {
+      const call = (args: string) => ({ type: "function_call", id: "fc_1", call_id: "call_same", name: "weather", arguments: args, status: "completed" })
+      const twice = json(200, JSON.stringify({
+        id: "resp_d",
+        status: "completed",
+        output: [call(`{"location":"Paris"}`), call(`{"location":"Rome"}`)],
+        usage: { input_tokens: 30, output_tokens: 10, input_tokens_details: { cached_tokens: 0 } }
+      }))
+      const { adapter, events, exit, loop, nativeRef } = yield* turnDeclaring(declared("weather", "write_sql"), twice, streamed("openai-custom-tool.1.chunks.txt"))
+      expect(itemsOf(events)).toEqual([["tool_call", `{"location":"Paris"}`, "call_same", "weather"]])
+      expect([failureOf(exit)?.code, failureOf(exit)?.reason]).toEqual([
+        "protocol",
+        `the OpenAI Responses response holds two tool calls with id "call_same"; the duplicate is dropped and the response fails`
+      ])
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null, tools: sql }))
+      const input = JSON.parse(loop.requests[1]!.body).input
+      expect(input.slice(1, 3)).toEqual([
+        { type: "function_call", call_id: "call_same", name: "weather", arguments: `{"location":"Paris"}` },
+        { type: "function_call_output", call_id: "call_same", output: "Error: [no result: the tool call was not answered before the conversation went on]" }
+      ])
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("a failed tool result (isError) goes back marked: function_call_output's output starts with \"Error: \" (the API has no error field)", () =>
     Effect.gen(function*() {
       const { adapter, nativeRef, loop } = yield* turnDeclaring(declared("weather", "cityAttractions"), body("parallel-tool-call-wrapper.1.json"), streamed("openai-custom-tool.1.chunks.txt"))
