@@ -6,6 +6,7 @@ import {
   type HandoffDelivery,
   type NativeThread,
   type OffloadReport,
+  type ToolResultOffloadControlView,
   type ToolResultOffloadPreview,
   type ToolResultOffloadUndo,
   type ProviderThread,
@@ -201,6 +202,27 @@ export const toolResultOffloadPreview = (p: ToolResultOffloadPreview) => {
   const payoff = p.breakEvenRequests === null ? "never pays off" : `pays off after ${p.breakEvenRequests.toFixed(1)} requests`
   return head + `${p.tier}: would stub ${p.units.length} ${p.units.length === 1 ? "unit" : "units"} (${shown}); ` +
     `request ${n(p.tokensBefore)} -> ${n(p.tokensAfter)} tok; cache rewrite ${n(p.rewriteCostTokens)} tok ($${p.rewriteCostUsd}), ${payoff}; ${already}`
+}
+
+/**
+ * A thread's tool-result offload control, e.g.
+ * `tool-result offload of thr_1 on claude: on; keepNewestUnits 1 (thread), aggressiveRatio 0.85, aggressiveTargetRatio
+ * 0.6, emergencyRatio 0.95, minExpectedRequests 10; pinned itm_7 (call toolu_5)`; without an active model-API
+ * instance, only the thread's own fields.
+ */
+export const toolResultOffloadControl = (v: ToolResultOffloadControlView) => {
+  const own = v.control as Record<string, unknown>
+  const pins = v.control.pinnedItemIds ?? []
+  const pinned = pins.length === 0 ? "nothing pinned" : `pinned ${pins.join(", ")}` +
+    (v.effective === null || v.effective.pinnedToolCallIds.length === 0 ? "" : ` (calls ${v.effective.pinnedToolCallIds.join(", ")})`)
+  if (v.effective === null) {
+    const fields = Object.entries(own).filter(([k]) => k !== "pinnedItemIds").map(([k, value]) => `${k} ${String(value)}`)
+    return `tool-result offload of ${v.threadId}: no active model-API instance; thread sets ${fields.length === 0 ? "nothing" : fields.join(", ")}; ${pinned}`
+  }
+  const e = v.effective
+  const mark = (k: string) => own[k] === undefined ? "" : " (thread)"
+  const settings = Object.entries(e.settings).map(([k, value]) => `${k} ${value}${mark(k)}`).join(", ")
+  return `tool-result offload of ${v.threadId} on ${e.providerInstance}: ${e.enabled ? "on" : "off"}${mark("enabled")}; ${settings}; ${pinned}`
 }
 
 /** An undone flush: `undid flush 41 on claude (native …): 4 entries carry their originals again` or why not. */

@@ -8,7 +8,7 @@
  * 404, 409, 400 — the `message` every Baton error body carries), or "cannot reach the Baton server at URL" when
  * nothing answered. A `send` whose run ends failed or interrupted exits 1.
  */
-import { Api, ClientTool, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, terminalRunStatuses } from "@baton/contracts"
+import { Api, ClientTool, type ItemId, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, type ToolResultOffloadControl, terminalRunStatuses } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest } from "@effect/platform"
 import { Console, Data, Duration, Effect, Option, ParseResult, Schema, Stream } from "effect"
@@ -250,6 +250,42 @@ export const offloadPreview = (target: Target, threadId: string, json: boolean) 
     const client = yield* api(target)
     const preview = yield* client.threads.previewToolResultOffload({ path: { threadId: threadId as ThreadId } })
     yield* Console.log(json ? JSON.stringify(preview) : Format.toolResultOffloadPreview(preview))
+  }))
+
+/** What `baton offload-control` changes: absent fields keep the thread's current control. */
+export interface ControlChange {
+  readonly reset: boolean
+  readonly enabled: Option.Option<boolean>
+  readonly keepNewestUnits: Option.Option<number>
+  readonly pin: ReadonlyArray<string>
+  readonly unpin: ReadonlyArray<string>
+}
+
+/**
+ * `baton --server URL offload-control ID [--on|--off] [--keep-newest N] [--pin ITEM]... [--unpin ITEM]... [--reset]
+ * [--json]`: shows the thread's tool-result offload control and, when asked to, changes it first (read, change,
+ * `PUT`; `--reset` starts from `{}`, inheriting everything from the instance).
+ */
+export const offloadControl = (target: Target, threadId: string, change: ControlChange, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const path = { threadId: threadId as ThreadId }
+    let view = yield* client.threads.getToolResultOffloadControl({ path })
+    const changes = change.reset || Option.isSome(change.enabled) || Option.isSome(change.keepNewestUnits) ||
+      change.pin.length > 0 || change.unpin.length > 0
+    if (changes) {
+      const base: ToolResultOffloadControl = change.reset ? {} : view.control
+      const pins = [...new Set([...(base.pinnedItemIds ?? []), ...change.pin])].filter((id) => !change.unpin.includes(id))
+      const { pinnedItemIds: _, ...rest } = base
+      const payload = {
+        ...rest,
+        ...Option.match(change.enabled, { onNone: () => ({}), onSome: (enabled) => ({ enabled }) }),
+        ...Option.match(change.keepNewestUnits, { onNone: () => ({}), onSome: (keepNewestUnits) => ({ keepNewestUnits }) }),
+        ...(pins.length === 0 ? {} : { pinnedItemIds: pins as Array<ItemId> })
+      }
+      view = yield* client.threads.setToolResultOffloadControl({ path, payload, headers: {} })
+    }
+    yield* Console.log(json ? JSON.stringify(view) : Format.toolResultOffloadControl(view))
   }))
 
 /** `baton --server URL offload ID --undo [--json]`: undoes the newest tool-result offload flush. */

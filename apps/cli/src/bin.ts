@@ -353,6 +353,8 @@ const offload = Command.make(
     remoteOnly("offload")((target) =>
       o.dryRun && o.undo
         ? Effect.fail({ message: "--dry-run and --undo exclude each other" })
+        : (o.dryRun || o.undo) && Option.isSome(o.keepTokens)
+        ? Effect.fail({ message: "--keep-tokens applies to /offload itself, not to --dry-run or --undo (tool-result offload)" })
         : o.dryRun
         ? Remote.offloadPreview(target, o.id, o.json)
         : o.undo
@@ -360,6 +362,34 @@ const offload = Command.make(
         : Remote.offload(target, o.id, o.keepTokens, o.json)
     ).pipe(badInput)
 ).pipe(Command.withDescription("/offload: summarises older history, keeping the newest verbatim; --dry-run previews and --undo undoes tool-result offload (needs --server)"))
+
+const offloadControl = Command.make(
+  "offload-control",
+  {
+    id: threadIdArg,
+    on: Options.boolean("on").pipe(Options.withDescription("turn tool-result offload on for this thread")),
+    off: Options.boolean("off").pipe(Options.withDescription("turn tool-result offload off for this thread")),
+    keepNewest: Options.integer("keep-newest").pipe(Options.withDescription("tool units always kept verbatim (the newest N)"), Options.optional),
+    pin: Options.text("pin").pipe(Options.withDescription("an item id never offloaded (repeatable)"), Options.repeated),
+    unpin: Options.text("unpin").pipe(Options.withDescription("an item id to unpin (repeatable)"), Options.repeated),
+    reset: Options.boolean("reset").pipe(Options.withDescription("drop the thread's own settings and pins first (inherit the instance's)")),
+    json: jsonOption("print the control as one JSON object")
+  },
+  (o) =>
+    remoteOnly("offload-control")((target) =>
+      o.on && o.off
+        ? Effect.fail({ message: "--on and --off exclude each other" })
+        : Option.isSome(o.keepNewest) && !(o.keepNewest.value >= 0 && o.keepNewest.value <= 1_000)
+        ? Effect.fail({ message: `--keep-newest must be a whole number from 0 to 1000 (got ${o.keepNewest.value})` })
+        : Remote.offloadControl(target, o.id, {
+          reset: o.reset,
+          enabled: o.on ? Option.some(true) : o.off ? Option.some(false) : Option.none(),
+          keepNewestUnits: o.keepNewest,
+          pin: o.pin,
+          unpin: o.unpin
+        }, o.json)
+    ).pipe(badInput)
+).pipe(Command.withDescription("shows, and with options changes, the thread's tool-result offload control: on/off, units kept verbatim, pinned items (needs --server)"))
 
 const toolResults = Command.make(
   "tool-results",
@@ -411,7 +441,7 @@ const serve = Command.make(
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 
 const baton = root.pipe(Command.withSubcommands([
-  replay, demo, threads, thread, handoffs, send, switchCommand, compact, offload, toolResults, events, serve
+  replay, demo, threads, thread, handoffs, send, switchCommand, compact, offload, offloadControl, toolResults, events, serve
 ]))
 
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })

@@ -122,6 +122,23 @@ describe("baton serve with a model-API instance", () => {
       expect(remote.stdout.trimEnd().split("\n").slice(-3)).toEqual(costLines)
       expect(remote.stdout).toContain("runs: 2 completed, 1 failed")
 
+      // The thread's tool-result offload control from the CLI: shown, then changed (on the server, for good).
+      const shown = yield* baton([...admin, "offload-control", threadId])
+      expect(shown).toMatchObject({ code: 0, stderr: "" })
+      expect(shown.stdout.trim()).toBe(`tool-result offload of ${threadId} on claude: on; keepNewestUnits 3, aggressiveRatio 0.85, ` +
+        "aggressiveTargetRatio 0.6, emergencyRatio 0.95, minExpectedRequests 10; nothing pinned")
+      const items = yield* baton([...admin, "offload-control", threadId, "--keep-newest", "1", "--off", "--json"])
+      expect(items.code).toBe(0)
+      expect(JSON.parse(items.stdout)).toMatchObject({ control: { enabled: false, keepNewestUnits: 1 }, effective: { enabled: false } })
+      const badPin = yield* baton([...admin, "offload-control", threadId, "--pin", "itm_nope"])
+      expect(badPin.code).not.toBe(0)
+      expect(badPin.stderr).toContain(`pinnedItemIds: itm_nope is not an item of thread ${threadId}`)
+      // Out of range: said by the CLI, not mistaken for a server fault (found by a review).
+      const outOfRange = yield* baton([...admin, "offload-control", threadId, "--keep-newest", "-1"])
+      expect([outOfRange.code !== 0, outOfRange.stderr.trim()]).toEqual([true, "baton: --keep-newest must be a whole number from 0 to 1000 (got -1)"])
+      const reset = yield* baton([...admin, "offload-control", threadId, "--reset"])
+      expect(reset.stdout).toContain(": on; keepNewestUnits 3,")
+
       server.child.kill("SIGTERM")
       expect(yield* Effect.promise(() => server.exited)).toBe(143)
       const local = yield* baton(["thread", "show", threadId, "--db", Path.join(dir, "baton.sqlite")])

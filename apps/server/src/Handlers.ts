@@ -79,6 +79,12 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
       .handle("undoToolResultOffload", ({ headers, path, payload }) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
           service.undoToolResultOffload(Commands.UndoToolResultOffload.make({ commandId, threadId: path.threadId }))))
+      .handle("getToolResultOffloadControl", ({ path }) => service.getToolResultOffloadControl(path.threadId))
+      .handle("setToolResultOffloadControl", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) => {
+          const { commandId: _, ...control } = payload
+          return service.setToolResultOffloadControl(Commands.SetToolResultOffloadControl.make({ commandId, threadId: path.threadId, control }))
+        }))
       .handle("interrupt", ({ headers, path, payload }) =>
         Effect.gen(function*() {
           const commandId = yield* commandIdOf(ids, headers, payload)

@@ -73,7 +73,8 @@ export const registryLayer = (
           apiKey: p.apiKey,
           log,
           http,
-          ...(p.toolResultOffload ? { offload: { count: counter.count } } : {})
+          // Always with a counter: a thread may turn offload on where the instance has it off (docs/offload.md).
+          offload: { count: counter.count, enabled: p.toolResultOffload.enabled, settings: p.toolResultOffload.settings }
         }))
         : ServerConfig.isCodexInstance(p)
         // One `codex app-server` child per instance, started at its first use and killed when the layer closes.
@@ -151,7 +152,7 @@ export const describeSettings = (settings: ServerConfig.ServerSettings) =>
       settings.providers.map((p) =>
         ServerConfig.isModelInstance(p)
           ? `${p.name} (${p.config.kind} ${p.config.model} at ${hidePassword(p.config.baseUrl)}, window ${p.config.contextWindow}` +
-            `${p.config.apiKeyEnv === undefined ? "" : `, key from ${p.config.apiKeyEnv}`}${p.toolResultOffload ? "" : ", no tool-result offload"})`
+            `${p.config.apiKeyEnv === undefined ? "" : `, key from ${p.config.apiKeyEnv}`}${p.toolResultOffload.enabled ? "" : ", no tool-result offload"})`
           : ServerConfig.isCodexInstance(p)
           ? `${p.name} (codex app-server ${p.config.binary ?? "of @openai/codex 0.171.0"}, CODEX_HOME ${p.config.codexHome ?? "default"}` +
             `${p.config.model === undefined ? "" : `, model ${p.config.model}`}${p.config.contextWindow === undefined ? "" : `, window ${p.config.contextWindow}`})`

@@ -10,6 +10,8 @@
  * `<data dir>/token`), creating it (32 random bytes, base64url, mode 0600) on first start: the API is never served
  * without a token, even on loopback, and a local client reads the file. Token values are never logged or echoed.
  */
+import { ToolResultOffloadControl } from "@baton/contracts"
+import { ToolResultOffload } from "@baton/context"
 import { CodexAdapter, ProviderConfig, ProviderSpec } from "@baton/providers"
 import { Database } from "@baton/persistence"
 import { Config, Data, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
@@ -39,15 +41,27 @@ const Token = Schema.String.pipe(
  * (`kind` one of `anthropic-messages`, `openai-responses`, `openai-chat`; `baseUrl`, `model`, `apiKeyEnv`,
  * `contextWindow`, `autoCompactThreshold`, `maxOutputTokens`, `prices`, `maxRetries`, `systemPrompt`) with its
  * instance `name` (a free identifier: a lowercase letter, then up to 39 of `a-z 0-9 _ -`) and `toolResultOffload`
- * (default true: answered tool results are stubbed in the message list when that pays, docs/offload.md). The
- * threshold must not exceed the window, nor the output limit reach it.
+ * (default true: answered tool results are stubbed in the message list when that pays, docs/offload.md; `true`,
+ * `false`, or `ToolResultOffloadJson`). The threshold must not exceed the window, nor the output limit reach it.
  */
+/**
+ * An instance's tool-result offload in the config file (issue 11 item 4, docs/offload.md "Control"): `enabled`
+ * (default true) and any of the policy's settings (`ToolResultOffload.Settings`: `keepNewestUnits`,
+ * `aggressiveRatio`, `aggressiveTargetRatio`, `emergencyRatio`, `minExpectedRequests`; absent ones keep the
+ * defaults). Threads override any of them (`PUT /threads/{id}/tool-result-offload/control`).
+ */
+export const ToolResultOffloadJson = Schema.Struct({
+  enabled: Schema.optional(Schema.Boolean),
+  ...Schema.Struct(ToolResultOffloadControl.fields).omit("enabled", "pinnedItemIds").fields
+})
+export type ToolResultOffloadJson = typeof ToolResultOffloadJson.Type
+
 export const ModelInstanceJson = Schema.Struct({
   ...ProviderConfig.ModelProviderConfig.fields,
   name: Schema.String.pipe(Schema.pattern(/^[a-z][a-z0-9_-]{0,39}$/, {
     message: () => "a provider name is a lowercase letter then up to 39 of a-z, 0-9, _ and -"
   })),
-  toolResultOffload: Schema.optional(Schema.Boolean)
+  toolResultOffload: Schema.optional(Schema.Union(Schema.Boolean, ToolResultOffloadJson))
 }).pipe(Schema.filter((p) =>
   p.autoCompactThreshold !== null && p.autoCompactThreshold > p.contextWindow
     ? { path: ["autoCompactThreshold"], message: `autoCompactThreshold ${p.autoCompactThreshold} exceeds contextWindow ${p.contextWindow}` }
@@ -173,7 +187,8 @@ export interface ModelInstanceSetting {
   readonly name: string
   readonly config: ProviderConfig.ModelProviderConfig
   readonly apiKey: Option.Option<Redacted.Redacted>
-  readonly toolResultOffload: boolean
+  /** On or off, and the policy's settings (the defaults with the file's overrides). */
+  readonly toolResultOffload: { readonly enabled: boolean; readonly settings: ToolResultOffload.Settings }
 }
 
 /** A Codex instance as resolved: its name and `CodexAdapter.CodexProviderConfig`. */
@@ -381,7 +396,13 @@ export const resolve = (flags: ServeFlags = {}) =>
         })
         const apiKey = yield* Effect.mapError(ProviderConfig.apiKey(config), () => unset)
         if (Option.isSome(apiKey) && Redacted.value(apiKey.value) === "") return yield* unset
-        resolved.push({ _tag: "model", name, config, apiKey, toolResultOffload: toolResultOffload ?? true })
+        const { enabled = true, ...overrides } = typeof toolResultOffload === "object" ? toolResultOffload : { enabled: toolResultOffload ?? true }
+        const settings = ToolResultOffload.withOverrides(ToolResultOffload.defaults, overrides)
+        const problems = ToolResultOffload.problems(settings)
+        if (problems.length > 0) {
+          return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${i}].toolResultOffload: ${problems.join("; ")}` })
+        }
+        resolved.push({ _tag: "model", name, config, apiKey, toolResultOffload: { enabled, settings } })
       }
       providers = resolved
     }

@@ -2,11 +2,11 @@
  * A `codex` instance from the server's config file (issue 10), served over real HTTP by the production orchestrator
  * (`Server.orchestratorLayer` builds a `CodexAdapter` running the pinned `codex app-server`), its model provider a
  * loopback server playing OpenAI's Responses API. The seed case through the API: a Codex thread completed at 39,761 of
- * 41,800; a switch to the scripted `claude` and back (a ~20,000-token handoff owed); "Continue" completes on the same
- * Codex thread with its text unchanged in the request Codex sent, the handoff deferred; `/compact` delivers it once
- * (inject, then compact); the next turn replays nothing. (The run interrupted before start is covered in process, by
- * `packages/orchestration/test/CodexAcceptance.test.ts`: over HTTP its timing against the run driver is not
- * deterministic.)
+ * 41,800; a switch to `claude` (an Anthropic Messages instance on a second loopback model API) and back, a ~20,000-token
+ * handoff owed, with a run interrupted before start on the way (queued behind claude's last turn, which the model API
+ * holds until the interrupt is answered: deterministic, not a race with the run driver); "Continue" completes on the
+ * same Codex thread with its text unchanged in the request Codex sent, the handoff deferred; `/compact` delivers it
+ * once (inject, then compact), the interrupted run's prompt with it; the next turn replays nothing.
  */
 import type { ThreadId } from "@baton/contracts"
 import { Server, ServerConfig } from "@baton/server"
@@ -20,6 +20,7 @@ import * as Path from "node:path"
 import { answer, binary, codexHome, isCompaction, userTexts } from "../../../packages/providers/test/support/CodexLoopback.js"
 import { loopback, type Received, type Reply } from "../../../packages/providers/test/support/Loopback.js"
 import { adminToken, client } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
 
 /** Settings resolved from a config file holding `providers` (SQLite in a fresh directory, removed with the scope). */
 const settingsFor = (providers: ReadonlyArray<unknown>) =>
@@ -54,16 +55,27 @@ const tricky = "Start the refactor ✓ — naïve café 🎉\r\n\tkeep   these  
 const bigPrompt = (i: number) => `claude step ${i}: ${Harness.words(2_000)}`
 
 describe("a codex instance from the config file, over HTTP", () => {
-  it.live("the seed case: near full, owed handoff deferred at Continue (same Codex thread, prompt unchanged), /compact delivers it once, Next replays nothing", () =>
+  it.live("the seed case: near full, owed handoff, a run interrupted before start, deferred at Continue (same Codex thread, prompt unchanged), /compact delivers it once, Next replays nothing", () =>
     Effect.scoped(Effect.gen(function*() {
       const loop = yield* loopback
       const home = yield* codexHome(loop.url, { window: 44_000, autoCompact: 42_000 })
       const answers: Array<Reply> = []
       const model = (request: Received) => (isCompaction(request) ? answer("SUMMARY: the refactor so far.", 3_000, 40) : answers.shift() ?? answer("(no answer queued)"))
       for (let i = 0; i < 20; i++) loop.enqueue(model)
+      const claude = yield* ModelApi.start
       const settings = yield* settingsFor([
         { kind: "codex", name: "codex", binary: binary(), codexHome: home, cwd: home, contextWindow: 44_000, autoCompactThreshold: 42_000 },
-        { name: "claude", window: 200_000, inject: false }
+        {
+          kind: "anthropic-messages",
+          name: "claude",
+          baseUrl: ModelApi.baseUrl("anthropic-messages", claude),
+          model: "claude-test",
+          contextWindow: 200_000,
+          autoCompactThreshold: 180_000,
+          maxOutputTokens: 4_096,
+          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
+          maxRetries: 0
+        }
       ])
       yield* Effect.gen(function*() {
         const api = yield* client()
@@ -77,7 +89,22 @@ describe("a codex instance from the config file, over HTTP", () => {
         expect(native.map((n) => [n.generation, n.usage?.usedTokens, n.usage?.maxTokens])).toEqual([[1, 39_761, 41_800]])
 
         yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "claude" as never }, headers: {} })
-        for (let i = 0; i < 10; i++) expect((yield* send(threadId, bigPrompt(i))).status).toBe("completed")
+        const usage = { input: 100, cacheWrite: 0, cacheRead: 0, output: 10 }
+        for (let i = 0; i < 9; i++) {
+          claude.enqueue(ModelApi.answer("anthropic-messages", `ok ${i}`, usage))
+          expect((yield* send(threadId, bigPrompt(i))).status).toBe("completed")
+        }
+        // Claude's last turn is held by its model API; a message sent meanwhile queues behind it and is interrupted
+        // before it starts (the provider never reads it: a missed run, its prompt owed).
+        let release = () => {}
+        claude.enqueue({ ...ModelApi.answer("anthropic-messages", "ok 9", usage), hold: new Promise<void>((done) => release = done) })
+        const held = yield* api.messages.send({ path: { threadId }, payload: { text: bigPrompt(9) }, headers: {} })
+        const missed = yield* api.messages.send({ path: { threadId }, payload: { text: "Please also update the docs" }, headers: {} })
+        const interrupted = yield* api.threads.interrupt({ path: { threadId }, payload: { runId: missed.runId }, headers: {} })
+        expect([interrupted.status, interrupted.stopPoint]).toEqual(["interrupted", "before_provider"])
+        release()
+        expect((yield* api.runs.get({ path: { runId: held.runId }, urlParams: { waitMs: 30_000 } })).run.status).toBe("completed")
+        expect(claude.requests.map((r) => r.body).filter((b) => b.includes("Please also update the docs"))).toEqual([])
         const back = yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "codex" as never }, headers: {} })
         expect(back.handoffId).not.toBeNull()
         const handoffId = back.handoffId!
@@ -89,7 +116,7 @@ describe("a codex instance from the config file, over HTTP", () => {
         const modelRequests = loop.requests.slice(before).filter((r) => !isCompaction(r))
         expect(modelRequests).toHaveLength(1)
         expect(userTexts(modelRequests[0]!).at(-1)).toBe("Continue")
-        expect(userTexts(modelRequests[0]!).some((t) => t.includes("claude step"))).toBe(false)
+        expect(userTexts(modelRequests[0]!).some((t) => t.includes("claude step") || t.includes("update the docs"))).toBe(false)
         const deferred = yield* api.handoffs.get({ path: { handoffId } })
         expect(deferred.open).toBe(true)
         expect(deferred.deliveries.map((d) => [d.status, d.deferCount])).toEqual([["deferred", 1]])
@@ -98,10 +125,12 @@ describe("a codex instance from the config file, over HTTP", () => {
 
         const compactFrom = loop.requests.length
         const compacted = yield* api.threads.compact({ path: { threadId }, payload: {}, headers: {} })
-        expect([compacted.compacted, compacted.deliveredItems, compacted.omittedItems]).toEqual([true, 20, 0])
+        // Claude's 10 prompts and answers, and the interrupted run's prompt.
+        expect([compacted.compacted, compacted.deliveredItems, compacted.omittedItems]).toEqual([true, 21, 0])
         const compaction = loop.requests.slice(compactFrom).filter(isCompaction)
         expect(compaction).toHaveLength(1)
         expect(userTexts(compaction[0]!).some((t) => t.includes("claude step 9"))).toBe(true)
+        expect(userTexts(compaction[0]!).some((t) => t.includes("Please also update the docs"))).toBe(true)
         expect((yield* api.handoffs.get({ path: { handoffId } })).open).toBe(false)
 
         const nextFrom = loop.requests.length

@@ -5,18 +5,19 @@
  * API runs on the model and its text is recorded; the key is sent upstream and nowhere else (no response, no log
  * line, no error), even when the upstream fails.
  */
-import type { ThreadEventOf, ThreadId } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
+import type { Item, ThreadEventOf, ThreadId } from "@baton/contracts"
+import { TokenCounter, ToolResultOffload } from "@baton/context"
 import { NativeMessageStore } from "@baton/persistence"
 import type { NativeMessageLog } from "@baton/providers"
 import { Server, ServerConfig } from "@baton/server"
+import { HttpClientRequest } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer, Logger } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { adminToken, client, get, parseSse, raw } from "./helpers.js"
+import { adminToken, client, get, parseSse, post, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 
 /** The thread events of a `follow=false` event stream body. */
@@ -318,17 +319,29 @@ describe("model-API provider instances from the config file", () => {
         upstream.enqueue(ModelApi.answer("anthropic-messages", "done", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 }))
         const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
         const view = yield* sendAndWait(threadId, long)
+        const turnRequests = upstream.requests.length
+        // Then the model reads the first stubbed unit back by its stub's ref.
+        upstream.enqueue(
+          ModelApi.answer("anthropic-messages", "", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }, [
+            { id: "toolu_back", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_1" }) }
+          ]),
+          ModelApi.answer("anthropic-messages", "read", { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 5 })
+        )
+        const readBack = yield* sendAndWait(threadId, "read the first page back")
+        const page = (query: string) => Effect.map(raw(get(`/threads/${threadId}/items?limit=500${query}`)), (r) => r.body!["items"] as ReadonlyArray<Item>)
+        const clientItems = yield* page("")
+        const allItems = yield* page("&batonTools=true")
         const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         const snapshot = yield* api.threads.get({ path: { threadId } })
         const log = yield* NativeMessageStore.make
         const nativeRef = snapshot.providerThreads[0]!.nativeThreads[0]!.nativeRef
-        return { view, events, requests: upstream.requests, nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
+        return { view, readBack, clientItems, allItems, events, requests: upstream.requests.slice(0, turnRequests), nativeRef, entries: yield* log.load(nativeRef, 0), nativeThreadId: snapshot.providerThreads[0]!.nativeThreads[0]!.id }
       }).pipe(Effect.provide(serveSettings(settings)))
     })
 
-  it.scoped("tool-result offload: a long tool-heavy turn flushes; each flush is a context.offloaded event with its figures; off, none", () =>
+  it.scoped("tool-result offload over HTTP, 60 tool rounds: each request extends the previous except at the reported flushes (context.offloaded events with their figures); thread_read on a stub returns the original; off, none", () =>
     Effect.gen(function*() {
-      const rounds = 40
+      const rounds = 60
       const on = yield* toolHeavyTurn(true, rounds)
       expect(on.view.run.status).toBe("completed")
       expect(on.requests).toHaveLength(rounds + 1)
@@ -352,6 +365,34 @@ describe("model-API provider instances from the config file", () => {
         // The next request carries the stubs in place of the results.
         for (const ref of f.refs) expect(on.requests.at(-1)!.body).toContain(`thread_read ${ref}]`)
       }
+      // Request i extends request i - 1 byte for byte (cache markers aside), except right after a flush: one prefix
+      // break per flush, at the first stub.
+      const messagesOf = (body: string) =>
+        (JSON.parse(body) as { messages: Array<unknown> }).messages.map((m) => JSON.stringify(m, (key, value: unknown) => key === "cache_control" ? undefined : value))
+      let breaks = 0
+      for (let i = 1; i < on.requests.length; i++) {
+        const before = messagesOf(on.requests[i - 1]!.body)
+        const after = messagesOf(on.requests[i]!.body)
+        let k = 0
+        while (k < before.length && before[k] === after[k]) k++
+        if (k === before.length) continue
+        breaks++
+        expect(after[k]).toContain("[offloaded, thread_read tool:toolu_")
+      }
+      expect(breaks).toBe(flushes.length)
+      // The stub's ref reads the original back in full: the call and its result, the page of the first message.
+      expect(flushes[0]!.refs[0]).toBe("tool:toolu_1")
+      // Baton ran thread_read inside the turn: the client never sees it as a tool call (run views and item pages leave
+      // it out), but the record keeps it, readable with batonTools=true or by id.
+      for (const items of [on.view.items, on.readBack.items, on.clientItems]) {
+        expect(items.filter((i) => i.kind === "tool_call" || i.kind === "tool_result")).toEqual([])
+      }
+      expect(on.readBack.items.map((i) => i.kind)).toEqual(["user_message", "assistant_message"])
+      expect(on.allItems.filter((i) => i.kind === "tool_call").length).toBe(rounds + 1)
+      const back = on.allItems.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_back")!
+      expect(back.text).toMatch(/^\[tool_call thread_read toolu_1 #2\]\n\{"refs":"#1"\}\n\n\[tool_result thread_read toolu_1 #3\]\n\[user #1\]\nline 0: /)
+      expect(back.text).toContain("line 60: the module 60 imports 61 and exports 420")
+      expect(back.text).not.toContain("[offloaded")
 
       const off = yield* toolHeavyTurn(false, rounds)
       expect(off.view.run.status).toBe("completed")
@@ -420,4 +461,123 @@ describe("model-API provider instances from the config file", () => {
         expect(String(refused.body!["reason"])).toContain("keeps no message list")
       }).pipe(Effect.provide(serveSettings(settings)))
     }), 120_000)
+
+  it.scoped("tool-result offload control over HTTP: the model's offload_context, a thread's settings and pins, on/off; bad controls named (issue 11 item 4)", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        const usage = { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }
+        const controlUrl = `/threads/${threadId}/tool-result-offload/control`
+        const put = (body: unknown) => raw(post(controlUrl, body).pipe(HttpClientRequest.setMethod("PUT")))
+        const eventsOf = Effect.map(raw(get(`/threads/${threadId}/events?follow=false`)), (r) => threadEvents(r.text))
+
+        // Nothing set: the instance's settings.
+        const initial = yield* api.threads.getToolResultOffloadControl({ path: { threadId } })
+        expect(initial).toEqual({
+          threadId,
+          control: {},
+          effective: { providerInstance: "claude", enabled: true, settings: ToolResultOffload.defaults, pinnedToolCallIds: [] }
+        })
+
+        // Turn 1: six pages read with thread_read, then the model frees two of them with offload_context.
+        for (let i = 1; i <= 6; i++) upstream.enqueue(ModelApi.answer("anthropic-messages", "", usage, [{ id: `toolu_${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }]))
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "", usage, [{ id: "toolu_free", name: "offload_context", arguments: JSON.stringify({ tool_call_ids: ["toolu_1", "toolu_2"] }) }]))
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", usage))
+        const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
+        expect((yield* sendAndWait(threadId, long)).run.status).toBe("completed")
+        const flushes = (yield* eventsOf).filter((e) => e.type === "context.offloaded").map((e) => e.payload as ThreadEventOf<"context.offloaded">["payload"])
+        // toolu_3 and toolu_4 ride along (the prefix breaks at toolu_1 anyway); the 3 newest tool units (toolu_5,
+        // toolu_6 and offload_context's own) stay.
+        expect(flushes.map((f) => [f.tier, f.refs])).toEqual([["requested", [1, 2, 3, 4].map((n) => `tool:toolu_${n}`)]])
+        const offered = (JSON.parse(upstream.requests[0]!.body) as { tools: Array<{ name: string }> }).tools.map((t) => t.name)
+        expect(offered).toEqual(["thread_read", "offload_context"])
+        const lastBody = upstream.requests.at(-1)!.body
+        for (const id of ["toolu_1", "toolu_2", "toolu_3", "toolu_4"]) expect(lastBody).toContain(`thread_read tool:${id}]`)
+        for (const id of ["toolu_5", "toolu_6"]) expect(lastBody).not.toContain(`thread_read tool:${id}]`)
+
+        // Bad controls: each a 400 naming what is wrong; nothing stored.
+        const unknownPin = yield* put({ pinnedItemIds: ["itm_nope"] })
+        expect([unknownPin.status, unknownPin.body!["reason"]]).toEqual([400, `pinnedItemIds: itm_nope is not an item of thread ${threadId}`])
+        const badRatio = yield* put({ aggressiveRatio: 0.5 })
+        expect([badRatio.status, badRatio.body!["reason"]]).toEqual([400, "tool-result offload control: aggressiveTargetRatio (0.6) must be below aggressiveRatio (0.5)"])
+        const outOfRange = yield* put({ keepNewestUnits: -1 })
+        expect(outOfRange.status).toBe(400)
+        expect((yield* api.threads.getToolResultOffloadControl({ path: { threadId } })).control).toEqual({})
+
+        // Pin offload_context's result and flush eagerly: everything eligible goes but the pin and the reads still in
+        // use (toolu_5 and toolu_6, among the 3 newest tool units).
+        const items = (yield* raw(get(`/threads/${threadId}/items?limit=200&batonTools=true`))).body!["items"] as Array<{ id: string; toolCallId: string | null; kind: string }>
+        const pinnedItem = items.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_free")!
+        const settingsOnly = { keepNewestUnits: 0, aggressiveRatio: 0.02, aggressiveTargetRatio: 0.01 }
+        expect((yield* put(settingsOnly)).status).toBe(200)
+        const unpinned = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        expect([unpinned.tier, unpinned.units.flatMap((u) => u.refs)]).toEqual(["aggressive", ["tool:toolu_free"]])
+        const eager = { ...settingsOnly, pinnedItemIds: [pinnedItem.id] }
+        const set = yield* put({ ...eager, commandId: "control-1" })
+        expect(set.status).toBe(200)
+        expect(set.body!["effective"]).toMatchObject({ enabled: true, pinnedToolCallIds: ["toolu_free"], settings: { keepNewestUnits: 0, aggressiveRatio: 0.02 } })
+        // The same command id answers the same, once.
+        expect((yield* put({ ...eager, commandId: "control-1" })).body).toEqual(set.body)
+        const controlEvents = (yield* eventsOf).filter((e) => e.type === "context.offload_control_set")
+        expect(controlEvents.map((e) => e.payload)).toEqual([{ control: settingsOnly }, { control: eager }])
+        const preview = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        expect([preview.tier, preview.units]).toEqual(["none", []])
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "ok", usage))
+        expect((yield* sendAndWait(threadId, "and now?")).run.status).toBe("completed")
+        const pinnedBody = upstream.requests.at(-1)!.body
+        expect(pinnedBody).toContain("offload_context: from your next step on, 2 tool results")
+        for (const id of ["toolu_free", "toolu_5", "toolu_6"]) expect(pinnedBody).not.toContain(`thread_read tool:${id}]`)
+
+        // Off for this thread: the dry run says so, and offload_context is no longer offered.
+        yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { enabled: false }, headers: {} })
+        const off = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        expect([off.enabled, off.reason]).toEqual([false, "tool-result offload is off for this thread"])
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", usage))
+        expect((yield* sendAndWait(threadId, "still there?")).run.status).toBe("completed")
+        expect((JSON.parse(upstream.requests.at(-1)!.body) as { tools: Array<{ name: string }> }).tools.map((t) => t.name)).toEqual(["thread_read"])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 120_000)
+
+  // Found by a reviewer: a flush whose request was refused was stored but never recorded as an event.
+  it.scoped("a tool-result offload flush whose request is refused is still a context.offloaded event", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream)])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        const usage = { input: 100, cacheWrite: 0, cacheRead: 1_000, output: 20 }
+        for (let i = 1; i <= 6; i++) upstream.enqueue(ModelApi.answer("anthropic-messages", "", usage, [{ id: `toolu_${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }]))
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", usage))
+        const long = Array.from({ length: 120 }, (_, i) => `line ${i}: the module ${i} imports ${i + 1} and exports ${i * 7}`).join("\n")
+        expect((yield* sendAndWait(threadId, long)).run.status).toBe("completed")
+        yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { keepNewestUnits: 0, aggressiveRatio: 0.02, aggressiveTargetRatio: 0.01 }, headers: {} })
+        upstream.enqueue(ModelApi.error(400, "refused"))
+        expect((yield* sendAndWait(threadId, "next")).run.status).toBe("failed")
+        const preview = yield* api.threads.previewToolResultOffload({ path: { threadId } })
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        const flushes = events.filter((e) => e.type === "context.offloaded").map((e) => e.payload as ThreadEventOf<"context.offloaded">["payload"])
+        expect(flushes).toHaveLength(1)
+        expect(flushes[0]!.entrySeqs).toHaveLength(preview.stubbedEntries)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
+
+  // Found by a reviewer: a thread control was also checked against the policy's defaults, so a control valid on its
+  // instance's own settings was refused, citing a value not in effect.
+  it.scoped("a thread control is checked against its instance's settings", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("claude", "anthropic-messages", upstream, { toolResultOffload: { aggressiveRatio: 0.95, aggressiveTargetRatio: 0.9 } })])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        const set = yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { aggressiveTargetRatio: 0.88 }, headers: {} })
+        expect(set.effective?.settings).toMatchObject({ aggressiveRatio: 0.95, aggressiveTargetRatio: 0.88 })
+        const bad = yield* raw(post(`/threads/${threadId}/tool-result-offload/control`, { aggressiveTargetRatio: 0.96 }).pipe(HttpClientRequest.setMethod("PUT")))
+        expect([bad.status, bad.body!["reason"]]).toEqual([400, "tool-result offload control: aggressiveTargetRatio (0.96) must be below aggressiveRatio (0.95)"])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    }), 60_000)
 })

@@ -2,6 +2,7 @@
  * The server's configuration: a config file validated whole (errors name the field's path), environment variables
  * over the file, flags over both, and the admin token file created once with mode 0600.
  */
+import { ToolResultOffload } from "@baton/context"
 import { ServerConfig } from "@baton/server"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Option, Redacted } from "effect"
@@ -124,8 +125,8 @@ describe("ServerConfig", () => {
       expect(ServerConfig.isModelInstance(first!) && ServerConfig.isModelInstance(second!) && !ServerConfig.isModelInstance(third!)).toBe(true)
       if (!ServerConfig.isModelInstance(first!) || !ServerConfig.isModelInstance(second!)) return
       expect([first.config.kind, first.config.model, first.toolResultOffload, Option.map(first.apiKey, Redacted.value)])
-        .toEqual(["anthropic-messages", "claude-sonnet-4-5", true, Option.some("sk-ant-secret-value-0123")])
-      expect([second.toolResultOffload, Option.isNone(second.apiKey)]).toEqual([false, true])
+        .toEqual(["anthropic-messages", "claude-sonnet-4-5", { enabled: true, settings: ToolResultOffload.defaults }, Option.some("sk-ant-secret-value-0123")])
+      expect([second.toolResultOffload.enabled, Option.isNone(second.apiKey)]).toEqual([false, true])
       expect(ServerConfig.windowOf(first)).toEqual({ window: 200_000, autoCompactThreshold: 180_000 })
       // The key never shows in the settings' printed form.
       expect(JSON.stringify(settings)).not.toContain("sk-ant-secret-value-0123")
@@ -145,6 +146,15 @@ describe("ServerConfig", () => {
       expect(yield* one({ ...claude, maxOutputTokens: 200_000 }))
         .toBe("baton.json: providers[1].maxOutputTokens: maxOutputTokens 200000 must be below contextWindow 200000")
       expect(yield* one({ ...claude, name: "codex" })).toBe("baton.json: providers[1].name: \"codex\" given twice")
+      // Tool-result offload: true, false, or on/off with the policy's settings (issue 11 item 4); bad ones named.
+      const tuned = yield* resolveWith({ file: { providers: [{ ...claude, toolResultOffload: { keepNewestUnits: 1, aggressiveRatio: 0.9 } }] }, env: { ANTHROPIC_API_KEY: "k" } })
+      const only = tuned.settings.providers[0]!
+      expect(ServerConfig.isModelInstance(only) && only.toolResultOffload)
+        .toEqual({ enabled: true, settings: { ...ToolResultOffload.defaults, keepNewestUnits: 1, aggressiveRatio: 0.9 } })
+      expect(yield* one({ ...claude, toolResultOffload: { aggressiveRatio: 0.5 } }))
+        .toBe("baton.json: providers[1].toolResultOffload: aggressiveTargetRatio (0.6) must be below aggressiveRatio (0.5)")
+      expect(yield* one({ ...claude, toolResultOffload: { keepNewestUnits: -2 } })).toMatch(/^baton\.json: providers\[1\]\.toolResultOffload/)
+      expect(yield* one({ ...claude, toolResultOffload: { pinnedItemIds: [] } })).toMatch(/^baton\.json: providers\[1\]\.toolResultOffload/)
       // A key variable named but unset (or empty) stops the start, naming the variable.
       for (const env of [{}, { ANTHROPIC_API_KEY: "" }]) {
         expect(yield* failure({ file: { providers: [claude] }, env }))

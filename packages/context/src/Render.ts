@@ -160,7 +160,10 @@ export const shortArguments = (text: string): string => {
 export const stubText = (calls: ReadonlyArray<StubCall>, ref: string): string =>
   [
     `[offloaded, thread_read ${ref}]`,
-    ...calls.map((c) => `${c.toolName} ${shortArguments(c.argumentsText)}: ${c.releasedChars.toLocaleString("en-US")} chars`)
+    ...calls.map((c) => {
+      const args = shortArguments(c.argumentsText)
+      return `${c.toolName}${args === "" ? "" : ` ${args}`}: ${c.releasedChars.toLocaleString("en-US")} chars`
+    })
   ].join("\n")
 
 /**

@@ -35,6 +35,12 @@ export interface SelectionInput<A extends SelectableItem> {
    * see `select`. Default `false`: units are delivered verbatim or omitted.
    */
   readonly stubs?: boolean
+  /**
+   * Ids of pinned items (a thread's tool-result offload control, docs/offload.md "Control"): with `stubs`, a unit
+   * holding one is never a stub: it is planned verbatim where its stub would have been, or left out whole (named by
+   * the pointer). Ignored without `stubs`.
+   */
+  readonly pinned?: ReadonlySet<string>
 }
 
 /**
@@ -263,8 +269,8 @@ const VERBATIM = 2
  * 2. the skeleton of every run (a run starts at a user message), in three sweeps over the runs, newest run first:
  *    each run's user message verbatim; then each run's final answer (its last assistant message, when that is not in
  *    a tool unit) verbatim; then each run's tool units as stubs (`Render.stubText`: tool, short arguments, characters
- *    left out, and the ref that reads it back), newest first; a tool unit whose stub would cost as much as the unit
- *    goes verbatim;
+ *    left out, and the ref that reads it back), newest first; a tool unit whose stub would cost as much as the unit,
+ *    or that holds a pinned item (`pinned`), goes verbatim;
  * 3. every unit verbatim, newest to oldest (a stub is upgraded to its unit).
  *
  * A step costs what it adds (a stub's tokens; an upgrade the unit's tokens less its stub's). Rendering, the exact
@@ -306,7 +312,8 @@ const selectWithStubs = <A extends SelectableItem>(input: SelectionInput<A>, not
     })
     const stub: Render.UnitStub | null = calls.length === 0 ? null : { kind: "unit_stub", seqs: unit.map((i) => items[i]!.seq), calls }
     const tokens = stub === null ? 0 : counter.count(Render.renderBlock(stub)) + separator
-    stubs.push(stub !== null && tokens < cost[u]! ? stub : null)
+    const pinned = input.pinned !== undefined && unit.some((i) => input.pinned!.has(items[i]!.id))
+    stubs.push(stub !== null && tokens < cost[u]! && !pinned ? stub : null)
     stubCost[u] = tokens
   })
 

@@ -19,9 +19,13 @@
  * one with the largest margin r·s·R - (w - r)(A - s) is taken, and every eligible unit from p on is stubbed (once the
  * cache is broken at p, each further stub only lowers the rewrite): one prefix break per flush. When the cache
  * has expired anyway (the time since the previous request exceeds the TTL) the rewrite costs nothing extra and every
- * eligible unit is stubbed. The aggressive tier ignores the cache near the window; the emergency tier reports that
- * stubs cannot bring the request under the window's emergency line and leaves the choice (`/offload`, deferral) to
- * the caller.
+ * eligible unit is stubbed. The aggressive tier ignores the cache near the window; the emergency tier is the
+ * aggressive tier when even every eligible unit stubbed leaves the request at or above the window's emergency line:
+ * it stubs all of them (every token counts there) and reports the tier, so that the caller summarises (`/offload`)
+ * or starts over on a new native thread. Units the model asked to offload (`Unit.requested`, its `offload_context` tool) are stubbed at the next
+ * decision whatever the cache costs (the model knows it is done with them; `keepNewestUnits` does not hold them back,
+ * a pin or an open call does), and, the cache being broken at the oldest of them, every eligible unit after it rides
+ * along (tier `requested`, unless a higher tier already applies).
  */
 import * as Render from "./Render.js"
 
@@ -45,6 +49,7 @@ export interface HistoryItem {
  * - `stubTokens`: the tokens of the unit's stub (`stubText`), were it stubbed.
  * - `answeredRequests`: the requests already sent that carried the unit with all its results (0 when unanswered or
  *   answered since the previous request). It tells how long the unit has been paid for since it was consumed.
+ * - `requested`: the model asked for the unit to be offloaded (its `offload_context` tool); absent means no.
  */
 export interface Unit {
   readonly isTool: boolean
@@ -52,6 +57,7 @@ export interface Unit {
   readonly stubbed: boolean
   readonly stubTokens: number
   readonly answeredRequests: number
+  readonly requested?: boolean | undefined
 }
 
 /**
@@ -78,7 +84,7 @@ export const anthropicPricing: CachePricing = { readMultiplier: 0.1, writeMultip
  * - `aggressiveRatio`: at or above this share of the window, flush the oldest eligible units regardless of cache.
  * - `aggressiveTargetRatio`: the aggressive tier stubs oldest-first until usage is at most this share.
  * - `emergencyRatio`: if stubbing every eligible unit still leaves usage at or above this share, the tier is
- *   `emergency` and nothing is stubbed: the caller summarises (`/offload`) or defers.
+ *   `emergency`: every eligible unit is stubbed, and the caller should summarise (`/offload`) or start over.
  * - `minExpectedRequests`: the floor of R, the requests still expected.
  */
 export interface Settings {
@@ -114,6 +120,49 @@ export const defaults: Settings = {
 }
 
 /**
+ * What a thread or a provider instance may override of `Settings` (issue 11 item 4): any subset; absent fields keep
+ * the base's value.
+ */
+export type SettingsOverrides = { readonly [K in keyof Settings]?: Settings[K] | undefined }
+
+/** `base` with every field `overrides` sets replaced. Does not check the result (`problems` does). */
+export const withOverrides = (base: Settings, overrides: SettingsOverrides | undefined): Settings => {
+  if (overrides === undefined) return base
+  const out: { -readonly [K in keyof Settings]: Settings[K] } = { ...base }
+  for (const key of Object.keys(base) as Array<keyof Settings>) {
+    const value = overrides[key]
+    if (value !== undefined) out[key] = value
+  }
+  return out
+}
+
+/**
+ * What is wrong with `settings`, one sentence per problem naming the field (empty when they are usable):
+ * `keepNewestUnits` and `minExpectedRequests` whole numbers (>= 0 and >= 1), the ratios in (0, 1] with
+ * `aggressiveTargetRatio < aggressiveRatio <= emergencyRatio`.
+ */
+export const problems = (settings: Settings): ReadonlyArray<string> => {
+  const out: Array<string> = []
+  if (!Number.isInteger(settings.keepNewestUnits) || settings.keepNewestUnits < 0) {
+    out.push(`keepNewestUnits must be a whole number >= 0 (got ${settings.keepNewestUnits})`)
+  }
+  if (!Number.isInteger(settings.minExpectedRequests) || settings.minExpectedRequests < 1) {
+    out.push(`minExpectedRequests must be a whole number >= 1 (got ${settings.minExpectedRequests})`)
+  }
+  for (const key of ["aggressiveRatio", "aggressiveTargetRatio", "emergencyRatio"] as const) {
+    const v = settings[key]
+    if (!(v > 0 && v <= 1)) out.push(`${key} must be in (0, 1] (got ${v})`)
+  }
+  if (!(settings.aggressiveTargetRatio < settings.aggressiveRatio)) {
+    out.push(`aggressiveTargetRatio (${settings.aggressiveTargetRatio}) must be below aggressiveRatio (${settings.aggressiveRatio})`)
+  }
+  if (!(settings.aggressiveRatio <= settings.emergencyRatio)) {
+    out.push(`aggressiveRatio (${settings.aggressiveRatio}) must not exceed emergencyRatio (${settings.emergencyRatio})`)
+  }
+  return out
+}
+
+/**
  * What the policy decides on.
  *
  * - `items`, `units`: the model-visible history as the next request will carry it (without the system prompt).
@@ -133,11 +182,15 @@ export interface Situation {
   readonly msSinceLastRequest: number | null
 }
 
-/** The tiers: `none` (nothing to do), `mild` (cache-aware), `aggressive` (near the window), `emergency` (hand over). */
-export type Tier = "none" | "mild" | "aggressive" | "emergency"
+/**
+ * The tiers: `none` (nothing to do), `mild` (cache-aware), `requested` (the model asked, `Unit.requested`),
+ * `aggressive` (near the window), `emergency` (hand over).
+ */
+export type Tier = "none" | "mild" | "requested" | "aggressive" | "emergency"
 
 /**
- * A decision. `units`: indices into `Situation.units` to stub now, ascending (empty for `none` and `emergency`).
+ * A decision. `units`: indices into `Situation.units` to stub now, ascending (empty for `none`; for `emergency`, every
+ * eligible unit and every unit the model asked for).
  * Tokens are of the whole request (system prompt included) before and after the stubs. `rewriteCost` and
  * `expectedSavings` are in base-input-token equivalents (`(w - r)(A - s)` and `r·s·R`); `breakEvenRequests` is the
  * number of later requests after which the flush has paid for itself (0 when the cache was cold).
@@ -216,10 +269,73 @@ const none = (tokens: number, reason: string): Decision => ({
 })
 
 /**
+ * The units the model asked to offload (`Unit.requested`) that may be stubbed: tool units, answered, not stubbed, with
+ * no pinned item, whose stub is smaller than the unit. `keepNewestUnits` does not apply (the model said it is done).
+ */
+export const requestedCandidates = (situation: Situation): ReadonlyArray<Candidate> => {
+  const { items, units } = situation
+  const first = new Array<number>(units.length).fill(-1)
+  const tokens = new Array<number>(units.length).fill(0)
+  const pinned = new Array<boolean>(units.length).fill(false)
+  items.forEach((item, i) => {
+    if (first[item.unit] === -1) first[item.unit] = i
+    tokens[item.unit] += item.tokens
+    if (item.pinned) pinned[item.unit] = true
+  })
+  const out: Array<Candidate> = []
+  units.forEach((u, index) => {
+    if (u.requested !== true || !u.isTool || !u.answered || u.stubbed || pinned[index] || first[index] === -1) return
+    if (u.stubTokens >= tokens[index]!) return
+    out.push({ unit: index, first: first[index]!, released: tokens[index]! - u.stubTokens, eligibleRequests: u.answeredRequests })
+  })
+  return out
+}
+
+/**
  * Decides what to stub before the next request (see the module docblock for the rule). Total: never fails; an empty
  * history, no eligible unit or a flush that does not pay gives tier `none`.
  */
 export const decide = (situation: Situation, settings: Settings = defaults): Decision => {
+  const base = decideByCache(situation, settings)
+  const asked = requestedCandidates(situation)
+  if (asked.length === 0) return base
+  // The cache breaks at the oldest asked unit: every eligible unit from there on rides along, as do the base tier's.
+  const from = Math.min(...asked.map((c) => c.first))
+  const byUnit = new Map<number, Candidate>()
+  for (const c of asked) byUnit.set(c.unit, c)
+  for (const c of eligible(situation, settings)) if (c.first >= from || base.units.includes(c.unit)) byUnit.set(c.unit, c)
+  const picked = [...byUnit.values()].sort((a, b) => a.first - b.first)
+  const cold = situation.requestsSoFar === 0 || (situation.pricing.ttlMs !== null &&
+    situation.msSinceLastRequest !== null && situation.msSinceLastRequest > situation.pricing.ttlMs)
+  const tier = base.tier === "aggressive" || base.tier === "emergency" ? base.tier : "requested"
+  return { ...summarise(situation, settings, picked, tier, cold), reason: base.tier === "emergency" ? base.reason : "" }
+}
+
+/** The decision stubbing `picked` (ascending by `first`, non-empty), its cost in the module docblock's terms. */
+const summarise = (situation: Situation, settings: Settings, picked: ReadonlyArray<Candidate>, tier: Tier, cold: boolean): Decision => {
+  const { items, pricing } = situation
+  const before = situation.systemTokens + items.reduce((n, i) => n + i.tokens, 0)
+  const r = pricing.readMultiplier
+  const w = pricing.writeMultiplier
+  const R = Math.max(situation.requestsSoFar, settings.minExpectedRequests)
+  const s = picked.reduce((n, c) => n + c.released, 0)
+  const A = items.slice(picked[0]!.first).reduce((n, i) => n + i.tokens, 0)
+  const rewriteCost = cold ? 0 : (w - r) * (A - s)
+  const perRequest = r * s
+  return {
+    tier,
+    units: picked.map((c) => c.unit).sort((a, b) => a - b),
+    tokensBefore: before,
+    tokensAfter: before - s,
+    rewriteCost,
+    expectedSavings: perRequest * R,
+    breakEvenRequests: perRequest === 0 ? Infinity : rewriteCost / perRequest,
+    reason: ""
+  }
+}
+
+/** `decide` without the model's requests: the cache-aware tiers alone. */
+const decideByCache = (situation: Situation, settings: Settings): Decision => {
   const { items, pricing, windowTokens } = situation
   const historyTokens = items.reduce((n, i) => n + i.tokens, 0)
   const before = situation.systemTokens + historyTokens
@@ -252,7 +368,9 @@ export const decide = (situation: Situation, settings: Settings = defaults): Dec
 
   if (before >= settings.aggressiveRatio * windowTokens) {
     if (before - totalRelease >= settings.emergencyRatio * windowTokens) {
-      return { ...none(before, ""), tier: "emergency", reason: `stubbing every eligible unit leaves ${before - totalRelease} of ${windowTokens} tokens` }
+      const reason = `stubbing every eligible unit leaves ${before - totalRelease} of ${windowTokens} tokens: summarise (/offload)`
+      if (candidates.length === 0) return { ...none(before, reason), tier: "emergency" }
+      return { ...chosen(0, candidates.length, "emergency", false), reason }
     }
     if (candidates.length > 0) {
       const target = settings.aggressiveTargetRatio * windowTokens

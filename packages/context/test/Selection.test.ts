@@ -307,6 +307,33 @@ describe("Selection.select with stubs (handoffs represent every owed run)", () =
     expect(stubbed.rendered).not.toContain("omitted to fit")
   })
 
+  it("a pinned tool unit is never a stub: verbatim, or left out with the pointer", () => {
+    const history = toolRuns(6)
+    const full = history.reduce((n, item) => n + item.tokens, 0)
+    const budget = Math.floor(full / 3)
+    // Run 2's tool unit (call itm_6, result itm_7) is stubbed without a pin.
+    expect(selectStubs(history, budget).stubbedItemIds).toEqual(expect.arrayContaining(["itm_6", "itm_7"]))
+    const pinned = Selection.select({ items: history, budget, threadId, counter, stubs: true, pinned: new Set(["itm_7"]) })
+    expect(pinned.tokens).toBeLessThanOrEqual(budget)
+    expect(pinned.stubbedItemIds).not.toContain("itm_6")
+    expect(pinned.stubbedItemIds).not.toContain("itm_7")
+    expect(pinned.selected.map((i) => i.id)).toEqual(expect.arrayContaining(["itm_6", "itm_7"]))
+    expect(pinned.rendered).toContain("out1w599")
+    // A budget where, unpinned, the unit is a stub and, pinned, it does not fit verbatim: it is left out whole (named
+    // by the pointer), never stubbed.
+    const pin = new Set(["itm_7"])
+    const tight = Array.from({ length: 60 }, (_, k) => 300 + 50 * k).flatMap((b) => {
+      const p = Selection.select({ items: history, budget: b, threadId, counter, stubs: true, pinned: pin })
+      return selectStubs(history, b).stubbedItemIds.includes("itm_7") && !p.selected.some((i) => i.id === "itm_7") ? [p] : []
+    })
+    expect(tight.length).toBeGreaterThan(0)
+    for (const p of tight) {
+      expect(p.stubbedItemIds).not.toContain("itm_7")
+      expect(p.omittedItemIds).toContain("itm_7")
+      expect(p.rendered).toContain("omitted to fit")
+    }
+  })
+
   it("falls back to omitting the oldest runs whole when even their skeletons do not fit", () => {
     const history = toolRuns(30)
     const budget = 2_000

@@ -9,7 +9,8 @@ const unitArb = fc.record({
   answered: fc.boolean(),
   stubbed: fc.boolean(),
   stubTokens: fc.integer({ min: 5, max: 400 }),
-  answeredRequests: fc.integer({ min: 0, max: 200 })
+  answeredRequests: fc.integer({ min: 0, max: 200 }),
+  requested: fc.integer({ min: 0, max: 7 }).map((n) => n === 0)
 })
 
 /** A random history: units with random flags, items assigned to units in a random order (results may sit far away). */
@@ -63,12 +64,12 @@ describe("ToolResultOffload.decide (properties)", () => {
     }
   })
 
-  it.prop("keeps the newest tool units verbatim", [situationArb], ([s]) => {
+  it.prop("keeps the newest tool units verbatim unless the model asked to offload them", [situationArb], ([s]) => {
     const present = s.units.map((u, i) => ({ u, i })).filter(({ i, u }) => u.isTool && s.items.some((x) => x.unit === i))
     const newest = present.sort((a, b) => lastPosition(s, b.i) - lastPosition(s, a.i))
       .slice(0, ToolResultOffload.defaults.keepNewestUnits).map((x) => x.i)
     const chosen = ToolResultOffload.decide(s).units
-    for (const unit of newest) expect(chosen).not.toContain(unit)
+    for (const unit of newest) if (s.units[unit]!.requested !== true) expect(chosen).not.toContain(unit)
   })
 
   it.prop("never stubs a unit whose stub is not smaller than it, and never grows the request", [situationArb], ([s]) => {
@@ -98,13 +99,44 @@ describe("ToolResultOffload.decide (properties)", () => {
 
   it("the random histories reach every tier (so the properties above are exercised)", () => {
     const tiers = new Set(fc.sample(situationArb, { numRuns: 2_000, seed: 11 }).map((s) => ToolResultOffload.decide(s).tier))
-    expect([...tiers].sort()).toEqual(["aggressive", "emergency", "mild", "none"])
+    expect([...tiers].sort()).toEqual(["aggressive", "emergency", "mild", "none", "requested"])
   })
 
-  it.prop("emergency and none stub nothing", [situationArb], ([s]) => {
+  it.prop("stubs every unit the model asked for unless pinned, open, already stubbed or not worth it", [
+    situationArb
+  ], ([s]) => {
     const d = ToolResultOffload.decide(s)
-    if (d.tier === "none" || d.tier === "emergency") expect(d.units).toEqual([])
-    else expect(d.units.length).toBeGreaterThan(0)
+    for (const [unit, u] of s.units.entries()) {
+      const present = s.items.some((i) => i.unit === unit)
+      const pinned = s.items.some((i) => i.unit === unit && i.pinned)
+      const stubbable = u.requested === true && u.isTool && u.answered && !u.stubbed && !pinned && present &&
+        u.stubTokens < unitTokens(s, unit)
+      if (stubbable) expect(d.units).toContain(unit)
+    }
+  })
+
+  it.prop("the model's requests never break the cache twice: every eligible unit after the oldest asked rides along", [
+    situationArb
+  ], ([s]) => {
+    const d = ToolResultOffload.decide(s)
+    if (d.tier !== "requested") return
+    const from = Math.min(...ToolResultOffload.requestedCandidates(s).map((c) => c.first))
+    for (const c of ToolResultOffload.eligible(s)) if (c.first >= from) expect(d.units).toContain(c.unit)
+    expect(Math.min(...d.units.map((u) => s.items.findIndex((i) => i.unit === u)))).toBe(from)
+  })
+
+  it.prop("without requests, decide is the cache-aware rule alone", [situationArb], ([s]) => {
+    const plain = { ...s, units: s.units.map((u) => ({ ...u, requested: false })) }
+    expect(ToolResultOffload.decide(plain).tier).not.toBe("requested")
+  })
+
+  it.prop("none stubs nothing; emergency stubs every eligible unit and says to summarise; the others stub something", [situationArb], ([s]) => {
+    const d = ToolResultOffload.decide(s)
+    if (d.tier === "none") expect(d.units).toEqual([])
+    else if (d.tier === "emergency") {
+      for (const c of ToolResultOffload.eligible(s)) expect(d.units).toContain(c.unit)
+      expect(d.reason).toContain("summarise (/offload)")
+    } else expect(d.units.length).toBeGreaterThan(0)
   })
 
   it.prop("every stub's ref names exactly its unit's items (stub -> ref -> original)", [situationArb], ([s]) => {
@@ -164,7 +196,7 @@ describe("ToolResultOffload.decide (the rule on small histories)", () => {
     expect(d.rewriteCost).toBe(0)
   })
 
-  it("flushes the oldest regardless of cache near the window, and hands over when stubs cannot help", () => {
+  it("flushes the oldest regardless of cache near the window; when stubs cannot help, stubs all it may and says to summarise", () => {
     const near = ToolResultOffload.decide(history(20, 9_000, 1, () => 0))
     expect(near.tier).toBe("aggressive")
     expect(near.units.slice(0, 8)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
@@ -172,7 +204,9 @@ describe("ToolResultOffload.decide (the rule on small histories)", () => {
     // 350,000 tokens; stubbing all 17 eligible units releases 152,320, leaving 197,680 >= 0.95 x 200,000.
     const full = ToolResultOffload.decide({ ...history(20, 9_000, 1), systemTokens: 170_000 })
     expect(full.tier).toBe("emergency")
-    expect(full.units).toEqual([])
+    expect(full.units).toEqual(Array.from({ length: 17 }, (_, u) => u))
+    expect(full.tokensAfter).toBe(197_680)
+    expect(full.reason).toBe("stubbing every eligible unit leaves 197680 of 200000 tokens: summarise (/offload)")
   })
 
   it("writes one line per call (values of the arguments, middle cut) under the ref", () => {
@@ -184,5 +218,38 @@ describe("ToolResultOffload.decide (the rule on small histories)", () => {
         "Read /src/a.ts: 12,345 chars\n" +
         `Bash ${"x".repeat(23)}…${"x".repeat(36)}: 7 chars`
     )
+    // No arguments: no stray space before the colon (found by a review).
+    expect(ToolResultOffload.stubText([{ toolName: "updateIssueList", argumentsText: "{}", releasedChars: 70 }], "tool:toolu_1"))
+      .toBe("[offloaded, thread_read tool:toolu_1]\nupdateIssueList: 70 chars")
+  })
+})
+
+describe("ToolResultOffload settings (issue 11 item 4)", () => {
+  it("overrides replace only the fields they set", () => {
+    const s = ToolResultOffload.withOverrides(ToolResultOffload.defaults, { keepNewestUnits: 1, emergencyRatio: undefined })
+    expect(s).toEqual({ ...ToolResultOffload.defaults, keepNewestUnits: 1 })
+    expect(ToolResultOffload.withOverrides(ToolResultOffload.defaults, undefined)).toBe(ToolResultOffload.defaults)
+  })
+
+  it("problems name the field and the value", () => {
+    expect(ToolResultOffload.problems(ToolResultOffload.defaults)).toEqual([])
+    expect(ToolResultOffload.problems({ ...ToolResultOffload.defaults, keepNewestUnits: -1, aggressiveTargetRatio: 0.9 })).toEqual([
+      "keepNewestUnits must be a whole number >= 0 (got -1)",
+      "aggressiveTargetRatio (0.9) must be below aggressiveRatio (0.85)"
+    ])
+    expect(ToolResultOffload.problems({ ...ToolResultOffload.defaults, emergencyRatio: 1.5, minExpectedRequests: 0 })).toEqual([
+      "minExpectedRequests must be a whole number >= 1 (got 0)",
+      "emergencyRatio must be in (0, 1] (got 1.5)"
+    ])
+  })
+
+  it("keepNewestUnits 0 lets the newest answered unit go; a request for a kept unit stubs it anyway", () => {
+    const s = history(4, 2_000, 50, () => 200)
+    const kept = ToolResultOffload.decide(s)
+    expect(kept.units).not.toContain(3)
+    expect(ToolResultOffload.decide(s, { ...ToolResultOffload.defaults, keepNewestUnits: 0 }).units).toContain(3)
+    const asked = ToolResultOffload.decide({ ...s, units: s.units.map((u, i) => i === 3 ? { ...u, requested: true } : u) })
+    expect(asked.tier).toBe("requested")
+    expect(asked.units).toEqual([...new Set([...kept.units, 3])].sort())
   })
 })

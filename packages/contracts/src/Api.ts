@@ -15,7 +15,7 @@
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { ClientTools, PromptText, storableText } from "./Commands.js"
-import { Run, ToolResult } from "./Domain.js"
+import { Run, ToolResult, ToolResultOffloadControl } from "./Domain.js"
 import {
   ConcurrentModification,
   Forbidden,
@@ -47,6 +47,7 @@ import {
   OffloadReport,
   SwitchResult,
   ToolResultOffloadPreview,
+  ToolResultOffloadControlView,
   ToolResultOffloadUndo
 } from "./Results.js"
 import {
@@ -153,6 +154,12 @@ export const CommandPayload = Schema.Struct(commandId).annotations(strict)
 /** `POST /threads/{id}/offload`: see `Commands.OffloadThread`. */
 export const OffloadPayload = Schema.Struct({
   keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  ...commandId
+}).annotations(strict)
+
+/** `PUT /threads/{id}/tool-result-offload/control`: see `Commands.SetToolResultOffloadControl` (the control's fields). */
+export const ToolResultOffloadControlPayload = Schema.Struct({
+  ...ToolResultOffloadControl.fields,
   ...commandId
 }).annotations(strict)
 
@@ -275,6 +282,23 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .annotate(OpenApi.Description, "Undoes the newest tool-result offload flush of the active native thread: its results go out verbatim again from the next request on, and those units are never stubbed again (the originals were never deleted). `undone: false` when there is none. 409 while a run is queued, running or waiting.")
   )
   .add(
+    HttpApiEndpoint.get("getToolResultOffloadControl", "/threads/:threadId/tool-result-offload/control")
+      .setPath(threadPath)
+      .addSuccess(ToolResultOffloadControlView)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "The thread's tool-result offload control (on/off, the policy's settings, pinned items) and what it comes to on the active provider instance (docs/offload.md \"Control\").")
+  )
+  .add(
+    HttpApiEndpoint.put("setToolResultOffloadControl", "/threads/:threadId/tool-result-offload/control")
+      .setPath(threadPath)
+      .setPayload(ToolResultOffloadControlPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(ToolResultOffloadControlView)
+      .addError(ThreadNotFound)
+      .addError(InvalidRequest)
+      .annotate(OpenApi.Description, "Replaces the thread's tool-result offload control: `enabled`, `keepNewestUnits`, the window ratios, `minExpectedRequests` and `pinnedItemIds`; an absent field inherits the provider instance's value. Applies from the next model request on. 400 names a pinned id that is not an item of the thread, or a setting that breaks the policy's rules.")
+  )
+  .add(
     HttpApiEndpoint.post("interrupt", "/threads/:threadId/interrupt")
       .setPath(threadPath)
       .setPayload(InterruptPayload)
@@ -341,10 +365,14 @@ export class ItemsGroup extends HttpApiGroup.make("items")
   .add(
     HttpApiEndpoint.get("list", "/threads/:threadId/items")
       .setPath(threadPath)
-      .setUrlParams(Schema.Struct({ afterSeq: Schema.optional(SeqParam), limit: Schema.optional(LimitParam) }))
+      .setUrlParams(Schema.Struct({
+        afterSeq: Schema.optional(SeqParam),
+        limit: Schema.optional(LimitParam),
+        batonTools: Schema.optional(Schema.Literal("true", "false"))
+      }))
       .addSuccess(ItemPage)
       .addError(ThreadNotFound)
-      .annotate(OpenApi.Description, "A thread's items with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page.")
+      .annotate(OpenApi.Description, "A thread's items with `seq > afterSeq` (default 0), `limit` (1..500, default 100) per page. Calls to Baton's own tools (`thread_read`, `offload_context`) and their results are left out unless `batonTools=true`: Baton ran them inside the turn, the client never does (each stays readable by id).")
   )
   .add(
     HttpApiEndpoint.get("get", "/items/:itemId")

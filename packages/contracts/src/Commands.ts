@@ -3,7 +3,7 @@
  * result recorded in its command receipt instead of running again.
  */
 import { Schema } from "effect"
-import { ClientTool, ToolResult } from "./Domain.js"
+import { ClientTool, ToolResult, ToolResultOffloadControl } from "./Domain.js"
 import { storableText } from "./Text.js"
 import { CommandId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
 
@@ -132,6 +132,20 @@ export const UndoToolResultOffload = Schema.TaggedStruct("UndoToolResultOffload"
 export type UndoToolResultOffload = typeof UndoToolResultOffload.Type
 
 /**
+ * Replaces thread `threadId`'s tool-result offload control (`ToolResultOffloadControl`: on/off, the policy's
+ * settings, pinned items; `{}` inherits everything from the provider instance). Takes effect at the next model request
+ * (a step boundary). Fails with `ThreadNotFound`, `InvalidRequest` (a pinned id that is not an item of the thread, or
+ * settings that merged with the active instance's break the policy's rules, naming the field). A repeated command id
+ * answers as the first time.
+ */
+export const SetToolResultOffloadControl = Schema.TaggedStruct("SetToolResultOffloadControl", {
+  commandId: CommandId,
+  threadId: ThreadId,
+  control: ToolResultOffloadControl
+})
+export type SetToolResultOffloadControl = typeof SetToolResultOffloadControl.Type
+
+/**
  * Posts the client's results for the open tool calls of a `waiting` run: exactly one result per open call (an
  * unknown call id, a call without a result or two results for one call is `InvalidRequest` naming them). The results
  * are recorded, each after its call, and the run continues with the next model request. Fails with `RunNotFound`,
@@ -155,7 +169,8 @@ export const Command = Schema.Union(
   MergeBack,
   OffloadThread,
   SubmitToolResults,
-  UndoToolResultOffload
+  UndoToolResultOffload,
+  SetToolResultOffloadControl
 )
 export type Command = typeof Command.Type
 

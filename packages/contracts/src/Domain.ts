@@ -378,10 +378,20 @@ export const RunCost = Schema.Struct({
 export type RunCost = typeof RunCost.Type
 
 /**
- * Tool names Baton offers the model itself (`thread_read`, executed by Baton): a client tool of that name would be
+ * Tool names Baton offers the model itself (`thread_read`, and `offload_context` on instances with tool-result
+ * offload; executed by Baton): a client tool of that name would be
  * offered twice (providers refuse duplicate tool names) and its calls would never reach the client.
  */
-export const reservedToolNames: ReadonlyArray<string> = ["thread_read"]
+export const reservedToolNames: ReadonlyArray<string> = ["thread_read", "offload_context"]
+
+/**
+ * Whether `item` is a call to one of Baton's own tools or its result (`reservedToolNames`): executed by Baton inside
+ * the turn, kept in the record and readable by id, but never shown to the client as a tool call (run views and item
+ * pages leave it out unless asked) nor handed to another provider (its result is derived from history that is handed
+ * over itself).
+ */
+export const isBatonToolItem = (item: { readonly kind: string; readonly toolName: string | null }): boolean =>
+  (item.kind === "tool_call" || item.kind === "tool_result") && item.toolName !== null && reservedToolNames.includes(item.toolName)
 
 /** A tool name as the model APIs accept it: 1 to 64 of `[A-Za-z0-9_-]` (Anthropic's and OpenAI's common rule). */
 export const ToolName = Schema.String.pipe(
@@ -496,3 +506,28 @@ export const ToolWait = Schema.Struct({
   updatedAt: Schema.DateTimeUtc
 })
 export type ToolWait = typeof ToolWait.Type
+
+/** A share of the context window, in (0, 1]. */
+const WindowRatio = Schema.Number.pipe(Schema.greaterThan(0), Schema.lessThanOrEqualTo(1))
+
+/**
+ * A thread's own tool-result offload control (issue 11 item 4, docs/offload.md "Control"): what it overrides of its
+ * provider instance's settings. Every field is optional; an absent field inherits the instance's value.
+ *
+ * - `enabled`: tool-result offload on or off for this thread (overrides the instance's `toolResultOffload`);
+ * - `keepNewestUnits`, `aggressiveRatio`, `aggressiveTargetRatio`, `emergencyRatio`, `minExpectedRequests`: the
+ *   policy's settings (`ToolResultOffload.Settings` in `@baton/context`); the ratios are shares of the window and,
+ *   merged with the instance's, must keep `aggressiveTargetRatio < aggressiveRatio <= emergencyRatio`;
+ * - `pinnedItemIds`: items of the thread that are never offloaded; pinning a tool call or result keeps its whole tool
+ *   unit verbatim in the message list (and out of the stubs of a handoff). At most 1,000.
+ */
+export const ToolResultOffloadControl = Schema.Struct({
+  enabled: Schema.optional(Schema.Boolean),
+  keepNewestUnits: Schema.optional(Schema.Int.pipe(Schema.between(0, 1_000))),
+  aggressiveRatio: Schema.optional(WindowRatio),
+  aggressiveTargetRatio: Schema.optional(WindowRatio),
+  emergencyRatio: Schema.optional(WindowRatio),
+  minExpectedRequests: Schema.optional(Schema.Int.pipe(Schema.between(1, 1_000_000))),
+  pinnedItemIds: Schema.optional(Schema.Array(ItemId).pipe(Schema.maxItems(1_000)))
+})
+export type ToolResultOffloadControl = typeof ToolResultOffloadControl.Type

@@ -8,7 +8,7 @@
  * `payload` whose schema depends on `type`. Payload fields that events written by older versions lack are optional.
  */
 import { Schema } from "effect"
-import { ContextUsage, DeliveryMode, HandoffKind, OpenToolCall, RunFailureCode, RunStopPoint } from "./Domain.js"
+import { ContextUsage, DeliveryMode, HandoffKind, OpenToolCall, RunFailureCode, RunStopPoint, ToolResultOffloadControl } from "./Domain.js"
 import {
   CommandId,
   DeliveryId,
@@ -385,6 +385,15 @@ export const ContextOffloadUndone = event(
 )
 
 /**
+ * `{control}`: a user replaced the thread's tool-result offload control (`ToolResultOffloadControl`: on/off, the
+ * policy's settings, pinned items); it applies from the next model request on.
+ */
+export const ContextOffloadControlSet = event(
+  "context.offload_control_set",
+  Schema.Struct({ control: ToolResultOffloadControl })
+)
+
+/**
  * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}`: a completed turn of this
  * thread taught the provider's tokenizer calibration (provider tokens per Baton token).
  */
@@ -519,7 +528,8 @@ export const ThreadEvent = Schema.Union(
   ThreadOffloadFailed,
   CalibrationUpdated,
   ContextOffloaded,
-  ContextOffloadUndone
+  ContextOffloadUndone,
+  ContextOffloadControlSet
 )
 export type ThreadEvent = typeof ThreadEvent.Type
 

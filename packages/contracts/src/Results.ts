@@ -4,7 +4,7 @@
  * a field says it is in the provider's units; item counts are numbers of items.
  */
 import { Schema } from "effect"
-import { RunFailureCode, RunStatus, Tokens } from "./Domain.js"
+import { RunFailureCode, RunStatus, Tokens, ToolResultOffloadControl } from "./Domain.js"
 import { HandoffId, ItemId, OffloadId, ProviderInstance, ProviderThreadId, RunId, ThreadId } from "./Ids.js"
 
 /** A non-negative number of items. */
@@ -174,7 +174,7 @@ export const ToolResultOffloadPreview = Schema.Struct({
   providerInstance: ProviderInstance,
   nativeRef: Schema.String,
   enabled: Schema.Boolean,
-  tier: Schema.Literal("none", "mild", "aggressive", "emergency"),
+  tier: Schema.Literal("none", "mild", "requested", "aggressive", "emergency"),
   reason: Schema.String,
   units: Schema.Array(Schema.Struct({ refs: Schema.Array(Schema.String), toolNames: Schema.Array(Schema.String) })),
   entrySeqs: Schema.Array(ItemCount),
@@ -230,3 +230,30 @@ export const MergeResult = Schema.Struct({
   handoffId: Schema.NullOr(HandoffId)
 })
 export type MergeResult = typeof MergeResult.Type
+
+/**
+ * A thread's tool-result offload control and what it comes to on the active provider instance
+ * (`GET`/`PUT /threads/{id}/tool-result-offload/control`, docs/offload.md "Control").
+ *
+ * - `control`: the thread's own overrides (`{}`: it inherits everything);
+ * - `effective`: the instance's settings with the thread's applied, or `null` when the thread has no active provider
+ *   instance with a message list yet (scripted or Codex instances, or before the first switch): `enabled`, the
+ *   policy's `settings`, and `pinnedToolCallIds`, the tool calls whose units the pins keep verbatim.
+ */
+export const ToolResultOffloadControlView = Schema.Struct({
+  threadId: ThreadId,
+  control: ToolResultOffloadControl,
+  effective: Schema.NullOr(Schema.Struct({
+    providerInstance: ProviderInstance,
+    enabled: Schema.Boolean,
+    settings: Schema.Struct({
+      keepNewestUnits: Schema.Int,
+      aggressiveRatio: Schema.Number,
+      aggressiveTargetRatio: Schema.Number,
+      emergencyRatio: Schema.Number,
+      minExpectedRequests: Schema.Int
+    }),
+    pinnedToolCallIds: Schema.Array(Schema.String)
+  }))
+})
+export type ToolResultOffloadControlView = typeof ToolResultOffloadControlView.Type

@@ -15,6 +15,7 @@ import {
   type ContextHandoff,
   type HandoffDelivery,
   type HandoffKind,
+  isBatonToolItem,
   type Item,
   type ItemId,
   type NativeThread,
@@ -30,8 +31,11 @@ import { ThreadStore, type StoredHandoff } from "@baton/persistence"
 import { DateTime, Effect } from "effect"
 import { IdGenerator } from "./IdGenerator.js"
 
-/** Item kinds that are never owed to another native thread: provider-private reasoning and Baton's own markers. */
-export const isTransferable = (item: Item) => item.kind !== "reasoning" && item.kind !== "handoff_marker"
+/**
+ * Items that are never owed to another native thread: provider-private reasoning, Baton's own markers, and calls to
+ * Baton's own tools with their results (`isBatonToolItem`: derived from history that is handed over itself).
+ */
+export const isTransferable = (item: Item) => item.kind !== "reasoning" && item.kind !== "handoff_marker" && !isBatonToolItem(item)
 
 /**
  * What a new handoff's `handoff.created` event adds: `lateOutputOf`, the run whose output arrived after a switch;
@@ -284,7 +288,9 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         const items = summaryAt.size === 0
           ? yield* store.getItems([...wanted])
           : [...(yield* store.getItems([...wanted]))].sort((a, b) => position(a) - position(b))
-        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true })
+        // Pinned items (the thread's tool-result offload control) are never stubs, and go first after the newest.
+        const pinned = new Set<string>((yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [])
+        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true, pinned })
         return { owed, selection, items } satisfies DeliveryPlan
       })
 

@@ -17,6 +17,8 @@ import {
   type ItemText,
   type NativeThread,
   type NativeThreadView,
+  isBatonToolItem,
+  type Item,
   NotReady,
   type ProviderThread,
   type ProviderThreadView,
@@ -175,23 +177,39 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       return {
         run: found.value,
         attempts: yield* store.listAttempts(runId),
-        items: yield* store.listItemsOfRuns([runId]),
+        // Baton's own tool calls and results were run inside the turn: never shown to the client as tool calls.
+        items: (yield* store.listItemsOfRuns([runId])).filter((i) => !isBatonToolItem(i)),
         cost: (yield* store.listRunCosts(found.value.threadId)).find((c) => c.runId === runId) ?? null,
         openToolCalls: wait !== null && wait.state === "open" ? wait.calls : [],
         toolResultsDeadline: wait !== null && wait.state === "open" ? wait.deadlineAt : null
       } satisfies RunView
     })
 
-    /** A thread's items with `seq > afterSeq`, `limit` per page. Fails with `ThreadNotFound`, `PersistenceError`. */
+    /**
+     * A thread's items with `seq > afterSeq`, `limit` per page; calls to Baton's own tools and their results
+     * (`isBatonToolItem`) are left out unless `batonTools` is `"true"` (pages then hold up to `limit` of the others).
+     * Fails with `ThreadNotFound`, `PersistenceError`.
+     */
     const listItems = Effect.fn("ThreadQuery.listItems")(function*(threadId: ThreadId, options: {
       readonly afterSeq?: number | undefined
       readonly limit?: number | undefined
+      readonly batonTools?: "true" | "false" | undefined
     }) {
       yield* thread(threadId)
       const limit = options.limit ?? defaultPageSize
-      const rows = yield* store.listItemsPage(threadId, options.afterSeq ?? 0, limit + 1)
-      const items = rows.slice(0, limit)
-      return { items, nextAfterSeq: rows.length > limit ? items.at(-1)!.seq : null } satisfies ItemPage
+      const keep = options.batonTools === "true" ? () => true : (i: Item) => !isBatonToolItem(i)
+      const items: Array<Item> = []
+      let after = options.afterSeq ?? 0
+      for (;;) {
+        const rows = yield* store.listItemsPage(threadId, after, limit + 1)
+        for (const row of rows.slice(0, limit)) {
+          if (items.length === limit) return { items, nextAfterSeq: items.at(-1)!.seq } satisfies ItemPage
+          if (keep(row)) items.push(row)
+        }
+        if (rows.length <= limit) return { items, nextAfterSeq: null } satisfies ItemPage
+        if (items.length === limit) return { items, nextAfterSeq: items.at(-1)!.seq } satisfies ItemPage
+        after = rows[limit - 1]!.seq
+      }
     })
 
     /**

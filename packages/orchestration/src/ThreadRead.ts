@@ -79,12 +79,14 @@ export const parseRefs = (refs: string): Either.Either<ReadonlyArray<Ref>, strin
       const seq = Number(part.slice("run:".length))
       if (seq < 1) return Either.left(`"${part}" is not a run (runs are numbered from 1)`)
       out.push({ _tag: "run", seq })
-    } else if (/^tool:[A-Za-z0-9._-]+$/.test(part)) {
+    } else if (/^tool:\S+$/.test(part)) {
+      // Any call id a provider gave (OpenAI-compatible servers send ids like "functions.read_file:0"); the split
+      // above already cut at spaces and commas.
       out.push({ _tag: "tool", toolCallId: part.slice("tool:".length) })
     } else if (/^[A-Za-z]+_[A-Za-z0-9._-]+$/.test(part)) {
       out.push({ _tag: "id", id: part })
     } else {
-      return Either.left(`"${part}" is not a ref (use "#12", "#4-#9", "run:3" or an item id)`)
+      return Either.left(`"${part}" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>" or an item id)`)
     }
   }
   return out.length === 0 ? Either.left("no ref given") : Either.right(out)

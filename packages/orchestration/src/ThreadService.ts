@@ -28,9 +28,12 @@ import {
   type Thread,
   ThreadNotFound,
   type ThreadId,
+  type ToolResultOffloadControl,
+  ToolResultOffloadControlView,
   type ToolResultOffloadPreview,
   ToolResultOffloadUndo
 } from "@baton/contracts"
+import { ToolResultOffload } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry } from "@baton/providers"
 import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
@@ -45,6 +48,7 @@ import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
+import * as OffloadControls from "./OffloadControls.js"
 import { defaultKeepTokens, ThreadOffload } from "./ThreadOffload.js"
 
 /** The results of the commands (schemas in contracts), under the names this module exported before. */
@@ -525,7 +529,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const previewToolResultOffload = Effect.fn("ThreadService.previewToolResultOffload")(function*(threadId: ThreadId) {
       const thread = yield* getThread(threadId)
       const { capability, native, providerThread } = yield* offloadLane(thread)
-      const preview = yield* capability.preview(native.nativeRef)
+      const { resolved } = yield* OffloadControls.resolve(store, thread.id)
+      const preview = yield* capability.preview(native.nativeRef, resolved)
       const result: ToolResultOffloadPreview = { threadId: thread.id, providerInstance: providerThread.providerInstance, ...preview }
       return result
     })
@@ -566,6 +571,73 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     })
 
     /**
+     * `control` on `thread`'s active provider instance (`ToolResultOffloadControlView`), with the problems that make
+     * its settings unusable there (empty when usable, or when the instance keeps no message list).
+     */
+    const controlView = (thread: Thread, control: ToolResultOffloadControl) =>
+      Effect.gen(function*() {
+        const none = { view: { threadId: thread.id, control, effective: null } satisfies ToolResultOffloadControlView, problems: [] as ReadonlyArray<string> }
+        const providerThread = thread.activeProviderThreadId === null ? Option.none() : yield* store.getProviderThread(thread.activeProviderThreadId)
+        if (providerThread._tag === "None") return none
+        const adapter = yield* Effect.either(registry.get(providerThread.value.providerInstance))
+        const capability = adapter._tag === "Right" ? adapter.right.toolResultOffload : undefined
+        if (capability === undefined) return none
+        const pinnedToolCallIds = yield* OffloadControls.pinnedCalls(store, thread.id, control.pinnedItemIds ?? [])
+        const effective = capability.effective({
+          ...(control.enabled === undefined ? {} : { enabled: control.enabled }),
+          settings: OffloadControls.settingsOf(control),
+          pinnedToolCallIds
+        })
+        const view: ToolResultOffloadControlView = {
+          threadId: thread.id,
+          control,
+          effective: { providerInstance: providerThread.value.providerInstance, enabled: effective.enabled, settings: effective.settings, pinnedToolCallIds }
+        }
+        return { view, problems: effective.problems }
+      })
+
+    /** Thread `threadId`'s tool-result offload control and what it comes to (see `controlView`). Fails with `ThreadNotFound`. */
+    const getToolResultOffloadControl = Effect.fn("ThreadService.getToolResultOffloadControl")(function*(threadId: ThreadId) {
+      const thread = yield* getThread(threadId)
+      return (yield* controlView(thread, yield* store.getOffloadControl(thread.id))).view
+    })
+
+    /**
+     * Replaces the thread's tool-result offload control (see `Commands.SetToolResultOffloadControl`) and records a
+     * `context.offload_control_set` event; turns read it when they start or continue after tool results. Checks that
+     * every pinned id is an item of the thread and that the settings, merged with the active instance's (the policy's
+     * defaults when the thread has no model-API instance yet), keep the policy's rules (`InvalidRequest` naming the
+     * field otherwise).
+     */
+    const setToolResultOffloadControl = Effect.fn("ThreadService.setToolResultOffloadControl")(function*(command: Commands.SetToolResultOffloadControl) {
+      return yield* withReceipt(
+        command,
+        command.threadId,
+        ToolResultOffloadControlView,
+        Effect.gen(function*() {
+          const thread = yield* getThread(command.threadId)
+          const control = command.control
+          const pinned = [...new Set(control.pinnedItemIds ?? [])]
+          const found = new Set((yield* store.getItems(pinned)).filter((i) => i.threadId === thread.id).map((i) => i.id))
+          const missing = pinned.filter((id) => !found.has(id))
+          if (missing.length > 0) {
+            return yield* new InvalidRequest({ reason: `pinnedItemIds: ${missing.join(", ")} ${missing.length === 1 ? "is not an item" : "are not items"} of thread ${thread.id}` })
+          }
+          // Checked against what it overrides: the active instance's settings, or the defaults without one (found by a
+          // review: checking against both refused a control valid on its instance).
+          const { problems, view } = yield* controlView(thread, control)
+          const all = view.effective === null
+            ? ToolResultOffload.problems(ToolResultOffload.withOverrides(ToolResultOffload.defaults, OffloadControls.settingsOf(control)))
+            : problems
+          if (all.length > 0) return yield* new InvalidRequest({ reason: `tool-result offload control: ${all.join("; ")}` })
+          yield* store.setOffloadControl(thread.id, control)
+          yield* store.appendEvent({ threadId: thread.id, type: "context.offload_control_set", payload: { control }, commandId: command.commandId })
+          return view
+        })
+      ).pipe(uow.thread(command.threadId, "ThreadService.setToolResultOffloadControl"))
+    })
+
+    /**
      * Posts the client's tool results for a waiting run (see `Commands.SubmitToolResults` and ClientToolWaits): they
      * are recorded and the run's wait is answered; `continueRun` (the run driver) then continues the turn. Fails with
      * `RunNotFound`, `RunNotWaiting`, `InvalidRequest`.
@@ -597,6 +669,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       offload,
       previewToolResultOffload,
       undoToolResultOffload,
+      getToolResultOffloadControl,
+      setToolResultOffloadControl,
       visibleHistory: offloader.visibleHistory,
       recover,
       getThread,

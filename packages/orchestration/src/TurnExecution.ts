@@ -37,6 +37,7 @@ import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService, type TurnStartPlan } from "./ProviderTurnStartService.js"
 import { RunLifecycle } from "./RunLifecycle.js"
 import * as RunCosts from "./RunCosts.js"
+import * as OffloadControls from "./OffloadControls.js"
 import { ThreadRead } from "./ThreadRead.js"
 import { TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
@@ -413,6 +414,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // `turnTimeoutMillis` and handles it like a provider-reported timeout.
         const output = turnStream.output(run, plan.native, plan.inlineDeliveries)
         const clientTools = toolDefinitions(yield* store.getRunTools(run.id))
+        const offloadControl = (yield* OffloadControls.resolve(store, run.threadId)).resolved
         const outcome = yield* output.consume(adapter.startTurn({
           nativeRef: plan.native.nativeRef,
           runId: run.id,
@@ -423,7 +425,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Baton's `thread_read`, offered on every turn: a tool list that changed from one request to the next would
           // rewrite the provider's prompt cache, and a model may need an earlier item at any turn (omitted, deferred,
           // summarised, or dropped by the provider's own compaction). Adapters without tools ignore it.
-          localTools: [threadRead.tool(run.threadId)]
+          localTools: [threadRead.tool(run.threadId)],
+          // The thread's tool-result offload control (on/off, settings, pins): adapters with a message list apply it.
+          offloadControl
         })).pipe(
           Effect.timeoutFail({
             duration: Duration.millis(config.turnTimeoutMillis),
@@ -739,12 +743,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       }
       const output = turnStream.output(run, native, [])
       const clientTools = toolDefinitions(yield* store.getRunTools(runId))
+      const offloadControl = (yield* OffloadControls.resolve(store, run.threadId)).resolved
       const outcome = yield* output.consume(continueTurn({
         nativeRef: native.nativeRef,
         runId,
         toolResults: (claimed.wait.results ?? []).map((r) => ({ toolCallId: r.toolCallId, output: r.output, isError: r.isError })),
         ...(clientTools.length === 0 ? {} : { tools: clientTools }),
-        localTools: [threadRead.tool(run.threadId)]
+        localTools: [threadRead.tool(run.threadId)],
+        offloadControl
       })).pipe(
         Effect.timeoutFail({
           duration: Duration.millis(config.turnTimeoutMillis),

@@ -125,6 +125,14 @@ describe("thread_read through a model", () => {
             injections: seen.flatMap((r) => r.type === "inject" ? [r] : [])
           }
         })).toEqual([])
+
+        // Back on codex: the run is owed with its question and answer, never with the thread_read calls and their
+        // results (Baton's own, derived from history that is handed over itself).
+        const back = yield* o.switchTo(t, "codex")
+        const handoff = Option.getOrThrow(yield* o.store.getHandoff(back.handoffId!))
+        const owed = new Set(handoff.itemIds)
+        expect(run.filter((i) => owed.has(i.id)).map((i) => i.kind)).toEqual(["user_message", "assistant_message"])
+        expect(calls.every((c) => !owed.has(c.id))).toBe(true)
       }).pipe(Effect.provide(layer))
     }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
 })

@@ -39,6 +39,7 @@ import {
   type ThreadId,
   type ThreadLink,
   ToolResult,
+  ToolResultOffloadControl,
   ToolWait
 } from "@baton/contracts"
 import { SqlClient } from "@effect/sql"
@@ -108,6 +109,8 @@ const decodeEvent = Schema.decodeUnknown(ThreadEvent)
 const decodeNative = Schema.decodeUnknown(NativeThreadRow)
 const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool)) })
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
+const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
+const decodeOffloadControl = Schema.decodeUnknown(Schema.Array(OffloadControlRow))
 /** A `tool_waits` row: the lists as JSON text. */
 const ToolWaitRow = Schema.Struct({
   ...ToolWait.fields,
@@ -232,6 +235,21 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         Effect.flatMap(sql`SELECT tools FROM thread_tools WHERE thread_id = ${threadId}`, decodeTools).pipe(
           Effect.map((rows) => rows[0]?.tools ?? []),
           orPersistence("thread_tools.get")
+        ),
+      // ---- tool-result offload control
+      /** Replaces thread `threadId`'s tool-result offload control (`ToolResultOffloadControl`). */
+      setOffloadControl: (threadId: ThreadId, control: ToolResultOffloadControl) =>
+        Effect.gen(function*() {
+          const row = yield* Schema.encode(OffloadControlRow)({ control })
+          const updatedAt = new Date().toISOString()
+          yield* sql`DELETE FROM thread_offload_controls WHERE thread_id = ${threadId}`
+          yield* sql`INSERT INTO thread_offload_controls ${sql.insert({ threadId, control: row.control, updatedAt })}`
+        }).pipe(orPersistence("thread_offload_controls.set")),
+      /** Thread `threadId`'s tool-result offload control (`{}`: it set none and inherits its instance's). */
+      getOffloadControl: (threadId: ThreadId) =>
+        Effect.flatMap(sql`SELECT control FROM thread_offload_controls WHERE thread_id = ${threadId}`, decodeOffloadControl).pipe(
+          Effect.map((rows): ToolResultOffloadControl => rows[0]?.control ?? {}),
+          orPersistence("thread_offload_controls.get")
         ),
       /** Records the tools run `runId` offers (written when it is queued). */
       setRunTools: (runId: RunId, tools: ReadonlyArray<ClientTool>) =>

@@ -227,6 +227,9 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
     nativeRef: "claude-5f0c",
     flushSeq: 9,
     entrySeqs: [4, 6]
+  },
+  "context.offload_control_set": {
+    control: { enabled: true, keepNewestUnits: 1, pinnedItemIds: ["itm_7" as ItemId] }
   }
 }
 

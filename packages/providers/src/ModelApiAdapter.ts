@@ -20,10 +20,11 @@
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
 import { ToolResultOffload } from "@baton/context"
 import { type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { Clock, Deferred, Duration, Effect, Option, Random, Redacted, Stream } from "effect"
+import { Clock, Deferred, Duration, Effect, Either, Option, Random, Redacted, Schema, Stream } from "effect"
 import type {
   ContinueTurnInput,
   LocalTool,
+  OffloadControl,
   OffloadReport,
   ProducedItem,
   ProviderAdapterShape,
@@ -74,13 +75,15 @@ export interface ModelApiOptions {
  * ref `tool:<call id>` that `thread_read` reads back in full. The `output` entry holding the calls stays.
  *
  * - `count`: the token counter (the entries' wire JSON is counted).
- * - `settings`: the policy's settings (default `ToolResultOffload.defaults`).
+ * - `enabled`: the instance's on/off (default true); a thread's control (`OffloadControl.enabled`) overrides it.
+ * - `settings`: the policy's settings (default `ToolResultOffload.defaults`); a thread's control overrides fields.
  * - `ttlMs`: the prompt cache's time to live (default 5 minutes, Anthropic's; `null`: never expires).
  * - `onFlush`: told of every flush (the `context.offloaded` event's data: refs, tokens before and after).
  * Read and write multipliers come from the instance's `prices` (`cacheRead / input`, `cacheWrite / input`).
  */
 export interface OffloadOptions {
   readonly count: (text: string) => number
+  readonly enabled?: boolean
   readonly settings?: ToolResultOffload.Settings
   readonly ttlMs?: number | null
   readonly onFlush?: (flush: OffloadFlush) => void
@@ -150,7 +153,44 @@ interface Lane {
    * In memory: after a restart such a call is closed as unanswered.
    */
   heldLocal: Array<ToolResultInput>
+  /** The thread's offload control for the turn in flight (set by `startTurn`/`continueTurn`). */
+  control: OffloadControl | undefined
+  /**
+   * Tool calls whose units the model asked to offload (`offload_context`), applied at the next request. In memory:
+   * a request not yet applied when the process stops is forgotten (the units stay verbatim; nothing is lost).
+   */
+  readonly requested: Set<string>
 }
+
+/**
+ * Baton's `offload_context` tool (issue 11 item 4), offered on model-API instances whose tool-result offload is on:
+ * the model names tool calls whose output it has finished with (or `all`), and from its next step on their results
+ * are one-line stubs with the ref `thread_read` reads back. The schema is a fixed object (the same bytes on every
+ * request, so the prompt cache holds).
+ */
+export const offloadContextTool: ToolDefinition = {
+  name: "offload_context",
+  description: "Free context: replace the full output of tool calls you have finished with by one-line stubs, from " +
+    "your next step on. Each stub keeps a ref (tool:<call id>) that thread_read reads back in full, so nothing is " +
+    "lost. Pass the ids of those tool calls, or all: true for every finished tool output except the newest few.",
+  inputSchema: {
+    type: "object",
+    properties: {
+      tool_call_ids: { type: "array", items: { type: "string" }, description: "Ids of your earlier tool calls whose results you no longer need verbatim." },
+      all: { type: "boolean", description: "Every finished tool output except the newest few." }
+    },
+    additionalProperties: false
+  }
+}
+
+/** `offload_context`'s arguments as the model writes them. */
+const OffloadContextArguments = Schema.parseJson(Schema.Struct({
+  tool_call_ids: Schema.optional(Schema.Array(Schema.String)),
+  all: Schema.optional(Schema.Boolean)
+}).annotations({ parseOptions: { onExcessProperty: "error" } }))
+
+/** The most ids `offload_context` names in its answer, of those it takes and of those it refuses (the rest are counted): a tool meant to free context must not flood it. */
+const maxRefusalsNamed = 10
 
 /** The answer closing a call nobody answered (a new turn started, or the wait was abandoned). */
 export const unansweredResult = "[no result: the tool call was not answered before the conversation went on]"
@@ -252,7 +292,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         open: [],
         current: null,
         encoded: [],
-        heldLocal: []
+        heldLocal: [],
+        control: undefined,
+        requested: new Set()
       }
       next.entries.push(...fresh)
       refreshView(next, fresh)
@@ -397,11 +439,29 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   }
 
   /**
-   * What `ToolResultOffload.decide` would stub on the lane now, before a request carrying `drafts` and offering
-   * `tools`: the decision, the stub bodies replacing entries, and the refs of the stubbed calls. `settings` default
-   * to the instance's. Stores nothing.
+   * What a thread's control comes to on this instance: on or off (the thread's `enabled`, else the instance's), the
+   * instance's settings with the thread's overrides, and the problems that make the merge unusable (then the
+   * instance's settings apply, with a warning logged by the caller).
    */
-  const offloadPlan = (state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>, offload: OffloadOptions) =>
+  const effectiveOffload = (control: OffloadControl | undefined) => {
+    const offload = options.offload
+    const base = offload?.settings ?? ToolResultOffload.defaults
+    const merged = ToolResultOffload.withOverrides(base, control?.settings)
+    const problems = ToolResultOffload.problems(merged)
+    return {
+      enabled: offload !== undefined && (control?.enabled ?? offload.enabled ?? true),
+      settings: problems.length === 0 ? merged : base,
+      problems
+    }
+  }
+
+  /**
+   * The lane's model-visible history as the policy sees it before a request carrying `drafts` and offering `tools`:
+   * the situation (pins: the control's pinned calls, undone units, and the `thread_read` results of the turn in
+   * flight; requests: the model's `offload_context` calls), each unit's calls, and the stub bodies that would
+   * replace its `tool_results` entries. Stores nothing.
+   */
+  const offloadSituation = (state: Lane, drafts: ReadonlyArray<Draft>, tools: ReadonlyArray<ToolDefinition>, offload: OffloadOptions) =>
     Effect.gen(function*() {
       const view = state.view
       const tokensOf = (e: NativeEntry) => {
@@ -411,6 +471,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       }
       // Units: an output's calls with the tool_results entries answering them; every other entry alone.
       const units: Array<{ calls: Array<ToolCall>; results: Array<number>; pinned: boolean; answered: Set<string> }> = []
+      const pinnedCalls = new Set(state.control?.pinnedToolCallIds ?? [])
       const unitOfCall = new Map<string, number>()
       const unitOfEntry: Array<number> = []
       view.forEach((e, i) => {
@@ -428,10 +489,23 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           for (const o of owners) if (o !== undefined) units[o]!.pinned = true
         }
         const calls = e.kind === "output" ? [...dialect.callsOf(e.body)] : []
-        const u = units.push({ calls, results: [], pinned: e.kind === "tool_results", answered: new Set() }) - 1
+        // A call whose id cannot be a `tool:<call id>` ref (empty, or with a space or comma) is never stubbed: its
+        // stub's ref could not be read back.
+        const pinned = e.kind === "tool_results" || calls.some((c) => pinnedCalls.has(c.id) || !/^[^\s,]+$/.test(c.id))
+        const u = units.push({ calls, results: [], pinned, answered: new Set() }) - 1
         for (const c of calls) unitOfCall.set(c.id, u)
         unitOfEntry.push(u)
       })
+      // What thread_read returned stays verbatim while the model is likely still using it: while its unit is among
+      // the newest `defaults.keepNewestUnits` tool units, whatever a thread or instance set keepNewestUnits to (unless
+      // the model itself asked for it to go).
+      let newer = 0
+      for (let i = view.length - 1; i >= 0 && newer < ToolResultOffload.defaults.keepNewestUnits; i--) {
+        const u = units[unitOfEntry[i]!]!
+        if (view[i]!.kind !== "output" || u.calls.length === 0) continue
+        newer++
+        if (u.calls.some((c) => c.name === "thread_read") && !u.calls.some((c) => state.requested.has(c.id))) u.pinned = true
+      }
       let outputsAfter = 0
       const answeredRequests = new Array<number>(units.length).fill(0)
       for (let i = view.length - 1; i >= 0; i--) {
@@ -457,7 +531,8 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
             answered: u.calls.every((c) => u.answered.has(c.id)),
             stubbed,
             stubTokens,
-            answeredRequests: answeredRequests[index]!
+            answeredRequests: answeredRequests[index]!,
+            requested: u.calls.some((c) => state.requested.has(c.id))
           }
         }),
         systemTokens: offload.count(config.systemPrompt ?? "") + offload.count(JSON.stringify(tools)) +
@@ -471,7 +546,25 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         requestsSoFar: view.filter((e) => e.kind === "output").length,
         msSinceLastRequest: state.lastRequestAt === null ? null : (yield* Clock.currentTimeMillis) - state.lastRequestAt
       }
-      const decision = ToolResultOffload.decide(situation, offload.settings)
+      return { situation, units, stubBodies, unitOfEntry }
+    })
+
+  /**
+   * What `ToolResultOffload.decide` would stub on the lane now, before a request carrying `drafts` and offering
+   * `tools`, under `settings`: the decision, the stub bodies replacing entries, and the refs of the stubbed calls.
+   * Stores nothing.
+   */
+  const offloadPlan = (
+    state: Lane,
+    drafts: ReadonlyArray<Draft>,
+    tools: ReadonlyArray<ToolDefinition>,
+    offload: OffloadOptions,
+    settings: ToolResultOffload.Settings
+  ) =>
+    Effect.gen(function*() {
+      const view = state.view
+      const { situation, stubBodies, unitOfEntry, units } = yield* offloadSituation(state, drafts, tools, offload)
+      const decision = ToolResultOffload.decide(situation, settings)
       const chosen = new Set(decision.units)
       const replaces = view.flatMap((e, i) => chosen.has(unitOfEntry[i]!) && stubBodies.has(i) ? [{ seq: e.seq, body: stubBodies.get(i)! }] : [])
       return {
@@ -489,10 +582,18 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     Effect.gen(function*() {
       const offload = options.offload
       state.lastTools = tools
-      if (offload === undefined) return null
-      const plan = yield* offloadPlan(state, drafts, tools, offload)
+      const effective = effectiveOffload(state.control)
+      if (offload === undefined || !effective.enabled) return null
+      if (effective.problems.length > 0) {
+        yield* Effect.logWarning(`the thread's tool-result offload settings are not usable on "${instance}" (${effective.problems.join("; ")}): the instance's apply`)
+      }
+      const plan = yield* offloadPlan(state, drafts, tools, offload, effective.settings)
+      if (plan.decision.tier === "emergency") {
+        yield* Effect.logWarning(`native thread ${nativeRef} on "${instance}" is near its window even with every consumed tool result stubbed (${plan.decision.reason})`)
+      }
       if (plan.decision.units.length === 0) return null
       const { decision, replaces } = plan
+      for (const calls of plan.units) for (const c of calls) state.requested.delete(c.ref.slice("tool:".length))
       yield* append(operation, nativeRef, state, [{ kind: "offload", body: JSON.stringify({ replaces } satisfies OffloadBody), runId: null }])
       const flush: OffloadFlush = {
         nativeRef,
@@ -512,15 +613,18 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
    * request if it carried nothing new, with tokens before and after and the cache-rewrite cost and break-even. Stores
    * nothing. Off (`enabled: false`) when the instance's offload is off.
    */
-  const previewToolResultOffload = (nativeRef: string): Effect.Effect<ToolResultOffloadPreview, ProviderError> =>
+  const previewToolResultOffload = (nativeRef: string, control?: OffloadControl): Effect.Effect<ToolResultOffloadPreview, ProviderError> =>
     Effect.gen(function*() {
       const state = yield* lane("previewToolResultOffload", nativeRef)
       const offload = options.offload
       const stubbedUnits = state.stubbed.size
-      if (offload === undefined) {
-        return { ...emptyPreview(nativeRef, stubbedUnits), reason: `tool-result offload is off for provider instance "${instance}"` }
+      const effective = effectiveOffload(control)
+      if (offload === undefined || !effective.enabled) {
+        const off = offload !== undefined && control?.enabled === false ? "for this thread" : `for provider instance "${instance}"`
+        return { ...emptyPreview(nativeRef, stubbedUnits), reason: `tool-result offload is off ${off}` }
       }
-      const plan = yield* offloadPlan(state, [], state.lastTools, offload)
+      // As the next request would see it: the thread's pins, and the model's offload_context requests not yet applied.
+      const plan = yield* offloadPlan({ ...state, control }, [], state.lastTools, offload, effective.settings)
       const d = plan.decision
       const finite = (n: number) => Number.isFinite(n) ? n : null
       return {
@@ -692,90 +796,93 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     Stream.unwrap(Effect.gen(function*() {
       const offered = [...tools, ...local.map((t) => t.definition)]
       const flush = yield* offloadStep(operation, nativeRef, state, drafts, offered)
-      // A flush is reported first in the stream of the request it was made for (the orchestrator records it).
+      // A flush is reported first, before the request it was made for is sent: its `offload` entry is stored, so the
+      // orchestrator must hear of it even when that request is then refused, fails or is interrupted.
       const flushed = flush === null ? [] : [TurnEvent.context_offloaded({ flush: offloadReport(instance, flush) })]
-      const body = renderBody(nativeRef, state, drafts, offered)
-      state.lastRequestAt = yield* Clock.currentTimeMillis
-      const answered = (response: HttpClientResponse.HttpClientResponse) =>
-        Stream.unwrap(Effect.gen(function*() {
-          // The provider accepted the request: from now on the native thread holds what it carried.
-          yield* append(operation, nativeRef, state, drafts)
-          const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
-          state.current = parser
-          return answerItems(operation, response, parser).pipe(
-            Stream.map((item) => TurnEvent.item_produced({ item })),
-            // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input
-            // tokens): the request was billed, so its tokens are reported before the failure and its cost recorded.
-            Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
-            Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
-            Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
-          )
-        }))
-      const sent = sending(operation, body, answered)
-      return flushed.length === 0 ? sent : Stream.concat(Stream.fromIterable(flushed), sent)
-
-      /** The usage a broken-off answer reported so far (the turn's running total), or nothing when it reported none. */
-      function partialUsage(parser: StreamParser): ReadonlyArray<TurnEvent> {
-        const outcome = parser.outcome()
-        if (outcome.tokens === null || outcome.contextTokens === null) return []
-        const tokens = sumTokens(billed, outcome.tokens)!
-        return [TurnEvent.usage_reported({
-          usage: {
-            usedTokens: outcome.contextTokens,
-            maxTokens: config.contextWindow,
-            ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
-          },
-          tokens
-        })]
-      }
-
-      /** The answer is complete: record it, report usage, then end the turn or answer Baton's own calls and go on. */
-      function afterAnswer(outcome: RequestOutcome) {
-        return Effect.gen(function*() {
-          const tokens = sumTokens(billed, outcome.tokens)
-          const usage: ContextUsage | null = outcome.contextTokens === null ? null : {
-            usedTokens: outcome.contextTokens,
-            maxTokens: config.contextWindow,
-            ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
-          }
-          state.current = null
-          if (outcome.output !== null) yield* append(operation, nativeRef, state, [{ kind: "output", body: outcome.output, runId, usage }])
-          state.open = [...outcome.calls]
-          const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
-          if (outcome.overflow) {
-            return Stream.concat(
-              Stream.fromIterable(report),
-              Stream.fail(providerError(operation, wireFailure("overflow", `the model stopped: the context window of ${config.contextWindow} tokens is full (model_context_window_exceeded)`, false, { limitTokens: config.contextWindow })))
+      const request = Stream.unwrap(Effect.gen(function*() {
+        const body = renderBody(nativeRef, state, drafts, offered)
+        state.lastRequestAt = yield* Clock.currentTimeMillis
+        // Sent (with its retries, each announced by `retry_scheduled`); once accepted, the answer streams.
+        return sending(operation, body, (response) =>
+          Stream.unwrap(Effect.gen(function*() {
+            // The provider accepted the request: from now on the native thread holds what it carried.
+            yield* append(operation, nativeRef, state, drafts)
+            const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
+            state.current = parser
+            return answerItems(operation, response, parser).pipe(
+              Stream.map((item) => TurnEvent.item_produced({ item })),
+              // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input
+              // tokens): the request was billed, so its tokens are reported before the failure and its cost recorded.
+              Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
+              Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
+              Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
             )
-          }
-          const localByName = new Map(local.map((t) => [t.definition.name, t]))
-          const declared = new Set(tools.map((t) => t.name))
-          // Baton answers its own calls and calls to a tool nobody offered (an error result naming the tools that
-          // exist); only calls to the client's declared tools wait for the client.
-          const mine = outcome.calls.filter((c) => localByName.has(c.name) || !declared.has(c.name))
-          const theirs = outcome.calls.filter((c) => !localByName.has(c.name) && declared.has(c.name))
-          const answer = (c: ToolCall) => {
-            const tool = localByName.get(c.name)
-            return tool === undefined ? Effect.succeed(unknownToolResult(c, offered)) : runLocal(tool, c, runId)
-          }
-          if (mine.length === 0 || theirs.length > 0) {
-            // Baton's own answers next to the client's calls are made now and recorded (their result items), but
-            // sent with the client's results in one tool_results message when the turn continues (`closing`).
-            const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, answer)
-            state.heldLocal = [...held]
-            return Stream.fromIterable<TurnEvent>([
-              ...report,
-              ...held.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) })),
-              TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
-            ])
-          }
-          const results = yield* Effect.forEach(mine, answer)
-          return Stream.concat(
-            Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
-            requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
-          )
-        })
-      }
+          })))
+
+        /** The usage a broken-off answer reported so far (the turn's running total), or nothing when it reported none. */
+        function partialUsage(parser: StreamParser): ReadonlyArray<TurnEvent> {
+          const outcome = parser.outcome()
+          if (outcome.tokens === null || outcome.contextTokens === null) return []
+          const tokens = sumTokens(billed, outcome.tokens)!
+          return [TurnEvent.usage_reported({
+            usage: {
+              usedTokens: outcome.contextTokens,
+              maxTokens: config.contextWindow,
+              ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+            },
+            tokens
+          })]
+        }
+
+        /** The answer is complete: record it, report usage, then end the turn or answer Baton's own calls and go on. */
+        function afterAnswer(outcome: RequestOutcome) {
+          return Effect.gen(function*() {
+            const tokens = sumTokens(billed, outcome.tokens)
+            const usage: ContextUsage | null = outcome.contextTokens === null ? null : {
+              usedTokens: outcome.contextTokens,
+              maxTokens: config.contextWindow,
+              ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+            }
+            state.current = null
+            if (outcome.output !== null) yield* append(operation, nativeRef, state, [{ kind: "output", body: outcome.output, runId, usage }])
+            state.open = [...outcome.calls]
+            const report = usage === null ? [] : [TurnEvent.usage_reported({ usage, ...(tokens === null ? {} : { tokens }) })]
+            if (outcome.overflow) {
+              return Stream.concat(
+                Stream.fromIterable(report),
+                Stream.fail(providerError(operation, wireFailure("overflow", `the model stopped: the context window of ${config.contextWindow} tokens is full (model_context_window_exceeded)`, false, { limitTokens: config.contextWindow })))
+              )
+            }
+            const localByName = new Map(local.map((t) => [t.definition.name, t]))
+            const declared = new Set(tools.map((t) => t.name))
+            // Baton answers its own calls and calls to a tool nobody offered (an error result naming the tools that
+            // exist); only calls to the client's declared tools wait for the client.
+            const mine = outcome.calls.filter((c) => localByName.has(c.name) || !declared.has(c.name))
+            const theirs = outcome.calls.filter((c) => !localByName.has(c.name) && declared.has(c.name))
+            const answer = (c: ToolCall) => {
+              const tool = localByName.get(c.name)
+              return tool === undefined ? Effect.succeed(unknownToolResult(c, offered)) : runLocal(tool, c, runId)
+            }
+            if (mine.length === 0 || theirs.length > 0) {
+              // Baton's own answers next to the client's calls are made now and recorded (their result items), but
+              // sent with the client's results in one tool_results message when the turn continues (`closing`).
+              const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, answer)
+              state.heldLocal = [...held]
+              return Stream.fromIterable<TurnEvent>([
+                ...report,
+                ...held.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) })),
+                TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
+              ])
+            }
+            const results = yield* Effect.forEach(mine, answer)
+            return Stream.concat(
+              Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
+              requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
+            )
+          })
+        }
+      }))
+      return flushed.length === 0 ? request : Stream.concat(Stream.fromIterable(flushed), request)
     }))
 
   /**
@@ -814,6 +921,66 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   const runLocal = (tool: LocalTool, call: ToolCall, runId: string) =>
     Effect.map(tool.execute({ arguments: call.arguments, runId }), (output): ToolResultInput => ({ toolCallId: call.id, output, isError: false }))
 
+  /**
+   * Baton's `offload_context` tool on the lane (`offloadContextTool`): records which units the model asked to offload
+   * (every call of a named call's unit), to be stubbed at the next request (a step boundary, never mid-step), and
+   * answers what will be stubbed and what not, with why (unknown id, still open, pinned, already a stub, too small to
+   * gain). Never fails: bad arguments are answered as such.
+   */
+  const offloadContext = (state: Lane): LocalTool => ({
+    definition: offloadContextTool,
+    execute: ({ arguments: text }) =>
+      Effect.gen(function*() {
+        const args = Schema.decodeUnknownEither(OffloadContextArguments)(text)
+        if (Either.isLeft(args) || (args.right.tool_call_ids === undefined && args.right.all === undefined)) {
+          return `offload_context: the arguments are not {"tool_call_ids": ["<call id>", ...]} or {"all": true}`
+        }
+        const offload = options.offload
+        if (offload === undefined) return "offload_context: tool-result offload is off here"
+        const effective = effectiveOffload(state.control)
+        const { situation, units } = yield* offloadSituation(state, [], state.lastTools, offload)
+        const tokensOf = new Array<number>(units.length).fill(0)
+        for (const item of situation.items) tokensOf[item.unit]! += item.tokens
+        const unitOf = new Map<string, number>()
+        units.forEach((u, index) => u.calls.forEach((c) => unitOf.set(c.id, index)))
+        const asked = [...(args.right.tool_call_ids ?? [])]
+        if (args.right.all === true) {
+          for (const c of ToolResultOffload.eligible(situation, effective.settings)) asked.push(...units[c.unit]!.calls.map((call) => call.id))
+        }
+        const accepted = new Map<number, number>()
+        const refused: Array<string> = []
+        for (const id of new Set(asked)) {
+          const index = unitOf.get(id)
+          const unit = index === undefined ? undefined : situation.units[index]
+          const pinned = index !== undefined && situation.items.some((i) => i.unit === index && i.pinned)
+          const why = index === undefined || unit === undefined
+            ? "no such tool call in this conversation"
+            : unit.stubbed
+            ? "already a stub"
+            : !unit.answered
+            ? "its result is not in yet"
+            : pinned
+            ? "pinned"
+            : unit.stubTokens >= tokensOf[index]!
+            ? "its stub would not be smaller"
+            : null
+          if (why !== null) refused.push(`${id} (${why})`)
+          else if (!accepted.has(index!)) accepted.set(index!, tokensOf[index!]! - unit!.stubTokens)
+        }
+        for (const index of accepted.keys()) for (const c of units[index]!.calls) state.requested.add(c.id)
+        const released = [...accepted.values()].reduce((n, t) => n + t, 0)
+        const named = [...accepted.keys()].flatMap((index) => units[index]!.calls.map((c) => `tool:${c.id} (${c.name})`))
+        const done = accepted.size === 0
+          ? "offload_context: nothing to offload."
+          : `offload_context: from your next step on, ${named.length} tool result${named.length === 1 ? "" : "s"} (about ` +
+            `${released} tokens) are one-line stubs: ${named.slice(0, maxRefusalsNamed).join(", ")}` +
+            `${named.length > maxRefusalsNamed ? `, and ${named.length - maxRefusalsNamed} more` : ""}. Read one back with thread_read {"refs": "tool:<call id>"}.`
+        if (refused.length === 0) return done
+        const listed = refused.slice(0, maxRefusalsNamed).join(", ")
+        return `${done} Not offloaded: ${listed}${refused.length > maxRefusalsNamed ? `, and ${refused.length - maxRefusalsNamed} more` : ""}.`
+      })
+  })
+
   /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
   const interruptible = (nativeRef: string, runId: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
     Stream.unwrapScoped(Effect.gen(function*() {
@@ -839,9 +1006,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       )
     }))
 
+  /** The turn's own tools: the caller's (`thread_read`), and `offload_context` while tool-result offload is on. */
+  const localTools = (state: Lane, given: ReadonlyArray<LocalTool> | undefined): ReadonlyArray<LocalTool> =>
+    effectiveOffload(state.control).enabled ? [...(given ?? []), offloadContext(state)] : given ?? []
+
   const startTurn = (input: StartTurnInput): Stream.Stream<TurnEvent, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const state = yield* lane("startTurn", input.nativeRef)
+      state.control = input.offloadControl
       const drafts: ReadonlyArray<Draft> = [
         ...closing(state, input.runId, []),
         { kind: "turn", body: dialect.userTurn(input.prompt, input.inlineHistory), runId: input.runId }
@@ -850,7 +1022,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         input.nativeRef,
         input.runId,
         state,
-        requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], input.localTools ?? [], input.onDelta ?? null, null, drafts)
+        requestLoop("startTurn", input.nativeRef, state, input.runId, input.tools ?? [], localTools(state, input.localTools), input.onDelta ?? null, null, drafts)
       )
     }))
 
@@ -860,6 +1032,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       if (state.open.length === 0) {
         return yield* providerError("continueTurn", wireFailure("protocol", `native thread ${input.nativeRef} has no open tool call to answer`))
       }
+      state.control = input.offloadControl
       return interruptible(
         input.nativeRef,
         input.runId,
@@ -870,7 +1043,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           state,
           input.runId,
           input.tools ?? [],
-          input.localTools ?? [],
+          localTools(state, input.localTools),
           input.onDelta ?? null,
           null,
           closing(state, input.runId, input.toolResults)
@@ -915,7 +1088,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         return { usage: null }
       }),
     readThread,
-    toolResultOffload: { preview: previewToolResultOffload, undo: undoToolResultOffload }
+    toolResultOffload: { preview: previewToolResultOffload, undo: undoToolResultOffload, effective: effectiveOffload }
   }
 }
 

@@ -6,6 +6,7 @@
  * The port owns the provider-side conversation (the native thread, addressed by `nativeRef`); it does not own
  * Baton's durable record, budgets or handoffs.
  */
+import type { ToolResultOffload } from "@baton/context"
 import type { ContextUsage, ProviderError, ProviderInstance, UnknownProvider } from "@baton/contracts"
 import { Context, Data, type Effect, type Stream } from "effect"
 
@@ -74,6 +75,25 @@ export interface StartTurnInput {
   readonly localTools?: ReadonlyArray<LocalTool> | undefined
   /** Receives the model's text as it streams, before the item it belongs to is complete (see `TextDelta`). */
   readonly onDelta?: ((delta: TextDelta) => void) | undefined
+  /** The thread's tool-result offload control for this turn (`OffloadControl`); absent: the instance's settings. */
+  readonly offloadControl?: OffloadControl | undefined
+}
+
+/**
+ * A thread's tool-result offload control as an adapter applies it (issue 11 item 4; the thread's
+ * `ToolResultOffloadControl` with its pinned items resolved to tool calls):
+ *
+ * - `enabled`: on or off for this thread (absent: the instance's setting);
+ * - `settings`: overrides of the instance's policy settings (a merge that breaks the policy's rules is ignored with
+ *   a logged warning: the instance's settings apply);
+ * - `pinnedToolCallIds`: tool calls whose units are never stubbed.
+ *
+ * Adapters without a message list of their own ignore it.
+ */
+export interface OffloadControl {
+  readonly enabled?: boolean | undefined
+  readonly settings?: ToolResultOffload.SettingsOverrides | undefined
+  readonly pinnedToolCallIds?: ReadonlyArray<string> | undefined
 }
 
 /**
@@ -98,6 +118,8 @@ export interface ContinueTurnInput {
   readonly tools?: ReadonlyArray<ToolDefinition> | undefined
   readonly localTools?: ReadonlyArray<LocalTool> | undefined
   readonly onDelta?: ((delta: TextDelta) => void) | undefined
+  /** As `StartTurnInput.offloadControl`. */
+  readonly offloadControl?: OffloadControl | undefined
 }
 
 /**
@@ -262,13 +284,20 @@ export interface ProviderAdapterShape {
    */
   readonly countTokens?: (text: string) => Effect.Effect<number, ProviderError>
   /**
-   * Optional capability (adapters keeping a message list with tool-result offload, issue 11 item 5): `preview` is
-   * the dry run of the offload policy on a native thread (stores nothing); `undo` restores the originals of its
-   * newest flush (the restored units stay verbatim from then on). Callers hold the thread (no run in flight).
+   * Optional capability (adapters keeping a message list with tool-result offload, issue 11 items 4 and 5):
+   * `preview` is the dry run of the offload policy on a native thread under a thread's control (stores nothing);
+   * `undo` restores the originals of its newest flush (the restored units stay verbatim from then on); `effective`
+   * is what a thread's control comes to on this instance (on or off, the merged settings, or the problems that make
+   * the merge unusable). Callers hold the thread (no run in flight).
    */
   readonly toolResultOffload?: {
-    readonly preview: (nativeRef: string) => Effect.Effect<ToolResultOffloadPreview, ProviderError>
+    readonly preview: (nativeRef: string, control?: OffloadControl) => Effect.Effect<ToolResultOffloadPreview, ProviderError>
     readonly undo: (nativeRef: string) => Effect.Effect<ToolResultOffloadUndo, ProviderError>
+    readonly effective: (control?: OffloadControl) => {
+      readonly enabled: boolean
+      readonly settings: ToolResultOffload.Settings
+      readonly problems: ReadonlyArray<string>
+    }
   }
 }
 
@@ -285,7 +314,7 @@ export interface ProviderAdapterShape {
 export interface ToolResultOffloadPreview {
   readonly nativeRef: string
   readonly enabled: boolean
-  readonly tier: "none" | "mild" | "aggressive" | "emergency"
+  readonly tier: "none" | "mild" | "requested" | "aggressive" | "emergency"
   readonly reason: string
   readonly units: ReadonlyArray<{ readonly refs: ReadonlyArray<string>; readonly toolNames: ReadonlyArray<string> }>
   readonly entrySeqs: ReadonlyArray<number>

@@ -11,11 +11,15 @@ import type { AddressInfo } from "node:net"
 /** The wire protocol of an instance. */
 export type Kind = "anthropic-messages" | "openai-responses" | "openai-chat"
 
-/** One queued reply: status, content type and body chunks (written in one go). */
+/**
+ * One queued reply: status, content type and body chunks (written in one go), after `hold` settles when given (a
+ * model that has read the request and not yet answered: the run is in flight with the provider until then).
+ */
 export interface Reply {
   readonly status: number
   readonly contentType: string
   readonly body: string
+  readonly hold?: Promise<unknown>
 }
 
 /** One received request. */
@@ -56,8 +60,12 @@ export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquire
         }
         requests.push(received)
         const reply = replies.shift() ?? error(500, "no scripted reply")
-        res.writeHead(reply.status, { "content-type": reply.contentType })
-        res.end(reply.body)
+        const write = () => {
+          res.writeHead(reply.status, { "content-type": reply.contentType })
+          res.end(reply.body)
+        }
+        if (reply.hold === undefined) write()
+        else void reply.hold.then(write, write)
       })
     })
     server.listen(0, "127.0.0.1", () => {
