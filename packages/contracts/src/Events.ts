@@ -187,6 +187,25 @@ export const RunWaiting = event(
 )
 
 /**
+ * `{runId, providerInstance, attempt, delayMs, reason, httpStatus}`: the provider refused a request of the run's turn
+ * before its answer started (rate limited: HTTP 429; overloaded: 529; a server error 500-504; or no answer at all,
+ * `httpStatus` null) and Baton sends it again after `delayMs` milliseconds (the provider's `retry-after`, or the
+ * backoff). Written before the wait, so a client sees why nothing streams; `attempt` is the retry's number (1 for the
+ * first retry), `reason` the provider's error text. A turn that then succeeds has no other trace of the wait.
+ */
+export const RunRetryScheduled = event(
+  "run.retry_scheduled",
+  Schema.Struct({
+    runId: RunId,
+    providerInstance: ProviderInstance,
+    attempt: Seq,
+    delayMs: Count,
+    reason: Schema.String,
+    httpStatus: Schema.NullOr(Schema.Int)
+  })
+)
+
+/**
  * `{runId, round, toolCallIds, source}`: the results of a round's calls were recorded (each `tool_result` item
  * after its call): posted by the client (`client`), or error results because the deadline passed (`deadline`) or
  * the run was interrupted (`interrupt`).
@@ -485,6 +504,7 @@ export const ThreadEvent = Schema.Union(
   RunFailed,
   RunInterrupted,
   RunWaiting,
+  RunRetryScheduled,
   RunToolResultsRecorded,
   ItemsAppended,
   ProviderThreadCreated,

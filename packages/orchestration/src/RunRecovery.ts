@@ -6,11 +6,12 @@
  *
  * It does not run turns (TurnExecution) or decide when to recover (the run driver and the CLI's write commands do).
  */
-import { type Commands, type NativeThread, type Run, type RunStopPoint, RunNotFound, terminalRunStatuses } from "@baton/contracts"
+import { type Commands, type Item, type NativeThread, type Run, type RunStopPoint, RunNotFound, terminalRunStatuses } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { ProviderRegistry } from "@baton/providers"
 import { DateTime, Effect, Option } from "effect"
 import { ClientToolWaits } from "./ClientToolWaits.js"
+import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { RunLifecycle } from "./RunLifecycle.js"
@@ -28,6 +29,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     const distrustNative = trust.distrust
     const hasOutput = lifecycle.hasOutput
     const toolWaits = yield* ClientToolWaits
+    const delivery = yield* ContextHandoffDelivery
 
     /**
      * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
@@ -140,6 +142,8 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
         const nativeId = attempt?.nativeThreadId ?? run.nativeThreadId
         let read: boolean | "unknown" = false
         let native: NativeThread | null = null
+        // What the record holds of an answer the native thread lacks (see below).
+        let unanswered: ReadonlyArray<Item> = []
         if (attempt !== null && nativeId !== null) {
           native = Option.getOrNull(yield* store.getNativeThread(nativeId))
           const providerThread = Option.getOrNull(yield* store.getProviderThread(run.providerThreadId))
@@ -149,6 +153,13 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             : yield* Effect.option(adapter.readThread(native.nativeRef))
           // Output the turn recorded before the crash proves the provider read the prompt.
           read = (yield* hasOutput(run.id)) || (back === null || back._tag === "None" ? "unknown" : back.value.runIds.includes(run.id))
+          // A model API's message list that holds the run's last request but not its answer (the process died while
+          // it streamed) lacks what the record holds of that answer: it is handed to the lane below.
+          if (read === true && back !== null && back._tag === "Some" && (back.value.unansweredRunIds ?? []).includes(run.id)) {
+            const items = yield* store.listItemsOfRuns([run.id])
+            const lastResult = items.map((i) => i.kind).lastIndexOf("tool_result")
+            unanswered = items.slice(lastResult + 1).filter((i) => i.kind !== "user_message" && i.kind !== "handoff_marker")
+          }
         }
         const untrusted = read === "unknown" ? native : null
         const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"
@@ -168,6 +179,14 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           }
           if (attempt !== null) {
             yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "process restarted", updatedAt: now })
+          }
+          if (unanswered.length > 0 && untrusted === null) {
+            // The partial answer joins the lane's native thread at its next turn start (a late-output handoff), so
+            // the record and the message list the model receives agree.
+            const providerThread = yield* store.getProviderThread(run.providerThreadId)
+            if (providerThread._tag === "Some") {
+              yield* delivery.createHandoff(run.threadId, "missed_run", providerThread.value, [run], unanswered, { lateOutputOf: run.id })
+            }
           }
           if (terminalRunStatuses.includes(run.status)) {
             // Already ended (e.g. by an interrupt) but its turn's outcome was never recorded: correct where it stopped.

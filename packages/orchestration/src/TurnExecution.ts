@@ -221,7 +221,19 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        */
       // `lastRecovery`: how the last overflow of this run was recovered (the next attempt's turn start follows it).
       // `deferNext`: the last overflow's request carried injected history; the retry defers it on the replacement.
-      const retries = { lost: 0, overflow: 0, lastRecovery: null as "defer_history" | "replace_native_thread" | null, deferNext: false }
+      // `historyRefused`: a request of this run that carried history (injected or inline) overflowed: every later
+      // attempt defers the owed history (a replacement is owed it again, but re-sending what the provider just refused
+      // would overflow the same way).
+      const retries = {
+        lost: 0,
+        overflow: 0,
+        lastRecovery: null as "defer_history" | "replace_native_thread" | null,
+        deferNext: false,
+        historyRefused: false
+      }
+      // The native thread the run found active: any other one an attempt runs on was started during this run, and
+      // holds nothing the provider accepted (every retried attempt was refused before the provider read it).
+      const nativeAtStart = providerThreadAtStart.activeNativeThreadId
 
       /**
        * Recovery from a context overflow (`ProviderError` code `overflow`: the provider rejected the request before
@@ -288,6 +300,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           retries.overflow++
           retries.lastRecovery = carriedHistory ? "defer_history" : "replace_native_thread"
           retries.deferNext = injected
+          retries.historyRefused = retries.historyRefused || injected || plan.inlineHistory !== null
           return true
         }))
       /**
@@ -340,7 +353,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         }
         const prepared = yield* turnStart.prepare(run, providerThread, adapter, {
           retryWithoutHistory: retries.lastRecovery === "defer_history",
-          deferHistory: retries.deferNext,
+          deferHistory: retries.deferNext || retries.historyRefused,
           promptTokens
         }).pipe(
           Effect.either
@@ -445,11 +458,28 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         if (outcome._tag === "Left" && outcome.left._tag !== "ProviderError") return yield* outputNotRecorded(outcome.left)
         if (outcome._tag === "Left" && outcome.left._tag === "ProviderError") {
           // An overflow the adapter reported only in its text (a plain HTTP 400) is an overflow all the same.
-          const error = ProviderFailure.classify(outcome.left)
+          const classified = ProviderFailure.classify(outcome.left)
+          // The prompt went alone (no history inline or injected) to a native thread this run started, which holds
+          // nothing: no recovery can make it fit, so the run fails now as an overflow saying so.
+          const promptAloneOnEmpty = classified.code === "overflow" && plan.inlineHistory === null &&
+            plan.report.mode !== "injected" && plan.native.id !== nativeAtStart
+          const error = promptAloneOnEmpty
+            ? new ProviderError({
+              provider: classified.provider,
+              operation: classified.operation,
+              code: classified.code,
+              retryable: false,
+              ...(classified.requestedTokens === undefined ? {} : { requestedTokens: classified.requestedTokens }),
+              ...(classified.limitTokens === undefined ? {} : { limitTokens: classified.limitTokens }),
+              ...(classified.httpStatus === undefined ? {} : { httpStatus: classified.httpStatus }),
+              reason: `${classified.reason} (the prompt alone does not fit the model's context window on an empty ` +
+                `native thread: shorten the message or switch to a model with a larger window)`
+            })
+            : classified
           // Output before the failure (a mid-stream failure) proves the provider read the prompt: the items stay
           // recorded, the turn is not retried (a retry would produce them twice) and the run ends after the provider.
           const arrived = output.arrived > 0
-          if (!arrived && error.code === "overflow" && retries.overflow < maxOverflowRetries) {
+          if (!arrived && error.code === "overflow" && retries.overflow < maxOverflowRetries && !promptAloneOnEmpty) {
             const retried = yield* overflowRecovery(plan, attempt, error)
             if (retried) return yield* new TurnRetry({ cause: "overflow" })
           }

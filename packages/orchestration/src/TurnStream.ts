@@ -25,6 +25,9 @@ import { DateTime, Effect, Stream } from "effect"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 
+/** A `retry_scheduled` turn event (recorded as `run.retry_scheduled`). */
+type RetryScheduled = Extract<ProviderAdapter.TurnEvent, { readonly _tag: "retry_scheduled" }>
+
 const producedKinds = new Set(["assistant_message", "tool_call", "tool_result", "reasoning", "error", "summary"])
 const toolCallStates = new Set(["answered", "dangling", "interrupted"])
 
@@ -306,6 +309,24 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
               tokensAfter: f.tokensAfter
             }
           }), { discard: true })))
+      /**
+       * Records the adapter's retries as `run.retry_scheduled` events (one unit of work, before the adapter waits:
+       * the stream is pulled again only after this chunk is handled).
+       */
+      const recordRetries = (retries: ReadonlyArray<RetryScheduled>) =>
+        Effect.uninterruptible(uow.thread(run.threadId, "TurnStream.retryScheduled")(Effect.forEach(retries, (r) =>
+          store.appendEvent({
+            threadId: run.threadId,
+            type: "run.retry_scheduled",
+            payload: {
+              runId: run.id,
+              providerInstance: r.providerInstance,
+              attempt: r.attempt,
+              delayMs: r.delayMillis,
+              reason: r.reason,
+              httpStatus: r.httpStatus
+            }
+          }), { discard: true })))
       /** Resolves a replay still undecided at the end of the turn (see `flush`). */
       const resolvePending = Effect.gen(function*() {
         if (state.replay === "undecided") yield* store.takeReplayWindow(native.id)
@@ -353,6 +374,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
             Stream.runForEachChunk((chunk): Effect.Effect<void, PersistenceError | ConcurrentModification> => {
               const produced: Array<ProviderAdapter.ProducedItem> = []
               const offloads: Array<ProviderAdapter.OffloadReport> = []
+              const retries: Array<RetryScheduled> = []
               for (const event of chunk) {
                 switch (event._tag) {
                   case "item_produced":
@@ -370,10 +392,14 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                   case "context_offloaded":
                     offloads.push(event.flush)
                     break
+                  case "retry_scheduled":
+                    retries.push(event)
+                    break
                 }
               }
               const recorded = produced.length === 0 ? Effect.void : onItems(produced)
-              return offloads.length === 0 ? recorded : Effect.zipRight(recordOffloads(offloads), recorded)
+              const withOffloads = offloads.length === 0 ? recorded : Effect.zipRight(recordOffloads(offloads), recorded)
+              return retries.length === 0 ? withOffloads : Effect.zipRight(recordRetries(retries), withOffloads)
             })
           ),
         flush: (interrupted) =>

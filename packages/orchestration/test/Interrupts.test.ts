@@ -287,12 +287,12 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const t = yield* o.create("codex")
         yield* o.send(t, "first")
         const r = yield* o.send(t, "too long")
-        expect([r.status, r.failureCode, r.failureReason]).toEqual(["failed", "overflow", "provider codex failed startTurn (overflow): the request exceeds the model's context window (context_length_exceeded)"])
+        expect([r.status, r.failureCode, r.failureReason]).toEqual(["failed", "overflow", "provider codex failed startTurn (overflow): the request exceeds the model's context window (context_length_exceeded) (the prompt alone does not fit the model's context window on an empty native thread: shorten the message or switch to a model with a larger window)"])
         expect((yield* o.store.listAttempts(r.runId as RunId)).map((a) => a.status)).toEqual(["failed", "failed", "failed", "failed"])
         const overflow = (yield* o.store.listEvents(t)).filter((e) => e.type === "context.overflowed")
         // The prompt alone overflows: replace; the replacement's injected history overflows: replace again, the
         // history deferred for the retry (never resent to a thread that keeps it); the pointer beside the prompt
-        // overflows: defer; a fourth overflow fails the run.
+        // overflows: defer; the prompt alone then overflows the replacement, which holds nothing: the run fails.
         expect(overflow.map((e) => e.payload.recovery)).toEqual(["replace_native_thread", "replace_native_thread", "defer_history"])
         const [, second] = yield* o.store.listRuns(t)
         expect(second!.stopPoint).toBe("before_provider")

@@ -91,4 +91,40 @@ describe("context overflow through a real adapter", () => {
         })).toEqual([])
       }).pipe(Effect.provide(Harness.makeLayer([codex, model], counter, file, {})))
     }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
+
+  it.live("an overflow on every attempt: history is never sent again after the first overflow, and the run fails as a typed overflow once the prompt alone overflowed an empty native thread", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const model = yield* adapterFor(kind, loop, file, {}, { instance: "anthropic" as ProviderInstance })
+      const script = ScriptedProvider.makeScript()
+      const codex = scriptedCodex(script, counter)
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const t = yield* o.create("codex")
+        for (let i = 1; i <= 6; i++) {
+          script.enqueue({ items: [Harness.produced("assistant_message", `answer ${i}: ${Harness.words(1_000)}`)] })
+          yield* o.send(t, `question ${i}`)
+        }
+        yield* o.switchTo(t, "anthropic")
+        const prompt = "Summarise where we are — in one line, please."
+        const tooLong = () => json(400, `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 212345 tokens > 200000 maximum"}}`)
+        loop.enqueue((r) => r.url.endsWith("/count_tokens") ? countTokensReply((text) => counter.count(text))(r) : tooLong())
+        for (let i = 0; i < 8; i++) loop.enqueue((r) => r.url.endsWith("/count_tokens") ? countTokensReply((text) => counter.count(text))(r) : tooLong())
+        const run = yield* o.send(t, prompt)
+
+        const turns = loop.requests.filter((r) => r.url === "/v1/messages")
+        expect(turns[0]!.body).toContain("conversation_history")
+        // After the first overflow, no request re-sends the history the provider already refused.
+        expect(turns.slice(1).map((r) => r.body.includes("conversation_history"))).toEqual(turns.slice(1).map(() => false))
+        // 1: injected history (replaced); 2: the prompt and a deferral pointer on the replacement (recorded full);
+        // 3: the prompt alone there, which holds nothing: retrying cannot help, the run fails as a typed overflow.
+        expect(turns.length).toBe(3)
+        expect(run.status).toBe("failed")
+        const runs = yield* o.store.listRuns(t)
+        const failed = runs.find((r) => r.id === run.runId)!
+        expect(failed.failureCode).toBe("overflow")
+        expect(failed.failureReason).toContain("the prompt alone does not fit the model's context window on an empty native thread")
+      }).pipe(Effect.provide(Harness.makeLayer([codex, model], counter, file, {})))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
 })

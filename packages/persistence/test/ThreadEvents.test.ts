@@ -94,6 +94,14 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
     calls: [{ toolCallId: "call_1" as ToolCallId, name: "read_file", arguments: "{\"path\":\"a.ts\"}" }],
     deadlineAt: DateTime.unsafeMake("2026-12-02T01:00:00.000Z")
   },
+  "run.retry_scheduled": {
+    runId: run("run_1"),
+    providerInstance: "claude" as ProviderInstance,
+    attempt: 1,
+    delayMs: 30_000,
+    reason: "HTTP 429: Anthropic rate_limit_error: Number of request tokens has exceeded your per-minute rate limit",
+    httpStatus: 429
+  },
   "run.tool_results_recorded": { runId: run("run_1"), round: 2, toolCallIds: ["call_1"], source: "client" },
   "items.appended": { runId: null, itemIds: [itm("itm_4"), itm("itm_5")], fromSeq: 4, toSeq: 5 },
   "provider_thread.created": { providerThreadId: pth("pth_1"), providerInstance: "codex" as ProviderInstance },

@@ -23,8 +23,10 @@ import {
   bodyText,
   callItem,
   type Dialect,
+  duplicateCall,
   entryParts,
   field,
+  isWireFailure,
   num,
   overflowNumbers,
   parseJson,
@@ -82,6 +84,19 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
   let blocks: Array<Block | undefined> = []
   let done: Array<Record<string, unknown>> = []
   let calls: Array<ToolCall> = []
+  // The items of the message so far, held until it is final (`message_delta`/`message_stop`): a message_start of
+  // another message restarts the answer and discards them, so they must not have reached the record (see `drain`).
+  let held: Array<ProducedItem> = []
+  const release = (extra: ReadonlyArray<ProducedItem> = []): ReadonlyArray<ProducedItem> => {
+    const out = [...held, ...extra]
+    held = []
+    return out
+  }
+  const hold = (items: ReadonlyArray<ProducedItem> | WireFailure): ReadonlyArray<ProducedItem> | WireFailure => {
+    if (isWireFailure(items)) return items
+    held.push(...items)
+    return []
+  }
   const usage = { input: 0, cacheWrite: 0, cacheRead: 0, output: 0 }
   let iterations: Usage["iterations"] = undefined
   let stopReason: string | null = null
@@ -126,6 +141,7 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
           return wireFailure("protocol", `tool_use ${String(field(b.start, "id"))} has input that is not a JSON object: ${args.slice(0, 200)}`)
         }
         const call: ToolCall = { id: str(field(b.start, "id")) ?? "", name: str(field(b.start, "name")) ?? "", arguments: args, wire: "tool_use" }
+        if (calls.some((c) => c.id === call.id)) return duplicateCall("Anthropic Messages", call.id)
         done.push({ type: "tool_use", id: call.id, name: call.name, input })
         calls.push(call)
         return [callItem(call, messageId)]
@@ -153,6 +169,7 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
           blocks = []
           done = []
           calls = []
+          held = []
         }
         messageId = id
         applyUsage(field(msg, "usage"))
@@ -204,20 +221,20 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
       }
       case "content_block_stop": {
         const index = num(field(data, "index"))
-        return index === undefined ? wireFailure("protocol", "content_block_stop without index") : finish(index)
+        return index === undefined ? wireFailure("protocol", "content_block_stop without index") : hold(finish(index))
       }
       case "message_delta": {
         stopReason = str(field(field(data, "delta"), "stop_reason")) ?? stopReason
         applyUsage(field(data, "usage"))
         if (stopReason === "refusal") {
           const explanation = str(field(field(field(data, "delta"), "stop_details"), "explanation"))
-          return [textItem("error", `The model declined to answer (stop reason refusal)${explanation === undefined ? "" : `: ${explanation}`}`, messageId, true)]
+          return release([textItem("error", `The model declined to answer (stop reason refusal)${explanation === undefined ? "" : `: ${explanation}`}`, messageId, true)])
         }
-        return []
+        return release()
       }
       case "message_stop":
         complete = true
-        return []
+        return release()
       case "error":
         return streamError(field(data, "error"))
       default:
@@ -247,7 +264,8 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
     onEvent,
     complete: () => complete,
     outcome,
-    partial: () => (done.length === 0 ? null : message("assistant", done))
+    partial: () => (done.length === 0 ? null : message("assistant", done)),
+    drain: () => release()
   }
 }
 

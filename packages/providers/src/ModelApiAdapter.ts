@@ -20,7 +20,7 @@
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
 import { ToolResultOffload } from "@baton/context"
 import { type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { Clock, Deferred, Duration, Effect, Either, Option, Redacted, Schedule, Schema, Stream } from "effect"
+import { Clock, Deferred, Duration, Effect, Either, Option, Random, Redacted, Schema, Stream } from "effect"
 import type {
   ContinueTurnInput,
   LocalTool,
@@ -699,8 +699,17 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return { nativeRef, undone: true, flushSeq, entrySeqs: seqs, reason: "" }
     })
 
-  /** Sends `body`; retries 429/529/5xx and transport failures before any answer; the response once its status is 2xx. */
-  const send = (operation: string, body: Uint8Array) => {
+  /**
+   * Sends `body` and continues with `then(response)` once the status is 2xx. A 429/529/5xx answer or a transport
+   * failure before any answer is retried up to `maxRetries` times, each after a `retry_scheduled` event (emitted
+   * before the wait: a long `retry-after` is visible to clients) and a delay: the `retry-after`/`retry-after-ms` the
+   * provider asked for, else `retryBaseMillis` doubled per retry and jittered by ±20%. Fails with `ProviderError`.
+   */
+  const sending = (
+    operation: string,
+    body: Uint8Array,
+    then: (response: HttpClientResponse.HttpClientResponse) => Stream.Stream<TurnEvent, ProviderError>
+  ): Stream.Stream<TurnEvent, ProviderError> => {
     const request = HttpClientRequest.post(url).pipe(
       HttpClientRequest.setHeaders(headers),
       HttpClientRequest.bodyUint8Array(body, "application/json")
@@ -724,18 +733,29 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           })
       )
     )
-    const schedule = Schedule.exponential(Duration.millis(baseMillis), 2).pipe(
-      Schedule.jittered,
-      Schedule.intersect(Schedule.recurs(maxRetries)),
-      Schedule.zipRight(Schedule.identity<HttpFailure>()),
-      Schedule.modifyDelay((failure, delay) =>
-        failure.retryAfterMillis === null ? delay : Duration.millis(failure.retryAfterMillis)
-      )
-    )
-    return once.pipe(
-      Effect.retry({ schedule, while: (f) => f.failure.retryable && (f.httpStatus === null || retryableStatus(f.httpStatus)) }),
-      Effect.mapError((f) => providerError(operation, f.failure, f.httpStatus))
-    )
+    const attempt = (retries: number): Stream.Stream<TurnEvent, ProviderError> =>
+      Stream.unwrap(Effect.matchEffect(once, {
+        onSuccess: (response) => Effect.succeed(then(response)),
+        onFailure: (f) => {
+          const retry = retries < maxRetries && f.failure.retryable && (f.httpStatus === null || retryableStatus(f.httpStatus))
+          if (!retry) return Effect.fail(providerError(operation, f.failure, f.httpStatus))
+          return Effect.map(Random.nextRange(0.8, 1.2), (jitter) => {
+            const delayMillis = Math.round(f.retryAfterMillis ?? baseMillis * 2 ** retries * jitter)
+            const scheduled = TurnEvent.retry_scheduled({
+              providerInstance: instance,
+              attempt: retries + 1,
+              delayMillis,
+              reason: redactKey(f.failure.reason, options.apiKey),
+              httpStatus: f.httpStatus
+            })
+            return Stream.concat(
+              Stream.make(scheduled),
+              Stream.unwrap(Effect.as(Effect.sleep(Duration.millis(delayMillis)), attempt(retries + 1)))
+            )
+          })
+        }
+      }))
+    return attempt(0)
   }
 
   /**
@@ -755,7 +775,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       for (const message of batch) {
         if (parser.complete()) break
         const items = parser.onEvent(message)
-        if (isWireFailure(items)) return Stream.concat(Stream.fromIterable(out), Stream.fail(midStream(items)))
+        if (isWireFailure(items)) return Stream.concat(Stream.fromIterable([...out, ...(items.before ?? [])]), Stream.fail(midStream(items)))
         for (const item of items) out.push(item)
       }
       return Stream.fromIterable(out)
@@ -765,10 +785,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         ? Stream.empty
         : Stream.fail(midStream(wireFailure("unavailable", `the ${dialect.api} stream ended before the response was complete`, true)))
     )
+    // Items the parser held back stand when the answer fails: `partial()`, which the native thread keeps, holds them.
+    const drained = (error: ProviderError) =>
+      Stream.concat(Stream.suspend(() => Stream.fromIterable(parser.drain?.() ?? [])), Stream.fail(error))
     if ((response.headers["content-type"] ?? "").includes("application/json")) {
       return Stream.fromEffect(Effect.mapError(response.json, (e) => midStream(wireFailure("protocol", `unreadable ${dialect.api} response: ${e.message}`)))).pipe(
         Stream.flatMap((body) => read(dialect.synthesize(body))),
-        Stream.concat(ended)
+        Stream.concat(ended),
+        Stream.catchAll(drained)
       )
     }
     return Stream.suspend(() => {
@@ -780,7 +804,8 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           decoder.end() && !parser.complete()
             ? Stream.fail(midStream(wireFailure("protocol", `the ${dialect.api} stream ended inside an event`)))
             : ended
-        ))
+        )),
+        Stream.catchAll(drained)
       )
     })
   }
@@ -809,19 +834,22 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       const request = Stream.unwrap(Effect.gen(function*() {
         const body = renderBody(nativeRef, state, drafts, offered)
         state.lastRequestAt = yield* Clock.currentTimeMillis
-        const response = yield* send(operation, body)
-        // The provider accepted the request: from now on the native thread holds what it carried.
-        yield* append(operation, nativeRef, state, drafts)
-        const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
-        state.current = parser
-        return answerItems(operation, response, parser).pipe(
-          Stream.map((item) => TurnEvent.item_produced({ item })),
-          // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input tokens):
-          // the request was billed, so its tokens are reported before the failure and the run's cost is recorded.
-          Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
-          Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
-          Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
-        )
+        // Sent (with its retries, each announced by `retry_scheduled`); once accepted, the answer streams.
+        return sending(operation, body, (response) =>
+          Stream.unwrap(Effect.gen(function*() {
+            // The provider accepted the request: from now on the native thread holds what it carried.
+            yield* append(operation, nativeRef, state, drafts)
+            const parser = dialect.parser(new Set(offered.map((t) => t.name)), onDelta)
+            state.current = parser
+            return answerItems(operation, response, parser).pipe(
+              Stream.map((item) => TurnEvent.item_produced({ item })),
+              // The stream broke after the provider reported usage (Anthropic's `message_start` carries the input
+              // tokens): the request was billed, so its tokens are reported before the failure and its cost recorded.
+              Stream.catchAll((error) => Stream.concat(Stream.fromIterable(partialUsage(parser)), Stream.fail(error))),
+              Stream.concat(Stream.unwrap(Effect.suspend(() => afterAnswer(parser.outcome())))),
+              Stream.tapError(() => recordPartial(operation, nativeRef, state, runId))
+            )
+          })))
 
         /** The usage a broken-off answer reported so far (the turn's running total), or nothing when it reported none. */
         function partialUsage(parser: StreamParser): ReadonlyArray<TurnEvent> {
@@ -858,12 +886,19 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
               )
             }
             const localByName = new Map(local.map((t) => [t.definition.name, t]))
-            const mine = outcome.calls.filter((c) => localByName.has(c.name))
-            const theirs = outcome.calls.filter((c) => !localByName.has(c.name))
+            const declared = new Set(tools.map((t) => t.name))
+            // Baton answers its own calls and calls to a tool nobody offered (an error result naming the tools that
+            // exist); only calls to the client's declared tools wait for the client.
+            const mine = outcome.calls.filter((c) => localByName.has(c.name) || !declared.has(c.name))
+            const theirs = outcome.calls.filter((c) => !localByName.has(c.name) && declared.has(c.name))
+            const answer = (c: ToolCall) => {
+              const tool = localByName.get(c.name)
+              return tool === undefined ? Effect.succeed(unknownToolResult(c, offered)) : runLocal(tool, c, runId)
+            }
             if (mine.length === 0 || theirs.length > 0) {
-              // Baton's own calls made next to the client's are answered now and recorded (their result items), but
+              // Baton's own answers next to the client's calls are made now and recorded (their result items), but
               // sent with the client's results in one tool_results message when the turn continues (`closing`).
-              const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+              const held = mine.length === 0 ? [] : yield* Effect.forEach(mine, answer)
               state.heldLocal = [...held]
               return Stream.fromIterable<TurnEvent>([
                 ...report,
@@ -871,7 +906,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
                 TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
               ])
             }
-            const results = yield* Effect.forEach(mine, (c) => runLocal(localByName.get(c.name)!, c, runId))
+            const results = yield* Effect.forEach(mine, answer)
             return Stream.concat(
               Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
               requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
@@ -902,6 +937,17 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     messageId: null,
     isError: r.isError,
     toolCallState: "answered"
+  })
+
+  /**
+   * The error result Baton sends for a call to a tool that was not offered on the request (neither the client's nor
+   * Baton's own): `unknown tool <name>; available: <offered names, comma-separated, or none>`. The model reads it and
+   * goes on; without it the call would wait for a client that never declared the tool.
+   */
+  const unknownToolResult = (call: ToolCall, offered: ReadonlyArray<ToolDefinition>): ToolResultInput => ({
+    toolCallId: call.id,
+    output: `unknown tool ${call.name}; available: ${offered.length === 0 ? "none" : offered.map((t) => t.name).join(", ")}`,
+    isError: true
   })
 
   const runLocal = (tool: LocalTool, call: ToolCall, runId: string) =>
@@ -979,9 +1025,16 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return loop.pipe(
         Stream.tap((e) => Effect.sync(() => void (ended = ended || e._tag === "turn_ended"))),
         Stream.interruptWhen(Deferred.await(stop)),
-        Stream.concat(Stream.suspend(() =>
-          ended ? Stream.empty : Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))
-        ))
+        Stream.concat(Stream.suspend(() => {
+          if (ended) return Stream.empty
+          // What the request in flight completed but its parser held back joins the record, as it joins the native
+          // thread (`recordPartial`).
+          const held = state.current?.drain?.() ?? []
+          return Stream.concat(
+            Stream.fromIterable(held.map((item) => TurnEvent.item_produced({ item }))),
+            Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))
+          )
+        }))
       )
     }))
 
@@ -1034,10 +1087,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     Effect.map(lane("readThread", nativeRef), (state) => {
       let usage: ContextUsage | null = null
       for (const e of state.entries) if (e.usage !== null) usage = e.usage
+      // The last request's entry (a turn or tool results) with no output after it: its answer never completed.
+      const last = [...state.entries].reverse().find((e) => e.kind === "turn" || e.kind === "tool_results" || e.kind === "output")
+      const unanswered = last !== undefined && last.kind !== "output" && last.runId !== null ? [last.runId] : []
       return {
         deliveryIds: state.entries.flatMap((e) => e.deliveryIds),
         runIds: [...new Set(state.entries.filter((e) => e.kind === "turn" && e.runId !== null).map((e) => e.runId!))],
-        usage
+        usage,
+        unansweredRunIds: unanswered
       }
     })
 

@@ -11,7 +11,7 @@
  * Overflow: HTTP 400 with `context_length_exceeded` or a "maximum context length is M tokens … N tokens" message
  * (OpenAI, vLLM), and llama.cpp's `exceed_context_size_error` with `n_prompt_tokens`/`n_ctx`.
  */
-import { callItem, type Dialect, entryParts, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
+import { callItem, type Dialect, duplicateCall, entryParts, field, markedOutput, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
 import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } from "./ProviderAdapter.js"
@@ -52,22 +52,26 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
   let output: string | null = null
   let calls: ReadonlyArray<ToolCall> = []
 
-  const finish = (): ReadonlyArray<ProducedItem> => {
+  const finish = (): ReadonlyArray<ProducedItem> | WireFailure => {
     finished = true
-    calls = tools.filter((t): t is Assembling => t !== undefined).map((t) => ({
+    const all: ReadonlyArray<ToolCall> = tools.filter((t): t is Assembling => t !== undefined).map((t) => ({
       id: t.id,
       name: t.name,
       arguments: t.arguments === "" ? "{}" : t.arguments,
       wire: "function"
     }))
+    // A second call with an earlier call's id: the calls before it stand, the response fails (see `duplicateCall`).
+    const duplicate = all.findIndex((c, i) => all.findIndex((d) => d.id === c.id) < i)
+    calls = duplicate === -1 ? all : all.slice(0, duplicate)
     const message: Record<string, unknown> = { role: "assistant", content: text === "" ? null : text }
     if (calls.length > 0) message.tool_calls = calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }))
     output = text === "" && calls.length === 0 ? null : JSON.stringify(message)
-    return [
+    const items = [
       ...(reasoning === "" ? [] : [textItem("reasoning", reasoning, messageId)]),
       ...(text === "" ? [] : [textItem("assistant_message", text, messageId)]),
       ...calls.map((c) => callItem(c, messageId))
     ]
+    return duplicate === -1 ? items : duplicateCall("Chat Completions", all[duplicate]!.id, items)
   }
 
   const onEvent = (m: SseMessage): ReadonlyArray<ProducedItem> | WireFailure => {
@@ -150,7 +154,7 @@ export const dialect: Dialect = {
   userTurn: (prompt, inlineHistory) =>
     (inlineHistory === null ? "" : JSON.stringify({ role: "user", content: inlineHistory }) + ",") + JSON.stringify({ role: "user", content: prompt }),
   history: (rendered) => JSON.stringify({ role: "user", content: rendered }),
-  toolResults: (results) => results.map((r) => JSON.stringify({ role: "tool", tool_call_id: r.toolCallId, content: r.output })).join(","),
+  toolResults: (results) => results.map((r) => JSON.stringify({ role: "tool", tool_call_id: r.toolCallId, content: markedOutput(r) })).join(","),
   callsOf: (output) => {
     const calls = field(parseJson(output), "tool_calls")
     return (Array.isArray(calls) ? calls : []).map((c) => ({

@@ -15,7 +15,7 @@
  * write charge. Overflow: HTTP 400 `context_length_exceeded`, or `response.failed` with that code mid-stream.
  * Only the events Baton reads are parsed (by their SSE `event:` name): the rest are skipped unread.
  */
-import { callItem, type Dialect, entryParts, field, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
+import { callItem, type Dialect, duplicateCall, entryParts, field, markedOutput, num, overflowNumbers, parseJson, type RequestOutcome, type StreamParser, str, textItem, type ToolCall, type WireFailure, wireFailure } from "./internal/Dialect.js"
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
 import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition, ToolResultInput } from "./ProviderAdapter.js"
@@ -65,7 +65,7 @@ const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => vo
   let complete = false
   let usage: { input: number; cached: number; output: number } | null = null
 
-  const onItem = (item: unknown): ReadonlyArray<ProducedItem> => {
+  const onItem = (item: unknown): ReadonlyArray<ProducedItem> | WireFailure => {
     const type = str(field(item, "type"))
     const id = str(field(item, "id")) ?? null
     switch (type) {
@@ -90,7 +90,8 @@ const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => vo
         }
         const unwrapped = type === "function_call" ? unwrapParallel(call, offered) : null
         const made = unwrapped ?? [call]
-        for (const c of made) {
+        for (const [i, c] of made.entries()) {
+          if (calls.some((earlier) => earlier.id === c.id)) return duplicateCall("OpenAI Responses", c.id, made.slice(0, i).map((m) => callItem(m, id)))
           calls.push(c)
           output.push(c.wire === "function_call"
             ? JSON.stringify({ type: "function_call", call_id: c.id, name: c.name, arguments: c.arguments })
@@ -100,6 +101,7 @@ const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => vo
       }
       case "local_shell_call": {
         const call: ToolCall = { id: str(field(item, "call_id")) ?? "", name: "local_shell", arguments: JSON.stringify(field(item, "action") ?? {}), wire: "local_shell_call" }
+        if (calls.some((earlier) => earlier.id === call.id)) return duplicateCall("OpenAI Responses", call.id)
         calls.push(call)
         const { id: _id, ...rest } = item as Record<string, unknown>
         output.push(JSON.stringify(rest))
@@ -179,7 +181,7 @@ const resultWire: Record<string, string> = {
 const toolResults = (results: ReadonlyArray<ToolResultInput>, calls: ReadonlyArray<{ readonly id: string; readonly wire: string }>) =>
   results.map((r) => {
     const wire = resultWire[calls.find((c) => c.id === r.toolCallId)?.wire ?? "function_call"] ?? "function_call_output"
-    return JSON.stringify({ type: wire, call_id: r.toolCallId, output: r.output })
+    return JSON.stringify({ type: wire, call_id: r.toolCallId, output: markedOutput(r) })
   }).join(",")
 
 /** A non-streamed Responses body as the events of its stream. */

@@ -142,6 +142,7 @@ export interface TurnTokens {
  * - `usage_reported`: the provider reported the native thread's context usage (tokens); the last report of a turn
  *   counts. A turn that reports none leaves Baton on its own estimate.
  * - `context_offloaded`: the adapter stubbed answered tool results in the native thread before a request (see below).
+ * - `retry_scheduled`: a request is sent again after a delay (rate limit, overload); nothing was streamed for it.
  * - `turn_ended`: the turn is over and nothing follows. `interrupted: true` when it stopped at an `interrupt`: the
  *   items before it are what the provider produced (a tool call may have no result), and the adapter has closed any
  *   open tool call in the native thread the way its provider does (Claude Code and Codex answer it with an
@@ -163,6 +164,19 @@ export type TurnEvent = Data.TaggedEnum<{
    * of items changes: the stubs live in the native message list only.
    */
   context_offloaded: { readonly flush: OffloadReport }
+  /**
+   * The provider refused a request before its answer started (HTTP 429, 529, 500-504, or no answer) and the adapter
+   * sends it again after `delayMillis` milliseconds (the provider's `retry-after`, else its backoff): emitted before the
+   * wait, so the orchestrator can tell clients (`run.retry_scheduled`). `attempt`: 1 for the first retry; `reason`:
+   * the provider's error text; `httpStatus`: `null` when there was no answer.
+   */
+  retry_scheduled: {
+    readonly providerInstance: ProviderInstance
+    readonly attempt: number
+    readonly delayMillis: number
+    readonly reason: string
+    readonly httpStatus: number | null
+  }
 }>
 
 /**
@@ -205,6 +219,12 @@ export interface ReadThreadResult {
   /** Baton run ids whose turn (prompt, and any inline history before it) the native thread holds. */
   readonly runIds: ReadonlyArray<string>
   readonly usage: ContextUsage | null
+  /**
+   * The run whose last request the native thread holds without the model's answer after it (model APIs: the process
+   * stopped while the answer streamed), as a one-element list; empty when the last request was answered. Absent where
+   * the adapter cannot tell. Restart recovery hands what the record holds of that answer to the lane.
+   */
+  readonly unansweredRunIds?: ReadonlyArray<string>
 }
 
 export interface ProviderAdapterShape {

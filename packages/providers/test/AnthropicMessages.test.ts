@@ -6,7 +6,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Option, Stream } from "effect"
 import * as AnthropicMessages from "../src/AnthropicMessages.js"
-import { TurnEvent } from "../src/ProviderAdapter.js"
+import { type ToolDefinition, TurnEvent } from "../src/ProviderAdapter.js"
 import { adapterFor, collect, configFor, fixtureLines, frame, httpLayer, itemsOf, json, loopback, sqliteFile, sse } from "./support/Loopback.js"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
@@ -31,17 +31,27 @@ const tokens = (inputTokens: number, cacheWriteTokens: number, cacheReadTokens: 
   outputTokens
 })
 
-/** One turn of `reply` on a fresh adapter: the events and the exit. */
-const turnWith = (...replies: ReadonlyArray<ReturnType<typeof sse>>) =>
+/** Client tools named `names` (an empty object schema each), as a client declares them on a message. */
+const declared = (...names: ReadonlyArray<string>): ReadonlyArray<ToolDefinition> =>
+  names.map((name) => ({ name, description: `the fixture's ${name}`, inputSchema: { type: "object" } }))
+
+/**
+ * One turn of `replies` on a fresh adapter, offering the client tools `tools` (a call to a tool not offered is
+ * answered by Baton with an error result, so a fixture that calls a tool must declare it): the events and the exit.
+ */
+const turnDeclaring = (tools: ReadonlyArray<ToolDefinition>, ...replies: ReadonlyArray<ReturnType<typeof sse>>) =>
   Effect.gen(function*() {
     const loop = yield* loopback
     const file = yield* sqliteFile
     loop.enqueue(...replies)
     const adapter = yield* adapterFor(kind, loop, file)
     const { nativeRef } = yield* adapter.startThread()
-    const result = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null }))
+    const result = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null, tools }))
     return { ...result, loop, adapter, nativeRef, file }
   })
+
+/** One turn of `replies` on a fresh adapter with no client tools: the events and the exit. */
+const turnWith = (...replies: ReadonlyArray<ReturnType<typeof sse>>) => turnDeclaring([], ...replies)
 
 describe("Anthropic Messages: every recorded fixture", () => {
   it.scoped("anthropic-text: one text item; usage 12 in + 30 out", () =>
@@ -102,12 +112,12 @@ describe("Anthropic Messages: every recorded fixture", () => {
       expect(usageOf(events)).toEqual({ used: 244, tokens: tokens(17, 0, 0, 227) })
     }).pipe(Effect.provide(httpLayer)))
 
-  it.scoped("spliced-message-start: the restarted message wins; its tool call is the open call; the log holds only it", () =>
+  it.scoped("spliced-message-start: the restarted message wins; the first attempt's reasoning is dropped (never streamed); its tool call is the open call; the log holds only it", () =>
     Effect.gen(function*() {
-      const { adapter, events, loop, nativeRef } = yield* turnWith(streamed("spliced-message-start.chunks.txt"), streamed("anthropic-text.chunks.txt"))
+      const { adapter, events, loop, nativeRef } = yield* turnDeclaring(declared("test-tool"), streamed("spliced-message-start.chunks.txt"), streamed("anthropic-text.chunks.txt"))
       expect(itemsOf(events)).toEqual([
-        // The first attempt's thinking completed before the splice: it was streamed and stands.
-        ["reasoning", "I will call the tool.", null, null],
+        // The first attempt's thinking completed before the splice, but a message's items are held until it is
+        // final: the discarded attempt never reaches the record (the native thread never holds it either).
         ["reasoning", "Let me call the tool.", null, null],
         ["tool_call", `{"value":"Sparkle Day"}`, "toolu_second", "test-tool"]
       ])
@@ -128,7 +138,7 @@ describe("Anthropic Messages: every recorded fixture", () => {
 
   it.scoped("anthropic-tool-no-args: text, then a call with empty input ({}), pending", () =>
     Effect.gen(function*() {
-      const { events } = yield* turnWith(streamed("anthropic-tool-no-args.chunks.txt"))
+      const { events } = yield* turnDeclaring(declared("updateIssueList"), streamed("anthropic-tool-no-args.chunks.txt"))
       expect(itemsOf(events)).toEqual([
         ["assistant_message", "I'll update the issue list for you.", null, null],
         ["tool_call", "{}", "toolu_01QE1WLsSVp5hy5Q3GmGTmjP", "updateIssueList"]
@@ -138,13 +148,13 @@ describe("Anthropic Messages: every recorded fixture", () => {
 
   it.scoped("anthropic-tool-no-args.json: the same call from a non-streamed body", () =>
     Effect.gen(function*() {
-      const { events } = yield* turnWith(body("anthropic-tool-no-args.json"))
+      const { events } = yield* turnDeclaring(declared("updateIssueList"), body("anthropic-tool-no-args.json"))
       expect(itemsOf(events).map(([k, , id]) => [k, id])).toEqual([["assistant_message", null], ["tool_call", "toolu_01LRmxn9vGM1d2DZSDBowdZ1"]])
     }).pipe(Effect.provide(httpLayer)))
 
   it.scoped("anthropic-json-tool (and .json): the tool input assembled from its deltas", () =>
     Effect.gen(function*() {
-      const { events } = yield* turnWith(streamed("anthropic-json-tool.1.chunks.txt"))
+      const { events } = yield* turnDeclaring(declared("json"), streamed("anthropic-json-tool.1.chunks.txt"))
       expect(itemsOf(events)).toEqual([[
         "tool_call",
         `{"elements": [{"location": "San Francisco", "temperature": 58, "condition": "sunny"}]}`,
@@ -152,7 +162,7 @@ describe("Anthropic Messages: every recorded fixture", () => {
         "json"
       ]])
       expect(usageOf(events)).toEqual({ used: 896, tokens: tokens(849, 0, 0, 47) })
-      const fromJson = yield* turnWith(body("anthropic-json-tool.1.json"))
+      const fromJson = yield* turnDeclaring(declared("json"), body("anthropic-json-tool.1.json"))
       expect(itemsOf(fromJson.events).map(([k, , , name]) => [k, name])).toEqual([["tool_call", "json"]])
     }).pipe(Effect.provide(httpLayer)))
 
@@ -287,6 +297,34 @@ describe("Anthropic Messages: errors and faults", () => {
       expect(loop.requests).toHaveLength(2)
       expect(loop.requests[1]!.at - loop.requests[0]!.at).toBeGreaterThanOrEqual(1000)
       expect(loop.requests[1]!.body).toBe(loop.requests[0]!.body)
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
+  it.live("a 429 asking retry-after-ms: 80: a retry_scheduled event (attempt 1, 80 ms, HTTP 429, the provider's text) arrives before the wait, then the answer", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      loop.enqueue(
+        json(429, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`, { "retry-after-ms": "80" }),
+        streamed("anthropic-text.chunks.txt")
+      )
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const seen: Array<{ readonly tag: string; readonly at: number }> = []
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null }).pipe(
+        Stream.tap((e) => Effect.sync(() => void seen.push({ tag: e._tag, at: Date.now() })))
+      ))
+      expect(Exit.isSuccess(exit)).toBe(true)
+      expect(events[0]).toEqual(TurnEvent.retry_scheduled({
+        providerInstance: "test-anthropic-messages" as ProviderInstance,
+        attempt: 1,
+        delayMillis: 80,
+        reason: "HTTP 429: Anthropic rate_limit_error: Number of request tokens has exceeded your per-minute rate limit",
+        httpStatus: 429
+      }))
+      expect(events.slice(1).map((e) => e._tag)).toEqual(["item_produced", "usage_reported", "turn_ended"])
+      // Told before the wait: the event came before the retried request reached the server.
+      expect(seen[0]!.at).toBeLessThanOrEqual(loop.requests[1]!.at)
+      expect(loop.requests[1]!.at - loop.requests[0]!.at).toBeGreaterThanOrEqual(80)
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
   it.live("529 overloaded four times: retried maxRetries (3) times, then a retryable unavailable error", () =>
@@ -429,11 +467,68 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
 
   it.scoped("a call left unanswered is closed with an error result before the next prompt", () =>
     Effect.gen(function*() {
-      const { adapter, loop, nativeRef } = yield* turnWith(sse(frame(kind, toolUse("toolu_9"))), streamed("anthropic-text.chunks.txt"))
+      const { adapter, loop, nativeRef } = yield* turnDeclaring([tool], sse(frame(kind, toolUse("toolu_9"))), streamed("anthropic-text.chunks.txt"))
       yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "never mind", inlineHistory: null }))
       const messages = JSON.parse(loop.requests[1]!.body).messages
       expect(messages[2]).toEqual({ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_9", content: "[no result: the tool call was not answered before the conversation went on]", is_error: true }] })
       expect(messages[3].content[0].text).toBe("never mind")
+    }).pipe(Effect.provide(httpLayer)))
+
+  it.scoped("a call to a tool nobody offered: Baton answers it with an error result naming the offered tools and the turn goes on (never waiting)", () =>
+    Effect.gen(function*() {
+      const { events, exit, loop } = yield* turnDeclaring(declared("write_file"), sse(frame(kind, toolUse("toolu_x"))), streamed("anthropic-text.chunks.txt"))
+      expect(Exit.isSuccess(exit)).toBe(true)
+      expect(itemsOf(events).map(([k, t, id]) => [k, k === "assistant_message" ? t.slice(0, 5) : t, id])).toEqual([
+        ["tool_call", `{"path":"a.ts"}`, "toolu_x"],
+        ["tool_result", "unknown tool read_file; available: write_file", "toolu_x"],
+        ["assistant_message", "Hello", null]
+      ])
+      expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: false }))
+      expect(JSON.parse(loop.requests[1]!.body).messages[2]).toEqual({
+        role: "user",
+        content: [{ type: "tool_result", tool_use_id: "toolu_x", content: "unknown tool read_file; available: write_file", is_error: true, cache_control: { type: "ephemeral" } }]
+      })
+    }).pipe(Effect.provide(httpLayer)))
+
+  it.scoped("an unknown call beside a declared one: only the declared call waits; both results go in one message", () =>
+    Effect.gen(function*() {
+      const two = [
+        toolUse("toolu_a")[0]!,
+        ...toolUse("toolu_a").slice(1, 4),
+        ...toolUse("toolu_b").slice(1, 4).map((l) => l.replaceAll(`"index":0`, `"index":1`).replace(`"name":"read_file"`, `"name":"grep"`)),
+        ...toolUse("toolu_a").slice(4)
+      ]
+      const { adapter, events, loop, nativeRef } = yield* turnDeclaring([tool], sse(frame(kind, two)), streamed("anthropic-text.chunks.txt"))
+      expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: false, pendingToolCalls: ["toolu_a"] }))
+      expect(loop.requests.length).toBe(1)
+      yield* collect(adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: "toolu_a", output: "contents", isError: false }], tools: [tool] }))
+      expect(JSON.parse(loop.requests[1]!.body).messages[2].content.map((c: { tool_use_id: string; content: string }) => [c.tool_use_id, c.content])).toEqual([
+        ["toolu_a", "contents"],
+        ["toolu_b", "unknown tool grep; available: read_file"]
+      ])
+    }).pipe(Effect.provide(httpLayer)))
+
+  it.scoped("two tool calls with one id in a response: the first stands, the response fails as a typed protocol error; the next request answers the id once", () =>
+    Effect.gen(function*() {
+      const twice = [
+        ...toolUse("toolu_d").slice(0, 4),
+        ...toolUse("toolu_d").slice(1, 4).map((l) => l.replaceAll(`"index":0`, `"index":1`).replace("a.ts", "b.ts")),
+        ...toolUse("toolu_d").slice(4)
+      ]
+      const { adapter, events, exit, loop, nativeRef } = yield* turnDeclaring([tool], sse(frame(kind, twice)), streamed("anthropic-text.chunks.txt"))
+      expect(itemsOf(events).map(([k, t, id]) => [k, t, id])).toEqual([["tool_call", `{"path":"a.ts"}`, "toolu_d"]])
+      const error = Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null
+      expect([error?.code, error?.retryable, error?.reason]).toEqual([
+        "protocol",
+        false,
+        `the Anthropic Messages response holds two tool calls with id "toolu_d"; the duplicate is dropped and the response fails`
+      ])
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null, tools: [tool] }))
+      const messages = JSON.parse(loop.requests[1]!.body).messages
+      expect(messages.slice(1, 3)).toEqual([
+        { role: "assistant", content: [{ type: "tool_use", id: "toolu_d", name: "read_file", input: { path: "a.ts" } }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_d", content: "[no result: the tool call was not answered before the conversation went on]", is_error: true }] }
+      ])
     }).pipe(Effect.provide(httpLayer)))
 
   it.scoped("a Baton tool (thread_read) is executed inside the turn and answered on the next request; the client sees no open call", () =>
@@ -474,6 +569,30 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       yield* adapter.interrupt(nativeRef)
       const { events } = yield* fiber.await.pipe(Effect.flatten)
       expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
+  it.live("interrupt after a completed block of an unfinished message: the block is streamed before turn_ended, and the native thread holds the same partial answer", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const lines = [
+        `{"type":"message_start","message":{"id":"msg_p","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":10,"output_tokens":1}}}`,
+        `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+        `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Partial answer."}}`,
+        `{"type":"content_block_stop","index":0}`,
+        ...Array.from({ length: 40 }, () => `{"type":"ping"}`)
+      ]
+      loop.enqueue(sse(frame(kind, lines), { gapMillis: 50 }), streamed("anthropic-text.chunks.txt"))
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null })))
+      yield* Effect.sleep("600 millis")
+      yield* adapter.interrupt(nativeRef)
+      const { events } = yield* fiber.await.pipe(Effect.flatten)
+      expect(itemsOf(events)).toEqual([["assistant_message", "Partial answer.", null, null]])
+      expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null }))
+      expect(JSON.parse(loop.requests[1]!.body).messages[1]).toEqual({ role: "assistant", content: [{ type: "text", text: "Partial answer." }] })
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
   it.scoped("count_tokens: the request as Baton would send it, without streaming; the key in x-api-key", () =>

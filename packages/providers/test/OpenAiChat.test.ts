@@ -70,6 +70,46 @@ describe("Chat Completions", () => {
       expect(usageOf(events)?.used).toBe(379)
     }).pipe(Effect.provide(httpLayer)))
 
+  const tools = ["weather", "cityAttractions"].map((name) => ({ name, description: `looks up ${name}`, inputSchema: { type: "object" } }))
+
+  it.scoped("two streamed tool calls with one id: the text and the first call stand, the response fails as a typed protocol error; the log holds the first call only", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const twice = toolCallChunks.map((l) => l.replace(`"id":"call_b"`, `"id":"call_a"`))
+      loop.enqueue(sse(frame(kind, twice)), sse(frame(kind, fixtureLines("openai-chat/openai-text.chunks.txt"))))
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Paris weather and Rome sights?", inlineHistory: null, tools }))
+      expect(itemsOf(events)).toEqual([["reasoning", "Two lookups.", null, null], ["tool_call", `{"location": "Paris"}`, "call_a", "weather"]])
+      const error = Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null
+      expect([error?.code, error?.reason]).toEqual(["protocol", `the Chat Completions response holds two tool calls with id "call_a"; the duplicate is dropped and the response fails`])
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null, tools }))
+      expect(JSON.parse(loop.requests[1]!.body).messages.slice(1, 3)).toEqual([
+        { role: "assistant", content: null, tool_calls: [{ id: "call_a", type: "function", function: { name: "weather", arguments: `{"location": "Paris"}` } }] },
+        { role: "tool", tool_call_id: "call_a", content: "Error: [no result: the tool call was not answered before the conversation went on]" }
+      ])
+    }).pipe(Effect.provide(httpLayer)))
+
+  it.scoped("a failed tool result (isError) goes back marked: the tool message's content starts with \"Error: \" (the API has no error field)", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      loop.enqueue(sse(frame(kind, toolCallChunks)), sse(frame(kind, fixtureLines("openai-chat/openai-text.chunks.txt"))))
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Paris weather and Rome sights?", inlineHistory: null, tools }))
+      yield* collect(adapter.continueTurn!({
+        nativeRef,
+        runId: "run-1",
+        toolResults: [{ toolCallId: "call_a", output: "service down", isError: true }, { toolCallId: "call_b", output: "Colosseum", isError: false }],
+        tools
+      }))
+      expect(loop.requests[1]!.body).toContain(
+        `{"role":"tool","tool_call_id":"call_a","content":"Error: service down"},{"role":"tool","tool_call_id":"call_b","content":"Colosseum"}`
+      )
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("streamed tool calls assembled by index; cached prompt tokens billed as cache reads; results paired after a restart, byte-identical", () =>
     Effect.gen(function*() {
       const run = (restart: boolean) =>
@@ -79,12 +119,13 @@ describe("Chat Completions", () => {
           loop.enqueue(sse(frame(kind, toolCallChunks)), sse(frame(kind, fixtureLines("openai-chat/openai-text.chunks.txt"))))
           const a = yield* adapterFor(kind, loop, file, { systemPrompt: "Be brief." })
           const { nativeRef } = yield* a.startThread()
-          const first = yield* collect(a.startTurn({ nativeRef, runId: "run-1", prompt: "Paris weather and Rome sights?", inlineHistory: null }))
+          const first = yield* collect(a.startTurn({ nativeRef, runId: "run-1", prompt: "Paris weather and Rome sights?", inlineHistory: null, tools }))
           const b = restart ? yield* adapterFor(kind, loop, file, { systemPrompt: "Be brief." }) : a
           yield* collect(b.continueTurn!({
             nativeRef,
             runId: "run-1",
-            toolResults: [{ toolCallId: "call_b", output: "Colosseum", isError: false }, { toolCallId: "call_a", output: "18C", isError: false }]
+            toolResults: [{ toolCallId: "call_b", output: "Colosseum", isError: false }, { toolCallId: "call_a", output: "18C", isError: false }],
+            tools
           }))
           return { first, bodies: loop.requests.map((r) => r.body) }
         }).pipe(Effect.scoped)

@@ -7,7 +7,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Option } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import { TurnEvent } from "../src/ProviderAdapter.js"
+import { type ToolDefinition, TurnEvent } from "../src/ProviderAdapter.js"
 import { adapterFor, collect, eventType, fixtureLines, fixturesDir, frame, httpLayer, itemsOf, json, loopback, sqliteFile, sse } from "./support/Loopback.js"
 
 const kind = "openai-responses" as const
@@ -22,16 +22,30 @@ const usageOf = (events: ReadonlyArray<TurnEvent>) => {
 }
 const tokens = (inputTokens: number, cacheReadTokens: number, outputTokens: number) => ({ inputTokens, cacheWriteTokens: 0, cacheReadTokens, outputTokens })
 
-const turnWith = (...replies: ReadonlyArray<ReturnType<typeof sse>>) =>
+/** Client tools named `names` (an empty object schema each), as a client declares them on a message. */
+const declared = (...names: ReadonlyArray<string>): ReadonlyArray<ToolDefinition> =>
+  names.map((name) => ({ name, description: `the fixture's ${name}`, inputSchema: { type: "object" } }))
+
+/**
+ * One turn of `replies` on a fresh adapter offering the client tools `tools` (a call to a tool not offered is answered
+ * by Baton with an error result and the turn goes on, so a fixture that calls a tool must declare it).
+ */
+const turnDeclaring = (tools: ReadonlyArray<ToolDefinition>, ...replies: ReadonlyArray<ReturnType<typeof sse>>) =>
   Effect.gen(function*() {
     const loop = yield* loopback
     const file = yield* sqliteFile
     loop.enqueue(...replies)
     const adapter = yield* adapterFor(kind, loop, file)
     const { nativeRef } = yield* adapter.startThread()
-    const result = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null }))
+    const result = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null, tools }))
     return { ...result, loop, adapter, nativeRef, file }
   })
+
+/** One turn of `replies` on a fresh adapter with no client tools. */
+const turnWith = (...replies: ReadonlyArray<ReturnType<typeof sse>>) => turnDeclaring([], ...replies)
+
+/** `openai-custom-tool` (the follow-up reply of several tests) calls `write_sql`. */
+const sql = declared("write_sql")
 
 describe("OpenAI Responses: every recorded fixture", () => {
   it.scoped("openai-reasoning-encrypted-content: a 4-request tool loop; reasoning carried back encrypted; each request extends the last byte for byte", () =>
@@ -103,7 +117,7 @@ describe("OpenAI Responses: every recorded fixture", () => {
 
   it.scoped("parallel-tool-call-wrapper: the wrapper is unwrapped into two calls; its completion event is not JSON (as recorded): a typed protocol error after them", () =>
     Effect.gen(function*() {
-      const { events, exit, adapter, nativeRef, loop } = yield* turnWith(streamed("parallel-tool-call-wrapper.1.chunks.txt"), streamed("openai-custom-tool.1.chunks.txt"))
+      const { events, exit, adapter, nativeRef, loop } = yield* turnDeclaring(declared("weather", "cityAttractions", "write_sql"), streamed("parallel-tool-call-wrapper.1.chunks.txt"), streamed("openai-custom-tool.1.chunks.txt"))
       expect(itemsOf(events)).toEqual([
         ["tool_call", `{"location":"San Francisco"}`, "call_parallel_0", "weather"],
         ["tool_call", `{"city":"Rome"}`, "call_parallel_1", "cityAttractions"]
@@ -114,27 +128,28 @@ describe("OpenAI Responses: every recorded fixture", () => {
       expect(error?.code).toBe("protocol")
       expect(error?.reason).toContain("unreadable OpenAI Responses event response.completed")
       // The calls stand in the native thread: the next turn answers them (with error results) before its prompt.
-      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null }))
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null, tools: sql }))
       const input = JSON.parse(loop.requests[1]!.body).input
       expect(input.slice(1)).toEqual([
         { type: "function_call", call_id: "call_parallel_0", name: "weather", arguments: `{"location":"San Francisco"}` },
         { type: "function_call", call_id: "call_parallel_1", name: "cityAttractions", arguments: `{"city":"Rome"}` },
-        { type: "function_call_output", call_id: "call_parallel_0", output: "[no result: the tool call was not answered before the conversation went on]" },
-        { type: "function_call_output", call_id: "call_parallel_1", output: "[no result: the tool call was not answered before the conversation went on]" },
+        { type: "function_call_output", call_id: "call_parallel_0", output: "Error: [no result: the tool call was not answered before the conversation went on]" },
+        { type: "function_call_output", call_id: "call_parallel_1", output: "Error: [no result: the tool call was not answered before the conversation went on]" },
         { type: "message", role: "user", content: [{ type: "input_text", text: "go on" }] }
       ])
     }).pipe(Effect.provide(httpLayer)))
 
   it.scoped("parallel-tool-call-wrapper.json: two pending calls, usage 34 + 28; their results go back paired", () =>
     Effect.gen(function*() {
-      const { events, adapter, nativeRef, loop } = yield* turnWith(body("parallel-tool-call-wrapper.1.json"), streamed("openai-custom-tool.1.chunks.txt"))
+      const { events, adapter, nativeRef, loop } = yield* turnDeclaring(declared("weather", "cityAttractions"), body("parallel-tool-call-wrapper.1.json"), streamed("openai-custom-tool.1.chunks.txt"))
       expect(itemsOf(events).map(([k, , id, name]) => [k, id, name])).toEqual([["tool_call", "call_parallel_0", "weather"], ["tool_call", "call_parallel_1", "cityAttractions"]])
       expect(usageOf(events)).toEqual({ used: 62, tokens: tokens(34, 0, 28) })
       expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: false, pendingToolCalls: ["call_parallel_0", "call_parallel_1"] }))
       yield* collect(adapter.continueTurn!({
         nativeRef,
         runId: "run-1",
-        toolResults: [{ toolCallId: "call_parallel_1", output: "Colosseum", isError: false }, { toolCallId: "call_parallel_0", output: "72F", isError: false }]
+        toolResults: [{ toolCallId: "call_parallel_1", output: "Colosseum", isError: false }, { toolCallId: "call_parallel_0", output: "72F", isError: false }],
+        tools: sql
       }))
       const input = JSON.parse(loop.requests[1]!.body).input
       expect(input.slice(3)).toEqual([
@@ -143,30 +158,67 @@ describe("OpenAI Responses: every recorded fixture", () => {
       ])
     }).pipe(Effect.provide(httpLayer)))
 
+  it.scoped("two function calls with one call_id: the first stands, the response fails as a typed protocol error; the next request answers the id once", () =>
+    Effect.gen(function*() {
+      const call = (args: string) => ({ type: "function_call", id: "fc_1", call_id: "call_same", name: "weather", arguments: args, status: "completed" })
+      const twice = json(200, JSON.stringify({
+        id: "resp_d",
+        status: "completed",
+        output: [call(`{"location":"Paris"}`), call(`{"location":"Rome"}`)],
+        usage: { input_tokens: 30, output_tokens: 10, input_tokens_details: { cached_tokens: 0 } }
+      }))
+      const { adapter, events, exit, loop, nativeRef } = yield* turnDeclaring(declared("weather", "write_sql"), twice, streamed("openai-custom-tool.1.chunks.txt"))
+      expect(itemsOf(events)).toEqual([["tool_call", `{"location":"Paris"}`, "call_same", "weather"]])
+      expect([failureOf(exit)?.code, failureOf(exit)?.reason]).toEqual([
+        "protocol",
+        `the OpenAI Responses response holds two tool calls with id "call_same"; the duplicate is dropped and the response fails`
+      ])
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null, tools: sql }))
+      const input = JSON.parse(loop.requests[1]!.body).input
+      expect(input.slice(1, 3)).toEqual([
+        { type: "function_call", call_id: "call_same", name: "weather", arguments: `{"location":"Paris"}` },
+        { type: "function_call_output", call_id: "call_same", output: "Error: [no result: the tool call was not answered before the conversation went on]" }
+      ])
+    }).pipe(Effect.provide(httpLayer)))
+
+  it.scoped("a failed tool result (isError) goes back marked: function_call_output's output starts with \"Error: \" (the API has no error field)", () =>
+    Effect.gen(function*() {
+      const { adapter, nativeRef, loop } = yield* turnDeclaring(declared("weather", "cityAttractions"), body("parallel-tool-call-wrapper.1.json"), streamed("openai-custom-tool.1.chunks.txt"))
+      yield* collect(adapter.continueTurn!({
+        nativeRef,
+        runId: "run-1",
+        toolResults: [{ toolCallId: "call_parallel_0", output: "72F", isError: false }, { toolCallId: "call_parallel_1", output: "no such city", isError: true }],
+        tools: sql
+      }))
+      expect(loop.requests[1]!.body).toContain(
+        `{"type":"function_call_output","call_id":"call_parallel_0","output":"72F"},{"type":"function_call_output","call_id":"call_parallel_1","output":"Error: no such city"}`
+      )
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("openai-custom-tool (and .json): a custom tool call; its result goes back as custom_tool_call_output", () =>
     Effect.gen(function*() {
-      const { events, adapter, nativeRef, loop } = yield* turnWith(streamed("openai-custom-tool.1.chunks.txt"), streamed("openai-custom-tool.1.chunks.txt"))
+      const { events, adapter, nativeRef, loop } = yield* turnDeclaring(sql, streamed("openai-custom-tool.1.chunks.txt"), streamed("openai-custom-tool.1.chunks.txt"))
       expect(itemsOf(events)).toEqual([["tool_call", "SELECT * FROM users WHERE age > 25", "call_custom_sql_001", "write_sql"]])
       expect(usageOf(events)).toEqual({ used: 70, tokens: tokens(50, 0, 20) })
-      yield* collect(adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: "call_custom_sql_001", output: "3 rows", isError: false }] }))
+      yield* collect(adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: "call_custom_sql_001", output: "3 rows", isError: false }], tools: sql }))
       const input = JSON.parse(loop.requests[1]!.body).input
       expect(input.slice(1)).toEqual([
         { type: "custom_tool_call", call_id: "call_custom_sql_001", name: "write_sql", input: "SELECT * FROM users WHERE age > 25" },
         { type: "custom_tool_call_output", call_id: "call_custom_sql_001", output: "3 rows" }
       ])
-      const fromJson = yield* turnWith(body("openai-custom-tool.1.json"))
+      const fromJson = yield* turnDeclaring(sql, body("openai-custom-tool.1.json"))
       expect(itemsOf(fromJson.events)).toEqual([["tool_call", "SELECT * FROM users WHERE age > 25", "call_custom_sql_001", "write_sql"]])
     }).pipe(Effect.provide(httpLayer)))
 
   it.scoped("openai-local-shell-tool (and .json): a local_shell call; the reasoning without encrypted content is not kept", () =>
     Effect.gen(function*() {
-      const { events, adapter, nativeRef, loop } = yield* turnWith(streamed("openai-local-shell-tool.1.chunks.txt"), streamed("openai-custom-tool.1.chunks.txt"))
+      const { events, adapter, nativeRef, loop } = yield* turnDeclaring(declared("local_shell"), streamed("openai-local-shell-tool.1.chunks.txt"), streamed("openai-custom-tool.1.chunks.txt"))
       expect(itemsOf(events)).toEqual([["tool_call", `{"type":"exec","command":["ls","-a","~"],"env":{}}`, "call_h3nm8hUG0KO9tVNuRACkL1ri", "local_shell"]])
       expect(usageOf(events)).toEqual({ used: 558, tokens: tokens(407, 0, 151) })
-      yield* collect(adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: "call_h3nm8hUG0KO9tVNuRACkL1ri", output: ".\n..", isError: false }] }))
+      yield* collect(adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: "call_h3nm8hUG0KO9tVNuRACkL1ri", output: ".\n..", isError: false }], tools: sql }))
       const input = JSON.parse(loop.requests[1]!.body).input
       expect(input.slice(1).map((i: { type: string }) => i.type)).toEqual(["local_shell_call", "local_shell_call_output"])
-      const fromJson = yield* turnWith(body("openai-local-shell-tool.1.json"))
+      const fromJson = yield* turnDeclaring(declared("local_shell"), body("openai-local-shell-tool.1.json"))
       expect(usageOf(fromJson.events)).toEqual({ used: 431, tokens: tokens(407, 0, 24) })
     }).pipe(Effect.provide(httpLayer)))
 
@@ -175,7 +227,7 @@ describe("OpenAI Responses: every recorded fixture", () => {
       const { events, adapter, nativeRef, loop } = yield* turnWith(streamed("openai-compaction.1.chunks.txt"), streamed("openai-custom-tool.1.chunks.txt"))
       expect(itemsOf(events).map(([k, t]) => [k, t.length])).toEqual([["assistant_message", 3483], ["summary", 67]])
       expect(usageOf(events)).toEqual({ used: 53602, tokens: tokens(1305, 49792, 2505) })
-      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "next", inlineHistory: null }))
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "next", inlineHistory: null, tools: sql }))
       const input = JSON.parse(loop.requests[1]!.body).input
       expect(input.map((i: { type: string }) => i.type)).toEqual(["message", "message", "compaction", "message"])
       expect(Object.keys(input[2])).toEqual(["type", "encrypted_content"])

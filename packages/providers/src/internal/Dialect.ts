@@ -24,6 +24,8 @@ export interface WireFailure {
   readonly retryable: boolean
   readonly requestedTokens?: number | undefined
   readonly limitTokens?: number | undefined
+  /** Items the failing event completed before the failure (streamed first, then the failure). */
+  readonly before?: ReadonlyArray<ProducedItem> | undefined
 }
 
 export const wireFailure = (
@@ -32,6 +34,18 @@ export const wireFailure = (
   retryable = false,
   tokens: { readonly requestedTokens?: number | undefined; readonly limitTokens?: number | undefined } = {}
 ): WireFailure => ({ _tag: "WireFailure", code, reason, retryable, ...tokens })
+
+/**
+ * The failure of a response holding a second tool call with the id of an earlier call of the same response: results
+ * are paired with calls by id, so such a response cannot be answered (two results for one id, or one result for two
+ * calls, which the APIs refuse). The response is a `protocol` error, not retried (the provider read the request): what
+ * came before the duplicate stands (items and native thread alike), the duplicate is dropped, and the earlier call is
+ * closed with an error result like any call a failed turn left open. `before`: the items completed with it.
+ */
+export const duplicateCall = (api: string, id: string, before: ReadonlyArray<ProducedItem> = []): WireFailure => ({
+  ...wireFailure("protocol", `the ${api} response holds two tool calls with id ${JSON.stringify(id)}; the duplicate is dropped and the response fails`),
+  ...(before.length === 0 ? {} : { before })
+})
 
 export const isWireFailure = (u: unknown): u is WireFailure =>
   typeof u === "object" && u !== null && (u as { readonly _tag?: unknown })._tag === "WireFailure"
@@ -59,6 +73,12 @@ export interface StreamParser {
   /** The outcome once `complete()`; `partial()` the wire output of what was completed so far (mid-stream failure). */
   readonly outcome: () => RequestOutcome
   readonly partial: () => string | null
+  /**
+   * Items completed but held back (a dialect whose stream may restart holds a message's items until the message is
+   * final), returned once and forgotten: the stream stopped early (a failure, an interrupt) and `partial()` holds
+   * their wire form, so they are streamed before the stop and the record and the native thread agree.
+   */
+  readonly drain?: () => ReadonlyArray<ProducedItem>
 }
 
 /** What a request body is rendered from. `breakpoints`: entry indexes whose last block carries a cache breakpoint. */
@@ -118,6 +138,15 @@ export const entryParts = (count: number, marked: (index: number) => string | nu
   }
   return parts
 }
+
+/**
+ * A tool result's output for an API whose results have no error field (OpenAI Responses `function_call_output`, Chat
+ * Completions `role: "tool"`): a failed result (`isError`) is sent as `Error: <output>`, the marker OpenAI's own agent
+ * tooling puts in front of a tool's failure text, so the model can tell a failure from an output. Anthropic has
+ * `is_error` and does not use this.
+ */
+export const markedOutput = (result: { readonly output: string; readonly isError: boolean }): string =>
+  result.isError ? `Error: ${result.output}` : result.output
 
 /** JSON.parse without exceptions: `undefined` when the text is not JSON. */
 export const parseJson = (text: string): unknown => {
