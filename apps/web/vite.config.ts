@@ -1,0 +1,22 @@
+/**
+ * The dashboard's build: `pnpm build:web` (this package's `vite build`) writes `dist/`, which `baton serve` serves at
+ * `/` (apps/server/src/WebApp.ts). JSX goes through Vite's own esbuild transform (the automatic runtime), so the build
+ * needs no React plugin; what that costs is Fast Refresh in `vite dev`, which reloads the page instead.
+ */
+import { fileURLToPath } from "node:url"
+import { defineConfig } from "vite"
+
+export default defineConfig({
+  root: fileURLToPath(new URL(".", import.meta.url)),
+  base: "/",
+  esbuild: { jsx: "automatic" },
+  build: {
+    outDir: "dist",
+    emptyOutDir: true,
+    target: "es2022",
+    // One chunk of JS and one of CSS: the app is small and loads in one request each.
+    reportCompressedSize: false
+  },
+  server: { proxy: { "^/(threads|events|items|handoffs|runs|session|healthz)": "http://127.0.0.1:8787" } },
+  logLevel: "warn"
+})
