@@ -9,7 +9,10 @@ import { defineConfig } from "vite"
 export default defineConfig({
   root: fileURLToPath(new URL(".", import.meta.url)),
   base: "/",
-  esbuild: { jsx: "automatic" },
+  esbuild: { jsx: "automatic", jsxDev: false },
+  // React's production build whatever NODE_ENV the builder inherits (vitest's global setup runs under NODE_ENV=test,
+  // which Vite would otherwise pass on, bundling React's development build).
+  define: { "process.env.NODE_ENV": JSON.stringify("production") },
   build: {
     outDir: "dist",
     emptyOutDir: true,

@@ -24,7 +24,7 @@ function TokenForm(props: { readonly message: string | null; readonly onToken: (
       <h1>Baton</h1>
       <p>Enter a Baton token (the admin token is in <code>.baton/token</code>; a read-only token shows everything but the actions). It is kept for this browser session only.</p>
       {props.message !== null && <p className="error" data-testid="auth-message">{props.message}</p>}
-      <input type="password" aria-label="token" value={token} onChange={(e) => setToken(e.target.value)} autoFocus />
+      <input type="password" autoComplete="off" aria-label="token" value={token} onChange={(e) => setToken(e.target.value)} autoFocus />
       <button type="submit">Open</button>
     </form>
   )
