@@ -44,7 +44,7 @@ export const call = async <A>(method: "GET" | "POST", path: string, body?: unkno
     return { ok: false, status: 0, tag: "NetworkError", message: `cannot reach the server (${String(e)})`, body: null }
   }
   const text = await response.text()
-  let json: unknown = null
+  let json: unknown
   try {
     json = text === "" ? null : JSON.parse(text)
   } catch (_notJson) {
