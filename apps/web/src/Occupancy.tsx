@@ -4,7 +4,7 @@
  * owed, and vertical marks where the native thread was compacted, offloaded, summarised or replaced (the sawtooth).
  * The same points are listed in a table under the chart (what a screen reader and the tests read).
  */
-import { useEffect, useRef } from "react"
+import { useEffect, useRef, useState } from "react"
 import uPlot from "uplot"
 import "uplot/dist/uPlot.min.css"
 import { fmt, type OccupancyMark, type OccupancyPoint } from "./model.js"
@@ -27,6 +27,8 @@ const markColor: Record<OccupancyMark["kind"], string> = {
 
 export function Occupancy(props: OccupancyProps) {
   const host = useRef<HTMLDivElement | null>(null)
+  // The table is built only while it is open: a 5,000-run thread would otherwise render 5,000 rows on every update.
+  const [tableOpen, setTableOpen] = useState(false)
   const plot = useRef<uPlot | null>(null)
   const marksRef = useRef(props.marks)
   marksRef.current = props.marks
@@ -101,9 +103,9 @@ export function Occupancy(props: OccupancyProps) {
           <li key={i} style={{ color: markColor[m.kind] }}>after run {m.runSeq}: {m.kind} ({m.detail})</li>
         ))}
       </ul>
-      <details>
+      <details onToggle={(e) => setTableOpen(e.currentTarget.open)}>
         <summary>{props.points.length} points</summary>
-        <table data-testid="occupancy-points">
+        {tableOpen && <table data-testid="occupancy-points">
           <thead><tr><th>run</th><th>used</th><th>window</th><th>auto-compact</th><th>budget</th><th>report</th></tr></thead>
           <tbody>
             {props.points.map((p) => (
@@ -113,7 +115,7 @@ export function Occupancy(props: OccupancyProps) {
               </tr>
             ))}
           </tbody>
-        </table>
+        </table>}
       </details>
     </section>
   )

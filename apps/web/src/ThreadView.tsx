@@ -90,7 +90,7 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
     <section className="conversation">
       <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
         <label className="follow"><input type="checkbox" checked={follow} onChange={(e) => setFollow(e.target.checked)} /> follow</label></h2>
-      <div ref={parent} className="scroller" data-testid="conversation">
+      <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)}>
         <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
           {virtualizer.getVirtualItems().map((v) => (
             <div key={rows[v.index]!.key} style={{ position: "absolute", top: 0, left: 0, right: 0, height: v.size, transform: `translateY(${v.start}px)` }}>

@@ -66,6 +66,15 @@ export class ThreadStore {
   private stream: Follow | null = null
   private readonly dirtyRuns = new Set<number>()
 
+  /**
+   * When the page started loading (`Date.now()`). An event stamped before it is already in what the first loads
+   * read (they started after it was committed), so replaying the stored log triggers no refresh; an event missed
+   * while disconnected is newer and does. Assumes the browser's and the server's clocks agree within the load time
+   * (true on one machine; a skewed remote clock costs redundant refreshes or, when the browser is ahead, a stale
+   * panel until the next event).
+   */
+  private readonly openedAt = Date.now()
+
   constructor(readonly threadId: string) {}
 
   subscribe = (listener: () => void) => {
@@ -167,6 +176,8 @@ export class ThreadStore {
     const log = (window.__baton ??= { received: [] }).received
     log.push(received)
     if (log.length > 5_000) log.splice(0, log.length - 5_000)
+    this.changed()
+    if (Date.parse(event.createdAt) < this.openedAt) return
     const last = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
     if (event.type === "items.appended" && event.payload.toSeq > last) this.itemsRefresher.trigger()
     if (event.type.startsWith("run.")) {
@@ -182,6 +193,5 @@ export class ThreadStore {
     if (/^(handoff|delivery|usage|provider|native_thread|thread|context)\./.test(event.type) || event.type === "run.completed") {
       this.snapshotRefresher.trigger()
     }
-    this.changed()
   }
 }

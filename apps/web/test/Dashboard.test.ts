@@ -189,6 +189,7 @@ describe("the dashboard in Chromium", () => {
       }
     }
     expect(expected.size).toBe(55)
+    for (const summary of await page.locator("[data-testid=occupancy] summary").all()) await summary.click()
     const shown = await page.locator("[data-testid=occupancy-points] tbody tr").evaluateAll((rows) =>
       rows.map((r) => [Number(r.getAttribute("data-run-seq")), Number(r.getAttribute("data-used"))] as const)
     )
