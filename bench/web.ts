@@ -1,3 +1,4 @@
+/// <reference lib="dom" />
 /**
  * The dashboard's performance figures (issue 13): `pnpm bench:web` (from the repository root; `BENCH_ITEMS`, default
  * 10000; `BENCH_LATENCY_RUNS`, default 30; `BATON_CHROMIUM`, default /usr/bin/chromium).
