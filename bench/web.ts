@@ -94,7 +94,7 @@ const main = async () => {
       el.scrollTop = el.scrollHeight / 2
     })
     await page.waitForFunction(() => {
-      const rows = [...document.querySelectorAll("[data-testid=item-row]")]
+      const rows = Array.from(document.querySelectorAll("[data-testid=item-row]"))
       return rows.length > 0 && rows.every((r) => r.getBoundingClientRect().height > 0)
     })
     const row = page.locator("[data-testid=item-row] button").nth(3)
