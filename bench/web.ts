@@ -106,8 +106,7 @@ const main = async () => {
 
     // Live latency: the events of each sent message, commit (upper bound: createdAt) to page.
     await page.waitForFunction(() => document.querySelector("[data-testid=connection]")?.textContent === "open")
-    const before = await page.evaluate(() =>
-      Math.max(0, ...(window as unknown as { __baton: { received: Array<{ seq: number }> } }).__baton.received.map((e) => e.seq)))
+    const sendStart = Date.now()
     for (let i = 0; i < latencyRuns; i++) {
       const { runId } = await call<{ runId: string }>("POST", `/threads/${threadId}/messages`, { text: `live ${i}` })
       await call("GET", `/runs/${runId}?waitMs=30000`)
@@ -115,7 +114,7 @@ const main = async () => {
     await page.waitForTimeout(500)
     const received = await page.evaluate((n) =>
       (window as unknown as { __baton: { received: Array<{ seq: number; createdAt: string; receivedAt: number }> } }).__baton.received
-        .filter((e) => e.seq > n), before)
+        .filter((e) => Date.parse(e.createdAt) >= n), sendStart)
     const latencies = received.map((e) => e.receivedAt - Date.parse(e.createdAt))
     await browser.close()
 

@@ -12,12 +12,18 @@ interface Outcome {
   readonly result: Result<unknown>
 }
 
-const describe = (o: Outcome) =>
-  o.result.ok
-    ? (typeof o.result.value === "object" && o.result.value !== null && "reason" in o.result.value && typeof o.result.value.reason === "string"
-      ? o.result.value.reason
-      : "done")
-    : `${o.result.tag}: ${o.result.message}`
+/** The answer in the API's words: an error's `message`; a result's `reason` if it has one, else its plain fields. */
+const describe = (o: Outcome): string => {
+  if (!o.result.ok) return `${o.result.tag}: ${o.result.message}`
+  const value = o.result.value
+  if (typeof value !== "object" || value === null) return String(value)
+  const fields = value as Record<string, unknown>
+  if (typeof fields["reason"] === "string") return fields["reason"]
+  return Object.entries(fields)
+    .filter(([, v]) => v === null || ["string", "number", "boolean"].includes(typeof v))
+    .map(([k, v]) => `${k}: ${String(v)}`)
+    .join(", ")
+}
 
 export function Actions(props: {
   readonly threadId: string

@@ -57,7 +57,8 @@ export function Occupancy(props: OccupancyProps) {
       width: Math.max(320, host.current.clientWidth),
       height: 220,
       scales: { x: { time: false } },
-      axes: [{ label: "run" }, { label: "tokens", size: 70 }],
+      // Runs are whole numbers: ticks only at integer steps.
+      axes: [{ label: "run", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000] }, { label: "tokens", size: 70 }],
       series: [
         { label: "run" },
         { label: "used", stroke: "#2563eb", width: 2, points: { show: true, size: 6 } },

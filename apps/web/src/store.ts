@@ -102,6 +102,8 @@ export class ThreadStore {
     for (;;) {
       const after = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
       const page = await get<ItemPageJson>(`${this.base()}/items?afterSeq=${after}&limit=${pageSize}`)
+      // The event stream (and its replay of the stored log) starts once the first rows are on the page.
+      this.startStream()
       if (!page.ok) return
       if (page.value.items.length > 0) {
         this.items = this.items.concat(page.value.items)
@@ -143,9 +145,15 @@ export class ThreadStore {
 
   /** Loads everything and follows the event stream until `stop()`. */
   start() {
-    this.snapshotRefresher.trigger()
     this.itemsRefresher.trigger()
+    this.snapshotRefresher.trigger()
     this.runsRefresher.trigger()
+  }
+
+  private stopped = false
+
+  private startStream() {
+    if (this.stream !== null || this.stopped) return
     this.stream = follow({
       path: `${this.base()}/events`,
       monotonic: true,
@@ -159,6 +167,7 @@ export class ThreadStore {
   }
 
   stop() {
+    this.stopped = true
     this.stream?.close()
   }
 
@@ -171,11 +180,12 @@ export class ThreadStore {
   private onEvent(event: EventJson) {
     this.fold.apply(event)
     const received = { seq: event.seq, type: event.type, createdAt: event.createdAt, receivedAt: Date.now() }
+    // Trimmed in bulk: trimming one at a time shifts the whole array for every event of a long replay.
     this.events.push(received)
-    if (this.events.length > keepEvents) this.events.splice(0, this.events.length - keepEvents)
+    if (this.events.length > 2 * keepEvents) this.events.splice(0, this.events.length - keepEvents)
     const log = (window.__baton ??= { received: [] }).received
     log.push(received)
-    if (log.length > 5_000) log.splice(0, log.length - 5_000)
+    if (log.length > 10_000) log.splice(0, log.length - 5_000)
     this.changed()
     if (Date.parse(event.createdAt) < this.openedAt) return
     const last = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
