@@ -13,7 +13,8 @@
  * 3. **Live event latency**: with the thread open, BENCH_LATENCY_RUNS messages are sent through the API one after
  *    another; for each event the page received, `receivedAt` (the page's `Date.now()` when the reader handed it on)
  *    minus the event's `createdAt` (stamped inside the appending transaction, before its commit, so the figure is an
- *    upper bound of the time from commit to page). Same machine, same clock.
+ *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has received
+ *    the whole stored log (`eventLogReplayedMs`, from the navigation start), which it replays on opening.
  *
  * Prints one JSON document. Timings are measured here, never asserted in tests (STYLE.md, Tests).
  */
@@ -104,8 +105,13 @@ const main = async () => {
     await page.waitForFunction((n) => document.querySelector(".conversation h2")?.textContent?.includes(`${n.toLocaleString("en-US")} items`) === true && document.querySelector(".conversation h2")?.textContent?.includes("loading") === false, snapshot.totals.items, { timeout: 60_000 })
     const allItems = await page.evaluate(() => performance.now())
 
-    // Live latency: the events of each sent message, commit (upper bound: createdAt) to page.
-    await page.waitForFunction(() => document.querySelector("[data-testid=connection]")?.textContent === "open")
+    // Live latency: the events of each sent message, commit (upper bound: createdAt) to page, once the page has
+    // caught up with the stored log (its replay would otherwise queue the live events behind it).
+    const stored = await (await fetch(`${server.url}/threads/${threadId}/events?follow=false`, { headers })).text()
+    const lastSeq = Number([...stored.matchAll(/^id: ?(\d+)$/gm)].pop()?.[1] ?? 0)
+    await page.waitForFunction((seq) =>
+      (window as unknown as { __baton: { received: Array<{ seq: number }> } }).__baton.received.some((e) => e.seq === seq), lastSeq, { timeout: 120_000 })
+    const caughtUp = await page.evaluate(() => performance.now())
     const sendStart = Date.now()
     for (let i = 0; i < latencyRuns; i++) {
       const { runId } = await call<{ runId: string }>("POST", `/threads/${threadId}/messages`, { text: `live ${i}` })
@@ -122,7 +128,13 @@ const main = async () => {
       machine: `${Os.cpus().length} cores, ${Os.cpus()[0]?.model ?? "?"}`,
       js: { files: scripts.length, rawBytes, gzipBytes, gzipKB: Math.round(gzipBytes / 1024 * 10) / 10 },
       thread: { items: snapshot.totals.items, runs: snapshot.totals.runs, fillMs },
-      open: { firstRowsMs: Math.round(firstRows), interactiveMs: Math.round(interactive), allItemsMs: Math.round(allItems) },
+      open: {
+        firstRowsMs: Math.round(firstRows),
+        interactiveMs: Math.round(interactive),
+        allItemsMs: Math.round(allItems),
+        eventLogReplayedMs: Math.round(caughtUp),
+        loadAverage: Os.loadavg().map((x) => Math.round(x * 10) / 10)
+      },
       liveLatencyMs: {
         events: latencies.length,
         median: quantile(latencies, 0.5),

@@ -83,17 +83,25 @@ export class ThreadStore {
   }
   getVersion = () => this.version
 
+  private lastFlush = 0
+
+  /**
+   * Schedules one render for everything changed since the last: on the next animation frame, but at most one per
+   * 100 ms, so replaying a long stored log (tens of thousands of events) does not re-render the charts every frame.
+   */
   private changed() {
     if (this.scheduled) return
     this.scheduled = true
     const flush = () => {
       this.scheduled = false
+      this.lastFlush = performance.now()
       this.version++
       for (const l of this.listeners) l()
     }
+    const wait = Math.max(0, 100 - (performance.now() - this.lastFlush))
     // A hidden tab gets no animation frames; a timer still renders its state.
-    if (document.visibilityState === "visible") requestAnimationFrame(flush)
-    else setTimeout(flush, 0)
+    if (wait === 0 && document.visibilityState === "visible") requestAnimationFrame(flush)
+    else setTimeout(flush, wait)
   }
 
   private readonly base = () => `/threads/${encodeURIComponent(this.threadId)}`

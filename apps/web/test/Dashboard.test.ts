@@ -169,7 +169,7 @@ describe("the dashboard in Chromium", () => {
     const snapshot = await api<{ totals: { runs: number } }>(server.url, "GET", `/threads/${replayed}`)
     expect(snapshot.totals.runs).toBe(55)
     expect(await page.locator(`[data-testid=thread-row][data-thread-id="${replayed}"]`).getAttribute("data-runs")).toBe("55")
-    await page.screenshot({ path: Path.join(artifacts, "thread-list.png") })
+    await page.screenshot({ path: Path.join(artifacts, "thread-list.png"), clip: { x: 0, y: 0, width: 1400, height: 160 } })
 
     await page.click(`[data-testid=thread-row][data-thread-id="${replayed}"] button`)
     await page.waitForFunction(() => document.querySelector(".conversation h2")?.textContent?.includes("1,112 items, 55 runs") === true)
