@@ -122,8 +122,18 @@ function Handoffs(props: { readonly handoffs: ReadonlyArray<HandoffJson>; readon
                 ))}
               </ol>
               <div className="ids">
-                {d.deliveredItemIds.length > 0 && <span>delivered: {d.deliveredItemIds.slice(0, 50).map((id) => <button key={id} className="link ref" onClick={() => props.open(id)}>{id}</button>)}{d.deliveredItemIds.length > 50 ? ` +${d.deliveredItemIds.length - 50}` : ""}</span>}
-                {d.omittedItemIds.length > 0 && <span data-testid="omitted"> omitted: {d.omittedItemIds.slice(0, 50).map((id) => <button key={id} className="link ref omitted" data-testid="omitted-ref" onClick={() => props.open(id)}>{id}</button>)}</span>}
+                {d.deliveredItemIds.length > 0 && (
+                  <details><summary>{d.deliveredItemIds.length} delivered</summary>
+                    {d.deliveredItemIds.slice(0, 200).map((id) => <button key={id} className="link ref" onClick={() => props.open(id)}>{id}</button>)}
+                    {d.deliveredItemIds.length > 200 ? ` +${d.deliveredItemIds.length - 200}` : ""}
+                  </details>
+                )}
+                {d.omittedItemIds.length > 0 && (
+                  <details data-testid="omitted" open><summary>{d.omittedItemIds.length} omitted (read each by its ref)</summary>
+                    {d.omittedItemIds.slice(0, 200).map((id) => <button key={id} className="link ref omitted" data-testid="omitted-ref" onClick={() => props.open(id)}>{id}</button>)}
+                    {d.omittedItemIds.length > 200 ? ` +${d.omittedItemIds.length - 200}` : ""}
+                  </details>
+                )}
               </div>
             </div>
           ))}

@@ -189,13 +189,14 @@ describe("the dashboard in Chromium", () => {
       }
     }
     expect(expected.size).toBe(55)
+    await page.evaluate(() => window.scrollTo(0, 0))
+    await page.screenshot({ path: Path.join(artifacts, "thread.png") })
     for (const summary of await page.locator("[data-testid=occupancy] summary").all()) await summary.click()
     const shown = await page.locator("[data-testid=occupancy-points] tbody tr").evaluateAll((rows) =>
       rows.map((r) => [Number(r.getAttribute("data-run-seq")), Number(r.getAttribute("data-used"))] as const)
     )
     expect(shown.length).toBe(55)
     expect(new Map(shown)).toEqual(expected)
-    await page.screenshot({ path: Path.join(artifacts, "thread.png") })
     await close()
     expect(errors).toEqual([])
   })
