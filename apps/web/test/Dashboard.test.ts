@@ -2,8 +2,8 @@
  * The dashboard end to end in a real browser: Debian's Chromium (`/usr/bin/chromium`, driven by playwright-core)
  * against a real `baton serve` on loopback (a temp SQLite file, a random port), serving the build of apps/web that
  * vitest's global setup made. The acceptance lines of issue 13:
- * - a thread replayed from a real transcript shows every run, and the occupancy chart has one point per run with the
- *   values the API reports (its `usage.reported` events);
+ * - the thread list updates live; a thread replayed from a real transcript shows every run, and the occupancy chart
+ *   has one point per run with the values the API reports (its `usage.reported` events);
  * - a message sent from the page streams in live; a switch whose handoff is deferred shows it deferred, then
  *   `/compact` shows it delivered once;
  * - an original omitted from a handoff opens from its ref;
@@ -170,6 +170,9 @@ describe("the dashboard in Chromium", () => {
     expect(snapshot.totals.runs).toBe(55)
     expect(await page.locator(`[data-testid=thread-row][data-thread-id="${replayed}"]`).getAttribute("data-runs")).toBe("55")
     await page.screenshot({ path: Path.join(artifacts, "thread-list.png"), clip: { x: 0, y: 0, width: 1400, height: 160 } })
+    // The list is live: a thread created elsewhere appears without a reload.
+    const created = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "created while watching", providerInstance: "codex" })
+    await page.waitForSelector(`[data-testid=thread-row][data-thread-id="${created.threadId}"]`)
 
     await page.click(`[data-testid=thread-row][data-thread-id="${replayed}"] button`)
     await page.waitForFunction(() => document.querySelector(".conversation h2")?.textContent?.includes("1,112 items, 55 runs") === true)
