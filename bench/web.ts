@@ -16,6 +16,8 @@
  *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has received
  *    the whole stored log (`eventLogReplayedMs`, from the navigation start), which it replays on opening.
  *
+ * `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
+ *
  * Prints one JSON document. Timings are measured here, never asserted in tests (STYLE.md, Tests).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
@@ -60,20 +62,25 @@ const main = async () => {
   const rawBytes = scripts.reduce((n, f) => n + Fs.statSync(Path.join(assets, f)).size, 0)
 
   const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-bench-web-"))
-  const server = await serve(Path.join(dir, "baton.sqlite"))
+  const kept = process.env["BENCH_DB"]
+  const reuse = kept !== undefined && Fs.existsSync(kept)
+  const server = await serve(kept ?? Path.join(dir, "baton.sqlite"))
   const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
   const call = async <A>(method: string, path: string, body?: unknown) =>
     (await (await fetch(server.url + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })).json()) as A
   try {
-    const { threadId } = await call<{ threadId: string }>("POST", "/threads", { title: "10,000 items", providerInstance: "claude" })
+    const existing = reuse ? (await call<{ threads: Array<{ id: string; title: string }> }>("GET", "/threads")).threads.find((t) => t.title === "10,000 items") : undefined
+    const { threadId } = existing !== undefined
+      ? { threadId: existing.id }
+      : await call<{ threadId: string }>("POST", "/threads", { title: "10,000 items", providerInstance: "claude" })
     const fillStart = Date.now()
     let last = ""
-    for (let sent = 0; sent < items / 2; sent += 25) {
+    for (let sent = 0; existing === undefined && sent < items / 2; sent += 25) {
       const batch = await Promise.all(Array.from({ length: Math.min(25, items / 2 - sent) }, (_, i) =>
         call<{ runId: string }>("POST", `/threads/${threadId}/messages`, { text: `message ${sent + i}: ${"lorem ipsum ".repeat(8)}` })))
       last = batch[batch.length - 1]!.runId
     }
-    for (;;) {
+    for (; last !== "";) {
       const run = await call<{ run: { status: string } }>("GET", `/runs/${last}?waitMs=60000`)
       if (run.run.status !== "queued" && run.run.status !== "running" && run.run.status !== "starting") break
     }
