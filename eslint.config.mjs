@@ -12,7 +12,7 @@ import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "**/.turbo/**", "**/*.tmp.ts", "**/*.tmp.mts", "tmp-breaker/**", "**/.test-bundle/**"] },
+  { ignores: ["**/node_modules/**", "**/.turbo/**", "**/*.tmp.ts", "**/*.tmp.mts", "tmp-breaker/**", "**/.test-bundle/**", "apps/web/dist/**", "apps/web/test-results/**"] },
   {
     files: ["packages/*/{src,test}/**/*.ts", "apps/*/{src,test}/**/*.ts", "bench/*.ts", "bench/test/*.ts"],
     extends: [js.configs.recommended, ...tseslint.configs.recommended],
@@ -36,6 +36,17 @@ export default tseslint.config(
       "@typescript-eslint/no-floating-promises": "error",
       "@typescript-eslint/no-misused-promises": "error",
       "@typescript-eslint/await-thenable": "error"
+    }
+  },
+  {
+    // The dashboard (browser code with JSX, and its browser tests) is typed by its own programs.
+    files: ["apps/web/src/**/*.{ts,tsx}", "apps/web/test/**/*.ts"],
+    extends: [js.configs.recommended, ...tseslint.configs.recommended],
+    languageOptions: {
+      parserOptions: {
+        project: ["./apps/web/tsconfig.json", "./apps/web/tsconfig.test.json"],
+        tsconfigRootDir: import.meta.dirname
+      }
     }
   },
   {

@@ -10,6 +10,7 @@
  * outside the bundle, imported from where pnpm installed it.
  */
 import * as esbuild from "esbuild"
+import { build as viteBuild } from "vite"
 import { createRequire } from "node:module"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
@@ -18,7 +19,14 @@ import { fileURLToPath } from "node:url"
 const repo = Path.dirname(fileURLToPath(import.meta.url))
 export const cliBundle = Path.join(repo, "apps", "cli", ".test-bundle", "bin.mjs")
 
+/**
+ * Builds the dashboard (apps/web, `pnpm build:web`) into `apps/web/dist`, which `baton serve` serves at `/`: the
+ * browser acceptance tests (apps/web/test) load it from a real server, and a fresh clone has no build.
+ */
+const buildWeb = () => viteBuild({ configFile: Path.join(repo, "apps", "web", "vite.config.ts"), logLevel: "warn" })
+
 export default async function setup() {
+  await buildWeb()
   const fromSqlite = createRequire(Fs.realpathSync(Path.join(repo, "packages", "persistence", "package.json")))
   const sqliteNode = Fs.realpathSync(Path.dirname(fromSqlite.resolve("@effect/sql-sqlite-node/package.json")))
   const betterSqlite = createRequire(Path.join(sqliteNode, "package.json")).resolve("better-sqlite3")

@@ -111,6 +111,7 @@ const batonLayer = (settings: ServerConfig.ServerSettings) => {
     Layer.provideMerge(HttpApiBuilder.serve((app) => timing(guard(app)))),
     Layer.provide(HttpApiBuilder.api(Api.BatonApi).pipe(
       Layer.provide(Handlers.layer),
+      Layer.provide(Auth.sessionLayer({ admin: settings.auth.adminToken, read: settings.auth.readToken })),
       Layer.provide(Auth.layer({ admin: settings.auth.adminToken, read: settings.auth.readToken }))
     )),
     Layer.provide(loopback),

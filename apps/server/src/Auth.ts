@@ -6,7 +6,7 @@
  * what was wrong, not what was sent.
  */
 import { Api, Forbidden, Unauthorized } from "@baton/contracts"
-import { HttpServerRequest } from "@effect/platform"
+import { HttpApiBuilder, HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 
@@ -46,12 +46,30 @@ export const roleOf = (header: string | undefined, tokens: { readonly admin: Buf
 
 const readMethods = new Set(["GET", "HEAD"])
 
+const digestsOf = (tokens: Tokens) => ({
+  admin: digest(Redacted.value(tokens.admin)),
+  read: tokens.read === null ? null : digest(Redacted.value(tokens.read))
+})
+
+/**
+ * The `session` group over `tokens`: `GET /session` answers the role of the presented token (the middleware has
+ * already refused a missing or unknown one with 401).
+ */
+export const sessionLayer = (tokens: Tokens) => {
+  const digests = digestsOf(tokens)
+  return HttpApiBuilder.group(Api.BatonApi, "session", (handlers) =>
+    Effect.succeed(handlers.handle("get", () =>
+      Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+        const verdict = roleOf(request.headers.authorization, digests)
+        return verdict._tag === "granted"
+          ? Effect.succeed({ role: verdict.role })
+          : Effect.fail(new Unauthorized({ reason: verdict.reason }))
+      }))))
+}
+
 /** The `Authorization` middleware over `tokens`. */
 export const layer = (tokens: Tokens) => {
-  const digests = {
-    admin: digest(Redacted.value(tokens.admin)),
-    read: tokens.read === null ? null : digest(Redacted.value(tokens.read))
-  }
+  const digests = digestsOf(tokens)
   return Layer.succeed(
     Api.Authorization,
     Api.Authorization.of({

@@ -3,7 +3,7 @@
  *
  * - `httpLayer` is the API over an orchestrator the caller provides: `BatonApi` with its handlers and bearer-token
  *   auth, `/openapi.json`, the offline API reference at `/docs` (Scalar, its script inlined from
- *   `@effect/platform`: no CDN), all behind `HttpGuard`. Tests serve it on `NodeHttpServer.layerTest`.
+ *   `@effect/platform`: no CDN), the dashboard at `/` (`WebApp`), all behind `HttpGuard`. Tests serve it on `NodeHttpServer.layerTest`.
  * - `orchestratorLayer` is the embedded default: the database of the settings (SQLite file or Postgres), its provider
  *   instances (scripted, or model APIs: Anthropic Messages, OpenAI Responses, Chat Completions), random ids, and the `RunDriver` (which reconciles runs left by a dead process when built).
  * - `run` serves both on `host:port` until interrupted (SIGINT/SIGTERM under the CLI's runtime), then shuts down in
@@ -25,11 +25,14 @@ import * as Auth from "./Auth.js"
 import * as Handlers from "./Handlers.js"
 import * as HttpGuard from "./HttpGuard.js"
 import * as ServerConfig from "./ServerConfig.js"
+import * as WebApp from "./WebApp.js"
 
 /** What `httpLayer` needs to know: the tokens it accepts and the request body limit in bytes. */
 export interface HttpOptions {
   readonly tokens: Auth.Tokens
   readonly maxBodyBytes: number
+  /** Where the built dashboard is (default `WebApp.defaultDir()`: `apps/web/dist`). */
+  readonly webDir?: string
 }
 
 /**
@@ -38,10 +41,12 @@ export interface HttpOptions {
  */
 export const httpLayer = (options: HttpOptions) =>
   HttpApiBuilder.serve(HttpGuard.middleware({ maxBodyBytes: options.maxBodyBytes })).pipe(
+    Layer.provide(WebApp.layer(options.webDir)),
     Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: { withDefaultFonts: false } })),
     Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
     Layer.provide(HttpApiBuilder.api(Api.BatonApi).pipe(
       Layer.provide(Handlers.layer),
+      Layer.provide(Auth.sessionLayer(options.tokens)),
       Layer.provide(Auth.layer(options.tokens))
     ))
   )

@@ -272,6 +272,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/items/{itemId}",
         "/readyz",
         "/runs/{runId}",
+        "/session",
         "/threads",
         "/threads/{threadId}",
         "/threads/{threadId}/compact",

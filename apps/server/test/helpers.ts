@@ -13,11 +13,15 @@ import { Effect, Layer, Redacted } from "effect"
 export const adminToken = "admin-token-0123456789abcdef"
 export const readToken = "read-token-0123456789abcdef"
 
-/** The API served over `h`'s orchestrator with the two test tokens and `maxBodyBytes` (default 2 MiB). */
-export const serve = (h: Harness.Harness, options: { readonly maxBodyBytes?: number } = {}) =>
+/**
+ * The API served over `h`'s orchestrator with the two test tokens and `maxBodyBytes` (default 2 MiB); the dashboard
+ * from `webDir` (default: the repository's `apps/web/dist`).
+ */
+export const serve = (h: Harness.Harness, options: { readonly maxBodyBytes?: number; readonly webDir?: string } = {}) =>
   Server.httpLayer({
     tokens: { admin: Redacted.make(adminToken), read: Redacted.make(readToken) },
-    maxBodyBytes: options.maxBodyBytes ?? 2 * 1024 * 1024
+    maxBodyBytes: options.maxBodyBytes ?? 2 * 1024 * 1024,
+    ...(options.webDir === undefined ? {} : { webDir: options.webDir })
   }).pipe(
     Layer.provideMerge(NodeHttpServer.layerTest),
     Layer.provideMerge(RunDriver.RunDriver.Default),

@@ -60,6 +60,7 @@ import {
   RunAccepted,
   RunPage,
   RunView,
+  Session,
   ThreadPage,
   ThreadSnapshot
 } from "./Views.js"
@@ -443,6 +444,19 @@ export class EventsGroup extends HttpApiGroup.make("events")
   .middleware(Authorization)
 {}
 
+/**
+ * Session: what the presented token may do, `{ role: "admin" | "read" }` (a dashboard hides its actions for the
+ * read-only token). 401 without a token or with an unknown one.
+ */
+export class SessionGroup extends HttpApiGroup.make("session")
+  .add(
+    HttpApiEndpoint.get("get", "/session")
+      .addSuccess(Session)
+      .annotate(OpenApi.Description, "The role of the presented token: `admin` (any endpoint) or `read` (`GET` only).")
+  )
+  .middleware(Authorization)
+{}
+
 /** Health: liveness and readiness, without authentication. */
 export class HealthGroup extends HttpApiGroup.make("health")
   .add(
@@ -470,6 +484,7 @@ export class BatonApi extends HttpApi.make("BatonApi")
   .add(ItemsGroup)
   .add(HandoffsGroup)
   .add(EventsGroup)
+  .add(SessionGroup)
   .add(HealthGroup)
   .addError(InvalidRequest)
   .addError(ConcurrentModification)

@@ -192,3 +192,7 @@ export const Readiness = Schema.Struct({
   migrations: Schema.Struct({ applied: Count, latest: Count })
 })
 export type Readiness = typeof Readiness.Type
+
+/** `GET /session`: what the presented token may do: `admin` anything, `read` only `GET`. */
+export const Session = Schema.Struct({ role: Schema.Literal("admin", "read") })
+export type Session = typeof Session.Type

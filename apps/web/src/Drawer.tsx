@@ -1,0 +1,61 @@
+/**
+ * The drawer that reads any original by its ref (an item id): `GET /items/{id}` a window of 4,096 characters at a
+ * time, "more" for the next window (`nextOffset`). Opened from a row, a handoff's delivered or omitted ids, or an id
+ * typed in.
+ */
+import { useEffect, useState } from "react"
+import { get } from "./api.js"
+import { fmt } from "./model.js"
+import type { ItemTextJson } from "./types.js"
+
+const window = 4_096
+
+export function Drawer(props: { readonly itemId: string | null; readonly onClose: () => void; readonly onOpen: (id: string) => void }) {
+  const [pages, setPages] = useState<Array<ItemTextJson>>([])
+  const [error, setError] = useState<string | null>(null)
+  const [ref, setRef] = useState("")
+
+  const load = async (id: string, offset: number) => {
+    const page = await get<ItemTextJson>(`/items/${encodeURIComponent(id)}?offset=${offset}&limit=${window}`)
+    if (page.ok) {
+      setError(null)
+      setPages((old) => offset === 0 ? [page.value] : [...old, page.value])
+    } else {
+      setError(page.message)
+    }
+  }
+
+  useEffect(() => {
+    setPages([])
+    setError(null)
+    if (props.itemId !== null) void load(props.itemId, 0)
+  }, [props.itemId])
+
+  if (props.itemId === null) {
+    return (
+      <form className="ref-form" onSubmit={(e) => {
+        e.preventDefault()
+        if (ref.trim() !== "") props.onOpen(ref.trim())
+      }}>
+        <input aria-label="item ref" placeholder="read an original by ref (item id)" value={ref} onChange={(e) => setRef(e.target.value)} />
+        <button type="submit">Read</button>
+      </form>
+    )
+  }
+  const first = pages[0]
+  const last = pages[pages.length - 1]
+  return (
+    <aside className="drawer" data-testid="drawer" data-item-id={props.itemId}>
+      <header>
+        <strong>{props.itemId}</strong>
+        {first !== undefined && <span> {first.item.kind}{first.item.toolName === null ? "" : ` ${first.item.toolName}`} · seq {first.item.seq} · {fmt(first.item.tokens)} tokens · {fmt(first.totalChars)} characters</span>}
+        <button onClick={props.onClose} aria-label="close">×</button>
+      </header>
+      {error !== null && <p className="error" data-testid="drawer-error">{error}</p>}
+      <pre data-testid="drawer-text">{pages.map((p) => p.item.text).join("")}</pre>
+      {last !== undefined && last.nextOffset !== null && (
+        <button onClick={() => void load(props.itemId!, last.nextOffset!)}>more ({fmt(last.totalChars - last.nextOffset)} characters left)</button>
+      )}
+    </aside>
+  )
+}

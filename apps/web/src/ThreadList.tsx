@@ -1,0 +1,88 @@
+/**
+ * The thread list: title, providers, runs, the context fill of the active native thread, deferred and owed items,
+ * cost. Live: any event on `/events` re-reads the list (a burst coalesces into one refresh).
+ */
+import { useEffect, useState } from "react"
+import { get, type Result } from "./api.js"
+import { fmt, usd } from "./model.js"
+import { follow } from "./sse.js"
+import { Refresher } from "./store.js"
+import type { SnapshotJson, ThreadPageJson } from "./types.js"
+
+interface Entry {
+  readonly snapshot: SnapshotJson
+}
+
+const fill = (s: SnapshotJson) => {
+  const pt = s.providerThreads.find((p) => p.active)
+  const nt = pt?.nativeThreads.find((n) => n.id === pt.activeNativeThreadId)
+  if (nt === undefined) return "–"
+  const used = nt.usage?.usedTokens ?? nt.estimatedTokens
+  return nt.window === null ? `${fmt(used)} tokens` : `${Math.round((100 * used) / nt.window)}% (${fmt(used)} / ${fmt(nt.window)})`
+}
+
+const owed = (s: SnapshotJson) => {
+  let deferred = 0
+  let owedItems = 0
+  for (const h of s.openHandoffs) {
+    for (const d of h.deliveries) {
+      if (d.status === "deferred") deferred += h.itemIds.length
+      if (d.status === "deferred" || d.status === "pending") owedItems += h.itemIds.length
+    }
+  }
+  return { deferred, owedItems }
+}
+
+export function ThreadList(props: { readonly open: (threadId: string) => void }) {
+  const [entries, setEntries] = useState<ReadonlyArray<Entry> | null>(null)
+  const [error, setError] = useState<string | null>(null)
+  useEffect(() => {
+    const refresher = new Refresher(async () => {
+      const threads: Array<ThreadPageJson["threads"][number]> = []
+      let cursor: string | null = null
+      do {
+        const page: Result<ThreadPageJson> = await get<ThreadPageJson>(`/threads?limit=500${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`)
+        if (!page.ok) {
+          setError(page.message)
+          return
+        }
+        threads.push(...page.value.threads)
+        cursor = page.value.nextCursor
+      } while (cursor !== null)
+      const snapshots = await Promise.all(threads.map((t) => get<SnapshotJson>(`/threads/${encodeURIComponent(t.id)}`)))
+      setEntries(snapshots.flatMap((s) => s.ok ? [{ snapshot: s.value }] : []))
+    })
+    refresher.trigger()
+    const stream = follow({ path: "/events", monotonic: false, onEvent: () => refresher.trigger() })
+    return () => stream.close()
+  }, [])
+  if (error !== null) return <p className="error">{error}</p>
+  if (entries === null) return <p className="dim">loading…</p>
+  return (
+    <section className="thread-list">
+      <h1>Threads</h1>
+      <table data-testid="thread-list">
+        <thead>
+          <tr><th>title</th><th>providers</th><th>runs</th><th>context fill (active)</th><th>deferred items</th><th>owed items</th><th>cost</th><th>updated</th></tr>
+        </thead>
+        <tbody>
+          {entries.map(({ snapshot: s }) => {
+            const o = owed(s)
+            return (
+              <tr key={s.thread.id} data-testid="thread-row" data-thread-id={s.thread.id} data-runs={s.totals.runs}>
+                <td><button className="link" onClick={() => props.open(s.thread.id)}>{s.thread.title}</button></td>
+                <td>{s.providerThreads.map((p) => p.active ? <strong key={p.id}>{p.providerInstance} </strong> : <span key={p.id}>{p.providerInstance} </span>)}</td>
+                <td>{fmt(s.totals.runs)}</td>
+                <td>{fill(s)}</td>
+                <td>{fmt(o.deferred)}</td>
+                <td>{fmt(o.owedItems)}</td>
+                <td>{s.costs.totals.runs === 0 ? "–" : usd(s.costs.totals.costUsd)}</td>
+                <td>{new Date(s.thread.updatedAt).toLocaleString()}</td>
+              </tr>
+            )
+          })}
+        </tbody>
+      </table>
+    </section>
+  )
+}

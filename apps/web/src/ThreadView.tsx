@@ -1,0 +1,207 @@
+/**
+ * One thread: its header (providers, totals, cost), the actions (admin token), the conversation as runs of items in
+ * a virtualised list, context occupancy per native thread, the handoff timelines, cost per run, the live event tail,
+ * and the drawer that reads originals by ref.
+ */
+import { useVirtualizer } from "@tanstack/react-virtual"
+import { useEffect, useMemo, useRef, useState, useSyncExternalStore } from "react"
+import { Actions } from "./Actions.js"
+import { Drawer } from "./Drawer.js"
+import { fmt, toRows, usd, type Row } from "./model.js"
+import { Occupancy } from "./Occupancy.js"
+import { ThreadStore } from "./store.js"
+import type { HandoffJson, ItemJson, RunJson, SnapshotJson } from "./types.js"
+import type { EventFold } from "./model.js"
+
+const oneLine = (text: string, max = 160) => {
+  const line = text.replace(/\s+/g, " ").trim()
+  return line.length > max ? `${line.slice(0, max)}…` : line
+}
+
+const kindLabel: Record<string, string> = {
+  user_message: "user",
+  assistant_message: "assistant",
+  reasoning: "reasoning",
+  error: "error",
+  summary: "summary",
+  handoff_marker: "handoff",
+  tool_call: "tool call",
+  tool_result: "tool result"
+}
+
+function RowView(props: {
+  readonly row: Row
+  readonly runs: Map<string, RunJson>
+  readonly costs: Map<string, SnapshotJson["costs"]["recentRuns"][number]>
+  readonly stubbed: Set<string>
+  readonly open: (id: string) => void
+}) {
+  const row = props.row
+  if (row.kind === "run") {
+    const run = row.runId === null ? undefined : props.runs.get(row.runId)
+    const cost = row.runId === null ? undefined : props.costs.get(row.runId)
+    return (
+      <div className="row run-header" data-testid="run-header" data-run-id={row.runId ?? ""} data-run-seq={run?.seq ?? ""} data-status={run?.status ?? ""}>
+        <strong>{row.runId === null ? "outside any run" : `run ${run?.seq ?? "…"}`}</strong>
+        {run !== undefined && <span className={`status ${run.status}`}>{run.status}</span>}
+        {run?.failureReason != null && <span className="reason">{oneLine(run.failureReason, 80)}</span>}
+        {cost !== undefined && (
+          <span className="cost">in {fmt(cost.inputTokens)} · cache write {fmt(cost.cacheWriteTokens)} · cache read {fmt(cost.cacheReadTokens)} · out {fmt(cost.outputTokens)} · {usd(cost.costUsd)}</span>
+        )}
+      </div>
+    )
+  }
+  if (row.kind === "tool") {
+    const stub = row.call.toolCallId !== null && props.stubbed.has(row.call.toolCallId)
+    return (
+      <div className="row tool" data-testid="tool-row" data-item-id={row.call.id}>
+        <span className="badge tool">tool</span>
+        <button className="link" onClick={() => props.open(row.call.id)}>{row.call.toolName ?? "?"}({oneLine(row.call.text, 60)})</button>
+        <span> → </span>
+        {row.result === null
+          ? <span className="dim">{row.call.toolCallState ?? "no result"}</span>
+          : <button className="link" onClick={() => props.open(row.result!.id)}>{row.result.isError ? "error: " : ""}{oneLine(row.result.text, 60)}</button>}
+        {stub && <span className="badge stub" title="its result goes to the provider as a one-line stub; the original is readable here">stubbed</span>}
+        <span className="dim tokens">{fmt(row.call.tokens + (row.result?.tokens ?? 0))} tokens</span>
+      </div>
+    )
+  }
+  const item: ItemJson = row.item
+  return (
+    <div className={`row item ${item.kind}`} data-testid="item-row" data-item-id={item.id} data-kind={item.kind}>
+      <span className={`badge ${item.kind}`}>{kindLabel[item.kind] ?? item.kind}</span>
+      <button className="link text" onClick={() => props.open(item.id)}>{oneLine(item.text)}</button>
+      <span className="dim tokens">{fmt(item.tokens)} tokens</span>
+    </div>
+  )
+}
+
+function Conversation(props: { readonly store: ThreadStore; readonly open: (id: string) => void }) {
+  const { store } = props
+  const rows = useMemo(() => toRows(store.items), [store.items])
+  const costs = useMemo(() => new Map((store.snapshot?.costs.recentRuns ?? []).map((c) => [c.runId, c])), [store.snapshot])
+  const parent = useRef<HTMLDivElement | null>(null)
+  const [follow, setFollow] = useState(true)
+  const virtualizer = useVirtualizer({ count: rows.length, getScrollElement: () => parent.current, estimateSize: () => 28, overscan: 20 })
+  useEffect(() => {
+    if (follow && rows.length > 0) virtualizer.scrollToIndex(rows.length - 1, { align: "end" })
+  }, [rows.length, follow, virtualizer])
+  return (
+    <section className="conversation">
+      <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
+        <label className="follow"><input type="checkbox" checked={follow} onChange={(e) => setFollow(e.target.checked)} /> follow</label></h2>
+      <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)}>
+        <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
+          {virtualizer.getVirtualItems().map((v) => (
+            <div key={rows[v.index]!.key} style={{ position: "absolute", top: 0, left: 0, right: 0, height: v.size, transform: `translateY(${v.start}px)` }}>
+              <RowView row={rows[v.index]!} runs={store.runs} costs={costs} stubbed={store.fold.stubbed} open={props.open} />
+            </div>
+          ))}
+        </div>
+      </div>
+    </section>
+  )
+}
+
+function Handoffs(props: { readonly handoffs: ReadonlyArray<HandoffJson>; readonly fold: EventFold; readonly native: Map<string, string>; readonly open: (id: string) => void }) {
+  if (props.handoffs.length === 0) return <section className="handoffs"><h2>Handoffs</h2><p className="dim">none</p></section>
+  return (
+    <section className="handoffs">
+      <h2>Handoffs</h2>
+      {props.handoffs.map((h) => (
+        <div key={h.id} className="handoff" data-testid="handoff" data-handoff-id={h.id}>
+          <div><strong>{h.kind}</strong> {h.id} · {h.itemIds.length} items ({fmt(h.tokens)} tokens) · created {new Date(h.createdAt).toLocaleTimeString()} {h.open ? <span className="badge owed">owed</span> : <span className="badge done">settled</span>}</div>
+          {h.deliveries.map((d) => (
+            <div key={d.id} className="delivery" data-testid="delivery" data-delivery-id={d.id} data-status={d.status} data-defer-count={d.deferCount}>
+              <div>→ {props.native.get(d.nativeThreadId) ?? d.nativeThreadId}: <span className={`status ${d.status}`} data-testid="delivery-status">{d.status}</span>
+                {d.mode !== null && <span> ({d.mode})</span>} · deferred ×{d.deferCount}
+                {d.lastDeferReason !== null && <span className="dim"> · why: {d.lastDeferReason}</span>}</div>
+              <ol className="timeline">
+                {(props.fold.deliverySteps.get(d.id) ?? []).map((s) => (
+                  <li key={s.seq} data-testid="delivery-step" data-type={s.type}><time>{new Date(s.at).toLocaleTimeString()}</time> {s.type.replace("delivery.", "")}: {s.detail}</li>
+                ))}
+              </ol>
+              <div className="ids">
+                {d.deliveredItemIds.length > 0 && (
+                  <details><summary>{d.deliveredItemIds.length} delivered</summary>
+                    {d.deliveredItemIds.slice(0, 200).map((id) => <button key={id} className="link ref" onClick={() => props.open(id)}>{id}</button>)}
+                    {d.deliveredItemIds.length > 200 ? ` +${d.deliveredItemIds.length - 200}` : ""}
+                  </details>
+                )}
+                {d.omittedItemIds.length > 0 && (
+                  <details data-testid="omitted" open><summary>{d.omittedItemIds.length} omitted (read each by its ref)</summary>
+                    {d.omittedItemIds.slice(0, 200).map((id) => <button key={id} className="link ref omitted" data-testid="omitted-ref" onClick={() => props.open(id)}>{id}</button>)}
+                    {d.omittedItemIds.length > 200 ? ` +${d.omittedItemIds.length - 200}` : ""}
+                  </details>
+                )}
+              </div>
+            </div>
+          ))}
+        </div>
+      ))}
+    </section>
+  )
+}
+
+export function ThreadView(props: { readonly threadId: string; readonly admin: boolean; readonly navigate: (threadId: string | null) => void }) {
+  const store = useMemo(() => new ThreadStore(props.threadId), [props.threadId])
+  useEffect(() => {
+    store.start()
+    return () => store.stop()
+  }, [store])
+  useSyncExternalStore(store.subscribe, store.getVersion)
+  const [drawer, setDrawer] = useState<string | null>(null)
+  const snap = store.snapshot
+  const native = new Map<string, string>()
+  for (const pt of snap?.providerThreads ?? []) for (const n of pt.nativeThreads) native.set(n.id, `${pt.providerInstance} gen ${n.generation}`)
+  const byNative = store.fold.pointsByNativeThread()
+  const active = snap?.providerThreads.find((p) => p.active)
+
+  return (
+    <div className="thread" data-testid="thread" data-thread-id={props.threadId}>
+      <header className="thread-header">
+        <button className="link" onClick={() => props.navigate(null)}>← threads</button>
+        <h1>{snap?.thread.title ?? props.threadId}</h1>
+        <span className={`conn ${store.connection}`} data-testid="connection">{store.connection}</span>
+        {store.snapshotError !== null && <span className="error">{store.snapshotError}</span>}
+      </header>
+      {snap !== null && (
+        <div className="summary">
+          <span>active: <strong data-testid="active-provider">{snap.activeProviderInstance ?? "none"}</strong></span>
+          <span>providers: {snap.providerThreads.map((p) => p.providerInstance).join(", ")}</span>
+          <span>runs: {fmt(snap.totals.runs)}</span>
+          <span>items: {fmt(snap.totals.items)} ({fmt(snap.totals.itemTokens)} tokens)</span>
+          <span>handoffs: {fmt(snap.totals.handoffs)} ({fmt(snap.totals.openHandoffs)} open)</span>
+          <span data-testid="cost-totals">cost: {snap.costs.totals.runs === 0 ? "not reported by these providers" : `${fmt(snap.costs.totals.runs)} runs · in ${fmt(snap.costs.totals.inputTokens)} · cache write ${fmt(snap.costs.totals.cacheWriteTokens)} · cache read ${fmt(snap.costs.totals.cacheReadTokens)} · out ${fmt(snap.costs.totals.outputTokens)} · ${usd(snap.costs.totals.costUsd)}`}</span>
+        </div>
+      )}
+      {props.admin && (
+        <Actions threadId={props.threadId} providers={[...new Set((snap?.providerThreads ?? []).map((p) => p.providerInstance))]}
+          onDone={() => store.refresh()} navigate={(id) => props.navigate(id)} />
+      )}
+      <div className="columns">
+        <div className="left">
+          <Conversation store={store} open={setDrawer} />
+          <Drawer itemId={drawer} onClose={() => setDrawer(null)} onOpen={setDrawer} />
+        </div>
+        <div className="right">
+          <h2>Context occupancy</h2>
+          {[...byNative.entries()].map(([nativeId, points]) => {
+            const view = snap?.providerThreads.flatMap((p) => p.nativeThreads).find((n) => n.id === nativeId)
+            return (
+              <Occupancy key={nativeId} nativeThreadId={nativeId} title={`${native.get(nativeId) ?? nativeId}${active?.activeNativeThreadId === nativeId ? " (active)" : ""}`}
+                points={points} marks={store.fold.marks.filter((m) => m.nativeThreadId === nativeId || m.nativeThreadId === "")} window={view?.window ?? null} />
+            )
+          })}
+          <Handoffs handoffs={store.handoffs} fold={store.fold} native={native} open={setDrawer} />
+          <section className="events">
+            <h2>Events <span className="dim">(last {store.events.length}, seq {store.fold.lastSeq})</span></h2>
+            <ol data-testid="events">
+              {store.events.slice(-60).map((e) => <li key={e.seq} data-seq={e.seq} data-type={e.type}>{e.seq} {e.type}</li>)}
+            </ol>
+          </section>
+        </div>
+      </div>
+    </div>
+  )
+}

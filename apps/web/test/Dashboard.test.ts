@@ -1,0 +1,325 @@
+/**
+ * The dashboard end to end in a real browser: Debian's Chromium (`/usr/bin/chromium`, driven by playwright-core)
+ * against a real `baton serve` on loopback (a temp SQLite file, a random port), serving the build of apps/web that
+ * vitest's global setup made. The acceptance lines of issue 13:
+ * - the thread list updates live; a thread replayed from a real transcript shows every run, and the occupancy chart
+ *   has one point per run with the values the API reports (its `usage.reported` events);
+ * - a message sent from the page streams in live; a switch whose handoff is deferred shows it deferred, then
+ *   `/compact` shows it delivered once;
+ * - an original omitted from a handoff opens from its ref;
+ * - after the server restarts, the page reconnects and shows the events it missed, each once;
+ * - no console errors; screenshots of the thread list and of a thread are kept in apps/web/test-results/.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import { type Browser, chromium, type Page } from "playwright-core"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+const cli = Path.join(repo, "apps", "cli", ".test-bundle", "bin.mjs")
+const transcript = Path.join(repo, "..", "shared", "transcripts", "raw", "pi", "before-compaction.jsonl")
+const artifacts = Path.join(repo, "apps", "web", "test-results")
+const chromiumPath = process.env["BATON_CHROMIUM"] ?? "/usr/bin/chromium"
+const admin = "admin-token-0123456789abcdef"
+const reader = "read-token-0123456789abcdef"
+const providers = "codex:44000:42000:inject,claude:200000:noinject,gemini:16000:inject"
+/**
+ * The server's config: open requests get 1 s at shutdown (not 10): the page's event stream is one, and a restart
+ * would otherwise wait the whole deadline for it.
+ */
+const config = Path.join(Os.tmpdir(), `baton-dashboard-${process.pid}.json`)
+Fs.writeFileSync(config, JSON.stringify({ limits: { shutdownTimeoutMs: 1000 } }))
+
+interface Served {
+  readonly child: ChildProcess
+  readonly url: string
+  readonly port: number
+  readonly stop: () => Promise<void>
+}
+
+/** `baton serve` on `db` (port 0: a free one), resolved once it prints its "listening on" line. */
+const serve = (db: string, port = 0) =>
+  new Promise<Served>((resolve, reject) => {
+    const child = spawn(process.execPath, [cli, "serve", "--port", String(port), "--db", db, "--config", config], {
+      cwd: repo,
+      env: { ...process.env, BATON_TOKEN: admin, BATON_READ_TOKEN: reader, BATON_PROVIDERS: providers, BATON_DATABASE_URL: "", BATON_CONFIG: "" },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    const exited = new Promise<void>((done) => child.on("close", () => done()))
+    const timer = setTimeout(() => reject(new Error(`baton serve did not listen within 60 s: ${stderr}`)), 60_000)
+    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      const found = /listening on (http:\/\/\S+)/.exec(stdout)
+      if (found !== null) {
+        clearTimeout(timer)
+        const url = found[1]!
+        resolve({
+          child,
+          url,
+          port: Number(new URL(url).port),
+          stop: () => {
+            child.kill("SIGTERM")
+            return exited
+          }
+        })
+      }
+    })
+  })
+
+/** Runs `baton args` to its end; rejects on a non-zero exit. */
+const baton = (args: ReadonlyArray<string>) =>
+  new Promise<string>((resolve, reject) => {
+    const child = spawn(process.execPath, [cli, ...args], { cwd: repo, env: { ...process.env, BATON_DATABASE_URL: "" }, stdio: ["ignore", "pipe", "pipe"] })
+    let out = ""
+    let err = ""
+    child.stdout.setEncoding("utf8").on("data", (c: string) => void (out += c))
+    child.stderr.setEncoding("utf8").on("data", (c: string) => void (err += c))
+    child.on("close", (code) => code === 0 ? resolve(out) : reject(new Error(`baton ${args.join(" ")} exited ${code}: ${err}`)))
+  })
+
+/** A JSON call of the API with the admin token. */
+const api = async <A>(base: string, method: "GET" | "POST", path: string, body?: unknown): Promise<A> => {
+  const response = await fetch(base + path, {
+    method,
+    headers: { authorization: `Bearer ${admin}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) })
+  })
+  const json = await response.json() as A
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${JSON.stringify(json)}`)
+  return json
+}
+
+interface StoredEvent {
+  readonly seq: number
+  readonly type: string
+  readonly payload: Record<string, unknown>
+}
+
+/** The thread's stored events, as the API replays them (`?follow=false`). */
+const storedEvents = async (base: string, threadId: string): Promise<Array<StoredEvent>> => {
+  const response = await fetch(`${base}/threads/${threadId}/events?follow=false`, { headers: { authorization: `Bearer ${admin}` } })
+  const text = await response.text()
+  return text.split("\n\n").flatMap((block) => {
+    const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n")
+    return data === "" ? [] : [JSON.parse(data) as StoredEvent]
+  })
+}
+
+/** A page that records every console error and uncaught exception; `token` entered in the form. */
+const openPage = async (browser: Browser, base: string, token: string, path = "/") => {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } })
+  const page = await context.newPage()
+  const errors: Array<string> = []
+  page.on("console", (m) => void (m.type() === "error" && errors.push(m.text())))
+  page.on("pageerror", (e) => void errors.push(`pageerror: ${e.message}`))
+  await page.goto(base + path)
+  await page.fill("input[aria-label=token]", token)
+  await page.click("text=Open")
+  return { page, errors, close: () => context.close() }
+}
+
+/** Every run header the virtualised conversation shows while it is scrolled from top to bottom. */
+const runSeqsShown = async (page: Page) => {
+  const seqs = new Set<number>()
+  const scroller = page.getByTestId("conversation")
+  const height = await scroller.evaluate((el) => el.scrollHeight)
+  for (let top = 0; top <= height; top += 600) {
+    await scroller.evaluate((el, y) => void (el.scrollTop = y), top)
+    await page.waitForTimeout(10)
+    for (const seq of await page.locator("[data-testid=run-header]").evaluateAll((els) => els.map((e) => Number(e.getAttribute("data-run-seq"))))) {
+      seqs.add(seq)
+    }
+  }
+  return seqs
+}
+
+describe("the dashboard in Chromium", () => {
+  let dir: string
+  let db: string
+  let server: Served
+  let browser: Browser
+  let replayed: string
+
+  beforeAll(async () => {
+    dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-"))
+    db = Path.join(dir, "baton.sqlite")
+    Fs.mkdirSync(artifacts, { recursive: true })
+    await baton(["replay", transcript, "--db", db, "--interrupt-rate", "0"])
+    server = await serve(db)
+    browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] })
+    const page = await api<{ threads: Array<{ id: string }> }>(server.url, "GET", "/threads")
+    replayed = page.threads[0]!.id
+  }, 120_000)
+
+  afterAll(async () => {
+    await browser?.close()
+    await server?.stop()
+    Fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  it("a replayed real transcript: every run shown, one occupancy point per run with the API's values", async () => {
+    const { page, errors, close } = await openPage(browser, server.url, admin)
+    await page.waitForSelector(`[data-testid=thread-row][data-thread-id="${replayed}"]`)
+    const snapshot = await api<{ totals: { runs: number } }>(server.url, "GET", `/threads/${replayed}`)
+    expect(snapshot.totals.runs).toBe(55)
+    expect(await page.locator(`[data-testid=thread-row][data-thread-id="${replayed}"]`).getAttribute("data-runs")).toBe("55")
+    await page.screenshot({ path: Path.join(artifacts, "thread-list.png"), clip: { x: 0, y: 0, width: 1400, height: 160 } })
+    // The list is live: a thread created elsewhere appears without a reload.
+    const created = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "created while watching", providerInstance: "codex" })
+    await page.waitForSelector(`[data-testid=thread-row][data-thread-id="${created.threadId}"]`)
+
+    await page.click(`[data-testid=thread-row][data-thread-id="${replayed}"] button`)
+    await page.waitForFunction(() => document.querySelector(".conversation h2")?.textContent?.includes("1,112 items, 55 runs") === true)
+    expect([...await runSeqsShown(page)].sort((a, b) => a - b)).toEqual(Array.from({ length: 55 }, (_, i) => i + 1))
+
+    // What the API reports: the usage each run left on its native thread (its last `usage.reported`).
+    const events = await storedEvents(server.url, replayed)
+    const seqOf = new Map<string, number>()
+    const startedOn = new Map<string, string>()
+    const expected = new Map<number, number>()
+    for (const e of events) {
+      if (e.type === "run.queued") seqOf.set(e.payload["runId"] as string, e.payload["seq"] as number)
+      if (e.type === "run.started") startedOn.set(e.payload["nativeThreadId"] as string, e.payload["runId"] as string)
+      if (e.type === "usage.reported" && e.payload["trusted"] === true) {
+        const runId = startedOn.get(e.payload["nativeThreadId"] as string)!
+        expected.set(seqOf.get(runId)!, (e.payload["usage"] as { usedTokens: number }).usedTokens)
+      }
+    }
+    expect(expected.size).toBe(55)
+    await page.evaluate(() => window.scrollTo(0, 0))
+    await page.screenshot({ path: Path.join(artifacts, "thread.png") })
+    for (const summary of await page.locator("[data-testid=occupancy] summary").all()) await summary.click()
+    const shown = await page.locator("[data-testid=occupancy-points] tbody tr").evaluateAll((rows) =>
+      rows.map((r) => [Number(r.getAttribute("data-run-seq")), Number(r.getAttribute("data-used"))] as const)
+    )
+    expect(shown.length).toBe(55)
+    expect(new Map(shown)).toEqual(expected)
+    await close()
+    expect(errors).toEqual([])
+  })
+
+  it("an original omitted from a handoff opens from its ref", async () => {
+    const { handoffs } = await api<{ handoffs: Array<{ deliveries: Array<{ omittedItemIds: Array<string> }> }> }>(server.url, "GET", `/threads/${replayed}/handoffs`)
+    const omitted = handoffs.flatMap((h) => h.deliveries.flatMap((d) => d.omittedItemIds))
+    expect(omitted.length).toBeGreaterThan(0)
+    const { page, errors, close } = await openPage(browser, server.url, admin, `/ui/threads/${replayed}`)
+    const ref = page.getByTestId("omitted-ref").first()
+    const id = await ref.textContent()
+    expect(omitted).toContain(id)
+    await ref.click()
+    const original = await api<{ item: { text: string }; totalChars: number }>(server.url, "GET", `/items/${id}?offset=0&limit=4096`)
+    await page.waitForSelector(`[data-testid=drawer][data-item-id="${id}"]`)
+    await expect.poll(() => page.getByTestId("drawer-text").textContent()).toBe(original.item.text)
+    await close()
+    expect(errors).toEqual([])
+  })
+
+  it("a sent message streams in live; a deferred switch shows deferred, then /compact delivers it once", async () => {
+    const { threadId } = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "live", providerInstance: "codex" })
+    for (const n of [1, 2]) {
+      const { runId } = await api<{ runId: string }>(server.url, "POST", `/threads/${threadId}/messages`, { text: `history ${n}` })
+      await api(server.url, "GET", `/runs/${runId}?waitMs=20000`)
+    }
+    const { page, errors, close } = await openPage(browser, server.url, admin, `/ui/threads/${threadId}`)
+    await page.waitForSelector("[data-testid=connection]:text('open')")
+    await page.fill("textarea[aria-label=message]", "sent from the page")
+    await page.click("button:text('Send')")
+    await page.waitForSelector("[data-testid=item-row][data-kind=user_message]:has-text('sent from the page')")
+    await page.waitForSelector("[data-testid=run-header][data-run-seq='3'][data-status=completed]")
+
+    await page.fill("input[aria-label=provider]", "gemini")
+    await page.click("button:text('Switch')")
+    await page.waitForSelector("[data-testid=outcome][data-action=switch][data-ok=true]")
+    await page.fill("textarea[aria-label=message]", "on the small window")
+    await page.click("button:text('Send')")
+    const delivery = page.locator("[data-testid=delivery]").last()
+    await expect.poll(() => delivery.getAttribute("data-status")).toBe("deferred")
+    expect(Number(await delivery.getAttribute("data-defer-count"))).toBeGreaterThanOrEqual(1)
+    await page.screenshot({ path: Path.join(artifacts, "deferred.png") })
+
+    await page.waitForSelector("[data-testid=run-header][data-run-seq='4'][data-status=completed]")
+    await page.click("button:text('/compact')")
+    await page.waitForSelector("[data-testid=outcome][data-action=compact][data-ok=true]")
+    await expect.poll(() => delivery.getAttribute("data-status")).toBe("injected")
+    await expect.poll(() => delivery.locator("[data-testid=delivery-step][data-type='delivery.injected']").count()).toBe(1)
+    await page.waitForTimeout(300)
+    expect(await delivery.locator("[data-testid=delivery-step][data-type='delivery.injected']").count()).toBe(1)
+
+    // /offload shows its preview first, in the API's words (a scripted provider keeps no message list: 400), then runs.
+    const preview = await fetch(`${server.url}/threads/${threadId}/tool-result-offload`, { headers: { authorization: `Bearer ${admin}` } })
+    const previewBody = await preview.json() as { _tag: string; message: string }
+    expect(await page.locator("button:text('/offload: confirm')").isDisabled()).toBe(true)
+    await page.click("button:text('/offload: preview')")
+    await expect.poll(() => page.getByTestId("offload-preview").textContent()).toContain(`${previewBody._tag}: ${previewBody.message}`)
+    await page.click("button:text('/offload: confirm')")
+    await page.waitForSelector("[data-testid=outcome][data-action=offload]")
+    const offloadWords = await page.getByTestId("outcome-words").textContent()
+    expect(offloadWords).not.toBe("")
+    await close()
+    // The one console line is the browser's report of the preview's 400.
+    expect(errors.filter((e) => !/status of 400/.test(e))).toEqual([])
+  })
+
+  it("after a server restart the page reconnects and shows the events it missed, each once", async () => {
+    const { threadId } = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "restart", providerInstance: "codex" })
+    const first = await api<{ runId: string }>(server.url, "POST", `/threads/${threadId}/messages`, { text: "before the restart" })
+    await api(server.url, "GET", `/runs/${first.runId}?waitMs=20000`)
+    const { page, errors, close } = await openPage(browser, server.url, admin, `/ui/threads/${threadId}`)
+    await page.waitForSelector("[data-testid=run-header][data-run-seq='1'][data-status=completed]")
+    const before = (await storedEvents(server.url, threadId)).length
+
+    // Down: the events are written by another server process on the same database while the page cannot connect.
+    const port = server.port
+    await server.stop()
+    await expect.poll(() => page.getByTestId("connection").textContent()).not.toBe("open")
+    const other = await serve(db)
+    const missed = await api<{ runId: string }>(other.url, "POST", `/threads/${threadId}/messages`, { text: "while you were away" })
+    await api(other.url, "GET", `/runs/${missed.runId}?waitMs=20000`)
+    await other.stop()
+    server = await serve(db, port)
+
+    const all = await storedEvents(server.url, threadId)
+    expect(all.length).toBeGreaterThan(before)
+    const last = all[all.length - 1]!.seq
+    await page.waitForSelector(`[data-testid=events] li[data-seq='${last}']`, { timeout: 20_000 })
+    await page.waitForSelector("[data-testid=item-row][data-kind=user_message]:has-text('while you were away')")
+    const received = await page.evaluate(() =>
+      (window as unknown as { __baton: { received: Array<{ seq: number }> } }).__baton.received.map((e) => e.seq)
+    )
+    expect(received).toEqual(all.map((e) => e.seq))
+    // The browser logs the stream the stopping server cut (it closes open connections at its shutdown deadline
+    // without ending the chunked SSE body) and each refused reconnection while it was down; nothing else may be.
+    expect(errors.filter((e) => !/ERR_CONNECTION_REFUSED|ERR_INCOMPLETE_CHUNKED_ENCODING/.test(e))).toEqual([])
+    await close()
+  })
+
+  it("a read-only token hides the actions; a 401 sends the user back to the token form", async () => {
+    const { page, errors, close } = await openPage(browser, server.url, reader, `/ui/threads/${replayed}`)
+    await page.waitForSelector("[data-testid=read-only]")
+    await page.waitForSelector("[data-testid=conversation]")
+    expect(await page.getByTestId("actions").count()).toBe(0)
+    expect(errors).toEqual([])
+    await close()
+
+    // A token the server does not know (e.g. rotated since it was entered): the first refusal brings the form back.
+    const context = await browser.newContext()
+    const fresh = await context.newPage()
+    const freshErrors: Array<string> = []
+    fresh.on("console", (m) => void (m.type() === "error" && freshErrors.push(m.text())))
+    await fresh.goto(server.url + "/")
+    await fresh.evaluate(() => sessionStorage.setItem("baton.token", "not-a-token-at-all"))
+    await fresh.reload()
+    await fresh.waitForSelector("[data-testid=auth-message]")
+    expect(await fresh.getByTestId("auth-message").textContent()).toContain("unknown token")
+    expect(await fresh.evaluate(() => sessionStorage.getItem("baton.token"))).toBe(null)
+    await context.close()
+    // The refused request is the one console line: the browser's own report of the 401.
+    expect(freshErrors.filter((e) => !/status of 401/.test(e))).toEqual([])
+  })
+})

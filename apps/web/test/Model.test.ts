@@ -1,0 +1,83 @@
+/**
+ * The dashboard's pure parts: the SSE parser across chunk boundaries, the conversation's rows (a tool call and its
+ * result on one line, a header where the run changes), and the occupancy fold (one point per run: the last usage the
+ * run's native thread reported; an untrusted report plotted at Baton's estimate).
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { EventFold, toRows } from "../src/model.js"
+import { parseChunk } from "../src/sse.js"
+import type { EventJson, ItemJson } from "../src/types.js"
+
+const item = (seq: number, kind: ItemJson["kind"], runId: string | null, extra: Partial<ItemJson> = {}): ItemJson => ({
+  id: `itm_${seq}`,
+  threadId: "thr_1",
+  runId,
+  seq,
+  kind,
+  text: `text ${seq}`,
+  toolCallId: null,
+  toolName: null,
+  messageId: null,
+  isError: false,
+  toolCallState: null,
+  tokens: 1,
+  createdAt: "2026-12-02T10:00:00.000Z",
+  ...extra
+})
+
+let seq = 0
+const event = (type: string, payload: Record<string, unknown>): EventJson =>
+  ({ eventId: `evt_${++seq}`, threadId: "thr_1", seq, globalSeq: seq, commandId: null, createdAt: "2026-12-02T10:00:00.000Z", type, payload }) as unknown as EventJson
+
+describe("parseChunk", () => {
+  it("emits complete events only, across chunk boundaries, ignoring comments", () => {
+    const got: Array<{ id: string | null; type: string; data: string }> = []
+    const text = ": heartbeat\n\nid: 1\nevent: run.queued\ndata: {\"a\":1}\n\nid: 2\nevent: run.started\ndata: {\"b\":2}\n\n"
+    let rest = ""
+    for (const piece of [text.slice(0, 20), text.slice(20, 61), text.slice(61)]) rest = parseChunk(rest + piece, (e) => got.push(e))
+    expect(rest).toBe("")
+    expect(got).toEqual([
+      { id: "1", type: "run.queued", data: "{\"a\":1}" },
+      { id: "2", type: "run.started", data: "{\"b\":2}" }
+    ])
+  })
+})
+
+describe("toRows", () => {
+  it("puts a tool call and its result on one row, a header where the run changes", () => {
+    const rows = toRows([
+      item(1, "user_message", "run_a"),
+      item(2, "tool_call", "run_a", { toolCallId: "call_1", toolName: "bash" }),
+      item(3, "tool_result", "run_a", { toolCallId: "call_1" }),
+      item(4, "tool_call", "run_a", { toolCallId: "call_2", toolName: "read", toolCallState: "dangling" }),
+      item(5, "handoff_marker", null),
+      item(6, "summary", "run_b")
+    ])
+    expect(rows.map((r) => r.kind === "run" ? `run ${r.runId}` : r.kind === "tool" ? `tool ${r.call.seq}→${r.result?.seq ?? "none"}` : `${r.item.kind} ${r.item.seq}`))
+      .toEqual(["run run_a", "user_message 1", "tool 2→3", "tool 4→none", "run null", "handoff_marker 5", "run run_b", "summary 6"])
+  })
+})
+
+describe("EventFold", () => {
+  it("one point per run: the last usage its native thread reported, untrusted ones at the estimate", () => {
+    const fold = new EventFold()
+    const events = [
+      event("run.queued", { runId: "run_1", seq: 1, providerThreadId: "pth_1" }),
+      event("run.started", { runId: "run_1", nativeThreadId: "nat_1", attempt: 1 }),
+      event("delivery.pending", { deliveryId: "dlv_1", handoffId: "hof_1", mode: "inline", runId: "run_1", budget: 9000, renderedTokens: 10, itemIds: [], omittedItemIds: [] }),
+      event("usage.reported", { nativeThreadId: "nat_1", usage: { usedTokens: 100, maxTokens: 44000, autoCompactThreshold: 42000 }, trusted: true }),
+      event("usage.reported", { nativeThreadId: "nat_1", usage: { usedTokens: 150, maxTokens: 44000, autoCompactThreshold: 42000 }, trusted: true }),
+      event("run.queued", { runId: "run_2", seq: 2, providerThreadId: "pth_1" }),
+      event("run.started", { runId: "run_2", nativeThreadId: "nat_1", attempt: 1 }),
+      event("usage.reported", { nativeThreadId: "nat_1", usage: { usedTokens: -5 }, trusted: false, anomaly: "negative", estimateUsed: 180 }),
+      event("thread.compacted", { nativeThreadId: "nat_1", usedBefore: 180, usedAfter: 20, delivered: 0 })
+    ]
+    for (const e of events) fold.apply(e)
+    expect(fold.pointsByNativeThread().get("nat_1")).toEqual([
+      { runId: "run_1", runSeq: 1, nativeThreadId: "nat_1", usedTokens: 150, maxTokens: 44000, autoCompactThreshold: 42000, trusted: true, budget: 9000 },
+      { runId: "run_2", runSeq: 2, nativeThreadId: "nat_1", usedTokens: 180, maxTokens: null, autoCompactThreshold: null, trusted: false, budget: null }
+    ])
+    expect(fold.marks).toEqual([{ nativeThreadId: "nat_1", runSeq: 2, kind: "compacted", detail: "180 → 20 tokens, 0 delivered" }])
+    expect(fold.deliverySteps.get("dlv_1")?.map((s) => s.type)).toEqual(["delivery.pending"])
+  })
+})

@@ -1,0 +1,162 @@
+/// <reference lib="dom" />
+/**
+ * The dashboard's performance figures (issue 13): `pnpm bench:web` (from the repository root; `BENCH_ITEMS`, default
+ * 10000; `BENCH_LATENCY_RUNS`, default 30; `BATON_CHROMIUM`, default /usr/bin/chromium).
+ *
+ * 1. **JS shipped**: builds apps/web (`pnpm build:web`) and sums the gzipped size (zlib level 9) of every script in
+ *    `apps/web/dist/assets` (the page loads all of them).
+ * 2. **Open a 10,000-item thread**: `baton serve` on a temp SQLite file; a thread of BENCH_ITEMS items (scripted runs
+ *    of a prompt and an answer, posted through the API); Chromium opens `/ui/threads/<id>` with the token in
+ *    sessionStorage. Timed from the navigation start: the first rows rendered; interactive (after the first rows, a
+ *    scroll of the virtualised list to its middle renders the rows there and a click on one opens the drawer with
+ *    the item's text); every item paged in.
+ * 3. **Live event latency**: with the thread open, BENCH_LATENCY_RUNS messages are sent through the API one after
+ *    another; for each event the page received, `receivedAt` (the page's `Date.now()` when the reader handed it on)
+ *    minus the event's `createdAt` (stamped inside the appending transaction, before its commit, so the figure is an
+ *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has received
+ *    the whole stored log (`eventLogReplayedMs`, from the navigation start), which it replays on opening.
+ *
+ * `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
+ *
+ * Prints one JSON document. Timings are measured here, never asserted in tests (STYLE.md, Tests).
+ */
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import * as Zlib from "node:zlib"
+import { chromium } from "playwright-core"
+
+const repo = fileURLToPath(new URL("../", import.meta.url))
+const items = Number(process.env["BENCH_ITEMS"] ?? 10_000)
+const latencyRuns = Number(process.env["BENCH_LATENCY_RUNS"] ?? 30)
+const token = "bench-admin-token-0123456789"
+
+const quantile = (xs: ReadonlyArray<number>, q: number) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!
+}
+
+const serve = (db: string) =>
+  new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--db", db], {
+      cwd: repo,
+      env: { ...process.env, BATON_TOKEN: token, BATON_PROVIDERS: "claude:1000000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" },
+      stdio: ["ignore", "pipe", "inherit"]
+    })
+    let out = ""
+    child.stdout!.setEncoding("utf8").on("data", (c: string) => {
+      out += c
+      const found = /listening on (http:\/\/\S+)/.exec(out)
+      if (found !== null) resolve({ child, url: found[1]! })
+    })
+    child.on("close", (code) => reject(new Error(`baton serve exited ${code}`)))
+  })
+
+const main = async () => {
+  execFileSync("pnpm", ["build:web"], { cwd: repo, stdio: "inherit" })
+  const assets = Path.join(repo, "apps", "web", "dist", "assets")
+  const scripts = Fs.readdirSync(assets).filter((f) => f.endsWith(".js"))
+  const gzipBytes = scripts.reduce((n, f) => n + Zlib.gzipSync(Fs.readFileSync(Path.join(assets, f)), { level: 9 }).length, 0)
+  const rawBytes = scripts.reduce((n, f) => n + Fs.statSync(Path.join(assets, f)).size, 0)
+
+  const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-bench-web-"))
+  const kept = process.env["BENCH_DB"]
+  const reuse = kept !== undefined && Fs.existsSync(kept)
+  const server = await serve(kept ?? Path.join(dir, "baton.sqlite"))
+  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
+  const call = async <A>(method: string, path: string, body?: unknown) =>
+    (await (await fetch(server.url + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })).json()) as A
+  try {
+    const existing = reuse ? (await call<{ threads: Array<{ id: string; title: string }> }>("GET", "/threads")).threads.find((t) => t.title === "10,000 items") : undefined
+    const { threadId } = existing !== undefined
+      ? { threadId: existing.id }
+      : await call<{ threadId: string }>("POST", "/threads", { title: "10,000 items", providerInstance: "claude" })
+    const fillStart = Date.now()
+    let last = ""
+    for (let sent = 0; existing === undefined && sent < items / 2; sent += 25) {
+      const batch = await Promise.all(Array.from({ length: Math.min(25, items / 2 - sent) }, (_, i) =>
+        call<{ runId: string }>("POST", `/threads/${threadId}/messages`, { text: `message ${sent + i}: ${"lorem ipsum ".repeat(8)}` })))
+      last = batch[batch.length - 1]!.runId
+    }
+    for (; last !== "";) {
+      const run = await call<{ run: { status: string } }>("GET", `/runs/${last}?waitMs=60000`)
+      if (run.run.status !== "queued" && run.run.status !== "running" && run.run.status !== "starting") break
+    }
+    const snapshot = await call<{ totals: { items: number; runs: number } }>("GET", `/threads/${threadId}`)
+    const fillMs = Date.now() - fillStart
+
+    const browser = await chromium.launch({ executablePath: process.env["BATON_CHROMIUM"] ?? "/usr/bin/chromium", args: ["--no-sandbox"] })
+    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } })
+    await context.addInitScript((t) => sessionStorage.setItem("baton.token", t), token)
+    const page = await context.newPage()
+    const errors: Array<string> = []
+    page.on("console", (m) => void (m.type() === "error" && errors.push(m.text())))
+    await page.goto(`${server.url}/ui/threads/${threadId}`)
+    await page.waitForSelector("[data-testid=item-row]")
+    const firstRows = await page.evaluate(() => performance.now())
+    // Interactive: scroll the list to its middle, wait for rows there, open one in the drawer.
+    const scroller = page.getByTestId("conversation")
+    await scroller.evaluate((el) => {
+      el.scrollTop = el.scrollHeight / 2
+    })
+    await page.waitForFunction(() => {
+      const rows = Array.from(document.querySelectorAll("[data-testid=item-row]"))
+      return rows.length > 0 && rows.every((r) => r.getBoundingClientRect().height > 0)
+    })
+    const row = page.locator("[data-testid=item-row] button").nth(3)
+    await row.click()
+    await page.waitForFunction(() => (document.querySelector("[data-testid=drawer-text]")?.textContent ?? "") !== "")
+    const interactive = await page.evaluate(() => performance.now())
+    await page.waitForFunction((n) => document.querySelector(".conversation h2")?.textContent?.includes(`${n.toLocaleString("en-US")} items`) === true && document.querySelector(".conversation h2")?.textContent?.includes("loading") === false, snapshot.totals.items, { timeout: 60_000 })
+    const allItems = await page.evaluate(() => performance.now())
+
+    // Live latency: the events of each sent message, commit (upper bound: createdAt) to page, once the page has
+    // caught up with the stored log (its replay would otherwise queue the live events behind it).
+    const stored = await (await fetch(`${server.url}/threads/${threadId}/events?follow=false`, { headers })).text()
+    const lastSeq = Number([...stored.matchAll(/^id: ?(\d+)$/gm)].pop()?.[1] ?? 0)
+    await page.waitForFunction((seq) =>
+      (window as unknown as { __baton: { received: Array<{ seq: number }> } }).__baton.received.some((e) => e.seq === seq), lastSeq, { timeout: 120_000 })
+    const caughtUp = await page.evaluate(() => performance.now())
+    const sendStart = Date.now()
+    for (let i = 0; i < latencyRuns; i++) {
+      const { runId } = await call<{ runId: string }>("POST", `/threads/${threadId}/messages`, { text: `live ${i}` })
+      await call("GET", `/runs/${runId}?waitMs=30000`)
+    }
+    await page.waitForTimeout(500)
+    const received = await page.evaluate((n) =>
+      (window as unknown as { __baton: { received: Array<{ seq: number; createdAt: string; receivedAt: number }> } }).__baton.received
+        .filter((e) => Date.parse(e.createdAt) >= n), sendStart)
+    const latencies = received.map((e) => e.receivedAt - Date.parse(e.createdAt))
+    await browser.close()
+
+    console.log(JSON.stringify({
+      machine: `${Os.cpus().length} cores, ${Os.cpus()[0]?.model ?? "?"}`,
+      js: { files: scripts.length, rawBytes, gzipBytes, gzipKB: Math.round(gzipBytes / 1024 * 10) / 10 },
+      thread: { items: snapshot.totals.items, runs: snapshot.totals.runs, fillMs },
+      open: {
+        firstRowsMs: Math.round(firstRows),
+        interactiveMs: Math.round(interactive),
+        allItemsMs: Math.round(allItems),
+        eventLogReplayedMs: Math.round(caughtUp),
+        loadAverage: Os.loadavg().map((x) => Math.round(x * 10) / 10)
+      },
+      liveLatencyMs: {
+        events: latencies.length,
+        median: quantile(latencies, 0.5),
+        p95: quantile(latencies, 0.95),
+        max: Math.max(...latencies)
+      },
+      consoleErrors: errors
+    }, null, 2))
+  } finally {
+    server.child.kill("SIGTERM")
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+main().catch((e: unknown) => {
+  console.error(e)
+  process.exit(1)
+})
