@@ -298,7 +298,24 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           if (yield* reconcile(run.threadId, plan.providerThread, plan.native, injection.pending, adapter)) {
             const reread = yield* store.getNativeThread(plan.native.id)
             // Whether the read-back usage covers the injection is unknown: this turn teaches the calibration nothing.
-            return { ...plan, native: reread._tag === "Some" ? reread.value : plan.native, sampleBase: null }
+            const reconciled = { ...plan, native: reread._tag === "Some" ? reread.value : plan.native, sampleBase: null }
+            // The native thread does not hold the injection: the history returned to `deferred` (the outcome is known,
+            // so `injectionError` stays null and the turn goes on without it), and the report says so (found by a
+            // review: it said "injected" while the model never saw it).
+            const ids = new Set(injection.pending.map((d) => d.id))
+            const lost = (yield* store.listDeliveriesOfThread(run.threadId)).some((d) => ids.has(d.id) && d.status === "deferred")
+            if (!lost) return reconciled
+            return {
+              ...reconciled,
+              report: {
+                ...plan.report,
+                mode: "none" as const,
+                deliveredItems: 0,
+                deliveredTokens: 0,
+                deferredItems: plan.report.deferredItems + plan.report.deliveredItems,
+                deferredTokens: plan.report.deferredTokens + plan.report.deliveredTokens
+              }
+            }
           }
           return { ...plan, report: { ...plan.report, injectionError: outcome.left.message } }
         }

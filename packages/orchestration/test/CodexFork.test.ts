@@ -112,10 +112,10 @@ describe("forks of Codex threads (real binary, in process)", () => {
 
   it.live("the parent changed while Codex copied it (a run completed meanwhile): the copy is left unused and the fork takes its handoff", () =>
     Effect.scoped(Effect.gen(function*() {
-      let meanwhile: Effect.Effect<unknown, unknown> = Effect.void
+      let meanwhile: Effect.Effect<void> = Effect.void
       const { answers, layer, loop, sent } = yield* setupWith((codex) => ({
         ...codex,
-        forkThread: (nativeRef) => Effect.tap(codex.forkThread!(nativeRef), () => Effect.orDie(meanwhile))
+        forkThread: (nativeRef) => Effect.tap(codex.forkThread!(nativeRef), () => meanwhile)
       }))
       yield* Effect.gen(function*() {
         const o = yield* Harness.ops
@@ -123,7 +123,7 @@ describe("forks of Codex threads (real binary, in process)", () => {
         answers.push(answer("Plan: rename the module.", 2_000, 20))
         yield* o.send(parent, "Plan the rename")
         answers.push(answer("Meanwhile done.", 2_100, 20))
-        meanwhile = o.send(parent, "Meanwhile")
+        meanwhile = Effect.asVoid(Effect.orDie(o.send(parent, "Meanwhile")))
         const forked = yield* o.fork(parent)
         expect(sent("thread/fork")).toHaveLength(1)
         expect([forked.atRunSeq, forked.handoffId === null, forked.nativeThreadId]).toEqual([2, false, undefined])

@@ -23,6 +23,39 @@ const deferredTowardCodex = (h: Harness.Harness) =>
     return t
   })
 
+// Found by a review with the real Codex binary (the child killed during the injection): the injection never arrived,
+// read-back returned the history to deferred, and the turn start still reported it injected.
+describe("an injection that never arrived", () => {
+  it.effect("is reported deferred by the turn it failed in, and delivered once by the next", () => {
+    const h = Harness.make([
+      { name: "codex", window: 200_000, inject: true, faults: (c) => (c.operation === "injectHistory" && c.call === 1 ? "drop_injection" : null) },
+      { name: "claude", window: 200_000, inject: false }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(t, "first")
+      yield* o.switchTo(t, "claude")
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(t, "claude step")
+      yield* o.switchTo(t, "codex")
+      h.script.enqueue(Harness.reply(10))
+      const second = yield* o.send(t, "second")
+      expect([second.status, second.failureReason]).toEqual(["completed", null])
+      expect(second.turnStart).toMatchObject({ mode: "none", deliveredItems: 0, deferredItems: 2 })
+      expect(second.turnStart?.injectionError).toBeNull()
+      // (The first delivery is the switch to claude's, inline.)
+      expect((yield* o.store.listDeliveriesOfThread(t)).map((d) => d.status)).toEqual(["inline", "deferred"])
+      h.script.enqueue(Harness.reply(10))
+      const third = yield* o.send(t, "third")
+      expect(third.turnStart).toMatchObject({ mode: "injected", deliveredItems: 2, injectionError: null })
+      expect(h.providers.codex!.received.filter((x) => x.type === "inject")).toHaveLength(1)
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
 describe("/compact never re-sends a delivery whose outcome is uncertain", () => {
   it.effect("lost ack during /compact, adapter can read back: settles once, a second /compact injects nothing", () => {
     const h = Harness.make([

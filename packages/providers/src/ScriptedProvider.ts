@@ -46,6 +46,11 @@ export type Fault =
   /** `injectHistory` reaches the native thread but its acknowledgement is lost (`code: "ack_lost"`). */
   | "lose_injection_ack"
   /**
+   * `injectHistory` never reaches the native thread and fails as a lost acknowledgement would (`code: "ack_lost"`):
+   * from the error alone Baton cannot tell it from `lose_injection_ack` (a process killed mid-injection).
+   */
+  | "drop_injection"
+  /**
    * `startTurn`: the provider reads the prompt (and any inline history), then its answer never arrives: the call
    * fails with `code: "timeout"` and the turn's output is lost. Baton cannot tell from the error whether the prompt
    * was read (only `readThread` can).
@@ -541,6 +546,9 @@ export const make = (
         calls.injectHistory++
         const state = yield* lookup("injectHistory", input.nativeRef)
         const fault = config.faults?.({ operation: "injectHistory", call: calls.injectHistory, runId: input.deliveryIds.join(",") }) ?? null
+        if (fault === "drop_injection") {
+          return yield* fail("injectHistory", "ack_lost", "the injection's acknowledgement was lost", true)
+        }
         const tokens = state.used + count(input.rendered)
         yield* admit("injectHistory", input.nativeRef, null, tokens, counter.count(input.rendered))
         state.used = tokens
