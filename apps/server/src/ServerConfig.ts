@@ -388,6 +388,10 @@ export const resolve = (flags: ServeFlags = {}) =>
       for (const [i, p] of file.providers.entries()) {
         if (isCodexEntry(p)) {
           const { name, ...config } = p
+          // Codex refuses a CODEX_HOME that is not a directory, and only when a turn starts it: say so at start.
+          if (config.codexHome !== undefined && !(Fs.existsSync(config.codexHome) && Fs.statSync(config.codexHome).isDirectory())) {
+            return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${i}].codexHome: ${config.codexHome} is not a directory (Codex's CODEX_HOME must exist)` })
+          }
           resolved.push({ _tag: "codex", name, config })
           continue
         }

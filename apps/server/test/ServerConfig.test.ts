@@ -169,18 +169,23 @@ describe("ServerConfig", () => {
 
   it.effect("codex instances: kind codex with its binary, CODEX_HOME, model, window and threshold; bad fields named", () =>
     Effect.gen(function*() {
-      const codex = { kind: "codex", name: "codex-real", codexHome: "/srv/codex-home", model: "gpt-5-codex", contextWindow: 44_000, autoCompactThreshold: 42_000 }
+      const home = tempDir()
+      const codex = { kind: "codex", name: "codex-real", codexHome: home, model: "gpt-5-codex", contextWindow: 44_000, autoCompactThreshold: 42_000 }
       const { settings } = yield* resolveWith({ file: { providers: [codex, { name: "scripted", window: 1_000 }] } })
       const [first, second] = settings.providers
       expect(ServerConfig.isCodexInstance(first!) && !ServerConfig.isCodexInstance(second!) && !ServerConfig.isModelInstance(first!)).toBe(true)
       if (!ServerConfig.isCodexInstance(first!)) return
-      expect(first.config).toEqual({ kind: "codex", codexHome: "/srv/codex-home", model: "gpt-5-codex", contextWindow: 44_000, autoCompactThreshold: 42_000 })
+      expect(first.config).toEqual({ kind: "codex", codexHome: home, model: "gpt-5-codex", contextWindow: 44_000, autoCompactThreshold: 42_000 })
       expect(ServerConfig.windowOf(first)).toEqual({ window: 44_000, autoCompactThreshold: 42_000 })
       const one = (entry: unknown) => failure({ file: { providers: [entry] } })
       expect(yield* one({ ...codex, autoCompactThreshold: 50_000 }))
         .toBe("baton.json: providers[0].autoCompactThreshold: autoCompactThreshold 50000 exceeds contextWindow 44000")
       expect(yield* one({ ...codex, baseUrl: "http://x" })).toMatch(/^baton\.json: providers\[0\]\.baseUrl: is unexpected/)
       expect(yield* one({ ...codex, contextWindow: 0 })).toMatch(/^baton\.json: providers\[0\]\.contextWindow: /)
+      // A CODEX_HOME that does not exist is said at start (found by a review: Codex said it only at the first turn,
+      // its cause cut off by a backtrace).
+      expect(yield* one({ ...codex, codexHome: `${home}/missing` }))
+        .toBe(`baton.json: providers[0].codexHome: ${home}/missing is not a directory (Codex's CODEX_HOME must exist)`)
     }))
 
   it.effect("the token file is created once and read back on the next start", () =>

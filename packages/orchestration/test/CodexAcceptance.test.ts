@@ -1,5 +1,6 @@
 /**
- * Issue 10's acceptance against the real Codex binary, in process (the orchestrator's commands, not yet the HTTP API).
+ * Issue 10's acceptance against the real Codex binary, in process (the orchestrator's commands; the seed case also runs
+ * over the HTTP API in apps/server/test/CodexHttp.test.ts).
  *
  * The seed case: a Codex thread (window 44,000,
  * auto-compaction at 42,000) completed at 39,761 of 41,800, a switch to a scripted `claude` and back (a ~20,000-token

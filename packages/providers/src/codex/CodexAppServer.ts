@@ -27,6 +27,10 @@ export const codexPackage = "@openai/codex@0.171.0"
 /** The child could not be started or did not complete `initialize`: names the binary and what to install. */
 export class CodexStartFailed extends Data.TaggedError("CodexStartFailed")<{ readonly binary: string; readonly reason: string }> {
   override get message() {
+    // Codex ran and said why it stopped (e.g. a CODEX_HOME that does not exist): that is the cause, not the package.
+    if (/\bError\b/.test(this.reason) && /exit code/.test(this.reason)) {
+      return `the Codex app-server (${this.binary}) could not start: ${this.reason}. Check the provider's configuration (\`codexHome\`, its config.toml)`
+    }
     return `the Codex app-server (${this.binary}) could not start: ${this.reason}. Install the npm package ${codexPackage} ` +
       `(a dependency of @baton/providers: run \`pnpm install\`; its platform binary comes as an optional dependency) ` +
       `or set the provider's \`binary\` to a working \`codex\` executable`
@@ -116,6 +120,16 @@ interface Connection {
   exited: boolean
   /** Set when Baton stops the child (scope closed): its exit is then expected, not a crash. */
   stopping: boolean
+}
+
+/**
+ * What of the stderr tail an error quotes: Codex's own `Error: …` lines first (a failed start prints its cause there,
+ * then a backtrace), then the last 5 lines (found by a review: a bad CODEX_HOME's cause was cut off by its backtrace).
+ */
+const stderrSummary = (tail: ReadonlyArray<string>): string => {
+  const errors = tail.filter((l) => /^(Error|error)\b/.test(l.trim()))
+  const last = tail.slice(-5).filter((l) => !errors.includes(l))
+  return [...errors.slice(-3), ...last].join(" | ")
 }
 
 /** ANSI colour sequences (Codex colours its stderr log lines). */
@@ -215,7 +229,7 @@ export const make = (options: AppServerOptions): Effect.Effect<AppServerClient, 
       if (conn.exited) return
       conn.exited = true
       if (current === conn) current = undefined
-      const failure = new CodexExited({ reason, stderrTail: conn.stderrTail.slice(-5).join(" | ") })
+      const failure = new CodexExited({ reason, stderrTail: stderrSummary(conn.stderrTail) })
       for (const [, entry] of conn.pending) Deferred.unsafeDone(entry.deferred, Exit.fail(failure))
       conn.pending.clear()
       const event: Incoming = { _tag: "exited", reason, generation: conn.generation }
@@ -225,7 +239,7 @@ export const make = (options: AppServerOptions): Effect.Effect<AppServerClient, 
 
     const send = (conn: Connection, method: string, params: unknown): Effect.Effect<unknown, CodexClientError> =>
       Effect.suspend(() => {
-        if (conn.exited) return Effect.fail(new CodexExited({ reason: "the process had exited", stderrTail: conn.stderrTail.slice(-5).join(" | ") }))
+        if (conn.exited) return Effect.fail(new CodexExited({ reason: "the process had exited", stderrTail: stderrSummary(conn.stderrTail) }))
         const id = nextId++
         const deferred = Deferred.unsafeMake<unknown, CodexClientError>(FiberId.none)
         conn.pending.set(id, { method, deferred })
