@@ -193,6 +193,27 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       expect(loop.requests.map(isCompaction)).toEqual([false, false])
     })))
 
+  // Found by a review: with the model endpoint refusing connections, Codex 0.171.0 announced "Reconnecting..." with a
+  // doubling backoff for about 20 minutes (its retry settings notwithstanding) and the run stayed running.
+  it.live("an unreachable model endpoint: after maxReconnects announced retries the turn fails unavailable and Codex is told to stop", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const home = yield* codexHome("http://127.0.0.1:9")
+      const sent: Array<string> = []
+      const adapter = yield* CodexAdapter.make({
+        instance: "codex" as ProviderInstance,
+        config: { kind: "codex", binary: binary(), codexHome: home, cwd: home, maxReconnects: 2 },
+        trace: (l) => void (l.direction === "out" && sent.push(l.line))
+      })
+      const { nativeRef } = yield* adapter.startThread()
+      const started = Date.now()
+      const { exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "hello", inlineHistory: null }))
+      expect(failureOf(exit)).toMatchObject({ _tag: "ProviderError", code: "unavailable", retryable: true })
+      expect(failureOf(exit)?.reason).toContain("Codex could not reach the model after 2 attempts: Reconnecting")
+      // The second notice comes about 5 s after the first (Codex's backoff), far from the idle timeout.
+      expect(Date.now() - started).toBeLessThan(30_000)
+      expect(sent.some((line) => line.includes("\"turn/interrupt\""))).toBe(true)
+    })), 60_000)
+
   it.live("interrupt: the turn in progress stops and ends interrupted", () =>
     Effect.scoped(Effect.gen(function*() {
       const { adapter, loop } = yield* setup()

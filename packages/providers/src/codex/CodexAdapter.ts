@@ -59,6 +59,9 @@ const PositiveInt = Schema.Int.pipe(Schema.positive())
  * - `cwd`: the working directory of its threads (default: the server's);
  * - `requestTimeoutMs` (default 30,000): the bound on each JSON-RPC request; `turnIdleTimeoutMs` (default 600,000):
  *   the longest a turn or a compaction may go without a notification;
+ * - `maxReconnects` (default 5): the retries Codex may announce in a row (`error` notifications with `willRetry`, e.g.
+ *   "Reconnecting... waiting for network") before Baton stops the turn as `unavailable`: Codex 0.171.0 retries an
+ *   unreachable model endpoint indefinitely whatever its config says;
  * - `prices`: per million tokens, to price the turns (optional).
  */
 export const CodexProviderConfig = Schema.Struct({
@@ -71,6 +74,7 @@ export const CodexProviderConfig = Schema.Struct({
   cwd: Schema.optional(Schema.NonEmptyString),
   requestTimeoutMs: Schema.optional(PositiveInt),
   turnIdleTimeoutMs: Schema.optional(PositiveInt),
+  maxReconnects: Schema.optional(PositiveInt),
   prices: Schema.optional(Prices)
 })
 export type CodexProviderConfig = typeof CodexProviderConfig.Type
@@ -178,6 +182,7 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
     const threads = new Map<string, ThreadState>()
     const active = new Map<string, ActiveTurn>()
     const turnIdleMillis = config.turnIdleTimeoutMs ?? 600_000
+    const maxReconnects = config.maxReconnects ?? 5
 
     const fail = (operation: string, code: ProviderError["code"], reason: string, retryable: boolean, extra: { readonly limitTokens?: number } = {}) =>
       new ProviderError({ provider, operation, reason, code, retryable, ...extra })
@@ -306,6 +311,7 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
     ): Stream.Stream<TurnEvent, ProviderError> => {
       let done = false
       let lastError: Protocol.TurnError | null = null
+      let reconnects = 0
       let baseline: Protocol.TokenUsageBreakdown | null = threads.get(threadId)?.total ?? null
       const decode = <A, I>(schema: Schema.Schema<A, I>, params: unknown) =>
         Schema.decodeUnknown(schema)(params).pipe(Effect.mapError((e) => fail(operation, "protocol", `unreadable Codex notification: ${e.message}`, false)))
@@ -328,6 +334,7 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
               return []
             }
             case Protocol.Notification.itemCompleted: {
+              reconnects = 0
               const completed = yield* decode(Protocol.ItemNotification, event.params)
               return itemsOf(completed.item).map((i) => TurnEvent.item_produced({ item: i }))
             }
@@ -345,8 +352,14 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
             }
             case Protocol.Notification.error: {
               const error = yield* decode(Protocol.ErrorNotification, event.params)
-              if (!error.willRetry) lastError = error.error
-              return []
+              if (!error.willRetry) {
+                lastError = error.error
+                return []
+              }
+              // Found by a review: Codex retried an unreachable endpoint for ~20 minutes, the run `running` meanwhile.
+              if (++reconnects < maxReconnects) return []
+              yield* client.request(Protocol.Method.turnInterrupt, { threadId, turnId: error.turnId }, Protocol.EmptyResponse).pipe(Effect.ignore)
+              return yield* fail(operation, "unavailable", `Codex could not reach the model after ${reconnects} attempts: ${error.error.message}`, true)
             }
             case Protocol.Notification.turnCompleted: {
               const completed = yield* decode(Protocol.TurnNotification, event.params)
