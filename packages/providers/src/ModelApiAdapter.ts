@@ -214,6 +214,16 @@ export const resultChars = (body: string): ReadonlyMap<string, number> => {
   return out
 }
 
+/**
+ * The most requests one turn makes by itself, answering only tools Baton answers (its own, or unknown ones), before
+ * those calls are answered with a request to finish (`tooManyRounds`); `batonRoundsGrace` more and the turn fails.
+ * 64: a long `thread_read` paging (the tests page 40 rounds) with room to spare.
+ */
+export const maxBatonRounds = 64
+const batonRoundsGrace = 4
+const tooManyRounds = (rounds: number) =>
+  `[not run: this turn already made ${rounds} requests for tools Baton answers; answer with what you have now]`
+
 /** `offload_context`'s arguments as the model writes them. */
 const OffloadContextArguments = Schema.parseJson(Schema.Struct({
   tool_call_ids: Schema.optional(Schema.Array(Schema.String)),
@@ -413,7 +423,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   }
 
   /** The results closing every open call: `results` where given, an error result for each call left without one. */
-  const closing = (state: Lane, runId: string, results: ReadonlyArray<ToolResultInput>): ReadonlyArray<Draft> => {
+  const closing = (state: Lane, runId: string | null, results: ReadonlyArray<ToolResultInput>): ReadonlyArray<Draft> => {
     if (state.open.length === 0) return []
     const byId = new Map([...state.heldLocal, ...results].map((r) => [r.toolCallId, r]))
     const all = state.open.map((c) => byId.get(c.id) ?? { toolCallId: c.id, output: unansweredResult, isError: true })
@@ -823,7 +833,8 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     local: ReadonlyArray<LocalTool>,
     onDelta: ((delta: TextDelta) => void) | null,
     billed: TurnTokens | null,
-    drafts: ReadonlyArray<Draft>
+    drafts: ReadonlyArray<Draft>,
+    rounds = 0
   ): Stream.Stream<TurnEvent, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const offered = [...tools, ...local.map((t) => t.definition)]
@@ -906,10 +917,21 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
                 TurnEvent.turn_ended({ interrupted: false, ...(theirs.length === 0 ? {} : { pendingToolCalls: theirs.map((c) => c.id) }) })
               ])
             }
-            const results = yield* Effect.forEach(mine, answer)
+            // Only Baton answers this round: the turn goes on by itself, so it is bounded (found by a review: a model
+            // calling unknown tools or thread_read forever looped until the turn timeout). Past the bound each call is
+            // answered with a request to finish; a model that keeps calling fails the turn.
+            if (rounds >= maxBatonRounds + batonRoundsGrace) {
+              return Stream.concat(
+                Stream.fromIterable(report),
+                Stream.fail(providerError(operation, wireFailure("protocol", `the model kept calling tools Baton answers past ${rounds} requests in one turn`, false)))
+              )
+            }
+            const results = rounds >= maxBatonRounds
+              ? mine.map((c): ToolResultInput => ({ toolCallId: c.id, output: tooManyRounds(rounds), isError: true }))
+              : yield* Effect.forEach(mine, answer)
             return Stream.concat(
               Stream.fromIterable<TurnEvent>([...report, ...results.map((r) => TurnEvent.item_produced({ item: resultItem(r, mine) }))]),
-              requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results))
+              requestLoop(operation, nativeRef, state, runId, tools, local, onDelta, tokens, closing(state, runId, results), rounds + 1)
             )
           })
         }
@@ -1116,7 +1138,14 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     injectHistory: (input) =>
       Effect.gen(function*() {
         const state = yield* lane("injectHistory", input.nativeRef)
-        yield* append("injectHistory", input.nativeRef, state, [{ kind: "history", body: dialect.history(input.rendered), runId: null, deliveryIds: input.deliveryIds }])
+        // Calls an earlier run left open are closed first, so the history never comes between a call and its result
+        // (found by a review: after a refused request, the next turn's injection landed between tool_use and
+        // tool_result, which Anthropic and Chat Completions reject, and every later request carried it).
+        const owner = [...state.view].reverse().find((e) => e.kind === "output")?.runId ?? null
+        yield* append("injectHistory", input.nativeRef, state, [
+          ...closing(state, owner, []),
+          { kind: "history", body: dialect.history(input.rendered), runId: null, deliveryIds: input.deliveryIds }
+        ])
         return { usage: null }
       }),
     readThread,

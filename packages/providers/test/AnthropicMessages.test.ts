@@ -6,6 +6,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Option, Stream } from "effect"
 import * as AnthropicMessages from "../src/AnthropicMessages.js"
+import * as ModelApiAdapter from "../src/ModelApiAdapter.js"
 import { type ToolDefinition, TurnEvent } from "../src/ProviderAdapter.js"
 import { adapterFor, collect, configFor, fixtureLines, frame, httpLayer, itemsOf, json, loopback, sqliteFile, sse } from "./support/Loopback.js"
 import * as Fs from "node:fs"
@@ -474,6 +475,23 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       expect(messages[3].content[0].text).toBe("never mind")
     }).pipe(Effect.provide(httpLayer)))
 
+  // Found by a review: history injected while a call was open went between the tool_use and its tool_result (after
+  // a refused request, the next turn start injected first), which Anthropic and Chat Completions reject.
+  it.scoped("history injected while a call is open goes after that call's closing result, never between them", () =>
+    Effect.gen(function*() {
+      const { adapter, loop, nativeRef } = yield* turnDeclaring([tool], sse(frame(kind, toolUse("toolu_9"))), streamed("anthropic-text.chunks.txt"))
+      yield* adapter.injectHistory!({ nativeRef, rendered: "<baton-history>owed</baton-history>", itemIds: ["i1"], deliveryIds: ["d1"] })
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "never mind", inlineHistory: null }))
+      const messages = JSON.parse(loop.requests[1]!.body).messages as Array<{ role: string; content: Array<{ type: string; text?: string }> }>
+      expect(messages.map((m) => [m.role, m.content.map((c) => c.type === "text" ? c.text!.slice(0, 16) : c.type)])).toEqual([
+        ["user", [expect.any(String)]],
+        ["assistant", ["tool_use"]],
+        ["user", ["tool_result"]],
+        ["user", ["<baton-history>o"]],
+        ["user", ["never mind"]]
+      ])
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("a call to a tool nobody offered: Baton answers it with an error result naming the offered tools and the turn goes on (never waiting)", () =>
     Effect.gen(function*() {
       const { events, exit, loop } = yield* turnDeclaring(declared("write_file"), sse(frame(kind, toolUse("toolu_x"))), streamed("anthropic-text.chunks.txt"))
@@ -488,6 +506,20 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
         role: "user",
         content: [{ type: "tool_result", tool_use_id: "toolu_x", content: "unknown tool read_file; available: write_file", is_error: true, cache_control: { type: "ephemeral" } }]
       })
+    }).pipe(Effect.provide(httpLayer)))
+
+  // Found by a review: a model that kept calling tools Baton answers looped until the turn timeout.
+  it.scoped("a turn answering only Baton's tools is bounded: past maxBatonRounds the calls are asked to stop, then the turn fails", () =>
+    Effect.gen(function*() {
+      const replies = Array.from({ length: ModelApiAdapter.maxBatonRounds + 8 }, (_, i) => sse(frame(kind, toolUse(`toolu_${i}`))))
+      const { events, exit, loop } = yield* turnDeclaring(declared("write_file"), ...replies)
+      expect(Exit.isFailure(exit)).toBe(true)
+      expect(Exit.isFailure(exit) && String(Cause.squash(exit.cause))).toContain("the model kept calling tools Baton answers past 68 requests in one turn")
+      expect(loop.requests).toHaveLength(ModelApiAdapter.maxBatonRounds + 5)
+      const results = itemsOf(events).filter(([k]) => k === "tool_result").map(([, t]) => t)
+      expect(results.slice(0, ModelApiAdapter.maxBatonRounds).every((t) => t.startsWith("unknown tool read_file"))).toBe(true)
+      expect(results.slice(ModelApiAdapter.maxBatonRounds)).toEqual(Array.from({ length: 4 }, (_, k) =>
+        `[not run: this turn already made ${ModelApiAdapter.maxBatonRounds + k} requests for tools Baton answers; answer with what you have now]`))
     }).pipe(Effect.provide(httpLayer)))
 
   it.scoped("an unknown call beside a declared one: only the declared call waits; both results go in one message", () =>
