@@ -63,7 +63,11 @@ export const ModelInstanceJson = Schema.Struct({
   })),
   toolResultOffload: Schema.optional(Schema.Union(Schema.Boolean, ToolResultOffloadJson))
 }).pipe(Schema.filter((p) =>
-  p.autoCompactThreshold !== null && p.autoCompactThreshold > p.contextWindow
+  // Found by a review: a baseUrl with the endpoint's path passed and failed only at the first turn (a 404 on
+  // /v1/messages/v1/messages).
+  /\/(messages|responses|chat\/completions)\/?$/.test(p.baseUrl)
+    ? { path: ["baseUrl"], message: `baseUrl is the API root without the endpoint's path (Baton appends it): ${p.baseUrl}` }
+    : p.autoCompactThreshold !== null && p.autoCompactThreshold > p.contextWindow
     ? { path: ["autoCompactThreshold"], message: `autoCompactThreshold ${p.autoCompactThreshold} exceeds contextWindow ${p.contextWindow}` }
     : p.maxOutputTokens >= p.contextWindow
     ? { path: ["maxOutputTokens"], message: `maxOutputTokens ${p.maxOutputTokens} must be below contextWindow ${p.contextWindow}` }

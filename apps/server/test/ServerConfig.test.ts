@@ -135,6 +135,8 @@ describe("ServerConfig", () => {
       const one = (entry: unknown) => failure({ file: { providers: [{ name: "codex", window: 44_000 }, entry] }, env: { ANTHROPIC_API_KEY: "k" } })
       expect(yield* one({ ...claude, baseUrl: "ftp://x" }))
         .toBe("baton.json: providers[1].baseUrl: Expected a string matching the pattern ^https?:\\/\\/[^\\s]+$, actual \"ftp://x\"")
+      expect(yield* one({ ...claude, baseUrl: "https://api.anthropic.com/v1/messages" }))
+        .toBe("baton.json: providers[1].baseUrl: baseUrl is the API root without the endpoint's path (Baton appends it): https://api.anthropic.com/v1/messages")
       expect(yield* one({ ...claude, name: "Claude Main" }))
         .toBe("baton.json: providers[1].name: a provider name is a lowercase letter then up to 39 of a-z, 0-9, _ and -")
       expect(yield* one({ ...claude, prices: { input: 3 } }))

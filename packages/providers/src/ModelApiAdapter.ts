@@ -224,6 +224,9 @@ const batonRoundsGrace = 4
 const tooManyRounds = (rounds: number) =>
   `[not run: this turn already made ${rounds} requests for tools Baton answers; answer with what you have now]`
 
+/** The longest `retry-after` a turn waits out (5 minutes); a provider asking for more fails the request. */
+export const maxRetryAfterMillis = 5 * 60_000
+
 /** `offload_context`'s arguments as the model writes them. */
 const OffloadContextArguments = Schema.parseJson(Schema.Struct({
   tool_call_ids: Schema.optional(Schema.Array(Schema.String)),
@@ -749,6 +752,12 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         onFailure: (f) => {
           const retry = retries < maxRetries && f.failure.retryable && (f.httpStatus === null || retryableStatus(f.httpStatus))
           if (!retry) return Effect.fail(providerError(operation, f.failure, f.httpStatus))
+          // A wait longer than `maxRetryAfterMillis` is not waited out in a turn: the run fails, saying how long the
+          // provider asked for (found by a review: `retry-after: 86400` parked the run for a day).
+          if (f.retryAfterMillis !== null && f.retryAfterMillis > maxRetryAfterMillis) {
+            const seconds = Math.ceil(f.retryAfterMillis / 1_000)
+            return Effect.fail(providerError(operation, { ...f.failure, reason: `${f.failure.reason} (the provider asked to retry after ${seconds} s, longer than Baton waits in a turn)` }, f.httpStatus))
+          }
           return Effect.map(Random.nextRange(0.8, 1.2), (jitter) => {
             const delayMillis = Math.round(f.retryAfterMillis ?? baseMillis * 2 ** retries * jitter)
             const scheduled = TurnEvent.retry_scheduled({

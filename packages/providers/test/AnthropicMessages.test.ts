@@ -300,6 +300,22 @@ describe("Anthropic Messages: errors and faults", () => {
       expect(loop.requests[1]!.body).toBe(loop.requests[0]!.body)
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
+  // Found by a review: a retry-after of a day was waited out in the turn.
+  it.live("a 429 asking to retry after a day fails at once, saying how long the provider asked for", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      loop.enqueue(json(429, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, { "retry-after": "86400" }))
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const started = Date.now()
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null }))
+      expect(Date.now() - started).toBeLessThan(5_000)
+      expect(events).toEqual([])
+      expect(Exit.isFailure(exit) && String(Cause.squash(exit.cause))).toContain("(the provider asked to retry after 86400 s, longer than Baton waits in a turn)")
+      expect(loop.requests).toHaveLength(1)
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
   it.live("a 429 asking retry-after-ms: 80: a retry_scheduled event (attempt 1, 80 ms, HTTP 429, the provider's text) arrives before the wait, then the answer", () =>
     Effect.gen(function*() {
       const loop = yield* loopback
