@@ -87,6 +87,9 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
   // The items of the message so far, held until it is final (`message_delta`/`message_stop`): a message_start of
   // another message restarts the answer and discards them, so they must not have reached the record (see `drain`).
   let held: Array<ProducedItem> = []
+  // Calls whose input never became a JSON object: an answer cut by its output limit (stop reason `max_tokens`) ends
+  // inside a tool_use, which is no protocol fault; any other stop with such a call is one (decided at message_delta).
+  let cut: Array<{ readonly id: string; readonly name: string; readonly args: string }> = []
   const release = (extra: ReadonlyArray<ProducedItem> = []): ReadonlyArray<ProducedItem> => {
     const out = [...held, ...extra]
     held = []
@@ -138,7 +141,9 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
         const args = b.json === "" ? JSON.stringify(field(b.start, "input") ?? {}) : b.json
         const input = parseJson(args)
         if (typeof input !== "object" || input === null || Array.isArray(input)) {
-          return wireFailure("protocol", `tool_use ${String(field(b.start, "id"))} has input that is not a JSON object: ${args.slice(0, 200)}`)
+          // Left out of the stored message (its input is no object the API would take back); judged at message_delta.
+          cut.push({ id: String(field(b.start, "id")), name: str(field(b.start, "name")) ?? "?", args })
+          return []
         }
         const call: ToolCall = { id: str(field(b.start, "id")) ?? "", name: str(field(b.start, "name")) ?? "", arguments: args, wire: "tool_use" }
         if (calls.some((c) => c.id === call.id)) return duplicateCall("Anthropic Messages", call.id)
@@ -170,6 +175,7 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
           done = []
           calls = []
           held = []
+          cut = []
         }
         messageId = id
         applyUsage(field(msg, "usage"))
@@ -226,6 +232,17 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
       case "message_delta": {
         stopReason = str(field(field(data, "delta"), "stop_reason")) ?? stopReason
         applyUsage(field(data, "usage"))
+        if (cut.length > 0) {
+          const first = cut[0]!
+          if (stopReason !== "max_tokens") {
+            return wireFailure("protocol", `tool_use ${first.id} has input that is not a JSON object: ${first.args.slice(0, 200)}`)
+          }
+          // Found by a review: a large file write cut by max_tokens failed the run as a protocol fault. The text so far
+          // stands; the cut call is not run, and the record says why (the model sees its text and can try again).
+          const notes = cut.map((c) => textItem("error", `The answer reached its output limit (max_tokens) inside a call to ${c.name} (${c.id}): the call was cut off and not run`, messageId, true))
+          cut = []
+          return release(notes)
+        }
         if (stopReason === "refusal") {
           const explanation = str(field(field(field(data, "delta"), "stop_details"), "explanation"))
           return release([textItem("error", `The model declined to answer (stop reason refusal)${explanation === undefined ? "" : `: ${explanation}`}`, messageId, true)])

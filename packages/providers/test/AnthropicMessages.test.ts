@@ -538,6 +538,31 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
         `[not run: this turn already made ${ModelApiAdapter.maxBatonRounds + k} requests for tools Baton answers; answer with what you have now]`))
     }).pipe(Effect.provide(httpLayer)))
 
+  // Found by a review: a large file write cut by max_tokens inside its tool_use failed the run as a protocol fault.
+  it.scoped("an answer cut by max_tokens inside a tool_use: the text stands, the cut call is not run and an error item says why; any other stop with such a call is a protocol fault", () =>
+    Effect.gen(function*() {
+      const cutAnswer = (stop: string) => sse(frame(kind, [
+        `{"type":"message_start","message":{"id":"msg_cut_${stop}","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":10,"output_tokens":1}}}`,
+        `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+        `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Writing the file now."}}`,
+        `{"type":"content_block_stop","index":0}`,
+        `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_big","name":"write_file","input":{}}}`,
+        `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\\"path\\":\\"x\\",\\"content\\":\\"aaaa"}}`,
+        `{"type":"content_block_stop","index":1}`,
+        `{"type":"message_delta","delta":{"stop_reason":"${stop}"},"usage":{"output_tokens":4096}}`,
+        `{"type":"message_stop"}`
+      ]))
+      const limited = yield* turnDeclaring(declared("write_file"), cutAnswer("max_tokens"))
+      expect(Exit.isSuccess(limited.exit)).toBe(true)
+      expect(itemsOf(limited.events).map(([k, t]) => [k, t])).toEqual([
+        ["assistant_message", "Writing the file now."],
+        ["error", "The answer reached its output limit (max_tokens) inside a call to write_file (toolu_big): the call was cut off and not run"]
+      ])
+      expect(limited.events.at(-1)).toEqual(TurnEvent.turn_ended({ interrupted: false }))
+      const malformed = yield* turnDeclaring(declared("write_file"), cutAnswer("tool_use"))
+      expect(Exit.isFailure(malformed.exit) && String(Cause.squash(malformed.exit.cause))).toContain("tool_use toolu_big has input that is not a JSON object")
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("an unknown call beside a declared one: only the declared call waits; both results go in one message", () =>
     Effect.gen(function*() {
       const two = [
