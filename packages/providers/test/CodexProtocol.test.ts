@@ -14,7 +14,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { Method, Notification, ThreadResponse } from "../src/codex/CodexProtocol.js"
-import { binary } from "./support/CodexLoopback.js"
+import { binary, normalise } from "./support/CodexLoopback.js"
 
 const subsetFile = fileURLToPath(new URL("../src/codex/protocol/codex-app-server.subset.json", import.meta.url))
 
@@ -139,3 +139,18 @@ const listed = (dir: string) =>
   ["ClientRequest", "ServerNotification", "ServerRequest", "ClientNotification"].flatMap((file) =>
     (read(Path.join(dir, `${file}.json`))["oneOf"] as ReadonlyArray<{ properties: { method: { enum: [string] } } }>).map((v) => v.properties.method.enum[0])
   )
+
+// Found when a full run under load failed the fork fixture: Codex wrote the turn/started notification before the
+// turn/start result, the recording had them the other way round.
+describe("fixtures of the JSON-RPC exchanges", () => {
+  it("do not depend on the order in which Codex writes a response and the notifications of the same moment", () => {
+    const request = { direction: "out" as const, line: JSON.stringify({ id: 8, method: "turn/start", params: { threadId: "t" } }) }
+    const result = { direction: "in" as const, line: JSON.stringify({ id: 8, result: { turn: { id: "u" } } }) }
+    const started = { direction: "in" as const, line: JSON.stringify({ method: "turn/started", params: { threadId: "t", turn: { id: "u" } } }) }
+    const next = { direction: "out" as const, line: JSON.stringify({ id: 9, method: "turn/interrupt", params: { threadId: "t", turnId: "u" } }) }
+    const one = normalise([request, result, started, next], "/home")
+    expect(normalise([request, started, result, next], "/home")).toBe(one)
+    expect(one.split("\n").map((l) => l.slice(0, 2) + (l === "" ? "" : ` ${(JSON.parse(l.slice(3)) as { method?: string }).method ?? "result"}`)))
+      .toEqual(["-> turn/start", "<- result", "<- turn/started", "-> turn/interrupt", ""])
+  })
+})

@@ -151,7 +151,25 @@ export const normalise = (trace: ReadonlyArray<TraceLine>, home: string): string
     } else if (direction === "out" && message.id !== undefined) ours.add(message.id)
     lines.push(`${direction === "out" ? "->" : "<-"} ${JSON.stringify(stable(message))}`)
   }
-  return lines.join("\n") + "\n"
+  // Codex writes a response and the notifications of the same moment in either order (a turn/start result and the
+  // turn/started notification race on its stdout, seen under load): within each run of incoming lines, responses
+  // come first, notifications after them in the order received.
+  const ordered: Array<string> = []
+  let block: Array<string> = []
+  const isResponse = (line: string) => (JSON.parse(line.slice(3)) as { method?: unknown }).method === undefined
+  const flush = () => {
+    ordered.push(...block.filter(isResponse), ...block.filter((l) => !isResponse(l)))
+    block = []
+  }
+  for (const line of lines) {
+    if (line.startsWith("<-")) block.push(line)
+    else {
+      flush()
+      ordered.push(line)
+    }
+  }
+  flush()
+  return ordered.join("\n") + "\n"
 }
 
 /** `test/fixtures/codex/` of this package. */
