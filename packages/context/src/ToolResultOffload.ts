@@ -305,10 +305,8 @@ export const decide = (situation: Situation, settings: Settings = defaults): Dec
   for (const c of asked) byUnit.set(c.unit, c)
   for (const c of eligible(situation, settings)) if (c.first >= from || base.units.includes(c.unit)) byUnit.set(c.unit, c)
   const picked = [...byUnit.values()].sort((a, b) => a.first - b.first)
-  const cold = situation.requestsSoFar === 0 || (situation.pricing.ttlMs !== null &&
-    situation.msSinceLastRequest !== null && situation.msSinceLastRequest > situation.pricing.ttlMs)
   const tier = base.tier === "aggressive" || base.tier === "emergency" ? base.tier : "requested"
-  return { ...summarise(situation, settings, picked, tier, cold), reason: base.tier === "emergency" ? base.reason : "" }
+  return { ...summarise(situation, settings, picked, tier, isCold(situation)), reason: base.tier === "emergency" ? base.reason : "" }
 }
 
 /** The decision stubbing `picked` (ascending by `first`, non-empty), its cost in the module docblock's terms. */
@@ -334,6 +332,11 @@ const summarise = (situation: Situation, settings: Settings, picked: ReadonlyArr
   }
 }
 
+/** The provider's cache holds nothing of the history: no request yet, or the previous one is older than the TTL. */
+const isCold = (situation: Situation) =>
+  situation.requestsSoFar === 0 || (situation.pricing.ttlMs !== null && situation.msSinceLastRequest !== null &&
+    situation.msSinceLastRequest > situation.pricing.ttlMs)
+
 /** `decide` without the model's requests: the cache-aware tiers alone. */
 const decideByCache = (situation: Situation, settings: Settings): Decision => {
   const { items, pricing, windowTokens } = situation
@@ -348,23 +351,8 @@ const decideByCache = (situation: Situation, settings: Settings): Decision => {
   const suffix = new Array<number>(items.length + 1).fill(0)
   for (let i = items.length - 1; i >= 0; i--) suffix[i] = suffix[i + 1]! + items[i]!.tokens
 
-  const chosen = (fromIndex: number, toIndex: number, tier: Tier, cold: boolean): Decision => {
-    const picked = candidates.slice(fromIndex, toIndex)
-    const s = picked.reduce((n, c) => n + c.released, 0)
-    const A = suffix[picked[0]!.first]!
-    const rewriteCost = cold ? 0 : (w - r) * (A - s)
-    const perRequest = r * s
-    return {
-      tier,
-      units: picked.map((c) => c.unit).sort((a, b) => a - b),
-      tokensBefore: before,
-      tokensAfter: before - s,
-      rewriteCost,
-      expectedSavings: perRequest * R,
-      breakEvenRequests: perRequest === 0 ? Infinity : rewriteCost / perRequest,
-      reason: ""
-    }
-  }
+  const chosen = (fromIndex: number, toIndex: number, tier: Tier, cold: boolean): Decision =>
+    summarise(situation, settings, candidates.slice(fromIndex, toIndex), tier, cold)
 
   if (before >= settings.aggressiveRatio * windowTokens) {
     if (before - totalRelease >= settings.emergencyRatio * windowTokens) {
@@ -389,9 +377,7 @@ const decideByCache = (situation: Situation, settings: Settings): Decision => {
     }
   }
   if (candidates.length === 0) return none(before, "no eligible unit")
-  const cold = situation.requestsSoFar === 0 ||
-    (pricing.ttlMs !== null && situation.msSinceLastRequest !== null && situation.msSinceLastRequest > pricing.ttlMs)
-  if (cold) return chosen(0, candidates.length, "mild", true)
+  if (isCold(situation)) return chosen(0, candidates.length, "mild", true)
   // The break at candidate j stubs candidates[j..]: margin = r·s·R - (w - r)(A - s), rent = r·Σ released·eligible.
   let best = -1
   let bestMargin = 0
