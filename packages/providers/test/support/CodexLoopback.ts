@@ -13,6 +13,34 @@ import { fileURLToPath } from "node:url"
 import { defaultBinary, type TraceLine } from "../../src/codex/CodexAppServer.js"
 import { frame, type Received, type Reply, sse } from "./Loopback.js"
 
+/**
+ * A `codex` executable (written into `dir`) that runs `real` behind a pipe holding back the answer to `turn/start` by
+ * `delayMillis` (every other line, notifications included, passes at once): a Codex slow to answer that request.
+ */
+export const slowTurnStart = (dir: string, real: string, delayMillis: number): string => {
+  const relay = Path.join(dir, "slow-turn-start.cjs")
+  Fs.writeFileSync(relay, `
+const { spawn } = require("node:child_process")
+const readline = require("node:readline")
+const child = spawn(${JSON.stringify(real)}, process.argv.slice(2), { stdio: ["pipe", "pipe", "inherit"] })
+process.stdin.pipe(child.stdin)
+const starts = new Set()
+readline.createInterface({ input: process.stdin }).on("line", (line) => {
+  try { const m = JSON.parse(line); if (m.method === "turn/start") starts.add(m.id) } catch {}
+})
+readline.createInterface({ input: child.stdout }).on("line", (line) => {
+  let m = {}
+  try { m = JSON.parse(line) } catch {}
+  if (m.method === undefined && starts.has(m.id)) setTimeout(() => process.stdout.write(line + "\\n"), ${delayMillis})
+  else process.stdout.write(line + "\\n")
+})
+child.on("exit", (code) => process.exit(code ?? 1))
+`)
+  const executable = Path.join(dir, "codex-slow")
+  Fs.writeFileSync(executable, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(relay)} "$@"\n`, { mode: 0o755 })
+  return executable
+}
+
 /** The pinned binary; the tests fail at once (not skip) when it is missing. */
 export const binary = (): string => {
   const found = defaultBinary()
@@ -176,14 +204,18 @@ export const normalise = (trace: ReadonlyArray<TraceLine>, home: string): string
 export const fixtureDir = fileURLToPath(new URL("../fixtures/codex/", import.meta.url))
 
 /**
- * Compares `text` with the fixture `name`; writes it instead when `BATON_UPDATE_FIXTURES=1` or when it does not exist
- * yet. Returns the fixture's text.
+ * Compares `text` with the fixture `name`: returns the fixture's text. `BATON_UPDATE_FIXTURES=1` writes `text` as the
+ * fixture first. A missing fixture is an error saying how to record it (it used to be written silently, so a deleted
+ * or misnamed fixture passed and CI proved nothing).
  */
 export const checkFixture = (name: string, text: string): string => {
   const file = Path.join(fixtureDir, name)
-  if (process.env["BATON_UPDATE_FIXTURES"] === "1" || !Fs.existsSync(file)) {
+  if (process.env["BATON_UPDATE_FIXTURES"] === "1") {
     Fs.mkdirSync(fixtureDir, { recursive: true })
     Fs.writeFileSync(file, text)
+  }
+  if (!Fs.existsSync(file)) {
+    throw new Error(`the fixture ${file} is missing: record it with BATON_UPDATE_FIXTURES=1 and commit it`)
   }
   return Fs.readFileSync(file, "utf8")
 }
