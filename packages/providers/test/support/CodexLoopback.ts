@@ -170,14 +170,38 @@ export const normalise = (trace: ReadonlyArray<TraceLine>, home: string): string
     }
     return value
   }
+  // After `thread/resume`, Codex repeats the thread's last usage report (of an earlier turn) at a moment of its own:
+  // before or after Baton's next request. That report is placed right after the resume's answer.
+  const resumes = new Set<unknown>()
+  let lastTurn: unknown = null
+  let afterResume: number | null = null
   for (const { direction, line } of trace) {
-    const message = JSON.parse(line) as { id?: unknown; method?: string; result?: unknown; error?: unknown }
+    const message = JSON.parse(line) as {
+      id?: unknown
+      method?: string
+      params?: { turnId?: unknown; turn?: { id?: unknown } }
+      result?: unknown
+      error?: unknown
+    }
     if (message.method !== undefined && !kept.has(message.method)) continue
     if (message.method === undefined) {
       // A response: keep those answering Baton's requests, and Baton's answers to the server's.
       if (direction === "in" && !ours.has(message.id)) continue
-    } else if (direction === "out" && message.id !== undefined) ours.add(message.id)
-    lines.push(`${direction === "out" ? "->" : "<-"} ${JSON.stringify(stable(message))}`)
+    } else if (direction === "out" && message.id !== undefined) {
+      ours.add(message.id)
+      if (message.method === "thread/resume") resumes.add(message.id)
+    }
+    if (message.method === "turn/started") {
+      lastTurn = message.params?.turn?.id
+      afterResume = null
+    }
+    const text = `${direction === "out" ? "->" : "<-"} ${JSON.stringify(stable(message))}`
+    if (message.method === "thread/tokenUsage/updated" && afterResume !== null && message.params?.turnId !== lastTurn) {
+      lines.splice(afterResume++, 0, text)
+      continue
+    }
+    lines.push(text)
+    if (direction === "in" && message.method === undefined && resumes.has(message.id)) afterResume = lines.length
   }
   // Codex writes a response and the notifications of the same moment in either order (a turn/start result and the
   // turn/started notification race on its stdout, seen under load): within each run of incoming lines, responses
