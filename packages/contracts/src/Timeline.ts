@@ -75,13 +75,23 @@ export interface TimelineJson {
   /** The last event seq folded: the page follows the stream after it. */
   readonly lastSeq: number
   readonly lastRunSeq: number
-  /** `[runId, run seq]` of every run queued. */
+  /** `[runId, run seq]` of the runs queued that have no point yet or were the last started on a native thread (a later event may name them); the others' seqs are their points'. */
   readonly runSeqs: ReadonlyArray<readonly [string, number]>
   /** `[nativeThreadId, runId]`: the run last started on each native thread. */
   readonly startedOn: ReadonlyArray<readonly [string, string]>
   /** `[runId, budget]`: the turn-start budget of runs that were owed history. */
   readonly budgets: ReadonlyArray<readonly [string, number]>
-  readonly points: ReadonlyArray<OccupancyPoint>
+  /** The occupancy points in columns (one entry per point in each; a 5,000-run thread's timeline stays small and quick to encode). */
+  readonly points: {
+    readonly runIds: ReadonlyArray<string>
+    readonly runSeqs: ReadonlyArray<number>
+    readonly nativeThreadIds: ReadonlyArray<string>
+    readonly usedTokens: ReadonlyArray<number>
+    readonly maxTokens: ReadonlyArray<number | null>
+    readonly autoCompactThresholds: ReadonlyArray<number | null>
+    readonly trusted: ReadonlyArray<boolean>
+    readonly budgets: ReadonlyArray<number | null>
+  }
   readonly marks: ReadonlyArray<OccupancyMark>
   readonly deliverySteps: ReadonlyArray<{ readonly deliveryId: string; readonly steps: ReadonlyArray<DeliveryStep> }>
   /** Tool call ids whose results a tool-result offload replaced with stubs. */
@@ -106,13 +116,24 @@ export class EventFold {
 
   /** The fold's state as JSON (`TimelineJson`). */
   toJson(): TimelineJson {
+    const points = [...this.points.values()]
+    const named = new Set(this.startedOn.values())
     return {
       lastSeq: this.lastSeq,
       lastRunSeq: this.lastRunSeq,
-      runSeqs: [...this.runSeq],
+      runSeqs: [...this.runSeq].filter(([runId, seq]) => named.has(runId) || this.points.get(runId)?.runSeq !== seq),
       startedOn: [...this.startedOn],
-      budgets: [...this.budgets],
-      points: [...this.points.values()],
+      budgets: [...this.budgets].filter(([runId]) => !this.points.has(runId) || named.has(runId)),
+      points: {
+        runIds: points.map((p) => p.runId),
+        runSeqs: points.map((p) => p.runSeq),
+        nativeThreadIds: points.map((p) => p.nativeThreadId),
+        usedTokens: points.map((p) => p.usedTokens),
+        maxTokens: points.map((p) => p.maxTokens),
+        autoCompactThresholds: points.map((p) => p.autoCompactThreshold),
+        trusted: points.map((p) => p.trusted),
+        budgets: points.map((p) => p.budget)
+      },
       marks: [...this.marks],
       deliverySteps: [...this.deliverySteps].map(([deliveryId, steps]) => ({ deliveryId, steps })),
       stubbed: [...this.stubbed]
@@ -129,10 +150,24 @@ export class EventFold {
     const fold = new EventFold()
     fold.lastSeq = json.lastSeq
     fold.lastRunSeq = json.lastRunSeq
+    const p = json.points
+    for (let i = 0; i < p.runIds.length; i++) {
+      const runId = p.runIds[i]!
+      fold.points.set(runId, {
+        runId,
+        runSeq: p.runSeqs[i]!,
+        nativeThreadId: p.nativeThreadIds[i]!,
+        usedTokens: p.usedTokens[i]!,
+        maxTokens: p.maxTokens[i] ?? null,
+        autoCompactThreshold: p.autoCompactThresholds[i] ?? null,
+        trusted: p.trusted[i]!,
+        budget: p.budgets[i] ?? null
+      })
+      fold.runSeq.set(runId, p.runSeqs[i]!)
+    }
     for (const [k, v] of json.runSeqs) fold.runSeq.set(k, v)
     for (const [k, v] of json.startedOn) fold.startedOn.set(k, v)
     for (const [k, v] of json.budgets) fold.budgets.set(k, v)
-    for (const p of json.points) fold.points.set(p.runId, p)
     fold.marks.push(...json.marks)
     for (const d of json.deliverySteps) fold.deliverySteps.set(d.deliveryId, [...d.steps])
     for (const s of json.stubbed) fold.stubbed.add(s)

@@ -197,20 +197,11 @@ export type Readiness = typeof Readiness.Type
 export const Session = Schema.Struct({ role: Schema.Literal("admin", "read") })
 export type Session = typeof Session.Type
 
-const TimelinePoint = Schema.Struct({
-  runId: Schema.String,
-  runSeq: Count,
-  nativeThreadId: Schema.String,
-  usedTokens: Schema.Number,
-  maxTokens: Schema.NullOr(Schema.Number),
-  autoCompactThreshold: Schema.NullOr(Schema.Number),
-  trusted: Schema.Boolean,
-  budget: Schema.NullOr(Schema.Number)
-})
+const Nullable = Schema.NullOr(Schema.Number)
 
 /**
  * `GET /threads/{id}/timeline`: the fold of the thread's stored event log (`Timeline.EventFold`, its `toJson` state)
- * through event `lastSeq`: occupancy points (one per run that reported usage, tokens), marks (compacted, tool results
+ * through event `lastSeq`: occupancy points (one per run that reported usage, tokens; in columns), marks (compacted, tool results
  * offloaded, summarised, replaced), each delivery's steps, stubbed tool call ids, and the fold's cursors. A reader
  * follows `GET /threads/{id}/events` after `lastSeq` and applies each event to `EventFold.fromJson(timeline)`: no
  * gap, no repeat, and no replay of the whole log.
@@ -221,7 +212,16 @@ export const ThreadTimeline = Schema.Struct({
   runSeqs: Schema.Array(Schema.Tuple(Schema.String, Count)),
   startedOn: Schema.Array(Schema.Tuple(Schema.String, Schema.String)),
   budgets: Schema.Array(Schema.Tuple(Schema.String, Schema.Number)),
-  points: Schema.Array(TimelinePoint),
+  points: Schema.Struct({
+    runIds: Schema.Array(Schema.String),
+    runSeqs: Schema.Array(Count),
+    nativeThreadIds: Schema.Array(Schema.String),
+    usedTokens: Schema.Array(Schema.Number),
+    maxTokens: Schema.Array(Nullable),
+    autoCompactThresholds: Schema.Array(Nullable),
+    trusted: Schema.Array(Schema.Boolean),
+    budgets: Schema.Array(Nullable)
+  }),
   marks: Schema.Array(Schema.Struct({
     nativeThreadId: Schema.String,
     runSeq: Count,
