@@ -78,7 +78,8 @@ export type ModelInstanceJson = typeof ModelInstanceJson.Type
 /**
  * A Codex instance in the config file (docs/providers.md, "Codex"): a `CodexAdapter.CodexProviderConfig` (`kind`
  * `codex`; optional `binary`, `codexHome`, `model`, `contextWindow`, `autoCompactThreshold`, `cwd`,
- * `requestTimeoutMs`, `turnIdleTimeoutMs`, `prices`) with its instance `name`. The threshold must not exceed the window.
+ * `requestTimeoutMs`, `turnIdleTimeoutMs`, `maxReconnects`, `prices`) with its instance `name`. The threshold must not
+ * exceed the window.
  */
 export const CodexInstanceJson = Schema.Struct({
   ...CodexAdapter.CodexProviderConfig.fields,

@@ -17,11 +17,12 @@ import {
   bodyOf,
   checkFixture,
   codexHome,
+  cut,
   functionCall,
   isCompaction,
   normalise,
   overflow,
-  slowTurnStart,
+  slowAnswers,
   userTexts
 } from "./support/CodexLoopback.js"
 import { collect, itemsOf, type Loopback, loopback, type Received } from "./support/Loopback.js"
@@ -237,7 +238,7 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       const { adapter, loop } = yield* setup({
         trace: (l) => trace.push(l),
         // The real binary behind a pipe that holds back the answer to turn/start for 4 s (its notifications pass).
-        config: (home) => ({ binary: slowTurnStart(home, binary(), 4_000), requestTimeoutMs: 2_000 })
+        config: (home) => ({ binary: slowAnswers(home, binary(), { "turn/start": 4_000 }), requestTimeoutMs: 2_000 })
       })
       loop.enqueue(answer("Late but here.", 1_000, 5, 0))
       const { nativeRef } = yield* adapter.startThread()
@@ -279,6 +280,72 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       const interrupts = trace.filter((l) => l.direction === "out" && l.line.includes(`"method":"turn/interrupt"`))
       expect(interrupts).toHaveLength(1)
     })))
+
+  it.live("a turn Baton's idle bound ends is stopped in Codex, so the next message is a turn of its own, answered and recorded (review D1)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const trace: Array<TraceLine> = []
+      const { adapter, loop } = yield* setup({ trace: (l) => trace.push(l), config: () => ({ turnIdleTimeoutMs: 3_000 }) })
+      loop.enqueue(hanging, answer("second answer"))
+      const { nativeRef } = yield* adapter.startThread()
+      const first = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "first", inlineHistory: null }))
+      expect(failureOf(first.exit)).toMatchObject({ code: "timeout" })
+      expect(trace.filter((l) => l.direction === "out" && l.line.includes(`"method":"turn/interrupt"`))).toHaveLength(1)
+      const second = yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "second", inlineHistory: null }))
+      expect(failureOf(second.exit)).toBeNull()
+      expect(itemsOf(second.events)).toEqual([["assistant_message", "second answer", null, null]])
+      // Two turns, not the second message folded into the first (Codex answers a turn/start on a running turn with
+      // that turn's id).
+      const turnIds = trace.flatMap((l) => {
+        const m = JSON.parse(l.line) as { method?: string; params?: { turn?: { id?: string } } }
+        return l.direction === "in" && m.method === "turn/started" ? [m.params?.turn?.id] : []
+      })
+      expect(new Set(turnIds).size).toBe(2)
+      expect(userTexts(loop.requests[1]!).at(-1)).toBe("second")
+    })), 60_000)
+
+  it.live("a compaction Baton's idle bound ends is stopped in Codex: the next turn runs (was refused ActiveTurnNotSteerable) (review D1b)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup({ config: () => ({ turnIdleTimeoutMs: 3_000 }) })
+      loop.enqueue(answer("first answer"), hanging, answer("after"))
+      const { nativeRef } = yield* adapter.startThread()
+      expect((yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "first", inlineHistory: null }))).exit._tag).toBe("Success")
+      const compacted = yield* Effect.exit(adapter.compactThread!(nativeRef))
+      expect(failureOf(compacted)).toMatchObject({ code: "timeout" })
+      const next = yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "next", inlineHistory: null }))
+      expect(failureOf(next.exit)).toBeNull()
+      expect(itemsOf(next.events)).toEqual([["assistant_message", "after", null, null]])
+    })), 60_000)
+
+  it.live("an interrupt while the thread is resumed in a new child is honoured: turn/start is never sent, the turn fails interrupted (review D2)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const trace: Array<TraceLine> = []
+      const { adapter, loop } = yield* setup({
+        trace: (l) => trace.push(l),
+        config: (home) => ({ binary: slowAnswers(home, binary(), { "thread/resume": 3_000 }) })
+      })
+      loop.enqueue(answer("first answer"))
+      const { nativeRef } = yield* adapter.startThread()
+      expect((yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "first", inlineHistory: null }))).exit._tag).toBe("Success")
+      process.kill((yield* adapter.appServer.pid)!, "SIGKILL")
+      while ((yield* adapter.appServer.pid) !== null) yield* Effect.sleep("20 millis")
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "second", inlineHistory: null })))
+      // Wait until the resume is on its way (held back 3 s by the relay), then interrupt.
+      while (!trace.some((l) => l.direction === "out" && l.line.includes(`"method":"thread/resume"`))) yield* Effect.sleep("20 millis")
+      yield* adapter.interrupt(nativeRef)
+      const { exit } = yield* Fiber.join(fiber).pipe(Effect.timeout("20 seconds"))
+      expect(failureOf(exit)).toMatchObject({ code: "interrupted" })
+      expect(trace.filter((l) => l.direction === "out" && l.line.includes(`"method":"turn/start"`))).toHaveLength(1)
+      expect(loop.requests).toHaveLength(1)
+    })), 60_000)
+
+  it.live("a model stream cut before its end is unavailable and retryable, not a refusal (review D3)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup()
+      loop.enqueue(cut())
+      const { nativeRef } = yield* adapter.startThread()
+      const { exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "go", inlineHistory: null }))
+      expect(failureOf(exit)).toMatchObject({ code: "unavailable", retryable: true })
+    })), 60_000)
 
   it.live("the child killed mid-turn: the turn fails unavailable (retryable); the next turn resumes the same thread in a new child, its history intact", () =>
     Effect.scoped(Effect.gen(function*() {

@@ -25,7 +25,7 @@
  * client tools end the turn and wait for the client): `tools` is ignored and `continueTurn` is absent.
  */
 import { type ContextUsage, ProviderError, type ProviderInstance } from "@baton/contracts"
-import { Duration, Effect, Option, type Queue, Schema, type Scope, Stream } from "effect"
+import { Duration, Effect, Option, Queue, Schema, type Scope, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -182,6 +182,7 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
     const threads = new Map<string, ThreadState>()
     const active = new Map<string, ActiveTurn>()
     const turnIdleMillis = config.turnIdleTimeoutMs ?? 600_000
+    const requestTimeoutMillis = config.requestTimeoutMs ?? 30_000
     const maxReconnects = config.maxReconnects ?? 5
 
     const fail = (operation: string, code: ProviderError["code"], reason: string, retryable: boolean, extra: { readonly limitTokens?: number } = {}) =>
@@ -295,6 +296,11 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
       if (/httpConnectionFailed|responseStreamConnectionFailed|responseStreamDisconnected|responseTooManyFailedAttempts|serverOverloaded|internalServerError|rateLimitExceeded/.test(key)) {
         return fail(operation, "unavailable", `${reason} (${key})`, true)
       }
+      // Codex 0.171.0 labels a model stream cut before its end `other` ("stream disconnected before completion"):
+      // transient, not a refusal (found by a review).
+      if ((key === "other" || key === "") && /stream disconnected|connection (reset|closed|refused)|error sending request|timed out/i.test(reason)) {
+        return fail(operation, "unavailable", `${reason} (${key === "" ? "no error info" : key})`, true)
+      }
       return classify(fail(operation, "refused", key === "" ? reason : `${reason} (${key})`, false))
     }
 
@@ -308,7 +314,8 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
       events: Queue.Dequeue<AppServer.Incoming>,
       turnIdOf: () => string | null,
       onDelta: ((delta: TextDelta) => void) | undefined,
-      adopt?: (turnId: string) => Effect.Effect<void>
+      adopt?: (turnId: string) => Effect.Effect<void>,
+      over?: { codexEnded: boolean }
     ): Stream.Stream<TurnEvent, ProviderError> => {
       let done = false
       let lastError: Protocol.TurnError | null = null
@@ -319,6 +326,7 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
       const handle = (event: AppServer.Incoming): Effect.Effect<ReadonlyArray<TurnEvent>, ProviderError> =>
         Effect.gen(function*() {
           if (event._tag === "exited") {
+            if (over !== undefined) over.codexEnded = true
             return yield* fail(operation, "unavailable", `the Codex app-server exited during the turn (${event.reason})`, true)
           }
           const params = event.params as { readonly threadId?: string; readonly turnId?: string; readonly turn?: { readonly id?: string } }
@@ -362,12 +370,13 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
               }
               // Found by a review: Codex retried an unreachable endpoint for ~20 minutes, the run `running` meanwhile.
               if (++reconnects < maxReconnects) return []
-              yield* client.request(Protocol.Method.turnInterrupt, { threadId, turnId: error.turnId }, Protocol.EmptyResponse).pipe(Effect.ignore)
+              // Stopped by the caller's finalizer (`abandon`: interrupt, then the turn's end awaited).
               return yield* fail(operation, "unavailable", `Codex could not reach the model after ${reconnects} attempts: ${error.error.message}`, true)
             }
             case Protocol.Notification.turnCompleted: {
               const completed = yield* decode(Protocol.TurnNotification, event.params)
               done = true
+              if (over !== undefined) over.codexEnded = true
               switch (completed.turn.status) {
                 case "completed":
                   return [TurnEvent.turn_ended({ interrupted: false })]
@@ -389,16 +398,44 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
       )
     }
 
+    /**
+     * Stops a turn Baton gave up on while Codex still runs it (Baton's idle bound, too many reconnects, the caller
+     * closed the stream): `turn/interrupt`, then its `turn/completed` (or the child's exit) awaited on `events`, at
+     * most `requestTimeoutMillis`, so the next `turn/start` on the thread does not land in the turn still ending
+     * (Codex 0.171.0 adds the input of a `turn/start` to the running turn). Found by a review: a turn ended by the idle
+     * bound kept running, and the next message was answered into it, unrecorded; a compaction kept running and every
+     * later turn was refused (`ActiveTurnNotSteerable`).
+     */
+    const abandon = (threadId: string, turnId: string, events: Queue.Dequeue<AppServer.Incoming>) =>
+      Effect.gen(function*() {
+        yield* client.request(Protocol.Method.turnInterrupt, { threadId, turnId }, Protocol.EmptyResponse).pipe(Effect.ignore)
+        for (;;) {
+          const event = yield* Queue.take(events)
+          if (event._tag === "exited") return
+          const params = event.params as { readonly threadId?: string; readonly turn?: { readonly id?: string } }
+          if (event.method === Protocol.Notification.turnCompleted && params?.threadId === threadId && params.turn?.id === turnId) return
+        }
+      }).pipe(
+        Effect.timeout(Duration.millis(requestTimeoutMillis)),
+        Effect.catchAll(() => Effect.logWarning("codex did not confirm the end of an abandoned turn in time").pipe(Effect.annotateLogs({ threadId, turnId })))
+      )
+
     const startTurn = (input: StartTurnInput): Stream.Stream<TurnEvent, ProviderError> =>
       Stream.unwrapScoped(Effect.gen(function*() {
         const threadId = input.nativeRef
-        yield* ensureLoaded("startTurn", threadId)
-        const { events } = yield* client.subscribe.pipe(Effect.mapError(fromClient("startTurn")))
+        // The turn is known to `interrupt` from the start: an interrupt while the thread is still being resumed in a
+        // new child (after a crash) is kept and honoured before `turn/start` (found by a review: it was dropped, and
+        // the turn started seconds after the user interrupted it).
         const turn: ActiveTurn = { runId: input.runId, localTools: input.localTools ?? [], turnId: null, interruptRequested: false }
         yield* Effect.acquireRelease(
           Effect.sync(() => active.set(threadId, turn)),
           () => Effect.sync(() => void (active.get(threadId) === turn && active.delete(threadId)))
         )
+        yield* ensureLoaded("startTurn", threadId)
+        const { events } = yield* client.subscribe.pipe(Effect.mapError(fromClient("startTurn")))
+        if (turn.interruptRequested) {
+          return yield* fail("startTurn", "interrupted", "interrupted before the turn started (Codex was not asked to run it)", false)
+        }
         const parts = [...(input.inlineHistory === null ? [] : [input.inlineHistory]), input.prompt]
         const stop = (turnId: string) =>
           client.request(Protocol.Method.turnInterrupt, { threadId, turnId }, Protocol.EmptyResponse).pipe(Effect.ignore)
@@ -419,9 +456,9 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
             )),
           Effect.mapError(fromClient("startTurn"))
         )
-        let ended = false
-        // Closing the stream before the turn completed abandons it: Codex is asked to stop it.
-        yield* Effect.addFinalizer(() => ended || turn.turnId === null ? Effect.void : stop(turn.turnId))
+        const over = { codexEnded: false }
+        // A turn Codex did not end (the stream closed early, Baton's idle bound, too many reconnects) is stopped.
+        yield* Effect.addFinalizer(() => over.codexEnded || turn.turnId === null ? Effect.void : abandon(threadId, turn.turnId, events))
         if (turn.interruptRequested && turn.turnId !== null) yield* stop(turn.turnId)
         const adopt = (turnId: string) =>
           Effect.suspend(() => {
@@ -430,10 +467,7 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
             return turn.interruptRequested ? stop(turnId) : Effect.void
           })
         // Over once Codex said so (its turn completed, failed, or the child exited): nothing to interrupt then.
-        return follow("startTurn", threadId, events, () => turn.turnId, input.onDelta, adopt).pipe(
-          Stream.tap((e) => Effect.sync(() => void (ended = ended || e._tag === "turn_ended"))),
-          Stream.tapError(() => Effect.sync(() => void (ended = true)))
-        )
+        return follow("startTurn", threadId, events, () => turn.turnId, input.onDelta, adopt, over)
       }))
 
     const interrupt = (nativeRef: string): Effect.Effect<void, ProviderError> =>
@@ -495,10 +529,14 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
         yield* client.request(Protocol.Method.threadCompactStart, { threadId: nativeRef }, Protocol.EmptyResponse).pipe(
           Effect.mapError(fromClient("compactThread"))
         )
-        // The compaction runs as a turn of its own (no other turn runs on the thread meanwhile): followed to its end.
+        // The compaction runs as a turn of its own (no other turn runs on the thread meanwhile): followed to its end;
+        // one Baton gives up on (idle bound, interrupted caller) is stopped, as a turn is.
+        let compactionTurn: string | null = null
+        const over = { codexEnded: false }
+        yield* Effect.addFinalizer(() => over.codexEnded || compactionTurn === null ? Effect.void : abandon(nativeRef, compactionTurn, events))
         let usageAfter: ContextUsage | null = null
         yield* Stream.runForEach(
-          follow("compactThread", nativeRef, events, () => null, undefined),
+          follow("compactThread", nativeRef, events, () => null, undefined, (turnId) => Effect.sync(() => void (compactionTurn ??= turnId)), over),
           (e) => Effect.sync(() => void (e._tag === "usage_reported" && (usageAfter = e.usage)))
         )
         return { usageBefore, usageAfter: usageAfter ?? threads.get(nativeRef)?.usage ?? null }

@@ -14,27 +14,31 @@ import { defaultBinary, type TraceLine } from "../../src/codex/CodexAppServer.js
 import { frame, type Received, type Reply, sse } from "./Loopback.js"
 
 /**
- * A `codex` executable (written into `dir`) that runs `real` behind a pipe holding back the answer to `turn/start` by
- * `delayMillis` (every other line, notifications included, passes at once): a Codex slow to answer that request.
+ * A `codex` executable (written into `dir`) that runs `real` behind a pipe holding back Codex's answers to the methods
+ * in `delays` (method -> milliseconds); every other line, notifications included, passes at once: a Codex slow to
+ * answer those requests.
  */
-export const slowTurnStart = (dir: string, real: string, delayMillis: number): string => {
-  const relay = Path.join(dir, "slow-turn-start.cjs")
+export const slowAnswers = (dir: string, real: string, delays: Readonly<Record<string, number>>): string => {
+  const relay = Path.join(dir, "slow-answers.cjs")
   Fs.writeFileSync(relay, `
 const { spawn } = require("node:child_process")
 const readline = require("node:readline")
+const delays = ${JSON.stringify(delays)}
 const child = spawn(${JSON.stringify(real)}, process.argv.slice(2), { stdio: ["pipe", "pipe", "inherit"] })
 process.stdin.pipe(child.stdin)
-const starts = new Set()
+const held = new Map()
 readline.createInterface({ input: process.stdin }).on("line", (line) => {
-  try { const m = JSON.parse(line); if (m.method === "turn/start") starts.add(m.id) } catch {}
+  try { const m = JSON.parse(line); if (m.id !== undefined && delays[m.method] !== undefined) held.set(m.id, delays[m.method]) } catch {}
 })
 readline.createInterface({ input: child.stdout }).on("line", (line) => {
   let m = {}
   try { m = JSON.parse(line) } catch {}
-  if (m.method === undefined && starts.has(m.id)) setTimeout(() => process.stdout.write(line + "\\n"), ${delayMillis})
+  const delay = m.method === undefined ? held.get(m.id) : undefined
+  if (delay !== undefined) setTimeout(() => process.stdout.write(line + "\\n"), delay)
   else process.stdout.write(line + "\\n")
 })
 child.on("exit", (code) => process.exit(code ?? 1))
+process.on("SIGTERM", () => child.kill("SIGKILL"))
 `)
   const executable = Path.join(dir, "codex-slow")
   Fs.writeFileSync(executable, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(relay)} "$@"\n`, { mode: 0o755 })
@@ -85,6 +89,9 @@ export const usage = (input: number, output: number, cached = 0) => ({
 })
 
 const events = (lines: ReadonlyArray<object>): Reply => sse(frame("openai-responses", lines.map((l) => JSON.stringify(l))))
+
+/** A Responses stream cut (the socket destroyed) after `response.created`: a model stream that disconnects. */
+export const cut = (): Reply => ({ ...events([{ type: "response.created", response: { id: "resp_cut" } }, { type: "response.in_progress", response: { id: "resp_cut" } }]), dropAfter: 1 })
 
 /** A Responses stream answering `text` (streamed in two deltas) with the given usage. */
 export const answer = (text: string, input = 1_000, output = 10, cached = 0): Reply => {
