@@ -12,7 +12,7 @@
  */
 import { ToolResultOffloadControl } from "@baton/contracts"
 import { ToolResultOffload } from "@baton/context"
-import { CodexAdapter, ProviderConfig, ProviderSpec } from "@baton/providers"
+import { CodexAdapter, CodexAppServer, ProviderConfig, ProviderSpec } from "@baton/providers"
 import { Database } from "@baton/persistence"
 import { Config, Data, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
 import * as Crypto from "node:crypto"
@@ -74,6 +74,17 @@ export const ModelInstanceJson = Schema.Struct({
     : true
 ))
 export type ModelInstanceJson = typeof ModelInstanceJson.Type
+
+/** Whether `path` is a regular file this process may execute. */
+const isExecutableFile = (path: string): boolean => {
+  try {
+    if (!Fs.statSync(path).isFile()) return false
+    Fs.accessSync(path, Fs.constants.X_OK)
+    return true
+  } catch {
+    return false
+  }
+}
 
 /**
  * A Codex instance in the config file (docs/providers.md, "Codex"): a `CodexAdapter.CodexProviderConfig` (`kind`
@@ -396,6 +407,14 @@ export const resolve = (flags: ServeFlags = {}) =>
           // Codex refuses a CODEX_HOME that is not a directory, and only when a turn starts it: say so at start.
           if (config.codexHome !== undefined && !(Fs.existsSync(config.codexHome) && Fs.statSync(config.codexHome).isDirectory())) {
             return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${i}].codexHome: ${config.codexHome} is not a directory (Codex's CODEX_HOME must exist)` })
+          }
+          // A missing binary is said at start too, not at the instance's first use (found by a review).
+          const binary = config.binary ?? CodexAppServer.defaultBinary()
+          if (binary === null) {
+            return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${i}].binary: the @openai/codex platform binary is not installed (pnpm add @openai/codex@0.171.0, or name an executable)` })
+          }
+          if (!isExecutableFile(binary)) {
+            return yield* new ConfigInvalid({ source: configPath ?? "config", reason: `providers[${i}].binary: ${binary} is not an executable file` })
           }
           resolved.push({ _tag: "codex", name, config })
           continue

@@ -188,6 +188,12 @@ describe("ServerConfig", () => {
       // its cause cut off by a backtrace).
       expect(yield* one({ ...codex, codexHome: `${home}/missing` }))
         .toBe(`baton.json: providers[0].codexHome: ${home}/missing is not a directory (Codex's CODEX_HOME must exist)`)
+      // So is a binary that is missing or not executable (found by a review: said only at the first message).
+      expect(yield* one({ ...codex, binary: `${home}/no-codex` }))
+        .toBe(`baton.json: providers[0].binary: ${home}/no-codex is not an executable file`)
+      Fs.writeFileSync(`${home}/plain`, "not a program")
+      expect(yield* one({ ...codex, binary: `${home}/plain` }))
+        .toBe(`baton.json: providers[0].binary: ${home}/plain is not an executable file`)
     }))
 
   it.effect("the token file is created once and read back on the next start", () =>
