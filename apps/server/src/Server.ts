@@ -21,6 +21,7 @@ import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpServer } from "@effect/p
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Console, Effect, Layer, type Scope } from "effect"
 import * as Http from "node:http"
+import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
 import * as Handlers from "./Handlers.js"
 import * as HttpGuard from "./HttpGuard.js"
@@ -124,6 +125,40 @@ export const orchestratorLayer = (
 }
 
 /**
+ * Makes `server` answer the requests Node refuses before the API sees them (malformed HTTP: 400, headers over Node's
+ * limit: 431, a request timeout: 408, an `Expect` other than `100-continue`: 417) in the API's error shape (JSON with
+ * `_tag`, `reason` and `message`, `connection: close`) instead of Node's bodyless answers. Returns `server`.
+ */
+export const answerNodeRefusals = (server: Http.Server): Http.Server => {
+  // Requests Node refuses before the API sees them (malformed HTTP, headers over its limit, an `Expect` other than
+  // `100-continue`) get the API's error shape too, not Node's bodyless answers (the fuzz test's last exemption).
+  server.on("clientError", (error: NodeJS.ErrnoException & { readonly rawPacket?: Buffer }, socket: Duplex) => {
+    // As Node's own handler: nothing is written on a socket whose current answer has started (the API or the 417
+    // below answered, and the parser then failed on what followed; a second answer would corrupt the stream).
+    const answering = (socket as Duplex & { readonly _httpMessage?: { readonly headersSent?: boolean } | null })._httpMessage
+    if (error.code === "ECONNRESET" || !socket.writable || answering?.headersSent === true) {
+      socket.destroy()
+      return
+    }
+    const [status, text, tag, reason] = error.code === "HPE_HEADER_OVERFLOW"
+      ? [431, "Request Header Fields Too Large", "RequestHeadersTooLarge", "the request's headers are larger than the server accepts (16 KiB)"]
+      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+      ? [408, "Request Timeout", "RequestTimeout", "the request did not arrive in time"]
+      : [400, "Bad Request", "InvalidRequest", `malformed HTTP request (${error.code ?? "parse error"})`]
+    const body = JSON.stringify({ _tag: tag, reason, message: reason })
+    // The answer to a HEAD request carries no body (a client would read it as the start of the next answer).
+    const head = error.rawPacket?.subarray(0, 5).toString("latin1") === "HEAD "
+    socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${head ? "" : body}`)
+  })
+  server.on("checkExpectation", (request: Http.IncomingMessage, response: Http.ServerResponse) => {
+    const reason = `Expect: only 100-continue is supported, got ${JSON.stringify(String(request.headers["expect"] ?? "").slice(0, 60))}`
+    response.writeHead(417, { "content-type": "application/json", connection: "close" })
+    response.end(JSON.stringify({ _tag: "InvalidRequest", reason, message: reason }))
+  })
+  return server
+}
+
+/**
  * A Node HTTP server on `host:port` whose open connections are closed `shutdownTimeoutMs` after shutdown begins
  * (the listener stops accepting at once; requests still open by the deadline are cut). Until the API is served on it,
  * every request is answered 503 `ServerStarting` with `Retry-After: 1`.
@@ -138,6 +173,7 @@ export const listener = (settings: Pick<ServerConfig.ServerSettings, "host" | "p
       response.writeHead(503, { "content-type": "application/json", "retry-after": "1" })
       response.end(JSON.stringify({ _tag: "ServerStarting", message: "the server is starting; retry in a moment" }))
     })
+    answerNodeRefusals(server)
     // Built after the server, so its finalizer runs before the server's close (which waits for open connections).
     const deadline = Layer.scopedDiscard(Effect.flatMap(HttpServer.HttpServer, () =>
       Effect.addFinalizer(() =>

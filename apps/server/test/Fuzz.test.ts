@@ -9,8 +9,8 @@
  *
  * - no status is 5xx;
  * - an answer arrives within `answerTimeoutMs` (a hang is a failure: a liveness check, not a timing assertion);
- * - an error (4xx) body is JSON with a `_tag` and a `message` (but from Node's own HTTP parser, which answers
- *   malformed HTTP before the app sees it);
+ * - an error (4xx) body is JSON with a `_tag` and a `message`, also where Node refuses a request before the API sees
+ *   it (malformed HTTP, oversized headers, an unknown `Expect`: `Server.listener` answers those in the same shape);
  * - nothing a refused request carried was written: each request carries a distinctive marker (`zq<n>qz`, n decimal) in its
  *   strings, headers and ids, and at the end no marker of a 4xx request appears in any table of the database,
  *   while every marker of an accepted `POST /threads` or message does (so the check can fail).
@@ -409,8 +409,6 @@ interface Outcome {
   readonly contentType: string | undefined
   readonly text: string
   readonly failure: string | null
-  /** Whether the answer came from Node's HTTP parser (malformed HTTP), not the app. */
-  readonly parser: boolean
   /** Whether the body sent carried the marker (so an accepted write must have stored it). */
   readonly bodyHasMarker: boolean
 }
@@ -449,13 +447,11 @@ const sendHttp = (port: number, agent: Http.Agent, pool: Pool, spec: Spec, marke
     if (chunked) headers["transfer-encoding"] = ["chunked"]
     else if (body !== null) headers["content-length"] = [String(body.length)]
     let settled = false
-    const finish = (o: Omit<Outcome, "request" | "marker" | "parser" | "bodyHasMarker">) => {
+    const finish = (o: Omit<Outcome, "request" | "marker" | "bodyHasMarker">) => {
       if (settled) return
       settled = true
       clearTimeout(timer)
-      // Node answers some malformed requests itself (400 from its parser, 417 to an unknown Expect, 431): no body.
-      const parser = o.contentType === undefined && o.text === "" && (o.status === 400 || o.status === 417 || o.status === 431)
-      done({ request: spec, marker, parser, bodyHasMarker: body !== null && body.includes(marker), ...o })
+      done({ request: spec, marker, bodyHasMarker: body !== null && body.includes(marker), ...o })
     }
     const req = Http.request({ host: "127.0.0.1", port, method: spec.method, path: query === "" ? path : `${path}?${query}`, headers, agent })
     const timer = setTimeout(() => {
@@ -516,7 +512,6 @@ const sendRaw = (port: number, spec: RawSpec, marker: string) =>
         contentType,
         text: answer.slice(head.length + 4),
         failure: failure ?? (status === null ? `no HTTP answer: ${JSON.stringify(answer.slice(0, 80))}` : null),
-        parser: contentType === undefined,
         bodyHasMarker: false
       })
     }
@@ -559,7 +554,7 @@ const fault = (o: Outcome): string | null => {
   if (o.status === null) return "no status"
   if (o.status >= 500) return `status ${o.status}`
   const head = !isRaw(o.request) && o.request.method === "HEAD"
-  if (o.status >= 400 && !head && !o.parser) {
+  if (o.status >= 400 && !head) {
     if (!(o.contentType ?? "").startsWith("application/json")) return `error ${o.status} is not JSON (${o.contentType})`
     const body = parseObject(o.text)
     if (body === null || typeof body._tag !== "string" || body._tag === "") return `error ${o.status} has no _tag`

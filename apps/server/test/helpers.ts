@@ -6,12 +6,23 @@ import { Api } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
 import { Server } from "@baton/server"
 import type { Harness } from "@baton/testing"
-import { HttpApiClient, HttpClient, HttpClientRequest } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
+import { HttpApiClient, HttpClient, HttpClientRequest, HttpServer } from "@effect/platform"
+import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import * as Http from "node:http"
 import { Effect, Layer, Redacted } from "effect"
 
 export const adminToken = "admin-token-0123456789abcdef"
 export const readToken = "read-token-0123456789abcdef"
+
+/**
+ * `NodeHttpServer.layerTest` on a Node server that answers Node's own refusals in the API's shape, as `baton serve`'s
+ * listener does (`Server.answerNodeRefusals`): a real server on a loopback port and an `HttpClient` aimed at it.
+ */
+const testListener = HttpServer.layerTestClient.pipe(
+  Layer.provide(NodeHttpClient.layerWithoutAgent),
+  Layer.provide(NodeHttpClient.makeAgentLayer({ keepAlive: false })),
+  Layer.provideMerge(NodeHttpServer.layer(() => Server.answerNodeRefusals(Http.createServer()), { port: 0 }))
+)
 
 /**
  * The API served over `h`'s orchestrator with the two test tokens and `maxBodyBytes` (default 2 MiB); the dashboard
@@ -23,7 +34,7 @@ export const serve = (h: Harness.Harness, options: { readonly maxBodyBytes?: num
     maxBodyBytes: options.maxBodyBytes ?? 2 * 1024 * 1024,
     ...(options.webDir === undefined ? {} : { webDir: options.webDir })
   }).pipe(
-    Layer.provideMerge(NodeHttpServer.layerTest),
+    Layer.provideMerge(testListener),
     Layer.provideMerge(RunDriver.RunDriver.Default),
     Layer.provideMerge(h.layer)
   )
