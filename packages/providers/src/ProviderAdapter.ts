@@ -51,13 +51,25 @@ export interface ToolResultInput {
 }
 
 /**
+ * What a `LocalTool` answers: its `output` text, and `isError` when the call failed (bad arguments, an unknown ref,
+ * nothing found). Each wire marks a failed result its own way: Anthropic's `tool_result` carries `is_error: true`,
+ * OpenAI's outputs start with `Error: ` (`markedOutput`), Codex answers `success: false`; the recorded
+ * `tool_result` item has `isError`.
+ */
+export interface LocalToolAnswer {
+  readonly output: string
+  readonly isError: boolean
+}
+
+/**
  * A tool Baton executes itself (`thread_read`): offered to the model with the client's tools, never shown to the
  * client as an open call. When the model calls it, the adapter runs `execute` with the call's arguments (the JSON
- * text the model wrote) and sends the result on its next request within the same turn.
+ * text the model wrote) and sends the answer (`LocalToolAnswer`, failed or not) on its next request within the same
+ * turn. `execute` never fails: a bad call is answered as an error result the model can act on.
  */
 export interface LocalTool {
   readonly definition: ToolDefinition
-  readonly execute: (call: { readonly arguments: string; readonly runId: string }) => Effect.Effect<ToolResultInput["output"]>
+  readonly execute: (call: { readonly arguments: string; readonly runId: string }) => Effect.Effect<LocalToolAnswer>
 }
 
 /**
