@@ -125,6 +125,8 @@ export interface TurnOutput {
   readonly ended: boolean
   /** The client tool calls `turn_ended` left open (the run waits for their results); `[]` when none. */
   readonly pendingToolCalls: ReadonlyArray<string>
+  /** Milliseconds of waits the adapter announced so far (the sum of `retry_scheduled` delays): not working time. */
+  readonly retryWaitMillis: number
   /** The ids of the tool calls held open (not yet recorded: they have no result). */
   readonly openCallIds: ReadonlyArray<string>
   /**
@@ -170,6 +172,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         interrupted: false,
         ended: false,
         pending: [] as ReadonlyArray<string>,
+        retryWaitMillis: 0,
         settled: false,
         // `undecided` until the first item: whether the replay window of `native` was open.
         replay: "undecided" as "undecided" | "buffering" | "passing"
@@ -362,6 +365,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         get pendingToolCalls() {
           return state.pending
         },
+        get retryWaitMillis() {
+          return state.retryWaitMillis
+        },
         get openCallIds() {
           const held = [...replayHeld, ...unit]
           return held.flatMap((i, k) => isOpenCall(held, k) ? [i.toolCallId!] : [])
@@ -393,6 +399,8 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                     offloads.push(event.flush)
                     break
                   case "retry_scheduled":
+                    // Counted at once: the turn timeout's deadline moves before the adapter starts waiting.
+                    state.retryWaitMillis += event.delayMillis
                     retries.push(event)
                     break
                 }
