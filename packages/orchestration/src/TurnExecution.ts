@@ -39,7 +39,7 @@ import { RunLifecycle } from "./RunLifecycle.js"
 import * as RunCosts from "./RunCosts.js"
 import * as OffloadControls from "./OffloadControls.js"
 import { ThreadRead } from "./ThreadRead.js"
-import { TurnStream } from "./TurnStream.js"
+import { recordedToolResults, TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 
 /**
@@ -460,6 +460,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // rewrite the provider's prompt cache, and a model may need an earlier item at any turn (omitted, deferred,
           // summarised, or dropped by the provider's own compaction). Adapters without tools ignore it.
           localTools: [threadRead.tool(run.threadId)],
+          // Calls an earlier turn left open are closed in the native thread with the texts the record holds.
+          recordedResults: recordedToolResults(store, run.threadId),
           // The thread's tool-result offload control (on/off, settings, pins): adapters with a message list apply it.
           offloadControl
         })).pipe(

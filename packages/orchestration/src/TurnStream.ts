@@ -55,6 +55,24 @@ export const unansweredToolResultText = (state: "interrupted" | "dangling") =>
     ? "[interrupted] The user interrupted the turn while this tool call ran; it returned no result."
     : "[no result] The turn ended without a result for this tool call."
 
+/**
+ * The record's results for tool calls of `threadId`, as a model-API adapter closes calls an earlier turn left open
+ * in its message list (`ProviderAdapter.RecordedResults`): the `tool_result` items answering them, the newest per
+ * call. The record's text (`unansweredToolResultText`, ClientToolWaits' deadline and interrupt texts) is then the
+ * one the next request carries. A failed lookup is logged and answers nothing (the adapter's own text is used).
+ */
+export const recordedToolResults = (store: typeof ThreadStore.Service, threadId: Item["threadId"]): ProviderAdapter.RecordedResults => (ids) =>
+  store.listItemsOfToolCalls(threadId, ids).pipe(
+    Effect.map((items) => {
+      const byCall = new Map<string, ProviderAdapter.ToolResultInput>()
+      for (const i of items) {
+        if (i.kind === "tool_result" && i.toolCallId !== null) byCall.set(i.toolCallId, { toolCallId: i.toolCallId, output: i.text, isError: i.isError })
+      }
+      return [...byCall.values()]
+    }),
+    Effect.catchAll((e) => Effect.as(Effect.logWarning(`could not read the recorded results of tool calls ${ids.join(", ")}`, e), []))
+  )
+
 /** Whether `items[i]` is a tool call (with a call id) that no later item of `items` answers. */
 const isOpenCall = (items: ReadonlyArray<NewItem>, i: number) => {
   const item = items[i]!

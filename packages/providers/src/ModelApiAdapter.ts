@@ -28,6 +28,7 @@ import type {
   OffloadControl,
   OffloadReport,
   ProducedItem,
+  RecordedResults,
   ProviderAdapterShape,
   ReadThreadResult,
   StartTurnInput,
@@ -426,13 +427,29 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     )
   }
 
-  /** The results closing every open call: `results` where given, an error result for each call left without one. */
-  const closing = (state: Lane, runId: string | null, results: ReadonlyArray<ToolResultInput>): ReadonlyArray<Draft> => {
+  /**
+   * The results closing every open call: `results` where given, else Baton's own held answer, else the record's
+   * (`recorded`: what the orchestrator recorded when it closed the call), else an error result `unansweredResult`.
+   */
+  const closing = (
+    state: Lane,
+    runId: string | null,
+    results: ReadonlyArray<ToolResultInput>,
+    recorded: ReadonlyArray<ToolResultInput> = []
+  ): ReadonlyArray<Draft> => {
     if (state.open.length === 0) return []
-    const byId = new Map([...state.heldLocal, ...results].map((r) => [r.toolCallId, r]))
+    const byId = new Map([...recorded, ...state.heldLocal, ...results].map((r) => [r.toolCallId, r]))
     const all = state.open.map((c) => byId.get(c.id) ?? { toolCallId: c.id, output: unansweredResult, isError: true })
     return [{ kind: "tool_results", body: dialect.toolResults(all, state.open), runId }]
   }
+
+  /**
+   * The record's results for the lane's open calls (`RecordedResults`), or none without open calls or a lookup.
+   * Found by the issue-9 review: after an interrupt the record closed a call with "[interrupted] …" while the next
+   * request closed it with this adapter's own text.
+   */
+  const recordedFor = (state: Lane, lookup: RecordedResults | undefined): Effect.Effect<ReadonlyArray<ToolResultInput>> =>
+    state.open.length === 0 || lookup === undefined ? Effect.succeed([]) : lookup(state.open.map((c) => c.id))
 
   /** Index of the entry that ended the previous request (the one before the last `output`), or -1. */
   const previousRequestEnd = (entries: ReadonlyArray<NativeEntry>) => {
@@ -1082,8 +1099,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     Stream.unwrap(Effect.gen(function*() {
       const state = yield* lane("startTurn", input.nativeRef)
       state.control = input.offloadControl
+      const recorded = yield* recordedFor(state, input.recordedResults)
       const drafts: ReadonlyArray<Draft> = [
-        ...closing(state, input.runId, []),
+        ...closing(state, input.runId, [], recorded),
         { kind: "turn", body: dialect.userTurn(input.prompt, input.inlineHistory), runId: input.runId }
       ]
       return interruptible(
@@ -1156,8 +1174,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         // (found by a review: after a refused request, the next turn's injection landed between tool_use and
         // tool_result, which Anthropic and Chat Completions reject, and every later request carried it).
         const owner = [...state.view].reverse().find((e) => e.kind === "output")?.runId ?? null
+        const recorded = yield* recordedFor(state, input.recordedResults)
         yield* append("injectHistory", input.nativeRef, state, [
-          ...closing(state, owner, []),
+          ...closing(state, owner, [], recorded),
           { kind: "history", body: dialect.history(input.rendered), runId: null, deliveryIds: input.deliveryIds }
         ])
         return { usage: null }

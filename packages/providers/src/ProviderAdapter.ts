@@ -73,6 +73,16 @@ export interface LocalTool {
 }
 
 /**
+ * Looks up the results Baton's record holds for tool calls, by call id (the record's `tool_result` items, in thread
+ * order): a model-API adapter closes the calls an earlier turn left open in its message list (an interrupt, a wait
+ * past its deadline, a failed turn) with exactly these texts, so the record and what the next request carries are
+ * one text written in one place (the orchestrator's). A call the record has no result for (a crash before it was
+ * recorded) is closed with the adapter's own `unansweredResult`. Never fails: a lookup that cannot be made answers
+ * nothing, and the adapter's text is used.
+ */
+export type RecordedResults = (toolCallIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<ToolResultInput>>
+
+/**
  * The input of a turn. `prompt` is the user's message, byte-identical to what the user sent; `inlineHistory`, when
  * present, is rendered historical context that the adapter places *before* the prompt as a separate block.
  * `tools` are the client's tools (the model's calls to them end the turn with `pendingToolCalls`); `localTools` are
@@ -89,6 +99,8 @@ export interface StartTurnInput {
   readonly onDelta?: ((delta: TextDelta) => void) | undefined
   /** The thread's tool-result offload control for this turn (`OffloadControl`); absent: the instance's settings. */
   readonly offloadControl?: OffloadControl | undefined
+  /** The record's results for calls an earlier turn left open (`RecordedResults`); absent: the adapter's own text. */
+  readonly recordedResults?: RecordedResults | undefined
 }
 
 /**
@@ -218,6 +230,8 @@ export interface InjectHistoryInput {
   readonly itemIds: ReadonlyArray<string>
   /** The deliveries this injection settles: adapters that support `readThread` report them back. */
   readonly deliveryIds: ReadonlyArray<string>
+  /** The record's results for calls left open before the injection (`RecordedResults`), closed first. */
+  readonly recordedResults?: RecordedResults | undefined
 }
 
 export interface CompactResult {
