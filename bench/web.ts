@@ -13,8 +13,8 @@
  * 3. **Live event latency**: with the thread open, BENCH_LATENCY_RUNS messages are sent through the API one after
  *    another; for each event the page received, `receivedAt` (the page's `Date.now()` when the reader handed it on)
  *    minus the event's `createdAt` (stamped inside the appending transaction, before its commit, so the figure is an
- *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has received
- *    the whole stored log (`eventLogReplayedMs`, from the navigation start), which it replays on opening.
+ *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has folded the
+ *    whole stored log (`eventLogReplayedMs`, from the navigation start: the server's `/timeline` fold, then the tail).
  *
  * `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
  *
@@ -117,7 +117,7 @@ const main = async () => {
     const stored = await (await fetch(`${server.url}/threads/${threadId}/events?follow=false`, { headers })).text()
     const lastSeq = Number([...stored.matchAll(/^id: ?(\d+)$/gm)].pop()?.[1] ?? 0)
     await page.waitForFunction((seq) =>
-      (window as unknown as { __baton: { received: Array<{ seq: number }> } }).__baton.received.some((e) => e.seq === seq), lastSeq, { timeout: 120_000 })
+      ((window as unknown as { __baton?: { lastSeq?: number } }).__baton?.lastSeq ?? 0) >= seq, lastSeq, { timeout: 120_000 })
     const caughtUp = await page.evaluate(() => performance.now())
     const sendStart = Date.now()
     for (let i = 0; i < latencyRuns; i++) {

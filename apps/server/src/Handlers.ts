@@ -168,6 +168,7 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
           }
           return EventStream.live(yield* feed.thread(path.threadId, { afterSeq: after }), (e) => e.seq)
         }))
+      .handle("timeline", ({ path }) => query.timeline(path.threadId))
       .handle("all", ({ headers, urlParams }) =>
         Effect.gen(function*() {
           const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)

@@ -287,6 +287,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/threads/{threadId}/runs",
         "/threads/{threadId}/runs/{runId}/tool-results",
         "/threads/{threadId}/switch",
+        "/threads/{threadId}/timeline",
         "/threads/{threadId}/tool-result-offload",
         "/threads/{threadId}/tool-result-offload/control",
         "/threads/{threadId}/tool-result-offload/undo"

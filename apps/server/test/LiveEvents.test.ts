@@ -2,7 +2,7 @@
  * The event stream followed live (issue "Baton server", item 5): replay after the cursor, then the live tail, no gap
  * and no duplicate, on SQLite and Postgres; a reconnect with `Last-Event-ID` resumes exactly after it.
  */
-import type { ThreadId } from "@baton/contracts"
+import { type ThreadId, Timeline } from "@baton/contracts"
 import { Harness } from "@baton/testing"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
@@ -58,6 +58,47 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       // The stream of every thread follows live too.
       const all = yield* follow("/events", (e) => e.id === String(log.at(-1)!.globalSeq)).pipe(Effect.timeout("20 seconds"))
       expect(all.map((e) => e.id)).toEqual(log.map((e) => String(e.globalSeq)))
+    }).pipe(Effect.provide(Layer.fresh(serve(h))))
+  }, 120_000)
+
+  it.live("the timeline (the server's fold of the stored log) equals folding every event; the tail after its lastSeq continues it", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }])
+    return Effect.gen(function*() {
+      const api = yield* client()
+      const { threadId } = yield* api.threads.create({ payload: { title: "timeline", providerInstance: "codex" as never }, headers: {} })
+      const send = (text: string) =>
+        Effect.gen(function*() {
+          h.script.enqueue(Harness.reply(50))
+          const { runId } = yield* api.messages.send({ path: { threadId }, payload: { text }, headers: {} })
+          yield* api.runs.get({ path: { runId }, urlParams: { waitMs: 30_000 } })
+        })
+      yield* send("one")
+      yield* send("two")
+      // A switch: the next run is owed history (deliveries, a turn-start budget).
+      yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "claude" as never }, headers: {} })
+      yield* send("three")
+      const middle = yield* api.events.timeline({ path: { threadId } })
+      yield* send("four")
+      yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "codex" as never }, headers: {} })
+      yield* send("five")
+      const timeline = yield* api.events.timeline({ path: { threadId } })
+      const replay = parseSse(yield* (yield* HttpClient.execute(get(`/threads/${threadId}/events?follow=false`))).text)
+      const events = replay.map((e) => JSON.parse(e.data) as Timeline.EventJson)
+      const whole = new Timeline.EventFold()
+      for (const e of events) whole.apply(e)
+      expect(timeline.lastSeq).toBe(events.at(-1)!.seq)
+      expect(timeline).toEqual(whole.toJson())
+      // Not vacuous: a point per run (5), a budget where history was owed, delivery steps.
+      expect(timeline.points.runSeqs).toEqual([1, 2, 3, 4, 5])
+      expect(timeline.points.budgets.some((b) => b !== null)).toBe(true)
+      expect(timeline.deliverySteps.length).toBeGreaterThan(0)
+      // The page's path: the fold of an earlier timeline plus the events after its lastSeq is the whole fold.
+      expect(middle.lastSeq).toBeLessThan(timeline.lastSeq)
+      const continued = Timeline.EventFold.fromJson(middle)
+      for (const e of events) if (e.seq > middle.lastSeq) continued.apply(e)
+      expect(continued.toJson()).toEqual(timeline)
+      const unknown = yield* Effect.flip(api.events.timeline({ path: { threadId: "thr_nope" as never } }))
+      expect(unknown._tag).toBe("ThreadNotFound")
     }).pipe(Effect.provide(Layer.fresh(serve(h))))
   }, 120_000)
 

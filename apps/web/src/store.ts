@@ -5,6 +5,7 @@
  * usage or provider event the snapshot and handoffs. Refreshes of one kind never overlap and a burst of events
  * coalesces into one (`Refresher`). React reads it through `subscribe`/`version` (useSyncExternalStore).
  */
+import type { TimelineJson } from "@baton/contracts/timeline"
 import { get } from "./api.js"
 import { EventFold } from "./model.js"
 import { follow, type Follow } from "./sse.js"
@@ -43,7 +44,14 @@ export interface Received {
 declare global {
   interface Window {
     /** What the page received, for the acceptance tests and the benchmark (bounded: the last 5,000 events). */
-    __baton?: { received: Array<Received>; firstRowsAt?: number }
+    __baton?: {
+      received: Array<Received>
+      firstRowsAt?: number
+      /** The seq the stream started after (the timeline's `lastSeq`; 0 when the log was replayed from the start). */
+      startSeq?: number
+      /** The last event seq the page has folded. */
+      lastSeq?: number
+    }
   }
 }
 
@@ -57,7 +65,7 @@ export class ThreadStore {
   itemsComplete = false
   runs = new Map<string, RunJson>()
   handoffs: Array<HandoffJson> = []
-  readonly fold = new EventFold()
+  fold = new EventFold()
   readonly events: Array<Received> = []
   connection: "connecting" | "open" | "reconnecting" = "connecting"
   version = 0
@@ -110,8 +118,6 @@ export class ThreadStore {
     for (;;) {
       const after = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
       const page = await get<ItemPageJson>(`${this.base()}/items?afterSeq=${after}&limit=${pageSize}`)
-      // The event stream (and its replay of the stored log) starts once the first rows are on the page.
-      this.startStream()
       if (!page.ok) return
       if (page.value.items.length > 0) {
         this.items = this.items.concat(page.value.items)
@@ -151,16 +157,34 @@ export class ThreadStore {
     this.changed()
   })
 
-  /** Loads everything and follows the event stream until `stop()`. */
+  /**
+   * Loads everything and follows the event stream until `stop()`. The charts start from the server's fold of the
+   * stored log (`/timeline`) and the stream from its `lastSeq`, so opening a long thread does not replay its whole
+   * log; a server without `/timeline` (or an error) falls back on replaying the log from the start.
+   */
   start() {
     this.itemsRefresher.trigger()
     this.snapshotRefresher.trigger()
     this.runsRefresher.trigger()
+    void get<TimelineJson>(`${this.base()}/timeline`).then((timeline) => {
+      ;(window.__baton ??= { received: [] }).startSeq = timeline.ok ? timeline.value.lastSeq : 0
+      if (timeline.ok) {
+        this.fold = EventFold.fromJson(timeline.value)
+        this.noteSeq(this.fold.lastSeq)
+        this.changed()
+      }
+      this.startStream(timeline.ok ? timeline.value.lastSeq : null)
+    })
+  }
+
+  private noteSeq(seq: number) {
+    const state = (window.__baton ??= { received: [] })
+    state.lastSeq = Math.max(state.lastSeq ?? 0, seq)
   }
 
   private stopped = false
 
-  private startStream() {
+  private startStream(from: number | null) {
     if (this.stream !== null || this.stopped) return
     this.stream = follow({
       path: `${this.base()}/events`,
@@ -171,7 +195,7 @@ export class ThreadStore {
         this.changed()
       },
       onEvent: (event) => this.onEvent(event)
-    })
+    }, from)
   }
 
   stop() {
@@ -187,6 +211,7 @@ export class ThreadStore {
 
   private onEvent(event: EventJson) {
     this.fold.apply(event)
+    this.noteSeq(event.seq)
     const received = { seq: event.seq, type: event.type, createdAt: event.createdAt, receivedAt: Date.now() }
     // Trimmed in bulk: trimming one at a time shifts the whole array for every event of a long replay.
     this.events.push(received)

@@ -62,7 +62,8 @@ import {
   RunView,
   Session,
   ThreadPage,
-  ThreadSnapshot
+  ThreadSnapshot,
+  ThreadTimeline
 } from "./Views.js"
 
 /** The longest id accepted in a path (longer ones are 400, never looked up). */
@@ -433,6 +434,13 @@ export class EventsGroup extends HttpApiGroup.make("events")
       .addSuccess(EventStream)
       .addError(ThreadNotFound)
       .annotate(OpenApi.Description, "The thread's events after `Last-Event-ID` (or `after`; a `seq`) as server-sent events, each `id:` its `seq`, `event:` its type, `data:` the event as JSON.")
+  )
+  .add(
+    HttpApiEndpoint.get("timeline", "/threads/:threadId/timeline")
+      .setPath(threadPath)
+      .addSuccess(ThreadTimeline)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "The thread's event log folded into what the dashboard charts (`ThreadTimeline`): occupancy points (one per run that reported usage), marks (compacted, tool results offloaded, summarised, replaced), each delivery's steps, stubbed tool call ids, through event `lastSeq`. Follow `/threads/{id}/events` after `lastSeq` for the rest: a long thread opens without replaying its whole log.")
   )
   .add(
     HttpApiEndpoint.get("all", "/events")

@@ -196,3 +196,42 @@ export type Readiness = typeof Readiness.Type
 /** `GET /session`: what the presented token may do: `admin` anything, `read` only `GET`. */
 export const Session = Schema.Struct({ role: Schema.Literal("admin", "read") })
 export type Session = typeof Session.Type
+
+const Nullable = Schema.NullOr(Schema.Number)
+
+/**
+ * `GET /threads/{id}/timeline`: the fold of the thread's stored event log (`Timeline.EventFold`, its `toJson` state)
+ * through event `lastSeq`: occupancy points (one per run that reported usage, tokens; in columns), marks (compacted, tool results
+ * offloaded, summarised, replaced), each delivery's steps, stubbed tool call ids, and the fold's cursors. A reader
+ * follows `GET /threads/{id}/events` after `lastSeq` and applies each event to `EventFold.fromJson(timeline)`: no
+ * gap, no repeat, and no replay of the whole log.
+ */
+export const ThreadTimeline = Schema.Struct({
+  lastSeq: Count,
+  lastRunSeq: Count,
+  runSeqs: Schema.Array(Schema.Tuple(Schema.String, Count)),
+  startedOn: Schema.Array(Schema.Tuple(Schema.String, Schema.String)),
+  budgets: Schema.Array(Schema.Tuple(Schema.String, Schema.Number)),
+  points: Schema.Struct({
+    runIds: Schema.Array(Schema.String),
+    runSeqs: Schema.Array(Count),
+    nativeThreadIds: Schema.Array(Schema.String),
+    usedTokens: Schema.Array(Schema.Number),
+    maxTokens: Schema.Array(Nullable),
+    autoCompactThresholds: Schema.Array(Nullable),
+    trusted: Schema.Array(Schema.Boolean),
+    budgets: Schema.Array(Nullable)
+  }),
+  marks: Schema.Array(Schema.Struct({
+    nativeThreadId: Schema.String,
+    runSeq: Count,
+    kind: Schema.Literal("compacted", "tool results offloaded", "summarised", "replaced"),
+    detail: Schema.String
+  })),
+  deliverySteps: Schema.Array(Schema.Struct({
+    deliveryId: Schema.String,
+    steps: Schema.Array(Schema.Struct({ seq: Count, type: Schema.String, at: Schema.String, detail: Schema.String }))
+  })),
+  stubbed: Schema.Array(Schema.String)
+})
+export type ThreadTimeline = typeof ThreadTimeline.Type

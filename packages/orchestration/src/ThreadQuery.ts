@@ -34,6 +34,7 @@ import {
   type ThreadPage,
   type ThreadSnapshot
 } from "@baton/contracts"
+import { Timeline } from "@baton/contracts"
 import { type StoredHandoff, ThreadStore } from "@baton/persistence"
 import { DateTime, Effect, Encoding, Either, Option, Schema } from "effect"
 import * as RunCosts from "./RunCosts.js"
@@ -260,6 +261,19 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       return yield* store.listEvents(threadId, { afterSeq, limit })
     })
 
+    /**
+     * The thread's timeline (`ThreadTimeline`): its stored event log folded by `Timeline.EventFold` through its last
+     * event, reading only the event types the fold uses. Fails with `ThreadNotFound` or `PersistenceError`.
+     */
+    const timeline = Effect.fn("ThreadQuery.timeline")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      const { events, lastSeq } = yield* store.listEventJsonOfTypes(threadId, Timeline.timelineEventTypes)
+      const fold = new Timeline.EventFold()
+      for (const event of events) fold.apply(event)
+      fold.advanceTo(lastSeq)
+      return fold.toJson()
+    })
+
     /** Every thread's stored events with `globalSeq > afterGlobalSeq`, at most `limit`. Fails with `PersistenceError`. */
     const allEvents = (afterGlobalSeq: number, limit: number) => store.listEventsGlobal({ afterGlobalSeq, limit })
 
@@ -281,6 +295,6 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       } satisfies Readiness
     })
 
-    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, handoffs, handoff, threadEvents, allEvents, readiness }
+    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, handoffs, handoff, threadEvents, timeline, allEvents, readiness }
   })
 }) {}

@@ -448,7 +448,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // `turnTimeoutMillis` and handles it like a provider-reported timeout.
         const output = turnStream.output(run, plan.native, plan.inlineDeliveries)
         const clientTools = toolDefinitions(yield* store.getRunTools(run.id))
-        const offloadControl = (yield* OffloadControls.resolve(store, run.threadId)).resolved
+        // Read only for adapters that apply it (a message list with tool-result offload): one statement less per turn
+        // on the others (scripted, Codex).
+        const offloadControl = adapter.toolResultOffload === undefined ? undefined : (yield* OffloadControls.resolve(store, run.threadId)).resolved
         const outcome = yield* output.consume(adapter.startTurn({
           nativeRef: plan.native.nativeRef,
           runId: run.id,
@@ -463,7 +465,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Calls an earlier turn left open are closed in the native thread with the texts the record holds.
           recordedResults: recordedToolResults(store, run.threadId),
           // The thread's tool-result offload control (on/off, settings, pins): adapters with a message list apply it.
-          offloadControl
+          ...(offloadControl === undefined ? {} : { offloadControl })
         })).pipe(
           (work) => withinTurnTimeout(work, output, adapter.instance, "startTurn"),
           Effect.either

@@ -151,7 +151,7 @@ describe("issue 10 acceptance on the real Codex binary (in process)", () => {
 
   it.live("the round trip: near full, to claude and back: one handoff record through budget-zero turns (defer count 1, 2, 3), /compact delivers it once", () =>
     Effect.scoped(Effect.gen(function*() {
-      const { answers, layer, script, sent } = yield* setup()
+      const { answers, home, layer, script, sent, trace } = yield* setup()
       yield* Effect.gen(function*() {
         const o = yield* Harness.ops
         const threadId = yield* o.create("codex")
@@ -192,12 +192,14 @@ describe("issue 10 acceptance on the real Codex binary (in process)", () => {
         expect(sent("thread/inject_items")).toHaveLength(1)
         expect(yield* InvariantChecks.check(threadId)).toEqual([])
       }).pipe(Effect.provide(layer))
+      const recorded = normalise(trace, home)
+      expect(recorded).toBe(checkFixture("acceptance-round-trip.jsonl", recorded))
     })))
 
   it.live("a lost injection acknowledgement is reconciled with thread/read (the rollout holds it): settled, no replacement native thread", () =>
     Effect.scoped(Effect.gen(function*() {
       let lost = 0
-      const { answers, layer, script, sent } = yield* setup((codex) => ({
+      const { answers, home, layer, script, sent, trace } = yield* setup((codex) => ({
         ...codex,
         // The injection reaches Codex; its acknowledgement is lost on the way back (once).
         injectHistory: (input) =>
@@ -225,11 +227,13 @@ describe("issue 10 acceptance on the real Codex binary (in process)", () => {
         expect((yield* o.store.listHandoffs(threadId)).map((x) => x.kind)).toEqual(["switch"])
         expect(yield* InvariantChecks.check(threadId)).toEqual([])
       }).pipe(Effect.provide(layer))
+      const recorded = normalise(trace, home)
+      expect(recorded).toBe(checkFixture("acceptance-lost-ack.jsonl", recorded))
     })))
 
   it.live("the Codex process killed mid-turn: the run ends, the thread stays usable on the same Codex thread (resumed in a new child)", () =>
     Effect.scoped(Effect.gen(function*() {
-      const { answers, codex, layer, loop, sent } = yield* setup()
+      const { answers, codex, home, layer, loop, sent, trace } = yield* setup()
       yield* Effect.gen(function*() {
         const o = yield* Harness.ops
         const threadId = yield* o.create("codex")
@@ -254,5 +258,7 @@ describe("issue 10 acceptance on the real Codex binary (in process)", () => {
         expect(last).toContain("first")
         expect(yield* InvariantChecks.check(threadId)).toEqual([])
       }).pipe(Effect.provide(layer))
+      const recorded = normalise(trace, home)
+      expect(recorded).toBe(checkFixture("acceptance-kill.jsonl", recorded))
     })))
 })

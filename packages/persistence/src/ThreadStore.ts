@@ -574,6 +574,27 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         )
       },
       /**
+       * The thread's events of `types` through its last event, in their stored JSON form (`ThreadEvent`'s encoded side,
+       * as `appendEvent` wrote them: not decoded again, the timeline's cost is one `JSON.parse` per event), in `seq`
+       * order, with `lastSeq`, the seq of the thread's last event of any type (0: none). Every event at or below
+       * `lastSeq` is committed (writers to one thread hold its lock), so a reader that follows the log after
+       * `lastSeq` misses nothing. Reads the `(thread_id, type, seq)` index. A stored payload that is not JSON is a
+       * `PersistenceError`.
+       */
+      listEventJsonOfTypes: (threadId: ThreadId, types: ReadonlyArray<ThreadEventType>) =>
+        Effect.gen(function*() {
+          const lastSeq = (yield* nextSeq("thread_events.lastSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM thread_events WHERE thread_id = ${threadId}`)) - 1
+          if (lastSeq === 0 || types.length === 0) return { lastSeq, events: [] as ReadonlyArray<typeof ThreadEvent.Encoded> }
+          const rows = yield* sql<{ eventId: string; seq: number; globalSeq: number | string; commandId: string | null; type: string; payload: string; createdAt: string }>`
+            SELECT event_id, seq, global_seq, command_id, type, payload, created_at FROM thread_events
+            WHERE thread_id = ${threadId} AND ${sql.in("type", types)} AND seq <= ${lastSeq} ORDER BY seq`.pipe(orPersistence("thread_events.listJsonOfTypes"))
+          const events = yield* Effect.try({
+            try: () => rows.map((r) => ({ ...r, seq: Number(r.seq), globalSeq: Number(r.globalSeq), payload: JSON.parse(r.payload) }) as unknown as typeof ThreadEvent.Encoded),
+            catch: (e) => new PersistenceError({ operation: "thread_events.listJsonOfTypes", detail: `a stored event payload is not JSON: ${String(e)}` })
+          })
+          return { lastSeq, events }
+        }),
+      /**
        * Events of every thread with `globalSeq > afterGlobalSeq` (default 0) in `globalSeq` order, at most `limit`.
        * Reads the table's key. Not a feed cursor on Postgres: `globalSeq` is taken at insert and seen at commit, so a
        * reader paging by it can pass an event that commits later; `EventFeed.all` reads the log commit-safely.

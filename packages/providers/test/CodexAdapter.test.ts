@@ -11,7 +11,19 @@ import { Cause, Data, Effect, Exit, Fiber, Option } from "effect"
 import * as CodexAdapter from "../src/codex/CodexAdapter.js"
 import type { TraceLine } from "../src/codex/CodexAppServer.js"
 import { type LocalTool, type TextDelta, TurnEvent } from "../src/ProviderAdapter.js"
-import { answer, binary, bodyOf, checkFixture, codexHome, functionCall, isCompaction, normalise, overflow, userTexts } from "./support/CodexLoopback.js"
+import {
+  answer,
+  binary,
+  bodyOf,
+  checkFixture,
+  codexHome,
+  functionCall,
+  isCompaction,
+  normalise,
+  overflow,
+  slowTurnStart,
+  userTexts
+} from "./support/CodexLoopback.js"
 import { collect, itemsOf, type Loopback, loopback, type Received } from "./support/Loopback.js"
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>) => (Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null)
@@ -22,15 +34,20 @@ const threadReadDefinition = {
   inputSchema: { type: "object", properties: { refs: { type: "string" } }, required: ["refs"] }
 }
 
-const setup = (extra: { readonly trace?: (l: TraceLine) => void } = {}) =>
+const setup = (extra: {
+  readonly trace?: (l: TraceLine) => void
+  /** Changes the instance's config (given the CODEX_HOME directory). */
+  readonly config?: (home: string) => Partial<CodexAdapter.CodexProviderConfig>
+} = {}) =>
   Effect.gen(function*() {
     const loop = yield* loopback
     const home = yield* codexHome(loop.url)
+    const { config, ...rest } = extra
     const adapter = yield* CodexAdapter.make({
       instance: "codex" as ProviderInstance,
-      config: { kind: "codex", binary: binary(), codexHome: home, cwd: home, contextWindow: 44_000, autoCompactThreshold: 42_000 },
+      config: { kind: "codex", binary: binary(), codexHome: home, cwd: home, contextWindow: 44_000, autoCompactThreshold: 42_000, ...config?.(home) },
       dynamicTools: [threadReadDefinition],
-      ...extra
+      ...rest
     })
     return { loop, home, adapter }
   })
@@ -212,6 +229,29 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       // The second notice comes about 5 s after the first (Codex's backoff), far from the idle timeout.
       expect(Date.now() - started).toBeLessThan(30_000)
       expect(sent.some((line) => line.includes("\"turn/interrupt\""))).toBe(true)
+    })), 60_000)
+
+  it.live("a turn/start answered after the request bound: the turn Codex started is followed to its end and recorded, not failed as a timeout (review D4)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const trace: Array<TraceLine> = []
+      const { adapter, loop } = yield* setup({
+        trace: (l) => trace.push(l),
+        // The real binary behind a pipe that holds back the answer to turn/start for 4 s (its notifications pass).
+        config: (home) => ({ binary: slowTurnStart(home, binary(), 4_000), requestTimeoutMs: 2_000 })
+      })
+      loop.enqueue(answer("Late but here.", 1_000, 5, 0))
+      const { nativeRef } = yield* adapter.startThread()
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Go", inlineHistory: null }))
+      expect(failureOf(exit)).toBeNull()
+      expect(itemsOf(events)).toEqual([["assistant_message", "Late but here.", null, null]])
+      expect(events.at(-1)).toEqual(TurnEvent.turn_ended({ interrupted: false }))
+      // The answer to turn/start did come, after the bound: the delay was real.
+      const startId = JSON.parse(trace.find((l) => l.direction === "out" && l.line.includes(`"method":"turn/start"`))!.line).id
+      const answered = trace.findIndex((l) => l.direction === "in" && JSON.parse(l.line).id === startId)
+      const completed = trace.findIndex((l) => l.direction === "in" && l.line.includes(`"method":"turn/completed"`))
+      expect(answered === -1 || answered > completed).toBe(true)
+      const read = yield* adapter.readThread!(nativeRef)
+      expect(read.runIds).toEqual(["run-1"])
     })), 60_000)
 
   it.live("interrupt: the turn in progress stops and ends interrupted", () =>

@@ -307,7 +307,8 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
       threadId: string,
       events: Queue.Dequeue<AppServer.Incoming>,
       turnIdOf: () => string | null,
-      onDelta: ((delta: TextDelta) => void) | undefined
+      onDelta: ((delta: TextDelta) => void) | undefined,
+      adopt?: (turnId: string) => Effect.Effect<void>
     ): Stream.Stream<TurnEvent, ProviderError> => {
       let done = false
       let lastError: Protocol.TurnError | null = null
@@ -324,6 +325,9 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
           if (params?.threadId !== threadId) return []
           const ours = turnIdOf()
           const turnId = params.turnId ?? params.turn?.id
+          if (ours === null && adopt !== undefined && event.method === Protocol.Notification.turnStarted && turnId !== undefined) {
+            yield* adopt(turnId)
+          }
           if (ours !== null && turnId !== ours) return []
           switch (event.method) {
             case Protocol.Notification.agentMessageDelta:
@@ -396,22 +400,37 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
           () => Effect.sync(() => void (active.get(threadId) === turn && active.delete(threadId)))
         )
         const parts = [...(input.inlineHistory === null ? [] : [input.inlineHistory]), input.prompt]
-        const started = yield* client.request(Protocol.Method.turnStart, {
+        const stop = (turnId: string) =>
+          client.request(Protocol.Method.turnInterrupt, { threadId, turnId }, Protocol.EmptyResponse).pipe(Effect.ignore)
+        // A `turn/start` answered late (found by a review: the run failed `provider_timeout` while Codex ran the turn,
+        // its answer never recorded): Codex may have started the turn, so the turn is not given up. Its id is taken
+        // from the thread's `turn/started` notification instead (Baton runs one turn per native thread at a time), and
+        // the turn is followed as usual; if Codex never starts it, the turn's idle bound ends the wait.
+        turn.turnId = yield* client.request(Protocol.Method.turnStart, {
           threadId,
           input: parts.map((text) => ({ type: "text", text })),
           clientUserMessageId: input.runId
-        }, Protocol.TurnStartResponse).pipe(Effect.mapError(fromClient("startTurn")))
-        turn.turnId = started.turn.id
+        }, Protocol.TurnStartResponse).pipe(
+          Effect.map((started): string | null => started.turn.id),
+          Effect.catchTag("CodexRequestTimeout", (e) =>
+            Effect.logWarning("codex turn/start was not answered in time; following the thread for the turn it starts").pipe(
+              Effect.annotateLogs({ threadId, runId: input.runId, timeoutMillis: e.timeoutMillis }),
+              Effect.as(null)
+            )),
+          Effect.mapError(fromClient("startTurn"))
+        )
         let ended = false
         // Closing the stream before the turn completed abandons it: Codex is asked to stop it.
-        yield* Effect.addFinalizer(() =>
-          ended ? Effect.void : client.request(Protocol.Method.turnInterrupt, { threadId, turnId: started.turn.id }, Protocol.EmptyResponse).pipe(Effect.ignore)
-        )
-        if (turn.interruptRequested) {
-          yield* client.request(Protocol.Method.turnInterrupt, { threadId, turnId: started.turn.id }, Protocol.EmptyResponse).pipe(Effect.ignore)
-        }
+        yield* Effect.addFinalizer(() => ended || turn.turnId === null ? Effect.void : stop(turn.turnId))
+        if (turn.interruptRequested && turn.turnId !== null) yield* stop(turn.turnId)
+        const adopt = (turnId: string) =>
+          Effect.suspend(() => {
+            if (turn.turnId !== null) return Effect.void
+            turn.turnId = turnId
+            return turn.interruptRequested ? stop(turnId) : Effect.void
+          })
         // Over once Codex said so (its turn completed, failed, or the child exited): nothing to interrupt then.
-        return follow("startTurn", threadId, events, () => turn.turnId, input.onDelta).pipe(
+        return follow("startTurn", threadId, events, () => turn.turnId, input.onDelta, adopt).pipe(
           Stream.tap((e) => Effect.sync(() => void (ended = ended || e._tag === "turn_ended"))),
           Stream.tapError(() => Effect.sync(() => void (ended = true)))
         )

@@ -13,6 +13,34 @@ import { fileURLToPath } from "node:url"
 import { defaultBinary, type TraceLine } from "../../src/codex/CodexAppServer.js"
 import { frame, type Received, type Reply, sse } from "./Loopback.js"
 
+/**
+ * A `codex` executable (written into `dir`) that runs `real` behind a pipe holding back the answer to `turn/start` by
+ * `delayMillis` (every other line, notifications included, passes at once): a Codex slow to answer that request.
+ */
+export const slowTurnStart = (dir: string, real: string, delayMillis: number): string => {
+  const relay = Path.join(dir, "slow-turn-start.cjs")
+  Fs.writeFileSync(relay, `
+const { spawn } = require("node:child_process")
+const readline = require("node:readline")
+const child = spawn(${JSON.stringify(real)}, process.argv.slice(2), { stdio: ["pipe", "pipe", "inherit"] })
+process.stdin.pipe(child.stdin)
+const starts = new Set()
+readline.createInterface({ input: process.stdin }).on("line", (line) => {
+  try { const m = JSON.parse(line); if (m.method === "turn/start") starts.add(m.id) } catch {}
+})
+readline.createInterface({ input: child.stdout }).on("line", (line) => {
+  let m = {}
+  try { m = JSON.parse(line) } catch {}
+  if (m.method === undefined && starts.has(m.id)) setTimeout(() => process.stdout.write(line + "\\n"), ${delayMillis})
+  else process.stdout.write(line + "\\n")
+})
+child.on("exit", (code) => process.exit(code ?? 1))
+`)
+  const executable = Path.join(dir, "codex-slow")
+  Fs.writeFileSync(executable, `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(relay)} "$@"\n`, { mode: 0o755 })
+  return executable
+}
+
 /** The pinned binary; the tests fail at once (not skip) when it is missing. */
 export const binary = (): string => {
   const found = defaultBinary()
@@ -142,14 +170,38 @@ export const normalise = (trace: ReadonlyArray<TraceLine>, home: string): string
     }
     return value
   }
+  // After `thread/resume`, Codex repeats the thread's last usage report (of an earlier turn) at a moment of its own:
+  // before or after Baton's next request. That report is placed right after the resume's answer.
+  const resumes = new Set<unknown>()
+  let lastTurn: unknown = null
+  let afterResume: number | null = null
   for (const { direction, line } of trace) {
-    const message = JSON.parse(line) as { id?: unknown; method?: string; result?: unknown; error?: unknown }
+    const message = JSON.parse(line) as {
+      id?: unknown
+      method?: string
+      params?: { turnId?: unknown; turn?: { id?: unknown } }
+      result?: unknown
+      error?: unknown
+    }
     if (message.method !== undefined && !kept.has(message.method)) continue
     if (message.method === undefined) {
       // A response: keep those answering Baton's requests, and Baton's answers to the server's.
       if (direction === "in" && !ours.has(message.id)) continue
-    } else if (direction === "out" && message.id !== undefined) ours.add(message.id)
-    lines.push(`${direction === "out" ? "->" : "<-"} ${JSON.stringify(stable(message))}`)
+    } else if (direction === "out" && message.id !== undefined) {
+      ours.add(message.id)
+      if (message.method === "thread/resume") resumes.add(message.id)
+    }
+    if (message.method === "turn/started") {
+      lastTurn = message.params?.turn?.id
+      afterResume = null
+    }
+    const text = `${direction === "out" ? "->" : "<-"} ${JSON.stringify(stable(message))}`
+    if (message.method === "thread/tokenUsage/updated" && afterResume !== null && message.params?.turnId !== lastTurn) {
+      lines.splice(afterResume++, 0, text)
+      continue
+    }
+    lines.push(text)
+    if (direction === "in" && message.method === undefined && resumes.has(message.id)) afterResume = lines.length
   }
   // Codex writes a response and the notifications of the same moment in either order (a turn/start result and the
   // turn/started notification race on its stdout, seen under load): within each run of incoming lines, responses
@@ -176,14 +228,18 @@ export const normalise = (trace: ReadonlyArray<TraceLine>, home: string): string
 export const fixtureDir = fileURLToPath(new URL("../fixtures/codex/", import.meta.url))
 
 /**
- * Compares `text` with the fixture `name`; writes it instead when `BATON_UPDATE_FIXTURES=1` or when it does not exist
- * yet. Returns the fixture's text.
+ * Compares `text` with the fixture `name`: returns the fixture's text. `BATON_UPDATE_FIXTURES=1` writes `text` as the
+ * fixture first. A missing fixture is an error saying how to record it (it used to be written silently, so a deleted
+ * or misnamed fixture passed and CI proved nothing).
  */
 export const checkFixture = (name: string, text: string): string => {
   const file = Path.join(fixtureDir, name)
-  if (process.env["BATON_UPDATE_FIXTURES"] === "1" || !Fs.existsSync(file)) {
+  if (process.env["BATON_UPDATE_FIXTURES"] === "1") {
     Fs.mkdirSync(fixtureDir, { recursive: true })
     Fs.writeFileSync(file, text)
+  }
+  if (!Fs.existsSync(file)) {
+    throw new Error(`the fixture ${file} is missing: record it with BATON_UPDATE_FIXTURES=1 and commit it`)
   }
   return Fs.readFileSync(file, "utf8")
 }
