@@ -231,6 +231,28 @@ export const toolResultOffloadUndo = (u: ToolResultOffloadUndo) =>
     ? `undid flush ${u.flushSeq} on ${u.providerInstance} (native ${u.nativeRef}): ${u.entrySeqs.length} ${u.entrySeqs.length === 1 ? "entry carries its original" : "entries carry their originals"} again`
     : `nothing undone: ${u.reason}`
 
+/** What an HTTP status of a retried request means, in the words the providers use. */
+const retryStatus = (status: number | null) =>
+  status === null
+    ? "no answer"
+    : status === 429
+    ? `HTTP ${status} rate limited`
+    : status === 529
+    ? `HTTP ${status} overloaded`
+    : status >= 500
+    ? `HTTP ${status} server error`
+    : `HTTP ${status}`
+
+/**
+ * A `run.retry_scheduled` event for people: `retrying in 2.0 s (attempt 2, HTTP 529 overloaded: <reason>)`. The
+ * delay in seconds with one decimal; `attempt` is the request's attempt about to be sent (the event's retry number
+ * + 1: the first retry is the second attempt); the reason is the provider's text, cut at 100 characters.
+ */
+export const retryLine = (p: { readonly attempt: number; readonly delayMs: number; readonly httpStatus: number | null; readonly reason: string }) => {
+  const reason = p.reason.length > 100 ? `${p.reason.slice(0, 99)}…` : p.reason
+  return `retrying in ${(p.delayMs / 1000).toFixed(1)} s (attempt ${p.attempt + 1}, ${retryStatus(p.httpStatus)}: ${reason})`
+}
+
 /**
  * One event of a stream: `  seq type  detail` (with `withThread`, the thread id first: the stream of all threads).
  * Run events name the run and what happened to it; other events show their payload as compact JSON (at most 120
@@ -254,6 +276,8 @@ export const eventLine = (e: ThreadEvent, withThread: boolean) => {
       return `${head} ${e.payload.runId} round ${e.payload.round} ${e.payload.source}: ${e.payload.toolCallIds.join(", ")}`
     case "items.appended":
       return `${head} items ${e.payload.fromSeq}..${e.payload.toSeq}${e.payload.runId === null ? "" : ` of ${e.payload.runId}`}`
+    case "run.retry_scheduled":
+      return `${head} ${e.payload.runId} ${retryLine(e.payload)}`
     default: {
       const json = JSON.stringify(e.payload)
       return `${head} ${json.length > 120 ? `${json.slice(0, 119)}…` : json}`

@@ -1,5 +1,6 @@
 /**
- * The lines `baton offload --dry-run` and `--undo` print for the server's tool-result offload preview and undo.
+ * The lines `baton offload --dry-run` and `--undo` print for the server's tool-result offload preview and undo, and the
+ * line `send` / `events` print for a retried provider request.
  */
 import type { ProviderInstance, ThreadId, ToolResultOffloadPreview } from "@baton/contracts"
 import { describe, expect, it } from "vitest"
@@ -58,5 +59,15 @@ describe("baton offload --dry-run / --undo lines", () => {
       .toBe("undid flush 41 on claude (native claude-5f0c): 2 entries carry their originals again")
     expect(Format.toolResultOffloadUndo({ ...undo, undone: false, flushSeq: null, entrySeqs: [], reason: "no flush on this native thread to undo" }))
       .toBe("nothing undone: no flush on this native thread to undo")
+  })
+})
+
+describe("a retried provider request", () => {
+  it("run.retry_scheduled reads: retrying in 2.0 s (attempt 2, HTTP 529 overloaded: reason); no answer, rate limits and long reasons", () => {
+    expect(Format.retryLine({ attempt: 1, delayMs: 2_000, httpStatus: 529, reason: "HTTP 529: Anthropic overloaded_error: Overloaded" }))
+      .toBe("retrying in 2.0 s (attempt 2, HTTP 529 overloaded: HTTP 529: Anthropic overloaded_error: Overloaded)")
+    expect(Format.retryLine({ attempt: 2, delayMs: 1_250, httpStatus: 429, reason: "rate" })).toBe("retrying in 1.3 s (attempt 3, HTTP 429 rate limited: rate)")
+    expect(Format.retryLine({ attempt: 1, delayMs: 480, httpStatus: null, reason: "unreachable" })).toBe("retrying in 0.5 s (attempt 2, no answer: unreachable)")
+    expect(Format.retryLine({ attempt: 1, delayMs: 500, httpStatus: 503, reason: "x".repeat(150) })).toBe(`retrying in 0.5 s (attempt 2, HTTP 503 server error: ${"x".repeat(99)}…)`)
   })
 })

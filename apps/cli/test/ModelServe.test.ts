@@ -151,4 +151,44 @@ describe("baton serve with a model-API instance", () => {
         expect(text).not.toContain(marker)
       }
     }), 180_000)
+
+  // Found by the issue-9 review: `send` printed the run.retry_scheduled event as raw JSON.
+  it.scoped("send prints a retried request as a line for people: retrying in N s (attempt 2, HTTP 529 overloaded: the provider's reason)", () =>
+    Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-model-retry-"))
+      const config = Path.join(dir, "baton.json")
+      Fs.writeFileSync(config, JSON.stringify({
+        providers: [{
+          kind: "anthropic-messages",
+          name: "claude",
+          baseUrl: upstream.url,
+          model: "claude-sonnet-4-5",
+          apiKeyEnv: "TEST_MODEL_KEY",
+          contextWindow: 200_000,
+          autoCompactThreshold: 180_000,
+          maxOutputTokens: 4_096,
+          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
+          maxRetries: 2
+        }],
+        auth: { token: adminToken }
+      }))
+      const server = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const admin = ["--server", server.url, "--token", adminToken]
+      const created = yield* baton([...admin, "thread", "create", "--provider", "claude"])
+      const threadId = created.stdout.trim()
+      upstream.enqueue(
+        ModelApi.error(529, "Overloaded"),
+        ModelApi.answer("anthropic-messages", "answered after the retry", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 })
+      )
+      const sent = yield* baton([...admin, "send", threadId, "hello"])
+      expect(sent).toMatchObject({ code: 0, stderr: "" })
+      const lines = sent.stdout.trimEnd().split("\n")
+      const retry = lines.filter((l) => l.includes("run.retry_scheduled"))
+      expect(retry).toHaveLength(1)
+      // The backoff is 500 ms jittered by ±20% (no retry-after in the answer): 0.4 to 0.6 s.
+      expect(retry[0]).toMatch(/ run\.retry_scheduled +run_\S+ retrying in 0\.[456] s \(attempt 2, HTTP 529 overloaded: HTTP 529: .*Overloaded\)$/)
+      expect(retry[0]).not.toContain("{")
+      expect(sent.stdout).toContain("answered after the retry")
+    }), 180_000)
 })

@@ -27,7 +27,8 @@ export interface OrchestratorConfigShape {
   /**
    * How long one provider turn may run, in milliseconds, before Baton stops waiting: the turn fails with
    * `ProviderError` code `timeout` and the run ends instead of staying `running`. Default 1,800,000 (30 min: coding
-   * agents' turns run long tool calls).
+   * agents' turns run long tool calls). It measures the provider's working time: the waits an adapter announces
+   * before sending a request again (`retry_scheduled`: a `retry-after`, the backoff) do not count.
    */
   readonly turnTimeoutMillis: number
   /**

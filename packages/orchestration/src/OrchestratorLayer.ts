@@ -41,9 +41,10 @@ export const services = Layer.merge(ThreadQuery.Default, ThreadService.Default).
   Layer.provideMerge(ProviderTurnStartService.Default),
   Layer.provideMerge(ContextHandoffDelivery.Default),
   Layer.provideMerge(ProviderCalibration.Default),
-  Layer.provideMerge(ItemLog.Default),
   Layer.provideMerge(NativeThreadTrust.Default),
   Layer.provideMerge(RunLifecycle.Default),
+  // Below RunLifecycle: a run leaving `queued` records its prompt (RunLifecycle.update).
+  Layer.provideMerge(ItemLog.Default),
   Layer.provideMerge(DriverRegistry.Default),
   Layer.provideMerge(UnitOfWork.Default),
   Layer.provideMerge(ThreadEventBus.Default)

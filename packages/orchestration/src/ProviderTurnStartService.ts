@@ -22,6 +22,7 @@ import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelive
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
+import { recordedToolResults } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration, type SampleBase } from "./ProviderCalibration.js"
@@ -289,7 +290,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           nativeRef: plan.native.nativeRef,
           rendered: injection.rendered,
           itemIds: injection.itemIds,
-          deliveryIds: injection.pending.map((d) => d.id)
+          deliveryIds: injection.pending.map((d) => d.id),
+          recordedResults: recordedToolResults(store, run.threadId)
         }).pipe(Effect.either)
         if (outcome._tag === "Left") {
           // The provider may hold the history. Read the native thread back where the adapter can: the deliveries

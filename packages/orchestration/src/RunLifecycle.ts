@@ -14,11 +14,16 @@
  * An illegal move is a defect (a bug in Baton, never a user's error): `IllegalRunTransition`. `finish` ends a run
  * once (failed or interrupted, with its reason and code, and its event). It does not decide when a run moves;
  * TurnExecution, RunRecovery and the run driver do.
+ *
+ * A run's prompt joins the thread's items when the run leaves `queued` (`update`): when it starts, or ends without
+ * starting. A message queued behind a running run therefore takes its place in the thread's order after everything
+ * that run produces, so `seq` follows the conversation the model saw (handoffs, `thread_read` ranges, item pages).
  */
 import type { Run, RunFailureCode, RunStatus, RunStopPoint } from "@baton/contracts"
 import { terminalRunStatuses } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { Data, DateTime, Effect } from "effect"
+import { ItemLog, type NewItem } from "./ItemLog.js"
 
 /** For each status, the statuses a run may move to (the same status: a correction or a retry's reset). */
 export const transitions: Readonly<Record<RunStatus, ReadonlyArray<RunStatus>>> = {
@@ -35,6 +40,17 @@ export const transitions: Readonly<Record<RunStatus, ReadonlyArray<RunStatus>>> 
 /** Whether a run may move from `from` to `to`. */
 export const canMove = (from: RunStatus, to: RunStatus) => transitions[from].includes(to)
 
+/** A run's prompt as its `user_message` item (the text byte-identical). */
+export const promptItem = (prompt: string): NewItem => ({
+  kind: "user_message",
+  text: prompt,
+  toolCallId: null,
+  toolName: null,
+  messageId: null,
+  isError: false,
+  toolCallState: null
+})
+
 /** A run was about to move in a way the lifecycle forbids (a defect). */
 export class IllegalRunTransition extends Data.TaggedError("IllegalRunTransition")<{
   readonly runId: string
@@ -49,14 +65,30 @@ export class IllegalRunTransition extends Data.TaggedError("IllegalRunTransition
 export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchestration/RunLifecycle", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
+    const itemLog = yield* ItemLog
+
+    /**
+     * Appends `run`'s prompt as its `user_message` item, unless the run has one (a run queued by an earlier version,
+     * which wrote it at queue time). In the caller's unit of work.
+     */
+    const recordPrompt = (run: Run) =>
+      Effect.gen(function*() {
+        const items = yield* store.listItemsOfRuns([run.id])
+        if (items.some((i) => i.kind === "user_message")) return
+        yield* itemLog.append(run.threadId, run.id, [promptItem(run.prompt)])
+      })
+
     /**
      * Writes `next` over `previous` (the run as the caller read it in this unit of work) after checking the move
-     * against `transitions`. Dies with `IllegalRunTransition` on an illegal move; fails with the store's errors.
+     * against `transitions`; a run leaving `queued` has its prompt recorded (`recordPrompt`) in the same unit of work.
+     * Dies with `IllegalRunTransition` on an illegal move; fails with the store's errors.
      */
     const update = (previous: Run, next: Run) =>
-      canMove(previous.status, next.status)
-        ? store.updateRun(next)
-        : Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
+      !canMove(previous.status, next.status)
+        ? Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
+        : previous.status === "queued" && next.status !== "queued"
+        ? Effect.zipRight(store.updateRun(next), recordPrompt(next))
+        : store.updateRun(next)
 
     /**
      * Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending.
@@ -85,6 +117,6 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     const hasOutput = (runId: Run["id"]) =>
       Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
-    return { update, finish, hasOutput }
+    return { update, finish, hasOutput, recordPrompt }
   })
 }) {}

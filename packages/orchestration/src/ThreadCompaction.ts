@@ -32,6 +32,7 @@ import { ContextHandoffDelivery, type DeliveryPlan } from "./ContextHandoffDeliv
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
+import { recordedToolResults } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 
 /** What `/compact` did (the schema lives in contracts). */
@@ -310,7 +311,8 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           nativeRef: native.nativeRef,
           rendered: plan.selection.rendered,
           itemIds: plan.selection.selected.map((i) => i.id),
-          deliveryIds: pending.map((d) => d.id)
+          deliveryIds: pending.map((d) => d.id),
+          recordedResults: recordedToolResults(store, threadId)
         }).pipe(Effect.either)
         if (outcome._tag === "Left") {
           // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.

@@ -131,35 +131,41 @@ export class ThreadRead extends Effect.Service<ThreadRead>()("@baton/orchestrati
 
     /**
      * Answers one `thread_read` call on `threadId` (`args`: the JSON text the model wrote). Never fails: a bad call
-     * is answered with an error text the model can act on (the tool result is marked as an answer, not a crash);
-     * a storage failure is answered as "could not read" and logged.
+     * (arguments, a ref that is no ref, nothing matching) is answered with an error text the model can act on and
+     * `isError` (sent as a failed tool result: Anthropic `is_error`, OpenAI's `Error: ` marker); a storage failure
+     * is answered as "could not read", also an error, and logged.
      */
-    const read = Effect.fn("ThreadRead.read")(function*(threadId: ThreadId, args: string) {
+    const answer = Effect.fn("ThreadRead.answer")(function*(threadId: ThreadId, args: string) {
+      const failed = (output: string): ProviderAdapter.LocalToolAnswer => ({ output, isError: true })
       const parsed = Schema.decodeUnknownEither(Arguments)(args)
-      if (Either.isLeft(parsed)) return `thread_read: the arguments are not {"refs": "...", "offset"?: n, "limit"?: n}`
+      if (Either.isLeft(parsed)) return failed(`thread_read: the arguments are not {"refs": "...", "offset"?: n, "limit"?: n}`)
       const { offset = 0, limit = defaultLimit } = parsed.right
       const refsText = parsed.right.refs ?? (parsed.right.itemIds ?? []).join(",")
       const refs = parseRefs(refsText)
-      if (Either.isLeft(refs)) return `thread_read: ${refs.left}`
+      if (Either.isLeft(refs)) return failed(`thread_read: ${refs.left}`)
       const found = yield* Effect.either(itemsOf(threadId, refs.right))
       if (Either.isLeft(found)) {
         yield* Effect.logWarning(`thread_read on ${threadId} could not read ${refsText}`, found.left)
-        return "thread_read: could not read the thread's history right now; try again"
+        return failed("thread_read: could not read the thread's history right now; try again")
       }
       const { items, cut } = found.right
-      if (items.length === 0) return `thread_read: no item of this conversation matches ${refsText}`
+      if (items.length === 0) return failed(`thread_read: no item of this conversation matches ${refsText}`)
       const text = items.map((i) => Render.renderItem(i)).join("\n\n") +
         (cut ? `\n\n[only the first ${maxItemsPerCall} items were read; ask for the rest by range]` : "")
       const size = Math.min(limit, maxLimit)
-      return page(text, offset, size, (next) => `thread_read ${JSON.stringify({ refs: refsText, offset: next, limit: size })}`)
+      const output = page(text, offset, size, (next) => `thread_read ${JSON.stringify({ refs: refsText, offset: next, limit: size })}`)
+      return { output, isError: false } satisfies ProviderAdapter.LocalToolAnswer
     })
+
+    /** `answer`'s text alone (failed or not). */
+    const read = (threadId: ThreadId, args: string) => Effect.map(answer(threadId, args), (a) => a.output)
 
     /** The tool for turns of `threadId`, as an adapter's `LocalTool`. */
     const tool = (threadId: ThreadId): ProviderAdapter.LocalTool => ({
       definition,
-      execute: (call) => read(threadId, call.arguments)
+      execute: (call) => answer(threadId, call.arguments)
     })
 
-    return { read, tool }
+    return { answer, read, tool }
   })
 }) {}

@@ -46,6 +46,7 @@ import { RunRecovery } from "./RunRecovery.js"
 import { TurnExecution } from "./TurnExecution.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
+import { promptItem } from "./RunLifecycle.js"
 import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import * as OffloadControls from "./OffloadControls.js"
@@ -273,15 +274,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // The tools this run offers: the thread's, with the message's over them.
       const tools = mergeTools(yield* store.getThreadTools(thread.id), command.tools ?? [])
       if (tools.length > 0) yield* store.setRunTools(run.id, tools)
-      yield* appendItems(thread.id, run, [{
-        kind: "user_message",
-        text: command.text,
-        toolCallId: null,
-        toolName: null,
-        messageId: null,
-        isError: false,
-        toolCallState: null
-      }])
+      // The prompt joins the thread's items when the run leaves `queued` (RunLifecycle): at once when claimed here,
+      // else when the driver starts it (or it ends unstarted), after the items of the runs before it.
+      if (claimNow) yield* appendItems(thread.id, run, [promptItem(command.text)])
       yield* store.appendEvent({ threadId: thread.id, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: providerThread.id }, commandId: command.commandId })
       // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
       // run instead of queueing a second one. The receipt's result is completed when the run ends.

@@ -26,7 +26,7 @@ import {
 import { Calibration, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { type ProviderAdapter, ProviderFailure, ProviderRegistry } from "@baton/providers"
-import { Data, DateTime, Duration, Effect, Option } from "effect"
+import { Clock, Data, DateTime, Duration, Effect, Option } from "effect"
 import { ClientToolWaits, toolDefinitions } from "./ClientToolWaits.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -39,7 +39,7 @@ import { RunLifecycle } from "./RunLifecycle.js"
 import * as RunCosts from "./RunCosts.js"
 import * as OffloadControls from "./OffloadControls.js"
 import { ThreadRead } from "./ThreadRead.js"
-import { TurnStream } from "./TurnStream.js"
+import { recordedToolResults, TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 
 /**
@@ -113,6 +113,40 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     const config = yield* OrchestratorConfig
     const toolWaits = yield* ClientToolWaits
     const finishRun = lifecycle.finish
+
+    /**
+     * Consumes a provider turn under `turnTimeoutMillis` of the provider's working time: the waits the adapter announced
+     * before sending a request again (`retry_scheduled`'s delay, counted by `output.retryWaitMillis`: a 429's or 529's
+     * `retry-after`, the backoff) push the deadline back by as much. Found by the issue-9 review: a turn that waited
+     * out long `retry-after`s was killed by the turn timeout while the provider had not yet started; the waits are
+     * bounded by the adapter (`maxRetries`, a `retry-after` over 5 minutes fails the request), so this adds at most
+     * those bounds. Fails with the `ProviderError` `timeout` of `operation` when the working time runs out.
+     */
+    const withinTurnTimeout = <A, E, R>(
+      work: Effect.Effect<A, E, R>,
+      output: { readonly retryWaitMillis: number },
+      instance: ProviderAdapter.ProviderAdapterShape["instance"],
+      operation: "startTurn" | "continueTurn"
+    ): Effect.Effect<A, E | ProviderError, R> =>
+      Effect.gen(function*() {
+        const startedAt = yield* Clock.currentTimeMillis
+        const watchdog = Effect.gen(function*() {
+          for (;;) {
+            const left = startedAt + config.turnTimeoutMillis + output.retryWaitMillis - (yield* Clock.currentTimeMillis)
+            if (left <= 0) {
+              return yield* new ProviderError({
+                provider: instance,
+                operation,
+                code: "timeout",
+                reason: `no answer within ${config.turnTimeoutMillis} ms (turn timeout)`,
+                retryable: true
+              })
+            }
+            yield* Effect.sleep(Duration.millis(left))
+          }
+        })
+        return yield* Effect.raceFirst(work, watchdog)
+      })
     const stopAndReadBack = trust.probe
     const distrustNative = trust.distrust
 
@@ -428,20 +462,12 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // rewrite the provider's prompt cache, and a model may need an earlier item at any turn (omitted, deferred,
           // summarised, or dropped by the provider's own compaction). Adapters without tools ignore it.
           localTools: [threadRead.tool(run.threadId)],
+          // Calls an earlier turn left open are closed in the native thread with the texts the record holds.
+          recordedResults: recordedToolResults(store, run.threadId),
           // The thread's tool-result offload control (on/off, settings, pins): adapters with a message list apply it.
           ...(offloadControl === undefined ? {} : { offloadControl })
         })).pipe(
-          Effect.timeoutFail({
-            duration: Duration.millis(config.turnTimeoutMillis),
-            onTimeout: () =>
-              new ProviderError({
-                provider: adapter.instance,
-                operation: "startTurn",
-                code: "timeout",
-                reason: `no answer within ${config.turnTimeoutMillis} ms (turn timeout)`,
-                retryable: true
-              })
-          }),
+          (work) => withinTurnTimeout(work, output, adapter.instance, "startTurn"),
           Effect.either
         )
 
@@ -754,17 +780,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         localTools: [threadRead.tool(run.threadId)],
         offloadControl
       })).pipe(
-        Effect.timeoutFail({
-          duration: Duration.millis(config.turnTimeoutMillis),
-          onTimeout: () =>
-            new ProviderError({
-              provider: adapter.right.instance,
-              operation: "continueTurn",
-              code: "timeout",
-              reason: `no answer within ${config.turnTimeoutMillis} ms (turn timeout)`,
-              retryable: true
-            })
-        }),
+        (work) => withinTurnTimeout(work, output, adapter.right.instance, "continueTurn"),
         Effect.either
       )
       if (outcome._tag === "Left" && outcome.left._tag !== "ProviderError") return yield* fail(`provider output could not be recorded: ${outcome.left.message}`, "output_not_recorded")

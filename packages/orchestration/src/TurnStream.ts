@@ -55,6 +55,24 @@ export const unansweredToolResultText = (state: "interrupted" | "dangling") =>
     ? "[interrupted] The user interrupted the turn while this tool call ran; it returned no result."
     : "[no result] The turn ended without a result for this tool call."
 
+/**
+ * The record's results for tool calls of `threadId`, as a model-API adapter closes calls an earlier turn left open
+ * in its message list (`ProviderAdapter.RecordedResults`): the `tool_result` items answering them, the newest per
+ * call. The record's text (`unansweredToolResultText`, ClientToolWaits' deadline and interrupt texts) is then the
+ * one the next request carries. A failed lookup is logged and answers nothing (the adapter's own text is used).
+ */
+export const recordedToolResults = (store: typeof ThreadStore.Service, threadId: Item["threadId"]): ProviderAdapter.RecordedResults => (ids) =>
+  store.listItemsOfToolCalls(threadId, ids).pipe(
+    Effect.map((items) => {
+      const byCall = new Map<string, ProviderAdapter.ToolResultInput>()
+      for (const i of items) {
+        if (i.kind === "tool_result" && i.toolCallId !== null) byCall.set(i.toolCallId, { toolCallId: i.toolCallId, output: i.text, isError: i.isError })
+      }
+      return [...byCall.values()]
+    }),
+    Effect.catchAll((e) => Effect.as(Effect.logWarning(`could not read the recorded results of tool calls ${ids.join(", ")}`, e), []))
+  )
+
 /** Whether `items[i]` is a tool call (with a call id) that no later item of `items` answers. */
 const isOpenCall = (items: ReadonlyArray<NewItem>, i: number) => {
   const item = items[i]!
@@ -125,6 +143,8 @@ export interface TurnOutput {
   readonly ended: boolean
   /** The client tool calls `turn_ended` left open (the run waits for their results); `[]` when none. */
   readonly pendingToolCalls: ReadonlyArray<string>
+  /** Milliseconds of waits the adapter announced so far (the sum of `retry_scheduled` delays): not working time. */
+  readonly retryWaitMillis: number
   /** The ids of the tool calls held open (not yet recorded: they have no result). */
   readonly openCallIds: ReadonlyArray<string>
   /**
@@ -170,6 +190,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         interrupted: false,
         ended: false,
         pending: [] as ReadonlyArray<string>,
+        retryWaitMillis: 0,
         settled: false,
         // `undecided` until the first item: whether the replay window of `native` was open.
         replay: "undecided" as "undecided" | "buffering" | "passing"
@@ -362,6 +383,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         get pendingToolCalls() {
           return state.pending
         },
+        get retryWaitMillis() {
+          return state.retryWaitMillis
+        },
         get openCallIds() {
           const held = [...replayHeld, ...unit]
           return held.flatMap((i, k) => isOpenCall(held, k) ? [i.toolCallId!] : [])
@@ -393,6 +417,8 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                     offloads.push(event.flush)
                     break
                   case "retry_scheduled":
+                    // Counted at once: the turn timeout's deadline moves before the adapter starts waiting.
+                    state.retryWaitMillis += event.delayMillis
                     retries.push(event)
                     break
                 }

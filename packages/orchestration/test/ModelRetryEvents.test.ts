@@ -48,4 +48,29 @@ describe("a rate-limited request through a real adapter", () => {
         expect(DateTime.toEpochMillis(retries[0]!.createdAt)).toBeLessThanOrEqual(turns[1]!.at)
       }).pipe(Effect.provide(Harness.makeLayer([model], counter, file, {})))
     }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
+
+  // Found by the issue-9 review: the turn timeout counted the announced retry waits, so a turn waiting out a long
+  // retry-after was killed before the provider even started answering.
+  it.live("the turn timeout measures the provider's working time: a 429 with retry-after: 3 s under a 1.5 s turn timeout is waited out and the run completes", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const model = yield* adapterFor("anthropic-messages", loop, file, {}, { instance: "anthropic" as ProviderInstance })
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const t = yield* o.create("anthropic")
+        const turnReplies = [
+          json(429, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`, { "retry-after": "3" }),
+          answer("done after the wait")
+        ]
+        const reply = (request: Received) =>
+          request.url.endsWith("/count_tokens") ? countTokensReply((text) => counter.count(text))(request) : turnReplies.shift()!
+        loop.enqueue(reply, reply, reply, reply)
+        const run = yield* o.send(t, "hello")
+        expect([run.status, run.failureCode ?? null]).toEqual(["completed", null])
+        const retries = (yield* o.store.listEvents(t)).filter((e) => e.type === "run.retry_scheduled")
+        expect(retries.map((e) => (e.payload as ThreadEventOf<"run.retry_scheduled">["payload"]).delayMs)).toEqual([3_000])
+        expect(loop.requests.filter((r) => r.url === "/v1/messages").length).toBe(2)
+      }).pipe(Effect.provide(Harness.makeLayer([model], counter, file, { turnTimeoutMillis: 1_500 })))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
 })

@@ -24,9 +24,11 @@ import { Clock, Deferred, Duration, Effect, Either, Option, Random, Redacted, Sc
 import type {
   ContinueTurnInput,
   LocalTool,
+  LocalToolAnswer,
   OffloadControl,
   OffloadReport,
   ProducedItem,
+  RecordedResults,
   ProviderAdapterShape,
   ReadThreadResult,
   StartTurnInput,
@@ -425,13 +427,29 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     )
   }
 
-  /** The results closing every open call: `results` where given, an error result for each call left without one. */
-  const closing = (state: Lane, runId: string | null, results: ReadonlyArray<ToolResultInput>): ReadonlyArray<Draft> => {
+  /**
+   * The results closing every open call: `results` where given, else Baton's own held answer, else the record's
+   * (`recorded`: what the orchestrator recorded when it closed the call), else an error result `unansweredResult`.
+   */
+  const closing = (
+    state: Lane,
+    runId: string | null,
+    results: ReadonlyArray<ToolResultInput>,
+    recorded: ReadonlyArray<ToolResultInput> = []
+  ): ReadonlyArray<Draft> => {
     if (state.open.length === 0) return []
-    const byId = new Map([...state.heldLocal, ...results].map((r) => [r.toolCallId, r]))
+    const byId = new Map([...recorded, ...state.heldLocal, ...results].map((r) => [r.toolCallId, r]))
     const all = state.open.map((c) => byId.get(c.id) ?? { toolCallId: c.id, output: unansweredResult, isError: true })
     return [{ kind: "tool_results", body: dialect.toolResults(all, state.open), runId }]
   }
+
+  /**
+   * The record's results for the lane's open calls (`RecordedResults`), or none without open calls or a lookup.
+   * Found by the issue-9 review: after an interrupt the record closed a call with "[interrupted] …" while the next
+   * request closed it with this adapter's own text.
+   */
+  const recordedFor = (state: Lane, lookup: RecordedResults | undefined): Effect.Effect<ReadonlyArray<ToolResultInput>> =>
+    state.open.length === 0 || lookup === undefined ? Effect.succeed([]) : lookup(state.open.map((c) => c.id))
 
   /** Index of the entry that ended the previous request (the one before the last `output`), or -1. */
   const previousRequestEnd = (entries: ReadonlyArray<NativeEntry>) => {
@@ -982,7 +1000,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
   })
 
   const runLocal = (tool: LocalTool, call: ToolCall, runId: string) =>
-    Effect.map(tool.execute({ arguments: call.arguments, runId }), (output): ToolResultInput => ({ toolCallId: call.id, output, isError: false }))
+    Effect.map(tool.execute({ arguments: call.arguments, runId }), (answer): ToolResultInput => ({ toolCallId: call.id, output: answer.output, isError: answer.isError }))
 
   /**
    * Baton's `offload_context` tool on the lane (`offloadContextTool`): records which units the model asked to offload
@@ -992,57 +1010,61 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
    */
   const offloadContext = (state: Lane): LocalTool => ({
     definition: offloadContextTool,
-    execute: ({ arguments: text }) =>
-      Effect.gen(function*() {
-        const args = Schema.decodeUnknownEither(OffloadContextArguments)(text)
-        if (Either.isLeft(args) || (args.right.tool_call_ids === undefined && args.right.all === undefined)) {
-          return `offload_context: the arguments are not {"tool_call_ids": ["<call id>", ...]} or {"all": true}`
-        }
-        const offload = options.offload
-        if (offload === undefined) return "offload_context: tool-result offload is off here"
-        const effective = effectiveOffload(state.control)
-        const { situation, units } = yield* offloadSituation(state, [], state.lastTools, offload)
-        const tokensOf = new Array<number>(units.length).fill(0)
-        for (const item of situation.items) tokensOf[item.unit]! += item.tokens
-        const unitOf = new Map<string, number>()
-        units.forEach((u, index) => u.calls.forEach((c) => unitOf.set(c.id, index)))
-        const asked = [...(args.right.tool_call_ids ?? [])]
-        if (args.right.all === true) {
-          for (const c of ToolResultOffload.eligible(situation, effective.settings)) asked.push(...units[c.unit]!.calls.map((call) => call.id))
-        }
-        const accepted = new Map<number, number>()
-        const refused: Array<string> = []
-        for (const id of new Set(asked)) {
-          const index = unitOf.get(id)
-          const unit = index === undefined ? undefined : situation.units[index]
-          const pinned = index !== undefined && situation.items.some((i) => i.unit === index && i.pinned)
-          const why = index === undefined || unit === undefined
-            ? "no such tool call in this conversation"
-            : unit.stubbed
-            ? "already a stub"
-            : !unit.answered
-            ? "its result is not in yet"
-            : pinned
-            ? "pinned"
-            : unit.stubTokens >= tokensOf[index]!
-            ? "its stub would not be smaller"
-            : null
-          if (why !== null) refused.push(`${id} (${why})`)
-          else if (!accepted.has(index!)) accepted.set(index!, tokensOf[index!]! - unit!.stubTokens)
-        }
-        for (const index of accepted.keys()) for (const c of units[index]!.calls) state.requested.add(c.id)
-        const released = [...accepted.values()].reduce((n, t) => n + t, 0)
-        const named = [...accepted.keys()].flatMap((index) => units[index]!.calls.map((c) => `tool:${c.id} (${c.name})`))
-        const done = accepted.size === 0
-          ? "offload_context: nothing to offload."
-          : `offload_context: from your next step on, ${named.length} tool result${named.length === 1 ? "" : "s"} (about ` +
-            `${released} tokens) are one-line stubs: ${named.slice(0, maxRefusalsNamed).join(", ")}` +
-            `${named.length > maxRefusalsNamed ? `, and ${named.length - maxRefusalsNamed} more` : ""}. Read one back with thread_read {"refs": "tool:<call id>"}.`
-        if (refused.length === 0) return done
-        const listed = refused.slice(0, maxRefusalsNamed).join(", ")
-        return `${done} Not offloaded: ${listed}${refused.length > maxRefusalsNamed ? `, and ${refused.length - maxRefusalsNamed} more` : ""}.`
-      })
+    execute: ({ arguments: text }) => offloadContextAnswer(state, text)
   })
+
+  /** `offload_context`'s answer to `text` (its arguments): a bad call, or offload off, is an error result. */
+  const offloadContextAnswer = (state: Lane, text: string): Effect.Effect<LocalToolAnswer> =>
+    Effect.gen(function*() {
+      const answered = (output: string): LocalToolAnswer => ({ output, isError: false })
+      const args = Schema.decodeUnknownEither(OffloadContextArguments)(text)
+      if (Either.isLeft(args) || (args.right.tool_call_ids === undefined && args.right.all === undefined)) {
+        return { output: `offload_context: the arguments are not {"tool_call_ids": ["<call id>", ...]} or {"all": true}`, isError: true }
+      }
+      const offload = options.offload
+      if (offload === undefined) return { output: "offload_context: tool-result offload is off here", isError: true }
+      const effective = effectiveOffload(state.control)
+      const { situation, units } = yield* offloadSituation(state, [], state.lastTools, offload)
+      const tokensOf = new Array<number>(units.length).fill(0)
+      for (const item of situation.items) tokensOf[item.unit]! += item.tokens
+      const unitOf = new Map<string, number>()
+      units.forEach((u, index) => u.calls.forEach((c) => unitOf.set(c.id, index)))
+      const asked = [...(args.right.tool_call_ids ?? [])]
+      if (args.right.all === true) {
+        for (const c of ToolResultOffload.eligible(situation, effective.settings)) asked.push(...units[c.unit]!.calls.map((call) => call.id))
+      }
+      const accepted = new Map<number, number>()
+      const refused: Array<string> = []
+      for (const id of new Set(asked)) {
+        const index = unitOf.get(id)
+        const unit = index === undefined ? undefined : situation.units[index]
+        const pinned = index !== undefined && situation.items.some((i) => i.unit === index && i.pinned)
+        const why = index === undefined || unit === undefined
+          ? "no such tool call in this conversation"
+          : unit.stubbed
+          ? "already a stub"
+          : !unit.answered
+          ? "its result is not in yet"
+          : pinned
+          ? "pinned"
+          : unit.stubTokens >= tokensOf[index]!
+          ? "its stub would not be smaller"
+          : null
+        if (why !== null) refused.push(`${id} (${why})`)
+        else if (!accepted.has(index!)) accepted.set(index!, tokensOf[index!]! - unit!.stubTokens)
+      }
+      for (const index of accepted.keys()) for (const c of units[index]!.calls) state.requested.add(c.id)
+      const released = [...accepted.values()].reduce((n, t) => n + t, 0)
+      const named = [...accepted.keys()].flatMap((index) => units[index]!.calls.map((c) => `tool:${c.id} (${c.name})`))
+      const done = accepted.size === 0
+        ? "offload_context: nothing to offload."
+        : `offload_context: from your next step on, ${named.length} tool result${named.length === 1 ? "" : "s"} (about ` +
+          `${released} tokens) are one-line stubs: ${named.slice(0, maxRefusalsNamed).join(", ")}` +
+          `${named.length > maxRefusalsNamed ? `, and ${named.length - maxRefusalsNamed} more` : ""}. Read one back with thread_read {"refs": "tool:<call id>"}.`
+      if (refused.length === 0) return answered(done)
+      const listed = refused.slice(0, maxRefusalsNamed).join(", ")
+      return answered(`${done} Not offloaded: ${listed}${refused.length > maxRefusalsNamed ? `, and ${refused.length - maxRefusalsNamed} more` : ""}.`)
+    })
 
   /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
   const interruptible = (nativeRef: string, runId: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
@@ -1077,8 +1099,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     Stream.unwrap(Effect.gen(function*() {
       const state = yield* lane("startTurn", input.nativeRef)
       state.control = input.offloadControl
+      const recorded = yield* recordedFor(state, input.recordedResults)
       const drafts: ReadonlyArray<Draft> = [
-        ...closing(state, input.runId, []),
+        ...closing(state, input.runId, [], recorded),
         { kind: "turn", body: dialect.userTurn(input.prompt, input.inlineHistory), runId: input.runId }
       ]
       return interruptible(
@@ -1151,8 +1174,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         // (found by a review: after a refused request, the next turn's injection landed between tool_use and
         // tool_result, which Anthropic and Chat Completions reject, and every later request carried it).
         const owner = [...state.view].reverse().find((e) => e.kind === "output")?.runId ?? null
+        const recorded = yield* recordedFor(state, input.recordedResults)
         yield* append("injectHistory", input.nativeRef, state, [
-          ...closing(state, owner, []),
+          ...closing(state, owner, [], recorded),
           { kind: "history", body: dialect.history(input.rendered), runId: null, deliveryIds: input.deliveryIds }
         ])
         return { usage: null }

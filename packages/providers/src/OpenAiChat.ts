@@ -8,6 +8,9 @@
  * `reasoning_content`/`reasoning` deltas (vLLM, llama.cpp, DeepSeek-style servers) become a reasoning item and are
  * not sent back. The system prompt is the first message of every request, outside the stored list.
  *
+ * An answer cut by its output limit (`finish_reason: "length"`) inside a call's arguments keeps its text and complete
+ * calls; the cut call (arguments that are no JSON object) is neither run nor stored, and an `error` item says why.
+ *
  * Overflow: HTTP 400 with `context_length_exceeded` or a "maximum context length is M tokens … N tokens" message
  * (OpenAI, vLLM), and llama.cpp's `exceed_context_size_error` with `n_prompt_tokens`/`n_ctx`.
  */
@@ -52,14 +55,25 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
   let output: string | null = null
   let calls: ReadonlyArray<ToolCall> = []
 
-  const finish = (): ReadonlyArray<ProducedItem> | WireFailure => {
+  const finish = (reason: string): ReadonlyArray<ProducedItem> | WireFailure => {
     finished = true
-    const all: ReadonlyArray<ToolCall> = tools.filter((t): t is Assembling => t !== undefined).map((t) => ({
+    const assembled: ReadonlyArray<ToolCall> = tools.filter((t): t is Assembling => t !== undefined).map((t) => ({
       id: t.id,
       name: t.name,
       arguments: t.arguments === "" ? "{}" : t.arguments,
       wire: "function"
     }))
+    // Found by a review: an answer cut by its output limit (`finish_reason: "length"`) while a call's arguments
+    // streamed ran the call with truncated JSON. Such a call is dropped (never run nor stored), and an error item
+    // says why; the text and the calls that completed stand.
+    const isCut = (c: ToolCall) => {
+      const args = parseJson(c.arguments)
+      return reason === "length" && (typeof args !== "object" || args === null || Array.isArray(args))
+    }
+    const all = assembled.filter((c) => !isCut(c))
+    const notes = assembled.filter(isCut).map((c) =>
+      textItem("error", `The answer reached its output limit (finish_reason length) inside a call to ${c.name} (${c.id}): the call was cut off and not run`, messageId, true)
+    )
     // A second call with an earlier call's id: the calls before it stand, the response fails (see `duplicateCall`).
     const duplicate = all.findIndex((c, i) => all.findIndex((d) => d.id === c.id) < i)
     calls = duplicate === -1 ? all : all.slice(0, duplicate)
@@ -69,7 +83,8 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
     const items = [
       ...(reasoning === "" ? [] : [textItem("reasoning", reasoning, messageId)]),
       ...(text === "" ? [] : [textItem("assistant_message", text, messageId)]),
-      ...calls.map((c) => callItem(c, messageId))
+      ...calls.map((c) => callItem(c, messageId)),
+      ...notes
     ]
     return duplicate === -1 ? items : duplicateCall("Chat Completions", all[duplicate]!.id, items)
   }
@@ -77,7 +92,7 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
   const onEvent = (m: SseMessage): ReadonlyArray<ProducedItem> | WireFailure => {
     if (m.data === "[DONE]") {
       complete = true
-      return finished ? [] : finish()
+      return finished ? [] : finish("stop")
     }
     const data = parseJson(m.data)
     if (data === undefined) return wireFailure("protocol", `unreadable Chat Completions chunk: ${m.data.slice(0, 200)}`)
@@ -111,7 +126,7 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
       }
     }
     const reason = str(field(choice, "finish_reason"))
-    return reason === undefined || finished ? [] : finish()
+    return reason === undefined || finished ? [] : finish(reason)
   }
 
   const outcome = (): RequestOutcome => ({

@@ -11,6 +11,10 @@
  * `multi_tool_use.parallel` wrapper (a call named `parallel` carrying `tool_uses`, seen when a model wraps parallel
  * calls) is unwrapped into one call per use, ids `<call_id>_<n>`, when no offered tool has its name.
  *
+ * An answer cut while a call's arguments streamed (`response.incomplete`, `incomplete_details.reason`
+ * `max_output_tokens`: the call's item has `status: "incomplete"`) keeps what completed; the cut call is neither run
+ * nor stored, and an `error` item says why. Such a call in a `response.completed` is a `protocol` fault.
+ *
  * Usage: `input_tokens` includes `input_tokens_details.cached_tokens` (billed as cache reads); there is no cache
  * write charge. Overflow: HTTP 400 `context_length_exceeded`, or `response.failed` with that code mid-stream.
  * Only the events Baton reads are parsed (by their SSE `event:` name): the rest are skipped unread.
@@ -64,6 +68,23 @@ const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => vo
   const calls: Array<ToolCall> = []
   let complete = false
   let usage: { input: number; cached: number; output: number } | null = null
+  // Calls the response cut off (`status: "incomplete"`: the answer reached max_output_tokens, or stopped for another
+  // reason, while the call's arguments streamed): never run nor stored; the terminal event says why (`cutNotes`).
+  const cut: Array<{ readonly id: string; readonly name: string; readonly itemId: string | null }> = []
+  const seen = new Set<string>()
+
+  /** Error items saying that the cut calls were not run (`reason`: the response's `incomplete_details.reason`). */
+  const cutNotes = (reason: string): ReadonlyArray<ProducedItem> =>
+    cut.splice(0).map((c) =>
+      textItem(
+        "error",
+        reason === "max_output_tokens"
+          ? `The answer reached its output limit (max_output_tokens) inside a call to ${c.name} (${c.id}): the call was cut off and not run`
+          : `The answer stopped (${reason}) inside a call to ${c.name} (${c.id}): the call was cut off and not run`,
+        c.itemId,
+        true
+      )
+    )
 
   const onItem = (item: unknown): ReadonlyArray<ProducedItem> | WireFailure => {
     const type = str(field(item, "type"))
@@ -82,6 +103,13 @@ const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => vo
       }
       case "function_call":
       case "custom_tool_call": {
+        const callId = str(field(item, "call_id")) ?? ""
+        seen.add(callId)
+        if (str(field(item, "status")) === "incomplete") {
+          // Found by a review: a call cut by max_output_tokens was run with its truncated JSON arguments.
+          cut.push({ id: callId, name: str(field(item, "name")) ?? "?", itemId: id })
+          return []
+        }
         const call: ToolCall = {
           id: str(field(item, "call_id")) ?? "",
           name: str(field(item, "name")) ?? "",
@@ -140,7 +168,20 @@ const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => vo
         return onItem(field(data, "item"))
       case "response.completed":
       case "response.incomplete": {
-        const u = field(field(data, "response"), "usage")
+        const response = field(data, "response")
+        if (type === "response.incomplete") {
+          // A call cut before its `output_item.done` is only in the final response's output list.
+          const listed = field(response, "output")
+          for (const item of Array.isArray(listed) ? listed : []) {
+            const t = str(field(item, "type"))
+            const callId = str(field(item, "call_id")) ?? ""
+            if ((t === "function_call" || t === "custom_tool_call") && !seen.has(callId) && str(field(item, "status")) !== "completed") {
+              seen.add(callId)
+              cut.push({ id: callId, name: str(field(item, "name")) ?? "?", itemId: str(field(item, "id")) ?? null })
+            }
+          }
+        }
+        const u = field(response, "usage")
         const input = num(field(u, "input_tokens"))
         if (input !== undefined) {
           usage = {
@@ -150,7 +191,12 @@ const parser = (offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => vo
           }
         }
         complete = true
-        return []
+        if (cut.length === 0) return []
+        if (type === "response.completed") {
+          const first = cut[0]!
+          return wireFailure("protocol", `OpenAI Responses marked call ${first.id} incomplete in a completed response`)
+        }
+        return cutNotes(str(field(field(response, "incomplete_details"), "reason")) ?? "incomplete")
       }
       case "response.failed":
         return errorFailure(field(field(data, "response"), "error"), "OpenAI Responses response.failed ")

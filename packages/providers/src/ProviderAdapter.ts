@@ -51,14 +51,36 @@ export interface ToolResultInput {
 }
 
 /**
+ * What a `LocalTool` answers: its `output` text, and `isError` when the call failed (bad arguments, an unknown ref,
+ * nothing found). Each wire marks a failed result its own way: Anthropic's `tool_result` carries `is_error: true`,
+ * OpenAI's outputs start with `Error: ` (`markedOutput`), Codex answers `success: false`; the recorded
+ * `tool_result` item has `isError`.
+ */
+export interface LocalToolAnswer {
+  readonly output: string
+  readonly isError: boolean
+}
+
+/**
  * A tool Baton executes itself (`thread_read`): offered to the model with the client's tools, never shown to the
  * client as an open call. When the model calls it, the adapter runs `execute` with the call's arguments (the JSON
- * text the model wrote) and sends the result on its next request within the same turn.
+ * text the model wrote) and sends the answer (`LocalToolAnswer`, failed or not) on its next request within the same
+ * turn. `execute` never fails: a bad call is answered as an error result the model can act on.
  */
 export interface LocalTool {
   readonly definition: ToolDefinition
-  readonly execute: (call: { readonly arguments: string; readonly runId: string }) => Effect.Effect<ToolResultInput["output"]>
+  readonly execute: (call: { readonly arguments: string; readonly runId: string }) => Effect.Effect<LocalToolAnswer>
 }
+
+/**
+ * Looks up the results Baton's record holds for tool calls, by call id (the record's `tool_result` items, in thread
+ * order): a model-API adapter closes the calls an earlier turn left open in its message list (an interrupt, a wait
+ * past its deadline, a failed turn) with exactly these texts, so the record and what the next request carries are
+ * one text written in one place (the orchestrator's). A call the record has no result for (a crash before it was
+ * recorded) is closed with the adapter's own `unansweredResult`. Never fails: a lookup that cannot be made answers
+ * nothing, and the adapter's text is used.
+ */
+export type RecordedResults = (toolCallIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<ToolResultInput>>
 
 /**
  * The input of a turn. `prompt` is the user's message, byte-identical to what the user sent; `inlineHistory`, when
@@ -77,6 +99,8 @@ export interface StartTurnInput {
   readonly onDelta?: ((delta: TextDelta) => void) | undefined
   /** The thread's tool-result offload control for this turn (`OffloadControl`); absent: the instance's settings. */
   readonly offloadControl?: OffloadControl | undefined
+  /** The record's results for calls an earlier turn left open (`RecordedResults`); absent: the adapter's own text. */
+  readonly recordedResults?: RecordedResults | undefined
 }
 
 /**
@@ -206,6 +230,8 @@ export interface InjectHistoryInput {
   readonly itemIds: ReadonlyArray<string>
   /** The deliveries this injection settles: adapters that support `readThread` report them back. */
   readonly deliveryIds: ReadonlyArray<string>
+  /** The record's results for calls left open before the injection (`RecordedResults`), closed first. */
+  readonly recordedResults?: RecordedResults | undefined
 }
 
 export interface CompactResult {

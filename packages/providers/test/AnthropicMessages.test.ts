@@ -612,7 +612,7 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       const { nativeRef } = yield* adapter.startThread()
       const threadRead = {
         definition: { name: "thread_read", description: "Reads an omitted item by ref", inputSchema: { type: "object", properties: { ref: { type: "string" } } } },
-        execute: (call: { readonly arguments: string }) => Effect.succeed(`original of ${JSON.parse(call.arguments).path}`)
+        execute: (call: { readonly arguments: string }) => Effect.succeed({ output: `original of ${JSON.parse(call.arguments).path}`, isError: false })
       }
       const call = toolUse("toolu_tr").map((l) => l.replace(`"name":"read_file"`, `"name":"thread_read"`))
       loop.enqueue(sse(frame(kind, call)), streamed("anthropic-text.chunks.txt"))

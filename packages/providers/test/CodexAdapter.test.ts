@@ -109,7 +109,7 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       const calls: Array<string> = []
       const threadRead: LocalTool = {
         definition: threadReadDefinition,
-        execute: ({ arguments: args, runId }) => Effect.sync(() => (calls.push(`${runId} ${args}`), "[user #1] the original item"))
+        execute: ({ arguments: args, runId }) => Effect.sync(() => (calls.push(`${runId} ${args}`), { output: "[user #1] the original item", isError: false }))
       }
       loop.enqueue(functionCall("call_1", "thread_read", { refs: "#1" }), answer("Read it."))
       const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Continue", inlineHistory: null, localTools: [threadRead] }))

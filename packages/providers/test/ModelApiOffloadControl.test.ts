@@ -260,7 +260,7 @@ describe("a thread's control over the instance's settings (issue 11 item 4)", ()
       const original = Array.from({ length: 300 }, (_, i) => `original line ${i}`).join("\n")
       const threadRead: LocalTool = {
         definition: { name: "thread_read", description: "Reads history.", inputSchema: { type: "object", properties: { refs: { type: "string" } } } },
-        execute: () => Effect.succeed(original)
+        execute: () => Effect.succeed({ output: original, isError: false })
       }
       const control: OffloadControl = { settings: { ...eager, keepNewestUnits: 0 } }
       const common = { tools, localTools: [threadRead], offloadControl: control }

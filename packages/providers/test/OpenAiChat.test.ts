@@ -91,6 +91,36 @@ describe("Chat Completions", () => {
       ])
     }).pipe(Effect.provide(httpLayer)))
 
+  // Found by a review: an answer cut by finish_reason "length" inside a call's arguments ran the call with truncated JSON.
+  it.scoped("an answer cut by finish_reason length inside a tool call: the text and the complete call stand, the cut call is neither run nor stored and an error item says why", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const cut = [
+        `{"id":"chatcmpl-c","choices":[{"index":0,"delta":{"role":"assistant","content":"Two writes."},"finish_reason":null}]}`,
+        `{"id":"chatcmpl-c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"weather","arguments":"{\\"location\\": \\"Paris\\"}"}}]},"finish_reason":null}]}`,
+        `{"id":"chatcmpl-c","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_big","type":"function","function":{"name":"cityAttractions","arguments":"{\\"city\\": \\"Ro"}}]},"finish_reason":null}]}`,
+        `{"id":"chatcmpl-c","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`,
+        `{"id":"chatcmpl-c","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":40,"total_tokens":160}}`
+      ]
+      loop.enqueue(sse(frame(kind, cut)), sse(frame(kind, fixtureLines("openai-chat/openai-text.chunks.txt"))))
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Paris weather and Rome sights?", inlineHistory: null, tools }))
+      expect(Exit.isSuccess(exit)).toBe(true)
+      expect(itemsOf(events).map(([k, t, id]) => [k, t, id])).toEqual([
+        ["assistant_message", "Two writes.", null],
+        ["tool_call", `{"location": "Paris"}`, "call_a"],
+        ["error", "The answer reached its output limit (finish_reason length) inside a call to cityAttractions (call_big): the call was cut off and not run", null]
+      ])
+      expect(events.at(-1)).toEqual(TurnEvent.turn_ended({ interrupted: false, pendingToolCalls: ["call_a"] }))
+      yield* collect(adapter.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: "call_a", output: "72F", isError: false }], tools }))
+      expect(JSON.parse(loop.requests[1]!.body).messages.slice(1)).toEqual([
+        { role: "assistant", content: "Two writes.", tool_calls: [{ id: "call_a", type: "function", function: { name: "weather", arguments: `{"location": "Paris"}` } }] },
+        { role: "tool", tool_call_id: "call_a", content: "72F" }
+      ])
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("a failed tool result (isError) goes back marked: the tool message's content starts with \"Error: \" (the API has no error field)", () =>
     Effect.gen(function*() {
       const loop = yield* loopback

@@ -181,6 +181,39 @@ describe("OpenAI Responses: every recorded fixture", () => {
       ])
     }).pipe(Effect.provide(httpLayer)))
 
+  // Found by a review: a call cut by max_output_tokens while its arguments streamed was run with truncated JSON.
+  it.scoped("an answer cut by max_output_tokens inside a function_call (streamed and JSON): the text stands, the cut call is neither run nor stored and an error item says why; the turn ends normally", () =>
+    Effect.gen(function*() {
+      const message = { type: "message", id: "msg_1", role: "assistant", status: "completed", content: [{ type: "output_text", text: "Writing the file now." }] }
+      const cutCall = { type: "function_call", id: "fc_big", call_id: "call_big", name: "write_file", arguments: `{"path":"x","content":"aaaa`, status: "incomplete" }
+      const response = { id: "resp_cut", status: "incomplete", incomplete_details: { reason: "max_output_tokens" }, output: [message, cutCall], usage: { input_tokens: 10, output_tokens: 4096, input_tokens_details: { cached_tokens: 0 } } }
+      const streamedCut = sse(frame(kind, [
+        JSON.stringify({ type: "response.output_item.done", output_index: 0, item: message }),
+        JSON.stringify({ type: "response.function_call_arguments.delta", output_index: 1, item_id: "fc_big", delta: `{"path":"x","content":"aaaa` }),
+        JSON.stringify({ type: "response.output_item.done", output_index: 1, item: cutCall }),
+        JSON.stringify({ type: "response.incomplete", response })
+      ]))
+      // The same cut where the call's output_item.done never came: the call is only in the final output list.
+      const neverDone = sse(frame(kind, [
+        JSON.stringify({ type: "response.output_item.done", output_index: 0, item: message }),
+        JSON.stringify({ type: "response.incomplete", response: { ...response, output: [message, { ...cutCall, status: "in_progress" }] } })
+      ]))
+      for (const reply of [streamedCut, neverDone, json(200, JSON.stringify(response))]) {
+        const { adapter, events, exit, loop, nativeRef } = yield* turnDeclaring(declared("write_file"), reply, streamed("openai-custom-tool.1.chunks.txt"))
+        expect(Exit.isSuccess(exit)).toBe(true)
+        expect(itemsOf(events).map(([k, t]) => [k, t])).toEqual([
+          ["assistant_message", "Writing the file now."],
+          ["error", "The answer reached its output limit (max_output_tokens) inside a call to write_file (call_big): the call was cut off and not run"]
+        ])
+        expect(events.at(-1)).toEqual(TurnEvent.turn_ended({ interrupted: false }))
+        // The next request carries the text, not the cut call (nothing open to close).
+        yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "go on", inlineHistory: null, tools: sql }))
+        const input = JSON.parse(loop.requests[1]!.body).input
+        expect(input.slice(1).map((i: { type: string }) => i.type)).toEqual(["message", "message"])
+        expect(loop.requests[1]!.body).not.toContain("call_big")
+      }
+    }).pipe(Effect.provide(httpLayer)))
+
   it.scoped("a failed tool result (isError) goes back marked: function_call_output's output starts with \"Error: \" (the API has no error field)", () =>
     Effect.gen(function*() {
       const { adapter, nativeRef, loop } = yield* turnDeclaring(declared("weather", "cityAttractions"), body("parallel-tool-call-wrapper.1.json"), streamed("openai-custom-tool.1.chunks.txt"))

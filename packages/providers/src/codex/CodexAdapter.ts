@@ -230,8 +230,8 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
           }
           return answer
         }
-        const output = yield* tool.execute({ arguments: JSON.stringify(call.arguments ?? {}), runId: turn.runId })
-        const answer: Protocol.DynamicToolCallResponse = { contentItems: [{ type: "inputText", text: output }], success: true }
+        const done = yield* tool.execute({ arguments: JSON.stringify(call.arguments ?? {}), runId: turn.runId })
+        const answer: Protocol.DynamicToolCallResponse = { contentItems: [{ type: "inputText", text: done.output }], success: !done.isError }
         return answer
       })
 

@@ -1,0 +1,119 @@
+/**
+ * A message queued while a run is still working (its tool rounds) takes its place in the thread's order after that
+ * run: its prompt joins the items when its own run starts (RunLifecycle), so `seq` follows the conversation the model
+ * saw, and a handoff renders the first run's tool calls and results before the queued message. Found by the issue-9
+ * review: the queued prompt took its seq at queue time, and a rendered handoff showed the run's tool unit after it.
+ */
+import { type ClientTool, type CommandId, Commands, type RunId, type RunStatus, type ThreadId, type ToolCallId } from "@baton/contracts"
+import { RunDriver, ThreadService } from "@baton/orchestration"
+import { ThreadStore } from "@baton/persistence"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Layer } from "effect"
+
+let n = 0
+const cid = () => `cmd_order_${++n}` as CommandId
+
+const readFile: ClientTool = {
+  name: "read_file",
+  description: "Reads a file of the workspace",
+  inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
+}
+
+/** Polls the record until run `runId` has `status` (at most 10 s). */
+const untilStatus = (runId: RunId, status: RunStatus) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    for (;;) {
+      const run = yield* store.getRun(runId)
+      if (run._tag === "Some" && run.value.status === status) return run.value
+      yield* Effect.sleep(Duration.millis(10))
+    }
+  }).pipe(Effect.timeout("10 seconds"))
+
+/** Polls the record until run `runId` waits for the client's result of `toolCallId` (at most 10 s). */
+const untilWaitingOn = (runId: RunId, toolCallId: string) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    for (;;) {
+      const run = yield* store.getRun(runId)
+      const wait = yield* store.getToolWait(runId)
+      if (run._tag === "Some" && run.value.status === "waiting" && wait._tag === "Some" && wait.value.results === null &&
+        wait.value.calls.some((c) => c.toolCallId === toolCallId)) return
+      yield* Effect.sleep(Duration.millis(10))
+    }
+  }).pipe(Effect.timeout("10 seconds"))
+
+describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on %s", (_label, db) => {
+  const providers = [{ name: "claude", window: 200_000, inject: false }, { name: "codex", window: 200_000, inject: false }]
+
+  it.live("its prompt is recorded after every item of the run before it; a handoff renders the tool rounds before it", () => {
+    const h = Harness.make(providers, { db })
+    const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
+    return Effect.gen(function*() {
+      const service = yield* ThreadService.ThreadService
+      const driver = yield* RunDriver.RunDriver
+      const store = yield* ThreadStore
+      const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({
+        commandId: cid(),
+        title: "order",
+        providerInstance: "claude" as Commands.CreateThread["providerInstance"],
+        tools: [readFile]
+      }))
+      // Run 1: two tool rounds (each a call the client answers), then the answer. Run 2 is queued during round 1.
+      for (const round of [1, 2]) {
+        h.script.enqueue({
+          items: [
+            Harness.produced("assistant_message", `Round ${round}: reading.`, { messageId: `msg_${round}` }),
+            Harness.produced("tool_call", JSON.stringify({ path: `f${round}.ts` }), { toolCallId: `call_${round}`, toolName: "read_file", messageId: `msg_${round}` })
+          ]
+        })
+      }
+      h.script.enqueue({ items: [Harness.produced("assistant_message", "Both read.", { messageId: "msg_end" })] })
+      h.script.enqueue({ items: [Harness.produced("assistant_message", "Queued one answered.", { messageId: "msg_q" })] })
+      const first = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read f1.ts then f2.ts" }))
+      yield* untilStatus(first.runId, "waiting")
+      const queued = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise them." }))
+      for (const round of [1, 2]) {
+        yield* untilWaitingOn(first.runId, `call_${round}`)
+        yield* driver.submitToolResults(Commands.SubmitToolResults.make({
+          commandId: cid(),
+          threadId,
+          runId: first.runId,
+          results: [{ toolCallId: `call_${round}` as ToolCallId, output: `contents of f${round}`, isError: false }]
+        }))
+      }
+      expect((yield* driver.awaitRun(first.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+      expect((yield* driver.awaitRun(queued.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+
+      const items = yield* store.listItems(threadId)
+      expect(items.map((i) => [i.runId === first.runId ? 1 : 2, i.kind, i.kind === "tool_result" || i.kind === "tool_call" ? i.toolCallId : i.text])).toEqual([
+        [1, "user_message", "Read f1.ts then f2.ts"],
+        [1, "assistant_message", "Round 1: reading."],
+        [1, "tool_call", "call_1"],
+        [1, "tool_result", "call_1"],
+        [1, "assistant_message", "Round 2: reading."],
+        [1, "tool_call", "call_2"],
+        [1, "tool_result", "call_2"],
+        [1, "assistant_message", "Both read."],
+        [2, "user_message", "Then summarise them."],
+        [2, "assistant_message", "Queued one answered."]
+      ])
+      expect(items.map((i) => i.seq)).toEqual(items.map((_, k) => k + 1))
+
+      // A switch: the handoff to codex renders the runs in conversation order.
+      yield* service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: "codex" as Commands.SwitchProvider["providerInstance"] }))
+      h.script.enqueue({ items: [Harness.produced("assistant_message", "Caught up.", { messageId: "msg_c" })] })
+      const third = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Go on." }))
+      expect((yield* driver.awaitRun(third.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+      const turn = h.providers["codex"]!.received.find((r) => r.type === "turn")
+      const inline = turn !== undefined && turn.type === "turn" ? turn.inlineHistory ?? "" : ""
+      const at = (text: string) => inline.indexOf(text)
+      expect([at("Read f1.ts then f2.ts"), at("contents of f1"), at("contents of f2"), at("Both read."), at("Then summarise them.")].every((p) => p >= 0)).toBe(true)
+      expect(at("contents of f2")).toBeLessThan(at("Then summarise them."))
+      expect(at("Both read.")).toBeLessThan(at("Then summarise them."))
+      const o = yield* Harness.ops
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.scoped, Effect.provide(layer))
+  })
+})
