@@ -57,19 +57,34 @@ const blocksOf = (content: unknown): ReadonlyArray<unknown> =>
 
 /**
  * A block without what an agent may change between two requests of one conversation: its `cache_control`
- * breakpoint (Claude Code moves it to the newest message), `is_error: false` (the same as absent), and a tool result's
- * string content (the same as one text block).
+ * breakpoint (Claude Code moves it to the newest message), `is_error: false` (the same as absent), a tool result's
+ * string content (the same as one text block), and any field of a text, tool use, thinking or tool result block
+ * beyond those the model reads (an agent echoes a reply back with the fields it keeps, e.g. without `citations`).
  */
 const normaliseBlock = (block: unknown): Json => {
   if (!isRecord(block)) return block as Json
-  const out: Record<string, Json> = {}
-  for (const [k, v] of Object.entries(block)) {
-    if (k === "cache_control" || v === undefined) continue
-    if (k === "is_error" && v === false) continue
-    if (k === "content" && block.type === "tool_result") out[k] = blocksOf(v).map(normaliseBlock)
-    else out[k] = v as Json
+  const pick = (...keys: ReadonlyArray<string>) => {
+    const out: Record<string, Json> = {}
+    for (const k of keys) if (block[k] !== undefined && block[k] !== null) out[k] = block[k] as Json
+    return out
   }
-  return out
+  switch (block.type) {
+    case "text":
+      return pick("type", "text")
+    case "tool_use":
+      return pick("type", "id", "name", "input")
+    case "thinking":
+      return pick("type", "thinking", "signature")
+    case "redacted_thinking":
+      return pick("type", "data")
+    case "tool_result":
+      return { ...pick("type", "tool_use_id"), content: blocksOf(block.content).map(normaliseBlock), ...(block.is_error === true ? { is_error: true } : {}) }
+    default: {
+      const out: Record<string, Json> = {}
+      for (const [k, v] of Object.entries(block)) if (k !== "cache_control" && v !== undefined) out[k] = v as Json
+      return out
+    }
+  }
 }
 
 /** A message in the form its fingerprint is taken of (see `normaliseBlock`). */
