@@ -58,7 +58,7 @@ export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquire
           res.end("{}")
           return
         }
-        if (received.url.endsWith("/count_tokens")) {
+        if (received.url.split("?")[0]!.endsWith("/count_tokens")) {
           counts.push(received)
           res.writeHead(200, { "content-type": "application/json" })
           res.end(JSON.stringify({ input_tokens: Math.ceil(received.body.length / 4) }))
