@@ -255,7 +255,7 @@ export const layer = (options: GatewayOptions) =>
             HttpClientRequest.setHeaders(upstreamHeaders(request, target.apiKey)),
             HttpClientRequest.bodyUint8Array(body, request.headers["content-type"] ?? "application/json")
           )
-          const settle = (effect: Effect.Effect<void, unknown>) =>
+          const settle = <E>(effect: Effect.Effect<void, E>) =>
             effect.pipe(Effect.catchAllCause((cause) => Effect.logError("gateway: could not record an answer", cause)))
 
           const response = yield* Effect.either(http.execute(outgoing))

@@ -277,7 +277,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      */
     const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest) {
       const key = conversationKey(request.session, request.system, request.messages)
-      const created = yield* findOrCreate(key, request).pipe(
+      // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
+      // the lock); only a new one takes the global one that creates it.
+      const known = yield* conversations.find(key)
+      const created = Option.isSome(known) ? known.value : yield* findOrCreate(key, request).pipe(
         Effect.retry({ while: (e) => e._tag === "ConcurrentModification", schedule: Schedule.recurs(2) })
       )
       const threadId = created.threadId as ThreadId

@@ -4,7 +4,7 @@
  * which would copy it over the `claude` placeholder, is not run by pnpm), run headless (`-p`) against a loopback base
  * URL with a home directory of its own, so nothing of the machine's own Claude Code setup is read or written.
  */
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import { createRequire } from "node:module"
@@ -20,6 +20,9 @@ export const binary = (): string => {
   const dir = Path.dirname(require.resolve(`${platform}/package.json`, { paths: [wrapper] }))
   return Path.join(dir, process.platform === "win32" ? "claude.exe" : "claude")
 }
+
+/** `claude` printed no JSON result (the reason says what it printed instead). */
+export class ClaudeCodeFailed extends Data.TaggedError("ClaudeCodeFailed")<{ readonly reason: string }> {}
 
 /** What `claude -p --output-format json` prints at the end (the fields the tests read). */
 export interface Result {
@@ -42,7 +45,7 @@ export const run = (options: {
   readonly prompt: string
   readonly home?: string
 }) =>
-  Effect.async<Result, Error>((resume) => {
+  Effect.async<Result, ClaudeCodeFailed>((resume) => {
     const home = options.home ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-claude-home-"))
     const child = ChildProcess.execFile(binary(), [
       "-p",
@@ -66,11 +69,11 @@ export const run = (options: {
       maxBuffer: 16 * 1024 * 1024
     }, (error, stdout, stderr) => {
       const text = stdout.trim()
-      if (text === "") return resume(Effect.fail(new Error(`claude printed nothing (${error?.message ?? "no error"}): ${stderr.slice(0, 2_000)}`)))
+      if (text === "") return resume(Effect.fail(new ClaudeCodeFailed({ reason: `claude printed nothing (${error?.message ?? "no error"}): ${stderr.slice(0, 2_000)}` })))
       try {
         resume(Effect.succeed(JSON.parse(text.split("\n").at(-1)!) as Result))
       } catch (_notJson) {
-        resume(Effect.fail(new Error(`claude printed no JSON result: ${text.slice(0, 2_000)} ${stderr.slice(0, 2_000)}`)))
+        resume(Effect.fail(new ClaudeCodeFailed({ reason: `claude printed no JSON result: ${text.slice(0, 2_000)} ${stderr.slice(0, 2_000)}` })))
       }
     })
     return Effect.sync(() => child.kill("SIGKILL"))
