@@ -8,6 +8,9 @@ import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
@@ -28,11 +31,15 @@ const assistant = (text: string) => ({ role: "assistant", content: [{ type: "tex
 const withGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
   Effect.scoped(Effect.gen(function*() {
     const upstream = yield* ModelApi.start
-    const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-      gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
-    })
+    const settings = yield* gatewaySettings(upstream)
     return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
   }))
+
+/** The gateway's settings over one upstream, SQLite in `dir` (a second server on the same `dir` is a restart). */
+const gatewaySettings = (upstream: ModelApi.ModelApi, dir?: string) =>
+  settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, dir, {
+    gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+  })
 
 /** Every item of the only thread, and the thread's id. */
 const onlyThread = Effect.gen(function*() {
@@ -46,6 +53,33 @@ const onlyThread = Effect.gen(function*() {
 })
 
 describe("Gateway", () => {
+  it.live("a restart between two requests of a conversation loses nothing and stores nothing twice", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-restart-"))
+      const settings = yield* gatewaySettings(upstream, dir)
+      const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-r" }
+      const send = (history: ReadonlyArray<unknown>, answer: string) =>
+        Effect.gen(function*() {
+          upstream.enqueue(ModelApi.answer("anthropic-messages", answer, usage))
+          expect((yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, messages: history }, session))).status).toBe(200)
+        })
+      // The first server process answers the first request, then stops; a second one on the same database goes on.
+      yield* send([user("first")], "one").pipe(Effect.provide(serveSettings(settings)))
+      yield* Effect.gen(function*() {
+        yield* send([user("first"), assistant("one"), user("second")], "two")
+        const { items, threadId } = yield* onlyThread
+        expect(items.map((i) => [i.kind, i.text])).toEqual([
+          ["user_message", "first"],
+          ["assistant_message", "one"],
+          ["user_message", "second"],
+          ["assistant_message", "two"]
+        ])
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })))
+
   it.live("refuses a missing or unknown token, a malformed body and an unrouted model in Anthropic's error shape, sending nothing upstream", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
