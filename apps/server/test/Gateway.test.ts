@@ -7,7 +7,8 @@
 import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Database } from "@baton/persistence"
+import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -27,11 +28,14 @@ const messages = (body: unknown, headers: Record<string, string> = { "x-api-key"
 const user = (text: string) => ({ role: "user", content: [{ type: "text", text }] })
 const assistant = (text: string) => ({ role: "assistant", content: [{ type: "text", text }] })
 
-/** A gateway over one loopback upstream routed for `claude-*`. */
-const withGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+/** A gateway over one loopback upstream routed for `claude-*`, on SQLite or on a fresh Postgres schema. */
+const withGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>, dialect: "SQLite" | "Postgres" = "SQLite") =>
   Effect.scoped(Effect.gen(function*() {
     const upstream = yield* ModelApi.start
-    const settings = yield* gatewaySettings(upstream)
+    const sqlite = yield* gatewaySettings(upstream)
+    const settings = dialect === "SQLite"
+      ? sqlite
+      : { ...sqlite, database: { _tag: "postgres" as const, url: Context.get(yield* Layer.build(Database.layerPgSchema()), Database.PgSchemaUrl) } }
     return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
   }))
 
@@ -176,7 +180,8 @@ describe("Gateway", () => {
       })
     ))
 
-  it.live("stores a conversation's shared prefix once; a diverging history is recorded and becomes the new baseline", () =>
+  for (const dialect of ["SQLite", "Postgres"] as const) {
+  it.live(`${dialect}: stores a conversation's shared prefix once; a diverging history is recorded and becomes the new baseline`, () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
         const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-1" }
@@ -214,6 +219,6 @@ describe("Gateway", () => {
           { runId: runs[2]!.id, sharedMessages: 3, storedMessages: 4, requestMessages: 3 },
           { runId: runs[3]!.id, sharedMessages: 0, storedMessages: 4, requestMessages: 2 }
         ])
-      })
-    ))
+      }), dialect))
+  }
 })
