@@ -136,6 +136,10 @@ describe("Gateway", () => {
         const api = yield* client()
         const view = yield* api.runs.get({ path: { runId: runs[0]!.id }, urlParams: {} })
         expect(view.cost).toMatchObject({ inputTokens: 10, outputTokens: 5, costUsd: (10 * 3 + 5 * 15) / 1_000_000 })
+        // The thread's snapshot (what the dashboard shows): its lane on the routed instance and the cost totals.
+        const snapshot = yield* api.threads.get({ path: { threadId: runs[0]!.threadId } })
+        expect(snapshot.activeProviderInstance).toBe("anthropic")
+        expect(snapshot.costs.totals).toMatchObject({ runs: 1, inputTokens: 10, outputTokens: 5 })
       })
     ))
 
