@@ -19,7 +19,8 @@ export interface Tokens {
 /** The role a valid token grants. */
 export type Role = "admin" | "read"
 
-const digest = (text: string) => Crypto.createHash("sha256").update(text, "utf8").digest()
+/** The SHA-256 of a token (tokens are compared as digests, see `sameToken`). */
+export const digest = (text: string) => Crypto.createHash("sha256").update(text, "utf8").digest()
 
 /** Whether `presented` equals `expected`, in time independent of where they differ (both hashed to 32 bytes). */
 export const sameToken = (presented: Buffer, expected: Buffer) => Crypto.timingSafeEqual(presented, expected)

@@ -39,6 +39,7 @@ import {
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Duration, Effect, Option, Schema } from "effect"
+import { isGatewayPath } from "./Gateway.js"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
 const BoundaryError = Schema.Union(
@@ -251,6 +252,9 @@ export const middleware = (options: { readonly maxBodyBytes: number }) =>
   <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R | HttpServerRequest.HttpServerRequest> =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
+      // The gateway's endpoints speak the agent's protocol (Anthropic's error shape, its own body limit): their
+      // bodies and answers are the gateway's (Gateway.ts), not the API's.
+      if (isGatewayPath(request.url)) return yield* app
       const refused = yield* checkBody(request, options.maxBodyBytes)
       if (Option.isSome(refused)) return refused.value
       yield* HttpApp.appendPreResponseHandler(finish)

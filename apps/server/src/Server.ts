@@ -2,7 +2,7 @@
  * Server: the Baton HTTP server's Layer graph and its lifecycle.
  *
  * - `httpLayer` is the API over an orchestrator the caller provides: `BatonApi` with its handlers and bearer-token
- *   auth, `/openapi.json`, the offline API reference at `/docs` (Scalar, its script inlined from
+ *   auth, the agent-facing gateway (`Gateway`: `/v1/messages`), `/openapi.json`, the offline API reference at `/docs` (Scalar, its script inlined from
  *   `@effect/platform`: no CDN), the dashboard at `/` (`WebApp`), all behind `HttpGuard`. Tests serve it on `NodeHttpServer.layerTest`.
  * - `orchestratorLayer` is the embedded default: the database of the settings (SQLite file or Postgres), its provider
  *   instances (scripted, or model APIs: Anthropic Messages, OpenAI Responses, Chat Completions), random ids, and the `RunDriver` (which reconciles runs left by a dead process when built).
@@ -23,6 +23,7 @@ import { Console, Effect, Layer, type Scope } from "effect"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
+import * as Gateway from "./Gateway.js"
 import * as Handlers from "./Handlers.js"
 import * as HttpGuard from "./HttpGuard.js"
 import * as ServerConfig from "./ServerConfig.js"
@@ -34,6 +35,8 @@ export interface HttpOptions {
   readonly maxBodyBytes: number
   /** Where the built dashboard is (default `WebApp.defaultDir()`: `apps/web/dist`). */
   readonly webDir?: string
+  /** The gateway's routes, the provider instances they name and its body limit (absent: no route, every model 404). */
+  readonly gateway?: Omit<Gateway.GatewayOptions, "tokens">
 }
 
 /**
@@ -43,6 +46,7 @@ export interface HttpOptions {
 export const httpLayer = (options: HttpOptions) =>
   HttpApiBuilder.serve(HttpGuard.middleware({ maxBodyBytes: options.maxBodyBytes })).pipe(
     Layer.provide(WebApp.layer(options.webDir)),
+    Layer.provide(Gateway.layer({ tokens: options.tokens, routes: [], providers: [], maxBodyBytes: ServerConfig.defaultGatewayMaxBodyBytes, ...options.gateway })),
     Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: { withDefaultFonts: false } })),
     Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
     Layer.provide(HttpApiBuilder.api(Api.BatonApi).pipe(
@@ -236,6 +240,13 @@ export const describeSettings = (settings: ServerConfig.ServerSettings) =>
     }
   })
 
+/** The gateway options of the settings. */
+export const gatewayOf = (settings: ServerConfig.ServerSettings): Omit<Gateway.GatewayOptions, "tokens"> => ({
+  routes: settings.gateway?.routes ?? [],
+  providers: settings.providers,
+  maxBodyBytes: settings.gateway?.maxBodyBytes ?? ServerConfig.defaultGatewayMaxBodyBytes
+})
+
 /**
  * The whole server of the settings: orchestrator, API and listener; prints `listening on http://HOST:PORT` on
  * stdout once it accepts connections.
@@ -246,7 +257,8 @@ export const layer = (settings: ServerConfig.ServerSettings) =>
   )).pipe(
     Layer.provideMerge(httpLayer({
       tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken },
-      maxBodyBytes: settings.limits.maxBodyBytes
+      maxBodyBytes: settings.limits.maxBodyBytes,
+      gateway: gatewayOf(settings)
     })),
     // Built in this order, released in the reverse: the orchestrator (recovery at start), then the listener, then
     // the API on it. At shutdown the listener closes (open requests get the deadline) before the run driver stops.

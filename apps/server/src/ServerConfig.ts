@@ -140,6 +140,20 @@ export const decodeProviderEntry = (entry: unknown, index: number): Either.Eithe
 }
 
 /**
+ * One gateway route: requests naming a model that matches `model` (a model id, `*` matching any run of characters:
+ * `claude-*`) go to the provider instance `provider`, which must be an `anthropic-messages` model-API instance of the
+ * same config (checked at start).
+ */
+export const GatewayRouteJson = Schema.Struct({
+  model: Schema.String.pipe(Schema.pattern(/^[\x21-\x7e]{1,200}$/, { message: () => "a model pattern is 1 to 200 printable ASCII characters" })),
+  provider: Schema.String.pipe(Schema.minLength(1))
+})
+export type GatewayRouteJson = typeof GatewayRouteJson.Type
+
+/** The default limit of an agent's request body through the gateway, in bytes (32 MiB: long sessions are large). */
+export const defaultGatewayMaxBodyBytes = 32 * 1024 * 1024
+
+/**
  * The JSON config file. Every field is optional; unknown fields are errors.
  * - `host`, `port` (0: any free port);
  * - `database`: `url` (Postgres) or `sqlitePath` (a SQLite file) or `dataDir` (SQLite at `<dataDir>/baton.sqlite`);
@@ -150,7 +164,9 @@ export const decodeProviderEntry = (entry: unknown, index: number): Either.Eithe
  *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn),
  *   `toolResultTimeoutMs` (how long a run waits for the client's tool results);
  * - `offload`: `summariser`, the name of a model-API provider instance that writes `/offload` summaries
- *   (`ModelSummariser`; default: the offline digest summariser).
+ *   (`ModelSummariser`; default: the offline digest summariser);
+ * - `gateway`: the agent-facing gateway (docs/gateway.md): `routes` (`GatewayRouteJson`, first match wins) and
+ *   `maxBodyBytes` (an agent's request body, bytes; default 32 MiB).
  */
 export const ConfigFile = Schema.Struct({
   host: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
@@ -176,6 +192,10 @@ export const ConfigFile = Schema.Struct({
   })),
   offload: Schema.optional(Schema.Struct({
     summariser: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+  })),
+  gateway: Schema.optional(Schema.Struct({
+    routes: Schema.Array(GatewayRouteJson),
+    maxBodyBytes: Schema.optional(Schema.Int.pipe(Schema.between(1_024, 1_073_741_824)))
   }))
 })
 /** A config file as read: `ConfigFile` with its provider entries decoded. */
@@ -259,6 +279,8 @@ export interface ServerSettings {
   }
   /** `/offload`: `summariser`, the model-API instance writing summaries (`null` or absent: the offline digest). */
   readonly offload?: { readonly summariser: string | null }
+  /** The gateway's routes (in order; none: the gateway answers every model 404) and its body limit (bytes). */
+  readonly gateway?: { readonly routes: ReadonlyArray<GatewayRouteJson>; readonly maxBodyBytes: number }
 }
 
 /** The command-line flags of `baton serve` (each overrides the file and the environment). */
@@ -472,6 +494,18 @@ export const resolve = (flags: ServeFlags = {}) =>
           (models.length === 0 ? " (it has none)" : ` (one of ${models.join(", ")})`)
       })
     }
+    const routes = file.gateway?.routes ?? []
+    for (const [i, route] of routes.entries()) {
+      const target = providers.find((p) => p.name === route.provider)
+      if (target === undefined || !isModelInstance(target) || target.config.kind !== "anthropic-messages") {
+        const candidates = providers.filter((p) => isModelInstance(p) && p.config.kind === "anthropic-messages").map((p) => `"${p.name}"`)
+        return yield* new ConfigInvalid({
+          source: configPath ?? "config",
+          reason: `gateway.routes[${i}].provider: "${route.provider}" is not an anthropic-messages provider instance of this config` +
+            (candidates.length === 0 ? " (it has none)" : ` (one of ${candidates.join(", ")})`)
+        })
+      }
+    }
     return {
       host,
       port,
@@ -489,7 +523,8 @@ export const resolve = (flags: ServeFlags = {}) =>
         turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000,
         toolResultTimeoutMs: file.limits?.toolResultTimeoutMs ?? 600_000
       },
-      offload: { summariser }
+      offload: { summariser },
+      gateway: { routes, maxBodyBytes: file.gateway?.maxBodyBytes ?? defaultGatewayMaxBodyBytes }
     } satisfies ServerSettings
   })
 

@@ -88,7 +88,7 @@ describe("ServerConfig", () => {
     Effect.gen(function*() {
       expect(yield* failure({ file: "{ not json" })).toMatch(/^baton\.json: not valid JSON/)
       expect(yield* failure({ file: { port: "80" } })).toBe("baton.json: port: Expected number, actual \"80\"")
-      expect(yield* failure({ file: { prot: 80 } })).toBe("baton.json: prot: is unexpected, expected: \"host\" | \"port\" | \"database\" | \"providers\" | \"auth\" | \"limits\" | \"offload\"")
+      expect(yield* failure({ file: { prot: 80 } })).toBe("baton.json: prot: is unexpected, expected: \"host\" | \"port\" | \"database\" | \"providers\" | \"auth\" | \"limits\" | \"offload\" | \"gateway\"")
       expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000 }, { name: "codex", window: 500 }] } }))
         .toBe("baton.json: providers[1].window: Expected a number between 1000 and 100000000, actual 500")
       expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000, autoCompactThreshold: 50_000 }] } }))
@@ -162,6 +162,11 @@ describe("ServerConfig", () => {
       expect(withSummariser.settings.offload).toEqual({ summariser: "claude-main" })
       expect(yield* failure({ file: { providers: [claude, { name: "codex", window: 44_000 }], offload: { summariser: "codex" } }, env: { ANTHROPIC_API_KEY: "k" } }))
         .toBe("baton.json: offload.summariser: \"codex\" is not a model-API provider instance of this config (one of \"claude-main\")")
+      // The gateway's routes: each names an anthropic-messages instance of the file (issue 14), checked at start.
+      const withGateway = yield* resolveWith({ file: { providers: [claude], gateway: { routes: [{ model: "claude-*", provider: "claude-main" }] } }, env: { ANTHROPIC_API_KEY: "k" } })
+      expect(withGateway.settings.gateway).toEqual({ routes: [{ model: "claude-*", provider: "claude-main" }], maxBodyBytes: 32 * 1024 * 1024 })
+      expect(yield* failure({ file: { providers: [claude, { name: "codex", window: 44_000 }], gateway: { routes: [{ model: "claude-*", provider: "claude-main" }, { model: "x", provider: "codex" }] } }, env: { ANTHROPIC_API_KEY: "k" } }))
+        .toBe("baton.json: gateway.routes[1].provider: \"codex\" is not an anthropic-messages provider instance of this config (one of \"claude-main\")")
       // A key variable named but unset (or empty) stops the start, naming the variable.
       for (const env of [{}, { ANTHROPIC_API_KEY: "" }]) {
         expect(yield* failure({ file: { providers: [claude] }, env }))

@@ -495,6 +495,18 @@ export const DeliverySuperseded = event(
   Schema.Struct({ deliveryId: DeliveryId, handoffId: HandoffId, reason: Schema.String })
 )
 
+// ---- gateway
+
+/**
+ * `{runId, sharedMessages, storedMessages, requestMessages}`: a gateway request's history did not extend the
+ * conversation Baton stored (the agent compacted, edited or rewound it): only its first `sharedMessages` messages
+ * matched the `storedMessages` of the baseline; its `requestMessages` are the new baseline (docs/gateway.md).
+ */
+export const GatewayDiverged = event(
+  "gateway.diverged",
+  Schema.Struct({ runId: RunId, sharedMessages: Count, storedMessages: Count, requestMessages: Count })
+)
+
 /** A stored thread event: the envelope plus `type` and its typed `payload`. */
 export const ThreadEvent = Schema.Union(
   ThreadCreated,
@@ -531,7 +543,8 @@ export const ThreadEvent = Schema.Union(
   CalibrationUpdated,
   ContextOffloaded,
   ContextOffloadUndone,
-  ContextOffloadControlSet
+  ContextOffloadControlSet,
+  GatewayDiverged
 )
 export type ThreadEvent = typeof ThreadEvent.Type
 

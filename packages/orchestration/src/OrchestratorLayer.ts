@@ -9,6 +9,7 @@ import { Effect, Layer } from "effect"
 import { ClientToolWaits } from "./ClientToolWaits.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
+import { GatewayThreads } from "./GatewayThreads.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
@@ -29,7 +30,7 @@ import { TurnStream } from "./TurnStream.js"
  * Every orchestration service (commands and the read side, `ThreadQuery`), still needing a `ThreadStore` (the
  * simulation provides a crash-injecting one).
  */
-export const services = Layer.merge(ThreadQuery.Default, ThreadService.Default).pipe(
+export const services = Layer.mergeAll(ThreadQuery.Default, ThreadService.Default, GatewayThreads.Default).pipe(
   Layer.provideMerge(TurnExecution.Default),
   Layer.provideMerge(RunRecovery.Default),
   Layer.provideMerge(ClientToolWaits.Default),

@@ -1,5 +1,6 @@
 export * as Database from "./Database.js"
 export * as EventIds from "./EventIds.js"
+export * as GatewayConversations from "./GatewayConversations.js"
 export * as Migrations from "./Migrations.js"
 export * as NativeMessageStore from "./NativeMessageStore.js"
 export * from "./ThreadStore.js"

@@ -230,7 +230,8 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
   },
   "context.offload_control_set": {
     control: { enabled: true, keepNewestUnits: 1, pinnedItemIds: ["itm_7" as ItemId] }
-  }
+  },
+  "gateway.diverged": { runId: run("run_1"), sharedMessages: 3, storedMessages: 8, requestMessages: 5 }
 }
 
 /** `samples` as append inputs, in declaration order, plus the other side of the union payloads (parent side). */

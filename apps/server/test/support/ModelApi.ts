@@ -52,7 +52,13 @@ export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquire
       req.on("data", (c: Buffer) => parts.push(c))
       req.on("end", () => {
         const received = { url: req.url ?? "", headers: req.headers, body: Buffer.concat(parts).toString("utf8") }
-        if (received.url.endsWith("/count_tokens")) {
+        // Claude Code checks its base URL with `HEAD /api/hello` first: not a model request, not from the queue.
+        if (req.method !== "POST") {
+          res.writeHead(404, { "content-type": "application/json" })
+          res.end("{}")
+          return
+        }
+        if (received.url.split("?")[0]!.endsWith("/count_tokens")) {
           counts.push(received)
           res.writeHead(200, { "content-type": "application/json" })
           res.end(JSON.stringify({ input_tokens: Math.ceil(received.body.length / 4) }))

@@ -37,12 +37,20 @@ export const instance = (name: string, kind: ModelApi.Kind, api: ModelApi.ModelA
   ...extra
 })
 
-/** Settings resolved from a config file holding `providers` (SQLite in a fresh directory), the key in the environment. */
-export const settingsFor = (providers: ReadonlyArray<unknown>, env: Record<string, string> = { TEST_MODEL_KEY: marker }, dir?: string) =>
+/**
+ * Settings resolved from a config file holding `providers` and the `extra` top-level fields (e.g. `gateway`; SQLite in
+ * a fresh directory), the key in the environment.
+ */
+export const settingsFor = (
+  providers: ReadonlyArray<unknown>,
+  env: Record<string, string> = { TEST_MODEL_KEY: marker },
+  dir?: string,
+  extra: Record<string, unknown> = {}
+) =>
   Effect.gen(function*() {
     const data = dir ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-models-"))
     const config = Path.join(data, "baton.json")
-    Fs.writeFileSync(config, JSON.stringify({ providers, auth: { token: adminToken } }))
+    Fs.writeFileSync(config, JSON.stringify({ providers, auth: { token: adminToken }, ...extra }))
     return yield* ServerConfig.resolve({ config, dataDir: data }).pipe(
       Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
     )
@@ -50,7 +58,11 @@ export const settingsFor = (providers: ReadonlyArray<unknown>, env: Record<strin
 
 /** The API over the production orchestrator of `settings`, on a loopback port. */
 export const serveSettings = (settings: ServerConfig.ServerSettings) =>
-  Server.httpLayer({ tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken }, maxBodyBytes: settings.limits.maxBodyBytes }).pipe(
+  Server.httpLayer({
+    tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken },
+    maxBodyBytes: settings.limits.maxBodyBytes,
+    gateway: Server.gatewayOf(settings)
+  }).pipe(
     Layer.provideMerge(NodeHttpServer.layerTest),
     Layer.provideMerge(Server.orchestratorLayer(settings))
   )

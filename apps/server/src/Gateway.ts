@@ -1,0 +1,318 @@
+/**
+ * Gateway: the agent-facing Anthropic Messages endpoints (issue 14, docs/gateway.md) on `baton serve`, for
+ * unmodified agents (Claude Code) pointed at Baton with `ANTHROPIC_BASE_URL`:
+ *
+ * - `POST /v1/messages` (streamed or not) and `POST /v1/messages/count_tokens`, any query string (`?beta=true`)
+ *   passed on. The agent authenticates with a Baton token (the admin token) in `x-api-key` or `Authorization:
+ *   Bearer`; the upstream's key comes only from Baton's configuration.
+ * - The request's `model` picks the provider instance by the configured routes (`gateway.routes`, first match;
+ *   `*` matches any run of characters). The body is forwarded byte for byte with the agent's headers (its own key,
+ *   hop-by-hop headers and `accept-encoding` left out; `anthropic-version` and `anthropic-beta` kept), and the
+ *   upstream's answer comes back as the upstream sent it: status, its headers, its body bytes as they arrive. An
+ *   upstream error reaches the agent as the upstream's own status and body.
+ * - Each `/v1/messages` request is recorded (`GatewayThreads`): before forwarding, the request's new messages; once
+ *   the answer is whole and before its last byte reaches the agent, the reply and its usage. `count_tokens` is
+ *   forwarded only.
+ * - Baton's own refusals are in Anthropic's error shape (`{"type":"error","error":{"type","message"}}`): a body
+ *   that is not a Messages request 400 `invalid_request_error`, an unrouted model 404 `not_found_error`, a missing or
+ *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
+ *   502 `api_error`.
+ *
+ * It does not rewrite requests yet (tool-result offload, provider switching: later slices of issue 14).
+ */
+import type { ProviderInstance } from "@baton/contracts"
+import { GatewayThreads } from "@baton/orchestration"
+import { AnthropicMessages, type ProviderAdapter, Sse } from "@baton/providers"
+import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { NodeHttpClient } from "@effect/platform-node"
+import { Effect, Layer, Option, Redacted, Stream } from "effect"
+import * as Auth from "./Auth.js"
+import * as ServerConfig from "./ServerConfig.js"
+
+/** The paths the gateway serves (the guard leaves their bodies to it). */
+export const paths = ["/v1/messages", "/v1/messages/count_tokens"] as const
+
+/** Whether `url` (path and query) is one of the gateway's paths. */
+export const isGatewayPath = (url: string) => (paths as ReadonlyArray<string>).includes(url.split("?")[0]!)
+
+/** What the gateway needs: the tokens it accepts, its routes, the provider instances and the body limit (bytes). */
+export interface GatewayOptions {
+  readonly tokens: Auth.Tokens
+  readonly routes: ReadonlyArray<ServerConfig.GatewayRouteJson>
+  readonly providers: ReadonlyArray<ServerConfig.ProviderSetting>
+  readonly maxBodyBytes: number
+}
+
+/** Anthropic's error types Baton answers with. */
+type ErrorType = "invalid_request_error" | "authentication_error" | "not_found_error" | "request_too_large" | "api_error"
+
+/** An error answer in Anthropic's shape. */
+export const errorResponse = (status: number, type: ErrorType, message: string) =>
+  HttpServerResponse.unsafeJson({ type: "error", error: { type, message } }, { status })
+
+/** Whether `model` matches `pattern` (`*`: any run of characters, everything else literal). */
+export const matches = (pattern: string, model: string) =>
+  new RegExp(`^${pattern.split("*").map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`).test(model)
+
+/** Request headers never forwarded: the agent's credentials, the connection's own, and compression (see below). */
+const dropped = new Set([
+  "host",
+  "connection",
+  "keep-alive",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "content-length",
+  "authorization",
+  "x-api-key",
+  // The answer is read on its way back (the record), so it must arrive uncompressed.
+  "accept-encoding"
+])
+
+/** Response headers not passed back (the connection's own; the length is the stream's). */
+const droppedBack = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"])
+
+/** The billed tokens of an Anthropic `usage` object (absent fields: 0). */
+const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
+  const n = (k: string) => (typeof usage[k] === "number" ? usage[k] : 0)
+  return {
+    inputTokens: n("input_tokens"),
+    cacheWriteTokens: n("cache_creation_input_tokens"),
+    cacheReadTokens: n("cache_read_input_tokens"),
+    outputTokens: n("output_tokens")
+  }
+}
+
+const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
+const parseJson = (text: string): unknown => {
+  try {
+    return JSON.parse(text)
+  } catch (_notJson) {
+    return undefined
+  }
+}
+
+/**
+ * Assembles the reply of an Anthropic Messages SSE stream from its bytes as they pass: the message id, its content
+ * blocks as the agent will echo them (text, `tool_use` with its parsed input, thinking with its signature, others as
+ * started), and its usage (`message_start`'s, with `message_delta`'s figures over it).
+ */
+export const replyAssembler = () => {
+  const decoder = Sse.makeDecoder()
+  let id: string | null = null
+  const blocks: Array<Record<string, unknown> | undefined> = []
+  const json: Array<string> = []
+  let usage: Record<string, unknown> | null = null
+  let stopped = false
+  const onEvent = (data: unknown) => {
+    if (!isRecord(data)) return
+    switch (data.type) {
+      case "message_start": {
+        const message = isRecord(data.message) ? data.message : {}
+        id = typeof message.id === "string" ? message.id : null
+        if (isRecord(message.usage)) usage = { ...message.usage }
+        break
+      }
+      case "content_block_start": {
+        if (typeof data.index !== "number" || !isRecord(data.content_block)) break
+        blocks[data.index] = { ...data.content_block }
+        json[data.index] = ""
+        break
+      }
+      case "content_block_delta": {
+        const b = typeof data.index === "number" ? blocks[data.index] : undefined
+        const d = isRecord(data.delta) ? data.delta : {}
+        if (b === undefined) break
+        if (d.type === "text_delta") b.text = String(b.text ?? "") + String(d.text ?? "")
+        else if (d.type === "thinking_delta") b.thinking = String(b.thinking ?? "") + String(d.thinking ?? "")
+        else if (d.type === "signature_delta") b.signature = String(b.signature ?? "") + String(d.signature ?? "")
+        else if (d.type === "input_json_delta") json[data.index as number] += String(d.partial_json ?? "")
+        break
+      }
+      case "content_block_stop": {
+        const index = data.index as number
+        const b = blocks[index]
+        if (b !== undefined && b.type === "tool_use" && json[index] !== "") b.input = parseJson(json[index]!) ?? b.input
+        break
+      }
+      case "message_delta":
+        if (isRecord(data.usage)) usage = { ...(usage ?? {}), ...Object.fromEntries(Object.entries(data.usage).filter(([, v]) => v !== null)) }
+        break
+      case "message_stop":
+        stopped = true
+        break
+    }
+  }
+  return {
+    /** Feeds a chunk of the stream's bytes. */
+    push: (chunk: Uint8Array) => {
+      for (const m of decoder.push(chunk)) onEvent(parseJson(m.data))
+    },
+    /** Whether `message_stop` arrived. */
+    stopped: () => stopped,
+    /** The reply so far. */
+    reply: (): GatewayThreads.Reply => ({
+      message: blocks.length === 0 && id === null ? null : { id, content: blocks.filter((b) => b !== undefined) },
+      tokens: usage === null ? null : tokensOf(usage)
+    })
+  }
+}
+
+/** The reply of a non-streamed Messages response body. */
+const replyOfBody = (body: unknown): GatewayThreads.Reply => ({
+  message: isRecord(body) && Array.isArray(body.content) ? { id: typeof body.id === "string" ? body.id : null, content: body.content } : null,
+  tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null
+})
+
+/** The run failure code of an upstream HTTP status. */
+const failureCode = (status: number): "provider_unavailable" | "provider_refused" =>
+  status === 429 || status >= 500 ? "provider_unavailable" : "provider_refused"
+
+/** What an agent is, from its user agent (the thread's title says it). */
+const agentOf = (userAgent: string | undefined) => (userAgent?.startsWith("claude-cli/") ? "Claude Code" : "Agent")
+
+/**
+ * The gateway's routes on the API's router (see the module docblock). Requires `GatewayThreads` and an
+ * `HttpClient` (the server provides undici's).
+ */
+export const layer = (options: GatewayOptions) =>
+  HttpApiBuilder.Router.use((router) =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const http = yield* HttpClient.HttpClient
+      const digests = {
+        admin: Auth.digest(Redacted.value(options.tokens.admin)),
+        read: null
+      }
+      const models = options.providers.filter(ServerConfig.isModelInstance)
+
+      const upstreamHeaders = (request: HttpServerRequest.HttpServerRequest, key: Option.Option<Redacted.Redacted>) => {
+        const out: Record<string, string> = {}
+        for (const [name, value] of Object.entries(request.headers)) {
+          if (!dropped.has(name) && !name.startsWith("proxy-")) out[name] = value
+        }
+        if (out["anthropic-version"] === undefined) out["anthropic-version"] = AnthropicMessages.apiVersion
+        if (Option.isSome(key)) out["x-api-key"] = Redacted.value(key.value)
+        return out
+      }
+
+      const backHeaders = (response: HttpClientResponse.HttpClientResponse) =>
+        Object.fromEntries(Object.entries(response.headers).filter(([name]) => !droppedBack.has(name)))
+
+      const handle = (kind: "messages" | "count_tokens") =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const key = request.headers["x-api-key"]
+          const verdict = Auth.roleOf(key !== undefined ? `Bearer ${key}` : request.headers.authorization, digests)
+          if (verdict._tag === "denied") {
+            return errorResponse(401, "authentication_error", `Baton gateway: ${verdict.reason}; send a Baton token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer`)
+          }
+          const declared = request.headers["content-length"]
+          if (declared !== undefined && Number(declared) > options.maxBodyBytes) {
+            return errorResponse(413, "request_too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
+          }
+          const bytes = yield* Effect.either(request.arrayBuffer)
+          if (bytes._tag === "Left") return errorResponse(400, "invalid_request_error", "the body could not be read")
+          if (bytes.right.byteLength > options.maxBodyBytes) {
+            return errorResponse(413, "request_too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
+          }
+          const body = new Uint8Array(bytes.right)
+          const parsed = parseJson(new TextDecoder().decode(body))
+          if (!isRecord(parsed)) return errorResponse(400, "invalid_request_error", "the body is not a JSON object")
+          if (typeof parsed.model !== "string" || parsed.model === "") return errorResponse(400, "invalid_request_error", "model: Field required (a model id)")
+          const messages = parsed.messages
+          if (!Array.isArray(messages) || !messages.every((m) => isRecord(m) && typeof m.role === "string" && (typeof m.content === "string" || Array.isArray(m.content)))) {
+            return errorResponse(400, "invalid_request_error", "messages: expected an array of {role, content} (content a string or an array of blocks)")
+          }
+          const route = options.routes.find((r) => matches(r.model, parsed.model as string))
+          const target = route === undefined ? undefined : models.find((p) => p.name === route.provider)
+          if (target === undefined) {
+            return errorResponse(404, "not_found_error", `model: ${parsed.model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
+          }
+
+          const begun = kind === "count_tokens" ? null : yield* threads.begin({
+            session: request.headers["x-claude-code-session-id"] ?? null,
+            agent: agentOf(request.headers["user-agent"]),
+            system: parsed.system,
+            messages: messages as ReadonlyArray<GatewayThreads.WireMessage>,
+            model: parsed.model,
+            providerInstance: target.name as ProviderInstance,
+            contextWindow: target.config.contextWindow,
+            prices: target.config.prices
+          }).pipe(Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request", cause)), Effect.option)
+          if (begun !== null && Option.isNone(begun)) {
+            return errorResponse(500, "api_error", "Baton could not record the request; nothing was sent upstream (the failure is logged)")
+          }
+          const recorded = begun === null ? null : begun.value
+
+          const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
+          const url = target.config.baseUrl.replace(/\/+$/, "") + (kind === "messages" ? "/v1/messages" : "/v1/messages/count_tokens") + query
+          const outgoing = HttpClientRequest.post(url).pipe(
+            HttpClientRequest.setHeaders(upstreamHeaders(request, target.apiKey)),
+            HttpClientRequest.bodyUint8Array(body, request.headers["content-type"] ?? "application/json")
+          )
+          const settle = <E>(effect: Effect.Effect<void, E>) =>
+            effect.pipe(Effect.catchAllCause((cause) => Effect.logError("gateway: could not record an answer", cause)))
+
+          const response = yield* Effect.either(http.execute(outgoing))
+          if (response._tag === "Left") {
+            if (recorded !== null) yield* settle(threads.fail(recorded, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
+            return errorResponse(502, "api_error", `Baton could not reach the upstream of model ${parsed.model.slice(0, 200)}`)
+          }
+          const upstream = response.right
+          const headers = backHeaders(upstream)
+          const contentType = upstream.headers["content-type"] ?? "application/json"
+          const ok = upstream.status >= 200 && upstream.status < 300
+
+          if (!ok || recorded === null || !contentType.includes("text/event-stream")) {
+            // Whole answers (errors, count_tokens, non-streamed replies): read, recorded, passed back unchanged.
+            const answer = yield* Effect.either(upstream.arrayBuffer)
+            if (answer._tag === "Left") {
+              if (recorded !== null) yield* settle(threads.fail(recorded, "failed", "provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
+              return errorResponse(502, "api_error", "the upstream's answer broke off")
+            }
+            const bytesBack = new Uint8Array(answer.right)
+            if (recorded !== null) {
+              const text = new TextDecoder().decode(bytesBack)
+              yield* settle(ok
+                ? threads.complete(recorded, replyOfBody(parseJson(text)))
+                : threads.fail(recorded, "failed", failureCode(upstream.status), `the upstream answered HTTP ${upstream.status}: ${text.slice(0, 300)}`))
+            }
+            return HttpServerResponse.uint8Array(bytesBack, { status: upstream.status, headers, contentType })
+          }
+
+          // A stream: each chunk goes on to the agent as it arrives, and through the assembler; the reply is recorded
+          // once the stream ends, before the agent's connection sees the end.
+          const assembler = replyAssembler()
+          let settled = false
+          const finish = Effect.suspend(() => {
+            settled = true
+            return settle(assembler.stopped()
+              ? threads.complete(recorded, assembler.reply())
+              : threads.fail(recorded, "failed", "provider_protocol", "the upstream's stream ended before message_stop"))
+          })
+          const stream = upstream.stream.pipe(
+            Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
+            Stream.catchAll((e) =>
+              Stream.fromEffect(Effect.suspend(() => {
+                settled = true
+                return settle(threads.fail(recorded, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
+              })).pipe(Stream.drain)
+            ),
+            Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),
+            // The agent hung up before the end: the run is interrupted (what arrived is not a reply).
+            Stream.ensuring(Effect.suspend(() =>
+              settled ? Effect.void : settle(threads.fail(recorded, "interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"))
+            ))
+          )
+          return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })
+        })
+
+      yield* router.post("/v1/messages", handle("messages"))
+      yield* router.post("/v1/messages/count_tokens", handle("count_tokens"))
+    })
+  ).pipe(Layer.provide(NodeHttpClient.layerUndici))

@@ -1,0 +1,228 @@
+/**
+ * The gateway's Anthropic Messages endpoints over HTTP (issue 14), against a loopback Anthropic upstream: Baton's own
+ * refusals in Anthropic's error shape (no token, a body that is not a Messages request, an unrouted model), the
+ * upstream's errors and answers passed back byte for byte (streamed, whole, count_tokens), and the record: a
+ * conversation's shared prefix stored once, a diverging history recorded as such and taken as the new baseline.
+ */
+import type { Item } from "@baton/contracts"
+import { HttpClientRequest } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Database } from "@baton/persistence"
+import { Context, Effect, Layer } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { adminToken, client, get, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
+
+const usage = { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }
+
+/** A Messages request from an agent: `body` as given (a string is sent as is), the Baton token unless told. */
+const messages = (body: unknown, headers: Record<string, string> = { "x-api-key": adminToken }, path = "/v1/messages?beta=true") =>
+  HttpClientRequest.post(path).pipe(
+    HttpClientRequest.setHeaders({ "anthropic-version": "2023-06-01", "anthropic-beta": "claude-code-20250219", ...headers }),
+    HttpClientRequest.bodyText(typeof body === "string" ? body : JSON.stringify(body), "application/json")
+  )
+
+const user = (text: string) => ({ role: "user", content: [{ type: "text", text }] })
+const assistant = (text: string) => ({ role: "assistant", content: [{ type: "text", text }] })
+
+/** A gateway over one loopback upstream routed for `claude-*`, on SQLite or on a fresh Postgres schema. */
+const withGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>, dialect: "SQLite" | "Postgres" = "SQLite") =>
+  Effect.scoped(Effect.gen(function*() {
+    const upstream = yield* ModelApi.start
+    const sqlite = yield* gatewaySettings(upstream)
+    const settings = dialect === "SQLite"
+      ? sqlite
+      : { ...sqlite, database: { _tag: "postgres" as const, url: Context.get(yield* Layer.build(Database.layerPgSchema()), Database.PgSchemaUrl) } }
+    return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
+/** The gateway's settings over one upstream, SQLite in `dir` (a second server on the same `dir` is a restart). */
+const gatewaySettings = (upstream: ModelApi.ModelApi, dir?: string) =>
+  settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, dir, {
+    gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+  })
+
+/** Every item of the only thread, and the thread's id. */
+const onlyThread = Effect.gen(function*() {
+  const api = yield* client()
+  const threads = (yield* api.threads.list({ urlParams: {} })).threads
+  expect(threads.length).toBe(1)
+  const threadId = threads[0]!.id
+  const items: ReadonlyArray<Item> = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+  const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
+  return { threadId, items, runs }
+})
+
+describe("Gateway", () => {
+  it.live("a restart between two requests of a conversation loses nothing and stores nothing twice", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-restart-"))
+      const settings = yield* gatewaySettings(upstream, dir)
+      const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-r" }
+      const send = (history: ReadonlyArray<unknown>, answer: string) =>
+        Effect.gen(function*() {
+          upstream.enqueue(ModelApi.answer("anthropic-messages", answer, usage))
+          expect((yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, messages: history }, session))).status).toBe(200)
+        })
+      // The first server process answers the first request, then stops; a second one on the same database goes on.
+      yield* send([user("first")], "one").pipe(Effect.provide(serveSettings(settings)))
+      yield* Effect.gen(function*() {
+        yield* send([user("first"), assistant("one"), user("second")], "two")
+        const { items, threadId } = yield* onlyThread
+        expect(items.map((i) => [i.kind, i.text])).toEqual([
+          ["user_message", "first"],
+          ["assistant_message", "one"],
+          ["user_message", "second"],
+          ["assistant_message", "two"]
+        ])
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })))
+
+  it.live("refuses a missing or unknown token, a malformed body and an unrouted model in Anthropic's error shape, sending nothing upstream", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const request = { model: "claude-x", max_tokens: 10, messages: [user("hi")] }
+        const none = yield* raw(messages(request, {}))
+        expect(none.status).toBe(401)
+        expect(none.body).toMatchObject({ type: "error", error: { type: "authentication_error" } })
+        const wrong = yield* raw(messages(request, { "x-api-key": "sk-ant-not-a-baton-token-000" }))
+        expect(wrong.status).toBe(401)
+        expect(wrong.body).toMatchObject({ type: "error", error: { type: "authentication_error", message: "Baton gateway: unknown token; send a Baton token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer" } })
+
+        const malformed = yield* raw(messages("{\"model\": \"claude-x\", "))
+        expect(malformed.status).toBe(400)
+        expect(malformed.body).toEqual({ type: "error", error: { type: "invalid_request_error", message: "the body is not a JSON object" } })
+        const noMessages = yield* raw(messages({ model: "claude-x", max_tokens: 10 }))
+        expect(noMessages.status).toBe(400)
+        expect(noMessages.body).toEqual({ type: "error", error: { type: "invalid_request_error", message: "messages: expected an array of {role, content} (content a string or an array of blocks)" } })
+
+        const unrouted = yield* raw(messages({ ...request, model: "gpt-5" }))
+        expect(unrouted.status).toBe(404)
+        expect(unrouted.body).toEqual({ type: "error", error: { type: "not_found_error", message: "model: gpt-5 is not routed by this Baton gateway (routes: claude-*)" } })
+
+        expect(upstream.requests.length).toBe(0)
+        const api = yield* client()
+        expect((yield* api.threads.list({ urlParams: {} })).threads).toEqual([])
+      })
+    ))
+
+  it.live("passes a stream back byte for byte with Baton's key upstream (Bearer works too); the reply and usage are recorded", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const reply = ModelApi.answer("anthropic-messages", "Hello there", usage)
+        upstream.enqueue(reply)
+        const body = { model: "claude-x", max_tokens: 10, stream: true, messages: [user("hi")] }
+        const answer = yield* raw(messages(body, { authorization: `Bearer ${adminToken}` }))
+        expect(answer.status).toBe(200)
+        expect(answer.headers["content-type"]).toBe("text/event-stream")
+        expect(answer.text).toBe(reply.body)
+        const sent = upstream.requests[0]!
+        expect(sent.url).toBe("/v1/messages?beta=true")
+        expect(sent.body).toBe(JSON.stringify(body))
+        expect(sent.headers["x-api-key"]).toBe(marker)
+        expect(sent.headers["authorization"]).toBeUndefined()
+        expect(sent.headers["anthropic-beta"]).toBe("claude-code-20250219")
+        expect(sent.headers["anthropic-version"]).toBe("2023-06-01")
+
+        const { items, runs } = yield* onlyThread
+        expect(items.map((i) => [i.kind, i.text])).toEqual([["user_message", "hi"], ["assistant_message", "Hello there"]])
+        expect(runs.map((r) => [r.status, r.prompt])).toEqual([["completed", "hi"]])
+        const api = yield* client()
+        const view = yield* api.runs.get({ path: { runId: runs[0]!.id }, urlParams: {} })
+        expect(view.cost).toMatchObject({ inputTokens: 10, outputTokens: 5, costUsd: (10 * 3 + 5 * 15) / 1_000_000 })
+        // The thread's snapshot (what the dashboard shows): its lane on the routed instance and the cost totals.
+        const snapshot = yield* api.threads.get({ path: { threadId: runs[0]!.threadId } })
+        expect(snapshot.activeProviderInstance).toBe("anthropic")
+        expect(snapshot.costs.totals).toMatchObject({ runs: 1, inputTokens: 10, outputTokens: 5 })
+      })
+    ))
+
+  it.live("passes an upstream error back as the upstream's status and body; the run fails with the upstream's reason", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const error = ModelApi.error(400, "prompt is too long: 300000 tokens > 200000 maximum")
+        upstream.enqueue(error)
+        const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, messages: [user("hi")] }))
+        expect(answer.status).toBe(400)
+        expect(answer.text).toBe(error.body)
+        const { runs } = yield* onlyThread
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_refused"]])
+        expect(runs[0]!.failureReason).toContain("prompt is too long: 300000 tokens > 200000 maximum")
+      })
+    ))
+
+  it.live("passes a whole (non-streamed) answer and count_tokens back unchanged; count_tokens records nothing", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const whole = JSON.stringify({
+          id: "msg_whole",
+          type: "message",
+          role: "assistant",
+          model: "claude-x",
+          content: [{ type: "text", text: "whole answer" }],
+          stop_reason: "end_turn",
+          usage: { input_tokens: 7, output_tokens: 3 }
+        })
+        upstream.enqueue({ status: 200, contentType: "application/json", body: whole })
+        const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, messages: [user("hello")] }))
+        expect(answer.status).toBe(200)
+        expect(answer.text).toBe(whole)
+        const counted = yield* raw(messages({ model: "claude-x", messages: [user("count me")] }, { "x-api-key": adminToken }, "/v1/messages/count_tokens?beta=true"))
+        expect(counted.status).toBe(200)
+        expect(upstream.counts.length).toBe(1)
+        expect(upstream.counts[0]!.headers["x-api-key"]).toBe(marker)
+        expect(counted.body).toEqual({ input_tokens: Math.ceil(upstream.counts[0]!.body.length / 4) })
+        const { items, runs } = yield* onlyThread
+        expect(items.map((i) => [i.kind, i.text, i.messageId])).toEqual([["user_message", "hello", "user@0.0"], ["assistant_message", "whole answer", "msg_whole"]])
+        expect(runs.length).toBe(1)
+      })
+    ))
+
+  for (const dialect of ["SQLite", "Postgres"] as const) {
+  it.live(`${dialect}: stores a conversation's shared prefix once; a diverging history is recorded and becomes the new baseline`, () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-1" }
+        const system = [{ type: "text", text: "You are a test agent.", cache_control: { type: "ephemeral" } }]
+        const send = (history: ReadonlyArray<unknown>, answer: string) =>
+          Effect.gen(function*() {
+            upstream.enqueue(ModelApi.answer("anthropic-messages", answer, usage))
+            const response = yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, system, messages: history }, session))
+            expect(response.status).toBe(200)
+          })
+        yield* send([user("first")], "one")
+        // The agent moves its cache breakpoint to the newest message: the same conversation, extended.
+        yield* send([user("first"), assistant("one"), { role: "user", content: [{ type: "text", text: "second", cache_control: { type: "ephemeral" } }] }], "two")
+        // A retry of the same request adds nothing.
+        yield* send([user("first"), assistant("one"), user("second")], "two")
+        // The agent compacted: its history now starts with a summary.
+        yield* send([user("summary of first and second"), user("third")], "three")
+
+        const { items, runs, threadId } = yield* onlyThread
+        expect(items.map((i) => [i.kind, i.text])).toEqual([
+          ["user_message", "first"],
+          ["assistant_message", "one"],
+          ["user_message", "second"],
+          ["assistant_message", "two"],
+          ["assistant_message", "two"],
+          ["user_message", "summary of first and second"],
+          ["user_message", "third"],
+          ["assistant_message", "three"]
+        ])
+        expect(runs.map((r) => r.prompt)).toEqual(["first", "second", "", "third"])
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        const diverged = events.filter((e) => e.type === "gateway.diverged")
+        // The retry (run 3) was a rewind of the stored baseline (its reply "two" was stored): recorded as such.
+        expect(diverged.map((e) => e.payload)).toEqual([
+          { runId: runs[2]!.id, sharedMessages: 3, storedMessages: 4, requestMessages: 3 },
+          { runId: runs[3]!.id, sharedMessages: 0, storedMessages: 4, requestMessages: 2 }
+        ])
+      }), dialect))
+  }
+})

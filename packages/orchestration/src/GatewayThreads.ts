@@ -1,0 +1,398 @@
+/**
+ * GatewayThreads: the durable record of the conversations that unmodified agents (Claude Code) hold through Baton's
+ * gateway (issue 14, docs/gateway.md). It owns how a gateway request maps onto Baton's record:
+ *
+ * - **A thread per agent conversation**, found by its conversation key (`conversationKey`): the agent's session
+ *   header with the fingerprint of its system prompt (a sub-agent or a side request of the same session has another
+ *   system prompt, so it is its own conversation), else the fingerprint of the conversation's start (system prompt
+ *   and first message).
+ * - **A run per upstream request.** Each request is one run on the thread's provider thread for the routed instance:
+ *   it holds the request's new messages as items, then the upstream's reply, and its usage as the run's cost. The
+ *   run is written `running` when the request is forwarded (the agent's tools, not Baton's run driver, drive the
+ *   conversation, so it is never `queued` for the driver) and ends `completed`, or `failed` with the upstream's
+ *   status, or `interrupted` when the agent hung up mid-answer.
+ * - **The shared prefix is recognised**: every message has a fingerprint (its normalised form: cache breakpoints
+ *   and formatting the agent may change between requests removed; `fingerprint`); the conversation's baseline is the
+ *   fingerprints Baton stored, the last reply included. A request that extends the baseline adds only its new
+ *   messages. One that does not (the agent compacted, edited or rewound its history) is recorded as a divergence (a
+ *   `gateway.diverged` event with the shared length), its messages past the shared prefix are stored, and it becomes
+ *   the new baseline.
+ *
+ * It does not speak HTTP nor forward anything: the server's gateway does, and reports here what was sent and what
+ * came back.
+ */
+import type { Item, ProviderInstance, ProviderThread, Run, Thread, ThreadId } from "@baton/contracts"
+import { GatewayConversations, ThreadStore, UnitOfWork } from "@baton/persistence"
+import type { ProviderAdapter } from "@baton/providers"
+import { DateTime, Effect, Option, Schedule } from "effect"
+import * as Crypto from "node:crypto"
+import { DriverRegistry } from "./DriverRegistry.js"
+import { IdGenerator } from "./IdGenerator.js"
+import { ItemLog, type NewItem } from "./ItemLog.js"
+import * as RunCosts from "./RunCosts.js"
+import { RunLifecycle } from "./RunLifecycle.js"
+
+/** A message of the Anthropic Messages API as the agent sent it (`role`, `content`: a string or content blocks). */
+export interface WireMessage {
+  readonly role: string
+  readonly content: unknown
+}
+
+type Json = null | boolean | number | string | ReadonlyArray<Json> | { readonly [key: string]: Json }
+
+const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** `value` as JSON with object keys sorted at every level: the same value always gives the same text. */
+export const canonicalJson = (value: unknown): string => {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`
+  if (isRecord(value)) {
+    return `{${Object.keys(value).filter((k) => value[k] !== undefined).sort().map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`).join(",")}}`
+  }
+  return JSON.stringify(value ?? null)
+}
+
+/** Content as blocks: a string is one text block. */
+const blocksOf = (content: unknown): ReadonlyArray<unknown> =>
+  typeof content === "string" ? [{ type: "text", text: content }] : Array.isArray(content) ? content : []
+
+/**
+ * A block without what an agent may change between two requests of one conversation: its `cache_control`
+ * breakpoint (Claude Code moves it to the newest message), `is_error: false` (the same as absent), a tool result's
+ * string content (the same as one text block), and any field of a text, tool use, thinking or tool result block
+ * beyond those the model reads (an agent echoes a reply back with the fields it keeps, e.g. without `citations`).
+ */
+const normaliseBlock = (block: unknown): Json => {
+  if (!isRecord(block)) return block as Json
+  const pick = (...keys: ReadonlyArray<string>) => {
+    const out: Record<string, Json> = {}
+    for (const k of keys) if (block[k] !== undefined && block[k] !== null) out[k] = block[k] as Json
+    return out
+  }
+  switch (block.type) {
+    case "text":
+      return pick("type", "text")
+    case "tool_use":
+      return pick("type", "id", "name", "input")
+    case "thinking":
+      return pick("type", "thinking", "signature")
+    case "redacted_thinking":
+      return pick("type", "data")
+    case "tool_result":
+      return { ...pick("type", "tool_use_id"), content: blocksOf(block.content).map(normaliseBlock), ...(block.is_error === true ? { is_error: true } : {}) }
+    default: {
+      const out: Record<string, Json> = {}
+      for (const [k, v] of Object.entries(block)) if (k !== "cache_control" && v !== undefined) out[k] = v as Json
+      return out
+    }
+  }
+}
+
+/** A message in the form its fingerprint is taken of (see `normaliseBlock`). */
+export const normalise = (m: WireMessage): Json => ({ role: m.role, content: blocksOf(m.content).map(normaliseBlock) })
+
+/** The fingerprint of a message: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
+export const fingerprint = (m: WireMessage): string =>
+  Crypto.createHash("sha256").update(canonicalJson(normalise(m))).digest("hex").slice(0, 32)
+
+const hashText = (text: string) => Crypto.createHash("sha256").update(text).digest("hex").slice(0, 32)
+
+/**
+ * The key of the conversation a request belongs to: `session:<header>:<system fingerprint>` when the agent sent a
+ * session header (Claude Code's `x-claude-code-session-id`), else `start:<fingerprint of system + first message>`.
+ */
+export const conversationKey = (session: string | null, system: unknown, messages: ReadonlyArray<WireMessage>): string => {
+  const systemPrint = hashText(canonicalJson(blocksOf(system).map(normaliseBlock)))
+  if (session !== null && session !== "") return `session:${session.slice(0, 200)}:${systemPrint}`
+  return `start:${hashText(systemPrint + (messages[0] === undefined ? "" : fingerprint(messages[0])))}`
+}
+
+/** How many leading fingerprints `a` and `b` share. */
+export const sharedPrefix = (a: ReadonlyArray<string>, b: ReadonlyArray<string>): number => {
+  const n = Math.min(a.length, b.length)
+  let i = 0
+  while (i < n && a[i] === b[i]) i++
+  return i
+}
+
+/** The text of a tool result's content: its text blocks joined by newlines, other blocks as `[type]`. */
+const resultText = (content: unknown): string =>
+  blocksOf(content).map((b) => isRecord(b) && b.type === "text" && typeof b.text === "string" ? b.text : `[${isRecord(b) ? String(b.type) : "block"}]`).join("\n")
+
+/**
+ * The items of one message (one per content block, in order): user and system text as `user_message` (Baton's item
+ * kinds have no system kind; the message id says `system`), `tool_result` (paired by `tool_use_id`, named from
+ * `toolNames`), assistant `text` as `assistant_message`, `tool_use` as `tool_call` (its input as JSON), `thinking` as
+ * `reasoning`; any other block (images, documents, server tools, redacted thinking) as a one-line `[type]` item of
+ * the message's role. `messageId` groups a message's items: the upstream's message id for a reply, else
+ * `<role>@<generation>.<index>` (its position in the conversation since the last divergence).
+ */
+export const itemsOf = (m: WireMessage, messageId: string, toolNames: ReadonlyMap<string, string>): ReadonlyArray<NewItem> => {
+  const base = { toolCallId: null, toolName: null, messageId, isError: false, toolCallState: null }
+  const assistant = m.role === "assistant"
+  return blocksOf(m.content).flatMap((b): ReadonlyArray<NewItem> => {
+    if (!isRecord(b)) return []
+    switch (b.type) {
+      case "text":
+        return [{ ...base, kind: assistant ? "assistant_message" : "user_message", text: typeof b.text === "string" ? b.text : "" }]
+      case "thinking":
+        return typeof b.thinking === "string" && b.thinking !== "" ? [{ ...base, kind: "reasoning", text: b.thinking }] : []
+      case "tool_use":
+        return [{ ...base, kind: "tool_call", text: JSON.stringify(b.input ?? {}), toolCallId: String(b.id), toolName: String(b.name) }]
+      case "tool_result": {
+        const id = String(b.tool_use_id)
+        return [{ ...base, kind: "tool_result", text: resultText(b.content), toolCallId: id, toolName: toolNames.get(id) ?? null, isError: b.is_error === true }]
+      }
+      default:
+        return [{ ...base, kind: assistant ? "assistant_message" : "user_message", text: `[${String(b.type)}]` }]
+    }
+  })
+}
+
+/** Tool names by call id, from every `tool_use` block of `messages`. */
+export const toolNamesOf = (messages: ReadonlyArray<WireMessage>): Map<string, string> => {
+  const names = new Map<string, string>()
+  for (const m of messages) {
+    for (const b of blocksOf(m.content)) {
+      if (isRecord(b) && b.type === "tool_use") names.set(String(b.id), String(b.name))
+    }
+  }
+  return names
+}
+
+/** The prompt of a run: the last text block of the last user message among `fresh` (`""`: tool results only). */
+const promptOf = (fresh: ReadonlyArray<WireMessage>): string => {
+  for (let i = fresh.length - 1; i >= 0; i--) {
+    const m = fresh[i]!
+    if (m.role !== "user") continue
+    const texts = blocksOf(m.content).filter((b) => isRecord(b) && b.type === "text")
+    const last = texts[texts.length - 1]
+    if (isRecord(last) && typeof last.text === "string") return last.text
+  }
+  return ""
+}
+
+/** What the gateway knows of a request when it forwards it. */
+export interface GatewayRequest {
+  /** The agent's session header (`x-claude-code-session-id`), `null` without one. */
+  readonly session: string | null
+  /** Who sent it, for the thread's title (`Claude Code`). */
+  readonly agent: string
+  readonly system: unknown
+  readonly messages: ReadonlyArray<WireMessage>
+  /** The model the request names (sent upstream unchanged). */
+  readonly model: string
+  /** The provider instance the model routes to, its window (tokens) and prices (per million tokens). */
+  readonly providerInstance: ProviderInstance
+  readonly contextWindow: number | null
+  readonly prices: ProviderAdapter.ProviderAdapterShape["prices"]
+}
+
+/** A forwarded request as recorded: its thread and run, the request's fingerprints, what was new. */
+export interface Begun {
+  readonly threadId: ThreadId
+  readonly run: Run
+  readonly conversationKey: string
+  readonly fingerprints: ReadonlyArray<string>
+  /** How many of the request's messages were new (stored as items by this request). */
+  readonly newMessages: number
+  /** Whether the request diverged from the stored baseline. */
+  readonly diverged: boolean
+  readonly prices: GatewayRequest["prices"]
+}
+
+/** What came back: the reply (`null`: none) and its billed tokens (`null`: not reported). */
+export interface Reply {
+  readonly message: { readonly id: string | null; readonly content: ReadonlyArray<unknown> } | null
+  readonly tokens: ProviderAdapter.TurnTokens | null
+}
+
+export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orchestration/GatewayThreads", {
+  effect: Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const uow = yield* UnitOfWork
+    const ids = yield* IdGenerator
+    const itemLog = yield* ItemLog
+    const lifecycle = yield* RunLifecycle
+    const driver = yield* DriverRegistry
+    const conversations = yield* GatewayConversations.make
+
+    /** The conversation of `key`, created with its thread and provider thread when new (one unit of work). */
+    const findOrCreate = (key: string, request: GatewayRequest) =>
+      Effect.gen(function*() {
+        const found = yield* conversations.find(key)
+        if (Option.isSome(found)) return found.value
+        const now = yield* DateTime.now
+        const title = request.session === null
+          ? `${request.agent} conversation ${key.slice(6, 14)}`
+          : `${request.agent} session ${request.session.slice(0, 36)}`
+        const thread: Thread = { id: ids.next("thr") as ThreadId, title, activeProviderThreadId: null, createdAt: now, updatedAt: now }
+        yield* store.insertThread(thread)
+        yield* store.appendEvent({ threadId: thread.id, type: "thread.created", payload: { title } })
+        const conversation: GatewayConversations.Conversation = {
+          conversationKey: key,
+          threadId: thread.id,
+          baseline: [],
+          requests: 0,
+          divergences: 0,
+          createdAt: DateTime.formatIso(now),
+          updatedAt: DateTime.formatIso(now)
+        }
+        yield* conversations.insert(conversation)
+        return conversation
+      }).pipe(uow.global("GatewayThreads.findOrCreate"))
+
+    /** The thread's provider thread on `request`'s instance (created, and made active, when new). */
+    const laneOf = (threadId: ThreadId, request: GatewayRequest) =>
+      Effect.gen(function*() {
+        const found = yield* store.findProviderThread(threadId, request.providerInstance)
+        const thread = yield* store.getThread(threadId)
+        const now = yield* DateTime.now
+        let lane: ProviderThread
+        if (found._tag === "Some") lane = found.value
+        else {
+          lane = {
+            id: ids.next("pth") as ProviderThread["id"],
+            threadId,
+            providerInstance: request.providerInstance,
+            model: request.model,
+            contextWindow: request.contextWindow,
+            activeNativeThreadId: null,
+            syncedRunSeq: 0,
+            createdAt: now,
+            updatedAt: now
+          }
+          yield* store.insertProviderThread(lane)
+          yield* store.appendEvent({ threadId, type: "provider_thread.created", payload: { providerThreadId: lane.id, providerInstance: lane.providerInstance } })
+        }
+        if (thread._tag === "Some" && thread.value.activeProviderThreadId !== lane.id) {
+          yield* store.updateThread({ ...thread.value, activeProviderThreadId: lane.id, updatedAt: now })
+        }
+        return lane
+      })
+
+    /**
+     * Records a request about to be forwarded: finds (or creates) its conversation's thread, stores the request's new
+     * messages as items of a new `running` run (a divergence recorded as such), and makes the request the baseline.
+     * Fails with `PersistenceError` or `ConcurrentModification` (retried twice).
+     */
+    const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest) {
+      const key = conversationKey(request.session, request.system, request.messages)
+      // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
+      // the lock); only a new one takes the global one that creates it.
+      const known = yield* conversations.find(key)
+      const created = Option.isSome(known) ? known.value : yield* findOrCreate(key, request).pipe(
+        Effect.retry({ while: (e) => e._tag === "ConcurrentModification", schedule: Schedule.recurs(2) })
+      )
+      const threadId = created.threadId as ThreadId
+      return yield* Effect.gen(function*() {
+        const conversation = Option.getOrElse(yield* conversations.find(key), () => created)
+        const prints = request.messages.map(fingerprint)
+        const shared = sharedPrefix(conversation.baseline, prints)
+        const diverged = shared < conversation.baseline.length
+        const generation = conversation.divergences + (diverged ? 1 : 0)
+        const fresh = request.messages.slice(shared)
+        const lane = yield* laneOf(threadId, request)
+        const now = yield* DateTime.now
+        const run: Run = {
+          id: ids.next("run") as Run["id"],
+          threadId,
+          seq: yield* store.nextRunSeq(threadId),
+          providerThreadId: lane.id,
+          status: "running",
+          prompt: promptOf(fresh),
+          stopPoint: null,
+          failureReason: null,
+          failureCode: null,
+          nativeThreadId: null,
+          createdAt: now,
+          updatedAt: now
+        }
+        // The run is this process's: restart recovery ends it if the process dies before the answer is recorded.
+        yield* store.insertRun(run, driver.driverId)
+        yield* store.appendEvent({ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } })
+        if (diverged) {
+          yield* store.appendEvent({ threadId, type: "gateway.diverged", payload: {
+            runId: run.id,
+            sharedMessages: shared,
+            storedMessages: conversation.baseline.length,
+            requestMessages: prints.length
+          } })
+        }
+        const names = toolNamesOf(request.messages)
+        yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => itemsOf(m, `${m.role}@${generation}.${shared + i}`, names)))
+        yield* conversations.update({
+          ...conversation,
+          baseline: prints,
+          requests: conversation.requests + 1,
+          divergences: generation,
+          updatedAt: DateTime.formatIso(now)
+        })
+        return {
+          threadId,
+          run,
+          conversationKey: key,
+          fingerprints: prints,
+          newMessages: fresh.length,
+          diverged,
+          prices: request.prices
+        } satisfies Begun
+      }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
+    })
+
+    /**
+     * Records the upstream's answer to a begun request: the reply's items, the run's cost, the run `completed`; the
+     * reply joins the baseline when no other request moved it since. Fails with `PersistenceError` or
+     * `ConcurrentModification`.
+     */
+    const complete = Effect.fn("GatewayThreads.complete")(function*(begun: Begun, reply: Reply) {
+      return yield* Effect.gen(function*() {
+        const now = yield* DateTime.now
+        const current = Option.getOrElse(yield* store.getRun(begun.run.id), () => begun.run)
+        let stored: ReadonlyArray<Item> = []
+        if (reply.message !== null) {
+          const message: WireMessage = { role: "assistant", content: reply.message.content }
+          stored = yield* itemLog.append(begun.threadId, begun.run.id, itemsOf(message, reply.message.id ?? `assistant@reply.${begun.fingerprints.length}`, new Map()))
+          const conversation = yield* conversations.find(begun.conversationKey)
+          if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
+            yield* conversations.update({ ...conversation.value, baseline: [...begun.fingerprints, fingerprint(message)], updatedAt: DateTime.formatIso(now) })
+          }
+        }
+        if (reply.tokens !== null) {
+          yield* store.recordRunCost({
+            runId: begun.run.id,
+            threadId: begun.threadId,
+            providerInstance: (yield* store.getProviderThread(begun.run.providerThreadId)).pipe(Option.map((p) => p.providerInstance), Option.getOrElse(() => "")),
+            ...reply.tokens,
+            costUsd: RunCosts.price(reply.tokens, begun.prices),
+            createdAt: now
+          })
+        }
+        if (current.status === "running") {
+          yield* lifecycle.update(current, { ...current, status: "completed", updatedAt: now })
+          yield* store.appendEvent({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
+        }
+      }).pipe(uow.thread(begun.threadId, "GatewayThreads.complete"))
+    })
+
+    /**
+     * Ends a begun request's run without an answer: `failed` (the upstream refused or failed: `reason` says how) or
+     * `interrupted` (the agent hung up). Fails with `PersistenceError` or `ConcurrentModification`.
+     */
+    const fail = Effect.fn("GatewayThreads.fail")(function*(
+      begun: Begun,
+      status: "failed" | "interrupted",
+      code: Run["failureCode"] & string,
+      reason: string
+    ) {
+      return yield* lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code).pipe(
+        Effect.asVoid,
+        uow.thread(begun.threadId, "GatewayThreads.fail")
+      )
+    })
+
+    /** The conversations a thread records (the gateway's view of a thread; empty for a thread of the API). */
+    const conversationsOf = (threadId: ThreadId) => conversations.ofThread(threadId)
+
+    return { begin, complete, fail, conversationsOf }
+  })
+}) {}

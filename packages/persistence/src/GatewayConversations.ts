@@ -1,0 +1,68 @@
+/**
+ * GatewayConversations: the repository of the gateway's agent conversations (table `gateway_conversations`, migration
+ * 0016; docs/gateway.md). One row per conversation: its key, the Baton thread recording it, the baseline (the
+ * fingerprints of the messages Baton stored for it, in order), how many requests it made and how many of them
+ * diverged from the baseline. It owns SQL and row encoding only: what a fingerprint is, and when the baseline moves,
+ * is the orchestration's `GatewayThreads`. Callers run these inside a unit of work (the thread's lock).
+ */
+import type { ConcurrentModification, PersistenceError } from "@baton/contracts"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, type Option, Schema } from "effect"
+import { orPersistence } from "./internal/errors.js"
+
+/** One conversation. `baseline`: message fingerprints in conversation order; `requests`, `divergences`: counts. */
+export const Conversation = Schema.Struct({
+  conversationKey: Schema.String,
+  threadId: Schema.String,
+  baseline: Schema.parseJson(Schema.Array(Schema.String)),
+  requests: Schema.Int,
+  divergences: Schema.Int,
+  createdAt: Schema.String,
+  updatedAt: Schema.String
+})
+export type Conversation = typeof Conversation.Type
+
+/** The repository's operations. */
+export interface GatewayConversationsShape {
+  /** The conversation of `key`, if any. Fails with `PersistenceError`. */
+  readonly find: (key: string) => Effect.Effect<Option.Option<Conversation>, PersistenceError | ConcurrentModification>
+  /** Inserts a new conversation; a key already taken fails with `ConcurrentModification`. */
+  readonly insert: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
+  /** Rewrites the baseline and the counts of `c.conversationKey`. */
+  readonly update: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
+  /** The conversations recorded by `threadId` (normally one). */
+  readonly ofThread: (threadId: string) => Effect.Effect<ReadonlyArray<Conversation>, PersistenceError | ConcurrentModification>
+}
+
+const encode = Schema.encode(Conversation)
+
+/** Builds the repository on the ambient `SqlClient` (SQLite or Postgres; the same statements on both). */
+export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.SqlClient> = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const findOne = SqlSchema.findOne({
+    Request: Schema.String,
+    Result: Conversation,
+    execute: (key) => sql`SELECT * FROM gateway_conversations WHERE conversation_key = ${key}`
+  })
+  const ofThread = SqlSchema.findAll({
+    Request: Schema.String,
+    Result: Conversation,
+    execute: (threadId) => sql`SELECT * FROM gateway_conversations WHERE thread_id = ${threadId} ORDER BY created_at`
+  })
+  return {
+    find: (key) => findOne(key).pipe(orPersistence("gatewayConversations.find")),
+    insert: (c) =>
+      Effect.flatMap(encode(c), (row) => sql`INSERT INTO gateway_conversations ${sql.insert(row)}`).pipe(
+        Effect.asVoid,
+        orPersistence("gatewayConversations.insert")
+      ),
+    update: (c) =>
+      Effect.flatMap(encode(c), (row) =>
+        sql`UPDATE gateway_conversations SET baseline = ${row.baseline}, requests = ${row.requests},
+          divergences = ${row.divergences}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
+        Effect.asVoid,
+        orPersistence("gatewayConversations.update")
+      ),
+    ofThread: (threadId) => ofThread(threadId).pipe(orPersistence("gatewayConversations.ofThread"))
+  }
+})
