@@ -26,6 +26,7 @@ import {
   NoRunInProgress,
   NotReady,
   OffloadFailed,
+  OffloadOperationNotFound,
   PayloadTooLarge,
   PersistenceError,
   ProviderError,
@@ -94,6 +95,8 @@ const clientThreadId = ThreadId.pipe(Schema.maxLength(maxIdLength), Schema.filte
 const clientRunId = RunId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul))
 
 const threadPath = Schema.Struct({ threadId: clientThreadId })
+/** `/threads/{threadId}/offload/{operationId}`: an `/offload` operation id is an idempotency key. */
+const offloadOperationPath = Schema.Struct({ threadId: clientThreadId, operationId: IdempotencyKey })
 const runPath = Schema.Struct({ runId: clientRunId })
 const threadRunPath = Schema.Struct({ threadId: clientThreadId, runId: clientRunId })
 const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
@@ -155,6 +158,10 @@ export const CommandPayload = Schema.Struct(commandId).annotations(strict)
 /** `POST /threads/{id}/offload`: see `Commands.OffloadThread`. */
 export const OffloadPayload = Schema.Struct({
   keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  /** The operation's id (else the command id or `Idempotency-Key`, else generated); all given must agree. */
+  operationId: Schema.optional(IdempotencyKey),
+  /** Change nothing and call no summariser: answer what would be summarised, tokens before and after, cache cost. */
+  dryRun: Schema.optional(Schema.Boolean),
   ...commandId
 }).annotations(strict)
 
@@ -257,7 +264,23 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .addError(ThreadNotFound)
       .addError(RunInProgress)
       .addError(OffloadFailed)
-      .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. 409 while a run is queued or running.")
+      .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. Answers the operation's outcome (`offloaded`, `nothing`, `stale`: the thread advanced meanwhile and the summary was discarded, `cancelled`) with `operationId` and a `message` for the user; the same `operationId` again answers the first outcome. `dryRun: true` previews. 409 while a run is queued or running; 502 when the summariser failed (the conversation is unchanged).")
+  )
+  .add(
+    HttpApiEndpoint.get("getOffload", "/threads/:threadId/offload/:operationId")
+      .setPath(offloadOperationPath)
+      .addSuccess(OffloadReport)
+      .addError(ThreadNotFound)
+      .addError(OffloadOperationNotFound)
+      .annotate(OpenApi.Description, "The outcome of an `/offload` operation (`running` while in flight).")
+  )
+  .add(
+    HttpApiEndpoint.post("cancelOffload", "/threads/:threadId/offload/:operationId/cancel")
+      .setPath(offloadOperationPath)
+      .addSuccess(OffloadReport)
+      .addError(ThreadNotFound)
+      .addError(OffloadOperationNotFound)
+      .annotate(OpenApi.Description, "Cancels an `/offload` operation in flight. Answers its outcome once settled: `cancelled` (nothing was written; a summariser call already billed is recorded as abandoned) or, when it had already finished or was committing, that outcome.")
   )
   .add(
     HttpApiEndpoint.get("previewToolResultOffload", "/threads/:threadId/tool-result-offload")

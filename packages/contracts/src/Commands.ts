@@ -110,14 +110,18 @@ export type MergeBack = typeof MergeBack.Type
 /**
  * `/offload`: summarise the thread's older history into one `summary` item, keeping the newest `keepTokens` tokens
  * (rendered) verbatim. Without `keepTokens` the default is min(16,000, floor(window / 4)) of the active provider
- * thread's window (16,000 when the window is unknown).
+ * thread's window (16,000 when the window is unknown). `commandId` is the operation id: the same id again answers the
+ * first outcome (whatever it was), and names the operation for `GET .../offload/{operationId}` and its cancellation.
+ * `dryRun: true` changes nothing and calls no summariser: it answers what would be summarised (`outcome: "preview"`).
  */
 export const OffloadThread = Schema.TaggedStruct("OffloadThread", {
   commandId: CommandId,
   threadId: ThreadId,
-  keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
+  keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  dryRun: Schema.optional(Schema.Boolean)
 })
 export type OffloadThread = typeof OffloadThread.Type
+
 
 /**
  * Undoes the newest tool-result offload flush of the thread's active native thread (a model-API instance's message

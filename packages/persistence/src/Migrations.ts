@@ -18,6 +18,7 @@ import migration0012 from "./migrations/0012_run_costs.js"
 import migration0013 from "./migrations/0013_calibration_samples.js"
 import migration0014 from "./migrations/0014_client_tools.js"
 import migration0015 from "./migrations/0015_offload_controls.js"
+import migration0016 from "./migrations/0016_offload_operations.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -35,7 +36,8 @@ export const migrations = {
   "0012_run_costs": migration0012,
   "0013_calibration_samples": migration0013,
   "0014_client_tools": migration0014,
-  "0015_offload_controls": migration0015
+  "0015_offload_controls": migration0015,
+  "0016_offload_operations": migration0016
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */
