@@ -696,8 +696,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       if (seen._tag === "Some") {
         if (seen.value.threadId !== threadId || seen.value.fingerprint !== key.fingerprint) {
           return yield* new InvalidRequest({
-            reason: `operation id ${key.operationId} was already used by an /offload ${seen.value.threadId === threadId ? "with a different payload" : `of thread ${seen.value.threadId}`}; ` +
-              `a retry must repeat the request unchanged: send this /offload with a new operation id`
+            reason: seen.value.threadId === threadId
+              ? `command id ${key.operationId} was already used by a OffloadThread with a different payload; ` +
+                `a retry must repeat the command unchanged: send this OffloadThread with a new command id`
+              : `command id ${key.operationId} was already used by OffloadThread on thread ${seen.value.threadId}; ` +
+                `send OffloadThread with a new command id`
           })
         }
         return yield* failedAsError(threadId, yield* outcome(threadId, key.operationId, true))
@@ -767,12 +770,6 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       return yield* outcome(threadId, operationId, false)
     })
 
-    /** The summariser costs of `threadId`'s offload operations (committed and abandoned). */
-    const costs = Effect.fn("ThreadOffload.costs")(function*(threadId: ThreadId) {
-      const ops = yield* store.listOffloadOperations(threadId)
-      return ops.filter((o) => o.calls > 0)
-    })
-
-    return { offload, preview, cancel, get, costs, visibleHistory }
+    return { offload, preview, cancel, get, visibleHistory }
   })
 }) {}
