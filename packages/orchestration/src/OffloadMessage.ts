@@ -28,7 +28,7 @@ const spent = (r: OffloadReport) =>
   r.cost === null
     ? ""
     : ` The summariser's ${plural(r.cost.calls, "call")} (${r.cost.inputTokens + r.cost.cacheWriteTokens + r.cost.cacheReadTokens} input, ` +
-      `${r.cost.outputTokens} output tokens${r.cost.costUsd === null ? "" : `, $${r.cost.costUsd}`}) were recorded as spent.`
+      `${r.cost.outputTokens} output tokens${r.cost.costUsd === null ? "" : `, $${r.cost.costUsd}`}) ${r.cost.calls === 1 ? "was" : "were"} recorded as spent.`
 
 /** The message of an operation's outcome. */
 export const of = (r: OffloadReport): string => {
