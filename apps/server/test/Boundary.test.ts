@@ -284,6 +284,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/threads/{threadId}/merge",
         "/threads/{threadId}/messages",
         "/threads/{threadId}/offload",
+        "/threads/{threadId}/offload/{operationId}",
+        "/threads/{threadId}/offload/{operationId}/cancel",
         "/threads/{threadId}/runs",
         "/threads/{threadId}/runs/{runId}/tool-results",
         "/threads/{threadId}/switch",
