@@ -82,6 +82,9 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
             ...(payload.dryRun === undefined ? {} : { dryRun: payload.dryRun })
           }))
         }))
+      .handle("undoOffload", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.undoOffload(Commands.UndoOffload.make({ commandId, threadId: path.threadId }))))
       .handle("getOffload", ({ path }) => service.getOffload(path.threadId, path.operationId))
       .handle("cancelOffload", ({ path }) => service.cancelOffload(path.threadId, path.operationId))
       .handle("previewToolResultOffload", ({ path }) => service.previewToolResultOffload(path.threadId))

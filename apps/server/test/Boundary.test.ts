@@ -284,6 +284,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/threads/{threadId}/merge",
         "/threads/{threadId}/messages",
         "/threads/{threadId}/offload",
+        "/threads/{threadId}/offload/undo",
         "/threads/{threadId}/offload/{operationId}",
         "/threads/{threadId}/offload/{operationId}/cancel",
         "/threads/{threadId}/runs",

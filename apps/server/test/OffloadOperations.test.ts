@@ -221,4 +221,41 @@ describe("/offload over HTTP: server-owned operations", () => {
           tokensBefore: preview.tokensBefore
         })
       })), 120_000)
+
+  it.live("undo: the visible history is again what it was before the newest offload; the summary stays in the log; offloading again works", () =>
+    withThread(4, ({ summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const before = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700 }, headers: {} })
+        expect(done.outcome).toBe("offloaded")
+        // After the offload nothing is left to summarise within the kept tail.
+        expect((yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })).coveredItems).toBe(0)
+
+        const undone = yield* api.threads.undoOffload({ path: { threadId }, payload: { commandId: "undo-1" }, headers: {} })
+        expect(undone).toMatchObject({
+          undone: true,
+          offloadId: done.offloadId,
+          summaryItemId: done.summaryItemId,
+          restoredItems: done.coveredItems,
+          tokensBefore: done.tokensAfter,
+          tokensAfter: done.tokensBefore
+        })
+        expect(undone.message).toMatch(/^Undid the newest offload: \d+ messages are visible again instead of its summary\. Conversation: ~.* tokens\. The summary stays in the log\.$/)
+        // The same command id answers the same; the summary item is still readable by id.
+        expect(yield* api.threads.undoOffload({ path: { threadId }, payload: { commandId: "undo-1" }, headers: {} })).toEqual(undone)
+        expect((yield* api.items.get({ path: { itemId: done.summaryItemId! }, urlParams: {} })).item.text).toContain("## Goal")
+        // The visible history is the one before: the preview covers the same items with the same tokens.
+        const again = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })
+        expect(again.coveredItemIds).toEqual(before.coveredItemIds)
+        expect(again.tokensBefore).toBe(before.tokensBefore)
+        // Nothing more to undo; offloading again commits a new summary.
+        const nothing = yield* api.threads.undoOffload({ path: { threadId }, payload: {}, headers: {} })
+        expect(nothing).toMatchObject({ undone: false, reason: "the thread has no offload to undo" })
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const redone = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700 }, headers: {} })
+        expect(redone).toMatchObject({ outcome: "offloaded", coveredItemIds: done.coveredItemIds, tokensBefore: done.tokensBefore })
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(2)
+      })), 120_000)
 })

@@ -46,6 +46,7 @@ import {
   ForkResult,
   MergeResult,
   OffloadReport,
+  OffloadUndoReport,
   SwitchResult,
   ToolResultOffloadPreview,
   ToolResultOffloadControlView,
@@ -266,6 +267,16 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .addError(OffloadFailed)
       .addError(OffloadOperationNotFound)
       .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. Answers the operation's outcome (`offloaded`, `nothing`, `stale`: the thread advanced meanwhile and the summary was discarded, `cancelled`) with `operationId` and a `message` for the user; the same `operationId` again answers the first outcome. `dryRun: true` previews. 409 while a run is queued or running; 502 when the summariser failed (the conversation is unchanged).")
+  )
+  .add(
+    HttpApiEndpoint.post("undoOffload", "/threads/:threadId/offload/undo")
+      .setPath(threadPath)
+      .setPayload(CommandPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(OffloadUndoReport)
+      .addError(ThreadNotFound)
+      .addError(RunInProgress)
+      .annotate(OpenApi.Description, "Undoes the newest `/offload` not yet undone: the visible history is again what it was before it; the summary stays in the log, its record marked undone. `undone: false` with the reason when there is none or its summary is already owed by a handoff. 409 while a run is queued or running.")
   )
   .add(
     HttpApiEndpoint.get("getOffload", "/threads/:threadId/offload/:operationId")

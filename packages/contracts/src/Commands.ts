@@ -124,6 +124,18 @@ export type OffloadThread = typeof OffloadThread.Type
 
 
 /**
+ * Undoes the thread's newest `/offload` not yet undone: the visible history is again what it was before it (the
+ * previous summary, if any, and every item after its cut). The summary item stays in the log; its offload record is
+ * marked undone. Refused (`undone: false`, with the reason) when the summary is already owed to or delivered by a
+ * handoff. Fails with `ThreadNotFound`, `RunInProgress`. A repeated command id answers as the first time.
+ */
+export const UndoOffload = Schema.TaggedStruct("UndoOffload", {
+  commandId: CommandId,
+  threadId: ThreadId
+})
+export type UndoOffload = typeof UndoOffload.Type
+
+/**
  * Undoes the newest tool-result offload flush of the thread's active native thread (a model-API instance's message
  * list, docs/offload.md): the stubbed results are carried verbatim again from the next request on, and those units are
  * never stubbed again. Fails with `ThreadNotFound`, `RunInProgress` (a run is queued, running or waiting),
@@ -172,6 +184,7 @@ export const Command = Schema.Union(
   ForkThread,
   MergeBack,
   OffloadThread,
+  UndoOffload,
   SubmitToolResults,
   UndoToolResultOffload,
   SetToolResultOffloadControl

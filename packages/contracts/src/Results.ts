@@ -214,6 +214,23 @@ export type OffloadReport = typeof OffloadReport.Type
 
 
 /**
+ * What `POST /threads/{id}/offload/undo` did: the offload it undid (or why none: `undone: false` and `reason`), the
+ * visible history's tokens before and after (rendered tokens), and `message`, the line for the user.
+ */
+export const OffloadUndoReport = Schema.Struct({
+  undone: Schema.Boolean,
+  reason: Schema.NullOr(Schema.String),
+  offloadId: Schema.NullOr(OffloadId),
+  summaryItemId: Schema.NullOr(ItemId),
+  /** Items visible again: the undone summary's covered items after the previous summary's cut. */
+  restoredItems: ItemCount,
+  tokensBefore: Tokens,
+  tokensAfter: Tokens,
+  message: Schema.String
+})
+export type OffloadUndoReport = typeof OffloadUndoReport.Type
+
+/**
  * The dry run of tool-result offload on a thread's active native thread (`GET /threads/{id}/tool-result-offload`,
  * `baton offload --dry-run`): what the policy (docs/offload.md) would replace with stubs before the next request, and
  * what that would cost and save. Stores nothing.

@@ -31,7 +31,9 @@ import {
   OffloadFailed,
   OffloadOperationNotFound,
   OffloadReport,
+  OffloadUndoReport,
   PersistenceError,
+  RunInProgress,
   type SummariserCost,
   type ThreadId
 } from "@baton/contracts"
@@ -39,6 +41,7 @@ import { OffloadCut, Render, TokenCounter, ToolResultOffload } from "@baton/cont
 import { type OffloadOperationRecord, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Summariser } from "@baton/providers"
 import { Data, DateTime, Deferred, Effect, Fiber, Schema } from "effect"
+import * as CommandReceipts from "./CommandReceipts.js"
 import * as Message from "./OffloadMessage.js"
 import * as RunCosts from "./RunCosts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
@@ -254,7 +257,9 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * excepted); without an offload, every item. Fails with `PersistenceError`.
      */
     const visibleHistory = Effect.fn("ThreadOffload.visibleHistory")(function*(threadId: ThreadId) {
-      const items = yield* store.listItems(threadId)
+      // An undone offload's summary stays in the log but in no visible history.
+      const undone = new Set(yield* store.listUndoneSummaryItemIds(threadId))
+      const items = (yield* store.listItems(threadId)).filter((i) => !undone.has(i.id))
       const offloads = yield* store.listOffloads(threadId)
       const visible = OffloadCut.visibleHistory(items, offloads)
       return { offload: offloads.at(-1) ?? null, summary: visible.summary, items: visible.items } satisfies VisibleHistory
@@ -270,6 +275,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         const offloads = yield* store.listOffloads(threadId)
         const previous = offloads.at(-1) ?? null
         const summaryIds = new Set<string>(offloads.map((o) => o.summaryItemId))
+        // Undone summaries are no history to summarise (their originals are still there).
+        for (const id of yield* store.listUndoneSummaryItemIds(threadId)) summaryIds.add(id)
         const all = yield* store.listItems(threadId)
         const previousCut = previous?.cutSeq ?? 0
         const candidates = all.filter((i) => i.seq > previousCut && !summaryIds.has(i.id))
@@ -279,6 +286,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         const previousTokens = previousItem?.tokens ?? 0
         return {
           version,
+          // Undone offloads keep their generation: the next one comes after every one ever written.
+          generation: (yield* store.maxOffloadGeneration(threadId)) + 1,
           previous,
           summaryIds,
           all,
@@ -536,7 +545,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           const record: Offload = {
             id: ids.next("off") as Offload["id"],
             threadId,
-            generation: (plan.previous?.generation ?? 0) + 1,
+            generation: plan.generation,
             summaryItemId: summary!.id,
             previousOffloadId: plan.previous?.id ?? null,
             fromSeq: plan.covered[0]!.seq,
@@ -770,6 +779,67 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       return yield* outcome(threadId, operationId, false)
     })
 
-    return { offload, preview, cancel, get, visibleHistory }
+    /** Rendered tokens of a visible history: its summary and its items. */
+    const visibleTokens = (v: VisibleHistory) => (v.summary?.tokens ?? 0) + v.items.reduce((n, i) => n + i.tokens, 0)
+
+    /**
+     * Undoes `threadId`'s newest offload not yet undone, under the thread's lock: its record is marked undone (it
+     * leaves the summary chain, so the visible history is again the previous summary and every item after that
+     * summary's cut), a `thread.offload_undone` event is appended, and the receipt of `receiptKey` is written, all in
+     * one unit of work. The summary item stays in the log. Nothing is undone (`undone: false`, with the reason) when
+     * there is no offload, or a handoff owes or delivered its summary (the originals would have to be owed again).
+     * Fails with `RunInProgress`, `PersistenceError`, `ConcurrentModification`.
+     */
+    const undo = Effect.fn("ThreadOffload.undo")(function*(threadId: ThreadId, receiptKey: CommandReceipts.Key) {
+      return yield* uow.thread(threadId, "ThreadOffload.undo")(Effect.gen(function*() {
+        const active = yield* store.findActiveRun(threadId)
+        if (active._tag === "Some") return yield* new RunInProgress({ threadId, runId: active.value.id })
+        const before = yield* visibleHistory(threadId)
+        const tokensBefore = visibleTokens(before)
+        const none = (reason: string): OffloadUndoReport => ({
+          undone: false,
+          reason,
+          offloadId: null,
+          summaryItemId: null,
+          restoredItems: 0,
+          tokensBefore,
+          tokensAfter: tokensBefore,
+          message: `Nothing was undone: ${reason}. The conversation is unchanged.`
+        })
+        const latest = before.offload
+        if (latest === null) return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, none("the thread has no offload to undo"))
+        const owing = (yield* store.listHandoffs(threadId)).filter((h) => h.itemIds.includes(latest.summaryItemId))
+        if (owing.length > 0) {
+          return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, none(
+            `the summary ${latest.summaryItemId} of offload ${latest.id} is already owed to another provider thread ` +
+              `(handoff ${owing.map((h) => h.id).join(", ")}); undoing it would need its originals owed again, which is not supported yet`
+          ))
+        }
+        yield* store.markOffloadUndone(latest.id, yield* DateTime.now)
+        yield* store.appendEvent({
+          threadId,
+          type: "thread.offload_undone",
+          payload: { offloadId: latest.id, generation: latest.generation, summaryItemId: latest.summaryItemId, cutSeq: latest.cutSeq },
+          commandId: receiptKey.commandId
+        })
+        const after = yield* visibleHistory(threadId)
+        const tokensAfter = visibleTokens(after)
+        const restoredItems = after.items.length - before.items.length
+        const report: OffloadUndoReport = {
+          undone: true,
+          reason: null,
+          offloadId: latest.id,
+          summaryItemId: latest.summaryItemId,
+          restoredItems,
+          tokensBefore,
+          tokensAfter,
+          message: `Undid the newest offload: ${restoredItems} message${restoredItems === 1 ? " is" : "s are"} visible again instead of its ` +
+            `summary. Conversation: ${Message.approx(tokensBefore)} -> ${Message.approx(tokensAfter)} tokens. The summary stays in the log.`
+        }
+        return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, report)
+      }))
+    })
+
+    return { offload, preview, cancel, get, undo, visibleHistory }
   })
 }) {}

@@ -27,6 +27,7 @@ import {
   type Thread,
   ThreadNotFound,
   type ThreadId,
+  OffloadUndoReport,
   type ToolResultOffloadControl,
   ToolResultOffloadControlView,
   type ToolResultOffloadPreview,
@@ -590,6 +591,18 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         }
       })
 
+    /**
+     * Undoes the thread's newest `/offload` (see `Commands.UndoOffload`, ThreadOffload.undo). A repeated command id
+     * answers as the first time. Fails with `ThreadNotFound`, `RunInProgress`, `InvalidRequest` (a reused id).
+     */
+    const undoOffload = Effect.fn("ThreadService.undoOffload")(function*(command: Commands.UndoOffload) {
+      const receiptKey = CommandReceipts.keyOf(command, command.threadId)
+      const seen = yield* CommandReceipts.find(store, receiptKey)
+      if (seen._tag === "Some") return yield* CommandReceipts.decode(OffloadUndoReport, command.commandId, seen.value.result)
+      const thread = yield* getThread(command.threadId)
+      return yield* offloader.undo(thread.id, receiptKey)
+    })
+
     /** The outcome of `/offload` operation `operationId` of `threadId`. Fails with `ThreadNotFound`, `OffloadOperationNotFound`. */
     const getOffload = Effect.fn("ThreadService.getOffload")(function*(threadId: ThreadId, operationId: string) {
       const thread = yield* getThread(threadId)
@@ -777,6 +790,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       fork,
       mergeBack,
       offload,
+      undoOffload,
       getOffload,
       cancelOffload,
       previewToolResultOffload,

@@ -528,14 +528,29 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
       // ---- offloads
       insertOffload: (o: Offload) => offloads.insert(o),
-      /** Every offload of the thread, oldest first (the summary chain). */
+      /** Every offload of the thread not undone, oldest first (the summary chain). */
       listOffloads: (threadId: ThreadId) =>
-        offloads.findAll("offloads.list", sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation`),
-      /** The newest offload of the thread: its summary and cut define the model-visible history. */
+        offloads.findAll("offloads.list", sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL ORDER BY generation`),
+      /** The newest offload of the thread not undone: its summary and cut define the model-visible history. */
       latestOffload: (threadId: ThreadId) =>
         offloads.findOne(
           "offloads.latest",
-          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation DESC LIMIT 1`
+          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL ORDER BY generation DESC LIMIT 1`
+        ),
+      /** Marks offload `id` undone at `at` (it leaves the summary chain; its summary item stays in the log). */
+      markOffloadUndone: (id: string, at: DateTime.Utc) =>
+        sql`UPDATE offloads SET undone_at = ${DateTime.formatIso(at)} WHERE id = ${id}`.pipe(Effect.asVoid, orPersistence("offloads.undo")),
+      /** The summary items of the thread's undone offloads (in the log, in no visible history). */
+      listUndoneSummaryItemIds: (threadId: ThreadId) =>
+        sql<{ readonly summaryItemId: string }>`SELECT summary_item_id FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NOT NULL`.pipe(
+          Effect.map((rows) => rows.map((r) => r.summaryItemId)),
+          orPersistence("offloads.undone")
+        ),
+      /** The highest generation of the thread's offloads, undone ones included (0 without any). */
+      maxOffloadGeneration: (threadId: ThreadId) =>
+        sql<{ readonly g: unknown }>`SELECT COALESCE(MAX(generation), 0) AS g FROM offloads WHERE thread_id = ${threadId}`.pipe(
+          Effect.map((rows) => Number(rows[0]?.g ?? 0)),
+          orPersistence("offloads.maxGeneration")
         ),
 
       // ---- offload operations

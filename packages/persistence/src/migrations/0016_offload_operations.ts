@@ -5,6 +5,9 @@
  * The summariser's billed tokens and their price are kept with it, `cost_state` `committed` with an offload that
  * committed, `abandoned` otherwise (never lost: a thread's cost totals add both). `fingerprint` is the request's
  * payload fingerprint: the same id with another payload is refused.
+ *
+ * `offloads.undone_at`: when the offload was undone (`POST /threads/{id}/offload/undo`), else `NULL`. An undone
+ * offload is no longer part of the summary chain; its summary item stays in the log.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
@@ -29,4 +32,5 @@ export default Effect.gen(function*() {
     finished_at TEXT
   )`
   yield* sql`CREATE INDEX offload_operations_thread ON offload_operations (thread_id)`
+  yield* sql`ALTER TABLE offloads ADD COLUMN undone_at TEXT`
 })
