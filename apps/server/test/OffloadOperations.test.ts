@@ -8,7 +8,9 @@
 import type { ThreadId } from "@baton/contracts"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber } from "effect"
+import { Effect, Fiber, type Scope } from "effect"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
 import { client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, sendAndWait, serveSettings, settingsFor } from "./support/ModelServer.js"
@@ -39,7 +41,8 @@ const until = (ready: () => boolean) =>
  */
 const withThread = <A, E, R>(
   turns: number,
-  body: (ctx: { readonly chat: ModelApi.ModelApi; readonly summariser: ModelApi.ModelApi; readonly threadId: ThreadId }) => Effect.Effect<A, E, R>
+  body: (ctx: { readonly chat: ModelApi.ModelApi; readonly summariser: ModelApi.ModelApi; readonly threadId: ThreadId }) => Effect.Effect<A, E, R>,
+  hook?: { readonly url: string; readonly timeoutMs: number }
 ) =>
   Effect.scoped(Effect.gen(function*() {
     const chat = yield* ModelApi.start
@@ -56,8 +59,34 @@ const withThread = <A, E, R>(
         expect((yield* sendAndWait(threadId as ThreadId, `Step ${i}: ${Harness.words(450)}`)).run.status).toBe("completed")
       }
       return yield* body({ chat, summariser, threadId: threadId as ThreadId })
-    }).pipe(Effect.provide(serveSettings({ ...settings, offload: { summariser: "sum" } })))
+    }).pipe(Effect.provide(serveSettings({ ...settings, offload: { summariser: "sum", ...(hook === undefined ? {} : { preCompactHook: hook }) } })))
   }))
+
+/**
+ * A loopback PreCompact hook for the scope: each POST's JSON body is recorded and answered with `answer` (`null`:
+ * never answered, a hook that misses its deadline).
+ */
+const hookServer = (answer: Record<string, unknown> | null): Effect.Effect<{ readonly url: string; readonly bodies: Array<unknown> }, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly server: Http.Server; readonly url: string; readonly bodies: Array<unknown> }>((resume) => {
+      const bodies: Array<unknown> = []
+      const server = Http.createServer((req, res) => {
+        const parts: Array<Buffer> = []
+        req.on("data", (c: Buffer) => parts.push(c))
+        req.on("end", () => {
+          bodies.push(JSON.parse(Buffer.concat(parts).toString("utf8")))
+          if (answer === null) return
+          res.writeHead(200, { "content-type": "application/json" })
+          res.end(JSON.stringify(answer))
+        })
+      })
+      server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/pre-compact`, bodies })))
+    }),
+    ({ server }) => Effect.async<void>((resume) => {
+      server.closeAllConnections()
+      server.close(() => resume(Effect.void))
+    })
+  )
 
 /** The thread's items of `kind`. */
 const itemsOf = (threadId: ThreadId, kind: string) =>
@@ -258,4 +287,32 @@ describe("/offload over HTTP: server-owned operations", () => {
         expect(redone).toMatchObject({ outcome: "offloaded", coveredItemIds: done.coveredItemIds, tokensBefore: done.tokensBefore })
         expect(yield* itemsOf(threadId, "summary")).toHaveLength(2)
       })), 120_000)
+
+  it.live("a PreCompact hook that denies: outcome denied with its reason, the summariser never called; one that misses its deadline denies saying so", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const denying = yield* hookServer({ decision: "deny", reason: "a release is being cut: no offloads until 18:00" })
+      yield* withThread(4, ({ summariser, threadId }) =>
+        Effect.gen(function*() {
+          const api = yield* client()
+          const report = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-hook" }, headers: {} })
+          expect(report).toMatchObject({ operationId: "op-hook", outcome: "denied", offloaded: false, reason: "a release is being cut: no offloads until 18:00" })
+          expect(report.message).toBe(
+            "The PreCompact hook denied the offload: a release is being cut: no offloads until 18:00. The conversation is unchanged."
+          )
+          expect(denying.bodies).toEqual([{ threadId, trigger: "manual", approvalMode: "client-requested" }])
+          expect(summariser.requests).toHaveLength(0)
+          expect(yield* itemsOf(threadId, "summary")).toEqual([])
+          expect(yield* api.threads.getOffload({ path: { threadId, operationId: "op-hook" } })).toEqual(report)
+        }), { url: denying.url, timeoutMs: 10_000 })
+
+      const silent = yield* hookServer(null)
+      yield* withThread(4, ({ summariser, threadId }) =>
+        Effect.gen(function*() {
+          const api = yield* client()
+          const report = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700 }, headers: {} })
+          expect(report).toMatchObject({ outcome: "denied", reason: "the PreCompact hook did not answer within 300 ms" })
+          expect(silent.bodies).toHaveLength(1)
+          expect(summariser.requests).toHaveLength(0)
+        }), { url: silent.url, timeoutMs: 300 })
+    })), 120_000)
 })

@@ -137,10 +137,11 @@ export type CompactReport = typeof CompactReport.Type
  *   offload committed): the summary was discarded, the conversation is unchanged, retry;
  * - `cancelled`: a client cancelled it before it committed; the conversation is unchanged;
  * - `failed`: the summariser failed or its summary was refused (`OffloadFailed`); the conversation is unchanged;
+ * - `denied`: the configured PreCompact hook denied it (`reason` is the hook's); nothing was summarised;
  * - `running`: still in flight (`GET /threads/{id}/offload/{operationId}` only);
  * - `preview`: a dry run (`dryRun: true`): what an offload would do now; nothing was called or written.
  */
-export const OffloadOutcome = Schema.Literal("offloaded", "nothing", "stale", "cancelled", "failed", "running", "preview")
+export const OffloadOutcome = Schema.Literal("offloaded", "nothing", "stale", "cancelled", "failed", "denied", "running", "preview")
 export type OffloadOutcome = typeof OffloadOutcome.Type
 
 /**

@@ -46,6 +46,8 @@ export const of = (r: OffloadReport): string => {
     case "failed":
       return `The offload failed: ${r.reason ?? "unknown reason"}. The conversation is unchanged` +
         `${r.retryable ? "; retry /offload later" : ""}.${spent(r)}`
+    case "denied":
+      return `The PreCompact hook denied the offload: ${r.reason ?? "no reason given"}. The conversation is unchanged.`
     case "running":
       return "The offload is still running; the conversation is unchanged until it commits."
     case "preview":

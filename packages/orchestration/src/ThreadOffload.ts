@@ -43,6 +43,7 @@ import { Summariser } from "@baton/providers"
 import { Data, DateTime, Deferred, Effect, Fiber, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import * as Message from "./OffloadMessage.js"
+import { PreCompactHook } from "./PreCompactHook.js"
 import * as RunCosts from "./RunCosts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -124,6 +125,12 @@ export const noPrices: CacheRewrite = {
 export const estimatedSummaryRatio = 0.25
 export const maxEstimatedSummaryTokens = 2_000
 
+/**
+ * The approval mode a PreCompact hook is told for a client's `/offload`: the client asked for it (Baton asks no one
+ * else's approval before an offload).
+ */
+export const manualApproval = "client-requested"
+
 /** The errors of an operation's fiber. */
 type OffloadError = OffloadFailed | PersistenceError | ConcurrentModification | OffloadOperationNotFound
 
@@ -147,6 +154,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const delivery = yield* ContextHandoffDelivery
     const summariser = yield* Summariser.Summariser
     const counter = yield* TokenCounter.TokenCounter
+    const hook = yield* PreCompactHook
 
     /** `item` with its text cut to fit `room` rendered tokens, saying so, or `item` itself when it fits. */
     const clipped = (item: Item, room: number): Item => {
@@ -722,6 +730,14 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         const report: OffloadReport = { ...base, outcome: "nothing", reason }
         const withMessage = { ...report, message: Message.of(report) }
         yield* uow.thread(threadId, "ThreadOffload.nothing")(store.insertOffloadOperation(finished(key, threadId, withMessage, createdAt, createdAt)))
+        return withMessage
+      }
+      // The PreCompact hook may deny it (with a reason for the user); nothing is summarised then.
+      const decision = yield* hook.check({ threadId, trigger: "manual", approvalMode: manualApproval })
+      if (!decision.allow) {
+        const report: OffloadReport = { ...base, outcome: "denied", reason: decision.reason }
+        const withMessage = { ...report, message: Message.of(report) }
+        yield* uow.thread(threadId, "ThreadOffload.denied")(store.insertOffloadOperation(finished(key, threadId, withMessage, createdAt, createdAt)))
         return withMessage
       }
       // The operation is recorded before the summariser is called: its charge is prepared, to be committed with the
