@@ -6,7 +6,7 @@
  * A hook fails closed: an error, another answer or a missed deadline is a denial that says so.
  */
 import { PreCompactHook } from "@baton/orchestration"
-import { Duration, Effect, Layer } from "effect"
+import { Data, Duration, Effect, Layer } from "effect"
 import * as ChildProcess from "node:child_process"
 
 /** The config of a hook: exactly one of `url` and `command`, and the deadline in milliseconds. */
@@ -17,6 +17,9 @@ export interface HookConfig {
 }
 
 type Decision = PreCompactHook.PreCompactDecision
+
+/** The HTTP hook could not be asked (connection refused, a body that is not JSON, ...). */
+class HookUnreachable extends Data.TaggedError("HookUnreachable")<{ readonly detail: string }> {}
 
 const deny = (reason: string): Decision => ({ allow: false, reason })
 
@@ -35,8 +38,8 @@ const viaHttp = (url: string, input: PreCompactHook.PreCompactInput) =>
       if (!response.ok) return deny(`the PreCompact hook answered HTTP ${response.status}`)
       return decide(await response.json())
     },
-    catch: (e) => e
-  }).pipe(Effect.catchAll((e) => Effect.succeed(deny(`the PreCompact hook could not be reached (${String(e)})`))))
+    catch: (e) => new HookUnreachable({ detail: String(e) })
+  }).pipe(Effect.catchAll((e) => Effect.succeed(deny(`the PreCompact hook could not be reached (${e.detail})`))))
 
 const viaCommand = (argv: ReadonlyArray<string>, input: PreCompactHook.PreCompactInput) =>
   Effect.async<Decision>((resume) => {

@@ -618,7 +618,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           return withMessage
         })))
         if (committed._tag === "Right" && committed.right !== null) return committed.right
-        if (committed._tag === "Left" && committed.left._tag !== "ConcurrentModification") return yield* Effect.fail(committed.left)
+        if (committed._tag === "Left" && committed.left._tag !== "ConcurrentModification") return yield* committed.left
         // Stale: the thread advanced while the summary was written (or another writer got in first).
         return (yield* ended(
           "stale",
