@@ -180,12 +180,22 @@ export const compactReport = (r: CompactReport) => {
     : `not compacted: ${r.reason ?? "nothing to do"}${r.deliveredItems > 0 || r.stillDeferred > 0 ? `; ${delivered}` : ""}`
 }
 
-/** `/offload`'s report: what the summary covers and what stays verbatim (tokens are rendered tokens). */
-export const offloadReport = (r: OffloadReport) =>
-  r.offloaded
+/**
+ * `/offload`'s report: the server's message for the user (e.g. "Offloaded 6 older messages, freeing up context window
+ * space. Conversation: ~1.0K -> ~250 tokens (75% decrease), 4 messages kept."), then what the summary covers and what
+ * stays verbatim (tokens are rendered tokens), the operation id and the summariser's cost.
+ */
+export const offloadReport = (r: OffloadReport) => {
+  const cost = r.cost === null
+    ? ""
+    : `; summariser ${r.cost.calls} call(s) ${n(r.cost.inputTokens + r.cost.cacheWriteTokens + r.cost.cacheReadTokens)} in / ` +
+      `${n(r.cost.outputTokens)} out tok${r.cost.costUsd === null ? "" : ` $${r.cost.costUsd}`} (${r.cost.state})`
+  const detail = r.offloaded
     ? `offloaded through item ${r.cutSeq ?? "-"}: ${items(r.coveredItems)} ${n(r.coveredTokens)} tok -> summary ${r.summaryItemId ?? "-"} ` +
       `${n(r.summaryTokens)} tok; kept ${items(r.keptItems)} ${n(r.keptTokens)} tok verbatim (asked ${n(r.keepTokens)})`
-    : `not offloaded: ${r.reason ?? "nothing to do"}`
+    : `${r.outcome}: ${r.reason ?? "nothing to do"}`
+  return `${r.message}\n${detail}; operation ${r.operationId}${cost}`
+}
 
 /**
  * The tool-result offload dry run, e.g.:

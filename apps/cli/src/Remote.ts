@@ -232,13 +232,27 @@ export const compact = (target: Target, threadId: string, json: boolean) =>
     yield* Console.log(json ? JSON.stringify(report) : Format.compactReport(report))
   }))
 
-/** `baton --server URL offload ID [--keep-tokens N] [--json]`. */
-export const offload = (target: Target, threadId: string, keepTokens: Option.Option<number>, json: boolean) =>
+/**
+ * `baton --server URL offload ID [--keep-tokens N] [--operation-id OP] [--preview] [--json]`: prints the server's
+ * message for the user, then the details (`--preview`: the summary offload's dry run).
+ */
+export const offload = (
+  target: Target,
+  threadId: string,
+  keepTokens: Option.Option<number>,
+  json: boolean,
+  options: { readonly operationId?: Option.Option<string>; readonly preview?: boolean } = {}
+) =>
   call(target, Effect.gen(function*() {
     const client = yield* api(target)
+    const operationId = options.operationId ?? Option.none()
     const report = yield* client.threads.offload({
       path: { threadId: threadId as ThreadId },
-      payload: Option.match(keepTokens, { onNone: () => ({}), onSome: (k) => ({ keepTokens: k }) }),
+      payload: {
+        ...Option.match(keepTokens, { onNone: () => ({}), onSome: (k) => ({ keepTokens: k }) }),
+        ...Option.match(operationId, { onNone: () => ({}), onSome: (id) => ({ operationId: id }) }),
+        ...(options.preview === true ? { dryRun: true } : {})
+      },
       headers: {}
     })
     yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))

@@ -347,6 +347,10 @@ const offload = Command.make(
       "change nothing: show the tool units tool-result offload would replace with stubs before the next request, tokens before and after, the cache-rewrite cost and break-even"
     )),
     undo: Options.boolean("undo").pipe(Options.withDescription("undo the newest tool-result offload flush: the stubbed results go out verbatim again")),
+    preview: Options.boolean("preview").pipe(Options.withDescription(
+      "change nothing: show what /offload would summarise, the conversation's tokens before and after (estimated) and the cache-rewrite cost"
+    )),
+    operationId: Options.text("operation-id").pipe(Options.withDescription("the operation's id: the same id again answers the first outcome"), Options.optional),
     json: jsonOption("print the report as one JSON object")
   },
   (o) =>
@@ -359,7 +363,7 @@ const offload = Command.make(
         ? Remote.offloadPreview(target, o.id, o.json)
         : o.undo
         ? Remote.offloadUndo(target, o.id, o.json)
-        : Remote.offload(target, o.id, o.keepTokens, o.json)
+        : Remote.offload(target, o.id, o.keepTokens, o.json, { operationId: o.operationId, preview: o.preview })
     ).pipe(badInput)
 ).pipe(Command.withDescription("/offload: summarises older history, keeping the newest verbatim; --dry-run previews and --undo undoes tool-result offload (needs --server)"))
 

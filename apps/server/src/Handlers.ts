@@ -69,12 +69,24 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
           service.compact(Commands.CompactThread.make({ commandId, threadId: path.threadId }))))
       .handle("offload", ({ headers, path, payload }) =>
-        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
-          service.offload(Commands.OffloadThread.make({
-            commandId,
+        Effect.gen(function*() {
+          const commandId = yield* commandIdOf(ids, headers, payload)
+          const given = headers["idempotency-key"] ?? payload.commandId
+          if (payload.operationId !== undefined && given !== undefined && payload.operationId !== given) {
+            return yield* new InvalidRequest({ reason: "operationId and the command id (Idempotency-Key or commandId) differ; send one, or the same in each" })
+          }
+          return yield* service.offload(Commands.OffloadThread.make({
+            commandId: (payload.operationId ?? commandId) as CommandId,
             threadId: path.threadId,
-            ...(payload.keepTokens === undefined ? {} : { keepTokens: payload.keepTokens })
-          }))))
+            ...(payload.keepTokens === undefined ? {} : { keepTokens: payload.keepTokens }),
+            ...(payload.dryRun === undefined ? {} : { dryRun: payload.dryRun })
+          }))
+        }))
+      .handle("undoOffload", ({ headers, path, payload }) =>
+        Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
+          service.undoOffload(Commands.UndoOffload.make({ commandId, threadId: path.threadId }))))
+      .handle("getOffload", ({ path }) => service.getOffload(path.threadId, path.operationId))
+      .handle("cancelOffload", ({ path }) => service.cancelOffload(path.threadId, path.operationId))
       .handle("previewToolResultOffload", ({ path }) => service.previewToolResultOffload(path.threadId))
       .handle("undoToolResultOffload", ({ headers, path, payload }) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>

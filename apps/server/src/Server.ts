@@ -11,6 +11,7 @@
  *   connections are closed; then the run driver interrupts the turns in flight (each bounded by
  *   `interruptTimeoutMs`) so each ends with a recorded outcome (`process_stopped`).
  */
+import * as PreCompactHooks from "./PreCompactHooks.js"
 import { Api } from "@baton/contracts"
 import { Budget, TokenCounter } from "@baton/context"
 import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver, ThreadRead } from "@baton/orchestration"
@@ -115,6 +116,7 @@ export const orchestratorLayer = (
     )
   return RunDriver.RunDriver.Default.pipe(
     Layer.provideMerge(OrchestratorLayer.layer),
+    Layer.provide(PreCompactHooks.layer(settings.offload?.preCompactHook ?? null)),
     Layer.provideMerge(summariserLayer),
     Layer.provideMerge(registry),
     Layer.provideMerge(databaseLayer(settings.database)),

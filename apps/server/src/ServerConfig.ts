@@ -164,7 +164,8 @@ export const defaultGatewayMaxBodyBytes = 32 * 1024 * 1024
  *   `interruptTimeoutMs` (a provider's interrupt acknowledgement), `turnTimeoutMs` (one provider turn),
  *   `toolResultTimeoutMs` (how long a run waits for the client's tool results);
  * - `offload`: `summariser`, the name of a model-API provider instance that writes `/offload` summaries
- *   (`ModelSummariser`; default: the offline digest summariser);
+ *   (`ModelSummariser`; default: the offline digest summariser); `preCompactHook`, asked before each `/offload`
+ *   summarises: `url` (an HTTP endpoint) or `command` (an executable's argv), and `timeoutMs` (default 10,000);
  * - `gateway`: the agent-facing gateway (docs/gateway.md): `routes` (`GatewayRouteJson`, first match wins) and
  *   `maxBodyBytes` (an agent's request body, bytes; default 32 MiB).
  */
@@ -191,7 +192,12 @@ export const ConfigFile = Schema.Struct({
     toolResultTimeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(1_000, 86_400_000)))
   })),
   offload: Schema.optional(Schema.Struct({
-    summariser: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+    summariser: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
+    preCompactHook: Schema.optional(Schema.Struct({
+      url: Schema.optional(Schema.String.pipe(Schema.pattern(/^https?:\/\//, { message: () => "a hook URL starts with http:// or https://" }))),
+      command: Schema.optional(Schema.Array(Schema.String.pipe(Schema.minLength(1))).pipe(Schema.minItems(1))),
+      timeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(100, 600_000)))
+    }))
   })),
   gateway: Schema.optional(Schema.Struct({
     routes: Schema.Array(GatewayRouteJson),
@@ -278,7 +284,11 @@ export interface ServerSettings {
     readonly toolResultTimeoutMs: number
   }
   /** `/offload`: `summariser`, the model-API instance writing summaries (`null` or absent: the offline digest). */
-  readonly offload?: { readonly summariser: string | null }
+  readonly offload?: {
+    readonly summariser: string | null
+    /** The PreCompact hook (absent: none, every offload allowed). */
+    readonly preCompactHook?: { readonly url?: string | undefined; readonly command?: ReadonlyArray<string> | undefined; readonly timeoutMs: number }
+  }
   /** The gateway's routes (in order; none: the gateway answers every model 404) and its body limit (bytes). */
   readonly gateway?: { readonly routes: ReadonlyArray<GatewayRouteJson>; readonly maxBodyBytes: number }
 }
@@ -506,6 +516,10 @@ export const resolve = (flags: ServeFlags = {}) =>
         })
       }
     }
+    const hook = file.offload?.preCompactHook
+    if (hook !== undefined && (hook.url === undefined) === (hook.command === undefined)) {
+      return yield* new ConfigInvalid({ source: configPath ?? "config", reason: "offload.preCompactHook: give exactly one of url and command" })
+    }
     return {
       host,
       port,
@@ -523,7 +537,10 @@ export const resolve = (flags: ServeFlags = {}) =>
         turnTimeoutMs: file.limits?.turnTimeoutMs ?? 1_800_000,
         toolResultTimeoutMs: file.limits?.toolResultTimeoutMs ?? 600_000
       },
-      offload: { summariser },
+      offload: {
+        summariser,
+        ...(hook === undefined ? {} : { preCompactHook: { url: hook.url, command: hook.command, timeoutMs: hook.timeoutMs ?? 10_000 } })
+      },
       gateway: { routes, maxBodyBytes: file.gateway?.maxBodyBytes ?? defaultGatewayMaxBodyBytes }
     } satisfies ServerSettings
   })

@@ -26,6 +26,7 @@ import {
   NoRunInProgress,
   NotReady,
   OffloadFailed,
+  OffloadOperationNotFound,
   PayloadTooLarge,
   PersistenceError,
   ProviderError,
@@ -45,6 +46,7 @@ import {
   ForkResult,
   MergeResult,
   OffloadReport,
+  OffloadUndoReport,
   SwitchResult,
   ToolResultOffloadPreview,
   ToolResultOffloadControlView,
@@ -95,6 +97,8 @@ const clientThreadId = ThreadId.pipe(Schema.maxLength(maxIdLength), Schema.filte
 const clientRunId = RunId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul))
 
 const threadPath = Schema.Struct({ threadId: clientThreadId })
+/** `/threads/{threadId}/offload/{operationId}`: an `/offload` operation id is an idempotency key. */
+const offloadOperationPath = Schema.Struct({ threadId: clientThreadId, operationId: IdempotencyKey })
 const runPath = Schema.Struct({ runId: clientRunId })
 const threadRunPath = Schema.Struct({ threadId: clientThreadId, runId: clientRunId })
 const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
@@ -156,6 +160,10 @@ export const CommandPayload = Schema.Struct(commandId).annotations(strict)
 /** `POST /threads/{id}/offload`: see `Commands.OffloadThread`. */
 export const OffloadPayload = Schema.Struct({
   keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  /** The operation's id (else the command id or `Idempotency-Key`, else generated); all given must agree. */
+  operationId: Schema.optional(IdempotencyKey),
+  /** Change nothing and call no summariser: answer what would be summarised, tokens before and after, cache cost. */
+  dryRun: Schema.optional(Schema.Boolean),
   ...commandId
 }).annotations(strict)
 
@@ -258,7 +266,34 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .addError(ThreadNotFound)
       .addError(RunInProgress)
       .addError(OffloadFailed)
-      .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. 409 while a run is queued or running.")
+      .addError(OffloadOperationNotFound)
+      .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. Answers the operation's outcome (`offloaded`, `nothing`, `stale`: the thread advanced meanwhile and the summary was discarded, `cancelled`) with `operationId` and a `message` for the user; the same `operationId` again answers the first outcome. `dryRun: true` previews. 409 while a run is queued or running; 502 when the summariser failed (the conversation is unchanged).")
+  )
+  .add(
+    HttpApiEndpoint.post("undoOffload", "/threads/:threadId/offload/undo")
+      .setPath(threadPath)
+      .setPayload(CommandPayload)
+      .setHeaders(IdempotencyHeaders)
+      .addSuccess(OffloadUndoReport)
+      .addError(ThreadNotFound)
+      .addError(RunInProgress)
+      .annotate(OpenApi.Description, "Undoes the newest `/offload` not yet undone: the visible history is again what it was before it; the summary stays in the log, its record marked undone. `undone: false` with the reason when there is none or its summary is already owed by a handoff. 409 while a run is queued or running.")
+  )
+  .add(
+    HttpApiEndpoint.get("getOffload", "/threads/:threadId/offload/:operationId")
+      .setPath(offloadOperationPath)
+      .addSuccess(OffloadReport)
+      .addError(ThreadNotFound)
+      .addError(OffloadOperationNotFound)
+      .annotate(OpenApi.Description, "The outcome of an `/offload` operation (`running` while in flight).")
+  )
+  .add(
+    HttpApiEndpoint.post("cancelOffload", "/threads/:threadId/offload/:operationId/cancel")
+      .setPath(offloadOperationPath)
+      .addSuccess(OffloadReport)
+      .addError(ThreadNotFound)
+      .addError(OffloadOperationNotFound)
+      .annotate(OpenApi.Description, "Cancels an `/offload` operation in flight. Answers its outcome once settled: `cancelled` (nothing was written; a summariser call already billed is recorded as abandoned) or, when it had already finished or was committing, that outcome.")
   )
   .add(
     HttpApiEndpoint.get("previewToolResultOffload", "/threads/:threadId/tool-result-offload")

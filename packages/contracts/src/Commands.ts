@@ -110,14 +110,30 @@ export type MergeBack = typeof MergeBack.Type
 /**
  * `/offload`: summarise the thread's older history into one `summary` item, keeping the newest `keepTokens` tokens
  * (rendered) verbatim. Without `keepTokens` the default is min(16,000, floor(window / 4)) of the active provider
- * thread's window (16,000 when the window is unknown).
+ * thread's window (16,000 when the window is unknown). `commandId` is the operation id: the same id again answers the
+ * first outcome (whatever it was), and names the operation for `GET .../offload/{operationId}` and its cancellation.
+ * `dryRun: true` changes nothing and calls no summariser: it answers what would be summarised (`outcome: "preview"`).
  */
 export const OffloadThread = Schema.TaggedStruct("OffloadThread", {
   commandId: CommandId,
   threadId: ThreadId,
-  keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
+  keepTokens: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  dryRun: Schema.optional(Schema.Boolean)
 })
 export type OffloadThread = typeof OffloadThread.Type
+
+
+/**
+ * Undoes the thread's newest `/offload` not yet undone: the visible history is again what it was before it (the
+ * previous summary, if any, and every item after its cut). The summary item stays in the log; its offload record is
+ * marked undone. Refused (`undone: false`, with the reason) when the summary is already owed to or delivered by a
+ * handoff. Fails with `ThreadNotFound`, `RunInProgress`. A repeated command id answers as the first time.
+ */
+export const UndoOffload = Schema.TaggedStruct("UndoOffload", {
+  commandId: CommandId,
+  threadId: ThreadId
+})
+export type UndoOffload = typeof UndoOffload.Type
 
 /**
  * Undoes the newest tool-result offload flush of the thread's active native thread (a model-API instance's message
@@ -168,6 +184,7 @@ export const Command = Schema.Union(
   ForkThread,
   MergeBack,
   OffloadThread,
+  UndoOffload,
   SubmitToolResults,
   UndoToolResultOffload,
   SetToolResultOffloadControl

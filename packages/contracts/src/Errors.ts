@@ -153,7 +153,18 @@ export class OffloadFailed extends Schema.TaggedError<OffloadFailed>()(
 ) {
   override get message() {
     return `could not offload thread ${this.threadId}: ${this.reason}. The history is unchanged (nothing was ` +
-      `summarised or replaced)${this.retryable ? "; retry /offload later" : ""}`
+      `summarised or replaced)${this.retryable ? "; retry /offload later (with a new operation id)" : ""}`
+  }
+}
+
+/** An `/offload` operation id that names no operation of the thread. */
+export class OffloadOperationNotFound extends Schema.TaggedError<OffloadOperationNotFound>()(
+  "OffloadOperationNotFound",
+  { threadId: Schema.String, operationId: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
+) {
+  override get message() {
+    return `no /offload operation ${this.operationId} on thread ${this.threadId}`
   }
 }
 

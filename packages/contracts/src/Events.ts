@@ -153,6 +153,15 @@ export const ThreadOffloaded = event(
   })
 )
 
+/**
+ * `{offloadId, generation, summaryItemId, cutSeq}`: the offload was undone (`POST /threads/{id}/offload/undo`): the
+ * visible history is again what it was before it; its summary item stays in the log, its record marked undone.
+ */
+export const ThreadOffloadUndone = event(
+  "thread.offload_undone",
+  Schema.Struct({ offloadId: OffloadId, generation: Count, summaryItemId: ItemId, cutSeq: Count })
+)
+
 /** `{reason, keepTokens, cutSeq}`: the summariser failed; nothing else was written. */
 export const ThreadOffloadFailed = event(
   "thread.offload_failed",
@@ -540,6 +549,7 @@ export const ThreadEvent = Schema.Union(
   ThreadMerged,
   ThreadOffloaded,
   ThreadOffloadFailed,
+  ThreadOffloadUndone,
   CalibrationUpdated,
   ContextOffloaded,
   ContextOffloadUndone,

@@ -129,8 +129,49 @@ export const CompactReport = Schema.Struct({
 })
 export type CompactReport = typeof CompactReport.Type
 
-/** What `/offload` did. Token counts are rendered tokens (`Item.tokens`). */
+/**
+ * How one `/offload` operation ended (or stands):
+ * - `offloaded`: the summary was committed;
+ * - `nothing`: nothing worth offloading (the reason says why), nothing written;
+ * - `stale`: the thread advanced while the summary was being written (a run was queued or appended items, or another
+ *   offload committed): the summary was discarded, the conversation is unchanged, retry;
+ * - `cancelled`: a client cancelled it before it committed; the conversation is unchanged;
+ * - `failed`: the summariser failed or its summary was refused (`OffloadFailed`); the conversation is unchanged;
+ * - `denied`: the configured PreCompact hook denied it (`reason` is the hook's); nothing was summarised;
+ * - `running`: still in flight (`GET /threads/{id}/offload/{operationId}` only);
+ * - `preview`: a dry run (`dryRun: true`): what an offload would do now; nothing was called or written.
+ */
+export const OffloadOutcome = Schema.Literal("offloaded", "nothing", "stale", "cancelled", "failed", "denied", "running", "preview")
+export type OffloadOutcome = typeof OffloadOutcome.Type
+
+/**
+ * What `/offload`'s summariser calls cost: the tokens billed over every call of the operation (uncached input, cache
+ * write, cache read, output) and their price in US dollars at the summariser instance's prices (`null` without
+ * prices). `state`: `committed` with an offload that committed, `abandoned` when the operation was discarded, failed
+ * or was cancelled (the money was spent all the same, and it is counted in the thread's totals). `calls` counts the
+ * calls whose usage the provider reported (a call cut short by a cancellation reports none).
+ */
+export const SummariserCost = Schema.Struct({
+  providerInstance: Schema.NullOr(Schema.String),
+  calls: ItemCount,
+  inputTokens: Tokens,
+  cacheWriteTokens: Tokens,
+  cacheReadTokens: Tokens,
+  outputTokens: Tokens,
+  costUsd: Schema.NullOr(Schema.Number),
+  state: Schema.Literal("committed", "abandoned")
+})
+export type SummariserCost = typeof SummariserCost.Type
+
+/**
+ * What `/offload` did (or, with `dryRun`, would do). Token counts are rendered tokens (`Item.tokens`).
+ * `operationId` names the operation (the request's, else generated): the same id again answers this outcome.
+ * `message` is the one line to show the user.
+ */
 export const OffloadReport = Schema.Struct({
+  operationId: Schema.String,
+  outcome: OffloadOutcome,
+  message: Schema.String,
   offloaded: Schema.Boolean,
   /** Why nothing was offloaded (`offloaded: false`), else `null`. */
   reason: Schema.NullOr(Schema.String),
@@ -151,9 +192,44 @@ export const OffloadReport = Schema.Struct({
   movedForToolUnits: ItemCount,
   supersededHandoffIds: Schema.Array(HandoffId),
   /** The handoffs that now owe the summary instead of the originals. */
-  handoffIds: Schema.Array(HandoffId)
+  handoffIds: Schema.Array(HandoffId),
+  /** The items the summary covers (would cover, in a preview), in thread order. */
+  coveredItemIds: Schema.Array(ItemId),
+  /** The model-visible history before (previous summary + every item after its cut) and after (summary + kept). */
+  tokensBefore: Tokens,
+  /** In a preview an estimate (the summary's size is not known before it is written). */
+  tokensAfter: Tokens,
+  /**
+   * The one-time prompt-cache rewrite the offload causes on the active provider: the new history is written to the
+   * cache instead of read, `(w - r) x tokensAfter` in base-input-token equivalents (Anthropic's multipliers when the
+   * instance has no prices) and in dollars at the instance's input price (`null` without prices).
+   */
+  cacheRewriteTokens: Tokens,
+  cacheRewriteUsd: Schema.NullOr(Schema.Number),
+  /** What the summariser's calls cost (`null`: none reported, e.g. the offline summariser, or a preview). */
+  cost: Schema.NullOr(SummariserCost),
+  /** Whether a failed, stale or cancelled offload is worth retrying (with a new operation id). */
+  retryable: Schema.Boolean
 })
 export type OffloadReport = typeof OffloadReport.Type
+
+
+/**
+ * What `POST /threads/{id}/offload/undo` did: the offload it undid (or why none: `undone: false` and `reason`), the
+ * visible history's tokens before and after (rendered tokens), and `message`, the line for the user.
+ */
+export const OffloadUndoReport = Schema.Struct({
+  undone: Schema.Boolean,
+  reason: Schema.NullOr(Schema.String),
+  offloadId: Schema.NullOr(OffloadId),
+  summaryItemId: Schema.NullOr(ItemId),
+  /** Items visible again: the undone summary's covered items after the previous summary's cut. */
+  restoredItems: ItemCount,
+  tokensBefore: Tokens,
+  tokensAfter: Tokens,
+  message: Schema.String
+})
+export type OffloadUndoReport = typeof OffloadUndoReport.Type
 
 /**
  * The dry run of tool-result offload on a thread's active native thread (`GET /threads/{id}/tool-result-offload`,

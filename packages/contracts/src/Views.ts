@@ -92,6 +92,22 @@ export const CostTotals = Schema.Struct({
 export type CostTotals = typeof CostTotals.Type
 
 /**
+ * What a thread's `/offload` summariser calls cost: `operations` with reported usage, tokens summed, dollars summed
+ * (`null` when none was priced), and of those dollars `abandonedUsd` the part spent on summaries that were discarded,
+ * failed or cancelled (see `SummariserCost`).
+ */
+export const SummariserCostTotals = Schema.Struct({
+  operations: Count,
+  inputTokens: Tokens,
+  cacheWriteTokens: Tokens,
+  cacheReadTokens: Tokens,
+  outputTokens: Tokens,
+  costUsd: Schema.NullOr(Schema.Number),
+  abandonedUsd: Schema.NullOr(Schema.Number)
+})
+export type SummariserCostTotals = typeof SummariserCostTotals.Type
+
+/**
  * A thread as it stands: its provider threads (the active one flagged) with their native threads, usage and window;
  * its most recent runs (`recentRuns`, up to 20, oldest first: page every run with `GET /threads/{id}/runs`); the
  * handoffs still owing history; its fork/merge links; totals.
@@ -117,9 +133,13 @@ export const ThreadSnapshot = Schema.Struct({
   /** The client tools the thread declared, in the order given (`[]`: none). */
   tools: Schema.Array(ThreadToolView),
   totals: ThreadTotals,
-  /** The cost of each of `recentRuns` that recorded one (same order), and the whole thread's cost totals. */
+  /**
+   * The cost of each of `recentRuns` that recorded one (same order), the `/offload` summariser's calls
+   * (`summariser`: committed and abandoned), and the whole thread's cost totals (its runs and its summaries).
+   */
   costs: Schema.Struct({
     recentRuns: Schema.Array(RunCost),
+    summariser: SummariserCostTotals,
     totals: CostTotals
   })
 })

@@ -16,6 +16,7 @@ const intended: Record<string, number> = {
   PersistenceError: 500,
   ProviderError: 502,
   OffloadFailed: 502,
+  OffloadOperationNotFound: 404,
   SubscriberTooSlow: 503,
   ItemNotFound: 404,
   HandoffNotFound: 404,

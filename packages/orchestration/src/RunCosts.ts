@@ -65,3 +65,42 @@ export const total = (costs: ReadonlyArray<RunCost>) => {
     costUsd: priced.length === 0 ? null : priced.reduce((n, c) => n + toNanos(c.costUsd!), 0) / nanosPerDollar
   }
 }
+
+/** A priced charge: tokens and dollars (`null` without prices), e.g. one `/offload` operation's summariser calls. */
+export interface Charge {
+  readonly inputTokens: number
+  readonly cacheWriteTokens: number
+  readonly cacheReadTokens: number
+  readonly outputTokens: number
+  readonly costUsd: number | null
+}
+
+/** The sum of `charges` in whole nano-dollars (`null` when none has a price), as `total` adds runs. */
+const dollars = (charges: ReadonlyArray<Charge>): number | null => {
+  const priced = charges.filter((c) => c.costUsd !== null)
+  return priced.length === 0 ? null : priced.reduce((n, c) => n + toNanos(c.costUsd!), 0) / nanosPerDollar
+}
+
+/**
+ * Totals of a thread's `/offload` summariser charges: `operations` counted, tokens and dollars summed, and the
+ * dollars of the `abandoned` ones (discarded, failed or cancelled summaries).
+ */
+export const summariserTotal = (charges: ReadonlyArray<Charge & { readonly costState: string }>) => ({
+  operations: charges.length,
+  inputTokens: charges.reduce((n, c) => n + c.inputTokens, 0),
+  cacheWriteTokens: charges.reduce((n, c) => n + c.cacheWriteTokens, 0),
+  cacheReadTokens: charges.reduce((n, c) => n + c.cacheReadTokens, 0),
+  outputTokens: charges.reduce((n, c) => n + c.outputTokens, 0),
+  costUsd: dollars(charges),
+  abandonedUsd: dollars(charges.filter((c) => c.costState === "abandoned"))
+})
+
+/** `runs` (as `total`) with the summariser's charges added: what the thread cost in all. */
+export const withSummaries = (runs: ReturnType<typeof total>, runCosts: ReadonlyArray<RunCost>, charges: ReadonlyArray<Charge>) => ({
+  ...runs,
+  inputTokens: runs.inputTokens + charges.reduce((n, c) => n + c.inputTokens, 0),
+  cacheWriteTokens: runs.cacheWriteTokens + charges.reduce((n, c) => n + c.cacheWriteTokens, 0),
+  cacheReadTokens: runs.cacheReadTokens + charges.reduce((n, c) => n + c.cacheReadTokens, 0),
+  outputTokens: runs.outputTokens + charges.reduce((n, c) => n + c.outputTokens, 0),
+  costUsd: dollars([...runCosts, ...charges])
+})

@@ -22,20 +22,29 @@
  * own the native threads: nothing is sent to a provider here; the summary reaches a provider only as owed history.
  */
 import {
+  type CommandId,
+  ConcurrentModification,
+  InvalidRequest,
   type Item,
   type ItemId,
   type Offload,
   OffloadFailed,
+  OffloadOperationNotFound,
   OffloadReport,
+  OffloadUndoReport,
+  PersistenceError,
   RunInProgress,
-  ConcurrentModification,
+  type SummariserCost,
   type ThreadId
 } from "@baton/contracts"
-import { OffloadCut, Render, TokenCounter } from "@baton/context"
-import { ThreadStore, UnitOfWork } from "@baton/persistence"
+import { OffloadCut, Render, TokenCounter, ToolResultOffload } from "@baton/context"
+import { type OffloadOperationRecord, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Summariser } from "@baton/providers"
-import { Data, DateTime, Effect } from "effect"
+import { Data, DateTime, Deferred, Effect, Fiber, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
+import * as Message from "./OffloadMessage.js"
+import { PreCompactHook } from "./PreCompactHook.js"
+import * as RunCosts from "./RunCosts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
@@ -85,6 +94,46 @@ export const maxDefaultKeepTokens = 16_000
 export const defaultKeepTokens = (window: number | null): number =>
   window === null ? maxDefaultKeepTokens : Math.min(maxDefaultKeepTokens, Math.floor(window / 4))
 
+/** What identifies one `/offload` operation: its id (the command id) and its request's payload fingerprint. */
+export interface OperationKey {
+  readonly operationId: string
+  readonly fingerprint: string
+}
+
+/**
+ * What the offload's prompt-cache rewrite costs on the thread's active provider instance: its cache write and read
+ * multipliers of base input (`ToolResultOffload.anthropicPricing` when it has no prices) and its input price in US
+ * dollars per million tokens (`null` without prices).
+ */
+export interface CacheRewrite {
+  readonly writeMultiplier: number
+  readonly readMultiplier: number
+  readonly inputUsdPerMillion: number | null
+}
+
+/** The cache rewrite without prices: Anthropic's multipliers, no dollars. */
+export const noPrices: CacheRewrite = {
+  writeMultiplier: ToolResultOffload.anthropicPricing.writeMultiplier,
+  readMultiplier: ToolResultOffload.anthropicPricing.readMultiplier,
+  inputUsdPerMillion: null
+}
+
+/**
+ * A preview's estimate of a summary's size, as a share of what it replaces, and its cap (tokens): the offline digest
+ * is capped at 2,000 tokens and a model's structured summary is typically a few hundred to two thousand.
+ */
+export const estimatedSummaryRatio = 0.25
+export const maxEstimatedSummaryTokens = 2_000
+
+/**
+ * The approval mode a PreCompact hook is told for a client's `/offload`: the client asked for it (Baton asks no one
+ * else's approval before an offload).
+ */
+export const manualApproval = "client-requested"
+
+/** The errors of an operation's fiber. */
+type OffloadError = OffloadFailed | PersistenceError | ConcurrentModification | OffloadOperationNotFound
+
 /** What `/offload` did (the schema lives in contracts). */
 export { OffloadReport } from "@baton/contracts"
 
@@ -96,7 +145,8 @@ export interface VisibleHistory {
 }
 
 export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orchestration/ThreadOffload", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
+    const scope = yield* Effect.scope
     const uow = yield* UnitOfWork
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
@@ -104,6 +154,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const delivery = yield* ContextHandoffDelivery
     const summariser = yield* Summariser.Summariser
     const counter = yield* TokenCounter.TokenCounter
+    const hook = yield* PreCompactHook
 
     /** `item` with its text cut to fit `room` rendered tokens, saying so, or `item` itself when it fits. */
     const clipped = (item: Item, room: number): Item => {
@@ -118,15 +169,47 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       }
     }
 
+    /** Tokens the summariser calls of one operation were billed so far (calls with reported usage). */
+    interface Spent {
+      calls: number
+      inputTokens: number
+      cacheWriteTokens: number
+      cacheReadTokens: number
+      outputTokens: number
+    }
+
+    /** The cost of `spent` in `state`, `null` when no call reported usage (the offline summariser). */
+    const costOf = (spent: Spent, state: SummariserCost["state"]): SummariserCost | null =>
+      spent.calls === 0 ? null : {
+        providerInstance: summariser.instance ?? null,
+        calls: spent.calls,
+        inputTokens: spent.inputTokens,
+        cacheWriteTokens: spent.cacheWriteTokens,
+        cacheReadTokens: spent.cacheReadTokens,
+        outputTokens: spent.outputTokens,
+        costUsd: RunCosts.price(spent, summariser.prices),
+        state
+      }
+
     /**
      * The summary of `previousSummary` + `items`, in as many summariser calls as its `inputWindow` needs (one when
-     * it declares none). Fails with `ProviderError` (a call failed) or with the reason no call can make progress
-     * (the summary so far leaves no room in the window).
+     * it declares none), adding each call's billed tokens to `spent` as it answers. Fails with `ProviderError` (a
+     * call failed) or with the reason no call can make progress (the summary so far leaves no room in the window).
      */
-    const summariseInChunks = (threadId: ThreadId, previousSummary: string | null, items: ReadonlyArray<Item>) =>
+    const summariseInChunks = (threadId: ThreadId, previousSummary: string | null, items: ReadonlyArray<Item>, spent: Spent) =>
       Effect.gen(function*() {
+        const call = (input: Summariser.SummariseInput) =>
+          Effect.tap(summariser.summarise(input), (answer) =>
+            Effect.sync(() => {
+              if (answer.tokens === undefined) return
+              spent.calls++
+              spent.inputTokens += answer.tokens.inputTokens
+              spent.cacheWriteTokens += answer.tokens.cacheWriteTokens
+              spent.cacheReadTokens += answer.tokens.cacheReadTokens
+              spent.outputTokens += answer.tokens.outputTokens
+            }))
         const window = summariser.inputWindow
-        if (window === null) return { text: (yield* summariser.summarise({ threadId, previousSummary, items })).text, calls: 1 }
+        if (window === null) return { text: (yield* call({ threadId, previousSummary, items })).text, calls: 1 }
         let summary = previousSummary
         let calls = 0
         let next = 0
@@ -149,7 +232,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             next++
           }
           const input = (summary === null ? 0 : counter.count(summary)) + used
-          const answer = (yield* summariser.summarise({ threadId, previousSummary: summary, items: chunk })).text
+          const answer = (yield* call({ threadId, previousSummary: summary, items: chunk })).text
           calls++
           // Each call of a chunked summary must shrink what it was given, or the summary so far outgrows the window
           // chunk by chunk (a summary of one call is judged against everything it replaces, by the caller).
@@ -182,186 +265,597 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * excepted); without an offload, every item. Fails with `PersistenceError`.
      */
     const visibleHistory = Effect.fn("ThreadOffload.visibleHistory")(function*(threadId: ThreadId) {
-      const items = yield* store.listItems(threadId)
+      // An undone offload's summary stays in the log but in no visible history.
+      const undone = new Set(yield* store.listUndoneSummaryItemIds(threadId))
+      const items = (yield* store.listItems(threadId)).filter((i) => !undone.has(i.id))
       const offloads = yield* store.listOffloads(threadId)
       const visible = OffloadCut.visibleHistory(items, offloads)
       return { offload: offloads.at(-1) ?? null, summary: visible.summary, items: visible.items } satisfies VisibleHistory
     })
 
-    const failed = (threadId: ThreadId, keepTokens: number, cutSeq: number, reason: string, retryable: boolean) =>
+    /**
+     * What an offload of `threadId` keeping `keepTokens` would cover now, read without a lock: the thread's version
+     * first (so that any change after the read makes the commit's re-check fail), then the chain and the items.
+     */
+    const planOf = (threadId: ThreadId, keepTokens: number) =>
       Effect.gen(function*() {
-        // The only write of a failed offload: the audit event. No summary, no record, no handoff changes.
-        yield* uow.thread(threadId, "ThreadOffload.failed")(store.appendEvent({ threadId, type: "thread.offload_failed", payload: { reason, keepTokens, cutSeq } }))
-        return yield* new OffloadFailed({ threadId, reason, retryable })
+        const version = yield* store.threadVersion(threadId)
+        const offloads = yield* store.listOffloads(threadId)
+        const previous = offloads.at(-1) ?? null
+        const summaryIds = new Set<string>(offloads.map((o) => o.summaryItemId))
+        // Undone summaries are no history to summarise (their originals are still there).
+        for (const id of yield* store.listUndoneSummaryItemIds(threadId)) summaryIds.add(id)
+        const all = yield* store.listItems(threadId)
+        const previousCut = previous?.cutSeq ?? 0
+        const candidates = all.filter((i) => i.seq > previousCut && !summaryIds.has(i.id))
+        const cut = OffloadCut.chooseCut(candidates, keepTokens)
+        const covered = candidates.slice(0, cut.cut)
+        const previousItem = previous === null ? undefined : all.find((i) => i.id === previous.summaryItemId)
+        const previousTokens = previousItem?.tokens ?? 0
+        return {
+          version,
+          // Undone offloads keep their generation: the next one comes after every one ever written.
+          generation: (yield* store.maxOffloadGeneration(threadId)) + 1,
+          previous,
+          summaryIds,
+          all,
+          candidates,
+          cut,
+          covered,
+          cutSeq: covered.at(-1)?.seq ?? null,
+          previousSummary: previousItem?.text ?? null,
+          // What the summary replaces in the model-visible history: the previous summary and the covered items.
+          replaced: previousTokens + cut.coveredTokens,
+          tokensBefore: previousTokens + candidates.reduce((n, i) => n + i.tokens, 0)
+        }
+      })
+    type Plan = Effect.Effect.Success<ReturnType<typeof planOf>>
+
+    /** The report of `plan` with `outcome`, before anything is known of a summary (tokens after = before). */
+    const baseReport = (plan: Plan, operationId: string, keepTokens: number, cache: CacheRewrite): OffloadReport => ({
+      operationId,
+      outcome: "nothing",
+      message: "",
+      offloaded: false,
+      reason: null,
+      offloadId: null,
+      summaryItemId: null,
+      cutSeq: plan.previous?.cutSeq ?? null,
+      coveredItems: 0,
+      coveredTokens: 0,
+      summaryTokens: 0,
+      keptItems: plan.candidates.length,
+      keptTokens: plan.cut.keptTokens,
+      keepTokens,
+      movedForToolUnits: 0,
+      supersededHandoffIds: [],
+      handoffIds: [],
+      coveredItemIds: [],
+      tokensBefore: plan.tokensBefore,
+      tokensAfter: plan.tokensBefore,
+      cacheRewriteTokens: 0,
+      cacheRewriteUsd: cache.inputUsdPerMillion === null ? null : 0,
+      cost: null,
+      retryable: false
+    })
+
+    /** The cache-rewrite figures of a history of `tokensAfter` tokens under `cache`. */
+    const rewrite = (tokensAfter: number, cache: CacheRewrite) => {
+      const tokens = Math.ceil((cache.writeMultiplier - cache.readMultiplier) * tokensAfter)
+      return {
+        cacheRewriteTokens: tokens,
+        cacheRewriteUsd: cache.inputUsdPerMillion === null ? null : Math.round(tokens * cache.inputUsdPerMillion * 1_000) / 1_000_000_000
+      }
+    }
+
+    /** Why nothing would be offloaded under `plan` (no cut), or `null`. */
+    const nothingReason = (plan: Plan, keepTokens: number): string | null =>
+      plan.cut.cut !== 0 ? null : plan.cut.naiveCut === 0
+        ? `nothing to offload: the ${plan.candidates.length} item(s) after the ${plan.previous === null ? "start" : "last summary"} ` +
+          `hold ${plan.cut.keptTokens} tokens, within the ${keepTokens} kept verbatim`
+        : `nothing to offload: every cut within the oldest ${plan.cut.naiveCut} item(s) would split a tool unit`
+
+    /**
+     * The dry run: what an offload of `threadId` keeping `keepTokens` would cover now (`outcome: "preview"`): the
+     * items, tokens before, tokens after estimated (the summary at `estimatedSummaryRatio` of what it replaces, at
+     * most `maxEstimatedSummaryTokens`, plus the pinned items), and the cache rewrite. Calls no summariser and writes
+     * nothing. Fails with `PersistenceError`.
+     */
+    const preview = Effect.fn("ThreadOffload.preview")(function*(
+      threadId: ThreadId,
+      keepTokens: number,
+      operationId: string,
+      cache: CacheRewrite
+    ) {
+      const plan = yield* planOf(threadId, keepTokens)
+      const base = baseReport(plan, operationId, keepTokens, cache)
+      const reason = nothingReason(plan, keepTokens)
+      if (reason !== null) return { ...base, outcome: "preview", reason, message: Message.preview(base) } satisfies OffloadReport
+      const pinned = pinnedItems(plan.all, (yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [], plan.cutSeq!)
+      const summaryTokens = Math.min(plan.replaced,
+        Math.min(maxEstimatedSummaryTokens, Math.ceil(plan.replaced * estimatedSummaryRatio)) +
+          pinned.reduce((n, i) => n + Math.min(i.tokens, maxPinnedTokens), 0))
+      const tokensAfter = summaryTokens + plan.cut.keptTokens
+      const report: OffloadReport = {
+        ...base,
+        outcome: "preview",
+        cutSeq: plan.cutSeq,
+        coveredItems: plan.covered.length,
+        coveredTokens: plan.cut.coveredTokens,
+        summaryTokens,
+        keptItems: plan.candidates.length - plan.cut.cut,
+        movedForToolUnits: plan.cut.naiveCut - plan.cut.cut,
+        coveredItemIds: plan.covered.map((i) => i.id),
+        tokensAfter,
+        ...rewrite(tokensAfter, cache)
+      }
+      return { ...report, message: Message.preview(report) } satisfies OffloadReport
+    })
+
+    /** An operation running in this process: its fiber, where it is, and the signal that cancels its summary. */
+    interface InFlight {
+      fiber: Fiber.RuntimeFiber<OffloadReport, OffloadError> | null
+      phase: "summarising" | "committing" | "cancelling"
+      readonly cancel: Deferred.Deferred<void>
+    }
+    const inFlight = new Map<string, InFlight>()
+
+    /** The operation record of `report` at its end, with `spent` in `state`. */
+    const finished = (key: OperationKey, threadId: ThreadId, report: OffloadReport, at: DateTime.Utc, createdAt: DateTime.Utc): OffloadOperationRecord => ({
+      operationId: key.operationId,
+      threadId,
+      fingerprint: key.fingerprint,
+      status: report.outcome,
+      result: Schema.encodeSync(OffloadReport)(report),
+      providerInstance: report.cost?.providerInstance ?? null,
+      calls: report.cost?.calls ?? 0,
+      inputTokens: report.cost?.inputTokens ?? 0,
+      cacheWriteTokens: report.cost?.cacheWriteTokens ?? 0,
+      cacheReadTokens: report.cost?.cacheReadTokens ?? 0,
+      outputTokens: report.cost?.outputTokens ?? 0,
+      costUsd: report.cost?.costUsd ?? null,
+      costState: report.cost?.state ?? (report.outcome === "offloaded" ? "committed" : "abandoned"),
+      createdAt,
+      finishedAt: at
+    })
+
+    /** Logs a charge that bought nothing (a discarded, failed or cancelled summary) as a warning. */
+    const warnAbandoned = (threadId: ThreadId, report: OffloadReport) =>
+      report.cost === null ? Effect.void : Effect.logWarning(
+        `/offload ${report.operationId} on thread ${threadId} ended ${report.outcome}: the summariser's ` +
+          `${report.cost.calls} call(s) cost ${report.cost.inputTokens + report.cost.cacheWriteTokens + report.cost.cacheReadTokens} input and ` +
+          `${report.cost.outputTokens} output tokens` +
+          (report.cost.costUsd === null ? "" : ` ($${report.cost.costUsd})`) + ", recorded as abandoned"
+      )
+
+    /**
+     * Ends operation `key` without a summary (`failed`, `stale` or `cancelled`): in one unit of work, the audit event
+     * `thread.offload_failed` and the operation's outcome with its cost `abandoned` (logged as a warning). When the
+     * operation had already ended, nothing is written. Returns the operation's outcome as stored.
+     */
+    const endWithout = (key: OperationKey, threadId: ThreadId, report: OffloadReport, createdAt: DateTime.Utc) =>
+      Effect.gen(function*() {
+        const won = yield* uow.thread(threadId, "ThreadOffload.endWithout")(Effect.gen(function*() {
+          const won = yield* store.finishOffloadOperation(finished(key, threadId, report, yield* DateTime.now, createdAt))
+          if (won && report.outcome !== "nothing") {
+            yield* store.appendEvent({
+              threadId,
+              type: "thread.offload_failed",
+              payload: { reason: report.reason ?? report.outcome, keepTokens: report.keepTokens, cutSeq: report.cutSeq ?? 0 },
+              commandId: key.operationId as CommandId
+            })
+          }
+          return won
+        }))
+        if (won) yield* warnAbandoned(threadId, report)
+        return yield* stored(threadId, key.operationId)
+      })
+
+    /** The stored outcome of `operationId` on `threadId` (`running` while in flight). Fails with `OffloadOperationNotFound`. */
+    const stored = (threadId: ThreadId, operationId: string) =>
+      Effect.gen(function*() {
+        const row = yield* store.getOffloadOperation(operationId)
+        if (row._tag === "None" || row.value.threadId !== threadId) return yield* new OffloadOperationNotFound({ threadId, operationId })
+        if (row.value.result === null) return { row: row.value, report: null }
+        const report = yield* Schema.decodeUnknown(OffloadReport)(row.value.result).pipe(
+          Effect.mapError(() => new PersistenceError({ operation: "offload_operations.decode", detail: `operation ${operationId}'s outcome cannot be read` }))
+        )
+        return { row: row.value, report }
       })
 
     /**
-     * Offloads `threadId`, keeping the newest `keepTokens` (rendered tokens) verbatim; with `receiptKey`, records the
-     * command receipt with the outcome. The caller checks the thread and that no run is active. The summariser is called outside any transaction; the summary item, the offload
-     * record, the handoff supersession and the `thread.offloaded` event are then written in one transaction.
-     * Returns a report (`offloaded: false` with the reason when there is nothing to offload). Fails with
-     * `OffloadFailed` (summariser failure or empty summary; only a `thread.offload_failed` event is written),
-     * `RunInProgress` / `ConcurrentModification` (a run or another offload got in between), `PersistenceError`.
+     * Runs operation `key` on `plan`: the summary (outside any lock; cancellable until it answers), then the commit
+     * (under the thread's lock: the version re-check, the summary item, the offload record, the handoff
+     * supersession, the `thread.offloaded` event and the operation's outcome with the summariser's cost, in one unit
+     * of work). A thread that advanced meanwhile (its version changed, or a run is active) discards the summary:
+     * outcome `stale`. Fails with `OffloadFailed` (the summariser failed or its summary was refused).
      */
-    const offload = Effect.fn("ThreadOffload.offload")(function*(
+    const run = (
       threadId: ThreadId,
       keepTokens: number,
-      receiptKey: CommandReceipts.Key | null = null
-    ) {
-      // The receipt is written with the outcome (in the same transaction when something is written), so a client
-      // retrying after a crash gets this report back instead of running a second offload pass.
-      const receipt = (report: OffloadReport) =>
-        receiptKey === null ? Effect.succeed(report) : CommandReceipts.write(store, receiptKey, OffloadReport, report)
-      const offloads = yield* store.listOffloads(threadId)
-      const previous = offloads.at(-1) ?? null
-      const summaryIds = new Set<string>(offloads.map((o) => o.summaryItemId))
-      const all = yield* store.listItems(threadId)
-      const previousCut = previous?.cutSeq ?? 0
-      const candidates = all.filter((i) => i.seq > previousCut && !summaryIds.has(i.id))
-      const cut = OffloadCut.chooseCut(candidates, keepTokens)
-      const nothing = (reason: string): OffloadReport => ({
-        offloaded: false,
-        reason,
-        offloadId: null,
-        summaryItemId: null,
-        cutSeq: previous?.cutSeq ?? null,
-        coveredItems: 0,
-        coveredTokens: 0,
-        summaryTokens: 0,
-        keptItems: candidates.length,
-        keptTokens: cut.keptTokens,
-        keepTokens,
-        movedForToolUnits: 0,
-        supersededHandoffIds: [],
-        handoffIds: []
-      })
-      if (cut.cut === 0) {
-        return yield* receipt(nothing(
-          cut.naiveCut === 0
-            ? `nothing to offload: the ${candidates.length} item(s) after the ${previous === null ? "start" : "last summary"} ` +
-              `hold ${cut.keptTokens} tokens, within the ${keepTokens} kept verbatim`
-            : `nothing to offload: every cut within the oldest ${cut.naiveCut} item(s) would split a tool unit`
-        ))
-      }
-      const covered = candidates.slice(0, cut.cut)
-      const cutSeq = covered[covered.length - 1]!.seq
-      const previousItem = previous === null ? undefined : all.find((i) => i.id === previous.summaryItemId)
-      const previousSummary = previousItem?.text ?? null
-      // What the summary replaces in the model-visible history: the previous summary and the covered items.
-      const replaced = (previousItem?.tokens ?? 0) + cut.coveredTokens
-
-      const answer = yield* Effect.either(summariseInChunks(threadId, previousSummary, covered))
-      if (answer._tag === "Left") {
-        const error = answer.left
-        return yield* error._tag === "SummaryRejected"
-          ? failed(threadId, keepTokens, cutSeq, error.reason, error.retryable)
-          : failed(threadId, keepTokens, cutSeq, `the summariser failed: ${error.message}`, error.retryable)
-      }
-      if (answer.right.text.trim().length === 0) return yield* failed(threadId, keepTokens, cutSeq, "the summariser returned an empty summary", true)
-      const text = withPinned(answer.right.text, pinnedItems(all, (yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [], cutSeq))
-      const summaryTokens = Render.itemTokens(counter, {
-        id: "",
-        seq: cutSeq + 1,
-        kind: "summary",
-        text,
-        toolCallId: null,
-        toolName: null,
-        isError: false,
-        toolCallState: null
-      })
-      if (summaryTokens >= replaced && replaced < minOffloadTokens) {
-        return yield* receipt(nothing(
-          `nothing worth offloading: the ${replaced} tokens before the cut are fewer than their summary (${summaryTokens} tokens)`
-        ))
-      }
-      if (summaryTokens >= replaced) {
-        return yield* failed(
-          threadId,
-          keepTokens,
-          cutSeq,
-          `the summariser answered with ${summaryTokens} tokens for the ${replaced} tokens it was to replace: a summary must be ` +
-            `smaller than what it replaces, so it was not applied`,
-          true
-        )
-      }
-
-      return yield* uow.thread(threadId, "ThreadOffload.offload")(Effect.gen(function*() {
-        // Re-read under the transaction: another offload or a run that started meanwhile wins; this one stops.
-        const latest = yield* store.latestOffload(threadId)
-        if ((latest._tag === "Some" ? latest.value.id : null) !== (previous?.id ?? null)) {
-          return yield* new ConcurrentModification({ threadId })
+      key: OperationKey,
+      plan: Plan,
+      cache: CacheRewrite,
+      entry: InFlight,
+      createdAt: DateTime.Utc
+    ) =>
+      Effect.gen(function*() {
+        const base = baseReport(plan, key.operationId, keepTokens, cache)
+        const cutSeq = plan.cutSeq!
+        const spent: Spent = { calls: 0, inputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 0 }
+        const ended = (outcome: "failed" | "stale" | "cancelled", reason: string, retryable: boolean) => {
+          const report: OffloadReport = { ...base, outcome, reason, retryable, cutSeq, cost: costOf(spent, "abandoned") }
+          return endWithout(key, threadId, { ...report, message: Message.of(report) }, createdAt)
         }
-        const active = yield* store.findActiveRun(threadId)
-        if (active._tag === "Some") return yield* new RunInProgress({ threadId, runId: active.value.id })
+        const failed = (reason: string, retryable: boolean) =>
+          Effect.flatMap(ended("failed", reason, retryable), (s) => s.report?.outcome === "failed" || s.report === null
+            ? Effect.fail(new OffloadFailed({ threadId, reason: s.report?.reason ?? reason, retryable: s.report?.retryable ?? retryable }))
+            : Effect.succeed(s.report))
 
-        const [summary] = yield* itemLog.append(threadId, null, [{
+        // The summary, raced against a cancellation: whichever comes first wins (the loser is interrupted).
+        const answer = yield* Effect.raceFirst(
+          Effect.map(Effect.either(summariseInChunks(threadId, plan.previousSummary, plan.covered, spent)), (a) => ({ _tag: "answer" as const, a })),
+          Effect.as(Deferred.await(entry.cancel), { _tag: "cancelled" as const })
+        )
+        if (answer._tag === "cancelled") {
+          return (yield* ended("cancelled", "cancelled by a client before the summary was applied", true)).report!
+        }
+        if (answer.a._tag === "Left") {
+          const error = answer.a.left
+          return yield* error._tag === "SummaryRejected"
+            ? failed(error.reason, error.retryable)
+            : failed(`the summariser failed: ${error.message}`, error.retryable)
+        }
+        if (answer.a.right.text.trim().length === 0) return yield* failed("the summariser returned an empty summary", true)
+        const text = withPinned(answer.a.right.text, pinnedItems(plan.all, (yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [], cutSeq))
+        const summaryTokens = Render.itemTokens(counter, {
+          id: "",
+          seq: cutSeq + 1,
           kind: "summary",
           text,
           toolCallId: null,
           toolName: null,
-          messageId: null,
           isError: false,
           toolCallState: null
-        }])
-        const record: Offload = {
-          id: ids.next("off") as Offload["id"],
-          threadId,
-          generation: (previous?.generation ?? 0) + 1,
-          summaryItemId: summary!.id,
-          previousOffloadId: previous?.id ?? null,
-          fromSeq: covered[0]!.seq,
-          cutSeq,
-          coveredItemIds: covered.map((i) => i.id),
-          coveredTokens: cut.coveredTokens,
-          keepTokens,
-          createdAt: yield* DateTime.now
+        })
+        if (summaryTokens >= plan.replaced && plan.replaced < minOffloadTokens) {
+          const reason = `nothing worth offloading: the ${plan.replaced} tokens before the cut are fewer than their summary (${summaryTokens} tokens)`
+          const report: OffloadReport = { ...base, outcome: "nothing", reason, cost: costOf(spent, "abandoned") }
+          return (yield* endWithout(key, threadId, { ...report, message: Message.of(report) }, createdAt)).report!
         }
-        yield* store.insertOffload(record)
-        // Covered by the chain: every item up to the cut, and every earlier summary (this one extends them).
-        const seqOf = new Map<string, number>(all.map((i) => [i.id, i.seq]))
-        const isCovered = (id: ItemId) => summaryIds.has(id) || (seqOf.get(id) ?? Number.POSITIVE_INFINITY) <= cutSeq
-        const handoffs = yield* delivery.supersedeForSummary(
+        if (summaryTokens >= plan.replaced) {
+          return yield* failed(
+            `the summariser answered with ${summaryTokens} tokens for the ${plan.replaced} tokens it was to replace: a summary must be ` +
+              `smaller than what it replaces, so it was not applied`,
+            true
+          )
+        }
+        // From here on the operation commits or is discarded as stale: a cancellation arriving now waits for it.
+        if (entry.phase === "cancelling") return (yield* ended("cancelled", "cancelled by a client before the summary was applied", true)).report!
+        entry.phase = "committing"
+
+        const committed = yield* Effect.either(uow.thread(threadId, "ThreadOffload.offload")(Effect.gen(function*() {
+          // The version re-check under the thread's lock: a run queued or an item appended (or another offload)
+          // after the plan was read means the summary describes a history that is no longer the thread's.
+          const version = yield* store.threadVersion(threadId)
+          const active = yield* store.findActiveRun(threadId)
+          if (version !== plan.version || active._tag === "Some") return null
+
+          const [summary] = yield* itemLog.append(threadId, null, [{
+            kind: "summary",
+            text,
+            toolCallId: null,
+            toolName: null,
+            messageId: null,
+            isError: false,
+            toolCallState: null
+          }])
+          const record: Offload = {
+            id: ids.next("off") as Offload["id"],
+            threadId,
+            generation: plan.generation,
+            summaryItemId: summary!.id,
+            previousOffloadId: plan.previous?.id ?? null,
+            fromSeq: plan.covered[0]!.seq,
+            cutSeq,
+            coveredItemIds: plan.covered.map((i) => i.id),
+            coveredTokens: plan.cut.coveredTokens,
+            keepTokens,
+            createdAt: yield* DateTime.now
+          }
+          yield* store.insertOffload(record)
+          // Covered by the chain: every item up to the cut, and every earlier summary (this one extends them).
+          const seqOf = new Map<string, number>(plan.all.map((i) => [i.id, i.seq]))
+          const isCovered = (id: ItemId) => plan.summaryIds.has(id) || (seqOf.get(id) ?? Number.POSITIVE_INFINITY) <= cutSeq
+          const handoffs = yield* delivery.supersedeForSummary(
+            threadId,
+            summary!,
+            isCovered,
+            `covered by summary ${summary!.id} (offload ${record.id}, items up to seq ${cutSeq})`
+          )
+          const tokensAfter = summary!.tokens + plan.cut.keptTokens
+          const report: OffloadReport = {
+            ...base,
+            outcome: "offloaded",
+            offloaded: true,
+            offloadId: record.id,
+            summaryItemId: summary!.id,
+            cutSeq,
+            coveredItems: plan.covered.length,
+            coveredTokens: plan.cut.coveredTokens,
+            summaryTokens: summary!.tokens,
+            keptItems: plan.candidates.length - plan.cut.cut,
+            movedForToolUnits: plan.cut.naiveCut - plan.cut.cut,
+            supersededHandoffIds: handoffs.superseded,
+            handoffIds: handoffs.created,
+            coveredItemIds: record.coveredItemIds,
+            tokensAfter,
+            ...rewrite(tokensAfter, cache),
+            cost: costOf(spent, "committed")
+          }
+          const withMessage: OffloadReport = { ...report, message: Message.of(report) }
+          yield* store.appendEvent({ threadId, type: "thread.offloaded", payload: {
+            offloadId: record.id,
+            generation: record.generation,
+            summaryItemId: summary!.id,
+            previousOffloadId: record.previousOffloadId,
+            fromSeq: record.fromSeq,
+            cutSeq,
+            coveredItems: report.coveredItems,
+            coveredTokens: report.coveredTokens,
+            summaryTokens: report.summaryTokens,
+            keptItems: report.keptItems,
+            keptTokens: report.keptTokens,
+            keepTokens,
+            supersededHandoffIds: handoffs.superseded,
+            handoffIds: handoffs.created
+          }, commandId: key.operationId as CommandId })
+          // The outcome and the summariser's cost in the same unit of work; if the operation already has an outcome
+          // (settled as abandoned by another process), this commit rolls back whole.
+          if (!(yield* store.finishOffloadOperation(finished(key, threadId, withMessage, yield* DateTime.now, createdAt)))) {
+            return yield* new ConcurrentModification({ threadId, operation: "offload_operations.finish" })
+          }
+          return withMessage
+        })))
+        if (committed._tag === "Right" && committed.right !== null) return committed.right
+        if (committed._tag === "Left" && committed.left._tag !== "ConcurrentModification") return yield* committed.left
+        // Stale: the thread advanced while the summary was written (or another writer got in first).
+        return (yield* ended(
+          "stale",
+          "the conversation changed while the summary was being written (a run or another offload got in first), so the summary was discarded",
+          true
+        )).report!
+      })
+
+    /**
+     * Reads operation `operationId`'s outcome as a retry or a read sees it: the stored outcome, or, while it runs in
+     * this process, its outcome once it ends; an operation left `running` by a process that is gone is settled as
+     * failed (nothing was applied: a commit writes its outcome in the same unit of work).
+     */
+    const outcome = (threadId: ThreadId, operationId: string, wait: boolean) =>
+      Effect.gen(function*() {
+        const entry = inFlight.get(operationId)
+        if (entry !== undefined && entry.fiber !== null && wait) yield* Fiber.await(entry.fiber)
+        const s = yield* stored(threadId, operationId)
+        if (s.report !== null) return s.report
+        if (inFlight.has(operationId)) {
+          const running: OffloadReport = {
+            operationId,
+            outcome: "running",
+            message: "The offload is still running; the conversation is unchanged until it commits.",
+            offloaded: false,
+            reason: null,
+            offloadId: null,
+            summaryItemId: null,
+            cutSeq: null,
+            coveredItems: 0,
+            coveredTokens: 0,
+            summaryTokens: 0,
+            keptItems: 0,
+            keptTokens: 0,
+            keepTokens: 0,
+            movedForToolUnits: 0,
+            supersededHandoffIds: [],
+            handoffIds: [],
+            coveredItemIds: [],
+            tokensBefore: 0,
+            tokensAfter: 0,
+            cacheRewriteTokens: 0,
+            cacheRewriteUsd: null,
+            cost: null,
+            retryable: false
+          }
+          return running
+        }
+        const lost: OffloadReport = {
+          operationId,
+          outcome: "failed",
+          message: "",
+          offloaded: false,
+          reason: "the server stopped while the offload was running, before it was applied",
+          offloadId: null,
+          summaryItemId: null,
+          cutSeq: null,
+          coveredItems: 0,
+          coveredTokens: 0,
+          summaryTokens: 0,
+          keptItems: 0,
+          keptTokens: 0,
+          keepTokens: 0,
+          movedForToolUnits: 0,
+          supersededHandoffIds: [],
+          handoffIds: [],
+          coveredItemIds: [],
+          tokensBefore: 0,
+          tokensAfter: 0,
+          cacheRewriteTokens: 0,
+          cacheRewriteUsd: null,
+          cost: null,
+          retryable: true
+        }
+        return (yield* endWithout({ operationId, fingerprint: s.row.fingerprint }, threadId, { ...lost, message: Message.of(lost) }, s.row.createdAt)).report!
+      })
+
+    /**
+     * Offloads `threadId`, keeping the newest `keepTokens` (rendered tokens) verbatim, as operation `key` (the same
+     * id again answers the first outcome). The caller checks the thread and that no run is active. Returns the
+     * report: `offloaded`, `nothing`, `stale` (discarded: retry) or `cancelled`. Fails with `OffloadFailed` (the
+     * summariser failed or its summary was refused: only a `thread.offload_failed` event and the outcome are
+     * written), `InvalidRequest` (the id names an operation with another payload or thread), `PersistenceError`.
+     */
+    const offload = Effect.fn("ThreadOffload.offload")(function*(
+      threadId: ThreadId,
+      keepTokens: number,
+      key: OperationKey,
+      cache: CacheRewrite = noPrices
+    ) {
+      const seen = yield* store.getOffloadOperation(key.operationId)
+      if (seen._tag === "Some") {
+        if (seen.value.threadId !== threadId || seen.value.fingerprint !== key.fingerprint) {
+          return yield* new InvalidRequest({
+            reason: seen.value.threadId === threadId
+              ? `command id ${key.operationId} was already used by a OffloadThread with a different payload; ` +
+                `a retry must repeat the command unchanged: send this OffloadThread with a new command id`
+              : `command id ${key.operationId} was already used by OffloadThread on thread ${seen.value.threadId}; ` +
+                `send OffloadThread with a new command id`
+          })
+        }
+        return yield* failedAsError(threadId, yield* outcome(threadId, key.operationId, true))
+      }
+      const plan = yield* planOf(threadId, keepTokens)
+      const createdAt = yield* DateTime.now
+      const reason = nothingReason(plan, keepTokens)
+      const base: OffloadReport = baseReport(plan, key.operationId, keepTokens, cache)
+      if (reason !== null) {
+        const report: OffloadReport = { ...base, outcome: "nothing", reason }
+        const withMessage = { ...report, message: Message.of(report) }
+        yield* uow.thread(threadId, "ThreadOffload.nothing")(store.insertOffloadOperation(finished(key, threadId, withMessage, createdAt, createdAt)))
+        return withMessage
+      }
+      // The PreCompact hook may deny it (with a reason for the user); nothing is summarised then.
+      const decision = yield* hook.check({ threadId, trigger: "manual", approvalMode: manualApproval })
+      if (!decision.allow) {
+        const report: OffloadReport = { ...base, outcome: "denied", reason: decision.reason }
+        const withMessage = { ...report, message: Message.of(report) }
+        yield* uow.thread(threadId, "ThreadOffload.denied")(store.insertOffloadOperation(finished(key, threadId, withMessage, createdAt, createdAt)))
+        return withMessage
+      }
+      // The operation is recorded before the summariser is called: its charge is prepared, to be committed with the
+      // offload or abandoned, never lost.
+      yield* uow.thread(threadId, "ThreadOffload.prepare")(store.insertOffloadOperation({
+        operationId: key.operationId,
+        threadId,
+        fingerprint: key.fingerprint,
+        status: "running",
+        result: null,
+        providerInstance: summariser.instance ?? null,
+        calls: 0,
+        inputTokens: 0,
+        cacheWriteTokens: 0,
+        cacheReadTokens: 0,
+        outputTokens: 0,
+        costUsd: null,
+        costState: "prepared",
+        createdAt,
+        finishedAt: null
+      }))
+      const entry: InFlight = { fiber: null, phase: "summarising", cancel: yield* Deferred.make<void>() }
+      inFlight.set(key.operationId, entry)
+      // The operation belongs to the server, not to the request: a client that goes away does not stop it.
+      entry.fiber = yield* Effect.forkIn(
+        run(threadId, keepTokens, key, plan, cache, entry, createdAt).pipe(Effect.ensuring(Effect.sync(() => inFlight.delete(key.operationId)))),
+        scope
+      )
+      return yield* failedAsError(threadId, yield* outcome(threadId, key.operationId, true))
+    })
+
+    /** `report`, or `OffloadFailed` when its outcome is `failed` (what a POST answers; a read answers the report). */
+    const failedAsError = (threadId: ThreadId, report: OffloadReport) =>
+      report.outcome === "failed"
+        ? Effect.fail(new OffloadFailed({ threadId, reason: report.reason ?? "the offload failed", retryable: report.retryable }))
+        : Effect.succeed(report)
+
+    /**
+     * Cancels operation `operationId` of `threadId` if its summary is still being written, and answers its outcome
+     * once settled: `cancelled`, or what it ended with (a commit in progress is waited for, never undone). Fails
+     * with `OffloadOperationNotFound`, `PersistenceError`.
+     */
+    const cancel = Effect.fn("ThreadOffload.cancel")(function*(threadId: ThreadId, operationId: string) {
+      const s = yield* stored(threadId, operationId)
+      const entry = inFlight.get(operationId)
+      if (s.report === null && entry !== undefined && entry.phase === "summarising") {
+        entry.phase = "cancelling"
+        yield* Deferred.succeed(entry.cancel, undefined)
+      }
+      return yield* outcome(threadId, operationId, true)
+    })
+
+    /** The outcome of operation `operationId` of `threadId` (`running` while in flight). Fails with `OffloadOperationNotFound`. */
+    const get = Effect.fn("ThreadOffload.get")(function*(threadId: ThreadId, operationId: string) {
+      return yield* outcome(threadId, operationId, false)
+    })
+
+    /** Rendered tokens of a visible history: its summary and its items. */
+    const visibleTokens = (v: VisibleHistory) => (v.summary?.tokens ?? 0) + v.items.reduce((n, i) => n + i.tokens, 0)
+
+    /**
+     * Undoes `threadId`'s newest offload not yet undone, under the thread's lock: its record is marked undone (it
+     * leaves the summary chain, so the visible history is again the previous summary and every item after that
+     * summary's cut), a `thread.offload_undone` event is appended, and the receipt of `receiptKey` is written, all in
+     * one unit of work. The summary item stays in the log. Nothing is undone (`undone: false`, with the reason) when
+     * there is no offload, or a handoff owes or delivered its summary (the originals would have to be owed again).
+     * Fails with `RunInProgress`, `PersistenceError`, `ConcurrentModification`.
+     */
+    const undo = Effect.fn("ThreadOffload.undo")(function*(threadId: ThreadId, receiptKey: CommandReceipts.Key) {
+      return yield* uow.thread(threadId, "ThreadOffload.undo")(Effect.gen(function*() {
+        const active = yield* store.findActiveRun(threadId)
+        if (active._tag === "Some") return yield* new RunInProgress({ threadId, runId: active.value.id })
+        const before = yield* visibleHistory(threadId)
+        const tokensBefore = visibleTokens(before)
+        const none = (reason: string): OffloadUndoReport => ({
+          undone: false,
+          reason,
+          offloadId: null,
+          summaryItemId: null,
+          restoredItems: 0,
+          tokensBefore,
+          tokensAfter: tokensBefore,
+          message: `Nothing was undone: ${reason}. The conversation is unchanged.`
+        })
+        const latest = before.offload
+        if (latest === null) return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, none("the thread has no offload to undo"))
+        const owing = (yield* store.listHandoffs(threadId)).filter((h) => h.itemIds.includes(latest.summaryItemId))
+        if (owing.length > 0) {
+          return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, none(
+            `the summary ${latest.summaryItemId} of offload ${latest.id} is already owed to another provider thread ` +
+              `(handoff ${owing.map((h) => h.id).join(", ")}); undoing it would need its originals owed again, which is not supported yet`
+          ))
+        }
+        yield* store.markOffloadUndone(latest.id, yield* DateTime.now)
+        yield* store.appendEvent({
           threadId,
-          summary!,
-          isCovered,
-          `covered by summary ${summary!.id} (offload ${record.id}, items up to seq ${cutSeq})`
-        )
-        const report: OffloadReport = {
-          offloaded: true,
+          type: "thread.offload_undone",
+          payload: { offloadId: latest.id, generation: latest.generation, summaryItemId: latest.summaryItemId, cutSeq: latest.cutSeq },
+          commandId: receiptKey.commandId
+        })
+        const after = yield* visibleHistory(threadId)
+        const tokensAfter = visibleTokens(after)
+        const restoredItems = after.items.length - before.items.length
+        const report: OffloadUndoReport = {
+          undone: true,
           reason: null,
-          offloadId: record.id,
-          summaryItemId: summary!.id,
-          cutSeq,
-          coveredItems: covered.length,
-          coveredTokens: cut.coveredTokens,
-          summaryTokens: summary!.tokens,
-          keptItems: candidates.length - cut.cut,
-          keptTokens: cut.keptTokens,
-          keepTokens,
-          movedForToolUnits: cut.naiveCut - cut.cut,
-          supersededHandoffIds: handoffs.superseded,
-          handoffIds: handoffs.created
+          offloadId: latest.id,
+          summaryItemId: latest.summaryItemId,
+          restoredItems,
+          tokensBefore,
+          tokensAfter,
+          message: `Undid the newest offload: ${restoredItems} message${restoredItems === 1 ? " is" : "s are"} visible again instead of its ` +
+            `summary. Conversation: ${Message.approx(tokensBefore)} -> ${Message.approx(tokensAfter)} tokens. The summary stays in the log.`
         }
-        yield* store.appendEvent({ threadId, type: "thread.offloaded", payload: {
-          offloadId: record.id,
-          generation: record.generation,
-          summaryItemId: summary!.id,
-          previousOffloadId: record.previousOffloadId,
-          fromSeq: record.fromSeq,
-          cutSeq,
-          coveredItems: report.coveredItems,
-          coveredTokens: report.coveredTokens,
-          summaryTokens: report.summaryTokens,
-          keptItems: report.keptItems,
-          keptTokens: report.keptTokens,
-          keepTokens,
-          supersededHandoffIds: handoffs.superseded,
-          handoffIds: handoffs.created
-        }, commandId: receiptKey?.commandId ?? null })
-        return yield* receipt(report)
+        return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, report)
       }))
     })
 
-    return { offload, visibleHistory }
+    return { offload, preview, cancel, get, undo, visibleHistory }
   })
 }) {}

@@ -123,6 +123,8 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       const recentRuns = yield* store.listRecentRuns(t.id, snapshotRecentRuns)
       const costs = yield* store.listRunCosts(t.id)
       const costOf = new Map(costs.map((c) => [c.runId as string, c]))
+      // The summariser's charges of `/offload` operations (committed and abandoned) count in the thread's totals.
+      const charges = (yield* store.listOffloadOperations(t.id)).filter((o) => o.calls > 0)
       return {
         thread: t,
         activeProviderInstance: views.find((v) => v.active)?.providerInstance ?? null,
@@ -141,7 +143,8 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
         },
         costs: {
           recentRuns: recentRuns.flatMap((r) => costOf.get(r.id) ?? []),
-          totals: RunCosts.total(costs)
+          summariser: RunCosts.summariserTotal(charges),
+          totals: RunCosts.withSummaries(RunCosts.total(costs), costs, charges)
         }
       } satisfies ThreadSnapshot
     })

@@ -16,7 +16,6 @@ import {
   ForkResult,
   InvalidRequest,
   MergeResult,
-  OffloadReport,
   type ProviderInstance,
   type ProviderThread,
   type Run,
@@ -28,6 +27,7 @@ import {
   type Thread,
   ThreadNotFound,
   type ThreadId,
+  OffloadUndoReport,
   type ToolResultOffloadControl,
   ToolResultOffloadControlView,
   type ToolResultOffloadPreview,
@@ -50,7 +50,7 @@ import { promptItem } from "./RunLifecycle.js"
 import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import * as OffloadControls from "./OffloadControls.js"
-import { defaultKeepTokens, ThreadOffload } from "./ThreadOffload.js"
+import { defaultKeepTokens, noPrices, ThreadOffload } from "./ThreadOffload.js"
 
 /** The results of the commands (schemas in contracts), under the names this module exported before. */
 export { ForkResult, MergeResult, SendResult } from "@baton/contracts"
@@ -549,23 +549,68 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /**
      * `/offload` (see ThreadOffload): summarises the thread's older history, keeping `keepTokens` (default
-     * `defaultKeepTokens` of the active provider thread's window) verbatim. A repeated command id returns the first
-     * report (the receipt is written in the offload's own transaction). Fails with `ThreadNotFound`, `RunInProgress`, `OffloadFailed` (the summariser failed: nothing was
-     * changed and no receipt is kept, so the same command may be retried), `ConcurrentModification`.
+     * `defaultKeepTokens` of the active provider thread's window) verbatim, as operation `command.commandId`: the
+     * same id again answers the first outcome (`CommandReceipts`' rule: the same payload, else `InvalidRequest`).
+     * `dryRun` answers the preview and changes nothing. Fails with `ThreadNotFound`, `RunInProgress` (a run is
+     * queued, running or waiting), `OffloadFailed` (the summariser failed: nothing was changed),
+     * `InvalidRequest`, `PersistenceError`.
      */
     const offload = Effect.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
       const receiptKey = CommandReceipts.keyOf(command, command.threadId)
-      const seen = yield* CommandReceipts.find(store, receiptKey)
-      if (seen._tag === "Some") return yield* CommandReceipts.decode(OffloadReport, command.commandId, seen.value.result)
+      // An id another command type used is refused (the offload's own outcomes are its operation records).
+      yield* CommandReceipts.find(store, receiptKey)
+      const key = { operationId: command.commandId, fingerprint: receiptKey.fingerprint }
       const thread = yield* getThread(command.threadId)
-      const active = yield* store.findActiveRun(thread.id)
-      if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = thread.activeProviderThreadId === null
         ? Option.none()
         : yield* store.getProviderThread(thread.activeProviderThreadId)
       const keepTokens = command.keepTokens ??
         defaultKeepTokens(providerThread._tag === "Some" ? providerThread.value.contextWindow : null)
-      return yield* offloader.offload(thread.id, keepTokens, receiptKey)
+      const cache = providerThread._tag === "None" ? noPrices : yield* cacheRewriteOf(providerThread.value.providerInstance)
+      if (command.dryRun === true) return yield* offloader.preview(thread.id, keepTokens, command.commandId, cache)
+      if ((yield* store.getOffloadOperation(command.commandId))._tag === "None") {
+        const active = yield* store.findActiveRun(thread.id)
+        if (active._tag === "Some") return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
+      }
+      return yield* offloader.offload(thread.id, keepTokens, key, cache)
+    })
+
+    /** The cache-rewrite pricing of `instance` (`noPrices`' multipliers when it has no prices or is unknown). */
+    const cacheRewriteOf = (instance: string) =>
+      Effect.map(Effect.option(registry.get(instance as ProviderInstance)), (adapter) => {
+        const prices = adapter._tag === "Some" ? adapter.value.prices : undefined
+        return prices === undefined || prices.input <= 0 ? noPrices : {
+          writeMultiplier: prices.cacheWrite / prices.input,
+          readMultiplier: prices.cacheRead / prices.input,
+          inputUsdPerMillion: prices.input
+        }
+      })
+
+    /**
+     * Undoes the thread's newest `/offload` (see `Commands.UndoOffload`, ThreadOffload.undo). A repeated command id
+     * answers as the first time. Fails with `ThreadNotFound`, `RunInProgress`, `InvalidRequest` (a reused id).
+     */
+    const undoOffload = Effect.fn("ThreadService.undoOffload")(function*(command: Commands.UndoOffload) {
+      const receiptKey = CommandReceipts.keyOf(command, command.threadId)
+      const seen = yield* CommandReceipts.find(store, receiptKey)
+      if (seen._tag === "Some") return yield* CommandReceipts.decode(OffloadUndoReport, command.commandId, seen.value.result)
+      const thread = yield* getThread(command.threadId)
+      return yield* offloader.undo(thread.id, receiptKey)
+    })
+
+    /** The outcome of `/offload` operation `operationId` of `threadId`. Fails with `ThreadNotFound`, `OffloadOperationNotFound`. */
+    const getOffload = Effect.fn("ThreadService.getOffload")(function*(threadId: ThreadId, operationId: string) {
+      const thread = yield* getThread(threadId)
+      return yield* offloader.get(thread.id, operationId)
+    })
+
+    /**
+     * Cancels `/offload` operation `operationId` of `threadId` if its summary is still being written; answers the
+     * settled outcome (`cancelled`, or what it finished with). Fails with `ThreadNotFound`, `OffloadOperationNotFound`.
+     */
+    const cancelOffload = Effect.fn("ThreadService.cancelOffload")(function*(threadId: ThreadId, operationId: string) {
+      const thread = yield* getThread(threadId)
+      return yield* offloader.cancel(thread.id, operationId)
     })
 
     /**
@@ -740,6 +785,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       fork,
       mergeBack,
       offload,
+      undoOffload,
+      getOffload,
+      cancelOffload,
       previewToolResultOffload,
       undoToolResultOffload,
       getToolResultOffloadControl,

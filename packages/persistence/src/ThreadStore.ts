@@ -93,6 +93,32 @@ export const DriverRecord = Schema.Struct({
 })
 export type DriverRecord = typeof DriverRecord.Type
 
+/**
+ * One `/offload` operation (migration 0016): its id, thread and payload fingerprint, `status` (`running` until its
+ * outcome is written, then the outcome), `result` (the encoded `OffloadReport`, `null` while running), and what its
+ * summariser calls were billed (`calls` with reported usage, tokens, `costUsd` at the instance's prices or `null`),
+ * `costState` `prepared` while running, then `committed` or `abandoned`.
+ */
+export const OffloadOperationRecord = Schema.Struct({
+  operationId: Schema.String,
+  threadId: Schema.String,
+  fingerprint: Schema.String,
+  status: Schema.String,
+  result: Schema.NullOr(Schema.parseJson(Schema.Unknown)),
+  providerInstance: Schema.NullOr(Schema.String),
+  calls: Count,
+  inputTokens: Count,
+  cacheWriteTokens: Count,
+  cacheReadTokens: Count,
+  outputTokens: Count,
+  costUsd: Schema.NullOr(Schema.Number),
+  costState: Schema.Literal("prepared", "committed", "abandoned"),
+  createdAt: Schema.DateTimeUtc,
+  finishedAt: Schema.NullOr(Schema.DateTimeUtc)
+})
+export type OffloadOperationRecord = typeof OffloadOperationRecord.Type
+const decodeOperations = Schema.decodeUnknown(Schema.Array(OffloadOperationRecord))
+
 /** A handoff with its bookkeeping flag: `open` while some destination still owes a delivery. */
 export type StoredHandoff = ContextHandoff & { readonly open: boolean }
 
@@ -502,14 +528,69 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
       // ---- offloads
       insertOffload: (o: Offload) => offloads.insert(o),
-      /** Every offload of the thread, oldest first (the summary chain). */
+      /** Every offload of the thread not undone, oldest first (the summary chain). */
       listOffloads: (threadId: ThreadId) =>
-        offloads.findAll("offloads.list", sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation`),
-      /** The newest offload of the thread: its summary and cut define the model-visible history. */
+        offloads.findAll("offloads.list", sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL ORDER BY generation`),
+      /** The newest offload of the thread not undone: its summary and cut define the model-visible history. */
       latestOffload: (threadId: ThreadId) =>
         offloads.findOne(
           "offloads.latest",
-          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation DESC LIMIT 1`
+          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL ORDER BY generation DESC LIMIT 1`
+        ),
+      /** Marks offload `id` undone at `at` (it leaves the summary chain; its summary item stays in the log). */
+      markOffloadUndone: (id: string, at: DateTime.Utc) =>
+        sql`UPDATE offloads SET undone_at = ${DateTime.formatIso(at)} WHERE id = ${id}`.pipe(Effect.asVoid, orPersistence("offloads.undo")),
+      /** The summary items of the thread's undone offloads (in the log, in no visible history). */
+      listUndoneSummaryItemIds: (threadId: ThreadId) =>
+        sql<{ readonly summaryItemId: string }>`SELECT summary_item_id FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NOT NULL`.pipe(
+          Effect.map((rows) => rows.map((r) => r.summaryItemId)),
+          orPersistence("offloads.undone")
+        ),
+      /** The highest generation of the thread's offloads, undone ones included (0 without any). */
+      maxOffloadGeneration: (threadId: ThreadId) =>
+        sql<{ readonly g: unknown }>`SELECT COALESCE(MAX(generation), 0) AS g FROM offloads WHERE thread_id = ${threadId}`.pipe(
+          Effect.map((rows) => Number(rows[0]?.g ?? 0)),
+          orPersistence("offloads.maxGeneration")
+        ),
+
+      // ---- offload operations
+      /** Records an `/offload` operation as it begins (`status` `running`, `costState` `prepared`). */
+      insertOffloadOperation: (op: OffloadOperationRecord) =>
+        Effect.flatMap(Schema.encode(OffloadOperationRecord)(op), (row) => sql`INSERT INTO offload_operations ${sql.insert(row)}`).pipe(
+          Effect.asVoid,
+          orPersistence("offload_operations.insert")
+        ),
+      /** The operation `operationId`, if any. */
+      getOffloadOperation: (operationId: string) =>
+        Effect.flatMap(sql`SELECT * FROM offload_operations WHERE operation_id = ${operationId}`, decodeOperations).pipe(
+          Effect.map((rows) => Option.fromNullable(rows[0])),
+          orPersistence("offload_operations.get")
+        ),
+      /**
+       * Writes a running operation's outcome and its cost; `true` when it was still `running` (the first outcome
+       * wins: a cancellation and a commit never both land).
+       */
+      finishOffloadOperation: (op: OffloadOperationRecord) =>
+        Effect.flatMap(Schema.encode(OffloadOperationRecord)(op), (row) =>
+          sql`UPDATE offload_operations SET status = ${row.status}, result = ${row.result}, provider_instance = ${row.providerInstance},
+              calls = ${row.calls}, input_tokens = ${row.inputTokens}, cache_write_tokens = ${row.cacheWriteTokens},
+              cache_read_tokens = ${row.cacheReadTokens}, output_tokens = ${row.outputTokens}, cost_usd = ${row.costUsd},
+              cost_state = ${row.costState}, finished_at = ${row.finishedAt}
+              WHERE operation_id = ${row.operationId} AND status = 'running' RETURNING operation_id`).pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("offload_operations.finish")
+        ),
+      /** Every `/offload` operation of `threadId`, oldest first (with its summariser cost). */
+      listOffloadOperations: (threadId: ThreadId) =>
+        Effect.flatMap(
+          sql`SELECT * FROM offload_operations WHERE thread_id = ${threadId} ORDER BY created_at, operation_id`,
+          decodeOperations
+        ).pipe(orPersistence("offload_operations.list")),
+      /** The thread's newest event seq (0 without events): its version, which every change of the thread advances. */
+      threadVersion: (threadId: ThreadId) =>
+        sql<{ readonly v: unknown }>`SELECT COALESCE(MAX(seq), 0) AS v FROM thread_events WHERE thread_id = ${threadId}`.pipe(
+          Effect.map((rows) => Number(rows[0]?.v ?? 0)),
+          orPersistence("thread_events.version")
         ),
 
       // ---- events

@@ -201,6 +201,7 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
     handoffIds: [hof("hof_3")]
   },
   "thread.offload_failed": { reason: "the summariser failed", keepTokens: 1_000, cutSeq: 8 },
+  "thread.offload_undone": { offloadId: "off_1" as never, generation: 1, summaryItemId: "itm_9" as never, cutSeq: 8 },
   "calibration.updated": {
     providerInstance: "codex" as ProviderInstance,
     oldRatio: 1,

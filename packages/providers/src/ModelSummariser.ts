@@ -4,7 +4,7 @@
  * on a fresh native thread of that instance: the prompt is a structured template that keeps the task's state (the
  * goal, decisions, what is done and what remains, files touched, open questions, and the user's standing instructions
  * verbatim) followed by the previous summary and the items, rendered as history blocks (`Render.renderItem`, with
- * their refs). The answer's text is the summary.
+ * their refs). The answer's text is the summary; the turn's billed tokens (its last usage report) are its cost.
  *
  * `inputWindow` (Baton tokens) is what one call may carry: the instance's window less its output limit and a margin
  * for the template and the count's error, so `/offload` chunks larger histories (ThreadOffload's refine strategy).
@@ -14,7 +14,7 @@
 import { type Item, ProviderError } from "@baton/contracts"
 import { Render } from "@baton/context"
 import { Effect, Layer, Stream } from "effect"
-import type { ProviderAdapterShape } from "./ProviderAdapter.js"
+import type { ProviderAdapterShape, TurnTokens } from "./ProviderAdapter.js"
 import { type SummariseInput, Summariser, type SummariserShape } from "./Summariser.js"
 
 /**
@@ -67,14 +67,19 @@ export const make = (adapter: ProviderAdapterShape, options: ModelSummariserOpti
   let calls = 0
   return {
     inputWindow: options.inputWindow ?? derived,
+    instance: adapter.instance,
+    prices: adapter.prices,
     summarise: (input) =>
       Effect.gen(function*() {
         const { nativeRef } = yield* adapter.startThread()
         const texts: Array<string> = []
+        // The turn's billed tokens: model APIs report the turn's running total, so the last report counts.
+        let tokens: TurnTokens | undefined
         yield* adapter.startTurn({ nativeRef, runId: `summary-${input.threadId}-${++calls}`, prompt: prompt(input), inlineHistory: null }).pipe(
           Stream.runForEach((event) =>
             Effect.sync(() => {
               if (event._tag === "item_produced" && event.item.kind === "assistant_message") texts.push(event.item.text)
+              if (event._tag === "usage_reported" && event.tokens !== undefined) tokens = event.tokens
             })
           )
         )
@@ -88,7 +93,7 @@ export const make = (adapter: ProviderAdapterShape, options: ModelSummariserOpti
             retryable: true
           })
         }
-        return { text }
+        return { text, tokens }
       })
   }
 }

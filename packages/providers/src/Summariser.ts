@@ -6,6 +6,7 @@
  */
 import type { Item, ProviderError } from "@baton/contracts"
 import { Context, type Effect } from "effect"
+import type { TurnTokens } from "./ProviderAdapter.js"
 
 /**
  * What to summarise: `previousSummary` is the text of the thread's latest summary (`null` on the first offload); it
@@ -28,7 +29,17 @@ export interface SummariserShape {
    * Returns the summary text of `previousSummary` + `items`. Fails with `ProviderError` when the summariser cannot
    * answer; the caller then changes nothing (no placeholder).
    */
-  readonly summarise: (input: SummariseInput) => Effect.Effect<{ readonly text: string }, ProviderError>
+  readonly summarise: (input: SummariseInput) => Effect.Effect<SummariseResult, ProviderError>
+  /** The provider instance that writes the summaries (a model-API instance), absent for an offline summariser. */
+  readonly instance?: string | undefined
+  /** That instance's prices in US dollars per million tokens (as `ProviderAdapterShape.prices`), for the cost. */
+  readonly prices?: { readonly input: number; readonly cacheWrite: number; readonly cacheRead: number; readonly output: number } | undefined
+}
+
+/** One call's answer: the summary text and, when the provider reported it, what the call was billed. */
+export interface SummariseResult {
+  readonly text: string
+  readonly tokens?: TurnTokens | undefined
 }
 
 export class Summariser extends Context.Tag("@baton/providers/Summariser")<Summariser, SummariserShape>() {}
