@@ -131,7 +131,19 @@ const runSeqsShown = async (page: Page) => {
   const height = await scroller.evaluate((el) => el.scrollHeight)
   for (let top = 0; top <= height; top += 600) {
     await scroller.evaluate((el, y) => void (el.scrollTop = y), top)
-    await page.waitForTimeout(10)
+    // The virtualised list renders the rows of the new position after the scroll event: wait until a rendered row is
+    // inside the visible box (a fixed 10 ms wait read the previous position's rows under load: run 1 was missed).
+    await page.waitForFunction(() => {
+      const el = document.querySelector("[data-testid=conversation]")
+      if (el === null) return false
+      const box = el.getBoundingClientRect()
+      // The virtualiser's row boxes (every kind of row: headers, items, tool units), contiguous.
+      const rows = Array.from(el.querySelectorAll(":scope > div > div")).map((r) => r.getBoundingClientRect())
+      // Rendered rows cover the visible box from its top edge to its bottom (or to the end of the content).
+      const bottom = Math.min(box.bottom, box.top + el.scrollHeight - el.scrollTop) - 2
+      const covers = (y: number) => rows.some((b) => b.height > 0 && b.top <= y && b.bottom >= y)
+      return covers(box.top + 2) && covers(bottom)
+    })
     for (const seq of await page.locator("[data-testid=run-header]").evaluateAll((els) => els.map((e) => Number(e.getAttribute("data-run-seq"))))) {
       seqs.add(seq)
     }
