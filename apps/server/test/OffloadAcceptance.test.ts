@@ -8,11 +8,11 @@
 import type { ThreadId } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
 import type { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Deferred, Effect, Fiber } from "effect"
 import { client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance } from "./support/ModelServer.js"
-import { itemsOf, sumUsage, summaryText, withThread } from "./support/Offload.js"
+import { held, itemsOf, sumUsage, summaryText, until, withThread } from "./support/Offload.js"
 
 /**
  * What an offload may write, read straight from the database: the thread's row, items, offloads, handoffs and their
@@ -68,4 +68,40 @@ describe("/offload acceptance over HTTP", () => {
         expect(done.supersededHandoffIds.length).toBeGreaterThan(0)
         expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
       }), { extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] }), 120_000)
+
+  it.live("the commit takes the thread's own lock: while another writer holds the thread's row, the offload waits for it and then commits", () =>
+    withThread(4, ({ sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const { reply, release } = held(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        summariser.enqueue(reply)
+        const offloading = yield* Effect.fork(api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-lock" }, headers: {} }))
+        yield* until(() => summariser.requests.length === 1)
+        // Another writer takes the thread's lock (its row, FOR UPDATE) and keeps it until told.
+        const locked = yield* Deferred.make<number>()
+        const unlock = yield* Deferred.make<void>()
+        const holder = yield* Effect.fork(Effect.orDie(sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT id FROM threads WHERE id = ${threadId} FOR UPDATE`
+          const [row] = yield* sql<{ readonly pid: number }>`SELECT pg_backend_pid() AS pid`
+          yield* Deferred.succeed(locked, Number(row!.pid))
+          yield* Deferred.await(unlock)
+        }))))
+        const pid = yield* Deferred.await(locked)
+        release()
+        // Either the offload's commit queues behind that lock, or (the lock of another key) it ends while it is held.
+        let waiting = false
+        let outcome = "running"
+        while (!waiting && outcome === "running") {
+          const blocked = yield* Effect.orDie(sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ${pid} = ANY(pg_blocking_pids(pid))`)
+          waiting = Number(blocked[0]!.n) > 0
+          outcome = (yield* api.threads.getOffload({ path: { threadId, operationId: "op-lock" } })).outcome
+          if (!waiting && outcome === "running") yield* Effect.sleep("5 millis")
+        }
+        expect(outcome, "the offload ended while another writer held the thread's lock").toBe("running")
+        expect(waiting).toBe(true)
+        yield* Deferred.succeed(unlock, undefined)
+        yield* Fiber.join(holder)
+        expect(yield* Fiber.join(offloading)).toMatchObject({ operationId: "op-lock", outcome: "offloaded" })
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+      }), { postgres: true }), 120_000)
 })

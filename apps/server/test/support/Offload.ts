@@ -1,7 +1,7 @@
 /**
  * Set-up for `/offload` tests over HTTP (issue 12): a server whose summariser is a loopback Anthropic instance `sum`,
- * a thread on a loopback `claude` instance with completed runs, the SQLite file the server writes (for snapshots and
- * for failures injected with triggers), and polling helpers.
+ * a thread on a loopback `claude` instance with completed runs, a SQL client on the database the server writes (its
+ * SQLite file or Postgres schema: for snapshots, failures injected with triggers, locks held), and polling helpers.
  */
 import type { ThreadId } from "@baton/contracts"
 import { Database } from "@baton/persistence"
@@ -32,6 +32,17 @@ export interface Options {
   readonly summariserExtra?: Record<string, unknown>
   readonly extraInstances?: (chat: ModelApi.ModelApi) => ReadonlyArray<unknown>
   readonly first?: string
+  /** The server on a fresh Postgres schema (default: a SQLite file). */
+  readonly postgres?: boolean
+}
+
+/** A reply that waits for `release()` before it is written (the model has the request and has not answered). */
+export const held = (reply: ModelApi.Reply) => {
+  let release: () => void = () => undefined
+  const hold = new Promise<void>((resolve) => {
+    release = resolve
+  })
+  return { reply: { ...reply, hold }, release: () => release() }
 }
 
 /**
@@ -43,13 +54,17 @@ export const withThread = <A, E, R>(turns: number, body: (ctx: Ctx) => Effect.Ef
   Effect.scoped(Effect.gen(function*() {
     const chat = yield* ModelApi.start
     const summariser = yield* ModelApi.start
-    const settings = yield* settingsFor([
+    const sqlite = yield* settingsFor([
       instance("claude", "anthropic-messages", chat),
       instance("sum", "anthropic-messages", summariser, options.summariserExtra ?? {}),
       ...(options.extraInstances?.(chat) ?? [])
     ])
-    if (settings.database._tag !== "sqlite") return yield* Effect.die("expected a SQLite database")
-    const sql = yield* Layer.build(Database.layerSqlite(settings.database.path)).pipe(
+    const settings = options.postgres === true
+      ? { ...sqlite, database: { _tag: "postgres" as const, url: Context.get(yield* Layer.build(Database.layerPgSchema()), Database.PgSchemaUrl) } }
+      : sqlite
+    const sql = yield* Layer.build(
+      settings.database._tag === "sqlite" ? Database.layerSqlite(settings.database.path) : Database.layerPg({ url: settings.database.url, maxConnections: 2 })
+    ).pipe(
       Effect.map((ctx) => Context.get(ctx, SqlClient.SqlClient)),
       Effect.orDie
     )
