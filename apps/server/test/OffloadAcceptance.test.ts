@@ -69,7 +69,7 @@ describe("/offload acceptance over HTTP", () => {
         expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
       }), { extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] }), 120_000)
 
-  it.live("the commit takes the thread's own lock: while another writer holds the thread's row, the offload waits for it and then commits", () =>
+  it.live("the commit takes the thread's own lock: it waits for another writer holding the thread, sees its change, and discards the summary as stale", () =>
     withThread(4, ({ sql, summariser, threadId }) =>
       Effect.gen(function*() {
         const api = yield* client()
@@ -77,11 +77,15 @@ describe("/offload acceptance over HTTP", () => {
         summariser.enqueue(reply)
         const offloading = yield* Effect.fork(api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-lock" }, headers: {} }))
         yield* until(() => summariser.requests.length === 1)
-        // Another writer takes the thread's lock (its row, FOR UPDATE) and keeps it until told.
+        // Another writer takes the thread's lock (its row, FOR UPDATE), appends an event (the thread's version moves
+        // on: a copy of its newest event under the next seq) and keeps the lock until told.
         const locked = yield* Deferred.make<number>()
         const unlock = yield* Deferred.make<void>()
         const holder = yield* Effect.fork(Effect.orDie(sql.withTransaction(Effect.gen(function*() {
           yield* sql`SELECT id FROM threads WHERE id = ${threadId} FOR UPDATE`
+          yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
+            SELECT 'evt_held_writer', thread_id, seq + 1, NULL, type, payload, created_at
+            FROM thread_events WHERE thread_id = ${threadId} ORDER BY seq DESC LIMIT 1`
           const [row] = yield* sql<{ readonly pid: number }>`SELECT pg_backend_pid() AS pid`
           yield* Deferred.succeed(locked, Number(row!.pid))
           yield* Deferred.await(unlock)
@@ -101,7 +105,12 @@ describe("/offload acceptance over HTTP", () => {
         expect(waiting).toBe(true)
         yield* Deferred.succeed(unlock, undefined)
         yield* Fiber.join(holder)
-        expect(yield* Fiber.join(offloading)).toMatchObject({ operationId: "op-lock", outcome: "offloaded" })
+        // Under the thread's lock the version re-check sees the other writer's change: the summary is discarded.
+        expect(yield* Fiber.join(offloading)).toMatchObject({ operationId: "op-lock", outcome: "stale", offloaded: false })
+        expect(yield* itemsOf(threadId, "summary")).toEqual([])
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        expect(yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-lock-retry" }, headers: {} }))
+          .toMatchObject({ outcome: "offloaded" })
         expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
       }), { postgres: true }), 120_000)
 })
