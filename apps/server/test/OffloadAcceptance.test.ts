@@ -6,6 +6,7 @@
  * and the next provider's handoff; a committed offload whose result cannot be shown says so with its id.
  */
 import type { ThreadId } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
 import type { SqlClient } from "@effect/sql"
 import { Deferred, Effect, Fiber } from "effect"
@@ -37,6 +38,26 @@ const steps: ReadonlyArray<readonly [string, string]> = [
   ["the thread.offloaded event", "BEFORE INSERT ON thread_events WHEN NEW.type = 'thread.offloaded'"],
   ["the operation's outcome", "BEFORE UPDATE ON offload_operations WHEN NEW.status = 'offloaded'"]
 ]
+
+/** The prompt text of a recorded Anthropic Messages request: every text of its messages, joined. */
+const promptOf = (body: string): string => {
+  const texts: Array<string> = []
+  const walk = (v: unknown, key: string | null): void => {
+    if (typeof v === "string") {
+      if (key === "text" || key === "content") texts.push(v)
+    } else if (Array.isArray(v)) v.forEach((x) => walk(x, key))
+    else if (v !== null && typeof v === "object") for (const [k, x] of Object.entries(v)) walk(x, k)
+  }
+  walk((JSON.parse(body) as { messages: unknown }).messages, null)
+  return texts.join("\n")
+}
+
+/** The text between `open` and `close` in `text`, or `null`. */
+const between = (text: string, open: string, close: string): string | null => {
+  const from = text.indexOf(open)
+  const to = text.indexOf(close, from + open.length)
+  return from < 0 || to < 0 ? null : text.slice(from + open.length, to)
+}
 
 describe("/offload acceptance over HTTP", () => {
   it.live("a failure at each step of the commit: nothing lost nor half-written, the operation failed, a later offload commits", () =>
@@ -113,4 +134,38 @@ describe("/offload acceptance over HTTP", () => {
           .toMatchObject({ outcome: "offloaded" })
         expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
       }), { postgres: true }), 120_000)
+
+  it.live("a history three times the summariser's window: at least 3 calls, each within the window, each refining the summary so far; the offload commits", () =>
+    // The summariser's instance: a 2,000-token window less 500 of output, less the 10 % margin: 1,350 tokens a call.
+    withThread(12, ({ summariser, threadId }) =>
+      Effect.gen(function*() {
+        const window = 1_350
+        const api = yield* client()
+        const preview = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })
+        expect(preview.coveredTokens).toBeGreaterThanOrEqual(3 * window)
+        const answers = Array.from({ length: 12 }, (_, k) => `## Goal\n- steps, refined ${k + 1} times\n## Standing instructions\n- none`)
+        for (const a of answers) summariser.enqueue(ModelApi.answer("anthropic-messages", a, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-chunks" }, headers: {} })
+        expect(done).toMatchObject({ outcome: "offloaded", coveredItemIds: preview.coveredItemIds })
+        const prompts = summariser.requests.map((r) => promptOf(r.body))
+        expect(prompts.length).toBeGreaterThanOrEqual(3)
+        expect(done.cost).toMatchObject({ calls: prompts.length, state: "committed" })
+        const counter = TokenCounter.make()
+        const seen: Array<string> = []
+        for (const [k, p] of prompts.entries()) {
+          const conversation = between(p, "<conversation>", "</conversation>")!
+          const previous = between(p, "<previous_summary>\n", "\n</previous_summary>")
+          // Within the window: the items and the summary so far (the template aside).
+          expect(counter.count(conversation) + (previous === null ? 0 : counter.count(previous)), `call ${k + 1}`).toBeLessThanOrEqual(window)
+          // The first call starts from nothing; each later one refines the answer of the call before it.
+          expect(previous, `call ${k + 1}`).toBe(k === 0 ? null : answers[k - 1])
+          seen.push(...(conversation.match(/Step \d+:/g) ?? []))
+        }
+        // Every covered step was given to exactly one call, in order.
+        const covered = (yield* itemsOf(threadId, "user_message")).filter((i) => preview.coveredItemIds.includes(i.id))
+        expect(seen).toEqual(covered.map((i) => i.text.match(/^Step \d+:/)![0]))
+        const [summary] = yield* itemsOf(threadId, "summary")
+        expect(summary!.id).toBe(done.summaryItemId)
+        expect(summary!.text.startsWith(answers[prompts.length - 1]!)).toBe(true)
+      }), { summariserExtra: { contextWindow: 2_000, maxOutputTokens: 500, autoCompactThreshold: 1_800 } }), 120_000)
 })
