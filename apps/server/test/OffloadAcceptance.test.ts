@@ -12,7 +12,7 @@ import type { SqlClient } from "@effect/sql"
 import { Deferred, Effect, Fiber } from "effect"
 import { client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
-import { instance } from "./support/ModelServer.js"
+import { instance, sendAndWait } from "./support/ModelServer.js"
 import { held, itemsOf, sumUsage, summaryText, until, withThread } from "./support/Offload.js"
 
 /**
@@ -168,4 +168,37 @@ describe("/offload acceptance over HTTP", () => {
         expect(summary!.id).toBe(done.summaryItemId)
         expect(summary!.text.startsWith(answers[prompts.length - 1]!)).toBe(true)
       }), { summariserExtra: { contextWindow: 2_000, maxOutputTokens: 500, autoCompactThreshold: 1_800 } }), 120_000)
+
+  it.live("pinned instructions (the first user message, an item pinned by the control) are verbatim in the summary and in the next provider's handoff", () => {
+    const first = "Standing instructions: answer in French, never edit pnpm-lock.yaml, and run the linter before every commit."
+    return withThread(5, ({ chat, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const users = yield* itemsOf(threadId, "user_message")
+        expect(users[0]!.text).toBe(first)
+        // Pinned by the control: step 2's message (an instruction given mid-way).
+        const pinned = users[2]!
+        yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { pinnedItemIds: [pinned.id] }, headers: {} })
+        // The summariser leaves both out: the summary must carry them anyway, word for word.
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-pins" }, headers: {} })
+        expect(done.outcome).toBe("offloaded")
+        expect(done.coveredItemIds).toEqual(expect.arrayContaining([users[0]!.id, pinned.id]))
+        const [summary] = yield* itemsOf(threadId, "summary")
+        expect(summary!.text).toContain(first)
+        expect(summary!.text).toContain(pinned.text)
+        // A switch to another provider: the history it is handed is the summary (with the pins) and the kept items.
+        yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "claude2" as never }, headers: {} })
+        const sent = chat.requests.length
+        chat.enqueue(ModelApi.answer("anthropic-messages", "d'accord", { input: 100, cacheWrite: 0, cacheRead: 0, output: 20 }))
+        expect((yield* sendAndWait(threadId, "go on")).run.status).toBe("completed")
+        const handed = chat.requests.slice(sent).map((r) => promptOf(r.body)).join("\n")
+        expect(handed).toContain(summary!.text.split("\n")[0]!)
+        expect(handed).toContain(first)
+        expect(handed).toContain(pinned.text)
+        // ...and not the originals the summary stands for (step 1's message is covered, not pinned).
+        expect(done.coveredItemIds).toContain(users[1]!.id)
+        expect(handed).not.toContain(users[1]!.text)
+      }), { first, extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] })
+  }, 120_000)
 })
