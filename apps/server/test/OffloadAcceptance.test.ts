@@ -201,4 +201,26 @@ describe("/offload acceptance over HTTP", () => {
         expect(handed).not.toContain(users[1]!.text)
       }), { first, extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] })
   }, 120_000)
+
+  it.live("committed but its result cannot be shown: the user is told the conversation was offloaded, with the operation id; the same id does not offload twice", () =>
+    withThread(4, ({ sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        // The offload's commit stores a result that cannot be read back as a report (in the same transaction).
+        yield* Effect.orDie(sql.unsafe(`CREATE TRIGGER unreadable_result AFTER UPDATE ON offload_operations WHEN NEW.status = 'offloaded'
+          BEGIN UPDATE offload_operations SET result = '{"unreadable":true}' WHERE operation_id = NEW.operation_id; END`))
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const report = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-shown" }, headers: {} })
+        expect(report).toMatchObject({ operationId: "op-shown", outcome: "offloaded", offloaded: true, retryable: false })
+        expect(report.message).toBe(
+          "The conversation was offloaded, but the result could not be displayed (operation op-shown). The offload was applied: " +
+            "do not run /offload again for it; GET the operation op-shown to read it."
+        )
+        // It was applied, once; the same id again (a client retrying) and a read answer the same, with no second summary.
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+        expect(yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-shown" }, headers: {} })).toEqual(report)
+        expect(yield* api.threads.getOffload({ path: { threadId, operationId: "op-shown" } })).toEqual(report)
+        expect(summariser.requests).toHaveLength(1)
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+      })), 120_000)
 })
