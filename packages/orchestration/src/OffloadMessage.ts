@@ -55,6 +55,14 @@ export const of = (r: OffloadReport): string => {
   }
 }
 
+/**
+ * The message of an offload that committed but whose result could not be read back or built (`ThreadOffload`):
+ * the user is told it was applied, under which operation id, so that nobody runs `/offload` again for it.
+ */
+export const undisplayable = (operationId: string): string =>
+  `The conversation was offloaded, but the result could not be displayed (operation ${operationId}). The offload was ` +
+  `applied: do not run /offload again for it; GET the operation ${operationId} to read it.`
+
 /** The message of a dry run. */
 export const preview = (r: OffloadReport): string =>
   r.coveredItems === 0

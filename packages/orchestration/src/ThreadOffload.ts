@@ -451,16 +451,53 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         return yield* stored(threadId, key.operationId)
       })
 
-    /** The stored outcome of `operationId` on `threadId` (`running` while in flight). Fails with `OffloadOperationNotFound`. */
+    /**
+     * The report of operation `operationId`, which committed (`offloaded`) but whose result could not be read back or
+     * built (`reason` says why): outcome `offloaded` with the message saying it was applied but cannot be shown, the
+     * figures unknown (zero). It is what a POST answers then, so that nobody offloads twice.
+     */
+    const undisplayable = (operationId: string, reason: string): OffloadReport => ({
+      operationId,
+      outcome: "offloaded",
+      message: Message.undisplayable(operationId),
+      offloaded: true,
+      reason,
+      offloadId: null,
+      summaryItemId: null,
+      cutSeq: null,
+      coveredItems: 0,
+      coveredTokens: 0,
+      summaryTokens: 0,
+      keptItems: 0,
+      keptTokens: 0,
+      keepTokens: 0,
+      movedForToolUnits: 0,
+      supersededHandoffIds: [],
+      handoffIds: [],
+      coveredItemIds: [],
+      tokensBefore: 0,
+      tokensAfter: 0,
+      cacheRewriteTokens: 0,
+      cacheRewriteUsd: null,
+      cost: null,
+      retryable: false
+    })
+
+    /**
+     * The stored outcome of `operationId` on `threadId` (`running` while in flight); an `offloaded` outcome whose
+     * result cannot be read is answered as `undisplayable`. Fails with `OffloadOperationNotFound`, `PersistenceError`.
+     */
     const stored = (threadId: ThreadId, operationId: string) =>
       Effect.gen(function*() {
         const row = yield* store.getOffloadOperation(operationId)
         if (row._tag === "None" || row.value.threadId !== threadId) return yield* new OffloadOperationNotFound({ threadId, operationId })
         if (row.value.result === null) return { row: row.value, report: null }
-        const report = yield* Schema.decodeUnknown(OffloadReport)(row.value.result).pipe(
-          Effect.mapError(() => new PersistenceError({ operation: "offload_operations.decode", detail: `operation ${operationId}'s outcome cannot be read` }))
-        )
-        return { row: row.value, report }
+        const decoded = yield* Effect.either(Schema.decodeUnknown(OffloadReport)(row.value.result))
+        if (decoded._tag === "Right") return { row: row.value, report: decoded.right }
+        if (row.value.status === "offloaded") {
+          return { row: row.value, report: undisplayable(operationId, `the stored result of operation ${operationId} cannot be read`) }
+        }
+        return yield* new PersistenceError({ operation: "offload_operations.decode", detail: `operation ${operationId}'s outcome cannot be read` })
       })
 
     /**
@@ -618,7 +655,12 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           return withMessage
         })))
         if (committed._tag === "Right" && committed.right !== null) return committed.right
-        if (committed._tag === "Left" && committed.left._tag !== "ConcurrentModification") return yield* committed.left
+        // The commit failed (its unit of work rolled back whole): the operation fails saying why, nothing applied.
+        if (committed._tag === "Left" && committed.left._tag !== "ConcurrentModification") {
+          const e = committed.left
+          const detail = e._tag === "PersistenceError" ? `${e.operation}: ${e.detail}` : e.message
+          return yield* failed(`the offload could not be written (${detail})`, true)
+        }
         // Stale: the thread advanced while the summary was written (or another writer got in first).
         return (yield* ended(
           "stale",
@@ -766,7 +808,16 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         run(threadId, keepTokens, key, plan, cache, entry, createdAt).pipe(Effect.ensuring(Effect.sync(() => inFlight.delete(key.operationId)))),
         scope
       )
-      return yield* failedAsError(threadId, yield* outcome(threadId, key.operationId, true))
+      const fiber = entry.fiber
+      // Reading the outcome back may fail after the offload committed: the user is then told it was applied.
+      const report = yield* outcome(threadId, key.operationId, true).pipe(
+        Effect.catchTag("PersistenceError", (e) =>
+          Effect.flatMap(Fiber.await(fiber), (exit) =>
+            exit._tag === "Success" && exit.value.outcome === "offloaded"
+              ? Effect.succeed(undisplayable(key.operationId, `the result could not be read back (${e.operation}: ${e.detail})`))
+              : Effect.fail(e)))
+      )
+      return yield* failedAsError(threadId, report)
     })
 
     /** `report`, or `OffloadFailed` when its outcome is `failed` (what a POST answers; a read answers the report). */

@@ -1,0 +1,226 @@
+/**
+ * `/offload` acceptance over HTTP (issue 12), with a loopback Anthropic summariser and the server's real SQLite file:
+ * a failure injected at each step of the offload's commit (a SQLite trigger aborting the statement) loses and
+ * half-writes nothing and a later offload succeeds; the commit holds the thread's own lock; a history three times
+ * the summariser's window is summarised in refining chunks; pinned instructions survive verbatim into the summary
+ * and the next provider's handoff; a committed offload whose result cannot be shown says so with its id.
+ */
+import type { ThreadId } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
+import { describe, expect, it } from "@effect/vitest"
+import type { SqlClient } from "@effect/sql"
+import { Deferred, Effect, Fiber } from "effect"
+import { client } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, sendAndWait } from "./support/ModelServer.js"
+import { held, itemsOf, sumUsage, summaryText, until, withThread } from "./support/Offload.js"
+
+/**
+ * What an offload may write, read straight from the database: the thread's row, items, offloads, handoffs and their
+ * deliveries, and events (the audit event `thread.offload_failed` a failed offload appends aside).
+ */
+const snapshot = (sql: SqlClient.SqlClient, threadId: ThreadId) =>
+  Effect.orDie(Effect.all({
+    // lock_version counts the units of work under the thread's lock (the operation's own records among them).
+    thread: sql`SELECT id, title, active_provider_thread_id, created_at, updated_at FROM threads WHERE id = ${threadId}`,
+    items: sql`SELECT * FROM items WHERE thread_id = ${threadId} ORDER BY seq`,
+    offloads: sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation`,
+    handoffs: sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} ORDER BY id`,
+    deliveries: sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id WHERE h.thread_id = ${threadId} ORDER BY d.id`,
+    events: sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} AND type <> 'thread.offload_failed' ORDER BY seq`
+  }))
+
+/** Each step of the offload's commit and the trigger that makes its statement fail. */
+const steps: ReadonlyArray<readonly [string, string]> = [
+  ["the summary item insert", "BEFORE INSERT ON items WHEN NEW.kind = 'summary'"],
+  ["the offload record insert", "BEFORE INSERT ON offloads"],
+  ["the handoff supersede", "BEFORE UPDATE ON handoffs"],
+  ["the thread.offloaded event", "BEFORE INSERT ON thread_events WHEN NEW.type = 'thread.offloaded'"],
+  ["the operation's outcome", "BEFORE UPDATE ON offload_operations WHEN NEW.status = 'offloaded'"]
+]
+
+/** The prompt text of a recorded Anthropic Messages request: every text of its messages, joined. */
+const promptOf = (body: string): string => {
+  const texts: Array<string> = []
+  const walk = (v: unknown, key: string | null): void => {
+    if (typeof v === "string") {
+      if (key === "text" || key === "content") texts.push(v)
+    } else if (Array.isArray(v)) v.forEach((x) => walk(x, key))
+    else if (v !== null && typeof v === "object") for (const [k, x] of Object.entries(v)) walk(x, k)
+  }
+  walk((JSON.parse(body) as { messages: unknown }).messages, null)
+  return texts.join("\n")
+}
+
+/** The text between `open` and `close` in `text`, or `null`. */
+const between = (text: string, open: string, close: string): string | null => {
+  const from = text.indexOf(open)
+  const to = text.indexOf(close, from + open.length)
+  return from < 0 || to < 0 ? null : text.slice(from + open.length, to)
+}
+
+describe("/offload acceptance over HTTP", () => {
+  it.live("a failure at each step of the commit: nothing lost nor half-written, the operation failed, a later offload commits", () =>
+    withThread(4, ({ sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        // A switch leaves an open handoff owing the history, so the commit has a handoff to supersede.
+        yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "claude2" as never }, headers: {} })
+        const open = yield* Effect.orDie(sql<{ open: number }>`SELECT open FROM handoffs WHERE thread_id = ${threadId} AND open = 1`)
+        expect(open.length).toBeGreaterThan(0)
+        const before = yield* snapshot(sql, threadId)
+        for (const [i, [step, when]] of steps.entries()) {
+          yield* Effect.orDie(sql.unsafe(`CREATE TRIGGER inject_failure ${when} BEGIN SELECT RAISE(ABORT, 'injected failure at step ${i}'); END`))
+          summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+          const error = yield* Effect.flip(api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: `op-inject-${i}` }, headers: {} }))
+          yield* Effect.orDie(sql`DROP TRIGGER inject_failure`)
+          expect(error._tag, step).toBe("OffloadFailed")
+          const stored = yield* api.threads.getOffload({ path: { threadId, operationId: `op-inject-${i}` } })
+          expect(stored, step).toMatchObject({ outcome: "failed", offloaded: false, offloadId: null, summaryItemId: null, retryable: true })
+          expect(stored.message, step).toMatch(/The conversation is unchanged/)
+          // The commit failed (not a summariser failure, nor a lost server) and the outcome says so.
+          expect(stored.reason, step).toMatch(/^the offload could not be written \(/)
+          expect(yield* snapshot(sql, threadId), step).toEqual(before)
+        }
+        expect(summariser.requests).toHaveLength(steps.length)
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-after" }, headers: {} })
+        expect(done).toMatchObject({ outcome: "offloaded", offloaded: true })
+        expect(done.supersededHandoffIds.length).toBeGreaterThan(0)
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+      }), { extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] }), 120_000)
+
+  it.live("the commit takes the thread's own lock: it waits for another writer holding the thread, sees its change, and discards the summary as stale", () =>
+    withThread(4, ({ sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const { reply, release } = held(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        summariser.enqueue(reply)
+        const offloading = yield* Effect.fork(api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-lock" }, headers: {} }))
+        yield* until(() => summariser.requests.length === 1)
+        // Another writer takes the thread's lock (its row, FOR UPDATE), appends an event (the thread's version moves
+        // on: a copy of its newest event under the next seq) and keeps the lock until told.
+        const locked = yield* Deferred.make<number>()
+        const unlock = yield* Deferred.make<void>()
+        const holder = yield* Effect.fork(Effect.orDie(sql.withTransaction(Effect.gen(function*() {
+          yield* sql`SELECT id FROM threads WHERE id = ${threadId} FOR UPDATE`
+          yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
+            SELECT 'evt_held_writer', thread_id, seq + 1, NULL, type, payload, created_at
+            FROM thread_events WHERE thread_id = ${threadId} ORDER BY seq DESC LIMIT 1`
+          const [row] = yield* sql<{ readonly pid: number }>`SELECT pg_backend_pid() AS pid`
+          yield* Deferred.succeed(locked, Number(row!.pid))
+          yield* Deferred.await(unlock)
+        }))))
+        const pid = yield* Deferred.await(locked)
+        release()
+        // Either the offload's commit queues behind that lock, or (the lock of another key) it ends while it is held.
+        let waiting = false
+        let outcome = "running"
+        while (!waiting && outcome === "running") {
+          const blocked = yield* Effect.orDie(sql<{ readonly n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE ${pid} = ANY(pg_blocking_pids(pid))`)
+          waiting = Number(blocked[0]!.n) > 0
+          outcome = (yield* api.threads.getOffload({ path: { threadId, operationId: "op-lock" } })).outcome
+          if (!waiting && outcome === "running") yield* Effect.sleep("5 millis")
+        }
+        expect(outcome, "the offload ended while another writer held the thread's lock").toBe("running")
+        expect(waiting).toBe(true)
+        yield* Deferred.succeed(unlock, undefined)
+        yield* Fiber.join(holder)
+        // Under the thread's lock the version re-check sees the other writer's change: the summary is discarded.
+        expect(yield* Fiber.join(offloading)).toMatchObject({ operationId: "op-lock", outcome: "stale", offloaded: false })
+        expect(yield* itemsOf(threadId, "summary")).toEqual([])
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        expect(yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-lock-retry" }, headers: {} }))
+          .toMatchObject({ outcome: "offloaded" })
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+      }), { postgres: true }), 120_000)
+
+  it.live("a history three times the summariser's window: at least 3 calls, each within the window, each refining the summary so far; the offload commits", () =>
+    // The summariser's instance: a 2,000-token window less 500 of output, less the 10 % margin: 1,350 tokens a call.
+    withThread(12, ({ summariser, threadId }) =>
+      Effect.gen(function*() {
+        const window = 1_350
+        const api = yield* client()
+        const preview = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })
+        expect(preview.coveredTokens).toBeGreaterThanOrEqual(3 * window)
+        const answers = Array.from({ length: 12 }, (_, k) => `## Goal\n- steps, refined ${k + 1} times\n## Standing instructions\n- none`)
+        for (const a of answers) summariser.enqueue(ModelApi.answer("anthropic-messages", a, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-chunks" }, headers: {} })
+        expect(done).toMatchObject({ outcome: "offloaded", coveredItemIds: preview.coveredItemIds })
+        const prompts = summariser.requests.map((r) => promptOf(r.body))
+        expect(prompts.length).toBeGreaterThanOrEqual(3)
+        expect(done.cost).toMatchObject({ calls: prompts.length, state: "committed" })
+        const counter = TokenCounter.make()
+        const seen: Array<string> = []
+        for (const [k, p] of prompts.entries()) {
+          const conversation = between(p, "<conversation>", "</conversation>")!
+          const previous = between(p, "<previous_summary>\n", "\n</previous_summary>")
+          // Within the window: the items and the summary so far (the template aside).
+          expect(counter.count(conversation) + (previous === null ? 0 : counter.count(previous)), `call ${k + 1}`).toBeLessThanOrEqual(window)
+          // The first call starts from nothing; each later one refines the answer of the call before it.
+          expect(previous, `call ${k + 1}`).toBe(k === 0 ? null : answers[k - 1])
+          seen.push(...(conversation.match(/Step \d+:/g) ?? []))
+        }
+        // Every covered step was given to exactly one call, in order.
+        const covered = (yield* itemsOf(threadId, "user_message")).filter((i) => preview.coveredItemIds.includes(i.id))
+        expect(seen).toEqual(covered.map((i) => i.text.match(/^Step \d+:/)![0]))
+        const [summary] = yield* itemsOf(threadId, "summary")
+        expect(summary!.id).toBe(done.summaryItemId)
+        expect(summary!.text.startsWith(answers[prompts.length - 1]!)).toBe(true)
+      }), { summariserExtra: { contextWindow: 2_000, maxOutputTokens: 500, autoCompactThreshold: 1_800 } }), 120_000)
+
+  it.live("pinned instructions (the first user message, an item pinned by the control) are verbatim in the summary and in the next provider's handoff", () => {
+    const first = "Standing instructions: answer in French, never edit pnpm-lock.yaml, and run the linter before every commit."
+    return withThread(5, ({ chat, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const users = yield* itemsOf(threadId, "user_message")
+        expect(users[0]!.text).toBe(first)
+        // Pinned by the control: step 2's message (an instruction given mid-way).
+        const pinned = users[2]!
+        yield* api.threads.setToolResultOffloadControl({ path: { threadId }, payload: { pinnedItemIds: [pinned.id] }, headers: {} })
+        // The summariser leaves both out: the summary must carry them anyway, word for word.
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-pins" }, headers: {} })
+        expect(done.outcome).toBe("offloaded")
+        expect(done.coveredItemIds).toEqual(expect.arrayContaining([users[0]!.id, pinned.id]))
+        const [summary] = yield* itemsOf(threadId, "summary")
+        expect(summary!.text).toContain(first)
+        expect(summary!.text).toContain(pinned.text)
+        // A switch to another provider: the history it is handed is the summary (with the pins) and the kept items.
+        yield* api.threads.switchProvider({ path: { threadId }, payload: { providerInstance: "claude2" as never }, headers: {} })
+        const sent = chat.requests.length
+        chat.enqueue(ModelApi.answer("anthropic-messages", "d'accord", { input: 100, cacheWrite: 0, cacheRead: 0, output: 20 }))
+        expect((yield* sendAndWait(threadId, "go on")).run.status).toBe("completed")
+        const handed = chat.requests.slice(sent).map((r) => promptOf(r.body)).join("\n")
+        expect(handed).toContain(summary!.text.split("\n")[0]!)
+        expect(handed).toContain(first)
+        expect(handed).toContain(pinned.text)
+        // ...and not the originals the summary stands for (step 1's message is covered, not pinned).
+        expect(done.coveredItemIds).toContain(users[1]!.id)
+        expect(handed).not.toContain(users[1]!.text)
+      }), { first, extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] })
+  }, 120_000)
+
+  it.live("committed but its result cannot be shown: the user is told the conversation was offloaded, with the operation id; the same id does not offload twice", () =>
+    withThread(4, ({ sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        // The offload's commit stores a result that cannot be read back as a report (in the same transaction).
+        yield* Effect.orDie(sql.unsafe(`CREATE TRIGGER unreadable_result AFTER UPDATE ON offload_operations WHEN NEW.status = 'offloaded'
+          BEGIN UPDATE offload_operations SET result = '{"unreadable":true}' WHERE operation_id = NEW.operation_id; END`))
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const report = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-shown" }, headers: {} })
+        expect(report).toMatchObject({ operationId: "op-shown", outcome: "offloaded", offloaded: true, retryable: false })
+        expect(report.message).toBe(
+          "The conversation was offloaded, but the result could not be displayed (operation op-shown). The offload was applied: " +
+            "do not run /offload again for it; GET the operation op-shown to read it."
+        )
+        // It was applied, once; the same id again (a client retrying) and a read answer the same, with no second summary.
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+        expect(yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-shown" }, headers: {} })).toEqual(report)
+        expect(yield* api.threads.getOffload({ path: { threadId, operationId: "op-shown" } })).toEqual(report)
+        expect(summariser.requests).toHaveLength(1)
+        expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+      })), 120_000)
+})
