@@ -257,20 +257,20 @@ export const layer = (options: GatewayOptions) =>
           const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
 
           const response = yield* Fiber.join(sent)
-          // Record alongside, once the upstream's answer has begun (its head and first bytes go out first), in a fiber of its
-          // own (it outlives this handler: the stream's end waits for it). `null`:
-          // nothing to record (`count_tokens`); `None`: the record failed (logged; the agent still gets its answer).
-          const recording = kind === "count_tokens" ? null : yield* toEventLoop.pipe(Effect.zipRight(threads.begin({
-            session: request.headers["x-claude-code-session-id"] ?? null,
-            agent: agentOf(request.headers["user-agent"]),
-            system: parsed.system,
-            messages: messages as ReadonlyArray<GatewayThreads.WireMessage>,
-            model: parsed.model,
-            providerInstance: target.name as ProviderInstance,
-            contextWindow: target.config.contextWindow,
-            prices: target.config.prices
-          })), // after the event loop turned
-          ).pipe(
+          // Record alongside: once the upstream's answer has begun and the event loop has turned (its head and first
+          // bytes go out first), in a fiber of its own (it outlives this handler: the stream's end waits for it).
+          // `null`: nothing to record (`count_tokens`); `None`: the record failed (logged; the agent still gets its answer).
+          const recording = kind === "count_tokens" ? null : yield* toEventLoop.pipe(
+            Effect.zipRight(threads.begin({
+              session: request.headers["x-claude-code-session-id"] ?? null,
+              agent: agentOf(request.headers["user-agent"]),
+              system: parsed.system,
+              messages: messages as ReadonlyArray<GatewayThreads.WireMessage>,
+              model: parsed.model,
+              providerInstance: target.name as ProviderInstance,
+              contextWindow: target.config.contextWindow,
+              prices: target.config.prices
+            })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
             Effect.option,
             Effect.forkDaemon

@@ -2,7 +2,8 @@
  * The gateway's Anthropic Messages endpoints over HTTP (issue 14), against a loopback Anthropic upstream: Baton's own
  * refusals in Anthropic's error shape (no token, a body that is not a Messages request, an unrouted model), the
  * upstream's errors and answers passed back byte for byte (streamed, whole, count_tokens), and the record: a
- * conversation's shared prefix stored once, a diverging history recorded as such and taken as the new baseline.
+ * conversation's shared prefix stored once, a diverging history recorded as such and taken as the new baseline; a
+ * record that fails after forwarding started never keeps the answer from the agent.
  */
 import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"

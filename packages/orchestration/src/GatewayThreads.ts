@@ -16,7 +16,9 @@
  *   fingerprints Baton stored, the last reply included. A request that extends the baseline adds only its new
  *   messages. One that does not (the agent compacted, edited or rewound its history) is recorded as a divergence (a
  *   `gateway.diverged` event with the shared length), its messages past the shared prefix are stored, and it becomes
- *   the new baseline.
+ *   the new baseline. Fingerprints are taken incrementally (`makePrintCache`): a message equal to the one at its
+ *   position in the conversation's previous request reuses its fingerprint, so an extending request hashes only its
+ *   new messages.
  *
  * It does not speak HTTP nor forward anything: the server's gateway does, and reports here what was sent and what
  * came back.
