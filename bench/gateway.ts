@@ -17,11 +17,9 @@ import { HttpServer } from "@effect/platform"
 import { NodeRuntime } from "@effect/platform-node"
 import { ConfigProvider, Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs"
-import * as Http from "node:http"
-import type { AddressInfo } from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { performance } from "node:perf_hooks"
+import { Worker } from "node:worker_threads"
 
 const token = "bench-token-0123456789abcdef"
 const rounds = Number(process.env["ROUNDS"] ?? 60)
@@ -29,66 +27,86 @@ const resultChars = Number(process.env["RESULT_CHARS"] ?? 10_000)
 const requests = Number(process.env["REQUESTS"] ?? 40)
 const warmup = Number(process.env["WARMUP"] ?? 5)
 
-/** The reply's tool call for a history of `n` messages: the same from both paths, so histories stay identical. */
-const callOf = (n: number) => ({ type: "tool_use", id: `toolu_${n}`, name: "Bash", input: { command: `cat file-${n}.txt` } })
-
-const sse = (n: number) => {
-  const events = [
-    { type: "message_start", message: { id: `msg_${n}`, type: "message", role: "assistant", model: "claude-bench", content: [], stop_reason: null, usage: { input_tokens: 150_000, output_tokens: 1 } } },
-    { type: "content_block_start", index: 0, content_block: { ...callOf(n), input: {} } },
-    { type: "content_block_delta", index: 0, delta: { type: "input_json_delta", partial_json: JSON.stringify(callOf(n).input) } },
-    { type: "content_block_stop", index: 0 },
-    { type: "message_delta", delta: { stop_reason: "tool_use", stop_sequence: null }, usage: { output_tokens: 20 } },
-    { type: "message_stop" }
-  ]
-  return events.map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join("")
-}
-
-const startUpstream = () =>
-  new Promise<{ server: Http.Server; url: string }>((resolve) => {
-    const server = Http.createServer((req, res) => {
-      const parts: Array<Buffer> = []
-      req.on("data", (c: Buffer) => parts.push(c))
-      req.on("end", () => {
-        const body = JSON.parse(Buffer.concat(parts).toString("utf8")) as { messages: Array<unknown> }
-        res.writeHead(200, { "content-type": "text/event-stream" })
-        res.end(sse(body.messages.length))
-      })
-    })
-    server.listen(0, "127.0.0.1", () => resolve({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }))
-  })
-
-/** Text that does not repeat (so no layer can shortcut it), `chars` long. */
-const filler = (seed: number, chars: number) => {
+/**
+ * The agent and the upstream, in a worker thread of their own (plain JavaScript): they are other processes in real
+ * use, so Baton's work on the main thread must not hold their clocks (the first byte is timed where the agent reads
+ * it). The upstream answers every POST at once with a short SSE reply that calls a tool; the agent sends each request
+ * directly, then through Baton, and posts the timings back.
+ */
+const workerSource = `
+const { parentPort, workerData } = require("node:worker_threads")
+const Http = require("node:http")
+const { performance } = require("node:perf_hooks")
+const { rounds, resultChars, requests, warmup } = workerData
+const callOf = (n) => ({ type: "tool_use", id: "toolu_" + n, name: "Bash", input: { command: "cat file-" + n + ".txt" } })
+const sse = (n) => [
+  { type: "message_start", message: { id: "msg_" + n, type: "message", role: "assistant", model: "claude-bench", content: [], stop_reason: null, usage: { input_tokens: 150000, output_tokens: 1 } } },
+  { type: "content_block_start", index: 0, content_block: { ...callOf(n), input: {} } },
+  { type: "content_block_delta", index: 0, delta: { type: "input_json_delta", partial_json: JSON.stringify(callOf(n).input) } },
+  { type: "content_block_stop", index: 0 },
+  { type: "message_delta", delta: { stop_reason: "tool_use", stop_sequence: null }, usage: { output_tokens: 20 } },
+  { type: "message_stop" }
+].map((e) => "event: " + e.type + "\\ndata: " + JSON.stringify(e) + "\\n\\n").join("")
+const filler = (seed, chars) => {
   let out = ""
   let x = seed
   while (out.length < chars) {
-    x = (x * 1_103_515_245 + 12_345) % 2_147_483_648
-    out += `line ${x.toString(36)} of the output of a command run by the agent\n`
+    x = (x * 1103515245 + 12345) % 2147483648
+    out += "line " + x.toString(36) + " of the output of a command run by the agent\\n"
   }
   return out.slice(0, chars)
 }
-
-/** A tool round after a history of `n` messages: the reply's call and its result. */
-const round = (n: number, chars = resultChars) => [
+const round = (n, chars = resultChars) => [
   { role: "assistant", content: [callOf(n)] },
-  { role: "user", content: [{ type: "tool_result", tool_use_id: `toolu_${n}`, content: filler(n, chars) }] }
+  { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_" + n, content: filler(n, chars) }] }
 ]
-
-/** POSTs `body` to `url`: milliseconds to the first response byte and to the end. */
-const post = (url: string, body: string, headers: Record<string, string>) =>
-  new Promise<{ first: number; total: number; status: number }>((resolve, reject) => {
-    const start = performance.now()
-    let first = -1
-    const req = Http.request(url, { method: "POST", headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), ...headers } }, (res) => {
-      res.on("data", () => {
-        if (first < 0) first = performance.now() - start
-      })
-      res.on("end", () => resolve({ first, total: performance.now() - start, status: res.statusCode ?? 0 }))
-    })
-    req.on("error", reject)
-    req.end(body)
+const post = (url, body, headers) => new Promise((resolve, reject) => {
+  const start = performance.now()
+  let first = -1
+  const req = Http.request(url, { method: "POST", headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), ...headers } }, (res) => {
+    res.on("data", () => { if (first < 0) first = performance.now() - start })
+    res.on("end", () => resolve({ first, total: performance.now() - start, status: res.statusCode }))
   })
+  req.on("error", reject)
+  req.end(body)
+})
+const server = Http.createServer((req, res) => {
+  const parts = []
+  req.on("data", (c) => parts.push(c))
+  req.on("end", () => {
+    const body = JSON.parse(Buffer.concat(parts).toString("utf8"))
+    res.writeHead(200, { "content-type": "text/event-stream" })
+    res.end(sse(body.messages.length))
+  })
+})
+server.listen(0, "127.0.0.1", () => parentPort.postMessage({ upstream: "http://127.0.0.1:" + server.address().port }))
+parentPort.once("message", async ({ baton, token }) => {
+  const upstream = "http://127.0.0.1:" + server.address().port
+  const system = [{ type: "text", text: "You are a coding agent." }]
+  const messages = [{ role: "user", content: [{ type: "text", text: "Work through the files." }] }]
+  for (let i = 0; i < rounds; i++) messages.push(...round(messages.length))
+  const headers = { "anthropic-version": "2023-06-01", "x-claude-code-session-id": "bench-session" }
+  const samples = []
+  let bytes = 0
+  for (let i = 0; i < warmup + requests; i++) {
+    const body = JSON.stringify({ model: "claude-bench", max_tokens: 32000, stream: true, system, messages })
+    bytes = body.length
+    const direct = await post(upstream + "/v1/messages", body, { ...headers, "x-api-key": "sk-bench" })
+    const via = await post(baton + "/v1/messages", body, { ...headers, "x-api-key": token })
+    if (direct.status !== 200 || via.status !== 200) throw new Error("status " + direct.status + " / " + via.status)
+    if (i >= warmup) samples.push({ direct, via })
+    // Measured rounds add short results, so the history stays near its starting size.
+    messages.push(...round(messages.length, 1000))
+  }
+  server.close()
+  parentPort.postMessage({ samples, bytes, historyMessages: messages.length - 2 })
+})
+`
+
+interface Timing {
+  readonly first: number
+  readonly total: number
+}
 
 const quantile = (xs: ReadonlyArray<number>, q: number) => {
   const sorted = [...xs].sort((a, b) => a - b)
@@ -96,8 +114,9 @@ const quantile = (xs: ReadonlyArray<number>, q: number) => {
 }
 
 const main = Effect.gen(function*() {
-  const upstream = yield* Effect.promise(startUpstream)
-  yield* Effect.addFinalizer(() => Effect.sync(() => upstream.server.close()))
+  const worker = new Worker(workerSource, { eval: true, workerData: { rounds, resultChars, requests, warmup } })
+  yield* Effect.addFinalizer(() => Effect.promise(() => worker.terminate()))
+  const upstream = yield* Effect.promise(() => new Promise<{ url: string }>((resolve) => worker.once("message", (m: { upstream: string }) => resolve({ url: m.upstream }))))
   const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-bench-"))
   const config = Path.join(dir, "baton.json")
   Fs.writeFileSync(config, JSON.stringify({
@@ -127,26 +146,15 @@ const main = Effect.gen(function*() {
   }).pipe(Layer.provideMerge(Server.listener(settings)), Layer.provideMerge(Server.orchestratorLayer(settings))))
   const address = Context.get(context, HttpServer.HttpServer).address as HttpServer.TcpAddress
   const baton = `http://127.0.0.1:${address.port}`
-
-  const system = [{ type: "text", text: "You are a coding agent." }]
-  const messages: Array<unknown> = [{ role: "user", content: [{ type: "text", text: "Work through the files." }] }]
-  for (let i = 0; i < rounds; i++) messages.push(...round(messages.length))
-  const headers = { "anthropic-version": "2023-06-01", "x-claude-code-session-id": "bench-session" }
-  const samples: Array<{ direct: { first: number; total: number }; via: { first: number; total: number } }> = []
-  let bytes = 0
-  for (let i = 0; i < warmup + requests; i++) {
-    const body = JSON.stringify({ model: "claude-bench", max_tokens: 32_000, stream: true, system, messages })
-    bytes = body.length
-    const direct = yield* Effect.promise(() => post(`${upstream.url}/v1/messages`, body, { ...headers, "x-api-key": "sk-bench" }))
-    const via = yield* Effect.promise(() => post(`${baton}/v1/messages`, body, { ...headers, "x-api-key": token }))
-    if (direct.status !== 200 || via.status !== 200) return yield* Effect.die(new Error(`status ${direct.status} / ${via.status}`))
-    if (i >= warmup) samples.push({ direct, via })
-    // Measured rounds add short results, so the history stays near its starting size.
-    messages.push(...round(messages.length, 1_000))
-  }
+  const done = new Promise<{ samples: Array<{ direct: Timing; via: Timing }>; bytes: number; historyMessages: number }>((resolve, reject) => {
+    worker.once("message", resolve)
+    worker.once("error", reject)
+  })
+  worker.postMessage({ baton, token })
+  const { bytes, historyMessages, samples } = yield* Effect.promise(() => done)
   const row = (name: string, xs: ReadonlyArray<number>) =>
     `${name.padEnd(34)} p50 ${quantile(xs, 0.5).toFixed(2).padStart(7)} ms   p90 ${quantile(xs, 0.9).toFixed(2).padStart(7)} ms`
-  console.log(`gateway bench: ${requests} request pairs, history ${messages.length - 2} messages, last body ${(bytes / 1e6).toFixed(2)} MB (~${Math.round(bytes / 4 / 1000)}k tokens at 4 chars/token)`)
+  console.log(`gateway bench: ${requests} request pairs, history ${historyMessages} messages, last body ${(bytes / 1e6).toFixed(2)} MB (~${Math.round(bytes / 4 / 1000)}k tokens at 4 chars/token)`)
   console.log(row("direct: first byte", samples.map((s) => s.direct.first)))
   console.log(row("through Baton: first byte", samples.map((s) => s.via.first)))
   console.log(row("added to the first byte", samples.map((s) => s.via.first - s.direct.first)))

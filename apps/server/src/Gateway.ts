@@ -10,9 +10,12 @@
  *   hop-by-hop headers and `accept-encoding` left out; `anthropic-version` and `anthropic-beta` kept), and the
  *   upstream's answer comes back as the upstream sent it: status, its headers, its body bytes as they arrive. An
  *   upstream error reaches the agent as the upstream's own status and body.
- * - Each `/v1/messages` request is recorded (`GatewayThreads`): before forwarding, the request's new messages; once
- *   the answer is whole and before its last byte reaches the agent, the reply and its usage. `count_tokens` is
- *   forwarded only.
+ * - Each `/v1/messages` request is forwarded first and recorded alongside (`GatewayThreads`, in a fiber of its own
+ *   started once the upstream request is under way): the request's new messages; then, once the answer is whole and
+ *   before its last byte reaches the agent, the reply and its usage. A record that fails is logged and never keeps
+ *   the answer from the agent: a failed request record leaves no run (the next request repeats the history, so its
+ *   messages are stored then); a failed answer record marks the run `failed` (`output_not_recorded`).
+ *   `count_tokens` is forwarded only.
  * - Baton's own refusals are in Anthropic's error shape (`{"type":"error","error":{"type","message"}}`): a body
  *   that is not a Messages request 400 `invalid_request_error`, an unrouted model 404 `not_found_error`, a missing or
  *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
@@ -25,7 +28,7 @@ import { GatewayThreads } from "@baton/orchestration"
 import { AnthropicMessages, type ProviderAdapter, Sse } from "@baton/providers"
 import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Effect, Layer, Option, Redacted, Stream } from "effect"
+import { Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as ServerConfig from "./ServerConfig.js"
 
@@ -168,6 +171,16 @@ const replyOfBody = (body: unknown): GatewayThreads.Reply => ({
   tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null
 })
 
+/**
+ * Lets the event loop turn once (`setImmediate`): what was written to a socket goes out (Node sends a response's
+ * head and first chunk on the next tick) and the I/O that arrived is handled, before the synchronous work that
+ * follows (SQLite writes, tokenizing) holds the thread.
+ */
+const toEventLoop = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
+
 /** The run failure code of an upstream HTTP status. */
 const failureCode = (status: number): "provider_unavailable" | "provider_refused" =>
   status === 429 || status >= 500 ? "provider_unavailable" : "provider_refused"
@@ -234,33 +247,52 @@ export const layer = (options: GatewayOptions) =>
             return errorResponse(404, "not_found_error", `model: ${parsed.model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
           }
 
-          const begun = kind === "count_tokens" ? null : yield* threads.begin({
-            session: request.headers["x-claude-code-session-id"] ?? null,
-            agent: agentOf(request.headers["user-agent"]),
-            system: parsed.system,
-            messages: messages as ReadonlyArray<GatewayThreads.WireMessage>,
-            model: parsed.model,
-            providerInstance: target.name as ProviderInstance,
-            contextWindow: target.config.contextWindow,
-            prices: target.config.prices
-          }).pipe(Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request", cause)), Effect.option)
-          if (begun !== null && Option.isNone(begun)) {
-            return errorResponse(500, "api_error", "Baton could not record the request; nothing was sent upstream (the failure is logged)")
-          }
-          const recorded = begun === null ? null : begun.value
-
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
           const url = target.config.baseUrl.replace(/\/+$/, "") + (kind === "messages" ? "/v1/messages" : "/v1/messages/count_tokens") + query
           const outgoing = HttpClientRequest.post(url).pipe(
             HttpClientRequest.setHeaders(upstreamHeaders(request, target.apiKey)),
             HttpClientRequest.bodyUint8Array(body, request.headers["content-type"] ?? "application/json")
           )
-          const settle = <E>(effect: Effect.Effect<void, E>) =>
-            effect.pipe(Effect.catchAllCause((cause) => Effect.logError("gateway: could not record an answer", cause)))
+          // Forward first: the upstream request starts before anything is recorded.
+          const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
 
-          const response = yield* Effect.either(http.execute(outgoing))
+          const response = yield* Fiber.join(sent)
+          // Record alongside: once the upstream's answer has begun and the event loop has turned (its head and first
+          // bytes go out first), in a fiber of its own (it outlives this handler: the stream's end waits for it).
+          // `null`: nothing to record (`count_tokens`); `None`: the record failed (logged; the agent still gets its answer).
+          const recording = kind === "count_tokens" ? null : yield* toEventLoop.pipe(
+            Effect.zipRight(threads.begin({
+              session: request.headers["x-claude-code-session-id"] ?? null,
+              agent: agentOf(request.headers["user-agent"]),
+              system: parsed.system,
+              messages: messages as ReadonlyArray<GatewayThreads.WireMessage>,
+              model: parsed.model,
+              providerInstance: target.name as ProviderInstance,
+              contextWindow: target.config.contextWindow,
+              prices: target.config.prices
+            })),
+            Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
+            Effect.option,
+            Effect.forkDaemon
+          )
+          const recorded: Effect.Effect<Option.Option<GatewayThreads.Begun>> = recording === null ? Effect.succeed(Option.none()) : Fiber.join(recording)
+          /** Records an outcome once the request's record exists (nothing when it failed); failures logged, never the agent's. */
+          const settle = <E>(record: (begun: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
+            recorded.pipe(
+              Effect.flatMap(Option.match({
+                onNone: () => Effect.void,
+                onSome: (begun) =>
+                  record(begun).pipe(Effect.catchAllCause((cause) =>
+                    Effect.logError("gateway: could not record an answer (the agent got it all the same); the run is marked failed", cause).pipe(
+                      Effect.zipRight(threads.fail(begun, "failed", "output_not_recorded", "Baton could not record the upstream's answer (see the server's log)")),
+                      Effect.catchAllCause((again) => Effect.logError("gateway: could not mark the run failed either", again))
+                    )
+                  ))
+              }))
+            )
+
           if (response._tag === "Left") {
-            if (recorded !== null) yield* settle(threads.fail(recorded, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
+            yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
             return errorResponse(502, "api_error", `Baton could not reach the upstream of model ${parsed.model.slice(0, 200)}`)
           }
           const upstream = response.right
@@ -268,45 +300,51 @@ export const layer = (options: GatewayOptions) =>
           const contentType = upstream.headers["content-type"] ?? "application/json"
           const ok = upstream.status >= 200 && upstream.status < 300
 
-          if (!ok || recorded === null || !contentType.includes("text/event-stream")) {
+          if (!ok || recording === null || !contentType.includes("text/event-stream")) {
             // Whole answers (errors, count_tokens, non-streamed replies): read, recorded, passed back unchanged.
             const answer = yield* Effect.either(upstream.arrayBuffer)
             if (answer._tag === "Left") {
-              if (recorded !== null) yield* settle(threads.fail(recorded, "failed", "provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
+              yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
               return errorResponse(502, "api_error", "the upstream's answer broke off")
             }
             const bytesBack = new Uint8Array(answer.right)
-            if (recorded !== null) {
+            if (recording !== null) {
               const text = new TextDecoder().decode(bytesBack)
-              yield* settle(ok
-                ? threads.complete(recorded, replyOfBody(parseJson(text)))
-                : threads.fail(recorded, "failed", failureCode(upstream.status), `the upstream answered HTTP ${upstream.status}: ${text.slice(0, 300)}`))
+              yield* settle((begun) =>
+                ok
+                  ? threads.complete(begun, replyOfBody(parseJson(text)))
+                  : threads.fail(begun, "failed", failureCode(upstream.status), `the upstream answered HTTP ${upstream.status}: ${text.slice(0, 300)}`)
+              )
             }
             return HttpServerResponse.uint8Array(bytesBack, { status: upstream.status, headers, contentType })
           }
 
           // A stream: each chunk goes on to the agent as it arrives, and through the assembler; the reply is recorded
-          // once the stream ends, before the agent's connection sees the end.
+          // once the stream ends (after the request's own record), before the agent's connection sees the end.
           const assembler = replyAssembler()
           let settled = false
           const finish = Effect.suspend(() => {
             settled = true
-            return settle(assembler.stopped()
-              ? threads.complete(recorded, assembler.reply())
-              : threads.fail(recorded, "failed", "provider_protocol", "the upstream's stream ended before message_stop"))
+            return toEventLoop.pipe(Effect.zipRight(settle((begun) =>
+              assembler.stopped()
+                ? threads.complete(begun, assembler.reply())
+                : threads.fail(begun, "failed", "provider_protocol", "the upstream's stream ended before message_stop")
+            )))
           })
           const stream = upstream.stream.pipe(
             Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
             Stream.catchAll((e) =>
               Stream.fromEffect(Effect.suspend(() => {
                 settled = true
-                return settle(threads.fail(recorded, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
+                return settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
               })).pipe(Stream.drain)
             ),
             Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),
             // The agent hung up before the end: the run is interrupted (what arrived is not a reply).
             Stream.ensuring(Effect.suspend(() =>
-              settled ? Effect.void : settle(threads.fail(recorded, "interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"))
+              settled
+                ? Effect.void
+                : settle((begun) => threads.fail(begun, "interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"))
             ))
           )
           return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })

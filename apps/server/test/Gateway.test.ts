@@ -2,12 +2,14 @@
  * The gateway's Anthropic Messages endpoints over HTTP (issue 14), against a loopback Anthropic upstream: Baton's own
  * refusals in Anthropic's error shape (no token, a body that is not a Messages request, an unrouted model), the
  * upstream's errors and answers passed back byte for byte (streamed, whole, count_tokens), and the record: a
- * conversation's shared prefix stored once, a diverging history recorded as such and taken as the new baseline.
+ * conversation's shared prefix stored once, a diverging history recorded as such and taken as the new baseline; a
+ * record that fails after forwarding started never keeps the answer from the agent.
  */
 import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Database } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -111,6 +113,42 @@ describe("Gateway", () => {
         expect((yield* api.threads.list({ urlParams: {} })).threads).toEqual([])
       })
     ))
+
+  it.live("a record that fails after forwarding started never reaches the agent: no run, or the run failed; the next request stores what was missed, once", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewaySettings(upstream)
+      if (settings.database._tag !== "sqlite") return yield* Effect.die("expected SQLite")
+      // A second connection to the server's database file injects the failures (SQLite triggers).
+      const sql = Context.get(yield* Layer.build(Database.layerSqlite(settings.database.path)), SqlClient.SqlClient)
+      yield* Effect.gen(function*() {
+        const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-f" }
+        const send = (history: ReadonlyArray<unknown>, answer: string) =>
+          Effect.gen(function*() {
+            const reply = ModelApi.answer("anthropic-messages", answer, usage)
+            upstream.enqueue(reply)
+            const response = yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, messages: history }, session))
+            expect(response.status).toBe(200)
+            expect(response.text).toBe(reply.body)
+          })
+        // The request's record fails (no run can be written): the agent gets its answer all the same.
+        yield* sql`CREATE TRIGGER no_runs BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'injected failure'); END`
+        yield* send([user("first")], "one")
+        yield* sql`DROP TRIGGER no_runs`
+        expect((yield* onlyThread).runs).toEqual([])
+        // The reply's record fails: the agent gets its answer, the run is marked failed.
+        yield* sql`CREATE TRIGGER no_reply BEFORE INSERT ON items WHEN NEW.text = 'two' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`
+        yield* send([user("first"), assistant("one"), user("second")], "two")
+        yield* sql`DROP TRIGGER no_reply`
+        const failed = (yield* onlyThread).runs
+        expect(failed.map((r) => [r.status, r.failureCode])).toEqual([["failed", "output_not_recorded"]])
+        // The next request repeats the history: what was missed is stored now, everything once.
+        yield* send([user("first"), assistant("one"), user("second"), assistant("two"), user("third")], "three")
+        const { items, runs } = yield* onlyThread
+        expect(items.map((i) => i.text)).toEqual(["first", "one", "second", "two", "third", "three"])
+        expect(runs.map((r) => r.status)).toEqual(["failed", "completed"])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })))
 
   it.live("passes a stream back byte for byte with Baton's key upstream (Bearer works too); the reply and usage are recorded", () =>
     withGateway((upstream) =>

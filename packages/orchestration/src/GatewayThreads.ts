@@ -16,7 +16,9 @@
  *   fingerprints Baton stored, the last reply included. A request that extends the baseline adds only its new
  *   messages. One that does not (the agent compacted, edited or rewound its history) is recorded as a divergence (a
  *   `gateway.diverged` event with the shared length), its messages past the shared prefix are stored, and it becomes
- *   the new baseline.
+ *   the new baseline. Fingerprints are taken incrementally (`makePrintCache`): a message equal to the one at its
+ *   position in the conversation's previous request reuses its fingerprint, so an extending request hashes only its
+ *   new messages.
  *
  * It does not speak HTTP nor forward anything: the server's gateway does, and reports here what was sent and what
  * came back.
@@ -95,6 +97,66 @@ export const fingerprint = (m: WireMessage): string =>
   Crypto.createHash("sha256").update(canonicalJson(normalise(m))).digest("hex").slice(0, 32)
 
 const hashText = (text: string) => Crypto.createHash("sha256").update(text).digest("hex").slice(0, 32)
+
+/**
+ * Whether two normalised messages have the same canonical JSON (so the same fingerprint) without serialising them:
+ * a walk over their structure, strings compared as wholes (a memory compare). Keys whose value is `undefined` count
+ * as absent, as in `canonicalJson`.
+ */
+export const sameJson = (a: unknown, b: unknown): boolean => {
+  if (a === b) return true
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!sameJson(a[i] ?? null, b[i] ?? null)) return false
+    return true
+  }
+  if (isRecord(a)) {
+    if (!isRecord(b)) return false
+    const ka = Object.keys(a).filter((k) => a[k] !== undefined)
+    const kb = Object.keys(b).filter((k) => b[k] !== undefined)
+    if (ka.length !== kb.length) return false
+    for (const k of ka) if (!(k in b) || !sameJson(a[k], b[k])) return false
+    return true
+  }
+  return false
+}
+
+/** The fingerprints of a request's messages, and how many of them were hashed (the rest were recognised). */
+export interface Prints {
+  readonly prints: ReadonlyArray<string>
+  readonly hashed: number
+}
+
+/**
+ * An in-memory cache of each conversation's previous request (its messages normalised, their fingerprints), bounded
+ * to `capacity` conversations (least recently used dropped). `printsOf(key, messages)` gives the fingerprints of a
+ * request's messages, hashing only those that differ from the message at the same position of the conversation's
+ * previous request: a request that extends the previous one costs a structural compare of the history (strings
+ * compared whole) and the hashing of its new messages. Without an entry (a new conversation, a restart, an evicted
+ * one) every message is hashed. The cache only saves work: its answer is always the messages' `fingerprint`s.
+ */
+export const makePrintCache = (capacity = 256) => {
+  const entries = new Map<string, { readonly normalised: ReadonlyArray<Json>; readonly prints: ReadonlyArray<string> }>()
+  const printsOf = (key: string, messages: ReadonlyArray<WireMessage>): Prints => {
+    const previous = entries.get(key)
+    const normalised = messages.map(normalise)
+    const prints: Array<string> = []
+    let hashed = 0
+    for (let i = 0; i < normalised.length; i++) {
+      if (previous !== undefined && i < previous.normalised.length && sameJson(previous.normalised[i], normalised[i])) {
+        prints.push(previous.prints[i]!)
+      } else {
+        prints.push(hashText(canonicalJson(normalised[i])))
+        hashed++
+      }
+    }
+    entries.delete(key)
+    entries.set(key, { normalised, prints })
+    if (entries.size > capacity) entries.delete(entries.keys().next().value!)
+    return { prints, hashed }
+  }
+  return { printsOf }
+}
 
 /**
  * The key of the conversation a request belongs to: `session:<header>:<system fingerprint>` when the agent sent a
@@ -197,6 +259,8 @@ export interface Begun {
   readonly newMessages: number
   /** Whether the request diverged from the stored baseline. */
   readonly diverged: boolean
+  /** How many of the request's messages were hashed (the others were recognised from its conversation's previous request). */
+  readonly hashedMessages: number
   readonly prices: GatewayRequest["prices"]
 }
 
@@ -215,6 +279,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     const lifecycle = yield* RunLifecycle
     const driver = yield* DriverRegistry
     const conversations = yield* GatewayConversations.make
+    const printCache = makePrintCache()
 
     /** The conversation of `key`, created with its thread and provider thread when new (one unit of work). */
     const findOrCreate = (key: string, request: GatewayRequest) =>
@@ -284,9 +349,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         Effect.retry({ while: (e) => e._tag === "ConcurrentModification", schedule: Schedule.recurs(2) })
       )
       const threadId = created.threadId as ThreadId
+      const { hashed, prints } = printCache.printsOf(key, request.messages)
       return yield* Effect.gen(function*() {
         const conversation = Option.getOrElse(yield* conversations.find(key), () => created)
-        const prints = request.messages.map(fingerprint)
         const shared = sharedPrefix(conversation.baseline, prints)
         const diverged = shared < conversation.baseline.length
         const generation = conversation.divergences + (diverged ? 1 : 0)
@@ -334,6 +399,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           fingerprints: prints,
           newMessages: fresh.length,
           diverged,
+          hashedMessages: hashed,
           prices: request.prices
         } satisfies Begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
