@@ -156,6 +156,11 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const answer = yield* raw(request)
         expect([answer.status, answer.body]).toEqual([404, body])
       }
+      // An unknown /offload operation of a thread that exists (found by the fuzz test: its body had no message).
+      const created = yield* raw(post("/threads", { title: "t", providerInstance: "codex" }))
+      const threadId = (created.body as { threadId: string }).threadId
+      const unknownOp = yield* raw(get(`/threads/${threadId}/offload/op_nope`))
+      expect([unknownOp.status, unknownOp.body]).toEqual([404, { _tag: "OffloadOperationNotFound", threadId, operationId: "op_nope", message: `no /offload operation op_nope on thread ${threadId}` }])
     }).pipe(Effect.provide(serve(providers()))))
 
   it.live("a command that cannot run now is 409 with the reason and what to do; a message queues behind the running run", () => {
