@@ -206,7 +206,13 @@ describe("the dashboard in Chromium", () => {
     expect(expected.size).toBe(55)
     await page.evaluate(() => window.scrollTo(0, 0))
     await page.screenshot({ path: Path.join(artifacts, "thread.png") })
-    for (const summary of await page.locator("[data-testid=occupancy] summary").all()) await summary.click()
+    // Every chart's table opened (a click on each summary could land on a summary the table above it had just moved
+    // down: the last chart's table then stayed closed, 51 of 55 points), then read once all are rendered.
+    await page.locator("[data-testid=occupancy] details").evaluateAll((els) => els.forEach((e) => void ((e as HTMLDetailsElement).open = true)))
+    await page.waitForFunction(() => {
+      const want = Array.from(document.querySelectorAll("[data-testid=occupancy] summary")).reduce((n, e) => n + Number.parseInt(e.textContent ?? "0", 10), 0)
+      return want > 0 && document.querySelectorAll("[data-testid=occupancy-points] tbody tr").length === want
+    })
     const shown = await page.locator("[data-testid=occupancy-points] tbody tr").evaluateAll((rows) =>
       rows.map((r) => [Number(r.getAttribute("data-run-seq")), Number(r.getAttribute("data-used"))] as const)
     )
