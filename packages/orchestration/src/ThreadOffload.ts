@@ -312,6 +312,31 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     type Plan = Effect.Effect.Success<ReturnType<typeof planOf>>
 
     /** The report of `plan` with `outcome`, before anything is known of a summary (tokens after = before). */
+    /** A report without figures (an operation still running, lost, or committed but unreadable): every count 0. */
+    const emptyReport = (
+      head: Pick<OffloadReport, "operationId" | "outcome" | "message" | "offloaded" | "reason" | "retryable">
+    ): OffloadReport => ({
+      ...head,
+      offloadId: null,
+      summaryItemId: null,
+      cutSeq: null,
+      coveredItems: 0,
+      coveredTokens: 0,
+      summaryTokens: 0,
+      keptItems: 0,
+      keptTokens: 0,
+      keepTokens: 0,
+      movedForToolUnits: 0,
+      supersededHandoffIds: [],
+      handoffIds: [],
+      coveredItemIds: [],
+      tokensBefore: 0,
+      tokensAfter: 0,
+      cacheRewriteTokens: 0,
+      cacheRewriteUsd: null,
+      cost: null,
+    })
+
     const baseReport = (plan: Plan, operationId: string, keepTokens: number, cache: CacheRewrite): OffloadReport => ({
       operationId,
       outcome: "nothing",
@@ -456,32 +481,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * built (`reason` says why): outcome `offloaded` with the message saying it was applied but cannot be shown, the
      * figures unknown (zero). It is what a POST answers then, so that nobody offloads twice.
      */
-    const undisplayable = (operationId: string, reason: string): OffloadReport => ({
-      operationId,
-      outcome: "offloaded",
-      message: Message.undisplayable(operationId),
-      offloaded: true,
-      reason,
-      offloadId: null,
-      summaryItemId: null,
-      cutSeq: null,
-      coveredItems: 0,
-      coveredTokens: 0,
-      summaryTokens: 0,
-      keptItems: 0,
-      keptTokens: 0,
-      keepTokens: 0,
-      movedForToolUnits: 0,
-      supersededHandoffIds: [],
-      handoffIds: [],
-      coveredItemIds: [],
-      tokensBefore: 0,
-      tokensAfter: 0,
-      cacheRewriteTokens: 0,
-      cacheRewriteUsd: null,
-      cost: null,
-      retryable: false
-    })
+    const undisplayable = (operationId: string, reason: string): OffloadReport =>
+      emptyReport({ operationId, outcome: "offloaded", message: Message.undisplayable(operationId), offloaded: true, reason, retryable: false })
 
     /**
      * The stored outcome of `operationId` on `threadId` (`running` while in flight); an `offloaded` outcome whose
@@ -681,60 +682,23 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         const s = yield* stored(threadId, operationId)
         if (s.report !== null) return s.report
         if (inFlight.has(operationId)) {
-          const running: OffloadReport = {
+          return emptyReport({
             operationId,
             outcome: "running",
             message: "The offload is still running; the conversation is unchanged until it commits.",
             offloaded: false,
             reason: null,
-            offloadId: null,
-            summaryItemId: null,
-            cutSeq: null,
-            coveredItems: 0,
-            coveredTokens: 0,
-            summaryTokens: 0,
-            keptItems: 0,
-            keptTokens: 0,
-            keepTokens: 0,
-            movedForToolUnits: 0,
-            supersededHandoffIds: [],
-            handoffIds: [],
-            coveredItemIds: [],
-            tokensBefore: 0,
-            tokensAfter: 0,
-            cacheRewriteTokens: 0,
-            cacheRewriteUsd: null,
-            cost: null,
             retryable: false
-          }
-          return running
+          })
         }
-        const lost: OffloadReport = {
+        const lost = emptyReport({
           operationId,
           outcome: "failed",
           message: "",
           offloaded: false,
           reason: "the server stopped while the offload was running, before it was applied",
-          offloadId: null,
-          summaryItemId: null,
-          cutSeq: null,
-          coveredItems: 0,
-          coveredTokens: 0,
-          summaryTokens: 0,
-          keptItems: 0,
-          keptTokens: 0,
-          keepTokens: 0,
-          movedForToolUnits: 0,
-          supersededHandoffIds: [],
-          handoffIds: [],
-          coveredItemIds: [],
-          tokensBefore: 0,
-          tokensAfter: 0,
-          cacheRewriteTokens: 0,
-          cacheRewriteUsd: null,
-          cost: null,
           retryable: true
-        }
+        })
         return (yield* endWithout({ operationId, fingerprint: s.row.fingerprint }, threadId, { ...lost, message: Message.of(lost) }, s.row.createdAt)).report!
       })
 
