@@ -153,7 +153,8 @@ const items = HttpApiBuilder.group(Api.BatonApi, "items", (handlers) =>
   Effect.map(ThreadQuery.ThreadQuery, (query) =>
     handlers
       .handle("list", ({ path, urlParams }) => query.listItems(path.threadId, urlParams))
-      .handle("get", ({ path, urlParams }) => query.itemText(path.itemId, urlParams))))
+      .handle("get", ({ path, urlParams }) => query.itemText(path.itemId, urlParams))
+      .handle("offloadArchive", ({ path, urlParams }) => query.offloadArchive(path.threadId, path.offloadId, urlParams))))
 
 const handoffs = HttpApiBuilder.group(Api.BatonApi, "handoffs", (handlers) =>
   Effect.map(ThreadQuery.ThreadQuery, (query) =>

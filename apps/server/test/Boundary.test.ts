@@ -161,6 +161,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const threadId = (created.body as { threadId: string }).threadId
       const unknownOp = yield* raw(get(`/threads/${threadId}/offload/op_nope`))
       expect([unknownOp.status, unknownOp.body]).toEqual([404, { _tag: "OffloadOperationNotFound", threadId, operationId: "op_nope", message: `no /offload operation op_nope on thread ${threadId}` }])
+      const unknownOffload = yield* raw(get(`/threads/${threadId}/offloads/off_nope/archive`))
+      expect([unknownOffload.status, unknownOffload.body]).toEqual([404, { _tag: "OffloadNotFound", threadId, offloadId: "off_nope", message: `no offload off_nope on thread ${threadId}` }])
     }).pipe(Effect.provide(serve(providers()))))
 
   it.live("a command that cannot run now is 409 with the reason and what to do; a message queues behind the running run", () => {
@@ -292,6 +294,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/threads/{threadId}/offload/undo",
         "/threads/{threadId}/offload/{operationId}",
         "/threads/{threadId}/offload/{operationId}/cancel",
+        "/threads/{threadId}/offloads/{offloadId}/archive",
         "/threads/{threadId}/runs",
         "/threads/{threadId}/runs/{runId}/tool-results",
         "/threads/{threadId}/switch",

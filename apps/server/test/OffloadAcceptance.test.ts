@@ -5,7 +5,7 @@
  * the summariser's window is summarised in refining chunks; pinned instructions survive verbatim into the summary
  * and the next provider's handoff; a committed offload whose result cannot be shown says so with its id.
  */
-import type { ThreadId } from "@baton/contracts"
+import type { OffloadArchivePage, ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
 import type { SqlClient } from "@effect/sql"
@@ -13,7 +13,7 @@ import { Deferred, Effect, Fiber } from "effect"
 import { client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, sendAndWait } from "./support/ModelServer.js"
-import { held, itemsOf, sumUsage, summaryText, until, withThread } from "./support/Offload.js"
+import { chatUsage, held, itemsOf, sumUsage, summaryText, until, withThread } from "./support/Offload.js"
 
 /**
  * What an offload may write, read straight from the database: the thread's row, items, offloads, handoffs and their
@@ -25,17 +25,24 @@ const snapshot = (sql: SqlClient.SqlClient, threadId: ThreadId) =>
     thread: sql`SELECT id, title, active_provider_thread_id, created_at, updated_at FROM threads WHERE id = ${threadId}`,
     items: sql`SELECT * FROM items WHERE thread_id = ${threadId} ORDER BY seq`,
     offloads: sql`SELECT * FROM offloads WHERE thread_id = ${threadId} ORDER BY generation`,
+    archive: sql`SELECT a.* FROM offload_archive a JOIN offloads o ON o.id = a.offload_id WHERE o.thread_id = ${threadId} ORDER BY a.offload_id, a.position`,
     handoffs: sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} ORDER BY id`,
     deliveries: sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id WHERE h.thread_id = ${threadId} ORDER BY d.id`,
     events: sql`SELECT * FROM thread_events WHERE thread_id = ${threadId} AND type <> 'thread.offload_failed' ORDER BY seq`
   }))
 
-/** Each step of the offload's commit and the trigger that makes its statement fail. */
+/**
+ * Each step of the offload's unit of work (reserve, append, commit) and the trigger that makes its statement fail:
+ * the reservation (the summary item, the offload's row), the archive append, the handoff supersession, the event,
+ * the commit of the reservation, the operation's outcome.
+ */
 const steps: ReadonlyArray<readonly [string, string]> = [
-  ["the summary item insert", "BEFORE INSERT ON items WHEN NEW.kind = 'summary'"],
-  ["the offload record insert", "BEFORE INSERT ON offloads"],
+  ["reserve: the summary item insert", "BEFORE INSERT ON items WHEN NEW.kind = 'summary'"],
+  ["reserve: the offload record insert", "BEFORE INSERT ON offloads"],
+  ["append: the archive of the originals", "BEFORE INSERT ON offload_archive"],
   ["the handoff supersede", "BEFORE UPDATE ON handoffs"],
   ["the thread.offloaded event", "BEFORE INSERT ON thread_events WHEN NEW.type = 'thread.offloaded'"],
+  ["commit: the reservation committed", "BEFORE UPDATE ON offloads WHEN NEW.committed_at IS NOT NULL"],
   ["the operation's outcome", "BEFORE UPDATE ON offload_operations WHEN NEW.status = 'offloaded'"]
 ]
 
@@ -88,6 +95,9 @@ describe("/offload acceptance over HTTP", () => {
         expect(done).toMatchObject({ outcome: "offloaded", offloaded: true })
         expect(done.supersededHandoffIds.length).toBeGreaterThan(0)
         expect(yield* itemsOf(threadId, "summary")).toHaveLength(1)
+        // The committed offload's archive holds exactly the originals it covered, in order.
+        const archived = yield* Effect.orDie(sql<{ itemId: string }>`SELECT item_id FROM offload_archive WHERE offload_id = ${done.offloadId!} ORDER BY position`)
+        expect(archived.map((r) => r.itemId)).toEqual(done.coveredItemIds)
       }), { extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] }), 120_000)
 
   it.live("the commit takes the thread's own lock: it waits for another writer holding the thread, sees its change, and discards the summary as stale", () =>
@@ -201,6 +211,101 @@ describe("/offload acceptance over HTTP", () => {
         expect(handed).not.toContain(users[1]!.text)
       }), { first, extraInstances: (chat) => [instance("claude2", "anthropic-messages", chat)] })
   }, 120_000)
+
+  it.live("the originals stay readable by ref: the API pages an offload's archive, thread_read's archive: ref reads them, the next offload archives the summary it extends", () =>
+    withThread(6, ({ chat, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const originals = new Map((yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items.map((i) => [i.id as string, i]))
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const first = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 1_300, operationId: "op-archive-1" }, headers: {} })
+        expect(first.outcome).toBe("offloaded")
+        const offloadId = first.offloadId!
+        // The archive, paged two at a time: the covered originals, in order, each readable in full by id.
+        const paged: Array<{ itemId: string; seq: number; tokens: number }> = []
+        let offset: number | null = 0
+        while (offset !== null) {
+          const page: OffloadArchivePage = yield* api.items.offloadArchive({ path: { threadId, offloadId }, urlParams: { offset, limit: 2 } })
+          expect(page.total).toBe(first.coveredItemIds.length)
+          expect(page.entries.length).toBeLessThanOrEqual(2)
+          paged.push(...page.entries)
+          offset = page.nextOffset
+        }
+        expect(paged.map((e) => e.itemId)).toEqual(first.coveredItemIds)
+        expect(paged.reduce((n, e) => n + e.tokens, 0)).toBe(first.coveredTokens)
+        for (const e of paged) {
+          const original = originals.get(e.itemId)!
+          expect(e.seq).toBe(original.seq)
+          expect((yield* api.items.get({ path: { itemId: e.itemId as never }, urlParams: {} })).item.text).toBe(original.text)
+        }
+        // Another thread's id, or an offload that is not this thread's: 404.
+        const other = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
+        const notHere = yield* Effect.flip(api.items.offloadArchive({ path: { threadId: other.threadId, offloadId }, urlParams: {} }))
+        expect(notHere._tag).toBe("OffloadNotFound")
+
+        // The model reads the archive back with thread_read: the originals (step 1's words) reach it verbatim.
+        const step1 = [...originals.values()].find((i) => i.text.startsWith("Step 1:"))!
+        expect(first.coveredItemIds).toContain(step1.id)
+        const sent = chat.requests.length
+        chat.enqueue(
+          ModelApi.answer("anthropic-messages", "", chatUsage, [{ id: "toolu_arch", name: "thread_read", arguments: JSON.stringify({ refs: `archive:${offloadId}`, limit: 32_000 }) }]),
+          ModelApi.answer("anthropic-messages", "read it", chatUsage)
+        )
+        expect((yield* sendAndWait(threadId, "what was step 1 exactly?")).run.status).toBe("completed")
+        const afterRead = chat.requests.slice(sent)
+        expect(afterRead).toHaveLength(2)
+        // The summary stands in the first request; the second carries the tool's answer with the original's words.
+        expect(afterRead[0]!.body).not.toContain(step1.text.slice(0, 200))
+        expect(afterRead[1]!.body).toContain(step1.text.slice(0, 200))
+
+        // A second offload extends the first: its archive holds the summary it replaces, then the newly covered items.
+        for (let i = 0; i < 3; i++) {
+          chat.enqueue(ModelApi.answer("anthropic-messages", `more ${i}`, chatUsage))
+          expect((yield* sendAndWait(threadId, `Step ${10 + i}: ${"more words ".repeat(200)}`)).run.status).toBe("completed")
+        }
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const second = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 1_300, operationId: "op-archive-2" }, headers: {} })
+        expect(second.outcome).toBe("offloaded")
+        const archived = yield* api.items.offloadArchive({ path: { threadId, offloadId: second.offloadId! }, urlParams: { limit: 500 } })
+        expect(archived.entries.map((e) => e.itemId)).toEqual([first.summaryItemId, ...second.coveredItemIds])
+        expect(archived.nextOffset).toBeNull()
+      })), 120_000)
+
+  it.live("the active lane goes on from the summary: the next request carries the summary and the kept items, not the originals; the prompt unchanged (regression: it went on sending every original)", () =>
+    withThread(4, ({ chat, sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const before = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-lane" }, headers: {} })
+        expect(done.outcome).toBe("offloaded")
+        const covered = before.filter((i) => done.coveredItemIds.includes(i.id))
+        const kept = before.filter((i) => i.seq > done.cutSeq!)
+        expect(covered.length).toBeGreaterThan(0)
+        expect(kept.length).toBeGreaterThan(0)
+        // The lane's native thread held the originals: the offload replaced it (said on its event).
+        const [event] = yield* Effect.orDie(sql<{ payload: string }>`SELECT payload FROM thread_events WHERE thread_id = ${threadId} AND type = 'thread.offloaded'`)
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        const natives = snapshot.providerThreads[0]!.nativeThreads
+        expect(natives.map((n) => n.status)).toEqual(["replaced"])
+        expect(JSON.parse(event!.payload)).toMatchObject({ offloadId: done.offloadId, replacedNativeThreadId: natives[0]!.id })
+        const sent = chat.requests.length
+        chat.enqueue(ModelApi.answer("anthropic-messages", "going on", chatUsage))
+        const prompt = "Go on from where we were: what is next?"
+        expect((yield* sendAndWait(threadId, prompt)).run.status).toBe("completed")
+        const [request] = chat.requests.slice(sent)
+        const text = promptOf(request!.body)
+        expect(text).toContain(summaryText.split("\n")[0]!)
+        const summary = (t: string) => t.slice(t.indexOf(summaryText.split("\n")[0]!))
+        for (const i of kept) expect(text).toContain(i.text)
+        // (The first user message is pinned by default: the summary carries it verbatim.)
+        expect(summary(text)).toContain(before[0]!.text)
+        for (const i of covered.slice(1)) expect(text).not.toContain(i.text)
+        // The user's prompt goes out unchanged, as the request's last text.
+        expect(text.endsWith(prompt)).toBe(true)
+        // The request is smaller than the history it replaced by what the offload said it freed (rendered tokens).
+        expect(done.tokensAfter).toBeLessThan(done.tokensBefore)
+      })), 120_000)
 
   it.live("committed but its result cannot be shown: the user is told the conversation was offloaded, with the operation id; the same id does not offload twice", () =>
     withThread(4, ({ sql, summariser, threadId }) =>

@@ -26,6 +26,7 @@ import {
   NoRunInProgress,
   NotReady,
   OffloadFailed,
+  OffloadNotFound,
   OffloadOperationNotFound,
   PayloadTooLarge,
   PersistenceError,
@@ -58,6 +59,7 @@ import {
   Health,
   ItemPage,
   ItemText,
+  OffloadArchivePage,
   Readiness,
   RunAccepted,
   RunPage,
@@ -99,6 +101,8 @@ const clientRunId = RunId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNu
 const threadPath = Schema.Struct({ threadId: clientThreadId })
 /** `/threads/{threadId}/offload/{operationId}`: an `/offload` operation id is an idempotency key. */
 const offloadOperationPath = Schema.Struct({ threadId: clientThreadId, operationId: IdempotencyKey })
+/** `/threads/{threadId}/offloads/{offloadId}/…`: an offload's id as Baton wrote it (`off_…`). */
+const offloadPath = Schema.Struct({ threadId: clientThreadId, offloadId: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
 const runPath = Schema.Struct({ runId: clientRunId })
 const threadRunPath = Schema.Struct({ threadId: clientThreadId, runId: clientRunId })
 const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
@@ -421,6 +425,18 @@ export class ItemsGroup extends HttpApiGroup.make("items")
       .addSuccess(ItemText)
       .addError(ItemNotFound)
       .annotate(OpenApi.Description, "One item; its text from character `offset` (default 0), at most `limit` characters (default 65536, at most 1048576).")
+  )
+  .add(
+    HttpApiEndpoint.get("offloadArchive", "/threads/:threadId/offloads/:offloadId/archive")
+      .setPath(offloadPath)
+      .setUrlParams(Schema.Struct({
+        offset: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, maxSeq))),
+        limit: Schema.optional(LimitParam)
+      }))
+      .addSuccess(OffloadArchivePage)
+      .addError(ThreadNotFound)
+      .addError(OffloadNotFound)
+      .annotate(OpenApi.Description, "The archive of a committed `/offload` (its `offloadId`, as its report and the `thread.offloaded` event give it): the originals its summary replaced, in order, from position `offset` (default 0), `limit` (1..500, default 100) per page; each readable in full with `GET /items/{itemId}`. The model reads the same with `thread_read` and the ref `archive:<offloadId>`.")
   )
   .middleware(Authorization)
 {}

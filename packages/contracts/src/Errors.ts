@@ -168,6 +168,17 @@ export class OffloadOperationNotFound extends Schema.TaggedError<OffloadOperatio
   }
 }
 
+/** No committed `/offload` `offloadId` on thread `threadId` (an unknown id, or one of another thread). */
+export class OffloadNotFound extends Schema.TaggedError<OffloadNotFound>()(
+  "OffloadNotFound",
+  { threadId: Schema.String, offloadId: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
+) {
+  override get message() {
+    return `no offload ${this.offloadId} on thread ${this.threadId}`
+  }
+}
+
 /** A transcript file could not be read or parsed. `line` is 1-based; `field` is a JSON path within the line. */
 export class TranscriptError extends Schema.TaggedError<TranscriptError>()(
   "TranscriptError",

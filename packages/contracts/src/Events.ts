@@ -131,7 +131,9 @@ export const ThreadCompacted = event(
 
 /**
  * `/offload` summarised the history up to `cutSeq` (item seqs; token counts in rendered tokens); `handoffIds` are
- * the handoffs that now owe the summary instead of the superseded originals.
+ * the handoffs that now owe the summary instead of the superseded originals; `replacedNativeThreadId` the active
+ * lane's native thread the offload replaced (the next turn starts a new one owed the summary and the items after the
+ * cut), absent when the lane had none (events written before it existed lack it too).
  */
 export const ThreadOffloaded = event(
   "thread.offloaded",
@@ -149,7 +151,8 @@ export const ThreadOffloaded = event(
     keptTokens: Count,
     keepTokens: Count,
     supersededHandoffIds: Schema.Array(HandoffId),
-    handoffIds: Schema.Array(HandoffId)
+    handoffIds: Schema.Array(HandoffId),
+    replacedNativeThreadId: Schema.optional(NativeThreadId)
   })
 )
 

@@ -189,6 +189,21 @@ export const ItemPage = Schema.Struct({
 export type ItemPage = typeof ItemPage.Type
 
 /**
+ * A page of an `/offload`'s archive (`GET /threads/{id}/offloads/{offloadId}/archive`): the originals its summary
+ * replaced, in order, from `offset` (0-based position), each an item of the thread's log (`itemId`, read in full with
+ * `GET /items/{itemId}`), its `seq` and rendered `tokens`; `total` entries in all; `nextOffset` the next page's
+ * offset (`null`: this page reaches the end). The same originals `thread_read`'s `archive:<offloadId>` ref reads.
+ */
+export const OffloadArchivePage = Schema.Struct({
+  offloadId: Schema.String,
+  total: Count,
+  offset: Count,
+  entries: Schema.Array(Schema.Struct({ itemId: Schema.String, seq: Count, tokens: Count })),
+  nextOffset: Schema.NullOr(Count)
+})
+export type OffloadArchivePage = typeof OffloadArchivePage.Type
+
+/**
  * One item with a window of its text: `item.text` holds the characters (UTF-16 code units) `[offset, offset +
  * item.text.length)` of the original, `totalChars` the original's length, `nextOffset` where the next window starts
  * (`null`: this window reaches the end). The ref that users and the model follow to read an omitted original.

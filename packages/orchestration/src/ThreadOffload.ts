@@ -44,6 +44,7 @@ import { Data, DateTime, Deferred, Effect, Fiber, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import * as Message from "./OffloadMessage.js"
 import { PreCompactHook } from "./PreCompactHook.js"
+import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import * as RunCosts from "./RunCosts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -155,6 +156,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const summariser = yield* Summariser.Summariser
     const counter = yield* TokenCounter.TokenCounter
     const hook = yield* PreCompactHook
+    const trust = yield* NativeThreadTrust
 
     /** `item` with its text cut to fit `room` rendered tokens, saying so, or `item` itself when it fits. */
     const clipped = (item: Item, room: number): Item => {
@@ -502,6 +504,39 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       })
 
     /**
+     * Marks the active native thread of `threadId`'s active provider thread replaced after offload `offloadId`
+     * committed summary `summaryItemId` for `replaced` (the items it covers and the summary it extends), inside the
+     * offload's unit of work, when that native thread holds any of them: a run among them ran on it, or a delivery
+     * injected or inlined one into it. Returns the replaced native thread's id, or `null` when the lane has none, it
+     * holds none of them (a lane whose handoff was deferred: it was never given the originals), or it was already
+     * replaced.
+     */
+    const replaceActiveNative = (threadId: ThreadId, summaryItemId: ItemId, offloadId: string, replaced: ReadonlyArray<Item>) =>
+      Effect.gen(function*() {
+        const thread = yield* store.getThread(threadId)
+        if (thread._tag === "None" || thread.value.activeProviderThreadId === null) return null
+        const lane = yield* store.getProviderThread(thread.value.activeProviderThreadId)
+        if (lane._tag === "None" || lane.value.activeNativeThreadId === null) return null
+        const native = yield* store.getNativeThread(lane.value.activeNativeThreadId)
+        if (native._tag === "None") return null
+        const nativeId = native.value.id
+        const replacedIds = new Set<string>(replaced.map((i) => i.id))
+        const runIds = new Set<string>(replaced.flatMap((i) => i.runId === null ? [] : [i.runId]))
+        const ranOnIt = (yield* store.listRuns(threadId)).some((r) => runIds.has(r.id) && r.nativeThreadId === nativeId)
+        const givenToIt = ranOnIt || (yield* store.listDeliveriesOfThread(threadId)).some((d) =>
+          d.nativeThreadId === nativeId && (d.status === "injected" || d.status === "inline") &&
+          d.deliveredItemIds.some((id) => replacedIds.has(id))
+        )
+        if (!givenToIt) return null
+        const changed = yield* trust.distrust(
+          threadId,
+          native.value,
+          `offloaded: summary ${summaryItemId} (offload ${offloadId}) replaces the history it holds; the next turn starts a new native thread owed the summary and the items after it`
+        )
+        return changed ? native.value.id : null
+      })
+
+    /**
      * Runs operation `key` on `plan`: the summary (outside any lock; cancellable until it answers), then the commit
      * (under the thread's lock: the version re-check, the summary item, the offload record, the handoff
      * supersession, the `thread.offloaded` event and the operation's outcome with the summariser's cost, in one unit
@@ -601,7 +636,13 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             keepTokens,
             createdAt: yield* DateTime.now
           }
-          yield* store.insertOffload(record)
+          // Reserve, append, commit (issue 12 item 4), all in this unit of work: the summary item and the offload's
+          // row are reserved (in no summary chain yet), the originals it replaces are appended to its archive (the
+          // append checks the reservation), and the commit step below makes it part of the chain. A failure at any
+          // step rolls the whole unit back, the archive append with it.
+          yield* store.reserveOffload(record)
+          const previousSummary = plan.previous === null ? [] : plan.all.filter((i) => i.id === plan.previous!.summaryItemId)
+          yield* store.appendOffloadArchive(record.id, [...previousSummary, ...plan.covered].map((i) => ({ itemId: i.id, seq: i.seq, tokens: i.tokens })))
           // Covered by the chain: every item up to the cut, and every earlier summary (this one extends them).
           const seqOf = new Map<string, number>(plan.all.map((i) => [i.id, i.seq]))
           const isCovered = (id: ItemId) => plan.summaryIds.has(id) || (seqOf.get(id) ?? Number.POSITIVE_INFINITY) <= cutSeq
@@ -611,6 +652,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             isCovered,
             `covered by summary ${summary!.id} (offload ${record.id}, items up to seq ${cutSeq})`
           )
+          // The active lane goes on from the summary: its native thread holds the originals, so it is replaced (the
+          // next turn starts a new one, owed the summary and the items after the cut through a replacement handoff;
+          // a prompt-cache rewrite of the history after, the preview's `cacheRewriteTokens`). Other lanes keep
+          // theirs until a turn finds them full.
+          const replacedNative = yield* replaceActiveNative(threadId, summary!.id, record.id, [...previousSummary, ...plan.covered])
           const tokensAfter = summary!.tokens + plan.cut.keptTokens
           const report: OffloadReport = {
             ...base,
@@ -646,8 +692,12 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             keptTokens: report.keptTokens,
             keepTokens,
             supersededHandoffIds: handoffs.superseded,
-            handoffIds: handoffs.created
+            handoffIds: handoffs.created,
+            ...(replacedNative === null ? {} : { replacedNativeThreadId: replacedNative })
           }, commandId: key.operationId as CommandId })
+          if (!(yield* store.commitOffload(record.id, yield* DateTime.now))) {
+            return yield* new PersistenceError({ operation: "offloads.commit", detail: `offload ${record.id} was not reserved at its commit` })
+          }
           // The outcome and the summariser's cost in the same unit of work; if the operation already has an outcome
           // (settled as abandoned by another process), this commit rolls back whole.
           if (!(yield* store.finishOffloadOperation(finished(key, threadId, withMessage, yield* DateTime.now, createdAt)))) {

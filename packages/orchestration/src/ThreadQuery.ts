@@ -17,6 +17,8 @@ import {
   type ItemText,
   type NativeThread,
   type NativeThreadView,
+  type OffloadArchivePage,
+  OffloadNotFound,
   isBatonToolItem,
   type Item,
   NotReady,
@@ -239,6 +241,29 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       } satisfies ItemText
     })
 
+    /**
+     * Page `offset`.. (`limit` entries, default 100) of committed offload `offloadId`'s archive on `threadId`: the
+     * originals its summary replaced, in order. Fails with `ThreadNotFound`, `OffloadNotFound` (unknown, of another
+     * thread, or never committed), `PersistenceError`.
+     */
+    const offloadArchive = Effect.fn("ThreadQuery.offloadArchive")(function*(threadId: ThreadId, offloadId: string, options: {
+      readonly offset?: number | undefined
+      readonly limit?: number | undefined
+    }) {
+      yield* thread(threadId)
+      const offset = options.offset ?? 0
+      const page = yield* store.listOffloadArchive(threadId, offloadId, offset, options.limit ?? 100)
+      if (page.total === 0) return yield* new OffloadNotFound({ threadId, offloadId })
+      const end = offset + page.entries.length
+      return {
+        offloadId,
+        total: page.total,
+        offset,
+        entries: page.entries,
+        nextOffset: end < page.total ? end : null
+      } satisfies OffloadArchivePage
+    })
+
     /** A thread's handoffs with their deliveries, oldest first. Fails with `ThreadNotFound`, `PersistenceError`. */
     const handoffs = Effect.fn("ThreadQuery.handoffs")(function*(threadId: ThreadId) {
       yield* thread(threadId)
@@ -298,6 +323,6 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       } satisfies Readiness
     })
 
-    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, handoffs, handoff, threadEvents, timeline, allEvents, readiness }
+    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, offloadArchive, handoffs, handoff, threadEvents, timeline, allEvents, readiness }
   })
 }) {}

@@ -5,8 +5,8 @@
  * never shown to the client as a tool call.
  *
  * Refs: `#<seq>` (an item's position in the thread, as rendered), `#<from>-#<to>` (a range, inclusive), `run:<n>`
- * (the items of the thread's run n: its prompt, answers and tool units), an item id (`itm_…`), or `tool:<call id>` (a tool call and its results: the ref of a tool-result offload stub in a stateless
- * provider's message list); several separated by commas or spaces. What it returns is the items rendered as history blocks
+ * (the items of the thread's run n: its prompt, answers and tool units), an item id (`itm_…`), `tool:<call id>` (a tool call and its results: the ref of a tool-result offload stub in a stateless
+ * provider's message list), or `archive:<offload id>` (the originals an `/offload` summary replaced, from its archive); several separated by commas or spaces. What it returns is the items rendered as history blocks
  * (`Render.renderItem`), paged by characters (`offset`, `limit`; default 8,000, at most 32,000 characters per call)
  * so that a large original never overflows the window: the answer says which characters it holds and how to ask for
  * the next page. A range reads at most `maxItemsPerCall` items.
@@ -61,6 +61,7 @@ export type Ref =
   | { readonly _tag: "run"; readonly seq: number }
   | { readonly _tag: "id"; readonly id: string }
   | { readonly _tag: "tool"; readonly toolCallId: string }
+  | { readonly _tag: "archive"; readonly offloadId: string }
 
 /**
  * Parses `refs` ("#12", "#4-#9", "#4-9", "run:3", "itm_x", "tool:toolu_x", separated by commas or spaces); `Left`
@@ -83,10 +84,12 @@ export const parseRefs = (refs: string): Either.Either<ReadonlyArray<Ref>, strin
       // Any call id a provider gave (OpenAI-compatible servers send ids like "functions.read_file:0"); the split
       // above already cut at spaces and commas.
       out.push({ _tag: "tool", toolCallId: part.slice("tool:".length) })
+    } else if (/^archive:[A-Za-z]+_[A-Za-z0-9._-]+$/.test(part)) {
+      out.push({ _tag: "archive", offloadId: part.slice("archive:".length) })
     } else if (/^[A-Za-z]+_[A-Za-z0-9._-]+$/.test(part)) {
       out.push({ _tag: "id", id: part })
     } else {
-      return Either.left(`"${part}" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>" or an item id)`)
+      return Either.left(`"${part}" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>", "archive:<offload id>" or an item id)`)
     }
   }
   return out.length === 0 ? Either.left("no ref given") : Either.right(out)
@@ -111,6 +114,7 @@ export class ThreadRead extends Effect.Service<ThreadRead>()("@baton/orchestrati
     const itemsOf = (threadId: ThreadId, refs: ReadonlyArray<Ref>) =>
       Effect.gen(function*() {
         const found = new Map<string, Item>()
+        let archived = 0
         for (const ref of refs) {
           if (found.size >= maxItemsPerCall) break
           const items = ref._tag === "range"
@@ -122,10 +126,15 @@ export class ThreadRead extends Effect.Service<ThreadRead>()("@baton/orchestrati
             )
             : ref._tag === "tool"
             ? yield* store.listItemsOfToolCalls(threadId, [ref.toolCallId])
+            : ref._tag === "archive"
+            ? yield* Effect.flatMap(store.listOffloadArchive(threadId, ref.offloadId, 0, maxItemsPerCall), (page) => {
+              archived += page.total
+              return store.getItems(page.entries.map((e) => e.itemId))
+            })
             : (yield* store.getItems([ref.id as Item["id"]])).filter((i) => i.threadId === threadId)
           for (const i of items) if (found.size < maxItemsPerCall) found.set(i.id, i)
         }
-        const asked = refs.reduce((n, r) => n + (r._tag === "range" ? r.to - r.from + 1 : 1), 0)
+        const asked = archived + refs.reduce((n, r) => n + (r._tag === "range" ? r.to - r.from + 1 : r._tag === "archive" ? 0 : 1), 0)
         return { items: [...found.values()].sort((a, b) => a.seq - b.seq), cut: asked > maxItemsPerCall && found.size >= maxItemsPerCall }
       })
 

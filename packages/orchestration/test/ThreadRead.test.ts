@@ -24,7 +24,10 @@ describe("thread_read refs", () => {
       { _tag: "tool", toolCallId: "call|fc_1" }
     ]))
     expect(ThreadRead.parseRefs("#9-#4")).toEqual(Either.left(`"#9-#4" is not a range of item positions (#from-#to, from 1, from <= to)`))
-    expect(ThreadRead.parseRefs("all of it")).toEqual(Either.left(`"all" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>" or an item id)`))
+    expect(ThreadRead.parseRefs("all of it")).toEqual(Either.left(`"all" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>", "archive:<offload id>" or an item id)`))
+    // An /offload's archive (the originals its summary replaced).
+    expect(ThreadRead.parseRefs("archive:off_12, #3")).toEqual(Either.right([{ _tag: "archive", offloadId: "off_12" }, { _tag: "range", from: 3, to: 3 }]))
+    expect(ThreadRead.parseRefs("archive:")).toEqual(Either.left(`"archive:" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>", "archive:<offload id>" or an item id)`))
     expect(ThreadRead.parseRefs(" ")).toEqual(Either.left("no ref given"))
     expect(ThreadRead.parseRefs("run:2, #3")).toEqual(Either.right([{ _tag: "run", seq: 2 }, { _tag: "range", from: 3, to: 3 }]))
     expect(ThreadRead.parseRefs("run:0")).toEqual(Either.left(`"run:0" is not a run (runs are numbered from 1)`))
@@ -123,7 +126,7 @@ describe("thread_read on a thread", () => {
       const read = yield* ThreadRead.ThreadRead
       expect(yield* read.read(t, "not json")).toBe(`thread_read: the arguments are not {"refs": "...", "offset"?: n, "limit"?: n}`)
       expect(yield* read.read(t, JSON.stringify({ refs: "#99" }))).toBe("thread_read: no item of this conversation matches #99")
-      expect(yield* read.read(t, JSON.stringify({ refs: "#x" }))).toBe(`thread_read: "#x" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>" or an item id)`)
+      expect(yield* read.read(t, JSON.stringify({ refs: "#x" }))).toBe(`thread_read: "#x" is not a ref (use "#12", "#4-#9", "run:3", "tool:<call id>", "archive:<offload id>" or an item id)`)
       // Another thread's item is not readable from this one.
       const other = yield* (yield* ops).create("codex")
       h.script.enqueue(Harness.reply(3))

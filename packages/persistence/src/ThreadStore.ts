@@ -137,6 +137,16 @@ const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
 const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
 const decodeOffloadControl = Schema.decodeUnknown(Schema.Array(OffloadControlRow))
+/**
+ * One entry of an offload's archive (migration 0018): an original the offload's summary replaced, by id, with its seq
+ * in the thread and its rendered tokens (`Render.itemTokens`).
+ */
+export interface OffloadArchiveEntry {
+  readonly itemId: ItemId
+  readonly seq: number
+  readonly tokens: number
+}
+
 /** A `tool_waits` row: the lists as JSON text. */
 const ToolWaitRow = Schema.Struct({
   ...ToolWait.fields,
@@ -527,22 +537,76 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
               ORDER BY through_run_seq DESC LIMIT 1`
         ),
       // ---- offloads
-      insertOffload: (o: Offload) => offloads.insert(o),
-      /** Every offload of the thread not undone, oldest first (the summary chain). */
+      /**
+       * Reserves offload `o` (its row, not yet committed: in no summary chain until `commitOffload`). The first of
+       * `/offload`'s three steps in its unit of work: reserve, `appendOffloadArchive`, `commitOffload`.
+       */
+      reserveOffload: (o: Offload) => offloads.insert(o),
+      /**
+       * Appends the originals offload `offloadId` replaces to its archive, in order (`position` from 0): each an item
+       * of the thread's log with its seq and rendered tokens. Only under a reservation: fails with `PersistenceError`
+       * (`offload_archive.append`) when the offload is not reserved (unknown, or already committed), so the archive
+       * never holds entries of an offload that was not reserved first.
+       */
+      appendOffloadArchive: (offloadId: string, entries: ReadonlyArray<OffloadArchiveEntry>) =>
+        Effect.gen(function*() {
+          const reserved = yield* sql`SELECT id FROM offloads WHERE id = ${offloadId} AND committed_at IS NULL`
+          if (reserved.length === 0) {
+            return yield* new PersistenceError({
+              operation: "offload_archive.append",
+              detail: `offload ${offloadId} is not reserved: its archive is appended only after its summary is reserved`
+            })
+          }
+          for (const [k, part] of chunk(entries.map((e, position) => ({ ...e, position })), 500).entries()) {
+            yield* sql`INSERT INTO offload_archive ${
+              sql.insert(part.map((e) => ({ offload_id: offloadId, position: e.position, item_id: e.itemId, item_seq: e.seq, tokens: e.tokens })))
+            }`.pipe(Effect.withSpan("offload_archive.insert", { attributes: { chunk: k } }))
+          }
+        }).pipe(orPersistence("offload_archive.append")),
+      /**
+       * Commits reserved offload `offloadId` at `at`: from now on it is part of the summary chain. `false` when it was
+       * not reserved (unknown or already committed): the caller rolls its unit of work back.
+       */
+      commitOffload: (offloadId: string, at: DateTime.Utc) =>
+        sql`UPDATE offloads SET committed_at = ${DateTime.formatIso(at)} WHERE id = ${offloadId} AND committed_at IS NULL RETURNING id`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("offloads.commit")
+        ),
+      /**
+       * Page `offset`..`offset + limit` of offload `offloadId`'s archive (the originals it replaced, in order), with
+       * the archive's size; empty for an unknown or uncommitted offload of `threadId`.
+       */
+      listOffloadArchive: (threadId: ThreadId, offloadId: string, offset: number, limit: number) =>
+        Effect.gen(function*() {
+          const total = yield* sql<{ readonly n: unknown }>`SELECT COUNT(*) AS n FROM offload_archive a JOIN offloads o ON o.id = a.offload_id
+              WHERE a.offload_id = ${offloadId} AND o.thread_id = ${threadId} AND o.committed_at IS NOT NULL`
+          const rows = yield* sql<{ readonly itemId: string; readonly itemSeq: unknown; readonly tokens: unknown }>`SELECT a.item_id, a.item_seq, a.tokens
+              FROM offload_archive a JOIN offloads o ON o.id = a.offload_id
+              WHERE a.offload_id = ${offloadId} AND o.thread_id = ${threadId} AND o.committed_at IS NOT NULL
+              ORDER BY a.position LIMIT ${limit} OFFSET ${offset}`
+          return {
+            total: Number(total[0]?.n ?? 0),
+            entries: rows.map((r): OffloadArchiveEntry => ({ itemId: r.itemId as ItemId, seq: Number(r.itemSeq), tokens: Number(r.tokens) }))
+          }
+        }).pipe(orPersistence("offload_archive.list")),
+      /** Every committed offload of the thread not undone, oldest first (the summary chain). */
       listOffloads: (threadId: ThreadId) =>
-        offloads.findAll("offloads.list", sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL ORDER BY generation`),
-      /** The newest offload of the thread not undone: its summary and cut define the model-visible history. */
+        offloads.findAll(
+          "offloads.list",
+          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL AND committed_at IS NOT NULL ORDER BY generation`
+        ),
+      /** The newest committed offload of the thread not undone: its summary and cut define the model-visible history. */
       latestOffload: (threadId: ThreadId) =>
         offloads.findOne(
           "offloads.latest",
-          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL ORDER BY generation DESC LIMIT 1`
+          sql`SELECT * FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NULL AND committed_at IS NOT NULL ORDER BY generation DESC LIMIT 1`
         ),
       /** Marks offload `id` undone at `at` (it leaves the summary chain; its summary item stays in the log). */
       markOffloadUndone: (id: string, at: DateTime.Utc) =>
         sql`UPDATE offloads SET undone_at = ${DateTime.formatIso(at)} WHERE id = ${id}`.pipe(Effect.asVoid, orPersistence("offloads.undo")),
       /** The summary items of the thread's undone offloads (in the log, in no visible history). */
       listUndoneSummaryItemIds: (threadId: ThreadId) =>
-        sql<{ readonly summaryItemId: string }>`SELECT summary_item_id FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NOT NULL`.pipe(
+        sql<{ readonly summaryItemId: string }>`SELECT summary_item_id FROM offloads WHERE thread_id = ${threadId} AND undone_at IS NOT NULL AND committed_at IS NOT NULL`.pipe(
           Effect.map((rows) => rows.map((r) => r.summaryItemId)),
           orPersistence("offloads.undone")
         ),
