@@ -125,7 +125,8 @@ export const orchestratorLayer = (
     Layer.provide(OrchestratorConfig.layer({
       interruptTimeoutMillis: settings.limits.interruptTimeoutMs,
       turnTimeoutMillis: settings.limits.turnTimeoutMs,
-      toolResultTimeoutMillis: settings.limits.toolResultTimeoutMs
+      toolResultTimeoutMillis: settings.limits.toolResultTimeoutMs,
+      autoOffload: settings.offload?.auto ?? null
     }))
   )
 }

@@ -166,6 +166,9 @@ export const defaultGatewayMaxBodyBytes = 32 * 1024 * 1024
  * - `offload`: `summariser`, the name of a model-API provider instance that writes `/offload` summaries
  *   (`ModelSummariser`; default: the offline digest summariser); `preCompactHook`, asked before each `/offload`
  *   summarises: `url` (an HTTP endpoint) or `command` (an executable's argv), and `timeoutMs` (default 10,000);
+ *   `auto`, the automatic `/offload` after a run (off when absent): `thresholdRatio` (0.05..1 of the native
+ *   thread's window its reported usage must reach), `keepTokens` (default: the window's default), `approvalMode`
+ *   (what the PreCompact hook is told; default `server-policy`);
  * - `gateway`: the agent-facing gateway (docs/gateway.md): `routes` (`GatewayRouteJson`, first match wins) and
  *   `maxBodyBytes` (an agent's request body, bytes; default 32 MiB).
  */
@@ -197,6 +200,11 @@ export const ConfigFile = Schema.Struct({
       url: Schema.optional(Schema.String.pipe(Schema.pattern(/^https?:\/\//, { message: () => "a hook URL starts with http:// or https://" }))),
       command: Schema.optional(Schema.Array(Schema.String.pipe(Schema.minLength(1))).pipe(Schema.minItems(1))),
       timeoutMs: Schema.optional(Schema.Int.pipe(Schema.between(100, 600_000)))
+    })),
+    auto: Schema.optional(Schema.Struct({
+      thresholdRatio: Schema.Number.pipe(Schema.between(0.05, 1)),
+      keepTokens: Schema.optional(Schema.Int.pipe(Schema.between(1, 10_000_000))),
+      approvalMode: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
     }))
   })),
   gateway: Schema.optional(Schema.Struct({
@@ -288,6 +296,8 @@ export interface ServerSettings {
     readonly summariser: string | null
     /** The PreCompact hook (absent: none, every offload allowed). */
     readonly preCompactHook?: { readonly url?: string | undefined; readonly command?: ReadonlyArray<string> | undefined; readonly timeoutMs: number }
+    /** The automatic `/offload` after a run (absent: off); see OrchestratorConfig `autoOffload`. */
+    readonly auto?: { readonly thresholdRatio: number; readonly keepTokens: number | null; readonly approvalMode: string }
   }
   /** The gateway's routes (in order; none: the gateway answers every model 404) and its body limit (bytes). */
   readonly gateway?: { readonly routes: ReadonlyArray<GatewayRouteJson>; readonly maxBodyBytes: number }
@@ -517,6 +527,7 @@ export const resolve = (flags: ServeFlags = {}) =>
       }
     }
     const hook = file.offload?.preCompactHook
+    const auto = file.offload?.auto
     if (hook !== undefined && (hook.url === undefined) === (hook.command === undefined)) {
       return yield* new ConfigInvalid({ source: configPath ?? "config", reason: "offload.preCompactHook: give exactly one of url and command" })
     }
@@ -539,11 +550,17 @@ export const resolve = (flags: ServeFlags = {}) =>
       },
       offload: {
         summariser,
-        ...(hook === undefined ? {} : { preCompactHook: { url: hook.url, command: hook.command, timeoutMs: hook.timeoutMs ?? 10_000 } })
+        ...(hook === undefined ? {} : { preCompactHook: { url: hook.url, command: hook.command, timeoutMs: hook.timeoutMs ?? 10_000 } }),
+        ...(auto === undefined ? {} : {
+          auto: { thresholdRatio: auto.thresholdRatio, keepTokens: auto.keepTokens ?? null, approvalMode: auto.approvalMode ?? defaultAutoApprovalMode }
+        })
       },
       gateway: { routes, maxBodyBytes: file.gateway?.maxBodyBytes ?? defaultGatewayMaxBodyBytes }
     } satisfies ServerSettings
   })
+
+/** What the PreCompact hook is told of an automatic `/offload`'s approval: the server's configured policy. */
+export const defaultAutoApprovalMode = "server-policy"
 
 /** Whether `host` binds only the loopback interface. */
 export const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\./.test(host)

@@ -162,6 +162,11 @@ describe("ServerConfig", () => {
       expect(withSummariser.settings.offload).toEqual({ summariser: "claude-main" })
       expect(yield* failure({ file: { providers: [claude, { name: "codex", window: 44_000 }], offload: { summariser: "codex" } }, env: { ANTHROPIC_API_KEY: "k" } }))
         .toBe("baton.json: offload.summariser: \"codex\" is not a model-API provider instance of this config (one of \"claude-main\")")
+      // The automatic /offload: a threshold in 0.05..1, defaults filled in; a bad one named.
+      const withAuto = yield* resolveWith({ file: { providers: [claude], offload: { auto: { thresholdRatio: 0.8 } } }, env: { ANTHROPIC_API_KEY: "k" } })
+      expect(withAuto.settings.offload).toEqual({ summariser: null, auto: { thresholdRatio: 0.8, keepTokens: null, approvalMode: "server-policy" } })
+      expect(yield* failure({ file: { providers: [claude], offload: { auto: { thresholdRatio: 1.5 } } }, env: { ANTHROPIC_API_KEY: "k" } }))
+        .toMatch(/^baton\.json: offload\.auto\.thresholdRatio: /)
       // The gateway's routes: each names an anthropic-messages instance of the file (issue 14), checked at start.
       const withGateway = yield* resolveWith({ file: { providers: [claude], gateway: { routes: [{ model: "claude-*", provider: "claude-main" }] } }, env: { ANTHROPIC_API_KEY: "k" } })
       expect(withGateway.settings.gateway).toEqual({ routes: [{ model: "claude-*", provider: "claude-main" }], maxBodyBytes: 32 * 1024 * 1024 })

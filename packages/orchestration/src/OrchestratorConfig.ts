@@ -55,6 +55,20 @@ export interface OrchestratorConfigShape {
    * by default; never set outside tests.
    */
   readonly mutations: ReadonlySet<Mutation>
+  /**
+   * Automatic `/offload` (issue 12 item 6's `automatic` trigger): after a run completes, when the active native
+   * thread's reported usage reaches `thresholdRatio` of its window and no run is queued, Baton offloads the thread
+   * itself, keeping `keepTokens` (`null`: the default of the window) verbatim, as operation `auto-<run id>`; the
+   * PreCompact hook is asked with trigger `automatic` and approval mode `approvalMode`. `null` (the default): off.
+   */
+  readonly autoOffload: AutoOffloadPolicy | null
+}
+
+/** See `OrchestratorConfigShape.autoOffload`. `thresholdRatio` in (0, 1]. */
+export interface AutoOffloadPolicy {
+  readonly thresholdRatio: number
+  readonly keepTokens: number | null
+  readonly approvalMode: string
 }
 
 /**
@@ -82,7 +96,8 @@ export const defaults: OrchestratorConfigShape = {
   calibration: true,
   calibrationPolicy: Calibration.defaultPolicy,
   driverLeaseMillis: 30_000,
-  mutations: new Set()
+  mutations: new Set(),
+  autoOffload: null
 }
 
 export const layer = (config: Partial<OrchestratorConfigShape> = {}) =>

@@ -49,6 +49,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const registry = yield* DriverRegistry
     const store = yield* ThreadStore
     const config = yield* OrchestratorConfig
+    const autoOffloadOn = config.autoOffload !== null
     const scope = yield* Effect.scope
     const workers = new Map<string, Fiber.RuntimeFiber<void, never>>()
     const again = new Set<string>()
@@ -211,6 +212,16 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             continue
           }
           const exit = yield* drive(run.id, threads.processRun(run.id))
+          // Near the window after a completed run: the automatic /offload (off unless configured) runs beside the
+          // driver, so a run queued meanwhile is not held up (it makes the summary stale instead).
+          if (Exit.isSuccess(exit) && exit.value.status === "completed" && autoOffloadOn) {
+            yield* Effect.forkIn(
+              threads.autoOffload(run.threadId, run.id).pipe(
+                Effect.catchAllCause((cause) => Effect.logWarning(`automatic /offload after run ${run.id} failed`, cause))
+              ),
+              scope
+            )
+          }
           // Another process claimed the run meanwhile: wait until it ends there. (A run now waiting for tool results
           // is looked at again by the loop.)
           if (Exit.isSuccess(exit) && !terminalRunStatuses.includes(exit.value.status) && exit.value.status !== "waiting") {

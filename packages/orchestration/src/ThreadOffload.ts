@@ -132,6 +132,14 @@ export const maxEstimatedSummaryTokens = 2_000
  */
 export const manualApproval = "client-requested"
 
+/** Who started an `/offload`, as the PreCompact hook is told: a client (`manual`) or Baton's policy (`automatic`). */
+export interface Trigger {
+  readonly trigger: "manual" | "automatic"
+  readonly approvalMode: string
+}
+/** A client's `/offload`. */
+export const manualTrigger: Trigger = { trigger: "manual", approvalMode: manualApproval }
+
 /** The errors of an operation's fiber. */
 type OffloadError = OffloadFailed | PersistenceError | ConcurrentModification | OffloadOperationNotFound
 
@@ -763,7 +771,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       threadId: ThreadId,
       keepTokens: number,
       key: OperationKey,
-      cache: CacheRewrite = noPrices
+      cache: CacheRewrite = noPrices,
+      trigger: Trigger = manualTrigger
     ) {
       const seen = yield* store.getOffloadOperation(key.operationId)
       if (seen._tag === "Some") {
@@ -789,7 +798,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         return withMessage
       }
       // The PreCompact hook may deny it (with a reason for the user); nothing is summarised then.
-      const decision = yield* hook.check({ threadId, trigger: "manual", approvalMode: manualApproval })
+      const decision = yield* hook.check({ threadId, trigger: trigger.trigger, approvalMode: trigger.approvalMode })
       if (!decision.allow) {
         const report: OffloadReport = { ...base, outcome: "denied", reason: decision.reason }
         const withMessage = { ...report, message: Message.of(report) }

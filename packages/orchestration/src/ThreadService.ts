@@ -51,6 +51,7 @@ import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 import * as OffloadControls from "./OffloadControls.js"
 import { defaultKeepTokens, noPrices, ThreadOffload } from "./ThreadOffload.js"
+import { OrchestratorConfig } from "./OrchestratorConfig.js"
 
 /** The results of the commands (schemas in contracts), under the names this module exported before. */
 export { ForkResult, MergeResult, SendResult } from "@baton/contracts"
@@ -92,6 +93,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const turns = yield* TurnExecution
     const recovery = yield* RunRecovery
     const toolWaits = yield* ClientToolWaits
+    const config = yield* OrchestratorConfig
 
     /** Drives a queued run to a terminal status (see TurnExecution). */
     const processRun = (runId: Run["id"]) => turns.run(runId)
@@ -575,6 +577,37 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       return yield* offloader.offload(thread.id, keepTokens, key, cache)
     })
 
+    /**
+     * The automatic `/offload` after run `runId` of `threadId` completed (OrchestratorConfig `autoOffload`): when the
+     * active native thread's last reported usage is at least `thresholdRatio` of its window (the reported maximum,
+     * else the provider thread's configured window) and no run is queued or active, offloads the thread as operation
+     * `auto-<runId>` (so two processes, or a repeat, offload once), the PreCompact hook told trigger `automatic`.
+     * Returns the report, or `null` when the policy is off or the thread is below the threshold or busy. Fails like
+     * `offload`.
+     */
+    const autoOffload = Effect.fn("ThreadService.autoOffload")(function*(threadId: ThreadId, runId: Run["id"]) {
+      const policy = config.autoOffload
+      if (policy === null) return null
+      const thread = yield* getThread(threadId)
+      if (thread.activeProviderThreadId === null) return null
+      const lane = yield* store.getProviderThread(thread.activeProviderThreadId)
+      if (lane._tag === "None" || lane.value.activeNativeThreadId === null) return null
+      const native = yield* store.getNativeThread(lane.value.activeNativeThreadId)
+      if (native._tag === "None" || native.value.status !== "active" || native.value.usage === null) return null
+      const window = native.value.usage.maxTokens ?? lane.value.contextWindow
+      if (window === null || window <= 0 || native.value.usage.usedTokens < policy.thresholdRatio * window) return null
+      if ((yield* store.findActiveRun(threadId))._tag === "Some") return null
+      const keepTokens = policy.keepTokens ?? defaultKeepTokens(lane.value.contextWindow)
+      const operationId = `auto-${runId}`
+      const key = { operationId, fingerprint: `automatic:${threadId}:${keepTokens}` }
+      const cache = yield* cacheRewriteOf(lane.value.providerInstance)
+      yield* Effect.logInfo(
+        `thread ${threadId}: the native thread holds ${native.value.usage.usedTokens} of ${window} tokens ` +
+          `(threshold ${Math.round(policy.thresholdRatio * 100)}%): automatic /offload ${operationId}`
+      )
+      return yield* offloader.offload(threadId, keepTokens, key, cache, { trigger: "automatic", approvalMode: policy.approvalMode })
+    })
+
     /** The cache-rewrite pricing of `instance` (`noPrices`' multipliers when it has no prices or is unknown). */
     const cacheRewriteOf = (instance: string) =>
       Effect.map(Effect.option(registry.get(instance as ProviderInstance)), (adapter) => {
@@ -785,6 +818,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       fork,
       mergeBack,
       offload,
+      autoOffload,
       undoOffload,
       getOffload,
       cancelOffload,

@@ -34,6 +34,8 @@ export interface Options {
   readonly first?: string
   /** The server on a fresh Postgres schema (default: a SQLite file). */
   readonly postgres?: boolean
+  /** More of the server's `offload` settings (e.g. `auto`, `preCompactHook`), beside the `sum` summariser. */
+  readonly offload?: Record<string, unknown>
 }
 
 /** A reply that waits for `release()` before it is written (the model has the request and has not answered). */
@@ -77,7 +79,7 @@ export const withThread = <A, E, R>(turns: number, body: (ctx: Ctx) => Effect.Ef
         expect((yield* sendAndWait(threadId as ThreadId, text)).run.status).toBe("completed")
       }
       return yield* body({ chat, summariser, threadId: threadId as ThreadId, sql })
-    }).pipe(Effect.provide(serveSettings({ ...settings, offload: { summariser: "sum" } })))
+    }).pipe(Effect.provide(serveSettings({ ...settings, offload: { summariser: "sum", ...options.offload } })))
   }))
 
 /** The thread's items of `kind`. */
