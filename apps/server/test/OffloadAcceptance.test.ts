@@ -307,6 +307,32 @@ describe("/offload acceptance over HTTP", () => {
         expect(done.tokensAfter).toBeLessThan(done.tokensBefore)
       })), 120_000)
 
+  it.live("undo after the lane went on from the summary: the lane is replaced again and the next request carries the originals, not the summary", () =>
+    withThread(4, ({ chat, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const before = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-undo-lane" }, headers: {} })
+        expect(done.outcome).toBe("offloaded")
+        const step1 = before.find((i) => i.text.startsWith("Step 1:"))!
+        expect(done.coveredItemIds).toContain(step1.id)
+        chat.enqueue(ModelApi.answer("anthropic-messages", "on the summary", chatUsage))
+        expect((yield* sendAndWait(threadId, "first after the offload")).run.status).toBe("completed")
+        expect(chat.requests.at(-1)!.body).not.toContain(step1.text)
+        expect(chat.requests.at(-1)!.body).toContain(summaryText.split("\n")[0]!)
+        const undone = yield* api.threads.undoOffload({ path: { threadId }, payload: {}, headers: {} })
+        expect(undone).toMatchObject({ undone: true, offloadId: done.offloadId })
+        chat.enqueue(ModelApi.answer("anthropic-messages", "on the originals", chatUsage))
+        expect((yield* sendAndWait(threadId, "first after the undo")).run.status).toBe("completed")
+        const last = promptOf(chat.requests.at(-1)!.body)
+        expect(last).toContain(step1.text)
+        expect(last).not.toContain(summaryText.split("\n")[0]!)
+        expect(last).toContain("first after the offload")
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        expect(snapshot.providerThreads[0]!.nativeThreads.map((n) => n.status)).toEqual(["replaced", "replaced", "active"])
+      })), 120_000)
+
   it.live("committed but its result cannot be shown: the user is told the conversation was offloaded, with the operation id; the same id does not offload twice", () =>
     withThread(4, ({ sql, summariser, threadId }) =>
       Effect.gen(function*() {

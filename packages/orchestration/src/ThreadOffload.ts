@@ -899,13 +899,41 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         const latest = before.offload
         if (latest === null) return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, none("the thread has no offload to undo"))
         const owing = (yield* store.listHandoffs(threadId)).filter((h) => h.itemIds.includes(latest.summaryItemId))
-        if (owing.length > 0) {
+        // The active lane's replacement handoff (the offload replaced its native thread) can be taken back: the native
+        // thread given the summary is replaced again, so the next turn owes it the originals. A handoff toward another
+        // lane (a deferred switch the summary superseded) cannot yet.
+        const thread = yield* store.getThread(threadId)
+        const laneId = thread._tag === "Some" ? thread.value.activeProviderThreadId : null
+        const blocking = owing.filter((h) => !(h.kind === "replacement" && h.targetProviderThreadId === laneId))
+        if (blocking.length > 0) {
           return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, none(
             `the summary ${latest.summaryItemId} of offload ${latest.id} is already owed to another provider thread ` +
-              `(handoff ${owing.map((h) => h.id).join(", ")}); undoing it would need its originals owed again, which is not supported yet`
+              `(handoff ${blocking.map((h) => h.id).join(", ")}); undoing it would need its originals owed again, which is not supported yet`
           ))
         }
-        yield* store.markOffloadUndone(latest.id, yield* DateTime.now)
+        const deliveries = (yield* Effect.forEach(owing, (h) => store.listDeliveriesOfHandoff(h.id))).flat()
+        const uncertain = deliveries.filter((d) => d.status === "pending")
+        if (uncertain.length > 0) {
+          return yield* CommandReceipts.write(store, receiptKey, OffloadUndoReport, none(
+            `the delivery of the summary ${latest.summaryItemId} (${uncertain.map((d) => d.id).join(", ")}) has an unconfirmed outcome; ` +
+              `send a message first, then undo`
+          ))
+        }
+        const now = yield* DateTime.now
+        const why = `offload ${latest.id} undone`
+        for (const d of deliveries) {
+          if (d.status === "deferred") {
+            yield* store.updateDelivery({ ...d, status: "superseded", updatedAt: now })
+            yield* store.appendEvent({ threadId, type: "delivery.superseded", payload: { deliveryId: d.id, handoffId: d.handoffId, reason: why } })
+          } else if (d.status === "injected" || d.status === "inline") {
+            const native = yield* store.getNativeThread(d.nativeThreadId)
+            if (native._tag === "Some") {
+              yield* trust.distrust(threadId, native.value, `${why}: it holds the summary; the next turn starts a new native thread owed the originals`)
+            }
+          }
+        }
+        for (const h of owing) if (h.open) yield* store.updateHandoff({ ...h, open: false, updatedAt: now })
+        yield* store.markOffloadUndone(latest.id, now)
         yield* store.appendEvent({
           threadId,
           type: "thread.offload_undone",
