@@ -319,6 +319,9 @@ export const replay = (
         for (const v of yield* ProviderTruthChecks.check(threadId, adapters.map((a) => a.truth))) {
           violations.push(`thread ${threadIndex + 1}: ${v}`)
         }
+        for (const v of yield* ProviderTruthChecks.checkOffloadFreesLane(threadId, adapters.map((a) => a.received))) {
+          violations.push(`thread ${threadIndex + 1}: ${v}`)
+        }
         violations.push(...(yield* ProviderTruthChecks.checkCalibration(adapters.map((a) => ({ instance: a.instance, trueRatio: a.tokenScale })))))
         items += appended + markers
       }

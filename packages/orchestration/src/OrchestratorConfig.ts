@@ -77,9 +77,11 @@ export interface AutoOffloadPolicy {
  * - `retry_overflow_on_same_native`: after an overflow with the prompt alone, the retry goes to the same native
  *   thread instead of a replacement;
  * - `sample_omits_output`: a turn's calibration sample leaves out what the turn produced, so the provider's growth
- *   is compared with the prompt alone and the ratio learned is too high.
+ *   is compared with the prompt alone and the ratio learned is too high;
+ * - `offload_keeps_lane`: a committed `/offload` leaves the active lane's native thread as it is, so the next turn
+ *   goes on holding every original the summary replaced.
  */
-export type Mutation = "ignore_known_full" | "retry_overflow_on_same_native" | "sample_omits_output"
+export type Mutation = "ignore_known_full" | "retry_overflow_on_same_native" | "sample_omits_output" | "offload_keeps_lane"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

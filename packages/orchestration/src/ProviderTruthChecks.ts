@@ -53,6 +53,50 @@ export const checkCalibration = (instances: ReadonlyArray<{ readonly instance: s
     return violations
   })
 
+/**
+ * Checks that a committed `/offload` frees the lane that goes on: the first turn after each `thread.offloaded` event
+ * (unless a switch or an undo comes first) runs on a native thread that, by the provider's own log (`received`, one
+ * list per provider instance, in arrival order), never received what the summary covered: no earlier turn of a
+ * covered run (a run with an item at or before the cut) and no injection of a covered item. A lane that goes on
+ * holding the originals after "freeing up context window space" is the defect this catches (the active lane kept
+ * sending every original). Inline history is text without ids and is not looked at. One line per violation.
+ */
+export const checkOffloadFreesLane = (threadId: ThreadId, received: ReadonlyArray<ReadonlyArray<ScriptedProvider.Received>>) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const events = yield* store.listEvents(threadId)
+    const items = yield* store.listItems(threadId)
+    const violations: Array<string> = []
+    for (const [k, e] of events.entries()) {
+      if (e.type !== "thread.offloaded") continue
+      const cutSeq = e.payload.cutSeq
+      const next = events.slice(k + 1).find((x) =>
+        x.type === "run.started" || x.type === "provider.switched" || x.type === "thread.offload_undone" || x.type === "thread.offloaded"
+      )
+      if (next === undefined || next.type !== "run.started") continue
+      const runId = next.payload.runId
+      const coveredItems = new Set<string>(items.filter((i) => i.seq <= cutSeq).map((i) => i.id))
+      const coveredRuns = new Set<string>(items.filter((i) => i.seq <= cutSeq && i.runId !== null).map((i) => i.runId!))
+      coveredRuns.delete(runId)
+      for (const log of received) {
+        const at = log.findIndex((r) => r.type === "turn" && r.runId === runId)
+        if (at < 0) continue
+        const nativeRef = log[at]!.nativeRef
+        const held = log.slice(0, at).find((r) =>
+          r.nativeRef === nativeRef &&
+          ((r.type === "turn" && coveredRuns.has(r.runId)) || (r.type === "inject" && r.itemIds.some((id) => coveredItems.has(id))))
+        )
+        if (held !== undefined) {
+          violations.push(
+            `truth: run ${runId}, the first after offload ${e.payload.offloadId} (items up to seq ${cutSeq} summarised), ` +
+              `went to ${nativeRef}, which still holds what the summary replaced (${held.type === "turn" ? `run ${held.runId}` : "an injection of covered items"})`
+          )
+        }
+      }
+    }
+    return violations
+  })
+
 /** Baton's lower bound on a native thread's size, from the events before position `beforeSeq` of the thread log. */
 const knownBefore = (events: ReadonlyArray<ThreadEvent>, nativeThreadId: string, instance: string, beforeSeq: number) => {
   let used = 0

@@ -45,6 +45,7 @@ import * as CommandReceipts from "./CommandReceipts.js"
 import * as Message from "./OffloadMessage.js"
 import { PreCompactHook } from "./PreCompactHook.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
+import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import * as RunCosts from "./RunCosts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -165,6 +166,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const counter = yield* TokenCounter.TokenCounter
     const hook = yield* PreCompactHook
     const trust = yield* NativeThreadTrust
+    const config = yield* OrchestratorConfig
 
     /** `item` with its text cut to fit `room` rendered tokens, saying so, or `item` itself when it fits. */
     const clipped = (item: Item, room: number): Item => {
@@ -521,6 +523,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      */
     const replaceActiveNative = (threadId: ThreadId, summaryItemId: ItemId, offloadId: string, replaced: ReadonlyArray<Item>) =>
       Effect.gen(function*() {
+        if (config.mutations.has("offload_keeps_lane")) return null
         const thread = yield* store.getThread(threadId)
         if (thread._tag === "None" || thread.value.activeProviderThreadId === null) return null
         const lane = yield* store.getProviderThread(thread.value.activeProviderThreadId)

@@ -247,3 +247,50 @@ describe("an overflow teaches the calibration", () => {
     }).pipe(Effect.provide(h.layer))
   })
 })
+
+describe("oracle: an /offload frees the lane that goes on", () => {
+  // Four turns of ~600 tokens on one lane, an /offload keeping ~700 tokens verbatim, then the next turn.
+  const offloadThenSend = (h: Harness.Harness) =>
+    Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("codex")
+      for (let i = 0; i < 4; i++) {
+        h.script.enqueue(Harness.reply(20))
+        yield* o.send(threadId, `Step ${i}: ${Harness.words(450)}`)
+      }
+      const report = yield* o.offload(threadId, 700)
+      expect(report.outcome).toBe("offloaded")
+      h.script.enqueue(Harness.reply(20))
+      const next = yield* o.send(threadId, "go on")
+      expect(next.status).toBe("completed")
+      return { threadId, report }
+    })
+  const laneOf = (h: Harness.Harness, threadId: ThreadId) =>
+    ProviderTruthChecks.checkOffloadFreesLane(threadId, Object.values(h.providers).map((p) => p.received))
+
+  it.effect("the next turn runs on a new native thread given the summary, not the originals: no violation", () => {
+    const h = harness({ window: 200_000 })
+    return Effect.gen(function*() {
+      const { threadId, report } = yield* offloadThenSend(h)
+      const received = h.providers.codex!.received
+      const turns = received.flatMap((r) => r.type === "turn" ? [r.nativeRef] : [])
+      expect(new Set(turns.slice(0, 4)).size).toBe(1)
+      expect(turns[4]).not.toBe(turns[0])
+      // The new native thread was given the summary (and the kept items), not the items it covers.
+      const given = received.flatMap((r) => r.type === "inject" && r.nativeRef === turns[4] ? r.itemIds : [])
+      expect(given).toContain(report.summaryItemId)
+      for (const id of report.coveredItemIds) expect(given).not.toContain(id)
+      expect(yield* laneOf(h, threadId)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.effect("mutation offload_keeps_lane: the next turn goes on the native thread holding the originals and the oracle names it", () => {
+    const h = harness({ window: 200_000 }, ["offload_keeps_lane"])
+    return Effect.gen(function*() {
+      const { threadId } = yield* offloadThenSend(h)
+      const violations = yield* laneOf(h, threadId)
+      expect(violations).toHaveLength(1)
+      expect(violations[0]).toMatch(/^truth: run \S+, the first after offload \S+ \(items up to seq \d+ summarised\), went to codex-n1, which still holds what the summary replaced \(run \S+\)$/)
+    }).pipe(Effect.provide(h.layer))
+  })
+})

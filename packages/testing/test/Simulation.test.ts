@@ -106,9 +106,10 @@ describe("shrinking", () => {
       expect(yield* inline(scenario)).toBe(true)
       const { scenario: shrunk } = yield* Simulation.shrink(scenario, inline, { maxRuns: 150 })
       expect(yield* inline(shrunk)).toBe(true)
-      // create, something owed to the provider without injection (a switch to it after a run, or a missed run on
-      // it), and the send that delivers it.
-      expect(shrunk.ops.length).toBeLessThanOrEqual(4)
+      // create, something owed to the provider without injection (a switch to it after a run, a missed run on it, or
+      // an /offload that replaced its native thread after a run: then the replacement's history goes inline), and the
+      // send that delivers it. (Seed 4 shrinks to create, fork, send, offload, send: each op needed.)
+      expect(shrunk.ops.length).toBeLessThanOrEqual(5)
       expect(shrunk.ops.at(-1)!.kind).toBe("send")
     }), { timeout: 120_000 })
 })

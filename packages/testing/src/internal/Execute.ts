@@ -664,6 +664,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       const violations: Array<string> = []
       for (const t of threads) violations.push(...(yield* InvariantChecks.check(t.id, { observed })))
       for (const t of threads) violations.push(...(yield* ProviderTruthChecks.check(t.id, providers.map((p) => p.truth))))
+      for (const t of threads) violations.push(...(yield* ProviderTruthChecks.checkOffloadFreesLane(t.id, providers.map((p) => p.received))))
       violations.push(...(yield* ProviderTruthChecks.checkCalibration(providers.map((p) => ({ instance: p.instance, trueRatio: p.tokenScale })))))
       violations.push(...(yield* Checks.check(threads.map((t) => t.id), providers, memory)))
       return violations
