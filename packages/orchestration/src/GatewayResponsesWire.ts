@@ -80,8 +80,9 @@ const outputText = (output: unknown): string =>
  * The items of one input item: a message's text parts as `user_message` (user, developer and system: Baton has no
  * system kind; the message id says the role) or `assistant_message` (other parts `[type]`), `function_call` and
  * `custom_tool_call` a `tool_call` (its arguments as sent), their outputs a `tool_result` (named from `toolNames`),
- * `reasoning` a `reasoning` item of its summary (none when it has no readable text), anything else (Codex's
- * `compaction` and `compaction_trigger`, hosted tools) a one-line `[type]` item.
+ * `reasoning` a `reasoning` item of its summary (none when it has no readable text), anything else a one-line
+ * `[type]` item: `user_message` for Codex's `compaction_trigger`, `assistant_message` for the rest (its `compaction`,
+ * hosted tools' calls).
  */
 export const itemsOf = (m: unknown, messageId: string, toolNames: ReadonlyMap<string, string>): ReadonlyArray<NewItem> => {
   const base = { toolCallId: null, toolName: null, messageId, isError: false, toolCallState: null }
@@ -115,7 +116,8 @@ export const itemsOf = (m: unknown, messageId: string, toolNames: ReadonlyMap<st
       return text === "" ? [] : [{ ...base, kind: "reasoning", text }]
     }
     default:
-      return [{ ...base, kind: "assistant_message", text: `[${String(type)}]` }]
+      // Codex's compaction trigger is the agent's request for a compaction; the rest comes from the model.
+      return [{ ...base, kind: type === "compaction_trigger" ? "user_message" : "assistant_message", text: `[${String(type)}]` }]
   }
 }
 
