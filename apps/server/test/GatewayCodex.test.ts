@@ -182,4 +182,86 @@ describe("Gateway with the real Codex CLI", () => {
         expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
       }).pipe(Effect.provide(serveSettings(settings)))
     })), { timeout: 180_000 })
+
+  // Codex compacts by itself past `model_auto_compact_token_limit`: with a provider of its own (the default here) it
+  // asks the model for a summary (a request ending with its CONTEXT CHECKPOINT COMPACTION prompt); with remote
+  // compaction v2 (`capabilities.remote_compaction = "v2"`) it sends its history with a `compaction_trigger` item
+  // and expects one `compaction` item back. Either way it is a `POST /v1/responses`, then Codex goes on from a rebuilt
+  // history: through Baton that request is recorded as a divergence and becomes the new baseline.
+  for (const mode of ["local", "remote v2"] as const) {
+    it.live(`Codex's own compaction (${mode}) passes through; the rebuilt history is recorded as a divergence and the new baseline`, () =>
+      Effect.scoped(Effect.gen(function*() {
+        const upstream = yield* loopback
+        const script = [shell(1, "echo one", 1_000), shell(2, "echo two", 9_000), shell(3, "echo three", 1_000), say(4, "Compacted and done.", 1_000)]
+        const compacted: Array<Received> = []
+        const model = (request: Received): Reply => {
+          if (request.body.includes("\"compaction_trigger\"") || request.body.includes("CONTEXT CHECKPOINT COMPACTION")) {
+            compacted.push(request)
+            return request.body.includes("\"compaction_trigger\"")
+              ? events([
+                { type: "response.output_item.done", output_index: 0, item: { type: "compaction", id: "cmp_1", encrypted_content: "ENCRYPTED-SUMMARY" } },
+                { type: "response.completed", response: { id: "resp_c", usage: usage(9_000, 30) } }
+              ])
+              : say(9, "SUMMARY: echoed one and two.", 9_000)
+          }
+          return script.shift() ?? say(99, "(no answer queued)", 100)
+        }
+        for (let i = 0; i < 5; i++) upstream.enqueue(model)
+        const settings = yield* settingsFor(
+          [{
+            kind: "openai-responses",
+            name: "openai",
+            baseUrl: `${upstream.url}/v1`,
+            model: "gpt-loopback",
+            apiKeyEnv: "TEST_MODEL_KEY",
+            contextWindow: 20_000,
+            autoCompactThreshold: null,
+            maxOutputTokens: 4_000,
+            prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 },
+            maxRetries: 0
+          }],
+          { TEST_MODEL_KEY: marker },
+          undefined,
+          { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } }
+        )
+        yield* Effect.gen(function*() {
+          const server = yield* HttpServer.HttpServer
+          const port = (server.address as HttpServer.TcpAddress).port
+          const home = yield* codexHome(`http://127.0.0.1:${port}`, { envKey: "CODEX_TEST_KEY", window: 20_000, autoCompact: 5_000 })
+          const result = yield* CodexExec.exec({
+            codexHome: home,
+            cwd: tempDir("baton-codex-compact-"),
+            prompt: "Echo one, two and three.",
+            env: { CODEX_TEST_KEY: adminToken },
+            config: mode === "local" ? [] : ["model_providers.loopback.capabilities.remote_compaction=\"v2\""]
+          })
+          expect(result.messages).toEqual(["Compacted and done."])
+          expect(result.commands.map((c) => c.output)).toEqual(["one\n", "two\n", "three\n"])
+          expect(upstream.requests.map((r) => r.url)).toEqual(Array(5).fill("/v1/responses"))
+          expect(compacted.length).toBe(1)
+          expect(upstream.requests[2]).toBe(compacted[0])
+
+          const api = yield* client()
+          const threads = (yield* api.threads.list({ urlParams: {} })).threads
+          expect(threads.length).toBe(1)
+          const threadId = threads[0]!.id
+          const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
+          expect(runs.map((r) => r.status)).toEqual(Array(5).fill("completed"))
+          // The request after the compaction starts again from Codex's rebuilt history: one divergence, at run 4, its
+          // shared prefix shorter than what was stored; the next request extends it (no second divergence).
+          const diverged = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text).filter((e) => e.type === "gateway.diverged")
+          expect(diverged.map((e) => (e.payload as { runId: string }).runId)).toEqual([runs[3]!.id])
+          const payload = diverged[0]!.payload as { sharedMessages: number; storedMessages: number; requestMessages: number }
+          const stored = JSON.parse(upstream.requests[2]!.body).input.length + 1
+          const rebuilt = JSON.parse(upstream.requests[3]!.body).input.length
+          expect([payload.storedMessages, payload.requestMessages]).toEqual([stored, rebuilt])
+          expect(payload.sharedMessages).toBeLessThan(stored)
+          const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+          // The compaction's answer is on record (the summary, or Codex's opaque compaction item).
+          expect(items.some((i) => i.text === (mode === "local" ? "SUMMARY: echoed one and two." : "[compaction]"))).toBe(true)
+          expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "call_3").length).toBe(1)
+          expect(items.at(-1)?.text).toBe("Compacted and done.")
+        }).pipe(Effect.provide(serveSettings(settings)))
+      })), { timeout: 180_000 })
+  }
 })

@@ -30,7 +30,7 @@ interface Event {
 
 /**
  * One `codex exec` turn: `prompt` in `cwd` with `codexHome`, `env` added (the provider's key variable), resuming
- * `resume` (a thread id) when given. Fails with `CodexExecFailed` when the turn did not complete.
+ * `resume` (a thread id) when given, `config` overrides passed as `-c`. Fails with `CodexExecFailed` when the turn did not complete.
  */
 export const exec = (options: {
   readonly codexHome: string
@@ -38,9 +38,19 @@ export const exec = (options: {
   readonly prompt: string
   readonly env: Readonly<Record<string, string>>
   readonly resume?: string
+  /** Config overrides (`-c key=value`). */
+  readonly config?: ReadonlyArray<string>
 }) =>
   Effect.async<ExecResult, CodexExecFailed>((resume) => {
-    const args = ["exec", "--json", "--skip-git-repo-check", "-s", "danger-full-access", ...(options.resume === undefined ? [options.prompt] : ["resume", options.resume, options.prompt])]
+    const args = [
+      "exec",
+      "--json",
+      "--skip-git-repo-check",
+      "-s",
+      "danger-full-access",
+      ...(options.config ?? []).flatMap((c) => ["-c", c]),
+      ...(options.resume === undefined ? [options.prompt] : ["resume", options.resume, options.prompt])
+    ]
     const child = ChildProcess.execFile(binary(), args, {
       cwd: options.cwd,
       env: { PATH: process.env["PATH"] ?? "/usr/bin:/bin", HOME: options.codexHome, CODEX_HOME: options.codexHome, ...options.env },
