@@ -1,6 +1,7 @@
 /**
- * GatewayThreads: the durable record of the conversations that unmodified agents (Claude Code) hold through Baton's
- * gateway (issue 14, docs/gateway.md). It owns how a gateway request maps onto Baton's record:
+ * GatewayThreads: the durable record of the conversations that unmodified agents (Claude Code, Codex) hold through
+ * Baton's gateway (issue 14, docs/gateway.md). It owns how a gateway request maps onto Baton's record, for any wire
+ * protocol (`Wire`: the Anthropic Messages one here, `GatewayResponsesWire` for OpenAI Responses):
  *
  * - **A thread per agent conversation**, found by its conversation key (`conversationKey`): the agent's session
  *   header with the fingerprint of its system prompt (a sub-agent or a side request of the same session has another
