@@ -1,8 +1,9 @@
 /**
  * Gateway: the agent-facing endpoints (issue 14, docs/gateway.md) on `baton serve`, for unmodified agents pointed at
- * Baton: Anthropic Messages (Claude Code, `ANTHROPIC_BASE_URL`) and OpenAI Responses (Codex with `wire_api =
- * "responses"`, `GatewayResponses`). Each protocol is a `Dialect`: its error shape, its upstream credentials, how its
- * history, session and reply are read; forwarding, routing, authentication and the record are shared. For Anthropic:
+ * Baton: Anthropic Messages (Claude Code, `ANTHROPIC_BASE_URL`: `GatewayAnthropic`) and OpenAI Responses (Codex with
+ * `wire_api = "responses"`: `GatewayResponses`). Each protocol is a `GatewayDialect`: its error shape, its upstream
+ * credentials, how its history, session and reply are read; forwarding, routing, authentication and the record are
+ * this module's, shared. For Anthropic (Responses alike, see `GatewayResponses`):
  *
  * - `POST /v1/messages` (streamed or not) and `POST /v1/messages/count_tokens`, any query string (`?beta=true`)
  *   passed on. The agent authenticates with a Baton token (the admin token) in `x-api-key` or `Authorization:
@@ -28,11 +29,12 @@
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import { GatewayThreads } from "@baton/orchestration"
-import { AnthropicMessages, type ProviderAdapter, type ProviderConfig, Sse } from "@baton/providers"
 import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
+import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as ServerConfig from "./ServerConfig.js"
 
@@ -48,54 +50,6 @@ export interface GatewayOptions {
   readonly routes: ReadonlyArray<ServerConfig.GatewayRouteJson>
   readonly providers: ReadonlyArray<ServerConfig.ProviderSetting>
   readonly maxBodyBytes: number
-}
-
-/** Why Baton itself refuses a request: each dialect answers it in its protocol's error shape and status. */
-export type Refusal = "invalid" | "unauthenticated" | "unrouted" | "too_large" | "unreachable"
-
-/** Anthropic's error types Baton answers with. */
-type ErrorType = "invalid_request_error" | "authentication_error" | "not_found_error" | "request_too_large" | "api_error"
-
-/** An error answer in Anthropic's shape. */
-export const errorResponse = (status: number, type: ErrorType, message: string) =>
-  HttpServerResponse.unsafeJson({ type: "error", error: { type, message } }, { status })
-
-/** How a stream's reply ended: whole (`completed`), refused by the upstream in the stream, or cut short. */
-export type StreamOutcome =
-  | { readonly _tag: "completed"; readonly reply: GatewayThreads.Reply }
-  | { readonly _tag: "failed"; readonly code: RunFailureCode; readonly reason: string }
-  | { readonly _tag: "unfinished"; readonly reason: string }
-
-/** Reads a reply from an SSE stream's bytes as they pass. */
-export interface Assembler {
-  /** Feeds a chunk of the stream's bytes. */
-  readonly push: (chunk: Uint8Array) => void
-  /** What the bytes so far amount to. */
-  readonly outcome: () => StreamOutcome
-}
-
-/** What a gateway request's history is: the system prompt, the history array, the agent's session (`null`: none). */
-export interface History {
-  readonly system: unknown
-  readonly messages: ReadonlyArray<unknown>
-  readonly session: string | null
-}
-
-/**
- * One agent-facing protocol: the instance kind its models must route to, its record wire, Baton's refusals in its error
- * shape, the upstream's credentials and default headers, how the history is read from a parsed body (a string: the
- * body is not one of its requests, said in the 400), and the reply of a stream or of a whole body.
- */
-export interface Dialect {
-  readonly kind: ProviderConfig.ModelApiKind
-  readonly wire: GatewayThreads.Wire
-  readonly refuse: (reason: Refusal, message: string) => HttpServerResponse.HttpServerResponse
-  /** The agent's token (the header value as `Bearer …`), from the protocol's key header. */
-  readonly token: (headers: Readonly<Record<string, string | undefined>>) => string | undefined
-  readonly upstreamHeaders: (key: Option.Option<Redacted.Redacted>, headers: Record<string, string>) => void
-  readonly history: (body: Record<string, unknown>, headers: Readonly<Record<string, string | undefined>>) => History | string
-  readonly assembler: () => Assembler
-  readonly replyOfBody: (body: unknown) => GatewayThreads.Reply
 }
 
 /** Whether `model` matches `pattern` (`*`: any run of characters, everything else literal). */
@@ -122,132 +76,6 @@ const dropped = new Set([
 
 /** Response headers not passed back (the connection's own; the length is the stream's). */
 const droppedBack = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"])
-
-/** The billed tokens of an Anthropic `usage` object (absent fields: 0). */
-const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
-  const n = (k: string) => (typeof usage[k] === "number" ? usage[k] : 0)
-  return {
-    inputTokens: n("input_tokens"),
-    cacheWriteTokens: n("cache_creation_input_tokens"),
-    cacheReadTokens: n("cache_read_input_tokens"),
-    outputTokens: n("output_tokens")
-  }
-}
-
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-
-const parseJson = (text: string): unknown => {
-  try {
-    return JSON.parse(text)
-  } catch (_notJson) {
-    return undefined
-  }
-}
-
-/**
- * Assembles the reply of an Anthropic Messages SSE stream from its bytes as they pass: the message id, its content
- * blocks as the agent will echo them (text, `tool_use` with its parsed input, thinking with its signature, others as
- * started), and its usage (`message_start`'s, with `message_delta`'s figures over it); whole at `message_stop`.
- */
-export const replyAssembler = (): Assembler => {
-  const decoder = Sse.makeDecoder()
-  let id: string | null = null
-  const blocks: Array<Record<string, unknown> | undefined> = []
-  const json: Array<string> = []
-  let usage: Record<string, unknown> | null = null
-  let stopped = false
-  const onEvent = (data: unknown) => {
-    if (!isRecord(data)) return
-    switch (data.type) {
-      case "message_start": {
-        const message = isRecord(data.message) ? data.message : {}
-        id = typeof message.id === "string" ? message.id : null
-        if (isRecord(message.usage)) usage = { ...message.usage }
-        break
-      }
-      case "content_block_start": {
-        if (typeof data.index !== "number" || !isRecord(data.content_block)) break
-        blocks[data.index] = { ...data.content_block }
-        json[data.index] = ""
-        break
-      }
-      case "content_block_delta": {
-        const b = typeof data.index === "number" ? blocks[data.index] : undefined
-        const d = isRecord(data.delta) ? data.delta : {}
-        if (b === undefined) break
-        if (d.type === "text_delta") b.text = String(b.text ?? "") + String(d.text ?? "")
-        else if (d.type === "thinking_delta") b.thinking = String(b.thinking ?? "") + String(d.thinking ?? "")
-        else if (d.type === "signature_delta") b.signature = String(b.signature ?? "") + String(d.signature ?? "")
-        else if (d.type === "input_json_delta") json[data.index as number] += String(d.partial_json ?? "")
-        break
-      }
-      case "content_block_stop": {
-        const index = data.index as number
-        const b = blocks[index]
-        if (b !== undefined && b.type === "tool_use" && json[index] !== "") b.input = parseJson(json[index]!) ?? b.input
-        break
-      }
-      case "message_delta":
-        if (isRecord(data.usage)) usage = { ...(usage ?? {}), ...Object.fromEntries(Object.entries(data.usage).filter(([, v]) => v !== null)) }
-        break
-      case "message_stop":
-        stopped = true
-        break
-    }
-  }
-  return {
-    push: (chunk: Uint8Array) => {
-      for (const m of decoder.push(chunk)) onEvent(parseJson(m.data))
-    },
-    outcome: () =>
-      stopped
-        ? {
-          _tag: "completed",
-          reply: {
-            messages: blocks.length === 0 && id === null ? [] : [{ id, message: { role: "assistant", content: blocks.filter((b) => b !== undefined) } }],
-            tokens: usage === null ? null : tokensOf(usage)
-          }
-        }
-        : { _tag: "unfinished", reason: "the upstream's stream ended before message_stop" }
-  }
-}
-
-/** The reply of a non-streamed Messages response body. */
-const replyOfBody = (body: unknown): GatewayThreads.Reply => ({
-  messages: isRecord(body) && Array.isArray(body.content)
-    ? [{ id: typeof body.id === "string" ? body.id : null, message: { role: "assistant", content: body.content } }]
-    : [],
-  tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null
-})
-
-const anthropicErrors: Record<Refusal, readonly [number, ErrorType]> = {
-  invalid: [400, "invalid_request_error"],
-  unauthenticated: [401, "authentication_error"],
-  unrouted: [404, "not_found_error"],
-  too_large: [413, "request_too_large"],
-  unreachable: [502, "api_error"]
-}
-
-/** The Anthropic Messages dialect (Claude Code): `x-api-key`, `anthropic-version`, `x-claude-code-session-id`. */
-export const anthropic: Dialect = {
-  kind: "anthropic-messages",
-  wire: GatewayThreads.anthropicMessages,
-  refuse: (reason, message) => errorResponse(anthropicErrors[reason][0], anthropicErrors[reason][1], message),
-  token: (headers) => (headers["x-api-key"] !== undefined ? `Bearer ${headers["x-api-key"]}` : headers.authorization),
-  upstreamHeaders: (key, out) => {
-    if (out["anthropic-version"] === undefined) out["anthropic-version"] = AnthropicMessages.apiVersion
-    if (Option.isSome(key)) out["x-api-key"] = Redacted.value(key.value)
-  },
-  history: (body, headers) => {
-    const messages = body.messages
-    if (!Array.isArray(messages) || !messages.every((m) => isRecord(m) && typeof m.role === "string" && (typeof m.content === "string" || Array.isArray(m.content)))) {
-      return "messages: expected an array of {role, content} (content a string or an array of blocks)"
-    }
-    return { system: body.system, messages, session: headers["x-claude-code-session-id"] ?? null }
-  },
-  assembler: replyAssembler,
-  replyOfBody
-}
 
 /**
  * Lets the event loop turn once (`setImmediate`): what was written to a socket goes out (Node sends a response's
@@ -310,12 +138,7 @@ export const layer = (options: GatewayOptions) =>
           const request = yield* HttpServerRequest.HttpServerRequest
           const verdict = Auth.roleOf(dialect.token(request.headers), digests)
           if (verdict._tag === "denied") {
-            return dialect.refuse(
-              "unauthenticated",
-              dialect.kind === "anthropic-messages"
-                ? `Baton gateway: ${verdict.reason}; send a Baton token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer`
-                : `Baton gateway: ${verdict.reason}; send a Baton token as Authorization: Bearer (the model provider's env_key)`
-            )
+            return dialect.refuse("unauthenticated", `Baton gateway: ${verdict.reason}; send a Baton token as ${dialect.tokenHint}`)
           }
           const declared = request.headers["content-length"]
           if (declared !== undefined && Number(declared) > options.maxBodyBytes) {
@@ -450,8 +273,8 @@ export const layer = (options: GatewayOptions) =>
           return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })
         })
 
-      yield* router.post("/v1/messages", handle({ dialect: anthropic, upstreamPath: "/v1/messages", record: true }))
-      yield* router.post("/v1/messages/count_tokens", handle({ dialect: anthropic, upstreamPath: "/v1/messages/count_tokens", record: false }))
+      yield* router.post("/v1/messages", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages", record: true }))
+      yield* router.post("/v1/messages/count_tokens", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages/count_tokens", record: false }))
       // An OpenAI instance's `baseUrl` ends with the version (`https://api.openai.com/v1`).
       yield* router.post("/v1/responses", handle({ dialect: GatewayResponses.dialect, upstreamPath: "/responses", record: true }))
       yield* router.post("/v1/responses/compact", handle({ dialect: GatewayResponses.dialect, upstreamPath: "/responses/compact", record: true }))

@@ -14,24 +14,14 @@
  *   `input_tokens` includes `input_tokens_details.cached_tokens` (billed as cache reads; no cache writes).
  * - Baton's own refusals are in OpenAI's error shape (`{"error":{"message","type","param","code"}}`).
  *
- * It owns only what differs from the Anthropic dialect; forwarding and the record are `Gateway`'s.
+ * It owns only what differs from the Anthropic dialect (`GatewayAnthropic`); forwarding and the record are `Gateway`'s.
  */
 import type { ProviderAdapter } from "@baton/providers"
 import { GatewayResponsesWire, type GatewayThreads } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
 import { HttpServerResponse } from "@effect/platform"
 import { Option, Redacted } from "effect"
-import type { Assembler, Dialect, Refusal, StreamOutcome } from "./Gateway.js"
-
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-
-const parseJson = (text: string): unknown => {
-  try {
-    return JSON.parse(text)
-  } catch (_notJson) {
-    return undefined
-  }
-}
+import { type Assembler, type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
 
 /** OpenAI's status, `type` and `code` for each of Baton's refusals. */
 const errors: Record<Refusal, readonly [number, string, string | null]> = {
@@ -115,6 +105,7 @@ export const dialect: Dialect = {
   kind: "openai-responses",
   wire: GatewayResponsesWire.openAiResponses,
   refuse: errorResponse,
+  tokenHint: "Authorization: Bearer (the model provider's env_key)",
   token: (headers) => headers.authorization,
   upstreamHeaders: (key, out) => {
     if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
