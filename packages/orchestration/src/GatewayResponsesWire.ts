@@ -8,7 +8,7 @@
  * It owns the normalisation (what is fingerprinted) and the items of each entry; it does not speak HTTP.
  */
 import type { NewItem } from "./ItemLog.js"
-import { canonicalJson, hashText, type Json, type Wire } from "./GatewayThreads.js"
+import type { Json, Wire } from "./GatewayThreads.js"
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
@@ -154,7 +154,6 @@ const roleOf = (m: unknown): string => {
 export const openAiResponses: Wire = {
   name: "openai-responses",
   normalise,
-  fingerprint: (m) => hashText(canonicalJson(normalise(m))),
   normaliseSystem: (instructions) => (instructions ?? null) as Json,
   itemsOf,
   toolNamesOf,

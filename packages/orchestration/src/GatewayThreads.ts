@@ -98,7 +98,7 @@ export const normalise = (m: WireMessage): Json => ({ role: m.role, content: blo
 export const fingerprint = (m: WireMessage): string => hashText(canonicalJson(normalise(m)))
 
 /** SHA-256 of `text`, hex, its first 32 characters. */
-export const hashText = (text: string) => Crypto.createHash("sha256").update(text).digest("hex").slice(0, 32)
+const hashText = (text: string) => Crypto.createHash("sha256").update(text).digest("hex").slice(0, 32)
 
 /**
  * Whether two normalised messages have the same canonical JSON (so the same fingerprint) without serialising them:
@@ -136,7 +136,7 @@ export interface Prints {
  * previous request: a request that extends the previous one costs a structural compare of the history (strings
  * compared whole) and the hashing of its new messages. Without an entry (a new conversation, a restart, an evicted
  * one) every message is hashed. The cache only saves work: its answer is always the messages' fingerprints
- * (`wire.fingerprint`; default the Anthropic wire's `fingerprint`). A key names one conversation, so one wire.
+ * (`fingerprintOf(wire, m)`; the default wire is Anthropic's). A key names one conversation, so one wire.
  */
 export const makePrintCache = (capacity = 256) => {
   const entries = new Map<string, { readonly normalised: ReadonlyArray<Json>; readonly prints: ReadonlyArray<string> }>()
@@ -171,7 +171,7 @@ export const conversationKey = (session: string | null, system: unknown, message
   const systemPrint = hashText(canonicalJson(wire.normaliseSystem(system)))
   const prefix = wire.name === "anthropic-messages" ? "" : `${wire.name}:`
   if (session !== null && session !== "") return `${prefix}session:${session.slice(0, 200)}:${systemPrint}`
-  return `${prefix}start:${hashText(systemPrint + (messages[0] === undefined ? "" : wire.fingerprint(messages[0])))}`
+  return `${prefix}start:${hashText(systemPrint + (messages[0] === undefined ? "" : fingerprintOf(wire, messages[0])))}`
 }
 
 /** How many leading fingerprints `a` and `b` share. */
@@ -246,10 +246,8 @@ const promptOf = (fresh: ReadonlyArray<WireMessage>): string => {
  */
 export interface Wire {
   readonly name: "anthropic-messages" | "openai-responses"
-  /** The message without what an agent may change between two requests of one conversation. */
+  /** The message without what an agent may change between two requests of one conversation (see `fingerprintOf`). */
   readonly normalise: (m: unknown) => Json
-  /** SHA-256 (hex, 32 characters) of `normalise(m)`'s canonical JSON. */
-  readonly fingerprint: (m: unknown) => string
   /** The system prompt (Anthropic's `system`, Responses' `instructions`) normalised, for the conversation key. */
   readonly normaliseSystem: (system: unknown) => Json
   readonly itemsOf: (m: unknown, messageId: string, toolNames: ReadonlyMap<string, string>) => ReadonlyArray<NewItem>
@@ -264,13 +262,15 @@ export interface Wire {
 export const anthropicMessages: Wire = {
   name: "anthropic-messages",
   normalise: (m) => normalise(m as WireMessage),
-  fingerprint: (m) => fingerprint(m as WireMessage),
   normaliseSystem: (system) => blocksOf(system).map(normaliseBlock),
   itemsOf: (m, messageId, toolNames) => itemsOf(m as WireMessage, messageId, toolNames),
   toolNamesOf: (messages) => toolNamesOf(messages as ReadonlyArray<WireMessage>),
   promptOf: (fresh) => promptOf(fresh as ReadonlyArray<WireMessage>),
   roleOf: (m) => (isRecord(m) && typeof m.role === "string" ? m.role : "message")
 }
+
+/** The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
+export const fingerprintOf = (wire: Wire, m: unknown): string => hashText(canonicalJson(wire.normalise(m)))
 
 /** What the gateway knows of a request when it forwards it. */
 export interface GatewayRequest {
@@ -476,7 +476,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
             yield* conversations.update({
               ...conversation.value,
-              baseline: [...begun.fingerprints, ...reply.messages.map((r) => wire.fingerprint(r.message))],
+              baseline: [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))],
               updatedAt: DateTime.formatIso(now)
             })
           }

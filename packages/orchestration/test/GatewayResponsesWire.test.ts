@@ -7,28 +7,29 @@ import { GatewayResponsesWire, GatewayThreads } from "@baton/orchestration"
 import { describe, expect, it } from "@effect/vitest"
 
 const wire = GatewayResponsesWire.openAiResponses
+const print = (m: unknown) => GatewayThreads.fingerprintOf(wire, m)
 
 describe("GatewayResponsesWire", () => {
   it("fingerprints an item as the model reads it: ids, status and annotations aside; text, calls and outputs kept", () => {
     // A reply's output item, and the same item as Codex sends it back in its next request.
     const answered = { type: "message", id: "msg_3", role: "assistant", status: "completed", content: [{ type: "output_text", text: "Done.", annotations: [] }] }
     const echoed = { type: "message", role: "assistant", content: [{ type: "output_text", text: "Done." }] }
-    expect(wire.fingerprint(echoed)).toBe(wire.fingerprint(answered))
+    expect(print(echoed)).toBe(print(answered))
     // Codex gives its own messages new ids when it rebuilds its history (after a compaction): the same message.
-    expect(wire.fingerprint({ type: "message", id: "msg_a", role: "user", content: [{ type: "input_text", text: "hi" }] }))
-      .toBe(wire.fingerprint({ type: "message", id: "msg_b", role: "user", content: "hi" }))
+    expect(print({ type: "message", id: "msg_a", role: "user", content: [{ type: "input_text", text: "hi" }] }))
+      .toBe(print({ type: "message", id: "msg_b", role: "user", content: "hi" }))
     const call = { type: "function_call", id: "fc_1", call_id: "call_1", name: "exec_command", arguments: "{\"cmd\":\"ls\"}", status: "completed" }
-    expect(wire.fingerprint({ ...call, id: "fc_other", status: undefined })).toBe(wire.fingerprint(call))
+    expect(print({ ...call, id: "fc_other", status: undefined })).toBe(print(call))
     // What the model reads changes the fingerprint.
-    expect(wire.fingerprint({ ...call, arguments: "{\"cmd\":\"ls -a\"}" })).not.toBe(wire.fingerprint(call))
-    expect(wire.fingerprint({ type: "function_call_output", call_id: "call_1", output: "a" }))
-      .not.toBe(wire.fingerprint({ type: "function_call_output", call_id: "call_1", output: "b" }))
-    expect(wire.fingerprint({ ...echoed, role: "user" })).not.toBe(wire.fingerprint(echoed))
+    expect(print({ ...call, arguments: "{\"cmd\":\"ls -a\"}" })).not.toBe(print(call))
+    expect(print({ type: "function_call_output", call_id: "call_1", output: "a" }))
+      .not.toBe(print({ type: "function_call_output", call_id: "call_1", output: "b" }))
+    expect(print({ ...echoed, role: "user" })).not.toBe(print(echoed))
     // The incremental cache gives the same fingerprints with this wire.
     const cache = GatewayThreads.makePrintCache()
     const items = [echoed, call, { type: "function_call_output", call_id: "call_1", output: "a\nb" }]
-    expect(cache.printsOf("k", items, wire).prints).toEqual(items.map(wire.fingerprint))
-    expect(cache.printsOf("k", [...JSON.parse(JSON.stringify(items)), echoed], wire)).toEqual({ prints: [...items, echoed].map(wire.fingerprint), hashed: 1 })
+    expect(cache.printsOf("k", items, wire).prints).toEqual(items.map(print))
+    expect(cache.printsOf("k", [...JSON.parse(JSON.stringify(items)), echoed], wire)).toEqual({ prints: [...items, echoed].map(print), hashed: 1 })
   })
 
   it("gives each input item its items: messages by part, calls and outputs paired by call id, reasoning by summary, the rest as [type]", () => {
