@@ -47,7 +47,26 @@ const turn2 = [shell(4, "cat note.txt", 10_900), say(5, "Done: the note reads li
 const prompt1 = "Write a two-line note and count its lines."
 const prompt2 = "Now show me the note."
 
-const tempDir = (prefix: string) => Fs.realpathSync(Fs.mkdtempSync(Path.join(Os.tmpdir(), prefix)))
+/** Baton's `openai-responses` instance over the loopback upstream at `url` (its key in `TEST_MODEL_KEY`). */
+const openAiInstance = (url: string) => ({
+  kind: "openai-responses",
+  name: "openai",
+  baseUrl: `${url}/v1`,
+  model: "gpt-loopback",
+  apiKeyEnv: "TEST_MODEL_KEY",
+  contextWindow: 200_000,
+  autoCompactThreshold: null,
+  maxOutputTokens: 32_000,
+  prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 },
+  maxRetries: 0
+})
+
+/** A temporary working directory for Codex (its real path), removed with the scope. */
+const tempDir = (prefix: string) =>
+  Effect.acquireRelease(
+    Effect.sync(() => Fs.realpathSync(Fs.mkdtempSync(Path.join(Os.tmpdir(), prefix)))),
+    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+  )
 
 /**
  * A request body with what differs between two runs of one session replaced: the directory and CODEX_HOME, uuids
@@ -79,7 +98,7 @@ interface Body {
 const session = (baseUrl: string, key: string) =>
   Effect.gen(function*() {
     const home = yield* codexHome(baseUrl, { envKey: "CODEX_TEST_KEY" })
-    const dir = tempDir("baton-codex-gw-")
+    const dir = yield* tempDir("baton-codex-gw-")
     const env = { CODEX_TEST_KEY: key }
     const first = yield* CodexExec.exec({ codexHome: home, cwd: dir, prompt: prompt1, env })
     const second = yield* CodexExec.exec({ codexHome: home, cwd: dir, prompt: prompt2, env, resume: first.threadId })
@@ -98,18 +117,7 @@ describe("Gateway with the real Codex CLI", () => {
       const upstream = yield* loopback
       upstream.enqueue(...turn1, ...turn2)
       const settings = yield* settingsFor(
-        [{
-          kind: "openai-responses",
-          name: "openai",
-          baseUrl: `${upstream.url}/v1`,
-          model: "gpt-loopback",
-          apiKeyEnv: "TEST_MODEL_KEY",
-          contextWindow: 200_000,
-          autoCompactThreshold: null,
-          maxOutputTokens: 32_000,
-          prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 },
-          maxRetries: 0
-        }],
+        [openAiInstance(upstream.url)],
         { TEST_MODEL_KEY: marker },
         undefined,
         { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } }
@@ -183,6 +191,47 @@ describe("Gateway with the real Codex CLI", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), { timeout: 180_000 })
 
+  it.live("a gateway restart between two turns of a Codex session loses nothing and stores nothing twice", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* loopback
+      upstream.enqueue(...turn1, ...turn2)
+      const data = yield* tempDir("baton-codex-restart-")
+      const settings = yield* settingsFor([openAiInstance(upstream.url)], { TEST_MODEL_KEY: marker }, data, { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } })
+      const dir = yield* tempDir("baton-codex-gw-")
+      const port = Effect.map(HttpServer.HttpServer, (server) => (server.address as HttpServer.TcpAddress).port)
+      // The first server process takes turn 1, then stops; a second one on the same database (another port: Codex's
+      // base URL follows it) takes turn 2.
+      const home = yield* codexHome("http://127.0.0.1:1", { envKey: "CODEX_TEST_KEY" })
+      const turn = (prompt: string, resume?: string) =>
+        Effect.gen(function*() {
+          const baseUrl = `http://127.0.0.1:${yield* port}/v1`
+          return yield* CodexExec.exec({
+            codexHome: home,
+            cwd: dir,
+            prompt,
+            env: { CODEX_TEST_KEY: adminToken },
+            config: [`model_providers.loopback.base_url="${baseUrl}"`],
+            ...(resume === undefined ? {} : { resume })
+          })
+        }).pipe(Effect.provide(serveSettings(settings)))
+      const first = yield* turn(prompt1)
+      const second = yield* turn(prompt2, first.threadId)
+      expect(second.messages).toEqual(["Done: the note reads line one, line two."])
+      yield* Effect.gen(function*() {
+        const api = yield* client()
+        const threads = (yield* api.threads.list({ urlParams: {} })).threads
+        expect(threads.map((t) => t.title)).toEqual([`Codex session ${first.threadId}`])
+        const threadId = threads[0]!.id
+        const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        const last = JSON.parse(upstream.requests.at(-1)!.body) as Body
+        expect(new Set(items.map((i) => i.messageId)).size).toBe(last.input.length + 1)
+        expect(items.filter((i) => i.kind === "user_message" && (i.text === prompt1 || i.text === prompt2)).map((i) => i.text)).toEqual([prompt1, prompt2])
+        expect((yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs.map((r) => r.status)).toEqual(Array(5).fill("completed"))
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), { timeout: 180_000 })
+
   // Codex compacts by itself past `model_auto_compact_token_limit`: with a provider of its own (the default here) it
   // asks the model for a summary (a request ending with its CONTEXT CHECKPOINT COMPACTION prompt); with remote
   // compaction v2 (`capabilities.remote_compaction = "v2"`) it sends its history with a `compaction_trigger` item
@@ -208,18 +257,7 @@ describe("Gateway with the real Codex CLI", () => {
         }
         for (let i = 0; i < 5; i++) upstream.enqueue(model)
         const settings = yield* settingsFor(
-          [{
-            kind: "openai-responses",
-            name: "openai",
-            baseUrl: `${upstream.url}/v1`,
-            model: "gpt-loopback",
-            apiKeyEnv: "TEST_MODEL_KEY",
-            contextWindow: 20_000,
-            autoCompactThreshold: null,
-            maxOutputTokens: 4_000,
-            prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 },
-            maxRetries: 0
-          }],
+          [openAiInstance(upstream.url)],
           { TEST_MODEL_KEY: marker },
           undefined,
           { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } }
@@ -230,7 +268,7 @@ describe("Gateway with the real Codex CLI", () => {
           const home = yield* codexHome(`http://127.0.0.1:${port}`, { envKey: "CODEX_TEST_KEY", window: 20_000, autoCompact: 5_000 })
           const result = yield* CodexExec.exec({
             codexHome: home,
-            cwd: tempDir("baton-codex-compact-"),
+            cwd: yield* tempDir("baton-codex-compact-"),
             prompt: "Echo one, two and three.",
             env: { CODEX_TEST_KEY: adminToken },
             config: mode === "local" ? [] : ["model_providers.loopback.capabilities.remote_compaction=\"v2\""]
