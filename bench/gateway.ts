@@ -11,6 +11,9 @@
  *
  * Figures: time to the first response byte and to the last, direct and through Baton, p50 and p90 over `REQUESTS`
  * (40) pairs, and the added time (through Baton minus direct, per pair). Run: `npx tsx bench/gateway.ts`.
+ *
+ * `PROTOCOL=responses`: the same with `POST /v1/responses` (a Codex-like conversation of `function_call` /
+ * `function_call_output` input items, the upstream an `openai-responses` instance) instead of `/v1/messages`.
  */
 import { Server, ServerConfig } from "@baton/server"
 import { HttpServer } from "@effect/platform"
@@ -26,6 +29,7 @@ const rounds = Number(process.env["ROUNDS"] ?? 60)
 const resultChars = Number(process.env["RESULT_CHARS"] ?? 10_000)
 const requests = Number(process.env["REQUESTS"] ?? 40)
 const warmup = Number(process.env["WARMUP"] ?? 5)
+const protocol = process.env["PROTOCOL"] === "responses" ? "responses" : "messages"
 
 /**
  * The agent and the upstream, in a worker thread of their own (plain JavaScript): they are other processes in real
@@ -37,16 +41,23 @@ const workerSource = `
 const { parentPort, workerData } = require("node:worker_threads")
 const Http = require("node:http")
 const { performance } = require("node:perf_hooks")
-const { rounds, resultChars, requests, warmup } = workerData
+const { rounds, resultChars, requests, warmup, protocol } = workerData
+const responses = protocol === "responses"
 const callOf = (n) => ({ type: "tool_use", id: "toolu_" + n, name: "Bash", input: { command: "cat file-" + n + ".txt" } })
-const sse = (n) => [
+const frame = (events) => events.map((e) => "event: " + e.type + "\\ndata: " + JSON.stringify(e) + "\\n\\n").join("")
+const functionCallOf = (n) => ({ type: "function_call", id: "fc_" + n, call_id: "call_" + n, name: "exec_command", arguments: JSON.stringify({ cmd: "cat file-" + n + ".txt" }) })
+const sse = (n) => responses ? frame([
+  { type: "response.created", response: { id: "resp_" + n } },
+  { type: "response.output_item.done", output_index: 0, item: functionCallOf(n) },
+  { type: "response.completed", response: { id: "resp_" + n, usage: { input_tokens: 150000, input_tokens_details: { cached_tokens: 140000 }, output_tokens: 20 } } }
+]) : frame([
   { type: "message_start", message: { id: "msg_" + n, type: "message", role: "assistant", model: "claude-bench", content: [], stop_reason: null, usage: { input_tokens: 150000, output_tokens: 1 } } },
   { type: "content_block_start", index: 0, content_block: { ...callOf(n), input: {} } },
   { type: "content_block_delta", index: 0, delta: { type: "input_json_delta", partial_json: JSON.stringify(callOf(n).input) } },
   { type: "content_block_stop", index: 0 },
   { type: "message_delta", delta: { stop_reason: "tool_use", stop_sequence: null }, usage: { output_tokens: 20 } },
   { type: "message_stop" }
-].map((e) => "event: " + e.type + "\\ndata: " + JSON.stringify(e) + "\\n\\n").join("")
+])
 const filler = (seed, chars) => {
   let out = ""
   let x = seed
@@ -56,7 +67,10 @@ const filler = (seed, chars) => {
   }
   return out.slice(0, chars)
 }
-const round = (n, chars = resultChars) => [
+const round = (n, chars = resultChars) => responses ? [
+  functionCallOf(n),
+  { type: "function_call_output", call_id: "call_" + n, output: filler(n, chars) }
+] : [
   { role: "assistant", content: [callOf(n)] },
   { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_" + n, content: filler(n, chars) }] }
 ]
@@ -76,23 +90,32 @@ const server = Http.createServer((req, res) => {
   req.on("end", () => {
     const body = JSON.parse(Buffer.concat(parts).toString("utf8"))
     res.writeHead(200, { "content-type": "text/event-stream" })
-    res.end(sse(body.messages.length))
+    res.end(sse((body.messages ?? body.input).length))
   })
 })
 server.listen(0, "127.0.0.1", () => parentPort.postMessage({ upstream: "http://127.0.0.1:" + server.address().port }))
 parentPort.once("message", async ({ baton, token }) => {
   const upstream = "http://127.0.0.1:" + server.address().port
   const system = [{ type: "text", text: "You are a coding agent." }]
-  const messages = [{ role: "user", content: [{ type: "text", text: "Work through the files." }] }]
+  const messages = responses
+    ? [
+      { type: "message", role: "developer", content: [{ type: "input_text", text: "You are a coding agent." }] },
+      { type: "message", role: "user", content: [{ type: "input_text", text: "Work through the files." }] }
+    ]
+    : [{ role: "user", content: [{ type: "text", text: "Work through the files." }] }]
   for (let i = 0; i < rounds; i++) messages.push(...round(messages.length))
-  const headers = { "anthropic-version": "2023-06-01", "x-claude-code-session-id": "bench-session" }
+  const headers = responses ? { "session-id": "bench-session", "thread-id": "bench-session" } : { "anthropic-version": "2023-06-01", "x-claude-code-session-id": "bench-session" }
+  const path = responses ? "/v1/responses" : "/v1/messages"
+  const key = (k) => responses ? { authorization: "Bearer " + k } : { "x-api-key": k }
   const samples = []
   let bytes = 0
   for (let i = 0; i < warmup + requests; i++) {
-    const body = JSON.stringify({ model: "claude-bench", max_tokens: 32000, stream: true, system, messages })
+    const body = JSON.stringify(responses
+      ? { model: "gpt-bench", stream: true, input: messages, store: false, prompt_cache_key: "bench-session" }
+      : { model: "claude-bench", max_tokens: 32000, stream: true, system, messages })
     bytes = body.length
-    const direct = await post(upstream + "/v1/messages", body, { ...headers, "x-api-key": "sk-bench" })
-    const via = await post(baton + "/v1/messages", body, { ...headers, "x-api-key": token })
+    const direct = await post(upstream + path, body, { ...headers, ...key("sk-bench") })
+    const via = await post(baton + path, body, { ...headers, ...key(token) })
     if (direct.status !== 200 || via.status !== 200) throw new Error("status " + direct.status + " / " + via.status)
     if (i >= warmup) samples.push({ direct, via })
     // Measured rounds add short results, so the history stays near its starting size.
@@ -114,7 +137,7 @@ const quantile = (xs: ReadonlyArray<number>, q: number) => {
 }
 
 const main = Effect.gen(function*() {
-  const worker = new Worker(workerSource, { eval: true, workerData: { rounds, resultChars, requests, warmup } })
+  const worker = new Worker(workerSource, { eval: true, workerData: { rounds, resultChars, requests, warmup, protocol } })
   yield* Effect.addFinalizer(() => Effect.promise(() => worker.terminate()))
   const upstream = yield* Effect.promise(() => new Promise<{ url: string }>((resolve) => worker.once("message", (m: { upstream: string }) => resolve({ url: m.upstream }))))
   const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-bench-"))
@@ -122,10 +145,10 @@ const main = Effect.gen(function*() {
   Fs.writeFileSync(config, JSON.stringify({
     port: 0,
     providers: [{
-      kind: "anthropic-messages",
-      name: "anthropic",
-      baseUrl: upstream.url,
-      model: "claude-bench",
+      kind: protocol === "responses" ? "openai-responses" : "anthropic-messages",
+      name: "upstream",
+      baseUrl: protocol === "responses" ? `${upstream.url}/v1` : upstream.url,
+      model: "bench-model",
       apiKeyEnv: "BENCH_KEY",
       contextWindow: 1_000_000,
       autoCompactThreshold: null,
@@ -133,7 +156,7 @@ const main = Effect.gen(function*() {
       prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
     }],
     auth: { token },
-    gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+    gateway: { routes: [{ model: protocol === "responses" ? "gpt-*" : "claude-*", provider: "upstream" }] }
   }))
   const settings = yield* ServerConfig.resolve({ config, dataDir: dir }).pipe(
     Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["BENCH_KEY", "sk-bench"]])))
@@ -154,7 +177,7 @@ const main = Effect.gen(function*() {
   const { bytes, historyMessages, samples } = yield* Effect.promise(() => done)
   const row = (name: string, xs: ReadonlyArray<number>) =>
     `${name.padEnd(34)} p50 ${quantile(xs, 0.5).toFixed(2).padStart(7)} ms   p90 ${quantile(xs, 0.9).toFixed(2).padStart(7)} ms`
-  console.log(`gateway bench: ${requests} request pairs, history ${historyMessages} messages, last body ${(bytes / 1e6).toFixed(2)} MB (~${Math.round(bytes / 4 / 1000)}k tokens at 4 chars/token)`)
+  console.log(`gateway bench (${protocol === "responses" ? "/v1/responses" : "/v1/messages"}): ${requests} request pairs, history ${historyMessages} messages, last body ${(bytes / 1e6).toFixed(2)} MB (~${Math.round(bytes / 4 / 1000)}k tokens at 4 chars/token)`)
   console.log(row("direct: first byte", samples.map((s) => s.direct.first)))
   console.log(row("through Baton: first byte", samples.map((s) => s.via.first)))
   console.log(row("added to the first byte", samples.map((s) => s.via.first - s.direct.first)))

@@ -1,6 +1,9 @@
 /**
- * Gateway: the agent-facing Anthropic Messages endpoints (issue 14, docs/gateway.md) on `baton serve`, for
- * unmodified agents (Claude Code) pointed at Baton with `ANTHROPIC_BASE_URL`:
+ * Gateway: the agent-facing endpoints (issue 14, docs/gateway.md) on `baton serve`, for unmodified agents pointed at
+ * Baton: Anthropic Messages (Claude Code, `ANTHROPIC_BASE_URL`: `GatewayAnthropic`) and OpenAI Responses (Codex with
+ * `wire_api = "responses"`: `GatewayResponses`). Each protocol is a `GatewayDialect`: its error shape, its upstream
+ * credentials, how its history, session and reply are read; forwarding, routing, authentication and the record are
+ * this module's, shared. For Anthropic (Responses alike, see `GatewayResponses`):
  *
  * - `POST /v1/messages` (streamed or not) and `POST /v1/messages/count_tokens`, any query string (`?beta=true`)
  *   passed on. The agent authenticates with a Baton token (the admin token) in `x-api-key` or `Authorization:
@@ -21,19 +24,22 @@
  *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
  *   502 `api_error`.
  *
- * It does not rewrite requests yet (tool-result offload, provider switching: later slices of issue 14).
+ * It does not rewrite requests yet (tool-result offload, provider switching: later slices of issue 14): a model must
+ * route to an instance of the endpoint's own protocol.
  */
-import type { ProviderInstance } from "@baton/contracts"
+import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import { GatewayThreads } from "@baton/orchestration"
-import { AnthropicMessages, type ProviderAdapter, Sse } from "@baton/providers"
 import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
+import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
+import * as GatewayResponses from "./GatewayResponses.js"
 import * as ServerConfig from "./ServerConfig.js"
 
 /** The paths the gateway serves (the guard leaves their bodies to it). */
-export const paths = ["/v1/messages", "/v1/messages/count_tokens"] as const
+export const paths = ["/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/responses/compact"] as const
 
 /** Whether `url` (path and query) is one of the gateway's paths. */
 export const isGatewayPath = (url: string) => (paths as ReadonlyArray<string>).includes(url.split("?")[0]!)
@@ -45,13 +51,6 @@ export interface GatewayOptions {
   readonly providers: ReadonlyArray<ServerConfig.ProviderSetting>
   readonly maxBodyBytes: number
 }
-
-/** Anthropic's error types Baton answers with. */
-type ErrorType = "invalid_request_error" | "authentication_error" | "not_found_error" | "request_too_large" | "api_error"
-
-/** An error answer in Anthropic's shape. */
-export const errorResponse = (status: number, type: ErrorType, message: string) =>
-  HttpServerResponse.unsafeJson({ type: "error", error: { type, message } }, { status })
 
 /** Whether `model` matches `pattern` (`*`: any run of characters, everything else literal). */
 export const matches = (pattern: string, model: string) =>
@@ -78,99 +77,6 @@ const dropped = new Set([
 /** Response headers not passed back (the connection's own; the length is the stream's). */
 const droppedBack = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"])
 
-/** The billed tokens of an Anthropic `usage` object (absent fields: 0). */
-const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
-  const n = (k: string) => (typeof usage[k] === "number" ? usage[k] : 0)
-  return {
-    inputTokens: n("input_tokens"),
-    cacheWriteTokens: n("cache_creation_input_tokens"),
-    cacheReadTokens: n("cache_read_input_tokens"),
-    outputTokens: n("output_tokens")
-  }
-}
-
-const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
-
-const parseJson = (text: string): unknown => {
-  try {
-    return JSON.parse(text)
-  } catch (_notJson) {
-    return undefined
-  }
-}
-
-/**
- * Assembles the reply of an Anthropic Messages SSE stream from its bytes as they pass: the message id, its content
- * blocks as the agent will echo them (text, `tool_use` with its parsed input, thinking with its signature, others as
- * started), and its usage (`message_start`'s, with `message_delta`'s figures over it).
- */
-export const replyAssembler = () => {
-  const decoder = Sse.makeDecoder()
-  let id: string | null = null
-  const blocks: Array<Record<string, unknown> | undefined> = []
-  const json: Array<string> = []
-  let usage: Record<string, unknown> | null = null
-  let stopped = false
-  const onEvent = (data: unknown) => {
-    if (!isRecord(data)) return
-    switch (data.type) {
-      case "message_start": {
-        const message = isRecord(data.message) ? data.message : {}
-        id = typeof message.id === "string" ? message.id : null
-        if (isRecord(message.usage)) usage = { ...message.usage }
-        break
-      }
-      case "content_block_start": {
-        if (typeof data.index !== "number" || !isRecord(data.content_block)) break
-        blocks[data.index] = { ...data.content_block }
-        json[data.index] = ""
-        break
-      }
-      case "content_block_delta": {
-        const b = typeof data.index === "number" ? blocks[data.index] : undefined
-        const d = isRecord(data.delta) ? data.delta : {}
-        if (b === undefined) break
-        if (d.type === "text_delta") b.text = String(b.text ?? "") + String(d.text ?? "")
-        else if (d.type === "thinking_delta") b.thinking = String(b.thinking ?? "") + String(d.thinking ?? "")
-        else if (d.type === "signature_delta") b.signature = String(b.signature ?? "") + String(d.signature ?? "")
-        else if (d.type === "input_json_delta") json[data.index as number] += String(d.partial_json ?? "")
-        break
-      }
-      case "content_block_stop": {
-        const index = data.index as number
-        const b = blocks[index]
-        if (b !== undefined && b.type === "tool_use" && json[index] !== "") b.input = parseJson(json[index]!) ?? b.input
-        break
-      }
-      case "message_delta":
-        if (isRecord(data.usage)) usage = { ...(usage ?? {}), ...Object.fromEntries(Object.entries(data.usage).filter(([, v]) => v !== null)) }
-        break
-      case "message_stop":
-        stopped = true
-        break
-    }
-  }
-  return {
-    /** Feeds a chunk of the stream's bytes. */
-    push: (chunk: Uint8Array) => {
-      for (const m of decoder.push(chunk)) onEvent(parseJson(m.data))
-    },
-    /** Whether `message_stop` arrived. */
-    stopped: () => stopped,
-    /** The reply so far. */
-    reply: (): GatewayThreads.Reply => ({
-      message: blocks.length === 0 && id === null ? null : { id, content: blocks.filter((b) => b !== undefined) },
-      tokens: usage === null ? null : tokensOf(usage)
-    })
-  }
-}
-
-/** The reply of a non-streamed Messages response body. */
-const replyOfBody = (body: unknown): GatewayThreads.Reply => ({
-  message: isRecord(body) && Array.isArray(body.content) ? { id: typeof body.id === "string" ? body.id : null, content: body.content } : null,
-  tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null
-})
-
 /**
  * Lets the event loop turn once (`setImmediate`): what was written to a socket goes out (Node sends a response's
  * head and first chunk on the next tick) and the I/O that arrived is handled, before the synchronous work that
@@ -186,7 +92,19 @@ const failureCode = (status: number): "provider_unavailable" | "provider_refused
   status === 429 || status >= 500 ? "provider_unavailable" : "provider_refused"
 
 /** What an agent is, from its user agent (the thread's title says it). */
-const agentOf = (userAgent: string | undefined) => (userAgent?.startsWith("claude-cli/") ? "Claude Code" : "Agent")
+const agentOf = (userAgent: string | undefined) =>
+  userAgent?.startsWith("claude-cli/") ? "Claude Code" : userAgent?.startsWith("codex") ? "Codex" : "Agent"
+
+/** The run failure of a stream that did not complete: the upstream's own, or a protocol failure (cut short). */
+const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { code: RunFailureCode; reason: string } =>
+  outcome._tag === "failed" ? outcome : { code: "provider_protocol", reason: outcome.reason }
+
+/** One gateway endpoint: its dialect, the upstream path (after the instance's `baseUrl`), and whether it is recorded. */
+interface Endpoint {
+  readonly dialect: Dialect
+  readonly upstreamPath: string
+  readonly record: boolean
+}
 
 /**
  * The gateway's routes on the API's router (see the module docblock). Requires `GatewayThreads` and an
@@ -203,54 +121,57 @@ export const layer = (options: GatewayOptions) =>
       }
       const models = options.providers.filter(ServerConfig.isModelInstance)
 
-      const upstreamHeaders = (request: HttpServerRequest.HttpServerRequest, key: Option.Option<Redacted.Redacted>) => {
+      const upstreamHeaders = (request: HttpServerRequest.HttpServerRequest, dialect: Dialect, key: Option.Option<Redacted.Redacted>) => {
         const out: Record<string, string> = {}
         for (const [name, value] of Object.entries(request.headers)) {
           if (!dropped.has(name) && !name.startsWith("proxy-")) out[name] = value
         }
-        if (out["anthropic-version"] === undefined) out["anthropic-version"] = AnthropicMessages.apiVersion
-        if (Option.isSome(key)) out["x-api-key"] = Redacted.value(key.value)
+        dialect.upstreamHeaders(key, out)
         return out
       }
 
       const backHeaders = (response: HttpClientResponse.HttpClientResponse) =>
         Object.fromEntries(Object.entries(response.headers).filter(([name]) => !droppedBack.has(name)))
 
-      const handle = (kind: "messages" | "count_tokens") =>
+      const handle = ({ dialect, record, upstreamPath }: Endpoint) =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
-          const key = request.headers["x-api-key"]
-          const verdict = Auth.roleOf(key !== undefined ? `Bearer ${key}` : request.headers.authorization, digests)
+          const verdict = Auth.roleOf(dialect.token(request.headers), digests)
           if (verdict._tag === "denied") {
-            return errorResponse(401, "authentication_error", `Baton gateway: ${verdict.reason}; send a Baton token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer`)
+            return dialect.refuse("unauthenticated", `Baton gateway: ${verdict.reason}; send a Baton token as ${dialect.tokenHint}`)
           }
           const declared = request.headers["content-length"]
           if (declared !== undefined && Number(declared) > options.maxBodyBytes) {
-            return errorResponse(413, "request_too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
+            return dialect.refuse("too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
           }
           const bytes = yield* Effect.either(request.arrayBuffer)
-          if (bytes._tag === "Left") return errorResponse(400, "invalid_request_error", "the body could not be read")
+          if (bytes._tag === "Left") return dialect.refuse("invalid", "the body could not be read")
           if (bytes.right.byteLength > options.maxBodyBytes) {
-            return errorResponse(413, "request_too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
+            return dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
           }
           const body = new Uint8Array(bytes.right)
           const parsed = parseJson(new TextDecoder().decode(body))
-          if (!isRecord(parsed)) return errorResponse(400, "invalid_request_error", "the body is not a JSON object")
-          if (typeof parsed.model !== "string" || parsed.model === "") return errorResponse(400, "invalid_request_error", "model: Field required (a model id)")
-          const messages = parsed.messages
-          if (!Array.isArray(messages) || !messages.every((m) => isRecord(m) && typeof m.role === "string" && (typeof m.content === "string" || Array.isArray(m.content)))) {
-            return errorResponse(400, "invalid_request_error", "messages: expected an array of {role, content} (content a string or an array of blocks)")
-          }
-          const route = options.routes.find((r) => matches(r.model, parsed.model as string))
+          if (!isRecord(parsed)) return dialect.refuse("invalid", "the body is not a JSON object")
+          if (typeof parsed.model !== "string" || parsed.model === "") return dialect.refuse("invalid", "model: Field required (a model id)")
+          const history = dialect.history(parsed, request.headers)
+          if (typeof history === "string") return dialect.refuse("invalid", history)
+          const model = parsed.model
+          const route = options.routes.find((r) => matches(r.model, model))
           const target = route === undefined ? undefined : models.find((p) => p.name === route.provider)
           if (target === undefined) {
-            return errorResponse(404, "not_found_error", `model: ${parsed.model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
+            return dialect.refuse("unrouted", `model: ${model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
+          }
+          if (target.config.kind !== dialect.kind) {
+            return dialect.refuse(
+              "unrouted",
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway does not convert between protocols yet`
+            )
           }
 
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
-          const url = target.config.baseUrl.replace(/\/+$/, "") + (kind === "messages" ? "/v1/messages" : "/v1/messages/count_tokens") + query
+          const url = target.config.baseUrl.replace(/\/+$/, "") + upstreamPath + query
           const outgoing = HttpClientRequest.post(url).pipe(
-            HttpClientRequest.setHeaders(upstreamHeaders(request, target.apiKey)),
+            HttpClientRequest.setHeaders(upstreamHeaders(request, dialect, target.apiKey)),
             HttpClientRequest.bodyUint8Array(body, request.headers["content-type"] ?? "application/json")
           )
           // Forward first: the upstream request starts before anything is recorded.
@@ -260,13 +181,14 @@ export const layer = (options: GatewayOptions) =>
           // Record alongside: once the upstream's answer has begun and the event loop has turned (its head and first
           // bytes go out first), in a fiber of its own (it outlives this handler: the stream's end waits for it).
           // `null`: nothing to record (`count_tokens`); `None`: the record failed (logged; the agent still gets its answer).
-          const recording = kind === "count_tokens" ? null : yield* toEventLoop.pipe(
+          const recording = !record ? null : yield* toEventLoop.pipe(
             Effect.zipRight(threads.begin({
-              session: request.headers["x-claude-code-session-id"] ?? null,
+              wire: dialect.wire,
+              session: history.session,
               agent: agentOf(request.headers["user-agent"]),
-              system: parsed.system,
-              messages: messages as ReadonlyArray<GatewayThreads.WireMessage>,
-              model: parsed.model,
+              system: history.system,
+              messages: history.messages,
+              model,
               providerInstance: target.name as ProviderInstance,
               contextWindow: target.config.contextWindow,
               prices: target.config.prices
@@ -293,7 +215,7 @@ export const layer = (options: GatewayOptions) =>
 
           if (response._tag === "Left") {
             yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
-            return errorResponse(502, "api_error", `Baton could not reach the upstream of model ${parsed.model.slice(0, 200)}`)
+            return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
           }
           const upstream = response.right
           const headers = backHeaders(upstream)
@@ -305,14 +227,14 @@ export const layer = (options: GatewayOptions) =>
             const answer = yield* Effect.either(upstream.arrayBuffer)
             if (answer._tag === "Left") {
               yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
-              return errorResponse(502, "api_error", "the upstream's answer broke off")
+              return dialect.refuse("unreachable", "the upstream's answer broke off")
             }
             const bytesBack = new Uint8Array(answer.right)
             if (recording !== null) {
               const text = new TextDecoder().decode(bytesBack)
               yield* settle((begun) =>
                 ok
-                  ? threads.complete(begun, replyOfBody(parseJson(text)))
+                  ? threads.complete(begun, dialect.replyOfBody(parseJson(text)))
                   : threads.fail(begun, "failed", failureCode(upstream.status), `the upstream answered HTTP ${upstream.status}: ${text.slice(0, 300)}`)
               )
             }
@@ -321,15 +243,16 @@ export const layer = (options: GatewayOptions) =>
 
           // A stream: each chunk goes on to the agent as it arrives, and through the assembler; the reply is recorded
           // once the stream ends (after the request's own record), before the agent's connection sees the end.
-          const assembler = replyAssembler()
+          const assembler = dialect.assembler()
           let settled = false
           const finish = Effect.suspend(() => {
             settled = true
-            return toEventLoop.pipe(Effect.zipRight(settle((begun) =>
-              assembler.stopped()
-                ? threads.complete(begun, assembler.reply())
-                : threads.fail(begun, "failed", "provider_protocol", "the upstream's stream ended before message_stop")
-            )))
+            const outcome = assembler.outcome()
+            return toEventLoop.pipe(Effect.zipRight(settle((begun) => {
+              if (outcome._tag === "completed") return threads.complete(begun, outcome.reply)
+              const failure = runFailure(outcome)
+              return threads.fail(begun, "failed", failure.code, failure.reason)
+            })))
           })
           const stream = upstream.stream.pipe(
             Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
@@ -350,7 +273,10 @@ export const layer = (options: GatewayOptions) =>
           return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })
         })
 
-      yield* router.post("/v1/messages", handle("messages"))
-      yield* router.post("/v1/messages/count_tokens", handle("count_tokens"))
+      yield* router.post("/v1/messages", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages", record: true }))
+      yield* router.post("/v1/messages/count_tokens", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages/count_tokens", record: false }))
+      // An OpenAI instance's `baseUrl` ends with the version (`https://api.openai.com/v1`).
+      yield* router.post("/v1/responses", handle({ dialect: GatewayResponses.dialect, upstreamPath: "/responses", record: true }))
+      yield* router.post("/v1/responses/compact", handle({ dialect: GatewayResponses.dialect, upstreamPath: "/responses/compact", record: true }))
     })
   ).pipe(Layer.provide(NodeHttpClient.layerUndici))

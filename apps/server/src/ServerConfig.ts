@@ -141,14 +141,17 @@ export const decodeProviderEntry = (entry: unknown, index: number): Either.Eithe
 
 /**
  * One gateway route: requests naming a model that matches `model` (a model id, `*` matching any run of characters:
- * `claude-*`) go to the provider instance `provider`, which must be an `anthropic-messages` model-API instance of the
- * same config (checked at start).
+ * `claude-*`) go to the provider instance `provider`, which must be an `anthropic-messages` or `openai-responses`
+ * model-API instance of the same config (checked at start; an endpoint serves the models routed to its own protocol).
  */
 export const GatewayRouteJson = Schema.Struct({
   model: Schema.String.pipe(Schema.pattern(/^[\x21-\x7e]{1,200}$/, { message: () => "a model pattern is 1 to 200 printable ASCII characters" })),
   provider: Schema.String.pipe(Schema.minLength(1))
 })
 export type GatewayRouteJson = typeof GatewayRouteJson.Type
+
+/** The instance kinds a gateway route may name: the protocols the gateway serves (`/v1/messages`, `/v1/responses`). */
+const gatewayKinds: ReadonlyArray<string> = ["anthropic-messages", "openai-responses"]
 
 /** The default limit of an agent's request body through the gateway, in bytes (32 MiB: long sessions are large). */
 export const defaultGatewayMaxBodyBytes = 32 * 1024 * 1024
@@ -517,11 +520,11 @@ export const resolve = (flags: ServeFlags = {}) =>
     const routes = file.gateway?.routes ?? []
     for (const [i, route] of routes.entries()) {
       const target = providers.find((p) => p.name === route.provider)
-      if (target === undefined || !isModelInstance(target) || target.config.kind !== "anthropic-messages") {
-        const candidates = providers.filter((p) => isModelInstance(p) && p.config.kind === "anthropic-messages").map((p) => `"${p.name}"`)
+      if (target === undefined || !isModelInstance(target) || !gatewayKinds.includes(target.config.kind)) {
+        const candidates = providers.filter((p) => isModelInstance(p) && gatewayKinds.includes(p.config.kind)).map((p) => `"${p.name}"`)
         return yield* new ConfigInvalid({
           source: configPath ?? "config",
-          reason: `gateway.routes[${i}].provider: "${route.provider}" is not an anthropic-messages provider instance of this config` +
+          reason: `gateway.routes[${i}].provider: "${route.provider}" is not an anthropic-messages or openai-responses provider instance of this config` +
             (candidates.length === 0 ? " (it has none)" : ` (one of ${candidates.join(", ")})`)
         })
       }

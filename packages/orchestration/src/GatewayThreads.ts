@@ -1,6 +1,7 @@
 /**
- * GatewayThreads: the durable record of the conversations that unmodified agents (Claude Code) hold through Baton's
- * gateway (issue 14, docs/gateway.md). It owns how a gateway request maps onto Baton's record:
+ * GatewayThreads: the durable record of the conversations that unmodified agents (Claude Code, Codex) hold through
+ * Baton's gateway (issue 14, docs/gateway.md). It owns how a gateway request maps onto Baton's record, for any wire
+ * protocol (`Wire`: the Anthropic Messages one here, `GatewayResponsesWire` for OpenAI Responses):
  *
  * - **A thread per agent conversation**, found by its conversation key (`conversationKey`): the agent's session
  *   header with the fingerprint of its system prompt (a sub-agent or a side request of the same session has another
@@ -40,7 +41,8 @@ export interface WireMessage {
   readonly content: unknown
 }
 
-type Json = null | boolean | number | string | ReadonlyArray<Json> | { readonly [key: string]: Json }
+/** A JSON value. */
+export type Json = null | boolean | number | string | ReadonlyArray<Json> | { readonly [key: string]: Json }
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
@@ -92,10 +94,10 @@ const normaliseBlock = (block: unknown): Json => {
 /** A message in the form its fingerprint is taken of (see `normaliseBlock`). */
 export const normalise = (m: WireMessage): Json => ({ role: m.role, content: blocksOf(m.content).map(normaliseBlock) })
 
-/** The fingerprint of a message: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
-export const fingerprint = (m: WireMessage): string =>
-  Crypto.createHash("sha256").update(canonicalJson(normalise(m))).digest("hex").slice(0, 32)
+/** The fingerprint of an Anthropic message: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
+export const fingerprint = (m: WireMessage): string => hashText(canonicalJson(normalise(m)))
 
+/** SHA-256 of `text`, hex, its first 32 characters. */
 const hashText = (text: string) => Crypto.createHash("sha256").update(text).digest("hex").slice(0, 32)
 
 /**
@@ -133,13 +135,14 @@ export interface Prints {
  * request's messages, hashing only those that differ from the message at the same position of the conversation's
  * previous request: a request that extends the previous one costs a structural compare of the history (strings
  * compared whole) and the hashing of its new messages. Without an entry (a new conversation, a restart, an evicted
- * one) every message is hashed. The cache only saves work: its answer is always the messages' `fingerprint`s.
+ * one) every message is hashed. The cache only saves work: its answer is always the messages' fingerprints
+ * (`fingerprintOf(wire, m)`; the default wire is Anthropic's). A key names one conversation, so one wire.
  */
 export const makePrintCache = (capacity = 256) => {
   const entries = new Map<string, { readonly normalised: ReadonlyArray<Json>; readonly prints: ReadonlyArray<string> }>()
-  const printsOf = (key: string, messages: ReadonlyArray<WireMessage>): Prints => {
+  const printsOf = (key: string, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): Prints => {
     const previous = entries.get(key)
-    const normalised = messages.map(normalise)
+    const normalised = messages.map(wire.normalise)
     const prints: Array<string> = []
     let hashed = 0
     for (let i = 0; i < normalised.length; i++) {
@@ -160,12 +163,15 @@ export const makePrintCache = (capacity = 256) => {
 
 /**
  * The key of the conversation a request belongs to: `session:<header>:<system fingerprint>` when the agent sent a
- * session header (Claude Code's `x-claude-code-session-id`), else `start:<fingerprint of system + first message>`.
+ * session header (Claude Code's `x-claude-code-session-id`, Codex's `thread-id`), else `start:<fingerprint of system
+ * + first message>`. The keys of a wire other than Anthropic's carry its name (`openai-responses:session:…`), so two
+ * protocols never share a conversation.
  */
-export const conversationKey = (session: string | null, system: unknown, messages: ReadonlyArray<WireMessage>): string => {
-  const systemPrint = hashText(canonicalJson(blocksOf(system).map(normaliseBlock)))
-  if (session !== null && session !== "") return `session:${session.slice(0, 200)}:${systemPrint}`
-  return `start:${hashText(systemPrint + (messages[0] === undefined ? "" : fingerprint(messages[0])))}`
+export const conversationKey = (session: string | null, system: unknown, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): string => {
+  const systemPrint = hashText(canonicalJson(wire.normaliseSystem(system)))
+  const prefix = wire.name === "anthropic-messages" ? "" : `${wire.name}:`
+  if (session !== null && session !== "") return `${prefix}session:${session.slice(0, 200)}:${systemPrint}`
+  return `${prefix}start:${hashText(systemPrint + (messages[0] === undefined ? "" : fingerprintOf(wire, messages[0])))}`
 }
 
 /** How many leading fingerprints `a` and `b` share. */
@@ -233,14 +239,50 @@ const promptOf = (fresh: ReadonlyArray<WireMessage>): string => {
   return ""
 }
 
+/**
+ * How one wire protocol's conversation maps onto Baton's record: a message (one entry of the request's history array:
+ * an Anthropic message, a Responses input item) normalised for its fingerprint, its items, the tool names its calls
+ * give, the prompt of a run, a message's role (its message id's prefix), and the system prompt as part of the key.
+ */
+export interface Wire {
+  readonly name: "anthropic-messages" | "openai-responses"
+  /** The message without what an agent may change between two requests of one conversation (see `fingerprintOf`). */
+  readonly normalise: (m: unknown) => Json
+  /** The system prompt (Anthropic's `system`, Responses' `instructions`) normalised, for the conversation key. */
+  readonly normaliseSystem: (system: unknown) => Json
+  readonly itemsOf: (m: unknown, messageId: string, toolNames: ReadonlyMap<string, string>) => ReadonlyArray<NewItem>
+  readonly toolNamesOf: (messages: ReadonlyArray<unknown>) => ReadonlyMap<string, string>
+  /** The prompt of a run: the last user text among the request's new messages (`""`: none). */
+  readonly promptOf: (fresh: ReadonlyArray<unknown>) => string
+  /** The role a message's id starts with (`user`, `assistant`, …). */
+  readonly roleOf: (m: unknown) => string
+}
+
+/** The Anthropic Messages wire (see `normalise`, `itemsOf`). */
+export const anthropicMessages: Wire = {
+  name: "anthropic-messages",
+  normalise: (m) => normalise(m as WireMessage),
+  normaliseSystem: (system) => blocksOf(system).map(normaliseBlock),
+  itemsOf: (m, messageId, toolNames) => itemsOf(m as WireMessage, messageId, toolNames),
+  toolNamesOf: (messages) => toolNamesOf(messages as ReadonlyArray<WireMessage>),
+  promptOf: (fresh) => promptOf(fresh as ReadonlyArray<WireMessage>),
+  roleOf: (m) => (isRecord(m) && typeof m.role === "string" ? m.role : "message")
+}
+
+/** The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
+export const fingerprintOf = (wire: Wire, m: unknown): string => hashText(canonicalJson(wire.normalise(m)))
+
 /** What the gateway knows of a request when it forwards it. */
 export interface GatewayRequest {
-  /** The agent's session header (`x-claude-code-session-id`), `null` without one. */
+  /** The request's wire protocol (`anthropicMessages`, `GatewayResponsesWire.openAiResponses`). */
+  readonly wire: Wire
+  /** The agent's session header (`x-claude-code-session-id`, Codex's `thread-id`), `null` without one. */
   readonly session: string | null
-  /** Who sent it, for the thread's title (`Claude Code`). */
+  /** Who sent it, for the thread's title (`Claude Code`, `Codex`). */
   readonly agent: string
   readonly system: unknown
-  readonly messages: ReadonlyArray<WireMessage>
+  /** The request's history: Anthropic messages, or Responses input items. */
+  readonly messages: ReadonlyArray<unknown>
   /** The model the request names (sent upstream unchanged). */
   readonly model: string
   /** The provider instance the model routes to, its window (tokens) and prices (per million tokens). */
@@ -262,11 +304,16 @@ export interface Begun {
   /** How many of the request's messages were hashed (the others were recognised from its conversation's previous request). */
   readonly hashedMessages: number
   readonly prices: GatewayRequest["prices"]
+  readonly wire: Wire
 }
 
-/** What came back: the reply (`null`: none) and its billed tokens (`null`: not reported). */
+/**
+ * What came back: the reply's messages in the form the agent will send them back (an Anthropic reply is one assistant
+ * message; a Responses reply one input item per output item), each with the upstream's id (`null`: none; empty: no
+ * reply), and its billed tokens (`null`: not reported).
+ */
 export interface Reply {
-  readonly message: { readonly id: string | null; readonly content: ReadonlyArray<unknown> } | null
+  readonly messages: ReadonlyArray<{ readonly id: string | null; readonly message: unknown }>
   readonly tokens: ProviderAdapter.TurnTokens | null
 }
 
@@ -341,7 +388,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * Fails with `PersistenceError` or `ConcurrentModification` (retried twice).
      */
     const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest) {
-      const key = conversationKey(request.session, request.system, request.messages)
+      const wire = request.wire
+      const key = conversationKey(request.session, request.system, request.messages, wire)
       // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
       // the lock); only a new one takes the global one that creates it.
       const known = yield* conversations.find(key)
@@ -349,7 +397,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         Effect.retry({ while: (e) => e._tag === "ConcurrentModification", schedule: Schedule.recurs(2) })
       )
       const threadId = created.threadId as ThreadId
-      const { hashed, prints } = printCache.printsOf(key, request.messages)
+      const { hashed, prints } = printCache.printsOf(key, request.messages, wire)
       return yield* Effect.gen(function*() {
         const conversation = Option.getOrElse(yield* conversations.find(key), () => created)
         const shared = sharedPrefix(conversation.baseline, prints)
@@ -364,7 +412,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           seq: yield* store.nextRunSeq(threadId),
           providerThreadId: lane.id,
           status: "running",
-          prompt: promptOf(fresh),
+          prompt: wire.promptOf(fresh),
           stopPoint: null,
           failureReason: null,
           failureCode: null,
@@ -383,8 +431,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             requestMessages: prints.length
           } })
         }
-        const names = toolNamesOf(request.messages)
-        yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => itemsOf(m, `${m.role}@${generation}.${shared + i}`, names)))
+        const names = wire.toolNamesOf(request.messages)
+        yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
         yield* conversations.update({
           ...conversation,
           baseline: prints,
@@ -400,7 +448,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           newMessages: fresh.length,
           diverged,
           hashedMessages: hashed,
-          prices: request.prices
+          prices: request.prices,
+          wire
         } satisfies Begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
     })
@@ -415,12 +464,21 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const now = yield* DateTime.now
         const current = Option.getOrElse(yield* store.getRun(begun.run.id), () => begun.run)
         let stored: ReadonlyArray<Item> = []
-        if (reply.message !== null) {
-          const message: WireMessage = { role: "assistant", content: reply.message.content }
-          stored = yield* itemLog.append(begun.threadId, begun.run.id, itemsOf(message, reply.message.id ?? `assistant@reply.${begun.fingerprints.length}`, new Map()))
+        if (reply.messages.length > 0) {
+          const wire = begun.wire
+          const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
+          stored = yield* itemLog.append(
+            begun.threadId,
+            begun.run.id,
+            reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
+          )
           const conversation = yield* conversations.find(begun.conversationKey)
           if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
-            yield* conversations.update({ ...conversation.value, baseline: [...begun.fingerprints, fingerprint(message)], updatedAt: DateTime.formatIso(now) })
+            yield* conversations.update({
+              ...conversation.value,
+              baseline: [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))],
+              updatedAt: DateTime.formatIso(now)
+            })
           }
         }
         if (reply.tokens !== null) {

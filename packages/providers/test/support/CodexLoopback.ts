@@ -54,9 +54,13 @@ export const binary = (): string => {
 
 /**
  * A temporary CODEX_HOME (removed with the scope) whose config routes the model to `baseUrl` (the loopback root,
- * `/v1` appended), with the window and auto-compact limit given.
+ * `/v1` appended), with the window and auto-compact limit given; `envKey`: the environment variable whose value Codex
+ * sends as `Authorization: Bearer` (default none: no key).
  */
-export const codexHome = (baseUrl: string, options: { readonly window?: number; readonly autoCompact?: number } = {}): Effect.Effect<string, never, Scope.Scope> =>
+export const codexHome = (
+  baseUrl: string,
+  options: { readonly window?: number; readonly autoCompact?: number; readonly envKey?: string } = {}
+): Effect.Effect<string, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.sync(() => {
       // Not under /tmp: Codex refuses to create its helper aliases in a temporary directory (a warning only).
@@ -70,6 +74,7 @@ export const codexHome = (baseUrl: string, options: { readonly window?: number; 
         `name = "loopback"`,
         `base_url = "${baseUrl}/v1"`,
         `wire_api = "responses"`,
+        ...(options.envKey === undefined ? [] : [`env_key = "${options.envKey}"`]),
         `request_max_retries = 0`,
         `stream_max_retries = 0`,
         ``

@@ -1,0 +1,136 @@
+/**
+ * GatewayAnthropic: the gateway's Anthropic Messages dialect (issue 14, docs/gateway.md), for Claude Code pointed at
+ * Baton with `ANTHROPIC_BASE_URL`: the token in `x-api-key` (or `Authorization: Bearer`), the upstream's key as
+ * `x-api-key` with `anthropic-version` defaulted, the history the body's `messages` with its `system`, the session
+ * Claude Code's `x-claude-code-session-id`, the reply assembled from the SSE stream (whole at `message_stop`) or
+ * read from a whole body, and Baton's refusals in Anthropic's error shape (`{"type":"error","error":{"type","message"}}`).
+ */
+import { GatewayThreads } from "@baton/orchestration"
+import { AnthropicMessages, type ProviderAdapter, Sse } from "@baton/providers"
+import { HttpServerResponse } from "@effect/platform"
+import { Option, Redacted } from "effect"
+import { type Assembler, type Dialect, isRecord, parseJson, type Refusal } from "./GatewayDialect.js"
+
+/** Anthropic's error types Baton answers with. */
+type ErrorType = "invalid_request_error" | "authentication_error" | "not_found_error" | "request_too_large" | "api_error"
+
+/** An error answer in Anthropic's shape. */
+export const errorResponse = (status: number, type: ErrorType, message: string) =>
+  HttpServerResponse.unsafeJson({ type: "error", error: { type, message } }, { status })
+
+/** The billed tokens of an Anthropic `usage` object (absent fields: 0). */
+const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
+  const n = (k: string) => (typeof usage[k] === "number" ? usage[k] : 0)
+  return {
+    inputTokens: n("input_tokens"),
+    cacheWriteTokens: n("cache_creation_input_tokens"),
+    cacheReadTokens: n("cache_read_input_tokens"),
+    outputTokens: n("output_tokens")
+  }
+}
+
+/**
+ * Assembles the reply of an Anthropic Messages SSE stream from its bytes as they pass: the message id, its content
+ * blocks as the agent will echo them (text, `tool_use` with its parsed input, thinking with its signature, others as
+ * started), and its usage (`message_start`'s, with `message_delta`'s figures over it); whole at `message_stop`.
+ */
+export const replyAssembler = (): Assembler => {
+  const decoder = Sse.makeDecoder()
+  let id: string | null = null
+  const blocks: Array<Record<string, unknown> | undefined> = []
+  const json: Array<string> = []
+  let usage: Record<string, unknown> | null = null
+  let stopped = false
+  const onEvent = (data: unknown) => {
+    if (!isRecord(data)) return
+    switch (data.type) {
+      case "message_start": {
+        const message = isRecord(data.message) ? data.message : {}
+        id = typeof message.id === "string" ? message.id : null
+        if (isRecord(message.usage)) usage = { ...message.usage }
+        break
+      }
+      case "content_block_start": {
+        if (typeof data.index !== "number" || !isRecord(data.content_block)) break
+        blocks[data.index] = { ...data.content_block }
+        json[data.index] = ""
+        break
+      }
+      case "content_block_delta": {
+        const b = typeof data.index === "number" ? blocks[data.index] : undefined
+        const d = isRecord(data.delta) ? data.delta : {}
+        if (b === undefined) break
+        if (d.type === "text_delta") b.text = String(b.text ?? "") + String(d.text ?? "")
+        else if (d.type === "thinking_delta") b.thinking = String(b.thinking ?? "") + String(d.thinking ?? "")
+        else if (d.type === "signature_delta") b.signature = String(b.signature ?? "") + String(d.signature ?? "")
+        else if (d.type === "input_json_delta") json[data.index as number] += String(d.partial_json ?? "")
+        break
+      }
+      case "content_block_stop": {
+        const index = data.index as number
+        const b = blocks[index]
+        if (b !== undefined && b.type === "tool_use" && json[index] !== "") b.input = parseJson(json[index]!) ?? b.input
+        break
+      }
+      case "message_delta":
+        if (isRecord(data.usage)) usage = { ...(usage ?? {}), ...Object.fromEntries(Object.entries(data.usage).filter(([, v]) => v !== null)) }
+        break
+      case "message_stop":
+        stopped = true
+        break
+    }
+  }
+  return {
+    push: (chunk: Uint8Array) => {
+      for (const m of decoder.push(chunk)) onEvent(parseJson(m.data))
+    },
+    outcome: () =>
+      stopped
+        ? {
+          _tag: "completed",
+          reply: {
+            messages: blocks.length === 0 && id === null ? [] : [{ id, message: { role: "assistant", content: blocks.filter((b) => b !== undefined) } }],
+            tokens: usage === null ? null : tokensOf(usage)
+          }
+        }
+        : { _tag: "unfinished", reason: "the upstream's stream ended before message_stop" }
+  }
+}
+
+/** The reply of a non-streamed Messages response body. */
+const replyOfBody = (body: unknown): GatewayThreads.Reply => ({
+  messages: isRecord(body) && Array.isArray(body.content)
+    ? [{ id: typeof body.id === "string" ? body.id : null, message: { role: "assistant", content: body.content } }]
+    : [],
+  tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null
+})
+
+const anthropicErrors: Record<Refusal, readonly [number, ErrorType]> = {
+  invalid: [400, "invalid_request_error"],
+  unauthenticated: [401, "authentication_error"],
+  unrouted: [404, "not_found_error"],
+  too_large: [413, "request_too_large"],
+  unreachable: [502, "api_error"]
+}
+
+/** The Anthropic Messages dialect (Claude Code): `x-api-key`, `anthropic-version`, `x-claude-code-session-id`. */
+export const dialect: Dialect = {
+  kind: "anthropic-messages",
+  wire: GatewayThreads.anthropicMessages,
+  refuse: (reason, message) => errorResponse(anthropicErrors[reason][0], anthropicErrors[reason][1], message),
+  tokenHint: "x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer",
+  token: (headers) => (headers["x-api-key"] !== undefined ? `Bearer ${headers["x-api-key"]}` : headers.authorization),
+  upstreamHeaders: (key, out) => {
+    if (out["anthropic-version"] === undefined) out["anthropic-version"] = AnthropicMessages.apiVersion
+    if (Option.isSome(key)) out["x-api-key"] = Redacted.value(key.value)
+  },
+  history: (body, headers) => {
+    const messages = body.messages
+    if (!Array.isArray(messages) || !messages.every((m) => isRecord(m) && typeof m.role === "string" && (typeof m.content === "string" || Array.isArray(m.content)))) {
+      return "messages: expected an array of {role, content} (content a string or an array of blocks)"
+    }
+    return { system: body.system, messages, session: headers["x-claude-code-session-id"] ?? null }
+  },
+  assembler: replyAssembler,
+  replyOfBody
+}

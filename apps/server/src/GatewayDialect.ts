@@ -1,0 +1,71 @@
+/**
+ * GatewayDialect: what one agent-facing protocol of the gateway (issue 14, docs/gateway.md) must say for `Gateway` to
+ * forward and record its requests: the instance kind its models route to, its record wire, Baton's refusals in its
+ * error shape, the agent's token and the upstream's credentials, how a body's history and session are read, and how a
+ * reply is read from a stream or a whole body. The dialects: `GatewayAnthropic` (Claude Code), `GatewayResponses`
+ * (Codex). It owns the shape only; forwarding, routing, authentication and the record are `Gateway`'s.
+ */
+import type { RunFailureCode } from "@baton/contracts"
+import type { GatewayThreads } from "@baton/orchestration"
+import type { ProviderConfig } from "@baton/providers"
+import type { HttpServerResponse } from "@effect/platform"
+import type { Option, Redacted } from "effect"
+
+/** Why Baton itself refuses a request: each dialect answers it in its protocol's error shape and status. */
+export type Refusal = "invalid" | "unauthenticated" | "unrouted" | "too_large" | "unreachable"
+
+/** How a stream's reply ended: whole (`completed`), refused by the upstream in the stream, or cut short. */
+export type StreamOutcome =
+  | { readonly _tag: "completed"; readonly reply: GatewayThreads.Reply }
+  | { readonly _tag: "failed"; readonly code: RunFailureCode; readonly reason: string }
+  | { readonly _tag: "unfinished"; readonly reason: string }
+
+/** Reads a reply from an SSE stream's bytes as they pass. */
+export interface Assembler {
+  /** Feeds a chunk of the stream's bytes. */
+  readonly push: (chunk: Uint8Array) => void
+  /** What the bytes so far amount to. */
+  readonly outcome: () => StreamOutcome
+}
+
+/** What a gateway request's history is: the system prompt, the history array, the agent's session (`null`: none). */
+export interface History {
+  readonly system: unknown
+  readonly messages: ReadonlyArray<unknown>
+  readonly session: string | null
+}
+
+/**
+ * One agent-facing protocol: the instance kind its models must route to, its record wire, Baton's refusals in its error
+ * shape, the upstream's credentials and default headers, how the history is read from a parsed body (a string: the
+ * body is not one of its requests, said in the 400), and the reply of a stream or of a whole body.
+ */
+export interface Dialect {
+  readonly kind: ProviderConfig.ModelApiKind
+  readonly wire: GatewayThreads.Wire
+  readonly refuse: (reason: Refusal, message: string) => HttpServerResponse.HttpServerResponse
+  /** The agent's token (the header value as `Bearer …`), from the protocol's key header. */
+  readonly token: (headers: Readonly<Record<string, string | undefined>>) => string | undefined
+  /** Where the agent puts its token, for the 401's message (`x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer`). */
+  readonly tokenHint: string
+  /** Adds the upstream's credentials (the instance's key) and the protocol's default headers to the forwarded ones. */
+  readonly upstreamHeaders: (key: Option.Option<Redacted.Redacted>, headers: Record<string, string>) => void
+  /** The request's history; a string says why the body is not one of the protocol's requests (Baton's 400). */
+  readonly history: (body: Record<string, unknown>, headers: Readonly<Record<string, string | undefined>>) => History | string
+  /** A fresh assembler for one streamed answer. */
+  readonly assembler: () => Assembler
+  /** The reply of a whole (non-streamed) 2xx answer's parsed body. */
+  readonly replyOfBody: (body: unknown) => GatewayThreads.Reply
+}
+
+/** Whether `u` is a JSON object (not an array). */
+export const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** `text` parsed as JSON; `undefined` when it is not JSON. */
+export const parseJson = (text: string): unknown => {
+  try {
+    return JSON.parse(text)
+  } catch (_notJson) {
+    return undefined
+  }
+}

@@ -1,0 +1,121 @@
+/**
+ * GatewayResponses: the gateway's OpenAI Responses dialect (issue 14, docs/gateway.md), for Codex with
+ * `wire_api = "responses"` and a model provider whose `base_url` is Baton's (`http://127.0.0.1:8787/v1`):
+ *
+ * - `POST /v1/responses` (streamed or not) and `POST /v1/responses/compact`, forwarded to the routed
+ *   `openai-responses` instance at `{baseUrl}/responses` (`…/responses/compact`) with the instance's key as
+ *   `Authorization: Bearer`; the agent authenticates with a Baton token in the same header (Codex's `env_key`).
+ * - The history is the body's `input` (a string is one user message); the system prompt its `instructions`. The
+ *   conversation is the agent's `thread-id` header (Codex sends it, with `session-id`, on every request), else its
+ *   `session-id`, else the body's `prompt_cache_key`, else the fingerprint of the conversation's start.
+ * - A stream's reply is its `response.output_item.done` items in output order (each is one input item of the agent's
+ *   next request), whole at `response.completed` (or `response.incomplete`: what the model produced before a limit);
+ *   `response.failed` fails the run with the upstream's error (`overflow` for `context_length_exceeded`). Usage:
+ *   `input_tokens` includes `input_tokens_details.cached_tokens` (billed as cache reads; no cache writes).
+ * - Baton's own refusals are in OpenAI's error shape (`{"error":{"message","type","param","code"}}`).
+ *
+ * It owns only what differs from the Anthropic dialect (`GatewayAnthropic`); forwarding and the record are `Gateway`'s.
+ */
+import type { ProviderAdapter } from "@baton/providers"
+import { GatewayResponsesWire, type GatewayThreads } from "@baton/orchestration"
+import { Sse } from "@baton/providers"
+import { HttpServerResponse } from "@effect/platform"
+import { Option, Redacted } from "effect"
+import { type Assembler, type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
+
+/** OpenAI's status, `type` and `code` for each of Baton's refusals. */
+const errors: Record<Refusal, readonly [number, string, string | null]> = {
+  invalid: [400, "invalid_request_error", null],
+  unauthenticated: [401, "invalid_request_error", "invalid_api_key"],
+  unrouted: [404, "invalid_request_error", "model_not_found"],
+  too_large: [413, "invalid_request_error", "request_too_large"],
+  unreachable: [502, "server_error", null]
+}
+
+/** An error answer in OpenAI's shape. */
+export const errorResponse = (reason: Refusal, message: string) => {
+  const [status, type, code] = errors[reason]
+  return HttpServerResponse.unsafeJson({ error: { message, type, param: null, code } }, { status })
+}
+
+/** The billed tokens of a Responses `usage` object (absent fields: 0). */
+export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
+  const n = (u: unknown) => (typeof u === "number" ? u : 0)
+  const cached = isRecord(usage.input_tokens_details) ? n(usage.input_tokens_details.cached_tokens) : 0
+  return { inputTokens: n(usage.input_tokens) - cached, cacheWriteTokens: 0, cacheReadTokens: cached, outputTokens: n(usage.output_tokens) }
+}
+
+/** A reply of output items (`null` entries skipped) with the response's usage. */
+const replyOf = (output: ReadonlyArray<unknown>, response: unknown): GatewayThreads.Reply => ({
+  messages: output.filter(isRecord).map((item) => ({ id: typeof item.id === "string" ? item.id : null, message: item })),
+  tokens: isRecord(response) && isRecord(response.usage) ? tokensOf(response.usage) : null
+})
+
+/**
+ * Assembles the reply of a Responses SSE stream from its bytes as they pass: the `response.output_item.done` items
+ * by `output_index` (the final response's `output` when the stream gave none), the usage of the final response.
+ */
+export const replyAssembler = (): Assembler => {
+  const decoder = Sse.makeDecoder()
+  const items: Array<unknown> = []
+  let outcome: StreamOutcome = { _tag: "unfinished", reason: "the upstream's stream ended before response.completed" }
+  const onEvent = (data: unknown) => {
+    if (!isRecord(data)) return
+    switch (data.type) {
+      case "response.output_item.done":
+        if (typeof data.output_index === "number" && isRecord(data.item)) items[data.output_index] = data.item
+        else if (isRecord(data.item)) items.push(data.item)
+        break
+      case "response.completed":
+      case "response.incomplete": {
+        const response = isRecord(data.response) ? data.response : {}
+        const output = items.some((i) => i !== undefined) ? items : Array.isArray(response.output) ? response.output : []
+        outcome = { _tag: "completed", reply: replyOf(output, response) }
+        break
+      }
+      case "response.failed": {
+        const response = isRecord(data.response) ? data.response : {}
+        const error = isRecord(response.error) ? response.error : {}
+        outcome = {
+          _tag: "failed",
+          code: error.code === "context_length_exceeded" ? "overflow" : "provider_refused",
+          reason: `the upstream's response failed: ${String(error.code ?? "")} ${String(error.message ?? "")}`.trim()
+        }
+        break
+      }
+      case "error":
+        outcome = { _tag: "failed", code: "provider_unavailable", reason: `the upstream's stream reported an error: ${String(data.code ?? "")} ${String(data.message ?? "")}`.trim() }
+        break
+    }
+  }
+  return {
+    push: (chunk) => {
+      for (const m of decoder.push(chunk)) onEvent(parseJson(m.data))
+    },
+    outcome: () => outcome
+  }
+}
+
+/** The reply of a non-streamed Responses body (`/v1/responses` without `stream`, `/v1/responses/compact`). */
+export const replyOfBody = (body: unknown): GatewayThreads.Reply =>
+  isRecord(body) && Array.isArray(body.output) ? replyOf(body.output, body) : { messages: [], tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null }
+
+/** The OpenAI Responses dialect (see the module docblock). */
+export const dialect: Dialect = {
+  kind: "openai-responses",
+  wire: GatewayResponsesWire.openAiResponses,
+  refuse: errorResponse,
+  tokenHint: "Authorization: Bearer (the model provider's env_key)",
+  token: (headers) => headers.authorization,
+  upstreamHeaders: (key, out) => {
+    if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
+  },
+  history: (body, headers) => {
+    const input = typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input
+    if (!Array.isArray(input) || !input.every(isRecord)) return "input: expected a string or an array of input items"
+    const session = headers["thread-id"] ?? headers["session-id"] ?? (typeof body.prompt_cache_key === "string" ? body.prompt_cache_key : null)
+    return { system: body.instructions, messages: input, session: session === "" ? null : session }
+  },
+  assembler: replyAssembler,
+  replyOfBody
+}
