@@ -26,6 +26,7 @@ import {
   NoRunInProgress,
   NotReady,
   OffloadFailed,
+  OffloadInProgress,
   OffloadNotFound,
   OffloadOperationNotFound,
   PayloadTooLarge,
@@ -270,6 +271,7 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .addError(ThreadNotFound)
       .addError(RunInProgress)
       .addError(OffloadFailed)
+      .addError(OffloadInProgress)
       .addError(OffloadOperationNotFound)
       .annotate(OpenApi.Description, "`/offload`: summarises older history into a summary item, keeping the newest `keepTokens` verbatim. Answers the operation's outcome (`offloaded`, `nothing`, `stale`: the thread advanced meanwhile and the summary was discarded, `cancelled`) with `operationId` and a `message` for the user; the same `operationId` again answers the first outcome. `dryRun: true` previews. 409 while a run is queued or running; 502 when the summariser failed (the conversation is unchanged).")
   )

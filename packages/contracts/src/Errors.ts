@@ -168,6 +168,18 @@ export class OffloadOperationNotFound extends Schema.TaggedError<OffloadOperatio
   }
 }
 
+/** Another `/offload` of thread `threadId` (operation `operationId`) is still running: read it or cancel it. */
+export class OffloadInProgress extends Schema.TaggedError<OffloadInProgress>()(
+  "OffloadInProgress",
+  { threadId: Schema.String, operationId: Schema.String },
+  HttpApiSchema.annotations({ status: 409 })
+) {
+  override get message() {
+    return `thread ${this.threadId} already has /offload ${this.operationId} running; GET /threads/${this.threadId}/offload/${this.operationId} ` +
+      `to wait for its outcome, or cancel it, then offload again`
+  }
+}
+
 /** No committed `/offload` `offloadId` on thread `threadId` (an unknown id, or one of another thread). */
 export class OffloadNotFound extends Schema.TaggedError<OffloadNotFound>()(
   "OffloadNotFound",

@@ -29,6 +29,7 @@ import {
   type ItemId,
   type Offload,
   OffloadFailed,
+  OffloadInProgress,
   OffloadOperationNotFound,
   OffloadReport,
   OffloadUndoReport,
@@ -436,6 +437,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       readonly cancel: Deferred.Deferred<void>
     }
     const inFlight = new Map<string, InFlight>()
+    /** The operation running in this process for each thread (one at a time: a second is refused). */
+    const runningOn = new Map<ThreadId, string>()
 
     /** The operation record of `report` at its end, with `spent` in `state`. */
     const finished = (key: OperationKey, threadId: ThreadId, report: OffloadReport, at: DateTime.Utc, createdAt: DateTime.Utc): OffloadOperationRecord => ({
@@ -768,7 +771,9 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * id again answers the first outcome). The caller checks the thread and that no run is active. Returns the
      * report: `offloaded`, `nothing`, `stale` (discarded: retry) or `cancelled`. Fails with `OffloadFailed` (the
      * summariser failed or its summary was refused: only a `thread.offload_failed` event and the outcome are
-     * written), `InvalidRequest` (the id names an operation with another payload or thread), `PersistenceError`.
+     * written), `InvalidRequest` (the id names an operation with another payload or thread), `OffloadInProgress`
+     * (another operation of the thread runs in this process), `PersistenceError`. `trigger` (default: a client's)
+     * is what the PreCompact hook is told.
      */
     const offload = Effect.fn("ThreadOffload.offload")(function*(
       threadId: ThreadId,
@@ -790,6 +795,26 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         }
         return yield* failedAsError(threadId, yield* outcome(threadId, key.operationId, true))
       }
+      // One /offload per thread at a time in this process (across processes the later commit is discarded as stale).
+      const running = runningOn.get(threadId)
+      if (running !== undefined) return yield* new OffloadInProgress({ threadId, operationId: running })
+      runningOn.set(threadId, key.operationId)
+      return yield* begin(threadId, keepTokens, key, cache, trigger).pipe(
+        // Until its fiber runs (which clears it when it ends), the mark is this call's to clear.
+        Effect.onExit(() => Effect.sync(() => {
+          if (!inFlight.has(key.operationId) && runningOn.get(threadId) === key.operationId) runningOn.delete(threadId)
+        }))
+      )
+    })
+
+    /** `offload` once the thread is marked as running `key` (see there). */
+    const begin = Effect.fn("ThreadOffload.begin")(function*(
+      threadId: ThreadId,
+      keepTokens: number,
+      key: OperationKey,
+      cache: CacheRewrite,
+      trigger: Trigger
+    ) {
       const plan = yield* planOf(threadId, keepTokens)
       const createdAt = yield* DateTime.now
       const reason = nothingReason(plan, keepTokens)
@@ -831,7 +856,10 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       inFlight.set(key.operationId, entry)
       // The operation belongs to the server, not to the request: a client that goes away does not stop it.
       entry.fiber = yield* Effect.forkIn(
-        run(threadId, keepTokens, key, plan, cache, entry, createdAt).pipe(Effect.ensuring(Effect.sync(() => inFlight.delete(key.operationId)))),
+        run(threadId, keepTokens, key, plan, cache, entry, createdAt).pipe(Effect.ensuring(Effect.sync(() => {
+          inFlight.delete(key.operationId)
+          if (runningOn.get(threadId) === key.operationId) runningOn.delete(threadId)
+        }))),
         scope
       )
       const fiber = entry.fiber
