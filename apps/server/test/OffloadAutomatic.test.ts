@@ -5,35 +5,11 @@
  */
 import type { OffloadReport, ThreadId } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, type Scope } from "effect"
-import * as Http from "node:http"
-import type { AddressInfo } from "node:net"
+import { Effect } from "effect"
 import { client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { sendAndWait } from "./support/ModelServer.js"
-import { chatUsage, itemsOf, sumUsage, summaryText, withThread } from "./support/Offload.js"
-
-/** A loopback PreCompact hook answering `answer` to every POST and recording each JSON body. */
-const hookServer = (answer: Record<string, unknown>): Effect.Effect<{ readonly url: string; readonly bodies: Array<unknown> }, never, Scope.Scope> =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly server: Http.Server; readonly url: string; readonly bodies: Array<unknown> }>((resume) => {
-      const bodies: Array<unknown> = []
-      const server = Http.createServer((req, res) => {
-        const parts: Array<Buffer> = []
-        req.on("data", (c: Buffer) => parts.push(c))
-        req.on("end", () => {
-          bodies.push(JSON.parse(Buffer.concat(parts).toString("utf8")))
-          res.writeHead(200, { "content-type": "application/json" })
-          res.end(JSON.stringify(answer))
-        })
-      })
-      server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, bodies })))
-    }),
-    ({ server }) => Effect.async<void>((resume) => {
-      server.closeAllConnections()
-      server.close(() => resume(Effect.void))
-    })
-  )
+import { chatUsage, hookServer, itemsOf, sumUsage, summaryText, withThread } from "./support/Offload.js"
 
 /** The automatic operation of run `runId` once it has an outcome (polling; `null` while there is none). */
 const settled = (threadId: ThreadId, runId: string) =>

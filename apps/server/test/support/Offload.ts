@@ -8,7 +8,9 @@ import { Database } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { expect } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, type Scope } from "effect"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
 import { client } from "../helpers.js"
 import * as ModelApi from "./ModelApi.js"
 import { instance, sendAndWait, serveSettings, settingsFor } from "./ModelServer.js"
@@ -95,3 +97,29 @@ export const until = (ready: () => boolean) =>
   Effect.gen(function*() {
     while (!ready()) yield* Effect.sleep("5 millis")
   })
+
+/**
+ * A loopback PreCompact hook for the scope: each POST's JSON body is recorded and answered with `answer` (`null`:
+ * never answered, a hook that misses its deadline).
+ */
+export const hookServer = (answer: Record<string, unknown> | null): Effect.Effect<{ readonly url: string; readonly bodies: Array<unknown> }, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly server: Http.Server; readonly url: string; readonly bodies: Array<unknown> }>((resume) => {
+      const bodies: Array<unknown> = []
+      const server = Http.createServer((req, res) => {
+        const parts: Array<Buffer> = []
+        req.on("data", (c: Buffer) => parts.push(c))
+        req.on("end", () => {
+          bodies.push(JSON.parse(Buffer.concat(parts).toString("utf8")))
+          if (answer === null) return
+          res.writeHead(200, { "content-type": "application/json" })
+          res.end(JSON.stringify(answer))
+        })
+      })
+      server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/pre-compact`, bodies })))
+    }),
+    ({ server }) => Effect.async<void>((resume) => {
+      server.closeAllConnections()
+      server.close(() => resume(Effect.void))
+    })
+  )
