@@ -20,6 +20,7 @@ import migration0014 from "./migrations/0014_client_tools.js"
 import migration0015 from "./migrations/0015_offload_controls.js"
 import migration0016 from "./migrations/0016_gateway_conversations.js"
 import migration0017 from "./migrations/0017_offload_operations.js"
+import migration0019 from "./migrations/0019_offload_cancel_requests.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -39,7 +40,8 @@ export const migrations = {
   "0014_client_tools": migration0014,
   "0015_offload_controls": migration0015,
   "0016_gateway_conversations": migration0016,
-  "0017_offload_operations": migration0017
+  "0017_offload_operations": migration0017,
+  "0019_offload_cancel_requests": migration0019
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */
