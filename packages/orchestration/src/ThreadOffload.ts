@@ -713,18 +713,17 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       driverId === null ? Effect.succeed(false) : Effect.map(drivers.aliveAmong([driverId]), (alive) => alive.has(driverId))
 
     /**
-     * Settles operation `operationId`, left `running` by a process that is gone, as failed (nothing was applied: a
-     * commit writes its outcome in the same unit of work); answers the stored outcome (another settlement may win).
+     * Settles operation `operationId`, left `running` by a process that is gone (or by a fiber of this one that ended
+     * without an outcome: `reason`), as failed (nothing was applied: a commit writes its outcome in the same unit of
+     * work); answers the stored outcome (another settlement may win).
      */
-    const settleLost = (threadId: ThreadId, operationId: string, row: OffloadOperationRecord) => {
-      const lost = emptyReport({
-        operationId,
-        outcome: "failed",
-        message: "",
-        offloaded: false,
-        reason: "the server stopped while the offload was running, before it was applied",
-        retryable: true
-      })
+    const settleLost = (
+      threadId: ThreadId,
+      operationId: string,
+      row: OffloadOperationRecord,
+      reason = "the server stopped while the offload was running, before it was applied"
+    ) => {
+      const lost = emptyReport({ operationId, outcome: "failed", message: "", offloaded: false, reason, retryable: true })
       return Effect.map(
         endWithout({ operationId, fingerprint: row.fingerprint }, threadId, { ...lost, message: Message.of(lost) }, row.createdAt),
         (s) => s.report!
@@ -751,7 +750,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           const s = yield* stored(threadId, operationId)
           if (s.report !== null) return s.report
           if (inFlight.has(operationId)) return runningReport(operationId, runningMessage)
-          // Running in another process (or just ended here): read until it ends, while its owner lives.
+          // Running under this driver with no entry here: its fiber ended without an outcome (a defect), so nothing
+          // was applied. Running in another process: read until it ends, while its owner lives.
+          if (s.row.driverId === drivers.driverId) {
+            return yield* settleLost(threadId, operationId, s.row, "the offload stopped before it was applied, without an outcome")
+          }
           if (!(yield* ownerAlive(s.row.driverId))) return yield* settleLost(threadId, operationId, s.row)
           if (!wait || (yield* Clock.currentTimeMillis) >= deadline) return runningReport(operationId, runningMessage)
           yield* Effect.sleep(Duration.millis(cancelPollMillis))
@@ -802,6 +805,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         yield* uow.thread(threadId, "ThreadOffload.denied")(store.insertOffloadOperation(finished(key, threadId, withMessage, createdAt, createdAt)))
         return withMessage
       }
+      // Registered in this process before its row exists, so that a reader here never finds the row `running` under
+      // this driver without its entry (it would take the operation for one whose fiber is gone). A concurrent request
+      // with the same id keeps the entry it finds; the one whose row is written registers its own.
+      const entry: InFlight = { fiber: null, phase: "summarising", cancel: yield* Deferred.make<void>() }
+      if (!inFlight.has(key.operationId)) inFlight.set(key.operationId, entry)
       // The operation is recorded before the summariser is called: its charge is prepared, to be committed with the
       // offload or abandoned, never lost.
       yield* uow.thread(threadId, "ThreadOffload.prepare")(store.insertOffloadOperation({
@@ -822,8 +830,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         finishedAt: null,
         driverId: drivers.driverId,
         cancelRequestedAt: null
-      }))
-      const entry: InFlight = { fiber: null, phase: "summarising", cancel: yield* Deferred.make<void>() }
+      })).pipe(Effect.tapError(() => Effect.sync(() => inFlight.get(key.operationId) === entry && inFlight.delete(key.operationId))))
       inFlight.set(key.operationId, entry)
       // The operation belongs to the server, not to the request: a client that goes away does not stop it.
       entry.fiber = yield* Effect.forkIn(
