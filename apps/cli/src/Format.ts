@@ -6,6 +6,7 @@ import {
   type HandoffDelivery,
   type NativeThread,
   type OffloadReport,
+  type OffloadUndoReport,
   type ToolResultOffloadControlView,
   type ToolResultOffloadPreview,
   type ToolResultOffloadUndo,
@@ -193,9 +194,20 @@ export const offloadReport = (r: OffloadReport) => {
   const detail = r.offloaded
     ? `offloaded through item ${r.cutSeq ?? "-"}: ${items(r.coveredItems)} ${n(r.coveredTokens)} tok -> summary ${r.summaryItemId ?? "-"} ` +
       `${n(r.summaryTokens)} tok; kept ${items(r.keptItems)} ${n(r.keptTokens)} tok verbatim (asked ${n(r.keepTokens)})`
+    : r.outcome === "running"
+    ? "running: the summary is being written or committed"
     : `${r.outcome}: ${r.reason ?? "nothing to do"}`
   return `${r.message}\n${detail}; operation ${r.operationId}${cost}`
 }
+
+/**
+ * An `/offload` undo (`baton offload ID --undo-summary`): the server's message, then the details, e.g.
+ * `undid offload off_… (summary itm_…): 4 items restored; 1,422 -> 1,876 tok`, or `nothing undone: <why>`.
+ */
+export const offloadUndoReport = (u: OffloadUndoReport) =>
+  `${u.message}\n` + (u.undone
+    ? `undid offload ${u.offloadId ?? "-"} (summary ${u.summaryItemId ?? "-"}): ${items(u.restoredItems)} restored; ${n(u.tokensBefore)} -> ${n(u.tokensAfter)} tok`
+    : `nothing undone: ${u.reason ?? "no offload to undo"}`)
 
 /**
  * The tool-result offload dry run, e.g.:

@@ -258,6 +258,42 @@ export const offload = (
     yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
   }))
 
+/**
+ * `baton --server URL offload ID --get OP [--json]`: the outcome of `/offload` operation `OP` (`GET
+ * /threads/{id}/offload/{op}`; `running` while in flight, on this server process or another): the server's message,
+ * then the details. Exits 2 on an unknown thread or operation.
+ */
+export const offloadGet = (target: Target, threadId: string, operationId: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const report = yield* client.threads.getOffload({ path: { threadId: threadId as ThreadId, operationId } })
+    yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
+  }))
+
+/**
+ * `baton --server URL offload ID --cancel OP [--json]`: cancels `/offload` operation `OP` if its summary is still
+ * being written (`POST /threads/{id}/offload/{op}/cancel`) and prints the settled outcome: `cancelled`, or what it
+ * finished with (a commit is never undone). Exits 2 on an unknown thread or operation.
+ */
+export const offloadCancel = (target: Target, threadId: string, operationId: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const report = yield* client.threads.cancelOffload({ path: { threadId: threadId as ThreadId, operationId } })
+    yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
+  }))
+
+/**
+ * `baton --server URL offload ID --undo-summary [--json]`: undoes the thread's newest `/offload` summary (`POST
+ * /threads/{id}/offload/undo`): its items are visible again, the summary stays in the log. Prints the server's
+ * message, then the details (`nothing undone: <why>` when there is none to undo). Exits 2 on 409 (a run in progress).
+ */
+export const offloadUndoSummary = (target: Target, threadId: string, json: boolean) =>
+  call(target, Effect.gen(function*() {
+    const client = yield* api(target)
+    const report = yield* client.threads.undoOffload({ path: { threadId: threadId as ThreadId }, payload: {}, headers: {} })
+    yield* Console.log(json ? JSON.stringify(report) : Format.offloadUndoReport(report))
+  }))
+
 /** `baton --server URL offload ID --dry-run [--json]`: the tool-result offload preview of the active native thread. */
 export const offloadPreview = (target: Target, threadId: string, json: boolean) =>
   call(target, Effect.gen(function*() {

@@ -338,6 +338,44 @@ const compact = Command.make(
   (o) => remoteOnly("compact")((target) => Remote.compact(target, o.id, o.json)).pipe(badInput)
 ).pipe(Command.withDescription("/compact: drains deferred history into the active native thread, then compacts it (needs --server)"))
 
+/**
+ * What `baton offload` does, from its options: `/offload` itself (`run`), or one of the modes, at most one given.
+ * `--keep-tokens` and `--operation-id` belong to `run` and `--preview` (an operation's id for `--get` and `--cancel`
+ * is their value). Fails with the message naming the options that exclude each other.
+ */
+const offloadMode = (o: {
+  readonly dryRun: boolean
+  readonly undo: boolean
+  readonly preview: boolean
+  readonly get: Option.Option<string>
+  readonly cancel: Option.Option<string>
+  readonly undoSummary: boolean
+  readonly keepTokens: Option.Option<number>
+  readonly operationId: Option.Option<string>
+}) => {
+  const modes = [
+    ...(o.preview ? ["--preview" as const] : []),
+    ...(o.dryRun ? ["--dry-run" as const] : []),
+    ...(o.undo ? ["--undo" as const] : []),
+    ...(Option.isSome(o.get) ? ["--get" as const] : []),
+    ...(Option.isSome(o.cancel) ? ["--cancel" as const] : []),
+    ...(o.undoSummary ? ["--undo-summary" as const] : [])
+  ]
+  if (modes.length > 1) return Effect.fail({ message: `${modes.join(", ")} exclude each other: give at most one` })
+  const mode: (typeof modes)[number] | "run" = modes.length === 0 ? "run" : modes[0]!
+  if (mode === "run" || mode === "--preview") return Effect.succeed(mode)
+  const what = mode === "--dry-run" || mode === "--undo" ? `${mode} (tool-result offload)` : mode
+  if (Option.isSome(o.keepTokens)) return Effect.fail({ message: `--keep-tokens applies to /offload itself and --preview, not to ${what}` })
+  if (Option.isSome(o.operationId)) {
+    return Effect.fail({
+      message: mode === "--get" || mode === "--cancel"
+        ? `--operation-id names the operation /offload starts; ${mode} takes the operation's id as its value (${mode} OP)`
+        : `--operation-id applies to /offload itself and --preview, not to ${what}`
+    })
+  }
+  return Effect.succeed(mode)
+}
+
 const offload = Command.make(
   "offload",
   {
@@ -350,22 +388,41 @@ const offload = Command.make(
     preview: Options.boolean("preview").pipe(Options.withDescription(
       "change nothing: show what /offload would summarise, the conversation's tokens before and after (estimated) and the cache-rewrite cost"
     )),
+    get: Options.text("get").pipe(Options.withDescription(
+      "print the outcome of /offload operation OP (running while in flight, on this server process or another)"
+    ), Options.optional),
+    cancel: Options.text("cancel").pipe(Options.withDescription(
+      "cancel /offload operation OP if its summary is still being written, and print its settled outcome: cancelled, or what it finished with (a commit is never undone)"
+    ), Options.optional),
+    undoSummary: Options.boolean("undo-summary").pipe(Options.withDescription(
+      "undo the newest /offload summary: its messages are visible again, the summary stays in the log (--undo is tool-result offload's)"
+    )),
     operationId: Options.text("operation-id").pipe(Options.withDescription("the operation's id: the same id again answers the first outcome"), Options.optional),
     json: jsonOption("print the report as one JSON object")
   },
   (o) =>
     remoteOnly("offload")((target) =>
-      o.dryRun && o.undo
-        ? Effect.fail({ message: "--dry-run and --undo exclude each other" })
-        : (o.dryRun || o.undo) && Option.isSome(o.keepTokens)
-        ? Effect.fail({ message: "--keep-tokens applies to /offload itself, not to --dry-run or --undo (tool-result offload)" })
-        : o.dryRun
-        ? Remote.offloadPreview(target, o.id, o.json)
-        : o.undo
-        ? Remote.offloadUndo(target, o.id, o.json)
-        : Remote.offload(target, o.id, o.keepTokens, o.json, { operationId: o.operationId, preview: o.preview })
+      Effect.flatMap(offloadMode(o), (mode) => {
+        switch (mode) {
+          case "--dry-run":
+            return Remote.offloadPreview(target, o.id, o.json)
+          case "--undo":
+            return Remote.offloadUndo(target, o.id, o.json)
+          case "--get":
+            return Remote.offloadGet(target, o.id, Option.getOrThrow(o.get), o.json)
+          case "--cancel":
+            return Remote.offloadCancel(target, o.id, Option.getOrThrow(o.cancel), o.json)
+          case "--undo-summary":
+            return Remote.offloadUndoSummary(target, o.id, o.json)
+          default:
+            return Remote.offload(target, o.id, o.keepTokens, o.json, { operationId: o.operationId, preview: mode === "--preview" })
+        }
+      })
     ).pipe(badInput)
-).pipe(Command.withDescription("/offload: summarises older history, keeping the newest verbatim; --dry-run previews and --undo undoes tool-result offload (needs --server)"))
+).pipe(Command.withDescription(
+  "/offload: summarises older history, keeping the newest verbatim; --preview shows what it would do, --get OP reads an operation's outcome, " +
+    "--cancel OP cancels one in flight, --undo-summary undoes the newest summary; --dry-run previews and --undo undoes tool-result offload (needs --server)"
+))
 
 const offloadControl = Command.make(
   "offload-control",

@@ -3,16 +3,20 @@
  * model API: a thread driven by `baton --server` runs on the model, and `baton thread show` prints what each run cost
  * with the thread's totals, the same over HTTP and in process (on the server's SQLite file after it stopped). The key
  * (a marker in the environment) reaches the upstream's auth header and nowhere else: not the server's output, not
- * the CLI's, not a failed run's reason.
+ * the CLI's, not a failed run's reason. `/offload` operations from the CLI with a loopback summariser (`offload.summariser`):
+ * read one running and settled (`--get`), cancel one while its summary is held (`--cancel`), undo the newest summary
+ * (`--undo-summary`), each as the server's message or one JSON document (`--json`); options that exclude each other
+ * are refused in one line.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Data, Effect } from "effect"
+import { Data, Effect, Fiber } from "effect"
 import { type ChildProcess, execFile, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as ModelApi from "../../server/test/support/ModelApi.js"
+import { held } from "../../server/test/support/Offload.js"
 import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
@@ -46,6 +50,23 @@ interface Served {
 }
 
 class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
+
+/** The config entry of a loopback Anthropic Messages instance `name` at `upstream` ($3 / $15 per million tokens). */
+const anthropic = (name: string, upstream: ModelApi.ModelApi) => ({
+  kind: "anthropic-messages",
+  name,
+  baseUrl: upstream.url,
+  model: "claude-sonnet-4-5",
+  apiKeyEnv: "TEST_MODEL_KEY",
+  contextWindow: 200_000,
+  autoCompactThreshold: 180_000,
+  maxOutputTokens: 4_096,
+  prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
+  maxRetries: 0
+})
+
+/** About `tokens` tokens of distinct short words. */
+const words = (tokens: number) => Array.from({ length: tokens }, (_, i) => ["alpha", "beta", "gamma", "delta", "river", "stone"][i % 6]).join(" ")
 
 /** Starts `baton serve --port 0 --config FILE --data-dir DIR` with the key in `TEST_MODEL_KEY`; waits for its URL. */
 const serve = (config: string, dataDir: string) =>
@@ -151,6 +172,97 @@ describe("baton serve with a model-API instance", () => {
         expect(text).not.toContain(marker)
       }
     }), 180_000)
+
+  it.live("offload --get, --cancel and --undo-summary: the server's message, or one JSON document with --json; bad combinations refused", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const chat = yield* ModelApi.start
+      const summariser = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-offload-cli-"))
+      const config = Path.join(dir, "baton.json")
+      Fs.writeFileSync(config, JSON.stringify({
+        providers: [anthropic("claude", chat), anthropic("sum", summariser)],
+        offload: { summariser: "sum" },
+        auth: { token: adminToken }
+      }))
+      const server = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const admin = ["--server", server.url, "--token", adminToken]
+      const threadId = (yield* baton([...admin, "thread", "create", "--provider", "claude"])).stdout.trim()
+      for (let i = 0; i < 4; i++) {
+        chat.enqueue(ModelApi.answer("anthropic-messages", `done step ${i}`, { input: 100, cacheWrite: 0, cacheRead: 0, output: 20 }))
+        expect((yield* baton([...admin, "send", threadId, `Step ${i}: ${words(450)}`])).code).toBe(0)
+      }
+      const offload = (...args: ReadonlyArray<string>) => baton([...admin, "offload", threadId, ...args])
+      const summary = "## Goal\n- the steps\n## Standing instructions\n- none"
+      const sumUsage = { input: 1_000, cacheWrite: 0, cacheRead: 0, output: 200 }
+
+      // An offload whose summariser holds its answer: --get reads it running, --cancel cancels it.
+      const { reply, release } = held(ModelApi.answer("anthropic-messages", summary, sumUsage))
+      summariser.enqueue(reply)
+      const started = yield* Effect.fork(offload("--keep-tokens", "700", "--operation-id", "op-cli", "--json"))
+      while (summariser.requests.length === 0) yield* Effect.sleep("10 millis")
+      const running = yield* offload("--get", "op-cli")
+      expect(running).toMatchObject({ code: 0, stderr: "" })
+      expect(running.stdout).toBe(
+        "The offload is still running; the conversation is unchanged until it commits.\nrunning: the summary is being written or committed; operation op-cli\n"
+      )
+      const runningJson = yield* offload("--get", "op-cli", "--json")
+      expect(JSON.parse(runningJson.stdout)).toMatchObject({ operationId: "op-cli", outcome: "running", offloaded: false })
+      const cancelled = yield* offload("--cancel", "op-cli", "--json")
+      expect(cancelled).toMatchObject({ code: 0, stderr: "" })
+      // Exactly one JSON document on stdout.
+      expect(cancelled.stdout.trim().split("\n")).toHaveLength(1)
+      const cancelledReport = JSON.parse(cancelled.stdout) as { readonly outcome: string; readonly message: string }
+      expect(cancelledReport).toMatchObject({ operationId: "op-cli", outcome: "cancelled", offloaded: false, summaryItemId: null })
+      expect(cancelledReport.message).toBe("The offload was cancelled before it was applied. The conversation is unchanged.")
+      // The command that started it prints the same outcome.
+      const first = yield* Fiber.join(started)
+      expect(first.code).toBe(0)
+      expect(JSON.parse(first.stdout)).toEqual(cancelledReport)
+      release()
+      const settled = yield* offload("--get", "op-cli")
+      expect(settled.stdout.split("\n").slice(0, 2)).toEqual([
+        "The offload was cancelled before it was applied. The conversation is unchanged.",
+        "cancelled: cancelled by a client before the summary was applied; operation op-cli"
+      ])
+      // Cancelling again answers the settled outcome.
+      expect(JSON.parse((yield* offload("--cancel", "op-cli", "--json")).stdout)).toEqual(cancelledReport)
+
+      // An offload that commits; --undo-summary undoes it, then has nothing left to undo.
+      summariser.enqueue(ModelApi.answer("anthropic-messages", summary, sumUsage))
+      const committed = yield* offload("--keep-tokens", "700", "--operation-id", "op-cli-2")
+      expect(committed.stdout).toMatch(/^Offloaded \d+ older messages, freeing up context window space\./)
+      const undone = yield* offload("--undo-summary")
+      expect(undone).toMatchObject({ code: 0, stderr: "" })
+      const [message, detail] = undone.stdout.trimEnd().split("\n")
+      expect(message).toMatch(/^Undid the newest offload: \d+ messages are visible again instead of its summary\. Conversation: ~\S+ -> ~\S+ tokens\. The summary stays in the log\.$/)
+      expect(detail).toMatch(/^undid offload off_\S+ \(summary itm_\S+\): \d+ items restored; [\d,]+ -> [\d,]+ tok$/)
+      const again = yield* offload("--undo-summary", "--json")
+      expect(again.code).toBe(0)
+      expect(JSON.parse(again.stdout)).toMatchObject({
+        undone: false,
+        reason: "the thread has no offload to undo",
+        message: "Nothing was undone: the thread has no offload to undo. The conversation is unchanged."
+      })
+
+      // Bad combinations and an unknown operation: one line on stderr, exit 2, nothing on stdout.
+      const refusals: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+        [["--get", "op-cli", "--cancel", "op-cli"], "baton: --get, --cancel exclude each other: give at most one"],
+        [["--undo", "--undo-summary"], "baton: --undo, --undo-summary exclude each other: give at most one"],
+        [["--preview", "--dry-run"], "baton: --preview, --dry-run exclude each other: give at most one"],
+        [["--undo-summary", "--keep-tokens", "100"], "baton: --keep-tokens applies to /offload itself and --preview, not to --undo-summary"],
+        [["--dry-run", "--keep-tokens", "100"], "baton: --keep-tokens applies to /offload itself and --preview, not to --dry-run (tool-result offload)"],
+        [["--cancel", "op-cli", "--operation-id", "op-cli"], "baton: --operation-id names the operation /offload starts; --cancel takes the operation's id as its value (--cancel OP)"],
+        [["--undo-summary", "--operation-id", "x"], "baton: --operation-id applies to /offload itself and --preview, not to --undo-summary"]
+      ]
+      for (const [args, line] of refusals) {
+        const refused = yield* offload(...args)
+        expect([refused.code, refused.stdout, refused.stderr.trim()], args.join(" ")).toEqual([2, "", line])
+      }
+      const unknown = yield* offload("--get", "op-nope")
+      expect([unknown.code, unknown.stdout]).toEqual([2, ""])
+      expect(unknown.stderr).toContain("op-nope")
+      expect(summariser.requests).toHaveLength(2)
+    })), 180_000)
 
   // Found by the issue-9 review: `send` printed the run.retry_scheduled event as raw JSON.
   it.scoped("send prints a retried request as a line for people: retrying in N s (attempt 2, HTTP 529 overloaded: the provider's reason)", () =>

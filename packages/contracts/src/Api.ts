@@ -299,7 +299,7 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .addSuccess(OffloadReport)
       .addError(ThreadNotFound)
       .addError(OffloadOperationNotFound)
-      .annotate(OpenApi.Description, "Cancels an `/offload` operation in flight. Answers its outcome once settled: `cancelled` (nothing was written; a summariser call already billed is recorded as abandoned) or, when it had already finished or was committing, that outcome.")
+      .annotate(OpenApi.Description, "Cancels an `/offload` operation in flight, in this server process or another on the same database (the request is recorded on the operation; the process running it sees it within 200 ms). Answers its outcome once settled (waiting at most 30 s for another process, then `running`): `cancelled` (nothing was written; a summariser call already billed is recorded as abandoned) or, when it had already finished or was committing, that outcome.")
   )
   .add(
     HttpApiEndpoint.get("previewToolResultOffload", "/threads/:threadId/tool-result-offload")

@@ -41,7 +41,7 @@ import {
 import { OffloadCut, Render, TokenCounter, ToolResultOffload } from "@baton/context"
 import { type OffloadOperationRecord, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Summariser } from "@baton/providers"
-import { Data, DateTime, Deferred, Effect, Fiber, Schema } from "effect"
+import { Clock, Data, DateTime, Deferred, Duration, Effect, Fiber, Schedule, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import * as Message from "./OffloadMessage.js"
 import { PreCompactHook } from "./PreCompactHook.js"
@@ -49,6 +49,7 @@ import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import * as RunCosts from "./RunCosts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
+import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 
@@ -141,6 +142,19 @@ export interface Trigger {
 }
 /** A client's `/offload`. */
 export const manualTrigger: Trigger = { trigger: "manual", approvalMode: manualApproval }
+/**
+ * How often a process polls an operation's row, in milliseconds: the process running it, for a cancellation asked
+ * of another process (`offload_operations.cancel_requested_at`), while its summary is being written; another
+ * process, for its outcome, while it waits for it. A cancellation is seen within this much of its request.
+ */
+export const cancelPollMillis = 200
+
+/**
+ * The longest another process waits for an operation running elsewhere to end, in milliseconds, before it answers
+ * `running` (a cancellation: its request stays recorded, and the operation ends `cancelled` if still summarising).
+ * A cancelled summary ends within a poll; a commit in progress within its unit of work.
+ */
+export const remoteWaitMillis = 30_000
 
 /** The errors of an operation's fiber. */
 type OffloadError = OffloadFailed | PersistenceError | ConcurrentModification | OffloadOperationNotFound
@@ -168,6 +182,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const hook = yield* PreCompactHook
     const trust = yield* NativeThreadTrust
     const config = yield* OrchestratorConfig
+    const drivers = yield* DriverRegistry
 
     /** `item` with its text cut to fit `room` rendered tokens, saying so, or `item` itself when it fits. */
     const clipped = (item: Item, room: number): Item => {
@@ -456,7 +471,9 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       costUsd: report.cost?.costUsd ?? null,
       costState: report.cost?.state ?? (report.outcome === "offloaded" ? "committed" : "abandoned"),
       createdAt,
-      finishedAt: at
+      finishedAt: at,
+      driverId: drivers.driverId,
+      cancelRequestedAt: null
     })
 
     /** Logs a charge that bought nothing (a discarded, failed or cancelled summary) as a warning. */
@@ -579,11 +596,13 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             ? Effect.fail(new OffloadFailed({ threadId, reason: s.report?.reason ?? reason, retryable: s.report?.retryable ?? retryable }))
             : Effect.succeed(s.report))
 
-        // The summary, raced against a cancellation: whichever comes first wins (the loser is interrupted).
-        const answer = yield* Effect.raceFirst(
+        // The summary, raced against a cancellation, asked of this process (the Deferred) or of another one (the
+        // operation's row, polled): whichever comes first wins (the loser is interrupted).
+        const answer = yield* Effect.raceAll([
           Effect.map(Effect.either(summariseInChunks(threadId, plan.previousSummary, plan.covered, spent)), (a) => ({ _tag: "answer" as const, a })),
-          Effect.as(Deferred.await(entry.cancel), { _tag: "cancelled" as const })
-        )
+          Effect.as(Deferred.await(entry.cancel), { _tag: "cancelled" as const }),
+          Effect.as(cancelRequested(key.operationId), { _tag: "cancelled" as const })
+        ])
         if (answer._tag === "cancelled") {
           return (yield* ended("cancelled", "cancelled by a client before the summary was applied", true)).report!
         }
@@ -617,8 +636,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             true
           )
         }
-        // From here on the operation commits or is discarded as stale: a cancellation arriving now waits for it.
-        if (entry.phase === "cancelling") return (yield* ended("cancelled", "cancelled by a client before the summary was applied", true)).report!
+        // From here on the operation commits or is discarded as stale: a cancellation arriving now waits for it. One
+        // asked of another process while the summary was answered is honoured (read once, after the summary).
+        if (entry.phase === "cancelling" || (yield* Effect.orElseSucceed(store.offloadCancelRequested(key.operationId), () => false))) {
+          return (yield* ended("cancelled", "cancelled by a client before the summary was applied", true)).report!
+        }
         entry.phase = "committing"
 
         const committed = yield* Effect.either(uow.thread(threadId, "ThreadOffload.offload")(Effect.gen(function*() {
@@ -735,35 +757,71 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       })
 
     /**
-     * Reads operation `operationId`'s outcome as a retry or a read sees it: the stored outcome, or, while it runs in
-     * this process, its outcome once it ends; an operation left `running` by a process that is gone is settled as
-     * failed (nothing was applied: a commit writes its outcome in the same unit of work).
+     * Succeeds once operation `operationId` should stop summarising: a client asked another process to cancel it
+     * (`cancel_requested_at`) or it was settled elsewhere, polled every `cancelPollMillis`. A failed poll counts as
+     * no request (the next poll retries). Never fails; runs until interrupted otherwise.
      */
-    const outcome = (threadId: ThreadId, operationId: string, wait: boolean) =>
+    const cancelRequested = (operationId: string) =>
+      Effect.orElseSucceed(store.offloadCancelRequested(operationId), () => false).pipe(
+        Effect.repeat({ schedule: Schedule.spaced(Duration.millis(cancelPollMillis)), until: (requested) => requested }),
+        Effect.asVoid
+      )
+
+    /** The report of an operation still running (no figures yet), with `message`. */
+    const runningReport = (operationId: string, message: string) =>
+      emptyReport({ operationId, outcome: "running", message, offloaded: false, reason: null, retryable: false })
+
+    /** Whether the driver `driverId` running an operation is alive (`DriverRegistry`; `null`, a row from before 0019: gone). */
+    const ownerAlive = (driverId: string | null) =>
+      driverId === null ? Effect.succeed(false) : Effect.map(drivers.aliveAmong([driverId]), (alive) => alive.has(driverId))
+
+    /**
+     * Settles operation `operationId`, left `running` by a process that is gone (or by a fiber of this one that ended
+     * without an outcome: `reason`), as failed (nothing was applied: a commit writes its outcome in the same unit of
+     * work); answers the stored outcome (another settlement may win).
+     */
+    const settleLost = (
+      threadId: ThreadId,
+      operationId: string,
+      row: OffloadOperationRecord,
+      reason = "the server stopped while the offload was running, before it was applied"
+    ) => {
+      const lost = emptyReport({ operationId, outcome: "failed", message: "", offloaded: false, reason, retryable: true })
+      return Effect.map(
+        endWithout({ operationId, fingerprint: row.fingerprint }, threadId, { ...lost, message: Message.of(lost) }, row.createdAt),
+        (s) => s.report!
+      )
+    }
+
+    /**
+     * Reads operation `operationId`'s outcome as a retry, a read or a cancellation sees it: the stored outcome, or,
+     * while it runs, its outcome once it ends when `wait` (in this process: its fiber; in another process: its row,
+     * polled every `cancelPollMillis` for at most `remoteWaitMillis`, then `running` with `runningMessage`), else
+     * `running`. An operation left `running` by a process that is gone (`DriverRegistry`) is settled as failed.
+     */
+    const outcome = (
+      threadId: ThreadId,
+      operationId: string,
+      wait: boolean,
+      runningMessage = "The offload is still running; the conversation is unchanged until it commits."
+    ) =>
       Effect.gen(function*() {
         const entry = inFlight.get(operationId)
         if (entry !== undefined && entry.fiber !== null && wait) yield* Fiber.await(entry.fiber)
-        const s = yield* stored(threadId, operationId)
-        if (s.report !== null) return s.report
-        if (inFlight.has(operationId)) {
-          return emptyReport({
-            operationId,
-            outcome: "running",
-            message: "The offload is still running; the conversation is unchanged until it commits.",
-            offloaded: false,
-            reason: null,
-            retryable: false
-          })
+        const deadline = (yield* Clock.currentTimeMillis) + remoteWaitMillis
+        for (;;) {
+          const s = yield* stored(threadId, operationId)
+          if (s.report !== null) return s.report
+          if (inFlight.has(operationId)) return runningReport(operationId, runningMessage)
+          // Running under this driver with no entry here: its fiber ended without an outcome (a defect), so nothing
+          // was applied. Running in another process: read until it ends, while its owner lives.
+          if (s.row.driverId === drivers.driverId) {
+            return yield* settleLost(threadId, operationId, s.row, "the offload stopped before it was applied, without an outcome")
+          }
+          if (!(yield* ownerAlive(s.row.driverId))) return yield* settleLost(threadId, operationId, s.row)
+          if (!wait || (yield* Clock.currentTimeMillis) >= deadline) return runningReport(operationId, runningMessage)
+          yield* Effect.sleep(Duration.millis(cancelPollMillis))
         }
-        const lost = emptyReport({
-          operationId,
-          outcome: "failed",
-          message: "",
-          offloaded: false,
-          reason: "the server stopped while the offload was running, before it was applied",
-          retryable: true
-        })
-        return (yield* endWithout({ operationId, fingerprint: s.row.fingerprint }, threadId, { ...lost, message: Message.of(lost) }, s.row.createdAt)).report!
       })
 
     /**
@@ -833,6 +891,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         yield* uow.thread(threadId, "ThreadOffload.denied")(store.insertOffloadOperation(finished(key, threadId, withMessage, createdAt, createdAt)))
         return withMessage
       }
+      // Registered in this process before its row exists, so that a reader here never finds the row `running` under
+      // this driver without its entry (it would take the operation for one whose fiber is gone). A concurrent request
+      // with the same id keeps the entry it finds; the one whose row is written registers its own.
+      const entry: InFlight = { fiber: null, phase: "summarising", cancel: yield* Deferred.make<void>() }
+      if (!inFlight.has(key.operationId)) inFlight.set(key.operationId, entry)
       // The operation is recorded before the summariser is called: its charge is prepared, to be committed with the
       // offload or abandoned, never lost.
       yield* uow.thread(threadId, "ThreadOffload.prepare")(store.insertOffloadOperation({
@@ -850,9 +913,10 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         costUsd: null,
         costState: "prepared",
         createdAt,
-        finishedAt: null
-      }))
-      const entry: InFlight = { fiber: null, phase: "summarising", cancel: yield* Deferred.make<void>() }
+        finishedAt: null,
+        driverId: drivers.driverId,
+        cancelRequestedAt: null
+      })).pipe(Effect.tapError(() => Effect.sync(() => inFlight.get(key.operationId) === entry && inFlight.delete(key.operationId))))
       inFlight.set(key.operationId, entry)
       // The operation belongs to the server, not to the request: a client that goes away does not stop it.
       entry.fiber = yield* Effect.forkIn(
@@ -882,17 +946,33 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
 
     /**
      * Cancels operation `operationId` of `threadId` if its summary is still being written, and answers its outcome
-     * once settled: `cancelled`, or what it ended with (a commit in progress is waited for, never undone). Fails
-     * with `OffloadOperationNotFound`, `PersistenceError`.
+     * once settled: `cancelled`, or what it ended with (a commit in progress is waited for, never undone). The
+     * operation may run in another process on the same database: the request is then recorded on its row (one unit
+     * of work under the thread's lock), the running process sees it within `cancelPollMillis` and ends it
+     * `cancelled`, and this process waits for the outcome (at most `remoteWaitMillis`, else it answers `running`:
+     * the request stays recorded). An operation whose process is gone is settled as failed (nothing was applied).
+     * Fails with `OffloadOperationNotFound`, `PersistenceError`.
      */
     const cancel = Effect.fn("ThreadOffload.cancel")(function*(threadId: ThreadId, operationId: string) {
       const s = yield* stored(threadId, operationId)
+      if (s.report !== null) return s.report
       const entry = inFlight.get(operationId)
-      if (s.report === null && entry !== undefined && entry.phase === "summarising") {
-        entry.phase = "cancelling"
-        yield* Deferred.succeed(entry.cancel, undefined)
+      if (entry !== undefined) {
+        if (entry.phase === "summarising") {
+          entry.phase = "cancelling"
+          yield* Deferred.succeed(entry.cancel, undefined)
+        }
+      } else if (yield* ownerAlive(s.row.driverId)) {
+        const at = yield* DateTime.now
+        yield* uow.thread(threadId, "ThreadOffload.requestCancel")(store.requestOffloadCancel(operationId, at))
       }
-      return yield* outcome(threadId, operationId, true)
+      return yield* outcome(
+        threadId,
+        operationId,
+        true,
+        `The cancellation was requested, but the offload is still running in another server process after ${remoteWaitMillis / 1_000} s; ` +
+          `it is cancelled if its summary has not been applied yet. Read the operation ${operationId} again for its outcome.`
+      )
     })
 
     /** The outcome of operation `operationId` of `threadId` (`running` while in flight). Fails with `OffloadOperationNotFound`. */

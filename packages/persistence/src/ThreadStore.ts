@@ -94,7 +94,7 @@ export const DriverRecord = Schema.Struct({
 export type DriverRecord = typeof DriverRecord.Type
 
 /**
- * One `/offload` operation (migration 0016): its id, thread and payload fingerprint, `status` (`running` until its
+ * One `/offload` operation (migrations 0017, 0019): its id, thread and payload fingerprint, `status` (`running` until its
  * outcome is written, then the outcome), `result` (the encoded `OffloadReport`, `null` while running), and what its
  * summariser calls were billed (`calls` with reported usage, tokens, `costUsd` at the instance's prices or `null`),
  * `costState` `prepared` while running, then `committed` or `abandoned`.
@@ -114,7 +114,11 @@ export const OffloadOperationRecord = Schema.Struct({
   costUsd: Schema.NullOr(Schema.Number),
   costState: Schema.Literal("prepared", "committed", "abandoned"),
   createdAt: Schema.DateTimeUtc,
-  finishedAt: Schema.NullOr(Schema.DateTimeUtc)
+  finishedAt: Schema.NullOr(Schema.DateTimeUtc),
+  /** The driver (orchestrator incarnation) running it (migration 0019); `null` for rows written before. */
+  driverId: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null }),
+  /** When a client asked to cancel it (migration 0019), `null` unless asked. */
+  cancelRequestedAt: Schema.optionalWith(Schema.NullOr(Schema.DateTimeUtc), { default: () => null })
 })
 export type OffloadOperationRecord = typeof OffloadOperationRecord.Type
 const decodeOperations = Schema.decodeUnknown(Schema.Array(OffloadOperationRecord))
@@ -643,6 +647,27 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
               WHERE operation_id = ${row.operationId} AND status = 'running' RETURNING operation_id`).pipe(
           Effect.map((rows) => rows.length > 0),
           orPersistence("offload_operations.finish")
+        ),
+      /**
+       * Records that a client asked to cancel operation `operationId` at `at` (the first request's time is kept);
+       * `true` when the operation is still `running` (the process running it will see the request), `false` when it
+       * already has an outcome or does not exist.
+       */
+      requestOffloadCancel: (operationId: string, at: DateTime.Utc) =>
+        sql`UPDATE offload_operations SET cancel_requested_at = COALESCE(cancel_requested_at, ${DateTime.formatIso(at)})
+            WHERE operation_id = ${operationId} AND status = 'running' RETURNING operation_id`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("offload_operations.requestCancel")
+        ),
+      /**
+       * Whether operation `operationId` should stop summarising: a client asked to cancel it, or it no longer is
+       * `running` (another process settled it). `false` when it is running with no request (or does not exist).
+       */
+      offloadCancelRequested: (operationId: string) =>
+        sql<{ readonly status: string; readonly cancelRequestedAt: string | null }>`SELECT status, cancel_requested_at FROM offload_operations
+            WHERE operation_id = ${operationId}`.pipe(
+          Effect.map((rows) => rows.length > 0 && (rows[0]!.status !== "running" || rows[0]!.cancelRequestedAt !== null)),
+          orPersistence("offload_operations.cancelRequested")
         ),
       /** Every `/offload` operation of `threadId`, oldest first (with its summariser cost). */
       listOffloadOperations: (threadId: ThreadId) =>

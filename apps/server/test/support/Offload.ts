@@ -8,6 +8,7 @@ import { Database } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { expect } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
+import type { HttpClient } from "@effect/platform"
 import { Context, Effect, Layer, type Scope } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
@@ -27,6 +28,11 @@ export interface Ctx {
   readonly summariser: ModelApi.ModelApi
   readonly threadId: ThreadId
   readonly sql: SqlClient.SqlClient
+  /**
+   * Another server process on the same database and config (its own orchestrator, run driver and listener): the
+   * context whose `HttpClient` reaches it (`client()` under `Effect.provide(context)`), for the scope.
+   */
+  readonly secondServer: Effect.Effect<Context.Context<HttpClient.HttpClient>, never, Scope.Scope>
 }
 
 /** Options of `withThread`: extra fields of the `sum` instance (e.g. a small `contextWindow`), the first message. */
@@ -72,6 +78,8 @@ export const withThread = <A, E, R>(turns: number, body: (ctx: Ctx) => Effect.Ef
       Effect.map((ctx) => Context.get(ctx, SqlClient.SqlClient)),
       Effect.orDie
     )
+    const served = { ...settings, offload: { summariser: "sum", ...options.offload } }
+    const secondServer = Effect.orDie(Layer.build(serveSettings(served)))
     return yield* Effect.gen(function*() {
       const api = yield* client()
       const { threadId } = yield* api.threads.create({ payload: { providerInstance: "claude" as never }, headers: {} })
@@ -80,8 +88,8 @@ export const withThread = <A, E, R>(turns: number, body: (ctx: Ctx) => Effect.Ef
         const text = i === 0 && options.first !== undefined ? options.first : `Step ${i}: ${Harness.words(450)}`
         expect((yield* sendAndWait(threadId as ThreadId, text)).run.status).toBe("completed")
       }
-      return yield* body({ chat, summariser, threadId: threadId as ThreadId, sql })
-    }).pipe(Effect.provide(serveSettings({ ...settings, offload: { summariser: "sum", ...options.offload } })))
+      return yield* body({ chat, summariser, threadId: threadId as ThreadId, sql, secondServer })
+    }).pipe(Effect.provide(serveSettings(served)))
   }))
 
 /** The thread's items of `kind`. */
