@@ -7,8 +7,12 @@
  * Apps read through it, never through the repository.
  */
 import {
+  type DeliveryId,
   type HandoffId,
+  type HandoffIdList,
+  type HandoffItemIds,
   HandoffNotFound,
+  type HandoffSummary,
   type HandoffView,
   InvalidRequest,
   type ItemId,
@@ -249,6 +253,72 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       }
     })
 
+    /**
+     * A thread's handoffs with their deliveries, oldest first, each id list as its count (`HandoffSummaryList`: what
+     * the dashboard lists; the ids are paged by `handoffItemIds`). Fails with `ThreadNotFound`, `PersistenceError`.
+     */
+    const handoffSummaries = Effect.fn("ThreadQuery.handoffSummaries")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      const all = yield* store.listHandoffs(threadId)
+      const byHandoff = new Map<string, Array<HandoffSummary["deliveries"][number]>>()
+      for (const { deliveredItemIds, omittedItemIds, ...d } of yield* store.listDeliveriesOfThread(threadId)) {
+        const list = byHandoff.get(d.handoffId) ?? []
+        list.push({ ...d, deliveredCount: deliveredItemIds.length, omittedCount: omittedItemIds.length })
+        byHandoff.set(d.handoffId, list)
+      }
+      return {
+        handoffs: all.map(({ itemIds, omittedItemIds, ...h }): HandoffSummary => ({
+          ...h,
+          itemCount: itemIds.length,
+          omittedCount: omittedItemIds.length,
+          deliveries: byHandoff.get(h.id) ?? []
+        }))
+      }
+    })
+
+    /**
+     * One page of a handoff's item ids: `list` `items` (owed) or `omitted` (left out when it settled), or with
+     * `deliveryId` one of its deliveries' `delivered` or `omitted` ids; from index `offset` (default 0), at most
+     * `limit` (default 500). Fails with `HandoffNotFound`, `InvalidRequest` (a delivery of another handoff, `items`
+     * of a delivery, `delivered` without one), `PersistenceError`.
+     */
+    const handoffItemIds = Effect.fn("ThreadQuery.handoffItemIds")(function*(handoffId: HandoffId, options: {
+      readonly list: HandoffIdList
+      readonly deliveryId?: DeliveryId | undefined
+      readonly offset?: number | undefined
+      readonly limit?: number | undefined
+    }) {
+      const found = yield* store.getHandoff(handoffId)
+      if (found._tag === "None") return yield* new HandoffNotFound({ handoffId })
+      let ids: ReadonlyArray<ItemId>
+      if (options.deliveryId === undefined) {
+        if (options.list === "delivered") {
+          return yield* new InvalidRequest({ reason: "list=delivered names a delivery's ids: give its deliveryId" })
+        }
+        ids = options.list === "items" ? found.value.itemIds : found.value.omittedItemIds
+      } else {
+        const delivery = (yield* store.listDeliveriesOfHandoff(handoffId)).find((d) => d.id === options.deliveryId)
+        if (delivery === undefined) {
+          return yield* new InvalidRequest({ reason: `delivery ${options.deliveryId} is not a delivery of handoff ${handoffId}` })
+        }
+        if (options.list === "items") {
+          return yield* new InvalidRequest({ reason: "list=items names the handoff's owed ids: leave deliveryId out" })
+        }
+        ids = options.list === "delivered" ? delivery.deliveredItemIds : delivery.omittedItemIds
+      }
+      const offset = Math.min(options.offset ?? 0, ids.length)
+      const end = Math.min(ids.length, offset + (options.limit ?? 500))
+      return {
+        handoffId,
+        deliveryId: options.deliveryId ?? null,
+        list: options.list,
+        ids: ids.slice(offset, end),
+        offset,
+        total: ids.length,
+        nextOffset: end < ids.length ? end : null
+      } satisfies HandoffItemIds
+    })
+
     /** One handoff with its deliveries. Fails with `HandoffNotFound`, `PersistenceError`. */
     const handoff = Effect.fn("ThreadQuery.handoff")(function*(handoffId: HandoffId) {
       const found = yield* store.getHandoff(handoffId)
@@ -298,6 +368,6 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       } satisfies Readiness
     })
 
-    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, handoffs, handoff, threadEvents, timeline, allEvents, readiness }
+    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, handoffs, handoffSummaries, handoffItemIds, handoff, threadEvents, timeline, allEvents, readiness }
   })
 }) {}
