@@ -98,6 +98,9 @@ export interface TimelineJson {
   readonly stubbed: ReadonlyArray<string>
 }
 
+/** The types whose events change what the views show (`version`); `run.queued` and `run.started` only set cursors. */
+const shown: ReadonlySet<string> = new Set(timelineEventTypes.filter((t) => t !== "run.queued" && t !== "run.started"))
+
 const num = (x: unknown): number | null => typeof x === "number" && Number.isFinite(x) ? x : null
 
 /** The fold of a thread's events into what the charts and timelines show. Apply each event once, in seq order. */
@@ -113,6 +116,11 @@ export class EventFold {
   readonly stubbed = new Set<string>()
   private lastRunSeq = 0
   lastSeq = 0
+  /**
+   * Bumped by every applied event that can change what the charts and timelines show (points, marks, delivery steps,
+   * stubs), so a view can keep what it derived from them until it moves.
+   */
+  version = 0
 
   /** The fold's state as JSON (`TimelineJson`). */
   toJson(): TimelineJson {
@@ -176,6 +184,7 @@ export class EventFold {
 
   apply(event: EventJson) {
     this.lastSeq = event.seq
+    if (shown.has(event.type)) this.version++
     switch (event.type) {
       case "run.queued":
         this.runSeq.set(event.payload.runId, event.payload.seq)
