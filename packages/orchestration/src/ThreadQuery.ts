@@ -45,6 +45,8 @@ import * as RunCosts from "./RunCosts.js"
 
 /** The default page size of the paged reads. */
 export const defaultPageSize = 100
+/** How many threads' timeline folds `ThreadQuery` keeps in memory (a 5,000-run fold is about 1 MB). */
+export const timelineCacheSize = 16
 /** The default window of `itemText`, in characters. */
 export const defaultItemTextChars = 65_536
 
@@ -267,8 +269,9 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
         byHandoff.set(d.handoffId, list)
       }
       return {
-        handoffs: all.map(({ itemIds, omittedItemIds, ...h }): HandoffSummary => ({
+        handoffs: all.map(({ itemIds, omittedItemIds, sourceRunIds, ...h }): HandoffSummary => ({
           ...h,
+          sourceRunCount: sourceRunIds.length,
           itemCount: itemIds.length,
           omittedCount: omittedItemIds.length,
           deliveries: byHandoff.get(h.id) ?? []
@@ -335,15 +338,29 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /**
+     * The folds of the threads whose timeline was asked for last (at most `timelineCacheSize`, least recently asked
+     * dropped first), each through its `lastSeq`: the next request for one reads and folds only the events after it.
+     * Events are never changed once committed, so a fold stays valid whichever process wrote the events after it.
+     */
+    const timelines = new Map<ThreadId, Timeline.EventFold>()
+
+    /**
      * The thread's timeline (`ThreadTimeline`): its stored event log folded by `Timeline.EventFold` through its last
-     * event, reading only the event types the fold uses. Fails with `ThreadNotFound` or `PersistenceError`.
+     * event, reading only the event types the fold uses, and only those after the fold this server kept from the
+     * thread's previous timeline request (a reload or a second viewer reads the tail, not the whole log). Fails with
+     * `ThreadNotFound` or `PersistenceError`.
      */
     const timeline = Effect.fn("ThreadQuery.timeline")(function*(threadId: ThreadId) {
       yield* thread(threadId)
-      const { events, lastSeq } = yield* store.listEventJsonOfTypes(threadId, Timeline.timelineEventTypes)
-      const fold = new Timeline.EventFold()
-      for (const event of events) fold.apply(event)
+      const cached = timelines.get(threadId)
+      const fold = cached ?? new Timeline.EventFold()
+      const { events, lastSeq } = yield* store.listEventJsonOfTypes(threadId, Timeline.timelineEventTypes, fold.lastSeq)
+      // A concurrent request may have moved the fold while this one read: apply only what it does not hold yet.
+      for (const event of events) if (event.seq > fold.lastSeq) fold.apply(event)
       fold.advanceTo(lastSeq)
+      timelines.delete(threadId)
+      timelines.set(threadId, fold)
+      if (timelines.size > timelineCacheSize) timelines.delete(timelines.keys().next().value!)
       return fold.toJson()
     })
 

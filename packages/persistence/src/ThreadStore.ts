@@ -659,16 +659,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * as `appendEvent` wrote them: not decoded again, the timeline's cost is one `JSON.parse` per event), in `seq`
        * order, with `lastSeq`, the seq of the thread's last event of any type (0: none). Every event at or below
        * `lastSeq` is committed (writers to one thread hold its lock), so a reader that follows the log after
-       * `lastSeq` misses nothing. Reads the `(thread_id, type, seq)` index. A stored payload that is not JSON is a
-       * `PersistenceError`.
+       * `lastSeq` misses nothing. Reads the `(thread_id, type, seq)` index. With `afterSeq`, only the events after it
+       * (a fold that already holds the log through `afterSeq` continues from there). A stored payload that is not JSON
+       * is a `PersistenceError`.
        */
-      listEventJsonOfTypes: (threadId: ThreadId, types: ReadonlyArray<ThreadEventType>) =>
+      listEventJsonOfTypes: (threadId: ThreadId, types: ReadonlyArray<ThreadEventType>, afterSeq = 0) =>
         Effect.gen(function*() {
           const lastSeq = (yield* nextSeq("thread_events.lastSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM thread_events WHERE thread_id = ${threadId}`)) - 1
-          if (lastSeq === 0 || types.length === 0) return { lastSeq, events: [] as ReadonlyArray<typeof ThreadEvent.Encoded> }
+          if (lastSeq <= afterSeq || types.length === 0) return { lastSeq, events: [] as ReadonlyArray<typeof ThreadEvent.Encoded> }
           const rows = yield* sql<{ eventId: string; seq: number; globalSeq: number | string; commandId: string | null; type: string; payload: string; createdAt: string }>`
             SELECT event_id, seq, global_seq, command_id, type, payload, created_at FROM thread_events
-            WHERE thread_id = ${threadId} AND ${sql.in("type", types)} AND seq <= ${lastSeq} ORDER BY seq`.pipe(orPersistence("thread_events.listJsonOfTypes"))
+            WHERE thread_id = ${threadId} AND ${sql.in("type", types)} AND seq > ${afterSeq} AND seq <= ${lastSeq} ORDER BY seq`.pipe(orPersistence("thread_events.listJsonOfTypes"))
           const events = yield* Effect.try({
             try: () => rows.map((r) => ({ ...r, seq: Number(r.seq), globalSeq: Number(r.globalSeq), payload: JSON.parse(r.payload) }) as unknown as typeof ThreadEvent.Encoded),
             catch: (e) => new PersistenceError({ operation: "thread_events.listJsonOfTypes", detail: `a stored event payload is not JSON: ${String(e)}` })
