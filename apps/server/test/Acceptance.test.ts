@@ -103,8 +103,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       // The dashboard's list: the same handoffs with counts for id lists, the ids paged from each handoff.
       const full = yield* api.handoffs.list({ path: { threadId } })
       const summaries = yield* api.handoffs.summaries({ path: { threadId } })
-      expect(summaries.handoffs.map((x) => [x.id, x.itemCount, x.omittedCount, x.open, x.deliveries.map((d) => [d.id, d.status, d.deliveredCount, d.omittedCount, d.deferCount])]))
-        .toEqual(full.handoffs.map((x) => [x.id, x.itemIds.length, x.omittedItemIds.length, x.open, x.deliveries.map((d) => [d.id, d.status, d.deliveredItemIds.length, d.omittedItemIds.length, d.deferCount])]))
+      expect(summaries.handoffs.map((x) => [x.id, x.sourceRunCount, x.itemCount, x.omittedCount, x.open, x.deliveries.map((d) => [d.id, d.status, d.deliveredCount, d.omittedCount, d.deferCount])]))
+        .toEqual(full.handoffs.map((x) => [x.id, x.sourceRunIds.length, x.itemIds.length, x.omittedItemIds.length, x.open, x.deliveries.map((d) => [d.id, d.status, d.deliveredItemIds.length, d.omittedItemIds.length, d.deferCount])]))
       expect(summaries.handoffs.find((x) => x.id === handoffId)!.deliveries.map((d) => d.deliveredCount)).toEqual([20])
       /** Every id of one list, read 7 at a time. */
       const paged = (id: typeof handoffId, list: "items" | "omitted" | "delivered", deliveryId?: string) =>

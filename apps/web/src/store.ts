@@ -68,6 +68,8 @@ declare global {
       startSeq?: number
       /** The last event seq the page has folded. */
       lastSeq?: number
+      /** When the timeline was in (`performance.now()`, milliseconds): the occupancy charts could be drawn. */
+      timelineAt?: number
     }
   }
 }
@@ -208,7 +210,9 @@ export class ThreadStore {
     this.itemsRefresher.trigger()
     this.snapshotRefresher.trigger()
     const timeline = get<TimelineJson>(`${this.base()}/timeline`).then((timeline) => {
-      ;(window.__baton ??= { received: [] }).startSeq = timeline.ok ? timeline.value.lastSeq : 0
+      const state = (window.__baton ??= { received: [] })
+      state.startSeq = timeline.ok ? timeline.value.lastSeq : 0
+      state.timelineAt = performance.now()
       if (timeline.ok) {
         this.fold = EventFold.fromJson(timeline.value)
         this.noteSeq(this.fold.lastSeq)

@@ -75,12 +75,13 @@ export type DeliverySummary = typeof DeliverySummary.Type
 
 /**
  * A handoff as `HandoffSummaryList` carries it: every field of `HandoffView` but the id lists, which are counts here
- * (`itemCount` owed items, `omittedCount` items left out of the delivery that settled it), deliveries as
- * `DeliverySummary`. Its size does not grow with the items a handoff owes.
+ * (`sourceRunCount` runs it owes the history of, `itemCount` owed items, `omittedCount` items left out of the delivery
+ * that settled it), deliveries as `DeliverySummary`. Its size does not grow with the history a handoff owes.
  */
-const { itemIds: _items, omittedItemIds: _omitted, ...handoffFields } = ContextHandoff.fields
+const { itemIds: _items, omittedItemIds: _omitted, sourceRunIds: _sourceRuns, ...handoffFields } = ContextHandoff.fields
 export const HandoffSummary = Schema.Struct({
   ...handoffFields,
+  sourceRunCount: Count,
   itemCount: Count,
   omittedCount: Count,
   open: Schema.Boolean,
@@ -286,10 +287,11 @@ export const ThreadTimeline = Schema.Struct({
   runSeqs: Schema.Array(Schema.Tuple(Schema.String, Count)),
   startedOn: Schema.Array(Schema.Tuple(Schema.String, Schema.String)),
   budgets: Schema.Array(Schema.Tuple(Schema.String, Schema.Number)),
+  nativeThreads: Schema.Array(Schema.String),
   points: Schema.Struct({
     runIds: Schema.Array(Schema.String),
     runSeqs: Schema.Array(Count),
-    nativeThreadIds: Schema.Array(Schema.String),
+    nativeThreadIndexes: Schema.Array(Count),
     usedTokens: Schema.Array(Schema.Number),
     maxTokens: Schema.Array(Nullable),
     autoCompactThresholds: Schema.Array(Nullable),
