@@ -17,7 +17,8 @@
  *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has folded the
  *    whole stored log (`eventLogReplayedMs`, from the navigation start: the server's `/timeline` fold, then the tail).
  *
- * `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
+ * `BENCH_PROVIDERS` replaces the server's providers (default `claude:1000000:noinject`; a database whose thread was
+ * switched to another provider needs it too). `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
  *
  * Prints one JSON document. Timings are measured here, never asserted in tests (STYLE.md, Tests).
  */
@@ -43,7 +44,7 @@ const serve = (db: string) =>
   new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
     const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--db", db], {
       cwd: repo,
-      env: { ...process.env, BATON_TOKEN: token, BATON_PROVIDERS: "claude:1000000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" },
+      env: { ...process.env, BATON_TOKEN: token, BATON_PROVIDERS: process.env["BENCH_PROVIDERS"] ?? "claude:1000000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" },
       stdio: ["ignore", "pipe", "inherit"]
     })
     let out = ""
