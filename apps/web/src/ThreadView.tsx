@@ -228,7 +228,7 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
       <div className="columns">
         <div className="left">
           <Conversation store={store} open={setDrawer} />
-          <Drawer itemId={drawer} onClose={() => setDrawer(null)} onOpen={setDrawer} />
+          <Drawer itemId={drawer} onClose={() => setDrawer(null)} onOpen={setDrawer} held={store.held} />
         </div>
         <div className="right">
           <h2>Context occupancy</h2>

@@ -81,6 +81,9 @@ export class ThreadStore {
   snapshot: SnapshotJson | null = null
   snapshotError: string | null = null
   items: Array<ItemJson> = []
+  private readonly byId = new Map<string, ItemJson>()
+  /** The item with this id if it is paged in (the drawer shows it without a request). */
+  held = (id: string): ItemJson | undefined => this.byId.get(id)
   itemsComplete = false
   runs = new Map<string, RunJson>()
   handoffs: Array<HandoffSummaryJson> = []
@@ -141,6 +144,7 @@ export class ThreadStore {
       if (!page.ok) return
       if (page.value.items.length > 0) {
         this.items = this.items.concat(page.value.items)
+        for (const item of page.value.items) this.byId.set(item.id, item)
         if (window.__baton && window.__baton.firstRowsAt === undefined) window.__baton.firstRowsAt = performance.now()
         this.changed()
       }
