@@ -261,19 +261,20 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      */
     const handoffSummaries = Effect.fn("ThreadQuery.handoffSummaries")(function*(threadId: ThreadId) {
       yield* thread(threadId)
-      const all = yield* store.listHandoffs(threadId)
+      // Counted by the database: no id is read.
+      const counted = yield* store.listHandoffCounts(threadId)
       const byHandoff = new Map<string, Array<HandoffSummary["deliveries"][number]>>()
-      for (const { deliveredItemIds, omittedItemIds, ...d } of yield* store.listDeliveriesOfThread(threadId)) {
+      for (const { delivered, delivery: { deliveredItemIds: _d, omittedItemIds: _o, ...d }, omitted } of counted.deliveries) {
         const list = byHandoff.get(d.handoffId) ?? []
-        list.push({ ...d, deliveredCount: deliveredItemIds.length, omittedCount: omittedItemIds.length })
+        list.push({ ...d, deliveredCount: delivered, omittedCount: omitted })
         byHandoff.set(d.handoffId, list)
       }
       return {
-        handoffs: all.map(({ itemIds, omittedItemIds, sourceRunIds, ...h }): HandoffSummary => ({
+        handoffs: counted.handoffs.map(({ handoff: { itemIds: _i, omittedItemIds: _o, sourceRunIds: _s, ...h }, items, omitted, sourceRuns }): HandoffSummary => ({
           ...h,
-          sourceRunCount: sourceRunIds.length,
-          itemCount: itemIds.length,
-          omittedCount: omittedItemIds.length,
+          sourceRunCount: sourceRuns,
+          itemCount: items,
+          omittedCount: omitted,
           deliveries: byHandoff.get(h.id) ?? []
         }))
       }
