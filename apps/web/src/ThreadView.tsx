@@ -84,14 +84,25 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
   const parent = useRef<HTMLDivElement | null>(null)
   const [follow, setFollow] = useState(true)
   const virtualizer = useVirtualizer({ count: rows.length, getScrollElement: () => parent.current, estimateSize: () => 28, overscan: 20 })
+  // When the list last scrolled itself to the tail (`performance.now()`): its own scroll events are not the user's.
+  const selfScrolled = useRef(-Infinity)
   useEffect(() => {
-    if (follow && rows.length > 0) virtualizer.scrollToIndex(rows.length - 1, { align: "end" })
+    if (follow && rows.length > 0) {
+      selfScrolled.current = performance.now()
+      virtualizer.scrollToIndex(rows.length - 1, { align: "end" })
+    }
   }, [rows.length, follow, virtualizer])
+  // Any scroll away from the tail that the list did not make itself (the wheel, keys, the scroll bar, a script)
+  // stops following: pages still arriving must not pull the rows the user is reading away from under them.
+  const onScroll = (el: HTMLDivElement) => {
+    if (!follow || performance.now() - selfScrolled.current < 250) return
+    if (el.scrollHeight - el.scrollTop - el.clientHeight > 3 * 28) setFollow(false)
+  }
   return (
     <section className="conversation">
       <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
         <label className="follow"><input type="checkbox" checked={follow} onChange={(e) => setFollow(e.target.checked)} /> follow</label></h2>
-      <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)}>
+      <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)} onScroll={(e) => onScroll(e.currentTarget)}>
         <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
           {virtualizer.getVirtualItems().map((v) => (
             <div key={rows[v.index]!.key} style={{ position: "absolute", top: 0, left: 0, right: 0, height: v.size, transform: `translateY(${v.start}px)` }}>
