@@ -9,14 +9,16 @@
  *    of a prompt and an answer, posted through the API); Chromium opens `/ui/threads/<id>` with the token in
  *    sessionStorage. Timed from the navigation start: the first rows rendered; interactive (after the first rows, a
  *    scroll of the virtualised list to its middle renders the rows there and a click on one opens the drawer with
- *    the item's text); every item paged in.
+ *    the item's text); the server's fold of the event log in the page (`timelineMs`: the occupancy charts' data);
+ *    every item paged in.
  * 3. **Live event latency**: with the thread open, BENCH_LATENCY_RUNS messages are sent through the API one after
  *    another; for each event the page received, `receivedAt` (the page's `Date.now()` when the reader handed it on)
  *    minus the event's `createdAt` (stamped inside the appending transaction, before its commit, so the figure is an
  *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has folded the
  *    whole stored log (`eventLogReplayedMs`, from the navigation start: the server's `/timeline` fold, then the tail).
  *
- * `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
+ * `BENCH_PROVIDERS` replaces the server's providers (default `claude:1000000:noinject`; a database whose thread was
+ * switched to another provider needs it too). `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
  *
  * Prints one JSON document. Timings are measured here, never asserted in tests (STYLE.md, Tests).
  */
@@ -42,7 +44,7 @@ const serve = (db: string) =>
   new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
     const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--db", db], {
       cwd: repo,
-      env: { ...process.env, BATON_TOKEN: token, BATON_PROVIDERS: "claude:1000000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" },
+      env: { ...process.env, BATON_TOKEN: token, BATON_PROVIDERS: process.env["BENCH_PROVIDERS"] ?? "claude:1000000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" },
       stdio: ["ignore", "pipe", "inherit"]
     })
     let out = ""
@@ -111,6 +113,8 @@ const main = async () => {
     const interactive = await page.evaluate(() => performance.now())
     await page.waitForFunction((n) => document.querySelector(".conversation h2")?.textContent?.includes(`${n.toLocaleString("en-US")} items`) === true && document.querySelector(".conversation h2")?.textContent?.includes("loading") === false, snapshot.totals.items, { timeout: 60_000 })
     const allItems = await page.evaluate(() => performance.now())
+    // When the page had the server's fold (the occupancy charts' data); absent on a page that predates it.
+    const timelineAt = await page.evaluate(() => (window as unknown as { __baton?: { timelineAt?: number } }).__baton?.timelineAt ?? null)
 
     // Live latency: the events of each sent message, commit (upper bound: createdAt) to page, once the page has
     // caught up with the stored log (its replay would otherwise queue the live events behind it).
@@ -139,6 +143,7 @@ const main = async () => {
         firstRowsMs: Math.round(firstRows),
         interactiveMs: Math.round(interactive),
         allItemsMs: Math.round(allItems),
+        timelineMs: timelineAt === null ? null : Math.round(timelineAt),
         eventLogReplayedMs: Math.round(caughtUp),
         loadAverage: Os.loadavg().map((x) => Math.round(x * 10) / 10)
       },

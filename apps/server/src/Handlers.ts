@@ -160,6 +160,8 @@ const handoffs = HttpApiBuilder.group(Api.BatonApi, "handoffs", (handlers) =>
   Effect.map(ThreadQuery.ThreadQuery, (query) =>
     handlers
       .handle("list", ({ path }) => query.handoffs(path.threadId))
+      .handle("summaries", ({ path }) => query.handoffSummaries(path.threadId))
+      .handle("itemIds", ({ path, urlParams }) => query.handoffItemIds(path.handoffId, urlParams))
       .handle("get", ({ path }) => query.handoff(path.handoffId))))
 
 const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>

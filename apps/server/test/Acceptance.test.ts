@@ -3,7 +3,7 @@
  * `/compact` draining it once, a fork and a merge-back — with every prompt byte-identical at the provider, and the
  * thread's event stream equal to its event log. On SQLite and Postgres.
  */
-import { type RunId, ThreadEvent, type ThreadId } from "@baton/contracts"
+import { type HandoffItemIds, type RunId, ThreadEvent, type ThreadId } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { HttpClientRequest } from "@effect/platform"
@@ -99,6 +99,43 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const mergeHandoff = yield* api.handoffs.get({ path: { handoffId: merged.handoffId! } })
       expect(mergeHandoff.open).toBe(false)
       expect(mergeHandoff.deliveries.map((d) => d.status)).toEqual(["injected"])
+
+      // The dashboard's list: the same handoffs with counts for id lists, the ids paged from each handoff.
+      const full = yield* api.handoffs.list({ path: { threadId } })
+      const summaries = yield* api.handoffs.summaries({ path: { threadId } })
+      expect(summaries.handoffs.map((x) => [x.id, x.sourceRunCount, x.itemCount, x.omittedCount, x.open, x.deliveries.map((d) => [d.id, d.status, d.deliveredCount, d.omittedCount, d.deferCount])]))
+        .toEqual(full.handoffs.map((x) => [x.id, x.sourceRunIds.length, x.itemIds.length, x.omittedItemIds.length, x.open, x.deliveries.map((d) => [d.id, d.status, d.deliveredItemIds.length, d.omittedItemIds.length, d.deferCount])]))
+      expect(summaries.handoffs.find((x) => x.id === handoffId)!.deliveries.map((d) => d.deliveredCount)).toEqual([20])
+      /** Every id of one list, read 7 at a time. */
+      const paged = (id: typeof handoffId, list: "items" | "omitted" | "delivered", deliveryId?: string) =>
+        Effect.gen(function*() {
+          const ids: Array<string> = []
+          for (let offset: number | null = 0; offset !== null;) {
+            const page: HandoffItemIds = yield* api.handoffs.itemIds({ path: { handoffId: id }, urlParams: { list, deliveryId: deliveryId as never, offset, limit: 7 } })
+            expect([page.offset, page.total]).toEqual([offset, page.total])
+            ids.push(...page.ids)
+            offset = page.nextOffset
+          }
+          return ids
+        })
+      for (const x of full.handoffs) {
+        expect(yield* paged(x.id, "items")).toEqual(x.itemIds)
+        expect(yield* paged(x.id, "omitted")).toEqual(x.omittedItemIds)
+        for (const d of x.deliveries) {
+          expect(yield* paged(x.id, "delivered", d.id)).toEqual(d.deliveredItemIds)
+          expect(yield* paged(x.id, "omitted", d.id)).toEqual(d.omittedItemIds)
+        }
+      }
+      const delivery = full.handoffs[0]!.deliveries[0]!.id
+      const refused = yield* Effect.all([
+        raw(get(`/handoffs/${handoffId}/item-ids?list=delivered`)),
+        raw(get(`/handoffs/${handoffId}/item-ids?list=items&deliveryId=${delivery}`)),
+        raw(get(`/handoffs/${merged.handoffId}/item-ids?list=delivered&deliveryId=${delivery}`)),
+        raw(get(`/handoffs/hnd_nope/item-ids?list=items`))
+      ])
+      expect(refused.map((r) => [r.status, r.body?.["_tag"]])).toEqual([
+        [400, "InvalidRequest"], [400, "InvalidRequest"], [400, "InvalidRequest"], [404, "HandoffNotFound"]
+      ])
 
       // Every prompt reached its provider byte-identical to what was posted.
       const turns = Object.values(h.providers).flatMap((p) => p.received.flatMap((r) => r.type === "turn" ? [r] : []))

@@ -275,6 +275,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(paths).toEqual([
         "/events",
         "/handoffs/{handoffId}",
+        "/handoffs/{handoffId}/item-ids",
         "/healthz",
         "/items/{itemId}",
         "/readyz",
@@ -285,6 +286,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         "/threads/{threadId}/compact",
         "/threads/{threadId}/events",
         "/threads/{threadId}/fork",
+        "/threads/{threadId}/handoff-summaries",
         "/threads/{threadId}/handoffs",
         "/threads/{threadId}/interrupt",
         "/threads/{threadId}/items",

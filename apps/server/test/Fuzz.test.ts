@@ -133,6 +133,8 @@ const validRequest: fc.Arbitrary<Spec> = fc.oneof(
   { weight: 2, arbitrary: fc.tuple(ref("item"), opt(fc.nat(100).map(String)), opt(fc.constantFrom("1", "10", "65536"))).map(([i, o, l]) => read("items.get", ["items", i], queryOf(["offset", o], ["limit", l]))) },
   { weight: 1, arbitrary: ref("thread").map((t) => read("handoffs.list", ["threads", t, "handoffs"])) },
   { weight: 1, arbitrary: ref("handoff").map((h) => read("handoffs.get", ["handoffs", h])) },
+  { weight: 1, arbitrary: ref("thread").map((t) => read("handoffs.summaries", ["threads", t, "handoff-summaries"])) },
+  { weight: 1, arbitrary: fc.tuple(ref("handoff"), fc.constantFrom("items", "omitted"), opt(fc.nat(30).map(String)), opt(limitParam)).map(([h, list, o, l]) => read("handoffs.itemIds", ["handoffs", h, "item-ids"], queryOf(["list", list], ["offset", o], ["limit", l]))) },
   { weight: 1, arbitrary: fc.tuple(ref("thread"), opt(seqParam), opt(seqParam)).map(([t, after, last]) => ({ ...read("events.thread", ["threads", t, "events"], queryOf(["follow", "false"], ["after", after])), ...(last === undefined ? {} : { headers: [["authorization", `Bearer ${adminToken}`], ["last-event-id", last]] as const }) })) },
   { weight: 1, arbitrary: opt(fc.nat(200).map(String)).map((after) => read("events.all", ["events"], queryOf(["follow", "false"], ["after", after]))) },
   { weight: 1, arbitrary: fc.constantFrom("healthz", "readyz", "openapi.json").map((p) => read(`health.${p}`, [p])) }

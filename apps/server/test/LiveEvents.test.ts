@@ -92,6 +92,13 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(timeline.points.runSeqs).toEqual([1, 2, 3, 4, 5])
       expect(timeline.points.budgets.some((b) => b !== null)).toBe(true)
       expect(timeline.deliverySteps.length).toBeGreaterThan(0)
+      // The points name their native thread by index into `nativeThreads` (codex's and claude's).
+      expect(timeline.nativeThreads).toHaveLength(2)
+      expect(new Set(timeline.points.nativeThreadIndexes)).toEqual(new Set([0, 1]))
+      // The server kept the fold of its last answer (`timeline` continued the fold of `middle`): asked again, twice
+      // at once, it reads only what came after it, and answers the same.
+      const again = yield* Effect.all([api.events.timeline({ path: { threadId } }), api.events.timeline({ path: { threadId } })], { concurrency: 2 })
+      expect(again).toEqual([timeline, timeline])
       // The page's path: the fold of an earlier timeline plus the events after its lastSeq is the whole fold.
       expect(middle.lastSeq).toBeLessThan(timeline.lastSeq)
       const continued = Timeline.EventFold.fromJson(middle)

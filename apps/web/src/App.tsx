@@ -1,7 +1,7 @@
 /**
  * The dashboard's shell: asks for the token once (kept in sessionStorage for this browser session; any 401 brings the
- * form back), learns its role (`GET /session`: the read-only token hides the actions), and routes between the thread
- * list (`/`) and a thread (`/ui/threads/<id>`) with the History API.
+ * form back), learns its role (`GET /session`: the read-only token hides the actions; a thread's page loads meanwhile),
+ * and routes between the thread list (`/`) and a thread (`/ui/threads/<id>`) with the History API.
  */
 import { useEffect, useState } from "react"
 import { get, onUnauthorized, storeToken, storedToken } from "./api.js"
@@ -60,8 +60,11 @@ export function App() {
     setThreadId(id)
   }
 
-  if (!hasToken || role === null) {
-    return hasToken && authMessage === null
+  // A thread's page starts loading while the token is checked (its loads do not wait for `GET /session`); its
+  // actions appear once the role is known to be admin. Any 401 brings the form back either way.
+  const checking = hasToken && role === null && authMessage === null
+  if (!hasToken || (role === null && !(checking && threadId !== null))) {
+    return checking
       ? <p className="dim">checking the token…</p>
       : <TokenForm message={authMessage} onToken={(token) => {
         storeToken(token)
@@ -70,7 +73,7 @@ export function App() {
       }} />
   }
   return (
-    <main data-role={role}>
+    <main data-role={role ?? "checking"}>
       {role === "read" && <div className="banner" data-testid="read-only">read-only token: actions are hidden</div>}
       {threadId === null
         ? <ThreadList open={navigate} />

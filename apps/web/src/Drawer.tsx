@@ -1,16 +1,21 @@
 /**
  * The drawer that reads any original by its ref (an item id): `GET /items/{id}` a window of 4,096 characters at a
  * time, "more" for the next window (`nextOffset`). Opened from a row, a handoff's delivered or omitted ids, or an id
- * typed in.
+ * typed in. An item the page already holds (the conversation's pages carry each item whole; items never change)
+ * shows its first window at once, without a request: on a long thread's open the server is busy paging the rest in.
  */
 import { useEffect, useState } from "react"
 import { get } from "./api.js"
-import { fmt } from "./model.js"
-import type { ItemTextJson } from "./types.js"
+import { drawerWindow as window, firstWindow, fmt } from "./model.js"
+import type { ItemJson, ItemTextJson } from "./types.js"
 
-const window = 4_096
-
-export function Drawer(props: { readonly itemId: string | null; readonly onClose: () => void; readonly onOpen: (id: string) => void }) {
+export function Drawer(props: {
+  readonly itemId: string | null
+  readonly onClose: () => void
+  readonly onOpen: (id: string) => void
+  /** The item with this id if the page holds it (read without a request). */
+  readonly held?: (id: string) => ItemJson | undefined
+}) {
   const [pages, setPages] = useState<Array<ItemTextJson>>([])
   const [error, setError] = useState<string | null>(null)
   const [ref, setRef] = useState("")
@@ -26,9 +31,10 @@ export function Drawer(props: { readonly itemId: string | null; readonly onClose
   }
 
   useEffect(() => {
-    setPages([])
     setError(null)
-    if (props.itemId !== null) void load(props.itemId, 0)
+    const held = props.itemId === null ? undefined : props.held?.(props.itemId)
+    setPages(held === undefined ? [] : [firstWindow(held)])
+    if (props.itemId !== null && held === undefined) void load(props.itemId, 0)
   }, [props.itemId])
 
   if (props.itemId === null) {

@@ -4,7 +4,7 @@
  * owed, and vertical marks where the native thread was compacted, offloaded, summarised or replaced (the sawtooth).
  * The same points are listed in a table under the chart (what a screen reader and the tests read).
  */
-import { useEffect, useRef, useState } from "react"
+import { useEffect, useMemo, useRef, useState } from "react"
 import uPlot from "uplot"
 import "uplot/dist/uPlot.min.css"
 import { fmt, type OccupancyMark, type OccupancyPoint } from "./model.js"
@@ -34,22 +34,25 @@ export function Occupancy(props: OccupancyProps) {
   marksRef.current = props.marks
 
   // Every run seq from the first point to the last, so the line breaks where the native thread had no run (the
-  // runs on another provider) instead of drawing a slope across them.
-  const bySeq = new Map(props.points.map((p) => [p.runSeq, p]))
-  const first = props.points[0]?.runSeq ?? 0
-  const last = props.points[props.points.length - 1]?.runSeq ?? -1
-  const xs = Array.from({ length: Math.max(0, last - first + 1) }, (_, i) => first + i)
-  const column = (f: (p: OccupancyPoint) => number | null) => xs.map((x) => {
-    const p = bySeq.get(x)
-    return p === undefined ? null : f(p)
-  })
-  const data: uPlot.AlignedData = [
-    xs,
-    column((p) => p.usedTokens),
-    column((p) => p.maxTokens ?? props.window),
-    column((p) => p.autoCompactThreshold),
-    column((p) => p.budget)
-  ]
+  // runs on another provider) instead of drawing a slope across them. Rebuilt only when the points change (the
+  // view keeps the same array until the fold moves), not on every render.
+  const data = useMemo((): uPlot.AlignedData => {
+    const bySeq = new Map(props.points.map((p) => [p.runSeq, p]))
+    const first = props.points[0]?.runSeq ?? 0
+    const last = props.points[props.points.length - 1]?.runSeq ?? -1
+    const xs = Array.from({ length: Math.max(0, last - first + 1) }, (_, i) => first + i)
+    const column = (f: (p: OccupancyPoint) => number | null) => xs.map((x) => {
+      const p = bySeq.get(x)
+      return p === undefined ? null : f(p)
+    })
+    return [
+      xs,
+      column((p) => p.usedTokens),
+      column((p) => p.maxTokens ?? props.window),
+      column((p) => p.autoCompactThreshold),
+      column((p) => p.budget)
+    ]
+  }, [props.points, props.window])
 
   useEffect(() => {
     if (host.current === null) return
@@ -93,7 +96,7 @@ export function Occupancy(props: OccupancyProps) {
 
   useEffect(() => {
     plot.current?.setData(data)
-  })
+  }, [data, props.marks])
 
   return (
     <section className="occupancy" data-testid="occupancy" data-native-thread={props.nativeThreadId}>

@@ -10,7 +10,8 @@ import { Drawer } from "./Drawer.js"
 import { fmt, toRows, usd, type Row } from "./model.js"
 import { Occupancy } from "./Occupancy.js"
 import { ThreadStore } from "./store.js"
-import type { HandoffJson, ItemJson, RunJson, SnapshotJson } from "./types.js"
+import { get } from "./api.js"
+import type { HandoffItemIdsJson, HandoffSummaryJson, ItemJson, RunJson, SnapshotJson } from "./types.js"
 import type { EventFold } from "./model.js"
 
 const oneLine = (text: string, max = 160) => {
@@ -83,14 +84,25 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
   const parent = useRef<HTMLDivElement | null>(null)
   const [follow, setFollow] = useState(true)
   const virtualizer = useVirtualizer({ count: rows.length, getScrollElement: () => parent.current, estimateSize: () => 28, overscan: 20 })
+  // When the list last scrolled itself to the tail (`performance.now()`): its own scroll events are not the user's.
+  const selfScrolled = useRef(-Infinity)
   useEffect(() => {
-    if (follow && rows.length > 0) virtualizer.scrollToIndex(rows.length - 1, { align: "end" })
+    if (follow && rows.length > 0) {
+      selfScrolled.current = performance.now()
+      virtualizer.scrollToIndex(rows.length - 1, { align: "end" })
+    }
   }, [rows.length, follow, virtualizer])
+  // Any scroll away from the tail that the list did not make itself (the wheel, keys, the scroll bar, a script)
+  // stops following: pages still arriving must not pull the rows the user is reading away from under them.
+  const onScroll = (el: HTMLDivElement) => {
+    if (!follow || performance.now() - selfScrolled.current < 250) return
+    if (el.scrollHeight - el.scrollTop - el.clientHeight > 3 * 28) setFollow(false)
+  }
   return (
     <section className="conversation">
       <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
         <label className="follow"><input type="checkbox" checked={follow} onChange={(e) => setFollow(e.target.checked)} /> follow</label></h2>
-      <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)}>
+      <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)} onScroll={(e) => onScroll(e.currentTarget)}>
         <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
           {virtualizer.getVirtualItems().map((v) => (
             <div key={rows[v.index]!.key} style={{ position: "absolute", top: 0, left: 0, right: 0, height: v.size, transform: `translateY(${v.start}px)` }}>
@@ -103,14 +115,59 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
   )
 }
 
-function Handoffs(props: { readonly handoffs: ReadonlyArray<HandoffJson>; readonly fold: EventFold; readonly native: Map<string, string>; readonly open: (id: string) => void }) {
+/**
+ * One id list of a handoff or delivery (`list`), `count` ids: read from `GET /handoffs/{id}/item-ids` 200 at a time
+ * when the user opens it ("more" for the next 200), each id opening the original in the drawer. An open list is read
+ * again when its count changes (a delivery settled).
+ */
+function IdList(props: {
+  readonly handoffId: string
+  readonly deliveryId: string | null
+  readonly list: "items" | "omitted" | "delivered"
+  readonly count: number
+  readonly label: string
+  readonly testId?: string
+  readonly refTestId?: string
+  readonly open: (id: string) => void
+}) {
+  const [ids, setIds] = useState<ReadonlyArray<string>>([])
+  const [next, setNext] = useState<number | null>(null)
+  const [error, setError] = useState<string | null>(null)
+  const [opened, setOpened] = useState(false)
+  const load = async (offset: number) => {
+    const delivery = props.deliveryId === null ? "" : `&deliveryId=${encodeURIComponent(props.deliveryId)}`
+    const page = await get<HandoffItemIdsJson>(`/handoffs/${encodeURIComponent(props.handoffId)}/item-ids?list=${props.list}${delivery}&offset=${offset}&limit=${idPage}`)
+    if (!page.ok) return setError(page.message)
+    setError(null)
+    setIds((old) => offset === 0 ? page.value.ids : [...old, ...page.value.ids])
+    setNext(page.value.nextOffset)
+  }
+  useEffect(() => {
+    if (opened) void load(0)
+  }, [opened, props.count])
+  return (
+    <details data-testid={props.testId} onToggle={(e) => e.currentTarget.open && setOpened(true)}>
+      <summary>{fmt(props.count)} {props.label}</summary>
+      {ids.map((id) => <button key={id} className={`link ref ${props.list}`} data-testid={props.refTestId} onClick={() => props.open(id)}>{id}</button>)}
+      {next !== null && <button onClick={() => void load(next)}>more ({fmt(props.count - ids.length)} left)</button>}
+      {error !== null && <span className="error">{error}</span>}
+    </details>
+  )
+}
+
+const idPage = 200
+
+function Handoffs(props: { readonly handoffs: ReadonlyArray<HandoffSummaryJson>; readonly fold: EventFold; readonly native: Map<string, string>; readonly open: (id: string) => void }) {
   if (props.handoffs.length === 0) return <section className="handoffs"><h2>Handoffs</h2><p className="dim">none</p></section>
   return (
     <section className="handoffs">
       <h2>Handoffs</h2>
       {props.handoffs.map((h) => (
         <div key={h.id} className="handoff" data-testid="handoff" data-handoff-id={h.id}>
-          <div><strong>{h.kind}</strong> {h.id} · {h.itemIds.length} items ({fmt(h.tokens)} tokens) · created {new Date(h.createdAt).toLocaleTimeString()} {h.open ? <span className="badge owed">owed</span> : <span className="badge done">settled</span>}</div>
+          <div><strong>{h.kind}</strong> {h.id} · {fmt(h.itemCount)} items ({fmt(h.tokens)} tokens) · created {new Date(h.createdAt).toLocaleTimeString()} {h.open ? <span className="badge owed">owed</span> : <span className="badge done">settled</span>}</div>
+          <div className="ids">
+            {h.itemCount > 0 && <IdList handoffId={h.id} deliveryId={null} list="items" count={h.itemCount} label="owed" open={props.open} />}
+          </div>
           {h.deliveries.map((d) => (
             <div key={d.id} className="delivery" data-testid="delivery" data-delivery-id={d.id} data-status={d.status} data-defer-count={d.deferCount}>
               <div>→ {props.native.get(d.nativeThreadId) ?? d.nativeThreadId}: <span className={`status ${d.status}`} data-testid="delivery-status">{d.status}</span>
@@ -122,17 +179,10 @@ function Handoffs(props: { readonly handoffs: ReadonlyArray<HandoffJson>; readon
                 ))}
               </ol>
               <div className="ids">
-                {d.deliveredItemIds.length > 0 && (
-                  <details><summary>{d.deliveredItemIds.length} delivered</summary>
-                    {d.deliveredItemIds.slice(0, 200).map((id) => <button key={id} className="link ref" onClick={() => props.open(id)}>{id}</button>)}
-                    {d.deliveredItemIds.length > 200 ? ` +${d.deliveredItemIds.length - 200}` : ""}
-                  </details>
-                )}
-                {d.omittedItemIds.length > 0 && (
-                  <details data-testid="omitted" open><summary>{d.omittedItemIds.length} omitted (read each by its ref)</summary>
-                    {d.omittedItemIds.slice(0, 200).map((id) => <button key={id} className="link ref omitted" data-testid="omitted-ref" onClick={() => props.open(id)}>{id}</button>)}
-                    {d.omittedItemIds.length > 200 ? ` +${d.omittedItemIds.length - 200}` : ""}
-                  </details>
+                {d.deliveredCount > 0 && <IdList handoffId={h.id} deliveryId={d.id} list="delivered" count={d.deliveredCount} label="delivered" open={props.open} />}
+                {d.omittedCount > 0 && (
+                  <IdList handoffId={h.id} deliveryId={d.id} list="omitted" count={d.omittedCount} label="omitted (read each by its ref)"
+                    testId="omitted" refTestId="omitted-ref" open={props.open} />
                 )}
               </div>
             </div>
@@ -154,7 +204,14 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
   const snap = store.snapshot
   const native = new Map<string, string>()
   for (const pt of snap?.providerThreads ?? []) for (const n of pt.nativeThreads) native.set(n.id, `${pt.providerInstance} gen ${n.generation}`)
-  const byNative = store.fold.pointsByNativeThread()
+  // Derived from the fold only when it moved (`version`): a live event that does not touch the charts re-renders
+  // nothing of them, and a 5,000-run chart is not rebuilt on every event.
+  const byNative = useMemo(() => store.fold.pointsByNativeThread(), [store.fold, store.fold.version])
+  const marksOf = useMemo(() => {
+    const by = new Map<string, Array<EventFold["marks"][number]>>()
+    for (const nativeId of byNative.keys()) by.set(nativeId, store.fold.marks.filter((m) => m.nativeThreadId === nativeId || m.nativeThreadId === ""))
+    return by
+  }, [byNative, store.fold, store.fold.version])
   const active = snap?.providerThreads.find((p) => p.active)
 
   return (
@@ -182,7 +239,7 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
       <div className="columns">
         <div className="left">
           <Conversation store={store} open={setDrawer} />
-          <Drawer itemId={drawer} onClose={() => setDrawer(null)} onOpen={setDrawer} />
+          <Drawer itemId={drawer} onClose={() => setDrawer(null)} onOpen={setDrawer} held={store.held} />
         </div>
         <div className="right">
           <h2>Context occupancy</h2>
@@ -190,7 +247,7 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
             const view = snap?.providerThreads.flatMap((p) => p.nativeThreads).find((n) => n.id === nativeId)
             return (
               <Occupancy key={nativeId} nativeThreadId={nativeId} title={`${native.get(nativeId) ?? nativeId}${active?.activeNativeThreadId === nativeId ? " (active)" : ""}`}
-                points={points} marks={store.fold.marks.filter((m) => m.nativeThreadId === nativeId || m.nativeThreadId === "")} window={view?.window ?? null} />
+                points={points} marks={marksOf.get(nativeId) ?? []} window={view?.window ?? null} />
             )
           })}
           <Handoffs handoffs={store.handoffs} fold={store.fold} native={native} open={setDrawer} />

@@ -4,7 +4,7 @@
  * the server (`@baton/contracts/timeline`: `GET /threads/{id}/timeline` folds the stored log; the page applies the
  * live tail).
  */
-import type { ItemJson } from "./types.js"
+import type { ItemJson, ItemTextJson } from "./types.js"
 
 export { EventFold, type DeliveryStep, type OccupancyMark, type OccupancyPoint } from "@baton/contracts/timeline"
 
@@ -45,3 +45,17 @@ export const fmt = (n: number | null | undefined) => n === null || n === undefin
 
 /** US dollars with four decimals, or `–`. */
 export const usd = (n: number | null | undefined) => n === null || n === undefined ? "–" : `$${n.toFixed(4)}`
+
+/** The drawer's window: characters of an item's text per page. */
+export const drawerWindow = 4_096
+
+/**
+ * The first window of an item the page holds whole, as `GET /items/{id}?offset=0&limit=4096` answers it (the text's
+ * first `drawerWindow` characters, `totalChars`, `nextOffset` where the next window starts or `null`).
+ */
+export const firstWindow = (item: ItemJson): ItemTextJson => ({
+  item: { ...item, text: item.text.slice(0, drawerWindow) },
+  offset: 0,
+  totalChars: item.text.length,
+  nextOffset: item.text.length > drawerWindow ? drawerWindow : null
+})

@@ -1,34 +1,51 @@
 /**
- * The state of one open thread: its snapshot, runs, items (paged in, 500 at a time), handoffs and the fold of its
- * events, kept current from the thread's event stream. Each event triggers the smallest refresh that shows it:
- * `items.appended` fetches the items after the last one held, a run event that run's page, a handoff, delivery,
- * usage or provider event the snapshot and handoffs. Refreshes of one kind never overlap and a burst of events
- * coalesces into one (`Refresher`). React reads it through `subscribe`/`version` (useSyncExternalStore).
+ * The state of one open thread: its snapshot, runs, items (paged in, 500 at a time), handoffs (as counts: their id
+ * lists are paged by the view when opened) and the fold of its events, kept current from the thread's event stream.
+ *
+ * Opening loads the first screen first: the first page of items, the snapshot (the header, and the last 20 runs for
+ * the run headers on screen) and the timeline (the occupancy charts); then the handoffs; the other runs once every
+ * item is in. One server on two cores answers them all, so what the first screen needs is not queued behind the
+ * rest, and a drawer opened meanwhile waits for at most one page.
+ *
+ * Each event triggers the smallest refresh that shows it: `items.appended` fetches the items after the last one
+ * held, a run event that run's page, a handoff or delivery event the handoffs and the snapshot, a usage or provider
+ * event the snapshot. Refreshes of one kind never overlap and a burst of events coalesces into one (`Refresher`; the
+ * snapshot at most every 250 ms). React reads it through `subscribe`/`version` (useSyncExternalStore).
  */
 import type { TimelineJson } from "@baton/contracts/timeline"
 import { get } from "./api.js"
 import { EventFold } from "./model.js"
 import { follow, type Follow } from "./sse.js"
-import type { EventJson, HandoffJson, HandoffListJson, ItemJson, ItemPageJson, RunJson, RunPageJson, SnapshotJson } from "./types.js"
+import type { EventJson, HandoffSummaryJson, HandoffSummaryListJson, ItemJson, ItemPageJson, RunJson, RunPageJson, SnapshotJson } from "./types.js"
 
-/** Runs `task` on `trigger()`; triggers while it runs make exactly one more run after it. */
+/**
+ * Runs `task` on `trigger()`; triggers while it runs make exactly one more run after it. With `minGapMs`, a run
+ * starts at least that many milliseconds after the previous one started (a burst of triggers costs one run per gap).
+ */
 export class Refresher {
   private running = false
   private again = false
-  constructor(private readonly task: () => Promise<void>) {}
+  private lastStart = -Infinity
+  constructor(private readonly task: () => Promise<void>, private readonly minGapMs = 0) {}
   trigger() {
     if (this.running) {
       this.again = true
       return
     }
     this.running = true
-    void this.task().finally(() => {
-      this.running = false
-      if (this.again) {
-        this.again = false
-        this.trigger()
-      }
-    })
+    const wait = this.lastStart + this.minGapMs - performance.now()
+    const run = () => {
+      this.lastStart = performance.now()
+      void this.task().finally(() => {
+        this.running = false
+        if (this.again) {
+          this.again = false
+          this.trigger()
+        }
+      })
+    }
+    if (wait > 0) setTimeout(run, wait)
+    else run()
   }
 }
 
@@ -51,6 +68,8 @@ declare global {
       startSeq?: number
       /** The last event seq the page has folded. */
       lastSeq?: number
+      /** When the timeline was in (`performance.now()`, milliseconds): the occupancy charts could be drawn. */
+      timelineAt?: number
     }
   }
 }
@@ -62,9 +81,12 @@ export class ThreadStore {
   snapshot: SnapshotJson | null = null
   snapshotError: string | null = null
   items: Array<ItemJson> = []
+  private readonly byId = new Map<string, ItemJson>()
+  /** The item with this id if it is paged in (the drawer shows it without a request). */
+  held = (id: string): ItemJson | undefined => this.byId.get(id)
   itemsComplete = false
   runs = new Map<string, RunJson>()
-  handoffs: Array<HandoffJson> = []
+  handoffs: Array<HandoffSummaryJson> = []
   fold = new EventFold()
   readonly events: Array<Received> = []
   connection: "connecting" | "open" | "reconnecting" = "connecting"
@@ -118,19 +140,32 @@ export class ThreadStore {
     for (;;) {
       const after = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
       const page = await get<ItemPageJson>(`${this.base()}/items?afterSeq=${after}&limit=${pageSize}`)
+      this.firstItems.resolve()
       if (!page.ok) return
       if (page.value.items.length > 0) {
         this.items = this.items.concat(page.value.items)
+        for (const item of page.value.items) this.byId.set(item.id, item)
         if (window.__baton && window.__baton.firstRowsAt === undefined) window.__baton.firstRowsAt = performance.now()
         this.changed()
       }
       if (page.value.nextAfterSeq === null) {
         this.itemsComplete = true
         this.changed()
+        // Every item is in: now page every run (the first screen's run headers came with the snapshot).
+        if (!this.runsLoaded) {
+          this.runsLoaded = true
+          this.dirtyRuns.add(1)
+          this.runsRefresher.trigger()
+        }
         return
       }
     }
   })
+
+  /** Settled when the first page of items has been read (or failed): the first screen's rows. */
+  private readonly firstItems = deferred()
+  /** Whether every run has been asked for (after the items). */
+  private runsLoaded = false
 
   private readonly runsRefresher = new Refresher(async () => {
     const from = this.dirtyRuns.size === 0 ? 0 : Math.min(...this.dirtyRuns)
@@ -147,33 +182,50 @@ export class ThreadStore {
   })
 
   private readonly snapshotRefresher = new Refresher(async () => {
-    const [snapshot, handoffs] = await Promise.all([
-      get<SnapshotJson>(this.base()),
-      get<HandoffListJson>(`${this.base()}/handoffs`)
-    ])
-    if (snapshot.ok) this.snapshot = snapshot.value
-    else this.snapshotError = snapshot.message
+    const snapshot = await get<SnapshotJson>(this.base())
+    if (snapshot.ok) {
+      this.snapshot = snapshot.value
+      this.snapshotError = null
+      // The last 20 runs: the run headers of the first screen (the tail), before every run is paged in.
+      for (const run of snapshot.value.recentRuns) {
+        const held = this.runs.get(run.id)
+        if (held === undefined || held.updatedAt <= run.updatedAt) this.runs.set(run.id, run)
+      }
+    } else {
+      this.snapshotError = snapshot.message
+    }
+    this.changed()
+  }, 250)
+
+  private readonly handoffsRefresher = new Refresher(async () => {
+    const handoffs = await get<HandoffSummaryListJson>(`${this.base()}/handoff-summaries`)
     if (handoffs.ok) this.handoffs = [...handoffs.value.handoffs]
     this.changed()
   })
 
   /**
-   * Loads everything and follows the event stream until `stop()`. The charts start from the server's fold of the
-   * stored log (`/timeline`) and the stream from its `lastSeq`, so opening a long thread does not replay its whole
-   * log; a server without `/timeline` (or an error) falls back on replaying the log from the start.
+   * Loads the thread and follows its event stream until `stop()`: the first screen first (the first page of items,
+   * the snapshot, the timeline), then the handoffs, and every run once the items are in. The charts start from the
+   * server's fold of the stored log (`/timeline`) and the stream from its `lastSeq`, so opening a long thread does
+   * not replay its whole log; a server without `/timeline` (or an error) falls back on replaying the log from the
+   * start.
    */
   start() {
     this.itemsRefresher.trigger()
     this.snapshotRefresher.trigger()
-    this.runsRefresher.trigger()
-    void get<TimelineJson>(`${this.base()}/timeline`).then((timeline) => {
-      ;(window.__baton ??= { received: [] }).startSeq = timeline.ok ? timeline.value.lastSeq : 0
+    const timeline = get<TimelineJson>(`${this.base()}/timeline`).then((timeline) => {
+      const state = (window.__baton ??= { received: [] })
+      state.startSeq = timeline.ok ? timeline.value.lastSeq : 0
+      state.timelineAt = performance.now()
       if (timeline.ok) {
         this.fold = EventFold.fromJson(timeline.value)
         this.noteSeq(this.fold.lastSeq)
         this.changed()
       }
       this.startStream(timeline.ok ? timeline.value.lastSeq : null)
+    })
+    void Promise.all([this.firstItems.promise, timeline]).then(() => {
+      if (!this.stopped) this.handoffsRefresher.trigger()
     })
   }
 
@@ -183,6 +235,7 @@ export class ThreadStore {
   }
 
   private stopped = false
+  private streamOpened = false
 
   private startStream(from: number | null) {
     if (this.stream !== null || this.stopped) return
@@ -192,6 +245,9 @@ export class ThreadStore {
       onState: (state) => {
         this.connection = state
         if (state === "open") this.snapshotRefresher.trigger()
+        // After a reconnect the handoffs may have changed meanwhile (on the first open they are loaded after it).
+        if (state === "open" && this.streamOpened) this.handoffsRefresher.trigger()
+        if (state === "open") this.streamOpened = true
         this.changed()
       },
       onEvent: (event) => this.onEvent(event)
@@ -206,6 +262,7 @@ export class ThreadStore {
   /** Re-reads the snapshot, handoffs and runs (after an action). */
   refresh() {
     this.snapshotRefresher.trigger()
+    this.handoffsRefresher.trigger()
     this.runsRefresher.trigger()
   }
 
@@ -236,5 +293,15 @@ export class ThreadStore {
     if (/^(handoff|delivery|usage|provider|native_thread|thread|context)\./.test(event.type) || event.type === "run.completed") {
       this.snapshotRefresher.trigger()
     }
+    if (/^(handoff|delivery)\./.test(event.type)) this.handoffsRefresher.trigger()
   }
+}
+
+/** A promise with its `resolve` (resolving twice is harmless). */
+const deferred = () => {
+  let resolve = () => {}
+  const promise = new Promise<void>((r) => {
+    resolve = r
+  })
+  return { promise, resolve }
 }

@@ -227,6 +227,8 @@ describe("the dashboard in Chromium", () => {
     const omitted = handoffs.flatMap((h) => h.deliveries.flatMap((d) => d.omittedItemIds))
     expect(omitted.length).toBeGreaterThan(0)
     const { page, errors, close } = await openPage(browser, server.url, admin, `/ui/threads/${replayed}`)
+    // The list carries counts; opening one delivery's omitted ids reads them (`/handoffs/{id}/item-ids`).
+    await page.getByTestId("omitted").first().locator("summary").click()
     const ref = page.getByTestId("omitted-ref").first()
     const id = await ref.textContent()
     expect(omitted).toContain(id)
@@ -234,6 +236,21 @@ describe("the dashboard in Chromium", () => {
     const original = await api<{ item: { text: string }; totalChars: number }>(server.url, "GET", `/items/${id}?offset=0&limit=4096`)
     await page.waitForSelector(`[data-testid=drawer][data-item-id="${id}"]`)
     await expect.poll(() => page.getByTestId("drawer-text").textContent()).toBe(original.item.text)
+
+    // A long item the page holds opens from what it holds (its first 4,096 characters), "more" reads the rest.
+    const { items } = await api<{ items: Array<{ id: string; text: string }> }>(server.url, "GET", `/threads/${replayed}/items?afterSeq=0&limit=500`)
+    const long = items.find((i) => i.text.length > 4_096)!
+    expect(long).toBeDefined()
+    await page.waitForFunction(() => !(document.querySelector(".conversation h2")?.textContent ?? "loading").includes("loading"))
+    await page.getByRole("button", { name: "close" }).click()
+    const asked: Array<string> = []
+    page.on("request", (r) => void asked.push(new URL(r.url()).pathname + new URL(r.url()).search))
+    await page.getByLabel("item ref").fill(long.id)
+    await page.locator(".ref-form button[type=submit]").click()
+    await expect.poll(() => page.getByTestId("drawer-text").textContent()).toBe(long.text.slice(0, 4_096))
+    expect(asked.filter((u) => u.startsWith(`/items/${long.id}?offset=0`))).toEqual([])
+    for (let shown = 4_096; shown < long.text.length; shown += 4_096) await page.getByRole("button", { name: /^more/ }).click()
+    await expect.poll(() => page.getByTestId("drawer-text").textContent()).toBe(long.text)
     await close()
     expect(errors).toEqual([])
   })

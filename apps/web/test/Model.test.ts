@@ -4,7 +4,7 @@
  * run's native thread reported; an untrusted report plotted at Baton's estimate).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { EventFold, toRows } from "../src/model.js"
+import { EventFold, firstWindow, toRows } from "../src/model.js"
 import { parseChunk } from "../src/sse.js"
 import type { EventJson, ItemJson } from "../src/types.js"
 
@@ -79,5 +79,14 @@ describe("EventFold", () => {
     ])
     expect(fold.marks).toEqual([{ nativeThreadId: "nat_1", runSeq: 2, kind: "compacted", detail: "180 → 20 tokens, 0 delivered" }])
     expect(fold.deliverySteps.get("dlv_1")?.map((s) => s.type)).toEqual(["delivery.pending"])
+  })
+})
+
+describe("the drawer's first window of a held item", () => {
+  it("is what GET /items/{id}?offset=0&limit=4096 answers: the first 4,096 characters, the total, where the next starts", () => {
+    const long = item(1, "tool_result", "run_1", { text: "x".repeat(4_096) + "tail" })
+    expect(firstWindow(long)).toEqual({ item: { ...long, text: "x".repeat(4_096) }, offset: 0, totalChars: 4_100, nextOffset: 4_096 })
+    const short = item(2, "assistant_message", "run_1")
+    expect(firstWindow(short)).toEqual({ item: short, offset: 0, totalChars: short.text.length, nextOffset: null })
   })
 })

@@ -41,7 +41,7 @@ import {
   UnknownProvider,
   UnsupportedMediaType
 } from "./Errors.js"
-import { HandoffId, ItemId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
+import { DeliveryId, HandoffId, ItemId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
 import {
   CompactReport,
   CreateThreadResult,
@@ -55,7 +55,10 @@ import {
   ToolResultOffloadUndo
 } from "./Results.js"
 import {
+  HandoffIdList,
+  HandoffItemIds,
   HandoffList,
+  HandoffSummaryList,
   HandoffView,
   Health,
   ItemPage,
@@ -451,6 +454,27 @@ export class HandoffsGroup extends HttpApiGroup.make("handoffs")
       .addSuccess(HandoffList)
       .addError(ThreadNotFound)
       .annotate(OpenApi.Description, "Every context handoff of the thread, oldest first, with its deliveries.")
+  )
+  .add(
+    HttpApiEndpoint.get("summaries", "/threads/:threadId/handoff-summaries")
+      .setPath(threadPath)
+      .addSuccess(HandoffSummaryList)
+      .addError(ThreadNotFound)
+      .annotate(OpenApi.Description, "Every context handoff of the thread, oldest first, with its deliveries, the item id lists as counts (`itemCount`, `omittedCount`, `deliveredCount`): page the ids with `/handoffs/{handoffId}/item-ids`.")
+  )
+  .add(
+    HttpApiEndpoint.get("itemIds", "/handoffs/:handoffId/item-ids")
+      .setPath(handoffPath)
+      .setUrlParams(Schema.Struct({
+        list: HandoffIdList,
+        deliveryId: Schema.optional(DeliveryId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul))),
+        offset: Schema.optional(IntParam),
+        limit: Schema.optional(LimitParam)
+      }))
+      .addSuccess(HandoffItemIds)
+      .addError(HandoffNotFound)
+      .addError(InvalidRequest)
+      .annotate(OpenApi.Description, "One page of a handoff's item ids (`list=items`: owed, `omitted`: left out when it settled) or, with `deliveryId`, of one of its deliveries' (`delivered`, `omitted`), from index `offset` (default 0), at most `limit` (default 500).")
   )
   .add(
     HttpApiEndpoint.get("get", "/handoffs/:handoffId")

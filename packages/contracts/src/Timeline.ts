@@ -81,11 +81,14 @@ export interface TimelineJson {
   readonly startedOn: ReadonlyArray<readonly [string, string]>
   /** `[runId, budget]`: the turn-start budget of runs that were owed history. */
   readonly budgets: ReadonlyArray<readonly [string, number]>
+  /** The native threads the points name (`points.nativeThreadIndexes`), each once. */
+  readonly nativeThreads: ReadonlyArray<string>
   /** The occupancy points in columns (one entry per point in each; a 5,000-run thread's timeline stays small and quick to encode). */
   readonly points: {
     readonly runIds: ReadonlyArray<string>
     readonly runSeqs: ReadonlyArray<number>
-    readonly nativeThreadIds: ReadonlyArray<string>
+    /** Each point's native thread as an index into `nativeThreads` (a thread has few native threads, and many points). */
+    readonly nativeThreadIndexes: ReadonlyArray<number>
     readonly usedTokens: ReadonlyArray<number>
     readonly maxTokens: ReadonlyArray<number | null>
     readonly autoCompactThresholds: ReadonlyArray<number | null>
@@ -97,6 +100,9 @@ export interface TimelineJson {
   /** Tool call ids whose results a tool-result offload replaced with stubs. */
   readonly stubbed: ReadonlyArray<string>
 }
+
+/** The types whose events change what the views show (`version`); `run.queued` and `run.started` only set cursors. */
+const shown: ReadonlySet<string> = new Set(timelineEventTypes.filter((t) => t !== "run.queued" && t !== "run.started"))
 
 const num = (x: unknown): number | null => typeof x === "number" && Number.isFinite(x) ? x : null
 
@@ -113,21 +119,29 @@ export class EventFold {
   readonly stubbed = new Set<string>()
   private lastRunSeq = 0
   lastSeq = 0
+  /**
+   * Bumped by every applied event that can change what the charts and timelines show (points, marks, delivery steps,
+   * stubs), so a view can keep what it derived from them until it moves.
+   */
+  version = 0
 
   /** The fold's state as JSON (`TimelineJson`). */
   toJson(): TimelineJson {
     const points = [...this.points.values()]
     const named = new Set(this.startedOn.values())
+    const nativeThreads = [...new Set(points.map((p) => p.nativeThreadId))]
+    const nativeIndex = new Map(nativeThreads.map((id, i) => [id, i]))
     return {
       lastSeq: this.lastSeq,
       lastRunSeq: this.lastRunSeq,
       runSeqs: [...this.runSeq].filter(([runId, seq]) => named.has(runId) || this.points.get(runId)?.runSeq !== seq),
       startedOn: [...this.startedOn],
       budgets: [...this.budgets].filter(([runId]) => !this.points.has(runId) || named.has(runId)),
+      nativeThreads,
       points: {
         runIds: points.map((p) => p.runId),
         runSeqs: points.map((p) => p.runSeq),
-        nativeThreadIds: points.map((p) => p.nativeThreadId),
+        nativeThreadIndexes: points.map((p) => nativeIndex.get(p.nativeThreadId)!),
         usedTokens: points.map((p) => p.usedTokens),
         maxTokens: points.map((p) => p.maxTokens),
         autoCompactThresholds: points.map((p) => p.autoCompactThreshold),
@@ -135,7 +149,7 @@ export class EventFold {
         budgets: points.map((p) => p.budget)
       },
       marks: [...this.marks],
-      deliverySteps: [...this.deliverySteps].map(([deliveryId, steps]) => ({ deliveryId, steps })),
+      deliverySteps: [...this.deliverySteps].map(([deliveryId, steps]) => ({ deliveryId, steps: [...steps] })),
       stubbed: [...this.stubbed]
     }
   }
@@ -156,7 +170,7 @@ export class EventFold {
       fold.points.set(runId, {
         runId,
         runSeq: p.runSeqs[i]!,
-        nativeThreadId: p.nativeThreadIds[i]!,
+        nativeThreadId: json.nativeThreads[p.nativeThreadIndexes[i]!]!,
         usedTokens: p.usedTokens[i]!,
         maxTokens: p.maxTokens[i] ?? null,
         autoCompactThreshold: p.autoCompactThresholds[i] ?? null,
@@ -176,6 +190,7 @@ export class EventFold {
 
   apply(event: EventJson) {
     this.lastSeq = event.seq
+    if (shown.has(event.type)) this.version++
     switch (event.type) {
       case "run.queued":
         this.runSeq.set(event.payload.runId, event.payload.seq)

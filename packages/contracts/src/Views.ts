@@ -20,7 +20,7 @@ import {
   Tokens,
   ToolName
 } from "./Domain.js"
-import { ProviderInstance, RunId, ThreadId } from "./Ids.js"
+import { DeliveryId, HandoffId, ItemId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
 
 const Count = Schema.Int.pipe(Schema.nonNegative())
 
@@ -60,6 +60,61 @@ export type HandoffView = typeof HandoffView.Type
 /** A thread's handoffs, oldest first. */
 export const HandoffList = Schema.Struct({ handoffs: Schema.Array(HandoffView) })
 export type HandoffList = typeof HandoffList.Type
+
+/**
+ * A delivery as `HandoffSummaryList` carries it: every field of `HandoffDelivery` but the id lists, which are counts
+ * here (`deliveredCount`, `omittedCount`); page the ids with `GET /handoffs/{handoffId}/item-ids`.
+ */
+const { deliveredItemIds: _delivered, omittedItemIds: _deliveryOmitted, ...deliveryFields } = HandoffDelivery.fields
+export const DeliverySummary = Schema.Struct({
+  ...deliveryFields,
+  deliveredCount: Count,
+  omittedCount: Count
+})
+export type DeliverySummary = typeof DeliverySummary.Type
+
+/**
+ * A handoff as `HandoffSummaryList` carries it: every field of `HandoffView` but the id lists, which are counts here
+ * (`sourceRunCount` runs it owes the history of, `itemCount` owed items, `omittedCount` items left out of the delivery
+ * that settled it), deliveries as `DeliverySummary`. Its size does not grow with the history a handoff owes.
+ */
+const { itemIds: _items, omittedItemIds: _omitted, sourceRunIds: _sourceRuns, ...handoffFields } = ContextHandoff.fields
+export const HandoffSummary = Schema.Struct({
+  ...handoffFields,
+  sourceRunCount: Count,
+  itemCount: Count,
+  omittedCount: Count,
+  open: Schema.Boolean,
+  deliveries: Schema.Array(DeliverySummary)
+})
+export type HandoffSummary = typeof HandoffSummary.Type
+
+/** `GET /threads/{id}/handoff-summaries`: a thread's handoffs, oldest first, with counts instead of item ids. */
+export const HandoffSummaryList = Schema.Struct({ handoffs: Schema.Array(HandoffSummary) })
+export type HandoffSummaryList = typeof HandoffSummaryList.Type
+
+/**
+ * Which id list of a handoff `GET /handoffs/{handoffId}/item-ids` pages: `items` (the items it owes), `omitted` (left
+ * out of the delivery that settled it; with `deliveryId`, left out of that delivery), `delivered` (with `deliveryId`
+ * only: what that delivery sent).
+ */
+export const HandoffIdList = Schema.Literal("items", "omitted", "delivered")
+export type HandoffIdList = typeof HandoffIdList.Type
+
+/**
+ * One page of a handoff's (or one of its deliveries') item ids, in their stored order: `ids` from index `offset`,
+ * `total` ids in the list, `nextOffset` the index to continue from (`null`: no more).
+ */
+export const HandoffItemIds = Schema.Struct({
+  handoffId: HandoffId,
+  deliveryId: Schema.NullOr(DeliveryId),
+  list: HandoffIdList,
+  ids: Schema.Array(ItemId),
+  offset: Count,
+  total: Count,
+  nextOffset: Schema.NullOr(Count)
+})
+export type HandoffItemIds = typeof HandoffItemIds.Type
 
 /**
  * Counts over a whole thread: runs (and runs per status; statuses with no run are 0), items and their tokens,
@@ -247,10 +302,11 @@ export const ThreadTimeline = Schema.Struct({
   runSeqs: Schema.Array(Schema.Tuple(Schema.String, Count)),
   startedOn: Schema.Array(Schema.Tuple(Schema.String, Schema.String)),
   budgets: Schema.Array(Schema.Tuple(Schema.String, Schema.Number)),
+  nativeThreads: Schema.Array(Schema.String),
   points: Schema.Struct({
     runIds: Schema.Array(Schema.String),
     runSeqs: Schema.Array(Count),
-    nativeThreadIds: Schema.Array(Schema.String),
+    nativeThreadIndexes: Schema.Array(Count),
     usedTokens: Schema.Array(Schema.Number),
     maxTokens: Schema.Array(Nullable),
     autoCompactThresholds: Schema.Array(Nullable),

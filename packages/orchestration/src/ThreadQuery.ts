@@ -7,8 +7,12 @@
  * Apps read through it, never through the repository.
  */
 import {
+  type DeliveryId,
   type HandoffId,
+  type HandoffIdList,
+  type HandoffItemIds,
   HandoffNotFound,
+  type HandoffSummary,
   type HandoffView,
   InvalidRequest,
   type ItemId,
@@ -43,6 +47,8 @@ import * as RunCosts from "./RunCosts.js"
 
 /** The default page size of the paged reads. */
 export const defaultPageSize = 100
+/** How many threads' timeline folds `ThreadQuery` keeps in memory (a 5,000-run fold is about 1 MB). */
+export const timelineCacheSize = 16
 /** The default window of `itemText`, in characters. */
 export const defaultItemTextChars = 65_536
 
@@ -274,6 +280,74 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       }
     })
 
+    /**
+     * A thread's handoffs with their deliveries, oldest first, each id list as its count (`HandoffSummaryList`: what
+     * the dashboard lists; the ids are paged by `handoffItemIds`). Fails with `ThreadNotFound`, `PersistenceError`.
+     */
+    const handoffSummaries = Effect.fn("ThreadQuery.handoffSummaries")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      // Counted by the database: no id is read.
+      const counted = yield* store.listHandoffCounts(threadId)
+      const byHandoff = new Map<string, Array<HandoffSummary["deliveries"][number]>>()
+      for (const { delivered, delivery: { deliveredItemIds: _d, omittedItemIds: _o, ...d }, omitted } of counted.deliveries) {
+        const list = byHandoff.get(d.handoffId) ?? []
+        list.push({ ...d, deliveredCount: delivered, omittedCount: omitted })
+        byHandoff.set(d.handoffId, list)
+      }
+      return {
+        handoffs: counted.handoffs.map(({ handoff: { itemIds: _i, omittedItemIds: _o, sourceRunIds: _s, ...h }, items, omitted, sourceRuns }): HandoffSummary => ({
+          ...h,
+          sourceRunCount: sourceRuns,
+          itemCount: items,
+          omittedCount: omitted,
+          deliveries: byHandoff.get(h.id) ?? []
+        }))
+      }
+    })
+
+    /**
+     * One page of a handoff's item ids: `list` `items` (owed) or `omitted` (left out when it settled), or with
+     * `deliveryId` one of its deliveries' `delivered` or `omitted` ids; from index `offset` (default 0), at most
+     * `limit` (default 500). Fails with `HandoffNotFound`, `InvalidRequest` (a delivery of another handoff, `items`
+     * of a delivery, `delivered` without one), `PersistenceError`.
+     */
+    const handoffItemIds = Effect.fn("ThreadQuery.handoffItemIds")(function*(handoffId: HandoffId, options: {
+      readonly list: HandoffIdList
+      readonly deliveryId?: DeliveryId | undefined
+      readonly offset?: number | undefined
+      readonly limit?: number | undefined
+    }) {
+      const found = yield* store.getHandoff(handoffId)
+      if (found._tag === "None") return yield* new HandoffNotFound({ handoffId })
+      let ids: ReadonlyArray<ItemId>
+      if (options.deliveryId === undefined) {
+        if (options.list === "delivered") {
+          return yield* new InvalidRequest({ reason: "list=delivered names a delivery's ids: give its deliveryId" })
+        }
+        ids = options.list === "items" ? found.value.itemIds : found.value.omittedItemIds
+      } else {
+        const delivery = (yield* store.listDeliveriesOfHandoff(handoffId)).find((d) => d.id === options.deliveryId)
+        if (delivery === undefined) {
+          return yield* new InvalidRequest({ reason: `delivery ${options.deliveryId} is not a delivery of handoff ${handoffId}` })
+        }
+        if (options.list === "items") {
+          return yield* new InvalidRequest({ reason: "list=items names the handoff's owed ids: leave deliveryId out" })
+        }
+        ids = options.list === "delivered" ? delivery.deliveredItemIds : delivery.omittedItemIds
+      }
+      const offset = Math.min(options.offset ?? 0, ids.length)
+      const end = Math.min(ids.length, offset + (options.limit ?? 500))
+      return {
+        handoffId,
+        deliveryId: options.deliveryId ?? null,
+        list: options.list,
+        ids: ids.slice(offset, end),
+        offset,
+        total: ids.length,
+        nextOffset: end < ids.length ? end : null
+      } satisfies HandoffItemIds
+    })
+
     /** One handoff with its deliveries. Fails with `HandoffNotFound`, `PersistenceError`. */
     const handoff = Effect.fn("ThreadQuery.handoff")(function*(handoffId: HandoffId) {
       const found = yield* store.getHandoff(handoffId)
@@ -290,15 +364,29 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /**
+     * The folds of the threads whose timeline was asked for last (at most `timelineCacheSize`, least recently asked
+     * dropped first), each through its `lastSeq`: the next request for one reads and folds only the events after it.
+     * Events are never changed once committed, so a fold stays valid whichever process wrote the events after it.
+     */
+    const timelines = new Map<ThreadId, Timeline.EventFold>()
+
+    /**
      * The thread's timeline (`ThreadTimeline`): its stored event log folded by `Timeline.EventFold` through its last
-     * event, reading only the event types the fold uses. Fails with `ThreadNotFound` or `PersistenceError`.
+     * event, reading only the event types the fold uses, and only those after the fold this server kept from the
+     * thread's previous timeline request (a reload or a second viewer reads the tail, not the whole log). Fails with
+     * `ThreadNotFound` or `PersistenceError`.
      */
     const timeline = Effect.fn("ThreadQuery.timeline")(function*(threadId: ThreadId) {
       yield* thread(threadId)
-      const { events, lastSeq } = yield* store.listEventJsonOfTypes(threadId, Timeline.timelineEventTypes)
-      const fold = new Timeline.EventFold()
-      for (const event of events) fold.apply(event)
+      const cached = timelines.get(threadId)
+      const fold = cached ?? new Timeline.EventFold()
+      const { events, lastSeq } = yield* store.listEventJsonOfTypes(threadId, Timeline.timelineEventTypes, fold.lastSeq)
+      // A concurrent request may have moved the fold while this one read: apply only what it does not hold yet.
+      for (const event of events) if (event.seq > fold.lastSeq) fold.apply(event)
       fold.advanceTo(lastSeq)
+      timelines.delete(threadId)
+      timelines.set(threadId, fold)
+      if (timelines.size > timelineCacheSize) timelines.delete(timelines.keys().next().value!)
       return fold.toJson()
     })
 
@@ -323,6 +411,23 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       } satisfies Readiness
     })
 
-    return { listThreads, snapshot, listRuns, currentRun, run, listItems, itemText, offloadArchive, handoffs, handoff, threadEvents, timeline, allEvents, readiness }
+    return {
+      listThreads,
+      snapshot,
+      listRuns,
+      currentRun,
+      run,
+      listItems,
+      itemText,
+      offloadArchive,
+      handoffs,
+      handoffSummaries,
+      handoffItemIds,
+      handoff,
+      threadEvents,
+      timeline,
+      allEvents,
+      readiness
+    }
   })
 }) {}

@@ -498,6 +498,44 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
       listHandoffs: (threadId: ThreadId) =>
         handoffs.findAll("handoffs.list", sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} ORDER BY created_at, id`),
+      /**
+       * A thread's handoffs (oldest first) and their deliveries with every id list left empty and its length counted
+       * by the database (`json_array_length`): what `GET /threads/{id}/handoff-summaries` shows, without reading or
+       * parsing a single id (a handoff after a switch on a long thread owes thousands). Counts are per handoff
+       * (`sourceRuns`, `items`, `omitted`) and per delivery (`delivered`, `omitted`).
+       */
+      listHandoffCounts: (threadId: ThreadId) =>
+        Effect.gen(function*() {
+          const len = (column: string) =>
+            sql.onDialectOrElse({ pg: () => sql`json_array_length(${sql(column)}::json)`, orElse: () => sql`json_array_length(${sql(column)})` })
+          const handoffRows = yield* sql<Record<string, unknown>>`
+            SELECT id, thread_id, kind, target_provider_thread_id, open, '[]' AS source_run_ids, '[]' AS item_ids, tokens,
+              '[]' AS omitted_item_ids, created_at, updated_at, ${len("source_run_ids")} AS count_source_runs,
+              ${len("item_ids")} AS count_items, ${len("omitted_item_ids")} AS count_omitted
+            FROM handoffs WHERE thread_id = ${threadId} ORDER BY created_at, id`.pipe(orPersistence("handoffs.listCounts"))
+          const deliveryRows = yield* sql<Record<string, unknown>>`
+            SELECT d.id, d.handoff_id, d.native_thread_id, d.status, d.mode, d.run_id, '[]' AS delivered_item_ids,
+              '[]' AS omitted_item_ids, d.delivered_tokens, d.defer_count, d.last_defer_reason, d.created_at, d.updated_at,
+              ${len("d.delivered_item_ids")} AS count_delivered, ${len("d.omitted_item_ids")} AS count_omitted
+            FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id
+            WHERE h.thread_id = ${threadId} ORDER BY d.created_at, d.id`.pipe(orPersistence("handoff_deliveries.listCounts"))
+          const list = yield* Schema.decodeUnknown(Schema.Array(HandoffRow))(handoffRows).pipe(orPersistence("handoffs.listCounts"))
+          const of = yield* Schema.decodeUnknown(Schema.Array(DeliveryRow))(deliveryRows).pipe(orPersistence("handoff_deliveries.listCounts"))
+          const n = (row: Record<string, unknown> | undefined, key: string) => Number(row?.[key] ?? 0)
+          return {
+            handoffs: list.map((handoff, i) => ({
+              handoff,
+              sourceRuns: n(handoffRows[i], "countSourceRuns"),
+              items: n(handoffRows[i], "countItems"),
+              omitted: n(handoffRows[i], "countOmitted")
+            })),
+            deliveries: of.map((delivery, i) => ({
+              delivery,
+              delivered: n(deliveryRows[i], "countDelivered"),
+              omitted: n(deliveryRows[i], "countOmitted")
+            }))
+          }
+        }),
       insertDelivery: (d: HandoffDelivery) => deliveries.insert(d),
       updateDelivery: (d: HandoffDelivery) => deliveries.update(d),
       findDelivery: (handoffId: HandoffId, nativeThreadId: NativeThreadId) =>
@@ -748,16 +786,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * as `appendEvent` wrote them: not decoded again, the timeline's cost is one `JSON.parse` per event), in `seq`
        * order, with `lastSeq`, the seq of the thread's last event of any type (0: none). Every event at or below
        * `lastSeq` is committed (writers to one thread hold its lock), so a reader that follows the log after
-       * `lastSeq` misses nothing. Reads the `(thread_id, type, seq)` index. A stored payload that is not JSON is a
-       * `PersistenceError`.
+       * `lastSeq` misses nothing. Reads the `(thread_id, type, seq)` index. With `afterSeq`, only the events after it
+       * (a fold that already holds the log through `afterSeq` continues from there). A stored payload that is not JSON
+       * is a `PersistenceError`.
        */
-      listEventJsonOfTypes: (threadId: ThreadId, types: ReadonlyArray<ThreadEventType>) =>
+      listEventJsonOfTypes: (threadId: ThreadId, types: ReadonlyArray<ThreadEventType>, afterSeq = 0) =>
         Effect.gen(function*() {
           const lastSeq = (yield* nextSeq("thread_events.lastSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM thread_events WHERE thread_id = ${threadId}`)) - 1
-          if (lastSeq === 0 || types.length === 0) return { lastSeq, events: [] as ReadonlyArray<typeof ThreadEvent.Encoded> }
+          if (lastSeq <= afterSeq || types.length === 0) return { lastSeq, events: [] as ReadonlyArray<typeof ThreadEvent.Encoded> }
           const rows = yield* sql<{ eventId: string; seq: number; globalSeq: number | string; commandId: string | null; type: string; payload: string; createdAt: string }>`
             SELECT event_id, seq, global_seq, command_id, type, payload, created_at FROM thread_events
-            WHERE thread_id = ${threadId} AND ${sql.in("type", types)} AND seq <= ${lastSeq} ORDER BY seq`.pipe(orPersistence("thread_events.listJsonOfTypes"))
+            WHERE thread_id = ${threadId} AND ${sql.in("type", types)} AND seq > ${afterSeq} AND seq <= ${lastSeq} ORDER BY seq`.pipe(orPersistence("thread_events.listJsonOfTypes"))
           const events = yield* Effect.try({
             try: () => rows.map((r) => ({ ...r, seq: Number(r.seq), globalSeq: Number(r.globalSeq), payload: JSON.parse(r.payload) }) as unknown as typeof ThreadEvent.Encoded),
             catch: (e) => new PersistenceError({ operation: "thread_events.listJsonOfTypes", detail: `a stored event payload is not JSON: ${String(e)}` })
