@@ -35,11 +35,12 @@ import { Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
+import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as ServerConfig from "./ServerConfig.js"
 
 /** The paths the gateway serves (the guard leaves their bodies to it). */
-export const paths = ["/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/responses/compact"] as const
+export const paths = ["/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/responses/compact", "/v1/chat/completions"] as const
 
 /** Whether `url` (path and query) is one of the gateway's paths. */
 export const isGatewayPath = (url: string) => (paths as ReadonlyArray<string>).includes(url.split("?")[0]!)
@@ -278,5 +279,6 @@ export const layer = (options: GatewayOptions) =>
       // An OpenAI instance's `baseUrl` ends with the version (`https://api.openai.com/v1`).
       yield* router.post("/v1/responses", handle({ dialect: GatewayResponses.dialect, upstreamPath: "/responses", record: true }))
       yield* router.post("/v1/responses/compact", handle({ dialect: GatewayResponses.dialect, upstreamPath: "/responses/compact", record: true }))
+      yield* router.post("/v1/chat/completions", handle({ dialect: GatewayChat.dialect, upstreamPath: "/chat/completions", record: true }))
     })
   ).pipe(Layer.provide(NodeHttpClient.layerUndici))

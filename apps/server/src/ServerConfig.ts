@@ -150,8 +150,11 @@ export const GatewayRouteJson = Schema.Struct({
 })
 export type GatewayRouteJson = typeof GatewayRouteJson.Type
 
-/** The instance kinds a gateway route may name: the protocols the gateway serves (`/v1/messages`, `/v1/responses`). */
-const gatewayKinds: ReadonlyArray<string> = ["anthropic-messages", "openai-responses"]
+/**
+ * The instance kinds a gateway route may name: the protocols the gateway serves (`/v1/messages`, `/v1/responses`,
+ * `/v1/chat/completions`).
+ */
+const gatewayKinds: ReadonlyArray<string> = ["anthropic-messages", "openai-responses", "openai-chat"]
 
 /** The default limit of an agent's request body through the gateway, in bytes (32 MiB: long sessions are large). */
 export const defaultGatewayMaxBodyBytes = 32 * 1024 * 1024
@@ -524,7 +527,7 @@ export const resolve = (flags: ServeFlags = {}) =>
         const candidates = providers.filter((p) => isModelInstance(p) && gatewayKinds.includes(p.config.kind)).map((p) => `"${p.name}"`)
         return yield* new ConfigInvalid({
           source: configPath ?? "config",
-          reason: `gateway.routes[${i}].provider: "${route.provider}" is not an anthropic-messages or openai-responses provider instance of this config` +
+          reason: `gateway.routes[${i}].provider: "${route.provider}" is not an anthropic-messages, openai-responses or openai-chat provider instance of this config` +
             (candidates.length === 0 ? " (it has none)" : ` (one of ${candidates.join(", ")})`)
         })
       }

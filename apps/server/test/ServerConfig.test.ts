@@ -171,7 +171,7 @@ describe("ServerConfig", () => {
       const withGateway = yield* resolveWith({ file: { providers: [claude], gateway: { routes: [{ model: "claude-*", provider: "claude-main" }] } }, env: { ANTHROPIC_API_KEY: "k" } })
       expect(withGateway.settings.gateway).toEqual({ routes: [{ model: "claude-*", provider: "claude-main" }], maxBodyBytes: 32 * 1024 * 1024 })
       expect(yield* failure({ file: { providers: [claude, { name: "codex", window: 44_000 }], gateway: { routes: [{ model: "claude-*", provider: "claude-main" }, { model: "x", provider: "codex" }] } }, env: { ANTHROPIC_API_KEY: "k" } }))
-        .toBe("baton.json: gateway.routes[1].provider: \"codex\" is not an anthropic-messages or openai-responses provider instance of this config (one of \"claude-main\")")
+        .toBe("baton.json: gateway.routes[1].provider: \"codex\" is not an anthropic-messages, openai-responses or openai-chat provider instance of this config (one of \"claude-main\")")
       // ... or an openai-responses instance (the Responses endpoint, for Codex).
       const openai = { ...claude, kind: "openai-responses", name: "openai-main", baseUrl: "https://api.openai.com/v1", model: "gpt-5", apiKeyEnv: "OPENAI_API_KEY" }
       const withResponses = yield* resolveWith({

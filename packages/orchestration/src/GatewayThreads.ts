@@ -245,7 +245,7 @@ const promptOf = (fresh: ReadonlyArray<WireMessage>): string => {
  * give, the prompt of a run, a message's role (its message id's prefix), and the system prompt as part of the key.
  */
 export interface Wire {
-  readonly name: "anthropic-messages" | "openai-responses"
+  readonly name: "anthropic-messages" | "openai-responses" | "openai-chat"
   /** The message without what an agent may change between two requests of one conversation (see `fingerprintOf`). */
   readonly normalise: (m: unknown) => Json
   /** The system prompt (Anthropic's `system`, Responses' `instructions`) normalised, for the conversation key. */

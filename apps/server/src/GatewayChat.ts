@@ -1,0 +1,120 @@
+/**
+ * GatewayChat: the gateway's OpenAI Chat Completions dialect (issue 14, docs/gateway.md), for agents that speak the
+ * OpenAI-compatible API (pi, opencode, aider) with their base URL set to Baton's (`http://127.0.0.1:8787/v1`):
+ *
+ * - `POST /v1/chat/completions` (streamed or not), forwarded to the routed `openai-chat` instance at
+ *   `{baseUrl}/chat/completions` with the instance's key as `Authorization: Bearer`; the agent authenticates with a
+ *   Baton token in the same header (its `OPENAI_API_KEY`).
+ * - The history is the body's `messages` after the leading `system` / `developer` messages (the system prompt). The
+ *   conversation is the agent's `x-session-id` header when it sends one, else the fingerprint of the conversation's
+ *   start (Chat Completions has no session of its own).
+ * - A stream's reply is one assistant message assembled from the chunks' `delta`s (content, and each tool call's id,
+ *   name and argument fragments by `index`), whole at the `finish_reason` and ended by `[DONE]`; usage from the chunk
+ *   that carries it (`stream_options.include_usage`): `prompt_tokens` includes `prompt_tokens_details.cached_tokens`
+ *   (billed as cache reads). A chunk with an `error` fails the run.
+ * - Baton's own refusals are in OpenAI's error shape (`GatewayResponses.errorResponse`).
+ *
+ * It owns only what differs from the other dialects; forwarding and the record are `Gateway`'s.
+ */
+import type { ProviderAdapter } from "@baton/providers"
+import { GatewayChatWire, type GatewayThreads } from "@baton/orchestration"
+import { Sse } from "@baton/providers"
+import { Option, Redacted } from "effect"
+import { type Assembler, type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
+import { errorResponse } from "./GatewayResponses.js"
+
+/** The billed tokens of a Chat Completions `usage` object (absent fields: 0). */
+export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
+  const n = (u: unknown) => (typeof u === "number" ? u : 0)
+  const cached = isRecord(usage.prompt_tokens_details) ? n(usage.prompt_tokens_details.cached_tokens) : 0
+  return { inputTokens: n(usage.prompt_tokens) - cached, cacheWriteTokens: 0, cacheReadTokens: cached, outputTokens: n(usage.completion_tokens) }
+}
+
+/** Whether `m` is a system prompt message. */
+const isSystem = (m: unknown) => isRecord(m) && (m.role === "system" || m.role === "developer")
+
+/**
+ * Assembles the reply of a Chat Completions SSE stream from its bytes as they pass: choice 0's content and tool calls
+ * (by `index`), whole once a `finish_reason` came (then `[DONE]` or the end), with the usage of the chunk that has it.
+ */
+export const replyAssembler = (): Assembler => {
+  const decoder = Sse.makeDecoder()
+  let content = ""
+  let refusal: string | null = null
+  const calls: Array<{ id: string; name: string; arguments: string }> = []
+  let finished = false
+  let usage: Record<string, unknown> | null = null
+  let failure: StreamOutcome | null = null
+  const onEvent = (data: unknown) => {
+    if (!isRecord(data)) return
+    if (isRecord(data.error)) {
+      failure = {
+        _tag: "failed",
+        code: data.error.code === "context_length_exceeded" ? "overflow" : "provider_unavailable",
+        reason: `the upstream's stream reported an error: ${String(data.error.code ?? "")} ${String(data.error.message ?? "")}`.trim()
+      }
+      return
+    }
+    if (isRecord(data.usage)) usage = data.usage
+    const choice = Array.isArray(data.choices) ? data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+    if (!isRecord(choice)) return
+    const delta = isRecord(choice.delta) ? choice.delta : {}
+    if (typeof delta.content === "string") content += delta.content
+    if (typeof delta.refusal === "string") refusal = (refusal ?? "") + delta.refusal
+    for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+      if (!isRecord(c)) continue
+      const at = typeof c.index === "number" ? c.index : calls.length
+      const call = calls[at] ?? (calls[at] = { id: "", name: "", arguments: "" })
+      if (typeof c.id === "string") call.id = c.id
+      const fn = isRecord(c.function) ? c.function : {}
+      if (typeof fn.name === "string") call.name += fn.name
+      if (typeof fn.arguments === "string") call.arguments += fn.arguments
+    }
+    if (typeof choice.finish_reason === "string") finished = true
+  }
+  return {
+    push: (chunk) => {
+      for (const m of decoder.push(chunk)) if (m.data !== "[DONE]") onEvent(parseJson(m.data))
+    },
+    outcome: () => {
+      if (failure !== null) return failure
+      if (!finished) return { _tag: "unfinished", reason: "the upstream's stream ended before a finish_reason" }
+      const message: Record<string, unknown> = { role: "assistant", content: content === "" ? null : content }
+      if (refusal !== null) message.refusal = refusal
+      const made = calls.filter((c) => c !== undefined)
+      if (made.length > 0) message.tool_calls = made.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }))
+      return { _tag: "completed", reply: { messages: [{ id: null, message }], tokens: usage === null ? null : tokensOf(usage) } }
+    }
+  }
+}
+
+/** The reply of a non-streamed Chat Completions body: choice 0's message and the usage. */
+export const replyOfBody = (body: unknown): GatewayThreads.Reply => {
+  const choice = isRecord(body) && Array.isArray(body.choices) ? body.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+  const message = isRecord(choice) && isRecord(choice.message) ? choice.message : null
+  return {
+    messages: message === null ? [] : [{ id: null, message }],
+    tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null
+  }
+}
+
+/** The OpenAI Chat Completions dialect (see the module docblock). */
+export const dialect: Dialect = {
+  kind: "openai-chat",
+  wire: GatewayChatWire.openAiChat,
+  refuse: errorResponse,
+  tokenHint: "Authorization: Bearer (the agent's OpenAI API key setting)",
+  token: (headers) => headers.authorization,
+  upstreamHeaders: (key, out) => {
+    if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
+  },
+  history: (body, headers) => {
+    if (!Array.isArray(body.messages) || !body.messages.every(isRecord)) return "messages: expected an array of messages"
+    let k = 0
+    while (k < body.messages.length && isSystem(body.messages[k])) k++
+    const session = headers["x-session-id"] ?? null
+    return { system: body.messages.slice(0, k), messages: body.messages.slice(k), session: session === "" ? null : session }
+  },
+  assembler: replyAssembler,
+  replyOfBody
+}
