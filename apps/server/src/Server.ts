@@ -18,7 +18,7 @@ import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver, ThreadRe
 import type { ProviderInstance } from "@baton/contracts"
 import { Database, NativeMessageStore } from "@baton/persistence"
 import { CodexAdapter, ModelProviders, ModelSummariser, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser, Summariser } from "@baton/providers"
-import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpServer } from "@effect/platform"
+import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpRouter, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Console, Effect, Layer, type Scope } from "effect"
 import * as Http from "node:http"
@@ -54,7 +54,10 @@ export const httpLayer = (options: HttpOptions) =>
       Layer.provide(Handlers.layer),
       Layer.provide(Auth.sessionLayer(options.tokens)),
       Layer.provide(Auth.layer(options.tokens))
-    ))
+    )),
+    // Path parameters up to the longest id the API accepts (200 characters, percent-encoded up to 3 bytes each):
+    // the router's default (100) answered a longer, valid operation id 404 RouteNotFound (review finding).
+    Layer.provide(HttpRouter.setRouterConfig({ maxParamLength: 1_024 }))
   )
 
 /** The database Layer of the settings. */

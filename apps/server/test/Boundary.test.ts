@@ -161,6 +161,11 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const threadId = (created.body as { threadId: string }).threadId
       const unknownOp = yield* raw(get(`/threads/${threadId}/offload/op_nope`))
       expect([unknownOp.status, unknownOp.body]).toEqual([404, { _tag: "OffloadOperationNotFound", threadId, operationId: "op_nope", message: `no /offload operation op_nope on thread ${threadId}` }])
+      // An operation id of 150 characters (the API takes up to 200) reaches the endpoint: the router's default limit
+      // of 100 answered it RouteNotFound (review finding).
+      const longOp = `op-${"x".repeat(147)}`
+      const unknownLong = yield* raw(get(`/threads/${threadId}/offload/${longOp}`))
+      expect([unknownLong.status, unknownLong.body]).toEqual([404, { _tag: "OffloadOperationNotFound", threadId, operationId: longOp, message: `no /offload operation ${longOp} on thread ${threadId}` }])
       const unknownOffload = yield* raw(get(`/threads/${threadId}/offloads/off_nope/archive`))
       expect([unknownOffload.status, unknownOffload.body]).toEqual([404, { _tag: "OffloadNotFound", threadId, offloadId: "off_nope", message: `no offload off_nope on thread ${threadId}` }])
     }).pipe(Effect.provide(serve(providers()))))

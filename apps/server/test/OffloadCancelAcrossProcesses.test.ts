@@ -94,6 +94,32 @@ describe.each([["Postgres", true], ["SQLite", false]] as const)("/offload cancel
       }), { postgres }), 120_000)
 })
 
+describe("/offload charges survive a lost process (review finding: they were kept in memory only)", () => {
+  it.live("two chunk calls answered and billed, the third held, the process gone: settled failed with both calls' cost abandoned and in the thread's totals", () =>
+    withThread(12, ({ secondServer, sql, summariser, threadId }) =>
+      Effect.gen(function*() {
+        const api = yield* client()
+        const apiB = yield* Effect.provide(client(), yield* secondServer)
+        const { reply, release } = held(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
+        summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage), ModelApi.answer("anthropic-messages", summaryText, sumUsage), reply)
+        const offloading = yield* Effect.fork(Effect.either(api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-charged" }, headers: {} })))
+        yield* until(() => summariser.requests.length === 3)
+        // Each answered call's charge is on the row already.
+        const [row] = yield* Effect.orDie(sql<{ calls: number; inputTokens: number; outputTokens: number }>`SELECT calls, input_tokens, output_tokens FROM offload_operations WHERE operation_id = 'op-charged'`)
+        expect([Number(row!.calls), Number(row!.inputTokens), Number(row!.outputTokens)]).toEqual([2, 2_000, 400])
+        yield* Effect.orDie(sql`UPDATE offload_operations SET driver_id = 'drv_gone' WHERE operation_id = 'op-charged'`)
+        const lost = yield* apiB.threads.getOffload({ path: { threadId, operationId: "op-charged" } })
+        expect(lost).toMatchObject({ outcome: "failed", cost: { calls: 2, inputTokens: 2_000, outputTokens: 400, state: "abandoned" } })
+        expect(lost.cost!.costUsd).toBeCloseTo(0.012, 9)
+        release()
+        yield* Fiber.join(offloading)
+        const snapshot = yield* api.threads.get({ path: { threadId } })
+        expect(snapshot.costs.summariser).toMatchObject({ operations: 1 })
+        expect(snapshot.costs.summariser.abandonedUsd).toBeCloseTo(0.012, 9)
+        expect(yield* itemsOf(threadId, "summary")).toEqual([])
+      }), { summariserExtra: smallSummariser }), 120_000)
+})
+
 describe("/offload cancelled from another server process while committing (Postgres)", () => {
 
   it.live("a cancel sent to the other process after the commit, or while the commit waits for the thread's lock: offloaded", () =>

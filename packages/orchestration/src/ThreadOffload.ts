@@ -224,17 +224,22 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * it declares none), adding each call's billed tokens to `spent` as it answers. Fails with `ProviderError` (a
      * call failed) or with the reason no call can make progress (the summary so far leaves no room in the window).
      */
-    const summariseInChunks = (threadId: ThreadId, previousSummary: string | null, items: ReadonlyArray<Item>, spent: Spent) =>
+    const summariseInChunks = (threadId: ThreadId, previousSummary: string | null, items: ReadonlyArray<Item>, spent: Spent, operationId: string) =>
       Effect.gen(function*() {
+        // Each call's charge is written to the operation's row as soon as it answers (never lost with the process).
         const call = (input: Summariser.SummariseInput) =>
           Effect.tap(summariser.summarise(input), (answer) =>
-            Effect.sync(() => {
+            Effect.gen(function*() {
               if (answer.tokens === undefined) return
+              const tokens = answer.tokens
               spent.calls++
-              spent.inputTokens += answer.tokens.inputTokens
-              spent.cacheWriteTokens += answer.tokens.cacheWriteTokens
-              spent.cacheReadTokens += answer.tokens.cacheReadTokens
-              spent.outputTokens += answer.tokens.outputTokens
+              spent.inputTokens += tokens.inputTokens
+              spent.cacheWriteTokens += tokens.cacheWriteTokens
+              spent.cacheReadTokens += tokens.cacheReadTokens
+              spent.outputTokens += tokens.outputTokens
+              yield* uow.thread(threadId, "ThreadOffload.spend")(store.addOffloadSpend(operationId, tokens)).pipe(
+                Effect.catchAll((e) => Effect.logWarning(`/offload ${operationId}: a summariser call's charge could not be written yet (kept in memory)`, e))
+              )
             }))
         const window = summariser.inputWindow
         if (window === null) return { text: (yield* call({ threadId, previousSummary, items })).text, calls: 1 }
@@ -599,7 +604,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         // The summary, raced against a cancellation, asked of this process (the Deferred) or of another one (the
         // operation's row, polled): whichever comes first wins (the loser is interrupted).
         const answer = yield* Effect.raceAll([
-          Effect.map(Effect.either(summariseInChunks(threadId, plan.previousSummary, plan.covered, spent)), (a) => ({ _tag: "answer" as const, a })),
+          Effect.map(Effect.either(summariseInChunks(threadId, plan.previousSummary, plan.covered, spent, key.operationId)), (a) => ({ _tag: "answer" as const, a })),
           Effect.as(Deferred.await(entry.cancel), { _tag: "cancelled" as const }),
           Effect.as(cancelRequested(key.operationId), { _tag: "cancelled" as const })
         ])
@@ -786,7 +791,9 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       row: OffloadOperationRecord,
       reason = "the server stopped while the offload was running, before it was applied"
     ) => {
-      const lost = emptyReport({ operationId, outcome: "failed", message: "", offloaded: false, reason, retryable: true })
+      // The charges its calls already wrote to the row are kept, as abandoned.
+      const charged = { calls: row.calls, inputTokens: row.inputTokens, cacheWriteTokens: row.cacheWriteTokens, cacheReadTokens: row.cacheReadTokens, outputTokens: row.outputTokens }
+      const lost = { ...emptyReport({ operationId, outcome: "failed", message: "", offloaded: false, reason, retryable: true }), cost: costOf(charged, "abandoned") }
       return Effect.map(
         endWithout({ operationId, fingerprint: row.fingerprint }, threadId, { ...lost, message: Message.of(lost) }, row.createdAt),
         (s) => s.report!

@@ -687,6 +687,19 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           orPersistence("offload_operations.finish")
         ),
       /**
+       * Adds one summariser call's billed tokens to running operation `operationId` as soon as the call answered (its
+       * own small unit of work), so that a charge is never lost with the process: the outcome's unit of work writes
+       * the same totals, and an operation settled as lost keeps them (`abandoned`). `false` when it is not running.
+       */
+      addOffloadSpend: (operationId: string, tokens: { readonly inputTokens: number; readonly cacheWriteTokens: number; readonly cacheReadTokens: number; readonly outputTokens: number }) =>
+        sql`UPDATE offload_operations SET calls = calls + 1, input_tokens = input_tokens + ${tokens.inputTokens},
+            cache_write_tokens = cache_write_tokens + ${tokens.cacheWriteTokens}, cache_read_tokens = cache_read_tokens + ${tokens.cacheReadTokens},
+            output_tokens = output_tokens + ${tokens.outputTokens}
+            WHERE operation_id = ${operationId} AND status = 'running' RETURNING operation_id`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("offload_operations.addSpend")
+        ),
+      /**
        * Records that a client asked to cancel operation `operationId` at `at` (the first request's time is kept);
        * `true` when the operation is still `running` (the process running it will see the request), `false` when it
        * already has an outcome or does not exist.
