@@ -57,6 +57,15 @@ describe("automatic /offload", () => {
           expect((yield* sendAndWait(threadId, "next")).run.status).toBe("completed")
           const snapshot = yield* api.threads.get({ path: { threadId } })
           expect(snapshot.providerThreads[0]!.nativeThreads.map((n) => n.status)).toEqual(["replaced", "active"])
+          // The user undoes it: a later run at 90% again is not offloaded on Baton's own (review finding: it redid it).
+          expect((yield* api.threads.undoOffload({ path: { threadId }, payload: {}, headers: {} })).undone).toBe(true)
+          chat.enqueue(ModelApi.answer("anthropic-messages", "full again", usageOf(185_000)))
+          const again = yield* sendAndWait(threadId, "another big step")
+          expect(again.run.status).toBe("completed")
+          yield* Effect.sleep("300 millis")
+          const skipped = yield* Effect.flip(api.threads.getOffload({ path: { threadId, operationId: `auto-${again.run.id}` } }))
+          expect(skipped._tag).toBe("OffloadOperationNotFound")
+          expect(summariser.requests).toHaveLength(1)
         }), { offload: { auto: { thresholdRatio: 0.8, keepTokens: 700, approvalMode: "server-policy" }, preCompactHook: { url: hook.url, timeoutMs: 5_000 } } })
     })), 120_000)
 

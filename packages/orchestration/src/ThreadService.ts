@@ -582,7 +582,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * active native thread's last reported usage is at least `thresholdRatio` of its window (the reported maximum,
      * else the provider thread's configured window) and no run is queued or active, offloads the thread as operation
      * `auto-<runId>` (so two processes, or a repeat, offload once), the PreCompact hook told trigger `automatic`.
-     * Returns the report, or `null` when the policy is off or the thread is below the threshold or busy. Fails like
+     * Returns the report, or `null` when the policy is off, the thread is below the threshold or busy, or its newest
+     * offload was undone (the user's call stands until they offload again). Fails like
      * `offload`.
      */
     const autoOffload = Effect.fn("ThreadService.autoOffload")(function*(threadId: ThreadId, runId: Run["id"]) {
@@ -597,6 +598,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const window = native.value.usage.maxTokens ?? lane.value.contextWindow
       if (window === null || window <= 0 || native.value.usage.usedTokens < policy.thresholdRatio * window) return null
       if ((yield* store.findActiveRun(threadId))._tag === "Some") return null
+      // The user undid the newest offload: Baton does not redo it on its own (a manual /offload clears this).
+      const latest = yield* store.latestOffload(threadId)
+      if ((yield* store.maxOffloadGeneration(threadId)) > (latest._tag === "Some" ? latest.value.generation : 0)) return null
       const keepTokens = policy.keepTokens ?? defaultKeepTokens(lane.value.contextWindow)
       const operationId = `auto-${runId}`
       const key = { operationId, fingerprint: `automatic:${threadId}:${keepTokens}` }
