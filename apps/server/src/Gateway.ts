@@ -31,10 +31,12 @@ import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import { GatewayThreads } from "@baton/orchestration"
 import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
+import { TokenCounter } from "@baton/context"
+import { Clock, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
+import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as ServerConfig from "./ServerConfig.js"
 
@@ -120,6 +122,17 @@ export const layer = (options: GatewayOptions) =>
         read: null
       }
       const models = options.providers.filter(ServerConfig.isModelInstance)
+      const counter = TokenCounter.make()
+      /** Token counts of message texts, kept while a conversation repeats them (cleared when large). */
+      const counts = new Map<string, number>()
+      const count = (text: string) => {
+        let n = counts.get(text)
+        if (n === undefined) {
+          if (counts.size >= 20_000) counts.clear()
+          counts.set(text, n = counter.count(text))
+        }
+        return n
+      }
 
       const upstreamHeaders = (request: HttpServerRequest.HttpServerRequest, dialect: Dialect, key: Option.Option<Redacted.Redacted>) => {
         const out: Record<string, string> = {}
@@ -168,11 +181,33 @@ export const layer = (options: GatewayOptions) =>
             )
           }
 
+          // Tool-result offload on the way out (Anthropic Messages, the instance's `toolResultOffload` on): the
+          // conversation's stubs, a flush when the policy says so, and `thread_read` offered.
+          let offload: GatewayThreads.GatewayOffloadState | undefined
+          let sentBody = body
+          if (record && dialect.kind === "anthropic-messages" && target.toolResultOffload.enabled) {
+            const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
+            const known = Option.flatten(conversation)
+            const now = yield* Clock.currentTimeMillis
+            const plan = GatewayOffload.rewrite({
+              body: parsed,
+              offloaded: Option.match(known, { onNone: () => [], onSome: (c) => c.offloaded }),
+              settings: target.toolResultOffload.settings,
+              windowTokens: target.config.contextWindow,
+              prices: target.config.prices,
+              requestsSoFar: Option.match(known, { onNone: () => 0, onSome: (c) => c.requests }),
+              msSinceLastRequest: Option.match(known, { onNone: () => null, onSome: (c) => Math.max(0, now - Date.parse(c.updatedAt)) }),
+              count
+            })
+            offload = { offloaded: plan.offloaded, flush: plan.flush }
+            if (plan.changed) sentBody = new TextEncoder().encode(JSON.stringify(plan.body))
+          }
+
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
           const url = target.config.baseUrl.replace(/\/+$/, "") + upstreamPath + query
           const outgoing = HttpClientRequest.post(url).pipe(
             HttpClientRequest.setHeaders(upstreamHeaders(request, dialect, target.apiKey)),
-            HttpClientRequest.bodyUint8Array(body, request.headers["content-type"] ?? "application/json")
+            HttpClientRequest.bodyUint8Array(sentBody, request.headers["content-type"] ?? "application/json")
           )
           // Forward first: the upstream request starts before anything is recorded.
           const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
@@ -191,7 +226,8 @@ export const layer = (options: GatewayOptions) =>
               model,
               providerInstance: target.name as ProviderInstance,
               contextWindow: target.config.contextWindow,
-              prices: target.config.prices
+              prices: target.config.prices,
+              offload
             })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
             Effect.option,

@@ -289,6 +289,17 @@ export interface GatewayRequest {
   readonly providerInstance: ProviderInstance
   readonly contextWindow: number | null
   readonly prices: ProviderAdapter.ProviderAdapterShape["prices"]
+  /**
+   * The gateway's tool-result offload on this request (absent: off): `offloaded` the `tool_use` ids whose results it
+   * sends as stubs (the conversation's new state), `flush` what this request newly stubbed (`null`: nothing).
+   */
+  readonly offload?: GatewayOffloadState | undefined
+}
+
+/** What the gateway's tool-result offload did on a request (see `GatewayRequest.offload`). */
+export interface GatewayOffloadState {
+  readonly offloaded: ReadonlyArray<string>
+  readonly flush: { readonly refs: ReadonlyArray<string>; readonly tier: string; readonly tokensBefore: number; readonly tokensAfter: number } | null
 }
 
 /** A forwarded request as recorded: its thread and run, the request's fingerprints, what was new. */
@@ -346,6 +357,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           baseline: [],
           requests: 0,
           divergences: 0,
+          offloaded: [],
           createdAt: DateTime.formatIso(now),
           updatedAt: DateTime.formatIso(now)
         }
@@ -431,6 +443,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             requestMessages: prints.length
           } })
         }
+        if (request.offload?.flush) {
+          const f = request.offload.flush
+          yield* store.appendEvent({ threadId, type: "gateway.offloaded", payload: {
+            runId: run.id,
+            refs: f.refs,
+            tier: f.tier,
+            tokensBefore: Math.round(f.tokensBefore),
+            tokensAfter: Math.round(f.tokensAfter)
+          } })
+        }
         const names = wire.toolNamesOf(request.messages)
         yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
         yield* conversations.update({
@@ -438,6 +460,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           baseline: prints,
           requests: conversation.requests + 1,
           divergences: generation,
+          offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
           updatedAt: DateTime.formatIso(now)
         })
         return {
@@ -517,6 +540,13 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     /** The conversations a thread records (the gateway's view of a thread; empty for a thread of the API). */
     const conversationsOf = (threadId: ThreadId) => conversations.ofThread(threadId)
 
-    return { begin, complete, fail, conversationsOf }
+    /**
+     * The stored conversation of a request (by its key; `None` when new), read without a lock: what the gateway's
+     * tool-result offload needs before forwarding (its stubbed ids, request count, last update).
+     */
+    const conversationOf = (wire: Wire, session: string | null, system: unknown, messages: ReadonlyArray<unknown>) =>
+      conversations.find(conversationKey(session, system, messages, wire))
+
+    return { begin, complete, fail, conversationsOf, conversationOf }
   })
 }) {}

@@ -1,0 +1,137 @@
+/**
+ * The gateway's tool-result offload on the way out (issue 14 item 3, docs/gateway.md "On the way out"), against a
+ * loopback Anthropic upstream that records the bodies: a long tool-using conversation whose results (about 25,000
+ * characters each) are stubbed at flushes and stay stubbed, each request extending the previous one except at the
+ * reported flushes, the agent's newest message sent byte for byte, `thread_read` offered; with the instance's
+ * `toolResultOffload` off, every body goes out as the agent sent it.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { HttpClientRequest } from "@effect/platform"
+import { Effect } from "effect"
+import { adminToken, client, get, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
+
+const usage = { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }
+const tools = [{ name: "Bash", description: "Runs a command.", input_schema: { type: "object", properties: { command: { type: "string" } } } }]
+const system = [{ type: "text", text: "You are a coding agent." }]
+
+type Message = { role: string; content: Array<Record<string, unknown>> }
+type Body = { messages: Array<Message>; tools: Array<{ name: string }>; system: unknown }
+
+/** About 25,000 characters of tool output (text the tokenizer counts like real output: about 4 characters a token). */
+const output = (round: number) =>
+  Array.from({ length: 420 }, (_, line) => `src/module${round}/file${line}.ts:${line * 7 + round}: export const value${line} = compute(${line}, "r${round}")`).join("\n")
+
+/** The history with the agent's breakpoint on its newest message only (as Claude Code moves it). */
+const withBreakpoint = (history: ReadonlyArray<Message>): Array<Message> =>
+  history.map((m, i) =>
+    i === history.length - 1
+      ? { ...m, content: m.content.map((b, j) => (j === m.content.length - 1 ? { ...b, cache_control: { type: "ephemeral" } } : b)) }
+      : m
+  )
+
+const post = (body: unknown) =>
+  HttpClientRequest.post("/v1/messages?beta=true").pipe(
+    HttpClientRequest.setHeaders({ "anthropic-version": "2023-06-01", "x-api-key": adminToken, "x-claude-code-session-id": "session-o" }),
+    HttpClientRequest.bodyText(JSON.stringify(body), "application/json")
+  )
+
+/** Plays `rounds` tool rounds through the gateway (each a Bash call answered with `output`), then a last answer; the agent's bodies. */
+const converse = (upstream: ModelApi.ModelApi, rounds: number) =>
+  Effect.gen(function*() {
+    const history: Array<Message> = [{ role: "user", content: [{ type: "text", text: "explore the repository" }] }]
+    const sent: Array<string> = []
+    for (let round = 1; round <= rounds + 1; round++) {
+      const calls = round <= rounds ? [{ id: `toolu_${round}`, name: "Bash", arguments: JSON.stringify({ command: `grep -rn value src/module${round}` }) }] : []
+      upstream.enqueue(ModelApi.answer("anthropic-messages", round <= rounds ? "" : "Done.", usage, calls))
+      const body = { model: "claude-x", max_tokens: 100, stream: true, system, tools, messages: withBreakpoint(history) }
+      sent.push(JSON.stringify(body))
+      const answer = yield* raw(post(body))
+      expect(answer.status).toBe(200)
+      if (round > rounds) break
+      history.push({ role: "assistant", content: [{ type: "tool_use", id: `toolu_${round}`, name: "Bash", input: { command: `grep -rn value src/module${round}` } }] })
+      history.push({ role: "user", content: [{ type: "tool_result", tool_use_id: `toolu_${round}`, content: output(round) }] })
+    }
+    return sent
+  })
+
+/** The messages of a body without the agent's breakpoints (they move with the newest message). */
+const unmarked = (body: Body) =>
+  body.messages.map((m) => JSON.stringify({ ...m, content: m.content.map(({ cache_control: _, ...b }) => b) }))
+
+describe("Gateway tool-result offload", () => {
+  it.live("stubs consumed results at flushes and keeps them stubbed; each request extends the previous one except at the reported flushes; the newest message goes out unchanged", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const rounds = 30
+        const sent = yield* converse(upstream, rounds)
+        expect(upstream.requests.length).toBe(rounds + 1)
+        const bodies = upstream.requests.map((r) => JSON.parse(r.body) as Body)
+
+        // thread_read offered on every request, after the agent's tools; system and tools the same bytes throughout.
+        for (const b of bodies) expect(b.tools.map((t) => t.name)).toEqual(["Bash", "thread_read"])
+        expect(new Set(bodies.map((b) => JSON.stringify([b.system, b.tools]))).size).toBe(1)
+
+        // The agent's newest message goes out byte for byte.
+        sent.forEach((s, i) => {
+          const newest = (JSON.parse(s) as Body).messages.at(-1)!
+          expect(upstream.requests[i]!.body).toContain(JSON.stringify(newest))
+          expect(bodies[i]!.messages.at(-1)).toEqual(newest)
+        })
+
+        // Flushes: the runs with a gateway.offloaded event.
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        const runs = (yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })).runs
+        expect(runs.length).toBe(rounds + 1)
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        const flushes = events.filter((e) => e.type === "gateway.offloaded").map((e) => e.payload as { runId: string; refs: Array<string>; tier: string; tokensBefore: number; tokensAfter: number })
+        expect(flushes.length).toBeGreaterThanOrEqual(2)
+        const flushAt = new Set(flushes.map((f) => runs.findIndex((r) => r.id === f.runId)))
+        for (const f of flushes) expect(f.tokensAfter).toBeLessThan(f.tokensBefore)
+
+        // Each request extends the previous one's messages, except at a reported flush (and only there).
+        const breaks: Array<number> = []
+        for (let i = 1; i < bodies.length; i++) {
+          const previous = unmarked(bodies[i - 1]!)
+          const next = unmarked(bodies[i]!)
+          if (!previous.every((m, k) => next[k] === m)) breaks.push(i)
+        }
+        expect(breaks).toEqual([...flushAt].sort((a, b) => a - b))
+
+        // A stubbed result stays stubbed, with its ref; what is stubbed is what the events reported.
+        const stubbed = (b: Body) =>
+          b.messages.flatMap((m) => m.content.filter((c) => c.type === "tool_result" && String(c.content).startsWith("[offloaded, thread_read tool:")).map((c) => String(c.tool_use_id)))
+        const reported: Array<string> = []
+        for (let i = 0; i < bodies.length; i++) {
+          reported.push(...flushes.filter((f) => runs.findIndex((r) => r.id === f.runId) === i).flatMap((f) => f.refs.map((r) => r.slice("tool:".length))))
+          expect(stubbed(bodies[i]!)).toEqual(reported)
+        }
+        const last = bodies.at(-1)!
+        const stub = last.messages[2]!.content[0]!
+        expect(stub).toEqual({ type: "tool_result", tool_use_id: "toolu_1", content: `[offloaded, thread_read tool:toolu_1]\nBash grep -rn value src/module1: ${output(1).length.toLocaleString("en-US")} chars` })
+        // The last request is well under the agent's.
+        expect(upstream.requests.at(-1)!.body.length).toBeLessThan(sent.at(-1)!.length / 2)
+        // The thread holds the originals.
+        const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        expect(items.filter((i) => i.kind === "tool_result" && i.toolCallId === "toolu_1").map((i) => i.text)).toEqual([output(1)])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
+  it.live("with the instance's toolResultOffload off, every body goes out as the agent sent it", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream, { toolResultOffload: false })], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const sent = yield* converse(upstream, 12)
+        expect(upstream.requests.map((r) => r.body)).toEqual(sent)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+})
