@@ -28,7 +28,8 @@
  * route to an instance of the endpoint's own protocol.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
-import { GatewayThreads } from "@baton/orchestration"
+import type { ThreadId } from "@baton/contracts"
+import { GatewayThreads, ThreadRead } from "@baton/orchestration"
 import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
@@ -101,6 +102,24 @@ const agentOf = (userAgent: string | undefined) =>
 const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { code: RunFailureCode; reason: string } =>
   outcome._tag === "failed" ? outcome : { code: "provider_protocol", reason: outcome.reason }
 
+/** The most `thread_read` rounds the gateway answers for one agent request (then the reply goes to the agent). */
+const maxReadHops = 8
+
+/** `reply` with the usage of the hidden hops (answered `thread_read` rounds) added to its own. */
+const withHidden = (reply: GatewayThreads.Reply, hidden: ReadonlyArray<GatewayThreads.Reply["tokens"]>): GatewayThreads.Reply => {
+  if (hidden.length === 0) return reply
+  const all = [reply.tokens, ...hidden].filter((t) => t !== null)
+  return {
+    ...reply,
+    tokens: all.length === 0 ? null : {
+      inputTokens: all.reduce((n, t) => n + t.inputTokens, 0),
+      cacheWriteTokens: all.reduce((n, t) => n + t.cacheWriteTokens, 0),
+      cacheReadTokens: all.reduce((n, t) => n + t.cacheReadTokens, 0),
+      outputTokens: all.reduce((n, t) => n + t.outputTokens, 0)
+    }
+  }
+}
+
 /** One gateway endpoint: its dialect, the upstream path (after the instance's `baseUrl`), and whether it is recorded. */
 interface Endpoint {
   readonly dialect: Dialect
@@ -116,6 +135,7 @@ export const layer = (options: GatewayOptions) =>
   HttpApiBuilder.Router.use((router) =>
     Effect.gen(function*() {
       const threads = yield* GatewayThreads.GatewayThreads
+      const reader = yield* ThreadRead.ThreadRead
       const http = yield* HttpClient.HttpClient
       const digests = {
         admin: Auth.digest(Redacted.value(options.tokens.admin)),
@@ -185,6 +205,9 @@ export const layer = (options: GatewayOptions) =>
           // conversation's stubs, a flush when the policy says so, and `thread_read` offered.
           let offload: GatewayThreads.GatewayOffloadState | undefined
           let sentBody = body
+          // With offload on: the body as sent (the continuations after `thread_read` extend it), and the thread.
+          let outBody: Record<string, unknown> | null = null
+          let knownThread: Option.Option<ThreadId> = Option.none()
           if (record && dialect.kind === "anthropic-messages" && target.toolResultOffload.enabled) {
             const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
             const known = Option.flatten(conversation)
@@ -200,15 +223,20 @@ export const layer = (options: GatewayOptions) =>
               count
             })
             offload = { offloaded: plan.offloaded, flush: plan.flush }
+            outBody = plan.body
+            knownThread = Option.map(known, (c) => c.threadId as ThreadId)
             if (plan.changed) sentBody = new TextEncoder().encode(JSON.stringify(plan.body))
           }
 
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
           const url = target.config.baseUrl.replace(/\/+$/, "") + upstreamPath + query
-          const outgoing = HttpClientRequest.post(url).pipe(
-            HttpClientRequest.setHeaders(upstreamHeaders(request, dialect, target.apiKey)),
-            HttpClientRequest.bodyUint8Array(sentBody, request.headers["content-type"] ?? "application/json")
-          )
+          const headersOut = upstreamHeaders(request, dialect, target.apiKey)
+          const post = (bytes: Uint8Array) =>
+            HttpClientRequest.post(url).pipe(
+              HttpClientRequest.setHeaders(headersOut),
+              HttpClientRequest.bodyUint8Array(bytes, request.headers["content-type"] ?? "application/json")
+            )
+          const outgoing = post(sentBody)
           // Forward first: the upstream request starts before anything is recorded.
           const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
 
@@ -234,6 +262,19 @@ export const layer = (options: GatewayOptions) =>
             Effect.forkDaemon
           )
           const recorded: Effect.Effect<Option.Option<GatewayThreads.Begun>> = recording === null ? Effect.succeed(Option.none()) : Fiber.join(recording)
+          /**
+           * Answers the upstream's `thread_read` calls from the conversation's thread (the request's record, else the
+           * stored conversation's); without a thread, each call is answered as a failed read.
+           */
+          const answerReads = (reads: ReadonlyArray<GatewayOffload.Read>) =>
+            Effect.gen(function*() {
+              const threadId = Option.orElse(Option.map(yield* recorded, (b) => b.threadId), () => knownThread)
+              return yield* Effect.forEach(reads, (r) =>
+                Option.match(threadId, {
+                  onNone: () => Effect.succeed({ id: r.id, output: "thread_read: this conversation has no record to read from yet", isError: true }),
+                  onSome: (id) => Effect.map(reader.answer(id, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a }))
+                }))
+            })
           /** Records an outcome once the request's record exists (nothing when it failed); failures logged, never the agent's. */
           const settle = <E>(record: (begun: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
             recorded.pipe(
@@ -265,16 +306,41 @@ export const layer = (options: GatewayOptions) =>
               yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
               return dialect.refuse("unreachable", "the upstream's answer broke off")
             }
-            const bytesBack = new Uint8Array(answer.right)
+            let bytesBack = new Uint8Array(answer.right)
+            let status = upstream.status
+            let back = { headers, contentType }
+            // The upstream's own thread_read calls: answered here, the conversation continued with the upstream, so
+            // the agent gets only the last answer (the usage of every hop is the run's).
+            const hidden: Array<GatewayThreads.Reply["tokens"]> = []
+            if (ok && outBody !== null) {
+              let reply = parseJson(new TextDecoder().decode(bytesBack))
+              for (let hop = 0; hop < maxReadHops; hop++) {
+                const reads = isRecord(reply) ? GatewayOffload.readsOf(reply.content) : null
+                if (reads === null || !isRecord(reply)) break
+                hidden.push(dialect.replyOfBody(reply).tokens)
+                outBody = GatewayOffload.continuation(outBody, reply.content as ReadonlyArray<unknown>, yield* answerReads(reads))
+                const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(outBody)))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
+                if (next._tag === "Left") {
+                  yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
+                  return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
+                }
+                bytesBack = new Uint8Array(next.right.b)
+                status = next.right.r.status
+                back = { headers: backHeaders(next.right.r), contentType: next.right.r.headers["content-type"] ?? "application/json" }
+                reply = parseJson(new TextDecoder().decode(bytesBack))
+                if (status < 200 || status >= 300) break
+              }
+            }
             if (recording !== null) {
               const text = new TextDecoder().decode(bytesBack)
+              const whole = status >= 200 && status < 300
               yield* settle((begun) =>
-                ok
-                  ? threads.complete(begun, dialect.replyOfBody(parseJson(text)))
-                  : threads.fail(begun, "failed", failureCode(upstream.status), `the upstream answered HTTP ${upstream.status}: ${text.slice(0, 300)}`)
+                whole
+                  ? threads.complete(begun, withHidden(dialect.replyOfBody(parseJson(text)), hidden))
+                  : threads.fail(begun, "failed", failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
               )
             }
-            return HttpServerResponse.uint8Array(bytesBack, { status: upstream.status, headers, contentType })
+            return HttpServerResponse.uint8Array(bytesBack, { status, headers: back.headers, contentType: back.contentType })
           }
 
           // A stream: each chunk goes on to the agent as it arrives, and through the assembler; the reply is recorded

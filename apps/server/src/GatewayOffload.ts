@@ -200,3 +200,38 @@ export const rewrite = (input: Input): Output => {
     flush: fresh.length === 0 ? null : { refs: fresh.map((id) => `tool:${id}`), tier: decision.tier, tokensBefore: decision.tokensBefore, tokensAfter: decision.tokensAfter }
   }
 }
+
+/** A `thread_read` call of the upstream's reply: its `tool_use` id and its input. */
+export interface Read {
+  readonly id: string
+  readonly input: unknown
+}
+
+/**
+ * The `thread_read` calls of a reply's content when the gateway can answer them itself: every `tool_use` block of the
+ * reply is a `thread_read` call (at least one). `null` otherwise (no call, or calls of the agent's own tools beside
+ * them: such a reply goes to the agent as it is, since the agent must answer its calls).
+ */
+export const readsOf = (content: unknown): ReadonlyArray<Read> | null => {
+  if (!Array.isArray(content)) return null
+  const uses = content.filter((b): b is Record<string, unknown> => isRecord(b) && b.type === "tool_use")
+  if (uses.length === 0 || !uses.every((b) => b.name === ThreadRead.definition.name && typeof b.id === "string")) return null
+  return uses.map((b) => ({ id: b.id as string, input: b.input }))
+}
+
+/**
+ * The request that continues a conversation after the upstream's `thread_read` calls: `body` (the request just sent)
+ * with the reply (`content`) and a user message of the answers (`tool_result` blocks, `is_error` on a failed read).
+ */
+export const continuation = (
+  body: Record<string, unknown>,
+  content: ReadonlyArray<unknown>,
+  answers: ReadonlyArray<{ readonly id: string; readonly output: string; readonly isError: boolean }>
+): Record<string, unknown> => ({
+  ...body,
+  messages: [
+    ...(body.messages as ReadonlyArray<unknown>),
+    { role: "assistant", content },
+    { role: "user", content: answers.map((a) => ({ type: "tool_result", tool_use_id: a.id, content: a.output, ...(a.isError ? { is_error: true } : {}) })) }
+  ]
+})

@@ -123,6 +123,50 @@ describe("Gateway tool-result offload", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
+  it.live("a thread_read call of the upstream (whole answers) is answered by the gateway with the original; the agent gets only the answer after it", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const sent = yield* converse(upstream, 12)
+        const before = upstream.requests.length
+        const agentBody = JSON.parse(sent.at(-1)!) as Body
+        const history = [...agentBody.messages.slice(0, -1), { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "what did the first grep print?" }] }]
+        const whole = (content: ReadonlyArray<unknown>, u: Record<string, number>) => ({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({ id: `msg_w${before}_${content.length}`, type: "message", role: "assistant", model: "m", content, stop_reason: "end_turn", usage: u })
+        })
+        upstream.enqueue(
+          whole([{ type: "text", text: "Let me look." }, { type: "tool_use", id: "toolu_read1", name: "thread_read", input: { refs: "tool:toolu_1" } }], { input_tokens: 100, cache_creation_input_tokens: 10, cache_read_input_tokens: 1000, output_tokens: 20 }),
+          whole([{ type: "text", text: "It printed the values of module 1." }], { input_tokens: 50, cache_creation_input_tokens: 5, cache_read_input_tokens: 1100, output_tokens: 10 })
+        )
+        const sentBody = { model: "claude-x", max_tokens: 100, system, tools, messages: history }
+        const answer = yield* raw(post(sentBody))
+        expect(answer.status).toBe(200)
+        // The agent sees only the answer after the read.
+        expect(answer.body).toMatchObject({ content: [{ type: "text", text: "It printed the values of module 1." }] })
+        expect(upstream.requests.length).toBe(before + 2)
+        const first = JSON.parse(upstream.requests[before]!.body) as Body
+        const second = JSON.parse(upstream.requests[before + 1]!.body) as Body
+        // The continuation extends the request just sent with the call and the gateway's answer: the original output.
+        expect(second.messages.slice(0, first.messages.length)).toEqual(first.messages)
+        expect(second.messages.at(-2)).toEqual({ role: "assistant", content: [{ type: "text", text: "Let me look." }, { type: "tool_use", id: "toolu_read1", name: "thread_read", input: { refs: "tool:toolu_1" } }] })
+        const read = second.messages.at(-1)!.content[0]!
+        expect(read).toMatchObject({ type: "tool_result", tool_use_id: "toolu_read1" })
+        expect(read.is_error).toBeUndefined()
+        expect(String(read.content)).toContain(output(1).slice(0, 2_000))
+        // The run's usage is both hops'.
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        const runs = (yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })).runs
+        const view = yield* api.runs.get({ path: { runId: runs.at(-1)!.id }, urlParams: {} })
+        expect(view.cost).toMatchObject({ inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2100, outputTokens: 30 })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
   it.live("with the instance's toolResultOffload off, every body goes out as the agent sent it", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
