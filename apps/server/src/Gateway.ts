@@ -30,7 +30,7 @@
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
 import { GatewayThreads, ThreadRead } from "@baton/orchestration"
-import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
 import { Clock, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
@@ -346,17 +346,48 @@ export const layer = (options: GatewayOptions) =>
           // A stream: each chunk goes on to the agent as it arrives, and through the assembler; the reply is recorded
           // once the stream ends (after the request's own record), before the agent's connection sees the end.
           const assembler = dialect.assembler()
+          // With offload on, the answer passes through hops: the upstream's thread_read calls are held back, answered
+          // and continued with the upstream, whose next stream joins the message the agent is receiving.
+          const hops: Array<GatewayOffload.Hop> = []
+          const encoder = new TextEncoder()
+          const spliced = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>, hop: GatewayOffload.Hop, body: Record<string, unknown>): Stream.Stream<Uint8Array, HttpClientError.ResponseError> => {
+            hops.push(hop)
+            return source.pipe(
+              Stream.map((chunk) => hop.push(chunk)),
+              Stream.filter((text) => text !== ""),
+              Stream.map((text) => encoder.encode(text)),
+              Stream.concat(Stream.unwrap(Effect.gen(function*() {
+                const end = hop.end()
+                if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
+                const next = GatewayOffload.continuation(body, end.content, yield* answerReads(end.reads))
+                const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(next)))))
+                if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300) {
+                  return spliced(response.right.stream, GatewayOffload.makeHop(end.nextOffset, false), next)
+                }
+                // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop).
+                const text = response._tag === "Left" ? "" : yield* Effect.orElseSucceed(response.right.text, () => "")
+                const error = isRecord(parseJson(text)) ? text : JSON.stringify({ type: "error", error: { type: "api_error", message: `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}` } })
+                return Stream.make(encoder.encode(`event: error\ndata: ${error}\n\n`))
+              })))
+            )
+          }
+          // Spliced only where thread_read is offered (the request has tools); events are re-encoded as `event:` and
+          // `data:` lines, which is how Anthropic sends them.
+          const visible = outBody === null || !Array.isArray(outBody.tools) ? upstream.stream : spliced(upstream.stream, GatewayOffload.makeHop(0, true), outBody)
           let settled = false
           const finish = Effect.suspend(() => {
             settled = true
             const outcome = assembler.outcome()
             return toEventLoop.pipe(Effect.zipRight(settle((begun) => {
-              if (outcome._tag === "completed") return threads.complete(begun, outcome.reply)
+              if (outcome._tag === "completed") {
+                // After hidden hops, the run's usage is every hop's.
+                return threads.complete(begun, hops.length <= 1 ? outcome.reply : withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())))
+              }
               const failure = runFailure(outcome)
               return threads.fail(begun, "failed", failure.code, failure.reason)
             })))
           })
-          const stream = upstream.stream.pipe(
+          const stream = visible.pipe(
             Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
             Stream.catchAll((e) =>
               Stream.fromEffect(Effect.suspend(() => {

@@ -18,8 +18,10 @@
  * Pure: no I/O, no clock (the caller passes the time since the conversation's previous request).
  */
 import { ToolResultOffload } from "@baton/context"
-import { ThreadRead } from "@baton/orchestration"
-import { isRecord } from "./GatewayDialect.js"
+import { type GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { Sse } from "@baton/providers"
+import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import { isRecord, parseJson } from "./GatewayDialect.js"
 
 /** The conversation's state and the instance's settings a rewrite needs. */
 export interface Input {
@@ -235,3 +237,80 @@ export const continuation = (
     { role: "user", content: answers.map((a) => ({ type: "tool_result", tool_use_id: a.id, content: a.output, ...(a.isError ? { is_error: true } : {}) })) }
   ]
 })
+
+/** How a streamed hop ended: its `thread_read` calls to answer (its events from the first call on held back), or nothing to hide. */
+export type HopEnd =
+  | {
+    readonly _tag: "reads"
+    readonly reads: ReadonlyArray<Read>
+    /** The hop's message content (as the upstream sent it: the continuation repeats it). */
+    readonly content: ReadonlyArray<unknown>
+    /** The agent-visible index of the first hidden block: the next hop's blocks are numbered from it. */
+    readonly nextOffset: number
+    /** The held events (sent to the agent after all when the reads are not answered). */
+    readonly held: string
+  }
+  | { readonly _tag: "release"; readonly held: string }
+
+/** One upstream stream of a streamed answer, as the agent sees it (see `makeHop`). */
+export interface Hop {
+  /** Feeds upstream bytes; returns the text to send to the agent now. */
+  readonly push: (chunk: Uint8Array) => string
+  /** The hop's end (call when the upstream stream has ended). */
+  readonly end: () => HopEnd
+  /** The hop's own usage (its `message_start` and `message_delta`), when its stream completed. */
+  readonly tokens: () => GatewayThreads.Reply["tokens"]
+}
+
+const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}data: ${data}\n\n`
+
+/**
+ * A streamed hop of an Anthropic Messages answer as the agent sees it: its events pass on (re-encoded as `event:` and
+ * `data:` lines) until a `thread_read` `tool_use` block starts; from there on they are held. A continuation hop
+ * (`first` false) drops its `message_start` (the agent has one already) and numbers its content blocks from `offset`,
+ * so the agent sees one message: the blocks before the hidden call, then the continuation's.
+ */
+export const makeHop = (offset: number, first: boolean): Hop => {
+  const decoder = Sse.makeDecoder()
+  const assembler = GatewayAnthropic.replyAssembler()
+  let held: Array<string> | null = null
+  let heldAt = 0
+  return {
+    push: (chunk) => {
+      assembler.push(chunk)
+      let out = ""
+      for (const m of decoder.push(chunk)) {
+        const data = parseJson(m.data)
+        if (!isRecord(data)) {
+          if (held === null) out += encodeEvent(m.event, m.data)
+          else held.push(encodeEvent(m.event, m.data))
+          continue
+        }
+        if (!first && data.type === "message_start") continue
+        const indexed = typeof data.index === "number" && String(data.type).startsWith("content_block")
+        if (held === null && data.type === "content_block_start" && isRecord(data.content_block) && data.content_block.type === "tool_use" &&
+          data.content_block.name === ThreadRead.definition.name) {
+          held = []
+          heldAt = data.index as number
+        }
+        const text = indexed && offset > 0 ? encodeEvent(m.event, JSON.stringify({ ...data, index: (data.index as number) + offset })) : encodeEvent(m.event, m.data)
+        if (held === null) out += text
+        else held.push(text)
+      }
+      return out
+    },
+    end: () => {
+      const text = held === null ? "" : held.join("")
+      const outcome = assembler.outcome()
+      if (held === null || outcome._tag !== "completed") return { _tag: "release", held: text }
+      const message = outcome.reply.messages[0]?.message
+      const content = isRecord(message) && Array.isArray(message.content) ? message.content : []
+      const reads = readsOf(content)
+      return reads === null ? { _tag: "release", held: text } : { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
+    },
+    tokens: () => {
+      const outcome = assembler.outcome()
+      return outcome._tag === "completed" ? outcome.reply.tokens : null
+    }
+  }
+}

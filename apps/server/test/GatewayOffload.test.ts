@@ -17,6 +17,7 @@ const tools = [{ name: "Bash", description: "Runs a command.", input_schema: { t
 const system = [{ type: "text", text: "You are a coding agent." }]
 
 type Message = { role: string; content: Array<Record<string, unknown>> }
+type StreamEvent = { type: string; index?: number; content_block: { type: string }; delta: { type: string; text?: string } }
 type Body = { messages: Array<Message>; tools: Array<{ name: string }>; system: unknown }
 
 /** About 25,000 characters of tool output (text the tokenizer counts like real output: about 4 characters a token). */
@@ -164,6 +165,47 @@ describe("Gateway tool-result offload", () => {
         const runs = (yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })).runs
         const view = yield* api.runs.get({ path: { runId: runs.at(-1)!.id }, urlParams: {} })
         expect(view.cost).toMatchObject({ inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2100, outputTokens: 30 })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
+  it.live("a streamed thread_read call is held back from the thread_read block on, answered, and the continuation's blocks join the agent's message", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const sent = yield* converse(upstream, 12)
+        const before = upstream.requests.length
+        const agentBody = JSON.parse(sent.at(-1)!) as Body
+        const history = [...agentBody.messages.slice(0, -1), { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "what did the first grep print?" }] }]
+        upstream.enqueue(
+          ModelApi.answer("anthropic-messages", "Let me look.", { input: 100, cacheWrite: 10, cacheRead: 1000, output: 20 }, [{ id: "toolu_read2", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_1" }) }]),
+          ModelApi.answer("anthropic-messages", "It printed module 1's values.", { input: 50, cacheWrite: 5, cacheRead: 1100, output: 10 }, [{ id: "toolu_next", name: "Bash", arguments: JSON.stringify({ command: "ls" }) }])
+        )
+        const answer = yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages: history }))
+        expect(answer.status).toBe(200)
+        const events = answer.text.split("\n\n").filter((e) => e.trim() !== "").map((e) => JSON.parse(e.split("\n").find((l) => l.startsWith("data: "))!.slice(6)) as StreamEvent)
+        // One message: one message_start, the text before the hidden call, then the continuation's blocks from index 1.
+        expect(events.filter((e) => e.type === "message_start").length).toBe(1)
+        expect(events.filter((e) => e.type === "message_stop").length).toBe(1)
+        expect(JSON.stringify(events)).not.toContain("thread_read")
+        expect(events.filter((e) => e.type === "content_block_start").map((e) => [e.index, e.content_block.type])).toEqual([[0, "text"], [1, "text"], [2, "tool_use"]])
+        expect(events.filter((e) => e.type === "content_block_delta" && e.delta.type === "text_delta").map((e) => e.delta.text)).toEqual(["Let me look.", "It printed module 1's values."])
+        // The upstream got the gateway's answer: the original output.
+        expect(upstream.requests.length).toBe(before + 2)
+        const second = JSON.parse(upstream.requests[before + 1]!.body) as Body
+        expect(String(second.messages.at(-1)!.content[0]!.content)).toContain(output(1).slice(0, 2_000))
+        // The thread records what the agent saw, and both hops' usage.
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        const runs = (yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })).runs
+        expect(runs.at(-1)!.status).toBe("completed")
+        const view = yield* api.runs.get({ path: { runId: runs.at(-1)!.id }, urlParams: {} })
+        expect(view.cost).toMatchObject({ inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2100, outputTokens: 30 })
+        const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        expect(items.filter((i) => i.kind === "tool_call").map((i) => i.toolCallId)).not.toContain("toolu_read2")
+        expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "toolu_next").length).toBe(1)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
