@@ -208,6 +208,15 @@ export const layer = (options: GatewayOptions) =>
           // With offload on: the body as sent (the continuations after `thread_read` extend it), and the thread.
           let outBody: Record<string, unknown> | null = null
           let knownThread: Option.Option<ThreadId> = Option.none()
+          let sentCount = 0
+          /**
+           * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
+           * rounds: the rounds the continuations added (`last` the request of the last one) and the final answer.
+           */
+          const expansionOf = (visible: ReadonlyArray<unknown>, last: Record<string, unknown>, final: ReadonlyArray<unknown>) => ({
+            fingerprint: GatewayThreads.fingerprintOf(dialect.wire, { role: "assistant", content: visible }),
+            messages: [...(last.messages as ReadonlyArray<unknown>).slice(sentCount), { role: "assistant", content: final }]
+          })
           if (record && dialect.kind === "anthropic-messages" && target.toolResultOffload.enabled) {
             const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
             const known = Option.flatten(conversation)
@@ -220,10 +229,13 @@ export const layer = (options: GatewayOptions) =>
               prices: target.config.prices,
               requestsSoFar: Option.match(known, { onNone: () => 0, onSome: (c) => c.requests }),
               msSinceLastRequest: Option.match(known, { onNone: () => null, onSome: (c) => Math.max(0, now - Date.parse(c.updatedAt)) }),
-              count
+              count,
+              expansions: Option.match(known, { onNone: () => undefined, onSome: (c) => c.expansions }),
+              fingerprint: (m) => GatewayThreads.fingerprintOf(dialect.wire, m)
             })
             offload = { offloaded: plan.offloaded, flush: plan.flush }
             outBody = plan.body
+            sentCount = (plan.body.messages as ReadonlyArray<unknown>).length
             knownThread = Option.map(known, (c) => c.threadId as ThreadId)
             if (plan.changed) sentBody = new TextEncoder().encode(JSON.stringify(plan.body))
           }
@@ -336,7 +348,12 @@ export const layer = (options: GatewayOptions) =>
               const whole = status >= 200 && status < 300
               yield* settle((begun) =>
                 whole
-                  ? threads.complete(begun, withHidden(dialect.replyOfBody(parseJson(text)), hidden))
+                  ? Effect.suspend(() => {
+                    const reply = dialect.replyOfBody(parseJson(text))
+                    const body = parseJson(text)
+                    const content = isRecord(body) && Array.isArray(body.content) ? body.content : []
+                    return threads.complete(begun, withHidden(reply, hidden), hidden.length > 0 && outBody !== null ? expansionOf(content, outBody, content) : undefined)
+                  })
                   : threads.fail(begun, "failed", failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
               )
             }
@@ -349,6 +366,7 @@ export const layer = (options: GatewayOptions) =>
           // With offload on, the answer passes through hops: the upstream's thread_read calls are held back, answered
           // and continued with the upstream, whose next stream joins the message the agent is receiving.
           const hops: Array<GatewayOffload.Hop> = []
+          let lastBody: Record<string, unknown> | null = null
           const encoder = new TextEncoder()
           const spliced = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>, hop: GatewayOffload.Hop, body: Record<string, unknown>): Stream.Stream<Uint8Array, HttpClientError.ResponseError> => {
             hops.push(hop)
@@ -361,6 +379,7 @@ export const layer = (options: GatewayOptions) =>
                 if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
                 const next = GatewayOffload.continuation(body, end.content, yield* answerReads(end.reads))
                 const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(next)))))
+                lastBody = next
                 if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300) {
                   return spliced(response.right.stream, GatewayOffload.makeHop(end.nextOffset, false), next)
                 }
@@ -381,7 +400,14 @@ export const layer = (options: GatewayOptions) =>
             return toEventLoop.pipe(Effect.zipRight(settle((begun) => {
               if (outcome._tag === "completed") {
                 // After hidden hops, the run's usage is every hop's.
-                return threads.complete(begun, hops.length <= 1 ? outcome.reply : withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())))
+                if (hops.length <= 1 || lastBody === null) return threads.complete(begun, outcome.reply)
+                const message = outcome.reply.messages[0]?.message
+                const visible = isRecord(message) && Array.isArray(message.content) ? message.content : []
+                return threads.complete(
+                  begun,
+                  withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())),
+                  expansionOf(visible, lastBody, hops.at(-1)!.content())
+                )
               }
               const failure = runFailure(outcome)
               return threads.fail(begun, "failed", failure.code, failure.reason)

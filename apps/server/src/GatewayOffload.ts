@@ -40,6 +40,13 @@ export interface Input {
   readonly msSinceLastRequest: number | null
   /** Tokens of a text (Baton's counter). */
   readonly count: (text: string) => number
+  /**
+   * The conversation's hidden `thread_read` rounds: a received message's fingerprint -> the messages the upstream
+   * exchanged in its place (sent instead of it; absent: none).
+   */
+  readonly expansions?: Readonly<Record<string, ReadonlyArray<unknown>>> | undefined
+  /** A message's fingerprint (`GatewayThreads.fingerprintOf`), for `expansions`. */
+  readonly fingerprint?: ((message: unknown) => string) | undefined
 }
 
 /** A flush: what this request newly stubs (`refs`: `tool:<tool_use id>`), the tier, and the request's tokens before and after. */
@@ -104,7 +111,15 @@ const stubMessage = (message: Record<string, unknown>, stubbed: ReadonlySet<stri
  */
 export const rewrite = (input: Input): Output => {
   const { body, count } = input
-  const messages = (body.messages as ReadonlyArray<unknown>).map((m) => m as Record<string, unknown>)
+  const sent = (body.messages as ReadonlyArray<unknown>).map((m) => m as Record<string, unknown>)
+  // The hidden thread_read rounds go out again in place of the message the agent received (never its newest).
+  const expansions = input.expansions ?? {}
+  const messages = Object.keys(expansions).length === 0 || input.fingerprint === undefined
+    ? sent
+    : sent.flatMap((m, i) => {
+      const found = i < sent.length - 1 && m.role === "assistant" ? expansions[input.fingerprint!(m)] : undefined
+      return found === undefined ? [m] : found.map((e) => e as Record<string, unknown>)
+    })
   const calls = new Map<string, Call>()
   const unitOfCall = new Map<string, number>()
   const units: Array<{ calls: Array<Call>; answered: Set<string>; pinned: boolean; results: Array<number>; members: Array<number> }> = []
@@ -137,6 +152,8 @@ export const rewrite = (input: Input): Output => {
     }
     unitOfMessage.push(u)
   })
+  // A thread_read unit is never stubbed: the gateway answered it, so the thread does not hold it to be read back.
+  for (const u of units) if (u.calls.some((c) => c.name === ThreadRead.definition.name)) u.pinned = true
   // What thread_read returned stays verbatim while the model is likely still using it (as in the adapters).
   let newer = 0
   for (let i = messages.length - 1; i >= 0 && newer < ToolResultOffload.defaults.keepNewestUnits; i--) {
@@ -197,7 +214,7 @@ export const rewrite = (input: Input): Output => {
   if (offered !== null) out.tools = offered
   return {
     body: out,
-    changed: offered !== tools || fresh.length > 0 || rendered.some((m, i) => m !== messages[i]),
+    changed: offered !== tools || fresh.length > 0 || messages !== sent || rendered.some((m, i) => m !== messages[i]),
     offloaded,
     flush: fresh.length === 0 ? null : { refs: fresh.map((id) => `tool:${id}`), tier: decision.tier, tokensBefore: decision.tokensBefore, tokensAfter: decision.tokensAfter }
   }
@@ -258,6 +275,8 @@ export interface Hop {
   readonly push: (chunk: Uint8Array) => string
   /** The hop's end (call when the upstream stream has ended). */
   readonly end: () => HopEnd
+  /** The hop's message content as the upstream sent it (empty before its stream completed). */
+  readonly content: () => ReadonlyArray<unknown>
   /** The hop's own usage (its `message_start` and `message_delta`), when its stream completed. */
   readonly tokens: () => GatewayThreads.Reply["tokens"]
 }
@@ -307,6 +326,11 @@ export const makeHop = (offset: number, first: boolean): Hop => {
       const content = isRecord(message) && Array.isArray(message.content) ? message.content : []
       const reads = readsOf(content)
       return reads === null ? { _tag: "release", held: text } : { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
+    },
+    content: () => {
+      const outcome = assembler.outcome()
+      const message = outcome._tag === "completed" ? outcome.reply.messages[0]?.message : undefined
+      return isRecord(message) && Array.isArray(message.content) ? message.content : []
     },
     tokens: () => {
       const outcome = assembler.outcome()

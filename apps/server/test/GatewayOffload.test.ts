@@ -134,7 +134,7 @@ describe("Gateway tool-result offload", () => {
         const sent = yield* converse(upstream, 12)
         const before = upstream.requests.length
         const agentBody = JSON.parse(sent.at(-1)!) as Body
-        const history = [...agentBody.messages.slice(0, -1), { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "what did the first grep print?" }] }]
+        const history = [...agentBody.messages, { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "what did the first grep print?" }] }]
         const whole = (content: ReadonlyArray<unknown>, u: Record<string, number>) => ({
           status: 200,
           contentType: "application/json",
@@ -165,6 +165,14 @@ describe("Gateway tool-result offload", () => {
         const runs = (yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })).runs
         const view = yield* api.runs.get({ path: { runId: runs.at(-1)!.id }, urlParams: {} })
         expect(view.cost).toMatchObject({ inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2100, outputTokens: 30 })
+
+        // The agent's next request extends the continuation: the hidden round goes out again in place of the answer.
+        upstream.enqueue(whole([{ type: "text", text: "Anything else?" }], { input_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 }))
+        const final = (answer.body as { content: Array<Record<string, unknown>> }).content
+        expect((yield* raw(post({ ...sentBody, messages: [...history, { role: "assistant", content: final }, { role: "user", content: [{ type: "text", text: "thanks" }] }] }))).status).toBe(200)
+        const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
+        expect(third.messages.slice(0, second.messages.length)).toEqual(second.messages)
+        expect(third.messages.slice(second.messages.length)).toEqual([{ role: "assistant", content: final }, { role: "user", content: [{ type: "text", text: "thanks" }] }])
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
@@ -178,7 +186,7 @@ describe("Gateway tool-result offload", () => {
         const sent = yield* converse(upstream, 12)
         const before = upstream.requests.length
         const agentBody = JSON.parse(sent.at(-1)!) as Body
-        const history = [...agentBody.messages.slice(0, -1), { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "what did the first grep print?" }] }]
+        const history = [...agentBody.messages, { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "what did the first grep print?" }] }]
         upstream.enqueue(
           ModelApi.answer("anthropic-messages", "Let me look.", { input: 100, cacheWrite: 10, cacheRead: 1000, output: 20 }, [{ id: "toolu_read2", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_1" }) }]),
           ModelApi.answer("anthropic-messages", "It printed module 1's values.", { input: 50, cacheWrite: 5, cacheRead: 1100, output: 10 }, [{ id: "toolu_next", name: "Bash", arguments: JSON.stringify({ command: "ls" }) }])
@@ -206,6 +214,20 @@ describe("Gateway tool-result offload", () => {
         const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
         expect(items.filter((i) => i.kind === "tool_call").map((i) => i.toolCallId)).not.toContain("toolu_read2")
         expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "toolu_next").length).toBe(1)
+
+        // The agent's next request (it echoes the message it received) extends the continuation request.
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "Fine.", usage))
+        const echoed = { role: "assistant", content: [{ type: "text", text: "Let me look." }, { type: "text", text: "It printed module 1's values." }, { type: "tool_use", id: "toolu_next", name: "Bash", input: { command: "ls" } }] }
+        const result = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_next", content: "a b c" }] }
+        expect((yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages: [...history, echoed, result] }))).status).toBe(200)
+        const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
+        expect(third.messages.slice(0, second.messages.length)).toEqual(second.messages)
+        expect(third.messages.slice(second.messages.length)).toEqual([
+          { role: "assistant", content: [{ type: "text", text: "It printed module 1's values." }, { type: "tool_use", id: "toolu_next", name: "Bash", input: { command: "ls" } }] },
+          result
+        ])
+        const recorded = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        expect(recorded.filter((e) => e.type === "gateway.diverged")).toEqual([])
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 

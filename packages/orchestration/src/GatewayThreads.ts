@@ -358,6 +358,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           requests: 0,
           divergences: 0,
           offloaded: [],
+          expansions: {},
           createdAt: DateTime.formatIso(now),
           updatedAt: DateTime.formatIso(now)
         }
@@ -479,10 +480,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
 
     /**
      * Records the upstream's answer to a begun request: the reply's items, the run's cost, the run `completed`; the
-     * reply joins the baseline when no other request moved it since. Fails with `PersistenceError` or
-     * `ConcurrentModification`.
+     * reply joins the baseline when no other request moved it since. `expansion`: the reply was the end of hidden
+     * `thread_read` rounds; later requests send `messages` in place of the message of `fingerprint` (kept in the
+     * conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
-    const complete = Effect.fn("GatewayThreads.complete")(function*(begun: Begun, reply: Reply) {
+    const complete = Effect.fn("GatewayThreads.complete")(function*(
+      begun: Begun,
+      reply: Reply,
+      expansion?: { readonly fingerprint: string; readonly messages: ReadonlyArray<unknown> }
+    ) {
       return yield* Effect.gen(function*() {
         const now = yield* DateTime.now
         const current = Option.getOrElse(yield* store.getRun(begun.run.id), () => begun.run)
@@ -496,9 +502,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
           )
           const conversation = yield* conversations.find(begun.conversationKey)
+          if (Option.isSome(conversation) && expansion !== undefined) {
+            yield* conversations.update({
+              ...conversation.value,
+              expansions: { ...conversation.value.expansions, [expansion.fingerprint]: expansion.messages }
+            })
+          }
           if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
             yield* conversations.update({
               ...conversation.value,
+              ...(expansion === undefined ? {} : { expansions: { ...conversation.value.expansions, [expansion.fingerprint]: expansion.messages } }),
               baseline: [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))],
               updatedAt: DateTime.formatIso(now)
             })

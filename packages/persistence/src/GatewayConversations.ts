@@ -19,6 +19,8 @@ export const Conversation = Schema.Struct({
   divergences: Schema.Int,
   /** The `tool_use` ids whose results go out as stubs (gateway tool-result offload; only grows). */
   offloaded: Schema.parseJson(Schema.Array(Schema.String)),
+  /** Fingerprint of a message the agent received -> the messages the upstream exchanged in its place (hidden `thread_read` rounds). */
+  expansions: Schema.parseJson(Schema.Record({ key: Schema.String, value: Schema.Array(Schema.Unknown) })),
   createdAt: Schema.String,
   updatedAt: Schema.String
 })
@@ -61,7 +63,7 @@ export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.Sql
     update: (c) =>
       Effect.flatMap(encode(c), (row) =>
         sql`UPDATE gateway_conversations SET baseline = ${row.baseline}, requests = ${row.requests},
-          divergences = ${row.divergences}, offloaded = ${row.offloaded}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
+          divergences = ${row.divergences}, offloaded = ${row.offloaded}, expansions = ${row.expansions}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
         Effect.asVoid,
         orPersistence("gatewayConversations.update")
       ),
