@@ -8,6 +8,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { HttpClientRequest } from "@effect/platform"
 import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
@@ -228,6 +231,26 @@ describe("Gateway tool-result offload", () => {
         ])
         const recorded = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         expect(recorded.filter((e) => e.type === "gateway.diverged")).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
+  it.live("a restarted gateway sends the same stubs: the next request extends the last one sent before the restart", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-offload-restart-"))
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, dir, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      const sent = yield* converse(upstream, 14).pipe(Effect.provide(serveSettings(settings)))
+      const before = JSON.parse(upstream.requests.at(-1)!.body) as Body
+      expect(JSON.stringify(before)).toContain("[offloaded, thread_read tool:toolu_1]")
+      yield* Effect.gen(function*() {
+        const agent = JSON.parse(sent.at(-1)!) as Body
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "Sure.", usage))
+        const messages = withBreakpoint([...agent.messages, { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "and now?" }] }])
+        expect((yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages }))).status).toBe(200)
+        const after = JSON.parse(upstream.requests.at(-1)!.body) as Body
+        expect(unmarked(after).slice(0, before.messages.length)).toEqual(unmarked(before))
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
