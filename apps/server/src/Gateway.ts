@@ -24,8 +24,16 @@
  *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
  *   502 `api_error`.
  *
- * It does not rewrite requests yet (tool-result offload, provider switching: later slices of issue 14): a model must
- * route to an instance of the endpoint's own protocol.
+ * - On the way out (`/v1/messages`, the routed instance's `toolResultOffload` on; `GatewayOffload`): the request
+ *   goes out with the conversation's tool-result stubs (a flush when the policy decides one, reported as
+ *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
+ *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here
+ *   from the conversation's thread and the conversation continued with the upstream (whole answers: the agent gets the
+ *   last; streams: the events from the call on are held, and the continuation's join the agent's message). Off: the
+ *   body goes out byte for byte.
+ *
+ * It does not switch providers yet (a later slice of issue 14): a model must route to an instance of the endpoint's
+ * own protocol.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
