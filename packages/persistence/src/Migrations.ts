@@ -21,7 +21,7 @@ import migration0015 from "./migrations/0015_offload_controls.js"
 import migration0016 from "./migrations/0016_gateway_conversations.js"
 import migration0017 from "./migrations/0017_offload_operations.js"
 import migration0018 from "./migrations/0018_offload_archive.js"
-import migration0019 from "./migrations/0019_gateway_offload.js"
+import migration0020 from "./migrations/0020_gateway_offload.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -43,7 +43,7 @@ export const migrations = {
   "0016_gateway_conversations": migration0016,
   "0017_offload_operations": migration0017,
   "0018_offload_archive": migration0018,
-  "0019_gateway_offload": migration0019
+  "0020_gateway_offload": migration0020
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

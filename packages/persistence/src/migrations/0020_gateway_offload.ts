@@ -1,5 +1,5 @@
 /**
- * 0019: the gateway's tool-result offload state (issue 14 item 3, docs/gateway.md). `gateway_conversations.offloaded`
+ * 0020: the gateway's tool-result offload state (issue 14 item 3, docs/gateway.md). `gateway_conversations.offloaded`
  * is the JSON array of the `tool_use` ids whose results the gateway sends as stubs on every request of the
  * conversation (in the order the flushes stubbed them). It only grows (a flush adds ids), so each request extends the
  * previous one's prefix except at a flush; a restarted gateway reads it back and sends the same stubs.
