@@ -234,6 +234,28 @@ describe("Gateway tool-result offload", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
+  it.live("a streamed reply with thread_read beside a call of the agent's own tool reaches the agent unchanged; one without calls passes as sent", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const mixed = ModelApi.answer("anthropic-messages", "Both.", usage, [
+          { id: "toolu_a", name: "Bash", arguments: JSON.stringify({ command: "ls" }) },
+          { id: "toolu_b", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_x" }) }
+        ])
+        const plain = ModelApi.answer("anthropic-messages", "Plain.", usage)
+        upstream.enqueue(mixed, plain)
+        const messages = [{ role: "user", content: [{ type: "text", text: "go" }] }]
+        const first = yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages }))
+        expect(first.text).toBe(mixed.body)
+        const second = yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages: [{ role: "user", content: [{ type: "text", text: "again" }] }] }))
+        expect(second.text).toBe(plain.body)
+        expect(upstream.requests.length).toBe(2)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
   it.live("a restarted gateway sends the same stubs: the next request extends the last one sent before the restart", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
