@@ -11,6 +11,7 @@
  *
  * Figures: time to the first response byte and to the last, direct and through Baton, p50 and p90 over `REQUESTS`
  * (40) pairs, and the added time (through Baton minus direct, per pair). Run: `npx tsx bench/gateway.ts`.
+ * `OFFLOAD=off`: the instance's `toolResultOffload` off (the body forwarded as received; on by default).
  *
  * `PROTOCOL=responses`: the same with `POST /v1/responses` (a Codex-like conversation of `function_call` /
  * `function_call_output` input items, the upstream an `openai-responses` instance) instead of `/v1/messages`.
@@ -153,7 +154,8 @@ const main = Effect.gen(function*() {
       contextWindow: 1_000_000,
       autoCompactThreshold: null,
       maxOutputTokens: 32_000,
-      prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+      prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
+      toolResultOffload: process.env["OFFLOAD"] !== "off"
     }],
     auth: { token },
     gateway: { routes: [{ model: protocol === "responses" ? "gpt-*" : "claude-*", provider: "upstream" }] }

@@ -24,18 +24,29 @@
  *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
  *   502 `api_error`.
  *
- * It does not rewrite requests yet (tool-result offload, provider switching: later slices of issue 14): a model must
- * route to an instance of the endpoint's own protocol.
+ * - On the way out (`/v1/messages`, the routed instance's `toolResultOffload` on; `GatewayOffload`): the request
+ *   goes out with the conversation's tool-result stubs (a flush when the policy decides one, reported as
+ *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
+ *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here
+ *   from the conversation's thread and the conversation continued with the upstream (whole answers: the agent gets the
+ *   last; streams: the events from the call on are held, and the continuation's join the agent's message). Off: the
+ *   body goes out byte for byte.
+ *
+ * It does not switch providers yet (a later slice of issue 14): a model must route to an instance of the endpoint's
+ * own protocol.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
-import { GatewayThreads } from "@baton/orchestration"
-import { HttpApiBuilder, HttpClient, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import type { ThreadId } from "@baton/contracts"
+import { GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
+import { TokenCounter } from "@baton/context"
+import { Clock, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
+import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as ServerConfig from "./ServerConfig.js"
 
@@ -100,6 +111,24 @@ const agentOf = (userAgent: string | undefined) =>
 const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { code: RunFailureCode; reason: string } =>
   outcome._tag === "failed" ? outcome : { code: "provider_protocol", reason: outcome.reason }
 
+/** The most `thread_read` rounds the gateway answers for one agent request (then the reply goes to the agent). */
+const maxReadHops = 8
+
+/** `reply` with the usage of the hidden hops (answered `thread_read` rounds) added to its own. */
+const withHidden = (reply: GatewayThreads.Reply, hidden: ReadonlyArray<GatewayThreads.Reply["tokens"]>): GatewayThreads.Reply => {
+  if (hidden.length === 0) return reply
+  const all = [reply.tokens, ...hidden].filter((t) => t !== null)
+  return {
+    ...reply,
+    tokens: all.length === 0 ? null : {
+      inputTokens: all.reduce((n, t) => n + t.inputTokens, 0),
+      cacheWriteTokens: all.reduce((n, t) => n + t.cacheWriteTokens, 0),
+      cacheReadTokens: all.reduce((n, t) => n + t.cacheReadTokens, 0),
+      outputTokens: all.reduce((n, t) => n + t.outputTokens, 0)
+    }
+  }
+}
+
 /** One gateway endpoint: its dialect, the upstream path (after the instance's `baseUrl`), and whether it is recorded. */
 interface Endpoint {
   readonly dialect: Dialect
@@ -115,12 +144,24 @@ export const layer = (options: GatewayOptions) =>
   HttpApiBuilder.Router.use((router) =>
     Effect.gen(function*() {
       const threads = yield* GatewayThreads.GatewayThreads
+      const reader = yield* ThreadRead.ThreadRead
       const http = yield* HttpClient.HttpClient
       const digests = {
         admin: Auth.digest(Redacted.value(options.tokens.admin)),
         read: null
       }
       const models = options.providers.filter(ServerConfig.isModelInstance)
+      const counter = TokenCounter.make()
+      /** Token counts of message texts, kept while a conversation repeats them (cleared when large). */
+      const counts = new Map<string, number>()
+      const count = (text: string) => {
+        let n = counts.get(text)
+        if (n === undefined) {
+          if (counts.size >= 20_000) counts.clear()
+          counts.set(text, n = counter.count(text))
+        }
+        return n
+      }
 
       const upstreamHeaders = (request: HttpServerRequest.HttpServerRequest, dialect: Dialect, key: Option.Option<Redacted.Redacted>) => {
         const out: Record<string, string> = {}
@@ -169,12 +210,54 @@ export const layer = (options: GatewayOptions) =>
             )
           }
 
+          // Tool-result offload on the way out (Anthropic Messages, the instance's `toolResultOffload` on): the
+          // conversation's stubs, a flush when the policy says so, and `thread_read` offered.
+          let offload: GatewayThreads.GatewayOffloadState | undefined
+          let sentBody = body
+          // With offload on: the body as sent (the continuations after `thread_read` extend it), and the thread.
+          let outBody: Record<string, unknown> | null = null
+          let knownThread: Option.Option<ThreadId> = Option.none()
+          let sentCount = 0
+          /**
+           * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
+           * rounds: the rounds the continuations added (`last` the request of the last one) and the final answer.
+           */
+          const expansionOf = (visible: ReadonlyArray<unknown>, last: Record<string, unknown>, final: ReadonlyArray<unknown>) => ({
+            fingerprint: GatewayThreads.fingerprintOf(dialect.wire, { role: "assistant", content: visible }),
+            messages: [...(last.messages as ReadonlyArray<unknown>).slice(sentCount), { role: "assistant", content: final }]
+          })
+          if (record && dialect.kind === "anthropic-messages" && target.toolResultOffload.enabled) {
+            const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
+            const known = Option.flatten(conversation)
+            const now = yield* Clock.currentTimeMillis
+            const plan = GatewayOffload.rewrite({
+              body: parsed,
+              offloaded: Option.match(known, { onNone: () => [], onSome: (c) => c.offloaded }),
+              settings: target.toolResultOffload.settings,
+              windowTokens: target.config.contextWindow,
+              prices: target.config.prices,
+              requestsSoFar: Option.match(known, { onNone: () => 0, onSome: (c) => c.requests }),
+              msSinceLastRequest: Option.match(known, { onNone: () => null, onSome: (c) => Math.max(0, now - Date.parse(c.updatedAt)) }),
+              count,
+              expansions: Option.match(known, { onNone: () => undefined, onSome: (c) => c.expansions }),
+              fingerprint: (m) => GatewayThreads.fingerprintOf(dialect.wire, m)
+            })
+            offload = { offloaded: plan.offloaded, flush: plan.flush }
+            outBody = plan.body
+            sentCount = (plan.body.messages as ReadonlyArray<unknown>).length
+            knownThread = Option.map(known, (c) => c.threadId as ThreadId)
+            if (plan.changed) sentBody = new TextEncoder().encode(JSON.stringify(plan.body))
+          }
+
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
           const url = target.config.baseUrl.replace(/\/+$/, "") + upstreamPath + query
-          const outgoing = HttpClientRequest.post(url).pipe(
-            HttpClientRequest.setHeaders(upstreamHeaders(request, dialect, target.apiKey)),
-            HttpClientRequest.bodyUint8Array(body, request.headers["content-type"] ?? "application/json")
-          )
+          const headersOut = upstreamHeaders(request, dialect, target.apiKey)
+          const post = (bytes: Uint8Array) =>
+            HttpClientRequest.post(url).pipe(
+              HttpClientRequest.setHeaders(headersOut),
+              HttpClientRequest.bodyUint8Array(bytes, request.headers["content-type"] ?? "application/json")
+            )
+          const outgoing = post(sentBody)
           // Forward first: the upstream request starts before anything is recorded.
           const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
 
@@ -192,13 +275,27 @@ export const layer = (options: GatewayOptions) =>
               model,
               providerInstance: target.name as ProviderInstance,
               contextWindow: target.config.contextWindow,
-              prices: target.config.prices
+              prices: target.config.prices,
+              offload
             })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
             Effect.option,
             Effect.forkDaemon
           )
           const recorded: Effect.Effect<Option.Option<GatewayThreads.Begun>> = recording === null ? Effect.succeed(Option.none()) : Fiber.join(recording)
+          /**
+           * Answers the upstream's `thread_read` calls from the conversation's thread (the request's record, else the
+           * stored conversation's); without a thread, each call is answered as a failed read.
+           */
+          const answerReads = (reads: ReadonlyArray<GatewayOffload.Read>) =>
+            Effect.gen(function*() {
+              const threadId = Option.orElse(Option.map(yield* recorded, (b) => b.threadId), () => knownThread)
+              return yield* Effect.forEach(reads, (r) =>
+                Option.match(threadId, {
+                  onNone: () => Effect.succeed({ id: r.id, output: "thread_read: this conversation has no record to read from yet", isError: true }),
+                  onSome: (id) => Effect.map(reader.answer(id, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a }))
+                }))
+            })
           /** Records an outcome once the request's record exists (nothing when it failed); failures logged, never the agent's. */
           const settle = <E>(record: (begun: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
             recorded.pipe(
@@ -230,32 +327,102 @@ export const layer = (options: GatewayOptions) =>
               yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
               return dialect.refuse("unreachable", "the upstream's answer broke off")
             }
-            const bytesBack = new Uint8Array(answer.right)
+            let bytesBack = new Uint8Array(answer.right)
+            let status = upstream.status
+            let back = { headers, contentType }
+            // The upstream's own thread_read calls: answered here, the conversation continued with the upstream, so
+            // the agent gets only the last answer (the usage of every hop is the run's).
+            const hidden: Array<GatewayThreads.Reply["tokens"]> = []
+            if (ok && outBody !== null) {
+              let reply = parseJson(new TextDecoder().decode(bytesBack))
+              for (let hop = 0; hop < maxReadHops; hop++) {
+                const reads = isRecord(reply) ? GatewayOffload.readsOf(reply.content) : null
+                if (reads === null || !isRecord(reply)) break
+                hidden.push(dialect.replyOfBody(reply).tokens)
+                outBody = GatewayOffload.continuation(outBody, reply.content as ReadonlyArray<unknown>, yield* answerReads(reads))
+                const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(outBody)))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
+                if (next._tag === "Left") {
+                  yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
+                  return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
+                }
+                bytesBack = new Uint8Array(next.right.b)
+                status = next.right.r.status
+                back = { headers: backHeaders(next.right.r), contentType: next.right.r.headers["content-type"] ?? "application/json" }
+                reply = parseJson(new TextDecoder().decode(bytesBack))
+                if (status < 200 || status >= 300) break
+              }
+            }
             if (recording !== null) {
               const text = new TextDecoder().decode(bytesBack)
+              const whole = status >= 200 && status < 300
               yield* settle((begun) =>
-                ok
-                  ? threads.complete(begun, dialect.replyOfBody(parseJson(text)))
-                  : threads.fail(begun, "failed", failureCode(upstream.status), `the upstream answered HTTP ${upstream.status}: ${text.slice(0, 300)}`)
+                whole
+                  ? Effect.suspend(() => {
+                    const reply = dialect.replyOfBody(parseJson(text))
+                    const body = parseJson(text)
+                    const content = isRecord(body) && Array.isArray(body.content) ? body.content : []
+                    return threads.complete(begun, withHidden(reply, hidden), hidden.length > 0 && outBody !== null ? expansionOf(content, outBody, content) : undefined)
+                  })
+                  : threads.fail(begun, "failed", failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
               )
             }
-            return HttpServerResponse.uint8Array(bytesBack, { status: upstream.status, headers, contentType })
+            return HttpServerResponse.uint8Array(bytesBack, { status, headers: back.headers, contentType: back.contentType })
           }
 
           // A stream: each chunk goes on to the agent as it arrives, and through the assembler; the reply is recorded
           // once the stream ends (after the request's own record), before the agent's connection sees the end.
           const assembler = dialect.assembler()
+          // With offload on, the answer passes through hops: the upstream's thread_read calls are held back, answered
+          // and continued with the upstream, whose next stream joins the message the agent is receiving.
+          const hops: Array<GatewayOffload.Hop> = []
+          let lastBody: Record<string, unknown> | null = null
+          const encoder = new TextEncoder()
+          const spliced = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>, hop: GatewayOffload.Hop, body: Record<string, unknown>): Stream.Stream<Uint8Array, HttpClientError.ResponseError> => {
+            hops.push(hop)
+            return source.pipe(
+              Stream.map((chunk) => hop.push(chunk)),
+              Stream.filter((text) => text !== ""),
+              Stream.map((text) => encoder.encode(text)),
+              Stream.concat(Stream.unwrap(Effect.gen(function*() {
+                const end = hop.end()
+                if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
+                const next = GatewayOffload.continuation(body, end.content, yield* answerReads(end.reads))
+                const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(next)))))
+                lastBody = next
+                if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300) {
+                  return spliced(response.right.stream, GatewayOffload.makeHop(end.nextOffset, false), next)
+                }
+                // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop).
+                const text = response._tag === "Left" ? "" : yield* Effect.orElseSucceed(response.right.text, () => "")
+                const error = isRecord(parseJson(text)) ? text : JSON.stringify({ type: "error", error: { type: "api_error", message: `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}` } })
+                return Stream.make(encoder.encode(`event: error\ndata: ${error}\n\n`))
+              })))
+            )
+          }
+          // Spliced only where thread_read is offered (the request has tools); events are re-encoded as `event:` and
+          // `data:` lines, which is how Anthropic sends them.
+          const visible = outBody === null || !Array.isArray(outBody.tools) ? upstream.stream : spliced(upstream.stream, GatewayOffload.makeHop(0, true), outBody)
           let settled = false
           const finish = Effect.suspend(() => {
             settled = true
             const outcome = assembler.outcome()
             return toEventLoop.pipe(Effect.zipRight(settle((begun) => {
-              if (outcome._tag === "completed") return threads.complete(begun, outcome.reply)
+              if (outcome._tag === "completed") {
+                // After hidden hops, the run's usage is every hop's.
+                if (hops.length <= 1 || lastBody === null) return threads.complete(begun, outcome.reply)
+                const message = outcome.reply.messages[0]?.message
+                const visible = isRecord(message) && Array.isArray(message.content) ? message.content : []
+                return threads.complete(
+                  begun,
+                  withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())),
+                  expansionOf(visible, lastBody, hops.at(-1)!.content())
+                )
+              }
               const failure = runFailure(outcome)
               return threads.fail(begun, "failed", failure.code, failure.reason)
             })))
           })
-          const stream = upstream.stream.pipe(
+          const stream = visible.pipe(
             Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
             Stream.catchAll((e) =>
               Stream.fromEffect(Effect.suspend(() => {

@@ -65,7 +65,8 @@ describe("Gateway with the real Claude Code", () => {
       const viaDir = tempDir("baton-cc-via-")
       upstream.enqueue(...script(viaDir))
       const settings = yield* settingsFor(
-        [instance("anthropic", "anthropic-messages", upstream)],
+        // Offload off: this session is about pass-through (with it on, `thread_read` joins the tools; GatewayOffload.test).
+        [instance("anthropic", "anthropic-messages", upstream, { toolResultOffload: false })],
         { TEST_MODEL_KEY: marker },
         undefined,
         { gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] } }

@@ -519,6 +519,17 @@ export const GatewayDiverged = event(
   Schema.Struct({ runId: RunId, sharedMessages: Count, storedMessages: Count, requestMessages: Count })
 )
 
+/**
+ * `{runId, refs, tier, tokensBefore, tokensAfter}`: the gateway flushed tool-result offload on a conversation before
+ * forwarding `runId`'s request (docs/gateway.md): the results of the `tool_use` calls `refs` (`tool:<tool_use id>`,
+ * which `thread_read` reads back) go out as one-line stubs on this and every later request; `tier` the policy's;
+ * `tokensBefore` and `tokensAfter` the request's messages in Baton tokens before and after the flush.
+ */
+export const GatewayOffloaded = event(
+  "gateway.offloaded",
+  Schema.Struct({ runId: RunId, refs: Schema.Array(Schema.String), tier: Schema.String, tokensBefore: Count, tokensAfter: Count })
+)
+
 /** A stored thread event: the envelope plus `type` and its typed `payload`. */
 export const ThreadEvent = Schema.Union(
   ThreadCreated,
@@ -557,7 +568,8 @@ export const ThreadEvent = Schema.Union(
   ContextOffloaded,
   ContextOffloadUndone,
   ContextOffloadControlSet,
-  GatewayDiverged
+  GatewayDiverged,
+  GatewayOffloaded
 )
 export type ThreadEvent = typeof ThreadEvent.Type
 

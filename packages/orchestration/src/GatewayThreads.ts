@@ -289,6 +289,17 @@ export interface GatewayRequest {
   readonly providerInstance: ProviderInstance
   readonly contextWindow: number | null
   readonly prices: ProviderAdapter.ProviderAdapterShape["prices"]
+  /**
+   * The gateway's tool-result offload on this request (absent: off): `offloaded` the `tool_use` ids whose results it
+   * sends as stubs (the conversation's new state), `flush` what this request newly stubbed (`null`: nothing).
+   */
+  readonly offload?: GatewayOffloadState | undefined
+}
+
+/** What the gateway's tool-result offload did on a request (see `GatewayRequest.offload`). */
+export interface GatewayOffloadState {
+  readonly offloaded: ReadonlyArray<string>
+  readonly flush: { readonly refs: ReadonlyArray<string>; readonly tier: string; readonly tokensBefore: number; readonly tokensAfter: number } | null
 }
 
 /** A forwarded request as recorded: its thread and run, the request's fingerprints, what was new. */
@@ -346,6 +357,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           baseline: [],
           requests: 0,
           divergences: 0,
+          offloaded: [],
+          expansions: {},
           createdAt: DateTime.formatIso(now),
           updatedAt: DateTime.formatIso(now)
         }
@@ -431,6 +444,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             requestMessages: prints.length
           } })
         }
+        if (request.offload?.flush) {
+          const f = request.offload.flush
+          yield* store.appendEvent({ threadId, type: "gateway.offloaded", payload: {
+            runId: run.id,
+            refs: f.refs,
+            tier: f.tier,
+            tokensBefore: Math.round(f.tokensBefore),
+            tokensAfter: Math.round(f.tokensAfter)
+          } })
+        }
         const names = wire.toolNamesOf(request.messages)
         yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
         yield* conversations.update({
@@ -438,6 +461,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           baseline: prints,
           requests: conversation.requests + 1,
           divergences: generation,
+          offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
           updatedAt: DateTime.formatIso(now)
         })
         return {
@@ -456,10 +480,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
 
     /**
      * Records the upstream's answer to a begun request: the reply's items, the run's cost, the run `completed`; the
-     * reply joins the baseline when no other request moved it since. Fails with `PersistenceError` or
-     * `ConcurrentModification`.
+     * reply joins the baseline when no other request moved it since. `expansion`: the reply was the end of hidden
+     * `thread_read` rounds; later requests send `messages` in place of the message of `fingerprint` (kept in the
+     * conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
-    const complete = Effect.fn("GatewayThreads.complete")(function*(begun: Begun, reply: Reply) {
+    const complete = Effect.fn("GatewayThreads.complete")(function*(
+      begun: Begun,
+      reply: Reply,
+      expansion?: { readonly fingerprint: string; readonly messages: ReadonlyArray<unknown> }
+    ) {
       return yield* Effect.gen(function*() {
         const now = yield* DateTime.now
         const current = Option.getOrElse(yield* store.getRun(begun.run.id), () => begun.run)
@@ -473,9 +502,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
           )
           const conversation = yield* conversations.find(begun.conversationKey)
+          if (Option.isSome(conversation) && expansion !== undefined) {
+            yield* conversations.update({
+              ...conversation.value,
+              expansions: { ...conversation.value.expansions, [expansion.fingerprint]: expansion.messages }
+            })
+          }
           if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
             yield* conversations.update({
               ...conversation.value,
+              ...(expansion === undefined ? {} : { expansions: { ...conversation.value.expansions, [expansion.fingerprint]: expansion.messages } }),
               baseline: [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))],
               updatedAt: DateTime.formatIso(now)
             })
@@ -517,6 +553,13 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     /** The conversations a thread records (the gateway's view of a thread; empty for a thread of the API). */
     const conversationsOf = (threadId: ThreadId) => conversations.ofThread(threadId)
 
-    return { begin, complete, fail, conversationsOf }
+    /**
+     * The stored conversation of a request (by its key; `None` when new), read without a lock: what the gateway's
+     * tool-result offload needs before forwarding (its stubbed ids, request count, last update).
+     */
+    const conversationOf = (wire: Wire, session: string | null, system: unknown, messages: ReadonlyArray<unknown>) =>
+      conversations.find(conversationKey(session, system, messages, wire))
+
+    return { begin, complete, fail, conversationsOf, conversationOf }
   })
 }) {}

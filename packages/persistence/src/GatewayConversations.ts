@@ -17,6 +17,10 @@ export const Conversation = Schema.Struct({
   baseline: Schema.parseJson(Schema.Array(Schema.String)),
   requests: Schema.Int,
   divergences: Schema.Int,
+  /** The `tool_use` ids whose results go out as stubs (gateway tool-result offload; only grows). */
+  offloaded: Schema.parseJson(Schema.Array(Schema.String)),
+  /** Fingerprint of a message the agent received -> the messages the upstream exchanged in its place (hidden `thread_read` rounds). */
+  expansions: Schema.parseJson(Schema.Record({ key: Schema.String, value: Schema.Array(Schema.Unknown) })),
   createdAt: Schema.String,
   updatedAt: Schema.String
 })
@@ -28,7 +32,7 @@ export interface GatewayConversationsShape {
   readonly find: (key: string) => Effect.Effect<Option.Option<Conversation>, PersistenceError | ConcurrentModification>
   /** Inserts a new conversation; a key already taken fails with `ConcurrentModification`. */
   readonly insert: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
-  /** Rewrites the baseline and the counts of `c.conversationKey`. */
+  /** Rewrites the baseline, the counts and the offloaded ids of `c.conversationKey`. */
   readonly update: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
   /** The conversations recorded by `threadId` (normally one). */
   readonly ofThread: (threadId: string) => Effect.Effect<ReadonlyArray<Conversation>, PersistenceError | ConcurrentModification>
@@ -59,7 +63,7 @@ export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.Sql
     update: (c) =>
       Effect.flatMap(encode(c), (row) =>
         sql`UPDATE gateway_conversations SET baseline = ${row.baseline}, requests = ${row.requests},
-          divergences = ${row.divergences}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
+          divergences = ${row.divergences}, offloaded = ${row.offloaded}, expansions = ${row.expansions}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
         Effect.asVoid,
         orPersistence("gatewayConversations.update")
       ),

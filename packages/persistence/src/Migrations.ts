@@ -22,6 +22,7 @@ import migration0016 from "./migrations/0016_gateway_conversations.js"
 import migration0017 from "./migrations/0017_offload_operations.js"
 import migration0018 from "./migrations/0018_offload_archive.js"
 import migration0019 from "./migrations/0019_offload_cancel_requests.js"
+import migration0020 from "./migrations/0020_gateway_offload.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -43,7 +44,8 @@ export const migrations = {
   "0016_gateway_conversations": migration0016,
   "0017_offload_operations": migration0017,
   "0018_offload_archive": migration0018,
-  "0019_offload_cancel_requests": migration0019
+  "0019_offload_cancel_requests": migration0019,
+  "0020_gateway_offload": migration0020
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

@@ -232,7 +232,8 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
   "context.offload_control_set": {
     control: { enabled: true, keepNewestUnits: 1, pinnedItemIds: ["itm_7" as ItemId] }
   },
-  "gateway.diverged": { runId: run("run_1"), sharedMessages: 3, storedMessages: 8, requestMessages: 5 }
+  "gateway.diverged": { runId: run("run_1"), sharedMessages: 3, storedMessages: 8, requestMessages: 5 },
+  "gateway.offloaded": { runId: run("run_1"), refs: ["tool:toolu_1", "tool:toolu_2"], tier: "mild", tokensBefore: 30000, tokensAfter: 9000 }
 }
 
 /** `samples` as append inputs, in declaration order, plus the other side of the union payloads (parent side). */

@@ -1,0 +1,340 @@
+/**
+ * GatewayOffload: Baton's tool-result offload on a gateway Anthropic Messages request (issue 14 item 3,
+ * docs/gateway.md "On the way out"). The same policy as the model-API adapters (`ToolResultOffload.decide`, the
+ * route's instance settings `toolResultOffload`), applied to the body the agent sent before it is forwarded.
+ *
+ * - Units: an assistant message's `tool_use` calls with the user message whose `tool_result` blocks answer them;
+ *   every other message a unit of its own. The agent's newest message is pinned: it goes out unchanged.
+ * - A stub replaces a `tool_result` block's `content` with one line (`ToolResultOffload.stubText`: the tool, its short
+ *   arguments, the characters of its output) and the ref `tool:<tool_use id>`, which `thread_read` reads back from
+ *   the conversation's thread; the block keeps its other fields (`tool_use_id`, `is_error`, `cache_control`), the
+ *   `tool_use` blocks and every other block stay as sent.
+ * - The state is the conversation's `offloaded` ids (durable, `gateway_conversations.offloaded`): they only grow, and
+ *   every request renders all of them, so the prefix changes only at a flush (where the policy decided new stubs),
+ *   and each later request extends it again.
+ * - `thread_read` (`ThreadRead.definition`) is appended to the request's `tools` on every request (when the agent sends
+ *   tools), so the tools part of the prefix is the same from the first request on.
+ *
+ * Pure: no I/O, no clock (the caller passes the time since the conversation's previous request).
+ */
+import { ToolResultOffload } from "@baton/context"
+import { type GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { Sse } from "@baton/providers"
+import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import { isRecord, parseJson } from "./GatewayDialect.js"
+
+/** The conversation's state and the instance's settings a rewrite needs. */
+export interface Input {
+  /** The agent's parsed body (not modified). */
+  readonly body: Record<string, unknown>
+  /** The conversation's stubbed `tool_use` ids so far. */
+  readonly offloaded: ReadonlyArray<string>
+  readonly settings: ToolResultOffload.Settings
+  /** The instance's context window (tokens). */
+  readonly windowTokens: number
+  /** The instance's prices (US dollars per million tokens): the cache multipliers are `cacheRead / input`, `cacheWrite / input`. */
+  readonly prices: { readonly input: number; readonly cacheRead: number; readonly cacheWrite: number }
+  /** Requests the conversation made before this one. */
+  readonly requestsSoFar: number
+  /** Milliseconds since the conversation's previous request (`null`: none or unknown). */
+  readonly msSinceLastRequest: number | null
+  /** Tokens of a text (Baton's counter). */
+  readonly count: (text: string) => number
+  /**
+   * The conversation's hidden `thread_read` rounds: a received message's fingerprint -> the messages the upstream
+   * exchanged in its place (sent instead of it; absent: none).
+   */
+  readonly expansions?: Readonly<Record<string, ReadonlyArray<unknown>>> | undefined
+  /** A message's fingerprint (`GatewayThreads.fingerprintOf`), for `expansions`. */
+  readonly fingerprint?: ((message: unknown) => string) | undefined
+}
+
+/** A flush: what this request newly stubs (`refs`: `tool:<tool_use id>`), the tier, and the request's tokens before and after. */
+export interface Flush {
+  readonly refs: ReadonlyArray<string>
+  readonly tier: ToolResultOffload.Tier
+  readonly tokensBefore: number
+  readonly tokensAfter: number
+}
+
+/**
+ * The rewritten body, the conversation's new `offloaded` ids, and the flush (`null`: none on this request);
+ * `changed`: whether the body differs from the agent's (false: no stub and no tool added, forward the agent's bytes).
+ */
+export interface Output {
+  readonly body: Record<string, unknown>
+  readonly changed: boolean
+  readonly offloaded: ReadonlyArray<string>
+  readonly flush: Flush | null
+}
+
+interface Call {
+  readonly id: string
+  readonly name: string
+  readonly input: unknown
+}
+
+const blocksOf = (m: Record<string, unknown>): ReadonlyArray<unknown> => (Array.isArray(m.content) ? m.content : [])
+
+/** The characters a `tool_result` block's content holds (its text; other blocks as JSON). */
+const resultChars = (block: Record<string, unknown>): number =>
+  typeof block.content === "string"
+    ? block.content.length
+    : Array.isArray(block.content)
+    ? block.content.reduce((n: number, b) => n + (isRecord(b) && typeof b.text === "string" ? b.text.length : JSON.stringify(b).length), 0)
+    : 0
+
+/** The `tool_result` block `block` as its stub (answering `call`). */
+const stubBlock = (block: Record<string, unknown>, call: Call | undefined): Record<string, unknown> => ({
+  ...block,
+  content: ToolResultOffload.stubText(
+    [{ toolName: call?.name ?? "tool", argumentsText: JSON.stringify(call?.input ?? {}), releasedChars: resultChars(block) }],
+    `tool:${String(block.tool_use_id)}`
+  )
+})
+
+/** `message` with its `tool_result` blocks answering a call of `stubbed` replaced by stubs (the same object when none). */
+const stubMessage = (message: Record<string, unknown>, stubbed: ReadonlySet<string>, calls: ReadonlyMap<string, Call>): Record<string, unknown> => {
+  if (message.role !== "user" || !Array.isArray(message.content)) return message
+  let changed = false
+  const content = message.content.map((b) => {
+    if (!isRecord(b) || b.type !== "tool_result" || typeof b.tool_use_id !== "string" || !stubbed.has(b.tool_use_id)) return b
+    changed = true
+    return stubBlock(b, calls.get(b.tool_use_id))
+  })
+  return changed ? { ...message, content } : message
+}
+
+/**
+ * Applies the policy to a request (see the module docblock): renders the conversation's stubs, asks
+ * `ToolResultOffload.decide` whether to flush more now, and offers `thread_read`. Never touches the newest message.
+ */
+export const rewrite = (input: Input): Output => {
+  const { body, count } = input
+  const sent = (body.messages as ReadonlyArray<unknown>).map((m) => m as Record<string, unknown>)
+  // The hidden thread_read rounds go out again in place of the message the agent received (never its newest).
+  const expansions = input.expansions ?? {}
+  const messages = Object.keys(expansions).length === 0 || input.fingerprint === undefined
+    ? sent
+    : sent.flatMap((m, i) => {
+      const found = i < sent.length - 1 && m.role === "assistant" ? expansions[input.fingerprint!(m)] : undefined
+      return found === undefined ? [m] : found.map((e) => e as Record<string, unknown>)
+    })
+  const calls = new Map<string, Call>()
+  const unitOfCall = new Map<string, number>()
+  const units: Array<{ calls: Array<Call>; answered: Set<string>; pinned: boolean; results: Array<number>; members: Array<number> }> = []
+  const unitOfMessage: Array<number> = []
+  messages.forEach((m, i) => {
+    const blocks = blocksOf(m)
+    const newest = i === messages.length - 1
+    if (m.role === "user") {
+      const answered = blocks.flatMap((b) => isRecord(b) && b.type === "tool_result" && typeof b.tool_use_id === "string" ? [b.tool_use_id] : [])
+      const owners = new Set(answered.map((id) => unitOfCall.get(id)))
+      const owner = owners.size === 1 ? [...owners][0] : undefined
+      if (owner !== undefined) {
+        const u = units[owner]!
+        u.results.push(i)
+        u.members.push(i)
+        for (const id of answered) u.answered.add(id)
+        if (newest) u.pinned = true
+        unitOfMessage.push(owner)
+        return
+      }
+      for (const o of owners) if (o !== undefined) units[o]!.pinned = true
+    }
+    const own = m.role === "assistant"
+      ? blocks.flatMap((b): Array<Call> => isRecord(b) && b.type === "tool_use" && typeof b.id === "string" ? [{ id: b.id, name: String(b.name ?? "tool"), input: b.input }] : [])
+      : []
+    const u = units.push({ calls: own, answered: new Set(), pinned: newest || own.some((c) => !/^[^\s,]+$/.test(c.id)), results: [], members: [i] }) - 1
+    for (const c of own) {
+      calls.set(c.id, c)
+      unitOfCall.set(c.id, u)
+    }
+    unitOfMessage.push(u)
+  })
+  // A thread_read unit is never stubbed: the gateway answered it, so the thread does not hold it to be read back.
+  for (const u of units) if (u.calls.some((c) => c.name === ThreadRead.definition.name)) u.pinned = true
+  // What thread_read returned stays verbatim while the model is likely still using it (as in the adapters).
+  let newer = 0
+  for (let i = messages.length - 1; i >= 0 && newer < ToolResultOffload.defaults.keepNewestUnits; i--) {
+    const u = units[unitOfMessage[i]!]!
+    if (messages[i]!.role !== "assistant" || u.calls.length === 0) continue
+    newer++
+    if (u.calls.some((c) => c.name === ThreadRead.definition.name)) u.pinned = true
+  }
+  const already = new Set(input.offloaded)
+  const lastIndex = messages.length - 1
+  const rendered = messages.map((m, i) => (i === lastIndex ? m : stubMessage(m, already, calls)))
+  const tokens = rendered.map((m) => count(JSON.stringify(m)))
+  let outputsAfter = 0
+  const answeredRequests = new Array<number>(units.length).fill(0)
+  for (let i = messages.length - 1; i >= 0; i--) {
+    if (messages[i]!.role === "assistant") outputsAfter++
+    else if (units[unitOfMessage[i]!]!.results.includes(i)) answeredRequests[unitOfMessage[i]!] ||= outputsAfter
+  }
+  const tools = Array.isArray(body.tools) ? body.tools : null
+  const offered = tools === null || tools.some((t) => isRecord(t) && t.name === ThreadRead.definition.name)
+    ? tools
+    : [...tools, { name: ThreadRead.definition.name, description: ThreadRead.definition.description, input_schema: ThreadRead.definition.inputSchema }]
+  const situation: ToolResultOffload.Situation = {
+    items: rendered.map((_, i) => ({ seq: i + 1, tokens: tokens[i]!, unit: unitOfMessage[i]!, pinned: units[unitOfMessage[i]!]!.pinned })),
+    units: units.map((u, index): ToolResultOffload.Unit => {
+      const stubbed = u.calls.length > 0 && u.calls.every((c) => already.has(c.id))
+      let stubTokens = 0
+      if (u.calls.length > 0 && !stubbed) {
+        const ids = new Set(u.calls.map((c) => c.id))
+        for (const i of u.members) stubTokens += u.results.includes(i) ? count(JSON.stringify(stubMessage(rendered[i]!, ids, calls))) : tokens[i]!
+      }
+      return {
+        isTool: u.calls.length > 0,
+        answered: u.calls.every((c) => u.answered.has(c.id)),
+        stubbed,
+        stubTokens,
+        answeredRequests: answeredRequests[index]!
+      }
+    }),
+    systemTokens: count(JSON.stringify(body.system ?? "")) + count(JSON.stringify(offered ?? [])),
+    windowTokens: input.windowTokens,
+    pricing: {
+      readMultiplier: input.prices.input > 0 ? input.prices.cacheRead / input.prices.input : 0.1,
+      writeMultiplier: input.prices.input > 0 ? input.prices.cacheWrite / input.prices.input : 1.25,
+      ttlMs: ToolResultOffload.anthropicPricing.ttlMs
+    },
+    requestsSoFar: input.requestsSoFar,
+    msSinceLastRequest: input.msSinceLastRequest
+  }
+  const decision = ToolResultOffload.decide(situation, input.settings)
+  const fresh = decision.units.flatMap((u) => units[u]!.calls.map((c) => c.id)).filter((id) => !already.has(id))
+  const offloaded = [...input.offloaded, ...fresh]
+  const now = new Set(fresh)
+  const out: Record<string, unknown> = {
+    ...body,
+    messages: fresh.length === 0 ? rendered : rendered.map((m, i) => (i === lastIndex ? m : stubMessage(m, now, calls)))
+  }
+  if (offered !== null) out.tools = offered
+  return {
+    body: out,
+    changed: offered !== tools || fresh.length > 0 || messages !== sent || rendered.some((m, i) => m !== messages[i]),
+    offloaded,
+    flush: fresh.length === 0 ? null : { refs: fresh.map((id) => `tool:${id}`), tier: decision.tier, tokensBefore: decision.tokensBefore, tokensAfter: decision.tokensAfter }
+  }
+}
+
+/** A `thread_read` call of the upstream's reply: its `tool_use` id and its input. */
+export interface Read {
+  readonly id: string
+  readonly input: unknown
+}
+
+/**
+ * The `thread_read` calls of a reply's content when the gateway can answer them itself: every `tool_use` block of the
+ * reply is a `thread_read` call (at least one). `null` otherwise (no call, or calls of the agent's own tools beside
+ * them: such a reply goes to the agent as it is, since the agent must answer its calls).
+ */
+export const readsOf = (content: unknown): ReadonlyArray<Read> | null => {
+  if (!Array.isArray(content)) return null
+  const uses = content.filter((b): b is Record<string, unknown> => isRecord(b) && b.type === "tool_use")
+  if (uses.length === 0 || !uses.every((b) => b.name === ThreadRead.definition.name && typeof b.id === "string")) return null
+  return uses.map((b) => ({ id: b.id as string, input: b.input }))
+}
+
+/**
+ * The request that continues a conversation after the upstream's `thread_read` calls: `body` (the request just sent)
+ * with the reply (`content`) and a user message of the answers (`tool_result` blocks, `is_error` on a failed read).
+ */
+export const continuation = (
+  body: Record<string, unknown>,
+  content: ReadonlyArray<unknown>,
+  answers: ReadonlyArray<{ readonly id: string; readonly output: string; readonly isError: boolean }>
+): Record<string, unknown> => ({
+  ...body,
+  messages: [
+    ...(body.messages as ReadonlyArray<unknown>),
+    { role: "assistant", content },
+    { role: "user", content: answers.map((a) => ({ type: "tool_result", tool_use_id: a.id, content: a.output, ...(a.isError ? { is_error: true } : {}) })) }
+  ]
+})
+
+/** How a streamed hop ended: its `thread_read` calls to answer (its events from the first call on held back), or nothing to hide. */
+export type HopEnd =
+  | {
+    readonly _tag: "reads"
+    readonly reads: ReadonlyArray<Read>
+    /** The hop's message content (as the upstream sent it: the continuation repeats it). */
+    readonly content: ReadonlyArray<unknown>
+    /** The agent-visible index of the first hidden block: the next hop's blocks are numbered from it. */
+    readonly nextOffset: number
+    /** The held events (sent to the agent after all when the reads are not answered). */
+    readonly held: string
+  }
+  | { readonly _tag: "release"; readonly held: string }
+
+/** One upstream stream of a streamed answer, as the agent sees it (see `makeHop`). */
+export interface Hop {
+  /** Feeds upstream bytes; returns the text to send to the agent now. */
+  readonly push: (chunk: Uint8Array) => string
+  /** The hop's end (call when the upstream stream has ended). */
+  readonly end: () => HopEnd
+  /** The hop's message content as the upstream sent it (empty before its stream completed). */
+  readonly content: () => ReadonlyArray<unknown>
+  /** The hop's own usage (its `message_start` and `message_delta`), when its stream completed. */
+  readonly tokens: () => GatewayThreads.Reply["tokens"]
+}
+
+const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}data: ${data}\n\n`
+
+/**
+ * A streamed hop of an Anthropic Messages answer as the agent sees it: its events pass on (re-encoded as `event:` and
+ * `data:` lines) until a `thread_read` `tool_use` block starts; from there on they are held. A continuation hop
+ * (`first` false) drops its `message_start` (the agent has one already) and numbers its content blocks from `offset`,
+ * so the agent sees one message: the blocks before the hidden call, then the continuation's.
+ */
+export const makeHop = (offset: number, first: boolean): Hop => {
+  const decoder = Sse.makeDecoder()
+  const assembler = GatewayAnthropic.replyAssembler()
+  let held: Array<string> | null = null
+  let heldAt = 0
+  return {
+    push: (chunk) => {
+      assembler.push(chunk)
+      let out = ""
+      for (const m of decoder.push(chunk)) {
+        const data = parseJson(m.data)
+        if (!isRecord(data)) {
+          if (held === null) out += encodeEvent(m.event, m.data)
+          else held.push(encodeEvent(m.event, m.data))
+          continue
+        }
+        if (!first && data.type === "message_start") continue
+        const indexed = typeof data.index === "number" && String(data.type).startsWith("content_block")
+        if (held === null && data.type === "content_block_start" && isRecord(data.content_block) && data.content_block.type === "tool_use" &&
+          data.content_block.name === ThreadRead.definition.name) {
+          held = []
+          heldAt = data.index as number
+        }
+        const text = indexed && offset > 0 ? encodeEvent(m.event, JSON.stringify({ ...data, index: (data.index as number) + offset })) : encodeEvent(m.event, m.data)
+        if (held === null) out += text
+        else held.push(text)
+      }
+      return out
+    },
+    end: () => {
+      const text = held === null ? "" : held.join("")
+      const outcome = assembler.outcome()
+      if (held === null || outcome._tag !== "completed") return { _tag: "release", held: text }
+      const message = outcome.reply.messages[0]?.message
+      const content = isRecord(message) && Array.isArray(message.content) ? message.content : []
+      const reads = readsOf(content)
+      return reads === null ? { _tag: "release", held: text } : { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
+    },
+    content: () => {
+      const outcome = assembler.outcome()
+      const message = outcome._tag === "completed" ? outcome.reply.messages[0]?.message : undefined
+      return isRecord(message) && Array.isArray(message.content) ? message.content : []
+    },
+    tokens: () => {
+      const outcome = assembler.outcome()
+      return outcome._tag === "completed" ? outcome.reply.tokens : null
+    }
+  }
+}
