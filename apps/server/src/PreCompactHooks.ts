@@ -43,7 +43,9 @@ const viaHttp = (url: string, input: PreCompactHook.PreCompactInput) =>
 
 const viaCommand = (argv: ReadonlyArray<string>, input: PreCompactHook.PreCompactInput) =>
   Effect.async<Decision>((resume) => {
-    const child = ChildProcess.spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "ignore", "pipe"] })
+    // Its own process group, so that a missed deadline stops the hook and every process it started (review finding:
+    // a hook's `sleep` outlived it).
+    const child = ChildProcess.spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "ignore", "pipe"], detached: true })
     const stderr: Array<Buffer> = []
     child.stderr.on("data", (c: Buffer) => stderr.push(c))
     child.on("error", (e) => resume(Effect.succeed(deny(`the PreCompact hook could not be run (${e.message})`))))
@@ -55,7 +57,13 @@ const viaCommand = (argv: ReadonlyArray<string>, input: PreCompactHook.PreCompac
     })
     child.stdin.on("error", () => undefined)
     child.stdin.end(JSON.stringify(input))
-    return Effect.sync(() => void child.kill())
+    return Effect.sync(() => {
+      try {
+        if (child.pid !== undefined && child.exitCode === null) process.kill(-child.pid, "SIGKILL")
+      } catch (_gone) {
+        child.kill("SIGKILL")
+      }
+    })
   })
 
 /** The hook of `config`. */
