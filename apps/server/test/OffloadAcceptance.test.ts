@@ -256,8 +256,6 @@ describe("/offload acceptance over HTTP", () => {
         expect(afterRead).toHaveLength(2)
         // The summary stands in the first request; the second carries the tool's answer with the original's words.
         expect(afterRead[0]!.body).not.toContain(step1.text.slice(0, 200))
-        // ...and says where the originals are (review finding: the model was never told).
-        expect(afterRead[0]!.body).toContain(`readable with thread_read archive:${offloadId}]`)
         expect(afterRead[1]!.body).toContain(step1.text.slice(0, 200))
 
         // A second offload extends the first: its archive holds the summary it replaces, then the newly covered items.

@@ -618,10 +618,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             : failed(`the summariser failed: ${error.message}`, error.retryable)
         }
         if (answer.a.right.text.trim().length === 0) return yield* failed("the summariser returned an empty summary", true)
-        // The summary tells the model where the originals it replaced are (review finding: nothing said so).
-        const offloadId = ids.next("off") as Offload["id"]
-        const text = `${withPinned(answer.a.right.text, pinnedItems(plan.all, (yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [], cutSeq)).trimEnd()}\n\n` +
-          `[the ${plan.covered.length} original messages this summary replaced are readable with thread_read archive:${offloadId}]`
+        const text = withPinned(answer.a.right.text, pinnedItems(plan.all, (yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [], cutSeq))
         const summaryTokens = Render.itemTokens(counter, {
           id: "",
           seq: cutSeq + 1,
@@ -668,7 +665,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
             toolCallState: null
           }])
           const record: Offload = {
-            id: offloadId,
+            id: ids.next("off") as Offload["id"],
             threadId,
             generation: plan.generation,
             summaryItemId: summary!.id,
