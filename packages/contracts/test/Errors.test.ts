@@ -17,6 +17,8 @@ const intended: Record<string, number> = {
   ProviderError: 502,
   OffloadFailed: 502,
   OffloadOperationNotFound: 404,
+  OffloadNotFound: 404,
+  OffloadInProgress: 409,
   SubscriberTooSlow: 503,
   ItemNotFound: 404,
   HandoffNotFound: 404,
