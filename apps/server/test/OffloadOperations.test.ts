@@ -8,12 +8,11 @@
 import type { ThreadId } from "@baton/contracts"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, type Scope } from "effect"
-import * as Http from "node:http"
-import type { AddressInfo } from "node:net"
+import { Effect, Fiber } from "effect"
 import { client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, sendAndWait, serveSettings, settingsFor } from "./support/ModelServer.js"
+import { hookServer, itemsOf, until } from "./support/Offload.js"
 
 const chatUsage = { input: 100, cacheWrite: 0, cacheRead: 0, output: 20 }
 /** What each summariser call is billed: at $3 / $15 per million, (1,000 x 3 + 200 x 15) / 1e6 = $0.006. */
@@ -28,12 +27,6 @@ const held = (reply: ModelApi.Reply) => {
   })
   return { reply: { ...reply, hold }, release: () => release() }
 }
-
-/** Waits (polling, no deadline asserted) until `ready()` holds. */
-const until = (ready: () => boolean) =>
-  Effect.gen(function*() {
-    while (!ready()) yield* Effect.sleep("5 millis")
-  })
 
 /**
  * A server whose `/offload` summariser is a loopback Anthropic instance `sum`, a thread on a loopback `claude`
@@ -61,40 +54,6 @@ const withThread = <A, E, R>(
       return yield* body({ chat, summariser, threadId: threadId as ThreadId })
     }).pipe(Effect.provide(serveSettings({ ...settings, offload: { summariser: "sum", ...(hook === undefined ? {} : { preCompactHook: hook }) } })))
   }))
-
-/**
- * A loopback PreCompact hook for the scope: each POST's JSON body is recorded and answered with `answer` (`null`:
- * never answered, a hook that misses its deadline).
- */
-const hookServer = (answer: Record<string, unknown> | null): Effect.Effect<{ readonly url: string; readonly bodies: Array<unknown> }, never, Scope.Scope> =>
-  Effect.acquireRelease(
-    Effect.async<{ readonly server: Http.Server; readonly url: string; readonly bodies: Array<unknown> }>((resume) => {
-      const bodies: Array<unknown> = []
-      const server = Http.createServer((req, res) => {
-        const parts: Array<Buffer> = []
-        req.on("data", (c: Buffer) => parts.push(c))
-        req.on("end", () => {
-          bodies.push(JSON.parse(Buffer.concat(parts).toString("utf8")))
-          if (answer === null) return
-          res.writeHead(200, { "content-type": "application/json" })
-          res.end(JSON.stringify(answer))
-        })
-      })
-      server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/pre-compact`, bodies })))
-    }),
-    ({ server }) => Effect.async<void>((resume) => {
-      server.closeAllConnections()
-      server.close(() => resume(Effect.void))
-    })
-  )
-
-/** The thread's items of `kind`. */
-const itemsOf = (threadId: ThreadId, kind: string) =>
-  Effect.gen(function*() {
-    const api = yield* client()
-    const page = yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })
-    return page.items.filter((i) => i.kind === kind)
-  })
 
 describe("/offload over HTTP: server-owned operations", () => {
   it.live("an operation id names the outcome: the same id answers it again, GET reads it, the cost is committed and counted", () =>
