@@ -19,9 +19,8 @@
 import type { ProviderAdapter } from "@baton/providers"
 import { GatewayChatWire, type GatewayThreads } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
-import { Option, Redacted } from "effect"
 import { type Assembler, type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
-import { errorResponse } from "./GatewayResponses.js"
+import { bearerToken, bearerUpstream, errorResponse } from "./GatewayResponses.js"
 
 /** The billed tokens of a Chat Completions `usage` object (absent fields: 0). */
 export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
@@ -104,10 +103,8 @@ export const dialect: Dialect = {
   wire: GatewayChatWire.openAiChat,
   refuse: errorResponse,
   tokenHint: "Authorization: Bearer (the agent's OpenAI API key setting)",
-  token: (headers) => headers.authorization,
-  upstreamHeaders: (key, out) => {
-    if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
-  },
+  token: bearerToken,
+  upstreamHeaders: bearerUpstream,
   history: (body, headers) => {
     if (!Array.isArray(body.messages) || !body.messages.every(isRecord)) return "messages: expected an array of messages"
     let k = 0

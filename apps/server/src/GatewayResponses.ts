@@ -100,16 +100,22 @@ export const replyAssembler = (): Assembler => {
 export const replyOfBody = (body: unknown): GatewayThreads.Reply =>
   isRecord(body) && Array.isArray(body.output) ? replyOf(body.output, body) : { messages: [], tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null }
 
+/** The agent's token on OpenAI's wires: its `Authorization` header (`Bearer …`). */
+export const bearerToken: Dialect["token"] = (headers) => headers.authorization
+
+/** The upstream's credentials on OpenAI's wires: the instance's key as `Authorization: Bearer`. */
+export const bearerUpstream: Dialect["upstreamHeaders"] = (key, out) => {
+  if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
+}
+
 /** The OpenAI Responses dialect (see the module docblock). */
 export const dialect: Dialect = {
   kind: "openai-responses",
   wire: GatewayResponsesWire.openAiResponses,
   refuse: errorResponse,
   tokenHint: "Authorization: Bearer (the model provider's env_key)",
-  token: (headers) => headers.authorization,
-  upstreamHeaders: (key, out) => {
-    if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
-  },
+  token: bearerToken,
+  upstreamHeaders: bearerUpstream,
   history: (body, headers) => {
     const input = typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input
     if (!Array.isArray(input) || !input.every(isRecord)) return "input: expected a string or an array of input items"
