@@ -124,6 +124,28 @@ describe("Gateway tool-result offload", () => {
         // The thread holds the originals.
         const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
         expect(items.filter((i) => i.kind === "tool_result" && i.toolCallId === "toolu_1").map((i) => i.text)).toEqual([output(1)])
+
+        // Visible (item 6): each request's usage as the upstream reported it (`gateway.usage`) and its cost on the
+        // runs' pages; the dashboard's fold charts each request against the instance's window, marks each flush
+        // after the run before the request it rewrote, and knows every stubbed ref.
+        const usages = events.filter((e) => e.type === "gateway.usage").map((e) => e.payload as Record<string, unknown>)
+        expect(usages.map((u) => u["runId"])).toEqual(runs.map((r) => r.id))
+        for (const u of usages) {
+          expect(u).toMatchObject({ providerInstance: "anthropic", inputTokens: 10, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 5, windowTokens: 200_000 })
+        }
+        const page = yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })
+        expect(page.costs.map((c) => c.runId)).toEqual(runs.map((r) => r.id))
+        expect(page.costs.every((c) => c.inputTokens === 10 && c.outputTokens === 5)).toBe(true)
+        const timeline = yield* api.events.timeline({ path: { threadId } })
+        expect(timeline.nativeThreads).toEqual(["gateway:anthropic"])
+        expect(timeline.points.runIds).toEqual(runs.map((r) => r.id))
+        expect(timeline.points.runSeqs).toEqual(runs.map((r) => r.seq))
+        expect(new Set(timeline.points.usedTokens)).toEqual(new Set([10]))
+        expect(new Set(timeline.points.maxTokens)).toEqual(new Set([200_000]))
+        expect(timeline.marks.map((m) => [m.kind, m.runSeq])).toEqual(
+          flushes.map((f) => ["tool results offloaded", runs.find((r) => r.id === f.runId)!.seq - 1])
+        )
+        expect([...timeline.stubbed].sort()).toEqual([...reported].sort())
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 

@@ -7,11 +7,11 @@ import { useVirtualizer } from "@tanstack/react-virtual"
 import { useEffect, useMemo, useRef, useState, useSyncExternalStore } from "react"
 import { Actions } from "./Actions.js"
 import { Drawer } from "./Drawer.js"
-import { fmt, toRows, usd, type Row } from "./model.js"
+import { chartTitle, fmt, toRows, usd, type Row } from "./model.js"
 import { Occupancy } from "./Occupancy.js"
 import { ThreadStore } from "./store.js"
 import { get } from "./api.js"
-import type { HandoffItemIdsJson, HandoffSummaryJson, ItemJson, RunJson, SnapshotJson } from "./types.js"
+import type { HandoffItemIdsJson, HandoffSummaryJson, ItemJson, RunCostJson, RunJson } from "./types.js"
 import type { EventFold } from "./model.js"
 
 const oneLine = (text: string, max = 160) => {
@@ -33,7 +33,7 @@ const kindLabel: Record<string, string> = {
 function RowView(props: {
   readonly row: Row
   readonly runs: Map<string, RunJson>
-  readonly costs: Map<string, SnapshotJson["costs"]["recentRuns"][number]>
+  readonly costs: Map<string, RunCostJson>
   readonly stubbed: Set<string>
   readonly open: (id: string) => void
 }) {
@@ -80,7 +80,6 @@ function RowView(props: {
 function Conversation(props: { readonly store: ThreadStore; readonly open: (id: string) => void }) {
   const { store } = props
   const rows = useMemo(() => toRows(store.items), [store.items])
-  const costs = useMemo(() => new Map((store.snapshot?.costs.recentRuns ?? []).map((c) => [c.runId, c])), [store.snapshot])
   const parent = useRef<HTMLDivElement | null>(null)
   const [follow, setFollow] = useState(true)
   const virtualizer = useVirtualizer({ count: rows.length, getScrollElement: () => parent.current, estimateSize: () => 28, overscan: 20 })
@@ -106,7 +105,7 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
         <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
           {virtualizer.getVirtualItems().map((v) => (
             <div key={rows[v.index]!.key} style={{ position: "absolute", top: 0, left: 0, right: 0, height: v.size, transform: `translateY(${v.start}px)` }}>
-              <RowView row={rows[v.index]!} runs={store.runs} costs={costs} stubbed={store.fold.stubbed} open={props.open} />
+              <RowView row={rows[v.index]!} runs={store.runs} costs={store.costs} stubbed={store.fold.stubbed} open={props.open} />
             </div>
           ))}
         </div>
@@ -246,7 +245,7 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
           {[...byNative.entries()].map(([nativeId, points]) => {
             const view = snap?.providerThreads.flatMap((p) => p.nativeThreads).find((n) => n.id === nativeId)
             return (
-              <Occupancy key={nativeId} nativeThreadId={nativeId} title={`${native.get(nativeId) ?? nativeId}${active?.activeNativeThreadId === nativeId ? " (active)" : ""}`}
+              <Occupancy key={nativeId} nativeThreadId={nativeId} title={`${chartTitle(nativeId, native)}${active?.activeNativeThreadId === nativeId ? " (active)" : ""}`}
                 points={points} marks={marksOf.get(nativeId) ?? []} window={view?.window ?? null} />
             )
           })}

@@ -6,7 +6,11 @@
  */
 import type { ItemJson, ItemTextJson } from "./types.js"
 
-export { EventFold, type DeliveryStep, type OccupancyMark, type OccupancyPoint } from "@baton/contracts/timeline"
+export { EventFold, gatewayChartId, type DeliveryStep, type OccupancyMark, type OccupancyPoint } from "@baton/contracts/timeline"
+
+/** A chart's title: its native thread's name (`names`), or for a gateway conversation's chart its instance's requests. */
+export const chartTitle = (chartId: string, names: ReadonlyMap<string, string>): string =>
+  names.get(chartId) ?? (chartId.startsWith("gateway:") ? `${chartId.slice("gateway:".length)} requests (gateway)` : chartId)
 
 /** A row of the conversation list. */
 export type Row =

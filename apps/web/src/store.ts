@@ -16,7 +16,7 @@ import type { TimelineJson } from "@baton/contracts/timeline"
 import { get } from "./api.js"
 import { EventFold } from "./model.js"
 import { follow, type Follow } from "./sse.js"
-import type { EventJson, HandoffSummaryJson, HandoffSummaryListJson, ItemJson, ItemPageJson, RunJson, RunPageJson, SnapshotJson } from "./types.js"
+import type { EventJson, HandoffSummaryJson, HandoffSummaryListJson, ItemJson, ItemPageJson, RunCostJson, RunJson, RunPageJson, SnapshotJson } from "./types.js"
 
 /**
  * Runs `task` on `trigger()`; triggers while it runs make exactly one more run after it. With `minGapMs`, a run
@@ -86,6 +86,8 @@ export class ThreadStore {
   held = (id: string): ItemJson | undefined => this.byId.get(id)
   itemsComplete = false
   runs = new Map<string, RunJson>()
+  /** What each run cost (tokens, dollars), by run id: from the run pages and the snapshot's recent runs. */
+  costs = new Map<string, RunCostJson>()
   handoffs: Array<HandoffSummaryJson> = []
   fold = new EventFold()
   readonly events: Array<Received> = []
@@ -175,6 +177,7 @@ export class ThreadStore {
       const page = await get<RunPageJson>(`${this.base()}/runs?afterSeq=${after}&limit=${pageSize}`)
       if (!page.ok) return
       for (const run of page.value.runs) this.runs.set(run.id, run)
+      for (const cost of page.value.costs) this.costs.set(cost.runId, cost)
       this.changed()
       if (page.value.nextAfterSeq === null) return
       after = page.value.nextAfterSeq
@@ -191,6 +194,7 @@ export class ThreadStore {
         const held = this.runs.get(run.id)
         if (held === undefined || held.updatedAt <= run.updatedAt) this.runs.set(run.id, run)
       }
+      for (const cost of snapshot.value.costs.recentRuns) this.costs.set(cost.runId, cost)
     } else {
       this.snapshotError = snapshot.message
     }

@@ -11,6 +11,7 @@ export type ItemJson = ItemPageJson["items"][number]
 export type ItemTextJson = typeof ItemText.Encoded
 export type RunPageJson = typeof RunPage.Encoded
 export type RunJson = RunPageJson["runs"][number]
+export type RunCostJson = RunPageJson["costs"][number]
 export type HandoffListJson = typeof HandoffList.Encoded
 export type HandoffJson = HandoffListJson["handoffs"][number]
 export type DeliveryJson = HandoffJson["deliveries"][number]

@@ -4,7 +4,7 @@
  * run's native thread reported; an untrusted report plotted at Baton's estimate).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { EventFold, firstWindow, toRows } from "../src/model.js"
+import { chartTitle, EventFold, firstWindow, toRows } from "../src/model.js"
 import { parseChunk } from "../src/sse.js"
 import type { EventJson, ItemJson } from "../src/types.js"
 
@@ -79,6 +79,32 @@ describe("EventFold", () => {
     ])
     expect(fold.marks).toEqual([{ nativeThreadId: "nat_1", runSeq: 2, kind: "compacted", detail: "180 → 20 tokens, 0 delivered" }])
     expect(fold.deliverySteps.get("dlv_1")?.map((s) => s.type)).toEqual(["delivery.pending"])
+  })
+
+  it("a gateway conversation: each request's reported usage a point of its instance's chart, a flush marked after the run before it", () => {
+    const fold = new EventFold()
+    const usage = (runId: string, providerInstance: string, cacheRead: number) =>
+      event("gateway.usage", { runId, providerInstance, inputTokens: 10, cacheWriteTokens: 200, cacheReadTokens: cacheRead, outputTokens: 50, windowTokens: 200000 })
+    const events = [
+      event("run.queued", { runId: "run_1", seq: 1, providerThreadId: "pth_1" }),
+      usage("run_1", "anthropic", 0),
+      event("run.queued", { runId: "run_2", seq: 2, providerThreadId: "pth_1" }),
+      event("gateway.offloaded", { runId: "run_2", refs: ["tool:toolu_1", "tool:toolu_2"], tier: "mild", tokensBefore: 30000, tokensAfter: 9000 }),
+      usage("run_2", "anthropic", 9000),
+      event("run.queued", { runId: "run_3", seq: 3, providerThreadId: "pth_2" }),
+      usage("run_3", "openai", 500)
+    ]
+    for (const e of events) fold.apply(e)
+    expect([...fold.pointsByNativeThread().entries()].map(([chart, points]) => [chart, points.map((p) => [p.runSeq, p.usedTokens, p.maxTokens])])).toEqual([
+      ["gateway:anthropic", [[1, 210, 200000], [2, 9210, 200000]]],
+      ["gateway:openai", [[3, 710, 200000]]]
+    ])
+    expect(fold.marks).toEqual([{ nativeThreadId: "", runSeq: 1, kind: "tool results offloaded", detail: "2 tool results stubbed (mild): 30000 → 9000 tokens" }])
+    expect([...fold.stubbed]).toEqual(["toolu_1", "toolu_2"])
+    // The JSON form (what GET /threads/{id}/timeline answers) continues the same fold.
+    expect(EventFold.fromJson(fold.toJson()).toJson()).toEqual(fold.toJson())
+    expect(chartTitle("gateway:openai", new Map())).toBe("openai requests (gateway)")
+    expect(chartTitle("nat_1", new Map([["nat_1", "claude gen 1"]]))).toBe("claude gen 1")
   })
 })
 

@@ -530,6 +530,26 @@ export const GatewayOffloaded = event(
   Schema.Struct({ runId: RunId, refs: Schema.Array(Schema.String), tier: Schema.String, tokensBefore: Count, tokensAfter: Count })
 )
 
+/**
+ * `{runId, providerInstance, inputTokens, cacheWriteTokens, cacheReadTokens, outputTokens, windowTokens}`: the usage
+ * the upstream reported for a gateway request's answer (docs/gateway.md "Visible"), in the provider's tokens:
+ * `inputTokens` uncached input, the cache's writes and reads beside it, `outputTokens` the answer; `windowTokens` the
+ * routed instance's context window (`null`: not configured). What the request carried is the sum of the three input
+ * figures: the dashboard plots it per request against the window, as it plots a native thread's occupancy.
+ */
+export const GatewayUsage = event(
+  "gateway.usage",
+  Schema.Struct({
+    runId: RunId,
+    providerInstance: ProviderInstance,
+    inputTokens: Count,
+    cacheWriteTokens: Count,
+    cacheReadTokens: Count,
+    outputTokens: Count,
+    windowTokens: Schema.NullOr(Count)
+  })
+)
+
 /** A stored thread event: the envelope plus `type` and its typed `payload`. */
 export const ThreadEvent = Schema.Union(
   ThreadCreated,
@@ -569,7 +589,8 @@ export const ThreadEvent = Schema.Union(
   ContextOffloadUndone,
   ContextOffloadControlSet,
   GatewayDiverged,
-  GatewayOffloaded
+  GatewayOffloaded,
+  GatewayUsage
 )
 export type ThreadEvent = typeof ThreadEvent.Type
 

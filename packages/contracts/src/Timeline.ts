@@ -8,6 +8,10 @@
  *   report is plotted at the estimate Baton used instead (`estimateUsed`) and flagged.
  * - Marks on the occupancy chart: `thread.compacted`, `context.offloaded` (tool results stubbed), `thread.offloaded`
  *   (summarised) and `native_thread.replaced`, each at the run seq it followed.
+ * - A gateway conversation (docs/gateway.md) has no native thread: each request's `gateway.usage` is a point on the
+ *   chart of its provider instance (`gatewayChartId`: what the request carried, uncached input plus cache writes and
+ *   reads, against the instance's window), and each `gateway.offloaded` flush a "tool results offloaded" mark after
+ *   the run before the request it rewrote, its refs stubbed.
  * - Budget at each turn start: the `budget` of the run's `delivery.pending` (provider tokens), when history was owed.
  * - Delivery timelines: every event of a delivery (created, deferred with its count, pending, injected, inlined,
  *   superseded) with its time and reason.
@@ -21,6 +25,12 @@
  * schema is `ThreadTimeline` in `Views.ts`.
  */
 import type { ThreadEvent } from "./Events.js"
+
+/**
+ * The chart id of a gateway conversation's requests to `providerInstance` (in place of a native thread id: the
+ * gateway keeps no native thread).
+ */
+export const gatewayChartId = (providerInstance: string) => `gateway:${providerInstance}`
 
 /** A stored event in its JSON form (what the event stream and the timeline carry). */
 export type EventJson = typeof ThreadEvent.Encoded
@@ -39,7 +49,9 @@ export const timelineEventTypes = [
   "thread.compacted",
   "context.offloaded",
   "thread.offloaded",
-  "native_thread.replaced"
+  "native_thread.replaced",
+  "gateway.usage",
+  "gateway.offloaded"
 ] as const satisfies ReadonlyArray<EventJson["type"]>
 
 /** One occupancy point: the native thread's usage after run `runSeq`, in tokens. */
@@ -257,6 +269,32 @@ export class EventFold {
       case "native_thread.replaced":
         this.marks.push({ nativeThreadId: event.payload.nativeThreadId, runSeq: this.lastRunSeq, kind: "replaced", detail: event.payload.reason })
         return
+      case "gateway.usage": {
+        const p = event.payload
+        this.points.set(p.runId, {
+          runId: p.runId,
+          runSeq: this.runSeq.get(p.runId) ?? 0,
+          nativeThreadId: gatewayChartId(p.providerInstance),
+          usedTokens: p.inputTokens + p.cacheWriteTokens + p.cacheReadTokens,
+          maxTokens: p.windowTokens,
+          autoCompactThreshold: null,
+          trusted: true,
+          budget: null
+        })
+        return
+      }
+      case "gateway.offloaded": {
+        const p = event.payload
+        for (const ref of p.refs) if (ref.startsWith("tool:")) this.stubbed.add(ref.slice(5))
+        const seq = this.runSeq.get(p.runId)
+        this.marks.push({
+          nativeThreadId: "",
+          runSeq: seq === undefined ? this.lastRunSeq : seq - 1,
+          kind: "tool results offloaded",
+          detail: `${p.refs.length} tool results stubbed (${p.tier}): ${p.tokensBefore} → ${p.tokensAfter} tokens`
+        })
+        return
+      }
       default:
         return
     }

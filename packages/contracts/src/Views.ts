@@ -206,6 +206,8 @@ export const snapshotRecentRuns = 20
 /** One page of a thread's runs by seq; `nextAfterSeq` continues the listing (`null`: no more). */
 export const RunPage = Schema.Struct({
   runs: Schema.Array(Run),
+  /** The costs of this page's runs that recorded one, in the runs' order (a gateway request's, a model-API turn's). */
+  costs: Schema.Array(RunCost),
   nextAfterSeq: Schema.NullOr(Count)
 })
 export type RunPage = typeof RunPage.Type

@@ -269,6 +269,9 @@ export const anthropicMessages: Wire = {
   roleOf: (m) => (isRecord(m) && typeof m.role === "string" ? m.role : "message")
 }
 
+/** A reported figure as an event's count: a whole number, never negative (a provider's odd report must not fail the record). */
+const count = (n: number) => (Number.isFinite(n) ? Math.max(0, Math.round(n)) : 0)
+
 /** The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
 export const fingerprintOf = (wire: Wire, m: unknown): string => hashText(canonicalJson(wire.normalise(m)))
 
@@ -315,6 +318,9 @@ export interface Begun {
   /** How many of the request's messages were hashed (the others were recognised from its conversation's previous request). */
   readonly hashedMessages: number
   readonly prices: GatewayRequest["prices"]
+  /** The routed instance and its window (tokens; `null`: not configured), for the answer's `gateway.usage` event. */
+  readonly providerInstance: ProviderInstance
+  readonly contextWindow: number | null
   readonly wire: Wire
 }
 
@@ -473,6 +479,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           diverged,
           hashedMessages: hashed,
           prices: request.prices,
+          providerInstance: request.providerInstance,
+          contextWindow: request.contextWindow,
           wire
         } satisfies Begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
@@ -526,6 +534,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             costUsd: RunCosts.price(reply.tokens, begun.prices),
             createdAt: now
           })
+          yield* store.appendEvent({ threadId: begun.threadId, type: "gateway.usage", payload: {
+            runId: begun.run.id,
+            providerInstance: begun.providerInstance,
+            inputTokens: count(reply.tokens.inputTokens),
+            cacheWriteTokens: count(reply.tokens.cacheWriteTokens),
+            cacheReadTokens: count(reply.tokens.cacheReadTokens),
+            outputTokens: count(reply.tokens.outputTokens),
+            windowTokens: begun.contextWindow === null ? null : count(begun.contextWindow)
+          } })
         }
         if (current.status === "running") {
           yield* lifecycle.update(current, { ...current, status: "completed", updatedAt: now })

@@ -166,7 +166,12 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       const limit = options.limit ?? defaultPageSize
       const rows = yield* store.listRunsPage(threadId, options.afterSeq ?? 0, limit + 1)
       const runs = rows.slice(0, limit)
-      return { runs, nextAfterSeq: rows.length > limit ? runs.at(-1)!.seq : null } satisfies RunPage
+      const costOf = new Map((yield* store.listRunCostsOf(runs.map((r) => r.id))).map((c) => [c.runId as string, c]))
+      return {
+        runs,
+        costs: runs.flatMap((r) => costOf.get(r.id) ?? []),
+        nextAfterSeq: rows.length > limit ? runs.at(-1)!.seq : null
+      } satisfies RunPage
     })
 
     /**
@@ -191,7 +196,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
         attempts: yield* store.listAttempts(runId),
         // Baton's own tool calls and results were run inside the turn: never shown to the client as tool calls.
         items: (yield* store.listItemsOfRuns([runId])).filter((i) => !isBatonToolItem(i)),
-        cost: (yield* store.listRunCosts(found.value.threadId)).find((c) => c.runId === runId) ?? null,
+        cost: Option.getOrNull(yield* store.getRunCost(runId)),
         openToolCalls: wait !== null && wait.state === "open" ? wait.calls : [],
         toolResultsDeadline: wait !== null && wait.state === "open" ? wait.deadlineAt : null
       } satisfies RunView

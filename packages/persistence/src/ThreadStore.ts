@@ -887,6 +887,13 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM run_costs WHERE run_id = ${runId}`,
           Schema.decodeUnknown(Schema.Array(RunCost))
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("run_costs.get")),
+      /** The recorded costs of the runs `runIds` (those that recorded one), in no particular order. */
+      listRunCostsOf: (runIds: ReadonlyArray<RunId>) =>
+        inChunks(runIds, (c) =>
+          Effect.flatMap(
+            sql`SELECT * FROM run_costs WHERE ${sql.in("run_id", c)}`,
+            Schema.decodeUnknown(Schema.Array(RunCost))
+          ).pipe(orPersistence("run_costs.listOf"))),
       /** The recorded costs of `threadId`'s runs, oldest first. */
       listRunCosts: (threadId: ThreadId) =>
         Effect.flatMap(
