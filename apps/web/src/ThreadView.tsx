@@ -57,12 +57,12 @@ function RowView(props: {
     return (
       <div className="row tool" data-testid="tool-row" data-item-id={row.call.id}>
         <span className="badge tool">tool</span>
+        {stub && <span className="badge stub" title="its result goes to the provider as a one-line stub; the original is readable here">stubbed</span>}
         <button className="link" onClick={() => props.open(row.call.id)}>{row.call.toolName ?? "?"}({oneLine(row.call.text, 60)})</button>
         <span> → </span>
         {row.result === null
           ? <span className="dim">{row.call.toolCallState ?? "no result"}</span>
           : <button className="link" onClick={() => props.open(row.result!.id)}>{row.result.isError ? "error: " : ""}{oneLine(row.result.text, 60)}</button>}
-        {stub && <span className="badge stub" title="its result goes to the provider as a one-line stub; the original is readable here">stubbed</span>}
         <span className="dim tokens">{fmt(row.call.tokens + (row.result?.tokens ?? 0))} tokens</span>
       </div>
     )

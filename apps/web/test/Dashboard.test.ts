@@ -9,10 +9,15 @@
  * - an original omitted from a handoff opens from its ref;
  * - after the server restarts, the page reconnects and shows the events it missed, each once;
  * - no console errors; screenshots of the thread list and of a thread are kept in apps/web/test-results/.
+ * And issue 14 item 6: a gateway conversation (an agent's whole-answer requests through `/v1/messages` to a loopback
+ * Anthropic upstream) charted per request against the window, its flushes marked, every stubbed result badged and
+ * each request's cost in its run header (screenshot gateway-thread.png).
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as Fs from "node:fs"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -40,12 +45,17 @@ interface Served {
   readonly stop: () => Promise<void>
 }
 
-/** `baton serve` on `db` (port 0: a free one), resolved once it prints its "listening on" line. */
-const serve = (db: string, port = 0) =>
+/**
+ * `baton serve` on `db` (port 0: a free one), resolved once it prints its "listening on" line. `configFile` and `env`
+ * replace the default config and add to (or, `undefined`, remove from) the environment.
+ */
+const serve = (db: string, port = 0, configFile = config, extraEnv: Record<string, string | undefined> = {}) =>
   new Promise<Served>((resolve, reject) => {
-    const child = spawn(process.execPath, [cli, "serve", "--port", String(port), "--db", db, "--config", config], {
+    const env: Record<string, string | undefined> = { ...process.env, BATON_TOKEN: admin, BATON_READ_TOKEN: reader, BATON_PROVIDERS: providers, BATON_DATABASE_URL: "", BATON_CONFIG: "", ...extraEnv }
+    for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k]
+    const child = spawn(process.execPath, [cli, "serve", "--port", String(port), "--db", db, "--config", configFile], {
       cwd: repo,
-      env: { ...process.env, BATON_TOKEN: admin, BATON_READ_TOKEN: reader, BATON_PROVIDERS: providers, BATON_DATABASE_URL: "", BATON_CONFIG: "" },
+      env,
       stdio: ["ignore", "pipe", "pipe"]
     })
     let stdout = ""
@@ -365,4 +375,131 @@ describe("the dashboard in Chromium", () => {
     // The refused request is the one console line: the browser's own report of the 401.
     expect(freshErrors.filter((e) => !/status of 401/.test(e))).toEqual([])
   })
+})
+
+/**
+ * A loopback Anthropic Messages upstream for the gateway: answers each whole (non-streamed) request with a Bash call
+ * until the conversation has had `rounds` tool rounds, then with a text; its usage is the request body's size in
+ * characters / 4 as uncached input (so the chart shows what each request carried, and a flush's drop).
+ */
+const anthropicUpstream = (rounds: number) =>
+  new Promise<{ readonly url: string; readonly close: () => Promise<void> }>((resolve) => {
+    const server = Http.createServer((req, res) => {
+      let body = ""
+      req.setEncoding("utf8").on("data", (c: string) => void (body += c)).on("end", () => {
+        const messages = (JSON.parse(body) as { messages: Array<{ role: string }> }).messages
+        const round = messages.filter((m) => m.role === "assistant").length + 1
+        const content = round <= rounds
+          ? [{ type: "tool_use", id: `toolu_${round}`, name: "Bash", input: { command: `grep -rn value src/module${round}` } }]
+          : [{ type: "text", text: "Done." }]
+        res.writeHead(200, { "content-type": "application/json" })
+        res.end(JSON.stringify({
+          id: `msg_${round}`, type: "message", role: "assistant", model: "claude-x", content,
+          stop_reason: round <= rounds ? "tool_use" : "end_turn", stop_sequence: null,
+          usage: { input_tokens: Math.round(body.length / 4), cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 20 }
+        }))
+      })
+    })
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as AddressInfo).port
+      resolve({ url: `http://127.0.0.1:${port}`, close: () => new Promise((done) => server.close(() => done())) })
+    })
+  })
+
+/** About 25,000 characters of a tool's output for round `round`. */
+const toolOutput = (round: number) =>
+  Array.from({ length: 420 }, (_, line) => `src/module${round}/file${line}.ts:${line * 7 + round}: export const value${line} = compute(${line}, "r${round}")`).join("\n")
+
+describe("a gateway conversation in the dashboard", () => {
+  let browser: Browser
+  beforeAll(async () => {
+    browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] })
+  }, 60_000)
+  afterAll(async () => {
+    await browser?.close()
+  })
+
+  it("charts each request of the agent against the window, marks the flushes, badges every stubbed result and shows each request's cost", async () => {
+    const rounds = 12
+    const upstream = await anthropicUpstream(rounds)
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-gateway-"))
+    const gatewayConfig = Path.join(dir, "baton.json")
+    Fs.writeFileSync(gatewayConfig, JSON.stringify({
+      limits: { shutdownTimeoutMs: 1000 },
+      providers: [{
+        kind: "anthropic-messages", name: "anthropic", baseUrl: upstream.url, model: "claude-x", apiKeyEnv: "DASHBOARD_UPSTREAM_KEY",
+        contextWindow: 200_000, autoCompactThreshold: null, maxOutputTokens: 4_096, maxRetries: 0,
+        prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+      }],
+      gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+    }))
+    const gateway = await serve(Path.join(dir, "baton.sqlite"), 0, gatewayConfig, { BATON_PROVIDERS: undefined, DASHBOARD_UPSTREAM_KEY: "sk-upstream-0123456789" })
+    try {
+      // The agent: Claude Code's shape of a tool-using session (its breakpoint on the newest message), whole answers.
+      type Message = { role: string; content: Array<Record<string, unknown>> }
+      const history: Array<Message> = [{ role: "user", content: [{ type: "text", text: "explore the repository" }] }]
+      for (let round = 1; round <= rounds + 1; round++) {
+        const messages = history.map((m, i) => i < history.length - 1 ? m : { ...m, content: m.content.map((b, j) => j === m.content.length - 1 ? { ...b, cache_control: { type: "ephemeral" } } : b) })
+        const response = await fetch(`${gateway.url}/v1/messages`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": admin, "x-claude-code-session-id": "dashboard-session" },
+          body: JSON.stringify({ model: "claude-x", max_tokens: 100, system: [{ type: "text", text: "You are a coding agent." }],
+            tools: [{ name: "Bash", description: "Runs a command.", input_schema: { type: "object", properties: { command: { type: "string" } } } }], messages })
+        })
+        expect(response.status).toBe(200)
+        const answer = await response.json() as { content: Array<Record<string, unknown>> }
+        if (round > rounds) break
+        history.push({ role: "assistant", content: answer.content })
+        history.push({ role: "user", content: [{ type: "tool_result", tool_use_id: `toolu_${round}`, content: toolOutput(round) }] })
+      }
+
+      // What the API holds: one run per request, each with its reported usage, and the flushes.
+      const threadId = (await api<{ threads: Array<{ id: string }> }>(gateway.url, "GET", "/threads")).threads[0]!.id
+      const events = await storedEvents(gateway.url, threadId)
+      const seqOf = new Map(events.filter((e) => e.type === "run.queued").map((e) => [e.payload["runId"] as string, e.payload["seq"] as number]))
+      const used = new Map(events.filter((e) => e.type === "gateway.usage").map((e) => [seqOf.get(e.payload["runId"] as string)!, e.payload["inputTokens"] as number]))
+      expect(used.size).toBe(rounds + 1)
+      const flushes = events.filter((e) => e.type === "gateway.offloaded")
+      expect(flushes.length).toBeGreaterThan(0)
+      const stubbed = flushes.flatMap((e) => (e.payload["refs"] as Array<string>).map((r) => r.slice("tool:".length)))
+      expect(stubbed.length).toBeGreaterThan(0)
+
+      const { page, errors, close } = await openPage(browser, gateway.url, admin, `/ui/threads/${threadId}`)
+      const chart = page.locator("[data-testid=occupancy][data-native-thread='gateway:anthropic']")
+      await chart.waitFor()
+      expect(await chart.locator("h3").textContent()).toContain("anthropic requests (gateway)")
+      // One point per request with the usage the upstream reported; a mark after the run before each flush.
+      await chart.locator("details").evaluate((e) => void ((e as HTMLDetailsElement).open = true))
+      await page.waitForFunction((n) => document.querySelectorAll("[data-testid=occupancy-points] tbody tr").length === n, rounds + 1)
+      const shown = await chart.locator("[data-testid=occupancy-points] tbody tr").evaluateAll((rows) =>
+        rows.map((r) => [Number(r.getAttribute("data-run-seq")), Number(r.getAttribute("data-used"))] as const))
+      expect(new Map(shown)).toEqual(used)
+      const marks = await chart.locator(".marks li").allTextContents()
+      expect(marks).toEqual(flushes.map((e) => `after run ${seqOf.get(e.payload["runId"] as string)! - 1}: tool results offloaded (${(e.payload["refs"] as Array<string>).length} tool results stubbed (${e.payload["tier"]}): ${e.payload["tokensBefore"]} → ${e.payload["tokensAfter"]} tokens)`))
+      // Every stubbed result carries its badge in the conversation (its original opens in the drawer).
+      await page.waitForFunction(() => document.querySelector(".conversation h2")?.textContent?.includes("(loading") === false)
+      const badged = new Set<string>()
+      const scroller = page.getByTestId("conversation")
+      const height = await scroller.evaluate((el) => el.scrollHeight)
+      for (let top = 0; top <= height; top += 300) {
+        await scroller.evaluate((el, y) => void (el.scrollTop = y), top)
+        await page.waitForTimeout(50)
+        for (const id of await page.locator("[data-testid=tool-row]:has(.badge.stub)").evaluateAll((els) => els.map((e) => e.getAttribute("data-item-id")!))) badged.add(id)
+      }
+      const items = (await api<{ items: Array<{ id: string; kind: string; toolCallId: string | null }> }>(gateway.url, "GET", `/threads/${threadId}/items?limit=500`)).items
+      expect([...badged].sort()).toEqual(items.filter((i) => i.kind === "tool_call" && stubbed.includes(i.toolCallId ?? "")).map((i) => i.id).sort())
+      // The run headers show each request's tokens and cost.
+      await scroller.evaluate((el) => void (el.scrollTop = el.scrollHeight))
+      await page.waitForSelector("[data-testid=run-header] .cost")
+      expect(await page.locator("[data-testid=run-header] .cost").first().textContent()).toMatch(/^in [\d,]+ · cache write 0 · cache read 0 · out 20 · \$/)
+      await page.evaluate(() => window.scrollTo(0, 0))
+      await page.screenshot({ path: Path.join(artifacts, "gateway-thread.png") })
+      await close()
+      expect(errors).toEqual([])
+    } finally {
+      await gateway.stop()
+      await upstream.close()
+      Fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120_000)
 })
