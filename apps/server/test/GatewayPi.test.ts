@@ -1,0 +1,108 @@
+/**
+ * The gateway's Chat Completions endpoint with a real Chat Completions agent (issue 14 item 1: pi, opencode, aider):
+ * the pi coding agent (`@mariozechner/pi-coding-agent`, pinned) run headless against a loopback Chat Completions
+ * upstream scripted to lead it through tool rounds (bash, write, read beside a parallel bash, a long `seq` output) in a
+ * temporary directory, once with pi pointed at the upstream directly and once through `baton serve`'s gateway. Through
+ * Baton the session ends the same, the upstream receives pi's requests unchanged (Baton's key instead of the agent's
+ * token), and Baton's thread holds every message exactly once, one completed run per request with its usage.
+ */
+import type { Item } from "@baton/contracts"
+import { HttpServer } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { adminToken, client } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+import * as Pi from "./support/Pi.js"
+
+const usage = { input: 900, cacheWrite: 0, cacheRead: 2_000, output: 40 }
+
+/** The scripted session in `dir`: five model requests, four of them tool rounds. */
+const script = (dir: string) => [
+  ModelApi.answer("openai-chat", "Running echo.", usage, [{ id: "call_1", name: "bash", arguments: JSON.stringify({ command: "echo hello-from-pi" }) }]),
+  ModelApi.answer("openai-chat", "", usage, [{ id: "call_2", name: "write", arguments: JSON.stringify({ path: Path.join(dir, "note.txt"), content: "line one\nline two\n" }) }]),
+  ModelApi.answer("openai-chat", "", usage, [
+    { id: "call_3", name: "read", arguments: JSON.stringify({ path: Path.join(dir, "note.txt") }) },
+    { id: "call_4", name: "bash", arguments: JSON.stringify({ command: "ls" }) }
+  ]),
+  ModelApi.answer("openai-chat", "", usage, [{ id: "call_5", name: "bash", arguments: JSON.stringify({ command: "seq 1 3000" }) }]),
+  ModelApi.answer("openai-chat", "All done.", usage)
+]
+
+const tempDir = (prefix: string) => Fs.realpathSync(Fs.mkdtempSync(Path.join(Os.tmpdir(), prefix)))
+
+/**
+ * A request body with what differs between two runs of one session removed: the working directory, and the file pi
+ * keeps a truncated bash output's whole text in (`/tmp/pi-bash-<random>.log`).
+ */
+const comparable = (body: string, dir: string) => body.split(dir).join("<dir>").replace(/pi-bash-[0-9a-f]+\.log/g, "pi-bash-<id>.log")
+
+describe("Gateway with the real pi agent (Chat Completions)", () => {
+  it.live("a tool-using session completes the same directly and through Baton; the thread holds every message once", () =>
+    Effect.scoped(Effect.gen(function*() {
+      // Directly against the scripted upstream.
+      const direct = yield* ModelApi.start
+      const directDir = tempDir("baton-pi-direct-")
+      direct.enqueue(...script(directDir))
+      const directResult = yield* Pi.run({ baseUrl: `${direct.url}/v1`, apiKey: "sk-direct-0123456789", model: "gpt-pi", cwd: directDir, prompt: "do the thing" })
+      expect(directResult.lastText).toBe("All done.")
+      expect(direct.requests.length).toBe(5)
+
+      // Through Baton.
+      const upstream = yield* ModelApi.start
+      const viaDir = tempDir("baton-pi-via-")
+      upstream.enqueue(...script(viaDir))
+      const settings = yield* settingsFor(
+        [instance("chat", "openai-chat", upstream)],
+        { TEST_MODEL_KEY: marker },
+        undefined,
+        { gateway: { routes: [{ model: "gpt-*", provider: "chat" }] } }
+      )
+      yield* Effect.gen(function*() {
+        const server = yield* HttpServer.HttpServer
+        const port = (server.address as HttpServer.TcpAddress).port
+        const via = yield* Pi.run({ baseUrl: `http://127.0.0.1:${port}/v1`, apiKey: adminToken, model: "gpt-pi", cwd: viaDir, prompt: "do the thing" })
+
+        // The session ends the same way, with the same effects on disk and the same tool results.
+        expect(via.lastText).toBe(directResult.lastText)
+        expect(Fs.readFileSync(Path.join(viaDir, "note.txt"), "utf8")).toBe("line one\nline two\n")
+        const results = (r: Pi.Result) => r.messages.filter((m) => m.role === "toolResult").map((m) => [m.toolCallId, m.content.map((c) => c.text ?? "").join("")] as const)
+        expect(results(via).map(([id, text]) => [id, comparable(text, viaDir)])).toEqual(results(directResult).map(([id, text]) => [id, comparable(text, directDir)]))
+        // pi keeps the last 2,000 lines of a long output (and says where the whole is): what the model got.
+        expect(results(via).find(([id]) => id === "call_5")![1]).toContain("[Showing lines 1002-3001 of 3001.")
+
+        // The upstream got pi's requests unchanged (but for the directory), Baton's key as Bearer.
+        expect(upstream.requests.length).toBe(direct.requests.length)
+        upstream.requests.forEach((r, i) => {
+          const d = direct.requests[i]!
+          expect(r.url).toBe(d.url)
+          expect(comparable(r.body, viaDir)).toBe(comparable(d.body, directDir))
+          expect(r.headers["authorization"]).toBe(`Bearer ${marker}`)
+        })
+
+        // One thread, one completed run per request with the usage the upstream reported.
+        const api = yield* client()
+        const threads = (yield* api.threads.list({ urlParams: {} })).threads
+        expect(threads.length).toBe(1)
+        const threadId = threads[0]!.id
+        const page = yield* api.runs.list({ path: { threadId }, urlParams: {} })
+        expect(page.runs.map((r) => r.status)).toEqual(["completed", "completed", "completed", "completed", "completed"])
+        expect(page.costs.map((c) => [c.inputTokens, c.cacheReadTokens, c.outputTokens])).toEqual(page.runs.map(() => [900, 2_000, 40]))
+
+        // Every message exactly once: the prompt, each call and its result, the assistant's texts.
+        const items: ReadonlyArray<Item> = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        expect(items.filter((i) => i.kind === "user_message").map((i) => i.text)).toEqual(["do the thing"])
+        for (const id of ["call_1", "call_2", "call_3", "call_4", "call_5"]) {
+          expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === id).length).toBe(1)
+          expect(items.filter((i) => i.kind === "tool_result" && i.toolCallId === id).length).toBe(1)
+        }
+        expect(items.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual(["Running echo.", "All done."])
+        expect(items.find((i) => i.kind === "tool_result" && i.toolCallId === "call_1")?.text.trim()).toBe("hello-from-pi")
+        expect(items.find((i) => i.kind === "tool_result" && i.toolCallId === "call_5")?.text).toBe(results(via).find(([id]) => id === "call_5")![1])
+        expect(items.length).toBe(1 + 5 * 2 + 2)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), { timeout: 180_000 })
+})
