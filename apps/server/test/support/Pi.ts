@@ -92,7 +92,7 @@ export const run = (options: {
           return []
         }
       })
-      const end = events.findLast((e) => e.type === "agent_end")
+      const end = [...events].reverse().find((e) => e.type === "agent_end")
       if (end?.messages === undefined) {
         return resume(Effect.fail(new PiFailed({ reason: `${error?.message ?? "no agent_end"}: ${stderr.slice(0, 2_000)} ${stdout.slice(-2_000)}` })))
       }
