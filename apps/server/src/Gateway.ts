@@ -340,7 +340,7 @@ export const layer = (options: GatewayOptions) =>
                 if (reads === null || !isRecord(reply)) break
                 hidden.push(dialect.replyOfBody(reply).tokens)
                 outBody = GatewayOffload.continuation(outBody, reply.content as ReadonlyArray<unknown>, yield* answerReads(reads))
-                const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(outBody)))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
+                const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(GatewayOffload.withMovedBreakpoint(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {
                   yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
                   return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
@@ -387,7 +387,7 @@ export const layer = (options: GatewayOptions) =>
                 const end = hop.end()
                 if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
                 const next = GatewayOffload.continuation(body, end.content, yield* answerReads(end.reads))
-                const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(next)))))
+                const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(GatewayOffload.withMovedBreakpoint(next))))))
                 lastBody = next
                 if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300) {
                   return spliced(response.right.stream, GatewayOffload.makeHop(end.nextOffset, false), next)

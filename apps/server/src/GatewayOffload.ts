@@ -8,7 +8,10 @@
  * - A stub replaces a `tool_result` block's `content` with one line (`ToolResultOffload.stubText`: the tool, its short
  *   arguments, the characters of its output) and the ref `tool:<tool_use id>`, which `thread_read` reads back from
  *   the conversation's thread; the block keeps its other fields (`tool_use_id`, `is_error`, `cache_control`), the
- *   `tool_use` blocks and every other block stay as sent.
+ *   `tool_use` blocks and every other block stay as sent. A hidden `thread_read` round (the gateway's own, not in
+ *   the thread) is stubbed like any unit once consumed, its stub's ref what the call read (`readRefOf`).
+ * - A continuation after hidden `thread_read` calls carries the agent's last messages breakpoint on its own last
+ *   block (`withMovedBreakpoint`), so the round is cached where it ends.
  * - The state is the conversation's `offloaded` ids (durable, `gateway_conversations.offloaded`): they only grow, and
  *   every request renders all of them, so the prefix changes only at a flush (where the policy decided new stubs),
  *   and each later request extends it again.
@@ -49,7 +52,10 @@ export interface Input {
   readonly fingerprint?: ((message: unknown) => string) | undefined
 }
 
-/** A flush: what this request newly stubs (`refs`: `tool:<tool_use id>`), the tier, and the request's tokens before and after. */
+/**
+ * A flush: what this request newly stubs (`refs`: the stubs' refs, `tool:<tool_use id>`, or for a hidden `thread_read`
+ * round what it read), the tier, and the request's tokens before and after.
+ */
 export interface Flush {
   readonly refs: ReadonlyArray<string>
   readonly tier: ToolResultOffload.Tier
@@ -84,12 +90,27 @@ const resultChars = (block: Record<string, unknown>): number =>
     ? block.content.reduce((n: number, b) => n + (isRecord(b) && typeof b.text === "string" ? b.text.length : JSON.stringify(b).length), 0)
     : 0
 
+/**
+ * What a hidden `thread_read` call read, as a ref the conversation's thread can answer: the call's `refs` (parsed by
+ * `ThreadRead.parseRefs`, parts joined with `", "`); `null` when they do not parse or could not stand in a stub's
+ * header (a `]`). The gateway's own `thread_read` rounds are not in the thread, so their stubs name what they read.
+ */
+export const readRefOf = (input: unknown): string | null => {
+  const refs = isRecord(input) && typeof input.refs === "string" ? input.refs : null
+  if (refs === null || refs.includes("]") || ThreadRead.parseRefs(refs)._tag === "Left") return null
+  return refs.split(/[\s,]+/).filter((p) => p.length > 0).join(", ")
+}
+
+/** The ref a stub of `call`'s result names: what a `thread_read` call read (`readRefOf`), else the call itself. */
+const refOfCall = (id: string, call: Call | undefined): string =>
+  (call?.name === ThreadRead.definition.name ? readRefOf(call.input) : null) ?? `tool:${id}`
+
 /** The `tool_result` block `block` as its stub (answering `call`). */
 const stubBlock = (block: Record<string, unknown>, call: Call | undefined): Record<string, unknown> => ({
   ...block,
   content: ToolResultOffload.stubText(
     [{ toolName: call?.name ?? "tool", argumentsText: JSON.stringify(call?.input ?? {}), releasedChars: resultChars(block) }],
-    `tool:${String(block.tool_use_id)}`
+    refOfCall(String(block.tool_use_id), call)
   )
 })
 
@@ -152,8 +173,13 @@ export const rewrite = (input: Input): Output => {
     }
     unitOfMessage.push(u)
   })
-  // A thread_read unit is never stubbed: the gateway answered it, so the thread does not hold it to be read back.
-  for (const u of units) if (u.calls.some((c) => c.name === ThreadRead.definition.name)) u.pinned = true
+  // A unit of the gateway's own thread_read calls (a hidden round) is not in the thread: its stub names what the
+  // calls read (`readRefOf`), which the thread holds. One whose refs cannot be named, or a thread_read call beside the
+  // agent's own tools, is never stubbed.
+  for (const u of units) {
+    const reads = u.calls.filter((c) => c.name === ThreadRead.definition.name)
+    if (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOf(c.input) === null))) u.pinned = true
+  }
   // What thread_read returned stays verbatim while the model is likely still using it (as in the adapters).
   let newer = 0
   for (let i = messages.length - 1; i >= 0 && newer < ToolResultOffload.defaults.keepNewestUnits; i--) {
@@ -216,7 +242,7 @@ export const rewrite = (input: Input): Output => {
     body: out,
     changed: offered !== tools || fresh.length > 0 || messages !== sent || rendered.some((m, i) => m !== messages[i]),
     offloaded,
-    flush: fresh.length === 0 ? null : { refs: fresh.map((id) => `tool:${id}`), tier: decision.tier, tokensBefore: decision.tokensBefore, tokensAfter: decision.tokensAfter }
+    flush: fresh.length === 0 ? null : { refs: fresh.map((id) => refOfCall(id, calls.get(id))), tier: decision.tier, tokensBefore: decision.tokensBefore, tokensAfter: decision.tokensAfter }
   }
 }
 
@@ -254,6 +280,44 @@ export const continuation = (
     { role: "user", content: answers.map((a) => ({ type: "tool_result", tool_use_id: a.id, content: a.output, ...(a.isError ? { is_error: true } : {}) })) }
   ]
 })
+
+/**
+ * A continuation as it goes out: the messages' last `cache_control` breakpoint (the agent's, on its newest message)
+ * moved to the last block of the last message (the gateway's `thread_read` answers), so the upstream caches the
+ * hidden round where it ends and the agent's next request, which extends it, reads it instead of writing it again
+ * (without the move the answers are uncached input here and a cache write on the next request). The number of
+ * breakpoints stays the agent's (Anthropic allows 4); a body with no breakpoint in its messages is returned as it is.
+ * Only the bytes sent: the conversation's record of the round (`expansions`) keeps the blocks without it.
+ */
+export const withMovedBreakpoint = (body: Record<string, unknown>): Record<string, unknown> => {
+  const messages = Array.isArray(body.messages) ? body.messages : []
+  let at: { message: number; block: number } | null = null
+  messages.forEach((m, i) => {
+    if (isRecord(m) && Array.isArray(m.content)) {
+      m.content.forEach((b, j) => {
+        if (isRecord(b) && b.cache_control !== undefined) at = { message: i, block: j }
+      })
+    }
+  })
+  const last = messages.length - 1
+  const found = at as { message: number; block: number } | null
+  const tail = messages[last]
+  if (found === null || !isRecord(tail) || !Array.isArray(tail.content) || tail.content.length === 0) return body
+  const control = (messages[found.message] as { content: Array<Record<string, unknown>> }).content[found.block]!.cache_control
+  const moved = messages.map((m, i) => {
+    if (i !== found.message && i !== last) return m
+    const content = (m as { content: Array<unknown> }).content.map((b, j) => {
+      if (!isRecord(b)) return b
+      if (i === found.message && j === found.block) {
+        const { cache_control: _, ...rest } = b
+        return i === last && j === (m as { content: Array<unknown> }).content.length - 1 ? { ...rest, cache_control: control } : rest
+      }
+      return i === last && j === (m as { content: Array<unknown> }).content.length - 1 ? { ...b, cache_control: control } : b
+    })
+    return { ...(m as Record<string, unknown>), content }
+  })
+  return { ...body, messages: moved }
+}
 
 /** How a streamed hop ended: its `thread_read` calls to answer (its events from the first call on held back), or nothing to hide. */
 export type HopEnd =

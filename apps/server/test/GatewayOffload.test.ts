@@ -178,7 +178,8 @@ describe("Gateway tool-result offload", () => {
         const first = JSON.parse(upstream.requests[before]!.body) as Body
         const second = JSON.parse(upstream.requests[before + 1]!.body) as Body
         // The continuation extends the request just sent with the call and the gateway's answer: the original output.
-        expect(second.messages.slice(0, first.messages.length)).toEqual(first.messages)
+        // (the agent's breakpoint moved to the continuation's last block).
+        expect(unmarked(second).slice(0, first.messages.length)).toEqual(unmarked(first))
         expect(second.messages.at(-2)).toEqual({ role: "assistant", content: [{ type: "text", text: "Let me look." }, { type: "tool_use", id: "toolu_read1", name: "thread_read", input: { refs: "tool:toolu_1" } }] })
         const read = second.messages.at(-1)!.content[0]!
         expect(read).toMatchObject({ type: "tool_result", tool_use_id: "toolu_read1" })
@@ -196,7 +197,11 @@ describe("Gateway tool-result offload", () => {
         const final = (answer.body as { content: Array<Record<string, unknown>> }).content
         expect((yield* raw(post({ ...sentBody, messages: [...history, { role: "assistant", content: final }, { role: "user", content: [{ type: "text", text: "thanks" }] }] }))).status).toBe(200)
         const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
-        expect(third.messages.slice(0, second.messages.length)).toEqual(second.messages)
+        // The same messages but for the breakpoint: the continuation carried the agent's on its last block (so the
+        // upstream cached the hidden round), the agent's next request carries it where the agent put it.
+        expect(unmarked(third).slice(0, second.messages.length)).toEqual(unmarked(second))
+        expect(second.messages.flatMap((m) => m.content.filter((b) => b.cache_control !== undefined))).toEqual([second.messages.at(-1)!.content.at(-1)])
+        expect(second.messages.at(-1)!.content.at(-1)!.cache_control).toEqual({ type: "ephemeral" })
         expect(third.messages.slice(second.messages.length)).toEqual([{ role: "assistant", content: final }, { role: "user", content: [{ type: "text", text: "thanks" }] }])
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
@@ -246,7 +251,11 @@ describe("Gateway tool-result offload", () => {
         const result = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_next", content: "a b c" }] }
         expect((yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages: [...history, echoed, result] }))).status).toBe(200)
         const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
-        expect(third.messages.slice(0, second.messages.length)).toEqual(second.messages)
+        // The same messages but for the breakpoint: the continuation carried the agent's on its last block (so the
+        // upstream cached the hidden round), the agent's next request carries it where the agent put it.
+        expect(unmarked(third).slice(0, second.messages.length)).toEqual(unmarked(second))
+        expect(second.messages.flatMap((m) => m.content.filter((b) => b.cache_control !== undefined))).toEqual([second.messages.at(-1)!.content.at(-1)])
+        expect(second.messages.at(-1)!.content.at(-1)!.cache_control).toEqual({ type: "ephemeral" })
         expect(third.messages.slice(second.messages.length)).toEqual([
           { role: "assistant", content: [{ type: "text", text: "It printed module 1's values." }, { type: "tool_use", id: "toolu_next", name: "Bash", input: { command: "ls" } }] },
           result

@@ -521,8 +521,9 @@ export const GatewayDiverged = event(
 
 /**
  * `{runId, refs, tier, tokensBefore, tokensAfter}`: the gateway flushed tool-result offload on a conversation before
- * forwarding `runId`'s request (docs/gateway.md): the results of the `tool_use` calls `refs` (`tool:<tool_use id>`,
- * which `thread_read` reads back) go out as one-line stubs on this and every later request; `tier` the policy's;
+ * forwarding `runId`'s request (docs/gateway.md): newly stubbed results go out as one-line stubs on this and every
+ * later request, `refs` the stubs' refs, which `thread_read` reads back (`tool:<tool_use id>`; for a hidden
+ * `thread_read` round of the gateway's, the refs it read); `tier` the policy's;
  * `tokensBefore` and `tokensAfter` the request's messages in Baton tokens before and after the flush.
  */
 export const GatewayOffloaded = event(

@@ -36,7 +36,7 @@ export interface Result {
 
 /**
  * One headless session: `prompt` in `cwd` against `baseUrl` with `apiKey`, the Bash, Write and Read tools allowed,
- * `home` its home directory (default a new temporary one).
+ * `home` its home directory (default a new temporary one), killed after `timeoutMs`.
  */
 export const run = (options: {
   readonly baseUrl: string
@@ -44,6 +44,8 @@ export const run = (options: {
   readonly cwd: string
   readonly prompt: string
   readonly home?: string
+  /** Milliseconds before the process is killed (default 120,000). */
+  readonly timeoutMs?: number
 }) =>
   Effect.async<Result, ClaudeCodeFailed>((resume) => {
     const home = options.home ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-claude-home-"))
@@ -65,7 +67,7 @@ export const run = (options: {
         DISABLE_AUTOUPDATER: "1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1"
       },
-      timeout: 120_000,
+      timeout: options.timeoutMs ?? 120_000,
       maxBuffer: 16 * 1024 * 1024
     }, (error, stdout, stderr) => {
       const text = stdout.trim()

@@ -1,0 +1,120 @@
+/**
+ * `GatewayOffload`'s pure parts on hand-made bodies (regressions found by the long Claude Code acceptance,
+ * GatewayClaudeCodeLong.test.ts): a consumed hidden `thread_read` round is stubbed like any tool unit, its stub
+ * naming what it read (the gateway's own rounds are not in the thread, the originals are); and a continuation carries
+ * the agent's messages breakpoint on its last block, so the upstream caches the hidden round.
+ */
+import { ToolResultOffload } from "@baton/context"
+import { describe, expect, it } from "@effect/vitest"
+import * as GatewayOffload from "../src/GatewayOffload.js"
+
+const bp = { type: "ephemeral" }
+const big = (tag: string) => `${tag}: ${"0123456789 ".repeat(800)}`
+const toolUnit = (id: string, name: string, input: Record<string, unknown>, output: string) => [
+  { role: "assistant", content: [{ type: "tool_use", id, name, input }] },
+  { role: "user", content: [{ type: "tool_result", tool_use_id: id, content: output }] }
+]
+
+/** A conversation: a prompt, tool units (one of them a hidden thread_read round), the agent's newest message. */
+const body = (read: Record<string, unknown>, mixed = false) => ({
+  model: "claude-x",
+  system: [{ type: "text", text: "You are a coding agent.", cache_control: bp }],
+  tools: [{ name: "Bash", input_schema: { type: "object" } }],
+  messages: [
+    { role: "user", content: [{ type: "text", text: "go" }] },
+    ...toolUnit("toolu_1", "Bash", { command: "seq 1 9" }, big("one")),
+    mixed
+      ? { role: "assistant", content: [{ type: "tool_use", id: "toolu_r1", name: "thread_read", input: read }, { type: "tool_use", id: "toolu_x", name: "Bash", input: {} }] }
+      : { role: "assistant", content: [{ type: "tool_use", id: "toolu_r1", name: "thread_read", input: read }] },
+    {
+      role: "user",
+      content: [
+        { type: "tool_result", tool_use_id: "toolu_r1", content: `[tool_result Bash toolu_1 #3]\n${big("one")}` },
+        ...(mixed ? [{ type: "tool_result", tool_use_id: "toolu_x", content: "x" }] : [])
+      ]
+    },
+    ...toolUnit("toolu_2", "Bash", { command: "ls" }, big("two")),
+    ...toolUnit("toolu_3", "Bash", { command: "ls" }, big("three")),
+    ...toolUnit("toolu_4", "Bash", { command: "ls" }, big("four")),
+    ...toolUnit("toolu_5", "Bash", { command: "ls" }, big("five")),
+    { role: "user", content: [{ type: "text", text: "and now?", cache_control: bp }] }
+  ]
+})
+
+const count = (text: string) => Math.ceil(text.length / 4)
+
+/** The rewrite of `b` at the window's edge (every eligible unit is stubbed). */
+const rewrite = (b: Record<string, unknown>) =>
+  GatewayOffload.rewrite({
+    body: b,
+    offloaded: [],
+    settings: ToolResultOffload.defaults,
+    windowTokens: count(JSON.stringify(b)),
+    prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75 },
+    requestsSoFar: 20,
+    msSinceLastRequest: 1_000,
+    count
+  })
+
+type Block = Record<string, unknown>
+const resultOf = (out: Record<string, unknown>, id: string) =>
+  (out.messages as Array<{ content: Array<Block> }>).flatMap((m) => m.content).find((b) => b.type === "tool_result" && b.tool_use_id === id)!
+
+describe("GatewayOffload", () => {
+  it("readRefOf: a thread_read call's refs as a stub's ref, or null when they cannot be one", () => {
+    expect(GatewayOffload.readRefOf({ refs: "tool:toolu_1" })).toBe("tool:toolu_1")
+    expect(GatewayOffload.readRefOf({ refs: " tool:a,tool:b  #3-#5", limit: 100 })).toBe("tool:a, tool:b, #3-#5")
+    expect(GatewayOffload.readRefOf({ refs: "not a ref!" })).toBeNull()
+    expect(GatewayOffload.readRefOf({ refs: "tool:a]" })).toBeNull()
+    expect(GatewayOffload.readRefOf({ itemIds: ["itm_1"] })).toBeNull()
+    expect(GatewayOffload.readRefOf("tool:a")).toBeNull()
+  })
+
+  it("a consumed hidden thread_read round is stubbed, its stub naming what it read; the flush reports that ref", () => {
+    const out = rewrite(body({ refs: "tool:toolu_1", limit: 32_000 }))
+    expect(out.offloaded).toContain("toolu_r1")
+    const stub = resultOf(out.body, "toolu_r1")
+    expect(ToolResultOffload.refOfStub(String(stub.content))).toBe("tool:toolu_1")
+    expect(String(stub.content)).toContain("thread_read")
+    expect(out.flush!.refs).toContain("tool:toolu_1")
+    expect(out.flush!.refs).not.toContain("tool:toolu_r1")
+    // The agent's own units as before: `tool:<id>`.
+    expect(ToolResultOffload.refOfStub(String(resultOf(out.body, "toolu_2").content))).toBe("tool:toolu_2")
+  })
+
+  it("a thread_read round whose refs cannot be named, or beside the agent's own call, is never stubbed", () => {
+    for (const b of [body({ refs: "???" }), body({ refs: "tool:toolu_1" }, true)]) {
+      const out = rewrite(b)
+      expect(out.offloaded).not.toContain("toolu_r1")
+      expect(String(resultOf(out.body, "toolu_r1").content)).toContain("[tool_result Bash toolu_1 #3]")
+      expect(out.offloaded).toContain("toolu_2")
+    }
+  })
+
+  it("withMovedBreakpoint: the messages' last breakpoint moves to the last block; system and tools keep theirs", () => {
+    const sent = {
+      system: [{ type: "text", text: "s", cache_control: bp }],
+      messages: [
+        { role: "user", content: [{ type: "text", text: "a", cache_control: bp }] },
+        { role: "assistant", content: [{ type: "text", text: "b" }] },
+        { role: "user", content: [{ type: "text", text: "c" }, { type: "text", text: "d", cache_control: { type: "ephemeral", ttl: "1h" } }] },
+        { role: "assistant", content: [{ type: "tool_use", id: "r", name: "thread_read", input: {} }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "r", content: "x" }, { type: "tool_result", tool_use_id: "s", content: "y" }] }
+      ]
+    }
+    const out = GatewayOffload.withMovedBreakpoint(sent) as typeof sent
+    expect(out.system).toEqual(sent.system)
+    expect(out.messages.slice(0, 2)).toEqual(sent.messages.slice(0, 2))
+    expect(out.messages[2]).toEqual({ role: "user", content: [{ type: "text", text: "c" }, { type: "text", text: "d" }] })
+    expect(out.messages[4]!.content).toEqual([
+      { type: "tool_result", tool_use_id: "r", content: "x" },
+      { type: "tool_result", tool_use_id: "s", content: "y", cache_control: { type: "ephemeral", ttl: "1h" } }
+    ])
+    // The body sent is not touched (the record keeps the round without the breakpoint).
+    expect(sent.messages[2]!.content[1]).toHaveProperty("cache_control")
+    expect(sent.messages[4]!.content[1]).not.toHaveProperty("cache_control")
+    // Without a breakpoint in the messages, nothing is added.
+    const plain = { messages: [{ role: "user", content: [{ type: "text", text: "a" }] }] }
+    expect(GatewayOffload.withMovedBreakpoint(plain)).toBe(plain)
+  })
+})
