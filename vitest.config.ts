@@ -6,6 +6,10 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: "forks",
+    // Two test files at a time: vitest's default on a 2-core machine is one (cores - 1), and most of the suite's time
+    // is spent waiting on subprocesses (real CLIs, \`baton serve\`), Postgres and loopback HTTP, not on the CPU.
+    maxWorkers: 2,
+    minWorkers: 1,
     globalSetup: ["./vitest.global-setup.ts"]
   }
 })
