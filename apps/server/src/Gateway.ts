@@ -399,10 +399,13 @@ export const layer = (options: GatewayOptions) =>
                 if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300) {
                   return spliced(response.right.stream, offloader!.hop(end), next)
                 }
-                // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop).
+                // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop,
+                // no response.completed).
                 const text = response._tag === "Left" ? "" : yield* Effect.orElseSucceed(response.right.text, () => "")
-                const error = isRecord(parseJson(text)) ? text : JSON.stringify({ type: "error", error: { type: "api_error", message: `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}` } })
-                return Stream.make(encoder.encode(`event: error\ndata: ${error}\n\n`))
+                return Stream.make(encoder.encode(offloader!.streamError(
+                  text,
+                  `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}`
+                )))
               })))
             )
           }

@@ -472,6 +472,11 @@ export interface Offload {
     final: ReadonlyArray<unknown>,
     fingerprint: (message: unknown) => string
   ) => ReadonlyArray<GatewayThreads.Expansion>
+  /**
+   * The SSE event that ends a streamed answer whose continuation the upstream refused (`body`: its error body, may be
+   * empty) or could not be reached (`message` says why), in the protocol's error form.
+   */
+  readonly streamError: (body: string, message: string) => string
 }
 
 /** The Anthropic Messages offload (see the module docblock). */
@@ -488,5 +493,7 @@ export const anthropic: Offload = {
   expansions: (received, last, sentCount, final, fingerprint) => [{
     fingerprint: fingerprint({ role: "assistant", content: received }),
     messages: [...(last.messages as ReadonlyArray<unknown>).slice(sentCount), { role: "assistant", content: final }]
-  }]
+  }],
+  streamError: (body, message) =>
+    `event: error\ndata: ${isRecord(parseJson(body)) ? body : JSON.stringify({ type: "error", error: { type: "api_error", message } })}\n\n`
 }

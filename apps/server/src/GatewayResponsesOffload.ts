@@ -20,7 +20,8 @@
  *   until the `response.output_item.added` of a `thread_read` call, and are held from there; the continuation's
  *   events join the response the agent is receiving (its `response.created` and `response.in_progress` dropped, its
  *   `output_index` numbered after the items already sent, `sequence_number` continued, its final `response.output`
- *   preceded by the items the agent already received).
+ *   preceded by the items the agent already received). A continuation the upstream refuses ends the stream with a
+ *   `response.failed` event carrying the upstream's error code and message (`server_error` when it had none).
  *
  * Pure: no I/O.
  */
@@ -206,5 +207,14 @@ export const offload: GatewayOffload.Offload = {
   readsOf,
   continuation,
   hop: makeHop,
-  expansions
+  expansions,
+  streamError: (body, text) => {
+    const parsed = parseJson(body)
+    const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : {}
+    const failed = {
+      type: "response.failed",
+      response: { status: "failed", error: { code: typeof error.code === "string" ? error.code : "server_error", message: typeof error.message === "string" ? error.message : text } }
+    }
+    return `event: response.failed\ndata: ${JSON.stringify(failed)}\n\n`
+  }
 }

@@ -142,7 +142,9 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         // The agent's newest input (the items after the last model item) goes out byte for byte.
         sent.forEach((s, i) => {
           const agent = (JSON.parse(s) as Body).input
-          const newest = agent.slice(agent.findLastIndex((m) => m.type === "function_call" || m.role === "assistant") + 1)
+          let lastModel = agent.length - 1
+          while (lastModel >= 0 && agent[lastModel]!.type !== "function_call" && agent[lastModel]!.role !== "assistant") lastModel--
+          const newest = agent.slice(lastModel + 1)
           expect(newest.length).toBeGreaterThan(0)
           for (const m of newest) expect(upstream.requests[i]!.body).toContain(JSON.stringify(m))
           expect(bodies[i]!.input.slice(-newest.length)).toEqual(newest)
@@ -273,6 +275,28 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         expect(third.input.slice(second.input.length)).toEqual([found, next, result])
         const recorded = (yield* onlyThread).events
         expect(recorded.filter((e) => e.type === "gateway.diverged")).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it.live("a continuation the upstream refuses ends the agent's stream with response.failed carrying the upstream's error; the run fails", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const { history } = yield* converse(upstream, 4)
+        const look = said("Let me look.")
+        upstream.enqueue(
+          streamed([look, called("call_read3", "thread_read", { refs: "tool:call_1" })], small),
+          { status: 400, contentType: "application/json", body: JSON.stringify({ error: { message: "Invalid 'input': too long.", type: "invalid_request_error", param: "input", code: "string_above_max_length" } }) }
+        )
+        const answer = yield* raw(post(requestOf([...history, user("read it back")])))
+        expect(answer.status).toBe(200)
+        const events = eventsOf(answer.text)
+        expect(JSON.stringify(events)).not.toContain("thread_read")
+        expect(events.filter((e) => e.type === "response.output_item.done").map((e) => e.item)).toEqual([look])
+        expect(events.at(-1)).toEqual({ type: "response.failed", response: { status: "failed", error: { code: "string_above_max_length", message: "Invalid 'input': too long." } } })
+        const { runs } = yield* onlyThread
+        expect(runs.at(-1)!.status).toBe("failed")
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
