@@ -5,7 +5,9 @@
  * session (`exec`, then `exec resume` twice) with ten shell rounds a turn whose outputs are over 20,000 characters (`seq`), run
  * once with Codex pointed at the upstream directly and once through `baton serve`:
  *
- * - the session completes the same way (answers, command outputs);
+ * - the session completes the same way (answers, command outputs); through Baton, the model reads the first (stubbed)
+ *   output back with `thread_read` before its last answer: the gateway answers it with the original and continues,
+ *   and Codex never sees that call;
  * - prefix: through Baton, each upstream request's input extends the previous request's input, except at the
  *   requests whose run has a `gateway.offloaded` event (there is at least one);
  * - cost: the weighted input (uncached x 1 + cached x cacheRead / input, the instance's price ratio, 0.1) through
@@ -64,6 +66,11 @@ const script = (body: Record<string, unknown>): ReadonlyArray<Item> => {
   if (turn === -1) return [{ type: "message", role: "assistant", id: "msg_lost", status: "completed", content: [{ type: "output_text", text: "(no prompt found)", annotations: [] }] }]
   const round = input.slice(at + 1).filter((i) => i.type === "function_call_output").length
   const { answer, commands } = turns[turn]!
+  // At the end of the last turn, a model offered thread_read (through Baton) reads the first output back before answering.
+  const offered = Array.isArray(body.tools) && body.tools.some((t) => typeof t === "object" && t !== null && (t as Item).name === "thread_read")
+  if (round === commands.length && turn === turns.length - 1 && offered) {
+    return [{ type: "function_call", id: "fc_read", call_id: "call_read", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_0_0", limit: 32_000 }), status: "completed" }]
+  }
   if (round < commands.length) {
     return [{ type: "function_call", id: `fc_${turn}_${round}`, call_id: `call_${turn}_${round}`, name: "exec_command", arguments: JSON.stringify({ cmd: commands[round], max_output_tokens: 20_000 }), status: "completed" }]
   }
@@ -113,7 +120,7 @@ describe("Gateway with the real Codex CLI, tool-result offload on", () => {
       // Through Baton.
       const upstream = yield* loopback
       const model = CachingResponses.make(script)
-      for (let i = 0; i < rounds; i++) upstream.enqueue(model.reply)
+      for (let i = 0; i < rounds + 1; i++) upstream.enqueue(model.reply)
       const settings = yield* settingsFor(
         [{
           kind: "openai-responses",
@@ -144,7 +151,8 @@ describe("Gateway with the real Codex CLI, tool-result offload on", () => {
           for (const c of via.commands) expect(c.output.length).toBeGreaterThan(20_000)
           expect(via.threadId).toBe(v[0]!.threadId)
         }
-        expect(upstream.requests.length).toBe(rounds)
+        // One more request upstream than Codex sent: the gateway's continuation after thread_read (the last).
+        expect(upstream.requests.length).toBe(rounds + 1)
         expect(direct.requests.length).toBe(rounds)
 
         // The outputs reached the model over 20,000 characters (Codex did not cut them).
@@ -185,12 +193,22 @@ describe("Gateway with the real Codex CLI, tool-result offload on", () => {
           expect(items.filter((i) => i.kind === "tool_result" && i.toolCallId === id).map((i) => i.text)).toEqual([sentOutputs.get(id)])
         }
 
-        // Cost: weighted input through Baton against direct.
+        // thread_read: answered with the exact original of the first output (stubbed at the first flush), hidden from
+        // Codex (its last answer is the model's answer after the read; the thread has no thread_read call).
+        expect(refs).toContain("call_0_0")
+        const continued = (JSON.parse(upstream.requests.at(-1)!.body) as { input: ReadonlyArray<Item> }).input
+        expect(continued.at(-2)).toMatchObject({ type: "function_call", call_id: "call_read", name: "thread_read" })
+        expect(continued.at(-1)).toMatchObject({ type: "function_call_output", call_id: "call_read" })
+        expect(String(continued.at(-1)!.output)).toContain(sentOutputs.get("call_0_0")!)
+        expect(v.at(-1)!.messages).toEqual([turns.at(-1)!.answer])
+        expect(items.filter((i) => i.toolName === "thread_read" || i.toolCallId === "call_read")).toEqual([])
+
+        // Cost: weighted input through Baton (the hidden round included) against direct.
         const viaBaton = CachingResponses.weighted(model.billed, ratio)
         const viaDirect = CachingResponses.weighted(directModel.billed, ratio)
         const seconds = (Date.now() - started) / 1_000
         console.log(
-          `Codex offload: ${rounds} requests, flushes at requests ${flushAt.map((i) => i + 1).join(", ")} (${refs.length} outputs stubbed); ` +
+          `Codex offload: ${rounds} requests from Codex (${upstream.requests.length} upstream through Baton), flushes at requests ${flushAt.map((i) => i + 1).join(", ")} (${refs.length} outputs stubbed); ` +
             `weighted input ${Math.round(viaBaton)} through Baton vs ${Math.round(viaDirect)} direct: ratio ${(viaBaton / viaDirect).toFixed(3)}; ` +
             `last request ${model.billed.at(-1)!.input} vs ${directModel.billed.at(-1)!.input} tokens; ${seconds.toFixed(1)} s`
         )
