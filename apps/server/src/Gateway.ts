@@ -24,7 +24,8 @@
  *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
  *   502 `api_error`.
  *
- * - On the way out (`/v1/messages`, the routed instance's `toolResultOffload` on; `GatewayOffload`): the request
+ * - On the way out (`/v1/messages` and `/v1/responses`, the routed instance's `toolResultOffload` on;
+ *   `GatewayOffload`, `GatewayResponsesOffload`): the request
  *   goes out with the conversation's tool-result stubs (a flush when the policy decides one, reported as
  *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
  *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here

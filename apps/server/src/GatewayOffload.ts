@@ -1,7 +1,9 @@
 /**
- * GatewayOffload: Baton's tool-result offload on a gateway Anthropic Messages request (issue 14 item 3,
- * docs/gateway.md "On the way out"). The same policy as the model-API adapters (`ToolResultOffload.decide`, the
- * route's instance settings `toolResultOffload`), applied to the body the agent sent before it is forwarded.
+ * GatewayOffload: Baton's tool-result offload on a gateway request (issue 14 item 3, docs/gateway.md "On the way
+ * out"). The same policy as the model-API adapters (`ToolResultOffload.decide`, the route's instance settings
+ * `toolResultOffload`), applied to the body the agent sent before it is forwarded. The policy's side is shared by the
+ * wires (`plan` over a `Shape`: how a wire's history holds calls and results); this module is also the Anthropic
+ * Messages wire (`anthropicShape`, `anthropic`); OpenAI Responses is `GatewayResponsesOffload`. For Anthropic:
  *
  * - Units: an assistant message's `tool_use` calls with the user message whose `tool_result` blocks answer them;
  *   every other message a unit of its own. The agent's newest message is pinned: it goes out unchanged.
@@ -14,6 +16,9 @@
  *   and each later request extends it again.
  * - `thread_read` (`ThreadRead.definition`) is appended to the request's `tools` on every request (when the agent sends
  *   tools), so the tools part of the prefix is the same from the first request on.
+ * - The upstream's `thread_read` calls (`readsOf`) are answered by `Gateway`, which continues the conversation
+ *   (`continuation`) and splices a stream's hops (`makeHop`) so the agent sees one message; `Offload` is what
+ *   `Gateway` needs of a wire for that.
  *
  * Pure: no I/O, no clock (the caller passes the time since the conversation's previous request).
  */

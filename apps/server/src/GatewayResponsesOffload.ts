@@ -17,7 +17,7 @@
  *   keeps a prefix cached for 5 to 10 minutes of inactivity: platform.openai.com/docs/guides/prompt-caching).
  * - The upstream's `thread_read` calls: answered by the gateway when every call of the response is one; the
  *   continuation sends the response's output items and a `function_call_output` per call. A stream's events pass on
- *   until the `response.output_item.added` of a `thread_read` call, and are held from there; the continuation's
+ *   until the `response.output_item.added` (or, without one, `.done`) of a `thread_read` call, and are held from there; the continuation's
  *   events join the response the agent is receiving (its `response.created` and `response.in_progress` dropped, its
  *   `output_index` numbered after the items already sent, `sequence_number` continued, its final `response.output`
  *   preceded by the items the agent already received). A continuation the upstream refuses ends the stream with a
@@ -25,7 +25,7 @@
  *
  * Pure: no I/O.
  */
-import { ToolResultOffload } from "@baton/context"
+import type { ToolResultOffload } from "@baton/context"
 import { ThreadRead } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
 import { isRecord, parseJson } from "./GatewayDialect.js"
@@ -132,7 +132,8 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           continue
         }
         if (!first && (data.type === "response.created" || data.type === "response.in_progress")) continue
-        if (data.type === "response.output_item.added") {
+        // Held from the call's first event: its `added` (OpenAI sends one per item), else its `done`.
+        if (data.type === "response.output_item.added" || data.type === "response.output_item.done") {
           const index = typeof data.output_index === "number" ? data.output_index : items
           items = Math.max(items, index + 1)
           if (held === null && isRecord(data.item) && data.item.type === "function_call" && data.item.name === ThreadRead.definition.name) {

@@ -278,6 +278,25 @@ describe("Gateway tool-result offload on /v1/responses", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
+  it.live("a stream that sends only output_item.done events is held from the thread_read call's done", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const { history } = yield* converse(upstream, 4)
+        upstream.enqueue(
+          ModelApi.answer("openai-responses", "Let me look.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }, [{ id: "call_read4", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_1", limit: 32_000 }) }]),
+          ModelApi.answer("openai-responses", "Read it.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 })
+        )
+        const answer = yield* raw(post(requestOf([...history, user("read it back")])))
+        expect(answer.status).toBe(200)
+        const events = eventsOf(answer.text)
+        expect(JSON.stringify(events)).not.toContain("thread_read")
+        expect(events.filter((e) => e.type === "response.output_item.done").map((e) => [e.output_index, (e.item as { content: Array<{ text: string }> }).content[0]!.text])).toEqual([[0, "Let me look."], [1, "Read it."]])
+        expect(String((JSON.parse(upstream.requests.at(-1)!.body) as Body).input.at(-1)!.output)).toContain(output(1))
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
   it.live("a continuation the upstream refuses ends the agent's stream with response.failed carrying the upstream's error; the run fails", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
