@@ -10,6 +10,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { HttpClientRequest } from "@effect/platform"
 import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
@@ -316,6 +319,27 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         expect(events.at(-1)).toEqual({ type: "response.failed", response: { status: "failed", error: { code: "string_above_max_length", message: "Invalid 'input': too long." } } })
         const { runs } = yield* onlyThread
         expect(runs.at(-1)!.status).toBe("failed")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it.live("a restarted gateway sends the same stubs: the next request extends the last one sent before the restart", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-responses-restart-"))
+      const settings = yield* settingsFor(
+        [instance("openai", "openai-responses", upstream, { prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 } })],
+        { TEST_MODEL_KEY: marker },
+        dir,
+        { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } }
+      )
+      const { history } = yield* converse(upstream, 14).pipe(Effect.provide(serveSettings(settings)))
+      const before = JSON.parse(upstream.requests.at(-1)!.body) as Body
+      expect(JSON.stringify(before)).toContain("[offloaded, thread_read tool:call_1]")
+      yield* Effect.gen(function*() {
+        upstream.enqueue(streamed([said("Sure.")], small))
+        expect((yield* raw(post(requestOf([...history, user("and now?")])))).status).toBe(200)
+        const after = JSON.parse(upstream.requests.at(-1)!.body) as Body
+        expect(after.input.slice(0, before.input.length)).toEqual(before.input)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
