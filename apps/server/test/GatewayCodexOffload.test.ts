@@ -1,9 +1,9 @@
 /**
  * Issue 14's Codex acceptance with tool-result offload on: the real `codex exec` (0.171.0) with a model provider whose
  * base URL is Baton, over a loopback Responses upstream that plays the model (`support/CachingResponses.ts`: a
- * scripted model whose usage is computed from each request as OpenAI's automatic prompt caching bills it). A three-turn
- * session (`exec`, then `exec resume` twice) with ten shell rounds a turn whose outputs are over 20,000 characters (`seq`), run
- * once with Codex pointed at the upstream directly and once through `baton serve`:
+ * scripted model whose usage is computed from each request as OpenAI's automatic prompt caching bills it). A six-turn
+ * session (`exec`, then `exec resume` five times) with ten shell rounds a turn (60 in all) whose outputs are over
+ * 20,000 characters (`seq -f`), run once with Codex pointed at the upstream directly and once through `baton serve`:
  *
  * - the session completes the same way (answers, command outputs); through Baton, the model reads the first (stubbed)
  *   output back with `thread_read` before its last answer: the gateway answers it with the original and continues,
@@ -11,7 +11,8 @@
  * - prefix: through Baton, each upstream request's input extends the previous request's input, except at the
  *   requests whose run has a `gateway.offloaded` event (there is at least one);
  * - cost: the weighted input (uncached x 1 + cached x cacheRead / input, the instance's price ratio, 0.1) through
- *   Baton against the direct run's, printed; it must be lower.
+ *   Baton (its hidden round included) against the direct run's, printed; at most 0.6 (the issue's bound for Claude
+ *   Code's 60-round session).
  */
 import { HttpServer } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
@@ -31,17 +32,18 @@ type Item = Record<string, unknown>
 const prices = { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 }
 const ratio = prices.cacheRead / prices.input
 
-const prompts = ["List the numbers in a few ranges.", "Now a few more ranges.", "And the last ranges."]
+const prompts = Array.from({ length: 6 }, (_, t) => `List the next ranges (part ${t + 1}).`)
 const perTurn = 10
 /**
- * The shell rounds of each turn: 450 numbered lines of text (`seq -f`), about 24,000 characters (5,500 tokens) each.
- * (Not bare `seq`: its numbers are about 3 characters a token, and a session that large passes the point where Codex
- * 0.171.0 compacts by itself, about 245,000 tokens for this unknown model whatever `model_auto_compact_token_limit`
- * says, which would break the direct run's prefix.)
+ * The shell rounds of each turn: 260 numbered lines of long words (`seq -f`), 22,000 to 23,000 characters (about
+ * 2,500 tokens) each. Codex 0.171.0 compacts by itself once the usage it is told passes about 245,000 tokens for this
+ * unknown model, whatever `model_auto_compact_token_limit` and `model_context_window` say (seen with bare `seq`
+ * output, about 3 characters a token: the history was rebuilt at request 19); the direct run must not compact (its
+ * prefix would break), so the 60 outputs of this session are dense in characters and sparse in tokens.
  */
 const turns: ReadonlyArray<{ readonly prompt: string; readonly commands: ReadonlyArray<string>; readonly answer: string }> = prompts.map((prompt, t) => ({
   prompt,
-  commands: Array.from({ length: perTurn }, (_, k) => `seq -f 'row %g: the quick brown fox jumps over the lazy dog' ${(t * perTurn + k) * 1_000 + 1} ${(t * perTurn + k) * 1_000 + 450}`),
+  commands: Array.from({ length: perTurn }, (_, k) => `seq -f '%g internationalization telecommunications responsibilities characteristically' ${(t * perTurn + k) * 1_000 + 1} ${(t * perTurn + k) * 1_000 + 260}`),
   answer: `Listed ${perTurn} ranges (turn ${t + 1}).`
 }))
 
@@ -106,7 +108,7 @@ const inputOf = (body: string) => (JSON.parse(body) as { input: ReadonlyArray<It
 const extends_ = (previous: ReadonlyArray<string>, next: ReadonlyArray<string>) => previous.every((m, k) => next[k] === m)
 
 describe("Gateway with the real Codex CLI, tool-result offload on", () => {
-  it.live("a three-turn Codex session with large shell outputs completes through Baton; the upstream's requests extend each other except at reported flushes; the weighted input is lower than direct", () =>
+  it.live("a six-turn Codex session of 60 shell rounds with large outputs completes through Baton; the upstream's requests extend each other except at reported flushes; the weighted input is at most 0.6 of direct", () =>
     Effect.scoped(Effect.gen(function*() {
       const started = Date.now()
       const rounds = turns.reduce((n, t) => n + t.commands.length + 1, 0)
@@ -212,7 +214,7 @@ describe("Gateway with the real Codex CLI, tool-result offload on", () => {
             `weighted input ${Math.round(viaBaton)} through Baton vs ${Math.round(viaDirect)} direct: ratio ${(viaBaton / viaDirect).toFixed(3)}; ` +
             `last request ${model.billed.at(-1)!.input} vs ${directModel.billed.at(-1)!.input} tokens; ${seconds.toFixed(1)} s`
         )
-        expect(viaBaton).toBeLessThan(viaDirect)
+        expect(viaBaton / viaDirect).toBeLessThanOrEqual(0.6)
       }).pipe(Effect.provide(serveSettings(settings)))
-    })), { timeout: 300_000 })
+    })), { timeout: 600_000 })
 })
