@@ -196,8 +196,8 @@ export const anthropicShape: Shape = {
 export const plan = (shape: Shape, input: Input): Output => {
   const { body, count } = input
   const history = shape.history(body)
-  if (history === null) return { body, changed: false, offloaded: input.offloaded, flush: null }
-  const sent = history.map((m) => (isRecord(m) ? m : {}))
+  if (history === null || !history.every(isRecord)) return { body, changed: false, offloaded: input.offloaded, flush: null }
+  const sent = history as ReadonlyArray<Record<string, unknown>>
   const newestOf = (list: ReadonlyArray<Record<string, unknown>>) => {
     let i = list.length
     while (i > 0 && !shape.model(list[i - 1]!)) i--
