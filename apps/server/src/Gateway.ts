@@ -24,7 +24,8 @@
  *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
  *   502 `api_error`.
  *
- * - On the way out (`/v1/messages`, the routed instance's `toolResultOffload` on; `GatewayOffload`): the request
+ * - On the way out (`/v1/messages` and `/v1/responses`, the routed instance's `toolResultOffload` on;
+ *   `GatewayOffload`, `GatewayResponsesOffload`): the request
  *   goes out with the conversation's tool-result stubs (a flush when the policy decides one, reported as
  *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
  *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here
@@ -48,6 +49,7 @@ import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./Gateway
 import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
+import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
 import * as ServerConfig from "./ServerConfig.js"
 
 /** The paths the gateway serves (the guard leaves their bodies to it). */
@@ -110,6 +112,12 @@ const agentOf = (userAgent: string | undefined) =>
 /** The run failure of a stream that did not complete: the upstream's own, or a protocol failure (cut short). */
 const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { code: RunFailureCode; reason: string } =>
   outcome._tag === "failed" ? outcome : { code: "provider_protocol", reason: outcome.reason }
+
+/** The dialects whose requests the gateway offloads on the way out, by instance kind. */
+const offloads: Partial<Record<string, GatewayOffload.Offload>> = {
+  "anthropic-messages": GatewayOffload.anthropic,
+  "openai-responses": GatewayResponsesOffload.offload
+}
 
 /** The most `thread_read` rounds the gateway answers for one agent request (then the reply goes to the agent). */
 const maxReadHops = 8
@@ -210,8 +218,9 @@ export const layer = (options: GatewayOptions) =>
             )
           }
 
-          // Tool-result offload on the way out (Anthropic Messages, the instance's `toolResultOffload` on): the
-          // conversation's stubs, a flush when the policy says so, and `thread_read` offered.
+          // Tool-result offload on the way out (Anthropic Messages and OpenAI Responses, the instance's
+          // `toolResultOffload` on): the conversation's stubs, a flush when the policy says so, and `thread_read` offered.
+          const offloader = upstreamPath === "/responses/compact" ? undefined : offloads[dialect.kind]
           let offload: GatewayThreads.GatewayOffloadState | undefined
           let sentBody = body
           // With offload on: the body as sent (the continuations after `thread_read` extend it), and the thread.
@@ -222,15 +231,14 @@ export const layer = (options: GatewayOptions) =>
            * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
            * rounds: the rounds the continuations added (`last` the request of the last one) and the final answer.
            */
-          const expansionOf = (visible: ReadonlyArray<unknown>, last: Record<string, unknown>, final: ReadonlyArray<unknown>) => ({
-            fingerprint: GatewayThreads.fingerprintOf(dialect.wire, { role: "assistant", content: visible }),
-            messages: [...(last.messages as ReadonlyArray<unknown>).slice(sentCount), { role: "assistant", content: final }]
-          })
-          if (record && dialect.kind === "anthropic-messages" && target.toolResultOffload.enabled) {
+          const fingerprint = (m: unknown) => GatewayThreads.fingerprintOf(dialect.wire, m)
+          const expansionOf = (visible: ReadonlyArray<unknown>, last: Record<string, unknown>, final: ReadonlyArray<unknown>) =>
+            offloader === undefined ? [] : offloader.expansions(visible, last, sentCount, final, fingerprint)
+          if (record && offloader !== undefined && target.toolResultOffload.enabled) {
             const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
             const known = Option.flatten(conversation)
             const now = yield* Clock.currentTimeMillis
-            const plan = GatewayOffload.rewrite({
+            const plan = GatewayOffload.plan(offloader.shape, {
               body: parsed,
               offloaded: Option.match(known, { onNone: () => [], onSome: (c) => c.offloaded }),
               settings: target.toolResultOffload.settings,
@@ -240,11 +248,11 @@ export const layer = (options: GatewayOptions) =>
               msSinceLastRequest: Option.match(known, { onNone: () => null, onSome: (c) => Math.max(0, now - Date.parse(c.updatedAt)) }),
               count,
               expansions: Option.match(known, { onNone: () => undefined, onSome: (c) => c.expansions }),
-              fingerprint: (m) => GatewayThreads.fingerprintOf(dialect.wire, m)
+              fingerprint
             })
             offload = { offloaded: plan.offloaded, flush: plan.flush }
             outBody = plan.body
-            sentCount = (plan.body.messages as ReadonlyArray<unknown>).length
+            sentCount = offloader.shape.history(plan.body)?.length ?? 0
             knownThread = Option.map(known, (c) => c.threadId as ThreadId)
             if (plan.changed) sentBody = new TextEncoder().encode(JSON.stringify(plan.body))
           }
@@ -333,14 +341,15 @@ export const layer = (options: GatewayOptions) =>
             // The upstream's own thread_read calls: answered here, the conversation continued with the upstream, so
             // the agent gets only the last answer (the usage of every hop is the run's).
             const hidden: Array<GatewayThreads.Reply["tokens"]> = []
-            if (ok && outBody !== null) {
+            if (ok && outBody !== null && offloader !== undefined) {
               let reply = parseJson(new TextDecoder().decode(bytesBack))
               for (let hop = 0; hop < maxReadHops; hop++) {
-                const reads = isRecord(reply) ? GatewayOffload.readsOf(reply.content) : null
-                if (reads === null || !isRecord(reply)) break
+                const content = offloader.contentOfBody(reply)
+                const reads = content === null ? null : offloader.readsOf(content)
+                if (reads === null || content === null) break
                 hidden.push(dialect.replyOfBody(reply).tokens)
-                outBody = GatewayOffload.continuation(outBody, reply.content as ReadonlyArray<unknown>, yield* answerReads(reads))
-                const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(GatewayOffload.withMovedBreakpoint(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
+                outBody = offloader.continuation(outBody, content, yield* answerReads(reads))
+                const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(offloader.sendable(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {
                   yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
                   return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
@@ -359,8 +368,7 @@ export const layer = (options: GatewayOptions) =>
                 whole
                   ? Effect.suspend(() => {
                     const reply = dialect.replyOfBody(parseJson(text))
-                    const body = parseJson(text)
-                    const content = isRecord(body) && Array.isArray(body.content) ? body.content : []
+                    const content = offloader?.contentOfBody(parseJson(text)) ?? []
                     return threads.complete(begun, withHidden(reply, hidden), hidden.length > 0 && outBody !== null ? expansionOf(content, outBody, content) : undefined)
                   })
                   : threads.fail(begun, "failed", failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
@@ -386,22 +394,25 @@ export const layer = (options: GatewayOptions) =>
               Stream.concat(Stream.unwrap(Effect.gen(function*() {
                 const end = hop.end()
                 if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
-                const next = GatewayOffload.continuation(body, end.content, yield* answerReads(end.reads))
-                const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(GatewayOffload.withMovedBreakpoint(next))))))
+                const next = offloader!.continuation(body, end.content, yield* answerReads(end.reads))
+                const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(offloader!.sendable(next))))))
                 lastBody = next
                 if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300) {
-                  return spliced(response.right.stream, GatewayOffload.makeHop(end.nextOffset, false), next)
+                  return spliced(response.right.stream, offloader!.hop(end), next)
                 }
-                // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop).
+                // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop,
+                // no response.completed).
                 const text = response._tag === "Left" ? "" : yield* Effect.orElseSucceed(response.right.text, () => "")
-                const error = isRecord(parseJson(text)) ? text : JSON.stringify({ type: "error", error: { type: "api_error", message: `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}` } })
-                return Stream.make(encoder.encode(`event: error\ndata: ${error}\n\n`))
+                return Stream.make(encoder.encode(offloader!.streamError(
+                  text,
+                  `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}`
+                )))
               })))
             )
           }
           // Spliced only where thread_read is offered (the request has tools); events are re-encoded as `event:` and
           // `data:` lines, which is how Anthropic sends them.
-          const visible = outBody === null || !Array.isArray(outBody.tools) ? upstream.stream : spliced(upstream.stream, GatewayOffload.makeHop(0, true), outBody)
+          const visible = outBody === null || offloader === undefined || !Array.isArray(outBody.tools) ? upstream.stream : spliced(upstream.stream, offloader.hop(null), outBody)
           let settled = false
           const finish = Effect.suspend(() => {
             settled = true
@@ -410,8 +421,7 @@ export const layer = (options: GatewayOptions) =>
               if (outcome._tag === "completed") {
                 // After hidden hops, the run's usage is every hop's.
                 if (hops.length <= 1 || lastBody === null) return threads.complete(begun, outcome.reply)
-                const message = outcome.reply.messages[0]?.message
-                const visible = isRecord(message) && Array.isArray(message.content) ? message.content : []
+                const visible = offloader!.contentOfReply(outcome.reply)
                 return threads.complete(
                   begun,
                   withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())),

@@ -1,7 +1,9 @@
 /**
- * GatewayOffload: Baton's tool-result offload on a gateway Anthropic Messages request (issue 14 item 3,
- * docs/gateway.md "On the way out"). The same policy as the model-API adapters (`ToolResultOffload.decide`, the
- * route's instance settings `toolResultOffload`), applied to the body the agent sent before it is forwarded.
+ * GatewayOffload: Baton's tool-result offload on a gateway request (issue 14 item 3, docs/gateway.md "On the way
+ * out"). The same policy as the model-API adapters (`ToolResultOffload.decide`, the route's instance settings
+ * `toolResultOffload`), applied to the body the agent sent before it is forwarded. The policy's side is shared by the
+ * wires (`plan` over a `Shape`: how a wire's history holds calls and results); this module is also the Anthropic
+ * Messages wire (`anthropicShape`, `anthropic`); OpenAI Responses is `GatewayResponsesOffload`. For Anthropic:
  *
  * - Units: an assistant message's `tool_use` calls with the user message whose `tool_result` blocks answer them;
  *   every other message a unit of its own. The agent's newest message is pinned: it goes out unchanged.
@@ -11,12 +13,15 @@
  *   `tool_use` blocks and every other block stay as sent. A hidden `thread_read` round (the gateway's own, not in
  *   the thread) is stubbed like any unit once consumed, its stub's ref what the call read (`readRefOf`).
  * - A continuation after hidden `thread_read` calls carries the agent's last messages breakpoint on its own last
- *   block (`withMovedBreakpoint`), so the round is cached where it ends.
+ *   block (`withMovedBreakpoint`, Anthropic), so the round is cached where it ends.
  * - The state is the conversation's `offloaded` ids (durable, `gateway_conversations.offloaded`): they only grow, and
  *   every request renders all of them, so the prefix changes only at a flush (where the policy decided new stubs),
  *   and each later request extends it again.
  * - `thread_read` (`ThreadRead.definition`) is appended to the request's `tools` on every request (when the agent sends
  *   tools), so the tools part of the prefix is the same from the first request on.
+ * - The upstream's `thread_read` calls (`readsOf`) are answered by `Gateway`, which continues the conversation
+ *   (`continuation`) and splices a stream's hops (`makeHop`) so the agent sees one message; `Offload` is what
+ *   `Gateway` needs of a wire for that.
  *
  * Pure: no I/O, no clock (the caller passes the time since the conversation's previous request).
  */
@@ -30,13 +35,16 @@ import { isRecord, parseJson } from "./GatewayDialect.js"
 export interface Input {
   /** The agent's parsed body (not modified). */
   readonly body: Record<string, unknown>
-  /** The conversation's stubbed `tool_use` ids so far. */
+  /** The conversation's stubbed call ids so far. */
   readonly offloaded: ReadonlyArray<string>
   readonly settings: ToolResultOffload.Settings
   /** The instance's context window (tokens). */
   readonly windowTokens: number
-  /** The instance's prices (US dollars per million tokens): the cache multipliers are `cacheRead / input`, `cacheWrite / input`. */
-  readonly prices: { readonly input: number; readonly cacheRead: number; readonly cacheWrite: number }
+  /**
+   * The instance's prices (US dollars per million tokens), from which the dialect's `pricing` makes the policy's
+   * cache multipliers.
+   */
+  readonly prices: Prices
   /** Requests the conversation made before this one. */
   readonly requestsSoFar: number
   /** Milliseconds since the conversation's previous request (`null`: none or unknown). */
@@ -52,8 +60,15 @@ export interface Input {
   readonly fingerprint?: ((message: unknown) => string) | undefined
 }
 
+/** An instance's prices (US dollars per million tokens). */
+export interface Prices {
+  readonly input: number
+  readonly cacheRead: number
+  readonly cacheWrite: number
+}
+
 /**
- * A flush: what this request newly stubs (`refs`: the stubs' refs, `tool:<tool_use id>`, or for a hidden `thread_read`
+ * A flush: what this request newly stubs (`refs`: the stubs' refs, `tool:<call id>`, or for a hidden `thread_read`
  * round what it read), the tier, and the request's tokens before and after.
  */
 export interface Flush {
@@ -74,20 +89,47 @@ export interface Output {
   readonly flush: Flush | null
 }
 
-interface Call {
+/** A tool call of the history: its id, its tool, and its arguments as text (for the stub line). */
+export interface Call {
   readonly id: string
   readonly name: string
-  readonly input: unknown
+  readonly argumentsText: string
 }
 
-const blocksOf = (m: Record<string, unknown>): ReadonlyArray<unknown> => (Array.isArray(m.content) ? m.content : [])
+/**
+ * How one wire's history looks to the policy (the parts of a rewrite that differ between Anthropic Messages and
+ * OpenAI Responses; `plan` is the rest, shared):
+ *
+ * - `history`: the body's history array (`null`: nothing to rewrite, e.g. a Responses string `input`); `withHistory`
+ *   the body with another one.
+ * - `calls`: the tool calls an entry makes; `answers`: the call ids whose results it carries; `model`: whether the
+ *   entry is the model's (an Anthropic assistant message; a Responses output item sent back); `joins`: whether a model
+ *   entry right after another model entry is part of the same response (Responses: one response is several items).
+ * - `stub`: the entry with its results of the calls in `stubbed` replaced by `ToolResultOffload.stubText` lines (the
+ *   same object when none).
+ * - `offer`: the tools with `thread_read` appended (the same array when it is there; `null` when the body has no tools).
+ * - `system`: what the body sends besides the history and tools (counted as fixed tokens).
+ * - `pricing`: the policy's cache multipliers from the instance's prices.
+ */
+export interface Shape {
+  readonly history: (body: Record<string, unknown>) => ReadonlyArray<unknown> | null
+  readonly withHistory: (body: Record<string, unknown>, history: ReadonlyArray<unknown>) => Record<string, unknown>
+  readonly calls: (entry: Record<string, unknown>) => ReadonlyArray<Call>
+  readonly answers: (entry: Record<string, unknown>) => ReadonlyArray<string>
+  readonly model: (entry: Record<string, unknown>) => boolean
+  readonly joins: boolean
+  readonly stub: (entry: Record<string, unknown>, stubbed: ReadonlySet<string>, calls: ReadonlyMap<string, Call>) => Record<string, unknown>
+  readonly offer: (body: Record<string, unknown>) => ReadonlyArray<unknown> | null
+  readonly system: (body: Record<string, unknown>) => unknown
+  readonly pricing: (prices: Prices) => ToolResultOffload.CachePricing
+}
 
-/** The characters a `tool_result` block's content holds (its text; other blocks as JSON). */
-const resultChars = (block: Record<string, unknown>): number =>
-  typeof block.content === "string"
-    ? block.content.length
-    : Array.isArray(block.content)
-    ? block.content.reduce((n: number, b) => n + (isRecord(b) && typeof b.text === "string" ? b.text.length : JSON.stringify(b).length), 0)
+/** The characters of a tool result's content: a string's length, else its parts' texts (other parts as JSON). */
+export const contentChars = (content: unknown): number =>
+  typeof content === "string"
+    ? content.length
+    : Array.isArray(content)
+    ? content.reduce((n: number, b) => n + (isRecord(b) && typeof b.text === "string" ? b.text.length : JSON.stringify(b).length), 0)
     : 0
 
 /**
@@ -101,17 +143,26 @@ export const readRefOf = (input: unknown): string | null => {
   return refs.split(/[\s,]+/).filter((p) => p.length > 0).join(", ")
 }
 
+/** What a `thread_read` call's arguments ask to read (`readRefOf` of its parsed arguments). */
+const readRefOfCall = (call: Call): string | null => readRefOf(parseJson(call.argumentsText))
+
 /** The ref a stub of `call`'s result names: what a `thread_read` call read (`readRefOf`), else the call itself. */
-const refOfCall = (id: string, call: Call | undefined): string =>
-  (call?.name === ThreadRead.definition.name ? readRefOf(call.input) : null) ?? `tool:${id}`
+export const refOfCall = (id: string, call: Call | undefined): string =>
+  (call?.name === ThreadRead.definition.name ? readRefOfCall(call) : null) ?? `tool:${id}`
+
+/** The stub line of the result of `call` (`id` when the call is not in the history) whose content held `chars` characters. */
+export const stubLine = (id: string, call: Call | undefined, chars: number): string =>
+  ToolResultOffload.stubText(
+    [{ toolName: call?.name ?? "tool", argumentsText: call?.argumentsText ?? "{}", releasedChars: chars }],
+    refOfCall(id, call)
+  )
+
+const blocksOf = (m: Record<string, unknown>): ReadonlyArray<unknown> => (Array.isArray(m.content) ? m.content : [])
 
 /** The `tool_result` block `block` as its stub (answering `call`). */
 const stubBlock = (block: Record<string, unknown>, call: Call | undefined): Record<string, unknown> => ({
   ...block,
-  content: ToolResultOffload.stubText(
-    [{ toolName: call?.name ?? "tool", argumentsText: JSON.stringify(call?.input ?? {}), releasedChars: resultChars(block) }],
-    refOfCall(String(block.tool_use_id), call)
-  )
+  content: stubLine(String(block.tool_use_id), call, contentChars(block.content))
 })
 
 /** `message` with its `tool_result` blocks answering a call of `stubbed` replaced by stubs (the same object when none). */
@@ -127,29 +178,78 @@ const stubMessage = (message: Record<string, unknown>, stubbed: ReadonlySet<stri
 }
 
 /**
- * Applies the policy to a request (see the module docblock): renders the conversation's stubs, asks
- * `ToolResultOffload.decide` whether to flush more now, and offers `thread_read`. Never touches the newest message.
+ * Cache multipliers from an instance's prices as the model-API adapters make them (`cacheRead / input`,
+ * `cacheWrite / input`; Anthropic's when the input price is 0), with a 5-minute TTL (`ToolResultOffload.anthropicPricing`).
  */
-export const rewrite = (input: Input): Output => {
+export const anthropicCache = (prices: Prices): ToolResultOffload.CachePricing => ({
+  readMultiplier: prices.input > 0 ? prices.cacheRead / prices.input : ToolResultOffload.anthropicPricing.readMultiplier,
+  writeMultiplier: prices.input > 0 ? prices.cacheWrite / prices.input : ToolResultOffload.anthropicPricing.writeMultiplier,
+  ttlMs: ToolResultOffload.anthropicPricing.ttlMs
+})
+
+/** The Anthropic Messages shape: `messages`, `tool_use` blocks of assistant messages, `tool_result` blocks of user messages. */
+export const anthropicShape: Shape = {
+  history: (body) => (Array.isArray(body.messages) ? body.messages : null),
+  withHistory: (body, messages) => ({ ...body, messages }),
+  calls: (m) =>
+    m.role === "assistant"
+      ? blocksOf(m).flatMap((b): Array<Call> =>
+        isRecord(b) && b.type === "tool_use" && typeof b.id === "string" ? [{ id: b.id, name: String(b.name ?? "tool"), argumentsText: JSON.stringify(b.input ?? {}) }] : []
+      )
+      : [],
+  answers: (m) =>
+    m.role === "user" ? blocksOf(m).flatMap((b) => (isRecord(b) && b.type === "tool_result" && typeof b.tool_use_id === "string" ? [b.tool_use_id] : [])) : [],
+  model: (m) => m.role === "assistant",
+  joins: false,
+  stub: stubMessage,
+  offer: (body) => {
+    const tools = Array.isArray(body.tools) ? body.tools : null
+    return tools === null || tools.some((t) => isRecord(t) && t.name === ThreadRead.definition.name)
+      ? tools
+      : [...tools, { name: ThreadRead.definition.name, description: ThreadRead.definition.description, input_schema: ThreadRead.definition.inputSchema }]
+  },
+  system: (body) => body.system ?? "",
+  pricing: anthropicCache
+}
+
+/**
+ * Applies the policy to a request of `shape`'s wire (see the module docblock): renders the conversation's stubs, asks
+ * `ToolResultOffload.decide` whether to flush more now, and offers `thread_read`. Never touches the agent's newest
+ * input (the entries after the last model entry; at least the last entry).
+ */
+export const plan = (shape: Shape, input: Input): Output => {
   const { body, count } = input
-  const sent = (body.messages as ReadonlyArray<unknown>).map((m) => m as Record<string, unknown>)
-  // The hidden thread_read rounds go out again in place of the message the agent received (never its newest).
+  const history = shape.history(body)
+  if (history === null || !history.every(isRecord)) return { body, changed: false, offloaded: input.offloaded, flush: null }
+  const sent = history as ReadonlyArray<Record<string, unknown>>
+  const newestOf = (list: ReadonlyArray<Record<string, unknown>>) => {
+    let i = list.length
+    while (i > 0 && !shape.model(list[i - 1]!)) i--
+    return Math.min(i, list.length - 1)
+  }
+  // The hidden thread_read rounds go out again in place of the message the agent received (never its newest input).
   const expansions = input.expansions ?? {}
+  const sentNewest = newestOf(sent)
   const messages = Object.keys(expansions).length === 0 || input.fingerprint === undefined
     ? sent
     : sent.flatMap((m, i) => {
-      const found = i < sent.length - 1 && m.role === "assistant" ? expansions[input.fingerprint!(m)] : undefined
-      return found === undefined ? [m] : found.map((e) => e as Record<string, unknown>)
+      const found = i < sentNewest && shape.model(m) ? expansions[input.fingerprint!(m)] : undefined
+      return found === undefined ? [m] : found.map((e) => (isRecord(e) ? e : {}))
     })
+  const newest = newestOf(messages)
   const calls = new Map<string, Call>()
   const unitOfCall = new Map<string, number>()
   const units: Array<{ calls: Array<Call>; answered: Set<string>; pinned: boolean; results: Array<number>; members: Array<number> }> = []
   const unitOfMessage: Array<number> = []
+  /** Whether entry i is the start of a model response (for counting the responses after a result). */
+  const startsResponse: Array<boolean> = []
   messages.forEach((m, i) => {
-    const blocks = blocksOf(m)
-    const newest = i === messages.length - 1
-    if (m.role === "user") {
-      const answered = blocks.flatMap((b) => isRecord(b) && b.type === "tool_result" && typeof b.tool_use_id === "string" ? [b.tool_use_id] : [])
+    const isNewest = i >= newest
+    const model = shape.model(m)
+    const previousModel = i > 0 && shape.model(messages[i - 1]!)
+    startsResponse.push(model && !(shape.joins && previousModel))
+    const answered = shape.answers(m)
+    if (answered.length > 0) {
       const owners = new Set(answered.map((id) => unitOfCall.get(id)))
       const owner = owners.size === 1 ? [...owners][0] : undefined
       if (owner !== undefined) {
@@ -157,16 +257,25 @@ export const rewrite = (input: Input): Output => {
         u.results.push(i)
         u.members.push(i)
         for (const id of answered) u.answered.add(id)
-        if (newest) u.pinned = true
+        if (isNewest) u.pinned = true
         unitOfMessage.push(owner)
         return
       }
       for (const o of owners) if (o !== undefined) units[o]!.pinned = true
     }
-    const own = m.role === "assistant"
-      ? blocks.flatMap((b): Array<Call> => isRecord(b) && b.type === "tool_use" && typeof b.id === "string" ? [{ id: b.id, name: String(b.name ?? "tool"), input: b.input }] : [])
-      : []
-    const u = units.push({ calls: own, answered: new Set(), pinned: newest || own.some((c) => !/^[^\s,]+$/.test(c.id)), results: [], members: [i] }) - 1
+    const own = model ? shape.calls(m) : []
+    const pinned = isNewest || own.some((c) => !/^[^\s,]+$/.test(c.id))
+    let u: number
+    if (model && shape.joins && previousModel) {
+      // The same response: one unit with the entries before it.
+      u = unitOfMessage[i - 1]!
+      const joined = units[u]!
+      joined.calls.push(...own)
+      joined.members.push(i)
+      if (pinned) joined.pinned = true
+    } else {
+      u = units.push({ calls: [...own], answered: new Set(), pinned, results: [], members: [i] }) - 1
+    }
     for (const c of own) {
       calls.set(c.id, c)
       unitOfCall.set(c.id, u)
@@ -178,30 +287,29 @@ export const rewrite = (input: Input): Output => {
   // agent's own tools, is never stubbed.
   for (const u of units) {
     const reads = u.calls.filter((c) => c.name === ThreadRead.definition.name)
-    if (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOf(c.input) === null))) u.pinned = true
+    if (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOfCall(c) === null))) u.pinned = true
   }
   // What thread_read returned stays verbatim while the model is likely still using it (as in the adapters).
-  let newer = 0
-  for (let i = messages.length - 1; i >= 0 && newer < ToolResultOffload.defaults.keepNewestUnits; i--) {
-    const u = units[unitOfMessage[i]!]!
-    if (messages[i]!.role !== "assistant" || u.calls.length === 0) continue
-    newer++
+  const seen = new Set<number>()
+  for (let i = messages.length - 1; i >= 0 && seen.size < ToolResultOffload.defaults.keepNewestUnits; i--) {
+    const index = unitOfMessage[i]!
+    const u = units[index]!
+    if (!shape.model(messages[i]!) || u.calls.length === 0 || seen.has(index)) continue
+    seen.add(index)
     if (u.calls.some((c) => c.name === ThreadRead.definition.name)) u.pinned = true
   }
   const already = new Set(input.offloaded)
-  const lastIndex = messages.length - 1
-  const rendered = messages.map((m, i) => (i === lastIndex ? m : stubMessage(m, already, calls)))
+  const rendered = messages.map((m, i) => (i >= newest ? m : shape.stub(m, already, calls)))
   const tokens = rendered.map((m) => count(JSON.stringify(m)))
   let outputsAfter = 0
   const answeredRequests = new Array<number>(units.length).fill(0)
   for (let i = messages.length - 1; i >= 0; i--) {
-    if (messages[i]!.role === "assistant") outputsAfter++
-    else if (units[unitOfMessage[i]!]!.results.includes(i)) answeredRequests[unitOfMessage[i]!] ||= outputsAfter
+    if (shape.model(messages[i]!)) {
+      if (startsResponse[i]) outputsAfter++
+    } else if (units[unitOfMessage[i]!]!.results.includes(i)) answeredRequests[unitOfMessage[i]!] ||= outputsAfter
   }
   const tools = Array.isArray(body.tools) ? body.tools : null
-  const offered = tools === null || tools.some((t) => isRecord(t) && t.name === ThreadRead.definition.name)
-    ? tools
-    : [...tools, { name: ThreadRead.definition.name, description: ThreadRead.definition.description, input_schema: ThreadRead.definition.inputSchema }]
+  const offered = shape.offer(body)
   const situation: ToolResultOffload.Situation = {
     items: rendered.map((_, i) => ({ seq: i + 1, tokens: tokens[i]!, unit: unitOfMessage[i]!, pinned: units[unitOfMessage[i]!]!.pinned })),
     units: units.map((u, index): ToolResultOffload.Unit => {
@@ -209,7 +317,7 @@ export const rewrite = (input: Input): Output => {
       let stubTokens = 0
       if (u.calls.length > 0 && !stubbed) {
         const ids = new Set(u.calls.map((c) => c.id))
-        for (const i of u.members) stubTokens += u.results.includes(i) ? count(JSON.stringify(stubMessage(rendered[i]!, ids, calls))) : tokens[i]!
+        for (const i of u.members) stubTokens += u.results.includes(i) ? count(JSON.stringify(shape.stub(rendered[i]!, ids, calls))) : tokens[i]!
       }
       return {
         isTool: u.calls.length > 0,
@@ -219,13 +327,9 @@ export const rewrite = (input: Input): Output => {
         answeredRequests: answeredRequests[index]!
       }
     }),
-    systemTokens: count(JSON.stringify(body.system ?? "")) + count(JSON.stringify(offered ?? [])),
+    systemTokens: count(JSON.stringify(shape.system(body))) + count(JSON.stringify(offered ?? [])),
     windowTokens: input.windowTokens,
-    pricing: {
-      readMultiplier: input.prices.input > 0 ? input.prices.cacheRead / input.prices.input : 0.1,
-      writeMultiplier: input.prices.input > 0 ? input.prices.cacheWrite / input.prices.input : 1.25,
-      ttlMs: ToolResultOffload.anthropicPricing.ttlMs
-    },
+    pricing: shape.pricing(input.prices),
     requestsSoFar: input.requestsSoFar,
     msSinceLastRequest: input.msSinceLastRequest
   }
@@ -233,10 +337,7 @@ export const rewrite = (input: Input): Output => {
   const fresh = decision.units.flatMap((u) => units[u]!.calls.map((c) => c.id)).filter((id) => !already.has(id))
   const offloaded = [...input.offloaded, ...fresh]
   const now = new Set(fresh)
-  const out: Record<string, unknown> = {
-    ...body,
-    messages: fresh.length === 0 ? rendered : rendered.map((m, i) => (i === lastIndex ? m : stubMessage(m, now, calls)))
-  }
+  const out = shape.withHistory(body, fresh.length === 0 ? rendered : rendered.map((m, i) => (i >= newest ? m : shape.stub(m, now, calls))))
   if (offered !== null) out.tools = offered
   return {
     body: out,
@@ -245,6 +346,9 @@ export const rewrite = (input: Input): Output => {
     flush: fresh.length === 0 ? null : { refs: fresh.map((id) => refOfCall(id, calls.get(id))), tier: decision.tier, tokensBefore: decision.tokensBefore, tokensAfter: decision.tokensAfter }
   }
 }
+
+/** `plan` on an Anthropic Messages request (see `anthropicShape`). */
+export const rewrite = (input: Input): Output => plan(anthropicShape, input)
 
 /** A `thread_read` call of the upstream's reply: its `tool_use` id and its input. */
 export interface Read {
@@ -271,7 +375,7 @@ export const readsOf = (content: unknown): ReadonlyArray<Read> | null => {
 export const continuation = (
   body: Record<string, unknown>,
   content: ReadonlyArray<unknown>,
-  answers: ReadonlyArray<{ readonly id: string; readonly output: string; readonly isError: boolean }>
+  answers: ReadonlyArray<Answer>
 ): Record<string, unknown> => ({
   ...body,
   messages: [
@@ -326,10 +430,14 @@ export type HopEnd =
     readonly reads: ReadonlyArray<Read>
     /** The hop's message content (as the upstream sent it: the continuation repeats it). */
     readonly content: ReadonlyArray<unknown>
-    /** The agent-visible index of the first hidden block: the next hop's blocks are numbered from it. */
+    /** The agent-visible index of the first hidden block (item): the next hop's are numbered from it. */
     readonly nextOffset: number
     /** The held events (sent to the agent after all when the reads are not answered). */
     readonly held: string
+    /** Responses: the output items the agent has received so far (this hop's and the earlier hops' visible ones). */
+    readonly visible?: ReadonlyArray<unknown> | undefined
+    /** Responses: the next `sequence_number` the agent expects. */
+    readonly nextSequence?: number | undefined
   }
   | { readonly _tag: "release"; readonly held: string }
 
@@ -401,4 +509,70 @@ export const makeHop = (offset: number, first: boolean): Hop => {
       return outcome._tag === "completed" ? outcome.reply.tokens : null
     }
   }
+}
+
+/** A streamed hop's end when its `thread_read` calls are to be answered. */
+export type ReadsEnd = Extract<HopEnd, { readonly _tag: "reads" }>
+
+/** An answer to a `thread_read` call: its call id, the text, and whether the read failed. */
+export interface Answer {
+  readonly id: string
+  readonly output: string
+  readonly isError: boolean
+}
+
+/**
+ * What `Gateway` needs of a dialect to offload on the way out and hide the upstream's `thread_read` rounds: the
+ * rewrite's `shape`; a reply's content (Anthropic: the message's blocks; Responses: the output items) from a whole
+ * answer's body and from a recorded reply; its `thread_read` calls (`readsOf`, `null` when the gateway cannot answer
+ * them all); the continuation request; a streamed hop (`previous`: the hop whose reads it continues, `null` for the
+ * first); and the expansions that make later requests extend the continuation (`received`: the content the agent got,
+ * `last`: the last request sent, `sentCount`: the history entries of the agent's request as sent, `final`: the last
+ * hop's content as the upstream sent it).
+ */
+export interface Offload {
+  readonly shape: Shape
+  readonly contentOfBody: (body: unknown) => ReadonlyArray<unknown> | null
+  readonly contentOfReply: (reply: GatewayThreads.Reply) => ReadonlyArray<unknown>
+  readonly readsOf: (content: unknown) => ReadonlyArray<Read> | null
+  readonly continuation: (body: Record<string, unknown>, content: ReadonlyArray<unknown>, answers: ReadonlyArray<Answer>) => Record<string, unknown>
+  /**
+   * A continuation as it is sent (`continuation`'s body is what the conversation records): Anthropic moves the
+   * agent's breakpoint onto the round's end (`withMovedBreakpoint`); Responses sends it as it is (OpenAI caches
+   * prefixes without breakpoints).
+   */
+  readonly sendable: (body: Record<string, unknown>) => Record<string, unknown>
+  readonly hop: (previous: ReadsEnd | null) => Hop
+  readonly expansions: (
+    received: ReadonlyArray<unknown>,
+    last: Record<string, unknown>,
+    sentCount: number,
+    final: ReadonlyArray<unknown>,
+    fingerprint: (message: unknown) => string
+  ) => ReadonlyArray<GatewayThreads.Expansion>
+  /**
+   * The SSE event that ends a streamed answer whose continuation the upstream refused (`body`: its error body, may be
+   * empty) or could not be reached (`message` says why), in the protocol's error form.
+   */
+  readonly streamError: (body: string, message: string) => string
+}
+
+/** The Anthropic Messages offload (see the module docblock). */
+export const anthropic: Offload = {
+  shape: anthropicShape,
+  contentOfBody: (body) => (isRecord(body) && Array.isArray(body.content) ? body.content : null),
+  contentOfReply: (reply) => {
+    const message = reply.messages[0]?.message
+    return isRecord(message) && Array.isArray(message.content) ? message.content : []
+  },
+  readsOf,
+  continuation,
+  sendable: withMovedBreakpoint,
+  hop: (previous) => makeHop(previous === null ? 0 : previous.nextOffset, previous === null),
+  expansions: (received, last, sentCount, final, fingerprint) => [{
+    fingerprint: fingerprint({ role: "assistant", content: received }),
+    messages: [...(last.messages as ReadonlyArray<unknown>).slice(sentCount), { role: "assistant", content: final }]
+  }],
+  streamError: (body, message) =>
+    `event: error\ndata: ${isRecord(parseJson(body)) ? body : JSON.stringify({ type: "error", error: { type: "api_error", message } })}\n\n`
 }

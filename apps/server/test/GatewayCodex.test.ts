@@ -47,8 +47,8 @@ const turn2 = [shell(4, "cat note.txt", 10_900), say(5, "Done: the note reads li
 const prompt1 = "Write a two-line note and count its lines."
 const prompt2 = "Now show me the note."
 
-/** Baton's `openai-responses` instance over the loopback upstream at `url` (its key in `TEST_MODEL_KEY`). */
-const openAiInstance = (url: string) => ({
+/** Baton's `openai-responses` instance over the loopback upstream at `url` (its key in `TEST_MODEL_KEY`), `extra` settings added. */
+const openAiInstance = (url: string, extra: Record<string, unknown> = {}) => ({
   kind: "openai-responses",
   name: "openai",
   baseUrl: `${url}/v1`,
@@ -58,7 +58,8 @@ const openAiInstance = (url: string) => ({
   autoCompactThreshold: null,
   maxOutputTokens: 32_000,
   prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 },
-  maxRetries: 0
+  maxRetries: 0,
+  ...extra
 })
 
 /** A temporary working directory for Codex (its real path), removed with the scope. */
@@ -116,8 +117,9 @@ describe("Gateway with the real Codex CLI", () => {
       // Through Baton: the agent's base URL is the gateway, its key a Baton token; Baton's instance holds the upstream's key.
       const upstream = yield* loopback
       upstream.enqueue(...turn1, ...turn2)
+      // Offload off: this session is about pass-through (with it on, `thread_read` joins the tools; GatewayCodexOffload.test).
       const settings = yield* settingsFor(
-        [openAiInstance(upstream.url)],
+        [openAiInstance(upstream.url, { toolResultOffload: false })],
         { TEST_MODEL_KEY: marker },
         undefined,
         { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } }

@@ -305,6 +305,15 @@ export interface GatewayOffloadState {
   readonly flush: { readonly refs: ReadonlyArray<string>; readonly tier: string; readonly tokensBefore: number; readonly tokensAfter: number } | null
 }
 
+/**
+ * Hidden `thread_read` rounds of one answer: later requests send `messages` in place of the message (the history entry)
+ * whose fingerprint is `fingerprint`.
+ */
+export interface Expansion {
+  readonly fingerprint: string
+  readonly messages: ReadonlyArray<unknown>
+}
+
 /** A forwarded request as recorded: its thread and run, the request's fingerprints, what was new. */
 export interface Begun {
   readonly threadId: ThreadId
@@ -488,15 +497,21 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
 
     /**
      * Records the upstream's answer to a begun request: the reply's items, the run's cost, the run `completed`; the
-     * reply joins the baseline when no other request moved it since. `expansion`: the reply was the end of hidden
-     * `thread_read` rounds; later requests send `messages` in place of the message of `fingerprint` (kept in the
-     * conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
+     * reply joins the baseline when no other request moved it since. `expansion` (one or several): the reply was the end
+     * of hidden `thread_read` rounds; later requests send `messages` in place of the message of `fingerprint` (kept in
+     * the conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
     const complete = Effect.fn("GatewayThreads.complete")(function*(
       begun: Begun,
       reply: Reply,
-      expansion?: { readonly fingerprint: string; readonly messages: ReadonlyArray<unknown> }
+      expansion?: Expansion | ReadonlyArray<Expansion>
     ) {
+      const expanded: ReadonlyArray<Expansion> = expansion === undefined ? [] : "fingerprint" in expansion ? [expansion] : expansion
+      const withExpansions = (known: Readonly<Record<string, ReadonlyArray<unknown>>>) => {
+        const out = { ...known }
+        for (const e of expanded) out[e.fingerprint] = e.messages
+        return out
+      }
       return yield* Effect.gen(function*() {
         const now = yield* DateTime.now
         const current = Option.getOrElse(yield* store.getRun(begun.run.id), () => begun.run)
@@ -510,16 +525,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
           )
           const conversation = yield* conversations.find(begun.conversationKey)
-          if (Option.isSome(conversation) && expansion !== undefined) {
+          if (Option.isSome(conversation) && expanded.length > 0) {
             yield* conversations.update({
               ...conversation.value,
-              expansions: { ...conversation.value.expansions, [expansion.fingerprint]: expansion.messages }
+              expansions: withExpansions(conversation.value.expansions)
             })
           }
           if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
             yield* conversations.update({
               ...conversation.value,
-              ...(expansion === undefined ? {} : { expansions: { ...conversation.value.expansions, [expansion.fingerprint]: expansion.messages } }),
+              ...(expanded.length === 0 ? {} : { expansions: withExpansions(conversation.value.expansions) }),
               baseline: [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))],
               updatedAt: DateTime.formatIso(now)
             })

@@ -1,0 +1,222 @@
+/**
+ * GatewayResponsesOffload: Baton's tool-result offload on a gateway OpenAI Responses request (`POST /v1/responses`,
+ * Codex; issue 14 item 3, docs/gateway.md "On the way out"). The policy and the rewrite are `GatewayOffload`'s
+ * (`plan`, shared with Anthropic Messages); this module says what differs on the Responses wire:
+ *
+ * - The history is `input`, one entry per item. The model's entries are the items a reply's output sends back
+ *   (assistant `message`, `reasoning`, `function_call`, `custom_tool_call`, …); consecutive model items are one
+ *   response, so a unit is a response's items with the `function_call_output` (`custom_tool_call_output`) items
+ *   answering its calls. The agent's newest input (the items after the last model item) is pinned: it goes out as sent.
+ * - A stub replaces an output item's `output` with the stub line (`ToolResultOffload.stubText`, the ref
+ *   `tool:<call_id>`); the item keeps its `type`, `call_id` and `id`.
+ * - `thread_read` is offered as a function tool (`{"type":"function","name":"thread_read",…,"strict":false}`, after
+ *   the agent's tools).
+ * - Pricing: OpenAI caches prompts by itself; cache reads are billed at the instance's `cacheRead` (the multiplier
+ *   `cacheRead / input`) and there is no write premium: an uncached token is billed at the input price, so the write
+ *   multiplier is 1 (whatever `prices.cacheWrite` says, which OpenAI instances leave at 0). TTL: 5 minutes (OpenAI
+ *   keeps a prefix cached for 5 to 10 minutes of inactivity: platform.openai.com/docs/guides/prompt-caching).
+ * - The upstream's `thread_read` calls: answered by the gateway when every call of the response is one; the
+ *   continuation sends the response's output items and a `function_call_output` per call. A stream's events pass on
+ *   until the `response.output_item.added` (or, without one, `.done`) of a `thread_read` call, and are held from there; the continuation's
+ *   events join the response the agent is receiving (its `response.created` and `response.in_progress` dropped, its
+ *   `output_index` numbered after the items already sent, `sequence_number` continued, its final `response.output`
+ *   preceded by the items the agent already received). A continuation the upstream refuses ends the stream with a
+ *   `response.failed` event carrying the upstream's error code and message (`server_error` when it had none).
+ *
+ * Pure: no I/O.
+ */
+import type { ToolResultOffload } from "@baton/context"
+import { ThreadRead } from "@baton/orchestration"
+import { Sse } from "@baton/providers"
+import { isRecord, parseJson } from "./GatewayDialect.js"
+import * as GatewayOffload from "./GatewayOffload.js"
+import * as GatewayResponses from "./GatewayResponses.js"
+
+/** The item types a reply's output sends back that are the model's (besides assistant messages). */
+const modelTypes = new Set(["function_call", "custom_tool_call", "reasoning", "compaction", "web_search_call", "local_shell_call", "file_search_call", "image_generation_call"])
+
+const isCall = (item: Record<string, unknown>) => item.type === "function_call" || item.type === "custom_tool_call"
+const isOutput = (item: Record<string, unknown>) => item.type === "function_call_output" || item.type === "custom_tool_call_output"
+
+/**
+ * OpenAI's cache pricing from an instance's prices: reads `cacheRead / input` (0.1 when the input price is 0), no
+ * write premium (1), a 5-minute TTL. See the module docblock.
+ */
+export const openAiCache = (prices: GatewayOffload.Prices): ToolResultOffload.CachePricing => ({
+  readMultiplier: prices.input > 0 ? prices.cacheRead / prices.input : 0.1,
+  writeMultiplier: 1,
+  ttlMs: 5 * 60_000
+})
+
+/** The Responses shape of the rewrite (see the module docblock). */
+export const shape: GatewayOffload.Shape = {
+  history: (body) => (Array.isArray(body.input) ? body.input : null),
+  withHistory: (body, input) => ({ ...body, input }),
+  calls: (item) =>
+    isCall(item) && typeof item.call_id === "string"
+      ? [{
+        id: item.call_id,
+        name: String(item.name ?? "tool"),
+        argumentsText: typeof item.arguments === "string" ? item.arguments : typeof item.input === "string" ? item.input : JSON.stringify(item.arguments ?? item.input ?? {})
+      }]
+      : [],
+  answers: (item) => (isOutput(item) && typeof item.call_id === "string" ? [item.call_id] : []),
+  model: (item) => item.role === "assistant" || modelTypes.has(String(item.type)),
+  joins: true,
+  stub: (item, stubbed, calls) =>
+    isOutput(item) && typeof item.call_id === "string" && stubbed.has(item.call_id)
+      ? { ...item, output: GatewayOffload.stubLine(item.call_id, calls.get(item.call_id), GatewayOffload.contentChars(item.output)) }
+      : item,
+  offer: (body) => {
+    const tools = Array.isArray(body.tools) ? body.tools : null
+    return tools === null || tools.some((t) => isRecord(t) && t.name === ThreadRead.definition.name)
+      ? tools
+      : [...tools, { type: "function", name: ThreadRead.definition.name, description: ThreadRead.definition.description, strict: false, parameters: ThreadRead.definition.inputSchema }]
+  },
+  system: (body) => body.instructions ?? "",
+  pricing: openAiCache
+}
+
+/**
+ * The `thread_read` calls of a response's output items when the gateway can answer them itself: every call of the
+ * response (`function_call`, `custom_tool_call`) is a `thread_read` function call (at least one). `null` otherwise.
+ */
+export const readsOf = (items: unknown): ReadonlyArray<GatewayOffload.Read> | null => {
+  if (!Array.isArray(items)) return null
+  const calls = items.filter((i): i is Record<string, unknown> => isRecord(i) && isCall(i))
+  if (calls.length === 0 || !calls.every((c) => c.type === "function_call" && c.name === ThreadRead.definition.name && typeof c.call_id === "string")) return null
+  return calls.map((c) => ({ id: c.call_id as string, input: typeof c.arguments === "string" ? parseJson(c.arguments) ?? {} : c.arguments }))
+}
+
+/** The request that continues after the upstream's `thread_read` calls: `body` with the response's items and a `function_call_output` per answer. */
+export const continuation = (
+  body: Record<string, unknown>,
+  items: ReadonlyArray<unknown>,
+  answers: ReadonlyArray<GatewayOffload.Answer>
+): Record<string, unknown> => ({
+  ...body,
+  input: [...(body.input as ReadonlyArray<unknown>), ...items, ...answers.map((a) => ({ type: "function_call_output", call_id: a.id, output: a.output }))]
+})
+
+const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}data: ${data}\n\n`
+
+/**
+ * A streamed hop of a Responses answer as the agent sees it (see the module docblock): `previous` is the hop whose
+ * `thread_read` calls this one continues (`null`: the first hop, whose events pass on as they are until a
+ * `thread_read` call starts).
+ */
+export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffload.Hop => {
+  const first = previous === null
+  const offset = previous?.nextOffset ?? 0
+  const before = previous?.visible ?? []
+  let sequence = previous?.nextSequence ?? 0
+  const decoder = Sse.makeDecoder()
+  const assembler = GatewayResponses.replyAssembler()
+  let held: Array<string> | null = null
+  let heldAt = 0
+  let heldSequence = 0
+  let items = 0
+  const itemsOf = () => {
+    const outcome = assembler.outcome()
+    return outcome._tag === "completed" ? outcome.reply.messages.map((m) => m.message) : []
+  }
+  return {
+    push: (chunk) => {
+      assembler.push(chunk)
+      let out = ""
+      for (const m of decoder.push(chunk)) {
+        const data = parseJson(m.data)
+        if (!isRecord(data)) {
+          if (held === null) out += encodeEvent(m.event, m.data)
+          else held.push(encodeEvent(m.event, m.data))
+          continue
+        }
+        if (!first && (data.type === "response.created" || data.type === "response.in_progress")) continue
+        // Held from the call's first event: its `added` (OpenAI sends one per item), else its `done`.
+        if (data.type === "response.output_item.added" || data.type === "response.output_item.done") {
+          const index = typeof data.output_index === "number" ? data.output_index : items
+          items = Math.max(items, index + 1)
+          if (held === null && isRecord(data.item) && data.item.type === "function_call" && data.item.name === ThreadRead.definition.name) {
+            held = []
+            heldAt = index
+            heldSequence = first ? (typeof data.sequence_number === "number" ? data.sequence_number : 0) : sequence
+          }
+        }
+        let text: string
+        if (first) {
+          text = encodeEvent(m.event, m.data)
+        } else {
+          const next: Record<string, unknown> = { ...data }
+          if (typeof data.output_index === "number") next.output_index = data.output_index + offset
+          if (typeof data.sequence_number === "number") next.sequence_number = sequence++
+          if ((data.type === "response.completed" || data.type === "response.incomplete") && isRecord(data.response)) {
+            next.response = { ...data.response, output: [...before, ...(Array.isArray(data.response.output) ? data.response.output : [])] }
+          }
+          text = encodeEvent(m.event, JSON.stringify(next))
+        }
+        if (held === null) out += text
+        else held.push(text)
+      }
+      return out
+    },
+    end: () => {
+      const text = held === null ? "" : held.join("")
+      if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
+      const content = itemsOf()
+      const reads = readsOf(content)
+      return reads === null
+        ? { _tag: "release", held: text }
+        : { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text, visible: [...before, ...content.slice(0, heldAt)], nextSequence: heldSequence }
+    },
+    content: itemsOf,
+    tokens: () => {
+      const outcome = assembler.outcome()
+      return outcome._tag === "completed" ? outcome.reply.tokens : null
+    }
+  }
+}
+
+/**
+ * Where the hidden rounds go in later requests: the upstream's side of the answer (the continuations' added input,
+ * then `final`) holds the items the agent received (`received`) in order, with hidden ones (the `thread_read` calls,
+ * their answers, the items of a hop after its call) between them; each run of hidden items goes out again before
+ * the received item that follows it (an expansion of that item: it and the hidden run before it).
+ */
+export const expansions: GatewayOffload.Offload["expansions"] = (received, last, sentCount, final, fingerprint) => {
+  const upstream = [...(last.input as ReadonlyArray<unknown>).slice(sentCount), ...final]
+  const out: Array<{ fingerprint: string; messages: ReadonlyArray<unknown> }> = []
+  let j = 0
+  let hidden: Array<unknown> = []
+  for (const item of upstream) {
+    const print = fingerprint(item)
+    if (j < received.length && print === fingerprint(received[j])) {
+      if (hidden.length > 0) out.push({ fingerprint: print, messages: [...hidden, item] })
+      hidden = []
+      j++
+    } else {
+      hidden.push(item)
+    }
+  }
+  return out
+}
+
+/** The OpenAI Responses offload (see the module docblock). */
+export const offload: GatewayOffload.Offload = {
+  shape,
+  contentOfBody: (body) => (isRecord(body) && Array.isArray(body.output) ? body.output : null),
+  contentOfReply: (reply) => reply.messages.map((m) => m.message),
+  readsOf,
+  continuation,
+  sendable: (body) => body,
+  hop: makeHop,
+  expansions,
+  streamError: (body, text) => {
+    const parsed = parseJson(body)
+    const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : {}
+    const failed = {
+      type: "response.failed",
+      response: { status: "failed", error: { code: typeof error.code === "string" ? error.code : "server_error", message: typeof error.message === "string" ? error.message : text } }
+    }
+    return `event: response.failed\ndata: ${JSON.stringify(failed)}\n\n`
+  }
+}
