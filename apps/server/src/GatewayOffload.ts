@@ -178,14 +178,11 @@ const stubMessage = (message: Record<string, unknown>, stubbed: ReadonlySet<stri
 }
 
 /**
- * Cache multipliers from an instance's prices as the model-API adapters make them (`cacheRead / input`,
- * `cacheWrite / input`; Anthropic's when the input price is 0), with a 5-minute TTL (`ToolResultOffload.anthropicPricing`).
+ * Cache multipliers from an instance's prices as the model-API adapters make them (`ToolResultOffload.pricingOf`:
+ * `cacheRead / input`, `cacheWrite / input`, a write price of 0 as 1; Anthropic's when the input price is 0), with a
+ * 5-minute TTL (`ToolResultOffload.anthropicPricing`).
  */
-export const anthropicCache = (prices: Prices): ToolResultOffload.CachePricing => ({
-  readMultiplier: prices.input > 0 ? prices.cacheRead / prices.input : ToolResultOffload.anthropicPricing.readMultiplier,
-  writeMultiplier: prices.input > 0 ? prices.cacheWrite / prices.input : ToolResultOffload.anthropicPricing.writeMultiplier,
-  ttlMs: ToolResultOffload.anthropicPricing.ttlMs
-})
+export const anthropicCache = (prices: Prices): ToolResultOffload.CachePricing => ToolResultOffload.pricingOf(prices)
 
 /** The Anthropic Messages shape: `messages`, `tool_use` blocks of assistant messages, `tool_result` blocks of user messages. */
 export const anthropicShape: Shape = {

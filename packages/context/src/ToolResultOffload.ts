@@ -77,6 +77,21 @@ export interface CachePricing {
 export const anthropicPricing: CachePricing = { readMultiplier: 0.1, writeMultiplier: 1.25, ttlMs: 5 * 60_000 }
 
 /**
+ * The cache pricing of an instance from its prices (US dollars per million tokens; any unit, only the ratios count):
+ * `readMultiplier = cacheRead / input`, `writeMultiplier = cacheWrite / input`, except that a `cacheWrite` of 0 means
+ * the provider bills no separate cache write (OpenAI: a prompt not yet cached costs the input price; its instances
+ * set `cacheWrite: 0`), so the write multiplier is 1, never 0 (0 made every rewrite look free: the mild tier flushed
+ * whenever a unit was eligible). Without an input price (0 or less) Anthropic's multipliers (`anthropicPricing`).
+ */
+export const pricingOf = (
+  prices: { readonly input: number; readonly cacheRead: number; readonly cacheWrite: number },
+  ttlMs: number | null = anthropicPricing.ttlMs
+): CachePricing =>
+  prices.input > 0
+    ? { readMultiplier: prices.cacheRead / prices.input, writeMultiplier: prices.cacheWrite > 0 ? prices.cacheWrite / prices.input : 1, ttlMs }
+    : { ...anthropicPricing, ttlMs }
+
+/**
  * The policy's settings. Defaults (`defaults`) are stated once here and in docs/offload.md; they are not tuned per
  * session or per file.
  *

@@ -616,11 +616,10 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const cacheRewriteOf = (instance: string) =>
       Effect.map(Effect.option(registry.get(instance as ProviderInstance)), (adapter) => {
         const prices = adapter._tag === "Some" ? adapter.value.prices : undefined
-        return prices === undefined || prices.input <= 0 ? noPrices : {
-          writeMultiplier: prices.cacheWrite / prices.input,
-          readMultiplier: prices.cacheRead / prices.input,
-          inputUsdPerMillion: prices.input
-        }
+        if (prices === undefined || prices.input <= 0) return noPrices
+        // A write price of 0 is no separate write charge (OpenAI): multiplier 1, not 0 (`ToolResultOffload.pricingOf`).
+        const pricing = ToolResultOffload.pricingOf(prices)
+        return { writeMultiplier: pricing.writeMultiplier, readMultiplier: pricing.readMultiplier, inputUsdPerMillion: prices.input }
       })
 
     /**

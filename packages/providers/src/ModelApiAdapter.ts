@@ -81,7 +81,8 @@ export interface ModelApiOptions {
  * - `settings`: the policy's settings (default `ToolResultOffload.defaults`); a thread's control overrides fields.
  * - `ttlMs`: the prompt cache's time to live (default 5 minutes, Anthropic's; `null`: never expires).
  * - `onFlush`: told of every flush (the `context.offloaded` event's data: refs, tokens before and after).
- * Read and write multipliers come from the instance's `prices` (`cacheRead / input`, `cacheWrite / input`).
+ * Read and write multipliers come from the instance's `prices` (`ToolResultOffload.pricingOf`: `cacheRead / input`,
+ * `cacheWrite / input`, a write price of 0 as 1: no separate write charge).
  */
 export interface OffloadOptions {
   readonly count: (text: string) => number
@@ -601,11 +602,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         systemTokens: offload.count(config.systemPrompt ?? "") + offload.count(JSON.stringify(tools)) +
           drafts.reduce((n, d) => n + offload.count(d.body), 0),
         windowTokens: config.contextWindow,
-        pricing: {
-          readMultiplier: config.prices.input > 0 ? config.prices.cacheRead / config.prices.input : 0.1,
-          writeMultiplier: config.prices.input > 0 ? config.prices.cacheWrite / config.prices.input : 1.25,
-          ttlMs: offload.ttlMs === undefined ? 5 * 60_000 : offload.ttlMs
-        },
+        pricing: ToolResultOffload.pricingOf(config.prices, offload.ttlMs === undefined ? 5 * 60_000 : offload.ttlMs),
         requestsSoFar: view.filter((e) => e.kind === "output").length,
         msSinceLastRequest: state.lastRequestAt === null ? null : (yield* Clock.currentTimeMillis) - state.lastRequestAt
       }
