@@ -38,6 +38,7 @@
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
 import { GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
@@ -48,6 +49,7 @@ import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./Gateway
 import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
+import * as GatewaySwitched from "./GatewaySwitched.js"
 import * as ServerConfig from "./ServerConfig.js"
 
 /** The paths the gateway serves (the guard leaves their bodies to it). */
@@ -145,6 +147,7 @@ export const layer = (options: GatewayOptions) =>
     Effect.gen(function*() {
       const threads = yield* GatewayThreads.GatewayThreads
       const reader = yield* ThreadRead.ThreadRead
+      const store = yield* ThreadStore
       const http = yield* HttpClient.HttpClient
       const digests = {
         admin: Auth.digest(Redacted.value(options.tokens.admin)),
@@ -203,10 +206,14 @@ export const layer = (options: GatewayOptions) =>
           if (target === undefined) {
             return dialect.refuse("unrouted", `model: ${model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
           }
+          if (target.config.kind !== dialect.kind && record && dialect.kind === "anthropic-messages" && target.config.kind === "openai-chat") {
+            // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
+            return yield* GatewaySwitched.serve({ threads, store, http, count, target, body: parsed, history, model, agent: agentOf(request.headers["user-agent"]) })
+          }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
               "unrouted",
-              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway does not convert between protocols yet`
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat upstream`
             )
           }
 
