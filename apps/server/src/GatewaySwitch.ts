@@ -274,8 +274,8 @@ export const anthropicError = (status: number, text: string): { readonly status:
   const parsed = parseJson(text)
   const error = isRecord(parsed) ? parsed.error : undefined
   const message = isRecord(error) && typeof error.message === "string" ? error.message : typeof error === "string" ? error : text.slice(0, 2_000)
-  const code = isRecord(error) ? String(error.code ?? error.type ?? "") : ""
-  const overflow = code === "context_length_exceeded" || code === "exceed_context_size_error" || /maximum context length|context length|context window/i.test(message)
+  const codes = isRecord(error) ? [error.code, error.type].map(String) : []
+  const overflow = codes.includes("context_length_exceeded") || codes.includes("exceed_context_size_error") || /maximum context length|context length|context window/i.test(message)
   if (overflow) {
     const numbers = isRecord(error) && typeof error.n_prompt_tokens === "number" && typeof error.n_ctx === "number"
       ? [error.n_prompt_tokens, error.n_ctx]
