@@ -180,7 +180,10 @@ export const toChat = (input: FitInput): FitResult => {
     if (answers && previous !== undefined && previous.role === "assistant" && units.length > 0 && units.at(-1)!.includes(i - 1)) units.at(-1)!.push(i)
     else units.push([i])
   })
-  const pinnedFrom = units.length === 0 ? 0 : units.at(-1)![0]!
+  // The agent's newest turn is pinned: from the unit of its newest user message (its prompt or its tool results) on,
+  // since an agent may add messages of its own after it (Claude Code: a `system` message).
+  const newestUser = messages.map((m) => m.role).lastIndexOf("user")
+  const pinnedFrom = units.length === 0 ? 0 : (units.find((u) => u.includes(newestUser)) ?? units.at(-1)!)[0]!
   const stubbed = new Set<string>()
   const converted = (i: number) => chatMessagesOf(messages[i]!, stubbed, calls)
   const tokensOf = messages.map((_, i) => converted(i).reduce((n, c) => n + messageTokens(count, c), 0))
@@ -211,11 +214,11 @@ export const toChat = (input: FitInput): FitResult => {
     let u = 0
     // A pointer's size hardly changes with the count: estimated with every unpinned message, then checked.
     const pointerTokens = messageTokens(count, pointerOf(pinnedFrom))
-    while (u < units.length - 1 && kept + pointerTokens > limit) {
+    while (units[u] !== undefined && units[u]![0]! < pinnedFrom && kept + pointerTokens > limit) {
       for (const i of units[u]!) kept -= tokensOf[i]!
       u++
     }
-    leftOut = u === units.length - 1 ? pinnedFrom : units[u]![0]!
+    leftOut = units[u]?.[0] ?? pinnedFrom
     pointer = pointerOf(leftOut)
   }
 
