@@ -32,8 +32,12 @@
  *   last; streams: the events from the call on are held, and the continuation's join the agent's message). Off: the
  *   body goes out byte for byte.
  *
- * It does not switch providers yet (a later slice of issue 14): a model must route to an instance of the endpoint's
- * own protocol.
+ * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` instance; `GatewaySwitched`,
+ *   `GatewaySwitch`): the request is recorded first, its history converted to Chat Completions and fitted under the
+ *   instance's window (stubs, then deferral with a pointer; the agent's newest turn unchanged), and the answer
+ *   converted back to Anthropic's (whole or as SSE events as the chunks arrive) and recorded as an Anthropic reply. A
+ *   request Baton cannot fit is answered Anthropic's "prompt is too long" 400 and never sent. Other cross-protocol
+ *   routes (to `openai-responses`, or from the OpenAI endpoints) are refused 404.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"

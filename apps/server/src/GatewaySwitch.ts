@@ -1,8 +1,7 @@
 /**
  * GatewaySwitch: a provider switch on the gateway's Anthropic Messages endpoint (issue 14 items 4 and 5,
  * docs/gateway.md "Routing and switching"): the agent (Claude Code) speaks Anthropic Messages, and its model routes to
- * an `openai-chat` instance (an OpenAI-compatible upstream). Pure: no I/O (`Gateway` and `switched` below do the HTTP
- * and the record).
+ * an `openai-chat` instance (an OpenAI-compatible upstream). No I/O: `GatewaySwitched` does the HTTP and the record.
  *
  * - **The request** (`toChat`): the agent's history converted to Chat Completions: `system` (string or text blocks) the
  *   first `system` message; a user message's `tool_result` blocks `tool` messages (rendered as the Chat Completions
