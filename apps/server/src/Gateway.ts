@@ -35,7 +35,8 @@
  * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` instance; `GatewaySwitched`,
  *   `GatewaySwitch`): the request is recorded first, its history converted to Chat Completions and fitted under the
  *   instance's window (stubs, then deferral with a pointer; the agent's newest turn unchanged), and the answer
- *   converted back to Anthropic's (whole or as SSE events as the chunks arrive) and recorded as an Anthropic reply. A
+ *   converted back to Anthropic's (whole or as SSE events as the chunks arrive; the upstream's `thread_read` calls
+ *   answered here) and recorded as an Anthropic reply. A
  *   request Baton cannot fit is answered Anthropic's "prompt is too long" 400 and never sent. Other cross-protocol
  *   routes (to `openai-responses`, or from the OpenAI endpoints) are refused 404.
  */
@@ -212,7 +213,7 @@ export const layer = (options: GatewayOptions) =>
           }
           if (target.config.kind !== dialect.kind && record && dialect.kind === "anthropic-messages" && target.config.kind === "openai-chat") {
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
-            return yield* GatewaySwitched.serve({ threads, store, http, count, target, body: parsed, history, model, agent: agentOf(request.headers["user-agent"]) })
+            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history, model, agent: agentOf(request.headers["user-agent"]) })
           }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(

@@ -26,11 +26,12 @@
  * - **The reply** back in Anthropic's protocol: `messageOf` for a whole answer, `streamTranslator` for the SSE chunks
  *   as they arrive (message_start, content_block_start/delta/stop per text and tool_use block, message_delta with
  *   stop_reason and usage, message_stop), usage with `prompt_tokens` (which include `cached_tokens`) as uncached input
- *   plus cache reads; an error body as Anthropic's error shape (`anthropicError`), a context overflow as the
+ *   plus cache reads; calls of hidden tools (`thread_read`, answered by the gateway) left out, a stream's message left
+ *   open after a hop whose only calls were hidden ones (the continuation's blocks join it); an error body as Anthropic's error shape (`anthropicError`), a context overflow as the
  *   "prompt is too long" 400.
  */
 import { ToolResultOffload } from "@baton/context"
-import { OpenAiChat, Sse } from "@baton/providers"
+import { OpenAiChat, type ProviderAdapter, Sse } from "@baton/providers"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 
 type Json = Record<string, unknown>
@@ -126,6 +127,8 @@ export interface FitInput {
    * in the thread); called once the cut is chosen.
    */
   readonly pointer: (leftOut: number) => string
+  /** Tools Baton offers beside the agent's when the agent sends tools (`thread_read`); none by default. */
+  readonly offered?: ReadonlyArray<ProviderAdapter.ToolDefinition> | undefined
 }
 
 /** How a request was fitted: its tokens before and after, the limit, the stubbed ids and the messages left out. */
@@ -166,7 +169,8 @@ export const toChat = (input: FitInput): FitResult => {
   for (const m of messages) {
     for (const b of blocksOf(m.content)) if (isRecord(b) && b.type === "tool_use") calls.set(String(b.id), { name: String(b.name), input: b.input })
   }
-  const tools = (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null)
+  const agentTools = (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null)
+  const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map((t) => parseJson(OpenAiChat.encodeTool(t)) as Json)]
   const system = systemText(body.system)
   const head: Array<ChatMessage> = system === "" ? [] : [{ role: "system", content: system }]
   const fixed = head.reduce((n, m) => n + messageTokens(count, m), 0) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16
@@ -318,8 +322,11 @@ export const usageOf = (usage: unknown) => {
 /** A message id in Anthropic's form for a Chat Completions answer id. */
 const messageIdOf = (id: unknown) => `msg_${typeof id === "string" && id !== "" ? id.replace(/[^A-Za-z0-9_-]/g, "_") : `baton_${Date.now().toString(36)}`}`
 
-/** A whole Chat Completions answer as an Anthropic Messages answer (`model`: the agent's). */
-export const messageOf = (answer: unknown, model: string): Json => {
+/**
+ * A whole Chat Completions answer as an Anthropic Messages answer (`model`: the agent's): calls of `hidden` tools left
+ * out, the usage of `earlier` hops (hidden rounds, Chat Completions `usage` objects) added to its own.
+ */
+export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<string> = new Set(), earlier: ReadonlyArray<unknown> = []): Json => {
   const a = isRecord(answer) ? answer : {}
   const choice = Array.isArray(a.choices) && isRecord(a.choices[0]) ? a.choices[0] : {}
   const message = isRecord(choice.message) ? choice.message : {}
@@ -328,6 +335,7 @@ export const messageOf = (answer: unknown, model: string): Json => {
   for (const c of Array.isArray(message.tool_calls) ? message.tool_calls : []) {
     if (!isRecord(c)) continue
     const fn = isRecord(c.function) ? c.function : {}
+    if (hidden.has(String(fn.name ?? ""))) continue
     const args = typeof fn.arguments === "string" ? parseJson(fn.arguments) : fn.arguments
     content.push({ type: "tool_use", id: toolUseId(String(c.id ?? "")), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
   }
@@ -337,14 +345,32 @@ export const messageOf = (answer: unknown, model: string): Json => {
     role: "assistant",
     model,
     content,
-    stop_reason: stopReasonOf(choice.finish_reason),
+    stop_reason: choice.finish_reason === "tool_calls" && !content.some((b) => b.type === "tool_use") ? "end_turn" : stopReasonOf(choice.finish_reason),
     stop_sequence: null,
-    usage: usageOf(a.usage)
+    usage: [...earlier, a.usage].map(usageOf).reduce((x, y) => ({
+      input_tokens: x.input_tokens + y.input_tokens,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: x.cache_read_input_tokens + y.cache_read_input_tokens,
+      output_tokens: x.output_tokens + y.output_tokens
+    }))
   }
 }
 
 /** One Anthropic SSE event as Anthropic sends it (`event:` and `data:` lines). */
 const event = (data: Json) => `event: ${String(data.type)}\ndata: ${JSON.stringify(data)}\n\n`
+
+/** The calls of a whole Chat Completions answer when every one is a call of a `hidden` tool; `null` otherwise. */
+export const hiddenCallsOf = (answer: unknown, hidden: ReadonlySet<string>): { readonly message: ChatMessage; readonly calls: ReadonlyArray<HiddenCall> } | null => {
+  const a = isRecord(answer) ? answer : {}
+  const choice = Array.isArray(a.choices) && isRecord(a.choices[0]) ? a.choices[0] : {}
+  const message = isRecord(choice.message) ? choice.message : {}
+  const calls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).filter(isRecord)
+  if (calls.length === 0 || !calls.every((c) => isRecord(c.function) && hidden.has(String(c.function.name)))) return null
+  return {
+    message: { role: "assistant", content: typeof message.content === "string" && message.content !== "" ? message.content : null, tool_calls: calls },
+    calls: calls.map((c) => ({ id: String(c.id ?? ""), arguments: String((c.function as Json).arguments ?? "{}") }))
+  }
+}
 
 /** A whole Anthropic message (`messageOf`) as the SSE events of its stream. */
 export const eventsOf = (message: Json): string => {
@@ -369,12 +395,30 @@ export const eventsOf = (message: Json): string => {
   ].join("")
 }
 
+/** A call of a hidden tool (`thread_read`) the upstream made: its id and arguments (JSON text). */
+export interface HiddenCall {
+  readonly id: string
+  readonly arguments: string
+}
+
 /** Translates a Chat Completions stream into Anthropic Messages SSE as its chunks arrive. */
 export interface StreamTranslator {
   /** Feeds a chunk of the upstream's bytes; the Anthropic events they make (`""`: none yet). */
   readonly push: (chunk: Uint8Array) => string
-  /** The stream has ended: what is left (the message's end, or an `error` event when it ended before an answer). */
+  /**
+   * The stream has ended: what is left (the message's end, or an `error` event when it ended before an answer). When
+   * the answer's only calls were hidden ones, the message is left open (`hidden()` says which): the caller answers
+   * them and feeds the continuation's stream after `next()`, or ends the message with `stop()`.
+   */
   readonly end: () => string
+  /** The hidden calls that left the message open (after `end()`); `null` when the message ended. */
+  readonly hidden: () => ReadonlyArray<HiddenCall> | null
+  /** The open hop's assistant message in Chat Completions form (its text and every call), for the continuation. */
+  readonly assistant: () => ChatMessage
+  /** Starts the continuation's hop: the same message, its blocks numbered on, its usage added. */
+  readonly next: () => void
+  /** Ends an open message (no continuation): `message_delta` and `message_stop`. */
+  readonly stop: () => string
 }
 
 /**
@@ -383,15 +427,29 @@ export interface StreamTranslator {
  * `[DONE]` (or the stream's end after a `finish_reason`) with `message_delta` (stop reason, usage) and `message_stop`;
  * an `error` in the stream becomes an Anthropic `error` event.
  */
-export const streamTranslator = (model: string): StreamTranslator => {
-  const decoder = Sse.makeDecoder()
+export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set()): StreamTranslator => {
+  let decoder = Sse.makeDecoder()
   let started = false
   let open: { readonly kind: "text" | "tool"; readonly index: number; readonly call?: number } | null = null
   let blocks = 0
   let finish: unknown = null
   let usage: unknown = null
+  /** The usage of the hops before this one (hidden rounds), added to this hop's. */
+  const earlier: Array<unknown> = []
   let done = false
+  let text = ""
+  const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean }>()
+  let pending: ReadonlyArray<HiddenCall> | null = null
   const out: Array<string> = []
+  const total = () => {
+    const all = [...earlier, usage].map(usageOf)
+    return {
+      input_tokens: all.reduce((n, u) => n + u.input_tokens, 0),
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: all.reduce((n, u) => n + u.cache_read_input_tokens, 0),
+      output_tokens: all.reduce((n, u) => n + u.output_tokens, 0)
+    }
+  }
   const start = (id: unknown) => {
     if (started) return
     started = true
@@ -409,7 +467,15 @@ export const streamTranslator = (model: string): StreamTranslator => {
     if (done) return
     done = true
     close()
-    out.push(event({ type: "message_delta", delta: { stop_reason: stopReasonOf(finish), stop_sequence: null }, usage: usageOf(usage) }))
+    const visible = [...calls.values()].filter((c) => !c.hidden)
+    if (visible.length === 0 && [...calls.values()].some((c) => c.hidden)) {
+      // Only hidden calls: the message stays open for the continuation.
+      pending = [...calls.values()].map((c) => ({ id: c.id, arguments: c.arguments }))
+      return
+    }
+    // Hidden calls beside the agent's own are dropped (the agent answers its own; the message ends here).
+    const reason = visible.length === 0 && finish === "tool_calls" ? "end_turn" : stopReasonOf(finish)
+    out.push(event({ type: "message_delta", delta: { stop_reason: reason, stop_sequence: null }, usage: total() }))
     out.push(event({ type: "message_stop" }))
   }
   const onData = (data: string) => {
@@ -433,6 +499,7 @@ export const streamTranslator = (model: string): StreamTranslator => {
     if (choice === null) return
     const delta = isRecord(choice.delta) ? choice.delta : {}
     if (typeof delta.content === "string" && delta.content !== "") {
+      text += delta.content
       if (open === null || open.kind !== "text") {
         close()
         open = { kind: "text", index: blocks++ }
@@ -444,6 +511,15 @@ export const streamTranslator = (model: string): StreamTranslator => {
       if (!isRecord(c)) continue
       const fn = isRecord(c.function) ? c.function : {}
       const callIndex = typeof c.index === "number" ? c.index : 0
+      let call = calls.get(callIndex)
+      if (call === undefined) {
+        const name = String(fn.name ?? "")
+        call = { id: toolUseId(String(c.id ?? `call_${callIndex}`)), name, arguments: "", hidden: hiddenTools.has(name) }
+        calls.set(callIndex, call)
+      }
+      if (typeof fn.arguments === "string") call.arguments += fn.arguments
+      // A hidden tool's call (thread_read, answered by the gateway) never reaches the agent.
+      if (call.hidden) continue
       if (open === null || open.kind !== "tool" || open.call !== callIndex) {
         close()
         open = { kind: "tool", index: blocks++, call: callIndex }
@@ -466,6 +542,28 @@ export const streamTranslator = (model: string): StreamTranslator => {
   return {
     push: (chunk) => {
       for (const m of decoder.push(chunk)) onData(m.data)
+      return drain()
+    },
+    hidden: () => pending,
+    assistant: () => ({
+      role: "assistant",
+      content: text === "" ? null : text,
+      tool_calls: [...calls.values()].map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }))
+    }),
+    next: () => {
+      earlier.push(usage)
+      usage = null
+      finish = null
+      text = ""
+      calls.clear()
+      pending = null
+      done = false
+      decoder = Sse.makeDecoder()
+    },
+    stop: () => {
+      pending = null
+      out.push(event({ type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: total() }))
+      out.push(event({ type: "message_stop" }))
       return drain()
     },
     end: () => {

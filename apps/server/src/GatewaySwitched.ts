@@ -8,24 +8,28 @@
  * converted, fitted request goes to `{baseUrl}/chat/completions` with the instance's key as `Authorization: Bearer`
  * (none of the agent's headers: they are Anthropic's). The answer comes back in Anthropic's protocol (a whole message,
  * or SSE events as the upstream's chunks arrive) and is recorded as an Anthropic reply (the agent sends it back as
- * such), with the usage and the instance's prices. An overflow Baton cannot fit never goes out: the agent gets
+ * such), with the usage and the instance's prices. `thread_read` is offered beside the agent's tools; when the
+ * upstream's answer calls only it, the gateway answers from the thread and continues with the upstream, and the agent
+ * gets one message (whole: the last answer; streamed: the continuation's blocks join the message). An overflow Baton cannot fit never goes out: the agent gets
  * Anthropic's "prompt is too long" 400 (its compaction runs) and the run fails `overflow`.
  */
 import type { Item, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Render } from "@baton/context"
-import { GatewayThreads } from "@baton/orchestration"
+import { GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { OpenAiChat } from "@baton/providers"
 import type { ThreadStore } from "@baton/persistence"
-import { type HttpClient, HttpClientRequest, HttpServerResponse } from "@effect/platform"
+import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option, Stream } from "effect"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayChat from "./GatewayChat.js"
-import { type History, parseJson } from "./GatewayDialect.js"
+import { type History, isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import type * as ServerConfig from "./ServerConfig.js"
 
 /** What serving a switched request needs from the gateway. */
 export interface Input {
   readonly threads: GatewayThreads.GatewayThreads
+  readonly reader: ThreadRead.ThreadRead
   readonly store: ThreadStore
   readonly http: HttpClient.HttpClient
   readonly count: (text: string) => number
@@ -35,6 +39,9 @@ export interface Input {
   readonly model: string
   readonly agent: string
 }
+
+/** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
+const maxReadHops = 8
 
 /** Anthropic's error answer. */
 const errorAnswer = (status: number, body: unknown) => HttpServerResponse.unsafeJson(body, { status })
@@ -96,9 +103,12 @@ export const serve = (input: Input) =>
           ))
       })
 
-    const fitWith = (pointer: (n: number) => string) =>
-      GatewaySwitch.toChat({ body, windowTokens: target.config.contextWindow, maxOutputTokens: target.config.maxOutputTokens, count, pointer })
     const threadId = Option.match(begun, { onNone: () => null, onSome: (b) => b.threadId as string })
+    // thread_read is offered (beside the agent's tools) when there is a thread to read from; the gateway answers it.
+    const offered = threadId === null ? [] : [ThreadRead.definition]
+    const hidden: ReadonlySet<string> = new Set(offered.map((t) => t.name))
+    const fitWith = (pointer: (n: number) => string) =>
+      GatewaySwitch.toChat({ body, windowTokens: target.config.contextWindow, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered })
     // A first pass with a pointer of the thread's size; the thread's items are read only when messages are left out.
     let fitted = fitWith(pointerFor(threadId, [], history.messages))
     if (fitted._tag === "fits" && fitted.fit.leftOut > 0 && threadId !== null) {
@@ -114,10 +124,24 @@ export const serve = (input: Input) =>
     const headers: Record<string, string> = { accept: streamed ? "text/event-stream" : "application/json" }
     GatewayChat.dialect.upstreamHeaders(target.apiKey, headers)
     const url = target.config.baseUrl.replace(/\/+$/, "") + "/chat/completions"
-    const response = yield* Effect.either(input.http.execute(HttpClientRequest.post(url).pipe(
-      HttpClientRequest.setHeaders(headers),
-      HttpClientRequest.bodyText(JSON.stringify(fitted.body), "application/json")
-    )))
+    const post = (chatBody: unknown) =>
+      input.http.execute(HttpClientRequest.post(url).pipe(
+        HttpClientRequest.setHeaders(headers),
+        HttpClientRequest.bodyText(JSON.stringify(chatBody), "application/json")
+      ))
+    let chatBody = fitted.body
+    /** The conversation continued after hidden calls: their answers from the thread (`tool` messages) appended. */
+    const continued = (assistant: unknown, calls: ReadonlyArray<GatewaySwitch.HiddenCall>) =>
+      Effect.gen(function*() {
+        const answers = yield* Effect.forEach(calls, (c) =>
+          threadId === null
+            ? Effect.succeed({ toolCallId: c.id, output: "thread_read: this conversation has no record to read from", isError: true })
+            : Effect.map(input.reader.answer(threadId as ThreadId, c.arguments), (a) => ({ toolCallId: c.id, ...a })))
+        const tools = parseJson(`[${OpenAiChat.dialect.toolResults(answers, [])}]`) as ReadonlyArray<unknown>
+        chatBody = { ...chatBody, messages: [...(chatBody.messages as ReadonlyArray<unknown>), assistant, ...tools] }
+        return chatBody
+      })
+    const response = yield* Effect.either(post(chatBody))
     if (response._tag === "Left") {
       yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
       return errorAnswer(502, GatewaySwitch.errorBody("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
@@ -137,7 +161,26 @@ export const serve = (input: Input) =>
         yield* settle((b) => threads.fail(b, "failed", code, `the upstream answered HTTP ${upstream.status}: ${text.right.slice(0, 300)}`))
         return errorAnswer(converted.status, converted.body)
       }
-      const message = GatewaySwitch.messageOf(parseJson(text.right), model)
+      // The upstream's own thread_read calls: answered here and the conversation continued (up to 8 rounds).
+      let answer = parseJson(text.right)
+      const earlier: Array<unknown> = []
+      for (let hop = 0; hop < maxReadHops; hop++) {
+        const reads = GatewaySwitch.hiddenCallsOf(answer, hidden)
+        if (reads === null) break
+        earlier.push(isRecord(answer) ? answer.usage : null)
+        const next = yield* Effect.either(Effect.flatMap(continued(reads.message, reads.calls).pipe(Effect.flatMap(post)), (r) => Effect.map(r.text, (t) => ({ r, t }))))
+        if (next._tag === "Left") {
+          yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
+          return errorAnswer(502, GatewaySwitch.errorBody("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
+        }
+        if (next.right.r.status < 200 || next.right.r.status >= 300) {
+          const converted = GatewaySwitch.anthropicError(next.right.r.status, next.right.t)
+          yield* settle((b) => threads.fail(b, "failed", "provider_refused", `the upstream answered HTTP ${next.right.r.status} after thread_read: ${next.right.t.slice(0, 300)}`))
+          return errorAnswer(converted.status, converted.body)
+        }
+        answer = parseJson(next.right.t)
+      }
+      const message = GatewaySwitch.messageOf(answer, model, hidden, earlier)
       yield* settle((b) => threads.complete(b, GatewayAnthropic.dialect.replyOfBody(message)))
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
@@ -146,7 +189,7 @@ export const serve = (input: Input) =>
 
     // A stream: each upstream chunk translated as it arrives; the translated events assembled as an Anthropic reply,
     // recorded when the stream ends, before the agent's connection sees the end.
-    const translator = GatewaySwitch.streamTranslator(model)
+    const translator = GatewaySwitch.streamTranslator(model, hidden)
     const assembler = GatewayAnthropic.replyAssembler()
     const encoder = new TextEncoder()
     let settled = false
@@ -159,9 +202,32 @@ export const serve = (input: Input) =>
           : threads.fail(b, "failed", outcome._tag === "failed" ? outcome.code : "provider_protocol", outcome.reason)
       )
     })
-    const stream = upstream.stream.pipe(
-      Stream.map((chunk) => translator.push(chunk)),
-      Stream.concat(Stream.sync(() => translator.end())),
+    let hops = 0
+    /**
+     * One hop's stream translated; when it ends with only hidden calls, they are answered and the continuation's
+     * stream follows (the same message for the agent), up to `maxReadHops`.
+     */
+    const hop = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>): Stream.Stream<string, HttpClientError.ResponseError> =>
+      source.pipe(
+        Stream.map((chunk) => translator.push(chunk)),
+        Stream.concat(Stream.unwrap(Effect.gen(function*() {
+          const tail = translator.end()
+          const reads = translator.hidden()
+          if (reads === null) return Stream.make(tail)
+          if (++hops > maxReadHops) return Stream.make(tail + translator.stop())
+          const next = yield* Effect.either(Effect.flatMap(continued(translator.assistant(), reads), post))
+          if (next._tag === "Right" && next.right.status >= 200 && next.right.status < 300 && (next.right.headers["content-type"] ?? "").includes("text/event-stream")) {
+            translator.next()
+            return Stream.concat(Stream.make(tail), hop(next.right.stream))
+          }
+          // The continuation failed: the agent gets an error event (the run fails: no message_stop).
+          const failed = next._tag === "Left"
+            ? GatewaySwitch.errorBody("api_error", `the upstream could not continue after thread_read: ${next.left.message}`)
+            : GatewaySwitch.anthropicError(next.right.status, yield* Effect.orElseSucceed(next.right.text, () => "")).body
+          return Stream.make(`${tail}event: error\ndata: ${JSON.stringify(failed)}\n\n`)
+        })))
+      )
+    const stream = hop(upstream.stream).pipe(
       Stream.filter((text) => text !== ""),
       Stream.map((text) => encoder.encode(text)),
       Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),

@@ -312,6 +312,60 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upst
       })
     ), { timeout: 120_000 })
 
+  it.live("the switched upstream's thread_read calls are answered by the gateway from the thread, streamed and whole; the agent never sees them", () =>
+    withGateway((_anthropic, chat) =>
+      Effect.gen(function*() {
+        const output = `hello-output ${words(9, 50)}`
+        const history = [
+          { role: "user", content: "run it" },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_a", name: "Bash", input: { command: "echo hello" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a", content: output }] }
+        ]
+        const read = { id: "call_r", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_a" }) }
+        // Streamed: the first hop's text reaches the agent, its thread_read call does not; the continuation joins.
+        chat.enqueue(ModelApi.answer("openai-chat", "Let me read.", usage, [read]), ModelApi.answer("openai-chat", "It said hello.", usage))
+        const body = { model: "gpt-5", max_tokens: 1_000, stream: true, system, tools, messages: history }
+        const streamed = yield* raw(messages(body))
+        expect(streamed.status).toBe(200)
+        expect(streamed.text.match(/event: message_start/g)).toHaveLength(1)
+        expect(streamed.text).not.toContain("thread_read")
+        const reply = assembled(streamed.text)
+        expect((reply.messages[0]!.message as Message).content).toEqual([{ type: "text", text: "Let me read." }, { type: "text", text: "It said hello." }])
+        expect(reply.tokens).toEqual({ inputTokens: 1_800, cacheWriteTokens: 0, cacheReadTokens: 600, outputTokens: 80 })
+        expect(streamed.text).toContain("\"stop_reason\":\"end_turn\"")
+        expect(chat.requests).toHaveLength(2)
+        const first = JSON.parse(chat.requests[0]!.body) as { tools: ReadonlyArray<{ function: { name: string } }> }
+        expect(first.tools.map((t) => t.function.name)).toEqual(["Bash", "thread_read"])
+        const second = JSON.parse(chat.requests[1]!.body) as { messages: ReadonlyArray<{ role: string; content: string | null; tool_calls?: unknown; tool_call_id?: string }> }
+        expect(second.messages.at(-2)).toEqual({ role: "assistant", content: "Let me read.", tool_calls: [{ id: "call_r", type: "function", function: { name: "thread_read", arguments: read.arguments } }] })
+        expect(second.messages.at(-1)!.tool_call_id).toBe("call_r")
+        expect(second.messages.at(-1)!.content).toContain(output)
+
+        // Whole: the agent gets only the last answer, with every hop's usage.
+        const whole = (text: string, calls: ReadonlyArray<typeof read>) => ({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({
+            id: `chatcmpl-${calls.length}`,
+            choices: [{ index: 0, message: { role: "assistant", content: text, ...(calls.length === 0 ? {} : { tool_calls: calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) }) }, finish_reason: calls.length === 0 ? "stop" : "tool_calls" }],
+            usage: { prompt_tokens: 100, completion_tokens: 5, prompt_tokens_details: { cached_tokens: 40 } }
+          })
+        })
+        chat.enqueue(whole("", [read]), whole("Read: hello.", []))
+        const again = yield* raw(messages({ ...body, stream: false, messages: [...history, reply.messages[0]!.message, { role: "user", content: "and again" }] }))
+        expect(again.status).toBe(200)
+        expect(again.body).toMatchObject({ content: [{ type: "text", text: "Read: hello." }], stop_reason: "end_turn", usage: { input_tokens: 120, cache_read_input_tokens: 80, output_tokens: 10 } })
+        expect(chat.requests).toHaveLength(4)
+        expect(chat.requests[3]!.body).toContain(JSON.stringify(output).slice(1, -1))
+
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        const items = yield* allItems(threadId)
+        expect(items.filter((i) => i.toolName === "thread_read")).toEqual([])
+        expect(items.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual(["Let me read.", "It said hello.", "Read: hello."])
+      })
+    ), { timeout: 60_000 })
+
   it.live("a whole (non-streamed) switched answer comes back as an Anthropic message; an upstream error in Anthropic's shape", () =>
     withGateway((_anthropic, chat) =>
       Effect.gen(function*() {
