@@ -70,7 +70,8 @@ export const chatMessagesOf = (
         ? [{ id: String(b.id), type: "function", function: { name: String(b.name), arguments: JSON.stringify(b.input ?? {}) } }]
         : []
     )
-    return [{ role: "assistant", content: text === "" ? null : text, ...(toolCalls.length === 0 ? {} : { tool_calls: toolCalls }) }]
+    // `null` content only beside calls (an assistant message of thinking alone is an empty text: OpenAI refuses neither).
+    return [{ role: "assistant", content: text === "" && toolCalls.length > 0 ? null : text, ...(toolCalls.length === 0 ? {} : { tool_calls: toolCalls }) }]
   }
   if (message.role === "system") return [{ role: "system", content: blocks.map(blockText).join("\n\n") }]
   const results = blocks.filter((b): b is Json => isRecord(b) && b.type === "tool_result")

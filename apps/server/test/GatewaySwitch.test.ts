@@ -309,6 +309,11 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upst
         expect(items.filter((i) => i.kind === "user_message" && i.text === "now, on the other model: list the directory")).toHaveLength(1)
         const events = threadEvents((yield* raw(HttpClientRequest.get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.bearerToken(adminToken)))).text)
         expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+        // The switch is visible in the timeline: each answer's gateway.usage names its instance and window.
+        expect(events.filter((e) => e.type === "gateway.usage").map((e) => {
+          const p = e.payload as { providerInstance: string; windowTokens: number | null; inputTokens: number }
+          return [p.providerInstance, p.windowTokens, p.inputTokens]
+        })).toEqual([["anthropic", 200_000, 900], ["chat", window, 900], ["anthropic", 200_000, 900]])
       })
     ), { timeout: 120_000 })
 
