@@ -4,8 +4,9 @@
  * characters and a Write), then the same conversation resumed with `--resume <session id> --model gpt-5`, which Baton
  * routes to a loopback Chat Completions upstream with a 32,000-token window (a tool round there too), then resumed
  * again on the first model. The switched requests fit the window with the user's prompt unchanged; the Anthropic
- * upstream then receives the whole history, the other provider's turn included. Claude Code rebuilds its history on
- * `--resume`, so each resumed request is a divergence in the record; its generation holds every message once.
+ * upstream then receives the whole history, the other provider's turn included. Claude Code re-renders its history
+ * when its model changes to a non-Claude model and back, so those requests are divergences in the record; the last
+ * generation holds every message once.
  */
 import type { Item } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
@@ -135,10 +136,11 @@ describe("Gateway provider switch with the real Claude Code", () => {
           if (page.nextAfterSeq === null) break
           afterSeq = page.nextAfterSeq
         }
-        // Claude Code rebuilds its history on `--resume` (the environment reminders of the first user message become a
-        // `system` message after it, and back), so each resumed request shares no prefix with the stored baseline:
-        // recorded as a divergence (the gateway's rule), its messages stored as a new generation. Nothing else diverges:
-        // the switched turn's second request, and the tool rounds, extend the previous request.
+        // Claude Code re-renders its history when its model changes from a Claude model to another and back (the
+        // environment reminders of the first user message become `system` messages, and back; it does so against the
+        // upstream directly too), so those two requests share no prefix with the stored baseline: recorded as
+        // divergences (the gateway's rule), their messages stored as new generations. Nothing else diverges: the
+        // switched turn's second request, and the tool rounds, extend the previous request.
         const events = threadEvents((yield* raw(HttpClientRequest.get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.bearerToken(adminToken)))).text)
         expect(events.filter((e) => e.type === "gateway.diverged").map((e) => (e.payload as { runId: string; sharedMessages: number }).runId)).toEqual([runs[4]!.id, runs[6]!.id])
         // The last generation (the last request's messages and its reply) holds the whole conversation, every message once.
