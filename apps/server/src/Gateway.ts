@@ -33,12 +33,18 @@
  *   last; streams: the events from the call on are held, and the continuation's join the agent's message). Off: the
  *   body goes out byte for byte.
  *
- * It does not switch providers yet (a later slice of issue 14): a model must route to an instance of the endpoint's
- * own protocol.
+ * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` instance; `GatewaySwitched`,
+ *   `GatewaySwitch`): the request is recorded first, its history converted to Chat Completions and fitted under the
+ *   instance's window (stubs, then deferral with a pointer; the agent's newest turn unchanged), and the answer
+ *   converted back to Anthropic's (whole or as SSE events as the chunks arrive; the upstream's `thread_read` calls
+ *   answered here) and recorded as an Anthropic reply. A
+ *   request Baton cannot fit is answered Anthropic's "prompt is too long" 400 and never sent. Other cross-protocol
+ *   routes (to `openai-responses`, or from the OpenAI endpoints) are refused 404.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
 import { GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
@@ -50,6 +56,7 @@ import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
+import * as GatewaySwitched from "./GatewaySwitched.js"
 import * as ServerConfig from "./ServerConfig.js"
 
 /** The paths the gateway serves (the guard leaves their bodies to it). */
@@ -153,6 +160,7 @@ export const layer = (options: GatewayOptions) =>
     Effect.gen(function*() {
       const threads = yield* GatewayThreads.GatewayThreads
       const reader = yield* ThreadRead.ThreadRead
+      const store = yield* ThreadStore
       const http = yield* HttpClient.HttpClient
       const digests = {
         admin: Auth.digest(Redacted.value(options.tokens.admin)),
@@ -211,10 +219,14 @@ export const layer = (options: GatewayOptions) =>
           if (target === undefined) {
             return dialect.refuse("unrouted", `model: ${model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
           }
+          if (target.config.kind !== dialect.kind && record && dialect.kind === "anthropic-messages" && target.config.kind === "openai-chat") {
+            // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
+            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history, model, agent: agentOf(request.headers["user-agent"]) })
+          }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
               "unrouted",
-              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway does not convert between protocols yet`
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat upstream`
             )
           }
 

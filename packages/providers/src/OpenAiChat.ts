@@ -19,7 +19,8 @@ import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
 import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } from "./ProviderAdapter.js"
 
-const encodeTool = (t: ToolDefinition) =>
+/** A tool as Chat Completions `tools` entry (JSON text): a function with the tool's name, description and schema. */
+export const encodeTool = (t: ToolDefinition) =>
   JSON.stringify({ type: "function", function: { name: t.name, description: t.description, parameters: t.inputSchema } })
 
 const errorFailure = (error: unknown, prefix: string): WireFailure => {

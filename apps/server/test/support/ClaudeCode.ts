@@ -36,7 +36,7 @@ export interface Result {
 
 /**
  * One headless session: `prompt` in `cwd` against `baseUrl` with `apiKey`, the Bash, Write and Read tools allowed,
- * `home` its home directory (default a new temporary one), killed after `timeoutMs`.
+ * `home` its home directory (default a new temporary one), killed after `timeoutMs`, `args` added to the command line.
  */
 export const run = (options: {
   readonly baseUrl: string
@@ -46,6 +46,8 @@ export const run = (options: {
   readonly home?: string
   /** Milliseconds before the process is killed (default 120,000). */
   readonly timeoutMs?: number
+  /** More arguments (e.g. `--resume <session id>`, `--model <name>`). */
+  readonly args?: ReadonlyArray<string>
 }) =>
   Effect.async<Result, ClaudeCodeFailed>((resume) => {
     const home = options.home ?? Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-claude-home-"))
@@ -56,7 +58,8 @@ export const run = (options: {
       "json",
       // As root (this machine), --dangerously-skip-permissions is refused: the tools the script uses are allowed instead.
       "--allowedTools",
-      "Bash,Write,Read"
+      "Bash,Write,Read",
+      ...(options.args ?? [])
     ], {
       cwd: options.cwd,
       env: {

@@ -1,0 +1,246 @@
+/**
+ * GatewaySwitched: serves one `/v1/messages` request whose model routes to an `openai-chat` instance (a provider
+ * switch, issue 14 item 4; docs/gateway.md "Routing and switching"), with `GatewaySwitch`'s conversion.
+ *
+ * Unlike a same-protocol request (forwarded first, recorded alongside), the request is recorded first (its
+ * conversation, run and new messages, as the agent sent them, on the routed instance: the run's `providerInstance`
+ * is the switch's mark), because the deferral pointer names the left-out messages' items in the thread. Then the
+ * converted, fitted request goes to `{baseUrl}/chat/completions` with the instance's key as `Authorization: Bearer`
+ * (none of the agent's headers: they are Anthropic's). The answer comes back in Anthropic's protocol (a whole message,
+ * or SSE events as the upstream's chunks arrive) and is recorded as an Anthropic reply (the agent sends it back as
+ * such), with the usage and the instance's prices. `thread_read` is offered beside the agent's tools; when the
+ * upstream's answer calls only it, the gateway answers from the thread and continues with the upstream, and the agent
+ * gets one message (whole: the last answer; streamed: the continuation's blocks join the message). An overflow Baton cannot fit never goes out: the agent gets
+ * Anthropic's "prompt is too long" 400 (its compaction runs) and the run fails `overflow`.
+ */
+import type { Item, ProviderInstance, ThreadId } from "@baton/contracts"
+import { Render } from "@baton/context"
+import { GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { OpenAiChat } from "@baton/providers"
+import type { ThreadStore } from "@baton/persistence"
+import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
+import { Effect, Option, Stream } from "effect"
+import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import * as GatewayChat from "./GatewayChat.js"
+import { type History, isRecord, parseJson } from "./GatewayDialect.js"
+import * as GatewaySwitch from "./GatewaySwitch.js"
+import type * as ServerConfig from "./ServerConfig.js"
+
+/** What serving a switched request needs from the gateway. */
+export interface Input {
+  readonly threads: GatewayThreads.GatewayThreads
+  readonly reader: ThreadRead.ThreadRead
+  readonly store: ThreadStore
+  readonly http: HttpClient.HttpClient
+  readonly count: (text: string) => number
+  readonly target: ServerConfig.ModelInstanceSetting
+  readonly body: Record<string, unknown>
+  readonly history: History
+  readonly model: string
+  readonly agent: string
+}
+
+/** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
+const maxReadHops = 8
+
+/** Anthropic's error answer. */
+const errorAnswer = (status: number, body: unknown) => HttpServerResponse.unsafeJson(body, { status })
+
+/** The item fields a left-out message's items are matched on in the thread. */
+const sameItem = (a: { readonly kind: string; readonly text: string; readonly toolCallId: string | null }, b: Item) =>
+  a.kind === b.kind && a.text === b.text && (a.toolCallId ?? null) === (b.toolCallId ?? null)
+
+/**
+ * The deferral pointer for the agent's first `n` messages: their items found in the thread's items in order (the
+ * conversation's record holds each once), as `Render.renderDeferralPointer` refs; without a record, a pointer that
+ * says so.
+ */
+const pointerFor = (threadId: string | null, items: ReadonlyArray<Item>, messages: ReadonlyArray<unknown>) => (n: number): string => {
+  const wire = GatewayThreads.anthropicMessages
+  const names = wire.toolNamesOf(messages)
+  const wanted = messages.slice(0, n).flatMap((m) => wire.itemsOf(m, "left-out", names))
+  const seqs: Array<number> = []
+  let at = 0
+  for (const w of wanted) {
+    const found = items.findIndex((item, i) => i >= at && sameItem(w, item))
+    if (found < 0) continue
+    seqs.push(items[found]!.seq)
+    at = found + 1
+  }
+  if (threadId === null || seqs.length === 0) {
+    return `<deferred_history>\n${n} earlier message${n === 1 ? " of this conversation was" : "s of this conversation were"} left out to fit this model's context window. This is context, not an instruction.\n</deferred_history>`
+  }
+  return Render.renderDeferralPointer(threadId, wanted.length, seqs.map((s) => [s, s] as const))
+}
+
+/** Serves the switched request (see the module docblock). */
+export const serve = (input: Input) =>
+  Effect.gen(function*() {
+    const { body, count, history, model, target, threads } = input
+    const begun = yield* threads.begin({
+      wire: GatewayThreads.anthropicMessages,
+      session: history.session,
+      agent: input.agent,
+      system: history.system,
+      messages: history.messages,
+      model,
+      providerInstance: target.name as ProviderInstance,
+      contextWindow: target.config.contextWindow,
+      prices: target.config.prices
+    }).pipe(
+      Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a switched request (forwarded all the same)", cause)),
+      Effect.option
+    )
+    const settle = <E>(record: (b: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
+      Option.match(begun, {
+        onNone: () => Effect.void,
+        onSome: (b) =>
+          record(b).pipe(Effect.catchAllCause((cause) =>
+            Effect.logError("gateway: could not record a switched answer; the run is marked failed", cause).pipe(
+              Effect.zipRight(threads.fail(b, "failed", "output_not_recorded", "Baton could not record the upstream's answer (see the server's log)")),
+              Effect.catchAllCause((again) => Effect.logError("gateway: could not mark the run failed either", again))
+            )
+          ))
+      })
+
+    const threadId = Option.match(begun, { onNone: () => null, onSome: (b) => b.threadId as string })
+    // thread_read is offered (beside the agent's tools) when there is a thread to read from; the gateway answers it.
+    const offered = threadId === null ? [] : [ThreadRead.definition]
+    const hidden: ReadonlySet<string> = new Set(offered.map((t) => t.name))
+    const fitWith = (pointer: (n: number) => string) =>
+      GatewaySwitch.toChat({ body, windowTokens: target.config.contextWindow, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered })
+    // A first pass with a pointer of the thread's size; the thread's items are read only when messages are left out.
+    let fitted = fitWith(pointerFor(threadId, [], history.messages))
+    if (fitted._tag === "fits" && fitted.fit.leftOut > 0 && threadId !== null) {
+      const items: ReadonlyArray<Item> = yield* Effect.orElseSucceed(input.store.listItems(threadId as ThreadId), () => [])
+      fitted = fitWith(pointerFor(threadId, items, history.messages))
+    }
+    if (fitted._tag === "overflow") {
+      const message = GatewaySwitch.overflowMessage(fitted.tokens, fitted.limit)
+      yield* settle((b) => threads.fail(b, "failed", "overflow", `not sent: ${message} (provider instance ${target.name}, window ${target.config.contextWindow})`))
+      return errorAnswer(400, GatewaySwitch.errorBody("invalid_request_error", message))
+    }
+    const streamed = body.stream === true
+    const headers: Record<string, string> = { accept: streamed ? "text/event-stream" : "application/json" }
+    GatewayChat.dialect.upstreamHeaders(target.apiKey, headers)
+    const url = target.config.baseUrl.replace(/\/+$/, "") + "/chat/completions"
+    const post = (chatBody: unknown) =>
+      input.http.execute(HttpClientRequest.post(url).pipe(
+        HttpClientRequest.setHeaders(headers),
+        HttpClientRequest.bodyText(JSON.stringify(chatBody), "application/json")
+      ))
+    let chatBody = fitted.body
+    /** The conversation continued after hidden calls: their answers from the thread (`tool` messages) appended. */
+    const continued = (assistant: unknown, calls: ReadonlyArray<GatewaySwitch.HiddenCall>) =>
+      Effect.gen(function*() {
+        const answers = yield* Effect.forEach(calls, (c) =>
+          threadId === null
+            ? Effect.succeed({ toolCallId: c.id, output: "thread_read: this conversation has no record to read from", isError: true })
+            : Effect.map(input.reader.answer(threadId as ThreadId, c.arguments), (a) => ({ toolCallId: c.id, ...a })))
+        const tools = parseJson(`[${OpenAiChat.dialect.toolResults(answers, [])}]`) as ReadonlyArray<unknown>
+        chatBody = { ...chatBody, messages: [...(chatBody.messages as ReadonlyArray<unknown>), assistant, ...tools] }
+        return chatBody
+      })
+    const response = yield* Effect.either(post(chatBody))
+    if (response._tag === "Left") {
+      yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
+      return errorAnswer(502, GatewaySwitch.errorBody("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
+    }
+    const upstream = response.right
+    const ok = upstream.status >= 200 && upstream.status < 300
+    const contentType = upstream.headers["content-type"] ?? ""
+    if (!ok || !contentType.includes("text/event-stream")) {
+      const text = yield* Effect.either(upstream.text)
+      if (text._tag === "Left") {
+        yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream's answer broke off: ${text.left.message}`))
+        return errorAnswer(502, GatewaySwitch.errorBody("api_error", "the upstream's answer broke off"))
+      }
+      if (!ok) {
+        const converted = GatewaySwitch.anthropicError(upstream.status, text.right)
+        const code = upstream.status === 429 || upstream.status >= 500 ? "provider_unavailable" : converted.status === 400 && String((converted.body.error as { message: string }).message).startsWith("prompt is too long") ? "overflow" : "provider_refused"
+        yield* settle((b) => threads.fail(b, "failed", code, `the upstream answered HTTP ${upstream.status}: ${text.right.slice(0, 300)}`))
+        return errorAnswer(converted.status, converted.body)
+      }
+      // The upstream's own thread_read calls: answered here and the conversation continued (up to 8 rounds).
+      let answer = parseJson(text.right)
+      const earlier: Array<unknown> = []
+      for (let hop = 0; hop < maxReadHops; hop++) {
+        const reads = GatewaySwitch.hiddenCallsOf(answer, hidden)
+        if (reads === null) break
+        earlier.push(isRecord(answer) ? answer.usage : null)
+        const next = yield* Effect.either(Effect.flatMap(continued(reads.message, reads.calls).pipe(Effect.flatMap(post)), (r) => Effect.map(r.text, (t) => ({ r, t }))))
+        if (next._tag === "Left") {
+          yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
+          return errorAnswer(502, GatewaySwitch.errorBody("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
+        }
+        if (next.right.r.status < 200 || next.right.r.status >= 300) {
+          const converted = GatewaySwitch.anthropicError(next.right.r.status, next.right.t)
+          yield* settle((b) => threads.fail(b, "failed", "provider_refused", `the upstream answered HTTP ${next.right.r.status} after thread_read: ${next.right.t.slice(0, 300)}`))
+          return errorAnswer(converted.status, converted.body)
+        }
+        answer = parseJson(next.right.t)
+      }
+      const message = GatewaySwitch.messageOf(answer, model, hidden, earlier)
+      yield* settle((b) => threads.complete(b, GatewayAnthropic.dialect.replyOfBody(message)))
+      if (!streamed) return HttpServerResponse.unsafeJson(message)
+      // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
+      return HttpServerResponse.text(GatewaySwitch.eventsOf(message), { contentType: "text/event-stream" })
+    }
+
+    // A stream: each upstream chunk translated as it arrives; the translated events assembled as an Anthropic reply,
+    // recorded when the stream ends, before the agent's connection sees the end.
+    const translator = GatewaySwitch.streamTranslator(model, hidden)
+    const assembler = GatewayAnthropic.replyAssembler()
+    const encoder = new TextEncoder()
+    let settled = false
+    const finish = Effect.suspend(() => {
+      settled = true
+      const outcome = assembler.outcome()
+      return settle((b) =>
+        outcome._tag === "completed"
+          ? threads.complete(b, outcome.reply)
+          : threads.fail(b, "failed", outcome._tag === "failed" ? outcome.code : "provider_protocol", outcome.reason)
+      )
+    })
+    let hops = 0
+    /**
+     * One hop's stream translated; when it ends with only hidden calls, they are answered and the continuation's
+     * stream follows (the same message for the agent), up to `maxReadHops`.
+     */
+    const hop = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>): Stream.Stream<string, HttpClientError.ResponseError> =>
+      source.pipe(
+        Stream.map((chunk) => translator.push(chunk)),
+        Stream.concat(Stream.unwrap(Effect.gen(function*() {
+          const tail = translator.end()
+          const reads = translator.hidden()
+          if (reads === null) return Stream.make(tail)
+          if (++hops > maxReadHops) return Stream.make(tail + translator.stop())
+          const next = yield* Effect.either(Effect.flatMap(continued(translator.assistant(), reads), post))
+          if (next._tag === "Right" && next.right.status >= 200 && next.right.status < 300 && (next.right.headers["content-type"] ?? "").includes("text/event-stream")) {
+            translator.next()
+            return Stream.concat(Stream.make(tail), hop(next.right.stream))
+          }
+          // The continuation failed: the agent gets an error event (the run fails: no message_stop).
+          const failed = next._tag === "Left"
+            ? GatewaySwitch.errorBody("api_error", `the upstream could not continue after thread_read: ${next.left.message}`)
+            : GatewaySwitch.anthropicError(next.right.status, yield* Effect.orElseSucceed(next.right.text, () => "")).body
+          return Stream.make(`${tail}event: error\ndata: ${JSON.stringify(failed)}\n\n`)
+        })))
+      )
+    const stream = hop(upstream.stream).pipe(
+      Stream.filter((text) => text !== ""),
+      Stream.map((text) => encoder.encode(text)),
+      Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
+      Stream.catchAll((e) =>
+        Stream.fromEffect(Effect.suspend(() => {
+          settled = true
+          return settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
+        })).pipe(Stream.drain)
+      ),
+      Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),
+      Stream.ensuring(Effect.suspend(() =>
+        settled ? Effect.void : settle((b) => threads.fail(b, "interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"))
+      ))
+    )
+    return HttpServerResponse.stream(stream, { status: 200, contentType: "text/event-stream", headers: { "cache-control": "no-cache" } })
+  })
