@@ -137,7 +137,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect([form.status, form.body?._tag]).toEqual([415, "UnsupportedMediaType"])
 
       // None of the refused requests queued a run.
-      expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], nextAfterSeq: null })
+      expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], costs: [], nextAfterSeq: null })
     }).pipe(Effect.provide(serve(providers(), { maxBodyBytes: 4_096 }))))
 
   it.live("unknown ids and routes are 404 with a JSON body", () =>

@@ -61,7 +61,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       // Nothing of the refused requests was written: one thread, no run.
       const threads = yield* raw(get("/threads"))
       expect((threads.body!.threads as Array<unknown>).length).toBe(1)
-      expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], nextAfterSeq: null })
+      expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], costs: [], nextAfterSeq: null })
     }).pipe(Effect.provide(serve(providers()))))
 
   it.live("an id with a NUL (%00 in a path, or an interrupt's runId) is 400, not a 500 from Postgres; nothing written", () =>
@@ -79,6 +79,6 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const interrupted = yield* raw(post(`/threads/${threadId}/interrupt`, { runId: "run\u0000" }))
       expect([interrupted.status, (interrupted.body?.issues as Array<{ path: unknown }>)[0]?.path]).toEqual([400, ["runId"]])
       expect((yield* raw(get("/threads"))).body!.threads as Array<unknown>).toHaveLength(1)
-      expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], nextAfterSeq: null })
+      expect((yield* raw(get(`/threads/${threadId}/runs`))).body).toEqual({ runs: [], costs: [], nextAfterSeq: null })
     }).pipe(Effect.provide(serve(providers()))))
 })
