@@ -237,7 +237,10 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
               spent.cacheWriteTokens += tokens.cacheWriteTokens
               spent.cacheReadTokens += tokens.cacheReadTokens
               spent.outputTokens += tokens.outputTokens
-              yield* uow.thread(threadId, "ThreadOffload.spend")(store.addOffloadSpend(operationId, tokens)).pipe(
+              // The operation's row only (one atomic UPDATE while it is running): no need to queue behind the
+              // thread's lock, where a turn or another writer would delay it, and where it once let a cancel arrive
+              // before the commit that was about to win (OffloadCancelAcrossProcesses, "while committing").
+              yield* uow.global("ThreadOffload.spend")(store.addOffloadSpend(operationId, tokens)).pipe(
                 Effect.catchAll((e) => Effect.logWarning(`/offload ${operationId}: a summariser call's charge could not be written yet (kept in memory)`, e))
               )
             }))
