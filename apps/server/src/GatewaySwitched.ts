@@ -163,6 +163,12 @@ export const serve = (input: Input) =>
       }
       // The upstream's own thread_read calls: answered here and the conversation continued (up to 8 rounds).
       let answer = parseJson(text.right)
+      /** A 2xx answer that is not a JSON object is no answer: a 502, the run failed (never an empty message). */
+      const notJson = (t: string) =>
+        settle((b) => threads.fail(b, "failed", "provider_protocol", `the upstream's answer is not JSON: ${t.slice(0, 300)}`)).pipe(
+          Effect.as(errorAnswer(502, GatewaySwitch.errorBody("api_error", "the upstream's answer is not a JSON object")))
+        )
+      if (!isRecord(answer)) return yield* notJson(text.right)
       const earlier: Array<unknown> = []
       for (let hop = 0; hop < maxReadHops; hop++) {
         const reads = GatewaySwitch.hiddenCallsOf(answer, hidden)
@@ -179,6 +185,7 @@ export const serve = (input: Input) =>
           return errorAnswer(converted.status, converted.body)
         }
         answer = parseJson(next.right.t)
+        if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
       const message = GatewaySwitch.messageOf(answer, model, hidden, earlier)
       yield* settle((b) => threads.complete(b, GatewayAnthropic.dialect.replyOfBody(message)))
@@ -235,7 +242,10 @@ export const serve = (input: Input) =>
         Stream.fromEffect(Effect.suspend(() => {
           settled = true
           return settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
-        })).pipe(Stream.drain)
+        })).pipe(
+          // The agent is told (an Anthropic `error` event), not left with a stream that stops mid-block.
+          Stream.as(encoder.encode(`event: error\ndata: ${JSON.stringify(GatewaySwitch.errorBody("api_error", "the upstream's stream broke off"))}\n\n`))
+        )
       ),
       Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),
       Stream.ensuring(Effect.suspend(() =>
