@@ -107,6 +107,8 @@ export interface Call {
  *   entry right after another model entry is part of the same response (Responses: one response is several items).
  * - `stub`: the entry with its results of the calls in `stubbed` replaced by `ToolResultOffload.stubText` lines (the
  *   same object when none).
+ * - `opaque`: whether the entry carries a tool result with a part that is not text (an image, a document): the thread
+ *   records such a part as `[type]`, so `thread_read` could not give it back, and its unit is never stubbed.
  * - `offer`: the tools with `thread_read` appended (the same array when it is there; `null` when the body has no tools).
  * - `system`: what the body sends besides the history and tools (counted as fixed tokens).
  * - `pricing`: the policy's cache multipliers from the instance's prices.
@@ -119,6 +121,7 @@ export interface Shape {
   readonly model: (entry: Record<string, unknown>) => boolean
   readonly joins: boolean
   readonly stub: (entry: Record<string, unknown>, stubbed: ReadonlySet<string>, calls: ReadonlyMap<string, Call>) => Record<string, unknown>
+  readonly opaque: (entry: Record<string, unknown>) => boolean
   readonly offer: (body: Record<string, unknown>) => ReadonlyArray<unknown> | null
   readonly system: (body: Record<string, unknown>) => unknown
   readonly pricing: (prices: Prices) => ToolResultOffload.CachePricing
@@ -131,6 +134,9 @@ export const contentChars = (content: unknown): number =>
     : Array.isArray(content)
     ? content.reduce((n: number, b) => n + (isRecord(b) && typeof b.text === "string" ? b.text.length : JSON.stringify(b).length), 0)
     : 0
+
+/** Whether a tool result's content has a part that is not text (an image, a document): the thread cannot give it back. */
+export const hasNonText = (content: unknown): boolean => Array.isArray(content) && content.some((p) => !(isRecord(p) && typeof p.text === "string"))
 
 /**
  * What a hidden `thread_read` call read, as a ref the conversation's thread can answer: the call's `refs` (parsed by
@@ -199,6 +205,7 @@ export const anthropicShape: Shape = {
   model: (m) => m.role === "assistant",
   joins: false,
   stub: stubMessage,
+  opaque: (m) => m.role === "user" && blocksOf(m).some((b) => isRecord(b) && b.type === "tool_result" && hasNonText(b.content)),
   offer: (body) => {
     const tools = Array.isArray(body.tools) ? body.tools : null
     return tools === null || tools.some((t) => isRecord(t) && t.name === ThreadRead.definition.name)
@@ -286,6 +293,8 @@ export const plan = (shape: Shape, input: Input): Output => {
     const reads = u.calls.filter((c) => c.name === ThreadRead.definition.name)
     if (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOfCall(c) === null))) u.pinned = true
   }
+  // A result the thread cannot give back (an image) goes out as sent: its stub would lose it for good.
+  for (const u of units) if (u.results.some((i) => shape.opaque(messages[i]!))) u.pinned = true
   // What thread_read returned stays verbatim while the model is likely still using it (as in the adapters).
   const seen = new Set<number>()
   for (let i = messages.length - 1; i >= 0 && seen.size < ToolResultOffload.defaults.keepNewestUnits; i--) {

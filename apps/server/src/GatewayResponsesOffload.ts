@@ -67,6 +67,7 @@ export const shape: GatewayOffload.Shape = {
     isOutput(item) && typeof item.call_id === "string" && stubbed.has(item.call_id)
       ? { ...item, output: GatewayOffload.stubLine(item.call_id, calls.get(item.call_id), GatewayOffload.contentChars(item.output)) }
       : item,
+  opaque: (item) => isOutput(item) && GatewayOffload.hasNonText(item.output),
   offer: (body) => {
     const tools = Array.isArray(body.tools) ? body.tools : null
     return tools === null || tools.some((t) => isRecord(t) && t.name === ThreadRead.definition.name)

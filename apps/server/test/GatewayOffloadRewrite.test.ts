@@ -2,11 +2,13 @@
  * `GatewayOffload`'s pure parts on hand-made bodies (regressions found by the long Claude Code acceptance,
  * GatewayClaudeCodeLong.test.ts): a consumed hidden `thread_read` round is stubbed like any tool unit, its stub
  * naming what it read (the gateway's own rounds are not in the thread, the originals are); and a continuation carries
- * the agent's messages breakpoint on its last block, so the upstream caches the hidden round.
+ * the agent's messages breakpoint on its last block, so the upstream caches the hidden round; a tool result holding an
+ * image is never stubbed (the thread records it as `[image]`: thread_read could not give it back).
  */
 import { ToolResultOffload } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
 import * as GatewayOffload from "../src/GatewayOffload.js"
+import * as GatewayResponsesOffload from "../src/GatewayResponsesOffload.js"
 
 const bp = { type: "ephemeral" }
 const big = (tag: string) => `${tag}: ${"0123456789 ".repeat(800)}`
@@ -116,5 +118,53 @@ describe("GatewayOffload", () => {
     // Without a breakpoint in the messages, nothing is added.
     const plain = { messages: [{ role: "user", content: [{ type: "text", text: "a" }] }] }
     expect(GatewayOffload.withMovedBreakpoint(plain)).toBe(plain)
+  })
+
+  it("a tool result with an image (Anthropic block, Responses part) goes out as sent at a flush that stubs its neighbours", () => {
+    const image = { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo".repeat(3_000) } }
+    const anthropic = {
+      model: "claude-x",
+      tools: [{ name: "Read", input_schema: { type: "object" } }],
+      messages: [
+        { role: "user", content: "go" },
+        ...toolUnit("toolu_img", "Read", { file_path: "shot.png" }, "unused").map((m, i) =>
+          i === 1 ? { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_img", content: [image] }] } : m
+        ),
+        ...["two", "three", "four", "five"].flatMap((tag) => toolUnit(`toolu_${tag}`, "Bash", { command: "ls" }, big(tag))),
+        { role: "user", content: "and now?" }
+      ]
+    }
+    const out = rewrite(anthropic)
+    expect(out.flush?.refs).toEqual(["tool:toolu_two"])
+    expect(resultOf(out.body, "toolu_img").content).toEqual([image])
+    expect(String(resultOf(out.body, "toolu_two").content)).toContain("[offloaded, thread_read tool:toolu_two]")
+
+    const unit = (id: string, output: unknown) => [
+      { type: "function_call", call_id: id, name: "view_image", arguments: "{}" },
+      { type: "function_call_output", call_id: id, output }
+    ]
+    const picture = [{ type: "input_image", image_url: `data:image/png;base64,${"iVBOR".repeat(6_000)}` }]
+    const responses = {
+      model: "gpt-x",
+      tools: [{ type: "function", name: "view_image" }],
+      input: [
+        { type: "message", role: "user", content: [{ type: "input_text", text: "go" }] },
+        ...unit("call_img", picture),
+        ...["two", "three", "four", "five"].flatMap((tag) => unit(`call_${tag}`, big(tag))),
+        { type: "message", role: "user", content: [{ type: "input_text", text: "and now?" }] }
+      ]
+    }
+    const planned = GatewayOffload.plan(GatewayResponsesOffload.shape, {
+      body: responses,
+      offloaded: [],
+      settings: ToolResultOffload.defaults,
+      windowTokens: count(JSON.stringify(responses)),
+      prices: { input: 3, cacheRead: 0.3, cacheWrite: 0 },
+      requestsSoFar: 20,
+      msSinceLastRequest: 1_000,
+      count
+    })
+    expect(planned.flush?.refs).toEqual(["tool:call_two"])
+    expect((planned.body.input as Array<Block>)[2]).toEqual({ type: "function_call_output", call_id: "call_img", output: picture })
   })
 })
