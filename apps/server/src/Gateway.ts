@@ -409,7 +409,8 @@ export const layer = (options: GatewayOptions) =>
                 const next = offloader!.continuation(body, end.content, yield* answerReads(end.reads))
                 const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(offloader!.sendable(next))))))
                 lastBody = next
-                if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300) {
+                // A 2xx that is not a stream (a JSON body, an HTML page) cannot join the message: an error, as a refusal.
+                if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300 && (response.right.headers["content-type"] ?? "").includes("text/event-stream")) {
                   return spliced(response.right.stream, offloader!.hop(end), next)
                 }
                 // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop,

@@ -3,7 +3,8 @@
  * loopback Anthropic upstream that records the bodies: a long tool-using conversation whose results (about 25,000
  * characters each) are stubbed at flushes and stay stubbed, each request extending the previous one except at the
  * reported flushes, the agent's newest message sent byte for byte, `thread_read` offered; with the instance's
- * `toolResultOffload` off, every body goes out as the agent sent it.
+ * `toolResultOffload` off, every body goes out as the agent sent it; a continuation after a hidden `thread_read` that
+ * answers 2xx without a stream ends the agent's stream with an `error` event.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { HttpClientRequest } from "@effect/platform"
@@ -318,4 +319,34 @@ describe("Gateway tool-result offload", () => {
         expect(upstream.requests.map((r) => r.body)).toEqual(sent)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
+
+  it.live("a continuation that answers 2xx but not a stream (a JSON or HTML body) ends the agent's message with an error event; the run fails", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        upstream.enqueue(
+          ModelApi.answer("anthropic-messages", "Let me look.", usage, [{ id: "toolu_read", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_1" }) }]),
+          { status: 200, contentType: "application/json", body: "<html>upstream proxy page</html>" }
+        )
+        const messages = [
+          { role: "user", content: "list the files" },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "Bash", input: { command: "ls" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "a.ts" }] },
+          { role: "assistant", content: [{ type: "text", text: "One file." }] },
+          { role: "user", content: "what did ls print?" }
+        ]
+        const answer = yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages }))
+        expect(answer.status).toBe(200)
+        const events = answer.text.split("\n\n").filter((e) => e.trim() !== "").map((e) => JSON.parse(e.split("\n").find((l) => l.startsWith("data: "))!.slice(6)) as StreamEvent)
+        expect(events.map((e) => e.type)).toEqual(["message_start", "content_block_start", "content_block_delta", "content_block_stop", "error"])
+        expect(events.at(-1)).toEqual({ type: "error", error: { type: "api_error", message: "the upstream could not continue after thread_read (HTTP 200)" } })
+        expect(upstream.requests).toHaveLength(2)
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        expect((yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs.map((r) => r.status)).toEqual(["failed"])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), { timeout: 60_000 })
 })
