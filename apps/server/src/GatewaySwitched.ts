@@ -9,7 +9,8 @@
  * (none of the agent's headers: they are Anthropic's). The answer comes back in Anthropic's protocol (a whole message,
  * or SSE events as the upstream's chunks arrive) and is recorded as an Anthropic reply (the agent sends it back as
  * such), with the usage and the instance's prices. `thread_read` is offered beside the agent's tools; when the
- * upstream's answer calls only it, the gateway answers from the thread and continues with the upstream, and the agent
+ * upstream's answer calls only it, the gateway answers from the thread (an answer that would take the request over the
+ * fit's limit refused to the model, never sent) and continues with the upstream, and the agent
  * gets one message (whole: the last answer; streamed: the continuation's blocks join the message). An overflow Baton cannot fit never goes out: the agent gets
  * Anthropic's "prompt is too long" 400 (its compaction runs) and the run fails `overflow`.
  */
@@ -130,6 +131,10 @@ export const serve = (input: Input) =>
         HttpClientRequest.bodyText(JSON.stringify(chatBody), "application/json")
       ))
     let chatBody = fitted.body
+    const { limit } = fitted.fit
+    /** The continuation's tokens, counted as the fit counts them (it stays under the fit's limit). */
+    let used = fitted.fit.tokensAfter
+    const tokensOf = (m: unknown) => count(JSON.stringify(m)) + 4
     /** The conversation continued after hidden calls: their answers from the thread (`tool` messages) appended. */
     const continued = (assistant: unknown, calls: ReadonlyArray<GatewaySwitch.HiddenCall>) =>
       Effect.gen(function*() {
@@ -137,7 +142,16 @@ export const serve = (input: Input) =>
           threadId === null
             ? Effect.succeed({ toolCallId: c.id, output: "thread_read: this conversation has no record to read from", isError: true })
             : Effect.map(input.reader.answer(threadId as ThreadId, c.arguments), (a) => ({ toolCallId: c.id, ...a })))
-        const tools = parseJson(`[${OpenAiChat.dialect.toolResults(answers, [])}]`) as ReadonlyArray<unknown>
+        used += tokensOf(assistant)
+        // An answer that would take the request over the window is refused (the model may ask for less), never sent.
+        const fitting = answers.map((a) => {
+          const t = tokensOf({ role: "tool", tool_call_id: a.toolCallId, content: a.output })
+          if (used + t <= limit) return (used += t, a)
+          const refused = { toolCallId: a.toolCallId, output: `thread_read: not read: its ${a.output.length} characters do not fit in this model's context window (room for about ${Math.max(0, limit - used)} tokens); ask for a smaller limit, or answer without it`, isError: true }
+          used += tokensOf({ role: "tool", tool_call_id: a.toolCallId, content: refused.output })
+          return refused
+        })
+        const tools = parseJson(`[${OpenAiChat.dialect.toolResults(fitting, [])}]`) as ReadonlyArray<unknown>
         chatBody = { ...chatBody, messages: [...(chatBody.messages as ReadonlyArray<unknown>), assistant, ...tools] }
         return chatBody
       })

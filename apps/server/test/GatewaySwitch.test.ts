@@ -431,4 +431,27 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upst
         expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "overflow"]])
       })
     ), { timeout: 60_000 })
+
+  it.live("thread_read continuations stay under the window: an answer that does not fit is refused to the model, never sent", () =>
+    withGateway((_anthropic, chat) =>
+      Effect.gen(function*() {
+        // Four rounds of two reads of whole outputs (each about 3,000 tokens) against a fit just under the limit.
+        for (let round = 0; round < 4; round++) {
+          chat.enqueue(ModelApi.answer("openai-chat", "", usage, [0, 1].map((k) => ({ id: `call_r${round}${k}`, name: "thread_read", arguments: JSON.stringify({ refs: `tool:toolu_${round * 2 + k}`, limit: ThreadRead.maxLimit }) }))))
+        }
+        chat.enqueue(ModelApi.answer("openai-chat", "Done.", usage))
+        const body = { model: "gpt-5", max_tokens: 32_000, stream: true, system, tools, messages: [...longHistory(), { role: "user", content: "what did they print?" }] }
+        const answer = yield* raw(messages(body))
+        expect(answer.status).toBe(200)
+        expect(assembled(answer.text).messages[0]!.message).toEqual({ role: "assistant", content: [{ type: "text", text: "Done." }] })
+        expect(chat.requests).toHaveLength(5)
+        for (const sent of chat.requests) {
+          const out = JSON.parse(sent.body) as { max_tokens: number }
+          expect(counter.count(sent.body) + out.max_tokens).toBeLessThanOrEqual(window)
+        }
+        // The model was told why a read was not answered.
+        const last = JSON.parse(chat.requests.at(-1)!.body) as { messages: Array<{ role: string; content: string | null }> }
+        expect(last.messages.filter((m) => m.role === "tool" && String(m.content).includes("do not fit in this model's context window")).length).toBeGreaterThan(0)
+      })
+    ), { timeout: 60_000 })
 })
