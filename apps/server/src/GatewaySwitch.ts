@@ -424,14 +424,15 @@ export interface StreamTranslator {
 
 /**
  * A translator for one streamed answer (see the module docblock): text deltas into a text block, each tool call (by
- * its `index`) into a `tool_use` block with `input_json_delta`s, reasoning deltas left out; the message ends at
+ * its `index`) into a `tool_use` block with its arguments as one `input_json_delta`, sent once the calls are complete (at
+ * the `finish_reason`: a stream may interleave its calls' deltas), reasoning deltas left out; the message ends at
  * `[DONE]` (or the stream's end after a `finish_reason`) with `message_delta` (stop reason, usage) and `message_stop`;
  * an `error` in the stream becomes an Anthropic `error` event.
  */
 export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set()): StreamTranslator => {
   let decoder = Sse.makeDecoder()
   let started = false
-  let open: { readonly kind: "text" | "tool"; readonly index: number; readonly call?: number } | null = null
+  let open: { readonly kind: "text"; readonly index: number } | null = null
   let blocks = 0
   let finish: unknown = null
   let usage: unknown = null
@@ -439,7 +440,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   const earlier: Array<unknown> = []
   let done = false
   let text = ""
-  const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean }>()
+  const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean; sent?: boolean }>()
   let pending: ReadonlyArray<HiddenCall> | null = null
   const out: Array<string> = []
   const total = () => {
@@ -464,10 +465,27 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
     out.push(event({ type: "content_block_stop", index: open.index }))
     open = null
   }
+  /**
+   * The visible calls as `tool_use` blocks, in `index` order, once the upstream's calls are complete (at the
+   * `finish_reason` or the stream's end): a Chat Completions stream may interleave its calls' deltas, Anthropic's blocks
+   * cannot be.
+   */
+  const sendCalls = () => {
+    for (const [, c] of [...calls.entries()].sort(([a], [b]) => a - b)) {
+      if (c.hidden || c.sent === true) continue
+      c.sent = true
+      close()
+      const index = blocks++
+      out.push(event({ type: "content_block_start", index, content_block: { type: "tool_use", id: c.id, name: c.name, input: {} } }))
+      if (c.arguments !== "") out.push(event({ type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: c.arguments } }))
+      out.push(event({ type: "content_block_stop", index }))
+    }
+  }
   const stop = () => {
     if (done) return
     done = true
     close()
+    sendCalls()
     const visible = [...calls.values()].filter((c) => !c.hidden)
     if (visible.length === 0 && [...calls.values()].some((c) => c.hidden)) {
       // Only hidden calls: the message stays open for the continuation.
@@ -519,24 +537,12 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
         calls.set(callIndex, call)
       }
       if (typeof fn.arguments === "string") call.arguments += fn.arguments
-      // A hidden tool's call (thread_read, answered by the gateway) never reaches the agent.
-      if (call.hidden) continue
-      if (open === null || open.kind !== "tool" || open.call !== callIndex) {
-        close()
-        open = { kind: "tool", index: blocks++, call: callIndex }
-        out.push(event({
-          type: "content_block_start",
-          index: open.index,
-          content_block: { type: "tool_use", id: toolUseId(String(c.id ?? `call_${callIndex}`)), name: String(fn.name ?? ""), input: {} }
-        }))
-      }
-      if (typeof fn.arguments === "string" && fn.arguments !== "") {
-        out.push(event({ type: "content_block_delta", index: open.index, delta: { type: "input_json_delta", partial_json: fn.arguments } }))
-      }
+      // Sent whole at the end (`sendCalls`); a hidden tool's call (thread_read, answered by the gateway) never.
     }
     if (choice.finish_reason !== undefined && choice.finish_reason !== null) {
       finish = choice.finish_reason
       close()
+      sendCalls()
     }
   }
   const drain = () => out.splice(0, out.length).join("")

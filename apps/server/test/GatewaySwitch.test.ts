@@ -219,6 +219,30 @@ describe("GatewaySwitch (the conversion)", () => {
     expect(GatewaySwitch.anthropicError(400, JSON.stringify({ error: { code: 400, message: "request exceeds the available context size", type: "exceed_context_size_error", n_prompt_tokens: 40_000, n_ctx: 32_768 } })).body)
       .toEqual({ type: "error", error: { type: "invalid_request_error", message: "prompt is too long: 40000 tokens > 32768 maximum" } })
   })
+
+  it("a stream whose tool calls' deltas interleave (by index) comes back as one complete tool_use block per call, in index order", () => {
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: "chatcmpl-1", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`
+    const translator = GatewaySwitch.streamTranslator("gpt-x")
+    const text = [
+      chunk({ role: "assistant", content: "Two calls." }),
+      chunk({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "Bash", arguments: "" } }] }),
+      chunk({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "Read", arguments: "" } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: "{\"command\":" } }] }),
+      chunk({ tool_calls: [{ index: 1, function: { arguments: "{\"file_path\":\"a.ts\"}" } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: "\"ls\"}" } }] }),
+      chunk({}, "tool_calls"),
+      "data: [DONE]\n\n"
+    ].map((c) => translator.push(new TextEncoder().encode(c))).join("") + translator.end()
+    expect(assembled(text).messages[0]!.message).toEqual({
+      role: "assistant",
+      content: [
+        { type: "text", text: "Two calls." },
+        { type: "tool_use", id: "call_a", name: "Bash", input: { command: "ls" } },
+        { type: "tool_use", id: "call_b", name: "Read", input: { file_path: "a.ts" } }
+      ]
+    })
+  })
 })
 
 describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upstream)", () => {
