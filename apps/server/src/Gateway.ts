@@ -59,6 +59,20 @@ import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
 import * as GatewaySwitched from "./GatewaySwitched.js"
 import * as ServerConfig from "./ServerConfig.js"
 
+/** Tokens an answer's framing adds beside its text (the result block or item, its call id). */
+const answerOverhead = 16
+
+/**
+ * The most input tokens (Baton's count) a continuation after hidden `thread_read` calls may carry on an instance with
+ * `window` tokens: the window less the output room (`min(the request's max_tokens or max_output_tokens, the instance's
+ * maxOutputTokens, window / 4)`) and a 5% margin for the tokenizers' difference (the provider switch's fit, docs/gateway.md).
+ */
+export const fitLimit = (window: number, maxOutputTokens: number, body: Record<string, unknown>): number => {
+  const asked = typeof body.max_tokens === "number" ? body.max_tokens : typeof body.max_output_tokens === "number" ? body.max_output_tokens : maxOutputTokens
+  const room = Math.min(asked, maxOutputTokens, Math.floor(window / 4))
+  return Math.floor(window * 0.95) - room
+}
+
 /** The paths the gateway serves (the guard leaves their bodies to it). */
 export const paths = ["/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/responses/compact", "/v1/chat/completions"] as const
 
@@ -305,16 +319,31 @@ export const layer = (options: GatewayOptions) =>
           const recorded: Effect.Effect<Option.Option<GatewayThreads.Begun>> = recording === null ? Effect.succeed(Option.none()) : Fiber.join(recording)
           /**
            * Answers the upstream's `thread_read` calls from the conversation's thread (the request's record, else the
-           * stored conversation's); without a thread, each call is answered as a failed read.
+           * stored conversation's); without a thread, each call is answered as a failed read. The continuation must
+           * stay under the routed instance's window: `body` (the request just sent) and `content` (the reply that
+           * called) are counted, and an answer that would take the continuation over `fitLimit` is refused to the
+           * model with a message saying so (it may ask for a smaller `limit`), never sent.
            */
-          const answerReads = (reads: ReadonlyArray<GatewayOffload.Read>) =>
+          const answerReads = (reads: ReadonlyArray<GatewayOffload.Read>, body: Record<string, unknown>, content: unknown) =>
             Effect.gen(function*() {
               const threadId = Option.orElse(Option.map(yield* recorded, (b) => b.threadId), () => knownThread)
-              return yield* Effect.forEach(reads, (r) =>
+              const answers = yield* Effect.forEach(reads, (r) =>
                 Option.match(threadId, {
                   onNone: () => Effect.succeed({ id: r.id, output: "thread_read: this conversation has no record to read from yet", isError: true }),
                   onSome: (id) => Effect.map(reader.answer(id, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a }))
                 }))
+              const limit = fitLimit(target.config.contextWindow, target.config.maxOutputTokens, body)
+              let used = counter.count(JSON.stringify(body)) + counter.count(JSON.stringify(content ?? null))
+              return answers.map((a) => {
+                const tokens = counter.count(a.output) + answerOverhead
+                if (used + tokens <= limit) {
+                  used += tokens
+                  return a
+                }
+                const output = `thread_read: not read: its ${a.output.length} characters do not fit in this model's context window (room for about ${Math.max(0, limit - used)} tokens); ask for a smaller limit, or answer without it`
+                used += counter.count(output) + answerOverhead
+                return { id: a.id, output, isError: true }
+              })
             })
           /** Records an outcome once the request's record exists (nothing when it failed); failures logged, never the agent's. */
           const settle = <E>(record: (begun: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
@@ -360,7 +389,7 @@ export const layer = (options: GatewayOptions) =>
                 const reads = content === null ? null : offloader.readsOf(content)
                 if (reads === null || content === null) break
                 hidden.push(dialect.replyOfBody(reply).tokens)
-                outBody = offloader.continuation(outBody, content, yield* answerReads(reads))
+                outBody = offloader.continuation(outBody, content, yield* answerReads(reads, outBody, content))
                 const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(offloader.sendable(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {
                   yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
@@ -406,7 +435,7 @@ export const layer = (options: GatewayOptions) =>
               Stream.concat(Stream.unwrap(Effect.gen(function*() {
                 const end = hop.end()
                 if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
-                const next = offloader!.continuation(body, end.content, yield* answerReads(end.reads))
+                const next = offloader!.continuation(body, end.content, yield* answerReads(end.reads, body, end.content))
                 const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(offloader!.sendable(next))))))
                 lastBody = next
                 // A 2xx that is not a stream (a JSON body, an HTML page) cannot join the message: an error, as a refusal.

@@ -15,6 +15,8 @@ import * as Path from "node:path"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
+import * as Gateway from "../src/Gateway.js"
+import { TokenCounter } from "@baton/context"
 
 const usage = { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }
 const tools = [{ name: "Bash", description: "Runs a command.", input_schema: { type: "object", properties: { command: { type: "string" } } } }]
@@ -147,6 +149,48 @@ describe("Gateway tool-result offload", () => {
           flushes.map((f) => ["tool results offloaded", runs.find((r) => r.id === f.runId)!.seq - 1])
         )
         expect([...timeline.stubbed].sort()).toEqual([...reported].sort())
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
+  it.live("a thread_read answer that would take the continuation over the instance's window is refused to the model, never sent (review finding: continuations were unchecked)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      // A 20,000-token window; the agent's request (one ~8,000-token result) fits, the same result read back does not.
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream, { contextWindow: 20_000, autoCompactThreshold: null, maxOutputTokens: 2_000 })], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const whole = (id: string, content: ReadonlyArray<unknown>) => ({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({ id, type: "message", role: "assistant", model: "m", content, stop_reason: "end_turn", usage: { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 5 } })
+        })
+        const big = output(1) + "\n" + output(2).slice(0, 8_000)
+        const history = [
+          { role: "user", content: [{ type: "text", text: "grep it" }] },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_big", name: "Bash", input: { command: "grep -rn value src" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_big", content: big }] },
+          { role: "assistant", content: [{ type: "text", text: "Found them." }] },
+          { role: "user", content: [{ type: "text", text: "and the first line again?" }] }
+        ]
+        upstream.enqueue(
+          whole("msg_r1", [{ type: "tool_use", id: "toolu_read_big", name: "thread_read", input: { refs: "tool:toolu_big", limit: 32_000 } }]),
+          whole("msg_r2", [{ type: "text", text: "I cannot read it all again." }])
+        )
+        const answer = yield* raw(post({ model: "claude-x", max_tokens: 1_000, system, tools, messages: history }))
+        expect(answer.status).toBe(200)
+        expect(answer.body).toMatchObject({ content: [{ type: "text", text: "I cannot read it all again." }] })
+        expect(upstream.requests.length).toBe(2)
+        const continuation = JSON.parse(upstream.requests[1]!.body) as Body
+        const read = continuation.messages.at(-1)!.content[0]!
+        expect(read).toMatchObject({ type: "tool_result", tool_use_id: "toolu_read_big", is_error: true })
+        expect(String(read.content)).toContain("thread_read: not read: its")
+        expect(String(read.content)).toContain("do not fit in this model's context window")
+        // What went out stays under the window's fit: window less the output room and 5%, in Baton's count.
+        const counter = TokenCounter.make()
+        expect(counter.count(upstream.requests[1]!.body)).toBeLessThanOrEqual(Gateway.fitLimit(20_000, 2_000, { max_tokens: 1_000 }))
+        // Without the check the original would have gone out again, over the window.
+        expect(counter.count(upstream.requests[1]!.body) + counter.count(big)).toBeGreaterThan(20_000)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
