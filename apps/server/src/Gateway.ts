@@ -147,8 +147,11 @@ const maxReadHops = 8
 const withHidden = (reply: GatewayThreads.Reply, hidden: ReadonlyArray<GatewayThreads.Reply["tokens"]>): GatewayThreads.Reply => {
   if (hidden.length === 0) return reply
   const all = [reply.tokens, ...hidden].filter((t) => t !== null)
+  const last = reply.tokens
   return {
     ...reply,
+    // What the last request carried (the dashboard's point); the run's tokens are every hop's.
+    carriedTokens: last === null ? null : last.inputTokens + last.cacheWriteTokens + last.cacheReadTokens,
     tokens: all.length === 0 ? null : {
       inputTokens: all.reduce((n, t) => n + t.inputTokens, 0),
       cacheWriteTokens: all.reduce((n, t) => n + t.cacheWriteTokens, 0),

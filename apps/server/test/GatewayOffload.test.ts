@@ -236,6 +236,13 @@ describe("Gateway tool-result offload", () => {
         const runs = (yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })).runs
         const view = yield* api.runs.get({ path: { runId: runs.at(-1)!.id }, urlParams: {} })
         expect(view.cost).toMatchObject({ inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2100, outputTokens: 30 })
+        // The dashboard's point is what the last request carried (50 + 5 + 1,100), not both hops' sum (review finding:
+        // the chart showed about twice the request, and could go over the window).
+        const usage = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+          .filter((e) => e.type === "gateway.usage").map((e) => e.payload as Record<string, unknown>).find((u) => u["runId"] === runs.at(-1)!.id)
+        expect(usage).toMatchObject({ inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2100, carriedTokens: 1155 })
+        const timeline = yield* api.events.timeline({ path: { threadId } })
+        expect(timeline.points.usedTokens[timeline.points.runIds.indexOf(runs.at(-1)!.id)]).toBe(1155)
 
         // The agent's next request extends the continuation: the hidden round goes out again in place of the answer.
         upstream.enqueue(whole([{ type: "text", text: "Anything else?" }], { input_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 }))

@@ -92,12 +92,15 @@ describe("EventFold", () => {
       event("gateway.offloaded", { runId: "run_2", refs: ["tool:toolu_1", "tool:toolu_2"], tier: "mild", tokensBefore: 30000, tokensAfter: 9000 }),
       usage("run_2", "anthropic", 9000),
       event("run.queued", { runId: "run_3", seq: 3, providerThreadId: "pth_2" }),
-      usage("run_3", "openai", 500)
+      usage("run_3", "openai", 500),
+      // Hidden thread_read rounds: the figures are both requests' sum; the point is what the last one carried.
+      event("run.queued", { runId: "run_4", seq: 4, providerThreadId: "pth_2" }),
+      event("gateway.usage", { runId: "run_4", providerInstance: "openai", inputTokens: 20, cacheWriteTokens: 0, cacheReadTokens: 1500, outputTokens: 30, windowTokens: 200000, carriedTokens: 800 })
     ]
     for (const e of events) fold.apply(e)
     expect([...fold.pointsByNativeThread().entries()].map(([chart, points]) => [chart, points.map((p) => [p.runSeq, p.usedTokens, p.maxTokens])])).toEqual([
       ["gateway:anthropic", [[1, 210, 200000], [2, 9210, 200000]]],
-      ["gateway:openai", [[3, 710, 200000]]]
+      ["gateway:openai", [[3, 710, 200000], [4, 800, 200000]]]
     ])
     expect(fold.marks).toEqual([{ nativeThreadId: "", runSeq: 1, kind: "tool results offloaded", detail: "2 tool results stubbed (mild): 30000 → 9000 tokens" }])
     expect([...fold.stubbed]).toEqual(["toolu_1", "toolu_2"])

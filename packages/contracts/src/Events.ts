@@ -532,7 +532,7 @@ export const GatewayOffloaded = event(
 )
 
 /**
- * `{runId, providerInstance, inputTokens, cacheWriteTokens, cacheReadTokens, outputTokens, windowTokens}`: the usage
+ * `{runId, providerInstance, inputTokens, cacheWriteTokens, cacheReadTokens, outputTokens, windowTokens, carriedTokens?}`: the usage
  * the upstream reported for a gateway request's answer (docs/gateway.md "Visible"), in the provider's tokens:
  * `inputTokens` uncached input, the cache's writes and reads beside it, `outputTokens` the answer; `windowTokens` the
  * routed instance's context window (`null`: not configured). What the request carried is the sum of the three input
@@ -547,7 +547,9 @@ export const GatewayUsage = event(
     cacheWriteTokens: Count,
     cacheReadTokens: Count,
     outputTokens: Count,
-    windowTokens: Schema.NullOr(Count)
+    windowTokens: Schema.NullOr(Count),
+    /** What the last request carried when the answer took several (hidden `thread_read` rounds: the figures above are every request's sum). */
+    carriedTokens: Schema.optional(Count)
   })
 )
 

@@ -275,7 +275,8 @@ export class EventFold {
           runId: p.runId,
           runSeq: this.runSeq.get(p.runId) ?? 0,
           nativeThreadId: gatewayChartId(p.providerInstance),
-          usedTokens: p.inputTokens + p.cacheWriteTokens + p.cacheReadTokens,
+          // A request with hidden thread_read rounds reports every hop's sum; its point is what the last one carried.
+          usedTokens: p.carriedTokens ?? p.inputTokens + p.cacheWriteTokens + p.cacheReadTokens,
           maxTokens: p.windowTokens,
           autoCompactThreshold: null,
           trusted: true,

@@ -341,6 +341,11 @@ export interface Begun {
 export interface Reply {
   readonly messages: ReadonlyArray<{ readonly id: string | null; readonly message: unknown }>
   readonly tokens: ProviderAdapter.TurnTokens | null
+  /**
+   * The input tokens (uncached, cache writes, cache reads) of the last request of the answer when it took several
+   * (hidden `thread_read` rounds, whose `tokens` are every request's sum); absent or `null`: `tokens`' own.
+   */
+  readonly carriedTokens?: number | null | undefined
 }
 
 export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orchestration/GatewayThreads", {
@@ -556,7 +561,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             cacheWriteTokens: count(reply.tokens.cacheWriteTokens),
             cacheReadTokens: count(reply.tokens.cacheReadTokens),
             outputTokens: count(reply.tokens.outputTokens),
-            windowTokens: begun.contextWindow === null ? null : count(begun.contextWindow)
+            windowTokens: begun.contextWindow === null ? null : count(begun.contextWindow),
+            ...(reply.carriedTokens === undefined || reply.carriedTokens === null ? {} : { carriedTokens: count(reply.carriedTokens) })
           } })
         }
         if (current.status === "running") {
