@@ -51,6 +51,7 @@ import { TokenCounter } from "@baton/context"
 import { Clock, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import * as GatewayDialect from "./GatewayDialect.js"
 import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayOffload from "./GatewayOffload.js"
@@ -62,16 +63,8 @@ import * as ServerConfig from "./ServerConfig.js"
 /** Tokens an answer's framing adds beside its text (the result block or item, its call id). */
 const answerOverhead = 16
 
-/**
- * The most input tokens (Baton's count) a continuation after hidden `thread_read` calls may carry on an instance with
- * `window` tokens: the window less the output room (`min(the request's max_tokens or max_output_tokens, the instance's
- * maxOutputTokens, window / 4)`) and a 5% margin for the tokenizers' difference (the provider switch's fit, docs/gateway.md).
- */
-export const fitLimit = (window: number, maxOutputTokens: number, body: Record<string, unknown>): number => {
-  const asked = typeof body.max_tokens === "number" ? body.max_tokens : typeof body.max_output_tokens === "number" ? body.max_output_tokens : maxOutputTokens
-  const room = Math.min(asked, maxOutputTokens, Math.floor(window / 4))
-  return Math.floor(window * 0.95) - room
-}
+/** The input limit hidden `thread_read` answers keep a continuation under (`GatewayDialect.fitLimit`). */
+export const fitLimit = GatewayDialect.fitLimit
 
 /** The paths the gateway serves (the guard leaves their bodies to it). */
 export const paths = ["/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/responses/compact", "/v1/chat/completions"] as const
@@ -335,18 +328,9 @@ export const layer = (options: GatewayOptions) =>
                   onNone: () => Effect.succeed({ id: r.id, output: "thread_read: this conversation has no record to read from yet", isError: true }),
                   onSome: (id) => Effect.map(reader.answer(id, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a }))
                 }))
+              const used = counter.count(JSON.stringify(body)) + counter.count(JSON.stringify(content ?? null))
               const limit = fitLimit(target.config.contextWindow, target.config.maxOutputTokens, body)
-              let used = counter.count(JSON.stringify(body)) + counter.count(JSON.stringify(content ?? null))
-              return answers.map((a) => {
-                const tokens = counter.count(a.output) + answerOverhead
-                if (used + tokens <= limit) {
-                  used += tokens
-                  return a
-                }
-                const output = `thread_read: not read: its ${a.output.length} characters do not fit in this model's context window (room for about ${Math.max(0, limit - used)} tokens); ask for a smaller limit, or answer without it`
-                used += counter.count(output) + answerOverhead
-                return { id: a.id, output, isError: true }
-              })
+              return GatewayDialect.fitAnswers(answers, used, limit, (a) => counter.count(a.output) + answerOverhead).answers
             })
           /** Records an outcome once the request's record exists (nothing when it failed); failures logged, never the agent's. */
           const settle = <E>(record: (begun: GatewayThreads.Begun) => Effect.Effect<void, E>) =>

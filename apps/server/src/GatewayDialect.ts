@@ -69,3 +69,53 @@ export const parseJson = (text: string): unknown => {
     return undefined
   }
 }
+
+/**
+ * The output room a request to an instance with `window` tokens keeps: `min(the body's max_tokens (Anthropic, Chat) or
+ * max_output_tokens (Responses) when positive, else maxOutputTokens; maxOutputTokens; window / 4)`, at least 1.
+ */
+export const outputRoom = (window: number, maxOutputTokens: number, body: Record<string, unknown>): number => {
+  const asked = typeof body.max_tokens === "number" && body.max_tokens > 0
+    ? body.max_tokens
+    : typeof body.max_output_tokens === "number" && body.max_output_tokens > 0
+    ? body.max_output_tokens
+    : maxOutputTokens
+  return Math.max(1, Math.min(asked, maxOutputTokens, Math.floor(window / 4)))
+}
+
+/**
+ * The most input tokens (Baton's count) a request the gateway builds may carry on an instance with `window` tokens: the
+ * window less the output room (`outputRoom`) and a 5% margin for the tokenizers' difference (docs/gateway.md). The
+ * provider switch fits under it; hidden `thread_read` answers stay under it (`fitAnswers`).
+ */
+export const fitLimit = (window: number, maxOutputTokens: number, body: Record<string, unknown>): number =>
+  window - outputRoom(window, maxOutputTokens, body) - Math.ceil(window * 0.05)
+
+/**
+ * The gateway's answers to hidden `thread_read` calls that keep a request under `limit`, given the `used` tokens it
+ * already carries: each answer (counted by `tokensOf`, as it will go out) that would go over is replaced by an error
+ * answer saying so (the model may ask for a smaller `limit`), never sent. Returns the answers and the tokens used after.
+ */
+export const fitAnswers = <A extends { readonly output: string; readonly isError: boolean }>(
+  answers: ReadonlyArray<A>,
+  used: number,
+  limit: number,
+  tokensOf: (answer: A) => number
+): { readonly answers: ReadonlyArray<A>; readonly used: number } => {
+  let total = used
+  const out = answers.map((a) => {
+    const tokens = tokensOf(a)
+    if (total + tokens <= limit) {
+      total += tokens
+      return a
+    }
+    const refused: A = {
+      ...a,
+      output: `thread_read: not read: its ${a.output.length} characters do not fit in this model's context window (room for about ${Math.max(0, limit - total)} tokens); ask for a smaller limit, or answer without it`,
+      isError: true
+    }
+    total += tokensOf(refused)
+    return refused
+  })
+  return { answers: out, used: total }
+}

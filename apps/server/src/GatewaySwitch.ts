@@ -32,7 +32,7 @@
  */
 import { ToolResultOffload } from "@baton/context"
 import { OpenAiChat, type ProviderAdapter, Sse } from "@baton/providers"
-import { isRecord, parseJson } from "./GatewayDialect.js"
+import { fitLimit, isRecord, outputRoom, parseJson } from "./GatewayDialect.js"
 
 type Json = Record<string, unknown>
 
@@ -160,12 +160,8 @@ const messageTokens = (count: (text: string) => number, m: ChatMessage) => count
 export const toChat = (input: FitInput): FitResult => {
   const { body, count } = input
   const messages = (Array.isArray(body.messages) ? body.messages : []).filter(isRecord)
-  const outputTokens = Math.max(1, Math.min(
-    typeof body.max_tokens === "number" && body.max_tokens > 0 ? body.max_tokens : input.maxOutputTokens,
-    input.maxOutputTokens,
-    Math.floor(input.windowTokens / 4)
-  ))
-  const limit = input.windowTokens - outputTokens - Math.ceil(input.windowTokens * 0.05)
+  const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
+  const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
   const calls = new Map<string, { name: string; input: unknown }>()
   for (const m of messages) {
     for (const b of blocksOf(m.content)) if (isRecord(b) && b.type === "tool_use") calls.set(String(b.id), { name: String(b.name), input: b.input })

@@ -23,7 +23,7 @@ import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerRes
 import { Effect, Option, Stream } from "effect"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayChat from "./GatewayChat.js"
-import { type History, isRecord, parseJson } from "./GatewayDialect.js"
+import { fitAnswers, type History, isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import type * as ServerConfig from "./ServerConfig.js"
 
@@ -142,16 +142,10 @@ export const serve = (input: Input) =>
           threadId === null
             ? Effect.succeed({ toolCallId: c.id, output: "thread_read: this conversation has no record to read from", isError: true })
             : Effect.map(input.reader.answer(threadId as ThreadId, c.arguments), (a) => ({ toolCallId: c.id, ...a })))
-        used += tokensOf(assistant)
         // An answer that would take the request over the window is refused (the model may ask for less), never sent.
-        const fitting = answers.map((a) => {
-          const t = tokensOf({ role: "tool", tool_call_id: a.toolCallId, content: a.output })
-          if (used + t <= limit) return (used += t, a)
-          const refused = { toolCallId: a.toolCallId, output: `thread_read: not read: its ${a.output.length} characters do not fit in this model's context window (room for about ${Math.max(0, limit - used)} tokens); ask for a smaller limit, or answer without it`, isError: true }
-          used += tokensOf({ role: "tool", tool_call_id: a.toolCallId, content: refused.output })
-          return refused
-        })
-        const tools = parseJson(`[${OpenAiChat.dialect.toolResults(fitting, [])}]`) as ReadonlyArray<unknown>
+        const fitting = fitAnswers(answers, used + tokensOf(assistant), limit, (a) => tokensOf({ role: "tool", tool_call_id: a.toolCallId, content: a.output }))
+        used = fitting.used
+        const tools = parseJson(`[${OpenAiChat.dialect.toolResults(fitting.answers, [])}]`) as ReadonlyArray<unknown>
         chatBody = { ...chatBody, messages: [...(chatBody.messages as ReadonlyArray<unknown>), assistant, ...tools] }
         return chatBody
       })
