@@ -17,7 +17,7 @@ export default defineConfig({
     outDir: "dist",
     emptyOutDir: true,
     target: "es2022",
-    // One chunk of JS and one of CSS: the app is small and loads in one request each.
+    // The app's chunk and the charts' (uPlot, loaded after the first screen: src/ThreadView.tsx), with their CSS.
     reportCompressedSize: false
   },
   server: { proxy: { "^/(threads|events|items|handoffs|runs|session|healthz)": "http://127.0.0.1:8787" } },

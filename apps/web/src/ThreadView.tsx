@@ -4,15 +4,19 @@
  * and the drawer that reads originals by ref.
  */
 import { useVirtualizer } from "@tanstack/react-virtual"
-import { useEffect, useMemo, useRef, useState, useSyncExternalStore } from "react"
+import { lazy, Suspense, useEffect, useMemo, useRef, useState, useSyncExternalStore } from "react"
 import { Actions } from "./Actions.js"
 import { Drawer } from "./Drawer.js"
 import { chartTitle, fmt, toRows, usd, type Row } from "./model.js"
-import { Occupancy } from "./Occupancy.js"
 import { ThreadStore } from "./store.js"
 import { get } from "./api.js"
 import type { HandoffItemIdsJson, HandoffSummaryJson, ItemJson, RunCostJson, RunJson } from "./types.js"
 import type { EventFold } from "./model.js"
+
+// The charts (uPlot, a quarter of the script) load in a chunk of their own, after the first screen: the rows and the
+// drawer do not wait for them to be parsed.
+const loadOccupancy = () => import("./Occupancy.js")
+const Occupancy = lazy(() => loadOccupancy().then((m) => ({ default: m.Occupancy })))
 
 const oneLine = (text: string, max = 160) => {
   const line = text.replace(/\s+/g, " ").trim()
@@ -196,6 +200,8 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
   const store = useMemo(() => new ThreadStore(props.threadId), [props.threadId])
   useEffect(() => {
     store.start()
+    // The charts' chunk, while the first screen's data is on its way (the charts need the timeline anyway).
+    void loadOccupancy()
     return () => store.stop()
   }, [store])
   useSyncExternalStore(store.subscribe, store.getVersion)
@@ -242,13 +248,15 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
         </div>
         <div className="right">
           <h2>Context occupancy</h2>
-          {[...byNative.entries()].map(([nativeId, points]) => {
-            const view = snap?.providerThreads.flatMap((p) => p.nativeThreads).find((n) => n.id === nativeId)
-            return (
-              <Occupancy key={nativeId} nativeThreadId={nativeId} title={`${chartTitle(nativeId, native)}${active?.activeNativeThreadId === nativeId ? " (active)" : ""}`}
-                points={points} marks={marksOf.get(nativeId) ?? []} window={view?.window ?? null} />
-            )
-          })}
+          <Suspense fallback={<p className="dim">loading the charts…</p>}>
+            {[...byNative.entries()].map(([nativeId, points]) => {
+              const view = snap?.providerThreads.flatMap((p) => p.nativeThreads).find((n) => n.id === nativeId)
+              return (
+                <Occupancy key={nativeId} nativeThreadId={nativeId} title={`${chartTitle(nativeId, native)}${active?.activeNativeThreadId === nativeId ? " (active)" : ""}`}
+                  points={points} marks={marksOf.get(nativeId) ?? []} window={view?.window ?? null} />
+              )
+            })}
+          </Suspense>
           <Handoffs handoffs={store.handoffs} fold={store.fold} native={native} open={setDrawer} />
           <section className="events">
             <h2>Events <span className="dim">(last {store.events.length}, seq {store.fold.lastSeq})</span></h2>

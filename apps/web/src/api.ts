@@ -25,23 +25,64 @@ export const authHeaders = (): Record<string, string> => {
   return token === null ? {} : { authorization: `Bearer ${token}` }
 }
 
-/** Reports a 401 (clears the token) from any caller, the SSE reader included. */
+/**
+ * Reports a 401 (clears the token) from any caller, the SSE reader included. Only the first refusal of a token is
+ * shown: the calls that answer after it (in flight with the same token, or sent after it was cleared and so refused
+ * for carrying none) would otherwise replace the server's reason ("unknown token") with "no bearer token".
+ */
 export const reportUnauthorized = (message: string) => {
+  const hadToken = storedToken() !== null
   clearToken()
-  unauthorized(message)
+  if (hadToken) unauthorized(message)
 }
+
+declare global {
+  interface Window {
+    /**
+     * The first screen's responses, asked for by index.html's inline script before this bundle was parsed: by path,
+     * a `Response` or `{ networkError }`; `at` is when they were asked for (`Date.now()`).
+     */
+    __batonPrefetch?: { readonly at: number; readonly responses: Record<string, Promise<Response | { readonly networkError: string }>> }
+  }
+}
+
+/** How long a prefetched response may wait for its first GET (ms); older ones are fetched again. */
+const prefetchMaxAgeMs = 10_000
+
+/**
+ * The prefetched response of `path`, once (the next GET of the path fetches again), or `undefined`: none, or older
+ * than `prefetchMaxAgeMs`.
+ */
+const prefetched = (path: string) => {
+  const prefetch = window.__batonPrefetch
+  const response = prefetch?.responses[path]
+  if (prefetch === undefined || response === undefined) return undefined
+  delete prefetch.responses[path]
+  return Date.now() - prefetch.at <= prefetchMaxAgeMs ? response : undefined
+}
+
+/**
+ * When the first screen's loads were asked for (`Date.now()`, ms): the inline prefetch's time if it ran, else now.
+ * What they read includes every event committed before it.
+ */
+export const loadsStartedAt = (): number => Math.min(Date.now(), window.__batonPrefetch?.at ?? Infinity)
 
 /** A call of `method path` with an optional JSON body. Network failures answer status 0 with the browser's words. */
 export const call = async <A>(method: "GET" | "POST", path: string, body?: unknown): Promise<Result<A>> => {
+  const networkError = (e: unknown): Result<A> =>
+    ({ ok: false, status: 0, tag: "NetworkError", message: `cannot reach the server (${String(e)})`, body: null })
   let response: Response
   try {
-    response = await fetch(path, {
+    const early = method === "GET" ? prefetched(path) : undefined
+    const answered = early === undefined ? undefined : await early
+    if (answered !== undefined && "networkError" in answered) return networkError(answered.networkError)
+    response = answered ?? await fetch(path, {
       method,
       headers: { ...authHeaders(), ...(body === undefined ? {} : { "content-type": "application/json" }) },
       ...(body === undefined ? {} : { body: JSON.stringify(body) })
     })
   } catch (e) {
-    return { ok: false, status: 0, tag: "NetworkError", message: `cannot reach the server (${String(e)})`, body: null }
+    return networkError(e)
   }
   const text = await response.text()
   let json: unknown

@@ -13,7 +13,7 @@
  * snapshot at most every 250 ms). React reads it through `subscribe`/`version` (useSyncExternalStore).
  */
 import type { TimelineJson } from "@baton/contracts/timeline"
-import { get } from "./api.js"
+import { get, loadsStartedAt } from "./api.js"
 import { EventFold } from "./model.js"
 import { follow, type Follow } from "./sse.js"
 import type { EventJson, HandoffSummaryJson, HandoffSummaryListJson, ItemJson, ItemPageJson, RunCostJson, RunJson, RunPageJson, SnapshotJson } from "./types.js"
@@ -74,6 +74,7 @@ declare global {
   }
 }
 
+/** Items and runs per page. The first items page is also asked for by index.html's inline prefetch: keep both. */
 const pageSize = 500
 const keepEvents = 300
 
@@ -105,7 +106,7 @@ export class ThreadStore {
    * (true on one machine; a skewed remote clock costs redundant refreshes or, when the browser is ahead, a stale
    * panel until the next event).
    */
-  private readonly openedAt = Date.now()
+  private readonly openedAt = loadsStartedAt()
 
   constructor(readonly threadId: string) {}
 

@@ -352,6 +352,44 @@ describe("the dashboard in Chromium", () => {
     await close()
   })
 
+  it("a thread opened by its address (a reload, a bookmark) uses the responses index.html asked for early; a refused one brings the form back", async () => {
+    // The token is in the session already: index.html's inline script asks for the first screen before the app runs.
+    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } })
+    await context.addInitScript((t) => sessionStorage.setItem("baton.token", t), admin)
+    const page = await context.newPage()
+    const errors: Array<string> = []
+    page.on("console", (m) => void (m.type() === "error" && errors.push(m.text())))
+    page.on("pageerror", (e) => void errors.push(`pageerror: ${e.message}`))
+    const asked: Array<string> = []
+    page.on("request", (r) => void (new URL(r.url()).pathname.startsWith("/threads/") || new URL(r.url()).pathname === "/session" ? asked.push(new URL(r.url()).pathname + new URL(r.url()).search) : undefined))
+    await page.goto(`${server.url}/ui/threads/${encodeURIComponent(replayed)}`)
+    await page.waitForFunction(() => document.querySelector(".conversation h2")?.textContent?.includes("1,112 items, 55 runs") === true)
+    await page.waitForSelector("[data-testid=occupancy]")
+    await page.waitForSelector("main[data-role=admin]")
+    // Every prefetched response was taken by the app's own GET of the same path (none asked for twice).
+    const prefetched = await page.evaluate(() => window.__batonPrefetch === undefined ? null : Object.keys(window.__batonPrefetch.responses))
+    expect(prefetched).toEqual([])
+    const first = ["/session", `/threads/${replayed}/items?afterSeq=0&limit=500`, `/threads/${replayed}`, `/threads/${replayed}/timeline`]
+    expect(asked.slice(0, 4).sort()).toEqual([...first].sort())
+    for (const path of [first[0]!, first[1]!, first[3]!]) expect(asked.filter((a) => a === path)).toEqual([path])
+    // The snapshot is read once more when the event stream opens (what changed meanwhile), not a third time.
+    expect(asked.filter((a) => a === first[2]).length).toBeLessThanOrEqual(2)
+    await context.close()
+    expect(errors).toEqual([])
+
+    // The early requests carry a token the server refuses: the app reads their 401 and asks for a token.
+    const refused = await browser.newContext()
+    await refused.addInitScript(() => sessionStorage.setItem("baton.token", "rotated-token-0123456789"))
+    const again = await refused.newPage()
+    const againErrors: Array<string> = []
+    again.on("pageerror", (e) => void againErrors.push(`pageerror: ${e.message}`))
+    await again.goto(`${server.url}/ui/threads/${encodeURIComponent(replayed)}`)
+    await again.waitForSelector("[data-testid=auth-message]")
+    expect(await again.getByTestId("auth-message").textContent()).toContain("unknown token")
+    await refused.close()
+    expect(againErrors).toEqual([])
+  })
+
   it("a read-only token hides the actions; a 401 sends the user back to the token form", async () => {
     const { page, errors, close } = await openPage(browser, server.url, reader, `/ui/threads/${replayed}`)
     await page.waitForSelector("[data-testid=read-only]")
