@@ -9,7 +9,8 @@
  *
  * Through Baton, each time: the session ends the same (result, turns, files on disk); each upstream request's
  * messages extend the previous request's except at the flushes Baton reports (`gateway.offloaded`); each
- * `thread_read` answer holds the exact original; the thread holds every message exactly once. The weighted input
+ * `thread_read` answer holds the exact original, and after the session every stub's ref (read back or not) is
+ * answered by the gateway's reader with its exact original; the thread holds every message exactly once. The weighted input
  * (0.1 x cache read + 1.25 x cache write, from the upstream's usage) against the direct run's: at most 0.6 when the
  * model reads nothing back; below 1 when it reads every stub back (each read result is written to the cache a second
  * time: docs/gateway.md "The Claude Code acceptance"). The figures are printed (console.log).
@@ -22,6 +23,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { adminToken, client, get, raw } from "./helpers.js"
+import { ThreadRead } from "@baton/orchestration"
 import * as ClaudeCode from "./support/ClaudeCode.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
 import * as PromptCache from "./support/PromptCache.js"
@@ -199,6 +201,16 @@ const batonRun = (prompt: string, direct: Direct, choose: (unread: ReadonlyArray
       // Every read the upstream made was answered by the gateway (none reached the agent).
       const asked = upstream.requests.flatMap((r) => (r.decision._tag === "read" ? r.decision.ids : []))
       expect([...readBack].sort()).toEqual([...asked].sort())
+      // Every stubbed original comes back through thread_read, the ones the model did not read too: after the
+      // session, the gateway's own reader (the one that answered the upstream's calls) answers each stub's ref, as the
+      // model would have asked for it, with the exact original in one page.
+      const reader = yield* ThreadRead.ThreadRead
+      for (const id of stubbed) {
+        const answer = yield* reader.answer(threadId, JSON.stringify({ refs: `tool:${id}`, limit: 32_000 }))
+        expect(answer.isError).toBe(false)
+        for (const original of originals.get(id)!) expect(answer.output).toContain(original)
+        expect(answer.output).toContain("; end]")
+      }
 
       // The thread holds every message exactly once: the agent's history (as the direct run's last request) and
       // the last reply; each script call and result once, no thread_read call.
