@@ -423,7 +423,8 @@ export interface StreamTranslator {
  * its `index`) into a `tool_use` block with its arguments as one `input_json_delta`, sent once the calls are complete (at
  * the `finish_reason`: a stream may interleave its calls' deltas), reasoning deltas left out; the message ends at
  * `[DONE]` (or the stream's end after a `finish_reason`) with `message_delta` (stop reason, usage) and `message_stop`;
- * an `error` in the stream becomes an Anthropic `error` event.
+ * an `error` in the stream becomes an Anthropic `error` event, and so does a stream whose first hop carried no JSON
+ * chunk before `[DONE]` (data lines that are not JSON are skipped; only them is no answer, not an empty message).
  */
 export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set()): StreamTranslator => {
   let decoder = Sse.makeDecoder()
@@ -435,6 +436,8 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   /** The usage of the hops before this one (hidden rounds), added to this hop's. */
   const earlier: Array<unknown> = []
   let done = false
+  /** Whether this hop's stream carried a JSON chunk: `[DONE]` after none is no answer, not an empty message. */
+  let answered = false
   let text = ""
   const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean; sent?: boolean }>()
   let pending: ReadonlyArray<HiddenCall> | null = null
@@ -496,12 +499,18 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   const onData = (data: string) => {
     if (done) return
     if (data.trim() === "[DONE]") {
+      if (!answered && !started) {
+        done = true
+        out.push(event(errorBody("api_error", "the upstream's stream carried no answer (no JSON chunk before [DONE])")))
+        return
+      }
       start(null)
       stop()
       return
     }
     const chunk = parseJson(data)
     if (!isRecord(chunk)) return
+    answered = true
     if (chunk.error !== undefined) {
       const e = anthropicError(500, JSON.stringify({ error: chunk.error }))
       done = true
@@ -557,6 +566,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       earlier.push(usage)
       usage = null
       finish = null
+      answered = false
       text = ""
       calls.clear()
       pending = null

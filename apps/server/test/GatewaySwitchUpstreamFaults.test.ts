@@ -1,6 +1,6 @@
 /**
  * A provider switch (`/v1/messages` to an `openai-chat` instance) whose upstream misbehaves after answering 2xx: a
- * whole answer that is not JSON, and a stream that breaks off mid-block. The agent gets a clear error in Anthropic's
+ * whole answer that is not JSON, a stream that breaks off mid-block, and a stream whose data lines are not JSON. The agent gets a clear error in Anthropic's
  * protocol (a 502 `api_error`; an SSE `error` event after the blocks already sent), never an empty "completed" message
  * or a stream that simply stops, and the run is failed, not completed.
  */
@@ -90,6 +90,21 @@ describe("GatewaySwitch: an upstream that misbehaves after a 2xx", () => {
         const events = parseSse(answer.text).map((e) => JSON.parse(e.data) as { readonly type: string })
         expect(events.map((e) => e.type)).toEqual(["message_start", "content_block_start", "content_block_delta", "error"])
         expect(events.at(-1)).toEqual({ type: "error", error: { type: "api_error", message: "the upstream's stream broke off" } })
+        expect(yield* runStatuses).toEqual(["failed"])
+      }))
+    })), { timeout: 60_000 })
+
+  it.live("a stream of data lines that are not JSON, then [DONE], is an Anthropic error event (no empty message), and the run fails", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const up = yield* upstream((res) => {
+        res.writeHead(200, { "content-type": "text/event-stream" })
+        res.end("data: <html>bad gateway</html>\n\ndata: not json either\n\ndata: [DONE]\n\n")
+      })
+      yield* withGateway(up.url, Effect.gen(function*() {
+        const answer = yield* raw(messages({ model: "gpt-x", max_tokens: 100, stream: true, messages: [{ role: "user", content: "hi" }] }))
+        expect(answer.status).toBe(200)
+        const events = parseSse(answer.text).map((e) => JSON.parse(e.data) as { readonly type: string })
+        expect(events).toEqual([{ type: "error", error: { type: "api_error", message: "the upstream's stream carried no answer (no JSON chunk before [DONE])" } }])
         expect(yield* runStatuses).toEqual(["failed"])
       }))
     })), { timeout: 60_000 })
