@@ -55,8 +55,9 @@ describe("Gateway with the real pi agent (Chat Completions)", () => {
       const upstream = yield* ModelApi.start
       const viaDir = tempDir("baton-pi-via-")
       upstream.enqueue(...script(viaDir))
+      // Offload off for this comparison (with it on, thread_read joins the tools; the offload session is below).
       const settings = yield* settingsFor(
-        [instance("chat", "openai-chat", upstream)],
+        [instance("chat", "openai-chat", upstream, { toolResultOffload: false })],
         { TEST_MODEL_KEY: marker },
         undefined,
         { gateway: { routes: [{ model: "gpt-*", provider: "chat" }] } }
