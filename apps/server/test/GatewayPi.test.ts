@@ -7,7 +7,7 @@
  * token), and Baton's thread holds every message exactly once, one completed run per request with its usage. A longer
  * session (16 bash rounds of about 28,000 characters each) with tool-result offload on: pi completes it the same way,
  * and the upstream's requests extend each other except at the flushes Baton reports, where only stubs differ from what
- * pi sent.
+ * pi sent; the model's read-back of a stubbed output (`thread_read`) is answered by Baton, never seen by pi.
  */
 import type { Item } from "@baton/contracts"
 import { HttpServer } from "@effect/platform"
@@ -110,7 +110,7 @@ describe("Gateway with the real pi agent (Chat Completions)", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), { timeout: 180_000 })
 
-  it.live("a long session with offload on: pi completes it the same way; the upstream sees stubs exactly from the reported flushes, and otherwise what pi sent", () =>
+  it.live("a long session with offload on: pi completes it the same way (a thread_read round hidden from it); the upstream sees stubs exactly from the reported flushes, and otherwise what pi sent", () =>
     Effect.scoped(Effect.gen(function*() {
       const rounds = 16
       /** Round `r`'s command: about 28,000 characters of output (under pi's 2,000-line and 50 KB truncation). */
@@ -128,7 +128,14 @@ describe("Gateway with the real pi agent (Chat Completions)", () => {
 
       const upstream = yield* ModelApi.start
       const viaDir = tempDir("baton-pi-long-via-")
-      upstream.enqueue(...long())
+      // Through Baton the model reads the first output back before its last answer (thread_read, offered only
+      // through Baton): the gateway answers it and continues, pi never sees the call.
+      const script = long()
+      upstream.enqueue(
+        ...script.slice(0, -1),
+        ModelApi.answer("openai-chat", "", usage, [{ id: "call_read", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_1", limit: 32_000 }) }]),
+        script.at(-1)!
+      )
       const settings = yield* settingsFor(
         [instance("chat", "openai-chat", upstream, { prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 } })],
         { TEST_MODEL_KEY: marker },
@@ -145,15 +152,23 @@ describe("Gateway with the real pi agent (Chat Completions)", () => {
         const results = (r: Pi.Result) => r.messages.filter((m) => m.role === "toolResult").map((m) => [m.toolCallId, m.content.map((c) => c.text ?? "").join("")] as const)
         expect(results(via)).toEqual(results(directResult))
         expect(results(via).every(([, text]) => text.length > 25_000)).toBe(true)
-        expect(upstream.requests.length).toBe(direct.requests.length)
+        expect(via.messages.flatMap((m) => m.content.filter((c) => c.type === "toolCall").map((c) => c.name))).toEqual(Array.from({ length: rounds }, () => "bash"))
+        // The upstream got one request more: the continuation after the hidden read, carrying the exact original.
+        expect(upstream.requests.length).toBe(direct.requests.length + 1)
+        const continuation = JSON.parse(upstream.requests.at(-1)!.body) as { messages: Array<Record<string, unknown>> }
+        expect(continuation.messages.at(-2)).toMatchObject({ role: "assistant", tool_calls: [{ id: "call_read", function: { name: "thread_read" } }] })
+        expect(continuation.messages.at(-1)).toMatchObject({ role: "tool", tool_call_id: "call_read" })
+        expect(String(continuation.messages.at(-1)!.content)).toContain(results(via)[0]![1])
 
         // Flushes reported; the upstream's requests extend each other except exactly at them.
         type Body = { messages: Array<Record<string, unknown>>; tools: Array<{ function: { name: string } }> }
-        const bodies = upstream.requests.map((r) => JSON.parse(r.body) as Body)
+        const bodies = upstream.requests.slice(0, -1).map((r) => JSON.parse(r.body) as Body)
         const api = yield* client()
         const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
         const runs = (yield* api.runs.list({ path: { threadId }, urlParams: { limit: 100 } })).runs
         expect(runs.map((r) => r.status)).toEqual(bodies.map(() => "completed"))
+        const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        expect(items.filter((i) => i.toolName === "thread_read")).toEqual([])
         const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         const flushes = events.filter((e) => e.type === "gateway.offloaded").map((e) => e.payload as { runId: string; refs: Array<string> })
         expect(flushes.length).toBeGreaterThanOrEqual(1)
@@ -181,7 +196,7 @@ describe("Gateway with the real pi agent (Chat Completions)", () => {
         })
         expect(reported.size).toBeGreaterThan(0)
         // The last request is well under pi's.
-        expect(upstream.requests.at(-1)!.body.length).toBeLessThan(direct.requests.at(-1)!.body.length / 2)
+        expect(upstream.requests.at(-2)!.body.length).toBeLessThan(direct.requests.at(-1)!.body.length / 2)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), { timeout: 300_000 })
 })
