@@ -24,8 +24,8 @@
  *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
  *   502 `api_error`.
  *
- * - On the way out (`/v1/messages` and `/v1/responses`, the routed instance's `toolResultOffload` on;
- *   `GatewayOffload`, `GatewayResponsesOffload`): the request
+ * - On the way out (`/v1/messages`, `/v1/responses` and `/v1/chat/completions`, the routed instance's
+ *   `toolResultOffload` on; `GatewayOffload`, `GatewayResponsesOffload`, `GatewayChatOffload`): the request
  *   goes out with the conversation's tool-result stubs (a flush when the policy decides one, reported as
  *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
  *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here
@@ -54,6 +54,7 @@ import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayDialect from "./GatewayDialect.js"
 import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
+import * as GatewayChatOffload from "./GatewayChatOffload.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
@@ -130,7 +131,8 @@ const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { c
 /** The dialects whose requests the gateway offloads on the way out, by instance kind. */
 const offloads: Partial<Record<string, GatewayOffload.Offload>> = {
   "anthropic-messages": GatewayOffload.anthropic,
-  "openai-responses": GatewayResponsesOffload.offload
+  "openai-responses": GatewayResponsesOffload.offload,
+  "openai-chat": GatewayChatOffload.offload
 }
 
 /** The most `thread_read` rounds the gateway answers for one agent request (then the reply goes to the agent). */
@@ -240,7 +242,7 @@ export const layer = (options: GatewayOptions) =>
             )
           }
 
-          // Tool-result offload on the way out (Anthropic Messages and OpenAI Responses, the instance's
+          // Tool-result offload on the way out (Anthropic Messages, OpenAI Responses and Chat Completions, the instance's
           // `toolResultOffload` on): the conversation's stubs, a flush when the policy says so, and `thread_read` offered.
           const offloader = upstreamPath === "/responses/compact" ? undefined : offloads[dialect.kind]
           let offload: GatewayThreads.GatewayOffloadState | undefined
@@ -440,7 +442,7 @@ export const layer = (options: GatewayOptions) =>
             )
           }
           // Spliced only where thread_read is offered (the request has tools); events are re-encoded as `event:` and
-          // `data:` lines, which is how Anthropic sends them.
+          // `data:` lines, which is how Anthropic sends them (OpenAI's streams have `data:` lines only, re-encoded alike).
           const visible = outBody === null || offloader === undefined || !Array.isArray(outBody.tools) ? upstream.stream : spliced(upstream.stream, offloader.hop(null), outBody)
           let settled = false
           const finish = Effect.suspend(() => {

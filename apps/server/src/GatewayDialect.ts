@@ -71,15 +71,13 @@ export const parseJson = (text: string): unknown => {
 }
 
 /**
- * The output room a request to an instance with `window` tokens keeps: `min(the body's max_tokens (Anthropic, Chat) or
- * max_output_tokens (Responses) when positive, else maxOutputTokens; maxOutputTokens; window / 4)`, at least 1.
+ * The output room a request to an instance with `window` tokens keeps: `min(the body's max_tokens (Anthropic, Chat),
+ * max_completion_tokens (Chat: what OpenAI's newer clients send) or max_output_tokens (Responses) when positive, else
+ * maxOutputTokens; maxOutputTokens; window / 4)`, at least 1.
  */
 export const outputRoom = (window: number, maxOutputTokens: number, body: Record<string, unknown>): number => {
-  const asked = typeof body.max_tokens === "number" && body.max_tokens > 0
-    ? body.max_tokens
-    : typeof body.max_output_tokens === "number" && body.max_output_tokens > 0
-    ? body.max_output_tokens
-    : maxOutputTokens
+  const positive = (u: unknown): number | null => (typeof u === "number" && u > 0 ? u : null)
+  const asked = positive(body.max_tokens) ?? positive(body.max_completion_tokens) ?? positive(body.max_output_tokens) ?? maxOutputTokens
   return Math.max(1, Math.min(asked, maxOutputTokens, Math.floor(window / 4)))
 }
 

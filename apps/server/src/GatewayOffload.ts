@@ -3,7 +3,8 @@
  * out"). The same policy as the model-API adapters (`ToolResultOffload.decide`, the route's instance settings
  * `toolResultOffload`), applied to the body the agent sent before it is forwarded. The policy's side is shared by the
  * wires (`plan` over a `Shape`: how a wire's history holds calls and results); this module is also the Anthropic
- * Messages wire (`anthropicShape`, `anthropic`); OpenAI Responses is `GatewayResponsesOffload`. For Anthropic:
+ * Messages wire (`anthropicShape`, `anthropic`); OpenAI Responses is `GatewayResponsesOffload`, OpenAI Chat
+ * Completions `GatewayChatOffload`. For Anthropic:
  *
  * - Units: an assistant message's `tool_use` calls with the user message whose `tool_result` blocks answer them;
  *   every other message a unit of its own. The agent's newest message is pinned: it goes out unchanged.
@@ -444,6 +445,8 @@ export type HopEnd =
     readonly visible?: ReadonlyArray<unknown> | undefined
     /** Responses: the next `sequence_number` the agent expects. */
     readonly nextSequence?: number | undefined
+    /** Chat Completions: what every chunk the agent receives carries from the first hop (its `id`, `created`). */
+    readonly head?: Readonly<Record<string, unknown>> | undefined
   }
   | { readonly _tag: "release"; readonly held: string }
 

@@ -25,7 +25,7 @@
  *
  * Pure: no I/O.
  */
-import type { ToolResultOffload } from "@baton/context"
+import { ToolResultOffload } from "@baton/context"
 import { ThreadRead } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
 import { isRecord, parseJson } from "./GatewayDialect.js"
@@ -39,14 +39,14 @@ const isCall = (item: Record<string, unknown>) => item.type === "function_call" 
 const isOutput = (item: Record<string, unknown>) => item.type === "function_call_output" || item.type === "custom_tool_call_output"
 
 /**
- * OpenAI's cache pricing from an instance's prices: reads `cacheRead / input` (0.1 when the input price is 0), no
- * write premium (1), a 5-minute TTL. See the module docblock.
+ * OpenAI's cache pricing from an instance's prices (`ToolResultOffload.pricingOf` with no separate write price):
+ * reads `cacheRead / input` (0.1 when the input price is 0), no write premium (1), a 5-minute TTL. See the module
+ * docblock; the Chat Completions wire uses it too (`GatewayChatOffload`).
  */
-export const openAiCache = (prices: GatewayOffload.Prices): ToolResultOffload.CachePricing => ({
-  readMultiplier: prices.input > 0 ? prices.cacheRead / prices.input : 0.1,
-  writeMultiplier: 1,
-  ttlMs: 5 * 60_000
-})
+export const openAiCache = (prices: GatewayOffload.Prices): ToolResultOffload.CachePricing =>
+  prices.input > 0
+    ? ToolResultOffload.pricingOf({ ...prices, cacheWrite: 0 }, 5 * 60_000)
+    : { readMultiplier: 0.1, writeMultiplier: 1, ttlMs: 5 * 60_000 }
 
 /** The Responses shape of the rewrite (see the module docblock). */
 export const shape: GatewayOffload.Shape = {

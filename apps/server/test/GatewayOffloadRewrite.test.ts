@@ -7,6 +7,7 @@
  */
 import { ToolResultOffload } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
+import * as GatewayChatOffload from "../src/GatewayChatOffload.js"
 import * as GatewayOffload from "../src/GatewayOffload.js"
 import * as GatewayResponsesOffload from "../src/GatewayResponsesOffload.js"
 
@@ -166,5 +167,65 @@ describe("GatewayOffload", () => {
     })
     expect(planned.flush?.refs).toEqual(["tool:call_two"])
     expect((planned.body.input as Array<Block>)[2]).toEqual({ type: "function_call_output", call_id: "call_img", output: picture })
+  })
+
+  it("Chat Completions: a consumed hidden thread_read round is stubbed naming what it read; one beside the agent's call, or a result with an image, never", () => {
+    const unit = (id: string, output: unknown) => [
+      { role: "assistant", content: null, tool_calls: [{ id, type: "function", function: { name: "bash", arguments: JSON.stringify({ command: "ls" }) } }] },
+      { role: "tool", tool_call_id: id, content: output }
+    ]
+    const read = (mixed: boolean) => [
+      {
+        role: "assistant",
+        content: "Let me look.",
+        tool_calls: [
+          { id: "call_r1", type: "function", function: { name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_1", limit: 32_000 }) } },
+          ...(mixed ? [{ id: "call_x", type: "function", function: { name: "bash", arguments: "{}" } }] : [])
+        ]
+      },
+      { role: "tool", tool_call_id: "call_r1", content: `[tool_result bash call_1 #3]\n${big("one")}` },
+      ...(mixed ? [{ role: "tool", tool_call_id: "call_x", content: "x" }] : [])
+    ]
+    const picture = [{ type: "text", text: big("img") }, { type: "image_url", image_url: { url: `data:image/png;base64,${"iVBOR".repeat(6_000)}` } }]
+    const chat = (mixed: boolean) => ({
+      model: "gpt-x",
+      tools: [{ type: "function", function: { name: "bash", parameters: { type: "object" } } }],
+      messages: [
+        { role: "system", content: "You are a coding agent." },
+        { role: "user", content: "go" },
+        ...unit("call_img", picture),
+        ...unit("call_1", big("one")),
+        ...read(mixed),
+        ...["two", "three", "four", "five"].flatMap((tag) => unit(`call_${tag}`, big(tag))),
+        { role: "user", content: [{ type: "text", text: "and now?" }] }
+      ]
+    })
+    const planned = (b: Record<string, unknown>) =>
+      GatewayOffload.plan(GatewayChatOffload.shape, {
+        body: b,
+        offloaded: [],
+        settings: ToolResultOffload.defaults,
+        windowTokens: count(JSON.stringify(b)),
+        prices: { input: 1.25, cacheRead: 0.125, cacheWrite: 0 },
+        requestsSoFar: 20,
+        msSinceLastRequest: 1_000,
+        count
+      })
+    const toolOf = (out: GatewayOffload.Output, id: string) => (out.body.messages as Array<Block>).find((m) => m.role === "tool" && m.tool_call_id === id)!
+    const out = planned(chat(false))
+    expect(out.offloaded).toContain("call_r1")
+    expect(ToolResultOffload.refOfStub(String(toolOf(out, "call_r1").content))).toBe("tool:call_1")
+    expect(out.flush!.refs).toContain("tool:call_1")
+    expect(out.flush!.refs).not.toContain("tool:call_r1")
+    expect(ToolResultOffload.refOfStub(String(toolOf(out, "call_two").content))).toBe("tool:call_two")
+    // The result with an image goes out as sent; the system prompt stays first; thread_read is offered as a function.
+    expect(toolOf(out, "call_img").content).toEqual(picture)
+    expect((out.body.messages as Array<Block>)[0]).toEqual({ role: "system", content: "You are a coding agent." })
+    expect((out.body.tools as Array<{ function: { name: string } }>).map((t) => t.function.name)).toEqual(["bash", "thread_read"])
+    // Beside the agent's own call: never stubbed.
+    const mixed = planned(chat(true))
+    expect(mixed.offloaded).not.toContain("call_r1")
+    expect(mixed.offloaded).toContain("call_two")
+    expect(String(toolOf(mixed, "call_r1").content)).toContain("[tool_result bash call_1 #3]")
   })
 })

@@ -1,0 +1,252 @@
+/**
+ * GatewayChatOffload: Baton's tool-result offload on a gateway OpenAI Chat Completions request
+ * (`POST /v1/chat/completions`: pi, opencode, aider; issue 14 item 3, docs/gateway.md "On the way out"). The policy
+ * and the rewrite are `GatewayOffload`'s (`plan`, shared with Anthropic Messages and OpenAI Responses); this module
+ * says what differs on the Chat Completions wire:
+ *
+ * - The history is `messages` after the leading `system` / `developer` messages (the system prompt, counted as fixed
+ *   tokens and sent back in front as they were). A unit is an `assistant` message's `tool_calls` with the `tool`
+ *   messages answering them (one per call, `tool_call_id`); every other message is a unit of its own. The agent's
+ *   newest input (the messages after the last assistant message) is pinned: it goes out as sent.
+ * - A stub replaces a `tool` message's `content` (a string or text parts) with the stub line
+ *   (`ToolResultOffload.stubText`, the ref `tool:<call id>`); the message keeps its `tool_call_id` (and `name`), the
+ *   assistant's `tool_calls` stay as sent. A `tool` message holding a part that is not text (an `image_url`) is never
+ *   stubbed: the thread records such a part as `[type]`, so `thread_read` could not give it back.
+ * - `thread_read` is offered as a function tool after the agent's tools
+ *   (`{"type":"function","function":{"name":"thread_read","description","parameters"}}`).
+ * - Pricing: as for Responses (`GatewayResponsesOffload.openAiCache`, through `ToolResultOffload.pricingOf`): a Chat
+ *   upstream caches prompts by prefix by itself (OpenAI, and the OpenAI-compatible servers that cache: vLLM's and
+ *   llama.cpp's prefix caches), with no write premium, so the write multiplier is 1; reads `cacheRead / input`.
+ * - The upstream's `thread_read` calls: answered by the gateway when every call of the reply's `tool_calls` is one
+ *   (as on the other wires: a reply with `thread_read` beside the agent's own calls goes to the agent as it is, since
+ *   the agent must answer its calls). The continuation sends the assistant message (`role`, `content`, `tool_calls`
+ *   as assembled) and a `tool` message per call. A stream's chunks pass on until the chunk carrying the first delta of
+ *   a `thread_read` call (its `function.name`), and are held from there (that hop's `finish_reason`, usage chunk and
+ *   `[DONE]` included); the continuation's chunks join the completion the agent is receiving: their `id` and
+ *   `created` are the first hop's, the `role` of their deltas dropped (the agent has it), their content deltas
+ *   appended to the text already sent. Their `tool_calls` keep their `index`: a hop that is continued had only
+ *   `thread_read` calls, all held, so the agent has seen no call before the continuation's. A continuation the
+ *   upstream refuses ends the stream with an error chunk (`data: {"error":{…}}`, the upstream's error object, as
+ *   OpenAI reports an error in a stream) and no `[DONE]` (the run fails).
+ * - The hidden rounds stay (`expansions`): the assistant message the agent received is replaced in later requests by
+ *   the messages the upstream exchanged in its place (the call, the gateway's answers, the final assistant message as
+ *   the upstream sent it), so they extend the continuation's request.
+ *
+ * Pure: no I/O.
+ */
+import { ThreadRead } from "@baton/orchestration"
+import { Sse } from "@baton/providers"
+import * as GatewayChat from "./GatewayChat.js"
+import { isRecord, parseJson } from "./GatewayDialect.js"
+import * as GatewayOffload from "./GatewayOffload.js"
+import { openAiCache } from "./GatewayResponsesOffload.js"
+
+/** Whether `m` is a system prompt message (`system` or `developer`). */
+const isSystem = (m: unknown) => isRecord(m) && (m.role === "system" || m.role === "developer")
+
+/** How many of `messages` lead as the system prompt. */
+const leadOf = (messages: ReadonlyArray<unknown>): number => {
+  let k = 0
+  while (k < messages.length && isSystem(messages[k])) k++
+  return k
+}
+
+const messagesOf = (body: Record<string, unknown>): ReadonlyArray<unknown> | null => (Array.isArray(body.messages) ? body.messages : null)
+
+/** A tool call's function (`{}` when absent). */
+const fnOf = (call: Record<string, unknown>): Record<string, unknown> => (isRecord(call.function) ? call.function : {})
+
+/** The Chat Completions shape of the rewrite (see the module docblock). */
+export const shape: GatewayOffload.Shape = {
+  history: (body) => {
+    const messages = messagesOf(body)
+    return messages === null ? null : messages.slice(leadOf(messages))
+  },
+  withHistory: (body, history) => {
+    const messages = messagesOf(body) ?? []
+    return { ...body, messages: [...messages.slice(0, leadOf(messages)), ...history] }
+  },
+  calls: (m) =>
+    m.role === "assistant" && Array.isArray(m.tool_calls)
+      ? m.tool_calls.flatMap((c): ReadonlyArray<GatewayOffload.Call> => {
+        if (!isRecord(c) || typeof c.id !== "string") return []
+        const fn = fnOf(c)
+        return [{ id: c.id, name: String(fn.name ?? "tool"), argumentsText: typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments ?? {}) }]
+      })
+      : [],
+  answers: (m) => (m.role === "tool" && typeof m.tool_call_id === "string" ? [m.tool_call_id] : []),
+  model: (m) => m.role === "assistant",
+  joins: false,
+  stub: (m, stubbed, calls) =>
+    m.role === "tool" && typeof m.tool_call_id === "string" && stubbed.has(m.tool_call_id)
+      ? { ...m, content: GatewayOffload.stubLine(m.tool_call_id, calls.get(m.tool_call_id), GatewayOffload.contentChars(m.content)) }
+      : m,
+  opaque: (m) => m.role === "tool" && GatewayOffload.hasNonText(m.content),
+  offer: (body) => {
+    const tools = Array.isArray(body.tools) ? body.tools : null
+    return tools === null || tools.some((t) => isRecord(t) && isRecord(t.function) && t.function.name === ThreadRead.definition.name)
+      ? tools
+      : [...tools, { type: "function", function: { name: ThreadRead.definition.name, description: ThreadRead.definition.description, parameters: ThreadRead.definition.inputSchema } }]
+  },
+  system: (body) => (messagesOf(body) ?? []).slice(0, leadOf(messagesOf(body) ?? [])),
+  pricing: openAiCache
+}
+
+/**
+ * An assistant message as the continuation sends it back: its `content` (`null` when none) and `tool_calls`; what a
+ * whole answer adds beside them (`refusal: null`, `annotations`, a server's `reasoning_content`) is left out, so a
+ * streamed and a whole hop go back alike.
+ */
+export const assistantOf = (message: Record<string, unknown>): Record<string, unknown> => ({
+  role: "assistant",
+  content: message.content ?? null,
+  ...(Array.isArray(message.tool_calls) && message.tool_calls.length > 0 ? { tool_calls: message.tool_calls } : {})
+})
+
+/**
+ * The `thread_read` calls of a reply (`content`: the one assistant message) when the gateway can answer them itself:
+ * every call of its `tool_calls` is a `thread_read` function call with an id (at least one). `null` otherwise (no
+ * call, or calls of the agent's own tools beside them: such a reply goes to the agent as it is).
+ */
+export const readsOf = (content: unknown): ReadonlyArray<GatewayOffload.Read> | null => {
+  const message = Array.isArray(content) ? content[0] : undefined
+  if (!isRecord(message) || !Array.isArray(message.tool_calls)) return null
+  const calls = message.tool_calls.filter(isRecord)
+  if (calls.length === 0 || !calls.every((c) => fnOf(c).name === ThreadRead.definition.name && typeof c.id === "string")) return null
+  return calls.map((c) => {
+    const args = fnOf(c).arguments
+    return { id: c.id as string, input: typeof args === "string" ? parseJson(args) ?? {} : args ?? {} }
+  })
+}
+
+/** The request that continues after the upstream's `thread_read` calls: `body` with the assistant message and a `tool` message per answer. */
+export const continuation = (
+  body: Record<string, unknown>,
+  content: ReadonlyArray<unknown>,
+  answers: ReadonlyArray<GatewayOffload.Answer>
+): Record<string, unknown> => ({
+  ...body,
+  messages: [
+    ...(body.messages as ReadonlyArray<unknown>),
+    ...content,
+    ...answers.map((a) => ({ role: "tool", tool_call_id: a.id, content: a.output }))
+  ]
+})
+
+/** The reply's content (the assistant message, as `assistantOf` sends it back) of a whole answer's body; `null`: none. */
+export const contentOfBody = (body: unknown): ReadonlyArray<unknown> | null => {
+  const message = GatewayChat.replyOfBody(body).messages[0]?.message
+  return isRecord(message) ? [assistantOf(message)] : null
+}
+
+/** An SSE event as OpenAI sends a chunk: a `data:` line (an event name only when the upstream sent one other than the default). */
+const encodeEvent = (event: string, data: string) => `${event === "" || event === "message" ? "" : `event: ${event}\n`}data: ${data}\n\n`
+
+/**
+ * A continuation's chunk as the agent receives it: the first hop's `id` and `created` (`head`), and no `role` in the
+ * deltas (the agent has the first hop's).
+ */
+const joined = (data: Record<string, unknown>, head: Readonly<Record<string, unknown>>): Record<string, unknown> => ({
+  ...data,
+  ...head,
+  ...(Array.isArray(data.choices)
+    ? {
+      choices: data.choices.map((c) => {
+        if (!isRecord(c) || !isRecord(c.delta) || !("role" in c.delta)) return c
+        const { role: _, ...delta } = c.delta
+        return { ...c, delta }
+      })
+    }
+    : {})
+})
+
+/**
+ * A streamed hop of a Chat Completions answer as the agent sees it (see the module docblock): `previous` is the hop
+ * whose `thread_read` calls this one continues (`null`: the first hop, whose chunks pass on as they are until a
+ * `thread_read` call starts).
+ */
+export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffload.Hop => {
+  const first = previous === null
+  let head: Readonly<Record<string, unknown>> | undefined = previous?.head
+  const decoder = Sse.makeDecoder()
+  const assembler = GatewayChat.replyAssembler()
+  /** The name of each tool call so far, by `index`. */
+  const names = new Map<number, string>()
+  let held: Array<string> | null = null
+  const contentOf = () => {
+    const outcome = assembler.outcome()
+    const message = outcome._tag === "completed" ? outcome.reply.messages[0]?.message : undefined
+    return isRecord(message) ? [assistantOf(message)] : []
+  }
+  return {
+    push: (chunk) => {
+      assembler.push(chunk)
+      let out = ""
+      for (const m of decoder.push(chunk)) {
+        const data = m.data === "[DONE]" ? undefined : parseJson(m.data)
+        if (!isRecord(data)) {
+          if (held === null) out += encodeEvent(m.event, m.data)
+          else held.push(encodeEvent(m.event, m.data))
+          continue
+        }
+        if (first && head === undefined && typeof data.id === "string") head = { id: data.id, ...(data.created !== undefined ? { created: data.created } : {}) }
+        if (held === null) {
+          const choice = Array.isArray(data.choices) ? data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+          const delta = isRecord(choice) && isRecord(choice.delta) ? choice.delta : {}
+          for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+            if (!isRecord(c)) continue
+            const at = typeof c.index === "number" ? c.index : names.size
+            const name = (names.get(at) ?? "") + (typeof fnOf(c).name === "string" ? fnOf(c).name as string : "")
+            names.set(at, name)
+            if (name === ThreadRead.definition.name) held = []
+          }
+        }
+        const text = first || head === undefined ? encodeEvent(m.event, m.data) : encodeEvent(m.event, JSON.stringify(joined(data, head)))
+        if (held === null) out += text
+        else held.push(text)
+      }
+      return out
+    },
+    end: () => {
+      const text = held === null ? "" : held.join("")
+      if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
+      const content = contentOf()
+      const reads = readsOf(content)
+      return reads === null ? { _tag: "release", held: text } : { _tag: "reads", reads, content, nextOffset: 0, held: text, head }
+    },
+    content: contentOf,
+    tokens: () => {
+      const outcome = assembler.outcome()
+      return outcome._tag === "completed" ? outcome.reply.tokens : null
+    }
+  }
+}
+
+/**
+ * Where the hidden rounds go in later requests: the assistant message the agent received (`received`, one message)
+ * is replaced by what the continuations added after the agent's request (`last` the last continuation, `sentCount`
+ * the history entries of the agent's request as sent, after its system prompt) and the final assistant message as the
+ * upstream sent it (`final`).
+ */
+export const expansions: GatewayOffload.Offload["expansions"] = (received, last, sentCount, final, fingerprint) => {
+  const messages = messagesOf(last) ?? []
+  if (received[0] === undefined) return []
+  return [{ fingerprint: fingerprint(received[0]), messages: [...messages.slice(leadOf(messages) + sentCount), ...final] }]
+}
+
+/** The OpenAI Chat Completions offload (see the module docblock). */
+export const offload: GatewayOffload.Offload = {
+  shape,
+  contentOfBody,
+  contentOfReply: (reply) => reply.messages.map((m) => m.message),
+  readsOf,
+  continuation,
+  sendable: (body) => body,
+  hop: makeHop,
+  expansions,
+  streamError: (body, message) => {
+    const parsed = parseJson(body)
+    const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : { message, type: "server_error", param: null, code: null }
+    return `data: ${JSON.stringify({ error })}\n\n`
+  }
+}
