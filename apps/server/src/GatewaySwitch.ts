@@ -316,6 +316,13 @@ export const usageOf = (usage: unknown) => {
   }
 }
 
+/**
+ * What one Chat Completions request carried, in tokens (`prompt_tokens`, cached ones included), from its `usage`;
+ * `null` without one. The `carriedTokens` of a run whose answer took hidden `thread_read` rounds: the last request's.
+ */
+export const carriedOf = (usage: unknown): number | null =>
+  isRecord(usage) && typeof usage.prompt_tokens === "number" ? usage.prompt_tokens : null
+
 /** A message id in Anthropic's form for a Chat Completions answer id. */
 const messageIdOf = (id: unknown) => `msg_${typeof id === "string" && id !== "" ? id.replace(/[^A-Za-z0-9_-]/g, "_") : `baton_${Date.now().toString(36)}`}`
 
@@ -416,6 +423,8 @@ export interface StreamTranslator {
   readonly next: () => void
   /** Ends an open message (no continuation): `message_delta` and `message_stop`. */
   readonly stop: () => string
+  /** The hops so far (1 + the continuations after hidden rounds) and the last hop's tokens carried (`carriedOf`). */
+  readonly hops: () => { readonly count: number; readonly carried: number | null }
 }
 
 /**
@@ -573,6 +582,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       done = false
       decoder = Sse.makeDecoder()
     },
+    hops: () => ({ count: earlier.length + 1, carried: carriedOf(usage) }),
     stop: () => {
       pending = null
       out.push(event({ type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: total() }))

@@ -196,7 +196,9 @@ export const serve = (input: Input) =>
         if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
       const message = GatewaySwitch.messageOf(answer, model, hidden, earlier)
-      yield* settle((b) => threads.complete(b, GatewayAnthropic.dialect.replyOfBody(message)))
+      // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
+      const carried = earlier.length === 0 ? null : GatewaySwitch.carriedOf(isRecord(answer) ? answer.usage : null)
+      yield* settle((b) => threads.complete(b, { ...GatewayAnthropic.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }))
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
       return HttpServerResponse.text(GatewaySwitch.eventsOf(message), { contentType: "text/event-stream" })
@@ -211,9 +213,10 @@ export const serve = (input: Input) =>
     const finish = Effect.suspend(() => {
       settled = true
       const outcome = assembler.outcome()
+      const hops = translator.hops()
       return settle((b) =>
         outcome._tag === "completed"
-          ? threads.complete(b, outcome.reply)
+          ? threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply)
           : threads.fail(b, "failed", outcome._tag === "failed" ? outcome.code : "provider_protocol", outcome.reason)
       )
     })

@@ -392,6 +392,13 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upst
         const items = yield* allItems(threadId)
         expect(items.filter((i) => i.toolName === "thread_read")).toEqual([])
         expect(items.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual(["Let me read.", "It said hello.", "Read: hello."])
+        // Each run's gateway.usage: every hop's tokens (the cost), and what the last request carried (the chart's
+        // point: 900 + 300 streamed, 100 whole), not their sum.
+        const events = threadEvents((yield* raw(HttpClientRequest.get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.bearerToken(adminToken)))).text)
+        expect(events.filter((e) => e.type === "gateway.usage").map((e) => {
+          const p = e.payload as { inputTokens: number; cacheReadTokens: number; carriedTokens?: number }
+          return [p.inputTokens + p.cacheReadTokens, p.carriedTokens]
+        })).toEqual([[2_400, 1_200], [200, 100]])
       })
     ), { timeout: 60_000 })
 
