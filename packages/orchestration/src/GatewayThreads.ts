@@ -322,7 +322,7 @@ const resultText = (content: unknown): string =>
  * `toolNames`), assistant `text` as `assistant_message`, `tool_use` as `tool_call` (its input as JSON), `thinking` as
  * `reasoning`; any other block (images, documents, server tools, redacted thinking) as a one-line `[type]` item of
  * the message's role. `messageId` groups a message's items: the upstream's message id for a reply, else
- * `<role>@<generation>.<index>` (its position in the conversation since the last divergence).
+ * `<role>@<generation>.<index>` (its position in the request; the generation goes up at each divergence or re-render).
  */
 export const itemsOf = (m: WireMessage, messageId: string, toolNames: ReadonlyMap<string, string>): ReadonlyArray<NewItem> => {
   const base = { toolCallId: null, toolName: null, messageId, isError: false, toolCallState: null }
