@@ -5,8 +5,8 @@
  * routes to a loopback Chat Completions upstream with a 32,000-token window (a tool round there too), then resumed
  * again on the first model. The switched requests fit the window with the user's prompt unchanged; the Anthropic
  * upstream then receives the whole history, the other provider's turn included. Claude Code re-renders its history
- * when its model changes to a non-Claude model and back, so those requests are divergences in the record; the last
- * generation holds every message once.
+ * when its model changes to a non-Claude model and back; Baton recognises the same conversation, so the thread holds
+ * every message of the whole session exactly once and records no divergence.
  */
 import type { Item } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
@@ -136,28 +136,47 @@ describe("Gateway provider switch with the real Claude Code", () => {
           if (page.nextAfterSeq === null) break
           afterSeq = page.nextAfterSeq
         }
-        // Claude Code re-renders its history when its model changes from a Claude model to another and back (the
-        // environment reminders of the first user message become `system` messages, and back; it does so against the
-        // upstream directly too), so those two requests share no prefix with the stored baseline: recorded as
-        // divergences (the gateway's rule), their messages stored as new generations. Nothing else diverges: the
-        // switched turn's second request, and the tool rounds, extend the previous request.
+        // Claude Code re-renders its history when its model changes from a Claude model to another and back (its
+        // reminders move between the user messages and `system` messages of their own, a tool result's trailing
+        // reminder becomes a `system` message; it does so against the upstream directly too): Baton recognises the
+        // same conversation (`gateway.rerendered`), so nothing diverges and nothing is stored again.
         const events = threadEvents((yield* raw(HttpClientRequest.get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.bearerToken(adminToken)))).text)
-        expect(events.filter((e) => e.type === "gateway.diverged").map((e) => (e.payload as { runId: string; sharedMessages: number }).runId)).toEqual([runs[4]!.id, runs[6]!.id])
-        // The last generation (the last request's messages and its reply) holds the whole conversation, every message once.
-        const latest = items.filter((i) => i.runId === runs[6]!.id)
+        expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+        expect(events.filter((e) => e.type === "gateway.rerendered").map((e) => (e.payload as { runId: string }).runId)).toEqual([runs[4]!.id, runs[6]!.id])
+        // The thread holds the whole conversation, every message exactly once.
         for (const id of ["toolu_01", "toolu_02", "toolu_03", "call_1"]) {
-          expect(latest.filter((i) => i.kind === "tool_call" && i.toolCallId === id)).toHaveLength(1)
-          expect(latest.filter((i) => i.kind === "tool_result" && i.toolCallId === id)).toHaveLength(1)
+          expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === id)).toHaveLength(1)
+          expect(items.filter((i) => i.kind === "tool_result" && i.toolCallId === id)).toHaveLength(1)
         }
-        expect(latest.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_01")!.text).toContain("5999\n6000")
-        expect(latest.filter((i) => i.kind === "user_message" && i.text === prompt2)).toHaveLength(1)
+        expect(items.find((i) => i.kind === "tool_result" && i.toolCallId === "toolu_01")!.text).toContain("5999\n6000")
+        for (const prompt of ["count for me", prompt2, "and back: summarise"]) {
+          expect(items.filter((i) => i.kind === "user_message" && i.text === prompt)).toHaveLength(1)
+        }
+        expect(items.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual(["Counting.", "First part done.", "Checking from the other model.", "Switched done.", "Back on Claude."])
+        // The conversation as the thread holds it (the agent's reminders aside) is the last request's and its reply, in order.
+        const reminder = /^\s*(<system-reminder>(?:(?!<\/system-reminder>)[\s\S])*<\/system-reminder>\s*)+$/
+        const trailing = /(\s*<system-reminder>(?:(?!<\/system-reminder>)[\s\S])*<\/system-reminder>)+\s*$/
+        const conversation = (entries: ReadonlyArray<readonly [string, string, string | null]>) =>
+          entries.filter(([kind, text]) => !(kind === "user_message" && reminder.test(text))).map(([kind, text, id]) => [kind, kind === "tool_result" ? text.replace(trailing, "") : text, id])
+        const fromThread = conversation(items.filter((i) => !(i.messageId ?? "").startsWith("system@")).map((i) => [i.kind, i.text, i.toolCallId] as const))
+        type Entry = readonly [string, string, string | null]
+        const fromRequest = conversation(back.messages.filter((m) => m.role !== "system").flatMap((m) =>
+          blocks(m).flatMap((b): ReadonlyArray<Entry> =>
+            b.type === "text" ? [[m.role === "assistant" ? "assistant_message" : "user_message", b.text!, null]]
+            : b.type === "tool_use" ? [["tool_call", JSON.stringify(b.input), b.id!]]
+            : b.type === "tool_result" ? [["tool_result", resultText(b), b.tool_use_id!]]
+            : [])))
+        expect(fromThread).toEqual([...fromRequest, ["assistant_message", "Back on Claude.", null]])
+        // Each message has its own message id (a re-render starts a generation of ids: positions count another rendering).
+        const runOfMessage = new Map<string, string | null>()
+        for (const i of items) {
+          const messageId = i.messageId ?? ""
+          expect(runOfMessage.get(messageId) ?? i.runId).toBe(i.runId)
+          runOfMessage.set(messageId, i.runId)
+        }
         // Unstubbed, the switched request would have been over the window: its stubs' originals alone are large.
-        const originals = latest.filter((i) => i.kind === "tool_result" && (i.toolCallId === "toolu_01" || i.toolCallId === "toolu_02"))
+        const originals = items.filter((i) => i.kind === "tool_result" && (i.toolCallId === "toolu_01" || i.toolCallId === "toolu_02"))
         expect(counter.count(chat.requests[0]!.body) + originals.reduce((n, i) => n + counter.count(i.text), 0)).toBeGreaterThan(window)
-        expect(latest.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual(["Counting.", "First part done.", "Checking from the other model.", "Switched done.", "Back on Claude."])
-        expect(new Set(latest.map((i) => i.messageId)).size).toBe(back.messages.length + 1)
-        // The switched generation's turn is in the thread once (its second request extended its first).
-        expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "call_1" && i.runId !== runs[6]!.id)).toHaveLength(1)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), { timeout: 400_000 })
 })

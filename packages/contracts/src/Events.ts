@@ -520,6 +520,18 @@ export const GatewayDiverged = event(
 )
 
 /**
+ * `{runId, sharedMessages, storedMessages, requestMessages}`: a gateway request's history did not extend the
+ * conversation Baton stored message for message, but holds the same conversation re-rendered (the agent moved or
+ * rewrote only its own context: reminders, `system` messages, earlier thinking; Claude Code does so when its model
+ * changes), so it is not a divergence: its first `sharedMessages` messages hold the `storedMessages` of the baseline
+ * and nothing of them is stored again; its `requestMessages` are the new baseline (docs/gateway.md).
+ */
+export const GatewayRerendered = event(
+  "gateway.rerendered",
+  Schema.Struct({ runId: RunId, sharedMessages: Count, storedMessages: Count, requestMessages: Count })
+)
+
+/**
  * `{runId, refs, tier, tokensBefore, tokensAfter}`: the gateway flushed tool-result offload on a conversation before
  * forwarding `runId`'s request (docs/gateway.md): newly stubbed results go out as one-line stubs on this and every
  * later request, `refs` the stubs' refs, which `thread_read` reads back (`tool:<tool_use id>`; for a hidden
@@ -592,6 +604,7 @@ export const ThreadEvent = Schema.Union(
   ContextOffloadUndone,
   ContextOffloadControlSet,
   GatewayDiverged,
+  GatewayRerendered,
   GatewayOffloaded,
   GatewayUsage
 )

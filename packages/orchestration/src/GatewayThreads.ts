@@ -17,7 +17,11 @@
  *   fingerprints Baton stored, the last reply included. A request that extends the baseline adds only its new
  *   messages. One that does not (the agent compacted, edited or rewound its history) is recorded as a divergence (a
  *   `gateway.diverged` event with the shared length), its messages past the shared prefix are stored, and it becomes
- *   the new baseline. Fingerprints are taken incrementally (`makePrintCache`): a message equal to the one at its
+ *   the new baseline. One that holds the stored conversation re-rendered (only the agent's own context moved or
+ *   rewritten: reminders, `system` messages, earlier thinking; Claude Code re-renders so when its model changes) is
+ *   not a divergence: its messages are compared by their conversation content (`conversationContent`,
+ *   `rerenderedPrefix`), only what follows the stored conversation is stored, a `gateway.rerendered` event says so,
+ *   and it becomes the baseline. Fingerprints are taken incrementally (`makePrintCache`): a message equal to the one at its
  *   position in the conversation's previous request reuses its fingerprint, so an extending request hashes only its
  *   new messages.
  *
@@ -97,6 +101,124 @@ export const normalise = (m: WireMessage): Json => ({ role: m.role, content: blo
 /** The fingerprint of an Anthropic message: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
 export const fingerprint = (m: WireMessage): string => hashText(canonicalJson(normalise(m)))
 
+const reminderOpen = "<system-reminder>"
+const reminderClose = "</system-reminder>"
+
+/**
+ * `text` without the `<system-reminder>…</system-reminder>` elements that end it and the white space before them
+ * (each element whole: from its opening tag to the first closing tag after it); `text` itself when it ends with none.
+ * Claude Code appends such reminders to a tool result's text in one rendering of its history and sends them as
+ * `system` messages in another (docs/gateway.md, "What Claude Code sends").
+ */
+export const withoutTrailingReminders = (text: string): string => {
+  let rest = text
+  let stripped = false
+  for (;;) {
+    const trimmed = rest.trimEnd()
+    if (!trimmed.endsWith(reminderClose)) break
+    const open = trimmed.lastIndexOf(reminderOpen)
+    if (open < 0 || trimmed.indexOf(reminderClose, open) !== trimmed.length - reminderClose.length) break
+    rest = trimmed.slice(0, open)
+    stripped = true
+  }
+  return stripped ? rest.trimEnd() : text
+}
+
+/** Whether `text` is only `<system-reminder>` elements (and white space): context the agent added, not a user's words. */
+export const isReminderText = (text: string): boolean =>
+  text.trimStart().startsWith(reminderOpen) && withoutTrailingReminders(text) === ""
+
+/**
+ * The conversation's content of a normalised Anthropic message (`normalise`): what the gateway compares when a request
+ * does not extend the stored baseline message for message (`rerenderedPrefix`). It is the normalised message without
+ * the agent's own context, which Claude Code renders differently from one request to another (observed with 2.1.332:
+ * docs/gateway.md, "What Claude Code sends"):
+ * - a `system` message (Claude Code's reminders as messages of their own, sent to a non-Claude model): nothing;
+ * - a user `text` block that is only `<system-reminder>` elements (the same reminders inside a user message, sent
+ *   to a Claude model): left out;
+ * - `<system-reminder>` elements ending the text of a tool result's `text` block (`withoutTrailingReminders`);
+ * - `thinking` and `redacted_thinking` blocks (Claude Code leaves earlier turns' thinking out of a request that ends
+ *   with a new prompt and sends it again in the tool rounds after it; the model does not read an earlier turn's
+ *   thinking either).
+ * Everything else is compared as normalised: every other block whole, text exactly. Returns `normalised` itself
+ * (the same object) when nothing was left out, `null` when nothing is left (a message of the agent's context only).
+ */
+export const conversationContent = (normalised: Json): Json | null => {
+  if (!isRecord(normalised) || !Array.isArray(normalised.content)) return normalised
+  const role = normalised.role
+  if (role === "system") return null
+  let changed = false
+  const kept: Array<Json> = []
+  for (const block of normalised.content as ReadonlyArray<Json>) {
+    if (!isRecord(block)) {
+      kept.push(block)
+      continue
+    }
+    if (block.type === "thinking" || block.type === "redacted_thinking") {
+      changed = true
+      continue
+    }
+    if (role === "user" && block.type === "text" && typeof block.text === "string" && isReminderText(block.text)) {
+      changed = true
+      continue
+    }
+    if (block.type === "tool_result" && Array.isArray(block.content)) {
+      let inner = false
+      const content = (block.content as ReadonlyArray<Json>).map((c) => {
+        if (!isRecord(c) || c.type !== "text" || typeof c.text !== "string") return c
+        const text = withoutTrailingReminders(c.text)
+        if (text === c.text) return c
+        inner = true
+        return { ...c, text }
+      })
+      if (inner) {
+        changed = true
+        kept.push({ ...block, content })
+        continue
+      }
+    }
+    kept.push(block)
+  }
+  if (kept.length === 0) return null
+  return changed ? { role: role as Json, content: kept } : normalised
+}
+
+/**
+ * A message's content print from its normalised form and fingerprint: `""` when it has no conversation content
+ * (`wire.content` gives `null`), its fingerprint when its content is its whole normalised form, else the SHA-256 of
+ * its content's canonical JSON (hex, 32 characters; equal to the fingerprint of a message that holds only that content).
+ */
+const contentPrint = (wire: Wire, normalised: Json, print: string): string => {
+  const content = wire.content === undefined ? normalised : wire.content(normalised)
+  if (content === null) return ""
+  return content === normalised ? print : hashText(canonicalJson(content))
+}
+
+/**
+ * How many of a request's leading messages hold the stored conversation when the request re-renders it, or `null`
+ * when it does not. `stored` and `request` are content prints (`""`: a message of the agent's context only). The
+ * request re-renders the stored conversation when the stored messages that have content, in order, are exactly its
+ * first messages that have content (the agent's context messages anywhere among them ignored) and there is at least
+ * one: then its messages up to the last of those hold the stored conversation (nothing of them is new) and the rest
+ * are new. Anything else (a stored message missing, changed, moved or added before the end of the stored ones: the
+ * agent compacted, edited or rewound its history) is `null`, a divergence.
+ */
+export const rerenderedPrefix = (stored: ReadonlyArray<string>, request: ReadonlyArray<string>): number | null => {
+  let wanted = 0
+  for (const c of stored) if (c !== "") wanted++
+  if (wanted === 0) return null
+  const storedContent = stored.filter((c) => c !== "")
+  let matched = 0
+  for (let i = 0; i < request.length; i++) {
+    const c = request[i]!
+    if (c === "") continue
+    if (c !== storedContent[matched]) return null
+    matched++
+    if (matched === wanted) return i + 1
+  }
+  return null
+}
+
 /** SHA-256 of `text`, hex, its first 32 characters. */
 const hashText = (text: string) => Crypto.createHash("sha256").update(text).digest("hex").slice(0, 32)
 
@@ -123,9 +245,13 @@ export const sameJson = (a: unknown, b: unknown): boolean => {
   return false
 }
 
-/** The fingerprints of a request's messages, and how many of them were hashed (the rest were recognised). */
+/**
+ * The fingerprints of a request's messages, their content prints (`contentPrint`; `null` for a wire without a content
+ * rule), and how many of them were hashed (the rest were recognised).
+ */
 export interface Prints {
   readonly prints: ReadonlyArray<string>
+  readonly content: ReadonlyArray<string> | null
   readonly hashed: number
 }
 
@@ -139,24 +265,28 @@ export interface Prints {
  * (`fingerprintOf(wire, m)`; the default wire is Anthropic's). A key names one conversation, so one wire.
  */
 export const makePrintCache = (capacity = 256) => {
-  const entries = new Map<string, { readonly normalised: ReadonlyArray<Json>; readonly prints: ReadonlyArray<string> }>()
+  const entries = new Map<string, { readonly normalised: ReadonlyArray<Json>; readonly prints: ReadonlyArray<string>; readonly content: ReadonlyArray<string> | null }>()
   const printsOf = (key: string, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): Prints => {
     const previous = entries.get(key)
     const normalised = messages.map(wire.normalise)
     const prints: Array<string> = []
+    const content: Array<string> | null = wire.content === undefined ? null : []
     let hashed = 0
     for (let i = 0; i < normalised.length; i++) {
       if (previous !== undefined && i < previous.normalised.length && sameJson(previous.normalised[i], normalised[i])) {
         prints.push(previous.prints[i]!)
+        content?.push(previous.content?.[i] ?? contentPrint(wire, normalised[i]!, previous.prints[i]!))
       } else {
-        prints.push(hashText(canonicalJson(normalised[i])))
+        const print = hashText(canonicalJson(normalised[i]))
+        prints.push(print)
+        content?.push(contentPrint(wire, normalised[i]!, print))
         hashed++
       }
     }
     entries.delete(key)
-    entries.set(key, { normalised, prints })
+    entries.set(key, { normalised, prints, content })
     if (entries.size > capacity) entries.delete(entries.keys().next().value!)
-    return { prints, hashed }
+    return { prints, content, hashed }
   }
   return { printsOf }
 }
@@ -192,7 +322,7 @@ const resultText = (content: unknown): string =>
  * `toolNames`), assistant `text` as `assistant_message`, `tool_use` as `tool_call` (its input as JSON), `thinking` as
  * `reasoning`; any other block (images, documents, server tools, redacted thinking) as a one-line `[type]` item of
  * the message's role. `messageId` groups a message's items: the upstream's message id for a reply, else
- * `<role>@<generation>.<index>` (its position in the conversation since the last divergence).
+ * `<role>@<generation>.<index>` (its position in the request; the generation goes up at each divergence or re-render).
  */
 export const itemsOf = (m: WireMessage, messageId: string, toolNames: ReadonlyMap<string, string>): ReadonlyArray<NewItem> => {
   const base = { toolCallId: null, toolName: null, messageId, isError: false, toolCallState: null }
@@ -248,6 +378,12 @@ export interface Wire {
   readonly name: "anthropic-messages" | "openai-responses" | "openai-chat"
   /** The message without what an agent may change between two requests of one conversation (see `fingerprintOf`). */
   readonly normalise: (m: unknown) => Json
+  /**
+   * The conversation's content of a normalised message (`conversationContent` for Anthropic's): the same object when
+   * it is all content, `null` when it is the agent's context only. Absent: the wire has no re-rendering rule (every
+   * request that does not extend the baseline is a divergence).
+   */
+  readonly content?: (normalised: Json) => Json | null
   /** The system prompt (Anthropic's `system`, Responses' `instructions`) normalised, for the conversation key. */
   readonly normaliseSystem: (system: unknown) => Json
   readonly itemsOf: (m: unknown, messageId: string, toolNames: ReadonlyMap<string, string>) => ReadonlyArray<NewItem>
@@ -262,6 +398,7 @@ export interface Wire {
 export const anthropicMessages: Wire = {
   name: "anthropic-messages",
   normalise: (m) => normalise(m as WireMessage),
+  content: conversationContent,
   normaliseSystem: (system) => blocksOf(system).map(normaliseBlock),
   itemsOf: (m, messageId, toolNames) => itemsOf(m as WireMessage, messageId, toolNames),
   toolNamesOf: (messages) => toolNamesOf(messages as ReadonlyArray<WireMessage>),
@@ -274,6 +411,13 @@ const count = (n: number) => (Number.isFinite(n) ? Math.max(0, Math.round(n)) : 
 
 /** The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
 export const fingerprintOf = (wire: Wire, m: unknown): string => hashText(canonicalJson(wire.normalise(m)))
+
+/** A message's fingerprint and content print (`contentPrint`; `null` for a wire without a content rule). */
+const printOf = (wire: Wire, m: unknown): { readonly print: string; readonly content: string | null } => {
+  const normalised = wire.normalise(m)
+  const print = hashText(canonicalJson(normalised))
+  return { print, content: wire.content === undefined ? null : contentPrint(wire, normalised, print) }
+}
 
 /** What the gateway knows of a request when it forwards it. */
 export interface GatewayRequest {
@@ -320,10 +464,14 @@ export interface Begun {
   readonly run: Run
   readonly conversationKey: string
   readonly fingerprints: ReadonlyArray<string>
+  /** The request's content prints (`null`: its wire has no re-rendering rule). */
+  readonly contentPrints: ReadonlyArray<string> | null
   /** How many of the request's messages were new (stored as items by this request). */
   readonly newMessages: number
   /** Whether the request diverged from the stored baseline. */
   readonly diverged: boolean
+  /** Whether the request re-rendered the stored conversation (not a divergence: nothing of it stored again). */
+  readonly rerendered: boolean
   /** How many of the request's messages were hashed (the others were recognised from its conversation's previous request). */
   readonly hashedMessages: number
   readonly prices: GatewayRequest["prices"]
@@ -374,7 +522,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const conversation: GatewayConversations.Conversation = {
           conversationKey: key,
           threadId: thread.id,
-          baseline: [],
+          baseline: { prints: [], content: [] },
           requests: 0,
           divergences: 0,
           offloaded: [],
@@ -430,12 +578,18 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         Effect.retry({ while: (e) => e._tag === "ConcurrentModification", schedule: Schedule.recurs(2) })
       )
       const threadId = created.threadId as ThreadId
-      const { hashed, prints } = printCache.printsOf(key, request.messages, wire)
+      const { content, hashed, prints } = printCache.printsOf(key, request.messages, wire)
       return yield* Effect.gen(function*() {
         const conversation = Option.getOrElse(yield* conversations.find(key), () => created)
-        const shared = sharedPrefix(conversation.baseline, prints)
-        const diverged = shared < conversation.baseline.length
-        const generation = conversation.divergences + (diverged ? 1 : 0)
+        const stored = conversation.baseline
+        const prefix = sharedPrefix(stored.prints, prints)
+        const extended = prefix === stored.prints.length
+        // Not an extension: the same conversation re-rendered by the agent (its context moved or rewritten), or a divergence.
+        const rerendered = extended || stored.content === null || content === null ? null : rerenderedPrefix(stored.content, content)
+        const diverged = !extended && rerendered === null
+        const shared = rerendered ?? prefix
+        // A re-render starts a generation of message ids too: its positions count another rendering's messages.
+        const generation = conversation.divergences + (extended ? 0 : 1)
         const fresh = request.messages.slice(shared)
         const lane = yield* laneOf(threadId, request)
         const now = yield* DateTime.now
@@ -456,11 +610,11 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         // The run is this process's: restart recovery ends it if the process dies before the answer is recorded.
         yield* store.insertRun(run, driver.driverId)
         yield* store.appendEvent({ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } })
-        if (diverged) {
-          yield* store.appendEvent({ threadId, type: "gateway.diverged", payload: {
+        if (diverged || rerendered !== null) {
+          yield* store.appendEvent({ threadId, type: diverged ? "gateway.diverged" : "gateway.rerendered", payload: {
             runId: run.id,
             sharedMessages: shared,
-            storedMessages: conversation.baseline.length,
+            storedMessages: stored.prints.length,
             requestMessages: prints.length
           } })
         }
@@ -478,7 +632,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
         yield* conversations.update({
           ...conversation,
-          baseline: prints,
+          baseline: { prints, content },
           requests: conversation.requests + 1,
           divergences: generation,
           offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
@@ -489,8 +643,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           run,
           conversationKey: key,
           fingerprints: prints,
+          contentPrints: content,
           newMessages: fresh.length,
           diverged,
+          rerendered: rerendered !== null,
           hashedMessages: hashed,
           prices: request.prices,
           providerInstance: request.providerInstance,
@@ -536,11 +692,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               expansions: withExpansions(conversation.value.expansions)
             })
           }
-          if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
+          if (Option.isSome(conversation) && conversation.value.baseline.prints.join() === begun.fingerprints.join()) {
+            const replied = reply.messages.map((r) => printOf(wire, r.message))
             yield* conversations.update({
               ...conversation.value,
               ...(expanded.length === 0 ? {} : { expansions: withExpansions(conversation.value.expansions) }),
-              baseline: [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))],
+              baseline: {
+                prints: [...begun.fingerprints, ...replied.map((r) => r.print)],
+                content: begun.contentPrints === null ? null : [...begun.contentPrints, ...replied.map((r) => r.content ?? r.print)]
+              },
               updatedAt: DateTime.formatIso(now)
             })
           }

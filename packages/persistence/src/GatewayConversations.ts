@@ -1,8 +1,8 @@
 /**
  * GatewayConversations: the repository of the gateway's agent conversations (table `gateway_conversations`, migration
  * 0016; docs/gateway.md). One row per conversation: its key, the Baton thread recording it, the baseline (the
- * fingerprints of the messages Baton stored for it, in order), how many requests it made and how many of them
- * diverged from the baseline. It owns SQL and row encoding only: what a fingerprint is, and when the baseline moves,
+ * fingerprints of the messages Baton stored for it, in order, with their content prints), how many requests it made
+ * and how many of them did not extend the baseline (divergences and re-renders: the generation of its message ids). It owns SQL and row encoding only: what a fingerprint is, and when the baseline moves,
  * is the orchestration's `GatewayThreads`. Callers run these inside a unit of work (the thread's lock).
  */
 import type { ConcurrentModification, PersistenceError } from "@baton/contracts"
@@ -10,11 +10,41 @@ import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, type Option, Schema } from "effect"
 import { orPersistence } from "./internal/errors.js"
 
-/** One conversation. `baseline`: message fingerprints in conversation order; `requests`, `divergences`: counts. */
+/**
+ * A conversation's baseline: `prints` the fingerprints of its messages in conversation order; `content` (the same
+ * length) each message's content print (what the gateway compares when the agent re-renders its history; `""`: a
+ * message of the agent's context only), `null` when not known.
+ */
+export const Baseline = Schema.Struct({
+  prints: Schema.Array(Schema.String),
+  content: Schema.NullOr(Schema.Array(Schema.String))
+})
+export type Baseline = typeof Baseline.Type
+
+/**
+ * The `baseline` column: a JSON array of the fingerprints (as migration 0016 wrote it: no content prints), or
+ * `{"prints":[…],"content":[…]}` when the content prints are known. The object form needs no new column: the column
+ * is JSON text either way, and a row written before content prints existed still reads (its content `null`).
+ */
+const BaselineColumn = Schema.transform(
+  Schema.parseJson(Schema.Union(Schema.Array(Schema.String), Schema.Struct({ prints: Schema.Array(Schema.String), content: Schema.Array(Schema.String) }))),
+  Baseline,
+  {
+    strict: true,
+    decode: (stored) => ("prints" in stored ? stored : { prints: stored, content: null }),
+    encode: (b) => (b.content === null ? b.prints : { prints: b.prints, content: b.content })
+  }
+)
+
+/**
+ * One conversation. `baseline`: its messages' fingerprints (and content prints) in conversation order; `requests`:
+ * how many requests it made; `divergences`: how many of them did not extend the baseline (a divergence or a re-render:
+ * each starts a generation of message ids).
+ */
 export const Conversation = Schema.Struct({
   conversationKey: Schema.String,
   threadId: Schema.String,
-  baseline: Schema.parseJson(Schema.Array(Schema.String)),
+  baseline: BaselineColumn,
   requests: Schema.Int,
   divergences: Schema.Int,
   /** The `tool_use` ids whose results go out as stubs (gateway tool-result offload; only grows). */
