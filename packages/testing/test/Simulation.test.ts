@@ -53,7 +53,9 @@ describe("simulation soak (bounded)", () => {
       expect([...points].some((p) => p.includes("recovery"))).toBe(true)
       expect([...points].some((p) => p.startsWith("fork: "))).toBe(true)
       expect([...points].some((p) => p.startsWith("merge: "))).toBe(true)
-    }), { timeout: 180_000 })
+    // A bounded soak, not a timing check: about 135 s on a quiet machine, over 180 s with the two cores shared (one CI
+    // run under a load of 9-21 timed out at 180 s).
+    }), { timeout: 600_000 })
 })
 
 describe("determinism", () => {
