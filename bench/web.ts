@@ -13,7 +13,9 @@
  *    opens the drawer with the item's text); the server's fold of the event log in the page (`timelineMs`: the
  *    occupancy charts' data); every item paged in; `breakdown`: when the document, the script and the first
  *    screen's requests started and ended. The server is the one that filled the thread, or a fresh one on a kept
- *    `BENCH_DB` (then nothing warmed it: the first open after a start, the worst case).
+ *    `BENCH_DB` (then nothing warmed it: the first open after a start, the worst case). `BENCH_DRIVEN=1` times the
+ *    same steps from here through Playwright instead, as this benchmark did before 2026-12-03 (the driver's round
+ *    trips then count too).
  * 3. **Live event latency**: with the thread open, BENCH_LATENCY_RUNS messages are sent through the API one after
  *    another; for each event the page received, `receivedAt` (the page's `Date.now()` when the reader handed it on)
  *    minus the event's `createdAt` (stamped inside the appending transaction, before its commit, so the figure is an
@@ -59,6 +61,28 @@ const serve = (db: string) =>
     child.on("close", (code) => reject(new Error(`baton serve exited ${code}`)))
   })
 
+/**
+ * `BENCH_DRIVEN=1`: the open timed the way this benchmark did before 2026-12-03, each step driven from here through
+ * Playwright (wait for the first rows, then scroll, wait, click, wait, each a round trip to the page), so the figure
+ * includes the driver's round trips; kept to compare with the figures measured that way.
+ */
+const driven = process.env["BENCH_DRIVEN"] === "1"
+
+const drivenOpen = async (page: import("playwright-core").Page) => {
+  await page.waitForSelector("[data-testid=item-row]")
+  const firstRows = await page.evaluate(() => performance.now())
+  await page.getByTestId("conversation").evaluate((el) => {
+    el.scrollTop = el.scrollHeight / 2
+  })
+  await page.waitForFunction(() => {
+    const rows = Array.from(document.querySelectorAll("[data-testid=item-row]"))
+    return rows.length > 0 && rows.every((r) => r.getBoundingClientRect().height > 0)
+  })
+  await page.locator("[data-testid=item-row] button").nth(3).click()
+  await page.waitForFunction(() => (document.querySelector("[data-testid=drawer-text]")?.textContent ?? "") !== "")
+  return { firstRows, interactive: await page.evaluate(() => performance.now()) }
+}
+
 const main = async () => {
   execFileSync("pnpm", ["build:web"], { cwd: repo, stdio: "inherit" })
   const assets = Path.join(repo, "apps", "web", "dist", "assets")
@@ -101,7 +125,7 @@ const main = async () => {
     // Interactive, timed inside the page (no driver round trip in the figure): as soon as the first rows are there,
     // scroll the list to its middle, wait for the rows there, click one and wait for the drawer to show its text.
     // A string, not a function: tsx would wrap the function's inner names in a helper the page does not have.
-    await context.addInitScript(`
+    if (!driven) await context.addInitScript(`
       window.__bench = {}
       const frame = () => new Promise((r) => requestAnimationFrame(() => r()))
       const until = async (ready) => {
@@ -122,11 +146,13 @@ const main = async () => {
       })()
     `)
     await page.goto(`${server.url}/ui/threads/${threadId}`)
-    await page.waitForFunction(() => (window as unknown as { __bench: Record<string, number> }).__bench["interactive"] !== undefined, undefined, { timeout: 60_000 })
-      .catch(async (e) => {
-        throw new Error(`the page did not become interactive: ${JSON.stringify(await page.evaluate(() => (window as unknown as { __bench: unknown }).__bench))}, console errors: ${JSON.stringify(errors)}`, { cause: e })
-      })
-    const { firstRows, interactive } = await page.evaluate(() => (window as unknown as { __bench: { firstRows: number; interactive: number } }).__bench)
+    const { firstRows, interactive } = driven ? await drivenOpen(page) : await (async () => {
+      await page.waitForFunction(() => (window as unknown as { __bench: Record<string, number> }).__bench["interactive"] !== undefined, undefined, { timeout: 60_000 })
+        .catch(async (e) => {
+          throw new Error(`the page did not become interactive: ${JSON.stringify(await page.evaluate(() => (window as unknown as { __bench: unknown }).__bench))}, console errors: ${JSON.stringify(errors)}`, { cause: e })
+        })
+      return await page.evaluate(() => (window as unknown as { __bench: { firstRows: number; interactive: number } }).__bench)
+    })()
     // Where the first second goes: the document, the script and the first screen's requests ([start, end], ms from
     // the navigation start; the first request of each path).
     const breakdown = await page.evaluate(() => {
@@ -171,6 +197,7 @@ const main = async () => {
       js: { files: scripts.length, rawBytes, gzipBytes, gzipKB: Math.round(gzipBytes / 1024 * 10) / 10 },
       thread: { items: snapshot.totals.items, runs: snapshot.totals.runs, fillMs },
       open: {
+        timedBy: driven ? "the driver (BENCH_DRIVEN=1)" : "the page",
         firstRowsMs: Math.round(firstRows),
         interactiveMs: Math.round(interactive),
         allItemsMs: Math.round(allItems),
