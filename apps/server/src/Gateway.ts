@@ -443,7 +443,8 @@ export const layer = (options: GatewayOptions) =>
           }
           // Spliced only where thread_read is offered (the request has tools); events are re-encoded as `event:` and
           // `data:` lines, which is how Anthropic sends them (OpenAI's streams have `data:` lines only, re-encoded alike).
-          const visible = outBody === null || offloader === undefined || !Array.isArray(outBody.tools) ? upstream.stream : spliced(upstream.stream, offloader.hop(null), outBody)
+          const splicing = outBody !== null && offloader !== undefined && Array.isArray(outBody.tools)
+          const visible = !splicing ? upstream.stream : spliced(upstream.stream, offloader!.hop(null), outBody!)
           let settled = false
           const finish = Effect.suspend(() => {
             settled = true
@@ -469,7 +470,11 @@ export const layer = (options: GatewayOptions) =>
               Stream.fromEffect(Effect.suspend(() => {
                 settled = true
                 return settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
-              })).pipe(Stream.drain)
+              })).pipe(
+                // A spliced stream (re-encoded, its hops joined) ends with the protocol's error event, so the agent is
+                // told rather than left with a stream that stops (a pass-through stream stops as the upstream's did).
+                Stream.flatMap(() => (splicing ? Stream.make(encoder.encode(offloader!.streamError("", "the upstream's stream broke off"))) : Stream.empty))
+              )
             ),
             Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),
             // The agent hung up before the end: the run is interrupted (what arrived is not a reply).

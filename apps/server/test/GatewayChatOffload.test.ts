@@ -12,6 +12,8 @@ import { TokenCounter } from "@baton/context"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
 import * as Gateway from "../src/Gateway.js"
 import * as GatewayChat from "../src/GatewayChat.js"
 import * as GatewayDialect from "../src/GatewayDialect.js"
@@ -378,6 +380,57 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
         const chunks = chunksOf(answer.text)
         expect(chunks).not.toContain("[DONE]")
         expect(chunks.at(-1)).toEqual({ error })
+        const { runs } = yield* onlyThread
+        expect(runs.at(-1)!.status).toBe("failed")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it.live("a continuation stream that breaks off (after the hidden call) ends the agent's stream with an error chunk, no [DONE]; the run fails", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const first = streamed("Let me look.", [call("call_read4", "thread_read", { refs: "tool:call_1" })], small)
+      const second = streamed("It printed the values.", [], small)
+      let served = 0
+      // A loopback upstream: the first request answered whole, the second (the continuation) cut after its first chunk.
+      const server = yield* Effect.acquireRelease(
+        Effect.async<Http.Server & { readonly url: string }>((resume) => {
+          const s = Http.createServer((req, res) => {
+            req.resume()
+            req.on("end", () => {
+              res.writeHead(200, { "content-type": "text/event-stream" })
+              if (served++ === 0) res.end(first.body)
+              else res.write(second.body.slice(0, second.body.indexOf("\n\n") + 2), () => setTimeout(() => res.destroy(), 50))
+            })
+          })
+          s.listen(0, "127.0.0.1", () => resume(Effect.succeed(Object.assign(s, { url: `http://127.0.0.1:${(s.address() as AddressInfo).port}` }))))
+        }),
+        (s) => Effect.async<void>((resume) => {
+          s.closeAllConnections()
+          s.close(() => resume(Effect.void))
+        })
+      )
+      const unused = yield* ModelApi.start
+      const settings = yield* settingsFor(
+        [{ ...instance("chat", "openai-chat", unused, { prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 } }), baseUrl: `${server.url}/v1` }],
+        { TEST_MODEL_KEY: marker },
+        undefined,
+        { gateway: { routes: [{ model: "gpt-*", provider: "chat" }] } }
+      )
+      yield* Effect.gen(function*() {
+        const history = [
+          system,
+          user("list the files"),
+          { role: "assistant", content: null, tool_calls: [call("call_1", "bash", { command: "ls" })] },
+          { role: "tool", tool_call_id: "call_1", content: "a.ts" },
+          { role: "assistant", content: "One file." },
+          user("what did ls print?")
+        ]
+        const answer = yield* raw(post(requestOf(history)))
+        expect(answer.status).toBe(200)
+        expect(answer.text).not.toContain("thread_read")
+        const chunks = chunksOf(answer.text)
+        expect(chunks).not.toContain("[DONE]")
+        expect(chunks.at(-1)).toMatchObject({ error: { type: "server_error" } })
+        expect(served).toBe(2)
         const { runs } = yield* onlyThread
         expect(runs.at(-1)!.status).toBe("failed")
       }).pipe(Effect.provide(serveSettings(settings)))
