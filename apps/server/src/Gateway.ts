@@ -394,8 +394,13 @@ export const layer = (options: GatewayOptions) =>
             if (recording !== null) {
               const text = new TextDecoder().decode(bytesBack)
               const whole = status >= 200 && status < 300
+              // A 2xx whose body is not a JSON object (a proxy's HTML page) is no reply: the run fails, it is not a
+              // completed run with nothing recorded (the agent gets the bytes as they came).
+              const notJson = whole && !isRecord(parseJson(text))
               yield* settle((begun) =>
-                whole
+                notJson
+                  ? threads.fail(begun, "failed", "provider_protocol", `the upstream answered HTTP ${status} with a body that is not JSON: ${text.slice(0, 300)}`)
+                  : whole
                   ? Effect.suspend(() => {
                     const reply = dialect.replyOfBody(parseJson(text))
                     const content = offloader?.contentOfBody(parseJson(text)) ?? []

@@ -436,6 +436,31 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
+  it.live("a whole continuation that answers 2xx but not JSON (a proxy's HTML page) fails the run; it is not a completed run with no reply", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const history = [
+          system,
+          user("list the files"),
+          { role: "assistant", content: null, tool_calls: [call("call_1", "bash", { command: "ls" })] },
+          { role: "tool", tool_call_id: "call_1", content: "a.ts" },
+          { role: "assistant", content: "One file." },
+          user("what did ls print?")
+        ]
+        upstream.enqueue(
+          whole("Let me look.", [call("call_read5", "thread_read", { refs: "tool:call_1" })], small),
+          { status: 200, contentType: "text/html", body: "<html>upstream proxy page</html>" }
+        )
+        const answer = yield* raw(post(requestOf(history, false)))
+        expect(answer.text).not.toContain("thread_read")
+        expect(upstream.requests.length).toBe(2)
+        const { runs } = yield* onlyThread
+        expect(runs.at(-1)!.status).toBe("failed")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
   it.live("a thread_read answer that would take the continuation over the instance's window is refused to the model, never sent", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
