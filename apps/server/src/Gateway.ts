@@ -250,6 +250,9 @@ export const layer = (options: GatewayOptions) =>
           // With offload on: the body as sent (the continuations after `thread_read` extend it), and the thread.
           let outBody: Record<string, unknown> | null = null
           let knownThread: Option.Option<ThreadId> = Option.none()
+          // Whether `thread_read` is the gateway's (it offered it): a tool of that name the agent sent is the agent's, and
+          // the upstream's calls of it go to the agent as they came.
+          const ownsReads = offloader !== undefined && Array.isArray(parsed.tools) && offloader.shape.offer(parsed) !== parsed.tools
           let sentCount = 0
           /**
            * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
@@ -371,7 +374,7 @@ export const layer = (options: GatewayOptions) =>
             // The upstream's own thread_read calls: answered here, the conversation continued with the upstream, so
             // the agent gets only the last answer (the usage of every hop is the run's).
             const hidden: Array<GatewayThreads.Reply["tokens"]> = []
-            if (ok && outBody !== null && offloader !== undefined) {
+            if (ok && outBody !== null && offloader !== undefined && ownsReads) {
               let reply = parseJson(new TextDecoder().decode(bytesBack))
               for (let hop = 0; hop < maxReadHops; hop++) {
                 const content = offloader.contentOfBody(reply)
@@ -448,7 +451,7 @@ export const layer = (options: GatewayOptions) =>
           }
           // Spliced only where thread_read is offered (the request has tools); events are re-encoded as `event:` and
           // `data:` lines, which is how Anthropic sends them (OpenAI's streams have `data:` lines only, re-encoded alike).
-          const splicing = outBody !== null && offloader !== undefined && Array.isArray(outBody.tools)
+          const splicing = outBody !== null && offloader !== undefined && Array.isArray(outBody.tools) && ownsReads
           const visible = !splicing ? upstream.stream : spliced(upstream.stream, offloader!.hop(null), outBody!)
           let settled = false
           const finish = Effect.suspend(() => {

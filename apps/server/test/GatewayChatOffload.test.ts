@@ -363,6 +363,23 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
+  it.live("a thread_read tool of the agent's own is the agent's: the upstream's calls of it reach the agent unchanged (streamed and whole), never answered by the gateway", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const own = { type: "function", function: { name: "thread_read", description: "Reads one of my notes.", parameters: { type: "object", properties: { refs: { type: "string" } } } } }
+        const calls = [call("call_own", "thread_read", { refs: "note:1" })]
+        const one = streamed(null, calls, small)
+        const two = whole(null, calls, small)
+        upstream.enqueue(one, two)
+        const messages = [system, user("read my first note")]
+        expect((yield* raw(post({ ...requestOf(messages), tools: [...tools, own] }))).text).toBe(one.body)
+        expect((yield* raw(post({ ...requestOf(messages, false), tools: [...tools, own] }))).text).toBe(two.body)
+        expect(upstream.requests.length).toBe(2)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
   it.live("a continuation the upstream refuses ends the agent's stream with an error chunk carrying the upstream's error; the run fails", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
