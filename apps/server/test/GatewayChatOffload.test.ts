@@ -16,6 +16,7 @@ import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as Gateway from "../src/Gateway.js"
 import * as GatewayChat from "../src/GatewayChat.js"
+import * as GatewayChatOffload from "../src/GatewayChatOffload.js"
 import * as GatewayDialect from "../src/GatewayDialect.js"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
@@ -379,6 +380,25 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
         expect(upstream.requests.length).toBe(2)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
+
+  it("a chunk that carries text beside the first delta of a thread_read call: the text reaches the agent, the call is held", () => {
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: "chatcmpl-9", object: "chat.completion.chunk", created: 1, model: "gpt-x", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`
+    const hop = GatewayChatOffload.makeHop(null)
+    const bytes = (t: string) => new TextEncoder().encode(t)
+    let out = hop.push(bytes(chunk({ role: "assistant", content: "Let me look.", tool_calls: [{ index: 0, id: "call_r", type: "function", function: { name: "thread_read", arguments: "{}" } }] })))
+    out += hop.push(bytes(chunk({}, "tool_calls") + "data: [DONE]\n\n"))
+    const end = hop.end()
+    expect(end._tag).toBe("reads")
+    expect(out).not.toContain("thread_read")
+    if (end._tag !== "reads") return
+    expect(end.content).toEqual([{ role: "assistant", content: "Let me look.", tool_calls: [{ id: "call_r", type: "function", function: { name: "thread_read", arguments: "{}" } }] }])
+    const next = GatewayChatOffload.makeHop(end)
+    out += next.push(bytes(chunk({ role: "assistant", content: " Done." }) + chunk({}, "stop") + "data: [DONE]\n\n"))
+    expect(next.end()._tag).toBe("release")
+    // The agent assembles the text before the hidden call and the continuation's.
+    expect(assembled(out)).toEqual({ role: "assistant", content: "Let me look. Done." })
+  })
 
   it.live("a continuation the upstream refuses ends the agent's stream with an error chunk carrying the upstream's error; the run fails", () =>
     Effect.scoped(Effect.gen(function*() {
