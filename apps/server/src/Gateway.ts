@@ -250,6 +250,9 @@ export const layer = (options: GatewayOptions) =>
           // With offload on: the body as sent (the continuations after `thread_read` extend it), and the thread.
           let outBody: Record<string, unknown> | null = null
           let knownThread: Option.Option<ThreadId> = Option.none()
+          // Whether `thread_read` is the gateway's (it offered it): a tool of that name the agent sent is the agent's, and
+          // the upstream's calls of it go to the agent as they came.
+          const ownsReads = offloader !== undefined && Array.isArray(parsed.tools) && offloader.shape.offer(parsed) !== parsed.tools
           let sentCount = 0
           /**
            * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
@@ -371,7 +374,7 @@ export const layer = (options: GatewayOptions) =>
             // The upstream's own thread_read calls: answered here, the conversation continued with the upstream, so
             // the agent gets only the last answer (the usage of every hop is the run's).
             const hidden: Array<GatewayThreads.Reply["tokens"]> = []
-            if (ok && outBody !== null && offloader !== undefined) {
+            if (ok && outBody !== null && offloader !== undefined && ownsReads) {
               let reply = parseJson(new TextDecoder().decode(bytesBack))
               for (let hop = 0; hop < maxReadHops; hop++) {
                 const content = offloader.contentOfBody(reply)
@@ -394,8 +397,13 @@ export const layer = (options: GatewayOptions) =>
             if (recording !== null) {
               const text = new TextDecoder().decode(bytesBack)
               const whole = status >= 200 && status < 300
+              // A 2xx whose body is not a JSON object (a proxy's HTML page) is no reply: the run fails, it is not a
+              // completed run with nothing recorded (the agent gets the bytes as they came).
+              const notJson = whole && !isRecord(parseJson(text))
               yield* settle((begun) =>
-                whole
+                notJson
+                  ? threads.fail(begun, "failed", "provider_protocol", `the upstream answered HTTP ${status} with a body that is not JSON: ${text.slice(0, 300)}`)
+                  : whole
                   ? Effect.suspend(() => {
                     const reply = dialect.replyOfBody(parseJson(text))
                     const content = offloader?.contentOfBody(parseJson(text)) ?? []
@@ -443,7 +451,8 @@ export const layer = (options: GatewayOptions) =>
           }
           // Spliced only where thread_read is offered (the request has tools); events are re-encoded as `event:` and
           // `data:` lines, which is how Anthropic sends them (OpenAI's streams have `data:` lines only, re-encoded alike).
-          const visible = outBody === null || offloader === undefined || !Array.isArray(outBody.tools) ? upstream.stream : spliced(upstream.stream, offloader.hop(null), outBody)
+          const splicing = outBody !== null && offloader !== undefined && Array.isArray(outBody.tools) && ownsReads
+          const visible = !splicing ? upstream.stream : spliced(upstream.stream, offloader!.hop(null), outBody!)
           let settled = false
           const finish = Effect.suspend(() => {
             settled = true
@@ -469,7 +478,11 @@ export const layer = (options: GatewayOptions) =>
               Stream.fromEffect(Effect.suspend(() => {
                 settled = true
                 return settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
-              })).pipe(Stream.drain)
+              })).pipe(
+                // A spliced stream (re-encoded, its hops joined) ends with the protocol's error event, so the agent is
+                // told rather than left with a stream that stops (a pass-through stream stops as the upstream's did).
+                Stream.flatMap(() => (splicing ? Stream.make(encoder.encode(offloader!.streamError("", "the upstream's stream broke off"))) : Stream.empty))
+              )
             ),
             Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),
             // The agent hung up before the end: the run is interrupted (what arrived is not a reply).

@@ -22,7 +22,7 @@
  *   the agent must answer its calls). The continuation sends the assistant message (`role`, `content`, `tool_calls`
  *   as assembled) and a `tool` message per call. A stream's chunks pass on until the chunk carrying the first delta of
  *   a `thread_read` call (its `function.name`), and are held from there (that hop's `finish_reason`, usage chunk and
- *   `[DONE]` included); the continuation's chunks join the completion the agent is receiving: their `id` and
+ *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`); the continuation's chunks join the completion the agent is receiving: their `id` and
  *   `created` are the first hop's, the `role` of their deltas dropped (the agent has it), their content deltas
  *   appended to the text already sent. Their `tool_calls` keep their `index`: a hop that is continued had only
  *   `thread_read` calls, all held, so the agent has seen no call before the continuation's. A continuation the
@@ -161,6 +161,23 @@ const joined = (data: Record<string, unknown>, head: Readonly<Record<string, unk
 })
 
 /**
+ * A chunk whose choice 0 carries text (`content`) beside tool calls, split in two: `visible` the text (and `role`) with
+ * no `finish_reason` and nothing else, `rest` the chunk without them; `null` when its choice 0 carries no text.
+ */
+const textBeside = (data: Record<string, unknown>): { visible: Record<string, unknown>; rest: Record<string, unknown> } | null => {
+  const choices = Array.isArray(data.choices) ? data.choices : []
+  const at = choices.findIndex((c) => isRecord(c) && (c.index ?? 0) === 0)
+  const choice = choices[at]
+  if (!isRecord(choice) || !isRecord(choice.delta) || typeof choice.delta.content !== "string" || choice.delta.content === "") return null
+  const { content, role, ...others } = choice.delta
+  const { usage: _, ...chunk } = data
+  return {
+    visible: { ...chunk, choices: [{ ...choice, delta: { ...(role !== undefined ? { role } : {}), content }, finish_reason: null }] },
+    rest: { ...data, choices: choices.map((c, i) => (i === at ? { ...choice, delta: others } : c)) }
+  }
+}
+
+/**
  * A streamed hop of a Chat Completions answer as the agent sees it (see the module docblock): `previous` is the hop
  * whose `thread_read` calls this one continues (`null`: the first hop, whose chunks pass on as they are until a
  * `thread_read` call starts).
@@ -190,6 +207,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           continue
         }
         if (first && head === undefined && typeof data.id === "string") head = { id: data.id, ...(data.created !== undefined ? { created: data.created } : {}) }
+        const before = held === null
         if (held === null) {
           const choice = Array.isArray(data.choices) ? data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
           const delta = isRecord(choice) && isRecord(choice.delta) ? choice.delta : {}
@@ -201,9 +219,16 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
             if (name === ThreadRead.definition.name) held = []
           }
         }
-        const text = first || head === undefined ? encodeEvent(m.event, m.data) : encodeEvent(m.event, JSON.stringify(joined(data, head)))
-        if (held === null) out += text
-        else held.push(text)
+        const encode = (d: Record<string, unknown>, raw: string | null) =>
+          first || head === undefined ? encodeEvent(m.event, raw ?? JSON.stringify(d)) : encodeEvent(m.event, JSON.stringify(joined(d, head)))
+        const split = before && held !== null ? textBeside(data) : null
+        if (split !== null) {
+          // The chunk that starts the hidden call also carries text: the text goes on (the agent assembles it before
+          // the continuation's), the rest of the chunk is held.
+          out += encode(split.visible, null)
+          held!.push(encode(split.rest, null))
+        } else if (held === null) out += encode(data, m.data)
+        else held.push(encode(data, m.data))
       }
       return out
     },

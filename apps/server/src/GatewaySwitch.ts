@@ -432,8 +432,9 @@ export interface StreamTranslator {
  * its `index`) into a `tool_use` block with its arguments as one `input_json_delta`, sent once the calls are complete (at
  * the `finish_reason`: a stream may interleave its calls' deltas), reasoning deltas left out; the message ends at
  * `[DONE]` (or the stream's end after a `finish_reason`) with `message_delta` (stop reason, usage) and `message_stop`;
- * an `error` in the stream becomes an Anthropic `error` event, and so does a stream whose first hop carried no JSON
- * chunk before `[DONE]` (data lines that are not JSON are skipped; only them is no answer, not an empty message).
+ * an `error` in the stream becomes an Anthropic `error` event, and so does a hop (the first, or a continuation after
+ * hidden calls) whose stream carried no JSON chunk before `[DONE]` (data lines that are not JSON are skipped; only
+ * them is no answer, not an empty message).
  */
 export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set()): StreamTranslator => {
   let decoder = Sse.makeDecoder()
@@ -508,7 +509,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   const onData = (data: string) => {
     if (done) return
     if (data.trim() === "[DONE]") {
-      if (!answered && !started) {
+      if (!answered) {
         done = true
         out.push(event(errorBody("api_error", "the upstream's stream carried no answer (no JSON chunk before [DONE])")))
         return

@@ -12,8 +12,11 @@ import { TokenCounter } from "@baton/context"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
 import * as Gateway from "../src/Gateway.js"
 import * as GatewayChat from "../src/GatewayChat.js"
+import * as GatewayChatOffload from "../src/GatewayChatOffload.js"
 import * as GatewayDialect from "../src/GatewayDialect.js"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
@@ -361,6 +364,42 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
+  it.live("a thread_read tool of the agent's own is the agent's: the upstream's calls of it reach the agent unchanged (streamed and whole), never answered by the gateway", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const own = { type: "function", function: { name: "thread_read", description: "Reads one of my notes.", parameters: { type: "object", properties: { refs: { type: "string" } } } } }
+        const calls = [call("call_own", "thread_read", { refs: "note:1" })]
+        const one = streamed(null, calls, small)
+        const two = whole(null, calls, small)
+        upstream.enqueue(one, two)
+        const messages = [system, user("read my first note")]
+        expect((yield* raw(post({ ...requestOf(messages), tools: [...tools, own] }))).text).toBe(one.body)
+        expect((yield* raw(post({ ...requestOf(messages, false), tools: [...tools, own] }))).text).toBe(two.body)
+        expect(upstream.requests.length).toBe(2)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it("a chunk that carries text beside the first delta of a thread_read call: the text reaches the agent, the call is held", () => {
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: "chatcmpl-9", object: "chat.completion.chunk", created: 1, model: "gpt-x", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`
+    const hop = GatewayChatOffload.makeHop(null)
+    const bytes = (t: string) => new TextEncoder().encode(t)
+    let out = hop.push(bytes(chunk({ role: "assistant", content: "Let me look.", tool_calls: [{ index: 0, id: "call_r", type: "function", function: { name: "thread_read", arguments: "{}" } }] })))
+    out += hop.push(bytes(chunk({}, "tool_calls") + "data: [DONE]\n\n"))
+    const end = hop.end()
+    expect(end._tag).toBe("reads")
+    expect(out).not.toContain("thread_read")
+    if (end._tag !== "reads") return
+    expect(end.content).toEqual([{ role: "assistant", content: "Let me look.", tool_calls: [{ id: "call_r", type: "function", function: { name: "thread_read", arguments: "{}" } }] }])
+    const next = GatewayChatOffload.makeHop(end)
+    out += next.push(bytes(chunk({ role: "assistant", content: " Done." }) + chunk({}, "stop") + "data: [DONE]\n\n"))
+    expect(next.end()._tag).toBe("release")
+    // The agent assembles the text before the hidden call and the continuation's.
+    expect(assembled(out)).toEqual({ role: "assistant", content: "Let me look. Done." })
+  })
+
   it.live("a continuation the upstream refuses ends the agent's stream with an error chunk carrying the upstream's error; the run fails", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
@@ -378,6 +417,82 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
         const chunks = chunksOf(answer.text)
         expect(chunks).not.toContain("[DONE]")
         expect(chunks.at(-1)).toEqual({ error })
+        const { runs } = yield* onlyThread
+        expect(runs.at(-1)!.status).toBe("failed")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it.live("a continuation stream that breaks off (after the hidden call) ends the agent's stream with an error chunk, no [DONE]; the run fails", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const first = streamed("Let me look.", [call("call_read4", "thread_read", { refs: "tool:call_1" })], small)
+      const second = streamed("It printed the values.", [], small)
+      let served = 0
+      // A loopback upstream: the first request answered whole, the second (the continuation) cut after its first chunk.
+      const server = yield* Effect.acquireRelease(
+        Effect.async<Http.Server & { readonly url: string }>((resume) => {
+          const s = Http.createServer((req, res) => {
+            req.resume()
+            req.on("end", () => {
+              res.writeHead(200, { "content-type": "text/event-stream" })
+              if (served++ === 0) res.end(first.body)
+              else res.write(second.body.slice(0, second.body.indexOf("\n\n") + 2), () => setTimeout(() => res.destroy(), 50))
+            })
+          })
+          s.listen(0, "127.0.0.1", () => resume(Effect.succeed(Object.assign(s, { url: `http://127.0.0.1:${(s.address() as AddressInfo).port}` }))))
+        }),
+        (s) => Effect.async<void>((resume) => {
+          s.closeAllConnections()
+          s.close(() => resume(Effect.void))
+        })
+      )
+      const unused = yield* ModelApi.start
+      const settings = yield* settingsFor(
+        [{ ...instance("chat", "openai-chat", unused, { prices: { input: 1.25, cacheWrite: 0, cacheRead: 0.125, output: 10 } }), baseUrl: `${server.url}/v1` }],
+        { TEST_MODEL_KEY: marker },
+        undefined,
+        { gateway: { routes: [{ model: "gpt-*", provider: "chat" }] } }
+      )
+      yield* Effect.gen(function*() {
+        const history = [
+          system,
+          user("list the files"),
+          { role: "assistant", content: null, tool_calls: [call("call_1", "bash", { command: "ls" })] },
+          { role: "tool", tool_call_id: "call_1", content: "a.ts" },
+          { role: "assistant", content: "One file." },
+          user("what did ls print?")
+        ]
+        const answer = yield* raw(post(requestOf(history)))
+        expect(answer.status).toBe(200)
+        expect(answer.text).not.toContain("thread_read")
+        const chunks = chunksOf(answer.text)
+        expect(chunks).not.toContain("[DONE]")
+        expect(chunks.at(-1)).toMatchObject({ error: { type: "server_error" } })
+        expect(served).toBe(2)
+        const { runs } = yield* onlyThread
+        expect(runs.at(-1)!.status).toBe("failed")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it.live("a whole continuation that answers 2xx but not JSON (a proxy's HTML page) fails the run; it is not a completed run with no reply", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const history = [
+          system,
+          user("list the files"),
+          { role: "assistant", content: null, tool_calls: [call("call_1", "bash", { command: "ls" })] },
+          { role: "tool", tool_call_id: "call_1", content: "a.ts" },
+          { role: "assistant", content: "One file." },
+          user("what did ls print?")
+        ]
+        upstream.enqueue(
+          whole("Let me look.", [call("call_read5", "thread_read", { refs: "tool:call_1" })], small),
+          { status: 200, contentType: "text/html", body: "<html>upstream proxy page</html>" }
+        )
+        const answer = yield* raw(post(requestOf(history, false)))
+        expect(answer.text).not.toContain("thread_read")
+        expect(upstream.requests.length).toBe(2)
         const { runs } = yield* onlyThread
         expect(runs.at(-1)!.status).toBe("failed")
       }).pipe(Effect.provide(serveSettings(settings)))

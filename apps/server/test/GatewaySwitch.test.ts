@@ -243,6 +243,37 @@ describe("GatewaySwitch (the conversion)", () => {
       ]
     })
   })
+
+  it("a continuation (after hidden calls) whose stream is only data lines that are not JSON, then [DONE], is an error event, not an empty end_turn; non-JSON lines before valid chunks are skipped", () => {
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: "chatcmpl-1", choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`
+    const push = (t: GatewaySwitch.StreamTranslator, text: string) => t.push(new TextEncoder().encode(text))
+    const translator = GatewaySwitch.streamTranslator("gpt-x", new Set(["thread_read"]))
+    const first = push(translator, [
+      chunk({ role: "assistant", content: "Let me look." }),
+      chunk({ tool_calls: [{ index: 0, id: "call_r", type: "function", function: { name: "thread_read", arguments: "{}" } }] }),
+      chunk({}, "tool_calls"),
+      "data: [DONE]\n\n"
+    ].join("")) + translator.end()
+    expect(first).not.toContain("message_stop")
+    expect(translator.hidden()).toEqual([{ id: "call_r", arguments: "{}" }])
+    translator.next()
+    const second = push(translator, "data: <html>bad gateway</html>\n\ndata: [DONE]\n\n") + translator.end()
+    expect(second).toContain("event: error")
+    expect(second).not.toContain("message_stop")
+    const agent = GatewayAnthropic.replyAssembler()
+    agent.push(new TextEncoder().encode(first + second))
+    expect(agent.outcome()._tag).not.toBe("completed")
+
+    // Non-JSON lines before valid chunks: skipped, the continuation's answer joins the message.
+    const again = GatewaySwitch.streamTranslator("gpt-x", new Set(["thread_read"]))
+    push(again, chunk({ tool_calls: [{ index: 0, id: "call_r", type: "function", function: { name: "thread_read", arguments: "{}" } }] }, "tool_calls") + "data: [DONE]\n\n")
+    again.end()
+    again.next()
+    const joined = push(again, "data: not json\n\n" + chunk({ content: "Done." }, "stop") + "data: [DONE]\n\n") + again.end()
+    expect(joined).not.toContain("event: error")
+    expect(joined).toContain("message_stop")
+  })
 })
 
 describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upstream)", () => {

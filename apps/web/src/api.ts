@@ -26,14 +26,17 @@ export const authHeaders = (): Record<string, string> => {
 }
 
 /**
- * Reports a 401 (clears the token) from any caller, the SSE reader included. Only the first refusal of a token is
- * shown: the calls that answer after it (in flight with the same token, or sent after it was cleared and so refused
- * for carrying none) would otherwise replace the server's reason ("unknown token") with "no bearer token".
+ * Reports a 401 (clears the token) from any caller, the SSE reader included; `sent` is the token the refused request
+ * carried (`null`: none). Only the first refusal of a token is shown: the calls that answer after it (in flight with
+ * the same token, or sent after it was cleared and so refused for carrying none) would otherwise replace the server's
+ * reason ("unknown token") with "no bearer token". A refusal of another token than the stored one (an early request
+ * of the old token answering after the user entered a new one) is not about the stored token: it is ignored.
  */
-export const reportUnauthorized = (message: string) => {
-  const hadToken = storedToken() !== null
+export const reportUnauthorized = (message: string, sent: string | null) => {
+  const stored = storedToken()
+  if (stored === null || stored !== sent) return
   clearToken()
-  if (hadToken) unauthorized(message)
+  unauthorized(message)
 }
 
 declare global {
@@ -72,6 +75,8 @@ export const call = async <A>(method: "GET" | "POST", path: string, body?: unkno
   const networkError = (e: unknown): Result<A> =>
     ({ ok: false, status: 0, tag: "NetworkError", message: `cannot reach the server (${String(e)})`, body: null })
   let response: Response
+  // The token this call carries (a prefetched response carried the same: index.html read it from sessionStorage).
+  const sent = storedToken()
   try {
     const early = method === "GET" ? prefetched(path) : undefined
     const answered = early === undefined ? undefined : await early
@@ -94,7 +99,7 @@ export const call = async <A>(method: "GET" | "POST", path: string, body?: unkno
   if (response.ok) return { ok: true, status: response.status, value: json as A }
   const error = (json ?? {}) as { readonly _tag?: string; readonly message?: string }
   const message = error.message ?? `HTTP ${response.status}`
-  if (response.status === 401) reportUnauthorized(message)
+  if (response.status === 401) reportUnauthorized(message, sent)
   return { ok: false, status: response.status, tag: error._tag ?? `HTTP ${response.status}`, message, body: json }
 }
 

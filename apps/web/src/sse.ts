@@ -4,7 +4,7 @@
  * `Last-Event-ID`, so the server replays exactly what came after it: no gap. On a thread's stream the ids are the
  * thread's gap-free `seq`, and an id not above the last one is dropped, so nothing is handed on twice.
  */
-import { authHeaders, reportUnauthorized } from "./api.js"
+import { authHeaders, reportUnauthorized, storedToken } from "./api.js"
 import type { EventJson } from "./types.js"
 
 export interface Follow {
@@ -59,12 +59,13 @@ export const follow = (options: FollowOptions, from: number | null = null): Foll
   const connectOnce = async () => {
     controller = new AbortController()
     options.onState?.("connecting")
+    const sent = storedToken()
     const headers: Record<string, string> = { ...authHeaders(), accept: "text/event-stream" }
     if (last !== null) headers["last-event-id"] = String(last)
     const response = await fetch(options.path, { headers, signal: controller.signal })
     if (response.status === 401) {
       const body = await response.json().catch(() => ({})) as { readonly message?: string }
-      reportUnauthorized(body.message ?? "unauthorized")
+      reportUnauthorized(body.message ?? "unauthorized", sent)
       closed = true
       return
     }

@@ -390,6 +390,38 @@ describe("the dashboard in Chromium", () => {
     expect(againErrors).toEqual([])
   })
 
+  it("a refusal of the old token that answers after a new token was entered does not clear the new one", async () => {
+    // The early requests carry a rotated token; the timeline's 401 is held until the user has entered the right one.
+    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } })
+    await context.addInitScript(() => {
+      if (sessionStorage.getItem("baton.entered") === null) sessionStorage.setItem("baton.token", "rotated-token-0123456789")
+    })
+    const page = await context.newPage()
+    let release: () => void = () => {}
+    const held = new Promise<void>((resolve) => void (release = resolve))
+    let heldOnce = false
+    await page.route("**/timeline", async (route) => {
+      if (heldOnce) return route.continue()
+      heldOnce = true
+      await held
+      await route.continue()
+    })
+    await page.goto(`${server.url}/ui/threads/${encodeURIComponent(replayed)}`)
+    await page.waitForSelector("[data-testid=auth-message]")
+    await page.evaluate(() => sessionStorage.setItem("baton.entered", "1"))
+    await page.fill("input[aria-label=token]", admin)
+    await page.click("text=Open")
+    await page.waitForSelector("main[data-role=admin]")
+    const late = page.waitForResponse((r) => r.url().endsWith("/timeline") && r.status() === 401)
+    release()
+    // The old token's late 401 has answered; the new token stays and the thread stays open.
+    await late
+    await page.waitForTimeout(500)
+    expect(await page.evaluate(() => sessionStorage.getItem("baton.token"))).toBe(admin)
+    expect(await page.getByTestId("token-form").count()).toBe(0)
+    await context.close()
+  })
+
   it("a read-only token hides the actions; a 401 sends the user back to the token form", async () => {
     const { page, errors, close } = await openPage(browser, server.url, reader, `/ui/threads/${replayed}`)
     await page.waitForSelector("[data-testid=read-only]")
