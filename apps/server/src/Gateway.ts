@@ -43,7 +43,7 @@
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
-import { GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { GatewayMemo, GatewayThreads, ThreadRead } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
@@ -178,6 +178,7 @@ export const layer = (options: GatewayOptions) =>
       }
       const models = options.providers.filter(ServerConfig.isModelInstance)
       const counter = TokenCounter.make()
+      const interner = GatewayMemo.makeInterner()
       /** Token counts of message texts, kept while a conversation repeats them (cleared when large). */
       const counts = new Map<string, number>()
       const count = (text: string) => {
@@ -221,8 +222,8 @@ export const layer = (options: GatewayOptions) =>
           const parsed = parseJson(new TextDecoder().decode(body))
           if (!isRecord(parsed)) return dialect.refuse("invalid", "the body is not a JSON object")
           if (typeof parsed.model !== "string" || parsed.model === "") return dialect.refuse("invalid", "model: Field required (a model id)")
-          const history = dialect.history(parsed, request.headers)
-          if (typeof history === "string") return dialect.refuse("invalid", history)
+          const asSent = dialect.history(parsed, request.headers)
+          if (typeof asSent === "string") return dialect.refuse("invalid", asSent)
           const model = parsed.model
           const route = options.routes.find((r) => matches(r.model, model))
           const target = route === undefined ? undefined : models.find((p) => p.name === route.provider)
@@ -231,7 +232,7 @@ export const layer = (options: GatewayOptions) =>
           }
           if (target.config.kind !== dialect.kind && record && dialect.kind === "anthropic-messages" && target.config.kind === "openai-chat") {
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
-            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history, model, agent: agentOf(request.headers["user-agent"]) })
+            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history: asSent, model, agent: agentOf(request.headers["user-agent"]) })
           }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
@@ -239,6 +240,13 @@ export const layer = (options: GatewayOptions) =>
               `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat upstream`
             )
           }
+
+          // The history's messages the conversation's previous requests sent already are their objects (`GatewayMemo`):
+          // what was computed of them (fingerprints, token counts, stubs, JSON) is not computed again.
+          const historyKey = record ? Object.keys(parsed).find((k) => parsed[k] === asSent.messages) : undefined
+          if (historyKey !== undefined) interner.intern(`${dialect.kind}:${asSent.session ?? ""}`, parsed, historyKey)
+          const recognised = historyKey === undefined ? asSent : dialect.history(parsed, request.headers)
+          const history = typeof recognised === "string" ? asSent : recognised
 
           // Tool-result offload on the way out (Anthropic Messages and OpenAI Responses, the instance's
           // `toolResultOffload` on): the conversation's stubs, a flush when the policy says so, and `thread_read` offered.
@@ -276,7 +284,7 @@ export const layer = (options: GatewayOptions) =>
             outBody = plan.body
             sentCount = offloader.shape.history(plan.body)?.length ?? 0
             knownThread = Option.map(known, (c) => c.threadId as ThreadId)
-            if (plan.changed) sentBody = new TextEncoder().encode(JSON.stringify(plan.body))
+            if (plan.changed) sentBody = new TextEncoder().encode(GatewayMemo.bodyJson(plan.body))
           }
 
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""

@@ -30,6 +30,7 @@ import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Option, Schedule } from "effect"
 import * as Crypto from "node:crypto"
 import { DriverRegistry } from "./DriverRegistry.js"
+import * as GatewayMemo from "./GatewayMemo.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import * as RunCosts from "./RunCosts.js"
@@ -130,31 +131,47 @@ export interface Prints {
 }
 
 /**
- * An in-memory cache of each conversation's previous request (its messages normalised, their fingerprints), bounded
- * to `capacity` conversations (least recently used dropped). `printsOf(key, messages)` gives the fingerprints of a
- * request's messages, hashing only those that differ from the message at the same position of the conversation's
- * previous request: a request that extends the previous one costs a structural compare of the history (strings
- * compared whole) and the hashing of its new messages. Without an entry (a new conversation, a restart, an evicted
- * one) every message is hashed. The cache only saves work: its answer is always the messages' fingerprints
- * (`fingerprintOf(wire, m)`; the default wire is Anthropic's). A key names one conversation, so one wire.
+ * An in-memory cache of each conversation's previous request (its messages, their normalised forms when taken, their
+ * fingerprints), bounded to `capacity` conversations (least recently used dropped). `printsOf(key, messages)` gives
+ * the fingerprints of a request's messages, hashing only those that differ from the message at the same position of
+ * the conversation's previous request: a message interned by the gateway (`GatewayMemo`: the same object as the
+ * previous request's) is known by its object; another is normalised and compared with the previous request's message
+ * at its position (strings compared whole; a Claude Code breakpoint moved is the same message), and only a message
+ * that differs is hashed. Without an entry (a new conversation, a restart, an evicted one) every message is hashed. The cache only saves work: its answer is always the messages' fingerprints (`fingerprintOf(wire, m)`;
+ * the default wire is Anthropic's). A key names one conversation, so one wire.
  */
 export const makePrintCache = (capacity = 256) => {
-  const entries = new Map<string, { readonly normalised: ReadonlyArray<Json>; readonly prints: ReadonlyArray<string> }>()
+  const entries = new Map<string, {
+    readonly messages: ReadonlyArray<unknown>
+    readonly normalised: Array<Json | undefined>
+    readonly prints: ReadonlyArray<string>
+  }>()
   const printsOf = (key: string, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): Prints => {
     const previous = entries.get(key)
-    const normalised = messages.map(wire.normalise)
+    const normalised = new Array<Json | undefined>(messages.length)
     const prints: Array<string> = []
     let hashed = 0
-    for (let i = 0; i < normalised.length; i++) {
-      if (previous !== undefined && i < previous.normalised.length && sameJson(previous.normalised[i], normalised[i])) {
-        prints.push(previous.prints[i]!)
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i]
+      const before = previous !== undefined && i < previous.messages.length ? i : -1
+      if (before >= 0 && previous!.messages[i] === m) {
+        // The same object as the previous request's (interned): the same fingerprint.
+        prints.push(previous!.prints[i]!)
+        normalised[i] = previous!.normalised[i]
+        continue
+      }
+      const n = wire.normalise(m)
+      normalised[i] = n
+      const earlier = before >= 0 ? previous!.normalised[i] ?? (previous!.normalised[i] = wire.normalise(previous!.messages[i])) : undefined
+      if (earlier !== undefined && sameJson(earlier, n)) {
+        prints.push(previous!.prints[i]!)
       } else {
-        prints.push(hashText(canonicalJson(normalised[i])))
+        prints.push(hashText(canonicalJson(n)))
         hashed++
       }
     }
     entries.delete(key)
-    entries.set(key, { normalised, prints })
+    entries.set(key, { messages, normalised, prints })
     if (entries.size > capacity) entries.delete(entries.keys().next().value!)
     return { prints, hashed }
   }
@@ -168,7 +185,7 @@ export const makePrintCache = (capacity = 256) => {
  * protocols never share a conversation.
  */
 export const conversationKey = (session: string | null, system: unknown, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): string => {
-  const systemPrint = hashText(canonicalJson(wire.normaliseSystem(system)))
+  const systemPrint = systemPrintOf(wire, system)
   const prefix = wire.name === "anthropic-messages" ? "" : `${wire.name}:`
   if (session !== null && session !== "") return `${prefix}session:${session.slice(0, 200)}:${systemPrint}`
   return `${prefix}start:${hashText(systemPrint + (messages[0] === undefined ? "" : fingerprintOf(wire, messages[0])))}`
@@ -272,8 +289,29 @@ export const anthropicMessages: Wire = {
 /** A reported figure as an event's count: a whole number, never negative (a provider's odd report must not fail the record). */
 const count = (n: number) => (Number.isFinite(n) ? Math.max(0, Math.round(n)) : 0)
 
-/** The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
-export const fingerprintOf = (wire: Wire, m: unknown): string => hashText(canonicalJson(wire.normalise(m)))
+/** Each wire's fingerprints of interned messages (`GatewayMemo`), kept while the message lives. */
+const printMemos = new WeakMap<Wire, (m: object) => string>()
+const printMemoOf = (wire: Wire) => {
+  let f = printMemos.get(wire)
+  if (f === undefined) printMemos.set(wire, f = GatewayMemo.memo((m: object) => hashText(canonicalJson(wire.normalise(m)))))
+  return f
+}
+
+/**
+ * The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON
+ * (taken once per interned message, `GatewayMemo`).
+ */
+export const fingerprintOf = (wire: Wire, m: unknown): string =>
+  GatewayMemo.isInterned(m) ? printMemoOf(wire)(m as object) : hashText(canonicalJson(wire.normalise(m)))
+
+/** Each wire's fingerprints of interned system prompts (the conversation key's part). */
+const systemMemos = new WeakMap<Wire, (system: object) => string>()
+const systemPrintOf = (wire: Wire, system: unknown) => {
+  if (!GatewayMemo.isInterned(system)) return hashText(canonicalJson(wire.normaliseSystem(system)))
+  let f = systemMemos.get(wire)
+  if (f === undefined) systemMemos.set(wire, f = GatewayMemo.memo((s: object) => hashText(canonicalJson(wire.normaliseSystem(s)))))
+  return f(system as object)
+}
 
 /** What the gateway knows of a request when it forwards it. */
 export interface GatewayRequest {
