@@ -44,7 +44,7 @@
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
 import { GatewayMemo, GatewayThreads, ThreadRead } from "@baton/orchestration"
-import { ThreadStore } from "@baton/persistence"
+import { type GatewayConversations, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
@@ -256,6 +256,8 @@ export const layer = (options: GatewayOptions) =>
           // With offload on: the body as sent (the continuations after `thread_read` extend it), and the thread.
           let outBody: Record<string, unknown> | null = null
           let knownThread: Option.Option<ThreadId> = Option.none()
+          // The stored conversation as read here (the record does not read it again before taking the thread's lock).
+          let stored: GatewayConversations.Conversation | undefined
           let sentCount = 0
           /**
            * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
@@ -284,6 +286,7 @@ export const layer = (options: GatewayOptions) =>
             outBody = plan.body
             sentCount = offloader.shape.history(plan.body)?.length ?? 0
             knownThread = Option.map(known, (c) => c.threadId as ThreadId)
+            stored = Option.getOrUndefined(known)
             if (plan.changed) sentBody = new TextEncoder().encode(GatewayMemo.bodyJson(plan.body))
           }
 
@@ -314,7 +317,8 @@ export const layer = (options: GatewayOptions) =>
               providerInstance: target.name as ProviderInstance,
               contextWindow: target.config.contextWindow,
               prices: target.config.prices,
-              offload
+              offload,
+              conversation: stored
             })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
             Effect.option,

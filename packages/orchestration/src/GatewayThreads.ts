@@ -335,6 +335,11 @@ export interface GatewayRequest {
    * sends as stubs (the conversation's new state), `flush` what this request newly stubbed (`null`: nothing).
    */
   readonly offload?: GatewayOffloadState | undefined
+  /**
+   * The request's conversation as the gateway read it before forwarding (`conversationOf`; absent: not read, or new):
+   * `begin` takes its thread from it instead of reading it again (it reads it once more under the thread's lock).
+   */
+  readonly conversation?: GatewayConversations.Conversation | undefined
 }
 
 /** What the gateway's tool-result offload did on a request (see `GatewayRequest.offload`). */
@@ -463,7 +468,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       const key = conversationKey(request.session, request.system, request.messages, wire)
       // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
       // the lock); only a new one takes the global one that creates it.
-      const known = yield* conversations.find(key)
+      const known = request.conversation !== undefined && request.conversation.conversationKey === key
+        ? Option.some(request.conversation)
+        : yield* conversations.find(key)
       const created = Option.isSome(known) ? known.value : yield* findOrCreate(key, request).pipe(
         Effect.retry({ while: (e) => e._tag === "ConcurrentModification", schedule: Schedule.recurs(2) })
       )
@@ -567,27 +574,28 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             begun.run.id,
             reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
           )
-          const conversation = yield* conversations.find(begun.conversationKey)
-          if (Option.isSome(conversation) && expanded.length > 0) {
-            yield* conversations.update({
-              ...conversation.value,
-              expansions: withExpansions(conversation.value.expansions)
-            })
-          }
-          if (Option.isSome(conversation) && conversation.value.baseline.join() === begun.fingerprints.join()) {
-            yield* conversations.update({
-              ...conversation.value,
-              ...(expanded.length === 0 ? {} : { expansions: withExpansions(conversation.value.expansions) }),
-              baseline: [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))],
-              updatedAt: DateTime.formatIso(now)
-            })
+          const baseline = [...begun.fingerprints, ...reply.messages.map((r) => fingerprintOf(wire, r.message))]
+          if (expanded.length === 0) {
+            // The reply joins the baseline when no other request moved it since (one statement, nothing read back).
+            yield* conversations.extendBaseline(begun.conversationKey, begun.fingerprints, baseline, DateTime.formatIso(now))
+          } else {
+            const conversation = yield* conversations.find(begun.conversationKey)
+            if (Option.isSome(conversation)) {
+              const moved = conversation.value.baseline.join() !== begun.fingerprints.join()
+              yield* conversations.update({
+                ...conversation.value,
+                expansions: withExpansions(conversation.value.expansions),
+                ...(moved ? {} : { baseline, updatedAt: DateTime.formatIso(now) })
+              })
+            }
           }
         }
         if (reply.tokens !== null) {
           yield* store.recordRunCost({
             runId: begun.run.id,
             threadId: begun.threadId,
-            providerInstance: (yield* store.getProviderThread(begun.run.providerThreadId)).pipe(Option.map((p) => p.providerInstance), Option.getOrElse(() => "")),
+            // The run's provider thread is the routed instance's (`laneOf`).
+            providerInstance: begun.providerInstance,
             ...reply.tokens,
             costUsd: RunCosts.price(reply.tokens, begun.prices),
             createdAt: now

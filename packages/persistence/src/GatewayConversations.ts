@@ -34,11 +34,23 @@ export interface GatewayConversationsShape {
   readonly insert: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
   /** Rewrites the baseline, the counts and the offloaded ids of `c.conversationKey`. */
   readonly update: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
+  /**
+   * Sets the baseline of `key` to `baseline` (and its `updatedAt`) only if it is still `expected`: one statement,
+   * nothing read back. Returns whether it was (a request of the conversation that moved the baseline since leaves it).
+   */
+  readonly extendBaseline: (
+    key: string,
+    expected: ReadonlyArray<string>,
+    baseline: ReadonlyArray<string>,
+    updatedAt: string
+  ) => Effect.Effect<boolean, PersistenceError | ConcurrentModification>
   /** The conversations recorded by `threadId` (normally one). */
   readonly ofThread: (threadId: string) => Effect.Effect<ReadonlyArray<Conversation>, PersistenceError | ConcurrentModification>
 }
 
 const encode = Schema.encode(Conversation)
+/** A baseline as its column holds it (the text `Conversation.baseline` decodes). */
+const encodeBaseline = Schema.encode(Conversation.fields.baseline)
 
 /** Builds the repository on the ambient `SqlClient` (SQLite or Postgres; the same statements on both). */
 export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.SqlClient> = Effect.gen(function*() {
@@ -66,6 +78,13 @@ export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.Sql
           divergences = ${row.divergences}, offloaded = ${row.offloaded}, expansions = ${row.expansions}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
         Effect.asVoid,
         orPersistence("gatewayConversations.update")
+      ),
+    extendBaseline: (key, expected, baseline, updatedAt) =>
+      Effect.flatMap(Effect.all([encodeBaseline(expected), encodeBaseline(baseline)]), ([was, next]) =>
+        sql`UPDATE gateway_conversations SET baseline = ${next}, updated_at = ${updatedAt}
+          WHERE conversation_key = ${key} AND baseline = ${was} RETURNING conversation_key`).pipe(
+        Effect.map((rows) => rows.length > 0),
+        orPersistence("gatewayConversations.extendBaseline")
       ),
     ofThread: (threadId) => ofThread(threadId).pipe(orPersistence("gatewayConversations.ofThread"))
   }
