@@ -15,14 +15,24 @@
  *
  * `PROTOCOL=responses`: the same with `POST /v1/responses` (a Codex-like conversation of `function_call` /
  * `function_call_output` input items, the upstream an `openai-responses` instance) instead of `/v1/messages`.
+ *
+ * Beside the wall-clock figures (noisy when other processes share the cores), what Baton's main thread spent per
+ * measured request: its CPU time (user + system, from `/proc/self/task/<pid>/stat`, 10 ms ticks summed over the
+ * run), its event loop's busy time (`performance.eventLoopUtilization`), and the SQL statements it executed (every
+ * better-sqlite3 statement run, counted). The agent and the upstream run in a worker thread, so these are Baton's
+ * alone. `SQL=1` lists the statements by text; `CPUPROF=<file>`: a CPU profile of the measured requests only (the
+ * warm-up left out), written as a `.cpuprofile`.
  */
 import { Server, ServerConfig } from "@baton/server"
 import { HttpServer } from "@effect/platform"
 import { NodeRuntime } from "@effect/platform-node"
 import { ConfigProvider, Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs"
+import * as Inspector from "node:inspector"
+import { createRequire } from "node:module"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { performance } from "node:perf_hooks"
 import { Worker } from "node:worker_threads"
 
 const token = "bench-token-0123456789abcdef"
@@ -119,6 +129,7 @@ parentPort.once("message", async ({ baton, token }) => {
     const via = await post(baton + path, body, { ...headers, ...key(token) })
     if (direct.status !== 200 || via.status !== 200) throw new Error("status " + direct.status + " / " + via.status)
     if (i >= warmup) samples.push({ direct, via })
+    if (i === warmup - 1) await new Promise((resolve) => { parentPort.once("message", resolve); parentPort.postMessage({ warm: true }) })
     // Measured rounds add short results, so the history stays near its starting size.
     messages.push(...round(messages.length, 1000))
   }
@@ -132,12 +143,49 @@ interface Timing {
   readonly total: number
 }
 
+/** CPU time of this process's main thread (user + system, ms; clock ticks of 10 ms). */
+const mainThreadCpuMs = () => {
+  const stat = Fs.readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) * 10
+}
+
+/**
+ * Counts every statement better-sqlite3 runs (the module `@effect/sql-sqlite-node` loads), by SQL text, while `on`.
+ */
+const sqlCounter = () => {
+  const requireSqlite = createRequire(createRequire(import.meta.url).resolve("@effect/sql-sqlite-node/package.json", { paths: [Path.join(process.cwd(), "packages/persistence")] }))
+  const Database = requireSqlite("better-sqlite3") as new(file: string) => { prepare: (sql: string) => object; close: () => void }
+  const probe = new Database(":memory:")
+  const proto = Object.getPrototypeOf(probe.prepare("select 1")) as Record<string, (...args: Array<unknown>) => unknown>
+  probe.close()
+  const counts = new Map<string, { n: number; ms: number }>()
+  const state = { on: false }
+  for (const method of ["run", "get", "all", "iterate"] as const) {
+    const original = proto[method]!
+    proto[method] = function(this: { source: string }, ...args: Array<unknown>) {
+      if (!state.on) return original.apply(this, args)
+      const start = performance.now()
+      try {
+        return original.apply(this, args)
+      } finally {
+        const c = counts.get(this.source) ?? { n: 0, ms: 0 }
+        c.n++
+        c.ms += performance.now() - start
+        counts.set(this.source, c)
+      }
+    }
+  }
+  return { counts, state }
+}
+
 const quantile = (xs: ReadonlyArray<number>, q: number) => {
   const sorted = [...xs].sort((a, b) => a - b)
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!
 }
 
 const main = Effect.gen(function*() {
+  const sql = sqlCounter()
   const worker = new Worker(workerSource, { eval: true, workerData: { rounds, resultChars, requests, warmup, protocol } })
   yield* Effect.addFinalizer(() => Effect.promise(() => worker.terminate()))
   const upstream = yield* Effect.promise(() => new Promise<{ url: string }>((resolve) => worker.once("message", (m: { upstream: string }) => resolve({ url: m.upstream }))))
@@ -171,12 +219,40 @@ const main = Effect.gen(function*() {
   }).pipe(Layer.provideMerge(Server.listener(settings)), Layer.provideMerge(Server.orchestratorLayer(settings))))
   const address = Context.get(context, HttpServer.HttpServer).address as HttpServer.TcpAddress
   const baton = `http://127.0.0.1:${address.port}`
+  const profile = process.env["CPUPROF"]
+  const session = new Inspector.Session()
+  const post = (method: string, params?: object) =>
+    new Promise<unknown>((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))))
+  let start = { cpu: 0, elu: performance.eventLoopUtilization() }
   const done = new Promise<{ samples: Array<{ direct: Timing; via: Timing }>; bytes: number; historyMessages: number }>((resolve, reject) => {
-    worker.once("message", resolve)
+    worker.on("message", (m: { warm?: true }) => {
+      if (m.warm !== true) return resolve(m as never)
+      // The measured requests start: the warm-up (the whole history stored) is left out of the main thread's figures.
+      void (async () => {
+        if (profile !== undefined) {
+          session.connect()
+          await post("Profiler.enable")
+          await post("Profiler.start")
+        }
+        sql.state.on = true
+        start = { cpu: mainThreadCpuMs(), elu: performance.eventLoopUtilization() }
+        worker.postMessage({ go: true })
+      })()
+    })
     worker.once("error", reject)
   })
   worker.postMessage({ baton, token })
   const { bytes, historyMessages, samples } = yield* Effect.promise(() => done)
+  const cpu = mainThreadCpuMs() - start.cpu
+  const elu = performance.eventLoopUtilization(start.elu)
+  sql.state.on = false
+  if (profile !== undefined) {
+    const { profile: data } = (yield* Effect.promise(() => post("Profiler.stop"))) as { profile: unknown }
+    Fs.writeFileSync(profile, JSON.stringify(data))
+    session.disconnect()
+  }
+  const statements = [...sql.counts.values()].reduce((a, b) => a + b.n, 0)
+  const statementMs = [...sql.counts.values()].reduce((a, b) => a + b.ms, 0)
   const row = (name: string, xs: ReadonlyArray<number>) =>
     `${name.padEnd(34)} p50 ${quantile(xs, 0.5).toFixed(2).padStart(7)} ms   p90 ${quantile(xs, 0.9).toFixed(2).padStart(7)} ms`
   console.log(`gateway bench (${protocol === "responses" ? "/v1/responses" : "/v1/messages"}): ${requests} request pairs, history ${historyMessages} messages, last body ${(bytes / 1e6).toFixed(2)} MB (~${Math.round(bytes / 4 / 1000)}k tokens at 4 chars/token)`)
@@ -186,6 +262,12 @@ const main = Effect.gen(function*() {
   console.log(row("direct: whole answer", samples.map((s) => s.direct.total)))
   console.log(row("through Baton: whole answer", samples.map((s) => s.via.total)))
   console.log(row("added to the whole answer", samples.map((s) => s.via.total - s.direct.total)))
+  console.log(`Baton's main thread per request: CPU ${(cpu / requests).toFixed(2)} ms, event loop busy ${(elu.active / requests).toFixed(2)} ms, ${(statements / requests).toFixed(1)} SQL statements (${(statementMs / requests).toFixed(2)} ms in SQLite)`)
+  if (process.env["SQL"] === "1") {
+    for (const [text, c] of [...sql.counts].sort((a, b) => b[1].ms - a[1].ms)) {
+      console.log(`${(c.n / requests).toFixed(2).padStart(6)} x ${(c.ms / requests).toFixed(3).padStart(7)} ms  ${text.replace(/\s+/g, " ").slice(0, 130)}`)
+    }
+  }
 })
 
 NodeRuntime.runMain(Effect.scoped(main))

@@ -43,12 +43,12 @@
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
-import { GatewayThreads, ThreadRead } from "@baton/orchestration"
-import { ThreadStore } from "@baton/persistence"
+import { GatewayMemo, GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { type GatewayConversations, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
+import { NodeHttpClient, NodeHttpServerRequest } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
-import { Clock, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
+import { Clock, Data, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayDialect from "./GatewayDialect.js"
@@ -116,6 +116,50 @@ const toEventLoop = Effect.async<void>((resume) => {
   return Effect.sync(() => clearImmediate(handle))
 })
 
+/** The request body could not be read whole (`reason` says why). */
+class BodyNotRead extends Data.TaggedError("BodyNotRead")<{ readonly reason: string }> {}
+
+/**
+ * The request's body, its chunks joined once at the end (the platform's `arrayBuffer` joins the body so far with each
+ * chunk as it comes: quadratic copying, some 10 to 15 MB copied for a 0.7 MB body). `null` when it is over `maxBytes`
+ * (the rest is read and discarded). Fails with `BodyNotRead` when the connection breaks before the body ends.
+ */
+const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number) =>
+  Effect.async<Uint8Array | null, BodyNotRead>((resume) => {
+    const source = NodeHttpServerRequest.toIncomingMessage(request)
+    if (source.readableEnded) return resume(Effect.fail(new BodyNotRead({ reason: "the body was read already" })))
+    const chunks: Array<Buffer> = []
+    let bytes = 0
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length
+      if (bytes <= maxBytes) chunks.push(chunk)
+      else chunks.length = 0
+    }
+    const cleanup = () => {
+      source.off("data", onData)
+      source.off("end", onEnd)
+      source.off("error", onError)
+      source.off("close", onClose)
+    }
+    const onEnd = () => {
+      cleanup()
+      resume(Effect.succeed(bytes > maxBytes ? null : Buffer.concat(chunks, bytes)))
+    }
+    const onError = (e: Error) => {
+      cleanup()
+      resume(Effect.fail(new BodyNotRead({ reason: e.message })))
+    }
+    const onClose = () => {
+      cleanup()
+      resume(Effect.fail(new BodyNotRead({ reason: "the connection closed before the body ended" })))
+    }
+    source.on("data", onData)
+    source.once("end", onEnd)
+    source.once("error", onError)
+    source.once("close", onClose)
+    return Effect.sync(cleanup)
+  })
+
 /** The run failure code of an upstream HTTP status. */
 const failureCode = (status: number): "provider_unavailable" | "provider_refused" =>
   status === 429 || status >= 500 ? "provider_unavailable" : "provider_refused"
@@ -180,6 +224,7 @@ export const layer = (options: GatewayOptions) =>
       }
       const models = options.providers.filter(ServerConfig.isModelInstance)
       const counter = TokenCounter.make()
+      const interner = GatewayMemo.makeInterner()
       /** Token counts of message texts, kept while a conversation repeats them (cleared when large). */
       const counts = new Map<string, number>()
       const count = (text: string) => {
@@ -214,17 +259,17 @@ export const layer = (options: GatewayOptions) =>
           if (declared !== undefined && Number(declared) > options.maxBodyBytes) {
             return dialect.refuse("too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
           }
-          const bytes = yield* Effect.either(request.arrayBuffer)
+          const bytes = yield* Effect.either(readBody(request, options.maxBodyBytes))
           if (bytes._tag === "Left") return dialect.refuse("invalid", "the body could not be read")
-          if (bytes.right.byteLength > options.maxBodyBytes) {
+          if (bytes.right === null) {
             return dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
           }
-          const body = new Uint8Array(bytes.right)
+          const body = bytes.right
           const parsed = parseJson(new TextDecoder().decode(body))
           if (!isRecord(parsed)) return dialect.refuse("invalid", "the body is not a JSON object")
           if (typeof parsed.model !== "string" || parsed.model === "") return dialect.refuse("invalid", "model: Field required (a model id)")
-          const history = dialect.history(parsed, request.headers)
-          if (typeof history === "string") return dialect.refuse("invalid", history)
+          const asSent = dialect.history(parsed, request.headers)
+          if (typeof asSent === "string") return dialect.refuse("invalid", asSent)
           const model = parsed.model
           const route = options.routes.find((r) => matches(r.model, model))
           const target = route === undefined ? undefined : models.find((p) => p.name === route.provider)
@@ -233,7 +278,7 @@ export const layer = (options: GatewayOptions) =>
           }
           if (target.config.kind !== dialect.kind && record && dialect.kind === "anthropic-messages" && target.config.kind === "openai-chat") {
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
-            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history, model, agent: agentOf(request.headers["user-agent"]) })
+            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history: asSent, model, agent: agentOf(request.headers["user-agent"]) })
           }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
@@ -241,6 +286,13 @@ export const layer = (options: GatewayOptions) =>
               `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat upstream`
             )
           }
+
+          // The history's messages the conversation's previous requests sent already are their objects (`GatewayMemo`):
+          // what was computed of them (fingerprints, token counts, stubs, JSON) is not computed again.
+          const historyKey = record ? Object.keys(parsed).find((k) => parsed[k] === asSent.messages) : undefined
+          if (historyKey !== undefined) interner.intern(`${dialect.kind}:${asSent.session ?? ""}`, parsed, historyKey)
+          const recognised = historyKey === undefined ? asSent : dialect.history(parsed, request.headers)
+          const history = typeof recognised === "string" ? asSent : recognised
 
           // Tool-result offload on the way out (Anthropic Messages, OpenAI Responses and Chat Completions, the instance's
           // `toolResultOffload` on): the conversation's stubs, a flush when the policy says so, and `thread_read` offered.
@@ -253,6 +305,8 @@ export const layer = (options: GatewayOptions) =>
           // Whether `thread_read` is the gateway's (it offered it): a tool of that name the agent sent is the agent's, and
           // the upstream's calls of it go to the agent as they came.
           const ownsReads = offloader !== undefined && Array.isArray(parsed.tools) && offloader.shape.offer(parsed) !== parsed.tools
+          // The stored conversation as read here (the record does not read it again before taking the thread's lock).
+          let stored: GatewayConversations.Conversation | undefined
           let sentCount = 0
           /**
            * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
@@ -281,7 +335,8 @@ export const layer = (options: GatewayOptions) =>
             outBody = plan.body
             sentCount = offloader.shape.history(plan.body)?.length ?? 0
             knownThread = Option.map(known, (c) => c.threadId as ThreadId)
-            if (plan.changed) sentBody = new TextEncoder().encode(JSON.stringify(plan.body))
+            stored = Option.getOrUndefined(known)
+            if (plan.changed) sentBody = new TextEncoder().encode(GatewayMemo.bodyJson(plan.body))
           }
 
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
@@ -311,7 +366,8 @@ export const layer = (options: GatewayOptions) =>
               providerInstance: target.name as ProviderInstance,
               contextWindow: target.config.contextWindow,
               prices: target.config.prices,
-              offload
+              offload,
+              conversation: stored
             })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
             Effect.option,

@@ -27,7 +27,7 @@
  * Pure: no I/O, no clock (the caller passes the time since the conversation's previous request).
  */
 import { ToolResultOffload } from "@baton/context"
-import { type GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { GatewayMemo, type GatewayThreads, ThreadRead } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import { isRecord, parseJson } from "./GatewayDialect.js"
@@ -110,7 +110,8 @@ export interface Call {
  *   same object when none).
  * - `opaque`: whether the entry carries a tool result with a part that is not text (an image, a document): the thread
  *   records such a part as `[type]`, so `thread_read` could not give it back, and its unit is never stubbed.
- * - `offer`: the tools with `thread_read` appended (the same array when it is there; `null` when the body has no tools).
+ * - `offer`: the tools with `thread_read` appended (the same array when it is there; `null` when the body has no tools);
+ *   a function of the body's `tools` only.
  * - `system`: what the body sends besides the history and tools (counted as fixed tokens).
  * - `pricing`: the policy's cache multipliers from the instance's prices.
  */
@@ -218,12 +219,80 @@ export const anthropicShape: Shape = {
 }
 
 /**
+ * What `plan` computes of a history entry, kept for the entries the gateway interned (`GatewayMemo`: the same objects
+ * from one request of a conversation to the next), so a request computes only its new entries': a shape's calls,
+ * answers and opacity of an entry, an entry's stubbed form (by the ids it stubs and their calls), the tools offered,
+ * and token counts (by counter). Entries that are not interned are computed every time; the answers are the same.
+ */
+interface ShapeMemo {
+  readonly calls: (entry: Record<string, unknown>) => ReadonlyArray<Call>
+  readonly answers: (entry: Record<string, unknown>) => ReadonlyArray<string>
+  readonly opaque: (entry: Record<string, unknown>) => boolean
+  readonly offer: (tools: object) => ReadonlyArray<unknown> | null
+  readonly stubs: WeakMap<object, Map<string, Record<string, unknown>>>
+}
+const shapeMemos = new WeakMap<Shape, ShapeMemo>()
+const memoOf = (shape: Shape): ShapeMemo => {
+  let m = shapeMemos.get(shape)
+  if (m === undefined) {
+    shapeMemos.set(
+      shape,
+      m = {
+        calls: GatewayMemo.memo(shape.calls),
+        answers: GatewayMemo.memo(shape.answers),
+        opaque: GatewayMemo.memo(shape.opaque),
+        offer: GatewayMemo.memo((tools: object) => {
+          const offered = shape.offer({ tools })
+          // Kept frozen: the agent's tools are; `thread_read`'s entry is a copy (the definition is shared).
+          return offered === null || offered === tools ? offered : GatewayMemo.adopt(offered.map((t) => (GatewayMemo.isInterned(t) ? t : structuredClone(t))))
+        }),
+        stubs: new WeakMap()
+      }
+    )
+  }
+  return m
+}
+const tokenMemos = new WeakMap<(text: string) => number, (value: object) => number>()
+/** The tokens of `value`'s JSON by `count` (kept for an interned value). */
+const tokensOf = (count: (text: string) => number, value: unknown): number => {
+  if (!GatewayMemo.isInterned(value)) return count(JSON.stringify(value))
+  let f = tokenMemos.get(count)
+  if (f === undefined) tokenMemos.set(count, f = GatewayMemo.memo((v: object) => count(GatewayMemo.json(v))))
+  return f(value as object)
+}
+
+/**
+ * `shape.stub(entry, stubbed, calls)`, kept for an interned entry by the ids it stubs and their calls (the stub is
+ * interned too, so its tokens and JSON are kept as well).
+ */
+const stubOf = (shape: Shape, memo: ShapeMemo, entry: Record<string, unknown>, stubbed: ReadonlySet<string>, calls: ReadonlyMap<string, Call>) => {
+  if (!GatewayMemo.isInterned(entry)) return shape.stub(entry, stubbed, calls)
+  const ids = memo.answers(entry).filter((id) => stubbed.has(id))
+  if (ids.length === 0) return entry
+  const key = ids.map((id) => {
+    const c = calls.get(id)
+    return c === undefined ? id : `${id}\u0000${c.name}\u0000${c.argumentsText}`
+  }).join("\u0001")
+  let known = memo.stubs.get(entry)
+  if (known === undefined) memo.stubs.set(entry, known = new Map())
+  let out = known.get(key)
+  if (out === undefined) {
+    out = shape.stub(entry, stubbed, calls)
+    if (out !== entry) GatewayMemo.adopt(out)
+    known.set(key, out)
+  }
+  return out
+}
+
+/**
  * Applies the policy to a request of `shape`'s wire (see the module docblock): renders the conversation's stubs, asks
  * `ToolResultOffload.decide` whether to flush more now, and offers `thread_read`. Never touches the agent's newest
- * input (the entries after the last model entry; at least the last entry).
+ * input (the entries after the last model entry; at least the last entry). What it computes of interned entries
+ * (`GatewayMemo`) is kept for the next request (`ShapeMemo`).
  */
 export const plan = (shape: Shape, input: Input): Output => {
   const { body, count } = input
+  const memo = memoOf(shape)
   const history = shape.history(body)
   if (history === null || !history.every(isRecord)) return { body, changed: false, offloaded: input.offloaded, flush: null }
   const sent = history as ReadonlyArray<Record<string, unknown>>
@@ -253,7 +322,7 @@ export const plan = (shape: Shape, input: Input): Output => {
     const model = shape.model(m)
     const previousModel = i > 0 && shape.model(messages[i - 1]!)
     startsResponse.push(model && !(shape.joins && previousModel))
-    const answered = shape.answers(m)
+    const answered = memo.answers(m)
     if (answered.length > 0) {
       const owners = new Set(answered.map((id) => unitOfCall.get(id)))
       const owner = owners.size === 1 ? [...owners][0] : undefined
@@ -268,7 +337,7 @@ export const plan = (shape: Shape, input: Input): Output => {
       }
       for (const o of owners) if (o !== undefined) units[o]!.pinned = true
     }
-    const own = model ? shape.calls(m) : []
+    const own = model ? memo.calls(m) : []
     const pinned = isNewest || own.some((c) => !/^[^\s,]+$/.test(c.id))
     let u: number
     if (model && shape.joins && previousModel) {
@@ -295,7 +364,7 @@ export const plan = (shape: Shape, input: Input): Output => {
     if (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOfCall(c) === null))) u.pinned = true
   }
   // A result the thread cannot give back (an image) goes out as sent: its stub would lose it for good.
-  for (const u of units) if (u.results.some((i) => shape.opaque(messages[i]!))) u.pinned = true
+  for (const u of units) if (u.results.some((i) => memo.opaque(messages[i]!))) u.pinned = true
   // What thread_read returned stays verbatim while the model is likely still using it (as in the adapters).
   const seen = new Set<number>()
   for (let i = messages.length - 1; i >= 0 && seen.size < ToolResultOffload.defaults.keepNewestUnits; i--) {
@@ -306,8 +375,8 @@ export const plan = (shape: Shape, input: Input): Output => {
     if (u.calls.some((c) => c.name === ThreadRead.definition.name)) u.pinned = true
   }
   const already = new Set(input.offloaded)
-  const rendered = messages.map((m, i) => (i >= newest ? m : shape.stub(m, already, calls)))
-  const tokens = rendered.map((m) => count(JSON.stringify(m)))
+  const rendered = messages.map((m, i) => (i >= newest ? m : stubOf(shape, memo, m, already, calls)))
+  const tokens = rendered.map((m) => tokensOf(count, m))
   let outputsAfter = 0
   const answeredRequests = new Array<number>(units.length).fill(0)
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -316,7 +385,7 @@ export const plan = (shape: Shape, input: Input): Output => {
     } else if (units[unitOfMessage[i]!]!.results.includes(i)) answeredRequests[unitOfMessage[i]!] ||= outputsAfter
   }
   const tools = Array.isArray(body.tools) ? body.tools : null
-  const offered = shape.offer(body)
+  const offered = GatewayMemo.isInterned(body.tools) ? memo.offer(body.tools as object) : shape.offer(body)
   const situation: ToolResultOffload.Situation = {
     items: rendered.map((_, i) => ({ seq: i + 1, tokens: tokens[i]!, unit: unitOfMessage[i]!, pinned: units[unitOfMessage[i]!]!.pinned })),
     units: units.map((u, index): ToolResultOffload.Unit => {
@@ -324,7 +393,7 @@ export const plan = (shape: Shape, input: Input): Output => {
       let stubTokens = 0
       if (u.calls.length > 0 && !stubbed) {
         const ids = new Set(u.calls.map((c) => c.id))
-        for (const i of u.members) stubTokens += u.results.includes(i) ? count(JSON.stringify(shape.stub(rendered[i]!, ids, calls))) : tokens[i]!
+        for (const i of u.members) stubTokens += u.results.includes(i) ? tokensOf(count, stubOf(shape, memo, rendered[i]!, ids, calls)) : tokens[i]!
       }
       return {
         isTool: u.calls.length > 0,
@@ -334,7 +403,7 @@ export const plan = (shape: Shape, input: Input): Output => {
         answeredRequests: answeredRequests[index]!
       }
     }),
-    systemTokens: count(JSON.stringify(shape.system(body))) + count(JSON.stringify(offered ?? [])),
+    systemTokens: tokensOf(count, shape.system(body)) + tokensOf(count, offered ?? []),
     windowTokens: input.windowTokens,
     pricing: shape.pricing(input.prices),
     requestsSoFar: input.requestsSoFar,
@@ -344,7 +413,7 @@ export const plan = (shape: Shape, input: Input): Output => {
   const fresh = decision.units.flatMap((u) => units[u]!.calls.map((c) => c.id)).filter((id) => !already.has(id))
   const offloaded = [...input.offloaded, ...fresh]
   const now = new Set(fresh)
-  const out = shape.withHistory(body, fresh.length === 0 ? rendered : rendered.map((m, i) => (i >= newest ? m : shape.stub(m, now, calls))))
+  const out = shape.withHistory(body, fresh.length === 0 ? rendered : rendered.map((m, i) => (i >= newest ? m : stubOf(shape, memo, m, now, calls))))
   if (offered !== null) out.tools = offered
   return {
     body: out,

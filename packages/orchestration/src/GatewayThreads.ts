@@ -34,6 +34,7 @@ import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Option, Schedule } from "effect"
 import * as Crypto from "node:crypto"
 import { DriverRegistry } from "./DriverRegistry.js"
+import * as GatewayMemo from "./GatewayMemo.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import * as RunCosts from "./RunCosts.js"
@@ -256,35 +257,63 @@ export interface Prints {
 }
 
 /**
- * An in-memory cache of each conversation's previous request (its messages normalised, their fingerprints), bounded
- * to `capacity` conversations (least recently used dropped). `printsOf(key, messages)` gives the fingerprints of a
- * request's messages, hashing only those that differ from the message at the same position of the conversation's
- * previous request: a request that extends the previous one costs a structural compare of the history (strings
- * compared whole) and the hashing of its new messages. Without an entry (a new conversation, a restart, an evicted
- * one) every message is hashed. The cache only saves work: its answer is always the messages' fingerprints
- * (`fingerprintOf(wire, m)`; the default wire is Anthropic's). A key names one conversation, so one wire.
+ * An in-memory cache of each conversation's previous request (its messages, their normalised forms when taken, their
+ * fingerprints and content prints), bounded to `capacity` conversations (least recently used dropped).
+ * `printsOf(key, messages)` gives the fingerprints and content prints of a request's messages, hashing only those that
+ * differ from the message at the same position of the conversation's previous request: a message interned by the
+ * gateway (`GatewayMemo`: the same object as the previous request's) is known by its object; another is normalised and
+ * compared with the previous request's message at its position (strings compared whole; a Claude Code breakpoint
+ * moved is the same message), and only a message that differs is hashed. Without an entry (a new conversation, a
+ * restart, an evicted one) every message is hashed, an interned one once for its life (`printOf`). The cache only
+ * saves work: its answer is always the messages' fingerprints (`fingerprintOf(wire, m)`; the default wire is
+ * Anthropic's) and content prints (`contentPrint`). A key names one conversation, so one wire.
  */
 export const makePrintCache = (capacity = 256) => {
-  const entries = new Map<string, { readonly normalised: ReadonlyArray<Json>; readonly prints: ReadonlyArray<string>; readonly content: ReadonlyArray<string> | null }>()
+  const entries = new Map<string, {
+    readonly messages: ReadonlyArray<unknown>
+    readonly normalised: Array<Json | undefined>
+    readonly prints: ReadonlyArray<string>
+    readonly content: ReadonlyArray<string> | null
+  }>()
   const printsOf = (key: string, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): Prints => {
     const previous = entries.get(key)
-    const normalised = messages.map(wire.normalise)
+    const normalised = new Array<Json | undefined>(messages.length)
     const prints: Array<string> = []
     const content: Array<string> | null = wire.content === undefined ? null : []
     let hashed = 0
-    for (let i = 0; i < normalised.length; i++) {
-      if (previous !== undefined && i < previous.normalised.length && sameJson(previous.normalised[i], normalised[i])) {
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i]
+      const before = previous !== undefined && i < previous.messages.length
+      if (before && previous.messages[i] === m) {
+        // The same object as the previous request's (interned): the same prints.
         prints.push(previous.prints[i]!)
-        content?.push(previous.content?.[i] ?? contentPrint(wire, normalised[i]!, previous.prints[i]!))
+        content?.push(previous.content?.[i] ?? printOf(wire, m).content!)
+        normalised[i] = previous.normalised[i]
+        continue
+      }
+      if (!before && GatewayMemo.isInterned(m)) {
+        // Nothing to compare it with: its prints, taken once for the message's life (its normalised form when needed).
+        const p = printOf(wire, m)
+        prints.push(p.print)
+        content?.push(p.content!)
+        hashed++
+        continue
+      }
+      const n = wire.normalise(m)
+      normalised[i] = n
+      const earlier = before ? previous.normalised[i] ?? (previous.normalised[i] = wire.normalise(previous.messages[i])) : undefined
+      if (earlier !== undefined && sameJson(earlier, n)) {
+        prints.push(previous!.prints[i]!)
+        content?.push(previous!.content?.[i] ?? contentPrint(wire, n, previous!.prints[i]!))
       } else {
-        const print = hashText(canonicalJson(normalised[i]))
+        const print = hashText(canonicalJson(n))
         prints.push(print)
-        content?.push(contentPrint(wire, normalised[i]!, print))
+        content?.push(contentPrint(wire, n, print))
         hashed++
       }
     }
     entries.delete(key)
-    entries.set(key, { normalised, prints, content })
+    entries.set(key, { messages, normalised, prints, content })
     if (entries.size > capacity) entries.delete(entries.keys().next().value!)
     return { prints, content, hashed }
   }
@@ -298,7 +327,7 @@ export const makePrintCache = (capacity = 256) => {
  * protocols never share a conversation.
  */
 export const conversationKey = (session: string | null, system: unknown, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): string => {
-  const systemPrint = hashText(canonicalJson(wire.normaliseSystem(system)))
+  const systemPrint = systemPrintOf(wire, system)
   const prefix = wire.name === "anthropic-messages" ? "" : `${wire.name}:`
   if (session !== null && session !== "") return `${prefix}session:${session.slice(0, 200)}:${systemPrint}`
   return `${prefix}start:${hashText(systemPrint + (messages[0] === undefined ? "" : fingerprintOf(wire, messages[0])))}`
@@ -409,14 +438,44 @@ export const anthropicMessages: Wire = {
 /** A reported figure as an event's count: a whole number, never negative (a provider's odd report must not fail the record). */
 const count = (n: number) => (Number.isFinite(n) ? Math.max(0, Math.round(n)) : 0)
 
-/** The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON. */
-export const fingerprintOf = (wire: Wire, m: unknown): string => hashText(canonicalJson(wire.normalise(m)))
-
 /** A message's fingerprint and content print (`contentPrint`; `null` for a wire without a content rule). */
-const printOf = (wire: Wire, m: unknown): { readonly print: string; readonly content: string | null } => {
-  const normalised = wire.normalise(m)
+interface MessagePrints {
+  readonly print: string
+  readonly content: string | null
+}
+
+/** The prints of a message from its normalised form. */
+const printsOfNormalised = (wire: Wire, normalised: Json): MessagePrints => {
   const print = hashText(canonicalJson(normalised))
   return { print, content: wire.content === undefined ? null : contentPrint(wire, normalised, print) }
+}
+
+/** Each wire's prints of interned messages (`GatewayMemo`), kept while the message lives. */
+const printMemos = new WeakMap<Wire, (m: object) => MessagePrints>()
+const printMemoOf = (wire: Wire) => {
+  let f = printMemos.get(wire)
+  if (f === undefined) printMemos.set(wire, f = GatewayMemo.memo((m: object) => printsOfNormalised(wire, wire.normalise(m))))
+  return f
+}
+
+/** A message's fingerprint and content print, taken once per interned message (`GatewayMemo`). */
+const printOf = (wire: Wire, m: unknown): MessagePrints =>
+  GatewayMemo.isInterned(m) ? printMemoOf(wire)(m as object) : printsOfNormalised(wire, wire.normalise(m))
+
+/**
+ * The fingerprint of a message of `wire`: SHA-256 (hex, first 32 characters) of its normalised form's canonical JSON
+ * (taken once per interned message, `GatewayMemo`, with its content print).
+ */
+export const fingerprintOf = (wire: Wire, m: unknown): string =>
+  GatewayMemo.isInterned(m) ? printMemoOf(wire)(m as object).print : hashText(canonicalJson(wire.normalise(m)))
+
+/** Each wire's fingerprints of interned system prompts (the conversation key's part). */
+const systemMemos = new WeakMap<Wire, (system: object) => string>()
+const systemPrintOf = (wire: Wire, system: unknown) => {
+  if (!GatewayMemo.isInterned(system)) return hashText(canonicalJson(wire.normaliseSystem(system)))
+  let f = systemMemos.get(wire)
+  if (f === undefined) systemMemos.set(wire, f = GatewayMemo.memo((s: object) => hashText(canonicalJson(wire.normaliseSystem(s)))))
+  return f(system as object)
 }
 
 /** What the gateway knows of a request when it forwards it. */
@@ -441,6 +500,11 @@ export interface GatewayRequest {
    * sends as stubs (the conversation's new state), `flush` what this request newly stubbed (`null`: nothing).
    */
   readonly offload?: GatewayOffloadState | undefined
+  /**
+   * The request's conversation as the gateway read it before forwarding (`conversationOf`; absent: not read, or new):
+   * `begin` takes its thread from it instead of reading it again (it reads it once more under the thread's lock).
+   */
+  readonly conversation?: GatewayConversations.Conversation | undefined
 }
 
 /** What the gateway's tool-result offload did on a request (see `GatewayRequest.offload`). */
@@ -573,7 +637,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       const key = conversationKey(request.session, request.system, request.messages, wire)
       // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
       // the lock); only a new one takes the global one that creates it.
-      const known = yield* conversations.find(key)
+      const known = request.conversation !== undefined && request.conversation.conversationKey === key
+        ? Option.some(request.conversation)
+        : yield* conversations.find(key)
       const created = Option.isSome(known) ? known.value : yield* findOrCreate(key, request).pipe(
         Effect.retry({ while: (e) => e._tag === "ConcurrentModification", schedule: Schedule.recurs(2) })
       )
@@ -685,31 +751,37 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             begun.run.id,
             reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
           )
-          const conversation = yield* conversations.find(begun.conversationKey)
-          if (Option.isSome(conversation) && expanded.length > 0) {
-            yield* conversations.update({
-              ...conversation.value,
-              expansions: withExpansions(conversation.value.expansions)
-            })
+          const replied = reply.messages.map((r) => printOf(wire, r.message))
+          const baseline: GatewayConversations.Baseline = {
+            prints: [...begun.fingerprints, ...replied.map((r) => r.print)],
+            content: begun.contentPrints === null ? null : [...begun.contentPrints, ...replied.map((r) => r.content ?? r.print)]
           }
-          if (Option.isSome(conversation) && conversation.value.baseline.prints.join() === begun.fingerprints.join()) {
-            const replied = reply.messages.map((r) => printOf(wire, r.message))
-            yield* conversations.update({
-              ...conversation.value,
-              ...(expanded.length === 0 ? {} : { expansions: withExpansions(conversation.value.expansions) }),
-              baseline: {
-                prints: [...begun.fingerprints, ...replied.map((r) => r.print)],
-                content: begun.contentPrints === null ? null : [...begun.contentPrints, ...replied.map((r) => r.content ?? r.print)]
-              },
-              updatedAt: DateTime.formatIso(now)
-            })
+          if (expanded.length === 0) {
+            // The reply joins the baseline when no other request moved it since (one statement, nothing read back).
+            yield* conversations.extendBaseline(
+              begun.conversationKey,
+              { prints: begun.fingerprints, content: begun.contentPrints },
+              baseline,
+              DateTime.formatIso(now)
+            )
+          } else {
+            const conversation = yield* conversations.find(begun.conversationKey)
+            if (Option.isSome(conversation)) {
+              const moved = conversation.value.baseline.prints.join() !== begun.fingerprints.join()
+              yield* conversations.update({
+                ...conversation.value,
+                expansions: withExpansions(conversation.value.expansions),
+                ...(moved ? {} : { baseline, updatedAt: DateTime.formatIso(now) })
+              })
+            }
           }
         }
         if (reply.tokens !== null) {
           yield* store.recordRunCost({
             runId: begun.run.id,
             threadId: begun.threadId,
-            providerInstance: (yield* store.getProviderThread(begun.run.providerThreadId)).pipe(Option.map((p) => p.providerInstance), Option.getOrElse(() => "")),
+            // The run's provider thread is the routed instance's (`laneOf`).
+            providerInstance: begun.providerInstance,
             ...reply.tokens,
             costUsd: RunCosts.price(reply.tokens, begun.prices),
             createdAt: now

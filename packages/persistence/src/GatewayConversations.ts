@@ -64,11 +64,26 @@ export interface GatewayConversationsShape {
   readonly insert: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
   /** Rewrites the baseline, the counts and the offloaded ids of `c.conversationKey`. */
   readonly update: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
+  /**
+   * Sets the baseline of `key` to `baseline` (and its `updatedAt`) only if it is still `expected`: one statement,
+   * nothing read back. Returns whether it was (a request of the conversation that moved the baseline since leaves it).
+   * The stored baseline is compared as its column's text: `expected` in the column's form (`{"prints":[…],"content":[…]}`
+   * when its content prints are known) or as the fingerprints' array alone (a row written before content prints
+   * existed, whose content is unknown); either way it is the same fingerprints.
+   */
+  readonly extendBaseline: (
+    key: string,
+    expected: Baseline,
+    baseline: Baseline,
+    updatedAt: string
+  ) => Effect.Effect<boolean, PersistenceError | ConcurrentModification>
   /** The conversations recorded by `threadId` (normally one). */
   readonly ofThread: (threadId: string) => Effect.Effect<ReadonlyArray<Conversation>, PersistenceError | ConcurrentModification>
 }
 
 const encode = Schema.encode(Conversation)
+/** A baseline as its column holds it (the text `Conversation.baseline` decodes). */
+const encodeBaseline = Schema.encode(Conversation.fields.baseline)
 
 /** Builds the repository on the ambient `SqlClient` (SQLite or Postgres; the same statements on both). */
 export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.SqlClient> = Effect.gen(function*() {
@@ -96,6 +111,16 @@ export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.Sql
           divergences = ${row.divergences}, offloaded = ${row.offloaded}, expansions = ${row.expansions}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
         Effect.asVoid,
         orPersistence("gatewayConversations.update")
+      ),
+    extendBaseline: (key, expected, baseline, updatedAt) =>
+      Effect.flatMap(
+        Effect.all([encodeBaseline(expected), encodeBaseline({ prints: expected.prints, content: null }), encodeBaseline(baseline)]),
+        ([was, wasPrintsOnly, next]) =>
+          sql`UPDATE gateway_conversations SET baseline = ${next}, updated_at = ${updatedAt}
+            WHERE conversation_key = ${key} AND (baseline = ${was} OR baseline = ${wasPrintsOnly}) RETURNING conversation_key`
+      ).pipe(
+        Effect.map((rows) => rows.length > 0),
+        orPersistence("gatewayConversations.extendBaseline")
       ),
     ofThread: (threadId) => ofThread(threadId).pipe(orPersistence("gatewayConversations.ofThread"))
   }

@@ -1,11 +1,13 @@
 /**
  * The `baseline` column of `gateway_conversations` (docs/gateway.md, "Re-rendered history"): a row written before
  * content prints existed (a JSON array of fingerprints) still reads, without content prints; a baseline with content
- * prints is written as an object and reads back the same.
+ * prints is written as an object and reads back the same. `extendBaseline` (the reply joining the baseline in one
+ * conditional statement), on every dialect: it extends a baseline stored in either form, and leaves one that moved.
  */
-import { GatewayConversations } from "@baton/persistence"
+import { Database, GatewayConversations } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Schema } from "effect"
+import { Effect, Layer, Option, Schema } from "effect"
 
 const row = (baseline: string) => ({
   conversationKey: "session:s:abc",
@@ -33,4 +35,45 @@ describe("GatewayConversations.Conversation", () => {
     expect(JSON.parse(encoded.baseline)).toEqual(baseline)
     expect(Schema.decodeUnknownSync(GatewayConversations.Conversation)(encoded).baseline).toEqual(baseline)
   })
+})
+
+const dialects: ReadonlyArray<readonly [string, () => Layer.Layer<SqlClient.SqlClient, Database.DatabaseError>]> = [
+  ["SQLite", () => Database.layerSqlite(":memory:")],
+  ["Postgres", () => Database.layerPgIsolated()]
+]
+
+describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db) => {
+  it.live("extends a baseline stored with content prints or as a legacy array; one that moved is left as it is", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const conversations = yield* GatewayConversations.make
+      const at = "2026-12-03T00:00:00.000Z"
+      yield* sql`INSERT INTO threads (id, title, active_provider_thread_id, created_at, updated_at) VALUES ('thr_1', 't', NULL, ${at}, ${at})`
+      const stored = (key: string) => Effect.map(conversations.find(key), (c) => Option.getOrThrow(c).baseline)
+      const columnOf = (key: string) =>
+        Effect.map(sql<{ baseline: string }>`SELECT baseline FROM gateway_conversations WHERE conversation_key = ${key}`, (rows) => rows[0]!.baseline)
+      const base = yield* Schema.decodeUnknown(GatewayConversations.Conversation)(row("[]"))
+
+      // Stored with content prints (as `begin` writes it): the reply's prints and content prints join it.
+      yield* conversations.insert({ ...base, conversationKey: "with-content", baseline: { prints: ["f1", "f2"], content: ["c1", ""] } })
+      const extended = { prints: ["f1", "f2", "f3"], content: ["c1", "", "f3"] }
+      expect(yield* conversations.extendBaseline("with-content", { prints: ["f1", "f2"], content: ["c1", ""] }, extended, at)).toBe(true)
+      expect(yield* stored("with-content")).toEqual(extended)
+
+      // A legacy row (the fingerprints' array, written before content prints): extended too, now with its content prints.
+      yield* sql`INSERT INTO gateway_conversations (conversation_key, thread_id, baseline, requests, divergences, offloaded, expansions, created_at, updated_at)
+        VALUES ('legacy', 'thr_1', '["f1","f2"]', 1, 0, '[]', '{}', ${at}, ${at})`
+      expect(yield* conversations.extendBaseline("legacy", { prints: ["f1", "f2"], content: ["c1", ""] }, extended, at)).toBe(true)
+      expect(yield* stored("legacy")).toEqual(extended)
+      expect(JSON.parse(yield* columnOf("legacy"))).toEqual(extended)
+
+      // A wire without content prints: the array form both ways.
+      yield* conversations.insert({ ...base, conversationKey: "no-content", baseline: { prints: ["f1"], content: null } })
+      expect(yield* conversations.extendBaseline("no-content", { prints: ["f1"], content: null }, { prints: ["f1", "f2"], content: null }, at)).toBe(true)
+      expect(yield* columnOf("no-content")).toBe("[\"f1\",\"f2\"]")
+
+      // Moved since (another request rewrote it): left as it is.
+      expect(yield* conversations.extendBaseline("with-content", { prints: ["f1", "f2"], content: ["c1", ""] }, { prints: ["f1", "f2", "f9"], content: ["c1", "", "f9"] }, at)).toBe(false)
+      expect(yield* stored("with-content")).toEqual(extended)
+    }).pipe(Effect.provide(Layer.orDie(db()))))
 })
