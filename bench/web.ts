@@ -33,7 +33,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import * as Zlib from "node:zlib"
-import { chromium } from "playwright-core"
+import { chromium, type Page } from "playwright-core"
 
 const repo = fileURLToPath(new URL("../", import.meta.url))
 const items = Number(process.env["BENCH_ITEMS"] ?? 10_000)
@@ -68,7 +68,7 @@ const serve = (db: string) =>
  */
 const driven = process.env["BENCH_DRIVEN"] === "1"
 
-const drivenOpen = async (page: import("playwright-core").Page) => {
+const drivenOpen = async (page: Page) => {
   await page.waitForSelector("[data-testid=item-row]")
   const firstRows = await page.evaluate(() => performance.now())
   await page.getByTestId("conversation").evaluate((el) => {
