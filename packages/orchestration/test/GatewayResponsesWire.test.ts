@@ -29,7 +29,7 @@ describe("GatewayResponsesWire", () => {
     const cache = GatewayThreads.makePrintCache()
     const items = [echoed, call, { type: "function_call_output", call_id: "call_1", output: "a\nb" }]
     expect(cache.printsOf("k", items, wire).prints).toEqual(items.map(print))
-    expect(cache.printsOf("k", [...JSON.parse(JSON.stringify(items)), echoed], wire)).toEqual({ prints: [...items, echoed].map(print), hashed: 1 })
+    expect(cache.printsOf("k", [...JSON.parse(JSON.stringify(items)), echoed], wire)).toEqual({ prints: [...items, echoed].map(print), content: null, hashed: 1 })
   })
 
   it("gives each input item its items: messages by part, calls and outputs paired by call id, reasoning by summary, the rest as [type]", () => {
