@@ -180,6 +180,29 @@ const main = async () => {
     await page.waitForFunction((seq) =>
       ((window as unknown as { __baton?: { lastSeq?: number } }).__baton?.lastSeq ?? 0) >= seq, lastSeq, { timeout: 120_000 })
     const caughtUp = await page.evaluate(() => performance.now())
+    // The same events followed from here over SSE (no browser): separates the server's share of the latency (commit
+    // to the bytes on the socket) from the page's (parsing, the main thread busy with rendering).
+    const follower = new AbortController()
+    const direct: Array<{ seq: number; type: string; createdAt: string; receivedAt: number }> = []
+    const followed = fetch(`${server.url}/threads/${threadId}/events?after=${lastSeq}`, { headers, signal: follower.signal })
+      .then(async (response) => {
+        const decoder = new TextDecoder()
+        let buffer = ""
+        for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+          const receivedAt = Date.now()
+          buffer += decoder.decode(chunk, { stream: true })
+          let end: number
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const data = /^data: ?(.*)$/m.exec(buffer.slice(0, end))?.[1]
+            buffer = buffer.slice(end + 2)
+            if (data !== undefined) {
+              const e = JSON.parse(data) as { seq: number; type: string; createdAt: string }
+              direct.push({ seq: e.seq, type: e.type, createdAt: e.createdAt, receivedAt })
+            }
+          }
+        }
+      })
+      .catch(() => undefined)
     const sendStart = Date.now()
     for (let i = 0; i < latencyRuns; i++) {
       const { runId } = await call<{ runId: string }>("POST", `/threads/${threadId}/messages`, { text: `live ${i}` })
@@ -190,6 +213,13 @@ const main = async () => {
       (window as unknown as { __baton: { received: Array<{ seq: number; createdAt: string; receivedAt: number }> } }).__baton.received
         .filter((e) => Date.parse(e.createdAt) >= n), sendStart)
     const latencies = received.map((e) => e.receivedAt - Date.parse(e.createdAt))
+    follower.abort()
+    await followed
+    const directLatencies = direct.filter((e) => Date.parse(e.createdAt) >= sendStart).map((e) => e.receivedAt - Date.parse(e.createdAt))
+    const directBySeq = new Map(direct.map((e) => [e.seq, e]))
+    // The slowest events to the page, with what the node follower saw of each (ms from createdAt).
+    const slowest = [...received].sort((a, b) => (b.receivedAt - Date.parse(b.createdAt)) - (a.receivedAt - Date.parse(a.createdAt))).slice(0, 5)
+      .map((e) => ({ seq: e.seq, type: (e as { type?: string }).type ?? directBySeq.get(e.seq)?.type, page: e.receivedAt - Date.parse(e.createdAt), direct: directBySeq.has(e.seq) ? directBySeq.get(e.seq)!.receivedAt - Date.parse(e.createdAt) : null }))
     await browser.close()
 
     console.log(JSON.stringify({
@@ -210,7 +240,14 @@ const main = async () => {
         events: latencies.length,
         median: quantile(latencies, 0.5),
         p95: quantile(latencies, 0.95),
-        max: Math.max(...latencies)
+        max: Math.max(...latencies),
+        direct: directLatencies.length === 0 ? null : {
+          events: directLatencies.length,
+          median: quantile(directLatencies, 0.5),
+          p95: quantile(directLatencies, 0.95),
+          max: Math.max(...directLatencies)
+        },
+        slowest
       },
       consoleErrors: errors
     }, null, 2))

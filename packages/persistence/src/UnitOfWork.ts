@@ -30,14 +30,28 @@ export const pendingEvents: FiberRef.FiberRef<Array<ThreadEvent> | null> = Fiber
 export class ThreadEventBus extends Effect.Service<ThreadEventBus>()("@baton/persistence/ThreadEventBus", {
   scoped: Effect.gen(function*() {
     const hub = yield* Effect.acquireRelease(PubSub.unbounded<ThreadEvent>(), PubSub.shutdown)
+    let subscribers = 0
     return {
-      /** Publishes committed events, in order. */
-      publish: (events: ReadonlyArray<ThreadEvent>) => events.length === 0 ? Effect.void : Effect.asVoid(hub.publishAll(events)),
+      /**
+       * Publishes committed events, in order; `true` when a subscriber was there to take them (the committing fiber
+       * then hands the thread over: see `UnitOfWork`).
+       */
+      publish: (events: ReadonlyArray<ThreadEvent>): Effect.Effect<boolean> =>
+        events.length === 0 || subscribers === 0 ? Effect.succeed(false) : Effect.as(hub.publishAll(events), true),
       /** A subscription (scoped): every event committed after it was taken. */
-      subscribe: hub.subscribe
+      subscribe: Effect.acquireRelease(
+        Effect.tap(hub.subscribe, () => Effect.sync(() => subscribers++)),
+        () => Effect.sync(() => subscribers--)
+      )
     }
   })
 }) {}
+
+/** One turn of the event loop (`setImmediate`): every fiber woken by a microtask runs before the caller resumes. */
+const handOff: Effect.Effect<void> = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
 
 type Mapped<E> = Exclude<E, { readonly _tag: "SqlError" } | { readonly _tag: "ParseError" }> | PersistenceError | ConcurrentModification
 
@@ -95,7 +109,11 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
             threadId,
             sql.withTransaction(Effect.locally(body, pendingEvents, events))
           )
-          yield* bus.publish(events)
+          // Live subscribers (an event stream) are served before this fiber goes on: the fibers that carry the
+          // events to the sockets are woken by microtasks, and a macrotask turn here lets all of them run first.
+          // Without it they waited until this fiber next yielded: a running turn's following units of work, with
+          // SQLite synchronous, held the events back (commit to the socket 64 ms at the median, 236 ms p95, load 8).
+          if ((yield* bus.publish(events))) yield* handOff
           return result
         })
       })
