@@ -312,7 +312,8 @@ export const layer = (options: GatewayOptions) =>
            * What later requests send in place of the message the agent received (`visible`) after hidden thread_read
            * rounds: the rounds the continuations added (`last` the request of the last one) and the final answer.
            */
-          const fingerprint = (m: unknown) => GatewayThreads.fingerprintOf(dialect.wire, m)
+          // Keyed by content print (`expansionKeyOf`): a re-rendered message (its thinking left out) still matches.
+          const fingerprint = (m: unknown) => GatewayThreads.expansionKeyOf(dialect.wire, m)
           const expansionOf = (visible: ReadonlyArray<unknown>, last: Record<string, unknown>, final: ReadonlyArray<unknown>) =>
             offloader === undefined ? [] : offloader.expansions(visible, last, sentCount, final, fingerprint)
           if (record && offloader !== undefined && target.toolResultOffload.enabled) {

@@ -57,7 +57,7 @@ export interface Input {
    * exchanged in its place (sent instead of it; absent: none).
    */
   readonly expansions?: Readonly<Record<string, ReadonlyArray<unknown>>> | undefined
-  /** A message's fingerprint (`GatewayThreads.fingerprintOf`), for `expansions`. */
+  /** A message's key in `expansions` (`GatewayThreads.expansionKeyOf`: its content print, else its fingerprint). */
   readonly fingerprint?: ((message: unknown) => string) | undefined
 }
 

@@ -258,6 +258,50 @@ describe("Gateway tool-result offload", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
+  it.live("the hidden round goes out again when the agent re-sends the answer without its thinking (Claude Code on a new prompt)", () =>
+    // Found by reading (h14r): the rounds were keyed by the fingerprint of the message the agent received, which
+    // Claude Code re-renders without earlier turns' thinking blocks once a new prompt follows; the round was then not
+    // sent in its place and the upstream's prefix broke there. Keyed by the message's content print now.
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-x*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const sent = yield* converse(upstream, 12)
+        const before = upstream.requests.length
+        const agentBody = JSON.parse(sent.at(-1)!) as Body
+        const history = [...agentBody.messages, { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: [{ type: "text", text: "what did the first grep print?" }] }]
+        const whole = (content: ReadonlyArray<unknown>) => ({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({ id: `msg_t${before}_${content.length}`, type: "message", role: "assistant", model: "m", content, stop_reason: "end_turn", usage: { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 5 } })
+        })
+        const thinking = { type: "thinking", thinking: "The first grep was module 1.", signature: "c2lnbmF0dXJl" }
+        upstream.enqueue(
+          whole([thinking, { type: "tool_use", id: "toolu_read9", name: "thread_read", input: { refs: "tool:toolu_1" } }]),
+          whole([{ ...thinking, thinking: "I have it." }, { type: "text", text: "It printed the values of module 1." }])
+        )
+        const sentBody = { model: "claude-x", max_tokens: 100, system, tools, messages: history }
+        const answer = yield* raw(post(sentBody))
+        expect(answer.status).toBe(200)
+        const final = (answer.body as { content: Array<Record<string, unknown>> }).content
+        expect(final.map((b) => b.type)).toEqual(["thinking", "text"])
+        const second = JSON.parse(upstream.requests[before + 1]!.body) as Body
+
+        // A new prompt: the agent re-sends the answer without its thinking block.
+        upstream.enqueue(whole([{ type: "text", text: "You are welcome." }]))
+        const rerendered = { role: "assistant", content: final.filter((b) => b.type !== "thinking") }
+        expect((yield* raw(post({ ...sentBody, messages: [...history, rerendered, { role: "user", content: [{ type: "text", text: "thanks" }] }] }))).status).toBe(200)
+        const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
+        // The hidden round (the read call and its answer) and the continuation's answer go out in the received
+        // message's place: the request extends the continuation.
+        expect(unmarked(third).slice(0, second.messages.length)).toEqual(unmarked(second))
+        expect(third.messages.slice(second.messages.length).map((m) => m.role)).toEqual(["assistant", "user"])
+        expect(third.messages.at(-1)).toMatchObject({ role: "user", content: [{ type: "text", text: "thanks" }] })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
   it.live("a streamed thread_read call is held back from the thread_read block on, answered, and the continuation's blocks join the agent's message", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start

@@ -469,6 +469,18 @@ const printOf = (wire: Wire, m: unknown): MessagePrints =>
 export const fingerprintOf = (wire: Wire, m: unknown): string =>
   GatewayMemo.isInterned(m) ? printMemoOf(wire)(m as object).print : hashText(canonicalJson(wire.normalise(m)))
 
+/**
+ * The key of a message the agent received after hidden `thread_read` rounds (`Conversation.expansions`): its content
+ * print where the wire has a re-rendering rule and the message has conversation content, else its fingerprint. So a
+ * request that re-renders the message (Claude Code leaves an earlier turn's `thinking` blocks out of a request that
+ * ends with a new prompt) still finds the rounds to send in its place. For a message with nothing left out by the
+ * rule the content print is the fingerprint, so expansions recorded under fingerprints before this rule are found.
+ */
+export const expansionKeyOf = (wire: Wire, m: unknown): string => {
+  const prints = printOf(wire, m)
+  return prints.content === null || prints.content === "" ? prints.print : prints.content
+}
+
 /** Each wire's fingerprints of interned system prompts (the conversation key's part). */
 const systemMemos = new WeakMap<Wire, (system: object) => string>()
 const systemPrintOf = (wire: Wire, system: unknown) => {
