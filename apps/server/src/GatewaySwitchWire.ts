@@ -91,3 +91,24 @@ export const responses: SwitchWire = {
 
 /** The switch wire for an instance kind (`undefined`: no switch to it). */
 export const forKind = (kind: ProviderConfig.ModelApiKind): SwitchWire | undefined => kind === "openai-chat" ? chat : kind === "openai-responses" ? responses : undefined
+
+/**
+ * The run's failure for translated Anthropic SSE text that holds an `error` event (the upstream's error in its
+ * stream, converted): `overflow` for "prompt is too long", `provider_unavailable` for rate limits, overload and
+ * server errors, `provider_refused` otherwise; `null` when the text holds no error event, or only one of Baton's own
+ * about the stream's shape ("the upstream's stream …": no answer, cut short; the run fails `provider_protocol`).
+ */
+export const streamFailureOf = (text: string): { readonly code: "overflow" | "provider_unavailable" | "provider_refused"; readonly reason: string } | null => {
+  const found = /^event: error\ndata: (.*)$/m.exec(text)
+  if (found === null) return null
+  const body = parseJson(found[1]!) as { error?: { type?: unknown; message?: unknown } } | undefined
+  const type = String(body?.error?.type ?? "api_error")
+  const message = String(body?.error?.message ?? "")
+  if (message.startsWith("the upstream's stream")) return null
+  const code = type === "invalid_request_error" && message.startsWith("prompt is too long")
+    ? "overflow"
+    : type === "rate_limit_error" || type === "overloaded_error" || type === "api_error"
+    ? "provider_unavailable"
+    : "provider_refused"
+  return { code, reason: `the upstream's stream reported an error: ${type}: ${message.slice(0, 300)}` }
+}

@@ -213,6 +213,8 @@ export const serve = (input: Input) =>
     const assembler = GatewayAnthropic.replyAssembler()
     const encoder = new TextEncoder()
     let settled = false
+    /** The upstream's error in its stream, as the agent got it (the run's failure code: an overflow is `overflow`). */
+    let streamFailure: ReturnType<typeof GatewaySwitchWire.streamFailureOf> = null
     const finish = Effect.suspend(() => {
       settled = true
       const outcome = assembler.outcome()
@@ -220,6 +222,8 @@ export const serve = (input: Input) =>
       return settle((b) =>
         outcome._tag === "completed"
           ? threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply)
+          : streamFailure !== null
+          ? threads.fail(b, "failed", streamFailure.code, streamFailure.reason)
           : threads.fail(b, "failed", outcome._tag === "failed" ? outcome.code : "provider_protocol", outcome.reason)
       )
     })
@@ -250,6 +254,9 @@ export const serve = (input: Input) =>
       )
     const stream = hop(upstream.stream).pipe(
       Stream.filter((text) => text !== ""),
+      Stream.tap((text) => Effect.sync(() => {
+        if (streamFailure === null) streamFailure = GatewaySwitchWire.streamFailureOf(text)
+      })),
       Stream.map((text) => encoder.encode(text)),
       Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
       Stream.catchAll((e) =>
