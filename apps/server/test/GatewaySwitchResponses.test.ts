@@ -234,6 +234,25 @@ describe("GatewaySwitchResponses (the conversion)", () => {
     expect(input.at(-1)).toEqual(userItem("the prompt"))
   })
 
+  it("counts each message as the Responses items it becomes (larger than its Chat form): many short messages are fitted for what goes out", () => {
+    // 160 short messages: under a 4,000-token window's limit as Chat messages, over it as Responses items.
+    const history = Array.from({ length: 160 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `ok ${i}` }))
+    const body = { model: "gpt-x", max_tokens: 1_000, system, messages: [...history, { role: "user", content: "the prompt" }] }
+    const small = 4_000
+    const pointer = (n: number) => `<deferred_history>${n} left out</deferred_history>`
+    const chat = GatewaySwitch.toChat({ body, windowTokens: small, maxOutputTokens: 1_000, count, pointer })
+    const result = GatewaySwitchResponses.toResponses({ body, windowTokens: small, maxOutputTokens: 1_000, count, pointer })
+    if (result._tag !== "fits" || chat._tag !== "fits") throw new Error("expected both to fit")
+    expect(chat.fit.leftOut).toBe(0)
+    expect(result.fit.leftOut).toBeGreaterThan(0)
+    const sent = result.body as unknown as Sent
+    expect(count(JSON.stringify(result.body)) + sent.max_output_tokens).toBeLessThanOrEqual(small)
+    // The fit's count is exactly that of the items sent (and of the system prompt as an item, the tools, 16 for the frame).
+    const items = sent.input.reduce((n, item) => n + GatewaySwitchResponses.itemTokens(count, item), 0)
+    expect(result.fit.tokensAfter).toBe(16 + GatewaySwitchResponses.itemTokens(count, { type: "message", role: "system", content: [{ type: "input_text", text: "You are Claude Code." }] }) + items)
+    expect(sent.input.at(-1)).toEqual(userItem("the prompt"))
+  })
+
   it("converts the recorded calculator session's streams into Anthropic's events whatever their cut: calls as tool_use blocks, text deltas as they come, usage", () => {
     // Response 1: a reasoning item (left out) and a function call.
     const first = framed(calculator[0]!)
