@@ -17,7 +17,9 @@
  *   time, as Codex does), `stream`. `stop_sequences` are not sent: the Responses API has no stop sequences.
  * - **The reply** in Anthropic's protocol: `messageOf` for a whole answer (its `output` items: a `message`'s
  *   `output_text` parts one text block, a `refusal` part a text block, each `function_call` a `tool_use` block, a
- *   `multi_tool_use.parallel` wrapper unwrapped as the adapter does; reasoning left out), `streamTranslator` for the
+ *   `multi_tool_use.parallel` wrapper unwrapped as the adapter does; reasoning, and a call the output limit cut off
+ *   (`status: "incomplete"`, never run, as the adapter does), left out; a `failed` one an error, `failureOf`),
+ *   `streamTranslator` for the
  *   SSE events as they arrive (`response.created` -> `message_start`; `response.output_text.delta` -> text deltas,
  *   or a message item's whole text at its `response.output_item.done` when no delta came; each `function_call` a
  *   complete `tool_use` block at its `output_item.done`; `response.completed`/`incomplete` -> `message_delta` with the
@@ -177,6 +179,16 @@ const messageParts = (item: Json) => {
   }
 }
 
+/**
+ * The Anthropic error of a whole 2xx answer whose `status` is `failed` (its `error`, as a stream's `response.failed`
+ * is converted); `null` for any other answer.
+ */
+export const failureOf = (answer: unknown): { readonly status: number; readonly body: Json } | null => {
+  if (!isRecord(answer) || answer.status !== "failed") return null
+  const e = isRecord(answer.error) ? answer.error : {}
+  return GatewaySwitch.anthropicError(statusOfCode(e.code), JSON.stringify({ error: { ...e, message: typeof e.message === "string" ? e.message : "the upstream's response failed" } }))
+}
+
 /** Anthropic's stop reason for a finished response. */
 const stopReasonOf = (response: Json, visibleCalls: boolean, refused: boolean): string => {
   const reason = isRecord(response.incomplete_details) ? response.incomplete_details.reason : undefined
@@ -208,7 +220,7 @@ export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<st
         refused = true
         content.push({ type: "text", text: refusal })
       }
-    } else if (item.type === "function_call") {
+    } else if (item.type === "function_call" && item.status !== "incomplete") {
       for (const c of callsOfItem(item, hidden, offered)) if (!c.hidden) content.push(toolUseOf(c))
     }
   }
@@ -322,7 +334,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       }
       if (parts.refusal !== "") refused = true
       if (openFor === outputIndex) close()
-    } else if (item.type === "function_call") {
+    } else if (item.type === "function_call" && item.status !== "incomplete") {
       for (const c of callsOfItem(item, hiddenTools, offered)) {
         if (calls.some((k) => k.id === c.id)) continue
         calls.push({ ...c, callId: String(item.call_id ?? ""), rawName: String(item.name ?? ""), rawArguments: typeof item.arguments === "string" ? item.arguments : "{}" })

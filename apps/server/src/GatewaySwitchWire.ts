@@ -41,6 +41,8 @@ export interface SwitchWire {
   readonly hiddenCallsOf: (answer: unknown, hidden: ReadonlySet<string>) => { readonly assistant: ReadonlyArray<unknown>; readonly calls: ReadonlyArray<GatewaySwitch.HiddenCall> } | null
   /** A whole answer as an Anthropic message (hidden calls left out, earlier hops' usage added). */
   readonly messageOf: (answer: unknown, model: string, hidden: ReadonlySet<string>, earlier: ReadonlyArray<unknown>, offered: ReadonlySet<string>) => Json
+  /** The Anthropic error (status, body) of a whole 2xx answer that reports a failure; `null` for an answer. */
+  readonly failureOf: (answer: unknown) => { readonly status: number; readonly body: Json } | null
   /** What one request carried, from its answer's `usage`. */
   readonly carriedOf: (usage: unknown) => number | null
   /** A translator for one streamed answer. */
@@ -65,6 +67,7 @@ export const chat: SwitchWire = {
     return reads === null ? null : { assistant: [reads.message], calls: reads.calls }
   },
   messageOf: (answer, model, hidden, earlier) => GatewaySwitch.messageOf(answer, model, hidden, earlier),
+  failureOf: () => null,
   carriedOf: GatewaySwitch.carriedOf,
   translator: (model, hidden) => {
     const t = GatewaySwitch.streamTranslator(model, hidden)
@@ -85,6 +88,7 @@ export const responses: SwitchWire = {
   answerTokens: (count, a) => GatewaySwitchResponses.answerItems([a]).reduce<number>((n, item) => n + GatewaySwitchResponses.itemTokens(count, item), 0),
   hiddenCallsOf: GatewaySwitchResponses.hiddenCallsOf,
   messageOf: GatewaySwitchResponses.messageOf,
+  failureOf: GatewaySwitchResponses.failureOf,
   carriedOf: GatewaySwitchResponses.carriedOf,
   translator: GatewaySwitchResponses.streamTranslator
 }

@@ -198,6 +198,13 @@ export const serve = (input: Input) =>
         answer = parseJson(next.right.t)
         if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
+      const failure = wire.failureOf(answer)
+      if (failure !== null) {
+        const message = String((failure.body.error as { message?: unknown } | undefined)?.message ?? "")
+        const code = message.startsWith("prompt is too long") ? "overflow" : failure.status === 429 || failure.status >= 500 ? "provider_unavailable" : "provider_refused"
+        yield* settle((b) => threads.fail(b, "failed", code, `the upstream's answer reports a failure: ${message.slice(0, 300)}`))
+        return errorAnswer(failure.status, failure.body)
+      }
       const message = wire.messageOf(answer, model, hidden, earlier, agentTools)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
       const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)

@@ -307,8 +307,28 @@ describe("GatewaySwitchResponses (the conversion)", () => {
       stop_reason: "end_turn",
       usage: { input_tokens: 865, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 163 }
     })
-    // Cut by the output limit: max_tokens.
-    expect(GatewaySwitchResponses.messageOf({ id: "r", status: "incomplete", incomplete_details: { reason: "max_output_tokens" }, output: [] }, "gpt-x").stop_reason).toBe("max_tokens")
+    // Cut by the output limit: max_tokens; a call the limit cut off (`status: "incomplete"`) is not passed on to be run.
+    const cutCall = {
+      id: "r",
+      status: "incomplete",
+      incomplete_details: { reason: "max_output_tokens" },
+      output: [
+        { type: "message", role: "assistant", content: [{ type: "output_text", text: "Writing." }] },
+        { type: "function_call", call_id: "call_cut", name: "Write", arguments: "{\"content\":\"abc", status: "incomplete" }
+      ]
+    }
+    expect(GatewaySwitchResponses.messageOf(cutCall, "gpt-x")).toMatchObject({ content: [{ type: "text", text: "Writing." }], stop_reason: "max_tokens" })
+    const cutStream = translate(framed([
+      JSON.stringify({ type: "response.created", response: { id: "r" } }),
+      ...cutCall.output.map((item, i) => JSON.stringify({ type: "response.output_item.done", output_index: i, item })),
+      JSON.stringify({ type: "response.incomplete", response: cutCall })
+    ]), 11)
+    expect(assembled(cutStream).messages[0]!.message).toEqual({ role: "assistant", content: [{ type: "text", text: "Writing." }] })
+    expect(cutStream).toContain("\"stop_reason\":\"max_tokens\"")
+    // A whole answer that reports a failure: its error in Anthropic's shape (not an empty message).
+    expect(GatewaySwitchResponses.failureOf({ id: "r", status: "failed", error: { code: "rate_limit_exceeded", message: "slow down" }, output: [] }))
+      .toEqual({ status: 429, body: { type: "error", error: { type: "rate_limit_error", message: "slow down" } } })
+    expect(GatewaySwitchResponses.failureOf(parallel)).toBeNull()
 
     // response.failed with an overflow: Anthropic's prompt-is-too-long error event; any other failure its error type.
     const failed = (error: Record<string, unknown>) =>
@@ -574,6 +594,13 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-responses
         expect(failed.text).toContain("prompt is too long")
         expect(failed.text).not.toContain("message_stop")
 
+        // A 2xx whole answer whose status is failed: its error, not an empty message.
+        responses.enqueue({ status: 200, contentType: "application/json", body: JSON.stringify({ id: "resp_w", status: "failed", error: { code: "context_length_exceeded", message: "Your input exceeds the context window of this model." }, output: [] }) })
+        const failedWhole = yield* raw(messages({ ...body, messages: [{ role: "user", content: "fourth" }] }))
+        expect(failedWhole.status).toBe(400)
+        expect((failedWhole.body as { error: { type: string; message: string } }).error).toMatchObject({ type: "invalid_request_error" })
+        expect((failedWhole.body as { error: { message: string } }).error.message).toMatch(/^prompt is too long: /)
+
         // Baton's own overflow: the prompt alone is over the window; nothing goes out.
         const sentBefore = responses.requests.length
         const huge = yield* raw(messages({ ...body, max_tokens: 8_000, stream: true, messages: [{ role: "user", content: `paste ${words(7, 16_000)}` }] }))
@@ -585,7 +612,7 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-responses
 
         const api = yield* client()
         const runs = (yield* Effect.forEach((yield* api.threads.list({ urlParams: {} })).threads, (t) => api.runs.list({ path: { threadId: t.id }, urlParams: {} }))).flatMap((r) => r.runs)
-        expect(runs.map((r) => [r.status, r.failureCode]).sort()).toEqual([["failed", "overflow"], ["failed", "overflow"], ["failed", "overflow"], ["failed", "provider_unavailable"]].sort())
+        expect(runs.map((r) => [r.status, r.failureCode]).sort()).toEqual([["failed", "overflow"], ["failed", "overflow"], ["failed", "overflow"], ["failed", "overflow"], ["failed", "provider_unavailable"]].sort())
       })
     ), { timeout: 60_000 })
 })
