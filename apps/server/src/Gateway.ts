@@ -33,13 +33,14 @@
  *   last; streams: the events from the call on are held, and the continuation's join the agent's message). Off: the
  *   body goes out byte for byte.
  *
- * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` instance; `GatewaySwitched`,
- *   `GatewaySwitch`): the request is recorded first, its history converted to Chat Completions and fitted under the
+ * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` or `openai-responses` instance;
+ *   `GatewaySwitched`, `GatewaySwitchWire`, `GatewaySwitch`, `GatewaySwitchResponses`): the request is recorded first,
+ *   its history converted to Chat Completions (or Responses items) and fitted under the
  *   instance's window (stubs, then deferral with a pointer; the agent's newest turn unchanged), and the answer
  *   converted back to Anthropic's (whole or as SSE events as the chunks arrive; the upstream's `thread_read` calls
  *   answered here) and recorded as an Anthropic reply. A
  *   request Baton cannot fit is answered Anthropic's "prompt is too long" 400 and never sent. Other cross-protocol
- *   routes (to `openai-responses`, or from the OpenAI endpoints) are refused 404.
+ *   routes (from the OpenAI endpoints) are refused 404.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
@@ -59,6 +60,7 @@ import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
 import * as GatewaySwitched from "./GatewaySwitched.js"
+import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
 import * as ServerConfig from "./ServerConfig.js"
 
 /** Tokens an answer's framing adds beside its text (the result block or item, its call id). */
@@ -276,14 +278,15 @@ export const layer = (options: GatewayOptions) =>
           if (target === undefined) {
             return dialect.refuse("unrouted", `model: ${model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
           }
-          if (target.config.kind !== dialect.kind && record && dialect.kind === "anthropic-messages" && target.config.kind === "openai-chat") {
+          const switchWire = dialect.kind === "anthropic-messages" ? GatewaySwitchWire.forKind(target.config.kind) : undefined
+          if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
-            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history: asSent, model, agent: agentOf(request.headers["user-agent"]) })
+            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history: asSent, model, agent: agentOf(request.headers["user-agent"]), wire: switchWire })
           }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
               "unrouted",
-              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat upstream`
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat or openai-responses upstream`
             )
           }
 

@@ -130,6 +130,15 @@ export interface FitInput {
   readonly pointer: (leftOut: number) => string
   /** Tools Baton offers beside the agent's when the agent sends tools (`thread_read`); none by default. */
   readonly offered?: ReadonlyArray<ProviderAdapter.ToolDefinition> | undefined
+  /**
+   * The tokens of one converted message as it goes out, and of the tools: by default its Chat Completions JSON
+   * (`count` of the JSON, plus 4 for a message's framing). A switch to another wire (`GatewaySwitchResponses`) fits the
+   * same Chat messages, each counted as what it becomes there.
+   */
+  readonly sizes?: {
+    readonly message: (m: ChatMessage) => number
+    readonly tools: (tools: ReadonlyArray<Json>) => number
+  } | undefined
 }
 
 /** How a request was fitted: its tokens before and after, the limit, the stubbed ids and the messages left out. */
@@ -159,6 +168,7 @@ const messageTokens = (count: (text: string) => number, m: ChatMessage) => count
  */
 export const toChat = (input: FitInput): FitResult => {
   const { body, count } = input
+  const size = input.sizes?.message ?? ((m: ChatMessage) => messageTokens(count, m))
   const messages = (Array.isArray(body.messages) ? body.messages : []).filter(isRecord)
   const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
   const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
@@ -170,7 +180,7 @@ export const toChat = (input: FitInput): FitResult => {
   const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map((t) => parseJson(OpenAiChat.encodeTool(t)) as Json)]
   const system = systemText(body.system)
   const head: Array<ChatMessage> = system === "" ? [] : [{ role: "system", content: system }]
-  const fixed = head.reduce((n, m) => n + messageTokens(count, m), 0) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16
+  const fixed = head.reduce((n, m) => n + size(m), 0) + (tools.length === 0 ? 0 : input.sizes?.tools(tools) ?? count(JSON.stringify(tools))) + 16
 
   // Units: an assistant message with tool_use calls and the user message answering them; every other message alone.
   const units: Array<Array<number>> = []
@@ -186,7 +196,7 @@ export const toChat = (input: FitInput): FitResult => {
   const pinnedFrom = units.length === 0 ? 0 : (units.find((u) => u.includes(newestUser)) ?? units.at(-1)!)[0]!
   const stubbed = new Set<string>()
   const converted = (i: number) => chatMessagesOf(messages[i]!, stubbed, calls)
-  const tokensOf = messages.map((_, i) => converted(i).reduce((n, c) => n + messageTokens(count, c), 0))
+  const tokensOf = messages.map((_, i) => converted(i).reduce((n, c) => n + size(c), 0))
   const total = () => fixed + tokensOf.reduce((n, t) => n + t, 0)
   const tokensBefore = total()
 
@@ -200,7 +210,7 @@ export const toChat = (input: FitInput): FitResult => {
     if (total() <= limit) break
     const before = tokensOf[r.index]!
     stubbed.add(r.id)
-    const after = converted(r.index).reduce((n, c) => n + messageTokens(count, c), 0)
+    const after = converted(r.index).reduce((n, c) => n + size(c), 0)
     if (after >= before) stubbed.delete(r.id)
     else tokensOf[r.index] = after
   }
@@ -213,7 +223,7 @@ export const toChat = (input: FitInput): FitResult => {
     let kept = total()
     let u = 0
     // A pointer's size hardly changes with the count: estimated with every unpinned message, then checked.
-    const pointerTokens = messageTokens(count, pointerOf(pinnedFrom))
+    const pointerTokens = size(pointerOf(pinnedFrom))
     while (units[u] !== undefined && units[u]![0]! < pinnedFrom && kept + pointerTokens > limit) {
       for (const i of units[u]!) kept -= tokensOf[i]!
       u++
@@ -224,7 +234,7 @@ export const toChat = (input: FitInput): FitResult => {
 
   const out: Array<ChatMessage> = [...head, ...(pointer === null ? [] : [pointer])]
   for (let i = leftOut; i < messages.length; i++) out.push(...converted(i))
-  const tokensAfter = fixed + (pointer === null ? 0 : messageTokens(count, pointer)) + tokensOf.slice(leftOut).reduce((n, t) => n + t, 0)
+  const tokensAfter = fixed + (pointer === null ? 0 : size(pointer)) + tokensOf.slice(leftOut).reduce((n, t) => n + t, 0)
   if (tokensAfter > limit) return { _tag: "overflow", tokens: tokensBefore, limit }
   const choice = toolChoiceOf(body.tool_choice)
   const chat: Json = {

@@ -1,11 +1,12 @@
 /**
- * GatewaySwitched: serves one `/v1/messages` request whose model routes to an `openai-chat` instance (a provider
- * switch, issue 14 item 4; docs/gateway.md "Routing and switching"), with `GatewaySwitch`'s conversion.
+ * GatewaySwitched: serves one `/v1/messages` request whose model routes to an `openai-chat` or `openai-responses`
+ * instance (a provider switch, issue 14 item 4; docs/gateway.md "Routing and switching"), with the target's conversion
+ * (`GatewaySwitchWire`: `GatewaySwitch` for Chat Completions, `GatewaySwitchResponses` for Responses).
  *
  * Unlike a same-protocol request (forwarded first, recorded alongside), the request is recorded first (its
  * conversation, run and new messages, as the agent sent them, on the routed instance: the run's `providerInstance`
  * is the switch's mark), because the deferral pointer names the left-out messages' items in the thread. Then the
- * converted, fitted request goes to `{baseUrl}/chat/completions` with the instance's key as `Authorization: Bearer`
+ * converted, fitted request goes to `{baseUrl}/chat/completions` (`{baseUrl}/responses`) with the instance's key as `Authorization: Bearer`
  * (none of the agent's headers: they are Anthropic's). The answer comes back in Anthropic's protocol (a whole message,
  * or SSE events as the upstream's chunks arrive) and is recorded as an Anthropic reply (the agent sends it back as
  * such), with the usage and the instance's prices. `thread_read` is offered beside the agent's tools; when the
@@ -17,7 +18,6 @@
 import type { Item, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Render } from "@baton/context"
 import { GatewayThreads, ThreadRead } from "@baton/orchestration"
-import { OpenAiChat } from "@baton/providers"
 import type { ThreadStore } from "@baton/persistence"
 import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option, Stream } from "effect"
@@ -25,6 +25,7 @@ import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayChat from "./GatewayChat.js"
 import { fitAnswers, type History, isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
+import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
 import type * as ServerConfig from "./ServerConfig.js"
 
 /** What serving a switched request needs from the gateway. */
@@ -39,6 +40,8 @@ export interface Input {
   readonly history: History
   readonly model: string
   readonly agent: string
+  /** The target's protocol (default: Chat Completions). */
+  readonly wire?: GatewaySwitchWire.SwitchWire | undefined
 }
 
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
@@ -78,6 +81,7 @@ const pointerFor = (threadId: string | null, items: ReadonlyArray<Item>, message
 export const serve = (input: Input) =>
   Effect.gen(function*() {
     const { body, count, history, model, target, threads } = input
+    const wire = input.wire ?? GatewaySwitchWire.chat
     const begun = yield* threads.begin({
       wire: GatewayThreads.anthropicMessages,
       session: history.session,
@@ -108,8 +112,9 @@ export const serve = (input: Input) =>
     // thread_read is offered (beside the agent's tools) when there is a thread to read from; the gateway answers it.
     const offered = threadId === null ? [] : [ThreadRead.definition]
     const hidden: ReadonlySet<string> = new Set(offered.map((t) => t.name))
+    const agentTools: ReadonlySet<string> = new Set((Array.isArray(body.tools) ? body.tools : []).flatMap((t) => isRecord(t) && typeof t.name === "string" ? [t.name] : []))
     const fitWith = (pointer: (n: number) => string) =>
-      GatewaySwitch.toChat({ body, windowTokens: target.config.contextWindow, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered })
+      wire.fit({ body, windowTokens: target.config.contextWindow, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered })
     // A first pass with a pointer of the thread's size; the thread's items are read only when messages are left out.
     let fitted = fitWith(pointerFor(threadId, [], history.messages))
     if (fitted._tag === "fits" && fitted.fit.leftOut > 0 && threadId !== null) {
@@ -124,7 +129,7 @@ export const serve = (input: Input) =>
     const streamed = body.stream === true
     const headers: Record<string, string> = { accept: streamed ? "text/event-stream" : "application/json" }
     GatewayChat.dialect.upstreamHeaders(target.apiKey, headers)
-    const url = target.config.baseUrl.replace(/\/+$/, "") + "/chat/completions"
+    const url = target.config.baseUrl.replace(/\/+$/, "") + wire.path
     const post = (chatBody: unknown) =>
       input.http.execute(HttpClientRequest.post(url).pipe(
         HttpClientRequest.setHeaders(headers),
@@ -134,19 +139,17 @@ export const serve = (input: Input) =>
     const { limit } = fitted.fit
     /** The continuation's tokens, counted as the fit counts them (it stays under the fit's limit). */
     let used = fitted.fit.tokensAfter
-    const tokensOf = (m: unknown) => count(JSON.stringify(m)) + 4
-    /** The conversation continued after hidden calls: their answers from the thread (`tool` messages) appended. */
-    const continued = (assistant: unknown, calls: ReadonlyArray<GatewaySwitch.HiddenCall>) =>
+    /** The conversation continued after hidden calls: their answers from the thread (`tool` messages, `function_call_output` items) appended. */
+    const continued = (assistant: ReadonlyArray<unknown>, calls: ReadonlyArray<GatewaySwitch.HiddenCall>) =>
       Effect.gen(function*() {
         const answers = yield* Effect.forEach(calls, (c) =>
           threadId === null
             ? Effect.succeed({ toolCallId: c.id, output: "thread_read: this conversation has no record to read from", isError: true })
             : Effect.map(input.reader.answer(threadId as ThreadId, c.arguments), (a) => ({ toolCallId: c.id, ...a })))
         // An answer that would take the request over the window is refused (the model may ask for less), never sent.
-        const fitting = fitAnswers(answers, used + tokensOf(assistant), limit, (a) => tokensOf({ role: "tool", tool_call_id: a.toolCallId, content: a.output }))
+        const fitting = fitAnswers(answers, used + wire.tokensOf(count, assistant), limit, (a) => wire.answerTokens(count, a))
         used = fitting.used
-        const tools = parseJson(`[${OpenAiChat.dialect.toolResults(fitting.answers, [])}]`) as ReadonlyArray<unknown>
-        chatBody = { ...chatBody, messages: [...(chatBody.messages as ReadonlyArray<unknown>), assistant, ...tools] }
+        chatBody = wire.continued(chatBody, assistant, fitting.answers)
         return chatBody
       })
     const response = yield* Effect.either(post(chatBody))
@@ -179,10 +182,10 @@ export const serve = (input: Input) =>
       if (!isRecord(answer)) return yield* notJson(text.right)
       const earlier: Array<unknown> = []
       for (let hop = 0; hop < maxReadHops; hop++) {
-        const reads = GatewaySwitch.hiddenCallsOf(answer, hidden)
+        const reads = wire.hiddenCallsOf(answer, hidden)
         if (reads === null) break
         earlier.push(isRecord(answer) ? answer.usage : null)
-        const next = yield* Effect.either(Effect.flatMap(continued(reads.message, reads.calls).pipe(Effect.flatMap(post)), (r) => Effect.map(r.text, (t) => ({ r, t }))))
+        const next = yield* Effect.either(Effect.flatMap(continued(reads.assistant, reads.calls).pipe(Effect.flatMap(post)), (r) => Effect.map(r.text, (t) => ({ r, t }))))
         if (next._tag === "Left") {
           yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
           return errorAnswer(502, GatewaySwitch.errorBody("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
@@ -195,9 +198,16 @@ export const serve = (input: Input) =>
         answer = parseJson(next.right.t)
         if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
-      const message = GatewaySwitch.messageOf(answer, model, hidden, earlier)
+      const failure = wire.failureOf(answer)
+      if (failure !== null) {
+        const message = String((failure.body.error as { message?: unknown } | undefined)?.message ?? "")
+        const code = message.startsWith("prompt is too long") ? "overflow" : failure.status === 429 || failure.status >= 500 ? "provider_unavailable" : "provider_refused"
+        yield* settle((b) => threads.fail(b, "failed", code, `the upstream's answer reports a failure: ${message.slice(0, 300)}`))
+        return errorAnswer(failure.status, failure.body)
+      }
+      const message = wire.messageOf(answer, model, hidden, earlier, agentTools)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
-      const carried = earlier.length === 0 ? null : GatewaySwitch.carriedOf(isRecord(answer) ? answer.usage : null)
+      const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)
       yield* settle((b) => threads.complete(b, { ...GatewayAnthropic.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }))
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
@@ -206,10 +216,12 @@ export const serve = (input: Input) =>
 
     // A stream: each upstream chunk translated as it arrives; the translated events assembled as an Anthropic reply,
     // recorded when the stream ends, before the agent's connection sees the end.
-    const translator = GatewaySwitch.streamTranslator(model, hidden)
+    const translator = wire.translator(model, hidden, agentTools)
     const assembler = GatewayAnthropic.replyAssembler()
     const encoder = new TextEncoder()
     let settled = false
+    /** The upstream's error in its stream, as the agent got it (the run's failure code: an overflow is `overflow`). */
+    let streamFailure: ReturnType<typeof GatewaySwitchWire.streamFailureOf> = null
     const finish = Effect.suspend(() => {
       settled = true
       const outcome = assembler.outcome()
@@ -217,6 +229,8 @@ export const serve = (input: Input) =>
       return settle((b) =>
         outcome._tag === "completed"
           ? threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply)
+          : streamFailure !== null
+          ? threads.fail(b, "failed", streamFailure.code, streamFailure.reason)
           : threads.fail(b, "failed", outcome._tag === "failed" ? outcome.code : "provider_protocol", outcome.reason)
       )
     })
@@ -247,6 +261,9 @@ export const serve = (input: Input) =>
       )
     const stream = hop(upstream.stream).pipe(
       Stream.filter((text) => text !== ""),
+      Stream.tap((text) => Effect.sync(() => {
+        if (streamFailure === null) streamFailure = GatewaySwitchWire.streamFailureOf(text)
+      })),
       Stream.map((text) => encoder.encode(text)),
       Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
       Stream.catchAll((e) =>

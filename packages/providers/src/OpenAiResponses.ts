@@ -27,7 +27,8 @@ import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition, Too
 /** The events whose data Baton reads; every other event is skipped without parsing. */
 const readEvents = new Set(["response.output_item.done", "response.completed", "response.incomplete", "response.failed", "error"])
 
-const encodeTool = (t: ToolDefinition) =>
+/** A tool as a Responses function (`strict: false`: the schema is the agent's, not checked for strict mode). */
+export const encodeTool = (t: ToolDefinition) =>
   JSON.stringify({ type: "function", name: t.name, description: t.description, parameters: t.inputSchema, strict: false })
 
 const userMessage = (texts: ReadonlyArray<string>) =>
