@@ -333,7 +333,8 @@ export const layer = (options: GatewayOptions) =>
               msSinceLastRequest: Option.match(known, { onNone: () => null, onSome: (c) => Math.max(0, now - Date.parse(c.updatedAt)) }),
               count,
               expansions: Option.match(known, { onNone: () => undefined, onSome: (c) => c.expansions }),
-              fingerprint
+              fingerprint,
+              fingerprintOf: (m) => GatewayThreads.fingerprintOf(dialect.wire, m)
             })
             offload = { offloaded: plan.offloaded, flush: plan.flush }
             outBody = plan.body

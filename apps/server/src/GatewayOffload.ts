@@ -59,6 +59,12 @@ export interface Input {
   readonly expansions?: Readonly<Record<string, ReadonlyArray<unknown>>> | undefined
   /** A message's key in `expansions` (`GatewayThreads.expansionKeyOf`: its content print, else its fingerprint). */
   readonly fingerprint?: ((message: unknown) => string) | undefined
+  /**
+   * A message's fingerprint (`GatewayThreads.fingerprintOf`): the key of expansions recorded before content prints,
+   * and the only one looked up for a message whose `fingerprint` key another model message of the request shares
+   * (two answers that differ only in their thinking: which one the rounds came after is not known).
+   */
+  readonly fingerprintOf?: ((message: unknown) => string) | undefined
 }
 
 /** An instance's prices (US dollars per million tokens). */
@@ -306,10 +312,20 @@ export const plan = (shape: Shape, input: Input): Output => {
   const sentNewest = newestOf(sent)
   const messages = Object.keys(expansions).length === 0 || input.fingerprint === undefined
     ? sent
-    : sent.flatMap((m, i) => {
-      const found = i < sentNewest && shape.model(m) ? expansions[input.fingerprint!(m)] : undefined
-      return found === undefined ? [m] : found.map((e) => (isRecord(e) ? e : {}))
-    })
+    : (() => {
+      const keys = sent.map((m, i) => (i < sentNewest && shape.model(m) ? input.fingerprint!(m) : null))
+      const uses = new Map<string, number>()
+      for (const k of keys) if (k !== null) uses.set(k, (uses.get(k) ?? 0) + 1)
+      return sent.flatMap((m, i) => {
+        const key = keys[i]!
+        if (key === null) return [m]
+        // A shared key is never looked up, nor a fingerprint equal to it (a message with nothing left out).
+        const print = input.fingerprintOf?.(m)
+        const exact = print === undefined || print === key ? undefined : expansions[print]
+        const found = uses.get(key) === 1 ? expansions[key] ?? exact : exact
+        return found === undefined ? [m] : found.map((e) => (isRecord(e) ? e : {}))
+      })
+    })()
   const newest = newestOf(messages)
   const calls = new Map<string, Call>()
   const unitOfCall = new Map<string, number>()

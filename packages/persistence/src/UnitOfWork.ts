@@ -113,8 +113,10 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
           // events to the sockets are woken by microtasks, and a macrotask turn here lets all of them run first.
           // Without it they waited until this fiber next yielded: a running turn's following units of work, with
           // SQLite synchronous, held the events back (commit to the socket 64 ms at the median, 236 ms p95, load 8).
-          // Uninterruptible: an interrupt arriving meanwhile is seen once the unit of work has returned (its commit
-          // stands), not while the caller would take a committed unit of work for one that did not happen.
+          // Uninterruptible, so the immediate always runs out; but an interrupt arriving meanwhile is seen as the
+          // hand-off ends, before `result` is returned: the unit of work then exits interrupted though its commit
+          // stands (as when an interrupt arrives during a Postgres commit). Callers must not read "interrupted" as
+          // "not committed".
           if ((yield* bus.publish(events))) yield* Effect.uninterruptible(handOff)
           return result
         })
