@@ -753,7 +753,6 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       }
       return yield* Effect.gen(function*() {
         const now = yield* DateTime.now
-        const current = Option.getOrElse(yield* store.getRun(begun.run.id), () => begun.run)
         let stored: ReadonlyArray<Item> = []
         if (reply.messages.length > 0) {
           const wire = begun.wire
@@ -809,8 +808,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             ...(reply.carriedTokens === undefined || reply.carriedTokens === null ? {} : { carriedTokens: count(reply.carriedTokens) })
           } })
         }
-        if (current.status === "running") {
-          yield* lifecycle.update(current, { ...current, status: "completed", updatedAt: now })
+        // The run `begin` wrote `running` is completed unless another path ended it since (one statement, nothing read
+        // back; `running` to `completed` is a legal move of `RunLifecycle`'s table).
+        if (yield* store.updateRunIfRunning(begun.run.id, "completed", now)) {
           yield* store.appendEvent({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
       }).pipe(uow.thread(begun.threadId, "GatewayThreads.complete"))

@@ -206,6 +206,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           (row) => sql`INSERT INTO runs ${sql.insert({ ...row, driverId })}`
         ).pipe(Effect.asVoid, orPersistence("runs.insert")),
       updateRun: (r: Run) => runs.update(r),
+      /**
+       * Moves run `id` from `running` to `status` (`updatedAt` its time) in one statement, nothing read back: `true`
+       * when it moved, `false` when the run is not `running` (another path ended it, or it is not there). For a caller
+       * that wrote the run itself and needs no other field changed (the gateway's answer); the legality of the move
+       * (`RunLifecycle`'s table: `running` to `completed`) is the caller's.
+       */
+      updateRunIfRunning: (id: RunId, status: "completed", updatedAt: DateTime.Utc) =>
+        sql`UPDATE runs SET status = ${status}, updated_at = ${DateTime.formatIso(updatedAt)}
+          WHERE id = ${id} AND status = 'running' RETURNING id`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("runs.updateIfRunning")
+        ),
       getRun: (id: RunId) => runs.findOne("runs.get", sql`SELECT * FROM runs WHERE id = ${id}`),
       nextRunSeq: (threadId: ThreadId) =>
         nextSeq("runs.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM runs WHERE thread_id = ${threadId}`),
