@@ -669,7 +669,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         // A re-render starts a generation of message ids too: its positions count another rendering's messages.
         const generation = conversation.divergences + (extended ? 0 : 1)
         const fresh = request.messages.slice(shared)
-        const lane = yield* laneOf(threadId, request)
+        // The routed instance's provider thread: one statement when it is already the thread's active one (as on every
+        // request after a conversation's first on an instance), else found or created and made active.
+        const active = yield* store.activeProviderThreadOn(threadId, request.providerInstance)
+        const lane = Option.isSome(active) ? { id: active.value } : yield* laneOf(threadId, request)
         const now = yield* DateTime.now
         const run: Run = {
           id: ids.next("run") as Run["id"],

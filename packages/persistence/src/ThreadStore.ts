@@ -438,6 +438,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "provider_threads.find",
           sql`SELECT * FROM provider_threads WHERE thread_id = ${threadId} AND provider_instance = ${instance}`
         ),
+      /**
+       * The id of thread `threadId`'s active provider thread when it is the one on `instance` (one statement, no row
+       * decoded); `None` when the thread has no active provider thread on `instance` (none, another one active, or no
+       * such thread).
+       */
+      activeProviderThreadOn: (threadId: ThreadId, instance: ProviderInstance) =>
+        sql<{ readonly id: unknown }>`SELECT p.id FROM threads t JOIN provider_threads p ON p.id = t.active_provider_thread_id
+          WHERE t.id = ${threadId} AND p.provider_instance = ${instance}`.pipe(
+          Effect.map((rows) => (typeof rows[0]?.id === "string" ? Option.some(rows[0].id as ProviderThreadId) : Option.none<ProviderThreadId>())),
+          orPersistence("provider_threads.activeOn")
+        ),
       listProviderThreads: (threadId: ThreadId) =>
         providerThreads.findAll(
           "provider_threads.list",

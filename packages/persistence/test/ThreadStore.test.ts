@@ -255,4 +255,33 @@ describe("ThreadStore on a SQLite file", () => {
       expect(yield* read("run_8")).toEqual(run("run_8", 2, "interrupted"))
       expect(yield* store.updateRunIfRunning("run_9" as RunId, "completed", later)).toBe(false)
     }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("activeProviderThreadOn names the thread's active provider thread only when it is the one on the instance", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      yield* store.insertThread(thread("thr_a", now))
+      const lane = (id: string, instance: string) => ({
+        id: id as ProviderThreadId,
+        threadId: "thr_a" as ThreadId,
+        providerInstance: instance as ProviderInstance,
+        model: "m",
+        contextWindow: null,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      })
+      yield* store.insertProviderThread(lane("pth_a", "claude"))
+      yield* store.insertProviderThread(lane("pth_b", "codex"))
+      const on = (instance: string) => store.activeProviderThreadOn("thr_a" as ThreadId, instance as ProviderInstance)
+      // No active provider thread yet.
+      expect(yield* on("claude")).toEqual(Option.none())
+      yield* store.updateThread({ ...thread("thr_a", now), activeProviderThreadId: "pth_a" as ProviderThreadId })
+      expect(yield* on("claude")).toEqual(Option.some("pth_a"))
+      // The thread's active one is on another instance; an unknown instance or thread has none.
+      expect(yield* on("codex")).toEqual(Option.none())
+      expect(yield* on("other")).toEqual(Option.none())
+      expect(yield* store.activeProviderThreadOn("thr_none" as ThreadId, "claude" as ProviderInstance)).toEqual(Option.none())
+    }).pipe(Effect.provide(layerAt(":memory:"))))
 })
