@@ -669,7 +669,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         // A re-render starts a generation of message ids too: its positions count another rendering's messages.
         const generation = conversation.divergences + (extended ? 0 : 1)
         const fresh = request.messages.slice(shared)
-        const lane = yield* laneOf(threadId, request)
+        // The routed instance's provider thread: one statement when it is already the thread's active one (as on every
+        // request after a conversation's first on an instance), else found or created and made active.
+        const active = yield* store.activeProviderThreadOn(threadId, request.providerInstance)
+        const lane = Option.isSome(active) ? { id: active.value } : yield* laneOf(threadId, request)
         const now = yield* DateTime.now
         const run: Run = {
           id: ids.next("run") as Run["id"],
@@ -753,7 +756,6 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       }
       return yield* Effect.gen(function*() {
         const now = yield* DateTime.now
-        const current = Option.getOrElse(yield* store.getRun(begun.run.id), () => begun.run)
         let stored: ReadonlyArray<Item> = []
         if (reply.messages.length > 0) {
           const wire = begun.wire
@@ -809,8 +811,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             ...(reply.carriedTokens === undefined || reply.carriedTokens === null ? {} : { carriedTokens: count(reply.carriedTokens) })
           } })
         }
-        if (current.status === "running") {
-          yield* lifecycle.update(current, { ...current, status: "completed", updatedAt: now })
+        // The run `begin` wrote `running` is completed unless another path ended it since (one statement, nothing read
+        // back; `running` to `completed` is a legal move of `RunLifecycle`'s table).
+        if (yield* store.updateRunIfRunning(begun.run.id, "completed", now)) {
           yield* store.appendEvent({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
       }).pipe(uow.thread(begun.threadId, "GatewayThreads.complete"))

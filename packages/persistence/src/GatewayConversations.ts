@@ -6,8 +6,8 @@
  * is the orchestration's `GatewayThreads`. Callers run these inside a unit of work (the thread's lock).
  */
 import type { ConcurrentModification, PersistenceError } from "@baton/contracts"
-import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, type Option, Schema } from "effect"
+import { SqlClient } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
 import { orPersistence } from "./internal/errors.js"
 
 /**
@@ -82,22 +82,72 @@ export interface GatewayConversationsShape {
 }
 
 const encode = Schema.encode(Conversation)
-/** A baseline as its column holds it (the text `Conversation.baseline` decodes). */
-const encodeBaseline = Schema.encode(Conversation.fields.baseline)
+const decode = Schema.decodeUnknown(Conversation)
+
+const isStrings = (u: unknown): u is ReadonlyArray<string> => Array.isArray(u) && u.every((s) => typeof s === "string")
+const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+const parsedOrUndefined = (text: unknown): unknown => {
+  if (typeof text !== "string") return undefined
+  try {
+    return JSON.parse(text)
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * A row as `Conversation` decodes it, without `Schema`'s walk over the baseline's hundreds of strings (each request
+ * reads its conversation twice): `undefined` when the row is not plainly well-formed, and then `Schema` decodes it
+ * (and its error is the repository's). The same value as `Conversation`'s decoding for every row it accepts.
+ */
+const decodeFast = (row: unknown): Conversation | undefined => {
+  if (!isObject(row)) return undefined
+  const { conversationKey, createdAt, divergences, requests, threadId, updatedAt } = row
+  if (typeof conversationKey !== "string" || typeof threadId !== "string" || typeof createdAt !== "string" || typeof updatedAt !== "string") return undefined
+  if (!Number.isInteger(requests) || !Number.isInteger(divergences)) return undefined
+  const column = parsedOrUndefined(row.baseline)
+  const baseline: Baseline | undefined = isStrings(column)
+    ? { prints: column, content: null }
+    : isObject(column) && isStrings(column.prints) && isStrings(column.content)
+    ? { prints: column.prints, content: column.content }
+    : undefined
+  if (baseline === undefined) return undefined
+  const offloaded = parsedOrUndefined(row.offloaded)
+  const expansions = parsedOrUndefined(row.expansions)
+  if (!isStrings(offloaded) || !isObject(expansions) || !Object.values(expansions).every(Array.isArray)) return undefined
+  return {
+    conversationKey,
+    threadId,
+    baseline,
+    requests: requests as number,
+    divergences: divergences as number,
+    offloaded,
+    expansions: expansions as Conversation["expansions"],
+    createdAt,
+    updatedAt
+  }
+}
+
+/** A row decoded as a `Conversation` (`decodeFast`, else `Schema`: fails with its `ParseError`). */
+const decodeRow = (row: unknown) => {
+  const fast = decodeFast(row)
+  return fast === undefined ? decode(row) : Effect.succeed(fast)
+}
+
+/** A baseline as its column holds it (the text `Conversation.baseline` decodes; `JSON.stringify`, as `Schema.parseJson` encodes). */
+export const baselineColumn = (b: Baseline): string => JSON.stringify(b.content === null ? b.prints : { prints: b.prints, content: b.content })
 
 /** Builds the repository on the ambient `SqlClient` (SQLite or Postgres; the same statements on both). */
 export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.SqlClient> = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const findOne = SqlSchema.findOne({
-    Request: Schema.String,
-    Result: Conversation,
-    execute: (key) => sql`SELECT * FROM gateway_conversations WHERE conversation_key = ${key}`
-  })
-  const ofThread = SqlSchema.findAll({
-    Request: Schema.String,
-    Result: Conversation,
-    execute: (threadId) => sql`SELECT * FROM gateway_conversations WHERE thread_id = ${threadId} ORDER BY created_at`
-  })
+  const findOne = (key: string) =>
+    Effect.flatMap(sql`SELECT * FROM gateway_conversations WHERE conversation_key = ${key}`, (rows) =>
+      rows.length === 0 ? Effect.succeed(Option.none<Conversation>()) : Effect.map(decodeRow(rows[0]), Option.some))
+  const ofThread = (threadId: string) =>
+    Effect.flatMap(
+      sql`SELECT * FROM gateway_conversations WHERE thread_id = ${threadId} ORDER BY created_at`,
+      (rows) => Effect.forEach(rows, decodeRow)
+    )
   return {
     find: (key) => findOne(key).pipe(orPersistence("gatewayConversations.find")),
     insert: (c) =>
@@ -105,19 +155,19 @@ export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.Sql
         Effect.asVoid,
         orPersistence("gatewayConversations.insert")
       ),
+    // The row's columns written directly (`Conversation`'s encoding: JSON text; the counts whole numbers).
     update: (c) =>
-      Effect.flatMap(encode(c), (row) =>
-        sql`UPDATE gateway_conversations SET baseline = ${row.baseline}, requests = ${row.requests},
-          divergences = ${row.divergences}, offloaded = ${row.offloaded}, expansions = ${row.expansions}, updated_at = ${row.updatedAt} WHERE conversation_key = ${row.conversationKey}`).pipe(
+      sql`UPDATE gateway_conversations SET baseline = ${baselineColumn(c.baseline)}, requests = ${c.requests},
+          divergences = ${c.divergences}, offloaded = ${JSON.stringify(c.offloaded)}, expansions = ${JSON.stringify(c.expansions)},
+          updated_at = ${c.updatedAt} WHERE conversation_key = ${c.conversationKey}`.pipe(
         Effect.asVoid,
         orPersistence("gatewayConversations.update")
       ),
     extendBaseline: (key, expected, baseline, updatedAt) =>
-      Effect.flatMap(
-        Effect.all([encodeBaseline(expected), encodeBaseline({ prints: expected.prints, content: null }), encodeBaseline(baseline)]),
-        ([was, wasPrintsOnly, next]) =>
-          sql`UPDATE gateway_conversations SET baseline = ${next}, updated_at = ${updatedAt}
-            WHERE conversation_key = ${key} AND (baseline = ${was} OR baseline = ${wasPrintsOnly}) RETURNING conversation_key`
+      Effect.suspend(() =>
+        sql`UPDATE gateway_conversations SET baseline = ${baselineColumn(baseline)}, updated_at = ${updatedAt}
+            WHERE conversation_key = ${key} AND (baseline = ${baselineColumn(expected)} OR baseline = ${baselineColumn({ prints: expected.prints, content: null })})
+            RETURNING conversation_key`
       ).pipe(
         Effect.map((rows) => rows.length > 0),
         orPersistence("gatewayConversations.extendBaseline")

@@ -130,12 +130,37 @@ export type StoredHandoff = ContextHandoff & { readonly open: boolean }
 const EventBody = Schema.Union(
   ...ThreadEvent.members.map((member) => Schema.Struct({ type: member.fields.type, payload: member.fields.payload }))
 )
-const encodeBody = Schema.encodeUnknown(EventBody)
+const encodeAnyBody = Schema.encodeUnknown(EventBody)
+/** The one member of `ThreadEvent` of each event type (types with one member, each a single literal). */
+const memberOfType = (() => {
+  const byType = new Map<string, (typeof ThreadEvent.members)[number]>()
+  const shared = new Set<string>()
+  for (const member of ThreadEvent.members) {
+    for (const type of member.fields.type.literals as ReadonlyArray<unknown>) {
+      if (typeof type !== "string" || byType.has(type)) shared.add(String(type))
+      else byType.set(type, member)
+    }
+  }
+  for (const type of shared) byType.delete(type)
+  return byType
+})()
+/**
+ * Per event type, its member's body encoder and event decoder: the union's own choice (its members are told apart by
+ * `type`) made once, so an event is checked against its type's schema alone, not searched for among the union's.
+ */
+const bodyEncoders = new Map([...memberOfType].map(([type, member]) => [type, Schema.encodeUnknown(Schema.Struct({ type: member.fields.type, payload: member.fields.payload }))]))
+const eventDecoders = new Map([...memberOfType].map(([type, member]) => [type, Schema.decodeUnknown(member as Schema.Schema<ThreadEvent, Schema.Schema.Encoded<typeof ThreadEvent>>)]))
+/** `{type, payload}` validated and encoded (`EventBody`). Fails with `ParseError`. */
+const encodeBody = (body: { readonly type: string; readonly payload: unknown }) =>
+  (bodyEncoders.get(body.type) ?? encodeAnyBody)(body) as ReturnType<typeof encodeAnyBody>
 const ReceiptRow = Schema.Struct({ ...Commands.CommandReceipt.fields, result: Schema.parseJson(Schema.Unknown) })
 const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
 /** What `appendEvent`'s insert returns: the keys the database assigned (`globalSeq` a bigint string on Postgres). */
 const decodeAssigned = Schema.decodeUnknown(Schema.Array(Schema.Struct({ globalSeq: Count, seq: Count })))
-const decodeEvent = Schema.decodeUnknown(ThreadEvent)
+const decodeAnyEvent = Schema.decodeUnknown(ThreadEvent)
+/** A stored event decoded (`ThreadEvent`, by its type's member when its type is known). Fails with `ParseError`. */
+const decodeEvent = (event: { readonly type: string } & Record<string, unknown>) =>
+  (eventDecoders.get(event.type) ?? decodeAnyEvent)(event) as ReturnType<typeof decodeAnyEvent>
 const decodeNative = Schema.decodeUnknown(NativeThreadRow)
 const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool)) })
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
@@ -206,6 +231,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           (row) => sql`INSERT INTO runs ${sql.insert({ ...row, driverId })}`
         ).pipe(Effect.asVoid, orPersistence("runs.insert")),
       updateRun: (r: Run) => runs.update(r),
+      /**
+       * Moves run `id` from `running` to `status` (`updatedAt` its time) in one statement, nothing read back: `true`
+       * when it moved, `false` when the run is not `running` (another path ended it, or it is not there). For a caller
+       * that wrote the run itself and needs no other field changed (the gateway's answer); the legality of the move
+       * (`RunLifecycle`'s table: `running` to `completed`) is the caller's.
+       */
+      updateRunIfRunning: (id: RunId, status: "completed", updatedAt: DateTime.Utc) =>
+        sql`UPDATE runs SET status = ${status}, updated_at = ${DateTime.formatIso(updatedAt)}
+          WHERE id = ${id} AND status = 'running' RETURNING id`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("runs.updateIfRunning")
+        ),
       getRun: (id: RunId) => runs.findOne("runs.get", sql`SELECT * FROM runs WHERE id = ${id}`),
       nextRunSeq: (threadId: ThreadId) =>
         nextSeq("runs.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM runs WHERE thread_id = ${threadId}`),
@@ -400,6 +437,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         providerThreads.findOne(
           "provider_threads.find",
           sql`SELECT * FROM provider_threads WHERE thread_id = ${threadId} AND provider_instance = ${instance}`
+        ),
+      /**
+       * The id of thread `threadId`'s active provider thread when it is the one on `instance` (one statement, no row
+       * decoded); `None` when the thread has no active provider thread on `instance` (none, another one active, or no
+       * such thread).
+       */
+      activeProviderThreadOn: (threadId: ThreadId, instance: ProviderInstance) =>
+        sql<{ readonly id: unknown }>`SELECT p.id FROM threads t JOIN provider_threads p ON p.id = t.active_provider_thread_id
+          WHERE t.id = ${threadId} AND p.provider_instance = ${instance}`.pipe(
+          Effect.map((rows) => (typeof rows[0]?.id === "string" ? Option.some(rows[0].id as ProviderThreadId) : Option.none<ProviderThreadId>())),
+          orPersistence("provider_threads.activeOn")
         ),
       listProviderThreads: (threadId: ThreadId) =>
         providerThreads.findAll(

@@ -76,4 +76,30 @@ describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db
       expect(yield* conversations.extendBaseline("with-content", { prints: ["f1", "f2"], content: ["c1", ""] }, { prints: ["f1", "f2", "f9"], content: ["c1", "", "f9"] }, at)).toBe(false)
       expect(yield* stored("with-content")).toEqual(extended)
     }).pipe(Effect.provide(Layer.orDie(db()))))
+
+  it.live("reads a row as the Conversation schema decodes it, in either baseline form; a malformed row still fails", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const conversations = yield* GatewayConversations.make
+      const at = "2026-12-03T00:00:00.000Z"
+      yield* sql`INSERT INTO threads (id, title, active_provider_thread_id, created_at, updated_at) VALUES ('thr_1', 't', NULL, ${at}, ${at})`
+      const insert = (key: string, baseline: string, offloaded = "[\"toolu_1\"]", expansions = "{\"f1\":[{\"role\":\"assistant\"}]}") =>
+        sql`INSERT INTO gateway_conversations (conversation_key, thread_id, baseline, requests, divergences, offloaded, expansions, created_at, updated_at)
+          VALUES (${key}, 'thr_1', ${baseline}, 3, 1, ${offloaded}, ${expansions}, ${at}, ${at})`
+      const raw = (key: string) =>
+        Effect.map(sql`SELECT * FROM gateway_conversations WHERE conversation_key = ${key}`, (rows) => rows[0])
+      for (const [key, baseline] of [["legacy", "[\"f1\",\"f2\"]"], ["object", "{\"prints\":[\"f1\"],\"content\":[\"\"]}"]] as const) {
+        yield* insert(key, baseline)
+        const read = Option.getOrThrow(yield* conversations.find(key))
+        expect(read).toEqual(yield* Schema.decodeUnknown(GatewayConversations.Conversation)(yield* raw(key)))
+        expect(yield* conversations.ofThread("thr_1")).toContainEqual(read)
+      }
+      // Not JSON, or a print that is not a string: the repository's error, as before.
+      yield* insert("broken", "[\"f1\",")
+      expect((yield* Effect.flip(conversations.find("broken")))._tag).toBe("PersistenceError")
+      yield* insert("not-strings", "[\"f1\",2]")
+      expect((yield* Effect.flip(conversations.find("not-strings")))._tag).toBe("PersistenceError")
+      yield* insert("bad-expansions", "[]", "[]", "{\"f1\":3}")
+      expect((yield* Effect.flip(conversations.find("bad-expansions")))._tag).toBe("PersistenceError")
+    }).pipe(Effect.provide(Layer.orDie(db()))))
 })

@@ -212,4 +212,76 @@ describe("ThreadStore on a SQLite file", () => {
       const receipt = Option.getOrThrow(yield* store.findReceipt("cmd_6"))
       expect([receipt.payloadFingerprint, receipt.result]).toEqual(["abc", { runId: "run_6" }])
     }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("updateRunIfRunning completes a running run once: a run another path ended, or none, is left as it is", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      const later = DateTime.add(now, { seconds: 5 })
+      yield* store.insertThread(thread("thr_7", now))
+      yield* store.insertProviderThread({
+        id: "pth_7" as ProviderThreadId,
+        threadId: "thr_7" as ThreadId,
+        providerInstance: "claude" as ProviderInstance,
+        model: "m",
+        contextWindow: null,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      })
+      const run = (id: string, seq: number, status: Run["status"]): Run => ({
+        id: id as RunId,
+        threadId: "thr_7" as ThreadId,
+        seq,
+        providerThreadId: "pth_7" as ProviderThreadId,
+        status,
+        prompt: "p",
+        stopPoint: null,
+        failureReason: null,
+        failureCode: null,
+        nativeThreadId: null,
+        createdAt: now,
+        updatedAt: now
+      })
+      yield* store.insertRun(run("run_7", 1, "running"))
+      yield* store.insertRun(run("run_8", 2, "interrupted"))
+      const read = (id: string) => Effect.map(store.getRun(id as RunId), Option.getOrThrow)
+      expect(yield* store.updateRunIfRunning("run_7" as RunId, "completed", later)).toBe(true)
+      expect(yield* read("run_7")).toEqual({ ...run("run_7", 1, "completed"), updatedAt: later })
+      expect(yield* store.updateRunIfRunning("run_7" as RunId, "completed", now)).toBe(false)
+      expect((yield* read("run_7")).updatedAt).toEqual(later)
+      expect(yield* store.updateRunIfRunning("run_8" as RunId, "completed", later)).toBe(false)
+      expect(yield* read("run_8")).toEqual(run("run_8", 2, "interrupted"))
+      expect(yield* store.updateRunIfRunning("run_9" as RunId, "completed", later)).toBe(false)
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("activeProviderThreadOn names the thread's active provider thread only when it is the one on the instance", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      yield* store.insertThread(thread("thr_a", now))
+      const lane = (id: string, instance: string) => ({
+        id: id as ProviderThreadId,
+        threadId: "thr_a" as ThreadId,
+        providerInstance: instance as ProviderInstance,
+        model: "m",
+        contextWindow: null,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      })
+      yield* store.insertProviderThread(lane("pth_a", "claude"))
+      yield* store.insertProviderThread(lane("pth_b", "codex"))
+      const on = (instance: string) => store.activeProviderThreadOn("thr_a" as ThreadId, instance as ProviderInstance)
+      // No active provider thread yet.
+      expect(yield* on("claude")).toEqual(Option.none())
+      yield* store.updateThread({ ...thread("thr_a", now), activeProviderThreadId: "pth_a" as ProviderThreadId })
+      expect(yield* on("claude")).toEqual(Option.some("pth_a"))
+      // The thread's active one is on another instance; an unknown instance or thread has none.
+      expect(yield* on("codex")).toEqual(Option.none())
+      expect(yield* on("other")).toEqual(Option.none())
+      expect(yield* store.activeProviderThreadOn("thr_none" as ThreadId, "claude" as ProviderInstance)).toEqual(Option.none())
+    }).pipe(Effect.provide(layerAt(":memory:"))))
 })
