@@ -193,7 +193,9 @@ export const serve = (input: Input) =>
             keepTokens,
             { operationId: `gw-${b.run.id}`, fingerprint: `gateway-switch:${b.threadId}:${through}:${keepTokens}` },
             ThreadOffload.noPrices,
-            { trigger: "automatic", approvalMode: switchApproval }
+            { trigger: "automatic", approvalMode: switchApproval },
+            // The agent goes on while the summary is written: its appended turns do not make it stale.
+            { appendsAllowed: true }
           )
           yield* Effect.logInfo(`gateway: thread ${b.threadId}, the summary of the switched fit's deferred history: ${report.outcome}${report.reason === null ? "" : ` (${report.reason})`}`)
         }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`gateway: thread ${b.threadId}, no summary of the switched fit's deferred history`, cause))),

@@ -80,13 +80,13 @@ type Dialect = "SQLite" | "Postgres"
 
 /**
  * A gateway with `claude-*` on an Anthropic loopback upstream and `gpt-*` on a Chat Completions one (32,000 tokens),
- * on SQLite or Postgres; with `failingSummariser`, `/offload` summaries are written by a model instance whose upstream
- * answers every call 500 (else by the default offline digest).
+ * on SQLite or Postgres; with `modelSummariser`, `/offload` summaries are written by a model instance on the third
+ * loopback upstream (it answers 500 when nothing is queued), else by the default offline digest.
  */
 const withGateway = <A, E, R>(
   dialect: Dialect,
-  test: (anthropic: ModelApi.ModelApi, chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>,
-  failingSummariser = false
+  test: (anthropic: ModelApi.ModelApi, chat: ModelApi.ModelApi, summariser: ModelApi.ModelApi) => Effect.Effect<A, E, R>,
+  modelSummariser = false
 ) =>
   Effect.scoped(Effect.gen(function*() {
     const anthropic = yield* ModelApi.start
@@ -102,13 +102,13 @@ const withGateway = <A, E, R>(
       undefined,
       {
         gateway: { routes: [{ model: "claude-*", provider: "anthropic" }, { model: "gpt-*", provider: "chat" }] },
-        ...(failingSummariser ? { offload: { summariser: "summariser" } } : {})
+        ...(modelSummariser ? { offload: { summariser: "summariser" } } : {})
       }
     )
     const settings = dialect === "SQLite"
       ? sqlite
       : { ...sqlite, database: { _tag: "postgres" as const, url: Context.get(yield* Layer.build(Database.layerPgSchema()), Database.PgSchemaUrl) } }
-    return yield* test(anthropic, chat).pipe(Effect.provide(serveSettings(settings)))
+    return yield* test(anthropic, chat, summariser).pipe(Effect.provide(serveSettings(settings)))
   }))
 
 const allItems = (threadId: Item["threadId"]) =>
@@ -305,5 +305,42 @@ describe("Gateway, a switched fit with a summary (the third step)", () => {
         expect(counter.count(sent.body) + out.max_tokens).toBeLessThanOrEqual(window)
         expect(out.messages.at(-1)).toEqual({ role: "user", content: "and part1?" })
         expect((yield* allItems(threadId)).filter((i) => i.kind === "summary")).toEqual([])
+      }), true), { timeout: 120_000 })
+
+  it.live("a summary still being written when the agent goes on (a slow model summariser) is applied, not discarded as stale; the next switched request carries it", () =>
+    withGateway("SQLite", (anthropic, chat, summariser) =>
+      Effect.gen(function*() {
+        const summaryText = "## Goal\n- read the ten parts and report what part0 said\n## Done\n- ten Bash rounds (cat part0-9)"
+        let release: () => void = () => undefined
+        const hold = new Promise<void>((resolve) => {
+          release = resolve
+        })
+        summariser.enqueue({ ...ModelApi.answer("anthropic-messages", summaryText, { input: 100, cacheWrite: 0, cacheRead: 0, output: 20 }), hold })
+        const { body2, reply2 } = yield* firstTwo(anthropic, chat)
+        const threadId = yield* theThread
+        for (let i = 0; summariser.requests.length === 0 && i < 200; i++) yield* Effect.sleep("50 millis")
+        expect(summariser.requests).toHaveLength(1)
+
+        // The agent goes on while the summariser writes: another switched request (the pointer alone) is recorded.
+        chat.enqueue(ModelApi.answer("openai-chat", "part0 said hello.", usage))
+        const body3 = { ...base, model: "gpt-5", messages: [...body2.messages, reply2, { role: "user", content: [{ type: "text", text: "and part1?" }] }] }
+        const third = yield* raw(messages(body3))
+        expect(third.status).toBe(200)
+        expect(chat.requests[1]!.body).not.toContain("<conversation_summary")
+        release()
+        const offloaded = yield* eventually(threadId, ["thread.offloaded", "thread.offload_failed"])
+        expect(offloaded.type).toBe("thread.offloaded")
+
+        // The next switched request: the model's summary before the pointer, under the window, the prompt unchanged.
+        chat.enqueue(ModelApi.answer("openai-chat", "part1 said hi.", usage))
+        const body4 = { ...base, model: "gpt-5", messages: [...body3.messages, assembled(third.text), { role: "user", content: [{ type: "text", text: "and part2?" }] }] }
+        const fourth = yield* raw(messages(body4))
+        expect(fourth.status).toBe(200)
+        const sent = chat.requests[2]!
+        const out = JSON.parse(sent.body) as ChatOut
+        expect(out.messages[1]!.content).toMatch(/^<conversation_summary thread=/)
+        expect(out.messages[1]!.content).toContain(summaryText)
+        expect(counter.count(sent.body) + out.max_tokens).toBeLessThanOrEqual(window)
+        expect(out.messages.at(-1)).toEqual({ role: "user", content: "and part2?" })
       }), true), { timeout: 120_000 })
 })
