@@ -13,6 +13,12 @@
  * fit's limit refused to the model, never sent) and continues with the upstream, and the agent
  * gets one message (whole: the last answer; streamed: the continuation's blocks join the message). An overflow Baton cannot fit never goes out: the agent gets
  * Anthropic's "prompt is too long" 400 (its compaction runs) and the run fails `overflow`.
+ *
+ * The fit's third step: when it leaves messages out, the thread's `/offload` summaries are offered to it
+ * (`summaryBlock`, `coveredBy`); none is written on the request path. After the answer is recorded, when the history
+ * left out holds at least `summariseFromTokens` no summary covers, the thread is offloaded through the newest item
+ * left out (`ThreadOffload`, in the gateway's scope, its commit letting the agent's appends through), for the next
+ * switched request.
  */
 import type { Item, Offload, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Render } from "@baton/context"
