@@ -343,4 +343,27 @@ describe("Gateway, a switched fit with a summary (the third step)", () => {
         expect(counter.count(sent.body) + out.max_tokens).toBeLessThanOrEqual(window)
         expect(out.messages.at(-1)).toEqual({ role: "user", content: "and part2?" })
       }), true), { timeout: 120_000 })
+
+  it.live("a client's own /offload of the gateway's thread gives the first switched request its summary", () =>
+    withGateway("SQLite", (anthropic, chat) =>
+      Effect.gen(function*() {
+        const history = longHistory()
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Noted.", usage))
+        const body1 = { ...base, model: "claude-sonnet-4-5", messages: [...history, { role: "user", content: "summarise the outputs" }] }
+        const first = yield* raw(messages(body1))
+        expect(first.status).toBe(200)
+        const threadId = yield* theThread
+        // Keeping 60,000 tokens: the summary stands for less than the switched fit leaves out (one standing for more is not used).
+        const report = yield* (yield* client()).threads.offload({ path: { threadId }, payload: { keepTokens: 60_000 }, headers: {} })
+        expect(report.outcome).toBe("offloaded")
+        chat.enqueue(ModelApi.answer("openai-chat", "Checking.", usage))
+        const body2 = { ...base, model: "gpt-5", messages: [...body1.messages, assembled(first.text), { role: "user", content: [{ type: "text", text: "what did part0 say?" }] }] }
+        expect((yield* raw(messages(body2))).status).toBe(200)
+        const sent = chat.requests[0]!
+        const out = JSON.parse(sent.body) as ChatOut
+        expect(out.messages[1]!.content).toContain(`thread_read {"refs":"archive:${report.offloadId}"}`)
+        expect(out.messages[1]!.content).toMatch(new RegExp(`^<conversation_summary thread="${threadId}">\\nA summary of this conversation up to item #${report.cutSeq} `))
+        expect(counter.count(sent.body) + out.max_tokens).toBeLessThanOrEqual(window)
+        expect(out.messages.at(-1)).toEqual({ role: "user", content: "what did part0 say?" })
+      })), { timeout: 120_000 })
 })
