@@ -44,7 +44,7 @@
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
-import { GatewayMemo, GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { GatewayMemo, GatewayThreads, ThreadOffload, ThreadRead } from "@baton/orchestration"
 import { type GatewayConversations, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServerRequest } from "@effect/platform-node"
@@ -219,6 +219,8 @@ export const layer = (options: GatewayOptions) =>
       const threads = yield* GatewayThreads.GatewayThreads
       const reader = yield* ThreadRead.ThreadRead
       const store = yield* ThreadStore
+      const threadOffload = yield* ThreadOffload.ThreadOffload
+      const scope = yield* Effect.scope
       const http = yield* HttpClient.HttpClient
       const digests = {
         admin: Auth.digest(Redacted.value(options.tokens.admin)),
@@ -281,7 +283,7 @@ export const layer = (options: GatewayOptions) =>
           const switchWire = dialect.kind === "anthropic-messages" ? GatewaySwitchWire.forKind(target.config.kind) : undefined
           if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
-            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, target, body: parsed, history: asSent, model, agent: agentOf(request.headers["user-agent"]), wire: switchWire })
+            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, offloader: threadOffload, scope, target, body: parsed, history: asSent, model, agent: agentOf(request.headers["user-agent"]), wire: switchWire })
           }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(

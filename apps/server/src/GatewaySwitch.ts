@@ -18,8 +18,10 @@
  *   request is over: (1) stubs, oldest tool result first, each result's content replaced by
  *   `ToolResultOffload.stubText` with the ref `tool:<tool_use id>` (which `thread_read` reads back from the thread);
  *   (2) then deferral: the oldest units (an assistant's calls with the results answering them, or one message) left
- *   out whole, a pointer (`Render.renderDeferralPointer`: how many items, their refs) put first; (3) no summary
- *   (Baton's summariser is a model call of its own: not done on the request path). The agent's newest message (and
+ *   out whole, a pointer (`Render.renderDeferralPointer`: how many items, their refs) put first; (3) a summary before
+ *   the pointer: the best of the thread's `/offload` summaries given (`FitInput.summaries`, already written: no model
+ *   call here) that stands for no more than the messages left out and fits with them (more units left out to make room
+ *   for it, never the pinned turn), else the pointer alone. The agent's newest message (and
  *   the assistant calls it answers) is pinned: it goes out unchanged. If the request still does not fit (the pinned
  *   part, system and tools alone are over), `overflow`: the gateway answers Anthropic's own overflow error so the
  *   agent compacts.
@@ -139,6 +141,21 @@ export interface FitInput {
     readonly message: (m: ChatMessage) => number
     readonly tools: (tools: ReadonlyArray<Json>) => number
   } | undefined
+  /**
+   * Summaries the fit's third step may put where the pointer goes, best first (the thread's `/offload` summaries,
+   * newest first); none by default.
+   */
+  readonly summaries?: ReadonlyArray<FitSummary> | undefined
+}
+
+/**
+ * A summary of the conversation's start (an `/offload` summary item of the thread): `covers` the agent's first messages
+ * it stands for (every item of theirs at or before its cut), `text` the block that goes before the pointer (the summary
+ * rendered with its ref).
+ */
+export interface FitSummary {
+  readonly covers: number
+  readonly text: string
 }
 
 /** How a request was fitted: its tokens before and after, the limit, the stubbed ids and the messages left out. */
@@ -152,6 +169,8 @@ export interface Fit {
   readonly stubbed: ReadonlyArray<string>
   /** The agent's first messages left out (0: none). */
   readonly leftOut: number
+  /** The messages the summary sent before the pointer stands for (`FitSummary.covers`); 0: no summary sent. */
+  readonly summarised: number
 }
 
 /** The converted request, or an overflow Baton cannot fit (the agent's own overflow error is answered). */
@@ -215,21 +234,41 @@ export const toChat = (input: FitInput): FitResult => {
     else tokensOf[r.index] = after
   }
 
-  // 2. Deferral: the oldest units left out whole, a pointer first.
+  // 2. Deferral: the oldest units left out whole, a pointer first. 3. The pointer preceded by a summary of the
+  // conversation's start when one fits (see `deferral`).
   let leftOut = 0
+  let summarised = 0
   let pointer: ChatMessage | null = null
-  const pointerOf = (n: number): ChatMessage => ({ role: "user", content: input.pointer(n) })
   if (total() > limit) {
-    let kept = total()
-    let u = 0
-    // A pointer's size hardly changes with the count: estimated with every unpinned message, then checked.
-    const pointerTokens = size(pointerOf(pinnedFrom))
-    while (units[u] !== undefined && units[u]![0]! < pinnedFrom && kept + pointerTokens > limit) {
-      for (const i of units[u]!) kept -= tokensOf[i]!
-      u++
+    /** Where deferral cuts with a first message of `extra` tokens: the first unit boundary from which the rest fits. */
+    const cutFor = (extra: number) => {
+      let kept = total()
+      let u = 0
+      while (units[u] !== undefined && units[u]![0]! < pinnedFrom && kept + extra > limit) {
+        for (const i of units[u]!) kept -= tokensOf[i]!
+        u++
+      }
+      return units[u]?.[0] ?? pinnedFrom
     }
-    leftOut = units[u]?.[0] ?? pinnedFrom
-    pointer = pointerOf(leftOut)
+    const keptFrom = (from: number) => tokensOf.slice(from).reduce((n, t) => n + t, 0)
+    const messageOf = (text: string): ChatMessage => ({ role: "user", content: text })
+    // A pointer's size hardly changes with the count: estimated with every unpinned message, then checked.
+    for (const s of input.summaries ?? []) {
+      if (s.covers <= 0 || s.covers > pinnedFrom) continue
+      const at = cutFor(size(messageOf(`${s.text}\n\n${input.pointer(pinnedFrom)}`)))
+      // A summary of messages that would go out verbatim is not used (an earlier summary of the chain may be).
+      if (s.covers > at) continue
+      const candidate = messageOf(`${s.text}\n\n${input.pointer(at)}`)
+      if (fixed + size(candidate) + keptFrom(at) > limit) continue
+      leftOut = at
+      summarised = s.covers
+      pointer = candidate
+      break
+    }
+    if (pointer === null) {
+      leftOut = cutFor(size(messageOf(input.pointer(pinnedFrom))))
+      pointer = messageOf(input.pointer(leftOut))
+    }
   }
 
   const out: Array<ChatMessage> = [...head, ...(pointer === null ? [] : [pointer])]
@@ -249,7 +288,7 @@ export const toChat = (input: FitInput): FitResult => {
     ...(Array.isArray(body.stop_sequences) && body.stop_sequences.length > 0 ? { stop: body.stop_sequences } : {}),
     ...(body.stream === true ? { stream: true, stream_options: { include_usage: true } } : {})
   }
-  return { _tag: "fits", body: chat, fit: { tokensBefore, tokensAfter, limit, outputTokens, stubbed: [...stubbed], leftOut } }
+  return { _tag: "fits", body: chat, fit: { tokensBefore, tokensAfter, limit, outputTokens, stubbed: [...stubbed], leftOut, summarised } }
 }
 
 /** The Anthropic message of Baton's "prompt is too long" overflow (Anthropic's own words, which Claude Code compacts on). */

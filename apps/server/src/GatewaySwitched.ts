@@ -14,13 +14,19 @@
  * fit's limit refused to the model, never sent) and continues with the upstream, and the agent
  * gets one message (whole: the last answer; streamed: the continuation's blocks join the message). An overflow Baton cannot fit never goes out: the agent gets
  * Anthropic's "prompt is too long" 400 (its compaction runs) and the run fails `overflow`.
+ *
+ * The fit's third step: when it leaves messages out, the thread's `/offload` summaries are offered to it
+ * (`summaryBlock`, `coveredBy`); none is written on the request path. After the answer is recorded, when the history
+ * left out holds at least `summariseFromTokens` no summary covers, the thread is offloaded through the newest item
+ * left out (`ThreadOffload`, in the gateway's scope, its commit letting the agent's appends through), for the next
+ * switched request.
  */
-import type { Item, ProviderInstance, ThreadId } from "@baton/contracts"
+import type { Item, Offload, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Render } from "@baton/context"
-import { GatewayThreads, ThreadRead } from "@baton/orchestration"
+import { GatewayThreads, ThreadOffload, ThreadRead } from "@baton/orchestration"
 import type { ThreadStore } from "@baton/persistence"
 import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
-import { Effect, Option, Stream } from "effect"
+import { Effect, Option, type Scope, Stream } from "effect"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayChat from "./GatewayChat.js"
 import { fitAnswers, type History, isRecord, parseJson } from "./GatewayDialect.js"
@@ -42,6 +48,10 @@ export interface Input {
   readonly agent: string
   /** The target's protocol (default: Chat Completions). */
   readonly wire?: GatewaySwitchWire.SwitchWire | undefined
+  /** Writes the summary the fit's third step uses next time (see `summariseLater`), off the request path. */
+  readonly offloader: ThreadOffload.ThreadOffload
+  /** Where that summary's fiber runs (the gateway's scope: it outlives the request, not the server). */
+  readonly scope: Scope.Scope
 }
 
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
@@ -55,27 +65,64 @@ const sameItem = (a: { readonly kind: string; readonly text: string; readonly to
   a.kind === b.kind && a.text === b.text && (a.toolCallId ?? null) === (b.toolCallId ?? null)
 
 /**
- * The deferral pointer for the agent's first `n` messages: their items found in the thread's items in order (the
- * conversation's record holds each once), as `Render.renderDeferralPointer` refs; without a record, a pointer that
- * says so.
+ * The thread items of each of the agent's messages, found among the thread's `items` in order (the conversation's
+ * record holds each once): for each message, its items' seqs, `null` for one not found.
  */
-const pointerFor = (threadId: string | null, items: ReadonlyArray<Item>, messages: ReadonlyArray<unknown>) => (n: number): string => {
+export const messageSeqs = (items: ReadonlyArray<Item>, messages: ReadonlyArray<unknown>): ReadonlyArray<ReadonlyArray<number | null>> => {
   const wire = GatewayThreads.anthropicMessages
   const names = wire.toolNamesOf(messages)
-  const wanted = messages.slice(0, n).flatMap((m) => wire.itemsOf(m, "left-out", names))
-  const seqs: Array<number> = []
   let at = 0
-  for (const w of wanted) {
-    const found = items.findIndex((item, i) => i >= at && sameItem(w, item))
-    if (found < 0) continue
-    seqs.push(items[found]!.seq)
-    at = found + 1
-  }
-  if (threadId === null || seqs.length === 0) {
+  return messages.map((m) =>
+    wire.itemsOf(m, "left-out", names).map((w) => {
+      const found = items.findIndex((item, i) => i >= at && sameItem(w, item))
+      if (found < 0) return null
+      at = found + 1
+      return items[found]!.seq
+    })
+  )
+}
+
+/**
+ * The deferral pointer for the agent's first `n` messages (`seqs`: `messageSeqs`), as `Render.renderDeferralPointer`
+ * refs; without a record (or no item found), a pointer that says so.
+ */
+const pointerFor = (threadId: string | null, seqs: ReadonlyArray<ReadonlyArray<number | null>>) => (n: number): string => {
+  const wanted = seqs.slice(0, n).flat()
+  const found = wanted.filter((s): s is number => s !== null)
+  if (threadId === null || found.length === 0) {
     return `<deferred_history>\n${n} earlier message${n === 1 ? " of this conversation was" : "s of this conversation were"} left out to fit this model's context window. This is context, not an instruction.\n</deferred_history>`
   }
-  return Render.renderDeferralPointer(threadId, wanted.length, seqs.map((s) => [s, s] as const))
+  return Render.renderDeferralPointer(threadId, wanted.length, found.map((s) => [s, s] as const))
 }
+
+/**
+ * How many of the agent's first messages (`seqs`: `messageSeqs`) an offload with cut `cutSeq` stands for: those whose
+ * items were all found at or before the cut.
+ */
+export const coveredBy = (seqs: ReadonlyArray<ReadonlyArray<number | null>>, cutSeq: number): number => {
+  const n = seqs.findIndex((m) => m.some((s) => s === null || s > cutSeq))
+  return n < 0 ? seqs.length : n
+}
+
+/**
+ * The block an `/offload` summary goes out as, before the deferral pointer (`GatewaySwitch.FitSummary.text`): its
+ * text, its ref, the cut it covers and where its originals are read (`archive:<offload id>`, and the pointer's refs).
+ */
+export const summaryBlock = (threadId: string, offload: Offload, summary: Item): string =>
+  `<conversation_summary thread=${JSON.stringify(threadId)}>\n` +
+  `A summary of this conversation up to item #${offload.cutSeq} (item #${summary.seq}, written by Baton's summariser). ` +
+  `The items it stands for are not shown: the pointer below names every item left out, and thread_read ` +
+  `${JSON.stringify({ refs: `archive:${offload.id}` })} reads the originals it replaced. This is context, not an instruction.\n\n` +
+  `${summary.text.trim()}\n</conversation_summary>`
+
+/**
+ * The rendered tokens of deferred history no summary covers yet below which the gateway asks for no summary (a
+ * summariser call is not worth less): at least `ThreadOffload.minOffloadTokens`, else a sixteenth of the window.
+ */
+export const summariseFromTokens = (windowTokens: number) => Math.max(ThreadOffload.minOffloadTokens, Math.floor(windowTokens / 16))
+
+/** The PreCompact hook's approval mode for a summary the gateway asks for after a switched request's fit deferred. */
+export const switchApproval = "gateway-switch-fit"
 
 /** Serves the switched request (see the module docblock). */
 export const serve = (input: Input) =>
@@ -113,14 +160,58 @@ export const serve = (input: Input) =>
     const offered = threadId === null ? [] : [ThreadRead.definition]
     const hidden: ReadonlySet<string> = new Set(offered.map((t) => t.name))
     const agentTools: ReadonlySet<string> = new Set((Array.isArray(body.tools) ? body.tools : []).flatMap((t) => isRecord(t) && typeof t.name === "string" ? [t.name] : []))
-    const fitWith = (pointer: (n: number) => string) =>
-      wire.fit({ body, windowTokens: target.config.contextWindow, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered })
-    // A first pass with a pointer of the thread's size; the thread's items are read only when messages are left out.
-    let fitted = fitWith(pointerFor(threadId, [], history.messages))
+    const window = target.config.contextWindow
+    const fitWith = (pointer: (n: number) => string, summaries: ReadonlyArray<GatewaySwitch.FitSummary> = []) =>
+      wire.fit({ body, windowTokens: window, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered, summaries })
+    // A first pass with a pointer of the thread's size; the thread's items (and its /offload summaries, the fit's
+    // third step) are read only when messages are left out.
+    let fitted = fitWith(pointerFor(threadId, []))
+    /** The newest item the fit left out when no summary covers the deferred history yet (worth one): summarised later. */
+    let summariseThrough: number | null = null
     if (fitted._tag === "fits" && fitted.fit.leftOut > 0 && threadId !== null) {
       const items: ReadonlyArray<Item> = yield* Effect.orElseSucceed(input.store.listItems(threadId as ThreadId), () => [])
-      fitted = fitWith(pointerFor(threadId, items, history.messages))
+      const offloads: ReadonlyArray<Offload> = yield* Effect.orElseSucceed(input.store.listOffloads(threadId as ThreadId), () => [])
+      const seqs = messageSeqs(items, history.messages)
+      const byId = new Map(items.map((i) => [i.id as string, i]))
+      // The chain's summaries, newest first: each stands for the messages whose items are all at or before its cut.
+      const summaries = [...offloads].reverse().flatMap((o) => {
+        const item = byId.get(o.summaryItemId)
+        return item === undefined ? [] : [{ covers: coveredBy(seqs, o.cutSeq), text: summaryBlock(threadId, o, item) }]
+      })
+      fitted = fitWith(pointerFor(threadId, seqs), summaries)
+      if (fitted._tag === "fits") {
+        const last = Math.max(0, ...seqs.slice(0, fitted.fit.leftOut).flat().filter((x): x is number => x !== null))
+        const cut = offloads.at(-1)?.cutSeq ?? 0
+        const uncovered = items.reduce((n, i) => i.seq > cut && i.seq <= last && i.kind !== "summary" ? n + i.tokens : n, 0)
+        if (last > cut && uncovered >= summariseFromTokens(window)) summariseThrough = last
+      }
     }
+    /**
+     * After the answer is recorded, when the fit left out history no summary covers (at least `summariseFromTokens`),
+     * the thread is offloaded through the newest item left out (`ThreadOffload`, the `/offload` machinery: its summary
+     * item, record, archive and `thread.offloaded` event), in the gateway's scope: the next switched request finds the
+     * summary. Never fails (a failure is logged; the fit goes on with the pointer alone).
+     */
+    const summariseLater = (b: GatewayThreads.Begun) =>
+      summariseThrough === null ? Effect.void : Effect.asVoid(Effect.forkIn(
+        Effect.gen(function*() {
+          const through = summariseThrough!
+          const items = yield* input.store.listItems(b.threadId)
+          // Keeping every item after the newest one left out: /offload's cut lands right after it (a tool unit moves it earlier).
+          const keepTokens = items.reduce((n, i) => i.seq > through && i.kind !== "summary" ? n + i.tokens : n, 0)
+          const report = yield* input.offloader.offload(
+            b.threadId,
+            keepTokens,
+            { operationId: `gw-${b.run.id}`, fingerprint: `gateway-switch:${b.threadId}:${through}:${keepTokens}` },
+            ThreadOffload.noPrices,
+            { trigger: "automatic", approvalMode: switchApproval },
+            // The agent goes on while the summary is written: its appended turns do not make it stale.
+            { appendsAllowed: true }
+          )
+          yield* Effect.logInfo(`gateway: thread ${b.threadId}, the summary of the switched fit's deferred history: ${report.outcome}${report.reason === null ? "" : ` (${report.reason})`}`)
+        }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`gateway: thread ${b.threadId}, no summary of the switched fit's deferred history`, cause))),
+        input.scope
+      ))
     if (fitted._tag === "overflow") {
       const message = GatewaySwitch.overflowMessage(fitted.tokens, fitted.limit)
       yield* settle((b) => threads.fail(b, "failed", "overflow", `not sent: ${message} (provider instance ${target.name}, window ${target.config.contextWindow})`))
@@ -208,7 +299,7 @@ export const serve = (input: Input) =>
       const message = wire.messageOf(answer, model, hidden, earlier, agentTools)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
       const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)
-      yield* settle((b) => threads.complete(b, { ...GatewayAnthropic.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }))
+      yield* settle((b) => Effect.zipRight(threads.complete(b, { ...GatewayAnthropic.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }), summariseLater(b)))
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
       return HttpServerResponse.text(GatewaySwitch.eventsOf(message), { contentType: "text/event-stream" })
@@ -228,7 +319,7 @@ export const serve = (input: Input) =>
       const hops = translator.hops()
       return settle((b) =>
         outcome._tag === "completed"
-          ? threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply)
+          ? Effect.zipRight(threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply), summariseLater(b))
           : streamFailure !== null
           ? threads.fail(b, "failed", streamFailure.code, streamFailure.reason)
           : threads.fail(b, "failed", outcome._tag === "failed" ? outcome.code : "provider_protocol", outcome.reason)

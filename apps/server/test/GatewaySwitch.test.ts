@@ -357,7 +357,10 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upst
         const views = yield* Effect.forEach(runs, (r) => api.runs.get({ path: { runId: r.id }, urlParams: {} }))
         expect(views.map((v) => v.cost?.providerInstance)).toEqual(["anthropic", "chat", "anthropic"])
         expect(views[1]!.cost).toMatchObject({ inputTokens: 900, cacheWriteTokens: 0, cacheReadTokens: 300, outputTokens: 40, providerInstance: "chat" })
-        const items = yield* allItems(threadId)
+        // Besides the messages, the summary the gateway had written of the deferred history (GatewaySwitchSummary.test.ts).
+        const all = yield* allItems(threadId)
+        const items = all.filter((i) => i.kind !== "summary")
+        expect(all.length - items.length).toBeLessThanOrEqual(1)
         expect(new Set(items.map((i) => i.messageId)).size).toBe(body3.messages.length + 1)
         expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "call_9")).toHaveLength(1)
         expect(items.filter((i) => i.kind === "tool_result" && i.toolCallId === "call_9").map((i) => i.text)).toEqual(["a.ts\nb.ts"])

@@ -142,6 +142,19 @@ export interface Trigger {
 }
 /** A client's `/offload`. */
 export const manualTrigger: Trigger = { trigger: "manual", approvalMode: manualApproval }
+
+/**
+ * How an operation's commit judges the thread's changes since its plan. `appendsAllowed` (the gateway's summary of a
+ * switched conversation's deferred history, written while the agent goes on): on a thread none of whose provider
+ * threads has a native thread (the history lives with the client, as on the gateway's threads: no native thread holds
+ * the items, none is owed them), items appended and runs recorded
+ * meanwhile do not make the summary stale, since items are never edited and the summary covers only items at or before
+ * its cut; another offload committed or undone meanwhile still does. The report's kept figures are then the plan's.
+ * By default any change of the thread does (a client's `/offload`).
+ */
+export interface CommitRule {
+  readonly appendsAllowed?: boolean
+}
 /**
  * How often a process polls an operation's row, in milliseconds: the process running it, for a cancellation asked
  * of another process (`offload_operations.cancel_requested_at`), while its summary is being written; another
@@ -582,6 +595,19 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * of work). A thread that advanced meanwhile (its version changed, or a run is active) discards the summary:
      * outcome `stale`. Fails with `OffloadFailed` (the summariser failed or its summary was refused).
      */
+    /**
+     * Whether `threadId` changed since `plan` only by appends (see `CommitRule`): none of its provider threads has a
+     * native thread and its offload chain is the plan's (the same newest offload, no offload written or undone since).
+     */
+    const onlyAppended = (threadId: ThreadId, plan: Plan) =>
+      Effect.gen(function*() {
+        // No lane has a native thread: the history lives with its client (the gateway's agent), not in a provider's state.
+        if ((yield* store.listProviderThreads(threadId)).some((lane) => lane.activeNativeThreadId !== null)) return false
+        const latest = yield* store.latestOffload(threadId)
+        const latestId = latest._tag === "Some" ? latest.value.id : null
+        return latestId === (plan.previous?.id ?? null) && (yield* store.maxOffloadGeneration(threadId)) === plan.generation - 1
+      })
+
     const run = (
       threadId: ThreadId,
       keepTokens: number,
@@ -589,7 +615,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       plan: Plan,
       cache: CacheRewrite,
       entry: InFlight,
-      createdAt: DateTime.Utc
+      createdAt: DateTime.Utc,
+      rule: CommitRule
     ) =>
       Effect.gen(function*() {
         const base = baseReport(plan, key.operationId, keepTokens, cache)
@@ -656,7 +683,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           // after the plan was read means the summary describes a history that is no longer the thread's.
           const version = yield* store.threadVersion(threadId)
           const active = yield* store.findActiveRun(threadId)
-          if (version !== plan.version || active._tag === "Some") return null
+          if ((version !== plan.version || active._tag === "Some") && !(rule.appendsAllowed === true && (yield* onlyAppended(threadId, plan)))) return null
 
           const [summary] = yield* itemLog.append(threadId, null, [{
             kind: "summary",
@@ -841,14 +868,16 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * summariser failed or its summary was refused: only a `thread.offload_failed` event and the outcome are
      * written), `InvalidRequest` (the id names an operation with another payload or thread), `OffloadInProgress`
      * (another operation of the thread runs in this process), `PersistenceError`. `trigger` (default: a client's)
-     * is what the PreCompact hook is told.
+     * is what the PreCompact hook is told; `rule` (default: any change makes the summary stale) how the commit judges
+     * the thread's changes meanwhile (`CommitRule`).
      */
     const offload = Effect.fn("ThreadOffload.offload")(function*(
       threadId: ThreadId,
       keepTokens: number,
       key: OperationKey,
       cache: CacheRewrite = noPrices,
-      trigger: Trigger = manualTrigger
+      trigger: Trigger = manualTrigger,
+      rule: CommitRule = {}
     ) {
       const seen = yield* store.getOffloadOperation(key.operationId)
       if (seen._tag === "Some") {
@@ -867,7 +896,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       const running = runningOn.get(threadId)
       if (running !== undefined) return yield* new OffloadInProgress({ threadId, operationId: running })
       runningOn.set(threadId, key.operationId)
-      return yield* begin(threadId, keepTokens, key, cache, trigger).pipe(
+      return yield* begin(threadId, keepTokens, key, cache, trigger, rule).pipe(
         // Until its fiber runs (which clears it when it ends), the mark is this call's to clear.
         Effect.onExit(() => Effect.sync(() => {
           if (!inFlight.has(key.operationId) && runningOn.get(threadId) === key.operationId) runningOn.delete(threadId)
@@ -881,7 +910,8 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       keepTokens: number,
       key: OperationKey,
       cache: CacheRewrite,
-      trigger: Trigger
+      trigger: Trigger,
+      rule: CommitRule
     ) {
       const plan = yield* planOf(threadId, keepTokens)
       const createdAt = yield* DateTime.now
@@ -930,7 +960,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       inFlight.set(key.operationId, entry)
       // The operation belongs to the server, not to the request: a client that goes away does not stop it.
       entry.fiber = yield* Effect.forkIn(
-        run(threadId, keepTokens, key, plan, cache, entry, createdAt).pipe(Effect.ensuring(Effect.sync(() => {
+        run(threadId, keepTokens, key, plan, cache, entry, createdAt, rule).pipe(Effect.ensuring(Effect.sync(() => {
           inFlight.delete(key.operationId)
           if (runningOn.get(threadId) === key.operationId) runningOn.delete(threadId)
         }))),
