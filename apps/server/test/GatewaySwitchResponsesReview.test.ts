@@ -8,6 +8,7 @@
 import { TokenCounter } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
 import * as GatewayAnthropic from "../src/GatewayAnthropic.js"
+import * as GatewaySwitched from "../src/GatewaySwitched.js"
 import * as GatewaySwitchResponses from "../src/GatewaySwitchResponses.js"
 
 const counter = TokenCounter.make()
@@ -56,5 +57,17 @@ describe("GatewaySwitchResponses (review r17)", () => {
       })
       expect(out).toContain("\"stop_reason\":\"tool_use\"")
     }
+  })
+})
+
+describe("GatewaySwitched.coveredBy (review r17)", () => {
+  it("a message with any item at or before the cut is one the summary stands for (never sent verbatim beside it)", () => {
+    // Messages of items [1, 2], [3, 4], [5]; a cut at 3 splits the second (an assistant's text summarised, its call not).
+    const seqs = [[1, 2], [3, 4], [5]]
+    expect(GatewaySwitched.coveredBy(seqs, 2)).toBe(1)
+    // The summary stands for item 3: the second message must be left out with the first for it to go.
+    expect(GatewaySwitched.coveredBy(seqs, 3)).toBe(2)
+    expect(GatewaySwitched.coveredBy(seqs, 5)).toBe(3)
+    expect(GatewaySwitched.coveredBy(seqs, 0)).toBe(0)
   })
 })
