@@ -295,8 +295,8 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   let started = false
   let open: number | null = null
   let blocks = 0
-  /** Output indexes whose item came in an `output_item.done` (the final response's `output` gives the others). */
-  let itemsDone = new Set<number>()
+  /** Whether this hop's stream gave an item or a delta (else its final response's `output` is read whole). */
+  let itemsSeen = false
   let usage: unknown = null
   const earlier: Array<unknown> = []
   let done = false
@@ -359,15 +359,12 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   const finish = (r: Json) => {
     done = true
     usage = r.usage ?? null
-    // The items that came only in the final `output` (no `output_item.done` for them: a whole response's, or a call
-    // after streamed text): now (a streamed text is not repeated, a call is sent once).
-    const listed = Array.isArray(r.output) ? r.output : []
-    // An `output_item.done` without its `output_index` cannot be matched: then the final `output` is not read again.
-    if (!itemsDone.has(-1)) {
-      listed.forEach((item, i) => {
-        if (isRecord(item) && !itemsDone.has(i)) onItem(i, item)
-      })
-    }
+    // A response whose items came only in its final `output` (no `output_item.done` events): its items now. After
+    // streamed items, its calls still (one given only there reaches the agent; a call already sent is not sent again).
+    const listed = (Array.isArray(r.output) ? r.output : []).filter(isRecord)
+    listed.forEach((item, i) => {
+      if (!itemsSeen || item.type === "function_call") onItem(i, item)
+    })
     close()
     const visible = calls.filter((c) => !c.hidden)
     if (visible.length === 0 && calls.length > 0) {
@@ -395,13 +392,14 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       case "response.output_text.delta":
       case "response.refusal.delta":
         start(null)
+        itemsSeen = true
         streamed.add(outputIndex)
         if (e.type === "response.refusal.delta") refused = true
         textDelta(outputIndex, typeof e.delta === "string" ? e.delta : "")
         return
       case "response.output_item.done":
         start(null)
-        itemsDone.add(outputIndex)
+        itemsSeen = true
         if (isRecord(e.item)) onItem(outputIndex, e.item)
         return
       case "response.completed":
@@ -438,7 +436,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
     next: () => {
       earlier.push(usage)
       usage = null
-      itemsDone = new Set()
+      itemsSeen = false
       done = false
       text = ""
       refused = false
