@@ -71,3 +71,29 @@ describe("GatewaySwitched.coveredBy (review r17)", () => {
     expect(GatewaySwitched.coveredBy(seqs, 0)).toBe(0)
   })
 })
+
+describe("GatewaySwitchResponses.toResponses, the fit's third step on the Responses wire (review r17, the merge 0b6a99d)", () => {
+  it("a summary goes before the pointer in the first input item, counted as Responses items: the body and max_output_tokens within the window, the prompt last and unchanged", () => {
+    const words = (seed: number, n: number) => Array.from({ length: n }, (_, i) => `w${(seed * 7919 + i * 104_729) % 100_003}`).join(" ")
+    // Many short messages (larger as Responses items than as Chat messages), then long ones, then the prompt.
+    const history = [
+      ...Array.from({ length: 120 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `ok ${i}` })),
+      ...Array.from({ length: 10 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: `long ${i} ${words(i + 1, 300)}` }))
+    ]
+    const body = { model: "gpt-x", max_tokens: 2_000, system: "You are Claude Code.", messages: [...history, { role: "user", content: "the prompt" }] }
+    const small = 8_000
+    const summary = `<conversation_summary>${words(99, 200)}</conversation_summary>`
+    for (const covers of [10, 60, 119]) {
+      const result = GatewaySwitchResponses.toResponses({ body, windowTokens: small, maxOutputTokens: 2_000, count, pointer, summaries: [{ covers, text: summary }] })
+      if (result._tag !== "fits") throw new Error("expected a fit")
+      const sent = result.body as { max_output_tokens: number; input: ReadonlyArray<{ content: ReadonlyArray<{ text: string }> }> }
+      expect(result.fit.summarised).toBe(covers)
+      expect(result.fit.leftOut).toBeGreaterThanOrEqual(covers)
+      expect(sent.input[0]).toEqual({ type: "message", role: "user", content: [{ type: "input_text", text: `${summary}\n\n${pointer(result.fit.leftOut)}` }] })
+      expect(count(JSON.stringify(result.body)) + sent.max_output_tokens).toBeLessThanOrEqual(small)
+      const items = sent.input.reduce((n, item) => n + GatewaySwitchResponses.itemTokens(count, item), 0)
+      expect(result.fit.tokensAfter).toBe(16 + GatewaySwitchResponses.itemTokens(count, { type: "message", role: "system", content: [{ type: "input_text", text: "You are Claude Code." }] }) + items)
+      expect(sent.input.at(-1)).toEqual({ type: "message", role: "user", content: [{ type: "input_text", text: "the prompt" }] })
+    }
+  })
+})
