@@ -13,7 +13,7 @@
  *   (`OpenAiResponses.dialect.toolResults`: a failed result's output starts with `Error: `, as on the Chat switch).
  *   Tools as the Responses adapter encodes them (`OpenAiResponses.encodeTool`: top-level `name`, `parameters`,
  *   `strict: false`), `tool_choice` (`auto`, `required`, `none`, `{type: "function", name}`), `parallel_tool_calls`,
- *   `temperature`, `top_p`, `max_output_tokens` the fit's output room, `store: false` (the history is sent whole each
+ *   `temperature`, `top_p`, `max_output_tokens` the fit's output room (at least 16, the API's minimum), `store: false` (the history is sent whole each
  *   time, as Codex does), `stream`. `stop_sequences` are not sent: the Responses API has no stop sequences.
  * - **The reply** in Anthropic's protocol: `messageOf` for a whole answer (its `output` items: a `message`'s
  *   `output_text` parts one text block, a `refusal` part a text block, each `function_call` a `tool_use` block, a
@@ -79,6 +79,9 @@ const toolOfChat = (t: Json): Json => {
 /** A Chat Completions `tool_choice` (the fit's mapping of Anthropic's) in the Responses API's form. */
 const toolChoiceOf = (c: unknown): unknown => isRecord(c) && isRecord(c.function) ? { type: "function", name: String(c.function.name) } : c
 
+/** The least `max_output_tokens` the Responses API accepts. */
+export const minOutputTokens = 16
+
 /**
  * The agent's Anthropic request as a Responses request fitted under the window: the Chat switch's fit
  * (`GatewaySwitch.toChat`), each message counted as its Responses items, then the fitted messages as items (see the
@@ -86,8 +89,13 @@ const toolChoiceOf = (c: unknown): unknown => isRecord(c) && isRecord(c.function
  */
 export const toResponses = (input: GatewaySwitch.FitInput): GatewaySwitch.FitResult => {
   const { count } = input
+  // The Responses API refuses a `max_output_tokens` below 16 (Claude Code's probes ask for 1): the fit's output room
+  // is lifted to it (counted in the fit's limit, so the request stays within the window).
+  const asked = input.body.max_tokens
+  const fitBody = typeof asked === "number" && asked > 0 && asked < minOutputTokens ? { ...input.body, max_tokens: minOutputTokens } : input.body
   const fitted = GatewaySwitch.toChat({
     ...input,
+    body: fitBody,
     sizes: {
       message: (m) => itemsOfChat(m).reduce((n, item) => n + itemTokens(count, item), 0),
       tools: (tools) => count(JSON.stringify(tools.map(toolOfChat)))
@@ -287,7 +295,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   let started = false
   let open: number | null = null
   let blocks = 0
-  /** Whether this hop's stream gave an item or a delta (else its final response's `output` is read). */
+  /** Whether this hop's stream gave an item or a delta (else its final response's `output` is read whole). */
   let itemsSeen = false
   let usage: unknown = null
   const earlier: Array<unknown> = []
@@ -351,9 +359,12 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   const finish = (r: Json) => {
     done = true
     usage = r.usage ?? null
-    // A response whose items came only in its final `output` (no `output_item.done` events): its items now.
+    // A response whose items came only in its final `output` (no `output_item.done` events): its items now. After
+    // streamed items, its calls still (one given only there reaches the agent; a call already sent is not sent again).
     const listed = (Array.isArray(r.output) ? r.output : []).filter(isRecord)
-    if (!itemsSeen) listed.forEach((item, i) => onItem(i, item))
+    listed.forEach((item, i) => {
+      if (!itemsSeen || item.type === "function_call") onItem(i, item)
+    })
     close()
     const visible = calls.filter((c) => !c.hidden)
     if (visible.length === 0 && calls.length > 0) {

@@ -96,12 +96,16 @@ const pointerFor = (threadId: string | null, seqs: ReadonlyArray<ReadonlyArray<n
 }
 
 /**
- * How many of the agent's first messages (`seqs`: `messageSeqs`) an offload with cut `cutSeq` stands for: those whose
- * items were all found at or before the cut.
+ * How many of the agent's first messages (`seqs`: `messageSeqs`) an offload with cut `cutSeq` stands for: through the
+ * last one with an item found at or before the cut (a message the cut splits is one it stands for: the fit sends the
+ * summary only when it is left out too, never beside a summary of part of it).
  */
 export const coveredBy = (seqs: ReadonlyArray<ReadonlyArray<number | null>>, cutSeq: number): number => {
-  const n = seqs.findIndex((m) => m.some((s) => s === null || s > cutSeq))
-  return n < 0 ? seqs.length : n
+  let n = 0
+  seqs.forEach((m, i) => {
+    if (m.some((s) => s !== null && s <= cutSeq)) n = i + 1
+  })
+  return n
 }
 
 /**
