@@ -18,9 +18,12 @@
  *    trips then count too).
  * 3. **Live event latency**: with the thread open, BENCH_LATENCY_RUNS messages are sent through the API one after
  *    another; for each event the page received, `receivedAt` (the page's `Date.now()` when the reader handed it on)
- *    minus the event's `createdAt` (stamped inside the appending transaction, before its commit, so the figure is an
- *    upper bound of the time from commit to page). Same machine, same clock. Measured once the page has folded the
- *    whole stored log (`eventLogReplayedMs`, from the navigation start: the server's `/timeline` fold, then the tail).
+ *    minus the time of the event's commit (`liveLatencyMs.fromCommit`: the served process runs with
+ *    `bench/support/commit-clock.mjs`, which logs the time each `COMMIT` that wrote events returned), and minus its
+ *    `createdAt` (stamped when the event was appended, before its commit: in a long unit of work, its whole length
+ *    earlier; an upper bound, the figures this benchmark printed before 2026-12-04). Same machine, same clock.
+ *    Measured once the page has folded the whole stored log (`eventLogReplayedMs`, from the navigation start: the
+ *    server's `/timeline` fold, then the tail). `PROFDIR=DIR` writes a CPU profile of the served process there.
  *
  * `BENCH_PROVIDERS` replaces the server's providers (default `claude:1000000:noinject`; a database whose thread was
  * switched to another provider needs it too). `BENCH_DB=FILE` keeps the SQLite file (filled on the first run, reused by the next ones: the fill takes minutes).
@@ -45,11 +48,11 @@ const quantile = (xs: ReadonlyArray<number>, q: number) => {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!
 }
 
-const serve = (db: string) =>
+const serve = (db: string, commitLog: string) =>
   new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--db", db], {
+    const child = spawn(process.execPath, [...(process.env["PROFDIR"] ? ["--cpu-prof", "--cpu-prof-dir", process.env["PROFDIR"]] : []), "--import", "./bench/support/commit-clock.mjs", "--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--db", db], {
       cwd: repo,
-      env: { ...process.env, BATON_TOKEN: token, BATON_PROVIDERS: process.env["BENCH_PROVIDERS"] ?? "claude:1000000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" },
+      env: { ...process.env, BENCH_COMMIT_LOG: commitLog, BATON_TOKEN: token, BATON_PROVIDERS: process.env["BENCH_PROVIDERS"] ?? "claude:1000000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" },
       stdio: ["ignore", "pipe", "inherit"]
     })
     let out = ""
@@ -93,7 +96,8 @@ const main = async () => {
   const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-bench-web-"))
   const kept = process.env["BENCH_DB"]
   const reuse = kept !== undefined && Fs.existsSync(kept)
-  const server = await serve(kept ?? Path.join(dir, "baton.sqlite"))
+  const commitLog = Path.join(dir, "commits.txt")
+  const server = await serve(kept ?? Path.join(dir, "baton.sqlite"), commitLog)
   const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
   const call = async <A>(method: string, path: string, body?: unknown) =>
     (await (await fetch(server.url + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })).json()) as A
@@ -183,7 +187,7 @@ const main = async () => {
     // The same events followed from here over SSE (no browser): separates the server's share of the latency (commit
     // to the bytes on the socket) from the page's (parsing, the main thread busy with rendering).
     const follower = new AbortController()
-    const direct: Array<{ seq: number; type: string; createdAt: string; receivedAt: number }> = []
+    const direct: Array<{ seq: number; globalSeq: number; type: string; createdAt: string; receivedAt: number }> = []
     const followed = fetch(`${server.url}/threads/${threadId}/events?after=${lastSeq}`, { headers, signal: follower.signal })
       .then(async (response) => {
         const decoder = new TextDecoder()
@@ -196,8 +200,8 @@ const main = async () => {
             const data = /^data: ?(.*)$/m.exec(buffer.slice(0, end))?.[1]
             buffer = buffer.slice(end + 2)
             if (data !== undefined) {
-              const e = JSON.parse(data) as { seq: number; type: string; createdAt: string }
-              direct.push({ seq: e.seq, type: e.type, createdAt: e.createdAt, receivedAt })
+              const e = JSON.parse(data) as { seq: number; globalSeq: number; type: string; createdAt: string }
+              direct.push({ seq: e.seq, globalSeq: e.globalSeq, type: e.type, createdAt: e.createdAt, receivedAt })
             }
           }
         }
@@ -217,9 +221,29 @@ const main = async () => {
     await followed
     const directLatencies = direct.filter((e) => Date.parse(e.createdAt) >= sendStart).map((e) => e.receivedAt - Date.parse(e.createdAt))
     const directBySeq = new Map(direct.map((e) => [e.seq, e]))
+    // From the commit (bench/support/commit-clock.mjs: the time the COMMIT that made the event durable returned).
+    const committedAt = new Map(Fs.readFileSync(commitLog, "utf8").split("\n").filter((l) => l !== "").map((l) => {
+      const [seq, at] = l.split(" ")
+      return [Number(seq), Number(at)] as const
+    }))
+    const commitOf = (seq: number) => committedAt.get(directBySeq.get(seq)?.globalSeq ?? -1)
+    const fromCommit = received.flatMap((e) => {
+      const at = commitOf(e.seq)
+      return at === undefined ? [] : [e.receivedAt - at]
+    })
+    const directFromCommit = direct.filter((e) => Date.parse(e.createdAt) >= sendStart).flatMap((e) => {
+      const at = committedAt.get(e.globalSeq)
+      return at === undefined ? [] : [e.receivedAt - at]
+    })
     // The slowest events to the page, with what the node follower saw of each (ms from createdAt).
     const slowest = [...received].sort((a, b) => (b.receivedAt - Date.parse(b.createdAt)) - (a.receivedAt - Date.parse(a.createdAt))).slice(0, 5)
-      .map((e) => ({ seq: e.seq, type: (e as { type?: string }).type ?? directBySeq.get(e.seq)?.type, page: e.receivedAt - Date.parse(e.createdAt), direct: directBySeq.has(e.seq) ? directBySeq.get(e.seq)!.receivedAt - Date.parse(e.createdAt) : null }))
+      .map((e) => ({
+        seq: e.seq,
+        type: (e as { type?: string }).type ?? directBySeq.get(e.seq)?.type,
+        page: e.receivedAt - Date.parse(e.createdAt),
+        direct: directBySeq.has(e.seq) ? directBySeq.get(e.seq)!.receivedAt - Date.parse(e.createdAt) : null,
+        pageFromCommit: commitOf(e.seq) === undefined ? null : e.receivedAt - commitOf(e.seq)!
+      }))
     await browser.close()
 
     console.log(JSON.stringify({
@@ -237,6 +261,18 @@ const main = async () => {
         loadAverage: Os.loadavg().map((x) => Math.round(x * 10) / 10)
       },
       liveLatencyMs: {
+        fromCommit: fromCommit.length === 0 ? null : {
+          events: fromCommit.length,
+          median: quantile(fromCommit, 0.5),
+          p95: quantile(fromCommit, 0.95),
+          max: Math.max(...fromCommit),
+          direct: directFromCommit.length === 0 ? null : {
+            median: quantile(directFromCommit, 0.5),
+            p95: quantile(directFromCommit, 0.95),
+            max: Math.max(...directFromCommit)
+          }
+        },
+        fromCreatedAt: "the figures below: from the event's createdAt (an upper bound of the time from its commit)",
         events: latencies.length,
         median: quantile(latencies, 0.5),
         p95: quantile(latencies, 0.95),

@@ -272,24 +272,33 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       /**
        * Selects what of the owed history fits `budget` provider tokens (rendered, envelope included). Selection
        * counts Baton tokens, so it selects under `Calibration.rawBudget(ratio, budget)`: the rendered history, at
-       * the provider's calibration `ratio` (default 1), never costs the provider more than `budget`.
+       * the provider's calibration `ratio` (default 1), never costs the provider more than `budget`. `known`: items
+       * the caller read in the same unit of work (a replacement's whole history), not read again; the rest of the
+       * owed items are read by id.
        */
       const plan = Effect.fn("ContextHandoffDelivery.plan")(function*(
         threadId: ThreadId,
         owed: ReadonlyArray<OwedHandoff>,
         budget: number,
-        ratio: number = 1
+        ratio: number = 1,
+        known: ReadonlyArray<Item> = []
       ) {
         const wanted = new Set<ItemId>()
         for (const o of owed) for (const id of o.handoff.itemIds) wanted.add(id)
         // Thread order, with an `/offload` summary placed where the history it stands for ends (right after its cut).
         const summaryAt = new Map<string, number>((yield* store.listOffloads(threadId)).map((o) => [o.summaryItemId, o.cutSeq + 0.5]))
         const position = (i: Item) => summaryAt.get(i.id) ?? i.seq
-        const items = summaryAt.size === 0
-          ? yield* store.getItems([...wanted])
-          : [...(yield* store.getItems([...wanted]))].sort((a, b) => position(a) - position(b))
+        const have = known.filter((i) => wanted.has(i.id))
+        const held = new Set<string>(have.map((i) => i.id))
+        const missing = held.size === 0 ? [...wanted] : [...wanted].filter((id) => !held.has(id))
+        const read = missing.length === 0 ? [] : yield* store.getItems(missing)
+        const items = have.length === 0 && summaryAt.size === 0
+          ? read
+          : [...have, ...read].sort((a, b) => position(a) - position(b))
         // Pinned items (the thread's tool-result offload control) are never stubs, and go first after the newest.
         const pinned = new Set<string>((yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [])
+        // The selection is synchronous (tens of ms for 10,000 items): the event loop turns first (see `inChunks`).
+        yield* Effect.yieldNow()
         const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true, pinned })
         return { owed, selection, items } satisfies DeliveryPlan
       })

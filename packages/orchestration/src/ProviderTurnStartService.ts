@@ -13,7 +13,7 @@
  *
  * It does not start the provider turn itself (ThreadService does, then settles inline deliveries).
  */
-import { type HandoffDelivery, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
+import { type HandoffDelivery, type Item, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
@@ -141,10 +141,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         yield* delivery.supersedeForReplacement(run.threadId, providerThread, old, reason)
         const started = yield* recordNative(providerThread, old, nativeRef)
         const earlier = yield* store.listRunsBetween(run.threadId, 0, run.seq)
-        yield* delivery.createHandoff(run.threadId, "replacement", started.providerThread, earlier)
+        // Read once: the handoff is made of them, and this turn start's plan selects from them (`known`).
+        const history = earlier.length === 0 ? [] : yield* store.listItemsOfRuns(earlier.map((r) => r.id))
+        yield* delivery.createHandoff(run.threadId, "replacement", started.providerThread, earlier, history)
         const synced: ProviderThread = { ...started.providerThread, syncedRunSeq: run.seq - 1, updatedAt: now }
         yield* store.updateProviderThread(synced)
-        return { native: started.native, providerThread: synced }
+        return { native: started.native, providerThread: synced, history }
       })
 
       /**
@@ -362,8 +364,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
         let native: NativeThread
+        /** Items this unit of work already read (a replacement's history): the plan does not read them again. */
+        let known: ReadonlyArray<Item> = []
         if (current !== null && replaceReason !== null && freshRef !== null) {
-          ;({ native, providerThread } = yield* replaceNative(run, providerThread, current, freshRef, replaceReason))
+          ;({ native, providerThread, history: known } = yield* replaceNative(run, providerThread, current, freshRef, replaceReason))
         } else if (current === null && freshRef !== null) {
           ;({ native, providerThread } = yield* recordNative(providerThread, null, freshRef))
         } else {
@@ -488,7 +492,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               `(window ${budget.window}, used ${budget.used}, request ${budget.request}, reserve ${budget.reserve})`
           )
         }
-        const plan = yield* delivery.plan(run.threadId, owed, budget.budget, ratio)
+        const plan = yield* delivery.plan(run.threadId, owed, budget.budget, ratio, known)
         if (plan.selection.selected.length === 0) return yield* deferAll(`no tool unit fits the budget ${budget.budget}`)
 
         const shown = new Set<string>([...plan.selection.selected.map((i) => i.id), ...plan.selection.stubbedItemIds])

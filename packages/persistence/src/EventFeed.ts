@@ -205,6 +205,21 @@ interface GlobalPage {
   readonly pending: boolean
 }
 
+/**
+ * Two wake-ups of one tailer as one (`waiting` first; `null` when none was waiting): their events concatenated in
+ * commit order, and a read of the log if either asked for one. Past `maxEvents` events the events are dropped for a
+ * read of the log (which returns them too), so a tailer held up elsewhere keeps at most `maxEvents` in memory.
+ */
+export const mergeWakeups = <W extends { readonly events: ReadonlyArray<unknown>; readonly read: boolean }>(
+  waiting: W | null,
+  next: W,
+  maxEvents: number
+): { readonly events: W["events"]; readonly read: boolean } => {
+  if (waiting === null) return next
+  const events = [...waiting.events, ...next.events]
+  return events.length > maxEvents ? { events: [], read: true } : { events, read: waiting.read || next.read }
+}
+
 export class EventFeed extends Effect.Service<EventFeed>()("@baton/persistence/EventFeed", {
   scoped: Effect.suspend(() => make({}))
 }) {}
@@ -313,31 +328,44 @@ export const make = (options: EventFeedOptions) =>
     // ---- wake-ups
 
     /**
-     * The wake-up signal of each live tailer: a sliding queue of one, so wake-ups coalesce. A wake-up is `null` ("read
-     * the log") or, from this process's commits, the thread's committed events themselves: a thread tailer whose
-     * cursor they continue (the first one's `seq` is the cursor + 1) publishes them without reading the log (the
-     * commit's events, in order, as written); any gap (a coalesced wake-up, another process's commit) reads the log.
-     * On SQLite the read waits for the one connection, which the writers of a running turn keep busy: found by the
-     * dashboard's live-latency bench (commit to page 25-75 ms at the median on a quiet machine).
+     * The wake-up signal of each live tailer: a queue of one whose wake-ups merge (`mergeWakeups`), so a tailer busy
+     * elsewhere finds one wake-up however many arrived. A wake-up carries, from this process's commits, the thread's
+     * committed events themselves (`events`, in commit order), and whether the log must be read (`read`: a poll,
+     * another process's commit, LISTEN). A thread tailer whose cursor the events continue (the first one's `seq` is
+     * the cursor + 1, each the next) publishes them without reading the log; any gap reads the log. On SQLite the read
+     * waits for the one connection, which the writers of a running turn keep busy: found by the dashboard's
+     * live-latency bench (commit to page 25-75 ms at the median on a quiet machine). Wake-ups used to replace each
+     * other: two commits before the tailer ran (the run's `run.queued`, then its prompt's `items.appended`) left only
+     * the second, which did not continue the cursor, so the tailer read the log behind the turn start's transaction
+     * (0.4-0.5 s on a 10,000-item thread after a restart).
      */
-    type Wakeup = ReadonlyArray<ThreadEvent> | null
+    interface Wakeup {
+      readonly events: ReadonlyArray<ThreadEvent>
+      readonly read: boolean
+    }
+    const readLog: Wakeup = { events: [], read: true }
     const threadSignals = new Map<string, Queue.Queue<Wakeup>>()
     const globalSignals = new Set<Queue.Queue<Wakeup>>()
+
+    /** Adds `next` to the signal's waiting wake-up, if any (never more than `pageSize` events: past that, a read). */
+    const signalWith = (signal: Queue.Queue<Wakeup>, next: Wakeup) =>
+      Effect.flatMap(Queue.poll(signal), (waiting) => Queue.offer(signal, mergeWakeups(Option.getOrNull(waiting), next, pageSize)))
 
     const wake = (threadIds: Iterable<string>, committed?: ReadonlyMap<string, ReadonlyArray<ThreadEvent>>) =>
       Effect.gen(function*() {
         for (const threadId of [...threadIds]) {
           const signal = threadSignals.get(threadId)
-          if (signal !== undefined) yield* Queue.offer(signal, committed?.get(threadId) ?? null)
+          const events = committed?.get(threadId)
+          if (signal !== undefined) yield* signalWith(signal, events === undefined ? readLog : { events, read: false })
         }
-        for (const signal of [...globalSignals]) yield* Queue.offer(signal, null)
+        for (const signal of [...globalSignals]) yield* signalWith(signal, readLog)
       })
     const wakeAll = Effect.suspend(() => wake(threadSignals.keys()))
 
     /** Registers a tailer's signal for the tailer's lifetime (only its own entry is removed at the end). */
     const registerSignal = (threadId: string | null) =>
       Effect.acquireRelease(
-        Effect.tap(Queue.sliding<Wakeup>(1), (signal) =>
+        Effect.tap(Queue.bounded<Wakeup>(1), (signal) =>
           Effect.sync(() => threadId === null ? globalSignals.add(signal) : threadSignals.set(threadId, signal))),
         (signal) =>
           Effect.sync(() => {
@@ -457,11 +485,11 @@ export const make = (options: EventFeedOptions) =>
           const wakeup = millis === null
             ? yield* Queue.take(signal)
             : Option.getOrNull(yield* Effect.timeoutOption(Queue.take(signal), Duration.millis(millis)))
-          const direct = wakeup === null || wakeup.length === 0 ? null : continues(wakeup, yield* Ref.get(cursor))
+          const direct = wakeup === null || wakeup.events.length === 0 ? null : continues(wakeup.events, yield* Ref.get(cursor))
           if (direct !== null) {
             yield* Ref.set(cursor, direct.at(-1)!.position)
             yield* publish(direct)
-            return
+            if (!wakeup!.read) return
           }
           const pending = yield* drain.pipe(
             Effect.catchAll((error) =>

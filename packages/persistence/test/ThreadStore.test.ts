@@ -2,7 +2,7 @@ import type { CommandId, Item, ItemId, NativeThreadId, ProviderInstance, Provide
 import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { DateTime, Effect, Layer, Option } from "effect"
+import { DateTime, Effect, Layer, Option, Scheduler } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -255,6 +255,71 @@ describe("ThreadStore on a SQLite file", () => {
       expect(yield* read("run_8")).toEqual(run("run_8", 2, "interrupted"))
       expect(yield* store.updateRunIfRunning("run_9" as RunId, "completed", later)).toBe(false)
     }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.live("long reads (a thread's runs by page, items by chunks of ids) yield to the event loop between statements, and return every row in order", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      yield* store.insertThread(thread("thr_y", now))
+      yield* store.insertProviderThread({
+        id: "pth_y" as ProviderThreadId,
+        threadId: "thr_y" as ThreadId,
+        providerInstance: "claude" as ProviderInstance,
+        model: "m",
+        contextWindow: null,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      })
+      for (let seq = 1; seq <= 2_500; seq++) {
+        yield* store.insertRun({
+          id: `run_y${seq}` as RunId,
+          threadId: "thr_y" as ThreadId,
+          seq,
+          providerThreadId: "pth_y" as ProviderThreadId,
+          status: "completed",
+          prompt: "p",
+          stopPoint: null,
+          failureReason: null,
+          failureCode: null,
+          nativeThreadId: null,
+          createdAt: now,
+          updatedAt: now
+        })
+      }
+      yield* store.insertItems(Array.from({ length: 1_500 }, (_, i) => item("thr_y" as ThreadId, i + 1, now, { runId: `run_y${i + 1}` as RunId })))
+      // Turns of the event loop while a read runs: with SQLite every statement is synchronous, so without the yields
+      // between statements a read took none (live event streams waited for it to end).
+      let turns = 0
+      let ticking = true
+      const tick = () => {
+        turns++
+        if (ticking) setImmediate(tick)
+      }
+      setImmediate(tick)
+      const during = <A, E, R>(read: Effect.Effect<A, E, R>) =>
+        Effect.gen(function*() {
+          const before = turns
+          const result = yield* read
+          return { result, turns: turns - before }
+        })
+      const runs = yield* during(store.listRunsBetween("thr_y" as ThreadId, 10, 2_400))
+      expect(runs.result.map((r) => r.seq)).toEqual(Array.from({ length: 2_389 }, (_, i) => i + 11))
+      expect(runs.turns).toBeGreaterThanOrEqual(2)
+      const ids = Array.from({ length: 1_500 }, (_, i) => `itm_${i + 1}` as ItemId)
+      const items = yield* during(store.getItems(ids))
+      expect(items.result.map((i) => i.id)).toEqual(ids)
+      expect(items.turns).toBeGreaterThanOrEqual(2)
+      const ofRuns = yield* during(store.listItemsOfRuns(Array.from({ length: 1_500 }, (_, i) => `run_y${i + 1}` as RunId)))
+      expect(ofRuns.result.map((i) => i.seq)).toEqual(Array.from({ length: 1_500 }, (_, i) => i + 1))
+      expect(ofRuns.turns).toBeGreaterThanOrEqual(2)
+      ticking = false
+    }).pipe(
+      // The CLI's scheduler (every yield resumes from `setImmediate`, see apps/cli CliRuntime).
+      Effect.withScheduler(Scheduler.makeBatched((runBatch) => setImmediate(runBatch))),
+      Effect.provide(layerAt(":memory:"))
+    ))
 
   it.effect("activeProviderThreadOn names the thread's active provider thread only when it is the one on the instance", () =>
     Effect.gen(function*() {
