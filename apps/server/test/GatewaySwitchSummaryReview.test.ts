@@ -1,0 +1,128 @@
+/**
+ * Review r17 of the switch fit's third step (a summary before the deferral pointer; issue 14 item 4, docs/gateway.md
+ * "Routing and switching"): the fit uses only `/offload` summaries whose covered items are all the current
+ * conversation's. After the agent rewinds (Claude Code's Esc Esc: an earlier prompt edited, the rest of the
+ * conversation dropped; the gateway records a divergence on the same thread), a switched request must not carry the
+ * summary the gateway wrote of the dropped branch (it stands for items that are no longer the conversation's), nor
+ * claim (the summary's cut, the pointer's refs) items of that branch; the summary stays in the thread. A re-render
+ * (Claude Code's other rendering of the same conversation, not a divergence) keeps the summary valid. Over real HTTP on
+ * loopback (an Anthropic upstream for `claude-*`, a Chat Completions one with a 32,000-token window for `gpt-*`), on
+ * SQLite.
+ */
+import type { Item } from "@baton/contracts"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { client, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import {
+  allItems,
+  assembled,
+  base,
+  type ChatOut,
+  counter,
+  eventsOf,
+  eventually,
+  firstTwo,
+  type Message,
+  messages,
+  textOf,
+  theThread,
+  usage,
+  window,
+  withGateway,
+  words
+} from "./support/SwitchSummary.js"
+
+/** The seqs a pointer's or a summary's refs name (`#a`, `#a-#b`, comma-separated). */
+const seqsOfRefs = (refs: string): ReadonlyArray<readonly [number, number]> =>
+  refs.split(",").map((r) => {
+    const [a, b] = r.trim().split("-").map((s) => Number(s.replace("#", "")))
+    return [a!, b ?? a!] as const
+  })
+
+/**
+ * What a switched request that left messages out must hold after the rewind: the prompt unchanged and last, under the
+ * window, the pointer; nothing of the dropped branch (neither the summary's text, nor its archive, nor the dropped
+ * messages' text); no summary whose cut reaches a dropped item, no pointer ref naming one.
+ */
+const checkSent = (
+  sent: string,
+  prompt: Message,
+  summary: { readonly text: string; readonly offloadId: string },
+  dropped: { readonly seqs: ReadonlyArray<number>; readonly messages: ReadonlyArray<Message> }
+) => {
+  const out = JSON.parse(sent) as ChatOut
+  expect(out.messages.at(-1)).toEqual({ role: "user", content: typeof prompt.content === "string" ? prompt.content : textOf(prompt) })
+  expect(counter.count(sent) + out.max_tokens).toBeLessThanOrEqual(window)
+  const deferred = out.messages[1]!.content!
+  expect(deferred).toMatch(/<deferred_history thread=/)
+  // The old branch's summary: neither its text nor its originals' archive (booleans: the body is 100,000 characters).
+  const text = out.messages.map((m) => m.content ?? "").join("\n")
+  expect(text.includes(summary.text.trim().slice(0, 200)), "the old branch's summary is sent").toBe(false)
+  expect(text.includes(`archive:${summary.offloadId}`), "the old branch's archive is named").toBe(false)
+  // The dropped messages' own text (the digest quotes them).
+  for (const m of dropped.messages) expect(text.includes(textOf(m).slice(0, 40)), `a dropped message is sent: ${textOf(m).slice(0, 40)}`).toBe(false)
+  // No claim on a dropped item: a summary's cut is below the first, the pointer's refs name none.
+  const firstDropped = Math.min(...dropped.seqs)
+  for (const cut of [...deferred.matchAll(/A summary of this conversation up to item #(\d+)/g)]) expect(Number(cut[1])).toBeLessThan(firstDropped)
+  const refs = (JSON.parse(/<deferred_history[^]*thread_read (\{.*\})/.exec(deferred)![1]!) as { refs: string }).refs
+  for (const [a, b] of seqsOfRefs(refs)) expect(dropped.seqs.filter((s) => s >= a && s <= b)).toEqual([])
+}
+
+describe("Gateway, a switched fit's summary after the agent rewound (review r17)", () => {
+  it.live("a summary of the branch the agent rewound away is not sent with the new branch, nor any claim on its items; none is written over it", () =>
+    withGateway("SQLite", (anthropic, chat) =>
+      Effect.gen(function*() {
+        const { history } = yield* firstTwo(anthropic, chat)
+        const threadId = yield* theThread
+        const offloaded = yield* eventually(threadId, ["thread.offloaded", "thread.offload_failed"])
+        expect(offloaded.type).toBe("thread.offloaded")
+        const { cutSeq, offloadId, summaryItemId } = offloaded.payload as { cutSeq: number; offloadId: string; summaryItemId: string }
+        const before = yield* allItems(threadId)
+        const summaryItem = before.find((i) => i.id === summaryItemId)!
+        // The summary stands for the items through the cut: the start and more of the old branch than the rewind keeps.
+        const kept = history.slice(0, 3)
+        const lastKept = Math.max(...before.filter((i) => kept.some((m) => textOf(m) === i.text)).map((i) => i.seq))
+        expect(cutSeq).toBeGreaterThan(lastKept)
+        // Every item of the old conversation after the kept start is dropped by the rewind (the summary stays).
+        const dropped = {
+          seqs: before.filter((i) => i.seq > lastKept && i.kind !== "summary").map((i) => i.seq),
+          messages: history.slice(3)
+        }
+
+        // The rewind: the first three messages kept, a new long branch from there (more than the window), switched.
+        const branch: Array<Message> = []
+        for (let i = 0; i < 15; i++) {
+          branch.push({ role: "assistant", content: [{ type: "text", text: `new answer ${i} ${words(700 + i, 600)}` }] })
+          branch.push({ role: "user", content: [{ type: "text", text: `new question ${i} ${words(800 + i, 600)}` }] })
+        }
+        const prompt3: Message = { role: "user", content: "go on" }
+        chat.enqueue(ModelApi.answer("openai-chat", "On the new branch.", usage))
+        const body3 = { ...base, model: "gpt-5", messages: [...kept, ...branch, { role: "assistant", content: [{ type: "text", text: "ok" }] }, prompt3] }
+        const third = yield* raw(messages(body3))
+        expect(third.status).toBe(200)
+        expect((yield* eventsOf(threadId)).filter((e) => e.type === "gateway.diverged")).toHaveLength(1)
+        checkSent(chat.requests.at(-1)!.body, prompt3, { text: summaryItem.text, offloadId }, dropped)
+
+        // The agent goes on on the new branch: the next switched request leaves messages out again; still nothing of
+        // the dropped branch (a summary written after the third request would have had to cover it).
+        yield* Effect.sleep("1 second")
+        const prompt4: Message = { role: "user", content: [{ type: "text", text: "and then?" }] }
+        chat.enqueue(ModelApi.answer("openai-chat", "Then this.", usage))
+        const body4 = { ...base, model: "gpt-5", messages: [...body3.messages, assembled(third.text), prompt4] }
+        const fourth = yield* raw(messages(body4))
+        expect(fourth.status).toBe(200)
+        checkSent(chat.requests.at(-1)!.body, prompt4, { text: summaryItem.text, offloadId }, dropped)
+
+        // Nothing is lost: the old branch's summary and every dropped original stay in the thread.
+        yield* Effect.sleep("1 second")
+        const after = yield* allItems(threadId)
+        expect(after.filter((i) => i.kind === "summary").map((i) => i.id)).toEqual([summaryItemId])
+        for (const s of dropped.seqs) expect(after.some((i: Item) => i.seq === s)).toBe(true)
+        const events = yield* eventsOf(threadId)
+        expect(events.filter((e) => e.type === "thread.offloaded")).toHaveLength(1)
+        const runs = (yield* (yield* client()).runs.list({ path: { threadId }, urlParams: {} })).runs
+        expect(runs.map((r) => r.status)).toEqual(["completed", "completed", "completed", "completed"])
+      })
+    ), { timeout: 120_000 })
+})
