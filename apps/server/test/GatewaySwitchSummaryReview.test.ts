@@ -10,6 +10,7 @@
  * SQLite.
  */
 import type { Item } from "@baton/contracts"
+import { ThreadRead } from "@baton/orchestration"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { client, raw } from "./helpers.js"
@@ -23,8 +24,10 @@ import {
   eventsOf,
   eventually,
   firstTwo,
+  longHistory,
   type Message,
   messages,
+  readAll,
   textOf,
   theThread,
   usage,
@@ -123,6 +126,73 @@ describe("Gateway, a switched fit's summary after the agent rewound (review r17)
         expect(events.filter((e) => e.type === "thread.offloaded")).toHaveLength(1)
         const runs = (yield* (yield* client()).runs.list({ path: { threadId }, urlParams: {} })).runs
         expect(runs.map((r) => r.status)).toEqual(["completed", "completed", "completed", "completed"])
+      })
+    ), { timeout: 120_000 })
+
+  it.live("a re-render (Claude Code's rendering for another model: reminders as system messages) is the same conversation: the summary written after it is sent, its left-out originals named", () =>
+    withGateway("SQLite", (anthropic, chat) =>
+      Effect.gen(function*() {
+        const reader = yield* ThreadRead.ThreadRead
+        const reminder = (text: string) => ({ type: "text", text: `<system-reminder>\n${text}\n</system-reminder>` })
+        const environment = "# Environment\ncwd: /tmp/x"
+        // The same long conversation in Claude Code's two renderings: for a Claude model, the environment a reminder
+        // block of the first user message and each tool output ending with a reminder; for another model, those as
+        // system messages of their own.
+        // The tool rounds first, so that the summary's cut and the pointer reach past tool outputs that were stored
+        // in the Claude rendering (their text ending with a reminder) and go out in the other one.
+        const long = longHistory()
+        const history = [long[0]!, ...long.slice(21, 41), ...long.slice(1, 21), long[41]!]
+        const claude: Array<Message> = []
+        const other: Array<Message> = []
+        history.forEach((m, i) => {
+          const block = Array.isArray(m.content) ? (m.content as ReadonlyArray<{ type: string; tool_use_id?: string; content?: string }>)[0]! : null
+          if (i === 0) {
+            claude.push({ role: "user", content: [reminder(environment), { type: "text", text: textOf(m) }] })
+            other.push({ role: "user", content: [{ type: "text", text: textOf(m) }] }, { role: "system", content: environment })
+          } else if (block?.type === "tool_result") {
+            claude.push({ role: "user", content: [{ ...block, content: `${block.content!}\n\n${reminder(`<total_tokens>${900_000 - i} tokens left</total_tokens>`).text}` }] })
+            other.push(m, { role: "system", content: `<total_tokens>${800_000 - i} tokens left</total_tokens>` })
+          } else {
+            claude.push(m)
+            other.push(m)
+          }
+        })
+        const prompt1: Message = { role: "user", content: "summarise the outputs" }
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Noted.", usage))
+        const first = yield* raw(messages({ ...base, model: "claude-sonnet-4-5", messages: [...claude, prompt1] }))
+        expect(first.status).toBe(200)
+        chat.enqueue(ModelApi.answer("openai-chat", "Checking.", usage))
+        const body2 = { ...base, model: "gpt-5", messages: [...other, prompt1, assembled(first.text), { role: "user", content: [{ type: "text", text: "now, on the other model: what did part0 say?" }] }, { role: "system", content: "You are powered by the model gpt-5." }] }
+        const second = yield* raw(messages(body2))
+        expect(second.status).toBe(200)
+        const threadId = yield* theThread
+        const events = yield* eventsOf(threadId)
+        expect(events.filter((e) => e.type === "gateway.rerendered")).toHaveLength(1)
+        expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+        const offloaded = yield* eventually(threadId, ["thread.offloaded", "thread.offload_failed"])
+        expect(offloaded.type).toBe("thread.offloaded")
+        const { cutSeq, offloadId, summaryItemId } = offloaded.payload as { cutSeq: number; offloadId: string; summaryItemId: string }
+        const summaryItem = (yield* allItems(threadId)).find((i) => i.id === summaryItemId)!
+
+        // The next switched request (extending the re-rendered one): the summary before the pointer.
+        chat.enqueue(ModelApi.answer("openai-chat", "part0 said hello.", usage))
+        const body3 = { ...base, model: "gpt-5", messages: [...body2.messages, assembled(second.text), { role: "user", content: [{ type: "text", text: "and part1?" }] }] }
+        const third = yield* raw(messages(body3))
+        expect(third.status).toBe(200)
+        const sent = chat.requests.at(-1)!.body
+        const out = JSON.parse(sent) as ChatOut
+        expect(counter.count(sent) + out.max_tokens).toBeLessThanOrEqual(window)
+        expect(out.messages.at(-1)).toEqual({ role: "user", content: "and part1?" })
+        const deferred = out.messages[1]!.content!
+        expect(deferred).toMatch(new RegExp(`^<conversation_summary thread="${threadId}">\\nA summary of this conversation up to item #${cutSeq} `))
+        expect(deferred.includes(summaryItem.text.trim()), "the summary's text is sent").toBe(true)
+        expect(deferred).toContain(`thread_read {"refs":"archive:${offloadId}"}`)
+        // The pointer names every left-out message's items, the tool outputs stored in the other rendering included.
+        const refs = (JSON.parse(/<deferred_history[^]*thread_read (\{.*\})/.exec(deferred)![1]!) as { refs: string }).refs
+        const readBack = yield* readAll(reader, threadId, refs)
+        const keptFrom = history.findIndex((m) => out.messages.some((o) => o.content === textOf(m)))
+        expect(keptFrom).toBeGreaterThan(21)
+        for (const m of history.slice(0, keptFrom)) expect(readBack.includes(textOf(m)), `not named by the pointer: ${textOf(m).slice(0, 20)}`).toBe(true)
       })
     ), { timeout: 120_000 })
 })
