@@ -5,14 +5,16 @@
  * conversation dropped; the gateway records a divergence on the same thread), a switched request must not carry the
  * summary the gateway wrote of the dropped branch (it stands for items that are no longer the conversation's), nor
  * claim (the summary's cut, the pointer's refs) items of that branch; the summary stays in the thread. A re-render
- * (Claude Code's other rendering of the same conversation, not a divergence) keeps the summary valid. Over real HTTP on
- * loopback (an Anthropic upstream for `claude-*`, a Chat Completions one with a 32,000-token window for `gpt-*`), on
- * SQLite.
+ * (Claude Code's other rendering of the same conversation, not a divergence) keeps the summary valid. The rule on its
+ * own (`GatewaySwitched.firstForeignSeq`: which of the thread's items are not the current conversation's), and over
+ * real HTTP on loopback (an Anthropic upstream for `claude-*`, a Chat Completions one with a 32,000-token window for
+ * `gpt-*`), on SQLite.
  */
 import type { Item } from "@baton/contracts"
-import { ThreadRead } from "@baton/orchestration"
+import { GatewayThreads, ThreadRead } from "@baton/orchestration"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { DateTime, Effect } from "effect"
+import * as GatewaySwitched from "../src/GatewaySwitched.js"
 import { client, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import {
@@ -71,6 +73,60 @@ const checkSent = (
   const refs = (JSON.parse(/<deferred_history[^]*thread_read (\{.*\})/.exec(deferred)![1]!) as { refs: string }).refs
   for (const [a, b] of seqsOfRefs(refs)) expect(dropped.seqs.filter((s) => s >= a && s <= b)).toEqual([])
 }
+
+describe("GatewaySwitched.firstForeignSeq (review r17)", () => {
+  /** The thread's items of `stored` (each message's, as the gateway records them, seqs from 1), and a summary item. */
+  const thread = (stored: ReadonlyArray<Message>): ReadonlyArray<Item> => {
+    const names = GatewayThreads.toolNamesOf(stored)
+    const items = stored.flatMap((m, i) => GatewayThreads.itemsOf(m, `${m.role}@1.${i}`, names)).map((n, i): Item => ({
+      ...n,
+      id: `itm_${i + 1}` as Item["id"],
+      threadId: "thr_1" as Item["threadId"],
+      runId: null,
+      seq: i + 1,
+      toolCallId: n.toolCallId as Item["toolCallId"],
+      tokens: 1 as Item["tokens"],
+      createdAt: DateTime.unsafeMake(0)
+    }))
+    return [...items, { ...items[0]!, id: "itm_s" as Item["id"], kind: "summary", text: "a summary", seq: items.length + 1, messageId: null }]
+  }
+  const reminder = (text: string) => ({ type: "text", text: `<system-reminder>\n${text}\n</system-reminder>` })
+  // Stored in Claude Code's rendering for a Claude model: reminders in the user messages, thinking in the answer.
+  const stored: ReadonlyArray<Message> = [
+    { role: "user", content: [reminder("# Environment"), { type: "text", text: "count the files" }] },
+    { role: "assistant", content: [{ type: "thinking", thinking: "I should run ls.", signature: "c2ln" }, { type: "redacted_thinking", data: "xx" }, { type: "text", text: "Counting." }, { type: "tool_use", id: "toolu_1", name: "Bash", input: { command: "ls | wc -l" } }] },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "12\n\n<system-reminder>\n<total_tokens>900 tokens left</total_tokens>\n</system-reminder>" }] },
+    { role: "assistant", content: [{ type: "text", text: "There are 12." }] },
+    { role: "system", content: "You are powered by the model gpt-5." },
+    { role: "user", content: [{ type: "text", text: "and the directories?" }] },
+    { role: "assistant", content: [{ type: "text", text: "Three." }] }
+  ]
+  const items = thread(stored)
+  const foreign = (request: ReadonlyArray<Message>) => GatewaySwitched.firstForeignSeq(items, GatewaySwitched.messageSeqs(items, request))
+
+  it("the stored conversation, re-rendered for another model (no thinking, reminders as system messages), has no foreign item", () => {
+    expect(foreign(stored)).toBe(Infinity)
+    expect(foreign([
+      { role: "user", content: [{ type: "text", text: "count the files" }] },
+      { role: "system", content: "# Environment" },
+      { role: "assistant", content: [{ type: "text", text: "Counting." }, { type: "tool_use", id: "toolu_1", name: "Bash", input: { command: "ls | wc -l" } }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "12" }] },
+      { role: "system", content: "<total_tokens>800 tokens left</total_tokens>" },
+      { role: "assistant", content: [{ type: "text", text: "There are 12." }] },
+      { role: "user", content: [{ type: "text", text: "and the directories?" }] },
+      { role: "assistant", content: [{ type: "text", text: "Three." }] },
+      { role: "user", content: [{ type: "text", text: "thanks" }] }
+    ])).toBe(Infinity)
+  })
+
+  it("a rewind (the first answer's round kept, the rest dropped) or a changed tool output: the first item the request does not hold", () => {
+    const seqOf = (text: string) => items.find((i) => i.text === text)!.seq
+    expect(foreign([...stored.slice(0, 3), { role: "user", content: [{ type: "text", text: "no, the hidden ones too" }] }])).toBe(seqOf("There are 12."))
+    expect(foreign([stored[0]!, stored[1]!, { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "13" }] }, ...stored.slice(3)])).toBe(seqOf("12\n\n<system-reminder>\n<total_tokens>900 tokens left</total_tokens>\n</system-reminder>"))
+    // The agent's compaction: a new start, nothing of the stored conversation.
+    expect(foreign([{ role: "user", content: [{ type: "text", text: "Summary: 12 files, 3 directories." }] }])).toBe(seqOf("count the files"))
+  })
+})
 
 describe("Gateway, a switched fit's summary after the agent rewound (review r17)", () => {
   it.live("a summary of the branch the agent rewound away is not sent with the new branch, nor any claim on its items; none is written over it", () =>
