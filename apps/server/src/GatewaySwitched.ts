@@ -16,10 +16,12 @@
  * Anthropic's "prompt is too long" 400 (its compaction runs) and the run fails `overflow`.
  *
  * The fit's third step: when it leaves messages out, the thread's `/offload` summaries are offered to it
- * (`summaryBlock`, `coveredBy`); none is written on the request path. After the answer is recorded, when the history
- * left out holds at least `summariseFromTokens` no summary covers, the thread is offloaded through the newest item
- * left out (`ThreadOffload`, in the gateway's scope, its commit letting the agent's appends through), for the next
- * switched request.
+ * (`summaryBlock`, `coveredBy`); none is written on the request path. Only summaries whose covered items are all the
+ * current conversation's (`firstForeignSeq`): after the agent rewound, edited or compacted its history, one standing
+ * for a dropped branch's items is ignored (it stays in the thread). After the answer is recorded, when the history
+ * left out holds at least `summariseFromTokens` no summary covers, and no dropped item lies at or before the newest
+ * item left out, the thread is offloaded through that item (`ThreadOffload`, in the gateway's scope, its commit
+ * letting the agent's appends through), for the next switched request.
  */
 import type { Item, Offload, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Render } from "@baton/context"
@@ -60,9 +62,33 @@ const maxReadHops = 8
 /** Anthropic's error answer. */
 const errorAnswer = (status: number, body: unknown) => HttpServerResponse.unsafeJson(body, { status })
 
-/** The item fields a left-out message's items are matched on in the thread. */
+/**
+ * An item's text as the conversation's content: a tool result's without the `<system-reminder>` elements that end it
+ * (Claude Code appends them in one rendering of its history and sends them as `system` messages in the other; the
+ * re-render rule, `GatewayThreads.conversationContent`, leaves them out too).
+ */
+const contentText = (item: { readonly kind: string; readonly text: string }) =>
+  item.kind === "tool_result" ? GatewayThreads.withoutTrailingReminders(item.text) : item.text
+
+/**
+ * The item fields a message's items are matched on in the thread: kind, tool call id and text (a tool result's text
+ * as the conversation's content, so a request in Claude Code's other rendering finds the items it stored).
+ */
 const sameItem = (a: { readonly kind: string; readonly text: string; readonly toolCallId: string | null }, b: Item) =>
-  a.kind === b.kind && a.text === b.text && (a.toolCallId ?? null) === (b.toolCallId ?? null)
+  a.kind === b.kind && (a.toolCallId ?? null) === (b.toolCallId ?? null) && (a.text === b.text || contentText(a) === contentText(b))
+
+/**
+ * Whether a thread item is the agent's context rather than the conversation's content, as the re-render rule has it
+ * (`GatewayThreads.conversationContent`): thinking (`reasoning`, and redacted thinking's `[redacted_thinking]` item),
+ * an item of a `system` message (its message id `system@…`), a user text that is only `<system-reminder>` elements.
+ * A request may not carry these as they were stored (Claude Code leaves earlier thinking out, moves its reminders),
+ * and they are the same conversation all the same.
+ */
+const isContext = (item: Item) =>
+  item.kind === "reasoning" ||
+  (item.kind === "assistant_message" && item.text === "[redacted_thinking]") ||
+  (item.messageId ?? "").startsWith("system@") ||
+  (item.kind === "user_message" && GatewayThreads.isReminderText(item.text))
 
 /**
  * The thread items of each of the agent's messages, found among the thread's `items` in order (the conversation's
@@ -106,6 +132,20 @@ export const coveredBy = (seqs: ReadonlyArray<ReadonlyArray<number | null>>, cut
     if (m.some((s) => s !== null && s <= cutSeq)) n = i + 1
   })
   return n
+}
+
+/**
+ * The seq of the thread's first item that is not the current conversation's (`Infinity`: none): the first of its
+ * `items` (the thread's, in seq order) that is neither found among the request's messages (`seqs`: `messageSeqs`),
+ * nor the agent's context (`isContext`), nor one of Baton's summaries. Such an item belongs to a branch the agent
+ * dropped (it rewound, edited or compacted its history: a divergence, docs/gateway.md), and stays in the thread.
+ * An `/offload` summary stands for every item through its cut (the chain's, summaries aside: `ThreadOffload`), so
+ * the fit may use one only when its cut is below this seq (review r17: the summary of a rewound-away branch was sent
+ * with the new one), and the gateway asks for one only through an item below it.
+ */
+export const firstForeignSeq = (items: ReadonlyArray<Item>, seqs: ReadonlyArray<ReadonlyArray<number | null>>): number => {
+  const current = new Set(seqs.flat())
+  return items.find((i) => i.kind !== "summary" && !current.has(i.seq) && !isContext(i))?.seq ?? Infinity
 }
 
 /**
@@ -177,17 +217,20 @@ export const serve = (input: Input) =>
       const offloads: ReadonlyArray<Offload> = yield* Effect.orElseSucceed(input.store.listOffloads(threadId as ThreadId), () => [])
       const seqs = messageSeqs(items, history.messages)
       const byId = new Map(items.map((i) => [i.id as string, i]))
+      // Only summaries whose items are all the current conversation's: one of a dropped branch is ignored (not deleted).
+      const foreign = firstForeignSeq(items, seqs)
       // The chain's summaries, newest first: each stands for the messages whose items are all at or before its cut.
       const summaries = [...offloads].reverse().flatMap((o) => {
         const item = byId.get(o.summaryItemId)
-        return item === undefined ? [] : [{ covers: coveredBy(seqs, o.cutSeq), text: summaryBlock(threadId, o, item) }]
+        return item === undefined || o.cutSeq >= foreign ? [] : [{ covers: coveredBy(seqs, o.cutSeq), text: summaryBlock(threadId, o, item) }]
       })
       fitted = fitWith(pointerFor(threadId, seqs), summaries)
       if (fitted._tag === "fits") {
         const last = Math.max(0, ...seqs.slice(0, fitted.fit.leftOut).flat().filter((x): x is number => x !== null))
         const cut = offloads.at(-1)?.cutSeq ?? 0
         const uncovered = items.reduce((n, i) => i.seq > cut && i.seq <= last && i.kind !== "summary" ? n + i.tokens : n, 0)
-        if (last > cut && uncovered >= summariseFromTokens(window)) summariseThrough = last
+        // A summary through `last` would stand for a dropped item too (the chain covers every item before its cut): none.
+        if (last > cut && last < foreign && uncovered >= summariseFromTokens(window)) summariseThrough = last
       }
     }
     /**
