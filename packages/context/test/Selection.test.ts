@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { FastCheck as fc } from "effect"
+import { Effect, FastCheck as fc, Scheduler } from "effect"
 import * as Render from "../src/Render.js"
 import * as Selection from "../src/Selection.js"
 import * as ToolUnits from "../src/ToolUnits.js"
@@ -370,4 +370,30 @@ describe("Selection.select with stubs (handoffs represent every owed run)", () =
     if (s.rendered !== "") for (const item of history) if (omitted.has(item.id) && !stubbed.has(item.id)) expect(s.rendered).toMatch(/thread_read/)
     expect(selectStubs(history, budget)).toEqual(s)
   })
+})
+
+describe("Selection.selectYielding", () => {
+  it.prop("gives what select gives, with and without stubs", [withBudget, fc.boolean()], ([[history, budget], stubs]) => {
+    const input = { items: history, budget, threadId, counter, stubs }
+    expect(Effect.runSync(Selection.selectYielding(input))).toEqual(Selection.select(input))
+  })
+
+  it.live("lets the event loop turn between its steps (renders, exact counts) on a long history", () =>
+    Effect.gen(function*() {
+      const history = toolRuns(100)
+      const input = { items: history, budget: 30_000, threadId, counter, stubs: true }
+      let turns = 0
+      let ticking = true
+      const tick = () => {
+        turns++
+        if (ticking) setImmediate(tick)
+      }
+      setImmediate(tick)
+      const selection = yield* Selection.selectYielding(input)
+      ticking = false
+      expect(selection).toEqual(Selection.select(input))
+      expect(selection.stubbedItemIds.length).toBeGreaterThan(0)
+      // At least: after the stubs, and after a render and its count.
+      expect(turns).toBeGreaterThanOrEqual(3)
+    }).pipe(Effect.withScheduler(Scheduler.makeBatched((runBatch) => setImmediate(runBatch)))))
 })

@@ -297,9 +297,10 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           : [...have, ...read].sort((a, b) => position(a) - position(b))
         // Pinned items (the thread's tool-result offload control) are never stubs, and go first after the newest.
         const pinned = new Set<string>((yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [])
-        // The selection is synchronous (tens of ms for 10,000 items): the event loop turns first (see `inChunks`).
+        // The selection takes tens of ms for 10,000 items: the event loop turns before it and between its steps
+        // (`Selection.selectYielding`; the reads before it yield too, see ThreadStore's `inChunks`).
         yield* Effect.yieldNow()
-        const selection = Selection.select({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true, pinned })
+        const selection = yield* Selection.selectYielding({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true, pinned })
         return { owed, selection, items } satisfies DeliveryPlan
       })
 
