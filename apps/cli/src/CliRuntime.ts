@@ -12,8 +12,12 @@
  *   SQLite with the scripted provider is synchronous work chained by microtasks: Effect's default scheduler yields
  *   through microtasks and reaches a timer only after 2048 yields in a row (a count that restarts whenever the fiber
  *   awaits anything), so the loop never polled and SIGTERM was ignored until the replay ended. This runtime's
- *   scheduler runs every yield (each 2048 operations) from `setImmediate`, after the loop has polled. Measured on the
- *   demo replay: no slower, and a signal is acted on within about 200 ms.
+ *   scheduler (`timeSliced`) resumes fibers through microtasks while the loop has turned within the last
+ *   `sliceMillis` (10 ms), and from `setImmediate`, after the loop has polled, once that much work has gone by
+ *   without a turn. (It used to resume every yield from `setImmediate`: a signal was acted on, but a committed event
+ *   then took one turn of the loop per fiber on its way to an event stream's socket — the bus, the thread's tailer,
+ *   the subscriber's stream, the response — and a long turn start running beside it made each turn one of its steps:
+ *   0.1-0.2 s from commit to the dashboard, issue 13.)
  */
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Cause, Effect, Exit, Layer, Logger, Option, Scheduler } from "effect"
@@ -28,8 +32,34 @@ let received: StopSignal | null = null
 /** The signal that asked the process to stop, if one did. */
 export const receivedSignal: Effect.Effect<Option.Option<StopSignal>> = Effect.sync(() => Option.fromNullable(received))
 
-/** Every yield resumes from `setImmediate` (a macrotask without a timer's 1 ms minimum). */
-const scheduler = Scheduler.makeBatched((runBatch) => setImmediate(runBatch))
+/** How long fibers may run on microtasks without the event loop turning, in milliseconds. */
+export const sliceMillis = 10
+
+/**
+ * A scheduler that lets the event loop turn at least every `slice` ms of fiber work: a fiber's yield (every 2048
+ * operations, `Effect.yieldNow`, a wake-up by another fiber) resumes on a microtask while the last turn of the loop
+ * this scheduler saw (a drain it ran from `setImmediate`) is less than `slice` ms ago, and from `setImmediate` (a
+ * macrotask without a timer's 1 ms minimum) otherwise, or after 2048 microtask drains in a row as Effect's default
+ * scheduler does. So a chain of fibers handing work to each other (a committed event on its way to a socket) runs at
+ * once, and a long stretch of work still lets I/O, timers and signals in. A synchronous step longer than the slice
+ * (one statement, one decode) is not cut: the turn comes at its end.
+ */
+export const timeSliced = (slice: number = sliceMillis): Scheduler.Scheduler => {
+  let lastTurn = -Infinity
+  const runner = Scheduler.SchedulerRunner.cached((depth, drain) => {
+    if (depth >= 2048 || performance.now() - lastTurn >= slice) {
+      setImmediate(() => {
+        lastTurn = performance.now()
+        drain(0)
+      })
+    } else {
+      queueMicrotask(() => drain(depth + 1))
+    }
+  })
+  return Scheduler.make((task, priority, fiber) => runner(fiber).scheduleTask(task, priority))
+}
+
+const scheduler = timeSliced()
 
 /**
  * The app's Layer: Node's platform services, a pretty logger writing to stderr (coloured when stderr is a terminal)

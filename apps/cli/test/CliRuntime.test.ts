@@ -5,12 +5,13 @@
 import { InvariantChecks } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Deferred, Effect, Fiber, Layer } from "effect"
 import { spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import * as CliRuntime from "../src/CliRuntime.js"
 import { batonArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
@@ -108,4 +109,50 @@ describe("baton as a process (CliRuntime)", () => {
         expect(runs.length).toBe(lines.length)
       }), 120_000)
   }
+})
+
+describe("CliRuntime.timeSliced (the runtime's scheduler)", () => {
+  /** Runs `self` under `timeSliced` from a fresh macrotask, as a request's handler starts from an I/O callback. */
+  const onScheduler = <A>(self: Effect.Effect<A>) =>
+    new Promise<A>((resolve) => setImmediate(() => resolve(Effect.runPromise(Effect.withScheduler(self, CliRuntime.timeSliced())))))
+
+  it("a chain of fibers handing a value on runs on microtasks: it ends before the event loop turns", async () => {
+    // A committed event's way to a socket: the bus, the tailer, the subscriber's stream, the response (one fiber each).
+    let turned = false
+    const result = await onScheduler(Effect.gen(function*() {
+      const hops = yield* Effect.forEach(Array.from({ length: 6 }), () => Deferred.make<number>())
+      const fibers = yield* Effect.forEach(hops.slice(1), (next, i) =>
+        Effect.fork(Effect.flatMap(Deferred.await(hops[i]!), (n) => Deferred.succeed(next, n + 1))))
+      setImmediate(() => void (turned = true))
+      yield* Deferred.succeed(hops[0]!, 0)
+      const last = yield* Deferred.await(hops[5]!)
+      yield* Effect.forEach(fibers, Fiber.join)
+      return { last, turnedBeforeTheEnd: turned }
+    }))
+    // Every yield from setImmediate (the runtime's scheduler before 2026-12-04) took a turn per hop: `turned` was true.
+    expect(result).toEqual({ last: 5, turnedBeforeTheEnd: false })
+  })
+
+  it("a long stretch of work lets the event loop turn: a timer and I/O run before it ends", async () => {
+    let turns = 0
+    let ticking = true
+    const tick = () => {
+      turns++
+      if (ticking) setImmediate(tick)
+    }
+    setImmediate(tick)
+    // 150 steps of about 1 ms of synchronous work, each followed by a yield (a read page, a decode, a render).
+    const seen = await onScheduler(Effect.gen(function*() {
+      const before = turns
+      for (let step = 0; step < 150; step++) {
+        const end = performance.now() + 1
+        while (performance.now() < end) { /* busy */ }
+        yield* Effect.yieldNow()
+      }
+      return turns - before
+    }))
+    ticking = false
+    // About one turn per 10 ms slice of work; Effect's default scheduler would give none (microtasks throughout).
+    expect(seen).toBeGreaterThanOrEqual(5)
+  })
 })
