@@ -33,7 +33,8 @@ import { Auth, Handlers, HttpGuard, Server, ServerConfig } from "@baton/server"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import autocannon from "autocannon"
-import { Console, Data, Effect, Layer, Schema, Stream } from "effect"
+import { timeSliced } from "../apps/cli/src/CliRuntime.js"
+import { Console, Data, Effect, Layer, Scheduler, Schema, Stream } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Http from "node:http"
@@ -316,20 +317,30 @@ const main = Effect.gen(function*() {
   for (const row of rows) yield* Console.log(row)
 })
 
+/**
+ * Both servers run on the scheduler `baton serve` runs on (`CliRuntime.timeSliced`). `SCHEDULER=default`: Effect's
+ * default scheduler instead (what this benchmark measured before 2026-12-04, while `baton serve` ran on the next one);
+ * `SCHEDULER=batched`: every yield from `setImmediate` (`baton serve`'s scheduler before 2026-12-04).
+ */
+const onProductionScheduler = <A, E>(self: Effect.Effect<A, E>) =>
+  process.env["SCHEDULER"] === "default"
+    ? self
+    : Effect.withScheduler(self, process.env["SCHEDULER"] === "batched" ? Scheduler.makeBatched((run) => setImmediate(run)) : timeSliced())
+
 const role = process.argv[2]
 if (role === "serve-bare") {
-  NodeRuntime.runMain(Layer.launch(bareLayer))
+  NodeRuntime.runMain(onProductionScheduler(Layer.launch(bareLayer)))
 } else if (role === "serve-baton") {
   const flag = process.argv[3]
   const value = process.argv[4]
-  NodeRuntime.runMain(Effect.gen(function*() {
+  NodeRuntime.runMain(onProductionScheduler(Effect.gen(function*() {
     const settings = yield* ServerConfig.resolve({
       host: "127.0.0.1",
       port: 0,
       ...(flag === "--database-url" ? { databaseUrl: value } : { db: value })
     })
     return yield* Layer.launch(batonLayer(settings))
-  }))
+  })))
 } else {
   NodeRuntime.runMain(main)
 }
