@@ -572,6 +572,37 @@ export interface Reply {
   readonly carriedTokens?: number | null | undefined
 }
 
+/** `complete`'s `expansion` as a list. */
+const expansionsOf = (expansion: Expansion | ReadonlyArray<Expansion> | undefined): ReadonlyArray<Expansion> =>
+  expansion === undefined ? [] : "fingerprint" in expansion ? [expansion] : expansion
+
+/** `baseline` (a request's prints) with `reply`'s messages after it: the baseline once the reply is recorded. */
+const replyBaseline = (wire: Wire, baseline: GatewayConversations.Baseline, reply: Reply): GatewayConversations.Baseline => {
+  const replied = reply.messages.map((r) => printOf(wire, r.message))
+  return {
+    prints: [...baseline.prints, ...replied.map((r) => r.print)],
+    content: baseline.content === null ? null : [...baseline.content, ...replied.map((r) => r.content ?? r.print)]
+  }
+}
+
+/**
+ * How a begun request's answer ended, as recorded: `completed` with its reply (and the hidden `thread_read` rounds'
+ * expansions, see `complete`), or `ended` without one (`failed`: the upstream refused or failed; `interrupted`: the
+ * agent hung up), `reason` the one-line reason for people and `code` the same for code.
+ */
+export type Outcome =
+  | {
+    readonly _tag: "completed"
+    readonly reply: Reply
+    readonly expansion?: Expansion | ReadonlyArray<Expansion> | undefined
+  }
+  | {
+    readonly _tag: "ended"
+    readonly status: "failed" | "interrupted"
+    readonly code: Run["failureCode"] & string
+    readonly reason: string
+  }
+
 export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orchestration/GatewayThreads", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
@@ -642,9 +673,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     /**
      * Records a request about to be forwarded: finds (or creates) its conversation's thread, stores the request's new
      * messages as items of a new `running` run (a divergence recorded as such), and makes the request the baseline.
-     * Fails with `PersistenceError` or `ConcurrentModification` (retried twice).
+     * With `outcome` (the answer was whole before the request's record began, as from an upstream that answers at
+     * once): the answer is recorded too, in the same unit of work (as `settle` records it; one transaction instead of
+     * two, the reply's prints written with the request's baseline), so the run is never seen `running`; a failure
+     * of either records neither. Fails with `PersistenceError` or `ConcurrentModification` (retried twice).
      */
-    const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest) {
+    const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest, outcome?: Outcome) {
       const wire = request.wire
       const key = conversationKey(request.session, request.system, request.messages, wire)
       // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
@@ -711,15 +745,19 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         const names = wire.toolNamesOf(request.messages)
         yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
+        // An answer recorded with the request (`outcome`), without hidden rounds: its reply joins the baseline here.
+        const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
+          ? replyBaseline(wire, { prints, content }, outcome.reply)
+          : null
         yield* conversations.update({
           ...conversation,
-          baseline: { prints, content },
+          baseline: joined ?? { prints, content },
           requests: conversation.requests + 1,
           divergences: generation,
           offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
           updatedAt: DateTime.formatIso(now)
         })
-        return {
+        const begun: Begun = {
           threadId,
           run,
           conversationKey: key,
@@ -733,7 +771,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           providerInstance: request.providerInstance,
           contextWindow: request.contextWindow,
           wire
-        } satisfies Begun
+        }
+        if (outcome !== undefined) yield* settleIn(begun, outcome, joined !== null)
+        return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
     })
 
@@ -743,18 +783,24 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * of hidden `thread_read` rounds; later requests send `messages` in place of the message of `fingerprint` (kept in
      * the conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
-    const complete = Effect.fn("GatewayThreads.complete")(function*(
-      begun: Begun,
-      reply: Reply,
-      expansion?: Expansion | ReadonlyArray<Expansion>
-    ) {
-      const expanded: ReadonlyArray<Expansion> = expansion === undefined ? [] : "fingerprint" in expansion ? [expansion] : expansion
-      const withExpansions = (known: Readonly<Record<string, ReadonlyArray<unknown>>>) => {
-        const out = { ...known }
-        for (const e of expanded) out[e.fingerprint] = e.messages
-        return out
-      }
-      return yield* Effect.gen(function*() {
+    const complete = (begun: Begun, reply: Reply, expansion?: Expansion | ReadonlyArray<Expansion>) =>
+      completeIn(begun, reply, expansion, false).pipe(
+        uow.thread(begun.threadId, "GatewayThreads.complete"),
+        Effect.withSpan("GatewayThreads.complete")
+      )
+
+    /**
+     * `complete`'s record, in the caller's unit of work; `joined`: the reply's prints are in the baseline already
+     * (`begin` wrote them with the request's).
+     */
+    const completeIn = (begun: Begun, reply: Reply, expansion: Expansion | ReadonlyArray<Expansion> | undefined, joined: boolean) =>
+      Effect.gen(function*() {
+        const expanded = expansionsOf(expansion)
+        const withExpansions = (known: Readonly<Record<string, ReadonlyArray<unknown>>>) => {
+          const out = { ...known }
+          for (const e of expanded) out[e.fingerprint] = e.messages
+          return out
+        }
         const now = yield* DateTime.now
         let stored: ReadonlyArray<Item> = []
         if (reply.messages.length > 0) {
@@ -765,12 +811,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             begun.run.id,
             reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
           )
-          const replied = reply.messages.map((r) => printOf(wire, r.message))
-          const baseline: GatewayConversations.Baseline = {
-            prints: [...begun.fingerprints, ...replied.map((r) => r.print)],
-            content: begun.contentPrints === null ? null : [...begun.contentPrints, ...replied.map((r) => r.content ?? r.print)]
-          }
-          if (expanded.length === 0) {
+          // `joined`: the reply's prints were written by `begin` with the request's, in this unit of work.
+          const baseline = joined ? null : replyBaseline(wire, { prints: begun.fingerprints, content: begun.contentPrints }, reply)
+          if (baseline !== null && expanded.length === 0) {
             // The reply joins the baseline when no other request moved it since (one statement, nothing read back).
             yield* conversations.extendBaseline(
               begun.conversationKey,
@@ -778,7 +821,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               baseline,
               DateTime.formatIso(now)
             )
-          } else {
+          } else if (baseline !== null) {
             const conversation = yield* conversations.find(begun.conversationKey)
             if (Option.isSome(conversation)) {
               const moved = conversation.value.baseline.prints.join() !== begun.fingerprints.join()
@@ -816,8 +859,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         if (yield* store.updateRunIfRunning(begun.run.id, "completed", now)) {
           yield* store.appendEvent({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
-      }).pipe(uow.thread(begun.threadId, "GatewayThreads.complete"))
-    })
+      })
 
     /**
      * Ends a begun request's run without an answer: `failed` (the upstream refused or failed: `reason` says how) or
@@ -829,11 +871,25 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       code: Run["failureCode"] & string,
       reason: string
     ) {
-      return yield* lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code).pipe(
-        Effect.asVoid,
-        uow.thread(begun.threadId, "GatewayThreads.fail")
-      )
+      return yield* failIn(begun, status, code, reason).pipe(uow.thread(begun.threadId, "GatewayThreads.fail"))
     })
+
+    /** `fail`'s record, in the caller's unit of work. */
+    const failIn = (begun: Begun, status: "failed" | "interrupted", code: Run["failureCode"] & string, reason: string) =>
+      Effect.asVoid(lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code))
+
+    /** `outcome`'s record in the caller's unit of work (`joined`: see `completeIn`). */
+    const settleIn = (begun: Begun, outcome: Outcome, joined: boolean) =>
+      outcome._tag === "completed"
+        ? completeIn(begun, outcome.reply, outcome.expansion, joined)
+        : failIn(begun, outcome.status, outcome.code, outcome.reason)
+
+    /**
+     * Records how a begun request's answer ended (`complete` or `fail`, by `outcome`). Fails with `PersistenceError`
+     * or `ConcurrentModification`.
+     */
+    const settle = (begun: Begun, outcome: Outcome) =>
+      outcome._tag === "completed" ? complete(begun, outcome.reply, outcome.expansion) : fail(begun, outcome.status, outcome.code, outcome.reason)
 
     /** The conversations a thread records (the gateway's view of a thread; empty for a thread of the API). */
     const conversationsOf = (threadId: ThreadId) => conversations.ofThread(threadId)
@@ -845,6 +901,6 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     const conversationOf = (wire: Wire, session: string | null, system: unknown, messages: ReadonlyArray<unknown>) =>
       conversations.find(conversationKey(session, system, messages, wire))
 
-    return { begin, complete, fail, conversationsOf, conversationOf }
+    return { begin, complete, fail, settle, conversationsOf, conversationOf }
   })
 }) {}
