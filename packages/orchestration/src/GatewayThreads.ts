@@ -585,6 +585,12 @@ const replyBaseline = (wire: Wire, baseline: GatewayConversations.Baseline, repl
   }
 }
 
+/** The items of `reply`'s messages (a message without the upstream's id is named by its position after `prompt` messages). */
+const replyItems = (wire: Wire, reply: Reply, prompt: number): ReadonlyArray<NewItem> => {
+  const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
+  return reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${prompt + i}`, names))
+}
+
 /**
  * How a begun request's answer ended, as recorded: `completed` with its reply (and the hidden `thread_read` rounds'
  * expansions, see `complete`), or `ended` without one (`failed`: the upstream refused or failed; `interrupted`: the
@@ -744,14 +750,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           } })
         }
         const names = wire.toolNamesOf(request.messages)
-        yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
-        // An answer recorded with the request (`outcome`), without hidden rounds: its reply joins the baseline here.
+        const requestItems = fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))
+        // An answer recorded with the request (`outcome`), without hidden rounds: its reply's items are appended with
+        // the request's (one append) and its prints join the baseline here.
         const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
-          ? replyBaseline(wire, { prints, content }, outcome.reply)
+          ? { baseline: replyBaseline(wire, { prints, content }, outcome.reply), items: replyItems(wire, outcome.reply, prints.length) }
           : null
+        const appended = yield* itemLog.append(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
         yield* conversations.update({
           ...conversation,
-          baseline: joined ?? { prints, content },
+          baseline: joined?.baseline ?? { prints, content },
           requests: conversation.requests + 1,
           divergences: generation,
           offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
@@ -772,7 +780,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           contextWindow: request.contextWindow,
           wire
         }
-        if (outcome !== undefined) yield* settleIn(begun, outcome, joined !== null)
+        if (outcome !== undefined) yield* settleIn(begun, outcome, joined === null ? null : appended.slice(requestItems.length))
         return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
     })
@@ -784,16 +792,21 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * the conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
     const complete = (begun: Begun, reply: Reply, expansion?: Expansion | ReadonlyArray<Expansion>) =>
-      completeIn(begun, reply, expansion, false).pipe(
+      completeIn(begun, reply, expansion, null).pipe(
         uow.thread(begun.threadId, "GatewayThreads.complete"),
         Effect.withSpan("GatewayThreads.complete")
       )
 
     /**
-     * `complete`'s record, in the caller's unit of work; `joined`: the reply's prints are in the baseline already
-     * (`begin` wrote them with the request's).
+     * `complete`'s record, in the caller's unit of work; `joined`: the reply's items as `begin` stored them, its prints
+     * in the baseline already (`begin` wrote them with the request's; `null`: not).
      */
-    const completeIn = (begun: Begun, reply: Reply, expansion: Expansion | ReadonlyArray<Expansion> | undefined, joined: boolean) =>
+    const completeIn = (
+      begun: Begun,
+      reply: Reply,
+      expansion: Expansion | ReadonlyArray<Expansion> | undefined,
+      joined: ReadonlyArray<Item> | null
+    ) =>
       Effect.gen(function*() {
         const expanded = expansionsOf(expansion)
         const withExpansions = (known: Readonly<Record<string, ReadonlyArray<unknown>>>) => {
@@ -802,18 +815,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           return out
         }
         const now = yield* DateTime.now
-        let stored: ReadonlyArray<Item> = []
-        if (reply.messages.length > 0) {
+        let stored: ReadonlyArray<Item> = joined ?? []
+        if (reply.messages.length > 0 && joined === null) {
           const wire = begun.wire
-          const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
-          stored = yield* itemLog.append(
-            begun.threadId,
-            begun.run.id,
-            reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
-          )
-          // `joined`: the reply's prints were written by `begin` with the request's, in this unit of work.
-          const baseline = joined ? null : replyBaseline(wire, { prints: begun.fingerprints, content: begun.contentPrints }, reply)
-          if (baseline !== null && expanded.length === 0) {
+          stored = yield* itemLog.append(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
+          const baseline = replyBaseline(wire, { prints: begun.fingerprints, content: begun.contentPrints }, reply)
+          if (expanded.length === 0) {
             // The reply joins the baseline when no other request moved it since (one statement, nothing read back).
             yield* conversations.extendBaseline(
               begun.conversationKey,
@@ -821,7 +828,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               baseline,
               DateTime.formatIso(now)
             )
-          } else if (baseline !== null) {
+          } else {
             const conversation = yield* conversations.find(begun.conversationKey)
             if (Option.isSome(conversation)) {
               const moved = conversation.value.baseline.prints.join() !== begun.fingerprints.join()
@@ -879,7 +886,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       Effect.asVoid(lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code))
 
     /** `outcome`'s record in the caller's unit of work (`joined`: see `completeIn`). */
-    const settleIn = (begun: Begun, outcome: Outcome, joined: boolean) =>
+    const settleIn = (begun: Begun, outcome: Outcome, joined: ReadonlyArray<Item> | null) =>
       outcome._tag === "completed"
         ? completeIn(begun, outcome.reply, outcome.expansion, joined)
         : failIn(begun, outcome.status, outcome.code, outcome.reason)
