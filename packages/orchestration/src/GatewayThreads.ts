@@ -719,7 +719,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           threadId,
           seq: yield* store.nextRunSeq(threadId),
           providerThreadId: lane.id,
-          status: "running",
+          // Written `completed` at once when the answer is recorded with it (`outcome`; its `run.completed` follows).
+          status: outcome?._tag === "completed" ? "completed" : "running",
           prompt: wire.promptOf(fresh),
           stopPoint: null,
           failureReason: null,
@@ -780,7 +781,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           contextWindow: request.contextWindow,
           wire
         }
-        if (outcome !== undefined) yield* settleIn(begun, outcome, joined === null ? null : appended.slice(requestItems.length))
+        if (outcome !== undefined) yield* settleIn(begun, outcome, joined === null ? null : appended.slice(requestItems.length), true)
         return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
     })
@@ -792,20 +793,22 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * the conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
     const complete = (begun: Begun, reply: Reply, expansion?: Expansion | ReadonlyArray<Expansion>) =>
-      completeIn(begun, reply, expansion, null).pipe(
+      completeIn(begun, reply, expansion, null, false).pipe(
         uow.thread(begun.threadId, "GatewayThreads.complete"),
         Effect.withSpan("GatewayThreads.complete")
       )
 
     /**
      * `complete`'s record, in the caller's unit of work; `joined`: the reply's items as `begin` stored them, its prints
-     * in the baseline already (`begin` wrote them with the request's; `null`: not).
+     * in the baseline already (`begin` wrote them with the request's; `null`: not); `written`: `begin` wrote the run
+     * `completed` (only its `run.completed` event is left).
      */
     const completeIn = (
       begun: Begun,
       reply: Reply,
       expansion: Expansion | ReadonlyArray<Expansion> | undefined,
-      joined: ReadonlyArray<Item> | null
+      joined: ReadonlyArray<Item> | null,
+      written: boolean
     ) =>
       Effect.gen(function*() {
         const expanded = expansionsOf(expansion)
@@ -863,7 +866,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         // The run `begin` wrote `running` is completed unless another path ended it since (one statement, nothing read
         // back; `running` to `completed` is a legal move of `RunLifecycle`'s table).
-        if (yield* store.updateRunIfRunning(begun.run.id, "completed", now)) {
+        if (written || (yield* store.updateRunIfRunning(begun.run.id, "completed", now))) {
           yield* store.appendEvent({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
       })
@@ -885,10 +888,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     const failIn = (begun: Begun, status: "failed" | "interrupted", code: Run["failureCode"] & string, reason: string) =>
       Effect.asVoid(lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code))
 
-    /** `outcome`'s record in the caller's unit of work (`joined`: see `completeIn`). */
-    const settleIn = (begun: Begun, outcome: Outcome, joined: ReadonlyArray<Item> | null) =>
+    /** `outcome`'s record in the caller's unit of work (`joined`, `written`: see `completeIn`). */
+    const settleIn = (begun: Begun, outcome: Outcome, joined: ReadonlyArray<Item> | null, written: boolean) =>
       outcome._tag === "completed"
-        ? completeIn(begun, outcome.reply, outcome.expansion, joined)
+        ? completeIn(begun, outcome.reply, outcome.expansion, joined, written)
         : failIn(begun, outcome.status, outcome.code, outcome.reason)
 
     /**
