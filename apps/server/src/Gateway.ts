@@ -15,7 +15,8 @@
  *   upstream error reaches the agent as the upstream's own status and body.
  * - Each `/v1/messages` request is forwarded first and recorded alongside (`GatewayThreads`, in a fiber of its own
  *   started once the upstream request is under way): the request's new messages; then, once the answer is whole and
- *   before its last byte reaches the agent, the reply and its usage. A record that fails is logged and never keeps
+ *   before its last byte reaches the agent, the reply and its usage (an answer already whole when the request's
+ *   record takes its turn is recorded with it, in its unit of work). A record that fails is logged and never keeps
  *   the answer from the agent: a failed request record leaves no run (the next request repeats the history, so its
  *   messages are stored then); a failed answer record marks the run `failed` (`output_not_recorded`).
  *   `count_tokens` is forwarded only.

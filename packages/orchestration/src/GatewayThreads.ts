@@ -11,7 +11,8 @@
  *   it holds the request's new messages as items, then the upstream's reply, and its usage as the run's cost. The
  *   run is written `running` when the request is forwarded (the agent's tools, not Baton's run driver, drive the
  *   conversation, so it is never `queued` for the driver) and ends `completed`, or `failed` with the upstream's
- *   status, or `interrupted` when the agent hung up mid-answer.
+ *   status, or `interrupted` when the agent hung up mid-answer. An answer the gateway holds whole before the
+ *   request's record begins is recorded with it (`begin` with an `Outcome`): one unit of work.
  * - **The shared prefix is recognised**: every message has a fingerprint (its normalised form: cache breakpoints
  *   and formatting the agent may change between requests removed; `fingerprint`); the conversation's baseline is the
  *   fingerprints Baton stored, the last reply included. A request that extends the baseline adds only its new
