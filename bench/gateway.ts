@@ -280,7 +280,3 @@ const main = Effect.gen(function*() {
 })
 
 NodeRuntime.runMain(Effect.scoped(main))
-process.on("exit", () => {
-  const g = (globalThis as any).__T ?? {}
-  for (const k of Object.keys(g).sort()) { const xs = g[k].slice(-requests); console.log(k.padEnd(22), "p50", quantile(xs, 0.5).toFixed(2), "mean", (xs.reduce((a: number, b: number) => a + b, 0) / xs.length).toFixed(2), "n", g[k].length) }
-})

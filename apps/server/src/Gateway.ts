@@ -600,7 +600,12 @@ export const layer = (options: GatewayOptions) =>
             ))
           )
           return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })
-        })
+        }).pipe(
+          // Without spans: the request's own work and its record (the fiber forked here inherits it) make none. Baton
+          // installs no tracer, so they were never seen, and their creation was about a tenth of the record's time
+          // (bench/gateway.ts); a failure's logged cause has no span frames (its message and stack stay).
+          Effect.withTracerEnabled(false)
+        )
 
       yield* router.post("/v1/messages", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages", record: true }))
       yield* router.post("/v1/messages/count_tokens", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages/count_tokens", record: false }))
