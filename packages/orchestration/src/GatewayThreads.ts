@@ -29,7 +29,7 @@
  * It does not speak HTTP nor forward anything: the server's gateway does, and reports here what was sent and what
  * came back.
  */
-import type { Item, ProviderInstance, ProviderThread, Run, Thread, ThreadId } from "@baton/contracts"
+import type { Item, NewThreadEvent, ProviderInstance, ProviderThread, Run, Thread, ThreadId } from "@baton/contracts"
 import { GatewayConversations, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Option, Schedule } from "effect"
@@ -732,9 +732,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         // The run is this process's: restart recovery ends it if the process dies before the answer is recorded.
         yield* store.insertRun(run, driver.driverId)
-        yield* store.appendEvent({ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } })
+        // The record's events, appended together in one statement (`ThreadStore.appendEvents`) once the rest is written.
+        const events: Array<NewThreadEvent> = [{ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } }]
         if (diverged || rerendered !== null) {
-          yield* store.appendEvent({ threadId, type: diverged ? "gateway.diverged" : "gateway.rerendered", payload: {
+          events.push({ threadId, type: diverged ? "gateway.diverged" : "gateway.rerendered", payload: {
             runId: run.id,
             sharedMessages: shared,
             storedMessages: stored.prints.length,
@@ -743,7 +744,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         if (request.offload?.flush) {
           const f = request.offload.flush
-          yield* store.appendEvent({ threadId, type: "gateway.offloaded", payload: {
+          events.push({ threadId, type: "gateway.offloaded", payload: {
             runId: run.id,
             refs: f.refs,
             tier: f.tier,
@@ -758,7 +759,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
           ? { baseline: replyBaseline(wire, { prints, content }, outcome.reply), items: replyItems(wire, outcome.reply, prints.length) }
           : null
-        const appended = yield* itemLog.append(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
+        const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
+        if (staged.event !== null) events.push(staged.event)
         yield* conversations.update({
           ...conversation,
           baseline: joined?.baseline ?? { prints, content },
@@ -782,7 +784,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           contextWindow: request.contextWindow,
           wire
         }
-        if (outcome !== undefined) yield* settleIn(begun, outcome, joined === null ? null : appended.slice(requestItems.length), true)
+        if (outcome?._tag === "completed") {
+          yield* completeIn(begun, outcome.reply, outcome.expansion, joined === null ? null : staged.items.slice(requestItems.length), true, events)
+        }
+        yield* store.appendEvents(events)
+        // A failed answer's run is ended after the request's events (its own event follows them).
+        if (outcome?._tag === "ended") yield* failIn(begun, outcome.status, outcome.code, outcome.reason)
         return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
     })
@@ -794,7 +801,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * the conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
     const complete = (begun: Begun, reply: Reply, expansion?: Expansion | ReadonlyArray<Expansion>) =>
-      completeIn(begun, reply, expansion, null, false).pipe(
+      completeIn(begun, reply, expansion, null, false, null).pipe(
         uow.thread(begun.threadId, "GatewayThreads.complete"),
         Effect.withSpan("GatewayThreads.complete")
       )
@@ -802,14 +809,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     /**
      * `complete`'s record, in the caller's unit of work; `joined`: the reply's items as `begin` stored them, its prints
      * in the baseline already (`begin` wrote them with the request's; `null`: not); `written`: `begin` wrote the run
-     * `completed` (only its `run.completed` event is left).
+     * `completed` (only its `run.completed` event is left); `collect`: where its events go for the caller to append
+     * with its own (`null`: appended here, together, at the end).
      */
     const completeIn = (
       begun: Begun,
       reply: Reply,
       expansion: Expansion | ReadonlyArray<Expansion> | undefined,
       joined: ReadonlyArray<Item> | null,
-      written: boolean
+      written: boolean,
+      collect: Array<NewThreadEvent> | null
     ) =>
       Effect.gen(function*() {
         const expanded = expansionsOf(expansion)
@@ -819,10 +828,13 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           return out
         }
         const now = yield* DateTime.now
+        const events = collect ?? []
         let stored: ReadonlyArray<Item> = joined ?? []
         if (reply.messages.length > 0 && joined === null) {
           const wire = begun.wire
-          stored = yield* itemLog.append(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
+          const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
+          stored = staged.items
+          if (staged.event !== null) events.push(staged.event)
           const baseline = replyBaseline(wire, { prints: begun.fingerprints, content: begun.contentPrints }, reply)
           if (expanded.length === 0) {
             // The reply joins the baseline when no other request moved it since (one statement, nothing read back).
@@ -854,7 +866,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             costUsd: RunCosts.price(reply.tokens, begun.prices),
             createdAt: now
           })
-          yield* store.appendEvent({ threadId: begun.threadId, type: "gateway.usage", payload: {
+          events.push({ threadId: begun.threadId, type: "gateway.usage", payload: {
             runId: begun.run.id,
             providerInstance: begun.providerInstance,
             inputTokens: count(reply.tokens.inputTokens),
@@ -868,8 +880,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         // The run `begin` wrote `running` is completed unless another path ended it since (one statement, nothing read
         // back; `running` to `completed` is a legal move of `RunLifecycle`'s table).
         if (written || (yield* store.updateRunIfRunning(begun.run.id, "completed", now))) {
-          yield* store.appendEvent({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
+          events.push({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
+        if (collect === null) yield* store.appendEvents(events)
       })
 
     /**
@@ -888,12 +901,6 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     /** `fail`'s record, in the caller's unit of work. */
     const failIn = (begun: Begun, status: "failed" | "interrupted", code: Run["failureCode"] & string, reason: string) =>
       Effect.asVoid(lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code))
-
-    /** `outcome`'s record in the caller's unit of work (`joined`, `written`: see `completeIn`). */
-    const settleIn = (begun: Begun, outcome: Outcome, joined: ReadonlyArray<Item> | null, written: boolean) =>
-      outcome._tag === "completed"
-        ? completeIn(begun, outcome.reply, outcome.expansion, joined, written)
-        : failIn(begun, outcome.status, outcome.code, outcome.reason)
 
     /**
      * Records how a begun request's answer ended (`complete` or `fail`, by `outcome`). Fails with `PersistenceError`
