@@ -50,7 +50,7 @@ import { type GatewayConversations, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServerRequest } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
-import { Clock, Data, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
+import { Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayDialect from "./GatewayDialect.js"
@@ -174,6 +174,12 @@ const agentOf = (userAgent: string | undefined) =>
 /** The run failure of a stream that did not complete: the upstream's own, or a protocol failure (cut short). */
 const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { code: RunFailureCode; reason: string } =>
   outcome._tag === "failed" ? outcome : { code: "provider_protocol", reason: outcome.reason }
+
+/** `f` computed once, on the first call (`Either.try`: its value, or what it threw); later calls return the same. */
+const once = <A>(f: () => A): (() => Either.Either<A, unknown>) => {
+  let done: Either.Either<A, unknown> | null = null
+  return () => (done ??= Either.try(f))
+}
 
 /** A completed answer's outcome as recorded (`GatewayThreads.Outcome`). */
 const completed = (reply: GatewayThreads.Reply, expansion?: ReadonlyArray<GatewayThreads.Expansion>): GatewayThreads.Outcome => ({
@@ -434,21 +440,30 @@ export const layer = (options: GatewayOptions) =>
             })
           /**
            * Offers the answer's outcome to the request's record when that has not begun (it then records both in one
-           * unit of work). Synchronous: called as soon as the outcome is known, before the event loop turns.
+           * unit of work). Synchronous: called as soon as the outcome is known, before the event loop turns. An outcome
+           * that cannot be made (`outcomeOf` throws) is not offered: `settle` records it as a failed answer record.
            */
-          const offer = (outcome: GatewayThreads.Outcome) => {
-            if (recording !== null && !beginning) early = outcome
+          const offer = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, unknown>) => {
+            if (recording === null || beginning) return
+            const outcome = outcomeOf()
+            if (Either.isRight(outcome)) early = outcome.right
           }
-          /** Records an outcome once the request's record exists (nothing when it failed); failures logged, never the agent's. */
-          const settle = (outcome: GatewayThreads.Outcome) =>
+          /**
+           * Records an outcome once the request's record exists (nothing when it failed); failures logged, never the
+           * agent's. `outcome` may be given as a function (computed once): what it throws is a failed answer record.
+           */
+          const settle = (outcome: GatewayThreads.Outcome | (() => GatewayThreads.Outcome)) =>
+            settleOf(once(typeof outcome === "function" ? outcome : () => outcome))
+          /** `settle` of an outcome computed once (`once`). */
+          const settleOf = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, unknown>) =>
             Effect.suspend(() => {
-              offer(outcome)
+              offer(outcomeOf)
               return recorded
             }).pipe(
               Effect.flatMap(Option.match({
                 onNone: () => Effect.void,
                 onSome: ({ begun, settled }) =>
-                  settled ? Effect.void : threads.settle(begun, outcome).pipe(Effect.catchAllCause((cause) =>
+                  settled ? Effect.void : Effect.flatMap(outcomeOf(), (o) => threads.settle(begun, o)).pipe(Effect.catchAllCause((cause) =>
                     Effect.logError("gateway: could not record an answer (the agent got it all the same); the run is marked failed", cause).pipe(
                       Effect.zipRight(threads.fail(begun, "failed", "output_not_recorded", "Baton could not record the upstream's answer (see the server's log)")),
                       Effect.catchAllCause((again) => Effect.logError("gateway: could not mark the run failed either", again))
@@ -509,11 +524,11 @@ export const layer = (options: GatewayOptions) =>
                 notJson
                   ? failed("provider_protocol", `the upstream answered HTTP ${status} with a body that is not JSON: ${text.slice(0, 300)}`)
                   : whole
-                  ? (() => {
+                  ? () => {
                     const reply = dialect.replyOfBody(parseJson(text))
                     const content = offloader?.contentOfBody(parseJson(text)) ?? []
                     return completed(withHidden(reply, hidden), hidden.length > 0 && outBody !== null ? expansionOf(content, outBody, content) : undefined)
-                  })()
+                  }
                   : failed(failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
               )
             }
@@ -562,7 +577,7 @@ export const layer = (options: GatewayOptions) =>
           const finish = Effect.suspend(() => {
             settled = true
             const outcome = assembler.outcome()
-            const recordedAs = ((): GatewayThreads.Outcome => {
+            const recordedAs = once((): GatewayThreads.Outcome => {
               if (outcome._tag === "completed") {
                 // After hidden hops, the run's usage is every hop's.
                 if (hops.length <= 1 || lastBody === null) return completed(outcome.reply)
@@ -574,10 +589,10 @@ export const layer = (options: GatewayOptions) =>
               }
               const failure = runFailure(outcome)
               return failed(failure.code, failure.reason)
-            })()
+            })
             // Offered before the event loop turns: a request record still waiting for its turn takes it along.
             offer(recordedAs)
-            return toEventLoop.pipe(Effect.zipRight(settle(recordedAs)))
+            return toEventLoop.pipe(Effect.zipRight(settleOf(recordedAs)))
           })
           const stream = visible.pipe(
             Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
