@@ -184,6 +184,11 @@ describe("Gateway", () => {
         const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         expect(events.filter((e) => e.type === "gateway.usage").length).toBe(3)
         expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+        // Each run's events in order, the request's and the reply's items in one append.
+        const runEvents = events.filter((e) => ["run.queued", "items.appended", "gateway.usage", "run.completed"].includes(e.type))
+        expect(runEvents.map((e) => e.type)).toEqual(Array.from({ length: 3 }, () => ["run.queued", "items.appended", "gateway.usage", "run.completed"]).flat())
+        const appended = runEvents.filter((e) => e.type === "items.appended").map((e) => (e.payload as { itemIds: ReadonlyArray<string> }).itemIds)
+        expect(appended).toEqual([[items[0]!.id, items[1]!.id], [items[2]!.id, items[3]!.id], [items[4]!.id, items[5]!.id]])
       }).pipe(Effect.provide(serveSettings(settings)))
     })))
 
