@@ -50,7 +50,7 @@ import { type GatewayConversations, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServerRequest } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
-import { Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
+import { Cause, Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayDialect from "./GatewayDialect.js"
@@ -175,10 +175,13 @@ const agentOf = (userAgent: string | undefined) =>
 const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { code: RunFailureCode; reason: string } =>
   outcome._tag === "failed" ? outcome : { code: "provider_protocol", reason: outcome.reason }
 
-/** `f` computed once, on the first call (`Either.try`: its value, or what it threw); later calls return the same. */
-const once = <A>(f: () => A): (() => Either.Either<A, unknown>) => {
-  let done: Either.Either<A, unknown> | null = null
-  return () => (done ??= Either.try(f))
+/**
+ * `f` computed once, on the first call: its value, or what it threw (as `UnknownException`); later calls return the
+ * same.
+ */
+const once = <A>(f: () => A): (() => Either.Either<A, Cause.UnknownException>) => {
+  let done: Either.Either<A, Cause.UnknownException> | null = null
+  return () => (done ??= Either.try({ try: f, catch: (e) => new Cause.UnknownException(e) }))
 }
 
 /** A completed answer's outcome as recorded (`GatewayThreads.Outcome`). */
@@ -443,7 +446,7 @@ export const layer = (options: GatewayOptions) =>
            * unit of work). Synchronous: called as soon as the outcome is known, before the event loop turns. An outcome
            * that cannot be made (`outcomeOf` throws) is not offered: `settle` records it as a failed answer record.
            */
-          const offer = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, unknown>) => {
+          const offer = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, Cause.UnknownException>) => {
             if (recording === null || beginning) return
             const outcome = outcomeOf()
             if (Either.isRight(outcome)) early = outcome.right
@@ -455,7 +458,7 @@ export const layer = (options: GatewayOptions) =>
           const settle = (outcome: GatewayThreads.Outcome | (() => GatewayThreads.Outcome)) =>
             settleOf(once(typeof outcome === "function" ? outcome : () => outcome))
           /** `settle` of an outcome computed once (`once`). */
-          const settleOf = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, unknown>) =>
+          const settleOf = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, Cause.UnknownException>) =>
             Effect.suspend(() => {
               offer(outcomeOf)
               return recorded
