@@ -17,8 +17,8 @@
  * `function_call_output` input items, the upstream an `openai-responses` instance) instead of `/v1/messages`.
  *
  * Beside the wall-clock figures (noisy when other processes share the cores), what Baton's main thread spent per
- * measured request: its CPU time (user + system, from `/proc/self/task/<pid>/stat`, 10 ms ticks summed over the
- * run), its event loop's busy time (`performance.eventLoopUtilization`), and the SQL statements it executed (every
+ * measured request: its CPU time (the scheduler's nanoseconds, `/proc/self/task/<pid>/schedstat`; user + system
+ * from `stat`, 10 ms ticks, where that is missing), its event loop's busy time (`performance.eventLoopUtilization`), and the SQL statements it executed (every
  * better-sqlite3 statement run, counted). The agent and the upstream run in a worker thread, so these are Baton's
  * alone. `SQL=1` lists the statements by text; `CPUPROF=<file>`: a CPU profile of the measured requests only (the
  * warm-up left out), written as a `.cpuprofile`.
@@ -143,11 +143,18 @@ interface Timing {
   readonly total: number
 }
 
-/** CPU time of this process's main thread (user + system, ms; clock ticks of 10 ms). */
+/**
+ * CPU time of this process's main thread (ms): the scheduler's nanosecond count (`/proc/self/task/<pid>/schedstat`,
+ * its first field), else user + system from `stat` (clock ticks of 10 ms).
+ */
 const mainThreadCpuMs = () => {
-  const stat = Fs.readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) * 10
+  try {
+    return Number(Fs.readFileSync(`/proc/self/task/${process.pid}/schedstat`, "utf8").split(" ")[0]) / 1e6
+  } catch {
+    const stat = Fs.readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  }
 }
 
 /**
@@ -232,6 +239,8 @@ const main = Effect.gen(function*() {
         if (profile !== undefined) {
           session.connect()
           await post("Profiler.enable")
+          // 100 µs between samples (the default 1 ms leaves a few samples per request).
+          await post("Profiler.setSamplingInterval", { interval: Number(process.env["CPUPROF_US"] ?? 100) })
           await post("Profiler.start")
         }
         sql.state.on = true

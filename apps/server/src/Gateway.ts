@@ -15,7 +15,8 @@
  *   upstream error reaches the agent as the upstream's own status and body.
  * - Each `/v1/messages` request is forwarded first and recorded alongside (`GatewayThreads`, in a fiber of its own
  *   started once the upstream request is under way): the request's new messages; then, once the answer is whole and
- *   before its last byte reaches the agent, the reply and its usage. A record that fails is logged and never keeps
+ *   before its last byte reaches the agent, the reply and its usage (an answer already whole when the request's
+ *   record takes its turn is recorded with it, in its unit of work). A record that fails is logged and never keeps
  *   the answer from the agent: a failed request record leaves no run (the next request repeats the history, so its
  *   messages are stored then); a failed answer record marks the run `failed` (`output_not_recorded`).
  *   `count_tokens` is forwarded only.
@@ -49,7 +50,7 @@ import { type GatewayConversations, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServerRequest } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
-import { Clock, Data, Effect, Fiber, Layer, Option, Redacted, Stream } from "effect"
+import { Cause, Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayDialect from "./GatewayDialect.js"
@@ -173,6 +174,25 @@ const agentOf = (userAgent: string | undefined) =>
 /** The run failure of a stream that did not complete: the upstream's own, or a protocol failure (cut short). */
 const runFailure = (outcome: Exclude<StreamOutcome, { _tag: "completed" }>): { code: RunFailureCode; reason: string } =>
   outcome._tag === "failed" ? outcome : { code: "provider_protocol", reason: outcome.reason }
+
+/**
+ * `f` computed once, on the first call: its value, or what it threw (as `UnknownException`); later calls return the
+ * same.
+ */
+const once = <A>(f: () => A): (() => Either.Either<A, Cause.UnknownException>) => {
+  let done: Either.Either<A, Cause.UnknownException> | null = null
+  return () => (done ??= Either.try({ try: f, catch: (e) => new Cause.UnknownException(e) }))
+}
+
+/** A completed answer's outcome as recorded (`GatewayThreads.Outcome`). */
+const completed = (reply: GatewayThreads.Reply, expansion?: ReadonlyArray<GatewayThreads.Expansion>): GatewayThreads.Outcome => ({
+  _tag: "completed",
+  reply,
+  expansion
+})
+
+/** A failed answer's outcome as recorded (`GatewayThreads.Outcome`). */
+const failed = (code: RunFailureCode, reason: string): GatewayThreads.Outcome => ({ _tag: "ended", status: "failed", code, reason })
 
 /** The dialects whose requests the gateway offloads on the way out, by instance kind. */
 const offloads: Partial<Record<string, GatewayOffload.Offload>> = {
@@ -359,28 +379,49 @@ export const layer = (options: GatewayOptions) =>
           const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
 
           const response = yield* Fiber.join(sent)
+          const requestRecord: GatewayThreads.GatewayRequest = {
+            wire: dialect.wire,
+            session: history.session,
+            agent: agentOf(request.headers["user-agent"]),
+            system: history.system,
+            messages: history.messages,
+            model,
+            providerInstance: target.name as ProviderInstance,
+            contextWindow: target.config.contextWindow,
+            prices: target.config.prices,
+            offload,
+            conversation: stored
+          }
+          // The answer's outcome when it was known before the request's record began (an upstream that answered at
+          // once): the request's record takes it into its own unit of work (`settled`), one transaction instead of two.
+          let early: GatewayThreads.Outcome | null = null
+          let beginning = false
           // Record alongside: once the upstream's answer has begun and the event loop has turned (its head and first
           // bytes go out first), in a fiber of its own (it outlives this handler: the stream's end waits for it).
           // `null`: nothing to record (`count_tokens`); `None`: the record failed (logged; the agent still gets its answer).
+          // A record with the answer that fails is logged and made again without it (then the answer's own record, or
+          // `output_not_recorded`, as when they are apart).
           const recording = !record ? null : yield* toEventLoop.pipe(
-            Effect.zipRight(threads.begin({
-              wire: dialect.wire,
-              session: history.session,
-              agent: agentOf(request.headers["user-agent"]),
-              system: history.system,
-              messages: history.messages,
-              model,
-              providerInstance: target.name as ProviderInstance,
-              contextWindow: target.config.contextWindow,
-              prices: target.config.prices,
-              offload,
-              conversation: stored
+            Effect.zipRight(Effect.suspend(() => {
+              beginning = true
+              const outcome = early
+              if (outcome === null) return Effect.map(threads.begin(requestRecord), (begun) => ({ begun, settled: false }))
+              return threads.begin(requestRecord, outcome).pipe(
+                Effect.map((begun) => ({ begun, settled: true })),
+                Effect.catchAllCause((cause) =>
+                  Effect.logError("gateway: could not record a request with its answer; recording them apart", cause).pipe(
+                    Effect.zipRight(Effect.map(threads.begin(requestRecord), (begun) => ({ begun, settled: false })))
+                  )
+                )
+              )
             })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
             Effect.option,
             Effect.forkDaemon
           )
-          const recorded: Effect.Effect<Option.Option<GatewayThreads.Begun>> = recording === null ? Effect.succeed(Option.none()) : Fiber.join(recording)
+          const recorded: Effect.Effect<Option.Option<{ readonly begun: GatewayThreads.Begun; readonly settled: boolean }>> = recording === null
+            ? Effect.succeed(Option.none())
+            : Fiber.join(recording)
           /**
            * Answers the upstream's `thread_read` calls from the conversation's thread (the request's record, else the
            * stored conversation's); without a thread, each call is answered as a failed read. The continuation must
@@ -390,7 +431,7 @@ export const layer = (options: GatewayOptions) =>
            */
           const answerReads = (reads: ReadonlyArray<GatewayOffload.Read>, body: Record<string, unknown>, content: unknown) =>
             Effect.gen(function*() {
-              const threadId = Option.orElse(Option.map(yield* recorded, (b) => b.threadId), () => knownThread)
+              const threadId = Option.orElse(Option.map(yield* recorded, (r) => r.begun.threadId), () => knownThread)
               const answers = yield* Effect.forEach(reads, (r) =>
                 Option.match(threadId, {
                   onNone: () => Effect.succeed({ id: r.id, output: "thread_read: this conversation has no record to read from yet", isError: true }),
@@ -400,13 +441,32 @@ export const layer = (options: GatewayOptions) =>
               const limit = fitLimit(target.config.contextWindow, target.config.maxOutputTokens, body)
               return GatewayDialect.fitAnswers(answers, used, limit, (a) => counter.count(a.output) + answerOverhead).answers
             })
-          /** Records an outcome once the request's record exists (nothing when it failed); failures logged, never the agent's. */
-          const settle = <E>(record: (begun: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
-            recorded.pipe(
+          /**
+           * Offers the answer's outcome to the request's record when that has not begun (it then records both in one
+           * unit of work). Synchronous: called as soon as the outcome is known, before the event loop turns. An outcome
+           * that cannot be made (`outcomeOf` throws) is not offered: `settle` records it as a failed answer record.
+           */
+          const offer = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, Cause.UnknownException>) => {
+            if (recording === null || beginning) return
+            const outcome = outcomeOf()
+            if (Either.isRight(outcome)) early = outcome.right
+          }
+          /**
+           * Records an outcome once the request's record exists (nothing when it failed); failures logged, never the
+           * agent's. `outcome` may be given as a function (computed once): what it throws is a failed answer record.
+           */
+          const settle = (outcome: GatewayThreads.Outcome | (() => GatewayThreads.Outcome)) =>
+            settleOf(once(typeof outcome === "function" ? outcome : () => outcome))
+          /** `settle` of an outcome computed once (`once`). */
+          const settleOf = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, Cause.UnknownException>) =>
+            Effect.suspend(() => {
+              offer(outcomeOf)
+              return recorded
+            }).pipe(
               Effect.flatMap(Option.match({
                 onNone: () => Effect.void,
-                onSome: (begun) =>
-                  record(begun).pipe(Effect.catchAllCause((cause) =>
+                onSome: ({ begun, settled }) =>
+                  settled ? Effect.void : Effect.flatMap(outcomeOf(), (o) => threads.settle(begun, o)).pipe(Effect.catchAllCause((cause) =>
                     Effect.logError("gateway: could not record an answer (the agent got it all the same); the run is marked failed", cause).pipe(
                       Effect.zipRight(threads.fail(begun, "failed", "output_not_recorded", "Baton could not record the upstream's answer (see the server's log)")),
                       Effect.catchAllCause((again) => Effect.logError("gateway: could not mark the run failed either", again))
@@ -416,7 +476,7 @@ export const layer = (options: GatewayOptions) =>
             )
 
           if (response._tag === "Left") {
-            yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
+            yield* settle(failed("provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
             return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
           }
           const upstream = response.right
@@ -428,7 +488,7 @@ export const layer = (options: GatewayOptions) =>
             // Whole answers (errors, count_tokens, non-streamed replies): read, recorded, passed back unchanged.
             const answer = yield* Effect.either(upstream.arrayBuffer)
             if (answer._tag === "Left") {
-              yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
+              yield* settle(failed("provider_unavailable", `the upstream's answer broke off: ${answer.left.message}`))
               return dialect.refuse("unreachable", "the upstream's answer broke off")
             }
             let bytesBack = new Uint8Array(answer.right)
@@ -447,7 +507,7 @@ export const layer = (options: GatewayOptions) =>
                 outBody = offloader.continuation(outBody, content, yield* answerReads(reads, outBody, content))
                 const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(offloader.sendable(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {
-                  yield* settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
+                  yield* settle(failed("provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
                   return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
                 }
                 bytesBack = new Uint8Array(next.right.b)
@@ -463,16 +523,16 @@ export const layer = (options: GatewayOptions) =>
               // A 2xx whose body is not a JSON object (a proxy's HTML page) is no reply: the run fails, it is not a
               // completed run with nothing recorded (the agent gets the bytes as they came).
               const notJson = whole && !isRecord(parseJson(text))
-              yield* settle((begun) =>
+              yield* settle(
                 notJson
-                  ? threads.fail(begun, "failed", "provider_protocol", `the upstream answered HTTP ${status} with a body that is not JSON: ${text.slice(0, 300)}`)
+                  ? failed("provider_protocol", `the upstream answered HTTP ${status} with a body that is not JSON: ${text.slice(0, 300)}`)
                   : whole
-                  ? Effect.suspend(() => {
+                  ? () => {
                     const reply = dialect.replyOfBody(parseJson(text))
                     const content = offloader?.contentOfBody(parseJson(text)) ?? []
-                    return threads.complete(begun, withHidden(reply, hidden), hidden.length > 0 && outBody !== null ? expansionOf(content, outBody, content) : undefined)
-                  })
-                  : threads.fail(begun, "failed", failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
+                    return completed(withHidden(reply, hidden), hidden.length > 0 && outBody !== null ? expansionOf(content, outBody, content) : undefined)
+                  }
+                  : failed(failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
               )
             }
             return HttpServerResponse.uint8Array(bytesBack, { status, headers: back.headers, contentType: back.contentType })
@@ -520,27 +580,29 @@ export const layer = (options: GatewayOptions) =>
           const finish = Effect.suspend(() => {
             settled = true
             const outcome = assembler.outcome()
-            return toEventLoop.pipe(Effect.zipRight(settle((begun) => {
+            const recordedAs = once((): GatewayThreads.Outcome => {
               if (outcome._tag === "completed") {
                 // After hidden hops, the run's usage is every hop's.
-                if (hops.length <= 1 || lastBody === null) return threads.complete(begun, outcome.reply)
+                if (hops.length <= 1 || lastBody === null) return completed(outcome.reply)
                 const visible = offloader!.contentOfReply(outcome.reply)
-                return threads.complete(
-                  begun,
+                return completed(
                   withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())),
                   expansionOf(visible, lastBody, hops.at(-1)!.content())
                 )
               }
               const failure = runFailure(outcome)
-              return threads.fail(begun, "failed", failure.code, failure.reason)
-            })))
+              return failed(failure.code, failure.reason)
+            })
+            // Offered before the event loop turns: a request record still waiting for its turn takes it along.
+            offer(recordedAs)
+            return toEventLoop.pipe(Effect.zipRight(settleOf(recordedAs)))
           })
           const stream = visible.pipe(
             Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
             Stream.catchAll((e) =>
               Stream.fromEffect(Effect.suspend(() => {
                 settled = true
-                return settle((begun) => threads.fail(begun, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
+                return settle(failed("provider_unavailable", `the upstream's stream broke off: ${e.message}`))
               })).pipe(
                 // A spliced stream (re-encoded, its hops joined) ends with the protocol's error event, so the agent is
                 // told rather than left with a stream that stops (a pass-through stream stops as the upstream's did).
@@ -552,11 +614,16 @@ export const layer = (options: GatewayOptions) =>
             Stream.ensuring(Effect.suspend(() =>
               settled
                 ? Effect.void
-                : settle((begun) => threads.fail(begun, "interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"))
+                : settle({ _tag: "ended", status: "interrupted", code: "interrupted_by_user", reason: "the agent closed the connection before the answer ended" })
             ))
           )
           return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })
-        })
+        }).pipe(
+          // Without spans: the request's own work and its record (the fiber forked here inherits it) make none. Baton
+          // installs no tracer, so they were never seen, and their creation was about a tenth of the record's time
+          // (bench/gateway.ts); a failure's logged cause has no span frames (its message and stack stay).
+          Effect.withTracerEnabled(false)
+        )
 
       yield* router.post("/v1/messages", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages", record: true }))
       yield* router.post("/v1/messages/count_tokens", handle({ dialect: GatewayAnthropic.dialect, upstreamPath: "/v1/messages/count_tokens", record: false }))

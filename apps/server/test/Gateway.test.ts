@@ -150,6 +150,48 @@ describe("Gateway", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })))
 
+  it.live("an answer already whole when the request's record begins is recorded with it in one unit of work (the thread's lock taken once per request)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewaySettings(upstream)
+      if (settings.database._tag !== "sqlite") return yield* Effect.die("expected SQLite")
+      // A second connection to the server's database file reads the thread's lock counter (one per unit of work).
+      const sql = Context.get(yield* Layer.build(Database.layerSqlite(settings.database.path)), SqlClient.SqlClient)
+      yield* Effect.gen(function*() {
+        const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-one" }
+        const locks = Effect.map(sql<{ n: number }>`SELECT lock_version AS n FROM threads`, (rows) => rows.map((r) => r.n))
+        const send = (history: ReadonlyArray<unknown>, answer: string, stream: boolean) =>
+          Effect.gen(function*() {
+            upstream.enqueue(stream ? ModelApi.answer("anthropic-messages", answer, usage) : {
+              status: 200,
+              contentType: "application/json",
+              body: JSON.stringify({ id: `msg_${answer}`, type: "message", role: "assistant", model: "claude-x", content: [{ type: "text", text: answer }], stop_reason: "end_turn", usage: { input_tokens: 7, output_tokens: 3 } })
+            })
+            const response = yield* raw(messages({ model: "claude-x", max_tokens: 10, stream, messages: history }, session))
+            expect(response.status).toBe(200)
+          })
+        // The loopback upstream answers at once: each answer is whole before the request's record takes its turn.
+        yield* send([user("first")], "one", true)
+        expect(yield* locks).toEqual([1])
+        yield* send([user("first"), assistant("one"), user("second")], "two", true)
+        expect(yield* locks).toEqual([2])
+        yield* send([user("first"), assistant("one"), user("second"), assistant("two"), user("third")], "three", false)
+        expect(yield* locks).toEqual([3])
+        // Recorded as when apart: every message once, each run completed with its usage, the baseline with the replies.
+        const { items, runs, threadId } = yield* onlyThread
+        expect(items.map((i) => i.text)).toEqual(["first", "one", "second", "two", "third", "three"])
+        expect(runs.map((r) => r.status)).toEqual(["completed", "completed", "completed"])
+        const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+        expect(events.filter((e) => e.type === "gateway.usage").length).toBe(3)
+        expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+        // Each run's events in order, the request's and the reply's items in one append.
+        const runEvents = events.filter((e) => ["run.queued", "items.appended", "gateway.usage", "run.completed"].includes(e.type))
+        expect(runEvents.map((e) => e.type)).toEqual(Array.from({ length: 3 }, () => ["run.queued", "items.appended", "gateway.usage", "run.completed"]).flat())
+        const appended = runEvents.filter((e) => e.type === "items.appended").map((e) => (e.payload as { itemIds: ReadonlyArray<string> }).itemIds)
+        expect(appended).toEqual([[items[0]!.id, items[1]!.id], [items[2]!.id, items[3]!.id], [items[4]!.id, items[5]!.id]])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })))
+
   it.live("passes a stream back byte for byte with Baton's key upstream (Bearer works too); the reply and usage are recorded", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {

@@ -11,7 +11,8 @@
  *   it holds the request's new messages as items, then the upstream's reply, and its usage as the run's cost. The
  *   run is written `running` when the request is forwarded (the agent's tools, not Baton's run driver, drive the
  *   conversation, so it is never `queued` for the driver) and ends `completed`, or `failed` with the upstream's
- *   status, or `interrupted` when the agent hung up mid-answer.
+ *   status, or `interrupted` when the agent hung up mid-answer. An answer the gateway holds whole before the
+ *   request's record begins is recorded with it (`begin` with an `Outcome`): one unit of work.
  * - **The shared prefix is recognised**: every message has a fingerprint (its normalised form: cache breakpoints
  *   and formatting the agent may change between requests removed; `fingerprint`); the conversation's baseline is the
  *   fingerprints Baton stored, the last reply included. A request that extends the baseline adds only its new
@@ -28,7 +29,7 @@
  * It does not speak HTTP nor forward anything: the server's gateway does, and reports here what was sent and what
  * came back.
  */
-import type { Item, ProviderInstance, ProviderThread, Run, Thread, ThreadId } from "@baton/contracts"
+import type { Item, NewThreadEvent, ProviderInstance, ProviderThread, Run, Thread, ThreadId } from "@baton/contracts"
 import { GatewayConversations, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Option, Schedule } from "effect"
@@ -572,6 +573,43 @@ export interface Reply {
   readonly carriedTokens?: number | null | undefined
 }
 
+/** `complete`'s `expansion` as a list. */
+const expansionsOf = (expansion: Expansion | ReadonlyArray<Expansion> | undefined): ReadonlyArray<Expansion> =>
+  expansion === undefined ? [] : "fingerprint" in expansion ? [expansion] : expansion
+
+/** `baseline` (a request's prints) with `reply`'s messages after it: the baseline once the reply is recorded. */
+const replyBaseline = (wire: Wire, baseline: GatewayConversations.Baseline, reply: Reply): GatewayConversations.Baseline => {
+  const replied = reply.messages.map((r) => printOf(wire, r.message))
+  return {
+    prints: [...baseline.prints, ...replied.map((r) => r.print)],
+    content: baseline.content === null ? null : [...baseline.content, ...replied.map((r) => r.content ?? r.print)]
+  }
+}
+
+/** The items of `reply`'s messages (a message without the upstream's id is named by its position after `prompt` messages). */
+const replyItems = (wire: Wire, reply: Reply, prompt: number): ReadonlyArray<NewItem> => {
+  const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
+  return reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${prompt + i}`, names))
+}
+
+/**
+ * How a begun request's answer ended, as recorded: `completed` with its reply (and the hidden `thread_read` rounds'
+ * expansions, see `complete`), or `ended` without one (`failed`: the upstream refused or failed; `interrupted`: the
+ * agent hung up), `reason` the one-line reason for people and `code` the same for code.
+ */
+export type Outcome =
+  | {
+    readonly _tag: "completed"
+    readonly reply: Reply
+    readonly expansion?: Expansion | ReadonlyArray<Expansion> | undefined
+  }
+  | {
+    readonly _tag: "ended"
+    readonly status: "failed" | "interrupted"
+    readonly code: Run["failureCode"] & string
+    readonly reason: string
+  }
+
 export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orchestration/GatewayThreads", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
@@ -642,9 +680,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     /**
      * Records a request about to be forwarded: finds (or creates) its conversation's thread, stores the request's new
      * messages as items of a new `running` run (a divergence recorded as such), and makes the request the baseline.
-     * Fails with `PersistenceError` or `ConcurrentModification` (retried twice).
+     * With `outcome` (the answer was whole before the request's record began, as from an upstream that answers at
+     * once): the answer is recorded too, in the same unit of work (as `settle` records it; one transaction instead of
+     * two, the reply's prints written with the request's baseline), so the run is never seen `running`; a failure
+     * of either records neither. Fails with `PersistenceError` or `ConcurrentModification` (retried twice).
      */
-    const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest) {
+    const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest, outcome?: Outcome) {
       const wire = request.wire
       const key = conversationKey(request.session, request.system, request.messages, wire)
       // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
@@ -679,7 +720,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           threadId,
           seq: yield* store.nextRunSeq(threadId),
           providerThreadId: lane.id,
-          status: "running",
+          // Written `completed` at once when the answer is recorded with it (`outcome`; its `run.completed` follows).
+          status: outcome?._tag === "completed" ? "completed" : "running",
           prompt: wire.promptOf(fresh),
           stopPoint: null,
           failureReason: null,
@@ -690,9 +732,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         // The run is this process's: restart recovery ends it if the process dies before the answer is recorded.
         yield* store.insertRun(run, driver.driverId)
-        yield* store.appendEvent({ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } })
+        // The record's events, appended together in one statement (`ThreadStore.appendEvents`) once the rest is written.
+        const events: Array<NewThreadEvent> = [{ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } }]
         if (diverged || rerendered !== null) {
-          yield* store.appendEvent({ threadId, type: diverged ? "gateway.diverged" : "gateway.rerendered", payload: {
+          events.push({ threadId, type: diverged ? "gateway.diverged" : "gateway.rerendered", payload: {
             runId: run.id,
             sharedMessages: shared,
             storedMessages: stored.prints.length,
@@ -701,7 +744,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         if (request.offload?.flush) {
           const f = request.offload.flush
-          yield* store.appendEvent({ threadId, type: "gateway.offloaded", payload: {
+          events.push({ threadId, type: "gateway.offloaded", payload: {
             runId: run.id,
             refs: f.refs,
             tier: f.tier,
@@ -710,16 +753,23 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           } })
         }
         const names = wire.toolNamesOf(request.messages)
-        yield* itemLog.append(threadId, run.id, fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
+        const requestItems = fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))
+        // An answer recorded with the request (`outcome`), without hidden rounds: its reply's items are appended with
+        // the request's (one append) and its prints join the baseline here.
+        const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
+          ? { baseline: replyBaseline(wire, { prints, content }, outcome.reply), items: replyItems(wire, outcome.reply, prints.length) }
+          : null
+        const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
+        if (staged.event !== null) events.push(staged.event)
         yield* conversations.update({
           ...conversation,
-          baseline: { prints, content },
+          baseline: joined?.baseline ?? { prints, content },
           requests: conversation.requests + 1,
           divergences: generation,
           offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
           updatedAt: DateTime.formatIso(now)
         })
-        return {
+        const begun: Begun = {
           threadId,
           run,
           conversationKey: key,
@@ -733,7 +783,14 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           providerInstance: request.providerInstance,
           contextWindow: request.contextWindow,
           wire
-        } satisfies Begun
+        }
+        if (outcome?._tag === "completed") {
+          yield* completeIn(begun, outcome.reply, outcome.expansion, joined === null ? null : staged.items.slice(requestItems.length), true, events)
+        }
+        yield* store.appendEvents(events)
+        // A failed answer's run is ended after the request's events (its own event follows them).
+        if (outcome?._tag === "ended") yield* failIn(begun, outcome.status, outcome.code, outcome.reason)
+        return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
     })
 
@@ -743,33 +800,42 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * of hidden `thread_read` rounds; later requests send `messages` in place of the message of `fingerprint` (kept in
      * the conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
-    const complete = Effect.fn("GatewayThreads.complete")(function*(
+    const complete = (begun: Begun, reply: Reply, expansion?: Expansion | ReadonlyArray<Expansion>) =>
+      completeIn(begun, reply, expansion, null, false, null).pipe(
+        uow.thread(begun.threadId, "GatewayThreads.complete"),
+        Effect.withSpan("GatewayThreads.complete")
+      )
+
+    /**
+     * `complete`'s record, in the caller's unit of work; `joined`: the reply's items as `begin` stored them, its prints
+     * in the baseline already (`begin` wrote them with the request's; `null`: not); `written`: `begin` wrote the run
+     * `completed` (only its `run.completed` event is left); `collect`: where its events go for the caller to append
+     * with its own (`null`: appended here, together, at the end).
+     */
+    const completeIn = (
       begun: Begun,
       reply: Reply,
-      expansion?: Expansion | ReadonlyArray<Expansion>
-    ) {
-      const expanded: ReadonlyArray<Expansion> = expansion === undefined ? [] : "fingerprint" in expansion ? [expansion] : expansion
-      const withExpansions = (known: Readonly<Record<string, ReadonlyArray<unknown>>>) => {
-        const out = { ...known }
-        for (const e of expanded) out[e.fingerprint] = e.messages
-        return out
-      }
-      return yield* Effect.gen(function*() {
+      expansion: Expansion | ReadonlyArray<Expansion> | undefined,
+      joined: ReadonlyArray<Item> | null,
+      written: boolean,
+      collect: Array<NewThreadEvent> | null
+    ) =>
+      Effect.gen(function*() {
+        const expanded = expansionsOf(expansion)
+        const withExpansions = (known: Readonly<Record<string, ReadonlyArray<unknown>>>) => {
+          const out = { ...known }
+          for (const e of expanded) out[e.fingerprint] = e.messages
+          return out
+        }
         const now = yield* DateTime.now
-        let stored: ReadonlyArray<Item> = []
-        if (reply.messages.length > 0) {
+        const events = collect ?? []
+        let stored: ReadonlyArray<Item> = joined ?? []
+        if (reply.messages.length > 0 && joined === null) {
           const wire = begun.wire
-          const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
-          stored = yield* itemLog.append(
-            begun.threadId,
-            begun.run.id,
-            reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${begun.fingerprints.length + i}`, names))
-          )
-          const replied = reply.messages.map((r) => printOf(wire, r.message))
-          const baseline: GatewayConversations.Baseline = {
-            prints: [...begun.fingerprints, ...replied.map((r) => r.print)],
-            content: begun.contentPrints === null ? null : [...begun.contentPrints, ...replied.map((r) => r.content ?? r.print)]
-          }
+          const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
+          stored = staged.items
+          if (staged.event !== null) events.push(staged.event)
+          const baseline = replyBaseline(wire, { prints: begun.fingerprints, content: begun.contentPrints }, reply)
           if (expanded.length === 0) {
             // The reply joins the baseline when no other request moved it since (one statement, nothing read back).
             yield* conversations.extendBaseline(
@@ -800,7 +866,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             costUsd: RunCosts.price(reply.tokens, begun.prices),
             createdAt: now
           })
-          yield* store.appendEvent({ threadId: begun.threadId, type: "gateway.usage", payload: {
+          events.push({ threadId: begun.threadId, type: "gateway.usage", payload: {
             runId: begun.run.id,
             providerInstance: begun.providerInstance,
             inputTokens: count(reply.tokens.inputTokens),
@@ -813,11 +879,11 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         // The run `begin` wrote `running` is completed unless another path ended it since (one statement, nothing read
         // back; `running` to `completed` is a legal move of `RunLifecycle`'s table).
-        if (yield* store.updateRunIfRunning(begun.run.id, "completed", now)) {
-          yield* store.appendEvent({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
+        if (written || (yield* store.updateRunIfRunning(begun.run.id, "completed", now))) {
+          events.push({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
-      }).pipe(uow.thread(begun.threadId, "GatewayThreads.complete"))
-    })
+        if (collect === null) yield* store.appendEvents(events)
+      })
 
     /**
      * Ends a begun request's run without an answer: `failed` (the upstream refused or failed: `reason` says how) or
@@ -829,11 +895,19 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       code: Run["failureCode"] & string,
       reason: string
     ) {
-      return yield* lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code).pipe(
-        Effect.asVoid,
-        uow.thread(begun.threadId, "GatewayThreads.fail")
-      )
+      return yield* failIn(begun, status, code, reason).pipe(uow.thread(begun.threadId, "GatewayThreads.fail"))
     })
+
+    /** `fail`'s record, in the caller's unit of work. */
+    const failIn = (begun: Begun, status: "failed" | "interrupted", code: Run["failureCode"] & string, reason: string) =>
+      Effect.asVoid(lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code))
+
+    /**
+     * Records how a begun request's answer ended (`complete` or `fail`, by `outcome`). Fails with `PersistenceError`
+     * or `ConcurrentModification`.
+     */
+    const settle = (begun: Begun, outcome: Outcome) =>
+      outcome._tag === "completed" ? complete(begun, outcome.reply, outcome.expansion) : fail(begun, outcome.status, outcome.code, outcome.reason)
 
     /** The conversations a thread records (the gateway's view of a thread; empty for a thread of the API). */
     const conversationsOf = (threadId: ThreadId) => conversations.ofThread(threadId)
@@ -845,6 +919,6 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     const conversationOf = (wire: Wire, session: string | null, system: unknown, messages: ReadonlyArray<unknown>) =>
       conversations.find(conversationKey(session, system, messages, wire))
 
-    return { begin, complete, fail, conversationsOf, conversationOf }
+    return { begin, complete, fail, settle, conversationsOf, conversationOf }
   })
 }) {}

@@ -3,7 +3,7 @@
  * of each item's rendered form (so turn start never re-tokenizes history), and records each append as one
  * `items.appended` event in the caller's transaction. Items are never edited or deleted.
  */
-import type { Item, ItemKind, RunId, ThreadId, ToolCallState } from "@baton/contracts"
+import type { Item, ItemKind, NewThreadEvent, RunId, ThreadId, ToolCallState } from "@baton/contracts"
 import { Render, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { DateTime, Effect } from "effect"
@@ -27,15 +27,15 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
     const counter = yield* TokenCounter.TokenCounter
 
     /**
-     * Appends `items` (in order) to the thread, attributed to `runId`, with one `items.appended` event
-     * `{runId, itemIds, fromSeq, toSeq}`. Returns the stored items (nothing is written for no items).
+     * `append` without its event: the items are written and their `items.appended` event is returned for the caller
+     * to append (in the same unit of work, with its others: `ThreadStore.appendEvents`); `null` for no items.
      */
-    const append = Effect.fn("ItemLog.append")(function*(
+    const stage = Effect.fn("ItemLog.stage")(function*(
       threadId: ThreadId,
       runId: RunId | null,
       items: ReadonlyArray<NewItem>
     ) {
-      if (items.length === 0) return [] as ReadonlyArray<Item>
+      if (items.length === 0) return { items: [] as ReadonlyArray<Item>, event: null }
       const first = yield* store.nextItemSeq(threadId)
       const createdAt = yield* DateTime.now
       const stored: Array<Item> = items.map((p, i) => {
@@ -56,14 +56,23 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
         return { ...base, tokens: Render.itemTokens(counter, base) }
       })
       yield* store.insertItems(stored)
-      yield* store.appendEvent({
+      const event: NewThreadEvent = {
         threadId,
         type: "items.appended",
         payload: { runId, itemIds: stored.map((i) => i.id), fromSeq: first, toSeq: first + stored.length - 1 }
-      })
-      return stored
+      }
+      return { items: stored as ReadonlyArray<Item>, event }
     })
 
-    return { append }
+    /**
+     * Appends `items` (in order) to the thread, attributed to `runId`, with one `items.appended` event
+     * `{runId, itemIds, fromSeq, toSeq}`. Returns the stored items (nothing is written for no items).
+     */
+    const append = (threadId: ThreadId, runId: RunId | null, items: ReadonlyArray<NewItem>) =>
+      Effect.flatMap(stage(threadId, runId, items), ({ event, items }) => (event === null ? Effect.succeed(items) : Effect.as(store.appendEvent(event), items))).pipe(
+        Effect.withSpan("ItemLog.append")
+      )
+
+    return { append, stage }
   })
 }) {}

@@ -852,6 +852,61 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           return appended
         }),
       /**
+       * Appends `events` (in order, all of one thread) in one statement: each as `appendEvent` appends it (validated,
+       * encoded, its `seq` the thread's next in order, handed to the unit of work's `afterCommit` listeners). Returns
+       * the appended events; nothing is written for none. Must run inside a unit of work on the thread, as
+       * `appendEvent`. Fails with `PersistenceError` (an event that does not validate: nothing is written; events of
+       * several threads) or `ConcurrentModification` (contention).
+       */
+      appendEvents: (events: ReadonlyArray<NewThreadEvent>) =>
+        Effect.gen(function*() {
+          const threadId = events[0]?.threadId
+          if (threadId === undefined) return [] as ReadonlyArray<ThreadEvent>
+          if (events.some((e) => e.threadId !== threadId)) {
+            return yield* new PersistenceError({ operation: "thread_events.append", detail: "a batch of events of several threads" })
+          }
+          const bodies = yield* Effect.forEach(events, (e) => encodeBody({ type: e.type, payload: e.payload })).pipe(orPersistence("thread_events.encode"))
+          const createdAt = DateTime.formatIso(yield* DateTime.now)
+          const rows = events.map((e, i) => ({ eventId: eventIds.next(), commandId: e.commandId ?? null, body: bodies[i]! }))
+          // One statement: each row's `seq` is the thread's last before the statement plus its place (every arm reads the
+          // table as it was before the insert, on SQLite and Postgres alike), under the thread's lock (see UnitOfWork).
+          const arms = rows.map((r, i) =>
+            sql`SELECT ${r.eventId}, ${threadId}, COALESCE(MAX(seq), 0) + ${sql.literal(String(i + 1))}, ${r.commandId}, ${r.body.type},
+              ${JSON.stringify(r.body.payload)}, ${createdAt}
+              FROM thread_events WHERE thread_id = ${threadId}`
+          )
+          const assigned = yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
+            ${sql.join(" UNION ALL ", false)(arms)}
+            RETURNING global_seq, seq`.pipe(
+            Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
+              isContention(e)
+                ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
+                : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) }))),
+            Effect.flatMap(decodeAssigned),
+            orPersistence("thread_events.append")
+          )
+          if (assigned.length !== rows.length) {
+            return yield* new PersistenceError({ operation: "thread_events.append", detail: `the insert returned ${assigned.length} rows for ${rows.length} events` })
+          }
+          // The rows come back in no promised order: each is matched to its event by its `seq` (the smallest is the first).
+          const first = Math.min(...assigned.map((a) => a.seq))
+          const globalOf = new Map(assigned.map((a) => [a.seq - first, a.globalSeq]))
+          const appended = yield* Effect.forEach(rows, (r, i) =>
+            decodeEvent({
+              eventId: r.eventId,
+              threadId,
+              seq: first + i,
+              globalSeq: globalOf.get(i),
+              commandId: r.commandId,
+              type: r.body.type,
+              payload: r.body.payload,
+              createdAt
+            })).pipe(orPersistence("thread_events.append"))
+          const pending = yield* FiberRef.get(pendingEvents)
+          if (pending !== null) pending.push(...appended)
+          return appended as ReadonlyArray<ThreadEvent>
+        }),
+      /**
        * The thread's events with `seq > afterSeq` (default 0: from the start) in `seq` order, at most `limit` of
        * them (default: all). A reader pages by passing the last `seq` it saw. Reads the `(thread_id, seq)` index.
        */

@@ -288,6 +288,31 @@ for (const [label, db] of dialects) {
         expect(yield* store.listEvents(thr("thr_a"))).toEqual(appended)
       }).pipe(Effect.provide(migratedStore(db))), { timeout: 30_000 })
 
+    it.live("appendEvents appends a batch in one statement: in order after the thread's last event, as appendEvent would", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        yield* insertThread("thr_c")
+        const inputs = allSamples(thr("thr_c"))
+        const first = yield* store.appendEvent(inputs[0]!)
+        const batch = yield* store.appendEvents(inputs.slice(1, 5).map((e, i) => (i === 0 ? { ...e, commandId: "cmd_2" as CommandId } : e)))
+        expect(batch.map((e) => e.seq)).toEqual([2, 3, 4, 5])
+        expect(batch.map((e) => ({ type: e.type, payload: e.payload }))).toEqual(inputs.slice(1, 5).map((e) => ({ type: e.type, payload: e.payload })))
+        expect(batch.map((e) => e.commandId)).toEqual(["cmd_2", null, null, null])
+        const globalSeqs = [first, ...batch].map((e) => e.globalSeq)
+        expect(globalSeqs).toEqual([...globalSeqs].sort((a, b) => a - b))
+        expect(new Set(globalSeqs).size).toBe(5)
+        const after = yield* store.appendEvents(inputs.slice(5, 6))
+        expect(after.map((e) => e.seq)).toEqual([6])
+        expect(yield* store.appendEvents([])).toEqual([])
+        // What the store returned is exactly what a reader gets back.
+        expect(yield* store.listEvents(thr("thr_c"))).toEqual([first, ...batch, ...after])
+        // A batch with an event that does not validate writes nothing.
+        const bad = { threadId: thr("thr_c"), type: "run.completed", payload: { runId: run("run_1"), itemCount: -1 } } as NewThreadEvent
+        const error = yield* Effect.flip(store.appendEvents([inputs[6]!, bad]))
+        expect(error._tag === "PersistenceError" && error.operation).toBe("thread_events.encode")
+        expect((yield* store.listEvents(thr("thr_c"))).length).toBe(6)
+      }).pipe(Effect.provide(migratedStore(db))), { timeout: 30_000 })
+
     it.live("a payload that does not match its type's schema is refused before anything is written", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
