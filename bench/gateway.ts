@@ -24,9 +24,10 @@
  * warm-up left out), written as a `.cpuprofile`.
  */
 import { Server, ServerConfig } from "@baton/server"
+import { timeSliced } from "../apps/cli/src/CliRuntime.js"
 import { HttpServer } from "@effect/platform"
 import { NodeRuntime } from "@effect/platform-node"
-import { ConfigProvider, Context, Effect, Layer } from "effect"
+import { ConfigProvider, Context, Effect, Layer, Scheduler } from "effect"
 import * as Fs from "node:fs"
 import * as Inspector from "node:inspector"
 import { createRequire } from "node:module"
@@ -279,4 +280,15 @@ const main = Effect.gen(function*() {
   }
 })
 
-NodeRuntime.runMain(Effect.scoped(main))
+/**
+ * Baton runs on the scheduler `baton serve` runs on (`CliRuntime.timeSliced`); `SCHEDULER=default`: Effect's default
+ * scheduler (what this benchmark measured before 2026-12-04); `SCHEDULER=batched`: every yield from `setImmediate`
+ * (`baton serve`'s scheduler before 2026-12-04). The agent and the upstream are in the worker, on neither.
+ */
+const scheduler = process.env["SCHEDULER"] === "default"
+  ? null
+  : process.env["SCHEDULER"] === "batched"
+  ? Scheduler.makeBatched((run) => setImmediate(run))
+  : timeSliced()
+
+NodeRuntime.runMain(scheduler === null ? Effect.scoped(main) : Effect.withScheduler(Effect.scoped(main), scheduler))
