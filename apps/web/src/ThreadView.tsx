@@ -103,7 +103,8 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
   }
   return (
     <section className="conversation">
-      <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
+      <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : store.itemsError !== null ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
+        {store.itemsError !== null && <span className="error" data-testid="items-error"> {store.itemsError}</span>}
         <label className="follow"><input type="checkbox" checked={follow} onChange={(e) => setFollow(e.target.checked)} /> follow</label></h2>
       <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)} onScroll={(e) => onScroll(e.currentTarget)}>
         <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
@@ -218,6 +219,19 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
     return by
   }, [byNative, store.fold, store.fold.version])
   const active = snap?.providerThreads.find((p) => p.active)
+
+  if (store.missing !== null) {
+    // An unknown thread (a mistyped or stale address, another server's thread): say so, offer no actions.
+    return (
+      <div className="thread" data-testid="thread" data-thread-id={props.threadId}>
+        <header className="thread-header">
+          <button className="link" onClick={() => props.navigate(null)}>← threads</button>
+          <h1>{props.threadId}</h1>
+        </header>
+        <p className="error" data-testid="thread-missing">{store.missing}</p>
+      </div>
+    )
+  }
 
   return (
     <div className="thread" data-testid="thread" data-thread-id={props.threadId}>

@@ -81,6 +81,13 @@ const keepEvents = 300
 export class ThreadStore {
   snapshot: SnapshotJson | null = null
   snapshotError: string | null = null
+  /**
+   * The API's sentence when the thread does not exist (a 404 `ThreadNotFound` from any of its reads or its stream):
+   * the view says so instead of loading forever, and nothing is asked for again.
+   */
+  missing: string | null = null
+  /** Why the last page of items could not be read (the API's words), or `null`. */
+  itemsError: string | null = null
   items: Array<ItemJson> = []
   private readonly byId = new Map<string, ItemJson>()
   /** The item with this id if it is paged in (the drawer shows it without a request). */
@@ -92,7 +99,8 @@ export class ThreadStore {
   handoffs: Array<HandoffSummaryJson> = []
   fold = new EventFold()
   readonly events: Array<Received> = []
-  connection: "connecting" | "open" | "reconnecting" = "connecting"
+  /** The event stream's state; `closed` once the server refused it for good (its reason in `snapshotError`). */
+  connection: "connecting" | "open" | "reconnecting" | "closed" = "connecting"
   version = 0
   private readonly listeners = new Set<() => void>()
   private scheduled = false
@@ -144,7 +152,13 @@ export class ThreadStore {
       const after = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
       const page = await get<ItemPageJson>(`${this.base()}/items?afterSeq=${after}&limit=${pageSize}`)
       this.firstItems.resolve()
-      if (!page.ok) return
+      if (!page.ok) {
+        this.itemsError = page.message
+        this.noteMissing(page)
+        this.changed()
+        return
+      }
+      this.itemsError = null
       if (page.value.items.length > 0) {
         this.items = this.items.concat(page.value.items)
         for (const item of page.value.items) this.byId.set(item.id, item)
@@ -198,9 +212,17 @@ export class ThreadStore {
       for (const cost of snapshot.value.costs.recentRuns) this.costs.set(cost.runId, cost)
     } else {
       this.snapshotError = snapshot.message
+      this.noteMissing(snapshot)
     }
     this.changed()
   }, 250)
+
+  /** A 404 `ThreadNotFound`: the thread is unknown to the server; stop following it. */
+  private noteMissing(result: { readonly status: number; readonly tag: string; readonly message: string }) {
+    if (result.status !== 404 || result.tag !== "ThreadNotFound" || this.missing !== null) return
+    this.missing = result.message
+    this.stop()
+  }
 
   private readonly handoffsRefresher = new Refresher(async () => {
     const handoffs = await get<HandoffSummaryListJson>(`${this.base()}/handoff-summaries`)
@@ -255,13 +277,20 @@ export class ThreadStore {
         if (state === "open") this.streamOpened = true
         this.changed()
       },
-      onEvent: (event) => this.onEvent(event)
+      onEvent: (event) => this.onEvent(event),
+      onRefused: (refusal) => {
+        this.noteMissing(refusal)
+        if (this.missing === null) this.snapshotError = refusal.message
+        this.connection = "closed"
+        this.changed()
+      }
     }, from)
   }
 
   stop() {
     this.stopped = true
     this.stream?.close()
+    if (this.stream !== null) this.connection = "closed"
   }
 
   /** Re-reads the snapshot, handoffs and runs (after an action). */

@@ -1,0 +1,184 @@
+/**
+ * The dashboard as a new user breaks it (review r18 of issue 13): Chromium (playwright-core, `/usr/bin/chromium`)
+ * against a real `baton serve` on loopback (a temp SQLite file, a random port, scripted providers), serving the build
+ * vitest's global setup made. Each case is the smallest input that showed a defect:
+ * - an unknown thread's address loaded forever and asked for its event stream every 2 s (a console error each time);
+ * - "/offload: preview" showed the tool-result offload dry run (another operation), and an empty keep-tokens box
+ *   offloaded with `keepTokens: 0` (everything summarised, nothing kept);
+ * - the drawer showed a slow answer for the item opened before under the id of the one opened after it.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import { type Browser, chromium } from "playwright-core"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+const cli = Path.join(repo, "apps", "cli", ".test-bundle", "bin.mjs")
+const chromiumPath = process.env["BATON_CHROMIUM"] ?? "/usr/bin/chromium"
+const admin = "admin-token-0123456789abcdef"
+
+/** `baton serve` on a temp SQLite file (port 0), resolved once it prints its "listening on" line. */
+const serve = (db: string, config: string) =>
+  new Promise<{ readonly url: string; readonly stop: () => Promise<void> }>((resolve, reject) => {
+    const env: Record<string, string> = { ...process.env as Record<string, string>, BATON_TOKEN: admin, BATON_PROVIDERS: "codex:44000:42000:inject", BATON_DATABASE_URL: "", BATON_CONFIG: "" }
+    const child: ChildProcess = spawn(process.execPath, [cli, "serve", "--port", "0", "--db", db, "--config", config], { cwd: repo, env, stdio: ["ignore", "pipe", "pipe"] })
+    const exited = new Promise<void>((done) => child.on("close", () => done()))
+    let stdout = ""
+    let stderr = ""
+    const timer = setTimeout(() => reject(new Error(`baton serve did not listen within 60 s: ${stderr}`)), 60_000)
+    child.stderr!.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      const found = /listening on (http:\/\/\S+)/.exec(stdout)
+      if (found === null) return
+      clearTimeout(timer)
+      resolve({ url: found[1]!, stop: () => (child.kill("SIGTERM"), exited) })
+    })
+  })
+
+/** A JSON call of the API with the admin token: the status and the body. */
+const api = async <A>(base: string, method: "GET" | "POST", path: string, body?: unknown) => {
+  const response = await fetch(base + path, {
+    method,
+    headers: { authorization: `Bearer ${admin}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) })
+  })
+  return { status: response.status, body: await response.json() as A }
+}
+
+describe("the dashboard, broken as a new user would", () => {
+  let dir: string
+  let server: { readonly url: string; readonly stop: () => Promise<void> }
+  let browser: Browser
+
+  beforeAll(async () => {
+    dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-review-"))
+    const config = Path.join(dir, "baton.json")
+    Fs.writeFileSync(config, JSON.stringify({ limits: { shutdownTimeoutMs: 1000 } }))
+    server = await serve(Path.join(dir, "baton.sqlite"), config)
+    browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] })
+  }, 120_000)
+
+  afterAll(async () => {
+    await browser?.close()
+    await server?.stop()
+    Fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  /** A page with the admin token in its session, recording console errors and the requests it makes. */
+  const open = async (path: string) => {
+    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } })
+    await context.addInitScript((t) => sessionStorage.setItem("baton.token", t), admin)
+    const page = await context.newPage()
+    const errors: Array<string> = []
+    page.on("console", (m) => void (m.type() === "error" && errors.push(m.text())))
+    page.on("pageerror", (e) => void errors.push(`pageerror: ${e.message}`))
+    const requests: Array<{ readonly method: string; readonly path: string; readonly body: string | null }> = []
+    page.on("request", (r) => void requests.push({ method: r.method(), path: new URL(r.url()).pathname + new URL(r.url()).search, body: r.postData() }))
+    await page.goto(server.url + path)
+    return { page, errors, requests, close: () => context.close() }
+  }
+
+  /** A codex thread with `runs` completed runs of `text`. */
+  const thread = async (runs: number, text: string) => {
+    const { body: { threadId } } = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "review", providerInstance: "codex" })
+    for (let n = 1; n <= runs; n++) {
+      const { body: { runId } } = await api<{ runId: string }>(server.url, "POST", `/threads/${threadId}/messages`, { text: `${text} ${n}` })
+      await api(server.url, "GET", `/runs/${runId}?waitMs=20000`)
+    }
+    return threadId
+  }
+
+  it("an unknown thread's address says it is not found, offers no actions and stops asking for its stream", async () => {
+    const unknown = "thr_00000000-0000-0000-0000-000000000000"
+    const answer = await api<{ _tag: string; message: string }>(server.url, "GET", `/threads/${unknown}`)
+    expect(answer.status).toBe(404)
+    const { page, errors, requests, close } = await open(`/ui/threads/${unknown}`)
+    await page.waitForSelector("[data-testid=thread-missing]")
+    expect(await page.getByTestId("thread-missing").textContent()).toBe(answer.body.message)
+    expect(await page.getByTestId("actions").count()).toBe(0)
+    // Before: "reconnecting" every 2 s for as long as the tab stayed open, each refusal a console error.
+    await page.waitForTimeout(3_000)
+    expect(requests.filter((r) => r.path === `/threads/${unknown}/events`).length).toBeLessThanOrEqual(1)
+    await close()
+    // The browser reports each 404 it was answered (items, snapshot, timeline, at most one stream); nothing else.
+    expect(errors.filter((e) => !/status of 404/.test(e))).toEqual([])
+    expect(errors.length).toBeLessThanOrEqual(4)
+  })
+
+  it("/offload previews itself with the keep-tokens given, confirms exactly that, and an empty box means the server's default", async () => {
+    const threadId = await thread(3, `history ${"x".repeat(2_000)}`)
+    const dryRun = await api<{ message: string; reason: string | null; keptItems: number; keepTokens: number }>(server.url, "POST", `/threads/${threadId}/offload`, { dryRun: true })
+    expect(dryRun.status).toBe(200)
+    expect(dryRun.body.keptItems).toBeGreaterThan(0)
+    const { page, errors, requests, close } = await open(`/ui/threads/${threadId}`)
+    await page.waitForSelector("[data-testid=connection]:text('open')")
+
+    await page.fill("input[aria-label='keep tokens']", "")
+    await page.click("button:text('/offload: preview')")
+    await page.waitForSelector("[data-testid=offload-preview][data-ok=true]")
+    // The API's words: its message, and why (`reason`) where the message does not say it.
+    expect(await page.getByTestId("offload-preview-words").textContent()).toBe(`${dryRun.body.message} (${dryRun.body.reason})`)
+    // Another keep-tokens value makes the preview stale: confirm waits for a new one.
+    await page.fill("input[aria-label='keep tokens']", "10")
+    expect(await page.locator("button:text('/offload: confirm')").isDisabled()).toBe(true)
+    await page.fill("input[aria-label='keep tokens']", "")
+    await page.click("button:text('/offload: preview')")
+    await page.waitForSelector("[data-testid=offload-preview][data-ok=true]")
+    await page.click("button:text('/offload: confirm')")
+    await page.waitForSelector("[data-testid=outcome][data-action=offload][data-ok=true]")
+    const offloads = requests.filter((r) => r.method === "POST" && r.path === `/threads/${threadId}/offload`).map((r) => JSON.parse(r.body ?? "null") as unknown)
+    // Before: the preview was `GET /tool-result-offload` (400 on this provider) and the confirm sent `keepTokens: 0`.
+    expect(offloads).toEqual([{ dryRun: true }, { dryRun: true }, {}])
+    const words = await page.getByTestId("outcome-words").textContent()
+    // The outcome is the API's own sentence, and it is what the preview said: the server's default keeps this short
+    // thread verbatim (before: `keepTokens: 0` summarised all of it, "0 messages kept").
+    expect(words).toMatch(/^Nothing was offloaded: /)
+    expect(words).toContain(`within the ${dryRun.body.keepTokens} kept verbatim`)
+
+    // A keep-tokens value that is not a count is refused by the API, naming the field; nothing is offloaded.
+    await page.fill("input[aria-label='keep tokens']", "a lot")
+    await page.click("button:text('/offload: preview')")
+    await page.waitForSelector("[data-testid=offload-preview][data-ok=false]")
+    expect(await page.getByTestId("offload-preview-words").textContent()).toMatch(/^HttpApiDecodeError: .*keepTokens/)
+    expect(await page.locator("button:text('/offload: confirm')").isDisabled()).toBe(true)
+    // A blank message cannot be sent (it would be refused anyway): the button says so by being disabled.
+    await page.fill("textarea[aria-label=message]", "   ")
+    expect(await page.locator("button:text('Send')").isDisabled()).toBe(true)
+    await close()
+    expect(errors.filter((e) => !/status of 400/.test(e))).toEqual([])
+  })
+
+  it("the drawer shows the item opened last, not a slower answer for the one opened before it", async () => {
+    const threadId = await thread(2, "drawer")
+    const { body: { items } } = await api<{ items: Array<{ id: string; kind: string; text: string }> }>(server.url, "GET", `/threads/${threadId}/items?afterSeq=0&limit=500`)
+    const [first, second] = items.filter((i) => i.kind === "user_message")
+    // Ids typed in from another thread's view are not held by the page: the drawer asks the API for them.
+    const { page, errors, close } = await open("/ui/threads/" + (await thread(1, "other")))
+    await page.waitForSelector("[data-testid=connection]:text('open')")
+    let release: () => void = () => {}
+    const held = new Promise<void>((resolve) => void (release = resolve))
+    await page.route(`**/items/${first!.id}?*`, async (route) => {
+      await held
+      await route.continue()
+    })
+    await page.getByLabel("item ref").fill(first!.id)
+    await page.locator(".ref-form button[type=submit]").click()
+    await page.waitForSelector(`[data-testid=drawer][data-item-id="${first!.id}"]`)
+    await page.getByRole("button", { name: "close" }).click()
+    await page.getByLabel("item ref").fill(second!.id)
+    await page.locator(".ref-form button[type=submit]").click()
+    await page.waitForSelector(`[data-testid=drawer][data-item-id="${second!.id}"]`)
+    await expect.poll(() => page.getByTestId("drawer-text").textContent()).toBe(second!.text)
+    const late = page.waitForResponse((r) => r.url().includes(`/items/${first!.id}`))
+    release()
+    await late
+    await page.waitForTimeout(300)
+    expect(await page.getByTestId("drawer-text").textContent()).toBe(second!.text)
+    await close()
+    expect(errors).toEqual([])
+  })
+})
