@@ -190,7 +190,11 @@ export class ThreadStore {
     let after = Math.max(0, from - 1)
     for (;;) {
       const page = await get<RunPageJson>(`${this.base()}/runs?afterSeq=${after}&limit=${pageSize}`)
-      if (!page.ok) return
+      if (!page.ok) {
+        // Asked for again on the next trigger (a run event, or the stream's reconnection after an outage).
+        this.dirtyRuns.add(after + 1)
+        return
+      }
       for (const run of page.value.runs) this.runs.set(run.id, run)
       for (const cost of page.value.costs) this.costs.set(cost.runId, cost)
       this.changed()
@@ -272,8 +276,14 @@ export class ThreadStore {
       onState: (state) => {
         this.connection = state
         if (state === "open") this.snapshotRefresher.trigger()
-        // After a reconnect the handoffs may have changed meanwhile (on the first open they are loaded after it).
-        if (state === "open" && this.streamOpened) this.handoffsRefresher.trigger()
+        // After a reconnect the handoffs may have changed meanwhile (on the first open they are loaded after it), and
+        // a read that failed while the server was away (items or runs an event announced) is not announced again:
+        // ask for what is after the last item held, and the runs whose read failed.
+        if (state === "open" && this.streamOpened) {
+          this.handoffsRefresher.trigger()
+          if (this.itemsComplete || this.itemsError !== null) this.itemsRefresher.trigger()
+          if (this.dirtyRuns.size > 0) this.runsRefresher.trigger()
+        }
         if (state === "open") this.streamOpened = true
         this.changed()
       },

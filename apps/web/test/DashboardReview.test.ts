@@ -20,11 +20,17 @@ const cli = Path.join(repo, "apps", "cli", ".test-bundle", "bin.mjs")
 const chromiumPath = process.env["BATON_CHROMIUM"] ?? "/usr/bin/chromium"
 const admin = "admin-token-0123456789abcdef"
 
-/** `baton serve` on a temp SQLite file (port 0), resolved once it prints its "listening on" line. */
-const serve = (db: string, config: string) =>
-  new Promise<{ readonly url: string; readonly stop: () => Promise<void> }>((resolve, reject) => {
+interface Served {
+  readonly url: string
+  readonly port: number
+  readonly stop: () => Promise<void>
+}
+
+/** `baton serve` on a SQLite file (port 0: a free one), resolved once it prints its "listening on" line. */
+const serve = (db: string, config: string, port = 0) =>
+  new Promise<Served>((resolve, reject) => {
     const env: Record<string, string> = { ...process.env as Record<string, string>, BATON_TOKEN: admin, BATON_PROVIDERS: "codex:44000:42000:inject", BATON_DATABASE_URL: "", BATON_CONFIG: "" }
-    const child: ChildProcess = spawn(process.execPath, [cli, "serve", "--port", "0", "--db", db, "--config", config], { cwd: repo, env, stdio: ["ignore", "pipe", "pipe"] })
+    const child: ChildProcess = spawn(process.execPath, [cli, "serve", "--port", String(port), "--db", db, "--config", config], { cwd: repo, env, stdio: ["ignore", "pipe", "pipe"] })
     const exited = new Promise<void>((done) => child.on("close", () => done()))
     let stdout = ""
     let stderr = ""
@@ -35,7 +41,7 @@ const serve = (db: string, config: string) =>
       const found = /listening on (http:\/\/\S+)/.exec(stdout)
       if (found === null) return
       clearTimeout(timer)
-      resolve({ url: found[1]!, stop: () => (child.kill("SIGTERM"), exited) })
+      resolve({ url: found[1]!, port: Number(new URL(found[1]!).port), stop: () => (child.kill("SIGTERM"), exited) })
     })
   })
 
@@ -51,14 +57,17 @@ const api = async <A>(base: string, method: "GET" | "POST", path: string, body?:
 
 describe("the dashboard, broken as a new user would", () => {
   let dir: string
-  let server: { readonly url: string; readonly stop: () => Promise<void> }
+  let db: string
+  let config: string
+  let server: Served
   let browser: Browser
 
   beforeAll(async () => {
     dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-review-"))
-    const config = Path.join(dir, "baton.json")
+    config = Path.join(dir, "baton.json")
+    db = Path.join(dir, "baton.sqlite")
     Fs.writeFileSync(config, JSON.stringify({ limits: { shutdownTimeoutMs: 1000 } }))
-    server = await serve(Path.join(dir, "baton.sqlite"), config)
+    server = await serve(db, config)
     browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] })
   }, 120_000)
 
@@ -180,5 +189,43 @@ describe("the dashboard, broken as a new user would", () => {
     expect(await page.getByTestId("drawer-text").textContent()).toBe(second!.text)
     await close()
     expect(errors).toEqual([])
+  })
+  it("items and runs whose read failed while the server was away are read once the stream reconnects", async () => {
+    const threadId = await thread(1, "before")
+    const { page, errors, close } = await open(`/ui/threads/${threadId}`)
+    await page.waitForSelector("[data-testid=run-header][data-run-seq='1'][data-status=completed]")
+    // The reads a run's events trigger fail (the server going away under them); the events themselves arrived.
+    await page.route("**/items?afterSeq=*", (route) => route.abort())
+    await page.route("**/runs?afterSeq=*", (route) => route.abort())
+    const { body: { runId } } = await api<{ runId: string }>(server.url, "POST", `/threads/${threadId}/messages`, { text: "read after the outage" })
+    await api(server.url, "GET", `/runs/${runId}?waitMs=20000`)
+    const events = await fetch(`${server.url}/threads/${threadId}/events?follow=false`, { headers: { authorization: `Bearer ${admin}` } })
+    const last = Math.max(...(await events.text()).split("\n").filter((l) => l.startsWith("id:")).map((l) => Number(l.slice(3))))
+    await page.waitForSelector(`[data-testid=events] li[data-seq='${last}']`)
+    await page.unrouteAll()
+    // The restart: no event after it announces the run's items again (before: they never appeared).
+    const port = server.port
+    await server.stop()
+    server = await serve(db, config, port)
+    await page.waitForSelector("[data-testid=item-row][data-kind=user_message]:has-text('read after the outage')", { timeout: 20_000 })
+    await page.waitForSelector("[data-testid=run-header][data-run-seq='2'][data-status=completed]")
+    await close()
+    const network = /ERR_CONNECTION_REFUSED|ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_CONNECTION_RESET|ERR_EMPTY_RESPONSE|ERR_FAILED|Failed to load resource/
+    expect(errors.filter((e) => e.startsWith("pageerror:") || !network.test(e))).toEqual([])
+  })
+
+  it("the thread list recovers from a read that failed: the next event clears the error and shows the list", async () => {
+    const { page, errors, close } = await open("/")
+    await page.waitForSelector("[data-testid=thread-list]")
+    let refused = 0
+    await page.route("**/threads?limit=500*", (route) => refused++ === 0 ? route.abort() : route.continue())
+    await api(server.url, "POST", "/threads", { title: "while the read fails", providerInstance: "codex" })
+    await page.waitForSelector(".error:has-text('cannot reach the server')")
+    const { body: { threadId } } = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "after it", providerInstance: "codex" })
+    // Before: "cannot reach the server" replaced the list for good.
+    await page.waitForSelector(`[data-testid=thread-row][data-thread-id="${threadId}"]`)
+    expect(await page.getByTestId("list-error").count()).toBe(0)
+    await close()
+    expect(errors.filter((e) => !/ERR_FAILED|Failed to load resource/.test(e))).toEqual([])
   })
 })
