@@ -108,13 +108,16 @@ export class ThreadStore {
   private readonly dirtyRuns = new Set<number>()
 
   /**
-   * When the page started loading (`Date.now()`). An event stamped before it is already in what the first loads
-   * read (they started after it was committed), so replaying the stored log triggers no refresh; an event missed
-   * while disconnected is newer and does. Assumes the browser's and the server's clocks agree within the load time
-   * (true on one machine; a skewed remote clock costs redundant refreshes or, when the browser is ahead, a stale
-   * panel until the next event).
+   * When the page started loading (`Date.now()`). Used only when the stream replays the stored log from the start (a
+   * server without `/timeline`): an event stamped well before it is in what the first loads read, so that replay
+   * triggers no refresh for it. Assumes the browser's and the server's clocks agree (a browser clock ahead of the
+   * server's would silence the refreshes of live events), so it is never used on the usual path: there the stream
+   * starts after the timeline's `lastSeq` and every event it brings refreshes what it touched (an event stamped
+   * before the loads but committed after they read, in a long unit of work, is not in them either).
    */
   private readonly openedAt = loadsStartedAt()
+  /** Whether the stream replays the log from the start (no `/timeline`): see `openedAt`. */
+  private replayingFromStart = false
 
   constructor(readonly threadId: string) {}
 
@@ -270,6 +273,7 @@ export class ThreadStore {
 
   private startStream(from: number | null) {
     if (this.stream !== null || this.stopped) return
+    this.replayingFromStart = from === null
     this.stream = follow({
       path: `${this.base()}/events`,
       monotonic: true,
@@ -321,7 +325,7 @@ export class ThreadStore {
     log.push(received)
     if (log.length > 10_000) log.splice(0, log.length - 5_000)
     this.changed()
-    if (Date.parse(event.createdAt) < this.openedAt) return
+    if (this.replayingFromStart && Date.parse(event.createdAt) < this.openedAt) return
     const last = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
     if (event.type === "items.appended" && event.payload.toSeq > last) this.itemsRefresher.trigger()
     if (event.type.startsWith("run.")) {

@@ -228,4 +228,28 @@ describe("the dashboard, broken as a new user would", () => {
     await close()
     expect(errors.filter((e) => !/ERR_FAILED|Failed to load resource/.test(e))).toEqual([])
   })
+  it("a browser whose clock is ahead of the server's still shows a sent message live", async () => {
+    const threadId = await thread(1, "before")
+    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } })
+    // The viewer's clock runs 10 minutes ahead of the server's (another machine; `--host` beyond loopback).
+    await context.addInitScript((t) => {
+      sessionStorage.setItem("baton.token", t)
+      const now = Date.now.bind(Date)
+      Date.now = () => now() + 600_000
+    }, admin)
+    const page = await context.newPage()
+    const errors: Array<string> = []
+    page.on("console", (m) => void (m.type() === "error" && errors.push(m.text())))
+    page.on("pageerror", (e) => void errors.push(`pageerror: ${e.message}`))
+    await page.goto(`${server.url}/ui/threads/${threadId}`)
+    await page.waitForSelector("[data-testid=connection]:text('open')")
+    await page.fill("textarea[aria-label=message]", "sent with a fast clock")
+    await page.click("button:text('Send')")
+    // Before: every event stamped (by the server's clock) before the page opened (by the browser's) refreshed
+    // nothing, so for ten minutes the message, its answer and its run stayed off the page.
+    await page.waitForSelector("[data-testid=item-row][data-kind=user_message]:has-text('sent with a fast clock')", { timeout: 15_000 })
+    await page.waitForSelector("[data-testid=run-header][data-run-seq='2'][data-status=completed]")
+    await context.close()
+    expect(errors).toEqual([])
+  })
 })
