@@ -134,8 +134,9 @@ function IdList(props: {
   readonly refTestId?: string
   readonly open: (id: string) => void
 }) {
-  const [ids, setIds] = useState<ReadonlyArray<string>>([])
-  const [next, setNext] = useState<number | null>(null)
+  // The ids read so far and where the next page starts (`null`: none), replaced together.
+  const [read, setRead] = useState<{ readonly ids: ReadonlyArray<string>; readonly next: number | null }>({ ids: [], next: null })
+  const { ids, next } = read
   const [error, setError] = useState<string | null>(null)
   const [opened, setOpened] = useState(false)
   const load = async (offset: number) => {
@@ -143,8 +144,11 @@ function IdList(props: {
     const page = await get<HandoffItemIdsJson>(`/handoffs/${encodeURIComponent(props.handoffId)}/item-ids?list=${props.list}${delivery}&offset=${offset}&limit=${idPage}`)
     if (!page.ok) return setError(page.message)
     setError(null)
-    setIds((old) => offset === 0 ? page.value.ids : [...old, ...page.value.ids])
-    setNext(page.value.nextOffset)
+    // A page joins the list only where it ends: a second "more" before the first answered asks for the same offset,
+    // and a page asked for before the list was read again (its count changed) no longer fits.
+    setRead((old) => offset === 0
+      ? { ids: page.value.ids, next: page.value.nextOffset }
+      : old.ids.length === offset ? { ids: [...old.ids, ...page.value.ids], next: page.value.nextOffset } : old)
   }
   useEffect(() => {
     if (opened) void load(0)

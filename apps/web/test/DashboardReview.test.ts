@@ -29,7 +29,7 @@ interface Served {
 /** `baton serve` on a SQLite file (port 0: a free one), resolved once it prints its "listening on" line. */
 const serve = (db: string, config: string, port = 0) =>
   new Promise<Served>((resolve, reject) => {
-    const env: Record<string, string> = { ...process.env as Record<string, string>, BATON_TOKEN: admin, BATON_PROVIDERS: "codex:44000:42000:inject", BATON_DATABASE_URL: "", BATON_CONFIG: "" }
+    const env: Record<string, string> = { ...process.env as Record<string, string>, BATON_TOKEN: admin, BATON_PROVIDERS: "codex:44000:42000:inject,claude:200000:noinject", BATON_DATABASE_URL: "", BATON_CONFIG: "" }
     const child: ChildProcess = spawn(process.execPath, [cli, "serve", "--port", String(port), "--db", db, "--config", config], { cwd: repo, env, stdio: ["ignore", "pipe", "pipe"] })
     const exited = new Promise<void>((done) => child.on("close", () => done()))
     let stdout = ""
@@ -187,6 +187,24 @@ describe("the dashboard, broken as a new user would", () => {
     await late
     await page.waitForTimeout(300)
     expect(await page.getByTestId("drawer-text").textContent()).toBe(second!.text)
+
+    // "more" clicked twice before its page answers adds that page once.
+    const long = `${"0123456789".repeat(700)}end`
+    const { body: { runId } } = await api<{ runId: string }>(server.url, "POST", `/threads/${threadId}/messages`, { text: long })
+    await api(server.url, "GET", `/runs/${runId}?waitMs=20000`)
+    const longId = (await api<{ items: Array<{ id: string; text: string }> }>(server.url, "GET", `/threads/${threadId}/items?afterSeq=0&limit=500`)).body.items.find((i) => i.text === long)!.id
+    await page.getByRole("button", { name: "close" }).click()
+    await page.getByLabel("item ref").fill(longId)
+    await page.locator(".ref-form button[type=submit]").click()
+    const more = page.getByRole("button", { name: /^more/ })
+    await more.waitFor()
+    await more.evaluate((b) => {
+      ;(b as HTMLButtonElement).click()
+      ;(b as HTMLButtonElement).click()
+    })
+    await expect.poll(() => more.count()).toBe(0)
+    await page.waitForTimeout(300)
+    expect(await page.getByTestId("drawer-text").textContent()).toBe(long)
     await close()
     expect(errors).toEqual([])
   })
@@ -250,6 +268,34 @@ describe("the dashboard, broken as a new user would", () => {
     await page.waitForSelector("[data-testid=item-row][data-kind=user_message]:has-text('sent with a fast clock')", { timeout: 15_000 })
     await page.waitForSelector("[data-testid=run-header][data-run-seq='2'][data-status=completed]")
     await context.close()
+    expect(errors).toEqual([])
+  })
+  it("a handoff's id list read with two quick clicks on \"more\" shows each id once", async () => {
+    const { body: { threadId } } = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "ids", providerInstance: "codex" })
+    // 110 runs: 220 items the switch's handoff owes, two pages of ids (200, then 20).
+    for (let sent = 0; sent < 110; sent += 22) {
+      const runs = await Promise.all(Array.from({ length: 22 }, (_, i) => api<{ runId: string }>(server.url, "POST", `/threads/${threadId}/messages`, { text: `m ${sent + i}` })))
+      await api(server.url, "GET", `/runs/${runs[runs.length - 1]!.body.runId}?waitMs=30000`)
+    }
+    const switched = await api<{ handoffId: string }>(server.url, "POST", `/threads/${threadId}/switch`, { providerInstance: "claude" })
+    expect(switched.status).toBe(200)
+    const { page, errors, close } = await open(`/ui/threads/${threadId}`)
+    const owed = page.locator(`[data-testid=handoff][data-handoff-id="${switched.body.handoffId}"] details`).first()
+    await owed.locator("summary").click()
+    const more = owed.getByRole("button", { name: /^more/ })
+    await more.waitFor()
+    // Both clicks before the first page answers (a double click, or a slow server).
+    await more.evaluate((b) => {
+      ;(b as HTMLButtonElement).click()
+      ;(b as HTMLButtonElement).click()
+    })
+    await expect.poll(() => more.count()).toBe(0)
+    await page.waitForTimeout(500)
+    const ids = await owed.locator("button.ref").allTextContents()
+    // Before: 240 ids shown, 20 of them twice ("more (-20 left)" never came; the second page was appended twice).
+    expect(ids.length).toBe(220)
+    expect(new Set(ids).size).toBe(220)
+    await close()
     expect(errors).toEqual([])
   })
 })
