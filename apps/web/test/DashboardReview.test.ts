@@ -298,4 +298,26 @@ describe("the dashboard, broken as a new user would", () => {
     await close()
     expect(errors).toEqual([])
   })
+  it("a token with a character no header can carry is refused in the form, not kept as 'cannot reach the server'", async () => {
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    const errors: Array<string> = []
+    page.on("pageerror", (e) => void errors.push(`pageerror: ${e.message}`))
+    const asked: Array<string> = []
+    page.on("request", (r) => void asked.push(new URL(r.url()).pathname))
+    await page.goto(server.url + "/")
+    await page.fill("input[aria-label=token]", "令牌-0123456789abcdef")
+    await page.click("text=Open")
+    await page.waitForSelector("[data-testid=auth-message]")
+    // Before: "cannot reach the server (TypeError: Failed to execute 'fetch' …)", the token kept for the session.
+    expect(await page.getByTestId("auth-message").textContent()).toContain("printable ASCII")
+    expect(await page.evaluate(() => sessionStorage.getItem("baton.token"))).toBe(null)
+    expect(asked.filter((p) => p === "/session")).toEqual([])
+    // The right token then opens the list.
+    await page.fill("input[aria-label=token]", admin)
+    await page.click("text=Open")
+    await page.waitForSelector("[data-testid=thread-list]")
+    await context.close()
+    expect(errors).toEqual([])
+  })
 })
