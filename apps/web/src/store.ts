@@ -224,9 +224,13 @@ export class ThreadStore {
     this.changed()
   }, 250)
 
-  /** A 404 `ThreadNotFound`: the thread is unknown to the server; stop following it. */
+  /**
+   * A 404 `ThreadNotFound`, or a 400 `HttpApiDecodeError` of a thread read (whose only input is the id in the path:
+   * too long, a NUL character): no thread has this id; stop following it.
+   */
   private noteMissing(result: { readonly status: number; readonly tag: string; readonly message: string }) {
-    if (result.status !== 404 || result.tag !== "ThreadNotFound" || this.missing !== null) return
+    const unknown = (result.status === 404 && result.tag === "ThreadNotFound") || (result.status === 400 && result.tag === "HttpApiDecodeError")
+    if (!unknown || this.missing !== null) return
     this.missing = result.message
     this.stop()
   }

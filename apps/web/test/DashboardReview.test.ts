@@ -116,6 +116,14 @@ describe("the dashboard, broken as a new user would", () => {
     // The browser reports each 404 it was answered (items, snapshot, timeline, at most one stream); nothing else.
     expect(errors.filter((e) => !/status of 404/.test(e))).toEqual([])
     expect(errors.length).toBeLessThanOrEqual(4)
+
+    // An id no thread can have (the API refuses it with a 400 naming `threadId`): the same, in the API's words.
+    const bad = await open("/ui/threads/thr_%00")
+    await bad.page.waitForSelector("[data-testid=thread-missing]")
+    expect(await bad.page.getByTestId("thread-missing").textContent()).toContain("NUL")
+    expect(await bad.page.getByTestId("actions").count()).toBe(0)
+    await bad.close()
+    expect(bad.errors.filter((e) => !/status of 400/.test(e))).toEqual([])
   })
 
   it("/offload previews itself with the keep-tokens given, confirms exactly that, and an empty box means the server's default", async () => {
