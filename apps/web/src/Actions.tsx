@@ -43,6 +43,13 @@ export const keepTokensField = (typed: string): { readonly keepTokens?: number |
   return { keepTokens: /^\d+$/.test(trimmed) ? Number(trimmed) : trimmed }
 }
 
+/**
+ * A fresh idempotency key (`commandId`, 1..200 printable ASCII): 128 random bits in hex. `crypto.getRandomValues`
+ * rather than `randomUUID`, which a page served over plain HTTP beyond loopback (`--host`) does not have.
+ */
+export const newCommandId = (): string =>
+  `web-${Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("")}`
+
 export function Actions(props: {
   readonly threadId: string
   readonly providers: ReadonlyArray<string>
@@ -50,6 +57,9 @@ export function Actions(props: {
   readonly navigate: (threadId: string) => void
 }) {
   const [text, setText] = useState("")
+  // The message's idempotency key: kept while the text is unchanged, so sending it again after an answer that never
+  // came (the server restarting, a cut connection) answers the first run instead of queueing the message twice.
+  const [sendKey, setSendKey] = useState(newCommandId)
   const [provider, setProvider] = useState("")
   const [keepTokens, setKeepTokens] = useState("8000")
   // The dry run of `/offload` and the keep-tokens box it was asked with: "confirm" runs exactly what was previewed.
@@ -72,9 +82,17 @@ export function Actions(props: {
       <form onSubmit={(e) => {
         e.preventDefault()
         if (text.trim() === "") return
-        void run("send", () => post(`${base}/messages`, { text })).then((r) => r.ok && setText(""))
+        void run("send", () => post(`${base}/messages`, { text, commandId: sendKey })).then((r) => {
+          if (!r.ok) return
+          setText("")
+          setSendKey(newCommandId())
+        })
       }}>
-        <textarea aria-label="message" rows={2} value={text} onChange={(e) => setText(e.target.value)} placeholder="message" />
+        <textarea aria-label="message" rows={2} value={text} onChange={(e) => {
+          setText(e.target.value)
+          // Another text is another command (the API refuses a key reused for another payload).
+          if (e.target.value !== text) setSendKey(newCommandId())
+        }} placeholder="message" />
         <button type="submit" disabled={busy || text.trim() === ""} title={text.trim() === "" ? "type a message first" : undefined}>Send</button>
       </form>
       <div className="row">

@@ -328,4 +328,31 @@ describe("the dashboard, broken as a new user would", () => {
     await context.close()
     expect(errors).toEqual([])
   })
+  it("a message sent again after its answer was lost is queued once", async () => {
+    const threadId = await thread(1, "before")
+    const { page, errors, close } = await open(`/ui/threads/${threadId}`)
+    await page.waitForSelector("[data-testid=connection]:text('open')")
+    // The first send reaches the server (its run is queued) but its answer never reaches the page.
+    let lost = 0
+    await page.route(`**/threads/${threadId}/messages`, async (route) => {
+      if (lost++ > 0) return route.continue()
+      await route.fetch()
+      await route.abort("connectionreset")
+    })
+    await page.fill("textarea[aria-label=message]", "only once")
+    await page.click("button:text('Send')")
+    await page.waitForSelector("[data-testid=outcome][data-action=send][data-ok=false]")
+    // The text is still there: the user sends it again.
+    await page.click("button:text('Send')")
+    await page.waitForSelector("[data-testid=outcome][data-action=send][data-ok=true]")
+    const { runId } = JSON.parse(await page.locator("[data-testid=outcome] pre").textContent() ?? "{}") as { runId: string }
+    await api(server.url, "GET", `/runs/${runId}?waitMs=20000`)
+    const { body: { items } } = await api<{ items: Array<{ kind: string; text: string }> }>(server.url, "GET", `/threads/${threadId}/items?afterSeq=0&limit=500`)
+    // Before: two runs of the same message.
+    expect(items.filter((i) => i.kind === "user_message" && i.text === "only once").length).toBe(1)
+    const { body: snapshot } = await api<{ totals: { runs: number } }>(server.url, "GET", `/threads/${threadId}`)
+    expect(snapshot.totals.runs).toBe(2)
+    await close()
+    expect(errors.filter((e) => !/ERR_CONNECTION_RESET|Failed to load resource/.test(e))).toEqual([])
+  })
 })
