@@ -4,7 +4,7 @@
  * the same `/offload` for real), interrupt, fork, merge back. Each shows what the API answered in its own words: the
  * error's `message`, or the result's `message` or `reason`, else its fields.
  */
-import { useState } from "react"
+import { useRef, useState } from "react"
 import { post, type Result } from "./api.js"
 
 interface Outcome {
@@ -68,6 +68,19 @@ export function Actions(props: {
   const [busy, setBusy] = useState(false)
   const base = `/threads/${encodeURIComponent(props.threadId)}`
 
+  // The idempotency key of each command whose answer never came (status 0: a restart, a cut connection), by action and
+  // payload: the same command clicked again carries the same key, so the server answers its first result (one fork,
+  // not two). A command that was answered, yes or no, gets a new key next time.
+  const unanswered = useRef(new Map<string, string>())
+  const command = (action: string, path: string, payload: Record<string, unknown>) => run(action, async () => {
+    const at = `${path} ${JSON.stringify(payload)}`
+    const key = unanswered.current.get(at) ?? newCommandId()
+    unanswered.current.set(at, key)
+    const result = await post(path, { ...payload, commandId: key })
+    if (result.status !== 0) unanswered.current.delete(at)
+    return result
+  })
+
   const run = async (action: string, f: () => Promise<Result<unknown>>) => {
     setBusy(true)
     const result = await f()
@@ -98,12 +111,12 @@ export function Actions(props: {
       <div className="row">
         <input aria-label="provider" list="providers" value={provider} onChange={(e) => setProvider(e.target.value)} placeholder="provider instance" />
         <datalist id="providers">{props.providers.map((p) => <option key={p} value={p} />)}</datalist>
-        <button disabled={busy || provider === ""} onClick={() => void run("switch", () => post(`${base}/switch`, { providerInstance: provider }))}>Switch</button>
-        <button disabled={busy} onClick={() => void run("compact", () => post(`${base}/compact`))}>/compact</button>
-        <button disabled={busy} onClick={() => void run("interrupt", () => post(`${base}/interrupt`))}>Interrupt</button>
-        <button disabled={busy} onClick={() => void run("fork", () => post(`${base}/fork`, provider === "" ? {} : { providerInstance: provider }))
+        <button disabled={busy || provider === ""} onClick={() => void command("switch", `${base}/switch`, { providerInstance: provider })}>Switch</button>
+        <button disabled={busy} onClick={() => void command("compact", `${base}/compact`, {})}>/compact</button>
+        <button disabled={busy} onClick={() => void command("interrupt", `${base}/interrupt`, {})}>Interrupt</button>
+        <button disabled={busy} onClick={() => void command("fork", `${base}/fork`, provider === "" ? {} : { providerInstance: provider })
           .then((r) => r.ok && props.navigate((r.value as { readonly threadId: string }).threadId))}>Fork</button>
-        <button disabled={busy} onClick={() => void run("merge back", () => post(`${base}/merge`))}>Merge back</button>
+        <button disabled={busy} onClick={() => void command("merge back", `${base}/merge`, {})}>Merge back</button>
       </div>
       <div className="row">
         <label>keep tokens <input aria-label="keep tokens" value={keepTokens} placeholder="default" onChange={(e) => {
@@ -121,7 +134,7 @@ export function Actions(props: {
         }}>/offload: preview</button>
         <button disabled={busy || preview === null || !preview.result.ok} onClick={() => {
           const asked = preview!.keepTokens
-          void run("offload", () => post(`${base}/offload`, keepTokensField(asked))).then(() => setPreview(null))
+          void command("offload", `${base}/offload`, keepTokensField(asked)).then(() => setPreview(null))
         }}>/offload: confirm</button>
       </div>
       {preview !== null && (

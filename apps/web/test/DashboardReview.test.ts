@@ -147,9 +147,10 @@ describe("the dashboard, broken as a new user would", () => {
     await page.waitForSelector("[data-testid=offload-preview][data-ok=true]")
     await page.click("button:text('/offload: confirm')")
     await page.waitForSelector("[data-testid=outcome][data-action=offload][data-ok=true]")
-    const offloads = requests.filter((r) => r.method === "POST" && r.path === `/threads/${threadId}/offload`).map((r) => JSON.parse(r.body ?? "null") as unknown)
+    const offloads = requests.filter((r) => r.method === "POST" && r.path === `/threads/${threadId}/offload`).map((r) => JSON.parse(r.body ?? "null") as Record<string, unknown>)
     // Before: the preview was `GET /tool-result-offload` (400 on this provider) and the confirm sent `keepTokens: 0`.
-    expect(offloads).toEqual([{ dryRun: true }, { dryRun: true }, {}])
+    // (The confirm carries its idempotency key.)
+    expect(offloads.map(({ commandId: _key, ...fields }) => fields)).toEqual([{ dryRun: true }, { dryRun: true }, {}])
     const words = await page.getByTestId("outcome-words").textContent()
     // The outcome is the API's own sentence, and it is what the preview said: the server's default keeps this short
     // thread verbatim (before: `keepTokens: 0` summarised all of it, "0 messages kept").
@@ -352,6 +353,27 @@ describe("the dashboard, broken as a new user would", () => {
     expect(items.filter((i) => i.kind === "user_message" && i.text === "only once").length).toBe(1)
     const { body: snapshot } = await api<{ totals: { runs: number } }>(server.url, "GET", `/threads/${threadId}`)
     expect(snapshot.totals.runs).toBe(2)
+    await close()
+    expect(errors.filter((e) => !/ERR_CONNECTION_RESET|Failed to load resource/.test(e))).toEqual([])
+  })
+  it("a fork clicked again after its answer was lost makes one fork", async () => {
+    const threadId = await thread(1, "before")
+    const threads = async () => (await api<{ threads: Array<{ id: string }> }>(server.url, "GET", "/threads?limit=500")).body.threads.length
+    const before = await threads()
+    const { page, errors, close } = await open(`/ui/threads/${threadId}`)
+    await page.waitForSelector("main[data-role=admin] [data-testid=actions]")
+    let lost = 0
+    await page.route(`**/threads/${threadId}/fork`, async (route) => {
+      if (lost++ > 0) return route.continue()
+      await route.fetch()
+      await route.abort("connectionreset")
+    })
+    await page.click("button:text('Fork')")
+    await page.waitForSelector("[data-testid=outcome][data-action=fork][data-ok=false]")
+    await page.click("button:text('Fork')")
+    await page.waitForURL((url) => !url.pathname.endsWith(threadId))
+    // Before: two forks of the thread.
+    expect(await threads()).toBe(before + 1)
     await close()
     expect(errors.filter((e) => !/ERR_CONNECTION_RESET|Failed to load resource/.test(e))).toEqual([])
   })
