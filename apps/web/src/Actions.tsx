@@ -12,13 +12,26 @@ interface Outcome {
   readonly result: Result<unknown>
 }
 
+/** `text` on one line, at most 300 characters (a refused value is quoted in the issue, up to 1,000 characters). */
+const oneLine = (text: string) => {
+  const line = text.replace(/\s+/g, " ")
+  return line.length > 300 ? `${line.slice(0, 300)}…` : line
+}
+
 /**
- * The answer in the API's words: an error's `message`; a result's `message` (the line the API writes for the user,
+ * The answer in the API's words: an error's `message` (a schema refusal's `issues`: each field and why); a result's `message` (the line the API writes for the user,
  * e.g. `/offload`'s) with its `reason` when the message does not already say it, or the `reason` alone, else its
  * plain fields.
  */
 export const describe = (o: Outcome): string => {
-  if (!o.result.ok) return `${o.result.tag}: ${o.result.message}`
+  if (!o.result.ok) {
+    // A schema refusal's `message` is the whole schema as a tree; its `issues` name the field and say why.
+    const issues = (o.result.body as { readonly issues?: ReadonlyArray<{ readonly path?: ReadonlyArray<unknown>; readonly message?: string }> } | null)?.issues
+    if (Array.isArray(issues) && issues.length > 0) {
+      return `${o.result.tag}: ${issues.map((i) => `${(i.path ?? []).join(".")}: ${oneLine(i.message ?? "")}`).join("; ")}`
+    }
+    return `${o.result.tag}: ${o.result.message}`
+  }
   const value = o.result.value
   if (typeof value !== "object" || value === null) return String(value)
   const fields = value as Record<string, unknown>

@@ -377,4 +377,20 @@ describe("the dashboard, broken as a new user would", () => {
     await close()
     expect(errors.filter((e) => !/ERR_CONNECTION_RESET|Failed to load resource/.test(e))).toEqual([])
   })
+  it("a message over the API's limit is refused naming the field and why, and stays in the box", async () => {
+    const threadId = await thread(0, "")
+    const { page, errors, close } = await open(`/ui/threads/${threadId}`)
+    await page.waitForSelector("main[data-role=admin] [data-testid=actions]")
+    const huge = "word ".repeat(220_000)
+    await page.fill("textarea[aria-label=message]", huge)
+    await page.click("button:text('Send')")
+    await page.waitForSelector("[data-testid=outcome][data-action=send][data-ok=false]")
+    const words = await page.getByTestId("outcome-words").textContent() ?? ""
+    // Before: the schema's whole tree ("{ readonly text: { minLength(1) & maxLength(1048576) | filter }; …").
+    expect(words).toMatch(/^HttpApiDecodeError: text: Expected a string at most 1048576 character\(s\) long, actual "word word /)
+    expect(words.length).toBeLessThan(400)
+    expect((await page.inputValue("textarea[aria-label=message]")).length).toBe(huge.length)
+    await close()
+    expect(errors.filter((e) => !/status of 400/.test(e))).toEqual([])
+  })
 })
