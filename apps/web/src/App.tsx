@@ -4,7 +4,7 @@
  * and routes between the thread list (`/`) and a thread (`/ui/threads/<id>`) with the History API.
  */
 import { useEffect, useState } from "react"
-import { get, onUnauthorized, storeToken, storedToken } from "./api.js"
+import { clearToken, get, onUnauthorized, storeToken, storedToken } from "./api.js"
 import { ThreadList } from "./ThreadList.js"
 import { ThreadView } from "./ThreadView.js"
 import type { Role, SessionJson } from "./types.js"
@@ -14,16 +14,29 @@ const threadOfPath = (path: string) => {
   return match === null ? null : decodeURIComponent(match[1]!)
 }
 
+/**
+ * Why `token` cannot be a Baton token, or `null`. Tokens are printable ASCII (docs/server.md, `auth.token`); another
+ * character cannot even be sent in a header (`fetch` throws), which read as "cannot reach the server" and kept the
+ * token for the session.
+ */
+export const tokenProblem = (token: string): string | null =>
+  /^[\x20-\x7e]+$/.test(token) ? null : "a Baton token is printable ASCII (letters, digits, punctuation): this one has other characters; paste it again"
+
 function TokenForm(props: { readonly message: string | null; readonly onToken: (token: string) => void }) {
   const [token, setToken] = useState("")
+  const [problem, setProblem] = useState<string | null>(null)
+  const message = problem ?? props.message
   return (
     <form className="token-form" data-testid="token-form" onSubmit={(e) => {
       e.preventDefault()
-      if (token.trim() !== "") props.onToken(token.trim())
+      const entered = token.trim()
+      if (entered === "") return
+      setProblem(tokenProblem(entered))
+      if (tokenProblem(entered) === null) props.onToken(entered)
     }}>
       <h1>Baton</h1>
       <p>Enter a Baton token (the admin token is in <code>.baton/token</code>; a read-only token shows everything but the actions). It is kept for this browser session only.</p>
-      {props.message !== null && <p className="error" data-testid="auth-message">{props.message}</p>}
+      {message !== null && <p className="error" data-testid="auth-message">{message}</p>}
       <input type="password" autoComplete="off" aria-label="token" value={token} onChange={(e) => setToken(e.target.value)} autoFocus />
       <button type="submit">Open</button>
     </form>
@@ -33,7 +46,12 @@ function TokenForm(props: { readonly message: string | null; readonly onToken: (
 export function App() {
   const [role, setRole] = useState<Role | null>(null)
   const [authMessage, setAuthMessage] = useState<string | null>(null)
-  const [hasToken, setHasToken] = useState(storedToken() !== null)
+  const [hasToken, setHasToken] = useState(() => {
+    const stored = storedToken()
+    // A token no request can carry (kept by an older page) is dropped: the form asks for it again.
+    if (stored !== null && tokenProblem(stored) !== null) clearToken()
+    return storedToken() !== null
+  })
   const [threadId, setThreadId] = useState<string | null>(threadOfPath(location.pathname))
 
   useEffect(() => {

@@ -4,7 +4,7 @@
  * typed in. An item the page already holds (the conversation's pages carry each item whole; items never change)
  * shows its first window at once, without a request: on a long thread's open the server is busy paging the rest in.
  */
-import { useEffect, useState } from "react"
+import { useEffect, useRef, useState } from "react"
 import { get } from "./api.js"
 import { drawerWindow as window, firstWindow, fmt } from "./model.js"
 import type { ItemJson, ItemTextJson } from "./types.js"
@@ -20,11 +20,17 @@ export function Drawer(props: {
   const [error, setError] = useState<string | null>(null)
   const [ref, setRef] = useState("")
 
+  // The item shown now: an answer for another (opened before it, answering late) is dropped, not shown under its id.
+  const shown = useRef(props.itemId)
+  shown.current = props.itemId
+
   const load = async (id: string, offset: number) => {
     const page = await get<ItemTextJson>(`/items/${encodeURIComponent(id)}?offset=${offset}&limit=${window}`)
+    if (shown.current !== id) return
     if (page.ok) {
       setError(null)
-      setPages((old) => offset === 0 ? [page.value] : [...old, page.value])
+      // A window joins only where the text shown ends (a second "more" answering for the same offset is a repeat).
+      setPages((old) => offset === 0 ? [page.value] : old[old.length - 1]?.nextOffset === offset ? [...old, page.value] : old)
     } else {
       setError(page.message)
     }

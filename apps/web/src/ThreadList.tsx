@@ -43,6 +43,7 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
       do {
         const page: Result<ThreadPageJson> = await get<ThreadPageJson>(`/threads?limit=500${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`)
         if (!page.ok) {
+          // Shown above the last list read; the next event or reconnection reads it again and clears it.
           setError(page.message)
           return
         }
@@ -51,16 +52,29 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
       } while (cursor !== null)
       const snapshots = await Promise.all(threads.map((t) => get<SnapshotJson>(`/threads/${encodeURIComponent(t.id)}`)))
       setEntries(snapshots.flatMap((s) => s.ok ? [{ snapshot: s.value }] : []))
+      setError(null)
     })
     refresher.trigger()
-    const stream = follow({ path: "/events", monotonic: false, onEvent: () => refresher.trigger() })
+    // Each (re)opening of the stream reads the list again: a read that failed while the server was away is not
+    // followed by an event that would.
+    let opened = false
+    const stream = follow({
+      path: "/events",
+      monotonic: false,
+      onEvent: () => refresher.trigger(),
+      onState: (state) => {
+        if (state !== "open") return
+        if (opened) refresher.trigger()
+        opened = true
+      }
+    })
     return () => stream.close()
   }, [])
-  if (error !== null) return <p className="error">{error}</p>
-  if (entries === null) return <p className="dim">loading…</p>
+  if (entries === null) return error !== null ? <p className="error" data-testid="list-error">{error}</p> : <p className="dim">loading…</p>
   return (
     <section className="thread-list">
       <h1>Threads</h1>
+      {error !== null && <p className="error" data-testid="list-error">{error}</p>}
       <table data-testid="thread-list">
         <thead>
           <tr><th>title</th><th>providers</th><th>runs</th><th>context fill (active)</th><th>deferred items</th><th>owed items</th><th>cost</th><th>updated</th></tr>

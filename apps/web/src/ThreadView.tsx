@@ -103,7 +103,8 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
   }
   return (
     <section className="conversation">
-      <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
+      <h2>Conversation <span className="dim">{fmt(store.items.length)} items{store.itemsComplete ? "" : store.itemsError !== null ? "" : " (loading…)"}, {fmt(store.runs.size)} runs</span>
+        {store.itemsError !== null && <span className="error" data-testid="items-error"> {store.itemsError}</span>}
         <label className="follow"><input type="checkbox" checked={follow} onChange={(e) => setFollow(e.target.checked)} /> follow</label></h2>
       <div ref={parent} className="scroller" data-testid="conversation" onWheel={() => setFollow(false)} onKeyDown={() => setFollow(false)} onScroll={(e) => onScroll(e.currentTarget)}>
         <div style={{ height: virtualizer.getTotalSize(), position: "relative" }}>
@@ -133,8 +134,9 @@ function IdList(props: {
   readonly refTestId?: string
   readonly open: (id: string) => void
 }) {
-  const [ids, setIds] = useState<ReadonlyArray<string>>([])
-  const [next, setNext] = useState<number | null>(null)
+  // The ids read so far and where the next page starts (`null`: none), replaced together.
+  const [read, setRead] = useState<{ readonly ids: ReadonlyArray<string>; readonly next: number | null }>({ ids: [], next: null })
+  const { ids, next } = read
   const [error, setError] = useState<string | null>(null)
   const [opened, setOpened] = useState(false)
   const load = async (offset: number) => {
@@ -142,8 +144,11 @@ function IdList(props: {
     const page = await get<HandoffItemIdsJson>(`/handoffs/${encodeURIComponent(props.handoffId)}/item-ids?list=${props.list}${delivery}&offset=${offset}&limit=${idPage}`)
     if (!page.ok) return setError(page.message)
     setError(null)
-    setIds((old) => offset === 0 ? page.value.ids : [...old, ...page.value.ids])
-    setNext(page.value.nextOffset)
+    // A page joins the list only where it ends: a second "more" before the first answered asks for the same offset,
+    // and a page asked for before the list was read again (its count changed) no longer fits.
+    setRead((old) => offset === 0
+      ? { ids: page.value.ids, next: page.value.nextOffset }
+      : old.ids.length === offset ? { ids: [...old.ids, ...page.value.ids], next: page.value.nextOffset } : old)
   }
   useEffect(() => {
     if (opened) void load(0)
@@ -218,6 +223,19 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
     return by
   }, [byNative, store.fold, store.fold.version])
   const active = snap?.providerThreads.find((p) => p.active)
+
+  if (store.missing !== null) {
+    // An unknown thread (a mistyped or stale address, another server's thread): say so, offer no actions.
+    return (
+      <div className="thread" data-testid="thread" data-thread-id={props.threadId}>
+        <header className="thread-header">
+          <button className="link" onClick={() => props.navigate(null)}>← threads</button>
+          <h1>{props.threadId}</h1>
+        </header>
+        <p className="error" data-testid="thread-missing">{store.missing}</p>
+      </div>
+    )
+  }
 
   return (
     <div className="thread" data-testid="thread" data-thread-id={props.threadId}>

@@ -20,6 +20,11 @@ export interface FollowOptions {
   readonly onEvent: (event: EventJson, id: number) => void
   /** The connection state, for the page's indicator. */
   readonly onState?: (state: "connecting" | "open" | "reconnecting") => void
+  /**
+   * The server refused the stream for good (a 4xx other than 401, e.g. 404 `ThreadNotFound`): the reader stops
+   * instead of asking again every 2 s forever; `message` is the API's sentence.
+   */
+  readonly onRefused?: (refusal: { readonly status: number; readonly tag: string; readonly message: string }) => void
 }
 
 /** Parses SSE text into complete events; returns the rest (an incomplete event) to prepend to the next chunk. */
@@ -49,7 +54,10 @@ export const parseChunk = (
   }
 }
 
-/** Follows `options.path` until `close()`, reconnecting with `Last-Event-ID` (backoff 250 ms doubling to 2 s). */
+/**
+ * Follows `options.path` until `close()` or a refusal (`onRefused`), reconnecting with `Last-Event-ID` (backoff 250 ms
+ * doubling to 2 s).
+ */
 export const follow = (options: FollowOptions, from: number | null = null): Follow => {
   let last: number | null = from
   let closed = false
@@ -67,6 +75,14 @@ export const follow = (options: FollowOptions, from: number | null = null): Foll
       const body = await response.json().catch(() => ({})) as { readonly message?: string }
       reportUnauthorized(body.message ?? "unauthorized", sent)
       closed = true
+      return
+    }
+    // A client error other than a timeout or rate limit will not change by asking again: stop and say why. A 5xx
+    // (a server starting or stopping) is retried like a cut connection.
+    if (response.status >= 400 && response.status < 500 && response.status !== 408 && response.status !== 429) {
+      const body = await response.json().catch(() => ({})) as { readonly _tag?: string; readonly message?: string }
+      closed = true
+      options.onRefused?.({ status: response.status, tag: body._tag ?? `HTTP ${response.status}`, message: body.message ?? `HTTP ${response.status}` })
       return
     }
     if (!response.ok || response.body === null) return

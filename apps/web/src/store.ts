@@ -81,6 +81,13 @@ const keepEvents = 300
 export class ThreadStore {
   snapshot: SnapshotJson | null = null
   snapshotError: string | null = null
+  /**
+   * The API's sentence when the thread does not exist (a 404 `ThreadNotFound` from any of its reads or its stream):
+   * the view says so instead of loading forever, and nothing is asked for again.
+   */
+  missing: string | null = null
+  /** Why the last page of items could not be read (the API's words), or `null`. */
+  itemsError: string | null = null
   items: Array<ItemJson> = []
   private readonly byId = new Map<string, ItemJson>()
   /** The item with this id if it is paged in (the drawer shows it without a request). */
@@ -92,7 +99,8 @@ export class ThreadStore {
   handoffs: Array<HandoffSummaryJson> = []
   fold = new EventFold()
   readonly events: Array<Received> = []
-  connection: "connecting" | "open" | "reconnecting" = "connecting"
+  /** The event stream's state; `closed` once the server refused it for good (its reason in `snapshotError`). */
+  connection: "connecting" | "open" | "reconnecting" | "closed" = "connecting"
   version = 0
   private readonly listeners = new Set<() => void>()
   private scheduled = false
@@ -100,13 +108,16 @@ export class ThreadStore {
   private readonly dirtyRuns = new Set<number>()
 
   /**
-   * When the page started loading (`Date.now()`). An event stamped before it is already in what the first loads
-   * read (they started after it was committed), so replaying the stored log triggers no refresh; an event missed
-   * while disconnected is newer and does. Assumes the browser's and the server's clocks agree within the load time
-   * (true on one machine; a skewed remote clock costs redundant refreshes or, when the browser is ahead, a stale
-   * panel until the next event).
+   * When the page started loading (`Date.now()`). Used only when the stream replays the stored log from the start (a
+   * server without `/timeline`): an event stamped well before it is in what the first loads read, so that replay
+   * triggers no refresh for it. Assumes the browser's and the server's clocks agree (a browser clock ahead of the
+   * server's would silence the refreshes of live events), so it is never used on the usual path: there the stream
+   * starts after the timeline's `lastSeq` and every event it brings refreshes what it touched (an event stamped
+   * before the loads but committed after they read, in a long unit of work, is not in them either).
    */
   private readonly openedAt = loadsStartedAt()
+  /** Whether the stream replays the log from the start (no `/timeline`): see `openedAt`. */
+  private replayingFromStart = false
 
   constructor(readonly threadId: string) {}
 
@@ -144,7 +155,13 @@ export class ThreadStore {
       const after = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
       const page = await get<ItemPageJson>(`${this.base()}/items?afterSeq=${after}&limit=${pageSize}`)
       this.firstItems.resolve()
-      if (!page.ok) return
+      if (!page.ok) {
+        this.itemsError = page.message
+        this.noteMissing(page)
+        this.changed()
+        return
+      }
+      this.itemsError = null
       if (page.value.items.length > 0) {
         this.items = this.items.concat(page.value.items)
         for (const item of page.value.items) this.byId.set(item.id, item)
@@ -176,7 +193,11 @@ export class ThreadStore {
     let after = Math.max(0, from - 1)
     for (;;) {
       const page = await get<RunPageJson>(`${this.base()}/runs?afterSeq=${after}&limit=${pageSize}`)
-      if (!page.ok) return
+      if (!page.ok) {
+        // Asked for again on the next trigger (a run event, or the stream's reconnection after an outage).
+        this.dirtyRuns.add(after + 1)
+        return
+      }
       for (const run of page.value.runs) this.runs.set(run.id, run)
       for (const cost of page.value.costs) this.costs.set(cost.runId, cost)
       this.changed()
@@ -198,9 +219,21 @@ export class ThreadStore {
       for (const cost of snapshot.value.costs.recentRuns) this.costs.set(cost.runId, cost)
     } else {
       this.snapshotError = snapshot.message
+      this.noteMissing(snapshot)
     }
     this.changed()
   }, 250)
+
+  /**
+   * A 404 `ThreadNotFound`, or a 400 `HttpApiDecodeError` of a thread read (whose only input is the id in the path:
+   * too long, a NUL character): no thread has this id; stop following it.
+   */
+  private noteMissing(result: { readonly status: number; readonly tag: string; readonly message: string }) {
+    const unknown = (result.status === 404 && result.tag === "ThreadNotFound") || (result.status === 400 && result.tag === "HttpApiDecodeError")
+    if (!unknown || this.missing !== null) return
+    this.missing = result.message
+    this.stop()
+  }
 
   private readonly handoffsRefresher = new Refresher(async () => {
     const handoffs = await get<HandoffSummaryListJson>(`${this.base()}/handoff-summaries`)
@@ -244,24 +277,38 @@ export class ThreadStore {
 
   private startStream(from: number | null) {
     if (this.stream !== null || this.stopped) return
+    this.replayingFromStart = from === null
     this.stream = follow({
       path: `${this.base()}/events`,
       monotonic: true,
       onState: (state) => {
         this.connection = state
         if (state === "open") this.snapshotRefresher.trigger()
-        // After a reconnect the handoffs may have changed meanwhile (on the first open they are loaded after it).
-        if (state === "open" && this.streamOpened) this.handoffsRefresher.trigger()
+        // After a reconnect the handoffs may have changed meanwhile (on the first open they are loaded after it), and
+        // a read that failed while the server was away (items or runs an event announced) is not announced again:
+        // ask for what is after the last item held, and the runs whose read failed.
+        if (state === "open" && this.streamOpened) {
+          this.handoffsRefresher.trigger()
+          if (this.itemsComplete || this.itemsError !== null) this.itemsRefresher.trigger()
+          if (this.dirtyRuns.size > 0) this.runsRefresher.trigger()
+        }
         if (state === "open") this.streamOpened = true
         this.changed()
       },
-      onEvent: (event) => this.onEvent(event)
+      onEvent: (event) => this.onEvent(event),
+      onRefused: (refusal) => {
+        this.noteMissing(refusal)
+        if (this.missing === null) this.snapshotError = refusal.message
+        this.connection = "closed"
+        this.changed()
+      }
     }, from)
   }
 
   stop() {
     this.stopped = true
     this.stream?.close()
+    if (this.stream !== null) this.connection = "closed"
   }
 
   /** Re-reads the snapshot, handoffs and runs (after an action). */
@@ -282,7 +329,7 @@ export class ThreadStore {
     log.push(received)
     if (log.length > 10_000) log.splice(0, log.length - 5_000)
     this.changed()
-    if (Date.parse(event.createdAt) < this.openedAt) return
+    if (this.replayingFromStart && Date.parse(event.createdAt) < this.openedAt) return
     const last = this.items.length === 0 ? 0 : this.items[this.items.length - 1]!.seq
     if (event.type === "items.appended" && event.payload.toSeq > last) this.itemsRefresher.trigger()
     if (event.type.startsWith("run.")) {
