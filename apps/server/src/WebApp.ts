@@ -3,7 +3,7 @@
  * itself, so the browser loads nothing from anywhere else.
  *
  * Routes, none of which any API endpoint uses, so the dashboard never shadows the API:
- * - `GET /` and `GET /ui/*` answer `index.html` (`/ui/*` is the single-page app's own paths: the fallback a reload of
+ * - `GET /`, `GET /ui`, `GET /ui/` and `GET /ui/*` answer `index.html` (`/ui/*` is the single-page app's own paths: the fallback a reload of
  *   `/ui/threads/<id>` needs);
  * - `GET /assets/*` answers the built file with the content type of its extension (hashed names: cached for a year).
  *
@@ -88,6 +88,9 @@ export const layer = (dir: string = defaultDir()) =>
   HttpApiBuilder.Router.use((router) =>
     Effect.all([
       router.get("/", index(dir)),
+      // `/ui` and `/ui/` too (one route: the router ignores a trailing slash; the wildcard needs a segment): a user's
+      // `/ui/` or a browser's `/ui/threads/..` answered the API's JSON 404 (review r18); the app shows its thread list.
+      router.get("/ui", index(dir)),
       router.get("/ui/*", index(dir)),
       router.get("/assets/*", asset(dir))
     ], { discard: true })

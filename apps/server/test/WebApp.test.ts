@@ -34,6 +34,11 @@ describe("the dashboard's routes", () => {
       expect([root.status, root.headers["content-type"], root.text]).toEqual([200, "text/html; charset=utf-8", Fs.readFileSync(Path.join(dist, "index.html"), "utf8")])
       const deep = yield* raw(get("/ui/threads/thr_123", null))
       expect([deep.status, deep.text]).toEqual([200, root.text])
+      // The app's root under /ui, with and without the slash (the API's JSON 404 before: review r18).
+      for (const path of ["/ui", "/ui/"]) {
+        const app = yield* raw(get(path, null))
+        expect([path, app.status, app.text]).toEqual([path, 200, root.text])
+      }
       const js = yield* raw(get("/assets/index-abc123.js", null))
       expect([js.status, js.headers["content-type"], js.text]).toEqual([200, "text/javascript; charset=utf-8", "console.log('baton')"])
       const css = yield* raw(get("/assets/index-abc123.css", null))
