@@ -48,6 +48,9 @@ const quantile = (xs: ReadonlyArray<number>, q: number) => {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))]!
 }
 
+/** Median, p95 and max of `xs` (not empty), in its unit. */
+const stats = (xs: ReadonlyArray<number>) => ({ median: quantile(xs, 0.5), p95: quantile(xs, 0.95), max: Math.max(...xs) })
+
 const serve = (db: string, commitLog: string) =>
   new Promise<{ child: ChildProcess; url: string }>((resolve, reject) => {
     const child = spawn(process.execPath, [...(process.env["PROFDIR"] ? ["--cpu-prof", "--cpu-prof-dir", process.env["PROFDIR"]] : []), "--import", "./bench/support/commit-clock.mjs", "--import", "tsx", "apps/cli/src/bin.ts", "serve", "--port", "0", "--db", db], {
@@ -263,25 +266,17 @@ const main = async () => {
       liveLatencyMs: {
         fromCommit: fromCommit.length === 0 ? null : {
           events: fromCommit.length,
-          median: quantile(fromCommit, 0.5),
-          p95: quantile(fromCommit, 0.95),
-          max: Math.max(...fromCommit),
+          ...stats(fromCommit),
           direct: directFromCommit.length === 0 ? null : {
-            median: quantile(directFromCommit, 0.5),
-            p95: quantile(directFromCommit, 0.95),
-            max: Math.max(...directFromCommit)
+            ...stats(directFromCommit)
           }
         },
         fromCreatedAt: "the figures below: from the event's createdAt (an upper bound of the time from its commit)",
         events: latencies.length,
-        median: quantile(latencies, 0.5),
-        p95: quantile(latencies, 0.95),
-        max: Math.max(...latencies),
+        ...stats(latencies),
         direct: directLatencies.length === 0 ? null : {
           events: directLatencies.length,
-          median: quantile(directLatencies, 0.5),
-          p95: quantile(directLatencies, 0.95),
-          max: Math.max(...directLatencies)
+          ...stats(directLatencies)
         },
         slowest
       },

@@ -3,8 +3,8 @@
  * itself, so the browser loads nothing from anywhere else.
  *
  * Routes, none of which any API endpoint uses, so the dashboard never shadows the API:
- * - `GET /`, `GET /ui`, `GET /ui/` and `GET /ui/*` answer `index.html` (`/ui/*` is the single-page app's own paths: the fallback a reload of
- *   `/ui/threads/<id>` needs);
+ * - `GET /`, `GET /ui`, `GET /ui/` and `GET /ui/*` answer `index.html` (`/ui/*` is the single-page app's own paths:
+ *   the fallback a reload of `/ui/threads/<id>` needs);
  * - `GET /assets/*` answers the built file with the content type of its extension (hashed names: cached for a year).
  *
  * A path that climbs out of the dist directory or names no file is the API's 404 `RouteNotFound`. When the dist is

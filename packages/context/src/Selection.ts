@@ -119,8 +119,8 @@ export const select = <A extends SelectableItem>(input: SelectionInput<A>): Sele
 }
 
 /**
- * `select` as an effect that lets the event loop turn (`Effect.yieldNow`; under the CLI's scheduler a `setImmediate`)
- * between its steps: after the stubs are worked out, after each render and after each exact count. Same input, same
+ * `select` as an effect that yields (`Effect.yieldNow`: under the CLI's `timeSliced` scheduler a turn of the event
+ * loop once 10 ms of work went by without one) between its steps: after the stubs are worked out, after each render and after each exact count. Same input, same
  * result as `select`. For 10,000 items the selection takes 40-90 ms of synchronous work; in one piece it held every
  * socket write of the server back (a turn start owing a replacement native thread a long history: live events
  * reached the dashboard that much later, issue 13). No error.

@@ -210,23 +210,73 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         orPersistence(operation)
       )
 
-    /**
-     * `f` over `ids` in chunks of 500 (one statement each: SQLite binds at most 32,766 parameters, and a statement
-     * that long costs more to prepare than it saves), the results concatenated in chunk order. Between chunks the
-     * fiber yields (`Effect.yieldNow`; under the CLI's scheduler a turn of the event loop): on SQLite a statement is
-     * synchronous, and a read of a long thread's items (a turn start that owes a replacement native thread a
-     * 10,000-item history: 20 statements and their rows decoded, 0.4 s in all) otherwise held every socket write
-     * back until it ended, live event streams included (the dashboard's bench: an event committed just before it
-     * reached the page 0.6 s later).
-     */
     /** Runs per statement of `listRunsBetween`. */
     const runPage = 1_000
 
+    /**
+     * `f` over `ids` in chunks of 500 (one statement each: SQLite binds at most 32,766 parameters, and a statement
+     * that long costs more to prepare than it saves), the results concatenated in chunk order. Between chunks the
+     * fiber yields (`Effect.yieldNow`; under the CLI's `timeSliced` scheduler a turn of the event loop once 10 ms of
+     * work went by without one): on SQLite a statement is synchronous, and a read of a long thread's items (a turn
+     * start that owes a replacement native thread a 10,000-item history: 20 statements and their rows decoded, 0.4 s
+     * in all) otherwise held every socket write back until it ended, live event streams included (the dashboard's
+     * bench: an event committed just before it reached the page 0.6 s later).
+     */
     const inChunks = <A>(ids: ReadonlyArray<string>, f: (chunk: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<A>, PersistenceError | ConcurrentModification>) =>
       Effect.map(
         Effect.forEach(chunk(ids, 500), (part, i) => i === 0 ? f(part) : Effect.zipRight(Effect.yieldNow(), f(part))),
         (parts) => parts.flat()
       )
+
+    /** The store's `appendEvents` (documented there); `appendEvent` is it for one event. */
+    const appendEvents = (events: ReadonlyArray<NewThreadEvent>) =>
+      Effect.gen(function*() {
+        const threadId = events[0]?.threadId
+        if (threadId === undefined) return [] as ReadonlyArray<ThreadEvent>
+        if (events.some((e) => e.threadId !== threadId)) {
+          return yield* new PersistenceError({ operation: "thread_events.append", detail: "a batch of events of several threads" })
+        }
+        const bodies = yield* Effect.forEach(events, (e) => encodeBody({ type: e.type, payload: e.payload })).pipe(orPersistence("thread_events.encode"))
+        const createdAt = DateTime.formatIso(yield* DateTime.now)
+        const rows = events.map((e, i) => ({ eventId: eventIds.next(), commandId: e.commandId ?? null, body: bodies[i]! }))
+        // One statement: each row's `seq` is the thread's last before the statement plus its place (every arm reads the
+        // table as it was before the insert, on SQLite and Postgres alike), under the thread's lock (see UnitOfWork).
+        const arms = rows.map((r, i) =>
+          sql`SELECT ${r.eventId}, ${threadId}, COALESCE(MAX(seq), 0) + ${sql.literal(String(i + 1))}, ${r.commandId}, ${r.body.type},
+            ${JSON.stringify(r.body.payload)}, ${createdAt}
+            FROM thread_events WHERE thread_id = ${threadId}`
+        )
+        const assigned = yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
+          ${sql.join(" UNION ALL ", false)(arms)}
+          RETURNING global_seq, seq`.pipe(
+          Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
+            isContention(e)
+              ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
+              : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) }))),
+          Effect.flatMap(decodeAssigned),
+          orPersistence("thread_events.append")
+        )
+        if (assigned.length !== rows.length) {
+          return yield* new PersistenceError({ operation: "thread_events.append", detail: `the insert returned ${assigned.length} rows for ${rows.length} events` })
+        }
+        // The rows come back in no promised order: each is matched to its event by its `seq` (the smallest is the first).
+        const first = Math.min(...assigned.map((a) => a.seq))
+        const globalOf = new Map(assigned.map((a) => [a.seq - first, a.globalSeq]))
+        const appended = yield* Effect.forEach(rows, (r, i) =>
+          decodeEvent({
+            eventId: r.eventId,
+            threadId,
+            seq: first + i,
+            globalSeq: globalOf.get(i),
+            commandId: r.commandId,
+            type: r.body.type,
+            payload: r.body.payload,
+            createdAt
+          })).pipe(orPersistence("thread_events.append"))
+        const pending = yield* FiberRef.get(pendingEvents)
+        if (pending !== null) pending.push(...appended)
+        return appended as ReadonlyArray<ThreadEvent>
+      })
 
     return {
       // ---- threads
@@ -810,47 +860,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * `globalSeq`, `commandId`, `createdAt` assigned). The payload is validated against the schema of its `type`
        * (`PersistenceError` "thread_events.encode" when it does not match). A concurrent writer that took the same
        * `seq` makes the unique `(thread_id, seq)` constraint fire: this fails with `ConcurrentModification` instead
-       * of losing an update.
+       * of losing an update. (`appendEvents` of one event: the same statement.)
        */
-      appendEvent: (event: NewThreadEvent) =>
-        Effect.gen(function*() {
-          const { threadId } = event
-          const body = yield* encodeBody({ type: event.type, payload: event.payload }).pipe(orPersistence("thread_events.encode"))
-          const createdAt = DateTime.formatIso(yield* DateTime.now)
-          const eventId = eventIds.next()
-          const commandId = event.commandId ?? null
-          // One statement: the next `seq` is read in the insert itself (under the thread's lock, see UnitOfWork), and
-          // only the two columns the database assigns come back; the event is built from what was written.
-          const assigned = yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
-            SELECT ${eventId}, ${threadId}, COALESCE(MAX(seq), 0) + 1, ${commandId}, ${body.type},
-              ${JSON.stringify(body.payload)}, ${createdAt}
-            FROM thread_events WHERE thread_id = ${threadId}
-            RETURNING global_seq, seq`.pipe(
-            Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
-              isContention(e)
-                ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
-                : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) }))),
-            Effect.flatMap(decodeAssigned),
-            orPersistence("thread_events.append")
-          )
-          const row = assigned[0]
-          if (row === undefined) {
-            return yield* new PersistenceError({ operation: "thread_events.append", detail: "the insert returned no row" })
-          }
-          const appended = yield* decodeEvent({
-            eventId,
-            threadId,
-            seq: row.seq,
-            globalSeq: row.globalSeq,
-            commandId,
-            type: body.type,
-            payload: body.payload,
-            createdAt
-          }).pipe(orPersistence("thread_events.append"))
-          const pending = yield* FiberRef.get(pendingEvents)
-          if (pending !== null) pending.push(appended)
-          return appended
-        }),
+      appendEvent: (event: NewThreadEvent) => Effect.map(appendEvents([event]), (appended) => appended[0]!),
       /**
        * Appends `events` (in order, all of one thread) in one statement: each as `appendEvent` appends it (validated,
        * encoded, its `seq` the thread's next in order, handed to the unit of work's `afterCommit` listeners). Returns
@@ -858,54 +870,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * `appendEvent`. Fails with `PersistenceError` (an event that does not validate: nothing is written; events of
        * several threads) or `ConcurrentModification` (contention).
        */
-      appendEvents: (events: ReadonlyArray<NewThreadEvent>) =>
-        Effect.gen(function*() {
-          const threadId = events[0]?.threadId
-          if (threadId === undefined) return [] as ReadonlyArray<ThreadEvent>
-          if (events.some((e) => e.threadId !== threadId)) {
-            return yield* new PersistenceError({ operation: "thread_events.append", detail: "a batch of events of several threads" })
-          }
-          const bodies = yield* Effect.forEach(events, (e) => encodeBody({ type: e.type, payload: e.payload })).pipe(orPersistence("thread_events.encode"))
-          const createdAt = DateTime.formatIso(yield* DateTime.now)
-          const rows = events.map((e, i) => ({ eventId: eventIds.next(), commandId: e.commandId ?? null, body: bodies[i]! }))
-          // One statement: each row's `seq` is the thread's last before the statement plus its place (every arm reads the
-          // table as it was before the insert, on SQLite and Postgres alike), under the thread's lock (see UnitOfWork).
-          const arms = rows.map((r, i) =>
-            sql`SELECT ${r.eventId}, ${threadId}, COALESCE(MAX(seq), 0) + ${sql.literal(String(i + 1))}, ${r.commandId}, ${r.body.type},
-              ${JSON.stringify(r.body.payload)}, ${createdAt}
-              FROM thread_events WHERE thread_id = ${threadId}`
-          )
-          const assigned = yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
-            ${sql.join(" UNION ALL ", false)(arms)}
-            RETURNING global_seq, seq`.pipe(
-            Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
-              isContention(e)
-                ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
-                : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) }))),
-            Effect.flatMap(decodeAssigned),
-            orPersistence("thread_events.append")
-          )
-          if (assigned.length !== rows.length) {
-            return yield* new PersistenceError({ operation: "thread_events.append", detail: `the insert returned ${assigned.length} rows for ${rows.length} events` })
-          }
-          // The rows come back in no promised order: each is matched to its event by its `seq` (the smallest is the first).
-          const first = Math.min(...assigned.map((a) => a.seq))
-          const globalOf = new Map(assigned.map((a) => [a.seq - first, a.globalSeq]))
-          const appended = yield* Effect.forEach(rows, (r, i) =>
-            decodeEvent({
-              eventId: r.eventId,
-              threadId,
-              seq: first + i,
-              globalSeq: globalOf.get(i),
-              commandId: r.commandId,
-              type: r.body.type,
-              payload: r.body.payload,
-              createdAt
-            })).pipe(orPersistence("thread_events.append"))
-          const pending = yield* FiberRef.get(pendingEvents)
-          if (pending !== null) pending.push(...appended)
-          return appended as ReadonlyArray<ThreadEvent>
-        }),
+      appendEvents,
       /**
        * The thread's events with `seq > afterSeq` (default 0: from the start) in `seq` order, at most `limit` of
        * them (default: all). A reader pages by passing the last `seq` it saw. Reads the `(thread_id, seq)` index.

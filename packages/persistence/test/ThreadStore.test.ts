@@ -316,7 +316,8 @@ describe("ThreadStore on a SQLite file", () => {
       expect(ofRuns.turns).toBeGreaterThanOrEqual(2)
       ticking = false
     }).pipe(
-      // The CLI's scheduler (every yield resumes from `setImmediate`, see apps/cli CliRuntime).
+      // Every yield resumed from `setImmediate`, so each is a turn of the loop (the CLI's `timeSliced` scheduler
+      // turns it at such a yield once 10 ms of work went by; apps/cli CliRuntime).
       Effect.withScheduler(Scheduler.makeBatched((runBatch) => setImmediate(runBatch))),
       Effect.provide(layerAt(":memory:"))
     ))
