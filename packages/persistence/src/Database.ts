@@ -19,6 +19,7 @@ import { Config, Context, Data, Duration, Effect, Layer, Option, Redacted, Sched
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as Migrations from "./Migrations.js"
+import * as WalCheckpointer from "./WalCheckpointer.js"
 
 /** What building a database Layer can fail with: the server unreachable, the file unusable, a migration failing. */
 export type DatabaseError = PersistenceError | SqlError | Migrator.MigrationError | MigrationsIncomplete | ConfigError.ConfigError
@@ -65,15 +66,20 @@ export class MigrationsIncomplete extends Data.TaggedError("MigrationsIncomplete
  * Fails with `SqlError`/`MigrationError` when the file cannot be opened or migrated.
  */
 export const layerSqlite = (filename: string): Layer.Layer<SqlClient.SqlClient, DatabaseError> =>
-  Layer.effectDiscard(Effect.zipRight(
+  Layer.scopedDiscard(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
     // WAL with synchronous=NORMAL: a commit survives a process crash (the durability Baton's recovery relies
     // on); only a power loss can roll back the last commits. SQLite's recommended setting for WAL mode.
     // busy_timeout: a second process writing the same file waits for the lock (up to 5 s) instead of failing;
     // every unit of work writes first (see UnitOfWork), so the wait applies.
-    Effect.flatMap(SqlClient.SqlClient, (sql) =>
-      Effect.zipRight(sql`PRAGMA synchronous = NORMAL`, sql`PRAGMA busy_timeout = 5000`)),
-    migrate
-  )).pipe(
+    yield* sql`PRAGMA synchronous = NORMAL`
+    yield* sql`PRAGMA busy_timeout = 5000`
+    // Checkpoints run on WalCheckpointer's worker thread, not inside a commit on the event loop's thread; the
+    // connection's own automatic checkpoint stays as a safety net at a higher threshold.
+    if (filename !== ":memory:") yield* sql.unsafe(`PRAGMA wal_autocheckpoint = ${WalCheckpointer.fallbackPages}`)
+    yield* migrate
+    if (filename !== ":memory:") yield* WalCheckpointer.hold(filename)
+  })).pipe(
     Layer.provideMerge(
       Layer.unwrapEffect(Effect.sync(() => {
         if (filename !== ":memory:") Fs.mkdirSync(Path.dirname(Path.resolve(filename)), { recursive: true })

@@ -1,4 +1,5 @@
 export * as Database from "./Database.js"
+export * as WalCheckpointer from "./WalCheckpointer.js"
 export * as EventIds from "./EventIds.js"
 export * as GatewayConversations from "./GatewayConversations.js"
 export * as Migrations from "./Migrations.js"

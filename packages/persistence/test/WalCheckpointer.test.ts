@@ -1,0 +1,57 @@
+import { Database, WalCheckpointer } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+const tempFile = () => Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-wal-")), "baton.sqlite")
+
+/** 80 commits of 100 KB each (8 MB), a short pause after each, as a busy server writes. */
+const writeMegabytes = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE scratch (n INTEGER PRIMARY KEY, body TEXT NOT NULL)`
+  const body = "x".repeat(100_000)
+  for (let n = 0; n < 80; n++) {
+    yield* sql.withTransaction(sql`INSERT INTO scratch (n, body) VALUES (${n}, ${body})`)
+    yield* Effect.sleep("15 millis")
+  }
+})
+
+describe("WalCheckpointer", () => {
+  it.live("a SQLite file's WAL is checkpointed by the worker while the process writes: it stays short and nothing is lost", () =>
+    Effect.gen(function*() {
+      const file = tempFile()
+      const portsBefore = process.getActiveResourcesInfo().filter((r) => r === "MessagePort")
+      yield* Effect.scoped(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        // The connection's own checkpoint is only a safety net, 10,000 pages (about 40 MB) away.
+        const [pragma] = yield* sql<{ walAutocheckpoint: number }>`PRAGMA wal_autocheckpoint`
+        expect(pragma.walAutocheckpoint).toBe(WalCheckpointer.fallbackPages)
+        yield* writeMegabytes
+        // Let the worker look once more after the last commit.
+        yield* Effect.sleep(`${WalCheckpointer.intervalMs * 3} millis`)
+        yield* sql.withTransaction(sql`INSERT INTO scratch (n, body) VALUES (${1000}, ${"y"})`)
+        // 8 MB went through the WAL; without the worker it would hold all of it (far below 10,000 pages).
+        expect(Fs.statSync(`${file}-wal`).size).toBeLessThan(3_000_000)
+        expect(WalCheckpointer.stats(file).checkpoints).toBeGreaterThan(0)
+        // The worker never keeps the process alive: its port is not among the process's active handles.
+        expect(process.getActiveResourcesInfo().filter((r) => r === "MessagePort")).toEqual(portsBefore)
+      }).pipe(Effect.provide(Layer.orDie(Database.layerSqlite(file)))))
+      // Reopened: every commit is there.
+      yield* Effect.scoped(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const [row] = yield* sql<{ n: number; bytes: number }>`SELECT COUNT(*) AS n, SUM(LENGTH(body)) AS bytes FROM scratch`
+        expect(row).toEqual({ n: 81, bytes: 8_000_001 })
+      }).pipe(Effect.provide(Layer.orDie(Database.layerSqlite(file)))))
+    }), 30_000)
+
+  it.live("an in-memory database is not registered and keeps SQLite's own checkpoint", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const [pragma] = yield* sql<{ walAutocheckpoint: number }>`PRAGMA wal_autocheckpoint`
+      expect(pragma.walAutocheckpoint).toBe(1000)
+      expect(WalCheckpointer.stats(":memory:")).toEqual({ checkpoints: 0, failures: 0 })
+    }).pipe(Effect.provide(Layer.orDie(Database.layerSqlite(":memory:")))))
+})
