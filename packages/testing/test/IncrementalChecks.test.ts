@@ -72,6 +72,19 @@ describe.each(Harness.dialects)("incremental record reads (%s)", (_, db) => {
     }).pipe(Effect.provide(h.layer))
   })
 
+  it.live.skipIf(db !== ":memory:")("an INSERT OR REPLACE of a row read before is caught (SQLite)", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      const first = memory.items.get(t)![0]!
+      yield* sql`INSERT OR REPLACE INTO items (id, thread_id, run_id, seq, kind, text, tool_call_id, tool_name, message_id,
+        is_error, tool_call_state, tokens, created_at) SELECT id, thread_id, run_id, seq, kind, 'replaced', tool_call_id,
+        tool_name, message_id, is_error, tool_call_state, tokens, created_at FROM items WHERE id = ${first.id}`
+      expect((yield* Checks.readRecords([t], memory)).violations).toEqual([`crash-safety: item ${first.id} was written and is gone`])
+    }).pipe(Effect.provide(h.layer))
+  })
+
   it.live("rows lost without a trigger firing, and a vanished thread, are caught by the counts", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {

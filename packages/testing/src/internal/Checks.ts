@@ -46,7 +46,9 @@ export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(),
  * every item (by run, seq, kind, tokens, text length and both ends, tool call id, message id) and every event line
  * (seq, type, payload) read at any earlier check with the row read now, and flagged a row that was gone. A row can
  * only change or vanish by an UPDATE or DELETE (both fire a trigger, in the same transaction: a change that is
- * rolled back leaves no audit row, as it leaves no change; one that commits leaves both) or by a statement that
+ * rolled back leaves no audit row, as it leaves no change; one that commits leaves both; on SQLite an
+ * `INSERT OR REPLACE` deletes the row it replaces, which fires the delete trigger under `recursive_triggers`, set
+ * here; an upsert's update fires the update trigger) or by a statement that
  * fires no row trigger (a TRUNCATE, a table rebuild), which the row counts of `readRecords` catch. The audit
  * compares the whole text rather than its length and ends, and flags a change made between two checks too: never
  * weaker. Rows a thread gains below the last `seq` read (an out-of-order insert the tail would not see) are caught
@@ -89,6 +91,9 @@ export const installAudit = Effect.gen(function*() {
     orElse: () =>
       Effect.gen(function*() {
         const differs = (columns: ReadonlyArray<string>) => columns.map((c) => `OLD.${c} IS NOT NEW.${c}`).join(" OR ")
+        // A row an `INSERT OR REPLACE` replaces fires its delete trigger only with recursive triggers on (this
+        // connection's setting; Baton's schema has no SQLite trigger of its own).
+        yield* sql`PRAGMA recursive_triggers = ON`
         yield* sql`CREATE TABLE IF NOT EXISTS sim_audit (seq INTEGER PRIMARY KEY, tbl TEXT NOT NULL, row_key TEXT NOT NULL, what TEXT NOT NULL)`
         const trigger = (name: string, on: string, event: string, when: string, key: string, what: string) =>
           sql.unsafe(`CREATE TRIGGER IF NOT EXISTS ${name} AFTER ${event} ON ${on} ${when}
