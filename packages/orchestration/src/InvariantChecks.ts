@@ -5,9 +5,21 @@
  *
  * Each violation is one line naming the invariant, the record and what is wrong.
  */
-import { type Item, type RunFailureCode, terminalRunStatuses, type ThreadId } from "@baton/contracts"
+import {
+  type HandoffDelivery,
+  type Item,
+  type NativeThread,
+  type Offload,
+  type ProviderThread,
+  type Run,
+  type RunFailureCode,
+  terminalRunStatuses,
+  type ThreadEvent,
+  type ThreadId,
+  type ThreadLink
+} from "@baton/contracts"
 import { Calibration } from "@baton/context"
-import { ThreadStore } from "@baton/persistence"
+import { type StoredHandoff, ThreadStore } from "@baton/persistence"
 import { Effect } from "effect"
 import { isTransferable } from "./ContextHandoffDelivery.js"
 
@@ -61,21 +73,67 @@ export const isFaultCode = (code: RunFailureCode | null): boolean => code !== nu
  * the violations (empty when all hold).
  */
 export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
+  Effect.map(readRecord(threadId), (record) => checkRecord(record, options))
+
+/**
+ * Everything the checks read of one thread's durable record: each table once, in the store's order (runs, items and
+ * events by `seq`; handoffs, deliveries, provider threads, links by creation; native threads by provider thread, then
+ * generation; offloads: the committed chain, oldest first). Read once and handed to every check of a step
+ * (`checkRecord`, `ProviderTruthChecks.checkRecord`, ...), instead of each check reading the tables again.
+ */
+export interface ThreadRecord {
+  readonly threadId: ThreadId
+  readonly runs: ReadonlyArray<Run>
+  readonly items: ReadonlyArray<Item>
+  readonly handoffs: ReadonlyArray<StoredHandoff>
+  readonly deliveries: ReadonlyArray<HandoffDelivery>
+  readonly events: ReadonlyArray<ThreadEvent>
+  readonly providerThreads: ReadonlyArray<ProviderThread>
+  readonly nativeThreads: ReadonlyArray<NativeThread>
+  readonly links: ReadonlyArray<ThreadLink>
+  readonly offloads: ReadonlyArray<Offload>
+}
+
+/**
+ * The parts of `threadId`'s record that rows are updated in (runs, handoffs, deliveries, provider and native threads,
+ * links, offloads): everything but the append-only items and events. Fails with the store's `PersistenceError`.
+ */
+export const readMutable = (threadId: ThreadId) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
-    const violations: Array<string> = []
-    const runs = yield* store.listRuns(threadId)
-    const items = yield* store.listItems(threadId)
-    const handoffs = yield* store.listHandoffs(threadId)
-    const deliveries = yield* store.listDeliveriesOfThread(threadId)
-    const events = yield* store.listEvents(threadId)
     const providerThreads = yield* store.listProviderThreads(threadId)
+    const nativeThreads: Array<NativeThread> = []
+    for (const p of providerThreads) nativeThreads.push(...(yield* store.listNativeThreads(p.id)))
+    return {
+      threadId,
+      runs: yield* store.listRuns(threadId),
+      handoffs: yield* store.listHandoffs(threadId),
+      deliveries: yield* store.listDeliveriesOfThread(threadId),
+      providerThreads,
+      nativeThreads,
+      links: yield* store.listLinks(threadId),
+      offloads: yield* store.listOffloads(threadId)
+    }
+  })
+
+/** Reads `threadId`'s whole record (see `ThreadRecord`). Fails with the store's `PersistenceError`. */
+export const readRecord = (threadId: ThreadId) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const mutable = yield* readMutable(threadId)
+    const record: ThreadRecord = { ...mutable, items: yield* store.listItems(threadId), events: yield* store.listEvents(threadId) }
+    return record
+  })
+
+/** `check` on a record already read (`readRecord`): pure; the violations, empty when all hold. */
+export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): ReadonlyArray<string> => {
+    const { threadId, runs, items, handoffs, deliveries, events, providerThreads, offloads } = record
+    const violations: Array<string> = []
     // Fork and merge runs of this thread hold copied history: they never reach a provider as a prompt.
-    const copyRuns = new Set<string>((yield* store.listLinks(threadId)).flatMap((l) => {
+    const copyRuns = new Set<string>(record.links.flatMap((l) => {
       const receiving = l.kind === "fork" ? l.forkThreadId : l.parentThreadId
       return receiving === threadId ? [l.runId] : []
     }))
-    const offloads = yield* store.listOffloads(threadId)
     const itemById = new Map<string, Item>(items.map((i) => [i.id, i]))
 
     // 1. No wedge: every run is terminal; a run that did not complete stopped for a provider fault or the user;
@@ -264,4 +322,4 @@ export const check = (threadId: ThreadId, options: CheckOptions = {}) =>
       }
     }
     return violations
-  })
+}

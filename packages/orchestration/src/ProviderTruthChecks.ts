@@ -16,10 +16,11 @@
  * evidence, its ratio is within 10% of the provider's true tokenizer ratio. It owns these checks only; the other
  * invariants stay in InvariantChecks.
  */
-import type { ProviderInstance, ThreadEvent, ThreadId } from "@baton/contracts"
+import type { NativeThread, ProviderInstance, ThreadEvent, ThreadId } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import type { ScriptedProvider } from "@baton/providers"
 import { Effect } from "effect"
+import type * as InvariantChecks from "./InvariantChecks.js"
 
 /** What one provider instance's truth log holds (see `ScriptedProvider.truth`). */
 export type TruthLog = ReadonlyArray<ScriptedProvider.TruthRecord>
@@ -64,8 +65,15 @@ export const checkCalibration = (instances: ReadonlyArray<{ readonly instance: s
 export const checkOffloadFreesLane = (threadId: ThreadId, received: ReadonlyArray<ReadonlyArray<ScriptedProvider.Received>>) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
-    const events = yield* store.listEvents(threadId)
-    const items = yield* store.listItems(threadId)
+    return checkOffloadFreesLaneRecord({ events: yield* store.listEvents(threadId), items: yield* store.listItems(threadId) }, received)
+  })
+
+/** `checkOffloadFreesLane` on the thread's events and items already read (`InvariantChecks.readRecord`): pure. */
+export const checkOffloadFreesLaneRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "events" | "items">,
+  received: ReadonlyArray<ReadonlyArray<ScriptedProvider.Received>>
+): ReadonlyArray<string> => {
+    const { events, items } = record
     const violations: Array<string> = []
     for (const [k, e] of events.entries()) {
       if (e.type !== "thread.offloaded") continue
@@ -95,7 +103,7 @@ export const checkOffloadFreesLane = (threadId: ThreadId, received: ReadonlyArra
       }
     }
     return violations
-  })
+}
 
 /** Baton's lower bound on a native thread's size, from the events before position `beforeSeq` of the thread log. */
 const knownBefore = (events: ReadonlyArray<ThreadEvent>, nativeThreadId: string, instance: string, beforeSeq: number) => {
@@ -132,12 +140,25 @@ const knownBefore = (events: ReadonlyArray<ThreadEvent>, nativeThreadId: string,
 export const check = (threadId: ThreadId, logs: ReadonlyArray<TruthLog>) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
+    const providerThreads = yield* store.listProviderThreads(threadId)
+    const nativeThreads: Array<NativeThread> = []
+    for (const p of providerThreads) nativeThreads.push(...(yield* store.listNativeThreads(p.id)))
+    return checkRecord({ providerThreads, nativeThreads, events: yield* store.listEvents(threadId) }, logs)
+  })
+
+/** `check` on the thread's record already read (`InvariantChecks.readRecord`): pure. */
+export const checkRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "providerThreads" | "nativeThreads" | "events">,
+  logs: ReadonlyArray<TruthLog>
+): ReadonlyArray<string> => {
     const violations: Array<string> = []
+    const instanceOf = new Map<string, string>(record.providerThreads.map((pt) => [pt.id, pt.providerInstance]))
     const natives = new Map<string, { readonly id: string; readonly instance: string }>()
-    for (const pt of yield* store.listProviderThreads(threadId)) {
-      for (const n of yield* store.listNativeThreads(pt.id)) natives.set(n.nativeRef, { id: n.id, instance: pt.providerInstance })
+    for (const n of record.nativeThreads) {
+      const instance = instanceOf.get(n.providerThreadId)
+      if (instance !== undefined) natives.set(n.nativeRef, { id: n.id, instance })
     }
-    const events = yield* store.listEvents(threadId)
+    const events = record.events
     const startsOf = new Map<string, Array<ThreadEvent>>()
     for (const e of events) {
       if (e.type !== "run.started") continue
@@ -186,4 +207,4 @@ export const check = (threadId: ThreadId, logs: ReadonlyArray<TruthLog>) =>
       }
     }
     return violations
-  })
+}

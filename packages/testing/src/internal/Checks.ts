@@ -2,9 +2,10 @@
  * The simulation's own checks, on top of `InvariantChecks` (docs/design.md invariants 1-3 and 5-7):
  *
  * - crash safety (invariant 4): after a restart no run is left unfinished and every item read back before the crash
- *   is retrievable by id (`afterRestart`); after every step every item and every event read back before is still
- *   there, unchanged (the log is append-only, `seq` gap-free). (That the thread accepts a new message after a
- *   restart, and that a retried command does not run twice, is checked by the executor.)
+ *   is retrievable by id (`afterRestart`); after every step every item and every event written before is still
+ *   there, unchanged (the log is append-only, `seq` gap-free: `readRecords`, over the audit of `installAudit`).
+ *   (That the thread accepts a new message after a restart, and that a retried command does not run twice, is
+ *   checked by the executor.)
  * - exactly once as the provider saw it (invariant 2): per native thread, no item arrives twice (injected or inline),
  *   none arrives as history that the thread saw natively, every delivery the record settles did arrive, and a run
  *   the record says a native thread saw was in fact received by it;
@@ -15,29 +16,147 @@
  *
  * Each violation is one line starting with its category (`crash-safety:`, `exactly-once:`, ...).
  */
-import { type ItemId, terminalRunStatuses, type ThreadId } from "@baton/contracts"
+import { type Item, type ItemId, terminalRunStatuses, type ThreadEvent, type ThreadId } from "@baton/contracts"
+import { InvariantChecks } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import type { ScriptedProvider } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
-/** What was read back so far: items and events must never change or disappear. */
+/**
+ * What the checks have read so far: per thread, every item and event (the log is append-only, so each check reads
+ * only the rows after the last `seq` it holds, see `readRecords`), and how far the audit was read.
+ */
 export interface Memory {
-  readonly items: Map<string, string>
-  readonly events: Map<string, ReadonlyArray<string>>
+  readonly items: Map<ThreadId, Array<Item>>
+  readonly events: Map<ThreadId, Array<ThreadEvent>>
+  /** The `seq` of the last `sim_audit` row reported. */
+  auditSeq: number
 }
 
-export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map() })
+export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(), auditSeq: 0 })
 
 /**
- * An item as read back for the nothing-lost check, straight from SQL (the text by its length and a hash computed by
- * SQLite would cost as much as reading it; the length and both ends catch a truncated or replaced text).
+ * The audit behind the incremental reads, installed in the simulation's database by every incarnation (idempotent):
+ * a table `sim_audit` (never written by Baton; left out of the simulation's dump) and triggers that add a row to it
+ * whenever a row of `items` or `thread_events` is deleted, or updated so that a column the checks read changes
+ * (items: id, thread, run, seq, kind, text, tokens, tool call id, message id; events: thread, seq, type, payload).
+ *
+ * Why the incremental form has the same power as re-reading and comparing everything: the former check compared
+ * every item (by run, seq, kind, tokens, text length and both ends, tool call id, message id) and every event line
+ * (seq, type, payload) read at any earlier check with the row read now, and flagged a row that was gone. A row can
+ * only change or vanish by an UPDATE or DELETE (both fire a trigger, in the same transaction: a change that is
+ * rolled back leaves no audit row, as it leaves no change; one that commits leaves both; on SQLite an
+ * `INSERT OR REPLACE` deletes the row it replaces, which fires the delete trigger under `recursive_triggers`, set
+ * here; an upsert's update fires the update trigger) or by a statement that
+ * fires no row trigger (a TRUNCATE, a table rebuild), which the row counts of `readRecords` catch. The audit
+ * compares the whole text rather than its length and ends, and flags a change made between two checks too: never
+ * weaker. Rows a thread gains below the last `seq` read (an out-of-order insert the tail would not see) are caught
+ * by the same counts.
  */
-interface ItemRow {
-  readonly id: string
-  readonly runId: string | null
-  readonly key: string
-}
+export const installAudit = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const itemColumns = ["id", "thread_id", "run_id", "seq", "kind", "text", "tokens", "tool_call_id", "message_id"]
+  const eventColumns = ["thread_id", "seq", "type", "payload"]
+  yield* sql.onDialectOrElse({
+    pg: () =>
+      Effect.gen(function*() {
+        const differs = (columns: ReadonlyArray<string>) => columns.map((c) => `OLD.${c} IS DISTINCT FROM NEW.${c}`).join(" OR ")
+        yield* sql`CREATE TABLE IF NOT EXISTS sim_audit (seq BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, row_key TEXT NOT NULL, what TEXT NOT NULL)`
+        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION sim_audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
+          DECLARE k TEXT;
+          BEGIN
+            IF TG_TABLE_NAME = 'items' THEN k := OLD.id; ELSE k := OLD.thread_id || '#' || OLD.seq; END IF;
+            IF TG_OP = 'DELETE' THEN
+              INSERT INTO sim_audit (tbl, row_key, what) VALUES (TG_TABLE_NAME, k, 'deleted');
+            ELSIF (TG_TABLE_NAME = 'items' AND (${differs(itemColumns)})) THEN
+              INSERT INTO sim_audit (tbl, row_key, what) VALUES (TG_TABLE_NAME, k, 'changed');
+            END IF;
+            RETURN NULL;
+          END $$`)
+        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION sim_audit_event() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN
+            IF TG_OP = 'DELETE' THEN
+              INSERT INTO sim_audit (tbl, row_key, what) VALUES ('thread_events', OLD.thread_id || '#' || OLD.seq, 'deleted');
+            ELSIF (${differs(eventColumns)}) THEN
+              INSERT INTO sim_audit (tbl, row_key, what) VALUES ('thread_events', OLD.thread_id || '#' || OLD.seq, 'changed');
+            END IF;
+            RETURN NULL;
+          END $$`)
+        yield* sql`DROP TRIGGER IF EXISTS sim_audit_items ON items`
+        yield* sql`CREATE TRIGGER sim_audit_items AFTER UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION sim_audit_row()`
+        yield* sql`DROP TRIGGER IF EXISTS sim_audit_events ON thread_events`
+        yield* sql`CREATE TRIGGER sim_audit_events AFTER UPDATE OR DELETE ON thread_events FOR EACH ROW EXECUTE FUNCTION sim_audit_event()`
+      }),
+    orElse: () =>
+      Effect.gen(function*() {
+        const differs = (columns: ReadonlyArray<string>) => columns.map((c) => `OLD.${c} IS NOT NEW.${c}`).join(" OR ")
+        // A row an `INSERT OR REPLACE` replaces fires its delete trigger only with recursive triggers on (this
+        // connection's setting; Baton's schema has no SQLite trigger of its own).
+        yield* sql`PRAGMA recursive_triggers = ON`
+        yield* sql`CREATE TABLE IF NOT EXISTS sim_audit (seq INTEGER PRIMARY KEY, tbl TEXT NOT NULL, row_key TEXT NOT NULL, what TEXT NOT NULL)`
+        const trigger = (name: string, on: string, event: string, when: string, key: string, what: string) =>
+          sql.unsafe(`CREATE TRIGGER IF NOT EXISTS ${name} AFTER ${event} ON ${on} ${when}
+            BEGIN INSERT INTO sim_audit (tbl, row_key, what) VALUES ('${on}', ${key}, '${what}'); END`)
+        yield* trigger("sim_audit_items_update", "items", "UPDATE", `WHEN ${differs(itemColumns)}`, "OLD.id", "changed")
+        yield* trigger("sim_audit_items_delete", "items", "DELETE", "", "OLD.id", "deleted")
+        const eventKey = "OLD.thread_id || '#' || OLD.seq"
+        yield* trigger("sim_audit_events_update", "thread_events", "UPDATE", `WHEN ${differs(eventColumns)}`, eventKey, "changed")
+        yield* trigger("sim_audit_events_delete", "thread_events", "DELETE", "", eventKey, "deleted")
+      })
+  })
+})
+
+/**
+ * Reads the record of every thread for one step's checks: the mutable tables whole (`InvariantChecks.readMutable`),
+ * items and events only after the last `seq` `memory` holds (appended to it), new audit rows (`installAudit`), and
+ * each thread's item and event counts. Returns the records (items and events whole, from `memory`) and the
+ * crash-safety violations: an audited change or deletion, a count that differs from what was read (rows gone
+ * without a trigger, or inserted below the last `seq` read), an event log that is not gap-free.
+ */
+export const readRecords = (threadIds: ReadonlyArray<ThreadId>, memory: Memory) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const sql = yield* SqlClient.SqlClient
+    const violations: Array<string> = []
+    for (const a of yield* sql<{ readonly seq: number | string; readonly tbl: string; readonly rowKey: string; readonly what: string }>`
+      SELECT seq, tbl, row_key, what FROM sim_audit WHERE seq > ${memory.auditSeq} ORDER BY seq`) {
+      memory.auditSeq = Number(a.seq)
+      violations.push(a.tbl === "items"
+        ? a.what === "deleted" ? `crash-safety: item ${a.rowKey} was written and is gone` : `crash-safety: item ${a.rowKey} changed`
+        : `crash-safety: event ${a.rowKey} changed or disappeared (${a.what})`)
+    }
+    const listed = new Set<string>(threadIds)
+    for (const threadId of memory.items.keys()) {
+      if (!listed.has(threadId)) violations.push(`crash-safety: thread ${threadId}, read back before, is gone`)
+    }
+    const records: Array<InvariantChecks.ThreadRecord> = []
+    for (const threadId of threadIds) {
+      const mutable = yield* InvariantChecks.readMutable(threadId)
+      let items = memory.items.get(threadId)
+      if (items === undefined) memory.items.set(threadId, items = [])
+      let events = memory.events.get(threadId)
+      if (events === undefined) memory.events.set(threadId, events = [])
+      // Through the largest seq a Postgres `integer` column holds.
+      items.push(...(yield* store.listItemsInRange(threadId, (items.at(-1)?.seq ?? 0) + 1, 2_147_483_647)))
+      events.push(...(yield* store.listEvents(threadId, { afterSeq: events.at(-1)?.seq ?? 0 })))
+      const [counts] = yield* sql<{ readonly items: number | string; readonly events: number | string }>`
+        SELECT (SELECT COUNT(*) FROM items WHERE thread_id = ${threadId}) AS items,
+          (SELECT COUNT(*) FROM thread_events WHERE thread_id = ${threadId}) AS events`
+      if (Number(counts?.items) !== items.length) {
+        violations.push(`crash-safety: ${threadId} holds ${Number(counts?.items)} items, ${items.length} read back in seq order (rows vanished or were inserted below a seq read before)`)
+      }
+      if (Number(counts?.events) !== events.length) {
+        violations.push(`crash-safety: event log of ${threadId} holds ${Number(counts?.events)} events, ${events.length} read back in seq order`)
+      }
+      // The event log is gap-free.
+      events.forEach((e, i) => {
+        if (e.seq !== i + 1) violations.push(`crash-safety: event log of ${threadId} has seq ${e.seq} at position ${i + 1}`)
+      })
+      records.push({ ...mutable, items, events })
+    }
+    return { records, violations }
+  })
 
 /**
  * Item refs in a rendered history: each envelope opens with `<conversation_history thread="<id>">` and each block
@@ -72,183 +191,131 @@ const unansweredCalls = (rendered: string): ReadonlyArray<string> => {
 
 const terminalEvents = new Set(["run.completed", "run.failed", "run.interrupted"])
 
-/** Checks every thread; updates `memory` with what it read. */
+/** The tool-pairing violation of one received request (`null`: none), computed once per request (it never changes). */
+const pairingCache = new WeakMap<object, string | null>()
+const pairingOf = (r: ScriptedProvider.Received): string | null => {
+  let found = pairingCache.get(r)
+  if (found !== undefined) return found
+  const text = r.type === "turn" ? r.inlineHistory : r.type === "inject" ? r.rendered : null
+  const open = text === null ? [] : unansweredCalls(text)
+  found = open.length === 0 ? null :
+    `tool-pairing: ${r.type === "turn" ? `inline history of run ${r.runId}` : `injection into ${r.nativeRef}`} carries tool call(s) ${open.slice(0, 3).join(", ")} without a result`
+  pairingCache.set(r, found)
+  return found
+}
+
+/** Checks every thread's record (`readRecords`) against what the providers received. */
 export const check = (
-  threadIds: ReadonlyArray<ThreadId>,
-  providers: ReadonlyArray<ScriptedProvider.ScriptedProvider>,
-  memory: Memory
-) =>
-  Effect.gen(function*() {
-    const store = yield* ThreadStore
-    const sql = yield* SqlClient.SqlClient
-    const violations: Array<string> = []
+  records: ReadonlyArray<InvariantChecks.ThreadRecord>,
+  providers: ReadonlyArray<ScriptedProvider.ScriptedProvider>
+): ReadonlyArray<string> => {
+  const violations: Array<string> = []
 
-    // Rendered history names items by `#<seq>` within the envelope's thread: the ids behind those refs.
-    const idOfRef = new Map<string, string>()
-    for (const threadId of threadIds) {
-      for (const row of yield* sql<{ readonly id: string; readonly seq: number }>`SELECT id, seq FROM items WHERE thread_id = ${threadId}`) {
-        idOfRef.set(`${threadId}#${row.seq}`, row.id)
+  // Rendered history names items by `#<seq>` within the envelope's thread: the ids behind those refs.
+  const idOfRef = new Map<string, string>()
+  for (const r of records) for (const item of r.items) idOfRef.set(`${r.threadId}#${item.seq}`, item.id)
+
+  // What each native thread (by provider ref) received.
+  const turnsOf = new Map<string, Set<string>>()
+  const carriedOf = new Map<string, Array<string>>()
+  const carried = (ref: string) => {
+    let list = carriedOf.get(ref)
+    if (list === undefined) carriedOf.set(ref, list = [])
+    return list
+  }
+  for (const p of providers) {
+    for (const r of p.received) {
+      if (r.type === "turn") {
+        turnsOf.set(r.nativeRef, (turnsOf.get(r.nativeRef) ?? new Set()).add(r.runId))
+        if (r.inlineHistory !== null) carried(r.nativeRef).push(...inlineRefs(r).map((ref) => idOfRef.get(ref) ?? ref))
+      } else if (r.type === "inject") {
+        carried(r.nativeRef).push(...r.itemIds)
+      }
+    }
+  }
+
+  // Well-formed requests: no history Baton sent carries a tool call without its result.
+  for (const p of providers) {
+    for (const r of p.received) {
+      const found = pairingOf(r)
+      if (found !== null) violations.push(found)
+    }
+  }
+
+  const carriedSets = new Map<string, Set<string>>()
+  const carriedSet = (ref: string) => {
+    let set = carriedSets.get(ref)
+    if (set === undefined) carriedSets.set(ref, set = new Set(carriedOf.get(ref) ?? []))
+    return set
+  }
+
+  for (const { items, runs, events, deliveries, providerThreads, nativeThreads } of records) {
+    // Tool pairing in the record: every tool call has a result (a call a turn left open is closed when recorded).
+    const answered = new Set<string>()
+    for (const i of items) if (i.kind === "tool_result" && i.toolCallId !== null) answered.add(i.toolCallId)
+    for (const c of items) {
+      if (c.kind === "tool_call" && c.toolCallId !== null && !answered.has(c.toolCallId)) {
+        violations.push(`tool-pairing: tool call ${c.id} (${c.toolCallId}) has no result in the record`)
       }
     }
 
-    // What each native thread (by provider ref) received.
-    const turnsOf = new Map<string, Set<string>>()
-    const carriedOf = new Map<string, Array<string>>()
-    const carried = (ref: string) => {
-      let list = carriedOf.get(ref)
-      if (list === undefined) carriedOf.set(ref, list = [])
-      return list
+    // Lifecycle: one terminal event per run.
+    const ended = new Map<string, Array<string>>()
+    for (const e of events) {
+      if (!terminalEvents.has(e.type)) continue
+      const payload = e.payload as { readonly runId?: unknown; readonly stopPoint?: unknown }
+      const runId = String(payload.runId)
+      ended.set(runId, [...(ended.get(runId) ?? []), `${e.type}${payload.stopPoint === undefined ? "" : `/${String(payload.stopPoint)}`}`])
     }
-    for (const p of providers) {
-      for (const r of p.received) {
-        if (r.type === "turn") {
-          turnsOf.set(r.nativeRef, (turnsOf.get(r.nativeRef) ?? new Set()).add(r.runId))
-          if (r.inlineHistory !== null) carried(r.nativeRef).push(...inlineRefs(r).map((ref) => idOfRef.get(ref) ?? ref))
-        } else if (r.type === "inject") {
-          carried(r.nativeRef).push(...r.itemIds)
-        }
-      }
+    for (const [runId, ends] of ended) {
+      if (ends.length > 1) violations.push(`lifecycle: run ${runId} ended ${ends.length} times (${ends.join(", ")})`)
     }
 
-    // Well-formed requests: no history Baton sent carries a tool call without its result.
-    for (const p of providers) {
-      for (const r of p.received) {
-        const text = r.type === "turn" ? r.inlineHistory : r.type === "inject" ? r.rendered : null
-        if (text === null) continue
-        const open = unansweredCalls(text)
-        if (open.length > 0) {
-          violations.push(`tool-pairing: ${r.type === "turn" ? `inline history of run ${r.runId}` : `injection into ${r.nativeRef}`} carries tool call(s) ${open.slice(0, 3).join(", ")} without a result`)
-        }
+    // Exactly once, as the providers saw it.
+    const refOf = new Map<string, string>()
+    const activeNatives = new Set<string>()
+    for (const p of providerThreads) if (p.activeNativeThreadId !== null) activeNatives.add(p.activeNativeThreadId)
+    for (const n of nativeThreads) refOf.set(n.id, n.nativeRef)
+    const itemsOfRun = new Map<string, Array<Item>>()
+    for (const i of items) {
+      if (i.runId === null) continue
+      const list = itemsOfRun.get(i.runId)
+      if (list === undefined) itemsOfRun.set(i.runId, [i])
+      else list.push(i)
+    }
+    const threadItems = new Set<string>(items.map((i) => i.id))
+    for (const [ref, ids] of carriedOf) {
+      const seen = new Set<string>()
+      const natively = new Set<string>()
+      for (const runId of turnsOf.get(ref) ?? []) for (const i of itemsOfRun.get(runId) ?? []) natively.add(i.id)
+      for (const id of ids) {
+        if (!threadItems.has(id)) continue
+        if (seen.has(id)) violations.push(`exactly-once: ${ref} received item ${id} twice as history`)
+        if (natively.has(id)) violations.push(`exactly-once: ${ref} received item ${id} as history after seeing it natively`)
+        seen.add(id)
       }
     }
-
-    const carriedSets = new Map<string, Set<string>>()
-    const carriedSet = (ref: string) => {
-      let set = carriedSets.get(ref)
-      if (set === undefined) carriedSets.set(ref, set = new Set(carriedOf.get(ref) ?? []))
-      return set
-    }
-
-    const seenItems = new Set<string>()
-    for (const threadId of threadIds) {
-      const items = (yield* sql<{
-        readonly id: string
-        readonly runId: string | null
-        readonly seq: number
-        readonly kind: string
-        readonly tokens: number
-        readonly chars: number
-        readonly ends: string
-        readonly toolCallId: string | null
-        readonly messageId: string | null
-      }>`SELECT id, run_id, seq, kind, tokens, tool_call_id, message_id, length(text) AS chars,
-          substr(text, 1, 40) || '…' || substr(text, -40) AS ends
-          FROM items WHERE thread_id = ${threadId} ORDER BY seq`).map((i): ItemRow => ({
-            id: i.id,
-            runId: i.runId,
-            key: JSON.stringify([i.runId, i.seq, i.kind, i.tokens, i.chars, i.ends, i.toolCallId, i.messageId])
-          }))
-      const runs = yield* store.listRuns(threadId)
-      const openCalls = yield* sql<{ readonly id: string; readonly toolCallId: string }>`
-        SELECT c.id, c.tool_call_id FROM items c WHERE c.thread_id = ${threadId} AND c.kind = 'tool_call'
-          AND c.tool_call_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM items r WHERE r.thread_id = c.thread_id
-          AND r.kind = 'tool_result' AND r.tool_call_id = c.tool_call_id)`
-      for (const c of openCalls) violations.push(`tool-pairing: tool call ${c.id} (${c.toolCallId}) has no result in the record`)
-      const events = (yield* sql<{ readonly seq: number; readonly type: string; readonly payload: string }>`
-        SELECT seq, type, payload FROM thread_events WHERE thread_id = ${threadId} ORDER BY seq`).map((e) => ({
-          seq: e.seq,
-          type: e.type,
-          payload: JSON.parse(e.payload) as Record<string, unknown>,
-          line: `${e.seq} ${e.type} ${e.payload}`
-        }))
-      const deliveries = yield* store.listDeliveriesOfThread(threadId)
-      const providerThreads = yield* store.listProviderThreads(threadId)
-
-      // Nothing lost: every item read back before is still there, unchanged.
-      for (const item of items) {
-        seenItems.add(item.id)
-        const key = item.key
-        const before = memory.items.get(item.id)
-        if (before !== undefined && before !== key) violations.push(`crash-safety: item ${item.id} changed`)
-        memory.items.set(item.id, key)
-      }
-
-      // The event log is append-only and gap-free.
-      const lines = events.map((e) => e.line)
-      events.forEach((e, i) => {
-        if (e.seq !== i + 1) violations.push(`crash-safety: event log of ${threadId} has seq ${e.seq} at position ${i + 1}`)
-      })
-      const previous = memory.events.get(threadId) ?? []
-      for (let i = 0; i < previous.length; i++) {
-        if (lines[i] !== previous[i]) {
-          violations.push(`crash-safety: event ${i + 1} of ${threadId} changed or disappeared (was: ${previous[i]!.slice(0, 120)})`)
-          break
-        }
-      }
-      memory.events.set(threadId, lines)
-
-      // Lifecycle: one terminal event per run.
-      const ended = new Map<string, Array<string>>()
-      for (const e of events) {
-        if (!terminalEvents.has(e.type)) continue
-        const runId = String(e.payload.runId)
-        ended.set(runId, [...(ended.get(runId) ?? []), `${e.type}${e.payload.stopPoint === undefined ? "" : `/${String(e.payload.stopPoint)}`}`])
-      }
-      for (const [runId, ends] of ended) {
-        if (ends.length > 1) violations.push(`lifecycle: run ${runId} ended ${ends.length} times (${ends.join(", ")})`)
-      }
-
-      // Exactly once, as the providers saw it.
-      const refOf = new Map<string, string>()
-      const activeNatives = new Set<string>()
-      for (const p of providerThreads) {
-        if (p.activeNativeThreadId !== null) activeNatives.add(p.activeNativeThreadId)
-        for (const n of yield* store.listNativeThreads(p.id)) refOf.set(n.id, n.nativeRef)
-      }
-      const itemsOfRun = new Map<string, Array<ItemRow>>()
-      for (const i of items) {
-        if (i.runId === null) continue
-        const list = itemsOfRun.get(i.runId)
-        if (list === undefined) itemsOfRun.set(i.runId, [i])
-        else list.push(i)
-      }
-      const threadItems = new Set(items.map((i) => i.id))
-      for (const [ref, ids] of carriedOf) {
-        const seen = new Set<string>()
-        const natively = new Set<string>()
-        for (const runId of turnsOf.get(ref) ?? []) for (const i of itemsOfRun.get(runId) ?? []) natively.add(i.id)
-        for (const id of ids) {
-          if (!threadItems.has(id)) continue
-          if (seen.has(id)) violations.push(`exactly-once: ${ref} received item ${id} twice as history`)
-          if (natively.has(id)) violations.push(`exactly-once: ${ref} received item ${id} as history after seeing it natively`)
-          seen.add(id)
-        }
-      }
-      for (const d of deliveries) {
-        if (d.status !== "injected" && d.status !== "inline") continue
-        const ref = refOf.get(d.nativeThreadId)
-        const arrived = ref === undefined ? new Set<string>() : carriedSet(ref)
-        const missing = d.deliveredItemIds.filter((id) => !arrived.has(id))
-        if (missing.length > 0) {
-          violations.push(`exactly-once: delivery ${d.id} is ${d.status} to ${ref ?? d.nativeThreadId} but ${missing.length} of its items never arrived (${missing.slice(0, 3).join(", ")})`)
-        }
-      }
-      for (const run of runs) {
-        if (run.nativeThreadId === null || !activeNatives.has(run.nativeThreadId)) continue
-        const sawIt = run.status === "completed" || run.stopPoint === "after_provider"
-        if (!sawIt || !terminalRunStatuses.includes(run.status)) continue
-        const ref = refOf.get(run.nativeThreadId)
-        if (ref !== undefined && !(turnsOf.get(ref)?.has(run.id) ?? false)) {
-          violations.push(`exactly-once: run ${run.id} (seq ${run.seq}, ${run.status} ${run.stopPoint ?? ""}) is recorded as seen by ${ref}, which never received it`)
-        }
+    for (const d of deliveries) {
+      if (d.status !== "injected" && d.status !== "inline") continue
+      const ref = refOf.get(d.nativeThreadId)
+      const arrived = ref === undefined ? new Set<string>() : carriedSet(ref)
+      const missing = d.deliveredItemIds.filter((id) => !arrived.has(id))
+      if (missing.length > 0) {
+        violations.push(`exactly-once: delivery ${d.id} is ${d.status} to ${ref ?? d.nativeThreadId} but ${missing.length} of its items never arrived (${missing.slice(0, 3).join(", ")})`)
       }
     }
-
-    for (const id of memory.items.keys()) {
-      if (!seenItems.has(id)) violations.push(`crash-safety: item ${id} was read back before and is gone`)
+    for (const run of runs) {
+      if (run.nativeThreadId === null || !activeNatives.has(run.nativeThreadId)) continue
+      const sawIt = run.status === "completed" || run.stopPoint === "after_provider"
+      if (!sawIt || !terminalRunStatuses.includes(run.status)) continue
+      const ref = refOf.get(run.nativeThreadId)
+      if (ref !== undefined && !(turnsOf.get(ref)?.has(run.id) ?? false)) {
+        violations.push(`exactly-once: run ${run.id} (seq ${run.seq}, ${run.status} ${run.stopPoint ?? ""}) is recorded as seen by ${ref}, which never received it`)
+      }
     }
-    return violations
-  })
+  }
+  return violations
+}
 
 /**
  * After a restart: no run is left unfinished, and every item read back before the crash is retrievable by id through
@@ -259,7 +326,8 @@ export const afterRestart = (memory: Memory) =>
     const store = yield* ThreadStore
     const unfinished = yield* store.listUnfinishedRuns()
     const violations = unfinished.map((r) => `crash-safety: run ${r.id} (seq ${r.seq}) left ${r.status} after restart recovery`)
-    const ids = [...memory.items.keys()].map((id) => id as ItemId)
+    const ids: Array<ItemId> = []
+    for (const items of memory.items.values()) for (const i of items) ids.push(i.id)
     const found = new Set<string>((yield* store.getItems(ids)).map((i) => i.id))
     for (const id of ids) if (!found.has(id)) violations.push(`crash-safety: item ${id}, committed before the crash, is not retrievable by id`)
     return violations

@@ -1,0 +1,122 @@
+/**
+ * The simulation's incremental record reads (`Checks.readRecords` over `Checks.installAudit`): each check reads only
+ * the items and events after what it read before, yet a change to a row read before, a deleted row, a row lost
+ * without a trigger firing and a thread that vanished are still caught, on both dialects.
+ */
+import { InvariantChecks } from "@baton/orchestration"
+import { Harness } from "@baton/testing"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Checks from "../src/internal/Checks.js"
+import { memoisedCounter } from "../src/internal/Execute.js"
+
+const ops = Harness.ops
+
+/** A thread with two completed turns, the audit installed and read once (the cursors at the end of the log). */
+const setUp = (h: Harness.Harness) =>
+  Effect.gen(function*() {
+    const o = yield* ops
+    const t = yield* o.create("codex")
+    for (const text of ["one", "two"]) {
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(t, text)
+    }
+    yield* Checks.installAudit
+    yield* Checks.installAudit // idempotent: every incarnation installs it again
+    const memory = Checks.emptyMemory()
+    const first = yield* Checks.readRecords([t], memory)
+    expect(first.violations).toEqual([])
+    return { o, t, memory }
+  })
+
+describe.each(Harness.dialects)("incremental record reads (%s)", (_, db) => {
+  it.live("read only the tail, yet hold the same record as a full read", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { o, t, memory } = yield* setUp(h)
+      const itemsBefore = memory.items.get(t)!.length
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(t, "three")
+      const read = yield* Checks.readRecords([t], memory)
+      expect(read.violations).toEqual([])
+      const full = yield* InvariantChecks.readRecord(t)
+      expect(read.records[0]!.items.length).toBeGreaterThan(itemsBefore)
+      expect(read.records[0]!.items).toEqual(full.items)
+      expect(read.records[0]!.events).toEqual(full.events)
+      expect(read.records[0]!.runs).toEqual(full.runs)
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live("a row read before that is changed or deleted after the cursor is caught", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      const first = memory.items.get(t)![0]!
+      // A change of the text that keeps its length and both ends (the former check compared only those) is caught too.
+      yield* sql`UPDATE items SET text = ${first.text.replace(/o/, "0")} WHERE id = ${first.id}`
+      // An update that changes nothing is not a change.
+      yield* sql`UPDATE items SET tokens = tokens WHERE thread_id = ${t}`
+      yield* sql`UPDATE thread_events SET payload = '{}' WHERE thread_id = ${t} AND seq = 2`
+      yield* sql`DELETE FROM thread_events WHERE thread_id = ${t} AND seq = (SELECT MAX(seq) FROM thread_events WHERE thread_id = ${t})`
+      const read = yield* Checks.readRecords([t], memory)
+      expect(read.violations).toEqual([
+        `crash-safety: item ${first.id} changed`,
+        `crash-safety: event ${t}#2 changed or disappeared (changed)`,
+        `crash-safety: event ${t}#${memory.events.get(t)!.length} changed or disappeared (deleted)`,
+        `crash-safety: event log of ${t} holds ${memory.events.get(t)!.length - 1} events, ${memory.events.get(t)!.length} read back in seq order`
+      ])
+      // Reported once: the next read starts after the audit rows it reported.
+      expect((yield* Checks.readRecords([t], memory)).violations.filter((v) => v.includes("changed or disappeared"))).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live.skipIf(db !== ":memory:")("an INSERT OR REPLACE of a row read before is caught (SQLite)", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      const first = memory.items.get(t)![0]!
+      yield* sql`INSERT OR REPLACE INTO items (id, thread_id, run_id, seq, kind, text, tool_call_id, tool_name, message_id,
+        is_error, tool_call_state, tokens, created_at) SELECT id, thread_id, run_id, seq, kind, 'replaced', tool_call_id,
+        tool_name, message_id, is_error, tool_call_state, tokens, created_at FROM items WHERE id = ${first.id}`
+      expect((yield* Checks.readRecords([t], memory)).violations).toEqual([`crash-safety: item ${first.id} was written and is gone`])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live("rows lost without a trigger firing, and a vanished thread, are caught by the counts", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      const n = memory.items.get(t)!.length
+      // As a TRUNCATE or a table rebuild would: the rows go and no row trigger fires.
+      yield* sql.onDialectOrElse({
+        pg: () => sql`ALTER TABLE items DISABLE TRIGGER sim_audit_items`,
+        orElse: () => sql`DROP TRIGGER sim_audit_items_delete`
+      })
+      yield* sql`DELETE FROM items WHERE thread_id = ${t} AND seq = 1`
+      const read = yield* Checks.readRecords([t], memory)
+      expect(read.violations).toEqual([
+        `crash-safety: ${t} holds ${n - 1} items, ${n} read back in seq order (rows vanished or were inserted below a seq read before)`
+      ])
+      expect((yield* Checks.readRecords([], memory)).violations).toEqual([`crash-safety: thread ${t}, read back before, is gone`])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+describe("the simulation's memoised token counter", () => {
+  it("counts as the counter does, and forgets everything once its texts reach the bound", () => {
+    const counted: Array<string> = []
+    const base = { name: "words", count: (text: string) => (counted.push(text), text.split(" ").length) }
+    const memo = memoisedCounter(base, 10)
+    expect(memo.count("a b c")).toBe(3)
+    expect(memo.count("a b c")).toBe(3)
+    expect(counted).toEqual(["a b c"])
+    expect(memo.count("d e f g")).toBe(4) // 5 + 7 characters > 10: the memo starts again
+    expect(memo.count("a b c")).toBe(3)
+    expect(counted).toEqual(["a b c", "d e f g", "a b c"])
+    expect(memo.name).toBe("words")
+  })
+})
