@@ -33,6 +33,9 @@ interface Kept {
   readonly starts: ReadonlyArray<number>
   readonly ends: ReadonlyArray<number>
   readonly entries: ReadonlyArray<unknown>
+  /** Offset just after the history array's `]`, and the top-level fields after it, in order, as parsed (interned). */
+  readonly close: number
+  readonly after: ReadonlyArray<readonly [string, unknown]>
 }
 
 /** How a body was parsed: `reused` the history entries taken from the earlier body (0 when parsed whole). */
@@ -167,10 +170,13 @@ export const keysAfter = (bytes: Uint8Array, close: number): Array<string> | nul
   return null
 }
 
+/** `bytes` as a `Buffer` (the same memory). */
+const view = (bytes: Uint8Array): Buffer => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+
 /** The length of the longest common prefix of `a` and `b` (memory compares, halving). */
 export const commonPrefix = (a: Uint8Array, b: Uint8Array): number => {
-  const x = Buffer.from(a.buffer, a.byteOffset, a.byteLength)
-  const y = Buffer.from(b.buffer, b.byteOffset, b.byteLength)
+  const x = view(a)
+  const y = view(b)
   let lo = 0
   let hi = Math.min(x.length, y.length)
   while (hi - lo > 32) {
@@ -221,10 +227,23 @@ export const makeParser = (capacity = 64, perScope = 4, maxBytes = 128 * 1024 * 
       if (cut >= bytes.length || bytes[cut] === 0x5d) return null
     }
     if (k === 0) return null
-    // The new entries, and the fields after the array: a field of the history's name or of a field before it would
-    // make the whole body's value another (the last of duplicate keys wins), and `__proto__` is no field when assigned.
+    // The new entries; the bytes after the array are the earlier body's (its fields taken as they are: Claude Code
+    // sends `system` and `tools` after `messages`), else they are parsed too, and a field of the history's name or of a
+    // field before it would make the whole body's value another (the last of duplicate keys wins), and `__proto__` is
+    // no field when assigned.
     const scanned = scanEntries(bytes, cut)
     if (scanned === null) return null
+    const value: Record<string, unknown> = {}
+    for (const [key, v] of kept.before) value[key] = v
+    const suffix = bytes.length - scanned.close
+    if (suffix === kept.bytes.length - kept.close && view(bytes).compare(view(kept.bytes), kept.close, kept.bytes.length, scanned.close, bytes.length) === 0) {
+      const fresh = parseJson(`[${decoder.decode(bytes.subarray(cut, scanned.close))}`)
+      if (!Array.isArray(fresh) || fresh.length !== scanned.starts.length) return null
+      value[kept.historyKey] = [...kept.entries.slice(0, k), ...fresh]
+      for (const [key, v] of kept.after) value[key] = v
+      pending.set(value, { bytes, kept, k, starts: scanned.starts, ends: scanned.ends, close: scanned.close, after: kept.after.map(([key]) => key) })
+      return { value, reused: k }
+    }
     const after = keysAfter(bytes, scanned.close)
     if (after === null || after.some((key) => key === kept.historyKey || key === "__proto__" || kept.before.some(([b]) => b === key))) return null
     const head = decoder.decode(bytes.subarray(kept.keyStart, kept.open))
@@ -233,17 +252,18 @@ export const makeParser = (capacity = 64, perScope = 4, maxBytes = 128 * 1024 * 
     if (!isRecord(rest)) return null
     const fresh = rest[kept.historyKey]
     if (!Array.isArray(fresh) || fresh.length !== scanned.starts.length) return null
-    const value: Record<string, unknown> = {}
-    for (const [key, v] of kept.before) value[key] = v
     for (const key of Object.keys(rest)) value[key] = rest[key]
     value[kept.historyKey] = [...kept.entries.slice(0, k), ...fresh]
     // The scan of what was parsed, for `remember`.
-    pending.set(value, { bytes, kept, k, starts: scanned.starts, ends: scanned.ends })
+    pending.set(value, { bytes, kept, k, starts: scanned.starts, ends: scanned.ends, close: scanned.close, after })
     return { value, reused: k }
   }
 
   /** What `reuse` parsed of a body, for `remember` to scan only the new entries. */
-  const pending = new WeakMap<object, { bytes: Uint8Array; kept: Kept; k: number; starts: Array<number>; ends: Array<number> }>()
+  const pending = new WeakMap<
+    object,
+    { bytes: Uint8Array; kept: Kept; k: number; starts: Array<number>; ends: Array<number>; close: number; after: ReadonlyArray<string> }
+  >()
 
   /**
    * The body's JSON value (`undefined` when it is not JSON), reusing the scope's earlier bodies where they share its
@@ -286,7 +306,9 @@ export const makeParser = (capacity = 64, perScope = 4, maxBytes = 128 * 1024 * 
           bytes,
           entries: [...entries],
           starts: [...was.kept.starts.slice(0, was.k), ...was.starts],
-          ends: [...was.kept.ends.slice(0, was.k), ...was.ends]
+          ends: [...was.kept.ends.slice(0, was.k), ...was.ends],
+          close: was.close,
+          after: was.after.map((key) => [key, body[key]] as const)
         }
       }
     } else {
@@ -305,7 +327,9 @@ export const makeParser = (capacity = 64, perScope = 4, maxBytes = 128 * 1024 * 
             open: found.valueStart + 1,
             starts: scanned.starts,
             ends: scanned.ends,
-            entries: [...entries]
+            entries: [...entries],
+            close: scanned.close,
+            after: after.map((key) => [key, body[key]] as const)
           }
         }
       }

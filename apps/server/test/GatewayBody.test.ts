@@ -63,6 +63,23 @@ describe("GatewayBody", () => {
     for (let i = 1; i < texts.length; i++) expect(reused[i]).toBe(2 * i)
   })
 
+  it("fields after the history: taken as they were when their bytes are the same, parsed again when not", () => {
+    const parser = GatewayBody.makeParser()
+    const tools = (name: string) => ({ stream: true, system: "after", tools: [{ name, input_schema: { type: "object" } }] })
+    let previous: Record<string, unknown> | undefined
+    for (const [i, text] of [body(2, tools("Bash")), body(3, tools("Bash")), body(4, tools("Bash")), body(5, tools("Read")), body(6, tools("Read"))].entries()) {
+      const bytes = encode(text)
+      const parsed = parser.parse("s", bytes)
+      const value = parsed.value as Record<string, unknown>
+      expect(value).toEqual(JSON.parse(text))
+      expect(JSON.stringify(value)).toBe(JSON.stringify(JSON.parse(text)))
+      // The same bytes after the history: the earlier body's objects; other bytes (a tool renamed): parsed anew.
+      if (previous !== undefined) expect(value.tools === previous.tools).toBe(i !== 3)
+      parser.remember("s", bytes, value, "messages")
+      previous = value
+    }
+  })
+
   it("pretty-printed bodies, a retried body and a rewound one", () => {
     expect(run([body(3, {}, 2), body(4, {}, 2), body(4, {}, 2), body(5, {}, 2)]).slice(1)).toEqual([6, 8, 8])
     // The rewound body shares its first six entries (the seventh held the breakpoint).
@@ -84,6 +101,10 @@ describe("GatewayBody", () => {
     run([three, three.replace(/\}$/, ',"messages":[]}')])
     run([three, three.replace(/\}$/, ',"max_tokens":7}')])
     run([three, three.replace(/\}$/, ',"__proto__":{"x":1}}')])
+    // A new entry that is not JSON, the bytes after the history the same.
+    const withTools = (n: number) => body(n, { tools: [{ name: "Bash" }] })
+    run([withTools(3), withTools(4).replace('"tool_use_id":"toolu_3"', '"tool_use_id":toolu_3"')])
+    run([withTools(3), withTools(4).replace('"tool_use_id":"toolu_3"', '"tool_use_id":"toolu_3"]')])
     run([three.replace(/\}$/, ',"max_tokens":7}'), body(4).replace(/\}$/, ',"max_tokens":7}'), body(5)])
     run(['{"__proto__":{"a":1},"messages":[1,2]}', '{"__proto__":{"a":1},"messages":[1,2,3]}'])
     // Integer-like keys (listed first by the engine) after the history.
