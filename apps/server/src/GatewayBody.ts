@@ -9,7 +9,9 @@
  * with it byte for byte (a binary search of memory compares); the history entries that lie, with the comma after
  * them, wholly inside the shared bytes are the earlier parsed objects, and only the rest is decoded and parsed: the
  * text before the history's key is left out (its fields are the earlier ones), and the shared entries are cut out of
- * the array (`[` joined to the first entry that is not shared). The result equals `JSON.parse` of the whole text:
+ * the array (`[` joined to the first entry that is not shared); when the bytes after the array are the earlier body's
+ * (Claude Code sends `system` and `tools` after `messages`), its fields after the history are taken too and only the
+ * new entries are parsed. The result equals `JSON.parse` of the whole text:
  * the shared bytes are the same text, so they parse to the same values, and an array with complete values and their
  * commas cut from its start is valid JSON exactly when the whole one is (the cut must be followed by a value, not by
  * `]`, which is checked). A body that cannot use the earlier one (another start, a change before the history, no
