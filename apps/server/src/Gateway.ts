@@ -53,6 +53,7 @@ import { TokenCounter } from "@baton/context"
 import { Cause, Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
 import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
@@ -249,6 +250,7 @@ export const layer = (options: GatewayOptions) =>
       const models = options.providers.filter(ServerConfig.isModelInstance)
       const counter = TokenCounter.make()
       const interner = GatewayMemo.makeInterner()
+      const bodies = GatewayBody.makeParser()
       /** Token counts of message texts, kept while a conversation repeats them (cleared when large). */
       const counts = new Map<string, number>()
       const count = (text: string) => {
@@ -289,7 +291,10 @@ export const layer = (options: GatewayOptions) =>
             return dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
           }
           const body = bytes.right
-          const parsed = parseJson(new TextDecoder().decode(body))
+          // Parsed with the scope's previous bodies where it shares their bytes (`GatewayBody`): the same value.
+          const bodyScope = `${upstreamPath}\u0000${request.headers["x-claude-code-session-id"] ?? request.headers["thread-id"] ?? request.headers["session-id"] ?? ""}`
+          const read = bodies.parse(bodyScope, body)
+          const parsed = read.value
           if (!isRecord(parsed)) return dialect.refuse("invalid", "the body is not a JSON object")
           if (typeof parsed.model !== "string" || parsed.model === "") return dialect.refuse("invalid", "model: Field required (a model id)")
           const asSent = dialect.history(parsed, request.headers)
@@ -303,7 +308,24 @@ export const layer = (options: GatewayOptions) =>
           const switchWire = dialect.kind === "anthropic-messages" ? GatewaySwitchWire.forKind(target.config.kind) : undefined
           if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
-            return yield* GatewaySwitched.serve({ threads, reader, store, http, count, offloader: threadOffload, scope, target, body: parsed, history: asSent, model, agent: agentOf(request.headers["user-agent"]), wire: switchWire })
+            // Its own parse: the switch's conversion is given objects no earlier request holds (not the frozen ones).
+            const own = read.reused === 0 ? null : parseJson(new TextDecoder().decode(body))
+            const switched = isRecord(own) ? { body: own, history: dialect.history(own, request.headers) } : null
+            return yield* GatewaySwitched.serve({
+              threads,
+              reader,
+              store,
+              http,
+              count,
+              offloader: threadOffload,
+              scope,
+              target,
+              body: switched?.body ?? parsed,
+              history: switched !== null && typeof switched.history !== "string" ? switched.history : asSent,
+              model,
+              agent: agentOf(request.headers["user-agent"]),
+              wire: switchWire
+            })
           }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
@@ -315,7 +337,10 @@ export const layer = (options: GatewayOptions) =>
           // The history's messages the conversation's previous requests sent already are their objects (`GatewayMemo`):
           // what was computed of them (fingerprints, token counts, stubs, JSON) is not computed again.
           const historyKey = record ? Object.keys(parsed).find((k) => parsed[k] === asSent.messages) : undefined
-          if (historyKey !== undefined) interner.intern(`${dialect.kind}:${asSent.session ?? ""}`, parsed, historyKey)
+          if (historyKey !== undefined) {
+            interner.intern(`${dialect.kind}:${asSent.session ?? ""}`, parsed, historyKey)
+            bodies.remember(bodyScope, body, parsed, historyKey)
+          }
           const recognised = historyKey === undefined ? asSent : dialect.history(parsed, request.headers)
           const history = typeof recognised === "string" ? asSent : recognised
 

@@ -406,14 +406,17 @@ export const plan = (shape: Shape, input: Input): Output => {
     items: rendered.map((_, i) => ({ seq: i + 1, tokens: tokens[i]!, unit: unitOfMessage[i]!, pinned: units[unitOfMessage[i]!]!.pinned })),
     units: units.map((u, index): ToolResultOffload.Unit => {
       const stubbed = u.calls.length > 0 && u.calls.every((c) => already.has(c.id))
+      const answered = u.calls.every((c) => u.answered.has(c.id))
+      // The stub of a unit that cannot be stubbed (pinned: the newest input's, or unanswered) is never read by
+      // `decide` (only eligible units' are): it is not made (0), which spares the newest unit's stub every request.
       let stubTokens = 0
-      if (u.calls.length > 0 && !stubbed) {
+      if (u.calls.length > 0 && !stubbed && answered && !u.pinned) {
         const ids = new Set(u.calls.map((c) => c.id))
         for (const i of u.members) stubTokens += u.results.includes(i) ? tokensOf(count, stubOf(shape, memo, rendered[i]!, ids, calls)) : tokens[i]!
       }
       return {
         isTool: u.calls.length > 0,
-        answered: u.calls.every((c) => u.answered.has(c.id)),
+        answered,
         stubbed,
         stubTokens,
         answeredRequests: answeredRequests[index]!
