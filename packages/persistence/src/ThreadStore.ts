@@ -54,6 +54,7 @@ import * as Table from "./internal/Table.js"
 import {
   DeliveryRow,
   HandoffRow,
+  decodeItemRowFast,
   ItemRow,
   NativeThreadRow,
   OffloadRow,
@@ -193,7 +194,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const threads = Table.make(sql, "threads", ThreadRow)
     const runs = Table.make(sql, "runs", RunRow)
     const attempts = Table.make(sql, "run_attempts", RunAttemptRow)
-    const items = Table.make(sql, "items", ItemRow)
+    const items = Table.make(sql, "items", ItemRow, decodeItemRowFast)
     const providerThreads = Table.make(sql, "provider_threads", ProviderThreadRow)
     const nativeThreads = Table.make(sql, "native_threads", NativeThreadRow)
     const handoffs = Table.make(sql, "handoffs", HandoffRow)

@@ -23,13 +23,28 @@ export interface Table<A> {
   ) => Effect.Effect<Option.Option<A>, PersistenceError | ConcurrentModification>
 }
 
+/**
+ * `fast`: an optional decoder for well-formed rows (the schema's value, or `undefined` for a row it does not take:
+ * then the whole result is decoded through `schema`, with its errors), e.g. `Tables.decodeItemRowFast`.
+ */
 export const make = <A, I extends { readonly id?: unknown }>(
   sql: SqlClient.SqlClient,
   name: string,
-  schema: Schema.Schema<A, I>
+  schema: Schema.Schema<A, I>,
+  fast?: (row: unknown) => A | undefined
 ): Table<A> => {
   const encode = Schema.encode(schema)
-  const decodeAll = Schema.decodeUnknown(Schema.Array(schema))
+  const decodeSchema = Schema.decodeUnknown(Schema.Array(schema))
+  const decodeAll = fast === undefined ? decodeSchema : (rows: unknown) => {
+    if (!Array.isArray(rows)) return decodeSchema(rows)
+    const out: Array<A> = new Array(rows.length)
+    for (let i = 0; i < rows.length; i++) {
+      const value = fast(rows[i])
+      if (value === undefined) return decodeSchema(rows)
+      out[i] = value
+    }
+    return Effect.succeed(out as ReadonlyArray<A>)
+  }
   const insertMany = (values: ReadonlyArray<A>) =>
     values.length === 0 ? Effect.void : Effect.flatMap(
       Effect.forEach(values, (v) => encode(v)),
