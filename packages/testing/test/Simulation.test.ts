@@ -322,6 +322,26 @@ const missingReportForgetsFull = {
   scenario: JSON.parse("{\"seed\":303,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":false,\"tokenScale\":1.15,\"requestOverhead\":1650,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.19,\"requestOverhead\":2704,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.19,\"requestOverhead\":2724,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":5},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"switch\",\"id\":43,\"to\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":46,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"near_full\",\"fraction\":0.9700000000000001}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":47,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"missing\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":49,\"prompt\":6666,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
 }
 
+/**
+ * Fixed: an `/offload` summary stands for every item up to its cut, so owing it to a lane whose native thread saw one
+ * of those items (ran it natively, or was delivered it) brings that item a second time (here the first user message,
+ * pinned verbatim in the summary). Such a lane is now owed the originals (ContextHandoffDelivery.throughSummary), and
+ * its open handoffs are not superseded by the summary (supersedeForSummary).
+ */
+const summaryToLaneThatSawCovered = [
+  {
+    name: "J. create on plain, send, switch to big, send, /offload keep 0, switch back: plain was owed the summary of items it ran natively (seed 2302)",
+    category: "exactly-once",
+    scenario: JSON.parse("{\"seed\":2302,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":false,\"tokenScale\":1.26,\"requestOverhead\":1672,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.27,\"requestOverhead\":2960,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":false,\"tokenScale\":1.03,\"requestOverhead\":2927,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":5},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":40,\"reply\":{\"tokens\":49,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"send\",\"id\":3,\"prompt\":20,\"reply\":{\"tokens\":49,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"offload\",\"id\":45,\"keepTokens\":0,\"summariserFails\":false,\"crash\":null},{\"kind\":\"switch\",\"id\":11,\"to\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":12,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
+  },
+  {
+    // Seed 2302's shrunk input with a switch to plain and back before the /offload (written by hand, not shrunk).
+    name: "J'. ... with run 2 owed to plain by an open handoff when the /offload runs: the summary did not supersede it (seed 2302)",
+    category: "exactly-once",
+    scenario: JSON.parse("{\"seed\":2302,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":false,\"tokenScale\":1.26,\"requestOverhead\":1672,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.27,\"requestOverhead\":2960,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":false,\"tokenScale\":1.03,\"requestOverhead\":2927,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":5},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":40,\"reply\":{\"tokens\":49,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"send\",\"id\":3,\"prompt\":20,\"reply\":{\"tokens\":49,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"switch\",\"id\":5,\"to\":\"plain\",\"crash\":null},{\"kind\":\"switch\",\"id\":6,\"to\":\"big\",\"crash\":null},{\"kind\":\"offload\",\"id\":45,\"keepTokens\":0,\"summariserFails\":false,\"crash\":null},{\"kind\":\"switch\",\"id\":11,\"to\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":12,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
+  }
+]
+
 describe("races: two commands on one thread in flight at once", () => {
   const tool = { tokens: 200, tools: [900], reasoning: false, usage: { kind: "counted" } } as const
   const race = (id: number, outer: "send" | "offload", withKind: "compact" | "offload" | "switch" | "send"): Op =>
@@ -355,7 +375,7 @@ describe("races: two commands on one thread in flight at once", () => {
 })
 
 describe("regressions (shrunk simulation failures, fixed)", () => {
-  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull]) {
+  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull, ...summaryToLaneThatSawCovered]) {
     it.live(regression.name, () =>
       Effect.gen(function*() {
         const outcome = yield* Simulation.execute(regression.scenario)
