@@ -28,10 +28,16 @@
  *   they cannot move the ratio at all (with a moving average, one of them, the first sample above all, held the
  *   ratio 80% away from the truth for many turns: simulator seed 48). A provider that changes its model is followed
  *   once the new samples are the majority of the window (9 turns at the default); one large turn cannot swing the
- *   ratio alone, since the median is taken by count. One sample alone sets the ratio: before it there is no
- *   evidence, only the guess 1. (A trimmed mean around the median is the textbook robust location estimate; the
- *   window and tolerance are ours: 16 turns is a few minutes of an agent's work, and 25% is wider than any gap
- *   between current tokenizers' per-text ratios while far narrower than the outliers seen.)
+ *   ratio alone, since the median is taken by count and a sample weighs its tokens only up to `fullWeightTokens`
+ *   (default 2,048) in the mean. A sample's tokens measure how little the per-message framing blurs it (a few tokens
+ *   a turn: 4% of a 256-token sample, 0.4% of 2,048); beyond that, what blurs a sample (the mix of text, a
+ *   provider that trimmed or padded its context near the window) does not shrink with its size, so a larger turn is
+ *   no better evidence (uncapped, one 30,852-token turn whose report near the window fell 13% short of the truth
+ *   held the ratio at 0.950 against a true 1.060 while six other samples agreed on the truth: simulator seed 4005).
+ *   One sample alone sets the ratio: before it there is no evidence, only the guess 1. (A trimmed mean around the
+ *   median is the textbook robust location estimate; the window and tolerance are ours: 16 turns is a few minutes of
+ *   an agent's work, and 25% is wider than any gap between current tokenizers' per-text ratios while far narrower
+ *   than the outliers seen.)
  * - The ratio is clamped to `[minRatio, maxRatio]` (default [1/3, 3], the same bounds as the sample filter: every
  *   ratio a sample can show is representable, so delivered history stays within the budget in the provider's units
  *   for any accepted tokenizer gap; a narrower clamp let a provider at 2.5x overrun budgets by 25%). A provider
@@ -78,6 +84,8 @@ export interface CalibrationPolicy {
   readonly windowSamples: number
   /** How far (a fraction) a sample's ratio may lie from the recent median and still count. */
   readonly inlierTolerance: number
+  /** The most tokens a sample weighs with in the mean of the inliers (its evidence, `weight`, counts them all). */
+  readonly fullWeightTokens: number
 }
 
 export const defaultPolicy: CalibrationPolicy = {
@@ -87,7 +95,8 @@ export const defaultPolicy: CalibrationPolicy = {
   minSampleRatio: 1 / 3,
   maxSampleRatio: 3,
   windowSamples: 16,
-  inlierTolerance: 0.25
+  inlierTolerance: 0.25,
+  fullWeightTokens: 2_048
 }
 
 /** Nothing learned: ratio 1 (Baton's count is taken as the provider's). */
@@ -114,9 +123,10 @@ const median = (xs: ReadonlyArray<number>): number => {
 }
 
 /**
- * The ratio and weight that `recent` (non-empty) supports under `policy`: the token-weighted mean of the samples
- * within `inlierTolerance` of the median, clamped to `[minRatio, maxRatio]`; the median itself when none is (two
- * samples that disagree).
+ * The ratio and weight that `recent` (non-empty) supports under `policy`: the mean of the samples within
+ * `inlierTolerance` of the median, each weighted by its tokens up to `fullWeightTokens`, clamped to
+ * `[minRatio, maxRatio]`; the median itself when none is (two samples that disagree). `weight` is the inliers' tokens
+ * (uncapped).
  */
 export const estimate = (
   recent: ReadonlyArray<Observation>,
@@ -125,7 +135,9 @@ export const estimate = (
   const center = median(recent.map((o) => o.ratio))
   const inliers = recent.filter((o) => Math.abs(o.ratio - center) <= policy.inlierTolerance * center)
   const weight = inliers.reduce((n, o) => n + o.tokens, 0)
-  const ratio = weight > 0 ? inliers.reduce((n, o) => n + o.ratio * o.tokens, 0) / weight : center
+  const weighed = (o: Observation) => Math.min(o.tokens, policy.fullWeightTokens)
+  const total = inliers.reduce((n, o) => n + weighed(o), 0)
+  const ratio = total > 0 ? inliers.reduce((n, o) => n + o.ratio * weighed(o), 0) / total : center
   return { ratio: clamp(ratio, policy.minRatio, policy.maxRatio), weight: Math.round(weight) }
 }
 

@@ -54,6 +54,21 @@ describe("Calibration.learn", () => {
     expect(jumped.weight).toBe(6_000)
   })
 
+  it("one large turn whose report fell short near the window does not hold the ratio off the truth (seed 4005: x1.06)", () => {
+    // The samples seed 4005's shrunk run taught `big` (true ratio 1.06): the second is a usage jump (2.4x, ignored
+    // by the median), the fifth a 30,852-token turn whose report near the window (0.97) fell 13% short of the truth.
+    const samples: ReadonlyArray<readonly [number, number]> = [
+      [324, 345], [3_272, 7_896], [1_599, 1_696], [1_929, 2_046], [30_852, 28_362], [309, 329], [312, 333], [3_908, 4_147]
+    ]
+    const learned = samples.reduce(
+      (acc, [estimatedTokens, reportedTokens]) => Calibration.learn(acc, { estimatedTokens, reportedTokens }),
+      Calibration.identity
+    )
+    expect(Math.abs(learned.ratio - 1.06)).toBeLessThan(0.05 * 1.06)
+    // Its evidence still counts every token of the inliers (the 2.4x jump is not one).
+    expect(learned.weight).toBe(324 + 1_599 + 1_929 + 30_852 + 309 + 312 + 3_908)
+  })
+
   it("the first sample an outlier: the truth takes over as soon as it is the majority", () => {
     const first = feed(Calibration.identity, [2.9], 15_000)
     expect(first.ratio).toBeCloseTo(2.9, 12)

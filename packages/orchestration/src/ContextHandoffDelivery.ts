@@ -68,20 +68,68 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       const counter = yield* TokenCounter.TokenCounter
 
       /**
+       * Whether an item is covered by the thread's latest `/offload` summary: every item up to its cut, and every
+       * earlier summary of the chain (the latest extends them). `null` when the thread has no offload.
+       */
+      const coveredByLatest = (threadId: ThreadId) =>
+        Effect.gen(function*() {
+          const offloads = yield* store.listOffloads(threadId)
+          const latest = offloads.at(-1)
+          if (latest === undefined) return null
+          const earlier = new Set<string>(offloads.slice(0, -1).map((o) => o.summaryItemId))
+          return { offload: latest, covered: (item: Item) => item.seq <= latest.cutSeq || earlier.has(item.id) }
+        })
+
+      /**
+       * Whether `target` holds, or is owed, an item that `covered` accepts: an item of a run that ran on its active
+       * native thread, an item a delivery settled (`injected` / `inline`) into that native thread, or an item that an
+       * open handoff toward it owes (`handoffs`: those toward `target`, as read by the caller; `except`: their ids
+       * left out, the handoffs being replaced). A summary of such items cannot be owed to `target` without some of
+       * them reaching it twice (invariant 2). Fails with `PersistenceError`.
+       */
+      const holdsCovered = (
+        threadId: ThreadId,
+        target: ProviderThread,
+        covered: (item: Item) => boolean,
+        handoffs: ReadonlyArray<StoredHandoff>,
+        except: ReadonlySet<string> = new Set()
+      ) =>
+        Effect.gen(function*() {
+          const ids = new Set<ItemId>()
+          for (const handoff of handoffs) {
+            if (handoff.open && !except.has(handoff.id)) for (const id of handoff.itemIds) ids.add(id)
+          }
+          const native = target.activeNativeThreadId
+          let runIds: Array<RunId> = []
+          if (native !== null) {
+            for (const status of ["injected", "inline"] as const) {
+              for (const d of yield* store.listDeliveriesByStatus(native, status)) for (const id of d.deliveredItemIds) ids.add(id)
+            }
+            runIds = (yield* store.listRuns(threadId)).filter((r) => r.nativeThreadId === native).map((r) => r.id)
+          }
+          if (ids.size > 0 && (yield* store.getItems([...ids])).some(covered)) return true
+          return runIds.length > 0 && (yield* store.listItemsOfRuns(runIds)).some(covered)
+        })
+
+      /**
        * The model-visible form of `items` owed to `target`: items an `/offload` summary covers (`seq <= cutSeq` of
        * the thread's latest offload) are owed as that summary instead — once: not again when a handoff toward
        * `target` already owes it (open) or delivered it to its active native thread. Invariant 2's "superseded by a
-       * summary that covers it"; the originals stay readable by id.
+       * summary that covers it"; the originals stay readable by id. The summary stands for everything up to its
+       * cut, so a `target` that already holds or is owed any item it covers (`holdsCovered`: it ran natively there,
+       * or was delivered or is owed verbatim) is owed `items` as they are instead: the summary would bring it those
+       * items a second time.
        */
       const throughSummary = (threadId: ThreadId, target: ProviderThread, items: ReadonlyArray<Item>) =>
         Effect.gen(function*() {
-          const latest = yield* store.latestOffload(threadId)
-          if (latest._tag === "None") return items
-          const cutSeq = latest.value.cutSeq
+          const latest = yield* coveredByLatest(threadId)
+          if (latest === null) return items
+          const cutSeq = latest.offload.cutSeq
           if (!items.some((i) => i.seq <= cutSeq)) return items
           const tail = items.filter((i) => i.seq > cutSeq)
-          const summaryId = latest.value.summaryItemId
-          for (const handoff of yield* store.listHandoffsTo(target.id)) {
+          const summaryId = latest.offload.summaryItemId
+          const handoffs = yield* store.listHandoffsTo(target.id)
+          for (const handoff of handoffs) {
             if (!handoff.itemIds.includes(summaryId)) continue
             if (handoff.open) return tail
             if (target.activeNativeThreadId === null) continue
@@ -89,6 +137,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             if (d._tag === "Some" && (d.value.status === "injected" || d.value.status === "inline") &&
               d.value.deliveredItemIds.includes(summaryId)) return tail
           }
+          if (yield* holdsCovered(threadId, target, latest.covered, handoffs)) return items
           return [...(yield* store.getItems([summaryId])), ...tail]
         })
 
@@ -487,7 +536,9 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * of the oldest one it replaces) owes instead the summary item plus the items they owed that the summary does
        * not cover, so deferred history drains as the summary rather than the originals. A handoff with a `pending`
        * delivery is left alone (its outcome is uncertain: reconciliation decides it); settled ones are closed
-       * already. Returns the superseded and the new handoff ids. Runs inside the caller's transaction.
+       * already. So are all the handoffs toward a target that holds, or is otherwise owed, an item the summary covers
+       * (`holdsCovered`): they keep owing their originals, which reach it once. Returns the superseded and the new
+       * handoff ids. Runs inside the caller's transaction.
        */
       const supersedeForSummary = Effect.fn("ContextHandoffDelivery.supersedeForSummary")(function*(
         threadId: ThreadId,
@@ -497,22 +548,31 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       ) {
         const now = yield* DateTime.now
         const deliveries = yield* store.listDeliveriesOfThread(threadId)
-        const byTarget = new Map<string, Array<StoredHandoff>>()
+        const candidates = new Map<ProviderThread["id"], Array<StoredHandoff>>()
         for (const handoff of yield* store.listHandoffs(threadId)) {
           if (!handoff.open || !handoff.itemIds.some(covered)) continue
-          const own = deliveries.filter((d) => d.handoffId === handoff.id)
-          if (own.some((d) => d.status === "pending")) continue
-          for (const d of own) {
-            if (d.status !== "deferred") continue
-            yield* store.updateDelivery({ ...d, status: "superseded", updatedAt: now })
-            yield* store.appendEvent({ threadId, type: "delivery.superseded", payload: { deliveryId: d.id, handoffId: handoff.id, reason } })
-          }
-          yield* store.updateHandoff({ ...handoff, open: false, updatedAt: now })
-          byTarget.set(handoff.targetProviderThreadId, [...(byTarget.get(handoff.targetProviderThreadId) ?? []), handoff])
+          if (deliveries.some((d) => d.handoffId === handoff.id && d.status === "pending")) continue
+          candidates.set(handoff.targetProviderThreadId, [...(candidates.get(handoff.targetProviderThreadId) ?? []), handoff])
         }
         const superseded: Array<ContextHandoff["id"]> = []
         const created: Array<ContextHandoff["id"]> = []
-        for (const replaced of byTarget.values()) {
+        for (const [targetId, replaced] of candidates) {
+          // A target that holds, or is otherwise owed, an item the summary covers keeps its handoffs: the summary
+          // would bring it that item a second time (see throughSummary).
+          const target = yield* store.getProviderThread(targetId)
+          if (target._tag === "Some") {
+            const handoffs = yield* store.listHandoffsTo(target.value.id)
+            const except = new Set<string>(replaced.map((h) => h.id))
+            if (yield* holdsCovered(threadId, target.value, (i) => covered(i.id), handoffs, except)) continue
+          }
+          for (const handoff of replaced) {
+            for (const d of deliveries) {
+              if (d.handoffId !== handoff.id || d.status !== "deferred") continue
+              yield* store.updateDelivery({ ...d, status: "superseded", updatedAt: now })
+              yield* store.appendEvent({ threadId, type: "delivery.superseded", payload: { deliveryId: d.id, handoffId: handoff.id, reason } })
+            }
+            yield* store.updateHandoff({ ...handoff, open: false, updatedAt: now })
+          }
           const uncoveredIds = [...new Set(replaced.flatMap((h) => h.itemIds.filter((id) => !covered(id))))]
           const uncovered = yield* store.getItems(uncoveredIds)
           const handoff = yield* insertHandoff(

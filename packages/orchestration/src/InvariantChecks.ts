@@ -160,19 +160,38 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       }
     }
 
-    // 2. Exactly once per native thread: no item delivered twice, none delivered that the thread saw natively.
+    // 2. Exactly once per native thread: no item delivered twice, none delivered that the thread saw natively (a
+    //    summary delivers every item it covers).
     const nativeOfRun = new Map<string, string | null>(runs.map((r) => [r.id, r.nativeThreadId]))
     const runById = new Map(runs.map((r) => [r.id as string, r]))
+    // An `/offload` summary stands for the items its offload covers and for the earlier summary it extends.
+    const offloadById = new Map(offloads.map((o) => [o.id as string, o]))
+    const coveredBySummary = new Map<string, ReadonlyArray<string>>()
+    for (const o of offloads) {
+      const ids: Array<string> = [...o.coveredItemIds]
+      let previous = o.previousOffloadId === null ? undefined : offloadById.get(o.previousOffloadId)
+      while (previous !== undefined) {
+        ids.push(previous.summaryItemId, ...previous.coveredItemIds)
+        previous = previous.previousOffloadId === null ? undefined : offloadById.get(previous.previousOffloadId)
+      }
+      coveredBySummary.set(o.summaryItemId, ids)
+    }
     const deliveredTo = new Map<string, Set<string>>()
     for (const d of deliveries) {
       if (d.status !== "injected" && d.status !== "inline") continue
       const seen = deliveredTo.get(d.nativeThreadId) ?? new Set<string>()
-      for (const id of d.deliveredItemIds) {
-        if (seen.has(id)) violations.push(`exactly-once: item ${id} delivered twice to native thread ${d.nativeThreadId}`)
+      const named = new Set<string>(d.deliveredItemIds)
+      const carried = d.deliveredItemIds.flatMap((id) => [
+        { id, via: null as string | null },
+        ...(coveredBySummary.get(id) ?? []).filter((c) => !named.has(c)).map((c) => ({ id: c, via: id as string | null }))
+      ])
+      for (const { id, via } of carried) {
+        const inside = via === null ? "" : ` (inside summary ${via})`
+        if (seen.has(id)) violations.push(`exactly-once: item ${id} delivered twice to native thread ${d.nativeThreadId}${inside}`)
         seen.add(id)
         const item = itemById.get(id)
         if (item?.runId != null && nativeOfRun.get(item.runId) === d.nativeThreadId) {
-          violations.push(`exactly-once: item ${id} delivered to native thread ${d.nativeThreadId}, which saw it natively`)
+          violations.push(`exactly-once: item ${id} delivered to native thread ${d.nativeThreadId}${inside}, which saw it natively`)
         }
       }
       deliveredTo.set(d.nativeThreadId, seen)

@@ -74,6 +74,9 @@ export const minOffloadTokens = 512
  */
 export const maxPinnedTokens = 2_000
 
+/** What separates a summary from the pinned items appended to it verbatim (`withPinned`). */
+const pinnedMarker = "\n\n[pinned, verbatim]\n"
+
 /**
  * The items an offload through item `cutSeq` must keep verbatim in its summary (issue "Server-owned /offload" item 3):
  * the thread's first user message, and the items of the thread's pins (`ToolResultOffloadControl.pinnedItemIds`), of
@@ -306,7 +309,18 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const withPinned = (summary: string, pinned: ReadonlyArray<Item>): string => {
       const missing = pinned.filter((i) => !summary.includes(i.text.trim()))
       if (missing.length === 0) return summary
-      return `${summary.trimEnd()}\n\n[pinned, verbatim]\n${missing.map((i) => Render.renderItem(clipped(i, maxPinnedTokens))).join("\n\n")}`
+      return `${summary.trimEnd()}${pinnedMarker}${missing.map((i) => Render.renderItem(clipped(i, maxPinnedTokens))).join("\n\n")}`
+    }
+
+    /**
+     * `summary` without the `[pinned, verbatim]` section `withPinned` appended: what the next offload of the chain
+     * gives its summariser as the previous summary. The next summary pins its items again (every item pinned up to
+     * this cut is pinned up to the next), so the section is not carried into it as well: a clipped pinned item,
+     * which the `includes` test above cannot find, came out twice (simulator seed 13001).
+     */
+    const withoutPinned = (summary: string): string => {
+      const at = summary.lastIndexOf(pinnedMarker)
+      return at < 0 ? summary : summary.slice(0, at)
     }
 
     /**
@@ -352,7 +366,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           cut,
           covered,
           cutSeq: covered.at(-1)?.seq ?? null,
-          previousSummary: previousItem?.text ?? null,
+          previousSummary: previousItem === undefined ? null : withoutPinned(previousItem.text),
           // What the summary replaces in the model-visible history: the previous summary and the covered items.
           replaced: previousTokens + cut.coveredTokens,
           tokensBefore: previousTokens + candidates.reduce((n, i) => n + i.tokens, 0)

@@ -306,6 +306,80 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     })
   })
 
+  /**
+   * plain (no injection) runs run 1 (items 1, 2); codex is injected them and runs run 2 (items 3, 4); `/offload`
+   * keeps nothing: its summary covers items 1..4 and pins item 1 verbatim. plain's native thread saw items 1 and 2
+   * itself, so the summary cannot be owed to it (they would reach it twice): plain is owed run 2's originals.
+   */
+  const offloadAfterPlainRan = (h: Harness.Harness, switchBackBeforeOffload: boolean) =>
+    Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("plain")
+      h.script.enqueue(Harness.reply(50))
+      yield* o.send(t, "on plain")
+      yield* o.switchTo(t, "codex")
+      h.script.enqueue(Harness.reply(50))
+      yield* o.send(t, "on codex")
+      // Optionally owe run 2 to plain before the offload (a handoff the offload then finds open toward plain).
+      if (switchBackBeforeOffload) {
+        yield* o.switchTo(t, "plain")
+        yield* o.switchTo(t, "codex")
+      }
+      const report = yield* o.offload(t, 0)
+      expect(report).toMatchObject({ offloaded: true, cutSeq: 4, coveredItems: 4, supersededHandoffIds: [] })
+      yield* o.switchTo(t, "plain")
+      h.script.enqueue(Harness.reply(10))
+      const next = yield* o.send(t, "back on plain")
+      const items = yield* o.store.listItems(t)
+      const run2 = items.filter((i) => i.seq === 3 || i.seq === 4).map((i) => i.id)
+      expect(next.turnStart).toMatchObject({ mode: "inline", deliveredItems: 2, deferredItems: 0, omittedItems: 0 })
+      const inlined = (yield* o.store.listDeliveriesOfThread(t)).filter((d) => d.status === "inline")
+      expect(inlined.map((d) => d.deliveredItemIds)).toEqual([run2])
+      const turns = h.providers.plain!.received.flatMap((r) => r.type === "turn" ? [r] : [])
+      expect(turns.at(-1)!.inlineHistory).not.toContain("[summary #")
+      expect(turns.at(-1)!.inlineHistory).toContain("[user #3]")
+      expect(yield* o.check(t, h)).toEqual([])
+    })
+
+  describe("/offload: a summary is owed only where it brings nothing twice", () => {
+    const providersOf = () => Harness.make([
+      { name: "plain", window: 200_000, inject: false },
+      { name: "codex", window: 200_000, inject: true }
+    ])
+    it.effect("a switch back to a lane that ran covered items natively owes it the originals, not the summary (sim seed 2302)", () => {
+      const h = providersOf()
+      return offloadAfterPlainRan(h, false).pipe(Effect.provide(h.layer))
+    })
+    it.effect("an open handoff toward such a lane is not superseded by the summary", () => {
+      const h = providersOf()
+      return offloadAfterPlainRan(h, true).pipe(Effect.provide(h.layer))
+    })
+  })
+
+  describe("/offload: a chain of summaries pins each item once", () => {
+    it.effect("a first message clipped in the first summary is pinned once in the next (sim seed 13001)", () => {
+      const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const t = yield* o.create("codex")
+        // A first message over maxPinnedTokens: every summary pins it cut, "[… n characters left out …]".
+        h.script.enqueue(Harness.reply(300))
+        yield* o.send(t, Harness.words(ThreadOffload.maxPinnedTokens + 500))
+        h.script.enqueue(Harness.reply(300))
+        yield* o.send(t, "and then?")
+        const items = yield* o.store.listItems(t)
+        const first = yield* o.offload(t, items.slice(1).reduce((n, i) => n + i.tokens, 0))
+        expect(first).toMatchObject({ offloaded: true, cutSeq: 1 })
+        const second = yield* o.offload(t, 0)
+        expect(second).toMatchObject({ offloaded: true, cutSeq: 4 })
+        const [summary] = yield* o.store.getItems([second.summaryItemId!])
+        expect(summary!.text.split("[pinned, verbatim]").length - 1).toBe(1)
+        expect(summary!.text.split("[user #1]").length - 1).toBe(1)
+        expect(yield* o.check(t, h)).toEqual([])
+      }).pipe(Effect.provide(h.layer))
+    })
+  })
+
   describe("/offload: uncertain deliveries are left to reconciliation", () => {
     it.effect("a handoff with a pending delivery is not superseded; the next turn replaces the native thread as before", () => {
       const h = Harness.make([

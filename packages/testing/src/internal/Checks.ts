@@ -6,9 +6,10 @@
  *   there, unchanged (the log is append-only, `seq` gap-free: `readRecords`, over the audit of `installAudit`).
  *   (That the thread accepts a new message after a restart, and that a retried command does not run twice, is
  *   checked by the executor.)
- * - exactly once as the provider saw it (invariant 2): per native thread, no item arrives twice (injected or inline),
- *   none arrives as history that the thread saw natively, every delivery the record settles did arrive, and a run
- *   the record says a native thread saw was in fact received by it;
+ * - exactly once as the provider saw it (invariant 2): per native thread, no item arrives twice (injected or inline;
+ *   an `/offload` summary carries every item it covers), none arrives as history that the thread saw natively,
+ *   every delivery the record settles did arrive, and a run the record says a native thread saw was in fact received
+ *   by it;
  * - lifecycle: a run reaches a terminal status once;
  * - well-formed requests (invariant 7 as the provider saw it): every tool call in a history Baton sent (inline or
  *   injected) is followed by its result in the same text, and every tool call in the record has a result (a call a
@@ -215,6 +216,30 @@ export const check = (
   const idOfRef = new Map<string, string>()
   for (const r of records) for (const item of r.items) idOfRef.set(`${r.threadId}#${item.seq}`, item.id)
 
+  // What an `/offload` summary stands for: the items its offload covered and the earlier summary it extends (with
+  // what that one stands for), so a summary that reaches a native thread carries every item it covers.
+  const covers = new Map<string, ReadonlyArray<string>>()
+  for (const r of records) {
+    const byId = new Map(r.offloads.map((o) => [o.id as string, o]))
+    for (const o of r.offloads) {
+      const ids: Array<string> = [...o.coveredItemIds]
+      let previous = o.previousOffloadId === null ? undefined : byId.get(o.previousOffloadId)
+      while (previous !== undefined) {
+        ids.push(previous.summaryItemId, ...previous.coveredItemIds)
+        previous = previous.previousOffloadId === null ? undefined : byId.get(previous.previousOffloadId)
+      }
+      covers.set(o.summaryItemId, ids)
+    }
+  }
+  /** `ids` (one request's history, in order) plus what its summaries cover that it does not name itself. */
+  const withCovered = (ids: ReadonlyArray<string>): ReadonlyArray<string> => {
+    if (covers.size === 0 || !ids.some((id) => covers.has(id))) return ids
+    const named = new Set(ids)
+    const covered = new Set<string>()
+    for (const id of ids) for (const c of covers.get(id) ?? []) if (!named.has(c)) covered.add(c)
+    return [...ids, ...covered]
+  }
+
   // What each native thread (by provider ref) received.
   const turnsOf = new Map<string, Set<string>>()
   const carriedOf = new Map<string, Array<string>>()
@@ -227,9 +252,9 @@ export const check = (
     for (const r of p.received) {
       if (r.type === "turn") {
         turnsOf.set(r.nativeRef, (turnsOf.get(r.nativeRef) ?? new Set()).add(r.runId))
-        if (r.inlineHistory !== null) carried(r.nativeRef).push(...inlineRefs(r).map((ref) => idOfRef.get(ref) ?? ref))
+        if (r.inlineHistory !== null) carried(r.nativeRef).push(...withCovered(inlineRefs(r).map((ref) => idOfRef.get(ref) ?? ref)))
       } else if (r.type === "inject") {
-        carried(r.nativeRef).push(...r.itemIds)
+        carried(r.nativeRef).push(...withCovered(r.itemIds))
       }
     }
   }
