@@ -147,3 +147,38 @@ describe("GatewayBody", () => {
     expect(GatewayBody.commonPrefix(encode("abcdef".repeat(100)), encode("abcdef".repeat(50) + "x"))).toBe(300)
   })
 })
+
+describe("GatewayBody review r19", () => {
+  /** Parses byte bodies in turn in one scope as the gateway does; each result against JSON.parse of the whole text. */
+  const runBytes = (bodies: ReadonlyArray<Uint8Array>) => {
+    const parser = GatewayBody.makeParser()
+    const interner = GatewayMemo.makeInterner()
+    for (const bytes of bodies) {
+      const parsed = parser.parse("scope", bytes)
+      const expected = parseWhole(new TextDecoder().decode(bytes))
+      expect(parsed.value).toEqual(expected)
+      const body = parsed.value
+      if (typeof body === "object" && body !== null && !Array.isArray(body) && Array.isArray((body as Record<string, unknown>).messages)) {
+        interner.intern("scope", body as Record<string, unknown>, "messages")
+        parser.remember("scope", bytes, body as Record<string, unknown>, "messages")
+      }
+    }
+  }
+  const bom = new Uint8Array([0xef, 0xbb, 0xbf])
+  const join = (...parts: ReadonlyArray<string | Uint8Array>) => {
+    const chunks = parts.map((p) => (typeof p === "string" ? encode(p) : p))
+    const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0))
+    let at = 0
+    for (const c of chunks) {
+      out.set(c, at)
+      at += c.length
+    }
+    return out
+  }
+
+  it("a byte order mark at a new entry (not JSON white space) is no JSON, as JSON.parse of the whole says", () => {
+    // Fields after the history the same (the entries alone parsed), and another field after it (the rest parsed).
+    runBytes([encode(`{"model":"m","messages":[1,2]}`), join(`{"model":"m","messages":[1,2,`, bom, `3]}`)])
+    runBytes([encode(`{"model":"m","messages":[1,2]}`), join(`{"model":"m","messages":[1,2,`, bom, `3],"x":1}`)])
+  })
+})
