@@ -164,7 +164,10 @@ export const keysAfter = (bytes: Uint8Array, close: number): Array<string> | nul
     if (bytes[i] !== 0x22) return null
     const keyEnd = skipString(bytes, i)
     if (keyEnd < 0) return null
-    keys.push(JSON.parse(decoder.decode(bytes.subarray(i, keyEnd))) as string)
+    // The bytes may be no JSON (a new body's): a key that does not parse is a structure that does not read.
+    const key = parseJson(partDecoder.decode(bytes.subarray(i, keyEnd)))
+    if (typeof key !== "string") return null
+    keys.push(key)
     i = skipSpace(bytes, keyEnd)
     if (bytes[i] !== 0x3a) return null
     const end = skipValue(bytes, skipSpace(bytes, i + 1))

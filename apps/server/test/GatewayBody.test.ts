@@ -181,4 +181,8 @@ describe("GatewayBody review r19", () => {
     runBytes([encode(`{"model":"m","messages":[1,2]}`), join(`{"model":"m","messages":[1,2,`, bom, `3]}`)])
     runBytes([encode(`{"model":"m","messages":[1,2]}`), join(`{"model":"m","messages":[1,2,`, bom, `3],"x":1}`)])
   })
+
+  it("a key after the history that is no JSON string (a raw line break) is no JSON, not a thrown SyntaxError", () => {
+    runBytes([encode(`{"model":"m","messages":[1],"z":1}`), encode(`{"model":"m","messages":[1,2],"z\n":1}`)])
+  })
 })
