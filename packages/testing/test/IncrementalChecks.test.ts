@@ -72,6 +72,21 @@ describe.each(Harness.dialects)("incremental record reads (%s)", (_, db) => {
     }).pipe(Effect.provide(h.layer))
   })
 
+  it.live("a change below the cursor to an item column the checks read (tool_name: isTransferable) is caught", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      const first = memory.items.get(t)![0]!
+      // The former full read handed the checks the new tool name (InvariantChecks' owed items skip Baton's own tools).
+      yield* sql`UPDATE items SET tool_name = 'thread_read' WHERE id = ${first.id}`
+      const read = yield* Checks.readRecords([t], memory)
+      const full = yield* InvariantChecks.readRecord(t)
+      expect(read.violations.length > 0 || JSON.stringify(read.records[0]!.items) === JSON.stringify(full.items)).toBe(true)
+      expect(read.violations).toEqual([`crash-safety: item ${first.id} changed`])
+    }).pipe(Effect.provide(h.layer))
+  })
+
   it.live.skipIf(db !== ":memory:")("an INSERT OR REPLACE of a row read before is caught (SQLite)", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {

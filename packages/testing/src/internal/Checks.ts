@@ -40,7 +40,7 @@ export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(),
  * The audit behind the incremental reads, installed in the simulation's database by every incarnation (idempotent):
  * a table `sim_audit` (never written by Baton; left out of the simulation's dump) and triggers that add a row to it
  * whenever a row of `items` or `thread_events` is deleted, or updated so that a column the checks read changes
- * (items: id, thread, run, seq, kind, text, tokens, tool call id, message id; events: thread, seq, type, payload).
+ * (items: every column of an `Item`; events: thread, seq, type, payload).
  *
  * Why the incremental form has the same power as re-reading and comparing everything: the former check compared
  * every item (by run, seq, kind, tokens, text length and both ends, tool call id, message id) and every event line
@@ -56,7 +56,8 @@ export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(),
  */
 export const installAudit = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const itemColumns = ["id", "thread_id", "run_id", "seq", "kind", "text", "tokens", "tool_call_id", "message_id"]
+  // Every column an `Item` is read from: the checks are handed the items as first read (tool_name: isTransferable).
+  const itemColumns = ["id", "thread_id", "run_id", "seq", "kind", "text", "tokens", "tool_call_id", "message_id", "tool_name", "is_error", "tool_call_state", "created_at"]
   const eventColumns = ["thread_id", "seq", "type", "payload"]
   yield* sql.onDialectOrElse({
     pg: () =>
