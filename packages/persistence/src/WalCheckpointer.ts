@@ -59,7 +59,8 @@ setInterval(() => {
     const seen = stat.size + ":" + stat.mtimeMs
     if (seen === f.seen) continue
     try {
-      // A file removed and made again at the path (another inode): the connection to the removed one is closed.
+      // A file removed and made again at the path (another inode): the connection to the removed one is closed (SQLite
+      // skips its checkpoint-and-delete on close for a moved file, so the new file's -wal and -shm stay).
       const ino = Fs.statSync(file).ino
       if (f.db !== null && f.ino !== ino) { try { f.db.close() } catch {} f.db = null }
       if (f.db === null) { f.db = new Database(file, { fileMustExist: true, timeout: 0 }); f.ino = ino }
