@@ -47,6 +47,8 @@ export interface Parsed {
 }
 
 const decoder = new TextDecoder()
+/** For the parts of a body: a byte order mark inside it is text (U+FEFF, not JSON white space), not dropped as at its start. */
+const partDecoder = new TextDecoder("utf-8", { ignoreBOM: true })
 
 const isSpace = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09
 
@@ -162,7 +164,10 @@ export const keysAfter = (bytes: Uint8Array, close: number): Array<string> | nul
     if (bytes[i] !== 0x22) return null
     const keyEnd = skipString(bytes, i)
     if (keyEnd < 0) return null
-    keys.push(JSON.parse(decoder.decode(bytes.subarray(i, keyEnd))) as string)
+    // The bytes may be no JSON (a new body's): a key that does not parse is a structure that does not read.
+    const key = parseJson(partDecoder.decode(bytes.subarray(i, keyEnd)))
+    if (typeof key !== "string") return null
+    keys.push(key)
     i = skipSpace(bytes, keyEnd)
     if (bytes[i] !== 0x3a) return null
     const end = skipValue(bytes, skipSpace(bytes, i + 1))
@@ -239,7 +244,7 @@ export const makeParser = (capacity = 64, perScope = 4, maxBytes = 128 * 1024 * 
     for (const [key, v] of kept.before) value[key] = v
     const suffix = bytes.length - scanned.close
     if (suffix === kept.bytes.length - kept.close && view(bytes).compare(view(kept.bytes), kept.close, kept.bytes.length, scanned.close, bytes.length) === 0) {
-      const fresh = parseJson(`[${decoder.decode(bytes.subarray(cut, scanned.close))}`)
+      const fresh = parseJson(`[${partDecoder.decode(bytes.subarray(cut, scanned.close))}`)
       if (!Array.isArray(fresh) || fresh.length !== scanned.starts.length) return null
       value[kept.historyKey] = [...kept.entries.slice(0, k), ...fresh]
       for (const [key, v] of kept.after) value[key] = v
@@ -248,8 +253,8 @@ export const makeParser = (capacity = 64, perScope = 4, maxBytes = 128 * 1024 * 
     }
     const after = keysAfter(bytes, scanned.close)
     if (after === null || after.some((key) => key === kept.historyKey || key === "__proto__" || kept.before.some(([b]) => b === key))) return null
-    const head = decoder.decode(bytes.subarray(kept.keyStart, kept.open))
-    const tail = decoder.decode(bytes.subarray(cut))
+    const head = partDecoder.decode(bytes.subarray(kept.keyStart, kept.open))
+    const tail = partDecoder.decode(bytes.subarray(cut))
     const rest = parseJson(`{${head}${tail}`)
     if (!isRecord(rest)) return null
     const fresh = rest[kept.historyKey]

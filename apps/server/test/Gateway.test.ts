@@ -114,6 +114,22 @@ describe("Gateway", () => {
       })
     ))
 
+  it.live("a session's next body that is no JSON only after its shared history (a raw line break in a later key) is refused as malformed", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-m" }
+        const first = JSON.stringify({ model: "claude-x", max_tokens: 10, messages: [user("hi")] })
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "one", usage))
+        expect((yield* raw(messages(first, session))).status).toBe(200)
+        // The same bytes through the first message (GatewayBody reuses it), then a key no JSON allows.
+        const next = `${first.slice(0, -2)},${JSON.stringify(assistant("one"))},${JSON.stringify(user("two"))}],"z\n":1}`
+        const malformed = yield* raw(messages(next, session))
+        expect(malformed.status).toBe(400)
+        expect(malformed.body).toEqual({ type: "error", error: { type: "invalid_request_error", message: "the body is not a JSON object" } })
+        expect(upstream.requests.length).toBe(1)
+      })
+    ))
+
   it.live("a record that fails after forwarding started never reaches the agent: no run, or the run failed; the next request stores what was missed, once", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start

@@ -7,6 +7,7 @@
  */
 import { GatewayMemo } from "@baton/orchestration"
 import { describe, expect, it } from "@effect/vitest"
+import { FastCheck as fc } from "effect"
 import * as GatewayBody from "../src/GatewayBody.js"
 
 const encode = (text: string) => new TextEncoder().encode(text)
@@ -145,5 +146,93 @@ describe("GatewayBody", () => {
     expect(scanned.starts.map((s, i) => JSON.parse(decoder.decode(bytes.subarray(s, scanned.ends[i]))))).toEqual(JSON.parse(text).messages)
     expect(GatewayBody.keysAfter(bytes, scanned.close)).toEqual(["tools"])
     expect(GatewayBody.commonPrefix(encode("abcdef".repeat(100)), encode("abcdef".repeat(50) + "x"))).toBe(300)
+  })
+})
+
+describe("GatewayBody review r19", () => {
+  /** Parses byte bodies in turn in one scope as the gateway does; each result against JSON.parse of the whole text. */
+  const runBytes = (bodies: ReadonlyArray<Uint8Array>) => {
+    const parser = GatewayBody.makeParser()
+    const interner = GatewayMemo.makeInterner()
+    for (const bytes of bodies) {
+      const parsed = parser.parse("scope", bytes)
+      const expected = parseWhole(new TextDecoder().decode(bytes))
+      expect(parsed.value).toEqual(expected)
+      const body = parsed.value
+      if (typeof body === "object" && body !== null && !Array.isArray(body) && Array.isArray((body as Record<string, unknown>).messages)) {
+        interner.intern("scope", body as Record<string, unknown>, "messages")
+        parser.remember("scope", bytes, body as Record<string, unknown>, "messages")
+      }
+    }
+  }
+  const bom = new Uint8Array([0xef, 0xbb, 0xbf])
+  const join = (...parts: ReadonlyArray<string | Uint8Array>) => {
+    const chunks = parts.map((p) => (typeof p === "string" ? encode(p) : p))
+    const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0))
+    let at = 0
+    for (const c of chunks) {
+      out.set(c, at)
+      at += c.length
+    }
+    return out
+  }
+
+  it("a byte order mark at a new entry (not JSON white space) is no JSON, as JSON.parse of the whole says", () => {
+    // Fields after the history the same (the entries alone parsed), and another field after it (the rest parsed).
+    runBytes([encode(`{"model":"m","messages":[1,2]}`), join(`{"model":"m","messages":[1,2,`, bom, `3]}`)])
+    runBytes([encode(`{"model":"m","messages":[1,2]}`), join(`{"model":"m","messages":[1,2,`, bom, `3],"x":1}`)])
+  })
+
+  it("a key after the history that is no JSON string (a raw line break) is no JSON, not a thrown SyntaxError", () => {
+    runBytes([encode(`{"model":"m","messages":[1],"z":1}`), encode(`{"model":"m","messages":[1,2],"z\n":1}`)])
+  })
+
+  it("property: grown, edited and cut bodies (bytes inserted, deleted or replaced anywhere) are read as JSON.parse reads them", () => {
+    // Bytes that matter to JSON's structure and to UTF-8: quotes, escapes, brackets, digits, white space, a BOM, a
+    // lone continuation byte, a lead byte without its continuation.
+    const significant = [..."\"\\,[]{}: 0123456789eE.-+\n\tnulltruefalse"].map((c) => c.charCodeAt(0)).concat([0xef, 0xbb, 0xbf, 0xc3, 0x80, 0xff])
+    const edit = fc.record({ at: fc.nat(), kind: fc.constantFrom("insert", "delete", "replace"), byte: fc.constantFrom(...significant), n: fc.integer({ min: 1, max: 3 }) })
+    const edited = (bytes: Uint8Array, edits: ReadonlyArray<{ at: number; kind: string; byte: number; n: number }>) => {
+      const out = Array.from(bytes)
+      for (const e of edits) {
+        const at = e.at % (out.length + 1)
+        if (e.kind === "insert") out.splice(at, 0, ...Array<number>(e.n).fill(e.byte))
+        else if (e.kind === "delete") out.splice(at, e.n)
+        else out.splice(at, 1, e.byte)
+      }
+      return new Uint8Array(out)
+    }
+    const value = fc.jsonValue({ maxDepth: 2 })
+    const fields = (keys: ReadonlyArray<string>) => fc.dictionary(fc.constantFrom(...keys), value, { maxKeys: 2 })
+    type Shape = { before: Record<string, unknown>; messages: Array<unknown>; after: Record<string, unknown>; space: string | number | undefined }
+    const render = (b: Shape) => {
+      const field = ([k, v]: [string, unknown]) => `${JSON.stringify(k)}:${JSON.stringify(v, null, b.space)}`
+      return encode(`{${[...Object.entries(b.before).map(field), field(["messages", b.messages]), ...Object.entries(b.after).map(field)].join(",")}}`)
+    }
+    const shape = fc.record({
+      before: fields(["model", "a", "__proto__", "messages", "1"]),
+      messages: fc.array(value, { maxLength: 6 }),
+      after: fields(["tools", "system", "a", "messages", "__proto__", "2"]),
+      space: fc.constantFrom(undefined, 1, "\t", " \n")
+    })
+    const step = fc.record({ more: fc.array(value, { maxLength: 3 }), edits: fc.array(edit, { maxLength: 3 }), mode: fc.nat(3), after: fc.option(fields(["tools", "z", "a"])) })
+    fc.assert(
+      fc.property(shape, fc.array(step, { maxLength: 5 }), (first, steps) => {
+        let b: Shape = first
+        let last = render(b)
+        const bodies = [last]
+        for (const s of steps) {
+          if (s.mode === 0) {
+            bodies.push(edited(last, s.edits))
+          } else {
+            b = { ...b, messages: [...b.messages, ...s.more], after: s.after ?? b.after }
+            last = render(b)
+            bodies.push(s.mode === 1 ? edited(last, s.edits) : last)
+          }
+        }
+        runBytes(bodies)
+      }),
+      { numRuns: 3000 }
+    )
   })
 })

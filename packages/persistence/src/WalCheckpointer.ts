@@ -45,7 +45,7 @@ const Fs = require("node:fs")
 const Database = require(workerData.driver)
 const files = new Map()
 parentPort.on("message", (m) => {
-  if (m.add !== undefined && !files.has(m.add)) files.set(m.add, { db: null, seen: "" })
+  if (m.add !== undefined && !files.has(m.add)) files.set(m.add, { db: null, ino: 0, seen: "" })
   if (m.remove !== undefined) {
     const f = files.get(m.remove)
     files.delete(m.remove)
@@ -59,7 +59,11 @@ setInterval(() => {
     const seen = stat.size + ":" + stat.mtimeMs
     if (seen === f.seen) continue
     try {
-      if (f.db === null) f.db = new Database(file, { fileMustExist: true, timeout: 0 })
+      // A file removed and made again at the path (another inode): the connection to the removed one is closed (SQLite
+      // skips its checkpoint-and-delete on close for a moved file, so the new file's -wal and -shm stay).
+      const ino = Fs.statSync(file).ino
+      if (f.db !== null && f.ino !== ino) { try { f.db.close() } catch {} f.db = null }
+      if (f.db === null) { f.db = new Database(file, { fileMustExist: true, timeout: 0 }); f.ino = ino }
       f.db.pragma("wal_checkpoint(PASSIVE)")
       f.seen = seen
       parentPort.postMessage({ file, ok: true })

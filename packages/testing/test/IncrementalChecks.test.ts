@@ -7,7 +7,7 @@ import { InvariantChecks } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Fiber } from "effect"
 import * as Checks from "../src/internal/Checks.js"
 import { memoisedCounter } from "../src/internal/Execute.js"
 
@@ -69,6 +69,47 @@ describe.each(Harness.dialects)("incremental record reads (%s)", (_, db) => {
       ])
       // Reported once: the next read starts after the audit rows it reported.
       expect((yield* Checks.readRecords([t], memory)).violations.filter((v) => v.includes("changed or disappeared"))).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live("a change below the cursor to an item column the checks read (tool_name: isTransferable) is caught", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      const first = memory.items.get(t)![0]!
+      // The former full read handed the checks the new tool name (InvariantChecks' owed items skip Baton's own tools).
+      yield* sql`UPDATE items SET tool_name = 'thread_read' WHERE id = ${first.id}`
+      const read = yield* Checks.readRecords([t], memory)
+      const full = yield* InvariantChecks.readRecord(t)
+      expect(read.violations.length > 0 || JSON.stringify(read.records[0]!.items) === JSON.stringify(full.items)).toBe(true)
+      expect(read.violations).toEqual([`crash-safety: item ${first.id} changed`])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live.skipIf(db === ":memory:")("a change whose transaction commits after a later change's (its audit seq below one read) is caught (Postgres)", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      const [first, second] = memory.items.get(t)!
+      // A sequence hands out its values in one order and transactions commit in another: the first change takes its
+      // audit seq and waits to commit while a second change commits and is read.
+      const written = yield* Deferred.make<void>()
+      const commit = yield* Deferred.make<void>()
+      const slow = yield* Effect.fork(sql.withTransaction(Effect.gen(function*() {
+        yield* sql`UPDATE items SET text = 'changed first' WHERE id = ${first!.id}`
+        yield* Deferred.succeed(written, undefined)
+        yield* Deferred.await(commit)
+      })))
+      yield* Deferred.await(written)
+      yield* sql`UPDATE items SET text = 'changed second' WHERE id = ${second!.id}`
+      const before = yield* Checks.readRecords([t], memory)
+      yield* Deferred.succeed(commit, undefined)
+      yield* Fiber.join(slow)
+      const after = yield* Checks.readRecords([t], memory)
+      expect(before.violations).toEqual([`crash-safety: item ${second!.id} changed`])
+      expect(after.violations).toEqual([`crash-safety: item ${first!.id} changed`])
     }).pipe(Effect.provide(h.layer))
   })
 

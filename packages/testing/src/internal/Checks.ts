@@ -31,17 +31,20 @@ import { Effect } from "effect"
 export interface Memory {
   readonly items: Map<ThreadId, Array<Item>>
   readonly events: Map<ThreadId, Array<ThreadEvent>>
-  /** The `seq` of the last `sim_audit` row reported. */
-  auditSeq: number
+  /**
+   * The `seq` of every `sim_audit` row reported. Not a cursor: on Postgres a sequence's values are handed out in one
+   * order and committed in another, so a row can appear below one read before (the table is empty unless a check fails).
+   */
+  readonly audited: Set<number>
 }
 
-export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(), auditSeq: 0 })
+export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(), audited: new Set() })
 
 /**
  * The audit behind the incremental reads, installed in the simulation's database by every incarnation (idempotent):
  * a table `sim_audit` (never written by Baton; left out of the simulation's dump) and triggers that add a row to it
  * whenever a row of `items` or `thread_events` is deleted, or updated so that a column the checks read changes
- * (items: id, thread, run, seq, kind, text, tokens, tool call id, message id; events: thread, seq, type, payload).
+ * (items: every column of an `Item`; events: thread, seq, type, payload).
  *
  * Why the incremental form has the same power as re-reading and comparing everything: the former check compared
  * every item (by run, seq, kind, tokens, text length and both ends, tool call id, message id) and every event line
@@ -57,7 +60,8 @@ export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(),
  */
 export const installAudit = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const itemColumns = ["id", "thread_id", "run_id", "seq", "kind", "text", "tokens", "tool_call_id", "message_id"]
+  // Every column an `Item` is read from: the checks are handed the items as first read (tool_name: isTransferable).
+  const itemColumns = ["id", "thread_id", "run_id", "seq", "kind", "text", "tokens", "tool_call_id", "message_id", "tool_name", "is_error", "tool_call_state", "created_at"]
   const eventColumns = ["thread_id", "seq", "type", "payload"]
   yield* sql.onDialectOrElse({
     pg: () =>
@@ -121,8 +125,9 @@ export const readRecords = (threadIds: ReadonlyArray<ThreadId>, memory: Memory) 
     const sql = yield* SqlClient.SqlClient
     const violations: Array<string> = []
     for (const a of yield* sql<{ readonly seq: number | string; readonly tbl: string; readonly rowKey: string; readonly what: string }>`
-      SELECT seq, tbl, row_key, what FROM sim_audit WHERE seq > ${memory.auditSeq} ORDER BY seq`) {
-      memory.auditSeq = Number(a.seq)
+      SELECT seq, tbl, row_key, what FROM sim_audit ORDER BY seq`) {
+      if (memory.audited.has(Number(a.seq))) continue
+      memory.audited.add(Number(a.seq))
       violations.push(a.tbl === "items"
         ? a.what === "deleted" ? `crash-safety: item ${a.rowKey} was written and is gone` : `crash-safety: item ${a.rowKey} changed`
         : `crash-safety: event ${a.rowKey} changed or disappeared (${a.what})`)
