@@ -965,7 +965,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
 
     /**
      * The stored conversation of a request (by its key; `None` when new), read without a lock: what the gateway's
-     * tool-result offload needs before forwarding (its stubbed ids, request count, last update).
+     * tool-result offload needs before forwarding (its stubbed ids, request count, last update). On SQLite the
+     * conversation as this process last wrote it when it is kept (no row read; see `kept`). Fails with
+     * `PersistenceError` or `ConcurrentModification` (when the row is read).
      */
     const conversationOf = (wire: Wire, session: string | null, system: unknown, messages: ReadonlyArray<unknown>) => {
       const key = conversationKey(session, system, messages, wire)
