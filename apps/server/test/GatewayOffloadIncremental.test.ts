@@ -2,7 +2,8 @@
  * `GatewayOffload.plan` reuses its scan of the history and its stubbed entries from the conversation's previous
  * request (its `Snapshot`, by the identity of the interned entries the bodies share): the output is the same as the plan
  * computed from the start (`incremental: false`) and as the plan of a freshly parsed body, on random conversations
- * that grow, rewind, edit an earlier message, call `thread_read` (the gateway's hidden rounds), return an image, answer
+ * that grow, rewind, edit an earlier message, call `thread_read` (and have the gateway's hidden rounds put back in a
+ * reply's place), return an image, answer
  * several calls in one message, flush and lose their stubbed ids (another state), on Anthropic Messages (with the
  * breakpoint moving to the newest message) and OpenAI Responses (a response's items one unit).
  */
@@ -95,12 +96,14 @@ describe("GatewayOffload.plan incremental", () => {
     it(`${wire.name}: the same output as the plan from the start, over random growing and rewound conversations`, () => {
       let reusedRequests = 0
       let flushes = 0
+      let expanded = 0
       for (let seed = 1; seed <= 6; seed++) {
         const next = random(seed)
         const pick = (n: number) => Math.floor(next() * n)
         const interner = GatewayMemo.makeInterner()
         let history: Array<unknown> = [wire.start()]
         let offloaded: ReadonlyArray<string> = []
+        let expansions: Record<string, ReadonlyArray<unknown>> | undefined
         let n = 0
         for (let request = 0; request < 60; request++) {
           const action = next()
@@ -123,6 +126,13 @@ describe("GatewayOffload.plan incremental", () => {
           const state = next()
           if (state < 0.05) offloaded = []
           else if (state < 0.1) offloaded = offloaded.filter(() => next() < 0.5)
+          // Sometimes a hidden thread_read round recorded after a reply of the history (its messages go out in the
+          // reply's place: entries that are not interned), kept as one object over several requests.
+          const replies = history.filter((m) => wire.shape.model(m as Record<string, unknown>))
+          if (next() < 0.1 && replies.length > 1) {
+            const reply = replies[pick(replies.length - 1)]
+            expansions = { [JSON.stringify(reply)]: [...wire.round([n++], 1, false, 10, true), reply] }
+          } else if (next() < 0.05) expansions = undefined
           const text = JSON.stringify(wire.body(history))
           const interned = JSON.parse(text) as Record<string, unknown>
           interner.intern("session", interned, wire.historyKey)
@@ -136,7 +146,9 @@ describe("GatewayOffload.plan incremental", () => {
             prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75 },
             requestsSoFar: request,
             msSinceLastRequest: since,
-            count
+            count,
+            expansions,
+            fingerprint: (m: unknown) => JSON.stringify(m)
           })
           const before = GatewayMemo.json(interned)
           if (GatewayOffload.reusable(wire.shape, interned) > 0) reusedRequests++
@@ -154,12 +166,14 @@ describe("GatewayOffload.plan incremental", () => {
           }
           expect(GatewayMemo.bodyJson(incremental.body)).toBe(JSON.stringify(parsed.body))
           if (incremental.flush !== null) flushes++
+          if (wire.shape.history(incremental.body)!.length > wire.shape.history(interned)!.length) expanded++
           offloaded = incremental.offloaded
         }
       }
-      // The snapshots were used (most requests extend the previous one) and the conversations flushed.
+      // The snapshots were used (most requests extend the previous one), the conversations flushed, rounds went back in.
       expect(reusedRequests).toBeGreaterThan(150)
       expect(flushes).toBeGreaterThan(5)
+      expect(expanded).toBeGreaterThan(10)
     })
   }
 })
