@@ -236,6 +236,10 @@ interface ShapeMemo {
   readonly opaque: (entry: Record<string, unknown>) => boolean
   readonly offer: (tools: object) => ReadonlyArray<unknown> | null
   readonly stubs: WeakMap<object, Map<string, Record<string, unknown>>>
+  /** The latest `Snapshot` of a history, by its first entry (one per conversation start; a prefix check decides). */
+  readonly snapshots: WeakMap<object, Snapshot>
+  /** What pins a unit whatever the request (`plan`'s `staticPin`), by the unit (never changed once shared). */
+  readonly staticPins: WeakMap<ScanUnit, boolean>
 }
 const shapeMemos = new WeakMap<Shape, ShapeMemo>()
 const memoOf = (shape: Shape): ShapeMemo => {
@@ -252,7 +256,9 @@ const memoOf = (shape: Shape): ShapeMemo => {
           // Kept frozen: the agent's tools are; `thread_read`'s entry is a copy (the definition is shared).
           return offered === null || offered === tools ? offered : GatewayMemo.adopt(offered.map((t) => (GatewayMemo.isInterned(t) ? t : structuredClone(t))))
         }),
-        stubs: new WeakMap()
+        stubs: new WeakMap(),
+        snapshots: new WeakMap(),
+        staticPins: new WeakMap()
       }
     )
   }
@@ -291,12 +297,61 @@ const stubOf = (shape: Shape, memo: ShapeMemo, entry: Record<string, unknown>, s
 }
 
 /**
+ * A unit of the history as `plan`'s scan builds it: its calls, the call ids its results answer, whether the scan
+ * pinned it (the newest input's, a result answering calls of several units, a call id that could not name a ref), its
+ * result entries and all its entries (positions in the history). Once a `Snapshot` holds a unit it is never changed:
+ * a later entry that adds to it changes a copy (`plan`'s `own`).
+ */
+interface ScanUnit {
+  readonly calls: Array<Call>
+  readonly answered: Set<string>
+  pinned: boolean
+  readonly results: Array<number>
+  readonly members: Array<number>
+}
+
+/**
+ * `plan`'s scan of a history stopped before entry `entries.length` (a request's newest input), kept so that the
+ * conversation's next request, whose history starts with the same entries (the same interned objects, `GatewayMemo`:
+ * frozen, so the same values), scans only its entries from there: the calls by id, the unit of each call, the units,
+ * the unit of each entry, whether each entry starts a model response, and the responses started up to each entry.
+ * `render`: that request's stubbed entries and their tokens before the snapshot's point, with what they depend on (the
+ * stubbed ids and their calls, the counter), reused when the next request stubs the same ids with the same calls.
+ */
+interface Snapshot {
+  readonly entries: ReadonlyArray<Record<string, unknown>>
+  readonly calls: ReadonlyMap<string, Call>
+  readonly unitOfCall: ReadonlyMap<string, number>
+  readonly units: ReadonlyArray<ScanUnit>
+  readonly unitOfMessage: ReadonlyArray<number>
+  readonly startsResponse: ReadonlyArray<boolean>
+  readonly starts: ReadonlyArray<number>
+  render: {
+    readonly already: ReadonlySet<string>
+    readonly calls: ReadonlyMap<string, Call>
+    readonly count: (text: string) => number
+    readonly rendered: ReadonlyArray<Record<string, unknown>>
+    readonly tokens: ReadonlyArray<number>
+  } | null
+}
+
+/** Whether rendering with `already` and `calls` stubs every entry as a render with `before`'s did. */
+const sameStubs = (before: NonNullable<Snapshot["render"]>, already: ReadonlySet<string>, calls: ReadonlyMap<string, Call>): boolean => {
+  if (before.already.size !== already.size) return false
+  for (const id of already) if (!before.already.has(id) || before.calls.get(id) !== calls.get(id)) return false
+  return true
+}
+
+/**
  * Applies the policy to a request of `shape`'s wire (see the module docblock): renders the conversation's stubs, asks
  * `ToolResultOffload.decide` whether to flush more now, and offers `thread_read`. Never touches the agent's newest
  * input (the entries after the last model entry; at least the last entry). What it computes of interned entries
- * (`GatewayMemo`) is kept for the next request (`ShapeMemo`).
+ * (`GatewayMemo`) is kept for the next request (`ShapeMemo`), and so is its scan of the history up to the newest input
+ * and the stubbed entries there (`Snapshot`): a request whose history starts with the previous request's interned
+ * entries scans and renders only the entries after them (the output is the same as without the snapshot:
+ * `GatewayOffloadIncremental.test.ts`). `incremental: false` computes everything from the start (the reference).
  */
-export const plan = (shape: Shape, input: Input): Output => {
+export const plan = (shape: Shape, input: Input, incremental = true): Output => {
   const { body, count } = input
   const memo = memoOf(shape)
   const history = shape.history(body)
@@ -327,60 +382,105 @@ export const plan = (shape: Shape, input: Input): Output => {
       })
     })()
   const newest = newestOf(messages)
-  const calls = new Map<string, Call>()
-  const unitOfCall = new Map<string, number>()
-  const units: Array<{ calls: Array<Call>; answered: Set<string>; pinned: boolean; results: Array<number>; members: Array<number> }> = []
-  const unitOfMessage: Array<number> = []
+  // The previous request's scan, when this history starts with its entries (and its newest input is not before them).
+  const first = messages[0]
+  const known = incremental && first !== undefined ? memo.snapshots.get(first) : undefined
+  const snapshot = known !== undefined && known.entries.length <= newest && known.entries.every((e, i) => e === messages[i]) ? known : undefined
+  const from = snapshot?.entries.length ?? 0
+  const calls = new Map<string, Call>(snapshot?.calls)
+  const unitOfCall = new Map<string, number>(snapshot?.unitOfCall)
+  const units: Array<ScanUnit> = snapshot === undefined ? [] : snapshot.units.slice()
+  const unitOfMessage: Array<number> = snapshot === undefined ? [] : snapshot.unitOfMessage.slice()
   /** Whether entry i is the start of a model response (for counting the responses after a result). */
-  const startsResponse: Array<boolean> = []
-  messages.forEach((m, i) => {
+  const startsResponse: Array<boolean> = snapshot === undefined ? [] : snapshot.startsResponse.slice()
+  /** The responses started by the entries up to i (inclusive). */
+  const starts: Array<number> = snapshot === undefined ? [] : snapshot.starts.slice()
+  // The units this request may change in place (made or copied by it since the last snapshot); others are shared.
+  let owned = new Set<number>()
+  const own = (index: number): ScanUnit => {
+    if (!owned.has(index)) {
+      const u = units[index]!
+      units[index] = { calls: [...u.calls], answered: new Set(u.answered), pinned: u.pinned, results: [...u.results], members: [...u.members] }
+      owned.add(index)
+    }
+    return units[index]!
+  }
+  let made: Snapshot | undefined
+  // Whether the entries so far are all interned (a snapshot is kept only then: its entries are compared by identity).
+  let interned = true
+  for (let i = from; i < messages.length; i++) {
+    const m = messages[i]!
+    if (i === newest && i > 0 && incremental && interned) {
+      made = {
+        entries: messages.slice(0, i),
+        calls: new Map(calls),
+        unitOfCall: new Map(unitOfCall),
+        units: units.slice(),
+        unitOfMessage: unitOfMessage.slice(),
+        startsResponse: startsResponse.slice(),
+        starts: starts.slice(),
+        render: null
+      }
+      owned = new Set()
+    }
+    if (interned && !GatewayMemo.isInterned(m)) interned = false
     const isNewest = i >= newest
     const model = shape.model(m)
     const previousModel = i > 0 && shape.model(messages[i - 1]!)
-    startsResponse.push(model && !(shape.joins && previousModel))
+    const start = model && !(shape.joins && previousModel)
+    startsResponse.push(start)
+    starts.push((i > 0 ? starts[i - 1]! : 0) + (start ? 1 : 0))
     const answered = memo.answers(m)
     if (answered.length > 0) {
       const owners = new Set(answered.map((id) => unitOfCall.get(id)))
       const owner = owners.size === 1 ? [...owners][0] : undefined
       if (owner !== undefined) {
-        const u = units[owner]!
+        const u = own(owner)
         u.results.push(i)
         u.members.push(i)
         for (const id of answered) u.answered.add(id)
         if (isNewest) u.pinned = true
         unitOfMessage.push(owner)
-        return
+        continue
       }
-      for (const o of owners) if (o !== undefined) units[o]!.pinned = true
+      for (const o of owners) if (o !== undefined && !units[o]!.pinned) own(o).pinned = true
     }
-    const own = model ? memo.calls(m) : []
-    const pinned = isNewest || own.some((c) => !/^[^\s,]+$/.test(c.id))
+    const ownCalls = model ? memo.calls(m) : []
+    const pinned = isNewest || ownCalls.some((c) => !/^[^\s,]+$/.test(c.id))
     let u: number
     if (model && shape.joins && previousModel) {
       // The same response: one unit with the entries before it.
       u = unitOfMessage[i - 1]!
-      const joined = units[u]!
-      joined.calls.push(...own)
+      const joined = own(u)
+      joined.calls.push(...ownCalls)
       joined.members.push(i)
       if (pinned) joined.pinned = true
     } else {
-      u = units.push({ calls: [...own], answered: new Set(), pinned, results: [], members: [i] }) - 1
+      u = units.push({ calls: [...ownCalls], answered: new Set(), pinned, results: [], members: [i] }) - 1
+      owned.add(u)
     }
-    for (const c of own) {
+    for (const c of ownCalls) {
       calls.set(c.id, c)
       unitOfCall.set(c.id, u)
     }
     unitOfMessage.push(u)
-  })
-  // A unit of the gateway's own thread_read calls (a hidden round) is not in the thread: its stub names what the
-  // calls read (`readRefOf`), which the thread holds. One whose refs cannot be named, or a thread_read call beside the
-  // agent's own tools, is never stubbed.
-  for (const u of units) {
-    const reads = u.calls.filter((c) => c.name === ThreadRead.definition.name)
-    if (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOfCall(c) === null))) u.pinned = true
   }
-  // A result the thread cannot give back (an image) goes out as sent: its stub would lose it for good.
-  for (const u of units) if (u.results.some((i) => memo.opaque(messages[i]!))) u.pinned = true
+  if (made !== undefined) memo.snapshots.set(first!, made)
+  // Pins that depend on a unit alone (`staticPin`), kept by unit: a unit of the gateway's own thread_read calls (a
+  // hidden round) is not in the thread: its stub names what the calls read (`readRefOf`), which the thread holds; one
+  // whose refs cannot be named, or a thread_read call beside the agent's own tools, is never stubbed. A result the
+  // thread cannot give back (an image) goes out as sent: its stub would lose it for good.
+  const staticPin = (u: ScanUnit): boolean => {
+    let p = memo.staticPins.get(u)
+    if (p === undefined) {
+      const reads = u.calls.filter((c) => c.name === ThreadRead.definition.name)
+      p = (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOfCall(c) === null))) ||
+        u.results.some((i) => memo.opaque(messages[i]!))
+      memo.staticPins.set(u, p)
+    }
+    return p
+  }
+  const pinnedUnits = units.map((u) => u.pinned || staticPin(u))
   // What thread_read returned stays verbatim while the model is likely still using it (as in the adapters).
   const seen = new Set<number>()
   for (let i = messages.length - 1; i >= 0 && seen.size < ToolResultOffload.defaults.keepNewestUnits; i--) {
@@ -388,29 +488,37 @@ export const plan = (shape: Shape, input: Input): Output => {
     const u = units[index]!
     if (!shape.model(messages[i]!) || u.calls.length === 0 || seen.has(index)) continue
     seen.add(index)
-    if (u.calls.some((c) => c.name === ThreadRead.definition.name)) u.pinned = true
+    if (u.calls.some((c) => c.name === ThreadRead.definition.name)) pinnedUnits[index] = true
   }
   const already = new Set(input.offloaded)
-  const rendered = messages.map((m, i) => (i >= newest ? m : stubOf(shape, memo, m, already, calls)))
-  const tokens = rendered.map((m) => tokensOf(count, m))
-  let outputsAfter = 0
-  const answeredRequests = new Array<number>(units.length).fill(0)
-  for (let i = messages.length - 1; i >= 0; i--) {
-    if (shape.model(messages[i]!)) {
-      if (startsResponse[i]) outputsAfter++
-    } else if (units[unitOfMessage[i]!]!.results.includes(i)) answeredRequests[unitOfMessage[i]!] ||= outputsAfter
+  // The entries before the snapshot's point rendered as the previous request did when it stubbed the same ids.
+  const before = snapshot?.render ?? null
+  const reused = before !== null && before.count === count && sameStubs(before, already, calls) ? from : 0
+  const rendered = messages.map((m, i) => (i < reused ? before!.rendered[i]! : i >= newest ? m : stubOf(shape, memo, m, already, calls)))
+  const tokens = rendered.map((m, i) => (i < reused ? before!.tokens[i]! : tokensOf(count, m)))
+  if (made !== undefined) {
+    made.render = { already, calls, count, rendered: rendered.slice(0, made.entries.length), tokens: tokens.slice(0, made.entries.length) }
   }
+  // The responses the model started after each unit's last result (after an earlier one when none after it).
+  const total = messages.length === 0 ? 0 : starts[messages.length - 1]!
+  const answeredRequests = units.map((u) => {
+    for (let k = u.results.length - 1; k >= 0; k--) {
+      const i = u.results[k]!
+      if (!shape.model(messages[i]!) && total - starts[i]! > 0) return total - starts[i]!
+    }
+    return 0
+  })
   const tools = Array.isArray(body.tools) ? body.tools : null
   const offered = GatewayMemo.isInterned(body.tools) ? memo.offer(body.tools as object) : shape.offer(body)
   const situation: ToolResultOffload.Situation = {
-    items: rendered.map((_, i) => ({ seq: i + 1, tokens: tokens[i]!, unit: unitOfMessage[i]!, pinned: units[unitOfMessage[i]!]!.pinned })),
+    items: rendered.map((_, i) => ({ seq: i + 1, tokens: tokens[i]!, unit: unitOfMessage[i]!, pinned: pinnedUnits[unitOfMessage[i]!]! })),
     units: units.map((u, index): ToolResultOffload.Unit => {
       const stubbed = u.calls.length > 0 && u.calls.every((c) => already.has(c.id))
       const answered = u.calls.every((c) => u.answered.has(c.id))
       // The stub of a unit that cannot be stubbed (pinned: the newest input's, or unanswered) is never read by
       // `decide` (only eligible units' are): it is not made (0), which spares the newest unit's stub every request.
       let stubTokens = 0
-      if (u.calls.length > 0 && !stubbed && answered && !u.pinned) {
+      if (u.calls.length > 0 && !stubbed && answered && !pinnedUnits[index]) {
         const ids = new Set(u.calls.map((c) => c.id))
         for (const i of u.members) stubTokens += u.results.includes(i) ? tokensOf(count, stubOf(shape, memo, rendered[i]!, ids, calls)) : tokens[i]!
       }
@@ -440,6 +548,21 @@ export const plan = (shape: Shape, input: Input): Output => {
     offloaded,
     flush: fresh.length === 0 ? null : { refs: fresh.map((id) => refOfCall(id, calls.get(id))), tier: decision.tier, tokensBefore: decision.tokensBefore, tokensAfter: decision.tokensAfter }
   }
+}
+
+/**
+ * How many entries of `body`'s history (without expansions) `plan` would take from its snapshot of an earlier request
+ * now (0: none; computes from the start). For tests and measurements.
+ */
+export const reusable = (shape: Shape, body: Record<string, unknown>): number => {
+  const history = shape.history(body)
+  const first = history?.[0]
+  const known = isRecord(first) ? memoOf(shape).snapshots.get(first) : undefined
+  if (history === null || known === undefined) return 0
+  let newest = history.length
+  while (newest > 0 && !(isRecord(history[newest - 1]) && shape.model(history[newest - 1] as Record<string, unknown>))) newest--
+  newest = Math.min(newest, history.length - 1)
+  return known.entries.length <= newest && known.entries.every((e, i) => e === history[i]) ? known.entries.length : 0
 }
 
 /** `plan` on an Anthropic Messages request (see `anthropicShape`). */

@@ -30,9 +30,10 @@
  * came back.
  */
 import type { Item, NewThreadEvent, ProviderInstance, ProviderThread, Run, Thread, ThreadId } from "@baton/contracts"
-import { GatewayConversations, ThreadStore, UnitOfWork } from "@baton/persistence"
+import { GatewayConversations, pendingEvents, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
-import { DateTime, Effect, Option, Schedule } from "effect"
+import { SqlClient } from "@effect/sql"
+import { DateTime, Effect, Exit, FiberRef, Option, Schedule } from "effect"
 import * as Crypto from "node:crypto"
 import { DriverRegistry } from "./DriverRegistry.js"
 import * as GatewayMemo from "./GatewayMemo.js"
@@ -618,8 +619,57 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     const itemLog = yield* ItemLog
     const lifecycle = yield* RunLifecycle
     const driver = yield* DriverRegistry
-    const conversations = yield* GatewayConversations.make
+    const repository = yield* GatewayConversations.make
+    const sql = yield* SqlClient.SqlClient
     const printCache = makePrintCache()
+    /**
+     * SQLite (one process, the embedded default): the conversations as this process's committed units of work last
+     * wrote them, so `conversationOf` (before forwarding) reads no row. Every write goes through `conversations`, which
+     * drops the key at once and keeps the value written as pending (an `extendBaseline` applied to the pending or kept
+     * value, or dropped when neither is known or it did not apply); `written` moves the pending values into the cache
+     * when the unit of work that wrote them has committed, and drops them when it failed. Postgres (several processes
+     * may serve a conversation): not kept, every `conversationOf` reads the row (a stale `offloaded` would be written
+     * back by `begin` and lose another process's stubs).
+     */
+    const keeps = sql.onDialectOrElse({ sqlite: () => true, orElse: () => false })
+    const kept = new Map<string, GatewayConversations.Conversation>()
+    const pending = new Map<string, GatewayConversations.Conversation | null>()
+    const keepLimit = 1_024
+    const conversations: GatewayConversations.GatewayConversationsShape = {
+      ...repository,
+      insert: (c) => {
+        kept.delete(c.conversationKey)
+        return Effect.tap(repository.insert(c), () => pending.set(c.conversationKey, c))
+      },
+      update: (c) => {
+        kept.delete(c.conversationKey)
+        pending.set(c.conversationKey, null)
+        return Effect.tap(repository.update(c), () => pending.set(c.conversationKey, c))
+      },
+      extendBaseline: (key, expected, baseline, updatedAt) => {
+        const base = pending.has(key) ? pending.get(key) ?? undefined : kept.get(key)
+        kept.delete(key)
+        pending.set(key, null)
+        return Effect.tap(repository.extendBaseline(key, expected, baseline, updatedAt), (applied) =>
+          pending.set(key, applied && base !== undefined ? { ...base, baseline, updatedAt } : null))
+      }
+    }
+    /**
+     * `effect` (a unit of work writing `key`'s conversation, commit included) with its writes kept once it committed;
+     * inside another unit of work (it joins that one: nothing is committed at its end) they are dropped instead.
+     */
+    const written = <A, E, R>(key: string, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+      Effect.flatMap(FiberRef.get(pendingEvents), (outer) =>
+        Effect.onExit(effect, (exit) =>
+          Effect.sync(() => {
+            const value = pending.get(key)
+            pending.delete(key)
+            kept.delete(key)
+            if (keeps && outer === null && Exit.isSuccess(exit) && value !== undefined && value !== null) {
+              kept.set(key, value)
+              if (kept.size > keepLimit) kept.delete(kept.keys().next().value!)
+            }
+          })))
 
     /** The conversation of `key`, created with its thread and provider thread when new (one unit of work). */
     const findOrCreate = (key: string, request: GatewayRequest) =>
@@ -646,7 +696,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         }
         yield* conversations.insert(conversation)
         return conversation
-      }).pipe(uow.global("GatewayThreads.findOrCreate"))
+      }).pipe(uow.global("GatewayThreads.findOrCreate"), (e) => written(key, e))
 
     /** The thread's provider thread on `request`'s instance (created, and made active, when new). */
     const laneOf = (threadId: ThreadId, request: GatewayRequest) =>
@@ -791,7 +841,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         // A failed answer's run is ended after the request's events (its own event follows them).
         if (outcome?._tag === "ended") yield* failIn(begun, outcome.status, outcome.code, outcome.reason)
         return begun
-      }).pipe(uow.thread(threadId, "GatewayThreads.begin"))
+      }).pipe(uow.thread(threadId, "GatewayThreads.begin"), (e) => written(key, e))
     })
 
     /**
@@ -803,6 +853,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     const complete = (begun: Begun, reply: Reply, expansion?: Expansion | ReadonlyArray<Expansion>) =>
       completeIn(begun, reply, expansion, null, false, null).pipe(
         uow.thread(begun.threadId, "GatewayThreads.complete"),
+        (e) => written(begun.conversationKey, e),
         Effect.withSpan("GatewayThreads.complete")
       )
 
@@ -914,10 +965,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
 
     /**
      * The stored conversation of a request (by its key; `None` when new), read without a lock: what the gateway's
-     * tool-result offload needs before forwarding (its stubbed ids, request count, last update).
+     * tool-result offload needs before forwarding (its stubbed ids, request count, last update). On SQLite the
+     * conversation as this process last wrote it when it is kept (no row read; see `kept`). Fails with
+     * `PersistenceError` or `ConcurrentModification` (when the row is read).
      */
-    const conversationOf = (wire: Wire, session: string | null, system: unknown, messages: ReadonlyArray<unknown>) =>
-      conversations.find(conversationKey(session, system, messages, wire))
+    const conversationOf = (wire: Wire, session: string | null, system: unknown, messages: ReadonlyArray<unknown>) => {
+      const key = conversationKey(session, system, messages, wire)
+      const known = keeps && !pending.has(key) ? kept.get(key) : undefined
+      return known === undefined ? conversations.find(key) : Effect.succeed(Option.some(known))
+    }
 
     return { begin, complete, fail, settle, conversationsOf, conversationOf }
   })

@@ -1,0 +1,69 @@
+/**
+ * The gateway's conversation before forwarding (`GatewayThreads.conversationOf`, issue 14 gateway time): on SQLite (one
+ * process) it is the conversation as this process's committed units of work last wrote it, without reading the row;
+ * on Postgres (several processes may serve a conversation) it is read every time. Either way, after `begin` and
+ * `complete` it equals the stored row.
+ */
+import type { ProviderInstance } from "@baton/contracts"
+import { GatewayThreads } from "@baton/orchestration"
+import { GatewayConversations } from "@baton/persistence"
+import { Harness } from "@baton/testing"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Option } from "effect"
+
+const wire = GatewayThreads.anthropicMessages
+const system = [{ type: "text", text: "You are a coding agent." }]
+const first = { role: "user", content: [{ type: "text", text: "explore the repository" }] }
+const call = { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "Bash", input: { command: "ls" } }] }
+const result = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "a\nb" }] }
+
+const request = (messages: ReadonlyArray<unknown>, offloaded: ReadonlyArray<string>, conversation?: GatewayConversations.Conversation) => ({
+  wire,
+  session: "session-c",
+  agent: "Claude Code",
+  system,
+  messages,
+  model: "claude-x",
+  providerInstance: "anthropic" as ProviderInstance,
+  contextWindow: 200_000,
+  prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75, output: 15 },
+  offload: { offloaded, flush: null },
+  conversation
+})
+
+describe.each(Harness.dialects)("GatewayThreads.conversationOf on %s", (label, db) => {
+  it.live("equals the stored row after begin and complete; on SQLite it is kept, on Postgres read again", () =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const repository = yield* GatewayConversations.make
+      const sql = yield* SqlClient.SqlClient
+      const key = GatewayThreads.conversationKey("session-c", system, [first], wire)
+      const read = () => threads.conversationOf(wire, "session-c", system, [first])
+      const stored = () => Effect.map(repository.find(key), Option.getOrThrow)
+
+      expect(Option.isNone(yield* read())).toBe(true)
+      const begun = yield* threads.begin(request([first], ["toolu_0"]))
+      expect(Option.getOrThrow(yield* read())).toEqual(yield* stored())
+      yield* threads.complete(begun, { messages: [{ id: "msg_1", message: call }], tokens: null })
+      const afterComplete = Option.getOrThrow(yield* read())
+      expect(afterComplete).toEqual(yield* stored())
+      expect(afterComplete.requests).toBe(1)
+      expect(afterComplete.offloaded).toEqual(["toolu_0"])
+
+      // The next request, which passes the conversation it read to `begin`.
+      const next = yield* threads.begin(request([first, call, result], ["toolu_0", "toolu_1"], afterComplete))
+      expect(Option.getOrThrow(yield* read())).toEqual(yield* stored())
+      yield* threads.complete(next, { messages: [{ id: "msg_2", message: { role: "assistant", content: [{ type: "text", text: "done" }] } }], tokens: null })
+      const row = yield* stored()
+      expect(Option.getOrThrow(yield* read())).toEqual(row)
+      expect(row.requests).toBe(2)
+      expect(row.offloaded).toEqual(["toolu_0", "toolu_1"])
+
+      // A write this process did not make (another process's): seen on Postgres; on SQLite the kept conversation
+      // stands (the embedded database has one serving process), which shows the row is not read.
+      yield* sql`UPDATE gateway_conversations SET offloaded = ${JSON.stringify(["toolu_0", "toolu_1", "toolu_x"])} WHERE conversation_key = ${key}`
+      const seen = Option.getOrThrow(yield* read())
+      expect(seen.offloaded).toEqual(label === "SQLite" ? ["toolu_0", "toolu_1"] : ["toolu_0", "toolu_1", "toolu_x"])
+    }).pipe(Effect.provide(Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db }).layer)))
+})
