@@ -75,6 +75,10 @@ setInterval(() => {
 `
 
 let worker: Worker | null = null
+/** How many times a worker that died was started again (see `start`). */
+let restarts = 0
+/** The most restarts of a dead worker in a process's life. */
+const maxRestarts = 5
 const held = new Map<string, number>()
 const counts = new Map<string, { checkpoints: number; failures: number }>()
 
@@ -90,9 +94,20 @@ const start = (): Worker => {
     const c = counts.get(m.file) ?? { checkpoints: 0, failures: 0 }
     counts.set(m.file, m.ok ? { ...c, checkpoints: c.checkpoints + 1 } : { ...c, failures: c.failures + 1 })
   })
-  // A worker that dies is started again by the next registration; meanwhile `fallbackPages` bounds the WAL.
+  // A worker that dies is started again at once while files are held (up to `maxRestarts` times in the process's
+  // life, so a worker that cannot run is not restarted in a loop), else by the next registration; meanwhile
+  // `fallbackPages` bounds the WAL.
   const gone = () => {
-    if (worker === w) worker = null
+    if (worker !== w) return
+    worker = null
+    if (held.size > 0 && restarts < maxRestarts) {
+      restarts++
+      try {
+        worker = start()
+      } catch {
+        worker = null
+      }
+    }
   }
   w.on("error", gone)
   w.on("exit", gone)
@@ -129,6 +144,12 @@ export const hold = (filename: string) =>
         worker?.postMessage({ remove: file })
       })
   )
+
+/**
+ * Stops the running worker as if it had died (tests: a dead worker is started again while files are held). Resolves
+ * when it has exited.
+ */
+export const terminateWorkerForTest = (): Promise<void> => worker === null ? Promise.resolve() : worker.terminate().then(() => undefined)
 
 /** What the worker did for `filename` so far (zeros for a file it never checkpointed). */
 export const stats = (filename: string): FileStats => counts.get(Path.resolve(filename)) ?? { checkpoints: 0, failures: 0 }

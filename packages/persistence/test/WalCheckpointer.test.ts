@@ -55,6 +55,24 @@ describe("WalCheckpointer", () => {
       }).pipe(Effect.provide(Layer.orDie(Database.layerSqlite(file)))))
     }), 30_000)
 
+  it.live("a worker that dies while a file is held is started again, and the file's WAL is still checkpointed", () =>
+    Effect.gen(function*() {
+      const file = tempFile()
+      yield* Effect.scoped(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`CREATE TABLE scratch (n INTEGER PRIMARY KEY, body TEXT NOT NULL)`
+        yield* Effect.promise(() => WalCheckpointer.terminateWorkerForTest())
+        const before = WalCheckpointer.stats(file).checkpoints
+        let after = before
+        for (let n = 0; n < 100 && after === before; n++) {
+          yield* sql.withTransaction(sql`INSERT INTO scratch (n, body) VALUES (${n}, ${"x".repeat(10_000)})`)
+          yield* Effect.sleep(`${WalCheckpointer.intervalMs} millis`)
+          after = WalCheckpointer.stats(file).checkpoints
+        }
+        expect(after).toBeGreaterThan(before)
+      }).pipe(Effect.provide(Layer.orDie(Database.layerSqlite(file)))))
+    }), 30_000)
+
   it.live("an in-memory database is not registered and keeps SQLite's own checkpoint", () =>
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
