@@ -250,7 +250,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         const existing = yield* store.getRun(runId)
         if (existing._tag === "Some") return { run: existing.value, created: false, claimed: null }
       }
-      const thread = yield* getThread(command.threadId)
+      // The thread and the tools it declared, in one statement.
+      const { thread, tools: threadTools } = yield* Effect.flatMap(store.getThreadWithTools(command.threadId), Option.match({
+        onNone: () => Effect.fail(new ThreadNotFound({ threadId: command.threadId })),
+        onSome: Effect.succeed
+      }))
       const active = yield* store.findActiveRun(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = yield* getProviderThread(thread)
@@ -274,7 +278,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       }
       yield* store.insertRun(run, driver.driverId)
       // The tools this run offers: the thread's, with the message's over them.
-      const tools = mergeTools(yield* store.getThreadTools(thread.id), command.tools ?? [])
+      const tools = mergeTools(threadTools, command.tools ?? [])
       if (tools.length > 0) yield* store.setRunTools(run.id, tools)
       // The prompt joins the thread's items when the run leaves `queued` (RunLifecycle): at once when claimed here,
       // else when the driver starts it (or it ends unstarted), after the items of the runs before it.
@@ -283,7 +287,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
       // run instead of queueing a second one. The receipt's result is completed when the run ends.
       yield* CommandReceipts.write(store, CommandReceipts.keyOf(command, thread.id), QueuedReceipt, { runId: run.id })
-      return { run, created: true, claimed: claimNow ? { run, providerThread, adapter } : null }
+      return { run, created: true, claimed: claimNow ? { run, providerThread, adapter, tools } : null }
     }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
 
     /**

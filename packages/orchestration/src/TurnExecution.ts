@@ -9,6 +9,7 @@
  * interrupt and recover runs (RunRecovery).
  */
 import {
+  type ClientTool,
   InvalidRequest,
   type Item,
   ProviderError,
@@ -93,6 +94,8 @@ export interface ClaimedRun {
   readonly run: Run
   readonly providerThread: ProviderThread
   readonly adapter: ProviderAdapter.ProviderAdapterShape
+  /** The client tools the run offers, as its queueing wrote them (`[]`: none); a run's tools never change. */
+  readonly tools: ReadonlyArray<ClientTool>
 }
 
 export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orchestration/TurnExecution", {
@@ -180,10 +183,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     /**
      * Drives a queued run through turn start and the provider turn to a terminal status. `claimed`: the run was
      * queued and claimed (`starting`, this driver's) in the caller's unit of work, with its provider thread and
-     * adapter as read there; the lookup and the claim are skipped.
+     * adapter as read there and the tools it wrote; the lookup, the claim and the run's tools' read are skipped.
      */
     const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"], claimed?: ClaimedRun) {
-      if (claimed !== undefined) return yield* drive(claimed.run, claimed.providerThread, claimed.adapter, true)
+      if (claimed !== undefined) return yield* drive(claimed.run, claimed.providerThread, claimed.adapter, claimed.tools)
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
       const queued = found.value
@@ -204,12 +207,16 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         }
         return yield* lookedUp.left
       }
-      return yield* drive(queued, lookedUp.right.providerThread, lookedUp.right.adapter, false)
+      return yield* drive(queued, lookedUp.right.providerThread, lookedUp.right.adapter, null)
     })
 
-    /** `processRun` from the claim on (`alreadyClaimed`: the run is `starting` and this driver's already). */
-    const drive = (queued: Run, providerThreadIn: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape, alreadyClaimed: boolean) => Effect.gen(function*() {
+    /**
+     * `processRun` from the claim on. `claimedTools`: the run is `starting` and this driver's already, and these are
+     * the client tools its queueing wrote (`null`: not claimed yet; the claim follows and the tools are read).
+     */
+    const drive = (queued: Run, providerThreadIn: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape, claimedTools: ReadonlyArray<ClientTool> | null) => Effect.gen(function*() {
       const runId = queued.id
+      const alreadyClaimed = claimedTools !== null
       let run = queued
       const providerThreadAtStart = yield* reconfigure(queued, providerThreadIn, adapter)
       // The prompt never changes: counted once for every attempt's checks and budget.
@@ -447,7 +454,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // ends. A provider turn that never ends must not leave the run `running`: Baton stops waiting after
         // `turnTimeoutMillis` and handles it like a provider-reported timeout.
         const output = turnStream.output(run, plan.native, plan.inlineDeliveries)
-        const clientTools = toolDefinitions(yield* store.getRunTools(run.id))
+        // Written once, when the run was queued: a run claimed with its queueing has them from there.
+        const clientTools = toolDefinitions(claimedTools ?? (yield* store.getRunTools(run.id)))
         // Read only for adapters that apply it (a message list with tool-result offload): one statement less per turn
         // on the others (scripted, Codex).
         const offloadControl = adapter.toolResultOffload === undefined ? undefined : (yield* OffloadControls.resolve(store, run.threadId)).resolved

@@ -165,6 +165,8 @@ const decodeEvent = (event: { readonly type: string } & Record<string, unknown>)
 const decodeNative = Schema.decodeUnknown(NativeThreadRow)
 const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool)) })
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
+const decodeThreadRows = Schema.decodeUnknown(Schema.Array(ThreadRow))
+const decodeDeclaredTools = Schema.decodeUnknown(Schema.Array(Schema.Struct({ declaredTools: Schema.NullOr(ToolsRow.fields.tools) })))
 const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
 const decodeOffloadControl = Schema.decodeUnknown(Schema.Array(OffloadControlRow))
 /**
@@ -284,6 +286,19 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       insertThread: (t: Thread) => threads.insert(t),
       updateThread: (t: Thread) => threads.update(t),
       getThread: (id: ThreadId) => threads.findOne("threads.get", sql`SELECT * FROM threads WHERE id = ${id}`),
+      /**
+       * Thread `id` with the client tools it declared at creation (`[]`: none), in one statement (a run's queueing
+       * needs both). `None`: no such thread.
+       */
+      getThreadWithTools: (id: ThreadId) =>
+        Effect.gen(function*() {
+          const rows = yield* sql`SELECT threads.*, thread_tools.tools AS declared_tools FROM threads
+              LEFT JOIN thread_tools ON thread_tools.thread_id = threads.id WHERE threads.id = ${id}`
+          if (rows.length === 0) return Option.none<{ readonly thread: Thread; readonly tools: ReadonlyArray<ClientTool> }>()
+          const [thread] = yield* decodeThreadRows(rows)
+          const [declared] = yield* decodeDeclaredTools(rows)
+          return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [] })
+        }).pipe(orPersistence("threads.getWithTools")),
       listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
 
       // ---- runs
