@@ -45,7 +45,7 @@ import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { RunRecovery } from "./RunRecovery.js"
 import { TurnExecution } from "./TurnExecution.js"
 import { IdGenerator } from "./IdGenerator.js"
-import { ItemLog, type NewItem } from "./ItemLog.js"
+import { ItemLog } from "./ItemLog.js"
 import { promptItem } from "./RunLifecycle.js"
 import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
@@ -231,9 +231,6 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       ).pipe(uow.thread(command.threadId, "ThreadService.switchProvider"))
     })
 
-    const appendItems = (threadId: ThreadId, run: Run, items: ReadonlyArray<NewItem>) =>
-      itemLog.append(threadId, run.id, items)
-
     /**
      * Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. `claim`
      * (never with `behind`): the caller drives the run at once, so the same transaction also claims it — the run is
@@ -282,8 +279,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       if (tools.length > 0) yield* store.setRunTools(run.id, tools)
       // The prompt joins the thread's items when the run leaves `queued` (RunLifecycle): at once when claimed here,
       // else when the driver starts it (or it ends unstarted), after the items of the runs before it.
-      if (claimNow) yield* appendItems(thread.id, run, [promptItem(command.text)])
-      yield* store.appendEvent({ threadId: thread.id, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: providerThread.id }, commandId: command.commandId })
+      // Its `items.appended` event and `run.queued` in one statement, in that order.
+      const prompt = claimNow ? (yield* itemLog.stage(thread.id, run.id, [promptItem(command.text)])).event : null
+      yield* store.appendEvents([
+        ...(prompt === null ? [] : [prompt]),
+        { threadId: thread.id, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: providerThread.id }, commandId: command.commandId }
+      ])
       // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
       // run instead of queueing a second one. The receipt's result is completed when the run ends.
       yield* CommandReceipts.write(store, CommandReceipts.keyOf(command, thread.id), QueuedReceipt, { runId: run.id })

@@ -15,6 +15,7 @@ import {
   ProviderError,
   type ProviderErrorCode,
   type NativeThread,
+  type NewThreadEvent,
   type ProviderThread,
   type Run,
   type RunAttempt,
@@ -352,6 +353,17 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * `nativeStatus`, `fresh` and `before` are the native thread's status, the provider thread and the run as the
        * caller's unit of work found them before writing the turn's outcome.
        */
+      /** Whether `handOverLateOutput` may hand anything over (its arguments as there): output, and its lane ended meanwhile. */
+      const mayOweLateOutput = (
+        plan: TurnStartPlan,
+        items: ReadonlyArray<Item>,
+        nativeStatus: NativeThread["status"],
+        fresh: Option.Option<ProviderThread>,
+        before: Option.Option<Run>
+      ) =>
+        items.length > 0 && (nativeStatus !== "active" ||
+          (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
+          (before._tag === "Some" && terminalRunStatuses.includes(before.value.status)))
       const handOverLateOutput = (
         plan: TurnStartPlan,
         items: ReadonlyArray<Item>,
@@ -360,10 +372,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         before: Option.Option<Run>
       ) =>
         Effect.gen(function*() {
-          const endedMeanwhile = nativeStatus !== "active" ||
-            (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
-            (before._tag === "Some" && terminalRunStatuses.includes(before.value.status))
-          if (items.length === 0 || !endedMeanwhile) return
+          if (!mayOweLateOutput(plan, items, nativeStatus, fresh, before)) return
           for (const other of yield* store.listProviderThreads(run.threadId)) {
             const own = other.id === plan.providerThread.id
             const sawIt = own && nativeStatus === "active" && other.activeNativeThreadId === plan.native.id
@@ -647,8 +656,12 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             estimatedTokens,
             updatedAt: now
           }
+          // `usage.reported` (if any) is appended with `run.completed` in one statement when the run completes and no late
+          // output is handed over; otherwise after the provider thread's read below, as before: the thread's events keep
+          // their order either way.
+          const usageEvents: Array<NewThreadEvent> = []
           if (output.usage !== null) {
-            yield* store.appendEvent({ threadId: run.threadId, type: "usage.reported", payload: {
+            usageEvents.push({ threadId: run.threadId, type: "usage.reported", payload: {
               nativeThreadId: native.id,
               usage: anomaly === null ? output.usage : JSON.parse(JSON.stringify(output.usage)),
               trusted,
@@ -659,6 +672,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             }
           }
           const fresh = yield* store.getProviderThread(plan.providerThread.id)
+          const completes = !(before._tag === "Some" && before.value.status === "interrupted") && !output.interrupted && waitFor.length === 0
+          const withOutcome = completes && !mayOweLateOutput(plan, items, native.status, fresh, before)
+          if (!withOutcome) yield* store.appendEvents(usageEvents)
           // A waiting run is not over: the watermark moves when it completes.
           if (waitFor.length === 0 && fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
@@ -683,7 +699,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           if (waitFor.length > 0) return { done: yield* toolWaits.enter(run, plan.native, waitFor, settled.held), native }
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* lifecycle.update(run, done)
-          yield* store.appendEvent({ threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } })
+          yield* store.appendEvents([...(withOutcome ? usageEvents : []), { threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } }])
           return { done, native }
         })
         const recorded = yield* Effect.either(uow.thread(run.threadId, "TurnExecution.turnCompleted")(completed))
