@@ -427,7 +427,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // One transaction: the attempt, the interrupt check and the move to `running`.
         const queuedRun = run
         const begun = yield* uow.thread(queuedRun.threadId, "TurnExecution.beginAttempt")(Effect.gen(function*() {
-          const attemptNo = (yield* store.listAttempts(queuedRun.id)).length + 1
+          // Re-read with its attempts' count, in one statement: an interrupt that arrived while history was prepared
+          // stops the run before the provider starts.
+          const found = yield* store.getRunWithAttemptCount(queuedRun.id)
+          const attemptNo = (found._tag === "Some" ? found.value.attempts : 0) + 1
           const startedAt = yield* DateTime.now
           const attempt = {
             id: ids.next("att") as RunAttempt["id"],
@@ -439,8 +442,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             createdAt: startedAt,
             updatedAt: startedAt
           }
-          // Re-read: an interrupt that arrived while history was prepared stops the run before the provider starts.
-          const current = yield* store.getRun(queuedRun.id)
+          const current = Option.map(found, (f) => f.run)
           if (current._tag === "Some" && current.value.status === "interrupted") {
             yield* delivery.revertToDeferred(queuedRun.threadId, plan.inlineDeliveries, "run interrupted before the provider started")
             yield* store.insertAttempt({ ...attempt, status: "interrupted", error: "interrupted before start" })

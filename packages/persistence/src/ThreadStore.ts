@@ -166,6 +166,8 @@ const decodeNative = Schema.decodeUnknown(NativeThreadRow)
 const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool)) })
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
 const decodeThreadRows = Schema.decodeUnknown(Schema.Array(ThreadRow))
+const decodeRunRows = Schema.decodeUnknown(Schema.Array(RunRow))
+const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
 const decodeDeclaredTools = Schema.decodeUnknown(Schema.Array(Schema.Struct({ declaredTools: Schema.NullOr(ToolsRow.fields.tools) })))
 const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
 const decodeOffloadControl = Schema.decodeUnknown(Schema.Array(OffloadControlRow))
@@ -322,6 +324,19 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           orPersistence("runs.updateIfRunning")
         ),
       getRun: (id: RunId) => runs.findOne("runs.get", sql`SELECT * FROM runs WHERE id = ${id}`),
+      /**
+       * Run `id` with the number of its attempts (`listAttempts(id).length`), in one statement (an attempt's start
+       * needs both). `None`: no such run.
+       */
+      getRunWithAttemptCount: (id: RunId) =>
+        Effect.gen(function*() {
+          const rows = yield* sql`SELECT runs.*, (SELECT COUNT(*) FROM run_attempts WHERE run_attempts.run_id = runs.id) AS attempt_count
+              FROM runs WHERE runs.id = ${id}`
+          if (rows.length === 0) return Option.none<{ readonly run: Run; readonly attempts: number }>()
+          const [run] = yield* decodeRunRows(rows)
+          const [counted] = yield* decodeAttemptCounts(rows)
+          return Option.some({ run: run!, attempts: counted!.attemptCount })
+        }).pipe(orPersistence("runs.getWithAttemptCount")),
       nextRunSeq: (threadId: ThreadId) =>
         nextSeq("runs.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM runs WHERE thread_id = ${threadId}`),
       listRuns: (threadId: ThreadId) =>

@@ -1,0 +1,95 @@
+import type { RunAttemptId, NativeThreadId, ProviderThreadId, Run, RunId, ThreadId } from "@baton/contracts"
+import { Database, ThreadStore } from "@baton/persistence"
+import type { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { DateTime, Effect, Layer, Option } from "effect"
+
+/** Reads a turn's start folds into one statement, on every dialect: a `:memory:` SQLite database and a fresh Postgres schema. */
+const dialects: ReadonlyArray<readonly [string, () => Layer.Layer<SqlClient.SqlClient, Database.DatabaseError>]> = [
+  ["SQLite", () => Database.layerSqlite(":memory:")],
+  ["Postgres", () => Database.layerPgIsolated()]
+]
+
+const layerOn = (db: () => Layer.Layer<SqlClient.SqlClient, Database.DatabaseError>) =>
+  ThreadStore.Default.pipe(Layer.provideMerge(Layer.orDie(db())))
+
+const thread = (id: string, now: DateTime.Utc) => ({
+  id: id as ThreadId,
+  title: `thread ${id}`,
+  activeProviderThreadId: null,
+  createdAt: now,
+  updatedAt: now
+})
+
+const run = (id: string, threadId: string, seq: number, now: DateTime.Utc): Run => ({
+  id: id as RunId,
+  threadId: threadId as ThreadId,
+  seq,
+  providerThreadId: "pth_1" as ProviderThreadId,
+  status: "starting",
+  prompt: `prompt ${seq}`,
+  stopPoint: null,
+  failureReason: null,
+  failureCode: null,
+  nativeThreadId: null,
+  createdAt: now,
+  updatedAt: now
+})
+
+for (const [dialect, db] of dialects) {
+  describe(`ThreadStore folded reads on ${dialect}`, () => {
+    it.effect("getThreadWithTools: the thread as getThread reads it, with the tools getThreadTools reads ([] for none); None for no thread", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_a", now))
+        yield* store.insertThread(thread("thr_b", now))
+        const tools = [
+          { name: "lookup", description: "looks a word up", inputSchema: { type: "object", properties: { word: { type: "string" } } } },
+          { name: "noop", description: "does nothing", inputSchema: { type: "object" } }
+        ]
+        yield* store.setThreadTools("thr_a" as ThreadId, tools)
+        for (const id of ["thr_a", "thr_b"] as const) {
+          const both = Option.getOrThrow(yield* store.getThreadWithTools(id as ThreadId))
+          expect(both.thread).toEqual(Option.getOrThrow(yield* store.getThread(id as ThreadId)))
+          expect(both.tools).toEqual(yield* store.getThreadTools(id as ThreadId))
+        }
+        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_a" as ThreadId)).tools.map((t) => t.name)).toEqual(["lookup", "noop"])
+        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_b" as ThreadId)).tools).toEqual([])
+        expect(yield* store.getThreadWithTools("thr_none" as ThreadId)).toEqual(Option.none())
+      }).pipe(Effect.provide(layerOn(db))))
+
+    it.effect("getRunWithAttemptCount: the run as getRun reads it, with listAttempts' length (only its own attempts); None for no run", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_c", now))
+        yield* store.insertRun(run("run_1", "thr_c", 1, now))
+        yield* store.insertRun(run("run_2", "thr_c", 2, now))
+        const attempt = (runId: string, n: number) => ({
+          id: `att_${runId}_${n}` as RunAttemptId,
+          runId: runId as RunId,
+          attempt: n,
+          nativeThreadId: "nth_1" as NativeThreadId,
+          status: "failed" as const,
+          error: null,
+          createdAt: now,
+          updatedAt: now
+        })
+        const check = (runId: string) =>
+          Effect.gen(function*() {
+            const both = Option.getOrThrow(yield* store.getRunWithAttemptCount(runId as RunId))
+            expect(both.run).toEqual(Option.getOrThrow(yield* store.getRun(runId as RunId)))
+            expect(both.attempts).toBe((yield* store.listAttempts(runId as RunId)).length)
+            return both.attempts
+          })
+        expect(yield* check("run_1")).toBe(0)
+        yield* store.insertAttempt(attempt("run_1", 1))
+        yield* store.insertAttempt(attempt("run_1", 2))
+        yield* store.insertAttempt(attempt("run_2", 1))
+        expect(yield* check("run_1")).toBe(2)
+        expect(yield* check("run_2")).toBe(1)
+        expect(yield* store.getRunWithAttemptCount("run_none" as RunId)).toEqual(Option.none())
+      }).pipe(Effect.provide(layerOn(db))))
+  })
+}
