@@ -10,7 +10,7 @@
  * the learning arithmetic (`Calibration.learn`), the storage (`ThreadStore`, table `provider_calibrations`) nor the
  * transaction: `learn` joins the caller's, so a calibration moves only with the turn that taught it.
  */
-import type { ProviderError, ProviderInstance, ThreadId } from "@baton/contracts"
+import type { NewThreadEvent, ProviderError, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Calibration, Render, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { DateTime, Effect } from "effect"
@@ -65,9 +65,10 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
        * `instance`'s calibration, in the caller's transaction: read under a lock (another thread's turn on the same
        * provider may be learning right now), `Calibration.learn`, stored with a `calibration.updated` event
        * `{providerInstance, oldRatio, newRatio, samples, estimatedTokens, reportedTokens}` on `threadId` when it
-       * moved. Returns the calibration in force afterwards.
+       * moved (`collect`: pushed there instead, for the caller to append in the same unit of work, in order with its
+       * others). Returns the calibration in force afterwards.
        */
-      const learnSample = (threadId: ThreadId, instance: ProviderInstance, sample: Calibration.Sample) =>
+      const learnSample = (threadId: ThreadId, instance: ProviderInstance, sample: Calibration.Sample, collect: Array<NewThreadEvent> | null = null) =>
         Effect.gen(function*() {
           const found = yield* store.getCalibrationForUpdate(instance)
           const before = found._tag === "Some"
@@ -83,13 +84,15 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
             recent: after.recent ?? [],
             updatedAt: yield* DateTime.now
           })
-          yield* store.appendEvent({ threadId, type: "calibration.updated", payload: {
+          const event: NewThreadEvent = { threadId, type: "calibration.updated", payload: {
             providerInstance: instance,
             oldRatio: before.ratio,
             newRatio: after.ratio,
             samples: after.samples,
             ...sample
-          } })
+          } }
+          if (collect === null) yield* store.appendEvent(event)
+          else collect.push(event)
           return after
         })
 
@@ -98,17 +101,19 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
        * when calibration is off, when the turn's report or the previous one was not trusted (`UsageSanity`), or
        * when usage went down (a compaction happened inside the span: the growth no longer measures what was sent).
        * A sample `Calibration.learn` rejects (too small, implausible) changes nothing (`learnSample`). Returns the
-       * calibration in force afterwards.
+       * calibration in force afterwards. `collect`: its `calibration.updated` event is pushed there instead of appended
+       * (the caller appends it in the same unit of work, before any event it appends later).
        */
       const learn = Effect.fn("ProviderCalibration.learn")(function*(
         threadId: ThreadId,
         instance: ProviderInstance,
-        turn: TurnSample
+        turn: TurnSample,
+        collect: Array<NewThreadEvent> | null = null
       ) {
         if (!config.calibration || turn.base === null || turn.reportedUsedTokens === null) return yield* current(instance)
         const reportedTokens = turn.reportedUsedTokens - turn.base.usedTokens
         if (reportedTokens < 0) return yield* current(instance)
-        return yield* learnSample(threadId, instance, { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens })
+        return yield* learnSample(threadId, instance, { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens }, collect)
       })
 
       /**

@@ -639,12 +639,16 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
           if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, now))
+          // This unit's events up to the outcome (`calibration.updated`, `usage.reported`), in order: appended with
+          // `run.completed` in one statement when the run completes and hands no late output over, else after the
+          // provider thread's read below, as before (nothing between appends an event: the thread's order is kept).
+          const pendingEvents: Array<NewThreadEvent> = []
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
             base: plan.sampleBase,
             reportedUsedTokens: checked?.usedTokens ?? null,
             estimatedTokens: plan.requestTokens + inlineTokens +
               (config.mutations.has("sample_omits_output") ? 0 : items.reduce((n, i) => n + counter.count(i.text), 0))
-          })
+          }, pendingEvents)
           // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales the
           // estimate back by the ratio when no trusted report exists).
           const estimatedTokens = checked !== null ? Calibration.toRaw(learned.ratio, checked.usedTokens) : plan.native.estimatedTokens + sent
@@ -658,12 +662,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             estimatedTokens,
             updatedAt: now
           }
-          // `usage.reported` (if any) is appended with `run.completed` in one statement when the run completes and no late
-          // output is handed over; otherwise after the provider thread's read below, as before: the thread's events keep
-          // their order either way.
-          const usageEvents: Array<NewThreadEvent> = []
           if (output.usage !== null) {
-            usageEvents.push({ threadId: run.threadId, type: "usage.reported", payload: {
+            pendingEvents.push({ threadId: run.threadId, type: "usage.reported", payload: {
               nativeThreadId: native.id,
               usage: anomaly === null ? output.usage : JSON.parse(JSON.stringify(output.usage)),
               trusted,
@@ -676,7 +676,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const fresh = yield* store.getProviderThread(plan.providerThread.id)
           const completes = !(before._tag === "Some" && before.value.status === "interrupted") && !output.interrupted && waitFor.length === 0
           const withOutcome = completes && !mayOweLateOutput(plan, items, native.status, fresh, before)
-          if (!withOutcome) yield* store.appendEvents(usageEvents)
+          if (!withOutcome) yield* store.appendEvents(pendingEvents)
           // A waiting run is not over: the watermark moves when it completes.
           if (waitFor.length === 0 && fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
@@ -701,7 +701,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           if (waitFor.length > 0) return { done: yield* toolWaits.enter(run, plan.native, waitFor, settled.held), native }
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* lifecycle.update(run, done)
-          yield* store.appendEvents([...(withOutcome ? usageEvents : []), { threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } }])
+          yield* store.appendEvents([...(withOutcome ? pendingEvents : []), { threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } }])
           return { done, native }
         })
         const recorded = yield* Effect.either(uow.thread(run.threadId, "TurnExecution.turnCompleted")(completed))
