@@ -316,11 +316,36 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * `summary` without the `[pinned, verbatim]` section `withPinned` appended: what the next offload of the chain
      * gives its summariser as the previous summary. The next summary pins its items again (every item pinned up to
      * this cut is pinned up to the next), so the section is not carried into it as well: a clipped pinned item,
-     * which the `includes` test above cannot find, came out twice (simulator seed 13001).
+     * which the `includes` test above cannot find, came out twice (simulator seed 13001). The section is the first
+     * marker whose rest is nothing but pinned renders of `items` at or before `cutSeq` (the previous summary's cut), in
+     * thread order, joined as `withPinned` joins them: a marker inside a pinned item (a user message quoting a summary)
+     * or inside the summariser's text is not where the section starts (review r20). `summary` unchanged when none is.
      */
-    const withoutPinned = (summary: string): string => {
-      const at = summary.lastIndexOf(pinnedMarker)
-      return at < 0 ? summary : summary.slice(0, at)
+    const withoutPinned = (summary: string, items: ReadonlyArray<Item>, cutSeq: number): string => {
+      const bySeq = new Map<number, Item>()
+      for (const i of items) if (i.seq <= cutSeq) bySeq.set(i.seq, i)
+      const header = /\[[^\]\n]* #(\d+)[^\]\n]*\]/y
+      const isSection = (tail: string): boolean => {
+        let p = 0
+        let last = 0
+        for (;;) {
+          header.lastIndex = p
+          const m = header.exec(tail)
+          const item = m === null ? undefined : bySeq.get(Number(m[1]))
+          if (item === undefined || item.seq <= last) return false
+          const rendered = Render.renderItem(clipped(item, maxPinnedTokens))
+          if (!tail.startsWith(rendered, p)) return false
+          p += rendered.length
+          last = item.seq
+          if (p === tail.length) return true
+          if (!tail.startsWith("\n\n", p)) return false
+          p += 2
+        }
+      }
+      for (let at = summary.indexOf(pinnedMarker); at >= 0; at = summary.indexOf(pinnedMarker, at + 1)) {
+        if (isSection(summary.slice(at + pinnedMarker.length))) return summary.slice(0, at)
+      }
+      return summary
     }
 
     /**
@@ -366,7 +391,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           cut,
           covered,
           cutSeq: covered.at(-1)?.seq ?? null,
-          previousSummary: previousItem === undefined ? null : withoutPinned(previousItem.text),
+          previousSummary: previousItem === undefined || previous === null ? null : withoutPinned(previousItem.text, all, previous.cutSeq),
           // What the summary replaces in the model-visible history: the previous summary and the covered items.
           replaced: previousTokens + cut.coveredTokens,
           tokensBefore: previousTokens + candidates.reduce((n, i) => n + i.tokens, 0)

@@ -380,6 +380,30 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     })
   })
 
+  describe("/offload: a first message holding the pinned marker", () => {
+    it.effect("is pinned once in the next summary (withoutPinned strips from the section's start, review r20)", () => {
+      const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const t = yield* o.create("codex")
+        // The user pasted an earlier summary: the marker withPinned writes is inside the first message.
+        h.script.enqueue(Harness.reply(300))
+        yield* o.send(t, `look at this:\n\n[pinned, verbatim]\n${Harness.words(ThreadOffload.maxPinnedTokens + 500)}`)
+        h.script.enqueue(Harness.reply(300))
+        yield* o.send(t, "and then?")
+        const items = yield* o.store.listItems(t)
+        const first = yield* o.offload(t, items.slice(1).reduce((n, i) => n + i.tokens, 0))
+        expect(first).toMatchObject({ offloaded: true, cutSeq: 1 })
+        const second = yield* o.offload(t, 0)
+        expect(second).toMatchObject({ offloaded: true, cutSeq: 4 })
+        const [summary] = yield* o.store.getItems([second.summaryItemId!])
+        expect(summary!.text.split("[user #1]").length - 1).toBe(1)
+        expect(summary!.text.split("[pinned, verbatim]").length - 1).toBe(2)
+        expect(yield* o.check(t, h)).toEqual([])
+      }).pipe(Effect.provide(h.layer))
+    })
+  })
+
   describe("/offload: uncertain deliveries are left to reconciliation", () => {
     it.effect("a handoff with a pending delivery is not superseded; the next turn replaces the native thread as before", () => {
       const h = Harness.make([
