@@ -589,8 +589,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         const replacedIds = new Set<string>(replaced.map((i) => i.id))
         const runIds = new Set<string>(replaced.flatMap((i) => i.runId === null ? [] : [i.runId]))
         const ranOnIt = (yield* store.listRuns(threadId)).some((r) => runIds.has(r.id) && r.nativeThreadId === nativeId)
+        // A delivery still `pending` (a crash or a lost acknowledgement left its outcome unconfirmed) may have reached
+        // the native thread: it counts as given. Left alone, the next turn's reconciliation would settle it there, or
+        // return it to `deferred` and inject the originals the summary replaces (supersedeForSummary skips it).
         const givenToIt = ranOnIt || (yield* store.listDeliveriesOfThread(threadId)).some((d) =>
-          d.nativeThreadId === nativeId && (d.status === "injected" || d.status === "inline") &&
+          d.nativeThreadId === nativeId && (d.status === "injected" || d.status === "inline" || d.status === "pending") &&
           d.deliveredItemIds.some((id) => replacedIds.has(id))
         )
         if (!givenToIt) return null

@@ -365,6 +365,19 @@ const pinnedTwiceInChain = {
   scenario: JSON.parse("{\"seed\":13001,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.25,\"requestOverhead\":1993,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":false,\"tokenScale\":1.1400000000000001,\"requestOverhead\":1488,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.02,\"requestOverhead\":1576,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":3},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"plain\",\"crash\":null},{\"kind\":\"race\",\"id\":121,\"outer\":\"send\",\"prompt\":2387,\"reply\":{\"tokens\":1900,\"tools\":[969],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"with\":\"compact\",\"to\":\"small\",\"keepTokens\":300},{\"kind\":\"offload\",\"id\":42,\"keepTokens\":300,\"summariserFails\":false,\"crash\":null},{\"kind\":\"offload\",\"id\":45,\"keepTokens\":0,\"summariserFails\":false,\"crash\":null},{\"kind\":\"send\",\"id\":6,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
 }
 
+/**
+ * M (seed 80012): a crash before `injectHistory` left the switch's delivery to big's new native thread `pending`;
+ * `/offload` skipped that handoff (its outcome uncertain) and kept the lane's native thread (nothing settled on it),
+ * so the next turn reconciled the delivery as not held, returned it to `deferred` and injected the originals the
+ * summary had replaced. A `pending` delivery of replaced items now counts as given: the offload replaces the native
+ * thread (ThreadOffload.replaceActiveNative), and the next turn's replacement supersedes the uncertain delivery.
+ */
+const pendingDeliveryAtOffload = {
+  name: "M. a crash before injectHistory, then /offload: the next turn injected the originals the summary replaced (seed 80012)",
+  category: "exactly-once",
+  scenario: JSON.parse("{\"seed\":80012,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.12,\"requestOverhead\":1719,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":44000,\"autoCompactThreshold\":42000,\"inject\":true,\"readThread\":false,\"tokenScale\":1.23,\"requestOverhead\":1969,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.04,\"requestOverhead\":2937,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":3},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":16,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"send\",\"id\":3,\"prompt\":44,\"reply\":{\"tokens\":18,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":{\"at\":15,\"inRecoveryAt\":null,\"retry\":false}},{\"kind\":\"offload\",\"id\":45,\"keepTokens\":0,\"summariserFails\":false,\"crash\":null},{\"kind\":\"race\",\"id\":125,\"outer\":\"send\",\"prompt\":3,\"reply\":{\"tokens\":1806,\"tools\":[1773],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"with\":\"offload\",\"to\":\"plain\",\"keepTokens\":300}]}") as Simulation.Scenario
+}
+
 describe("races: two commands on one thread in flight at once", () => {
   const tool = { tokens: 200, tools: [900], reasoning: false, usage: { kind: "counted" } } as const
   const race = (id: number, outer: "send" | "offload", withKind: "compact" | "offload" | "switch" | "send"): Op =>
@@ -398,7 +411,7 @@ describe("races: two commands on one thread in flight at once", () => {
 })
 
 describe("regressions (shrunk simulation failures, fixed)", () => {
-  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull, ...summaryToLaneThatSawCovered, largeTurnHeldCalibration, pinnedTwiceInChain]) {
+  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull, ...summaryToLaneThatSawCovered, largeTurnHeldCalibration, pinnedTwiceInChain, pendingDeliveryAtOffload]) {
     it.live(regression.name, () =>
       Effect.gen(function*() {
         const outcome = yield* Simulation.execute(regression.scenario)
