@@ -744,7 +744,9 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           // next turn starts a new one, owed the summary and the items after the cut through a replacement handoff;
           // a prompt-cache rewrite of the history after, the preview's `cacheRewriteTokens`). Other lanes keep
           // theirs until a turn finds them full.
-          const replacedNative = yield* replaceActiveNative(threadId, summary!.id, record.id, [...previousSummary, ...plan.covered])
+          // What the chain replaces, not only this offload's share: a lane that ran items an earlier summary covers
+          // (it was not the active lane then) holds them still (sim seed 80012, its second violation).
+          const replacedNative = yield* replaceActiveNative(threadId, summary!.id, record.id, plan.all.filter((i) => isCovered(i.id)))
           const tokensAfter = summary!.tokens + plan.cut.keptTokens
           const report: OffloadReport = {
             ...base,
