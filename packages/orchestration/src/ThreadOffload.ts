@@ -614,8 +614,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         const replacedIds = new Set<string>(replaced.map((i) => i.id))
         const runIds = new Set<string>(replaced.flatMap((i) => i.runId === null ? [] : [i.runId]))
         const ranOnIt = (yield* store.listRuns(threadId)).some((r) => runIds.has(r.id) && r.nativeThreadId === nativeId)
+        // A delivery still `pending` (a crash or a lost acknowledgement left its outcome unconfirmed) may have reached
+        // the native thread: it counts as given. Left alone, the next turn's reconciliation would settle it there, or
+        // return it to `deferred` and inject the originals the summary replaces (supersedeForSummary skips it).
         const givenToIt = ranOnIt || (yield* store.listDeliveriesOfThread(threadId)).some((d) =>
-          d.nativeThreadId === nativeId && (d.status === "injected" || d.status === "inline") &&
+          d.nativeThreadId === nativeId && (d.status === "injected" || d.status === "inline" || d.status === "pending") &&
           d.deliveredItemIds.some((id) => replacedIds.has(id))
         )
         if (!givenToIt) return null
@@ -766,7 +769,9 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           // next turn starts a new one, owed the summary and the items after the cut through a replacement handoff;
           // a prompt-cache rewrite of the history after, the preview's `cacheRewriteTokens`). Other lanes keep
           // theirs until a turn finds them full.
-          const replacedNative = yield* replaceActiveNative(threadId, summary!.id, record.id, [...previousSummary, ...plan.covered])
+          // What the chain replaces, not only this offload's share: a lane that ran items an earlier summary covers
+          // (it was not the active lane then) holds them still (sim seed 80012, its second violation).
+          const replacedNative = yield* replaceActiveNative(threadId, summary!.id, record.id, plan.all.filter((i) => isCovered(i.id)))
           const tokensAfter = summary!.tokens + plan.cut.keptTokens
           const report: OffloadReport = {
             ...base,

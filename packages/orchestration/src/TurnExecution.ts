@@ -304,7 +304,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // in the native thread for good (for a model API, the lane's message list): a retry there would repeat
           // the rejected request, so the native thread is replaced instead.
           const injected = plan.report.mode === "injected"
-          const carriedHistory = plan.inlineHistory !== null && !injected
           const requested = error.requestedTokens ?? ProviderFailure.overflowOf(error.reason)?.requestedTokens ?? null
           if (requested !== null) {
             yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
@@ -316,6 +315,17 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
           yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
           const window = plan.report.budget.window
+          // The retry leaves the inline history out and goes to the same native thread only when the prompt alone
+          // fits there by what Baton knows: the native thread's last trusted usage plus the prompt at the calibration
+          // in force now (this overflow may just have taught it). Otherwise the prompt alone would overflow too (sim
+          // seed 100087: 51,840 used + 11,592 x1.12 > 64,000, sent again): the native thread is replaced instead.
+          const aloneFits = plan.inlineHistory === null || injected ? false : yield* Effect.gen(function*() {
+            const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
+            if (native.usage === null) return true
+            const { ratio } = yield* calibration.current(plan.providerThread.providerInstance)
+            return native.usage.usedTokens + Calibration.apply(ratio, plan.requestTokens) <= window
+          })
+          const carriedHistory = plan.inlineHistory !== null && !injected && aloneFits
           if (carriedHistory) {
             const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
             yield* store.updateNativeThread({
@@ -327,6 +337,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           } else if (!config.mutations.has("retry_overflow_on_same_native")) {
             yield* distrustNative(run.threadId, plan.native, injected
               ? "context overflow after history was injected: the native thread holds more than the provider accepts"
+              : plan.inlineHistory !== null
+              ? "context overflow with inline history, and the prompt alone does not fit the native thread's last reported usage either"
               : "context overflow with the prompt alone: the native thread is full")
           }
           yield* store.appendEvent({ threadId: run.threadId, type: "context.overflowed", payload: {

@@ -262,6 +262,36 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       }).pipe(Effect.provide(h.layer))
     })
 
+    it.effect("overflow with inline history where the prompt alone cannot fit either: replaced, not retried on the full native thread (sim seed 100087)", () => {
+      // b counts 1.5 provider tokens per Baton token, unknown to Baton until a report says so. b runs a 5,000-token
+      // turn (7,530 of its 20,000 used), a's turn is then owed to b (deferred, a pointer goes inline), and a
+      // 9,000-token prompt goes to b: at ratio 1 it fits (7,530 + 9,000), in b's units it does not (7,500 + 13,500).
+      // The overflow names the request's size, which teaches the ratio: the prompt alone cannot fit b-n1 either.
+      const h = Harness.make([
+        { name: "a", window: 200_000, inject: true },
+        { name: "b", window: 20_000, inject: false, tokenScale: 1.5 }
+      ])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const t = yield* o.create("b")
+        h.script.enqueue(Harness.reply(20))
+        yield* o.send(t, Harness.words(5_000))
+        yield* o.switchTo(t, "a")
+        h.script.enqueue(Harness.reply(20))
+        yield* o.send(t, "on a")
+        yield* o.switchTo(t, "b")
+        h.script.enqueue(Harness.reply(20))
+        const r = yield* o.send(t, Harness.words(9_000))
+        expect([r.status, r.nativeGeneration]).toEqual(["completed", 2])
+        const overflow = (yield* o.store.listEvents(t)).filter((e) => e.type === "context.overflowed")
+        expect(overflow.map((e) => e.payload.recovery)).toEqual(["replace_native_thread"])
+        // One rejected request to b-n1 (prompt and pointer), none with the prompt alone.
+        const requests = h.providers.b!.truth.filter((x) => x.runId === r.runId && x.operation === "startTurn")
+        expect(requests.map((x) => [x.nativeRef, x.accepted])).toEqual([["b-n1", false], ["b-n2", true]])
+        expect(yield* o.check(t, h)).toEqual([])
+      }).pipe(Effect.provide(h.layer))
+    })
+
     it.effect("overflow with the prompt alone: the native thread is full, replaced; the retry on generation 2 completes", () => {
       const h = Harness.make([{ name: "codex", window: 200_000, inject: true, faults: callOnce("startTurn", "overflow", 2) }])
       return Effect.gen(function*() {

@@ -3,10 +3,10 @@
  * never split a tool unit, never lose an original, and let deferred history drain as the summary. Each field
  * scenario of the issue is one test with the figures a user would see.
  */
-import { Commands, type CommandId, type Item, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, type Item, ProviderError, type ThreadId } from "@baton/contracts"
 import { ToolUnits } from "@baton/context"
 import { ThreadOffload } from "@baton/orchestration"
-import { ScriptedSummariser } from "@baton/providers"
+import { type ProviderAdapter, ScriptedSummariser } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it, beforeAll } from "@effect/vitest"
 import { DateTime, Effect, FastCheck as fc } from "effect"
@@ -428,6 +428,51 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(yield* o.check(t, h)).toEqual([])
       }).pipe(Effect.provide(h.layer))
     })
+  })
+
+  describe("/offload: a pending delivery to the lane that goes on counts as given (sim seed 80012)", () => {
+    // The switch's injection into codex's native thread has an unconfirmed outcome (`pending`) when /offload runs:
+    // dropped before the provider (as a crash before injectHistory) or received with its acknowledgement lost. Either
+    // way the next turn must not go on from a native thread that holds, or is then injected, the items the summary
+    // replaced: the offload replaces it, and the next turn starts a new one owed the summary only.
+    for (const fault of ["drop_injection", "lose_injection_ack"] as const) {
+      it.effect(`${fault}, then /offload keep 0: the next turn runs on a new native thread given the summary, not the originals`, () => {
+        // The first injection meets the fault, and reading the thread back fails until that turn has failed: the
+        // delivery stays `pending` (as after a crash); afterwards the native thread reads back as usual.
+        let faulty = true
+        const h = Harness.make([
+          { name: "claude", window: 200_000, inject: false },
+          { name: "codex", window: 200_000, inject: true, readThread: true, faults: (c) => (c.operation === "injectHistory" && c.call === 1 ? fault : null) }
+        ])
+        const codex = h.providers.codex! as { readThread: NonNullable<ProviderAdapter.ProviderAdapterShape["readThread"]> }
+        const read = codex.readThread
+        codex.readThread = (ref) => faulty ? Effect.fail(new ProviderError({ provider: "codex", operation: "readThread", reason: "read failed", code: "unavailable", retryable: false })) : read(ref)
+        return Effect.gen(function*() {
+          const o = yield* ops
+          const t = yield* o.create("claude")
+          h.script.enqueue(Harness.reply(200))
+          yield* o.send(t, "on claude")
+          yield* o.switchTo(t, "codex")
+          expect((yield* o.send(t, "codex, injection uncertain")).status).toBe("failed")
+          expect((yield* o.store.listDeliveriesOfThread(t)).map((d) => d.status)).toEqual(["pending"])
+          faulty = false
+          const report = yield* o.offload(t, 0)
+          expect(report).toMatchObject({ offloaded: true, cutSeq: 3, coveredItems: 3 })
+          const covered = new Set<string>(report.coveredItemIds ?? [])
+          h.script.enqueue(Harness.reply(10))
+          const next = yield* o.send(t, "go on")
+          expect(next.status).toBe("completed")
+          expect(next.nativeGeneration).toBe(2)
+          const received = h.providers.codex!.received
+          const turn = received.filter((r) => r.type === "turn").at(-1)!
+          const injected = received.filter((r) => r.type === "inject" && r.nativeRef === turn.nativeRef)
+            .flatMap((r) => r.type === "inject" ? r.itemIds : [])
+          expect(injected).toEqual([report.summaryItemId])
+          expect(injected.some((id) => covered.has(id))).toBe(false)
+          expect(yield* o.check(t, h)).toEqual([])
+        }).pipe(Effect.provide(h.layer))
+      })
+    }
   })
 
   describe("ScriptedSummariser", () => {

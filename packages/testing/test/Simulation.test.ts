@@ -365,6 +365,45 @@ const pinnedTwiceInChain = {
   scenario: JSON.parse("{\"seed\":13001,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.25,\"requestOverhead\":1993,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":false,\"tokenScale\":1.1400000000000001,\"requestOverhead\":1488,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.02,\"requestOverhead\":1576,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":3},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"plain\",\"crash\":null},{\"kind\":\"race\",\"id\":121,\"outer\":\"send\",\"prompt\":2387,\"reply\":{\"tokens\":1900,\"tools\":[969],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"with\":\"compact\",\"to\":\"small\",\"keepTokens\":300},{\"kind\":\"offload\",\"id\":42,\"keepTokens\":300,\"summariserFails\":false,\"crash\":null},{\"kind\":\"offload\",\"id\":45,\"keepTokens\":0,\"summariserFails\":false,\"crash\":null},{\"kind\":\"send\",\"id\":6,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
 }
 
+/**
+ * M (seed 80012): a crash before `injectHistory` left the switch's delivery to big's new native thread `pending`;
+ * `/offload` skipped that handoff (its outcome uncertain) and kept the lane's native thread (nothing settled on it),
+ * so the next turn reconciled the delivery as not held, returned it to `deferred` and injected the originals the
+ * summary had replaced. A `pending` delivery of replaced items now counts as given: the offload replaces the native
+ * thread (ThreadOffload.replaceActiveNative), and the next turn's replacement supersedes the uncertain delivery.
+ */
+const pendingDeliveryAtOffload = {
+  name: "M. a crash before injectHistory, then /offload: the next turn injected the originals the summary replaced (seed 80012)",
+  category: "exactly-once",
+  scenario: JSON.parse("{\"seed\":80012,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.12,\"requestOverhead\":1719,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":44000,\"autoCompactThreshold\":42000,\"inject\":true,\"readThread\":false,\"tokenScale\":1.23,\"requestOverhead\":1969,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.04,\"requestOverhead\":2937,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":3},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":16,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"send\",\"id\":3,\"prompt\":44,\"reply\":{\"tokens\":18,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":{\"at\":15,\"inRecoveryAt\":null,\"retry\":false}},{\"kind\":\"offload\",\"id\":45,\"keepTokens\":0,\"summariserFails\":false,\"crash\":null},{\"kind\":\"race\",\"id\":125,\"outer\":\"send\",\"prompt\":3,\"reply\":{\"tokens\":1806,\"tools\":[1773],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"with\":\"offload\",\"to\":\"plain\",\"keepTokens\":300}]}") as Simulation.Scenario
+}
+
+/**
+ * N (seed 100087): an 11,592-token prompt with a deferral pointer inline overflowed small's native thread (51,840 used);
+ * the overflow taught the calibration 1.12, yet the retry left out only the pointer and sent the prompt alone to the
+ * same native thread (51,840 + 11,592 x 1.12 > 64,000, rejected again). The retry keeps the native thread only when
+ * the prompt alone fits its last reported usage at the ratio now in force; otherwise it is replaced
+ * (TurnExecution.overflowRecovery).
+ */
+const promptAloneKnownFull = {
+  name: "N. an overflow with inline history retried the prompt alone on a native thread Baton then knew was full (seed 100087)",
+  category: "truth",
+  scenario: JSON.parse("{\"seed\":100087,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.06,\"requestOverhead\":2785,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":false,\"tokenScale\":1.12,\"requestOverhead\":1321,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.01,\"requestOverhead\":2938,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":5},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"big\",\"crash\":null},{\"kind\":\"switch\",\"id\":1,\"to\":\"small\",\"crash\":null},{\"kind\":\"race\",\"id\":122,\"outer\":\"send\",\"prompt\":20,\"reply\":{\"tokens\":5620,\"tools\":[125],\"reasoning\":false,\"usage\":{\"kind\":\"near_full\",\"fraction\":0.81}},\"with\":\"switch\",\"to\":\"big\",\"keepTokens\":0},{\"kind\":\"interrupt_before_start\",\"id\":32,\"prompt\":5,\"crash\":null},{\"kind\":\"race\",\"id\":157,\"outer\":\"send\",\"prompt\":10788,\"reply\":{\"tokens\":66,\"tools\":[926],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"with\":\"offload\",\"to\":\"plain\",\"keepTokens\":0}]}") as Simulation.Scenario
+}
+
+/**
+ * O (seed 80012, its second violation once M was fixed): small ran run 1, a switch to big, /offload keep 0 (small not
+ * the active lane: it keeps its native thread), a run on big, a switch back to small (owed the originals), then a
+ * second /offload: small-n1 was kept because it held none of this offload's share, though it ran run 1, which the
+ * chain's summary covers; the next turn went on there, given the originals. The active lane's check now looks at
+ * everything the chain covers (ThreadOffload.replaceActiveNative).
+ */
+const laneHoldsEarlierShare = {
+  name: "O. a second /offload kept the active lane's native thread that ran items the first summary covers (seed 80012)",
+  category: "exactly-once",
+  scenario: JSON.parse("{\"seed\":80012,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.12,\"requestOverhead\":1719,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":44000,\"autoCompactThreshold\":42000,\"inject\":true,\"readThread\":false,\"tokenScale\":1.23,\"requestOverhead\":1969,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.04,\"requestOverhead\":2937,\"overflowSignal\":\"text\"}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":3},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"small\",\"crash\":null},{\"kind\":\"send\",\"id\":1,\"prompt\":16,\"reply\":{\"tokens\":32,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"switch\",\"id\":2,\"to\":\"big\",\"crash\":null},{\"kind\":\"offload\",\"id\":45,\"keepTokens\":0,\"summariserFails\":false,\"crash\":null},{\"kind\":\"race\",\"id\":125,\"outer\":\"send\",\"prompt\":3,\"reply\":{\"tokens\":1806,\"tools\":[1773],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"with\":\"offload\",\"to\":\"plain\",\"keepTokens\":300},{\"kind\":\"interrupt_before_start\",\"id\":6,\"prompt\":272,\"crash\":null},{\"kind\":\"switch\",\"id\":14,\"to\":\"small\",\"crash\":null},{\"kind\":\"offload\",\"id\":54,\"keepTokens\":300,\"summariserFails\":false,\"crash\":null},{\"kind\":\"send\",\"id\":15,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
+}
+
 describe("races: two commands on one thread in flight at once", () => {
   const tool = { tokens: 200, tools: [900], reasoning: false, usage: { kind: "counted" } } as const
   const race = (id: number, outer: "send" | "offload", withKind: "compact" | "offload" | "switch" | "send"): Op =>
@@ -398,7 +437,7 @@ describe("races: two commands on one thread in flight at once", () => {
 })
 
 describe("regressions (shrunk simulation failures, fixed)", () => {
-  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull, ...summaryToLaneThatSawCovered, largeTurnHeldCalibration, pinnedTwiceInChain]) {
+  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull, ...summaryToLaneThatSawCovered, largeTurnHeldCalibration, pinnedTwiceInChain, pendingDeliveryAtOffload, promptAloneKnownFull, laneHoldsEarlierShare]) {
     it.live(regression.name, () =>
       Effect.gen(function*() {
         const outcome = yield* Simulation.execute(regression.scenario)
