@@ -319,15 +319,15 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // fits there by what Baton knows: the native thread's last trusted usage plus the prompt at the calibration
           // in force now (this overflow may just have taught it). Otherwise the prompt alone would overflow too (sim
           // seed 100087: 51,840 used + 11,592 x1.12 > 64,000, sent again): the native thread is replaced instead.
-          const aloneFits = plan.inlineHistory === null || injected ? false : yield* Effect.gen(function*() {
-            const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
-            if (native.usage === null) return true
-            const { ratio } = yield* calibration.current(plan.providerThread.providerInstance)
-            return native.usage.usedTokens + Calibration.apply(ratio, plan.requestTokens) <= window
-          })
-          const carriedHistory = plan.inlineHistory !== null && !injected && aloneFits
-          if (carriedHistory) {
-            const native = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
+          const native = plan.inlineHistory === null || injected
+            ? null
+            : Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
+          const aloneFits = native === null ? false : native.usage === null || (yield* Effect.map(
+            calibration.current(plan.providerThread.providerInstance),
+            ({ ratio }) => native.usage!.usedTokens + Calibration.apply(ratio, plan.requestTokens) <= window
+          ))
+          const carriedHistory = native !== null && aloneFits
+          if (native !== null && carriedHistory) {
             yield* store.updateNativeThread({
               ...native,
               usage: { usedTokens: window, maxTokens: window },
@@ -357,14 +357,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           retries.historyRefused = retries.historyRefused || injected || plan.inlineHistory !== null
           return true
         }))
-      /**
-       * Late output: the turn ran on a native thread that has since been replaced (an interrupt it never answered, a
-       * timeout), or the user has moved to another provider meanwhile. Every provider thread that already holds or is
-       * owed this run (its watermark is past it) but cannot have seen this output is owed it: the items of `items`
-       * that no handoff toward it carries yet (items stream in, so a handoff built meanwhile may carry the first ones).
-       * `nativeStatus`, `fresh` and `before` are the native thread's status, the provider thread and the run as the
-       * caller's unit of work found them before writing the turn's outcome.
-       */
       /** Whether `handOverLateOutput` may hand anything over (its arguments as there): output, and its lane ended meanwhile. */
       const mayOweLateOutput = (
         plan: TurnStartPlan,
@@ -376,6 +368,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         items.length > 0 && (nativeStatus !== "active" ||
           (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
           (before._tag === "Some" && terminalRunStatuses.includes(before.value.status)))
+      /**
+       * Late output: the turn ran on a native thread that has since been replaced (an interrupt it never answered, a
+       * timeout), or the user has moved to another provider meanwhile. Every provider thread that already holds or is
+       * owed this run (its watermark is past it) but cannot have seen this output is owed it: the items of `items`
+       * that no handoff toward it carries yet (items stream in, so a handoff built meanwhile may carry the first ones).
+       * `nativeStatus`, `fresh` and `before` are the native thread's status, the provider thread and the run as the
+       * caller's unit of work found them before writing the turn's outcome.
+       */
       const handOverLateOutput = (
         plan: TurnStartPlan,
         items: ReadonlyArray<Item>,
