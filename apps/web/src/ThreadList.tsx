@@ -36,6 +36,7 @@ const owed = (s: SnapshotJson) => {
 export function ThreadList(props: { readonly open: (threadId: string) => void }) {
   const [entries, setEntries] = useState<ReadonlyArray<Entry> | null>(null)
   const [error, setError] = useState<string | null>(null)
+  const [connection, setConnection] = useState<"connecting" | "open" | "reconnecting">("connecting")
   useEffect(() => {
     const refresher = new Refresher(async () => {
       const threads: Array<ThreadPageJson["threads"][number]> = []
@@ -63,6 +64,7 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
       monotonic: false,
       onEvent: () => refresher.trigger(),
       onState: (state) => {
+        setConnection(state)
         if (state !== "open") return
         if (opened) refresher.trigger()
         opened = true
@@ -73,7 +75,7 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
   if (entries === null) return error !== null ? <p className="error" data-testid="list-error">{error}</p> : <p className="dim">loading…</p>
   return (
     <section className="thread-list">
-      <h1>Threads</h1>
+      <h1>Threads <span className={`conn ${connection}`} data-testid="list-connection">{connection}</span></h1>
       {error !== null && <p className="error" data-testid="list-error">{error}</p>}
       <table data-testid="thread-list">
         <thead>

@@ -244,10 +244,15 @@ describe("the dashboard, broken as a new user would", () => {
   it("the thread list recovers from a read that failed: the next event clears the error and shows the list", async () => {
     const { page, errors, close } = await open("/")
     await page.waitForSelector("[data-testid=thread-list]")
-    let refused = 0
-    await page.route("**/threads?limit=500*", (route) => refused++ === 0 ? route.abort() : route.continue())
+    // The list's stream is open before the event that makes it read (else the event can pass unseen: CI of 7da622b).
+    await page.waitForSelector("[data-testid=list-connection]:text('open')")
+    // Every list read fails until the error shows, so a later read (an event from an earlier test's run) cannot clear
+    // it before it is seen.
+    let refusing = true
+    await page.route("**/threads?limit=500*", (route) => refusing ? route.abort() : route.continue())
     await api(server.url, "POST", "/threads", { title: "while the read fails", providerInstance: "codex" })
     await page.waitForSelector(".error:has-text('cannot reach the server')")
+    refusing = false
     const { body: { threadId } } = await api<{ threadId: string }>(server.url, "POST", "/threads", { title: "after it", providerInstance: "codex" })
     // Before: "cannot reach the server" replaced the list for good.
     await page.waitForSelector(`[data-testid=thread-row][data-thread-id="${threadId}"]`)
