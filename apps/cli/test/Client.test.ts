@@ -89,7 +89,8 @@ describe("baton --server (the CLI as a client)", () => {
       const reply = Harness.reply(40).items[0]!.text
       // Every event of the run, from its run.queued to its run.completed, in the in-process format; then its reply.
       expect(sent.stdout.trimEnd().split("\n")).toEqual([
-        `sent: run 1 ${runId} queued`,
+        // An idle thread: the run is claimed as it is queued.
+        `sent: run 1 ${runId} starting`,
         ...log.slice(log.indexOf(queued), ended + 1).map((e) => Format.eventLine(e, false)),
         "run 1 completed",
         reply
@@ -164,7 +165,7 @@ describe("baton --server (the CLI as a client)", () => {
       yield* Deferred.succeed(gate, undefined)
       const third = yield* Fiber.join(sending)
       expect(third.code).toBe(0)
-      const thirdRun = /^sent: run 3 (\S+) queued$/m.exec(third.stdout)![1]!
+      const thirdRun = /^sent: run 3 (\S+) starting$/m.exec(third.stdout)![1]!
       yield* Effect.promise(() => seen(new RegExp(`run\\.completed +${thirdRun}`)))
       follower.kill("SIGINT")
       expect(yield* Effect.promise(() => exited)).toBe(130)

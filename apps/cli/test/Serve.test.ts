@@ -88,7 +88,7 @@ describe("baton serve", () => {
       expect((reconciled.body.run as Record<string, unknown>).failureCode).toBe("process_restarted")
 
       const sent = yield* call(`${server.url}/threads/${left.threadId}/messages`, { method: "POST", headers: auth, body: JSON.stringify({ text: "hello" }) })
-      expect([sent.status, sent.body.status]).toEqual([202, "queued"])
+      expect([sent.status, sent.body.status]).toEqual([202, "starting"])
       const run = yield* call(`${server.url}/runs/${sent.body.runId as string}?waitMs=30000`, { headers: auth })
       expect((run.body.run as Record<string, unknown>).status).toBe("completed")
 

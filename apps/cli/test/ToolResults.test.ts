@@ -63,7 +63,7 @@ describe("baton tool-results (the CLI as a client)", () => {
       expect(sent.stderr).toBe("")
       expect(sent.code).toBe(0)
       const lines = sent.stdout.trimEnd().split("\n")
-      const runId = /^sent: run 1 (\S+) queued$/.exec(lines[0]!)![1]!
+      const runId = /^sent: run 1 (\S+) starting$/.exec(lines[0]!)![1]!
       expect(lines.at(-3)).toMatch(/^run 1 waiting for tool results until \d{4}-\d\d-\d\dT[\d:.]+Z:$/)
       expect(lines.slice(-2)).toEqual([
         "  call_1 run_tests {}",

@@ -181,7 +181,9 @@ describe("two server processes on one Postgres", () => {
                 retries++
                 continue
               }
-              expect([answer.status, answer.body.status]).toEqual([202, "queued"])
+              // Queued behind the thread's unfinished runs, or claimed at once on an idle thread.
+              expect(answer.status).toBe(202)
+              expect(["queued", "starting"]).toContain(answer.body.status)
               sent.push({ client, threadId, text, runId: answer.body.runId as string, runSeq: answer.body.runSeq as number })
               break
             }

@@ -185,7 +185,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const gate = yield* Deferred.make<void>()
       h.script.enqueue({ ...Harness.reply(20), hold: { afterItems: 1, gate } })
       const first = yield* raw(post(`/threads/${threadId}/messages`, { text: "long task" }))
-      expect([first.status, first.body?.status, first.body?.runSeq]).toEqual([202, "queued", 1])
+      // The thread is idle: the run is claimed as it is queued.
+      expect([first.status, first.body?.status, first.body?.runSeq]).toEqual([202, "starting", 1])
       const runId = first.body!.runId as string
       // Wait until the run is running (its first item streamed).
       for (let i = 0; i < 200; i++) {

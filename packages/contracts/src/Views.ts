@@ -228,7 +228,11 @@ export const RunView = Schema.Struct({
 })
 export type RunView = typeof RunView.Type
 
-/** What `POST /threads/{id}/messages` answers at once: the run it queued (or, for a repeated command id, the first one). */
+/**
+ * What `POST /threads/{id}/messages` answers at once: the run it queued (or, for a repeated command id, the first
+ * one). `status` is `queued` behind the thread's unfinished runs, `starting` on an idle thread (the run is claimed in
+ * the transaction that queued it), or, for a repeated command id, wherever that run is now.
+ */
 export const RunAccepted = Schema.Struct({
   runId: RunId,
   threadId: ThreadId,

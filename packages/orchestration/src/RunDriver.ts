@@ -6,7 +6,9 @@
  * - `submit` queues the run (behind the thread's unfinished runs: never `RunInProgress`) and wakes the thread's
  *   worker. One worker fiber per thread with queued runs; it claims the next run under the thread's lock
  *   (ThreadService.processRun: a run starts only when every earlier run of its thread has ended), so across
- *   processes on one database a thread's runs still run in seq order, one at a time. A run ahead that another
+ *   processes on one database a thread's runs still run in seq order, one at a time. A run sent to a thread with no
+ *   unfinished run is claimed in its queueing unit of work (ThreadService.queueForDriver) and the worker drives it
+ *   without claiming it again: one unit of work and about ten statements fewer before the provider call. A run ahead that another
  *   process is driving is waited for (polled, 25 ms doubling to 1 s); if that driver is gone, its runs are
  *   reconciled (ThreadService.recover) and the thread goes on.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
@@ -31,7 +33,7 @@ import { DateTime, Deferred, Duration, Effect, Exit, Fiber, Option } from "effec
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { type SendResult, ThreadService } from "./ThreadService.js"
-import { resultFromRecord } from "./TurnExecution.js"
+import { type ClaimedRun, resultFromRecord } from "./TurnExecution.js"
 
 /** What `submit` answers at once: the queued run. */
 export interface RunAccepted {
@@ -54,6 +56,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const workers = new Map<string, Fiber.RuntimeFiber<void, never>>()
     const again = new Set<string>()
     const inFlight = new Map<string, Fiber.RuntimeFiber<SendResult, unknown>>()
+    /** Runs claimed in their queueing unit of work (`starting`, this driver's) that the thread's worker drives next. */
+    const claimedHere = new Map<string, ClaimedRun>()
     /** Callers waiting for a run this process may drive: its result (rich turn-start report) or its failure. */
     const waiting = new Map<string, {
       readonly threadId: string
@@ -206,12 +210,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             if (done) return
             continue
           }
-          if (run.status !== "queued") {
+          const claimed = claimedHere.get(run.id)
+          if (claimed !== undefined) claimedHere.delete(run.id)
+          else if (run.status !== "queued") {
             // Started by another driver (a gone driver's run is ended by recovery): wait until it ends.
             yield* waitWhileFirst(threadId, run.id)
             continue
           }
-          const exit = yield* drive(run.id, threads.processRun(run.id))
+          const exit = yield* drive(run.id, threads.processRun(run.id, claimed))
           // Near the window after a completed run: the automatic /offload (off unless configured) runs beside the
           // driver, so a run queued meanwhile is not held up (it makes the summary stale instead).
           if (Exit.isSuccess(exit) && exit.value.status === "completed" && autoOffloadOn) {
@@ -318,6 +324,12 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         yield* mutex.withPermits(1)(Effect.sync(() => void (stopping = true)))
+        // Claimed at their queueing but not driven yet: ended as interrupted like the runs in flight.
+        for (const [runId, claimed] of [...claimedHere]) {
+          if (inFlight.has(runId)) continue
+          claimedHere.delete(runId)
+          yield* stopRun(claimed.run.threadId, claimed.run.id, `cmd_shutdown_${runId}` as Commands.InterruptRun["commandId"], "shutdown").pipe(Effect.ignore)
+        }
         for (const [runId, fiber] of [...inFlight]) {
           const run = yield* store.getRun(runId as RunId)
           if (run._tag === "Some" && !terminalRunStatuses.includes(run.value.status)) {
@@ -332,7 +344,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
 
     const submit = (command: Commands.SendMessage, awaitIt: boolean) =>
       Effect.gen(function*() {
-        const run = yield* threads.enqueueMessage(command, { queueBehind: true })
+        const { claimed, run } = yield* threads.queueForDriver(command)
+        if (claimed !== null) claimedHere.set(run.id, claimed)
         const deferred = awaitIt ? yield* register(run.id, run.threadId, run.seq) : null
         if (!terminalRunStatuses.includes(run.status)) yield* wake(run.threadId)
         return { run, deferred }

@@ -43,7 +43,7 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { RunRecovery } from "./RunRecovery.js"
-import { TurnExecution } from "./TurnExecution.js"
+import { type ClaimedRun, TurnExecution } from "./TurnExecution.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 import { promptItem } from "./RunLifecycle.js"
@@ -95,8 +95,11 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const toolWaits = yield* ClientToolWaits
     const config = yield* OrchestratorConfig
 
-    /** Drives a queued run to a terminal status (see TurnExecution). */
-    const processRun = (runId: Run["id"]) => turns.run(runId)
+    /**
+     * Drives a queued run to a terminal status (see TurnExecution). `claimed`: the run was queued and claimed in one
+     * unit of work (`queueForDriver`); its claim and lookups are skipped.
+     */
+    const processRun = (runId: Run["id"], claimed?: ClaimedRun) => turns.run(runId, claimed)
     /** Interrupts a run (see RunRecovery). */
     const interrupt = recovery.interrupt
     /** Restart recovery: ends the unfinished runs of drivers that are gone (see RunRecovery). */
@@ -232,10 +235,12 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     })
 
     /**
-     * Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. `claim`
-     * (never with `behind`): the caller drives the run at once, so the same transaction also claims it — the run is
-     * written `starting`, this driver's, as `TurnExecution`'s claim would write it a moment later (a thread with no
-     * unfinished run has no run to start before it) — and `claimed` carries what the turn needs, read under the lock.
+     * Queues a run: the run row, its `user_message` item and the `run.queued` event, in one transaction. `claim`:
+     * the caller drives the run at once when the thread has no unfinished run, so the same transaction also claims it
+     * — the run is written `starting`, this driver's, as `TurnExecution`'s claim would write it a moment later (a
+     * thread with no unfinished run has no run to start before it) — and `claimed` carries what the turn needs, read
+     * under the lock. With an unfinished run ahead, `behind` queues the run behind it (`claimed` null), else the
+     * command fails with `RunInProgress`.
      */
     const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean, claim = false) {
       yield* validateCommand(Commands.SendMessage, command)
@@ -258,7 +263,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // A provider this process does not have fails the command before anything is written (UnknownProvider).
       const adapter = yield* registry.get(providerThread.providerInstance)
       const now = yield* DateTime.now
-      const claimNow = claim && !behind && active._tag === "None"
+      const claimNow = claim && active._tag === "None"
       const run: Run = {
         id: ids.next("run") as Run["id"],
         threadId: thread.id,
@@ -346,6 +351,15 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const enqueueMessage = (command: Commands.SendMessage, options: { readonly queueBehind?: boolean } = {}) =>
       Effect.map(queueRun(command, options.queueBehind === true), (queued) => queued.run)
+
+    /**
+     * The run driver's queueing: the run queued behind the thread's unfinished runs, and, on a thread with none,
+     * claimed in the same unit of work (`claimed`: `starting`, this driver's; the caller must drive it at once with
+     * `processRun(run.id, claimed)`, else recovery ends it once this driver is gone). A repeated command id answers
+     * the run it queued first (`claimed` null). Fails as `enqueueMessage` does.
+     */
+    const queueForDriver = (command: Commands.SendMessage) =>
+      Effect.map(queueRun(command, true, true), ({ claimed, run }) => ({ run, claimed }))
 
     /**
      * Where `command` forks its parent: the parent, its runs, the fork point `atRunSeq` (default: the last run that
@@ -820,6 +834,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       expireToolWait,
       sendMessage,
       enqueueMessage,
+      queueForDriver,
       processRun,
       interrupt,
       compact,

@@ -97,7 +97,8 @@ describe.each(Harness.dialects)("run driver on %s", (_label, db) => {
         const threadId = yield* o.create("codex")
         for (let i = 0; i < 3; i++) h.script.enqueue(Harness.reply(10))
         const first = yield* driver.submit(send(threadId, "first"))
-        expect(first).toMatchObject({ runSeq: 1, status: "queued" })
+        // Sent to an idle thread: claimed in its queueing unit of work (this driver's at once).
+        expect(first).toMatchObject({ runSeq: 1, status: "starting" })
         // The provider has the turn and holds it: the run is running, the send has long returned.
         expect(yield* Queue.take(entered)).toBe(first.runId)
         expect((yield* o.store.getRun(first.runId)).pipe((r) => r._tag === "Some" ? r.value.status : null)).toBe("running")

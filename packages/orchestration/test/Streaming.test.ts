@@ -42,7 +42,8 @@ describe.each(Harness.dialects)("a streamed turn on %s", (_label, db) => {
       })
 
       const accepted = yield* driver.submit(send(threadId, "fix the flaky test"))
-      expect(accepted).toMatchObject({ runSeq: 1, status: "queued" })
+      // An idle thread: the run is claimed in its queueing unit of work.
+      expect(accepted).toMatchObject({ runSeq: 1, status: "starting" })
       // The prompt's append (at queueing), then one event per streamed item, while the provider holds the turn.
       const prompt = yield* Queue.take(appended)
       expect(prompt).toMatchObject({ runId: accepted.runId, fromSeq: 1, toSeq: 1 })
