@@ -34,8 +34,21 @@ const events = (n: number, items: ReadonlyArray<Entry>): Reply =>
   ].map((l) => JSON.stringify(l))))
 
 const say = (n: number, text: string) => ({ type: "message", role: "assistant", id: `msg_${n}`, status: "completed", content: [{ type: "output_text", text, annotations: [] }] })
-/** A call of a tool of Codex's `multi_agent_v1` namespace. */
-const agentCall = (n: number, name: string, args: object) => ({ type: "function_call", id: `fc_${n}`, call_id: `call_${name}`, name, namespace: "multi_agent_v1", arguments: JSON.stringify(args) })
+/**
+ * How the session spawns: Codex's default `multi_agent` (namespace `multi_agent_v1`; `fork`: with `fork_context`), or
+ * `multi_agent_v2` (namespace `collaboration`; the task and the answer travel as `agent_message` input items).
+ */
+type Mode = "v1" | "v1 fork" | "v2"
+
+/** A call of a tool of Codex's sub-agent namespace. */
+const agentCall = (mode: Mode, n: number, name: string, args: object) => ({
+  type: "function_call",
+  id: `fc_${n}`,
+  call_id: `call_${name}`,
+  name,
+  namespace: mode === "v2" ? "collaboration" : "multi_agent_v1",
+  arguments: JSON.stringify(args)
+})
 const shell = (n: number, cmd: string) => ({ type: "function_call", id: `fc_${n}`, call_id: "call_sub_shell", name: "exec_command", arguments: JSON.stringify({ cmd }) })
 
 const prompt = "Use a sub-agent to write sub.txt, then tell me what it did."
@@ -47,9 +60,9 @@ const outputs = (body: Entry) => (body.input as ReadonlyArray<Entry>).filter((i)
 
 /**
  * The scripted model, for both conversations: the first `thread-id` it sees is the main agent's. The main agent spawns
- * (`fork` sets `fork_context`), waits on the spawned id, answers; the sub-agent writes the file, answers.
+ * (as `mode` says), waits on the spawned id, answers; the sub-agent writes the file, answers.
  */
-const model = (fork: boolean) => {
+const model = (mode: Mode) => {
   let main: string | null = null
   let n = 0
   return (request: Received): Reply => {
@@ -62,10 +75,14 @@ const model = (fork: boolean) => {
       return events(n, done.some((o) => o.call_id === "call_sub_shell") ? [say(n, subAnswer)] : [shell(n, "printf 'from the sub-agent\\n' > sub.txt && echo ok")])
     }
     const spawned = done.find((o) => o.call_id === "call_spawn_agent")
-    if (spawned === undefined) return events(n, [agentCall(n, "spawn_agent", { message: task, ...(fork ? { fork_context: true } : {}) })])
+    if (spawned === undefined) {
+      const args = mode === "v2" ? { task_name: "writer", message: task, fork_turns: "none" } : { message: task, ...(mode === "v1 fork" ? { fork_context: true } : {}) }
+      return events(n, [agentCall(mode, n, "spawn_agent", args)])
+    }
     if (!done.some((o) => o.call_id === "call_wait_agent")) {
+      if (mode === "v2") return events(n, [agentCall(mode, n, "wait_agent", { timeout_ms: 60_000 })])
       const id = (JSON.parse(String(spawned.output)) as { agent_id: string }).agent_id
-      return events(n, [agentCall(n, "wait_agent", { targets: [id], timeout_ms: 60_000 })])
+      return events(n, [agentCall(mode, n, "wait_agent", { targets: [id], timeout_ms: 60_000 })])
     }
     return events(n, [say(n, mainAnswer)])
   }
@@ -93,11 +110,12 @@ const tempDir = (prefix: string) =>
 const metadataOf = (r: Received) => JSON.parse(String(r.headers["x-codex-turn-metadata"])) as Record<string, unknown>
 
 describe("Gateway with Codex's sub-agents", () => {
-  for (const fork of [false, true]) {
-    it.live(`a spawned sub-agent${fork ? " (fork_context)" : ""} and its parent complete through Baton, each Codex thread its own Baton thread, every item once`, () =>
+  for (const mode of ["v1", "v1 fork", "v2"] as const) {
+    const fork = mode === "v1 fork"
+    it.live(`a spawned sub-agent (${mode}) and its parent complete through Baton, each Codex thread its own Baton thread, every item once`, () =>
       Effect.scoped(Effect.gen(function*() {
         const upstream = yield* loopback
-        const script = model(fork)
+        const script = model(mode)
         for (let i = 0; i < 8; i++) upstream.enqueue(script)
         const settings = yield* settingsFor([openAiInstance(upstream.url)], { TEST_MODEL_KEY: marker }, undefined, { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } })
         yield* Effect.gen(function*() {
@@ -105,7 +123,13 @@ describe("Gateway with Codex's sub-agents", () => {
           const port = (server.address as HttpServer.TcpAddress).port
           const home = yield* codexHome(`http://127.0.0.1:${port}`, { envKey: "CODEX_TEST_KEY" })
           const dir = yield* tempDir("baton-codex-sub-")
-          const result = yield* CodexExec.exec({ codexHome: home, cwd: dir, prompt, env: { CODEX_TEST_KEY: adminToken } })
+          const result = yield* CodexExec.exec({
+            codexHome: home,
+            cwd: dir,
+            prompt,
+            env: { CODEX_TEST_KEY: adminToken },
+            config: mode === "v2" ? ["features.multi_agent_v2=true"] : []
+          })
 
           // The session completes: the sub-agent ran its command, the main agent answered after waiting on it.
           expect(result.messages).toEqual([mainAnswer])
@@ -113,6 +137,7 @@ describe("Gateway with Codex's sub-agents", () => {
 
           // What Codex sent: three requests of the main thread, two of the sub-agent's, its own thread-id, the parent's
           // session-id and prompt_cache_key, its parent named in the turn metadata; the sub-agent has no agent tools.
+          const namespace = mode === "v2" ? "collaboration" : "multi_agent_v1"
           const main = upstream.requests.filter((r) => r.headers["thread-id"] === result.threadId)
           const sub = upstream.requests.filter((r) => r.headers["thread-id"] !== result.threadId)
           expect([main.length, sub.length]).toEqual([3, 2])
@@ -123,10 +148,10 @@ describe("Gateway with Codex's sub-agents", () => {
             expect(r.headers["session-id"]).toBe(result.threadId)
             expect((JSON.parse(r.body) as Entry).prompt_cache_key).toBe(result.threadId)
             expect(metadataOf(r)).toMatchObject({ parent_thread_id: result.threadId, thread_source: "subagent", subagent_kind: "thread_spawn" })
-            expect(((JSON.parse(r.body) as Entry).tools as ReadonlyArray<Entry>).map((t) => t.name)).not.toContain("multi_agent_v1")
+            expect(((JSON.parse(r.body) as Entry).tools as ReadonlyArray<Entry>).map((t) => t.name)).not.toContain(namespace)
           }
           for (const r of main) expect(r.headers["session-id"]).toBe(result.threadId)
-          expect(((JSON.parse(main[0]!.body) as Entry).tools as ReadonlyArray<Entry>).map((t) => t.name)).toContain("multi_agent_v1")
+          expect(((JSON.parse(main[0]!.body) as Entry).tools as ReadonlyArray<Entry>).map((t) => t.name)).toContain(namespace)
           const mainInputs = main.map((r) => (JSON.parse(r.body) as { input: ReadonlyArray<Entry> }).input)
           const subInputs = sub.map((r) => (JSON.parse(r.body) as { input: ReadonlyArray<Entry> }).input)
           // With fork_context, the sub-agent's history starts with its parent's (up to the spawn), then its task.
@@ -156,9 +181,17 @@ describe("Gateway with Codex's sub-agents", () => {
               }
               expect(items.filter((i) => i.toolCallId === "call_sub_shell")).toEqual([])
               expect(items.filter((i) => i.kind === "user_message" && i.text === task)).toEqual([])
+              // v2: the sub-agent's answer reaches the parent as an agent_message, recorded as the agent's text.
+              if (mode === "v2") expect(items.filter((i) => i.kind === "user_message" && i.text.includes(`Payload:\n${subAnswer}`)).length).toBe(1)
             } else {
               // The sub-agent's thread: its task once, its shell round once, nothing of the parent after the spawn.
-              expect(items.filter((i) => i.kind === "user_message" && i.text === task).length).toBe(1)
+              if (mode === "v2") {
+                // The task arrives as an agent_message: its header as text, its (encrypted) payload as a part.
+                expect(items.filter((i) => i.kind === "user_message" && i.text.startsWith("Message Type: NEW_TASK")).length).toBe(1)
+                expect(items.filter((i) => i.kind === "user_message" && i.text === "[encrypted_content]").length).toBe(1)
+              } else {
+                expect(items.filter((i) => i.kind === "user_message" && i.text === task).length).toBe(1)
+              }
               expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "call_sub_shell").length).toBe(1)
               const results = items.filter((i) => i.kind === "tool_result" && i.toolCallId === "call_sub_shell")
               expect(results.length).toBe(1)
