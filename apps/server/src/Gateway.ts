@@ -449,7 +449,8 @@ export const layer = (options: GatewayOptions) =>
             : Fiber.join(recording)
           /**
            * Answers the upstream's `thread_read` calls from the conversation's thread (the request's record, else the
-           * stored conversation's); without a thread, each call is answered as a failed read. The continuation must
+           * stored conversation's); without a thread, each call is answered as a failed read, and a call whose input could
+           * not be read as arguments (`invalid`) with that error. The continuation must
            * stay under the routed instance's window: `body` (the request just sent) and `content` (the reply that
            * called) are counted, and an answer that would take the continuation over `fitLimit` is refused to the
            * model with a message saying so (it may ask for a smaller `limit`), never sent.
@@ -458,7 +459,7 @@ export const layer = (options: GatewayOptions) =>
             Effect.gen(function*() {
               const threadId = Option.orElse(Option.map(yield* recorded, (r) => r.begun.threadId), () => knownThread)
               const answers = yield* Effect.forEach(reads, (r) =>
-                Option.match(threadId, {
+                r.invalid !== undefined ? Effect.succeed({ id: r.id, output: r.invalid, isError: true }) : Option.match(threadId, {
                   onNone: () => Effect.succeed({ id: r.id, output: "thread_read: this conversation has no record to read from yet", isError: true }),
                   onSome: (id) => Effect.map(reader.answer(id, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a }))
                 }))

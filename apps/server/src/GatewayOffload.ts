@@ -568,10 +568,15 @@ export const reusable = (shape: Shape, body: Record<string, unknown>): number =>
 /** `plan` on an Anthropic Messages request (see `anthropicShape`). */
 export const rewrite = (input: Input): Output => plan(anthropicShape, input)
 
-/** A `thread_read` call of the upstream's reply: its `tool_use` id and its input. */
+/**
+ * A `thread_read` call of the upstream's reply: its call id (`tool_use` id, `call_id`) and its input (the arguments as
+ * a JSON value); `invalid`, when set, is the error text the call is answered with instead of reading (its input could
+ * not be read as arguments: a Responses custom tool call whose input text is not JSON).
+ */
 export interface Read {
   readonly id: string
   readonly input: unknown
+  readonly invalid?: string
 }
 
 /**

@@ -15,8 +15,10 @@
  *   `cacheRead / input`) and there is no write premium: an uncached token is billed at the input price, so the write
  *   multiplier is 1 (whatever `prices.cacheWrite` says, which OpenAI instances leave at 0). TTL: 5 minutes (OpenAI
  *   keeps a prefix cached for 5 to 10 minutes of inactivity: platform.openai.com/docs/guides/prompt-caching).
- * - The upstream's `thread_read` calls: answered by the gateway when every call of the response is one; the
- *   continuation sends the response's output items and a `function_call_output` per call. A stream's events pass on
+ * - The upstream's `thread_read` calls, as function calls or as custom tool calls (whose free-text `input` is read as
+ *   the function form's JSON arguments; a text that is not JSON is answered with an error saying so): answered by
+ *   the gateway when every call of the response is one; the continuation sends the response's output items and an
+ *   output per call of the call's kind (`function_call_output`, `custom_tool_call_output`). A stream's events pass on
  *   until the `response.output_item.added` (or, without one, `.done`) of a `thread_read` call, and are held from there; the continuation's
  *   events join the response the agent is receiving (its `response.created` and `response.in_progress` dropped, its
  *   `output_index` numbered after the items already sent, `sequence_number` continued, its final `response.output`
@@ -78,26 +80,54 @@ export const shape: GatewayOffload.Shape = {
   pricing: openAiCache
 }
 
+/** Whether `item` is a `thread_read` call the gateway can answer: a `function_call` or `custom_tool_call` of that name with a `call_id`. */
+const isReadCall = (item: Record<string, unknown>) => isCall(item) && item.name === ThreadRead.definition.name && typeof item.call_id === "string"
+
+/**
+ * The answer to a `thread_read` custom tool call whose input text is not JSON (a custom tool's input is free text;
+ * the gateway accepts the function form's JSON arguments there).
+ */
+export const customInputError = `thread_read: the input is not JSON; send the arguments as a JSON object: {"refs": "...", "offset"?: n, "limit"?: n}`
+
 /**
  * The `thread_read` calls of a response's output items when the gateway can answer them itself: every call of the
- * response (`function_call`, `custom_tool_call`) is a `thread_read` function call (at least one). `null` otherwise.
+ * response (`function_call`, `custom_tool_call`) is a `thread_read` call (at least one). A function call's input is its
+ * `arguments` parsed (`{}` when they do not parse: the read then says what the arguments should be); a custom tool
+ * call's is its `input` text parsed as JSON, and when that text is not JSON the call is answered with
+ * `customInputError` (`invalid`) without reading. `null` otherwise.
  */
 export const readsOf = (items: unknown): ReadonlyArray<GatewayOffload.Read> | null => {
   if (!Array.isArray(items)) return null
   const calls = items.filter((i): i is Record<string, unknown> => isRecord(i) && isCall(i))
-  if (calls.length === 0 || !calls.every((c) => c.type === "function_call" && c.name === ThreadRead.definition.name && typeof c.call_id === "string")) return null
-  return calls.map((c) => ({ id: c.call_id as string, input: typeof c.arguments === "string" ? parseJson(c.arguments) ?? {} : c.arguments }))
+  if (calls.length === 0 || !calls.every(isReadCall)) return null
+  return calls.map((c): GatewayOffload.Read => {
+    const id = c.call_id as string
+    if (c.type === "function_call") return { id, input: typeof c.arguments === "string" ? parseJson(c.arguments) ?? {} : c.arguments }
+    const input = typeof c.input === "string" ? parseJson(c.input) : c.input
+    return input === undefined ? { id, input: null, invalid: customInputError } : { id, input }
+  })
 }
 
-/** The request that continues after the upstream's `thread_read` calls: `body` with the response's items and a `function_call_output` per answer. */
+/**
+ * The request that continues after the upstream's `thread_read` calls: `body` with the response's items and an output
+ * item per answer, of the call's kind: `function_call_output` for a function call, `custom_tool_call_output` for a
+ * custom tool call (`{type, call_id, output}`, the answer's text).
+ */
 export const continuation = (
   body: Record<string, unknown>,
   items: ReadonlyArray<unknown>,
   answers: ReadonlyArray<GatewayOffload.Answer>
-): Record<string, unknown> => ({
-  ...body,
-  input: [...(body.input as ReadonlyArray<unknown>), ...items, ...answers.map((a) => ({ type: "function_call_output", call_id: a.id, output: a.output }))]
-})
+): Record<string, unknown> => {
+  const custom = new Set(items.flatMap((i) => (isRecord(i) && i.type === "custom_tool_call" && typeof i.call_id === "string" ? [i.call_id] : [])))
+  return {
+    ...body,
+    input: [
+      ...(body.input as ReadonlyArray<unknown>),
+      ...items,
+      ...answers.map((a) => ({ type: custom.has(a.id) ? "custom_tool_call_output" : "function_call_output", call_id: a.id, output: a.output }))
+    ]
+  }
+}
 
 const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}data: ${data}\n\n`
 
@@ -137,7 +167,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         if (data.type === "response.output_item.added" || data.type === "response.output_item.done") {
           const index = typeof data.output_index === "number" ? data.output_index : items
           items = Math.max(items, index + 1)
-          if (held === null && isRecord(data.item) && data.item.type === "function_call" && data.item.name === ThreadRead.definition.name) {
+          if (held === null && isRecord(data.item) && isCall(data.item) && data.item.name === ThreadRead.definition.name) {
             held = []
             heldAt = index
             heldSequence = first ? (typeof data.sequence_number === "number" ? data.sequence_number : 0) : sequence

@@ -5,7 +5,8 @@
  * a long Codex-like conversation whose tool outputs (about 25,000 characters each) are stubbed at flushes and stay
  * stubbed, each request extending the previous one except at the reported flushes, the agent's newest input sent byte
  * for byte, `thread_read` offered as a function; the upstream's `thread_read` calls (whole and streamed) answered by
- * the gateway with the original output, never seen by the agent.
+ * the gateway with the original output, never seen by the agent; the same for `thread_read` as a custom tool call
+ * (its free-text input read as JSON, an error result when it is not).
  */
 import { describe, expect, it } from "@effect/vitest"
 import { HttpClientRequest } from "@effect/platform"
@@ -39,6 +40,9 @@ const said = (text: string) => ({ type: "message", id: `msg_r${++responses}`, ro
 /** An output function call item. */
 const called = (callId: string, name: string, args: object) => ({ type: "function_call", id: `fc_${callId}`, call_id: callId, name, arguments: JSON.stringify(args), status: "completed" })
 
+/** An output custom tool call item (its `input` free text). */
+const customCalled = (callId: string, name: string, input: string) => ({ type: "custom_tool_call", id: `ctc_${callId}`, call_id: callId, name, input, status: "completed" })
+
 /** A streamed Responses answer of `items` as OpenAI frames it (added, deltas, done per item; sequence numbers). */
 const streamed = (items: ReadonlyArray<Item>, usage: Usage): ModelApi.Reply => {
   const id = `resp_${++responses}`
@@ -48,10 +52,13 @@ const streamed = (items: ReadonlyArray<Item>, usage: Usage): ModelApi.Reply => {
     { type: "response.in_progress", response: { id, status: "in_progress", output: [] } }
   ]
   items.forEach((item, i) => {
-    events.push({ type: "response.output_item.added", output_index: i, item: { ...item, status: "in_progress", ...(item.type === "message" ? { content: [] } : { arguments: "" }) } })
+    const start = item.type === "message" ? { content: [] } : item.type === "custom_tool_call" ? { input: "" } : { arguments: "" }
+    events.push({ type: "response.output_item.added", output_index: i, item: { ...item, status: "in_progress", ...start } })
     if (item.type === "message") {
       const text = (item.content as Array<{ text: string }>)[0]!.text
       events.push({ type: "response.output_text.delta", output_index: i, item_id: item.id, content_index: 0, delta: text })
+    } else if (item.type === "custom_tool_call") {
+      events.push({ type: "response.custom_tool_call_input.delta", output_index: i, item_id: item.id, delta: item.input })
     } else {
       events.push({ type: "response.function_call_arguments.delta", output_index: i, item_id: item.id, delta: item.arguments })
     }
@@ -297,6 +304,97 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         expect(JSON.stringify(events)).not.toContain("thread_read")
         expect(events.filter((e) => e.type === "response.output_item.done").map((e) => [e.output_index, (e.item as { content: Array<{ text: string }> }).content[0]!.text])).toEqual([[0, "Let me look."], [1, "Read it."]])
         expect(String((JSON.parse(upstream.requests.at(-1)!.body) as Body).input.at(-1)!.output)).toContain(output(1))
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it.live("a thread_read custom tool call (whole answers) is answered with a custom_tool_call_output holding the exact original; a custom input that is not JSON gets an error result", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const { history } = yield* converse(upstream, 4)
+        const before = upstream.requests.length
+        const input = [...history, user("what did the first grep print?")]
+        const look = said("Let me look.")
+        const read = customCalled("call_cread1", "thread_read", JSON.stringify({ refs: "tool:call_1", limit: 32_000 }))
+        const final = said("It printed the values of module 1.")
+        upstream.enqueue(whole([look, read], { input: 100, cached: 1000, output: 20 }), whole([final], { input: 50, cached: 1100, output: 10 }))
+        const answer = yield* raw(post(requestOf(input, false)))
+        expect(answer.status).toBe(200)
+        expect((answer.body as { output: Array<Item> }).output).toEqual([final])
+        expect(JSON.stringify(answer.body)).not.toContain("thread_read")
+        expect(upstream.requests.length).toBe(before + 2)
+        const first = JSON.parse(upstream.requests[before]!.body) as Body
+        const second = JSON.parse(upstream.requests[before + 1]!.body) as Body
+        expect(second.input.slice(0, first.input.length)).toEqual(first.input)
+        expect(second.input.slice(first.input.length, -1)).toEqual([look, read])
+        const answered = second.input.at(-1)!
+        expect(Object.keys(answered).sort()).toEqual(["call_id", "output", "type"])
+        expect(answered).toMatchObject({ type: "custom_tool_call_output", call_id: "call_cread1" })
+        expect(String(answered.output)).toContain(output(1))
+
+        // A custom input that is not JSON: the model gets an error result saying what to send, and goes on.
+        const bad = customCalled("call_cread2", "thread_read", "tool:call_2")
+        const gaveUp = said("I could not read it.")
+        upstream.enqueue(whole([bad], small), whole([gaveUp], small))
+        const next = [...input, final, user("and the second?")]
+        const again = yield* raw(post(requestOf(next, false)))
+        expect(again.status).toBe(200)
+        expect((again.body as { output: Array<Item> }).output).toEqual([gaveUp])
+        const continued = JSON.parse(upstream.requests.at(-1)!.body) as Body
+        expect(continued.input.slice(-2)).toEqual([
+          bad,
+          { type: "custom_tool_call_output", call_id: "call_cread2", output: `thread_read: the input is not JSON; send the arguments as a JSON object: {"refs": "...", "offset"?: n, "limit"?: n}` }
+        ])
+        expect(String(continued.input.at(-1)!.output)).not.toContain(output(2).slice(0, 200))
+
+        const { runs, items, events } = yield* onlyThread
+        expect(runs.map((r) => r.status)).toEqual(Array(runs.length).fill("completed"))
+        expect(items.filter((i) => i.toolName === "thread_read")).toEqual([])
+        expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 180_000)
+
+  it.live("a streamed thread_read custom tool call is held back from its output item on, answered with a custom_tool_call_output, and the continuation's items join the response", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewayOf(upstream)
+      yield* Effect.gen(function*() {
+        const { history } = yield* converse(upstream, 4)
+        const before = upstream.requests.length
+        const input = [...history, user("what did the first grep print?")]
+        const look = said("Let me look.")
+        const read = customCalled("call_cread3", "thread_read", JSON.stringify({ refs: "tool:call_1", limit: 32_000 }))
+        const found = said("It printed module 1's values.")
+        const next = called("call_next", "exec_command", { cmd: "ls" })
+        upstream.enqueue(streamed([look, read], { input: 100, cached: 1000, output: 20 }), streamed([found, next], { input: 50, cached: 1100, output: 10 }))
+        const answer = yield* raw(post(requestOf(input)))
+        expect(answer.status).toBe(200)
+        const events = eventsOf(answer.text)
+        expect(JSON.stringify(events)).not.toContain("thread_read")
+        expect(events.filter((e) => e.type === "response.custom_tool_call_input.delta")).toEqual([])
+        expect(events.filter((e) => e.type === "response.created").length).toBe(1)
+        expect(events.filter((e) => e.type === "response.output_item.done").map((e) => [e.output_index, e.item])).toEqual([[0, look], [1, found], [2, next]])
+        const sequence = events.map((e) => e.sequence_number)
+        expect(sequence).toEqual(sequence.map((_, i) => i))
+        expect((events.at(-1)!.response as { output: Array<Item> }).output).toEqual([look, found, next])
+        expect(upstream.requests.length).toBe(before + 2)
+        const second = JSON.parse(upstream.requests[before + 1]!.body) as Body
+        expect(second.input.at(-2)).toEqual(read)
+        expect(second.input.at(-1)).toMatchObject({ type: "custom_tool_call_output", call_id: "call_cread3" })
+        expect(String(second.input.at(-1)!.output)).toContain(output(1))
+
+        // The agent's next request (it echoes the items it received) extends the continuation's request.
+        upstream.enqueue(streamed([said("Fine.")], small))
+        const result = { type: "function_call_output", call_id: "call_next", output: "a b c" }
+        expect((yield* raw(post(requestOf([...input, look, found, next, result])))).status).toBe(200)
+        const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
+        expect(third.input.slice(0, second.input.length)).toEqual(second.input)
+        expect(third.input.slice(second.input.length)).toEqual([found, next, result])
+        const { runs, items, events: recorded } = yield* onlyThread
+        expect(runs.map((r) => r.status)).toEqual(Array(runs.length).fill("completed"))
+        expect(items.filter((i) => i.kind === "tool_call").map((i) => i.toolCallId)).not.toContain("call_cread3")
+        expect(recorded.filter((e) => e.type === "gateway.diverged")).toEqual([])
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 

@@ -80,7 +80,8 @@ const outputText = (output: unknown): string =>
  * The items of one input item: a message's text parts as `user_message` (user, developer and system: Baton has no
  * system kind; the message id says the role) or `assistant_message` (other parts `[type]`), `function_call` and
  * `custom_tool_call` a `tool_call` (its arguments as sent), their outputs a `tool_result` (named from `toolNames`),
- * `reasoning` a `reasoning` item of its summary (none when it has no readable text), anything else a one-line
+ * `reasoning` a `reasoning` item of its summary (none when it has no readable text), Codex's `agent_message` (a
+ * message between its agents) a `user_message` per content part (text parts their text, others `[type]`), anything else a one-line
  * `[type]` item: `user_message` for Codex's `compaction_trigger`, `assistant_message` for the rest (its `compaction`,
  * hosted tools' calls).
  */
@@ -111,6 +112,14 @@ export const itemsOf = (m: unknown, messageId: string, toolNames: ReadonlyMap<st
       const id = String(m.call_id)
       return [{ ...base, kind: "tool_result", text: outputText(m.output), toolCallId: id, toolName: toolNames.get(id) ?? null }]
     }
+    case "agent_message":
+      // Codex's message between agents (`multi_agent_v2`: a sub-agent's task, its answer to its parent): the agent's
+      // input, its text parts as text, others (`encrypted_content`) `[type]`.
+      return partsOf(m).map((p): NewItem => ({
+        ...base,
+        kind: "user_message",
+        text: isRecord(p) && typeof p.text === "string" ? p.text : `[${isRecord(p) ? String(p.type) : "part"}]`
+      }))
     case "reasoning": {
       const text = [...texts(Array.isArray(m.summary) ? m.summary : [], "summary_text"), ...texts(Array.isArray(m.content) ? m.content : [], "reasoning_text")].join("\n")
       return text === "" ? [] : [{ ...base, kind: "reasoning", text }]

@@ -45,6 +45,9 @@ describe("GatewayResponsesWire", () => {
     expect(items({ type: "reasoning", summary: [], encrypted_content: "E" })).toEqual([])
     expect(items({ type: "compaction_trigger" })).toEqual([["user_message", "[compaction_trigger]", null, null]])
     expect(items({ type: "compaction", encrypted_content: "E" })).toEqual([["assistant_message", "[compaction]", null, null]])
+    // Codex's message between agents (multi_agent_v2): the agent's input, its text parts as text.
+    expect(items({ type: "agent_message", content: [{ type: "input_text", text: "Message Type: NEW_TASK\nPayload:\n" }, { type: "encrypted_content", encrypted_content: "E" }] }))
+      .toEqual([["user_message", "Message Type: NEW_TASK\nPayload:\n", null, null], ["user_message", "[encrypted_content]", null, null]])
     expect(wire.promptOf([{ type: "message", role: "user", content: [{ type: "input_text", text: "do it" }] }, { type: "function_call_output", call_id: "c", output: "" }])).toBe("do it")
   })
 
