@@ -31,7 +31,10 @@
  *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
  *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here
  *   from the conversation's thread and the conversation continued with the upstream (whole answers: the agent gets the
- *   last; streams: the events from the call on are held, and the continuation's join the agent's message). Off: the
+ *   last; streams: the events from the call on are held, and the continuation's join the agent's message). On
+ *   `/v1/messages`, `thread_read` calls beside calls of the agent's own tools are answered here too, the agent gets
+ *   the reply without them (streams: their events left out, the blocks after them numbered on), and the expansion
+ *   recorded makes the agent's next request carry the calls and the answers (`GatewayOffload.besideOf`). Off: the
  *   body goes out byte for byte.
  *
  * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` or `openai-responses` instance;

@@ -22,7 +22,9 @@
  *   tools), so the tools part of the prefix is the same from the first request on.
  * - The upstream's `thread_read` calls (`readsOf`) are answered by `Gateway`, which continues the conversation
  *   (`continuation`) and splices a stream's hops (`makeHop`) so the agent sees one message; `Offload` is what
- *   `Gateway` needs of a wire for that.
+ *   `Gateway` needs of a wire for that. Calls beside the agent's own (`besideOf`) are answered too, without a
+ *   continuation: the agent gets the reply without them, and the expansion ends with the gateway's answers, which
+ *   the agent's next request gets joined with its own results (`anthropicShape.joinAnswers`).
  *
  * Pure: no I/O, no clock (the caller passes the time since the conversation's previous request).
  */
@@ -134,6 +136,12 @@ export interface Shape {
   readonly system: (body: Record<string, unknown>) => unknown
   readonly pricing: (prices: Prices) => ToolResultOffload.CachePricing
   /**
+   * Whether the gateway answers `thread_read` calls beside the agent's own on this wire (`Offload.besideOf`): a unit
+   * of such calls is then stubbable like a hidden round (the reads' stubs name what they read, the agent's calls'
+   * their `tool:` refs). Absent or false: the agent answered those calls itself, and such a unit is never stubbed.
+   */
+  readonly readsBeside?: boolean | undefined
+  /**
    * Where the wire answers calls inside the message that follows (Anthropic: every `tool_result` for an assistant
    * message's calls must be in the very next user message): an expansion that ends with an entry of answers (not the
    * model's: the gateway's answers to `thread_read` calls beside the agent's own calls, `Offload.expansions`) is joined
@@ -231,6 +239,7 @@ export const anthropicShape: Shape = {
   },
   system: (body) => body.system ?? "",
   pricing: anthropicCache,
+  readsBeside: true,
   joinAnswers: (answers, next) => {
     if (answers.role !== "user" || next.role !== "user" || !Array.isArray(answers.content)) return null
     const rest = typeof next.content === "string" ? [{ type: "text", text: next.content }] : Array.isArray(next.content) ? next.content : null
@@ -496,15 +505,15 @@ export const plan = (shape: Shape, input: Input, incremental = true): Output => 
   }
   if (made !== undefined) memo.snapshots.set(first!, made)
   // Pins that depend on a unit alone (`staticPin`), kept by unit: a unit of the gateway's own thread_read calls (a
-  // hidden round, alone or beside the agent's own calls) is not in the thread: its stub names what the calls read
-  // (`readRefOf`), which the thread holds, and the agent's calls' results by their `tool:` refs; one whose refs
-  // cannot be named is never stubbed. A result the thread cannot give back (an image) goes out as sent: its stub
-  // would lose it for good.
+  // hidden round, or where the wire has `readsBeside` calls beside the agent's own) is not in the thread: its stub
+  // names what the calls read (`readRefOf`), which the thread holds, and the agent's calls' results by their `tool:`
+  // refs; one whose refs cannot be named, or (without `readsBeside`) a call beside the agent's own tools, is never
+  // stubbed. A result the thread cannot give back (an image) goes out as sent: its stub would lose it for good.
   const staticPin = (u: ScanUnit): boolean => {
     let p = memo.staticPins.get(u)
     if (p === undefined) {
       const reads = u.calls.filter((c) => c.name === ThreadRead.definition.name)
-      p = reads.some((c) => readRefOfCall(c) === null) ||
+      p = (reads.length > 0 && ((reads.length < u.calls.length && shape.readsBeside !== true) || reads.some((c) => readRefOfCall(c) === null))) ||
         u.results.some((i) => memo.opaque(messages[i]!))
       memo.staticPins.set(u, p)
     }
