@@ -178,6 +178,45 @@ describe("Gateway: thread_read beside the agent's own calls (/v1/messages)", () 
     }
   }
 
+  it.live("a read beside the agent's call that would take the request over the window is answered as refused (an error result), never the original", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      // A 20,000-token window: the agent's request (one ~8,000-token result) fits, the same result read back does not.
+      const settings = yield* settingsFor(
+        [instance("anthropic", "anthropic-messages", upstream, { contextWindow: 20_000, autoCompactThreshold: null, maxOutputTokens: 2_000 })],
+        { TEST_MODEL_KEY: marker },
+        undefined,
+        { gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] } }
+      )
+      yield* Effect.gen(function*() {
+        const big = Array.from({ length: 420 }, (_, line) => `src/module/file${line}.ts:${line * 7}: export const value${line} = compute(${line}, "big")`).join("\n").slice(0, 32_000)
+        const history: Array<Message> = [
+          { role: "user", content: [text("grep it")] },
+          { role: "assistant", content: [use("toolu_big", "Bash", { command: "grep -rn value src" })] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_big", content: big }] },
+          { role: "assistant", content: [text("Found them.")] },
+          { role: "user", content: [text("read it all again and list the files")] }
+        ]
+        const reply = [use("toolu_rb", "thread_read", { refs: "tool:toolu_big", limit: 32_000 }), use("toolu_ls", "Bash", { command: "ls" })]
+        upstream.enqueue({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({ id: "msg_b", type: "message", role: "assistant", model: "m", content: reply, stop_reason: "tool_use", usage: { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 5 } })
+        })
+        const first = yield* raw(post({ model: "claude-x", max_tokens: 1_000, system, tools, messages: history }))
+        expect((first.body as { content: Array<Block> }).content).toEqual([reply[1]])
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "Listed.", usage))
+        const u: Message = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_ls", content: "a.ts" }] }
+        expect((yield* raw(post({ model: "claude-x", max_tokens: 1_000, system, tools, messages: [...history, { role: "assistant", content: [reply[1]!] }, u] }))).status).toBe(200)
+        const next = JSON.parse(upstream.requests[1]!.body) as Body
+        expect(next.messages.at(-2)).toEqual({ role: "assistant", content: reply })
+        const read = next.messages.at(-1)!.content[0]!
+        expect(read).toMatchObject({ type: "tool_result", tool_use_id: "toolu_rb", is_error: true })
+        expect(String(read.content)).toContain("do not fit in this model's context window")
+        expect(String(read.content)).not.toContain(big.slice(0, 2_000))
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 120_000)
+
   for (const streamed of [true, false]) {
     it.live(`${streamed ? "streamed" : "whole"}: a hidden round, then a continuation with a read beside the agent's call: the agent's blocks numbered on, the next request extends the continuation`, () =>
       Effect.scoped(Effect.gen(function*() {
