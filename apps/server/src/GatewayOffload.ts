@@ -56,7 +56,9 @@ export interface Input {
   readonly count: (text: string) => number
   /**
    * The conversation's hidden `thread_read` rounds: a received message's fingerprint -> the messages the upstream
-   * exchanged in its place (sent instead of it; absent: none).
+   * exchanged in its place (sent instead of it; absent: none). A list that ends with an entry that is not the
+   * model's (the gateway's answers to `thread_read` calls beside the agent's own) has it joined with the entry the
+   * agent sent next where the shape says so (`Shape.joinAnswers`), else sent before that entry.
    */
   readonly expansions?: Readonly<Record<string, ReadonlyArray<unknown>>> | undefined
   /** A message's key in `expansions` (`GatewayThreads.expansionKeyOf`: its content print, else its fingerprint). */
