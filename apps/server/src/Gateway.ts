@@ -31,7 +31,10 @@
  *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
  *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here
  *   from the conversation's thread and the conversation continued with the upstream (whole answers: the agent gets the
- *   last; streams: the events from the call on are held, and the continuation's join the agent's message). Off: the
+ *   last; streams: the events from the call on are held, and the continuation's join the agent's message). On
+ *   `/v1/messages`, `thread_read` calls beside calls of the agent's own tools are answered here too, the agent gets
+ *   the reply without them (streams: their events left out, the blocks after them numbered on), and the expansion
+ *   recorded makes the agent's next request carry the calls and the answers (`GatewayOffload.besideOf`). Off: the
  *   body goes out byte for byte.
  *
  * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` or `openai-responses` instance;
@@ -364,8 +367,12 @@ export const layer = (options: GatewayOptions) =>
            */
           // Keyed by content print (`expansionKeyOf`): a re-rendered message (its thinking left out) still matches.
           const fingerprint = (m: unknown) => GatewayThreads.expansionKeyOf(dialect.wire, m)
-          const expansionOf = (visible: ReadonlyArray<unknown>, last: Record<string, unknown>, final: ReadonlyArray<unknown>) =>
-            offloader === undefined ? [] : offloader.expansions(visible, last, sentCount, final, fingerprint)
+          const expansionOf = (
+            visible: ReadonlyArray<unknown>,
+            last: Record<string, unknown>,
+            final: ReadonlyArray<unknown>,
+            beside?: ReadonlyArray<GatewayOffload.Answer>
+          ) => offloader === undefined ? [] : offloader.expansions(visible, last, sentCount, final, fingerprint, beside)
           if (record && offloader !== undefined && target.toolResultOffload.enabled) {
             const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
             const known = Option.flatten(conversation)
@@ -543,6 +550,18 @@ export const layer = (options: GatewayOptions) =>
                 if (status < 200 || status >= 300) break
               }
             }
+            // thread_read calls beside the agent's own: answered here, the agent gets the reply without them, and the
+            // agent's next request carries them again with these answers (the expansion).
+            let beside: { readonly answers: ReadonlyArray<GatewayOffload.Answer>; readonly content: ReadonlyArray<unknown> } | null = null
+            if (ok && status >= 200 && status < 300 && outBody !== null && offloader?.besideOf !== undefined && offloader.withContent !== undefined && ownsReads) {
+              const reply = parseJson(new TextDecoder().decode(bytesBack))
+              const content = isRecord(reply) ? offloader.contentOfBody(reply) : null
+              const found = content === null ? null : offloader.besideOf(content)
+              if (isRecord(reply) && content !== null && found !== null) {
+                beside = { answers: yield* answerReads(found.reads, outBody, content), content }
+                bytesBack = new TextEncoder().encode(JSON.stringify(offloader.withContent(reply, found.visible)))
+              }
+            }
             if (recording !== null) {
               const text = new TextDecoder().decode(bytesBack)
               const whole = status >= 200 && status < 300
@@ -556,7 +575,10 @@ export const layer = (options: GatewayOptions) =>
                   ? () => {
                     const reply = dialect.replyOfBody(parseJson(text))
                     const content = offloader?.contentOfBody(parseJson(text)) ?? []
-                    return completed(withHidden(reply, hidden), hidden.length > 0 && outBody !== null ? expansionOf(content, outBody, content) : undefined)
+                    return completed(
+                      withHidden(reply, hidden),
+                      (hidden.length > 0 || beside !== null) && outBody !== null ? expansionOf(content, outBody, beside?.content ?? content, beside?.answers) : undefined
+                    )
                   }
                   : failed(failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
               )
@@ -571,6 +593,8 @@ export const layer = (options: GatewayOptions) =>
           // and continued with the upstream, whose next stream joins the message the agent is receiving.
           const hops: Array<GatewayOffload.Hop> = []
           let lastBody: Record<string, unknown> | null = null
+          // The last hop's thread_read calls beside the agent's own: its content as the upstream sent it, the answers.
+          let beside: { readonly answers: ReadonlyArray<GatewayOffload.Answer>; readonly content: ReadonlyArray<unknown> } | null = null
           const encoder = new TextEncoder()
           const spliced = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>, hop: GatewayOffload.Hop, body: Record<string, unknown>): Stream.Stream<Uint8Array, HttpClientError.ResponseError> => {
             hops.push(hop)
@@ -580,6 +604,11 @@ export const layer = (options: GatewayOptions) =>
               Stream.map((text) => encoder.encode(text)),
               Stream.concat(Stream.unwrap(Effect.gen(function*() {
                 const end = hop.end()
+                if (end._tag === "beside") {
+                  // Answered here; the agent gets the message without the calls (the record keeps them, `finish`).
+                  beside = { answers: yield* answerReads(end.reads, body, end.content), content: end.content }
+                  return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
+                }
                 if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
                 const next = offloader!.continuation(body, end.content, yield* answerReads(end.reads, body, end.content))
                 const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(offloader!.sendable(next))))))
@@ -608,12 +637,14 @@ export const layer = (options: GatewayOptions) =>
             const outcome = assembler.outcome()
             const recordedAs = once((): GatewayThreads.Outcome => {
               if (outcome._tag === "completed") {
+                const answered = beside as { readonly answers: ReadonlyArray<GatewayOffload.Answer>; readonly content: ReadonlyArray<unknown> } | null
                 // After hidden hops, the run's usage is every hop's.
-                if (hops.length <= 1 || lastBody === null) return completed(outcome.reply)
+                const hidden = hops.length > 1 && lastBody !== null
+                if (!hidden && answered === null) return completed(outcome.reply)
                 const visible = offloader!.contentOfReply(outcome.reply)
                 return completed(
-                  withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())),
-                  expansionOf(visible, lastBody, hops.at(-1)!.content())
+                  hidden ? withHidden({ ...outcome.reply, tokens: hops.at(-1)!.tokens() }, hops.slice(0, -1).map((h) => h.tokens())) : outcome.reply,
+                  expansionOf(visible, lastBody ?? outBody!, answered?.content ?? hops.at(-1)!.content(), answered?.answers)
                 )
               }
               const failure = runFailure(outcome)

@@ -17,9 +17,10 @@
  * - Pricing: as for Responses (`GatewayResponsesOffload.openAiCache`, through `ToolResultOffload.pricingOf`): a Chat
  *   upstream caches prompts by prefix by itself (OpenAI, and the OpenAI-compatible servers that cache: vLLM's and
  *   llama.cpp's prefix caches), with no write premium, so the write multiplier is 1; reads `cacheRead / input`.
- * - The upstream's `thread_read` calls: answered by the gateway when every call of the reply's `tool_calls` is one
- *   (as on the other wires: a reply with `thread_read` beside the agent's own calls goes to the agent as it is, since
- *   the agent must answer its calls). The continuation sends the assistant message (`role`, `content`, `tool_calls`
+ * - The upstream's `thread_read` calls: answered by the gateway when every call of the reply's `tool_calls` is one,
+ *   and continued; beside the agent's own calls (`besideOf`) answered without a continuation, the agent getting the
+ *   reply without them (a stream's held chunks without their deltas, the later calls' `index` numbered down) and the
+ *   expansion ending with the gateway's `tool` answers (the agent's own `tool` messages follow them). The continuation sends the assistant message (`role`, `content`, `tool_calls`
  *   as assembled) and a `tool` message per call. A stream's chunks pass on until the chunk carrying the first delta of
  *   a `thread_read` call (its `function.name`), and are held from there (that hop's `finish_reason`, usage chunk and
  *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`); the continuation's chunks join the completion the agent is receiving: their `id` and
@@ -89,7 +90,8 @@ export const shape: GatewayOffload.Shape = {
       : [...tools, { type: "function", function: { name: ThreadRead.definition.name, description: ThreadRead.definition.description, parameters: ThreadRead.definition.inputSchema } }]
   },
   system: (body) => (messagesOf(body) ?? []).slice(0, leadOf(messagesOf(body) ?? [])),
-  pricing: openAiCache
+  pricing: openAiCache,
+  readsBeside: true
 }
 
 /**
@@ -119,6 +121,39 @@ export const readsOf = (content: unknown): ReadonlyArray<GatewayOffload.Read> | 
   })
 }
 
+/**
+ * The `thread_read` calls of a reply (`content`: the one assistant message) beside calls of the agent's own tools (at
+ * least one of each; `null` otherwise), and the message without them (what the agent receives).
+ */
+export const besideOf = (content: unknown): GatewayOffload.Beside | null => {
+  const message = Array.isArray(content) ? content[0] : undefined
+  if (!isRecord(message) || !Array.isArray(message.tool_calls)) return null
+  const calls = message.tool_calls.filter(isRecord)
+  const reads = calls.filter((c) => fnOf(c).name === ThreadRead.definition.name && typeof c.id === "string")
+  if (reads.length === 0 || reads.length === calls.length) return null
+  return {
+    reads: reads.map((c) => {
+      const args = fnOf(c).arguments
+      return { id: c.id as string, input: typeof args === "string" ? parseJson(args) ?? {} : args ?? {} }
+    }),
+    visible: [{ ...message, tool_calls: message.tool_calls.filter((c) => !reads.includes(c as Record<string, unknown>)) }]
+  }
+}
+
+/** A whole answer's body whose first choice's message has the tool calls of `content`'s message (`besideOf`'s `visible`). */
+export const withContent = (body: Record<string, unknown>, content: ReadonlyArray<unknown>): Record<string, unknown> => {
+  const message = content[0]
+  const choices = Array.isArray(body.choices) ? body.choices : []
+  const at = choices.findIndex((c) => isRecord(c) && (c.index ?? 0) === 0)
+  const choice = choices[at]
+  const own = isRecord(choice) ? choice.message : undefined
+  if (!isRecord(message) || !isRecord(choice) || !isRecord(own)) return body
+  return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, message: { ...own, tool_calls: message.tool_calls } } : c)) }
+}
+
+/** The `tool` messages of the gateway's answers to `thread_read` calls. */
+const answerMessages = (answers: ReadonlyArray<GatewayOffload.Answer>) => answers.map((a) => ({ role: "tool", tool_call_id: a.id, content: a.output }))
+
 /** The request that continues after the upstream's `thread_read` calls: `body` with the assistant message and a `tool` message per answer. */
 export const continuation = (
   body: Record<string, unknown>,
@@ -129,7 +164,7 @@ export const continuation = (
   messages: [
     ...(body.messages as ReadonlyArray<unknown>),
     ...content,
-    ...answers.map((a) => ({ role: "tool", tool_call_id: a.id, content: a.output }))
+    ...answerMessages(answers)
   ]
 })
 
@@ -189,7 +224,8 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   const assembler = GatewayChat.replyAssembler()
   /** The name of each tool call so far, by `index`. */
   const names = new Map<number, string>()
-  let held: Array<string> | null = null
+  /** The held chunks: the event's name, the chunk as encoded (`null`: not JSON) and its text. */
+  let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
   const contentOf = () => {
     const outcome = assembler.outcome()
     const message = outcome._tag === "completed" ? outcome.reply.messages[0]?.message : undefined
@@ -203,7 +239,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         const data = m.data === "[DONE]" ? undefined : parseJson(m.data)
         if (!isRecord(data)) {
           if (held === null) out += encodeEvent(m.event, m.data)
-          else held.push(encodeEvent(m.event, m.data))
+          else held.push({ event: m.event, data: null, text: encodeEvent(m.event, m.data) })
           continue
         }
         if (first && head === undefined && typeof data.id === "string") head = { id: data.id, ...(data.created !== undefined ? { created: data.created } : {}) }
@@ -219,6 +255,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
             if (name === ThreadRead.definition.name) held = []
           }
         }
+        const sent = (d: Record<string, unknown>) => (first || head === undefined ? d : joined(d, head))
         const encode = (d: Record<string, unknown>, raw: string | null) =>
           first || head === undefined ? encodeEvent(m.event, raw ?? JSON.stringify(d)) : encodeEvent(m.event, JSON.stringify(joined(d, head)))
         const split = before && held !== null ? textBeside(data) : null
@@ -226,18 +263,42 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           // The chunk that starts the hidden call also carries text: the text goes on (the agent assembles it before
           // the continuation's), the rest of the chunk is held.
           out += encode(split.visible, null)
-          held!.push(encode(split.rest, null))
+          held!.push({ event: m.event, data: sent(split.rest), text: encode(split.rest, null) })
         } else if (held === null) out += encode(data, m.data)
-        else held.push(encode(data, m.data))
+        else held.push({ event: m.event, data: sent(data), text: encode(data, m.data) })
       }
       return out
     },
     end: () => {
-      const text = held === null ? "" : held.join("")
+      const text = held === null ? "" : held.map((h) => h.text).join("")
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = contentOf()
       const reads = readsOf(content)
-      return reads === null ? { _tag: "release", held: text } : { _tag: "reads", reads, content, nextOffset: 0, held: text, head }
+      if (reads !== null) return { _tag: "reads", reads, content, nextOffset: 0, held: text, head }
+      const beside = besideOf(content)
+      if (beside === null) return { _tag: "release", held: text }
+      // The `index` of each thread_read call: its deltas are left out, the calls after it numbered down.
+      const hidden = new Set([...names].filter(([, name]) => name === ThreadRead.definition.name).map(([at]) => at))
+      const shown = held.flatMap((h) => {
+        const data = h.data
+        const choices = data !== null && Array.isArray(data.choices) ? data.choices : []
+        const at = choices.findIndex((c) => isRecord(c) && (c.index ?? 0) === 0 && isRecord(c.delta) && Array.isArray(c.delta.tool_calls))
+        if (data === null || at < 0) return [h.text]
+        const choice = choices[at] as Record<string, unknown> & { delta: Record<string, unknown> & { tool_calls: Array<unknown> } }
+        const calls = choice.delta.tool_calls.flatMap((c, k) => {
+          const index = isRecord(c) && typeof c.index === "number" ? c.index : k
+          if (hidden.has(index)) return []
+          let before = 0
+          for (const i of hidden) if (i < index) before++
+          return [isRecord(c) && before > 0 ? { ...c, index: index - before } : c]
+        })
+        const { tool_calls: _, ...delta } = choice.delta
+        // A chunk that carried only the hidden calls' deltas is left out.
+        if (calls.length === 0 && Object.keys(delta).length === 0 && choice.finish_reason == null && data.usage == null && choices.length === 1) return []
+        const out = { ...data, choices: choices.map((c, i) => (i === at ? { ...choice, delta: calls.length === 0 ? delta : { ...delta, tool_calls: calls } } : c)) }
+        return [encodeEvent(h.event, JSON.stringify(out))]
+      })
+      return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },
     content: contentOf,
     tokens: () => {
@@ -253,10 +314,11 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
  * the history entries of the agent's request as sent, after its system prompt) and the final assistant message as the
  * upstream sent it (`final`).
  */
-export const expansions: GatewayOffload.Offload["expansions"] = (received, last, sentCount, final, fingerprint) => {
+export const expansions: GatewayOffload.Offload["expansions"] = (received, last, sentCount, final, fingerprint, beside) => {
   const messages = messagesOf(last) ?? []
   if (received[0] === undefined) return []
-  return [{ fingerprint: fingerprint(received[0]), messages: [...messages.slice(leadOf(messages) + sentCount), ...final] }]
+  // Answers beside the agent's calls follow as `tool` messages: the agent's own `tool` messages come after them.
+  return [{ fingerprint: fingerprint(received[0]), messages: [...messages.slice(leadOf(messages) + sentCount), ...final, ...answerMessages(beside ?? [])] }]
 }
 
 /** The OpenAI Chat Completions offload (see the module docblock). */
@@ -265,6 +327,8 @@ export const offload: GatewayOffload.Offload = {
   contentOfBody,
   contentOfReply: (reply) => reply.messages.map((m) => m.message),
   readsOf,
+  besideOf,
+  withContent,
   continuation,
   sendable: (body) => body,
   hop: makeHop,

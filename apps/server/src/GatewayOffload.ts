@@ -22,7 +22,9 @@
  *   tools), so the tools part of the prefix is the same from the first request on.
  * - The upstream's `thread_read` calls (`readsOf`) are answered by `Gateway`, which continues the conversation
  *   (`continuation`) and splices a stream's hops (`makeHop`) so the agent sees one message; `Offload` is what
- *   `Gateway` needs of a wire for that.
+ *   `Gateway` needs of a wire for that. Calls beside the agent's own (`besideOf`) are answered too, without a
+ *   continuation: the agent gets the reply without them, and the expansion ends with the gateway's answers, which
+ *   the agent's next request gets joined with its own results (`anthropicShape.joinAnswers`).
  *
  * Pure: no I/O, no clock (the caller passes the time since the conversation's previous request).
  */
@@ -54,7 +56,9 @@ export interface Input {
   readonly count: (text: string) => number
   /**
    * The conversation's hidden `thread_read` rounds: a received message's fingerprint -> the messages the upstream
-   * exchanged in its place (sent instead of it; absent: none).
+   * exchanged in its place (sent instead of it; absent: none). A list that ends with an entry that is not the
+   * model's (the gateway's answers to `thread_read` calls beside the agent's own) has it joined with the entry the
+   * agent sent next where the shape says so (`Shape.joinAnswers`), else sent before that entry.
    */
   readonly expansions?: Readonly<Record<string, ReadonlyArray<unknown>>> | undefined
   /** A message's key in `expansions` (`GatewayThreads.expansionKeyOf`: its content print, else its fingerprint). */
@@ -133,6 +137,21 @@ export interface Shape {
   readonly offer: (body: Record<string, unknown>) => ReadonlyArray<unknown> | null
   readonly system: (body: Record<string, unknown>) => unknown
   readonly pricing: (prices: Prices) => ToolResultOffload.CachePricing
+  /**
+   * Whether the gateway answers `thread_read` calls beside the agent's own on this wire (`Offload.besideOf`): a unit
+   * of such calls is then stubbable like a hidden round (the reads' stubs name what they read, the agent's calls'
+   * their `tool:` refs). Absent or false: the agent answered those calls itself, and such a unit is never stubbed.
+   */
+  readonly readsBeside?: boolean | undefined
+  /**
+   * Where the wire answers calls inside the message that follows (Anthropic: every `tool_result` for an assistant
+   * message's calls must be in the very next user message): an expansion that ends with an entry of answers (not the
+   * model's: the gateway's answers to `thread_read` calls beside the agent's own calls, `Offload.expansions`) is joined
+   * with the entry the agent sent after the message it stands for. Returns that entry with the answers' parts first,
+   * or `null` when it cannot hold them (the answers then go out as an entry of their own before it). Absent: the
+   * answers are entries of their own (Responses, Chat Completions).
+   */
+  readonly joinAnswers?: ((answers: Record<string, unknown>, next: Record<string, unknown>) => Record<string, unknown> | null) | undefined
 }
 
 /** The characters of a tool result's content: a string's length, else its parts' texts (other parts as JSON). */
@@ -221,7 +240,13 @@ export const anthropicShape: Shape = {
       : [...tools, { name: ThreadRead.definition.name, description: ThreadRead.definition.description, input_schema: ThreadRead.definition.inputSchema }]
   },
   system: (body) => body.system ?? "",
-  pricing: anthropicCache
+  pricing: anthropicCache,
+  readsBeside: true,
+  joinAnswers: (answers, next) => {
+    if (answers.role !== "user" || next.role !== "user" || !Array.isArray(answers.content)) return null
+    const rest = typeof next.content === "string" ? [{ type: "text", text: next.content }] : Array.isArray(next.content) ? next.content : null
+    return rest === null ? null : { ...next, content: [...answers.content, ...rest] }
+  }
 }
 
 /**
@@ -371,15 +396,30 @@ export const plan = (shape: Shape, input: Input, incremental = true): Output => 
       const keys = sent.map((m, i) => (i < sentNewest && shape.model(m) ? input.fingerprint!(m) : null))
       const uses = new Map<string, number>()
       for (const k of keys) if (k !== null) uses.set(k, (uses.get(k) ?? 0) + 1)
-      return sent.flatMap((m, i) => {
+      const out: Array<Record<string, unknown>> = []
+      // The answers an expansion ends with (thread_read calls beside the agent's own), joined with the next entry.
+      let answers: Record<string, unknown> | null = null
+      sent.forEach((m, i) => {
         const key = keys[i]!
-        if (key === null) return [m]
         // A shared key is never looked up, nor a fingerprint equal to it (a message with nothing left out).
-        const print = input.fingerprintOf?.(m)
+        const print = key === null ? undefined : input.fingerprintOf?.(m)
         const exact = print === undefined || print === key ? undefined : expansions[print]
-        const found = uses.get(key) === 1 ? expansions[key] ?? exact : exact
-        return found === undefined ? [m] : found.map((e) => (isRecord(e) ? e : {}))
+        const found = key === null ? undefined : uses.get(key) === 1 ? expansions[key] ?? exact : exact
+        const entries = found === undefined ? [m] : found.map((e) => (isRecord(e) ? e : {}))
+        if (answers !== null) {
+          const joined = shape.joinAnswers?.(answers, entries[0]!) ?? null
+          if (joined === null) out.push(answers)
+          else entries[0] = joined
+          answers = null
+        }
+        const tail = entries.at(-1)!
+        if (found !== undefined && entries.length > 1 && shape.joinAnswers !== undefined && !shape.model(tail) && i + 1 < sent.length) {
+          answers = tail
+          entries.pop()
+        }
+        out.push(...entries)
       })
+      return out
     })()
   const newest = newestOf(messages)
   // The previous request's scan, when this history starts with its entries (and its newest input is not before them).
@@ -467,14 +507,15 @@ export const plan = (shape: Shape, input: Input, incremental = true): Output => 
   }
   if (made !== undefined) memo.snapshots.set(first!, made)
   // Pins that depend on a unit alone (`staticPin`), kept by unit: a unit of the gateway's own thread_read calls (a
-  // hidden round) is not in the thread: its stub names what the calls read (`readRefOf`), which the thread holds; one
-  // whose refs cannot be named, or a thread_read call beside the agent's own tools, is never stubbed. A result the
-  // thread cannot give back (an image) goes out as sent: its stub would lose it for good.
+  // hidden round, or where the wire has `readsBeside` calls beside the agent's own) is not in the thread: its stub
+  // names what the calls read (`readRefOf`), which the thread holds, and the agent's calls' results by their `tool:`
+  // refs; one whose refs cannot be named, or (without `readsBeside`) a call beside the agent's own tools, is never
+  // stubbed. A result the thread cannot give back (an image) goes out as sent: its stub would lose it for good.
   const staticPin = (u: ScanUnit): boolean => {
     let p = memo.staticPins.get(u)
     if (p === undefined) {
       const reads = u.calls.filter((c) => c.name === ThreadRead.definition.name)
-      p = (reads.length > 0 && (reads.length < u.calls.length || reads.some((c) => readRefOfCall(c) === null))) ||
+      p = (reads.length > 0 && ((reads.length < u.calls.length && shape.readsBeside !== true) || reads.some((c) => readRefOfCall(c) === null))) ||
         u.results.some((i) => memo.opaque(messages[i]!))
       memo.staticPins.set(u, p)
     }
@@ -580,9 +621,9 @@ export interface Read {
 }
 
 /**
- * The `thread_read` calls of a reply's content when the gateway can answer them itself: every `tool_use` block of the
- * reply is a `thread_read` call (at least one). `null` otherwise (no call, or calls of the agent's own tools beside
- * them: such a reply goes to the agent as it is, since the agent must answer its calls).
+ * The `thread_read` calls of a reply's content when the gateway can continue the conversation itself: every `tool_use`
+ * block of the reply is a `thread_read` call (at least one). `null` otherwise (no call, or calls of the agent's own
+ * tools beside them: the agent must answer those, `besideOf`).
  */
 export const readsOf = (content: unknown): ReadonlyArray<Read> | null => {
   if (!Array.isArray(content)) return null
@@ -590,6 +631,33 @@ export const readsOf = (content: unknown): ReadonlyArray<Read> | null => {
   if (uses.length === 0 || !uses.every((b) => b.name === ThreadRead.definition.name && typeof b.id === "string")) return null
   return uses.map((b) => ({ id: b.id as string, input: b.input }))
 }
+
+/**
+ * A reply's `thread_read` calls beside calls of the agent's own tools: the calls the gateway answers (`reads`) and the
+ * reply's content without them (`visible`: what the agent receives, its own calls kept).
+ */
+export interface Beside {
+  readonly reads: ReadonlyArray<Read>
+  readonly visible: ReadonlyArray<unknown>
+}
+
+/**
+ * The `thread_read` calls of a reply's content beside calls of the agent's own tools (at least one of each; `null`
+ * otherwise): the gateway answers them itself and the agent gets the content without them (`Beside`).
+ */
+export const besideOf = (content: unknown): Beside | null => {
+  if (!Array.isArray(content)) return null
+  const uses = content.filter((b): b is Record<string, unknown> => isRecord(b) && b.type === "tool_use")
+  const reads = uses.filter((b) => b.name === ThreadRead.definition.name && typeof b.id === "string")
+  if (reads.length === 0 || reads.length === uses.length) return null
+  return { reads: reads.map((b) => ({ id: b.id as string, input: b.input })), visible: content.filter((b) => !reads.includes(b)) }
+}
+
+/** The user message of the gateway's answers to `thread_read` calls (`tool_result` blocks, `is_error` on a failed read). */
+const answersMessage = (answers: ReadonlyArray<Answer>) => ({
+  role: "user",
+  content: answers.map((a) => ({ type: "tool_result", tool_use_id: a.id, content: a.output, ...(a.isError ? { is_error: true } : {}) }))
+})
 
 /**
  * The request that continues a conversation after the upstream's `thread_read` calls: `body` (the request just sent)
@@ -604,7 +672,7 @@ export const continuation = (
   messages: [
     ...(body.messages as ReadonlyArray<unknown>),
     { role: "assistant", content },
-    { role: "user", content: answers.map((a) => ({ type: "tool_result", tool_use_id: a.id, content: a.output, ...(a.isError ? { is_error: true } : {}) })) }
+    answersMessage(answers)
   ]
 })
 
@@ -664,6 +732,17 @@ export type HopEnd =
     /** Chat Completions: what every chunk the agent receives carries from the first hop (its `id`, `created`). */
     readonly head?: Readonly<Record<string, unknown>> | undefined
   }
+  | {
+    /**
+     * `thread_read` calls beside the agent's own (`besideOf`): the gateway answers them, and the agent gets `held`, the
+     * held events without the calls' blocks (the blocks after them numbered on as the agent sees them).
+     */
+    readonly _tag: "beside"
+    readonly reads: ReadonlyArray<Read>
+    /** The hop's message content as the upstream sent it (with the calls). */
+    readonly content: ReadonlyArray<unknown>
+    readonly held: string
+  }
   | { readonly _tag: "release"; readonly held: string }
 
 /** One upstream stream of a streamed answer, as the agent sees it (see `makeHop`). */
@@ -684,12 +763,15 @@ const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `eve
  * A streamed hop of an Anthropic Messages answer as the agent sees it: its events pass on (re-encoded as `event:` and
  * `data:` lines) until a `thread_read` `tool_use` block starts; from there on they are held. A continuation hop
  * (`first` false) drops its `message_start` (the agent has one already) and numbers its content blocks from `offset`,
- * so the agent sees one message: the blocks before the hidden call, then the continuation's.
+ * so the agent sees one message: the blocks before the hidden call, then the continuation's. When the message ends
+ * with the agent's own calls beside the `thread_read` ones (`besideOf`), the held events go on without the
+ * `thread_read` blocks' (`HopEnd` `beside`), the blocks after them numbered on without gaps.
  */
 export const makeHop = (offset: number, first: boolean): Hop => {
   const decoder = Sse.makeDecoder()
   const assembler = GatewayAnthropic.replyAssembler()
-  let held: Array<string> | null = null
+  /** The held events: the event's name, its data (parsed; `null`: not JSON) and its text as sent with `offset`. */
+  let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
   let heldAt = 0
   return {
     push: (chunk) => {
@@ -699,7 +781,7 @@ export const makeHop = (offset: number, first: boolean): Hop => {
         const data = parseJson(m.data)
         if (!isRecord(data)) {
           if (held === null) out += encodeEvent(m.event, m.data)
-          else held.push(encodeEvent(m.event, m.data))
+          else held.push({ event: m.event, data: null, text: encodeEvent(m.event, m.data) })
           continue
         }
         if (!first && data.type === "message_start") continue
@@ -711,18 +793,35 @@ export const makeHop = (offset: number, first: boolean): Hop => {
         }
         const text = indexed && offset > 0 ? encodeEvent(m.event, JSON.stringify({ ...data, index: (data.index as number) + offset })) : encodeEvent(m.event, m.data)
         if (held === null) out += text
-        else held.push(text)
+        else held.push({ event: m.event, data, text })
       }
       return out
     },
     end: () => {
-      const text = held === null ? "" : held.join("")
+      const text = held === null ? "" : held.map((h) => h.text).join("")
       const outcome = assembler.outcome()
       if (held === null || outcome._tag !== "completed") return { _tag: "release", held: text }
       const message = outcome.reply.messages[0]?.message
       const content = isRecord(message) && Array.isArray(message.content) ? message.content : []
       const reads = readsOf(content)
-      return reads === null ? { _tag: "release", held: text } : { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
+      if (reads !== null) return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
+      const beside = besideOf(content)
+      if (beside === null) return { _tag: "release", held: text }
+      // The upstream's indexes of the thread_read blocks: their events are left out, the later blocks numbered down.
+      const hidden = new Set<number>()
+      for (const h of held) {
+        if (h.data?.type === "content_block_start" && isRecord(h.data.content_block) && h.data.content_block.type === "tool_use" &&
+          h.data.content_block.name === ThreadRead.definition.name && typeof h.data.content_block.id === "string") hidden.add(h.data.index as number)
+      }
+      const shown = held.flatMap((h) => {
+        const index = h.data !== null && String(h.data.type).startsWith("content_block") && typeof h.data.index === "number" ? h.data.index : null
+        if (index === null) return [h.text]
+        if (hidden.has(index)) return []
+        let before = 0
+        for (const i of hidden) if (i < index) before++
+        return before === 0 ? [h.text] : [encodeEvent(h.event, JSON.stringify({ ...h.data, index: index + offset - before }))]
+      })
+      return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },
     content: () => {
       const outcome = assembler.outcome()
@@ -753,13 +852,22 @@ export interface Answer {
  * them all); the continuation request; a streamed hop (`previous`: the hop whose reads it continues, `null` for the
  * first); and the expansions that make later requests extend the continuation (`received`: the content the agent got,
  * `last`: the last request sent, `sentCount`: the history entries of the agent's request as sent, `final`: the last
- * hop's content as the upstream sent it).
+ * hop's content as the upstream sent it, `beside`: the gateway's answers to the last hop's `thread_read` calls beside
+ * the agent's own calls, which later requests send with the agent's answers). A wire whose gateway answers
+ * `thread_read` calls beside the agent's own has `besideOf` and `withContent`.
  */
 export interface Offload {
   readonly shape: Shape
   readonly contentOfBody: (body: unknown) => ReadonlyArray<unknown> | null
   readonly contentOfReply: (reply: GatewayThreads.Reply) => ReadonlyArray<unknown>
   readonly readsOf: (content: unknown) => ReadonlyArray<Read> | null
+  /**
+   * The `thread_read` calls of a reply's content beside the agent's own calls (`null`: none, or not both), answered
+   * by the gateway, and the content the agent gets. Absent: such a reply goes to the agent as it is.
+   */
+  readonly besideOf?: ((content: unknown) => Beside | null) | undefined
+  /** A whole answer's body with another content (the agent's, `besideOf`'s `visible`). */
+  readonly withContent?: ((body: Record<string, unknown>, content: ReadonlyArray<unknown>) => Record<string, unknown>) | undefined
   readonly continuation: (body: Record<string, unknown>, content: ReadonlyArray<unknown>, answers: ReadonlyArray<Answer>) => Record<string, unknown>
   /**
    * A continuation as it is sent (`continuation`'s body is what the conversation records): Anthropic moves the
@@ -773,7 +881,8 @@ export interface Offload {
     last: Record<string, unknown>,
     sentCount: number,
     final: ReadonlyArray<unknown>,
-    fingerprint: (message: unknown) => string
+    fingerprint: (message: unknown) => string,
+    beside?: ReadonlyArray<Answer>
   ) => ReadonlyArray<GatewayThreads.Expansion>
   /**
    * The SSE event that ends a streamed answer whose continuation the upstream refused (`body`: its error body, may be
@@ -791,12 +900,20 @@ export const anthropic: Offload = {
     return isRecord(message) && Array.isArray(message.content) ? message.content : []
   },
   readsOf,
+  besideOf,
+  withContent: (body, content) => ({ ...body, content }),
   continuation,
   sendable: withMovedBreakpoint,
   hop: (previous) => makeHop(previous === null ? 0 : previous.nextOffset, previous === null),
-  expansions: (received, last, sentCount, final, fingerprint) => [{
+  // Answers beside the agent's calls end the expansion as a user message, which the next request joins with the
+  // agent's own answers (`anthropicShape.joinAnswers`).
+  expansions: (received, last, sentCount, final, fingerprint, beside) => [{
     fingerprint: fingerprint({ role: "assistant", content: received }),
-    messages: [...(last.messages as ReadonlyArray<unknown>).slice(sentCount), { role: "assistant", content: final }]
+    messages: [
+      ...(last.messages as ReadonlyArray<unknown>).slice(sentCount),
+      { role: "assistant", content: final },
+      ...(beside === undefined ? [] : [answersMessage(beside)])
+    ]
   }],
   streamError: (body, message) =>
     `event: error\ndata: ${isRecord(parseJson(body)) ? body : JSON.stringify({ type: "error", error: { type: "api_error", message } })}\n\n`

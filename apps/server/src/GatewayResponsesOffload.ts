@@ -24,6 +24,10 @@
  *   `output_index` numbered after the items already sent, `sequence_number` continued, its final `response.output`
  *   preceded by the items the agent already received). A continuation the upstream refuses ends the stream with a
  *   `response.failed` event carrying the upstream's error code and message (`server_error` when it had none).
+ *   `thread_read` calls beside the agent's own (`besideOf`) are answered without a continuation: the agent gets the
+ *   response without them (a stream's held events without the calls' events, the later items' `output_index`
+ *   numbered down, `sequence_number` without gaps, `response.output` without them), and the expansion of the last
+ *   item the agent received ends with the gateway's `function_call_output` answers (the agent's own outputs follow).
  *
  * Pure: no I/O.
  */
@@ -77,7 +81,8 @@ export const shape: GatewayOffload.Shape = {
       : [...tools, { type: "function", name: ThreadRead.definition.name, description: ThreadRead.definition.description, strict: false, parameters: ThreadRead.definition.inputSchema }]
   },
   system: (body) => body.instructions ?? "",
-  pricing: openAiCache
+  pricing: openAiCache,
+  readsBeside: true
 }
 
 /** Whether `item` is a `thread_read` call the gateway can answer: a `function_call` or `custom_tool_call` of that name with a `call_id`. */
@@ -88,6 +93,14 @@ const isReadCall = (item: Record<string, unknown>) => isCall(item) && item.name 
  * the gateway accepts the function form's JSON arguments there).
  */
 export const customInputError = `thread_read: the input is not JSON; send the arguments as a JSON object: {"refs": "...", "offset"?: n, "limit"?: n}`
+
+/** The read a `thread_read` call asks for (see `readsOf`). */
+const readOf = (c: Record<string, unknown>): GatewayOffload.Read => {
+  const id = c.call_id as string
+  if (c.type === "function_call") return { id, input: typeof c.arguments === "string" ? parseJson(c.arguments) ?? {} : c.arguments }
+  const input = typeof c.input === "string" ? parseJson(c.input) : c.input
+  return input === undefined ? { id, input: null, invalid: customInputError } : { id, input }
+}
 
 /**
  * The `thread_read` calls of a response's output items when the gateway can answer them itself: every call of the
@@ -100,34 +113,48 @@ export const readsOf = (items: unknown): ReadonlyArray<GatewayOffload.Read> | nu
   if (!Array.isArray(items)) return null
   const calls = items.filter((i): i is Record<string, unknown> => isRecord(i) && isCall(i))
   if (calls.length === 0 || !calls.every(isReadCall)) return null
-  return calls.map((c): GatewayOffload.Read => {
-    const id = c.call_id as string
-    if (c.type === "function_call") return { id, input: typeof c.arguments === "string" ? parseJson(c.arguments) ?? {} : c.arguments }
-    const input = typeof c.input === "string" ? parseJson(c.input) : c.input
-    return input === undefined ? { id, input: null, invalid: customInputError } : { id, input }
-  })
+  return calls.map(readOf)
+}
+
+/** Whether `item` is a `thread_read` call (function or custom) the gateway can answer (it has a `call_id`). */
+const isRead = (item: unknown): item is Record<string, unknown> => isRecord(item) && isReadCall(item)
+
+/**
+ * The `thread_read` calls of a response's output items beside calls of the agent's own tools (at least one of each;
+ * `null` otherwise), read as `readsOf` reads them, and the items without them (what the agent receives).
+ */
+export const besideOf = (items: unknown): GatewayOffload.Beside | null => {
+  if (!Array.isArray(items)) return null
+  const calls = items.filter((i): i is Record<string, unknown> => isRecord(i) && isCall(i))
+  const reads = calls.filter(isRead)
+  if (reads.length === 0 || reads.length === calls.length) return null
+  return {
+    reads: reads.map(readOf),
+    visible: items.filter((i) => !reads.includes(i as Record<string, unknown>))
+  }
+}
+
+/**
+ * The output items of the gateway's answers to `thread_read` calls, each of its call's kind among `items`:
+ * `custom_tool_call_output` for a custom tool call, else `function_call_output` (`{type, call_id, output}`).
+ */
+const answerItems = (answers: ReadonlyArray<GatewayOffload.Answer>, items: ReadonlyArray<unknown>) => {
+  const custom = new Set(items.flatMap((i) => (isRecord(i) && i.type === "custom_tool_call" && typeof i.call_id === "string" ? [i.call_id] : [])))
+  return answers.map((a) => ({ type: custom.has(a.id) ? "custom_tool_call_output" : "function_call_output", call_id: a.id, output: a.output }))
 }
 
 /**
  * The request that continues after the upstream's `thread_read` calls: `body` with the response's items and an output
- * item per answer, of the call's kind: `function_call_output` for a function call, `custom_tool_call_output` for a
- * custom tool call (`{type, call_id, output}`, the answer's text).
+ * item per answer, of the call's kind (`answerItems`).
  */
 export const continuation = (
   body: Record<string, unknown>,
   items: ReadonlyArray<unknown>,
   answers: ReadonlyArray<GatewayOffload.Answer>
-): Record<string, unknown> => {
-  const custom = new Set(items.flatMap((i) => (isRecord(i) && i.type === "custom_tool_call" && typeof i.call_id === "string" ? [i.call_id] : [])))
-  return {
-    ...body,
-    input: [
-      ...(body.input as ReadonlyArray<unknown>),
-      ...items,
-      ...answers.map((a) => ({ type: custom.has(a.id) ? "custom_tool_call_output" : "function_call_output", call_id: a.id, output: a.output }))
-    ]
-  }
-}
+): Record<string, unknown> => ({
+  ...body,
+  input: [...(body.input as ReadonlyArray<unknown>), ...items, ...answerItems(answers, items)]
+})
 
 const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}data: ${data}\n\n`
 
@@ -143,7 +170,8 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   let sequence = previous?.nextSequence ?? 0
   const decoder = Sse.makeDecoder()
   const assembler = GatewayResponses.replyAssembler()
-  let held: Array<string> | null = null
+  /** The held events: the event's name, its data as encoded (`null`: not JSON) and its text. */
+  let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
   let heldAt = 0
   let heldSequence = 0
   let items = 0
@@ -159,7 +187,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         const data = parseJson(m.data)
         if (!isRecord(data)) {
           if (held === null) out += encodeEvent(m.event, m.data)
-          else held.push(encodeEvent(m.event, m.data))
+          else held.push({ event: m.event, data: null, text: encodeEvent(m.event, m.data) })
           continue
         }
         if (!first && (data.type === "response.created" || data.type === "response.in_progress")) continue
@@ -174,10 +202,12 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           }
         }
         let text: string
+        let sent = data
         if (first) {
           text = encodeEvent(m.event, m.data)
         } else {
           const next: Record<string, unknown> = { ...data }
+          sent = next
           if (typeof data.output_index === "number") next.output_index = data.output_index + offset
           if (typeof data.sequence_number === "number") next.sequence_number = sequence++
           if ((data.type === "response.completed" || data.type === "response.incomplete") && isRecord(data.response)) {
@@ -186,18 +216,45 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           text = encodeEvent(m.event, JSON.stringify(next))
         }
         if (held === null) out += text
-        else held.push(text)
+        else held.push({ event: m.event, data: sent, text })
       }
       return out
     },
     end: () => {
-      const text = held === null ? "" : held.join("")
+      const text = held === null ? "" : held.map((h) => h.text).join("")
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = itemsOf()
       const reads = readsOf(content)
-      return reads === null
-        ? { _tag: "release", held: text }
-        : { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text, visible: [...before, ...content.slice(0, heldAt)], nextSequence: heldSequence }
+      if (reads !== null) {
+        return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text, visible: [...before, ...content.slice(0, heldAt)], nextSequence: heldSequence }
+      }
+      const beside = besideOf(content)
+      if (beside === null) return { _tag: "release", held: text }
+      // The agent-visible `output_index` of each thread_read call: its events are left out, the items after it
+      // numbered down, the sequence numbers continued without gaps, and the final output without the calls.
+      const hidden = new Set<number>()
+      for (const h of held) {
+        if ((h.data?.type === "response.output_item.added" || h.data?.type === "response.output_item.done") && isRead(h.data.item) && typeof h.data.output_index === "number") {
+          hidden.add(h.data.output_index)
+        }
+      }
+      let seq = heldSequence
+      const shown = held.flatMap((h) => {
+        const data = h.data
+        if (data === null) return [h.text]
+        const index = typeof data.output_index === "number" ? data.output_index : null
+        if (index !== null && hidden.has(index)) return []
+        const next: Record<string, unknown> = { ...data }
+        if (index !== null) {
+          let below = 0
+          for (const i of hidden) if (i < index) below++
+          next.output_index = index - below
+        }
+        if (typeof data.sequence_number === "number") next.sequence_number = seq++
+        if (isRecord(data.response) && Array.isArray(data.response.output)) next.response = { ...data.response, output: data.response.output.filter((i) => !isRead(i)) }
+        return [encodeEvent(h.event, JSON.stringify(next))]
+      })
+      return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },
     content: itemsOf,
     tokens: () => {
@@ -213,20 +270,29 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
  * their answers, the items of a hop after its call) between them; each run of hidden items goes out again before
  * the received item that follows it (an expansion of that item: it and the hidden run before it).
  */
-export const expansions: GatewayOffload.Offload["expansions"] = (received, last, sentCount, final, fingerprint) => {
+export const expansions: GatewayOffload.Offload["expansions"] = (received, last, sentCount, final, fingerprint, beside) => {
   const upstream = [...(last.input as ReadonlyArray<unknown>).slice(sentCount), ...final]
   const out: Array<{ fingerprint: string; messages: ReadonlyArray<unknown> }> = []
   let j = 0
   let hidden: Array<unknown> = []
+  let lastMatched: { readonly item: unknown; readonly print: string; readonly at: number | null } | null = null
   for (const item of upstream) {
     const print = fingerprint(item)
     if (j < received.length && print === fingerprint(received[j])) {
+      lastMatched = { item, print, at: hidden.length > 0 ? out.length : null }
       if (hidden.length > 0) out.push({ fingerprint: print, messages: [...hidden, item] })
       hidden = []
       j++
     } else {
       hidden.push(item)
     }
+  }
+  // Answers beside the agent's calls (and the calls after its last received item) go out after that item: the
+  // agent's own outputs follow them.
+  if (beside !== undefined && beside.length > 0 && lastMatched !== null) {
+    const tail = [...hidden, ...answerItems(beside, upstream)]
+    if (lastMatched.at === null) out.push({ fingerprint: lastMatched.print, messages: [lastMatched.item, ...tail] })
+    else out[lastMatched.at] = { fingerprint: lastMatched.print, messages: [...out[lastMatched.at]!.messages, ...tail] }
   }
   return out
 }
@@ -237,6 +303,8 @@ export const offload: GatewayOffload.Offload = {
   contentOfBody: (body) => (isRecord(body) && Array.isArray(body.output) ? body.output : null),
   contentOfReply: (reply) => reply.messages.map((m) => m.message),
   readsOf,
+  besideOf,
+  withContent: (body, content) => ({ ...body, output: content }),
   continuation,
   sendable: (body) => body,
   hop: makeHop,

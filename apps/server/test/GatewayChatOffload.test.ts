@@ -348,21 +348,60 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
-  it.live("a reply with thread_read beside a call of the agent's own tool reaches the agent unchanged (streamed and whole)", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const upstream = yield* ModelApi.start
-      const settings = yield* gatewayOf(upstream)
-      yield* Effect.gen(function*() {
-        const calls = [call("call_a", "bash", { command: "ls" }), call("call_b", "thread_read", { refs: "tool:call_x" })]
-        const mixed = streamed("Both.", calls, small)
-        const mixedWhole = whole("Both.", calls, small)
-        upstream.enqueue(mixed, mixedWhole)
-        const messages = [system, user("go")]
-        expect((yield* raw(post(requestOf(messages)))).text).toBe(mixed.body)
-        expect((yield* raw(post(requestOf(messages, false)))).text).toBe(mixedWhole.body)
-        expect(upstream.requests.length).toBe(2)
-      }).pipe(Effect.provide(serveSettings(settings)))
-    })), 180_000)
+  for (const stream of [true, false]) {
+    it.live(`a reply with thread_read beside a call of the agent's own tool (${stream ? "streamed" : "whole"}): the gateway answers the read, the agent gets its call alone, its next request (after a restart) carries the call and the original`, () =>
+      Effect.scoped(Effect.gen(function*() {
+        const upstream = yield* ModelApi.start
+        const settings = yield* gatewayOf(upstream)
+        const { history } = yield* converse(upstream, 2).pipe(Effect.provide(serveSettings(settings)))
+        const before = upstream.requests.length
+        // The read first: the agent's call (index 1 upstream) reaches it as index 0.
+        const read = call("call_b", "thread_read", { refs: "tool:call_1" })
+        const own = call("call_a", "bash", { command: "ls" })
+        const messages = [...history, user("read the first grep, then list the files")]
+        const received = yield* Effect.gen(function*() {
+          upstream.enqueue(stream ? streamed("Both.", [read, own], small) : whole("Both.", [read, own], small))
+          const answer = yield* raw(post(requestOf(messages, stream)))
+          expect(answer.status).toBe(200)
+          expect(answer.text).not.toContain("thread_read")
+          expect(answer.text).not.toContain("call_b")
+          expect(upstream.requests.length).toBe(before + 1)
+          if (!stream) {
+            const body = answer.body as { choices: Array<{ message: Message; finish_reason: string }> }
+            expect(body.choices[0]!.finish_reason).toBe("tool_calls")
+            expect(body.choices[0]!.message).toEqual({ role: "assistant", content: "Both.", refusal: null, annotations: [], tool_calls: [own] })
+            return body.choices[0]!.message
+          }
+          const chunks = chunksOf(answer.text)
+          expect(chunks.filter((c) => c === "[DONE]").length).toBe(1)
+          const indexes = chunks.flatMap((c) => (typeof c === "string" ? [] : (c.choices as Array<{ delta?: { tool_calls?: Array<{ index: number }> } }>).flatMap((ch) => ch.delta?.tool_calls ?? []).map((t) => t.index)))
+          expect(new Set(indexes)).toEqual(new Set([0]))
+          const message = assembled(answer.text)
+          expect(message).toEqual({ role: "assistant", content: "Both.", tool_calls: [own] })
+          return message
+        }).pipe(Effect.provide(serveSettings(settings)))
+
+        // After a restart: the upstream gets the assistant message as it sent it, the gateway's answer, the agent's result.
+        yield* Effect.gen(function*() {
+          upstream.enqueue(streamed("Listed.", [], small))
+          const result = { role: "tool", tool_call_id: "call_a", content: "a.ts b.ts" }
+          expect((yield* raw(post(requestOf([...messages, received, result], stream)))).status).toBe(200)
+          const previous = JSON.parse(upstream.requests[before]!.body) as Body
+          const next = JSON.parse(upstream.requests[before + 1]!.body) as Body
+          expect(next.messages.slice(0, previous.messages.length)).toEqual(previous.messages)
+          const added = next.messages.slice(previous.messages.length)
+          expect(added.map((m) => [m.role, m.tool_call_id])).toEqual([["assistant", undefined], ["tool", "call_b"], ["tool", "call_a"]])
+          expect(added[0]).toEqual({ role: "assistant", content: "Both.", tool_calls: [read, own] })
+          expect(String(added[1]!.content)).toContain(output(1).slice(0, 2_000))
+          expect(added[2]).toEqual(result)
+          const { events, items, runs } = yield* onlyThread
+          expect(items.filter((i) => i.toolCallId === "call_b")).toEqual([])
+          expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "call_a").length).toBe(1)
+          expect(runs.every((r) => r.status === "completed")).toBe(true)
+          expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+        }).pipe(Effect.provide(serveSettings(settings)))
+      })), 180_000)
+  }
 
   it.live("a thread_read tool of the agent's own is the agent's: the upstream's calls of it reach the agent unchanged (streamed and whole), never answered by the gateway", () =>
     Effect.scoped(Effect.gen(function*() {

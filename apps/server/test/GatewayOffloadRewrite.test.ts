@@ -85,13 +85,51 @@ describe("GatewayOffload", () => {
     expect(ToolResultOffload.refOfStub(String(resultOf(out.body, "toolu_2").content))).toBe("tool:toolu_2")
   })
 
-  it("a thread_read round whose refs cannot be named, or beside the agent's own call, is never stubbed", () => {
-    for (const b of [body({ refs: "???" }), body({ refs: "tool:toolu_1" }, true)]) {
-      const out = rewrite(b)
-      expect(out.offloaded).not.toContain("toolu_r1")
-      expect(String(resultOf(out.body, "toolu_r1").content)).toContain("[tool_result Bash toolu_1 #3]")
-      expect(out.offloaded).toContain("toolu_2")
-    }
+  it("a thread_read round whose refs cannot be named is never stubbed", () => {
+    const out = rewrite(body({ refs: "???" }))
+    expect(out.offloaded).not.toContain("toolu_r1")
+    expect(String(resultOf(out.body, "toolu_r1").content)).toContain("[tool_result Bash toolu_1 #3]")
+    expect(out.offloaded).toContain("toolu_2")
+  })
+
+  it("a consumed round of thread_read beside the agent's own call is stubbed: the read naming what it read, the agent's call by its tool: ref", () => {
+    const out = rewrite(body({ refs: "tool:toolu_1" }, true))
+    expect(out.offloaded).toEqual(expect.arrayContaining(["toolu_r1", "toolu_x", "toolu_2"]))
+    expect(ToolResultOffload.refOfStub(String(resultOf(out.body, "toolu_r1").content))).toBe("tool:toolu_1")
+    expect(ToolResultOffload.refOfStub(String(resultOf(out.body, "toolu_x").content))).toBe("tool:toolu_x")
+    expect(out.flush!.refs).toEqual(expect.arrayContaining(["tool:toolu_1", "tool:toolu_x"]))
+  })
+
+  it("an expansion that ends with the gateway's answers (thread_read beside the agent's call) is joined with the agent's next user message", () => {
+    const a = { role: "assistant", content: [{ type: "text", text: "Looking." }, { type: "tool_use", id: "toolu_x", name: "Bash", input: {} }] }
+    const full = { role: "assistant", content: [a.content[0], { type: "tool_use", id: "toolu_r", name: "thread_read", input: { refs: "tool:toolu_1" } }, a.content[1]] }
+    const answers = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_r", content: "the original" }] }
+    const plan = (next: Record<string, unknown>, after: ReadonlyArray<unknown> = []) =>
+      GatewayOffload.rewrite({
+        body: { model: "claude-x", messages: [{ role: "user", content: "go" }, a, next, ...after] },
+        offloaded: [],
+        settings: ToolResultOffload.defaults,
+        windowTokens: 1_000_000,
+        prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75 },
+        requestsSoFar: 1,
+        msSinceLastRequest: 1_000,
+        count,
+        expansions: { [JSON.stringify(a)]: [full, answers] },
+        fingerprint: (m) => JSON.stringify(m)
+      }).body.messages as Array<Record<string, unknown>>
+    const result = { type: "tool_result", tool_use_id: "toolu_x", content: "x", cache_control: bp }
+    // The agent's newest message: the answers first, then its own blocks as sent.
+    expect(plan({ role: "user", content: [result] })).toEqual([{ role: "user", content: "go" }, full, { role: "user", content: [answers.content[0], result] }])
+    // A string content becomes a text block after them; a later request joins them the same way (not the newest).
+    const later = plan({ role: "user", content: "stop" }, [{ role: "assistant", content: [{ type: "text", text: "ok" }] }, { role: "user", content: "next" }])
+    expect(later.slice(1, 3)).toEqual([full, { role: "user", content: [answers.content[0], { type: "text", text: "stop" }] }])
+    expect(later).toHaveLength(5)
+    // A next entry that cannot hold them (not a user message): the answers go out as a message of their own.
+    expect(plan({ role: "assistant", content: [{ type: "text", text: "?" }] }, [{ role: "user", content: "next" }]).slice(1, 4)).toEqual([
+      full,
+      answers,
+      { role: "assistant", content: [{ type: "text", text: "?" }] }
+    ])
   })
 
   it("withMovedBreakpoint: the messages' last breakpoint moves to the last block; system and tools keep theirs", () => {
@@ -169,7 +207,7 @@ describe("GatewayOffload", () => {
     expect((planned.body.input as Array<Block>)[2]).toEqual({ type: "function_call_output", call_id: "call_img", output: picture })
   })
 
-  it("Chat Completions: a consumed hidden thread_read round is stubbed naming what it read; one beside the agent's call, or a result with an image, never", () => {
+  it("Chat Completions: a consumed hidden thread_read round, alone or beside the agent's call, is stubbed naming what it read; a result with an image never", () => {
     const unit = (id: string, output: unknown) => [
       { role: "assistant", content: null, tool_calls: [{ id, type: "function", function: { name: "bash", arguments: JSON.stringify({ command: "ls" }) } }] },
       { role: "tool", tool_call_id: id, content: output }
@@ -222,10 +260,11 @@ describe("GatewayOffload", () => {
     expect(toolOf(out, "call_img").content).toEqual(picture)
     expect((out.body.messages as Array<Block>)[0]).toEqual({ role: "system", content: "You are a coding agent." })
     expect((out.body.tools as Array<{ function: { name: string } }>).map((t) => t.function.name)).toEqual(["bash", "thread_read"])
-    // Beside the agent's own call: never stubbed.
+    // Beside the agent's own call (the gateway answers such reads on this wire too): stubbed alike, the agent's call
+    // by its tool: ref.
     const mixed = planned(chat(true))
-    expect(mixed.offloaded).not.toContain("call_r1")
-    expect(mixed.offloaded).toContain("call_two")
-    expect(String(toolOf(mixed, "call_r1").content)).toContain("[tool_result bash call_1 #3]")
+    expect(mixed.offloaded).toEqual(expect.arrayContaining(["call_r1", "call_x", "call_two"]))
+    expect(ToolResultOffload.refOfStub(String(toolOf(mixed, "call_r1").content))).toBe("tool:call_1")
+    expect(ToolResultOffload.refOfStub(String(toolOf(mixed, "call_x").content))).toBe("tool:call_x")
   })
 })

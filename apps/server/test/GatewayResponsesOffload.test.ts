@@ -288,6 +288,58 @@ describe("Gateway tool-result offload on /v1/responses", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
+  for (const stream of [true, false]) {
+    it.live(`a response with thread_read beside a call of the agent's own tool (${stream ? "streamed" : "whole"}): the gateway answers the read, the agent gets its items alone, its next request (after a restart) carries the call and the original`, () =>
+      Effect.scoped(Effect.gen(function*() {
+        const upstream = yield* ModelApi.start
+        const settings = yield* gatewayOf(upstream)
+        const { history } = yield* converse(upstream, 2).pipe(Effect.provide(serveSettings(settings)))
+        const before = upstream.requests.length
+        const input = [...history, user("read the first grep, then list the files")]
+        const both = said("Both.")
+        const read = called("call_b", "thread_read", { refs: "tool:call_1" })
+        const own = called("call_a", "exec_command", { cmd: "ls" })
+        yield* Effect.gen(function*() {
+          upstream.enqueue(stream ? streamed([both, read, own], small) : whole([both, read, own], small))
+          const answer = yield* raw(post(requestOf(input, stream)))
+          expect(answer.status).toBe(200)
+          expect(answer.text).not.toContain("thread_read")
+          expect(answer.text).not.toContain("call_b")
+          expect(upstream.requests.length).toBe(before + 1)
+          if (!stream) {
+            expect((answer.body as { output: Array<Item> }).output).toEqual([both, own])
+            return
+          }
+          const events = eventsOf(answer.text)
+          expect(events.filter((e) => e.type === "response.output_item.done").map((e) => [e.output_index, e.item])).toEqual([[0, both], [1, own]])
+          expect(events.filter((e) => typeof e.output_index === "number").every((e) => (e.output_index as number) < 2)).toBe(true)
+          const sequence = events.map((e) => e.sequence_number)
+          expect(sequence).toEqual(sequence.map((_, i) => i))
+          expect((events.at(-1)!.response as { output: Array<Item> }).output).toEqual([both, own])
+        }).pipe(Effect.provide(serveSettings(settings)))
+
+        // After a restart: the upstream gets the items as it sent them, the gateway's answer, then the agent's output.
+        yield* Effect.gen(function*() {
+          upstream.enqueue(streamed([said("Listed.")], small))
+          const result = { type: "function_call_output", call_id: "call_a", output: "a.ts b.ts" }
+          expect((yield* raw(post(requestOf([...input, both, own, result], stream)))).status).toBe(200)
+          const previous = JSON.parse(upstream.requests[before]!.body) as Body
+          const next = JSON.parse(upstream.requests[before + 1]!.body) as Body
+          expect(next.input.slice(0, previous.input.length)).toEqual(previous.input)
+          const added = next.input.slice(previous.input.length)
+          expect(added.slice(0, 3)).toEqual([both, read, own])
+          expect(added[3]).toMatchObject({ type: "function_call_output", call_id: "call_b" })
+          expect(String(added[3]!.output)).toContain(output(1).slice(0, 2_000))
+          expect(added.slice(4)).toEqual([result])
+          const { events, items, runs } = yield* onlyThread
+          expect(items.filter((i) => i.toolCallId === "call_b")).toEqual([])
+          expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "call_a").length).toBe(1)
+          expect(runs.every((r) => r.status === "completed")).toBe(true)
+          expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
+        }).pipe(Effect.provide(serveSettings(settings)))
+      })), 180_000)
+  }
+
   it.live("a stream that sends only output_item.done events is held from the thread_read call's done", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
