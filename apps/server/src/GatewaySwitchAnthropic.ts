@@ -229,7 +229,7 @@ export const toAnthropic = (input: GatewaySwitch.FitInput): GatewaySwitch.FitRes
 }
 
 /** Anthropic's usage in one object (absent fields 0; a `message_delta`'s fields replace the `message_start`'s). */
-interface Usage {
+export interface Usage {
   readonly input: number
   readonly write: number
   readonly read: number
@@ -408,16 +408,37 @@ export const chunksOf = (completion: Json, request: Json): string => {
 }
 
 /**
- * A translator of one streamed Anthropic answer into Chat Completions chunks as its events arrive (see the module
- * docblock; the interface is `GatewaySwitchWire.Translator`: the hop's assistant output is one Anthropic message). An
- * `error` event becomes an error chunk (`chatError`'s body); a hop whose stream ended before its `message_stop` (or
- * carried no `message_start`) ends with an error chunk of Baton's ("the upstream's stream …"). When a hop's only calls
- * are hidden ones, the answer is left open for the continuation, whose chunks join it.
+ * What a translator of an Anthropic stream writes in the agent's protocol (`anthropicStreamReader`); each returns the
+ * text to send. `at` numbers the agent's calls (and `text` blocks, `block`) across hops.
  */
-export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>, request: Json = {}) => {
+export interface StreamEmitter {
+  /** The answer starts (the first hop's `message_start`; `id` its message id). */
+  readonly start: (id: string | null) => string
+  /** A text delta of text block `block`; `lead`: a blank line goes first (not the answer's first text). */
+  readonly text: (block: number, delta: string, lead: boolean) => string
+  /** Text block `block` (which had text) ended with `text`. */
+  readonly textEnd: (block: number, text: string) => string
+  /** A call of the agent's starts. */
+  readonly callStart: (at: number, id: string, name: string) => string
+  /** An arguments delta of call `at`. */
+  readonly callDelta: (at: number, delta: string) => string
+  /** Call `at` ended with `args` (its whole arguments; `{}` when it had none, `filled`: sent here, none came). */
+  readonly callEnd: (at: number, id: string, name: string, args: string, filled: boolean) => string
+  /** The answer ends: Anthropic's stop reason, whether the agent got calls, every hop's usage. */
+  readonly finish: (stopReason: unknown, calls: boolean, usage: Usage) => string
+  /** An error body (`chatError`'s) as the protocol's error event; the answer ends. */
+  readonly error: (body: Json) => string
+}
+
+/**
+ * A reader of one streamed Anthropic answer writing the agent's protocol through `emit` as its events arrive (see the
+ * module docblock; the interface is `GatewaySwitchWire.Translator`: the hop's assistant output is one Anthropic
+ * message). An `error` event becomes the protocol's error (`chatError`'s body); a hop whose stream ended before its
+ * `message_stop` (or carried no `message_start`) ends with an error of Baton's ("the upstream's stream …"). When a
+ * hop's only calls are hidden ones, the answer is left open for the continuation, whose output joins it.
+ */
+export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: StreamEmitter) => {
   let decoder = Sse.makeDecoder()
-  let id: string | null = null
-  const created = Math.floor(Date.now() / 1000)
   let started = false
   /** Whether text went to the agent already (a later text block starts with a blank line). */
   let texted = false
@@ -427,24 +448,17 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   let stopReason: unknown = null
   let done = false
   let pending: ReadonlyArray<GatewaySwitch.HiddenCall> | null = null
-  /** The agent's tool calls so far (their chat `index`es, across hops). */
+  /** The agent's tool calls and text blocks so far (their numbers, across hops). */
   let callCount = 0
-  /** This hop's blocks by their index: text, a call (hidden or the agent's, with its chat index), other. */
-  let blocks = new Map<number, { kind: "text"; text: string; fresh: boolean } | { kind: "call"; id: string; name: string; args: string; hidden: boolean; at: number } | { kind: "other" }>()
+  let textCount = 0
+  /** This hop's blocks by their index: text, a call (hidden or the agent's, with its number), other. */
+  let blocks = new Map<number, { kind: "text"; text: string; at: number } | { kind: "call"; id: string; name: string; args: string; hidden: boolean; at: number } | { kind: "other" }>()
   let visibleCalls = 0
+  let anyVisible = false
   const out: Array<string> = []
-  const chunk = (delta: Json, finish: unknown = null, extra: Json = {}) =>
-    out.push(data({ id: completionIdOf(id), object: "chat.completion.chunk", created, model, choices: [{ index: 0, delta, finish_reason: finish }], ...extra }))
   const fail = (body: Json) => {
     done = true
-    out.push(data(body))
-  }
-  const usageChunk = () => chatUsageOf(sum([...earlier, usage]))
-  const finishWith = (reason: string) => {
-    const all = usageChunk()
-    chunk({}, reason, wantsUsage(request) ? {} : { usage: all })
-    if (wantsUsage(request)) out.push(data({ id: completionIdOf(id), object: "chat.completion.chunk", created, model, choices: [], usage: all }))
-    out.push("data: [DONE]\n\n")
+    out.push(emit.error(body))
   }
   const stop = () => {
     if (done) return
@@ -454,7 +468,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       pending = calls.map((c) => ({ id: c.id, arguments: c.args === "" ? "{}" : c.args }))
       return
     }
-    finishWith(finishReasonOf(stopReason, visibleCalls > 0))
+    out.push(emit.finish(stopReason, visibleCalls > 0, sum([...earlier, usage])))
   }
   const onEvent = (text: string) => {
     if (done) return
@@ -464,11 +478,10 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       case "message_start": {
         answered = true
         const message = isRecord(e.message) ? e.message : {}
-        if (id === null && typeof message.id === "string") id = message.id
         usage = usageOver(noUsage, message.usage)
         if (!started) {
           started = true
-          chunk({ role: "assistant", content: "" })
+          out.push(emit.start(typeof message.id === "string" ? message.id : null))
         }
         return
       }
@@ -476,15 +489,19 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
         const index = typeof e.index === "number" ? e.index : blocks.size
         const block = isRecord(e.content_block) ? e.content_block : {}
         if (block.type === "text") {
-          blocks.set(index, { kind: "text", text: "", fresh: true })
+          blocks.set(index, { kind: "text", text: "", at: -1 })
           if (typeof block.text === "string" && block.text !== "") onEvent(JSON.stringify({ type: "content_block_delta", index, delta: { type: "text_delta", text: block.text } }))
         } else if (block.type === "tool_use") {
           const name = String(block.name ?? "")
           const hidden = hiddenTools.has(name)
           const at = hidden ? -1 : callCount++
-          if (!hidden) visibleCalls++
-          blocks.set(index, { kind: "call", id: String(block.id ?? `call_${index}`), name, args: "", hidden, at })
-          if (!hidden) chunk({ tool_calls: [{ index: at, id: String(block.id ?? ""), type: "function", function: { name, arguments: "" } }] })
+          if (!hidden) {
+            visibleCalls++
+            anyVisible = true
+          }
+          const id = String(block.id ?? `call_${index}`)
+          blocks.set(index, { kind: "call", id, name, args: "", hidden, at })
+          if (!hidden) out.push(emit.callStart(at, id, name))
         } else blocks.set(index, { kind: "other" })
         return
       }
@@ -492,23 +509,25 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
         const block = blocks.get(typeof e.index === "number" ? e.index : -1)
         const delta = isRecord(e.delta) ? e.delta : {}
         if (block?.kind === "text" && delta.type === "text_delta" && typeof delta.text === "string" && delta.text !== "") {
-          const lead = block.fresh && texted ? "\n\n" : ""
-          block.fresh = false
+          const first = block.at < 0
+          if (first) block.at = textCount++
           block.text += delta.text
+          out.push(emit.text(block.at, delta.text, first && texted))
           texted = true
-          chunk({ content: lead + delta.text })
         } else if (block?.kind === "call" && delta.type === "input_json_delta" && typeof delta.partial_json === "string") {
           block.args += delta.partial_json
-          if (!block.hidden && delta.partial_json !== "") chunk({ tool_calls: [{ index: block.at, function: { arguments: delta.partial_json } }] })
+          if (!block.hidden && delta.partial_json !== "") out.push(emit.callDelta(block.at, delta.partial_json))
         }
         return
       }
       case "content_block_stop": {
         const block = blocks.get(typeof e.index === "number" ? e.index : -1)
-        // A call without arguments (Anthropic sends `""`): `{}`, which an agent parses.
-        if (block?.kind === "call" && !block.hidden && block.args.trim() === "") {
-          block.args = "{}"
-          chunk({ tool_calls: [{ index: block.at, function: { arguments: "{}" } }] })
+        if (block?.kind === "text" && block.at >= 0) out.push(emit.textEnd(block.at, block.text))
+        if (block?.kind === "call" && !block.hidden) {
+          // A call without arguments (Anthropic sends `""`): `{}`, which an agent parses.
+          const filled = block.args.trim() === ""
+          if (filled) block.args = "{}"
+          out.push(emit.callEnd(block.at, block.id, block.name, block.args, filled))
         }
         return
       }
@@ -521,11 +540,9 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       case "message_stop":
         stop()
         return
-      case "error": {
-        const body = chatError(500, JSON.stringify(e)).body
-        fail(body)
+      case "error":
+        fail(chatError(500, JSON.stringify(e)).body)
         return
-      }
       default:
         return
     }
@@ -571,9 +588,41 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
     },
     stop: () => {
       pending = null
-      finishWith("stop")
+      out.push(emit.finish("end_turn", anyVisible, sum([...earlier, usage])))
       return drain()
     },
     hops: () => ({ count: earlier.length + 1, carried: answered ? usage.input + usage.write + usage.read : null })
   }
+}
+
+/**
+ * A translator of one streamed Anthropic answer into Chat Completions chunks as its events arrive
+ * (`anthropicStreamReader` writing `chat.completion.chunk`s, see the module docblock): an error is an error chunk
+ * (`data: {"error":…}`, no `[DONE]`).
+ */
+export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>, request: Json = {}) => {
+  let id: string | null = null
+  const created = Math.floor(Date.now() / 1000)
+  const chunk = (delta: Json, finish: unknown = null, extra: Json = {}) =>
+    data({ id: completionIdOf(id), object: "chat.completion.chunk", created, model, choices: [{ index: 0, delta, finish_reason: finish }], ...extra })
+  return anthropicStreamReader(hiddenTools, {
+    start: (messageId) => {
+      id = messageId
+      return chunk({ role: "assistant", content: "" })
+    },
+    text: (_block, delta, lead) => chunk({ content: (lead ? "\n\n" : "") + delta }),
+    textEnd: () => "",
+    callStart: (at, callId, name) => chunk({ tool_calls: [{ index: at, id: callId, type: "function", function: { name, arguments: "" } }] }),
+    callDelta: (at, delta) => chunk({ tool_calls: [{ index: at, function: { arguments: delta } }] }),
+    callEnd: (at, _id, _name, args, filled) => filled ? chunk({ tool_calls: [{ index: at, function: { arguments: args } }] }) : "",
+    finish: (stopReason, calls, usage) => {
+      const all = chatUsageOf(usage)
+      return [
+        chunk({}, finishReasonOf(stopReason, calls), wantsUsage(request) ? {} : { usage: all }),
+        wantsUsage(request) ? data({ id: completionIdOf(id), object: "chat.completion.chunk", created, model, choices: [], usage: all }) : "",
+        "data: [DONE]\n\n"
+      ].join("")
+    },
+    error: (body) => data(body)
+  })
 }
