@@ -35,15 +35,15 @@ import * as GatewaySwitch from "./GatewaySwitch.js"
 type Json = Record<string, unknown>
 
 /** A Chat message's parts: a string one text part, `null` none. */
-const partsOf = (content: unknown): ReadonlyArray<unknown> =>
+export const partsOf = (content: unknown): ReadonlyArray<unknown> =>
   typeof content === "string" ? (content === "" ? [] : [{ type: "text", text: content }]) : Array.isArray(content) ? content : []
 
 /** A Chat message's text (its text parts joined, others `[type]`). */
-const textOf = (content: unknown): string =>
+export const textOf = (content: unknown): string =>
   partsOf(content).map((p) => isRecord(p) && typeof p.text === "string" ? p.text : `[${isRecord(p) ? String(p.type) : "part"}]`).join("\n\n")
 
 /** A Chat content part as an Anthropic block (see the module docblock). */
-const blockOf = (part: unknown): Json => {
+export const blockOf = (part: unknown): Json => {
   if (!isRecord(part)) return { type: "text", text: "[part]" }
   if (part.type === "text" && typeof part.text === "string") return { type: "text", text: part.text }
   if (part.type === "image_url") {
@@ -55,7 +55,7 @@ const blockOf = (part: unknown): Json => {
 }
 
 /** Blocks Anthropic accepts: no empty text block, never no block. */
-const nonEmpty = (blocks: ReadonlyArray<Json>): Array<Json> => {
+export const nonEmpty = (blocks: ReadonlyArray<Json>): Array<Json> => {
   const kept = blocks.filter((b) => !(b.type === "text" && String(b.text).trim() === ""))
   return kept.length === 0 ? [{ type: "text", text: "[empty]" }] : kept
 }
@@ -135,7 +135,7 @@ const toolOf = (t: unknown): Json | null => {
 }
 
 /** A tool Baton offers (`thread_read`) as an Anthropic tool. */
-const offeredTool = (t: ProviderAdapter.ToolDefinition): Json => ({ name: t.name, description: t.description, input_schema: t.inputSchema })
+export const offeredTool = (t: ProviderAdapter.ToolDefinition): Json => ({ name: t.name, description: t.description, input_schema: t.inputSchema })
 
 /** Chat's `tool_choice` (and `parallel_tool_calls: false`) in Anthropic's form (`undefined`: none sent). */
 const toolChoiceOf = (c: unknown, parallel: unknown): Json | undefined => {
@@ -170,16 +170,23 @@ const stubbedMessage = (callIds: ReadonlyMap<string, string>) =>
 }
 
 /**
- * The agent's Chat Completions request as an Anthropic Messages request fitted under the window (see the module
- * docblock; `input.body` is the agent's Chat body, `input.pointer` and `input.summaries` count the agent's messages after
- * its system prompt); `overflow` when the pinned part, system and tools alone are over.
+ * An agent's conversation already in Anthropic's form (`converted`: `anthropicOf`, or another agent protocol's) as an
+ * Anthropic Messages request fitted under the window: `GatewaySwitch.fitMessages` with stubs `tool:<the agent's call
+ * id>`, `input.pointer` and `input.summaries` in the agent's messages (`Converted.sources` maps them), and so
+ * `Fit.leftOut` and `Fit.summarised`. `tools` are the agent's (Anthropic's form; `thread_read` goes after them),
+ * `choice` its `tool_choice`; `temperature` (at most 1), `top_p`, `stream` from the body, `stop_sequences` given.
+ * `overflow` when the pinned part, system and tools alone are over.
  */
-export const toAnthropic = (input: GatewaySwitch.FitInput): GatewaySwitch.FitResult => {
+export const fitConverted = (
+  input: GatewaySwitch.FitInput,
+  converted: Converted,
+  agentTools: ReadonlyArray<Json>,
+  choice: Json | undefined,
+  stop: ReadonlyArray<string> = []
+): GatewaySwitch.FitResult => {
   const { body, count } = input
-  const converted = anthropicOf(body)
   const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
   const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
-  const agentTools = (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null)
   const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map(offeredTool)]
   const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16
   /** The agent's messages the first `n` Anthropic messages stand for. */
@@ -202,8 +209,6 @@ export const toAnthropic = (input: GatewaySwitch.FitInput): GatewaySwitch.FitRes
     }
   )
   if (fitted._tag === "overflow") return fitted
-  const choice = toolChoiceOf(body.tool_choice, body.parallel_tool_calls)
-  const stop = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop.filter((s) => typeof s === "string") : []
   const out: Json = {
     model: body.model,
     max_tokens: outputTokens,
@@ -228,6 +233,23 @@ export const toAnthropic = (input: GatewaySwitch.FitInput): GatewaySwitch.FitRes
   }
 }
 
+/**
+ * The agent's Chat Completions request as an Anthropic Messages request fitted under the window (see the module
+ * docblock and `fitConverted`; `input.body` is the agent's Chat body, `input.pointer` and `input.summaries` count the
+ * agent's messages after its system prompt).
+ */
+export const toAnthropic = (input: GatewaySwitch.FitInput): GatewaySwitch.FitResult => {
+  const { body } = input
+  const stop = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop.filter((s): s is string => typeof s === "string") : []
+  return fitConverted(
+    input,
+    anthropicOf(body),
+    (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null),
+    toolChoiceOf(body.tool_choice, body.parallel_tool_calls),
+    stop
+  )
+}
+
 /** Anthropic's usage in one object (absent fields 0; a `message_delta`'s fields replace the `message_start`'s). */
 export interface Usage {
   readonly input: number
@@ -236,10 +258,11 @@ export interface Usage {
   readonly output: number
 }
 
-const noUsage: Usage = { input: 0, write: 0, read: 0, output: 0 }
+/** No tokens. */
+export const noUsage: Usage = { input: 0, write: 0, read: 0, output: 0 }
 
 /** An Anthropic `usage` object over `base` (the fields it has replace the base's). */
-const usageOver = (base: Usage, usage: unknown): Usage => {
+export const usageOver = (base: Usage, usage: unknown): Usage => {
   if (!isRecord(usage)) return base
   const n = (u: unknown, d: number) => (typeof u === "number" ? u : d)
   return {
@@ -250,7 +273,8 @@ const usageOver = (base: Usage, usage: unknown): Usage => {
   }
 }
 
-const sum = (all: ReadonlyArray<Usage>): Usage =>
+/** Usages added up. */
+export const sum = (all: ReadonlyArray<Usage>): Usage =>
   all.reduce((a, b) => ({ input: a.input + b.input, write: a.write + b.write, read: a.read + b.read, output: a.output + b.output }), noUsage)
 
 /** Chat Completions' `usage` of Anthropic usage (see the module docblock). */
@@ -273,7 +297,7 @@ export const finishReasonOf = (stop: unknown, calls: boolean): string =>
   stop === "tool_use" ? (calls ? "tool_calls" : "stop") : stop === "max_tokens" || stop === "model_context_window_exceeded" ? "length" : stop === "refusal" ? "content_filter" : "stop"
 
 /** A Chat Completions id for an Anthropic message id. */
-const completionIdOf = (id: unknown) => `chatcmpl-${typeof id === "string" && id !== "" ? id : `baton${Date.now().toString(36)}`}`
+export const completionIdOf = (id: unknown) => `chatcmpl-${typeof id === "string" && id !== "" ? id : `baton${Date.now().toString(36)}`}`
 
 /**
  * A whole Anthropic answer as a Chat Completions answer (`model`: the agent's): its text blocks joined by a blank line,

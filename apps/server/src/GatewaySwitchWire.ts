@@ -3,16 +3,19 @@
  * (`SwitchWire`), so that one `GatewaySwitched.serve` (record first, fit, post, hidden `thread_read` rounds, the answer
  * converted back, the record) serves every direction: from `/v1/messages` to `chat` (an `openai-chat` instance,
  * `GatewaySwitch`) and `responses` (an `openai-responses` instance, `GatewaySwitchResponses`), and from
- * `/v1/chat/completions` to `anthropic` (an `anthropic-messages` instance, `GatewaySwitchAnthropic`). No I/O.
+ * `/v1/chat/completions` to `anthropic` (an `anthropic-messages` instance, `GatewaySwitchAnthropic`), and from
+ * `/v1/responses` to `anthropicForResponses` (`GatewaySwitchResponsesAnthropic`). No I/O.
  */
 import type { Option, Redacted } from "effect"
 import { OpenAiChat, type ProviderConfig } from "@baton/providers"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayChat from "./GatewayChat.js"
+import * as GatewayResponses from "./GatewayResponses.js"
 import { type Dialect, isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchAnthropic from "./GatewaySwitchAnthropic.js"
 import * as GatewaySwitchResponses from "./GatewaySwitchResponses.js"
+import * as GatewaySwitchResponsesAnthropic from "./GatewaySwitchResponsesAnthropic.js"
 
 type Json = Record<string, unknown>
 
@@ -73,8 +76,8 @@ export interface SwitchWire {
   readonly answerTokens: (count: (text: string) => number, answer: Answer) => number
   /** A whole answer's calls when all are hidden (the hop's assistant output, the calls); `null` otherwise. */
   readonly hiddenCallsOf: (answer: unknown, hidden: ReadonlySet<string>) => { readonly assistant: ReadonlyArray<unknown>; readonly calls: ReadonlyArray<GatewaySwitch.HiddenCall> } | null
-  /** A whole answer in the agent's protocol (hidden calls left out, earlier hops' usage added). */
-  readonly messageOf: (answer: unknown, model: string, hidden: ReadonlySet<string>, earlier: ReadonlyArray<unknown>, offered: ReadonlySet<string>) => Json
+  /** A whole answer in the agent's protocol (hidden calls left out, earlier hops' usage added; `request`: the agent's body). */
+  readonly messageOf: (answer: unknown, model: string, hidden: ReadonlySet<string>, earlier: ReadonlyArray<unknown>, offered: ReadonlySet<string>, request: Json) => Json
   /** The agent's error (status, body) of a whole 2xx answer that reports a failure; `null` for an answer. */
   readonly failureOf: (answer: unknown) => { readonly status: number; readonly body: Json } | null
   /** What one request carried, from its answer's `usage`. */
@@ -107,6 +110,15 @@ export const chatAgent: AgentSide = {
   wholeAsStream: GatewaySwitchAnthropic.chunksOf,
   streamError: (body) => `data: ${JSON.stringify(body)}\n\n`,
   streamFailureOf: GatewaySwitchAnthropic.streamFailureOf
+}
+
+/** An OpenAI Responses agent (Codex). */
+export const responsesAgent: AgentSide = {
+  ...chatAgent,
+  dialect: GatewayResponses.dialect,
+  wholeAsStream: (response) => GatewaySwitchResponsesAnthropic.eventsOf(response),
+  streamError: (body) => GatewaySwitchResponsesAnthropic.failedEvent(body),
+  streamFailureOf: GatewaySwitchResponsesAnthropic.streamFailureOf
 }
 
 /** Chat Completions (`GatewaySwitch`). */
@@ -175,15 +187,24 @@ export const anthropic: SwitchWire = {
   translator: (model, hidden, _offered, request) => GatewaySwitchAnthropic.streamTranslator(model, hidden, request)
 }
 
+/** Anthropic Messages, for a Responses agent (`GatewaySwitchResponsesAnthropic`; the rest is `anthropic`'s). */
+export const anthropicForResponses: SwitchWire = {
+  ...anthropic,
+  agent: responsesAgent,
+  fit: GatewaySwitchResponsesAnthropic.toAnthropicFromResponses,
+  messageOf: (answer, model, hidden, earlier, _offered, request) => GatewaySwitchResponsesAnthropic.responseOf(answer, model, hidden, earlier, request),
+  translator: (model, hidden, _offered, request) => GatewaySwitchResponsesAnthropic.streamTranslator(model, hidden, request)
+}
+
 /**
  * The switch for an agent's protocol (`from`, its endpoint's dialect kind) and the routed instance's kind (`undefined`:
- * no switch: the same protocol, or a direction not built: Responses to Anthropic, Chat Completions to Responses).
+ * no switch: the same protocol, or a direction not built: Chat Completions to Responses, Responses to Chat Completions).
  */
 export const forRoute = (from: ProviderConfig.ModelApiKind, to: ProviderConfig.ModelApiKind): SwitchWire | undefined =>
   from === "anthropic-messages"
     ? (to === "openai-chat" ? chat : to === "openai-responses" ? responses : undefined)
-    : from === "openai-chat" && to === "anthropic-messages"
-    ? anthropic
+    : to === "anthropic-messages"
+    ? (from === "openai-chat" ? anthropic : from === "openai-responses" ? anthropicForResponses : undefined)
     : undefined
 
 /** The switch wire from `/v1/messages` for an instance kind (`undefined`: no switch to it). */

@@ -352,7 +352,7 @@ export const serve = (input: Input) =>
         yield* settle((b) => threads.fail(b, "failed", code, `the upstream's answer reports a failure: ${message.slice(0, 300)}`))
         return errorAnswer(failure.status, failure.body)
       }
-      const message = wire.messageOf(answer, model, hidden, earlier, agentTools)
+      const message = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
       const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)
       yield* settle((b) => Effect.zipRight(threads.complete(b, { ...agent.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }), summariseLater(b)))
