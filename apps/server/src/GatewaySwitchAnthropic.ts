@@ -18,7 +18,8 @@
  *   call id>`, then deferral with a pointer, then a summary), each counted as its JSON; the pointer and the summaries
  *   are in the agent's messages (`sources` maps them), and so are `Fit.leftOut` and `Fit.summarised`.
  * - **The reply** in Chat Completions: `completionOf` for a whole answer, `streamTranslator` for the SSE events as they
- *   arrive (`chat.completion.chunk`s: the role, text deltas, each `tool_use` block a tool call streamed as its
+ *   arrive (`anthropicStreamReader`, shared with the Responses direction, writing through a `StreamEmitter`;
+ *   `chat.completion.chunk`s: the role, text deltas, each `tool_use` block a tool call streamed as its
  *   `input_json_delta`s come, the `finish_reason`, the usage: a chunk of its own when the agent asked
  *   `stream_options.include_usage`, else on the finish chunk; then `data: [DONE]`); text blocks after the first are
  *   joined by a blank line; thinking left out; calls of hidden tools (`thread_read`) left out. Usage:

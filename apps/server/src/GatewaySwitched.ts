@@ -2,7 +2,8 @@
  * GatewaySwitched: serves one request whose model routes to an instance of another protocol (a provider switch, issue
  * 14 item 4; docs/gateway.md "Routing and switching"), with the direction's conversion (`GatewaySwitchWire`):
  * `/v1/messages` to an `openai-chat` instance (`GatewaySwitch`) or an `openai-responses` one (`GatewaySwitchResponses`),
- * `/v1/chat/completions` to an `anthropic-messages` instance (`GatewaySwitchAnthropic`).
+ * `/v1/chat/completions` to an `anthropic-messages` instance (`GatewaySwitchAnthropic`), `/v1/responses` to one
+ * (`GatewaySwitchResponsesAnthropic`).
  *
  * Unlike a same-protocol request (forwarded first, recorded alongside), the request is recorded first (its
  * conversation, run and new messages, as the agent sent them, on the routed instance: the run's `providerInstance`
