@@ -327,6 +327,41 @@ describe("Gateway, a provider switch (Responses agent, anthropic-messages upstre
       })
     ), { timeout: 120_000 })
 
+  it.live("the Anthropic upstream's thread_read calls are answered by the gateway, streamed and whole; Codex never sees them", () =>
+    withGateway((_openai, anthropic) =>
+      Effect.gen(function*() {
+        const out = `hello-output ${words(9, 50)}`
+        const input = [developer("system prompt"), user("run it"), call("call_a", "echo hello"), output("call_a", out)]
+        const read = { id: "toolu_r", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_a" }) }
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Let me read.", usage, [read]), ModelApi.answer("anthropic-messages", "It said hello.", usage))
+        const streamed = yield* raw(responses({ model: "claude-x", stream: true, tools, input }))
+        expect(streamed.status).toBe(200)
+        expect(streamed.text).not.toContain("thread_read")
+        expect(streamed.text.match(/event: response\.created/g)).toHaveLength(1)
+        expect(streamed.text.match(/event: response\.completed/g)).toHaveLength(1)
+        const reply = assembled(streamed.text)
+        expect(reply.messages.map((m) => (m.message as { content: Array<{ text: string }> }).content[0]!.text)).toEqual(["Let me read.", "It said hello."])
+        expect(reply.tokens).toEqual({ inputTokens: 1_800, cacheWriteTokens: 400, cacheReadTokens: 600, outputTokens: 80 })
+        expect(anthropic.requests).toHaveLength(2)
+        const second = JSON.parse(anthropic.requests[1]!.body) as { messages: ReadonlyArray<{ role: string; content: ReadonlyArray<Record<string, unknown>> }> }
+        expect(second.messages.at(-2)).toEqual({ role: "assistant", content: [{ type: "text", text: "Let me read." }, { type: "tool_use", id: "toolu_r", name: "thread_read", input: { refs: "tool:call_a" } }] })
+        expect(String(second.messages.at(-1)!.content[0]!.content)).toContain(out)
+
+        // Whole: the agent gets only the last answer, with every hop's usage.
+        const whole = (content: ReadonlyArray<Record<string, unknown>>, stop: string) => ({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({ id: `msg_${stop}`, type: "message", role: "assistant", content, stop_reason: stop, usage: { input_tokens: 100, cache_read_input_tokens: 40, output_tokens: 5 } })
+        })
+        anthropic.enqueue(whole([{ type: "tool_use", id: "toolu_w", name: "thread_read", input: { refs: "tool:call_a" } }], "tool_use"), whole([{ type: "text", text: "Read: hello." }], "end_turn"))
+        const again = yield* raw(responses({ model: "claude-x", tools, input: [...input, ...reply.messages.map((m) => m.message as Input), user("and again")] }))
+        expect(again.status).toBe(200)
+        expect(again.body).toMatchObject({ status: "completed", output: [{ type: "message", content: [{ type: "output_text", text: "Read: hello." }] }], usage: { input_tokens: 280, input_tokens_details: { cached_tokens: 80 }, output_tokens: 10 } })
+        expect(anthropic.requests).toHaveLength(4)
+        expect(anthropic.requests[3]!.body).toContain(JSON.stringify(out).slice(1, -1))
+      })
+    ), { timeout: 60_000 })
+
   it.live("errors in OpenAI's shape: a 429, an error in the stream as response.failed; an overflow Baton cannot fit as context_length_exceeded, never sent", () =>
     withGateway((_openai, anthropic) =>
       Effect.gen(function*() {
