@@ -12,7 +12,9 @@
  *   `[type]` text. Tools (those with an `input_schema`) as the adapter encodes them (`OpenAiChat.encodeTool`),
  *   `tool_choice` mapped, `max_tokens` the output room below, `stream` with `stream_options.include_usage`. The
  *   request's `model` goes out unchanged, as on every gateway route.
- * - **The fit** under the instance's `contextWindow`, in Baton tokens (o200k, counted on each converted message's
+ * - **The fit** (`fitMessages`, generic over the target's message form: every switch direction fits with it, the
+ *   Anthropic target through `GatewaySwitchAnthropic.fitConverted`) under the instance's `contextWindow`, in Baton
+ *   tokens (o200k, counted on each converted message's
  *   JSON, so over rather than under the upstream's count): the output room is `min(max_tokens, the instance's
  *   maxOutputTokens, window / 4)` and a margin of 5% of the window is kept for the tokenizers' difference. When the
  *   request is over: (1) stubs, oldest tool result first, each result's content replaced by
