@@ -170,12 +170,29 @@ const stubbedMessage = (callIds: ReadonlyMap<string, string>) =>
   }]
 }
 
+/** The tokens a cache breakpoint adds to a request (its JSON, `"cache_control":{"type":"ephemeral"}`, and some room). */
+const breakpointTokens = 16
+
+/**
+ * The messages with a prompt-cache breakpoint (`cache_control: {type: "ephemeral"}`) on the last block of the last
+ * one (a copy: the blocks' content unchanged): Anthropic caches the request's prefix through it, and the next request
+ * of the conversation, which extends it, reads it back (Anthropic looks for a cached prefix up to 20 blocks before a
+ * breakpoint). Messages without blocks are left as they are.
+ */
+export const withBreakpoint = (messages: ReadonlyArray<Json>): ReadonlyArray<Json> => {
+  const last = messages.at(-1)
+  if (last === undefined || !Array.isArray(last.content) || last.content.length === 0) return messages
+  const blocks = last.content as ReadonlyArray<Json>
+  return [...messages.slice(0, -1), { ...last, content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: { type: "ephemeral" } }] }]
+}
+
 /**
  * An agent's conversation already in Anthropic's form (`converted`: `anthropicOf`, or another agent protocol's) as an
  * Anthropic Messages request fitted under the window: `GatewaySwitch.fitMessages` with stubs `tool:<the agent's call
  * id>`, `input.pointer` and `input.summaries` in the agent's messages (`Converted.sources` maps them), and so
  * `Fit.leftOut` and `Fit.summarised`. `tools` are the agent's (Anthropic's form; `thread_read` goes after them),
- * `choice` its `tool_choice`; `temperature` (at most 1), `top_p`, `stream` from the body, `stop_sequences` given.
+ * `choice` its `tool_choice`; `temperature` (at most 1), `top_p`, `stream` from the body, `stop_sequences` given; a
+ * cache breakpoint on the last message (`withBreakpoint`).
  * `overflow` when the pinned part, system and tools alone are over.
  */
 export const fitConverted = (
@@ -189,7 +206,8 @@ export const fitConverted = (
   const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
   const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
   const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map(offeredTool)]
-  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16
+  // With the framing, the cache breakpoint's few tokens (`withBreakpoint`).
+  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16 + breakpointTokens
   /** The agent's messages the first `n` Anthropic messages stand for. */
   const agentCount = (n: number) => n === 0 ? 0 : Math.max(...converted.sources[n - 1]!) + 1
   /** The Anthropic messages holding any of the agent's first `covers` messages (a summary stands for them all). */
@@ -214,7 +232,7 @@ export const fitConverted = (
     model: body.model,
     max_tokens: outputTokens,
     ...(converted.system === "" ? {} : { system: converted.system }),
-    messages: fitted.messages,
+    messages: withBreakpoint(fitted.messages),
     ...(tools.length === 0 ? {} : { tools }),
     ...(choice === undefined || tools.length === 0 ? {} : { tool_choice: choice }),
     ...(typeof body.temperature === "number" ? { temperature: Math.min(1, Math.max(0, body.temperature)) } : {}),

@@ -172,7 +172,8 @@ describe("GatewaySwitchAnthropic (the conversion)", () => {
           content: [
             { type: "tool_result", tool_use_id: "call_1", content: "a.ts" },
             { type: "tool_result", tool_use_id: "call_2", content: "b.ts" },
-            { type: "text", text: "and then?" }
+            // The prompt-cache breakpoint on the last block (the text as sent).
+            { type: "text", text: "and then?", cache_control: { type: "ephemeral" } }
           ]
         }
       ]
@@ -271,8 +272,9 @@ describe("Gateway, a provider switch (Chat Completions agent, anthropic-messages
         expect(out.stream).toBe(true)
         expect(out.system).toBe("You are pi, a coding agent.")
         expect(out.tools.map((t) => t.name)).toEqual(["bash", "thread_read"])
-        // The prompt unchanged, last.
-        expect(out.messages.at(-1)).toEqual({ role: "user", content: [{ type: "text", text: "now, on the other model: list the directory" }] })
+        // The prompt unchanged, last, with the prompt-cache breakpoint (the only one).
+        expect(out.messages.at(-1)).toEqual({ role: "user", content: [{ type: "text", text: "now, on the other model: list the directory", cache_control: { type: "ephemeral" } }] })
+        expect(sent.body.match(/cache_control/g)).toHaveLength(1)
         // Stubs for every tool output, each readable by its ref.
         const results = out.messages.flatMap((m) => m.content.filter((b) => b.type === "tool_result"))
         expect(results.map((b) => b.tool_use_id)).toEqual(Array.from({ length: 10 }, (_, i) => `call_${i}`))
@@ -330,7 +332,7 @@ describe("Gateway, a provider switch (Chat Completions agent, anthropic-messages
         expect(sentWhole).not.toHaveProperty("stream")
         expect(sentWhole.messages.slice(-2)).toEqual([
           { role: "assistant", content: [{ type: "text", text: "Checking." }, { type: "tool_use", id: "toolu_9", name: "bash", input: { command: "ls" } }] },
-          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_9", content: "a.ts\nb.ts" }] }
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_9", content: "a.ts\nb.ts", cache_control: { type: "ephemeral" } }] }
         ])
         expect(counter.count(anthropic.requests[1]!.body) + out.max_tokens).toBeLessThanOrEqual(window)
         const reply3Message = (whole.body as { choices: Array<{ message: Message }> }).choices[0]!.message

@@ -73,6 +73,8 @@ describe("Gateway, a provider switch with the real pi agent (Chat Completions ag
         // The upstream got Anthropic Messages requests: Baton's key, pi's history converted, the prompt first.
         expect(upstream.requests.length).toBe(5)
         const sent = upstream.requests.map((r) => JSON.parse(r.body) as Sent)
+        /** A message without the prompt-cache breakpoint (on the last block of each request's last message). */
+        const unmarked = (m: Sent["messages"][number]) => JSON.stringify({ ...m, content: m.content.map(({ cache_control: _, ...b }: Block & { cache_control?: unknown }) => b) })
         upstream.requests.forEach((r) => {
           expect(r.url).toBe("/v1/messages")
           expect(r.headers["x-api-key"]).toBe(marker)
@@ -83,7 +85,7 @@ describe("Gateway, a provider switch with the real pi agent (Chat Completions ag
           expect(body.stream).toBe(true)
           expect(typeof body.system).toBe("string")
           expect(body.tools.map((t) => t.name)).toEqual(expect.arrayContaining(["bash", "read", "write", "thread_read"]))
-          expect(body.messages[0]).toEqual({ role: "user", content: [{ type: "text", text: "do the thing" }] })
+          expect(JSON.parse(unmarked(body.messages[0]!))).toEqual({ role: "user", content: [{ type: "text", text: "do the thing" }] })
           // Roles alternate (tool results and any user text after them are one user message).
           body.messages.forEach((m, i) => expect(m.role).toBe(i % 2 === 0 ? "user" : "assistant"))
         }
@@ -95,10 +97,13 @@ describe("Gateway, a provider switch with the real pi agent (Chat Completions ag
         expect(answered).toEqual(uses)
         const seq = last.messages.flatMap((m) => m.content.filter((b) => b.type === "tool_result" && b.tool_use_id === "call_5"))[0]!
         expect(seq.content).toBe(results[4]![1])
-        // Every request extends the previous one (nothing to fit in a 200,000-token window).
+        // Every request extends the previous one (nothing to fit in a 200,000-token window) but for the prompt-cache
+        // breakpoint, on the last block of each request's last message.
         for (let i = 1; i < sent.length; i++) {
-          expect(sent[i]!.messages.slice(0, sent[i - 1]!.messages.length).map((m) => JSON.stringify(m))).toEqual(sent[i - 1]!.messages.map((m) => JSON.stringify(m)))
+          expect(sent[i]!.messages.slice(0, sent[i - 1]!.messages.length).map(unmarked)).toEqual(sent[i - 1]!.messages.map(unmarked))
         }
+        for (const r of upstream.requests) expect(r.body.match(/"cache_control":\{"type":"ephemeral"\}/g)).toHaveLength(1)
+        for (const body of sent) expect(body.messages.at(-1)!.content.at(-1)).toHaveProperty("cache_control", { type: "ephemeral" })
 
         // One thread, one completed run per request with the usage Anthropic reported (writes and reads).
         const api = yield* client()

@@ -181,7 +181,7 @@ describe("GatewaySwitchResponsesAnthropic (the conversion)", () => {
           content: [
             { type: "tool_result", tool_use_id: "call_1", content: "a.ts" },
             { type: "tool_result", tool_use_id: "call_2", content: "Done!" },
-            { type: "text", text: "and then?" }
+            { type: "text", text: "and then?", cache_control: { type: "ephemeral" } }
           ]
         }
       ]
@@ -252,7 +252,7 @@ describe("Gateway, a provider switch (Responses agent, anthropic-messages upstre
         expect(out.model).toBe("claude-sonnet-4-5")
         expect(out.system).toBe(`${instructions}\n\n<permissions instructions>sandboxed</permissions instructions>`)
         expect(out.tools.map((t) => t.name)).toEqual(["exec_command", "apply_patch", "thread_read"])
-        expect(out.messages.at(-1)).toEqual({ role: "user", content: [{ type: "text", text: "now, on the other model: list the directory" }] })
+        expect(out.messages.at(-1)).toEqual({ role: "user", content: [{ type: "text", text: "now, on the other model: list the directory", cache_control: { type: "ephemeral" } }] })
         const results = out.messages.flatMap((m) => m.content.filter((b) => b.type === "tool_result"))
         expect(results.map((b) => b.tool_use_id)).toEqual(Array.from({ length: 10 }, (_, i) => `call_${i}`))
         const threadId = (yield* (yield* client()).threads.list({ urlParams: {} })).threads[0]!.id
@@ -300,7 +300,7 @@ describe("Gateway, a provider switch (Responses agent, anthropic-messages upstre
         const sentWhole = JSON.parse(anthropic.requests[1]!.body) as { messages: Array<{ role: string; content: Array<Block> }> }
         expect(sentWhole.messages.slice(-2)).toEqual([
           { role: "assistant", content: [{ type: "text", text: "Checking." }, { type: "tool_use", id: "toolu_9", name: "exec_command", input: { cmd: "ls" } }] },
-          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_9", content: "a.ts\nb.ts" }] }
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_9", content: "a.ts\nb.ts", cache_control: { type: "ephemeral" } }] }
         ])
 
         // 4. Back on the Responses model: the agent's body as sent.
