@@ -37,14 +37,16 @@
  *   recorded makes the agent's next request carry the calls and the answers (`GatewayOffload.besideOf`). Off: the
  *   body goes out byte for byte.
  *
- * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` or `openai-responses` instance;
- *   `GatewaySwitched`, `GatewaySwitchWire`, `GatewaySwitch`, `GatewaySwitchResponses`): the request is recorded first,
- *   its history converted to Chat Completions (or Responses items) and fitted under the
- *   instance's window (stubs, then deferral with a pointer; the agent's newest turn unchanged), and the answer
- *   converted back to Anthropic's (whole or as SSE events as the chunks arrive; the upstream's `thread_read` calls
- *   answered here) and recorded as an Anthropic reply. A
- *   request Baton cannot fit is answered Anthropic's "prompt is too long" 400 and never sent. Other cross-protocol
- *   routes (from the OpenAI endpoints) are refused 404.
+ * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` or `openai-responses` instance, or
+ *   `/v1/chat/completions` or `/v1/responses` with one routed to an `anthropic-messages` instance; `GatewaySwitched`,
+ *   `GatewaySwitchWire`, `GatewaySwitch`, `GatewaySwitchResponses`, `GatewaySwitchAnthropic`,
+ *   `GatewaySwitchResponsesAnthropic`): the request is recorded first, its history
+ *   converted to the upstream's protocol and fitted under the instance's window (stubs, then deferral with a pointer;
+ *   the agent's newest turn unchanged), and the answer converted back to the agent's (whole or as SSE events as the
+ *   upstream's arrive; the upstream's `thread_read` calls answered here) and recorded as the agent's reply. A request
+ *   Baton cannot fit is answered the agent's own overflow error (Anthropic's "prompt is too long", OpenAI's
+ *   `context_length_exceeded`) and never sent. Other cross-protocol routes (between the two OpenAI protocols, and
+ *   Codex's `/v1/responses/compact`) are refused 404.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
@@ -308,7 +310,8 @@ export const layer = (options: GatewayOptions) =>
           if (target === undefined) {
             return dialect.refuse("unrouted", `model: ${model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
           }
-          const switchWire = dialect.kind === "anthropic-messages" ? GatewaySwitchWire.forKind(target.config.kind) : undefined
+          // Codex's compaction requests (`/responses/compact`) are never switched (their answer is no Responses turn).
+          const switchWire = upstreamPath === "/responses/compact" ? undefined : GatewaySwitchWire.forRoute(dialect.kind, target.config.kind)
           if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
             // Its own parse: the switch's conversion is given objects no earlier request holds (not the frozen ones).
@@ -333,7 +336,7 @@ export const layer = (options: GatewayOptions) =>
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
               "unrouted",
-              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat or openai-responses upstream`
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat or openai-responses upstream, and Chat Completions and Responses requests (not compaction requests) to an anthropic-messages upstream`
             )
           }
 

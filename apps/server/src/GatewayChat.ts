@@ -22,11 +22,16 @@ import { Sse } from "@baton/providers"
 import { type Assembler, type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import { bearerToken, bearerUpstream, errorResponse } from "./GatewayResponses.js"
 
-/** The billed tokens of a Chat Completions `usage` object (absent fields: 0). */
+/**
+ * The billed tokens of a Chat Completions `usage` object (absent fields: 0): `prompt_tokens` include
+ * `prompt_tokens_details.cached_tokens` (cache reads) and `prompt_tokens_details.cache_write_tokens` (cache writes, where
+ * an upstream reports them: OpenRouter, Baton's switch to an Anthropic upstream).
+ */
 export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
   const n = (u: unknown) => (typeof u === "number" ? u : 0)
   const cached = isRecord(usage.prompt_tokens_details) ? n(usage.prompt_tokens_details.cached_tokens) : 0
-  return { inputTokens: n(usage.prompt_tokens) - cached, cacheWriteTokens: 0, cacheReadTokens: cached, outputTokens: n(usage.completion_tokens) }
+  const written = isRecord(usage.prompt_tokens_details) ? n(usage.prompt_tokens_details.cache_write_tokens) : 0
+  return { inputTokens: n(usage.prompt_tokens) - cached - written, cacheWriteTokens: written, cacheReadTokens: cached, outputTokens: n(usage.completion_tokens) }
 }
 
 /** Whether `m` is a system prompt message. */

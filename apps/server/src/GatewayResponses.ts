@@ -38,11 +38,16 @@ export const errorResponse = (reason: Refusal, message: string) => {
   return HttpServerResponse.unsafeJson({ error: { message, type, param: null, code } }, { status })
 }
 
-/** The billed tokens of a Responses `usage` object (absent fields: 0). */
+/**
+ * The billed tokens of a Responses `usage` object (absent fields: 0): `input_tokens` include
+ * `input_tokens_details.cached_tokens` (cache reads) and `input_tokens_details.cache_write_tokens` (cache writes, where
+ * reported: Baton's switch to an Anthropic upstream).
+ */
 export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
   const n = (u: unknown) => (typeof u === "number" ? u : 0)
   const cached = isRecord(usage.input_tokens_details) ? n(usage.input_tokens_details.cached_tokens) : 0
-  return { inputTokens: n(usage.input_tokens) - cached, cacheWriteTokens: 0, cacheReadTokens: cached, outputTokens: n(usage.output_tokens) }
+  const written = isRecord(usage.input_tokens_details) ? n(usage.input_tokens_details.cache_write_tokens) : 0
+  return { inputTokens: n(usage.input_tokens) - cached - written, cacheWriteTokens: written, cacheReadTokens: cached, outputTokens: n(usage.output_tokens) }
 }
 
 /** A reply of output items (`null` entries skipped) with the response's usage. */

@@ -12,7 +12,9 @@
  *   `[type]` text. Tools (those with an `input_schema`) as the adapter encodes them (`OpenAiChat.encodeTool`),
  *   `tool_choice` mapped, `max_tokens` the output room below, `stream` with `stream_options.include_usage`. The
  *   request's `model` goes out unchanged, as on every gateway route.
- * - **The fit** under the instance's `contextWindow`, in Baton tokens (o200k, counted on each converted message's
+ * - **The fit** (`fitMessages`, generic over the target's message form: every switch direction fits with it, the
+ *   Anthropic target through `GatewaySwitchAnthropic.fitConverted`) under the instance's `contextWindow`, in Baton
+ *   tokens (o200k, counted on each converted message's
  *   JSON, so over rather than under the upstream's count): the output room is `min(max_tokens, the instance's
  *   maxOutputTokens, window / 4)` and a margin of 5% of the window is kept for the tokenizers' difference. When the
  *   request is over: (1) stubs, oldest tool result first, each result's content replaced by
@@ -181,26 +183,47 @@ export type FitResult =
 /** Tokens of one Chat Completions message, with a few for its framing. */
 const messageTokens = (count: (text: string) => number, m: ChatMessage) => count(JSON.stringify(m)) + 4
 
-/**
- * The agent's Anthropic request as a Chat Completions request fitted under the window (see the module docblock):
- * stubs first, then deferral with a pointer; `overflow` when the pinned part alone is over.
- */
-export const toChat = (input: FitInput): FitResult => {
-  const { body, count } = input
-  const size = input.sizes?.message ?? ((m: ChatMessage) => messageTokens(count, m))
-  const messages = (Array.isArray(body.messages) ? body.messages : []).filter(isRecord)
-  const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
-  const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
+/** The `tool_use` calls of Anthropic messages by id: their tool and input (a stub's line names them). */
+export const callsOf = (messages: ReadonlyArray<Json>): ReadonlyMap<string, { readonly name: string; readonly input: unknown }> => {
   const calls = new Map<string, { name: string; input: unknown }>()
   for (const m of messages) {
     for (const b of blocksOf(m.content)) if (isRecord(b) && b.type === "tool_use") calls.set(String(b.id), { name: String(b.name), input: b.input })
   }
-  const agentTools = (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null)
-  const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map((t) => parseJson(OpenAiChat.encodeTool(t)) as Json)]
-  const system = systemText(body.system)
-  const head: Array<ChatMessage> = system === "" ? [] : [{ role: "system", content: system }]
-  const fixed = head.reduce((n, m) => n + size(m), 0) + (tools.length === 0 ? 0 : input.sizes?.tools(tools) ?? count(JSON.stringify(tools))) + 16
+  return calls
+}
 
+/**
+ * How `fitMessages` builds a request in the target's form: each Anthropic message converted (the results whose ids are
+ * in `stubbed` as stubs), a converted message's tokens, the pointer's message (its text: the pointer, or a summary and
+ * the pointer), and the tokens that always go out (system prompt, tools, framing).
+ */
+export interface FitPlan<M> {
+  readonly convert: (message: Json, stubbed: ReadonlySet<string>, calls: ReadonlyMap<string, { readonly name: string; readonly input: unknown }>) => ReadonlyArray<M>
+  readonly size: (m: M) => number
+  readonly note: (text: string) => M
+  readonly fixed: number
+}
+
+/** The fitted messages (the pointer first when one went out, then the kept messages converted), or an overflow. */
+export type FittedMessages<M> =
+  | { readonly _tag: "fits"; readonly messages: ReadonlyArray<M>; readonly fit: Fit }
+  | { readonly _tag: "overflow"; readonly tokens: number; readonly limit: number }
+
+/**
+ * The fit of Anthropic `messages` (see the module docblock) under `limit` tokens, whatever the target's form (`plan`):
+ * stubs (oldest tool result first, never the pinned turn), then deferral with a pointer (`input.pointer`), then a summary
+ * before it (`input.summaries`); `overflow` when the pinned part, system and tools alone are over. `Fit.leftOut` and
+ * `Fit.summarised` count `messages` here. Shared by every switch direction (Chat Completions, Responses, Anthropic).
+ */
+export const fitMessages = <M>(
+  input: Pick<FitInput, "pointer" | "summaries">,
+  messages: ReadonlyArray<Json>,
+  limit: number,
+  outputTokens: number,
+  plan: FitPlan<M>
+): FittedMessages<M> => {
+  const { fixed, size } = plan
+  const calls = callsOf(messages)
   // Units: an assistant message with tool_use calls and the user message answering them; every other message alone.
   const units: Array<Array<number>> = []
   messages.forEach((m, i) => {
@@ -214,7 +237,7 @@ export const toChat = (input: FitInput): FitResult => {
   const newestUser = messages.map((m) => m.role).lastIndexOf("user")
   const pinnedFrom = units.length === 0 ? 0 : (units.find((u) => u.includes(newestUser)) ?? units.at(-1)!)[0]!
   const stubbed = new Set<string>()
-  const converted = (i: number) => chatMessagesOf(messages[i]!, stubbed, calls)
+  const converted = (i: number) => plan.convert(messages[i]!, stubbed, calls)
   const tokensOf = messages.map((_, i) => converted(i).reduce((n, c) => n + size(c), 0))
   const total = () => fixed + tokensOf.reduce((n, t) => n + t, 0)
   const tokensBefore = total()
@@ -238,7 +261,7 @@ export const toChat = (input: FitInput): FitResult => {
   // conversation's start when one fits (see `deferral`).
   let leftOut = 0
   let summarised = 0
-  let pointer: ChatMessage | null = null
+  let pointer: M | null = null
   if (total() > limit) {
     /** Where deferral cuts with a first message of `extra` tokens: the first unit boundary from which the rest fits. */
     const cutFor = (extra: number) => {
@@ -251,14 +274,13 @@ export const toChat = (input: FitInput): FitResult => {
       return units[u]?.[0] ?? pinnedFrom
     }
     const keptFrom = (from: number) => tokensOf.slice(from).reduce((n, t) => n + t, 0)
-    const messageOf = (text: string): ChatMessage => ({ role: "user", content: text })
     // A pointer's size hardly changes with the count: estimated with every unpinned message, then checked.
     for (const s of input.summaries ?? []) {
       if (s.covers <= 0 || s.covers > pinnedFrom) continue
-      const at = cutFor(size(messageOf(`${s.text}\n\n${input.pointer(pinnedFrom)}`)))
+      const at = cutFor(size(plan.note(`${s.text}\n\n${input.pointer(pinnedFrom)}`)))
       // A summary of messages that would go out verbatim is not used (an earlier summary of the chain may be).
       if (s.covers > at) continue
-      const candidate = messageOf(`${s.text}\n\n${input.pointer(at)}`)
+      const candidate = plan.note(`${s.text}\n\n${input.pointer(at)}`)
       if (fixed + size(candidate) + keptFrom(at) > limit) continue
       leftOut = at
       summarised = s.covers
@@ -266,19 +288,44 @@ export const toChat = (input: FitInput): FitResult => {
       break
     }
     if (pointer === null) {
-      leftOut = cutFor(size(messageOf(input.pointer(pinnedFrom))))
-      pointer = messageOf(input.pointer(leftOut))
+      leftOut = cutFor(size(plan.note(input.pointer(pinnedFrom))))
+      pointer = plan.note(input.pointer(leftOut))
     }
   }
 
-  const out: Array<ChatMessage> = [...head, ...(pointer === null ? [] : [pointer])]
+  const out: Array<M> = pointer === null ? [] : [pointer]
   for (let i = leftOut; i < messages.length; i++) out.push(...converted(i))
   const tokensAfter = fixed + (pointer === null ? 0 : size(pointer)) + tokensOf.slice(leftOut).reduce((n, t) => n + t, 0)
   if (tokensAfter > limit) return { _tag: "overflow", tokens: tokensBefore, limit }
+  return { _tag: "fits", messages: out, fit: { tokensBefore, tokensAfter, limit, outputTokens, stubbed: [...stubbed], leftOut, summarised } }
+}
+
+/**
+ * The agent's Anthropic request as a Chat Completions request fitted under the window (see the module docblock):
+ * stubs first, then deferral with a pointer; `overflow` when the pinned part alone is over.
+ */
+export const toChat = (input: FitInput): FitResult => {
+  const { body, count } = input
+  const size = input.sizes?.message ?? ((m: ChatMessage) => messageTokens(count, m))
+  const messages = (Array.isArray(body.messages) ? body.messages : []).filter(isRecord)
+  const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
+  const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
+  const agentTools = (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null)
+  const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map((t) => parseJson(OpenAiChat.encodeTool(t)) as Json)]
+  const system = systemText(body.system)
+  const head: Array<ChatMessage> = system === "" ? [] : [{ role: "system", content: system }]
+  const fixed = head.reduce((n, m) => n + size(m), 0) + (tools.length === 0 ? 0 : input.sizes?.tools(tools) ?? count(JSON.stringify(tools))) + 16
+  const fitted = fitMessages(input, messages, limit, outputTokens, {
+    convert: chatMessagesOf,
+    size,
+    note: (text): ChatMessage => ({ role: "user", content: text }),
+    fixed
+  })
+  if (fitted._tag === "overflow") return fitted
   const choice = toolChoiceOf(body.tool_choice)
   const chat: Json = {
     model: body.model,
-    messages: out,
+    messages: [...head, ...fitted.messages],
     max_tokens: outputTokens,
     ...(tools.length === 0 ? {} : { tools }),
     ...(choice === undefined || tools.length === 0 ? {} : { tool_choice: choice }),
@@ -288,7 +335,7 @@ export const toChat = (input: FitInput): FitResult => {
     ...(Array.isArray(body.stop_sequences) && body.stop_sequences.length > 0 ? { stop: body.stop_sequences } : {}),
     ...(body.stream === true ? { stream: true, stream_options: { include_usage: true } } : {})
   }
-  return { _tag: "fits", body: chat, fit: { tokensBefore, tokensAfter, limit, outputTokens, stubbed: [...stubbed], leftOut, summarised } }
+  return { _tag: "fits", body: chat, fit: fitted.fit }
 }
 
 /** The Anthropic message of Baton's "prompt is too long" overflow (Anthropic's own words, which Claude Code compacts on). */

@@ -1,13 +1,21 @@
 /**
- * GatewaySwitchWire: what a provider switch from `/v1/messages` needs of the upstream's protocol, so that one
- * `GatewaySwitched.serve` (record first, fit, post, hidden `thread_read` rounds, the answer converted back, the record)
- * serves both targets: `chat` (an `openai-chat` instance, `GatewaySwitch`) and `responses` (an `openai-responses`
- * instance, `GatewaySwitchResponses`). No I/O.
+ * GatewaySwitchWire: what a provider switch needs of the agent's protocol (`AgentSide`) and of the upstream's
+ * (`SwitchWire`), so that one `GatewaySwitched.serve` (record first, fit, post, hidden `thread_read` rounds, the answer
+ * converted back, the record) serves every direction: from `/v1/messages` to `chat` (an `openai-chat` instance,
+ * `GatewaySwitch`) and `responses` (an `openai-responses` instance, `GatewaySwitchResponses`), and from
+ * `/v1/chat/completions` to `anthropic` (an `anthropic-messages` instance, `GatewaySwitchAnthropic`), and from
+ * `/v1/responses` to `anthropicForResponses` (`GatewaySwitchResponsesAnthropic`). No I/O.
  */
+import type { Option, Redacted } from "effect"
 import { OpenAiChat, type ProviderConfig } from "@baton/providers"
-import { parseJson } from "./GatewayDialect.js"
+import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import * as GatewayChat from "./GatewayChat.js"
+import * as GatewayResponses from "./GatewayResponses.js"
+import { type Dialect, isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
+import * as GatewaySwitchAnthropic from "./GatewaySwitchAnthropic.js"
 import * as GatewaySwitchResponses from "./GatewaySwitchResponses.js"
+import * as GatewaySwitchResponsesAnthropic from "./GatewaySwitchResponsesAnthropic.js"
 
 type Json = Record<string, unknown>
 
@@ -24,10 +32,39 @@ export interface Translator extends Omit<GatewaySwitch.StreamTranslator, "assist
   readonly assistant: () => ReadonlyArray<unknown>
 }
 
-/** One target protocol of a switch. */
+/** A run failure read from translated stream text (`AgentSide.streamFailureOf`). */
+export type StreamFailure = { readonly code: "overflow" | "provider_unavailable" | "provider_refused"; readonly reason: string } | null
+
+/**
+ * The agent's side of a switch: how its conversation is recorded and its answers assembled (`dialect`), and its
+ * protocol's errors and streams.
+ */
+export interface AgentSide {
+  readonly dialect: Dialect
+  /** A body of Baton's own error (`api_error`: the upstream failed; `invalid_request_error`: the request). */
+  readonly error: (type: "api_error" | "invalid_request_error", message: string) => Record<string, unknown>
+  /** The agent's own overflow error body (status 400) for a request of `tokens` over `limit`. */
+  readonly overflow: (tokens: number, limit: number) => Record<string, unknown>
+  /** Whether an error body (the agent's shape) is an overflow. */
+  readonly isOverflow: (body: Record<string, unknown>) => boolean
+  /** The upstream's error (its status and body text) in the agent's shape and status. */
+  readonly upstreamError: (status: number, text: string) => { readonly status: number; readonly body: Record<string, unknown> }
+  /** A whole answer (the wire's `messageOf`) as the agent's stream, for an agent that asked for one. */
+  readonly wholeAsStream: (message: Record<string, unknown>, request: Record<string, unknown>) => string
+  /** An error body (the agent's shape) as an event of the agent's stream. */
+  readonly streamError: (body: Record<string, unknown>) => string
+  /** The run's failure for translated stream text that holds an error event; `null` when none. */
+  readonly streamFailureOf: (text: string) => StreamFailure
+}
+
+/** One direction of a switch: the upstream's protocol, and the agent's (`agent`) its answers are converted to. */
 export interface SwitchWire {
   /** The instance kind it serves. */
   readonly kind: ProviderConfig.ModelApiKind
+  /** The agent's protocol. */
+  readonly agent: AgentSide
+  /** The upstream's credentials and headers (the instance's key). */
+  readonly upstreamHeaders: (key: Option.Option<Redacted.Redacted>, out: Record<string, string>) => void
   /** The upstream path after the instance's `baseUrl` (`/chat/completions`, `/responses`). */
   readonly path: string
   /** The agent's request converted and fitted (`GatewaySwitch.toChat`'s fit, always). */
@@ -39,21 +76,56 @@ export interface SwitchWire {
   readonly answerTokens: (count: (text: string) => number, answer: Answer) => number
   /** A whole answer's calls when all are hidden (the hop's assistant output, the calls); `null` otherwise. */
   readonly hiddenCallsOf: (answer: unknown, hidden: ReadonlySet<string>) => { readonly assistant: ReadonlyArray<unknown>; readonly calls: ReadonlyArray<GatewaySwitch.HiddenCall> } | null
-  /** A whole answer as an Anthropic message (hidden calls left out, earlier hops' usage added). */
-  readonly messageOf: (answer: unknown, model: string, hidden: ReadonlySet<string>, earlier: ReadonlyArray<unknown>, offered: ReadonlySet<string>) => Json
-  /** The Anthropic error (status, body) of a whole 2xx answer that reports a failure; `null` for an answer. */
+  /** A whole answer in the agent's protocol (hidden calls left out, earlier hops' usage added; `request`: the agent's body). */
+  readonly messageOf: (answer: unknown, model: string, hidden: ReadonlySet<string>, earlier: ReadonlyArray<unknown>, offered: ReadonlySet<string>, request: Json) => Json
+  /** The agent's error (status, body) of a whole 2xx answer that reports a failure; `null` for an answer. */
   readonly failureOf: (answer: unknown) => { readonly status: number; readonly body: Json } | null
   /** What one request carried, from its answer's `usage`. */
   readonly carriedOf: (usage: unknown) => number | null
-  /** A translator for one streamed answer. */
-  readonly translator: (model: string, hidden: ReadonlySet<string>, offered: ReadonlySet<string>) => Translator
+  /** A translator for one streamed answer (`request`: the agent's body). */
+  readonly translator: (model: string, hidden: ReadonlySet<string>, offered: ReadonlySet<string>, request: Record<string, unknown>) => Translator
 }
 
 const chatTokens = (count: (text: string) => number, m: unknown) => count(JSON.stringify(m)) + 4
 
+/** An Anthropic Messages agent (Claude Code). */
+export const anthropicAgent: AgentSide = {
+  dialect: GatewayAnthropic.dialect,
+  error: GatewaySwitch.errorBody,
+  overflow: (tokens, limit) => GatewaySwitch.errorBody("invalid_request_error", GatewaySwitch.overflowMessage(tokens, limit)),
+  isOverflow: (body) => isRecord(body.error) && String(body.error.message ?? "").startsWith("prompt is too long"),
+  upstreamError: GatewaySwitch.anthropicError,
+  wholeAsStream: (message) => GatewaySwitch.eventsOf(message),
+  streamError: (body) => `event: error\ndata: ${JSON.stringify(body)}\n\n`,
+  streamFailureOf: (text) => streamFailureOf(text)
+}
+
+/** A Chat Completions agent (pi, opencode, aider). */
+export const chatAgent: AgentSide = {
+  dialect: GatewayChat.dialect,
+  error: (type, message) => GatewaySwitchAnthropic.errorBody(type === "api_error" ? "server_error" : type, message),
+  overflow: GatewaySwitchAnthropic.overflowBody,
+  isOverflow: GatewaySwitchAnthropic.isOverflow,
+  upstreamError: GatewaySwitchAnthropic.chatError,
+  wholeAsStream: GatewaySwitchAnthropic.chunksOf,
+  streamError: (body) => `data: ${JSON.stringify(body)}\n\n`,
+  streamFailureOf: GatewaySwitchAnthropic.streamFailureOf
+}
+
+/** An OpenAI Responses agent (Codex). */
+export const responsesAgent: AgentSide = {
+  ...chatAgent,
+  dialect: GatewayResponses.dialect,
+  wholeAsStream: (response) => GatewaySwitchResponsesAnthropic.eventsOf(response),
+  streamError: (body) => GatewaySwitchResponsesAnthropic.failedEvent(body),
+  streamFailureOf: GatewaySwitchResponsesAnthropic.streamFailureOf
+}
+
 /** Chat Completions (`GatewaySwitch`). */
 export const chat: SwitchWire = {
   kind: "openai-chat",
+  agent: anthropicAgent,
+  upstreamHeaders: GatewayChat.dialect.upstreamHeaders,
   path: "/chat/completions",
   fit: GatewaySwitch.toChat,
   continued: (body, assistant, answers) => ({
@@ -78,6 +150,8 @@ export const chat: SwitchWire = {
 /** OpenAI Responses (`GatewaySwitchResponses`). */
 export const responses: SwitchWire = {
   kind: "openai-responses",
+  agent: anthropicAgent,
+  upstreamHeaders: GatewayChat.dialect.upstreamHeaders,
   path: "/responses",
   fit: GatewaySwitchResponses.toResponses,
   continued: (body, assistant, answers) => ({
@@ -93,8 +167,48 @@ export const responses: SwitchWire = {
   translator: GatewaySwitchResponses.streamTranslator
 }
 
-/** The switch wire for an instance kind (`undefined`: no switch to it). */
-export const forKind = (kind: ProviderConfig.ModelApiKind): SwitchWire | undefined => kind === "openai-chat" ? chat : kind === "openai-responses" ? responses : undefined
+/** Anthropic Messages, for a Chat Completions agent (`GatewaySwitchAnthropic`). */
+export const anthropic: SwitchWire = {
+  kind: "anthropic-messages",
+  agent: chatAgent,
+  upstreamHeaders: GatewayAnthropic.dialect.upstreamHeaders,
+  path: "/v1/messages",
+  fit: GatewaySwitchAnthropic.toAnthropic,
+  continued: (body, assistant, answers) => ({
+    ...body,
+    messages: [...(body.messages as ReadonlyArray<unknown>), ...assistant, GatewaySwitchAnthropic.answersMessage(answers)]
+  }),
+  tokensOf: (count, assistant) => assistant.reduce<number>((n, m) => n + GatewaySwitchAnthropic.messageTokens(count, m), 0),
+  answerTokens: (count, a) => GatewaySwitchAnthropic.messageTokens(count, GatewaySwitchAnthropic.answersMessage([a])),
+  hiddenCallsOf: GatewaySwitchAnthropic.hiddenCallsOf,
+  messageOf: (answer, model, hidden, earlier) => GatewaySwitchAnthropic.completionOf(answer, model, hidden, earlier),
+  failureOf: (answer) => isRecord(answer) && answer.type === "error" ? GatewaySwitchAnthropic.chatError(500, JSON.stringify(answer)) : null,
+  carriedOf: GatewaySwitchAnthropic.carriedOf,
+  translator: (model, hidden, _offered, request) => GatewaySwitchAnthropic.streamTranslator(model, hidden, request)
+}
+
+/** Anthropic Messages, for a Responses agent (`GatewaySwitchResponsesAnthropic`; the rest is `anthropic`'s). */
+export const anthropicForResponses: SwitchWire = {
+  ...anthropic,
+  agent: responsesAgent,
+  fit: GatewaySwitchResponsesAnthropic.toAnthropicFromResponses,
+  messageOf: (answer, model, hidden, earlier, _offered, request) => GatewaySwitchResponsesAnthropic.responseOf(answer, model, hidden, earlier, request),
+  translator: (model, hidden, _offered, request) => GatewaySwitchResponsesAnthropic.streamTranslator(model, hidden, request)
+}
+
+/**
+ * The switch for an agent's protocol (`from`, its endpoint's dialect kind) and the routed instance's kind (`undefined`:
+ * no switch: the same protocol, or a direction not built: Chat Completions to Responses, Responses to Chat Completions).
+ */
+export const forRoute = (from: ProviderConfig.ModelApiKind, to: ProviderConfig.ModelApiKind): SwitchWire | undefined =>
+  from === "anthropic-messages"
+    ? (to === "openai-chat" ? chat : to === "openai-responses" ? responses : undefined)
+    : to === "anthropic-messages"
+    ? (from === "openai-chat" ? anthropic : from === "openai-responses" ? anthropicForResponses : undefined)
+    : undefined
+
+/** The switch wire from `/v1/messages` for an instance kind (`undefined`: no switch to it). */
+export const forKind = (kind: ProviderConfig.ModelApiKind): SwitchWire | undefined => forRoute("anthropic-messages", kind)
 
 /**
  * The run's failure for translated Anthropic SSE text that holds an `error` event (the upstream's error in its

@@ -1,19 +1,24 @@
 /**
- * GatewaySwitched: serves one `/v1/messages` request whose model routes to an `openai-chat` or `openai-responses`
- * instance (a provider switch, issue 14 item 4; docs/gateway.md "Routing and switching"), with the target's conversion
- * (`GatewaySwitchWire`: `GatewaySwitch` for Chat Completions, `GatewaySwitchResponses` for Responses).
+ * GatewaySwitched: serves one request whose model routes to an instance of another protocol (a provider switch, issue
+ * 14 item 4; docs/gateway.md "Routing and switching"), with the direction's conversion (`GatewaySwitchWire`):
+ * `/v1/messages` to an `openai-chat` instance (`GatewaySwitch`) or an `openai-responses` one (`GatewaySwitchResponses`),
+ * `/v1/chat/completions` to an `anthropic-messages` instance (`GatewaySwitchAnthropic`), `/v1/responses` to one
+ * (`GatewaySwitchResponsesAnthropic`).
  *
  * Unlike a same-protocol request (forwarded first, recorded alongside), the request is recorded first (its
  * conversation, run and new messages, as the agent sent them, on the routed instance: the run's `providerInstance`
  * is the switch's mark), because the deferral pointer names the left-out messages' items in the thread. Then the
- * converted, fitted request goes to `{baseUrl}/chat/completions` (`{baseUrl}/responses`) with the instance's key as `Authorization: Bearer`
- * (none of the agent's headers: they are Anthropic's). The answer comes back in Anthropic's protocol (a whole message,
- * or SSE events as the upstream's chunks arrive) and is recorded as an Anthropic reply (the agent sends it back as
+ * converted, fitted request goes to the upstream (`{baseUrl}/chat/completions`, `{baseUrl}/responses` with the
+ * instance's key as `Authorization: Bearer`; `{baseUrl}/v1/messages` with it as `x-api-key` and `anthropic-version`),
+ * none of the agent's headers (they are its protocol's). The answer comes back in the agent's protocol (a whole
+ * answer, or SSE events as the upstream's arrive) and is recorded as the agent's reply (the agent sends it back as
  * such), with the usage and the instance's prices. `thread_read` is offered beside the agent's tools; when the
  * upstream's answer calls only it, the gateway answers from the thread (an answer that would take the request over the
- * fit's limit refused to the model, never sent) and continues with the upstream, and the agent
- * gets one message (whole: the last answer; streamed: the continuation's blocks join the message). An overflow Baton cannot fit never goes out: the agent gets
- * Anthropic's "prompt is too long" 400 (its compaction runs) and the run fails `overflow`.
+ * fit's limit refused to the model, never sent) and continues with the upstream, and the agent gets one answer (whole:
+ * the last answer; streamed: the continuation's joins it). An overflow Baton cannot fit never goes out: the agent gets
+ * its own overflow error (Anthropic's "prompt is too long" 400, OpenAI's `context_length_exceeded` 400: its compaction
+ * runs) and the run fails `overflow`. Baton's own errors (an unreachable upstream, a broken stream) are in the agent's
+ * shape too.
  *
  * The fit's third step: when it leaves messages out, the thread's `/offload` summaries are offered to it
  * (`summaryBlock`, `coveredBy`); none is written on the request path. Only summaries whose covered items are all the
@@ -29,8 +34,6 @@ import { GatewayThreads, ThreadOffload, ThreadRead } from "@baton/orchestration"
 import type { ThreadStore } from "@baton/persistence"
 import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option, type Scope, Stream } from "effect"
-import * as GatewayAnthropic from "./GatewayAnthropic.js"
-import * as GatewayChat from "./GatewayChat.js"
 import { fitAnswers, type History, isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
@@ -59,7 +62,7 @@ export interface Input {
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
 const maxReadHops = 8
 
-/** Anthropic's error answer. */
+/** An error answer (its body in the agent's shape). */
 const errorAnswer = (status: number, body: unknown) => HttpServerResponse.unsafeJson(body, { status })
 
 /**
@@ -94,8 +97,11 @@ const isContext = (item: Item) =>
  * The thread items of each of the agent's messages, found among the thread's `items` in order (the conversation's
  * record holds each once): for each message, its items' seqs, `null` for one not found.
  */
-export const messageSeqs = (items: ReadonlyArray<Item>, messages: ReadonlyArray<unknown>): ReadonlyArray<ReadonlyArray<number | null>> => {
-  const wire = GatewayThreads.anthropicMessages
+export const messageSeqs = (
+  items: ReadonlyArray<Item>,
+  messages: ReadonlyArray<unknown>,
+  wire: GatewayThreads.Wire = GatewayThreads.anthropicMessages
+): ReadonlyArray<ReadonlyArray<number | null>> => {
   const names = wire.toolNamesOf(messages)
   let at = 0
   return messages.map((m) =>
@@ -173,8 +179,9 @@ export const serve = (input: Input) =>
   Effect.gen(function*() {
     const { body, count, history, model, target, threads } = input
     const wire = input.wire ?? GatewaySwitchWire.chat
+    const agent = wire.agent
     const begun = yield* threads.begin({
-      wire: GatewayThreads.anthropicMessages,
+      wire: agent.dialect.wire,
       session: history.session,
       agent: input.agent,
       system: history.system,
@@ -203,7 +210,10 @@ export const serve = (input: Input) =>
     // thread_read is offered (beside the agent's tools) when there is a thread to read from; the gateway answers it.
     const offered = threadId === null ? [] : [ThreadRead.definition]
     const hidden: ReadonlySet<string> = new Set(offered.map((t) => t.name))
-    const agentTools: ReadonlySet<string> = new Set((Array.isArray(body.tools) ? body.tools : []).flatMap((t) => isRecord(t) && typeof t.name === "string" ? [t.name] : []))
+    // The agent's tool names (Anthropic's `name`, Chat Completions' `function.name`).
+    const agentTools: ReadonlySet<string> = new Set((Array.isArray(body.tools) ? body.tools : []).flatMap((t) =>
+      isRecord(t) && typeof t.name === "string" ? [t.name] : isRecord(t) && isRecord(t.function) && typeof t.function.name === "string" ? [t.function.name] : []
+    ))
     const window = target.config.contextWindow
     const fitWith = (pointer: (n: number) => string, summaries: ReadonlyArray<GatewaySwitch.FitSummary> = []) =>
       wire.fit({ body, windowTokens: window, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered, summaries })
@@ -215,7 +225,7 @@ export const serve = (input: Input) =>
     if (fitted._tag === "fits" && fitted.fit.leftOut > 0 && threadId !== null) {
       const items: ReadonlyArray<Item> = yield* Effect.orElseSucceed(input.store.listItems(threadId as ThreadId), () => [])
       const offloads: ReadonlyArray<Offload> = yield* Effect.orElseSucceed(input.store.listOffloads(threadId as ThreadId), () => [])
-      const seqs = messageSeqs(items, history.messages)
+      const seqs = messageSeqs(items, history.messages, agent.dialect.wire)
       const byId = new Map(items.map((i) => [i.id as string, i]))
       // Only summaries whose items are all the current conversation's: one of a dropped branch is ignored (not deleted).
       const foreign = firstForeignSeq(items, seqs)
@@ -262,11 +272,11 @@ export const serve = (input: Input) =>
     if (fitted._tag === "overflow") {
       const message = GatewaySwitch.overflowMessage(fitted.tokens, fitted.limit)
       yield* settle((b) => threads.fail(b, "failed", "overflow", `not sent: ${message} (provider instance ${target.name}, window ${target.config.contextWindow})`))
-      return errorAnswer(400, GatewaySwitch.errorBody("invalid_request_error", message))
+      return errorAnswer(400, agent.overflow(fitted.tokens, fitted.limit))
     }
     const streamed = body.stream === true
     const headers: Record<string, string> = { accept: streamed ? "text/event-stream" : "application/json" }
-    GatewayChat.dialect.upstreamHeaders(target.apiKey, headers)
+    wire.upstreamHeaders(target.apiKey, headers)
     const url = target.config.baseUrl.replace(/\/+$/, "") + wire.path
     const post = (chatBody: unknown) =>
       input.http.execute(HttpClientRequest.post(url).pipe(
@@ -293,7 +303,7 @@ export const serve = (input: Input) =>
     const response = yield* Effect.either(post(chatBody))
     if (response._tag === "Left") {
       yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
-      return errorAnswer(502, GatewaySwitch.errorBody("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
+      return errorAnswer(502, agent.error("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
     }
     const upstream = response.right
     const ok = upstream.status >= 200 && upstream.status < 300
@@ -302,11 +312,11 @@ export const serve = (input: Input) =>
       const text = yield* Effect.either(upstream.text)
       if (text._tag === "Left") {
         yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream's answer broke off: ${text.left.message}`))
-        return errorAnswer(502, GatewaySwitch.errorBody("api_error", "the upstream's answer broke off"))
+        return errorAnswer(502, agent.error("api_error", "the upstream's answer broke off"))
       }
       if (!ok) {
-        const converted = GatewaySwitch.anthropicError(upstream.status, text.right)
-        const code = upstream.status === 429 || upstream.status >= 500 ? "provider_unavailable" : converted.status === 400 && String((converted.body.error as { message: string }).message).startsWith("prompt is too long") ? "overflow" : "provider_refused"
+        const converted = agent.upstreamError(upstream.status, text.right)
+        const code = upstream.status === 429 || upstream.status >= 500 ? "provider_unavailable" : converted.status === 400 && agent.isOverflow(converted.body) ? "overflow" : "provider_refused"
         yield* settle((b) => threads.fail(b, "failed", code, `the upstream answered HTTP ${upstream.status}: ${text.right.slice(0, 300)}`))
         return errorAnswer(converted.status, converted.body)
       }
@@ -315,7 +325,7 @@ export const serve = (input: Input) =>
       /** A 2xx answer that is not a JSON object is no answer: a 502, the run failed (never an empty message). */
       const notJson = (t: string) =>
         settle((b) => threads.fail(b, "failed", "provider_protocol", `the upstream's answer is not JSON: ${t.slice(0, 300)}`)).pipe(
-          Effect.as(errorAnswer(502, GatewaySwitch.errorBody("api_error", "the upstream's answer is not a JSON object")))
+          Effect.as(errorAnswer(502, agent.error("api_error", "the upstream's answer is not a JSON object")))
         )
       if (!isRecord(answer)) return yield* notJson(text.right)
       const earlier: Array<unknown> = []
@@ -326,10 +336,10 @@ export const serve = (input: Input) =>
         const next = yield* Effect.either(Effect.flatMap(continued(reads.assistant, reads.calls).pipe(Effect.flatMap(post)), (r) => Effect.map(r.text, (t) => ({ r, t }))))
         if (next._tag === "Left") {
           yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
-          return errorAnswer(502, GatewaySwitch.errorBody("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
+          return errorAnswer(502, agent.error("api_error", `Baton could not reach the upstream of model ${model.slice(0, 200)}`))
         }
         if (next.right.r.status < 200 || next.right.r.status >= 300) {
-          const converted = GatewaySwitch.anthropicError(next.right.r.status, next.right.t)
+          const converted = agent.upstreamError(next.right.r.status, next.right.t)
           yield* settle((b) => threads.fail(b, "failed", "provider_refused", `the upstream answered HTTP ${next.right.r.status} after thread_read: ${next.right.t.slice(0, 300)}`))
           return errorAnswer(converted.status, converted.body)
         }
@@ -339,27 +349,27 @@ export const serve = (input: Input) =>
       const failure = wire.failureOf(answer)
       if (failure !== null) {
         const message = String((failure.body.error as { message?: unknown } | undefined)?.message ?? "")
-        const code = message.startsWith("prompt is too long") ? "overflow" : failure.status === 429 || failure.status >= 500 ? "provider_unavailable" : "provider_refused"
+        const code = agent.isOverflow(failure.body) ? "overflow" : failure.status === 429 || failure.status >= 500 ? "provider_unavailable" : "provider_refused"
         yield* settle((b) => threads.fail(b, "failed", code, `the upstream's answer reports a failure: ${message.slice(0, 300)}`))
         return errorAnswer(failure.status, failure.body)
       }
-      const message = wire.messageOf(answer, model, hidden, earlier, agentTools)
+      const message = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
       const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)
-      yield* settle((b) => Effect.zipRight(threads.complete(b, { ...GatewayAnthropic.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }), summariseLater(b)))
+      yield* settle((b) => Effect.zipRight(threads.complete(b, { ...agent.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }), summariseLater(b)))
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
-      return HttpServerResponse.text(GatewaySwitch.eventsOf(message), { contentType: "text/event-stream" })
+      return HttpServerResponse.text(agent.wholeAsStream(message, body), { contentType: "text/event-stream" })
     }
 
-    // A stream: each upstream chunk translated as it arrives; the translated events assembled as an Anthropic reply,
+    // A stream: each upstream chunk translated as it arrives; the translated events assembled as the agent's reply,
     // recorded when the stream ends, before the agent's connection sees the end.
-    const translator = wire.translator(model, hidden, agentTools)
-    const assembler = GatewayAnthropic.replyAssembler()
+    const translator = wire.translator(model, hidden, agentTools, body)
+    const assembler = agent.dialect.assembler()
     const encoder = new TextEncoder()
     let settled = false
     /** The upstream's error in its stream, as the agent got it (the run's failure code: an overflow is `overflow`). */
-    let streamFailure: ReturnType<typeof GatewaySwitchWire.streamFailureOf> = null
+    let streamFailure: GatewaySwitchWire.StreamFailure = null
     const finish = Effect.suspend(() => {
       settled = true
       const outcome = assembler.outcome()
@@ -392,15 +402,15 @@ export const serve = (input: Input) =>
           }
           // The continuation failed: the agent gets an error event (the run fails: no message_stop).
           const failed = next._tag === "Left"
-            ? GatewaySwitch.errorBody("api_error", `the upstream could not continue after thread_read: ${next.left.message}`)
-            : GatewaySwitch.anthropicError(next.right.status, yield* Effect.orElseSucceed(next.right.text, () => "")).body
-          return Stream.make(`${tail}event: error\ndata: ${JSON.stringify(failed)}\n\n`)
+            ? agent.error("api_error", `the upstream could not continue after thread_read: ${next.left.message}`)
+            : agent.upstreamError(next.right.status, yield* Effect.orElseSucceed(next.right.text, () => "")).body
+          return Stream.make(tail + agent.streamError(failed))
         })))
       )
     const stream = hop(upstream.stream).pipe(
       Stream.filter((text) => text !== ""),
       Stream.tap((text) => Effect.sync(() => {
-        if (streamFailure === null) streamFailure = GatewaySwitchWire.streamFailureOf(text)
+        if (streamFailure === null) streamFailure = agent.streamFailureOf(text)
       })),
       Stream.map((text) => encoder.encode(text)),
       Stream.tap((chunk) => Effect.sync(() => assembler.push(chunk))),
@@ -409,8 +419,8 @@ export const serve = (input: Input) =>
           settled = true
           return settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
         })).pipe(
-          // The agent is told (an Anthropic `error` event), not left with a stream that stops mid-block.
-          Stream.as(encoder.encode(`event: error\ndata: ${JSON.stringify(GatewaySwitch.errorBody("api_error", "the upstream's stream broke off"))}\n\n`))
+          // The agent is told (its protocol's error event), not left with a stream that stops mid-block.
+          Stream.as(encoder.encode(agent.streamError(agent.error("api_error", "the upstream's stream broke off"))))
         )
       ),
       Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),

@@ -83,11 +83,12 @@ describe("Gateway, OpenAI Responses", () => {
         expect(unrouted.body).toEqual({
           error: { message: "model: o9-unknown is not routed by this Baton gateway (routes: claude-*, gpt-*)", type: "invalid_request_error", param: null, code: "model_not_found" }
         })
-        const otherProtocol = yield* raw(responses({ ...request, model: "claude-x" }))
+        // A compaction request is never switched (a Responses turn to Anthropic is: GatewaySwitchResponsesAnthropic.test.ts).
+        const otherProtocol = yield* raw(responses({ ...request, model: "claude-x" }, undefined, "/v1/responses/compact"))
         expect(otherProtocol.status).toBe(404)
         expect(otherProtocol.body).toMatchObject({
           error: {
-            message: "model: claude-x routes to provider instance \"anthropic\" (anthropic-messages), not a openai-responses upstream; this gateway converts only Anthropic Messages requests to an openai-chat or openai-responses upstream",
+            message: "model: claude-x routes to provider instance \"anthropic\" (anthropic-messages), not a openai-responses upstream; this gateway converts only Anthropic Messages requests to an openai-chat or openai-responses upstream, and Chat Completions and Responses requests (not compaction requests) to an anthropic-messages upstream",
             code: "model_not_found"
           }
         })
