@@ -399,7 +399,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           return accepted
         }),
       /** Runs this process drives right now. */
-      inFlight: () => [...inFlight.keys()]
+      inFlight: () => [...inFlight.keys()],
+      /** Runs claimed at their queueing (`starting`, this driver's) that the thread's worker has not taken yet. */
+      claimedPending: () => [...claimedHere.keys()]
     }
   })
 }) {}

@@ -120,6 +120,45 @@ describe.each(Harness.dialects)("run driver on %s", (_label, db) => {
     })
   })
 
+  // Regression (review r21): a run claimed at its queueing and interrupted before the thread's worker took it (an
+  // interrupt right after the 202) ended `interrupted`, but its hand-over stayed in the driver for good (never driven,
+  // never dropped: one per such run for the life of the process).
+  it.live("a run claimed at its queueing and interrupted before the worker takes it leaves nothing behind in the driver", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const base = Harness.makeLayer([h.providers.codex!], h.counter, db, {}, "ri")
+      // The worker's first look for the thread's first run waits for `look`.
+      const look = yield* Deferred.make<void>()
+      const looked = yield* Deferred.make<void>()
+      let armed = true
+      const store = Layer.effect(ThreadStore, Effect.map(ThreadStore, (s) => ({
+        ...s,
+        findFirstUnfinishedRun: (threadId: ThreadId) =>
+          Effect.suspend(() => {
+            if (!armed) return s.findFirstUnfinishedRun(threadId)
+            armed = false
+            return Effect.zipRight(Deferred.await(look), Effect.tap(s.findFirstUnfinishedRun(threadId), () => Deferred.succeed(looked, undefined)))
+          })
+      })))
+      const layer = RunDriver.RunDriver.Default.pipe(Layer.provide(store), Layer.provideMerge(base))
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const driver = yield* RunDriver.RunDriver
+        const threadId = yield* o.create("codex")
+        const accepted = yield* driver.submit(send(threadId, "never mind"))
+        expect(accepted.status).toBe("starting")
+        expect(driver.claimedPending()).toEqual([accepted.runId])
+        const stopped = yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: accepted.runId }))
+        expect(stopped.status).toBe("interrupted")
+        yield* Deferred.succeed(look, undefined)
+        yield* Deferred.await(looked)
+        expect(yield* driver.awaitRun(accepted.runId)).toMatchObject({ status: "interrupted" })
+        expect(driver.claimedPending()).toEqual([])
+        expect(yield* o.check(threadId, h)).toEqual([])
+      }).pipe(Effect.scoped, Effect.provide(layer))
+    })
+  })
+
   it.live("a run failed at turn start (the provider cannot start a native thread): run.failed reaches the event bus", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     const codex = h.providers.codex!
