@@ -72,7 +72,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const deadlines = new Map<string, Fiber.RuntimeFiber<void, never>>()
 
     /**
-     * Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), polling. If the
+     * Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), or until it is a run
+     * this driver claimed at its queueing and `submit` has handed over (`claimedHere`: the worker read it before the
+     * hand-over and took it for another driver's), polling. If the
      * driver driving it is gone (a crash, or a process that stopped mid-run), its runs are reconciled here
      * (ThreadService.recover) instead of being waited for until some process restarts.
      */
@@ -80,6 +82,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
       Effect.gen(function*() {
         let pause = 25
         while (!stopping) {
+          // Claimed at its queueing by this driver, and handed over since the worker read it: the worker drives it.
+          if (claimedHere.has(runId)) return
           const first = yield* store.findFirstUnfinishedRun(threadId)
           if (first._tag === "None" || first.value.id !== runId) return
           const owner = (yield* store.runDrivers([runId])).get(runId) ?? null
@@ -262,6 +266,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (Option.isNone(ended)) yield* Fiber.interrupt(fiber)
         }
         if (terminalRunStatuses.includes(run.status)) {
+          // A run claimed at its queueing and ended before the worker took it is never driven: its hand-over goes.
+          claimedHere.delete(runId)
           // An ended run's deadline timer has nothing left to do.
           const timer = deadlines.get(runId)
           if (timer !== undefined) {
@@ -393,7 +399,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           return accepted
         }),
       /** Runs this process drives right now. */
-      inFlight: () => [...inFlight.keys()]
+      inFlight: () => [...inFlight.keys()],
+      /** Runs claimed at their queueing (`starting`, this driver's) that the thread's worker has not taken yet. */
+      claimedPending: () => [...claimedHere.keys()]
     }
   })
 }) {}

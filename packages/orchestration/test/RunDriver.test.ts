@@ -1,6 +1,6 @@
 import { Commands, type CommandId, ProviderError, type RunId, type ThreadId } from "@baton/contracts"
 import { RunDriver, ThreadService } from "@baton/orchestration"
-import { Database, ThreadEventBus } from "@baton/persistence"
+import { Database, ThreadEventBus, ThreadStore } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
@@ -57,6 +57,108 @@ describe.each(Harness.dialects)("run driver on %s", (_label, db) => {
 
   // Regression (review): a run failed at turn start was ended outside a unit of work, so `run.failed` was stored but
   // never published (and written without the thread's lock).
+  // Regression (review r21): the thread's worker, still looping after the run before, read a run just claimed at its
+  // queueing before `submit` had handed it over (the claim committed, the hand-over a moment later): it took the run
+  // for another driver's and waited for it to end, but the driver was this one, alive, so the run stayed `starting`
+  // and the thread was stuck for good.
+  it.live("a run claimed at its queueing that the thread's worker reads before the hand-over is still driven", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { entered, gate, held } = yield* holding(h)
+      const base = Harness.makeLayer([held], h.counter, db, {}, "rc")
+      // The worker's next look for the thread's first run waits for `look`; the next queueing hands its run over only
+      // at `handOver` (after its transaction committed, which `committed` says).
+      const armed = { find: false, queue: false }
+      const look = yield* Deferred.make<void>()
+      const looking = yield* Deferred.make<void>()
+      const committed = yield* Deferred.make<void>()
+      const handOver = yield* Deferred.make<void>()
+      const store = Layer.effect(ThreadStore, Effect.map(ThreadStore, (s) => ({
+        ...s,
+        findFirstUnfinishedRun: (threadId: ThreadId) =>
+          Effect.suspend(() => {
+            if (!armed.find) return s.findFirstUnfinishedRun(threadId)
+            armed.find = false
+            return Effect.zipRight(Effect.zipRight(Deferred.succeed(looking, undefined), Deferred.await(look)), s.findFirstUnfinishedRun(threadId))
+          })
+      })))
+      const threads = Layer.effect(ThreadService.ThreadService, Effect.map(ThreadService.ThreadService, (t) => ThreadService.ThreadService.make({
+        ...t,
+        queueForDriver: (command: Commands.SendMessage) =>
+          Effect.tap(t.queueForDriver(command), () => {
+            if (!armed.queue) return Effect.void
+            armed.queue = false
+            return Effect.zipRight(Deferred.succeed(committed, undefined), Deferred.await(handOver))
+          })
+      })))
+      const layer = RunDriver.RunDriver.Default.pipe(Layer.provide(Layer.merge(store, threads)), Layer.provideMerge(base))
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const driver = yield* RunDriver.RunDriver
+        const threadId = yield* o.create("codex")
+        for (let i = 0; i < 2; i++) h.script.enqueue(Harness.reply(10))
+        const first = yield* driver.submit(send(threadId, "first"))
+        expect(yield* Queue.take(entered)).toBe(first.runId)
+        // The first run ends; the worker's next look waits.
+        armed.find = true
+        yield* Deferred.succeed(gate, undefined)
+        yield* Deferred.await(looking)
+        expect(yield* driver.awaitRun(first.runId)).toMatchObject({ status: "completed" })
+        // The second run is queued and claimed (the thread is idle) but not handed over yet; the worker looks now.
+        armed.queue = true
+        const second = yield* Effect.fork(driver.submit(send(threadId, "second")))
+        yield* Deferred.await(committed)
+        yield* Deferred.succeed(look, undefined)
+        yield* Effect.sleep("100 millis")
+        yield* Deferred.succeed(handOver, undefined)
+        const accepted = yield* Fiber.join(second)
+        expect(accepted.status).toBe("starting")
+        const result = yield* driver.awaitRun(accepted.runId).pipe(Effect.timeout("5 seconds"))
+        expect(result).toMatchObject({ runId: accepted.runId, status: "completed" })
+        expect(yield* o.check(threadId, h)).toEqual([])
+      }).pipe(Effect.scoped, Effect.provide(layer))
+    })
+  })
+
+  // Regression (review r21): a run claimed at its queueing and interrupted before the thread's worker took it (an
+  // interrupt right after the 202) ended `interrupted`, but its hand-over stayed in the driver for good (never driven,
+  // never dropped: one per such run for the life of the process).
+  it.live("a run claimed at its queueing and interrupted before the worker takes it leaves nothing behind in the driver", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const base = Harness.makeLayer([h.providers.codex!], h.counter, db, {}, "ri")
+      // The worker's first look for the thread's first run waits for `look`.
+      const look = yield* Deferred.make<void>()
+      const looked = yield* Deferred.make<void>()
+      let armed = true
+      const store = Layer.effect(ThreadStore, Effect.map(ThreadStore, (s) => ({
+        ...s,
+        findFirstUnfinishedRun: (threadId: ThreadId) =>
+          Effect.suspend(() => {
+            if (!armed) return s.findFirstUnfinishedRun(threadId)
+            armed = false
+            return Effect.zipRight(Deferred.await(look), Effect.tap(s.findFirstUnfinishedRun(threadId), () => Deferred.succeed(looked, undefined)))
+          })
+      })))
+      const layer = RunDriver.RunDriver.Default.pipe(Layer.provide(store), Layer.provideMerge(base))
+      yield* Effect.gen(function*() {
+        const o = yield* Harness.ops
+        const driver = yield* RunDriver.RunDriver
+        const threadId = yield* o.create("codex")
+        const accepted = yield* driver.submit(send(threadId, "never mind"))
+        expect(accepted.status).toBe("starting")
+        expect(driver.claimedPending()).toEqual([accepted.runId])
+        const stopped = yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: accepted.runId }))
+        expect(stopped.status).toBe("interrupted")
+        yield* Deferred.succeed(look, undefined)
+        yield* Deferred.await(looked)
+        expect(yield* driver.awaitRun(accepted.runId)).toMatchObject({ status: "interrupted" })
+        expect(driver.claimedPending()).toEqual([])
+        expect(yield* o.check(threadId, h)).toEqual([])
+      }).pipe(Effect.scoped, Effect.provide(layer))
+    })
+  })
+
   it.live("a run failed at turn start (the provider cannot start a native thread): run.failed reaches the event bus", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     const codex = h.providers.codex!
