@@ -10,7 +10,7 @@
  * the learning arithmetic (`Calibration.learn`), the storage (`ThreadStore`, table `provider_calibrations`) nor the
  * transaction: `learn` joins the caller's, so a calibration moves only with the turn that taught it.
  */
-import type { NativeThread, NewThreadEvent, ProviderError, ProviderInstance, ThreadId } from "@baton/contracts"
+import type { NewThreadEvent, ProviderError, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Calibration, Render, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { ProviderFailure } from "@baton/providers"
@@ -118,18 +118,18 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
       })
 
       /**
-       * Teaches `instance`'s calibration with an injection into `native` that the provider rejected as over its
-       * window (`error`, classified by `ProviderFailure.classify`, so an overflow told only in the text counts), in the
-       * caller's transaction: the size the provider gives for the rejected request (provider tokens) less the native
-       * thread's last trusted usage measures the `injectedTokens` Baton tokens it was sent (a rejection is
-       * information too, sim seed 140048: a retried `/compact` sent the very injection the provider had rejected).
-       * Nothing is learned when `error` is no overflow, gives no requested size, or `native` has no trusted usage
-       * (the same rules as `learn`). Returns the calibration in force afterwards.
+       * Teaches `instance`'s calibration with an injection of `injectedTokens` Baton tokens that the provider rejected
+       * as over its window (`error`, classified by `ProviderFailure.classify`, so an overflow told only in the text
+       * counts), in the caller's transaction: the size the provider gives for the rejected request (provider tokens)
+       * less `base.usedTokens` (the native thread's last trusted usage) measures `base.unreportedTokens +
+       * injectedTokens` (a rejection is information too, sim seed 140048: a retried `/compact` sent the very injection
+       * the provider had rejected). Nothing is learned when `error` is no overflow, gives no requested size, or `base`
+       * is `null` (no trusted usage; the same rules as `learn`). Returns the calibration in force afterwards.
        */
       const learnFromOverflow = Effect.fn("ProviderCalibration.learnFromOverflow")(function*(
         threadId: ThreadId,
         instance: ProviderInstance,
-        native: NativeThread,
+        base: SampleBase | null,
         error: ProviderError,
         injectedTokens: number
       ) {
@@ -137,7 +137,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         if (classified.code !== "overflow") return yield* current(instance)
         const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
         return yield* learn(threadId, instance, {
-          base: native.usage === null ? null : { usedTokens: native.usage.usedTokens, unreportedTokens: 0 },
+          base,
           reportedUsedTokens: requested,
           estimatedTokens: injectedTokens
         })
