@@ -13,6 +13,7 @@
 import type { NewThreadEvent, ProviderError, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Calibration, Render, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
+import { ProviderFailure } from "@baton/providers"
 import { DateTime, Effect } from "effect"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 
@@ -117,6 +118,32 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
       })
 
       /**
+       * Teaches `instance`'s calibration with an injection of `injectedTokens` Baton tokens that the provider rejected
+       * as over its window (`error`, classified by `ProviderFailure.classify`, so an overflow told only in the text
+       * counts), in the caller's transaction: the size the provider gives for the rejected request (provider tokens)
+       * less `base.usedTokens` (the native thread's last trusted usage) measures `base.unreportedTokens +
+       * injectedTokens` (a rejection is information too, sim seed 140048: a retried `/compact` sent the very injection
+       * the provider had rejected). Nothing is learned when `error` is no overflow, gives no requested size, or `base`
+       * is `null` (no trusted usage; the same rules as `learn`). Returns the calibration in force afterwards.
+       */
+      const learnFromOverflow = Effect.fn("ProviderCalibration.learnFromOverflow")(function*(
+        threadId: ThreadId,
+        instance: ProviderInstance,
+        base: SampleBase | null,
+        error: ProviderError,
+        injectedTokens: number
+      ) {
+        const classified = ProviderFailure.classify(error)
+        if (classified.code !== "overflow") return yield* current(instance)
+        const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
+        return yield* learn(threadId, instance, {
+          base,
+          reportedUsedTokens: requested,
+          estimatedTokens: injectedTokens
+        })
+      })
+
+      /**
        * Calibrates `instance` from the provider's own count before its first turn (issue "Real model providers":
        * `count_tokens` calibrates a new instance). Only while the instance has no sample and calibration is on.
        * The sample is the thread's recent history as Baton renders it (`seedItems` most recent items, at most
@@ -153,7 +180,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         )
       })
 
-      return { current, learn, seedFromCount }
+      return { current, learn, learnFromOverflow, seedFromCount }
     })
   }
 ) {}

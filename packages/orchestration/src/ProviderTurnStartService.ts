@@ -296,6 +296,11 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           recordedResults: recordedToolResults(store, run.threadId)
         }).pipe(Effect.either)
         if (outcome._tag === "Left") {
+          // A rejection as over the window teaches the calibration first (as /compact's does), so the next turn
+          // start plans the history with it rather than sending the rejected injection again.
+          yield* uow.thread(run.threadId, "ProviderTurnStartService.overflowLearned")(
+            calibration.learnFromOverflow(run.threadId, plan.providerThread.providerInstance, plan.sampleBase, outcome.left, injection.tokens)
+          )
           // The provider may hold the history. Read the native thread back where the adapter can: the deliveries
           // settle or return to `deferred`, and the turn goes on. Otherwise they stay `pending` (uncertain) and
           // the next turn start will not trust this native thread.

@@ -315,6 +315,17 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           recordedResults: recordedToolResults(store, threadId)
         }).pipe(Effect.either)
         if (outcome._tag === "Left") {
+          // A rejection as over the window teaches the calibration first (its own unit of work, before the read-back):
+          // a /compact retried after a crash plans the next injection with it instead of sending the rejected one again.
+          yield* uow.thread(threadId, "ThreadCompaction.overflowLearned")(
+            calibration.learnFromOverflow(
+              threadId,
+              providerThread.providerInstance,
+              native.usage === null ? null : { usedTokens: native.usage.usedTokens, unreportedTokens: 0 },
+              outcome.left,
+              plan.selection.tokens
+            )
+          )
           // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
           if (!(yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter))) return { native, injected: nothingInjected }
           const reread = yield* store.getNativeThread(native.id)

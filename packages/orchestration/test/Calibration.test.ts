@@ -224,6 +224,90 @@ describe("calibration learned from reported usage", () => {
     }).pipe(Effect.provide(h.layer))
   })
 
+  // sim seed 140048: /compact on small drained a handoff and its injection was rejected as over the window; the
+  // rejection taught nothing, so the /compact retried after a crash sent the very same request again.
+  for (const overflowSignal of ["code", "text"] as const) {
+    it.effect(`a /compact injection rejected as over the window teaches the calibration (overflow as ${overflowSignal}); the next /compact fits`, () => {
+      const h = Harness.make([
+        { name: "small", window: 44_000, autoCompactThreshold: 42_000, inject: true, tokenScale: scale, overflowSignal },
+        { name: "plain", window: 200_000, inject: false }
+      ])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const threadId = yield* o.create("small")
+        h.script.enqueue(Harness.reply(5_000))
+        yield* o.send(threadId, "on small")
+        yield* o.switchTo(threadId, "plain")
+        for (const tokens of [6_000, 9_000, 9_000, 10_000]) {
+          h.script.enqueue(Harness.reply(tokens))
+          yield* o.send(threadId, "on plain")
+        }
+        yield* o.switchTo(threadId, "small")
+        expect(yield* ratioOf("small")).toEqual({ ratio: 1, samples: 0, weight: 0 })
+        const truth = () => h.providers.small!.truth.filter((t) => t.operation === "injectHistory")
+        const first = yield* o.compact(threadId)
+        const [rejected, ...others] = truth()
+        expect(others).toEqual([])
+        expect(rejected!.accepted).toBe(false)
+        expect(first.deliveredItems).toBe(0)
+        // The rejected request's size less the native thread's usage measures the injection in small's units.
+        const learned = yield* ratioOf("small")
+        expect(learned.samples).toBe(1)
+        expect(learned.ratio).toBeGreaterThan(scale * 0.95)
+        expect(learned.ratio).toBeLessThan(scale * 1.05)
+        const updates = (yield* o.store.listEvents(threadId)).flatMap((e) =>
+          e.type === "calibration.updated" && e.payload.providerInstance === "small" ? [e.payload] : []
+        )
+        expect(updates.map((u) => u.estimatedTokens)).toEqual([rejected!.addedBatonTokens])
+        // The next /compact plans with it: what it sends fits (smaller than the rejected request) and arrives.
+        const second = yield* o.compact(threadId)
+        const next = truth().slice(1)
+        expect(next.length).toBeGreaterThan(0)
+        expect(next.every((t) => t.accepted && t.tokens < rejected!.tokens)).toBe(true)
+        expect(second.deliveredItems).toBeGreaterThan(0)
+        expect(yield* o.check(threadId, h)).toEqual([])
+      }).pipe(Effect.provide(h.layer))
+    })
+  }
+
+  it.effect("a turn start's injection rejected as over the window teaches the calibration; the next turn start's fits", () => {
+    // small counts 2.5 provider tokens per Baton token: a ~15,000-token handoff budgeted at ratio 1 is ~38,000 of
+    // its own, over its 44,000 window with the 7,500 it holds.
+    const h = Harness.make([
+      { name: "small", window: 44_000, inject: true, tokenScale: 2.5 },
+      { name: "plain", window: 200_000, inject: false }
+    ])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("small")
+      h.script.enqueue(Harness.reply(3_000))
+      yield* o.send(threadId, "on small")
+      yield* o.switchTo(threadId, "plain")
+      for (let i = 0; i < 4; i++) {
+        h.script.enqueue(Harness.reply(5_000))
+        yield* o.send(threadId, `on plain ${i}`)
+      }
+      yield* o.switchTo(threadId, "small")
+      const truth = () => h.providers.small!.truth.filter((t) => t.operation === "injectHistory")
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(threadId, "back on small")
+      const [rejected, ...others] = truth()
+      expect(others).toEqual([])
+      expect(rejected!.accepted).toBe(false)
+      const learned = yield* ratioOf("small")
+      expect(learned.samples).toBe(1)
+      expect(learned.ratio).toBeGreaterThan(2.5 * 0.95)
+      expect(learned.ratio).toBeLessThan(2.5 * 1.05)
+      h.script.enqueue(Harness.reply(10))
+      const next = yield* o.send(threadId, "and again")
+      expect(next.turnStart?.deliveredItems).toBeGreaterThan(0)
+      const after = truth().slice(1)
+      expect(after.length).toBeGreaterThan(0)
+      expect(after.every((t) => t.accepted && t.tokens < rejected!.tokens)).toBe(true)
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
   it.effect("invariant 5 compares calibrated tokens: 14,000 Baton tokens at 1.15 (16,100) break a 16,000 budget", () => {
     const h = Harness.make([...providers])
     return Effect.gen(function*() {

@@ -475,6 +475,51 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     }
   })
 
+  describe("/offload: the active lane is checked against everything the chain covers (sim seed 80012, second violation)", () => {
+    // small runs run 1 (items 1, 2); after a switch to big, /offload keep 0 covers run 1 while small is not the
+    // active lane, so small keeps its native thread. big runs run 2 (given the summary), a switch goes back to
+    // small, and a second /offload keep 0 covers run 2 and extends the first summary. small's native thread holds
+    // none of the second offload's own share, but it ran run 1, which the chain covers: it is replaced, and the
+    // next turn starts a new native thread given the new summary alone, never run 1's or run 2's originals.
+    for (const readThread of [false, true]) {
+      it.effect(`readThread ${readThread}: the next turn on small runs on a new native thread given the second summary only`, () => {
+        const h = Harness.make([
+          { name: "big", window: 1_000_000, inject: true },
+          { name: "small", window: 200_000, inject: true, readThread }
+        ])
+        return Effect.gen(function*() {
+          const o = yield* ops
+          const t = yield* o.create("small")
+          h.script.enqueue(Harness.reply(50))
+          const first = yield* o.send(t, "on small")
+          expect(first.nativeGeneration).toBe(1)
+          const run1 = (yield* o.store.listItems(t)).map((i) => i.id)
+          yield* o.switchTo(t, "big")
+          const offload1 = yield* o.offload(t, 0)
+          expect(offload1).toMatchObject({ offloaded: true, cutSeq: 2, coveredItems: 2 })
+          h.script.enqueue(Harness.reply(50))
+          expect((yield* o.send(t, "on big")).status).toBe("completed")
+          yield* o.switchTo(t, "small")
+          const offload2 = yield* o.offload(t, 0)
+          expect(offload2.offloaded).toBe(true)
+          // Its own share is run 2 (and the first summary): nothing small's native thread ran or was given.
+          expect((offload2.coveredItemIds ?? []).some((id) => run1.includes(id))).toBe(false)
+          h.script.enqueue(Harness.reply(10))
+          const next = yield* o.send(t, "back on small")
+          expect(next.status).toBe("completed")
+          expect(next.nativeGeneration).toBe(2)
+          const received = h.providers.small!.received
+          const turn = received.filter((r) => r.type === "turn").at(-1)!
+          expect(turn.nativeRef).not.toBe(received.filter((r) => r.type === "turn")[0]!.nativeRef)
+          const injected = received.filter((r) => r.type === "inject" && r.nativeRef === turn.nativeRef)
+            .flatMap((r) => r.type === "inject" ? r.itemIds : [])
+          expect(injected).toEqual([offload2.summaryItemId])
+          expect(yield* o.check(t, h)).toEqual([])
+        }).pipe(Effect.provide(h.layer))
+      })
+    }
+  })
+
   describe("ScriptedSummariser", () => {
     it.effect("one line per request with its outcome, capped to its token budget by dropping the oldest lines", () => {
       const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
