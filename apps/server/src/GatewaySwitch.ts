@@ -36,6 +36,7 @@
  */
 import { ToolResultOffload } from "@baton/context"
 import { OpenAiChat, type ProviderAdapter, Sse } from "@baton/providers"
+import * as Crypto from "node:crypto"
 import { fitLimit, isRecord, outputRoom, parseJson } from "./GatewayDialect.js"
 
 type Json = Record<string, unknown>
@@ -391,8 +392,14 @@ export const anthropicError = (status: number, text: string): { readonly status:
   return { status, body: errorBody(errorTypeOf(status), message === "" ? `the upstream answered HTTP ${status}` : message) }
 }
 
-/** A tool call id an Anthropic upstream accepts when the conversation switches back (`^[a-zA-Z0-9_-]+$`). */
-export const toolUseId = (id: string) => id.replace(/[^A-Za-z0-9_-]/g, "_") || "call"
+/**
+ * A tool call id an Anthropic upstream accepts (`^[a-zA-Z0-9_-]+$`): `id` itself when it already is one; else its
+ * characters outside that set replaced by `_`, then `_` and the first 8 hex digits of the SHA-256 of `id`, so two ids
+ * that differ only in such characters (`a.b`, `a:b`) stay two ids (before, both became `a_b`, and a result or stub
+ * named the wrong call). Deterministic: the same id gives the same answer on every request (the cache prefix holds).
+ */
+export const toolUseId = (id: string) =>
+  /^[A-Za-z0-9_-]+$/.test(id) ? id : `${id.replace(/[^A-Za-z0-9_-]/g, "_")}_${Crypto.createHash("sha256").update(id).digest("hex").slice(0, 8)}`
 
 /** Anthropic's stop reason for a Chat Completions `finish_reason`. */
 export const stopReasonOf = (finish: unknown): string =>

@@ -177,7 +177,8 @@ describe("GatewaySwitch (the conversion)", () => {
     expect((reply.messages[0]!.message as Message).content).toEqual([
       { type: "text", text: "Checking both." },
       { type: "tool_use", id: "call_a", name: "Bash", input: { command: "ls" } },
-      { type: "tool_use", id: "functions_read_1", name: "Read", input: { file_path: "a.ts" } }
+      // An id Anthropic would refuse (`.`, `:`): its characters replaced, and a digest of it kept it one of a kind.
+      { type: "tool_use", id: "functions_read_1_08bea971", name: "Read", input: { file_path: "a.ts" } }
     ])
     expect(reply.tokens).toEqual({ inputTokens: 900, cacheWriteTokens: 0, cacheReadTokens: 300, outputTokens: 40 })
     expect(whole).toContain("\"stop_reason\":\"tool_use\"")

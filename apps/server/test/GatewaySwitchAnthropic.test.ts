@@ -164,14 +164,14 @@ describe("GatewaySwitchAnthropic (the conversion)", () => {
           role: "assistant",
           content: [
             { type: "tool_use", id: "call_1", name: "bash", input: { command: "ls" } },
-            { type: "tool_use", id: "call_2", name: "bash", input: {} }
+            { type: "tool_use", id: "call_2_bf9fb854", name: "bash", input: {} }
           ]
         },
         {
           role: "user",
           content: [
             { type: "tool_result", tool_use_id: "call_1", content: "a.ts" },
-            { type: "tool_result", tool_use_id: "call_2", content: "b.ts" },
+            { type: "tool_result", tool_use_id: "call_2_bf9fb854", content: "b.ts" },
             // The prompt-cache breakpoint on the last block (the text as sent).
             { type: "text", text: "and then?", cache_control: { type: "ephemeral" } }
           ]
@@ -179,6 +179,42 @@ describe("GatewaySwitchAnthropic (the conversion)", () => {
       ]
     })
     expect(result.fit).toMatchObject({ leftOut: 0, stubbed: [] })
+  })
+
+  // Regression (review r21): `a.b` and `a:b` both became `a_b`, so the second result answered the first call.
+  it("two call ids that differ only in characters Anthropic refuses stay two ids, each result with its own call", () => {
+    const body = {
+      model: "claude-x",
+      tools,
+      messages: [
+        { role: "user", content: "run both" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [
+            { id: "run.1", type: "function", function: { name: "bash", arguments: "{\"command\":\"ls\"}" } },
+            { id: "run:1", type: "function", function: { name: "bash", arguments: "{\"command\":\"pwd\"}" } },
+            { id: "run_1", type: "function", function: { name: "bash", arguments: "{\"command\":\"id\"}" } }
+          ]
+        },
+        { role: "tool", tool_call_id: "run:1", content: "/work" },
+        { role: "tool", tool_call_id: "run.1", content: "a.ts" },
+        { role: "tool", tool_call_id: "run_1", content: "uid=0" },
+        { role: "user", content: "and then?" }
+      ]
+    }
+    const result = GatewaySwitchAnthropic.toAnthropic({ body, windowTokens: 200_000, maxOutputTokens: 4_096, count: (t) => counter.count(t), pointer: () => "unused" })
+    expect(result._tag).toBe("fits")
+    if (result._tag !== "fits") return
+    const messages = result.body.messages as ReadonlyArray<{ readonly content: ReadonlyArray<Record<string, unknown>> }>
+    const uses = messages[1]!.content.map((b) => [b.id, (b.input as { command: string }).command])
+    expect(new Set(uses.map(([id]) => id)).size).toBe(3)
+    for (const [id] of uses) expect(id).toMatch(/^[A-Za-z0-9_-]+$/)
+    // A valid id is kept as it is; each result names its own call.
+    expect(uses[2]).toEqual(["run_1", "id"])
+    const commandOf = new Map(uses.map(([id, command]) => [id, command]))
+    const results = messages[2]!.content.filter((b) => b.type === "tool_result").map((b) => [commandOf.get(b.tool_use_id as string), b.content])
+    expect(results).toEqual([["pwd", "/work"], ["ls", "a.ts"], ["id", "uid=0"]])
   })
 
   it("a recorded Anthropic stream (text, then a tool call without arguments) comes back as chunks the agent assembles; the recorded whole answer alike", () => {
