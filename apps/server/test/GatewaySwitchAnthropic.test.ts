@@ -6,28 +6,22 @@
  * with `thread_read`), the answer converted back (streamed as `chat.completion.chunk`s and whole, tool calls and
  * usage), the switch back to the first model sending the agent's body as it is with nothing lost, the overflow Baton
  * cannot fit answered as OpenAI's `context_length_exceeded`, and upstream errors in OpenAI's shape. And the conversion
- * (`GatewaySwitchAnthropic`) on its own, with recorded Anthropic traffic (/work/shared/provider-fixtures).
+ * (`GatewaySwitchAnthropic`) on its own, with recorded Anthropic traffic (../shared/provider-fixtures).
  */
-import type { Item } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
 import { ThreadRead } from "@baton/orchestration"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Fs from "node:fs"
 import * as GatewayChat from "../src/GatewayChat.js"
 import * as GatewaySwitchAnthropic from "../src/GatewaySwitchAnthropic.js"
 import { adminToken, client, raw } from "./helpers.js"
+import * as AnthropicFixtures from "./support/AnthropicFixtures.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
+import { allItems, counter, readAll, window, words } from "./support/SwitchSummary.js"
 
-const counter = TokenCounter.make()
 const usage = { input: 900, cacheWrite: 200, cacheRead: 300, output: 40 }
-const window = 32_000
-const fixtures = "/work/shared/provider-fixtures/anthropic"
 
-/** `n` words that do not repeat much (so they cost about as many tokens as real text). */
-const words = (seed: number, n: number) => Array.from({ length: n }, (_, i) => `w${(seed * 7919 + i * 104_729) % 100_003}`).join(" ")
 
 type Message = { readonly role: string; readonly content: unknown; readonly tool_calls?: unknown; readonly tool_call_id?: string }
 
@@ -85,37 +79,7 @@ const withGateway = <A, E, R>(test: (chatApi: ModelApi.ModelApi, anthropic: Mode
     return yield* test(chatApi, anthropic).pipe(Effect.provide(serveSettings(settings)))
   }))
 
-const allItems = (threadId: Item["threadId"]) =>
-  Effect.gen(function*() {
-    const api = yield* client()
-    const items: Array<Item> = []
-    let afterSeq = 0
-    for (;;) {
-      const page = yield* api.items.list({ path: { threadId }, urlParams: { afterSeq, limit: 500 } })
-      items.push(...page.items)
-      if (page.nextAfterSeq === null) break
-      afterSeq = page.nextAfterSeq
-    }
-    return items
-  })
 
-/** Everything `thread_read` returns for `refs`, page after page. */
-const readAll = (reader: ThreadRead.ThreadRead, threadId: string, refs: string) =>
-  Effect.gen(function*() {
-    let text = ""
-    for (let offset = 0; ;) {
-      const answer = yield* reader.answer(threadId as Item["threadId"], JSON.stringify({ refs, offset, limit: ThreadRead.maxLimit }))
-      expect(answer.isError).toBe(false)
-      text += answer.output.replace(/\n\[characters \d+-\d+ of \d+; [^\n]*\]$/, "")
-      const next = /the next page: .*"offset":(\d+)/.exec(answer.output)
-      if (next === null) return text
-      offset = Number(next[1])
-    }
-  })
-
-/** A recorded Anthropic stream (one JSON event a line) as Anthropic serves it. */
-const recordedStream = (name: string) =>
-  Fs.readFileSync(`${fixtures}/${name}`, "utf8").split("\n").filter((l) => l.trim() !== "").map((l) => `event: ${String((JSON.parse(l) as { type: string }).type)}\ndata: ${l}\n\n`).join("")
 
 describe("GatewaySwitchAnthropic (the conversion)", () => {
   it("converts the history: system, parts, tool calls, consecutive tool results and the user message after them, tools, tool_choice, stop", () => {
@@ -219,7 +183,7 @@ describe("GatewaySwitchAnthropic (the conversion)", () => {
 
   it("a recorded Anthropic stream (text, then a tool call without arguments) comes back as chunks the agent assembles; the recorded whole answer alike", () => {
     const translator = GatewaySwitchAnthropic.streamTranslator("claude-x", new Set(["thread_read"]), { stream_options: { include_usage: true } })
-    const text = translator.push(new TextEncoder().encode(recordedStream("anthropic-tool-no-args.chunks.txt"))) + translator.end()
+    const text = translator.push(new TextEncoder().encode(AnthropicFixtures.recordedStream("anthropic-tool-no-args.chunks.txt"))) + translator.end()
     expect(text.endsWith("data: [DONE]\n\n")).toBe(true)
     for (const line of text.split("\n\n").filter((l) => l !== "" && l !== "data: [DONE]")) {
       expect(JSON.parse(line.replace(/^data: /, ""))).toMatchObject({ id: "chatcmpl-msg_01GE2RKp1VYsPzdFs3sS9z5S", object: "chat.completion.chunk", model: "claude-x" })
@@ -234,7 +198,7 @@ describe("GatewaySwitchAnthropic (the conversion)", () => {
     // message_delta's usage replaces message_start's: 565 in, 48 out.
     expect(reply.tokens).toEqual({ inputTokens: 565, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 48 })
 
-    const whole = GatewaySwitchAnthropic.completionOf(JSON.parse(Fs.readFileSync(`${fixtures}/anthropic-tool-no-args.json`, "utf8")), "claude-x")
+    const whole = GatewaySwitchAnthropic.completionOf(AnthropicFixtures.recordedJson("anthropic-tool-no-args.json"), "claude-x")
     expect(whole).toMatchObject({
       id: "chatcmpl-msg_01GCBaV8gyWAYgMVggRqZbuQ",
       object: "chat.completion",
@@ -247,7 +211,7 @@ describe("GatewaySwitchAnthropic (the conversion)", () => {
 
   it("a stream that ends before message_stop, and an error event, end with an error chunk the agent's assembler fails on", () => {
     const cut = GatewaySwitchAnthropic.streamTranslator("claude-x", new Set())
-    const lines = recordedStream("anthropic-text.chunks.txt").split("\n\n").filter((l) => l !== "")
+    const lines = AnthropicFixtures.recordedStream("anthropic-text.chunks.txt").split("\n\n").filter((l) => l !== "")
     const partial = cut.push(new TextEncoder().encode(lines.slice(0, 3).map((l) => `${l}\n\n`).join(""))) + cut.end()
     expect(partial).toContain("\"error\":{")
     const a = GatewayChat.replyAssembler()

@@ -8,26 +8,20 @@
  * `context_length_exceeded`, and upstream errors in OpenAI's shape (HTTP, and `response.failed` in the stream). And the
  * conversion (`GatewaySwitchResponsesAnthropic`) on its own, with recorded Anthropic traffic.
  */
-import type { Item } from "@baton/contracts"
-import { TokenCounter } from "@baton/context"
 import { ThreadRead } from "@baton/orchestration"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as Fs from "node:fs"
 import * as GatewayResponses from "../src/GatewayResponses.js"
 import * as GatewaySwitchResponsesAnthropic from "../src/GatewaySwitchResponsesAnthropic.js"
 import { adminToken, client, raw } from "./helpers.js"
+import * as AnthropicFixtures from "./support/AnthropicFixtures.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
+import { allItems, counter, readAll, window, words } from "./support/SwitchSummary.js"
 
-const counter = TokenCounter.make()
 const usage = { input: 900, cacheWrite: 200, cacheRead: 300, output: 40 }
-const window = 32_000
-const fixtures = "/work/shared/provider-fixtures/anthropic"
 
-/** `n` words that do not repeat much (so they cost about as many tokens as real text). */
-const words = (seed: number, n: number) => Array.from({ length: n }, (_, i) => `w${(seed * 7919 + i * 104_729) % 100_003}`).join(" ")
 
 const user = (text: string) => ({ type: "message", role: "user", content: [{ type: "input_text", text }] })
 const developer = (text: string) => ({ type: "message", role: "developer", content: [{ type: "input_text", text }] })
@@ -96,37 +90,7 @@ const withGateway = <A, E, R>(test: (openai: ModelApi.ModelApi, anthropic: Model
     return yield* test(openai, anthropic).pipe(Effect.provide(serveSettings(settings)))
   }))
 
-const allItems = (threadId: Item["threadId"]) =>
-  Effect.gen(function*() {
-    const api = yield* client()
-    const items: Array<Item> = []
-    let afterSeq = 0
-    for (;;) {
-      const page = yield* api.items.list({ path: { threadId }, urlParams: { afterSeq, limit: 500 } })
-      items.push(...page.items)
-      if (page.nextAfterSeq === null) break
-      afterSeq = page.nextAfterSeq
-    }
-    return items
-  })
 
-/** Everything `thread_read` returns for `refs`, page after page. */
-const readAll = (reader: ThreadRead.ThreadRead, threadId: string, refs: string) =>
-  Effect.gen(function*() {
-    let text = ""
-    for (let offset = 0; ;) {
-      const answer = yield* reader.answer(threadId as Item["threadId"], JSON.stringify({ refs, offset, limit: ThreadRead.maxLimit }))
-      expect(answer.isError).toBe(false)
-      text += answer.output.replace(/\n\[characters \d+-\d+ of \d+; [^\n]*\]$/, "")
-      const next = /the next page: .*"offset":(\d+)/.exec(answer.output)
-      if (next === null) return text
-      offset = Number(next[1])
-    }
-  })
-
-/** A recorded Anthropic stream (one JSON event a line) as Anthropic serves it. */
-const recordedStream = (name: string) =>
-  Fs.readFileSync(`${fixtures}/${name}`, "utf8").split("\n").filter((l) => l.trim() !== "").map((l) => `event: ${String((JSON.parse(l) as { type: string }).type)}\ndata: ${l}\n\n`).join("")
 
 describe("GatewaySwitchResponsesAnthropic (the conversion)", () => {
   it("converts the input: instructions, developer and user messages, an assistant's text and calls as one message, outputs and the user message after them as one, reasoning left out, custom tools", () => {
@@ -190,7 +154,7 @@ describe("GatewaySwitchResponsesAnthropic (the conversion)", () => {
 
   it("a recorded Anthropic stream comes back as Responses events the agent's assembler completes; the recorded whole answer alike; a custom tool's call as a custom_tool_call", () => {
     const translator = GatewaySwitchResponsesAnthropic.streamTranslator("claude-x", new Set(["thread_read"]), { tools })
-    const text = translator.push(new TextEncoder().encode(recordedStream("anthropic-tool-no-args.chunks.txt"))) + translator.end()
+    const text = translator.push(new TextEncoder().encode(AnthropicFixtures.recordedStream("anthropic-tool-no-args.chunks.txt"))) + translator.end()
     const sequence = [...text.matchAll(/"sequence_number":(\d+)/g)].map((m) => Number(m[1]))
     expect(sequence).toEqual(sequence.map((_, i) => i))
     const reply = assembled(text)
@@ -200,7 +164,7 @@ describe("GatewaySwitchResponsesAnthropic (the conversion)", () => {
     ])
     expect(reply.tokens).toEqual({ inputTokens: 565, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 48 })
 
-    const whole = GatewaySwitchResponsesAnthropic.responseOf(JSON.parse(Fs.readFileSync(`${fixtures}/anthropic-tool-no-args.json`, "utf8")), "claude-x", new Set(), [], { tools })
+    const whole = GatewaySwitchResponsesAnthropic.responseOf(AnthropicFixtures.recordedJson("anthropic-tool-no-args.json"), "claude-x", new Set(), [], { tools })
     expect(whole).toMatchObject({ id: "resp_msg_01GCBaV8gyWAYgMVggRqZbuQ", object: "response", status: "completed", model: "claude-x", usage: { input_tokens: 602, input_tokens_details: { cached_tokens: 0 } } })
     expect(GatewayResponses.replyOfBody(whole).messages.map((m) => (m.message as { type: string }).type)).toEqual(["message", "function_call"])
     expect(assembled(GatewaySwitchResponsesAnthropic.eventsOf(whole)).messages.map((m) => m.message)).toEqual(GatewayResponses.replyOfBody(whole).messages.map((m) => m.message))

@@ -118,12 +118,12 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
       })
 
       /**
-       * Teaches `instance`'s calibration with an injection of `injectedTokens` Baton tokens that the provider rejected
-       * as over its window (`error`, classified by `ProviderFailure.classify`, so an overflow told only in the text
-       * counts), in the caller's transaction: the size the provider gives for the rejected request (provider tokens)
-       * less `base.usedTokens` (the native thread's last trusted usage) measures `base.unreportedTokens +
-       * injectedTokens` (a rejection is information too, sim seed 140048: a retried `/compact` sent the very injection
-       * the provider had rejected). Nothing is learned when `error` is no overflow, gives no requested size, or `base`
+       * Teaches `instance`'s calibration with a request of `sentTokens` Baton tokens (an injection; a turn's prompt and
+       * inline history) that the provider rejected as over its window (`error`, classified by
+       * `ProviderFailure.classify`, so an overflow told only in the text counts), in the caller's transaction: the size
+       * the provider gives for the rejected request (provider tokens) less `base.usedTokens` (the native thread's last
+       * trusted usage) measures `base.unreportedTokens + sentTokens` (a rejection is information too, sim seed 140048:
+       * a retried `/compact` sent the very injection the provider had rejected). Nothing is learned when `error` is no overflow, gives no requested size, or `base`
        * is `null` (no trusted usage; the same rules as `learn`). Returns the calibration in force afterwards.
        */
       const learnFromOverflow = Effect.fn("ProviderCalibration.learnFromOverflow")(function*(
@@ -131,7 +131,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         instance: ProviderInstance,
         base: SampleBase | null,
         error: ProviderError,
-        injectedTokens: number
+        sentTokens: number
       ) {
         const classified = ProviderFailure.classify(error)
         if (classified.code !== "overflow") return yield* current(instance)
@@ -139,7 +139,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         return yield* learn(threadId, instance, {
           base,
           reportedUsedTokens: requested,
-          estimatedTokens: injectedTokens
+          estimatedTokens: sentTokens
         })
       })
 

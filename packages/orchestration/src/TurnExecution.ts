@@ -88,6 +88,19 @@ export const maxOverflowRetries = 3
 class TurnRetry extends Data.TaggedError("TurnRetry")<{ readonly cause: "overflow" | "lost_native_thread" }> {}
 
 /**
+ * What `handOverLateOutput` looks at: the turn's plan and output `items`, and the native thread's status (`nativeStatus`),
+ * the provider thread (`fresh`) and the run (`before`) as the caller's unit of work found them before writing the
+ * turn's outcome.
+ */
+interface LateOutput {
+  readonly plan: TurnStartPlan
+  readonly items: ReadonlyArray<Item>
+  readonly nativeStatus: NativeThread["status"]
+  readonly fresh: Option.Option<ProviderThread>
+  readonly before: Option.Option<Run>
+}
+
+/**
  * A run its queueing unit of work also claimed (`starting`, its driver this one): only a run queued on a thread
  * with no unfinished run, by a caller that drives it at once (`ThreadService.sendMessage`).
  */
@@ -304,14 +317,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // in the native thread for good (for a model API, the lane's message list): a retry there would repeat
           // the rejected request, so the native thread is replaced instead.
           const injected = plan.report.mode === "injected"
-          const requested = error.requestedTokens ?? ProviderFailure.overflowOf(error.reason)?.requestedTokens ?? null
-          if (requested !== null) {
-            yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
-              base: plan.sampleBase,
-              reportedUsedTokens: requested,
-              estimatedTokens: plan.requestTokens + plan.inlineTokens
-            })
-          }
+          yield* calibration.learnFromOverflow(run.threadId, plan.providerThread.providerInstance, plan.sampleBase, error, plan.requestTokens + plan.inlineTokens)
           yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
           yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
           const window = plan.report.budget.window
@@ -357,14 +363,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           retries.historyRefused = retries.historyRefused || injected || plan.inlineHistory !== null
           return true
         }))
-      /** Whether `handOverLateOutput` may hand anything over (its arguments as there): output, and its lane ended meanwhile. */
-      const mayOweLateOutput = (
-        plan: TurnStartPlan,
-        items: ReadonlyArray<Item>,
-        nativeStatus: NativeThread["status"],
-        fresh: Option.Option<ProviderThread>,
-        before: Option.Option<Run>
-      ) =>
+      /** Whether `handOverLateOutput` may hand anything over: output, and its lane ended meanwhile. */
+      const mayOweLateOutput = ({ before, fresh, items, nativeStatus, plan }: LateOutput) =>
         items.length > 0 && (nativeStatus !== "active" ||
           (fresh._tag === "Some" && fresh.value.activeNativeThreadId !== plan.native.id) ||
           (before._tag === "Some" && terminalRunStatuses.includes(before.value.status)))
@@ -373,18 +373,12 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * timeout), or the user has moved to another provider meanwhile. Every provider thread that already holds or is
        * owed this run (its watermark is past it) but cannot have seen this output is owed it: the items of `items`
        * that no handoff toward it carries yet (items stream in, so a handoff built meanwhile may carry the first ones).
-       * `nativeStatus`, `fresh` and `before` are the native thread's status, the provider thread and the run as the
-       * caller's unit of work found them before writing the turn's outcome.
+       * See `LateOutput` for the arguments.
        */
-      const handOverLateOutput = (
-        plan: TurnStartPlan,
-        items: ReadonlyArray<Item>,
-        nativeStatus: NativeThread["status"],
-        fresh: Option.Option<ProviderThread>,
-        before: Option.Option<Run>
-      ) =>
+      const handOverLateOutput = (late: LateOutput) =>
         Effect.gen(function*() {
-          if (!mayOweLateOutput(plan, items, nativeStatus, fresh, before)) return
+          if (!mayOweLateOutput(late)) return
+          const { fresh, items, nativeStatus, plan } = late
           for (const other of yield* store.listProviderThreads(run.threadId)) {
             const own = other.id === plan.providerThread.id
             const sawIt = own && nativeStatus === "active" && other.activeNativeThreadId === plan.native.id
@@ -392,8 +386,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             if (sawIt || !pastRun) continue
             const target = own && fresh._tag === "Some" ? fresh.value : other
             const carried = new Set((yield* store.listHandoffsTo(target.id)).flatMap((h) => h.itemIds))
-            const late = items.filter((i) => !carried.has(i.id))
-            if (late.length > 0) yield* delivery.createHandoff(run.threadId, "missed_run", target, [run], late, { lateOutputOf: run.id })
+            const owed = items.filter((i) => !carried.has(i.id))
+            if (owed.length > 0) yield* delivery.createHandoff(run.threadId, "missed_run", target, [run], owed, { lateOutputOf: run.id })
           }
         })
 
@@ -590,7 +584,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               // What the stream held back (an open tool unit, a possible replay) is recorded now, its calls closed.
               const items = yield* output.flush(error.code === "interrupted")
               const fresh = yield* store.getProviderThread(plan.providerThread.id)
-              yield* handOverLateOutput(plan, items, nativeBefore._tag === "Some" ? nativeBefore.value.status : plan.native.status, fresh, before)
+              yield* handOverLateOutput({ plan, items, nativeStatus: nativeBefore._tag === "Some" ? nativeBefore.value.status : plan.native.status, fresh, before })
               if (error.code === "overflow") {
                 // The native thread reached its window while producing: recorded as full, so the next turn start
                 // defers owed history (and the next usage report or `/compact` corrects the figure).
@@ -687,13 +681,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           }
           const fresh = yield* store.getProviderThread(plan.providerThread.id)
           const completes = !(before._tag === "Some" && before.value.status === "interrupted") && !output.interrupted && waitFor.length === 0
-          const withOutcome = completes && !mayOweLateOutput(plan, items, native.status, fresh, before)
+          const late: LateOutput = { plan, items, nativeStatus: native.status, fresh, before }
+          const withOutcome = completes && !mayOweLateOutput(late)
           if (!withOutcome) yield* store.appendEvents(pendingEvents)
           // A waiting run is not over: the watermark moves when it completes.
           if (waitFor.length === 0 && fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
             yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
           }
-          yield* handOverLateOutput(plan, items, native.status, fresh, before)
+          yield* handOverLateOutput(late)
           yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays. (The
           // run as read above, under this unit's lock: nothing here writes it before this point.)
