@@ -9,15 +9,21 @@
  *
  * `--soak MINUTES` runs seeds from S until the time is up (a progress line on stderr every 10 s) and appends its
  * figures as one JSON line to `bench/soak-log.jsonl` (commit, date, seeds, operations, crash points covered,
- * violations, operations/s).
+ * violations, operations/s; `BATON_SOAK_LOG=FILE` writes them elsewhere).
  *
- *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--json]
+ * `--jobs J` (default 1) runs the seeds in J child processes at once, one per core: job `j` takes the seeds
+ * `S + j, S + j + J, …`, so J jobs run the seeds one process would (`--seeds N`: the same N seeds; `--soak`: as many
+ * as the time allows). Each seed's run is the same as in one process (a seed alone decides it); the summary adds the
+ * jobs' figures up (crash points: the union), its operations/s is every job's operations over the longest job's
+ * time, and the soak log gets one line with `jobs`. A job's stderr is relayed with `[job j]` before each line.
+ *
+ *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--jobs J] [--json]
  *            [--without crashes,retries,interrupts,faults,usage,offload,forks,truth,races]
  *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
  */
 import { Simulation } from "@baton/testing"
 import { Cause, Effect } from "effect"
-import { execFileSync } from "node:child_process"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import { fileURLToPath } from "node:url"
 import * as CliRuntime from "./CliRuntime.js"
@@ -33,6 +39,12 @@ interface Args {
   readonly scenario: string | null
   /** `--soak`: minutes to run seeds for; `null` = run `seeds` seeds. */
   readonly soakMinutes: number | null
+  /** `--jobs`: child processes that run the seeds together (1: this process runs them). */
+  readonly jobs: number
+  /** `--seed-step` (a job's, set by the parent): the distance between its seeds. */
+  readonly seedStep: number
+  /** `--job-report` (a job's, set by the parent): end with a `sim-job-report` line for the parent, no summary or log. */
+  readonly jobReport: boolean
 }
 
 const featureNames: Record<string, keyof Simulation.Features> = {
@@ -47,12 +59,14 @@ const featureNames: Record<string, keyof Simulation.Features> = {
   races: "races"
 }
 
-const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--json] [--without " +
+const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--jobs J] [--json] [--without " +
   `${Object.keys(featureNames).join(",")}] [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]`
 
 /** The integer flags: the field each sets and its least value. */
-const integerFlags = new Map<string, readonly ["seeds" | "steps" | "seedStart" | "shrinkLimit", number]>([
+const integerFlags = new Map<string, readonly ["seeds" | "steps" | "seedStart" | "shrinkLimit" | "jobs" | "seedStep", number]>([
   ["--seeds", ["seeds", 1]],
+  ["--jobs", ["jobs", 1]],
+  ["--seed-step", ["seedStep", 1]],
   ["--steps", ["steps", 1]],
   ["--seed-start", ["seedStart", 0]],
   ["--shrink-limit", ["shrinkLimit", 0]]
@@ -68,7 +82,10 @@ const parse = (argv: ReadonlyArray<string>): Args | string => {
     shrinkLimit: 5,
     trace: false,
     scenario: null as string | null,
-    soakMinutes: null as number | null
+    soakMinutes: null as number | null,
+    jobs: 1,
+    seedStep: 1,
+    jobReport: false
   }
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!
@@ -85,6 +102,7 @@ const parse = (argv: ReadonlyArray<string>): Args | string => {
     switch (flag) {
       case "--no-shrink": out.shrinkLimit = 0; break
       case "--json": out.json = true; break
+      case "--job-report": out.jobReport = true; break
       case "--trace": out.trace = true; break
       case "--soak": {
         const raw = value()
@@ -116,8 +134,8 @@ const parse = (argv: ReadonlyArray<string>): Args | string => {
   return out
 }
 
-/** Where `--soak` appends its figures: `bench/soak-log.jsonl` in the repository. */
-const soakLog = fileURLToPath(new URL("../../../bench/soak-log.jsonl", import.meta.url))
+/** Where `--soak` appends its figures: `bench/soak-log.jsonl` in the repository (`BATON_SOAK_LOG` overrides it). */
+const soakLog = process.env["BATON_SOAK_LOG"] ?? fileURLToPath(new URL("../../../bench/soak-log.jsonl", import.meta.url))
 
 /** The commit the soak ran on (`git rev-parse HEAD`, with `+dirty` for uncommitted changes), or `null` outside git. */
 const commit = () => {
@@ -130,27 +148,178 @@ const commit = () => {
   }
 }
 
+/**
+ * A soak's figures as JSON (`--json`, a job's report to its parent, the soak log): counts, the distinct crash points,
+ * and each failing seed's violations, shrunk scenario and printed form (`lines`).
+ */
+interface Figures {
+  /** The seeds that ran, as text (`S..E`, `every K` when K apart; the jobs' ranges joined by `; `). */
+  readonly seedsText: string
+  readonly seedStart: number
+  readonly seeds: number
+  readonly steps: number
+  readonly operations: number
+  readonly crashRestarts: number
+  readonly crashPoints: ReadonlyArray<string>
+  readonly overflowsRejected: number
+  readonly outputStopped: number
+  readonly failures: ReadonlyArray<{
+    readonly seed: number
+    readonly violations: ReadonlyArray<string>
+    readonly shrunk: { readonly violations: ReadonlyArray<string>; readonly scenario: Simulation.Scenario } | null
+    readonly lines: ReadonlyArray<string>
+  }>
+  /** The soak's own time, start-up excluded (jobs: the longest job's). */
+  readonly elapsedMs: number
+}
+
+const figuresOf = (report: Simulation.SoakReport): Figures => ({
+  seedsText: report.seeds === 0 ? "none" : Simulation.seedRange(report),
+  seedStart: report.seedStart,
+  seeds: report.seeds,
+  steps: report.steps,
+  operations: report.operations,
+  crashRestarts: report.crashes,
+  crashPoints: report.crashPoints,
+  overflowsRejected: report.overflowsRejected,
+  outputStopped: report.outputStopped,
+  failures: report.failures.map((f) => ({
+    seed: f.seed,
+    violations: f.outcome.violations,
+    shrunk: f.shrunk === null ? null : { violations: f.shrunk.outcome.violations, scenario: f.shrunk.scenario },
+    lines: Simulation.formatFailure(f)
+  })),
+  elapsedMs: report.elapsedMs
+})
+
+/** Operations per second, to one decimal, of the soak's own time. */
+const rateOf = (f: Figures) => f.elapsedMs === 0 ? 0 : Math.round((f.operations / f.elapsedMs) * 10_000) / 10
+
+/** The jobs' figures added up: counts summed, crash points united, failures in seed order, the longest job's time. */
+const combine = (jobs: ReadonlyArray<Figures>, steps: number, seedStart: number): Figures => ({
+  seedsText: jobs.filter((j) => j.seeds > 0).map((j) => j.seedsText).join("; ") || "none",
+  seedStart,
+  seeds: jobs.reduce((n, j) => n + j.seeds, 0),
+  steps,
+  operations: jobs.reduce((n, j) => n + j.operations, 0),
+  crashRestarts: jobs.reduce((n, j) => n + j.crashRestarts, 0),
+  crashPoints: [...new Set(jobs.flatMap((j) => j.crashPoints))].sort(),
+  overflowsRejected: jobs.reduce((n, j) => n + j.overflowsRejected, 0),
+  outputStopped: jobs.reduce((n, j) => n + j.outputStopped, 0),
+  failures: jobs.flatMap((j) => j.failures).sort((a, b) => a.seed - b.seed),
+  elapsedMs: Math.max(0, ...jobs.map((j) => j.elapsedMs))
+})
+
+/** The one-line summary (`Simulation.summaryLine`'s shape), with the number of jobs when there were several. */
+const summaryOf = (f: Figures, jobs: number) =>
+  `sim: seeds ${f.seedsText}, ${f.seeds}×${f.steps} steps, ` +
+  `${f.crashRestarts} crash-restarts at ${f.crashPoints.length} distinct crash points, ` +
+  `${f.overflowsRejected} overflows rejected and ${f.outputStopped} turns stopped by the providers' windows, ` +
+  `${f.failures.length} violations, ${f.elapsedMs} ms (${rateOf(f)} operations/s${jobs > 1 ? `, ${jobs} jobs` : ""})`
+
 /** Appends one soak's figures to the soak log (one JSON object per line). */
-const appendSoakLog = (report: Simulation.SoakReport, args: Args) => {
+const appendSoakLog = (f: Figures, args: Args) => {
   const line = {
     date: new Date().toISOString(),
     commit: commit(),
     command: `pnpm sim --soak ${args.soakMinutes} --seed-start ${args.seedStart} --steps ${args.steps}` +
+      (args.jobs > 1 ? ` --jobs ${args.jobs}` : "") +
       (args.without.length > 0 ? ` --without ${args.without.join(",")}` : ""),
-    seeds: report.seeds === 0 ? null : `${report.seedStart}..${report.seedStart + report.seeds - 1}`,
-    steps: report.steps,
-    operations: report.operations,
-    crashRestarts: report.crashes,
-    distinctCrashPoints: report.crashPoints.length,
-    overflowsRejected: report.overflowsRejected,
-    outputStopped: report.outputStopped,
-    violations: report.failures.length,
-    failingSeeds: report.failures.map((f) => f.seed),
-    elapsedMs: report.elapsedMs,
-    operationsPerSecond: Simulation.operationsPerSecond(report)
+    jobs: args.jobs,
+    seeds: f.seeds === 0 ? null : f.seedsText,
+    seedCount: f.seeds,
+    steps: f.steps,
+    operations: f.operations,
+    crashRestarts: f.crashRestarts,
+    distinctCrashPoints: f.crashPoints.length,
+    overflowsRejected: f.overflowsRejected,
+    outputStopped: f.outputStopped,
+    violations: f.failures.length,
+    failingSeeds: f.failures.map((x) => x.seed),
+    elapsedMs: f.elapsedMs,
+    operationsPerSecond: rateOf(f)
   }
   Fs.appendFileSync(soakLog, `${JSON.stringify(line)}\n`)
   process.stderr.write(`soak: figures appended to ${soakLog}\n`)
+}
+
+/** What a job's last stdout line starts with: its figures as JSON follow. */
+const jobReportMark = "sim-job-report "
+
+/** The arguments job `j` of `args.jobs` runs with: its seeds `S + j, S + j + J, …`, the rest as given. */
+const jobArgs = (args: Args, j: number): ReadonlyArray<string> | null => {
+  const own = args.soakMinutes === null ? Math.ceil((args.seeds - j) / args.jobs) : null
+  if (own !== null && own <= 0) return null
+  return [
+    "--seed-start", String(args.seedStart + j), "--seed-step", String(args.jobs), "--steps", String(args.steps),
+    "--shrink-limit", String(args.shrinkLimit), "--job-report",
+    ...(args.soakMinutes === null ? ["--seeds", String(own)] : ["--soak", String(args.soakMinutes)]),
+    ...(args.without.length > 0 ? ["--without", args.without.join(",")] : []),
+    ...(args.trace ? ["--trace"] : [])
+  ]
+}
+
+/**
+ * Runs one job: this script again in a child process (the same Node flags, so the same loader), its stderr relayed
+ * line by line with `[job j]` before it; yields its figures from its `sim-job-report` line. Fails when the job
+ * ended without one (it crashed; its exit code and last stderr lines say why). The child is killed (SIGTERM) when
+ * this is interrupted (the parent was stopped).
+ */
+const runJob = (args: ReadonlyArray<string>, j: number) =>
+  Effect.async<Figures, Error>((resume) => {
+    const child: ChildProcess = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args], {
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let out = ""
+    let err = ""
+    let errTail: Array<string> = []
+    child.stdout!.setEncoding("utf8").on("data", (s: string) => { out += s })
+    child.stderr!.setEncoding("utf8").on("data", (s: string) => {
+      err += s
+      const lines = err.split("\n")
+      err = lines.pop()!
+      for (const line of lines) process.stderr.write(`[job ${j}] ${line}\n`)
+      errTail = [...errTail, ...lines].slice(-5)
+    })
+    child.on("close", (code, signal) => {
+      if (err.length > 0) process.stderr.write(`[job ${j}] ${err}\n`)
+      const line = out.split("\n").find((l) => l.startsWith(jobReportMark))
+      if (line === undefined) {
+        resume(Effect.fail(new Error(`job ${j} ended (${signal ?? `exit ${code}`}) without its report: ${errTail.join(" | ")}`)))
+        return
+      }
+      resume(Effect.succeed(JSON.parse(line.slice(jobReportMark.length)) as Figures))
+    })
+    return Effect.sync(() => {
+      child.kill("SIGTERM")
+    })
+  })
+
+/** Prints the figures (the failures, then the summary line; or one JSON document) and sets the exit code. */
+const report = (f: Figures, args: Args) => {
+  if (args.json) {
+    console.log(JSON.stringify({
+      seedStart: f.seedStart,
+      seeds: f.seeds,
+      seedsRun: f.seedsText,
+      steps: f.steps,
+      jobs: args.jobs,
+      operations: f.operations,
+      crashRestarts: f.crashRestarts,
+      distinctCrashPoints: f.crashPoints.length,
+      overflowsRejected: f.overflowsRejected,
+      outputStopped: f.outputStopped,
+      violations: f.failures.length,
+      operationsPerSecond: rateOf(f),
+      failures: f.failures.map(({ seed, shrunk, violations }) => ({ seed, violations, shrunk })),
+      elapsedMs: f.elapsedMs
+    }))
+  } else {
+    for (const failure of f.failures) for (const line of failure.lines) console.log(line)
+    console.log(summaryOf(f, args.jobs))
+  }
+  if (args.soakMinutes !== null) appendSoakLog(f, args)
+  if (f.failures.length > 0) process.exitCode = 1
 }
 
 const main = Effect.gen(function*() {
@@ -173,16 +342,24 @@ const main = Effect.gen(function*() {
     return
   }
 
+  if (args.jobs > 1) {
+    const jobs = Array.from({ length: args.jobs }, (_, j) => jobArgs(args, j)).flatMap((a, j) => a === null ? [] : [runJob(a, j)])
+    const figures = yield* Effect.all(jobs, { concurrency: "unbounded" })
+    report(combine(figures, args.steps, args.seedStart), args)
+    return
+  }
+
   const features = { ...Simulation.allFeatures }
   for (const name of args.without) features[featureNames[name]!] = false
-  const tty = process.stderr.isTTY === true && !args.json
+  const tty = process.stderr.isTTY === true && !args.json && !args.jobReport
   const started = Date.now()
   const until = args.soakMinutes === null ? undefined : started + args.soakMinutes * 60_000
   let lastProgress = started
   let operations = 0
   let violations = 0
-  const report = yield* Simulation.soak({
+  const soaked = yield* Simulation.soak({
     seedStart: args.seedStart,
+    seedStep: args.seedStep,
     seeds: until === undefined ? args.seeds : Number.MAX_SAFE_INTEGER,
     steps: args.steps,
     features,
@@ -213,31 +390,12 @@ const main = Effect.gen(function*() {
       })
   })
 
-  if (args.json) {
-    console.log(JSON.stringify({
-      seedStart: report.seedStart,
-      seeds: report.seeds,
-      steps: report.steps,
-      operations: report.operations,
-      crashRestarts: report.crashes,
-      distinctCrashPoints: report.crashPoints.length,
-      overflowsRejected: report.overflowsRejected,
-      outputStopped: report.outputStopped,
-      violations: report.failures.length,
-      operationsPerSecond: Simulation.operationsPerSecond(report),
-      failures: report.failures.map((f) => ({
-        seed: f.seed,
-        violations: f.outcome.violations,
-        shrunk: f.shrunk === null ? null : { violations: f.shrunk.outcome.violations, scenario: f.shrunk.scenario }
-      })),
-      elapsedMs: report.elapsedMs
-    }))
-  } else {
-    for (const failure of report.failures) for (const line of Simulation.formatFailure(failure)) console.log(line)
-    console.log(Simulation.summaryLine(report))
+  if (args.jobReport) {
+    console.log(jobReportMark + JSON.stringify(figuresOf(soaked)))
+    if (soaked.failures.length > 0) process.exitCode = 1
+    return
   }
-  if (until !== undefined) appendSoakLog(report, args)
-  if (report.failures.length > 0) process.exitCode = 1
+  report(figuresOf(soaked), args)
 })
 
 main.pipe(

@@ -189,6 +189,11 @@ export interface Failure {
 export interface SoakOptions {
   readonly seedStart: number
   readonly seeds: number
+  /**
+   * The distance between consecutive seeds (default 1): seeds `seedStart, seedStart + seedStep, …`. `pnpm sim --jobs J`
+   * gives job `j` the seeds `S + j, S + j + J, …`, so J jobs together run the seeds one process would.
+   */
+  readonly seedStep?: number
   readonly steps: number
   readonly features?: Features
   /** Shrink at most this many failing seeds (default 5; 0: none). */
@@ -203,7 +208,9 @@ export interface SoakOptions {
 
 export interface SoakReport {
   readonly seedStart: number
+  /** How many seeds ran: `seedStart, seedStart + seedStep, …` (`seedStep` 1 unless the options said otherwise). */
   readonly seeds: number
+  readonly seedStep: number
   readonly steps: number
   readonly operations: number
   readonly crashes: number
@@ -215,7 +222,10 @@ export interface SoakReport {
   readonly elapsedMs: number
 }
 
-/** Runs seeds `seedStart .. seedStart + seeds - 1`, `steps` operations each; shrinks the first failures. */
+/**
+ * Runs seeds `seedStart, seedStart + seedStep, …` (`seeds` of them, or until `until`), `steps` operations each;
+ * shrinks the first failures.
+ */
 export const soak = (options: SoakOptions) =>
   Effect.gen(function*() {
     const started = performance.now()
@@ -227,9 +237,10 @@ export const soak = (options: SoakOptions) =>
     let outputStopped = 0
     let ran = 0
     const shrinkLimit = options.shrinkLimit ?? 5
+    const seedStep = options.seedStep ?? 1
     for (let i = 0; i < options.seeds && (options.until === undefined || Date.now() < options.until); i++) {
       ran++
-      const seed = options.seedStart + i
+      const seed = options.seedStart + i * seedStep
       const scenario = generate(seed, options.steps, options.features ?? allFeatures)
       const outcome = yield* execute(scenario)
       crashes += outcome.crashes
@@ -247,6 +258,7 @@ export const soak = (options: SoakOptions) =>
     return {
       seedStart: options.seedStart,
       seeds: ran,
+      seedStep,
       steps: options.steps,
       operations,
       crashes,
@@ -258,9 +270,13 @@ export const soak = (options: SoakOptions) =>
     } satisfies SoakReport
   })
 
+/** The seeds a soak ran, as text: `S..E`, with `every K` when they were K apart. */
+export const seedRange = (report: Pick<SoakReport, "seedStart" | "seeds" | "seedStep">) =>
+  `${report.seedStart}..${report.seedStart + (report.seeds - 1) * report.seedStep}` + (report.seedStep === 1 ? "" : ` every ${report.seedStep}`)
+
 /** The one-line summary: `sim: seeds S..E, N×M steps, C crash-restarts at K distinct crash points, V violations, T ms`. */
 export const summaryLine = (report: SoakReport) =>
-  `sim: seeds ${report.seedStart}..${report.seedStart + report.seeds - 1}, ${report.seeds}×${report.steps} steps, ` +
+  `sim: seeds ${seedRange(report)}, ${report.seeds}×${report.steps} steps, ` +
   `${report.crashes} crash-restarts at ${report.crashPoints.length} distinct crash points, ` +
   `${report.overflowsRejected} overflows rejected and ${report.outputStopped} turns stopped by the providers' windows, ` +
   `${report.failures.length} violations, ${report.elapsedMs} ms (${operationsPerSecond(report)} operations/s)`

@@ -1,0 +1,74 @@
+/**
+ * `pnpm sim` as a user runs it: a real process. `--jobs J` runs the same seeds as one process would, split over J
+ * child processes, and adds their figures up; a soak by time with jobs logs one line naming them.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { execFile } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+
+const sim = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+  new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+    execFile(process.execPath, ["--import", "tsx", "apps/cli/src/sim.ts", ...args], { cwd: repo, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
+      resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
+    })
+  })
+
+interface Summary {
+  readonly seeds: number
+  readonly seedsRun: string
+  readonly jobs: number
+  readonly operations: number
+  readonly crashRestarts: number
+  readonly distinctCrashPoints: number
+  readonly violations: number
+}
+
+describe("pnpm sim --jobs", () => {
+  it("runs the seeds one process runs, split over the jobs, with the same figures", async () => {
+    const common = ["--seeds", "3", "--steps", "5", "--seed-start", "1900", "--no-shrink", "--json"]
+    const one = await sim(common)
+    const two = await sim([...common, "--jobs", "2"])
+    expect(one.code, one.stderr).toBe(0)
+    expect(two.code, two.stderr).toBe(0)
+    const a = JSON.parse(one.stdout) as Summary
+    const b = JSON.parse(two.stdout) as Summary
+    expect(a.seedsRun).toBe("1900..1902")
+    expect(b.seedsRun).toBe("1900..1902 every 2; 1901..1901 every 2")
+    expect(b.jobs).toBe(2)
+    expect(b.seeds).toBe(3)
+    // A seed alone decides its run: the same seeds give the same operations and crash-restarts in any split.
+    expect(a.operations).toBeGreaterThan(0)
+    expect(b.operations).toBe(a.operations)
+    expect(b.crashRestarts).toBe(a.crashRestarts)
+    expect(b.distinctCrashPoints).toBe(a.distinctCrashPoints)
+    expect(b.violations).toBe(0)
+  }, 240_000)
+
+  it("a soak by time with jobs appends one line naming them to the soak log", async () => {
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-sim-"))
+    const log = Path.join(dir, "soak-log.jsonl")
+    const run = await sim(["--soak", "0.05", "--jobs", "2", "--steps", "3", "--seed-start", "500", "--no-shrink"], { BATON_SOAK_LOG: log })
+    expect(run.code, run.stderr).toBe(0)
+    expect(run.stdout).toMatch(/2 jobs\)$/m)
+    const lines = Fs.readFileSync(log, "utf8").trim().split("\n")
+    expect(lines).toHaveLength(1)
+    const line = JSON.parse(lines[0]!) as { jobs: number; command: string; seedCount: number; operations: number; violations: number }
+    expect(line.jobs).toBe(2)
+    expect(line.command).toContain("--jobs 2")
+    // Each job starts a seed before its deadline, so two jobs ran at least two seeds.
+    expect(line.seedCount).toBeGreaterThanOrEqual(2)
+    expect(line.operations).toBeGreaterThan(0)
+    expect(line.violations).toBe(0)
+  }, 240_000)
+
+  it("refuses --jobs 0 with exit 2", async () => {
+    const run = await sim(["--jobs", "0"])
+    expect(run.code).toBe(2)
+    expect(run.stderr).toContain("--jobs needs an integer >= 1")
+  })
+})
