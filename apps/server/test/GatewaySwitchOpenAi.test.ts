@@ -3,8 +3,9 @@
  * Completions agent (pi, opencode, aider) whose model routes to an `openai-responses` instance, and a Responses agent
  * (Codex) whose model routes to an `openai-chat` one. The conversion on its own (the history both ways, recorded
  * OpenAI traffic from ../shared/provider-fixtures through the chained translators), and against loopback upstreams on
- * SQLite and Postgres: an ~80,000-token conversation fitted under a 32,000-token window (stubs, then a pointer; the
- * prompt unchanged; every left-out original readable with `thread_read`), the answer streamed and whole in the agent's
+ * SQLite and Postgres: an ~80,000-token conversation fitted under a 32,000-token window (stubs, then a pointer, then
+ * the `/offload` summary written after the first deferring request; the prompt unchanged; every left-out original
+ * readable with `thread_read`), the answer streamed and whole in the agent's
  * protocol with its usage, the switch back sending the agent's body byte for byte, hidden `thread_read` rounds, and
  * the overflow and upstream errors as the agent's `context_length_exceeded` / error shapes.
  */
@@ -21,7 +22,7 @@ import * as GatewaySwitchWire from "../src/GatewaySwitchWire.js"
 import { adminToken, client, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
-import { allItems, counter, readAll, window, words } from "./support/SwitchSummary.js"
+import { allItems, counter, eventually, readAll, window, words } from "./support/SwitchSummary.js"
 
 type Json = Record<string, unknown>
 
@@ -320,7 +321,7 @@ describe("GatewaySwitchOpenAi (the conversion)", () => {
 
 describe("Gateway, a provider switch between the OpenAI protocols", () => {
   for (const dialect of ["SQLite", "Postgres"] as const) {
-    it.live(`${dialect}: a long pi conversation switched to a 32,000-token Responses window fits (stubs, then a pointer), comes back as chunks and whole, and switches back byte for byte`, () =>
+    it.live(`${dialect}: a long pi conversation switched to a 32,000-token Responses window fits (stubs, a pointer, then the summary written meanwhile), comes back as chunks and whole, and switches back byte for byte`, () =>
       withGateway("responses", (chatApi, responsesApi) =>
         Effect.gen(function*() {
           const reader = yield* ThreadRead.ThreadRead
@@ -381,7 +382,11 @@ describe("Gateway, a provider switch between the OpenAI protocols", () => {
           const readBack = yield* readAll(reader, threadId, refs)
           for (const m of history.slice(0, keptFrom)) if (typeof m.content === "string") expect(readBack).toContain(m.content)
 
-          // 3. The next request whole (its tool's result added): a chat.completion from a whole Responses answer.
+          // The fit left out history no summary covers: the thread is summarised after the answer (off the request path).
+          expect((yield* eventually(threadId, ["thread.offloaded", "thread.offload_failed"])).type).toBe("thread.offloaded")
+
+          // 3. The next request whole (its tool's result added): a chat.completion from a whole Responses answer; the
+          // summary now goes before the pointer.
           responsesApi.enqueue({
             status: 200,
             contentType: "application/json",
@@ -407,6 +412,8 @@ describe("Gateway, a provider switch between the OpenAI protocols", () => {
           })
           const sentWhole = JSON.parse(responsesApi.requests[1]!.body) as { stream?: boolean; input: Array<Item> }
           expect(sentWhole.stream).toBeUndefined()
+          expect(sentWhole.input[0]!.content![0]!.text).toMatch(new RegExp(`^<conversation_summary thread="${threadId}">[\\s\\S]*<deferred_history thread="${threadId}">`))
+          expect(counter.count(responsesApi.requests[1]!.body) + out.max_output_tokens).toBeLessThanOrEqual(window)
           expect(sentWhole.input.slice(-3)).toEqual([
             { type: "message", role: "assistant", content: [{ type: "output_text", text: "Checking." }] },
             { type: "function_call", call_id: "call_r9", name: "bash", arguments: "{\"command\":\"ls\"}" },
@@ -439,7 +446,7 @@ describe("Gateway, a provider switch between the OpenAI protocols", () => {
         })
       , dialect), { timeout: 120_000 })
 
-    it.live(`${dialect}: a long Codex conversation switched to a 32,000-token Chat Completions window fits, comes back as numbered Responses events and whole, and switches back byte for byte`, () =>
+    it.live(`${dialect}: a long Codex conversation switched to a 32,000-token Chat Completions window fits (stubs, a pointer, then the summary), comes back as numbered Responses events and whole, and switches back byte for byte`, () =>
       withGateway("chat", (chatApi, responsesApi) =>
         Effect.gen(function*() {
           const reader = yield* ThreadRead.ThreadRead
@@ -514,7 +521,9 @@ describe("Gateway, a provider switch between the OpenAI protocols", () => {
           const readBack = yield* readAll(reader, threadId, refs)
           for (const m of history.slice(1, keptFrom)) if (m.type === "message") expect(readBack).toContain(textOf(m))
 
-          // 3. The next request whole: a Responses `response` from a whole chat.completion.
+          expect((yield* eventually(threadId, ["thread.offloaded", "thread.offload_failed"])).type).toBe("thread.offloaded")
+
+          // 3. The next request whole: a Responses `response` from a whole chat.completion; the summary before the pointer.
           chatApi.enqueue({
             status: 200,
             contentType: "application/json",
@@ -538,6 +547,8 @@ describe("Gateway, a provider switch between the OpenAI protocols", () => {
           })
           const sentWhole = JSON.parse(chatApi.requests[1]!.body) as { stream?: boolean; messages: Array<Message> }
           expect(sentWhole.stream).toBeUndefined()
+          expect(sentWhole.messages[1]!.content).toMatch(new RegExp(`^<conversation_summary thread="${threadId}">[\\s\\S]*<deferred_history thread="${threadId}">`))
+          expect(counter.count(chatApi.requests[1]!.body) + out.max_tokens).toBeLessThanOrEqual(window)
           expect(sentWhole.messages.slice(-2)).toEqual([
             { role: "assistant", content: "Checking.", tool_calls: [{ id: "call_c9", type: "function", function: { name: "exec_command", arguments: "{\"cmd\":\"ls\"}" } }] },
             { role: "tool", tool_call_id: "call_c9", content: "a.ts\nb.ts" }
