@@ -1,9 +1,9 @@
 /**
  * GatewaySwitchOpenAi: provider switches between the two OpenAI protocols (issue 14 items 4 and 5, docs/gateway.md
  * "Between the two OpenAI protocols"): a Chat Completions agent (pi, opencode, aider) whose model routes to an
- * `openai-responses` instance (`GatewaySwitchWire.chatToResponses`), and a Responses agent (Codex) whose model routes to an `openai-chat`
- * one (`GatewaySwitchWire.responsesToChat`). No I/O: `GatewaySwitched` serves both, with `GatewaySwitchWire.chatToResponses` and
- * `GatewaySwitchWire.responsesToChat` built of this module's parts.
+ * `openai-responses` instance, and a Responses agent (Codex) whose model routes to an `openai-chat` one. No I/O:
+ * `GatewaySwitched` serves both, with `GatewaySwitchWire.chatToResponses` and `GatewaySwitchWire.responsesToChat`,
+ * built of this module's parts.
  *
  * Nothing is converted here that another switch converts already: each direction is the composition of two existing
  * ones through Anthropic Messages, the form every switch's fit works on (`GatewaySwitch.fitMessages`).
