@@ -37,16 +37,17 @@
  *   recorded makes the agent's next request carry the calls and the answers (`GatewayOffload.besideOf`). Off: the
  *   body goes out byte for byte.
  *
- * - A provider switch (`/v1/messages` with a model routed to an `openai-chat` or `openai-responses` instance, or
- *   `/v1/chat/completions` or `/v1/responses` with one routed to an `anthropic-messages` instance; `GatewaySwitched`,
- *   `GatewaySwitchWire`, `GatewaySwitch`, `GatewaySwitchResponses`, `GatewaySwitchAnthropic`,
- *   `GatewaySwitchResponsesAnthropic`): the request is recorded first, its history
+ * - A provider switch (a model routed to an instance of another protocol than its endpoint's: `/v1/messages` to
+ *   `openai-chat` or `openai-responses`, `/v1/chat/completions` to `anthropic-messages` or `openai-responses`,
+ *   `/v1/responses` to `anthropic-messages` or `openai-chat`; `GatewaySwitched`, `GatewaySwitchWire`,
+ *   `GatewaySwitch`, `GatewaySwitchResponses`, `GatewaySwitchAnthropic`, `GatewaySwitchResponsesAnthropic`,
+ *   `GatewaySwitchOpenAi`): the request is recorded first, its history
  *   converted to the upstream's protocol and fitted under the instance's window (stubs, then deferral with a pointer;
  *   the agent's newest turn unchanged), and the answer converted back to the agent's (whole or as SSE events as the
  *   upstream's arrive; the upstream's `thread_read` calls answered here) and recorded as the agent's reply. A request
  *   Baton cannot fit is answered the agent's own overflow error (Anthropic's "prompt is too long", OpenAI's
- *   `context_length_exceeded`) and never sent. Other cross-protocol routes (between the two OpenAI protocols, and
- *   Codex's `/v1/responses/compact`) are refused 404.
+ *   `context_length_exceeded`) and never sent. Codex's `/v1/responses/compact` routed to another protocol is
+ *   refused 404.
  */
 import type { ProviderInstance, RunFailureCode } from "@baton/contracts"
 import type { ThreadId } from "@baton/contracts"
@@ -336,7 +337,7 @@ export const layer = (options: GatewayOptions) =>
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
               "unrouted",
-              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts only Anthropic Messages requests to an openai-chat or openai-responses upstream, and Chat Completions and Responses requests (not compaction requests) to an anthropic-messages upstream`
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts model requests between protocols (a provider switch), not compaction requests`
             )
           }
 

@@ -187,36 +187,69 @@ export const withBreakpoint = (messages: ReadonlyArray<Json>): ReadonlyArray<Jso
 }
 
 /**
- * An agent's conversation already in Anthropic's form (`converted`: `anthropicOf`, or another agent protocol's) as an
- * Anthropic Messages request fitted under the window: `GatewaySwitch.fitMessages` with stubs `tool:<the agent's call
- * id>`, `input.pointer` and `input.summaries` in the agent's messages (`Converted.sources` maps them), and so
- * `Fit.leftOut` and `Fit.summarised`. `tools` are the agent's (Anthropic's form; `thread_read` goes after them),
- * `choice` its `tool_choice`; `temperature` (at most 1), `top_p`, `stream` from the body, `stop_sequences` given; a
- * cache breakpoint on the last message (`withBreakpoint`).
- * `overflow` when the pinned part, system and tools alone are over.
+ * An agent's request in Anthropic's form before the fit: its conversation (`Converted`: `anthropicOf`, or another agent
+ * protocol's), its tools (Anthropic's form), its `tool_choice` and stop sequences. Every switch from an OpenAI agent
+ * starts from it (to an Anthropic instance, `fitConverted`; to the other OpenAI protocol, `GatewaySwitchOpenAi`).
  */
-export const fitConverted = (
-  input: GatewaySwitch.FitInput,
-  converted: Converted,
-  agentTools: ReadonlyArray<Json>,
-  choice: Json | undefined,
-  stop: ReadonlyArray<string> = []
-): GatewaySwitch.FitResult => {
-  const { body, count } = input
-  const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
-  const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
-  const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map(offeredTool)]
-  // With the framing, the cache breakpoint's few tokens (`withBreakpoint`).
-  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16 + breakpointTokens
+export interface AnthropicRequest {
+  readonly converted: Converted
+  readonly tools: ReadonlyArray<Json>
+  readonly choice: Json | undefined
+  readonly stop: ReadonlyArray<string>
+}
+
+/** A Chat Completions request in Anthropic's form (see the module docblock). */
+export const requestOfChat = (body: Json): AnthropicRequest => ({
+  converted: anthropicOf(body),
+  tools: (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null),
+  choice: toolChoiceOf(body.tool_choice, body.parallel_tool_calls),
+  stop: typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop.filter((s): s is string => typeof s === "string") : []
+})
+
+/**
+ * The fit of a converted conversation counted in the agent's messages: the fit counts the Anthropic messages, the
+ * pointer, the summaries, `Fit.leftOut` and `Fit.summarised` count the agent's (`sources` maps them: a merged Anthropic
+ * message stands for every agent message it holds). `input` is the fit's pointer and summaries in Anthropic messages,
+ * `fit` a fit's counts back in the agent's messages.
+ */
+export const inAgentMessages = (sources: ReadonlyArray<ReadonlyArray<number>>, input: Pick<GatewaySwitch.FitInput, "pointer" | "summaries">) => {
   /** The agent's messages the first `n` Anthropic messages stand for. */
-  const agentCount = (n: number) => n === 0 ? 0 : Math.max(...converted.sources[n - 1]!) + 1
+  const agentCount = (n: number) => n === 0 ? 0 : Math.max(...sources[n - 1]!) + 1
   /** The Anthropic messages holding any of the agent's first `covers` messages (a summary stands for them all). */
-  const anthropicCount = (covers: number) => converted.sources.filter((s) => Math.min(...s) < covers).length
-  const fitted = GatewaySwitch.fitMessages(
-    {
-      pointer: (n) => input.pointer(agentCount(n)),
+  const anthropicCount = (covers: number) => sources.filter((s) => Math.min(...s) < covers).length
+  return {
+    input: {
+      pointer: (n: number) => input.pointer(agentCount(n)),
       summaries: input.summaries?.map((s) => ({ ...s, covers: anthropicCount(s.covers) }))
     },
+    fit: (fit: GatewaySwitch.Fit): GatewaySwitch.Fit => ({
+      ...fit,
+      leftOut: agentCount(fit.leftOut),
+      // The summary sent: the first given whose messages are as many (the fit tries them in order).
+      summarised: fit.summarised === 0 ? 0 : input.summaries?.find((s) => anthropicCount(s.covers) === fit.summarised)?.covers ?? 0
+    })
+  }
+}
+
+/**
+ * An agent's request in Anthropic's form (`AnthropicRequest`) as an Anthropic Messages request fitted under the
+ * window: `GatewaySwitch.fitMessages` with stubs `tool:<the agent's call id>`, `input.pointer` and `input.summaries`
+ * in the agent's messages (`inAgentMessages`), and so `Fit.leftOut` and `Fit.summarised`. The request's `tools` go
+ * first (`thread_read` after them), `choice` its `tool_choice`; `temperature` (at most 1), `top_p`, `stream` from the
+ * body, `stop_sequences` given; a cache breakpoint on the last message (`withBreakpoint`).
+ * `overflow` when the pinned part, system and tools alone are over.
+ */
+export const fitConverted = (input: GatewaySwitch.FitInput, request: AnthropicRequest): GatewaySwitch.FitResult => {
+  const { body, count } = input
+  const { choice, converted, stop } = request
+  const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
+  const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
+  const tools = request.tools.length === 0 ? request.tools : [...request.tools, ...(input.offered ?? []).map(offeredTool)]
+  // With the framing, the cache breakpoint's few tokens (`withBreakpoint`).
+  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16 + breakpointTokens
+  const counts = inAgentMessages(converted.sources, input)
+  const fitted = GatewaySwitch.fitMessages(
+    counts.input,
     converted.messages,
     limit,
     outputTokens,
@@ -240,16 +273,7 @@ export const fitConverted = (
     ...(stop.length === 0 ? {} : { stop_sequences: stop }),
     ...(body.stream === true ? { stream: true } : {})
   }
-  return {
-    _tag: "fits",
-    body: out,
-    fit: {
-      ...fitted.fit,
-      leftOut: agentCount(fitted.fit.leftOut),
-      // The summary sent: the first given whose messages are as many (the fit tries them in order).
-      summarised: fitted.fit.summarised === 0 ? 0 : input.summaries?.find((s) => anthropicCount(s.covers) === fitted.fit.summarised)?.covers ?? 0
-    }
-  }
+  return { _tag: "fits", body: out, fit: counts.fit(fitted.fit) }
 }
 
 /**
@@ -257,17 +281,7 @@ export const fitConverted = (
  * docblock and `fitConverted`; `input.body` is the agent's Chat body, `input.pointer` and `input.summaries` count the
  * agent's messages after its system prompt).
  */
-export const toAnthropic = (input: GatewaySwitch.FitInput): GatewaySwitch.FitResult => {
-  const { body } = input
-  const stop = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop.filter((s): s is string => typeof s === "string") : []
-  return fitConverted(
-    input,
-    anthropicOf(body),
-    (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null),
-    toolChoiceOf(body.tool_choice, body.parallel_tool_calls),
-    stop
-  )
-}
+export const toAnthropic = (input: GatewaySwitch.FitInput): GatewaySwitch.FitResult => fitConverted(input, requestOfChat(input.body))
 
 /** Anthropic's usage in one object (absent fields 0; a `message_delta`'s fields replace the `message_start`'s). */
 export interface Usage {

@@ -131,17 +131,19 @@ const toolChoiceOf = (c: unknown, parallel: unknown): Json | undefined => {
   return parallel === false ? { type: "auto", ...serial } : undefined
 }
 
+/** A Responses request in Anthropic's form (see the module docblock): its input, tools, `tool_choice`; no stop sequences. */
+export const requestOfResponses = (body: Json): A.AnthropicRequest => ({
+  converted: anthropicOfResponses(body),
+  tools: (Array.isArray(body.tools) ? body.tools : []).map(toolOf).filter((t): t is Json => t !== null),
+  choice: toolChoiceOf(body.tool_choice, body.parallel_tool_calls),
+  stop: []
+})
+
 /**
  * The agent's Responses request as an Anthropic Messages request fitted under the window (`GatewaySwitchAnthropic`'s
  * fit; `input.pointer` and `input.summaries` count the input items).
  */
-export const toAnthropicFromResponses = (input: GatewaySwitch.FitInput): GatewaySwitch.FitResult =>
-  A.fitConverted(
-    input,
-    anthropicOfResponses(input.body),
-    (Array.isArray(input.body.tools) ? input.body.tools : []).map(toolOf).filter((t): t is Json => t !== null),
-    toolChoiceOf(input.body.tool_choice, input.body.parallel_tool_calls)
-  )
+export const toAnthropicFromResponses = (input: GatewaySwitch.FitInput): GatewaySwitch.FitResult => A.fitConverted(input, requestOfResponses(input.body))
 
 /** Responses' `usage` of Anthropic usage (see the module docblock). */
 export const responsesUsageOf = (u: A.Usage): Json => ({

@@ -2,9 +2,11 @@
  * GatewaySwitchWire: what a provider switch needs of the agent's protocol (`AgentSide`) and of the upstream's
  * (`SwitchWire`), so that one `GatewaySwitched.serve` (record first, fit, post, hidden `thread_read` rounds, the answer
  * converted back, the record) serves every direction: from `/v1/messages` to `chat` (an `openai-chat` instance,
- * `GatewaySwitch`) and `responses` (an `openai-responses` instance, `GatewaySwitchResponses`), and from
- * `/v1/chat/completions` to `anthropic` (an `anthropic-messages` instance, `GatewaySwitchAnthropic`), and from
- * `/v1/responses` to `anthropicForResponses` (`GatewaySwitchResponsesAnthropic`). No I/O.
+ * `GatewaySwitch`) and `responses` (an `openai-responses` instance, `GatewaySwitchResponses`); from
+ * `/v1/chat/completions` to `anthropic` (an `anthropic-messages` instance, `GatewaySwitchAnthropic`) and
+ * `chatToResponses` (an `openai-responses` one, `GatewaySwitchOpenAi`); from `/v1/responses` to
+ * `anthropicForResponses` (`GatewaySwitchResponsesAnthropic`) and `responsesToChat` (an `openai-chat` one,
+ * `GatewaySwitchOpenAi`). No I/O.
  */
 import type { Option, Redacted } from "effect"
 import { OpenAiChat, type ProviderConfig } from "@baton/providers"
@@ -14,6 +16,7 @@ import * as GatewayResponses from "./GatewayResponses.js"
 import { type Dialect, isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchAnthropic from "./GatewaySwitchAnthropic.js"
+import * as GatewaySwitchOpenAi from "./GatewaySwitchOpenAi.js"
 import * as GatewaySwitchResponses from "./GatewaySwitchResponses.js"
 import * as GatewaySwitchResponsesAnthropic from "./GatewaySwitchResponsesAnthropic.js"
 
@@ -196,16 +199,51 @@ export const anthropicForResponses: SwitchWire = {
   translator: (model, hidden, _offered, request) => GatewaySwitchResponsesAnthropic.streamTranslator(model, hidden, request)
 }
 
+/** No hidden tools: the upstream's translator left their calls out already (`GatewaySwitchOpenAi.chained`). */
+const noTools: ReadonlySet<string> = new Set()
+
+/**
+ * A Chat Completions agent (pi, opencode, aider) on an `openai-responses` instance (`GatewaySwitchOpenAi`): `responses`
+ * for the upstream, `chatAgent` (with the OpenAI upstream's errors) and `GatewaySwitchAnthropic`'s reply for the agent.
+ */
+export const chatToResponses: SwitchWire = {
+  ...responses,
+  agent: { ...chatAgent, upstreamError: GatewaySwitchOpenAi.openAiError },
+  fit: GatewaySwitchOpenAi.viaAnthropic(GatewaySwitchAnthropic.requestOfChat, GatewaySwitchResponses.toResponses),
+  messageOf: (answer, model, hidden, earlier, offered, request) =>
+    GatewaySwitchAnthropic.completionOf(responses.messageOf(answer, model, hidden, earlier, offered, request), model),
+  failureOf: GatewaySwitchOpenAi.failureIn(responses.failureOf),
+  translator: (model, hidden, offered, request) =>
+    GatewaySwitchOpenAi.chained(responses.translator(model, hidden, offered, request), GatewaySwitchAnthropic.streamTranslator(model, noTools, request))
+}
+
+/**
+ * A Responses agent (Codex) on an `openai-chat` instance (`GatewaySwitchOpenAi`): `chat` for the upstream,
+ * `responsesAgent` (with the OpenAI upstream's errors) and `GatewaySwitchResponsesAnthropic`'s reply for the agent.
+ */
+export const responsesToChat: SwitchWire = {
+  ...chat,
+  agent: { ...responsesAgent, upstreamError: GatewaySwitchOpenAi.openAiError },
+  fit: GatewaySwitchOpenAi.viaAnthropic(GatewaySwitchResponsesAnthropic.requestOfResponses, GatewaySwitch.toChat),
+  messageOf: (answer, model, hidden, earlier, offered, request) =>
+    GatewaySwitchResponsesAnthropic.responseOf(chat.messageOf(answer, model, hidden, earlier, offered, request), model, noTools, [], request),
+  failureOf: GatewaySwitchOpenAi.failureIn(chat.failureOf),
+  translator: (model, hidden, offered, request) =>
+    GatewaySwitchOpenAi.chained(chat.translator(model, hidden, offered, request), GatewaySwitchResponsesAnthropic.streamTranslator(model, noTools, request))
+}
+
 /**
  * The switch for an agent's protocol (`from`, its endpoint's dialect kind) and the routed instance's kind (`undefined`:
- * no switch: the same protocol, or a direction not built: Chat Completions to Responses, Responses to Chat Completions).
+ * no switch: the same protocol).
  */
 export const forRoute = (from: ProviderConfig.ModelApiKind, to: ProviderConfig.ModelApiKind): SwitchWire | undefined =>
-  from === "anthropic-messages"
-    ? (to === "openai-chat" ? chat : to === "openai-responses" ? responses : undefined)
-    : to === "anthropic-messages"
-    ? (from === "openai-chat" ? anthropic : from === "openai-responses" ? anthropicForResponses : undefined)
-    : undefined
+  from === to
+    ? undefined
+    : from === "anthropic-messages"
+    ? (to === "openai-chat" ? chat : responses)
+    : from === "openai-chat"
+    ? (to === "anthropic-messages" ? anthropic : chatToResponses)
+    : (to === "anthropic-messages" ? anthropicForResponses : responsesToChat)
 
 /** The switch wire from `/v1/messages` for an instance kind (`undefined`: no switch to it). */
 export const forKind = (kind: ProviderConfig.ModelApiKind): SwitchWire | undefined => forRoute("anthropic-messages", kind)

@@ -2,8 +2,9 @@
  * GatewaySwitched: serves one request whose model routes to an instance of another protocol (a provider switch, issue
  * 14 item 4; docs/gateway.md "Routing and switching"), with the direction's conversion (`GatewaySwitchWire`):
  * `/v1/messages` to an `openai-chat` instance (`GatewaySwitch`) or an `openai-responses` one (`GatewaySwitchResponses`),
- * `/v1/chat/completions` to an `anthropic-messages` instance (`GatewaySwitchAnthropic`), `/v1/responses` to one
- * (`GatewaySwitchResponsesAnthropic`).
+ * `/v1/chat/completions` to an `anthropic-messages` instance (`GatewaySwitchAnthropic`) or an `openai-responses` one,
+ * `/v1/responses` to an `anthropic-messages` instance (`GatewaySwitchResponsesAnthropic`) or an `openai-chat` one (the
+ * two between the OpenAI protocols: `GatewaySwitchOpenAi`).
  *
  * Unlike a same-protocol request (forwarded first, recorded alongside), the request is recorded first (its
  * conversation, run and new messages, as the agent sent them, on the routed instance: the run's `providerInstance`

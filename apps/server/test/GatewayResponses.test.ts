@@ -88,7 +88,7 @@ describe("Gateway, OpenAI Responses", () => {
         expect(otherProtocol.status).toBe(404)
         expect(otherProtocol.body).toMatchObject({
           error: {
-            message: "model: claude-x routes to provider instance \"anthropic\" (anthropic-messages), not a openai-responses upstream; this gateway converts only Anthropic Messages requests to an openai-chat or openai-responses upstream, and Chat Completions and Responses requests (not compaction requests) to an anthropic-messages upstream",
+            message: "model: claude-x routes to provider instance \"anthropic\" (anthropic-messages), not a openai-responses upstream; this gateway converts model requests between protocols (a provider switch), not compaction requests",
             code: "model_not_found"
           }
         })
