@@ -418,6 +418,7 @@ export const layer = (options: GatewayOptions) =>
           const requestRecord: GatewayThreads.GatewayRequest = {
             wire: dialect.wire,
             session: history.session,
+            parentSession: history.parent ?? null,
             agent: agentOf(request.headers["user-agent"]),
             system: history.system,
             messages: history.messages,

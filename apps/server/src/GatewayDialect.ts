@@ -28,11 +28,16 @@ export interface Assembler {
   readonly outcome: () => StreamOutcome
 }
 
-/** What a gateway request's history is: the system prompt, the history array, the agent's session (`null`: none). */
+/**
+ * What a gateway request's history is: the system prompt, the history array, the agent's session (`null`: none) and,
+ * for a sub-agent, the session of the conversation it runs under (`parent`: Codex's `x-codex-turn-metadata`
+ * `parent_thread_id`; absent or `null`: none).
+ */
 export interface History {
   readonly system: unknown
   readonly messages: ReadonlyArray<unknown>
   readonly session: string | null
+  readonly parent?: string | null | undefined
 }
 
 /**

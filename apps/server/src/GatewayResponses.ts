@@ -113,6 +113,18 @@ export const bearerUpstream: Dialect["upstreamHeaders"] = (key, out) => {
   if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
 }
 
+/**
+ * The session a Codex sub-agent runs under: `parent_thread_id` of its `x-codex-turn-metadata` header (JSON; Codex
+ * sends it on a spawned sub-agent's requests with `thread_source: "subagent"`). `null`: no header, not JSON, or no
+ * parent.
+ */
+export const parentOf = (metadata: string | undefined): string | null => {
+  if (metadata === undefined) return null
+  const parsed = parseJson(metadata)
+  const parent = isRecord(parsed) ? parsed.parent_thread_id : undefined
+  return typeof parent === "string" && parent !== "" ? parent : null
+}
+
 /** The OpenAI Responses dialect (see the module docblock). */
 export const dialect: Dialect = {
   kind: "openai-responses",
@@ -125,7 +137,7 @@ export const dialect: Dialect = {
     const input = typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input
     if (!Array.isArray(input) || !input.every(isRecord)) return "input: expected a string or an array of input items"
     const session = headers["thread-id"] ?? headers["session-id"] ?? (typeof body.prompt_cache_key === "string" ? body.prompt_cache_key : null)
-    return { system: body.instructions, messages: input, session: session === "" ? null : session }
+    return { system: body.instructions, messages: input, session: session === "" ? null : session, parent: parentOf(headers["x-codex-turn-metadata"]) }
   },
   assembler: replyAssembler,
   replyOfBody

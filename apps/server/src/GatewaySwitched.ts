@@ -184,6 +184,7 @@ export const serve = (input: Input) =>
     const begun = yield* threads.begin({
       wire: agent.dialect.wire,
       session: history.session,
+      parentSession: history.parent ?? null,
       agent: input.agent,
       system: history.system,
       messages: history.messages,

@@ -8,8 +8,9 @@
  * the parent's `session-id` and `prompt_cache_key`, and `x-codex-turn-metadata` with `parent_thread_id` and
  * `thread_source: "subagent"`; Baton keys a Responses conversation by `thread-id` first, so through Baton each Codex
  * thread is its own Baton thread: every request recorded once in its own thread, every input item exactly once, no
- * divergence, nothing of one conversation in the other. Run with the sub-agent started empty and with
- * `fork_context` (its history the parent's, then its task).
+ * divergence, nothing of one conversation in the other; the sub-agent's thread names its parent's (`parentThreadId`,
+ * the parent's `subAgents`) and is titled as a sub-agent. Run with the sub-agent started empty and with
+ * `fork_context` (its history the parent's, then its task), and with `multi_agent_v2`.
  */
 import type { Item } from "@baton/contracts"
 import { HttpServer } from "@effect/platform"
@@ -160,10 +161,20 @@ describe("Gateway with Codex's sub-agents", () => {
           // Through Baton: one thread per Codex thread, every request a completed run of its own thread.
           const api = yield* client()
           const threads = (yield* api.threads.list({ urlParams: {} })).threads
-          expect(threads.map((t) => t.title).sort()).toEqual([`Codex session ${result.threadId}`, `Codex session ${subThread}`].sort())
+          // The sub-agent's thread is titled as one and names its parent's, which lists it (x-codex-turn-metadata's
+          // parent_thread_id).
+          const subTitle = `Codex sub-agent ${subThread} (of ${result.threadId})`
+          expect(threads.map((t) => t.title).sort()).toEqual([`Codex session ${result.threadId}`, subTitle].sort())
+          const mainThreadId = threads.find((t) => t.title === `Codex session ${result.threadId}`)!.id
+          const subThreadId = threads.find((t) => t.title === subTitle)!.id
+          const [mainSnapshot, subSnapshot] = [yield* api.threads.get({ path: { threadId: mainThreadId } }), yield* api.threads.get({ path: { threadId: subThreadId } })]
+          expect([mainSnapshot.parentThreadId, mainSnapshot.subAgents.map((t) => t.id)]).toEqual([null, [subThreadId]])
+          expect([subSnapshot.parentThreadId, subSnapshot.subAgents]).toEqual([mainThreadId, []])
           for (const [id, requests, inputs, answer] of [[result.threadId, main, mainInputs, mainAnswer], [subThread, sub, subInputs, subAnswer]] as const) {
-            const threadId = threads.find((t) => t.title === `Codex session ${id}`)!.id
+            const threadId = id === result.threadId ? mainThreadId : subThreadId
             const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
+            // The sub-agent's first run's prompt is its task (v2: the agent_message's text, its header).
+            if (id === subThread) expect(runs[0]!.prompt).toEqual(mode === "v2" ? expect.stringMatching(/^Message Type: NEW_TASK/) : task)
             expect(runs.map((r) => r.status)).toEqual(Array(requests.length).fill("completed"))
             const items: ReadonlyArray<Item> = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
             // Every input item of the conversation once (message ids: the last request's items and the last reply).

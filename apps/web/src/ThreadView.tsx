@@ -252,6 +252,14 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
           <span>runs: {fmt(snap.totals.runs)}</span>
           <span>items: {fmt(snap.totals.items)} ({fmt(snap.totals.itemTokens)} tokens)</span>
           <span>handoffs: {fmt(snap.totals.handoffs)} ({fmt(snap.totals.openHandoffs)} open)</span>
+          {snap.parentThreadId !== null && (
+            <span data-testid="sub-agent-of">sub-agent of <button className="link" onClick={() => props.navigate(snap.parentThreadId)}>{snap.parentThreadId}</button></span>
+          )}
+          {snap.subAgents.length > 0 && (
+            <span data-testid="sub-agents">sub-agents: {snap.subAgents.map((t) => (
+              <button key={t.id} className="link" onClick={() => props.navigate(t.id)}>{t.title}</button>
+            ))}</span>
+          )}
           <span data-testid="cost-totals">cost: {snap.costs.totals.runs === 0 ? "not reported by these providers" : `${fmt(snap.costs.totals.runs)} runs · in ${fmt(snap.costs.totals.inputTokens)} · cache write ${fmt(snap.costs.totals.cacheWriteTokens)} · cache read ${fmt(snap.costs.totals.cacheReadTokens)} · out ${fmt(snap.costs.totals.outputTokens)} · ${usd(snap.costs.totals.costUsd)}`}</span>
         </div>
       )}

@@ -165,7 +165,8 @@ export type SummariserCostTotals = typeof SummariserCostTotals.Type
 /**
  * A thread as it stands: its provider threads (the active one flagged) with their native threads, usage and window;
  * its most recent runs (`recentRuns`, up to 20, oldest first: page every run with `GET /threads/{id}/runs`); the
- * handoffs still owing history; its fork/merge links; totals.
+ * handoffs still owing history; its fork/merge links; the thread that spawned it as a sub-agent and the sub-agents it
+ * spawned; totals.
  */
 /**
  * A client tool the thread declared (`POST /threads` `tools`, offered to the model by every run): its name and
@@ -185,6 +186,14 @@ export const ThreadSnapshot = Schema.Struct({
   recentRuns: Schema.Array(Run),
   openHandoffs: Schema.Array(HandoffView),
   links: Schema.Array(ThreadLink),
+  /**
+   * The thread that spawned this one as a sub-agent (a gateway conversation whose agent named the conversation it runs
+   * under: Codex's `x-codex-turn-metadata` `parent_thread_id`, docs/gateway.md); `null`: none. A fork's parent is in
+   * `links`, not here.
+   */
+  parentThreadId: Schema.NullOr(ThreadId),
+  /** The sub-agent threads this thread spawned (each with this thread as its `parentThreadId`), oldest first. */
+  subAgents: Schema.Array(Thread),
   /** The client tools the thread declared, in the order given (`[]`: none). */
   tools: Schema.Array(ThreadToolView),
   totals: ThreadTotals,

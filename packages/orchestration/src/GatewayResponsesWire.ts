@@ -139,11 +139,15 @@ export const toolNamesOf = (items: ReadonlyArray<unknown>): ReadonlyMap<string, 
   return names
 }
 
-/** The prompt of a run: the last `input_text` of the last user message among `fresh` (`""`: none). */
+/**
+ * The prompt of a run: the last `input_text` of the last user message or Codex `agent_message` among `fresh` (`""`:
+ * none). A `multi_agent_v2` sub-agent's task (and a sub-agent's answer to its parent) is an `agent_message` whose text
+ * part is its header (`Message Type: NEW_TASK …`; the task itself is encrypted).
+ */
 const promptOf = (fresh: ReadonlyArray<unknown>): string => {
   for (let i = fresh.length - 1; i >= 0; i--) {
     const m = fresh[i]
-    if (!isRecord(m) || m.role !== "user") continue
+    if (!isRecord(m) || (m.role !== "user" && m.type !== "agent_message")) continue
     const last = texts(partsOf(m), "input_text").at(-1)
     if (last !== undefined) return last
   }

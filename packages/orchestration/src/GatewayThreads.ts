@@ -498,6 +498,12 @@ export interface GatewayRequest {
   readonly wire: Wire
   /** The agent's session header (`x-claude-code-session-id`, Codex's `thread-id`), `null` without one. */
   readonly session: string | null
+  /**
+   * The session of the conversation this one runs under, for a sub-agent (Codex's `x-codex-turn-metadata`
+   * `parent_thread_id`); absent or `null`: none. A new conversation's thread records the thread of the parent's
+   * conversation (the same wire and system prompt, that session) as its parent, and its title says it is a sub-agent.
+   */
+  readonly parentSession?: string | null | undefined
   /** Who sent it, for the thread's title (`Claude Code`, `Codex`). */
   readonly agent: string
   readonly system: unknown
@@ -677,11 +683,22 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const found = yield* conversations.find(key)
         if (Option.isSome(found)) return found.value
         const now = yield* DateTime.now
-        const title = request.session === null
+        // A sub-agent: its parent's conversation is the same wire and system prompt under the parent's session.
+        const parentSession = request.parentSession ?? null
+        const parent = parentSession === null || parentSession === "" || parentSession === request.session
+          ? null
+          : parentSession
+        const parentThread = parent === null
+          ? Option.none<ThreadId>()
+          : Option.map(yield* conversations.find(conversationKey(parent, request.system, [], request.wire)), (c) => c.threadId as ThreadId)
+        const title = parent !== null && request.session !== null
+          ? `${request.agent} sub-agent ${request.session.slice(0, 36)} (of ${parent.slice(0, 36)})`
+          : request.session === null
           ? `${request.agent} conversation ${key.slice(6, 14)}`
           : `${request.agent} session ${request.session.slice(0, 36)}`
         const thread: Thread = { id: ids.next("thr") as ThreadId, title, activeProviderThreadId: null, createdAt: now, updatedAt: now }
         yield* store.insertThread(thread)
+        if (Option.isSome(parentThread)) yield* store.setThreadParent(thread.id, parentThread.value)
         yield* store.appendEvent({ threadId: thread.id, type: "thread.created", payload: { title } })
         const conversation: GatewayConversations.Conversation = {
           conversationKey: key,

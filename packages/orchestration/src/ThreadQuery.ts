@@ -140,6 +140,8 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
         recentRuns,
         openHandoffs,
         links: yield* store.listLinks(t.id),
+        parentThreadId: Option.getOrNull(yield* store.getThreadParent(t.id)),
+        subAgents: yield* store.listSubThreads(t.id),
         tools: (yield* store.getThreadTools(t.id)).map((tool) => ({ name: tool.name, description: tool.description })),
         totals: {
           runs: Object.values(runsByStatus).reduce((a, b) => a + b, 0),

@@ -302,6 +302,22 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [] })
         }).pipe(orPersistence("threads.getWithTools")),
       listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
+      /**
+       * Records that thread `id` is a sub-agent spawned by thread `parentThreadId` (`threads.parent_thread_id`,
+       * migration 0021; a gateway conversation whose agent named the conversation it runs under). Not a fork's parent:
+       * forks and merges are links (`listLinks`).
+       */
+      setThreadParent: (id: ThreadId, parentThreadId: ThreadId) =>
+        sql`UPDATE threads SET parent_thread_id = ${parentThreadId} WHERE id = ${id}`.pipe(Effect.asVoid, orPersistence("threads.setParent")),
+      /** The thread that spawned thread `id` as a sub-agent (`None`: none, or no such thread). */
+      getThreadParent: (id: ThreadId) =>
+        Effect.map(
+          sql<{ readonly parentThreadId: string | null }>`SELECT parent_thread_id FROM threads WHERE id = ${id}`,
+          (rows) => Option.fromNullable(rows[0]?.parentThreadId ?? null).pipe(Option.map((p) => p as ThreadId))
+        ).pipe(orPersistence("threads.getParent")),
+      /** The sub-agent threads thread `id` spawned (see `setThreadParent`), oldest first (by `createdAt`, then `id`). */
+      listSubThreads: (id: ThreadId) =>
+        threads.findAll("threads.listSub", sql`SELECT * FROM threads WHERE parent_thread_id = ${id} ORDER BY created_at, id`),
 
       // ---- runs
       /** Inserts a run; `driverId`: the driver that accepted it (see `setRunDriver`), written in the same statement. */
