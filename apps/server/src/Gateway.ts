@@ -331,7 +331,8 @@ export const layer = (options: GatewayOptions) =>
               history: switched !== null && typeof switched.history !== "string" ? switched.history : asSent,
               model,
               agent: agentOf(request.headers["user-agent"]),
-              wire: switchWire
+              wire: switchWire,
+              offload: offloads[dialect.kind]
             })
           }
           if (target.config.kind !== dialect.kind) {

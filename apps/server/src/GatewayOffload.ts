@@ -368,6 +368,60 @@ const sameStubs = (before: NonNullable<Snapshot["render"]>, already: ReadonlySet
 }
 
 /**
+ * `sent` (a history, `shape`'s entries) with the recorded rounds (`expansions`, by a model entry's key `fingerprint`,
+ * else its fingerprint `fingerprintOf` for rounds recorded before content prints) in place of the model entries the
+ * agent received after them: the hidden `thread_read` rounds, and the gateway's answers to `thread_read` calls beside
+ * the agent's own (an expansion that ends with an entry of answers, joined with the entry the agent sent next where
+ * the shape says so, `Shape.joinAnswers`, else sent before that entry). The newest input (the entries after the last
+ * model entry, and at least the last entry) is never replaced; a key two model entries share is not looked up.
+ * Without expansions or `fingerprint`: `sent` itself.
+ */
+export const expand = (
+  shape: Shape,
+  sent: ReadonlyArray<Record<string, unknown>>,
+  expansions: Readonly<Record<string, ReadonlyArray<unknown>>>,
+  fingerprint: ((message: unknown) => string) | undefined,
+  fingerprintOf: ((message: unknown) => string) | undefined
+): ReadonlyArray<Record<string, unknown>> => {
+  if (Object.keys(expansions).length === 0 || fingerprint === undefined) return sent
+  const sentNewest = newestEntryOf(shape, sent)
+  const keys = sent.map((m, i) => (i < sentNewest && shape.model(m) ? fingerprint(m) : null))
+  const uses = new Map<string, number>()
+  for (const k of keys) if (k !== null) uses.set(k, (uses.get(k) ?? 0) + 1)
+  const out: Array<Record<string, unknown>> = []
+  // The answers an expansion ends with (thread_read calls beside the agent's own), joined with the next entry.
+  let answers: Record<string, unknown> | null = null
+  sent.forEach((m, i) => {
+    const key = keys[i]!
+    // A shared key is never looked up, nor a fingerprint equal to it (a message with nothing left out).
+    const print = key === null ? undefined : fingerprintOf?.(m)
+    const exact = print === undefined || print === key ? undefined : expansions[print]
+    const found = key === null ? undefined : uses.get(key) === 1 ? expansions[key] ?? exact : exact
+    const entries = found === undefined ? [m] : found.map((e) => (isRecord(e) ? e : {}))
+    if (answers !== null) {
+      const joined = shape.joinAnswers?.(answers, entries[0]!) ?? null
+      if (joined === null) out.push(answers)
+      else entries[0] = joined
+      answers = null
+    }
+    const tail = entries.at(-1)!
+    if (found !== undefined && entries.length > 1 && shape.joinAnswers !== undefined && !shape.model(tail) && i + 1 < sent.length) {
+      answers = tail
+      entries.pop()
+    }
+    out.push(...entries)
+  })
+  return out
+}
+
+/** The index of a history's newest input: its entries after the last model entry (at most the last entry). */
+const newestEntryOf = (shape: Shape, list: ReadonlyArray<Record<string, unknown>>): number => {
+  let i = list.length
+  while (i > 0 && !shape.model(list[i - 1]!)) i--
+  return Math.min(i, list.length - 1)
+}
+
+/**
  * Applies the policy to a request of `shape`'s wire (see the module docblock): renders the conversation's stubs, asks
  * `ToolResultOffload.decide` whether to flush more now, and offers `thread_read`. Never touches the agent's newest
  * input (the entries after the last model entry; at least the last entry). What it computes of interned entries
@@ -382,46 +436,9 @@ export const plan = (shape: Shape, input: Input, incremental = true): Output => 
   const history = shape.history(body)
   if (history === null || !history.every(isRecord)) return { body, changed: false, offloaded: input.offloaded, flush: null }
   const sent = history as ReadonlyArray<Record<string, unknown>>
-  const newestOf = (list: ReadonlyArray<Record<string, unknown>>) => {
-    let i = list.length
-    while (i > 0 && !shape.model(list[i - 1]!)) i--
-    return Math.min(i, list.length - 1)
-  }
   // The hidden thread_read rounds go out again in place of the message the agent received (never its newest input).
-  const expansions = input.expansions ?? {}
-  const sentNewest = newestOf(sent)
-  const messages = Object.keys(expansions).length === 0 || input.fingerprint === undefined
-    ? sent
-    : (() => {
-      const keys = sent.map((m, i) => (i < sentNewest && shape.model(m) ? input.fingerprint!(m) : null))
-      const uses = new Map<string, number>()
-      for (const k of keys) if (k !== null) uses.set(k, (uses.get(k) ?? 0) + 1)
-      const out: Array<Record<string, unknown>> = []
-      // The answers an expansion ends with (thread_read calls beside the agent's own), joined with the next entry.
-      let answers: Record<string, unknown> | null = null
-      sent.forEach((m, i) => {
-        const key = keys[i]!
-        // A shared key is never looked up, nor a fingerprint equal to it (a message with nothing left out).
-        const print = key === null ? undefined : input.fingerprintOf?.(m)
-        const exact = print === undefined || print === key ? undefined : expansions[print]
-        const found = key === null ? undefined : uses.get(key) === 1 ? expansions[key] ?? exact : exact
-        const entries = found === undefined ? [m] : found.map((e) => (isRecord(e) ? e : {}))
-        if (answers !== null) {
-          const joined = shape.joinAnswers?.(answers, entries[0]!) ?? null
-          if (joined === null) out.push(answers)
-          else entries[0] = joined
-          answers = null
-        }
-        const tail = entries.at(-1)!
-        if (found !== undefined && entries.length > 1 && shape.joinAnswers !== undefined && !shape.model(tail) && i + 1 < sent.length) {
-          answers = tail
-          entries.pop()
-        }
-        out.push(...entries)
-      })
-      return out
-    })()
-  const newest = newestOf(messages)
+  const messages = expand(shape, sent, input.expansions ?? {}, input.fingerprint, input.fingerprintOf)
+  const newest = newestEntryOf(shape, messages)
   // The previous request's scan, when this history starts with its entries (and its newest input is not before them).
   const first = messages[0]
   const known = incremental && first !== undefined ? memo.snapshots.get(first) : undefined

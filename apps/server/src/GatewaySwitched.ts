@@ -16,7 +16,10 @@
  * such), with the usage and the instance's prices. `thread_read` is offered beside the agent's tools; when the
  * upstream's answer calls only it, the gateway answers from the thread (an answer that would take the request over the
  * fit's limit refused to the model, never sent) and continues with the upstream, and the agent gets one answer (whole:
- * the last answer; streamed: the continuation's joins it). An overflow Baton cannot fit never goes out: the agent gets
+ * the last answer; streamed: the continuation's joins it). When it calls `thread_read` beside the agent's own calls, the
+ * agent gets the answer without the read, the gateway answers the read and records the expansion in the agent's
+ * protocol (`besideRound`), and every request goes out with the conversation's expansions in place of the messages
+ * the agent received (`GatewayOffload.expand`), as on the same-protocol paths. An overflow Baton cannot fit never goes out: the agent gets
  * its own overflow error (Anthropic's "prompt is too long" 400, OpenAI's `context_length_exceeded` 400: its compaction
  * runs) and the run fails `overflow`. Baton's own errors (an unreachable upstream, a broken stream) are in the agent's
  * shape too.
@@ -36,6 +39,7 @@ import type { ThreadStore } from "@baton/persistence"
 import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option, type Scope, Stream } from "effect"
 import { fitAnswers, type History, isRecord, parseJson } from "./GatewayDialect.js"
+import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
 import type * as ServerConfig from "./ServerConfig.js"
@@ -58,6 +62,13 @@ export interface Input {
   readonly offloader: ThreadOffload.ThreadOffload
   /** Where that summary's fiber runs (the gateway's scope: it outlives the request, not the server). */
   readonly scope: Scope.Scope
+  /**
+   * The agent's protocol's offload (`GatewayOffload.anthropic`, `GatewayChatOffload.offload`,
+   * `GatewayResponsesOffload.offload`): with it, `thread_read` calls beside the agent's own calls are answered and
+   * recorded as an expansion, and the conversation's expansions go out in place of the messages the agent received
+   * (see `serve`). Absent: such calls are dropped unanswered.
+   */
+  readonly offload?: GatewayOffload.Offload | undefined
 }
 
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
@@ -217,8 +228,26 @@ export const serve = (input: Input) =>
       isRecord(t) && typeof t.name === "string" ? [t.name] : isRecord(t) && isRecord(t.function) && typeof t.function.name === "string" ? [t.function.name] : []
     ))
     const window = target.config.contextWindow
+    // The agent's history with the conversation's recorded rounds in place of the messages the agent received: the
+    // upstream's thread_read calls that came beside the agent's own calls, with the gateway's answers (`besideRound`),
+    // as the same-protocol paths send them (`GatewayOffload.expand`). The record keeps the agent's own history.
+    const agentOffload = input.offload
+    const expansionKey = (m: unknown) => GatewayThreads.expansionKeyOf(agent.dialect.wire, m)
+    const conversation = threadId === null || agentOffload === undefined
+      ? Option.none<{ readonly expansions: Readonly<Record<string, ReadonlyArray<unknown>>> }>()
+      : Option.flatten(yield* Effect.option(threads.conversationOf(agent.dialect.wire, history.session, history.system, history.messages)))
+    const fitBody = Option.match(conversation, {
+      onNone: () => body,
+      onSome: (c) => {
+        const sent = agentOffload?.shape.history(body)
+        if (agentOffload === undefined || sent === null || sent === undefined || !sent.every(isRecord)) return body
+        const expanded = GatewayOffload.expand(agentOffload.shape, sent, c.expansions, expansionKey, (m) => GatewayThreads.fingerprintOf(agent.dialect.wire, m))
+        return expanded === sent ? body : agentOffload.shape.withHistory(body, expanded)
+      }
+    })
+    const fitHistory = fitBody === body ? history.messages : ((h) => (typeof h === "string" ? history.messages : h.messages))(agent.dialect.history(fitBody, {}))
     const fitWith = (pointer: (n: number) => string, summaries: ReadonlyArray<GatewaySwitch.FitSummary> = []) =>
-      wire.fit({ body, windowTokens: window, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered, summaries })
+      wire.fit({ body: fitBody, windowTokens: window, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered, summaries })
     // A first pass with a pointer of the thread's size; the thread's items (and its /offload summaries, the fit's
     // third step) are read only when messages are left out.
     let fitted = fitWith(pointerFor(threadId, []))
@@ -227,7 +256,7 @@ export const serve = (input: Input) =>
     if (fitted._tag === "fits" && fitted.fit.leftOut > 0 && threadId !== null) {
       const items: ReadonlyArray<Item> = yield* Effect.orElseSucceed(input.store.listItems(threadId as ThreadId), () => [])
       const offloads: ReadonlyArray<Offload> = yield* Effect.orElseSucceed(input.store.listOffloads(threadId as ThreadId), () => [])
-      const seqs = messageSeqs(items, history.messages, agent.dialect.wire)
+      const seqs = messageSeqs(items, fitHistory, agent.dialect.wire)
       const byId = new Map(items.map((i) => [i.id as string, i]))
       // Only summaries whose items are all the current conversation's: one of a dropped branch is ignored (not deleted).
       const foreign = firstForeignSeq(items, seqs)
@@ -302,6 +331,27 @@ export const serve = (input: Input) =>
         chatBody = wire.continued(chatBody, assistant, fitting.answers)
         return chatBody
       })
+    /**
+     * The upstream's `thread_read` calls beside the agent's own calls (the agent must answer its calls, so the gateway
+     * does not continue): `full` the answer's content in the agent's protocol with them (converted without hiding
+     * them), `received` the content the agent got (without them). They are answered from the thread (an answer that
+     * would take the request over the fit's limit refused to the model, as for a hidden round), and the expansion
+     * recorded for the received message: the message with the calls, then the answers, which the agent's next request
+     * carries in its place (joined with its own results where the protocol needs them in one message). `undefined`:
+     * no such calls, no thread or no offload of the agent's protocol.
+     */
+    const besideRound = (received: ReadonlyArray<unknown> | null, full: ReadonlyArray<unknown> | null) =>
+      Effect.gen(function*() {
+        if (agentOffload?.besideOf === undefined || threadId === null || received === null || full === null) return undefined
+        const beside = agentOffload.besideOf(full)
+        if (beside === null) return undefined
+        const answers = yield* Effect.forEach(beside.reads, (r) =>
+          r.invalid !== undefined
+            ? Effect.succeed({ id: r.id, output: r.invalid, isError: true })
+            : Effect.map(input.reader.answer(threadId as ThreadId, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a })))
+        const fitting = fitAnswers(answers, used, limit, (a) => wire.answerTokens(count, { toolCallId: a.id, output: a.output, isError: a.isError }))
+        return agentOffload.expansions(received, agentOffload.shape.withHistory({}, []), 0, full, expansionKey, fitting.answers)
+      })
     const response = yield* Effect.either(post(chatBody))
     if (response._tag === "Left") {
       yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
@@ -358,7 +408,11 @@ export const serve = (input: Input) =>
       const message = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
       const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)
-      yield* settle((b) => Effect.zipRight(threads.complete(b, { ...agent.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }), summariseLater(b)))
+      const expansion = agentOffload === undefined ? undefined : yield* besideRound(
+        agentOffload.contentOfBody(message),
+        agentOffload.contentOfBody(wire.messageOf(answer, model, new Set(), earlier, agentTools, body))
+      )
+      yield* settle((b) => Effect.zipRight(threads.complete(b, { ...agent.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }, expansion), summariseLater(b)))
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
       return HttpServerResponse.text(agent.wholeAsStream(message, body), { contentType: "text/event-stream" })
@@ -368,6 +422,10 @@ export const serve = (input: Input) =>
     // recorded when the stream ends, before the agent's connection sees the end.
     const translator = wire.translator(model, hidden, agentTools, body)
     const assembler = agent.dialect.assembler()
+    // The same stream translated without hiding thread_read (the last hop's answer with its calls, `besideRound`):
+    // only read at the end of an answer of one hop (after a hidden round it holds the last hop alone).
+    const whole = wire.translator(model, new Set(), agentTools, body)
+    const wholeAssembler = agent.dialect.assembler()
     const encoder = new TextEncoder()
     let settled = false
     /** The upstream's error in its stream, as the agent got it (the run's failure code: an overflow is `overflow`). */
@@ -376,9 +434,16 @@ export const serve = (input: Input) =>
       settled = true
       const outcome = assembler.outcome()
       const hops = translator.hops()
+      const full = wholeAssembler.outcome()
       return settle((b) =>
         outcome._tag === "completed"
-          ? Effect.zipRight(threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply), summariseLater(b))
+          ? Effect.flatMap(
+            agentOffload === undefined || hops.count > 1 || full._tag !== "completed"
+              ? Effect.succeed(undefined)
+              : besideRound(agentOffload.contentOfReply(outcome.reply), agentOffload.contentOfReply(full.reply)),
+            (expansion) =>
+              Effect.zipRight(threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply, expansion), summariseLater(b))
+          )
           : streamFailure !== null
           ? threads.fail(b, "failed", streamFailure.code, streamFailure.reason)
           : threads.fail(b, "failed", outcome._tag === "failed" ? outcome.code : "provider_protocol", outcome.reason)
@@ -391,8 +456,12 @@ export const serve = (input: Input) =>
      */
     const hop = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>): Stream.Stream<string, HttpClientError.ResponseError> =>
       source.pipe(
-        Stream.map((chunk) => translator.push(chunk)),
+        Stream.map((chunk) => {
+          if (hops === 0) wholeAssembler.push(new TextEncoder().encode(whole.push(chunk)))
+          return translator.push(chunk)
+        }),
         Stream.concat(Stream.unwrap(Effect.gen(function*() {
+          if (hops === 0) wholeAssembler.push(new TextEncoder().encode(whole.end()))
           const tail = translator.end()
           const reads = translator.hidden()
           if (reads === null) return Stream.make(tail)
