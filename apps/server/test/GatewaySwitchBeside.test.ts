@@ -4,15 +4,16 @@
  * answer its call, so the gateway does not continue: it answers the read from the thread, the agent gets the answer
  * without the read (whole, and streamed with its blocks or items numbered on without gaps), the thread records what
  * the agent got, and the expansion is recorded: the agent's next request goes upstream with the read call beside its
- * own call and the gateway's answer beside the agent's result, and the request after extends that one. On the
- * `/v1/messages` to Chat Completions switch and the `/v1/responses` to Anthropic one, streamed and whole (before: the
- * read was dropped unanswered, and the next request went out without it).
+ * own call and the gateway's answer beside the agent's result, and the request after extends that one. On every
+ * switch (`/v1/messages` to Chat Completions and to Responses, `/v1/responses` and `/v1/chat/completions` to
+ * Anthropic), streamed and whole (before: the read was dropped unanswered, and the next request went out without it).
  */
 import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as GatewayAnthropic from "../src/GatewayAnthropic.js"
+import * as GatewayChat from "../src/GatewayChat.js"
 import * as GatewayResponses from "../src/GatewayResponses.js"
 import { adminToken, client, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
@@ -24,22 +25,44 @@ const output = `hello-output ${words(9, 50)}`
 
 type Json = Record<string, unknown>
 
-/** A gateway with `gpt-*` on a Chat Completions loopback upstream and `claude-*` on an Anthropic one. */
-const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi, anthropic: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+/**
+ * A gateway with `gpt-*` on a Chat Completions loopback upstream, `claude-*` on an Anthropic one and `o4-*` on a
+ * Responses one.
+ */
+const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi, anthropic: ModelApi.ModelApi, openai: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
   Effect.scoped(Effect.gen(function*() {
     const chat = yield* ModelApi.start
     const anthropic = yield* ModelApi.start
+    const openai = yield* ModelApi.start
+    const window = { contextWindow: 32_000, autoCompactThreshold: null, maxOutputTokens: 4_096 }
     const settings = yield* settingsFor(
       [
-        instance("chat", "openai-chat", chat, { contextWindow: 32_000, autoCompactThreshold: null, maxOutputTokens: 4_096 }),
-        instance("anthropic", "anthropic-messages", anthropic, { contextWindow: 32_000, autoCompactThreshold: null, maxOutputTokens: 4_096 })
+        instance("chat", "openai-chat", chat, window),
+        instance("anthropic", "anthropic-messages", anthropic, window),
+        instance("openai", "openai-responses", openai, window)
       ],
       { TEST_MODEL_KEY: marker },
       undefined,
-      { gateway: { routes: [{ model: "gpt-*", provider: "chat" }, { model: "claude-*", provider: "anthropic" }] } }
+      { gateway: { routes: [{ model: "gpt-*", provider: "chat" }, { model: "claude-*", provider: "anthropic" }, { model: "o4-*", provider: "openai" }] } }
     )
-    return yield* test(chat, anthropic).pipe(Effect.provide(serveSettings(settings)))
+    return yield* test(chat, anthropic, openai).pipe(Effect.provide(serveSettings(settings)))
   }))
+
+/** A whole Responses answer: `text` and `calls` (`function_call` items). */
+const responsesWhole = (text: string, calls: ReadonlyArray<ModelApi.Call>): ModelApi.Reply => ({
+  status: 200,
+  contentType: "application/json",
+  body: JSON.stringify({
+    id: "resp_w",
+    object: "response",
+    status: "completed",
+    output: [
+      ...(text === "" ? [] : [{ type: "message", id: "msg_w", role: "assistant", status: "completed", content: [{ type: "output_text", text, annotations: [] }] }]),
+      ...calls.map((c, i) => ({ type: "function_call", id: `fc_w${i}`, call_id: c.id, name: c.name, arguments: c.arguments, status: "completed" }))
+    ],
+    usage: { input_tokens: 1_200, input_tokens_details: { cached_tokens: 300 }, output_tokens: 40, total_tokens: 1_240 }
+  })
+})
 
 /** The only thread's items. */
 const onlyItems = Effect.gen(function*() {
@@ -221,6 +244,98 @@ describe("Gateway, thread_read beside the agent's own calls on a provider switch
           const items = yield* onlyItems
           expect(items.filter((i) => i.toolName === "thread_read" || i.text.includes("thread_read"))).toEqual([])
           expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === callId)).toHaveLength(1)
+        })
+      ), { timeout: 60_000 })
+
+    it.live(`/v1/messages to openai-responses (${streamed ? "streamed" : "whole"}): the next request's input carries the read call beside the Bash call and the gateway's output beside the agent's`, () =>
+      withGateway((_chat, _anthropic, openai) =>
+        Effect.gen(function*() {
+          const tools = [{ name: "Bash", description: "Run a command", input_schema: { type: "object", properties: { command: { type: "string" } }, required: ["command"] } }]
+          const send = (history: ReadonlyArray<unknown>) =>
+            raw(HttpClientRequest.post("/v1/messages?beta=true").pipe(
+              HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "sess-beside-r", "user-agent": "claude-cli/2.1.332 (external, sdk-cli)" }),
+              HttpClientRequest.bodyText(JSON.stringify({ model: "o4-mini", max_tokens: 1_000, stream: streamed, system: "You are Claude Code.", tools, messages: history }), "application/json")
+            ))
+          const history: Array<unknown> = [
+            { role: "user", content: "run it" },
+            { role: "assistant", content: [{ type: "tool_use", id: "toolu_a", name: "Bash", input: { command: "echo hello" } }] },
+            { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a", content: output }] }
+          ]
+          const read = { id: "call_r", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_a" }) }
+          const bash = { id: "call_b", name: "Bash", arguments: JSON.stringify({ command: "ls" }) }
+          openai.enqueue(streamed ? ModelApi.answer("openai-responses", "Let me check.", usage, [read, bash]) : responsesWhole("Let me check.", [read, bash]))
+          const first = yield* send(history)
+          expect(first.status).toBe(200)
+          expect(first.text).not.toContain("thread_read")
+          let content: unknown
+          if (streamed) {
+            expect(blockStarts(first.text)).toEqual([0, 1])
+            const a = GatewayAnthropic.replyAssembler()
+            a.push(new TextEncoder().encode(first.text))
+            const outcome = a.outcome()
+            if (outcome._tag !== "completed") throw new Error("the answer did not complete")
+            content = (outcome.reply.messages[0]!.message as Json).content
+          } else {
+            content = (first.body as Json).content
+          }
+          expect(content).toEqual([{ type: "text", text: "Let me check." }, { type: "tool_use", id: "call_b", name: "Bash", input: { command: "ls" } }])
+
+          openai.enqueue(streamed ? ModelApi.answer("openai-responses", "Done.", usage) : responsesWhole("Done.", []))
+          expect((yield* send([...history, { role: "assistant", content }, { role: "user", content: [{ type: "tool_result", tool_use_id: "call_b", content: "a.txt" }] }])).status).toBe(200)
+          const input = (JSON.parse(openai.requests[1]!.body) as { input: ReadonlyArray<Json> }).input
+          expect(input.filter((i) => i.type === "function_call").map((i) => [i.call_id, i.name])).toEqual([["toolu_a", "Bash"], ["call_r", "thread_read"], ["call_b", "Bash"]])
+          const outputs = input.filter((i) => i.type === "function_call_output")
+          expect(outputs.map((i) => i.call_id)).toEqual(["toolu_a", "call_r", "call_b"])
+          expect(JSON.stringify(outputs[1]!.output)).toContain(output.slice(0, 40))
+          expect(JSON.stringify(outputs[2]!.output)).toContain("a.txt")
+          const items = yield* onlyItems
+          expect(items.filter((i) => i.toolName === "thread_read" || i.text.includes("thread_read"))).toEqual([])
+        })
+      ), { timeout: 60_000 })
+
+    it.live(`/v1/chat/completions to anthropic-messages (${streamed ? "streamed" : "whole"}): the next request carries the read call beside the agent's and both results in one user message`, () =>
+      withGateway((_chat, anthropic) =>
+        Effect.gen(function*() {
+          const tools = [{ type: "function", function: { name: "bash", description: "Run a command", parameters: { type: "object", properties: { command: { type: "string" } }, required: ["command"] } } }]
+          const send = (messages: ReadonlyArray<unknown>) =>
+            raw(HttpClientRequest.post("/v1/chat/completions").pipe(
+              HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}`, "x-session-id": "sess-beside-c" }),
+              HttpClientRequest.bodyText(JSON.stringify({ model: "claude-sonnet-4-5", stream: streamed, tools, messages }), "application/json")
+            ))
+          const history: Array<unknown> = [
+            { role: "system", content: "You are pi." },
+            { role: "user", content: "run it" },
+            { role: "assistant", content: null, tool_calls: [{ id: "call_a", type: "function", function: { name: "bash", arguments: JSON.stringify({ command: "echo hello" }) } }] },
+            { role: "tool", tool_call_id: "call_a", content: output }
+          ]
+          const read = { id: "toolu_r", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_a" }) }
+          const bash = { id: "toolu_b", name: "bash", arguments: JSON.stringify({ command: "ls" }) }
+          anthropic.enqueue(streamed ? ModelApi.answer("anthropic-messages", "Let me check.", usage, [read, bash]) : anthropicWhole("Let me check.", [read, bash]))
+          const first = yield* send(history)
+          expect(first.status).toBe(200)
+          expect(first.text).not.toContain("thread_read")
+          let message: Json
+          if (streamed) {
+            const a = GatewayChat.replyAssembler()
+            a.push(new TextEncoder().encode(first.text))
+            const outcome = a.outcome()
+            if (outcome._tag !== "completed") throw new Error("the answer did not complete")
+            message = outcome.reply.messages[0]!.message as Json
+          } else {
+            message = ((first.body as { choices: ReadonlyArray<{ message: Json }> }).choices[0]!).message
+          }
+          const calls = message.tool_calls as ReadonlyArray<{ id: string; function: { name: string } }>
+          expect(calls.map((c) => [c.id, c.function.name])).toEqual([["toolu_b", "bash"]])
+
+          anthropic.enqueue(streamed ? ModelApi.answer("anthropic-messages", "Done.", usage) : anthropicWhole("Done.", []))
+          expect((yield* send([...history, { role: "assistant", content: message.content ?? null, tool_calls: message.tool_calls }, { role: "tool", tool_call_id: "toolu_b", content: "a.txt" }])).status).toBe(200)
+          const sent = (JSON.parse(anthropic.requests[1]!.body) as { messages: ReadonlyArray<{ role: string; content: ReadonlyArray<Json> }> }).messages
+          expect(sent.at(-2)!.content.filter((b) => b.type === "tool_use").map((b) => [b.id, b.name])).toEqual([["toolu_r", "thread_read"], ["toolu_b", "bash"]])
+          const results = sent.at(-1)!.content.filter((b) => b.type === "tool_result")
+          expect(results.map((b) => b.tool_use_id)).toEqual(["toolu_r", "toolu_b"])
+          expect(JSON.stringify(results[0]!.content)).toContain(output.slice(0, 40))
+          const items = yield* onlyItems
+          expect(items.filter((i) => i.toolName === "thread_read" || i.text.includes("thread_read"))).toEqual([])
         })
       ), { timeout: 60_000 })
   }
