@@ -174,16 +174,42 @@ const stubbedMessage = (callIds: ReadonlyMap<string, string>) =>
 const breakpointTokens = 16
 
 /**
+ * How many blocks before a breakpoint Anthropic looks for a cached prefix ("approximately 20 blocks", Anthropic's
+ * prompt caching guide): a prefix that ends further back is not found from that breakpoint.
+ */
+export const lookbackBlocks = 20
+
+/** A message's blocks (`[]`: a string content or none). */
+const blocksIn = (m: Json): ReadonlyArray<Json> => (Array.isArray(m.content) ? m.content as ReadonlyArray<Json> : [])
+
+/** `m` with a breakpoint on its last block (a copy; the blocks' content unchanged). */
+const breakpointOn = (m: Json): Json => {
+  const blocks = blocksIn(m)
+  return { ...m, content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: { type: "ephemeral" } }] }
+}
+
+/**
  * The messages with a prompt-cache breakpoint (`cache_control: {type: "ephemeral"}`) on the last block of the last
  * one (a copy: the blocks' content unchanged): Anthropic caches the request's prefix through it, and the next request
- * of the conversation, which extends it, reads it back (Anthropic looks for a cached prefix up to 20 blocks before a
- * breakpoint). Messages without blocks are left as they are.
+ * of the conversation, which extends it, reads it back. Anthropic looks for a cached prefix only `lookbackBlocks`
+ * blocks before a breakpoint, so when the newest round (the blocks after the message before the newest assistant
+ * message: the previous request ended there, its breakpoint on its last block) holds that many or more (an answer of
+ * many parallel calls and their results), a second breakpoint goes on the last block of that message: the previous
+ * request's cached prefix is read there instead of written again. Messages without blocks are left as they are.
  */
 export const withBreakpoint = (messages: ReadonlyArray<Json>): ReadonlyArray<Json> => {
   const last = messages.at(-1)
-  if (last === undefined || !Array.isArray(last.content) || last.content.length === 0) return messages
-  const blocks = last.content as ReadonlyArray<Json>
-  return [...messages.slice(0, -1), { ...last, content: [...blocks.slice(0, -1), { ...blocks.at(-1)!, cache_control: { type: "ephemeral" } }] }]
+  if (last === undefined || blocksIn(last).length === 0) return messages
+  const out = [...messages.slice(0, -1), breakpointOn(last)]
+  let reply = messages.length - 1
+  while (reply >= 0 && messages[reply]!.role !== "assistant") reply--
+  // The previous request's last message with blocks, before the newest reply.
+  let previous = reply - 1
+  while (previous >= 0 && blocksIn(messages[previous]!).length === 0) previous--
+  if (reply < 0 || previous < 0) return out
+  const round = messages.slice(previous + 1).reduce((n, m) => n + blocksIn(m).length, 0)
+  if (round >= lookbackBlocks) out[previous] = breakpointOn(messages[previous]!)
+  return out
 }
 
 /**
@@ -245,8 +271,8 @@ export const fitConverted = (input: GatewaySwitch.FitInput, request: AnthropicRe
   const outputTokens = outputRoom(input.windowTokens, input.maxOutputTokens, body)
   const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
   const tools = request.tools.length === 0 ? request.tools : [...request.tools, ...(input.offered ?? []).map(offeredTool)]
-  // With the framing, the cache breakpoint's few tokens (`withBreakpoint`).
-  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16 + breakpointTokens
+  // With the framing, the cache breakpoints' few tokens (`withBreakpoint`: at most two).
+  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16 + 2 * breakpointTokens
   const counts = inAgentMessages(converted.sources, input)
   const fitted = GatewaySwitch.fitMessages(
     counts.input,

@@ -11,8 +11,11 @@
  *   `system` / `developer` message a `user` message of its text; an `assistant` message's `output_text` parts and the
  *   `function_call` / `custom_tool_call` items after it one `assistant` message (text, then `tool_use` blocks: a
  *   function call's arguments parsed, a custom call's input as `{"input": …}`); `function_call_output` /
- *   `custom_tool_call_output` items (consecutive ones, and a `user` message right after them) one `user` message of
- *   `tool_result` blocks; `reasoning` and other items left out (another provider cannot read them). Tools: functions
+ *   `custom_tool_call_output` / `local_shell_call_output` items (consecutive ones, and a `user` message right after
+ *   them) one `user` message of `tool_result` blocks, first; Codex's `local_shell_call` the assistant's text
+ *   `[local_shell_call <id>: <action>]`, and an output whose call is not a `tool_use` of the request (a local shell
+ *   call's, a call left out) a text block `[<type> <call id>]` then its text, never a `tool_result` without its
+ *   `tool_use`; `reasoning` and other items left out (another provider cannot read them). Tools: functions
  *   `{name, description, input_schema: parameters}`, a custom (freeform) tool `{name, description, input_schema: an
  *   object of one string "input"}`, others left out; `tool_choice` and `parallel_tool_calls` mapped; `max_tokens` the
  *   output room (from `max_output_tokens`).
@@ -94,12 +97,28 @@ export const anthropicOfResponses = (body: Json): A.Converted => {
       push("assistant", "assistant", [{ type: "tool_use", id, name: String(item.name ?? ""), input: isRecord(args) ? args : {} }], j, last === "assistant")
       return
     }
-    if (type === "function_call_output" || type === "custom_tool_call_output") {
-      const block = { type: "tool_result", tool_use_id: GatewaySwitch.toolUseId(String(item.call_id ?? "")), content: outputText(item.output) }
+    if (type === "local_shell_call") {
+      // Codex's built-in shell (no tool Anthropic is given): the call as the assistant's text, so its output has context.
+      const action = isRecord(item.action) ? item.action : {}
+      push("assistant", "assistant", [{ type: "text", text: `[local_shell_call ${String(item.call_id ?? item.id ?? "")}: ${JSON.stringify(action)}]` }], j, last === "assistant")
+      return
+    }
+    if (type === "function_call_output" || type === "custom_tool_call_output" || type === "local_shell_call_output") {
+      const raw = String(item.call_id ?? "")
+      const id = GatewaySwitch.toolUseId(raw)
+      // A result answers a tool_use only when its call went out as one (Anthropic refuses a tool_result without its
+      // tool_use): the output of a call left out or sent as text (a local_shell_call) goes as text.
+      const block = callIds.has(id)
+        ? { type: "tool_result", tool_use_id: id, content: outputText(item.output) }
+        : { type: "text", text: `[${type} ${raw}]\n${outputText(item.output)}` }
       push("user", "results", [block], j, last === "results")
     }
     // reasoning, compaction and other items: left out.
   })
+  // A user message answering calls holds its tool_result blocks first (Anthropic reads the results before other blocks).
+  for (const m of messages) {
+    if (m.role === "user") m.content = [...m.content.filter((b) => b.type === "tool_result"), ...m.content.filter((b) => b.type !== "tool_result")]
+  }
   // An assistant message of text and calls: the text first (Anthropic reads the calls after it).
   for (const m of messages) if (m.role === "assistant") m.content = A.nonEmpty(m.content)
   const system = [typeof body.instructions === "string" ? body.instructions : "", ...input.slice(0, lead).map((m) => outputText(m.content))].filter((t) => t !== "").join("\n\n")
