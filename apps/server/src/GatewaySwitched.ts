@@ -422,8 +422,8 @@ export const serve = (input: Input) =>
     // recorded when the stream ends, before the agent's connection sees the end.
     const translator = wire.translator(model, hidden, agentTools, body)
     const assembler = agent.dialect.assembler()
-    // The same stream translated without hiding thread_read (the last hop's answer with its calls, `besideRound`):
-    // only read at the end of an answer of one hop (after a hidden round it holds the last hop alone).
+    // The first hop's stream translated again without hiding thread_read (the answer with its calls, `besideRound`):
+    // read only at the end of an answer of one hop (after a hidden round the agent's message spans several hops).
     const whole = wire.translator(model, new Set(), agentTools, body)
     const wholeAssembler = agent.dialect.assembler()
     const encoder = new TextEncoder()
@@ -438,8 +438,9 @@ export const serve = (input: Input) =>
       return settle((b) =>
         outcome._tag === "completed"
           ? Effect.flatMap(
+            // After a hidden round the whole translator holds the first hop alone: no expansion (see `besideRound`).
             agentOffload === undefined || hops.count > 1 || full._tag !== "completed"
-              ? Effect.succeed(undefined)
+              ? Effect.sync(() => undefined)
               : besideRound(agentOffload.contentOfReply(outcome.reply), agentOffload.contentOfReply(full.reply)),
             (expansion) =>
               Effect.zipRight(threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply, expansion), summariseLater(b))
