@@ -570,4 +570,51 @@ describe("a gateway conversation in the dashboard", () => {
       Fs.rmSync(dir, { recursive: true, force: true })
     }
   }, 120_000)
+
+  it("a Codex sub-agent's thread links to its parent's, which lists it (x-codex-turn-metadata's parent_thread_id)", async () => {
+    const upstream = await anthropicUpstream(0)
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-subagent-"))
+    const gatewayConfig = Path.join(dir, "baton.json")
+    Fs.writeFileSync(gatewayConfig, JSON.stringify({
+      limits: { shutdownTimeoutMs: 1000 },
+      providers: [{
+        kind: "anthropic-messages", name: "anthropic", baseUrl: upstream.url, model: "claude-x", apiKeyEnv: "DASHBOARD_UPSTREAM_KEY",
+        contextWindow: 200_000, autoCompactThreshold: null, maxOutputTokens: 4_096, maxRetries: 0,
+        prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+      }],
+      gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+    }))
+    const gateway = await serve(Path.join(dir, "baton.sqlite"), 0, gatewayConfig, { BATON_PROVIDERS: undefined, DASHBOARD_UPSTREAM_KEY: "sk-upstream-0123456789" })
+    try {
+      // Codex's parent, then its sub-agent (its own thread-id, the parent's named in the turn metadata), switched to Anthropic.
+      for (const [thread, parent] of [["codex-parent", null], ["codex-sub", "codex-parent"]] as const) {
+        const response = await fetch(`${gateway.url}/v1/responses`, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json", authorization: `Bearer ${admin}`, "user-agent": "codex_exec/0.171.0", "thread-id": thread, "session-id": "codex-parent",
+            "x-codex-turn-metadata": JSON.stringify(parent === null ? { request_kind: "turn" } : { request_kind: "turn", parent_thread_id: parent, thread_source: "subagent" })
+          },
+          body: JSON.stringify({ model: "claude-x", input: [{ type: "message", role: "user", content: [{ type: "input_text", text: `task of ${thread}` }] }] })
+        })
+        expect(response.status).toBe(200)
+      }
+      const threads = (await api<{ threads: Array<{ id: string; title: string }> }>(gateway.url, "GET", "/threads")).threads
+      const parent = threads.find((t) => t.title === "Codex session codex-parent")!
+      const sub = threads.find((t) => t.title === "Codex sub-agent codex-sub (of codex-parent)")!
+      const { page, errors, close } = await openPage(browser, gateway.url, admin, `/ui/threads/${sub.id}`)
+      const link = page.locator("[data-testid=sub-agent-of] button")
+      await link.waitFor()
+      await link.click()
+      await page.waitForSelector(`[data-testid=thread][data-thread-id='${parent.id}']`)
+      const listed = page.locator("[data-testid=sub-agents] button")
+      await listed.waitFor()
+      expect(await listed.allTextContents()).toEqual([sub.title])
+      await close()
+      expect(errors).toEqual([])
+    } finally {
+      await gateway.stop()
+      await upstream.close()
+      Fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120_000)
 })
