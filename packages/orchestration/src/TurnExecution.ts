@@ -625,9 +625,21 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         }
 
         const completed = Effect.gen(function*() {
-          yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
+          // The run under this unit's lock; then the turn's last arrival, when it came with the turn's end (TurnStream
+          // `settle`): its items are recorded here, not in a unit of work of their own. Output proves the provider
+          // read the prompt: a run recorded as never read is corrected (and read again), as an arrival's own unit did.
+          const found = yield* store.getRun(run.id)
+          const neverRead = found._tag === "Some" && found.value.stopPoint === "before_provider"
+          // This unit's events up to the outcome (the arrival's `items.appended`, `calibration.updated`,
+          // `usage.reported`), in order: appended with `run.completed` in one statement when the run completes and
+          // hands no late output over, else after the provider thread's read below (nothing between appends an
+          // event: the thread's order is kept; `settle` stages the arrival's event only when `flush`/`hold` below
+          // append nothing).
+          const pendingEvents: Array<NewThreadEvent> = []
+          const marked = yield* output.settle(neverRead, pendingEvents)
+          if (!output.inlineSettled) yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
           // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
-          const before = yield* store.getRun(run.id)
+          const before = marked && neverRead ? yield* store.getRun(run.id) : found
           const interrupted = output.interrupted || (before._tag === "Some" && before.value.status === "interrupted")
           // Most items are recorded already (as they arrived); what the stream still holds is recorded now: a
           // possible replay of a resumed native thread is skipped, the tool calls the turn left open are closed —
@@ -645,10 +657,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
           if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, now))
-          // This unit's events up to the outcome (`calibration.updated`, `usage.reported`), in order: appended with
-          // `run.completed` in one statement when the run completes and hands no late output over, else after the
-          // provider thread's read below, as before (nothing between appends an event: the thread's order is kept).
-          const pendingEvents: Array<NewThreadEvent> = []
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
             base: plan.sampleBase,
             reportedUsedTokens: checked?.usedTokens ?? null,
@@ -820,7 +828,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       const settledRun = run
       const written = yield* Effect.either(uow.thread(run.threadId, "TurnExecution.continued")(Effect.gen(function*() {
         const now = yield* DateTime.now
-        const before = yield* store.getRun(runId)
+        // The run under this unit's lock, then the turn's last arrival if it came with the turn's end (as `completed`).
+        const found = yield* store.getRun(runId)
+        const neverRead = found._tag === "Some" && found.value.stopPoint === "before_provider"
+        const marked = yield* output.settle(neverRead)
+        const before = marked && neverRead ? yield* store.getRun(runId) : found
         const stoppedByUser = before._tag === "Some" && before.value.status === "interrupted"
         if (outcome._tag === "Left") {
           // The provider failed after it read the results (or could not tell): what arrived stays, the run ends.

@@ -156,6 +156,8 @@ const encodeBody = (body: { readonly type: string; readonly payload: unknown }) 
   (bodyEncoders.get(body.type) ?? encodeAnyBody)(body) as ReturnType<typeof encodeAnyBody>
 const ReceiptRow = Schema.Struct({ ...Commands.CommandReceipt.fields, result: Schema.parseJson(Schema.Unknown) })
 const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
+/** `RETURNING seq` rows. */
+const SeqRows = Schema.Array(Schema.Struct({ seq: Count }))
 /** What `appendEvent`'s insert returns: the keys the database assigned (`globalSeq` a bigint string on Postgres). */
 const decodeAssigned = Schema.decodeUnknown(Schema.Array(Schema.Struct({ globalSeq: Count, seq: Count })))
 const decodeAnyEvent = Schema.decodeUnknown(ThreadEvent)
@@ -199,6 +201,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const runs = Table.make(sql, "runs", RunRow)
     const attempts = Table.make(sql, "run_attempts", RunAttemptRow)
     const items = Table.make(sql, "items", ItemRow, decodeItemRowFast)
+    const encodeItemRow = Schema.encode(ItemRow)
     const providerThreads = Table.make(sql, "provider_threads", ProviderThreadRow)
     const nativeThreads = Table.make(sql, "native_threads", NativeThreadRow)
     const handoffs = Table.make(sql, "handoffs", HandoffRow)
@@ -475,6 +478,28 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
 
       // ---- items
       insertItems: (values: ReadonlyArray<Item>) => items.insertMany(values),
+      /**
+       * Inserts `values` (items of `threadId`, in order; their `seq` is ignored) after the thread's last item, in one
+       * statement: each row's `seq` is the thread's last before the statement plus its place (every row reads the
+       * table as it was before the insert, on SQLite and Postgres alike), so no `nextItemSeq` read goes first. To be
+       * run under the thread's lock (see UnitOfWork). Returns the first row's `seq` (the others follow it); `1` and
+       * nothing written for no items.
+       */
+      insertItemsAfterLast: (threadId: ThreadId, values: ReadonlyArray<Item>) =>
+        Effect.gen(function*() {
+          if (values.length === 0) return 1
+          const rows = yield* Effect.forEach(values, (v) => encodeItemRow({ ...v, threadId, seq: 1 }))
+          const tuples = rows.map((r, i) =>
+            sql`(${r.id}, ${r.threadId}, ${r.runId}, (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ${threadId}) + ${sql.literal(String(i + 1))},
+              ${r.kind}, ${r.text}, ${r.toolCallId}, ${r.toolName}, ${r.messageId}, ${r.isError}, ${r.toolCallState}, ${r.tokens}, ${r.createdAt})`
+          )
+          const assigned = yield* sql`INSERT INTO items (id, thread_id, run_id, seq, kind, text, tool_call_id, tool_name, message_id, is_error,
+              tool_call_state, tokens, created_at) VALUES ${sql.join(", ", false)(tuples)} RETURNING seq`.pipe(Effect.flatMap(Schema.decodeUnknown(SeqRows)))
+          if (assigned.length !== values.length) {
+            return yield* new PersistenceError({ operation: "items.insert", detail: `the insert returned ${assigned.length} rows for ${values.length} items` })
+          }
+          return Math.min(...assigned.map((a) => Number(a.seq)))
+        }).pipe(orPersistence("items.insert")),
       nextItemSeq: (threadId: ThreadId) =>
         nextSeq("items.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM items WHERE thread_id = ${threadId}`),
       listItems: (threadId: ThreadId) =>
