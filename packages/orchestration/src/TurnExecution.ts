@@ -433,11 +433,28 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // One transaction: the attempt, the interrupt check and the move to `running`.
         const queuedRun = run
         const begun = yield* uow.thread(queuedRun.threadId, "TurnExecution.beginAttempt")(Effect.gen(function*() {
-          // Re-read with its attempts' count, in one statement: an interrupt that arrived while history was prepared
-          // stops the run before the provider starts.
+          const startedAt = yield* DateTime.now
+          // The common case in one statement: the run still `starting` moves to `running`, its attempts counted.
+          const moved = queuedRun.status === "starting" ? yield* lifecycle.start(queuedRun, plan.native.id, startedAt) : Option.none()
+          if (moved._tag === "Some") {
+            const attempt: RunAttempt = {
+              id: ids.next("att") as RunAttempt["id"],
+              runId: queuedRun.id,
+              attempt: moved.value.attempts + 1,
+              nativeThreadId: plan.native.id,
+              status: "running",
+              error: null,
+              createdAt: startedAt,
+              updatedAt: startedAt
+            }
+            yield* store.insertAttempt(attempt)
+            yield* store.appendEvent({ threadId: queuedRun.threadId, type: "run.started", payload: { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attempt.attempt } })
+            return { interrupted: null, running: moved.value.run, attempt } as const
+          }
+          // Otherwise re-read with its attempts' count, in one statement: an interrupt that arrived while history was
+          // prepared stops the run before the provider starts.
           const found = yield* store.getRunWithAttemptCount(queuedRun.id)
           const attemptNo = (found._tag === "Some" ? found.value.attempts : 0) + 1
-          const startedAt = yield* DateTime.now
           const attempt = {
             id: ids.next("att") as RunAttempt["id"],
             runId: queuedRun.id,
@@ -687,15 +704,17 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               yield* Effect.logWarning(`untrusted usage report on ${native.id}: ${anomaly}; using the estimate ${native.estimatedTokens}`)
             }
           }
-          const fresh = yield* store.getProviderThread(plan.providerThread.id)
+          // The watermark moves to this run when it stood just before it (a waiting run is not over: it moves when
+          // the run completes), in one statement that returns the provider thread; where it did not move, the
+          // provider thread is read. `fresh`: the provider thread as found before this write.
+          const advanced = waitFor.length === 0 ? yield* store.updateSyncedRunSeqIfNext(plan.providerThread.id, run.seq, now) : Option.none()
+          const fresh = advanced._tag === "Some"
+            ? Option.some<ProviderThread>({ ...advanced.value, syncedRunSeq: run.seq - 1 })
+            : yield* store.getProviderThread(plan.providerThread.id)
           const completes = !(before._tag === "Some" && before.value.status === "interrupted") && !output.interrupted && waitFor.length === 0
           const late: LateOutput = { plan, items, nativeStatus: native.status, fresh, before }
           const withOutcome = completes && !mayOweLateOutput(late)
           if (!withOutcome) yield* store.appendEvents(pendingEvents)
-          // A waiting run is not over: the watermark moves when it completes.
-          if (waitFor.length === 0 && fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
-            yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
-          }
           yield* handOverLateOutput(late)
           yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays. (The
@@ -873,10 +892,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           return yield* finishRun(settledRun, "interrupted", "after_provider", "interrupted by the user during the provider turn", "interrupted_by_user")
         }
         if (waitFor.length > 0) return yield* toolWaits.enter(settledRun, native, waitFor, settled.held)
-        const fresh = yield* store.getProviderThread(providerThread.id)
-        if (fresh._tag === "Some" && fresh.value.syncedRunSeq === settledRun.seq - 1) {
-          yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: settledRun.seq, updatedAt: now })
-        }
+        // The watermark moves to this run when it stood just before it (one statement).
+        yield* store.updateSyncedRunSeqIfNext(providerThread.id, settledRun.seq, now)
         const done: Run = { ...settledRun, status: "completed", updatedAt: now }
         yield* lifecycle.update(settledRun, done)
         yield* store.appendEvent({ threadId: settledRun.threadId, type: "run.completed", payload: { runId, itemCount: items.length } })

@@ -169,6 +169,7 @@ const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
 const decodeThreadRows = Schema.decodeUnknown(Schema.Array(ThreadRow))
 const decodeRunRows = Schema.decodeUnknown(Schema.Array(RunRow))
+const decodeNextRunSeq = Schema.decodeUnknown(Schema.Array(Schema.Struct({ nextRunSeq: Count })))
 const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
 const decodeDeclaredTools = Schema.decodeUnknown(Schema.Array(Schema.Struct({ declaredTools: Schema.NullOr(ToolsRow.fields.tools) })))
 const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
@@ -340,6 +341,20 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           const [counted] = yield* decodeAttemptCounts(rows)
           return Option.some({ run: run!, attempts: counted!.attemptCount })
         }).pipe(orPersistence("runs.getWithAttemptCount")),
+      /**
+       * Moves run `id` from `starting` to `running` on native thread `nativeThreadId` (with `updatedAt`), only if it is
+       * `starting`, in one statement that also counts its attempts so far. `None`: nothing written (the run is not
+       * `starting`, or there is no such run). The status check is `RunLifecycle`'s to make (it calls this).
+       */
+      updateRunRunningIfStarting: (id: RunId, nativeThreadId: NativeThreadId, updatedAt: DateTime.Utc) =>
+        Effect.gen(function*() {
+          const rows = yield* sql`UPDATE runs SET status = 'running', native_thread_id = ${nativeThreadId}, updated_at = ${DateTime.formatIso(updatedAt)}
+              WHERE id = ${id} AND status = 'starting'
+              RETURNING (SELECT COUNT(*) FROM run_attempts WHERE run_attempts.run_id = runs.id) AS attempt_count`
+          if (rows.length === 0) return Option.none<number>()
+          const [counted] = yield* decodeAttemptCounts(rows)
+          return Option.some(counted!.attemptCount)
+        }).pipe(orPersistence("runs.startIfStarting")),
       nextRunSeq: (threadId: ThreadId) =>
         nextSeq("runs.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM runs WHERE thread_id = ${threadId}`),
       listRuns: (threadId: ThreadId) =>
@@ -388,6 +403,20 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             Effect.map((rows) => new Map(rows.map((r) => [r.id, r.driverId])))
           ),
       /** The run of the thread that is not terminal, if any (at most one by construction). */
+      /**
+       * `findActiveRun` and `nextRunSeq` in one statement (a run's queueing needs both): the thread's unfinished run
+       * with the highest seq (`None`: none) and the seq a new run of the thread takes (`1` for its first).
+       */
+      findActiveRunWithNextSeq: (threadId: ThreadId) =>
+        Effect.gen(function*() {
+          const rows = yield* sql`SELECT (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE thread_id = ${threadId}) AS next_run_seq, active.*
+              FROM (SELECT 1 AS anchor) AS anchor LEFT JOIN (SELECT * FROM runs WHERE thread_id = ${threadId}
+                AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY seq DESC LIMIT 1) AS active ON 1 = 1`
+          const [next] = yield* decodeNextRunSeq(rows)
+          const row = rows[0] as { readonly id?: unknown } | undefined
+          const active = row === undefined || row.id === null || row.id === undefined ? Option.none<Run>() : Option.some((yield* decodeRunRows([row]))[0]!)
+          return { active, nextSeq: next?.nextRunSeq ?? 1 }
+        }).pipe(orPersistence("runs.findActiveWithNextSeq")),
       findActiveRun: (threadId: ThreadId) =>
         runs.findOne(
           "runs.findActive",
@@ -560,6 +589,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       // ---- provider threads and native threads
       insertProviderThread: (p: ProviderThread) => providerThreads.insert(p),
       updateProviderThread: (p: ProviderThread) => providerThreads.update(p),
+      /**
+       * Moves provider thread `id`'s watermark to `runSeq` (`syncedRunSeq`, with `updatedAt`) only when it stands just
+       * before it (`runSeq - 1`), in one statement. Returns the row as written; `None` (nothing written) when the
+       * watermark stood elsewhere or there is no such provider thread.
+       */
+      updateSyncedRunSeqIfNext: (id: ProviderThreadId, runSeq: number, updatedAt: DateTime.Utc) =>
+        providerThreads.findOne(
+          "provider_threads.advanceSynced",
+          sql`UPDATE provider_threads SET synced_run_seq = ${runSeq}, updated_at = ${DateTime.formatIso(updatedAt)}
+              WHERE id = ${id} AND synced_run_seq = ${runSeq - 1} RETURNING *`
+        ),
       getProviderThread: (id: ProviderThreadId) =>
         providerThreads.findOne("provider_threads.get", sql`SELECT * FROM provider_threads WHERE id = ${id}`),
       findProviderThread: (threadId: ThreadId, instance: ProviderInstance) =>

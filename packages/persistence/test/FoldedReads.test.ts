@@ -133,5 +133,32 @@ for (const [dialect, db] of dialects) {
         expect(yield* store.nextItemSeq("thr_i" as ThreadId)).toBe(6)
         expect((yield* store.listItems("thr_j" as ThreadId)).map((i) => i.seq)).toEqual([1])
       }).pipe(Effect.provide(layerOn(db))))
+
+    it.effect("findActiveRunWithNextSeq: findActiveRun and nextRunSeq as they read them, for no run, ended runs only and unfinished ones", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_q", now))
+        yield* store.insertThread(thread("thr_r", now))
+        const check = (threadId: string) =>
+          Effect.gen(function*() {
+            const both = yield* store.findActiveRunWithNextSeq(threadId as ThreadId)
+            expect(both.active).toEqual(yield* store.findActiveRun(threadId as ThreadId))
+            expect(both.nextSeq).toBe(yield* store.nextRunSeq(threadId as ThreadId))
+            return both
+          })
+        expect(yield* check("thr_q")).toEqual({ active: Option.none(), nextSeq: 1 })
+        yield* store.insertRun({ ...run("run_q1", "thr_q", 1, now), status: "completed" })
+        yield* store.insertRun({ ...run("run_r1", "thr_r", 1, now), status: "running" })
+        expect(yield* check("thr_q")).toEqual({ active: Option.none(), nextSeq: 2 })
+        yield* store.insertRun({ ...run("run_q2", "thr_q", 2, now), status: "running" })
+        yield* store.insertRun({ ...run("run_q3", "thr_q", 3, now), status: "queued" })
+        yield* store.insertRun({ ...run("run_q4", "thr_q", 4, now), status: "failed" })
+        const found = yield* check("thr_q")
+        expect(Option.map(found.active, (r) => r.id)).toEqual(Option.some("run_q3"))
+        expect(found.nextSeq).toBe(5)
+        expect(Option.map((yield* check("thr_r")).active, (r) => r.id)).toEqual(Option.some("run_r1"))
+        expect(yield* check("thr_none")).toEqual({ active: Option.none(), nextSeq: 1 })
+      }).pipe(Effect.provide(layerOn(db))))
   })
 }
