@@ -62,7 +62,7 @@ const statementTracer = () => {
 }
 
 describe.each(Harness.dialects)("a streamed turn on %s", (_label, db) => {
-  it.effect("a turn whose items come with its end (one chunk): items and outcome in one unit of work, each item's seq assigned by its insert; three units of work in all", () => {
+  it.effect("a turn whose items come with its end (one chunk): items and outcome in one unit of work, each item's seq assigned by its insert, the run seq, attempt count and watermark read with their writes; three units of work in all", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     const adapter = h.providers.codex!
     const startTurn = adapter.startTurn
@@ -93,6 +93,11 @@ describe.each(Harness.dialects)("a streamed turn on %s", (_label, db) => {
       // Their `items.appended` goes with the outcome's events, in one statement.
       expect(traced.statements.filter((s) => s.unit === units[2] && s.text.startsWith("INSERT INTO thread_events")).length).toBe(1)
       expect(traced.statements.filter((s) => /MAX\(seq\)[^]*FROM items/.test(s.text) && !s.text.startsWith("INSERT"))).toEqual([])
+      // Reads folded into the statements beside them: the next run seq (with the active run), the run and its
+      // attempts before `running` (the conditional move), the provider thread before its watermark moves.
+      expect(traced.statements.filter((s) => s.text.includes("AS next FROM runs"))).toEqual([])
+      expect(traced.statements.filter((s) => s.text.includes("AS attempt_count") && s.text.startsWith("SELECT"))).toEqual([])
+      expect(traced.statements.filter((s) => s.unit === units[2] && s.text.startsWith("SELECT * FROM provider_threads"))).toEqual([])
       const items = yield* o.store.listItems(threadId)
       expect(items.map((i) => [i.seq, i.kind, i.text])).toEqual([
         [1, "user_message", "warm up"],
