@@ -36,14 +36,14 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
       items: ReadonlyArray<NewItem>
     ) {
       if (items.length === 0) return { items: [] as ReadonlyArray<Item>, event: null }
-      const first = yield* store.nextItemSeq(threadId)
       const createdAt = yield* DateTime.now
-      const stored: Array<Item> = items.map((p, i) => {
+      const built: Array<Item> = items.map((p) => {
         const base = {
           id: ids.next("itm") as Item["id"],
           threadId,
           runId,
-          seq: first + i,
+          // Assigned by the insert (the thread's last item's plus the place), set below.
+          seq: 0,
           kind: p.kind,
           text: p.text,
           toolCallId: p.toolCallId as Item["toolCallId"],
@@ -55,7 +55,9 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
         }
         return { ...base, tokens: Render.itemTokens(counter, base) }
       })
-      yield* store.insertItems(stored)
+      // One statement: the rows and their `seq` (after the thread's last item), no read of the last `seq` first.
+      const first = yield* store.insertItemsAfterLast(threadId, built)
+      const stored: Array<Item> = built.map((item, i) => ({ ...item, seq: first + i }))
       const event: NewThreadEvent = {
         threadId,
         type: "items.appended",

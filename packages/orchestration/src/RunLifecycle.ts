@@ -19,10 +19,10 @@
  * starting. A message queued behind a running run therefore takes its place in the thread's order after everything
  * that run produces, so `seq` follows the conversation the model saw (handoffs, `thread_read` ranges, item pages).
  */
-import type { Run, RunFailureCode, RunStatus, RunStopPoint } from "@baton/contracts"
+import type { NativeThreadId, Run, RunFailureCode, RunStatus, RunStopPoint } from "@baton/contracts"
 import { terminalRunStatuses } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { Data, DateTime, Effect } from "effect"
+import { Data, DateTime, Effect, Option } from "effect"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 
 /** For each status, the statuses a run may move to (the same status: a correction or a retry's reset). */
@@ -91,6 +91,20 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
         : store.updateRun(next)
 
     /**
+     * `update` of a `starting` run to `running` on `nativeThreadId` in one statement, without reading the run first:
+     * written only if the run is still `starting` in the record (an interrupt recorded meanwhile is never
+     * overwritten). Returns the run as written with its attempts' count before this one; `None` when nothing was
+     * written (the caller reads the run then). Dies with `IllegalRunTransition` when `run` is not `starting`.
+     */
+    const start = (run: Run, nativeThreadId: NativeThreadId, at: DateTime.Utc) =>
+      run.status !== "starting"
+        ? Effect.die(new IllegalRunTransition({ runId: run.id, from: run.status, to: "running" }))
+        : Effect.map(store.updateRunRunningIfStarting(run.id, nativeThreadId, at), Option.map((attempts) => ({
+          run: { ...run, status: "running" as const, nativeThreadId, updatedAt: at },
+          attempts
+        })))
+
+    /**
      * Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending.
      * `reason` is the one-line reason for people, `code` the same for code.
      */
@@ -117,6 +131,6 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     const hasOutput = (runId: Run["id"]) =>
       Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
-    return { update, finish, hasOutput, recordPrompt }
+    return { update, start, finish, hasOutput, recordPrompt }
   })
 }) {}

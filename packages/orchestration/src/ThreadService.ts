@@ -257,7 +257,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         onNone: () => Effect.fail(new ThreadNotFound({ threadId: command.threadId })),
         onSome: Effect.succeed
       }))
-      const active = yield* store.findActiveRun(thread.id)
+      // The unfinished run ahead (if any) and the new run's seq, in one statement.
+      const { active, nextSeq } = yield* store.findActiveRunWithNextSeq(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       const providerThread = yield* getProviderThread(thread)
       // A provider this process does not have fails the command before anything is written (UnknownProvider).
@@ -267,7 +268,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const run: Run = {
         id: ids.next("run") as Run["id"],
         threadId: thread.id,
-        seq: yield* store.nextRunSeq(thread.id),
+        seq: nextSeq,
         providerThreadId: providerThread.id,
         status: claimNow ? "starting" : "queued",
         prompt: command.text,

@@ -433,11 +433,28 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // One transaction: the attempt, the interrupt check and the move to `running`.
         const queuedRun = run
         const begun = yield* uow.thread(queuedRun.threadId, "TurnExecution.beginAttempt")(Effect.gen(function*() {
-          // Re-read with its attempts' count, in one statement: an interrupt that arrived while history was prepared
-          // stops the run before the provider starts.
+          const startedAt = yield* DateTime.now
+          // The common case in one statement: the run still `starting` moves to `running`, its attempts counted.
+          const moved = queuedRun.status === "starting" ? yield* lifecycle.start(queuedRun, plan.native.id, startedAt) : Option.none()
+          if (moved._tag === "Some") {
+            const attempt: RunAttempt = {
+              id: ids.next("att") as RunAttempt["id"],
+              runId: queuedRun.id,
+              attempt: moved.value.attempts + 1,
+              nativeThreadId: plan.native.id,
+              status: "running",
+              error: null,
+              createdAt: startedAt,
+              updatedAt: startedAt
+            }
+            yield* store.insertAttempt(attempt)
+            yield* store.appendEvent({ threadId: queuedRun.threadId, type: "run.started", payload: { runId: queuedRun.id, nativeThreadId: plan.native.id, attempt: attempt.attempt } })
+            return { interrupted: null, running: moved.value.run, attempt } as const
+          }
+          // Otherwise re-read with its attempts' count, in one statement: an interrupt that arrived while history was
+          // prepared stops the run before the provider starts.
           const found = yield* store.getRunWithAttemptCount(queuedRun.id)
           const attemptNo = (found._tag === "Some" ? found.value.attempts : 0) + 1
-          const startedAt = yield* DateTime.now
           const attempt = {
             id: ids.next("att") as RunAttempt["id"],
             runId: queuedRun.id,
@@ -625,9 +642,21 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         }
 
         const completed = Effect.gen(function*() {
-          yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
+          // The run under this unit's lock; then the turn's last arrival, when it came with the turn's end (TurnStream
+          // `settle`): its items are recorded here, not in a unit of work of their own. Output proves the provider
+          // read the prompt: a run recorded as never read is corrected (and read again), as an arrival's own unit did.
+          const found = yield* store.getRun(run.id)
+          const neverRead = found._tag === "Some" && found.value.stopPoint === "before_provider"
+          // This unit's events up to the outcome (the arrival's `items.appended`, `calibration.updated`,
+          // `usage.reported`), in order: appended with `run.completed` in one statement when the run completes and
+          // hands no late output over, else after the provider thread's read below (nothing between appends an
+          // event: the thread's order is kept; `settle` stages the arrival's event only when `flush`/`hold` below
+          // append nothing).
+          const pendingEvents: Array<NewThreadEvent> = []
+          const marked = yield* output.settle(neverRead, pendingEvents)
+          if (!output.inlineSettled) yield* delivery.markSettled(run.threadId, plan.inlineDeliveries, "inline")
           // Whether the turn stopped at an interrupt: the provider says so, or a user interrupt already ended the run.
-          const before = yield* store.getRun(run.id)
+          const before = marked && neverRead ? yield* store.getRun(run.id) : found
           const interrupted = output.interrupted || (before._tag === "Some" && before.value.status === "interrupted")
           // Most items are recorded already (as they arrived); what the stream still holds is recorded now: a
           // possible replay of a resumed native thread is skipped, the tool calls the turn left open are closed —
@@ -645,10 +674,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
           if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, now))
-          // This unit's events up to the outcome (`calibration.updated`, `usage.reported`), in order: appended with
-          // `run.completed` in one statement when the run completes and hands no late output over, else after the
-          // provider thread's read below, as before (nothing between appends an event: the thread's order is kept).
-          const pendingEvents: Array<NewThreadEvent> = []
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
             base: plan.sampleBase,
             reportedUsedTokens: checked?.usedTokens ?? null,
@@ -679,15 +704,17 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               yield* Effect.logWarning(`untrusted usage report on ${native.id}: ${anomaly}; using the estimate ${native.estimatedTokens}`)
             }
           }
-          const fresh = yield* store.getProviderThread(plan.providerThread.id)
+          // The watermark moves to this run when it stood just before it (a waiting run is not over: it moves when
+          // the run completes), in one statement that returns the provider thread; where it did not move, the
+          // provider thread is read. `fresh`: the provider thread as found before this write.
+          const advanced = waitFor.length === 0 ? yield* store.updateSyncedRunSeqIfNext(plan.providerThread.id, run.seq, now) : Option.none()
+          const fresh = advanced._tag === "Some"
+            ? Option.some<ProviderThread>({ ...advanced.value, syncedRunSeq: run.seq - 1 })
+            : yield* store.getProviderThread(plan.providerThread.id)
           const completes = !(before._tag === "Some" && before.value.status === "interrupted") && !output.interrupted && waitFor.length === 0
           const late: LateOutput = { plan, items, nativeStatus: native.status, fresh, before }
           const withOutcome = completes && !mayOweLateOutput(late)
           if (!withOutcome) yield* store.appendEvents(pendingEvents)
-          // A waiting run is not over: the watermark moves when it completes.
-          if (waitFor.length === 0 && fresh._tag === "Some" && fresh.value.syncedRunSeq === run.seq - 1) {
-            yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: run.seq, updatedAt: now })
-          }
           yield* handOverLateOutput(late)
           yield* store.updateAttempt({ ...attempt, status: output.interrupted ? "interrupted" : "completed", updatedAt: now })
           // An interrupt that arrived while the provider ran is kept: the output is recorded, the status stays. (The
@@ -820,7 +847,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       const settledRun = run
       const written = yield* Effect.either(uow.thread(run.threadId, "TurnExecution.continued")(Effect.gen(function*() {
         const now = yield* DateTime.now
-        const before = yield* store.getRun(runId)
+        // The run under this unit's lock, then the turn's last arrival if it came with the turn's end (as `completed`).
+        const found = yield* store.getRun(runId)
+        const neverRead = found._tag === "Some" && found.value.stopPoint === "before_provider"
+        const marked = yield* output.settle(neverRead)
+        const before = marked && neverRead ? yield* store.getRun(runId) : found
         const stoppedByUser = before._tag === "Some" && before.value.status === "interrupted"
         if (outcome._tag === "Left") {
           // The provider failed after it read the results (or could not tell): what arrived stays, the run ends.
@@ -861,10 +892,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           return yield* finishRun(settledRun, "interrupted", "after_provider", "interrupted by the user during the provider turn", "interrupted_by_user")
         }
         if (waitFor.length > 0) return yield* toolWaits.enter(settledRun, native, waitFor, settled.held)
-        const fresh = yield* store.getProviderThread(providerThread.id)
-        if (fresh._tag === "Some" && fresh.value.syncedRunSeq === settledRun.seq - 1) {
-          yield* store.updateProviderThread({ ...fresh.value, syncedRunSeq: settledRun.seq, updatedAt: now })
-        }
+        // The watermark moves to this run when it stood just before it (one statement).
+        yield* store.updateSyncedRunSeqIfNext(providerThread.id, settledRun.seq, now)
         const done: Run = { ...settledRun, status: "completed", updatedAt: now }
         yield* lifecycle.update(settledRun, done)
         yield* store.appendEvent({ threadId: settledRun.threadId, type: "run.completed", payload: { runId, itemCount: items.length } })

@@ -3,7 +3,8 @@
  * `TurnEvent`s). The items of each arrival (one stream chunk: what the provider delivered together, often a single
  * item) are recorded in one small unit of work with one `items.appended` event, so subscribers of the post-commit
  * event bus see a run's items while its turn is still running, and a burst of items costs one transaction, not one
- * per item.
+ * per item. The arrival that comes with the turn's end (the stream's last chunk) is recorded in the outcome's unit of
+ * work instead (`settle`): nothing waits on it in between.
  *
  * What it holds back, and why:
  * - An open tool unit: a `tool_call` (with a call id) and everything after it stay held until every held call has
@@ -18,7 +19,7 @@
  * It owns neither the run's status nor the turn's outcome: ThreadService writes the attempt before the stream starts
  * and the outcome after it ends (completion, failure), calling `flush` in that unit of work for what is still held.
  */
-import type { ConcurrentModification, ContextUsage, HandoffDelivery, Item, NativeThread, PersistenceError, ProviderError, Run } from "@baton/contracts"
+import type { ConcurrentModification, ContextUsage, HandoffDelivery, Item, NativeThread, NewThreadEvent, PersistenceError, ProviderError, Run } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Stream } from "effect"
@@ -148,13 +149,30 @@ export interface TurnOutput {
   /** The ids of the tool calls held open (not yet recorded: they have no result). */
   readonly openCallIds: ReadonlyArray<string>
   /**
-   * Runs the turn's stream to its end (or `turn_ended`), recording items as they arrive. Fails with the stream's
+   * Runs the turn's stream to its end (or `turn_ended`), recording items as they arrive (the items of the chunk that
+   * ends the turn are left to `settle`, in the outcome's unit of work). Fails with the stream's
    * `ProviderError` (after recording what arrived before it) or with the unit of work's `PersistenceError` /
    * `ConcurrentModification` (an item that could not be recorded: the stream is closed).
    */
   readonly consume: (
     stream: Stream.Stream<ProviderAdapter.TurnEvent, ProviderError>
   ) => Effect.Effect<void, ProviderError | PersistenceError | ConcurrentModification>
+  /**
+   * Records the turn's last arrival when the stream handed it with the turn's end (see `consume`), in the caller's
+   * unit of work that writes the turn's outcome, first thing in it: `openCallIds` and `recorded` count it only
+   * then. `markRead`: whether to correct a run an interrupt recorded as never read (`ThreadStore.markRunRead`, as
+   * every first recorded output does); the caller that read the run in this unit of work knows whether its stop
+   * point is `before_provider` and passes `false` otherwise (the statement would change nothing). Returns whether
+   * this was the turn's first recorded output (the inline deliveries were settled, the run marked read when asked).
+   * Does nothing (`false`) when there is no such arrival or it was recorded already; `flush` and `hold` call it too.
+   * `events`: the caller's events of this unit of work, appended by it in one statement after `flush` or `hold`
+   * with nothing appended in between; when the arrival leaves nothing held, its `items.appended` event is pushed
+   * there (first) instead of appended at once. Any other event it writes (`items.replay_skipped`, a delivery's
+   * `delivery.inlined`) precedes it in the log either way.
+   */
+  readonly settle: (markRead: boolean, events?: Array<NewThreadEvent>) => Effect.Effect<boolean, PersistenceError | ConcurrentModification>
+  /** Whether recorded output settled the turn's inline deliveries (`ContextHandoffDelivery.markSettled`) already. */
+  readonly inlineSettled: boolean
   /**
    * Appends what is still held, to be run inside the caller's unit of work that writes the turn's outcome: a
    * possible replay is resolved as skipped (`items.replay_skipped`), an open tool unit is closed
@@ -233,6 +251,23 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
           return stored
         })
 
+      // Where `settle`'s caller collects its unit's events (`null`: none, or not now): see `TurnOutput.settle`.
+      let sink: Array<NewThreadEvent> | null = null
+
+      /**
+       * `append`, or, with a `sink` and nothing left held after these items (so `flush` and `hold` append nothing
+       * more), the items written and their `items.appended` event handed to the sink, for the caller to append with
+       * its own events in one statement.
+       */
+      const appendReady = (items: ReadonlyArray<NewItem>) =>
+        Effect.gen(function*() {
+          if (sink === null || unit.length > 0 || replayHeld.length > 0 || state.replay !== "passing") return yield* append(items)
+          const staged = yield* itemLog.stage(run.threadId, run.id, items)
+          recorded.push(...staged.items)
+          if (staged.event !== null) sink.push(staged.event)
+          return staged.items
+        })
+
       /** Whether `item` is already recorded for this native thread (same kind, text and provider id). */
       const isReplayed = (item: NewItem) =>
         Effect.gen(function*() {
@@ -248,8 +283,11 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
             : known.has(`${item.kind}\u0000msg:${item.messageId}\u0000${item.text}`)
         })
 
-      /** Records what `onItems` found ready (and skipped as a replay), in the caller's unit of work. */
-      const write = (skipped: ReadonlyArray<NewItem>, ready: ReadonlyArray<NewItem>) =>
+      /**
+       * Records what `onItems` found ready (and skipped as a replay), in the caller's unit of work. `markRead`: false
+       * only when the caller's unit of work writes the run's stop point itself (`settle`'s caller, the turn's outcome).
+       */
+      const write = (skipped: ReadonlyArray<NewItem>, ready: ReadonlyArray<NewItem>, markRead: boolean) =>
         Effect.gen(function*() {
           yield* skipEvent(skipped)
           if (!state.settled && ready.length > 0) {
@@ -257,54 +295,97 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
             // Output proves the provider read the turn: a run an interrupt recorded as never read (it read the native
             // thread back just before the turn reached it) is corrected in the same unit of work as the output, so
             // no crash can leave the items recorded and the run owed to this native thread again.
-            yield* store.markRunRead(run.id, native.id, yield* DateTime.now)
+            if (markRead) yield* store.markRunRead(run.id, native.id, yield* DateTime.now)
           }
-          yield* append(ready)
+          yield* appendReady(ready)
         })
+
+      /**
+       * The replay decision and the write of one arrival, in the caller's unit of work (the first arrival takes the
+       * native thread's replay window; while it is open each item is checked against the record). Returns whether it
+       * appended anything.
+       */
+      const decideAndWrite = (items: ReadonlyArray<NewItem>, markRead: boolean) =>
+        Effect.gen(function*() {
+          if (state.replay === "undecided") state.replay = (yield* store.takeReplayWindow(native.id)) ? "buffering" : "passing"
+          const skipped: Array<NewItem> = []
+          const ready: Array<NewItem> = []
+          for (const item of items) {
+            let kept: ReadonlyArray<NewItem> = [item]
+            if (state.replay === "buffering") {
+              if (yield* isReplayed(item)) {
+                replayHeld.push(item)
+                continue
+              }
+              const resolved = resolveReplay(replayHeld, item)
+              replayHeld = []
+              state.replay = "passing"
+              skipped.push(...resolved.skipped)
+              kept = resolved.kept
+              for (const s of resolved.skipped) if (s.kind === "tool_call" && s.toolCallId !== null) skippedCalls.set(s.toolCallId, s)
+            }
+            ready.push(...feed(kept))
+          }
+          yield* write(skipped, ready, markRead)
+          return ready.length > 0
+        })
+
+      // The last arrival when the stream handed it together with the turn's end (`turn_ended` in the same chunk): it
+      // is recorded by `settle`, in the caller's unit of work that writes the turn's outcome, so a turn whose output
+      // comes at once costs one unit of work for its items and its outcome, not two. Nothing is lost that a unit of
+      // work of its own would have kept: the outcome follows at once, and a crash between the two left the run
+      // `running` with its output unrecorded either way (a crash just before the arrival).
+      let lastArrival: ReadonlyArray<NewItem> | null = null
+
+      /** Records `lastArrival` (if any) in the caller's unit of work; see `TurnOutput.settle`. */
+      const settle = (markRead: boolean, events?: Array<NewThreadEvent>) =>
+        Effect.gen(function*() {
+          if (lastArrival === null) return false
+          const items = lastArrival
+          lastArrival = null
+          sink = events ?? null
+          const first = !state.settled
+          let wrote: boolean
+          if (state.replay === "passing") {
+            const ready = feed(items)
+            wrote = ready.length > 0
+            if (wrote) yield* write([], ready, markRead)
+          } else {
+            wrote = yield* decideAndWrite(items, markRead)
+          }
+          sink = null
+          if (wrote) state.settled = true
+          return wrote && first
+        }).pipe(Effect.ensuring(Effect.sync(() => {
+          sink = null
+        })))
 
       /**
        * Records the items of one arrival (the items of one stream chunk: what the provider delivered together) in one
        * unit of work. While a replay is possible (the first arrival takes the native thread's replay window; while
        * it is open each item is checked against the record) that is done in the same unit of work; afterwards the
        * items go straight to the open tool unit, and an arrival that completes nothing (a tool call waiting for its
-       * result) writes nothing. What is ready is appended with one `items.appended` event.
+       * result) writes nothing. What is ready is appended with one `items.appended` event. `withEnd`: the chunk also
+       * ended the turn; the arrival is kept for `settle` (the outcome's unit of work) instead.
        */
-      const onItems = (produced: ReadonlyArray<ProviderAdapter.ProducedItem>) =>
+      const onItems = (produced: ReadonlyArray<ProviderAdapter.ProducedItem>, withEnd: boolean) =>
         Effect.gen(function*() {
           state.arrived += produced.length
           const items = produced.map(normalizeProduced)
+          if (withEnd) {
+            lastArrival = items
+            return
+          }
           // What arrived is recorded whole or not at all: a turn timeout or an interrupt waits for it.
           const recordWhole = Effect.uninterruptible
           if (state.replay === "passing") {
             const ready = feed(items)
             if (ready.length === 0) return
-            yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(write([], ready)))
+            yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(write([], ready, true)))
             state.settled = true
             return
           }
-          const wrote = yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(Effect.gen(function*() {
-            if (state.replay === "undecided") state.replay = (yield* store.takeReplayWindow(native.id)) ? "buffering" : "passing"
-            const skipped: Array<NewItem> = []
-            const ready: Array<NewItem> = []
-            for (const item of items) {
-              let kept: ReadonlyArray<NewItem> = [item]
-              if (state.replay === "buffering") {
-                if (yield* isReplayed(item)) {
-                  replayHeld.push(item)
-                  continue
-                }
-                const resolved = resolveReplay(replayHeld, item)
-                replayHeld = []
-                state.replay = "passing"
-                skipped.push(...resolved.skipped)
-                kept = resolved.kept
-                for (const s of resolved.skipped) if (s.kind === "tool_call" && s.toolCallId !== null) skippedCalls.set(s.toolCallId, s)
-              }
-              ready.push(...feed(kept))
-            }
-            yield* write(skipped, ready)
-            return ready.length > 0
-          })))
+          const wrote = yield* recordWhole(uow.thread(run.threadId, "TurnStream.itemsProduced")(decideAndWrite(items, true)))
           if (wrote) state.settled = true
         })
 
@@ -423,13 +504,18 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                     break
                 }
               }
-              const recorded = produced.length === 0 ? Effect.void : onItems(produced)
+              const recorded = produced.length === 0 ? Effect.void : onItems(produced, state.ended)
               const withOffloads = offloads.length === 0 ? recorded : Effect.zipRight(recordOffloads(offloads), recorded)
               return retries.length === 0 ? withOffloads : Effect.zipRight(recordRetries(retries), withOffloads)
             })
           ),
+        settle,
+        get inlineSettled() {
+          return state.settled
+        },
         flush: (interrupted) =>
           Effect.gen(function*() {
+            yield* settle(true)
             yield* resolvePending
             const rest = closeOpenToolCalls(unit, interrupted)
             unit = []
@@ -438,6 +524,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
           }),
         hold: () =>
           Effect.gen(function*() {
+            yield* settle(true)
             yield* resolvePending
             // What the replay resolution kept before the first open call is complete: recorded now.
             const firstOpen = unit.findIndex((_, i) => isOpenCall(unit, i))

@@ -4,7 +4,7 @@ import { ThreadEventBus } from "@baton/persistence"
 import { ScriptedProvider } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Layer, Option, Queue, Stream } from "effect"
+import { Deferred, Effect, Layer, Option, Queue, Stream, Tracer } from "effect"
 
 let n = 0
 const cid = () => `cmd_stream_${++n}` as CommandId
@@ -17,7 +17,107 @@ type Appended = Extract<ThreadEvent, { readonly type: "items.appended" }>["paylo
 const statusOf = (o: Effect.Effect.Success<typeof Harness.ops>, runId: RunId) =>
   Effect.map(o.store.getRun(runId), Option.match({ onNone: () => null, onSome: (r) => r.status }))
 
+/**
+ * A tracer that records each statement `@effect/sql` runs (`sql.execute` spans) with the outermost transaction it
+ * ran in (`sql.transaction` spans; `null`: outside any), in order.
+ */
+const statementTracer = () => {
+  const statements: Array<{ readonly text: string; readonly unit: string | null }> = []
+  let ids = 0
+  const outermost = (parent: Option.Option<Tracer.AnySpan>): string | null => {
+    let found: string | null = null
+    for (let p = Option.getOrUndefined(parent); p !== undefined; p = p._tag === "Span" ? Option.getOrUndefined(p.parent) : undefined) {
+      if (p._tag === "Span" && p.name === "sql.transaction") found = p.spanId
+    }
+    return found
+  }
+  const tracer = Tracer.make({
+    span: (name, parent, context, links, startTime, kind) => {
+      const attributes = new Map<string, unknown>()
+      const spanId = String(++ids)
+      return {
+        _tag: "Span",
+        name,
+        spanId,
+        traceId: "statements",
+        parent,
+        context,
+        status: { _tag: "Started", startTime },
+        attributes,
+        links: [...links],
+        sampled: true,
+        kind,
+        end: () => {
+          if (name === "sql.execute") statements.push({ text: String(attributes.get("db.query.text") ?? ""), unit: outermost(parent) })
+          if (name === "sql.transaction" && outermost(parent) === null) statements.push({ text: "BEGIN + COMMIT", unit: spanId })
+        },
+        attribute: (key, value) => void attributes.set(key, value),
+        event: () => {},
+        addLinks: () => {}
+      }
+    },
+    context: (f) => f()
+  })
+  return { tracer, statements }
+}
+
 describe.each(Harness.dialects)("a streamed turn on %s", (_label, db) => {
+  it.effect("a turn whose items come with its end (one chunk): items and outcome in one unit of work, each item's seq assigned by its insert, the run seq, attempt count and watermark read with their writes; three units of work in all", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    const adapter = h.providers.codex!
+    const startTurn = adapter.startTurn
+    ;(adapter as { startTurn: typeof startTurn }).startTurn = (input) =>
+      Stream.unwrap(Effect.map(Stream.runCollect(startTurn(input)), Stream.fromChunk))
+    return Effect.gen(function*() {
+      const o = yield* Harness.ops
+      const threadId = yield* o.create("codex")
+      h.script.enqueue({ items: [Harness.produced("assistant_message", "first")] })
+      expect((yield* o.send(threadId, "warm up")).status).toBe("completed")
+      h.script.enqueue({
+        items: [
+          Harness.produced("assistant_message", "I will list the files"),
+          Harness.produced("tool_call", "{\"cmd\":\"ls\"}", { toolCallId: "call_1", toolName: "bash" }),
+          Harness.produced("tool_result", "a.ts b.ts", { toolCallId: "call_1", toolName: "bash" }),
+          Harness.produced("assistant_message", "two files")
+        ]
+      })
+      const traced = statementTracer()
+      const r = yield* Effect.withTracer(o.send(threadId, "what is in the repo?"), traced.tracer)
+      expect(r.status).toBe("completed")
+      const units = [...new Set(traced.statements.flatMap((s) => s.unit === null ? [] : [s.unit]))]
+      // Queueing (claimed at once), the attempt's start, and the items with the outcome.
+      expect(units.length).toBe(3)
+      const itemsInsert = traced.statements.filter((s) => s.text.startsWith("INSERT INTO items"))
+      expect(itemsInsert.length).toBe(2)
+      expect(itemsInsert[1]!.unit).toBe(units[2])
+      // Their `items.appended` goes with the outcome's events, in one statement.
+      expect(traced.statements.filter((s) => s.unit === units[2] && s.text.startsWith("INSERT INTO thread_events")).length).toBe(1)
+      expect(traced.statements.filter((s) => /MAX\(seq\)[^]*FROM items/.test(s.text) && !s.text.startsWith("INSERT"))).toEqual([])
+      // Reads folded into the statements beside them: the next run seq (with the active run), the run and its
+      // attempts before `running` (the conditional move), the provider thread before its watermark moves.
+      expect(traced.statements.filter((s) => s.text.includes("AS next FROM runs"))).toEqual([])
+      expect(traced.statements.filter((s) => s.text.includes("AS attempt_count") && s.text.startsWith("SELECT"))).toEqual([])
+      expect(traced.statements.filter((s) => s.unit === units[2] && s.text.startsWith("SELECT * FROM provider_threads"))).toEqual([])
+      const items = yield* o.store.listItems(threadId)
+      expect(items.map((i) => [i.seq, i.kind, i.text])).toEqual([
+        [1, "user_message", "warm up"],
+        [2, "assistant_message", "first"],
+        [3, "user_message", "what is in the repo?"],
+        [4, "assistant_message", "I will list the files"],
+        [5, "tool_call", "{\"cmd\":\"ls\"}"],
+        [6, "tool_result", "a.ts b.ts"],
+        [7, "assistant_message", "two files"]
+      ])
+      // The turn's items are announced after its start and before its outcome.
+      const all = yield* o.store.listEvents(threadId)
+      const events = all.slice(all.map((e) => e.type).lastIndexOf("run.started") + 1)
+      expect(events.map((e) => e.type)).toEqual(["items.appended", "usage.reported", "run.completed"])
+      expect(events[0]!.type === "items.appended" ? [events[0]!.payload.fromSeq, events[0]!.payload.toSeq] : null).toEqual([4, 7])
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+
   it.live("a send returns its run id at once; the run's first 2 items are announced while the turn is held open; after release it completes with each item once", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {

@@ -156,6 +156,8 @@ const encodeBody = (body: { readonly type: string; readonly payload: unknown }) 
   (bodyEncoders.get(body.type) ?? encodeAnyBody)(body) as ReturnType<typeof encodeAnyBody>
 const ReceiptRow = Schema.Struct({ ...Commands.CommandReceipt.fields, result: Schema.parseJson(Schema.Unknown) })
 const NextSeq = Schema.Array(Schema.Struct({ next: Count }))
+/** `RETURNING seq` rows. */
+const SeqRows = Schema.Array(Schema.Struct({ seq: Count }))
 /** What `appendEvent`'s insert returns: the keys the database assigned (`globalSeq` a bigint string on Postgres). */
 const decodeAssigned = Schema.decodeUnknown(Schema.Array(Schema.Struct({ globalSeq: Count, seq: Count })))
 const decodeAnyEvent = Schema.decodeUnknown(ThreadEvent)
@@ -167,6 +169,7 @@ const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
 const decodeThreadRows = Schema.decodeUnknown(Schema.Array(ThreadRow))
 const decodeRunRows = Schema.decodeUnknown(Schema.Array(RunRow))
+const decodeNextRunSeq = Schema.decodeUnknown(Schema.Array(Schema.Struct({ nextRunSeq: Count })))
 const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
 const decodeDeclaredTools = Schema.decodeUnknown(Schema.Array(Schema.Struct({ declaredTools: Schema.NullOr(ToolsRow.fields.tools) })))
 const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
@@ -199,6 +202,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const runs = Table.make(sql, "runs", RunRow)
     const attempts = Table.make(sql, "run_attempts", RunAttemptRow)
     const items = Table.make(sql, "items", ItemRow, decodeItemRowFast)
+    const encodeItemRow = Schema.encode(ItemRow)
     const providerThreads = Table.make(sql, "provider_threads", ProviderThreadRow)
     const nativeThreads = Table.make(sql, "native_threads", NativeThreadRow)
     const handoffs = Table.make(sql, "handoffs", HandoffRow)
@@ -353,6 +357,20 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           const [counted] = yield* decodeAttemptCounts(rows)
           return Option.some({ run: run!, attempts: counted!.attemptCount })
         }).pipe(orPersistence("runs.getWithAttemptCount")),
+      /**
+       * Moves run `id` from `starting` to `running` on native thread `nativeThreadId` (with `updatedAt`), only if it is
+       * `starting`, in one statement that also counts its attempts so far. `None`: nothing written (the run is not
+       * `starting`, or there is no such run). The status check is `RunLifecycle`'s to make (it calls this).
+       */
+      updateRunRunningIfStarting: (id: RunId, nativeThreadId: NativeThreadId, updatedAt: DateTime.Utc) =>
+        Effect.gen(function*() {
+          const rows = yield* sql`UPDATE runs SET status = 'running', native_thread_id = ${nativeThreadId}, updated_at = ${DateTime.formatIso(updatedAt)}
+              WHERE id = ${id} AND status = 'starting'
+              RETURNING (SELECT COUNT(*) FROM run_attempts WHERE run_attempts.run_id = runs.id) AS attempt_count`
+          if (rows.length === 0) return Option.none<number>()
+          const [counted] = yield* decodeAttemptCounts(rows)
+          return Option.some(counted!.attemptCount)
+        }).pipe(orPersistence("runs.startIfStarting")),
       nextRunSeq: (threadId: ThreadId) =>
         nextSeq("runs.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM runs WHERE thread_id = ${threadId}`),
       listRuns: (threadId: ThreadId) =>
@@ -401,6 +419,20 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             Effect.map((rows) => new Map(rows.map((r) => [r.id, r.driverId])))
           ),
       /** The run of the thread that is not terminal, if any (at most one by construction). */
+      /**
+       * `findActiveRun` and `nextRunSeq` in one statement (a run's queueing needs both): the thread's unfinished run
+       * with the highest seq (`None`: none) and the seq a new run of the thread takes (`1` for its first).
+       */
+      findActiveRunWithNextSeq: (threadId: ThreadId) =>
+        Effect.gen(function*() {
+          const rows = yield* sql`SELECT (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE thread_id = ${threadId}) AS next_run_seq, active.*
+              FROM (SELECT 1 AS anchor) AS anchor LEFT JOIN (SELECT * FROM runs WHERE thread_id = ${threadId}
+                AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY seq DESC LIMIT 1) AS active ON 1 = 1`
+          const [next] = yield* decodeNextRunSeq(rows)
+          const row = rows[0] as { readonly id?: unknown } | undefined
+          const active = row === undefined || row.id === null || row.id === undefined ? Option.none<Run>() : Option.some((yield* decodeRunRows([row]))[0]!)
+          return { active, nextSeq: next?.nextRunSeq ?? 1 }
+        }).pipe(orPersistence("runs.findActiveWithNextSeq")),
       findActiveRun: (threadId: ThreadId) =>
         runs.findOne(
           "runs.findActive",
@@ -491,6 +523,28 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
 
       // ---- items
       insertItems: (values: ReadonlyArray<Item>) => items.insertMany(values),
+      /**
+       * Inserts `values` (items of `threadId`, in order; their `seq` is ignored) after the thread's last item, in one
+       * statement: each row's `seq` is the thread's last before the statement plus its place (every row reads the
+       * table as it was before the insert, on SQLite and Postgres alike), so no `nextItemSeq` read goes first. To be
+       * run under the thread's lock (see UnitOfWork). Returns the first row's `seq` (the others follow it); `1` and
+       * nothing written for no items.
+       */
+      insertItemsAfterLast: (threadId: ThreadId, values: ReadonlyArray<Item>) =>
+        Effect.gen(function*() {
+          if (values.length === 0) return 1
+          const rows = yield* Effect.forEach(values, (v) => encodeItemRow({ ...v, threadId, seq: 1 }))
+          const tuples = rows.map((r, i) =>
+            sql`(${r.id}, ${r.threadId}, ${r.runId}, (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ${threadId}) + ${sql.literal(String(i + 1))},
+              ${r.kind}, ${r.text}, ${r.toolCallId}, ${r.toolName}, ${r.messageId}, ${r.isError}, ${r.toolCallState}, ${r.tokens}, ${r.createdAt})`
+          )
+          const assigned = yield* sql`INSERT INTO items (id, thread_id, run_id, seq, kind, text, tool_call_id, tool_name, message_id, is_error,
+              tool_call_state, tokens, created_at) VALUES ${sql.join(", ", false)(tuples)} RETURNING seq`.pipe(Effect.flatMap(Schema.decodeUnknown(SeqRows)))
+          if (assigned.length !== values.length) {
+            return yield* new PersistenceError({ operation: "items.insert", detail: `the insert returned ${assigned.length} rows for ${values.length} items` })
+          }
+          return Math.min(...assigned.map((a) => Number(a.seq)))
+        }).pipe(orPersistence("items.insert")),
       nextItemSeq: (threadId: ThreadId) =>
         nextSeq("items.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM items WHERE thread_id = ${threadId}`),
       listItems: (threadId: ThreadId) =>
@@ -551,6 +605,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       // ---- provider threads and native threads
       insertProviderThread: (p: ProviderThread) => providerThreads.insert(p),
       updateProviderThread: (p: ProviderThread) => providerThreads.update(p),
+      /**
+       * Moves provider thread `id`'s watermark to `runSeq` (`syncedRunSeq`, with `updatedAt`) only when it stands just
+       * before it (`runSeq - 1`), in one statement. Returns the row as written; `None` (nothing written) when the
+       * watermark stood elsewhere or there is no such provider thread.
+       */
+      updateSyncedRunSeqIfNext: (id: ProviderThreadId, runSeq: number, updatedAt: DateTime.Utc) =>
+        providerThreads.findOne(
+          "provider_threads.advanceSynced",
+          sql`UPDATE provider_threads SET synced_run_seq = ${runSeq}, updated_at = ${DateTime.formatIso(updatedAt)}
+              WHERE id = ${id} AND synced_run_seq = ${runSeq - 1} RETURNING *`
+        ),
       getProviderThread: (id: ProviderThreadId) =>
         providerThreads.findOne("provider_threads.get", sql`SELECT * FROM provider_threads WHERE id = ${id}`),
       findProviderThread: (threadId: ThreadId, instance: ProviderInstance) =>

@@ -1,4 +1,4 @@
-import type { RunAttemptId, NativeThreadId, ProviderThreadId, Run, RunId, ThreadId } from "@baton/contracts"
+import type { Item, ItemId, RunAttemptId, NativeThreadId, ProviderThreadId, Run, RunId, ThreadId } from "@baton/contracts"
 import { Database, ThreadStore } from "@baton/persistence"
 import type { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -90,6 +90,75 @@ for (const [dialect, db] of dialects) {
         expect(yield* check("run_1")).toBe(2)
         expect(yield* check("run_2")).toBe(1)
         expect(yield* store.getRunWithAttemptCount("run_none" as RunId)).toEqual(Option.none())
+      }).pipe(Effect.provide(layerOn(db))))
+
+    it.effect("insertItemsAfterLast: the rows numbered after the thread's last item in one statement (first and later inserts, other threads apart)", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_i", now))
+        yield* store.insertThread(thread("thr_j", now))
+        const item = (id: string, threadId: string, text: string, patch: Partial<Item> = {}): Item => ({
+          id: id as ItemId,
+          threadId: threadId as ThreadId,
+          runId: null,
+          seq: 0,
+          kind: "assistant_message",
+          text,
+          toolCallId: null,
+          toolName: null,
+          messageId: null,
+          isError: false,
+          toolCallState: null,
+          tokens: 3,
+          createdAt: now,
+          ...patch
+        })
+        expect(yield* store.insertItemsAfterLast("thr_i" as ThreadId, [])).toBe(1)
+        expect(yield* store.insertItemsAfterLast("thr_i" as ThreadId, [item("itm_1", "thr_i", "one"), item("itm_2", "thr_i", "two")])).toBe(1)
+        expect(yield* store.insertItemsAfterLast("thr_j" as ThreadId, [item("itm_j", "thr_j", "other")])).toBe(1)
+        expect(yield* store.insertItemsAfterLast("thr_i" as ThreadId, [
+          item("itm_3", "thr_i", "three", { kind: "tool_result", isError: true, toolCallId: "call_1" as Item["toolCallId"], toolName: "bash", runId: "run_1" as RunId }),
+          item("itm_4", "thr_i", "four"),
+          item("itm_5", "thr_i", "five")
+        ])).toBe(3)
+        const stored = yield* store.listItems("thr_i" as ThreadId)
+        expect(stored.map((i) => [i.id, i.seq, i.text, i.isError, i.toolCallId, i.runId])).toEqual([
+          ["itm_1", 1, "one", false, null, null],
+          ["itm_2", 2, "two", false, null, null],
+          ["itm_3", 3, "three", true, "call_1", "run_1"],
+          ["itm_4", 4, "four", false, null, null],
+          ["itm_5", 5, "five", false, null, null]
+        ])
+        expect(yield* store.nextItemSeq("thr_i" as ThreadId)).toBe(6)
+        expect((yield* store.listItems("thr_j" as ThreadId)).map((i) => i.seq)).toEqual([1])
+      }).pipe(Effect.provide(layerOn(db))))
+
+    it.effect("findActiveRunWithNextSeq: findActiveRun and nextRunSeq as they read them, for no run, ended runs only and unfinished ones", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_q", now))
+        yield* store.insertThread(thread("thr_r", now))
+        const check = (threadId: string) =>
+          Effect.gen(function*() {
+            const both = yield* store.findActiveRunWithNextSeq(threadId as ThreadId)
+            expect(both.active).toEqual(yield* store.findActiveRun(threadId as ThreadId))
+            expect(both.nextSeq).toBe(yield* store.nextRunSeq(threadId as ThreadId))
+            return both
+          })
+        expect(yield* check("thr_q")).toEqual({ active: Option.none(), nextSeq: 1 })
+        yield* store.insertRun({ ...run("run_q1", "thr_q", 1, now), status: "completed" })
+        yield* store.insertRun({ ...run("run_r1", "thr_r", 1, now), status: "running" })
+        expect(yield* check("thr_q")).toEqual({ active: Option.none(), nextSeq: 2 })
+        yield* store.insertRun({ ...run("run_q2", "thr_q", 2, now), status: "running" })
+        yield* store.insertRun({ ...run("run_q3", "thr_q", 3, now), status: "queued" })
+        yield* store.insertRun({ ...run("run_q4", "thr_q", 4, now), status: "failed" })
+        const found = yield* check("thr_q")
+        expect(Option.map(found.active, (r) => r.id)).toEqual(Option.some("run_q3"))
+        expect(found.nextSeq).toBe(5)
+        expect(Option.map((yield* check("thr_r")).active, (r) => r.id)).toEqual(Option.some("run_r1"))
+        expect(yield* check("thr_none")).toEqual({ active: Option.none(), nextSeq: 1 })
       }).pipe(Effect.provide(layerOn(db))))
   })
 }

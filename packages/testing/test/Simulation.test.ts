@@ -37,7 +37,7 @@ describe("simulation soak (bounded)", () => {
         "store.insertRun",
         "store.appendEvent",
         "store.updateRun",
-        "store.insertItems",
+        "store.insertItemsAfterLast",
         "store.insertReceipt",
         "before provider.startTurn",
         "after provider.startTurn",
@@ -500,7 +500,7 @@ describe("mid-stream provider failures in the simulation", () => {
       }
       // The crashes landed on the per-item appends and on both sides of the streamed turn.
       const sites = new Set(crashed.map((p) => p.replace(/^[^:]+: /, "").replace(/#\d+$/, "")))
-      for (const site of ["store.insertItems", "before provider.startTurn", "after provider.startTurn"]) expect(sites).toContain(site)
+      for (const site of ["store.insertItemsAfterLast", "before provider.startTurn", "after provider.startTurn"]) expect(sites).toContain(site)
     }), { timeout: 120_000 })
 })
 
