@@ -443,13 +443,18 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         return out
       })
 
-      /** Settles `pending` deliveries as `injected`/`inline` after the provider acknowledged; closes their handoffs. */
+      /**
+       * Settles `pending` deliveries as `injected`/`inline` after the provider acknowledged; closes their handoffs.
+       * Returns the deliveries this call settled (as they were while `pending`): one settled, reverted or superseded
+       * meanwhile is left as it is and not returned.
+       */
       const markSettled = Effect.fn("ContextHandoffDelivery.markSettled")(function*(
         threadId: ThreadId,
         deliveries: ReadonlyArray<HandoffDelivery>,
         status: "injected" | "inline"
       ) {
         const now = yield* DateTime.now
+        const settled: Array<HandoffDelivery> = []
         for (const stale of deliveries) {
           // Re-read: a delivery another path settled, reverted or superseded meanwhile (a timed-out turn, a
           // replacement) keeps that outcome; only a still `pending` delivery settles.
@@ -465,7 +470,9 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
             tokens: delivery.deliveredTokens
           } })
           yield* store.setHandoffOpen(delivery.handoffId, false, delivery.omittedItemIds, now)
+          settled.push(delivery)
         }
+        return settled
       })
 
       /** Returns `pending` deliveries whose turn never reached the provider to `deferred` (no defer counted). */

@@ -17,7 +17,7 @@ import { type HandoffDelivery, type Item, type NativeThread, type ProviderThread
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
-import { DateTime, Effect } from "effect"
+import { DateTime, Effect, Option } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
@@ -69,6 +69,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * `deferred`. Returns `false` (nothing written) when the adapter cannot read threads or the read fails, so
        * the caller falls back to a replacement native thread. The read-back usage is stored only when `UsageSanity`
        * trusts it against `providerThread`'s window (the same windows every other usage report is checked against).
+       *
+       * What the native thread is found to hold also enters Baton's estimate of it (`estimatedTokens`, Baton's
+       * count), as an acknowledged injection's does: a trusted read-back usage sets it (at the calibration in force),
+       * else the settled deliveries' tokens are added. The estimate is what the budget and the known-full check use
+       * once a turn brings no usage report; a settled delivery left out of it made Baton believe a native thread
+       * held 15,355 tokens less than it did, and turn start injected history up to the window (sim seed 220048).
        */
       const reconcile = Effect.fn("ProviderTurnStartService.reconcile")(function*(
         threadId: Run["threadId"],
@@ -83,14 +89,23 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         const deliveryIds = new Set(read.right.deliveryIds)
         const runIds = new Set(read.right.runIds)
         yield* uow.thread(threadId, "ProviderTurnStartService.reconcile")(Effect.gen(function*() {
+          let heldTokens = 0
           for (const d of uncertain) {
             const held = d.mode === "injected" ? deliveryIds.has(d.id) : d.runId !== null && runIds.has(d.runId)
-            if (held) yield* delivery.markSettled(threadId, [d], d.mode === "inline" ? "inline" : "injected")
-            else yield* delivery.revertToDeferred(threadId, [d], "reconciled: the native thread does not hold it")
+            if (held) {
+              const settled = yield* delivery.markSettled(threadId, [d], d.mode === "inline" ? "inline" : "injected")
+              heldTokens += settled.reduce((n, s) => n + s.deliveredTokens, 0)
+            } else yield* delivery.revertToDeferred(threadId, [d], "reconciled: the native thread does not hold it")
           }
           const now = yield* DateTime.now
           const checked = UsageSanity.check(read.right.usage, providerThread.contextWindow, config.budget.defaultWindow).usage
-          if (checked !== null) yield* store.updateNativeThread({ ...native, usage: checked, updatedAt: now })
+          if (checked === null && heldTokens === 0) return
+          // As stored now (another command may have written it since the caller read it), under this unit's lock.
+          const stored = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
+          const estimatedTokens = checked !== null
+            ? Calibration.toRaw((yield* calibration.current(providerThread.providerInstance)).ratio, checked.usedTokens)
+            : stored.estimatedTokens + heldTokens
+          yield* store.updateNativeThread({ ...stored, usage: checked ?? stored.usage, estimatedTokens, updatedAt: now })
         }))
         return true
       })
@@ -253,8 +268,21 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               if (replaceReason !== null) yield* Effect.logWarning(`native thread ${current.id} is full (${replaceReason}): the turn starts a replacement`)
             }
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
-            if (replaceReason === null && uncertain.length > 0 && !(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
-              replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
+            if (replaceReason === null && uncertain.length > 0) {
+              if (!(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
+                replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
+              } else {
+                // This turn start plans with what the read-back found (its usage; the deliveries it settled, in the
+                // estimate), not with the native thread as read before it: the stale copy under-counted the settled
+                // history in the budget, and the injection's outcome written from it erased the read-back usage
+                // (sim seed 220048: history injected up to the window, the prompt then rejected).
+                const reconciled: NativeThread = Option.getOrElse(yield* store.getNativeThread(current.id), () => current!)
+                current = reconciled
+                if (options.retryWithoutHistory !== true && !config.mutations.has("ignore_known_full")) {
+                  replaceReason = yield* knownFull(reconciled, providerThreadIn, requestTokens)
+                  if (replaceReason !== null) yield* Effect.logWarning(`native thread ${reconciled.id} is full (${replaceReason}): the turn starts a replacement`)
+                }
+              }
             }
           }
         }

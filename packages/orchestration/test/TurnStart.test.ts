@@ -2,7 +2,7 @@ import { Commands, type CommandId } from "@baton/contracts"
 import { InvariantChecks } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it, beforeAll } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 
 const ops = Harness.ops
 
@@ -336,6 +336,55 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(h.providers.codex!.received.filter((x) => x.type === "inject")).toHaveLength(2)
         // The provider log still shows the first (forgotten) injection, so only the durable record is checked here.
         expect(yield* InvariantChecks.check(threadId)).toEqual([])
+      }).pipe(Effect.provide(h.layer))
+    })
+    it.effect("a delivery read back as held enters the native thread's estimate: after a turn without a usage report, a prompt that no longer fits goes to a replacement (sim seed 220048)", () => {
+      // codex's first turn start injected ~15,000 tokens of claude's history, then the process stopped before writing
+      // the outcome: the delivery is `pending`, the native thread's record still empty (usage none, estimate 0), and
+      // the provider holds the injection. The next turn start reads it back (settles it), its turn brings no usage
+      // report; the third prompt would overflow what the native thread really holds. Before the fix the turn start
+      // planned with the record as read before the read-back, and the injection stayed out of Baton's estimate
+      // (12,000 of 27,000): the prompt went to the full native thread and the provider rejected it.
+      const h = Harness.make([
+        { name: "claude", window: 200_000, inject: false },
+        {
+          name: "codex",
+          window: 44_000,
+          autoCompactThreshold: 42_000,
+          inject: true,
+          faults: ({ operation, call }) => (operation === "startTurn" && call === 1 ? "refuse" : null)
+        }
+      ])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const threadId = yield* o.create("claude")
+        h.script.enqueue(Harness.reply(15_000))
+        yield* o.send(threadId, "Plan the change")
+        yield* o.switchTo(threadId, "codex")
+        const refused = yield* o.send(threadId, "warm up")
+        expect(refused.status).toBe("failed")
+        expect(refused.turnStart?.mode).toBe("injected")
+        const codex = h.providers.codex!
+        const [settled] = yield* o.store.listDeliveriesOfThread(threadId)
+        yield* o.store.updateDelivery({ ...settled!, status: "pending" })
+        const pt = (yield* o.store.listProviderThreads(threadId)).find((p) => p.providerInstance === "codex")!
+        const native = Option.getOrThrow(yield* o.store.getNativeThread(pt.activeNativeThreadId!))
+        yield* o.store.updateNativeThread({ ...native, usage: null, estimatedTokens: 0 })
+
+        h.script.enqueue(Harness.reply(12_000, null))
+        const quiet = yield* o.send(threadId, "Implement it")
+        expect(quiet.status).toBe("completed")
+        expect(quiet.nativeGeneration).toBe(1)
+        const after = Option.getOrThrow(yield* o.store.getNativeThread(native.id))
+        expect(after.usage).toBeNull()
+        // Baton's estimate covers what the provider holds (ratio 1, no overhead): the injection and both turns.
+        expect(after.estimatedTokens).toBeGreaterThanOrEqual(codex.usageOf("codex-n1")! - 100)
+
+        const big = yield* o.send(threadId, Harness.words(18_000))
+        expect(big.status).toBe("completed")
+        expect(big.nativeGeneration).toBe(2)
+        expect(codex.truth.filter((t) => !t.accepted)).toEqual([])
+        expect(yield* o.check(threadId, h)).toEqual([])
       }).pipe(Effect.provide(h.layer))
     })
   })
