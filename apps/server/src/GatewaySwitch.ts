@@ -431,9 +431,16 @@ const messageIdOf = (id: unknown) => `msg_${typeof id === "string" && id !== "" 
 
 /**
  * A whole Chat Completions answer as an Anthropic Messages answer (`model`: the agent's): calls of `hidden` tools left
- * out, the usage of `earlier` hops (hidden rounds, Chat Completions `usage` objects) added to its own.
+ * out, the usage of `earlier` hops (hidden rounds, Chat Completions `usage` objects) added to its own; `callId` writes
+ * a call's id for the agent (`toolUseId`, Anthropic's form; an OpenAI agent's switch keeps the upstream's).
  */
-export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<string> = new Set(), earlier: ReadonlyArray<unknown> = []): Json => {
+export const messageOf = (
+  answer: unknown,
+  model: string,
+  hidden: ReadonlySet<string> = new Set(),
+  earlier: ReadonlyArray<unknown> = [],
+  callId: (id: string) => string = toolUseId
+): Json => {
   const a = isRecord(answer) ? answer : {}
   const choice = Array.isArray(a.choices) && isRecord(a.choices[0]) ? a.choices[0] : {}
   const message = isRecord(choice.message) ? choice.message : {}
@@ -444,7 +451,7 @@ export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<st
     const fn = isRecord(c.function) ? c.function : {}
     if (hidden.has(String(fn.name ?? ""))) continue
     const args = typeof fn.arguments === "string" ? parseJson(fn.arguments) : fn.arguments
-    content.push({ type: "tool_use", id: toolUseId(String(c.id ?? "")), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
+    content.push({ type: "tool_use", id: callId(String(c.id ?? "")), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
   }
   return {
     id: messageIdOf(a.id),
@@ -537,9 +544,9 @@ export interface StreamTranslator {
  * `[DONE]` (or the stream's end after a `finish_reason`) with `message_delta` (stop reason, usage) and `message_stop`;
  * an `error` in the stream becomes an Anthropic `error` event, and so does a hop (the first, or a continuation after
  * hidden calls) whose stream carried no JSON chunk before `[DONE]` (data lines that are not JSON are skipped; only
- * them is no answer, not an empty message).
+ * them is no answer, not an empty message). `callId` writes a call's id for the agent (as `messageOf`).
  */
-export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set()): StreamTranslator => {
+export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set(), callId: (id: string) => string = toolUseId): StreamTranslator => {
   let decoder = Sse.makeDecoder()
   let started = false
   let open: { readonly kind: "text"; readonly index: number } | null = null
@@ -651,7 +658,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       let call = calls.get(callIndex)
       if (call === undefined) {
         const name = String(fn.name ?? "")
-        call = { id: toolUseId(String(c.id ?? `call_${callIndex}`)), name, arguments: "", hidden: hiddenTools.has(name) }
+        call = { id: callId(String(c.id ?? `call_${callIndex}`)), name, arguments: "", hidden: hiddenTools.has(name) }
         calls.set(callIndex, call)
       }
       if (typeof fn.arguments === "string") call.arguments += fn.arguments

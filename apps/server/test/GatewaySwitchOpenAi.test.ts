@@ -290,6 +290,52 @@ describe("GatewaySwitchOpenAi (the conversion)", () => {
     expect(GatewayResponses.replyOfBody(whole).messages).toHaveLength(1)
   })
 
+  it("an upstream's call ids with characters Anthropic refuses (Kimi's functions.bash:0) reach the agent unchanged, streamed and whole, both directions, and go back out as they came", () => {
+    const odd = ["functions.bash:0", "call|1/a b"]
+    // A Responses upstream for a Chat agent.
+    const fc = (i: number, id: string) => [
+      { type: "response.output_item.added", output_index: i, item: { type: "function_call", id: `fc_${i}`, call_id: id, name: "bash", arguments: "", status: "in_progress" } },
+      { type: "response.function_call_arguments.delta", item_id: `fc_${i}`, output_index: i, delta: `{"command":"ls ${i}"}` },
+      { type: "response.output_item.done", output_index: i, item: { type: "function_call", id: `fc_${i}`, call_id: id, name: "bash", arguments: `{"command":"ls ${i}"}`, status: "completed" } }
+    ]
+    const output = odd.map((id, i) => ({ type: "function_call", id: `fc_${i}`, call_id: id, name: "bash", arguments: `{"command":"ls ${i}"}`, status: "completed" }))
+    const completed = { id: "resp_1", object: "response", status: "completed", output, usage: { input_tokens: 10, output_tokens: 5 } }
+    const events = [
+      { type: "response.created", response: { id: "resp_1", status: "in_progress", output: [] } },
+      ...odd.flatMap((id, i) => fc(i, id)),
+      { type: "response.completed", response: completed }
+    ].map((e, i) => JSON.stringify({ ...e, sequence_number: i }))
+    for (const size of [1, 100_000]) {
+      const reply = assembledChat(translate(GatewaySwitchWire.chatToResponses.translator("o4", new Set(["thread_read"]), new Set(["bash"]), {}), responsesFramed(events), size))
+      expect((reply.messages[0]!.message as { tool_calls: Array<{ id: string }> }).tool_calls.map((c) => c.id)).toEqual(odd)
+    }
+    const whole = GatewaySwitchWire.chatToResponses.messageOf(completed, "o4", new Set(), [], new Set(["bash"]), {}) as { choices: Array<{ message: { tool_calls: Array<{ id: string }> } }> }
+    expect(whole.choices[0]!.message.tool_calls.map((c) => c.id)).toEqual(odd)
+    // The agent's next request: the ids go out as the upstream gave them.
+    const next = GatewaySwitchWire.chatToResponses.fit({
+      body: { model: "o4", messages: [{ role: "user", content: "go" }, { role: "assistant", content: null, tool_calls: whole.choices[0]!.message.tool_calls }, ...odd.map((id) => ({ role: "tool", tool_call_id: id, content: "ok" }))] },
+      windowTokens: window,
+      maxOutputTokens: 4_096,
+      count,
+      pointer: () => "unused"
+    })
+    expect(next._tag === "fits" && (next.body.input as Array<Json>).flatMap((i) => i.call_id === undefined ? [] : [i.call_id])).toEqual([...odd, ...odd])
+    // A Chat Completions upstream for a Responses agent.
+    const base = { id: "chatcmpl-1", object: "chat.completion.chunk", created: 1, model: "gpt-5" }
+    const chunks = [
+      { ...base, choices: [{ index: 0, delta: { role: "assistant", content: null }, finish_reason: null }] },
+      ...odd.map((id, i) => ({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: i, id, type: "function", function: { name: "exec_command", arguments: `{"cmd":"ls ${i}"}` } }] }, finish_reason: null }] })),
+      { ...base, choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] }
+    ].map((c) => JSON.stringify(c))
+    for (const size of [1, 100_000]) {
+      const reply = assembledResponses(translate(GatewaySwitchWire.responsesToChat.translator("gpt-5", new Set(["thread_read"]), new Set(), {}), chatFramed(chunks), size))
+      expect(reply.messages.map((m) => (m.message as { call_id: string }).call_id)).toEqual(odd)
+    }
+    const completion = { id: "chatcmpl-1", object: "chat.completion", model: "gpt-5", choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: odd.map((id) => ({ id, type: "function", function: { name: "exec_command", arguments: "{}" } })) }, finish_reason: "tool_calls" }] }
+    const response = GatewaySwitchWire.responsesToChat.messageOf(completion, "gpt-5", new Set(), [], new Set(), {}) as { output: Array<{ call_id: string }> }
+    expect(response.output.map((i) => i.call_id)).toEqual(odd)
+  })
+
   it("upstream errors in the agent's OpenAI shape: an overflow (OpenAI's and llama.cpp's) as context_length_exceeded with the upstream's figures, another error as it came", () => {
     const openAi = JSON.stringify({ error: { message: "This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. Please reduce the length of the messages.", type: "invalid_request_error", param: "messages", code: "context_length_exceeded" } })
     for (const wire of [GatewaySwitchWire.chatToResponses, GatewaySwitchWire.responsesToChat]) {
