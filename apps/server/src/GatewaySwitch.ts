@@ -401,6 +401,15 @@ export const anthropicError = (status: number, text: string): { readonly status:
 export const toolUseId = (id: string) =>
   /^[A-Za-z0-9_-]+$/.test(id) ? id : `${id.replace(/[^A-Za-z0-9_-]/g, "_")}_${Crypto.createHash("sha256").update(id).digest("hex").slice(0, 8)}`
 
+/**
+ * A Chat Completions answer's call id: its `id`, or for a call without one (missing or empty: some OpenAI-compatible
+ * servers) a fresh `call_` and 24 random hex digits, so no two calls share an id, in one answer or across answers
+ * (before, every such call was `call_<index>` streamed or `toolUseId("")` whole, and the agent could not tell their
+ * results apart).
+ */
+export const chatCallId = (id: unknown): string =>
+  id !== undefined && id !== null && String(id) !== "" ? String(id) : `call_${Crypto.randomBytes(12).toString("hex")}`
+
 /** Anthropic's stop reason for a Chat Completions `finish_reason`. */
 export const stopReasonOf = (finish: unknown): string =>
   finish === "tool_calls" || finish === "function_call" ? "tool_use" : finish === "length" ? "max_tokens" : finish === "content_filter" ? "refusal" : "end_turn"
@@ -451,7 +460,7 @@ export const messageOf = (
     const fn = isRecord(c.function) ? c.function : {}
     if (hidden.has(String(fn.name ?? ""))) continue
     const args = typeof fn.arguments === "string" ? parseJson(fn.arguments) : fn.arguments
-    content.push({ type: "tool_use", id: callId(String(c.id ?? "")), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
+    content.push({ type: "tool_use", id: callId(chatCallId(c.id)), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
   }
   return {
     id: messageIdOf(a.id),
@@ -658,7 +667,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       let call = calls.get(callIndex)
       if (call === undefined) {
         const name = String(fn.name ?? "")
-        call = { id: callId(String(c.id ?? `call_${callIndex}`)), name, arguments: "", hidden: hiddenTools.has(name) }
+        call = { id: callId(chatCallId(c.id)), name, arguments: "", hidden: hiddenTools.has(name) }
         calls.set(callIndex, call)
       }
       if (typeof fn.arguments === "string") call.arguments += fn.arguments

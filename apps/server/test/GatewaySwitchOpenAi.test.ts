@@ -336,6 +336,30 @@ describe("GatewaySwitchOpenAi (the conversion)", () => {
     expect(response.output.map((i) => i.call_id)).toEqual(odd)
   })
 
+  it("a Chat upstream's calls without an id (or with an empty one) each get an id of their own for the Responses agent, streamed and whole: no two calls of an answer or of two answers share one", () => {
+    const base = { object: "chat.completion.chunk", created: 1, model: "gpt-5" }
+    const streamed = (n: number, id: Json) => [
+      { ...base, id: `chatcmpl-${n}`, choices: [{ index: 0, delta: { role: "assistant", content: null }, finish_reason: null }] },
+      ...[0, 1].map((i) => ({ ...base, id: `chatcmpl-${n}`, choices: [{ index: 0, delta: { tool_calls: [{ index: i, ...id, type: "function", function: { name: "exec_command", arguments: `{"cmd":"ls ${i}"}` } }] }, finish_reason: null }] })),
+      { ...base, id: `chatcmpl-${n}`, choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] }
+    ].map((c) => JSON.stringify(c))
+    const ids: Array<string> = []
+    for (const [n, id] of [[1, {}], [2, {}], [3, { id: "" }]] as const) {
+      const reply = assembledResponses(translate(GatewaySwitchWire.responsesToChat.translator("gpt-5", new Set(["thread_read"]), new Set(), {}), chatFramed(streamed(n, id))))
+      ids.push(...reply.messages.map((m) => String((m.message as { call_id: string }).call_id)))
+    }
+    for (const id of [undefined, ""]) {
+      for (let n = 0; n < 2; n++) {
+        const completion = { id: "chatcmpl-w", object: "chat.completion", model: "gpt-5", choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [0, 1].map((i) => ({ ...(id === undefined ? {} : { id }), type: "function", function: { name: "exec_command", arguments: `{"cmd":"ls ${i}"}` } })) }, finish_reason: "tool_calls" }] }
+        const response = GatewaySwitchWire.responsesToChat.messageOf(completion, "gpt-5", new Set(), [], new Set(), {}) as { output: Array<{ call_id: string }> }
+        ids.push(...response.output.map((i) => i.call_id))
+      }
+    }
+    expect(ids).toHaveLength(14)
+    expect(ids.every((id) => /^[A-Za-z0-9_-]+$/.test(id))).toBe(true)
+    expect(new Set(ids).size).toBe(ids.length)
+  })
+
   it("upstream errors in the agent's OpenAI shape: an overflow (OpenAI's and llama.cpp's) as context_length_exceeded with the upstream's figures, another error as it came", () => {
     const openAi = JSON.stringify({ error: { message: "This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. Please reduce the length of the messages.", type: "invalid_request_error", param: "messages", code: "context_length_exceeded" } })
     for (const wire of [GatewaySwitchWire.chatToResponses, GatewaySwitchWire.responsesToChat]) {
