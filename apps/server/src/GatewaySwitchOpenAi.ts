@@ -145,6 +145,8 @@ export const chained = (upstream: GatewaySwitchWire.Translator, agent: GatewaySw
     assistant: upstream.assistant,
     next: upstream.next,
     stop: () => feed(upstream.stop()) + agent.end(),
-    hops: upstream.hops
+    hops: upstream.hops,
+    // The gateway's error goes to the agent's side (already the agent's shape), numbered on there.
+    ...(agent.error === undefined ? {} : { error: agent.error })
   }
 }

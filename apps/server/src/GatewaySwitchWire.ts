@@ -33,6 +33,13 @@ export interface Answer {
 export interface Translator extends Omit<GatewaySwitch.StreamTranslator, "assistant"> {
   /** The open hop's assistant output in the wire's form (one Chat message; Responses items), for the continuation. */
   readonly assistant: () => ReadonlyArray<unknown>
+  /**
+   * An error of the gateway's (the agent's shape: the upstream's stream broke off, a continuation failed) as the
+   * agent's stream's error event, numbered on from the events sent (a Responses agent's `sequence_number`, its
+   * response id); `""` when the answer had ended. Absent: `AgentSide.streamError` (an Anthropic agent's events carry
+   * no numbers).
+   */
+  readonly error?: (body: Record<string, unknown>) => string
 }
 
 /** A run failure read from translated stream text (`AgentSide.streamFailureOf`). */

@@ -25,6 +25,7 @@ import { instance, marker, serveSettings, settingsFor, threadEvents } from "./su
 import { allItems, counter, eventually, readAll, window, words } from "./support/SwitchSummary.js"
 
 type Json = Record<string, unknown>
+const isRecord = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v)
 
 /** OpenAI bills no cache writes. */
 const usage = { input: 900, cacheWrite: 0, cacheRead: 300, output: 40 }
@@ -714,6 +715,26 @@ describe("Gateway, a provider switch between the OpenAI protocols", () => {
         const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
         const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
         expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "overflow"], ["failed", "provider_unavailable"]])
+      })
+    ), { timeout: 60_000 })
+
+  it.live("a continuation after thread_read that the Chat upstream refuses is Codex's response.failed numbered on from the events it got (one response id, sequence_numbers without a gap); the run fails", () =>
+    withGateway("chat", (chatApi) =>
+      Effect.gen(function*() {
+        chatApi.enqueue(
+          ModelApi.answer("openai-chat", "Let me read.", usage, [{ id: "call_read", name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }]),
+          { status: 500, contentType: "application/json", body: JSON.stringify({ error: { message: "The server had an error", type: "server_error", param: null, code: null } }) }
+        )
+        const answer = yield* raw(responses({ model: "gpt-5", instructions, stream: true, tools: responsesTools, input: [user("run it")] }))
+        expect(answer.status).toBe(200)
+        expect(chatApi.requests).toHaveLength(2)
+        const events = responsesEvents(answer.text)
+        expect(events.at(-1)).toMatchObject({ type: "response.failed", response: { status: "failed", error: { message: "The server had an error" } } })
+        expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i))
+        expect(new Set(events.filter((e) => isRecord(e.response)).map((e) => (e.response as Json).id)).size).toBe(1)
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        expect((yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs.map((r) => r.status)).toEqual(["failed"])
       })
     ), { timeout: 60_000 })
 })
