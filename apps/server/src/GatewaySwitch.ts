@@ -401,6 +401,15 @@ export const anthropicError = (status: number, text: string): { readonly status:
 export const toolUseId = (id: string) =>
   /^[A-Za-z0-9_-]+$/.test(id) ? id : `${id.replace(/[^A-Za-z0-9_-]/g, "_")}_${Crypto.createHash("sha256").update(id).digest("hex").slice(0, 8)}`
 
+/**
+ * A Chat Completions answer's call id: its `id`, or for a call without one (missing or empty: some OpenAI-compatible
+ * servers) a fresh `call_` and 24 random hex digits, so no two calls share an id, in one answer or across answers
+ * (before, every such call was `call_<index>` streamed or `toolUseId("")` whole, and the agent could not tell their
+ * results apart).
+ */
+export const chatCallId = (id: unknown): string =>
+  id !== undefined && id !== null && String(id) !== "" ? String(id) : `call_${Crypto.randomBytes(12).toString("hex")}`
+
 /** Anthropic's stop reason for a Chat Completions `finish_reason`. */
 export const stopReasonOf = (finish: unknown): string =>
   finish === "tool_calls" || finish === "function_call" ? "tool_use" : finish === "length" ? "max_tokens" : finish === "content_filter" ? "refusal" : "end_turn"
@@ -431,9 +440,16 @@ const messageIdOf = (id: unknown) => `msg_${typeof id === "string" && id !== "" 
 
 /**
  * A whole Chat Completions answer as an Anthropic Messages answer (`model`: the agent's): calls of `hidden` tools left
- * out, the usage of `earlier` hops (hidden rounds, Chat Completions `usage` objects) added to its own.
+ * out, the usage of `earlier` hops (hidden rounds, Chat Completions `usage` objects) added to its own; `callId` writes
+ * a call's id for the agent (`toolUseId`, Anthropic's form; an OpenAI agent's switch keeps the upstream's).
  */
-export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<string> = new Set(), earlier: ReadonlyArray<unknown> = []): Json => {
+export const messageOf = (
+  answer: unknown,
+  model: string,
+  hidden: ReadonlySet<string> = new Set(),
+  earlier: ReadonlyArray<unknown> = [],
+  callId: (id: string) => string = toolUseId
+): Json => {
   const a = isRecord(answer) ? answer : {}
   const choice = Array.isArray(a.choices) && isRecord(a.choices[0]) ? a.choices[0] : {}
   const message = isRecord(choice.message) ? choice.message : {}
@@ -444,7 +460,7 @@ export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<st
     const fn = isRecord(c.function) ? c.function : {}
     if (hidden.has(String(fn.name ?? ""))) continue
     const args = typeof fn.arguments === "string" ? parseJson(fn.arguments) : fn.arguments
-    content.push({ type: "tool_use", id: toolUseId(String(c.id ?? "")), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
+    content.push({ type: "tool_use", id: callId(chatCallId(c.id)), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
   }
   return {
     id: messageIdOf(a.id),
@@ -537,9 +553,9 @@ export interface StreamTranslator {
  * `[DONE]` (or the stream's end after a `finish_reason`) with `message_delta` (stop reason, usage) and `message_stop`;
  * an `error` in the stream becomes an Anthropic `error` event, and so does a hop (the first, or a continuation after
  * hidden calls) whose stream carried no JSON chunk before `[DONE]` (data lines that are not JSON are skipped; only
- * them is no answer, not an empty message).
+ * them is no answer, not an empty message). `callId` writes a call's id for the agent (as `messageOf`).
  */
-export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set()): StreamTranslator => {
+export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set(), callId: (id: string) => string = toolUseId): StreamTranslator => {
   let decoder = Sse.makeDecoder()
   let started = false
   let open: { readonly kind: "text"; readonly index: number } | null = null
@@ -651,7 +667,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       let call = calls.get(callIndex)
       if (call === undefined) {
         const name = String(fn.name ?? "")
-        call = { id: toolUseId(String(c.id ?? `call_${callIndex}`)), name, arguments: "", hidden: hiddenTools.has(name) }
+        call = { id: callId(chatCallId(c.id)), name, arguments: "", hidden: hiddenTools.has(name) }
         calls.set(callIndex, call)
       }
       if (typeof fn.arguments === "string") call.arguments += fn.arguments

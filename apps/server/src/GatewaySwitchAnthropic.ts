@@ -674,7 +674,18 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
       out.push(emit.finish("end_turn", anyVisible, sum([...earlier, usage])))
       return drain()
     },
-    hops: () => ({ count: earlier.length + 1, carried: answered ? usage.input + usage.write + usage.read : null })
+    hops: () => ({ count: earlier.length + 1, carried: answered ? usage.input + usage.write + usage.read : null }),
+    /**
+     * The answer ended by an error of the gateway's (`chatError`'s body: the upstream's stream broke off, or a
+     * continuation after hidden calls failed) as the protocol's error event, numbered on from the events sent; `""`
+     * when the agent's answer had ended already.
+     */
+    error: (body: Json) => {
+      if (done && pending === null) return drain()
+      pending = null
+      fail(body)
+      return drain()
+    }
   }
 }
 

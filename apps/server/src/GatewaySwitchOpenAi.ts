@@ -17,8 +17,8 @@
  *   message counted as what goes out. The pointer, the summaries, `Fit.leftOut` and `Fit.summarised` count the
  *   agent's messages (`GatewaySwitchAnthropic.inAgentMessages`).
  * - **The answer**: the target's answer read by the switch from `/v1/messages` (`GatewaySwitchWire.responses`,
- *   `GatewaySwitchWire.chat`: hidden `thread_read` calls, continuations, usage with cached tokens) into an Anthropic
- *   message, then written in the agent's protocol by the switch to Anthropic (`GatewaySwitchAnthropic.completionOf`,
+ *   `GatewaySwitchWire.chat`: hidden `thread_read` calls, continuations, usage with cached tokens; but the upstream's
+ *   call ids kept, `agentCallId`) into an Anthropic message, then written in the agent's protocol by the switch to Anthropic (`GatewaySwitchAnthropic.completionOf`,
  *   `GatewaySwitchResponsesAnthropic.responseOf`). A stream is the two translators chained (`chained`): the target's
  *   events into Anthropic's as they arrive, those into the agent's (`chat.completion.chunk`s; Responses events with
  *   their `sequence_number`s), one answer across hidden rounds.
@@ -54,6 +54,13 @@ export const withAgentIds = (c: GatewaySwitchAnthropic.Converted): GatewaySwitch
     callIds: new Map()
   }
 }
+
+/**
+ * A call id of the OpenAI upstream's answer as the OpenAI agent gets it: the upstream's own (an OpenAI agent and
+ * upstream take any id, so Kimi's `functions.bash:0` comes back and goes out again as it came, not in Anthropic's
+ * safe form, `GatewaySwitch.toolUseId`); an empty id in that form (the agent needs one to answer the call).
+ */
+export const agentCallId = (id: string): string => id === "" ? GatewaySwitch.toolUseId(id) : id
 
 /** The agent's output limit (`max_tokens`, `max_completion_tokens` or `max_output_tokens`); `undefined` when none. */
 const askedOutput = (body: Json): number | undefined =>
@@ -138,6 +145,8 @@ export const chained = (upstream: GatewaySwitchWire.Translator, agent: GatewaySw
     assistant: upstream.assistant,
     next: upstream.next,
     stop: () => feed(upstream.stop()) + agent.end(),
-    hops: upstream.hops
+    hops: upstream.hops,
+    // The gateway's error goes to the agent's side (already the agent's shape), numbered on there.
+    ...(agent.error === undefined ? {} : { error: agent.error })
   }
 }

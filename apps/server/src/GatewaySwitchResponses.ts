@@ -148,7 +148,10 @@ export const carriedOf = (usage: unknown): number | null => isRecord(usage) && t
 /** A message id in Anthropic's form for a Responses id. */
 const messageIdOf = (id: unknown) => `msg_${typeof id === "string" && id !== "" ? id.replace(/[^A-Za-z0-9_-]/g, "_") : `baton_${Date.now().toString(36)}`}`
 
-/** A function call of the answer: its id (made safe for Anthropic), tool, arguments (JSON text), and whether hidden. */
+/**
+ * A function call of the answer: its id (as `callsOfItem`'s `callId` writes it: made safe for Anthropic, or the
+ * upstream's), tool, arguments (JSON text), and whether hidden.
+ */
 interface Call {
   readonly id: string
   readonly name: string
@@ -159,9 +162,9 @@ interface Call {
 /**
  * The calls one `function_call` item makes: itself, or the uses of a `multi_tool_use.parallel` wrapper (a call named
  * `parallel` carrying `tool_uses`, when no offered tool has the name) unwrapped as the Responses adapter does (ids
- * `<call_id>_<n>`).
+ * `<call_id>_<n>`); `callId` writes an id for the agent (`GatewaySwitch.toolUseId`, Anthropic's form, by default).
  */
-const callsOfItem = (item: Json, hidden: ReadonlySet<string>, offered: ReadonlySet<string>): ReadonlyArray<Call> => {
+const callsOfItem = (item: Json, hidden: ReadonlySet<string>, offered: ReadonlySet<string>, callId: (id: string) => string): ReadonlyArray<Call> => {
   const name = String(item.name ?? "")
   const id = String(item.call_id ?? "")
   const args = typeof item.arguments === "string" ? item.arguments : ""
@@ -171,11 +174,11 @@ const callsOfItem = (item: Json, hidden: ReadonlySet<string>, offered: ReadonlyS
       return uses.map((use, n) => {
         const u = isRecord(use) ? use : {}
         const tool = String(u.recipient_name ?? "").replace(/^functions\./, "")
-        return { id: GatewaySwitch.toolUseId(`${id}_${n}`), name: tool, arguments: JSON.stringify(u.parameters ?? {}), hidden: hidden.has(tool) }
+        return { id: callId(`${id}_${n}`), name: tool, arguments: JSON.stringify(u.parameters ?? {}), hidden: hidden.has(tool) }
       })
     }
   }
-  return [{ id: GatewaySwitch.toolUseId(id), name, arguments: args, hidden: hidden.has(name) }]
+  return [{ id: callId(id), name, arguments: args, hidden: hidden.has(name) }]
 }
 
 /** A `message` output item's text (its `output_text` parts) and refusal (its `refusal` parts). */
@@ -214,9 +217,17 @@ const toolUseOf = (c: Call): Json => {
 /**
  * A whole Responses answer as an Anthropic Messages answer (`model`: the agent's): calls of `hidden` tools left out,
  * the usage of `earlier` hops (hidden rounds, Responses `usage` objects) added to its own; `offered` names the agent's
- * tools (a call named `parallel` is a wrapper only when no offered tool has that name).
+ * tools (a call named `parallel` is a wrapper only when no offered tool has that name); `callId` writes a call's id
+ * for the agent (Anthropic's form by default; an OpenAI agent's switch keeps the upstream's).
  */
-export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<string> = new Set(), earlier: ReadonlyArray<unknown> = [], offered: ReadonlySet<string> = new Set()): Json => {
+export const messageOf = (
+  answer: unknown,
+  model: string,
+  hidden: ReadonlySet<string> = new Set(),
+  earlier: ReadonlyArray<unknown> = [],
+  offered: ReadonlySet<string> = new Set(),
+  callId: (id: string) => string = GatewaySwitch.toolUseId
+): Json => {
   const a = isRecord(answer) ? answer : {}
   const content: Array<Json> = []
   let refused = false
@@ -229,7 +240,7 @@ export const messageOf = (answer: unknown, model: string, hidden: ReadonlySet<st
         content.push({ type: "text", text: refusal })
       }
     } else if (item.type === "function_call" && item.status !== "incomplete") {
-      for (const c of callsOfItem(item, hidden, offered)) if (!c.hidden) content.push(toolUseOf(c))
+      for (const c of callsOfItem(item, hidden, offered, callId)) if (!c.hidden) content.push(toolUseOf(c))
     }
   }
   return {
@@ -288,9 +299,14 @@ export interface StreamTranslator extends Omit<GatewaySwitch.StreamTranslator, "
  * message item (deltas as they come), a complete `tool_use` block per visible call at its `output_item.done`; the
  * message ends at `response.completed` or `response.incomplete`; `response.failed`, an `error` event, or a hop whose
  * stream ends before its terminal event is an Anthropic `error` event. `offered`: the agent's tool names (for the
- * parallel wrapper).
+ * parallel wrapper); `callId` writes a call's id for the agent (as `messageOf`).
  */
-export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string> = new Set(), offered: ReadonlySet<string> = new Set()): StreamTranslator => {
+export const streamTranslator = (
+  model: string,
+  hiddenTools: ReadonlySet<string> = new Set(),
+  offered: ReadonlySet<string> = new Set(),
+  callId: (id: string) => string = GatewaySwitch.toolUseId
+): StreamTranslator => {
   let decoder = Sse.makeDecoder()
   let started = false
   let open: number | null = null
@@ -343,7 +359,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       if (parts.refusal !== "") refused = true
       if (openFor === outputIndex) close()
     } else if (item.type === "function_call" && item.status !== "incomplete") {
-      for (const c of callsOfItem(item, hiddenTools, offered)) {
+      for (const c of callsOfItem(item, hiddenTools, offered, callId)) {
         if (calls.some((k) => k.id === c.id)) continue
         calls.push({ ...c, callId: String(item.call_id ?? ""), rawName: String(item.name ?? ""), rawArguments: typeof item.arguments === "string" ? item.arguments : "{}" })
         if (c.hidden) continue

@@ -33,6 +33,13 @@ export interface Answer {
 export interface Translator extends Omit<GatewaySwitch.StreamTranslator, "assistant"> {
   /** The open hop's assistant output in the wire's form (one Chat message; Responses items), for the continuation. */
   readonly assistant: () => ReadonlyArray<unknown>
+  /**
+   * An error of the gateway's (the agent's shape: the upstream's stream broke off, a continuation failed) as the
+   * agent's stream's error event, numbered on from the events sent (a Responses agent's `sequence_number`, its
+   * response id); `""` when the answer had ended. Absent: `AgentSide.streamError` (an Anthropic agent's events carry
+   * no numbers).
+   */
+  readonly error?: (body: Record<string, unknown>) => string
 }
 
 /** A run failure read from translated stream text (`AgentSide.streamFailureOf`). */
@@ -164,10 +171,10 @@ export const responses: SwitchWire = {
   tokensOf: (count, assistant) => assistant.reduce<number>((n, item) => n + GatewaySwitchResponses.itemTokens(count, item), 0),
   answerTokens: (count, a) => GatewaySwitchResponses.answerItems([a]).reduce<number>((n, item) => n + GatewaySwitchResponses.itemTokens(count, item), 0),
   hiddenCallsOf: GatewaySwitchResponses.hiddenCallsOf,
-  messageOf: GatewaySwitchResponses.messageOf,
+  messageOf: (answer, model, hidden, earlier, offered) => GatewaySwitchResponses.messageOf(answer, model, hidden, earlier, offered),
   failureOf: GatewaySwitchResponses.failureOf,
   carriedOf: GatewaySwitchResponses.carriedOf,
-  translator: GatewaySwitchResponses.streamTranslator
+  translator: (model, hidden, offered) => GatewaySwitchResponses.streamTranslator(model, hidden, offered)
 }
 
 /** Anthropic Messages, for a Chat Completions agent (`GatewaySwitchAnthropic`). */
@@ -210,11 +217,14 @@ export const chatToResponses: SwitchWire = {
   ...responses,
   agent: { ...chatAgent, upstreamError: GatewaySwitchOpenAi.openAiError },
   fit: GatewaySwitchOpenAi.viaAnthropic(GatewaySwitchAnthropic.requestOfChat, GatewaySwitchResponses.toResponses),
-  messageOf: (answer, model, hidden, earlier, offered, request) =>
-    GatewaySwitchAnthropic.completionOf(responses.messageOf(answer, model, hidden, earlier, offered, request), model),
+  messageOf: (answer, model, hidden, earlier, offered) =>
+    GatewaySwitchAnthropic.completionOf(GatewaySwitchResponses.messageOf(answer, model, hidden, earlier, offered, GatewaySwitchOpenAi.agentCallId), model),
   failureOf: GatewaySwitchOpenAi.failureIn(responses.failureOf),
   translator: (model, hidden, offered, request) =>
-    GatewaySwitchOpenAi.chained(responses.translator(model, hidden, offered, request), GatewaySwitchAnthropic.streamTranslator(model, noTools, request))
+    GatewaySwitchOpenAi.chained(
+      GatewaySwitchResponses.streamTranslator(model, hidden, offered, GatewaySwitchOpenAi.agentCallId),
+      GatewaySwitchAnthropic.streamTranslator(model, noTools, request)
+    )
 }
 
 /**
@@ -225,11 +235,13 @@ export const responsesToChat: SwitchWire = {
   ...chat,
   agent: { ...responsesAgent, upstreamError: GatewaySwitchOpenAi.openAiError },
   fit: GatewaySwitchOpenAi.viaAnthropic(GatewaySwitchResponsesAnthropic.requestOfResponses, GatewaySwitch.toChat),
-  messageOf: (answer, model, hidden, earlier, offered, request) =>
-    GatewaySwitchResponsesAnthropic.responseOf(chat.messageOf(answer, model, hidden, earlier, offered, request), model, noTools, [], request),
+  messageOf: (answer, model, hidden, earlier, _offered, request) =>
+    GatewaySwitchResponsesAnthropic.responseOf(GatewaySwitch.messageOf(answer, model, hidden, earlier, GatewaySwitchOpenAi.agentCallId), model, noTools, [], request),
   failureOf: GatewaySwitchOpenAi.failureIn(chat.failureOf),
-  translator: (model, hidden, offered, request) =>
-    GatewaySwitchOpenAi.chained(chat.translator(model, hidden, offered, request), GatewaySwitchResponsesAnthropic.streamTranslator(model, noTools, request))
+  translator: (model, hidden, _offered, request) => {
+    const upstream = GatewaySwitch.streamTranslator(model, hidden, GatewaySwitchOpenAi.agentCallId)
+    return GatewaySwitchOpenAi.chained({ ...upstream, assistant: () => [upstream.assistant()] }, GatewaySwitchResponsesAnthropic.streamTranslator(model, noTools, request))
+  }
 }
 
 /**

@@ -451,6 +451,8 @@ export const serve = (input: Input) =>
       )
     })
     let hops = 0
+    /** The gateway's error as the agent's stream's error event (numbered on by the translator when it numbers). */
+    const streamError = (body: Record<string, unknown>) => translator.error === undefined ? agent.streamError(body) : translator.error(body)
     /**
      * One hop's stream translated; when it ends with only hidden calls, they are answered and the continuation's
      * stream follows (the same message for the agent), up to `maxReadHops`.
@@ -476,7 +478,7 @@ export const serve = (input: Input) =>
           const failed = next._tag === "Left"
             ? agent.error("api_error", `the upstream could not continue after thread_read: ${next.left.message}`)
             : agent.upstreamError(next.right.status, yield* Effect.orElseSucceed(next.right.text, () => "")).body
-          return Stream.make(tail + agent.streamError(failed))
+          return Stream.make(tail + streamError(failed))
         })))
       )
     const stream = hop(upstream.stream).pipe(
@@ -492,7 +494,7 @@ export const serve = (input: Input) =>
           return settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
         })).pipe(
           // The agent is told (its protocol's error event), not left with a stream that stops mid-block.
-          Stream.as(encoder.encode(agent.streamError(agent.error("api_error", "the upstream's stream broke off"))))
+          Stream.as(encoder.encode(streamError(agent.error("api_error", "the upstream's stream broke off"))))
         )
       ),
       Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),

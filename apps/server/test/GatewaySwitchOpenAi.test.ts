@@ -25,6 +25,7 @@ import { instance, marker, serveSettings, settingsFor, threadEvents } from "./su
 import { allItems, counter, eventually, readAll, window, words } from "./support/SwitchSummary.js"
 
 type Json = Record<string, unknown>
+const isRecord = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v)
 
 /** OpenAI bills no cache writes. */
 const usage = { input: 900, cacheWrite: 0, cacheRead: 300, output: 40 }
@@ -288,6 +289,76 @@ describe("GatewaySwitchOpenAi (the conversion)", () => {
     const whole = GatewaySwitchWire.responsesToChat.messageOf(JSON.parse(Fs.readFileSync(`${fixtures}openai-chat/openai-text.json`, "utf8")), "gpt-5", new Set(), [], new Set(), {})
     expect(whole).toMatchObject({ object: "response", status: "completed", model: "gpt-5", output: [{ type: "message", role: "assistant" }] })
     expect(GatewayResponses.replyOfBody(whole).messages).toHaveLength(1)
+  })
+
+  it("an upstream's call ids with characters Anthropic refuses (Kimi's functions.bash:0) reach the agent unchanged, streamed and whole, both directions, and go back out as they came", () => {
+    const odd = ["functions.bash:0", "call|1/a b"]
+    // A Responses upstream for a Chat agent.
+    const fc = (i: number, id: string) => [
+      { type: "response.output_item.added", output_index: i, item: { type: "function_call", id: `fc_${i}`, call_id: id, name: "bash", arguments: "", status: "in_progress" } },
+      { type: "response.function_call_arguments.delta", item_id: `fc_${i}`, output_index: i, delta: `{"command":"ls ${i}"}` },
+      { type: "response.output_item.done", output_index: i, item: { type: "function_call", id: `fc_${i}`, call_id: id, name: "bash", arguments: `{"command":"ls ${i}"}`, status: "completed" } }
+    ]
+    const output = odd.map((id, i) => ({ type: "function_call", id: `fc_${i}`, call_id: id, name: "bash", arguments: `{"command":"ls ${i}"}`, status: "completed" }))
+    const completed = { id: "resp_1", object: "response", status: "completed", output, usage: { input_tokens: 10, output_tokens: 5 } }
+    const events = [
+      { type: "response.created", response: { id: "resp_1", status: "in_progress", output: [] } },
+      ...odd.flatMap((id, i) => fc(i, id)),
+      { type: "response.completed", response: completed }
+    ].map((e, i) => JSON.stringify({ ...e, sequence_number: i }))
+    for (const size of [1, 100_000]) {
+      const reply = assembledChat(translate(GatewaySwitchWire.chatToResponses.translator("o4", new Set(["thread_read"]), new Set(["bash"]), {}), responsesFramed(events), size))
+      expect((reply.messages[0]!.message as { tool_calls: Array<{ id: string }> }).tool_calls.map((c) => c.id)).toEqual(odd)
+    }
+    const whole = GatewaySwitchWire.chatToResponses.messageOf(completed, "o4", new Set(), [], new Set(["bash"]), {}) as { choices: Array<{ message: { tool_calls: Array<{ id: string }> } }> }
+    expect(whole.choices[0]!.message.tool_calls.map((c) => c.id)).toEqual(odd)
+    // The agent's next request: the ids go out as the upstream gave them.
+    const next = GatewaySwitchWire.chatToResponses.fit({
+      body: { model: "o4", messages: [{ role: "user", content: "go" }, { role: "assistant", content: null, tool_calls: whole.choices[0]!.message.tool_calls }, ...odd.map((id) => ({ role: "tool", tool_call_id: id, content: "ok" }))] },
+      windowTokens: window,
+      maxOutputTokens: 4_096,
+      count,
+      pointer: () => "unused"
+    })
+    expect(next._tag === "fits" && (next.body.input as Array<Json>).flatMap((i) => i.call_id === undefined ? [] : [i.call_id])).toEqual([...odd, ...odd])
+    // A Chat Completions upstream for a Responses agent.
+    const base = { id: "chatcmpl-1", object: "chat.completion.chunk", created: 1, model: "gpt-5" }
+    const chunks = [
+      { ...base, choices: [{ index: 0, delta: { role: "assistant", content: null }, finish_reason: null }] },
+      ...odd.map((id, i) => ({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index: i, id, type: "function", function: { name: "exec_command", arguments: `{"cmd":"ls ${i}"}` } }] }, finish_reason: null }] })),
+      { ...base, choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] }
+    ].map((c) => JSON.stringify(c))
+    for (const size of [1, 100_000]) {
+      const reply = assembledResponses(translate(GatewaySwitchWire.responsesToChat.translator("gpt-5", new Set(["thread_read"]), new Set(), {}), chatFramed(chunks), size))
+      expect(reply.messages.map((m) => (m.message as { call_id: string }).call_id)).toEqual(odd)
+    }
+    const completion = { id: "chatcmpl-1", object: "chat.completion", model: "gpt-5", choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: odd.map((id) => ({ id, type: "function", function: { name: "exec_command", arguments: "{}" } })) }, finish_reason: "tool_calls" }] }
+    const response = GatewaySwitchWire.responsesToChat.messageOf(completion, "gpt-5", new Set(), [], new Set(), {}) as { output: Array<{ call_id: string }> }
+    expect(response.output.map((i) => i.call_id)).toEqual(odd)
+  })
+
+  it("a Chat upstream's calls without an id (or with an empty one) each get an id of their own for the Responses agent, streamed and whole: no two calls of an answer or of two answers share one", () => {
+    const base = { object: "chat.completion.chunk", created: 1, model: "gpt-5" }
+    const streamed = (n: number, id: Json) => [
+      { ...base, id: `chatcmpl-${n}`, choices: [{ index: 0, delta: { role: "assistant", content: null }, finish_reason: null }] },
+      ...[0, 1].map((i) => ({ ...base, id: `chatcmpl-${n}`, choices: [{ index: 0, delta: { tool_calls: [{ index: i, ...id, type: "function", function: { name: "exec_command", arguments: `{"cmd":"ls ${i}"}` } }] }, finish_reason: null }] })),
+      { ...base, id: `chatcmpl-${n}`, choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] }
+    ].map((c) => JSON.stringify(c))
+    const ids: Array<string> = []
+    for (const [n, id] of [[1, {}], [2, {}], [3, { id: "" }]] as const) {
+      const reply = assembledResponses(translate(GatewaySwitchWire.responsesToChat.translator("gpt-5", new Set(["thread_read"]), new Set(), {}), chatFramed(streamed(n, id))))
+      ids.push(...reply.messages.map((m) => String((m.message as { call_id: string }).call_id)))
+    }
+    for (const id of [undefined, ""]) {
+      for (let n = 0; n < 2; n++) {
+        const completion = { id: "chatcmpl-w", object: "chat.completion", model: "gpt-5", choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [0, 1].map((i) => ({ ...(id === undefined ? {} : { id }), type: "function", function: { name: "exec_command", arguments: `{"cmd":"ls ${i}"}` } })) }, finish_reason: "tool_calls" }] }
+        const response = GatewaySwitchWire.responsesToChat.messageOf(completion, "gpt-5", new Set(), [], new Set(), {}) as { output: Array<{ call_id: string }> }
+        ids.push(...response.output.map((i) => i.call_id))
+      }
+    }
+    expect(ids).toHaveLength(14)
+    expect(ids.every((id) => /^[A-Za-z0-9_-]+$/.test(id))).toBe(true)
+    expect(new Set(ids).size).toBe(ids.length)
   })
 
   it("upstream errors in the agent's OpenAI shape: an overflow (OpenAI's and llama.cpp's) as context_length_exceeded with the upstream's figures, another error as it came", () => {
@@ -644,6 +715,26 @@ describe("Gateway, a provider switch between the OpenAI protocols", () => {
         const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
         const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
         expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "overflow"], ["failed", "provider_unavailable"]])
+      })
+    ), { timeout: 60_000 })
+
+  it.live("a continuation after thread_read that the Chat upstream refuses is Codex's response.failed numbered on from the events it got (one response id, sequence_numbers without a gap); the run fails", () =>
+    withGateway("chat", (chatApi) =>
+      Effect.gen(function*() {
+        chatApi.enqueue(
+          ModelApi.answer("openai-chat", "Let me read.", usage, [{ id: "call_read", name: "thread_read", arguments: JSON.stringify({ refs: "#1" }) }]),
+          { status: 500, contentType: "application/json", body: JSON.stringify({ error: { message: "The server had an error", type: "server_error", param: null, code: null } }) }
+        )
+        const answer = yield* raw(responses({ model: "gpt-5", instructions, stream: true, tools: responsesTools, input: [user("run it")] }))
+        expect(answer.status).toBe(200)
+        expect(chatApi.requests).toHaveLength(2)
+        const events = responsesEvents(answer.text)
+        expect(events.at(-1)).toMatchObject({ type: "response.failed", response: { status: "failed", error: { message: "The server had an error" } } })
+        expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i))
+        expect(new Set(events.filter((e) => isRecord(e.response)).map((e) => (e.response as Json).id)).size).toBe(1)
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        expect((yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs.map((r) => r.status)).toEqual(["failed"])
       })
     ), { timeout: 60_000 })
 })
