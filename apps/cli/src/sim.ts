@@ -22,7 +22,7 @@
  *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
  */
 import { Simulation } from "@baton/testing"
-import { Cause, Effect } from "effect"
+import { Cause, Data, Effect } from "effect"
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import { fileURLToPath } from "node:url"
@@ -259,6 +259,9 @@ const jobArgs = (args: Args, j: number): ReadonlyArray<string> | null => {
   ]
 }
 
+/** A job ended without its report (it crashed): its exit code or signal and its last stderr lines say why. */
+class JobFailed extends Data.TaggedError("JobFailed")<{ readonly message: string }> {}
+
 /**
  * Runs one job: this script again in a child process (the same Node flags, so the same loader), its stderr relayed
  * line by line with `[job j]` before it; yields its figures from its `sim-job-report` line. Fails when the job
@@ -266,7 +269,7 @@ const jobArgs = (args: Args, j: number): ReadonlyArray<string> | null => {
  * this is interrupted (the parent was stopped).
  */
 const runJob = (args: ReadonlyArray<string>, j: number) =>
-  Effect.async<Figures, Error>((resume) => {
+  Effect.async<Figures, JobFailed>((resume) => {
     const child: ChildProcess = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args], {
       stdio: ["ignore", "pipe", "pipe"]
     })
@@ -285,7 +288,7 @@ const runJob = (args: ReadonlyArray<string>, j: number) =>
       if (err.length > 0) process.stderr.write(`[job ${j}] ${err}\n`)
       const line = out.split("\n").find((l) => l.startsWith(jobReportMark))
       if (line === undefined) {
-        resume(Effect.fail(new Error(`job ${j} ended (${signal ?? `exit ${code}`}) without its report: ${errTail.join(" | ")}`)))
+        resume(Effect.fail(new JobFailed({ message: `job ${j} ended (${signal ?? `exit ${code}`}) without its report: ${errTail.join(" | ")}` })))
         return
       }
       resume(Effect.succeed(JSON.parse(line.slice(jobReportMark.length)) as Figures))
