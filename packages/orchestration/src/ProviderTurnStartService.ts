@@ -72,7 +72,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        *
        * What the native thread is found to hold also enters Baton's estimate of it (`estimatedTokens`, Baton's
        * count), as an acknowledged injection's does: a trusted read-back usage sets it (at the calibration in force),
-       * else the settled deliveries' tokens are added. The estimate is what the budget and the known-full check use
+       * else the settled deliveries' tokens are added and the stored usage report (from before them) is cleared. The estimate is what the budget and the known-full check use
        * once a turn brings no usage report; a settled delivery left out of it made Baton believe a native thread
        * held 15,355 tokens less than it did, and turn start injected history up to the window (sim seed 220048).
        */
@@ -105,7 +105,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           const estimatedTokens = checked !== null
             ? Calibration.toRaw((yield* calibration.current(providerThread.providerInstance)).ratio, checked.usedTokens)
             : stored.estimatedTokens + heldTokens
-          yield* store.updateNativeThread({ ...stored, usage: checked ?? stored.usage, estimatedTokens, updatedAt: now })
+          // Without a trusted read-back (and a delivery settled here), an earlier report no longer describes the
+          // native thread: it is dropped, so the budget and the known-full check (which take a report over
+          // the estimate) use the estimate that counts it (review r24: the turn start planned with the old report).
+          yield* store.updateNativeThread({ ...stored, usage: checked, estimatedTokens, updatedAt: now })
         }))
         return true
       })

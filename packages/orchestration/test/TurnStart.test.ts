@@ -387,6 +387,45 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(yield* o.check(threadId, h)).toEqual([])
       }).pipe(Effect.provide(h.layer))
     })
+    it.effect("a delivery read back as held with an untrusted read-back usage: the earlier usage report no longer stands, the turn start budgets with the estimate that counts it (review r24)", () => {
+      // As above, but the native thread's record holds an earlier trusted report from before the injection (200
+      // tokens) and the read-back's usage is not trusted (above the window). The budget takes a report over the
+      // estimate: before the fix the read-back added the settled delivery to the estimate and kept the old report,
+      // so the turn start planned as if the native thread held 200 tokens, not the ~15,000 it does.
+      const h = Harness.make([
+        { name: "claude", window: 200_000, inject: false },
+        {
+          name: "codex",
+          window: 44_000,
+          inject: true,
+          enforceWindow: false,
+          faults: ({ operation, call }) => (operation === "startTurn" && call === 1 ? "refuse" : null)
+        }
+      ])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const threadId = yield* o.create("claude")
+        h.script.enqueue(Harness.reply(15_000))
+        yield* o.send(threadId, "Plan the change")
+        yield* o.switchTo(threadId, "codex")
+        const refused = yield* o.send(threadId, "warm up")
+        expect(refused.turnStart?.mode).toBe("injected")
+        const codex = h.providers.codex!
+        const [settled] = yield* o.store.listDeliveriesOfThread(threadId)
+        yield* o.store.updateDelivery({ ...settled!, status: "pending" })
+        const pt = (yield* o.store.listProviderThreads(threadId)).find((p) => p.providerInstance === "codex")!
+        const native = Option.getOrThrow(yield* o.store.getNativeThread(pt.activeNativeThreadId!))
+        yield* o.store.updateNativeThread({ ...native, usage: { usedTokens: 200, maxTokens: 44_000 }, estimatedTokens: 200 })
+        // The read-back reports more than the window: not trusted.
+        codex.setUsage(native.nativeRef, 50_000)
+
+        h.script.enqueue(Harness.reply(100, null))
+        const next = yield* o.send(threadId, "Implement it")
+        expect(next.status).toBe("completed")
+        expect(next.turnStart?.budget.usedSource).toBe("estimate")
+        expect(next.turnStart?.budget.used).toBeGreaterThanOrEqual(settled!.deliveredTokens)
+      }).pipe(Effect.provide(h.layer))
+    })
   })
 
   describe("command receipts", () => {
