@@ -1,4 +1,4 @@
-import { ConcurrentModification, type ProviderThreadId, type Run, type RunId, type ThreadId } from "@baton/contracts"
+import { ConcurrentModification, type Item, type ItemId, type ProviderThreadId, type Run, type RunId, type ThreadId } from "@baton/contracts"
 import { Database, Migrations, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -101,6 +101,43 @@ describe.each(dialects)("persistence on %s", (_label, db) => {
       expect(versions.length).toBe(1)
     }).pipe(Effect.provide(layerOn(db))))
 
+  it.live("concurrent units of work appending items to one thread (insertItemsAfterLast): every seq once, none missing, each unit's items together (review r24)", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const now = yield* DateTime.now
+      yield* uow.global("test.create")(store.insertThread(thread("thr_i", now)))
+      const item = (unit: number, k: number): Item => ({
+        id: `itm_${unit}_${k}` as ItemId,
+        threadId: "thr_i" as ThreadId,
+        runId: null,
+        seq: 0,
+        kind: "assistant_message",
+        text: `unit ${unit} item ${k}`,
+        toolCallId: null,
+        toolName: null,
+        messageId: null,
+        isError: false,
+        toolCallState: null,
+        tokens: 3,
+        createdAt: now
+      })
+      const firsts = yield* Effect.forEach(
+        Array.from({ length: 12 }, (_, u) => u),
+        (u) =>
+          uow.thread("thr_i", "test.append")(Effect.gen(function*() {
+            yield* Effect.sleep("1 millis")
+            return yield* store.insertItemsAfterLast("thr_i" as ThreadId, [item(u, 0), item(u, 1), item(u, 2)])
+          })),
+        { concurrency: "unbounded" }
+      )
+      const stored = yield* store.listItems("thr_i" as ThreadId)
+      expect(stored.map((i) => i.seq)).toEqual(Array.from({ length: 36 }, (_, i) => i + 1))
+      firsts.forEach((first, u) => {
+        expect(stored.slice(first - 1, first + 2).map((i) => i.id)).toEqual([`itm_${u}_0`, `itm_${u}_1`, `itm_${u}_2`])
+      })
+    }).pipe(Effect.provide(layerOn(db))))
+
   it.live("events reach subscribers only after their unit of work commits; a rolled-back unit publishes nothing", () =>
     Effect.gen(function*() {
       const store = yield* ThreadStore
@@ -154,6 +191,59 @@ describe.each(dialects)("persistence on %s", (_label, db) => {
 
 describe("persistence on Postgres: statements and interruption", () => {
   const layer = () => layerOn(() => Database.layerPgIsolated())
+
+  it.live("insertItemsAfterLast outside the thread's lock: two transactions that read the same last seq do not both commit; the loser is a ConcurrentModification (retry), no seq twice or skipped (review r24)", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const now = yield* DateTime.now
+      yield* uow.global("test.create")(store.insertThread(thread("thr_o", now)))
+      const item = (id: string): Item => ({
+        id: id as ItemId,
+        threadId: "thr_o" as ThreadId,
+        runId: null,
+        seq: 0,
+        kind: "assistant_message",
+        text: id,
+        toolCallId: null,
+        toolName: null,
+        messageId: null,
+        isError: false,
+        toolCallState: null,
+        tokens: 1,
+        createdAt: now
+      })
+      const inserted = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      // `global` takes no thread lock on Postgres: A inserts and holds its transaction open while B inserts.
+      const a = yield* Effect.fork(uow.global("test.a")(Effect.gen(function*() {
+        yield* store.insertItemsAfterLast("thr_o" as ThreadId, [item("itm_a1"), item("itm_a2")])
+        yield* Deferred.succeed(inserted, undefined)
+        yield* Deferred.await(release)
+      })))
+      yield* Deferred.await(inserted)
+      const sql = yield* SqlClient.SqlClient
+      const backend = yield* Deferred.make<number>()
+      const b = yield* Effect.fork(Effect.either(uow.global("test.b")(Effect.gen(function*() {
+        const rows = yield* sql<{ readonly pid: number }>`SELECT pg_backend_pid() AS pid`
+        yield* Deferred.succeed(backend, Number(rows[0]?.pid))
+        return yield* store.insertItemsAfterLast("thr_o" as ThreadId, [item("itm_b1")])
+      }))))
+      // B's insert waits on A's row (the same seq under the unique key) before A commits.
+      const pid = yield* Deferred.await(backend)
+      yield* sql<{ readonly n: number | string }>`SELECT COUNT(*) AS n FROM pg_stat_activity
+          WHERE pid = ${pid} AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO items%'`.pipe(
+        Effect.filterOrFail((rows) => Number(rows[0]?.n) > 0),
+        Effect.retry(Schedule.spaced(Duration.millis(20)).pipe(Schedule.upTo(Duration.seconds(10)))),
+        Effect.orDie
+      )
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(a)
+      const lost = yield* Fiber.join(b)
+      expect(lost._tag).toBe("Left")
+      if (lost._tag === "Left") expect(lost.left._tag).toBe("ConcurrentModification")
+      expect((yield* store.listItems("thr_o" as ThreadId)).map((i) => [i.id, i.seq])).toEqual([["itm_a1", 1], ["itm_a2", 2]])
+    }).pipe(Effect.provide(layer())))
 
   // Regression (fuzz test, seed 873480020): `@effect/sql-pg` answered an interrupted statement with
   // `pg_cancel_backend(pid)`, which could land on another request's statement once the connection had moved on.
