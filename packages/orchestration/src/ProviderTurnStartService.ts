@@ -365,7 +365,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           const now = yield* DateTime.now
           const native: NativeThread = {
             ...plan.native,
-            usage: acknowledged ?? plan.native.usage,
+            // Without a trusted acknowledgement the earlier report no longer describes the native thread (it
+            // leaves the injection out, and the budget takes a report over the estimate): cleared, so a turn start
+            // before the next report budgets with the estimate that counts the injection (review r24).
+            usage: acknowledged,
             estimatedTokens: plan.native.estimatedTokens + injection.tokens,
             updatedAt: now
           }

@@ -428,6 +428,51 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     })
   })
 
+  describe("an injection acknowledged without a trusted usage", () => {
+    it.effect("the native thread's earlier usage report is cleared with the injection counted in the estimate: a later turn start budgets with the estimate (review r24)", () => {
+      // codex reported 100-odd tokens on its first turn; claude's 15,000 are then injected into it, the acknowledgement
+      // reports more than the window (not trusted), and the turn is refused (no outcome writes the usage). Before the
+      // fix the injection was added to the estimate while the old report stayed, and the budget takes a report
+      // over the estimate: the next turn start planned as if the native thread held 100-odd tokens.
+      const h = Harness.make([
+        { name: "claude", window: 200_000, inject: false },
+        {
+          name: "codex",
+          window: 44_000,
+          inject: true,
+          enforceWindow: false,
+          faults: ({ operation, call }) => (operation === "startTurn" && call === 2 ? "refuse" : null)
+        }
+      ])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const threadId = yield* o.create("codex")
+        h.script.enqueue(Harness.reply(100))
+        yield* o.send(threadId, "hello")
+        const pt = (yield* o.store.listProviderThreads(threadId)).find((p) => p.providerInstance === "codex")!
+        const native = Option.getOrThrow(yield* o.store.getNativeThread(pt.activeNativeThreadId!))
+        expect(native.usage).not.toBeNull()
+        yield* o.switchTo(threadId, "claude")
+        h.script.enqueue(Harness.reply(15_000))
+        yield* o.send(threadId, "Plan the change")
+        yield* o.switchTo(threadId, "codex")
+        // The acknowledgement reports more than the window: not trusted.
+        h.providers.codex!.setUsage(native.nativeRef, 50_000)
+        const refused = yield* o.send(threadId, "warm up")
+        expect(refused.status).toBe("failed")
+        expect(refused.turnStart?.mode).toBe("injected")
+        const [settled] = (yield* o.store.listDeliveriesOfThread(threadId)).filter((d) => d.status === "injected")
+        expect(settled).toBeDefined()
+
+        h.script.enqueue(Harness.reply(100, null))
+        const next = yield* o.send(threadId, "Implement it")
+        expect(next.status).toBe("completed")
+        expect(next.turnStart?.budget.usedSource).toBe("estimate")
+        expect(next.turnStart?.budget.used).toBeGreaterThanOrEqual(settled!.deliveredTokens)
+      }).pipe(Effect.provide(h.layer))
+    })
+  })
+
   describe("command receipts", () => {
     it.effect("a repeated command id returns the first result and runs nothing again", () => {
       const h = Harness.make([{ name: "claude", window: 200_000, inject: false }])
