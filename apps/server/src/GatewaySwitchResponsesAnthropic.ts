@@ -15,7 +15,9 @@
  *   them) one `user` message of `tool_result` blocks, first; Codex's `local_shell_call` the assistant's text
  *   `[local_shell_call <id>: <action>]`, and an output whose call is not a `tool_use` of the request (a local shell
  *   call's, a call left out) a text block `[<type> <call id>]` then its text, never a `tool_result` without its
- *   `tool_use`; `reasoning` and other items left out (another provider cannot read them). Tools: functions
+ *   `tool_use`; Codex's `agent_message` (a message between its agents: a sub-agent's task, its final answer to its
+ *   parent) a `user` message of its text parts (its `encrypted_content` left out); `reasoning` and other items left
+ *   out (another provider cannot read them). Tools: functions
  *   `{name, description, input_schema: parameters}`, a custom (freeform) tool `{name, description, input_schema: an
  *   object of one string "input"}`, others left out; `tool_choice` and `parallel_tool_calls` mapped; `max_tokens` the
  *   output room (from `max_output_tokens`).
@@ -78,6 +80,15 @@ export const anthropicOfResponses = (body: Json): A.Converted => {
   input.forEach((item, j) => {
     if (j < lead) return
     const type = typeOf(item)
+    if (type === "agent_message") {
+      // Codex's message between its agents (multi_agent_v2: a task, a follow-up, a sub-agent's final answer to its
+      // parent) as the user's text; its encrypted part (the task's message) is left out: another provider cannot read it.
+      const parts = (Array.isArray(item.content) ? item.content : []).filter((p) => !(isRecord(p) && p.type === "encrypted_content"))
+      const blocks = blocksOfContent(parts)
+      if (last === "results") push("user", "user", blocks.filter((b) => !(b.type === "text" && String(b.text).trim() === "")), j, true)
+      else push("user", "user", A.nonEmpty(blocks), j, false)
+      return
+    }
     if (type === "message") {
       if (item.role === "assistant") {
         const blocks = blocksOfContent(item.content).filter((b) => !(b.type === "text" && String(b.text).trim() === ""))

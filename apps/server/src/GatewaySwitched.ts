@@ -335,7 +335,8 @@ export const serve = (input: Input) =>
      * The upstream's `thread_read` calls beside the agent's own calls (the agent must answer its calls, so the gateway
      * does not continue): `full` the answer's content in the agent's protocol with them (converted without hiding
      * them), `received` the content the agent got (without them). They are answered from the thread (an answer that
-     * would take the request over the fit's limit refused to the model, as for a hidden round), and the expansion
+     * would take the next request, the request sent with `full` and the answers, over the fit's limit refused to the
+     * model, as for a hidden round), and the expansion
      * recorded for the received message: the message with the calls, then the answers, which the agent's next request
      * carries in its place (joined with its own results where the protocol needs them in one message). `undefined`:
      * no such calls, no thread or no offload of the agent's protocol.
@@ -349,7 +350,9 @@ export const serve = (input: Input) =>
           r.invalid !== undefined
             ? Effect.succeed({ id: r.id, output: r.invalid, isError: true })
             : Effect.map(input.reader.answer(threadId as ThreadId, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a })))
-        const fitting = fitAnswers(answers, used, limit, (a) => wire.answerTokens(count, { toolCallId: a.id, output: a.output, isError: a.isError }))
+        // The next request carries the request sent, the upstream's answer (its text and calls, counted as the
+        // same-protocol path counts a reply: its JSON) and these answers: they must fit in it.
+        const fitting = fitAnswers(answers, used + count(JSON.stringify(full)), limit, (a) => wire.answerTokens(count, { toolCallId: a.id, output: a.output, isError: a.isError }))
         return agentOffload.expansions(received, agentOffload.shape.withHistory({}, []), 0, full, expansionKey, fitting.answers)
       })
     const response = yield* Effect.either(post(chatBody))

@@ -339,4 +339,45 @@ describe("Gateway, thread_read beside the agent's own calls on a provider switch
         })
       ), { timeout: 60_000 })
   }
+
+  for (const streamed of [true, false]) {
+  it.live(`/v1/messages to openai-chat (${streamed ? "streamed" : "whole"}): a read whose answer fits beside the request sent but not with the upstream's answer too (its text and calls, which the next request carries) is refused to the model, as on the same-protocol path (review r23)`, () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        // The history near the limit (26,400 tokens: the window 32,000 less 4,000 of output room and 5%): its tool
+        // output, then an answer of about 3,000 tokens of text calling thread_read (about 1,800 tokens) beside Bash.
+        const big = `hello-output ${words(9, 8_000)}`
+        const send = (history: ReadonlyArray<unknown>) =>
+          raw(HttpClientRequest.post("/v1/messages?beta=true").pipe(
+            HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "sess-beside-w" }),
+            HttpClientRequest.bodyText(JSON.stringify({ model: "gpt-5", max_tokens: 4_000, stream: streamed, system: "You are Claude Code.", tools: [{ name: "Bash", input_schema: { type: "object" } }], messages: history }), "application/json")
+          ))
+        const history = [
+          { role: "user", content: "run it" },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_a", name: "Bash", input: { command: "cat big" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a", content: big }] }
+        ]
+        const read = { id: "call_r", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_a", limit: 4_000 }) }
+        const bash = { id: "call_b", name: "Bash", arguments: JSON.stringify({ command: "ls" }) }
+        chat.enqueue(streamed ? ModelApi.answer("openai-chat", words(3, 1_000), usage, [read, bash]) : chatWhole(words(3, 1_000), [read, bash]))
+        const first = yield* send(history)
+        expect(first.status).toBe(200)
+        chat.enqueue(streamed ? ModelApi.answer("openai-chat", "Done.", usage) : chatWhole("Done.", []))
+        let content: unknown = (first.body as Json | undefined)?.content
+        if (streamed) {
+          const a = GatewayAnthropic.replyAssembler()
+          a.push(new TextEncoder().encode(first.text))
+          const outcome = a.outcome()
+          if (outcome._tag !== "completed") throw new Error("the answer did not complete")
+          content = (outcome.reply.messages[0]!.message as Json).content
+        }
+        expect((yield* send([...history, { role: "assistant", content }, { role: "user", content: [{ type: "tool_result", tool_use_id: "call_b", content: "a.txt" }] }])).status).toBe(200)
+        const sent = (JSON.parse(chat.requests[1]!.body) as { messages: ReadonlyArray<Json> }).messages
+        const answer = sent.find((m) => m.role === "tool" && m.tool_call_id === "call_r")
+        // Before: the answer was counted against the request sent alone, and went out (1,800 tokens over the limit).
+        expect(String(answer?.content)).toContain("thread_read: not read")
+        expect(String(answer?.content)).not.toContain(big.slice(0, 200))
+      })
+    ), { timeout: 60_000 })
+  }
 })

@@ -120,3 +120,39 @@ describe("GatewaySwitchResponsesAnthropic, review r21", () => {
     expect(at([{ role: "user", content: blocks(30, "text") }])).toEqual([[0, 29]])
   })
 })
+
+/**
+ * Review r23: Codex's `agent_message` (`multi_agent_v2`: a sub-agent's task, the parent's follow-up, a sub-agent's
+ * final answer to its parent) was left out of the conversion like a reasoning item: on a switch to Anthropic the
+ * parent never read its sub-agent's answer, a sub-agent never read its task's header, and a request whose newest
+ * input is one ended with the assistant's message. Now it goes as the user's text (its encrypted part, which another
+ * provider cannot read, left out).
+ */
+describe("GatewaySwitchResponsesAnthropic, review r23", () => {
+  const agentMessage = (text: string, encrypted = false) => ({
+    type: "agent_message",
+    content: [{ type: "input_text", text }, ...(encrypted ? [{ type: "encrypted_content", encrypted_content: "ENC" }] : [])]
+  })
+
+  it("a sub-agent's final answer to its parent (an agent_message after the wait's output) is the user's text the parent's model reads", () => {
+    const answer = "Message Type: FINAL_ANSWER\nFrom: /root/writer\nPayload:\nwrote sub.txt (12 lines)"
+    const converted = GatewaySwitchResponsesAnthropic.anthropicOfResponses({
+      input: [developer, user("use a sub-agent"), call("call_spawn"), output("call_spawn", "{\"agent_id\":\"t-s\"}"), { type: "message", role: "assistant", content: [{ type: "output_text", text: "Waiting." }] }, agentMessage(answer)]
+    })
+    const messages = converted.messages as ReadonlyArray<{ role: string; content: ReadonlyArray<Json> }>
+    checkPairs(messages)
+    expect(messages.at(-1)).toEqual({ role: "user", content: [{ type: "text", text: answer }] })
+  })
+
+  it("a sub-agent's task: its header text, the encrypted message left out; after its tool results, joined with them", () => {
+    const task = agentMessage("Message Type: NEW_TASK\nFrom: /root\nTask name: writer", true)
+    const first = GatewaySwitchResponsesAnthropic.anthropicOfResponses({ input: [developer, user("<environment_context/>"), task] })
+    expect(first.messages).toEqual([{ role: "user", content: [{ type: "text", text: "<environment_context/>" }] }, { role: "user", content: [{ type: "text", text: "Message Type: NEW_TASK\nFrom: /root\nTask name: writer" }] }])
+    expect(textOf(first.messages as ReadonlyArray<{ content: ReadonlyArray<Json> }>)).not.toContain("ENC")
+    const later = GatewaySwitchResponsesAnthropic.anthropicOfResponses({ input: [developer, user("go"), call("call_f"), output("call_f", "f-out"), agentMessage("Message Type: FOLLOWUP_TASK\nmore")] })
+    const messages = later.messages as ReadonlyArray<{ role: string; content: ReadonlyArray<Json> }>
+    checkPairs(messages)
+    expect(messages.map((m) => m.role)).toEqual(["user", "assistant", "user"])
+    expect(messages[2]!.content.map((b) => b.type === "text" ? b.text : b.type)).toEqual(["tool_result", "Message Type: FOLLOWUP_TASK\nmore"])
+  })
+})
