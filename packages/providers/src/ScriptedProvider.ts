@@ -152,6 +152,13 @@ export interface ScriptedConfig {
   readonly summaryTokens?: number
   readonly faults?: FaultPlan
   /**
+   * The usage an injection's acknowledgement or a `readThread` answer carries, by call (1-based, the two counted
+   * together): `counted` (the native thread's, the default), `missing` (`null` / none) or `impossible` (777,000 of a
+   * 258,000-token window, above any window: a report Baton must not trust). A provider whose answers about the
+   * thread come without usage, or with a broken one (issue 8 item 4: usage missing or above the window).
+   */
+  readonly ackUsage?: (call: { readonly operation: "injectHistory" | "readThread"; readonly call: number }) => "counted" | "missing" | "impossible"
+  /**
    * Runs when an `interrupt_in_tool_call` turn stops inside its tool call (the simulation interrupts from here).
    * Without it the turn waits for `interrupt` (tests interrupt from another fiber after `awaitToolCall`).
    */
@@ -296,6 +303,12 @@ export const make = (
     ...(config.contextWindow === null ? {} : { maxTokens: config.contextWindow }),
     ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
   })
+  let ackCalls = 0
+  /** The usage of an acknowledgement or a read-back (`ScriptedConfig.ackUsage`). */
+  const ackUsageOf = (operation: "injectHistory" | "readThread", state: NativeState): ContextUsage | null => {
+    const kind = config.ackUsage?.({ operation, call: ++ackCalls }) ?? "counted"
+    return kind === "counted" ? usageOf(state) : kind === "missing" ? null : { usedTokens: 777_000, maxTokens: 258_000 }
+  }
 
   /**
    * Native auto-compaction at the configured threshold; without one, at the window (a provider compacts, or a
@@ -519,7 +532,7 @@ export const make = (
       Effect.map(lookup("readThread", nativeRef), (state) => ({
         deliveryIds: [...state.deliveryIds],
         runIds: [...state.runIds],
-        usage: usageOf(state)
+        usage: ackUsageOf("readThread", state)
       })),
     received,
     setUsage: (nativeRef, usedTokens) => {
@@ -558,7 +571,7 @@ export const make = (
           return yield* fail("injectHistory", "ack_lost", "the injection reached the provider but its acknowledgement was lost", true)
         }
         if (fault === "fail_after_injection") failNextTurn = true
-        return { usage: usageOf(state) }
+        return { usage: ackUsageOf("injectHistory", state) }
       })
   }
 }

@@ -233,6 +233,10 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         ...(p.requestOverhead === undefined ? {} : { requestOverhead: p.requestOverhead }),
         ...(p.enforceWindow === undefined ? {} : { enforceWindow: p.enforceWindow }),
         ...(p.overflowSignal === undefined ? {} : { overflowSignal: p.overflowSignal }),
+        ...(p.ackUsage === undefined ? {} : {
+          ackUsage: ({ call }: { readonly call: number }) =>
+            call % p.ackUsage!.missingEvery === 0 ? "missing" as const : call % p.ackUsage!.impossibleEvery === 0 ? "impossible" as const : "counted" as const
+        }),
         faults: (call) => {
           const fault = armed[call.operation]
           if (fault === null) return null

@@ -25,6 +25,11 @@ export interface ProviderSetup {
   readonly requestOverhead?: number
   /** Whether the provider enforces its window (`ScriptedConfig.enforceWindow`); absent = true. */
   readonly enforceWindow?: boolean
+  /**
+   * Acknowledgements and read-backs without usage (every `missingEvery`-th call) or with an impossible one (every
+   * `impossibleEvery`-th; `ScriptedConfig.ackUsage`, a missing one wins); absent = always the provider's count.
+   */
+  readonly ackUsage?: { readonly missingEvery: number; readonly impossibleEvery: number }
   /** How it signals an overflow (`ScriptedConfig.overflowSignal`); absent = a typed code. */
   readonly overflowSignal?: "code" | "text"
 }
@@ -290,6 +295,17 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * and after about one in twelve a race: a send with `/compact`, `/offload` or a switch issued inside its turn
  * (another stream; ids `3 * steps + id`).
  */
+/**
+ * With usage reports on, about half the providers answer some acknowledgements and read-backs without usage or with
+ * an impossible one (`ProviderSetup.ackUsage`), from a PRNG stream of their own (`salt`), so every other draw of a
+ * seed stays as it was.
+ */
+const withAckUsage = (providers: ReadonlyArray<ProviderSetup>, salt: number, on: boolean): ReadonlyArray<ProviderSetup> => {
+  if (!on) return providers
+  const ra = Prng.make(salt)
+  return providers.map((p) => ra.chance(0.5) ? { ...p, ackUsage: { missingEvery: ra.int(2, 4), impossibleEvery: ra.int(3, 7) } } : p)
+}
+
 export const generate = (seed: number, steps: number, features: Features = allFeatures): Scenario => {
   const r = Prng.make(seed)
   // Offloads draw from their own stream: adding them leaves every other operation of a seed as it was.
@@ -301,7 +317,7 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rt = Prng.make((seed ^ 0x7e57) >>> 0)
   // And so do races.
   const rr = Prng.make((seed ^ 0x4ace5) >>> 0)
-  const providers = providersFor(r, rt, features.truth)
+  const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
   const names = providers.map((p) => p.name)
   let active = r.pick(names)
   const ops: Array<Operation> = [{ kind: "create", id: 0, provider: active, crash: crashFor(r, features, "create", 0.3) }]
