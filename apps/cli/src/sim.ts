@@ -210,7 +210,10 @@ const combine = (jobs: ReadonlyArray<Figures>, steps: number, seedStart: number)
   elapsedMs: Math.max(0, ...jobs.map((j) => j.elapsedMs))
 })
 
-/** The one-line summary (`Simulation.summaryLine`'s shape), with the number of jobs when there were several. */
+/**
+ * The one-line summary: `sim: seeds S..E, N×M steps, C crash-restarts at K distinct crash points, …, V violations, T ms
+ * (R operations/s)`, with the number of jobs when there were several.
+ */
 const summaryOf = (f: Figures, jobs: number) =>
   `sim: seeds ${f.seedsText}, ${f.seeds}×${f.steps} steps, ` +
   `${f.crashRestarts} crash-restarts at ${f.crashPoints.length} distinct crash points, ` +

@@ -274,17 +274,6 @@ export const soak = (options: SoakOptions) =>
 export const seedRange = (report: Pick<SoakReport, "seedStart" | "seeds" | "seedStep">) =>
   `${report.seedStart}..${report.seedStart + (report.seeds - 1) * report.seedStep}` + (report.seedStep === 1 ? "" : ` every ${report.seedStep}`)
 
-/** The one-line summary: `sim: seeds S..E, N×M steps, C crash-restarts at K distinct crash points, V violations, T ms`. */
-export const summaryLine = (report: SoakReport) =>
-  `sim: seeds ${seedRange(report)}, ${report.seeds}×${report.steps} steps, ` +
-  `${report.crashes} crash-restarts at ${report.crashPoints.length} distinct crash points, ` +
-  `${report.overflowsRejected} overflows rejected and ${report.outputStopped} turns stopped by the providers' windows, ` +
-  `${report.failures.length} violations, ${report.elapsedMs} ms (${operationsPerSecond(report)} operations/s)`
-
-/** Operations per second of a soak, to one decimal. */
-export const operationsPerSecond = (report: SoakReport) =>
-  report.elapsedMs === 0 ? 0 : Math.round((report.operations / report.elapsedMs) * 10_000) / 10
-
 /** A failure as text: the seed, its violations, the shrunk operation list and the scenario as JSON (a regression). */
 export const formatFailure = (failure: Failure): ReadonlyArray<string> => {
   const lines = [`seed ${failure.seed}: ${failure.outcome.violations.length} violation(s) after operation ${failure.outcome.failedAt}`]
