@@ -252,6 +252,12 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         let current: NativeThread | null = null
         let replaceReason: string | null = null
         if (providerThreadIn.activeNativeThreadId !== null) {
+          /** Why `native` is known too full for this turn (logged), or `null`; never on a retry without history. */
+          const fullReason = (native: NativeThread) =>
+            options.retryWithoutHistory === true || config.mutations.has("ignore_known_full")
+              ? Effect.succeed<string | null>(null)
+              : Effect.tap(knownFull(native, providerThreadIn, requestTokens), (reason) =>
+                reason === null ? Effect.void : Effect.logWarning(`native thread ${native.id} is full (${reason}): the turn starts a replacement`))
           const found = yield* store.getNativeThreadSession(providerThreadIn.activeNativeThreadId)
           if (found._tag === "Some" && found.value.native.status === "replaced") {
             current = found.value.native
@@ -266,10 +272,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
               else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, true))
             }
-            if (replaceReason === null && options.retryWithoutHistory !== true && !config.mutations.has("ignore_known_full")) {
-              replaceReason = yield* knownFull(current, providerThreadIn, requestTokens)
-              if (replaceReason !== null) yield* Effect.logWarning(`native thread ${current.id} is full (${replaceReason}): the turn starts a replacement`)
-            }
+            if (replaceReason === null) replaceReason = yield* fullReason(current)
             const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
             if (replaceReason === null && uncertain.length > 0) {
               if (!(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
@@ -281,10 +284,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
                 // (sim seed 220048: history injected up to the window, the prompt then rejected).
                 const reconciled: NativeThread = Option.getOrElse(yield* store.getNativeThread(current.id), () => current!)
                 current = reconciled
-                if (options.retryWithoutHistory !== true && !config.mutations.has("ignore_known_full")) {
-                  replaceReason = yield* knownFull(reconciled, providerThreadIn, requestTokens)
-                  if (replaceReason !== null) yield* Effect.logWarning(`native thread ${reconciled.id} is full (${replaceReason}): the turn starts a replacement`)
-                }
+                replaceReason = yield* fullReason(reconciled)
               }
             }
           }
