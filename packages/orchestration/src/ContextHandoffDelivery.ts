@@ -209,16 +209,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         target: ProviderThread,
         native: NativeThreadId | null
       ) {
-        const covered = new Set<string>()
-        for (const handoff of yield* store.listHandoffsTo(target.id)) {
-          if (!handoff.open) {
-            if (native === null) continue
-            const settled = yield* store.findDelivery(handoff.id, native)
-            if (settled._tag === "None" || (settled.value.status !== "injected" && settled.value.status !== "inline")) continue
-          }
-          for (const id of handoff.sourceRunIds) covered.add(id)
-        }
-        return covered
+        return new Set<string>(yield* store.listCoveredSourceRunIds(target.id, native))
       })
 
       /**

@@ -729,6 +729,24 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "handoffs.listTo",
           sql`SELECT * FROM handoffs WHERE target_provider_thread_id = ${target} ORDER BY created_at, id`
         ),
+      /**
+       * The source runs of every handoff toward `target` that still covers them: open, or closed with its delivery
+       * to `native` settled (`injected` or `inline`); with `native` null, open ones only. One statement that reads
+       * only the handoffs' `source_run_ids` (never their item id lists, which grow with the thread), so a switch on
+       * a thread with many handoffs costs one short read rather than one statement per handoff. Returns run ids in
+       * no particular order, duplicates possible. Fails with `PersistenceError`.
+       */
+      listCoveredSourceRunIds: (target: ProviderThreadId, native: NativeThreadId | null) =>
+        sql<{ readonly sourceRunIds: string }>`
+          SELECT h.source_run_ids FROM handoffs h WHERE h.target_provider_thread_id = ${target} AND (h.open = 1${
+          native === null ? sql`` : sql` OR EXISTS (SELECT 1 FROM handoff_deliveries d WHERE d.handoff_id = h.id
+            AND d.native_thread_id = ${native} AND d.status IN ('injected', 'inline'))`})`.pipe(
+          Effect.flatMap((rows) => Effect.try({
+            try: () => rows.flatMap((row) => JSON.parse(row.sourceRunIds) as Array<RunId>),
+            catch: (cause) => ({ _tag: "ParseError", message: `source_run_ids is not a JSON array: ${String(cause)}` })
+          })),
+          orPersistence("handoffs.listCoveredSourceRunIds")
+        ),
       listHandoffs: (threadId: ThreadId) =>
         handoffs.findAll("handoffs.list", sql`SELECT * FROM handoffs WHERE thread_id = ${threadId} ORDER BY created_at, id`),
       /**

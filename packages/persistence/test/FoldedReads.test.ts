@@ -1,4 +1,4 @@
-import type { Item, ItemId, RunAttemptId, NativeThreadId, ProviderThreadId, Run, RunId, ThreadId } from "@baton/contracts"
+import type { DeliveryId, DeliveryStatus, HandoffId, Item, ItemId, NativeThreadId, ProviderInstance, ProviderThreadId, Run, RunAttemptId, RunId, ThreadId } from "@baton/contracts"
 import { Database, ThreadStore } from "@baton/persistence"
 import type { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -159,6 +159,77 @@ for (const [dialect, db] of dialects) {
         expect(found.nextSeq).toBe(5)
         expect(Option.map((yield* check("thr_r")).active, (r) => r.id)).toEqual(Option.some("run_r1"))
         expect(yield* check("thr_none")).toEqual({ active: Option.none(), nextSeq: 1 })
+      }).pipe(Effect.provide(layerOn(db))))
+
+    it.effect("listCoveredSourceRunIds: the source runs of handoffs toward the target that are open or settled (injected/inline) to the native thread, as a read of every handoff and its delivery finds them", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_c", now))
+        const pth = (id: string) => ({
+          id: id as ProviderThreadId, threadId: "thr_c" as ThreadId, providerInstance: id as ProviderInstance, model: "m",
+          contextWindow: null, activeNativeThreadId: null, syncedRunSeq: 0, createdAt: now, updatedAt: now
+        })
+        yield* store.insertProviderThread(pth("pth_t"))
+        yield* store.insertProviderThread(pth("pth_other"))
+        for (const [generation, id] of ["nat_a", "nat_b"].entries()) {
+          yield* store.insertNativeThread({
+            id: id as NativeThreadId, providerThreadId: "pth_t" as ProviderThreadId, generation: generation + 1, nativeRef: id,
+            status: id === "nat_a" ? "replaced" : "active",
+            usage: null, estimatedTokens: 0, compactionsWithoutProgress: 0, createdAt: now, updatedAt: now
+          })
+        }
+        // Each handoff: whether open, its target, its delivery to nat_a (status or none) and to nat_b.
+        const cases: ReadonlyArray<readonly [string, boolean, string, DeliveryStatus | null, DeliveryStatus | null]> = [
+          ["open_none", true, "pth_t", null, null],
+          ["open_deferred", true, "pth_t", "deferred", null],
+          ["closed_injected", false, "pth_t", "injected", null],
+          ["closed_inline", false, "pth_t", "inline", "superseded"],
+          ["closed_superseded", false, "pth_t", "superseded", "inline"],
+          ["closed_pending", false, "pth_t", "pending", null],
+          ["closed_none", false, "pth_t", null, "injected"],
+          ["elsewhere", true, "pth_other", null, null]
+        ]
+        for (const [name, open, target, toA, toB] of cases) {
+          yield* store.insertHandoff({
+            id: `hof_${name}` as HandoffId, threadId: "thr_c" as ThreadId, kind: "switch", targetProviderThreadId: target as ProviderThreadId,
+            sourceRunIds: [`run_${name}_1`, `run_${name}_2`] as Array<RunId>, itemIds: [`itm_${name}`] as Array<ItemId>, tokens: 1,
+            omittedItemIds: [], open, createdAt: now, updatedAt: now
+          })
+          for (const [native, status] of [["nat_a", toA], ["nat_b", toB]] as const) {
+            if (status === null) continue
+            yield* store.insertDelivery({
+              id: `dlv_${name}_${native}` as DeliveryId, handoffId: `hof_${name}` as HandoffId, nativeThreadId: native as NativeThreadId,
+              status, mode: null, runId: null, deliveredItemIds: [], omittedItemIds: [], deliveredTokens: 0, deferCount: 0,
+              lastDeferReason: null, createdAt: now, updatedAt: now
+            })
+          }
+        }
+        // The definition, read the long way: every handoff toward the target, and its delivery to the native thread.
+        const expected = (native: NativeThreadId | null) =>
+          Effect.gen(function*() {
+            const out: Array<string> = []
+            for (const h of yield* store.listHandoffsTo("pth_t" as ProviderThreadId)) {
+              if (!h.open) {
+                if (native === null) continue
+                const d = yield* store.findDelivery(h.id, native)
+                if (d._tag === "None" || (d.value.status !== "injected" && d.value.status !== "inline")) continue
+              }
+              out.push(...h.sourceRunIds)
+            }
+            return out.sort()
+          })
+        const runsOf = (...names: Array<string>) => names.flatMap((n) => [`run_${n}_1`, `run_${n}_2`]).sort()
+        for (const native of ["nat_a", "nat_b", null] as const) {
+          const got = [...(yield* store.listCoveredSourceRunIds("pth_t" as ProviderThreadId, native as NativeThreadId | null))].sort()
+          expect(got).toEqual(yield* expected(native as NativeThreadId | null))
+        }
+        expect([...(yield* store.listCoveredSourceRunIds("pth_t" as ProviderThreadId, "nat_a" as NativeThreadId))].sort())
+          .toEqual(runsOf("open_none", "open_deferred", "closed_injected", "closed_inline"))
+        expect([...(yield* store.listCoveredSourceRunIds("pth_t" as ProviderThreadId, "nat_b" as NativeThreadId))].sort())
+          .toEqual(runsOf("open_none", "open_deferred", "closed_superseded", "closed_none"))
+        expect([...(yield* store.listCoveredSourceRunIds("pth_t" as ProviderThreadId, null))].sort()).toEqual(runsOf("open_none", "open_deferred"))
+        expect(yield* store.listCoveredSourceRunIds("pth_none" as ProviderThreadId, null)).toEqual([])
       }).pipe(Effect.provide(layerOn(db))))
   })
 }
