@@ -21,7 +21,8 @@
  *
  * Environment: `DURATION` seconds per measurement (10), `WARMUP` seconds (3), `CONCURRENCY` (`1,10,100`), `DIALECTS`
  * (`sqlite,postgres`; Postgres at `BATON_TEST_DATABASE_URL` or 127.0.0.1:5432/test), `BENCH_PROFILE=DIR` (a V8 CPU profile
- * of each Baton server process, written to DIR when it stops).
+ * of each Baton server process, written to DIR when it stops), `BENCH_SPANS=FILE` (each span's wall time by name and
+ * each statement's by the operation it ran in, written to FILE when the Baton server stops; see `withSpanTotals`).
  *
  * Run: `pnpm bench:server` (= `npx tsx bench/server-load.ts`) from the repository root. SSE delivery latency to 100
  * subscribers is `bench/event-feed.ts`.
@@ -34,7 +35,7 @@ import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpServer, Htt
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import autocannon from "autocannon"
 import { timeSliced } from "../apps/cli/src/CliRuntime.js"
-import { Console, Data, Effect, Layer, Scheduler, Schema, Stream } from "effect"
+import { Console, Data, Effect, Layer, Option, Scheduler, Schema, Stream, Tracer } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Http from "node:http"
@@ -327,6 +328,55 @@ const onProductionScheduler = <A, E>(self: Effect.Effect<A, E>) =>
     ? self
     : Effect.withScheduler(self, process.env["SCHEDULER"] === "batched" ? Scheduler.makeBatched((run) => setImmediate(run)) : timeSliced())
 
+/**
+ * `BENCH_SPANS=FILE`: the Baton server process records every span's wall time (inclusive, ms) by span name (a statement by the operation it ran in and its text) and writes
+ * the totals to FILE when it exits (total, count, mean, median; sorted by total): where a turn's time goes by operation
+ * (`http.server`, `ThreadService.*`, `TurnExecution.*`, `sql.execute`, ...), which a CPU profile cannot say because
+ * the fibers' stacks end at the scheduler.
+ */
+const withSpanTotals = <A, E>(self: Effect.Effect<A, E>) => {
+  const file = process.env["BENCH_SPANS"]
+  if (file === undefined || file === "") return self
+  const totals = new Map<string, { count: number; ms: number; all: Array<number> }>()
+  process.on("exit", () => {
+    const rows = [...totals].sort((a, b) => b[1].ms - a[1].ms)
+      .map(([name, t]) => {
+        const sorted = t.all.sort((a, b) => a - b)
+        return `${t.ms.toFixed(1).padStart(10)} ms ${String(t.count).padStart(8)}x mean ${(t.ms / t.count).toFixed(3).padStart(8)} ms p50 ${sorted[Math.floor(sorted.length / 2)]!.toFixed(3).padStart(8)} ms  ${name}`
+      })
+    Fs.writeFileSync(file, rows.join("\n") + "\n")
+  })
+  /** The nearest enclosing span that is not the SQL client's own (`sql.*`). */
+  const within = (parent: Option.Option<Tracer.AnySpan>): string => {
+    for (let p = Option.getOrUndefined(parent); p !== undefined; p = p._tag === "Span" ? Option.getOrUndefined(p.parent) : undefined) {
+      if (p._tag === "Span" && !p.name.startsWith("sql.")) return p.name
+    }
+    return "(none)"
+  }
+  const tracer = Tracer.make({
+    span: (name, parent, context, links, startTime, kind) => {
+      const t0 = performance.now()
+      const attributes = new Map<string, unknown>()
+      return {
+        _tag: "Span", name, spanId: "s", traceId: "t", parent, context, status: { _tag: "Started", startTime },
+        attributes, links: [...links], sampled: true, kind,
+        end: () => {
+          const key = name === "sql.execute" ? `sql in ${within(parent)}: ${String(attributes.get("db.query.text") ?? "").replace(/\s+/g, " ").slice(0, 100)}` : name
+          const t = totals.get(key) ?? { count: 0, ms: 0, all: [] }
+          const ms = performance.now() - t0
+          t.count++
+          t.ms += ms
+          t.all.push(ms)
+          totals.set(key, t)
+        },
+        attribute: (k, v) => void attributes.set(k, v), event: () => {}, addLinks: () => {}
+      }
+    },
+    context: (f) => f()
+  })
+  return Effect.withTracer(self, tracer)
+}
+
 const role = process.argv[2]
 if (role === "serve-bare") {
   NodeRuntime.runMain(onProductionScheduler(Layer.launch(bareLayer)))
@@ -340,7 +390,7 @@ if (role === "serve-bare") {
       ...(flag === "--database-url" ? { databaseUrl: value } : { db: value })
     })
     return yield* Layer.launch(batonLayer(settings))
-  })))
+  }).pipe(withSpanTotals)))
 } else {
   NodeRuntime.runMain(main)
 }

@@ -61,6 +61,8 @@ const program = Effect.gen(function*() {
   yield* time("effect: point read, raw rows", each((id) => sql`SELECT * FROM runs WHERE id = ${id}`))
   yield* time("effect: point read + schema decode", each((id) => Effect.flatMap(sql`SELECT * FROM runs WHERE id = ${id}`, decode)))
   yield* time("effect: point read + decode, with a tracer", Effect.withTracer(each((id) => Effect.flatMap(sql`SELECT * FROM runs WHERE id = ${id}`, decode)), nullTracer))
+  yield* time("effect: point read + decode, tracing disabled", Effect.withTracerEnabled(each((id) => Effect.flatMap(sql`SELECT * FROM runs WHERE id = ${id}`, decode)), false))
+  yield* time("effect: unit of work, tracing disabled", Effect.withTracerEnabled(each(() => sql.withTransaction(sql`UPDATE threads SET lock_version = lock_version + 1 WHERE id = 'thr_1'`)), false))
   yield* time("effect: unit of work (BEGIN, lock UPDATE, COMMIT)", each(() => sql.withTransaction(sql`UPDATE threads SET lock_version = lock_version + 1 WHERE id = 'thr_1'`)))
 })
 
