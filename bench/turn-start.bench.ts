@@ -7,8 +7,9 @@
  * provider adapter's own calls. Half of the measured runs follow a provider switch, so they carry owed history
  * (selection, rendering, inline delivery); the other half owe nothing.
  *
- * It also counts the SQL statements of each measured turn and splits them, and the time, by phase. A tracer sees
- * every `sql.execute` span (one statement) and `sql.transaction` span (`BEGIN` + `COMMIT`, or one `SAVEPOINT` when
+ * It also times each measured `switchProvider` and prints the median of the first and of the last tenth of them (a
+ * switch must cost the same after hundreds of earlier switches). It counts the SQL statements of each measured turn
+ * and splits them, and the time, by phase. A tracer sees every `sql.execute` span (one statement) and `sql.transaction` span (`BEGIN` + `COMMIT`, or one `SAVEPOINT` when
  * nested) of `@effect/sql`, and the `Effect.fn` spans that mark the phases:
  *   accept      `sendMessage` up to `ThreadService.queueRun` (the command receipt lookup)
  *   queue       `ThreadService.queueRun` (the run, its `user_message` item, the receipt)
@@ -220,6 +221,8 @@ for (const size of sizes) {
       yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: `Step ${i}: continue with the plan.` }))
     }
     const buildMs = performance.now() - built0
+    /** The wall time of each measured `switchProvider` (ms, provider calls included: none with `inject: false`). */
+    const switches: Array<number> = []
     const plain: Array<Sample> = []
     const owed: Array<Sample> = []
     let provider: "claude" | "codex" = "claude"
@@ -227,7 +230,9 @@ for (const size of sizes) {
       const switching = i % 2 === 0
       if (switching) {
         provider = provider === "claude" ? "codex" : "claude"
+        const switchedAt = performance.now()
         yield* service.switchProvider(Commands.SwitchProvider.make({ commandId: cid(), threadId, providerInstance: provider as ProviderInstance }))
+        switches.push(performance.now() - switchedAt)
       }
       h.script.enqueue(runResponse(runsToBuild + i))
       const command = Commands.SendMessage.make({ commandId: cid(), threadId, text: `Measured step ${i}.` })
@@ -243,13 +248,18 @@ for (const size of sizes) {
         for (const [key, t] of [...clock.texts].sort((a, b) => b[1].ms - a[1].ms)) console.log(`  ${t.count}x ${fmt(t.ms)} ms ${key}`)
       }
     }
-    return { plain, owed, buildMs }
+    return { plain, owed, buildMs, switches }
   })
-  const { plain, owed, buildMs } = await Effect.runPromise(
+  const { plain, owed, buildMs, switches } = await Effect.runPromise(
     program.pipe(Effect.withTracer(countingTracer), Effect.provide(h.layer))
   )
   console.log(`${dialect} ${size} items (built in ${(buildMs / 1000).toFixed(1)} s)`)
   console.log(`  ${report("nothing owed", plain)}`)
   console.log(`  ${report("after a switch", owed)}`)
+  if (switches.length >= 20) {
+    // A switch must not slow down as switches accumulate: the first and the last tenth of them side by side.
+    const tenth = Math.max(1, Math.floor(switches.length / 10))
+    console.log(`  switches: ${switches.length}, median of the first ${tenth} ${fmt(median(switches.slice(0, tenth)))} ms, of the last ${tenth} ${fmt(median(switches.slice(-tenth)))} ms`)
+  }
   Fs.rmSync(dir, { recursive: true, force: true })
 }
