@@ -9,8 +9,9 @@
  *
  * It also times each measured `switchProvider` and prints the median of the first and of the last tenth of them (a
  * switch must cost the same after hundreds of earlier switches). It counts the SQL statements of each measured turn
- * and splits them, and the time, by phase. A tracer sees every `sql.execute` span (one statement) and `sql.transaction` span (`BEGIN` + `COMMIT`, or one `SAVEPOINT` when
- * nested) of `@effect/sql`, and the `Effect.fn` spans that mark the phases:
+ * and splits them, and the time, by phase. A tracer sees every `sql.execute` span (one statement) and
+ * `sql.transaction` span (`BEGIN` + `COMMIT`, or one `SAVEPOINT` when nested) of `@effect/sql`, and the `Effect.fn`
+ * spans that mark the phases:
  *   accept      `sendMessage` up to `ThreadService.queueRun` (the command receipt lookup)
  *   queue       `ThreadService.queueRun` (the run, its `user_message` item, the receipt)
  *   claim       after queueing, up to `ProviderTurnStartService.prepare` (provider lookup, `queued` -> `starting`)
