@@ -51,10 +51,22 @@ export const of = (
 })
 
 /**
- * Totals of `costs`: tokens summed, and dollars summed over the runs that have a price (`null` when none has), added
- * in whole nano-dollars (so the total of $0.1 and $0.2 is $0.3, not 0.30000000000000004).
+ * The sums of a set of run costs: `runs` counted, the four token kinds summed, `priced` the runs with a dollar cost
+ * and `pricedNanos` their dollars in whole nano-dollars. `ThreadStore.runCostSums` has the database add a thread's;
+ * `sumsOf` adds a list.
  */
-export const total = (costs: ReadonlyArray<RunCost>) => {
+export interface Sums {
+  readonly runs: number
+  readonly inputTokens: number
+  readonly cacheWriteTokens: number
+  readonly cacheReadTokens: number
+  readonly outputTokens: number
+  readonly priced: number
+  readonly pricedNanos: number
+}
+
+/** The `Sums` of `costs`, each dollar cost rounded to the nano-dollar before it is added. */
+export const sumsOf = (costs: ReadonlyArray<RunCost>): Sums => {
   const priced = costs.filter((c) => c.costUsd !== null)
   return {
     runs: costs.length,
@@ -62,9 +74,26 @@ export const total = (costs: ReadonlyArray<RunCost>) => {
     cacheWriteTokens: costs.reduce((n, c) => n + c.cacheWriteTokens, 0),
     cacheReadTokens: costs.reduce((n, c) => n + c.cacheReadTokens, 0),
     outputTokens: costs.reduce((n, c) => n + c.outputTokens, 0),
-    costUsd: priced.length === 0 ? null : priced.reduce((n, c) => n + toNanos(c.costUsd!), 0) / nanosPerDollar
+    priced: priced.length,
+    pricedNanos: priced.reduce((n, c) => n + toNanos(c.costUsd!), 0)
   }
 }
+
+/**
+ * Totals from `sums`: tokens, and dollars over the runs that have a price (`null` when none has), added in whole
+ * nano-dollars (so the total of $0.1 and $0.2 is $0.3, not 0.30000000000000004).
+ */
+export const totalOfSums = (sums: Sums) => ({
+  runs: sums.runs,
+  inputTokens: sums.inputTokens,
+  cacheWriteTokens: sums.cacheWriteTokens,
+  cacheReadTokens: sums.cacheReadTokens,
+  outputTokens: sums.outputTokens,
+  costUsd: sums.priced === 0 ? null : sums.pricedNanos / nanosPerDollar
+})
+
+/** Totals of `costs` (`totalOfSums` of their `sumsOf`). */
+export const total = (costs: ReadonlyArray<RunCost>) => totalOfSums(sumsOf(costs))
 
 /** A priced charge: tokens and dollars (`null` without prices), e.g. one `/offload` operation's summariser calls. */
 export interface Charge {
@@ -95,12 +124,20 @@ export const summariserTotal = (charges: ReadonlyArray<Charge & { readonly costS
   abandonedUsd: dollars(charges.filter((c) => c.costState === "abandoned"))
 })
 
-/** `runs` (as `total`) with the summariser's charges added: what the thread cost in all. */
-export const withSummaries = (runs: ReturnType<typeof total>, runCosts: ReadonlyArray<RunCost>, charges: ReadonlyArray<Charge>) => ({
-  ...runs,
-  inputTokens: runs.inputTokens + charges.reduce((n, c) => n + c.inputTokens, 0),
-  cacheWriteTokens: runs.cacheWriteTokens + charges.reduce((n, c) => n + c.cacheWriteTokens, 0),
-  cacheReadTokens: runs.cacheReadTokens + charges.reduce((n, c) => n + c.cacheReadTokens, 0),
-  outputTokens: runs.outputTokens + charges.reduce((n, c) => n + c.outputTokens, 0),
-  costUsd: dollars([...runCosts, ...charges])
-})
+/**
+ * The runs' `sums` (as `totalOfSums`) with the summariser's charges added: what the thread cost in all (dollars
+ * `null` when neither a run nor a charge has a price).
+ */
+export const withSummaries = (sums: Sums, charges: ReadonlyArray<Charge>) => {
+  const priced = charges.filter((c) => c.costUsd !== null)
+  return {
+    ...totalOfSums(sums),
+    inputTokens: sums.inputTokens + charges.reduce((n, c) => n + c.inputTokens, 0),
+    cacheWriteTokens: sums.cacheWriteTokens + charges.reduce((n, c) => n + c.cacheWriteTokens, 0),
+    cacheReadTokens: sums.cacheReadTokens + charges.reduce((n, c) => n + c.cacheReadTokens, 0),
+    outputTokens: sums.outputTokens + charges.reduce((n, c) => n + c.outputTokens, 0),
+    costUsd: sums.priced + priced.length === 0
+      ? null
+      : (sums.pricedNanos + priced.reduce((n, c) => n + toNanos(c.costUsd!), 0)) / nanosPerDollar
+  }
+}

@@ -129,8 +129,9 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       const openHandoffs = yield* Effect.forEach(yield* store.listOpenHandoffsOfThread(t.id), handoffView)
       const runsByStatus = Object.fromEntries(RunStatus.literals.map((s) => [s, totals.runsByStatus.get(s) ?? 0])) as Record<RunStatus, number>
       const recentRuns = yield* store.listRecentRuns(t.id, snapshotRecentRuns)
-      const costs = yield* store.listRunCosts(t.id)
-      const costOf = new Map(costs.map((c) => [c.runId as string, c]))
+      // The recent runs' own costs, and the sums of every run's added by the database (not one row per run).
+      const costOf = new Map((yield* store.listRunCostsOf(recentRuns.map((r) => r.id))).map((c) => [c.runId as string, c]))
+      const sums = yield* store.runCostSums(t.id)
       // The summariser's charges of `/offload` operations (committed and abandoned) count in the thread's totals.
       const charges = (yield* store.listOffloadOperations(t.id)).filter((o) => o.calls > 0)
       return {
@@ -154,7 +155,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
         costs: {
           recentRuns: recentRuns.flatMap((r) => costOf.get(r.id) ?? []),
           summariser: RunCosts.summariserTotal(charges),
-          totals: RunCosts.withSummaries(RunCosts.total(costs), costs, charges)
+          totals: RunCosts.withSummaries(sums, charges)
         }
       } satisfies ThreadSnapshot
     })

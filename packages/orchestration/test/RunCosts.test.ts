@@ -3,7 +3,7 @@
  * configuration, recorded with the run's outcome, with totals per thread; on SQLite and Postgres.
  */
 import type { ProviderAdapter, ScriptedProvider } from "@baton/providers"
-import { RunCosts } from "@baton/orchestration"
+import { RunCosts, ThreadQuery } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -73,6 +73,40 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const total = RunCosts.total(costs)
       expect(total).toMatchObject({ runs: 3, inputTokens: 6_200, cacheWriteTokens: 21_000, cacheReadTokens: 20_000, outputTokens: 900 })
       expect(total.costUsd).toBeCloseTo(0.10035, 10)
+      // The database's sums are the list's, and the snapshot's totals and recent runs' costs come from them.
+      expect(yield* o.store.runCostSums(t)).toEqual(RunCosts.sumsOf(costs))
+      const snapshot = yield* (yield* ThreadQuery.ThreadQuery).snapshot(t)
+      expect(snapshot.costs.totals).toEqual(total)
+      expect(snapshot.costs.recentRuns).toEqual(snapshot.recentRuns.flatMap((r) => costs.filter((c) => c.runId === r.id)))
+      expect(snapshot.costs.recentRuns).toHaveLength(3)
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  // The snapshot's totals were the sum of every run's cost row read back one by one (a long thread read thousands of
+  // rows for its header); the database now adds them. Its sums must keep the nano-dollar exactness of `total`.
+  it.effect("the database's cost sums keep the totals exact to the nano-dollar (0.1 + 0.2 is 0.3) and count unpriced runs apart", () => {
+    const h = Harness.make([{ name: "claude", window: 200_000, inject: true, prices: sonnet }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("claude")
+      const dollars = [0.1, 0.2, null, 0.009975, 0.00285, 0.0018125]
+      for (const [i, costUsd] of dollars.entries()) {
+        h.script.enqueue(Harness.reply(20))
+        const sent = yield* o.send(t, `run ${i}`)
+        const at = (yield* o.store.listRuns(t)).at(-1)!.createdAt
+        yield* o.store.recordRunCost({
+          runId: sent.runId, threadId: t, providerInstance: "claude" as never, inputTokens: i + 1, cacheWriteTokens: 10 * i,
+          cacheReadTokens: 100 * i, outputTokens: 1_000 * i, costUsd, createdAt: at
+        })
+      }
+      const sums = yield* o.store.runCostSums(t)
+      expect(sums).toEqual({ runs: 6, inputTokens: 21, cacheWriteTokens: 150, cacheReadTokens: 1_500, outputTokens: 15_000, priced: 5, pricedNanos: 314_637_500 })
+      expect(RunCosts.totalOfSums(sums).costUsd).toBe(0.3146375)
+      expect(sums).toEqual(RunCosts.sumsOf(yield* o.store.listRunCosts(t)))
+      expect((yield* (yield* ThreadQuery.ThreadQuery).snapshot(t)).costs.totals.costUsd).toBe(0.3146375)
+      const none = yield* o.create("claude")
+      expect(yield* o.store.runCostSums(none)).toEqual({ runs: 0, inputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 0, priced: 0, pricedNanos: 0 })
+      expect((yield* (yield* ThreadQuery.ThreadQuery).snapshot(none)).costs.totals.costUsd).toBeNull()
     }).pipe(Effect.provide(h.layer))
   })
 })

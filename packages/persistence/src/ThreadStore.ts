@@ -1115,6 +1115,31 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             sql`SELECT * FROM run_costs WHERE ${sql.in("run_id", c)}`,
             Schema.decodeUnknown(Schema.Array(RunCost))
           ).pipe(orPersistence("run_costs.listOf"))),
+      /**
+       * The sums of `threadId`'s recorded run costs, added by the database in one row whatever the number of runs
+       * (a snapshot no longer reads every run's cost): `runs` counted, the four token kinds summed, `priced` the runs
+       * with a dollar cost and `pricedNanos` their dollars in whole nano-dollars (each run's cost rounded to 1e-9
+       * before the sum, as `RunCosts.total` adds them). Fails with `PersistenceError`.
+       */
+      runCostSums: (threadId: ThreadId) =>
+        sql<Record<string, unknown>>`
+          SELECT COUNT(*) AS runs, COALESCE(SUM(input_tokens), 0) AS input_tokens,
+            COALESCE(SUM(cache_write_tokens), 0) AS cache_write_tokens, COALESCE(SUM(cache_read_tokens), 0) AS cache_read_tokens,
+            COALESCE(SUM(output_tokens), 0) AS output_tokens, COUNT(cost_usd) AS priced,
+            COALESCE(SUM(ROUND(cost_usd * 1000000000)), 0) AS priced_nanos
+          FROM run_costs WHERE thread_id = ${threadId}`.pipe(
+          // Postgres answers COUNT and SUM of integers as bigint / numeric, which its driver gives as text.
+          Effect.map(([row]) => ({
+            runs: Number(row?.runs ?? 0),
+            inputTokens: Number(row?.inputTokens ?? 0),
+            cacheWriteTokens: Number(row?.cacheWriteTokens ?? 0),
+            cacheReadTokens: Number(row?.cacheReadTokens ?? 0),
+            outputTokens: Number(row?.outputTokens ?? 0),
+            priced: Number(row?.priced ?? 0),
+            pricedNanos: Number(row?.pricedNanos ?? 0)
+          })),
+          orPersistence("run_costs.sums")
+        ),
       /** The recorded costs of `threadId`'s runs, oldest first. */
       listRunCosts: (threadId: ThreadId) =>
         Effect.flatMap(
