@@ -18,8 +18,9 @@
  * fit's limit refused to the model, never sent) and continues with the upstream, and the agent gets one answer (whole:
  * the last answer; streamed: the continuation's joins it). When it calls `thread_read` beside the agent's own calls, the
  * agent gets the answer without the read, the gateway answers the read and records the expansion in the agent's
- * protocol (`besideRound`), and every request goes out with the conversation's expansions in place of the messages
- * the agent received (`GatewayOffload.expand`), as on the same-protocol paths. An overflow Baton cannot fit never goes out: the agent gets
+ * protocol (`besideRound`; after a hidden round in the same streamed answer, the hidden rounds before it too), and every
+ * request goes out with the conversation's expansions in place of the messages the agent received
+ * (`GatewayOffload.expand`), as on the same-protocol paths. An overflow Baton cannot fit never goes out: the agent gets
  * its own overflow error (Anthropic's "prompt is too long" 400, OpenAI's `context_length_exceeded` 400: its compaction
  * runs) and the run fails `overflow`. Baton's own errors (an unreachable upstream, a broken stream) are in the agent's
  * shape too.
@@ -318,6 +319,8 @@ export const serve = (input: Input) =>
     const { limit } = fitted.fit
     /** The continuation's tokens, counted as the fit counts them (it stays under the fit's limit). */
     let used = fitted.fit.tokensAfter
+    /** The answers sent for each hidden round's calls (in the calls' order), for `besideRound` after a hidden round. */
+    const roundAnswers: Array<ReadonlyArray<GatewaySwitchWire.Answer>> = []
     /** The conversation continued after hidden calls: their answers from the thread (`tool` messages, `function_call_output` items) appended. */
     const continued = (assistant: ReadonlyArray<unknown>, calls: ReadonlyArray<GatewaySwitch.HiddenCall>) =>
       Effect.gen(function*() {
@@ -328,6 +331,7 @@ export const serve = (input: Input) =>
         // An answer that would take the request over the window is refused (the model may ask for less), never sent.
         const fitting = fitAnswers(answers, used + wire.tokensOf(count, assistant), limit, (a) => wire.answerTokens(count, a))
         used = fitting.used
+        roundAnswers.push(fitting.answers)
         chatBody = wire.continued(chatBody, assistant, fitting.answers)
         return chatBody
       })
@@ -338,14 +342,28 @@ export const serve = (input: Input) =>
      * would take the next request, the request sent with `full` and the answers, over the fit's limit refused to the
      * model, as for a hidden round), and the expansion
      * recorded for the received message: the message with the calls, then the answers, which the agent's next request
-     * carries in its place (joined with its own results where the protocol needs them in one message). `undefined`:
-     * no such calls, no thread or no offload of the agent's protocol.
+     * carries in its place (joined with its own results where the protocol needs them in one message). `rounds`: a
+     * streamed answer's hidden rounds before that hop (each hop's content in the agent's protocol with its
+     * `thread_read` calls, and the answers sent for them, `roundAnswers`): the expansion holds them before the hop, as
+     * the upstream had them (the agent's message spans every hop). `undefined`: no such calls, no thread, no offload
+     * of the agent's protocol, or rounds whose calls do not match their answers.
      */
-    const besideRound = (received: ReadonlyArray<unknown> | null, full: ReadonlyArray<unknown> | null) =>
+    const besideRound = (
+      received: ReadonlyArray<unknown> | null,
+      full: ReadonlyArray<unknown> | null,
+      rounds: ReadonlyArray<{ readonly content: ReadonlyArray<unknown>; readonly answers: ReadonlyArray<GatewaySwitchWire.Answer> }> = []
+    ) =>
       Effect.gen(function*() {
         if (agentOffload?.besideOf === undefined || threadId === null || received === null || full === null) return undefined
         const beside = agentOffload.besideOf(full)
         if (beside === null) return undefined
+        // The hidden rounds in the agent's protocol: each hop's content, then the answers it got (by the calls' order).
+        let before = agentOffload.shape.withHistory({}, [])
+        for (const round of rounds) {
+          const reads = agentOffload.readsOf(round.content)
+          if (reads === null || reads.length !== round.answers.length) return undefined
+          before = agentOffload.continuation(before, round.content, reads.map((r, i) => ({ id: r.id, output: round.answers[i]!.output, isError: round.answers[i]!.isError })))
+        }
         const answers = yield* Effect.forEach(beside.reads, (r) =>
           r.invalid !== undefined
             ? Effect.succeed({ id: r.id, output: r.invalid, isError: true })
@@ -353,7 +371,7 @@ export const serve = (input: Input) =>
         // The next request carries the request sent, the upstream's answer (its text and calls, counted as the
         // same-protocol path counts a reply: its JSON) and these answers: they must fit in it.
         const fitting = fitAnswers(answers, used + count(JSON.stringify(full)), limit, (a) => wire.answerTokens(count, { toolCallId: a.id, output: a.output, isError: a.isError }))
-        return agentOffload.expansions(received, agentOffload.shape.withHistory({}, []), 0, full, expansionKey, fitting.answers)
+        return agentOffload.expansions(received, before, 0, full, expansionKey, fitting.answers)
       })
     const response = yield* Effect.either(post(chatBody))
     if (response._tag === "Left") {
@@ -425,10 +443,9 @@ export const serve = (input: Input) =>
     // recorded when the stream ends, before the agent's connection sees the end.
     const translator = wire.translator(model, hidden, agentTools, body)
     const assembler = agent.dialect.assembler()
-    // The first hop's stream translated again without hiding thread_read (the answer with its calls, `besideRound`):
-    // read only at the end of an answer of one hop (after a hidden round the agent's message spans several hops).
-    const whole = wire.translator(model, new Set(), agentTools, body)
-    const wholeAssembler = agent.dialect.assembler()
+    // Each hop's stream translated again on its own without hiding thread_read (the hop's answer with its calls, as
+    // the upstream had it: `besideRound`'s content and rounds; the agent's message spans every hop).
+    const wholes: Array<{ readonly translator: GatewaySwitchWire.Translator; readonly assembler: ReturnType<typeof agent.dialect.assembler> }> = []
     const encoder = new TextEncoder()
     let settled = false
     /** The upstream's error in its stream, as the agent got it (the run's failure code: an overflow is `overflow`). */
@@ -437,14 +454,23 @@ export const serve = (input: Input) =>
       settled = true
       const outcome = assembler.outcome()
       const hops = translator.hops()
-      const full = wholeAssembler.outcome()
+      // Every hop's content, whole (else no expansion): the last hop's calls beside the agent's, the earlier hops'
+      // hidden rounds (each answered: `roundAnswers`) before it.
+      const contents = wholes.flatMap((w) => {
+        const full = w.assembler.outcome()
+        return agentOffload === undefined || full._tag !== "completed" ? [] : [agentOffload.contentOfReply(full.reply)]
+      })
+      const whole = agentOffload !== undefined && contents.length > 0 && contents.length === wholes.length && roundAnswers.length >= contents.length - 1
       return settle((b) =>
         outcome._tag === "completed"
           ? Effect.flatMap(
-            // After a hidden round the whole translator holds the first hop alone: no expansion (see `besideRound`).
-            agentOffload === undefined || hops.count > 1 || full._tag !== "completed"
+            agentOffload === undefined || !whole
               ? Effect.sync(() => undefined)
-              : besideRound(agentOffload.contentOfReply(outcome.reply), agentOffload.contentOfReply(full.reply)),
+              : besideRound(
+                agentOffload.contentOfReply(outcome.reply),
+                contents.at(-1)!,
+                contents.slice(0, -1).map((content, i) => ({ content, answers: roundAnswers[i]! }))
+              ),
             (expansion) =>
               Effect.zipRight(threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply, expansion), summariseLater(b))
           )
@@ -460,14 +486,16 @@ export const serve = (input: Input) =>
      * One hop's stream translated; when it ends with only hidden calls, they are answered and the continuation's
      * stream follows (the same message for the agent), up to `maxReadHops`.
      */
-    const hop = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>): Stream.Stream<string, HttpClientError.ResponseError> =>
-      source.pipe(
+    const hop = (source: Stream.Stream<Uint8Array, HttpClientError.ResponseError>): Stream.Stream<string, HttpClientError.ResponseError> => {
+      const whole = { translator: wire.translator(model, new Set(), agentTools, body), assembler: agent.dialect.assembler() }
+      wholes.push(whole)
+      return source.pipe(
         Stream.map((chunk) => {
-          if (hops === 0) wholeAssembler.push(new TextEncoder().encode(whole.push(chunk)))
+          whole.assembler.push(encoder.encode(whole.translator.push(chunk)))
           return translator.push(chunk)
         }),
         Stream.concat(Stream.unwrap(Effect.gen(function*() {
-          if (hops === 0) wholeAssembler.push(new TextEncoder().encode(whole.end()))
+          whole.assembler.push(encoder.encode(whole.translator.end()))
           const tail = translator.end()
           const reads = translator.hidden()
           if (reads === null) return Stream.make(tail)
@@ -484,6 +512,7 @@ export const serve = (input: Input) =>
           return Stream.make(tail + streamError(failed))
         })))
       )
+    }
     const stream = hop(upstream.stream).pipe(
       Stream.filter((text) => text !== ""),
       Stream.tap((text) => Effect.sync(() => {

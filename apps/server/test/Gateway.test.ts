@@ -2,8 +2,8 @@
  * The gateway's Anthropic Messages endpoints over HTTP (issue 14), against a loopback Anthropic upstream: Baton's own
  * refusals in Anthropic's error shape (no token, a body that is not a Messages request, an unrouted model), the
  * upstream's errors and answers passed back byte for byte (streamed, whole, count_tokens), and the record: a
- * conversation's shared prefix stored once, a diverging history recorded as such and taken as the new baseline; a
- * record that fails after forwarding started never keeps the answer from the agent.
+ * conversation's shared prefix stored once (a retried request's too), a diverging history recorded as such and taken as
+ * the new baseline; a record that fails after forwarding started never keeps the answer from the agent.
  */
 import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
@@ -295,7 +295,7 @@ describe("Gateway", () => {
         yield* send([user("first")], "one")
         // The agent moves its cache breakpoint to the newest message: the same conversation, extended.
         yield* send([user("first"), assistant("one"), { role: "user", content: [{ type: "text", text: "second", cache_control: { type: "ephemeral" } }] }], "two")
-        // A retry of the same request adds nothing.
+        // A retry of the same request (its reply recorded) answered the same adds nothing.
         yield* send([user("first"), assistant("one"), user("second")], "two")
         // The agent compacted: its history now starts with a summary.
         yield* send([user("summary of first and second"), user("third")], "three")
@@ -306,7 +306,6 @@ describe("Gateway", () => {
           ["assistant_message", "one"],
           ["user_message", "second"],
           ["assistant_message", "two"],
-          ["assistant_message", "two"],
           ["user_message", "summary of first and second"],
           ["user_message", "third"],
           ["assistant_message", "three"]
@@ -314,11 +313,9 @@ describe("Gateway", () => {
         expect(runs.map((r) => r.prompt)).toEqual(["first", "second", "", "third"])
         const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         const diverged = events.filter((e) => e.type === "gateway.diverged")
-        // The retry (run 3) was a rewind of the stored baseline (its reply "two" was stored): recorded as such.
-        expect(diverged.map((e) => e.payload)).toEqual([
-          { runId: runs[2]!.id, sharedMessages: 3, storedMessages: 4, requestMessages: 3 },
-          { runId: runs[3]!.id, sharedMessages: 0, storedMessages: 4, requestMessages: 2 }
-        ])
+        // The retry (run 3) is no divergence (`gateway.retried`); the compaction is.
+        expect(diverged.map((e) => e.payload)).toEqual([{ runId: runs[3]!.id, sharedMessages: 0, storedMessages: 4, requestMessages: 2 }])
+        expect(events.filter((e) => e.type === "gateway.retried").map((e) => e.payload)).toEqual([{ runId: runs[2]!.id, requestMessages: 3, storedMessages: 4 }])
       }), dialect))
   }
 })

@@ -7,6 +7,9 @@
  * own call and the gateway's answer beside the agent's result, and the request after extends that one. On every
  * switch (`/v1/messages` to Chat Completions and to Responses, `/v1/responses` and `/v1/chat/completions` to
  * Anthropic), streamed and whole (before: the read was dropped unanswered, and the next request went out without it).
+ * And after a hidden round in the same streamed answer (the first hop reads alone, the gateway continues, the second
+ * reads beside the agent's call): the next request carries both rounds, each read answered (before: the second read
+ * was dropped unanswered).
  */
 import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
@@ -380,4 +383,187 @@ describe("Gateway, thread_read beside the agent's own calls on a provider switch
       })
     ), { timeout: 60_000 })
   }
+})
+
+describe("Gateway, thread_read beside the agent's own calls after a hidden round in the same streamed answer on a provider switch", () => {
+  it.live("/v1/messages to openai-chat: the first hop reads (hidden, continued), the second reads beside Bash: that read is answered too, and the next request carries both rounds with their answers", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        const system = [{ type: "text", text: "You are Claude Code." }]
+        const tools = [{ name: "Bash", description: "Run a command", input_schema: { type: "object", properties: { command: { type: "string" } }, required: ["command"] } }]
+        const send = (history: ReadonlyArray<unknown>) =>
+          raw(HttpClientRequest.post("/v1/messages?beta=true").pipe(
+            HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "sess-beside-hop", "user-agent": "claude-cli/2.1.332 (external, sdk-cli)" }),
+            HttpClientRequest.bodyText(JSON.stringify({ model: "gpt-5", max_tokens: 1_000, stream: true, system, tools, messages: history }), "application/json")
+          ))
+        const other = `other-output ${words(11, 50)}`
+        const history: Array<unknown> = [
+          { role: "user", content: "run it" },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_a", name: "Bash", input: { command: "echo hello" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_a", content: output }] },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_c", name: "Bash", input: { command: "echo other" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_c", content: other }] }
+        ]
+        const read1 = { id: "call_r1", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_a" }) }
+        const read2 = { id: "call_r2", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_c" }) }
+        const bash = { id: "call_b", name: "Bash", arguments: JSON.stringify({ command: "ls" }) }
+        // The first hop calls thread_read alone (the gateway answers and continues); the continuation calls it beside Bash.
+        chat.enqueue(ModelApi.answer("openai-chat", "Let me read.", usage, [read1]), ModelApi.answer("openai-chat", "Now run.", usage, [read2, bash]))
+        const first = yield* send(history)
+        expect(first.status).toBe(200)
+        expect(first.text).not.toContain("thread_read")
+        expect(chat.requests).toHaveLength(2)
+        const a = GatewayAnthropic.replyAssembler()
+        a.push(new TextEncoder().encode(first.text))
+        const outcome = a.outcome()
+        if (outcome._tag !== "completed") throw new Error("the answer did not complete")
+        const received = (outcome.reply.messages[0]!.message as Json).content as ReadonlyArray<Json>
+        expect(received.filter((b) => b.type === "tool_use").map((b) => [b.id, b.name])).toEqual([["call_b", "Bash"]])
+
+        // The agent answers its call: the upstream gets the hidden round, then the read beside Bash with the gateway's answer.
+        chat.enqueue(ModelApi.answer("openai-chat", "Done.", usage))
+        const second = [...history, { role: "assistant", content: received }, { role: "user", content: [{ type: "tool_result", tool_use_id: "call_b", content: "a.txt" }] }]
+        expect((yield* send(second)).status).toBe(200)
+        const sent = (JSON.parse(chat.requests[2]!.body) as { messages: ReadonlyArray<Json> }).messages
+        const tail = sent.slice(-5)
+        expect(tail.map((m) => [m.role, m.tool_call_id ?? m.content])).toEqual([
+          ["assistant", "Let me read."],
+          ["tool", "call_r1"],
+          ["assistant", "Now run."],
+          ["tool", "call_r2"],
+          ["tool", "call_b"]
+        ])
+        expect(tail[4]!.content).toBe("a.txt")
+        expect(tail[0]!.tool_calls).toEqual([{ id: "call_r1", type: "function", function: { name: "thread_read", arguments: read1.arguments } }])
+        expect(tail[2]!.tool_calls).toEqual([
+          { id: "call_r2", type: "function", function: { name: "thread_read", arguments: read2.arguments } },
+          { id: "call_b", type: "function", function: { name: "Bash", arguments: bash.arguments } }
+        ])
+        // Each read's answer is the output it asked for.
+        expect(String(tail[1]!.content)).toContain(output)
+        expect(String(tail[3]!.content)).toContain(other)
+
+        // The request after extends it: the same messages first.
+        chat.enqueue(ModelApi.answer("openai-chat", "Bye.", usage))
+        expect((yield* send([...second, { role: "assistant", content: [{ type: "text", text: "Done." }] }, { role: "user", content: "thanks" }])).status).toBe(200)
+        const third = (JSON.parse(chat.requests[3]!.body) as { messages: ReadonlyArray<Json> }).messages
+        expect(third.slice(0, sent.length)).toEqual(sent)
+
+        // The thread holds what the agent got: no thread_read call, the Bash call once.
+        const items = yield* onlyItems
+        expect(items.filter((i) => i.toolName === "thread_read" || i.text.includes("thread_read"))).toEqual([])
+        expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === "call_b")).toHaveLength(1)
+      })
+    ), { timeout: 60_000 })
+
+  it.live("/v1/responses to anthropic-messages: the same on Codex's side, the next request's messages carry both rounds, the second read's answer with the agent's result", () =>
+    withGateway((_chat, anthropic) =>
+      Effect.gen(function*() {
+        const tools = [{ type: "function", name: "exec_command", description: "Run a command", strict: false, parameters: { type: "object", properties: { cmd: { type: "string" } }, required: ["cmd"] } }]
+        const send = (input: ReadonlyArray<unknown>) =>
+          raw(HttpClientRequest.post("/v1/responses").pipe(
+            HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}`, "session-id": "sess-beside-hop", "thread-id": "sess-beside-hop", "user-agent": "codex_exec/0.171.0" }),
+            HttpClientRequest.bodyText(JSON.stringify({ model: "claude-sonnet-4-5", stream: true, tools, input, store: false }), "application/json")
+          ))
+        const other = `other-output ${words(11, 50)}`
+        const input: Array<unknown> = [
+          { type: "message", role: "developer", content: [{ type: "input_text", text: "You are Codex." }] },
+          { type: "message", role: "user", content: [{ type: "input_text", text: "run it" }] },
+          { type: "function_call", id: "fc_a", call_id: "call_a", name: "exec_command", arguments: JSON.stringify({ cmd: "echo hello" }) },
+          { type: "function_call_output", call_id: "call_a", output },
+          { type: "function_call", id: "fc_c", call_id: "call_c", name: "exec_command", arguments: JSON.stringify({ cmd: "echo other" }) },
+          { type: "function_call_output", call_id: "call_c", output: other }
+        ]
+        const read1 = { id: "toolu_r1", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_a" }) }
+        const read2 = { id: "toolu_r2", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_c" }) }
+        const exec = { id: "toolu_b", name: "exec_command", arguments: JSON.stringify({ cmd: "ls" }) }
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Let me read.", usage, [read1]), ModelApi.answer("anthropic-messages", "Now run.", usage, [read2, exec]))
+        const first = yield* send(input)
+        expect(first.status).toBe(200)
+        expect(first.text).not.toContain("thread_read")
+        expect(anthropic.requests).toHaveLength(2)
+        const a = GatewayResponses.replyAssembler()
+        a.push(new TextEncoder().encode(first.text))
+        const outcome = a.outcome()
+        if (outcome._tag !== "completed") throw new Error("the answer did not complete")
+        const received = outcome.reply.messages.map((m) => m.message as Json)
+        expect(received.map((i) => [i.type, i.name ?? null])).toEqual([["message", null], ["message", null], ["function_call", "exec_command"]])
+        const callId = String(received[2]!.call_id)
+
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Done.", usage))
+        const second = [...input, ...received, { type: "function_call_output", call_id: callId, output: "a.txt" }]
+        expect((yield* send(second)).status).toBe(200)
+        const sent = (JSON.parse(anthropic.requests[2]!.body) as { messages: ReadonlyArray<{ role: string; content: ReadonlyArray<Json> }> }).messages
+        const tail = sent.slice(-4)
+        expect(tail.map((m) => [m.role, m.content.map((b) => [b.type, b.text ?? b.name ?? b.tool_use_id])])).toEqual([
+          ["assistant", [["text", "Let me read."], ["tool_use", "thread_read"]]],
+          ["user", [["tool_result", "toolu_r1"]]],
+          ["assistant", [["text", "Now run."], ["tool_use", "thread_read"], ["tool_use", "exec_command"]]],
+          ["user", [["tool_result", "toolu_r2"], ["tool_result", callId]]]
+        ])
+        expect(JSON.stringify(tail[1]!.content[0]!.content)).toContain(output.slice(0, 40))
+        expect(JSON.stringify(tail[3]!.content[0]!.content)).toContain(other.slice(0, 40))
+        expect(JSON.stringify(tail[3]!.content[1]!.content)).toContain("a.txt")
+
+        // The request after extends it (breakpoints aside: the switch moves its prompt-cache breakpoint to the last block).
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Bye.", usage))
+        const done = { type: "message", role: "assistant", content: [{ type: "output_text", text: "Done.", annotations: [] }] }
+        expect((yield* send([...second, done, { type: "message", role: "user", content: [{ type: "input_text", text: "thanks" }] }])).status).toBe(200)
+        const third = (JSON.parse(anthropic.requests[3]!.body) as { messages: ReadonlyArray<unknown> }).messages
+        const plain = (v: unknown) => JSON.parse(JSON.stringify(v, (k, x) => (k === "cache_control" ? undefined : x))) as unknown
+        expect(plain(third.slice(0, sent.length))).toEqual(plain(sent))
+
+        const items = yield* onlyItems
+        expect(items.filter((i) => i.toolName === "thread_read" || i.text.includes("thread_read"))).toEqual([])
+        expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === callId)).toHaveLength(1)
+      })
+    ), { timeout: 60_000 })
+
+  it.live("/v1/chat/completions to anthropic-messages: the same on pi's side (the agent's one message holds both hops' text), the next request carries both rounds", () =>
+    withGateway((_chat, anthropic) =>
+      Effect.gen(function*() {
+        const tools = [{ type: "function", function: { name: "bash", description: "Run a command", parameters: { type: "object", properties: { command: { type: "string" } }, required: ["command"] } } }]
+        const send = (messages: ReadonlyArray<unknown>) =>
+          raw(HttpClientRequest.post("/v1/chat/completions").pipe(
+            HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}`, "x-session-id": "sess-beside-hop-c" }),
+            HttpClientRequest.bodyText(JSON.stringify({ model: "claude-sonnet-4-5", stream: true, tools, messages }), "application/json")
+          ))
+        const other = `other-output ${words(11, 50)}`
+        const history: Array<unknown> = [
+          { role: "system", content: "You are pi." },
+          { role: "user", content: "run it" },
+          { role: "assistant", content: null, tool_calls: [{ id: "call_a", type: "function", function: { name: "bash", arguments: JSON.stringify({ command: "echo hello" }) } }] },
+          { role: "tool", tool_call_id: "call_a", content: output },
+          { role: "assistant", content: null, tool_calls: [{ id: "call_c", type: "function", function: { name: "bash", arguments: JSON.stringify({ command: "echo other" }) } }] },
+          { role: "tool", tool_call_id: "call_c", content: other }
+        ]
+        const read1 = { id: "toolu_r1", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_a" }) }
+        const read2 = { id: "toolu_r2", name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_c" }) }
+        const bash = { id: "toolu_b", name: "bash", arguments: JSON.stringify({ command: "ls" }) }
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Let me read.", usage, [read1]), ModelApi.answer("anthropic-messages", "Now run.", usage, [read2, bash]))
+        const first = yield* send(history)
+        expect(first.status).toBe(200)
+        expect(first.text).not.toContain("thread_read")
+        const a = GatewayChat.replyAssembler()
+        a.push(new TextEncoder().encode(first.text))
+        const outcome = a.outcome()
+        if (outcome._tag !== "completed") throw new Error("the answer did not complete")
+        const message = outcome.reply.messages[0]!.message as Json
+        const calls = message.tool_calls as ReadonlyArray<{ id: string; function: { name: string } }>
+        expect(calls.map((c) => [c.id, c.function.name])).toEqual([["toolu_b", "bash"]])
+
+        anthropic.enqueue(ModelApi.answer("anthropic-messages", "Done.", usage))
+        expect((yield* send([...history, { role: "assistant", content: message.content ?? null, tool_calls: message.tool_calls }, { role: "tool", tool_call_id: "toolu_b", content: "a.txt" }])).status).toBe(200)
+        const sent = (JSON.parse(anthropic.requests[2]!.body) as { messages: ReadonlyArray<{ role: string; content: ReadonlyArray<Json> }> }).messages
+        expect(sent.slice(-4).map((m) => [m.role, m.content.map((b) => [b.type, b.text ?? b.name ?? b.tool_use_id])])).toEqual([
+          ["assistant", [["text", "Let me read."], ["tool_use", "thread_read"]]],
+          ["user", [["tool_result", "toolu_r1"]]],
+          ["assistant", [["text", "Now run."], ["tool_use", "thread_read"], ["tool_use", "bash"]]],
+          ["user", [["tool_result", "toolu_r2"], ["tool_result", "toolu_b"]]]
+        ])
+        expect(JSON.stringify(sent.at(-1)!.content[0]!.content)).toContain(other.slice(0, 40))
+        const items = yield* onlyItems
+        expect(items.filter((i) => i.toolName === "thread_read" || i.text.includes("thread_read"))).toEqual([])
+      })
+    ), { timeout: 60_000 })
 })

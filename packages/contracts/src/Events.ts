@@ -532,6 +532,19 @@ export const GatewayRerendered = event(
 )
 
 /**
+ * `{runId, requestMessages, storedMessages}`: a gateway request repeated the conversation's last request (the agent
+ * retried it, e.g. after a network error or a timeout on its side, once Baton had recorded the reply): its
+ * `requestMessages` are the first messages of the `storedMessages` Baton stored, the rest the reply recorded for that
+ * same request. Not a divergence: nothing of the request is stored again; its answer is recorded as `runId`'s only
+ * when it differs from that reply, and then supersedes it as the conversation's (the earlier reply stays in the thread,
+ * its items readable by id; docs/gateway.md).
+ */
+export const GatewayRetried = event(
+  "gateway.retried",
+  Schema.Struct({ runId: RunId, requestMessages: Count, storedMessages: Count })
+)
+
+/**
  * `{runId, refs, tier, tokensBefore, tokensAfter}`: the gateway flushed tool-result offload on a conversation before
  * forwarding `runId`'s request (docs/gateway.md): newly stubbed results go out as one-line stubs on this and every
  * later request, `refs` the stubs' refs, which `thread_read` reads back (`tool:<tool_use id>`; for a hidden
@@ -605,6 +618,7 @@ export const ThreadEvent = Schema.Union(
   ContextOffloadControlSet,
   GatewayDiverged,
   GatewayRerendered,
+  GatewayRetried,
   GatewayOffloaded,
   GatewayUsage
 )

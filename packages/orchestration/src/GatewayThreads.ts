@@ -16,7 +16,10 @@
  * - **The shared prefix is recognised**: every message has a fingerprint (its normalised form: cache breakpoints
  *   and formatting the agent may change between requests removed; `fingerprint`); the conversation's baseline is the
  *   fingerprints Baton stored, the last reply included. A request that extends the baseline adds only its new
- *   messages. One that does not (the agent compacted, edited or rewound its history) is recorded as a divergence (a
+ *   messages. One that repeats the request whose reply ends the baseline (the agent retried it after Baton recorded
+ *   the reply: `retriedReply`) is no divergence: nothing of it is stored again, a `gateway.retried` event says so, and
+ *   its answer is stored only when it differs from the recorded reply (the earlier reply stays in the thread).
+ *   One that does not (the agent compacted, edited or rewound its history) is recorded as a divergence (a
  *   `gateway.diverged` event with the shared length), its messages past the shared prefix are stored, and it becomes
  *   the new baseline. One that holds the stored conversation re-rendered (only the agent's own context moved or
  *   rewritten: reminders, `system` messages, earlier thinking; Claude Code re-renders so when its model changes) is
@@ -556,6 +559,11 @@ export interface Begun {
   readonly diverged: boolean
   /** Whether the request re-rendered the stored conversation (not a divergence: nothing of it stored again). */
   readonly rerendered: boolean
+  /**
+   * The fingerprints of the reply Baton had recorded for this same request when the request is a retry of it (not a
+   * divergence: nothing of the request stored again, its answer stored only when it differs); `null`: not a retry.
+   */
+  readonly retried: ReadonlyArray<string> | null
   /** How many of the request's messages were hashed (the others were recognised from its conversation's previous request). */
   readonly hashedMessages: number
   readonly prices: GatewayRequest["prices"]
@@ -589,8 +597,29 @@ const replyBaseline = (wire: Wire, baseline: GatewayConversations.Baseline, repl
   const replied = reply.messages.map((r) => printOf(wire, r.message))
   return {
     prints: [...baseline.prints, ...replied.map((r) => r.print)],
-    content: baseline.content === null ? null : [...baseline.content, ...replied.map((r) => r.content ?? r.print)]
+    content: baseline.content === null ? null : [...baseline.content, ...replied.map((r) => r.content ?? r.print)],
+    replied: replied.length
   }
+}
+
+/**
+ * Whether `reply` is the reply Baton recorded for the request a retry repeats (`retried`, its messages' fingerprints;
+ * `null`: not a retry): then nothing of it is stored again.
+ */
+const sameReply = (wire: Wire, retried: ReadonlyArray<string> | null, reply: Reply): boolean =>
+  retried !== null && retried.length === reply.messages.length &&
+  reply.messages.every((r, i) => printOf(wire, r.message).print === retried[i])
+
+/**
+ * Whether a request whose `prints` share `prefix` leading fingerprints with `stored` repeats the request whose reply
+ * ends `stored` (the agent retried it after Baton had recorded the reply): its messages are exactly the stored ones
+ * before that reply. The reply's fingerprints, else `null`.
+ */
+export const retriedReply = (stored: GatewayConversations.Baseline, prints: ReadonlyArray<string>, prefix: number): ReadonlyArray<string> | null => {
+  const replied = stored.replied ?? 0
+  return replied > 0 && prefix === prints.length && prints.length === stored.prints.length - replied
+    ? stored.prints.slice(prints.length)
+    : null
 }
 
 /** The items of `reply`'s messages (a message without the upstream's id is named by its position after `prompt` messages). */
@@ -770,12 +799,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const stored = conversation.baseline
         const prefix = sharedPrefix(stored.prints, prints)
         const extended = prefix === stored.prints.length
-        // Not an extension: the same conversation re-rendered by the agent (its context moved or rewritten), or a divergence.
-        const rerendered = extended || stored.content === null || content === null ? null : rerenderedPrefix(stored.content, content)
-        const diverged = !extended && rerendered === null
+        // Not an extension: a retry of the request whose reply ends the baseline (its messages are the stored ones
+        // before that reply), the same conversation re-rendered by the agent (its context moved or rewritten), or a
+        // divergence.
+        const retried = extended ? null : retriedReply(stored, prints, prefix)
+        const rerendered = extended || retried !== null || stored.content === null || content === null ? null : rerenderedPrefix(stored.content, content)
+        const diverged = !extended && retried === null && rerendered === null
         const shared = rerendered ?? prefix
-        // A re-render starts a generation of message ids too: its positions count another rendering's messages.
-        const generation = conversation.divergences + (extended ? 0 : 1)
+        // A re-render starts a generation of message ids too: its positions count another rendering's messages. A
+        // retry stores none of its messages: it keeps the generation.
+        const generation = conversation.divergences + (extended || retried !== null ? 0 : 1)
         const fresh = request.messages.slice(shared)
         // The routed instance's provider thread: one statement when it is already the thread's active one (as on every
         // request after a conversation's first on an instance), else found or created and made active.
@@ -809,6 +842,13 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             requestMessages: prints.length
           } })
         }
+        if (retried !== null) {
+          events.push({ threadId, type: "gateway.retried", payload: {
+            runId: run.id,
+            requestMessages: prints.length,
+            storedMessages: stored.prints.length
+          } })
+        }
         if (request.offload?.flush) {
           const f = request.offload.flush
           events.push({ threadId, type: "gateway.offloaded", payload: {
@@ -823,8 +863,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const requestItems = fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))
         // An answer recorded with the request (`outcome`), without hidden rounds: its reply's items are appended with
         // the request's (one append) and its prints join the baseline here.
+        // A retry's answer equal to the reply recorded for the request it repeats is not stored again.
         const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
-          ? { baseline: replyBaseline(wire, { prints, content }, outcome.reply), items: replyItems(wire, outcome.reply, prints.length) }
+          ? {
+            baseline: replyBaseline(wire, { prints, content }, outcome.reply),
+            items: sameReply(wire, retried, outcome.reply) ? [] : replyItems(wire, outcome.reply, prints.length)
+          }
           : null
         const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
         if (staged.event !== null) events.push(staged.event)
@@ -845,6 +889,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           newMessages: fresh.length,
           diverged,
           rerendered: rerendered !== null,
+          retried,
           hashedMessages: hashed,
           prices: request.prices,
           providerInstance: request.providerInstance,
@@ -900,9 +945,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         let stored: ReadonlyArray<Item> = joined ?? []
         if (reply.messages.length > 0 && joined === null) {
           const wire = begun.wire
-          const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
-          stored = staged.items
-          if (staged.event !== null) events.push(staged.event)
+          // A retry's answer equal to the reply recorded for the request it repeats is not stored again.
+          if (!sameReply(wire, begun.retried, reply)) {
+            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
+            stored = staged.items
+            if (staged.event !== null) events.push(staged.event)
+          }
           const baseline = replyBaseline(wire, { prints: begun.fingerprints, content: begun.contentPrints }, reply)
           if (expanded.length === 0) {
             // The reply joins the baseline when no other request moved it since (one statement, nothing read back).

@@ -13,28 +13,48 @@ import { orPersistence } from "./internal/errors.js"
 /**
  * A conversation's baseline: `prints` the fingerprints of its messages in conversation order; `content` (the same
  * length) each message's content print (what the gateway compares when the agent re-renders its history; `""`: a
- * message of the agent's context only), `null` when not known.
+ * message of the agent's context only), `null` when not known; `replied` how many of the last `prints` are the reply
+ * Baton recorded for the request before them (absent or 0: none recorded since that request, or a baseline written
+ * before replies were counted), so that a retry of that request is recognised as one.
  */
 export const Baseline = Schema.Struct({
   prints: Schema.Array(Schema.String),
-  content: Schema.NullOr(Schema.Array(Schema.String))
+  content: Schema.NullOr(Schema.Array(Schema.String)),
+  replied: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
 })
 export type Baseline = typeof Baseline.Type
 
 /**
  * The `baseline` column: a JSON array of the fingerprints (as migration 0016 wrote it: no content prints), or
- * `{"prints":[…],"content":[…]}` when the content prints are known. The object form needs no new column: the column
- * is JSON text either way, and a row written before content prints existed still reads (its content `null`).
+ * `{"prints":[…],"content":[…]}` when the content prints are known, and `{"prints":[…],"content":[…] or
+ * null,"replied":n}` when the baseline ends with a recorded reply. The object form needs no new column: the column is
+ * JSON text either way, and a row written in an earlier form still reads (its content `null`, no reply counted). A
+ * baseline without a reply is written as before, so `extendBaseline`'s comparison of column texts holds.
  */
 const BaselineColumn = Schema.transform(
-  Schema.parseJson(Schema.Union(Schema.Array(Schema.String), Schema.Struct({ prints: Schema.Array(Schema.String), content: Schema.Array(Schema.String) }))),
+  Schema.parseJson(Schema.Union(
+    Schema.Array(Schema.String),
+    Schema.Struct({
+      prints: Schema.Array(Schema.String),
+      content: Schema.NullOr(Schema.Array(Schema.String)),
+      replied: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
+    })
+  )),
   Baseline,
   {
     strict: true,
     decode: (stored) => ("prints" in stored ? stored : { prints: stored, content: null }),
-    encode: (b) => (b.content === null ? b.prints : { prints: b.prints, content: b.content })
+    encode: (b) => columnForm(b)
   }
 )
+
+/** A baseline in its column's form: the fingerprints alone, or the object (see `BaselineColumn`). */
+const columnForm = (b: Baseline) =>
+  b.replied !== undefined && b.replied > 0
+    ? { prints: b.prints, content: b.content, replied: b.replied }
+    : b.content === null
+    ? b.prints
+    : { prints: b.prints, content: b.content }
 
 /**
  * One conversation. `baseline`: its messages' fingerprints (and content prints) in conversation order; `requests`:
@@ -106,10 +126,15 @@ const decodeFast = (row: unknown): Conversation | undefined => {
   if (typeof conversationKey !== "string" || typeof threadId !== "string" || typeof createdAt !== "string" || typeof updatedAt !== "string") return undefined
   if (!Number.isInteger(requests) || !Number.isInteger(divergences)) return undefined
   const column = parsedOrUndefined(row.baseline)
+  const replied = isObject(column) ? column.replied : undefined
   const baseline: Baseline | undefined = isStrings(column)
     ? { prints: column, content: null }
-    : isObject(column) && isStrings(column.prints) && isStrings(column.content)
+    : !isObject(column) || !isStrings(column.prints) || !(column.content === null || isStrings(column.content))
+    ? undefined
+    : replied === undefined
     ? { prints: column.prints, content: column.content }
+    : Number.isInteger(replied) && (replied as number) >= 0
+    ? { prints: column.prints, content: column.content, replied: replied as number }
     : undefined
   if (baseline === undefined) return undefined
   const offloaded = parsedOrUndefined(row.offloaded)
@@ -135,7 +160,7 @@ const decodeRow = (row: unknown) => {
 }
 
 /** A baseline as its column holds it (the text `Conversation.baseline` decodes; `JSON.stringify`, as `Schema.parseJson` encodes). */
-export const baselineColumn = (b: Baseline): string => JSON.stringify(b.content === null ? b.prints : { prints: b.prints, content: b.content })
+export const baselineColumn = (b: Baseline): string => JSON.stringify(columnForm(b))
 
 /** Builds the repository on the ambient `SqlClient` (SQLite or Postgres; the same statements on both). */
 export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.SqlClient> = Effect.gen(function*() {

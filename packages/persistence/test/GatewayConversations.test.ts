@@ -1,7 +1,8 @@
 /**
  * The `baseline` column of `gateway_conversations` (docs/gateway.md, "Re-rendered history"): a row written before
  * content prints existed (a JSON array of fingerprints) still reads, without content prints; a baseline with content
- * prints is written as an object and reads back the same. `extendBaseline` (the reply joining the baseline in one
+ * prints is written as an object and reads back the same, and one that ends with a recorded reply carries its count
+ * (`replied`, docs/gateway.md "Retried requests"). `extendBaseline` (the reply joining the baseline in one
  * conditional statement), on every dialect: it extends a baseline stored in either form, and leaves one that moved.
  */
 import { Database, GatewayConversations } from "@baton/persistence"
@@ -34,6 +35,18 @@ describe("GatewayConversations.Conversation", () => {
     const encoded = Schema.encodeSync(GatewayConversations.Conversation)({ ...Schema.decodeUnknownSync(GatewayConversations.Conversation)(row("[]")), baseline })
     expect(JSON.parse(encoded.baseline)).toEqual(baseline)
     expect(Schema.decodeUnknownSync(GatewayConversations.Conversation)(encoded).baseline).toEqual(baseline)
+  })
+
+  it("writes a baseline that ends with a recorded reply as an object with `replied` (content prints known or not); without one, as before", () => {
+    const empty = Schema.decodeUnknownSync(GatewayConversations.Conversation)(row("[]"))
+    for (const baseline of [{ prints: ["f1", "f2"], content: ["c1", "f2"], replied: 1 }, { prints: ["f1", "f2", "f3"], content: null, replied: 2 }]) {
+      const encoded = Schema.encodeSync(GatewayConversations.Conversation)({ ...empty, baseline })
+      expect(encoded.baseline).toBe(GatewayConversations.baselineColumn(baseline))
+      expect(JSON.parse(encoded.baseline)).toEqual(baseline)
+      expect(Schema.decodeUnknownSync(GatewayConversations.Conversation)(encoded).baseline).toEqual(baseline)
+    }
+    expect(GatewayConversations.baselineColumn({ prints: ["f1"], content: null, replied: 0 })).toBe("[\"f1\"]")
+    expect(GatewayConversations.baselineColumn({ prints: ["f1"], content: ["c1"], replied: 0 })).toBe("{\"prints\":[\"f1\"],\"content\":[\"c1\"]}")
   })
 })
 
@@ -71,6 +84,9 @@ describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db
       yield* conversations.insert({ ...base, conversationKey: "no-content", baseline: { prints: ["f1"], content: null } })
       expect(yield* conversations.extendBaseline("no-content", { prints: ["f1"], content: null }, { prints: ["f1", "f2"], content: null }, at)).toBe(true)
       expect(yield* columnOf("no-content")).toBe("[\"f1\",\"f2\"]")
+      // A reply joining it (the request's baseline, then the reply's count): the object form, read back with `replied`.
+      expect(yield* conversations.extendBaseline("no-content", { prints: ["f1", "f2"], content: null }, { prints: ["f1", "f2", "f3"], content: null, replied: 1 }, at)).toBe(true)
+      expect(yield* stored("no-content")).toEqual({ prints: ["f1", "f2", "f3"], content: null, replied: 1 })
 
       // Moved since (another request rewrote it): left as it is.
       expect(yield* conversations.extendBaseline("with-content", { prints: ["f1", "f2"], content: ["c1", ""] }, { prints: ["f1", "f2", "f9"], content: ["c1", "", "f9"] }, at)).toBe(false)
@@ -88,7 +104,11 @@ describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db
           VALUES (${key}, 'thr_1', ${baseline}, 3, 1, ${offloaded}, ${expansions}, ${at}, ${at})`
       const raw = (key: string) =>
         Effect.map(sql`SELECT * FROM gateway_conversations WHERE conversation_key = ${key}`, (rows) => rows[0])
-      for (const [key, baseline] of [["legacy", "[\"f1\",\"f2\"]"], ["object", "{\"prints\":[\"f1\"],\"content\":[\"\"]}"]] as const) {
+      for (const [key, baseline] of [
+        ["legacy", "[\"f1\",\"f2\"]"],
+        ["object", "{\"prints\":[\"f1\"],\"content\":[\"\"]}"],
+        ["replied", "{\"prints\":[\"f1\",\"f2\"],\"content\":null,\"replied\":1}"]
+      ] as const) {
         yield* insert(key, baseline)
         const read = Option.getOrThrow(yield* conversations.find(key))
         expect(read).toEqual(yield* Schema.decodeUnknown(GatewayConversations.Conversation)(yield* raw(key)))
@@ -99,6 +119,8 @@ describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db
       expect((yield* Effect.flip(conversations.find("broken")))._tag).toBe("PersistenceError")
       yield* insert("not-strings", "[\"f1\",2]")
       expect((yield* Effect.flip(conversations.find("not-strings")))._tag).toBe("PersistenceError")
+      yield* insert("bad-replied", "{\"prints\":[\"f1\"],\"content\":null,\"replied\":-1}")
+      expect((yield* Effect.flip(conversations.find("bad-replied")))._tag).toBe("PersistenceError")
       yield* insert("bad-expansions", "[]", "[]", "{\"f1\":3}")
       expect((yield* Effect.flip(conversations.find("bad-expansions")))._tag).toBe("PersistenceError")
     }).pipe(Effect.provide(Layer.orDie(db()))))

@@ -234,6 +234,7 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
   },
   "gateway.diverged": { runId: run("run_1"), sharedMessages: 3, storedMessages: 8, requestMessages: 5 },
   "gateway.rerendered": { runId: run("run_1"), sharedMessages: 12, storedMessages: 8, requestMessages: 14 },
+  "gateway.retried": { runId: run("run_1"), requestMessages: 5, storedMessages: 6 },
   "gateway.offloaded": { runId: run("run_1"), refs: ["tool:toolu_1", "tool:toolu_2"], tier: "mild", tokensBefore: 30000, tokensAfter: 9000 },
   "gateway.usage": { runId: run("run_1"), providerInstance: "anthropic" as ProviderInstance, inputTokens: 12, cacheWriteTokens: 900, cacheReadTokens: 40000, outputTokens: 300, windowTokens: 200000 }
 }

@@ -20,6 +20,11 @@ export interface Reply {
   readonly contentType: string
   readonly body: string
   readonly hold?: Promise<unknown>
+  /**
+   * The body's first `at` characters are written at once (head included), the rest after `hold` settles: an answer
+   * that has begun and not yet ended (the gateway records the request while it streams, the reply at its end).
+   */
+  readonly rest?: { readonly at: number; readonly hold: Promise<unknown> }
 }
 
 /** One received request. */
@@ -68,7 +73,11 @@ export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquire
         const reply = replies.shift() ?? error(500, "no scripted reply")
         const write = () => {
           res.writeHead(reply.status, { "content-type": reply.contentType })
-          res.end(reply.body)
+          const rest = reply.rest
+          if (rest === undefined) return void res.end(reply.body)
+          res.write(reply.body.slice(0, rest.at))
+          const end = () => void res.end(reply.body.slice(rest.at))
+          void rest.hold.then(end, end)
         }
         if (reply.hold === undefined) write()
         else void reply.hold.then(write, write)
