@@ -782,10 +782,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const active = yield* store.activeProviderThreadOn(threadId, request.providerInstance)
         const lane = Option.isSome(active) ? { id: active.value } : yield* laneOf(threadId, request)
         const now = yield* DateTime.now
-        const run: Run = {
+        // The run's seq is the thread's next, read by its insert (one statement).
+        const draft: Omit<Run, "seq"> = {
           id: ids.next("run") as Run["id"],
           threadId,
-          seq: yield* store.nextRunSeq(threadId),
           providerThreadId: lane.id,
           // Written `completed` at once when the answer is recorded with it (`outcome`; its `run.completed` follows).
           status: outcome?._tag === "completed" ? "completed" : "running",
@@ -798,7 +798,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           updatedAt: now
         }
         // The run is this process's: restart recovery ends it if the process dies before the answer is recorded.
-        yield* store.insertRun(run, driver.driverId)
+        const run = yield* store.insertNextRun(draft, driver.driverId)
         // The record's events, appended together in one statement (`ThreadStore.appendEvents`) once the rest is written.
         const events: Array<NewThreadEvent> = [{ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } }]
         if (diverged || rerendered !== null) {
