@@ -33,7 +33,7 @@ import type { Item, NewThreadEvent, ProviderInstance, ProviderThread, Run, Threa
 import { GatewayConversations, pendingEvents, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { DateTime, Effect, Exit, FiberRef, Option, Schedule } from "effect"
+import { Data, DateTime, Effect, Exit, FiberRef, Option, Schedule } from "effect"
 import * as Crypto from "node:crypto"
 import { DriverRegistry } from "./DriverRegistry.js"
 import * as GatewayMemo from "./GatewayMemo.js"
@@ -617,6 +617,12 @@ export type Outcome =
     readonly reason: string
   }
 
+/**
+ * `begin`'s unit of work found the conversation's row changed since this process last wrote it (another process
+ * wrote it): rolled back and made again reading the row. Never leaves `begin`.
+ */
+class StaleConversation extends Data.TaggedError("StaleConversation")<{}> {}
+
 export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orchestration/GatewayThreads", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
@@ -651,6 +657,11 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         kept.delete(c.conversationKey)
         pending.set(c.conversationKey, null)
         return Effect.tap(repository.update(c), () => pending.set(c.conversationKey, c))
+      },
+      updateIfUnchanged: (expected, c) => {
+        kept.delete(c.conversationKey)
+        pending.set(c.conversationKey, null)
+        return Effect.tap(repository.updateIfUnchanged(expected, c), (applied) => pending.set(c.conversationKey, applied ? c : null))
       },
       extendBaseline: (key, expected, baseline, updatedAt) => {
         const base = pending.has(key) ? pending.get(key) ?? undefined : kept.get(key)
@@ -765,8 +776,14 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       )
       const threadId = created.threadId as ThreadId
       const { content, hashed, prints } = printCache.printsOf(key, request.messages, wire)
-      return yield* Effect.gen(function*() {
-        const conversation = Option.getOrElse(yield* conversations.find(key), () => created)
+      /**
+       * The unit of work; `trusted`: the conversation as this process last wrote it (SQLite's `kept`), used without
+       * reading its row under the lock: the conversation's update is then made only if the row is still that
+       * (`updateIfUnchanged`, the read folded into the write), else the unit of work is rolled back (`StaleConversation`)
+       * and made again reading the row (another process wrote it since).
+       */
+      const record = (trusted: GatewayConversations.Conversation | undefined) => Effect.gen(function*() {
+        const conversation = trusted ?? Option.getOrElse(yield* conversations.find(key), () => created)
         const stored = conversation.baseline
         const prefix = sharedPrefix(stored.prints, prints)
         const extended = prefix === stored.prints.length
@@ -828,14 +845,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           : null
         const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
         if (staged.event !== null) events.push(staged.event)
-        yield* conversations.update({
+        const updated: GatewayConversations.Conversation = {
           ...conversation,
           baseline: joined?.baseline ?? { prints, content },
           requests: conversation.requests + 1,
           divergences: generation,
           offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
           updatedAt: DateTime.formatIso(now)
-        })
+        }
+        if (trusted === undefined) yield* conversations.update(updated)
+        else if (!(yield* conversations.updateIfUnchanged(trusted, updated))) return yield* new StaleConversation()
         const begun: Begun = {
           threadId,
           run,
@@ -859,6 +878,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         if (outcome?._tag === "ended") yield* failIn(begun, outcome.status, outcome.code, outcome.reason)
         return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"), (e) => written(key, e))
+      const trusted = keeps && !pending.has(key) ? kept.get(key) : undefined
+      return yield* trusted === undefined
+        ? record(undefined)
+        : Effect.catchTag(record(trusted), "StaleConversation", () => record(undefined))
     })
 
     /**
