@@ -621,7 +621,7 @@ export type Outcome =
  * `begin`'s unit of work found the conversation's row changed since this process last wrote it (another process
  * wrote it): rolled back and made again reading the row. Never leaves `begin`.
  */
-class StaleConversation extends Data.TaggedError("StaleConversation")<{}> {}
+class StaleConversation extends Data.TaggedError("StaleConversation") {}
 
 export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orchestration/GatewayThreads", {
   effect: Effect.gen(function*() {
