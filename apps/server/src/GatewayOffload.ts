@@ -265,6 +265,22 @@ interface ShapeMemo {
   readonly snapshots: WeakMap<object, Snapshot>
   /** What pins a unit whatever the request (`plan`'s `staticPin`), by the unit (never changed once shared). */
   readonly staticPins: WeakMap<ScanUnit, boolean>
+  /** A unit's stub tokens as `plan` last counted them, by the unit (never changed once shared): see `UnitStubTokens`. */
+  readonly stubTokens: WeakMap<ScanUnit, UnitStubTokens>
+}
+
+/**
+ * The tokens of a unit's entries as its stub would send them (`Situation.units[].stubTokens`), with what they were
+ * computed from: the counter, each member's rendered entry and each of the unit's calls (by identity: interned
+ * entries and the calls read from them are frozen). The same inputs give the same count, so a later request of the
+ * conversation whose unit, counter, rendered members and calls are the same objects takes it instead of making the
+ * stubs' keys and looking them up again for every unit of the history.
+ */
+interface UnitStubTokens {
+  readonly count: (text: string) => number
+  readonly members: ReadonlyArray<Record<string, unknown>>
+  readonly calls: ReadonlyArray<Call | undefined>
+  readonly tokens: number
 }
 const shapeMemos = new WeakMap<Shape, ShapeMemo>()
 const memoOf = (shape: Shape): ShapeMemo => {
@@ -283,7 +299,8 @@ const memoOf = (shape: Shape): ShapeMemo => {
         }),
         stubs: new WeakMap(),
         snapshots: new WeakMap(),
-        staticPins: new WeakMap()
+        staticPins: new WeakMap(),
+        stubTokens: new WeakMap()
       }
     )
   }
@@ -577,8 +594,20 @@ export const plan = (shape: Shape, input: Input, incremental = true): Output => 
       // `decide` (only eligible units' are): it is not made (0), which spares the newest unit's stub every request.
       let stubTokens = 0
       if (u.calls.length > 0 && !stubbed && answered && !pinnedUnits[index]) {
-        const ids = new Set(u.calls.map((c) => c.id))
-        for (const i of u.members) stubTokens += u.results.includes(i) ? tokensOf(count, stubOf(shape, memo, rendered[i]!, ids, calls)) : tokens[i]!
+        // Kept by unit (`UnitStubTokens`) when incremental; the reference (`incremental: false`) counts every time.
+        const known = incremental ? memo.stubTokens.get(u) : undefined
+        if (
+          known !== undefined && known.count === count && known.members.every((m, k) => m === rendered[u.members[k]!]) &&
+          known.calls.every((c, k) => c === calls.get(u.calls[k]!.id))
+        ) {
+          stubTokens = known.tokens
+        } else {
+          const ids = new Set(u.calls.map((c) => c.id))
+          for (const i of u.members) stubTokens += u.results.includes(i) ? tokensOf(count, stubOf(shape, memo, rendered[i]!, ids, calls)) : tokens[i]!
+          if (incremental) {
+            memo.stubTokens.set(u, { count, members: u.members.map((i) => rendered[i]!), calls: u.calls.map((c) => calls.get(c.id)), tokens: stubTokens })
+          }
+        }
       }
       return {
         isTool: u.calls.length > 0,

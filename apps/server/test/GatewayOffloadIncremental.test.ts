@@ -4,7 +4,8 @@
  * computed from the start (`incremental: false`) and as the plan of a freshly parsed body, on random conversations
  * that grow, rewind, edit an earlier message, call `thread_read` (and have the gateway's hidden rounds put back in a
  * reply's place), return an image, answer
- * several calls in one message, flush and lose their stubbed ids (another state), on Anthropic Messages (with the
+ * several calls in one message, reuse an earlier call's id with other arguments, flush and lose their stubbed ids
+ * (another state), on Anthropic Messages (with the
  * breakpoint moving to the newest message) and OpenAI Responses (a response's items one unit).
  */
 import { ToolResultOffload } from "@baton/context"
@@ -116,6 +117,11 @@ describe("GatewayOffload.plan incremental", () => {
             history = history.map((m, i) => (i === at ? { ...(m as object), edited: request } : m))
           } else if (action < 0.25) {
             history = [...history, ...wire.text(n++)]
+          } else if (action < 0.3 && n > 0) {
+            // A round that reuses an earlier call's id with other arguments (the later call is the one the id names now).
+            const old = pick(n)
+            const round = JSON.stringify(wire.round([old], 0, false, 20 + pick(50), next() < 0.5)).replaceAll(`cat f${old}`, `cat --number f${old}`)
+            history = [...history, ...(JSON.parse(round) as Array<unknown>)]
           } else {
             for (let r = 1 + pick(2); r > 0; r--) {
               const ids = Array.from({ length: 1 + pick(3) }, () => n++)

@@ -36,7 +36,7 @@ import type { Item, NewThreadEvent, ProviderInstance, ProviderThread, Run, Threa
 import { GatewayConversations, pendingEvents, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { DateTime, Effect, Exit, FiberRef, Option, Schedule } from "effect"
+import { Data, DateTime, Effect, Exit, FiberRef, Option, Schedule } from "effect"
 import * as Crypto from "node:crypto"
 import { DriverRegistry } from "./DriverRegistry.js"
 import * as GatewayMemo from "./GatewayMemo.js"
@@ -646,6 +646,12 @@ export type Outcome =
     readonly reason: string
   }
 
+/**
+ * `begin`'s unit of work found the conversation's row changed since this process last wrote it (another process
+ * wrote it): rolled back and made again reading the row. Never leaves `begin`.
+ */
+class StaleConversation extends Data.TaggedError("StaleConversation") {}
+
 export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orchestration/GatewayThreads", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
@@ -680,6 +686,11 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         kept.delete(c.conversationKey)
         pending.set(c.conversationKey, null)
         return Effect.tap(repository.update(c), () => pending.set(c.conversationKey, c))
+      },
+      updateIfUnchanged: (expected, c) => {
+        kept.delete(c.conversationKey)
+        pending.set(c.conversationKey, null)
+        return Effect.tap(repository.updateIfUnchanged(expected, c), (applied) => pending.set(c.conversationKey, applied ? c : null))
       },
       extendBaseline: (key, expected, baseline, updatedAt) => {
         const base = pending.has(key) ? pending.get(key) ?? undefined : kept.get(key)
@@ -794,8 +805,14 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       )
       const threadId = created.threadId as ThreadId
       const { content, hashed, prints } = printCache.printsOf(key, request.messages, wire)
-      return yield* Effect.gen(function*() {
-        const conversation = Option.getOrElse(yield* conversations.find(key), () => created)
+      /**
+       * The unit of work; `trusted`: the conversation as this process last wrote it (SQLite's `kept`), used without
+       * reading its row under the lock: the conversation's update is then made only if the row is still that
+       * (`updateIfUnchanged`, the read folded into the write), else the unit of work is rolled back (`StaleConversation`)
+       * and made again reading the row (another process wrote it since).
+       */
+      const record = (trusted: GatewayConversations.Conversation | undefined) => Effect.gen(function*() {
+        const conversation = trusted ?? Option.getOrElse(yield* conversations.find(key), () => created)
         const stored = conversation.baseline
         const prefix = sharedPrefix(stored.prints, prints)
         const extended = prefix === stored.prints.length
@@ -815,10 +832,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const active = yield* store.activeProviderThreadOn(threadId, request.providerInstance)
         const lane = Option.isSome(active) ? { id: active.value } : yield* laneOf(threadId, request)
         const now = yield* DateTime.now
-        const run: Run = {
+        // The run's seq is the thread's next, read by its insert (one statement).
+        const draft: Omit<Run, "seq"> = {
           id: ids.next("run") as Run["id"],
           threadId,
-          seq: yield* store.nextRunSeq(threadId),
           providerThreadId: lane.id,
           // Written `completed` at once when the answer is recorded with it (`outcome`; its `run.completed` follows).
           status: outcome?._tag === "completed" ? "completed" : "running",
@@ -831,7 +848,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           updatedAt: now
         }
         // The run is this process's: restart recovery ends it if the process dies before the answer is recorded.
-        yield* store.insertRun(run, driver.driverId)
+        const run = yield* store.insertNextRun(draft, driver.driverId)
         // The record's events, appended together in one statement (`ThreadStore.appendEvents`) once the rest is written.
         const events: Array<NewThreadEvent> = [{ threadId, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: lane.id } }]
         if (diverged || rerendered !== null) {
@@ -872,14 +889,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           : null
         const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
         if (staged.event !== null) events.push(staged.event)
-        yield* conversations.update({
+        const updated: GatewayConversations.Conversation = {
           ...conversation,
           baseline: joined?.baseline ?? { prints, content },
           requests: conversation.requests + 1,
           divergences: generation,
           offloaded: request.offload === undefined ? conversation.offloaded : request.offload.offloaded,
           updatedAt: DateTime.formatIso(now)
-        })
+        }
+        if (trusted === undefined) yield* conversations.update(updated)
+        else if (!(yield* conversations.updateIfUnchanged(trusted, updated))) return yield* new StaleConversation()
         const begun: Begun = {
           threadId,
           run,
@@ -904,6 +923,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         if (outcome?._tag === "ended") yield* failIn(begun, outcome.status, outcome.code, outcome.reason)
         return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"), (e) => written(key, e))
+      const trusted = keeps && !pending.has(key) ? kept.get(key) : undefined
+      return yield* trusted === undefined
+        ? record(undefined)
+        : Effect.catchTag(record(trusted), "StaleConversation", () => record(undefined))
     })
 
     /**

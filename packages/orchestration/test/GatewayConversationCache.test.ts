@@ -65,5 +65,21 @@ describe.each(Harness.dialects)("GatewayThreads.conversationOf on %s", (label, d
       yield* sql`UPDATE gateway_conversations SET offloaded = ${JSON.stringify(["toolu_0", "toolu_1", "toolu_x"])} WHERE conversation_key = ${key}`
       const seen = Option.getOrThrow(yield* read())
       expect(seen.offloaded).toEqual(label === "SQLite" ? ["toolu_0", "toolu_1"] : ["toolu_0", "toolu_1", "toolu_x"])
+
+      // Under the thread's lock `begin` sees that write on both dialects: on SQLite it uses the kept conversation without
+      // reading the row only while the row is still it (its update is conditional on that), else it reads the row.
+      yield* sql`UPDATE gateway_conversations SET requests = 7 WHERE conversation_key = ${key}`
+      const done = { role: "assistant", content: [{ type: "text", text: "done" }] }
+      const more = { role: "user", content: [{ type: "text", text: "and the tests?" }] }
+      const third = yield* threads.begin(request([first, call, result, done, more], ["toolu_0", "toolu_1"], seen))
+      const after = yield* stored()
+      expect(after.requests).toBe(8)
+      expect(third.newMessages).toBe(1)
+      expect(after.baseline.prints.length).toBe(5)
+      expect(Option.getOrThrow(yield* read())).toEqual(after)
+      // And with no other write since, the next request extends it as well (the kept conversation is the row).
+      yield* threads.begin(request([first, call, result, done, more, call], ["toolu_0", "toolu_1"], after))
+      expect((yield* stored()).requests).toBe(9)
+      expect(Option.getOrThrow(yield* read())).toEqual(yield* stored())
     }).pipe(Effect.provide(Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db }).layer)))
 })

@@ -85,6 +85,13 @@ export interface GatewayConversationsShape {
   /** Rewrites the baseline, the counts and the offloaded ids of `c.conversationKey`. */
   readonly update: (c: Conversation) => Effect.Effect<void, PersistenceError | ConcurrentModification>
   /**
+   * `update(c)` only if the row is still `expected` (every column `update` writes holds `expected`'s value, as its
+   * column's text): one statement, nothing read back. Returns whether it was; when not, nothing is written. For a
+   * caller that holds the row as it last wrote it and would otherwise read it back to check (a read folded into the
+   * write: another writer's change since is seen as `false`).
+   */
+  readonly updateIfUnchanged: (expected: Conversation, c: Conversation) => Effect.Effect<boolean, PersistenceError | ConcurrentModification>
+  /**
    * Sets the baseline of `key` to `baseline` (and its `updatedAt`) only if it is still `expected`: one statement,
    * nothing read back. Returns whether it was (a request of the conversation that moved the baseline since leaves it).
    * The stored baseline is compared as its column's text: `expected` in the column's form (`{"prints":[…],"content":[…]}`
@@ -159,8 +166,21 @@ const decodeRow = (row: unknown) => {
   return fast === undefined ? decode(row) : Effect.succeed(fast)
 }
 
-/** A baseline as its column holds it (the text `Conversation.baseline` decodes; `JSON.stringify`, as `Schema.parseJson` encodes). */
-export const baselineColumn = (b: Baseline): string => JSON.stringify(columnForm(b))
+/** `baselineColumn`'s texts by baseline (baselines are never changed once made: a conversation's next is a new one). */
+const baselineTexts = new WeakMap<Baseline, string>()
+
+/**
+ * A baseline as its column holds it (the text `Conversation.baseline` decodes; `JSON.stringify`, as `Schema.parseJson`
+ * encodes). Kept by baseline: the text written is the text `updateIfUnchanged` compares with next time.
+ */
+export const baselineColumn = (b: Baseline): string => {
+  let text = baselineTexts.get(b)
+  if (text === undefined) {
+    text = JSON.stringify(columnForm(b))
+    baselineTexts.set(b, text)
+  }
+  return text
+}
 
 /** Builds the repository on the ambient `SqlClient` (SQLite or Postgres; the same statements on both). */
 export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.SqlClient> = Effect.gen(function*() {
@@ -187,6 +207,17 @@ export const make: Effect.Effect<GatewayConversationsShape, never, SqlClient.Sql
           updated_at = ${c.updatedAt} WHERE conversation_key = ${c.conversationKey}`.pipe(
         Effect.asVoid,
         orPersistence("gatewayConversations.update")
+      ),
+    updateIfUnchanged: (expected, c) =>
+      sql`UPDATE gateway_conversations SET baseline = ${baselineColumn(c.baseline)}, requests = ${c.requests},
+          divergences = ${c.divergences}, offloaded = ${JSON.stringify(c.offloaded)}, expansions = ${JSON.stringify(c.expansions)},
+          updated_at = ${c.updatedAt} WHERE conversation_key = ${c.conversationKey} AND thread_id = ${expected.threadId}
+          AND baseline = ${baselineColumn(expected.baseline)} AND requests = ${expected.requests} AND divergences = ${expected.divergences}
+          AND offloaded = ${JSON.stringify(expected.offloaded)} AND expansions = ${JSON.stringify(expected.expansions)}
+          AND updated_at = ${expected.updatedAt}
+          RETURNING conversation_key`.pipe(
+        Effect.map((rows) => rows.length > 0),
+        orPersistence("gatewayConversations.updateIfUnchanged")
       ),
     extendBaseline: (key, expected, baseline, updatedAt) =>
       Effect.suspend(() =>

@@ -330,6 +330,25 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           Schema.encode(RunRow)(r),
           (row) => sql`INSERT INTO runs ${sql.insert({ ...row, driverId })}`
         ).pipe(Effect.asVoid, orPersistence("runs.insert")),
+      /**
+       * Inserts a run as the thread's next (`nextRunSeq` and `insertRun` in one statement: its `seq` is the thread's
+       * highest plus one, read by the insert itself) and returns the run as written. `driverId` as for `insertRun`.
+       * Must run under the thread's lock (a unit of work), as a caller of `nextRunSeq` must; a lost race is the
+       * `(thread_id, seq)` unique violation, a `ConcurrentModification` once the unit of work maps it.
+       */
+      insertNextRun: (r: Omit<Run, "seq">, driverId: string | null = null) =>
+        Effect.gen(function*() {
+          // Encoded with a placeholder seq (the statement computes it), then written without it.
+          const { seq: _, ...row } = yield* Schema.encode(RunRow)({ ...r, seq: 1 } as Run)
+          const values: Record<string, unknown> = driverId === null ? row : { ...row, driverId }
+          const columns = Object.keys(values)
+          const rows = yield* sql`INSERT INTO runs (${sql.join(", ", false)(columns.map((c) => sql`${sql(c)}`))}, seq)
+            VALUES (${sql.join(", ", false)(columns.map((c) => sql`${values[c] as string | null}`))},
+              (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE thread_id = ${r.threadId}))
+            RETURNING seq`
+          const [assigned] = yield* Schema.decodeUnknown(SeqRows)(rows)
+          return { ...r, seq: assigned!.seq } as Run
+        }).pipe(orPersistence("runs.insert")),
       updateRun: (r: Run) => runs.update(r),
       /**
        * Moves run `id` from `running` to `status` (`updatedAt` its time) in one statement, nothing read back: `true`

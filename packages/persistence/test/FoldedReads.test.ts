@@ -231,5 +231,26 @@ for (const [dialect, db] of dialects) {
         expect([...(yield* store.listCoveredSourceRunIds("pth_t" as ProviderThreadId, null))].sort()).toEqual(runsOf("open_none", "open_deferred"))
         expect(yield* store.listCoveredSourceRunIds("pth_none" as ProviderThreadId, null)).toEqual([])
       }).pipe(Effect.provide(layerOn(db))))
+
+    it.effect("insertNextRun: the run written as insertRun writes it, with the seq nextRunSeq reads (1 for a thread's first), its driver too", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_n", now))
+        yield* store.insertThread(thread("thr_o", now))
+        const { seq: _, ...draft } = run("run_n1", "thr_n", 0, now)
+        const first = yield* store.insertNextRun(draft, "drv_1")
+        expect(first).toEqual({ ...draft, seq: 1 })
+        yield* store.insertRun(run("run_o1", "thr_o", 1, now))
+        yield* store.insertRun(run("run_n2", "thr_n", 2, now))
+        const third = yield* store.insertNextRun({ ...draft, id: "run_n3" as RunId, status: "running", failureCode: null }, null)
+        expect(third.seq).toBe(3)
+        expect(Option.getOrThrow(yield* store.getRun("run_n3" as RunId))).toEqual(third)
+        expect(Option.getOrThrow(yield* store.getRun("run_n1" as RunId))).toEqual(first)
+        expect((yield* store.runDrivers(["run_n1" as RunId, "run_n3" as RunId])).get("run_n1")).toBe("drv_1")
+        expect((yield* store.runDrivers(["run_n1" as RunId, "run_n3" as RunId])).get("run_n3")).toBe(null)
+        expect(yield* store.nextRunSeq("thr_n" as ThreadId)).toBe(4)
+        expect((yield* store.insertNextRun({ ...draft, id: "run_o2" as RunId, threadId: "thr_o" as ThreadId })).seq).toBe(2)
+      }).pipe(Effect.provide(layerOn(db))))
   })
 }

@@ -93,6 +93,32 @@ describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db
       expect(yield* stored("with-content")).toEqual(extended)
     }).pipe(Effect.provide(Layer.orDie(db()))))
 
+  it.live("updateIfUnchanged: writes as update while every column is still the expected one; a row changed since is left as it is", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const conversations = yield* GatewayConversations.make
+      const at = "2026-12-03T00:00:00.000Z"
+      yield* sql`INSERT INTO threads (id, title, active_provider_thread_id, created_at, updated_at) VALUES ('thr_1', 't', NULL, ${at}, ${at})`
+      const base = yield* Schema.decodeUnknown(GatewayConversations.Conversation)(row("[]"))
+      const first = { ...base, conversationKey: "k", baseline: { prints: ["f1"], content: ["c1"] }, offloaded: ["toolu_1"], expansions: { f0: [{ role: "user" }] } }
+      yield* conversations.insert(first)
+      const second = { ...first, baseline: { prints: ["f1", "f2"], content: ["c1", "c2"] }, requests: 3, updatedAt: "2026-12-03T00:00:01.000Z" }
+      expect(yield* conversations.updateIfUnchanged(first, second)).toBe(true)
+      expect(Option.getOrThrow(yield* conversations.find("k"))).toEqual(second)
+      // `first` is no longer the row: nothing written.
+      expect(yield* conversations.updateIfUnchanged(first, { ...second, requests: 9 })).toBe(false)
+      // Each column another writer may change makes the row another than the expected one.
+      const third = { ...second, requests: 4 }
+      for (const [column, value] of [["requests", 5], ["divergences", 1], ["offloaded", "[\"toolu_1\",\"toolu_2\"]"], ["expansions", "{}"], ["updated_at", "x"], ["baseline", "[\"f1\",\"f2\"]"]] as const) {
+        yield* conversations.update(second)
+        yield* sql`UPDATE gateway_conversations SET ${sql(column)} = ${value} WHERE conversation_key = 'k'`
+        expect(yield* conversations.updateIfUnchanged(second, third)).toBe(false)
+      }
+      yield* conversations.update(second)
+      expect(yield* conversations.updateIfUnchanged(second, third)).toBe(true)
+      expect(Option.getOrThrow(yield* conversations.find("k"))).toEqual(third)
+    }).pipe(Effect.provide(Layer.orDie(db()))))
+
   it.live("reads a row as the Conversation schema decodes it, in either baseline form; a malformed row still fails", () =>
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
