@@ -622,10 +622,15 @@ export const retriedReply = (stored: GatewayConversations.Baseline, prints: Read
     : null
 }
 
-/** The items of `reply`'s messages (a message without the upstream's id is named by its position after `prompt` messages). */
-const replyItems = (wire: Wire, reply: Reply, prompt: number): ReadonlyArray<NewItem> => {
+/**
+ * The items of `reply`'s messages, the reply of the thread's run of `seq`. A message without the upstream's id (Chat
+ * Completions) is named by that run and its position after `prompt` messages (`assistant@reply3.1`): two answers to
+ * the same request (a retry, a retry after a failed one) are two responses, never grouped as one (`ToolUnits` groups a
+ * response's items by `messageId`; review r26: both were `assistant@reply.1`).
+ */
+const replyItems = (wire: Wire, reply: Reply, prompt: number, seq: number): ReadonlyArray<NewItem> => {
   const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
-  return reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${prompt + i}`, names))
+  return reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply${seq}.${prompt + i}`, names))
 }
 
 /**
@@ -867,7 +872,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
           ? {
             baseline: replyBaseline(wire, { prints, content }, outcome.reply),
-            items: sameReply(wire, retried, outcome.reply) ? [] : replyItems(wire, outcome.reply, prints.length)
+            items: sameReply(wire, retried, outcome.reply) ? [] : replyItems(wire, outcome.reply, prints.length, run.seq)
           }
           : null
         const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
@@ -947,7 +952,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           const wire = begun.wire
           // A retry's answer equal to the reply recorded for the request it repeats is not stored again.
           if (!sameReply(wire, begun.retried, reply)) {
-            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
+            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length, begun.run.seq))
             stored = staged.items
             if (staged.event !== null) events.push(staged.event)
           }
