@@ -3,30 +3,38 @@
  * `/v1/chat/completions` (whose replies carry no upstream message id), a retry of a retry, a retry after a divergence,
  * a retry after a failed retry, a request with a changed tool result (a divergence, not a retry), a retry whose first
  * reply was a tool call, and a retry routed to another provider (a switch). The thread holds every message once, each
- * answer its own response (`messageId`), nothing lost.
+ * answer its own response (`messageId`), nothing lost. And a retry sent while the request it repeats is still
+ * answered (a concurrent retry): whichever answer is recorded first, the retry's is the conversation's.
  */
 import type { Item } from "@baton/contracts"
 import { ToolUnits } from "@baton/context"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Database } from "@baton/persistence"
+import { Context, Effect, Fiber, Layer, Schedule } from "effect"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
 
 const usage = { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }
 
-/** A gateway: `gpt-*` to a Chat Completions upstream, `claude-*` to an Anthropic one. */
-const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi, anthropic: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+/** A gateway: `gpt-*` to a Chat Completions upstream, `claude-*` to an Anthropic one; SQLite or a fresh Postgres schema. */
+const withGateway = <A, E, R>(
+  test: (chat: ModelApi.ModelApi, anthropic: ModelApi.ModelApi) => Effect.Effect<A, E, R>,
+  dialect: "SQLite" | "Postgres" = "SQLite"
+) =>
   Effect.scoped(Effect.gen(function*() {
     const chat = yield* ModelApi.start
     const anthropic = yield* ModelApi.start
-    const settings = yield* settingsFor(
+    const sqlite = yield* settingsFor(
       [instance("chat", "openai-chat", chat), instance("anthropic", "anthropic-messages", anthropic)],
       { TEST_MODEL_KEY: marker },
       undefined,
       { gateway: { routes: [{ model: "gpt-*", provider: "chat" }, { model: "claude-*", provider: "anthropic" }] } }
     )
+    const settings = dialect === "SQLite"
+      ? sqlite
+      : { ...sqlite, database: { _tag: "postgres" as const, url: Context.get(yield* Layer.build(Database.layerPgSchema()), Database.PgSchemaUrl) } }
     return yield* test(chat, anthropic).pipe(Effect.provide(serveSettings(settings)))
   }))
 
@@ -229,4 +237,49 @@ describe("Gateway retries, review r26", () => {
         answersApart(items)
       })
     ))
+
+  for (const [dialect, order] of [["SQLite", "the first answer ends first"], ["SQLite", "the retry's answer ends first"], ["Postgres", "the first answer ends first"]] as const) {
+    it.live(`${dialect}, /v1/messages: a retry sent while the first answer streams (${order}): the retry's answer is the conversation's, every message stored once`, () =>
+      withGateway((_chat, anthropic) =>
+        Effect.gen(function*() {
+          const runs = Effect.gen(function*() {
+            const api = yield* client()
+            const threads = (yield* api.threads.list({ urlParams: {} })).threads
+            return threads.length === 0 ? 0 : (yield* api.runs.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).runs.length
+          })
+          /** An answer whose head and first event go out at once, the rest when released. */
+          const held = (text: string) => {
+            let release = () => {}
+            const hold = new Promise<void>((resolve) => (release = resolve))
+            const reply = ModelApi.answer("anthropic-messages", text, usage)
+            return { reply: { ...reply, rest: { at: reply.body.indexOf("\n\n") + 2, hold } }, release }
+          }
+          const a = held("A")
+          const b = held("B")
+          anthropic.enqueue(a.reply, b.reply)
+          const first = yield* Effect.fork(raw(messagesRequest([user("hello")])))
+          yield* Effect.repeat(runs, { until: (n) => n === 1, schedule: Schedule.spaced("10 millis") })
+          const retry = yield* Effect.fork(raw(messagesRequest([user("hello")])))
+          yield* Effect.repeat(runs, { until: (n) => n === 2, schedule: Schedule.spaced("10 millis") })
+          const [one, two] = order === "the first answer ends first" ? [a, b] as const : [b, a] as const
+          const [oneFiber, twoFiber] = order === "the first answer ends first" ? [first, retry] as const : [retry, first] as const
+          one.release()
+          expect((yield* Fiber.join(oneFiber)).status).toBe(200)
+          two.release()
+          expect((yield* Fiber.join(twoFiber)).status).toBe(200)
+          // The agent goes on with the retry's answer.
+          yield* send(anthropic, messagesRequest([user("hello"), assistant("B"), user("next")]), ModelApi.answer("anthropic-messages", "C", usage))
+          const { diverged, items, rows } = yield* record
+          expect(diverged).toBe(0)
+          expect(rows).toEqual([
+            [0, "user_message", "hello"],
+            ...(order === "the first answer ends first"
+              ? [[0, "assistant_message", "A"], [1, "assistant_message", "B"]]
+              : [[1, "assistant_message", "B"], [0, "assistant_message", "A"]]),
+            [2, "user_message", "next"],
+            [2, "assistant_message", "C"]
+          ])
+          answersApart(items)
+        }), dialect))
+  }
 })
