@@ -211,7 +211,7 @@ describe("Gateway, OpenAI Responses", () => {
           ["user_message", "hello", "user@0.0"],
           ["assistant_message", "whole answer", "msg_whole"],
           // The compaction's output: the history Codex goes on with.
-          ["user_message", "hello", "user@reply.2"],
+          ["user_message", "hello", "user@reply2.2"],
           ["assistant_message", "[compaction]", "cmp_1"]
         ])
         expect(runs.map((r) => r.status)).toEqual(["completed", "completed"])

@@ -564,6 +564,12 @@ export interface Begun {
    * divergence: nothing of the request stored again, its answer stored only when it differs); `null`: not a retry.
    */
   readonly retried: ReadonlyArray<string> | null
+  /**
+   * Whether the request is exactly the baseline's, no reply recorded for it (`replied` 0): a retry of a request whose
+   * answer is still streaming (or failed). Should another answer to the same request join the baseline before this
+   * request's does (the first request's, recorded while the retry ran), this one's supersedes it (`complete`).
+   */
+  readonly repeats: boolean
   /** How many of the request's messages were hashed (the others were recognised from its conversation's previous request). */
   readonly hashedMessages: number
   readonly prices: GatewayRequest["prices"]
@@ -611,6 +617,17 @@ const sameReply = (wire: Wire, retried: ReadonlyArray<string> | null, reply: Rep
   reply.messages.every((r, i) => printOf(wire, r.message).print === retried[i])
 
 /**
+ * The fingerprints of the reply that ends `stored` when `stored` is `request` followed by a recorded reply (another
+ * answer to that same request joined the baseline), else `null`.
+ */
+export const otherReply = (stored: GatewayConversations.Baseline, request: ReadonlyArray<string>): ReadonlyArray<string> | null => {
+  const replied = stored.replied ?? 0
+  return replied > 0 && stored.prints.length === request.length + replied && sharedPrefix(stored.prints, request) === request.length
+    ? stored.prints.slice(request.length)
+    : null
+}
+
+/**
  * Whether a request whose `prints` share `prefix` leading fingerprints with `stored` repeats the request whose reply
  * ends `stored` (the agent retried it after Baton had recorded the reply): its messages are exactly the stored ones
  * before that reply. The reply's fingerprints, else `null`.
@@ -622,10 +639,15 @@ export const retriedReply = (stored: GatewayConversations.Baseline, prints: Read
     : null
 }
 
-/** The items of `reply`'s messages (a message without the upstream's id is named by its position after `prompt` messages). */
-const replyItems = (wire: Wire, reply: Reply, prompt: number): ReadonlyArray<NewItem> => {
+/**
+ * The items of `reply`'s messages, the reply of the thread's run of `seq`. A message without the upstream's id (Chat
+ * Completions) is named by that run and its position after `prompt` messages (`assistant@reply3.1`): two answers to
+ * the same request (a retry, a retry after a failed one) are two responses, never grouped as one (`ToolUnits` groups a
+ * response's items by `messageId`; review r26: both were `assistant@reply.1`).
+ */
+const replyItems = (wire: Wire, reply: Reply, prompt: number, seq: number): ReadonlyArray<NewItem> => {
   const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
-  return reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply.${prompt + i}`, names))
+  return reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply${seq}.${prompt + i}`, names))
 }
 
 /**
@@ -884,7 +906,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
           ? {
             baseline: replyBaseline(wire, { prints, content }, outcome.reply),
-            items: sameReply(wire, retried, outcome.reply) ? [] : replyItems(wire, outcome.reply, prints.length)
+            items: sameReply(wire, retried, outcome.reply) ? [] : replyItems(wire, outcome.reply, prints.length, run.seq)
           }
           : null
         const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
@@ -909,6 +931,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           diverged,
           rerendered: rerendered !== null,
           retried,
+          repeats: extended && fresh.length === 0 && prints.length > 0 && (stored.replied ?? 0) === 0,
           hashedMessages: hashed,
           prices: request.prices,
           providerInstance: request.providerInstance,
@@ -969,21 +992,34 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         if (reply.messages.length > 0 && joined === null) {
           const wire = begun.wire
           // A retry's answer equal to the reply recorded for the request it repeats is not stored again.
-          if (!sameReply(wire, begun.retried, reply)) {
-            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length))
-            stored = staged.items
-            if (staged.event !== null) events.push(staged.event)
-          }
+          let same = sameReply(wire, begun.retried, reply)
           const baseline = replyBaseline(wire, { prints: begun.fingerprints, content: begun.contentPrints }, reply)
           if (expanded.length === 0) {
             // The reply joins the baseline when no other request moved it since (one statement, nothing read back).
-            yield* conversations.extendBaseline(
+            const applied = yield* conversations.extendBaseline(
               begun.conversationKey,
               { prints: begun.fingerprints, content: begun.contentPrints },
               baseline,
               DateTime.formatIso(now)
             )
-          } else {
+            // A retry sent while the request it repeats was still answered: that answer joined first. This one is the
+            // agent's (it sent the retry after giving up on the first), so it supersedes it, stored only when it
+            // differs (review r26: else the agent's next request was a divergence, storing this answer twice).
+            if (!applied && begun.repeats) {
+              const conversation = yield* conversations.find(begun.conversationKey)
+              const other = Option.isSome(conversation) ? otherReply(conversation.value.baseline, begun.fingerprints) : null
+              if (Option.isSome(conversation) && other !== null) {
+                same = sameReply(wire, other, reply)
+                yield* conversations.update({ ...conversation.value, baseline, updatedAt: DateTime.formatIso(now) })
+              }
+            }
+          }
+          if (!same) {
+            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length, begun.run.seq))
+            stored = staged.items
+            if (staged.event !== null) events.push(staged.event)
+          }
+          if (expanded.length > 0) {
             const conversation = yield* conversations.find(begun.conversationKey)
             if (Option.isSome(conversation)) {
               const moved = conversation.value.baseline.prints.join() !== begun.fingerprints.join()
