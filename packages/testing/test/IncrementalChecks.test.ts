@@ -208,6 +208,22 @@ describe.each(Harness.dialects)("incremental reads of the mutable tables (%s)", 
     }).pipe(Effect.provide(h.layer))
   })
 
+  it.live("every thread (no ids given): the list is read again when a thread is made; the audit when it gains a row", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { o, t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      expect((yield* Checks.readRecords(null, memory)).threadIds).toEqual([t])
+      const other = yield* o.create("codex")
+      const read = yield* Checks.readRecords(null, memory)
+      expect(read.threadIds).toEqual([t, other])
+      expect(read.records.map((r) => r.threadId)).toEqual([t, other])
+      const first = memory.items.get(t)![0]!
+      yield* sql`UPDATE items SET text = 'changed' WHERE id = ${first.id}`
+      expect((yield* Checks.readRecords(null, memory)).violations).toEqual([`crash-safety: item ${first.id} changed`])
+    }).pipe(Effect.provide(h.layer))
+  })
+
   it.live.skipIf(db !== ":memory:")("a later incarnation finds the audit in the database; a trigger gone is made again (SQLite)", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {

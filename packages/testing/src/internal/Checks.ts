@@ -17,7 +17,7 @@
  *
  * Each violation is one line starting with its category (`crash-safety:`, `exactly-once:`, ...).
  */
-import { type Item, type ItemId, type ProviderInstance, terminalRunStatuses, type ThreadEvent, type ThreadId } from "@baton/contracts"
+import { type Item, type ItemId, type ProviderInstance, terminalRunStatuses, type Thread, type ThreadEvent, type ThreadId } from "@baton/contracts"
 import { InvariantChecks } from "@baton/orchestration"
 import { type ProviderCalibration, ThreadStore } from "@baton/persistence"
 import type { ScriptedProvider } from "@baton/providers"
@@ -43,11 +43,23 @@ export interface Memory {
   readonly mutable: Map<ThreadId, Mutable>
   /** Per provider instance, its calibration as last read (read again when the change log names it). */
   readonly calibrations: Map<string, Option.Option<ProviderCalibration>>
+  /**
+   * The thread list as last read (`readRecords` without thread ids; read again when the change log names `threads`),
+   * and whether `sim_audit` was read yet (after its first read, only when the change log names it).
+   */
+  readonly cursor: { threads: ReadonlyArray<Thread> | null; auditRead: boolean }
 }
 
 type Mutable = Effect.Effect.Success<ReturnType<typeof InvariantChecks.readMutable>>
 
-export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(), audited: new Set(), mutable: new Map(), calibrations: new Map() })
+export const emptyMemory = (): Memory => ({
+  items: new Map(),
+  events: new Map(),
+  audited: new Set(),
+  mutable: new Map(),
+  calibrations: new Map(),
+  cursor: { threads: null, auditRead: false }
+})
 
 /**
  * The tables the change log covers, and the key each change is logged under: the thread whose record the row is
@@ -65,7 +77,10 @@ const changeKeys: ReadonlyArray<{ readonly table: string; readonly keys: (row: "
   { table: "offloads", keys: (r) => [`${r}.thread_id`] },
   { table: "provider_calibrations", keys: (r) => [`${r}.provider_instance`] },
   { table: "items", keys: (r) => [`${r}.thread_id`] },
-  { table: "thread_events", keys: (r) => [`${r}.thread_id`] }
+  { table: "thread_events", keys: (r) => [`${r}.thread_id`] },
+  { table: "threads", keys: (r) => [`${r}.id`] },
+  // The audit's own rows: `sim_audit` is read again only when it gained one.
+  { table: "sim_audit", keys: () => ["NULL"] }
 ]
 
 /**
@@ -89,7 +104,8 @@ const changeKeys: ReadonlyArray<{ readonly table: string; readonly keys: (row: "
  * The change log behind the incremental reads of the mutable tables: a table `sim_changed` (left out of the dump
  * too) to which triggers add `(table, key)` on every INSERT, UPDATE (old and new row) and DELETE of a row of the
  * tables `InvariantChecks.readMutable` reads, of `provider_calibrations`, and of `items` and `thread_events` (see
- * `changeKeys`); on Postgres a TRUNCATE adds `(table, NULL)`: every thread. `readRecords` takes the log and empties
+ * `changeKeys`; also of `threads`, and of `sim_audit` itself, so the audit is read only when it gained a row); on
+ * Postgres a TRUNCATE adds `(table, NULL)`: every thread. `readRecords` takes the log and empties
  * it in one statement (`DELETE ... RETURNING`) and reads again exactly the tables it names for each thread. Why
  * that is the same as reading every table whole at every step: a table's rows for a thread can only change by a
  * row statement on it (which logs the thread, in the same transaction: a rolled-back change logs nothing, as it
@@ -209,28 +225,21 @@ export const reconnectAudit = Effect.gen(function*() {
 })
 
 /**
- * Reads the record of every thread for one step's checks: the change log (`installAudit`: which tables changed for
- * which thread since the last step, taken and emptied in one statement), then for each thread the mutable tables
- * the log names (`InvariantChecks.readMutable`'s reads; all of them for a thread not read before), items and events
- * only after the last `seq` `memory` holds (appended to it) when the log names them, new audit rows, and every
- * thread's item and event counts (one statement). Returns the records (from `memory`), the calibrations of
- * `instances` (read again when the log names them) and the crash-safety violations: an audited change or deletion,
- * a count that differs from what was read (rows gone without a trigger, or inserted below the last `seq` read), an
- * event log that is not gap-free.
+ * Reads the record of the threads `threadIdsOrAll` (`null`: every thread, listed again when the change log names
+ * `threads`) for one step's checks: the change log (`installAudit`: which tables changed for which thread since the
+ * last step, taken and emptied in one statement), new audit rows (read when the log names `sim_audit`, and at the
+ * first read), then for each thread the mutable tables the log names (`InvariantChecks.readMutable`'s reads; all of
+ * them for a thread not read before), items and events only after the last `seq` `memory` holds (appended to it)
+ * when the log names them, and every thread's item and event counts (one statement). Returns the thread ids, the
+ * records (from `memory`), the calibrations of `instances` (read again when the log names them) and the
+ * crash-safety violations: an audited change or deletion, a count that differs from what was read (rows gone
+ * without a trigger, or inserted below the last `seq` read), an event log that is not gap-free.
  */
-export const readRecords = (threadIds: ReadonlyArray<ThreadId>, memory: Memory, instances: ReadonlyArray<string> = []) =>
+export const readRecords = (threadIdsOrAll: ReadonlyArray<ThreadId> | null, memory: Memory, instances: ReadonlyArray<string> = []) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
     const sql = yield* SqlClient.SqlClient
     const violations: Array<string> = []
-    for (const a of yield* sql<{ readonly seq: number | string; readonly tbl: string; readonly rowKey: string; readonly what: string }>`
-      SELECT seq, tbl, row_key, what FROM sim_audit ORDER BY seq`) {
-      if (memory.audited.has(Number(a.seq))) continue
-      memory.audited.add(Number(a.seq))
-      violations.push(a.tbl === "items"
-        ? a.what === "deleted" ? `crash-safety: item ${a.rowKey} was written and is gone` : `crash-safety: item ${a.rowKey} changed`
-        : `crash-safety: event ${a.rowKey} changed or disappeared (${a.what})`)
-    }
     // What changed since the last step: per table, the keys (threads, instances); `null` in a set: every key.
     const changed = new Map<string, Set<string | null>>()
     for (const c of yield* sql<{ readonly tbl: string; readonly key: string | null }>`DELETE FROM sim_changed RETURNING tbl, key`) {
@@ -242,6 +251,21 @@ export const readRecords = (threadIds: ReadonlyArray<ThreadId>, memory: Memory, 
       const keys = changed.get(table)
       return keys !== undefined && (keys.has(key) || keys.has(null))
     }
+    if (!memory.cursor.auditRead || changed.has("sim_audit")) {
+      memory.cursor.auditRead = true
+      for (const a of yield* sql<{ readonly seq: number | string; readonly tbl: string; readonly rowKey: string; readonly what: string }>`
+        SELECT seq, tbl, row_key, what FROM sim_audit ORDER BY seq`) {
+        if (memory.audited.has(Number(a.seq))) continue
+        memory.audited.add(Number(a.seq))
+        violations.push(a.tbl === "items"
+          ? a.what === "deleted" ? `crash-safety: item ${a.rowKey} was written and is gone` : `crash-safety: item ${a.rowKey} changed`
+          : `crash-safety: event ${a.rowKey} changed or disappeared (${a.what})`)
+      }
+    }
+    if (threadIdsOrAll === null && (memory.cursor.threads === null || changed.has("threads"))) {
+      memory.cursor.threads = yield* store.listThreads()
+    }
+    const threadIds = threadIdsOrAll ?? memory.cursor.threads!.map((t) => t.id)
     const listed = new Set<string>(threadIds)
     for (const threadId of memory.items.keys()) {
       if (!listed.has(threadId)) violations.push(`crash-safety: thread ${threadId}, read back before, is gone`)
@@ -312,7 +336,7 @@ export const readRecords = (threadIds: ReadonlyArray<ThreadId>, memory: Memory, 
       }
       calibrations.push(found)
     }
-    return { records, calibrations, violations }
+    return { threadIds, records, calibrations, violations }
   })
 
 /**

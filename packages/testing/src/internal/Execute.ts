@@ -722,13 +722,11 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     // Every check of a step reads each thread's record once (`Checks.readRecords`: the append-only items and events
     // only after what the earlier steps read, under the audit `Checks.installAudit` installs) and checks it in memory.
     const check = within(Effect.gen(function*() {
-      const store = yield* ThreadStore
-      const threads = yield* store.listThreads()
       const observed: InvariantChecks.Observed = {
         turns: providers.flatMap((p) => p.received.flatMap((r) => r.type === "turn" ? [r] : [])),
         injections: providers.flatMap((p) => p.received.flatMap((r) => r.type === "inject" ? [r] : []))
       }
-      const read = yield* Checks.readRecords(threads.map((t) => t.id), memory, providers.map((p) => p.instance))
+      const read = yield* Checks.readRecords(null, memory, providers.map((p) => p.instance))
       const violations: Array<string> = [...read.violations]
       const truths = providers.map((p) => p.truth)
       const received = providers.map((p) => p.received)
