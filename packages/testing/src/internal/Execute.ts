@@ -2,12 +2,15 @@
  * Executes one scenario against the real orchestration services on a real SQLite file, with crash-restarts, and
  * checks the invariants after every operation and every restart.
  *
- * One incarnation of Baton = one Layer build (SQLite connection, migrations, services) in its own Scope, with
+ * The SQLite file starts as a copy of a database migrated once per process (`templateDatabase`). One incarnation of
+ * Baton = one Layer build (SQLite connection, the migrations check, services) in its own Scope, with
  * sequential ids under a namespace of its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never
  * collide. A crash closes that Scope (the connection goes; a transaction in progress was rolled back) and builds a
  * fresh incarnation on the same file, which runs `ThreadService.recover()`. The scripted providers are the external
  * world: they survive every restart. Time is logical (a clock that advances one millisecond per reading), so the same
- * scenario gives the same database and the same provider logs, byte for byte.
+ * scenario gives the same database and the same provider logs, byte for byte. (Every SQL statement reads the clock:
+ * the SQLite client's prepared-statement cache checks its time to live. A change to the number of statements, the
+ * checks' included, shifts the timestamps of everything after it, not what happens.)
  */
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
