@@ -17,9 +17,9 @@
  * invariants stay in InvariantChecks.
  */
 import type { NativeThread, ProviderInstance, ThreadEvent, ThreadId } from "@baton/contracts"
-import { ThreadStore } from "@baton/persistence"
+import { type ProviderCalibration, ThreadStore } from "@baton/persistence"
 import type { ScriptedProvider } from "@baton/providers"
-import { Effect } from "effect"
+import { Effect, type Option } from "effect"
 import type * as InvariantChecks from "./InvariantChecks.js"
 
 /** What one provider instance's truth log holds (see `ScriptedProvider.truth`). */
@@ -40,19 +40,29 @@ export const checkCalibration = (instances: ReadonlyArray<{ readonly instance: s
     const store = yield* ThreadStore
     const violations: Array<string> = []
     for (const { instance, trueRatio } of instances) {
-      const found = yield* store.getCalibration(instance as ProviderInstance)
-      if (found._tag === "None") continue
-      const c = found.value
-      if (c.samples < convergence.minSamples || c.weight < convergence.minWeight) continue
-      if (Math.abs(c.ratio - trueRatio) > convergence.tolerance * trueRatio) {
-        violations.push(
-          `truth: the calibration of ${instance} is ${c.ratio.toFixed(3)} after ${c.samples} samples (${Math.round(c.weight)} ` +
-            `tokens of evidence), more than 10% from the provider's true ratio ${trueRatio.toFixed(3)}`
-        )
-      }
+      violations.push(...checkCalibrationRecord(instance, trueRatio, yield* store.getCalibration(instance as ProviderInstance)))
     }
     return violations
   })
+
+/**
+ * `checkCalibration` for one instance on a calibration already read (`ThreadStore.getCalibration`): pure; at most
+ * one line.
+ */
+export const checkCalibrationRecord = (
+  instance: string,
+  trueRatio: number,
+  found: Option.Option<ProviderCalibration>
+): ReadonlyArray<string> => {
+  if (found._tag === "None") return []
+  const c = found.value
+  if (c.samples < convergence.minSamples || c.weight < convergence.minWeight) return []
+  if (Math.abs(c.ratio - trueRatio) <= convergence.tolerance * trueRatio) return []
+  return [
+    `truth: the calibration of ${instance} is ${c.ratio.toFixed(3)} after ${c.samples} samples (${Math.round(c.weight)} ` +
+    `tokens of evidence), more than 10% from the provider's true ratio ${trueRatio.toFixed(3)}`
+  ]
+}
 
 /**
  * Checks that a committed `/offload` frees the lane that goes on: the first turn after each `thread.offloaded` event

@@ -7,7 +7,7 @@ import { InvariantChecks } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber } from "effect"
+import { Deferred, Effect, Fiber, Option } from "effect"
 import * as Checks from "../src/internal/Checks.js"
 import { memoisedCounter } from "../src/internal/Execute.js"
 
@@ -143,6 +143,97 @@ describe.each(Harness.dialects)("incremental record reads (%s)", (_, db) => {
         `crash-safety: ${t} holds ${n - 1} items, ${n} read back in seq order (rows vanished or were inserted below a seq read before)`
       ])
       expect((yield* Checks.readRecords([], memory)).violations).toEqual([`crash-safety: thread ${t}, read back before, is gone`])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+/** Each table the change log covers, and the thread's rows of it (for a direct change behind Baton's back). */
+const mutableTables = (t: string, fork: string) => [
+  ["runs", `thread_id = '${t}'`],
+  ["provider_threads", `thread_id = '${t}'`],
+  ["native_threads", `provider_thread_id IN (SELECT id FROM provider_threads WHERE thread_id = '${t}')`],
+  ["handoffs", `thread_id = '${t}'`],
+  ["handoff_deliveries", `handoff_id IN (SELECT id FROM handoffs WHERE thread_id = '${t}')`],
+  ["thread_links", `fork_thread_id = '${fork}'`],
+  ["offloads", `thread_id = '${t}'`]
+] as const
+
+describe.each(Harness.dialects)("incremental reads of the mutable tables (%s)", (_, db) => {
+  it.live("a row of any mutable table changed between two steps is read again: the record equals a full read", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const sql = yield* SqlClient.SqlClient
+      const t = yield* o.create("codex")
+      for (const text of ["one", "two", "three"]) {
+        h.script.enqueue(Harness.reply(400, { usedTokens: 1_000, maxTokens: 200_000 }))
+        yield* o.send(t, text)
+      }
+      yield* o.switchTo(t, "claude")
+      h.script.enqueue(Harness.reply(400))
+      yield* o.send(t, "four")
+      const offloaded = yield* o.offload(t, 1)
+      expect(offloaded.offloaded).toBe(true)
+      const fork = (yield* o.fork(t)).threadId
+      yield* Checks.installAudit
+      const memory = Checks.emptyMemory()
+      const threads = [t, fork]
+      expect((yield* Checks.readRecords(threads, memory, ["codex"])).violations).toEqual([])
+      const full = () => Effect.all(threads.map((id) => InvariantChecks.readRecord(id)))
+      for (const [table, rows] of mutableTables(t, fork)) {
+        const [found] = yield* sql<{ readonly n: number | string }>`SELECT COUNT(*) AS n FROM ${sql(table)} WHERE ${sql.unsafe(rows)}`
+        expect([table, Number(found!.n) > 0]).toEqual([table, true])
+        yield* sql`UPDATE ${sql(table)} SET created_at = '2030-01-01T00:00:00.000Z' WHERE ${sql.unsafe(rows)}`
+        const read = yield* Checks.readRecords(threads, memory, ["codex"])
+        expect(read.violations).toEqual([])
+        expect([table, read.records]).toEqual([table, yield* full()])
+      }
+      // A step that changed nothing reads no mutable table again, and still holds the same record.
+      const again = yield* Checks.readRecords(threads, memory, ["codex"])
+      expect(again.records).toEqual(yield* full())
+      // The calibration, written, changed and removed behind Baton's back (on Postgres by a TRUNCATE, which fires no
+      // row trigger).
+      const ratio = Effect.map(Checks.readRecords(threads, memory, ["codex"]), (r) => Option.map(r.calibrations[0]!, (c) => c.ratio))
+      yield* sql`DELETE FROM provider_calibrations WHERE provider_instance = 'codex'`
+      yield* sql`INSERT INTO provider_calibrations (provider_instance, ratio, samples, weight, updated_at)
+        VALUES ('codex', 1.25, 3, 900, '2030-01-01T00:00:00.000Z')`
+      expect(yield* ratio).toEqual(Option.some(1.25))
+      yield* sql`UPDATE provider_calibrations SET ratio = 1.5 WHERE provider_instance = 'codex'`
+      expect(yield* ratio).toEqual(Option.some(1.5))
+      yield* sql.onDialectOrElse({
+        pg: () => sql`TRUNCATE provider_calibrations`,
+        orElse: () => sql`DELETE FROM provider_calibrations`
+      })
+      expect(yield* ratio).toEqual(Option.none())
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live("every thread (no ids given): the list is read again when a thread is made; the audit when it gains a row", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { o, t, memory } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      expect((yield* Checks.readRecords(null, memory)).threadIds).toEqual([t])
+      const other = yield* o.create("codex")
+      const read = yield* Checks.readRecords(null, memory)
+      expect(read.threadIds).toEqual([t, other])
+      expect(read.records.map((r) => r.threadId)).toEqual([t, other])
+      const first = memory.items.get(t)![0]!
+      yield* sql`UPDATE items SET text = 'changed' WHERE id = ${first.id}`
+      expect((yield* Checks.readRecords(null, memory)).violations).toEqual([`crash-safety: item ${first.id} changed`])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live.skipIf(db !== ":memory:")("a later incarnation finds the audit in the database; a trigger gone is made again (SQLite)", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { memory, t } = yield* setUp(h)
+      const sql = yield* SqlClient.SqlClient
+      yield* sql`DROP TRIGGER sim_changed_runs_update`
+      yield* Checks.reconnectAudit
+      yield* sql`UPDATE runs SET created_at = '2030-01-01T00:00:00.000Z' WHERE thread_id = ${t}`
+      const read = yield* Checks.readRecords([t], memory)
+      expect(read.records[0]!.runs).toEqual((yield* InvariantChecks.readRecord(t)).runs)
     }).pipe(Effect.provide(h.layer))
   })
 })

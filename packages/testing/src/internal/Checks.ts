@@ -17,12 +17,12 @@
  *
  * Each violation is one line starting with its category (`crash-safety:`, `exactly-once:`, ...).
  */
-import { type Item, type ItemId, terminalRunStatuses, type ThreadEvent, type ThreadId } from "@baton/contracts"
+import { type Item, type ItemId, type ProviderInstance, terminalRunStatuses, type Thread, type ThreadEvent, type ThreadId } from "@baton/contracts"
 import { InvariantChecks } from "@baton/orchestration"
-import { ThreadStore } from "@baton/persistence"
+import { type ProviderCalibration, ThreadStore } from "@baton/persistence"
 import type { ScriptedProvider } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, type Option } from "effect"
 
 /**
  * What the checks have read so far: per thread, every item and event (the log is append-only, so each check reads
@@ -36,9 +36,52 @@ export interface Memory {
    * order and committed in another, so a row can appear below one read before (the table is empty unless a check fails).
    */
   readonly audited: Set<number>
+  /**
+   * Per thread, the mutable tables as last read (`InvariantChecks.readMutable`); a table is read again only when
+   * the change log (`sim_changed`, see `installAudit`) names it for the thread.
+   */
+  readonly mutable: Map<ThreadId, Mutable>
+  /** Per provider instance, its calibration as last read (read again when the change log names it). */
+  readonly calibrations: Map<string, Option.Option<ProviderCalibration>>
+  /**
+   * The thread list as last read (`readRecords` without thread ids; read again when the change log names `threads`),
+   * and whether `sim_audit` was read yet (after its first read, only when the change log names it).
+   */
+  readonly cursor: { threads: ReadonlyArray<Thread> | null; auditRead: boolean }
 }
 
-export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(), audited: new Set() })
+type Mutable = Effect.Effect.Success<ReturnType<typeof InvariantChecks.readMutable>>
+
+export const emptyMemory = (): Memory => ({
+  items: new Map(),
+  events: new Map(),
+  audited: new Set(),
+  mutable: new Map(),
+  calibrations: new Map(),
+  cursor: { threads: null, auditRead: false }
+})
+
+/**
+ * The tables the change log covers, and the key each change is logged under: the thread whose record the row is
+ * read with (`InvariantChecks.readMutable`, the tails of items and events), or the provider instance for
+ * calibrations. A row whose thread cannot be found (its parent row gone) is logged with no key: every thread's copy
+ * of that table is read again.
+ */
+const changeKeys: ReadonlyArray<{ readonly table: string; readonly keys: (row: "OLD" | "NEW") => ReadonlyArray<string> }> = [
+  { table: "runs", keys: (r) => [`${r}.thread_id`] },
+  { table: "handoffs", keys: (r) => [`${r}.thread_id`] },
+  { table: "handoff_deliveries", keys: (r) => [`(SELECT thread_id FROM handoffs WHERE id = ${r}.handoff_id)`] },
+  { table: "provider_threads", keys: (r) => [`${r}.thread_id`] },
+  { table: "native_threads", keys: (r) => [`(SELECT thread_id FROM provider_threads WHERE id = ${r}.provider_thread_id)`] },
+  { table: "thread_links", keys: (r) => [`${r}.parent_thread_id`, `${r}.fork_thread_id`] },
+  { table: "offloads", keys: (r) => [`${r}.thread_id`] },
+  { table: "provider_calibrations", keys: (r) => [`${r}.provider_instance`] },
+  { table: "items", keys: (r) => [`${r}.thread_id`] },
+  { table: "thread_events", keys: (r) => [`${r}.thread_id`] },
+  { table: "threads", keys: (r) => [`${r}.id`] },
+  // The audit's own rows: `sim_audit` is read again only when it gained one.
+  { table: "sim_audit", keys: () => ["NULL"] }
+]
 
 /**
  * The audit behind the incremental reads, installed in the simulation's database by every incarnation (idempotent):
@@ -57,6 +100,20 @@ export const emptyMemory = (): Memory => ({ items: new Map(), events: new Map(),
  * compares the whole text rather than its length and ends, and flags a change made between two checks too: never
  * weaker. Rows a thread gains below the last `seq` read (an out-of-order insert the tail would not see) are caught
  * by the same counts.
+ *
+ * The change log behind the incremental reads of the mutable tables: a table `sim_changed` (left out of the dump
+ * too) to which triggers add `(table, key)` on every INSERT, UPDATE (old and new row) and DELETE of a row of the
+ * tables `InvariantChecks.readMutable` reads, of `provider_calibrations`, and of `items` and `thread_events` (see
+ * `changeKeys`; also of `threads`, and of `sim_audit` itself, so the audit is read only when it gained a row); on
+ * Postgres a TRUNCATE adds `(table, NULL)`: every thread. `readRecords` takes the log and empties
+ * it in one statement (`DELETE ... RETURNING`) and reads again exactly the tables it names for each thread. Why
+ * that is the same as reading every table whole at every step: a table's rows for a thread can only change by a
+ * row statement on it (which logs the thread, in the same transaction: a rolled-back change logs nothing, as it
+ * changes nothing) or by a statement that fires no row trigger: on SQLite none (the truncate optimisation is off
+ * on a table with triggers, an `INSERT OR REPLACE`'s deletion fires the delete trigger under `recursive_triggers`,
+ * a foreign key's actions fire the child table's triggers), on Postgres a TRUNCATE (logged by its own trigger);
+ * Baton runs no DDL after its migrations. A list read through a join (deliveries through their handoff, native
+ * threads through their provider thread) is read again when either table changes for the thread.
  */
 export const installAudit = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -92,6 +149,31 @@ export const installAudit = Effect.gen(function*() {
         yield* sql`CREATE TRIGGER sim_audit_items AFTER UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION sim_audit_row()`
         yield* sql`DROP TRIGGER IF EXISTS sim_audit_events ON thread_events`
         yield* sql`CREATE TRIGGER sim_audit_events AFTER UPDATE OR DELETE ON thread_events FOR EACH ROW EXECUTE FUNCTION sim_audit_event()`
+        yield* sql`CREATE TABLE IF NOT EXISTS sim_changed (tbl TEXT NOT NULL, key TEXT)`
+        const branches = (row: "OLD" | "NEW") =>
+          changeKeys.map(({ keys, table }) =>
+            `WHEN '${table}' THEN INSERT INTO sim_changed (tbl, key) VALUES ${keys(row).map((k) => `('${table}', ${k})`).join(", ")};`
+          ).join("\n")
+        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION sim_changed_row() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN
+            IF TG_OP = 'TRUNCATE' THEN
+              INSERT INTO sim_changed (tbl, key) VALUES (TG_TABLE_NAME, NULL);
+              RETURN NULL;
+            END IF;
+            IF TG_OP IN ('UPDATE', 'DELETE') THEN
+              CASE TG_TABLE_NAME ${branches("OLD")} END CASE;
+            END IF;
+            IF TG_OP IN ('INSERT', 'UPDATE') THEN
+              CASE TG_TABLE_NAME ${branches("NEW")} END CASE;
+            END IF;
+            RETURN NULL;
+          END $$`)
+        for (const { table } of changeKeys) {
+          yield* sql.unsafe(`DROP TRIGGER IF EXISTS sim_changed_rows ON ${table}`)
+          yield* sql.unsafe(`CREATE TRIGGER sim_changed_rows AFTER INSERT OR UPDATE OR DELETE ON ${table} FOR EACH ROW EXECUTE FUNCTION sim_changed_row()`)
+          yield* sql.unsafe(`DROP TRIGGER IF EXISTS sim_changed_truncate ON ${table}`)
+          yield* sql.unsafe(`CREATE TRIGGER sim_changed_truncate AFTER TRUNCATE ON ${table} FOR EACH STATEMENT EXECUTE FUNCTION sim_changed_row()`)
+        }
       }),
     orElse: () =>
       Effect.gen(function*() {
@@ -108,52 +190,136 @@ export const installAudit = Effect.gen(function*() {
         const eventKey = "OLD.thread_id || '#' || OLD.seq"
         yield* trigger("sim_audit_events_update", "thread_events", "UPDATE", `WHEN ${differs(eventColumns)}`, eventKey, "changed")
         yield* trigger("sim_audit_events_delete", "thread_events", "DELETE", "", eventKey, "deleted")
+        yield* sql`CREATE TABLE IF NOT EXISTS sim_changed (tbl TEXT NOT NULL, key TEXT)`
+        for (const { keys, table } of changeKeys) {
+          const log = (row: "OLD" | "NEW") => keys(row).map((k) => `INSERT INTO sim_changed (tbl, key) VALUES ('${table}', ${k});`).join(" ")
+          for (const [event, body] of [["INSERT", log("NEW")], ["UPDATE", `${log("OLD")} ${log("NEW")}`], ["DELETE", log("OLD")]] as const) {
+            yield* sql.unsafe(`CREATE TRIGGER IF NOT EXISTS sim_changed_${table}_${event.toLowerCase()} AFTER ${event} ON ${table} BEGIN ${body} END`)
+          }
+        }
+      })
+  })
+})
+
+/** The triggers `installAudit` makes on SQLite: four of the audit, three per table of the change log. */
+const sqliteTriggers = 4 + 3 * changeKeys.length
+
+/**
+ * `installAudit` for a later incarnation on the same database: the tables and triggers are in the database already
+ * (made by the first incarnation's `installAudit`), so on SQLite only the connection's own setting
+ * (`recursive_triggers`) is made, and the triggers are counted: should one be missing, `installAudit` makes it again
+ * (as running it again at every incarnation did). On Postgres it is `installAudit`.
+ */
+export const reconnectAudit = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql.onDialectOrElse({
+    pg: () => installAudit,
+    orElse: () =>
+      Effect.gen(function*() {
+        yield* sql`PRAGMA recursive_triggers = ON`
+        const [found] = yield* sql<{ readonly n: number }>`
+          SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'trigger' AND (name LIKE 'sim_audit_%' OR name LIKE 'sim_changed_%')`
+        if (Number(found?.n) !== sqliteTriggers) yield* installAudit
       })
   })
 })
 
 /**
- * Reads the record of every thread for one step's checks: the mutable tables whole (`InvariantChecks.readMutable`),
- * items and events only after the last `seq` `memory` holds (appended to it), new audit rows (`installAudit`), and
- * each thread's item and event counts. Returns the records (items and events whole, from `memory`) and the
+ * Reads the record of the threads `threadIdsOrAll` (`null`: every thread, listed again when the change log names
+ * `threads`) for one step's checks: the change log (`installAudit`: which tables changed for which thread since the
+ * last step, taken and emptied in one statement), new audit rows (read when the log names `sim_audit`, and at the
+ * first read), then for each thread the mutable tables the log names (`InvariantChecks.readMutable`'s reads; all of
+ * them for a thread not read before), items and events only after the last `seq` `memory` holds (appended to it)
+ * when the log names them, and every thread's item and event counts (one statement). Returns the thread ids, the
+ * records (from `memory`), the calibrations of `instances` (read again when the log names them) and the
  * crash-safety violations: an audited change or deletion, a count that differs from what was read (rows gone
  * without a trigger, or inserted below the last `seq` read), an event log that is not gap-free.
  */
-export const readRecords = (threadIds: ReadonlyArray<ThreadId>, memory: Memory) =>
+export const readRecords = (threadIdsOrAll: ReadonlyArray<ThreadId> | null, memory: Memory, instances: ReadonlyArray<string> = []) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
     const sql = yield* SqlClient.SqlClient
     const violations: Array<string> = []
-    for (const a of yield* sql<{ readonly seq: number | string; readonly tbl: string; readonly rowKey: string; readonly what: string }>`
-      SELECT seq, tbl, row_key, what FROM sim_audit ORDER BY seq`) {
-      if (memory.audited.has(Number(a.seq))) continue
-      memory.audited.add(Number(a.seq))
-      violations.push(a.tbl === "items"
-        ? a.what === "deleted" ? `crash-safety: item ${a.rowKey} was written and is gone` : `crash-safety: item ${a.rowKey} changed`
-        : `crash-safety: event ${a.rowKey} changed or disappeared (${a.what})`)
+    // What changed since the last step: per table, the keys (threads, instances); `null` in a set: every key.
+    const changed = new Map<string, Set<string | null>>()
+    for (const c of yield* sql<{ readonly tbl: string; readonly key: string | null }>`DELETE FROM sim_changed RETURNING tbl, key`) {
+      let keys = changed.get(c.tbl)
+      if (keys === undefined) changed.set(c.tbl, keys = new Set())
+      keys.add(c.key)
     }
+    const stale = (table: string, key: string) => {
+      const keys = changed.get(table)
+      return keys !== undefined && (keys.has(key) || keys.has(null))
+    }
+    if (!memory.cursor.auditRead || changed.has("sim_audit")) {
+      memory.cursor.auditRead = true
+      for (const a of yield* sql<{ readonly seq: number | string; readonly tbl: string; readonly rowKey: string; readonly what: string }>`
+        SELECT seq, tbl, row_key, what FROM sim_audit ORDER BY seq`) {
+        if (memory.audited.has(Number(a.seq))) continue
+        memory.audited.add(Number(a.seq))
+        violations.push(a.tbl === "items"
+          ? a.what === "deleted" ? `crash-safety: item ${a.rowKey} was written and is gone` : `crash-safety: item ${a.rowKey} changed`
+          : `crash-safety: event ${a.rowKey} changed or disappeared (${a.what})`)
+      }
+    }
+    if (threadIdsOrAll === null && (memory.cursor.threads === null || changed.has("threads"))) {
+      memory.cursor.threads = yield* store.listThreads()
+    }
+    const threadIds = threadIdsOrAll ?? memory.cursor.threads!.map((t) => t.id)
     const listed = new Set<string>(threadIds)
     for (const threadId of memory.items.keys()) {
       if (!listed.has(threadId)) violations.push(`crash-safety: thread ${threadId}, read back before, is gone`)
     }
+    const counted = new Map<string, number>()
+    for (const c of yield* sql<{ readonly tbl: string; readonly threadId: string; readonly n: number | string }>`
+      SELECT 'items' AS tbl, thread_id, COUNT(*) AS n FROM items GROUP BY thread_id
+      UNION ALL SELECT 'events' AS tbl, thread_id, COUNT(*) AS n FROM thread_events GROUP BY thread_id`) {
+      counted.set(`${c.tbl} ${c.threadId}`, Number(c.n))
+    }
     const records: Array<InvariantChecks.ThreadRecord> = []
     for (const threadId of threadIds) {
-      const mutable = yield* InvariantChecks.readMutable(threadId)
+      const known = memory.mutable.get(threadId)
+      let mutable: Mutable
+      if (known === undefined) mutable = yield* InvariantChecks.readMutable(threadId)
+      else {
+        const again = (table: string) => stale(table, threadId)
+        const providerThreads = again("provider_threads") ? yield* store.listProviderThreads(threadId) : known.providerThreads
+        let nativeThreads = known.nativeThreads
+        if (again("provider_threads") || again("native_threads")) {
+          nativeThreads = []
+          for (const p of providerThreads) nativeThreads.push(...(yield* store.listNativeThreads(p.id)))
+        }
+        mutable = {
+          threadId,
+          runs: again("runs") ? yield* store.listRuns(threadId) : known.runs,
+          handoffs: again("handoffs") ? yield* store.listHandoffs(threadId) : known.handoffs,
+          deliveries: again("handoffs") || again("handoff_deliveries") ? yield* store.listDeliveriesOfThread(threadId) : known.deliveries,
+          providerThreads,
+          nativeThreads,
+          links: again("thread_links") ? yield* store.listLinks(threadId) : known.links,
+          offloads: again("offloads") ? yield* store.listOffloads(threadId) : known.offloads
+        }
+      }
+      memory.mutable.set(threadId, mutable)
       let items = memory.items.get(threadId)
+      const newThread = items === undefined
       if (items === undefined) memory.items.set(threadId, items = [])
       let events = memory.events.get(threadId)
       if (events === undefined) memory.events.set(threadId, events = [])
       // Through the largest seq a Postgres `integer` column holds.
-      items.push(...(yield* store.listItemsInRange(threadId, (items.at(-1)?.seq ?? 0) + 1, 2_147_483_647)))
-      events.push(...(yield* store.listEvents(threadId, { afterSeq: events.at(-1)?.seq ?? 0 })))
-      const [counts] = yield* sql<{ readonly items: number | string; readonly events: number | string }>`
-        SELECT (SELECT COUNT(*) FROM items WHERE thread_id = ${threadId}) AS items,
-          (SELECT COUNT(*) FROM thread_events WHERE thread_id = ${threadId}) AS events`
-      if (Number(counts?.items) !== items.length) {
-        violations.push(`crash-safety: ${threadId} holds ${Number(counts?.items)} items, ${items.length} read back in seq order (rows vanished or were inserted below a seq read before)`)
+      if (newThread || stale("items", threadId)) {
+        items.push(...(yield* store.listItemsInRange(threadId, (items.at(-1)?.seq ?? 0) + 1, 2_147_483_647)))
       }
-      if (Number(counts?.events) !== events.length) {
-        violations.push(`crash-safety: event log of ${threadId} holds ${Number(counts?.events)} events, ${events.length} read back in seq order`)
+      if (newThread || stale("thread_events", threadId)) {
+        events.push(...(yield* store.listEvents(threadId, { afterSeq: events.at(-1)?.seq ?? 0 })))
+      }
+      const itemCount = counted.get(`items ${threadId}`) ?? 0
+      const eventCount = counted.get(`events ${threadId}`) ?? 0
+      if (itemCount !== items.length) {
+        violations.push(`crash-safety: ${threadId} holds ${itemCount} items, ${items.length} read back in seq order (rows vanished or were inserted below a seq read before)`)
+      }
+      if (eventCount !== events.length) {
+        violations.push(`crash-safety: event log of ${threadId} holds ${eventCount} events, ${events.length} read back in seq order`)
       }
       // The event log is gap-free.
       events.forEach((e, i) => {
@@ -161,7 +327,16 @@ export const readRecords = (threadIds: ReadonlyArray<ThreadId>, memory: Memory) 
       })
       records.push({ ...mutable, items, events })
     }
-    return { records, violations }
+    const calibrations: Array<Option.Option<ProviderCalibration>> = []
+    for (const instance of instances) {
+      let found = memory.calibrations.get(instance)
+      if (found === undefined || stale("provider_calibrations", instance)) {
+        found = yield* store.getCalibration(instance as ProviderInstance)
+        memory.calibrations.set(instance, found)
+      }
+      calibrations.push(found)
+    }
+    return { threadIds, records, calibrations, violations }
   })
 
 /**

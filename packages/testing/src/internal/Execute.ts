@@ -2,12 +2,15 @@
  * Executes one scenario against the real orchestration services on a real SQLite file, with crash-restarts, and
  * checks the invariants after every operation and every restart.
  *
- * One incarnation of Baton = one Layer build (SQLite connection, migrations, services) in its own Scope, with
+ * The SQLite file starts as a copy of a database migrated once per process (`templateDatabase`). One incarnation of
+ * Baton = one Layer build (SQLite connection, the migrations check, services) in its own Scope, with
  * sequential ids under a namespace of its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never
  * collide. A crash closes that Scope (the connection goes; a transaction in progress was rolled back) and builds a
  * fresh incarnation on the same file, which runs `ThreadService.recover()`. The scripted providers are the external
  * world: they survive every restart. Time is logical (a clock that advances one millisecond per reading), so the same
- * scenario gives the same database and the same provider logs, byte for byte.
+ * scenario gives the same database and the same provider logs, byte for byte. (Every SQL statement reads the clock:
+ * the SQLite client's prepared-statement cache checks its time to live. A change to the number of statements, the
+ * checks' included, shifts the timestamps of everything after it, not what happens.)
  */
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
@@ -75,6 +78,8 @@ export interface ExecuteOptions {
    */
   readonly dialect?: "sqlite" | "postgres"
 }
+
+
 
 class ProbeRollback extends Data.TaggedError("ProbeRollback") {}
 
@@ -192,6 +197,32 @@ const describeCause = (cause: Cause.Cause<unknown>): string => {
 const simulationDir = () =>
   process.env.BATON_SIM_DIR ?? (Fs.existsSync("/dev/shm") ? "/dev/shm" : Os.tmpdir())
 
+/** The template's bytes, once made (see `templateDatabase`). */
+let template: Buffer | undefined
+
+/**
+ * The simulation's SQLite database as every run starts it: migrated, with the checks' audit installed
+ * (`Checks.installAudit`), and nothing else. Made once per process (a migrated file, copied by `VACUUM INTO` into a
+ * file of its own and kept as bytes) and written as each run's file, instead of running the migrations on a fresh
+ * file for every seed: the run's first incarnation then finds its schema at the latest migration, as every later
+ * one does. Made under a logical clock of its own, so that a seed's run does not depend on whether it is the
+ * process's first.
+ */
+const templateDatabase: Effect.Effect<Buffer> = Effect.suspend(() => {
+  if (template !== undefined) return Effect.succeed(template)
+  return Effect.acquireUseRelease(
+    Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-template-"))),
+    (dir) =>
+      Effect.scoped(Effect.gen(function*() {
+        const context = yield* Layer.build(database(Path.join(dir, "migrated.sqlite")))
+        const copy = Path.join(dir, "template.sqlite")
+        yield* Effect.provide(Effect.zipRight(Checks.installAudit, Effect.flatMap(SqlClient.SqlClient, (sql) => sql`VACUUM INTO ${copy}`)), context)
+        return (template = Fs.readFileSync(copy))
+      })).pipe(Effect.orDie, Effect.withClock(logicalClock())),
+    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+  )
+})
+
 const cid = (id: number, suffix = "") => `cmd_${id}${suffix}` as CommandId
 
 /**
@@ -206,7 +237,12 @@ export const execute = (scenario: Scenario, options: ExecuteOptions = {}): Effec
         simulate(scenario, Context.get(schema, Database.PgSchemaUrl), options))).pipe(Effect.orDie)
       : Effect.acquireUseRelease(
         Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-"))),
-        (dir) => simulate(scenario, Path.join(dir, "baton.sqlite"), options),
+        (dir) =>
+          Effect.flatMap(templateDatabase, (bytes) => {
+            const file = Path.join(dir, "baton.sqlite")
+            Fs.writeFileSync(file, bytes)
+            return simulate(scenario, file, options)
+          }),
         (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
       )).pipe(Effect.withClock(logicalClock()))
   )
@@ -274,7 +310,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
         s
       ).pipe(Effect.orDie)
-      yield* Effect.provide(Checks.installAudit, context).pipe(Effect.orDie)
+      // The audit's tables and triggers are in the database from the template (or the first incarnation) on.
+      yield* Effect.provide(Checks.reconnectAudit, context).pipe(Effect.orDie)
       scope = s
     })
     const close = Effect.suspend(() => {
@@ -688,20 +725,18 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     // Every check of a step reads each thread's record once (`Checks.readRecords`: the append-only items and events
     // only after what the earlier steps read, under the audit `Checks.installAudit` installs) and checks it in memory.
     const check = within(Effect.gen(function*() {
-      const store = yield* ThreadStore
-      const threads = yield* store.listThreads()
       const observed: InvariantChecks.Observed = {
         turns: providers.flatMap((p) => p.received.flatMap((r) => r.type === "turn" ? [r] : [])),
         injections: providers.flatMap((p) => p.received.flatMap((r) => r.type === "inject" ? [r] : []))
       }
-      const read = yield* Checks.readRecords(threads.map((t) => t.id), memory)
+      const read = yield* Checks.readRecords(null, memory, providers.map((p) => p.instance))
       const violations: Array<string> = [...read.violations]
       const truths = providers.map((p) => p.truth)
       const received = providers.map((p) => p.received)
       for (const r of read.records) violations.push(...InvariantChecks.checkRecord(r, { observed }))
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkRecord(r, truths))
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkOffloadFreesLaneRecord(r, received))
-      violations.push(...(yield* ProviderTruthChecks.checkCalibration(providers.map((p) => ({ instance: p.instance, trueRatio: p.tokenScale })))))
+      providers.forEach((p, i) => violations.push(...ProviderTruthChecks.checkCalibrationRecord(p.instance, p.tokenScale, read.calibrations[i]!)))
       violations.push(...Checks.check(read.records, providers))
       return violations
     })).pipe(Effect.catchAll((e) => Effect.succeed([`checks: could not read the record: ${String(e)}`])))
@@ -744,16 +779,16 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           handoffs += (yield* store.listHandoffs(t.id)).length
           for (const p of yield* store.listProviderThreads(t.id)) nativeThreads += (yield* store.listNativeThreads(p.id)).length
         }
-        // Every table but the migrations', `drivers` (this process's host and pid: not the simulated world) and
-        // `sim_audit` (the checks' own, empty unless a check failed).
+        // Every table but the migrations', `drivers` (this process's host and pid: not the simulated world),
+        // `sim_audit` (the checks' own, empty unless a check failed) and `sim_changed` (the checks' change log).
         const tables = yield* sql.onDialectOrElse({
           pg: () =>
             sql<{ readonly name: string }>`SELECT table_name AS name FROM information_schema.tables
               WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
-              AND table_name NOT LIKE 'effect_sql_%' AND table_name NOT IN ('drivers', 'sim_audit') ORDER BY table_name`,
+              AND table_name NOT LIKE 'effect_sql_%' AND table_name NOT IN ('drivers', 'sim_audit', 'sim_changed') ORDER BY table_name`,
           orElse: () =>
             sql<{ readonly name: string }>`SELECT name FROM sqlite_master WHERE type = 'table'
-              AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'effect_sql_%' AND name NOT IN ('drivers', 'sim_audit') ORDER BY name`
+              AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'effect_sql_%' AND name NOT IN ('drivers', 'sim_audit', 'sim_changed') ORDER BY name`
         })
         const parts: Array<string> = []
         for (const { name } of tables) {
