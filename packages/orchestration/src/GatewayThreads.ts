@@ -688,56 +688,71 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
     /**
      * SQLite (one process, the embedded default): the conversations as this process's committed units of work last
      * wrote them, so `conversationOf` (before forwarding) reads no row. Every write goes through `conversations`, which
-     * drops the key at once and keeps the value written as pending (an `extendBaseline` applied to the pending or kept
-     * value, or dropped when neither is known or it did not apply); `written` moves the pending values into the cache
-     * when the unit of work that wrote them has committed, and drops them when it failed. Postgres (several processes
+     * drops the key at once and keeps the value written as pending, marked with the unit of work that wrote it (an
+     * `extendBaseline` applied to the pending or kept value, or dropped when neither is known or it did not apply);
+     * `written` moves that unit's pending value into the cache when the unit has committed, and drops it when it failed.
+     * A unit of work never takes another's pending value: one that ends while another request's unit of work is open
+     * (SQLite's next transaction may begin while the previous unit hands the event loop over after its commit) would
+     * otherwise keep that one's write before it is committed, or though it is rolled back. Postgres (several processes
      * may serve a conversation): not kept, every `conversationOf` reads the row (a stale `offloaded` would be written
      * back by `begin` and lose another process's stubs).
      */
     const keeps = sql.onDialectOrElse({ sqlite: () => true, orElse: () => false })
     const kept = new Map<string, GatewayConversations.Conversation>()
-    const pending = new Map<string, GatewayConversations.Conversation | null>()
+    /** A write not yet committed: its value (`null`: not known) and the unit of work (`written`'s mark) that made it. */
+    interface Pending {
+      readonly value: GatewayConversations.Conversation | null
+      readonly by: object | null
+    }
+    const pending = new Map<string, Pending>()
+    /** The unit of work (`written`'s mark) the current fiber writes in; `null` outside `written`. */
+    const writer = FiberRef.unsafeMake<object | null>(null)
     const keepLimit = 1_024
+    /** Runs `write` (a write of `key`'s conversation) with `key` dropped and pending, then pending as `valueOf` its result. */
+    const writing = <A, E, R>(
+      key: string,
+      write: Effect.Effect<A, E, R>,
+      valueOf: (a: A) => GatewayConversations.Conversation | null
+    ): Effect.Effect<A, E, R> =>
+      Effect.flatMap(FiberRef.get(writer), (by) => {
+        kept.delete(key)
+        pending.set(key, { value: null, by })
+        return Effect.tap(write, (a) => Effect.sync(() => pending.set(key, { value: valueOf(a), by })))
+      })
     const conversations: GatewayConversations.GatewayConversationsShape = {
       ...repository,
-      insert: (c) => {
-        kept.delete(c.conversationKey)
-        return Effect.tap(repository.insert(c), () => pending.set(c.conversationKey, c))
-      },
-      update: (c) => {
-        kept.delete(c.conversationKey)
-        pending.set(c.conversationKey, null)
-        return Effect.tap(repository.update(c), () => pending.set(c.conversationKey, c))
-      },
-      updateIfUnchanged: (expected, c) => {
-        kept.delete(c.conversationKey)
-        pending.set(c.conversationKey, null)
-        return Effect.tap(repository.updateIfUnchanged(expected, c), (applied) => pending.set(c.conversationKey, applied ? c : null))
-      },
-      extendBaseline: (key, expected, baseline, updatedAt) => {
-        const base = pending.has(key) ? pending.get(key) ?? undefined : kept.get(key)
-        kept.delete(key)
-        pending.set(key, null)
-        return Effect.tap(repository.extendBaseline(key, expected, baseline, updatedAt), (applied) =>
-          pending.set(key, applied && base !== undefined ? { ...base, baseline, updatedAt } : null))
-      }
+      insert: (c) => writing(c.conversationKey, repository.insert(c), () => c),
+      update: (c) => writing(c.conversationKey, repository.update(c), () => c),
+      updateIfUnchanged: (expected, c) => writing(c.conversationKey, repository.updateIfUnchanged(expected, c), (applied) => applied ? c : null),
+      extendBaseline: (key, expected, baseline, updatedAt) =>
+        Effect.suspend(() => {
+          const known = pending.get(key)
+          const base = known !== undefined ? known.value ?? undefined : kept.get(key)
+          return writing(key, repository.extendBaseline(key, expected, baseline, updatedAt), (applied) =>
+            applied && base !== undefined ? { ...base, baseline, updatedAt } : null)
+        })
     }
     /**
      * `effect` (a unit of work writing `key`'s conversation, commit included) with its writes kept once it committed;
-     * inside another unit of work (it joins that one: nothing is committed at its end) they are dropped instead.
+     * inside another unit of work (it joins that one: nothing is committed at its end) they are dropped instead. Only
+     * its own pending value is taken (see `kept`).
      */
     const written = <A, E, R>(key: string, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-      Effect.flatMap(FiberRef.get(pendingEvents), (outer) =>
-        Effect.onExit(effect, (exit) =>
-          Effect.sync(() => {
-            const value = pending.get(key)
-            pending.delete(key)
-            kept.delete(key)
-            if (keeps && outer === null && Exit.isSuccess(exit) && value !== undefined && value !== null) {
-              kept.set(key, value)
-              if (kept.size > keepLimit) kept.delete(kept.keys().next().value!)
-            }
-          })))
+      Effect.suspend(() => {
+        const mark = {}
+        return Effect.flatMap(FiberRef.get(pendingEvents), (outer) =>
+          Effect.onExit(Effect.locally(effect, writer, mark), (exit) =>
+            Effect.sync(() => {
+              const own = pending.get(key)
+              kept.delete(key)
+              if (own === undefined || own.by !== mark) return
+              pending.delete(key)
+              if (keeps && outer === null && Exit.isSuccess(exit) && own.value !== null) {
+                kept.set(key, own.value)
+                if (kept.size > keepLimit) kept.delete(kept.keys().next().value!)
+              }
+            })))
+      })
 
     /** The conversation of `key`, created with its thread and provider thread when new (one unit of work). */
     const findOrCreate = (key: string, request: GatewayRequest) =>

@@ -6,11 +6,11 @@
  */
 import type { ProviderInstance } from "@baton/contracts"
 import { GatewayThreads } from "@baton/orchestration"
-import { GatewayConversations } from "@baton/persistence"
+import { GatewayConversations, ThreadEventBus } from "@baton/persistence"
 import { Harness } from "@baton/testing"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, Statement } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Option } from "effect"
+import { Deferred, Effect, Fiber, Option } from "effect"
 
 const wire = GatewayThreads.anthropicMessages
 const system = [{ type: "text", text: "You are a coding agent." }]
@@ -82,4 +82,43 @@ describe.each(Harness.dialects)("GatewayThreads.conversationOf on %s", (label, d
       expect((yield* stored()).requests).toBe(9)
       expect(Option.getOrThrow(yield* read())).toEqual(yield* stored())
     }).pipe(Effect.provide(Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db }).layer)))
+})
+
+describe("GatewayThreads: a unit of work's kept conversation on SQLite", () => {
+  it.live("is its own: a unit ending while another request's unit of work is open does not keep that one's uncommitted write", () =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const repository = yield* GatewayConversations.make
+      const key = GatewayThreads.conversationKey("session-c", system, [first], wire)
+      const read = () => threads.conversationOf(wire, "session-c", system, [first])
+      // A live subscriber (an event stream): a committing unit of work hands the event loop over before it returns.
+      yield* (yield* ThreadEventBus).subscribe
+      const begun = yield* threads.begin(request([first], []))
+      yield* threads.complete(begun, { messages: [{ id: "msg_1", message: call }], tokens: null })
+      const seen = Option.getOrThrow(yield* read())
+
+      // Request B's unit of work is held open after it wrote the conversation (at its events' append), then given up
+      // (the agent hung up): its write is rolled back. Request A's unit of work commits just before it.
+      const reached = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const holdAtEvents: Statement.Statement.Transformer = (statement) => {
+        const [text] = statement.compile()
+        return text.includes("INSERT INTO thread_events") && !text.includes("gateway_conversations")
+          ? Effect.as(Effect.zipRight(Deferred.succeed(reached, undefined), Deferred.await(release)), statement)
+          : Effect.succeed(statement)
+      }
+      const a = yield* Effect.fork(threads.begin(request([first, call, result], ["toolu_1"], seen)))
+      const b = yield* Effect.fork(Statement.withTransformer(threads.begin(request([first, call, result], ["toolu_1", "toolu_b"], seen)), holdAtEvents))
+      yield* Deferred.await(reached)
+      yield* Fiber.join(a)
+      // Read while B's unit of work is open: never B's uncommitted conversation (it waits for the row instead).
+      const during = yield* Effect.fork(read())
+      for (let i = 0; i < 5; i++) yield* Effect.yieldNow()
+      yield* Fiber.interrupt(b)
+      const row = yield* Effect.map(repository.find(key), Option.getOrThrow)
+      expect(row.requests).toBe(2)
+      expect(row.offloaded).toEqual(["toolu_1"])
+      expect(Option.getOrThrow(yield* Fiber.join(during))).toEqual(row)
+      expect(Option.getOrThrow(yield* read())).toEqual(row)
+    }).pipe(Effect.scoped, Effect.provide(Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db: ":memory:" }).layer)))
 })
