@@ -3,7 +3,7 @@
  * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
  * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
  */
-import { Api, Commands, type CommandId, InvalidRequest, NoRunInProgress } from "@baton/contracts"
+import { Api, Commands, type CommandId, InvalidRequest } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { EventFeed } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
@@ -100,9 +100,11 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
       .handle("interrupt", ({ headers, path, payload }) =>
         Effect.gen(function*() {
           const commandId = yield* commandIdOf(ids, headers, payload)
-          const runId = payload.runId ?? (yield* query.currentRun(path.threadId))?.id
-          if (runId === undefined) return yield* new NoRunInProgress({ threadId: path.threadId })
-          return yield* driver.interrupt(Commands.InterruptRun.make({ commandId, threadId: path.threadId, runId }))
+          return yield* driver.interrupt(Commands.InterruptRun.make({
+            commandId,
+            threadId: path.threadId,
+            ...(payload.runId === undefined ? {} : { runId: payload.runId })
+          }))
         }))
   }))
 
