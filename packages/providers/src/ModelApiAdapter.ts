@@ -1063,7 +1063,12 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return answered(`${done} Not offloaded: ${listed}${refused.length > maxRefusalsNamed ? `, and ${refused.length - maxRefusalsNamed} more` : ""}.`)
     })
 
-  /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
+  /**
+   * Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`, or,
+   * when the provider had not yet accepted any request of `runId` (nothing of the run joined the native thread: the
+   * prompt was not read), fails it with `code: "interrupted"`, so the orchestrator records the run as stopped before
+   * the provider and owes its prompt to the next turn instead of counting it as delivered.
+   */
   const interruptible = (nativeRef: string, runId: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
     Stream.unwrapScoped(Effect.gen(function*() {
       const stop = yield* Deferred.make<void>()
@@ -1080,6 +1085,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           // What the request in flight completed but its parser held back joins the record, as it joins the native
           // thread (`recordPartial`).
           const held = state.current?.drain?.() ?? []
+          if (held.length === 0 && !state.entries.some((e) => e.runId === runId)) {
+            return Stream.fail(providerError("interrupt", wireFailure("interrupted", "interrupted before the provider accepted the request: it did not read the prompt, which the next turn carries", false)))
+          }
           return Stream.concat(
             Stream.fromIterable(held.map((item) => TurnEvent.item_produced({ item }))),
             Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))

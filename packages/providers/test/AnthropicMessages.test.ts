@@ -644,6 +644,27 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
+  it.live("interrupt before the provider accepted the request: the turn fails `interrupted` (prompt not read) and the native thread does not hold the prompt", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      // The provider takes 2 s to answer the request's head: the interrupt comes first.
+      loop.enqueue({ ...streamed("anthropic-text.chunks.txt"), headMillis: 2_000 }, streamed("anthropic-text.chunks.txt"))
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null })))
+      yield* Effect.sleep("300 millis")
+      yield* adapter.interrupt(nativeRef)
+      const { events, exit } = yield* fiber.await.pipe(Effect.flatten)
+      // Before: turn_ended { interrupted: true }, which the orchestrator reads as "the provider read the prompt",
+      // while the message list never got it: the prompt was lost from every later request.
+      expect(events.filter(TurnEvent.$is("turn_ended"))).toEqual([])
+      const error = Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null
+      expect([error?._tag, error?.code]).toEqual(["ProviderError", "interrupted"])
+      const back = yield* adapter.readThread!(nativeRef)
+      expect(back.runIds).toEqual([])
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
   it.live("interrupt after a completed block of an unfinished message: the block is streamed before turn_ended, and the native thread holds the same partial answer", () =>
     Effect.gen(function*() {
       const loop = yield* loopback
