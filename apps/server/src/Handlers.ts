@@ -174,9 +174,17 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
       .handle("thread", ({ headers, path, urlParams }) =>
         Effect.gen(function*() {
           const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after, Api.maxSeq)
-          // The thread must exist before the stream starts: an unknown id is a 404, not an empty stream.
+          // A cursor past the thread's last event was never sent: following from it would skip, in silence, every
+          // event up to it. (It also checks that the thread exists: an unknown id is a 404, not an empty stream.)
+          const last = yield* query.lastEventSeq(path.threadId)
+          if (after > last) {
+            const source = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== "" ? "Last-Event-ID" : "after"
+            return yield* new InvalidRequest({
+              reason: `${source} ${after} is past the last event of thread ${path.threadId} (${last}): no event has that id yet; ` +
+                "resume from the last id received, or from the start without one"
+            })
+          }
           if (urlParams.follow === false) {
-            yield* query.threadEvents(path.threadId, after, 1)
             return EventStream.replay(
               (cursor) => query.threadEvents(path.threadId, cursor, EventStream.pageSize),
               (e) => e.seq,

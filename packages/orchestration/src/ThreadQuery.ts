@@ -371,6 +371,15 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /**
+     * The seq of the thread's last event (0 without events): no event stream of the thread has sent an id above it.
+     * Fails with `ThreadNotFound`, `PersistenceError`.
+     */
+    const lastEventSeq = Effect.fn("ThreadQuery.lastEventSeq")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      return yield* store.threadVersion(threadId)
+    })
+
+    /**
      * The folds of the threads whose timeline was asked for last (at most `timelineCacheSize`, least recently asked
      * dropped first), each through its `lastSeq`: the next request for one reads and folds only the events after it.
      * Events are never changed once committed, so a fold stays valid whichever process wrote the events after it.
@@ -432,6 +441,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       handoffItemIds,
       handoff,
       threadEvents,
+      lastEventSeq,
       timeline,
       allEvents,
       readiness
