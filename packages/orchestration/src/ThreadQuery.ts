@@ -40,7 +40,7 @@ import {
   type ThreadPage,
   type ThreadSnapshot
 } from "@baton/contracts"
-import { Timeline } from "@baton/contracts"
+import { Text, Timeline } from "@baton/contracts"
 import { type StoredHandoff, ThreadStore } from "@baton/persistence"
 import { DateTime, Effect, Encoding, Either, Option, Schema } from "effect"
 import * as RunCosts from "./RunCosts.js"
@@ -244,8 +244,8 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       if (found._tag === "None") return yield* new ItemNotFound({ itemId })
       const item = found.value
       const totalChars = item.text.length
-      const offset = Math.min(options.offset ?? 0, totalChars)
-      const end = Math.min(totalChars, offset + (options.limit ?? defaultItemTextChars))
+      // Never half a surrogate pair: a boundary inside one moves to the pair's start (`offset` says where it starts).
+      const { end, start: offset } = Text.characterWindow(item.text, options.offset ?? 0, options.limit ?? defaultItemTextChars)
       return {
         item: { ...item, text: item.text.slice(offset, end) },
         offset,
