@@ -33,8 +33,8 @@ export const storableText = (what: string) => (text: string): true | string => {
 
 const isHigh = (c: number) => c >= 0xd800 && c <= 0xdbff
 const isLow = (c: number) => c >= 0xdc00 && c <= 0xdfff
-/** Whether `index` falls between the two halves of a surrogate pair of `text`. */
-const insidePair = (text: string, index: number) =>
+/** Whether `index` falls between the two halves of a surrogate pair of `text` (a cut there splits a character). */
+export const insidePair = (text: string, index: number) =>
   index > 0 && index < text.length && isHigh(text.charCodeAt(index - 1)) && isLow(text.charCodeAt(index))
 
 /**
