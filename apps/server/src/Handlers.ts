@@ -197,6 +197,15 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
       .handle("all", ({ headers, urlParams }) =>
         Effect.gen(function*() {
           const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
+          // As on a thread's stream: a cursor past the log's last event was never sent; following it skips unseen.
+          const last = yield* query.lastGlobalSeq()
+          if (after > last) {
+            const source = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== "" ? "Last-Event-ID" : "after"
+            return yield* new InvalidRequest({
+              reason: `${source} ${after} is past the last event of the log (${last}): no event has that id yet; ` +
+                "resume from the last id received, or from the start without one"
+            })
+          }
           if (urlParams.follow === false) {
             return EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)
           }

@@ -1,5 +1,5 @@
 /**
- * A thread's event stream refuses a cursor past the thread's last event, over real HTTP: such an id was never sent
+ * A thread's event stream (and `/events`) refuses a cursor past the last event, over real HTTP: such an id was never sent
  * (a client of another database, a corrupted id), and following from it skipped every event up to it in silence (a
  * gap the client could not see). The last event's own id, and any below it, resume as before. On SQLite and Postgres.
  */
@@ -33,6 +33,23 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect([futureAfter.status, futureAfter.body?._tag]).toEqual([400, "InvalidRequest"])
 
       const atLast = yield* raw(get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.setHeader("last-event-id", String(last))))
+      expect([atLast.status, parseSse(atLast.text)]).toEqual([200, []])
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("on /events, a cursor past the log's last globalSeq is 400; the last one resumes with nothing to replay", () =>
+    Effect.gen(function*() {
+      yield* raw(post("/threads", { providerInstance: "codex" }))
+      const stored = parseSse((yield* raw(get("/events?follow=false"))).text)
+      const last = Number(stored.at(-1)!.id)
+      const future = yield* raw(get("/events?follow=false").pipe(HttpClientRequest.setHeader("last-event-id", String(last + 5))))
+      expect([future.status, future.body?._tag, future.body?.reason]).toEqual([
+        400,
+        "InvalidRequest",
+        `Last-Event-ID ${last + 5} is past the last event of the log (${last}): no event has that id yet; resume from the last id received, or from the start without one`
+      ])
+      const futureAfter = yield* raw(get(`/events?after=${last + 1}`))
+      expect([futureAfter.status, futureAfter.body?._tag]).toEqual([400, "InvalidRequest"])
+      const atLast = yield* raw(get(`/events?follow=false&after=${last}`))
       expect([atLast.status, parseSse(atLast.text)]).toEqual([200, []])
     }).pipe(Effect.provide(serve(providers()))))
 })

@@ -379,6 +379,11 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       return yield* store.threadVersion(threadId)
     })
 
+    /** The log's largest `globalSeq` (0 without events): no `/events` stream has sent an id above it. */
+    const lastGlobalSeq = Effect.fn("ThreadQuery.lastGlobalSeq")(function*() {
+      return yield* store.lastGlobalSeq()
+    })
+
     /**
      * The folds of the threads whose timeline was asked for last (at most `timelineCacheSize`, least recently asked
      * dropped first), each through its `lastSeq`: the next request for one reads and folds only the events after it.
@@ -442,6 +447,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       handoff,
       threadEvents,
       lastEventSeq,
+      lastGlobalSeq,
       timeline,
       allEvents,
       readiness
