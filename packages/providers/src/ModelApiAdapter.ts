@@ -343,11 +343,24 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         control: undefined,
         requested: new Set()
       }
-      next.entries.push(...fresh)
-      refreshView(next, fresh)
+      join(next, fresh)
       lanes.set(nativeRef, next)
       return next
     }).pipe(Effect.mapError(storageError(operation)))
+
+  /**
+   * Adds stored `entries` to the lane, each once: an entry whose `seq` the lane already holds is skipped. Two fibers
+   * can hand the lane the same entries: an append records what it stored after the insert, and a read of the lane in
+   * between (a fork's read-back, a preview) loads them from the log first. Taking them twice put an injection's
+   * history twice into every later request, and the next append's seq skipped one (the log then differed from what
+   * was sent).
+   */
+  const join = (state: Lane, entries: ReadonlyArray<NativeEntry>) => {
+    const added = entries.filter((e) => e.seq > state.entries.length)
+    if (added.length === 0) return
+    state.entries.push(...added)
+    refreshView(state, added)
+  }
 
   /**
    * Brings `state.view` up to date after `added` joined `state.entries`: appended as they are, or, when one of them is
@@ -419,12 +432,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     }))
     return log.append(instance, nativeRef, entries).pipe(
       Effect.mapError(storageError(operation)),
-      Effect.tap(() =>
-        Effect.sync(() => {
-          state.entries.push(...entries)
-          refreshView(state, entries)
-        })
-      )
+      Effect.tap(() => Effect.sync(() => join(state, entries)))
     )
   }
 
