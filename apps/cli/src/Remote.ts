@@ -30,17 +30,32 @@ const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l)
 const withToken = (target: Target) => (request: HttpClientRequest.HttpClientRequest) =>
   Option.match(target.token, { onNone: () => request, onSome: (token) => HttpClientRequest.bearerToken(request, token) })
 
+/**
+ * The server's answer did not decode as the API declares it (a `ParseError` from reading a response or an event), as
+ * opposed to a `ParseError` from encoding the request, which is the user's input failing the API's schema before
+ * anything was sent.
+ */
+class UnreadableAnswer extends Data.TaggedError("UnreadableAnswer")<{ readonly cause: ParseResult.ParseError }> {}
+
+/** A response's decoding failure as `UnreadableAnswer`; every other failure as it is. */
+const unreadable = <A, E, R>(self: Effect.Effect<A, E, R>) =>
+  Effect.mapError(self, (e) => ParseResult.isParseError(e) ? new UnreadableAnswer({ cause: e }) : e)
+
 /** The typed client of `BatonApi` at `target`. Requires an `HttpClient`. */
 const api = (target: Target) =>
-  HttpApiClient.make(Api.BatonApi, { baseUrl: target.url, transformClient: HttpClient.mapRequest(withToken(target)) })
+  HttpApiClient.make(Api.BatonApi, {
+    baseUrl: target.url,
+    transformClient: HttpClient.mapRequest(withToken(target)),
+    transformResponse: unreadable
+  })
 
 /** The error body's `message` (every Baton error body has one), else the first 200 characters of the body. */
 const ErrorBody = Schema.parseJson(Schema.Struct({ message: Schema.String }))
 
 /**
  * A failure as the user should read it: the server's sentence for an error it answered (the decoded boundary error's
- * `message`, the same text as the body's), a 400 schema error with the field path, or that the server could not be
- * reached.
+ * `message`, the same text as the body's), a 400 schema error with the field path, input the API's schema refused
+ * before sending (the field path and why), an answer that is not the API's, or that the server could not be reached.
  */
 const explain = (target: Target) => (error: unknown): RemoteFailure => {
   if (error instanceof RemoteFailure) return error
@@ -60,7 +75,11 @@ const explain = (target: Target) => (error: unknown): RemoteFailure => {
       const issue = tagged.issues[0]!
       return new RemoteFailure({ message: `the server refused the request: ${issue.path.map(String).join(".") || "(body)"}: ${oneLine(issue.message)}` })
     }
-    if (tagged._tag === "ParseError") return new RemoteFailure({ message: `the server at ${target.url} answered something that is not Baton's API: ${oneLine(String(tagged.message))}` })
+    if (tagged._tag === "UnreadableAnswer") {
+      return new RemoteFailure({ message: `the server at ${target.url} answered something that is not Baton's API: ${oneLine(String((error as UnreadableAnswer).cause.message))}` })
+    }
+    // Encoding the request failed: the input does not fit the API (nothing was sent).
+    if (tagged._tag === "ParseError") return new RemoteFailure({ message: `invalid input, not sent: ${deepestIssue(error as ParseResult.ParseError)}` })
     if (tagged._tag === "Unauthorized") return new RemoteFailure({ message: `${tagged.message ?? "unauthorized"} (pass --token or set BATON_TOKEN)` })
     if (typeof tagged.message === "string" && tagged.message !== "") return new RemoteFailure({ message: oneLine(tagged.message) })
     return new RemoteFailure({ message: `the server answered ${tagged._tag}` })
@@ -381,7 +400,7 @@ const eventStream = (target: Target, path: string, lastEventId?: string): Stream
           resumeFrom = event.id
           return Option.none()
         }
-        return Option.some(decodeEvent(event.data))
+        return Option.some(unreadable(decodeEvent(event.data)))
       })
     )
   }).pipe(Stream.unwrapScoped, Stream.mapError(explain(target)))

@@ -202,4 +202,43 @@ describe("baton --server (the CLI as a client)", () => {
       expect(runs).toBe(3)
     }).pipe(Effect.provide(serve(h)))
   }, 600_000)
+
+  it.live("input the API's schema refuses is reported as the user's, not sent; an answer that is not the API's blames the server", () => {
+    const h = Harness.make([{ name: "codex", window: 44_000, inject: true }])
+    return Effect.gen(function*() {
+      const url = HttpServer.formatAddress((yield* HttpServer.HttpServer).address)
+      const admin = ["--server", url, "--token", adminToken]
+      const threadId = (yield* baton([...admin, "thread", "create", "--provider", "codex"])).stdout.trim()
+      // Before: "the server at URL answered something that is not Baton's API: (<declaration schema> <-> …", for
+      // input the client's own encoding refused before anything was sent.
+      const [empty, badProvider] = yield* Effect.all([
+        baton([...admin, "send", threadId, ""]),
+        baton([...admin, "switch", threadId, "UPPER"])
+      ], { concurrency: "unbounded" })
+      expect(empty).toEqual({ code: 2, stdout: "", stderr: "baton: invalid input, not sent: text: Expected a string at least 1 character(s) long, actual \"\"\n" })
+      expect(badProvider).toEqual({
+        code: 2,
+        stdout: "",
+        stderr: "baton: invalid input, not sent: providerInstance: Expected a string matching the pattern ^[a-z][a-z0-9_-]{0,39}$, actual \"UPPER\"\n"
+      })
+      const runs = yield* Effect.promise(async () => {
+        const response = await fetch(`${url}/threads/${threadId}/runs`, { headers: { authorization: `Bearer ${adminToken}` } })
+        return (await response.json() as { readonly runs: ReadonlyArray<unknown> }).runs.length
+      })
+      expect(runs).toBe(0)
+      // A server whose answer is not the API's is still named as such.
+      const other = Http.createServer((_req, res) => {
+        res.writeHead(200, { "content-type": "application/json" })
+        res.end(`{"threads":5}`)
+      })
+      yield* Effect.acquireRelease(
+        Effect.async<void>((resume) => void other.listen(0, "127.0.0.1", () => resume(Effect.void))),
+        () => Effect.sync(() => void other.close())
+      )
+      const port = (other.address() as { readonly port: number }).port
+      const garbled = yield* baton(["--server", `http://127.0.0.1:${port}`, "--token", adminToken, "threads"])
+      expect([garbled.code, garbled.stdout]).toEqual([2, ""])
+      expect(garbled.stderr).toMatch(new RegExp(`^baton: the server at http://127\\.0\\.0\\.1:${port} answered something that is not Baton's API: `))
+    }).pipe(Effect.scoped, Effect.provide(serve(h)))
+  }, 120_000)
 })

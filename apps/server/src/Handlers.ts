@@ -3,7 +3,7 @@
  * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
  * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
  */
-import { Api, Commands, type CommandId, InvalidRequest, NoRunInProgress } from "@baton/contracts"
+import { Api, Commands, type CommandId, InvalidRequest } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { EventFeed } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
@@ -100,9 +100,11 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
       .handle("interrupt", ({ headers, path, payload }) =>
         Effect.gen(function*() {
           const commandId = yield* commandIdOf(ids, headers, payload)
-          const runId = payload.runId ?? (yield* query.currentRun(path.threadId))?.id
-          if (runId === undefined) return yield* new NoRunInProgress({ threadId: path.threadId })
-          return yield* driver.interrupt(Commands.InterruptRun.make({ commandId, threadId: path.threadId, runId }))
+          return yield* driver.interrupt(Commands.InterruptRun.make({
+            commandId,
+            threadId: path.threadId,
+            ...(payload.runId === undefined ? {} : { runId: payload.runId })
+          }))
         }))
   }))
 
@@ -172,9 +174,17 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
       .handle("thread", ({ headers, path, urlParams }) =>
         Effect.gen(function*() {
           const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after, Api.maxSeq)
-          // The thread must exist before the stream starts: an unknown id is a 404, not an empty stream.
+          // A cursor past the thread's last event was never sent: following from it would skip, in silence, every
+          // event up to it. (It also checks that the thread exists: an unknown id is a 404, not an empty stream.)
+          const last = yield* query.lastEventSeq(path.threadId)
+          if (after > last) {
+            const source = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== "" ? "Last-Event-ID" : "after"
+            return yield* new InvalidRequest({
+              reason: `${source} ${after} is past the last event of thread ${path.threadId} (${last}): no event has that id yet; ` +
+                "resume from the last id received, or from the start without one"
+            })
+          }
           if (urlParams.follow === false) {
-            yield* query.threadEvents(path.threadId, after, 1)
             return EventStream.replay(
               (cursor) => query.threadEvents(path.threadId, cursor, EventStream.pageSize),
               (e) => e.seq,
@@ -187,6 +197,15 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
       .handle("all", ({ headers, urlParams }) =>
         Effect.gen(function*() {
           const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
+          // As on a thread's stream: a cursor past the log's last event was never sent; following it skips unseen.
+          const last = yield* query.lastGlobalSeq()
+          if (after > last) {
+            const source = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== "" ? "Last-Event-ID" : "after"
+            return yield* new InvalidRequest({
+              reason: `${source} ${after} is past the last event of the log (${last}): no event has that id yet; ` +
+                "resume from the last id received, or from the start without one"
+            })
+          }
           if (urlParams.follow === false) {
             return EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)
           }

@@ -34,6 +34,7 @@ import {
   RunInProgress,
   RunNotFound,
   RunNotWaiting,
+  Text,
   ThreadNotFound,
   Unauthorized,
   UnknownProvider,
@@ -82,8 +83,11 @@ const textDecoder = new TextDecoder()
 /** The most characters of a schema error's message a 400 carries (the value it quotes is clipped, not echoed whole). */
 export const maxIssueChars = 1_000
 
+/** `text` clipped to `maxIssueChars`, never inside a surrogate pair (`Text.characterWindow`: the 400 stays well-formed Unicode). */
 const clip = (text: unknown) =>
-  typeof text === "string" && text.length > maxIssueChars ? `${text.slice(0, maxIssueChars)}… (${text.length} characters)` : text
+  typeof text === "string" && text.length > maxIssueChars
+    ? `${text.slice(0, Text.characterWindow(text, 0, maxIssueChars).end)}… (${text.length} characters)`
+    : text
 
 /**
  * An `HttpApiDecodeError` body with its `message` and each issue's `message` clipped to `maxIssueChars`: the

@@ -31,6 +31,18 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect((listed.body!.threads as Array<{ readonly title: string }>).filter((t) => t.title.startsWith("xxx"))).toEqual([])
     }).pipe(Effect.provide(serve(providers()))))
 
+  it.live("the clipped quote of a schema error never ends in half a surrogate pair (a lone \\ud83d in the 400's JSON)", () =>
+    Effect.gen(function*() {
+      // Whichever code unit the 1,000-character clip falls on, the body stays well-formed Unicode.
+      for (const lead of ["", "a"]) {
+        const refused = yield* raw(post("/threads", { providerInstance: "codex", title: [`${lead}${"😀".repeat(1_000)}`] }))
+        expect(refused.status).toBe(400)
+        expect(refused.text).not.toMatch(/\\ud[89ab][0-9a-f]{2}|\\ud[c-f][0-9a-f]{2}/i)
+        const issues = refused.body?.issues as Array<{ readonly message: string }>
+        expect(issues.some((i) => /😀… \(\d+ characters\)$/.test(i.message))).toBe(true)
+      }
+    }).pipe(Effect.provide(serve(providers()))))
+
   it.live("a NUL character (U+0000) in a prompt, a title or a thread cursor is 400 naming it, not a 500 from Postgres", () =>
     Effect.gen(function*() {
       const created = yield* raw(post("/threads", { providerInstance: "codex", title: "t" }))

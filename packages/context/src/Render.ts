@@ -29,7 +29,7 @@
  * Refs are thread positions (`#<seq>`, ranges `#a-#b`): short, stable (an item's seq never changes) and what
  * `thread_read` accepts, never random ids.
  */
-import type { ItemKind, ToolCallState } from "@baton/contracts"
+import { type ItemKind, Text, type ToolCallState } from "@baton/contracts"
 import type { TokenCounterShape } from "./TokenCounter.js"
 
 /**
@@ -143,8 +143,12 @@ export const shortArguments = (text: string): string => {
   }
   const flat = shown.replace(/\s+/g, " ").trim()
   if (flat.length <= maxArgumentChars) return flat
-  const head = Math.floor((maxArgumentChars - 1) * 0.4)
-  return `${flat.slice(0, head)}…${flat.slice(flat.length - (maxArgumentChars - 1 - head))}`
+  // Both cuts fall between characters (a cut inside a surrogate pair moves inward): the line stays well-formed.
+  const cut = Math.floor((maxArgumentChars - 1) * 0.4)
+  const head = Text.insidePair(flat, cut) ? cut - 1 : cut
+  const from = flat.length - (maxArgumentChars - 1 - cut)
+  const tail = Text.insidePair(flat, from) ? from + 1 : from
+  return `${flat.slice(0, head)}…${flat.slice(tail)}`
 }
 
 /**

@@ -191,3 +191,17 @@ describe("Render token costs", () => {
     expect(estimate - exact).toBeLessThanOrEqual(history.length)
   })
 })
+
+describe("Render.shortArguments", () => {
+  it("cuts the middle of long arguments between characters, never inside a surrogate pair (a stub sent to the model stays well-formed Unicode)", () => {
+    // Before: the head or tail cut fell inside a pair for one of the two parities, and the stub the model was sent
+    // held a lone surrogate (model APIs refuse such a request body).
+    const lone = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+    for (const lead of ["", "a", "ab"]) {
+      const shown = Render.shortArguments(JSON.stringify({ path: `${lead}${"😀".repeat(100)}` }))
+      expect(shown).not.toMatch(lone)
+      expect(shown).toContain("…")
+      expect(shown.length).toBeLessThanOrEqual(Render.maxArgumentChars)
+    }
+  })
+})

@@ -60,10 +60,11 @@ export const SendMessage = Schema.TaggedStruct("SendMessage", {
 })
 export type SendMessage = typeof SendMessage.Type
 
+/** Interrupts `runId`, or without it the thread's run in progress (the first unfinished run when it is carried out). */
 export const InterruptRun = Schema.TaggedStruct("InterruptRun", {
   commandId: CommandId,
   threadId: ThreadId,
-  runId: RunId
+  runId: Schema.optional(RunId)
 })
 export type InterruptRun = typeof InterruptRun.Type
 

@@ -30,3 +30,24 @@ export const storableText = (what: string) => (text: string): true | string => {
   return at < 0 || `${what} is not well-formed Unicode: lone surrogate at index ${at}`
 }
 
+
+const isHigh = (c: number) => c >= 0xd800 && c <= 0xdbff
+const isLow = (c: number) => c >= 0xdc00 && c <= 0xdfff
+/** Whether `index` falls between the two halves of a surrogate pair of `text` (a cut there splits a character). */
+export const insidePair = (text: string, index: number) =>
+  index > 0 && index < text.length && isHigh(text.charCodeAt(index - 1)) && isLow(text.charCodeAt(index))
+
+/**
+ * The window `[start, end)` of `text` for a page of `limit` UTF-16 code units from `offset`, never splitting a
+ * character (a page holding half a surrogate pair is not well-formed Unicode: JSON encoders write it as a lone
+ * `\ud83d`, which other languages' decoders replace or refuse, and model APIs refuse): a start inside a pair moves
+ * back to the pair's start; an end inside one moves back too, unless the window would then be empty, when it takes
+ * the whole pair (one code unit over `limit`, so paging always advances). Both are clamped to the text.
+ */
+export const characterWindow = (text: string, offset: number, limit: number): { readonly start: number; readonly end: number } => {
+  let start = Math.min(Math.max(offset, 0), text.length)
+  if (insidePair(text, start)) start--
+  let end = Math.min(text.length, start + Math.max(limit, 0))
+  if (insidePair(text, end)) end = end - 1 > start ? end - 1 : end + 1
+  return { start, end }
+}

@@ -30,6 +30,7 @@
 import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId, type ToolWait } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { DateTime, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import * as CommandReceipts from "./CommandReceipts.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { type SendResult, ThreadService } from "./ThreadService.js"
@@ -257,9 +258,11 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         workers.set(threadId, fiber)
       }))
 
-    const stopRun = (threadId: ThreadId, runId: RunId, commandId: Commands.InterruptRun["commandId"], by: "user" | "shutdown") =>
+    const stopRun = (command: Commands.InterruptRun, by: "user" | "shutdown", receipt: CommandReceipts.Key | null = null) =>
       Effect.gen(function*() {
-        const run = yield* threads.interrupt({ _tag: "InterruptRun", commandId, threadId, runId }, by)
+        const run = yield* threads.interrupt(command, by, receipt)
+        const threadId = run.threadId
+        const runId = run.id
         const fiber = inFlight.get(runId)
         if (fiber !== undefined) {
           const ended = yield* Fiber.await(fiber).pipe(Effect.timeout(Duration.millis(config.interruptTimeoutMillis)), Effect.option)
@@ -327,6 +330,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     // deadlines.
     for (const wait of yield* store.listLiveToolWaits()) yield* wake(wait.threadId)
 
+    /** The interrupt the process gives a run it stops at shutdown (no receipt: each is carried out as it comes). */
+    const shutdownCommand = (run: { readonly id: RunId; readonly threadId: ThreadId }): Commands.InterruptRun => ({
+      _tag: "InterruptRun",
+      commandId: `cmd_shutdown_${run.id}` as Commands.InterruptRun["commandId"],
+      threadId: run.threadId,
+      runId: run.id
+    })
+
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         yield* mutex.withPermits(1)(Effect.sync(() => void (stopping = true)))
@@ -334,12 +345,12 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         for (const [runId, claimed] of [...claimedHere]) {
           if (inFlight.has(runId)) continue
           claimedHere.delete(runId)
-          yield* stopRun(claimed.run.threadId, claimed.run.id, `cmd_shutdown_${runId}` as Commands.InterruptRun["commandId"], "shutdown").pipe(Effect.ignore)
+          yield* stopRun(shutdownCommand(claimed.run), "shutdown").pipe(Effect.ignore)
         }
         for (const [runId, fiber] of [...inFlight]) {
           const run = yield* store.getRun(runId as RunId)
           if (run._tag === "Some" && !terminalRunStatuses.includes(run.value.status)) {
-            yield* stopRun(run.value.threadId, run.value.id, `cmd_shutdown_${runId}` as Commands.InterruptRun["commandId"], "shutdown").pipe(Effect.ignore)
+            yield* stopRun(shutdownCommand(run.value), "shutdown").pipe(Effect.ignore)
           }
           yield* Fiber.interrupt(fiber)
         }
@@ -380,12 +391,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           return yield* awaitWith(runId, yield* register(runId, found.value.threadId, found.value.seq))
         }),
       /**
-       * Interrupts a run: recorded at once (a queued run ends `interrupted` before the provider), the provider asked
-       * to stop, and the run's fiber interrupted if it has not ended within `interruptTimeoutMillis`; then the
-       * thread's worker is woken, so the runs queued behind (e.g. behind a `waiting` run) start at once. Fails with
-       * `RunNotFound`.
+       * Interrupts a run (`command.runId`, else the thread's run in progress): recorded at once (a queued run ends
+       * `interrupted` before the provider), the provider asked to stop, and the run's fiber interrupted if it has not
+       * ended within `interruptTimeoutMillis`; then the thread's worker is woken, so the runs queued behind (e.g.
+       * behind a `waiting` run) start at once. The command is answered once: its id again answers the run it
+       * interrupted (never the run queued behind). Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`,
+       * `InvalidRequest` (a command id another command used).
        */
-      interrupt: (command: Commands.InterruptRun) => stopRun(command.threadId, command.runId, command.commandId, "user"),
+      interrupt: (command: Commands.InterruptRun) => stopRun(command, "user", CommandReceipts.keyOf(command, command.threadId)),
       /**
        * Posts the client's tool results for a waiting run (ThreadService `submitToolResults`) and wakes the thread's
        * worker, which continues the run. Answers at once with the run as it stood when the results were recorded (a

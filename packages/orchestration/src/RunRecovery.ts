@@ -6,11 +6,23 @@
  *
  * It does not run turns (TurnExecution) or decide when to recover (the run driver and the CLI's write commands do).
  */
-import { type Commands, type Item, type NativeThread, type Run, type RunStopPoint, RunNotFound, terminalRunStatuses } from "@baton/contracts"
+import {
+  type Commands,
+  type Item,
+  type NativeThread,
+  NoRunInProgress,
+  Run,
+  type RunId,
+  type RunStopPoint,
+  RunNotFound,
+  ThreadNotFound,
+  terminalRunStatuses
+} from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { ProviderRegistry } from "@baton/providers"
 import { DateTime, Effect, Option } from "effect"
 import { ClientToolWaits } from "./ClientToolWaits.js"
+import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
@@ -32,32 +44,73 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     const delivery = yield* ContextHandoffDelivery
 
     /**
-     * Interrupts a run. A run not yet started ends `interrupted` before the provider (a missed run); a running run
-     * is interrupted at the provider. A terminal run is left as it is. `by`: `user` (failure code
-     * `interrupted_by_user`) or `shutdown` (the process is stopping: `process_stopped`). Fails with `RunNotFound`.
+     * The run an interrupt stops, read under the thread's lock: the command's `runId`, else the thread's first
+     * unfinished run. With a receipt key, a command id seen before answers its first result instead (`Answered`):
+     * read in the same transaction, so a retry never resolves to the run queued behind the one it interrupted.
+     * Fails with `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest` (a key another command used).
+     */
+    const interruptTarget = (command: Commands.InterruptRun, receipt: CommandReceipts.Key | null) =>
+      uow.thread(command.threadId, "RunRecovery.interruptTarget")(Effect.gen(function*() {
+        if (receipt !== null) {
+          const seen = yield* CommandReceipts.find(store, receipt)
+          if (seen._tag === "Some") {
+            return { _tag: "Answered", run: yield* CommandReceipts.decode(Run, command.commandId, seen.value.result) } as const
+          }
+        }
+        if (command.runId !== undefined) return { _tag: "Stop", runId: command.runId } as const
+        if ((yield* store.getThread(command.threadId))._tag === "None") return yield* new ThreadNotFound({ threadId: command.threadId })
+        const current = yield* store.findFirstUnfinishedRun(command.threadId)
+        if (current._tag === "None") return yield* new NoRunInProgress({ threadId: command.threadId })
+        return { _tag: "Stop", runId: current.value.id } as const
+      }))
+
+    /**
+     * Inside an interrupt's unit of work: with a receipt key, a command id recorded meanwhile (a concurrent copy of
+     * the same request) answers its first result; else `effect`'s run is recorded as the command's result.
+     */
+    const answeredOnce = <E, R>(command: Commands.InterruptRun, receipt: CommandReceipts.Key | null, effect: Effect.Effect<Run, E, R>) =>
+      receipt === null ? effect : Effect.gen(function*() {
+        const seen = yield* CommandReceipts.find(store, receipt)
+        if (seen._tag === "Some") return yield* CommandReceipts.decode(Run, command.commandId, seen.value.result)
+        return yield* CommandReceipts.write(store, receipt, Run, yield* effect)
+      })
+
+    /**
+     * Interrupts a run: `command.runId`, else the thread's run in progress. A run not yet started ends `interrupted`
+     * before the provider (a missed run); a running run is interrupted at the provider. A terminal run is left as it
+     * is. `by`: `user` (failure code `interrupted_by_user`) or `shutdown` (the process is stopping:
+     * `process_stopped`). With `receipt` (the key of the command as the client sent it) the command is answered
+     * once: its result is recorded with the interrupt, and the same command id again answers that run without
+     * interrupting another. Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest`.
      */
     const interrupt = Effect.fn("RunRecovery.interrupt")(function*(
       command: Commands.InterruptRun,
-      by: "user" | "shutdown" = "user"
+      by: "user" | "shutdown" = "user",
+      receipt: CommandReceipts.Key | null = null
     ) {
-      const found = yield* store.getRun(command.runId)
-      if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
+      const target = yield* interruptTarget(command, receipt)
+      if (target._tag === "Answered") return target.run
+      const runId: RunId = target.runId
+      const found = yield* store.getRun(runId)
+      if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId })
       const run = found.value
       const who = by === "user" ? "the user" : "the process stopping"
       const code = by === "user" ? "interrupted_by_user" as const : "process_stopped" as const
       if (run.status === "queued" || run.status === "starting") {
-        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(
+        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(answeredOnce(
+          command,
+          receipt,
           finishRun(run, "interrupted", "before_provider", `interrupted by ${who} before the provider started`, code)
-        )
+        ))
       }
       if (run.status === "waiting") {
         // No provider turn is in flight: the open calls are answered with error results and the run ends after the
         // provider (which read the prompt and called the tools).
-        return yield* uow.thread(run.threadId, "RunRecovery.interruptWaiting")(Effect.gen(function*() {
+        return yield* uow.thread(run.threadId, "RunRecovery.interruptWaiting")(answeredOnce(command, receipt, Effect.gen(function*() {
           const current = yield* store.getRun(run.id)
           if (current._tag === "None" || current.value.status !== "waiting") return current._tag === "Some" ? current.value : run
           return yield* toolWaits.interrupt(current.value, who, code)
-        }))
+        })))
       }
       if (run.status === "running") {
         // `running` is written just before the provider call: read the native thread back, where the adapter can,
@@ -84,7 +137,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             }
           }
         }
-        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(Effect.gen(function*() {
+        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(answeredOnce(command, receipt, Effect.gen(function*() {
           if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
           // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
           const now = yield* DateTime.now
@@ -100,9 +153,10 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             `interrupted by ${who}`,
             code
           )
-        }))
+        })))
       }
-      return run
+      // Already ended: answered as it is (and, with a receipt, that answer recorded).
+      return receipt === null ? run : yield* uow.thread(run.threadId, "RunRecovery.interruptEnded")(answeredOnce(command, receipt, Effect.succeed(run)))
     })
 
     /**

@@ -40,7 +40,7 @@ import {
   type ThreadPage,
   type ThreadSnapshot
 } from "@baton/contracts"
-import { Timeline } from "@baton/contracts"
+import { Text, Timeline } from "@baton/contracts"
 import { type StoredHandoff, ThreadStore } from "@baton/persistence"
 import { DateTime, Effect, Encoding, Either, Option, Schema } from "effect"
 import * as RunCosts from "./RunCosts.js"
@@ -245,8 +245,8 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       if (found._tag === "None") return yield* new ItemNotFound({ itemId })
       const item = found.value
       const totalChars = item.text.length
-      const offset = Math.min(options.offset ?? 0, totalChars)
-      const end = Math.min(totalChars, offset + (options.limit ?? defaultItemTextChars))
+      // Never half a surrogate pair: a boundary inside one moves to the pair's start (`offset` says where it starts).
+      const { end, start: offset } = Text.characterWindow(item.text, options.offset ?? 0, options.limit ?? defaultItemTextChars)
       return {
         item: { ...item, text: item.text.slice(offset, end) },
         offset,
@@ -372,6 +372,20 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /**
+     * The seq of the thread's last event (0 without events): no event stream of the thread has sent an id above it.
+     * Fails with `ThreadNotFound`, `PersistenceError`.
+     */
+    const lastEventSeq = Effect.fn("ThreadQuery.lastEventSeq")(function*(threadId: ThreadId) {
+      yield* thread(threadId)
+      return yield* store.threadVersion(threadId)
+    })
+
+    /** The log's largest `globalSeq` (0 without events): no `/events` stream has sent an id above it. */
+    const lastGlobalSeq = Effect.fn("ThreadQuery.lastGlobalSeq")(function*() {
+      return yield* store.lastGlobalSeq()
+    })
+
+    /**
      * The folds of the threads whose timeline was asked for last (at most `timelineCacheSize`, least recently asked
      * dropped first), each through its `lastSeq`: the next request for one reads and folds only the events after it.
      * Events are never changed once committed, so a fold stays valid whichever process wrote the events after it.
@@ -433,6 +447,8 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       handoffItemIds,
       handoff,
       threadEvents,
+      lastEventSeq,
+      lastGlobalSeq,
       timeline,
       allEvents,
       readiness

@@ -14,7 +14,7 @@
  * It owns the tool's definition, argument parsing and paging; not when the tool is offered (TurnExecution) nor
  * whether its results may be offloaded (tool-result offload).
  */
-import type { Item, ThreadId } from "@baton/contracts"
+import { type Item, Text, type ThreadId } from "@baton/contracts"
 import { Render } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
@@ -96,12 +96,11 @@ export const parseRefs = (refs: string): Either.Either<ReadonlyArray<Ref>, strin
 }
 
 /**
- * A page of `text`: the characters `offset .. offset + limit`, and a line telling the reader where the next page
- * starts (or that this is the end).
+ * A page of `text`: the characters `offset .. offset + limit` (never half a surrogate pair: `Text.characterWindow`),
+ * and a line telling the reader where the next page starts (or that this is the end).
  */
 export const page = (text: string, offset: number, limit: number, again: (offset: number) => string) => {
-  const start = Math.min(offset, text.length)
-  const end = Math.min(text.length, start + limit)
+  const { end, start } = Text.characterWindow(text, offset, limit)
   const more = end < text.length ? `\n[characters ${start}-${end} of ${text.length}; the next page: ${again(end)}]` : `\n[characters ${start}-${end} of ${text.length}; end]`
   return `${text.slice(start, end)}${more}`
 }

@@ -38,6 +38,27 @@ describe("thread_read refs", () => {
   })
 })
 
+describe("thread_read pages", () => {
+  it("never split a character: a boundary inside a surrogate pair moves to the pair's start, the pages join to the whole", () => {
+    // Before: "😀" paged by 1 gave "\ud83d" then "\ude00", lone surrogates a provider API refuses as invalid Unicode.
+    const text = "😀a😀b😀"
+    const again = (next: number) => `next ${next}`
+    expect(ThreadRead.page(text, 0, 1, again)).toBe("😀\n[characters 0-2 of 8; the next page: next 2]")
+    expect(ThreadRead.page(text, 1, 2, again)).toBe("😀\n[characters 0-2 of 8; the next page: next 2]")
+    expect(ThreadRead.page(text, 2, 2, again)).toBe("a\n[characters 2-3 of 8; the next page: next 3]")
+    const pages: Array<string> = []
+    for (let offset: number | null = 0; offset !== null;) {
+      const out = ThreadRead.page(text, offset, 1, (next) => String(next))
+      const body = out.slice(0, out.lastIndexOf("\n["))
+      expect(body.length > 0 && ![...body].some((c) => c.length === 1 && c.charCodeAt(0) >= 0xd800 && c.charCodeAt(0) <= 0xdfff)).toBe(true)
+      pages.push(body)
+      const m = /the next page: (\d+)\]$/.exec(out)
+      offset = m === null ? null : Number(m[1])
+    }
+    expect(pages.join("")).toBe(text)
+  })
+})
+
 describe("thread_read on a thread", () => {
   const threadOf = (h: Harness.Harness) =>
     Effect.gen(function*() {

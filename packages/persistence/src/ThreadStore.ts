@@ -996,6 +996,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM offload_operations WHERE thread_id = ${threadId} ORDER BY created_at, operation_id`,
           decodeOperations
         ).pipe(orPersistence("offload_operations.list")),
+      /** The log's largest `global_seq` (0 without events): no event of any stream has a global cursor above it. */
+      lastGlobalSeq: () =>
+        sql<{ readonly v: unknown }>`SELECT COALESCE(MAX(global_seq), 0) AS v FROM thread_events`.pipe(
+          Effect.map((rows) => Number(rows[0]?.v ?? 0)),
+          orPersistence("thread_events.lastGlobalSeq")
+        ),
       /** The thread's newest event seq (0 without events): its version, which every change of the thread advances. */
       threadVersion: (threadId: ThreadId) =>
         sql<{ readonly v: unknown }>`SELECT COALESCE(MAX(seq), 0) AS v FROM thread_events WHERE thread_id = ${threadId}`.pipe(

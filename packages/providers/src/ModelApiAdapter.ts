@@ -343,11 +343,24 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
         control: undefined,
         requested: new Set()
       }
-      next.entries.push(...fresh)
-      refreshView(next, fresh)
+      join(next, fresh)
       lanes.set(nativeRef, next)
       return next
     }).pipe(Effect.mapError(storageError(operation)))
+
+  /**
+   * Adds stored `entries` to the lane, each once: an entry whose `seq` the lane already holds is skipped. Two fibers
+   * can hand the lane the same entries: an append records what it stored after the insert, and a read of the lane in
+   * between (a fork's read-back, a preview) loads them from the log first. Taking them twice put an injection's
+   * history twice into every later request, and the next append's seq skipped one (the log then differed from what
+   * was sent).
+   */
+  const join = (state: Lane, entries: ReadonlyArray<NativeEntry>) => {
+    const added = entries.filter((e) => e.seq > state.entries.length)
+    if (added.length === 0) return
+    state.entries.push(...added)
+    refreshView(state, added)
+  }
 
   /**
    * Brings `state.view` up to date after `added` joined `state.entries`: appended as they are, or, when one of them is
@@ -419,12 +432,7 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     }))
     return log.append(instance, nativeRef, entries).pipe(
       Effect.mapError(storageError(operation)),
-      Effect.tap(() =>
-        Effect.sync(() => {
-          state.entries.push(...entries)
-          refreshView(state, entries)
-        })
-      )
+      Effect.tap(() => Effect.sync(() => join(state, entries)))
     )
   }
 
@@ -1063,7 +1071,12 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
       return answered(`${done} Not offloaded: ${listed}${refused.length > maxRefusalsNamed ? `, and ${refused.length - maxRefusalsNamed} more` : ""}.`)
     })
 
-  /** Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`. */
+  /**
+   * Runs `loop` as the turn in flight on `nativeRef`: `interrupt` ends it with `turn_ended { interrupted: true }`, or,
+   * when the provider had not yet accepted any request of `runId` (nothing of the run joined the native thread: the
+   * prompt was not read), fails it with `code: "interrupted"`, so the orchestrator records the run as stopped before
+   * the provider and owes its prompt to the next turn instead of counting it as delivered.
+   */
   const interruptible = (nativeRef: string, runId: string, state: Lane, loop: Stream.Stream<TurnEvent, ProviderError>) =>
     Stream.unwrapScoped(Effect.gen(function*() {
       const stop = yield* Deferred.make<void>()
@@ -1080,6 +1093,9 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
           // What the request in flight completed but its parser held back joins the record, as it joins the native
           // thread (`recordPartial`).
           const held = state.current?.drain?.() ?? []
+          if (held.length === 0 && !state.entries.some((e) => e.runId === runId)) {
+            return Stream.fail(providerError("interrupt", wireFailure("interrupted", "interrupted before the provider accepted the request: it did not read the prompt, which the next turn carries", false)))
+          }
           return Stream.concat(
             Stream.fromIterable(held.map((item) => TurnEvent.item_produced({ item }))),
             Stream.fromEffect(Effect.as(recordPartial("interrupt", nativeRef, state, runId), TurnEvent.turn_ended({ interrupted: true })))

@@ -8,7 +8,7 @@ import { Cause, Effect, Exit, Option, Stream } from "effect"
 import * as AnthropicMessages from "../src/AnthropicMessages.js"
 import * as ModelApiAdapter from "../src/ModelApiAdapter.js"
 import { type ToolDefinition, TurnEvent } from "../src/ProviderAdapter.js"
-import { adapterFor, collect, configFor, fixtureLines, frame, httpLayer, itemsOf, json, loopback, sqliteFile, sse } from "./support/Loopback.js"
+import { adapterFor, collect, configFor, fixtureLines, frame, httpLayer, itemsOf, json, logOn, loopback, sqliteFile, sse } from "./support/Loopback.js"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { fixturesDir } from "./support/Loopback.js"
@@ -630,6 +630,26 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       expect(second.messages[2].content[0]).toMatchObject({ type: "tool_result", tool_use_id: "toolu_tr", content: "original of a.ts" })
     }).pipe(Effect.provide(httpLayer)))
 
+  it.live("a lane read while an append is being stored does not take the stored entries twice (the next request carries the history once)", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const log = yield* logOn(file)
+      // Another fiber reads the lane (a fork's read-back, a preview) after the insert, before the appender's own
+      // bookkeeping: found by a storm of forks beside a turn start's injection, whose history then went out twice.
+      let adapter: ReturnType<typeof ModelApiAdapter.make> | null = null
+      const racing = { ...log, append: (...args: Parameters<typeof log.append>) => Effect.tap(log.append(...args), () => Effect.ignore(adapter!.readThread!(args[1]))) }
+      adapter = yield* adapterFor(kind, loop, file, {}, { log: racing })
+      const { nativeRef } = yield* adapter.startThread()
+      yield* adapter.injectHistory!({ nativeRef, rendered: "[user #1]\nearlier", itemIds: ["itm_1"], deliveryIds: ["dlv_1"] })
+      loop.enqueue(streamed("anthropic-text.chunks.txt"))
+      yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null }))
+      const messages = JSON.parse(loop.requests[0]!.body).messages as ReadonlyArray<{ readonly content: unknown }>
+      expect(messages.filter((m) => JSON.stringify(m.content).includes("earlier"))).toHaveLength(1)
+      // The stored log has no gap either (a restart renders the same request).
+      expect(yield* log.lastSeq(nativeRef)).toBe((yield* log.load(nativeRef, 0)).length)
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
   it.live("interrupt: the turn ends with turn_ended { interrupted: true }", () =>
     Effect.gen(function*() {
       const loop = yield* loopback
@@ -642,6 +662,27 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       yield* adapter.interrupt(nativeRef)
       const { events } = yield* fiber.await.pipe(Effect.flatten)
       expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
+  it.live("interrupt before the provider accepted the request: the turn fails `interrupted` (prompt not read) and the native thread does not hold the prompt", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      // The provider takes 2 s to answer the request's head: the interrupt comes first.
+      loop.enqueue({ ...streamed("anthropic-text.chunks.txt"), headMillis: 2_000 }, streamed("anthropic-text.chunks.txt"))
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null })))
+      yield* Effect.sleep("300 millis")
+      yield* adapter.interrupt(nativeRef)
+      const { events, exit } = yield* fiber.await.pipe(Effect.flatten)
+      // Before: turn_ended { interrupted: true }, which the orchestrator reads as "the provider read the prompt",
+      // while the message list never got it: the prompt was lost from every later request.
+      expect(events.filter(TurnEvent.$is("turn_ended"))).toEqual([])
+      const error = Exit.isFailure(exit) ? Option.getOrNull(Cause.failureOption(exit.cause)) : null
+      expect([error?._tag, error?.code]).toEqual(["ProviderError", "interrupted"])
+      const back = yield* adapter.readThread!(nativeRef)
+      expect(back.runIds).toEqual([])
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
   it.live("interrupt after a completed block of an unfinished message: the block is streamed before turn_ended, and the native thread holds the same partial answer", () =>

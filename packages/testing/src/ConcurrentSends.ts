@@ -12,7 +12,7 @@
  *
  * It does not assert anything itself: the test asserts `verify`'s report, the benchmark prints it.
  */
-import { Commands, type CommandId, type ProviderInstance, type RunFailureCode, type RunStatus, terminalRunStatuses, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, type ProviderInstance, type RunFailureCode, type RunId, type RunStatus, terminalRunStatuses, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, RunDriver, ThreadService } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
@@ -149,7 +149,7 @@ export const sendAll = (config: SenderConfig) =>
     const submitted = yield* Clock.currentTimeMillis
     const endings = yield* Effect.forEach(outcomes.flatMap((o) => o.runId === null ? [] : [o.runId]), (runId) =>
       Effect.map(
-        Effect.exit(driver.awaitRun(runId as Commands.InterruptRun["runId"])),
+        Effect.exit(driver.awaitRun(runId as RunId)),
         Exit.match({
           onFailure: (cause): RunEnding => ({ runId, status: null, failureCode: null, error: errorTag(cause) }),
           onSuccess: (r): RunEnding => ({ runId, status: r.status, failureCode: r.failureCode, error: null })

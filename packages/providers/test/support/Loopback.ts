@@ -48,6 +48,8 @@ export interface Reply {
   readonly dropAfter?: number
   /** Milliseconds between chunks (default 0: all at once). */
   readonly gapMillis?: number
+  /** Milliseconds before the status line and headers are sent (default 0): a provider still deciding to accept. */
+  readonly headMillis?: number
 }
 
 export const sse = (chunks: ReadonlyArray<string>, extra: Partial<Reply> = {}): Reply => ({
@@ -95,7 +97,6 @@ export const loopback: Effect.Effect<Loopback, never, Scope.Scope> = Effect.acqu
         } catch (error) {
           reply = json(500, JSON.stringify({ error: { message: `the scripted reply failed: ${String(error)}` } }))
         }
-        res.writeHead(reply.status ?? 200, reply.headers ?? {})
         let i = 0
         const next = () => {
           if (reply.dropAfter !== undefined && i === reply.dropAfter) {
@@ -110,7 +111,12 @@ export const loopback: Effect.Effect<Loopback, never, Scope.Scope> = Effect.acqu
           if (reply.gapMillis === undefined || reply.gapMillis === 0) next()
           else setTimeout(next, reply.gapMillis)
         }
-        next()
+        const head = () => {
+          res.writeHead(reply.status ?? 200, reply.headers ?? {})
+          next()
+        }
+        if (reply.headMillis === undefined || reply.headMillis === 0) head()
+        else setTimeout(head, reply.headMillis)
       })
     })
     server.listen(0, "127.0.0.1", () => {

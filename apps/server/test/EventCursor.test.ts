@@ -1,0 +1,55 @@
+/**
+ * A thread's event stream (and `/events`) refuses a cursor past the last event, over real HTTP: such an id was never sent
+ * (a client of another database, a corrupted id), and following from it skipped every event up to it in silence (a
+ * gap the client could not see). The last event's own id, and any below it, resume as before. On SQLite and Postgres.
+ */
+import { Harness } from "@baton/testing"
+import { HttpClientRequest } from "@effect/platform"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { get, parseSse, post, raw, serve } from "./helpers.js"
+
+const providers = () => Harness.make([{ name: "codex", window: 44_000, autoCompactThreshold: 42_000, inject: true }])
+
+describe.each(Harness.dialects)("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
+
+  it.live("Last-Event-ID or after past the thread's last event is 400; the last event's id resumes with nothing to replay", () =>
+    Effect.gen(function*() {
+      const created = yield* raw(post("/threads", { providerInstance: "codex" }))
+      const threadId = created.body!.threadId as string
+      const stored = parseSse((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
+      const last = Number(stored.at(-1)!.id)
+      expect(last).toBeGreaterThan(0)
+
+      // (`follow=false`: without the refusal a followed stream would just wait, skipping what comes up to that id.)
+      const future = yield* raw(get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.setHeader("last-event-id", String(last + 5))))
+      expect([future.status, future.body]).toEqual([400, {
+        _tag: "InvalidRequest",
+        reason: `Last-Event-ID ${last + 5} is past the last event of thread ${threadId} (${last}): no event has that id yet; resume from the last id received, or from the start without one`,
+        message: `Last-Event-ID ${last + 5} is past the last event of thread ${threadId} (${last}): no event has that id yet; resume from the last id received, or from the start without one`
+      }])
+      const futureAfter = yield* raw(get(`/threads/${threadId}/events?after=${last + 1}`))
+      expect([futureAfter.status, futureAfter.body?._tag]).toEqual([400, "InvalidRequest"])
+
+      const atLast = yield* raw(get(`/threads/${threadId}/events?follow=false`).pipe(HttpClientRequest.setHeader("last-event-id", String(last))))
+      expect([atLast.status, parseSse(atLast.text)]).toEqual([200, []])
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("on /events, a cursor past the log's last globalSeq is 400; the last one resumes with nothing to replay", () =>
+    Effect.gen(function*() {
+      yield* raw(post("/threads", { providerInstance: "codex" }))
+      const stored = parseSse((yield* raw(get("/events?follow=false"))).text)
+      const last = Number(stored.at(-1)!.id)
+      const future = yield* raw(get("/events?follow=false").pipe(HttpClientRequest.setHeader("last-event-id", String(last + 5))))
+      expect([future.status, future.body?._tag, future.body?.reason]).toEqual([
+        400,
+        "InvalidRequest",
+        `Last-Event-ID ${last + 5} is past the last event of the log (${last}): no event has that id yet; resume from the last id received, or from the start without one`
+      ])
+      const futureAfter = yield* raw(get(`/events?after=${last + 1}`))
+      expect([futureAfter.status, futureAfter.body?._tag]).toEqual([400, "InvalidRequest"])
+      const atLast = yield* raw(get(`/events?follow=false&after=${last}`))
+      expect([atLast.status, parseSse(atLast.text)]).toEqual([200, []])
+    }).pipe(Effect.provide(serve(providers()))))
+})
