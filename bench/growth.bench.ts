@@ -89,7 +89,7 @@ const legitimate: Record<string, string> = {
   "sendMessage after a switch": "selects and renders the owed history",
   "fork": "records a handoff of every run up to the fork point",
   "compact": "drains deferred history before compacting",
-  "offload": "summarises the history since the last offload",
+  "offload": "plans over every item: pins and the first user message may lie anywhere before the cut",
   "handoffs": "lists every handoff with its id lists",
   "handoffSummaries": "lists every handoff (counts only)",
   "timeline (first view)": "folds the whole event log once"

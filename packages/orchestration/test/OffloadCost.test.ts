@@ -79,11 +79,14 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
   beforeAll(() => Harness.useDb(db))
 
   /**
-   * An `/offload` on a thread of `earlier` runs (offloaded every ten) and then ten more: its statements, and the
-   * rows its reads of the `runs` table handed back.
+   * An `/offload` on a thread of `earlier` runs (offloaded every ten, a provider switch every five) and then ten
+   * more: its statements, and the rows its reads of the `runs` and of the handoff tables handed back.
    */
   const offloadAfter = (earlier: number) => {
-    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }])
+    const h = Harness.make([
+      { name: "claude", window: 1_000_000, inject: false },
+      { name: "codex", window: 1_000_000, inject: false }
+    ])
     return Effect.gen(function*() {
       const o = yield* ops
       const threadId = yield* o.create("claude")
@@ -93,6 +96,8 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
           expect((yield* o.send(threadId, text)).status).toBe("completed")
         })
       for (let i = 1; i <= earlier; i++) {
+        // A switch every five runs: each leaves a handoff and its delivery behind.
+        if (i % 5 === 0) yield* o.switchTo(threadId, i % 10 === 0 ? "claude" : "codex")
         yield* send(`step ${i}`)
         if (i % 10 === 0) expect((yield* o.offload(threadId, 100)).offloaded).toBe(true)
       }
@@ -103,9 +108,11 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const report = yield* o.offload(threadId, 100)
       counting.on = false
       expect(report.offloaded).toBe(true)
+      const rowsFrom = (table: RegExp) => counting.statements.filter((s) => table.test(s.text)).reduce((n, s) => n + s.rows, 0)
       return {
         statements: counting.statements.length,
-        runRows: counting.statements.filter((s) => /\bFROM runs\b/i.test(s.text)).reduce((n, s) => n + s.rows, 0)
+        runRows: rowsFrom(/\bFROM runs\b/i),
+        handoffRows: rowsFrom(/\bFROM (handoffs|handoff_deliveries)\b/i)
       }
     }).pipe(Effect.withTracer(countingTracer), Effect.provide(h.layer))
   }
@@ -113,12 +120,14 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
   // Regression (bench/growth.bench.ts): an offload asked whether the active native thread ran any run its summary
   // replaces by reading every run of the thread, and every delivery of the thread for the ones given to it; the
   // summary replaces the whole chain, so the read grew with the thread's history (1,024 rows at 1,000 runs). Now one
-  // statement answers with at most one row, and only the native thread's own deliveries are read.
-  it.effect("an offload reads as many statements and run rows after 80 earlier runs as after 10", () =>
+  // statement answers with at most one row, and only the native thread's own deliveries are read. Its supersession
+  // of open handoffs read every handoff and delivery of the thread (every earlier switch's): now the open ones only.
+  it.effect("an offload reads as many statements, run rows and handoff rows after 80 earlier runs as after 10", () =>
     Effect.gen(function*() {
       const short = yield* offloadAfter(10)
       const long = yield* offloadAfter(80)
       expect(long.statements).toBe(short.statements)
       expect(long.runRows).toBe(short.runRows)
+      expect(long.handoffRows).toBe(short.handoffRows)
     }))
 })

@@ -850,6 +850,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM handoff_deliveries WHERE native_thread_id = ${nativeThreadId} AND ${sql.in("status", statuses)}
               ORDER BY created_at, id`
         ),
+      /**
+       * The deliveries of `threadId`'s open handoffs (oldest first), in one statement: what supersession by a summary
+       * needs, not the deliveries of every handoff the thread ever made (their id lists grow with its history).
+       * Fails with `PersistenceError`.
+       */
+      listDeliveriesOfOpenHandoffs: (threadId: ThreadId) =>
+        deliveries.findAll(
+          "handoff_deliveries.listOfOpenHandoffs",
+          sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id
+              WHERE h.thread_id = ${threadId} AND h.open = 1 ORDER BY d.created_at, d.id`
+        ),
       listDeliveriesOfThread: (threadId: ThreadId) =>
         deliveries.findAll(
           "handoff_deliveries.listOfThread",
