@@ -545,9 +545,11 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         reason: string
       ) {
         const now = yield* DateTime.now
-        const deliveries = yield* store.listDeliveriesOfThread(threadId)
+        // Only open handoffs can be superseded: the closed ones and their deliveries (every earlier switch's, with
+        // id lists that grow with the history) are not read (bench/growth.bench.ts).
+        const deliveries = yield* store.listDeliveriesOfOpenHandoffs(threadId)
         const candidates = new Map<ProviderThread["id"], Array<StoredHandoff>>()
-        for (const handoff of yield* store.listHandoffs(threadId)) {
+        for (const handoff of yield* store.listOpenHandoffsOfThread(threadId)) {
           if (!handoff.open || !handoff.itemIds.some(covered)) continue
           if (deliveries.some((d) => d.handoffId === handoff.id && d.status === "pending")) continue
           candidates.set(handoff.targetProviderThreadId, [...(candidates.get(handoff.targetProviderThreadId) ?? []), handoff])

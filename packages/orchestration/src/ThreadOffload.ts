@@ -595,13 +595,13 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
 
     /**
      * Marks the active native thread of `threadId`'s active provider thread replaced after offload `offloadId`
-     * committed summary `summaryItemId` for `replaced` (the items it covers and the summary it extends), inside the
-     * offload's unit of work, when that native thread holds any of them: a run among them ran on it, or a delivery
-     * injected or inlined one into it. Returns the replaced native thread's id, or `null` when the lane has none, it
+     * committed summary `summaryItemId` for `replaced` (the items it covers, every item up to `cutSeq`, and the
+     * summaries it extends), inside the offload's unit of work, when that native thread holds any of them: a run
+     * among them ran on it, or a delivery injected or inlined one into it. Returns the replaced native thread's id, or `null` when the lane has none, it
      * holds none of them (a lane whose handoff was deferred: it was never given the originals), or it was already
      * replaced.
      */
-    const replaceActiveNative = (threadId: ThreadId, summaryItemId: ItemId, offloadId: string, replaced: ReadonlyArray<Item>) =>
+    const replaceActiveNative = (threadId: ThreadId, summaryItemId: ItemId, offloadId: string, cutSeq: number, replaced: ReadonlyArray<Item>) =>
       Effect.gen(function*() {
         if (config.mutations.has("offload_keeps_lane")) return null
         const thread = yield* store.getThread(threadId)
@@ -612,13 +612,15 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         if (native._tag === "None") return null
         const nativeId = native.value.id
         const replacedIds = new Set<string>(replaced.map((i) => i.id))
-        const runIds = new Set<string>(replaced.flatMap((i) => i.runId === null ? [] : [i.runId]))
-        const ranOnIt = (yield* store.listRuns(threadId)).some((r) => runIds.has(r.id) && r.nativeThreadId === nativeId)
+        // Asked of the database (one row at most) and of this native thread's deliveries only: not of every run and
+        // delivery of the thread, which grow with its history (bench/growth.bench.ts). The replaced items are every
+        // item up to the cut and the chain's summaries (`isCovered`).
+        const summaryRunIds = [...new Set(replaced.flatMap((i) => i.seq > cutSeq && i.runId !== null ? [i.runId] : []))]
+        const ranOnIt = yield* store.anyRunOnNativeThrough(threadId, nativeId, cutSeq, summaryRunIds)
         // A delivery still `pending` (a crash or a lost acknowledgement left its outcome unconfirmed) may have reached
         // the native thread: it counts as given. Left alone, the next turn's reconciliation would settle it there, or
         // return it to `deferred` and inject the originals the summary replaces (supersedeForSummary skips it).
-        const givenToIt = ranOnIt || (yield* store.listDeliveriesOfThread(threadId)).some((d) =>
-          d.nativeThreadId === nativeId && (d.status === "injected" || d.status === "inline" || d.status === "pending") &&
+        const givenToIt = ranOnIt || (yield* store.listDeliveriesToNative(nativeId, ["injected", "inline", "pending"])).some((d) =>
           d.deliveredItemIds.some((id) => replacedIds.has(id))
         )
         if (!givenToIt) return null
@@ -771,7 +773,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
           // theirs until a turn finds them full.
           // What the chain replaces, not only this offload's share: a lane that ran items an earlier summary covers
           // (it was not the active lane then) holds them still (sim seed 80012, its second violation).
-          const replacedNative = yield* replaceActiveNative(threadId, summary!.id, record.id, plan.all.filter((i) => isCovered(i.id)))
+          const replacedNative = yield* replaceActiveNative(threadId, summary!.id, record.id, cutSeq, plan.all.filter((i) => isCovered(i.id)))
           const tokensAfter = summary!.tokens + plan.cut.keptTokens
           const report: OffloadReport = {
             ...base,

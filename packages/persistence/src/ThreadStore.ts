@@ -618,6 +618,26 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             ...byCall.flatMap((r) => r.toolCallId === null ? [] : [`${r.kind}\u0000tool:${r.toolCallId}\u0000${r.text}`])
           ])
         }),
+      /**
+       * Whether a run of `threadId` that ran on native thread `nativeThreadId` has an item at or before `throughSeq`,
+       * or is one of `alsoRunIds`: one statement answering with at most one row (the database walks the thread's runs
+       * and each one's first item on the `items_run` index; no run or item is handed back). What an offload asks of
+       * the history its summary replaces, which on a long thread covers every earlier run: it read every run of the
+       * thread to answer (1,000 rows on a 1,000-run thread, bench/growth.bench.ts). Fails with `PersistenceError`.
+       */
+      anyRunOnNativeThrough: (
+        threadId: ThreadId,
+        nativeThreadId: NativeThreadId,
+        throughSeq: number,
+        alsoRunIds: ReadonlyArray<RunId>
+      ) =>
+        sql<{ readonly id: string }>`SELECT r.id FROM runs r WHERE r.thread_id = ${threadId}
+            AND r.native_thread_id = ${nativeThreadId}
+            AND (EXISTS (SELECT 1 FROM items i WHERE i.run_id = r.id AND i.seq <= ${throughSeq})${
+          alsoRunIds.length === 0 ? sql`` : sql` OR ${sql.in("r.id", alsoRunIds)}`}) LIMIT 1`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("runs.anyOnNativeThrough")
+        ),
       countItems: (threadId: ThreadId) =>
         nextSeq("items.count", sql`SELECT COUNT(*) AS next FROM items WHERE thread_id = ${threadId}`),
 
@@ -818,6 +838,28 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "handoff_deliveries.listByStatus",
           sql`SELECT * FROM handoff_deliveries WHERE native_thread_id = ${nativeThreadId} AND status = ${status}
               ORDER BY created_at, id`
+        ),
+      /**
+       * The deliveries to native thread `nativeThreadId` whose status is one of `statuses` (oldest first), in one
+       * statement on the `(native_thread_id, status)` index: never another native thread's, whatever the thread's
+       * history. Fails with `PersistenceError`.
+       */
+      listDeliveriesToNative: (nativeThreadId: NativeThreadId, statuses: ReadonlyArray<HandoffDelivery["status"]>) =>
+        statuses.length === 0 ? Effect.succeed([]) : deliveries.findAll(
+          "handoff_deliveries.listToNative",
+          sql`SELECT * FROM handoff_deliveries WHERE native_thread_id = ${nativeThreadId} AND ${sql.in("status", statuses)}
+              ORDER BY created_at, id`
+        ),
+      /**
+       * The deliveries of `threadId`'s open handoffs (oldest first), in one statement: what supersession by a summary
+       * needs, not the deliveries of every handoff the thread ever made (their id lists grow with its history).
+       * Fails with `PersistenceError`.
+       */
+      listDeliveriesOfOpenHandoffs: (threadId: ThreadId) =>
+        deliveries.findAll(
+          "handoff_deliveries.listOfOpenHandoffs",
+          sql`SELECT d.* FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id
+              WHERE h.thread_id = ${threadId} AND h.open = 1 ORDER BY d.created_at, d.id`
         ),
       listDeliveriesOfThread: (threadId: ThreadId) =>
         deliveries.findAll(

@@ -232,6 +232,87 @@ for (const [dialect, db] of dialects) {
         expect(yield* store.listCoveredSourceRunIds("pth_none" as ProviderThreadId, null)).toEqual([])
       }).pipe(Effect.provide(layerOn(db))))
 
+    it.effect("anyRunOnNativeThrough, listDeliveriesToNative, listDeliveriesOfOpenHandoffs: what an offload asks, as reads of every run, item and delivery of the thread find it", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_o", now))
+        yield* store.insertThread(thread("thr_x", now))
+        // Each run of thr_o: the native thread it ran on and how many items it has (in seq order, run by run).
+        const runs: ReadonlyArray<readonly [string, string | null, number]> = [
+          ["run_1", "nat_a", 2], ["run_2", "nat_b", 1], ["run_3", "nat_a", 1], ["run_4", null, 1], ["run_5", "nat_b", 1],
+          ["run_6", "nat_a", 0], ["run_7", "nat_a", 1]
+        ]
+        const item = (id: string, threadId: string, runId: string | null): Item => ({
+          id: id as ItemId, threadId: threadId as ThreadId, runId: runId as RunId | null, seq: 0, kind: "assistant_message",
+          text: id, toolCallId: null, toolName: null, messageId: null, isError: false, toolCallState: null, tokens: 1, createdAt: now
+        })
+        for (const [seq, [id, native, items]] of runs.entries()) {
+          yield* store.insertRun({ ...run(id, "thr_o", seq + 1, now), nativeThreadId: native as NativeThreadId | null })
+          for (let k = 0; k < items; k++) yield* store.insertItemsAfterLast("thr_o" as ThreadId, [item(`itm_${id}_${k}`, "thr_o", id)])
+          // A summary between run_3's and run_4's items (no run).
+          if (id === "run_3") yield* store.insertItemsAfterLast("thr_o" as ThreadId, [item("itm_summary", "thr_o", null)])
+        }
+        // Another thread's run on nat_a, with an early item: never counted for thr_o.
+        yield* store.insertRun({ ...run("run_x", "thr_x", 1, now), nativeThreadId: "nat_a" as NativeThreadId })
+        yield* store.insertItemsAfterLast("thr_x" as ThreadId, [item("itm_x", "thr_x", "run_x")])
+        const items = yield* store.listItems("thr_o" as ThreadId)
+        const all = yield* store.listRuns("thr_o" as ThreadId)
+        for (const native of ["nat_a", "nat_b", "nat_none"]) {
+          for (let through = 0; through <= items.length + 1; through++) {
+            for (const also of [[], ["run_6"], ["run_5", "run_x"]] as ReadonlyArray<ReadonlyArray<string>>) {
+              const covered = new Set<string>([...items.flatMap((i) => i.seq <= through && i.runId !== null ? [i.runId] : []), ...also])
+              const expected = all.some((r) => covered.has(r.id) && r.nativeThreadId === native)
+              const got = yield* store.anyRunOnNativeThrough("thr_o" as ThreadId, native as NativeThreadId, through, also as ReadonlyArray<RunId>)
+              expect([native, through, also, got]).toEqual([native, through, also, expected])
+            }
+          }
+        }
+        expect(yield* store.anyRunOnNativeThrough("thr_o" as ThreadId, "nat_a" as NativeThreadId, 1, [])).toBe(true)
+        expect(yield* store.anyRunOnNativeThrough("thr_o" as ThreadId, "nat_b" as NativeThreadId, 2, [])).toBe(false)
+        expect(yield* store.anyRunOnNativeThrough("thr_o" as ThreadId, "nat_a" as NativeThreadId, 0, ["run_6"] as Array<RunId>)).toBe(true)
+
+        // Handoffs, open or not, with deliveries to nat_a and nat_b in every status.
+        yield* store.insertProviderThread({
+          id: "pth_o" as ProviderThreadId, threadId: "thr_o" as ThreadId, providerInstance: "p" as ProviderInstance, model: "m",
+          contextWindow: null, activeNativeThreadId: null, syncedRunSeq: 0, createdAt: now, updatedAt: now
+        })
+        for (const [generation, id] of ["nat_a", "nat_b"].entries()) {
+          yield* store.insertNativeThread({
+            id: id as NativeThreadId, providerThreadId: "pth_o" as ProviderThreadId, generation: generation + 1, nativeRef: id,
+            status: "active", usage: null, estimatedTokens: 0, compactionsWithoutProgress: 0, createdAt: now, updatedAt: now
+          })
+        }
+        const statuses: ReadonlyArray<DeliveryStatus> = ["deferred", "pending", "injected", "inline", "superseded"]
+        for (const open of [true, false]) {
+          for (const [k, status] of statuses.entries()) {
+            const h = `hof_${open ? "open" : "closed"}_${status}`
+            yield* store.insertHandoff({
+              id: h as HandoffId, threadId: "thr_o" as ThreadId, kind: "switch", targetProviderThreadId: "pth_o" as ProviderThreadId,
+              sourceRunIds: [], itemIds: [], tokens: 1, omittedItemIds: [], open, createdAt: now, updatedAt: now
+            })
+            for (const [native, s] of [["nat_a", status], ["nat_b", statuses[(k + 2) % statuses.length]!]] as const) {
+              yield* store.insertDelivery({
+                id: `dlv_${h}_${native}` as DeliveryId, handoffId: h as HandoffId, nativeThreadId: native as NativeThreadId,
+                status: s, mode: null, runId: null, deliveredItemIds: [], omittedItemIds: [], deliveredTokens: 0, deferCount: 0,
+                lastDeferReason: null, createdAt: now, updatedAt: now
+              })
+            }
+          }
+        }
+        const everyDelivery = yield* store.listDeliveriesOfThread("thr_o" as ThreadId)
+        const ids = (ds: ReadonlyArray<{ readonly id: string }>) => ds.map((d) => d.id).sort()
+        for (const native of ["nat_a", "nat_b"]) {
+          for (const wanted of [["injected", "inline", "pending"], ["deferred"], []] as ReadonlyArray<ReadonlyArray<DeliveryStatus>>) {
+            expect(ids(yield* store.listDeliveriesToNative(native as NativeThreadId, wanted)))
+              .toEqual(ids(everyDelivery.filter((d) => d.nativeThreadId === native && wanted.includes(d.status))))
+          }
+        }
+        const open = new Set<string>((yield* store.listHandoffs("thr_o" as ThreadId)).filter((h) => h.open).map((h) => h.id))
+        expect(ids(yield* store.listDeliveriesOfOpenHandoffs("thr_o" as ThreadId))).toEqual(ids(everyDelivery.filter((d) => open.has(d.handoffId))))
+        expect((yield* store.listDeliveriesOfOpenHandoffs("thr_o" as ThreadId)).length).toBe(10)
+      }).pipe(Effect.provide(layerOn(db))))
+
     it.effect("insertNextRun: the run written as insertRun writes it, with the seq nextRunSeq reads (1 for a thread's first), its driver too", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
