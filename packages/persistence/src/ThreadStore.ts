@@ -221,6 +221,8 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
 
     /** Runs per statement of `listRunsBetween`. */
     const runPage = 1_000
+    // The sort key that puts a thread's run in progress before the runs queued behind it (`findActiveRun`).
+    const inProgressFirst = sql.literal("CASE WHEN status = 'queued' THEN 1 ELSE 0 END")
 
     /**
      * `f` over `ids` in chunks of 500 (one statement each: SQLite binds at most 32,766 parameters, and a statement
@@ -437,26 +439,32 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           ).pipe(orPersistence("runs.drivers"))).pipe(
             Effect.map((rows) => new Map(rows.map((r) => [r.id, r.driverId])))
           ),
-      /** The run of the thread that is not terminal, if any (at most one by construction). */
       /**
-       * `findActiveRun` and `nextRunSeq` in one statement (a run's queueing needs both): the thread's unfinished run
-       * with the highest seq (`None`: none) and the seq a new run of the thread takes (`1` for its first).
+       * `findActiveRun` and `nextRunSeq` in one statement (a run's queueing needs both): the run in progress as
+       * `findActiveRun` reads it (`None`: no unfinished run) and the seq a new run of the thread takes (`1` for its
+       * first).
        */
       findActiveRunWithNextSeq: (threadId: ThreadId) =>
         Effect.gen(function*() {
           const rows = yield* sql`SELECT (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE thread_id = ${threadId}) AS next_run_seq, active.*
               FROM (SELECT 1 AS anchor) AS anchor LEFT JOIN (SELECT * FROM runs WHERE thread_id = ${threadId}
-                AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY seq DESC LIMIT 1) AS active ON 1 = 1`
+                AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY ${inProgressFirst}, seq LIMIT 1) AS active ON 1 = 1`
           const [next] = yield* decodeNextRunSeq(rows)
           const row = rows[0] as { readonly id?: unknown } | undefined
           const active = row === undefined || row.id === null || row.id === undefined ? Option.none<Run>() : Option.some((yield* decodeRunRows([row]))[0]!)
           return { active, nextSeq: next?.nextRunSeq ?? 1 }
         }).pipe(orPersistence("runs.findActiveWithNextSeq")),
+      /**
+       * The run that keeps a command from running now (the run a `RunInProgress` names, the one to interrupt): the
+       * thread's unfinished run that is in progress (`starting`, `running`, `waiting`; the driver runs one at a time,
+       * lowest seq first), else its first `queued` run, the one that runs next. `None`: every run ended. Never a run
+       * queued behind the one in progress: interrupting that one would leave the blocking run running.
+       */
       findActiveRun: (threadId: ThreadId) =>
         runs.findOne(
           "runs.findActive",
           sql`SELECT * FROM runs WHERE thread_id = ${threadId}
-              AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY seq DESC LIMIT 1`
+              AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY ${inProgressFirst}, seq LIMIT 1`
         ),
 
       /** The thread's unfinished run with the lowest seq: the one that runs next (or is running). */

@@ -155,7 +155,7 @@ for (const [dialect, db] of dialects) {
         yield* store.insertRun({ ...run("run_q3", "thr_q", 3, now), status: "queued" })
         yield* store.insertRun({ ...run("run_q4", "thr_q", 4, now), status: "failed" })
         const found = yield* check("thr_q")
-        expect(Option.map(found.active, (r) => r.id)).toEqual(Option.some("run_q3"))
+        expect(Option.map(found.active, (r) => r.id)).toEqual(Option.some("run_q2"))
         expect(found.nextSeq).toBe(5)
         expect(Option.map((yield* check("thr_r")).active, (r) => r.id)).toEqual(Option.some("run_r1"))
         expect(yield* check("thr_none")).toEqual({ active: Option.none(), nextSeq: 1 })

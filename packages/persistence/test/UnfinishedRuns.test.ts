@@ -27,7 +27,7 @@ const run = (seq: number, status: Run["status"], now: DateTime.Utc): Run => ({
 })
 
 describe("a thread's unfinished runs", () => {
-  it.live("are found among 300 finished runs: the active run (newest), the first unfinished, none once all end", () =>
+  it.live("are found among 300 finished runs: the active run (the one in progress, not the run queued behind it), the first unfinished, none once all end", () =>
     Effect.gen(function*() {
       const store = yield* ThreadStore
       const now = yield* DateTime.now
@@ -37,9 +37,10 @@ describe("a thread's unfinished runs", () => {
       expect(Option.isNone(yield* store.findFirstUnfinishedRun("thr_1" as ThreadId))).toBe(true)
       yield* store.insertRun(run(301, "running", now), "drv_1")
       yield* store.insertRun(run(302, "queued", now), "drv_1")
-      expect(Option.map(yield* store.findActiveRun("thr_1" as ThreadId), (r) => r.id)).toEqual(Option.some("run_302"))
+      expect(Option.map(yield* store.findActiveRun("thr_1" as ThreadId), (r) => r.id)).toEqual(Option.some("run_301"))
       expect(Option.map(yield* store.findFirstUnfinishedRun("thr_1" as ThreadId), (r) => r.id)).toEqual(Option.some("run_301"))
       yield* store.updateRun({ ...run(301, "completed", now) })
+      expect(Option.map(yield* store.findActiveRun("thr_1" as ThreadId), (r) => r.id)).toEqual(Option.some("run_302"))
       expect(Option.map(yield* store.findFirstUnfinishedRun("thr_1" as ThreadId), (r) => r.id)).toEqual(Option.some("run_302"))
       // The driver given to `insertRun` is written with the run.
       expect((yield* store.runDrivers(["run_302" as RunId])).get("run_302")).toBe("drv_1")

@@ -419,7 +419,12 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     readonly usage?: ContextUsage | null
   }
 
-  /** Stores `drafts` after the lane's entries (one insert) and refreshes the open calls. */
+  /**
+   * Stores `drafts` after the lane's entries (one insert) and refreshes the open calls. Uninterruptible: an interrupt
+   * of the turn waits until what was inserted has joined the lane, so the turn's end (`interruptible`) never judges
+   * from a lane that lacks what the log holds (a prompt stored but judged unread went out twice: once from the log,
+   * once owed as a missed run).
+   */
   const append = (operation: string, nativeRef: string, state: Lane, drafts: ReadonlyArray<Draft>) => {
     if (drafts.length === 0) return Effect.void
     const entries = drafts.map((d, i): NativeEntry => ({
@@ -432,7 +437,8 @@ export const make = (dialect: Dialect, options: ModelApiOptions): ProviderAdapte
     }))
     return log.append(instance, nativeRef, entries).pipe(
       Effect.mapError(storageError(operation)),
-      Effect.tap(() => Effect.sync(() => join(state, entries)))
+      Effect.tap(() => Effect.sync(() => join(state, entries))),
+      Effect.uninterruptible
     )
   }
 

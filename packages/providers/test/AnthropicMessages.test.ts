@@ -4,7 +4,7 @@
  * (cache breakpoints, byte-for-byte extension, tool pairing) and a restart.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Option, Stream } from "effect"
+import { Cause, Deferred, Effect, Exit, Option, Stream } from "effect"
 import * as AnthropicMessages from "../src/AnthropicMessages.js"
 import * as ModelApiAdapter from "../src/ModelApiAdapter.js"
 import { type ToolDefinition, TurnEvent } from "../src/ProviderAdapter.js"
@@ -662,6 +662,37 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       yield* adapter.interrupt(nativeRef)
       const { events } = yield* fiber.await.pipe(Effect.flatten)
       expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+    }).pipe(Effect.provide(httpLayer), Effect.scoped))
+
+  it.live("interrupt while the accepted request's entries are being stored: the turn ends interrupted after the provider, as the native thread (which holds the prompt) says", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const log = yield* logOn(file)
+      // The provider accepted the request: its entries (the prompt) are inserted, and the interrupt lands before the
+      // append's own bookkeeping (a Postgres insert's round trip is that long). Before, the turn failed `interrupted`
+      // ("the provider did not read the prompt", a missed run owed again) while the stored lane held the prompt: the
+      // next turn's request carried it twice.
+      const stored = yield* Deferred.make<void>()
+      const gate = yield* Deferred.make<void>()
+      const slow = {
+        ...log,
+        append: (...args: Parameters<typeof log.append>) =>
+          log.append(...args).pipe(Effect.zipLeft(Deferred.succeed(stored, undefined)), Effect.zipLeft(Deferred.await(gate)))
+      }
+      const adapter = yield* adapterFor(kind, loop, file, {}, { log: slow })
+      const { nativeRef } = yield* adapter.startThread()
+      loop.enqueue(streamed("anthropic-text.chunks.txt"))
+      const fiber = yield* Effect.fork(collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Hi", inlineHistory: null })))
+      yield* Deferred.await(stored)
+      yield* adapter.interrupt(nativeRef)
+      // The interrupt is delivered to the turn while its append waits; then the append finishes.
+      yield* Effect.sleep("50 millis")
+      yield* Deferred.succeed(gate, undefined)
+      const { events, exit } = yield* fiber.await.pipe(Effect.flatten)
+      expect(Exit.isSuccess(exit)).toBe(true)
+      expect(events[events.length - 1]).toEqual(TurnEvent.turn_ended({ interrupted: true }))
+      expect((yield* adapter.readThread!(nativeRef)).runIds).toEqual(["run-1"])
     }).pipe(Effect.provide(httpLayer), Effect.scoped))
 
   it.live("interrupt before the provider accepted the request: the turn fails `interrupted` (prompt not read) and the native thread does not hold the prompt", () =>
