@@ -92,7 +92,8 @@ describe("GatewayThreads: a unit of work's kept conversation on SQLite", () => {
       const key = GatewayThreads.conversationKey("session-c", system, [first], wire)
       const read = () => threads.conversationOf(wire, "session-c", system, [first])
       // A live subscriber (an event stream): a committing unit of work hands the event loop over before it returns.
-      yield* (yield* ThreadEventBus).subscribe
+      const subscription = yield* (yield* ThreadEventBus).subscribe
+      expect(subscription).toBeDefined()
       const begun = yield* threads.begin(request([first], []))
       yield* threads.complete(begun, { messages: [{ id: "msg_1", message: call }], tokens: null })
       const seen = Option.getOrThrow(yield* read())
