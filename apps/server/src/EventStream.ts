@@ -25,15 +25,17 @@ export const encode = (event: ThreadEvent, id: number) =>
 
 /**
  * The cursor a stream starts after: `Last-Event-ID` (a reconnecting client) wins over the `after` query parameter;
- * 0 (from the start) without either. Fails with `InvalidRequest` when `Last-Event-ID` is not an integer from 0 to
+ * 0 (from the start) without either. Fails with `InvalidRequest` when `Last-Event-ID` is not a decimal integer (digits only) from 0 to
  * `max` (a thread's stream: `Api.maxSeq`).
  */
 export const startCursor = (lastEventId: string | undefined, after: number | undefined, max: number = Number.MAX_SAFE_INTEGER) => {
   if (lastEventId === undefined || lastEventId.trim() === "") return Effect.succeed(after ?? 0)
-  const n = Number(lastEventId.trim())
+  // Decimal digits only, as the server writes ids: `Number` alone also read `0x3` as 3 and `1e3` as 1000.
+  const trimmed = lastEventId.trim()
+  const n = /^[0-9]+$/.test(trimmed) ? Number(trimmed) : Number.NaN
   return Number.isSafeInteger(n) && n >= 0 && n <= max
     ? Effect.succeed(n)
-    : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID: expected the id of an event received (a non-negative integer), got "${lastEventId.slice(0, 40)}"` }))
+    : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID: expected the id of an event received (a non-negative integer in decimal digits), got "${lastEventId.slice(0, 40)}"` }))
 }
 
 const sseHeaders = { "cache-control": "no-cache", "x-accel-buffering": "no" }

@@ -95,6 +95,20 @@ export interface GatewayOptions {
 export const matches = (pattern: string, model: string) =>
   new RegExp(`^${pattern.split("*").map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`).test(model)
 
+/**
+ * A request body's `model` field as a model id (a non-empty string), else the refusal's message: a missing field is
+ * "Field required", a present one of another type says so and names the type it has (`{"model": 5}` was answered
+ * "Field required", sending the agent's developer after a field that was there).
+ */
+export const modelId = (model: unknown): Either.Either<string, string> => {
+  if (model === undefined) return Either.left("model: Field required (a model id)")
+  if (typeof model !== "string") {
+    const type = model === null ? "null" : Array.isArray(model) ? "an array" : typeof model === "object" ? "an object" : `a ${typeof model}`
+    return Either.left(`model: expected a string (a model id), got ${type}`)
+  }
+  return model === "" ? Either.left("model: expected a model id, got an empty string") : Either.right(model)
+}
+
 /** Request headers never forwarded: the agent's credentials, the connection's own, and compression (see below). */
 const dropped = new Set([
   "host",
@@ -302,10 +316,11 @@ export const layer = (options: GatewayOptions) =>
           const read = bodies.parse(bodyScope, body)
           const parsed = read.value
           if (!isRecord(parsed)) return dialect.refuse("invalid", "the body is not a JSON object")
-          if (typeof parsed.model !== "string" || parsed.model === "") return dialect.refuse("invalid", "model: Field required (a model id)")
+          const modelField = modelId(parsed.model)
+          if (Either.isLeft(modelField)) return dialect.refuse("invalid", modelField.left)
           const asSent = dialect.history(parsed, request.headers)
           if (typeof asSent === "string") return dialect.refuse("invalid", asSent)
-          const model = parsed.model
+          const model = modelField.right
           const route = options.routes.find((r) => matches(r.model, model))
           const target = route === undefined ? undefined : models.find((p) => p.name === route.provider)
           if (target === undefined) {

@@ -1,7 +1,9 @@
 /**
  * A thread's event stream (and `/events`) refuses a cursor past the last event, over real HTTP: such an id was never sent
  * (a client of another database, a corrupted id), and following from it skipped every event up to it in silence (a
- * gap the client could not see). The last event's own id, and any below it, resume as before. On SQLite and Postgres.
+ * gap the client could not see). The last event's own id, and any below it, resume as before. An id is decimal digits
+ * as the server writes it: `0x3` and `1e3` (which `Number` read as 3 and 1000) are 400 naming the header or parameter.
+ * On SQLite and Postgres.
  */
 import { Harness } from "@baton/testing"
 import { HttpClientRequest } from "@effect/platform"
@@ -51,5 +53,35 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect([futureAfter.status, futureAfter.body?._tag]).toEqual([400, "InvalidRequest"])
       const atLast = yield* raw(get(`/events?follow=false&after=${last}`))
       expect([atLast.status, parseSse(atLast.text)]).toEqual([200, []])
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("a cursor not in decimal digits (0x3, 1e3) is 400 naming Last-Event-ID or after, on both streams", () =>
+    Effect.gen(function*() {
+      const created = yield* raw(post("/threads", { providerInstance: "codex" }))
+      const threadId = created.body!.threadId as string
+      for (const path of [`/threads/${threadId}/events`, "/events"]) {
+        for (const bad of ["0x3", "1e3"]) {
+          const header = yield* raw(get(`${path}?follow=false`).pipe(HttpClientRequest.setHeader("last-event-id", bad)))
+          expect([path, bad, header.status, header.body?._tag, header.body?.reason]).toEqual([
+            path,
+            bad,
+            400,
+            "InvalidRequest",
+            `Last-Event-ID: expected the id of an event received (a non-negative integer in decimal digits), got "${bad}"`
+          ])
+          const param = yield* raw(get(`${path}?follow=false&after=${bad}`))
+          const issues = param.body?.issues as Array<{ path: Array<string>; message: string }> | undefined
+          // (The second issue is the optional field's other member: "Expected undefined".)
+          expect([path, bad, param.status, issues?.[0]?.path, issues?.[0]?.message]).toEqual([
+            path,
+            bad,
+            400,
+            ["after"],
+            "expected a non-negative integer in decimal digits (e.g. 42)"
+          ])
+        }
+        const decimal = yield* raw(get(`${path}?follow=false&after=1`))
+        expect(decimal.status).toBe(200)
+      }
     }).pipe(Effect.provide(serve(providers()))))
 })

@@ -41,6 +41,7 @@ import {
   UnknownProvider,
   UnsupportedMediaType
 } from "./Errors.js"
+import { DecimalFromString } from "./EventStream.js"
 import { DeliveryId, HandoffId, ItemId, ProviderInstance, RunId, ThreadId } from "./Ids.js"
 import {
   CompactReport,
@@ -112,14 +113,14 @@ const threadRunPath = Schema.Struct({ threadId: clientThreadId, runId: clientRun
 const itemPath = Schema.Struct({ itemId: ItemId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
 const handoffPath = Schema.Struct({ handoffId: HandoffId.pipe(Schema.maxLength(maxIdLength), Schema.filter(noNul)) })
 
-/** A non-negative integer query parameter. */
-const IntParam = Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative())
+/** A non-negative integer query parameter, in decimal digits (`0x3` or `1e3` is 400 naming the parameter). */
+const IntParam = DecimalFromString.pipe(Schema.int(), Schema.nonNegative())
 /** The largest thread-local `seq` (runs, items, a thread's events): the columns are 32-bit `INTEGER`s. */
 export const maxSeq = 2_147_483_647
 /** A cursor over a thread-local `seq`: 0..`maxSeq` (a larger one would not fit the column's type in a query). */
-const SeqParam = Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, maxSeq))
+const SeqParam = DecimalFromString.pipe(Schema.int(), Schema.between(0, maxSeq))
 /** A page size: 1..500 (default 100 where omitted). */
-const LimitParam = Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 500))
+const LimitParam = DecimalFromString.pipe(Schema.int(), Schema.between(1, 500))
 /** The longest window `GET /items/{id}` returns, in characters. */
 export const maxItemTextChars = 1_048_576
 
@@ -380,7 +381,7 @@ export class RunsGroup extends HttpApiGroup.make("runs")
   .add(
     HttpApiEndpoint.get("get", "/runs/:runId")
       .setPath(runPath)
-      .setUrlParams(Schema.Struct({ waitMs: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, 60_000))) }))
+      .setUrlParams(Schema.Struct({ waitMs: Schema.optional(DecimalFromString.pipe(Schema.int(), Schema.between(0, 60_000))) }))
       .addSuccess(RunView)
       .addError(RunNotFound)
       .annotate(OpenApi.Description, "A run with its attempts and items. `waitMs` (0..60000) waits up to that long for the run to end before answering (it answers as the run stands then).")
@@ -425,7 +426,7 @@ export class ItemsGroup extends HttpApiGroup.make("items")
       .setPath(itemPath)
       .setUrlParams(Schema.Struct({
         offset: Schema.optional(IntParam),
-        limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, maxItemTextChars)))
+        limit: Schema.optional(DecimalFromString.pipe(Schema.int(), Schema.between(1, maxItemTextChars)))
       }))
       .addSuccess(ItemText)
       .addError(ItemNotFound)
@@ -435,7 +436,7 @@ export class ItemsGroup extends HttpApiGroup.make("items")
     HttpApiEndpoint.get("offloadArchive", "/threads/:threadId/offloads/:offloadId/archive")
       .setPath(offloadPath)
       .setUrlParams(Schema.Struct({
-        offset: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, maxSeq))),
+        offset: Schema.optional(DecimalFromString.pipe(Schema.int(), Schema.between(0, maxSeq))),
         limit: Schema.optional(LimitParam)
       }))
       .addSuccess(OffloadArchivePage)

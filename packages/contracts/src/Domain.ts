@@ -59,7 +59,9 @@ export type RunStopPoint = typeof RunStopPoint.Type
  * - `turn_start_failed`: turn start failed for a reason other than the provider (e.g. storage);
  * - `injection_unconfirmed`: a history injection's outcome is unknown (lost acknowledgement), so the turn did not start;
  * - `output_not_recorded`: the provider answered but its output could not be stored;
- * - `interrupted_by_user`: the user interrupted the run (before or during the provider turn);
+ * - `interrupted_by_user`: the user interrupted the run (before or during the provider turn; also when the provider's
+ *   own `interrupted`, answering that interrupt, was recorded first: `provider_interrupted` is a provider stopping
+ *   a turn nobody in this process asked it to stop);
  * - `process_restarted`: the process stopped while the run was unfinished; restart recovery ended it;
  * - `process_stopped`: the process was asked to stop (SIGINT/SIGTERM, a shutdown) while the run was in flight and
  *   interrupted it on the way out;

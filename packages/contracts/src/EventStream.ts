@@ -55,8 +55,18 @@ export const heartbeat = ": heartbeat\n\n"
 /** How often a server sends `heartbeat` on an idle stream, in milliseconds (below common 30–60 s proxy timeouts). */
 export const heartbeatIntervalMillis = 15_000
 
+/**
+ * A non-negative integer written as the server writes one: decimal digits only (`42`). `Schema.NumberFromString` alone
+ * (it is `Number(...)`) also took `0x2a`, `4.2e1`, `0b101010`, `+42` and `42.0` — ids the server never sent, read as
+ * other numbers. Decodes to the number; the issue's message names what is expected.
+ */
+export const DecimalFromString = Schema.String.pipe(
+  Schema.pattern(/^[0-9]+$/, { message: () => "expected a non-negative integer in decimal digits (e.g. 42)" }),
+  Schema.compose(Schema.NumberFromString)
+)
+
 /** A cursor as clients send it (`Last-Event-ID`, or a query parameter): a non-negative integer in decimal. */
-export const Cursor = Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative(), Schema.lessThanOrEqualTo(Number.MAX_SAFE_INTEGER))
+export const Cursor = DecimalFromString.pipe(Schema.int(), Schema.nonNegative(), Schema.lessThanOrEqualTo(Number.MAX_SAFE_INTEGER))
 
 const decodeCursor = Schema.decodeUnknown(Cursor)
 

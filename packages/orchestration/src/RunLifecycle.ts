@@ -13,7 +13,9 @@
  *
  * An illegal move is a defect (a bug in Baton, never a user's error): `IllegalRunTransition`. `finish` ends a run
  * once (failed or interrupted, with its reason and code, and its event). It does not decide when a run moves;
- * TurnExecution, RunRecovery and the run driver do.
+ * TurnExecution, RunRecovery and the run driver do. `interrupting` records who asked a run to stop while the
+ * provider is being asked, so a turn that ends with the provider's own "interrupted" first is ended with the code
+ * of whoever asked (the user, a shutdown), not `provider_interrupted`.
  *
  * A run's prompt joins the thread's items when the run leaves `queued` (`update`): when it starts, or ends without
  * starting. A message queued behind a running run therefore takes its place in the thread's order after everything
@@ -62,10 +64,34 @@ export class IllegalRunTransition extends Data.TaggedError("IllegalRunTransition
   }
 }
 
+/** Who asked a run to stop: the failure code and the one-line reason its interrupt records (e.g. "interrupted by the user"). */
+export interface InterruptRequest {
+  readonly code: "interrupted_by_user" | "process_stopped"
+  readonly reason: string
+}
+
 export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchestration/RunLifecycle", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
     const itemLog = yield* ItemLog
+    // Interrupts being carried out by this process, by run id. In memory on purpose: a provider reports a turn
+    // `interrupted` only in answer to an interrupt asked of it, and that is asked through this process's own adapter
+    // (a turn in flight elsewhere is not stopped by it), so the request and the turn's end meet in this process. A
+    // crash loses nothing durable: restart recovery ends the run.
+    const interrupts = new Map<Run["id"], InterruptRequest>()
+
+    /**
+     * Runs `effect` (an interrupt asking the provider to stop `runId`'s turn, then recording the outcome) with
+     * `request` known to `finish`: a turn that ends meanwhile with the provider's `interrupted` is ended with
+     * `request.code`. Found by a tester: the provider's turn ended before the user's interrupt was recorded and the
+     * run's code was `provider_interrupted`.
+     */
+    const interrupting = <A, E, R>(runId: Run["id"], request: InterruptRequest, effect: Effect.Effect<A, E, R>) =>
+      Effect.acquireUseRelease(
+        Effect.sync(() => interrupts.set(runId, request)),
+        () => effect,
+        () => Effect.sync(() => interrupts.get(runId) === request && interrupts.delete(runId))
+      )
 
     /**
      * Appends `run`'s prompt as its `user_message` item, unless the run has one (a run queued by an earlier version,
@@ -106,12 +132,17 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
 
     /**
      * Ends a run once: a run that another path already ended (an interrupt, recovery) keeps its first ending.
-     * `reason` is the one-line reason for people, `code` the same for code.
+     * `reason` is the one-line reason for people, `code` the same for code. A `provider_interrupted` ending while an
+     * interrupt of the run is being carried out (`interrupting`) is the provider answering it: recorded with that
+     * interrupt's code, its reason first.
      */
-    const finish = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, reason: string, code: RunFailureCode) =>
+    const finish = (run: Run, status: "interrupted" | "failed", stopPoint: RunStopPoint, given: string, givenCode: RunFailureCode) =>
       Effect.gen(function*() {
         const current = yield* store.getRun(run.id)
         if (current._tag === "Some" && terminalRunStatuses.includes(current.value.status)) return current.value
+        const asked = givenCode === "provider_interrupted" ? interrupts.get(run.id) : undefined
+        const code = asked === undefined ? givenCode : asked.code
+        const reason = asked === undefined ? given : `${asked.reason} (${given})`
         const now = yield* DateTime.now
         const done: Run = { ...run, status, stopPoint, failureReason: reason, failureCode: code, updatedAt: now }
         yield* update(current._tag === "Some" ? current.value : run, done)
@@ -131,6 +162,6 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     const hasOutput = (runId: Run["id"]) =>
       Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
-    return { update, start, finish, hasOutput, recordPrompt }
+    return { update, start, finish, interrupting, hasOutput, recordPrompt }
   })
 }) {}

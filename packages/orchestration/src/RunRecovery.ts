@@ -120,40 +120,44 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
         // A provider that does not acknowledge the interrupt within `interruptTimeoutMillis` may still be running the
         // turn: the run ends `interrupted` anyway (the thread accepts the next message) and that native thread is no
         // longer trusted either.
-        let read: boolean | "unknown" = "unknown"
-        let untrusted: { readonly native: NativeThread; readonly reason: string } | null = null
-        const providerThread = yield* store.getProviderThread(run.providerThreadId)
-        if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
-          const adapter = yield* registry.get(providerThread.value.providerInstance)
-          const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
-          if (native !== null) {
-            const probe = yield* stopAndReadBack(adapter, native, run.id)
-            // Output the turn already recorded proves the provider read the prompt, whatever the read-back says.
-            read = (yield* hasOutput(run.id)) || probe.read
-            if (!probe.answered) {
-              untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
-            } else if (probe.read === "unknown") {
-              untrusted = { native, reason: "interrupted mid-turn: cannot tell whether the provider read the prompt" }
+        // Who asked is known to the turn while the provider is asked: a turn that ends with the provider's own
+        // "interrupted" before this records the interrupt is ended with this code (RunLifecycle.interrupting).
+        return yield* lifecycle.interrupting(run.id, { code, reason: `interrupted by ${who}` }, Effect.gen(function*() {
+          let read: boolean | "unknown" = "unknown"
+          let untrusted: { readonly native: NativeThread; readonly reason: string } | null = null
+          const providerThread = yield* store.getProviderThread(run.providerThreadId)
+          if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
+            const adapter = yield* registry.get(providerThread.value.providerInstance)
+            const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
+            if (native !== null) {
+              const probe = yield* stopAndReadBack(adapter, native, run.id)
+              // Output the turn already recorded proves the provider read the prompt, whatever the read-back says.
+              read = (yield* hasOutput(run.id)) || probe.read
+              if (!probe.answered) {
+                untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
+              } else if (probe.read === "unknown") {
+                untrusted = { native, reason: "interrupted mid-turn: cannot tell whether the provider read the prompt" }
+              }
             }
           }
-        }
-        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(answeredOnce(command, receipt, Effect.gen(function*() {
-          if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
-          // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
-          const now = yield* DateTime.now
-          for (const a of yield* store.listAttempts(run.id)) {
-            if (a.status === "running" || a.status === "starting") {
-              yield* store.updateAttempt({ ...a, status: "interrupted", error: `interrupted by ${who}`, updatedAt: now })
+          return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(answeredOnce(command, receipt, Effect.gen(function*() {
+            if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
+            // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
+            const now = yield* DateTime.now
+            for (const a of yield* store.listAttempts(run.id)) {
+              if (a.status === "running" || a.status === "starting") {
+                yield* store.updateAttempt({ ...a, status: "interrupted", error: `interrupted by ${who}`, updatedAt: now })
+              }
             }
-          }
-          return yield* finishRun(
-            read === true ? run : { ...run, nativeThreadId: null },
-            "interrupted",
-            read === true ? "after_provider" : "before_provider",
-            `interrupted by ${who}`,
-            code
-          )
-        })))
+            return yield* finishRun(
+              read === true ? run : { ...run, nativeThreadId: null },
+              "interrupted",
+              read === true ? "after_provider" : "before_provider",
+              `interrupted by ${who}`,
+              code
+            )
+          })))
+        }))
       }
       // Already ended: answered as it is (and, with a receipt, that answer recorded).
       return receipt === null ? run : yield* uow.thread(run.threadId, "RunRecovery.interruptEnded")(answeredOnce(command, receipt, Effect.succeed(run)))

@@ -2,10 +2,11 @@
  * Runs that do not complete carry a `failureCode` (read by code; `failureReason` is for people), on the run, in
  * the `SendResult` and in the `run.failed` / `run.interrupted` event.
  */
-import { Commands, type CommandId } from "@baton/contracts"
+import { Commands, type CommandId, type RunId } from "@baton/contracts"
+import { ScriptedProvider } from "@baton/providers"
 import { Harness } from "@baton/testing"
-import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Exit, Fiber, FiberId, TestClock } from "effect"
 
 const ops = Harness.ops
 
@@ -53,4 +54,60 @@ describe("run failure codes", () => {
         }).pipe(Effect.provide(Harness.makeLayer(Object.values(h.providers), h.counter, file, {}, "p2_")))
       })
     }))
+})
+
+describe.each(Harness.dialects)("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
+
+  it.effect("a user's interrupt wins over the provider's own \"interrupted\" recorded first: interrupted_by_user, not provider_interrupted", () => {
+    // The turn waits until the provider is asked to stop, then ends with the provider's `interrupted` (as a model API
+    // adapter's turn does when interrupted before the provider accepted the request). The provider's answer to the
+    // interrupt call itself is slow (bounded by `interruptTimeoutMillis`), so the turn's end is recorded first, as
+    // a tester saw over HTTP by chance.
+    const started = Deferred.unsafeMake<RunId>(FiberId.none)
+    const stop = Deferred.unsafeMake<void>(FiberId.none)
+    const h = Harness.make([{
+      name: "codex",
+      window: 200_000,
+      inject: true,
+      faults: (c) => {
+        if (c.operation === "startTurn" && c.call === 1) {
+          Deferred.unsafeDone(started, Exit.succeed(c.runId as RunId))
+          return ScriptedProvider.failAfterItems(0, "interrupted")
+        }
+        if (c.operation === "interrupt" && c.call === 1) {
+          Deferred.unsafeDone(stop, Exit.void)
+          return "ignore_interrupt"
+        }
+        return null
+      }
+    }], { config: { interruptTimeoutMillis: 5_000 } })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue({ ...Harness.reply(50), hold: { afterItems: 0, gate: stop } })
+      const sending = yield* Effect.fork(o.send(t, "hello"))
+      const runId = yield* Deferred.await(started)
+      const interrupting = yield* Effect.fork(o.service.interrupt(Commands.InterruptRun.make({ commandId: "cmd_int" as CommandId, threadId: t, runId })))
+      // The turn ends (and is recorded) while the interrupt waits for the provider's answer.
+      const sent = yield* Fiber.join(sending)
+      expect([sent.status, sent.failureCode]).toEqual(["interrupted", "interrupted_by_user"])
+      for (let i = 0; i < 20 && (yield* Fiber.poll(interrupting))._tag === "None"; i++) {
+        yield* TestClock.adjust("1 second")
+        yield* Effect.yieldNow()
+      }
+      const interrupted = yield* Fiber.join(interrupting)
+      expect([interrupted.status, interrupted.failureCode]).toEqual(["interrupted", "interrupted_by_user"])
+      const [run] = yield* o.store.listRuns(t)
+      expect([run!.status, run!.stopPoint, run!.failureCode, run!.failureReason]).toEqual([
+        "interrupted",
+        "before_provider",
+        "interrupted_by_user",
+        "interrupted by the user (provider codex failed startTurn (interrupted): the turn failed after 0 item(s): the turn was interrupted)"
+      ])
+      const ended = (yield* o.store.listEvents(t)).filter((e) => e.type === "run.interrupted" || e.type === "run.failed")
+      expect(ended.map((e) => [e.type, e.payload.code])).toEqual([["run.interrupted", "interrupted_by_user"]])
+      expect(yield* o.check(t, h)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
 })

@@ -72,7 +72,9 @@ export type Fault =
   /**
    * `startTurn` reads the prompt, streams the response's first `items` items (all of them when it has fewer), then
    * fails mid-stream with `code` (a dropped connection: `unavailable`; the native thread hit its window while
-   * producing: `overflow`). The items before the failure were produced and stay in the native thread.
+   * producing: `overflow`; the provider stopped the turn at an interrupt: `interrupted`, as a model API adapter does
+   * when interrupted before the provider accepted the request). The items before the failure were produced and stay
+   * in the native thread.
    */
   | FailAfterItems
 
@@ -80,7 +82,7 @@ export type Fault =
 export interface FailAfterItems {
   readonly _tag: "fail_after_items"
   readonly items: number
-  readonly code: "unavailable" | "overflow"
+  readonly code: "unavailable" | "overflow" | "interrupted"
 }
 
 /** A mid-stream failure after `items` items with `code` (see `Fault`). */
@@ -415,7 +417,9 @@ export const make = (
         if (stopped) return []
         if (response.hold !== undefined && response.hold.afterItems === k) yield* Deferred.await(response.hold.gate)
         if (failAt === k && typeof fault === "object" && fault !== null) {
-          return yield* fail("startTurn", fault.code, `the turn failed after ${k} item(s): ${fault.code === "overflow" ? "context_length_exceeded while producing output" : "the stream was disconnected"}`, fault.code === "unavailable")
+          return yield* fail("startTurn", fault.code, `the turn failed after ${k} item(s): ${
+            fault.code === "overflow" ? "context_length_exceeded while producing output" : fault.code === "interrupted" ? "the turn was interrupted" : "the stream was disconnected"
+          }`, fault.code === "unavailable")
         }
         if (k === callAt + 1 && callAt >= 0) {
           const interrupted = Deferred.unsafeMake<void>(FiberId.none)
