@@ -253,6 +253,22 @@ describe("Gateway", () => {
       })
     ))
 
+  it.live("a failed run's reason says the upstream's error in words first (the dashboard's run header shows 80 characters)", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const body = JSON.stringify({ type: "error", error: { type: "overloaded_error", message: "Overloaded" }, request_id: "req_011CVq" })
+        upstream.enqueue({ status: 529, contentType: "application/json", body })
+        const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, messages: [user("hi")] }))
+        expect(answer.status).toBe(529)
+        expect(answer.text).toBe(body)
+        const { runs } = yield* onlyThread
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_unavailable"]])
+        expect(runs[0]!.failureReason!.slice(0, 80)).toContain("the upstream answered HTTP 529 (overloaded_error): Overloaded")
+        // The body as it came stays after the words (its request id, for the provider's support).
+        expect(runs[0]!.failureReason).toContain(body)
+      })
+    ))
+
   it.live("passes a whole (non-streamed) answer and count_tokens back unchanged; count_tokens records nothing", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
