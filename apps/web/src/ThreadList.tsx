@@ -1,6 +1,7 @@
 /**
  * The thread list: title, providers, runs, the context fill of the active native thread, deferred and owed items,
- * cost. Live: any event on `/events` re-reads the list (a burst coalesces into one refresh).
+ * cost. Live: any event on `/events` re-reads the list and the snapshots of the threads whose events arrived (a burst
+ * coalesces into one refresh); a reconnection re-reads every snapshot.
  */
 import { useEffect, useState } from "react"
 import { get, type Result } from "./api.js"
@@ -38,6 +39,13 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
   const [error, setError] = useState<string | null>(null)
   const [connection, setConnection] = useState<"connecting" | "open" | "reconnecting">("connecting")
   useEffect(() => {
+    // The snapshots held, and the threads whose events arrived since they were read: a refresh reads the list (its
+    // order, new threads) and the snapshot of only a new thread or one whose events arrived, not every thread's (a
+    // list of 300 gateway conversations re-read 300 snapshots for each request an agent made). `all`: read every one
+    // (the first read, and after a reconnection, which may have missed events).
+    const held = new Map<string, SnapshotJson>()
+    const dirty = new Set<string>()
+    let all = true
     const refresher = new Refresher(async () => {
       const threads: Array<ThreadPageJson["threads"][number]> = []
       let cursor: string | null = null
@@ -51,22 +59,42 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
         threads.push(...page.value.threads)
         cursor = page.value.nextCursor
       } while (cursor !== null)
-      const snapshots = await Promise.all(threads.map((t) => get<SnapshotJson>(`/threads/${encodeURIComponent(t.id)}`)))
-      setEntries(snapshots.flatMap((s) => s.ok ? [{ snapshot: s.value }] : []))
+      const everyOne = all
+      all = false
+      const stale = threads.filter((t) => everyOne || dirty.has(t.id) || !held.has(t.id))
+      for (const t of stale) dirty.delete(t.id)
+      const snapshots = await Promise.all(stale.map((t) => get<SnapshotJson>(`/threads/${encodeURIComponent(t.id)}`)))
+      snapshots.forEach((s, i) => {
+        const id = stale[i]!.id
+        if (s.ok) held.set(id, s.value)
+        else dirty.add(id)
+      })
+      const listed = new Set(threads.map((t) => t.id))
+      for (const id of held.keys()) if (!listed.has(id)) held.delete(id)
+      setEntries(threads.flatMap((t) => {
+        const snapshot = held.get(t.id)
+        return snapshot === undefined ? [] : [{ snapshot }]
+      }))
       setError(null)
     })
     refresher.trigger()
-    // Each (re)opening of the stream reads the list again: a read that failed while the server was away is not
-    // followed by an event that would.
+    // Each (re)opening of the stream reads the list again, every snapshot: a read that failed while the server was
+    // away is not followed by an event that would, and events may have been missed.
     let opened = false
     const stream = follow({
       path: "/events",
       monotonic: false,
-      onEvent: () => refresher.trigger(),
+      onEvent: (event) => {
+        dirty.add(event.threadId)
+        refresher.trigger()
+      },
       onState: (state) => {
         setConnection(state)
         if (state !== "open") return
-        if (opened) refresher.trigger()
+        if (opened) {
+          all = true
+          refresher.trigger()
+        }
         opened = true
       }
     })
