@@ -1,7 +1,7 @@
 /**
  * The thread list: title, providers, runs, the context fill of the active native thread, deferred and owed items,
- * cost. Live: any event on `/events` re-reads the list and the snapshots of the threads whose events arrived (a burst
- * coalesces into one refresh); a reconnection re-reads every snapshot.
+ * cost. Live: any event on `/events?tail=true` (from the log's end) re-reads the list and the snapshots of the threads
+ * whose events arrived (a burst coalesces into one refresh); each opening of the stream reads every snapshot.
  */
 import { useEffect, useState } from "react"
 import { get, type Result } from "./api.js"
@@ -77,12 +77,14 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
       }))
       setError(null)
     })
-    refresher.trigger()
-    // Each (re)opening of the stream reads the list again, every snapshot: a read that failed while the server was
-    // away is not followed by an event that would, and events may have been missed.
-    let opened = false
+    // The stream starts at the log's end (`tail=true`: the list is read from the threads, not by replaying every
+    // event ever stored, megabytes on a long-used server), so the list is read once the stream is open, and again,
+    // every snapshot, at each reopening: a read that failed while the server was away is not followed by an event
+    // that would, and events may have been missed. A stream that does not open still gets the list read (and its
+    // error shown).
+    let read = false
     const stream = follow({
-      path: "/events",
+      path: "/events?tail=true",
       monotonic: false,
       onEvent: (event) => {
         dirty.add(event.threadId)
@@ -90,12 +92,16 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
       },
       onState: (state) => {
         setConnection(state)
-        if (state !== "open") return
-        if (opened) {
-          all = true
+        if (state === "open") all = true
+        if (state === "open" || (state === "reconnecting" && !read)) {
+          read = true
           refresher.trigger()
         }
-        opened = true
+      },
+      onRefused: () => {
+        if (read) return
+        read = true
+        refresher.trigger()
       }
     })
     return () => stream.close()

@@ -571,7 +571,7 @@ describe("a gateway conversation in the dashboard", () => {
     }
   }, 120_000)
 
-  it("the thread list re-reads the snapshot of only the conversation a request changed, not every thread's", async () => {
+  it("the thread list reads each snapshot once on opening (no replay of the log), then only the one a request changed", async () => {
     const upstream = await anthropicUpstream(0)
     const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-list-"))
     const gatewayConfig = Path.join(dir, "baton.json")
@@ -601,15 +601,20 @@ describe("a gateway conversation in the dashboard", () => {
       const threads = (await api<{ threads: Array<{ id: string; title: string }> }>(gateway.url, "GET", "/threads")).threads
       expect(threads.length).toBe(4)
       const { page, errors, close } = await openPage(browser, gateway.url, admin)
+      await expect.poll(() => page.locator("[data-testid=thread-row]").count()).toBe(4)
       const reads: Array<string> = []
       page.on("request", (r) => {
         const found = /\/threads\/(thr_[^/?]+)$/.exec(new URL(r.url()).pathname)
         if (found !== null) reads.push(decodeURIComponent(found[1]!))
       })
+      // Opened again with the requests recorded from the start (the token is kept in the session).
+      await page.reload()
       await expect.poll(() => page.locator("[data-testid=thread-row]").count()).toBe(4)
       await expect.poll(() => page.getByTestId("list-connection").textContent()).toBe("open")
-      // Let the stream's replay of the stored log settle (its refreshes) before counting.
       for (let quiet = 0, seen = -1; quiet < 4; quiet = reads.length === seen ? quiet + 1 : 0, seen = reads.length) await page.waitForTimeout(500)
+      // Each thread's snapshot read once: the stream starts at the log's end (`tail=true`), it does not replay every
+      // stored event, each of which re-read its thread.
+      expect(reads.slice().sort()).toEqual(threads.map((t) => t.id).sort())
       const before = reads.length
       const changed = threads.find((t) => t.title.endsWith("list-b"))!
       await ask("list-b", [...first, { role: "assistant", content: answers.get("list-b")!.content }, { role: "user", content: "more" }])
