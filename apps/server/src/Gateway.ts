@@ -601,7 +601,7 @@ export const layer = (options: GatewayOptions) =>
                       (hidden.length > 0 || beside !== null) && outBody !== null ? expansionOf(content, outBody, beside?.content ?? content, beside?.answers) : undefined
                     )
                   }
-                  : failed(failureCode(status), `the upstream answered HTTP ${status}: ${text.slice(0, 300)}`)
+                  : failed(failureCode(status), GatewayDialect.upstreamFailureReason(status, text))
               )
             }
             return HttpServerResponse.uint8Array(bytesBack, { status, headers: back.headers, contentType: back.contentType })

@@ -66,6 +66,25 @@ export interface Dialect {
 /** Whether `u` is a JSON object (not an array). */
 export const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
+/**
+ * A failed run's reason for an upstream's error answer (`status`, body `text`; `after`: what follows the status, e.g.
+ * " after thread_read"), in words first: `the upstream answered HTTP 529 (overloaded_error): Overloaded; body: {…}`.
+ * The error's own message (Anthropic's and OpenAI's `{error: {type or code, message}}`, an `error` string, or a
+ * top-level `message` or `detail`) comes before the body (its first 300 characters, for what the message leaves out),
+ * so the dashboard's run header, which shows a reason's first 80 characters, says what went wrong; a body without
+ * one is given as it came.
+ */
+export const upstreamFailureReason = (status: number, text: string, after = ""): string => {
+  const head = `the upstream answered HTTP ${status}${after}`
+  const body = parseJson(text)
+  const inner = isRecord(body) ? (isRecord(body.error) ? body.error : body) : null
+  const said = (u: unknown): u is string => typeof u === "string" && u.trim() !== ""
+  const message = inner === null ? undefined : [inner.message, inner.detail, isRecord(body) ? body.error : undefined].find(said)
+  if (message === undefined) return `${head}: ${text.slice(0, 300)}`
+  const kind = inner === null ? undefined : [inner.type, inner.code].find((k): k is string => said(k) && k !== "error")
+  return `${head}${kind === undefined ? "" : ` (${kind})`}: ${message.replace(/\s+/g, " ").trim().slice(0, 300)}; body: ${text.slice(0, 300)}`
+}
+
 /** `text` parsed as JSON; `undefined` when it is not JSON. */
 export const parseJson = (text: string): unknown => {
   try {

@@ -39,7 +39,7 @@ import { GatewayThreads, ThreadOffload, ThreadRead } from "@baton/orchestration"
 import type { ThreadStore } from "@baton/persistence"
 import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option, type Scope, Stream } from "effect"
-import { fitAnswers, type History, isRecord, parseJson } from "./GatewayDialect.js"
+import { fitAnswers, type History, isRecord, parseJson, upstreamFailureReason } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
@@ -390,7 +390,7 @@ export const serve = (input: Input) =>
       if (!ok) {
         const converted = agent.upstreamError(upstream.status, text.right)
         const code = upstream.status === 429 || upstream.status >= 500 ? "provider_unavailable" : converted.status === 400 && agent.isOverflow(converted.body) ? "overflow" : "provider_refused"
-        yield* settle((b) => threads.fail(b, "failed", code, `the upstream answered HTTP ${upstream.status}: ${text.right.slice(0, 300)}`))
+        yield* settle((b) => threads.fail(b, "failed", code, upstreamFailureReason(upstream.status, text.right)))
         return errorAnswer(converted.status, converted.body)
       }
       // The upstream's own thread_read calls: answered here and the conversation continued (up to 8 rounds).
@@ -413,7 +413,7 @@ export const serve = (input: Input) =>
         }
         if (next.right.r.status < 200 || next.right.r.status >= 300) {
           const converted = agent.upstreamError(next.right.r.status, next.right.t)
-          yield* settle((b) => threads.fail(b, "failed", "provider_refused", `the upstream answered HTTP ${next.right.r.status} after thread_read: ${next.right.t.slice(0, 300)}`))
+          yield* settle((b) => threads.fail(b, "failed", "provider_refused", upstreamFailureReason(next.right.r.status, next.right.t, " after thread_read")))
           return errorAnswer(converted.status, converted.body)
         }
         answer = parseJson(next.right.t)

@@ -196,11 +196,14 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
       .handle("timeline", ({ path }) => query.timeline(path.threadId))
       .handle("all", ({ headers, urlParams }) =>
         Effect.gen(function*() {
-          const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
-          // As on a thread's stream: a cursor past the log's last event was never sent; following it skips unseen.
+          const resuming = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== ""
           const last = yield* query.lastGlobalSeq()
+          // `tail=true` (the dashboard's thread list, which reads the threads themselves): from the log's end, not
+          // its whole history; a reconnection's Last-Event-ID still resumes where it was.
+          const after = urlParams.tail === true && !resuming ? last : yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
+          // As on a thread's stream: a cursor past the log's last event was never sent; following it skips unseen.
           if (after > last) {
-            const source = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== "" ? "Last-Event-ID" : "after"
+            const source = resuming ? "Last-Event-ID" : "after"
             return yield* new InvalidRequest({
               reason: `${source} ${after} is past the last event of the log (${last}): no event has that id yet; ` +
                 "resume from the last id received, or from the start without one"

@@ -84,4 +84,16 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(decimal.status).toBe(200)
       }
     }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("on /events, tail=true starts at the log's end (nothing of the history replayed); a Last-Event-ID still resumes", () =>
+    Effect.gen(function*() {
+      yield* raw(post("/threads", { providerInstance: "codex" }))
+      yield* raw(post("/threads", { providerInstance: "codex" }))
+      const stored = parseSse((yield* raw(get("/events?follow=false"))).text)
+      expect(stored.length).toBeGreaterThan(1)
+      const tail = yield* raw(get("/events?follow=false&tail=true"))
+      expect([tail.status, parseSse(tail.text)]).toEqual([200, []])
+      const resumed = yield* raw(get("/events?follow=false&tail=true").pipe(HttpClientRequest.setHeader("last-event-id", stored[0]!.id!)))
+      expect(parseSse(resumed.text).map((e) => e.id)).toEqual(stored.slice(1).map((e) => e.id))
+    }).pipe(Effect.provide(serve(providers()))))
 })

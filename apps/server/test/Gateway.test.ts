@@ -9,6 +9,7 @@ import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Database } from "@baton/persistence"
+import { GatewayThreads } from "@baton/orchestration"
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs"
@@ -250,6 +251,39 @@ describe("Gateway", () => {
         const { runs } = yield* onlyThread
         expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_refused"]])
         expect(runs[0]!.failureReason).toContain("prompt is too long: 300000 tokens > 200000 maximum")
+      })
+    ))
+
+  it.live("a session id sent as UTF-8 bytes is titled as written, not as Latin-1 mojibake; a title never cuts an emoji in half", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "ok", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        // What an agent's UTF-8 header is on the wire: each byte one Latin-1 character of the header value.
+        const session = "sess-日本-✓"
+        const onWire = Buffer.from(session, "utf8").toString("latin1")
+        const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, messages: [user("hi")] }, { "x-api-key": adminToken, "x-claude-code-session-id": onWire }))
+        expect(answer.status).toBe(200)
+        const api = yield* client()
+        const threads = (yield* api.threads.list({ urlParams: {} })).threads
+        expect(threads.map((t) => t.title)).toEqual([`Agent session ${session}`])
+        expect(GatewayThreads.titlePart(`${"a".repeat(35)}🚀 and more`)).toBe(`${"a".repeat(35)}🚀`)
+        expect(GatewayThreads.titlePart("séssion")).toBe("séssion")
+      })
+    ))
+
+  it.live("a failed run's reason says the upstream's error in words first (the dashboard's run header shows 80 characters)", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const body = JSON.stringify({ type: "error", error: { type: "overloaded_error", message: "Overloaded" }, request_id: "req_011CVq" })
+        upstream.enqueue({ status: 529, contentType: "application/json", body })
+        const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, messages: [user("hi")] }))
+        expect(answer.status).toBe(529)
+        expect(answer.text).toBe(body)
+        const { runs } = yield* onlyThread
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_unavailable"]])
+        expect(runs[0]!.failureReason!.slice(0, 80)).toContain("the upstream answered HTTP 529 (overloaded_error): Overloaded")
+        // The body as it came stays after the words (its request id, for the provider's support).
+        expect(runs[0]!.failureReason).toContain(body)
       })
     ))
 

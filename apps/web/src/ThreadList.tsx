@@ -1,6 +1,7 @@
 /**
  * The thread list: title, providers, runs, the context fill of the active native thread, deferred and owed items,
- * cost. Live: any event on `/events` re-reads the list (a burst coalesces into one refresh).
+ * cost. Live: any event on `/events?tail=true` (from the log's end) re-reads the list and the snapshots of the threads
+ * whose events arrived (a burst coalesces into one refresh); each opening of the stream reads every snapshot.
  */
 import { useEffect, useState } from "react"
 import { get, type Result } from "./api.js"
@@ -38,6 +39,13 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
   const [error, setError] = useState<string | null>(null)
   const [connection, setConnection] = useState<"connecting" | "open" | "reconnecting">("connecting")
   useEffect(() => {
+    // The snapshots held, and the threads whose events arrived since they were read: a refresh reads the list (its
+    // order, new threads) and the snapshot of only a new thread or one whose events arrived, not every thread's (a
+    // list of 300 gateway conversations re-read 300 snapshots for each request an agent made). `all`: read every one
+    // (the first read, and after a reconnection, which may have missed events).
+    const held = new Map<string, SnapshotJson>()
+    const dirty = new Set<string>()
+    let all = true
     const refresher = new Refresher(async () => {
       const threads: Array<ThreadPageJson["threads"][number]> = []
       let cursor: string | null = null
@@ -51,23 +59,49 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
         threads.push(...page.value.threads)
         cursor = page.value.nextCursor
       } while (cursor !== null)
-      const snapshots = await Promise.all(threads.map((t) => get<SnapshotJson>(`/threads/${encodeURIComponent(t.id)}`)))
-      setEntries(snapshots.flatMap((s) => s.ok ? [{ snapshot: s.value }] : []))
+      const everyOne = all
+      all = false
+      const stale = threads.filter((t) => everyOne || dirty.has(t.id) || !held.has(t.id))
+      for (const t of stale) dirty.delete(t.id)
+      const snapshots = await Promise.all(stale.map((t) => get<SnapshotJson>(`/threads/${encodeURIComponent(t.id)}`)))
+      snapshots.forEach((s, i) => {
+        const id = stale[i]!.id
+        if (s.ok) held.set(id, s.value)
+        else dirty.add(id)
+      })
+      const listed = new Set(threads.map((t) => t.id))
+      for (const id of held.keys()) if (!listed.has(id)) held.delete(id)
+      setEntries(threads.flatMap((t) => {
+        const snapshot = held.get(t.id)
+        return snapshot === undefined ? [] : [{ snapshot }]
+      }))
       setError(null)
     })
-    refresher.trigger()
-    // Each (re)opening of the stream reads the list again: a read that failed while the server was away is not
-    // followed by an event that would.
-    let opened = false
+    // The stream starts at the log's end (`tail=true`: the list is read from the threads, not by replaying every
+    // event ever stored, megabytes on a long-used server), so the list is read once the stream is open, and again,
+    // every snapshot, at each reopening: a read that failed while the server was away is not followed by an event
+    // that would, and events may have been missed. A stream that does not open still gets the list read (and its
+    // error shown).
+    let read = false
     const stream = follow({
-      path: "/events",
+      path: "/events?tail=true",
       monotonic: false,
-      onEvent: () => refresher.trigger(),
+      onEvent: (event) => {
+        dirty.add(event.threadId)
+        refresher.trigger()
+      },
       onState: (state) => {
         setConnection(state)
-        if (state !== "open") return
-        if (opened) refresher.trigger()
-        opened = true
+        if (state === "open") all = true
+        if (state === "open" || (state === "reconnecting" && !read)) {
+          read = true
+          refresher.trigger()
+        }
+      },
+      onRefused: () => {
+        if (read) return
+        read = true
+        refresher.trigger()
       }
     })
     return () => stream.close()

@@ -49,7 +49,7 @@ function RowView(props: {
       <div className="row run-header" data-testid="run-header" data-run-id={row.runId ?? ""} data-run-seq={run?.seq ?? ""} data-status={run?.status ?? ""}>
         <strong>{row.runId === null ? "outside any run" : `run ${run?.seq ?? "…"}`}</strong>
         {run !== undefined && <span className={`status ${run.status}`}>{run.status}</span>}
-        {run?.failureReason != null && <span className="reason">{oneLine(run.failureReason, 80)}</span>}
+        {run?.failureReason != null && <span className="reason" title={run.failureReason}>{oneLine(run.failureReason, 80)}</span>}
         {cost !== undefined && (
           <span className="cost">in {fmt(cost.inputTokens)} · cache write {fmt(cost.cacheWriteTokens)} · cache read {fmt(cost.cacheReadTokens)} · out {fmt(cost.outputTokens)} · {usd(cost.costUsd)}</span>
         )}

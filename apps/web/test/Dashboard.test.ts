@@ -571,6 +571,65 @@ describe("a gateway conversation in the dashboard", () => {
     }
   }, 120_000)
 
+  it("the thread list reads each snapshot once on opening (no replay of the log), then only the one a request changed", async () => {
+    const upstream = await anthropicUpstream(0)
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-list-"))
+    const gatewayConfig = Path.join(dir, "baton.json")
+    Fs.writeFileSync(gatewayConfig, JSON.stringify({
+      limits: { shutdownTimeoutMs: 1000 },
+      providers: [{
+        kind: "anthropic-messages", name: "anthropic", baseUrl: upstream.url, model: "claude-x", apiKeyEnv: "DASHBOARD_UPSTREAM_KEY",
+        contextWindow: 200_000, autoCompactThreshold: null, maxOutputTokens: 4_096, maxRetries: 0,
+        prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 }
+      }],
+      gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+    }))
+    const gateway = await serve(Path.join(dir, "baton.sqlite"), 0, gatewayConfig, { BATON_PROVIDERS: undefined, DASHBOARD_UPSTREAM_KEY: "sk-upstream-0123456789" })
+    const ask = async (session: string, messages: ReadonlyArray<Record<string, unknown>>) => {
+      const response = await fetch(`${gateway.url}/v1/messages`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": admin, "x-claude-code-session-id": session },
+        body: JSON.stringify({ model: "claude-x", max_tokens: 10, messages })
+      })
+      expect(response.status).toBe(200)
+      return await response.json() as { content: Array<Record<string, unknown>> }
+    }
+    try {
+      const first = [{ role: "user", content: "start" }]
+      const answers = new Map<string, { content: Array<Record<string, unknown>> }>()
+      for (const session of ["list-a", "list-b", "list-c", "list-d"]) answers.set(session, await ask(session, first))
+      const threads = (await api<{ threads: Array<{ id: string; title: string }> }>(gateway.url, "GET", "/threads")).threads
+      expect(threads.length).toBe(4)
+      const { page, errors, close } = await openPage(browser, gateway.url, admin)
+      await expect.poll(() => page.locator("[data-testid=thread-row]").count()).toBe(4)
+      const reads: Array<string> = []
+      page.on("request", (r) => {
+        const found = /\/threads\/(thr_[^/?]+)$/.exec(new URL(r.url()).pathname)
+        if (found !== null) reads.push(decodeURIComponent(found[1]!))
+      })
+      // Opened again with the requests recorded from the start (the token is kept in the session).
+      await page.reload()
+      await expect.poll(() => page.locator("[data-testid=thread-row]").count()).toBe(4)
+      await expect.poll(() => page.getByTestId("list-connection").textContent()).toBe("open")
+      for (let quiet = 0, seen = -1; quiet < 4; quiet = reads.length === seen ? quiet + 1 : 0, seen = reads.length) await page.waitForTimeout(500)
+      // Each thread's snapshot read once: the stream starts at the log's end (`tail=true`), it does not replay every
+      // stored event, each of which re-read its thread.
+      expect(reads.slice().sort()).toEqual(threads.map((t) => t.id).sort())
+      const before = reads.length
+      const changed = threads.find((t) => t.title.endsWith("list-b"))!
+      await ask("list-b", [...first, { role: "assistant", content: answers.get("list-b")!.content }, { role: "user", content: "more" }])
+      await page.waitForSelector(`[data-testid=thread-row][data-thread-id='${changed.id}'][data-runs='2']`)
+      // The row changed live, from the snapshot of that thread alone.
+      expect(new Set(reads.slice(before))).toEqual(new Set([changed.id]))
+      await close()
+      expect(errors).toEqual([])
+    } finally {
+      await gateway.stop()
+      await upstream.close()
+      Fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }, 120_000)
+
   it("a Codex sub-agent's thread links to its parent's, which lists it (x-codex-turn-metadata's parent_thread_id)", async () => {
     const upstream = await anthropicUpstream(0)
     const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-dashboard-subagent-"))

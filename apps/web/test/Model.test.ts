@@ -102,12 +102,42 @@ describe("EventFold", () => {
       ["gateway:anthropic", [[1, 210, 200000], [2, 9210, 200000]]],
       ["gateway:openai", [[3, 710, 200000], [4, 800, 200000]]]
     ])
-    expect(fold.marks).toEqual([{ nativeThreadId: "", runSeq: 1, kind: "tool results offloaded", detail: "2 tool results stubbed (mild): 30000 → 9000 tokens" }])
+    expect(fold.marks).toEqual([{ nativeThreadId: "gateway:anthropic", runSeq: 1, kind: "tool results offloaded", detail: "2 tool results stubbed (mild): 30000 → 9000 tokens" }])
     expect([...fold.stubbed]).toEqual(["toolu_1", "toolu_2"])
     // The JSON form (what GET /threads/{id}/timeline answers) continues the same fold.
     expect(EventFold.fromJson(fold.toJson()).toJson()).toEqual(fold.toJson())
     expect(chartTitle("gateway:openai", new Map())).toBe("openai requests (gateway)")
     expect(chartTitle("nat_1", new Map([["nat_1", "claude gen 1"]]))).toBe("claude gen 1")
+  })
+  it("a gateway flush is marked on the chart of the instance its request went to, not on every chart (a switched conversation)", () => {
+    const usage = (runId: string, providerInstance: string) =>
+      event("gateway.usage", { runId, providerInstance, inputTokens: 10, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 5, windowTokens: 100000 })
+    const flush = (runId: string, ref: string) => event("gateway.offloaded", { runId, refs: [ref], tier: "mild", tokensBefore: 50000, tokensAfter: 9000 })
+    const events = [
+      event("run.queued", { runId: "run_1", seq: 1, providerThreadId: "pth_1" }),
+      flush("run_1", "tool:toolu_a"),
+      usage("run_1", "anthropic"),
+      event("run.queued", { runId: "run_2", seq: 2, providerThreadId: "pth_2" }),
+      usage("run_2", "local"),
+      event("run.queued", { runId: "run_3", seq: 3, providerThreadId: "pth_2" }),
+      flush("run_3", "tool:toolu_b"),
+      usage("run_3", "local"),
+      // A flush whose request got no answer (an upstream error): no instance names it, it stays on every chart.
+      event("run.queued", { runId: "run_4", seq: 4, providerThreadId: "pth_2" }),
+      flush("run_4", "tool:toolu_c")
+    ]
+    const byChart = (fold: EventFold) => fold.marks.map((m) => [m.nativeThreadId, m.runSeq])
+    const whole = new EventFold()
+    for (const e of events) whole.apply(e)
+    expect(byChart(whole)).toEqual([["gateway:anthropic", 0], ["gateway:local", 2], ["", 3]])
+    // The server's fold cut between a flush and its request's usage, continued by the live events after it.
+    for (let cut = 1; cut < events.length; cut++) {
+      const first = new EventFold()
+      for (const e of events.slice(0, cut)) first.apply(e)
+      const continued = EventFold.fromJson(first.toJson())
+      for (const e of events.slice(cut)) continued.apply(e)
+      expect(byChart(continued)).toEqual(byChart(whole))
+    }
   })
 })
 

@@ -523,9 +523,14 @@ export class EventsGroup extends HttpApiGroup.make("events")
   .add(
     HttpApiEndpoint.get("all", "/events")
       .setHeaders(EventCursorHeaders)
-      .setUrlParams(Schema.Struct({ after: Schema.optional(IntParam), ...EventParams }))
+      .setUrlParams(Schema.Struct({
+        after: Schema.optional(IntParam),
+        /** `true`: start at the log's end (only events committed from now on) unless `Last-Event-ID` names a cursor. */
+        tail: Schema.optional(Schema.BooleanFromString),
+        ...EventParams
+      }))
       .addSuccess(EventStream)
-      .annotate(OpenApi.Description, "Every thread's events after `Last-Event-ID` (or `after`; a `globalSeq`) as server-sent events, each `id:` its `globalSeq`.")
+      .annotate(OpenApi.Description, "Every thread's events after `Last-Event-ID` (or `after`; a `globalSeq`; `tail=true`: after the log's last event, so only what is committed from now on) as server-sent events, each `id:` its `globalSeq`.")
   )
   .middleware(Authorization)
 {}

@@ -11,7 +11,8 @@
  * - A gateway conversation (docs/gateway.md) has no native thread: each request's `gateway.usage` is a point on the
  *   chart of its provider instance (`gatewayChartId`: what the request carried, uncached input plus cache writes and
  *   reads, against the instance's window), and each `gateway.offloaded` flush a "tool results offloaded" mark after
- *   the run before the request it rewrote, its refs stubbed.
+ *   the run before the request it rewrote, its refs stubbed: on that instance's chart once the request's
+ *   `gateway.usage` names it (a flush whose request got no answer stays on every chart).
  * - Budget at each turn start: the `budget` of the run's `delivery.pending` (provider tokens), when history was owed.
  * - Delivery timelines: every event of a delivery (created, deferred with its count, pending, injected, inlined,
  *   superseded) with its time and reason.
@@ -282,6 +283,20 @@ export class EventFold {
           trusted: true,
           budget: null
         })
+        // The flush that rewrote this request (marked after the run before it, on no chart yet: its event does not
+        // name the instance) belongs to the chart of the instance the request was routed to, not to every chart (a
+        // conversation switched to another instance charted the first instance's flushes as its own).
+        const seq = this.runSeq.get(p.runId)
+        if (seq !== undefined) {
+          for (let i = this.marks.length - 1; i >= 0; i--) {
+            const mark = this.marks[i]!
+            if (mark.runSeq < seq - 1) break
+            if (mark.nativeThreadId === "" && mark.kind === "tool results offloaded" && mark.runSeq === seq - 1) {
+              this.marks[i] = { ...mark, nativeThreadId: gatewayChartId(p.providerInstance) }
+              break
+            }
+          }
+        }
         return
       }
       case "gateway.offloaded": {

@@ -56,6 +56,25 @@ export type Json = null | boolean | number | string | ReadonlyArray<Json> | { re
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
+/**
+ * A session id as a thread title shows it: its first 36 characters (code points: an emoji is never cut in half into a
+ * lone surrogate). An id that came in a header is the header's bytes read as Latin-1 (Node's parser), so an agent's
+ * UTF-8 id (`sess-日本`) arrived as mojibake (`sess-æ\u0097¥æ\u009c¬`): bytes that are valid UTF-8 are read as
+ * UTF-8; anything else is kept as it came. The conversation's key is the id as received (this is only its title).
+ */
+export const titlePart = (session: string): string => {
+  let text = session
+  const codes = Array.from(session, (c) => c.codePointAt(0)!)
+  if (codes.some((c) => c >= 0x80) && codes.every((c) => c <= 0xff)) {
+    try {
+      text = new TextDecoder("utf-8", { fatal: true }).decode(Uint8Array.from(codes))
+    } catch (_notUtf8) {
+      text = session
+    }
+  }
+  return Array.from(text).slice(0, 36).join("")
+}
+
 /** `value` as JSON with object keys sorted at every level: the same value always gives the same text. */
 export const canonicalJson = (value: unknown): string => {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`
@@ -769,10 +788,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           ? Option.none<ThreadId>()
           : Option.map(yield* conversations.find(conversationKey(parent, request.system, [], request.wire)), (c) => c.threadId as ThreadId)
         const title = parent !== null && request.session !== null
-          ? `${request.agent} sub-agent ${request.session.slice(0, 36)} (of ${parent.slice(0, 36)})`
+          ? `${request.agent} sub-agent ${titlePart(request.session)} (of ${titlePart(parent)})`
           : request.session === null
           ? `${request.agent} conversation ${key.slice(6, 14)}`
-          : `${request.agent} session ${request.session.slice(0, 36)}`
+          : `${request.agent} session ${titlePart(request.session)}`
         const thread: Thread = { id: ids.next("thr") as ThreadId, title, activeProviderThreadId: null, createdAt: now, updatedAt: now }
         yield* store.insertThread(thread)
         if (Option.isSome(parentThread)) yield* store.setThreadParent(thread.id, parentThread.value)
