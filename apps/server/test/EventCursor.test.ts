@@ -3,7 +3,8 @@
  * (a client of another database, a corrupted id), and following from it skipped every event up to it in silence (a
  * gap the client could not see). The last event's own id, and any below it, resume as before. An id is decimal digits
  * as the server writes it: `0x3` and `1e3` (which `Number` read as 3 and 1000) are 400 naming the header or parameter.
- * `/events?tail=true` with `after` too is 400 (two starts; `after` was dropped in silence). On SQLite and Postgres.
+ * `/events?tail=true` with `after` too is 400 (two starts; `after` was dropped in silence). An integer parameter past
+ * 2^53 - 1 is 400 "too large" naming the digits sent. On SQLite and Postgres.
  */
 import { Harness } from "@baton/testing"
 import { HttpClientRequest } from "@effect/platform"
@@ -107,6 +108,24 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
           "InvalidRequest",
           `tail=true and after name two different starts (the log's end, globalSeq ${after}): send one`
         ])
+      }
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("an integer parameter past 2^53 - 1 is 400 saying too large with the digits sent, not \"Expected an integer, actual 1e20\"", () =>
+    Effect.gen(function*() {
+      const created = yield* raw(post("/threads", { providerInstance: "codex" }))
+      const threadId = created.body!.threadId as string
+      for (const [path, name] of [["/events?follow=false&after=", "after"], ["/threads?limit=", "limit"], [`/threads/${threadId}/items?afterSeq=`, "afterSeq"]] as const) {
+        for (const big of ["99999999999999999999", "9007199254740993"]) {
+          const answer = yield* raw(get(`${path}${big}`))
+          const issues = answer.body?.issues as Array<{ path: Array<string>; message: string }> | undefined
+          expect([path, answer.status, issues?.[0]?.path, issues?.[0]?.message]).toEqual([
+            path,
+            400,
+            [name],
+            `expected an integer of at most 9007199254740991, got ${big}`
+          ])
+        }
       }
     }).pipe(Effect.provide(serve(providers()))))
 })
