@@ -197,6 +197,12 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
       .handle("all", ({ headers, urlParams }) =>
         Effect.gen(function*() {
           const resuming = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== ""
+          // `tail=true` and `after` name two different starts: one was silently dropped (even an `after` past the log).
+          if (urlParams.tail === true && urlParams.after !== undefined) {
+            return yield* new InvalidRequest({
+              reason: "tail=true and after name two different starts (the log's end, globalSeq " + urlParams.after + "): send one"
+            })
+          }
           const last = yield* query.lastGlobalSeq()
           // `tail=true` (the dashboard's thread list, which reads the threads themselves): from the log's end, not
           // its whole history; a reconnection's Last-Event-ID still resumes where it was.

@@ -3,7 +3,8 @@
  * (a client of another database, a corrupted id), and following from it skipped every event up to it in silence (a
  * gap the client could not see). The last event's own id, and any below it, resume as before. An id is decimal digits
  * as the server writes it: `0x3` and `1e3` (which `Number` read as 3 and 1000) are 400 naming the header or parameter.
- * On SQLite and Postgres.
+ * `/events?tail=true` with `after` too is 400 (two starts; `after` was dropped in silence). An integer parameter past
+ * 2^53 - 1 is 400 "too large" naming the digits sent. On SQLite and Postgres.
  */
 import { Harness } from "@baton/testing"
 import { HttpClientRequest } from "@effect/platform"
@@ -95,5 +96,36 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect([tail.status, parseSse(tail.text)]).toEqual([200, []])
       const resumed = yield* raw(get("/events?follow=false&tail=true").pipe(HttpClientRequest.setHeader("last-event-id", stored[0]!.id!)))
       expect(parseSse(resumed.text).map((e) => e.id)).toEqual(stored.slice(1).map((e) => e.id))
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("on /events, tail=true with after is 400 naming both (after was silently ignored, even past the log's end)", () =>
+    Effect.gen(function*() {
+      yield* raw(post("/threads", { providerInstance: "codex" }))
+      for (const after of ["0", "99"]) {
+        const both = yield* raw(get(`/events?follow=false&tail=true&after=${after}`))
+        expect([both.status, both.body?._tag, both.body?.reason]).toEqual([
+          400,
+          "InvalidRequest",
+          `tail=true and after name two different starts (the log's end, globalSeq ${after}): send one`
+        ])
+      }
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("an integer parameter past 2^53 - 1 is 400 saying too large with the digits sent, not \"Expected an integer, actual 1e20\"", () =>
+    Effect.gen(function*() {
+      const created = yield* raw(post("/threads", { providerInstance: "codex" }))
+      const threadId = created.body!.threadId as string
+      for (const [path, name] of [["/events?follow=false&after=", "after"], ["/threads?limit=", "limit"], [`/threads/${threadId}/items?afterSeq=`, "afterSeq"]] as const) {
+        for (const big of ["99999999999999999999", "9007199254740993"]) {
+          const answer = yield* raw(get(`${path}${big}`))
+          const issues = answer.body?.issues as Array<{ path: Array<string>; message: string }> | undefined
+          expect([path, answer.status, issues?.[0]?.path, issues?.[0]?.message]).toEqual([
+            path,
+            400,
+            [name],
+            `expected an integer of at most 9007199254740991, got ${big}`
+          ])
+        }
+      }
     }).pipe(Effect.provide(serve(providers()))))
 })

@@ -530,7 +530,7 @@ export class EventsGroup extends HttpApiGroup.make("events")
         ...EventParams
       }))
       .addSuccess(EventStream)
-      .annotate(OpenApi.Description, "Every thread's events after `Last-Event-ID` (or `after`; a `globalSeq`; `tail=true`: after the log's last event, so only what is committed from now on) as server-sent events, each `id:` its `globalSeq`.")
+      .annotate(OpenApi.Description, "Every thread's events after `Last-Event-ID` (or `after`; a `globalSeq`; `tail=true`: after the log's last event, so only what is committed from now on; not with `after`: 400) as server-sent events, each `id:` its `globalSeq`.")
   )
   .middleware(Authorization)
 {}

@@ -56,12 +56,17 @@ export const heartbeat = ": heartbeat\n\n"
 export const heartbeatIntervalMillis = 15_000
 
 /**
- * A non-negative integer written as the server writes one: decimal digits only (`42`). `Schema.NumberFromString` alone
+ * A non-negative integer written as the server writes one: decimal digits only (`42`), at most `Number.MAX_SAFE_INTEGER`. `Schema.NumberFromString` alone
  * (it is `Number(...)`) also took `0x2a`, `4.2e1`, `0b101010`, `+42` and `42.0` — ids the server never sent, read as
  * other numbers. Decodes to the number; the issue's message names what is expected.
  */
 export const DecimalFromString = Schema.String.pipe(
   Schema.pattern(/^[0-9]+$/, { message: () => "expected a non-negative integer in decimal digits (e.g. 42)" }),
+  // Digits past 2^53 - 1 are read as another number (`99999999999999999999` as 1e20, `9007199254740993` as
+  // 9007199254740992): refused as too large, naming the digits sent, not as "Expected an integer, actual 1e20".
+  Schema.filter((s) => Number(s) <= Number.MAX_SAFE_INTEGER, {
+    message: (issue) => `expected an integer of at most ${Number.MAX_SAFE_INTEGER}, got ${String(issue.actual).slice(0, 40)}`
+  }),
   Schema.compose(Schema.NumberFromString)
 )
 
