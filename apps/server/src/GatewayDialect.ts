@@ -5,7 +5,7 @@
  * reply is read from a stream or a whole body. The dialects: `GatewayAnthropic` (Claude Code), `GatewayResponses`
  * (Codex). It owns the shape only; forwarding, routing, authentication and the record are `Gateway`'s.
  */
-import type { RunFailureCode } from "@baton/contracts"
+import { type RunFailureCode, Text } from "@baton/contracts"
 import type { GatewayThreads } from "@baton/orchestration"
 import type { ProviderConfig } from "@baton/providers"
 import type { HttpServerResponse } from "@effect/platform"
@@ -70,19 +70,21 @@ export const isRecord = (u: unknown): u is Record<string, unknown> => typeof u =
  * A failed run's reason for an upstream's error answer (`status`, body `text`; `after`: what follows the status, e.g.
  * " after thread_read"), in words first: `the upstream answered HTTP 529 (overloaded_error): Overloaded; body: {…}`.
  * The error's own message (Anthropic's and OpenAI's `{error: {type or code, message}}`, an `error` string, or a
- * top-level `message` or `detail`) comes before the body (its first 300 characters, for what the message leaves out),
- * so the dashboard's run header, which shows a reason's first 80 characters, says what went wrong; a body without
- * one is given as it came.
+ * top-level `message` or `detail`) comes before the body (its first 300 UTF-16 code units, never half a character, for
+ * what the message leaves out), so the dashboard's run header, which shows a reason's first 80 characters, says what
+ * went wrong; a body without one is given as it came (clipped the same way).
  */
 export const upstreamFailureReason = (status: number, text: string, after = ""): string => {
+  // At most 300 UTF-16 code units, never half a surrogate pair (a reason is stored and served as JSON).
+  const clip = (t: string) => t.slice(0, Text.characterWindow(t, 0, 300).end)
   const head = `the upstream answered HTTP ${status}${after}`
   const body = parseJson(text)
   const inner = isRecord(body) ? (isRecord(body.error) ? body.error : body) : null
   const said = (u: unknown): u is string => typeof u === "string" && u.trim() !== ""
   const message = inner === null ? undefined : [inner.message, inner.detail, isRecord(body) ? body.error : undefined].find(said)
-  if (message === undefined) return `${head}: ${text.slice(0, 300)}`
+  if (message === undefined) return `${head}: ${clip(text)}`
   const kind = inner === null ? undefined : [inner.type, inner.code].find((k): k is string => said(k) && k !== "error")
-  return `${head}${kind === undefined ? "" : ` (${kind})`}: ${message.replace(/\s+/g, " ").trim().slice(0, 300)}; body: ${text.slice(0, 300)}`
+  return `${head}${kind === undefined ? "" : ` (${kind})`}: ${clip(message.replace(/\s+/g, " ").trim())}; body: ${clip(text)}`
 }
 
 /** `text` parsed as JSON; `undefined` when it is not JSON. */
