@@ -81,7 +81,11 @@ export const upstreamFailureReason = (status: number, text: string, after = ""):
   const body = parseJson(text)
   const inner = isRecord(body) ? (isRecord(body.error) ? body.error : body) : null
   const said = (u: unknown): u is string => typeof u === "string" && u.trim() !== ""
-  const message = inner === null ? undefined : [inner.message, inner.detail, isRecord(body) ? body.error : undefined].find(said)
+  // The error object's own words first, then the body's top level (`{"error": {"code": 42}, "message": "…"}`).
+  const message = inner === null
+    ? undefined
+    : [inner.message, inner.detail, isRecord(body) ? body.error : undefined, isRecord(body) ? body.message : undefined,
+      isRecord(body) ? body.detail : undefined].find(said)
   if (message === undefined) return `${head}: ${clip(text)}`
   const kind = inner === null ? undefined : [inner.type, inner.code].find((k): k is string => said(k) && k !== "error")
   return `${head}${kind === undefined ? "" : ` (${kind})`}: ${clip(message.replace(/\s+/g, " ").trim())}; body: ${clip(text)}`

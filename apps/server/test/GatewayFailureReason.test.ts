@@ -26,4 +26,10 @@ describe("upstreamFailureReason", () => {
     expect(loneAt(reason)).toBe(-1)
     expect(reason.startsWith(`the upstream answered HTTP 529 (overloaded_error): x${"😀".repeat(149)}; body: `)).toBe(true)
   })
+
+  // Found by the same review: a top-level message was ignored when `error` was an object without one.
+  it("takes a top-level message when the error object has none", () => {
+    const body = JSON.stringify({ error: { code: "upstream_timeout" }, message: "The model did not answer in time" })
+    expect(upstreamFailureReason(504, body)).toBe(`the upstream answered HTTP 504 (upstream_timeout): The model did not answer in time; body: ${body}`)
+  })
 })
