@@ -38,6 +38,23 @@ export const startCursor = (lastEventId: string | undefined, after: number | und
     : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID: expected the id of an event received (a non-negative integer in decimal digits), got "${lastEventId.slice(0, 40)}"` }))
 }
 
+/**
+ * Refuses a start cursor past the stream's last event (`last`: the thread's last `seq`, or the log's last `globalSeq`;
+ * `of` names it in the message, e.g. "thread thr_1", "the log"): no stream has sent such an id, and following it
+ * would skip, unseen, every event up to it. Names `Last-Event-ID` when the client sent one, else `after`. Fails with
+ * `InvalidRequest`.
+ */
+export const notPastTheEnd = (after: number, last: number, lastEventId: string | undefined, of: string) =>
+  after <= last
+    ? Effect.void
+    : Effect.fail(new InvalidRequest({
+      reason: `${resumes(lastEventId) ? "Last-Event-ID" : "after"} ${after} is past the last event of ${of} (${last}): ` +
+        "no event has that id yet; resume from the last id received, or from the start without one"
+    }))
+
+/** Whether the client sent a `Last-Event-ID` (a blank one counts as none). */
+export const resumes = (lastEventId: string | undefined): boolean => lastEventId !== undefined && lastEventId.trim() !== ""
+
 const sseHeaders = { "cache-control": "no-cache", "x-accel-buffering": "no" }
 
 /**

@@ -176,14 +176,7 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
           const after = yield* EventStream.startCursor(headers["last-event-id"], urlParams.after, Api.maxSeq)
           // A cursor past the thread's last event was never sent: following from it would skip, in silence, every
           // event up to it. (It also checks that the thread exists: an unknown id is a 404, not an empty stream.)
-          const last = yield* query.lastEventSeq(path.threadId)
-          if (after > last) {
-            const source = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== "" ? "Last-Event-ID" : "after"
-            return yield* new InvalidRequest({
-              reason: `${source} ${after} is past the last event of thread ${path.threadId} (${last}): no event has that id yet; ` +
-                "resume from the last id received, or from the start without one"
-            })
-          }
+          yield* EventStream.notPastTheEnd(after, yield* query.lastEventSeq(path.threadId), headers["last-event-id"], `thread ${path.threadId}`)
           if (urlParams.follow === false) {
             return EventStream.replay(
               (cursor) => query.threadEvents(path.threadId, cursor, EventStream.pageSize),
@@ -196,7 +189,7 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
       .handle("timeline", ({ path }) => query.timeline(path.threadId))
       .handle("all", ({ headers, urlParams }) =>
         Effect.gen(function*() {
-          const resuming = headers["last-event-id"] !== undefined && headers["last-event-id"].trim() !== ""
+          const resuming = EventStream.resumes(headers["last-event-id"])
           // `tail=true` and `after` name two different starts: one was silently dropped (even an `after` past the log).
           if (urlParams.tail === true && urlParams.after !== undefined) {
             return yield* new InvalidRequest({
@@ -207,14 +200,7 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
           // `tail=true` (the dashboard's thread list, which reads the threads themselves): from the log's end, not
           // its whole history; a reconnection's Last-Event-ID still resumes where it was.
           const after = urlParams.tail === true && !resuming ? last : yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
-          // As on a thread's stream: a cursor past the log's last event was never sent; following it skips unseen.
-          if (after > last) {
-            const source = resuming ? "Last-Event-ID" : "after"
-            return yield* new InvalidRequest({
-              reason: `${source} ${after} is past the last event of the log (${last}): no event has that id yet; ` +
-                "resume from the last id received, or from the start without one"
-            })
-          }
+          yield* EventStream.notPastTheEnd(after, last, headers["last-event-id"], "the log")
           if (urlParams.follow === false) {
             return EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)
           }

@@ -550,7 +550,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         const deliveries = yield* store.listDeliveriesOfOpenHandoffs(threadId)
         const candidates = new Map<ProviderThread["id"], Array<StoredHandoff>>()
         for (const handoff of yield* store.listOpenHandoffsOfThread(threadId)) {
-          if (!handoff.open || !handoff.itemIds.some(covered)) continue
+          if (!handoff.itemIds.some(covered)) continue
           if (deliveries.some((d) => d.handoffId === handoff.id && d.status === "pending")) continue
           candidates.set(handoff.targetProviderThreadId, [...(candidates.get(handoff.targetProviderThreadId) ?? []), handoff])
         }

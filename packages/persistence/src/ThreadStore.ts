@@ -206,6 +206,8 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const providerThreads = Table.make(sql, "provider_threads", ProviderThreadRow)
     const nativeThreads = Table.make(sql, "native_threads", NativeThreadRow)
     const handoffs = Table.make(sql, "handoffs", HandoffRow)
+    /** Rows of handoffs' `source_run_ids` alone, decoded as the handoff row's column is. */
+    const decodeSourceRunIds = Schema.decodeUnknown(Schema.Array(Schema.Struct({ sourceRunIds: HandoffRow.fields.sourceRunIds })))
     const deliveries = Table.make(sql, "handoff_deliveries", DeliveryRow)
     const links = Table.make(sql, "thread_links", ThreadLinkRow)
     const offloads = Table.make(sql, "offloads", OffloadRow)
@@ -784,14 +786,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * no particular order, duplicates possible. Fails with `PersistenceError`.
        */
       listCoveredSourceRunIds: (target: ProviderThreadId, native: NativeThreadId | null) =>
-        sql<{ readonly sourceRunIds: string }>`
+        sql`
           SELECT h.source_run_ids FROM handoffs h WHERE h.target_provider_thread_id = ${target} AND (h.open = 1${
           native === null ? sql`` : sql` OR EXISTS (SELECT 1 FROM handoff_deliveries d WHERE d.handoff_id = h.id
             AND d.native_thread_id = ${native} AND d.status IN ('injected', 'inline'))`})`.pipe(
-          Effect.flatMap((rows) => Effect.try({
-            try: () => rows.flatMap((row) => JSON.parse(row.sourceRunIds) as Array<RunId>),
-            catch: (cause) => ({ _tag: "ParseError", message: `source_run_ids is not a JSON array: ${String(cause)}` })
-          })),
+          Effect.flatMap(decodeSourceRunIds),
+          Effect.map((rows) => rows.flatMap((row) => row.sourceRunIds)),
           orPersistence("handoffs.listCoveredSourceRunIds")
         ),
       listHandoffs: (threadId: ThreadId) =>
