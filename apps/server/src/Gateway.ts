@@ -56,6 +56,7 @@ import { type GatewayConversations, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder, HttpClient, type HttpClientError, HttpClientRequest, type HttpClientResponse, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServerRequest } from "@effect/platform-node"
 import { TokenCounter } from "@baton/context"
+import { ProviderFailure } from "@baton/providers"
 import { Cause, Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
@@ -184,9 +185,19 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number
     return Effect.sync(cleanup)
   })
 
-/** The run failure code of an upstream HTTP status. */
-const failureCode = (status: number): "provider_unavailable" | "provider_refused" =>
-  status === 429 || status >= 500 ? "provider_unavailable" : "provider_refused"
+/**
+ * The run failure code of an upstream's HTTP error: `provider_unavailable` for 429 and 5xx; `overflow` for another
+ * status whose body is a context overflow in any provider's words (`ProviderFailure.overflowOf`: Anthropic's
+ * "prompt is too long: N tokens > M maximum", OpenAI's `context_length_exceeded`, vLLM's "maximum context length is
+ * …"); `provider_refused` otherwise. The body itself goes back to the agent as it came: it is already the agent's own
+ * overflow error on a same-protocol path, so the agent's compaction runs.
+ */
+const failureCode = (status: number, text: string): "provider_unavailable" | "provider_refused" | "overflow" =>
+  status === 429 || status >= 500
+    ? "provider_unavailable"
+    : ProviderFailure.overflowOf(text) !== null
+    ? "overflow"
+    : "provider_refused"
 
 /** What an agent is, from its user agent (the thread's title says it). */
 const agentOf = (userAgent: string | undefined) =>
@@ -601,7 +612,7 @@ export const layer = (options: GatewayOptions) =>
                       (hidden.length > 0 || beside !== null) && outBody !== null ? expansionOf(content, outBody, beside?.content ?? content, beside?.answers) : undefined
                     )
                   }
-                  : failed(failureCode(status), GatewayDialect.upstreamFailureReason(status, text))
+                  : failed(failureCode(status, text), GatewayDialect.upstreamFailureReason(status, text))
               )
             }
             return HttpServerResponse.uint8Array(bytesBack, { status, headers: back.headers, contentType: back.contentType })

@@ -5,8 +5,9 @@
  * Claude Code's `x-claude-code-session-id`, the reply assembled from the SSE stream (whole at `message_stop`) or
  * read from a whole body, and Baton's refusals in Anthropic's error shape (`{"type":"error","error":{"type","message"}}`).
  */
+import { type RunFailureCode, Text } from "@baton/contracts"
 import { GatewayThreads } from "@baton/orchestration"
-import { AnthropicMessages, type ProviderAdapter, Sse } from "@baton/providers"
+import { AnthropicMessages, type ProviderAdapter, ProviderFailure, Sse } from "@baton/providers"
 import { HttpServerResponse } from "@effect/platform"
 import { Option, Redacted } from "effect"
 import { type Assembler, type Dialect, isRecord, parseJson, type Refusal } from "./GatewayDialect.js"
@@ -41,9 +42,27 @@ export const replyAssembler = (): Assembler => {
   const json: Array<string> = []
   let usage: Record<string, unknown> | null = null
   let stopped = false
+  let failure: { readonly _tag: "failed"; readonly code: RunFailureCode; readonly reason: string } | null = null
   const onEvent = (data: unknown) => {
     if (!isRecord(data)) return
     switch (data.type) {
+      case "error": {
+        // Anthropic's error in the stream (`event: error`, e.g. `overloaded_error` after `message_start`): the run
+        // fails with what it says, not as a stream cut short.
+        const error = isRecord(data.error) ? data.error : {}
+        const type = String(error.type ?? "api_error")
+        const message = String(error.message ?? "")
+        failure = {
+          _tag: "failed",
+          code: ProviderFailure.overflowOf(message) !== null
+            ? "overflow"
+            : type === "rate_limit_error" || type === "overloaded_error" || type === "api_error"
+            ? "provider_unavailable"
+            : "provider_refused",
+          reason: `the upstream's stream reported an error: ${type}: ${message.slice(0, Text.characterWindow(message, 0, 300).end)}`
+        }
+        break
+      }
       case "message_start": {
         const message = isRecord(data.message) ? data.message : {}
         id = typeof message.id === "string" ? message.id : null
@@ -93,7 +112,7 @@ export const replyAssembler = (): Assembler => {
             tokens: usage === null ? null : tokensOf(usage)
           }
         }
-        : { _tag: "unfinished", reason: "the upstream's stream ended before message_stop" }
+        : failure ?? { _tag: "unfinished", reason: "the upstream's stream ended before message_stop" }
   }
 }
 

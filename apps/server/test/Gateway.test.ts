@@ -240,17 +240,46 @@ describe("Gateway", () => {
       })
     ))
 
-  it.live("passes an upstream error back as the upstream's status and body; the run fails with the upstream's reason", () =>
+  it.live("passes an upstream error back as the upstream's status and body; the run fails with the upstream's reason (an overflow as overflow)", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
         const error = ModelApi.error(400, "prompt is too long: 300000 tokens > 200000 maximum")
-        upstream.enqueue(error)
+        const refusal = ModelApi.error(400, "messages.0.content: Input should be a valid list")
+        upstream.enqueue(error, refusal)
         const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, messages: [user("hi")] }))
         expect(answer.status).toBe(400)
         expect(answer.text).toBe(error.body)
+        const second = yield* raw(messages({ model: "claude-x", max_tokens: 10, messages: [user("hi"), { role: "assistant", content: "?" }, user("again")] }))
+        expect(second.status).toBe(400)
+        expect(second.text).toBe(refusal.body)
         const { runs } = yield* onlyThread
-        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_refused"]])
+        // The overflow is the agent's own overflow error already (Anthropic's words, passed back as they came): the
+        // run says overflow, so the API and the dashboard show it as one; another 400 is a refusal.
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "overflow"], ["failed", "provider_refused"]])
         expect(runs[0]!.failureReason).toContain("prompt is too long: 300000 tokens > 200000 maximum")
+      })
+    ))
+
+  it.live("an error event in the upstream's stream fails the run with what it says: overloaded is unavailable, prompt is too long is overflow", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const streamed = (type: string, message: string): ModelApi.Reply => ({
+          status: 200,
+          contentType: "text/event-stream",
+          body: [
+            { type: "message_start", message: { id: "msg_e", type: "message", role: "assistant", model: "m", content: [], stop_reason: null, usage: { input_tokens: 5, output_tokens: 1 } } },
+            { type: "error", error: { type, message } }
+          ].map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join("")
+        })
+        upstream.enqueue(streamed("overloaded_error", "Overloaded"), streamed("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"))
+        const first = yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, messages: [user("hi")] }))
+        expect(first.status).toBe(200)
+        expect(first.text).toContain("overloaded_error")
+        const second = yield* raw(messages({ model: "claude-x", max_tokens: 10, stream: true, messages: [user("hi"), { role: "assistant", content: "?" }, user("again")] }))
+        expect(second.text).toContain("prompt is too long")
+        const { runs } = yield* onlyThread
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_unavailable"], ["failed", "overflow"]])
+        expect(runs[0]!.failureReason).toBe("the upstream's stream reported an error: overloaded_error: Overloaded")
       })
     ))
 

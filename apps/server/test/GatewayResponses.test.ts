@@ -154,7 +154,7 @@ describe("Gateway, OpenAI Responses", () => {
         expect(whole.status).toBe(429)
         expect(whole.text).toBe("{\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\",\"param\":null,\"code\":\"rate_limit_exceeded\"}}")
         const { runs } = yield* onlyThread
-        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_refused"], ["failed", "provider_unavailable"]])
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "overflow"], ["failed", "provider_unavailable"]])
         expect(runs[0]!.failureReason).toContain("context_length_exceeded")
       })
     ))
