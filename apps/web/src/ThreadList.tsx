@@ -1,6 +1,6 @@
 /**
- * The thread list: title, providers, runs, the context fill of the active native thread, deferred and owed items,
- * cost. Live: any event on `/events?tail=true` (from the log's end) re-reads the list and the snapshots of the threads
+ * The thread list, most recently active first: title, providers, runs, the context fill of the active native
+ * thread (a gateway conversation's: its last request's prompt), deferred and owed items, cost. Live: any event on `/events?tail=true` (from the log's end) re-reads the list and the snapshots of the threads
  * whose events arrived (a burst coalesces into one refresh); each opening of the stream reads every snapshot.
  */
 import { useEffect, useState } from "react"
@@ -14,13 +14,33 @@ interface Entry {
   readonly snapshot: SnapshotJson
 }
 
+/**
+ * The active native thread's fill (its reported usage, else Baton's estimate, against its window). A thread with no
+ * native thread (a gateway conversation: the agent holds its context, each request is sent whole) shows the prompt
+ * of its last request that reported usage (uncached input + cache write + cache read), or `–` before any.
+ */
 const fill = (s: SnapshotJson) => {
   const pt = s.providerThreads.find((p) => p.active)
   const nt = pt?.nativeThreads.find((n) => n.id === pt.activeNativeThreadId)
-  if (nt === undefined) return "–"
+  if (nt === undefined) {
+    const last = s.costs.recentRuns.at(-1)
+    return last === undefined ? "–" : `${fmt(last.inputTokens + last.cacheWriteTokens + last.cacheReadTokens)} tokens (last request)`
+  }
   const used = nt.usage?.usedTokens ?? nt.estimatedTokens
   return nt.window === null ? `${fmt(used)} tokens` : `${Math.round((100 * used) / nt.window)}% (${fmt(used)} / ${fmt(nt.window)})`
 }
+
+/** A thread's last activity (ms since the epoch): its newest run's last change, or the thread's own update. */
+const activity = (s: SnapshotJson) => {
+  const run = s.recentRuns.at(-1)
+  return Math.max(Date.parse(s.thread.updatedAt), run === undefined ? 0 : Date.parse(run.updatedAt))
+}
+
+/** Most recently active first; among equal, the newest created first; then by id (a stable order). */
+const byRecent = (a: SnapshotJson, b: SnapshotJson) =>
+  activity(b) - activity(a) ||
+  Date.parse(b.thread.createdAt) - Date.parse(a.thread.createdAt) ||
+  (a.thread.id < b.thread.id ? -1 : a.thread.id > b.thread.id ? 1 : 0)
 
 const owed = (s: SnapshotJson) => {
   let deferred = 0
@@ -71,10 +91,11 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
       })
       const listed = new Set(threads.map((t) => t.id))
       for (const id of held.keys()) if (!listed.has(id)) held.delete(id)
+      // Most recently active first (the conversation an agent is working in at the top), then newest created.
       setEntries(threads.flatMap((t) => {
         const snapshot = held.get(t.id)
         return snapshot === undefined ? [] : [{ snapshot }]
-      }))
+      }).sort((a, b) => byRecent(a.snapshot, b.snapshot)))
       setError(null)
     })
     // The stream starts at the log's end (`tail=true`: the list is read from the threads, not by replaying every
@@ -113,7 +134,7 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
       {error !== null && <p className="error" data-testid="list-error">{error}</p>}
       <table data-testid="thread-list">
         <thead>
-          <tr><th>title</th><th>providers</th><th>runs</th><th>context fill (active)</th><th>deferred items</th><th>owed items</th><th>cost</th><th>updated</th></tr>
+          <tr><th>title</th><th>providers</th><th>runs</th><th>context fill (active)</th><th>deferred items</th><th>owed items</th><th>cost</th><th>last active</th></tr>
         </thead>
         <tbody>
           {entries.map(({ snapshot: s }) => {
@@ -123,11 +144,11 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
                 <td><button className="link" onClick={() => props.open(s.thread.id)}>{s.thread.title}</button></td>
                 <td>{s.providerThreads.map((p) => p.active ? <strong key={p.id}>{p.providerInstance} </strong> : <span key={p.id}>{p.providerInstance} </span>)}</td>
                 <td>{fmt(s.totals.runs)}</td>
-                <td>{fill(s)}</td>
+                <td data-testid="context-fill">{fill(s)}</td>
                 <td>{fmt(o.deferred)}</td>
                 <td>{fmt(o.owedItems)}</td>
                 <td>{s.costs.totals.runs === 0 ? "–" : usd(s.costs.totals.costUsd)}</td>
-                <td>{new Date(s.thread.updatedAt).toLocaleString()}</td>
+                <td>{new Date(activity(s)).toLocaleString()}</td>
               </tr>
             )
           })}

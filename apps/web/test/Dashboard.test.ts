@@ -621,6 +621,15 @@ describe("a gateway conversation in the dashboard", () => {
       await page.waitForSelector(`[data-testid=thread-row][data-thread-id='${changed.id}'][data-runs='2']`)
       // The row changed live, from the snapshot of that thread alone.
       expect(new Set(reads.slice(before))).toEqual(new Set([changed.id]))
+      // The list is most recently updated first: the conversation that just got a request is at the top.
+      await expect.poll(() => page.locator("[data-testid=thread-row]").first().getAttribute("data-thread-id")).toBe(changed.id)
+      // A gateway conversation has no native thread: its context column shows its last request's prompt (the
+      // upstream's usage: uncached input + cache write + cache read), not "–".
+      const snapshot = await api<{ costs: { recentRuns: Array<{ inputTokens: number; cacheWriteTokens: number; cacheReadTokens: number }> } }>(gateway.url, "GET", `/threads/${changed.id}`)
+      const last = snapshot.costs.recentRuns.at(-1)!
+      expect(snapshot.costs.recentRuns.length).toBe(2)
+      expect(await page.locator(`[data-testid=thread-row][data-thread-id='${changed.id}'] [data-testid=context-fill]`).textContent())
+        .toBe(`${(last.inputTokens + last.cacheWriteTokens + last.cacheReadTokens).toLocaleString("en-US")} tokens (last request)`)
       await close()
       expect(errors).toEqual([])
     } finally {
