@@ -373,7 +373,7 @@ describe("Gateway", () => {
           ["user_message", "third"],
           ["assistant_message", "three"]
         ])
-        expect(runs.map((r) => r.prompt)).toEqual(["first", "second", "", "third"])
+        expect(runs.map((r) => r.prompt)).toEqual(["first", "second", "second", "third"])
         const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
         const diverged = events.filter((e) => e.type === "gateway.diverged")
         // The retry (run 3) is no divergence (`gateway.retried`); the compaction is.

@@ -1,11 +1,13 @@
 /**
  * The thread's actions, for the admin token only: send a message, switch provider, `/compact`, `/offload` (its dry
  * run shown first: `POST /threads/{id}/offload` with `dryRun: true` and the keep-tokens given, then, on confirmation,
- * the same `/offload` for real), interrupt, fork, merge back. Each shows what the API answered in its own words: the
- * error's `message`, or the result's `message` or `reason`, else its fields.
+ * the same `/offload` for real), interrupt (the run in progress the page shows, by id), fork, merge back. Each shows
+ * what the API answered in its own words: the error's `message`, or the result's `message` or `reason`, else its
+ * fields.
  */
 import { useRef, useState } from "react"
 import { post, type Result } from "./api.js"
+import type { RunJson } from "./types.js"
 
 interface Outcome {
   readonly action: string
@@ -66,6 +68,11 @@ export const newCommandId = (): string =>
 export function Actions(props: {
   readonly threadId: string
   readonly providers: ReadonlyArray<string>
+  /**
+   * The run in progress as the page holds it (`runInProgress`), `null`: none. Interrupt names it (`runId`): a click
+   * again after a lost answer is the same command for the same run, a click for a later run a new one.
+   */
+  readonly runInProgress: Pick<RunJson, "id" | "seq"> | null
   readonly onDone: () => void
   readonly navigate: (threadId: string) => void
 }) {
@@ -83,7 +90,9 @@ export function Actions(props: {
 
   // The idempotency key of each command whose answer never came (status 0: a restart, a cut connection), by action and
   // payload: the same command clicked again carries the same key, so the server answers its first result (one fork,
-  // not two). A command that was answered, yes or no, gets a new key next time.
+  // not two). A command that was answered, yes or no, gets a new key next time. An interrupt's payload names the run
+  // it stops: clicked again for a later run it is another command (before, the key of a lost interrupt was sent again
+  // and the server answered the earlier run's receipt, leaving the run in progress running).
   const unanswered = useRef(new Map<string, string>())
   const command = (action: string, path: string, payload: Record<string, unknown>) => run(action, async () => {
     const at = `${path} ${JSON.stringify(payload)}`
@@ -126,7 +135,9 @@ export function Actions(props: {
         <datalist id="providers">{props.providers.map((p) => <option key={p} value={p} />)}</datalist>
         <button disabled={busy || provider === ""} onClick={() => void command("switch", `${base}/switch`, { providerInstance: provider })}>Switch</button>
         <button disabled={busy} onClick={() => void command("compact", `${base}/compact`, {})}>/compact</button>
-        <button disabled={busy} onClick={() => void command("interrupt", `${base}/interrupt`, {})}>Interrupt</button>
+        <button disabled={busy} data-action="interrupt" data-run-id={props.runInProgress?.id ?? ""}
+          title={props.runInProgress === null ? "the thread's run in progress, if any" : `interrupt run ${props.runInProgress.seq}`}
+          onClick={() => void command("interrupt", `${base}/interrupt`, props.runInProgress === null ? {} : { runId: props.runInProgress.id })}>Interrupt</button>
         <button disabled={busy} onClick={() => void command("fork", `${base}/fork`, provider === "" ? {} : { providerInstance: provider })
           .then((r) => r.ok && props.navigate((r.value as { readonly threadId: string }).threadId))}>Fork</button>
         <button disabled={busy} onClick={() => void command("merge back", `${base}/merge`, {})}>Merge back</button>

@@ -7,7 +7,7 @@ import { useVirtualizer } from "@tanstack/react-virtual"
 import { lazy, Suspense, useEffect, useMemo, useRef, useState, useSyncExternalStore } from "react"
 import { Actions } from "./Actions.js"
 import { Drawer } from "./Drawer.js"
-import { chartTitle, fmt, toRows, usd, type Row } from "./model.js"
+import { chartTitle, fmt, runInProgress, toRows, usd, type Row } from "./model.js"
 import { ThreadStore } from "./store.js"
 import { get } from "./api.js"
 import type { HandoffItemIdsJson, HandoffSummaryJson, ItemJson, RunCostJson, RunJson } from "./types.js"
@@ -265,7 +265,7 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
       )}
       {props.admin && (
         <Actions threadId={props.threadId} providers={[...new Set((snap?.providerThreads ?? []).map((p) => p.providerInstance))]}
-          onDone={() => store.refresh()} navigate={(id) => props.navigate(id)} />
+          runInProgress={runInProgress(store.runs.values())} onDone={() => store.refresh()} navigate={(id) => props.navigate(id)} />
       )}
       <div className="columns">
         <div className="left">

@@ -4,13 +4,26 @@
  * the server (`@baton/contracts/timeline`: `GET /threads/{id}/timeline` folds the stored log; the page applies the
  * live tail).
  */
-import type { ItemJson, ItemTextJson } from "./types.js"
+import type { ItemJson, ItemTextJson, RunJson } from "./types.js"
 
 export { EventFold, gatewayChartId, type DeliveryStep, type OccupancyMark, type OccupancyPoint } from "@baton/contracts/timeline"
 
 /** A chart's title: its native thread's name (`names`), or for a gateway conversation's chart its instance's requests. */
 export const chartTitle = (chartId: string, names: ReadonlyMap<string, string>): string =>
   names.get(chartId) ?? (chartId.startsWith("gateway:") ? `${chartId.slice("gateway:".length)} requests (gateway)` : chartId)
+
+/** The statuses of a run that has not ended (`RunStatus` less the terminal ones). */
+const unfinished: ReadonlySet<string> = new Set(["queued", "starting", "running", "waiting"])
+
+/**
+ * The thread's run in progress as the page holds its runs: the unfinished run with the lowest `seq` (the run an
+ * interrupt without `runId` stops), or `null` when none is.
+ */
+export const runInProgress = (runs: Iterable<RunJson>): RunJson | null => {
+  let first: RunJson | null = null
+  for (const run of runs) if (unfinished.has(run.status) && (first === null || run.seq < first.seq)) first = run
+  return first
+}
 
 /** A row of the conversation list. */
 export type Row =

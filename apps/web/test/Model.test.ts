@@ -4,9 +4,9 @@
  * run's native thread reported; an untrusted report plotted at Baton's estimate).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { chartTitle, EventFold, firstWindow, toRows } from "../src/model.js"
+import { chartTitle, EventFold, firstWindow, runInProgress, toRows } from "../src/model.js"
 import { parseChunk } from "../src/sse.js"
-import type { EventJson, ItemJson } from "../src/types.js"
+import type { EventJson, ItemJson, RunJson } from "../src/types.js"
 
 const item = (seq: number, kind: ItemJson["kind"], runId: string | null, extra: Partial<ItemJson> = {}): ItemJson => ({
   id: `itm_${seq}`,
@@ -147,5 +147,15 @@ describe("the drawer's first window of a held item", () => {
     expect(firstWindow(long)).toEqual({ item: { ...long, text: "x".repeat(4_096) }, offset: 0, totalChars: 4_100, nextOffset: 4_096 })
     const short = item(2, "assistant_message", "run_1")
     expect(firstWindow(short)).toEqual({ item: short, offset: 0, totalChars: short.text.length, nextOffset: null })
+  })
+})
+
+describe("the run in progress (the run the dashboard's Interrupt names)", () => {
+  it("is the unfinished run with the lowest seq, whatever order the runs are held in; none when every run ended", () => {
+    const run = (seq: number, status: RunJson["status"]) => ({ id: `run_${seq}`, seq, status }) as RunJson
+    expect(runInProgress([run(3, "queued"), run(1, "completed"), run(2, "waiting")])?.id).toBe("run_2")
+    expect(runInProgress([run(2, "running"), run(1, "interrupted"), run(4, "starting")])?.id).toBe("run_2")
+    expect(runInProgress([run(1, "completed"), run(2, "failed"), run(3, "cancelled"), run(4, "interrupted")])).toBe(null)
+    expect(runInProgress([])).toBe(null)
   })
 })

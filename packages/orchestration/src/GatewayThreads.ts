@@ -659,6 +659,16 @@ export const retriedReply = (stored: GatewayConversations.Baseline, prints: Read
 }
 
 /**
+ * The request's newest input: its messages after the last one of the model's side (`roleOf` `assistant`), all of them
+ * when it has none. What an extending request stores as new (the messages past the previous request's reply), so the
+ * prompt of a retry (which stores none) is the prompt of the run it repeats.
+ */
+const newestInput = (wire: Wire, messages: ReadonlyArray<unknown>): ReadonlyArray<unknown> => {
+  for (let i = messages.length - 1; i >= 0; i--) if (wire.roleOf(messages[i]) === "assistant") return messages.slice(i + 1)
+  return messages
+}
+
+/**
  * The items of `reply`'s messages, the reply of the thread's run of `seq`. A message without the upstream's id (Chat
  * Completions) is named by that run and its position after `prompt` messages (`assistant@reply3.1`): two answers to
  * the same request (a retry, a retry after a failed one) are two responses, never grouped as one (`ToolUnits` groups a
@@ -883,6 +893,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         // retry stores none of its messages: it keeps the generation.
         const generation = conversation.divergences + (extended || retried !== null ? 0 : 1)
         const fresh = request.messages.slice(shared)
+        // Exactly the baseline's messages, no reply recorded for them: a retry of a request still answered (or failed).
+        const repeats = extended && fresh.length === 0 && prints.length > 0 && (stored.replied ?? 0) === 0
         // The routed instance's provider thread: one statement when it is already the thread's active one (as on every
         // request after a conversation's first on an instance), else found or created and made active.
         const active = yield* store.activeProviderThreadOn(threadId, request.providerInstance)
@@ -895,7 +907,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           providerThreadId: lane.id,
           // Written `completed` at once when the answer is recorded with it (`outcome`; its `run.completed` follows).
           status: outcome?._tag === "completed" ? "completed" : "running",
-          prompt: wire.promptOf(fresh),
+          // A retry stores none of its messages: its run names the prompt it retried, the newest input's (the messages
+          // after the request's last reply), as the run it repeats did.
+          prompt: wire.promptOf(fresh.length > 0 || (retried === null && !repeats) ? fresh : newestInput(wire, request.messages)),
           stopPoint: null,
           failureReason: null,
           failureCode: null,
@@ -965,7 +979,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           diverged,
           rerendered: rerendered !== null,
           retried,
-          repeats: extended && fresh.length === 0 && prints.length > 0 && (stored.replied ?? 0) === 0,
+          repeats,
           hashedMessages: hashed,
           prices: request.prices,
           providerInstance: request.providerInstance,
@@ -1048,21 +1062,26 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               }
             }
           }
-          if (!same) {
-            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length, begun.run.seq))
-            stored = staged.items
-            if (staged.event !== null) events.push(staged.event)
-          }
           if (expanded.length > 0) {
             const conversation = yield* conversations.find(begun.conversationKey)
             if (Option.isSome(conversation)) {
               const moved = conversation.value.baseline.prints.join() !== begun.fingerprints.join()
+              // As above: a retry sent while the request it repeats was still answered supersedes that answer when it
+              // joined first, its hidden rounds' answer included (before: it stayed the first answer's, and the agent's
+              // next request was a divergence storing this answer twice).
+              const other = moved && begun.repeats ? otherReply(conversation.value.baseline, begun.fingerprints) : null
+              if (other !== null) same = sameReply(wire, other, reply)
               yield* conversations.update({
                 ...conversation.value,
                 expansions: withExpansions(conversation.value.expansions),
-                ...(moved ? {} : { baseline, updatedAt: DateTime.formatIso(now) })
+                ...(moved && other === null ? {} : { baseline, updatedAt: DateTime.formatIso(now) })
               })
             }
+          }
+          if (!same) {
+            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length, begun.run.seq))
+            stored = staged.items
+            if (staged.event !== null) events.push(staged.event)
           }
         }
         if (reply.tokens !== null) {

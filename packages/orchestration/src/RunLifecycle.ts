@@ -77,20 +77,35 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     // Interrupts being carried out by this process, by run id. In memory on purpose: a provider reports a turn
     // `interrupted` only in answer to an interrupt asked of it, and that is asked through this process's own adapter
     // (a turn in flight elsewhere is not stopped by it), so the request and the turn's end meet in this process. A
-    // crash loses nothing durable: restart recovery ends the run.
-    const interrupts = new Map<Run["id"], InterruptRequest>()
+    // crash loses nothing durable: restart recovery ends the run. Each run's requests in the order they were made:
+    // interrupts of one run may overlap (a retry, a shutdown during a user's interrupt), and each removes only its own,
+    // so the run keeps an entry while any of them is still being carried out.
+    const interrupts = new Map<Run["id"], Array<InterruptRequest>>()
 
     /**
      * Runs `effect` (an interrupt asking the provider to stop `runId`'s turn, then recording the outcome) with
      * `request` known to `finish`: a turn that ends meanwhile with the provider's `interrupted` is ended with
      * `request.code`. Found by a tester: the provider's turn ended before the user's interrupt was recorded and the
-     * run's code was `provider_interrupted`.
+     * run's code was `provider_interrupted`. Overlapping interrupts of one run each hold their own entry until they
+     * end (however they end: an interrupt given up when its client went away included); while several are carried
+     * out, the first one asked gives the code.
      */
     const interrupting = <A, E, R>(runId: Run["id"], request: InterruptRequest, effect: Effect.Effect<A, E, R>) =>
       Effect.acquireUseRelease(
-        Effect.sync(() => interrupts.set(runId, request)),
+        Effect.sync(() => {
+          const held = interrupts.get(runId)
+          if (held === undefined) interrupts.set(runId, [request])
+          else held.push(request)
+        }),
         () => effect,
-        () => Effect.sync(() => interrupts.get(runId) === request && interrupts.delete(runId))
+        () =>
+          Effect.sync(() => {
+            const held = interrupts.get(runId)
+            if (held === undefined) return
+            const at = held.indexOf(request)
+            if (at >= 0) held.splice(at, 1)
+            if (held.length === 0) interrupts.delete(runId)
+          })
       )
 
     /**
@@ -140,7 +155,7 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
       Effect.gen(function*() {
         const current = yield* store.getRun(run.id)
         if (current._tag === "Some" && terminalRunStatuses.includes(current.value.status)) return current.value
-        const asked = givenCode === "provider_interrupted" ? interrupts.get(run.id) : undefined
+        const asked = givenCode === "provider_interrupted" ? interrupts.get(run.id)?.[0] : undefined
         const code = asked === undefined ? givenCode : asked.code
         const reason = asked === undefined ? given : `${asked.reason} (${given})`
         const now = yield* DateTime.now

@@ -110,4 +110,55 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(yield* o.check(t, h)).toEqual([])
     }).pipe(Effect.provide(h.layer))
   })
+
+  it.effect("two overlapping interrupts of one run: the later one given up first leaves the earlier one's code in force", () => {
+    // The provider answers neither interrupt (each waits `interruptTimeoutMillis`). The second interrupt is given up
+    // (its client went away) while the first still waits; the turn then ends with the provider's own "interrupted".
+    // Before: the second's end removed the run's interrupt entry, so the turn's end was recorded provider_interrupted
+    // and the first interrupt kept that ending.
+    const started = Deferred.unsafeMake<RunId>(FiberId.none)
+    const asked = [Deferred.unsafeMake<void>(FiberId.none), Deferred.unsafeMake<void>(FiberId.none)] as const
+    const stop = Deferred.unsafeMake<void>(FiberId.none)
+    const h = Harness.make([{
+      name: "codex",
+      window: 200_000,
+      inject: true,
+      faults: (c) => {
+        if (c.operation === "startTurn" && c.call === 1) {
+          Deferred.unsafeDone(started, Exit.succeed(c.runId as RunId))
+          return ScriptedProvider.failAfterItems(0, "interrupted")
+        }
+        if (c.operation === "interrupt" && (c.call === 1 || c.call === 2)) {
+          Deferred.unsafeDone(asked[c.call - 1]!, Exit.void)
+          return "ignore_interrupt"
+        }
+        return null
+      }
+    }], { config: { interruptTimeoutMillis: 5_000 } })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const t = yield* o.create("codex")
+      h.script.enqueue({ ...Harness.reply(50), hold: { afterItems: 0, gate: stop } })
+      const sending = yield* Effect.fork(o.send(t, "hello"))
+      const runId = yield* Deferred.await(started)
+      const interrupt = (commandId: string) => o.service.interrupt(Commands.InterruptRun.make({ commandId: commandId as CommandId, threadId: t, runId }))
+      const first = yield* Effect.fork(interrupt("cmd_int_1"))
+      yield* Deferred.await(asked[0])
+      const second = yield* Effect.fork(interrupt("cmd_int_2"))
+      yield* Deferred.await(asked[1])
+      yield* Fiber.interrupt(second)
+      // The turn ends with the provider's "interrupted" while the first interrupt still waits for the provider.
+      yield* Deferred.succeed(stop, undefined)
+      const sent = yield* Fiber.join(sending)
+      expect([sent.status, sent.failureCode]).toEqual(["interrupted", "interrupted_by_user"])
+      for (let i = 0; i < 20 && (yield* Fiber.poll(first))._tag === "None"; i++) {
+        yield* TestClock.adjust("1 second")
+        yield* Effect.yieldNow()
+      }
+      const interrupted = yield* Fiber.join(first)
+      expect([interrupted.status, interrupted.failureCode]).toEqual(["interrupted", "interrupted_by_user"])
+      const ended = (yield* o.store.listEvents(t)).filter((e) => e.type === "run.interrupted" || e.type === "run.failed")
+      expect(ended.map((e) => [e.type, e.payload.code])).toEqual([["run.interrupted", "interrupted_by_user"]])
+    }).pipe(Effect.provide(h.layer))
+  })
 })

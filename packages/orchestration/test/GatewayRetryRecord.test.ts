@@ -1,0 +1,153 @@
+/**
+ * The gateway's retried requests as `GatewayThreads` records them (docs/gateway.md "Retried requests"), on SQLite and
+ * Postgres, with the smallest inputs that showed a defect or check a rule:
+ * - a retry sent while the request it repeats is still answered, whose answer came after hidden `thread_read` rounds
+ *   (an `expansion`), ending after the first answer joined the baseline: the retry's answer is the conversation's
+ *   (before: the first answer stayed, and the agent's next request was a divergence storing the retry's answer twice);
+ * - a retry's run names the prompt it retried, as the run it repeats did (before: `""`);
+ * - a baseline stored before replies were counted (no `replied`, in either of its old column forms) is read, and the
+ *   conversation goes on from it; a retry of its last request is a divergence, as documented.
+ */
+import type { ProviderInstance, ThreadId } from "@baton/contracts"
+import { GatewayThreads } from "@baton/orchestration"
+import { GatewayConversations, ThreadStore } from "@baton/persistence"
+import { Harness } from "@baton/testing"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Option } from "effect"
+
+const wire = GatewayThreads.anthropicMessages
+const system = [{ type: "text", text: "You are a coding agent." }]
+const user = (text: string) => ({ role: "user", content: [{ type: "text", text }] })
+const assistant = (text: string) => ({ role: "assistant", content: [{ type: "text", text }] })
+
+const request = (session: string, messages: ReadonlyArray<unknown>) => ({
+  wire,
+  session,
+  agent: "Claude Code",
+  system,
+  messages,
+  model: "claude-x",
+  providerInstance: "anthropic" as ProviderInstance,
+  contextWindow: 200_000,
+  prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75, output: 15 },
+  offload: { offloaded: [], flush: null }
+})
+
+/** `text`'s reply, and when `hidden`, the hidden `thread_read` round the upstream exchanged before it (its expansion). */
+const answer = (text: string, hidden: boolean) => {
+  const message = assistant(text)
+  const reply: GatewayThreads.Reply = { messages: [{ id: `msg_${text}`, message }], tokens: null }
+  const expansion: ReadonlyArray<GatewayThreads.Expansion> = hidden
+    ? [{
+      fingerprint: GatewayThreads.expansionKeyOf(wire, message),
+      messages: [
+        { role: "assistant", content: [{ type: "tool_use", id: `toolu_read_${text}`, name: "thread_read", input: { refs: "tool:toolu_1" } }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: `toolu_read_${text}`, content: "1 2 3" }] },
+        message
+      ]
+    }]
+    : []
+  return { reply, expansion }
+}
+
+const layer = (db: string) => Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db }).layer
+
+/** The thread's items as `[kind, text]`, and its `gateway.diverged` / `gateway.retried` counts. */
+const recordOf = (threadId: ThreadId) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    const events = yield* store.listEvents(threadId)
+    return {
+      items: (yield* store.listItems(threadId)).map((i) => [i.kind, i.text]),
+      diverged: events.filter((e) => e.type === "gateway.diverged").length,
+      retried: events.filter((e) => e.type === "gateway.retried").length
+    }
+  })
+
+describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => {
+  for (const [firstHidden, retryHidden] of [[false, true], [true, true], [true, false]] as const) {
+    it.live(`a concurrent retry answered after the first (first ${firstHidden ? "with" : "without"} hidden rounds, retry ${retryHidden ? "with" : "without"}): the retry's answer is the conversation's`, () =>
+      Effect.gen(function*() {
+        const threads = yield* GatewayThreads.GatewayThreads
+        const session = `concurrent-${firstHidden}-${retryHidden}`
+        const first = yield* threads.begin(request(session, [user("hello")]))
+        // The agent gave up on the first answer and sent the request again while it was still streaming.
+        const retry = yield* threads.begin(request(session, [user("hello")]))
+        expect(retry.repeats).toBe(true)
+        const a = answer("A", firstHidden)
+        const b = answer("B", retryHidden)
+        yield* threads.complete(first, a.reply, a.expansion)
+        yield* threads.complete(retry, b.reply, b.expansion)
+        // The agent goes on from the answer it got.
+        const next = yield* threads.begin(request(session, [user("hello"), assistant("B"), user("next")]))
+        expect([next.diverged, next.newMessages]).toEqual([false, 1])
+        const { diverged, items } = yield* recordOf(next.threadId)
+        expect(diverged).toBe(0)
+        expect(items).toEqual([["user_message", "hello"], ["assistant_message", "A"], ["assistant_message", "B"], ["user_message", "next"]])
+      }).pipe(Effect.provide(layer(db))))
+  }
+
+  it.live("a retry's run names the prompt it retried, as the first run did: after the reply was recorded, and while it streamed", () =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const store = yield* ThreadStore
+      const history = [user("one"), assistant("A"), user("two")]
+      const first = yield* threads.begin(request("prompt", [user("one")]))
+      yield* threads.complete(first, answer("A", false).reply)
+      const second = yield* threads.begin(request("prompt", history))
+      // Sent again while its answer streams (nothing recorded for it yet), then answered, then sent again.
+      const streaming = yield* threads.begin(request("prompt", history))
+      yield* threads.complete(second, answer("B", false).reply)
+      yield* threads.complete(streaming, answer("B", false).reply)
+      const afterReply = yield* threads.begin(request("prompt", history))
+      expect([streaming.repeats, afterReply.retried !== null]).toEqual([true, true])
+      const runs = yield* store.listRuns(first.threadId)
+      expect(runs.map((r) => r.prompt)).toEqual(["one", "two", "two", "two"])
+    }).pipe(Effect.provide(layer(db))))
+
+  for (const [form, column] of [
+    ["{prints, content} (before `replied`)", (b: GatewayConversations.Baseline) => JSON.stringify({ prints: b.prints, content: b.content })],
+    ["an array of fingerprints (before content prints)", (b: GatewayConversations.Baseline) => JSON.stringify(b.prints)]
+  ] as const) {
+    it.live(`a baseline stored as ${form} is read: the next request extends it; a retry of its last request is a divergence`, () =>
+      Effect.gen(function*() {
+        const threads = yield* GatewayThreads.GatewayThreads
+        const sql = yield* SqlClient.SqlClient
+        const repository = yield* GatewayConversations.make
+        const session = `old-${column.length}-${form.length}`
+        const first = yield* threads.begin(request(session, [user("one")]))
+        yield* threads.complete(first, answer("A", false).reply)
+        // The row as a version without `replied` wrote it.
+        const stored = Option.getOrThrow(yield* repository.find(first.conversationKey))
+        expect(stored.baseline.replied).toBe(1)
+        yield* sql`UPDATE gateway_conversations SET baseline = ${column(stored.baseline)} WHERE conversation_key = ${first.conversationKey}`
+        const read = Option.getOrThrow(yield* repository.find(first.conversationKey))
+        expect(read.baseline.prints).toEqual(stored.baseline.prints)
+        expect(read.baseline.replied).toBeUndefined()
+
+        const next = yield* threads.begin(request(session, [user("one"), assistant("A"), user("two")]))
+        expect([next.diverged, next.newMessages]).toEqual([false, 1])
+        yield* threads.complete(next, answer("B", false).reply)
+        // Rewritten old again: a retry of "two" is a divergence (nothing says the last message is a reply), storing nothing.
+        const again = Option.getOrThrow(yield* repository.find(first.conversationKey))
+        yield* sql`UPDATE gateway_conversations SET baseline = ${column(again.baseline)} WHERE conversation_key = ${first.conversationKey}`
+        const retry = yield* threads.begin(request(session, [user("one"), assistant("A"), user("two")]))
+        expect([retry.diverged, retry.retried, retry.newMessages]).toEqual([true, null, 0])
+        yield* threads.complete(retry, answer("C", false).reply)
+        // And the conversation goes on from the retry's answer.
+        const after = yield* threads.begin(request(session, [user("one"), assistant("A"), user("two"), assistant("C"), user("three")]))
+        expect([after.diverged, after.newMessages]).toEqual([false, 1])
+        const { diverged, items, retried } = yield* recordOf(first.threadId)
+        expect([diverged, retried]).toEqual([1, 0])
+        expect(items).toEqual([
+          ["user_message", "one"],
+          ["assistant_message", "A"],
+          ["user_message", "two"],
+          ["assistant_message", "B"],
+          ["assistant_message", "C"],
+          ["user_message", "three"]
+        ])
+      }).pipe(Effect.provide(layer(db))))
+  }
+})
