@@ -44,6 +44,12 @@ export interface TurnStartPlan {
   readonly requestTokens: number
   /** Where this turn's calibration sample starts; `null`: the native thread has no trusted report, no sample. */
   readonly sampleBase: SampleBase | null
+  /**
+   * The native thread's replay window is known closed: turn start read it closed on the native thread this driver
+   * already held the session of (no resume since), so the turn's output cannot be a replay and TurnStream does not
+   * take the window (one statement less per turn). Absent or `false`: unknown, the window is taken.
+   */
+  readonly replayWindowClosed?: boolean
 }
 
 export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartService>()(
@@ -251,6 +257,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         // Is the active native thread usable? A native thread with an uncertain delivery is not trusted.
         let current: NativeThread | null = null
         let replaceReason: string | null = null
+        // The active native thread's replay window was read closed, its session this driver's (see `TurnStartPlan`).
+        let replayClosed = false
         if (providerThreadIn.activeNativeThreadId !== null) {
           /** Why `native` is known too full for this turn (logged), or `null`; never on a retry without history. */
           const fullReason = (native: NativeThread) =>
@@ -264,6 +272,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             replaceReason = "the native thread was marked replaced (lost by the provider, or no longer trusted after an interrupt, timeout or restart)"
           } else if (found._tag === "Some") {
             current = found.value.native
+            replayClosed = found.value.sessionDriverId === driver.driverId && !found.value.replayWindow
             if (found.value.sessionDriverId !== driver.driverId) {
               // First use in this process (after a restart): resume the provider's session. A provider that no longer
               // has it gets a replacement; any other failure fails the turn before the provider read the prompt.
@@ -317,8 +326,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           : yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
             decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider, requestTokens, false, options.deferHistory === true)
           )
-        if (decided.injection === null) return decided.plan
-        const { plan, injection } = decided
+        const known = current
+        const decidedPlan: TurnStartPlan = replayClosed && known !== null && decided.plan.native.id === known.id
+          ? { ...decided.plan, replayWindowClosed: true }
+          : decided.plan
+        if (decided.injection === null) return decidedPlan
+        const { injection } = decided
+        const plan = decidedPlan
         const outcome = yield* adapter.injectHistory!({
           nativeRef: plan.native.nativeRef,
           rendered: injection.rendered,

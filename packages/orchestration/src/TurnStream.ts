@@ -196,9 +196,10 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
 
     /**
      * A fresh output for `run`'s turn on `native`. `inlineDeliveries` (written `pending` before the turn) settle
-     * `inline` with the first recorded item: output proves the provider read the turn.
+     * `inline` with the first recorded item: output proves the provider read the turn. `replayWindowClosed`: the
+     * caller knows `native`'s replay window closed (`TurnStartPlan.replayWindowClosed`): it is not taken.
      */
-    const output = (run: Run, native: NativeThread, inlineDeliveries: ReadonlyArray<HandoffDelivery>) => {
+    const output = (run: Run, native: NativeThread, inlineDeliveries: ReadonlyArray<HandoffDelivery>, replayWindowClosed = false) => {
       const recorded: Array<Item> = []
       const state = {
         arrived: 0,
@@ -210,8 +211,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         pending: [] as ReadonlyArray<string>,
         retryWaitMillis: 0,
         settled: false,
-        // `undecided` until the first item: whether the replay window of `native` was open.
-        replay: "undecided" as "undecided" | "buffering" | "passing"
+        // `undecided` until the first item: whether the replay window of `native` was open (`passing` at once when
+        // the caller knows it closed: nothing to take).
+        replay: (replayWindowClosed ? "passing" : "undecided") as "undecided" | "buffering" | "passing"
       }
       let replayHeld: Array<NewItem> = []
       // Tool calls skipped as a replay, by call id: a later result answering one brings its call back with it.

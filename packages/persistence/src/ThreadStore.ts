@@ -705,15 +705,19 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       getNativeThread: (id: NativeThreadId) =>
         nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
       /**
-       * A native thread with the driver holding its provider session (`null`: none), in one read: turn start's
-       * `getNativeThread` and which driver holds its session.
+       * A native thread with the driver holding its provider session (`null`: none) and whether its replay window is
+       * open (`replayWindow`, see `takeReplayWindow`), in one read: turn start's `getNativeThread` and which driver
+       * holds its session.
        */
       getNativeThreadSession: (id: NativeThreadId) =>
         Effect.flatMap(
           sql`SELECT * FROM native_threads WHERE id = ${id}`,
           (rows) => Effect.all(rows.slice(0, 1).map((row) => Effect.map(
             decodeNative(row),
-            (native) => ({ native, sessionDriverId: (row as { readonly sessionDriverId?: string | null }).sessionDriverId ?? null })
+            (native) => {
+              const r = row as { readonly sessionDriverId?: string | null; readonly replayWindow?: number | bigint | null }
+              return { native, sessionDriverId: r.sessionDriverId ?? null, replayWindow: Number(r.replayWindow ?? 0) !== 0 }
+            }
           )))
         ).pipe(Effect.map((found) => Option.fromNullable(found[0])), orPersistence("native_threads.getSession")),
       listNativeThreads: (providerThreadId: ProviderThreadId) =>
@@ -1331,7 +1335,16 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         Effect.flatMap(
           Schema.encode(ReceiptRow)(receipt),
           (row) => sql`INSERT INTO command_receipts ${sql.insert(row)}`
-        ).pipe(Effect.asVoid, orPersistence("command_receipts.insert"))
+        ).pipe(Effect.asVoid, orPersistence("command_receipts.insert")),
+      /**
+       * Writes `receipt` unless its command id has a receipt already, in one statement (`ON CONFLICT DO NOTHING`):
+       * `true` when written, `false` when the id was seen before (nothing written; `findReceipt` tells which command).
+       */
+      insertReceiptIfNew: (receipt: Commands.CommandReceipt) =>
+        Effect.flatMap(
+          Schema.encode(ReceiptRow)(receipt),
+          (row) => sql`INSERT INTO command_receipts ${sql.insert(row)} ON CONFLICT (command_id) DO NOTHING RETURNING command_id`
+        ).pipe(Effect.map((rows) => rows.length > 0), orPersistence("command_receipts.insertIfNew"))
     }
   })
 }) {}
