@@ -259,6 +259,9 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         let replaceReason: string | null = null
         // The active native thread's replay window was read closed, its session this driver's (see `TurnStartPlan`).
         let replayClosed = false
+        // Whether a handoff toward the provider thread was open, as read with the native thread (same statement);
+        // `null`: unknown (not read, or reconciling may have closed some since): read below when it matters.
+        let openHandoffs: boolean | null = null
         if (providerThreadIn.activeNativeThreadId !== null) {
           /** Why `native` is known too full for this turn (logged), or `null`; never on a retry without history. */
           const fullReason = (native: NativeThread) =>
@@ -266,7 +269,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               ? Effect.succeed<string | null>(null)
               : Effect.tap(knownFull(native, providerThreadIn, requestTokens), (reason) =>
                 reason === null ? Effect.void : Effect.logWarning(`native thread ${native.id} is full (${reason}): the turn starts a replacement`))
-          const found = yield* store.getNativeThreadSession(providerThreadIn.activeNativeThreadId)
+          const found = yield* store.getNativeThreadSession(providerThreadIn.activeNativeThreadId, providerThreadIn.id)
+          openHandoffs = found._tag === "Some" && found.value.hasOpenHandoffs
           if (found._tag === "Some" && found.value.native.status === "replaced") {
             current = found.value.native
             replaceReason = "the native thread was marked replaced (lost by the provider, or no longer trusted after an interrupt, timeout or restart)"
@@ -282,8 +286,11 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, true))
             }
             if (replaceReason === null) replaceReason = yield* fullReason(current)
-            const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
+            // Read only when the native thread's read found one (the common turn has none: one statement less).
+            const uncertain = found.value.hasPending ? yield* store.listDeliveriesByStatus(current.id, "pending") : []
             if (replaceReason === null && uncertain.length > 0) {
+              // Reconciling settles deliveries (and may close their handoffs): the open handoffs are read again after.
+              openHandoffs = null
               if (!(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
                 replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
               } else {
@@ -320,7 +327,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         // re-read there. A handoff committed just after this read is owed from the next turn on, as it would be
         // had it committed just after the locked decision.
         const quiet = current !== null && replaceReason === null && freshRef === null &&
-          providerThreadIn.syncedRunSeq >= run.seq - 1 && (yield* store.listOpenHandoffs(providerThreadIn.id)).length === 0
+          providerThreadIn.syncedRunSeq >= run.seq - 1 &&
+          (openHandoffs === null ? (yield* store.listOpenHandoffs(providerThreadIn.id)).length === 0 : !openHandoffs)
         const decided = quiet
           ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, requestTokens, true)
           : yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(

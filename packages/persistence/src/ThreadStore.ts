@@ -705,18 +705,36 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       getNativeThread: (id: NativeThreadId) =>
         nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
       /**
-       * A native thread with the driver holding its provider session (`null`: none) and whether its replay window is
-       * open (`replayWindow`, see `takeReplayWindow`), in one read: turn start's `getNativeThread` and which driver
-       * holds its session.
+       * What turn start reads of the active native thread `id` of provider thread `providerThreadId`, in one statement:
+       * the native thread; the driver holding its provider session (`sessionDriverId`, `null`: none); whether its
+       * replay window is open (`replayWindow`, see `takeReplayWindow`); whether it has a `pending` delivery
+       * (`hasPending`: `listDeliveriesByStatus(id, "pending")` is not empty) and whether a handoff toward
+       * `providerThreadId` is open (`hasOpenHandoffs`: `listOpenHandoffs` is not empty). The common turn then reads
+       * neither list.
        */
-      getNativeThreadSession: (id: NativeThreadId) =>
+      getNativeThreadSession: (id: NativeThreadId, providerThreadId: ProviderThreadId) =>
         Effect.flatMap(
-          sql`SELECT * FROM native_threads WHERE id = ${id}`,
+          sql`SELECT native_threads.*,
+                EXISTS (SELECT 1 FROM handoff_deliveries WHERE native_thread_id = ${id} AND status = 'pending') AS has_pending,
+                EXISTS (SELECT 1 FROM handoffs WHERE target_provider_thread_id = ${providerThreadId} AND open = 1) AS has_open_handoffs
+              FROM native_threads WHERE id = ${id}`,
           (rows) => Effect.all(rows.slice(0, 1).map((row) => Effect.map(
             decodeNative(row),
             (native) => {
-              const r = row as { readonly sessionDriverId?: string | null; readonly replayWindow?: number | bigint | null }
-              return { native, sessionDriverId: r.sessionDriverId ?? null, replayWindow: Number(r.replayWindow ?? 0) !== 0 }
+              const r = row as {
+                readonly sessionDriverId?: string | null
+                readonly replayWindow?: number | bigint | null
+                readonly hasPending?: unknown
+                readonly hasOpenHandoffs?: unknown
+              }
+              return {
+                native,
+                sessionDriverId: r.sessionDriverId ?? null,
+                replayWindow: Number(r.replayWindow ?? 0) !== 0,
+                // SQLite answers 0/1, Postgres a boolean.
+                hasPending: Number(r.hasPending) !== 0,
+                hasOpenHandoffs: Number(r.hasOpenHandoffs) !== 0
+              }
             }
           )))
         ).pipe(Effect.map((found) => Option.fromNullable(found[0])), orPersistence("native_threads.getSession")),
