@@ -261,15 +261,20 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (existing._tag === "Some") return { run: existing.value, created: false, claimed: null }
         }
       }
-      // The thread and the tools it declared, in one statement.
-      const { thread, tools: threadTools } = yield* Effect.flatMap(store.getThreadWithTools(command.threadId), Option.match({
+      // The thread, the tools it declared and its active provider thread, in one statement.
+      const { thread, tools: threadTools, providerThread: activeProviderThread } = yield* Effect.flatMap(store.getThreadWithTools(command.threadId), Option.match({
         onNone: () => Effect.fail(new ThreadNotFound({ threadId: command.threadId })),
         onSome: Effect.succeed
       }))
       // The unfinished run ahead (if any) and the new run's seq, in one statement.
       const { active, nextSeq } = yield* store.findActiveRunWithNextSeq(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
-      const providerThread = yield* getProviderThread(thread)
+      // Read with the thread (same statement); the same failures as `getProviderThread`.
+      const providerThread = thread.activeProviderThreadId === null
+        ? yield* new InvalidRequest({ reason: `thread ${thread.id} has no provider; switch to one first` })
+        : activeProviderThread._tag === "None"
+        ? yield* new InvalidRequest({ reason: `thread ${thread.id} lost its provider thread` })
+        : activeProviderThread.value
       // A provider this process does not have fails the command before anything is written (UnknownProvider).
       const adapter = yield* registry.get(providerThread.providerInstance)
       const now = yield* DateTime.now

@@ -246,8 +246,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         return ready
       }
 
-      const append = (items: ReadonlyArray<NewItem>) =>
-        Effect.gen(function*() {
+      // Nothing to append (the common end of a turn whose items were all recorded already): no effect at all.
+      const append = (items: ReadonlyArray<NewItem>): Effect.Effect<ReadonlyArray<Item>, PersistenceError | ConcurrentModification> =>
+        items.length === 0 ? Effect.succeed([]) : Effect.gen(function*() {
           const stored = yield* itemLog.append(run.threadId, run.id, items)
           recorded.push(...stored)
           return stored
@@ -431,8 +432,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
               httpStatus: r.httpStatus
             }
           }), { discard: true })))
-      /** Resolves a replay still undecided at the end of the turn (see `flush`). */
-      const resolvePending = Effect.gen(function*() {
+      /** Resolves a replay still undecided at the end of the turn (see `flush`); nothing to do once it passes. */
+      const resolvePending = Effect.suspend(() => state.replay === "passing" ? Effect.void : resolveUndecided)
+      const resolveUndecided = Effect.gen(function*() {
         if (state.replay === "undecided") yield* store.takeReplayWindow(native.id)
         if (state.replay === "buffering") {
           const resolved = resolveReplay(replayHeld, null)
@@ -516,7 +518,8 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
           return state.settled
         },
         flush: (interrupted) =>
-          Effect.gen(function*() {
+          // Nothing arrived unrecorded, nothing held, no replay to resolve (the common end of a turn): no effect.
+          lastArrival === null && unit.length === 0 && state.replay === "passing" ? Effect.succeed(recorded) : Effect.gen(function*() {
             yield* settle(true)
             yield* resolvePending
             const rest = closeOpenToolCalls(unit, interrupted)

@@ -168,6 +168,7 @@ const decodeNative = Schema.decodeUnknown(NativeThreadRow)
 const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool)) })
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
 const decodeThreadRows = Schema.decodeUnknown(Schema.Array(ThreadRow))
+const decodeProviderThread = Schema.decodeUnknown(ProviderThreadRow)
 const decodeRunRows = Schema.decodeUnknown(Schema.Array(RunRow))
 const decodeNextRunSeq = Schema.decodeUnknown(Schema.Array(Schema.Struct({ nextRunSeq: Count })))
 const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
@@ -297,17 +298,39 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       updateThread: (t: Thread) => threads.update(t),
       getThread: (id: ThreadId) => threads.findOne("threads.get", sql`SELECT * FROM threads WHERE id = ${id}`),
       /**
-       * Thread `id` with the client tools it declared at creation (`[]`: none), in one statement (a run's queueing
-       * needs both). `None`: no such thread.
+       * Thread `id` with the client tools it declared at creation (`[]`: none) and its active provider thread
+       * (`providerThread`, as `getProviderThread` reads it; `None` when the thread has none or it is missing), in one
+       * statement (a run's queueing needs all three). `None`: no such thread.
        */
       getThreadWithTools: (id: ThreadId) =>
         Effect.gen(function*() {
-          const rows = yield* sql`SELECT threads.*, thread_tools.tools AS declared_tools FROM threads
-              LEFT JOIN thread_tools ON thread_tools.thread_id = threads.id WHERE threads.id = ${id}`
-          if (rows.length === 0) return Option.none<{ readonly thread: Thread; readonly tools: ReadonlyArray<ClientTool> }>()
+          const rows = yield* sql`SELECT threads.*, thread_tools.tools AS declared_tools,
+                pt.id AS pt_id, pt.thread_id AS pt_thread_id, pt.provider_instance AS pt_provider_instance,
+                pt.model AS pt_model, pt.context_window AS pt_context_window,
+                pt.active_native_thread_id AS pt_active_native_thread_id, pt.synced_run_seq AS pt_synced_run_seq,
+                pt.created_at AS pt_created_at, pt.updated_at AS pt_updated_at
+              FROM threads
+              LEFT JOIN thread_tools ON thread_tools.thread_id = threads.id
+              LEFT JOIN provider_threads pt ON pt.id = threads.active_provider_thread_id
+              WHERE threads.id = ${id}`
+          if (rows.length === 0) {
+            return Option.none<{ readonly thread: Thread; readonly tools: ReadonlyArray<ClientTool>; readonly providerThread: Option.Option<ProviderThread> }>()
+          }
           const [thread] = yield* decodeThreadRows(rows)
           const [declared] = yield* decodeDeclaredTools(rows)
-          return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [] })
+          const row = rows[0] as Record<string, unknown>
+          const providerThread = row.ptId === null || row.ptId === undefined ? Option.none<ProviderThread>() : Option.some(yield* decodeProviderThread({
+            id: row.ptId,
+            threadId: row.ptThreadId,
+            providerInstance: row.ptProviderInstance,
+            model: row.ptModel,
+            contextWindow: row.ptContextWindow,
+            activeNativeThreadId: row.ptActiveNativeThreadId,
+            syncedRunSeq: row.ptSyncedRunSeq,
+            createdAt: row.ptCreatedAt,
+            updatedAt: row.ptUpdatedAt
+          }))
+          return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [], providerThread })
         }).pipe(orPersistence("threads.getWithTools")),
       listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
       /**
