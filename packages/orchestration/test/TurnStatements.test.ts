@@ -43,10 +43,10 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
   // (the scripted provider streams its item in a chunk of its own: recorded in a unit of work of its own) ran 31
   // statements in 4 transactions plus one after them (the receipt's result). Removed: the receipt read before
   // its insert (INSERT ... ON CONFLICT DO NOTHING), the provider thread's read (joined to the thread's), turn start's
-  // reads of pending deliveries and open handoffs (EXISTS in the native thread's read), the replay window's update
-  // (known closed at turn start), and the receipt's completion in a statement of its own (it joins the run's
-  // completion). Any of them coming back fails this test.
-  it.effect("a send that owes nothing runs 26 statements in 4 transactions, none of the removed ones", () => {
+  // reads of pending deliveries and open handoffs (EXISTS in the native thread's read) and of the calibration (joined
+  // to it), the replay window's update (known closed at turn start), and the receipt's completion in a statement of
+  // its own (it joins the run's completion). Any of them coming back fails this test.
+  it.effect("a send that owes nothing runs 25 statements in 4 transactions, none of the removed ones", () => {
     const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }])
     return Effect.gen(function*() {
       const o = yield* ops
@@ -72,12 +72,14 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(texts.filter((t) => /FROM handoff_deliveries WHERE native_thread_id = \S+ AND status = \S+ ORDER BY/.test(t))).toEqual([])
         expect(texts.filter((t) => /SELECT \* FROM handoffs WHERE target_provider_thread_id/.test(t))).toEqual([])
         expect(texts.filter((t) => /replay_window = 0/.test(t))).toEqual([])
+        // Turn start reads the calibration with the native thread; the completion reads it again, under the lock.
+        expect(recording.statements.filter((s) => /FROM provider_calibrations WHERE/.test(s.text)).map((s) => s.inTransaction)).toEqual([true])
         // The receipt's result is written once, inside the run's completion.
         expect(recording.statements.filter((s) => /UPDATE command_receipts SET result/.test(s.text)).map((s) => s.inTransaction)).toEqual([true])
         expect(recording.transactions).toBe(4)
         counts.push(recording.statements.length)
       }
-      expect(counts).toEqual([26, 26, 26])
+      expect(counts).toEqual([25, 25, 25])
     }).pipe(Effect.withTracer(recordingTracer), Effect.provide(h.layer))
   })
 })

@@ -79,6 +79,7 @@ export const ProviderCalibration = Schema.Struct({
   updatedAt: Schema.DateTimeUtc
 })
 export type ProviderCalibration = typeof ProviderCalibration.Type
+const decodeCalibration = Schema.decodeUnknown(ProviderCalibration)
 
 /**
  * One orchestrator incarnation (a process, or a restart of the orchestrator within one): restart recovery
@@ -732,34 +733,42 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * the native thread; the driver holding its provider session (`sessionDriverId`, `null`: none); whether its
        * replay window is open (`replayWindow`, see `takeReplayWindow`); whether it has a `pending` delivery
        * (`hasPending`: `listDeliveriesByStatus(id, "pending")` is not empty) and whether a handoff toward
-       * `providerThreadId` is open (`hasOpenHandoffs`: `listOpenHandoffs` is not empty). The common turn then reads
-       * neither list.
+       * `providerThreadId` is open (`hasOpenHandoffs`: `listOpenHandoffs` is not empty); and the calibration of
+       * `providerInstance` as `getCalibration` reads it (`calibration`; not locked). The common turn then reads
+       * neither list nor the calibration.
        */
-      getNativeThreadSession: (id: NativeThreadId, providerThreadId: ProviderThreadId) =>
+      getNativeThreadSession: (id: NativeThreadId, providerThreadId: ProviderThreadId, providerInstance: ProviderInstance) =>
         Effect.flatMap(
           sql`SELECT native_threads.*,
                 EXISTS (SELECT 1 FROM handoff_deliveries WHERE native_thread_id = ${id} AND status = 'pending') AS has_pending,
-                EXISTS (SELECT 1 FROM handoffs WHERE target_provider_thread_id = ${providerThreadId} AND open = 1) AS has_open_handoffs
-              FROM native_threads WHERE id = ${id}`,
-          (rows) => Effect.all(rows.slice(0, 1).map((row) => Effect.map(
-            decodeNative(row),
-            (native) => {
-              const r = row as {
-                readonly sessionDriverId?: string | null
-                readonly replayWindow?: number | bigint | null
-                readonly hasPending?: unknown
-                readonly hasOpenHandoffs?: unknown
-              }
-              return {
-                native,
-                sessionDriverId: r.sessionDriverId ?? null,
-                replayWindow: Number(r.replayWindow ?? 0) !== 0,
-                // SQLite answers 0/1, Postgres a boolean.
-                hasPending: Number(r.hasPending) !== 0,
-                hasOpenHandoffs: Number(r.hasOpenHandoffs) !== 0
-              }
+                EXISTS (SELECT 1 FROM handoffs WHERE target_provider_thread_id = ${providerThreadId} AND open = 1) AS has_open_handoffs,
+                c.provider_instance AS cal_provider_instance, c.ratio AS cal_ratio, c.samples AS cal_samples,
+                c.weight AS cal_weight, c.recent AS cal_recent, c.updated_at AS cal_updated_at
+              FROM native_threads LEFT JOIN provider_calibrations c ON c.provider_instance = ${providerInstance}
+              WHERE native_threads.id = ${id}`,
+          (rows) => Effect.all(rows.slice(0, 1).map((row) => Effect.gen(function*() {
+            const native = yield* decodeNative(row)
+            const r = row as Record<string, unknown>
+            const calibration = r.calProviderInstance === null || r.calProviderInstance === undefined
+              ? Option.none<ProviderCalibration>()
+              : Option.some(yield* decodeCalibration({
+                providerInstance: r.calProviderInstance,
+                ratio: r.calRatio,
+                samples: r.calSamples,
+                weight: r.calWeight,
+                recent: r.calRecent,
+                updatedAt: r.calUpdatedAt
+              }))
+            return {
+              native,
+              sessionDriverId: (r.sessionDriverId as string | null | undefined) ?? null,
+              replayWindow: Number(r.replayWindow ?? 0) !== 0,
+              // SQLite answers 0/1, Postgres a boolean.
+              hasPending: Number(r.hasPending) !== 0,
+              hasOpenHandoffs: Number(r.hasOpenHandoffs) !== 0,
+              calibration
             }
-          )))
+          })))
         ).pipe(Effect.map((found) => Option.fromNullable(found[0])), orPersistence("native_threads.getSession")),
       listNativeThreads: (providerThreadId: ProviderThreadId) =>
         nativeThreads.findAll(

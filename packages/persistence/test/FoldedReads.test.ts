@@ -82,7 +82,7 @@ for (const [dialect, db] of dialects) {
         expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_q" as ThreadId)).providerThread).toEqual(Option.none())
       }).pipe(Effect.provide(layerOn(db))))
 
-    it.effect("getNativeThreadSession: the native thread as getNativeThread reads it, its session's driver and replay window, and whether listDeliveriesByStatus(pending) and listOpenHandoffs would find anything", () =>
+    it.effect("getNativeThreadSession: the native thread as getNativeThread reads it, its session's driver and replay window, whether listDeliveriesByStatus(pending) and listOpenHandoffs would find anything, and the calibration as getCalibration reads it", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
         const now = yield* DateTime.now
@@ -100,7 +100,7 @@ for (const [dialect, db] of dialects) {
           })
         }
         const session = (native: string, pth: string) =>
-          Effect.map(store.getNativeThreadSession(native as NativeThreadId, pth as ProviderThreadId), Option.getOrThrow)
+          Effect.map(store.getNativeThreadSession(native as NativeThreadId, pth as ProviderThreadId, "claude" as ProviderInstance), Option.getOrThrow)
         // The long way: each list read on its own.
         const check = (native: string, pth: string) =>
           Effect.gen(function*() {
@@ -108,10 +108,16 @@ for (const [dialect, db] of dialects) {
             expect(got.native).toEqual(Option.getOrThrow(yield* store.getNativeThread(native as NativeThreadId)))
             expect(got.hasPending).toBe((yield* store.listDeliveriesByStatus(native as NativeThreadId, "pending")).length > 0)
             expect(got.hasOpenHandoffs).toBe((yield* store.listOpenHandoffs(pth as ProviderThreadId)).length > 0)
+            expect(got.calibration).toEqual(yield* store.getCalibration("claude" as ProviderInstance))
             return got
           })
         const first = yield* check("nat_n", "pth_n")
         expect([first.sessionDriverId, first.replayWindow, first.hasPending, first.hasOpenHandoffs]).toEqual([null, false, false, false])
+        expect(first.calibration).toEqual(Option.none())
+        yield* store.upsertCalibration({
+          providerInstance: "claude", ratio: 1.25, samples: 3, weight: 9_000, recent: [{ ratio: 1.25, tokens: 3_000 }], updatedAt: now
+        })
+        expect(Option.getOrThrow((yield* check("nat_n", "pth_n")).calibration).ratio).toBe(1.25)
         yield* store.holdSession("nat_n" as NativeThreadId, "drv_1", true)
         const resumed = yield* check("nat_n", "pth_n")
         expect([resumed.sessionDriverId, resumed.replayWindow]).toEqual(["drv_1", true])
@@ -135,7 +141,7 @@ for (const [dialect, db] of dialects) {
         expect([n.hasPending, n.hasOpenHandoffs]).toEqual([false, false])
         const m = yield* check("nat_m", "pth_m")
         expect([m.hasPending, m.hasOpenHandoffs]).toEqual([true, true])
-        expect(yield* store.getNativeThreadSession("nat_none" as NativeThreadId, "pth_n" as ProviderThreadId)).toEqual(Option.none())
+        expect(yield* store.getNativeThreadSession("nat_none" as NativeThreadId, "pth_n" as ProviderThreadId, "claude" as ProviderInstance)).toEqual(Option.none())
       }).pipe(Effect.provide(layerOn(db))))
 
     it.effect("getRunWithAttemptCount: the run as getRun reads it, with listAttempts' length (only its own attempts); None for no run", () =>
