@@ -55,6 +55,7 @@ import {
   DeliveryRow,
   HandoffRow,
   decodeItemRowFast,
+  encodeItemRowFast,
   ItemRow,
   NativeThreadRow,
   OffloadRow,
@@ -586,7 +587,11 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       insertItemsAfterLast: (threadId: ThreadId, values: ReadonlyArray<Item>) =>
         Effect.gen(function*() {
           if (values.length === 0) return 1
-          const rows = yield* Effect.forEach(values, (v) => encodeItemRow({ ...v, threadId, seq: 1 }))
+          const rows = yield* Effect.forEach(values, (v) => {
+            const item = { ...v, threadId, seq: 1 }
+            const fast = encodeItemRowFast(item)
+            return fast === undefined ? encodeItemRow(item) : Effect.succeed(fast)
+          })
           const tuples = rows.map((r, i) =>
             sql`(${r.id}, ${r.threadId}, ${r.runId}, (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ${threadId}) + ${sql.literal(String(i + 1))},
               ${r.kind}, ${r.text}, ${r.toolCallId}, ${r.toolName}, ${r.messageId}, ${r.isError}, ${r.toolCallState}, ${r.tokens}, ${r.createdAt})`
