@@ -117,8 +117,9 @@ export interface ClaimedRun {
 /**
  * A command receipt the caller completes with the run's result (`sendMessage`): `write` is run inside the unit of work
  * that completes the run, so the run and its receipt's result commit together (no crash between them leaves a
- * completed run whose receipt still names only the run), and the separate statement after the turn is saved. Set
- * `written` is `true` once that unit of work committed; otherwise (any other outcome) the caller writes the receipt.
+ * completed run whose receipt still names only the run), and the separate statement after the turn is saved.
+ * `written` is set to `true` once that unit of work committed; otherwise (any other outcome) the caller writes the
+ * receipt.
  */
 export interface ReceiptCompletion {
   readonly write: (result: SendResult) => Effect.Effect<void, PersistenceError | ConcurrentModification>
