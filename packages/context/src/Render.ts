@@ -114,7 +114,18 @@ export const renderItem = (item: RenderableItem): string => {
  * the whole cheaper). `Selection` therefore counts its final render exactly.
  */
 export const itemTokens = (counter: TokenCounterShape, item: RenderableItem): number =>
-  counter.count(renderItem(item)) + counter.count(SEPARATOR)
+  counter.count(renderItem(item)) + separatorTokens(counter)
+
+/** `counter.count(SEPARATOR)`, counted once per counter (a counter is pure: the same text, the same count). */
+const separatorCounts = new WeakMap<TokenCounterShape, number>()
+const separatorTokens = (counter: TokenCounterShape): number => {
+  let n = separatorCounts.get(counter)
+  if (n === undefined) {
+    n = counter.count(SEPARATOR)
+    separatorCounts.set(counter, n)
+  }
+  return n
+}
 
 /** One call of a tool unit as its stub shows it. `releasedChars`: the characters of the call's output left out. */
 export interface StubCall {

@@ -97,6 +97,24 @@ export const write = <A, I>(store: ThreadStore, key: Key, schema: Schema.Schema<
     return result
   })
 
+/**
+ * Writes the receipt of `key` with `result` encoded by `schema` unless the command id was seen before, in one
+ * statement: `true` when written; `false` when a receipt exists (nothing written: `find` it to check it is the same
+ * command). Fails with `PersistenceError`.
+ */
+export const writeIfNew = <A, I>(store: ThreadStore, key: Key, schema: Schema.Schema<A, I>, result: A) =>
+  Effect.gen(function*() {
+    const encoded = yield* Schema.encode(schema)(result).pipe(Effect.orDie)
+    return yield* store.insertReceiptIfNew({
+      commandId: key.commandId,
+      commandType: key.commandType,
+      threadId: key.threadId,
+      result: encoded,
+      payloadFingerprint: key.fingerprint,
+      createdAt: yield* DateTime.now
+    })
+  })
+
 /** Replaces the result of a receipt written when its command began (encoded by `schema`). Fails with `PersistenceError`. */
 export const complete = <A, I>(store: ThreadStore, commandId: CommandId, schema: Schema.Schema<A, I>, result: A) =>
   Effect.flatMap(Schema.encode(schema)(result).pipe(Effect.orDie), (encoded) => store.updateReceipt(commandId, encoded))

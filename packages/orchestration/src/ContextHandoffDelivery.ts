@@ -439,7 +439,10 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * Returns the deliveries this call settled (as they were while `pending`): one settled, reverted or superseded
        * meanwhile is left as it is and not returned.
        */
-      const markSettled = Effect.fn("ContextHandoffDelivery.markSettled")(function*(
+      const markSettled = (threadId: ThreadId, deliveries: ReadonlyArray<HandoffDelivery>, status: "injected" | "inline") =>
+        // No deliveries (a turn with no inline history, the common one): nothing to read or write, no span.
+        deliveries.length === 0 ? Effect.succeed<Array<HandoffDelivery>>([]) : settle(threadId, deliveries, status)
+      const settle = Effect.fn("ContextHandoffDelivery.markSettled")(function*(
         threadId: ThreadId,
         deliveries: ReadonlyArray<HandoffDelivery>,
         status: "injected" | "inline"

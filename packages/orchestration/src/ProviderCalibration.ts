@@ -12,9 +12,9 @@
  */
 import type { NewThreadEvent, ProviderError, ProviderInstance, ThreadId } from "@baton/contracts"
 import { Calibration, Render, TokenCounter } from "@baton/context"
-import { ThreadStore, UnitOfWork } from "@baton/persistence"
+import { type ProviderCalibration as StoredCalibration, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { ProviderFailure } from "@baton/providers"
-import { DateTime, Effect } from "effect"
+import { DateTime, Effect, type Option } from "effect"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 
 /**
@@ -52,13 +52,19 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
       /** Instances seen with a sample: samples are never removed, so their turns skip `seedFromCount`'s read. */
       const calibrated = new Set<ProviderInstance>()
 
+      /**
+       * The calibration in force given `found`, the stored calibration as read (`ThreadStore.getCalibration`, or with
+       * another read): it, `Calibration.identity` if none or turned off.
+       */
+      const currentOf = (found: Option.Option<StoredCalibration>): Calibration.Calibration =>
+        !config.calibration || found._tag === "None"
+          ? Calibration.identity
+          : { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
+
       /** The calibration in force for `instance`: the stored one, `Calibration.identity` if none or turned off. */
       const current = Effect.fn("ProviderCalibration.current")(function*(instance: ProviderInstance) {
         if (!config.calibration) return Calibration.identity
-        const found = yield* store.getCalibration(instance)
-        return found._tag === "Some"
-          ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
-          : Calibration.identity
+        return currentOf(yield* store.getCalibration(instance))
       })
 
       /**
@@ -180,7 +186,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         )
       })
 
-      return { current, learn, learnFromOverflow, seedFromCount }
+      return { current, currentOf, learn, learnFromOverflow, seedFromCount }
     })
   }
 ) {}

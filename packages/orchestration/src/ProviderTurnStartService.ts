@@ -15,7 +15,7 @@
  */
 import { type HandoffDelivery, type Item, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
-import { ThreadStore, UnitOfWork } from "@baton/persistence"
+import { type ProviderCalibration as StoredCalibration, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Option } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
@@ -44,6 +44,12 @@ export interface TurnStartPlan {
   readonly requestTokens: number
   /** Where this turn's calibration sample starts; `null`: the native thread has no trusted report, no sample. */
   readonly sampleBase: SampleBase | null
+  /**
+   * The native thread's replay window is known closed: turn start read it closed on the native thread this driver
+   * already held the session of (no resume since), so the turn's output cannot be a replay and TurnStream does not
+   * take the window (one statement less per turn). Absent or `false`: unknown, the window is taken.
+   */
+  readonly replayWindowClosed?: boolean
 }
 
 export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartService>()(
@@ -251,6 +257,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         // Is the active native thread usable? A native thread with an uncertain delivery is not trusted.
         let current: NativeThread | null = null
         let replaceReason: string | null = null
+        // The active native thread's replay window was read closed, its session this driver's (see `TurnStartPlan`).
+        let replayClosed = false
+        // Whether a handoff toward the provider thread was open, as read with the native thread (same statement);
+        // `null`: unknown (not read, or reconciling may have closed some since): read below when it matters.
+        let openHandoffs: boolean | null = null
+        // The provider's calibration as read with the native thread (same statement): the quiet plan's ratio.
+        let calibrationRead: Option.Option<StoredCalibration> | null = null
         if (providerThreadIn.activeNativeThreadId !== null) {
           /** Why `native` is known too full for this turn (logged), or `null`; never on a retry without history. */
           const fullReason = (native: NativeThread) =>
@@ -258,12 +271,15 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               ? Effect.succeed<string | null>(null)
               : Effect.tap(knownFull(native, providerThreadIn, requestTokens), (reason) =>
                 reason === null ? Effect.void : Effect.logWarning(`native thread ${native.id} is full (${reason}): the turn starts a replacement`))
-          const found = yield* store.getNativeThreadSession(providerThreadIn.activeNativeThreadId)
+          const found = yield* store.getNativeThreadSession(providerThreadIn.activeNativeThreadId, providerThreadIn.id, providerThreadIn.providerInstance)
+          openHandoffs = found._tag === "Some" && found.value.hasOpenHandoffs
+          if (found._tag === "Some") calibrationRead = found.value.calibration
           if (found._tag === "Some" && found.value.native.status === "replaced") {
             current = found.value.native
             replaceReason = "the native thread was marked replaced (lost by the provider, or no longer trusted after an interrupt, timeout or restart)"
           } else if (found._tag === "Some") {
             current = found.value.native
+            replayClosed = found.value.sessionDriverId === driver.driverId && !found.value.replayWindow
             if (found.value.sessionDriverId !== driver.driverId) {
               // First use in this process (after a restart): resume the provider's session. A provider that no longer
               // has it gets a replacement; any other failure fails the turn before the provider read the prompt.
@@ -273,8 +289,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, true))
             }
             if (replaceReason === null) replaceReason = yield* fullReason(current)
-            const uncertain = yield* store.listDeliveriesByStatus(current.id, "pending")
+            // Read only when the native thread's read found one (the common turn has none: one statement less).
+            const uncertain = found.value.hasPending ? yield* store.listDeliveriesByStatus(current.id, "pending") : []
             if (replaceReason === null && uncertain.length > 0) {
+              // Reconciling settles deliveries (and may close their handoffs): the open handoffs (and the calibration)
+              // are read again after.
+              openHandoffs = null
+              calibrationRead = null
               if (!(yield* reconcile(run.threadId, providerThreadIn, current, uncertain, adapter))) {
                 replaceReason = `${uncertain.length} delivery(ies) with an unconfirmed outcome`
               } else {
@@ -304,6 +325,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         // A new instance that can count tokens is calibrated before its first turn, outside any transaction (two
         // count requests; a failure only leaves the calibration to the usage reports).
         if (adapter.countTokens !== undefined) {
+          // It may write a first sample: the calibration read with the native thread is not used.
+          calibrationRead = null
           yield* calibration.seedFromCount(run.threadId, providerThreadIn.providerInstance, adapter.countTokens, run.prompt)
         }
         // Nothing to write (a trusted native thread, no missed run, no open handoff toward P): the plan is decided
@@ -311,14 +334,20 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         // re-read there. A handoff committed just after this read is owed from the next turn on, as it would be
         // had it committed just after the locked decision.
         const quiet = current !== null && replaceReason === null && freshRef === null &&
-          providerThreadIn.syncedRunSeq >= run.seq - 1 && (yield* store.listOpenHandoffs(providerThreadIn.id)).length === 0
+          providerThreadIn.syncedRunSeq >= run.seq - 1 &&
+          (openHandoffs === null ? (yield* store.listOpenHandoffs(providerThreadIn.id)).length === 0 : !openHandoffs)
         const decided = quiet
-          ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, requestTokens, true)
+          ? yield* decide(run, providerThreadIn, adapter, current, null, null, readByProvider, requestTokens, true, false, calibrationRead)
           : yield* uow.thread(run.threadId, "ProviderTurnStartService.decide")(
             decide(run, providerThreadIn, adapter, current, replaceReason, freshRef, readByProvider, requestTokens, false, options.deferHistory === true)
           )
-        if (decided.injection === null) return decided.plan
-        const { plan, injection } = decided
+        const known = current
+        const decidedPlan: TurnStartPlan = replayClosed && known !== null && decided.plan.native.id === known.id
+          ? { ...decided.plan, replayWindowClosed: true }
+          : decided.plan
+        if (decided.injection === null) return decidedPlan
+        const { injection } = decided
+        const plan = decidedPlan
         const outcome = yield* adapter.injectHistory!({
           nativeRef: plan.native.nativeRef,
           rendered: injection.rendered,
@@ -399,7 +428,9 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         readByProvider: ReadonlySet<string>,
         requestTokens: number,
         nothingOpen = false,
-        deferHistory = false
+        deferHistory = false,
+        /** The provider's calibration as the caller read it (the quiet plan, no lock); `null`: read here. */
+        calibrationRead: Option.Option<StoredCalibration> | null = null
       ) => Effect.gen(function*() {
         let providerThread = providerThreadIn
         let native: NativeThread
@@ -442,7 +473,9 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           }
           owed.push(o)
         }
-        const { ratio } = yield* calibration.current(providerThread.providerInstance)
+        const { ratio } = calibrationRead !== null && providerThread.providerInstance === providerThreadIn.providerInstance
+          ? calibration.currentOf(calibrationRead)
+          : yield* calibration.current(providerThread.providerInstance)
         const budget = Budget.compute(
           {
             modelWindow: providerThread.contextWindow ?? undefined,

@@ -43,7 +43,7 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { RunRecovery } from "./RunRecovery.js"
-import { type ClaimedRun, TurnExecution } from "./TurnExecution.js"
+import { type ClaimedRun, type ReceiptCompletion, TurnExecution } from "./TurnExecution.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
 import { promptItem } from "./RunLifecycle.js"
@@ -244,29 +244,43 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      */
     const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean, claim = false) {
       yield* validateCommand(Commands.SendMessage, command)
-      // Under the thread's lock: the same command sent concurrently may have queued its run first (a retry that
-      // raced the original). Then that run is the answer; a different payload under the same id is refused by `find`.
-      const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
-      if (seen._tag === "Some") {
-        const { runId } = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
-        const existing = yield* store.getRun(runId)
-        if (existing._tag === "Some") return { run: existing.value, created: false, claimed: null }
+      // The command is recorded with the run it creates, in this transaction, first thing (one statement: written
+      // unless the id was seen before): a retry after a crash finds the run instead of queueing a second one. A
+      // failure below (no thread, a run in progress, an unknown provider) rolls the receipt back with the rest. The
+      // receipt's result is completed when the run ends.
+      const key = CommandReceipts.keyOf(command, command.threadId)
+      const runId = ids.next("run") as Run["id"]
+      const fresh = yield* CommandReceipts.writeIfNew(store, key, QueuedReceipt, { runId })
+      if (!fresh) {
+        // Under the thread's lock: the same command sent concurrently may have queued its run first (a retry that
+        // raced the original). Then that run is the answer; a different payload under the same id is refused by `find`.
+        const seen = yield* CommandReceipts.find(store, key)
+        if (seen._tag === "Some") {
+          const { runId: queuedId } = yield* CommandReceipts.decode(SendReceipt, command.commandId, seen.value.result)
+          const existing = yield* store.getRun(queuedId)
+          if (existing._tag === "Some") return { run: existing.value, created: false, claimed: null }
+        }
       }
-      // The thread and the tools it declared, in one statement.
-      const { thread, tools: threadTools } = yield* Effect.flatMap(store.getThreadWithTools(command.threadId), Option.match({
+      // The thread, the tools it declared and its active provider thread, in one statement.
+      const { thread, tools: threadTools, providerThread: activeProviderThread } = yield* Effect.flatMap(store.getThreadWithTools(command.threadId), Option.match({
         onNone: () => Effect.fail(new ThreadNotFound({ threadId: command.threadId })),
         onSome: Effect.succeed
       }))
       // The unfinished run ahead (if any) and the new run's seq, in one statement.
       const { active, nextSeq } = yield* store.findActiveRunWithNextSeq(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
-      const providerThread = yield* getProviderThread(thread)
+      // Read with the thread (same statement); the same failures as `getProviderThread`.
+      const providerThread = thread.activeProviderThreadId === null
+        ? yield* new InvalidRequest({ reason: `thread ${thread.id} has no provider; switch to one first` })
+        : activeProviderThread._tag === "None"
+        ? yield* new InvalidRequest({ reason: `thread ${thread.id} lost its provider thread` })
+        : activeProviderThread.value
       // A provider this process does not have fails the command before anything is written (UnknownProvider).
       const adapter = yield* registry.get(providerThread.providerInstance)
       const now = yield* DateTime.now
       const claimNow = claim && active._tag === "None"
       const run: Run = {
-        id: ids.next("run") as Run["id"],
+        id: runId,
         threadId: thread.id,
         seq: nextSeq,
         providerThreadId: providerThread.id,
@@ -291,9 +305,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         ...(prompt === null ? [] : [prompt]),
         { threadId: thread.id, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: providerThread.id }, commandId: command.commandId }
       ])
-      // The command is recorded with the run it created, in the same transaction: a retry after a crash finds the
-      // run instead of queueing a second one. The receipt's result is completed when the run ends.
-      yield* CommandReceipts.write(store, CommandReceipts.keyOf(command, thread.id), QueuedReceipt, { runId: run.id })
+      // The id was seen but its run is gone (never, outside a damaged record): the plain insert fails as it always
+      // did (a unique violation: `ConcurrentModification`).
+      if (!fresh) yield* CommandReceipts.write(store, key, QueuedReceipt, { runId: run.id })
       return { run, created: true, claimed: claimNow ? { run, providerThread, adapter, tools } : null }
     }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
 
@@ -327,9 +341,15 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
       const queued = yield* queueRun(command, false, true)
       if (queued.created) {
-        const result = yield* turns.run(queued.run.id, queued.claimed ?? undefined)
+        // A run that completes has its receipt completed in the same unit of work (`ReceiptCompletion`); any other
+        // outcome has it completed here.
+        const receipt: ReceiptCompletion = {
+          write: (result) => CommandReceipts.complete(store, command.commandId, SendResult, result),
+          written: false
+        }
+        const result = yield* turns.run(queued.run.id, queued.claimed ?? undefined, receipt)
         // A run waiting for tool results has not ended: its receipt keeps naming the run until it does.
-        if (result.status !== "waiting") yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
+        if (result.status !== "waiting" && !receipt.written) yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
         return result
       }
       // The command was seen before: its result if the run ended and was recorded; a run left queued by a crash is

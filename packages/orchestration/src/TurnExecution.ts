@@ -15,7 +15,9 @@ import {
   ProviderError,
   type ProviderErrorCode,
   type NativeThread,
+  type ConcurrentModification,
   type NewThreadEvent,
+  type PersistenceError,
   type ProviderThread,
   type Run,
   type RunAttempt,
@@ -112,6 +114,18 @@ export interface ClaimedRun {
   readonly tools: ReadonlyArray<ClientTool>
 }
 
+/**
+ * A command receipt the caller completes with the run's result (`sendMessage`): `write` is run inside the unit of work
+ * that completes the run, so the run and its receipt's result commit together (no crash between them leaves a
+ * completed run whose receipt still names only the run), and the separate statement after the turn is saved.
+ * `written` is set to `true` once that unit of work committed; otherwise (any other outcome) the caller writes the
+ * receipt.
+ */
+export interface ReceiptCompletion {
+  readonly write: (result: SendResult) => Effect.Effect<void, PersistenceError | ConcurrentModification>
+  written: boolean
+}
+
 export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orchestration/TurnExecution", {
   effect: Effect.gen(function*() {
     const uow = yield* UnitOfWork
@@ -199,8 +213,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
      * queued and claimed (`starting`, this driver's) in the caller's unit of work, with its provider thread and
      * adapter as read there and the tools it wrote; the lookup, the claim and the run's tools' read are skipped.
      */
-    const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"], claimed?: ClaimedRun) {
-      if (claimed !== undefined) return yield* drive(claimed.run, claimed.providerThread, claimed.adapter, claimed.tools)
+    const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"], claimed?: ClaimedRun, receipt?: ReceiptCompletion) {
+      if (claimed !== undefined) return yield* drive(claimed.run, claimed.providerThread, claimed.adapter, claimed.tools, receipt ?? null)
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
       const queued = found.value
@@ -221,14 +235,20 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         }
         return yield* lookedUp.left
       }
-      return yield* drive(queued, lookedUp.right.providerThread, lookedUp.right.adapter, null)
+      return yield* drive(queued, lookedUp.right.providerThread, lookedUp.right.adapter, null, receipt ?? null)
     })
 
     /**
      * `processRun` from the claim on. `claimedTools`: the run is `starting` and this driver's already, and these are
      * the client tools its queueing wrote (`null`: not claimed yet; the claim follows and the tools are read).
      */
-    const drive = (queued: Run, providerThreadIn: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape, claimedTools: ReadonlyArray<ClientTool> | null) => Effect.gen(function*() {
+    const drive = (
+      queued: Run,
+      providerThreadIn: ProviderThread,
+      adapter: ProviderAdapter.ProviderAdapterShape,
+      claimedTools: ReadonlyArray<ClientTool> | null,
+      receipt: ReceiptCompletion | null
+    ) => Effect.gen(function*() {
       const runId = queued.id
       const alreadyClaimed = claimedTools !== null
       let run = queued
@@ -487,7 +507,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         // The turn streams: its items are recorded as they arrive (TurnStream), its outcome below once the stream
         // ends. A provider turn that never ends must not leave the run `running`: Baton stops waiting after
         // `turnTimeoutMillis` and handles it like a provider-reported timeout.
-        const output = turnStream.output(run, plan.native, plan.inlineDeliveries)
+        const output = turnStream.output(run, plan.native, plan.inlineDeliveries, plan.replayWindowClosed === true)
         // Written once, when the run was queued: a run claimed with its queueing has them from there.
         const clientTools = toolDefinitions(claimedTools ?? (yield* store.getRunTools(run.id)))
         // Read only for adapters that apply it (a message list with tool-result offload): one statement less per turn
@@ -736,13 +756,25 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const done: Run = { ...run, status: "completed", updatedAt: now }
           yield* lifecycle.update(run, done)
           yield* store.appendEvents([...(withOutcome ? pendingEvents : []), { threadId: run.threadId, type: "run.completed", payload: { runId: run.id, itemCount: items.length } }])
+          // The caller's command receipt, completed with the run (see `ReceiptCompletion`).
+          if (receipt !== null) yield* receipt.write(resultOf(done, native))
           return { done, native }
+        })
+        // The result of the completed `done` (pure: `run` is set only once the unit of work committed).
+        const resultOf = (done: Run, native: NativeThread): SendResult => ({
+          ...result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window),
+          runId: done.id,
+          runSeq: done.seq,
+          status: done.status,
+          failureReason: done.failureReason,
+          failureCode: done.failureCode
         })
         const recorded = yield* Effect.either(uow.thread(run.threadId, "TurnExecution.turnCompleted")(completed))
         if (recorded._tag === "Left") return yield* outputNotRecorded(recorded.left)
         const { done, native } = recorded.right
+        if (receipt !== null && done.status === "completed") receipt.written = true
         run = done
-        return result(plan.report, { generation: native.generation, used: native.usage?.usedTokens ?? native.estimatedTokens }, window)
+        return resultOf(done, native)
       })
 
       // An attempt that ends in `TurnRetry` is attempted again: at most once for a lost native thread and

@@ -196,9 +196,10 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
 
     /**
      * A fresh output for `run`'s turn on `native`. `inlineDeliveries` (written `pending` before the turn) settle
-     * `inline` with the first recorded item: output proves the provider read the turn.
+     * `inline` with the first recorded item: output proves the provider read the turn. `replayWindowClosed`: the
+     * caller knows `native`'s replay window closed (`TurnStartPlan.replayWindowClosed`): it is not taken.
      */
-    const output = (run: Run, native: NativeThread, inlineDeliveries: ReadonlyArray<HandoffDelivery>) => {
+    const output = (run: Run, native: NativeThread, inlineDeliveries: ReadonlyArray<HandoffDelivery>, replayWindowClosed = false) => {
       const recorded: Array<Item> = []
       const state = {
         arrived: 0,
@@ -210,8 +211,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         pending: [] as ReadonlyArray<string>,
         retryWaitMillis: 0,
         settled: false,
-        // `undecided` until the first item: whether the replay window of `native` was open.
-        replay: "undecided" as "undecided" | "buffering" | "passing"
+        // `undecided` until the first item: whether the replay window of `native` was open (`passing` at once when
+        // the caller knows it closed: nothing to take).
+        replay: (replayWindowClosed ? "passing" : "undecided") as "undecided" | "buffering" | "passing"
       }
       let replayHeld: Array<NewItem> = []
       // Tool calls skipped as a replay, by call id: a later result answering one brings its call back with it.
@@ -244,8 +246,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         return ready
       }
 
-      const append = (items: ReadonlyArray<NewItem>) =>
-        Effect.gen(function*() {
+      // Nothing to append (the common end of a turn whose items were all recorded already): no effect at all.
+      const append = (items: ReadonlyArray<NewItem>): Effect.Effect<ReadonlyArray<Item>, PersistenceError | ConcurrentModification> =>
+        items.length === 0 ? Effect.succeed([]) : Effect.gen(function*() {
           const stored = yield* itemLog.append(run.threadId, run.id, items)
           recorded.push(...stored)
           return stored
@@ -429,8 +432,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
               httpStatus: r.httpStatus
             }
           }), { discard: true })))
-      /** Resolves a replay still undecided at the end of the turn (see `flush`). */
-      const resolvePending = Effect.gen(function*() {
+      /** Resolves a replay still undecided at the end of the turn (see `flush`); nothing to do once it passes. */
+      const resolvePending = Effect.suspend(() => state.replay === "passing" ? Effect.void : resolveUndecided)
+      const resolveUndecided = Effect.gen(function*() {
         if (state.replay === "undecided") yield* store.takeReplayWindow(native.id)
         if (state.replay === "buffering") {
           const resolved = resolveReplay(replayHeld, null)
@@ -514,7 +518,8 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
           return state.settled
         },
         flush: (interrupted) =>
-          Effect.gen(function*() {
+          // Nothing arrived unrecorded, nothing held, no replay to resolve (the common end of a turn): no effect.
+          lastArrival === null && unit.length === 0 && state.replay === "passing" ? Effect.succeed(recorded) : Effect.gen(function*() {
             yield* settle(true)
             yield* resolvePending
             const rest = closeOpenToolCalls(unit, interrupted)

@@ -55,6 +55,7 @@ import {
   DeliveryRow,
   HandoffRow,
   decodeItemRowFast,
+  encodeItemRowFast,
   ItemRow,
   NativeThreadRow,
   OffloadRow,
@@ -79,6 +80,7 @@ export const ProviderCalibration = Schema.Struct({
   updatedAt: Schema.DateTimeUtc
 })
 export type ProviderCalibration = typeof ProviderCalibration.Type
+const decodeCalibration = Schema.decodeUnknown(ProviderCalibration)
 
 /**
  * One orchestrator incarnation (a process, or a restart of the orchestrator within one): restart recovery
@@ -168,6 +170,7 @@ const decodeNative = Schema.decodeUnknown(NativeThreadRow)
 const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool)) })
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
 const decodeThreadRows = Schema.decodeUnknown(Schema.Array(ThreadRow))
+const decodeProviderThread = Schema.decodeUnknown(ProviderThreadRow)
 const decodeRunRows = Schema.decodeUnknown(Schema.Array(RunRow))
 const decodeNextRunSeq = Schema.decodeUnknown(Schema.Array(Schema.Struct({ nextRunSeq: Count })))
 const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
@@ -297,17 +300,39 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       updateThread: (t: Thread) => threads.update(t),
       getThread: (id: ThreadId) => threads.findOne("threads.get", sql`SELECT * FROM threads WHERE id = ${id}`),
       /**
-       * Thread `id` with the client tools it declared at creation (`[]`: none), in one statement (a run's queueing
-       * needs both). `None`: no such thread.
+       * Thread `id` with the client tools it declared at creation (`[]`: none) and its active provider thread
+       * (`providerThread`, as `getProviderThread` reads it; `None` when the thread has none or it is missing), in one
+       * statement (a run's queueing needs all three). `None`: no such thread.
        */
       getThreadWithTools: (id: ThreadId) =>
         Effect.gen(function*() {
-          const rows = yield* sql`SELECT threads.*, thread_tools.tools AS declared_tools FROM threads
-              LEFT JOIN thread_tools ON thread_tools.thread_id = threads.id WHERE threads.id = ${id}`
-          if (rows.length === 0) return Option.none<{ readonly thread: Thread; readonly tools: ReadonlyArray<ClientTool> }>()
+          const rows = yield* sql`SELECT threads.*, thread_tools.tools AS declared_tools,
+                pt.id AS pt_id, pt.thread_id AS pt_thread_id, pt.provider_instance AS pt_provider_instance,
+                pt.model AS pt_model, pt.context_window AS pt_context_window,
+                pt.active_native_thread_id AS pt_active_native_thread_id, pt.synced_run_seq AS pt_synced_run_seq,
+                pt.created_at AS pt_created_at, pt.updated_at AS pt_updated_at
+              FROM threads
+              LEFT JOIN thread_tools ON thread_tools.thread_id = threads.id
+              LEFT JOIN provider_threads pt ON pt.id = threads.active_provider_thread_id
+              WHERE threads.id = ${id}`
+          if (rows.length === 0) {
+            return Option.none<{ readonly thread: Thread; readonly tools: ReadonlyArray<ClientTool>; readonly providerThread: Option.Option<ProviderThread> }>()
+          }
           const [thread] = yield* decodeThreadRows(rows)
           const [declared] = yield* decodeDeclaredTools(rows)
-          return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [] })
+          const row = rows[0] as Record<string, unknown>
+          const providerThread = row.ptId === null || row.ptId === undefined ? Option.none<ProviderThread>() : Option.some(yield* decodeProviderThread({
+            id: row.ptId,
+            threadId: row.ptThreadId,
+            providerInstance: row.ptProviderInstance,
+            model: row.ptModel,
+            contextWindow: row.ptContextWindow,
+            activeNativeThreadId: row.ptActiveNativeThreadId,
+            syncedRunSeq: row.ptSyncedRunSeq,
+            createdAt: row.ptCreatedAt,
+            updatedAt: row.ptUpdatedAt
+          }))
+          return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [], providerThread })
         }).pipe(orPersistence("threads.getWithTools")),
       listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
       /**
@@ -562,7 +587,11 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       insertItemsAfterLast: (threadId: ThreadId, values: ReadonlyArray<Item>) =>
         Effect.gen(function*() {
           if (values.length === 0) return 1
-          const rows = yield* Effect.forEach(values, (v) => encodeItemRow({ ...v, threadId, seq: 1 }))
+          const rows = yield* Effect.forEach(values, (v) => {
+            const item = { ...v, threadId, seq: 1 }
+            const fast = encodeItemRowFast(item)
+            return fast === undefined ? encodeItemRow(item) : Effect.succeed(fast)
+          })
           const tuples = rows.map((r, i) =>
             sql`(${r.id}, ${r.threadId}, ${r.runId}, (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ${threadId}) + ${sql.literal(String(i + 1))},
               ${r.kind}, ${r.text}, ${r.toolCallId}, ${r.toolName}, ${r.messageId}, ${r.isError}, ${r.toolCallState}, ${r.tokens}, ${r.createdAt})`
@@ -705,16 +734,46 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       getNativeThread: (id: NativeThreadId) =>
         nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
       /**
-       * A native thread with the driver holding its provider session (`null`: none), in one read: turn start's
-       * `getNativeThread` and which driver holds its session.
+       * What turn start reads of the active native thread `id` of provider thread `providerThreadId`, in one statement:
+       * the native thread; the driver holding its provider session (`sessionDriverId`, `null`: none); whether its
+       * replay window is open (`replayWindow`, see `takeReplayWindow`); whether it has a `pending` delivery
+       * (`hasPending`: `listDeliveriesByStatus(id, "pending")` is not empty) and whether a handoff toward
+       * `providerThreadId` is open (`hasOpenHandoffs`: `listOpenHandoffs` is not empty); and the calibration of
+       * `providerInstance` as `getCalibration` reads it (`calibration`; not locked). The common turn then reads
+       * neither list nor the calibration.
        */
-      getNativeThreadSession: (id: NativeThreadId) =>
+      getNativeThreadSession: (id: NativeThreadId, providerThreadId: ProviderThreadId, providerInstance: ProviderInstance) =>
         Effect.flatMap(
-          sql`SELECT * FROM native_threads WHERE id = ${id}`,
-          (rows) => Effect.all(rows.slice(0, 1).map((row) => Effect.map(
-            decodeNative(row),
-            (native) => ({ native, sessionDriverId: (row as { readonly sessionDriverId?: string | null }).sessionDriverId ?? null })
-          )))
+          sql`SELECT native_threads.*,
+                EXISTS (SELECT 1 FROM handoff_deliveries WHERE native_thread_id = ${id} AND status = 'pending') AS has_pending,
+                EXISTS (SELECT 1 FROM handoffs WHERE target_provider_thread_id = ${providerThreadId} AND open = 1) AS has_open_handoffs,
+                c.provider_instance AS cal_provider_instance, c.ratio AS cal_ratio, c.samples AS cal_samples,
+                c.weight AS cal_weight, c.recent AS cal_recent, c.updated_at AS cal_updated_at
+              FROM native_threads LEFT JOIN provider_calibrations c ON c.provider_instance = ${providerInstance}
+              WHERE native_threads.id = ${id}`,
+          (rows) => Effect.all(rows.slice(0, 1).map((row) => Effect.gen(function*() {
+            const native = yield* decodeNative(row)
+            const r = row as Record<string, unknown>
+            const calibration = r.calProviderInstance === null || r.calProviderInstance === undefined
+              ? Option.none<ProviderCalibration>()
+              : Option.some(yield* decodeCalibration({
+                providerInstance: r.calProviderInstance,
+                ratio: r.calRatio,
+                samples: r.calSamples,
+                weight: r.calWeight,
+                recent: r.calRecent,
+                updatedAt: r.calUpdatedAt
+              }))
+            return {
+              native,
+              sessionDriverId: (r.sessionDriverId as string | null | undefined) ?? null,
+              replayWindow: Number(r.replayWindow ?? 0) !== 0,
+              // SQLite answers 0/1, Postgres a boolean.
+              hasPending: Number(r.hasPending) !== 0,
+              hasOpenHandoffs: Number(r.hasOpenHandoffs) !== 0,
+              calibration
+            }
+          })))
         ).pipe(Effect.map((found) => Option.fromNullable(found[0])), orPersistence("native_threads.getSession")),
       listNativeThreads: (providerThreadId: ProviderThreadId) =>
         nativeThreads.findAll(
@@ -1331,7 +1390,16 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         Effect.flatMap(
           Schema.encode(ReceiptRow)(receipt),
           (row) => sql`INSERT INTO command_receipts ${sql.insert(row)}`
-        ).pipe(Effect.asVoid, orPersistence("command_receipts.insert"))
+        ).pipe(Effect.asVoid, orPersistence("command_receipts.insert")),
+      /**
+       * Writes `receipt` unless its command id has a receipt already, in one statement (`ON CONFLICT DO NOTHING`):
+       * `true` when written, `false` when the id was seen before (nothing written; `findReceipt` tells which command).
+       */
+      insertReceiptIfNew: (receipt: Commands.CommandReceipt) =>
+        Effect.flatMap(
+          Schema.encode(ReceiptRow)(receipt),
+          (row) => sql`INSERT INTO command_receipts ${sql.insert(row)} ON CONFLICT (command_id) DO NOTHING RETURNING command_id`
+        ).pipe(Effect.map((rows) => rows.length > 0), orPersistence("command_receipts.insertIfNew"))
     }
   })
 }) {}

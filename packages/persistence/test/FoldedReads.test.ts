@@ -59,6 +59,91 @@ for (const [dialect, db] of dialects) {
         expect(yield* store.getThreadWithTools("thr_none" as ThreadId)).toEqual(Option.none())
       }).pipe(Effect.provide(layerOn(db))))
 
+    it.effect("getThreadWithTools: the active provider thread as getProviderThread reads it; None when the thread has none or it is missing", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_p", now))
+        yield* store.insertThread(thread("thr_q", now))
+        const providerThread = {
+          id: "pth_p" as ProviderThreadId, threadId: "thr_p" as ThreadId, providerInstance: "claude" as ProviderInstance, model: "m",
+          contextWindow: 200_000, activeNativeThreadId: "nat_p" as NativeThreadId, syncedRunSeq: 3, createdAt: now, updatedAt: now
+        }
+        yield* store.insertProviderThread(providerThread)
+        // A thread with no provider thread reads None; one naming a provider thread reads it as getProviderThread does.
+        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_p" as ThreadId)).providerThread).toEqual(Option.none())
+        yield* store.updateThread({ ...thread("thr_p", now), activeProviderThreadId: "pth_p" as ProviderThreadId })
+        const read = Option.getOrThrow(yield* store.getThreadWithTools("thr_p" as ThreadId))
+        expect(read.providerThread).toEqual(yield* store.getProviderThread("pth_p" as ProviderThreadId))
+        expect(Option.getOrThrow(read.providerThread).syncedRunSeq).toBe(3)
+        expect(read.thread).toEqual(Option.getOrThrow(yield* store.getThread("thr_p" as ThreadId)))
+        // A thread naming a provider thread that is not there (a damaged record) reads None.
+        yield* store.updateThread({ ...thread("thr_q", now), activeProviderThreadId: "pth_gone" as ProviderThreadId })
+        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_q" as ThreadId)).providerThread).toEqual(Option.none())
+      }).pipe(Effect.provide(layerOn(db))))
+
+    it.effect("getNativeThreadSession: the native thread as getNativeThread reads it, its session's driver and replay window, whether listDeliveriesByStatus(pending) and listOpenHandoffs would find anything, and the calibration as getCalibration reads it", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_n", now))
+        for (const id of ["pth_n", "pth_m"]) {
+          yield* store.insertProviderThread({
+            id: id as ProviderThreadId, threadId: "thr_n" as ThreadId, providerInstance: id as ProviderInstance, model: "m",
+            contextWindow: null, activeNativeThreadId: null, syncedRunSeq: 0, createdAt: now, updatedAt: now
+          })
+        }
+        for (const [id, pth] of [["nat_n", "pth_n"], ["nat_m", "pth_m"]] as const) {
+          yield* store.insertNativeThread({
+            id: id as NativeThreadId, providerThreadId: pth as ProviderThreadId, generation: 1, nativeRef: id, status: "active",
+            usage: null, estimatedTokens: 0, compactionsWithoutProgress: 0, createdAt: now, updatedAt: now
+          })
+        }
+        const session = (native: string, pth: string) =>
+          Effect.map(store.getNativeThreadSession(native as NativeThreadId, pth as ProviderThreadId, "claude" as ProviderInstance), Option.getOrThrow)
+        // The long way: each list read on its own.
+        const check = (native: string, pth: string) =>
+          Effect.gen(function*() {
+            const got = yield* session(native, pth)
+            expect(got.native).toEqual(Option.getOrThrow(yield* store.getNativeThread(native as NativeThreadId)))
+            expect(got.hasPending).toBe((yield* store.listDeliveriesByStatus(native as NativeThreadId, "pending")).length > 0)
+            expect(got.hasOpenHandoffs).toBe((yield* store.listOpenHandoffs(pth as ProviderThreadId)).length > 0)
+            expect(got.calibration).toEqual(yield* store.getCalibration("claude" as ProviderInstance))
+            return got
+          })
+        const first = yield* check("nat_n", "pth_n")
+        expect([first.sessionDriverId, first.replayWindow, first.hasPending, first.hasOpenHandoffs]).toEqual([null, false, false, false])
+        expect(first.calibration).toEqual(Option.none())
+        yield* store.upsertCalibration({
+          providerInstance: "claude", ratio: 1.25, samples: 3, weight: 9_000, recent: [{ ratio: 1.25, tokens: 3_000 }], updatedAt: now
+        })
+        expect(Option.getOrThrow((yield* check("nat_n", "pth_n")).calibration).ratio).toBe(1.25)
+        yield* store.holdSession("nat_n" as NativeThreadId, "drv_1", true)
+        const resumed = yield* check("nat_n", "pth_n")
+        expect([resumed.sessionDriverId, resumed.replayWindow]).toEqual(["drv_1", true])
+        expect(yield* store.takeReplayWindow("nat_n" as NativeThreadId)).toBe(true)
+        expect((yield* check("nat_n", "pth_n")).replayWindow).toBe(false)
+        // A closed handoff toward pth_n, an open one toward pth_m; deliveries: deferred and pending, to nat_m only.
+        for (const [name, open, target] of [["closed", false, "pth_n"], ["open", true, "pth_m"]] as const) {
+          yield* store.insertHandoff({
+            id: `hof_${name}` as HandoffId, threadId: "thr_n" as ThreadId, kind: "switch", targetProviderThreadId: target as ProviderThreadId,
+            sourceRunIds: [], itemIds: [], tokens: 1, omittedItemIds: [], open, createdAt: now, updatedAt: now
+          })
+        }
+        for (const [handoff, status] of [["closed", "deferred"], ["open", "pending"]] as const) {
+          yield* store.insertDelivery({
+            id: `dlv_${handoff}` as DeliveryId, handoffId: `hof_${handoff}` as HandoffId, nativeThreadId: "nat_m" as NativeThreadId,
+            status, mode: null, runId: null, deliveredItemIds: [], omittedItemIds: [], deliveredTokens: 0, deferCount: 0,
+            lastDeferReason: null, createdAt: now, updatedAt: now
+          })
+        }
+        const n = yield* check("nat_n", "pth_n")
+        expect([n.hasPending, n.hasOpenHandoffs]).toEqual([false, false])
+        const m = yield* check("nat_m", "pth_m")
+        expect([m.hasPending, m.hasOpenHandoffs]).toEqual([true, true])
+        expect(yield* store.getNativeThreadSession("nat_none" as NativeThreadId, "pth_n" as ProviderThreadId, "claude" as ProviderInstance)).toEqual(Option.none())
+      }).pipe(Effect.provide(layerOn(db))))
+
     it.effect("getRunWithAttemptCount: the run as getRun reads it, with listAttempts' length (only its own attempts); None for no run", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore

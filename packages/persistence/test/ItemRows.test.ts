@@ -1,7 +1,7 @@
 import type { Item } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
 import { DateTime, Either, FastCheck as fc, Schema } from "effect"
-import { decodeItemRowFast, ItemRow } from "../src/internal/Tables.js"
+import { decodeItemRowFast, encodeItemRowFast, ItemRow } from "../src/internal/Tables.js"
 
 const decodeSchema = Schema.decodeUnknownEither(ItemRow)
 
@@ -70,6 +70,56 @@ describe("decodeItemRowFast", () => {
     for (const odd of [{ seq: "1" }, { isError: false }, { kind: "note" }, { createdAt: "yesterday" }, { tokens: -1 }]) {
       expect(decodeItemRowFast({ ...row, ...odd })).toBeUndefined()
       expect(Either.isLeft(decodeSchema({ ...row, ...odd }))).toBe(true)
+    }
+  })
+})
+
+const encodeSchema = Schema.encodeUnknownEither(ItemRow)
+
+/** An item as Baton builds one (branded ids are strings, `isError` a boolean, `createdAt` a `DateTime.Utc`). */
+const wellFormedItem = wellFormed.map((row) => ({
+  ...row,
+  isError: row.isError !== 0,
+  createdAt: DateTime.unsafeMake(row.createdAt)
+}))
+
+/** An item with one field replaced by an odd value (as `mutated`, plus values only an item could hold wrongly). */
+const mutatedItem = fc.tuple(wellFormedItem, fc.constantFrom(...keys, "extra"), fc.constantFrom<unknown>(
+  undefined, null, "", "x", -1, 0, 1, 1.5, Number.NaN, Infinity, 2 ** 60, true, false, {}, [], "answered", "user_message",
+  "2026-12-04T00:00:00.000Z", new Date(0), DateTime.unsafeMakeZoned(0, { timeZone: "Europe/Paris" }), DateTime.unsafeMake(0)
+)).map(([item, key, value]) => {
+  const copy: Record<string, unknown> = { ...item }
+  if (value === undefined) delete copy[key]
+  else copy[key] = value
+  return copy
+})
+
+describe("encodeItemRowFast", () => {
+  it("encodes every well-formed item to ItemRow's row", () => {
+    fc.assert(fc.property(wellFormedItem, (item) => {
+      const fast = encodeItemRowFast(item)
+      const schema = encodeSchema(item)
+      expect(Either.isRight(schema)).toBe(true)
+      expect(fast).toStrictEqual(Either.getOrThrow(schema))
+    }), { numRuns: 2000 })
+  })
+
+  it("never takes an item ItemRow refuses, and agrees with it on every item it takes", () => {
+    fc.assert(fc.property(mutatedItem, (item) => {
+      const fast = encodeItemRowFast(item)
+      const schema = encodeSchema(item)
+      if (fast !== undefined) {
+        expect(Either.isRight(schema)).toBe(true)
+        expect(fast).toStrictEqual(Either.getOrThrow(schema))
+      }
+    }), { numRuns: 5000 })
+  })
+
+  it("leaves odd items to the schema: a numeric isError, an ISO string date, a zoned date, an unknown kind", () => {
+    const [item] = fc.sample(wellFormedItem, { numRuns: 1, seed: 7 })
+    for (const odd of [{ isError: 1 }, { createdAt: "2026-12-04T00:00:00.000Z" }, { createdAt: DateTime.unsafeMakeZoned(0, { timeZone: "Europe/Paris" }) }, { kind: "note" }, { tokens: -1 }]) {
+      expect(encodeItemRowFast({ ...item, ...odd })).toBeUndefined()
+      expect(Either.isLeft(encodeSchema({ ...item, ...odd }))).toBe(true)
     }
   })
 })

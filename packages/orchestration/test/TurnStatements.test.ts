@@ -1,0 +1,85 @@
+import { Harness } from "@baton/testing"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect, Option, Tracer } from "effect"
+
+const ops = Harness.ops
+
+/**
+ * A tracer that records, while `recording.on` is set, each statement `@effect/sql` runs (`sql.execute` spans, by text)
+ * and whether it ran inside a transaction, and counts the outermost transactions (`sql.transaction` spans).
+ */
+const recording = { on: false, statements: [] as Array<{ readonly text: string; readonly inTransaction: boolean }>, transactions: 0 }
+const inTransaction = (parent: Option.Option<Tracer.AnySpan>): boolean => {
+  let p = Option.getOrUndefined(parent)
+  while (p !== undefined) {
+    if (p._tag === "Span" && p.name === "sql.transaction") return true
+    p = p._tag === "Span" ? Option.getOrUndefined(p.parent) : undefined
+  }
+  return false
+}
+const recordingTracer = Tracer.make({
+  span: (name, parent, context, links, startTime, kind) => {
+    const attributes = new Map<string, unknown>()
+    const nested = inTransaction(parent)
+    return {
+      _tag: "Span", name, spanId: "s", traceId: "t", parent, context, status: { _tag: "Started", startTime },
+      attributes, links: [...links], sampled: true, kind,
+      end: () => {
+        if (!recording.on) return
+        if (name === "sql.execute") {
+          recording.statements.push({ text: String(attributes.get("db.query.text") ?? "").replace(/\s+/g, " "), inTransaction: nested })
+        } else if (name === "sql.transaction" && !nested) recording.transactions++
+      },
+      attribute: (key, value) => void attributes.set(key, value), event: () => {}, addLinks: () => {}
+    }
+  },
+  context: (f) => f()
+})
+
+describe.each(Harness.dialects)("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
+
+  // Regression pin for the turn-start overhead (issue 15's performance line): a send on a thread that owes nothing
+  // (the scripted provider streams its item in a chunk of its own: recorded in a unit of work of its own) ran 31
+  // statements in 4 transactions plus one after them (the receipt's result). Removed: the receipt read before
+  // its insert (INSERT ... ON CONFLICT DO NOTHING), the provider thread's read (joined to the thread's), turn start's
+  // reads of pending deliveries and open handoffs (EXISTS in the native thread's read) and of the calibration (joined
+  // to it), the replay window's update (known closed at turn start), and the receipt's completion in a statement of
+  // its own (it joins the run's completion). Any of them coming back fails this test.
+  it.effect("a send that owes nothing runs 25 statements in 4 transactions, none of the removed ones", () => {
+    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      // Two sends first: the native thread starts, and the provider's calibration row exists (Postgres writes it
+      // before it locks it, the first time a turn learns).
+      for (const [i, usedTokens] of [1_000, 2_000].entries()) {
+        h.script.enqueue(Harness.reply(20, { usedTokens, maxTokens: 1_000_000 }))
+        expect((yield* o.send(threadId, `warm-up ${i}`)).status).toBe("completed")
+      }
+      const counts: Array<number> = []
+      for (let i = 0; i < 3; i++) {
+        h.script.enqueue(Harness.reply(20, { usedTokens: 2_500 + 500 * i, maxTokens: 1_000_000 }))
+        recording.statements = []
+        recording.transactions = 0
+        recording.on = true
+        const sent = yield* o.send(threadId, `step ${i}`)
+        recording.on = false
+        expect(sent.status).toBe("completed")
+        const texts = recording.statements.map((s) => s.text)
+        expect(texts.filter((t) => /SELECT \* FROM command_receipts/.test(t))).toEqual([])
+        expect(texts.filter((t) => /SELECT \* FROM provider_threads WHERE id/.test(t))).toEqual([])
+        expect(texts.filter((t) => /FROM handoff_deliveries WHERE native_thread_id = \S+ AND status = \S+ ORDER BY/.test(t))).toEqual([])
+        expect(texts.filter((t) => /SELECT \* FROM handoffs WHERE target_provider_thread_id/.test(t))).toEqual([])
+        expect(texts.filter((t) => /replay_window = 0/.test(t))).toEqual([])
+        // Turn start reads the calibration with the native thread; the completion reads it again, under the lock.
+        expect(recording.statements.filter((s) => /FROM provider_calibrations WHERE/.test(s.text)).map((s) => s.inTransaction)).toEqual([true])
+        // The receipt's result is written once, inside the run's completion.
+        expect(recording.statements.filter((s) => /UPDATE command_receipts SET result/.test(s.text)).map((s) => s.inTransaction)).toEqual([true])
+        expect(recording.transactions).toBe(4)
+        counts.push(recording.statements.length)
+      }
+      expect(counts).toEqual([25, 25, 25])
+    }).pipe(Effect.withTracer(recordingTracer), Effect.provide(h.layer))
+  })
+})
