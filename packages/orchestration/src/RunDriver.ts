@@ -8,9 +8,15 @@
  *   (ThreadService.processRun: a run starts only when every earlier run of its thread has ended), so across
  *   processes on one database a thread's runs still run in seq order, one at a time. A run sent to a thread with no
  *   unfinished run is claimed in its queueing unit of work (ThreadService.queueForDriver) and the worker drives it
- *   without claiming it again: one unit of work and about ten statements fewer before the provider call. A run ahead that another
+ *   without claiming it again, or reading the queue first (it is the thread's first unfinished run by construction):
+ *   one unit of work and about eleven statements fewer before the provider call. After each run the worker reads the
+ *   queue once: runs queued behind it (by this process, another, or left queued) start at once. A run ahead that another
  *   process is driving is waited for (polled, 25 ms doubling to 1 s); if that driver is gone, its runs are
  *   reconciled (ThreadService.recover) and the thread goes on.
+ * - Waiting for a run (`awaitRun`, `awaitEnd`): a caller joins the run's waiters, settled when this process's fiber for
+ *   the run ends (a signal, no polling); a run this process is driving is joined without reading it. A run driven
+ *   elsewhere is settled by the thread's worker here when it sees the run ended, or polled (25 ms doubling to 1 s)
+ *   when there is no worker here.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
  *   run's outcome is already recorded and the thread takes the next run.
@@ -206,8 +212,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         while (!stopping) {
           // A run claimed at its queueing is the thread's first unfinished run without reading the queue: it was
           // claimed under the thread's lock when the thread had no unfinished run (every earlier run had ended, and a
-          // run queued since has a later seq), and it has not ended since unless interrupted (here: \`stopRun\` drops it
-          // from \`claimedHere\`; by another process: TurnExecution's begin finds it no longer \`starting\` and ends the
+          // run queued since has a later seq), and it has not ended since unless interrupted (here: `stopRun` drops it
+          // from `claimedHere`; by another process: TurnExecution's begin finds it no longer `starting` and ends the
           // turn before the provider, as it does for an interrupt landing just after this loop's read).
           const pending = claimedFor(threadId)
           const first = pending !== undefined ? Option.some(pending.run) : yield* store.findFirstUnfinishedRun(threadId)
