@@ -139,12 +139,14 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
       .handle("get", ({ path, urlParams }) =>
         Effect.gen(function*() {
           if (urlParams.waitMs !== undefined && urlParams.waitMs > 0) {
-            // Waits for the run to end, at most `waitMs`; then answers the run as it stands.
-            yield* driver.awaitRun(path.runId).pipe(
+            // Waits for the run to end, at most `waitMs`; then answers the run as it stands (with the ended record
+            // the wait read, when it read one: not read twice).
+            const ended = yield* driver.awaitEnd(path.runId).pipe(
               Effect.timeout(Duration.millis(urlParams.waitMs)),
-              Effect.catchTag("TimeoutException", () => Effect.void),
-              Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.void)
+              Effect.catchTag("TimeoutException", () => Effect.succeed(null)),
+              Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null))
             )
+            return yield* query.run(path.runId, ended ?? undefined)
           }
           return yield* query.run(path.runId)
         }))

@@ -8,9 +8,15 @@
  *   (ThreadService.processRun: a run starts only when every earlier run of its thread has ended), so across
  *   processes on one database a thread's runs still run in seq order, one at a time. A run sent to a thread with no
  *   unfinished run is claimed in its queueing unit of work (ThreadService.queueForDriver) and the worker drives it
- *   without claiming it again: one unit of work and about ten statements fewer before the provider call. A run ahead that another
+ *   without claiming it again, or reading the queue first (it is the thread's first unfinished run by construction):
+ *   one unit of work and about eleven statements fewer before the provider call. After each run the worker reads the
+ *   queue once: runs queued behind it (by this process, another, or left queued) start at once. A run ahead that another
  *   process is driving is waited for (polled, 25 ms doubling to 1 s); if that driver is gone, its runs are
  *   reconciled (ThreadService.recover) and the thread goes on.
+ * - Waiting for a run (`awaitRun`, `awaitEnd`): a caller joins the run's waiters, settled when this process's fiber for
+ *   the run ends (a signal, no polling); a run this process is driving is joined without reading it. A run driven
+ *   elsewhere is settled by the thread's worker here when it sees the run ended, or polled (25 ms doubling to 1 s)
+ *   when there is no worker here.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
  *   run's outcome is already recorded and the thread takes the next run.
@@ -57,6 +63,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const workers = new Map<string, Fiber.RuntimeFiber<void, never>>()
     const again = new Set<string>()
     const inFlight = new Map<string, Fiber.RuntimeFiber<SendResult, unknown>>()
+    /** The run each fiber in `inFlight` drives (its thread and seq), by run id: set and cleared with `inFlight`. */
+    const driving = new Map<string, Run>()
+    /**
+     * How many runs' fibers have ended here (each `drive`'s end counts one, before it settles the run's waiters): a
+     * waiter that read its run unfinished and joins `waiting` after a yield compares it to know whether the run may
+     * have ended, and settled nobody, in between (see `awaitEnded`).
+     */
+    let drivesEnded = 0
     /** Runs claimed in their queueing unit of work (`starting`, this driver's) that the thread's worker drives next. */
     const claimedHere = new Map<string, ClaimedRun>()
     /** Callers waiting for a run this process may drive: its result (rich turn-start report) or its failure. */
@@ -136,16 +150,30 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
       })
 
-    /** Runs `effect` (a turn of `runId`) as this process's fiber for the run and settles its waiting callers. */
-    const drive = (runId: RunId, effect: Effect.Effect<SendResult, unknown>) =>
+    /** Runs `effect` (a turn of `run`) as this process's fiber for the run and settles its waiting callers. */
+    const drive = (run: Run, effect: Effect.Effect<SendResult, unknown>) =>
       Effect.gen(function*() {
+        const runId = run.id
         const fiber = yield* Effect.forkIn(effect, scope)
         inFlight.set(runId, fiber)
+        driving.set(runId, run)
         const exit = yield* Fiber.await(fiber)
+        // Cleared before the waiters are settled: a caller that still finds the run in `driving` is settled below.
         inFlight.delete(runId)
+        driving.delete(runId)
+        drivesEnded++
         yield* settle(runId, exit)
         return exit
       })
+
+    /**
+     * The run claimed at its queueing for `threadId` that its worker has not taken yet, if any (at most one: a run is
+     * claimed at its queueing only when its thread has no unfinished run).
+     */
+    const claimedFor = (threadId: ThreadId) => {
+      for (const claimed of claimedHere.values()) if (claimed.run.threadId === threadId) return claimed
+      return undefined
+    }
 
     /** Wakes the worker of `wait`'s thread at its deadline (once per run; the timer goes with the driver's scope). */
     const watchDeadline = (wait: ToolWait) =>
@@ -182,7 +210,13 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const work = (threadId: ThreadId): Effect.Effect<void> =>
       Effect.gen(function*() {
         while (!stopping) {
-          const first = yield* store.findFirstUnfinishedRun(threadId)
+          // A run claimed at its queueing is the thread's first unfinished run without reading the queue: it was
+          // claimed under the thread's lock when the thread had no unfinished run (every earlier run had ended, and a
+          // run queued since has a later seq), and it has not ended since unless interrupted (here: `stopRun` drops it
+          // from `claimedHere`; by another process: TurnExecution's begin finds it no longer `starting` and ends the
+          // turn before the provider, as it does for an interrupt landing just after this loop's read).
+          const pending = claimedFor(threadId)
+          const first = pending !== undefined ? Option.some(pending.run) : yield* store.findFirstUnfinishedRun(threadId)
           // A caller waiting here for a run another process drove is answered once the run has ended.
           yield* settleEndedElsewhere(threadId, first._tag === "None" ? null : first.value.seq)
           if (first._tag === "None") {
@@ -198,7 +232,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (run.status === "waiting") {
             const step = yield* waitingStep(run)
             if (step === "continue") {
-              yield* drive(run.id, threads.continueRun(run.id))
+              yield* drive(run, threads.continueRun(run.id))
               continue
             }
             if (step === "expire") {
@@ -222,7 +256,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             yield* waitWhileFirst(threadId, run.id)
             continue
           }
-          const exit = yield* drive(run.id, threads.processRun(run.id, claimed))
+          const exit = yield* drive(run, threads.processRun(run.id, claimed))
           // Near the window after a completed run: the automatic /offload (off unless configured) runs beside the
           // driver, so a run queued meanwhile is not held up (it makes the summary stale instead).
           if (Exit.isSuccess(exit) && exit.value.status === "completed" && autoOffloadOn) {
@@ -307,21 +341,89 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         const ended = yield* pollEnded(runId)
         if (ended._tag === "None") return yield* new RunNotFound({ runId })
         return yield* recorded(ended.value)
-      }).pipe(Effect.ensuring(Effect.sync(() => {
-        const w = waiting.get(runId)
-        if (w !== undefined && --w.waiters <= 0) waiting.delete(runId)
-      })))
+      }).pipe(Effect.ensuring(Effect.sync(() => leave(runId))))
+
+    /** Joins the callers waiting for `runId` (with `fresh` as their deferred when it is the first): their deferred. */
+    const join = (runId: string, threadId: string, runSeq: number, fresh: Deferred.Deferred<SendResult, unknown>) => {
+      const existing = waiting.get(runId)
+      if (existing !== undefined) {
+        existing.waiters++
+        return existing.deferred
+      }
+      waiting.set(runId, { threadId, runSeq, deferred: fresh, waiters: 1 })
+      return fresh
+    }
+
+    /** Leaves the callers waiting for `runId`: the entry goes with the last one. */
+    const leave = (runId: string) => {
+      const w = waiting.get(runId)
+      if (w !== undefined && --w.waiters <= 0) waiting.delete(runId)
+    }
 
     const register = (runId: string, threadId: string, runSeq: number) =>
+      Effect.map(Deferred.make<SendResult, unknown>(), (fresh) => join(runId, threadId, runSeq, fresh))
+
+    /** How a waited-for run ended: this process's result for it, or its ended record. */
+    type Ended = { readonly result: SendResult; readonly run: null } | { readonly result: null; readonly run: Run }
+    const endedHere = (result: SendResult): Ended => ({ result, run: null })
+    const endedRecord = (run: Run): Ended => ({ result: null, run })
+
+    /**
+     * Waits for `runId` to end: `result`, this process's result for it (rich turn-start report) when its fiber here
+     * ended it while this caller waited, else `run`, its ended record as read here. At most one read of the run on
+     * the way: none for a run this process is driving (its fiber's end settles the callers that joined before it),
+     * one for any other (the answer when it has ended; else the callers are joined, and read again only if a run's
+     * fiber ended here in between, so that an end which settled nobody is not missed). A run that is not this
+     * process's to settle (driven elsewhere with no worker of its thread here; or a `waiting` run, or one another
+     * process claimed) is polled as `awaitWith` does. `preferResult`: a run found ended answers the result another
+     * caller's wait here was settled with, if there is one (as `awaitWith` does). Fails with `RunNotFound`.
+     */
+    const awaitEnded = (runId: RunId, preferResult: boolean) =>
       Effect.gen(function*() {
-        const existing = waiting.get(runId)
-        if (existing !== undefined) {
-          existing.waiters++
-          return existing.deferred
-        }
-        const deferred = yield* Deferred.make<SendResult, unknown>()
-        waiting.set(runId, { threadId, runSeq, deferred, waiters: 1 })
-        return deferred
+        const fresh = yield* Deferred.make<SendResult, unknown>()
+        let joined = false
+        return yield* Effect.gen(function*() {
+          const here = driving.get(runId)
+          let deferred: Deferred.Deferred<SendResult, unknown>
+          if (here !== undefined) {
+            // No yield since `driving` was read: its fiber's end (which clears `driving` first) settles this caller.
+            deferred = join(runId, here.threadId, here.seq, fresh)
+            joined = true
+          } else {
+            const endsBefore = drivesEnded
+            let found = yield* store.getRun(runId)
+            if (found._tag === "None") return yield* new RunNotFound({ runId })
+            if (terminalRunStatuses.includes(found.value.status)) {
+              const settled = preferResult ? waiting.get(runId) : undefined
+              const done = settled === undefined ? Option.none() : yield* Deferred.poll(settled.deferred)
+              if (Option.isSome(done)) {
+                const exit = yield* Effect.exit(done.value)
+                if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
+              }
+              return endedRecord(found.value)
+            }
+            deferred = join(runId, found.value.threadId, found.value.seq, fresh)
+            joined = true
+            if (drivesEnded !== endsBefore) {
+              // A fiber here ended a run between the read and the join; it may have been this one, with nobody to settle.
+              found = yield* store.getRun(runId)
+              if (found._tag === "None") return yield* new RunNotFound({ runId })
+              if (terminalRunStatuses.includes(found.value.status)) return endedRecord(found.value)
+            }
+            if (!workers.has(found.value.threadId) && !inFlight.has(runId)) {
+              const polled = yield* pollEnded(runId)
+              if (polled._tag === "None") return yield* new RunNotFound({ runId })
+              return endedRecord(polled.value)
+            }
+          }
+          const exit = yield* Effect.exit(Deferred.await(deferred))
+          if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
+          const polled = yield* pollEnded(runId)
+          if (polled._tag === "None") return yield* new RunNotFound({ runId })
+          return endedRecord(polled.value)
+        }).pipe(Effect.ensuring(Effect.sync(() => {
+          if (joined) leave(runId)
+        })))
       })
 
     // Runs left unfinished by drivers that are gone are reconciled before this driver takes any.
@@ -385,11 +487,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * asked before it ended, else what the record says. Fails with `RunNotFound`.
        */
       awaitRun: (runId: RunId) =>
-        Effect.gen(function*() {
-          const found = yield* store.getRun(runId)
-          if (found._tag === "None") return yield* new RunNotFound({ runId })
-          return yield* awaitWith(runId, yield* register(runId, found.value.threadId, found.value.seq))
-        }),
+        Effect.flatMap(awaitEnded(runId, true), (ended) => ended.result !== null ? Effect.succeed(ended.result) : recorded(ended.run)),
+      /**
+       * Waits for a run to end (as `awaitRun`) without building its result: the ended run's record when it was read
+       * on the way (`null` when this process's fiber ended it while the caller waited: the caller reads the record if
+       * it needs it). For a caller that reads the run afterwards anyway (the API's `GET /runs/{id}?waitMs`): at most
+       * one read of the run here, none of its provider thread. Fails with `RunNotFound`.
+       */
+      awaitEnd: (runId: RunId) => Effect.map(awaitEnded(runId, false), (ended) => ended.run),
       /**
        * Interrupts a run (`command.runId`, else the thread's run in progress): recorded at once (a queued run ends
        * `interrupted` before the provider), the provider asked to stop, and the run's fiber interrupted if it has not
@@ -413,6 +518,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }),
       /** Runs this process drives right now. */
       inFlight: () => [...inFlight.keys()],
+      /** Threads with a worker fiber here right now (one that has not yet found its thread's queue empty). */
+      working: () => [...workers.keys()],
       /** Runs claimed at their queueing (`starting`, this driver's) that the thread's worker has not taken yet. */
       claimedPending: () => [...claimedHere.keys()]
     }

@@ -30,6 +30,7 @@ import {
   type ProviderThreadView,
   type Readiness,
   RunNotFound,
+  type Run,
   type RunId,
   type RunPage,
   RunStatus,
@@ -187,11 +188,12 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /**
-     * A run with its attempts and items, and while it waits for tool results the open calls and the deadline. Fails
-     * with `RunNotFound`, `PersistenceError`.
+     * A run with its attempts and items, and while it waits for tool results the open calls and the deadline.
+     * `known`: the run's record as the caller has just read it (e.g. `RunDriver.awaitEnd`'s, on the run's end), taken
+     * instead of reading it again; the rest is read after it, as always. Fails with `RunNotFound`, `PersistenceError`.
      */
-    const run = Effect.fn("ThreadQuery.run")(function*(runId: RunId) {
-      const found = yield* store.getRun(runId)
+    const run = Effect.fn("ThreadQuery.run")(function*(runId: RunId, known?: Run) {
+      const found = known !== undefined && known.id === runId ? Option.some(known) : yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
       const wait = found.value.status === "waiting" ? Option.getOrNull(yield* store.getToolWait(runId)) : null
       return {
