@@ -904,6 +904,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const active = yield* store.activeProviderThreadOn(threadId, request.providerInstance)
         const lane = Option.isSome(active) ? { id: active.value } : yield* laneOf(threadId, request)
         const now = yield* DateTime.now
+        // A retry stores none of its messages: its run names the prompt of the run it repeats, the thread's newest (the
+        // request whose messages are the baseline's was the conversation's last begun; one row, read for retries only).
+        // Without one, the newest input's (the messages after the request's last reply). Review r31: the newest input's
+        // differed from the repeated run's when that run stored earlier history (a resumed conversation's first request
+        // ending with tool results: "" instead of its user text).
+        const repeated = fresh.length === 0 && (retried !== null || repeats) ? (yield* store.listRecentRuns(threadId, 1)).at(-1) : undefined
         // The run's seq is the thread's next, read by its insert (one statement).
         const draft: Omit<Run, "seq"> = {
           id: ids.next("run") as Run["id"],
@@ -911,9 +917,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           providerThreadId: lane.id,
           // Written `completed` at once when the answer is recorded with it (`outcome`; its `run.completed` follows).
           status: outcome?._tag === "completed" ? "completed" : "running",
-          // A retry stores none of its messages: its run names the prompt it retried, the newest input's (the messages
-          // after the request's last reply), as the run it repeats did.
-          prompt: wire.promptOf(fresh.length > 0 || (retried === null && !repeats) ? fresh : newestInput(wire, request.messages)),
+          prompt: repeated !== undefined
+            ? repeated.prompt
+            : wire.promptOf(fresh.length > 0 || (retried === null && !repeats) ? fresh : newestInput(wire, request.messages)),
           stopPoint: null,
           failureReason: null,
           failureCode: null,

@@ -133,6 +133,27 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
       expect(runs.map((r) => r.prompt)).toEqual(["one", "two", "two", "two"])
     }).pipe(Effect.provide(layer(db))))
 
+  // Review r31: the first request Baton saw of a conversation (a resumed session, or one after a divergence) stores
+  // every message, so its prompt is the newest user text among them, which may come before the model's last message
+  // when the request ends with tool results; its retry's prompt was that newest input's ("": tool results only).
+  it.live("a retry of a request that carried earlier history names the prompt the run it repeats named", () =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const store = yield* ThreadStore
+      const history = [
+        user("resume the refactor"),
+        { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "Bash", input: { command: "ls" } }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "a.ts b.ts" }] }
+      ]
+      const first = yield* threads.begin(request("resumed", history))
+      const streaming = yield* threads.begin(request("resumed", history))
+      yield* threads.complete(first, answer("A", false).reply)
+      const afterReply = yield* threads.begin(request("resumed", history))
+      expect([streaming.repeats, afterReply.retried !== null]).toEqual([true, true])
+      const runs = yield* store.listRuns(first.threadId)
+      expect(runs.map((r) => r.prompt)).toEqual(["resume the refactor", "resume the refactor", "resume the refactor"])
+    }).pipe(Effect.provide(layer(db))))
+
   for (const [form, column] of [
     ["{prints, content} (before `replied`)", (b: GatewayConversations.Baseline) => JSON.stringify({ prints: b.prints, content: b.content })],
     ["an array of fingerprints (before content prints)", (b: GatewayConversations.Baseline) => JSON.stringify(b.prints)]
