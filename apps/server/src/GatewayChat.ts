@@ -18,7 +18,7 @@
  */
 import type { ProviderAdapter } from "@baton/providers"
 import { GatewayChatWire, type GatewayThreads } from "@baton/orchestration"
-import { Sse } from "@baton/providers"
+import { ProviderFailure, Sse } from "@baton/providers"
 import { type Assembler, type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import { bearerToken, bearerUpstream, errorResponse } from "./GatewayResponses.js"
 
@@ -54,7 +54,11 @@ export const replyAssembler = (): Assembler => {
     if (isRecord(data.error)) {
       failure = {
         _tag: "failed",
-        code: data.error.code === "context_length_exceeded" ? "overflow" : "provider_unavailable",
+        // An overflow by OpenAI's code or in any provider's words (an OpenAI-compatible server's, vLLM's "maximum
+        // context length is …" with `code` 400), as the same body answered as a 4xx is read (Gateway's failureCode).
+        code: data.error.code === "context_length_exceeded" || ProviderFailure.overflowOf(String(data.error.message ?? "")) !== null
+          ? "overflow"
+          : "provider_unavailable",
         reason: `the upstream's stream reported an error: ${String(data.error.code ?? "")} ${String(data.error.message ?? "")}`.trim()
       }
       return

@@ -17,8 +17,9 @@
  * It owns only what differs from the Anthropic dialect (`GatewayAnthropic`); forwarding and the record are `Gateway`'s.
  */
 import type { ProviderAdapter } from "@baton/providers"
+import type { RunFailureCode } from "@baton/contracts"
 import { GatewayResponsesWire, type GatewayThreads } from "@baton/orchestration"
-import { Sse } from "@baton/providers"
+import { ProviderFailure, Sse } from "@baton/providers"
 import { HttpServerResponse } from "@effect/platform"
 import { Option, Redacted } from "effect"
 import { type Assembler, type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
@@ -57,6 +58,19 @@ const replyOf = (output: ReadonlyArray<unknown>, response: unknown): GatewayThre
 })
 
 /**
+ * The run failure code of an error in a Responses stream (`response.failed`'s `error`, or an `error` event) from its
+ * `code` and `message`: `overflow` for OpenAI's `context_length_exceeded` or an overflow in any provider's words
+ * (`ProviderFailure.overflowOf`, as the same body answered as a 4xx is read), `provider_unavailable` for a server error
+ * or a rate limit (`server_error`, `rate_limit_exceeded`, `server_is_overloaded`), else `otherwise`.
+ */
+const streamFailureCode = (code: unknown, message: unknown, otherwise: RunFailureCode): RunFailureCode =>
+  code === "context_length_exceeded" || ProviderFailure.overflowOf(typeof message === "string" ? message : "") !== null
+    ? "overflow"
+    : code === "server_error" || code === "rate_limit_exceeded" || code === "server_is_overloaded"
+    ? "provider_unavailable"
+    : otherwise
+
+/**
  * Assembles the reply of a Responses SSE stream from its bytes as they pass: the `response.output_item.done` items
  * by `output_index` (the final response's `output` when the stream gave none), the usage of the final response.
  */
@@ -83,13 +97,13 @@ export const replyAssembler = (): Assembler => {
         const error = isRecord(response.error) ? response.error : {}
         outcome = {
           _tag: "failed",
-          code: error.code === "context_length_exceeded" ? "overflow" : "provider_refused",
+          code: streamFailureCode(error.code, error.message, "provider_refused"),
           reason: `the upstream's response failed: ${String(error.code ?? "")} ${String(error.message ?? "")}`.trim()
         }
         break
       }
       case "error":
-        outcome = { _tag: "failed", code: "provider_unavailable", reason: `the upstream's stream reported an error: ${String(data.code ?? "")} ${String(data.message ?? "")}`.trim() }
+        outcome = { _tag: "failed", code: streamFailureCode(data.code, data.message, "provider_unavailable"), reason: `the upstream's stream reported an error: ${String(data.code ?? "")} ${String(data.message ?? "")}`.trim() }
         break
     }
   }

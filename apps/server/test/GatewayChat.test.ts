@@ -123,4 +123,30 @@ describe("Gateway, OpenAI Chat Completions", () => {
         expect(runs[0]!.failureReason).toContain("context_length_exceeded")
       })
     ))
+
+  // Review r31: an error in the stream was `overflow` only with OpenAI's code; an OpenAI-compatible server's overflow
+  // (vLLM: its words, `code` 400) failed the run provider_unavailable, unlike the same body as a 4xx (overflow) and
+  // an Anthropic stream's error (read by ProviderFailure.overflowOf). It is also what Baton's own stream error carries
+  // when a continuation after thread_read is refused with such a body (GatewayChatOffload.streamError).
+  it.live("an error in the stream fails the run by its words: an OpenAI-compatible overflow without OpenAI's code is overflow", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const overflow = "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion."
+        const streams = [
+          { error: { object: "error", message: overflow, type: "BadRequestError", param: null, code: 400 } },
+          { error: { message: "The server is overloaded", type: "server_error", param: null, code: null } }
+        ].map((e) => `data: ${JSON.stringify(e)}\n\n`)
+        upstream.enqueue(...streams.map((body) => ({ status: 200, contentType: "text/event-stream", body })))
+        for (const [i, body] of streams.entries()) {
+          const answer = yield* raw(chat({ model: "gpt-x", stream: true, messages: [{ role: "user", content: `hi ${i}` }] }))
+          expect(answer.text).toBe(body)
+        }
+        // Two conversations (no session, different first messages): each thread's one run, in the order sent.
+        const api = yield* client()
+        const threads = (yield* api.threads.list({ urlParams: {} })).threads
+        const runs = (yield* Effect.forEach(threads, (t) => api.runs.list({ path: { threadId: t.id }, urlParams: {} }))).flatMap((p) => p.runs)
+        const byPrompt = Object.fromEntries(runs.map((r) => [r.prompt, [r.status, r.failureCode]]))
+        expect(byPrompt).toEqual({ "hi 0": ["failed", "overflow"], "hi 1": ["failed", "provider_unavailable"] })
+      })
+    ))
 })

@@ -243,6 +243,9 @@ describe("Gateway tool-result offload", () => {
         expect(usage).toMatchObject({ inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2100, carriedTokens: 1155 })
         const timeline = yield* api.events.timeline({ path: { threadId } })
         expect(timeline.points.usedTokens[timeline.points.runIds.indexOf(runs.at(-1)!.id)]).toBe(1155)
+        // The snapshot's fill of the conversation (the dashboard's thread list) is that request too (review r31: the
+        // list showed the run's cost, both hops' 2,265).
+        expect((yield* api.threads.get({ path: { threadId } })).gatewayRequest).toMatchObject({ runId: runs.at(-1)!.id, promptTokens: 1155 })
 
         // The agent's next request extends the continuation: the hidden round goes out again in place of the answer.
         upstream.enqueue(whole([{ type: "text", text: "Anything else?" }], { input_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 }))

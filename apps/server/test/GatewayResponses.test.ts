@@ -176,6 +176,39 @@ describe("Gateway, OpenAI Responses", () => {
       })
     ))
 
+  // Review r31: a failed stream was `overflow` only with OpenAI's code, and anything else in response.failed was
+  // provider_refused: an OpenAI-compatible server's overflow in its words (or Baton's own response.failed for a
+  // continuation after thread_read refused with such a body, GatewayResponsesOffload.streamError) and a server_error
+  // failed the run refused, unlike the same body as a 4xx and an Anthropic stream's error.
+  it.live("a failed stream fails the run by its words and code: an overflow without OpenAI's code, a server_error, an error event", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const overflow = "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion)."
+        const sse = (events: ReadonlyArray<Record<string, unknown>>) => events.map((e) => `event: ${String(e.type)}\ndata: ${JSON.stringify(e)}\n\n`).join("")
+        const streams = [
+          sse([{ type: "response.created", response: { id: "resp_a" } }, { type: "response.failed", response: { id: "resp_a", error: { code: "server_error", message: overflow } } }]),
+          sse([{ type: "response.created", response: { id: "resp_b" } }, { type: "response.failed", response: { id: "resp_b", error: { code: "server_error", message: "The server had an error while processing your request." } } }]),
+          sse([{ type: "response.created", response: { id: "resp_c" } }, { type: "error", code: null, message: overflow }]),
+          sse([{ type: "response.created", response: { id: "resp_d" } }, { type: "response.failed", response: { id: "resp_d", error: { code: "invalid_prompt", message: "Invalid prompt: flagged." } } }])
+        ]
+        upstream.enqueue(...streams.map((body) => ({ status: 200, contentType: "text/event-stream", body })))
+        for (const [i, body] of streams.entries()) {
+          const answer = yield* raw(responses({ model: "gpt-x", stream: true, input: [user(`hi ${i}`)] }))
+          expect(answer.text).toBe(body)
+        }
+        // Four conversations (no session, different first messages): each thread's one run, by its prompt.
+        const api = yield* client()
+        const threads = (yield* api.threads.list({ urlParams: {} })).threads
+        const runs = (yield* Effect.forEach(threads, (t) => api.runs.list({ path: { threadId: t.id }, urlParams: {} }))).flatMap((p) => p.runs)
+        expect(Object.fromEntries(runs.map((r) => [r.prompt, [r.status, r.failureCode]]))).toEqual({
+          "hi 0": ["failed", "overflow"],
+          "hi 1": ["failed", "provider_unavailable"],
+          "hi 2": ["failed", "overflow"],
+          "hi 3": ["failed", "provider_refused"]
+        })
+      })
+    ))
+
   it.live("passes a whole (non-streamed) answer and /v1/responses/compact back unchanged, recording both", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {

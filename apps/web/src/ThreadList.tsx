@@ -5,29 +5,13 @@
  */
 import { useEffect, useState } from "react"
 import { get, type Result } from "./api.js"
-import { fmt, usd } from "./model.js"
+import { contextFill, fmt, usd } from "./model.js"
 import { follow } from "./sse.js"
 import { Refresher } from "./store.js"
 import type { SnapshotJson, ThreadPageJson } from "./types.js"
 
 interface Entry {
   readonly snapshot: SnapshotJson
-}
-
-/**
- * The active native thread's fill (its reported usage, else Baton's estimate, against its window). A thread with no
- * native thread (a gateway conversation: the agent holds its context, each request is sent whole) shows the prompt
- * of its last request that reported usage (uncached input + cache write + cache read), or `–` before any.
- */
-const fill = (s: SnapshotJson) => {
-  const pt = s.providerThreads.find((p) => p.active)
-  const nt = pt?.nativeThreads.find((n) => n.id === pt.activeNativeThreadId)
-  if (nt === undefined) {
-    const last = s.costs.recentRuns.at(-1)
-    return last === undefined ? "–" : `${fmt(last.inputTokens + last.cacheWriteTokens + last.cacheReadTokens)} tokens (last request)`
-  }
-  const used = nt.usage?.usedTokens ?? nt.estimatedTokens
-  return nt.window === null ? `${fmt(used)} tokens` : `${Math.round((100 * used) / nt.window)}% (${fmt(used)} / ${fmt(nt.window)})`
 }
 
 /** A thread's last activity (ms since the epoch): its newest run's last change, or the thread's own update. */
@@ -144,7 +128,7 @@ export function ThreadList(props: { readonly open: (threadId: string) => void })
                 <td><button className="link" onClick={() => props.open(s.thread.id)}>{s.thread.title}</button></td>
                 <td>{s.providerThreads.map((p) => p.active ? <strong key={p.id}>{p.providerInstance} </strong> : <span key={p.id}>{p.providerInstance} </span>)}</td>
                 <td>{fmt(s.totals.runs)}</td>
-                <td data-testid="context-fill">{fill(s)}</td>
+                <td data-testid="context-fill">{contextFill(s)}</td>
                 <td>{fmt(o.deferred)}</td>
                 <td>{fmt(o.owedItems)}</td>
                 <td>{s.costs.totals.runs === 0 ? "–" : usd(s.costs.totals.costUsd)}</td>

@@ -4,7 +4,7 @@
  * the server (`@baton/contracts/timeline`: `GET /threads/{id}/timeline` folds the stored log; the page applies the
  * live tail).
  */
-import type { ItemJson, ItemTextJson, RunJson } from "./types.js"
+import type { ItemJson, ItemTextJson, RunJson, SnapshotJson } from "./types.js"
 
 export { EventFold, gatewayChartId, type DeliveryStep, type OccupancyMark, type OccupancyPoint } from "@baton/contracts/timeline"
 
@@ -80,3 +80,23 @@ export const firstWindow = (item: ItemJson): ItemTextJson => ({
   totalChars: item.text.length,
   nextOffset: item.text.length > drawerWindow ? drawerWindow : null
 })
+
+/**
+ * A thread's context fill as the thread list shows it: the active native thread's (its reported usage, else Baton's
+ * estimate, against its window). A thread with no native thread (a gateway conversation: the agent holds its context,
+ * each request is sent whole) shows its newest answered request's prompt (`gatewayRequest`: what its last upstream
+ * request carried, so after hidden `thread_read` rounds the last hop's, not the run's cost, which is every hop's sum),
+ * else the prompt of its newest run that recorded a cost (a server without `gatewayRequest`), or `–` before any.
+ */
+export const contextFill = (s: SnapshotJson): string => {
+  const pt = s.providerThreads.find((p) => p.active)
+  const nt = pt?.nativeThreads.find((n) => n.id === pt.activeNativeThreadId)
+  if (nt === undefined) {
+    const request = s.gatewayRequest
+    if (request !== undefined && request !== null) return `${fmt(request.promptTokens)} tokens (last request)`
+    const last = s.costs.recentRuns.at(-1)
+    return last === undefined ? "–" : `${fmt(last.inputTokens + last.cacheWriteTokens + last.cacheReadTokens)} tokens (last request)`
+  }
+  const used = nt.usage?.usedTokens ?? nt.estimatedTokens
+  return nt.window === null ? `${fmt(used)} tokens` : `${Math.round((100 * used) / nt.window)}% (${fmt(used)} / ${fmt(nt.window)})`
+}

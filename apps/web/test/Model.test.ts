@@ -4,9 +4,9 @@
  * run's native thread reported; an untrusted report plotted at Baton's estimate).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { chartTitle, EventFold, firstWindow, runInProgress, toRows } from "../src/model.js"
+import { chartTitle, contextFill, EventFold, firstWindow, runInProgress, toRows } from "../src/model.js"
 import { parseChunk } from "../src/sse.js"
-import type { EventJson, ItemJson, RunJson } from "../src/types.js"
+import type { EventJson, ItemJson, RunJson, SnapshotJson } from "../src/types.js"
 
 const item = (seq: number, kind: ItemJson["kind"], runId: string | null, extra: Partial<ItemJson> = {}): ItemJson => ({
   id: `itm_${seq}`,
@@ -157,5 +157,25 @@ describe("the run in progress (the run the dashboard's Interrupt names)", () => 
     expect(runInProgress([run(2, "running"), run(1, "interrupted"), run(4, "starting")])?.id).toBe("run_2")
     expect(runInProgress([run(1, "completed"), run(2, "failed"), run(3, "cancelled"), run(4, "interrupted")])).toBe(null)
     expect(runInProgress([])).toBe(null)
+  })
+})
+
+describe("contextFill", () => {
+  // Review r31: a gateway conversation's fill was its newest run's cost, which after hidden thread_read rounds is every
+  // hop's sum (here 150 + 15 + 2,100 = 2,265 for a last request of 1,155), as the occupancy chart once was.
+  const gateway = (gatewayRequest: unknown, costs: ReadonlyArray<Record<string, number>>) => ({
+    providerThreads: [{ id: "pth_1", active: true, activeNativeThreadId: null, nativeThreads: [] }],
+    costs: { recentRuns: costs },
+    ...(gatewayRequest === undefined ? {} : { gatewayRequest })
+  }) as unknown as SnapshotJson
+  const hops = { inputTokens: 150, cacheWriteTokens: 15, cacheReadTokens: 2_100, outputTokens: 30 }
+
+  it("a gateway conversation shows its newest request's prompt as the last upstream request carried it, not the run's sum", () => {
+    expect(contextFill(gateway({ runId: "run_2", promptTokens: 1_155, windowTokens: 200_000 }, [hops]))).toBe("1,155 tokens (last request)")
+  })
+
+  it("without gatewayRequest (an older server): the newest cost's prompt; before any request: –", () => {
+    expect(contextFill(gateway(undefined, [hops]))).toBe("2,265 tokens (last request)")
+    expect(contextFill(gateway(null, []))).toBe("–")
   })
 })

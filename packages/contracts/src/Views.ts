@@ -179,6 +179,18 @@ export const ThreadToolView = Schema.Struct({
 })
 export type ThreadToolView = typeof ThreadToolView.Type
 
+/**
+ * A gateway conversation's newest answered request (its last `gateway.usage` event): the run, the prompt the upstream
+ * reported for it (tokens: uncached input + cache write + cache read of the last upstream request, so after hidden
+ * `thread_read` rounds the last hop's, not every hop's sum) and the routed instance's window (`null`: not configured).
+ */
+export const GatewayRequestFill = Schema.Struct({
+  runId: RunId,
+  promptTokens: Count,
+  windowTokens: Schema.NullOr(Count)
+})
+export type GatewayRequestFill = typeof GatewayRequestFill.Type
+
 export const ThreadSnapshot = Schema.Struct({
   thread: Thread,
   activeProviderInstance: Schema.NullOr(ProviderInstance),
@@ -196,6 +208,11 @@ export const ThreadSnapshot = Schema.Struct({
   subAgents: Schema.Array(Thread),
   /** The client tools the thread declared, in the order given (`[]`: none). */
   tools: Schema.Array(ThreadToolView),
+  /**
+   * A gateway conversation's newest answered request and its prompt (`GatewayRequestFill`: the context fill of a thread
+   * that has no native thread); `null` or absent: none (not a gateway conversation, or no request reported usage).
+   */
+  gatewayRequest: Schema.optional(Schema.NullOr(GatewayRequestFill)),
   totals: ThreadTotals,
   /**
    * The cost of each of `recentRuns` that recorded one (same order), the `/offload` summariser's calls

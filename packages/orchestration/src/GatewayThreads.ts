@@ -586,9 +586,13 @@ export interface Begun {
   /**
    * Whether the request is exactly the baseline's, no reply recorded for it (`replied` 0): a retry of a request whose
    * answer is still streaming (or failed). Should another answer to the same request join the baseline before this
-   * request's does (the first request's, recorded while the retry ran), this one's supersedes it (`complete`).
+   * request's does (the first request's, recorded while the retry ran), this one's supersedes it (`complete`), unless
+   * another request of the conversation began after this one (a retry of this retry: the agent gave up on this answer
+   * too, so the later request's answer, or the one that joined, stays the conversation's).
    */
   readonly repeats: boolean
+  /** The conversation's request count once this request was recorded (its `requests`): which of its requests it is. */
+  readonly requestNumber: number
   /** How many of the request's messages were hashed (the others were recognised from its conversation's previous request). */
   readonly hashedMessages: number
   readonly prices: GatewayRequest["prices"]
@@ -900,6 +904,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const active = yield* store.activeProviderThreadOn(threadId, request.providerInstance)
         const lane = Option.isSome(active) ? { id: active.value } : yield* laneOf(threadId, request)
         const now = yield* DateTime.now
+        // A retry stores none of its messages: its run names the prompt of the run it repeats, the thread's newest (the
+        // request whose messages are the baseline's was the conversation's last begun; one row, read for retries only).
+        // Without one, the newest input's (the messages after the request's last reply). Review r31: the newest input's
+        // differed from the repeated run's when that run stored earlier history (a resumed conversation's first request
+        // ending with tool results: "" instead of its user text).
+        const repeated = fresh.length === 0 && (retried !== null || repeats) ? (yield* store.listRecentRuns(threadId, 1)).at(-1) : undefined
         // The run's seq is the thread's next, read by its insert (one statement).
         const draft: Omit<Run, "seq"> = {
           id: ids.next("run") as Run["id"],
@@ -907,9 +917,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           providerThreadId: lane.id,
           // Written `completed` at once when the answer is recorded with it (`outcome`; its `run.completed` follows).
           status: outcome?._tag === "completed" ? "completed" : "running",
-          // A retry stores none of its messages: its run names the prompt it retried, the newest input's (the messages
-          // after the request's last reply), as the run it repeats did.
-          prompt: wire.promptOf(fresh.length > 0 || (retried === null && !repeats) ? fresh : newestInput(wire, request.messages)),
+          prompt: repeated !== undefined
+            ? repeated.prompt
+            : wire.promptOf(fresh.length > 0 || (retried === null && !repeats) ? fresh : newestInput(wire, request.messages)),
           stopPoint: null,
           failureReason: null,
           failureCode: null,
@@ -980,6 +990,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           rerendered: rerendered !== null,
           retried,
           repeats,
+          requestNumber: updated.requests,
           hashedMessages: hashed,
           prices: request.prices,
           providerInstance: request.providerInstance,
@@ -1053,9 +1064,13 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             // A retry sent while the request it repeats was still answered: that answer joined first. This one is the
             // agent's (it sent the retry after giving up on the first), so it supersedes it, stored only when it
             // differs (review r26: else the agent's next request was a divergence, storing this answer twice).
+            // Only while no request began after this one (review r31: a retry of this retry ended first and joined;
+            // this answer, ending later, superseded the one the agent went on from).
             if (!applied && begun.repeats) {
               const conversation = yield* conversations.find(begun.conversationKey)
-              const other = Option.isSome(conversation) ? otherReply(conversation.value.baseline, begun.fingerprints) : null
+              const other = Option.isSome(conversation) && conversation.value.requests === begun.requestNumber
+                ? otherReply(conversation.value.baseline, begun.fingerprints)
+                : null
               if (Option.isSome(conversation) && other !== null) {
                 same = sameReply(wire, other, reply)
                 yield* conversations.update({ ...conversation.value, baseline, updatedAt: DateTime.formatIso(now) })
@@ -1069,7 +1084,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               // As above: a retry sent while the request it repeats was still answered supersedes that answer when it
               // joined first, its hidden rounds' answer included (before: it stayed the first answer's, and the agent's
               // next request was a divergence storing this answer twice).
-              const other = moved && begun.repeats ? otherReply(conversation.value.baseline, begun.fingerprints) : null
+              const other = moved && begun.repeats && conversation.value.requests === begun.requestNumber
+                ? otherReply(conversation.value.baseline, begun.fingerprints)
+                : null
               if (other !== null) same = sameReply(wire, other, reply)
               yield* conversations.update({
                 ...conversation.value,

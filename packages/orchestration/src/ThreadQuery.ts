@@ -135,6 +135,9 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
       const sums = yield* store.runCostSums(t.id)
       // The summariser's charges of `/offload` operations (committed and abandoned) count in the thread's totals.
       const charges = (yield* store.listOffloadOperations(t.id)).filter((o) => o.calls > 0)
+      // A gateway conversation's newest answered request (one indexed row): what its last upstream request carried,
+      // not the run's cost, which after hidden thread_read rounds is every hop's sum (review r31).
+      const usage = (yield* store.listEventsOfType(t.id, "gateway.usage", { limit: 1 }))[0]?.payload
       return {
         thread: t,
         activeProviderInstance: views.find((v) => v.active)?.providerInstance ?? null,
@@ -145,6 +148,11 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
         parentThreadId: Option.getOrNull(yield* store.getThreadParent(t.id)),
         subAgents: yield* store.listSubThreads(t.id),
         tools: (yield* store.getThreadTools(t.id)).map((tool) => ({ name: tool.name, description: tool.description })),
+        gatewayRequest: usage === undefined ? null : {
+          runId: usage.runId,
+          promptTokens: usage.carriedTokens ?? usage.inputTokens + usage.cacheWriteTokens + usage.cacheReadTokens,
+          windowTokens: usage.windowTokens
+        },
         totals: {
           runs: Object.values(runsByStatus).reduce((a, b) => a + b, 0),
           runsByStatus,

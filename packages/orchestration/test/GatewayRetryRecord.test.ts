@@ -88,6 +88,33 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
       }).pipe(Effect.provide(layer(db))))
   }
 
+  // Review r31: a retry of a retry, all three still answered: the agent goes on from the last retry's answer, whichever
+  // order the three answers end in (before: an earlier retry's answer ending last superseded the later retry's, and the
+  // agent's next request was a divergence storing the later answer twice).
+  for (const hidden of [false, true]) {
+    for (const order of [["second", "first", "third"], ["third", "second", "first"], ["first", "third", "second"]] as const) {
+      it.live(`a retry of a retry (${hidden ? "with" : "without"} hidden rounds), answers ending ${order.join(", ")}: the last retry's answer is the conversation's`, () =>
+        Effect.gen(function*() {
+          const threads = yield* GatewayThreads.GatewayThreads
+          const session = `twice-${hidden}-${order.join("-")}`
+          const begun = {
+            first: yield* threads.begin(request(session, [user("hello")])),
+            second: yield* threads.begin(request(session, [user("hello")])),
+            third: yield* threads.begin(request(session, [user("hello")]))
+          }
+          const text = { first: "A", second: "B", third: "C" }
+          for (const which of order) {
+            const a = answer(text[which], hidden)
+            yield* threads.complete(begun[which], a.reply, a.expansion)
+          }
+          const next = yield* threads.begin(request(session, [user("hello"), assistant("C"), user("next")]))
+          expect([next.diverged, next.newMessages]).toEqual([false, 1])
+          const { diverged } = yield* recordOf(next.threadId)
+          expect(diverged).toBe(0)
+        }).pipe(Effect.provide(layer(db))))
+    }
+  }
+
   it.live("a retry's run names the prompt it retried, as the first run did: after the reply was recorded, and while it streamed", () =>
     Effect.gen(function*() {
       const threads = yield* GatewayThreads.GatewayThreads
@@ -104,6 +131,27 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
       expect([streaming.repeats, afterReply.retried !== null]).toEqual([true, true])
       const runs = yield* store.listRuns(first.threadId)
       expect(runs.map((r) => r.prompt)).toEqual(["one", "two", "two", "two"])
+    }).pipe(Effect.provide(layer(db))))
+
+  // Review r31: the first request Baton saw of a conversation (a resumed session, or one after a divergence) stores
+  // every message, so its prompt is the newest user text among them, which may come before the model's last message
+  // when the request ends with tool results; its retry's prompt was that newest input's ("": tool results only).
+  it.live("a retry of a request that carried earlier history names the prompt the run it repeats named", () =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const store = yield* ThreadStore
+      const history = [
+        user("resume the refactor"),
+        { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "Bash", input: { command: "ls" } }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "a.ts b.ts" }] }
+      ]
+      const first = yield* threads.begin(request("resumed", history))
+      const streaming = yield* threads.begin(request("resumed", history))
+      yield* threads.complete(first, answer("A", false).reply)
+      const afterReply = yield* threads.begin(request("resumed", history))
+      expect([streaming.repeats, afterReply.retried !== null]).toEqual([true, true])
+      const runs = yield* store.listRuns(first.threadId)
+      expect(runs.map((r) => r.prompt)).toEqual(["resume the refactor", "resume the refactor", "resume the refactor"])
     }).pipe(Effect.provide(layer(db))))
 
   for (const [form, column] of [
