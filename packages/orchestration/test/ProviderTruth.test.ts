@@ -32,7 +32,12 @@ describe("ProviderFailure: an overflow signalled only by text", () => {
       "This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. Please reduce the length of the messages."
     )).toEqual({ requestedTokens: 8_227, maximumTokens: 8_192 })
     expect(ProviderFailure.overflowOf("error code: context_length_exceeded")).toEqual({ requestedTokens: null, maximumTokens: null })
+    expect(ProviderFailure.overflowOf("the request exceeds the available context size, try increasing it")).toEqual({ requestedTokens: null, maximumTokens: null })
+    expect(ProviderFailure.overflowOf(
+      "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or `max_tokens` and try again"
+    )).toEqual({ requestedTokens: null, maximumTokens: null })
     expect(ProviderFailure.overflowOf("rate limit exceeded, retry in 20s")).toBeNull()
+    expect(ProviderFailure.overflowOf("max_tokens: 300000 > 64000, which is the maximum allowed number of output tokens")).toBeNull()
   })
 })
 

@@ -28,8 +28,12 @@ const patterns: ReadonlyArray<{ readonly re: RegExp; readonly requested: number 
   { re: /maximum context length is\s*([\d,]+)\s*tokens?.*?resulted in\s*([\d,]+)\s*tokens?/is, requested: 2, maximum: 1 },
   // OpenAI-compatible servers (vLLM): "... maximum context length is 4096 tokens ... you requested 5000 tokens"
   { re: /maximum context length is\s*([\d,]+)\s*tokens?.*?requested\s*([\d,]+)\s*tokens?/is, requested: 2, maximum: 1 },
+  // llama.cpp's server: "the request exceeds the available context size, try increasing it" (its sizes are the JSON
+  // fields n_prompt_tokens and n_ctx, not in the text); Anthropic when input and output room together do not fit:
+  // "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input length or
+  // `max_tokens` and try again" (no sizes taken: the input alone may fit).
   // Codes and phrases with no sizes.
-  { re: /context_length_exceeded|model_context_window_exceeded|context window exceeded|exceeds? the (model's )?context (window|length)|input is too long|prompt is too long|contextWindowExceeded/i, requested: null, maximum: null }
+  { re: /context_length_exceeded|model_context_window_exceeded|exceed_context_size_error|exceeds the available context size|exceed context limit|context window exceeded|exceeds? the (model's )?context (window|length)|input is too long|prompt is too long|contextWindowExceeded/i, requested: null, maximum: null }
 ]
 
 /**
