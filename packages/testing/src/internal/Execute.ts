@@ -98,33 +98,79 @@ const logicalClock = (): Clock.Clock => {
 }
 
 /**
+ * Where an o200k_base count may be cut: after each line feed followed by a character that is neither whitespace nor
+ * `/`. The counts of the lines so cut add up to the count of the whole text, because the cut is a boundary between
+ * two pieces (pre-tokens: matches of the o200k split pattern, each merged on its own) and each side splits into the
+ * same pieces alone as within the whole:
+ *
+ * - no piece spans the cut: a letter piece (its optional first character excludes line breaks) and a number piece
+ *   hold no line feed; a whitespace piece ends before the non-whitespace character after it; a punctuation piece
+ *   ` ?[^\s\p{L}\p{N}]+[\r\n/]*` may run on through line breaks and `/`, but the character after the cut is neither;
+ * - the pattern has no look-behind, so the pieces after the cut are the same without the text before it; its one
+ *   look-ahead, `\s+(?!\S)`, never decides the piece that ends at the cut: a whitespace run ending in a line feed is
+ *   taken whole by `\s*[\r\n]+`, an earlier alternative, whether more text follows or not (the reason
+ *   `O200k.makeCount` must not cut a stretch after a whitespace piece in general does not arise).
+ *
+ * Cutting is what makes rendered histories cheap to count: each is new text, but made of item blocks (lines) that
+ * were counted before.
+ */
+export const o200kLines = (text: string): ReadonlyArray<string> => {
+  const lines: Array<string> = []
+  let start = 0
+  for (let nl = text.indexOf("\n"); nl !== -1 && nl + 1 < text.length; nl = text.indexOf("\n", nl + 1)) {
+    const next = text[nl + 1]!
+    if (next === "/" || /\s/.test(next)) continue
+    lines.push(text.slice(start, nl + 1))
+    start = nl + 1
+  }
+  if (start === 0) return [text]
+  lines.push(text.slice(start))
+  return lines
+}
+
+/**
  * `counter`, memoised by text: the simulation counts the same texts again and again (each scripted provider counts
  * every request and output in its own units and Baton's, the summariser its input, the orchestrator each item it
  * writes and each history it renders). A count is a pure function of the text, so a remembered count is the count.
- * Bounded: the memo is dropped whenever the texts it holds reach `maxChars` characters.
+ * With `byLine` (for a counter that counts o200k_base pieces, as `TokenCounter.make()` does) a text not seen before is
+ * counted as the sum of its lines' counts (`o200kLines`), each memoised: the same count (see `o200kLines`), without
+ * counting again the lines a new text shares with earlier ones. Bounded: the memo is dropped whenever the texts it
+ * holds reach `maxChars` characters.
  */
-export const memoisedCounter = (counter: TokenCounter.TokenCounterShape, maxChars = 32_000_000): TokenCounter.TokenCounterShape => {
+export const memoisedCounter = (
+  counter: TokenCounter.TokenCounterShape,
+  maxChars = 32_000_000,
+  options: { readonly byLine?: boolean } = {}
+): TokenCounter.TokenCounterShape => {
   let memo = new Map<string, number>()
   let chars = 0
+  const remember = (text: string, n: number) => {
+    if (chars + text.length > maxChars) {
+      memo = new Map()
+      chars = 0
+    }
+    memo.set(text, n)
+    chars += text.length
+    return n
+  }
+  const countLine = (line: string) => memo.get(line) ?? remember(line, counter.count(line))
   return {
     name: counter.name,
     count: (text) => {
       const known = memo.get(text)
       if (known !== undefined) return known
-      const n = counter.count(text)
-      if (chars + text.length > maxChars) {
-        memo = new Map()
-        chars = 0
-      }
-      memo.set(text, n)
-      chars += text.length
-      return n
+      if (options.byLine !== true) return remember(text, counter.count(text))
+      const lines = o200kLines(text)
+      if (lines.length === 1) return remember(text, counter.count(text))
+      let n = 0
+      for (const line of lines) n += countLine(line)
+      return remember(text, n)
     }
   }
 }
 
 let counterInstance: TokenCounter.TokenCounterShape | undefined
-const sharedCounter = () => (counterInstance ??= memoisedCounter(TokenCounter.make()))
+const sharedCounter = () => (counterInstance ??= memoisedCounter(TokenCounter.make(), undefined, { byLine: true }))
 
 /** The SQL client on `db`: a Postgres URL or a SQLite file; a failure to open or migrate it is a defect. */
 const database = (db: string): Layer.Layer<SqlClient.SqlClient> =>
