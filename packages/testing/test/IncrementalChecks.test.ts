@@ -4,12 +4,13 @@
  * without a trigger firing and a thread that vanished are still caught, on both dialects.
  */
 import { InvariantChecks } from "@baton/orchestration"
+import { Database } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Option } from "effect"
 import * as Checks from "../src/internal/Checks.js"
-import { memoisedCounter, o200kLines } from "../src/internal/Execute.js"
+import { memoisedCounter, o200kLines, outsideTransaction } from "../src/internal/Execute.js"
 import * as Prng from "../src/internal/Prng.js"
 import { TokenCounter } from "@baton/context"
 
@@ -301,5 +302,19 @@ describe("the simulation's counter by line (o200kLines)", () => {
       "[user_message r1 #1]\n", "hello there\n", "[assistant_message r1 #2]\n", "hi\n", "[user_message r2 #3]\n", "again\n"
     ])
   })
+})
+
+describe("the simulation's kept connection", () => {
+  it.live("a restart keeps the SQLite connection only outside a transaction: a transaction left open is seen", () =>
+    Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        expect(yield* outsideTransaction).toBe(true)
+        // What a crashed incarnation could leave behind were its transaction not rolled back.
+        yield* sql.unsafe("BEGIN")
+        expect(yield* outsideTransaction).toBe(false)
+        yield* sql.unsafe("ROLLBACK")
+        expect(yield* outsideTransaction).toBe(true)
+      }).pipe(Effect.provide(Database.layerSqlite(file)))))
 })
 

@@ -3,10 +3,13 @@
  * checks the invariants after every operation and every restart.
  *
  * The SQLite file starts as a copy of a database migrated once per process (`templateDatabase`). One incarnation of
- * Baton = one Layer build (SQLite connection, the migrations check, services) in its own Scope, with
- * sequential ids under a namespace of its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never
- * collide. A crash closes that Scope (the connection goes; a transaction in progress was rolled back) and builds a
- * fresh incarnation on the same file, which runs `ThreadService.recover()`. The scripted providers are the external
+ * Baton = one Layer build of the orchestrator's services in its own Scope, with sequential ids under a namespace of
+ * its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never collide. A crash closes that Scope (every
+ * service and its state gone, every fiber interrupted; a transaction in progress was rolled back) and builds a fresh
+ * incarnation on the same file, which runs `ThreadService.recover()`. The SQLite connection (opened with the first
+ * incarnation: pragmas, migrations check, the audit's setting) is kept for the next one when the crash left it
+ * outside any transaction, else closed and opened again (see `simulate`'s incarnations for why that is faithful);
+ * on Postgres every incarnation connects again. The scripted providers are the external
  * world: they survive every restart. Time is logical (a clock that advances one millisecond per reading), so the same
  * scenario gives the same database and the same provider logs, byte for byte. (Every SQL statement reads the clock:
  * the SQLite client's prepared-statement cache checks its time to live. A change to the number of statements, the
@@ -181,9 +184,13 @@ const sharedCounter = () => (counterInstance ??= memoisedCounter(TokenCounter.ma
 const database = (db: string): Layer.Layer<SqlClient.SqlClient> =>
   db.startsWith("postgres://") ? Layer.orDie(Database.layerPg({ url: db, maxConnections: 4 })) : Layer.orDie(Database.layerSqlite(db))
 
-/** The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`, on `file` (or a Postgres URL). */
+/**
+ * The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`, on `db`: the SQL client of `file`
+ * (a SQLite file or a Postgres URL; `database(file)`), or a SQLite connection kept from the previous incarnation
+ * (see `simulate`'s incarnations).
+ */
 const orchestrator = (
-  file: string,
+  db: Layer.Layer<SqlClient.SqlClient>,
   namespace: string,
   steps: Crash.Steps,
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
@@ -193,7 +200,7 @@ const orchestrator = (
   OrchestratorLayer.services.pipe(
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(OrchestratorLayer.eventIds),
-    Layer.provideMerge(database(file)),
+    Layer.provideMerge(db),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
@@ -274,6 +281,13 @@ const templateDatabase: Effect.Effect<Buffer> = Effect.suspend(() => {
   )
 })
 
+/**
+ * Whether the SQLite connection is outside any transaction: `BEGIN` succeeds only there (SQLite refuses a
+ * transaction within a transaction); it is rolled back at once. Decides whether a restart may keep the connection.
+ */
+export const outsideTransaction: Effect.Effect<boolean, never, SqlClient.SqlClient> = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  Effect.zipRight(sql.unsafe("BEGIN"), sql.unsafe("ROLLBACK")).pipe(Effect.as(true), Effect.orElseSucceed(() => false)))
+
 const cid = (id: number, suffix = "") => `cmd_${id}${suffix}` as CommandId
 
 /**
@@ -351,25 +365,60 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     }
 
     // ---- incarnations
+    // On SQLite the connection outlives an incarnation when the crash left it outside any transaction: everything
+    // else is built again. Why that is the crash a real process has: the connection holds no orchestrator state,
+    // only caches a new process would fill the same way (compiled statements, pages of committed data) and the
+    // settings every incarnation makes alike (`Database.layerSqlite`'s pragmas, `reconnectAudit`'s); the file is
+    // at the latest migration from the template on (a new process's migrations check reads that and does nothing).
+    // What a crash must drop is dropped: every service and its in-memory state (caches, locks, the event bus, the
+    // driver registration, ids under a new namespace) is built again, every fiber of the incarnation is interrupted
+    // when its scope closes, and a transaction in progress was rolled back when the crash's defect left it. That
+    // last point is checked, not assumed: after the incarnation's scope is closed, `BEGIN` must succeed on the kept
+    // connection (SQLite refuses it inside a transaction), else the connection is closed and the next incarnation
+    // opens a fresh one (what every restart did before). On Postgres every incarnation connects again.
+    const keepConnection = !file.startsWith("postgres://")
     let incarnation = 0
     let scope: Scope.CloseableScope | null = null
     let context: Context.Context<Services> | null = null
+    let connection: { readonly scope: Scope.CloseableScope; readonly context: Context.Context<SqlClient.SqlClient> } | null = null
+    const connect = Effect.gen(function*() {
+      const s = yield* Scope.make()
+      const c = yield* Layer.buildWithScope(database(file), s).pipe(Effect.orDie)
+      // The audit's tables and triggers are in the database from the template on; the connection's own setting is not.
+      yield* Effect.provide(Checks.reconnectAudit, c).pipe(Effect.orDie)
+      return { scope: s, context: c }
+    })
+    const disconnect = Effect.suspend(() => {
+      const c = connection
+      connection = null
+      return c === null ? Effect.void : Scope.close(c.scope, Exit.void)
+    })
+    const idle = (c: Context.Context<SqlClient.SqlClient>) => Effect.provide(outsideTransaction, c)
     const open = Effect.gen(function*() {
       incarnation++
       const s = yield* Scope.make()
+      let db: Layer.Layer<SqlClient.SqlClient> = database(file)
+      if (keepConnection) {
+        if (connection === null) connection = yield* connect
+        db = Layer.succeedContext(connection.context)
+      }
       context = yield* Layer.buildWithScope(
-        orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
+        orchestrator(db, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
         s
       ).pipe(Effect.orDie)
       // The audit's tables and triggers are in the database from the template (or the first incarnation) on.
-      yield* Effect.provide(Checks.reconnectAudit, context).pipe(Effect.orDie)
+      if (!keepConnection) yield* Effect.provide(Checks.reconnectAudit, context).pipe(Effect.orDie)
       scope = s
     })
+    /** Drops the incarnation: its scope closed; the kept connection too when it is inside a transaction (see above). */
     const close = Effect.suspend(() => {
       const s = scope
       scope = null
       context = null
-      return s === null ? Effect.void : Scope.close(s, Exit.void)
+      return Effect.zipRight(
+        s === null ? Effect.void : Scope.close(s, Exit.void),
+        Effect.suspend(() => connection === null ? Effect.void : Effect.flatMap(idle(connection.context), (ok) => ok ? Effect.void : disconnect))
+      )
     })
     const within = <A, E>(effect: Effect.Effect<A, E, Services>) =>
       Effect.suspend(() => Effect.provide(effect, context as Context.Context<Services>))
@@ -887,7 +936,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     // No tracing spans (every SQL statement would make one): nothing in the simulation reads them, and they cost
     // about 1% of a run (CPU profile of `pnpm sim --seeds 4 --seed-start 1900 --steps 40`).
     return yield* run.pipe(
-      Effect.ensuring(close),
+      Effect.ensuring(Effect.zipRight(close, disconnect)),
       Effect.locally(FiberRef.currentLoggers, HashSet.make(traceLogger)),
       Effect.withTracerEnabled(false)
     )
