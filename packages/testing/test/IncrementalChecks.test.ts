@@ -4,12 +4,15 @@
  * without a trigger firing and a thread that vanished are still caught, on both dialects.
  */
 import { InvariantChecks } from "@baton/orchestration"
+import { Database } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Option } from "effect"
 import * as Checks from "../src/internal/Checks.js"
-import { memoisedCounter } from "../src/internal/Execute.js"
+import { memoisedCounter, o200kLines, outsideTransaction } from "../src/internal/Execute.js"
+import * as Prng from "../src/internal/Prng.js"
+import { TokenCounter } from "@baton/context"
 
 const ops = Harness.ops
 
@@ -252,3 +255,66 @@ describe("the simulation's memoised token counter", () => {
     expect(memo.name).toBe("words")
   })
 })
+
+describe("the simulation's counter by line (o200kLines)", () => {
+  // Fragments that sit at the edges of the o200k split pattern: line breaks with and without a carriage return,
+  // whitespace before and after them, punctuation that runs on through `\n` and `/`, contractions, digits, a
+  // byte-order mark, CJK, combining marks, an emoji, and the rendered item headers of a history.
+  const fragments = [
+    "\n", "\n", "\n", "\r\n", "\n\n", " \n", "\t\n", "\n ", "\n\t", "/", "//", "\n/", "]\n", "]", "[", " ", "  ", "\t",
+    "word", "Word", "WORD", " alpha", "beta", "'s", "'ll", "don't", "123", "45678", "x = await load(path)", ".", "...", "?!",
+    "\uFEFF", "\uFEFFusing", "日本語のテキスト", "e\u0301", "😀", "\u00A0", "\u2028", "[assistant_message a b #3]\n", "[tool_call x c1 #4]\n"
+  ]
+  const randomText = (prng: Prng.Prng) => {
+    const parts: Array<string> = []
+    for (let i = prng.int(1, 40); i > 0; i--) parts.push(prng.pick(fragments))
+    return parts.join("")
+  }
+
+  it("cuts only where the counts add up: every text counts as the tokenizer counts it whole", () => {
+    const real = TokenCounter.make()
+    const memo = memoisedCounter(TokenCounter.make(), 32_000_000, { byLine: true })
+    const prng = Prng.make(8)
+    let cut = 0
+    for (let i = 0; i < 4_000; i++) {
+      const text = randomText(prng)
+      if (o200kLines(text).length > 1) cut++
+      // A line counted in one text is reused in the next: each must count as it would within every text.
+      expect(memo.count(text), JSON.stringify(text)).toBe(real.count(text))
+    }
+    expect(cut).toBeGreaterThan(1_000)
+  })
+
+  it("cuts after a line feed followed by neither whitespace nor '/', and nowhere else", () => {
+    expect(o200kLines("a\nb\n\nc\n d\n/e\r\nf\n")).toEqual(["a\n", "b\n\n", "c\n d\n/e\r\n", "f\n"])
+    expect(o200kLines("no line feed")).toEqual(["no line feed"])
+    expect(o200kLines("")).toEqual([""])
+  })
+
+  it("counts a text it has not seen as the sum of its lines, each line once", () => {
+    const counted: Array<string> = []
+    const real = TokenCounter.make()
+    const memo = memoisedCounter({ name: "o200k", count: (text) => (counted.push(text), real.count(text)) }, 32_000_000, { byLine: true })
+    const history = "[user_message r1 #1]\nhello there\n[assistant_message r1 #2]\nhi\n"
+    expect(memo.count(history)).toBe(real.count(history))
+    expect(memo.count(`${history}[user_message r2 #3]\nagain\n`)).toBe(real.count(`${history}[user_message r2 #3]\nagain\n`))
+    expect(counted).toEqual([
+      "[user_message r1 #1]\n", "hello there\n", "[assistant_message r1 #2]\n", "hi\n", "[user_message r2 #3]\n", "again\n"
+    ])
+  })
+})
+
+describe("the simulation's kept connection", () => {
+  it.live("a restart keeps the SQLite connection only outside a transaction: a transaction left open is seen", () =>
+    Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        expect(yield* outsideTransaction).toBe(true)
+        // What a crashed incarnation could leave behind were its transaction not rolled back.
+        yield* sql.unsafe("BEGIN")
+        expect(yield* outsideTransaction).toBe(false)
+        yield* sql.unsafe("ROLLBACK")
+        expect(yield* outsideTransaction).toBe(true)
+      }).pipe(Effect.provide(Database.layerSqlite(file)))))
+})
+

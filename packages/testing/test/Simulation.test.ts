@@ -78,6 +78,13 @@ describe("determinism", () => {
       expect(b.digest).toBe(a.digest)
       expect(b.trace).toEqual(a.trace)
       expect(b.crashPoints).toEqual(a.crashPoints)
+      // A soak's run (no dump, no digest) is the same run.
+      const c = yield* Simulation.execute(scenario, { digest: false })
+      expect(c.digest).toBe("")
+      expect(c.dump).toBe(null)
+      expect(c.trace).toEqual(a.trace)
+      expect(c.crashPoints).toEqual(a.crashPoints)
+      expect(c.stats).toEqual(a.stats)
     }), { timeout: 60_000 })
 })
 

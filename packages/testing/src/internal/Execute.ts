@@ -3,10 +3,13 @@
  * checks the invariants after every operation and every restart.
  *
  * The SQLite file starts as a copy of a database migrated once per process (`templateDatabase`). One incarnation of
- * Baton = one Layer build (SQLite connection, the migrations check, services) in its own Scope, with
- * sequential ids under a namespace of its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never
- * collide. A crash closes that Scope (the connection goes; a transaction in progress was rolled back) and builds a
- * fresh incarnation on the same file, which runs `ThreadService.recover()`. The scripted providers are the external
+ * Baton = one Layer build of the orchestrator's services in its own Scope, with sequential ids under a namespace of
+ * its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never collide. A crash closes that Scope (every
+ * service and its state gone, every fiber interrupted; a transaction in progress was rolled back) and builds a fresh
+ * incarnation on the same file, which runs `ThreadService.recover()`. The SQLite connection (opened with the first
+ * incarnation: pragmas, migrations check, the audit's setting) is kept for the next one when the crash left it
+ * outside any transaction, else closed and opened again (see `simulate`'s incarnations for why that is faithful);
+ * on Postgres every incarnation connects again. The scripted providers are the external
  * world: they survive every restart. Time is logical (a clock that advances one millisecond per reading), so the same
  * scenario gives the same database and the same provider logs, byte for byte. (Every SQL statement reads the clock:
  * the SQLite client's prepared-statement cache checks its time to live. A change to the number of statements, the
@@ -60,7 +63,7 @@ export interface Outcome {
   readonly crashPoints: ReadonlyArray<string>
   /** One line per operation: what it was and what happened. */
   readonly trace: ReadonlyArray<string>
-  /** SHA-256 of `dump`. */
+  /** SHA-256 of `dump`; the empty string when run with `digest: false`. */
   readonly digest: string
   /** Every table of the database (but the migrations table) and every provider's received log, canonically. */
   readonly dump: string | null
@@ -68,8 +71,13 @@ export interface Outcome {
 }
 
 export interface ExecuteOptions {
-  /** Keep the full `dump` in the outcome (for determinism tests); the digest is always computed. */
+  /** Keep the full `dump` in the outcome (for determinism tests). */
   readonly keepDump?: boolean
+  /**
+   * `false`: neither dump nor digest (`digest` is the empty string); a soak reads neither, and dumping every table
+   * at the end of each seed cost about 3% of its time. Default `true`; ignored with `keepDump`.
+   */
+  readonly digest?: boolean
   /**
    * The database: a fresh SQLite file (default) or a fresh schema on the real Postgres (`Database.layerPgSchema`,
    * dropped afterwards; every incarnation connects to it). The dump of a Postgres run lists each table's rows
@@ -98,41 +106,91 @@ const logicalClock = (): Clock.Clock => {
 }
 
 /**
+ * Where an o200k_base count may be cut: after each line feed followed by a character that is neither whitespace nor
+ * `/`. The counts of the lines so cut add up to the count of the whole text, because the cut is a boundary between
+ * two pieces (pre-tokens: matches of the o200k split pattern, each merged on its own) and each side splits into the
+ * same pieces alone as within the whole:
+ *
+ * - no piece spans the cut: a letter piece (its optional first character excludes line breaks) and a number piece
+ *   hold no line feed; a whitespace piece ends before the non-whitespace character after it; a punctuation piece
+ *   ` ?[^\s\p{L}\p{N}]+[\r\n/]*` may run on through line breaks and `/`, but the character after the cut is neither;
+ * - the pattern has no look-behind, so the pieces after the cut are the same without the text before it; its one
+ *   look-ahead, `\s+(?!\S)`, never decides the piece that ends at the cut: a whitespace run ending in a line feed is
+ *   taken whole by `\s*[\r\n]+`, an earlier alternative, whether more text follows or not (the reason
+ *   `O200k.makeCount` must not cut a stretch after a whitespace piece in general does not arise).
+ *
+ * Cutting is what makes rendered histories cheap to count: each is new text, but made of item blocks (lines) that
+ * were counted before.
+ */
+export const o200kLines = (text: string): ReadonlyArray<string> => {
+  const lines: Array<string> = []
+  let start = 0
+  for (let nl = text.indexOf("\n"); nl !== -1 && nl + 1 < text.length; nl = text.indexOf("\n", nl + 1)) {
+    const next = text[nl + 1]!
+    if (next === "/" || /\s/.test(next)) continue
+    lines.push(text.slice(start, nl + 1))
+    start = nl + 1
+  }
+  if (start === 0) return [text]
+  lines.push(text.slice(start))
+  return lines
+}
+
+/**
  * `counter`, memoised by text: the simulation counts the same texts again and again (each scripted provider counts
  * every request and output in its own units and Baton's, the summariser its input, the orchestrator each item it
  * writes and each history it renders). A count is a pure function of the text, so a remembered count is the count.
- * Bounded: the memo is dropped whenever the texts it holds reach `maxChars` characters.
+ * With `byLine` (for a counter that counts o200k_base pieces, as `TokenCounter.make()` does) a text not seen before is
+ * counted as the sum of its lines' counts (`o200kLines`), each memoised: the same count (see `o200kLines`), without
+ * counting again the lines a new text shares with earlier ones. Bounded: the memo is dropped whenever the texts it
+ * holds reach `maxChars` characters.
  */
-export const memoisedCounter = (counter: TokenCounter.TokenCounterShape, maxChars = 32_000_000): TokenCounter.TokenCounterShape => {
+export const memoisedCounter = (
+  counter: TokenCounter.TokenCounterShape,
+  maxChars = 32_000_000,
+  options: { readonly byLine?: boolean } = {}
+): TokenCounter.TokenCounterShape => {
   let memo = new Map<string, number>()
   let chars = 0
+  const remember = (text: string, n: number) => {
+    if (chars + text.length > maxChars) {
+      memo = new Map()
+      chars = 0
+    }
+    memo.set(text, n)
+    chars += text.length
+    return n
+  }
+  const countLine = (line: string) => memo.get(line) ?? remember(line, counter.count(line))
   return {
     name: counter.name,
     count: (text) => {
       const known = memo.get(text)
       if (known !== undefined) return known
-      const n = counter.count(text)
-      if (chars + text.length > maxChars) {
-        memo = new Map()
-        chars = 0
-      }
-      memo.set(text, n)
-      chars += text.length
-      return n
+      if (options.byLine !== true) return remember(text, counter.count(text))
+      const lines = o200kLines(text)
+      if (lines.length === 1) return remember(text, counter.count(text))
+      let n = 0
+      for (const line of lines) n += countLine(line)
+      return remember(text, n)
     }
   }
 }
 
 let counterInstance: TokenCounter.TokenCounterShape | undefined
-const sharedCounter = () => (counterInstance ??= memoisedCounter(TokenCounter.make()))
+const sharedCounter = () => (counterInstance ??= memoisedCounter(TokenCounter.make(), undefined, { byLine: true }))
 
 /** The SQL client on `db`: a Postgres URL or a SQLite file; a failure to open or migrate it is a defect. */
 const database = (db: string): Layer.Layer<SqlClient.SqlClient> =>
   db.startsWith("postgres://") ? Layer.orDie(Database.layerPg({ url: db, maxConnections: 4 })) : Layer.orDie(Database.layerSqlite(db))
 
-/** The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`, on `file` (or a Postgres URL). */
+/**
+ * The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`, on `db`: the SQL client of `file`
+ * (a SQLite file or a Postgres URL; `database(file)`), or a SQLite connection kept from the previous incarnation
+ * (see `simulate`'s incarnations).
+ */
 const orchestrator = (
-  file: string,
+  db: Layer.Layer<SqlClient.SqlClient>,
   namespace: string,
   steps: Crash.Steps,
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
@@ -142,7 +200,7 @@ const orchestrator = (
   OrchestratorLayer.services.pipe(
     Layer.provideMerge(Crash.storeLayer(steps)),
     Layer.provideMerge(OrchestratorLayer.eventIds),
-    Layer.provideMerge(database(file)),
+    Layer.provideMerge(db),
     Layer.provideMerge(ProviderRegistry.layer(adapters)),
     Layer.provideMerge(ScriptedSummariser.layer(summariser)),
     Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
@@ -223,6 +281,13 @@ const templateDatabase: Effect.Effect<Buffer> = Effect.suspend(() => {
   )
 })
 
+/**
+ * Whether the SQLite connection is outside any transaction: `BEGIN` succeeds only there (SQLite refuses a
+ * transaction within a transaction); it is rolled back at once. Decides whether a restart may keep the connection.
+ */
+export const outsideTransaction: Effect.Effect<boolean, never, SqlClient.SqlClient> = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  Effect.zipRight(sql.unsafe("BEGIN"), sql.unsafe("ROLLBACK")).pipe(Effect.as(true), Effect.orElseSucceed(() => false)))
+
 const cid = (id: number, suffix = "") => `cmd_${id}${suffix}` as CommandId
 
 /**
@@ -300,25 +365,60 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     }
 
     // ---- incarnations
+    // On SQLite the connection outlives an incarnation when the crash left it outside any transaction: everything
+    // else is built again. Why that is the crash a real process has: the connection holds no orchestrator state,
+    // only caches a new process would fill the same way (compiled statements, pages of committed data) and the
+    // settings every incarnation makes alike (`Database.layerSqlite`'s pragmas, `reconnectAudit`'s); the file is
+    // at the latest migration from the template on (a new process's migrations check reads that and does nothing).
+    // What a crash must drop is dropped: every service and its in-memory state (caches, locks, the event bus, the
+    // driver registration, ids under a new namespace) is built again, every fiber of the incarnation is interrupted
+    // when its scope closes, and a transaction in progress was rolled back when the crash's defect left it. That
+    // last point is checked, not assumed: after the incarnation's scope is closed, `BEGIN` must succeed on the kept
+    // connection (SQLite refuses it inside a transaction), else the connection is closed and the next incarnation
+    // opens a fresh one (what every restart did before). On Postgres every incarnation connects again.
+    const keepConnection = !file.startsWith("postgres://")
     let incarnation = 0
     let scope: Scope.CloseableScope | null = null
     let context: Context.Context<Services> | null = null
+    let connection: { readonly scope: Scope.CloseableScope; readonly context: Context.Context<SqlClient.SqlClient> } | null = null
+    const connect = Effect.gen(function*() {
+      const s = yield* Scope.make()
+      const c = yield* Layer.buildWithScope(database(file), s).pipe(Effect.orDie)
+      // The audit's tables and triggers are in the database from the template on; the connection's own setting is not.
+      yield* Effect.provide(Checks.reconnectAudit, c).pipe(Effect.orDie)
+      return { scope: s, context: c }
+    })
+    const disconnect = Effect.suspend(() => {
+      const c = connection
+      connection = null
+      return c === null ? Effect.void : Scope.close(c.scope, Exit.void)
+    })
+    const idle = (c: Context.Context<SqlClient.SqlClient>) => Effect.provide(outsideTransaction, c)
     const open = Effect.gen(function*() {
       incarnation++
       const s = yield* Scope.make()
+      let db: Layer.Layer<SqlClient.SqlClient> = database(file)
+      if (keepConnection) {
+        if (connection === null) connection = yield* connect
+        db = Layer.succeedContext(connection.context)
+      }
       context = yield* Layer.buildWithScope(
-        orchestrator(file, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
+        orchestrator(db, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
         s
       ).pipe(Effect.orDie)
       // The audit's tables and triggers are in the database from the template (or the first incarnation) on.
-      yield* Effect.provide(Checks.reconnectAudit, context).pipe(Effect.orDie)
+      if (!keepConnection) yield* Effect.provide(Checks.reconnectAudit, context).pipe(Effect.orDie)
       scope = s
     })
+    /** Drops the incarnation: its scope closed; the kept connection too when it is inside a transaction (see above). */
     const close = Effect.suspend(() => {
       const s = scope
       scope = null
       context = null
-      return s === null ? Effect.void : Scope.close(s, Exit.void)
+      return Effect.zipRight(
+        s === null ? Effect.void : Scope.close(s, Exit.void),
+        Effect.suspend(() => connection === null ? Effect.void : Effect.flatMap(idle(connection.context), (ok) => ok ? Effect.void : disconnect))
+      )
     })
     const within = <A, E>(effect: Effect.Effect<A, E, Services>) =>
       Effect.suspend(() => Effect.provide(effect, context as Context.Context<Services>))
@@ -779,6 +879,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           handoffs += (yield* store.listHandoffs(t.id)).length
           for (const p of yield* store.listProviderThreads(t.id)) nativeThreads += (yield* store.listNativeThreads(p.id)).length
         }
+        if (options.digest === false && options.keepDump !== true) return { runs, deliveries, handoffs, nativeThreads, dump: null }
         // Every table but the migrations', `drivers` (this process's host and pid: not the simulated world),
         // `sim_audit` (the checks' own, empty unless a check failed) and `sim_changed` (the checks' change log).
         const tables = yield* sql.onDialectOrElse({
@@ -815,7 +916,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         crashes,
         crashPoints: [...crashPoints].sort(),
         trace,
-        digest: createHash("sha256").update(summary.dump).digest("hex"),
+        digest: summary.dump === null ? "" : createHash("sha256").update(summary.dump).digest("hex"),
         dump: options.keepDump === true ? summary.dump : null,
         stats: {
           runs: summary.runs,
@@ -835,7 +936,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     // No tracing spans (every SQL statement would make one): nothing in the simulation reads them, and they cost
     // about 1% of a run (CPU profile of `pnpm sim --seeds 4 --seed-start 1900 --steps 40`).
     return yield* run.pipe(
-      Effect.ensuring(close),
+      Effect.ensuring(Effect.zipRight(close, disconnect)),
       Effect.locally(FiberRef.currentLoggers, HashSet.make(traceLogger)),
       Effect.withTracerEnabled(false)
     )
