@@ -175,7 +175,7 @@ export const contentOfBody = (body: unknown): ReadonlyArray<unknown> | null => {
 }
 
 /** An SSE event as OpenAI sends a chunk: a `data:` line (an event name only when the upstream sent one other than the default). */
-const encodeEvent = (event: string, data: string) => `${event === "" || event === "message" ? "" : `event: ${event}\n`}data: ${data}\n\n`
+const encodeEvent = (event: string, data: string) => `${event === "" || event === "message" ? "" : `event: ${event}\n`}${Sse.dataLines(data)}\n\n`
 
 /**
  * A continuation's chunk as the agent receives it: the first hop's `id` and `created` (`head`), and no `role` in the

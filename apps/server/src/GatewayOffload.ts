@@ -803,7 +803,7 @@ export interface Hop {
   readonly tokens: () => GatewayThreads.Reply["tokens"]
 }
 
-const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}data: ${data}\n\n`
+const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}${Sse.dataLines(data)}\n\n`
 
 /**
  * A streamed hop of an Anthropic Messages answer as the agent sees it: its events pass on (re-encoded as `event:` and
@@ -961,6 +961,10 @@ export const anthropic: Offload = {
       ...(beside === undefined ? [] : [answersMessage(beside)])
     ]
   }],
-  streamError: (body, message) =>
-    `event: error\ndata: ${isRecord(parseJson(body)) ? body : JSON.stringify({ type: "error", error: { type: "api_error", message } })}\n\n`
+  // The upstream's JSON error body re-serialised compact: a body with line breaks (pretty-printed) written as it came
+  // would put its lines outside the event's one data field.
+  streamError: (body, message) => {
+    const parsed = parseJson(body)
+    return `event: error\ndata: ${JSON.stringify(isRecord(parsed) ? parsed : { type: "error", error: { type: "api_error", message } })}\n\n`
+  }
 }

@@ -156,7 +156,7 @@ export const continuation = (
   input: [...(body.input as ReadonlyArray<unknown>), ...items, ...answerItems(answers, items)]
 })
 
-const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}data: ${data}\n\n`
+const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}${Sse.dataLines(data)}\n\n`
 
 /**
  * A streamed hop of a Responses answer as the agent sees it (see the module docblock): `previous` is the hop whose

@@ -423,6 +423,39 @@ describe("Gateway tool-result offload", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 120_000)
 
+  it.live("a continuation refused with a pretty-printed JSON body ends the agent's stream with one well-formed error event (its body compact, one data line); the run fails overflow", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const refusal = { type: "error", error: { type: "invalid_request_error", message: "prompt is too long: 210000 tokens > 200000 maximum" } }
+        upstream.enqueue(
+          ModelApi.answer("anthropic-messages", "Let me look.", usage, [{ id: "toolu_read", name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_1" }) }]),
+          { status: 400, contentType: "application/json", body: JSON.stringify(refusal, null, 2) }
+        )
+        const messages = [
+          { role: "user", content: "list the files" },
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "Bash", input: { command: "ls" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "a.ts" }] },
+          { role: "assistant", content: [{ type: "text", text: "One file." }] },
+          { role: "user", content: "what did ls print?" }
+        ]
+        const answer = yield* raw(post({ model: "claude-x", max_tokens: 100, stream: true, system, tools, messages }))
+        expect(answer.status).toBe(200)
+        // Every event is an `event:` line and one `data:` line of JSON (a body with line breaks written as it came
+        // would put its lines outside the data field: the agent's SSE parser would drop or misread them).
+        const blocks = answer.text.split("\n\n").filter((e) => e.trim() !== "")
+        for (const block of blocks) expect(block.split("\n").map((l) => l.slice(0, l.indexOf(":")))).toEqual(["event", "data"])
+        const events = blocks.map((e) => JSON.parse(e.split("\n")[1]!.slice(6)) as StreamEvent)
+        expect(events.at(-1)).toEqual(refusal)
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        expect((yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "overflow"]])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), { timeout: 60_000 })
+
   it.live("a continuation that answers 2xx but not a stream (a JSON or HTML body) ends the agent's message with an error event; the run fails", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start

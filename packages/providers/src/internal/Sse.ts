@@ -70,3 +70,11 @@ export const makeDecoder = (): SseDecoder => {
     }
   }
 }
+
+/**
+ * `data` as the `data:` field lines of one event (no trailing blank line): one `data: ` line per line of `data`, so a
+ * value holding line feeds (a decoded event whose data came on several lines, a pretty-printed JSON body) decodes back
+ * to the same `data` (the decoder joins a message's data lines with `\n`). A `\r\n` or `\r` in `data` is written as a
+ * line break too (SSE reads either as one), so it comes back as `\n`.
+ */
+export const dataLines = (data: string): string => data.split(/\r\n|\r|\n/).map((line) => `data: ${line}`).join("\n")
