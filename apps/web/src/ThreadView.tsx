@@ -265,7 +265,7 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
       )}
       {props.admin && (
         <Actions threadId={props.threadId} providers={[...new Set((snap?.providerThreads ?? []).map((p) => p.providerInstance))]}
-          runInProgress={runInProgress(store.runs.values())} onDone={() => store.refresh()} navigate={(id) => props.navigate(id)} />
+          runInProgress={runInProgress(store.runs.values(), snap?.totals.runsByStatus)} onDone={() => store.refresh()} navigate={(id) => props.navigate(id)} />
       )}
       <div className="columns">
         <div className="left">

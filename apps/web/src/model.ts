@@ -17,11 +17,28 @@ const unfinished: ReadonlySet<string> = new Set(["queued", "starting", "running"
 
 /**
  * The thread's run in progress as the page holds its runs: the unfinished run with the lowest `seq` (the run an
- * interrupt without `runId` stops), or `null` when none is.
+ * interrupt without `runId` stops), or `null` when none is, or when `runsByStatus` (the snapshot's totals) counts
+ * more unfinished runs than the page holds (the one in progress may be among those it does not hold).
  */
-export const runInProgress = (runs: Iterable<RunJson>): RunJson | null => {
+export const runInProgress = (
+  runs: Iterable<RunJson>,
+  runsByStatus?: Readonly<Partial<Record<RunJson["status"], number>>>
+): RunJson | null => {
   let first: RunJson | null = null
-  for (const run of runs) if (unfinished.has(run.status) && (first === null || run.seq < first.seq)) first = run
+  let held = 0
+  for (const run of runs) {
+    if (!unfinished.has(run.status)) continue
+    held++
+    if (first === null || run.seq < first.seq) first = run
+  }
+  // The page holds the newest runs (the snapshot's 20, then what it paged and what events brought): when the thread
+  // has more unfinished runs than it holds (more than 20 queued behind one waiting for a client tool), the lowest it
+  // holds may be a queued run, not the one in progress: name none (the server interrupts its run in progress).
+  if (runsByStatus !== undefined) {
+    let total = 0
+    for (const status of unfinished) total += runsByStatus[status as RunJson["status"]] ?? 0
+    if (held < total) return null
+  }
   return first
 }
 

@@ -158,6 +158,20 @@ describe("the run in progress (the run the dashboard's Interrupt names)", () => 
     expect(runInProgress([run(1, "completed"), run(2, "failed"), run(3, "cancelled"), run(4, "interrupted")])).toBe(null)
     expect(runInProgress([])).toBe(null)
   })
+
+  it("is none when the thread has more unfinished runs than the page holds (review r31: the page holds the newest runs; with more than 20 queued behind a waiting run it named a queued one)", () => {
+    const run = (seq: number, status: RunJson["status"]) => ({ id: `run_${seq}`, seq, status }) as RunJson
+    // Runs 2-21 held (queued), run 1 (waiting for a client tool) not: the snapshot counts 21 unfinished.
+    const held = Array.from({ length: 20 }, (_, i) => run(i + 2, "queued"))
+    expect(runInProgress(held)?.id).toBe("run_2")
+    expect(runInProgress(held, { waiting: 1, queued: 20 })).toBe(null)
+    // Every unfinished run held: the lowest is the one.
+    expect(runInProgress([run(1, "waiting"), ...held], { waiting: 1, queued: 20, completed: 7 })?.id).toBe("run_1")
+    // A snapshot older than the events the page applied (run 1 ended since; the snapshot still counts it): none named,
+    // the server's own choice (never a wrong one); a snapshot that counts fewer than held names the lowest.
+    expect(runInProgress([run(1, "completed"), ...held], { running: 1, queued: 20 })).toBe(null)
+    expect(runInProgress([run(1, "running"), ...held], { queued: 20 })?.id).toBe("run_1")
+  })
 })
 
 describe("contextFill", () => {
