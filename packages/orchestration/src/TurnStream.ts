@@ -34,10 +34,13 @@ const toolCallStates = new Set(["answered", "dangling", "interrupted"])
 
 /**
  * Keeps a provider's output recordable whatever an adapter returns: an unknown kind becomes an `error` item that
- * quotes it, an unknown tool-call state becomes `null`, non-string text is stringified. Nothing is dropped.
+ * quotes it, an unknown tool-call state becomes `null`, non-string text is stringified, a NUL character in the text
+ * becomes U+FFFD (Postgres text cannot hold NUL: the turn's output was lost there, kept on SQLite; both dialects now
+ * record the same text). Nothing is dropped.
  */
 export const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
-  const text = typeof p.text === "string" ? p.text : JSON.stringify(p.text) ?? ""
+  const raw = typeof p.text === "string" ? p.text : JSON.stringify(p.text) ?? ""
+  const text = raw.includes("\u0000") ? raw.replaceAll("\u0000", "\uFFFD") : raw
   const known = producedKinds.has(p.kind)
   return {
     kind: known ? p.kind : "error",
