@@ -31,6 +31,17 @@ export const storableText = (what: string) => (text: string): true | string => {
 }
 
 
+/**
+ * `text` made storable as it will be read back: each NUL character and each lone surrogate replaced by U+FFFD (the
+ * replacement character), everything else unchanged. For text Baton records but does not choose (a provider's
+ * output): Postgres refuses NUL and both dialects alter a lone surrogate (differently), so the record would fail or
+ * differ from what Baton holds in memory.
+ */
+export const toStorableText = (text: string): string =>
+  !text.includes("\u0000") && loneSurrogateAt(text) < 0
+    ? text
+    : text.replaceAll("\u0000", "\uFFFD").replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, "\uFFFD")
+
 const isHigh = (c: number) => c >= 0xd800 && c <= 0xdbff
 const isLow = (c: number) => c >= 0xdc00 && c <= 0xdfff
 /** Whether `index` falls between the two halves of a surrogate pair of `text` (a cut there splits a character). */

@@ -313,7 +313,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
 
     /**
      * The result of a SendMessage whose run a concurrent caller with the same command id queued and drives: waits
-     * (polling, 25 ms doubling to 1 s) until the run has ended, then answers with that caller's receipt, or with
+     * (polling, 25 ms doubling to 1 s) until the run has ended or waits for the client's tool results, then answers with that caller's receipt, or with
      * what the record says if the receipt was never completed (that caller's process stopped).
      */
     const awaitSent = (command: Commands.SendMessage, runId: Run["id"]) =>
@@ -321,7 +321,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         let pause = 25
         for (;;) {
           const run = yield* store.getRun(runId)
-          if (run._tag === "None" || terminalRunStatuses.includes(run.value.status)) break
+          // A run waiting for the client's tool results is driven by nobody until the client posts them: answered
+          // as it stands (`waiting`), as the first call was.
+          if (run._tag === "None" || run.value.status === "waiting" || terminalRunStatuses.includes(run.value.status)) break
           yield* Effect.sleep(Duration.millis(pause))
           pause = Math.min(1_000, pause * 2)
         }
@@ -360,6 +362,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         if ("status" in recorded) return recorded
       }
       const result = yield* processRun(queued.run.id)
+      // A run waiting for tool results has not ended but nobody drives it (the client does, by posting them): the
+      // answer is `waiting`, as the first call's was, not a wait for the client's next command.
+      if (result.status === "waiting") return result
       if (!terminalRunStatuses.includes(result.status)) return yield* awaitSent(command, queued.run.id)
       yield* CommandReceipts.complete(store, command.commandId, SendResult, result)
       return result

@@ -20,6 +20,7 @@
  * and the outcome after it ends (completion, failure), calling `flush` in that unit of work for what is still held.
  */
 import type { ConcurrentModification, ContextUsage, HandoffDelivery, Item, NativeThread, NewThreadEvent, PersistenceError, ProviderError, Run } from "@baton/contracts"
+import { Text } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Stream } from "effect"
@@ -34,10 +35,13 @@ const toolCallStates = new Set(["answered", "dangling", "interrupted"])
 
 /**
  * Keeps a provider's output recordable whatever an adapter returns: an unknown kind becomes an `error` item that
- * quotes it, an unknown tool-call state becomes `null`, non-string text is stringified. Nothing is dropped.
+ * quotes it, an unknown tool-call state becomes `null`, non-string text is stringified, a NUL character or a lone
+ * surrogate in the text becomes U+FFFD (`Text.toStorableText`: Postgres refuses NUL, which lost the turn's output there,
+ * and each dialect altered a lone surrogate its own way, so the record differed from the text Baton held). Nothing
+ * is dropped.
  */
 export const normalizeProduced = (p: ProviderAdapter.ProducedItem): NewItem => {
-  const text = typeof p.text === "string" ? p.text : JSON.stringify(p.text) ?? ""
+  const text = Text.toStorableText(typeof p.text === "string" ? p.text : JSON.stringify(p.text) ?? "")
   const known = producedKinds.has(p.kind)
   return {
     kind: known ? p.kind : "error",
