@@ -8,6 +8,10 @@
  *   and `Effect.onInterrupt` handlers run (a replay records the run in flight as interrupted), then the process
  *   exits 130 (SIGINT) or 143 (SIGTERM), the shell's 128 + signal number. A second signal after the first is not
  *   caught: the default action ends the process at once.
+ * - **A closed stdout.** When stdout's reader goes away (`baton events --follow | head`, `baton threads | head -1`),
+ *   the next write fails with EPIPE; unhandled, that error killed the process with a Node stack trace on stderr.
+ *   The command is now stopped as SIGINT stops it (its fiber interrupted, finalizers run: a replay records the run
+ *   in flight) and the process exits 141, the shell's status for a writer whose pipe closed (128 + SIGPIPE).
  * - **Yielding to the event loop.** A signal reaches the fiber only when Node's event loop polls, and a replay on
  *   SQLite with the scripted provider is synchronous work chained by microtasks: Effect's default scheduler yields
  *   through microtasks and reaches a timer only after 2048 yields in a row (a count that restarts whenever the fiber
@@ -31,6 +35,37 @@ let received: StopSignal | null = null
 
 /** The signal that asked the process to stop, if one did. */
 export const receivedSignal: Effect.Effect<Option.Option<StopSignal>> = Effect.sync(() => Option.fromNullable(received))
+
+/** The exit code after stdout's reader went away (EPIPE): 128 + SIGPIPE, as a shell reports a writer whose pipe closed. */
+export const stdoutClosedExitCode = 141
+
+let stdoutClosed = false
+let stdoutFailed = false
+const stdoutClosedWaiters = new Set<() => void>()
+
+/**
+ * Succeeds once a write to stdout has failed (EPIPE: its reader went away; or another error). The
+ * listener is installed by `runMain` for the life of the process, so a write after the command ended cannot crash.
+ */
+const awaitStdoutClosed: Effect.Effect<void> = Effect.async<void>((resume) => {
+  if (stdoutClosed || stdoutFailed) return resume(Effect.void)
+  const wake = () => resume(Effect.void)
+  stdoutClosedWaiters.add(wake)
+  return Effect.sync(() => void stdoutClosedWaiters.delete(wake))
+})
+
+/** A failed write to stdout stops the command: EPIPE silently (exit 141), another error named on stderr (exit 1). */
+const onStdoutError = (error: NodeJS.ErrnoException) => {
+  if (stdoutClosed || stdoutFailed) return
+  if (error.code === "EPIPE") {
+    stdoutClosed = true
+  } else {
+    stdoutFailed = true
+    process.stderr.write(`baton: cannot write to stdout: ${error.message}\n`)
+  }
+  for (const wake of stdoutClosedWaiters) wake()
+  stdoutClosedWaiters.clear()
+}
 
 /** How long fibers may run on microtasks without the event loop turning, in milliseconds. */
 export const sliceMillis = 10
@@ -73,7 +108,7 @@ export const layer: Layer.Layer<NodeContext.NodeContext> = Layer.mergeAll(
 
 /**
  * Runs a program's main effect with `layer` provided: exit code 130/143 after SIGINT/SIGTERM (once the interrupted
- * fiber's finalizers have run), 1 for a failure or defect that reached the top, otherwise the `process.exitCode` the
+ * fiber's finalizers have run), 141 after stdout's reader went away (likewise), 1 for a failure or defect that reached the top, otherwise the `process.exitCode` the
  * program set (0 by default). The program reports its own errors: nothing is logged here.
  */
 export const runMain = <E, A>(main: Effect.Effect<A, E, NodeContext.NodeContext>): void => {
@@ -88,7 +123,9 @@ export const runMain = <E, A>(main: Effect.Effect<A, E, NodeContext.NodeContext>
   const onSigterm = remember("SIGTERM")
   process.on("SIGINT", onSigint)
   process.on("SIGTERM", onSigterm)
-  main.pipe(
+  process.stdout.on("error", onStdoutError)
+  // A closed stdout stops the command as an interrupt does (raceFirst interrupts the loser).
+  Effect.raceFirst(main, awaitStdoutClosed).pipe(
     Effect.provide(layer),
     NodeRuntime.runMain({
       disableErrorReporting: true,
@@ -98,6 +135,8 @@ export const runMain = <E, A>(main: Effect.Effect<A, E, NodeContext.NodeContext>
         process.removeListener("SIGINT", onSigint)
         process.removeListener("SIGTERM", onSigterm)
         if (received !== null) return onExit(signalExitCodes[received])
+        if (stdoutClosed) return onExit(stdoutClosedExitCode)
+        if (stdoutFailed) return onExit(1)
         onExit(Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause) ? 1 : 0)
       }
     })

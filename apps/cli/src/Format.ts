@@ -184,7 +184,8 @@ export const compactReport = (r: CompactReport) => {
 /**
  * `/offload`'s report: the server's message for the user (e.g. "Offloaded 6 older messages, freeing up context window
  * space. Conversation: ~1.0K -> ~250 tokens (75% decrease), 4 messages kept."), then what the summary covers and what
- * stays verbatim (tokens are rendered tokens), the operation id and the summariser's cost.
+ * stays verbatim (tokens are rendered tokens), the operation id (not for a preview, which stores none) and the
+ * summariser's cost.
  */
 export const offloadReport = (r: OffloadReport) => {
   const cost = r.cost === null
@@ -197,7 +198,8 @@ export const offloadReport = (r: OffloadReport) => {
     : r.outcome === "running"
     ? "running: the summary is being written or committed"
     : `${r.outcome}: ${r.reason ?? "nothing to do"}`
-  return `${r.message}\n${detail}; operation ${r.operationId}${cost}`
+  // A preview is not an operation (nothing is stored under its id: `--get` would answer "no /offload operation").
+  return `${r.message}\n${detail}${r.outcome === "preview" ? "" : `; operation ${r.operationId}`}${cost}`
 }
 
 /**

@@ -111,6 +111,40 @@ describe("baton as a process (CliRuntime)", () => {
   }
 })
 
+describe("baton with its stdout closed by the reader (`baton ... | head`)", () => {
+  it.live("stops as an interrupt does: no stack trace, nothing left running, exit 141", () =>
+    Effect.gen(function*() {
+      const db = tmpDb()
+      const r = yield* Effect.promise(() =>
+        new Promise<Exited>((resolve, reject) => {
+          const child = spawn(process.execPath, batonArgs(["replay", transcript, "--db", db]), {
+            cwd: repo,
+            env: { ...process.env, BATON_DATA_DIR: "" },
+            stdio: ["ignore", "pipe", "pipe"]
+          })
+          let stdout = ""
+          let stderr = ""
+          // As `| head -3` does: read three run lines, then close the pipe's read end.
+          child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+            stdout += chunk
+            if (stdout.split("\n").filter((l) => l.startsWith("run ")).length >= 3) child.stdout.destroy()
+          })
+          child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+          child.on("error", reject)
+          child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
+        })
+      )
+      // Before: Node's "Unhandled 'error' event ... Error: write EPIPE" stack on stderr, exit 1, a run left running.
+      expect(r.stderr).not.toContain("EPIPE")
+      expect(r.stderr).toMatch(/^baton: stopped by an interrupt after \d+ of 55 runs\n$/)
+      expect({ code: r.code, signal: r.signal }).toEqual({ code: CliRuntime.stdoutClosedExitCode, signal: null })
+      const { threads, unfinished, violations } = yield* readRuns(db)
+      expect(threads).toBe(1)
+      expect(unfinished).toEqual([])
+      expect(violations).toEqual([])
+    }), 120_000)
+})
+
 describe("CliRuntime.timeSliced (the runtime's scheduler)", () => {
   /** Runs `self` under `timeSliced` from a fresh macrotask, as a request's handler starts from an I/O callback. */
   const onScheduler = <A>(self: Effect.Effect<A>) =>

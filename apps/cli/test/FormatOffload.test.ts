@@ -2,7 +2,7 @@
  * The lines `baton offload --dry-run` and `--undo` print for the server's tool-result offload preview and undo, and the
  * line `send` / `events` print for a retried provider request.
  */
-import type { ProviderInstance, ThreadId, ToolResultOffloadPreview } from "@baton/contracts"
+import type { OffloadReport, ProviderInstance, ThreadId, ToolResultOffloadPreview } from "@baton/contracts"
 import { describe, expect, it } from "vitest"
 import * as Format from "../src/Format.js"
 
@@ -69,5 +69,27 @@ describe("a retried provider request", () => {
     expect(Format.retryLine({ attempt: 2, delayMs: 1_250, httpStatus: 429, reason: "rate" })).toBe("retrying in 1.3 s (attempt 3, HTTP 429 rate limited: rate)")
     expect(Format.retryLine({ attempt: 1, delayMs: 480, httpStatus: null, reason: "unreachable" })).toBe("retrying in 0.5 s (attempt 2, no answer: unreachable)")
     expect(Format.retryLine({ attempt: 1, delayMs: 500, httpStatus: 503, reason: "x".repeat(150) })).toBe(`retrying in 0.5 s (attempt 2, HTTP 503 server error: ${"x".repeat(99)}…)`)
+  })
+})
+
+describe("baton offload --preview / /offload lines", () => {
+  // The server's answer to `POST /threads/{id}/offload {"keepTokens":8000,"dryRun":true}` (a fresh server, 2 runs).
+  const preview = {
+    operationId: "cmd_1688bcb3-2183-4a4f-9fd5-bde5f5f0b57b", outcome: "preview", message: "Nothing would be offloaded: nothing to do.",
+    offloaded: false, reason: "nothing to offload: the 4 item(s) after the start hold 32 tokens, within the 8000 kept verbatim",
+    offloadId: null, summaryItemId: null, cutSeq: null, coveredItems: 0, coveredTokens: 0, summaryTokens: 0, keptItems: 4,
+    keptTokens: 32, keepTokens: 8000, movedForToolUnits: 0, supersededHandoffIds: [], handoffIds: [], coveredItemIds: [],
+    tokensBefore: 32, tokensAfter: 32, cacheRewriteTokens: 0, cacheRewriteUsd: null, cost: null, retryable: false
+  } as unknown as OffloadReport
+
+  it("a preview names no operation id (none is stored: `--get` of it answers 404)", () => {
+    expect(Format.offloadReport(preview)).toBe(
+      "Nothing would be offloaded: nothing to do.\n" +
+        "preview: nothing to offload: the 4 item(s) after the start hold 32 tokens, within the 8000 kept verbatim"
+    )
+  })
+
+  it("an operation names its id, which `--get` reads", () => {
+    expect(Format.offloadReport({ ...preview, outcome: "nothing", operationId: "op-1" })).toContain("; operation op-1")
   })
 })

@@ -274,9 +274,10 @@ export const layer = (options: GatewayOptions) =>
       const threadOffload = yield* ThreadOffload.ThreadOffload
       const scope = yield* Effect.scope
       const http = yield* HttpClient.HttpClient
+      // The read-only token is known (so its refusal says what it is) but never granted: a gateway request writes.
       const digests = {
         admin: Auth.digest(Redacted.value(options.tokens.admin)),
-        read: null
+        read: options.tokens.read === null ? null : Auth.digest(Redacted.value(options.tokens.read))
       }
       const models = options.providers.filter(ServerConfig.isModelInstance)
       const counter = TokenCounter.make()
@@ -311,6 +312,12 @@ export const layer = (options: GatewayOptions) =>
           const verdict = Auth.roleOf(dialect.token(request.headers), digests)
           if (verdict._tag === "denied") {
             return dialect.refuse("unauthenticated", `Baton gateway: ${verdict.reason}; send a Baton token as ${dialect.tokenHint}`)
+          }
+          if (verdict.role !== "admin") {
+            return dialect.refuse(
+              "unauthenticated",
+              `Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as ${dialect.tokenHint}`
+            )
           }
           const declared = request.headers["content-length"]
           if (declared !== undefined && Number(declared) > options.maxBodyBytes) {

@@ -15,7 +15,7 @@ import { Context, Effect, Layer } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { adminToken, client, get, raw } from "./helpers.js"
+import { adminToken, client, get, raw, readToken } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
 
@@ -114,6 +114,30 @@ describe("Gateway", () => {
         expect((yield* api.threads.list({ urlParams: {} })).threads).toEqual([])
       })
     ))
+
+  it.live("refuses the read-only token as read-only (not as an unknown token), sending nothing upstream", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] },
+        auth: { token: adminToken, readToken }
+      })
+      yield* Effect.gen(function*() {
+        const request = { model: "claude-x", max_tokens: 10, messages: [user("hi")] }
+        const refused = yield* raw(messages(request, { "x-api-key": readToken }))
+        expect(refused.status).toBe(401)
+        expect(refused.body).toEqual({
+          type: "error",
+          error: {
+            type: "authentication_error",
+            message: "Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer"
+          }
+        })
+        expect(upstream.requests.length).toBe(0)
+        const api = yield* client()
+        expect((yield* api.threads.list({ urlParams: {} })).threads).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })))
 
   it.live("a session's next body that is no JSON only after its shared history (a raw line break in a later key) is refused as malformed", () =>
     withGateway((upstream) =>
