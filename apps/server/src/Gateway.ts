@@ -199,6 +199,16 @@ const failureCode = (status: number, text: string): "provider_unavailable" | "pr
     ? "overflow"
     : "provider_refused"
 
+/**
+ * Why a request to the upstream failed, in one line: the client's message (`Transport error (POST <url>)`) and the
+ * cause's own words when it has them (`connect ECONNREFUSED 127.0.0.1:9`, `getaddrinfo ENOTFOUND …`). Never a
+ * header: the upstream key is not in either.
+ */
+const transportReason = (error: { readonly message: string; readonly cause?: unknown }): string => {
+  const cause = error.cause instanceof Error ? error.cause.message : typeof error.cause === "string" ? error.cause : ""
+  return cause === "" || error.message.includes(cause) ? error.message : `${error.message}: ${cause.replace(/\s+/g, " ").slice(0, 200)}`
+}
+
 /** What an agent is, from its user agent (the thread's title says it). */
 const agentOf = (userAgent: string | undefined) =>
   userAgent?.startsWith("claude-cli/") ? "Claude Code" : userAgent?.startsWith("codex") ? "Codex" : "Agent"
@@ -548,8 +558,10 @@ export const layer = (options: GatewayOptions) =>
             )
 
           if (response._tag === "Left") {
-            yield* settle(failed("provider_unavailable", `the upstream could not be reached: ${response.left.message}`))
-            return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
+            const why = transportReason(response.left)
+            yield* settle(failed("provider_unavailable", `the upstream could not be reached: ${why}`))
+            yield* Effect.logWarning(`gateway: the upstream of model ${model.slice(0, 200)} could not be reached: ${why}`)
+            return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}: ${why}`)
           }
           const upstream = response.right
           const headers = backHeaders(upstream)
@@ -579,8 +591,10 @@ export const layer = (options: GatewayOptions) =>
                 outBody = offloader.continuation(outBody, content, yield* answerReads(reads, outBody, content))
                 const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(offloader.sendable(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {
-                  yield* settle(failed("provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
-                  return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}`)
+                  const why = transportReason(next.left)
+                  yield* settle(failed("provider_unavailable", `the upstream could not be reached after thread_read: ${why}`))
+                  yield* Effect.logWarning(`gateway: the upstream of model ${model.slice(0, 200)} could not be reached after thread_read: ${why}`)
+                  return dialect.refuse("unreachable", `Baton could not reach the upstream of model ${model.slice(0, 200)}: ${why}`)
                 }
                 bytesBack = new Uint8Array(next.right.b)
                 status = next.right.r.status

@@ -284,6 +284,26 @@ describe("Gateway", () => {
       })
     ))
 
+  it.live("an upstream that cannot be reached: the agent's 502 says why (the transport's own words, never the key); the run fails with the same reason", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      // Port 9 on loopback: nothing listens there (connection refused).
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream, { baseUrl: "http://127.0.0.1:9" })], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] }
+      })
+      yield* Effect.gen(function*() {
+        const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, messages: [user("hi")] }))
+        expect(answer.status).toBe(502)
+        const body = JSON.parse(answer.text) as { type: string; error: { type: string; message: string } }
+        expect(body.error.type).toBe("api_error")
+        expect(body.error.message).toMatch(/^Baton could not reach the upstream of model claude-x: Transport error \(POST http:\/\/127\.0\.0\.1:9\/v1\/messages[^)]*\): connect ECONNREFUSED 127\.0\.0\.1:9$/)
+        expect(answer.text).not.toContain(marker)
+        const { runs } = yield* onlyThread
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_unavailable"]])
+        expect(runs[0]!.failureReason).toContain("ECONNREFUSED")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })))
+
   it.live("an error event in the upstream's stream fails the run with what it says: overloaded is unavailable, prompt is too long is overflow", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
