@@ -108,7 +108,7 @@ describe("stored results are read through their schema", () => {
             .map((k) => `${JSON.stringify(k)}:${earlier((value as Record<string, unknown>)[k])}`).join(",")
         }}`
         : JSON.stringify(value)
-    FastCheck.assert(FastCheck.property(FastCheck.anything({ withUndefined: true, withNullPrototype: true, withSparseArray: true }), (v) => {
+    FastCheck.assert(FastCheck.property(FastCheck.anything({ withNullPrototype: true, withSparseArray: true }), (v) => {
       expect(CommandReceipts.canonical(v)).toBe(earlier(v))
     }), { numRuns: 2_000 })
     for (const v of [[undefined, 1], { a: undefined, b: [undefined] }, [() => 1], { f: () => 1 }, -0, NaN, "é\u2028"]) {
