@@ -1305,6 +1305,22 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM run_costs WHERE thread_id = ${threadId} ORDER BY created_at, run_id`,
           Schema.decodeUnknown(Schema.Array(RunCost))
         ).pipe(orPersistence("run_costs.list")),
+      /**
+       * Writes `c` only when the stored calibration of `c.providerInstance` still has `seenSamples` samples (`null`: no
+       * row yet, then inserted unless one appeared): a learn from a calibration read earlier without a lock, kept only
+       * when nothing learned meanwhile (every write adds a sample). One statement; the row is locked by the write
+       * itself. `true` when written.
+       */
+      upsertCalibrationIfUnchanged: (c: ProviderCalibration, seenSamples: number | null) =>
+        Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
+          seenSamples === null
+            ? sql`INSERT INTO provider_calibrations ${sql.insert(row)} ON CONFLICT (provider_instance) DO NOTHING RETURNING provider_instance`
+            : sql`UPDATE provider_calibrations SET ratio = ${row.ratio}, samples = ${row.samples}, weight = ${row.weight},
+                  recent = ${row.recent}, updated_at = ${row.updatedAt}
+                  WHERE provider_instance = ${row.providerInstance} AND samples = ${seenSamples} RETURNING provider_instance`).pipe(
+            Effect.map((rows) => rows.length > 0),
+            orPersistence("provider_calibrations.upsert")
+          ),
       upsertCalibration: (c: ProviderCalibration) =>
         Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
           sql`INSERT INTO provider_calibrations ${sql.insert(row)}
