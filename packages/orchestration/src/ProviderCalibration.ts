@@ -75,22 +75,45 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
        * moved (`collect`: pushed there instead, for the caller to append in the same unit of work, in order with its
        * others). Returns the calibration in force afterwards.
        */
-      const learnSample = (threadId: ThreadId, instance: ProviderInstance, sample: Calibration.Sample, collect: Array<NewThreadEvent> | null = null) =>
+      const learnSample = (
+        threadId: ThreadId,
+        instance: ProviderInstance,
+        sample: Calibration.Sample,
+        collect: Array<NewThreadEvent> | null = null,
+        seen: Option.Option<StoredCalibration> | null = null
+      ) =>
         Effect.gen(function*() {
-          const found = yield* store.getCalibrationForUpdate(instance)
-          const before = found._tag === "Some"
-            ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
-            : Calibration.identity
-          const after = Calibration.learn(before, sample, config.calibrationPolicy)
-          if (after === before) return before
-          yield* store.upsertCalibration({
+          const stored = (found: Option.Option<StoredCalibration>): Calibration.Calibration =>
+            found._tag === "Some"
+              ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
+              : Calibration.identity
+          const row = (after: Calibration.Calibration, updatedAt: DateTime.Utc): StoredCalibration => ({
             providerInstance: instance,
             ratio: after.ratio,
             samples: after.samples,
             weight: after.weight,
             recent: after.recent ?? [],
-            updatedAt: yield* DateTime.now
+            updatedAt
           })
+          // From the row as turn start read it (not locked): one conditional write, kept only when the row is still
+          // as read (its sample count unchanged: every write of a calibration adds a sample); the result is then what
+          // the locked read below would have given. A sample `learn` rejects, or a row that moved, goes the locked way.
+          let learned: { readonly before: Calibration.Calibration; readonly after: Calibration.Calibration } | null = null
+          if (seen !== null) {
+            const before = stored(seen)
+            const after = Calibration.learn(before, sample, config.calibrationPolicy)
+            if (after !== before && (yield* store.upsertCalibrationIfUnchanged(row(after, yield* DateTime.now), seen._tag === "Some" ? seen.value.samples : null))) {
+              learned = { before, after }
+            }
+          }
+          if (learned === null) {
+            const before = stored(yield* store.getCalibrationForUpdate(instance))
+            const after = Calibration.learn(before, sample, config.calibrationPolicy)
+            if (after === before) return before
+            yield* store.upsertCalibration(row(after, yield* DateTime.now))
+            learned = { before, after }
+          }
+          const { after, before } = learned
           const event: NewThreadEvent = { threadId, type: "calibration.updated", payload: {
             providerInstance: instance,
             oldRatio: before.ratio,
@@ -115,12 +138,13 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         threadId: ThreadId,
         instance: ProviderInstance,
         turn: TurnSample,
-        collect: Array<NewThreadEvent> | null = null
+        collect: Array<NewThreadEvent> | null = null,
+        seen: Option.Option<StoredCalibration> | null = null
       ) {
         if (!config.calibration || turn.base === null || turn.reportedUsedTokens === null) return yield* current(instance)
         const reportedTokens = turn.reportedUsedTokens - turn.base.usedTokens
         if (reportedTokens < 0) return yield* current(instance)
-        return yield* learnSample(threadId, instance, { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens }, collect)
+        return yield* learnSample(threadId, instance, { estimatedTokens: turn.base.unreportedTokens + turn.estimatedTokens, reportedTokens }, collect, seen)
       })
 
       /**

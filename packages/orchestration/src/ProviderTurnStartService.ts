@@ -50,6 +50,13 @@ export interface TurnStartPlan {
    * take the window (one statement less per turn). Absent or `false`: unknown, the window is taken.
    */
   readonly replayWindowClosed?: boolean
+  /**
+   * The provider's calibration as turn start read it with the native thread (not locked; `None`: no row), when the
+   * plan's ratio came from it. The completion's sample is learned from it with one conditional write
+   * (`ProviderCalibration.learn`'s `seen`), which falls back to the locked read when the row moved since. Absent:
+   * read under the lock.
+   */
+  readonly calibrationSeen?: Option.Option<StoredCalibration>
 }
 
 export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartService>()(
@@ -473,9 +480,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           }
           owed.push(o)
         }
-        const { ratio } = calibrationRead !== null && providerThread.providerInstance === providerThreadIn.providerInstance
-          ? calibration.currentOf(calibrationRead)
-          : yield* calibration.current(providerThread.providerInstance)
+        const seen = calibrationRead !== null && providerThread.providerInstance === providerThreadIn.providerInstance ? calibrationRead : null
+        const { ratio } = seen !== null ? calibration.currentOf(seen) : yield* calibration.current(providerThread.providerInstance)
         const budget = Budget.compute(
           {
             modelWindow: providerThread.contextWindow ?? undefined,
@@ -494,6 +500,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           inlineDeliveries: [],
           requestTokens,
           sampleBase: native.usage === null ? null : { usedTokens: native.usage.usedTokens, unreportedTokens: 0 },
+          ...(seen !== null ? { calibrationSeen: seen } : {}),
           report: {
             budget,
             calibrationRatio: ratio,

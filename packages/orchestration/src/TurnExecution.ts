@@ -699,7 +699,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
             reportedUsedTokens: checked?.usedTokens ?? null,
             estimatedTokens: plan.requestTokens + inlineTokens +
               (config.mutations.has("sample_omits_output") ? 0 : items.reduce((n, i) => n + counter.count(i.text), 0))
-          }, pendingEvents)
+          }, pendingEvents, plan.calibrationSeen ?? null)
           // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales the
           // estimate back by the ratio when no trusted report exists).
           const estimatedTokens = checked !== null ? Calibration.toRaw(learned.ratio, checked.usedTokens) : plan.native.estimatedTokens + sent

@@ -4,7 +4,7 @@
 import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { DateTime, Effect } from "effect"
+import { DateTime, Effect, FastCheck } from "effect"
 import { CommandReceipts } from "../src/index.js"
 
 const ops = Harness.ops
@@ -96,5 +96,31 @@ describe("stored results are read through their schema", () => {
     expect(fp(Commands.SendMessage.make(base))).not.toBe(fp(Commands.SendMessage.make({ ...base, threadId: "thr_2" as ThreadId })))
     expect(fp(Commands.CompactThread.make({ commandId: "c1" as CommandId, threadId: "thr_1" as ThreadId })))
       .not.toBe(fp(Commands.MergeBack.make({ commandId: "c1" as CommandId, forkThreadId: "thr_1" as ThreadId })))
+  })
+  it("the fingerprint of a command is the one receipts were stored with: the text is unchanged on any value, the digest pinned", () => {
+    // The canonical text as it was first written (map/filter/join): receipts already stored hold its digests.
+    const earlier = (value: unknown): string =>
+      Array.isArray(value)
+        ? `[${value.map(earlier).join(",")}]`
+        : typeof value === "object" && value !== null
+        ? `{${
+          Object.keys(value).filter((k) => (value as Record<string, unknown>)[k] !== undefined).sort()
+            .map((k) => `${JSON.stringify(k)}:${earlier((value as Record<string, unknown>)[k])}`).join(",")
+        }}`
+        : JSON.stringify(value)
+    FastCheck.assert(FastCheck.property(FastCheck.anything({ withNullPrototype: true, withSparseArray: true }), (v) => {
+      expect(CommandReceipts.canonical(v)).toBe(earlier(v))
+    }), { numRuns: 2_000 })
+    for (const v of [[undefined, 1], { a: undefined, b: [undefined] }, [() => 1], { f: () => 1 }, -0, NaN, "é\u2028"]) {
+      expect(CommandReceipts.canonical(v)).toBe(earlier(v))
+    }
+    // A send with tools, as fingerprinted before this form (main at ce812cd).
+    const send = Commands.SendMessage.make({
+      commandId: "c1" as CommandId,
+      threadId: "thr_1" as ThreadId,
+      text: "Step 1: continue with the plan. é ✓",
+      tools: [{ name: "read_file", description: "Reads a file", inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } }] as never
+    })
+    expect(CommandReceipts.fingerprint(send)).toBe("210bd61baa958680e2946ceee8797f26a1374df1267f682ee040c4a804368308")
   })
 })

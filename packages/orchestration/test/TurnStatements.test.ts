@@ -82,4 +82,47 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(counts).toEqual([25, 25, 25])
     }).pipe(Effect.withTracer(recordingTracer), Effect.provide(h.layer))
   })
+
+  // A quiet send whose usage teaches the calibration learns it from the row turn start read with the native thread:
+  // one conditional write (`UPDATE … WHERE samples = <as read>`), no read under the lock and no upsert (they were two
+  // statements). The locked read coming back fails this test.
+  it.effect("a send that owes nothing and teaches the calibration writes it in one statement, without reading it again", () => {
+    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      for (const [i, usedTokens] of [1_000, 2_000].entries()) {
+        h.script.enqueue(Harness.reply(20, { usedTokens, maxTokens: 1_000_000 }))
+        expect((yield* o.send(threadId, `warm-up ${i}`)).status).toBe("completed")
+      }
+      const counts: Array<number> = []
+      const samples: Array<number> = []
+      for (let i = 0; i < 3; i++) {
+        // About 400 tokens out, 500 more reported: a sample the policy takes (ratio about 1.2).
+        h.script.enqueue(Harness.reply(400, { usedTokens: 2_500 + 500 * i, maxTokens: 1_000_000 }))
+        recording.statements = []
+        recording.transactions = 0
+        recording.on = true
+        const sent = yield* o.send(threadId, `step ${i}`)
+        recording.on = false
+        expect(sent.status).toBe("completed")
+        const texts = recording.statements.map((s) => s.text)
+        expect(texts.filter((t) => /FROM provider_calibrations WHERE/.test(t))).toEqual([])
+        // The calibration's one write: the first sample inserts the row unless one appeared (SQLite has none yet: the
+        // warm-ups' samples were too small; Postgres wrote the identity row when it first locked it), later ones update
+        // it where its sample count is still as read.
+        const writes = recording.statements.filter((s) => /(INSERT INTO|UPDATE) provider_calibrations/.test(s.text))
+        expect(writes.map((s) => s.inTransaction)).toEqual([true])
+        expect(writes[0]!.text).toMatch(/ON CONFLICT \(provider_instance\) DO NOTHING RETURNING|WHERE provider_instance = \S+ AND samples = \S+ RETURNING/)
+        expect(recording.transactions).toBe(4)
+        counts.push(recording.statements.length)
+        const events = yield* o.store.listEvents(threadId)
+        samples.push(events.filter((e) => e.type === "calibration.updated").length)
+      }
+      // Each send's sample was learned (one calibration.updated each).
+      expect(samples[1]! - samples[0]!).toBe(1)
+      expect(samples[2]! - samples[1]!).toBe(1)
+      expect(counts).toEqual([25, 25, 25])
+    }).pipe(Effect.withTracer(recordingTracer), Effect.provide(h.layer))
+  })
 })

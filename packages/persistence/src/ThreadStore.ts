@@ -46,7 +46,7 @@ import { SqlClient } from "@effect/sql"
 import { DateTime, Effect, FiberRef, Option, Schema } from "effect"
 import { EventIds } from "./EventIds.js"
 import { isContention, orPersistence } from "./internal/errors.js"
-import { decodeEvents } from "./internal/EventRows.js"
+import { decodeEvents, encodesToItself, stringifyFaithful } from "./internal/EventRows.js"
 import { Count } from "./internal/Rows.js"
 import { pendingEvents } from "./UnitOfWork.js"
 import { migrations } from "./Migrations.js"
@@ -163,6 +163,12 @@ const SeqRows = Schema.Array(Schema.Struct({ seq: Count }))
 /** What `appendEvent`'s insert returns: the keys the database assigned (`globalSeq` a bigint string on Postgres). */
 const decodeAssigned = Schema.decodeUnknown(Schema.Array(Schema.Struct({ globalSeq: Count, seq: Count })))
 const decodeAnyEvent = Schema.decodeUnknown(ThreadEvent)
+/**
+ * The event types whose payload schema `encodesToItself`: an appended event of one of them is handed to the caller and
+ * the bus as `JSON.parse` of the payload text written (what a read of the row decodes to), not decoded back.
+ */
+const payloadIsItsRow = new Set([...memberOfType].filter(([, member]) => encodesToItself(member.fields.payload.ast)).map(([type]) => type))
+const decodeCreatedAt = Schema.decodeUnknown(Schema.DateTimeUtc)
 /** A stored event decoded (`ThreadEvent`, by its type's member when its type is known). Fails with `ParseError`. */
 const decodeEvent = (event: { readonly type: string } & Record<string, unknown>) =>
   (eventDecoders.get(event.type) ?? decodeAnyEvent)(event) as ReturnType<typeof decodeAnyEvent>
@@ -254,12 +260,16 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         }
         const bodies = yield* Effect.forEach(events, (e) => encodeBody({ type: e.type, payload: e.payload })).pipe(orPersistence("thread_events.encode"))
         const createdAt = DateTime.formatIso(yield* DateTime.now)
-        const rows = events.map((e, i) => ({ eventId: eventIds.next(), commandId: e.commandId ?? null, body: bodies[i]! }))
+        const rows = events.map((e, i) => {
+          const body = bodies[i]!
+          const { faithful, text } = stringifyFaithful(body.payload)
+          return { eventId: eventIds.next(), commandId: e.commandId ?? null, body, text, asRow: faithful && payloadIsItsRow.has(body.type) }
+        })
         // One statement: each row's `seq` is the thread's last before the statement plus its place (every arm reads the
         // table as it was before the insert, on SQLite and Postgres alike), under the thread's lock (see UnitOfWork).
         const arms = rows.map((r, i) =>
           sql`SELECT ${r.eventId}, ${threadId}, COALESCE(MAX(seq), 0) + ${sql.literal(String(i + 1))}, ${r.commandId}, ${r.body.type},
-            ${JSON.stringify(r.body.payload)}, ${createdAt}
+            ${r.text}, ${createdAt}
             FROM thread_events WHERE thread_id = ${threadId}`
         )
         const assigned = yield* sql`INSERT INTO thread_events (event_id, thread_id, seq, command_id, type, payload, created_at)
@@ -278,17 +288,32 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         // The rows come back in no promised order: each is matched to its event by its `seq` (the smallest is the first).
         const first = Math.min(...assigned.map((a) => a.seq))
         const globalOf = new Map(assigned.map((a) => [a.seq - first, a.globalSeq]))
+        // What a read of each row decodes to. When the payload's schema `encodesToItself` and its text is faithful JSON,
+        // that is the text parsed (the encode checked it against the same schema), with the envelope's values: the
+        // decode's walk is skipped (ThreadEvents.test compares each published event with the one read back).
+        const created = rows.some((r) => r.asRow) ? yield* decodeCreatedAt(createdAt).pipe(orPersistence("thread_events.append")) : undefined
         const appended = yield* Effect.forEach(rows, (r, i) =>
-          decodeEvent({
-            eventId: r.eventId,
-            threadId,
-            seq: first + i,
-            globalSeq: globalOf.get(i),
-            commandId: r.commandId,
-            type: r.body.type,
-            payload: r.body.payload,
-            createdAt
-          })).pipe(orPersistence("thread_events.append"))
+          r.asRow && created !== undefined && globalOf.has(i)
+            ? Effect.succeed({
+              eventId: r.eventId,
+              threadId,
+              seq: first + i,
+              globalSeq: globalOf.get(i),
+              commandId: r.commandId,
+              createdAt: created,
+              type: r.body.type,
+              payload: JSON.parse(r.text)
+            } as ThreadEvent)
+            : decodeEvent({
+              eventId: r.eventId,
+              threadId,
+              seq: first + i,
+              globalSeq: globalOf.get(i),
+              commandId: r.commandId,
+              type: r.body.type,
+              payload: r.body.payload,
+              createdAt
+            })).pipe(orPersistence("thread_events.append"))
         const pending = yield* FiberRef.get(pendingEvents)
         if (pending !== null) pending.push(...appended)
         return appended as ReadonlyArray<ThreadEvent>
@@ -1280,6 +1305,22 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`SELECT * FROM run_costs WHERE thread_id = ${threadId} ORDER BY created_at, run_id`,
           Schema.decodeUnknown(Schema.Array(RunCost))
         ).pipe(orPersistence("run_costs.list")),
+      /**
+       * Writes `c` only when the stored calibration of `c.providerInstance` still has `seenSamples` samples (`null`: no
+       * row yet, then inserted unless one appeared): a learn from a calibration read earlier without a lock, kept only
+       * when nothing learned meanwhile (every write adds a sample). One statement; the row is locked by the write
+       * itself. `true` when written.
+       */
+      upsertCalibrationIfUnchanged: (c: ProviderCalibration, seenSamples: number | null) =>
+        Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
+          seenSamples === null
+            ? sql`INSERT INTO provider_calibrations ${sql.insert(row)} ON CONFLICT (provider_instance) DO NOTHING RETURNING provider_instance`
+            : sql`UPDATE provider_calibrations SET ratio = ${row.ratio}, samples = ${row.samples}, weight = ${row.weight},
+                  recent = ${row.recent}, updated_at = ${row.updatedAt}
+                  WHERE provider_instance = ${row.providerInstance} AND samples = ${seenSamples} RETURNING provider_instance`).pipe(
+            Effect.map((rows) => rows.length > 0),
+            orPersistence("provider_calibrations.upsert")
+          ),
       upsertCalibration: (c: ProviderCalibration) =>
         Effect.flatMap(Schema.encode(ProviderCalibration)(c), (row) =>
           sql`INSERT INTO provider_calibrations ${sql.insert(row)}

@@ -19,7 +19,7 @@ import type {
   ThreadId,
   ToolCallId
 } from "@baton/contracts"
-import { Database, Migrations, ThreadStore } from "@baton/persistence"
+import { Database, Migrations, ThreadEventBus, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Migrator, SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
@@ -313,6 +313,39 @@ for (const [label, db] of dialects) {
         expect(error._tag === "PersistenceError" && error.operation).toBe("thread_events.encode")
         expect((yield* store.listEvents(thr("thr_c"))).length).toBe(6)
       }).pipe(Effect.provide(migratedStore(db))), { timeout: 30_000 })
+
+    it.live("what an append publishes is strictly what a read of the log gives back: every type, batched or not, excess and undefined members dropped", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const uow = yield* UnitOfWork
+        const bus = yield* ThreadEventBus
+        yield* insertThread("thr_p")
+        const inputs = allSamples(thr("thr_p"))
+        const odd: ReadonlyArray<NewThreadEvent> = [
+          // A member the schema does not declare, and an optional member present as `undefined`: neither is stored.
+          { threadId: thr("thr_p"), type: "run.completed", payload: { runId: run("run_1"), itemCount: 2, extra: "x" } as never },
+          { threadId: thr("thr_p"), type: "thread.created", payload: { title: "t", parentThreadId: undefined } },
+          { threadId: thr("thr_p"), type: "context.offloaded", payload: { ...samples["context.offloaded"], entrySeqs: [-0, 6] } }
+        ]
+        const published = yield* Effect.scoped(Effect.gen(function*() {
+          const subscription = yield* bus.subscribe
+          const returned = [
+            ...(yield* uow.thread("thr_p", "test")(store.appendEvents(inputs.slice(0, 10)))),
+            yield* uow.thread("thr_p", "test")(store.appendEvent(inputs[10]!)),
+            ...(yield* uow.thread("thr_p", "test")(store.appendEvents([...inputs.slice(11), ...odd])))
+          ]
+          const seen = yield* subscription.takeUpTo(1_000)
+          expect([...seen]).toStrictEqual(returned)
+          return returned
+        }))
+        expect(published.length).toBe(inputs.length + odd.length)
+        // Field for field, with the same types (a DateTime, numbers, no member read back absent but published present).
+        expect(yield* store.listEvents(thr("thr_p"))).toStrictEqual(published)
+        const last = published.slice(-3)
+        expect(last[0]!.payload).toStrictEqual({ runId: "run_1", itemCount: 2 })
+        expect(Object.keys(last[1]!.payload)).toEqual(["title"])
+        expect(Object.is((last[2]!.payload as { entrySeqs: ReadonlyArray<number> }).entrySeqs[0], 0)).toBe(true)
+      }).pipe(Effect.provide(UnitOfWork.Default.pipe(Layer.provideMerge(ThreadEventBus.Default), Layer.provideMerge(migratedStore(db))))), { timeout: 30_000 })
 
     it.live("a payload that does not match its type's schema is refused before anything is written", () =>
       Effect.gen(function*() {

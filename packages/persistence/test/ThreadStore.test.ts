@@ -172,6 +172,24 @@ describe("ThreadStore on a SQLite file", () => {
       expect((yield* store.getCalibration("claude" as ProviderInstance))._tag).toBe("None")
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
+  it.effect("upsertCalibrationIfUnchanged writes only while the calibration is as read: no row (inserted unless one appeared), or the sample count read", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      const codex = "codex" as ProviderInstance
+      const at = (samples: number, ratio: number) => ({ providerInstance: codex, ratio, samples, weight: 1_000 * samples, recent: [{ ratio, tokens: 1_000 }], updatedAt: now })
+      // Read as absent: inserted.
+      expect(yield* store.upsertCalibrationIfUnchanged(at(1, 1.1), null)).toBe(true)
+      // Read as absent, but a row appeared since: nothing written.
+      expect(yield* store.upsertCalibrationIfUnchanged(at(1, 1.9), null)).toBe(false)
+      // Read with 1 sample and still so: written.
+      expect(yield* store.upsertCalibrationIfUnchanged(at(2, 1.2), 1)).toBe(true)
+      // Read with 1 sample, but another learn made it 2 meanwhile: nothing written (the caller learns again, locked).
+      expect(yield* store.upsertCalibrationIfUnchanged(at(2, 2.5), 1)).toBe(false)
+      const read = yield* store.getCalibration(codex)
+      expect(read._tag === "Some" && [read.value.ratio, read.value.samples, read.value.weight]).toEqual([1.2, 2, 2_000])
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+
   it.effect("migration 0006: a run's failure code and a command receipt's payload fingerprint are stored and read back", () =>
     Effect.gen(function*() {
       const store = yield* ThreadStore
