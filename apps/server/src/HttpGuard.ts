@@ -210,7 +210,16 @@ const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: n
     // Node's parser has already refused a malformed Content-Length; a body is exactly this long.
     const length = Number(declared)
     if (length > maxBodyBytes) return yield* refuse(request, errorResponse(new PayloadTooLarge({ limitBytes: maxBodyBytes }), 413))
-    if (length === 0 || !HttpMethod.hasBody(request.method)) return none
+    if (!HttpMethod.hasBody(request.method)) return none
+    if (length === 0) {
+      // An empty body is no body (the command's defaults) without a Content-Type or with JSON's; declared as another
+      // form it is 415 like a non-empty one: HttpApi would parse it in that form (an empty multipart body waited for
+      // parts that never came, and the request never got an answer).
+      const declaredType = request.headers["content-type"]
+      return declaredType === undefined || declaredType.trim() === "" || isJson(declaredType)
+        ? none
+        : Option.some(errorResponse(new UnsupportedMediaType({ contentType: declaredType.slice(0, 200) }), 415))
+    }
     const text = yield* Effect.either(request.text)
     if (text._tag === "Left") {
       // The connection broke mid-body: nobody reads the answer, but it is a client's fault, not the server's.

@@ -4,14 +4,36 @@
  */
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { HttpClientRequest } from "@effect/platform"
 import { Effect } from "effect"
-import { get, post, raw, serve } from "./helpers.js"
+import { adminToken, get, post, raw, serve } from "./helpers.js"
 
 const providers = () => Harness.make([{ name: "codex", window: 44_000, inject: true }])
 const cursorOf = (text: string) => Buffer.from(text, "utf8").toString("base64url")
 
 describe.each(Harness.dialects)("%s", (_dialect, db) => {
   beforeAll(() => Harness.useDb(db))
+
+  it.live("an empty body declared multipart/form-data (or another form that is not JSON) is 415 at once, not an answer that never comes (fuzz seed 1230212957: a fork hung)", () =>
+    Effect.gen(function*() {
+      const created = yield* raw(post("/threads", { providerInstance: "codex", title: "t" }))
+      const threadId = created.body!.threadId as string
+      for (const contentType of ["multipart/form-data; boundary=x", "application/x-www-form-urlencoded", "text/plain"]) {
+        const forked = yield* raw(HttpClientRequest.post(`/threads/${threadId}/fork`).pipe(
+          HttpClientRequest.bodyText("", contentType),
+          HttpClientRequest.bearerToken(adminToken)
+        )).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`no answer to an empty ${contentType} body`) }))
+        expect([contentType, forked.status, forked.body?._tag]).toEqual([contentType, 415, "UnsupportedMediaType"])
+      }
+      // An empty body with no Content-Type is still read as no body (fork needs an object: the schema's 400, as
+      // before); a JSON body forks.
+      const plain = yield* raw(HttpClientRequest.post(`/threads/${threadId}/fork`).pipe(HttpClientRequest.bearerToken(adminToken)))
+      expect([plain.status, plain.body?._tag]).toEqual([400, "HttpApiDecodeError"])
+      expect((yield* raw(post(`/threads/${threadId}/fork`, {}))).status).toBe(201)
+      // Nothing was written by the refused ones: one fork.
+      const listed = yield* raw(get("/threads"))
+      expect((listed.body!.threads as Array<unknown>).length).toBe(2)
+    }).pipe(Effect.provide(serve(providers()))))
 
   it.live("a schema error quotes at most 1,000 characters of the bad value (a 300,000-character title came back whole in the 400)", () =>
     Effect.gen(function*() {
