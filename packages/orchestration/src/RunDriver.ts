@@ -134,6 +134,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         return w === undefined ? Effect.void : Effect.asVoid(Deferred.done(w.deferred, exit))
       })
 
+    /** Settles the callers waiting for `run` (ended) with its record's result, unless they are settled already. */
+    const settleWith = (runId: string, run: Run) =>
+      Effect.gen(function*() {
+        const w = waiting.get(runId)
+        if (w === undefined || (yield* Deferred.isDone(w.deferred))) return
+        yield* Deferred.succeed(w.deferred, yield* recorded(run))
+      })
+
     /**
      * Settles the callers waiting for runs of `threadId` that ended without this process driving them (another
      * process did): every run before `firstUnfinishedSeq` (all of them when `null`) has ended, in seq order.
@@ -305,6 +313,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         if (terminalRunStatuses.includes(run.status)) {
           // A run claimed at its queueing and ended before the worker took it is never driven: its hand-over goes.
           claimedHere.delete(runId)
+          // Ended without a fiber here (queued, claimed, or waiting for tool results): nothing else settles its
+          // callers now (the worker looks at the queue only when the run ahead ends), so they are answered here.
+          if (fiber === undefined) yield* settleWith(runId, run)
           // An ended run's deadline timer has nothing left to do.
           const timer = deadlines.get(runId)
           if (timer !== undefined) {
