@@ -4,12 +4,22 @@
  *
  * - A run queued behind a run in flight, interrupted here while a caller waits for it: before, the wait was answered
  *   only when the run ahead ended (the worker settled it on its next look at the queue), or at `waitMs`.
+ * - A run queued behind a run that goes `waiting` (client tools) here, whose results are posted to another process
+ *   (which continues it and then drives the queued run): the wait had joined the run's waiters while this process's
+ *   worker was driving the run ahead, and the worker then stopped at the waiting run without answering them; nothing
+ *   here looked at the run again, and the wait was answered only at `waitMs`.
  */
 import { RunDriver } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Fiber } from "effect"
+import { Context, Deferred, Duration, Effect, Fiber, Layer } from "effect"
 import { get, post, raw, serve } from "./helpers.js"
+
+const readFile = {
+  name: "read_file",
+  description: "Reads a file of the workspace",
+  inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
+}
 
 describe.each(Harness.dialects)("%s", (_dialect, db) => {
   beforeAll(() => Harness.useDb(db))
@@ -38,5 +48,56 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       yield* Deferred.succeed(gate, undefined)
       yield* Fiber.interrupt(wait)
     }).pipe(Effect.provide(serve(h)))
+  }, 60_000)
+
+  it.live("a wait here on a run queued behind a waiting run continued by another process is answered when that process ends it", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
+    const codex = h.providers.codex!
+    return Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const config = { toolResultTimeoutMillis: 60_000 }
+        const onA = yield* Layer.build(serve({ ...h, layer: Harness.makeLayer([codex], h.counter, file, config, "a") }))
+        const onB = yield* Layer.build(serve({ ...h, layer: Harness.makeLayer([codex], h.counter, file, config, "b") }))
+        const driverA = Context.get(onA, RunDriver.RunDriver)
+        const a = <A, E>(e: Effect.Effect<A, E, any>) => Effect.provide(e, onA)
+        const b = <A, E>(e: Effect.Effect<A, E, any>) => Effect.provide(e, onB)
+        const threadId = (yield* a(raw(post("/threads", { providerInstance: "codex" })))).body!.threadId as string
+        // The run ahead calls the client's tool once it is let go (held in flight here until then); the queued run
+        // answers.
+        const gate = yield* Deferred.make<void>()
+        h.script.enqueue({
+          items: [
+            Harness.produced("assistant_message", "Reading a.ts.", { messageId: "m1" }),
+            Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_1", toolName: "read_file", messageId: "m1" })
+          ],
+          hold: { afterItems: 1, gate }
+        })
+        h.script.enqueue(Harness.reply(20))
+        h.script.enqueue(Harness.reply(20))
+        const ahead = (yield* a(raw(post(`/threads/${threadId}/messages`, { text: "Read a.ts", tools: [readFile] })))).body!.runId as string
+        while (!driverA.inFlight().includes(ahead)) yield* Effect.sleep(Duration.millis(2))
+        const queued = (yield* a(raw(post(`/threads/${threadId}/messages`, { text: "Then this." })))).body!.runId as string
+        const wait = yield* Effect.fork(a(raw(get(`/runs/${queued}?waitMs=60000`))))
+        // Let the wait read the run (queued) and join its waiters while the worker here drives the run ahead.
+        yield* Effect.sleep(Duration.millis(200))
+        yield* Deferred.succeed(gate, undefined)
+        while ((yield* a(raw(get(`/runs/${ahead}`)))).body!.run && ((yield* a(raw(get(`/runs/${ahead}`)))).body!.run as { status: string }).status !== "waiting") {
+          yield* Effect.sleep(Duration.millis(5))
+        }
+        // The worker here stops at the waiting run; the results go to the other process, which ends both runs.
+        const posted = yield* b(raw(post(`/threads/${threadId}/runs/${ahead}/tool-results`, { results: [{ toolCallId: "call_1", output: "A", isError: false }] })))
+        expect(posted.status).toBe(202)
+        for (;;) {
+          const seen = yield* b(raw(get(`/runs/${queued}`)))
+          if ((seen.body!.run as { status: string }).status === "completed") break
+          yield* Effect.sleep(Duration.millis(5))
+        }
+        // The wait here is answered now that the run has ended (not at its 60 s deadline).
+        const answer = yield* Fiber.join(wait).pipe(Effect.timeout(Duration.seconds(10)), Effect.option)
+        expect(answer._tag).toBe("Some")
+        if (answer._tag === "Some") expect([answer.value.status, (answer.value.body!.run as { status: string }).status]).toEqual([200, "completed"])
+        yield* Fiber.interrupt(wait)
+      }).pipe(Effect.scoped)
+    )
   }, 60_000)
 })

@@ -77,7 +77,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const waiting = new Map<string, {
       readonly threadId: string
       readonly runSeq: number
-      readonly deferred: Deferred.Deferred<SendResult, unknown>
+      /** Replaced by a fresh one when the thread's worker stops with the run unsettled (see `releaseWaiters`). */
+      deferred: Deferred.Deferred<SendResult, unknown>
       /** Callers awaiting it: the entry goes when the last one stops waiting (one giving up leaves the others). */
       waiters: number
     }>()
@@ -158,6 +159,23 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
       })
 
+    /**
+     * Called as `threadId`'s worker stops (just after it leaves `workers`): the callers waiting for a run of
+     * the thread that is not settled were counting on this worker (they joined while it ran), and nothing here will
+     * look at the run again (it is `waiting`, and may be continued or ended by another process). Their deferred fails,
+     * so they poll the record as a caller that joins with no worker here does; the entry gets a fresh deferred for
+     * callers that join later (settled if a fiber here drives the run after all).
+     */
+    const releaseWaiters = (threadId: string) =>
+      Effect.gen(function*() {
+        for (const w of [...waiting.values()]) {
+          if (w.threadId !== threadId || (yield* Deferred.isDone(w.deferred))) continue
+          const stale = w.deferred
+          w.deferred = yield* Deferred.make<SendResult, unknown>()
+          yield* Deferred.die(stale, new Error(`the worker of thread ${threadId} stopped`))
+        }
+      })
+
     /** Runs `effect` (a turn of `run`) as this process's fiber for the run and settles its waiting callers. */
     const drive = (run: Run, effect: Effect.Effect<SendResult, unknown>) =>
       Effect.gen(function*() {
@@ -233,7 +251,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               workers.delete(threadId)
               return true
             }))
-            if (done) return
+            if (done) return yield* releaseWaiters(threadId)
             continue
           }
           const run = first.value
@@ -254,7 +272,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               workers.delete(threadId)
               return true
             }))
-            if (done) return
+            if (done) return yield* releaseWaiters(threadId)
             continue
           }
           const claimed = claimedHere.get(run.id)
