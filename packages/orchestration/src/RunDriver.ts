@@ -16,7 +16,8 @@
  * - Waiting for a run (`awaitRun`, `awaitEnd`): a caller joins the run's waiters, settled when this process's fiber for
  *   the run ends (a signal, no polling); a run this process is driving is joined without reading it. A run driven
  *   elsewhere is settled by the thread's worker here when it sees the run ended, or polled (25 ms doubling to 1 s)
- *   when there is no worker here.
+ *   when there is no worker here (or when the worker stops with the run unsettled: `releaseWaiters`). An interrupt
+ *   here of a run with no fiber here (queued, claimed, waiting) answers its waiters itself.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
  *   run's outcome is already recorded and the thread takes the next run.
@@ -123,6 +124,23 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           found = yield* store.getRun(runId)
         }
         return found
+      })
+
+    /**
+     * Reads the record now and then (`waitBackstopMillis`, default 250 ms, doubling to 1 s; the first read after
+     * the first pause) until the run
+     * ends: the ended record. Fails with `RunNotFound`. The backstop of a caller waiting for a signal here.
+     */
+    const slowPollEnded = (runId: RunId) =>
+      Effect.gen(function*() {
+        let pause = config.waitBackstopMillis
+        for (;;) {
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = backoff(pause)
+          const found = yield* store.getRun(runId)
+          if (found._tag === "None") return yield* new RunNotFound({ runId })
+          if (terminalRunStatuses.includes(found.value.status)) return found.value
+        }
       })
 
     const recorded = (r: Run) =>
@@ -445,11 +463,18 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               return endedRecord(polled.value)
             }
           }
-          const exit = yield* Effect.exit(Deferred.await(deferred))
-          if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
-          const polled = yield* pollEnded(runId)
-          if (polled._tag === "None") return yield* new RunNotFound({ runId })
-          return endedRecord(polled.value)
+          const signalled = Effect.gen(function*() {
+            const exit = yield* Effect.exit(Deferred.await(deferred))
+            if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
+            const polled = yield* pollEnded(runId)
+            if (polled._tag === "None") return yield* new RunNotFound({ runId })
+            return endedRecord(polled.value)
+          })
+          // A run this process is driving ends through its fiber here. Any other may end where nothing here looks
+          // (interrupted by another process while queued behind a run in flight here: the worker looks at the queue
+          // only when that run ends), so the record is also read now and then until the signal comes.
+          if (here !== undefined) return yield* signalled
+          return yield* Effect.raceFirst(signalled, Effect.map(slowPollEnded(runId), endedRecord))
         }).pipe(Effect.ensuring(Effect.sync(() => {
           if (joined) leave(runId)
         })))
