@@ -25,6 +25,13 @@ export interface OrchestratorConfigShape {
    */
   readonly interruptTimeoutMillis: number
   /**
+   * A caller waiting for a run this process is not driving (`RunDriver.awaitRun` / `awaitEnd`, the API's
+   * `GET /runs/{id}?waitMs`) reads the run's record after this many milliseconds, then at doubling pauses up to
+   * 1 s, until a signal here answers it: the backstop for a run that ends where nothing here looks (e.g. interrupted
+   * by another process while queued behind a run in flight here). Default 250.
+   */
+  readonly waitBackstopMillis: number
+  /**
    * How long one provider turn may run, in milliseconds, before Baton stops waiting: the turn fails with
    * `ProviderError` code `timeout` and the run ends instead of staying `running`. Default 1,800,000 (30 min: coding
    * agents' turns run long tool calls). It measures the provider's working time: the waits an adapter announces
@@ -93,6 +100,7 @@ export const defaults: OrchestratorConfigShape = {
   deferralPointer: true,
   maxCompactionsWithoutProgress: 3,
   interruptTimeoutMillis: 30_000,
+  waitBackstopMillis: 250,
   turnTimeoutMillis: 1_800_000,
   toolResultTimeoutMillis: 600_000,
   calibration: true,

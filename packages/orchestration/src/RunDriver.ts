@@ -16,7 +16,8 @@
  * - Waiting for a run (`awaitRun`, `awaitEnd`): a caller joins the run's waiters, settled when this process's fiber for
  *   the run ends (a signal, no polling); a run this process is driving is joined without reading it. A run driven
  *   elsewhere is settled by the thread's worker here when it sees the run ended, or polled (25 ms doubling to 1 s)
- *   when there is no worker here.
+ *   when there is no worker here (or when the worker stops with the run unsettled: `releaseWaiters`). An interrupt
+ *   here of a run with no fiber here (queued, claimed, waiting) answers its waiters itself.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
  *   run's outcome is already recorded and the thread takes the next run.
@@ -77,7 +78,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const waiting = new Map<string, {
       readonly threadId: string
       readonly runSeq: number
-      readonly deferred: Deferred.Deferred<SendResult, unknown>
+      /** Replaced by a fresh one when the thread's worker stops with the run unsettled (see `releaseWaiters`). */
+      deferred: Deferred.Deferred<SendResult, unknown>
       /** Callers awaiting it: the entry goes when the last one stops waiting (one giving up leaves the others). */
       waiters: number
     }>()
@@ -124,6 +126,23 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         return found
       })
 
+    /**
+     * Reads the record now and then (`waitBackstopMillis`, default 250 ms, doubling to 1 s; the first read after
+     * the first pause) until the run
+     * ends: the ended record. Fails with `RunNotFound`. The backstop of a caller waiting for a signal here.
+     */
+    const slowPollEnded = (runId: RunId) =>
+      Effect.gen(function*() {
+        let pause = config.waitBackstopMillis
+        for (;;) {
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = backoff(pause)
+          const found = yield* store.getRun(runId)
+          if (found._tag === "None") return yield* new RunNotFound({ runId })
+          if (terminalRunStatuses.includes(found.value.status)) return found.value
+        }
+      })
+
     const recorded = (r: Run) =>
       Effect.map(store.getProviderThread(r.providerThreadId), (p) =>
         resultFromRecord(r, p._tag === "Some" ? p.value.providerInstance : ("" as ProviderInstance)))
@@ -132,6 +151,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
       Effect.suspend(() => {
         const w = waiting.get(runId)
         return w === undefined ? Effect.void : Effect.asVoid(Deferred.done(w.deferred, exit))
+      })
+
+    /** Settles the callers waiting for `run` (ended) with its record's result, unless they are settled already. */
+    const settleWith = (runId: string, run: Run) =>
+      Effect.gen(function*() {
+        const w = waiting.get(runId)
+        if (w === undefined || (yield* Deferred.isDone(w.deferred))) return
+        yield* Deferred.succeed(w.deferred, yield* recorded(run))
       })
 
     /**
@@ -147,6 +174,23 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (found._tag === "Some" && terminalRunStatuses.includes(found.value.status)) {
             yield* Deferred.succeed(w.deferred, yield* recorded(found.value))
           }
+        }
+      })
+
+    /**
+     * Called as `threadId`'s worker stops (just after it leaves `workers`): the callers waiting for a run of
+     * the thread that is not settled were counting on this worker (they joined while it ran), and nothing here will
+     * look at the run again (it is `waiting`, and may be continued or ended by another process). Their deferred fails,
+     * so they poll the record as a caller that joins with no worker here does; the entry gets a fresh deferred for
+     * callers that join later (settled if a fiber here drives the run after all).
+     */
+    const releaseWaiters = (threadId: string) =>
+      Effect.gen(function*() {
+        for (const w of [...waiting.values()]) {
+          if (w.threadId !== threadId || (yield* Deferred.isDone(w.deferred))) continue
+          const stale = w.deferred
+          w.deferred = yield* Deferred.make<SendResult, unknown>()
+          yield* Deferred.die(stale, new Error(`the worker of thread ${threadId} stopped`))
         }
       })
 
@@ -225,7 +269,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               workers.delete(threadId)
               return true
             }))
-            if (done) return
+            if (done) return yield* releaseWaiters(threadId)
             continue
           }
           const run = first.value
@@ -246,7 +290,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               workers.delete(threadId)
               return true
             }))
-            if (done) return
+            if (done) return yield* releaseWaiters(threadId)
             continue
           }
           const claimed = claimedHere.get(run.id)
@@ -305,6 +349,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         if (terminalRunStatuses.includes(run.status)) {
           // A run claimed at its queueing and ended before the worker took it is never driven: its hand-over goes.
           claimedHere.delete(runId)
+          // Ended without a fiber here (queued, claimed, or waiting for tool results): nothing else settles its
+          // callers now (the worker looks at the queue only when the run ahead ends), so they are answered here.
+          if (fiber === undefined) yield* settleWith(runId, run)
           // An ended run's deadline timer has nothing left to do.
           const timer = deadlines.get(runId)
           if (timer !== undefined) {
@@ -416,11 +463,18 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               return endedRecord(polled.value)
             }
           }
-          const exit = yield* Effect.exit(Deferred.await(deferred))
-          if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
-          const polled = yield* pollEnded(runId)
-          if (polled._tag === "None") return yield* new RunNotFound({ runId })
-          return endedRecord(polled.value)
+          const signalled = Effect.gen(function*() {
+            const exit = yield* Effect.exit(Deferred.await(deferred))
+            if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
+            const polled = yield* pollEnded(runId)
+            if (polled._tag === "None") return yield* new RunNotFound({ runId })
+            return endedRecord(polled.value)
+          })
+          // A run this process is driving ends through its fiber here. Any other may end where nothing here looks
+          // (interrupted by another process while queued behind a run in flight here: the worker looks at the queue
+          // only when that run ends), so the record is also read now and then until the signal comes.
+          if (here !== undefined) return yield* signalled
+          return yield* Effect.raceFirst(signalled, Effect.map(slowPollEnded(runId), endedRecord))
         }).pipe(Effect.ensuring(Effect.sync(() => {
           if (joined) leave(runId)
         })))
