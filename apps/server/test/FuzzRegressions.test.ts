@@ -5,8 +5,11 @@
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { HttpClientRequest } from "@effect/platform"
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 import { adminToken, get, post, raw, serve } from "./helpers.js"
+
+/** A request that got no answer within the test's limit (a hang). */
+class NoAnswer extends Data.TaggedError("NoAnswer")<{ readonly contentType: string }> {}
 
 const providers = () => Harness.make([{ name: "codex", window: 44_000, inject: true }])
 const cursorOf = (text: string) => Buffer.from(text, "utf8").toString("base64url")
@@ -22,7 +25,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const forked = yield* raw(HttpClientRequest.post(`/threads/${threadId}/fork`).pipe(
           HttpClientRequest.bodyText("", contentType),
           HttpClientRequest.bearerToken(adminToken)
-        )).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`no answer to an empty ${contentType} body`) }))
+        )).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new NoAnswer({ contentType }) }))
         expect([contentType, forked.status, forked.body?._tag]).toEqual([contentType, 415, "UnsupportedMediaType"])
       }
       // An empty body with no Content-Type is still read as no body (fork needs an object: the schema's 400, as
