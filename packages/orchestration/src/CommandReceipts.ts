@@ -96,18 +96,23 @@ export const decode = <A, I>(schema: Schema.Schema<A, I>, commandId: CommandId, 
     )
   )
 
-/** Writes the receipt of `key` with `result` encoded by `schema`; returns `result`. Fails with `PersistenceError`. */
-export const write = <A, I>(store: ThreadStore, key: Key, schema: Schema.Schema<A, I>, result: A) =>
+/** The receipt row of `key` with `result` encoded by `schema`, stamped now (an encoding failure is a defect). */
+const receiptRow = <A, I>(key: Key, schema: Schema.Schema<A, I>, result: A) =>
   Effect.gen(function*() {
-    const encoded = yield* Schema.encode(schema)(result).pipe(Effect.orDie)
-    yield* store.insertReceipt({
+    return {
       commandId: key.commandId,
       commandType: key.commandType,
       threadId: key.threadId,
-      result: encoded,
+      result: yield* Schema.encode(schema)(result).pipe(Effect.orDie),
       payloadFingerprint: key.fingerprint,
       createdAt: yield* DateTime.now
-    })
+    }
+  })
+
+/** Writes the receipt of `key` with `result` encoded by `schema`; returns `result`. Fails with `PersistenceError`. */
+export const write = <A, I>(store: ThreadStore, key: Key, schema: Schema.Schema<A, I>, result: A) =>
+  Effect.gen(function*() {
+    yield* store.insertReceipt(yield* receiptRow(key, schema, result))
     return result
   })
 
@@ -118,15 +123,7 @@ export const write = <A, I>(store: ThreadStore, key: Key, schema: Schema.Schema<
  */
 export const writeIfNew = <A, I>(store: ThreadStore, key: Key, schema: Schema.Schema<A, I>, result: A) =>
   Effect.gen(function*() {
-    const encoded = yield* Schema.encode(schema)(result).pipe(Effect.orDie)
-    return yield* store.insertReceiptIfNew({
-      commandId: key.commandId,
-      commandType: key.commandType,
-      threadId: key.threadId,
-      result: encoded,
-      payloadFingerprint: key.fingerprint,
-      createdAt: yield* DateTime.now
-    })
+    return yield* store.insertReceiptIfNew(yield* receiptRow(key, schema, result))
   })
 
 /** Replaces the result of a receipt written when its command began (encoded by `schema`). Fails with `PersistenceError`. */

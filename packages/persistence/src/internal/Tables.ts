@@ -38,6 +38,25 @@ const toolCallStates: ReadonlySet<unknown> = new Set(ToolCallState.literals)
 const nullOrString = (v: unknown) => v === null || typeof v === "string"
 
 /**
+ * The checks an item and its row share (`decodeItemRowFast`, `encodeItemRowFast`): ids and texts strings (`runId`,
+ * `toolCallId`, `toolName`, `messageId` or `null`), `seq` a positive and `tokens` a non-negative safe integer, the
+ * kind and the tool call state among their literals. `isError` and `createdAt` differ by side and are checked there.
+ */
+const sharedFieldsOk = (r: Record<string, unknown>): r is Record<string, unknown> & {
+  readonly id: string
+  readonly threadId: string
+  readonly seq: number
+  readonly text: string
+  readonly tokens: number
+} =>
+  typeof r.id === "string" && typeof r.threadId === "string" && nullOrString(r.runId) &&
+  typeof r.seq === "number" && Number.isSafeInteger(r.seq) && r.seq > 0 &&
+  itemKinds.has(r.kind) && typeof r.text === "string" &&
+  nullOrString(r.toolCallId) && nullOrString(r.toolName) && nullOrString(r.messageId) &&
+  (r.toolCallState === null || toolCallStates.has(r.toolCallState)) &&
+  typeof r.tokens === "number" && Number.isSafeInteger(r.tokens) && r.tokens >= 0
+
+/**
  * `ItemRow`'s decoding without `Schema`'s walk, for the rows it would accept: the same checks by hand (strings, the
  * kind and tool call state among their literals, `seq` a positive and `tokens` a non-negative safe integer,
  * `isError` a number, `createdAt` a string `DateTime.unsafeMake` takes) and the same value (extra columns dropped).
@@ -49,16 +68,8 @@ const nullOrString = (v: unknown) => v === null || typeof v === "string"
 export const decodeItemRowFast = (row: unknown): Item | undefined => {
   if (typeof row !== "object" || row === null) return undefined
   const r = row as Record<string, unknown>
-  const { createdAt, isError, seq, tokens } = r
-  if (
-    typeof r.id !== "string" || typeof r.threadId !== "string" || !nullOrString(r.runId) ||
-    typeof seq !== "number" || !Number.isSafeInteger(seq) || seq <= 0 ||
-    !itemKinds.has(r.kind) || typeof r.text !== "string" ||
-    !nullOrString(r.toolCallId) || !nullOrString(r.toolName) || !nullOrString(r.messageId) ||
-    typeof isError !== "number" || !(r.toolCallState === null || toolCallStates.has(r.toolCallState)) ||
-    typeof tokens !== "number" || !Number.isSafeInteger(tokens) || tokens < 0 ||
-    typeof createdAt !== "string"
-  ) return undefined
+  const { createdAt, isError } = r
+  if (!sharedFieldsOk(r) || typeof isError !== "number" || typeof createdAt !== "string") return undefined
   let at: DateTime.Utc
   try {
     at = DateTime.unsafeMake(createdAt)
@@ -69,7 +80,7 @@ export const decodeItemRowFast = (row: unknown): Item | undefined => {
     id: r.id as Item["id"],
     threadId: r.threadId as Item["threadId"],
     runId: r.runId as Item["runId"],
-    seq,
+    seq: r.seq,
     kind: r.kind as Item["kind"],
     text: r.text,
     toolCallId: r.toolCallId as Item["toolCallId"],
@@ -77,7 +88,7 @@ export const decodeItemRowFast = (row: unknown): Item | undefined => {
     messageId: r.messageId as Item["messageId"],
     isError: isError !== 0,
     toolCallState: r.toolCallState as Item["toolCallState"],
-    tokens,
+    tokens: r.tokens,
     createdAt: at
   }
 }
@@ -93,21 +104,13 @@ export const decodeItemRowFast = (row: unknown): Item | undefined => {
 export const encodeItemRowFast = (item: unknown): typeof ItemRow.Encoded | undefined => {
   if (typeof item !== "object" || item === null) return undefined
   const r = item as Record<string, unknown>
-  const { createdAt, isError, seq, tokens } = r
-  if (
-    typeof r.id !== "string" || typeof r.threadId !== "string" || !nullOrString(r.runId) ||
-    typeof seq !== "number" || !Number.isSafeInteger(seq) || seq <= 0 ||
-    !itemKinds.has(r.kind) || typeof r.text !== "string" ||
-    !nullOrString(r.toolCallId) || !nullOrString(r.toolName) || !nullOrString(r.messageId) ||
-    typeof isError !== "boolean" || !(r.toolCallState === null || toolCallStates.has(r.toolCallState)) ||
-    typeof tokens !== "number" || !Number.isSafeInteger(tokens) || tokens < 0 ||
-    !DateTime.isDateTime(createdAt) || !DateTime.isUtc(createdAt)
-  ) return undefined
+  const { createdAt, isError } = r
+  if (!sharedFieldsOk(r) || typeof isError !== "boolean" || !DateTime.isDateTime(createdAt) || !DateTime.isUtc(createdAt)) return undefined
   return {
     id: r.id,
     threadId: r.threadId,
     runId: r.runId as string | null,
-    seq,
+    seq: r.seq,
     kind: r.kind as Item["kind"],
     text: r.text,
     toolCallId: r.toolCallId as string | null,
@@ -115,7 +118,7 @@ export const encodeItemRowFast = (item: unknown): typeof ItemRow.Encoded | undef
     messageId: r.messageId as string | null,
     isError: isError ? 1 : 0,
     toolCallState: r.toolCallState as Item["toolCallState"],
-    tokens,
+    tokens: r.tokens,
     createdAt: DateTime.formatIso(createdAt)
   }
 }
