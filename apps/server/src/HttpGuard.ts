@@ -89,34 +89,53 @@ const clip = (text: unknown) =>
     ? `${text.slice(0, Text.characterWindow(text, 0, maxIssueChars).end)}… (${text.length} characters)`
     : text
 
+/** One issue of an `HttpApiDecodeError` as HttpApi encodes it: where (`path`, field names and indices) and why. */
+interface Issue {
+  readonly path?: ReadonlyArray<unknown>
+  readonly message?: unknown
+}
+
+/** How many issues a schema error's `message` sentence names (every issue stays in `issues`). */
+const issuesInMessage = 5
+
 /**
- * An `HttpApiDecodeError` body with its `message` and each issue's `message` clipped to `maxIssueChars`: the
- * platform quotes the offending value in full (a 2 MiB string came back in the 400 whole); the `path` that names the
- * field is kept as it is. `null` when nothing needs clipping.
+ * An `HttpApiDecodeError` body as the API serves it:
+ * - `issues` without an optional field's other alternative ("Expected undefined, actual …") where the same path has
+ *   an issue of its own (a query parameter `afterSeq=1e3` was refused twice: for its form, and for not being absent);
+ * - each issue's `message` clipped to `maxIssueChars` (the platform quotes the offending value in full: a 2 MiB string
+ *   came back in the 400 whole), the `path` that names the field kept as it is;
+ * - `message` a sentence naming the issues (`the request does not match the API: text: Expected string, actual 42`),
+ *   clipped too, instead of the platform's dump of the whole schema (`{ readonly text: { minLength(1) & … } }`).
+ * `null` for any other body.
  */
-const clipDecodeError = (body: { readonly _tag?: unknown; readonly message?: unknown; readonly issues?: unknown }) => {
+const decodeErrorBody = (body: { readonly _tag?: unknown; readonly message?: unknown; readonly issues?: unknown }) => {
   if (body._tag !== "HttpApiDecodeError") return null
-  const issues = Array.isArray(body.issues) ? body.issues as Array<unknown> : []
-  const long = (x: unknown) => typeof x === "string" && x.length > maxIssueChars
-  const issueLong = issues.some((i) => typeof i === "object" && i !== null && long((i as { readonly message?: unknown }).message))
-  if (!long(body.message) && !issueLong) return null
+  const all = (Array.isArray(body.issues) ? body.issues as Array<unknown> : []).filter((i): i is Issue => typeof i === "object" && i !== null)
+  const pathOf = (i: Issue) => JSON.stringify(i.path ?? [])
+  const undefinedAlternative = (i: Issue) => typeof i.message === "string" && i.message.startsWith("Expected undefined, actual")
+  const issues = all.filter((i) => !undefinedAlternative(i) || !all.some((o) => o !== i && !undefinedAlternative(o) && pathOf(o) === pathOf(i)))
+  const where = (i: Issue) => (i.path ?? []).map(String).join(".") || "(body)"
+  // A struct's whole signature ("Expected { readonly providerInstance: …; … }, actual null") says "an object".
+  const why = (i: Issue) => String(i.message ?? "").replace(/\s+/g, " ").trim().replace(/^Expected \{ .* \}, actual /, "Expected an object, actual ")
+  const named = issues.slice(0, issuesInMessage).map((i) => `${where(i)}: ${why(i)}`)
+  const more = issues.length > issuesInMessage ? `; and ${issues.length - issuesInMessage} more (see issues)` : ""
   return {
     ...body,
-    message: clip(body.message),
-    issues: issues.map((i) => typeof i === "object" && i !== null ? { ...i, message: clip((i as { readonly message?: unknown }).message) } : i)
+    message: clip(named.length === 0 ? body.message : `the request does not match the API: ${named.join("; ")}${more}`),
+    issues: issues.map((i) => ({ ...i, message: clip(i.message) }))
   }
 }
 
 /**
- * Adds `message` to a JSON error body that lacks one (a boundary error as HttpApi encoded it) and clips a schema
- * error's quoted values (`clipDecodeError`). Other responses are returned as they are.
+ * Adds `message` to a JSON error body that lacks one (a boundary error as HttpApi encoded it) and serves a schema
+ * error as `decodeErrorBody` says. Other responses are returned as they are.
  */
 const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
   if (response.status < 400 || response.body._tag !== "Uint8Array") return response
   const parsed = Option.liftThrowable((text: string): unknown => JSON.parse(text))(textDecoder.decode(response.body.body))
   if (Option.isNone(parsed) || typeof parsed.value !== "object" || parsed.value === null) return response
-  const clipped = clipDecodeError(parsed.value)
-  if (clipped !== null) return HttpServerResponse.unsafeJson(clipped, { status: response.status, headers: response.headers })
+  const decodeError = decodeErrorBody(parsed.value)
+  if (decodeError !== null) return HttpServerResponse.unsafeJson(decodeError, { status: response.status, headers: response.headers })
   if ("message" in parsed.value) return response
   const error = decodeBoundary(parsed.value)
   if (Option.isNone(error)) return response

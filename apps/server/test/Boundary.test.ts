@@ -93,6 +93,18 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(wrongType.status).toBe(400)
       expect(wrongType.body?._tag).toBe("HttpApiDecodeError")
       expect((wrongType.body?.issues as Array<{ path: Array<string> }>).map((i) => i.path)).toEqual([["text"]])
+      // The message is a sentence naming the field and why, not the schema's dump ("{ readonly text: { minLength(1) …").
+      expect(wrongType.body?.message).toBe("the request does not match the API: text: Expected string, actual 5")
+      // A query parameter in the wrong form: one issue naming it (not a second one for not being absent).
+      const exponent = yield* raw(get(`/threads/${threadId}/items?afterSeq=1e3`))
+      expect([exponent.status, exponent.body?._tag, (exponent.body?.issues as Array<{ path: Array<string> }>).map((i) => i.path)])
+        .toEqual([400, "HttpApiDecodeError", [["afterSeq"]]])
+      expect(exponent.body?.message).toMatch(/^the request does not match the API: afterSeq: /)
+      expect(exponent.body?.message).not.toContain("Expected undefined")
+      const empty = yield* raw(HttpClientRequest.post("/threads").pipe(HttpClientRequest.bodyText("null", "application/json"), HttpClientRequest.bearerToken(adminToken)))
+      expect([empty.status, empty.body?._tag]).toEqual([400, "HttpApiDecodeError"])
+      expect((empty.body?.message as string).length).toBeLessThan(300)
+      expect(empty.body?.message).not.toContain("readonly")
       const typo = yield* raw(post(`/threads/${threadId}/messages`, { txt: "hi", text: "hi" }))
       expect([typo.status, (typo.body?.issues as Array<{ path: Array<string>; message: string }>).map((i) => [i.path, i.message])])
         .toEqual([400, [[["txt"], "is unexpected, expected: \"text\" | \"tools\" | \"commandId\""]]])
