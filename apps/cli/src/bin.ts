@@ -485,7 +485,8 @@ const serve = Command.make(
   {
     host: Options.text("host").pipe(Options.withDescription("address to bind (default 127.0.0.1: loopback only)"), Options.optional),
     port: Options.integer("port").pipe(Options.withDescription("port (default 8787; 0: any free port)"), Options.optional),
-    config: Options.file("config", { exists: "yes" }).pipe(Options.withDescription("JSON config file (see docs/server.md)"), Options.optional),
+    // Read (and a missing or unreadable file refused, one `baton: FILE: …` line) by ServerConfig.
+    config: Options.file("config").pipe(Options.withDescription("JSON config file (see docs/server.md)"), Options.optional),
     db: dbOption,
     dataDir: dataDirOption,
     databaseUrl: databaseUrlOption

@@ -89,6 +89,16 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 300_000)
 
+  it("serve with a --config file that does not exist says so in one `baton:` line naming the file, exits 2", async () => {
+    const dir = tmp()
+    const missing = Path.join(dir, "nonexistent.json")
+    const result = await baton(["serve", "--port", "0", "--config", missing, "--data-dir", dir])
+    expect(result.code).toBe(2)
+    expect(result.stderr).toMatch(new RegExp(`^baton: ${missing.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: cannot read it \\(ENOENT[^\n]*\\)\n$`))
+    expect(Fs.readdirSync(dir)).toEqual([])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   it("demo without the sample transcripts says so in one line, shows where one's own sessions are, exits 2", async () => {
     const dir = tmp()
     const samples = Path.join(dir, "transcripts")
