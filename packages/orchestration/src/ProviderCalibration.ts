@@ -38,6 +38,12 @@ export interface TurnSample {
 
 /** How much recent history `seedFromCount` measures: at most this many items ... */
 const seedItems = 60
+/** A stored calibration as read (`None`: never learned) as `Calibration`: its figures, else `Calibration.identity`. */
+const storedOf = (found: Option.Option<StoredCalibration>): Calibration.Calibration =>
+  found._tag === "Some"
+    ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
+    : Calibration.identity
+
 /** ... and this many characters (about 6,000 tokens: a sample far above the noise, one cheap count request). */
 const seedChars = 24_000
 
@@ -57,9 +63,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
        * another read): it, `Calibration.identity` if none or turned off.
        */
       const currentOf = (found: Option.Option<StoredCalibration>): Calibration.Calibration =>
-        !config.calibration || found._tag === "None"
-          ? Calibration.identity
-          : { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
+        config.calibration ? storedOf(found) : Calibration.identity
 
       /** The calibration in force for `instance`: the stored one, `Calibration.identity` if none or turned off. */
       const current = Effect.fn("ProviderCalibration.current")(function*(instance: ProviderInstance) {
@@ -83,10 +87,6 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         seen: Option.Option<StoredCalibration> | null = null
       ) =>
         Effect.gen(function*() {
-          const stored = (found: Option.Option<StoredCalibration>): Calibration.Calibration =>
-            found._tag === "Some"
-              ? { ratio: found.value.ratio, samples: found.value.samples, weight: found.value.weight, recent: found.value.recent }
-              : Calibration.identity
           const row = (after: Calibration.Calibration, updatedAt: DateTime.Utc): StoredCalibration => ({
             providerInstance: instance,
             ratio: after.ratio,
@@ -100,14 +100,14 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
           // the locked read below would have given. A sample `learn` rejects, or a row that moved, goes the locked way.
           let learned: { readonly before: Calibration.Calibration; readonly after: Calibration.Calibration } | null = null
           if (seen !== null) {
-            const before = stored(seen)
+            const before = storedOf(seen)
             const after = Calibration.learn(before, sample, config.calibrationPolicy)
             if (after !== before && (yield* store.upsertCalibrationIfUnchanged(row(after, yield* DateTime.now), seen._tag === "Some" ? seen.value.samples : null))) {
               learned = { before, after }
             }
           }
           if (learned === null) {
-            const before = stored(yield* store.getCalibrationForUpdate(instance))
+            const before = storedOf(yield* store.getCalibrationForUpdate(instance))
             const after = Calibration.learn(before, sample, config.calibrationPolicy)
             if (after === before) return before
             yield* store.upsertCalibration(row(after, yield* DateTime.now))

@@ -113,34 +113,26 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
       })
 
-    /** Polls the record until the run ends. */
-    const pollEnded = (runId: RunId) =>
+    /**
+     * Polls the record until the run ends: the ended record. The first read at once, then after pauses of 25 ms
+     * doubling to 1 s; with `firstPause` (the backstop of a caller waiting for a signal here: `waitBackstopMillis`)
+     * the first read after that pause, doubling from it. Fails with `RunNotFound`.
+     */
+    const pollEnded = (runId: RunId, firstPause: number | null = null) =>
       Effect.gen(function*() {
-        let pause = 25
+        let pause = firstPause ?? 25
+        if (firstPause !== null) {
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = backoff(pause)
+        }
         let found = yield* store.getRun(runId)
         while (found._tag === "Some" && !terminalRunStatuses.includes(found.value.status)) {
           yield* Effect.sleep(Duration.millis(pause))
           pause = backoff(pause)
           found = yield* store.getRun(runId)
         }
-        return found
-      })
-
-    /**
-     * Reads the record now and then (`waitBackstopMillis`, default 250 ms, doubling to 1 s; the first read after
-     * the first pause) until the run
-     * ends: the ended record. Fails with `RunNotFound`. The backstop of a caller waiting for a signal here.
-     */
-    const slowPollEnded = (runId: RunId) =>
-      Effect.gen(function*() {
-        let pause = config.waitBackstopMillis
-        for (;;) {
-          yield* Effect.sleep(Duration.millis(pause))
-          pause = backoff(pause)
-          const found = yield* store.getRun(runId)
-          if (found._tag === "None") return yield* new RunNotFound({ runId })
-          if (terminalRunStatuses.includes(found.value.status)) return found.value
-        }
+        if (found._tag === "None") return yield* new RunNotFound({ runId })
+        return found.value
       })
 
     const recorded = (r: Run) =>
@@ -385,9 +377,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           const exit = yield* Effect.exit(Deferred.await(deferred))
           if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return exit.value
         }
-        const ended = yield* pollEnded(runId)
-        if (ended._tag === "None") return yield* new RunNotFound({ runId })
-        return yield* recorded(ended.value)
+        return yield* recorded(yield* pollEnded(runId))
       }).pipe(Effect.ensuring(Effect.sync(() => leave(runId))))
 
     /** Joins the callers waiting for `runId` (with `fresh` as their deferred when it is the first): their deferred. */
@@ -458,23 +448,19 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               if (terminalRunStatuses.includes(found.value.status)) return endedRecord(found.value)
             }
             if (!workers.has(found.value.threadId) && !inFlight.has(runId)) {
-              const polled = yield* pollEnded(runId)
-              if (polled._tag === "None") return yield* new RunNotFound({ runId })
-              return endedRecord(polled.value)
+              return endedRecord(yield* pollEnded(runId))
             }
           }
           const signalled = Effect.gen(function*() {
             const exit = yield* Effect.exit(Deferred.await(deferred))
             if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
-            const polled = yield* pollEnded(runId)
-            if (polled._tag === "None") return yield* new RunNotFound({ runId })
-            return endedRecord(polled.value)
+            return endedRecord(yield* pollEnded(runId))
           })
           // A run this process is driving ends through its fiber here. Any other may end where nothing here looks
           // (interrupted by another process while queued behind a run in flight here: the worker looks at the queue
           // only when that run ends), so the record is also read now and then until the signal comes.
           if (here !== undefined) return yield* signalled
-          return yield* Effect.raceFirst(signalled, Effect.map(slowPollEnded(runId), endedRecord))
+          return yield* Effect.raceFirst(signalled, Effect.map(pollEnded(runId, config.waitBackstopMillis), endedRecord))
         }).pipe(Effect.ensuring(Effect.sync(() => {
           if (joined) leave(runId)
         })))

@@ -111,10 +111,14 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         onSome: Effect.succeed
       }))
 
-    const getProviderThread = (thread: Thread) =>
+    /**
+     * `thread`'s active provider thread: `known` when the caller read it already (queueing reads it with the thread),
+     * else read here. Fails with `InvalidRequest` when the thread has none or lost it.
+     */
+    const getProviderThread = (thread: Thread, known?: Option.Option<ProviderThread>) =>
       thread.activeProviderThreadId === null
         ? Effect.fail(new InvalidRequest({ reason: `thread ${thread.id} has no provider; switch to one first` }))
-        : Effect.flatMap(store.getProviderThread(thread.activeProviderThreadId), Option.match({
+        : Effect.flatMap(known !== undefined ? Effect.succeed(known) : store.getProviderThread(thread.activeProviderThreadId), Option.match({
           onNone: () => Effect.fail(new InvalidRequest({ reason: `thread ${thread.id} lost its provider thread` })),
           onSome: Effect.succeed
         }))
@@ -270,11 +274,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       const { active, nextSeq } = yield* store.findActiveRunWithNextSeq(thread.id)
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       // Read with the thread (same statement); the same failures as `getProviderThread`.
-      const providerThread = thread.activeProviderThreadId === null
-        ? yield* new InvalidRequest({ reason: `thread ${thread.id} has no provider; switch to one first` })
-        : activeProviderThread._tag === "None"
-        ? yield* new InvalidRequest({ reason: `thread ${thread.id} lost its provider thread` })
-        : activeProviderThread.value
+      const providerThread = yield* getProviderThread(thread, activeProviderThread)
       // A provider this process does not have fails the command before anything is written (UnknownProvider).
       const adapter = yield* registry.get(providerThread.providerInstance)
       const now = yield* DateTime.now
