@@ -177,6 +177,18 @@ const ToolsRow = Schema.Struct({ tools: Schema.parseJson(Schema.Array(ClientTool
 const decodeTools = Schema.decodeUnknown(Schema.Array(ToolsRow))
 const decodeThreadRows = Schema.decodeUnknown(Schema.Array(ThreadRow))
 const decodeProviderThread = Schema.decodeUnknown(ProviderThreadRow)
+/**
+ * The columns of a joined table that a query aliased with `prefix` (`pt_id AS …`, camel-cased by the client to
+ * `ptId`), without it: `{ id, … }`, the row as that table's own schema decodes it. Other columns are left out.
+ */
+const unprefixed = (row: Record<string, unknown>, prefix: string): Record<string, unknown> => {
+  const out: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(row)) {
+    const rest = key.slice(prefix.length)
+    if (key.startsWith(prefix) && /^[A-Z]/.test(rest)) out[rest[0]!.toLowerCase() + rest.slice(1)] = value
+  }
+  return out
+}
 const decodeRunRows = Schema.decodeUnknown(Schema.Array(RunRow))
 const decodeNextRunSeq = Schema.decodeUnknown(Schema.Array(Schema.Struct({ nextRunSeq: Count })))
 const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
@@ -346,17 +358,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           const [thread] = yield* decodeThreadRows(rows)
           const [declared] = yield* decodeDeclaredTools(rows)
           const row = rows[0] as Record<string, unknown>
-          const providerThread = row.ptId === null || row.ptId === undefined ? Option.none<ProviderThread>() : Option.some(yield* decodeProviderThread({
-            id: row.ptId,
-            threadId: row.ptThreadId,
-            providerInstance: row.ptProviderInstance,
-            model: row.ptModel,
-            contextWindow: row.ptContextWindow,
-            activeNativeThreadId: row.ptActiveNativeThreadId,
-            syncedRunSeq: row.ptSyncedRunSeq,
-            createdAt: row.ptCreatedAt,
-            updatedAt: row.ptUpdatedAt
-          }))
+          const providerThread = row.ptId === null || row.ptId === undefined
+            ? Option.none<ProviderThread>()
+            : Option.some(yield* decodeProviderThread(unprefixed(row, "pt")))
           return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [], providerThread })
         }).pipe(orPersistence("threads.getWithTools")),
       listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
@@ -781,14 +785,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             const r = row as Record<string, unknown>
             const calibration = r.calProviderInstance === null || r.calProviderInstance === undefined
               ? Option.none<ProviderCalibration>()
-              : Option.some(yield* decodeCalibration({
-                providerInstance: r.calProviderInstance,
-                ratio: r.calRatio,
-                samples: r.calSamples,
-                weight: r.calWeight,
-                recent: r.calRecent,
-                updatedAt: r.calUpdatedAt
-              }))
+              : Option.some(yield* decodeCalibration(unprefixed(r, "cal")))
             return {
               native,
               sessionDriverId: (r.sessionDriverId as string | null | undefined) ?? null,
