@@ -52,6 +52,34 @@ export const services = Layer.mergeAll(ThreadQuery.Default, ThreadService.Defaul
 )
 
 /**
+ * The layers of `services`, each after every layer it needs (the order `services` provides them in; the last is its
+ * three top services, merged), for a caller that builds them one after the other into one context instead of through
+ * `services`' seventeen nested `provideMerge`s: the same services, built and released in about a third of the CPU
+ * time (the simulation, which builds them again at every crash-restart). `@baton/testing`'s `Incarnation.test.ts`
+ * checks that they are the services of `services`, no more and no fewer.
+ */
+export const serviceLayers = [
+  ThreadEventBus.Default,
+  UnitOfWork.Default,
+  DriverRegistry.Default,
+  ItemLog.Default,
+  RunLifecycle.Default,
+  NativeThreadTrust.Default,
+  ProviderCalibration.Default,
+  ContextHandoffDelivery.Default,
+  ProviderTurnStartService.Default,
+  ThreadLineage.Default,
+  ThreadCompaction.Default,
+  ThreadOffload.Default,
+  ThreadRead.Default,
+  TurnStream.Default,
+  ClientToolWaits.Default,
+  RunRecovery.Default,
+  TurnExecution.Default,
+  Layer.mergeAll(ThreadQuery.Default, ThreadService.Default, GatewayThreads.Default)
+] as const
+
+/**
  * Event ids (`evt_…`) from the app's `IdGenerator`, for the `ThreadStore` (its default is a UUID): a sequential
  * generator makes the event log as deterministic as every other id. Needs `IdGenerator`.
  */

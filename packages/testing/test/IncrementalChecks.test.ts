@@ -3,8 +3,9 @@
  * the items and events after what it read before, yet a change to a row read before, a deleted row, a row lost
  * without a trigger firing and a thread that vanished are still caught, on both dialects.
  */
+import type { ItemId } from "@baton/contracts"
 import { InvariantChecks } from "@baton/orchestration"
-import { Database } from "@baton/persistence"
+import { Database, ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -211,7 +212,7 @@ describe.each(Harness.dialects)("incremental reads of the mutable tables (%s)", 
     }).pipe(Effect.provide(h.layer))
   })
 
-  it.live("every thread (no ids given): the list is read again when a thread is made; the audit when it gains a row", () => {
+  it.live("every thread (no ids given): each read lists the threads (a thread made is read); the audit when it gains a row", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {
       const { o, t, memory } = yield* setUp(h)
@@ -224,6 +225,29 @@ describe.each(Harness.dialects)("incremental reads of the mutable tables (%s)", 
       const first = memory.items.get(t)![0]!
       yield* sql`UPDATE items SET text = 'changed' WHERE id = ${first.id}`
       expect((yield* Checks.readRecords(null, memory)).violations).toEqual([`crash-safety: item ${first.id} changed`])
+    }).pipe(Effect.provide(h.layer))
+  })
+
+  it.live("after a restart each item read back is looked up by id once; one that is not retrievable is reported", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return Effect.gen(function*() {
+      const { o, t, memory } = yield* setUp(h)
+      const asked: Array<number> = []
+      const counting = Effect.map(ThreadStore, (real) =>
+        ThreadStore.make({ ...real, getItems: (ids) => Effect.suspend(() => (asked.push(ids.length), real.getItems(ids))) }))
+      const afterRestart = Checks.afterRestart(memory).pipe(Effect.provideServiceEffect(ThreadStore, counting))
+      const before = memory.items.get(t)!.length
+      expect(yield* afterRestart).toEqual([])
+      h.script.enqueue(Harness.reply(10))
+      yield* o.send(t, "three")
+      expect((yield* Checks.readRecords([t], memory)).violations).toEqual([])
+      expect(yield* afterRestart).toEqual([])
+      expect(yield* afterRestart).toEqual([])
+      // The first restart looks every item up, the second only those read since, the third none.
+      expect(asked).toEqual([before, memory.items.get(t)!.length - before])
+      const first = memory.items.get(t)![0]!
+      memory.items.get(t)!.push({ ...first, id: "itm_never_written" as ItemId })
+      expect(yield* afterRestart).toEqual(["crash-safety: item itm_never_written, committed before the crash, is not retrievable by id"])
     }).pipe(Effect.provide(h.layer))
   })
 

@@ -17,7 +17,7 @@
  *
  * Each violation is one line starting with its category (`crash-safety:`, `exactly-once:`, ...).
  */
-import { type Item, type ItemId, type ProviderInstance, terminalRunStatuses, type Thread, type ThreadEvent, type ThreadId } from "@baton/contracts"
+import { type Item, type ItemId, type ProviderInstance, terminalRunStatuses, type ThreadEvent, type ThreadId } from "@baton/contracts"
 import { InvariantChecks } from "@baton/orchestration"
 import { type ProviderCalibration, ThreadStore } from "@baton/persistence"
 import type { ScriptedProvider } from "@baton/providers"
@@ -43,11 +43,13 @@ export interface Memory {
   readonly mutable: Map<ThreadId, Mutable>
   /** Per provider instance, its calibration as last read (read again when the change log names it). */
   readonly calibrations: Map<string, Option.Option<ProviderCalibration>>
+  /** Whether `sim_audit` was read yet (after its first read, only when the change log names it). */
+  readonly cursor: { auditRead: boolean }
   /**
-   * The thread list as last read (`readRecords` without thread ids; read again when the change log names `threads`),
-   * and whether `sim_audit` was read yet (after its first read, only when the change log names it).
+   * Per thread, how many of its items (the first of `items`) `afterRestart` found retrievable by id: each item is
+   * looked up once (see `afterRestart`).
    */
-  readonly cursor: { threads: ReadonlyArray<Thread> | null; auditRead: boolean }
+  readonly retrievable: Map<ThreadId, number>
 }
 
 type Mutable = Effect.Effect.Success<ReturnType<typeof InvariantChecks.readMutable>>
@@ -58,7 +60,8 @@ export const emptyMemory = (): Memory => ({
   audited: new Set(),
   mutable: new Map(),
   calibrations: new Map(),
-  cursor: { threads: null, auditRead: false }
+  cursor: { auditRead: false },
+  retrievable: new Map()
 })
 
 /**
@@ -78,7 +81,6 @@ const changeKeys: ReadonlyArray<{ readonly table: string; readonly keys: (row: "
   { table: "provider_calibrations", keys: (r) => [`${r}.provider_instance`] },
   { table: "items", keys: (r) => [`${r}.thread_id`] },
   { table: "thread_events", keys: (r) => [`${r}.thread_id`] },
-  { table: "threads", keys: (r) => [`${r}.id`] },
   // The audit's own rows: `sim_audit` is read again only when it gained one.
   { table: "sim_audit", keys: () => ["NULL"] }
 ]
@@ -104,7 +106,7 @@ const changeKeys: ReadonlyArray<{ readonly table: string; readonly keys: (row: "
  * The change log behind the incremental reads of the mutable tables: a table `sim_changed` (left out of the dump
  * too) to which triggers add `(table, key)` on every INSERT, UPDATE (old and new row) and DELETE of a row of the
  * tables `InvariantChecks.readMutable` reads, of `provider_calibrations`, and of `items` and `thread_events` (see
- * `changeKeys`; also of `threads`, and of `sim_audit` itself, so the audit is read only when it gained a row); on
+ * `changeKeys`; also of `sim_audit` itself, so the audit is read only when it gained a row); on
  * Postgres a TRUNCATE adds `(table, NULL)`: every thread. `readRecords` takes the log and empties
  * it in one statement (`DELETE ... RETURNING`) and reads again exactly the tables it names for each thread. Why
  * that is the same as reading every table whole at every step: a table's rows for a thread can only change by a
@@ -225,12 +227,13 @@ export const reconnectAudit = Effect.gen(function*() {
 })
 
 /**
- * Reads the record of the threads `threadIdsOrAll` (`null`: every thread, listed again when the change log names
- * `threads`) for one step's checks: the change log (`installAudit`: which tables changed for which thread since the
- * last step, taken and emptied in one statement), new audit rows (read when the log names `sim_audit`, and at the
- * first read), then for each thread the mutable tables the log names (`InvariantChecks.readMutable`'s reads; all of
+ * Reads the record of the threads `threadIdsOrAll` (`null`: every thread, in `listThreads`' order) for one step's
+ * checks: the change log (`installAudit`: which tables changed for which thread since the last step, taken and
+ * emptied in one statement), new audit rows (read when the log names `sim_audit`, and at the first read), every
+ * thread's id with its item and event counts (one statement: the ids alone, not the thread rows, which no check
+ * reads), then for each thread the mutable tables the log names (`InvariantChecks.readMutable`'s reads; all of
  * them for a thread not read before), items and events only after the last `seq` `memory` holds (appended to it)
- * when the log names them, and every thread's item and event counts (one statement). Returns the thread ids, the
+ * when the log names them. Returns the thread ids, the
  * records (from `memory`), the calibrations of `instances` (read again when the log names them) and the
  * crash-safety violations: an audited change or deletion, a count that differs from what was read (rows gone
  * without a trigger, or inserted below the last `seq` read), an event log that is not gap-free.
@@ -262,19 +265,20 @@ export const readRecords = (threadIdsOrAll: ReadonlyArray<ThreadId> | null, memo
           : `crash-safety: event ${a.rowKey} changed or disappeared (${a.what})`)
       }
     }
-    if (threadIdsOrAll === null && (memory.cursor.threads === null || changed.has("threads"))) {
-      memory.cursor.threads = yield* store.listThreads()
+    // Every thread's id (`n`: its place in `listThreads`' order) and its item and event counts, in one statement.
+    const counted = new Map<string, number>()
+    const listedIds: Array<{ readonly id: ThreadId; readonly place: number }> = []
+    for (const c of yield* sql<{ readonly tbl: string; readonly threadId: string; readonly n: number | string }>`
+      SELECT 'threads' AS tbl, id AS thread_id, ROW_NUMBER() OVER (ORDER BY created_at, id) AS n FROM threads
+      UNION ALL SELECT 'items' AS tbl, thread_id, COUNT(*) AS n FROM items GROUP BY thread_id
+      UNION ALL SELECT 'events' AS tbl, thread_id, COUNT(*) AS n FROM thread_events GROUP BY thread_id`) {
+      if (c.tbl === "threads") listedIds.push({ id: c.threadId as ThreadId, place: Number(c.n) })
+      else counted.set(`${c.tbl} ${c.threadId}`, Number(c.n))
     }
-    const threadIds = threadIdsOrAll ?? memory.cursor.threads!.map((t) => t.id)
+    const threadIds = threadIdsOrAll ?? listedIds.sort((a, b) => a.place - b.place).map((t) => t.id)
     const listed = new Set<string>(threadIds)
     for (const threadId of memory.items.keys()) {
       if (!listed.has(threadId)) violations.push(`crash-safety: thread ${threadId}, read back before, is gone`)
-    }
-    const counted = new Map<string, number>()
-    for (const c of yield* sql<{ readonly tbl: string; readonly threadId: string; readonly n: number | string }>`
-      SELECT 'items' AS tbl, thread_id, COUNT(*) AS n FROM items GROUP BY thread_id
-      UNION ALL SELECT 'events' AS tbl, thread_id, COUNT(*) AS n FROM thread_events GROUP BY thread_id`) {
-      counted.set(`${c.tbl} ${c.threadId}`, Number(c.n))
     }
     const records: Array<InvariantChecks.ThreadRecord> = []
     for (const threadId of threadIds) {
@@ -524,7 +528,10 @@ export const check = (
 
 /**
  * After a restart: no run is left unfinished, and every item read back before the crash is retrievable by id through
- * the store (invariant 6 across the crash).
+ * the store (invariant 6 across the crash). Each item is looked up at the first restart after it was read back, not
+ * again at every later one: once retrievable, an item stays so unless its row is changed or deleted, which the audit
+ * reports at the next step's `readRecords` (every column, the id included), or rows vanish without a trigger, which
+ * its counts report. (Looking every item up again at each restart cost about 2% of a soak, for nothing more.)
  */
 export const afterRestart = (memory: Memory) =>
   Effect.gen(function*() {
@@ -532,8 +539,12 @@ export const afterRestart = (memory: Memory) =>
     const unfinished = yield* store.listUnfinishedRuns()
     const violations = unfinished.map((r) => `crash-safety: run ${r.id} (seq ${r.seq}) left ${r.status} after restart recovery`)
     const ids: Array<ItemId> = []
-    for (const items of memory.items.values()) for (const i of items) ids.push(i.id)
+    for (const [threadId, items] of memory.items) {
+      for (let i = memory.retrievable.get(threadId) ?? 0; i < items.length; i++) ids.push(items[i]!.id)
+    }
+    if (ids.length === 0) return violations
     const found = new Set<string>((yield* store.getItems(ids)).map((i) => i.id))
     for (const id of ids) if (!found.has(id)) violations.push(`crash-safety: item ${id}, committed before the crash, is not retrievable by id`)
+    for (const [threadId, items] of memory.items) memory.retrievable.set(threadId, items.length)
     return violations
   })

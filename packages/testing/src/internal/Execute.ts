@@ -3,8 +3,10 @@
  * checks the invariants after every operation and every restart.
  *
  * The SQLite file starts as a copy of a database migrated once per process (`templateDatabase`). One incarnation of
- * Baton = one Layer build of the orchestrator's services in its own Scope, with sequential ids under a namespace of
- * its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never collide. A crash closes that Scope (every
+ * Baton = one build of the orchestrator's services in its own Scope (`OrchestratorLayer.serviceLayers`, one after
+ * the other: `buildInOrder`) over what outlives it (`worldLayer`: configuration, counter, providers), with
+ * sequential ids under a namespace of its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never
+ * collide. A crash closes that Scope (every
  * service and its state gone, every fiber interrupted; a transaction in progress was rolled back) and builds a fresh
  * incarnation on the same file, which runs `ThreadService.recover()`. The SQLite connection (opened with the first
  * incarnation: pragmas, migrations check, the audit's setting) is kept for the next one when the crash left it
@@ -185,28 +187,59 @@ const database = (db: string): Layer.Layer<SqlClient.SqlClient> =>
   db.startsWith("postgres://") ? Layer.orDie(Database.layerPg({ url: db, maxConnections: 4 })) : Layer.orDie(Database.layerSqlite(db))
 
 /**
- * The orchestrator of `OrchestratorLayer`, over the crash-injecting `ThreadStore`, on `db`: the SQL client of `file`
- * (a SQLite file or a Postgres URL; `database(file)`), or a SQLite connection kept from the previous incarnation
- * (see `simulate`'s incarnations).
+ * What outlives every incarnation of one run, built once: the configuration (a restarted process reads the same), the
+ * token counter (a pure function), the providers and the summariser (the external world: they survive every
+ * restart). None holds orchestrator state.
  */
-const orchestrator = (
-  db: Layer.Layer<SqlClient.SqlClient>,
-  namespace: string,
-  steps: Crash.Steps,
+const worldLayer = (
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
   counter: TokenCounter.TokenCounterShape,
   summariser: ScriptedSummariser.ScriptedSummariser
 ) =>
-  OrchestratorLayer.services.pipe(
-    Layer.provideMerge(Crash.storeLayer(steps)),
-    Layer.provideMerge(OrchestratorLayer.eventIds),
-    Layer.provideMerge(db),
-    Layer.provideMerge(ProviderRegistry.layer(adapters)),
-    Layer.provideMerge(ScriptedSummariser.layer(summariser)),
-    Layer.provideMerge(Layer.succeed(TokenCounter.TokenCounter, counter)),
-    Layer.provideMerge(IdGenerator.layerSequential(namespace)),
-    Layer.provideMerge(OrchestratorConfig.layer(simulationConfig))
+  Layer.mergeAll(
+    ProviderRegistry.layer(adapters),
+    ScriptedSummariser.layer(summariser),
+    Layer.succeed(TokenCounter.TokenCounter, counter),
+    OrchestratorConfig.layer(simulationConfig)
   )
+
+/**
+ * The layers of one incarnation, each after what it needs: its ids (sequential under `namespace`), the event ids
+ * drawn from them, the crash-injecting `ThreadStore` and `OrchestratorLayer.serviceLayers`: `OrchestratorLayer.layer`
+ * over `Crash.storeLayer` (`Incarnation.test.ts` checks that `serviceLayers` are `services`).
+ */
+const incarnationLayers = (namespace: string, steps: Crash.Steps): ReadonlyArray<Layer.Layer<never, unknown, unknown>> => [
+  IdGenerator.layerSequential(namespace),
+  OrchestratorLayer.eventIds,
+  Crash.storeLayer(steps),
+  ...OrchestratorLayer.serviceLayers
+]
+
+/** The services of one incarnation: the orchestrator's, the store, ids, the SQL client and the world. */
+type Services =
+  | Layer.Layer.Success<typeof OrchestratorLayer.services>
+  | Layer.Layer.Success<ReturnType<typeof Crash.storeLayer>>
+  | Layer.Layer.Success<typeof OrchestratorLayer.eventIds>
+  | IdGenerator.IdGenerator
+  | SqlClient.SqlClient
+  | Layer.Layer.Success<ReturnType<typeof worldLayer>>
+
+/**
+ * Builds `layers` one after the other into `scope`, each given `base` and every service the layers before it built,
+ * through one memo map (a layer two of them share is built once, as in a nested build). The same services as the
+ * nested `provideMerge` chain of the same layers, in about a third of the CPU time to build and release (a chain of
+ * 45 layers: 6.8 ms against 1.4-2.2 ms). A failure is a defect.
+ */
+export const buildInOrder = (layers: ReadonlyArray<Layer.Layer<never, unknown, unknown>>, base: Context.Context<never>, scope: Scope.Scope) =>
+  Effect.gen(function*() {
+    const memoMap = yield* Layer.makeMemoMap
+    let context = base
+    for (const layer of layers) {
+      const built = Effect.provide(Layer.buildWithMemoMap(layer, memoMap, scope), context) as Effect.Effect<Context.Context<never>, unknown>
+      context = Context.merge(context, yield* Effect.orDie(built))
+    }
+    return context
+  })
 
 /**
  * The simulation's policy: the defaults, with an interrupt timeout of 50 ms real time (the clock's sleeps are real)
@@ -216,8 +249,6 @@ const orchestrator = (
  * depend on I/O timing on Postgres, which would shift every later timestamp.
  */
 const simulationConfig: Partial<OrchestratorConfig.OrchestratorConfigShape> = { interruptTimeoutMillis: 50, driverLeaseMillis: 0 }
-
-type Services = Layer.Layer.Success<ReturnType<typeof orchestrator>>
 
 type Attempt<A> =
   | { readonly _tag: "ok"; readonly value: A }
@@ -394,18 +425,18 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       return c === null ? Effect.void : Scope.close(c.scope, Exit.void)
     })
     const idle = (c: Context.Context<SqlClient.SqlClient>) => Effect.provide(outsideTransaction, c)
+    const world = yield* Effect.scoped(Layer.build(worldLayer(adapters, counter, summariser)))
     const open = Effect.gen(function*() {
       incarnation++
       const s = yield* Scope.make()
-      let db: Layer.Layer<SqlClient.SqlClient> = database(file)
+      const namespace = incarnation === 1 ? "" : `r${incarnation}.`
+      let base: Context.Context<never> = world as Context.Context<never>
+      let layers = incarnationLayers(namespace, steps)
       if (keepConnection) {
         if (connection === null) connection = yield* connect
-        db = Layer.succeedContext(connection.context)
-      }
-      context = yield* Layer.buildWithScope(
-        orchestrator(db, incarnation === 1 ? "" : `r${incarnation}.`, steps, adapters, counter, summariser),
-        s
-      ).pipe(Effect.orDie)
+        base = Context.merge(base, connection.context) as Context.Context<never>
+      } else layers = [database(file), ...layers]
+      context = (yield* buildInOrder(layers, base, s)) as Context.Context<Services>
       // The audit's tables and triggers are in the database from the template (or the first incarnation) on.
       if (!keepConnection) yield* Effect.provide(Checks.reconnectAudit, context).pipe(Effect.orDie)
       scope = s
