@@ -114,8 +114,10 @@ const changeKeys: ReadonlyArray<{ readonly table: string; readonly keys: (row: "
  * changes nothing) or by a statement that fires no row trigger: on SQLite none (the truncate optimisation is off
  * on a table with triggers, an `INSERT OR REPLACE`'s deletion fires the delete trigger under `recursive_triggers`,
  * a foreign key's actions fire the child table's triggers), on Postgres a TRUNCATE (logged by its own trigger);
- * Baton runs no DDL after its migrations. A list read through a join (deliveries through their handoff, native
- * threads through their provider thread) is read again when either table changes for the thread.
+ * Baton runs no DDL after its migrations. Deliveries (read through their handoff) are read again when either table
+ * changes for the thread; native threads (read by provider thread) when `native_threads` changes for the thread,
+ * and those of a provider thread new to the thread's list when only `provider_threads` changes (a native thread's
+ * row is logged under the thread of its provider thread, old and new).
  */
 export const installAudit = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -288,10 +290,19 @@ export const readRecords = (threadIdsOrAll: ReadonlyArray<ThreadId> | null, memo
       else {
         const again = (table: string) => stale(table, threadId)
         const providerThreads = again("provider_threads") ? yield* store.listProviderThreads(threadId) : known.providerThreads
+        // Native threads are read by provider thread. When only the provider threads changed, a provider thread
+        // read before keeps the native threads read with it (their rows changed only if `native_threads` is logged
+        // for this thread); only a provider thread new to this thread has its native threads read.
         let nativeThreads = known.nativeThreads
         if (again("provider_threads") || again("native_threads")) {
+          const knownProviderThreads = new Set<string>(known.providerThreads.map((p) => p.id))
+          const kept = again("native_threads") ? [] : known.nativeThreads
           nativeThreads = []
-          for (const p of providerThreads) nativeThreads.push(...(yield* store.listNativeThreads(p.id)))
+          for (const p of providerThreads) {
+            if (knownProviderThreads.has(p.id) && !again("native_threads")) {
+              nativeThreads.push(...kept.filter((n) => n.providerThreadId === p.id))
+            } else nativeThreads.push(...(yield* store.listNativeThreads(p.id)))
+          }
         }
         mutable = {
           threadId,
