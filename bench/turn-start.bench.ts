@@ -184,7 +184,7 @@ interface Sample {
 /** Every garbage collection pause of the run (start and duration, ms): the slowest samples say how much was GC. */
 const gcPauses: Array<{ readonly start: number; readonly duration: number; readonly kind: number }> = []
 new PerformanceObserver((list) => {
-  for (const e of list.getEntries()) gcPauses.push({ start: e.startTime, duration: e.duration, kind: (e.detail as { kind?: number } | undefined)?.kind ?? 0 })
+  for (const e of list.getEntries()) gcPauses.push({ start: e.startTime, duration: e.duration, kind: (e as { readonly detail?: { readonly kind?: number } }).detail?.kind ?? 0 })
 }).observe({ entryTypes: ["gc"] })
 /** GC pause time inside a sample (ms) and the pauses' kinds (1 scavenge, 2 mark-compact, 4 incremental, 8 weak callbacks). */
 const gcIn = (s: Sample) => {
