@@ -40,7 +40,7 @@ import { Effect, Option, Stream, Tracer } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { performance } from "node:perf_hooks"
+import { performance, PerformanceObserver } from "node:perf_hooks"
 
 const sizes = (process.env.BENCH_SIZES ?? "100,1000,10000,100000").split(",").map(Number)
 const dialect = process.env.BENCH_DIALECT === "postgres" ? "postgres" : "sqlite"
@@ -176,6 +176,20 @@ interface Sample {
   readonly total: number
   readonly ms: ReadonlyMap<Phase, number>
   readonly statements: ReadonlyMap<Phase, number>
+  /** When the measured `sendMessage` started and ended (`performance.now()`), to find the GC pauses inside it. */
+  readonly from: number
+  readonly to: number
+}
+
+/** Every garbage collection pause of the run (start and duration, ms): the slowest samples say how much was GC. */
+const gcPauses: Array<{ readonly start: number; readonly duration: number; readonly kind: number }> = []
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) gcPauses.push({ start: e.startTime, duration: e.duration, kind: (e as { readonly detail?: { readonly kind?: number } }).detail?.kind ?? 0 })
+}).observe({ entryTypes: ["gc"] })
+/** GC pause time inside a sample (ms) and the pauses' kinds (1 scavenge, 2 mark-compact, 4 incremental, 8 weak callbacks). */
+const gcIn = (s: Sample) => {
+  const inside = gcPauses.filter((g) => g.start >= s.from && g.start + g.duration <= s.to)
+  return { ms: inside.reduce((n, g) => n + g.duration, 0), kinds: [...new Set(inside.map((g) => g.kind))].join("+") }
 }
 
 const fmt = (x: number) => x.toFixed(3)
@@ -189,9 +203,13 @@ const report = (label: string, samples: ReadonlyArray<Sample>) => {
   ).join(" ")
   const slowest = samples.reduce((a, b) => (b.total > a.total ? b : a))
   const slowPhases = phases.map((p) => `${p} ${fmt(slowest.ms.get(p) ?? 0)}/${slowest.statements.get(p) ?? 0}`).join(" ")
+  const gc = gcIn(slowest)
+  const gcTotals = samples.map((s) => gcIn(s).ms)
   return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms, ` +
     `statements median ${median(statements)} (max ${Math.max(...statements)}); per phase ms/statements: ${byPhase}` +
-    `\n    slowest ${fmt(slowest.total)} ms: ${slowPhases}`
+    `\n    slowest ${fmt(slowest.total)} ms (GC ${fmt(gc.ms)} ms${gc.kinds === "" ? "" : `, kinds ${gc.kinds}`}): ${slowPhases}` +
+    `\n    GC inside a turn: median ${fmt(median(gcTotals))} ms, p99 ${fmt(quantile(gcTotals, 0.99))} ms; ` +
+    `without it: p99 ${fmt(quantile(samples.map((s, i) => s.total - gcTotals[i]!), 0.99))} ms`
 }
 
 for (const size of sizes) {
@@ -238,12 +256,14 @@ for (const size of sizes) {
       h.script.enqueue(runResponse(runsToBuild + i))
       const command = Commands.SendMessage.make({ commandId: cid(), threadId, text: `Measured step ${i}.` })
       clock.reset()
+      const from = performance.now()
       clock.enter("accept")
       yield* service.sendMessage(command)
       clock.enter("idle")
+      const to = performance.now()
       const ms = new Map(clock.ms)
       const total = phases.reduce((t, p) => t + (ms.get(p) ?? 0), 0)
-      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements) })
+      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements), from, to })
       if (listStatements && i >= measured - 2) {
         console.log(switching ? "statements of the last turn after a switch:" : "statements of the last turn with nothing owed:")
         for (const [key, t] of [...clock.texts].sort((a, b) => b[1].ms - a[1].ms)) console.log(`  ${t.count}x ${fmt(t.ms)} ms ${key}`)
@@ -254,6 +274,8 @@ for (const size of sizes) {
   const { plain, owed, buildMs, switches } = await Effect.runPromise(
     program.pipe(Effect.withTracer(countingTracer), Effect.provide(h.layer))
   )
+  // The GC observer's entries arrive asynchronously: let them in before reporting.
+  await new Promise((resolve) => setTimeout(resolve, 50))
   console.log(`${dialect} ${size} items (built in ${(buildMs / 1000).toFixed(1)} s)`)
   console.log(`  ${report("nothing owed", plain)}`)
   console.log(`  ${report("after a switch", owed)}`)

@@ -163,6 +163,13 @@ export const shortArguments = (text: string): string => {
 }
 
 /**
+ * Character counts with en-US digit grouping (`12,345`), the bytes `Number.prototype.toLocaleString("en-US")` gives:
+ * one formatter for every stub (`toLocaleString` built one per call, about 2.6 µs each: 10 ms of the first turn start
+ * after a switch on a 10,000-item thread, which works out 4,000 stub lines).
+ */
+const groupedDigits = new Intl.NumberFormat("en-US")
+
+/**
  * The stub of a tool unit: a header with its ref (readable in full by `thread_read`), then one line per call: tool
  * name, short arguments, characters of output left out. The same bytes stand for a unit in a handoff (`UnitStub`) and
  * in a provider's message list (tool-result offload). Example:
@@ -177,7 +184,7 @@ export const stubText = (calls: ReadonlyArray<StubCall>, ref: string): string =>
     `[offloaded, thread_read ${ref}]`,
     ...calls.map((c) => {
       const args = shortArguments(c.argumentsText)
-      return `${c.toolName}${args === "" ? "" : ` ${args}`}: ${c.releasedChars.toLocaleString("en-US")} chars`
+      return `${c.toolName}${args === "" ? "" : ` ${args}`}: ${groupedDigits.format(c.releasedChars)} chars`
     })
   ].join("\n")
 
@@ -209,6 +216,18 @@ export interface RenderInput {
   readonly threadId: string
   readonly items: ReadonlyArray<HistoryBlock>
   readonly omittedSeqs: ReadonlyArray<number>
+  /**
+   * Omitted items known only by the seq ranges that hold them (history a turn start did not read, see
+   * `Selection.SelectionInput.omittedElsewhere`): `count` items within `ranges` (inclusive seqs; the ranges may also
+   * hold items that were not owed). The pointer covers them with the `omittedSeqs`.
+   */
+  readonly omittedRanges?: OmittedRanges
+}
+
+/** `count` omitted items that lie within the inclusive seq `ranges` (which may also hold other items). */
+export interface OmittedRanges {
+  readonly count: number
+  readonly ranges: ReadonlyArray<readonly [number, number]>
 }
 
 /**
@@ -266,10 +285,15 @@ export const refsOf = (seqs: ReadonlyArray<number>, maxParts: number = maxRefPar
  * `maxRefParts` refs, so its cost does not grow with the number of items left out; when ranges had to be joined it
  * says that they also hold items shown above.
  */
-const omittedPointer = (omitted: ReadonlyArray<number>): string | undefined => {
-  const n = omitted.length
+const omittedPointer = (omitted: ReadonlyArray<number>, elsewhere: OmittedRanges | undefined): string | undefined => {
+  const extra = elsewhere === undefined || elsewhere.count === 0 ? undefined : elsewhere
+  const n = omitted.length + (extra?.count ?? 0)
   if (n === 0) return undefined
-  const { exact, refs } = refsOf(omitted)
+  const { exact: exactSeqs, refs } = extra === undefined
+    ? refsOf(omitted)
+    : refsOfRanges([...omitted.map((s) => [s, s] as const), ...extra.ranges])
+  // Ranges of history that was not read may hold other items: the pointer never claims they are exact.
+  const exact = exactSeqs && extra === undefined
   const args = JSON.stringify({ refs })
   if (n === 1) return `1 earlier item was omitted to fit the context budget; read it with thread_read ${args}`
   return `${n} earlier items were omitted to fit the context budget${
@@ -290,7 +314,7 @@ const omittedPointer = (omitted: ReadonlyArray<number>): string | undefined => {
 export const renderHistory = (input: RenderInput): string => {
   const blocks: Array<string> = [`<conversation_history thread=${JSON.stringify(input.threadId)}>\n${PREAMBLE}`]
   for (const item of input.items) blocks.push(renderBlock(item))
-  const pointer = omittedPointer(input.omittedSeqs)
+  const pointer = omittedPointer(input.omittedSeqs, input.omittedRanges)
   if (pointer !== undefined) blocks.push(pointer)
   return `${blocks.join(SEPARATOR)}\n${CLOSING_TAG}`
 }
@@ -321,4 +345,4 @@ export const renderDeferralPointer = (
  * A rendered history costs about this plus the `itemTokens` of its items.
  */
 export const envelopeTokens = (counter: TokenCounterShape, input: Omit<RenderInput, "items">): number =>
-  counter.count(renderHistory({ threadId: input.threadId, items: [], omittedSeqs: input.omittedSeqs }))
+  counter.count(renderHistory({ ...input, items: [] }))

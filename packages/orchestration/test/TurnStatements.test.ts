@@ -125,4 +125,66 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect(counts).toEqual([25, 25, 25])
     }).pipe(Effect.withTracer(recordingTracer), Effect.provide(h.layer))
   })
+
+  // Regression pin for the after-a-switch tail (issue 15): the first turn start after a switch owes the provider the
+  // thread's whole history, and it read every owed item (ids in chunks of 500: 4 statements for 2,000 items, 20 for
+  // 10,000) and selected over all of them (bench/turn-start.bench.ts: p99 35 ms at 1,000 items, 141 ms at 10,000).
+  // It now reads the newest runs only, as far back as their user messages fill the budget (no older run could be
+  // represented beside them), and omits the older ones unread, named by the pointer: on a thread ten times longer it
+  // runs the same statements and binds no more item ids, and the delivery still accounts for every owed item.
+  it.effect("the first turn start after a switch reads no more of a 2,000-item thread than of a 200-item one", () => {
+    const h = Harness.make([
+      { name: "claude", window: 1_000_000, inject: false },
+      { name: "codex", window: 1_000_000, inject: false }
+    ], { config: { budget: { tokenCap: 1_024, reserveFloor: 16_000, reserveFraction: 0.25, defaultWindow: 50_000, minUsefulBudget: 1_024 } } })
+    // A run of 10 items: the prompt (about 60 tokens), an answer with four tool calls, their results.
+    const run = (i: number) => ({
+      items: [
+        Harness.produced("assistant_message", `Step ${i}: reading the modules.`, { messageId: `m${i}` }),
+        ...[0, 1, 2, 3].flatMap((k) => [
+          Harness.produced("tool_call", JSON.stringify({ command: `cat src/m${k}.ts` }), { toolCallId: `c${i}_${k}`, toolName: "bash", messageId: `m${i}`, toolCallState: "answered" }),
+          Harness.produced("tool_result", `export const v${k} = ${i}\n`.repeat(4), { toolCallId: `c${i}_${k}`, toolName: "bash" })
+        ])
+      ]
+    })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const measure = (runs: number) =>
+        Effect.gen(function*() {
+          const threadId = yield* o.create("claude")
+          for (let i = 0; i < runs; i++) {
+            h.script.enqueue(run(i))
+            yield* o.send(threadId, `Step ${i}: ${Harness.words(60)}`)
+          }
+          yield* o.switchTo(threadId, "codex")
+          h.script.enqueue(run(runs))
+          recording.statements = []
+          recording.on = true
+          const sent = yield* o.send(threadId, "Continue.")
+          recording.on = false
+          expect(sent.status).toBe("completed")
+          expect(yield* o.check(threadId, h)).toEqual([])
+          const reads = recording.statements.filter((s) => /FROM items WHERE "?id"? IN/.test(s.text))
+          const boundIds = reads.map((s) => (s.text.match(/\?|\$\d+/g) ?? []).length)
+          const report = sent.turnStart!
+          const owed = runs * 10
+          return { statements: recording.statements.length, reads: reads.length, boundIds: Math.max(...boundIds), report, owed, threadId }
+        })
+      const short = yield* measure(20)
+      const long = yield* measure(200)
+      expect(long.statements).toBe(short.statements)
+      expect(long.reads).toBe(1)
+      expect(long.boundIds).toBeLessThanOrEqual(500)
+      // Every owed item is delivered or omitted (the unread ones too), and the pointer names the oldest of them.
+      for (const { owed, report } of [short, long]) {
+        expect(report.mode).toBe("inline")
+        expect(report.deliveredItems).toBeGreaterThan(0)
+        expect(report.deliveredItems + report.omittedItems).toBe(owed)
+      }
+      const history = h.providers.codex!.received.flatMap((r) => r.type === "turn" && r.inlineHistory !== null ? [r.inlineHistory] : []).at(-1)!
+      expect(history).toMatch(/thread_read \{"refs":"#2-#\d+/)
+      expect(long.report.representedRuns).toBeLessThan(long.report.owedRuns!)
+      expect(long.report.owedRuns).toBe(200)
+    }).pipe(Effect.withTracer(recordingTracer), Effect.provide(h.layer))
+  })
 })

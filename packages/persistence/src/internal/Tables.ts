@@ -23,7 +23,7 @@ import {
   ToolCallState
 } from "@baton/contracts"
 import { DateTime, Schema } from "effect"
-import { BoolInt, JsonArray } from "./Rows.js"
+import { BoolInt, JsonIds } from "./Rows.js"
 
 export const ThreadRow = Thread
 export const RunRow = Run
@@ -126,16 +126,16 @@ export const encodeItemRowFast = (item: unknown): typeof ItemRow.Encoded | undef
 export const HandoffRow = Schema.Struct({
   ...ContextHandoff.fields,
   open: BoolInt,
-  sourceRunIds: JsonArray(RunId),
-  itemIds: JsonArray(ItemId),
-  omittedItemIds: JsonArray(ItemId)
+  sourceRunIds: JsonIds(RunId),
+  itemIds: JsonIds(ItemId),
+  omittedItemIds: JsonIds(ItemId)
 })
 export type HandoffRow = typeof HandoffRow.Type
 
 export const DeliveryRow = Schema.Struct({
   ...HandoffDelivery.fields,
-  deliveredItemIds: JsonArray(ItemId),
-  omittedItemIds: JsonArray(ItemId)
+  deliveredItemIds: JsonIds(ItemId),
+  omittedItemIds: JsonIds(ItemId)
 })
 
 /** Native threads store their usage flattened in three nullable columns. */
@@ -190,4 +190,4 @@ export const NativeThreadRow = Schema.transform(
   }
 )
 
-export const OffloadRow = Schema.Struct({ ...Offload.fields, coveredItemIds: JsonArray(ItemId) })
+export const OffloadRow = Schema.Struct({ ...Offload.fields, coveredItemIds: JsonIds(ItemId) })

@@ -1,0 +1,25 @@
+import { ItemId } from "@baton/contracts"
+import { describe, expect, it } from "@effect/vitest"
+import { Either, FastCheck as fc, Schema } from "effect"
+import { JsonIds } from "../src/internal/Rows.js"
+
+// The id lists' column codec decodes and encodes what `Schema.parseJson(Schema.Array(ItemId))` did (without its walk
+// over every element), and refuses what it refused.
+describe("JsonIds", () => {
+  const fast = JsonIds(ItemId)
+  const walked = Schema.parseJson(Schema.Array(ItemId))
+
+  it.prop("agrees with parseJson(Array(id)) both ways", [fc.array(fc.string())], ([ids]) => {
+    const text = JSON.stringify(ids)
+    expect(Schema.decodeUnknownSync(fast)(text)).toEqual(Schema.decodeUnknownSync(walked)(text))
+    expect(Schema.encodeSync(fast)(ids as Array<ItemId>)).toBe(Schema.encodeSync(walked)(ids as Array<ItemId>))
+  })
+
+  it("refuses text that is not JSON, or not an array of strings", () => {
+    for (const text of ["x", "[1]", "[\"a\", null]", "{\"a\":1}", "\"a\"", "null"]) {
+      expect(Either.isLeft(Schema.decodeUnknownEither(fast)(text))).toBe(true)
+      expect(Either.isLeft(Schema.decodeUnknownEither(walked)(text))).toBe(true)
+    }
+    expect(Either.isLeft(Schema.decodeUnknownEither(fast)(5))).toBe(true)
+  })
+})
