@@ -89,6 +89,28 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 300_000)
 
+  it("takes --db/--data-dir before the command too (`baton --data-dir DIR threads`); the command's own win", async () => {
+    const dir = tmp()
+    const db = Path.join(dir, "baton.sqlite")
+    const replayed = await baton(["--db", db, "replay", Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj"), "--json"])
+    expect(replayed.code).toBe(0)
+    expect(Fs.existsSync(db)).toBe(true)
+    const [byDir, byDb, own] = await Promise.all([
+      baton(["--data-dir", dir, "threads"]),
+      baton(["--db", db, "threads"]),
+      baton(["--data-dir", Path.join(dir, "absent"), "threads", "--db", db])
+    ])
+    for (const r of [byDir, byDb, own]) {
+      expect([r.code, r.stderr]).toEqual([0, ""])
+      expect(r.stdout).toMatch(/^thr_\S+ .* \d+ runs/)
+    }
+    const threadId = byDir.stdout.split(/\s+/)[0]!
+    const show = await baton(["--data-dir", dir, "thread", "show", threadId])
+    expect([show.code, show.stderr]).toEqual([0, ""])
+    expect(show.stdout).toContain(`thread ${threadId}`)
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 120_000)
+
   it("serve with a --config file that does not exist says so in one `baton:` line naming the file, exits 2", async () => {
     const dir = tmp()
     const missing = Path.join(dir, "nonexistent.json")
