@@ -20,10 +20,10 @@ const withGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effe
   Effect.scoped(Effect.gen(function*() {
     const upstream = yield* ModelApi.start
     const sqlite = yield* settingsFor(
-      [instance("anthropic", "anthropic-messages", upstream)],
+      [instance("anthropic", "anthropic-messages", upstream), instance("openai", "openai-responses", upstream), instance("chat", "openai-chat", upstream)],
       { TEST_MODEL_KEY: marker },
       undefined,
-      { gateway: { routes: [{ model: "claude-*", provider: "anthropic" }] } }
+      { gateway: { routes: [{ model: "claude-*", provider: "anthropic" }, { model: "gpt-*", provider: "openai" }, { model: "chat-*", provider: "chat" }] } }
     )
     const settings = dialect === "SQLite"
       ? sqlite
@@ -79,6 +79,33 @@ describe("Gateway: text that cannot be stored as sent", () => {
           expect(runs[0]!.failureReason).toBe(
             `the upstream answered HTTP 400 (invalid_request_error): bad \uFFFD; body: ${body}`
           )
+        }), dialect), 60_000)
+
+    it.live(`${dialect}: the same on /v1/responses and /v1/chat/completions`, () =>
+      withGateway((upstream) =>
+        Effect.gen(function*() {
+          const post = (path: string, body: unknown) =>
+            raw(HttpClientRequest.post(path).pipe(
+              HttpClientRequest.setHeaders({ accept: "text/event-stream", authorization: `Bearer ${adminToken}` }),
+              HttpClientRequest.bodyText(JSON.stringify(body), "application/json")
+            ))
+          upstream.enqueue(ModelApi.answer("openai-responses", "responses \u0000 answer", usage))
+          const responses = yield* post("/v1/responses", {
+            model: "gpt-x",
+            stream: true,
+            input: [{ type: "message", role: "user", content: [{ type: "input_text", text: "responses \u0000 prompt" }] }]
+          })
+          upstream.enqueue(ModelApi.answer("openai-chat", "chat \u0000 answer", usage))
+          const chat = yield* post("/v1/chat/completions", { model: "chat-x", stream: true, messages: [{ role: "user", content: "chat \u0000 prompt" }] })
+          expect([responses.status, chat.status]).toEqual([200, 200])
+          const api = yield* client()
+          const threads = (yield* api.threads.list({ urlParams: {} })).threads
+          const texts = yield* Effect.forEach(threads, (t) =>
+            Effect.map(api.items.list({ path: { threadId: t.id }, urlParams: {} }), (page) => page.items.map((i) => i.text)))
+          expect(texts).toEqual([
+            ["responses \uFFFD prompt", "responses \uFFFD answer"],
+            ["chat \uFFFD prompt", "chat \uFFFD answer"]
+          ])
         }), dialect), 60_000)
   }
 })
