@@ -291,8 +291,9 @@ export const middleware = (options: { readonly maxBodyBytes: number }) =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       // The gateway's endpoints speak the agent's protocol (Anthropic's error shape, its own body limit): their
-      // bodies and answers are the gateway's (Gateway.ts), not the API's.
-      if (isGatewayPath(request.url)) return yield* app
+      // bodies and answers are the gateway's (Gateway.ts), not the API's. They are POST only: another method on their
+      // paths is the API's RouteNotFound (it was an empty 404 without a content type; new user r35).
+      if (request.method === "POST" && isGatewayPath(request.url)) return yield* app
       const refused = yield* checkBody(request, options.maxBodyBytes)
       if (Option.isSome(refused)) return refused.value
       yield* HttpApp.appendPreResponseHandler(finish)
