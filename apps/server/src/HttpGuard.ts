@@ -100,8 +100,9 @@ const issuesInMessage = 5
 
 /**
  * An `HttpApiDecodeError` body as the API serves it:
- * - `issues` without an optional field's other alternative ("Expected undefined, actual …") where the same path has
- *   an issue of its own (a query parameter `afterSeq=1e3` was refused twice: for its form, and for not being absent);
+ * - `issues` without an optional field's other alternative ("Expected undefined, actual …") where the same path, or a
+ *   path inside it, has an issue of its own (a query parameter `afterSeq=1e3` was refused twice: for its form, and for
+ *   not being absent; a bad tool name as `tools.0.name: …; tools: Expected undefined, actual [the whole list]`);
  * - each issue's `message` clipped to `maxIssueChars` (the platform quotes the offending value in full: a 2 MiB string
  *   came back in the 400 whole), the `path` that names the field kept as it is;
  * - `message` a sentence naming the issues (`the request does not match the API: text: Expected string, actual 42`),
@@ -111,9 +112,11 @@ const issuesInMessage = 5
 const decodeErrorBody = (body: { readonly _tag?: unknown; readonly message?: unknown; readonly issues?: unknown }) => {
   if (body._tag !== "HttpApiDecodeError") return null
   const all = (Array.isArray(body.issues) ? body.issues as Array<unknown> : []).filter((i): i is Issue => typeof i === "object" && i !== null)
-  const pathOf = (i: Issue) => JSON.stringify(i.path ?? [])
+  const pathOf = (i: Issue): ReadonlyArray<unknown> => Array.isArray(i.path) ? i.path as ReadonlyArray<unknown> : []
+  // `o`'s path is `i`'s or inside it (`["tools", 0, "name"]` inside `["tools"]`).
+  const within = (o: Issue, i: Issue) => pathOf(i).every((key, n) => pathOf(o)[n] === key) && pathOf(o).length >= pathOf(i).length
   const undefinedAlternative = (i: Issue) => typeof i.message === "string" && i.message.startsWith("Expected undefined, actual")
-  const issues = all.filter((i) => !undefinedAlternative(i) || !all.some((o) => o !== i && !undefinedAlternative(o) && pathOf(o) === pathOf(i)))
+  const issues = all.filter((i) => !undefinedAlternative(i) || !all.some((o) => o !== i && !undefinedAlternative(o) && within(o, i)))
   const where = (i: Issue) => (i.path ?? []).map(String).join(".") || "(body)"
   // A struct's whole signature ("Expected { readonly providerInstance: …; … }, actual null") says "an object".
   const why = (i: Issue) => String(i.message ?? "").replace(/\s+/g, " ").trim().replace(/^Expected \{ .* \}, actual /, "Expected an object, actual ")
