@@ -85,6 +85,10 @@ const badInput = <A, E extends { readonly message: string }, R>(self: Effect.Eff
       ))
   )
 
+/** Prints `baton: <message>` on stderr and sets exit code 2 for a typed failure (not a defect): a server that could not start. */
+const startFailure = <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
+  Effect.catchAll(self, (e) => Effect.zipRight(Console.error(`baton: ${oneLine(e.message)}`), Effect.sync(() => void (process.exitCode = 2))))
+
 /** Where Claude Code and pi keep their sessions, for a user without the sample transcripts. */
 const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
   "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"
@@ -519,7 +523,11 @@ const serve = Command.make(
       db: Option.getOrUndefined(o.db),
       dataDir: Option.getOrUndefined(o.dataDir),
       databaseUrl: Option.getOrUndefined(o.databaseUrl)
-    }))).pipe(badInput, Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings)))
+    }))).pipe(
+      badInput,
+      // A server that cannot start (its port taken, its database unreachable) says why in one line, exit 2.
+      Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings).pipe(startFailure))
+    )
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 
 const baton = root.pipe(Command.withSubcommands([

@@ -5,6 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
+import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -118,6 +119,29 @@ describe("baton (process)", () => {
     expect(result.code).toBe(2)
     expect(result.stderr).toMatch(new RegExp(`^baton: ${missing.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: cannot read it \\(ENOENT[^\n]*\\)\n$`))
     expect(Fs.readdirSync(dir)).toEqual([])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
+  it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {
+    const dir = tmp()
+    const holder = Net.createServer()
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve))
+    const port = (holder.address() as Net.AddressInfo).port
+    const [taken, noDatabase] = await Promise.all([
+      baton(["serve", "--port", String(port), "--data-dir", dir]),
+      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test"])
+    ])
+    await new Promise<void>((resolve) => holder.close(() => resolve()))
+    const lastLine = (text: string) => text.trim().split("\n").at(-1)
+    expect([taken.code, taken.stdout]).toEqual([2, ""])
+    expect(lastLine(taken.stderr)).toBe(
+      `baton: cannot listen on 127.0.0.1:${port} (listen EADDRINUSE: address already in use 127.0.0.1:${port}); ` +
+        "another process holds that port: stop it, or pass another --port (0: any free port)"
+    )
+    expect([noDatabase.code, noDatabase.stdout]).toEqual([2, ""])
+    expect(lastLine(noDatabase.stderr)).toBe(
+      "baton: storage error in database.connect: cannot connect to postgres://postgres@127.0.0.1:1/test: ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1"
+    )
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
