@@ -39,6 +39,23 @@ const databaseUrlOption = Options.text("database-url").pipe(
   Options.optional
 )
 
+/** The database options every database command takes (`--db`, `--data-dir`, `--database-url`). */
+interface DatabaseOptions {
+  readonly db: Option.Option<string>
+  readonly dataDir: Option.Option<string>
+  readonly databaseUrl: Option.Option<string>
+}
+
+/**
+ * A command's database options, or when it gives none of them, those given before the command
+ * (`baton --data-dir DIR threads` as `baton threads --data-dir DIR`); the command's own never mix with the root's.
+ */
+const databaseOptions = <O extends DatabaseOptions>(o: O) =>
+  Effect.map(root, (g): O =>
+    Option.isSome(o.db) || Option.isSome(o.dataDir) || Option.isSome(o.databaseUrl)
+      ? o
+      : { ...o, db: g.db, dataDir: g.dataDir, databaseUrl: g.databaseUrl })
+
 const resolveDb = (db: Option.Option<string>, dataDir: Option.Option<string>) =>
   Database.resolveSqlitePath({ db: Option.getOrUndefined(db), dataDir: Option.getOrUndefined(dataDir) })
 
@@ -67,6 +84,10 @@ const badInput = <A, E extends { readonly message: string }, R>(self: Effect.Eff
         Effect.sync(() => void (process.exitCode = 2))
       ))
   )
+
+/** Prints `baton: <message>` on stderr and sets exit code 2 for a typed failure (not a defect): a server that could not start. */
+const startFailure = <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
+  Effect.catchAll(self, (e) => Effect.zipRight(Console.error(`baton: ${oneLine(e.message)}`), Effect.sync(() => void (process.exitCode = 2))))
 
 /** Where Claude Code and pi keep their sessions, for a user without the sample transcripts. */
 const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
@@ -108,8 +129,9 @@ interface ReplayCommand {
  * summary as one JSON document. Exit code 1 when an invariant is violated. A signal stops it after the run in
  * flight is recorded (see CliRuntime).
  */
-const runReplay = (o: ReplayCommand) =>
+const runReplay = (command: ReplayCommand) =>
   Effect.gen(function*() {
+    const o = yield* databaseOptions(command)
     const providers = ProviderSpec.parse(o.providers)
     if (Either.isLeft(providers)) return yield* Effect.fail(providers.left)
     if (!(o.interruptRate >= 0 && o.interruptRate <= 1)) {
@@ -203,7 +225,8 @@ const demo = Command.make(
 /**
  * The root command and its options, before any subcommand: `--server URL` (else `BATON_SERVER`) makes `threads`,
  * `thread show`, `handoffs` and the server-only commands talk to a Baton server over HTTP, sending `--token` (else
- * `BATON_TOKEN`) as the bearer token; without a server the commands read the database in-process.
+ * `BATON_TOKEN`) as the bearer token; without a server the commands read the database in-process. `--db`, `--data-dir`
+ * and `--database-url` may come here too: a command that gives none of its own uses these.
  */
 const root = Command.make("baton", {
   server: Options.text("server").pipe(
@@ -213,7 +236,10 @@ const root = Command.make("baton", {
   token: Options.text("token").pipe(
     Options.withDescription("the bearer token to send to --server (default: $BATON_TOKEN)"),
     Options.optional
-  )
+  ),
+  db: dbOption,
+  dataDir: dataDirOption,
+  databaseUrl: databaseUrlOption
 })
 
 const fromEnv = (name: string) => Option.fromNullable(process.env[name]).pipe(Option.filter((v) => v.trim() !== ""))
@@ -237,11 +263,9 @@ const remoteOr = <A, E, R, A2, E2, R2>(
 const remoteOnly = (name: string) => <A, E, R>(f: (target: Remote.Target) => Effect.Effect<A, E, R>) =>
   remoteOr(f, Effect.fail({ message: `\`baton ${name}\` talks to a Baton server: pass --server URL before the command (or set BATON_SERVER)` }))
 
-const withStore = <A, E, R>(
-  o: { readonly db: Option.Option<string>; readonly dataDir: Option.Option<string>; readonly databaseUrl: Option.Option<string> },
-  f: (store: ThreadStore) => Effect.Effect<A, E, R>
-) =>
+const withStore = <A, E, R>(command: DatabaseOptions, f: (store: ThreadStore) => Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
+    const o = yield* databaseOptions(command)
     const url = yield* resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir)
     if (url !== undefined) {
       return yield* Effect.flatMap(ThreadStore, f).pipe(
@@ -491,15 +515,19 @@ const serve = Command.make(
     dataDir: dataDirOption,
     databaseUrl: databaseUrlOption
   },
-  (o) =>
-    ServerConfig.resolve({
+  (command) =>
+    databaseOptions(command).pipe(Effect.flatMap((o) => ServerConfig.resolve({
       host: Option.getOrUndefined(o.host),
       port: Option.getOrUndefined(o.port),
       config: Option.getOrUndefined(o.config),
       db: Option.getOrUndefined(o.db),
       dataDir: Option.getOrUndefined(o.dataDir),
       databaseUrl: Option.getOrUndefined(o.databaseUrl)
-    }).pipe(badInput, Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings)))
+    }))).pipe(
+      badInput,
+      // A server that cannot start (its port taken, its database unreachable) says why in one line, exit 2.
+      Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings).pipe(startFailure))
+    )
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 
 const baton = root.pipe(Command.withSubcommands([

@@ -5,6 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
+import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -89,6 +90,28 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 300_000)
 
+  it("takes --db/--data-dir before the command too (`baton --data-dir DIR threads`); the command's own win", async () => {
+    const dir = tmp()
+    const db = Path.join(dir, "baton.sqlite")
+    const replayed = await baton(["--db", db, "replay", Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj"), "--json"])
+    expect(replayed.code).toBe(0)
+    expect(Fs.existsSync(db)).toBe(true)
+    const [byDir, byDb, own] = await Promise.all([
+      baton(["--data-dir", dir, "threads"]),
+      baton(["--db", db, "threads"]),
+      baton(["--data-dir", Path.join(dir, "absent"), "threads", "--db", db])
+    ])
+    for (const r of [byDir, byDb, own]) {
+      expect([r.code, r.stderr]).toEqual([0, ""])
+      expect(r.stdout).toMatch(/^thr_\S+ .* \d+ runs/)
+    }
+    const threadId = byDir.stdout.split(/\s+/)[0]!
+    const show = await baton(["--data-dir", dir, "thread", "show", threadId])
+    expect([show.code, show.stderr]).toEqual([0, ""])
+    expect(show.stdout).toContain(`thread ${threadId}`)
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 120_000)
+
   it("serve with a --config file that does not exist says so in one `baton:` line naming the file, exits 2", async () => {
     const dir = tmp()
     const missing = Path.join(dir, "nonexistent.json")
@@ -96,6 +119,29 @@ describe("baton (process)", () => {
     expect(result.code).toBe(2)
     expect(result.stderr).toMatch(new RegExp(`^baton: ${missing.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}: cannot read it \\(ENOENT[^\n]*\\)\n$`))
     expect(Fs.readdirSync(dir)).toEqual([])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
+  it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {
+    const dir = tmp()
+    const holder = Net.createServer()
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve))
+    const port = (holder.address() as Net.AddressInfo).port
+    const [taken, noDatabase] = await Promise.all([
+      baton(["serve", "--port", String(port), "--data-dir", dir]),
+      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test"])
+    ])
+    await new Promise<void>((resolve) => holder.close(() => resolve()))
+    const lastLine = (text: string) => text.trim().split("\n").at(-1)
+    expect([taken.code, taken.stdout]).toEqual([2, ""])
+    expect(lastLine(taken.stderr)).toBe(
+      `baton: cannot listen on 127.0.0.1:${port} (listen EADDRINUSE: address already in use 127.0.0.1:${port}); ` +
+        "another process holds that port: stop it, or pass another --port (0: any free port)"
+    )
+    expect([noDatabase.code, noDatabase.stdout]).toEqual([2, ""])
+    expect(lastLine(noDatabase.stderr)).toBe(
+      "baton: storage error in database.connect: cannot connect to postgres://postgres@127.0.0.1:1/test: ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1"
+    )
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 

@@ -144,10 +144,14 @@ const toEventLoop = Effect.async<void>((resume) => {
 /** The request body could not be read whole (`reason` says why). */
 class BodyNotRead extends Data.TaggedError("BodyNotRead")<{ readonly reason: string }> {}
 
+/** How long the rest of a body over the limit is read and discarded before the refusal, in milliseconds. */
+const overLimitDrainMs = 5_000
+
 /**
  * The request's body, its chunks joined once at the end (the platform's `arrayBuffer` joins the body so far with each
- * chunk as it comes: quadratic copying, some 10 to 15 MB copied for a 0.7 MB body). `null` when it is over `maxBytes`
- * (the rest is read and discarded). Fails with `BodyNotRead` when the connection breaks before the body ends.
+ * chunk as it comes: quadratic copying, some 10 to 15 MB copied for a 0.7 MB body). `null` when it is over `maxBytes`:
+ * the rest is read and discarded until it ends or for `overLimitDrainMs` (a chunked body that never ended was read
+ * forever and never answered; new user r35). Fails with `BodyNotRead` when the connection breaks before the body ends.
  */
 const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number) =>
   Effect.async<Uint8Array | null, BodyNotRead>((resume) => {
@@ -155,12 +159,20 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number
     if (source.readableEnded) return resume(Effect.fail(new BodyNotRead({ reason: "the body was read already" })))
     const chunks: Array<Buffer> = []
     let bytes = 0
+    let over: ReturnType<typeof setTimeout> | undefined
     const onData = (chunk: Buffer) => {
       bytes += chunk.length
       if (bytes <= maxBytes) chunks.push(chunk)
-      else chunks.length = 0
+      else {
+        chunks.length = 0
+        over ??= setTimeout(() => {
+          cleanup()
+          resume(Effect.succeed(null))
+        }, overLimitDrainMs)
+      }
     }
     const cleanup = () => {
+      clearTimeout(over)
       source.off("data", onData)
       source.off("end", onEnd)
       source.off("error", onError)

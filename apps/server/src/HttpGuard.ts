@@ -42,7 +42,7 @@ import {
 } from "@baton/contracts"
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Cause, Duration, Effect, Option, Schema } from "effect"
+import { Cause, Effect, Option, Schema } from "effect"
 import { isGatewayPath } from "./Gateway.js"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
@@ -100,8 +100,9 @@ const issuesInMessage = 5
 
 /**
  * An `HttpApiDecodeError` body as the API serves it:
- * - `issues` without an optional field's other alternative ("Expected undefined, actual …") where the same path has
- *   an issue of its own (a query parameter `afterSeq=1e3` was refused twice: for its form, and for not being absent);
+ * - `issues` without an optional field's other alternative ("Expected undefined, actual …") where the same path, or a
+ *   path inside it, has an issue of its own (a query parameter `afterSeq=1e3` was refused twice: for its form, and for
+ *   not being absent; a bad tool name as `tools.0.name: …; tools: Expected undefined, actual [the whole list]`);
  * - each issue's `message` clipped to `maxIssueChars` (the platform quotes the offending value in full: a 2 MiB string
  *   came back in the 400 whole), the `path` that names the field kept as it is;
  * - `message` a sentence naming the issues (`the request does not match the API: text: Expected string, actual 42`),
@@ -111,9 +112,11 @@ const issuesInMessage = 5
 const decodeErrorBody = (body: { readonly _tag?: unknown; readonly message?: unknown; readonly issues?: unknown }) => {
   if (body._tag !== "HttpApiDecodeError") return null
   const all = (Array.isArray(body.issues) ? body.issues as Array<unknown> : []).filter((i): i is Issue => typeof i === "object" && i !== null)
-  const pathOf = (i: Issue) => JSON.stringify(i.path ?? [])
+  const pathOf = (i: Issue): ReadonlyArray<unknown> => Array.isArray(i.path) ? i.path as ReadonlyArray<unknown> : []
+  // `o`'s path is `i`'s or inside it (`["tools", 0, "name"]` inside `["tools"]`).
+  const within = (o: Issue, i: Issue) => pathOf(i).every((key, n) => pathOf(o)[n] === key) && pathOf(o).length >= pathOf(i).length
   const undefinedAlternative = (i: Issue) => typeof i.message === "string" && i.message.startsWith("Expected undefined, actual")
-  const issues = all.filter((i) => !undefinedAlternative(i) || !all.some((o) => o !== i && !undefinedAlternative(o) && pathOf(o) === pathOf(i)))
+  const issues = all.filter((i) => !undefinedAlternative(i) || !all.some((o) => o !== i && !undefinedAlternative(o) && within(o, i)))
   const where = (i: Issue) => (i.path ?? []).map(String).join(".") || "(body)"
   // A struct's whole signature ("Expected { readonly providerInstance: …; … }, actual null") says "an object".
   const why = (i: Issue) => String(i.message ?? "").replace(/\s+/g, " ").trim().replace(/^Expected \{ .* \}, actual /, "Expected an object, actual ")
@@ -180,7 +183,9 @@ const drainTimeoutMs = 5_000
 /**
  * Reads and discards what is left of a request body (at most `drainCapBytes`, for at most `drainTimeoutMs`), so
  * that the refusal sent next reaches the client: closing a socket with unread data resets the connection and the
- * client may lose the answer.
+ * client may lose the answer. The deadline is a timer of its own, not `Effect.timeout`: the request's fiber runs
+ * uninterruptibly here, so a timeout waited for the drain to end, and a client that declared a body over the limit
+ * and sent less was never answered (new user r35; BodyLimitSlow.test.ts).
  */
 const drain = (request: HttpServerRequest.HttpServerRequest) =>
   Effect.async<void>((resume) => {
@@ -191,25 +196,25 @@ const drain = (request: HttpServerRequest.HttpServerRequest) =>
       bytes += chunk.length
       if (bytes > drainCapBytes) finish()
     }
-    const finish = () => {
+    const stop = () => {
+      clearTimeout(deadline)
       source.off("data", onData)
       source.off("end", finish)
       source.off("error", finish)
       source.off("close", finish)
+    }
+    const finish = () => {
+      stop()
       resume(Effect.void)
     }
+    const deadline = setTimeout(finish, drainTimeoutMs)
     source.on("data", onData)
     source.once("end", finish)
     source.once("error", finish)
     source.once("close", finish)
     source.resume()
-    return Effect.sync(() => {
-      source.off("data", onData)
-      source.off("end", finish)
-      source.off("error", finish)
-      source.off("close", finish)
-    })
-  }).pipe(Effect.timeoutOption(Duration.millis(drainTimeoutMs)), Effect.asVoid)
+    return Effect.sync(stop)
+  })
 
 /** A refusal sent after draining the body; the connection is closed after it. */
 const refuse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
@@ -291,8 +296,9 @@ export const middleware = (options: { readonly maxBodyBytes: number }) =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       // The gateway's endpoints speak the agent's protocol (Anthropic's error shape, its own body limit): their
-      // bodies and answers are the gateway's (Gateway.ts), not the API's.
-      if (isGatewayPath(request.url)) return yield* app
+      // bodies and answers are the gateway's (Gateway.ts), not the API's. They are POST only: another method on their
+      // paths is the API's RouteNotFound (it was an empty 404 without a content type; new user r35).
+      if (request.method === "POST" && isGatewayPath(request.url)) return yield* app
       const refused = yield* checkBody(request, options.maxBodyBytes)
       if (Option.isSome(refused)) return refused.value
       yield* HttpApp.appendPreResponseHandler(finish)

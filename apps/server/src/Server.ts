@@ -20,7 +20,7 @@ import { Database, NativeMessageStore } from "@baton/persistence"
 import { CodexAdapter, ModelProviders, ModelSummariser, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser, Summariser } from "@baton/providers"
 import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpRouter, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Console, Effect, Layer, type Scope } from "effect"
+import { Console, Data, Effect, Layer, type Scope } from "effect"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
@@ -272,6 +272,30 @@ export const layer = (settings: ServerConfig.ServerSettings) =>
     Layer.provide(orchestratorLayer(settings))
   )
 
-/** Serves until interrupted, then shuts down in order (see the module's docblock). */
+/**
+ * The listener could not start on the settings' host and port: the port is taken (`EADDRINUSE`), the host is not an
+ * address of this machine or cannot be resolved, or binding is not allowed; `message` says which, in the system's
+ * words, and what to do.
+ */
+export class ListenError extends Data.TaggedError("ListenError")<{ readonly message: string }> {}
+
+/** The `ListenError` of the platform's `ServeError` (its cause the `listen` error of node). */
+const listenError = (settings: Pick<ServerConfig.ServerSettings, "host" | "port">, cause: unknown) => {
+  const e = typeof cause === "object" && cause !== null ? cause as { readonly code?: unknown; readonly message?: unknown } : {}
+  const said = typeof e.message === "string" ? e.message : String(cause)
+  const hint = e.code === "EADDRINUSE"
+    ? "another process holds that port: stop it, or pass another --port (0: any free port)"
+    : "check --host (an address of this machine, e.g. 127.0.0.1) and --port"
+  return new ListenError({ message: `cannot listen on ${settings.host}:${settings.port} (${said}); ${hint}` })
+}
+
+/**
+ * Serves until interrupted, then shuts down in order (see the module's docblock). Fails with `ListenError` when the
+ * listener cannot start (before, "ServeError: An error has occurred" without its cause), and with the storage's error
+ * when the database cannot be opened.
+ */
 export const run = (settings: ServerConfig.ServerSettings) =>
-  Effect.zipRight(describeSettings(settings), Layer.launch(layer(settings)))
+  Effect.zipRight(
+    describeSettings(settings),
+    Layer.launch(layer(settings)).pipe(Effect.catchTag("ServeError", (e) => Effect.fail(listenError(settings, e.cause))))
+  )

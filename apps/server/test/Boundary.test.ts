@@ -101,6 +101,13 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         .toEqual([400, "HttpApiDecodeError", [["afterSeq"]]])
       expect(exponent.body?.message).toMatch(/^the request does not match the API: afterSeq: /)
       expect(exponent.body?.message).not.toContain("Expected undefined")
+      // An element of an optional list in the wrong form: one issue naming the element's field, not a second one
+      // saying the whole list should be absent (new user r35).
+      const badTool = yield* raw(post(`/threads/${threadId}/messages`, { text: "hi", tools: [{ name: "bad name!", description: "d", inputSchema: {} }] }))
+      expect([badTool.status, (badTool.body?.issues as Array<{ path: Array<string> }>).map((i) => i.path)]).toEqual([400, [["tools", 0, "name"]]])
+      expect(badTool.body?.message).toBe(
+        "the request does not match the API: tools.0.name: a tool name is 1 to 64 characters of A-Z, a-z, 0-9, _ and -"
+      )
       const empty = yield* raw(HttpClientRequest.post("/threads").pipe(HttpClientRequest.bodyText("null", "application/json"), HttpClientRequest.bearerToken(adminToken)))
       expect([empty.status, empty.body?._tag]).toEqual([400, "HttpApiDecodeError"])
       expect((empty.body?.message as string).length).toBeLessThan(300)

@@ -115,6 +115,18 @@ describe("Gateway", () => {
       })
     ))
 
+  it.live("another method than POST on a gateway path is the API's RouteNotFound in JSON, not an empty 404", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        for (const path of ["/v1/messages", "/v1/responses", "/v1/chat/completions"]) {
+          const answer = yield* raw(get(path))
+          expect([answer.status, answer.headers["content-type"]]).toEqual([404, "application/json"])
+          expect(answer.body).toMatchObject({ _tag: "RouteNotFound", method: "GET", path })
+        }
+        expect(upstream.requests.length).toBe(0)
+      })
+    ))
+
   it.live("refuses the read-only token as read-only (not as an unknown token), sending nothing upstream", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start

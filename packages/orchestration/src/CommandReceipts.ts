@@ -81,7 +81,7 @@ export const find = (store: ThreadStore, key: Key) =>
     }
     if (r.payloadFingerprint !== null && r.payloadFingerprint !== key.fingerprint) {
       return yield* new InvalidRequest({
-        reason: `command id ${key.commandId} was already used by a ${r.commandType} with a different payload; ` +
+        reason: `command id ${key.commandId} was already used by ${r.commandType} with a different payload; ` +
           `a retry must repeat the command unchanged: send this ${key.commandType} with a new command id`
       })
     }

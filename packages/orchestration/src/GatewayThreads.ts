@@ -32,6 +32,7 @@
  * It does not speak HTTP nor forward anything: the server's gateway does, and reports here what was sent and what
  * came back.
  */
+import { Text } from "@baton/contracts"
 import type { Item, NewThreadEvent, ProviderInstance, ProviderThread, Run, Thread, ThreadId } from "@baton/contracts"
 import { GatewayConversations, pendingEvents, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
@@ -680,8 +681,28 @@ const newestInput = (wire: Wire, messages: ReadonlyArray<unknown>): ReadonlyArra
  */
 const replyItems = (wire: Wire, reply: Reply, prompt: number, seq: number): ReadonlyArray<NewItem> => {
   const names = wire.toolNamesOf(reply.messages.map((r) => r.message))
-  return reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply${seq}.${prompt + i}`, names))
+  return storable(reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply${seq}.${prompt + i}`, names)))
 }
+
+/** `text` as it can be stored: `Text.toStorableText` of it, `null` kept. */
+const storableOrNull = (text: string | null) => text === null ? null : Text.toStorableText(text)
+
+/**
+ * `items` with every NUL character and lone surrogate of their texts and ids replaced by U+FFFD
+ * (`Text.toStorableText`): the agent's messages and the upstream's answers are recorded as they will be read back
+ * (forwarded as sent). Postgres refuses NUL in text (22021: the request's run and items were lost) and SQLite kept it,
+ * so the dialects differed (new user r35). An item with nothing to replace is returned as is.
+ */
+const storable = (items: ReadonlyArray<NewItem>): ReadonlyArray<NewItem> =>
+  items.map((i) => {
+    const text = Text.toStorableText(i.text)
+    const toolCallId = storableOrNull(i.toolCallId)
+    const toolName = storableOrNull(i.toolName)
+    const messageId = storableOrNull(i.messageId)
+    return text === i.text && toolCallId === i.toolCallId && toolName === i.toolName && messageId === i.messageId
+      ? i
+      : { ...i, text, toolCallId, toolName, messageId }
+  })
 
 /**
  * How a begun request's answer ended, as recorded: `completed` with its reply (and the hidden `thread_read` rounds'
@@ -919,7 +940,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           status: outcome?._tag === "completed" ? "completed" : "running",
           prompt: repeated !== undefined
             ? repeated.prompt
-            : wire.promptOf(fresh.length > 0 || (retried === null && !repeats) ? fresh : newestInput(wire, request.messages)),
+            : Text.toStorableText(wire.promptOf(fresh.length > 0 || (retried === null && !repeats) ? fresh : newestInput(wire, request.messages))),
           stopPoint: null,
           failureReason: null,
           failureCode: null,
@@ -957,7 +978,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           } })
         }
         const names = wire.toolNamesOf(request.messages)
-        const requestItems = fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))
+        const requestItems = storable(fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
         // An answer recorded with the request (`outcome`), without hidden rounds: its reply's items are appended with
         // the request's (one append) and its prints join the baseline here.
         // A retry's answer equal to the reply recorded for the request it repeats is not stored again.
@@ -1143,9 +1164,13 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       return yield* failIn(begun, status, code, reason).pipe(uow.thread(begun.threadId, "GatewayThreads.fail"))
     })
 
-    /** `fail`'s record, in the caller's unit of work. */
+    /**
+     * `fail`'s record, in the caller's unit of work. The reason (often the upstream's error body) is cut to 500 UTF-16
+     * code units and made storable (`Text.toStorableText`): a NUL in it failed the record on Postgres (the run ended
+     * `output_not_recorded`, the upstream's words lost), and a cut inside a surrogate pair left a lone one.
+     */
     const failIn = (begun: Begun, status: "failed" | "interrupted", code: Run["failureCode"] & string, reason: string) =>
-      Effect.asVoid(lifecycle.finish(begun.run, status, "after_provider", reason.slice(0, 500), code))
+      Effect.asVoid(lifecycle.finish(begun.run, status, "after_provider", Text.toStorableText(reason.slice(0, 500)), code))
 
     /**
      * Records how a begun request's answer ended (`complete` or `fail`, by `outcome`). Fails with `PersistenceError`

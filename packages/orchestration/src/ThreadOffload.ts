@@ -930,7 +930,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
         if (seen.value.threadId !== threadId || seen.value.fingerprint !== key.fingerprint) {
           return yield* new InvalidRequest({
             reason: seen.value.threadId === threadId
-              ? `command id ${key.operationId} was already used by a OffloadThread with a different payload; ` +
+              ? `command id ${key.operationId} was already used by OffloadThread with a different payload; ` +
                 `a retry must repeat the command unchanged: send this OffloadThread with a new command id`
               : `command id ${key.operationId} was already used by OffloadThread on thread ${seen.value.threadId}; ` +
                 `send OffloadThread with a new command id`

@@ -12,7 +12,7 @@ const codex = "codex" as ProviderInstance
 const claude = "claude" as ProviderInstance
 
 const reused = (commandId: CommandId, type: string) =>
-  `command id ${commandId} was already used by a ${type} with a different payload; ` +
+  `command id ${commandId} was already used by ${type} with a different payload; ` +
   `a retry must repeat the command unchanged: send this ${type} with a new command id`
 
 describe("a reused command id with a different payload", () => {

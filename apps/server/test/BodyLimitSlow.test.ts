@@ -1,0 +1,90 @@
+/**
+ * A body declared over the limit that is sent slowly, or not at all, is still answered 413: the guard drains what
+ * arrives for a bounded time and then answers and closes the connection (new user r35: no answer came, the
+ * connection held open as long as the client kept it). The gateway likewise answers a chunked body that goes past
+ * its limit and never ends (it was read and discarded for as long as it came).
+ */
+import { Harness } from "@baton/testing"
+import { HttpServer } from "@effect/platform"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Data, Effect } from "effect"
+import * as Net from "node:net"
+import { adminToken, serve } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+
+/** A request that got no answer within the test's limit (a hang). */
+class NoAnswer extends Data.TaggedError("NoAnswer")<{ readonly declared: number }> {}
+
+const providers = () => Harness.make([{ name: "codex", window: 44_000, inject: true }])
+
+/** Sends the head of a POST declaring `declared` bytes and `sent` bytes of it; resolves with the first line answered. */
+const firstLine = (port: number, declared: number, sent: number) =>
+  Effect.async<string>((resume) => {
+    const socket = Net.connect(port, "127.0.0.1", () => {
+      socket.write(`POST /threads HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nContent-Length: ${declared}\r\n\r\n${"x".repeat(sent)}`)
+    })
+    let answer = ""
+    socket.on("data", (chunk) => {
+      answer += chunk.toString("latin1")
+      if (answer.includes("\r\n")) {
+        resume(Effect.succeed(answer.slice(0, answer.indexOf("\r\n"))))
+        socket.destroy()
+      }
+    })
+    socket.on("error", () => resume(Effect.succeed(answer)))
+    return Effect.sync(() => socket.destroy())
+  })
+
+describe("SQLite", () => {
+  beforeAll(() => Harness.useDb(Harness.dialects[0]![1]))
+
+  it.live("a body declared over the limit and not sent whole is answered 413, not held open", () =>
+    Effect.gen(function*() {
+      const server = yield* HttpServer.HttpServer
+      const port = (server.address as HttpServer.TcpAddress).port
+      for (const sent of [0, 1000]) {
+        const line = yield* firstLine(port, 100_000, sent).pipe(
+          Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new NoAnswer({ declared: 100_000 }) })
+        )
+        expect(line).toBe("HTTP/1.1 413 Payload Too Large")
+      }
+    }).pipe(Effect.provide(serve(providers(), { maxBodyBytes: 4096 }))), 60_000)
+})
+
+describe("Gateway", () => {
+  it.live("a chunked body that goes past gateway.maxBodyBytes and never ends is answered 413", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }], maxBodyBytes: 65_536 }
+      })
+      return yield* Effect.gen(function*() {
+        const server = yield* HttpServer.HttpServer
+        const port = (server.address as HttpServer.TcpAddress).port
+        const line = yield* Effect.async<string>((resume) => {
+          const socket = Net.connect(port, "127.0.0.1", () => {
+            socket.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: ${adminToken}\r\nTransfer-Encoding: chunked\r\n\r\n`)
+          })
+          const chunk = "x".repeat(16_384)
+          const feed = setInterval(() => socket.writable && socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`), 20)
+          let answer = ""
+          socket.on("data", (data) => {
+            answer += data.toString("latin1")
+            if (answer.includes("\r\n")) {
+              clearInterval(feed)
+              resume(Effect.succeed(answer.slice(0, answer.indexOf("\r\n"))))
+              socket.destroy()
+            }
+          })
+          socket.on("error", () => undefined)
+          return Effect.sync(() => {
+            clearInterval(feed)
+            socket.destroy()
+          })
+        }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new NoAnswer({ declared: -1 }) }))
+        expect(line).toBe("HTTP/1.1 413 Payload Too Large")
+        expect(upstream.requests.length).toBe(0)
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 60_000)
+})
