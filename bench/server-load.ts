@@ -17,7 +17,10 @@
  * One autocannon connection per thread, each a closed loop: `POST /threads/{id}/messages` (202 with the run id), then
  * `GET /runs/{id}?waitMs=60000`, which answers when the run has ended. A turn = one such pair that ended `completed`;
  * turns/s = turns / duration. Baton's turns/s is reported as a ratio to the bare endpoint's requests/s at the same
- * concurrency (a turn is two requests and a run).
+ * concurrency (a turn is two requests and a run). CPU time, which other processes on the machine disturb far less than
+ * rates: the Baton server's per turn (its `process.cpuUsage()`, every thread of the process), the load generator's per
+ * turn (this process: it is not the bottleneck while this stays well below the server's), and the bare server's per
+ * request (from `/proc`, on Linux).
  *
  * Environment: `DURATION` seconds per measurement (10), `WARMUP` seconds (3), `CONCURRENCY` (`1,10,100`), `DIALECTS`
  * (`sqlite,postgres`; Postgres at `BATON_TEST_DATABASE_URL` or 127.0.0.1:5432/test), `BENCH_PROFILE=DIR` (a V8 CPU profile
@@ -162,6 +165,19 @@ const stop = (child: Child) =>
     child.process.kill("SIGTERM")
   })
 
+/**
+ * A process's CPU time so far (user + system, ms) from `/proc/<pid>/stat` at Linux's 100 ticks per second, or `null`
+ * where there is no `/proc` (the bare server has no hook of its own to answer it).
+ */
+const processCpuMillis = (pid: number | undefined): number | null => {
+  try {
+    const fields = Fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  } catch {
+    return null
+  }
+}
+
 const json = (url: string, init: RequestInit = {}) =>
   Effect.promise(async () => {
     const response = await fetch(url, { ...init, headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...init.headers } })
@@ -208,6 +224,7 @@ const batonRun = (url: string, concurrency: number, duration: number) =>
       refused.set(`${what} ${status} ${tag}`, (refused.get(`${what} ${status} ${tag}`) ?? 0) + 1)
     }
     const cpuBefore = ((yield* json(`${url}/__bench/overhead`)) as { cpuMicros: number }).cpuMicros
+    const clientBefore = process.cpuUsage()
     const result = yield* cannon({
       url,
       connections: concurrency,
@@ -247,6 +264,7 @@ const batonRun = (url: string, concurrency: number, duration: number) =>
         }
       ]
     })
+    const client = process.cpuUsage(clientBefore)
     const after = (yield* json(`${url}/__bench/overhead`)) as { samples: Array<number>; cpuMicros: number }
     const samples = after.samples.sort((a, b) => a - b)
     return {
@@ -260,7 +278,8 @@ const batonRun = (url: string, concurrency: number, duration: number) =>
       overheadP99: percentile(samples, 99),
       samples: samples.length,
       requestP50: result.latency.p50,
-      cpuPerTurn: (after.cpuMicros - cpuBefore) / 1000 / Math.max(1, completed)
+      cpuPerTurn: (after.cpuMicros - cpuBefore) / 1000 / Math.max(1, completed),
+      clientCpuPerTurn: (client.user + client.system) / 1000 / Math.max(1, completed)
     }
   })
 
@@ -273,20 +292,26 @@ const main = Effect.gen(function*() {
 
   const bareServer = yield* start("serve-bare")
   const noop = (connections: number, seconds: number) =>
-    cannon({
+    Effect.map(Effect.zip(Effect.sync(() => processCpuMillis(bareServer.process.pid)), cannon({
       url: `${bareServer.url}/noop`,
       connections,
       duration: seconds,
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ text: "bench" })
+    })), ([before, result]) => {
+      const after = processCpuMillis(bareServer.process.pid)
+      return { ...result, cpuPerRequest: before === null || after === null ? null : (after - before) / Math.max(1, result.requests.total) }
     })
   yield* noop(10, warmup)
   const bareFigures = new Map<number, BareFigure>()
   for (const c of levels) {
     const r = yield* noop(c, duration)
     bareFigures.set(c, { concurrency: c, requestsPerSecond: r.requests.total / r.duration, latencyP50: r.latency.p50 })
-    yield* Console.log(`bare HttpApi POST /noop, ${c} connection(s): ${(r.requests.total / r.duration).toFixed(0)} req/s, p50 ${r.latency.p50} ms, errors ${r.errors + r.non2xx}`)
+    yield* Console.log(
+      `bare HttpApi POST /noop, ${c} connection(s): ${(r.requests.total / r.duration).toFixed(0)} req/s, p50 ${r.latency.p50} ms, ` +
+        `${r.cpuPerRequest === null ? "" : `server CPU ${(r.cpuPerRequest * 1000).toFixed(0)} µs per request, `}errors ${r.errors + r.non2xx}`
+    )
   }
   yield* stop(bareServer)
 
@@ -305,7 +330,7 @@ const main = Effect.gen(function*() {
         yield* Console.log(
           `baton ${dialect}, ${c} thread(s): ${f.turnsPerSecond.toFixed(1)} turns/s (${(ratio * 100).toFixed(1)}% of bare req/s), ` +
             `overhead p50 ${f.overheadP50.toFixed(2)} ms p99 ${f.overheadP99.toFixed(2)} ms (${f.samples} turns), ` +
-            `request p50 ${f.requestP50} ms, server CPU ${f.cpuPerTurn.toFixed(2)} ms per turn, runs not completed ${f.other}, refused ${f.refused}, transport errors ${f.errors}`
+            `request p50 ${f.requestP50} ms, server CPU ${f.cpuPerTurn.toFixed(2)} ms per turn (load generator ${f.clientCpuPerTurn.toFixed(2)}), runs not completed ${f.other}, refused ${f.refused}, transport errors ${f.errors}`
         )
         out.push({ ...f, ratio })
       }

@@ -42,6 +42,31 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     }).pipe(Effect.provide(serve(h)))
   })
 
+  it.live("a wait that outlasts waitMs answers the run as it stands then: in flight here, and queued behind it", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }], { config: noBackstop })
+    return Effect.gen(function*() {
+      const driver = yield* RunDriver.RunDriver
+      const threadId = (yield* raw(post("/threads", { providerInstance: "codex" }))).body!.threadId as string
+      const gate = yield* Deferred.make<void>()
+      h.script.enqueue({ ...Harness.reply(20), hold: { afterItems: 1, gate } })
+      const ahead = (yield* raw(post(`/threads/${threadId}/messages`, { text: "ahead" }))).body!.runId as string
+      while (!driver.inFlight().includes(ahead)) yield* Effect.sleep(Duration.millis(2))
+      const queued = (yield* raw(post(`/threads/${threadId}/messages`, { text: "behind" }))).body!.runId as string
+      // Neither run ends while the gate is shut: each wait is answered at its 300 ms bound, not when the run ends.
+      const statusAt = (runId: string) =>
+        raw(get(`/runs/${runId}?waitMs=300`)).pipe(
+          Effect.map((answer) => [answer.status, (answer.body!.run as { status: string }).status]),
+          Effect.timeout(Duration.seconds(10)),
+          Effect.option
+        )
+      const [inFlight, behind] = yield* Effect.all([statusAt(ahead), statusAt(queued)], { concurrency: 2 })
+      expect(driver.inFlight()).toContain(ahead)
+      expect(inFlight._tag === "Some" ? inFlight.value : "not answered within 10 s").toEqual([200, "running"])
+      expect(behind._tag === "Some" ? behind.value : "not answered within 10 s").toEqual([200, "queued"])
+      yield* Deferred.succeed(gate, undefined)
+    }).pipe(Effect.provide(serve(h)))
+  }, 60_000)
+
   it.live("a wait on a queued run that is interrupted here is answered while the run ahead is still in flight", () => {
     const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }], { config: noBackstop })
     return Effect.gen(function*() {

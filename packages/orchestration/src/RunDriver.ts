@@ -400,10 +400,17 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const register = (runId: string, threadId: string, runSeq: number) =>
       Effect.map(Deferred.make<SendResult, unknown>(), (fresh) => join(runId, threadId, runSeq, fresh))
 
-    /** How a waited-for run ended: this process's result for it, or its ended record. */
-    type Ended = { readonly result: SendResult; readonly run: null } | { readonly result: null; readonly run: Run }
+    /**
+     * How a waited-for run ended: this process's result for it, or its ended record; or, for a bounded wait, neither
+     * (`timedOut`: the bound passed first).
+     */
+    type Ended =
+      | { readonly result: SendResult; readonly run: null }
+      | { readonly result: null; readonly run: Run }
+      | { readonly result: null; readonly run: null }
     const endedHere = (result: SendResult): Ended => ({ result, run: null })
     const endedRecord = (run: Run): Ended => ({ result: null, run })
+    const timedOut: Ended = { result: null, run: null }
 
     /**
      * Waits for `runId` to end: `result`, this process's result for it (rich turn-start report) when its fiber here
@@ -413,10 +420,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
      * fiber ended here in between, so that an end which settled nobody is not missed). A run that is not this
      * process's to settle (driven elsewhere with no worker of its thread here; or a `waiting` run, or one another
      * process claimed) is polled as `awaitWith` does. `preferResult`: a run found ended answers the result another
-     * caller's wait here was settled with, if there is one (as `awaitWith` does). Fails with `RunNotFound`.
+     * caller's wait here was settled with, if there is one (as `awaitWith` does). `bound`: the longest wait, in
+     * milliseconds (`null`: none), applied to the waiting alone, so a run found ended arms no timer; past it the
+     * answer is `timedOut`. Fails with `RunNotFound`.
      */
-    const awaitEnded = (runId: RunId, preferResult: boolean) =>
+    const awaitEnded = (runId: RunId, preferResult: boolean, bound: number | null = null) =>
       Effect.gen(function*() {
+        const bounded = <E>(wait: Effect.Effect<Ended, E>): Effect.Effect<Ended, E> =>
+          bound === null ? wait : Effect.timeoutTo(wait, { duration: Duration.millis(bound), onSuccess: (ended) => ended, onTimeout: () => timedOut })
         const fresh = yield* Deferred.make<SendResult, unknown>()
         let joined = false
         return yield* Effect.gen(function*() {
@@ -448,7 +459,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               if (terminalRunStatuses.includes(found.value.status)) return endedRecord(found.value)
             }
             if (!workers.has(found.value.threadId) && !inFlight.has(runId)) {
-              return endedRecord(yield* pollEnded(runId))
+              return yield* bounded(Effect.map(pollEnded(runId), endedRecord))
             }
           }
           const signalled = Effect.gen(function*() {
@@ -459,8 +470,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           // A run this process is driving ends through its fiber here. Any other may end where nothing here looks
           // (interrupted by another process while queued behind a run in flight here: the worker looks at the queue
           // only when that run ends), so the record is also read now and then until the signal comes.
-          if (here !== undefined) return yield* signalled
-          return yield* Effect.raceFirst(signalled, Effect.map(pollEnded(runId, config.waitBackstopMillis), endedRecord))
+          if (here !== undefined) return yield* bounded(signalled)
+          return yield* bounded(Effect.raceFirst(signalled, Effect.map(pollEnded(runId, config.waitBackstopMillis), endedRecord)))
         }).pipe(Effect.ensuring(Effect.sync(() => {
           if (joined) leave(runId)
         })))
@@ -527,14 +538,19 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * asked before it ended, else what the record says. Fails with `RunNotFound`.
        */
       awaitRun: (runId: RunId) =>
-        Effect.flatMap(awaitEnded(runId, true), (ended) => ended.result !== null ? Effect.succeed(ended.result) : recorded(ended.run)),
+        Effect.flatMap(awaitEnded(runId, true), (ended) =>
+          ended.result !== null
+            ? Effect.succeed(ended.result)
+            // Unbounded: never `timedOut`; were it, the record is polled until the run ends.
+            : Effect.flatMap(ended.run !== null ? Effect.succeed(ended.run) : pollEnded(runId), recorded)),
       /**
        * Waits for a run to end (as `awaitRun`) without building its result: the ended run's record when it was read
-       * on the way (`null` when this process's fiber ended it while the caller waited: the caller reads the record if
-       * it needs it). For a caller that reads the run afterwards anyway (the API's `GET /runs/{id}?waitMs`): at most
-       * one read of the run here, none of its provider thread. Fails with `RunNotFound`.
+       * on the way (`null` when this process's fiber ended it while the caller waited, or when `waitMillis` passed
+       * first: the caller reads the record if it needs it). For a caller that reads the run afterwards anyway (the
+       * API's `GET /runs/{id}?waitMs`): at most one read of the run here, none of its provider thread; `waitMillis`
+       * bounds the waiting alone (a run found ended arms no timer). Fails with `RunNotFound`.
        */
-      awaitEnd: (runId: RunId) => Effect.map(awaitEnded(runId, false), (ended) => ended.run),
+      awaitEnd: (runId: RunId, waitMillis?: number) => Effect.map(awaitEnded(runId, false, waitMillis ?? null), (ended) => ended.run),
       /**
        * Interrupts a run (`command.runId`, else the thread's run in progress): recorded at once (a queued run ends
        * `interrupted` before the provider), the provider asked to stop, and the run's fiber interrupted if it has not

@@ -213,6 +213,28 @@ const ToolWaitRow = Schema.Struct({
   results: Schema.NullOr(Schema.parseJson(Schema.Array(ToolResult)))
 })
 const decodeWaits = Schema.decodeUnknown(Schema.Array(ToolWaitRow))
+// The row decoders below are built once: a schema built inside a call is a new AST each time, and the parser
+// compiled for it (cached by AST) was compiled again at every call.
+const decodeRunDrivers = Schema.decodeUnknown(Schema.Array(Schema.Struct({ id: Schema.String, driverId: Schema.NullOr(Schema.String) })))
+const decodeItemRefRows = Schema.decodeUnknown(Schema.Array(Schema.Struct({
+  messageId: Schema.NullOr(Schema.String),
+  toolCallId: Schema.NullOr(Schema.String),
+  kind: Schema.String,
+  text: Schema.String
+})))
+const decodeNativeStatusRows = Schema.decodeUnknown(Schema.Array(Schema.Struct({ status: NativeThreadStatus })))
+const decodeDrivers = Schema.decodeUnknown(Schema.Array(DriverRecord))
+const decodeHandoffRows = Schema.decodeUnknown(Schema.Array(HandoffRow))
+const decodeDeliveryRows = Schema.decodeUnknown(Schema.Array(DeliveryRow))
+const decodeCalibrations = Schema.decodeUnknown(Schema.Array(ProviderCalibration))
+const decodeRunCosts = Schema.decodeUnknown(Schema.Array(RunCost))
+const decodeStatusCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ status: Schema.String, n: Count })))
+const decodeItemTotals = Schema.decodeUnknown(Schema.Array(Schema.Struct({ n: Count, tokens: Count })))
+const decodeHandoffTotals = Schema.decodeUnknown(Schema.Array(Schema.Struct({ n: Count, open: Count })))
+const decodeApplied = Schema.decodeUnknown(Schema.Array(Schema.Struct({ applied: Schema.NullOr(Count) })))
+const decodeReceipts = Schema.decodeUnknown(Schema.Array(ReceiptRow))
+const decodeNextSeq = Schema.decodeUnknown(NextSeq)
+const decodeSeqRows = Schema.decodeUnknown(SeqRows)
 /** The id of the newest migration this build registers (`0009_…` is 9). */
 const latestMigration = Math.max(...Object.keys(migrations).map((k) => Number(k.slice(0, k.indexOf("_")))))
 
@@ -237,7 +259,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       Effect.flatMap(query, decodeEvents).pipe(orPersistence(operation))
 
     const nextSeq = (operation: string, query: Effect.Effect<ReadonlyArray<unknown>, { readonly message: string; readonly _tag: string }>) =>
-      Effect.flatMap(query, Schema.decodeUnknown(NextSeq)).pipe(
+      Effect.flatMap(query, decodeNextSeq).pipe(
         Effect.map((rows) => Number(rows[0]?.next ?? 1)),
         orPersistence(operation)
       )
@@ -404,7 +426,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             VALUES (${sql.join(", ", false)(columns.map((c) => sql`${values[c] as string | null}`))},
               (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE thread_id = ${r.threadId}))
             RETURNING seq`
-          const [assigned] = yield* Schema.decodeUnknown(SeqRows)(rows)
+          const [assigned] = yield* decodeSeqRows(rows)
           return { ...r, seq: assigned!.seq } as Run
         }).pipe(orPersistence("runs.insert")),
       updateRun: (r: Run) => runs.update(r),
@@ -491,7 +513,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         inChunks(runIds, (c) =>
           Effect.flatMap(
             sql`SELECT id, driver_id FROM runs WHERE ${sql.in("id", c)}`,
-            Schema.decodeUnknown(Schema.Array(Schema.Struct({ id: Schema.String, driverId: Schema.NullOr(Schema.String) })))
+            decodeRunDrivers
           ).pipe(orPersistence("runs.drivers"))).pipe(
             Effect.map((rows) => new Map(rows.map((r) => [r.id, r.driverId])))
           ),
@@ -626,7 +648,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
               ${r.kind}, ${r.text}, ${r.toolCallId}, ${r.toolName}, ${r.messageId}, ${r.isError}, ${r.toolCallState}, ${r.tokens}, ${r.createdAt})`
           )
           const assigned = yield* sql`INSERT INTO items (id, thread_id, run_id, seq, kind, text, tool_call_id, tool_name, message_id, is_error,
-              tool_call_state, tokens, created_at) VALUES ${sql.join(", ", false)(tuples)} RETURNING seq`.pipe(Effect.flatMap(Schema.decodeUnknown(SeqRows)))
+              tool_call_state, tokens, created_at) VALUES ${sql.join(", ", false)(tuples)} RETURNING seq`.pipe(Effect.flatMap(decodeSeqRows))
           if (assigned.length !== values.length) {
             return yield* new PersistenceError({ operation: "items.insert", detail: `the insert returned ${assigned.length} rows for ${values.length} items` })
           }
@@ -666,18 +688,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         toolCallIds: ReadonlyArray<string>
       ) =>
         Effect.gen(function*() {
-          const Row = Schema.Array(Schema.Struct({
-            messageId: Schema.NullOr(Schema.String),
-            toolCallId: Schema.NullOr(Schema.String),
-            kind: Schema.String,
-            text: Schema.String
-          }))
           const query = (column: "message_id" | "tool_call_id", ids: ReadonlyArray<string>) =>
             inChunks(ids, (c) =>
               Effect.flatMap(
                 sql`SELECT i.message_id, i.tool_call_id, i.kind, i.text FROM items i JOIN runs r ON r.id = i.run_id
                     WHERE i.thread_id = ${threadId} AND r.native_thread_id = ${nativeThreadId} AND ${sql.in(`i.${column}`, c)}`,
-                Schema.decodeUnknown(Row)
+                decodeItemRefRows
               ).pipe(orPersistence("items.findReplayKeys")))
           const byMessage = yield* query("message_id", messageIds)
           const byCall = yield* query("tool_call_id", toolCallIds)
@@ -758,7 +774,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           sql`UPDATE native_threads SET used_tokens = ${usage?.usedTokens ?? null}, max_tokens = ${usage?.maxTokens ?? null},
               auto_compact_threshold = ${usage?.autoCompactThreshold ?? null}, estimated_tokens = ${estimatedTokens},
               updated_at = ${DateTime.formatIso(updatedAt)} WHERE id = ${id} RETURNING status`,
-          Schema.decodeUnknown(Schema.Array(Schema.Struct({ status: NativeThreadStatus })))
+          decodeNativeStatusRows
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0]?.status)), orPersistence("native_threads.recordUsage")),
       getNativeThread: (id: NativeThreadId) =>
         nativeThreads.findOne("native_threads.get", sql`SELECT * FROM native_threads WHERE id = ${id}`),
@@ -830,7 +846,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             WHERE id = ${id}`.pipe(Effect.asVoid, orPersistence("drivers.touch")),
       getDrivers: (ids: ReadonlyArray<string>) =>
         inChunks(ids, (c) =>
-          Effect.flatMap(sql`SELECT * FROM drivers WHERE ${sql.in("id", c)}`, Schema.decodeUnknown(Schema.Array(DriverRecord))).pipe(
+          Effect.flatMap(sql`SELECT * FROM drivers WHERE ${sql.in("id", c)}`, decodeDrivers).pipe(
             orPersistence("drivers.get")
           )),
 
@@ -898,8 +914,8 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
               ${len("d.delivered_item_ids")} AS count_delivered, ${len("d.omitted_item_ids")} AS count_omitted
             FROM handoff_deliveries d JOIN handoffs h ON h.id = d.handoff_id
             WHERE h.thread_id = ${threadId} ORDER BY d.created_at, d.id`.pipe(orPersistence("handoff_deliveries.listCounts"))
-          const list = yield* Schema.decodeUnknown(Schema.Array(HandoffRow))(handoffRows).pipe(orPersistence("handoffs.listCounts"))
-          const of = yield* Schema.decodeUnknown(Schema.Array(DeliveryRow))(deliveryRows).pipe(orPersistence("handoff_deliveries.listCounts"))
+          const list = yield* decodeHandoffRows(handoffRows).pipe(orPersistence("handoffs.listCounts"))
+          const of = yield* decodeDeliveryRows(deliveryRows).pipe(orPersistence("handoff_deliveries.listCounts"))
           const n = (row: Record<string, unknown> | undefined, key: string) => Number(row?.[key] ?? 0)
           return {
             handoffs: list.map((handoff, i) => ({
@@ -1227,7 +1243,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       getCalibration: (instance: ProviderInstance) =>
         Effect.flatMap(
           sql`SELECT * FROM provider_calibrations WHERE provider_instance = ${instance}`,
-          Schema.decodeUnknown(Schema.Array(ProviderCalibration))
+          decodeCalibrations
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("provider_calibrations.get")),
       /**
        * The calibration of `instance`, locked until the transaction ends (Postgres `FOR UPDATE`; SQLite's unit of work
@@ -1235,18 +1251,17 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        */
       getCalibrationForUpdate: (instance: ProviderInstance) =>
         Effect.gen(function*() {
-          const decode = Schema.decodeUnknown(Schema.Array(ProviderCalibration))
           const select = sql.onDialectOrElse({
             pg: () => sql`SELECT * FROM provider_calibrations WHERE provider_instance = ${instance} FOR UPDATE`,
             orElse: () => sql`SELECT * FROM provider_calibrations WHERE provider_instance = ${instance}`
           })
-          const found = yield* Effect.flatMap(select, decode)
+          const found = yield* Effect.flatMap(select, decodeCalibrations)
           if (found.length > 0 || sql.onDialectOrElse({ pg: () => false, orElse: () => true })) return Option.fromNullable(found[0])
           // No row to lock yet: create the identity row (a concurrent creator makes this wait for its commit, then
           // do nothing), and lock that.
           yield* sql`INSERT INTO provider_calibrations (provider_instance, ratio, samples, weight, updated_at)
                      VALUES (${instance}, 1, 0, 0, ${new Date(0).toISOString()}) ON CONFLICT (provider_instance) DO NOTHING`
-          return Option.fromNullable((yield* Effect.flatMap(select, decode))[0])
+          return Option.fromNullable((yield* Effect.flatMap(select, decodeCalibrations))[0])
         }).pipe(orPersistence("provider_calibrations.getForUpdate")),
       /** Inserts or replaces the calibration of `c.providerInstance` (same statement on SQLite and Postgres). */
       /** Records `cost` for its run (a second record of the same run replaces the first: a retried completion). */
@@ -1262,14 +1277,14 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       getRunCost: (runId: RunId) =>
         Effect.flatMap(
           sql`SELECT * FROM run_costs WHERE run_id = ${runId}`,
-          Schema.decodeUnknown(Schema.Array(RunCost))
+          decodeRunCosts
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("run_costs.get")),
       /** The recorded costs of the runs `runIds` (those that recorded one), in no particular order. */
       listRunCostsOf: (runIds: ReadonlyArray<RunId>) =>
         inChunks(runIds, (c) =>
           Effect.flatMap(
             sql`SELECT * FROM run_costs WHERE ${sql.in("run_id", c)}`,
-            Schema.decodeUnknown(Schema.Array(RunCost))
+            decodeRunCosts
           ).pipe(orPersistence("run_costs.listOf"))),
       /**
        * The sums of `threadId`'s recorded run costs, added by the database in one row whatever the number of runs
@@ -1300,7 +1315,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       listRunCosts: (threadId: ThreadId) =>
         Effect.flatMap(
           sql`SELECT * FROM run_costs WHERE thread_id = ${threadId} ORDER BY created_at, run_id`,
-          Schema.decodeUnknown(Schema.Array(RunCost))
+          decodeRunCosts
         ).pipe(orPersistence("run_costs.list")),
       /**
        * Writes `c` only when the stored calibration of `c.providerInstance` still has `seenSamples` samples (`null`: no
@@ -1365,15 +1380,15 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         Effect.gen(function*() {
           const byStatus = yield* Effect.flatMap(
             sql`SELECT status, COUNT(*) AS n FROM runs WHERE thread_id = ${threadId} GROUP BY status`,
-            Schema.decodeUnknown(Schema.Array(Schema.Struct({ status: Schema.String, n: Count })))
+            decodeStatusCounts
           )
           const itemRows = yield* Effect.flatMap(
             sql`SELECT COUNT(*) AS n, COALESCE(SUM(tokens), 0) AS tokens FROM items WHERE thread_id = ${threadId}`,
-            Schema.decodeUnknown(Schema.Array(Schema.Struct({ n: Count, tokens: Count })))
+            decodeItemTotals
           )
           const handoffRows = yield* Effect.flatMap(
             sql`SELECT COUNT(*) AS n, COALESCE(SUM(open), 0) AS open FROM handoffs WHERE thread_id = ${threadId}`,
-            Schema.decodeUnknown(Schema.Array(Schema.Struct({ n: Count, open: Count })))
+            decodeHandoffTotals
           )
           return {
             runsByStatus: new Map(byStatus.map((r) => [r.status, Number(r.n)])),
@@ -1402,7 +1417,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       schemaStatus: () =>
         Effect.flatMap(
           sql`SELECT MAX(migration_id) AS applied FROM effect_sql_migrations`,
-          Schema.decodeUnknown(Schema.Array(Schema.Struct({ applied: Schema.NullOr(Count) })))
+          decodeApplied
         ).pipe(
           Effect.map((rows) => ({
             dialect: sql.onDialectOrElse({ pg: () => "postgres" as const, orElse: () => "sqlite" as const }),
@@ -1416,7 +1431,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       findReceipt: (commandId: string) =>
         Effect.flatMap(
           sql`SELECT * FROM command_receipts WHERE command_id = ${commandId}`,
-          Schema.decodeUnknown(Schema.Array(ReceiptRow))
+          decodeReceipts
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence("command_receipts.find")),
       /** Replaces a receipt's result (a command recorded when it began, completed later). */
       updateReceipt: (commandId: string, result: unknown) =>
