@@ -28,7 +28,10 @@ import { TurnStream } from "./TurnStream.js"
 
 /**
  * Every orchestration service (commands and the read side, `ThreadQuery`), still needing a `ThreadStore` (the
- * simulation provides a crash-injecting one).
+ * simulation provides a crash-injecting one). Its layers are listed again, in build order, in `serviceLayers` (which
+ * the simulation builds): a layer added, removed or wired differently here is changed there too.
+ * (`Incarnation.test.ts` checks that both hold the same services, built from the same layer objects; a layer
+ * wrapped here, e.g. given a dependency of its own, would still pass as the same.)
  */
 export const services = Layer.mergeAll(ThreadQuery.Default, ThreadService.Default, GatewayThreads.Default).pipe(
   Layer.provideMerge(TurnExecution.Default),

@@ -212,6 +212,32 @@ describe.each(Harness.dialects)("incremental reads of the mutable tables (%s)", 
     }).pipe(Effect.provide(h.layer))
   })
 
+  it.live("a provider thread new to a thread's list has its native threads read, though no native thread row changed", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const sql = yield* SqlClient.SqlClient
+      const t = yield* o.create("codex")
+      const u = yield* o.create("claude")
+      for (const thread of [t, u]) {
+        h.script.enqueue(Harness.reply(10))
+        yield* o.send(thread, "one")
+      }
+      yield* Checks.installAudit
+      const memory = Checks.emptyMemory()
+      const threads = [t, u]
+      expect((yield* Checks.readRecords(threads, memory)).violations).toEqual([])
+      // Behind Baton's back: `u`'s provider thread (with its native thread) moves to `t`. Only `provider_threads`
+      // is logged (for both threads): the native thread's row is unchanged.
+      yield* sql`UPDATE provider_threads SET thread_id = ${t} WHERE thread_id = ${u}`
+      const read = yield* Checks.readRecords(threads, memory)
+      const full = yield* Effect.all(threads.map((id) => InvariantChecks.readRecord(id)))
+      expect(read.records[0]!.nativeThreads.length).toBe(2)
+      expect(read.records.map((r) => r.nativeThreads)).toEqual(full.map((r) => r.nativeThreads))
+      expect(read.records).toEqual(full)
+    }).pipe(Effect.provide(h.layer))
+  })
+
   it.live("every thread (no ids given): each read lists the threads (a thread made is read); the audit when it gains a row", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {

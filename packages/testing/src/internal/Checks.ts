@@ -46,8 +46,8 @@ export interface Memory {
   /** Whether `sim_audit` was read yet (after its first read, only when the change log names it). */
   readonly cursor: { auditRead: boolean }
   /**
-   * Per thread, how many of its items (the first of `items`) `afterRestart` found retrievable by id: each item is
-   * looked up once (see `afterRestart`).
+   * Per thread, how many of its items (the first of `items`) `afterRestart` has looked up by id: each item is looked
+   * up at one restart only (see `afterRestart`; one not found is reported then).
    */
   readonly retrievable: Map<ThreadId, number>
 }

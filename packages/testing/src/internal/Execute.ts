@@ -4,7 +4,7 @@
  *
  * The SQLite file starts as a copy of a database migrated once per process (`templateDatabase`). One incarnation of
  * Baton = one build of the orchestrator's services in its own Scope (`OrchestratorLayer.serviceLayers`, one after
- * the other: `buildInOrder`) over what outlives it (`worldLayer`: configuration, counter, providers), with
+ * the other: `buildInOrder`) over what outlives it (`worldLayer`: configuration, counter, providers, summariser), with
  * sequential ids under a namespace of its own (`""`, `r2.`, `r3.`, ...) so ids of different incarnations never
  * collide. A crash closes that Scope (every
  * service and its state gone, every fiber interrupted; a transaction in progress was rolled back) and builds a fresh
@@ -205,8 +205,9 @@ const worldLayer = (
 
 /**
  * The layers of one incarnation, each after what it needs: its ids (sequential under `namespace`), the event ids
- * drawn from them, the crash-injecting `ThreadStore` and `OrchestratorLayer.serviceLayers`: `OrchestratorLayer.layer`
- * over `Crash.storeLayer` (`Incarnation.test.ts` checks that `serviceLayers` are `services`).
+ * drawn from them, the crash-injecting `ThreadStore` and `OrchestratorLayer.serviceLayers`: `OrchestratorLayer.services`
+ * (without `OrchestratorLayer.layer`'s event feed) over `Crash.storeLayer` (`Incarnation.test.ts` checks that
+ * `serviceLayers` hold the services of `services`, and that each incarnation builds every one of them again).
  */
 const incarnationLayers = (namespace: string, steps: Crash.Steps): ReadonlyArray<Layer.Layer<never, unknown, unknown>> => [
   IdGenerator.layerSequential(namespace),
@@ -226,13 +227,19 @@ type Services =
 
 /**
  * Builds `layers` one after the other into `scope`, each given `base` and every service the layers before it built,
- * through one memo map (a layer two of them share is built once, as in a nested build). The same services as the
- * nested `provideMerge` chain of the same layers, in about a third of the CPU time to build and release (a chain of
- * 45 layers: 6.8 ms against 1.4-2.2 ms). A failure is a defect.
+ * through one memo map (a layer two of them share is built once, as in a nested build): a new one unless `memoMap`
+ * is given (a test's, to see which layers another build shares). The same services as the nested `provideMerge`
+ * chain of the same layers, in about a third of the CPU time to build and release (a chain of 45 layers: 6.8 ms
+ * against 1.4-2.2 ms). A failure is a defect.
  */
-export const buildInOrder = (layers: ReadonlyArray<Layer.Layer<never, unknown, unknown>>, base: Context.Context<never>, scope: Scope.Scope) =>
+export const buildInOrder = (
+  layers: ReadonlyArray<Layer.Layer<never, unknown, unknown>>,
+  base: Context.Context<never>,
+  scope: Scope.Scope,
+  memoMap?: Layer.MemoMap
+) =>
   Effect.gen(function*() {
-    const memoMap = yield* Layer.makeMemoMap
+    memoMap ??= yield* Layer.makeMemoMap
     let context = base
     for (const layer of layers) {
       const built = Effect.provide(Layer.buildWithMemoMap(layer, memoMap, scope), context) as Effect.Effect<Context.Context<never>, unknown>
