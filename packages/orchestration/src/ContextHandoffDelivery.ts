@@ -67,11 +67,10 @@ export interface DeliveryPlan {
 }
 
 /**
- * Owed item ids a turn start reads per page when it reads a long owed history newest first (the first page holds the
- * two ids of the history's start among them): one statement per page, as ThreadStore reads ids in chunks of 500, so
- * a history read to its start costs the statements a read of every id at once did.
+ * Owed item ids a turn start reads per page when it reads a long owed history newest first: with the two ids of the
+ * history's start read with the first page, one statement per page (ThreadStore reads ids in chunks of 500).
  */
-const newestRunsPage = 500
+const newestRunsPage = 498
 
 export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDelivery>()(
   "@baton/orchestration/ContextHandoffDelivery",
@@ -348,7 +347,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         // Pinned items (the thread's tool-result offload control) are never stubs, and go first after the newest.
         const pinned = new Set<string>((yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [])
         const rawBudget = Calibration.rawBudget(ratio, budget)
-        const newest = newestFirst && known.length === 0 && owed.length === 1 && owed[0]!.handoff.itemIds.length > newestRunsPage
+        const newest = newestFirst && known.length === 0 && owed.length === 1 && owed[0]!.handoff.itemIds.length > newestRunsPage + 2
           ? yield* newestRuns(owed[0]!.handoff.itemIds, rawBudget, position)
           : null
         let items: ReadonlyArray<Item>
@@ -411,7 +410,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
           /** Baton tokens of the user messages of the complete runs read. */
           let userTokens = 0
           while (end > 2 && userTokens < rawBudget) {
-            const from = Math.max(2, end - (start === null ? newestRunsPage - 2 : newestRunsPage))
+            const from = Math.max(2, end - newestRunsPage)
             const slice = ids.slice(from, end)
             const read: ReadonlyArray<Item> = yield* store.getItems(start === null ? [ids[0]!, ids[1]!, ...slice] : slice)
             const byId = new Map<string, Item>(read.map((i) => [i.id, i]))
