@@ -216,18 +216,6 @@ export interface RenderInput {
   readonly threadId: string
   readonly items: ReadonlyArray<HistoryBlock>
   readonly omittedSeqs: ReadonlyArray<number>
-  /**
-   * Omitted items known only by the seq ranges that hold them (history a turn start did not read, see
-   * `Selection.SelectionInput.omittedElsewhere`): `count` items within `ranges` (inclusive seqs; the ranges may also
-   * hold items that were not owed). The pointer covers them with the `omittedSeqs`.
-   */
-  readonly omittedRanges?: OmittedRanges
-}
-
-/** `count` omitted items that lie within the inclusive seq `ranges` (which may also hold other items). */
-export interface OmittedRanges {
-  readonly count: number
-  readonly ranges: ReadonlyArray<readonly [number, number]>
 }
 
 /**
@@ -285,15 +273,10 @@ export const refsOf = (seqs: ReadonlyArray<number>, maxParts: number = maxRefPar
  * `maxRefParts` refs, so its cost does not grow with the number of items left out; when ranges had to be joined it
  * says that they also hold items shown above.
  */
-const omittedPointer = (omitted: ReadonlyArray<number>, elsewhere: OmittedRanges | undefined): string | undefined => {
-  const extra = elsewhere === undefined || elsewhere.count === 0 ? undefined : elsewhere
-  const n = omitted.length + (extra?.count ?? 0)
+const omittedPointer = (omitted: ReadonlyArray<number>): string | undefined => {
+  const n = omitted.length
   if (n === 0) return undefined
-  const { exact: exactSeqs, refs } = extra === undefined
-    ? refsOf(omitted)
-    : refsOfRanges([...omitted.map((s) => [s, s] as const), ...extra.ranges])
-  // Ranges of history that was not read may hold other items: the pointer never claims they are exact.
-  const exact = exactSeqs && extra === undefined
+  const { exact, refs } = refsOf(omitted)
   const args = JSON.stringify({ refs })
   if (n === 1) return `1 earlier item was omitted to fit the context budget; read it with thread_read ${args}`
   return `${n} earlier items were omitted to fit the context budget${
@@ -314,7 +297,7 @@ const omittedPointer = (omitted: ReadonlyArray<number>, elsewhere: OmittedRanges
 export const renderHistory = (input: RenderInput): string => {
   const blocks: Array<string> = [`<conversation_history thread=${JSON.stringify(input.threadId)}>\n${PREAMBLE}`]
   for (const item of input.items) blocks.push(renderBlock(item))
-  const pointer = omittedPointer(input.omittedSeqs, input.omittedRanges)
+  const pointer = omittedPointer(input.omittedSeqs)
   if (pointer !== undefined) blocks.push(pointer)
   return `${blocks.join(SEPARATOR)}\n${CLOSING_TAG}`
 }
@@ -345,4 +328,4 @@ export const renderDeferralPointer = (
  * A rendered history costs about this plus the `itemTokens` of its items.
  */
 export const envelopeTokens = (counter: TokenCounterShape, input: Omit<RenderInput, "items">): number =>
-  counter.count(renderHistory({ ...input, items: [] }))
+  counter.count(renderHistory({ threadId: input.threadId, items: [], omittedSeqs: input.omittedSeqs }))

@@ -42,13 +42,6 @@ export interface SelectionInput<A extends SelectableItem> {
    * the pointer). Ignored without `stubs`.
    */
   readonly pinned?: ReadonlySet<string>
-  /**
-   * Owed items that are not in `items` and are omitted whole, known by count and the seq ranges that hold them (the
-   * older runs of a long owed history that a turn start did not read: their user messages could not all have fit
-   * beside the newer runs'): the pointer names them with the omitted `items`, and room is kept for it. They are not
-   * in the result's `omittedItemIds` (the caller knows their ids).
-   */
-  readonly omittedElsewhere?: Render.OmittedRanges
 }
 
 /**
@@ -85,22 +78,15 @@ const ESTIMATE_ROUNDS = 3
 export const envelopeAllowance = (
   counter: TokenCounterShape,
   threadId: string,
-  items: ReadonlyArray<SelectableItem>,
-  elsewhere?: Render.OmittedRanges
+  items: ReadonlyArray<SelectableItem>
 ): number => {
-  const outside = elsewhere?.ranges ?? []
-  const widest = outside.reduce((m, [, to]) => Math.max(m, to), items.reduce((m, item) => Math.max(m, item.seq), 1))
-  const count = items.length + (elsewhere?.count ?? 0)
-  const ranges = Array.from({ length: Math.min(items.length + outside.length, Render.maxRefParts) }, (_, i) => [widest + 3 * i, widest + 3 * i + 1] as const)
+  const widest = items.reduce((m, item) => Math.max(m, item.seq), 1)
+  const ranges = Array.from({ length: Math.min(items.length, Render.maxRefParts) }, (_, i) => [widest + 3 * i, widest + 3 * i + 1] as const)
   const parts = Render.refsOfRanges(ranges).refs
   return Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) +
-    counter.count(`${count} earlier items were omitted to fit the context budget (the ranges below also hold ` +
+    counter.count(`${items.length} earlier items were omitted to fit the context budget (the ranges below also hold ` +
       `items shown above); read them with thread_read ${JSON.stringify({ refs: parts })}\n\n`)
 }
-
-/** `input.omittedElsewhere` as `Render.renderHistory`'s `omittedRanges` (absent when there is none). */
-const elsewhereOf = (input: SelectionInput<SelectableItem>): { readonly omittedRanges?: Render.OmittedRanges } =>
-  input.omittedElsewhere === undefined || input.omittedElsewhere.count === 0 ? {} : { omittedRanges: input.omittedElsewhere }
 
 /**
  * Select the history that fits `budget` and render it.
@@ -158,7 +144,6 @@ function* selectSteps<A extends SelectableItem>(input: SelectionInput<A>): Steps
   const nothing: Selection<A> = { selected: [], omittedItemIds: items.map((item) => item.id), stubbedItemIds: [], tokens: 0, rendered: "" }
   if (n === 0 || !(budget > 0)) return nothing
   if (input.stubs === true) return yield* selectWithStubs(input, nothing)
-  const elsewhere = elsewhereOf(input)
 
   const units = ToolUnits.toolUnitIndices(items)
   const unitOf = new Int32Array(n)
@@ -207,7 +192,7 @@ function* selectSteps<A extends SelectableItem>(input: SelectionInput<A>): Steps
         omittedSeqs.push(items[i]!.seq)
       }
     }
-    const rendered = Render.renderHistory({ threadId, items: selected, omittedSeqs, ...elsewhere })
+    const rendered = Render.renderHistory({ threadId, items: selected, omittedSeqs })
     yield
     const tokens = counter.count(rendered)
     yield
@@ -217,12 +202,12 @@ function* selectSteps<A extends SelectableItem>(input: SelectionInput<A>): Steps
   // Everything fits by estimate: no pointer, so no room for one is needed.
   let total = 0
   for (let u = 0; u < units.length; u++) total += cost[u]!
-  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [], ...elsewhere }) + total <= budget) {
+  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) + total <= budget) {
     const all = yield* render(priority, priority.length)
     if (all.tokens <= budget) return all
   }
 
-  const capacity = budget - envelopeAllowance(counter, threadId, items, input.omittedElsewhere)
+  const capacity = budget - envelopeAllowance(counter, threadId, items)
   const chosen: Array<number> = []
   let used = 0
   for (const u of priority) {
@@ -327,7 +312,6 @@ const VERBATIM = 2
 function* selectWithStubs<A extends SelectableItem>(input: SelectionInput<A>, nothing: Selection<A>): Steps<Selection<A>> {
   const { budget, counter, items, threadId } = input
   const n = items.length
-  const elsewhere = elsewhereOf(input)
   const units = ToolUnits.toolUnitIndices(items)
   const unitOf = new Int32Array(n)
   const cost = new Float64Array(units.length)
@@ -341,8 +325,8 @@ function* selectWithStubs<A extends SelectableItem>(input: SelectionInput<A>, no
   // Everything fits by estimate: as `select`, every item verbatim and no pointer (no stub is worked out).
   let total = 0
   for (let u = 0; u < units.length; u++) total += cost[u]!
-  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [], ...elsewhere }) + total <= budget) {
-    const rendered = Render.renderHistory({ threadId, items, omittedSeqs: [], ...elsewhere })
+  if (Render.envelopeTokens(counter, { threadId, omittedSeqs: [] }) + total <= budget) {
+    const rendered = Render.renderHistory({ threadId, items, omittedSeqs: [] })
     yield
     const tokens = counter.count(rendered)
     if (tokens <= budget) return { selected: [...items], omittedItemIds: [], stubbedItemIds: [], tokens, rendered }
@@ -431,14 +415,14 @@ function* selectWithStubs<A extends SelectableItem>(input: SelectionInput<A>, no
       }
     }
     if (blocks.length === 0) return nothing
-    const rendered = Render.renderHistory({ threadId, items: blocks, omittedSeqs, ...elsewhere })
+    const rendered = Render.renderHistory({ threadId, items: blocks, omittedSeqs })
     yield
     const tokens = counter.count(rendered)
     yield
     return { selected, omittedItemIds, stubbedItemIds, tokens, rendered }
   }
 
-  const capacity = budget - envelopeAllowance(counter, threadId, items, input.omittedElsewhere)
+  const capacity = budget - envelopeAllowance(counter, threadId, items)
   /** Greedy over `plan` from the forms of `taken[0..count)`: the steps that fit `room`, appended to a copy. */
   const fill = (taken: ReadonlyArray<Step>, count: number, room: number) => {
     const form = new Uint8Array(units.length)

@@ -372,31 +372,6 @@ describe("Selection.select with stubs (handoffs represent every owed run)", () =
   })
 })
 
-describe("Selection.select with history omitted elsewhere", () => {
-  // A turn start that read only the newest runs of a long owed history passes the older ones by count and range.
-  const elsewhere = { count: 500, ranges: [[1, 900]] as const }
-
-  it.prop("counts them in the pointer, names their range, keeps room for it and stays within the budget", [withBudget, fc.boolean()], ([[history, budget], stubs]) => {
-    const s = Selection.select({ items: history.map((i) => ({ ...i, seq: i.seq + 1_000 })), budget, threadId, counter, stubs, omittedElsewhere: elsewhere })
-    expect(s.tokens).toBeLessThanOrEqual(Math.max(0, budget))
-    expect(s.tokens).toBe(s.rendered === "" ? 0 : counter.count(s.rendered))
-    if (s.rendered === "") return
-    // Every input item is still accounted for, and the pointer counts the items omitted elsewhere with its own.
-    expect(s.selected.length + s.omittedItemIds.length).toBe(history.length)
-    const pointed = s.omittedItemIds.length - s.stubbedItemIds.length + elsewhere.count
-    expect(s.rendered).toContain(`${pointed} earlier items were omitted to fit the context budget (the ranges below also hold items shown above)`)
-    expect(s.rendered).toMatch(/thread_read \{"refs":"#1-#/)
-  })
-
-  it("with everything read fitting, the pointer names only them", () => {
-    const history = items([user("First question."), assistant("An answer.", "msg_1")]).map((i) => ({ ...i, seq: i.seq + 1_000 }))
-    const s = Selection.select({ items: history, budget: 10_000, threadId, counter, stubs: true, omittedElsewhere: elsewhere })
-    expect(s.selected.length).toBe(2)
-    expect(s.rendered).toContain('500 earlier items were omitted to fit the context budget (the ranges below also hold items shown above); read them with thread_read {"refs":"#1-#900"}')
-    expect(s.tokens).toBe(counter.count(s.rendered))
-  })
-})
-
 describe("Selection.selectYielding", () => {
   it.prop("gives what select gives, with and without stubs", [withBudget, fc.boolean()], ([[history, budget], stubs]) => {
     const input = { items: history, budget, threadId, counter, stubs }

@@ -56,21 +56,8 @@ export interface OwedHandoff {
 export interface DeliveryPlan {
   readonly owed: ReadonlyArray<OwedHandoff>
   readonly selection: Selection.Selection<Item>
-  /** The owed items the selection chose from (thread order): all of them, or the newest runs (`omittedUnread`). */
   readonly items: ReadonlyArray<Item>
-  /**
-   * Owed items that were not read, omitted whole (named by the rendered pointer, not in `selection.omittedItemIds`):
-   * the older runs of a long owed history whose user messages could not have fit the budget beside the newer runs'
-   * (see `plan`'s `newestRuns`). 0 when every owed item was read.
-   */
-  readonly omittedUnread: number
 }
-
-/**
- * Owed item ids a turn start reads per page when it reads a long owed history newest first: with the two ids of the
- * history's start read with the first page, one statement per page (ThreadStore reads ids in chunks of 500).
- */
-const newestRunsPage = 498
 
 export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDelivery>()(
   "@baton/orchestration/ContextHandoffDelivery",
@@ -327,132 +314,35 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * counts Baton tokens, so it selects under `Calibration.rawBudget(ratio, budget)`: the rendered history, at
        * the provider's calibration `ratio` (default 1), never costs the provider more than `budget`. `known`: items
        * the caller read in the same unit of work (a replacement's whole history), not read again; the rest of the
-       * owed items are read by id. `newestFirst` (turn start): one long owed handoff is read newest first, only as
-       * far back as its runs' user messages could fit the budget (`newestRuns`); the older items are omitted unread
-       * (`omittedUnread`) and the pointer names them.
+       * owed items are read by id.
        */
       const plan = Effect.fn("ContextHandoffDelivery.plan")(function*(
         threadId: ThreadId,
         owed: ReadonlyArray<OwedHandoff>,
         budget: number,
         ratio: number = 1,
-        known: ReadonlyArray<Item> = [],
-        newestFirst: boolean = false
+        known: ReadonlyArray<Item> = []
       ) {
         const wanted = new Set<ItemId>()
         for (const o of owed) for (const id of o.handoff.itemIds) wanted.add(id)
         // Thread order, with an `/offload` summary placed where the history it stands for ends (right after its cut).
         const summaryAt = new Map<string, number>((yield* store.listOffloads(threadId)).map((o) => [o.summaryItemId, o.cutSeq + 0.5]))
         const position = (i: Item) => summaryAt.get(i.id) ?? i.seq
+        const have = known.filter((i) => wanted.has(i.id))
+        const held = new Set<string>(have.map((i) => i.id))
+        const missing = held.size === 0 ? [...wanted] : [...wanted].filter((id) => !held.has(id))
+        const read = missing.length === 0 ? [] : yield* store.getItems(missing)
+        const items = have.length === 0 && summaryAt.size === 0
+          ? read
+          : [...have, ...read].sort((a, b) => position(a) - position(b))
         // Pinned items (the thread's tool-result offload control) are never stubs, and go first after the newest.
         const pinned = new Set<string>((yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [])
-        const rawBudget = Calibration.rawBudget(ratio, budget)
-        const newest = newestFirst && known.length === 0 && owed.length === 1 && owed[0]!.handoff.itemIds.length > newestRunsPage + 2
-          ? yield* newestRuns(owed[0]!.handoff.itemIds, rawBudget, position)
-          : null
-        let items: ReadonlyArray<Item>
-        if (newest !== null) items = newest.items
-        else {
-          const have = known.filter((i) => wanted.has(i.id))
-          const held = new Set<string>(have.map((i) => i.id))
-          const missing = held.size === 0 ? [...wanted] : [...wanted].filter((id) => !held.has(id))
-          const read = missing.length === 0 ? [] : yield* store.getItems(missing)
-          items = have.length === 0 && summaryAt.size === 0
-            ? read
-            : [...have, ...read].sort((a, b) => position(a) - position(b))
-        }
-        const omittedElsewhere = newest?.unread
         // The selection takes tens of ms for 10,000 items: the event loop turns before it and between its steps
         // (`Selection.selectYielding`; the reads before it yield too, see ThreadStore's `inChunks`).
         yield* Effect.yieldNow()
-        const selection = yield* Selection.selectYielding({
-          items,
-          budget: rawBudget,
-          threadId,
-          counter,
-          stubs: true,
-          pinned,
-          ...(omittedElsewhere === undefined ? {} : { omittedElsewhere })
-        })
-        return { owed, selection, items, omittedUnread: omittedElsewhere?.count ?? 0 } satisfies DeliveryPlan
+        const selection = yield* Selection.selectYielding({ items, budget: Calibration.rawBudget(ratio, budget), threadId, counter, stubs: true, pinned })
+        return { owed, selection, items } satisfies DeliveryPlan
       })
-
-      /**
-       * The newest runs of a long owed history `ids` (one handoff's item ids, in thread order; an `/offload` summary
-       * may come first), read newest first in pages of `newestRunsPage` ids until the user messages of the complete
-       * runs read cost `rawBudget` (Baton tokens) or more. Selection represents runs newest first and a run's user
-       * message before any run's answer or stubs (`Selection.select` with `stubs`), so those user messages alone
-       * fill the budget: no older run could have been represented beside them, and what turn start reads stops
-       * growing with the thread. Before, the first turn start after a switch read and selected over every owed item
-       * (bench/turn-start.bench.ts after a switch, p99: 35 ms at 1,000 items, 141 ms at 10,000). A history whose
-       * runs all fit is read whole, as before. The history's start (its first item, when that is a user message or
-       * a summary: the selection's "first user message") is read with the first page.
-       *
-       * Returns the items to select from (thread order) and `unread`: the owed items left out unread, by count and
-       * the seq ranges holding them (the pointer names them; the ranges may hold items that were not owed). A tool
-       * result whose call lies before the newest runs is left out with it (a delivery never separates them). When
-       * the pages reach the history's start, everything was read and `unread` is absent. `null` when the ids turn
-       * out not to be in thread order (the caller then reads every owed item). Fails with `PersistenceError`.
-       */
-      const newestRuns = (
-        ids: ReadonlyArray<ItemId>,
-        rawBudget: number,
-        position: (item: Item) => number
-      ) =>
-        Effect.gen(function*() {
-          if (!(rawBudget > 0)) return null
-          // `ids[end, length)` were read newest first, and the history's start `ids[0, 2)` with the first page.
-          let end = ids.length
-          let start: ReadonlyArray<Item> | null = null
-          let tail: Array<Item> = []
-          /** Index in `tail` of the first user message: the complete runs read start there (-1: none yet). */
-          let runsFrom = -1
-          /** Baton tokens of the user messages of the complete runs read. */
-          let userTokens = 0
-          while (end > 2 && userTokens < rawBudget) {
-            const from = Math.max(2, end - newestRunsPage)
-            const slice = ids.slice(from, end)
-            const read: ReadonlyArray<Item> = yield* store.getItems(start === null ? [ids[0]!, ids[1]!, ...slice] : slice)
-            const byId = new Map<string, Item>(read.map((i) => [i.id, i]))
-            if (start === null) start = [ids[0]!, ids[1]!].flatMap((id) => byId.get(id) ?? [])
-            const page = slice.flatMap((id) => byId.get(id) ?? [])
-            // In thread order (else the caller reads everything): the page's ids are, and the page ends before the
-            // items read so far begin.
-            for (let k = 0; k < page.length; k++) {
-              if (k > 0 && position(page[k - 1]!) >= position(page[k]!)) return null
-            }
-            if (page.length !== slice.length || (tail.length > 0 && position(page[page.length - 1]!) >= position(tail[0]!))) return null
-            end = from
-            const incomplete = (runsFrom < 0 ? tail.length : runsFrom) + page.length
-            tail = [...page, ...tail]
-            let userAt = -1
-            for (let i = 0; i < incomplete && userAt < 0; i++) if (tail[i]!.kind === "user_message") userAt = i
-            if (userAt >= 0) {
-              // The runs this page completed: from its first user message to where the complete runs began.
-              for (let i = userAt; i < incomplete; i++) if (tail[i]!.kind === "user_message") userTokens += tail[i]!.tokens
-              runsFrom = userAt
-            }
-          }
-          const first = start ?? []
-          if (tail.length > 0 && first.some((i) => position(i) >= position(tail[0]!))) return null
-          if (end <= 2) return { items: [...first, ...tail], unread: undefined }
-          const newest = tail.slice(Math.max(0, runsFrom))
-          // A result whose call is not among the newest runs stays out with its call.
-          const calls = new Set<string>()
-          for (const i of newest) if (i.kind === "tool_call" && i.toolCallId !== null) calls.add(i.toolCallId)
-          const orphan = (i: Item) => i.kind === "tool_result" && i.toolCallId !== null && !calls.has(i.toolCallId)
-          const head = first.filter((i) => i.kind === "user_message" || i.kind === "summary").slice(0, 1)
-          const items = [...head, ...newest.filter((i) => !orphan(i))]
-          const taken = new Set<string>(items.map((i) => i.id))
-          // The unread items lie between the start's and the newest runs' (the ids are in thread order); the ranges
-          // name them from the lowest item left out to just before the newest runs, and each orphan result.
-          let lowest = Number.POSITIVE_INFINITY
-          for (const i of [...first, ...tail.slice(0, Math.max(0, runsFrom))]) if (!taken.has(i.id)) lowest = Math.min(lowest, i.seq)
-          const ranges: Array<readonly [number, number]> = []
-          if (newest.length > 0 && lowest < newest[0]!.seq) ranges.push([lowest, newest[0]!.seq - 1])
-          for (const i of newest) if (orphan(i)) ranges.push([i.seq, i.seq])
-          return { items, unread: { count: ids.length - items.length, ranges } }
-        })
 
       /** Records a deferral of every owed delivery: `deferCount + 1`, the reason, one event each. */
       const defer = Effect.fn("ContextHandoffDelivery.defer")(function*(

@@ -571,21 +571,16 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               `(window ${budget.window}, used ${budget.used}, request ${budget.request}, reserve ${budget.reserve})`
           )
         }
-        // Newest first: a long owed history is read only as far back as a selection could represent it.
-        const plan = yield* delivery.plan(run.threadId, owed, budget.budget, ratio, known, true)
+        const plan = yield* delivery.plan(run.threadId, owed, budget.budget, ratio, known)
         if (plan.selection.selected.length === 0) return yield* deferAll(`no tool unit fits the budget ${budget.budget}`)
 
         const shown = new Set<string>([...plan.selection.selected.map((i) => i.id), ...plan.selection.stubbedItemIds])
         const report = {
           deliveredItems: plan.selection.selected.length,
           deliveredTokens: plan.selection.tokens,
-          omittedItems: plan.selection.omittedItemIds.length + plan.omittedUnread,
+          omittedItems: plan.selection.omittedItemIds.length,
           stubbedItems: plan.selection.stubbedItemIds.length,
-          // Older runs left unread are owed too (the handoffs' source runs name them).
-          owedRuns: new Set([
-            ...plan.items.map((i) => i.runId),
-            ...(plan.omittedUnread > 0 ? owed.flatMap((o) => o.handoff.sourceRunIds) : [])
-          ]).size,
+          owedRuns: new Set(plan.items.map((i) => i.runId)).size,
           representedRuns: new Set(plan.items.filter((i) => shown.has(i.id)).map((i) => i.runId)).size
         }
         if (adapter.injectHistory !== undefined) {
