@@ -16,10 +16,20 @@ describe("JsonIds", () => {
   })
 
   it("refuses text that is not JSON, or not an array of strings", () => {
-    for (const text of ["x", "[1]", "[\"a\", null]", "{\"a\":1}", "\"a\"", "null"]) {
+    for (const text of ["x", "[1]", "[\"a\", null]", "{\"a\":1}", "\"a\"", "null", "[[\"a\"]]", "[\"a\", [\"b\"]]", "[true]", "[{}]", "[\"a\",]", "", "5"]) {
       expect(Either.isLeft(Schema.decodeUnknownEither(fast)(text))).toBe(true)
       expect(Either.isLeft(Schema.decodeUnknownEither(walked)(text))).toBe(true)
     }
     expect(Either.isLeft(Schema.decodeUnknownEither(fast)(5))).toBe(true)
+    expect(Either.isLeft(Schema.decodeUnknownEither(fast)(null))).toBe(true)
+    // The failure is a ParseError (the repositories' typed decode failure), never a thrown exception.
+    const failure = Schema.decodeUnknownEither(fast)("[\"a\", 1]")
+    expect(Either.isLeft(failure) && failure.left._tag).toBe("ParseError")
+    expect(Either.isLeft(Schema.encodeUnknownEither(fast)([1]))).toBe(true)
+  })
+
+  it("decodes very long ids and long lists", () => {
+    const ids = ["x".repeat(200_000), ...Array.from({ length: 20_000 }, (_, i) => `itm_${i}`)]
+    expect(Schema.decodeUnknownSync(fast)(JSON.stringify(ids))).toEqual(ids)
   })
 })
