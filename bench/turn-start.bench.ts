@@ -28,7 +28,13 @@
  * database), `BENCH_RUNS` (measured runs per size, default 200), `BENCH_STATEMENTS=1` (also print each phase's
  * statements by total time), `BENCH_ITEM_CHUNKS=1` (replay the provider's turn to Baton one event per stream chunk,
  * as a provider that streams item by item with pauses between items; by default the played turn is replayed as
- * one chunk, as a provider that delivers the turn's items together).
+ * one chunk, as a provider that delivers the turn's items together), `BENCH_HEAP_PHASES=1` (also print the bytes
+ * allocated per phase), `BENCH_HEAPPROF=<prefix>` (write a sampling heap profile of the measured turns, objects
+ * collected since included, to `<prefix>.<size>.heapprofile`; `BENCH_HEAPPROF_LIVE=1`: only the objects still live).
+ *
+ * Allocation: "allocated per turn" is the growth of V8's used heap across the measured `sendMessage` (the median
+ * over the turns no GC ran inside; a turn with a GC in it is left out). It includes what the scripted provider and
+ * this bench's tracer allocate (about 600 KiB of a quiet turn is the provider's: `BENCH_HEAP_PHASES=1`, `provider`).
  *
  * Run: `npx tsx bench/turn-start.bench.ts` from the repository root.
  */
@@ -40,13 +46,27 @@ import { Effect, Option, Stream, Tracer } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import * as Inspector from "node:inspector"
 import { performance, PerformanceObserver } from "node:perf_hooks"
+import * as V8 from "node:v8"
 
 const sizes = (process.env.BENCH_SIZES ?? "100,1000,10000,100000").split(",").map(Number)
 const dialect = process.env.BENCH_DIALECT === "postgres" ? "postgres" : "sqlite"
 const measured = Number(process.env.BENCH_RUNS ?? 200)
 const listStatements = process.env.BENCH_STATEMENTS === "1"
 const itemChunks = process.env.BENCH_ITEM_CHUNKS === "1"
+const heapProfile = process.env.BENCH_HEAPPROF
+const heapLive = process.env.BENCH_HEAPPROF_LIVE === "1"
+const heapPhases = process.env.BENCH_HEAP_PHASES === "1"
+
+/** Samples the measured turns' allocations (objects collected since included) into `BENCH_HEAPPROF`. */
+const inspector = heapProfile === undefined ? undefined : (() => {
+  const session = new Inspector.Session()
+  session.connect()
+  const post = (method: string, params?: object) =>
+    new Promise<unknown>((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))))
+  return { post }
+})()
 
 const phases = ["accept", "queue", "claim", "prepare", "begin", "completion", "receipt"] as const
 type Phase = typeof phases[number] | "provider" | "idle"
@@ -57,16 +77,26 @@ const clock = {
   since: 0,
   ms: new Map<Phase, number>(),
   statements: new Map<Phase, number>(),
+  /** Bytes allocated per phase (V8 heap used size deltas; a GC inside a phase makes its figure meaningless). */
+  bytes: new Map<Phase, number>(),
+  heap: 0,
   texts: new Map<string, { count: number; ms: number }>(),
   enter(next: Phase) {
     const now = performance.now()
     this.ms.set(this.phase, (this.ms.get(this.phase) ?? 0) + now - this.since)
+    if (heapPhases) {
+      const heap = V8.getHeapStatistics().used_heap_size
+      this.bytes.set(this.phase, (this.bytes.get(this.phase) ?? 0) + heap - this.heap)
+      this.heap = heap
+    }
     this.phase = next
-    this.since = now
+    this.since = performance.now()
   },
   reset() {
     this.ms.clear()
     this.statements.clear()
+    this.bytes.clear()
+    this.heap = V8.getHeapStatistics().used_heap_size
     this.texts.clear()
     this.phase = "idle"
     this.since = performance.now()
@@ -176,9 +206,12 @@ interface Sample {
   readonly total: number
   readonly ms: ReadonlyMap<Phase, number>
   readonly statements: ReadonlyMap<Phase, number>
+  readonly bytes_: ReadonlyMap<Phase, number>
   /** When the measured `sendMessage` started and ended (`performance.now()`), to find the GC pauses inside it. */
   readonly from: number
   readonly to: number
+  /** Bytes allocated on the V8 heap during the turn (its used size after minus before; NaN when a GC ran inside). */
+  readonly bytes: number
 }
 
 /** Every garbage collection pause of the run (start and duration, ms): the slowest samples say how much was GC. */
@@ -205,11 +238,17 @@ const report = (label: string, samples: ReadonlyArray<Sample>) => {
   const slowPhases = phases.map((p) => `${p} ${fmt(slowest.ms.get(p) ?? 0)}/${slowest.statements.get(p) ?? 0}`).join(" ")
   const gc = gcIn(slowest)
   const gcTotals = samples.map((s) => gcIn(s).ms)
+  const quiet = samples.filter((s, i) => gcTotals[i] === 0 && !Number.isNaN(s.bytes))
+  const bytes = quiet.map((s) => s.bytes)
+  const phaseBytes = heapPhases && quiet.length > 0
+    ? `\n    KiB per phase (median of turns without GC): ${(["provider", ...phases] as const).map((p) => `${p} ${(median(quiet.map((s) => s.bytes_.get(p) ?? 0)) / 1024).toFixed(0)}`).join(" ")}`
+    : ""
   return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms, ` +
     `statements median ${median(statements)} (max ${Math.max(...statements)}); per phase ms/statements: ${byPhase}` +
     `\n    slowest ${fmt(slowest.total)} ms (GC ${fmt(gc.ms)} ms${gc.kinds === "" ? "" : `, kinds ${gc.kinds}`}): ${slowPhases}` +
     `\n    GC inside a turn: median ${fmt(median(gcTotals))} ms, p99 ${fmt(quantile(gcTotals, 0.99))} ms; ` +
-    `without it: p99 ${fmt(quantile(samples.map((s, i) => s.total - gcTotals[i]!), 0.99))} ms`
+    `without it: p99 ${fmt(quantile(samples.map((s, i) => s.total - gcTotals[i]!), 0.99))} ms; ` +
+    `allocated per turn: median ${bytes.length === 0 ? "n/a" : `${(median(bytes) / 1024).toFixed(0)} KiB`} (of ${bytes.length} turns without GC)` + phaseBytes
 }
 
 for (const size of sizes) {
@@ -255,19 +294,29 @@ for (const size of sizes) {
       }
       h.script.enqueue(runResponse(runsToBuild + i))
       const command = Commands.SendMessage.make({ commandId: cid(), threadId, text: `Measured step ${i}.` })
+      if (i === 0 && inspector !== undefined) {
+        yield* Effect.promise(() => inspector.post("HeapProfiler.enable"))
+        yield* Effect.promise(() => inspector.post("HeapProfiler.startSampling", { samplingInterval: 1024, includeObjectsCollectedByMajorGC: !heapLive, includeObjectsCollectedByMinorGC: !heapLive }))
+      }
       clock.reset()
+      const heapBefore = V8.getHeapStatistics().used_heap_size
       const from = performance.now()
       clock.enter("accept")
       yield* service.sendMessage(command)
       clock.enter("idle")
       const to = performance.now()
+      const heapAfter = V8.getHeapStatistics().used_heap_size
       const ms = new Map(clock.ms)
       const total = phases.reduce((t, p) => t + (ms.get(p) ?? 0), 0)
-      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements), from, to })
+      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements), bytes_: new Map(clock.bytes), from, to, bytes: heapAfter >= heapBefore ? heapAfter - heapBefore : Number.NaN })
       if (listStatements && i >= measured - 2) {
         console.log(switching ? "statements of the last turn after a switch:" : "statements of the last turn with nothing owed:")
         for (const [key, t] of [...clock.texts].sort((a, b) => b[1].ms - a[1].ms)) console.log(`  ${t.count}x ${fmt(t.ms)} ms ${key}`)
       }
+    }
+    if (inspector !== undefined) {
+      const { profile } = (yield* Effect.promise(() => inspector.post("HeapProfiler.stopSampling"))) as { profile: unknown }
+      Fs.writeFileSync(`${heapProfile}.${size}.heapprofile`, JSON.stringify(profile))
     }
     return { plain, owed, buildMs, switches }
   })
