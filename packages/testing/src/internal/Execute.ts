@@ -241,8 +241,13 @@ export const buildInOrder = (
   Effect.gen(function*() {
     memoMap ??= yield* Layer.makeMemoMap
     let context = base
+    // The layers' errors and requirements differ from one to the next, so they are `unknown` here: each is given
+    // what the layers before it built (one missing is a defect, "Service not found"), and a failure is a defect.
+    // @effect-diagnostics-next-line anyUnknownInErrorContext:off
     for (const layer of layers) {
+      // @effect-diagnostics-next-line anyUnknownInErrorContext:off
       const built = Effect.provide(Layer.buildWithMemoMap(layer, memoMap, scope), context) as Effect.Effect<Context.Context<never>, unknown>
+      // @effect-diagnostics-next-line anyUnknownInErrorContext:off
       context = Context.merge(context, yield* Effect.orDie(built))
     }
     return context
@@ -442,7 +447,10 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       if (keepConnection) {
         if (connection === null) connection = yield* connect
         base = Context.merge(base, connection.context) as Context.Context<never>
-      } else layers = [database(file), ...layers]
+      } else {
+        // @effect-diagnostics-next-line anyUnknownInErrorContext:off
+        layers = [database(file), ...layers]
+      }
       context = (yield* buildInOrder(layers, base, s)) as Context.Context<Services>
       // The audit's tables and triggers are in the database from the template (or the first incarnation) on.
       if (!keepConnection) yield* Effect.provide(Checks.reconnectAudit, context).pipe(Effect.orDie)
