@@ -348,7 +348,13 @@ export const layer = (options: GatewayOptions) =>
           const bytes = yield* Effect.either(readBody(request, options.maxBodyBytes))
           if (bytes._tag === "Left") return dialect.refuse("invalid", "the body could not be read")
           if (bytes.right === null) {
-            return dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
+            // The connection is closed after the refusal: a body still coming when the drain gave up was otherwise read
+            // and discarded by node for as long as the client sent it (the connection kept alive for the next request).
+            return HttpServerResponse.setHeader(
+              dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`),
+              "connection",
+              "close"
+            )
           }
           const body = bytes.right
           // Parsed with the scope's previous bodies where it shares their bytes (`GatewayBody`): the same value.

@@ -87,4 +87,38 @@ describe("Gateway", () => {
         expect(upstream.requests.length).toBe(0)
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 60_000)
+
+  it.live("after that 413 the connection is closed: a client still sending is not read on and on", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }], maxBodyBytes: 65_536 }
+      })
+      return yield* Effect.gen(function*() {
+        const server = yield* HttpServer.HttpServer
+        const port = (server.address as HttpServer.TcpAddress).port
+        // Resolves with the answer's first line once the server has closed the connection (the client keeps sending).
+        const closed = yield* Effect.async<string>((resume) => {
+          const socket = Net.connect(port, "127.0.0.1", () => {
+            socket.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: ${adminToken}\r\nTransfer-Encoding: chunked\r\n\r\n`)
+          })
+          const chunk = "x".repeat(16_384)
+          const feed = setInterval(() => socket.writable && socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`), 20)
+          let answer = ""
+          socket.on("data", (data) => void (answer += data.toString("latin1")))
+          const done = () => {
+            clearInterval(feed)
+            resume(Effect.succeed(answer.slice(0, answer.indexOf("\r\n"))))
+          }
+          socket.once("end", done)
+          socket.once("close", done)
+          socket.on("error", () => undefined)
+          return Effect.sync(() => {
+            clearInterval(feed)
+            socket.destroy()
+          })
+        }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new NoAnswer({ declared: -1 }) }))
+        expect(closed).toBe("HTTP/1.1 413 Payload Too Large")
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), 60_000)
 })
