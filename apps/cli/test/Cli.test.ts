@@ -145,6 +145,25 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
+  it("serve on a SQLite file it cannot open (a directory, a file that is not SQLite): one `baton:` line, exit 2", async () => {
+    const dir = tmp()
+    const notSqlite = Path.join(dir, "notes.txt")
+    Fs.writeFileSync(notSqlite, "these are not the droids\n".repeat(100))
+    const [directory, text] = await Promise.all([
+      baton(["serve", "--port", "0", "--db", dir, "--data-dir", dir]),
+      baton(["serve", "--port", "0", "--db", notSqlite, "--data-dir", dir])
+    ])
+    const lastLine = (t: string) => t.trim().split("\n").at(-1)
+    expect([directory.code, directory.stdout, lastLine(directory.stderr)]).toEqual([
+      2,
+      "",
+      `baton: storage error in database.open: cannot open ${dir} as a SQLite database (unable to open database file)`
+    ])
+    expect([text.code, text.stdout]).toEqual([2, ""])
+    expect(lastLine(text.stderr)).toMatch(/^baton: storage error in database\.open: cannot open .*notes\.txt as a SQLite database \(file is not a database\)$/)
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   it("demo without the sample transcripts says so in one line, shows where one's own sessions are, exits 2", async () => {
     const dir = tmp()
     const samples = Path.join(dir, "transcripts")
