@@ -129,7 +129,7 @@ describe("baton (process)", () => {
     const port = (holder.address() as Net.AddressInfo).port
     const [taken, noDatabase] = await Promise.all([
       baton(["serve", "--port", String(port), "--data-dir", dir]),
-      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test"])
+      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test", "--data-dir", dir])
     ])
     await new Promise<void>((resolve) => holder.close(() => resolve()))
     const lastLine = (text: string) => text.trim().split("\n").at(-1)
