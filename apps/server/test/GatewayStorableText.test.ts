@@ -106,6 +106,12 @@ describe("Gateway: text that cannot be stored as sent", () => {
             ["responses \uFFFD prompt", "responses \uFFFD answer"],
             ["chat \uFFFD prompt", "chat \uFFFD answer"]
           ])
+          // Without a session the title shows the start of the key's fingerprint, not of the wire's name
+          // (`Agent conversation -respons`, `Agent conversation -chat:st`).
+          expect(threads.map((t) => t.title)).toEqual([
+            expect.stringMatching(/^Agent conversation [0-9a-f]{8}$/),
+            expect.stringMatching(/^Agent conversation [0-9a-f]{8}$/)
+          ])
         }), dialect), 60_000)
 
     it.live(`${dialect}: a NUL in the session key or the model: the conversation is recorded (title, key, model as U+FFFD)`, () =>

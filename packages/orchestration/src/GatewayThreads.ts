@@ -829,7 +829,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const title = parent !== null && request.session !== null
           ? `${request.agent} sub-agent ${titlePart(request.session)} (of ${titlePart(parent)})`
           : request.session === null
-          ? `${request.agent} conversation ${key.slice(6, 14)}`
+          // The fingerprint's first 8 characters, after the key's `start:` (which a wire other than Anthropic's
+          // prefixes with its name: `key.slice(6, 14)` titled them `-respons` and `-chat:st`).
+          ? `${request.agent} conversation ${key.slice(key.indexOf("start:") + 6).slice(0, 8)}`
           : `${request.agent} session ${titlePart(request.session)}`
         const thread: Thread = { id: ids.next("thr") as ThreadId, title, activeProviderThreadId: null, createdAt: now, updatedAt: now }
         yield* store.insertThread(thread)
