@@ -129,7 +129,7 @@ describe("baton (process)", () => {
     const port = (holder.address() as Net.AddressInfo).port
     const [taken, noDatabase] = await Promise.all([
       baton(["serve", "--port", String(port), "--data-dir", dir]),
-      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test"])
+      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test", "--data-dir", dir])
     ])
     await new Promise<void>((resolve) => holder.close(() => resolve()))
     const lastLine = (text: string) => text.trim().split("\n").at(-1)
@@ -142,6 +142,25 @@ describe("baton (process)", () => {
     expect(lastLine(noDatabase.stderr)).toBe(
       "baton: storage error in database.connect: cannot connect to postgres://postgres@127.0.0.1:1/test: ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1"
     )
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
+  it("serve on a SQLite file it cannot open (a directory, a file that is not SQLite): one `baton:` line, exit 2", async () => {
+    const dir = tmp()
+    const notSqlite = Path.join(dir, "notes.txt")
+    Fs.writeFileSync(notSqlite, "these are not the droids\n".repeat(100))
+    const [directory, text] = await Promise.all([
+      baton(["serve", "--port", "0", "--db", dir, "--data-dir", dir]),
+      baton(["serve", "--port", "0", "--db", notSqlite, "--data-dir", dir])
+    ])
+    const lastLine = (t: string) => t.trim().split("\n").at(-1)
+    expect([directory.code, directory.stdout, lastLine(directory.stderr)]).toEqual([
+      2,
+      "",
+      `baton: storage error in database.open: cannot open ${dir} as a SQLite database (unable to open database file)`
+    ])
+    expect([text.code, text.stdout]).toEqual([2, ""])
+    expect(lastLine(text.stderr)).toMatch(/^baton: storage error in database\.open: cannot open .*notes\.txt as a SQLite database \(file is not a database\)$/)
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 

@@ -59,6 +59,7 @@ import { TokenCounter } from "@baton/context"
 import { ProviderFailure } from "@baton/providers"
 import { Cause, Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
+import { drain } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
@@ -343,12 +344,25 @@ export const layer = (options: GatewayOptions) =>
           }
           const declared = request.headers["content-length"]
           if (declared !== undefined && Number(declared) > options.maxBodyBytes) {
-            return dialect.refuse("too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
+            // Drained (bounded, as the API's guard does) and then the connection closed: answered at once and kept
+            // alive, the body was read and discarded by node for as long as the client sent it (a declared gigabyte).
+            yield* drain(request)
+            return HttpServerResponse.setHeader(
+              dialect.refuse("too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`),
+              "connection",
+              "close"
+            )
           }
           const bytes = yield* Effect.either(readBody(request, options.maxBodyBytes))
           if (bytes._tag === "Left") return dialect.refuse("invalid", "the body could not be read")
           if (bytes.right === null) {
-            return dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
+            // The connection is closed after the refusal: a body still coming when the drain gave up was otherwise read
+            // and discarded by node for as long as the client sent it (the connection kept alive for the next request).
+            return HttpServerResponse.setHeader(
+              dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`),
+              "connection",
+              "close"
+            )
           }
           const body = bytes.right
           // Parsed with the scope's previous bodies where it shares their bytes (`GatewayBody`): the same value.

@@ -41,8 +41,8 @@ import {
   UnsupportedMediaType
 } from "@baton/contracts"
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Effect, Option, Schema } from "effect"
+import { drain } from "./BodyDrain.js"
 import { isGatewayPath } from "./Gateway.js"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
@@ -174,47 +174,6 @@ export const nestingDepth = (text: string) => {
   }
   return deepest
 }
-
-/** How much of a refused body is read and discarded before answering, in bytes past the limit. */
-const drainCapBytes = 64 * 1024 * 1024
-/** How long a refused body is drained before answering anyway, in milliseconds. */
-const drainTimeoutMs = 5_000
-
-/**
- * Reads and discards what is left of a request body (at most `drainCapBytes`, for at most `drainTimeoutMs`), so
- * that the refusal sent next reaches the client: closing a socket with unread data resets the connection and the
- * client may lose the answer. The deadline is a timer of its own, not `Effect.timeout`: the request's fiber runs
- * uninterruptibly here, so a timeout waited for the drain to end, and a client that declared a body over the limit
- * and sent less was never answered (new user r35; BodyLimitSlow.test.ts).
- */
-const drain = (request: HttpServerRequest.HttpServerRequest) =>
-  Effect.async<void>((resume) => {
-    const source = NodeHttpServerRequest.toIncomingMessage(request)
-    if (source.readableEnded || source.destroyed) return resume(Effect.void)
-    let bytes = 0
-    const onData = (chunk: Buffer) => {
-      bytes += chunk.length
-      if (bytes > drainCapBytes) finish()
-    }
-    const stop = () => {
-      clearTimeout(deadline)
-      source.off("data", onData)
-      source.off("end", finish)
-      source.off("error", finish)
-      source.off("close", finish)
-    }
-    const finish = () => {
-      stop()
-      resume(Effect.void)
-    }
-    const deadline = setTimeout(finish, drainTimeoutMs)
-    source.on("data", onData)
-    source.once("end", finish)
-    source.once("error", finish)
-    source.once("close", finish)
-    source.resume()
-    return Effect.sync(stop)
-  })
 
 /** A refusal sent after draining the body; the connection is closed after it. */
 const refuse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>

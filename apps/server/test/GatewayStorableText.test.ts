@@ -106,6 +106,40 @@ describe("Gateway: text that cannot be stored as sent", () => {
             ["responses \uFFFD prompt", "responses \uFFFD answer"],
             ["chat \uFFFD prompt", "chat \uFFFD answer"]
           ])
+          // Without a session the title shows the start of the key's fingerprint, not of the wire's name
+          // (`Agent conversation -respons`, `Agent conversation -chat:st`).
+          expect(threads.map((t) => t.title)).toEqual([
+            expect.stringMatching(/^Agent conversation [0-9a-f]{8}$/),
+            expect.stringMatching(/^Agent conversation [0-9a-f]{8}$/)
+          ])
+        }), dialect), 60_000)
+
+    it.live(`${dialect}: a NUL in the session key or the model: the conversation is recorded (title, key, model as U+FFFD)`, () =>
+      withGateway((upstream) =>
+        Effect.gen(function*() {
+          // Codex's session may come from the body (`prompt_cache_key`) and the model is the agent's own string: both
+          // can hold any JSON string; a routed model matches `gpt-*` whatever follows.
+          const send = () =>
+            raw(HttpClientRequest.post("/v1/responses").pipe(
+              HttpClientRequest.setHeaders({ accept: "text/event-stream", authorization: `Bearer ${adminToken}` }),
+              HttpClientRequest.bodyText(JSON.stringify({
+                model: "gpt-\u0000x",
+                stream: true,
+                prompt_cache_key: "key \u0000 \ud800",
+                input: [{ type: "message", role: "user", content: [{ type: "input_text", text: "hello" }] }]
+              }), "application/json")
+            ))
+          upstream.enqueue(ModelApi.answer("openai-responses", "first", usage))
+          expect((yield* send()).status).toBe(200)
+          const api = yield* client()
+          const threads = (yield* api.threads.list({ urlParams: {} })).threads
+          expect(threads.map((t) => t.title)).toEqual(["Agent session key \uFFFD \uFFFD"])
+          const runs = (yield* api.runs.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).runs
+          expect(runs.map((r) => [r.status, r.prompt])).toEqual([["completed", "hello"]])
+          // The same session again is the same conversation (its key is found as it was stored).
+          upstream.enqueue(ModelApi.answer("openai-responses", "second", usage))
+          expect((yield* send()).status).toBe(200)
+          expect((yield* api.threads.list({ urlParams: {} })).threads.map((t) => t.id)).toEqual([threads[0]!.id])
         }), dialect), 60_000)
   }
 })

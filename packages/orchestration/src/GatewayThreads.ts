@@ -62,6 +62,8 @@ const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "obj
  * lone surrogate). An id that came in a header is the header's bytes read as Latin-1 (Node's parser), so an agent's
  * UTF-8 id (`sess-日本`) arrived as mojibake (`sess-æ\u0097¥æ\u009c¬`): bytes that are valid UTF-8 are read as
  * UTF-8; anything else is kept as it came. The conversation's key is the id as received (this is only its title).
+ * A NUL or a lone surrogate (an id from a body's JSON, `prompt_cache_key`, may hold any) is U+FFFD
+ * (`Text.toStorableText`): Postgres refused the thread's record and the conversation was lost.
  */
 export const titlePart = (session: string): string => {
   let text = session
@@ -73,7 +75,7 @@ export const titlePart = (session: string): string => {
       text = session
     }
   }
-  return Array.from(text).slice(0, 36).join("")
+  return Text.toStorableText(Array.from(text).slice(0, 36).join(""))
 }
 
 /** `value` as JSON with object keys sorted at every level: the same value always gives the same text. */
@@ -349,12 +351,14 @@ export const makePrintCache = (capacity = 256) => {
  * The key of the conversation a request belongs to: `session:<header>:<system fingerprint>` when the agent sent a
  * session header (Claude Code's `x-claude-code-session-id`, Codex's `thread-id`), else `start:<fingerprint of system
  * + first message>`. The keys of a wire other than Anthropic's carry its name (`openai-responses:session:…`), so two
- * protocols never share a conversation.
+ * protocols never share a conversation. The session as it can be stored (`Text.toStorableText` of its first 200 UTF-16
+ * code units: a NUL from a body's `prompt_cache_key`, or a cut inside a surrogate pair, failed the key's record on
+ * Postgres).
  */
 export const conversationKey = (session: string | null, system: unknown, messages: ReadonlyArray<unknown>, wire: Wire = anthropicMessages): string => {
   const systemPrint = systemPrintOf(wire, system)
   const prefix = wire.name === "anthropic-messages" ? "" : `${wire.name}:`
-  if (session !== null && session !== "") return `${prefix}session:${session.slice(0, 200)}:${systemPrint}`
+  if (session !== null && session !== "") return `${prefix}session:${Text.toStorableText(session.slice(0, 200))}:${systemPrint}`
   return `${prefix}start:${hashText(systemPrint + (messages[0] === undefined ? "" : fingerprintOf(wire, messages[0])))}`
 }
 
@@ -825,7 +829,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const title = parent !== null && request.session !== null
           ? `${request.agent} sub-agent ${titlePart(request.session)} (of ${titlePart(parent)})`
           : request.session === null
-          ? `${request.agent} conversation ${key.slice(6, 14)}`
+          // The fingerprint's first 8 characters, after the key's `start:` (which a wire other than Anthropic's
+          // prefixes with its name: `key.slice(6, 14)` titled them `-respons` and `-chat:st`).
+          ? `${request.agent} conversation ${key.slice(key.indexOf("start:") + 6).slice(0, 8)}`
           : `${request.agent} session ${titlePart(request.session)}`
         const thread: Thread = { id: ids.next("thr") as ThreadId, title, activeProviderThreadId: null, createdAt: now, updatedAt: now }
         yield* store.insertThread(thread)
@@ -859,7 +865,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             id: ids.next("pth") as ProviderThread["id"],
             threadId,
             providerInstance: request.providerInstance,
-            model: request.model,
+            // The agent's model string as it can be stored (any JSON string matches a route such as `gpt-*`).
+            model: Text.toStorableText(request.model),
             contextWindow: request.contextWindow,
             activeNativeThreadId: null,
             syncedRunSeq: 0,

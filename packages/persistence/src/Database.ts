@@ -15,7 +15,7 @@ import type * as ConfigError from "effect/ConfigError"
 import type { YieldWrap } from "effect/Utils"
 import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
-import { Config, Context, Data, Duration, Effect, Layer, Option, Redacted, Schedule, String as Str } from "effect"
+import { Cause, Config, Context, Data, Duration, Effect, Layer, Option, Redacted, Schedule, String as Str } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as Migrations from "./Migrations.js"
@@ -74,8 +74,24 @@ export class MigrationsIncomplete extends Data.TaggedError("MigrationsIncomplete
 }> {}
 
 /**
+ * `PersistenceError` (`database.open`) for a SQLite file the driver cannot open: better-sqlite3 throws from its
+ * constructor and its first pragma (a directory, a file that is not SQLite), which was a defect (`baton serve`
+ * printed "unexpected failure: SqliteError: …" and exited 1). Any other cause is passed on.
+ */
+const openError = (filename: string) => <E>(cause: Cause.Cause<E>): Layer.Layer<unknown, E | PersistenceError> =>
+  Option.match(Cause.dieOption(cause), {
+    onNone: () => Layer.failCause(cause),
+    onSome: (defect) =>
+      Layer.fail(new PersistenceError({
+        operation: "database.open",
+        detail: `cannot open ${filename} as a SQLite database (${defect instanceof Error ? defect.message : String(defect)})`
+      }))
+  })
+
+/**
  * A SQLite client on `filename` (`:memory:` allowed) with migrations applied. Creates the parent directory.
- * Fails with `SqlError`/`MigrationError` when the file cannot be opened or migrated.
+ * Fails with `PersistenceError` (`database.open`) when the file cannot be opened (its directory not created, a
+ * directory, not a SQLite file), `SqlError`/`MigrationError` when it cannot be migrated.
  */
 export const layerSqlite = (filename: string): Layer.Layer<SqlClient.SqlClient, DatabaseError> =>
   Layer.scopedDiscard(Effect.gen(function*() {
@@ -96,7 +112,7 @@ export const layerSqlite = (filename: string): Layer.Layer<SqlClient.SqlClient, 
       Layer.unwrapEffect(Effect.sync(() => {
         if (filename !== ":memory:") Fs.mkdirSync(Path.dirname(Path.resolve(filename)), { recursive: true })
         return SqliteClient.layer({ filename, ...names })
-      }))
+      })).pipe(Layer.catchAllCause(openError(filename)))
     )
   )
 
