@@ -47,7 +47,7 @@ import { DateTime, Effect, FiberRef, Option, Schema } from "effect"
 import { EventIds } from "./EventIds.js"
 import { isContention, orPersistence } from "./internal/errors.js"
 import { decodeEvents, encodesToItself, stringifyFaithful } from "./internal/EventRows.js"
-import { Count } from "./internal/Rows.js"
+import { Count, JsonSamples } from "./internal/Rows.js"
 import { pendingEvents } from "./UnitOfWork.js"
 import { migrations } from "./Migrations.js"
 import * as Table from "./internal/Table.js"
@@ -76,7 +76,7 @@ export const ProviderCalibration = Schema.Struct({
   ratio: Schema.Number,
   samples: Schema.Int,
   weight: Schema.Int,
-  recent: Schema.parseJson(Schema.Array(Schema.Struct({ ratio: Schema.Number, tokens: Schema.Number }))),
+  recent: JsonSamples,
   updatedAt: Schema.DateTimeUtc
 })
 export type ProviderCalibration = typeof ProviderCalibration.Type

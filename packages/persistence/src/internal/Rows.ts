@@ -33,3 +33,57 @@ export const JsonIds = <A extends string>(id: Schema.Schema<A, string>) =>
 
 /** A count column: SQLite returns numbers, Postgres may return bigint strings for aggregates. */
 export const Count = Schema.Union(Schema.Number, Schema.NumberFromString)
+
+/** One accepted calibration sample: `ratio` provider tokens per Baton token, `tokens` Baton tokens it measured. */
+export interface CalibrationSample {
+  readonly ratio: number
+  readonly tokens: number
+}
+
+/** The reference codec of a calibration's `recent` column: what `JsonSamples` decodes and encodes as. */
+export const JsonSamplesWalked = Schema.parseJson(Schema.Array(Schema.Struct({ ratio: Schema.Number, tokens: Schema.Number })))
+const decodeSamplesWalked = ParseResult.decodeUnknown(JsonSamplesWalked)
+const encodeSamplesWalked = ParseResult.encodeUnknown(JsonSamplesWalked)
+
+const isSamples = (u: unknown): u is ReadonlyArray<CalibrationSample> =>
+  Array.isArray(u) &&
+  u.every((s: unknown) =>
+    typeof s === "object" && s !== null && typeof (s as Record<string, unknown>).ratio === "number" &&
+    typeof (s as Record<string, unknown>).tokens === "number"
+  )
+
+/**
+ * The `recent` samples of a provider calibration, a JSON array of `{ratio, tokens}` in a TEXT column (read at every
+ * turn start with the native thread, `getNativeThreadSession`). Decodes what `JsonSamplesWalked`
+ * (`Schema.parseJson(Schema.Array(Schema.Struct({ratio: Number, tokens: Number})))`) decodes, to the same values:
+ * plainly well-formed text (a JSON array of plain objects whose `ratio` and `tokens` are numbers) is decoded by hand,
+ * `JSON.parse` and `typeof` checks, each sample copied to `{ratio, tokens}` (other keys dropped, as `Schema.Struct`
+ * does); anything else goes through `JsonSamplesWalked`, so a malformed row fails with its `ParseError` as before.
+ * The walk cost about 59 KiB per turn start. Encodes through `JsonSamplesWalked`.
+ */
+export const JsonSamples = Schema.transformOrFail(
+  Schema.String,
+  Schema.declare(isSamples, { identifier: "JsonSamples" }),
+  {
+    // Not strict: the walked decode's value is `unknown` to the compiler until the declaration's check takes it.
+    strict: false,
+    decode: (text, options) => {
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(text)
+      } catch {
+        return decodeSamplesWalked(text, options)
+      }
+      if (!Array.isArray(parsed)) return decodeSamplesWalked(text, options)
+      const samples: Array<CalibrationSample> = []
+      for (const s of parsed as ReadonlyArray<unknown>) {
+        if (typeof s !== "object" || s === null || Array.isArray(s)) return decodeSamplesWalked(text, options)
+        const { ratio, tokens } = s as Record<string, unknown>
+        if (typeof ratio !== "number" || typeof tokens !== "number") return decodeSamplesWalked(text, options)
+        samples.push({ ratio, tokens })
+      }
+      return ParseResult.succeed(samples)
+    },
+    encode: (samples, options) => encodeSamplesWalked(samples, options)
+  }
+)
