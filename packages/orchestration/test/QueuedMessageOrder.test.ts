@@ -116,4 +116,61 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
       expect(yield* o.check(threadId, h)).toEqual([])
     }).pipe(Effect.scoped, Effect.provide(layer))
   })
+
+  // Skipped: fails today (the log reads A's prompt, A's assistant message, B's prompt, A's call, A's result).
+  // Found by a tester: run A waits on a client tool call, B is queued behind it; B is interrupted, then A. A run that
+  // leaves `queued` records its prompt in the same unit of work (RunLifecycle.update, "when it starts, or ends without
+  // starting"), so B's prompt takes its seq at B's interrupt; A's call is held in its tool wait (ClientToolWaits: the
+  // record never holds a call without its result) and recorded with its error result only at A's interrupt. The
+  // fix (lead's call: it changes RunLifecycle's rule and adds a statement to every run's end, TurnStatements 25 -> 26):
+  // a run that ends without starting while a run ahead of it is unfinished leaves its prompt owed, and every run's
+  // end records the owed prompts of the runs after it up to the next unfinished one (see the hunit report).
+  it.live.skip("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
+    const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
+    const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
+    return Effect.gen(function*() {
+      const service = yield* ThreadService.ThreadService
+      const driver = yield* RunDriver.RunDriver
+      const store = yield* ThreadStore
+      const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({
+        commandId: cid(),
+        title: "order",
+        providerInstance: "claude" as Commands.CreateThread["providerInstance"],
+        tools: [readFile]
+      }))
+      h.script.enqueue({
+        items: [
+          Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
+          Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
+        ]
+      })
+      h.script.enqueue({ items: [Harness.produced("assistant_message", "Next answered.", { messageId: "msg_n" })] })
+      const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
+      yield* untilWaitingOn(a.runId, "call_a")
+      const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
+      expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: b.runId }))).status).toBe("interrupted")
+      expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: a.runId }))).status).toBe("interrupted")
+
+      const label = (runId: RunId | null) => runId === a.runId ? "A" : runId === b.runId ? "B" : "C"
+      const listed = (items: ReadonlyArray<{ readonly runId: RunId | null; readonly kind: string; readonly text: string; readonly toolCallId: string | null }>) =>
+        items.map((i) => [label(i.runId), i.kind, i.kind === "tool_result" || i.kind === "tool_call" ? i.toolCallId : i.text])
+      const interruptedUnit = [
+        ["A", "user_message", "Read a.ts"],
+        ["A", "assistant_message", "Reading."],
+        ["A", "tool_call", "call_a"],
+        ["A", "tool_result", "call_a"],
+        ["B", "user_message", "Then summarise it."]
+      ]
+      expect(listed(yield* store.listItems(threadId))).toEqual(interruptedUnit)
+
+      // The thread goes on: the next run's prompt follows, and the record holds.
+      const next = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Go on." }))
+      expect((yield* driver.awaitRun(next.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+      const items = yield* store.listItems(threadId)
+      expect(listed(items)).toEqual([...interruptedUnit, ["C", "user_message", "Go on."], ["C", "assistant_message", "Next answered."]])
+      expect(items.map((i) => i.seq)).toEqual(items.map((_, k) => k + 1))
+      const o = yield* Harness.ops
+      expect(yield* o.check(threadId, h)).toEqual([])
+    }).pipe(Effect.scoped, Effect.provide(layer))
+  })
 })
