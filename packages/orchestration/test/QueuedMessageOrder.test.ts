@@ -117,15 +117,11 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
     }).pipe(Effect.scoped, Effect.provide(layer))
   })
 
-  // Skipped: fails today (the log reads A's prompt, A's assistant message, B's prompt, A's call, A's result).
-  // Found by a tester: run A waits on a client tool call, B is queued behind it; B is interrupted, then A. A run that
-  // leaves `queued` records its prompt in the same unit of work (RunLifecycle.update, "when it starts, or ends without
-  // starting"), so B's prompt takes its seq at B's interrupt; A's call is held in its tool wait (ClientToolWaits: the
-  // record never holds a call without its result) and recorded with its error result only at A's interrupt. The
-  // fix (lead's call: it changes RunLifecycle's rule and adds a statement to every run's end, TurnStatements 25 -> 26):
-  // a run that ends without starting while a run ahead of it is unfinished leaves its prompt owed, and every run's
-  // end records the owed prompts of the runs after it up to the next unfinished one (see the hunit report).
-  it.live.skip("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
+  // Found by a tester (r35): run A waits on a client tool call, B is queued behind it; B is interrupted, then A. The
+  // log read A's prompt, A's assistant message, B's prompt, A's call, A's result: B's prompt took its seq at B's
+  // interrupt, while A's call is held in its tool wait (the record never holds a call without its result) and recorded
+  // with its error result only at A's interrupt, so A's tool unit was split and fell in B's run.
+  it.live("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
     const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
     const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
     return Effect.gen(function*() {
