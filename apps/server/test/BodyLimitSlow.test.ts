@@ -52,113 +52,89 @@ describe("SQLite", () => {
     }).pipe(Effect.provide(serve(providers(), { maxBodyBytes: 4096 }))), 60_000)
 })
 
+/** The head of a gateway POST with the admin token and `framing` (`Content-Length: N` or `Transfer-Encoding: chunked`). */
+const gatewayHead = (framing: string) =>
+  `POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: ${adminToken}\r\n${framing}\r\n\r\n`
+
+/** One chunk of 16 KiB of a chunked body. */
+const chunkOf16KiB = `${(16_384).toString(16)}\r\n${"x".repeat(16_384)}\r\n`
+
+/**
+ * Sends `head`, then `piece` every 20 ms for as long as the socket takes it; resolves with the answer's first line:
+ * as soon as one has come (`until: "answered"`), or once the server has ended the connection (`until: "closed"`).
+ * Fails with `NoAnswer` after 20 s.
+ */
+const keepSending = (port: number, head: string, piece: string, until: "answered" | "closed") =>
+  Effect.async<string>((resume) => {
+    const socket = Net.connect(port, "127.0.0.1", () => void socket.write(head))
+    const feed = setInterval(() => socket.writable && socket.write(piece), 20)
+    let answer = ""
+    const done = () => {
+      clearInterval(feed)
+      resume(Effect.succeed(answer.slice(0, answer.indexOf("\r\n"))))
+    }
+    socket.on("data", (data) => {
+      answer += data.toString("latin1")
+      if (until === "answered" && answer.includes("\r\n")) {
+        done()
+        socket.destroy()
+      }
+    })
+    if (until === "closed") {
+      socket.once("end", done)
+      socket.once("close", done)
+    }
+    socket.on("error", () => undefined)
+    return Effect.sync(() => {
+      clearInterval(feed)
+      socket.destroy()
+    })
+  }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new NoAnswer({ declared: -1 }) }))
+
+/**
+ * Runs `f` with the port of a server whose gateway routes `claude-*` to a loopback Anthropic upstream (its
+ * `maxBodyBytes` 64 KiB), then checks that nothing reached the upstream.
+ */
+const withGateway = <E, R>(f: (port: number) => Effect.Effect<void, E, R>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const upstream = yield* ModelApi.start
+    const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+      gateway: { routes: [{ model: "claude-*", provider: "anthropic" }], maxBodyBytes: 65_536 }
+    })
+    return yield* Effect.gen(function*() {
+      const server = yield* HttpServer.HttpServer
+      yield* f((server.address as HttpServer.TcpAddress).port)
+      expect(upstream.requests.length).toBe(0)
+    }).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
 describe("Gateway", () => {
   it.live("a chunked body that goes past gateway.maxBodyBytes and never ends is answered 413", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const upstream = yield* ModelApi.start
-      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }], maxBodyBytes: 65_536 }
-      })
-      return yield* Effect.gen(function*() {
-        const server = yield* HttpServer.HttpServer
-        const port = (server.address as HttpServer.TcpAddress).port
-        const line = yield* Effect.async<string>((resume) => {
-          const socket = Net.connect(port, "127.0.0.1", () => {
-            socket.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: ${adminToken}\r\nTransfer-Encoding: chunked\r\n\r\n`)
-          })
-          const chunk = "x".repeat(16_384)
-          const feed = setInterval(() => socket.writable && socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`), 20)
-          let answer = ""
-          socket.on("data", (data) => {
-            answer += data.toString("latin1")
-            if (answer.includes("\r\n")) {
-              clearInterval(feed)
-              resume(Effect.succeed(answer.slice(0, answer.indexOf("\r\n"))))
-              socket.destroy()
-            }
-          })
-          socket.on("error", () => undefined)
-          return Effect.sync(() => {
-            clearInterval(feed)
-            socket.destroy()
-          })
-        }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new NoAnswer({ declared: -1 }) }))
+    withGateway((port) =>
+      Effect.gen(function*() {
+        const line = yield* keepSending(port, gatewayHead("Transfer-Encoding: chunked"), chunkOf16KiB, "answered")
         expect(line).toBe("HTTP/1.1 413 Payload Too Large")
-        expect(upstream.requests.length).toBe(0)
-      }).pipe(Effect.provide(serveSettings(settings)))
-    })), 60_000)
+      })
+    ), 60_000)
 
   it.live("after that 413 the connection is closed: a client still sending is not read on and on", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const upstream = yield* ModelApi.start
-      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }], maxBodyBytes: 65_536 }
-      })
-      return yield* Effect.gen(function*() {
-        const server = yield* HttpServer.HttpServer
-        const port = (server.address as HttpServer.TcpAddress).port
-        // Resolves with the answer's first line once the server has closed the connection (the client keeps sending).
-        const closed = yield* Effect.async<string>((resume) => {
-          const socket = Net.connect(port, "127.0.0.1", () => {
-            socket.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: ${adminToken}\r\nTransfer-Encoding: chunked\r\n\r\n`)
-          })
-          const chunk = "x".repeat(16_384)
-          const feed = setInterval(() => socket.writable && socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`), 20)
-          let answer = ""
-          socket.on("data", (data) => void (answer += data.toString("latin1")))
-          const done = () => {
-            clearInterval(feed)
-            resume(Effect.succeed(answer.slice(0, answer.indexOf("\r\n"))))
-          }
-          socket.once("end", done)
-          socket.once("close", done)
-          socket.on("error", () => undefined)
-          return Effect.sync(() => {
-            clearInterval(feed)
-            socket.destroy()
-          })
-        }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new NoAnswer({ declared: -1 }) }))
+    withGateway((port) =>
+      Effect.gen(function*() {
+        const closed = yield* keepSending(port, gatewayHead("Transfer-Encoding: chunked"), chunkOf16KiB, "closed")
         expect(closed).toBe("HTTP/1.1 413 Payload Too Large")
-      }).pipe(Effect.provide(serveSettings(settings)))
-    })), 60_000)
+      })
+    ), 60_000)
 
   it.live("a body declared over gateway.maxBodyBytes and sent slowly: 413, then the connection is closed", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const upstream = yield* ModelApi.start
-      const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-        gateway: { routes: [{ model: "claude-*", provider: "anthropic" }], maxBodyBytes: 65_536 }
-      })
-      return yield* Effect.gen(function*() {
-        const server = yield* HttpServer.HttpServer
-        const port = (server.address as HttpServer.TcpAddress).port
-        // Resolves with the answer's first line once the server has closed the connection (the client keeps sending
-        // a little at a time: node read it on for as long as the declared gigabyte kept coming).
-        const closed = yield* Effect.async<string>((resume) => {
-          const socket = Net.connect(port, "127.0.0.1", () => {
-            socket.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: ${adminToken}\r\nContent-Length: 1000000000\r\n\r\n`)
-          })
-          const feed = setInterval(() => socket.writable && socket.write("x".repeat(1000)), 20)
-          let answer = ""
-          socket.on("data", (data) => void (answer += data.toString("latin1")))
-          const done = () => {
-            clearInterval(feed)
-            resume(Effect.succeed(answer.slice(0, answer.indexOf("\r\n"))))
-          }
-          socket.once("end", done)
-          socket.once("close", done)
-          socket.on("error", () => undefined)
-          return Effect.sync(() => {
-            clearInterval(feed)
-            socket.destroy()
-          })
-        }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new NoAnswer({ declared: 1_000_000_000 }) }))
+    withGateway((port) =>
+      Effect.gen(function*() {
+        // The client keeps sending a little at a time: node read it on for as long as the declared gigabyte kept coming.
+        const closed = yield* keepSending(port, gatewayHead("Content-Length: 1000000000"), "x".repeat(1000), "closed")
         expect(closed).toBe("HTTP/1.1 413 Payload Too Large")
         // A body over the limit sent whole at once (an agent's long history) is answered as soon as it has come.
         const whole = yield* Effect.async<string>((resume) => {
           const body = JSON.stringify({ model: "claude-x", messages: [{ role: "user", content: "x".repeat(100_000) }] })
-          const socket = Net.connect(port, "127.0.0.1", () => {
-            socket.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nx-api-key: ${adminToken}\r\nContent-Length: ${body.length}\r\n\r\n${body}`)
-          })
+          const socket = Net.connect(port, "127.0.0.1", () => void socket.write(`${gatewayHead(`Content-Length: ${body.length}`)}${body}`))
           let answer = ""
           socket.on("data", (data) => {
             answer += data.toString("latin1")
@@ -171,7 +147,6 @@ describe("Gateway", () => {
           return Effect.sync(() => socket.destroy())
         }).pipe(Effect.timeoutFail({ duration: "4 seconds", onTimeout: () => new NoAnswer({ declared: 100_000 }) }))
         expect(whole).toBe("HTTP/1.1 413 Payload Too Large")
-        expect(upstream.requests.length).toBe(0)
-      }).pipe(Effect.provide(serveSettings(settings)))
-    })), 60_000)
+      })
+    ), 60_000)
 })
