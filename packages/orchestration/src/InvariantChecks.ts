@@ -144,6 +144,23 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
         violations.push(`no-wedge: run ${run.id} ${run.status} (${run.failureCode}): ${run.failureReason}`)
       }
     }
+    // The user's prompt recorded exactly once, unchanged: each ended run (not a copy run) with no unfinished run ahead
+    // of it holds one `user_message`, its prompt byte-identical (a run that ended without starting behind an
+    // unfinished one owes it until that one ends: RunLifecycle). Not on a gateway's thread: its runs' items are the
+    // agent's messages as sent, several user messages or none.
+    if (!events.some((e) => e.type.startsWith("gateway."))) {
+      const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))?.seq ?? Number.POSITIVE_INFINITY
+      const promptsOf = new Map<string, Array<string>>()
+      for (const i of items) {
+        if (i.kind === "user_message" && i.runId !== null) promptsOf.set(i.runId, [...(promptsOf.get(i.runId) ?? []), i.text])
+      }
+      for (const run of runs) {
+        if (copyRuns.has(run.id) || run.seq > firstOpen || !terminalRunStatuses.includes(run.status)) continue
+        const recorded = promptsOf.get(run.id) ?? []
+        if (recorded.length !== 1) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}, ${run.status}) has ${recorded.length} user messages`)
+        else if (recorded[0] !== run.prompt) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}) recorded its prompt changed`)
+      }
+    }
     if (options.observed !== undefined) {
       const byRun = new Map<string, Array<string>>()
       for (const t of options.observed.turns) byRun.set(t.runId, [...(byRun.get(t.runId) ?? []), t.prompt])

@@ -122,14 +122,24 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     const unfinished = (r: Run) => !terminalRunStatuses.includes(r.status)
 
     /**
+     * Whether ended run `r` may owe its prompt: it ended without the provider reading it (`before_provider`) and not
+     * `completed`. A later run that ended otherwise is not one that ended without starting: a gateway run (never
+     * queued; a retry answered before the request it repeats ended: review r35late, the retried prompt was appended
+     * to the retry's run after its reply), a fork's or a merge's synthetic run (`completed`, prompt `""`).
+     */
+    const mayOwe = (r: Run) => r.status !== "completed" && r.stopPoint === "before_provider"
+
+    /**
      * Records the prompts left owed behind `run`, which has just ended: those of the runs after it that ended without
-     * starting, in seq order, up to the next unfinished run (one statement when there is none: every run's end).
+     * starting, in seq order, up to the next unfinished run (one statement when there is none: every run's end). In the
+     * caller's unit of work; `update` calls it, and so must a path that ends a run without `update` (the gateway's
+     * one-statement completion). Fails with the store's errors.
      */
     const recordOwedPrompts = (run: Run) =>
       Effect.gen(function*() {
         for (const later of yield* store.listRunsAfter(run.threadId, run.seq)) {
           if (unfinished(later)) return
-          yield* recordPrompt(later)
+          if (mayOwe(later)) yield* recordPrompt(later)
         }
       })
 
@@ -202,6 +212,6 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     const hasOutput = (runId: Run["id"]) =>
       Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
-    return { update, start, finish, interrupting, hasOutput, recordPrompt }
+    return { update, start, finish, interrupting, hasOutput, recordPrompt, recordOwedPrompts }
   })
 }) {}

@@ -8,13 +8,13 @@
  * - a baseline stored before replies were counted (no `replied`, in either of its old column forms) is read, and the
  *   conversation goes on from it; a retry of its last request is a divergence, as documented.
  */
-import type { ProviderInstance, ThreadId } from "@baton/contracts"
-import { GatewayThreads } from "@baton/orchestration"
+import { type CommandId, Commands, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { GatewayThreads, RunDriver } from "@baton/orchestration"
 import { GatewayConversations, ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 
 const wire = GatewayThreads.anthropicMessages
 const system = [{ type: "text", text: "You are a coding agent." }]
@@ -114,6 +114,40 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
         }).pipe(Effect.provide(layer(db))))
     }
   }
+
+  // Review r35late: a run's end records the prompts owed behind it (RunLifecycle, c98f5f5): those of the later runs
+  // that ended without starting. A gateway run never waits queued, yet a later gateway run may end first: the agent
+  // hung up on the first request and its retry was answered before the hang-up was recorded. The first run's end then
+  // took the retry's completed run for one that ended without starting and appended the retried prompt to it, after
+  // its reply: the prompt recorded twice, the second time where the agent never sent it.
+  it.live("a request whose retry was answered first, then ended by the agent's hang-up: the prompt is recorded once", () =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const first = yield* threads.begin(request("hung-up", [user("hello")]))
+      const retry = yield* threads.begin(request("hung-up", [user("hello")]))
+      yield* threads.complete(retry, answer("B", false).reply)
+      yield* threads.fail(first, "interrupted", "interrupted_by_user", "the agent hung up")
+      const { items } = yield* recordOf(first.threadId)
+      expect(items).toEqual([["user_message", "hello"], ["assistant_message", "B"]])
+    }).pipe(Effect.provide(layer(db))))
+
+  // Review r35late: a message sent to a gateway thread while a gateway run is in flight is queued behind it; interrupted
+  // there, its prompt is owed until that run ends (RunLifecycle, c98f5f5). The gateway's answer completes its run in
+  // one statement (`updateRunIfRunning`), past `RunLifecycle.update`: the owed prompt was never recorded.
+  it.live("a message queued behind a gateway run and interrupted there: its prompt is recorded when the gateway's answer ends that run", () => {
+    const h = Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const driver = yield* RunDriver.RunDriver
+      const first = yield* threads.begin(request("queued-behind", [user("hello")]))
+      const queued = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_gw_queued_1" as CommandId, threadId: first.threadId, text: "From the user." }))
+      const interrupted = yield* driver.interrupt(Commands.InterruptRun.make({ commandId: "cmd_gw_queued_2" as CommandId, threadId: first.threadId, runId: queued.runId }))
+      expect(interrupted.status).toBe("interrupted")
+      yield* threads.complete(first, answer("A", false).reply)
+      const { items } = yield* recordOf(first.threadId)
+      expect(items).toEqual([["user_message", "hello"], ["assistant_message", "A"], ["user_message", "From the user."]])
+    }).pipe(Effect.scoped, Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
+  })
 
   it.live("a retry's run names the prompt it retried, as the first run did: after the reply was recorded, and while it streamed", () =>
     Effect.gen(function*() {

@@ -9,7 +9,7 @@ import { RunDriver, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Deferred, Duration, Effect, Layer, Option } from "effect"
 
 let n = 0
 const cid = () => `cmd_order_${++n}` as CommandId
@@ -169,4 +169,76 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
       expect(yield* o.check(threadId, h)).toEqual([])
     }).pipe(Effect.scoped, Effect.provide(layer))
   })
+
+  // Review r35late: two messages queued behind A, both interrupted before A ends (the later one first). Their prompts
+  // follow everything A records, in the order they were queued (seq), whether A waits on a client tool call or is
+  // running (a turn streaming) when they are interrupted.
+  for (const ahead of ["waiting", "running"] as const) {
+    it.live(`two queued messages interrupted in reverse order while the run ahead is ${ahead}: their prompts follow that run's items in seq order`, () => {
+      const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
+      const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
+      return Effect.gen(function*() {
+        const service = yield* ThreadService.ThreadService
+        const driver = yield* RunDriver.RunDriver
+        const store = yield* ThreadStore
+        const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({
+          commandId: cid(),
+          title: "order",
+          providerInstance: "claude" as Commands.CreateThread["providerInstance"],
+          tools: [readFile]
+        }))
+        const gate = yield* Deferred.make<void>()
+        if (ahead === "waiting") {
+          h.script.enqueue({
+            items: [
+              Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
+              Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
+            ]
+          })
+        } else {
+          h.script.enqueue({
+            items: [
+              Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
+              Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })
+            ],
+            hold: { afterItems: 1, gate }
+          })
+        }
+        const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
+        if (ahead === "waiting") yield* untilWaitingOn(a.runId, "call_a")
+        else {
+          yield* untilStatus(a.runId, "running")
+          for (;;) {
+            if ((yield* store.listItemsOfRuns([a.runId])).some((i) => i.kind === "assistant_message")) break
+            yield* Effect.sleep(Duration.millis(10))
+          }
+        }
+        const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
+        const c = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "And list its exports." }))
+        for (const run of [c, b]) {
+          expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: run.runId }))).status).toBe("interrupted")
+        }
+        expect((yield* store.getRun(a.runId)).pipe(Option.map((r) => r.status))).toEqual(Option.some(ahead))
+        if (ahead === "waiting") {
+          expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: a.runId }))).status).toBe("interrupted")
+        } else {
+          yield* Deferred.succeed(gate, undefined)
+          expect((yield* driver.awaitRun(a.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+        }
+        const label = (runId: RunId | null) => runId === a.runId ? "A" : runId === b.runId ? "B" : runId === c.runId ? "C" : "?"
+        const items = yield* store.listItems(threadId)
+        const aItems = ahead === "waiting"
+          ? [["A", "user_message", "Read a.ts"], ["A", "assistant_message", "Reading."], ["A", "tool_call", "call_a"], ["A", "tool_result", "call_a"]]
+          : [["A", "user_message", "Read a.ts"], ["A", "assistant_message", "Reading."], ["A", "assistant_message", "Done."]]
+        expect(items.map((i) => [label(i.runId), i.kind, i.kind === "tool_result" || i.kind === "tool_call" ? i.toolCallId : i.text])).toEqual([
+          ...aItems,
+          ["B", "user_message", "Then summarise it."],
+          ["C", "user_message", "And list its exports."]
+        ])
+        expect(items.map((i) => i.seq)).toEqual(items.map((_, k) => k + 1))
+        const o = yield* Harness.ops
+        expect(yield* o.check(threadId, h)).toEqual([])
+      }).pipe(Effect.scoped, Effect.provide(layer))
+    })
+  }
 })
