@@ -147,8 +147,12 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
     // The user's prompt recorded exactly once, unchanged: each ended run (not a copy run) with no unfinished run ahead
     // of it holds one `user_message`, its prompt byte-identical (a run that ended without starting behind an
     // unfinished one owes it until that one ends: RunLifecycle). Not on a gateway's thread: its runs' items are the
-    // agent's messages as sent, several user messages or none.
-    if (!events.some((e) => e.type.startsWith("gateway."))) {
+    // agent's messages as sent, several user messages or none. A gateway's thread is told by a `gateway.*` event or
+    // by a user message stored with the agent's message id (a run's prompt has none): an answer without usage and with
+    // no retry, divergence or offload writes no `gateway.*` event (review r35last: a request whose user message has
+    // two text blocks, Claude Code's reminder and the text, was reported as a prompt recorded twice).
+    const gateway = events.some((e) => e.type.startsWith("gateway.")) || items.some((i) => i.kind === "user_message" && i.messageId !== null)
+    if (!gateway) {
       const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))?.seq ?? Number.POSITIVE_INFINITY
       const promptsOf = new Map<string, Array<string>>()
       for (const i of items) {

@@ -9,7 +9,7 @@
  *   conversation goes on from it; a retry of its last request is a divergence, as documented.
  */
 import { type CommandId, Commands, type ProviderInstance, type ThreadId } from "@baton/contracts"
-import { GatewayThreads, RunDriver } from "@baton/orchestration"
+import { GatewayThreads, InvariantChecks, RunDriver } from "@baton/orchestration"
 import { GatewayConversations, ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
@@ -148,6 +148,18 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
       expect(items).toEqual([["user_message", "hello"], ["assistant_message", "A"], ["user_message", "From the user."]])
     }).pipe(Effect.scoped, Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
   })
+
+  // Review r35last: InvariantChecks' prompt-once does not hold on a gateway's thread (its runs store the agent's
+  // messages as sent). Told only by a `gateway.*` event, a thread whose answer reported no usage and that had no retry
+  // wrote none: a user message of two text blocks (Claude Code's reminder, then the text) was a prompt recorded twice.
+  it.live("InvariantChecks on a gateway's thread without a gateway event: no prompt-once violation", () =>
+    Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const first = yield* threads.begin(request("two-blocks", [{ role: "user", content: [{ type: "text", text: "<system-reminder>x</system-reminder>" }, { type: "text", text: "hello" }] }]))
+      yield* threads.complete(first, answer("A", false).reply)
+      expect((yield* recordOf(first.threadId)).items.filter(([kind]) => kind === "user_message")).toHaveLength(2)
+      expect(yield* InvariantChecks.check(first.threadId)).toEqual([])
+    }).pipe(Effect.provide(layer(db))))
 
   // Review r35last: a gateway run interrupted through the API (the user, or the process stopping) ends `interrupted`
   // before the provider (its native thread is unknown: nothing tells whether the upstream read it), like a queued run
