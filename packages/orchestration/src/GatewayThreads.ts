@@ -1151,12 +1151,8 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           } })
         }
         // The run `begin` wrote `running` is completed unless another path ended it since (one statement, nothing read
-        // back; `running` to `completed` is a legal move of `RunLifecycle`'s table). Past `RunLifecycle.update`, the
-        // prompts owed behind it are recorded here (a message queued behind the run and interrupted there; review
-        // r35late: it was never recorded). A run `begin` wrote `completed` is the thread's newest: none is owed.
-        const completed = !written && (yield* store.updateRunIfRunning(begun.run.id, "completed", now))
-        if (completed) yield* lifecycle.recordOwedPrompts(begun.run)
-        if (written || completed) {
+        // back; `running` to `completed` is a legal move of `RunLifecycle`'s table).
+        if (written || (yield* store.updateRunIfRunning(begun.run.id, "completed", now))) {
           events.push({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
         if (collect === null) yield* store.appendEvents(events)

@@ -144,22 +144,20 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
         violations.push(`no-wedge: run ${run.id} ${run.status} (${run.failureCode}): ${run.failureReason}`)
       }
     }
-    // The user's prompt recorded exactly once, unchanged: each ended run (not a copy run) with no unfinished run ahead
-    // of it holds one `user_message`, its prompt byte-identical (a run that ended without starting behind an
-    // unfinished one owes it until that one ends: RunLifecycle). Not on a gateway's thread: its runs' items are the
+    // The user's prompt recorded exactly once, unchanged: each ended run (not a copy run) holds one `user_message`,
+    // its prompt byte-identical (RunLifecycle records it when the run leaves `queued`). Not on a gateway's thread: its runs' items are the
     // agent's messages as sent, several user messages or none. A gateway's thread is told by a `gateway.*` event or
     // by a user message stored with the agent's message id (a run's prompt has none): an answer without usage and with
     // no retry, divergence or offload writes no `gateway.*` event (review r35last: a request whose user message has
     // two text blocks, Claude Code's reminder and the text, was reported as a prompt recorded twice).
     const gateway = events.some((e) => e.type.startsWith("gateway.")) || items.some((i) => i.kind === "user_message" && i.messageId !== null)
     if (!gateway) {
-      const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))?.seq ?? Number.POSITIVE_INFINITY
       const promptsOf = new Map<string, Array<string>>()
       for (const i of items) {
         if (i.kind === "user_message" && i.runId !== null) promptsOf.set(i.runId, [...(promptsOf.get(i.runId) ?? []), i.text])
       }
       for (const run of runs) {
-        if (copyRuns.has(run.id) || run.seq > firstOpen || !terminalRunStatuses.includes(run.status)) continue
+        if (copyRuns.has(run.id) || !terminalRunStatuses.includes(run.status)) continue
         const recorded = promptsOf.get(run.id) ?? []
         if (recorded.length !== 1) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}, ${run.status}) has ${recorded.length} user messages`)
         else if (recorded[0] !== run.prompt) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}) recorded its prompt changed`)

@@ -119,52 +119,17 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
         yield* itemLog.append(run.threadId, run.id, [promptItem(run.prompt)])
       })
 
-    const unfinished = (r: Run) => !terminalRunStatuses.includes(r.status)
-
-    /**
-     * Whether ended run `r` may owe its prompt: it ended without the provider reading it (`before_provider`) and not
-     * `completed`. A later run that ended otherwise is not one that ended without starting: a gateway run (never
-     * queued; a retry answered before the request it repeats ended: review r35late, the retried prompt was appended
-     * to the retry's run after its reply), a fork's or a merge's synthetic run (`completed`, prompt `""`).
-     */
-    const mayOwe = (r: Run) => r.status !== "completed" && r.stopPoint === "before_provider"
-
-    /**
-     * Records the prompts left owed behind `run`, which has just ended: those of the runs after it that ended without
-     * starting, in seq order, up to the next unfinished run (one statement when there is none: every run's end). In the
-     * caller's unit of work; `update` calls it, and so must a path that ends a run without `update` (the gateway's
-     * one-statement completion). Fails with the store's errors.
-     */
-    const recordOwedPrompts = (run: Run) =>
-      Effect.gen(function*() {
-        for (const later of yield* store.listRunsAfter(run.threadId, run.seq)) {
-          if (unfinished(later)) return
-          if (mayOwe(later)) yield* recordPrompt(later)
-        }
-      })
-
     /**
      * Writes `next` over `previous` (the run as the caller read it in this unit of work) after checking the move
-     * against `transitions`, in the same unit of work: a run leaving `queued` has its prompt recorded (`recordPrompt`)
-     * when it starts, and when it ends without starting (interrupted, cancelled, failed) once every run ahead of it
-     * has ended, so that its prompt follows everything those runs record (a client tool call and its result, held in
-     * the run's tool wait, are recorded only when the wait ends); a run that ends records the prompts so left owed
-     * behind it (`recordOwedPrompts`). Dies with `IllegalRunTransition` on an illegal move; fails with the store's
-     * errors.
+     * against `transitions`; a run leaving `queued` has its prompt recorded (`recordPrompt`) in the same unit of work.
+     * Dies with `IllegalRunTransition` on an illegal move; fails with the store's errors.
      */
     const update = (previous: Run, next: Run) =>
       !canMove(previous.status, next.status)
         ? Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
-        : Effect.gen(function*() {
-          yield* store.updateRun(next)
-          const ends = unfinished(previous) && !unfinished(next)
-          if (previous.status === "queued" && next.status !== "queued") {
-            const ahead = ends ? yield* store.findFirstUnfinishedRun(next.threadId) : Option.none<Run>()
-            if (ahead._tag === "Some" && ahead.value.seq < next.seq) return
-            yield* recordPrompt(next)
-          }
-          if (ends) yield* recordOwedPrompts(next)
-        })
+        : previous.status === "queued" && next.status !== "queued"
+        ? Effect.zipRight(store.updateRun(next), recordPrompt(next))
+        : store.updateRun(next)
 
     /**
      * `update` of a `starting` run to `running` on `nativeThreadId` in one statement, without reading the run first:
@@ -212,6 +177,6 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     const hasOutput = (runId: Run["id"]) =>
       Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
-    return { update, start, finish, interrupting, hasOutput, recordPrompt, recordOwedPrompts }
+    return { update, start, finish, interrupting, hasOutput, recordPrompt }
   })
 }) {}
