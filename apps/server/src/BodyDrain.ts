@@ -2,7 +2,7 @@
  * BodyDrain: reading and discarding what is left of a refused request body, bounded in bytes and in time, before the
  * refusal is sent with `Connection: close` (the API's guard, `HttpGuard`, and the gateway's body limit, `Gateway`).
  */
-import type { HttpServerRequest } from "@effect/platform"
+import { type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect } from "effect"
 
@@ -46,3 +46,10 @@ export const drain = (request: HttpServerRequest.HttpServerRequest) =>
     source.resume()
     return Effect.sync(stop)
   })
+
+/**
+ * `response` (a refusal of the request's body) after `drain`, with `Connection: close`: the client gets the answer,
+ * and what it still sends is not read on the kept-alive connection.
+ */
+export const refuseAfterDrain = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  Effect.as(drain(request), HttpServerResponse.setHeader(response, "connection", "close"))

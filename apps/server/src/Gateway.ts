@@ -59,7 +59,7 @@ import { TokenCounter } from "@baton/context"
 import { ProviderFailure } from "@baton/providers"
 import { Cause, Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
-import { drain } from "./BodyDrain.js"
+import { refuseAfterDrain } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
@@ -145,14 +145,11 @@ const toEventLoop = Effect.async<void>((resume) => {
 /** The request body could not be read whole (`reason` says why). */
 class BodyNotRead extends Data.TaggedError("BodyNotRead")<{ readonly reason: string }> {}
 
-/** How long the rest of a body over the limit is read and discarded before the refusal, in milliseconds. */
-const overLimitDrainMs = 5_000
-
 /**
  * The request's body, its chunks joined once at the end (the platform's `arrayBuffer` joins the body so far with each
- * chunk as it comes: quadratic copying, some 10 to 15 MB copied for a 0.7 MB body). `null` when it is over `maxBytes`:
- * the rest is read and discarded until it ends or for `overLimitDrainMs` (a chunked body that never ended was read
- * forever and never answered; new user r35). Fails with `BodyNotRead` when the connection breaks before the body ends.
+ * chunk as it comes: quadratic copying, some 10 to 15 MB copied for a 0.7 MB body). `null` as soon as it goes over
+ * `maxBytes` (the caller drains the rest: `BodyDrain.refuseAfterDrain`). Fails with `BodyNotRead` when the connection
+ * breaks before the body ends.
  */
 const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number) =>
   Effect.async<Uint8Array | null, BodyNotRead>((resume) => {
@@ -160,20 +157,15 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number
     if (source.readableEnded) return resume(Effect.fail(new BodyNotRead({ reason: "the body was read already" })))
     const chunks: Array<Buffer> = []
     let bytes = 0
-    let over: ReturnType<typeof setTimeout> | undefined
     const onData = (chunk: Buffer) => {
       bytes += chunk.length
       if (bytes <= maxBytes) chunks.push(chunk)
       else {
-        chunks.length = 0
-        over ??= setTimeout(() => {
-          cleanup()
-          resume(Effect.succeed(null))
-        }, overLimitDrainMs)
+        cleanup()
+        resume(Effect.succeed(null))
       }
     }
     const cleanup = () => {
-      clearTimeout(over)
       source.off("data", onData)
       source.off("end", onEnd)
       source.off("error", onError)
@@ -181,7 +173,7 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number
     }
     const onEnd = () => {
       cleanup()
-      resume(Effect.succeed(bytes > maxBytes ? null : Buffer.concat(chunks, bytes)))
+      resume(Effect.succeed(Buffer.concat(chunks, bytes)))
     }
     const onError = (e: Error) => {
       cleanup()
@@ -346,22 +338,19 @@ export const layer = (options: GatewayOptions) =>
           if (declared !== undefined && Number(declared) > options.maxBodyBytes) {
             // Drained (bounded, as the API's guard does) and then the connection closed: answered at once and kept
             // alive, the body was read and discarded by node for as long as the client sent it (a declared gigabyte).
-            yield* drain(request)
-            return HttpServerResponse.setHeader(
-              dialect.refuse("too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`),
-              "connection",
-              "close"
+            return yield* refuseAfterDrain(
+              request,
+              dialect.refuse("too_large", `the request body (${declared} bytes) is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
             )
           }
           const bytes = yield* Effect.either(readBody(request, options.maxBodyBytes))
           if (bytes._tag === "Left") return dialect.refuse("invalid", "the body could not be read")
           if (bytes.right === null) {
-            // The connection is closed after the refusal: a body still coming when the drain gave up was otherwise read
-            // and discarded by node for as long as the client sent it (the connection kept alive for the next request).
-            return HttpServerResponse.setHeader(
-              dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`),
-              "connection",
-              "close"
+            // The rest drained as above (a chunked body that never ended was read forever and never answered; new
+            // user r35), then the connection closed.
+            return yield* refuseAfterDrain(
+              request,
+              dialect.refuse("too_large", `the request body is over the gateway's limit of ${options.maxBodyBytes} bytes (gateway.maxBodyBytes)`)
             )
           }
           const body = bytes.right

@@ -42,7 +42,7 @@ import {
 } from "@baton/contracts"
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect, Option, Schema } from "effect"
-import { drain } from "./BodyDrain.js"
+import { refuseAfterDrain } from "./BodyDrain.js"
 import { isGatewayPath } from "./Gateway.js"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
@@ -177,7 +177,7 @@ export const nestingDepth = (text: string) => {
 
 /** A refusal sent after draining the body; the connection is closed after it. */
 const refuse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
-  Effect.as(drain(request), Option.some(HttpServerResponse.setHeader(response, "connection", "close")))
+  Effect.map(refuseAfterDrain(request, response), Option.some)
 
 /**
  * Checks and reads a request's body before the app sees it; returns the response to answer instead, if any. A body
