@@ -164,6 +164,34 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
+  // Found by a review (stop 35): Node 20's `mkdirSync(dir, { recursive: true })` retries forever under /proc, where
+  // `mkdir` answers ENOENT though the parent exists: `serve --data-dir /proc/x` hung without a word.
+  it("serve with a data directory or database under /proc: one `baton:` line, exit 2 (it hung before)", async () => {
+    const dir = tmp()
+    const run = (args: ReadonlyArray<string>) =>
+      new Promise<{ code: number | string | null | undefined; stdout: string; stderr: string }>((resolve) => {
+        execFile(process.execPath, batonArgs(args), { cwd: repo, env: { ...process.env, BATON_DATA_DIR: "" }, timeout: 20_000, killSignal: "SIGKILL" }, (error, stdout, stderr) => {
+          resolve({ code: error === null ? 0 : error.killed ? "killed" : error.code, stdout, stderr })
+        })
+      })
+    const [dataDir, db] = await Promise.all([
+      run(["serve", "--port", "0", "--data-dir", "/proc/baton-test/data"]),
+      run(["serve", "--port", "0", "--db", "/proc/baton-test/baton.sqlite", "--data-dir", dir])
+    ])
+    const lastLine = (t: string) => t.trim().split("\n").at(-1)
+    expect([dataDir.code, dataDir.stdout, lastLine(dataDir.stderr)]).toEqual([
+      2,
+      "",
+      "baton: /proc/baton-test/data/token: cannot read or create the token file (ENOENT: no such file or directory, mkdir '/proc/baton-test')"
+    ])
+    expect([db.code, db.stdout, lastLine(db.stderr)]).toEqual([
+      2,
+      "",
+      "baton: storage error in database.open: cannot open /proc/baton-test/baton.sqlite as a SQLite database (ENOENT: no such file or directory, mkdir '/proc/baton-test')"
+    ])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   it("demo without the sample transcripts says so in one line, shows where one's own sessions are, exits 2", async () => {
     const dir = tmp()
     const samples = Path.join(dir, "transcripts")

@@ -391,21 +391,30 @@ const envToken = (name: string) =>
  * The admin token in `file`, or a new one written there (mode 0600, its directory created). Fails with
  * `ConfigInvalid` when the file cannot be read or written, or holds no usable token.
  */
-export const tokenFromFile = (file: string) =>
-  Effect.try({
-    try: () => {
-      if (Fs.existsSync(file)) return { token: Fs.readFileSync(file, "utf8").trim(), created: false }
-      Fs.mkdirSync(Path.dirname(Path.resolve(file)), { recursive: true })
-      const token = Crypto.randomBytes(32).toString("base64url")
-      Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" })
-      return { token, created: true }
-    },
-    catch: (e) => new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
-  }).pipe(Effect.flatMap((found) =>
+export const tokenFromFile = (file: string) => {
+  const unusable = (e: unknown) =>
+    new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
+  const create = Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
+    Effect.mapError(unusable),
+    Effect.zipRight(Effect.try({
+      try: () => {
+        const token = Crypto.randomBytes(32).toString("base64url")
+        Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" })
+        return { token, created: true }
+      },
+      catch: unusable
+    }))
+  )
+  return Effect.suspend(() =>
+    Fs.existsSync(file)
+      ? Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false }), catch: unusable })
+      : create
+  ).pipe(Effect.flatMap((found) =>
     Schema.is(Token)(found.token)
       ? Effect.succeed(found)
       : Effect.fail(new ConfigInvalid({ source: file, reason: "the token file holds no usable token (16 to 512 printable ASCII characters)" }))
   ))
+}
 
 /**
  * Resolves the configuration: defaults, then the config file (`flags.config`, else `BATON_CONFIG`), then the

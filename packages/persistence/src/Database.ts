@@ -35,6 +35,48 @@ export const resolveSqlitePath = (options: { readonly db?: string | undefined; r
 
 const names = { transformQueryNames: Str.camelToSnake, transformResultNames: Str.snakeToCamel }
 
+/** A directory that `makeDirectories` could not create: `path` the level that failed, `code` the system's (`ENOENT`, ...). */
+export class DirectoryNotMade extends Data.TaggedError("DirectoryNotMade")<{
+  readonly path: string
+  readonly code: string
+  readonly message: string
+}> {}
+
+const notMade = (path: string) => (e: unknown) => {
+  const code = (e as NodeJS.ErrnoException).code
+  return new DirectoryNotMade({ path, code: code ?? "UNKNOWN", message: e instanceof Error ? e.message : String(e) })
+}
+
+const isDirectory = (path: string) => Fs.statSync(path, { throwIfNoEntry: false })?.isDirectory() === true
+
+/**
+ * Creates directory `dir` and its missing ancestors (`mkdir -p`), one level at a time from the nearest ancestor that
+ * exists. Fails with `DirectoryNotMade` naming the first level that cannot be created (`ENOENT`, `EACCES`,
+ * `ENOTDIR`, ...), or `EEXIST` when `dir` itself is a file; a level made meanwhile by another process is fine.
+ * Node's `mkdirSync(dir, { recursive: true })` is not used: under a pseudo-filesystem such as `/proc`, where `mkdir`
+ * answers `ENOENT` though the parent exists, Node 20's recursive mode retries forever (`baton serve --data-dir
+ * /proc/x` hung without a word).
+ */
+export const makeDirectories = (dir: string): Effect.Effect<void, DirectoryNotMade> =>
+  Effect.gen(function*() {
+    const target = Path.resolve(dir)
+    const missing: Array<string> = []
+    for (let at = target; !Fs.existsSync(at);) {
+      missing.unshift(at)
+      const parent = Path.dirname(at)
+      if (parent === at) break
+      at = parent
+    }
+    for (const level of missing) {
+      yield* Effect.try({ try: () => Fs.mkdirSync(level), catch: notMade(level) }).pipe(
+        Effect.catchIf((e) => e.code === "EEXIST" && isDirectory(level), () => Effect.void)
+      )
+    }
+    if (!isDirectory(target)) {
+      return yield* new DirectoryNotMade({ path: target, code: "EEXIST", message: `EEXIST: file already exists, mkdir '${target}'` })
+    }
+  })
+
 /**
  * Runs the migrations until every registered one is recorded. Two processes starting on one fresh database race:
  * on Postgres the Migrator locks its table; on SQLite the loser of the race reports "already running" and would go
@@ -109,10 +151,11 @@ export const layerSqlite = (filename: string): Layer.Layer<SqlClient.SqlClient, 
     if (filename !== ":memory:") yield* WalCheckpointer.hold(filename)
   })).pipe(
     Layer.provideMerge(
-      Layer.unwrapEffect(Effect.sync(() => {
-        if (filename !== ":memory:") Fs.mkdirSync(Path.dirname(Path.resolve(filename)), { recursive: true })
-        return SqliteClient.layer({ filename, ...names })
-      })).pipe(Layer.catchAllCause(openError(filename)))
+      Layer.unwrapEffect(
+        (filename === ":memory:" ? Effect.void : makeDirectories(Path.dirname(Path.resolve(filename))).pipe(Effect.orDie)).pipe(
+          Effect.as(SqliteClient.layer({ filename, ...names }))
+        )
+      ).pipe(Layer.catchAllCause(openError(filename)))
     )
   )
 
