@@ -127,12 +127,26 @@ describe("baton (process)", () => {
     const holder = Net.createServer()
     await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve))
     const port = (holder.address() as Net.AddressInfo).port
-    const [taken, noDatabase] = await Promise.all([
+    const wide = Net.createServer()
+    await new Promise<void>((resolve) => wide.listen(0, "0.0.0.0", resolve))
+    const widePort = (wide.address() as Net.AddressInfo).port
+    const [taken, noDatabase, wideTaken] = await Promise.all([
       baton(["serve", "--port", String(port), "--data-dir", dir]),
-      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test", "--data-dir", dir])
+      baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test", "--data-dir", dir]),
+      baton(["serve", "--host", "0.0.0.0", "--port", String(widePort), "--data-dir", dir])
     ])
     await new Promise<void>((resolve) => holder.close(() => resolve()))
+    await new Promise<void>((resolve) => wide.close(() => resolve()))
     const lastLine = (text: string) => text.trim().split("\n").at(-1)
+    // Beyond loopback: the warning comes once the listener is up, so a listen that fails says only why (it warned
+    // "listening on 0.0.0.0, beyond loopback" first before).
+    expect([wideTaken.code, wideTaken.stdout, wideTaken.stderr.includes("beyond loopback"), lastLine(wideTaken.stderr)]).toEqual([
+      2,
+      "",
+      false,
+      `baton: cannot listen on 0.0.0.0:${widePort} (listen EADDRINUSE: address already in use 0.0.0.0:${widePort}); ` +
+      "another process holds that port: stop it, or pass another --port (0: any free port)"
+    ])
     expect([taken.code, taken.stdout]).toEqual([2, ""])
     expect(lastLine(taken.stderr)).toBe(
       `baton: cannot listen on 127.0.0.1:${port} (listen EADDRINUSE: address already in use 127.0.0.1:${port}); ` +

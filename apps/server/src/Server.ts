@@ -200,7 +200,8 @@ const hidePassword = (url: string) => url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1
 
 /**
  * The startup lines (stderr): database, providers, a warning for each instance whose window is too small for the
- * turn-start reserve (`Budget.turnStartWarning`), where the admin token is, and a warning beyond loopback.
+ * turn-start reserve (`Budget.turnStartWarning`) and where the admin token is. (The warning for a host beyond
+ * loopback comes once the listener is up, in `layer`: a listen that fails says only why.)
  */
 export const describeSettings = (settings: ServerConfig.ServerSettings) =>
   Effect.gen(function*() {
@@ -241,9 +242,6 @@ export const describeSettings = (settings: ServerConfig.ServerSettings) =>
         : `admin token: from ${source._tag === "env" ? "BATON_TOKEN" : "the config file"}`
     )
     if (settings.auth.readToken !== null) yield* Effect.logInfo("read-only token: configured")
-    if (!ServerConfig.isLoopback(settings.host)) {
-      yield* Effect.logWarning(`listening on ${settings.host}, beyond loopback: anyone who can reach it and holds a token can use it; serve it behind TLS`)
-    }
   })
 
 /** The gateway options of the settings. */
@@ -255,11 +253,16 @@ export const gatewayOf = (settings: ServerConfig.ServerSettings): Omit<Gateway.G
 
 /**
  * The whole server of the settings: orchestrator, API and listener; prints `listening on http://HOST:PORT` on
- * stdout once it accepts connections.
+ * stdout once it accepts connections (after a warning on stderr when the host is beyond loopback).
  */
 export const layer = (settings: ServerConfig.ServerSettings) =>
   Layer.effectDiscard(Effect.flatMap(HttpServer.HttpServer, (server) =>
-    Console.log(`listening on ${HttpServer.formatAddress(server.address)}`)
+    Effect.zipRight(
+      ServerConfig.isLoopback(settings.host)
+        ? Effect.void
+        : Effect.logWarning(`listening on ${settings.host}, beyond loopback: anyone who can reach it and holds a token can use it; serve it behind TLS`),
+      Console.log(`listening on ${HttpServer.formatAddress(server.address)}`)
+    )
   )).pipe(
     Layer.provideMerge(httpLayer({
       tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken },
