@@ -30,14 +30,15 @@ export const maxItemsPerCall = 200
 /** The tool as offered to the model. The schema is a fixed object, so the same bytes go out on every request. */
 export const definition: ProviderAdapter.ToolDefinition = {
   name: "thread_read",
-  description: "Read earlier items of this conversation that are not in your context (omitted, deferred or " +
-    "summarised) by their ref, as given in the history: \"#12\" for one item, \"#4-#9\" for a range, \"run:3\" " +
-    "for a whole run, several separated by commas. Long results are paged by characters: pass offset (and limit) " +
-    "to read further.",
+  description: "Read earlier items of this conversation that are not in your context (omitted, deferred, " +
+    "offloaded or summarised) by their ref, as given in the history: \"#12\" for one item, \"#4-#9\" for a range, " +
+    "\"run:3\" for a whole run, \"tool:<call id>\" for an offloaded tool result, \"archive:<offload id>\" for what " +
+    "a summary replaced, several separated by commas. Long " +
+    "results are paged by characters: pass offset (and limit) to read further.",
   inputSchema: {
     type: "object",
     properties: {
-      refs: { type: "string", description: "Item refs: \"#12\", \"#4-#9\", \"#4-#9, #12\", \"run:3\", or item ids." },
+      refs: { type: "string", description: "Item refs: \"#12\", \"#4-#9\", \"#4-#9, #12\", \"run:3\", \"tool:<call id>\", \"archive:<offload id>\", or item ids." },
       offset: { type: "integer", minimum: 0, description: "First character to return (default 0)." },
       limit: { type: "integer", minimum: 1, maximum: maxLimit, description: `Characters to return (default ${defaultLimit}).` }
     },

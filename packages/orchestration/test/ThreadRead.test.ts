@@ -10,6 +10,18 @@ import { Effect, Either } from "effect"
 const ops = Harness.ops
 
 describe("thread_read refs", () => {
+  // Found by a review (stop 35): the tool's description named "#12", "#4-#9" and "run:3" but not the refs the stubs
+  // write ("tool:<call id>" of a tool-result offload, "archive:<offload id>" of an /offload summary), so a model
+  // learned them only from a stub's text.
+  it("the tool's description names every kind of ref the parser takes, each example parsing to its kind", () => {
+    const described = `${ThreadRead.definition.description} ${JSON.stringify(ThreadRead.definition.inputSchema)}`
+    const examples = { range: "#4-#9", run: "run:3", tool: "tool:<call id>", archive: "archive:<offload id>", id: "item ids" }
+    for (const example of Object.values(examples)) expect(described).toContain(example)
+    const concrete = { range: "#4-#9", run: "run:3", tool: "tool:call_1", archive: "archive:off_1", id: "itm_1" }
+    expect(Object.entries(concrete).map(([kind, ref]) => [kind, Either.map(ThreadRead.parseRefs(ref), (refs) => refs.map((r) => r._tag))]))
+      .toEqual(Object.keys(concrete).map((kind) => [kind, Either.right([kind])]))
+  })
+
   it("parses single refs, ranges, lists and item ids; names a bad part", () => {
     expect(ThreadRead.parseRefs("#12")).toEqual(Either.right([{ _tag: "range", from: 12, to: 12 }]))
     expect(ThreadRead.parseRefs("#4-#9, #12 itm_abc")).toEqual(Either.right([
