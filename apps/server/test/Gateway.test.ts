@@ -356,6 +356,21 @@ describe("Gateway", () => {
       })
     ))
 
+  // Found by a review (stop 35): an empty `x-claude-code-session-id` keyed the conversation like none (by its start)
+  // but titled the thread "Agent session " (nothing after it).
+  it.live("an empty session id is titled like none: by the conversation's start", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "ok", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        const answer = yield* raw(messages({ model: "claude-x", max_tokens: 10, messages: [user("hi")] }, { "x-api-key": adminToken, "x-claude-code-session-id": "" }))
+        expect(answer.status).toBe(200)
+        const api = yield* client()
+        const titles = (yield* api.threads.list({ urlParams: {} })).threads.map((t) => t.title)
+        expect(titles).toHaveLength(1)
+        expect(titles[0]).toMatch(/^Agent conversation [0-9a-f]{8}$/)
+      })
+    ))
+
   it.live("a failed run's reason says the upstream's error in words first (the dashboard's run header shows 80 characters)", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {

@@ -826,13 +826,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         const parentThread = parent === null
           ? Option.none<ThreadId>()
           : Option.map(yield* conversations.find(conversationKey(parent, request.system, [], request.wire)), (c) => c.threadId as ThreadId)
-        const title = parent !== null && request.session !== null
-          ? `${request.agent} sub-agent ${titlePart(request.session)} (of ${titlePart(parent)})`
-          : request.session === null
+        // An empty session id keys like none (`conversationKey`), and is titled like none ("session " said nothing).
+        const session = request.session === "" ? null : request.session
+        const title = parent !== null && session !== null
+          ? `${request.agent} sub-agent ${titlePart(session)} (of ${titlePart(parent)})`
+          : session === null
           // The fingerprint's first 8 characters, after the key's `start:` (which a wire other than Anthropic's
           // prefixes with its name: `key.slice(6, 14)` titled them `-respons` and `-chat:st`).
           ? `${request.agent} conversation ${key.slice(key.indexOf("start:") + 6).slice(0, 8)}`
-          : `${request.agent} session ${titlePart(request.session)}`
+          : `${request.agent} session ${titlePart(session)}`
         const thread: Thread = { id: ids.next("thr") as ThreadId, title, activeProviderThreadId: null, createdAt: now, updatedAt: now }
         yield* store.insertThread(thread)
         if (Option.isSome(parentThread)) yield* store.setThreadParent(thread.id, parentThread.value)
