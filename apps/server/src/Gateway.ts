@@ -329,9 +329,13 @@ export const layer = (options: GatewayOptions) =>
             return dialect.refuse("unauthenticated", `Baton gateway: ${verdict.reason}; send a Baton token as ${dialect.tokenHint}`)
           }
           if (verdict.role !== "admin") {
+            // Known but read-only: 403, as the API answers it on a write. Counting tokens writes nothing, but it goes
+            // upstream with the instance's key, which the read-only token does not hold either.
             return dialect.refuse(
-              "unauthenticated",
-              `Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as ${dialect.tokenHint}`
+              "forbidden",
+              record
+                ? `Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as ${dialect.tokenHint}`
+                : `Baton gateway: the read-only token may not send requests upstream (they go with the instance's key); send the admin token as ${dialect.tokenHint}`
             )
           }
           const declared = request.headers["content-length"]

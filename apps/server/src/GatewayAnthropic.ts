@@ -13,7 +13,7 @@ import { Option, Redacted } from "effect"
 import { type Assembler, type Dialect, isRecord, parseJson, type Refusal } from "./GatewayDialect.js"
 
 /** Anthropic's error types Baton answers with. */
-type ErrorType = "invalid_request_error" | "authentication_error" | "not_found_error" | "request_too_large" | "api_error"
+type ErrorType = "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "request_too_large" | "api_error"
 
 /** An error answer in Anthropic's shape. */
 export const errorResponse = (status: number, type: ErrorType, message: string) =>
@@ -127,6 +127,7 @@ const replyOfBody = (body: unknown): GatewayThreads.Reply => ({
 const anthropicErrors: Record<Refusal, readonly [number, ErrorType]> = {
   invalid: [400, "invalid_request_error"],
   unauthenticated: [401, "authentication_error"],
+  forbidden: [403, "permission_error"],
   unrouted: [404, "not_found_error"],
   too_large: [413, "request_too_large"],
   unreachable: [502, "api_error"]

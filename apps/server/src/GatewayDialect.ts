@@ -12,7 +12,8 @@ import type { HttpServerResponse } from "@effect/platform"
 import type { Option, Redacted } from "effect"
 
 /** Why Baton itself refuses a request: each dialect answers it in its protocol's error shape and status. */
-export type Refusal = "invalid" | "unauthenticated" | "unrouted" | "too_large" | "unreachable"
+/** (`forbidden`: a token Baton knows that may not do this, the read-only one; `unauthenticated`: no token or an unknown one.) */
+export type Refusal = "invalid" | "unauthenticated" | "forbidden" | "unrouted" | "too_large" | "unreachable"
 
 /** How a stream's reply ended: whole (`completed`), refused by the upstream in the stream, or cut short. */
 export type StreamOutcome =

@@ -28,6 +28,8 @@ import { type Assembler, type Dialect, isRecord, parseJson, type Refusal, type S
 const errors: Record<Refusal, readonly [number, string, string | null]> = {
   invalid: [400, "invalid_request_error", null],
   unauthenticated: [401, "invalid_request_error", "invalid_api_key"],
+  // OpenAI answers a request its key may not make 403 with `invalid_request_error`.
+  forbidden: [403, "invalid_request_error", null],
   unrouted: [404, "invalid_request_error", "model_not_found"],
   too_large: [413, "invalid_request_error", "request_too_large"],
   unreachable: [502, "server_error", null]

@@ -127,7 +127,9 @@ describe("Gateway", () => {
       })
     ))
 
-  it.live("refuses the read-only token as read-only (not as an unknown token), sending nothing upstream", () =>
+  // 403 since stop 36 (it was 401 `authentication_error`, as for an unknown token, unlike the API's 403 for the same
+  // token on a write), and count_tokens says why in its own words (it said "each is recorded": nothing is).
+  it.live("refuses the read-only token as read-only (403, not as an unknown token), sending nothing upstream", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
       const settings = yield* settingsFor([instance("anthropic", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
@@ -137,14 +139,25 @@ describe("Gateway", () => {
       yield* Effect.gen(function*() {
         const request = { model: "claude-x", max_tokens: 10, messages: [user("hi")] }
         const refused = yield* raw(messages(request, { "x-api-key": readToken }))
-        expect(refused.status).toBe(401)
+        expect(refused.status).toBe(403)
         expect(refused.body).toEqual({
           type: "error",
           error: {
-            type: "authentication_error",
+            type: "permission_error",
             message: "Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer"
           }
         })
+        const counted = yield* raw(messages({ model: "claude-x", messages: [user("count me")] }, { "x-api-key": readToken }, "/v1/messages/count_tokens?beta=true"))
+        expect([counted.status, counted.body]).toEqual([403, {
+          type: "error",
+          error: {
+            type: "permission_error",
+            message: "Baton gateway: the read-only token may not send requests upstream (they go with the instance's key); send the admin token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer"
+          }
+        }])
+        const responses = yield* raw(messages({ model: "claude-x", input: "hi" }, { authorization: `Bearer ${readToken}` }, "/v1/responses"))
+        expect(responses.status).toBe(403)
+        expect(responses.body).toMatchObject({ error: { type: "invalid_request_error", code: null, param: null } })
         expect(upstream.requests.length).toBe(0)
         const api = yield* client()
         expect((yield* api.threads.list({ urlParams: {} })).threads).toEqual([])
