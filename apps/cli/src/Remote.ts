@@ -41,13 +41,34 @@ class UnreadableAnswer extends Data.TaggedError("UnreadableAnswer")<{ readonly c
 const unreadable = <A, E, R>(self: Effect.Effect<A, E, R>) =>
   Effect.mapError(self, (e) => ParseResult.isParseError(e) ? new UnreadableAnswer({ cause: e }) : e)
 
-/** The typed client of `BatonApi` at `target`. Requires an `HttpClient`. */
+/**
+ * `client` with every path parameter percent-encoded: `HttpApiClient` joins them into the URL as given, so an id the
+ * user typed (`../threads`, `x/../thr_B`, `?limit=1`) would otherwise reach another endpoint or another thread
+ * instead of being one segment that the server decodes and answers for (404 `ThreadNotFound`). Ids of "." or ".."
+ * are still resolved away by the URL (no endpoint answers what is left).
+ */
+const encodingPathParams = <C extends Record<string, unknown>>(client: C): C =>
+  Object.fromEntries(Object.entries(client).map(([group, endpoints]) => [
+    group,
+    typeof endpoints !== "object" || endpoints === null ? endpoints : Object.fromEntries(
+      Object.entries(endpoints as Record<string, unknown>).map(([name, call]) => [
+        name,
+        typeof call !== "function" ? call : (request?: { readonly path?: Record<string, unknown> }) =>
+          call(request?.path === undefined ? request : {
+            ...request,
+            path: Object.fromEntries(Object.entries(request.path).map(([k, v]) => [k, typeof v === "string" ? encodeURIComponent(v) : v]))
+          })
+      ])
+    )
+  ])) as C
+
+/** The typed client of `BatonApi` at `target` (path parameters percent-encoded). Requires an `HttpClient`. */
 const api = (target: Target) =>
   HttpApiClient.make(Api.BatonApi, {
     baseUrl: target.url,
     transformClient: HttpClient.mapRequest(withToken(target)),
     transformResponse: unreadable
-  })
+  }).pipe(Effect.map(encodingPathParams))
 
 /** The error body's `message` (every Baton error body has one), else the first 200 characters of the body. */
 const ErrorBody = Schema.parseJson(Schema.Struct({ message: Schema.String }))
@@ -76,7 +97,8 @@ const explain = (target: Target) => (error: unknown): RemoteFailure => {
       return new RemoteFailure({ message: `the server refused the request: ${issue.path.map(String).join(".") || "(body)"}: ${oneLine(issue.message)}` })
     }
     if (tagged._tag === "UnreadableAnswer") {
-      return new RemoteFailure({ message: `the server at ${target.url} answered something that is not Baton's API: ${oneLine(String((error as UnreadableAnswer).cause.message))}` })
+      // The deepest issue (a field and why), not the message, whose first line declares the whole schema (5 KB).
+      return new RemoteFailure({ message: `the server at ${target.url} answered something that is not Baton's API: ${deepestIssue((error as UnreadableAnswer).cause)}` })
     }
     // Encoding the request failed: the input does not fit the API (nothing was sent).
     if (tagged._tag === "ParseError") return new RemoteFailure({ message: `invalid input, not sent: ${deepestIssue(error as ParseResult.ParseError)}` })
