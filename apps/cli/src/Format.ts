@@ -78,7 +78,15 @@ export const summary = (s: ReplaySummary) =>
   ].join("\n")
 
 export const threadLine = (t: Thread, runs: number, itemCount: number) =>
-  `${t.id}  ${DateTime.formatIso(t.createdAt).slice(0, 19)}Z ${lpad(String(runs), 5)} runs ${lpad(String(itemCount), 6)} items  ${t.title.slice(0, 60)}`
+  `${t.id}  ${DateTime.formatIso(t.createdAt).slice(0, 19)}Z ${lpad(String(runs), 5)} runs ${lpad(String(itemCount), 6)} items  ${Array.from(titleLine(t.title)).slice(0, 60).join("")}`
+
+/**
+ * A title as one line for the terminal: each run of control characters (C0, DEL, C1: a newline, a tab, the ESC of a
+ * terminal escape) becomes one space. A title is any text a client set (`POST /threads`, a gateway conversation's
+ * first prompt); printed as it is, a newline split `threads`' one line per thread and an escape reached the terminal.
+ */
+// eslint-disable-next-line no-control-regex
+const titleLine = (title: string) => title.replace(/[\u0000-\u001f\u007f-\u009f]+/g, " ")
 
 /** Dollars to the cent's ten-thousandth (`$0.012825`), or `unpriced`. */
 const usd = (x: number | null) => x === null ? "unpriced" : `$${x.toFixed(6)}`
@@ -131,7 +139,7 @@ const threadShowLines = (
   itemCount: number,
   cost: ReadonlyArray<string>
 ) => {
-  const lines = [`thread ${t.id}: ${t.title}`, `  ${runCount} runs, ${itemCount} items, created ${DateTime.formatIso(t.createdAt)}`]
+  const lines = [`thread ${t.id}: ${titleLine(t.title)}`, `  ${runCount} runs, ${itemCount} items, created ${DateTime.formatIso(t.createdAt)}`]
   for (const p of providerThreads) {
     const active = p.id === t.activeProviderThreadId ? " (active)" : ""
     lines.push(`  provider ${p.providerInstance}${active}: window ${p.contextWindow ?? "unknown"}, synced through run ${p.syncedRunSeq}`)

@@ -11,7 +11,7 @@
 import { Api, ClientTool, type ItemId, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, type ToolResultOffloadControl, terminalRunStatuses } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest } from "@effect/platform"
-import { Console, Data, Duration, Effect, Option, ParseResult, Schema, Stream } from "effect"
+import { Console, Data, Duration, Effect, Option, ParseResult, Schedule, Schema, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Format from "./Format.js"
 
@@ -41,13 +41,34 @@ class UnreadableAnswer extends Data.TaggedError("UnreadableAnswer")<{ readonly c
 const unreadable = <A, E, R>(self: Effect.Effect<A, E, R>) =>
   Effect.mapError(self, (e) => ParseResult.isParseError(e) ? new UnreadableAnswer({ cause: e }) : e)
 
-/** The typed client of `BatonApi` at `target`. Requires an `HttpClient`. */
+/**
+ * `client` with every path parameter percent-encoded: `HttpApiClient` joins them into the URL as given, so an id the
+ * user typed (`../threads`, `x/../thr_B`, `?limit=1`) would otherwise reach another endpoint or another thread
+ * instead of being one segment that the server decodes and answers for (404 `ThreadNotFound`). Ids of "." or ".."
+ * are still resolved away by the URL (no endpoint answers what is left).
+ */
+const encodingPathParams = <C extends Record<string, unknown>>(client: C): C =>
+  Object.fromEntries(Object.entries(client).map(([group, endpoints]) => [
+    group,
+    typeof endpoints !== "object" || endpoints === null ? endpoints : Object.fromEntries(
+      Object.entries(endpoints as Record<string, unknown>).map(([name, call]) => [
+        name,
+        typeof call !== "function" ? call : (request?: { readonly path?: Record<string, unknown> }) =>
+          call(request?.path === undefined ? request : {
+            ...request,
+            path: Object.fromEntries(Object.entries(request.path).map(([k, v]) => [k, typeof v === "string" ? encodeURIComponent(v) : v]))
+          })
+      ])
+    )
+  ])) as C
+
+/** The typed client of `BatonApi` at `target` (path parameters percent-encoded). Requires an `HttpClient`. */
 const api = (target: Target) =>
   HttpApiClient.make(Api.BatonApi, {
     baseUrl: target.url,
     transformClient: HttpClient.mapRequest(withToken(target)),
     transformResponse: unreadable
-  })
+  }).pipe(Effect.map(encodingPathParams))
 
 /** The error body's `message` (every Baton error body has one), else the first 200 characters of the body. */
 const ErrorBody = Schema.parseJson(Schema.Struct({ message: Schema.String }))
@@ -76,7 +97,8 @@ const explain = (target: Target) => (error: unknown): RemoteFailure => {
       return new RemoteFailure({ message: `the server refused the request: ${issue.path.map(String).join(".") || "(body)"}: ${oneLine(issue.message)}` })
     }
     if (tagged._tag === "UnreadableAnswer") {
-      return new RemoteFailure({ message: `the server at ${target.url} answered something that is not Baton's API: ${oneLine(String((error as UnreadableAnswer).cause.message))}` })
+      // The deepest issue (a field and why), not the message, whose first line declares the whole schema (5 KB).
+      return new RemoteFailure({ message: `the server at ${target.url} answered something that is not Baton's API: ${deepestIssue((error as UnreadableAnswer).cause)}` })
     }
     // Encoding the request failed: the input does not fit the API (nothing was sent).
     if (tagged._tag === "ParseError") return new RemoteFailure({ message: `invalid input, not sent: ${deepestIssue(error as ParseResult.ParseError)}` })
@@ -376,16 +398,45 @@ const streamRequest = (target: Target, path: string, lastEventId: string | undef
   )
 
 /**
- * The events of a stream endpoint (`path`, e.g. `/threads/ID/events?follow=true`) as they arrive, decoded. A client
- * that fell behind is sent `subscriber_too_slow` naming its cursor and the stream ends: it reconnects with that cursor
- * as `Last-Event-ID`, so nothing is missed or repeated. Fails with `RemoteFailure` carrying the server's sentence when
- * it answers an error instead of a stream.
+ * How long a cut stream is retried while the server does not answer: 250 ms doubling to 2 s between tries, for at
+ * most 15 s (a restarting `baton serve` listens again within that), then the "cannot reach" failure.
  */
-const eventStream = (target: Target, path: string, lastEventId?: string): Stream.Stream<ThreadEvent, RemoteFailure, HttpClient.HttpClient> => {
+const reconnectSchedule = Schedule.exponential(Duration.millis(250)).pipe(
+  Schedule.union(Schedule.spaced(Duration.seconds(2))),
+  Schedule.upTo(Duration.seconds(15))
+)
+
+/** A stream cut this many times in a row without a new event is given up (a server that accepts, then drops it). */
+const maxCutsWithoutProgress = 5
+
+/** Whether `error` is a transport failure (nothing answered), as opposed to an answer. */
+const isRequestError = (error: unknown) => HttpClientError.isHttpClientError(error) && error._tag === "RequestError"
+
+/**
+ * The events of a stream endpoint (`path`, e.g. `/threads/ID/events?follow=true`) as they arrive, decoded, from after
+ * `lastEventId` when given. The stream resumes with `Last-Event-ID` whenever it ends early, so nothing is missed or
+ * repeated:
+ * - a client that fell behind is sent `subscriber_too_slow` naming its cursor and the stream ends: it reconnects
+ *   with that cursor;
+ * - a connection cut after its 200 (the server killed mid-run, a dropped connection: the body's read fails) is
+ *   reconnected after the last event received, retried on `reconnectSchedule` while nothing answers; an event cut in
+ *   half by it is never handed on (the next connection sends it whole).
+ * Fails with `RemoteFailure` carrying the server's sentence when it answers an error instead of a stream, "cannot
+ * reach" when a cut stream's server stays gone, and "lost" after `maxCutsWithoutProgress` cuts without an event.
+ */
+const eventStream = (
+  target: Target,
+  path: string,
+  lastEventId?: string,
+  reconnect: { readonly cuts: number } | undefined = undefined
+): Stream.Stream<ThreadEvent, RemoteFailure, HttpClient.HttpClient> => {
   let resumeFrom: string | undefined
+  let lastId = lastEventId
+  let cut = false
+  let received = false
+  const execute = Effect.flatMap(HttpClient.HttpClient, (client) => client.execute(streamRequest(target, path, lastEventId)))
   const once = Effect.gen(function*() {
-    const client = yield* HttpClient.HttpClient
-    const response = yield* client.execute(streamRequest(target, path, lastEventId))
+    const response = yield* (reconnect === undefined ? execute : Effect.retry(execute, { schedule: reconnectSchedule, while: isRequestError }))
     if (response.status !== 200) {
       const text = yield* response.text
       const body = Schema.decodeUnknownOption(ErrorBody)(text)
@@ -400,11 +451,28 @@ const eventStream = (target: Target, path: string, lastEventId?: string): Stream
           resumeFrom = event.id
           return Option.none()
         }
-        return Option.some(unreadable(decodeEvent(event.data)))
+        return Option.some(unreadable(decodeEvent(event.data)).pipe(Effect.tap(() => {
+          if (event.id !== undefined) lastId = event.id
+          received = true
+        })))
+      }),
+      // The body's read failed after the 200: the connection was cut. Its partial event (held by the parser) is
+      // dropped with the failure; the stream ends here and resumes below.
+      Stream.catchAll((e) => {
+        if (!(HttpClientError.isHttpClientError(e) && e._tag === "ResponseError")) return Stream.fail(e)
+        cut = true
+        return Stream.empty
       })
     )
   }).pipe(Stream.unwrapScoped, Stream.mapError(explain(target)))
-  return Stream.concat(once, Stream.suspend(() => resumeFrom === undefined ? Stream.empty : eventStream(target, path, resumeFrom)))
+  return Stream.concat(once, Stream.suspend(() => {
+    if (resumeFrom !== undefined) return eventStream(target, path, resumeFrom)
+    if (!cut) return Stream.empty
+    const cuts = received ? 1 : (reconnect?.cuts ?? 0) + 1
+    return cuts > maxCutsWithoutProgress
+      ? Stream.fail(new RemoteFailure({ message: `the connection to the Baton server at ${target.url} was lost ${cuts - 1} times in a row while reading its events` }))
+      : eventStream(target, path, lastId, { cuts })
+  }))
 }
 
 /** The run an event belongs to, when its payload names one. */

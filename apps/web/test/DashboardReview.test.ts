@@ -5,7 +5,8 @@
  * - an unknown thread's address loaded forever and asked for its event stream every 2 s (a console error each time);
  * - "/offload: preview" showed the tool-result offload dry run (another operation), and an empty keep-tokens box
  *   offloaded with `keepTokens: 0` (everything summarised, nothing kept);
- * - the drawer showed a slow answer for the item opened before under the id of the one opened after it.
+ * - the drawer showed a slow answer for the item opened before under the id of the one opened after it;
+ * - (review r36) the drawer of a long ref without spaces pushed its close button off the page.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { type ChildProcess, spawn } from "node:child_process"
@@ -217,6 +218,25 @@ describe("the dashboard, broken as a new user would", () => {
     await close()
     expect(errors).toEqual([])
   })
+  it("the drawer of a long mistyped ref keeps its close button on screen and closes", async () => {
+    const { page, errors, close } = await open("/ui/threads/" + (await thread(1, "long ref")))
+    await page.waitForSelector("[data-testid=connection]:text('open')")
+    // A pasted line instead of an id: no space to break it at (the API refuses it, 400 naming itemId).
+    const ref = "itm_" + "x".repeat(300)
+    await page.getByLabel("item ref").fill(ref)
+    await page.locator(".ref-form button[type=submit]").click()
+    await page.waitForSelector("[data-testid=drawer]")
+    await expect.poll(() => page.getByTestId("drawer").textContent()).toContain("itemId")
+    // Before: the header did not wrap the id, so the button sat at x = 2,547 of a 1,400-pixel page, out of reach.
+    const button = page.getByRole("button", { name: "close" })
+    const box = (await button.boundingBox())!
+    expect(box.x + box.width).toBeLessThanOrEqual(1400)
+    await button.click({ timeout: 5_000 })
+    expect(await page.getByTestId("drawer").count()).toBe(0)
+    await close()
+    expect(errors.filter((e) => !/status of 400/.test(e))).toEqual([])
+  })
+
   it("items and runs whose read failed while the server was away are read once the stream reconnects", async () => {
     const threadId = await thread(1, "before")
     const { page, errors, close } = await open(`/ui/threads/${threadId}`)

@@ -1,0 +1,176 @@
+/**
+ * `baton --server URL send` and `events --follow` when the event stream's connection is cut after its 200 (the server
+ * killed mid-run, a proxy dropping an idle connection): the CLI resumes the stream with `Last-Event-ID` after the
+ * last event it printed, so every event is printed once and the run's reply still arrives; it never reports the cut
+ * as "the server answered 200 unexpectedly: Decode error". A server that stays gone is "cannot reach" (exit 2).
+ *
+ * The server here is a loopback stand-in speaking the API's wire format: it cuts the first stream after a few events
+ * (`socket.destroy()`, as a SIGKILLed process does) and answers the second from the cursor it is sent.
+ */
+import { ThreadEvent } from "@baton/contracts"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Schema } from "effect"
+import { execFile } from "node:child_process"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
+import { fileURLToPath } from "node:url"
+import * as Format from "../src/Format.js"
+import { batonArgs } from "./support/CliEntry.js"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+const token = "admin-token-0123456789abcdef"
+const threadId = "thr_cut"
+const runId = "run_cut"
+const at = "2026-12-06T07:31:47.740Z"
+
+/** Event `seq` of the thread, as the server writes it (`type` and `payload` as the log holds them). */
+const event = (seq: number, type: string, payload: Record<string, unknown>) => ({
+  eventId: `evt_${seq}`,
+  threadId,
+  seq,
+  globalSeq: seq,
+  commandId: null,
+  createdAt: at,
+  type,
+  payload
+})
+
+const log = [
+  event(1, "thread.created", { title: "cut" }),
+  event(2, "run.queued", { runId, seq: 1, providerThreadId: "pth_cut" }),
+  event(3, "run.started", { runId, nativeThreadId: "nat_cut", attempt: 1 }),
+  event(4, "run.completed", { runId, itemCount: 1 })
+]
+
+const sse = (e: (typeof log)[number]) => `id: ${e.seq}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`
+
+const runView = {
+  run: {
+    id: runId,
+    threadId,
+    seq: 1,
+    providerThreadId: "pth_cut",
+    status: "completed",
+    prompt: "hello",
+    stopPoint: null,
+    failureReason: null,
+    failureCode: null,
+    nativeThreadId: "nat_cut",
+    createdAt: at,
+    updatedAt: at
+  },
+  attempts: [],
+  items: [{
+    id: "itm_reply",
+    threadId,
+    runId,
+    seq: 2,
+    kind: "assistant_message",
+    text: "the reply",
+    toolCallId: null,
+    toolName: null,
+    messageId: null,
+    isError: false,
+    toolCallState: null,
+    tokens: 3,
+    createdAt: at
+  }],
+  cost: null,
+  openToolCalls: [],
+  toolResultsDeadline: null
+}
+
+/**
+ * The stand-in server: the first event stream sends the events up to `cutAfter` and is destroyed; each later one
+ * sends the events after its `Last-Event-ID` and ends. `staysGone`: the server stops listening as it cuts the stream. `cursors` collects each stream request's `Last-Event-ID`.
+ */
+const standIn = (cutAfter: number, staysGone = false) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly url: string; readonly cursors: Array<string | undefined>; readonly server: Http.Server }>((resume) => {
+      const cursors: Array<string | undefined> = []
+      const server = Http.createServer((req, res) => {
+        const path = (req.url ?? "").split("?")[0]
+        if (req.method === "POST" && path === `/threads/${threadId}/messages`) {
+          req.resume()
+          res.writeHead(202, { "content-type": "application/json" })
+          return res.end(JSON.stringify({ runId, threadId, runSeq: 1, status: "starting" }))
+        }
+        if (req.method === "GET" && path === `/runs/${runId}`) {
+          res.writeHead(200, { "content-type": "application/json" })
+          return res.end(JSON.stringify(runView))
+        }
+        if (req.method === "GET" && path === `/threads/${threadId}/events`) {
+          const cursor = req.headers["last-event-id"] as string | undefined
+          cursors.push(cursor)
+          res.writeHead(200, { "content-type": "text/event-stream" })
+          res.write(": heartbeat\n\n")
+          if (cursors.length === 1) {
+            res.write(log.filter((e) => e.seq <= cutAfter).map(sse).join(""))
+            // Half of the next event, then the connection dies (SIGKILL): no end of the chunked body.
+            res.write(sse(log[cutAfter]!).slice(0, 40))
+            return setTimeout(() => {
+              if (staysGone) server.close()
+              req.socket.destroy()
+            }, 50)
+          }
+          return res.end(log.filter((e) => e.seq > Number(cursor ?? 0)).map(sse).join(""))
+        }
+        res.writeHead(404, { "content-type": "application/json" })
+        res.end(JSON.stringify({ _tag: "RouteNotFound", message: "no such route" }))
+      })
+      server.listen(0, "127.0.0.1", () =>
+        resume(Effect.succeed({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, cursors, server })))
+    }),
+    ({ server }) => Effect.promise(() => new Promise<void>((done) => server.listening ? server.close(() => done()) : done()))
+  )
+
+const baton = (args: ReadonlyArray<string>) =>
+  Effect.promise(() =>
+    new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        batonArgs(args),
+        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "" } },
+        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
+      )
+    })
+  )
+
+const lines = (events: ReadonlyArray<(typeof log)[number]>) =>
+  events.map((e) => Format.eventLine(Schema.decodeUnknownSync(ThreadEvent)(e), false))
+
+describe("the CLI's event stream cut after its 200", () => {
+  it.live("events --follow resumes after the last event printed: each event once, exit 0", () =>
+    Effect.gen(function*() {
+      const { cursors, url } = yield* standIn(2)
+      const followed = yield* baton(["--server", url, "--token", token, "events", "--thread", threadId, "--follow"])
+      expect(followed.stderr).toBe("")
+      expect(followed.code).toBe(0)
+      expect(followed.stdout.trimEnd().split("\n")).toEqual(lines(log))
+      expect(cursors).toEqual([undefined, "2"])
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("send resumes the stream cut mid-run and prints the run's end and reply", () =>
+    Effect.gen(function*() {
+      const { cursors, url } = yield* standIn(3)
+      const sent = yield* baton(["--server", url, "--token", token, "send", threadId, "hello"])
+      expect(sent.stderr).toBe("")
+      expect(sent.code).toBe(0)
+      expect(sent.stdout.trimEnd().split("\n")).toEqual([
+        `sent: run 1 ${runId} starting`,
+        ...lines(log.slice(1)),
+        "run 1 completed",
+        "the reply"
+      ])
+      expect(cursors).toEqual([undefined, "3"])
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("a server that stays gone after the cut: the events printed, then \"cannot reach\" on one line, exit 2", () =>
+    Effect.gen(function*() {
+      const { url } = yield* standIn(2, true)
+      const followed = yield* baton(["--server", url, "--token", token, "events", "--thread", threadId, "--follow"])
+      expect(followed.stdout.trimEnd().split("\n")).toEqual(lines(log.slice(0, 2)))
+      expect(followed.stderr).toMatch(new RegExp(`^baton: cannot reach the Baton server at ${url} \\(connect ECONNREFUSED [^\n]*\\n$`))
+      expect(followed.code).toBe(2)
+    }).pipe(Effect.scoped), 60_000)
+})
