@@ -293,7 +293,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               const resumed = yield* Effect.either(adapter.resumeThread(current.nativeRef))
               if (resumed._tag === "Left" && resumed.left.code !== "thread_not_found") return yield* resumed.left
               if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
-              else yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, true))
+              // The replay window opens only where the provider's resumed session may replay (`resumeMayReplay`).
+              else {
+                yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(
+                  store.holdSession(current.id, driver.driverId, adapter.resumeMayReplay === true)
+                )
+                replayClosed = adapter.resumeMayReplay !== true
+              }
             }
             if (replaceReason === null) replaceReason = yield* fullReason(current)
             // Read only when the native thread's read found one (the common turn has none: one statement less).

@@ -48,6 +48,37 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         })
       ))
 
+    // Tester r36: an OpenAI-compatible server that reuses its response id and answers the same text again had the
+    // first answer after a restart skipped as a replay of the earlier one (`items.replay_skipped`, the run completed
+    // with no item): a stateless model API's resume re-reads nothing, so it opens no replay window.
+    it.live("a provider whose resume cannot replay (a model API): an answer equal to an earlier one, same id, is recorded", () =>
+      withFile((file) =>
+        Effect.gen(function*() {
+          const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db: file })
+          const stateless = { ...h.providers.codex!, resumeMayReplay: false }
+          const threadId = yield* Effect.gen(function*() {
+            const o = yield* Harness.ops
+            const t = yield* o.create("codex")
+            h.script.enqueue(replyWithId("x", "ok"))
+            yield* o.send(t, "first question")
+            return t
+          }).pipe(Effect.provide(Harness.makeLayer([stateless], h.counter, file, {})))
+          yield* Effect.gen(function*() {
+            const o = yield* Harness.ops
+            h.script.enqueue(replyWithId("x", "ok"))
+            const again = yield* o.send(threadId, "first question")
+            expect(again.status).toBe("completed")
+            expect(again.nativeGeneration).toBe(1)
+            const items = yield* o.store.listItems(threadId)
+            expect(items.map((i) => [i.kind, i.text])).toEqual([
+              ["user_message", "first question"], ["assistant_message", "ok"], ["user_message", "first question"], ["assistant_message", "ok"]
+            ])
+            expect((yield* o.store.listEvents(threadId)).filter((e) => e.type === "items.replay_skipped")).toEqual([])
+            expect(yield* o.check(threadId, h)).toEqual([])
+          }).pipe(Effect.provide(Harness.makeLayer([stateless], h.counter, file, {}, "p2_")))
+        })
+      ))
+
     it.live("a provider that lost the session on restart gets a replacement native thread owed the whole history", () =>
       withFile((file) =>
         Effect.gen(function*() {

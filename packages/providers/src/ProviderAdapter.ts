@@ -274,6 +274,14 @@ export interface ProviderAdapterShape {
   /** Re-attaches to an existing native thread (after a restart). Never replays history into Baton's record. */
   readonly resumeThread: (nativeRef: string) => Effect.Effect<void, ProviderError>
   /**
+   * `true` for a session runtime whose resumed session may re-emit the thread's history at the next turn (seen in
+   * the field; Codex, the scripted provider): that turn's leading items that the record already holds for the
+   * native thread are skipped as a replay (`items.replay_skipped`). Absent (or `false`) for a stateless model API,
+   * whose resume re-reads nothing: every item of its next turn is new, even one whose text and id equal an earlier
+   * one's (a server that reuses response ids; its genuine answer was skipped as a replay and lost, tester r36).
+   */
+  readonly resumeMayReplay?: boolean
+  /**
    * Runs one turn as a stream of `TurnEvent`s: the items as the provider produces them, usage reports, and
    * `turn_ended` last. The turn starts when the stream is run (not when `startTurn` is called); closing the stream
    * early abandons it. Fails with `ProviderError` in the stream's error channel, before the first item (the code

@@ -513,6 +513,8 @@ export const make = (
       Effect.map(lookup("resumeThread", nativeRef), (state) => {
         if (config.replayOnResume === true) state.replayNext = true
       }),
+    // It plays a session runtime (with `replayOnResume`, one that replays): the replay guard is always on for it.
+    resumeMayReplay: true,
     startTurn,
     continueTurn,
     interrupt: (nativeRef) =>

@@ -425,6 +425,8 @@ describe("Anthropic Messages: the bodies Baton sends", () => {
       // A restart: a new adapter on a new connection to the same file; the log is all it has.
       const restarted = yield* adapterFor(kind, loop, file, { systemPrompt: system })
       yield* restarted.resumeThread(nativeRef)
+      // A model API's resume re-reads nothing: Baton opens no replay window for its next turn (tester r36).
+      expect(restarted.resumeMayReplay).toBeUndefined()
       yield* collect(restarted.continueTurn!({ nativeRef, runId: "run-1", toolResults: [{ toolCallId: "toolu_2", output: "contents 2", isError: true }], tools: [tool] }))
       const [r1, r2, r3] = loop.requests.map((r) => r.body)
       const b1 = JSON.parse(r1!)

@@ -585,6 +585,8 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
       modelContextWindow: config.contextWindow ?? null,
       startThread,
       resumeThread: (nativeRef) => resume("resumeThread", nativeRef),
+      // A resumed app-server session is a runtime's: Baton guards its next turn against a replay.
+      resumeMayReplay: true,
       startTurn,
       interrupt,
       injectHistory,
