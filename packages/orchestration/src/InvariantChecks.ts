@@ -145,7 +145,9 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       }
     }
     // The user's prompt recorded exactly once, unchanged: each ended run (not a copy run) holds one `user_message`,
-    // its prompt byte-identical (RunLifecycle records it when the run leaves `queued`). Not on a gateway's thread: its runs' items are the
+    // its prompt byte-identical (RunLifecycle records it when the run leaves `queued`), except a run that ended while
+    // queued behind an unfinished run (`run.prompt_deferred`) while a run ahead of it is still unfinished: it owes its
+    // prompt until the last of them ends, and holds none till then. Not on a gateway's thread: its runs' items are the
     // agent's messages as sent, several user messages or none. A gateway's thread is told by a `gateway.*` event or
     // by a user message stored with the agent's message id (a run's prompt has none): an answer without usage and with
     // no retry, divergence or offload writes no `gateway.*` event (review r35last: a request whose user message has
@@ -156,9 +158,12 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       for (const i of items) {
         if (i.kind === "user_message" && i.runId !== null) promptsOf.set(i.runId, [...(promptsOf.get(i.runId) ?? []), i.text])
       }
+      const deferred = new Set<string>(events.flatMap((e) => e.type === "run.prompt_deferred" ? [e.payload.runId] : []))
+      const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))?.seq
       for (const run of runs) {
         if (copyRuns.has(run.id) || !terminalRunStatuses.includes(run.status)) continue
         const recorded = promptsOf.get(run.id) ?? []
+        if (recorded.length === 0 && deferred.has(run.id) && firstOpen !== undefined && firstOpen < run.seq) continue
         if (recorded.length !== 1) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}, ${run.status}) has ${recorded.length} user messages`)
         else if (recorded[0] !== run.prompt) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}) recorded its prompt changed`)
       }

@@ -125,7 +125,7 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
   // (tried: c98f5f5) needs to tell a run that ended while queued from one that ended before the provider once
   // started, which the record cannot yet (a gateway retry interrupted through the API looks the same, and its prompt
   // was then recorded twice: reviews r35late, r35last). Needs a durable mark (a stop point of its own or an event).
-  it.live.fails("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
+  it.live("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
     const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
     const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
     return Effect.gen(function*() {
@@ -179,7 +179,7 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
   // running (a turn streaming) when they are interrupted.
   for (const ahead of ["waiting", "running"] as const) {
     // Known and open like the test above (marked `fails`).
-    it.live.fails(`two queued messages interrupted in reverse order while the run ahead is ${ahead}: their prompts follow that run's items in seq order`, () => {
+    it.live(`two queued messages interrupted in reverse order while the run ahead is ${ahead}: their prompts follow that run's items in seq order`, () => {
       const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
       const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
       return Effect.gen(function*() {
