@@ -167,6 +167,21 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
         if (recorded.length !== 1) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}, ${run.status}) has ${recorded.length} user messages`)
         else if (recorded[0] !== run.prompt) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}) recorded its prompt changed`)
       }
+      // Run order: the items follow the runs, as the model saw them: no item of a run comes after an item of a later
+      // run (a run starts only when every run ahead has ended, and a prompt owed by a run that ended while queued is
+      // recorded after everything the runs ahead record). Found by a tester (r35): the prompt of a message queued
+      // behind a run waiting on a client tool call and interrupted there came before that run's call and result.
+      const seqOfRun = new Map<string, number>(runs.map((r) => [r.id, r.seq]))
+      let latest: { readonly runSeq: number; readonly itemSeq: number } | null = null
+      for (const i of items) {
+        const runSeq = i.runId === null ? undefined : seqOfRun.get(i.runId)
+        if (runSeq === undefined) continue
+        if (latest !== null && runSeq < latest.runSeq) {
+          violations.push(`run-order: item ${i.id} (${i.kind}, seq ${i.seq}) of run seq ${runSeq} follows item seq ${latest.itemSeq} of run seq ${latest.runSeq}`)
+          break
+        }
+        if (latest === null || runSeq > latest.runSeq) latest = { runSeq, itemSeq: i.seq }
+      }
     }
     if (options.observed !== undefined) {
       const byRun = new Map<string, Array<string>>()

@@ -9,7 +9,7 @@ import { RunDriver, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Layer, Option } from "effect"
+import { Deferred, Duration, Effect, Exit, Layer, Option, Scope } from "effect"
 
 let n = 0
 const cid = () => `cmd_order_${++n}` as CommandId
@@ -244,6 +244,98 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
         const o = yield* Harness.ops
         expect(yield* o.check(threadId, h)).toEqual([])
       }).pipe(Effect.scoped, Effect.provide(layer))
+    })
+  }
+})
+
+// A crash between B's end (interrupted while queued behind A: its prompt owed, marked in the unit of work that ended
+// it) and A's end: the process dies (`Harness.dyingStore`: nothing it does after that point is durable, its shutdown
+// included) and the next process ends A, by the user's interrupt (A was waiting: restart recovery leaves a waiting
+// run as it is) or by restart recovery (A was running). B's prompt is recorded once, after every item of A.
+describe.each(Harness.dialects)("a crash between a queued message's end and the end of the run ahead of it, on %s", (_label, db) => {
+  const providers = [{ name: "claude", window: 200_000, inject: false }]
+
+  for (const ahead of ["waiting", "running"] as const) {
+    it.live(`the run ahead ${ahead === "waiting" ? "waits on a client tool call (interrupted in the next process)" : "streams a turn (ended by restart recovery)"}: the queued prompt is recorded once, after its items`, () => {
+      Harness.useDb(db)
+      const h = Harness.make(providers, { db })
+      const claude = h.providers.claude!
+      const config = { toolResultTimeoutMillis: 60_000 }
+      return Harness.withDbFile((file) =>
+        Effect.gen(function*() {
+          const dead = { now: false }
+          const gate = yield* Deferred.make<void>()
+          const first = yield* Scope.make()
+          const p1 = yield* Layer.buildWithScope(
+            RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, `c1${ahead}`, undefined, Harness.dyingStore(dead)))),
+            first
+          )
+          const { a, b, threadId } = yield* Effect.gen(function*() {
+            const service = yield* ThreadService.ThreadService
+            const driver = yield* RunDriver.RunDriver
+            const store = yield* ThreadStore
+            const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({
+              commandId: cid(),
+              title: "order",
+              providerInstance: "claude" as Commands.CreateThread["providerInstance"],
+              tools: [readFile]
+            }))
+            h.script.enqueue(ahead === "waiting"
+              ? {
+                items: [
+                  Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
+                  Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
+                ]
+              }
+              : { items: [Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }), Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })], hold: { afterItems: 1, gate } })
+            const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
+            if (ahead === "waiting") yield* untilWaitingOn(a.runId, "call_a")
+            else {
+              yield* untilStatus(a.runId, "running")
+              for (;;) {
+                if ((yield* store.listItemsOfRuns([a.runId])).some((i) => i.kind === "assistant_message")) break
+                yield* Effect.sleep(Duration.millis(10))
+              }
+            }
+            const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
+            expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: b.runId }))).status).toBe("interrupted")
+            // B owes its prompt: marked, nothing recorded for it yet.
+            expect((yield* store.listPromptOwedRuns(threadId)).map((r) => r.id)).toEqual([b.runId])
+            expect(yield* store.listItemsOfRuns([b.runId])).toEqual([])
+            return { a, b, threadId }
+          }).pipe(Effect.provide(p1))
+          // The process dies here: B ended, A did not.
+          dead.now = true
+          yield* Effect.exit(Scope.close(first, Exit.void))
+
+          const p2 = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, `c2${ahead}`)))
+          yield* Effect.gen(function*() {
+            const driver = yield* RunDriver.RunDriver
+            const store = yield* ThreadStore
+            if (ahead === "waiting") {
+              expect((yield* store.getRun(a.runId)).pipe(Option.map((r) => r.status))).toEqual(Option.some("waiting"))
+              expect(yield* store.listItemsOfRuns([b.runId])).toEqual([])
+              expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: a.runId }))).status).toBe("interrupted")
+            } else {
+              const ended = yield* untilStatus(a.runId, "interrupted")
+              expect(ended.failureCode).toBe("process_restarted")
+            }
+            const label = (runId: RunId | null) => runId === a.runId ? "A" : runId === b.runId ? "B" : "?"
+            const items = yield* store.listItems(threadId)
+            expect(items.map((i) => [label(i.runId), i.kind, i.kind === "tool_result" || i.kind === "tool_call" ? i.toolCallId : i.text])).toEqual([
+              ["A", "user_message", "Read a.ts"],
+              ["A", "assistant_message", "Reading."],
+              ...(ahead === "waiting" ? [["A", "tool_call", "call_a"], ["A", "tool_result", "call_a"]] : []),
+              ["B", "user_message", "Then summarise it."]
+            ])
+            expect(yield* store.listPromptOwedRuns(threadId)).toEqual([])
+            const events = yield* store.listEvents(threadId)
+            expect(events.filter((e) => e.type === "run.prompt_deferred").map((e) => e.payload)).toEqual([{ runId: b.runId, behindRunId: a.runId }])
+            const o = yield* Harness.ops
+            expect(yield* o.check(threadId, h)).toEqual([])
+          }).pipe(Effect.scoped, Effect.provide(p2))
+        })
+      ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
     })
   }
 })
