@@ -171,10 +171,22 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       // run (a run starts only when every run ahead has ended, and a prompt owed by a run that ended while queued is
       // recorded after everything the runs ahead record). Found by a tester (r35): the prompt of a message queued
       // behind a run waiting on a client tool call and interrupted there came before that run's call and result.
+      // Output recorded after its run ended (an `items.appended` after the run's `run.interrupted` or `run.failed`: a
+      // turn the provider never stopped, whose native thread is no longer trusted) is late by design and not checked;
+      // a prompt owed by a run that ended while queued (`run.prompt_deferred`) is recorded after its run's end and is.
+      const endedAt = new Map<string, number>()
+      const late = new Set<string>()
+      for (const e of events) {
+        if ((e.type === "run.interrupted" || e.type === "run.failed" || e.type === "run.completed") && !endedAt.has(e.payload.runId)) {
+          endedAt.set(e.payload.runId, e.seq)
+        } else if (e.type === "items.appended" && e.payload.runId !== null && endedAt.has(e.payload.runId) && !deferred.has(e.payload.runId)) {
+          for (const id of e.payload.itemIds) late.add(id)
+        }
+      }
       const seqOfRun = new Map<string, number>(runs.map((r) => [r.id, r.seq]))
       let latest: { readonly runSeq: number; readonly itemSeq: number } | null = null
       for (const i of items) {
-        const runSeq = i.runId === null ? undefined : seqOfRun.get(i.runId)
+        const runSeq = i.runId === null || late.has(i.id) ? undefined : seqOfRun.get(i.runId)
         if (runSeq === undefined) continue
         if (latest !== null && runSeq < latest.runSeq) {
           violations.push(`run-order: item ${i.id} (${i.kind}, seq ${i.seq}) of run seq ${runSeq} follows item seq ${latest.itemSeq} of run seq ${latest.runSeq}`)
