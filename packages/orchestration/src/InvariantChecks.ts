@@ -174,6 +174,7 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       // Output recorded after its run ended (an `items.appended` after the run's `run.interrupted` or `run.failed`: a
       // turn the provider never stopped, whose native thread is no longer trusted) is late by design and not checked;
       // a prompt owed by a run that ended while queued (`run.prompt_deferred`) is recorded after its run's end and is.
+      // Nor are a fork's or a merge's copied history (its run takes the next seq while runs ahead may still be queued).
       const endedAt = new Map<string, number>()
       const late = new Set<string>()
       for (const e of events) {
@@ -186,7 +187,7 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       const seqOfRun = new Map<string, number>(runs.map((r) => [r.id, r.seq]))
       let latest: { readonly runSeq: number; readonly itemSeq: number } | null = null
       for (const i of items) {
-        const runSeq = i.runId === null || late.has(i.id) ? undefined : seqOfRun.get(i.runId)
+        const runSeq = i.runId === null || late.has(i.id) || copyRuns.has(i.runId) ? undefined : seqOfRun.get(i.runId)
         if (runSeq === undefined) continue
         if (latest !== null && runSeq < latest.runSeq) {
           violations.push(`run-order: item ${i.id} (${i.kind}, seq ${i.seq}) of run seq ${runSeq} follows item seq ${latest.itemSeq} of run seq ${latest.runSeq}`)
