@@ -121,10 +121,10 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
   // log read A's prompt, A's assistant message, B's prompt, A's call, A's result: B's prompt took its seq at B's
   // interrupt, while A's call is held in its tool wait (the record never holds a call without its result) and recorded
   // with its error result only at A's interrupt, so A's tool unit was split and fell in B's run.
-  // Known and open (marked `fails`: it fails today; drop the mark with the fix): deferring B's prompt until A ends
-  // (tried: c98f5f5) needs to tell a run that ended while queued from one that ended before the provider once
-  // started, which the record cannot yet (a gateway retry interrupted through the API looks the same, and its prompt
-  // was then recorded twice: reviews r35late, r35last). Needs a durable mark (a stop point of its own or an event).
+  // Fixed: B, ended while queued behind A, owes its prompt — a durable mark (`runs.prompt_owed`, `run.prompt_deferred`)
+  // written with B's end, not inferred from `interrupted` at `before_provider` (c98f5f5 did, and took a gateway retry
+  // interrupted through the API for such a run: its prompt recorded twice, reviews r35late, r35last) — and A's end
+  // records it after A's call and result (RunLifecycle.recordOwedPrompts).
   it.live("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
     const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
     const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
@@ -178,7 +178,7 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
   // follow everything A records, in the order they were queued (seq), whether A waits on a client tool call or is
   // running (a turn streaming) when they are interrupted.
   for (const ahead of ["waiting", "running"] as const) {
-    // Known and open like the test above (marked `fails`).
+    // Fixed like the test above: each prompt owed until A ends, then recorded in seq order.
     it.live(`two queued messages interrupted in reverse order while the run ahead is ${ahead}: their prompts follow that run's items in seq order`, () => {
       const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
       const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
