@@ -56,7 +56,8 @@ const featureNames: Record<string, keyof Simulation.Features> = {
   offload: "offloads",
   forks: "forks",
   truth: "truth",
-  races: "races"
+  races: "races",
+  queues: "queues"
 }
 
 const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--jobs J] [--json] [--without " +

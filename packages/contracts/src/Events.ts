@@ -242,6 +242,15 @@ export const RunFailed = event("run.failed", RunEnded)
 export const RunInterrupted = event("run.interrupted", RunEnded)
 
 /**
+ * `{runId, behindRunId}`: the run ended while queued (its `run.interrupted` or `run.failed` follows) behind
+ * `behindRunId`, the first run ahead of it still unfinished, so its prompt is not recorded yet: it joins the thread's
+ * items (an `items.appended` of the run) when the last run ahead of it ends, after everything those runs record (a
+ * client tool call and its result are recorded only when the run's wait ends). Written in the unit of work that ends
+ * the run, with the run's durable mark (`runs.prompt_owed`).
+ */
+export const RunPromptDeferred = event("run.prompt_deferred", Schema.Struct({ runId: RunId, behindRunId: RunId }))
+
+/**
  * `{runId, itemIds, fromSeq, toSeq}`: items were appended to the thread's log, `fromSeq..toSeq` (item seqs,
  * inclusive) in order; `runId` is `null` for items of no run (an `/offload` summary).
  */
@@ -586,6 +595,7 @@ export const ThreadEvent = Schema.Union(
   RunCompleted,
   RunFailed,
   RunInterrupted,
+  RunPromptDeferred,
   RunWaiting,
   RunRetryScheduled,
   RunToolResultsRecorded,

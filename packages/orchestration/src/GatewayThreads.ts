@@ -1153,11 +1153,16 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           } })
         }
         // The run `begin` wrote `running` is completed unless another path ended it since (one statement, nothing read
-        // back; `running` to `completed` is a legal move of `RunLifecycle`'s table).
-        if (written || (yield* store.updateRunIfRunning(begun.run.id, "completed", now))) {
+        // back but whether a prompt is owed; `running` to `completed` is a legal move of `RunLifecycle`'s table). Past
+        // `RunLifecycle.update`, the prompts owed behind it (a message queued behind the run and interrupted there)
+        // are recorded here, after its answer and its events. A run `begin` wrote `completed` is the thread's newest
+        // (`collect` is only given then): none is owed behind it.
+        const completed = written ? null : yield* store.updateRunIfRunning(begun.run.id, "completed", now)
+        if (written || completed?.moved === true) {
           events.push({ threadId: begun.threadId, type: "run.completed", payload: { runId: begun.run.id, itemCount: stored.length } })
         }
         if (collect === null) yield* store.appendEvents(events)
+        if (completed?.promptsOwed === true) yield* lifecycle.recordOwedPrompts(begun.threadId)
       })
 
     /**

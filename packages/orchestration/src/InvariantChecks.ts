@@ -145,7 +145,9 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       }
     }
     // The user's prompt recorded exactly once, unchanged: each ended run (not a copy run) holds one `user_message`,
-    // its prompt byte-identical (RunLifecycle records it when the run leaves `queued`). Not on a gateway's thread: its runs' items are the
+    // its prompt byte-identical (RunLifecycle records it when the run leaves `queued`), except a run that ended while
+    // queued behind an unfinished run (`run.prompt_deferred`) while a run ahead of it is still unfinished: it owes its
+    // prompt until the last of them ends, and holds none till then. Not on a gateway's thread: its runs' items are the
     // agent's messages as sent, several user messages or none. A gateway's thread is told by a `gateway.*` event or
     // by a user message stored with the agent's message id (a run's prompt has none): an answer without usage and with
     // no retry, divergence or offload writes no `gateway.*` event (review r35last: a request whose user message has
@@ -156,11 +158,42 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       for (const i of items) {
         if (i.kind === "user_message" && i.runId !== null) promptsOf.set(i.runId, [...(promptsOf.get(i.runId) ?? []), i.text])
       }
+      const deferred = new Set<string>(events.flatMap((e) => e.type === "run.prompt_deferred" ? [e.payload.runId] : []))
+      const firstOpen = runs.find((r) => !terminalRunStatuses.includes(r.status))?.seq
       for (const run of runs) {
         if (copyRuns.has(run.id) || !terminalRunStatuses.includes(run.status)) continue
         const recorded = promptsOf.get(run.id) ?? []
+        if (recorded.length === 0 && deferred.has(run.id) && firstOpen !== undefined && firstOpen < run.seq) continue
         if (recorded.length !== 1) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}, ${run.status}) has ${recorded.length} user messages`)
         else if (recorded[0] !== run.prompt) violations.push(`prompt-once: run ${run.id} (seq ${run.seq}) recorded its prompt changed`)
+      }
+      // Run order: the items follow the runs, as the model saw them: no item of a run comes after an item of a later
+      // run (a run starts only when every run ahead has ended, and a prompt owed by a run that ended while queued is
+      // recorded after everything the runs ahead record). Found by a tester (r35): the prompt of a message queued
+      // behind a run waiting on a client tool call and interrupted there came before that run's call and result.
+      // Output recorded after its run ended (an `items.appended` after the run's `run.interrupted` or `run.failed`: a
+      // turn the provider never stopped, whose native thread is no longer trusted) is late by design and not checked;
+      // a prompt owed by a run that ended while queued (`run.prompt_deferred`) is recorded after its run's end and is.
+      // Nor are a fork's or a merge's copied history (its run takes the next seq while runs ahead may still be queued).
+      const endedAt = new Map<string, number>()
+      const late = new Set<string>()
+      for (const e of events) {
+        if ((e.type === "run.interrupted" || e.type === "run.failed" || e.type === "run.completed") && !endedAt.has(e.payload.runId)) {
+          endedAt.set(e.payload.runId, e.seq)
+        } else if (e.type === "items.appended" && e.payload.runId !== null && endedAt.has(e.payload.runId) && !deferred.has(e.payload.runId)) {
+          for (const id of e.payload.itemIds) late.add(id)
+        }
+      }
+      const seqOfRun = new Map<string, number>(runs.map((r) => [r.id, r.seq]))
+      let latest: { readonly runSeq: number; readonly itemSeq: number } | null = null
+      for (const i of items) {
+        const runSeq = i.runId === null || late.has(i.id) || copyRuns.has(i.runId) ? undefined : seqOfRun.get(i.runId)
+        if (runSeq === undefined) continue
+        if (latest !== null && runSeq < latest.runSeq) {
+          violations.push(`run-order: item ${i.id} (${i.kind}, seq ${i.seq}) of run seq ${runSeq} follows item seq ${latest.itemSeq} of run seq ${latest.runSeq}`)
+          break
+        }
+        if (latest === null || runSeq > latest.runSeq) latest = { runSeq, itemSeq: i.seq }
       }
     }
     if (options.observed !== undefined) {

@@ -17,9 +17,15 @@
  * provider is being asked, so a turn that ends with the provider's own "interrupted" first is ended with the code
  * of whoever asked (the user, a shutdown), not `provider_interrupted`.
  *
- * A run's prompt joins the thread's items when the run leaves `queued` (`update`): when it starts, or ends without
- * starting. A message queued behind a running run therefore takes its place in the thread's order after everything
- * that run produces, so `seq` follows the conversation the model saw (handoffs, `thread_read` ranges, item pages).
+ * A run's prompt joins the thread's items when the run leaves `queued` (`update`): when it starts, or when it ends
+ * without starting and no run ahead of it is unfinished. A run that ends while queued behind an unfinished run owes
+ * its prompt: it is marked so durably (`runs.prompt_owed`, with a `run.prompt_deferred` event) in the unit of work
+ * that ends it, and its prompt is recorded by the end of the last run ahead of it (`recordOwedPrompts`), after
+ * everything that run records — a client tool call and its result, held in the run's tool wait, are recorded only
+ * when the wait ends. A message queued behind a run therefore takes its place in the thread's order after
+ * everything that run produces, so `seq` follows the conversation the model saw (handoffs, `thread_read` ranges,
+ * item pages). Only that mark makes a run owe its prompt: a run that ended `before_provider` otherwise (a gateway
+ * retry interrupted through the API, a starting run interrupted) never has its prompt appended by another run's end.
  */
 import type { NativeThreadId, Run, RunFailureCode, RunStatus, RunStopPoint } from "@baton/contracts"
 import { terminalRunStatuses } from "@baton/contracts"
@@ -120,16 +126,61 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
       })
 
     /**
+     * Records the prompts owed on `threadId` (runs that ended while queued behind an unfinished run: `update`) whose
+     * runs ahead have all ended now, in seq order, each clearing its mark; the others stay owed (a run ahead of them
+     * is still unfinished). In the caller's unit of work, after the end of a run (`update` calls it when the run's end
+     * reports a prompt owed; so must a path that ends a run without `update`: the gateway's one-statement completion;
+     * restart reconciliation calls it for every thread that owes one). Fails with the store's errors.
+     */
+    const recordOwedPrompts = (threadId: Run["threadId"]) =>
+      Effect.gen(function*() {
+        const owed = yield* store.listPromptOwedRuns(threadId)
+        if (owed.length === 0) return
+        const ahead = yield* store.findFirstUnfinishedRun(threadId)
+        for (const run of owed) {
+          if (ahead._tag === "Some" && ahead.value.seq < run.seq) return
+          yield* recordPrompt(run)
+          yield* store.setPromptOwed(run.id, false)
+        }
+      })
+
+    /**
+     * The end of a run that leaves `queued` for a terminal status (interrupted, cancelled, failed: it never started),
+     * already written: with an unfinished run ahead of it, it owes its prompt (marked durably, `run.prompt_deferred`;
+     * `true`); else its prompt is recorded now (`false`).
+     */
+    const endQueued = (run: Run) =>
+      Effect.gen(function*() {
+        const ahead = yield* store.findFirstUnfinishedRun(run.threadId)
+        if (ahead._tag === "Some" && ahead.value.seq < run.seq) {
+          yield* store.setPromptOwed(run.id, true)
+          yield* store.appendEvent({ threadId: run.threadId, type: "run.prompt_deferred", payload: { runId: run.id, behindRunId: ahead.value.id } })
+          return true
+        }
+        yield* recordPrompt(run)
+        return false
+      })
+
+    /**
      * Writes `next` over `previous` (the run as the caller read it in this unit of work) after checking the move
-     * against `transitions`; a run leaving `queued` has its prompt recorded (`recordPrompt`) in the same unit of work.
-     * Dies with `IllegalRunTransition` on an illegal move; fails with the store's errors.
+     * against `transitions`, in the same unit of work: a run leaving `queued` has its prompt recorded (`recordPrompt`)
+     * when it starts, and when it ends without starting unless a run ahead of it is unfinished (then it owes its
+     * prompt: `endQueued`); a run's end records the prompts owed that are now due (`recordOwedPrompts`; the statement
+     * that ends the run tells whether any is owed, so a thread that owes none pays no statement for it). Dies with
+     * `IllegalRunTransition` on an illegal move; fails with the store's errors.
      */
     const update = (previous: Run, next: Run) =>
       !canMove(previous.status, next.status)
         ? Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
-        : previous.status === "queued" && next.status !== "queued"
-        ? Effect.zipRight(store.updateRun(next), recordPrompt(next))
-        : store.updateRun(next)
+        : !terminalRunStatuses.includes(next.status) || terminalRunStatuses.includes(previous.status)
+        ? previous.status === "queued" && next.status !== "queued"
+          ? Effect.zipRight(store.updateRun(next), recordPrompt(next))
+          : store.updateRun(next)
+        : Effect.gen(function*() {
+          const owed = yield* store.updateRunEnded(next)
+          if (previous.status === "queued" && (yield* endQueued(next))) return
+          if (owed) yield* recordOwedPrompts(next.threadId)
+        })
 
     /**
      * `update` of a `starting` run to `running` on `nativeThreadId` in one statement, without reading the run first:
@@ -177,6 +228,6 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     const hasOutput = (runId: Run["id"]) =>
       Effect.map(store.listItemsOfRuns([runId]), (items) => items.some((i) => i.kind !== "user_message" && i.kind !== "handoff_marker"))
 
-    return { update, start, finish, interrupting, hasOutput, recordPrompt }
+    return { update, start, finish, interrupting, hasOutput, recordPrompt, recordOwedPrompts }
   })
 }) {}

@@ -170,7 +170,8 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * start); a `running` run ends `interrupted` after the provider: the provider read its prompt, and whatever it
      * produced after the last durable write is not recorded (never replayed into the record from the provider).
      * A `waiting` run is left as it is: its wait is durable (no provider turn is in flight), it still accepts the
-     * client's results, and its deadline ends it otherwise. Returns the runs it ended.
+     * client's results, and its deadline ends it otherwise. Then records the prompts owed (runs that ended while
+     * queued) whose runs ahead have all ended (`RunLifecycle.recordOwedPrompts`). Returns the runs it ended.
      */
     const recover = Effect.fn("RunRecovery.recover")(function*() {
       const unfinished = (yield* store.listUnfinishedRuns()).filter((r) => r.status !== "waiting")
@@ -261,6 +262,13 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           )
         }))
         if (settled !== null) ended.push(settled)
+      }
+      // Prompts owed by runs that ended while queued are recorded by the end of the last run ahead of them, in that
+      // end's unit of work (RunLifecycle), so a crash leaves each either owed behind an unfinished run or recorded.
+      // Reconciled here anyway, for every thread that owes one (none almost always: one statement), so that a prompt
+      // whose runs ahead all ended is never left owed.
+      for (const threadId of yield* store.listThreadsOwingPrompts()) {
+        yield* uow.thread(threadId, "RunRecovery.recordOwedPrompts")(lifecycle.recordOwedPrompts(threadId))
       }
       return ended
     })

@@ -133,10 +133,10 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
 
   // Review r35late: a message sent to a gateway thread while a gateway run is in flight is queued behind it and
   // interrupted there; the gateway's answer then completes its run in one statement (`updateRunIfRunning`), past
-  // `RunLifecycle.update`. The prompt is recorded once, not lost (while c98f5f5 deferred such a prompt to the run
-  // ahead's end, it was never recorded). It is recorded at the interrupt, so before the answer: the order is the
-  // known open defect of QueuedMessageOrder.test's `fails` tests.
-  it.live("a message queued behind a gateway run and interrupted there: its prompt is recorded once, the gateway's answer too", () => {
+  // `RunLifecycle.update`. The prompt is owed (`runs.prompt_owed`) until that run ends, and recorded once, after the
+  // answer (while c98f5f5 deferred such a prompt to the run ahead's end, it was never recorded; before the durable
+  // mark it was recorded at the interrupt, before the answer).
+  it.live("a message queued behind a gateway run and interrupted there: its prompt is recorded once, after the gateway's answer", () => {
     const h = Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db })
     return Effect.gen(function*() {
       const threads = yield* GatewayThreads.GatewayThreads
@@ -147,9 +147,32 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
       expect(interrupted.status).toBe("interrupted")
       yield* threads.complete(first, answer("A", false).reply)
       const { items } = yield* recordOf(first.threadId)
-      expect(items.filter(([kind, text]) => kind === "user_message" && text === "From the user.")).toHaveLength(1)
-      expect(items).toHaveLength(3)
-      expect(items).toContainEqual(["assistant_message", "A"])
+      expect(items).toEqual([["user_message", "hello"], ["assistant_message", "A"], ["user_message", "From the user."]])
+    }).pipe(Effect.scoped, Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
+  })
+
+  // The two runs review r35last found alike, on one thread: a retry interrupted through the API (`interrupted`,
+  // `before_provider`, no items, never queued) and a message queued behind the request it repeats and interrupted
+  // there. Only the queued one owes its prompt (it alone carries the mark its end wrote): recorded once, after the
+  // answer; the retry's prompt is not appended.
+  it.live("a retry interrupted through the API and a queued message interrupted, both behind one request: only the queued prompt is recorded, after the answer", () => {
+    const h = Harness.make([{ name: "anthropic", window: 200_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const driver = yield* RunDriver.RunDriver
+      const store = yield* ThreadStore
+      const first = yield* threads.begin(request("retry-and-queued", [user("hello")]))
+      const retry = yield* threads.begin(request("retry-and-queued", [user("hello")]))
+      const queued = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_gw_both_1" as CommandId, threadId: first.threadId, text: "From the user." }))
+      for (const [runId, k] of [[queued.runId, 2], [retry.run.id, 3]] as const) {
+        const interrupted = yield* driver.interrupt(Commands.InterruptRun.make({ commandId: `cmd_gw_both_${k}` as CommandId, threadId: first.threadId, runId }))
+        expect([interrupted.status, interrupted.stopPoint]).toEqual(["interrupted", "before_provider"])
+      }
+      expect((yield* store.listPromptOwedRuns(first.threadId)).map((r) => r.id)).toEqual([queued.runId])
+      yield* threads.complete(first, answer("A", false).reply)
+      const { items } = yield* recordOf(first.threadId)
+      expect(items).toEqual([["user_message", "hello"], ["assistant_message", "A"], ["user_message", "From the user."]])
+      expect(yield* store.listPromptOwedRuns(first.threadId)).toEqual([])
     }).pipe(Effect.scoped, Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
   })
 

@@ -9,7 +9,7 @@ import { RunDriver, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Layer, Option } from "effect"
+import { Deferred, Duration, Effect, Exit, Layer, Option, Scope } from "effect"
 
 let n = 0
 const cid = () => `cmd_order_${++n}` as CommandId
@@ -121,11 +121,11 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
   // log read A's prompt, A's assistant message, B's prompt, A's call, A's result: B's prompt took its seq at B's
   // interrupt, while A's call is held in its tool wait (the record never holds a call without its result) and recorded
   // with its error result only at A's interrupt, so A's tool unit was split and fell in B's run.
-  // Known and open (marked `fails`: it fails today; drop the mark with the fix): deferring B's prompt until A ends
-  // (tried: c98f5f5) needs to tell a run that ended while queued from one that ended before the provider once
-  // started, which the record cannot yet (a gateway retry interrupted through the API looks the same, and its prompt
-  // was then recorded twice: reviews r35late, r35last). Needs a durable mark (a stop point of its own or an event).
-  it.live.fails("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
+  // Fixed: B, ended while queued behind A, owes its prompt — a durable mark (`runs.prompt_owed`, `run.prompt_deferred`)
+  // written with B's end, not inferred from `interrupted` at `before_provider` (c98f5f5 did, and took a gateway retry
+  // interrupted through the API for such a run: its prompt recorded twice, reviews r35late, r35last) — and A's end
+  // records it after A's call and result (RunLifecycle.recordOwedPrompts).
+  it.live("a queued message interrupted before the run ahead of it ends: its prompt follows that run's tool unit", () => {
     const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
     const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
     return Effect.gen(function*() {
@@ -178,8 +178,8 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
   // follow everything A records, in the order they were queued (seq), whether A waits on a client tool call or is
   // running (a turn streaming) when they are interrupted.
   for (const ahead of ["waiting", "running"] as const) {
-    // Known and open like the test above (marked `fails`).
-    it.live.fails(`two queued messages interrupted in reverse order while the run ahead is ${ahead}: their prompts follow that run's items in seq order`, () => {
+    // Fixed like the test above: each prompt owed until A ends, then recorded in seq order.
+    it.live(`two queued messages interrupted in reverse order while the run ahead is ${ahead}: their prompts follow that run's items in seq order`, () => {
       const h = Harness.make(providers, { db, config: { toolResultTimeoutMillis: 60_000 } })
       const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
       return Effect.gen(function*() {
@@ -244,6 +244,98 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
         const o = yield* Harness.ops
         expect(yield* o.check(threadId, h)).toEqual([])
       }).pipe(Effect.scoped, Effect.provide(layer))
+    })
+  }
+})
+
+// A crash between B's end (interrupted while queued behind A: its prompt owed, marked in the unit of work that ended
+// it) and A's end: the process dies (`Harness.dyingStore`: nothing it does after that point is durable, its shutdown
+// included) and the next process ends A, by the user's interrupt (A was waiting: restart recovery leaves a waiting
+// run as it is) or by restart recovery (A was running). B's prompt is recorded once, after every item of A.
+describe.each(Harness.dialects)("a crash between a queued message's end and the end of the run ahead of it, on %s", (_label, db) => {
+  const providers = [{ name: "claude", window: 200_000, inject: false }]
+
+  for (const ahead of ["waiting", "running"] as const) {
+    it.live(`the run ahead ${ahead === "waiting" ? "waits on a client tool call (interrupted in the next process)" : "streams a turn (ended by restart recovery)"}: the queued prompt is recorded once, after its items`, () => {
+      Harness.useDb(db)
+      const h = Harness.make(providers, { db })
+      const claude = h.providers.claude!
+      const config = { toolResultTimeoutMillis: 60_000 }
+      return Harness.withDbFile((file) =>
+        Effect.gen(function*() {
+          const dead = { now: false }
+          const gate = yield* Deferred.make<void>()
+          const first = yield* Scope.make()
+          const p1 = yield* Layer.buildWithScope(
+            RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, `c1${ahead}`, undefined, Harness.dyingStore(dead)))),
+            first
+          )
+          const { a, b, threadId } = yield* Effect.gen(function*() {
+            const service = yield* ThreadService.ThreadService
+            const driver = yield* RunDriver.RunDriver
+            const store = yield* ThreadStore
+            const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({
+              commandId: cid(),
+              title: "order",
+              providerInstance: "claude" as Commands.CreateThread["providerInstance"],
+              tools: [readFile]
+            }))
+            h.script.enqueue(ahead === "waiting"
+              ? {
+                items: [
+                  Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
+                  Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
+                ]
+              }
+              : { items: [Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }), Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })], hold: { afterItems: 1, gate } })
+            const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
+            if (ahead === "waiting") yield* untilWaitingOn(a.runId, "call_a")
+            else {
+              yield* untilStatus(a.runId, "running")
+              for (;;) {
+                if ((yield* store.listItemsOfRuns([a.runId])).some((i) => i.kind === "assistant_message")) break
+                yield* Effect.sleep(Duration.millis(10))
+              }
+            }
+            const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
+            expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: b.runId }))).status).toBe("interrupted")
+            // B owes its prompt: marked, nothing recorded for it yet.
+            expect((yield* store.listPromptOwedRuns(threadId)).map((r) => r.id)).toEqual([b.runId])
+            expect(yield* store.listItemsOfRuns([b.runId])).toEqual([])
+            return { a, b, threadId }
+          }).pipe(Effect.provide(p1))
+          // The process dies here: B ended, A did not.
+          dead.now = true
+          yield* Effect.exit(Scope.close(first, Exit.void))
+
+          const p2 = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, `c2${ahead}`)))
+          yield* Effect.gen(function*() {
+            const driver = yield* RunDriver.RunDriver
+            const store = yield* ThreadStore
+            if (ahead === "waiting") {
+              expect((yield* store.getRun(a.runId)).pipe(Option.map((r) => r.status))).toEqual(Option.some("waiting"))
+              expect(yield* store.listItemsOfRuns([b.runId])).toEqual([])
+              expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: a.runId }))).status).toBe("interrupted")
+            } else {
+              const ended = yield* untilStatus(a.runId, "interrupted")
+              expect(ended.failureCode).toBe("process_restarted")
+            }
+            const label = (runId: RunId | null) => runId === a.runId ? "A" : runId === b.runId ? "B" : "?"
+            const items = yield* store.listItems(threadId)
+            expect(items.map((i) => [label(i.runId), i.kind, i.kind === "tool_result" || i.kind === "tool_call" ? i.toolCallId : i.text])).toEqual([
+              ["A", "user_message", "Read a.ts"],
+              ["A", "assistant_message", "Reading."],
+              ...(ahead === "waiting" ? [["A", "tool_call", "call_a"], ["A", "tool_result", "call_a"]] : []),
+              ["B", "user_message", "Then summarise it."]
+            ])
+            expect(yield* store.listPromptOwedRuns(threadId)).toEqual([])
+            const events = yield* store.listEvents(threadId)
+            expect(events.filter((e) => e.type === "run.prompt_deferred").map((e) => e.payload)).toEqual([{ runId: b.runId, behindRunId: a.runId }])
+            const o = yield* Harness.ops
+            expect(yield* o.check(threadId, h)).toEqual([])
+          }).pipe(Effect.scoped, Effect.provide(p2))
+        })
+      ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
     })
   }
 })

@@ -192,6 +192,8 @@ const unprefixed = (row: Record<string, unknown>, prefix: string): Record<string
 const decodeRunRows = Schema.decodeUnknown(Schema.Array(RunRow))
 const decodeNextRunSeq = Schema.decodeUnknown(Schema.Array(Schema.Struct({ nextRunSeq: Count })))
 const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
+/** `EXISTS (...)` as a result column: Postgres answers a boolean, SQLite `0` or `1`. */
+const decodePromptsOwed = Schema.decodeUnknown(Schema.Array(Schema.Struct({ promptsOwed: Schema.Union(Schema.Boolean, Schema.Number) })))
 const decodeDeclaredTools = Schema.decodeUnknown(Schema.Array(Schema.Struct({ declaredTools: Schema.NullOr(ToolsRow.fields.tools) })))
 const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
 const decodeOffloadControl = Schema.decodeUnknown(Schema.Array(OffloadControlRow))
@@ -431,17 +433,53 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         }).pipe(orPersistence("runs.insert")),
       updateRun: (r: Run) => runs.update(r),
       /**
-       * Moves run `id` from `running` to `status` (`updatedAt` its time) in one statement, nothing read back: `true`
-       * when it moved, `false` when the run is not `running` (another path ended it, or it is not there). For a caller
-       * that wrote the run itself and needs no other field changed (the gateway's answer); the legality of the move
-       * (`RunLifecycle`'s table: `running` to `completed`) is the caller's.
+       * `updateRun` of a run that ends (moves to a terminal status), answering in the same statement whether any run of
+       * its thread owes its prompt (`prompt_owed`, see `setPromptOwed`): `true` then, and the caller records the prompts
+       * now due (`RunLifecycle.recordOwedPrompts`). One statement: the question is a probe of a partial index (migration
+       * 0022), so a run's end costs no statement more for it.
+       */
+      updateRunEnded: (r: Run) =>
+        Effect.flatMap(Schema.encode(RunRow)(r), (row) => {
+          const { id, ...rest } = row as Record<string, unknown>
+          return Effect.flatMap(
+            sql`UPDATE runs SET ${sql.update(rest)} WHERE id = ${id as string}
+              RETURNING EXISTS (SELECT 1 FROM runs AS owing WHERE owing.thread_id = runs.thread_id AND owing.prompt_owed = 1) AS prompts_owed`,
+            decodePromptsOwed
+          )
+        }).pipe(Effect.map((rows) => rows.length > 0 && Boolean(rows[0]!.promptsOwed)), orPersistence("runs.updateEnded")),
+      /**
+       * Moves run `id` from `running` to `status` (`updatedAt` its time) in one statement, nothing read back but
+       * whether any run of its thread owes its prompt (as `updateRunEnded`): `moved` is `false` when the run is not
+       * `running` (another path ended it, or it is not there). For a caller that wrote the run itself and needs no other
+       * field changed (the gateway's answer); the legality of the move (`RunLifecycle`'s table: `running` to
+       * `completed`) is the caller's, and so is recording the prompts owed (`promptsOwed`).
        */
       updateRunIfRunning: (id: RunId, status: "completed", updatedAt: DateTime.Utc) =>
-        sql`UPDATE runs SET status = ${status}, updated_at = ${DateTime.formatIso(updatedAt)}
-          WHERE id = ${id} AND status = 'running' RETURNING id`.pipe(
-          Effect.map((rows) => rows.length > 0),
+        Effect.flatMap(
+          sql`UPDATE runs SET status = ${status}, updated_at = ${DateTime.formatIso(updatedAt)}
+            WHERE id = ${id} AND status = 'running'
+            RETURNING EXISTS (SELECT 1 FROM runs AS owing WHERE owing.thread_id = runs.thread_id AND owing.prompt_owed = 1) AS prompts_owed`,
+          decodePromptsOwed
+        ).pipe(
+          Effect.map((rows) => ({ moved: rows.length > 0, promptsOwed: rows.length > 0 && Boolean(rows[0]!.promptsOwed) })),
           orPersistence("runs.updateIfRunning")
         ),
+      /**
+       * Marks run `runId` as owing its prompt (`owed`: it ended while queued behind an unfinished run, its prompt not
+       * yet recorded) or clears the mark (its prompt has just been recorded). In the caller's unit of work, with the
+       * run's end or the prompt's item. See migration 0022.
+       */
+      setPromptOwed: (runId: RunId, owed: boolean) =>
+        sql`UPDATE runs SET prompt_owed = ${owed ? 1 : 0} WHERE id = ${runId}`.pipe(Effect.asVoid, orPersistence("runs.setPromptOwed")),
+      /** The runs of `threadId` that owe their prompt (`setPromptOwed`), in seq order (none on almost every thread). */
+      listPromptOwedRuns: (threadId: ThreadId) =>
+        runs.findAll("runs.listPromptOwed", sql`SELECT * FROM runs WHERE thread_id = ${threadId} AND prompt_owed = 1 ORDER BY seq`),
+      /** The ids of the threads with a run that owes its prompt (restart reconciliation: `RunRecovery.recover`). */
+      listThreadsOwingPrompts: () =>
+        Effect.map(
+          sql<{ readonly threadId: string }>`SELECT DISTINCT thread_id FROM runs WHERE prompt_owed = 1`,
+          (rows) => rows.map((r) => r.threadId as ThreadId)
+        ).pipe(orPersistence("runs.listThreadsOwingPrompts")),
       getRun: (id: RunId) => runs.findOne("runs.get", sql`SELECT * FROM runs WHERE id = ${id}`),
       /**
        * Run `id` with the number of its attempts (`listAttempts(id).length`), in one statement (an attempt's start

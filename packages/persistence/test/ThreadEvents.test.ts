@@ -88,6 +88,7 @@ const samples: { readonly [T in ThreadEventType]: Extract<NewThreadEvent, { read
   "run.completed": { runId: run("run_1"), itemCount: 3 },
   "run.failed": { runId: run("run_1"), stopPoint: "before_provider", reason: "provider unavailable" },
   "run.interrupted": { runId: run("run_1"), stopPoint: "after_provider", reason: "the user interrupted" },
+  "run.prompt_deferred": { runId: run("run_2"), behindRunId: run("run_1") },
   "run.waiting": {
     runId: run("run_1"),
     round: 2,

@@ -265,13 +265,13 @@ describe("ThreadStore on a SQLite file", () => {
       yield* store.insertRun(run("run_7", 1, "running"))
       yield* store.insertRun(run("run_8", 2, "interrupted"))
       const read = (id: string) => Effect.map(store.getRun(id as RunId), Option.getOrThrow)
-      expect(yield* store.updateRunIfRunning("run_7" as RunId, "completed", later)).toBe(true)
+      expect(yield* store.updateRunIfRunning("run_7" as RunId, "completed", later)).toEqual({ moved: true, promptsOwed: false })
       expect(yield* read("run_7")).toEqual({ ...run("run_7", 1, "completed"), updatedAt: later })
-      expect(yield* store.updateRunIfRunning("run_7" as RunId, "completed", now)).toBe(false)
+      expect(yield* store.updateRunIfRunning("run_7" as RunId, "completed", now)).toEqual({ moved: false, promptsOwed: false })
       expect((yield* read("run_7")).updatedAt).toEqual(later)
-      expect(yield* store.updateRunIfRunning("run_8" as RunId, "completed", later)).toBe(false)
+      expect(yield* store.updateRunIfRunning("run_8" as RunId, "completed", later)).toEqual({ moved: false, promptsOwed: false })
       expect(yield* read("run_8")).toEqual(run("run_8", 2, "interrupted"))
-      expect(yield* store.updateRunIfRunning("run_9" as RunId, "completed", later)).toBe(false)
+      expect(yield* store.updateRunIfRunning("run_9" as RunId, "completed", later)).toEqual({ moved: false, promptsOwed: false })
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
   it.live("long reads (a thread's runs by page, items by chunks of ids) yield to the event loop between statements, and return every row in order", () =>

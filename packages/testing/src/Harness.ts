@@ -2,10 +2,10 @@
  * Harness: a complete orchestrator on a real SQLite database (a file or `:memory:`) with scripted provider
  * instances, sequential ids and the real tokenizer — the Layer graph tests and benchmarks run against.
  */
-import { Commands, type CommandId, type ContextUsage, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, type ContextUsage, PersistenceError, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
-import { Database, ThreadStore } from "@baton/persistence"
+import { Database, EventFeed, ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { Context, Effect, Layer } from "effect"
 import * as Produced from "./internal/Produced.js"
@@ -66,7 +66,8 @@ export const currentDb = () => defaultDb
 /**
  * The orchestrator over `adapters` on the SQLite database `db` (or `postgres`) (a path or `:memory:`), with sequential ids and
  * `config` over the defaults — for tests that wrap an adapter (e.g. to hold a turn open) or restart on the same file
- * (a second process on the same database needs its own `idNamespace` for the sequential ids).
+ * (a second process on the same database needs its own `idNamespace` for the sequential ids). `wrapStore`: the
+ * orchestrator's `ThreadStore` made from the real one (e.g. `dyingStore`, for a process that dies mid-run).
  */
 export const makeLayer = (
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
@@ -74,9 +75,14 @@ export const makeLayer = (
   db: string,
   config: Partial<OrchestratorConfig.OrchestratorConfigShape>,
   idNamespace = "",
-  summariser: ScriptedSummariser.ScriptedSummariser = ScriptedSummariser.make(counter)
+  summariser: ScriptedSummariser.ScriptedSummariser = ScriptedSummariser.make(counter),
+  wrapStore?: (real: ThreadStore) => ThreadStore
 ) =>
-  OrchestratorLayer.layer.pipe(
+  (wrapStore === undefined ? OrchestratorLayer.layer : EventFeed.EventFeed.Default.pipe(
+    Layer.provideMerge(OrchestratorLayer.services),
+    Layer.provideMerge(Layer.effect(ThreadStore, Effect.map(ThreadStore, wrapStore)).pipe(Layer.provide(ThreadStore.Default))),
+    Layer.provide(OrchestratorLayer.eventIds)
+  )).pipe(
     Layer.provideMerge(
       db === postgres
         ? Database.layerPgIsolated()
@@ -135,6 +141,28 @@ export const make = (
 
 let counterInstance: TokenCounter.TokenCounterShape | undefined
 const sharedCounter = () => (counterInstance ??= TokenCounter.make())
+
+/**
+ * A `ThreadStore` over `real` for a process that dies (a crash, or `kill -9`): once `dead.now` is set, every call
+ * fails (a `PersistenceError` naming the method) before it reaches the database, so nothing the process does after
+ * that point is durable — its shutdown (interrupting the runs in flight) and its driver's `stopped` mark included.
+ * The durable state is exactly what it committed before, as after a real crash between two units of work.
+ */
+export const dyingStore = (dead: { now: boolean }) => (real: ThreadStore): ThreadStore => {
+  const wrapped: Record<string, unknown> = {}
+  for (const [name, value] of Object.entries(real)) {
+    if (typeof value !== "function") {
+      wrapped[name] = value
+      continue
+    }
+    const method = value as (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown, unknown>
+    // One forwarder for every method cannot name each method's error and requirements (as `Crash.wrapStore`).
+    // @effect-diagnostics-next-line anyUnknownInErrorContext:off
+    wrapped[name] = (...args: ReadonlyArray<unknown>) =>
+      Effect.suspend(() => dead.now ? Effect.fail(new PersistenceError({ operation: name, detail: "the process died" })) : method(...args))
+  }
+  return ThreadStore.make(wrapped as unknown as Parameters<typeof ThreadStore.make>[0])
+}
 
 /** A scripted response of one assistant message of about `tokens` tokens (ASCII words), reporting `usage`. */
 export const reply = (tokens: number, usage?: ContextUsage | null) => ({

@@ -102,6 +102,9 @@ const simplifications = (op: Operation): ReadonlyArray<Operation> => {
     case "interrupt_before_start":
       if (op.prompt > 20) out.push({ ...op, prompt: 20 }, { ...op, prompt: Math.floor(op.prompt / 2) })
       break
+    case "queue_behind_wait":
+      if (op.prompt > 20) out.push({ ...op, prompt: 20 })
+      break
     case "race":
       if (op.prompt > 20) out.push({ ...op, prompt: 20 })
       if (op.reply.tools.length > 1) out.push({ ...op, reply: { ...op.reply, tools: [op.reply.tools[0]!] } })

@@ -36,7 +36,7 @@ describe("simulation soak (bounded)", () => {
       for (const site of [
         "store.insertRun",
         "store.appendEvent",
-        "store.updateRun",
+        "store.updateRunEnded",
         "store.insertItemsAfterLast",
         "store.insertReceipt",
         "before provider.startTurn",
@@ -577,4 +577,49 @@ describe("provider faults of issue 3 in the simulation", () => {
       expect(b.dump === a.dump).toBe(true)
       expect(b.trace).toEqual(a.trace)
     }), { timeout: 60_000 })
+})
+
+// Tester r35: a message queued behind a run waiting on a client tool call and interrupted first had its prompt
+// recorded before that run's call and result (held in its tool wait until the run ends): the run's tool unit was
+// split and fell in the queued message's run. The run-order check (InvariantChecks) reports it; the queued prompt now
+// owes until the run ahead ends (RunLifecycle, runs.prompt_owed). A crash at every durable step of the operation,
+// between the queued run's end and the waiting run's end included: after the restart the client interrupts what is
+// left, and the prompt is recorded once, after the waiting run's items.
+describe("a message queued behind a run waiting on a client tool call, in the simulation", () => {
+  const queueBehind = (id: number, queuedFirst: boolean, crash: ReturnType<typeof crashAt> | null = null): Op =>
+    ({ kind: "queue_behind_wait", id, prompt: 20, queuedFirst, crash })
+  const scenario = (crash: ReturnType<typeof crashAt> | null): Simulation.Scenario => ({
+    seed: 35,
+    providers: providers({ big: true, small: false, plain: false }),
+    ops: [
+      { kind: "create", id: 0, provider: "big", crash: null },
+      send(1),
+      queueBehind(2, true),
+      queueBehind(4, false),
+      queueBehind(6, true, crash),
+      send(8)
+    ]
+  })
+
+  it.live("interrupted in both orders: no violation, the queued prompt after the waiting run's call and result", () =>
+    Effect.gen(function*() {
+      const outcome = yield* Simulation.execute(scenario(null))
+      expect(outcome.violations).toEqual([])
+    }), { timeout: 60_000 })
+
+  it.live("a crash at every durable step of the queued-first operation: no violation after restart", () =>
+    Effect.gen(function*() {
+      const crashed: Array<string> = []
+      // Up to the operation's last durable step (the first step at which no crash lands ends the loop).
+      for (let at = 1; at <= 60; at++) {
+        const outcome = yield* Simulation.execute(scenario(crashAt(at)))
+        expect([at, outcome.violations]).toEqual([at, []])
+        if (outcome.crashes === 0) break
+        crashed.push(...outcome.crashPoints)
+      }
+      expect(crashed.length).toBeGreaterThan(20)
+      // The crashes landed on the queued run's mark and on the waiting run's end among others.
+      const sites = new Set(crashed.map((p) => p.replace(/^[^:]+: /, "").replace(/#\d+$/, "")))
+      for (const site of ["store.setPromptOwed", "store.updateRunEnded"]) expect(sites).toContain(site)
+    }), { timeout: 180_000 })
 })

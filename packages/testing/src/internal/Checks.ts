@@ -538,7 +538,7 @@ export const check = (
 }
 
 /**
- * After a restart: no run is left unfinished, and every item read back before the crash is retrievable by id through
+ * After a restart: no run is left unfinished (but a run waiting for the client's tool results), and every item read back before the crash is retrievable by id through
  * the store (invariant 6 across the crash). Each item is looked up at the first restart after it was read back, not
  * again at every later one: once retrievable, an item stays so unless its row is changed or deleted, which the audit
  * reports at the next step's `readRecords` (every column, the id included), or rows vanish without a trigger, which
@@ -547,7 +547,9 @@ export const check = (
 export const afterRestart = (memory: Memory) =>
   Effect.gen(function*() {
     const store = yield* ThreadStore
-    const unfinished = yield* store.listUnfinishedRuns()
+    // A run waiting for the client's tool results stays waiting across a restart (its wait is durable, no provider
+    // turn is in flight: RunRecovery.recover); every other unfinished run is ended.
+    const unfinished = (yield* store.listUnfinishedRuns()).filter((r) => r.status !== "waiting")
     const violations = unfinished.map((r) => `crash-safety: run ${r.id} (seq ${r.seq}) left ${r.status} after restart recovery`)
     const ids: Array<ItemId> = []
     for (const [threadId, items] of memory.items) {

@@ -17,19 +17,20 @@
  * the SQLite client's prepared-statement cache checks its time to live. A change to the number of statements, the
  * checks' included, shifts the timestamps of everything after it, not what happens.)
  */
-import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { type ClientTool, Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { Cause, Chunk, Clock, Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Scope } from "effect"
+import { Cause, Chunk, Clock, Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Option, Scope } from "effect"
 import { createHash } from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Checks from "./Checks.js"
 import * as Crash from "./Crash.js"
+import { produced } from "./Produced.js"
 import { formatOperation, type Operation, promptText, responseFor, type Scenario } from "./Scenario.js"
 
 /** Counts of what a run exercised. */
@@ -333,6 +334,13 @@ export const outsideTransaction: Effect.Effect<boolean, never, SqlClient.SqlClie
 
 const cid = (id: number, suffix = "") => `cmd_${id}${suffix}` as CommandId
 
+/** The client tool a `queue_behind_wait` send declares: its call makes the run wait for the client's result. */
+const clientTool: ClientTool = {
+  name: "read_file",
+  description: "Reads a file of the workspace",
+  inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
+}
+
 /**
  * Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards), or with
  * `dialect: "postgres"` on a fresh Postgres schema (dropped afterwards). Never fails (an unreachable Postgres
@@ -515,13 +523,19 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const service = <A, E>(f: (s: ThreadService.ThreadService) => Effect.Effect<A, E, Services>) =>
       Effect.flatMap(ThreadService.ThreadService, f)
 
-    /** The thread accepts a new message: queue one in a transaction that is then rolled back. */
+    /**
+     * The thread accepts a new message: queue one in a transaction that is then rolled back (behind a run waiting for
+     * the client's tool results, which a restart leaves waiting, as a client's message would be).
+     */
     const probe = (thread: ThreadId) =>
       within(Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const threads = yield* ThreadService.ThreadService
+        const store = yield* ThreadStore
+        const active = yield* store.findActiveRun(thread).pipe(Effect.orElseSucceed(() => Option.none()))
+        const queueBehind = active._tag === "Some" && active.value.status === "waiting"
         const outcome = yield* sql.withTransaction(Effect.zipRight(
-          threads.enqueueMessage(Commands.SendMessage.make({ commandId: "cmd_probe" as CommandId, threadId: thread, text: "probe" })),
+          threads.enqueueMessage(Commands.SendMessage.make({ commandId: "cmd_probe" as CommandId, threadId: thread, text: "probe" }), { queueBehind }),
           Effect.fail(new ProbeRollback())
         )).pipe(Effect.flip, Effect.either)
         if (outcome._tag === "Left") return ["crash-safety: the probe message was not rolled back"]
@@ -757,6 +771,42 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
             violations.push(...c.violations)
             if (c.result._tag === "ok") result = `${c.result.value.status} ${c.result.value.stopPoint ?? ""}`
             else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            break
+          }
+          case "queue_behind_wait": {
+            const thread = threadId!
+            const ahead = Commands.SendMessage.make({ commandId: cid(op.id), threadId: thread, text: promptText(op.id, op.prompt), tools: [clientTool] })
+            const queued = Commands.SendMessage.make({ commandId: cid(op.id, "_queued"), threadId: thread, text: promptText(op.id + 1, 12) })
+            script.clear()
+            script.enqueue({
+              items: [
+                produced("assistant_message", `a${op.id}: reading`, { messageId: `msg_${op.id}_wait` }),
+                produced("tool_call", JSON.stringify({ path: `src/file${op.id}.ts` }), { toolCallId: `call_${op.id}_client`, toolName: clientTool.name, messageId: `msg_${op.id}_wait` })
+              ]
+            })
+            const c = yield* command(op, service((s) =>
+              Effect.gen(function*() {
+                const a = yield* s.sendMessage(ahead)
+                const b = yield* s.enqueueMessage(queued, { queueBehind: true })
+                const ended: Array<string> = []
+                for (const [runId, suffix] of op.queuedFirst ? [[b.id, "_iq"], [a.runId, "_ia"]] as const : [[a.runId, "_ia"], [b.id, "_iq"]] as const) {
+                  const run = yield* s.interrupt(Commands.InterruptRun.make({ commandId: cid(op.id, suffix), threadId: thread, runId }))
+                  ended.push(`${run.status} ${run.stopPoint ?? ""}`)
+                }
+                return `${a.status}, then ${ended.join(", ")}`
+              })
+            ), { neverRetry: true })
+            violations.push(...c.violations)
+            if (c.result._tag === "ok") result = c.result.value
+            else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
+            // After a crash the client interrupts what the restart left unfinished (a waiting run stays waiting).
+            for (let k = 0; k < 3; k++) {
+              const open = yield* within(Effect.flatMap(ThreadStore, (st) => st.findFirstUnfinishedRun(thread))).pipe(Effect.orElseSucceed(() => Option.none()))
+              if (open._tag === "None") break
+              const left = yield* attempt(noPlan, service((s) => s.interrupt(Commands.InterruptRun.make({ commandId: cid(op.id, `_left${k}`), threadId: thread, runId: open.value.id }))))
+              if (left._tag === "failed") violations.push(describeFailure(op, left.message))
+              result += `; left ${open.value.status}, interrupted`
+            }
             break
           }
           case "switch": {

@@ -125,6 +125,20 @@ export type Operation =
   | { readonly kind: "restart"; readonly id: number }
   | {
     /**
+     * A send whose turn calls a client tool (the run waits for the client's result, its call held in the tool wait),
+     * a message queued behind it, then both interrupted: the queued one first (`queuedFirst`: it ends while queued
+     * behind the waiting run, owing its prompt), or the waiting one first (the queued one starts, or is interrupted
+     * before it does). After a crash the client interrupts whatever the restart left unfinished. Tester r35: the
+     * queued prompt was recorded before the waiting run's call and result.
+     */
+    readonly kind: "queue_behind_wait"
+    readonly id: number
+    readonly prompt: number
+    readonly queuedFirst: boolean
+    readonly crash: CrashSpec | null
+  }
+  | {
+    /**
      * Two commands on one thread in flight at once. `outer: "send"`: a send whose turn pauses inside its first tool
      * call (the provider call in progress), where the user issues `with` on the same thread (`/compact`, `/offload`
      * keeping `keepTokens`, or a switch to `to`); then the turn goes on. `outer: "offload"`: an `/offload` keeping
@@ -187,6 +201,11 @@ export interface Features {
    */
   readonly truth: boolean
   /**
+   * A message queued behind a run waiting on a client tool call, both then interrupted in either order
+   * (`queue_behind_wait`), from a PRNG of its own like offloads.
+   */
+  readonly queues: boolean
+  /**
    * Commands racing a turn on the same thread (`race`: `/compact`, `/offload` or a switch issued while a turn is
    * inside a provider call), from a PRNG of their own like offloads.
    */
@@ -202,7 +221,8 @@ export const allFeatures: Features = {
   offloads: true,
   forks: true,
   truth: true,
-  races: true
+  races: true,
+  queues: true
 }
 
 /**
@@ -248,6 +268,7 @@ const stepsOf: Record<Operation["kind"], number> = {
   fork: 12,
   merge: 10,
   restart: 0,
+  queue_behind_wait: 40,
   // A race carries no crash: the crash points of its commands are covered by send, /compact, /offload and switch.
   race: 0
 }
@@ -317,6 +338,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rt = Prng.make((seed ^ 0x7e57) >>> 0)
   // And so do races.
   const rr = Prng.make((seed ^ 0x4ace5) >>> 0)
+  // And so do messages queued behind a waiting run.
+  const rq = Prng.make((seed ^ 0x0e0e0e) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
   const names = providers.map((p) => p.name)
   let active = r.pick(names)
@@ -403,6 +426,9 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         to,
         keepTokens: rr.pick([0, 300, 2_000])
       })
+    }
+    if (features.queues && rq.chance(0.06)) {
+      ops.push({ kind: "queue_behind_wait", id: 4 * steps + id, prompt: promptSize(rq), queuedFirst: rq.chance(0.5), crash: crashFor(rq, features, "queue_behind_wait", 0.3) })
     }
     if (features.forks && rl.chance(0.1)) {
       const id2 = 2 * steps + id
@@ -543,6 +569,9 @@ export const formatOperation = (op: Operation): string => {
       return `merge back${op.leave ? " and leave the fork" : ""}${crashText(op.crash)}`
     case "restart":
       return "restart"
+    case "queue_behind_wait":
+      return `send m${op.id} (${op.prompt} tok) that waits on a client tool call, queue a message behind it, interrupt ` +
+        `${op.queuedFirst ? "the queued one, then the waiting one" : "the waiting one, then the queued one"}${crashText(op.crash)}`
     case "race": {
       const send = `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}])`
       return op.outer === "offload"
