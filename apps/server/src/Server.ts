@@ -290,6 +290,16 @@ const listenError = (settings: Pick<ServerConfig.ServerSettings, "host" | "port"
 }
 
 /**
+ * Runs `self` (the server's launch: every request's fiber and the run driver's are forked beneath it and inherit this)
+ * with the tracer enabled as the settings say (`tracing`, default off). Off, no span is opened: `sql.execute` and
+ * `http.server` spans become no-ops, and the orchestrator's `Effect.fn` service methods skip theirs entirely (its
+ * `internal/Span.fn`), about a tenth of a turn's CPU (bench/README.md, "Tracing off"). Logged failures then carry no
+ * span frames (their messages and stacks stay). The gateway's requests run without spans either way.
+ */
+export const withTracing = (settings: Pick<ServerConfig.ServerSettings, "tracing">) =>
+<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => Effect.withTracerEnabled(self, settings.tracing === true)
+
+/**
  * Serves until interrupted, then shuts down in order (see the module's docblock). Fails with `ListenError` when the
  * listener cannot start (before, "ServeError: An error has occurred" without its cause), and with the storage's error
  * when the database cannot be opened.
@@ -297,5 +307,8 @@ const listenError = (settings: Pick<ServerConfig.ServerSettings, "host" | "port"
 export const run = (settings: ServerConfig.ServerSettings) =>
   Effect.zipRight(
     describeSettings(settings),
-    Layer.launch(layer(settings)).pipe(Effect.catchTag("ServeError", (e) => Effect.fail(listenError(settings, e.cause))))
+    Layer.launch(layer(settings)).pipe(
+      withTracing(settings),
+      Effect.catchTag("ServeError", (e) => Effect.fail(listenError(settings, e.cause)))
+    )
   )
