@@ -41,7 +41,7 @@ const failing = Span.fn("Svc.failing")(function*(reason: string) {
   return yield* Effect.fail(reason)
 })
 const piped = Span.fn("Svc.piped")(function*(n: number) {
-  return n
+  return yield* Effect.succeed(n)
 }, (self, n) => Effect.map(self, (m) => m + n))
 
 describe("Span", () => {

@@ -16,6 +16,9 @@
 import { Effect, FiberRef } from "effect"
 import type * as Tracer from "effect/Tracer"
 
+/** A body or pipeable as `Effect.fn` takes it (typed by `Effect.fn.Gen` at the call site). */
+type AnyFunction = (this: unknown, ...args: Array<unknown>) => unknown
+
 /**
  * `Effect.fn(name, options)` for a generator body (every service method of this package), except that while the
  * running fiber's tracer is disabled the call opens no span. The body and the pipeables run once per run of the
@@ -23,10 +26,10 @@ import type * as Tracer from "effect/Tracer"
  */
 export const fn = (name: string, options?: Tracer.SpanOptions): Effect.fn.Gen => {
   const traced = Effect.fn(name, options)
-  return ((body: Function, ...pipeables: Array<Function>) => {
+  return ((body: AnyFunction, ...pipeables: Array<AnyFunction>) => {
     // Both built once, at definition: per call only the choice and one of them.
-    const withSpan = (traced as (...all: Array<unknown>) => Function)(body, ...pipeables)
-    const withoutSpan = (Effect.fnUntraced as (...all: Array<unknown>) => Function)(body, ...pipeables)
+    const withSpan = (traced as unknown as (...all: Array<AnyFunction>) => AnyFunction)(body, ...pipeables)
+    const withoutSpan = (Effect.fnUntraced as unknown as (...all: Array<AnyFunction>) => AnyFunction)(body, ...pipeables)
     return Object.defineProperty(
       function(this: unknown, ...args: Array<unknown>) {
         return Effect.flatMap(
