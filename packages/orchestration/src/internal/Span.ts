@@ -34,7 +34,8 @@ export const fn = (name: string, options?: Tracer.SpanOptions): Effect.fn.Gen =>
       function(this: unknown, ...args: Array<unknown>) {
         return Effect.flatMap(
           FiberRef.get(FiberRef.currentTracerEnabled),
-          (enabled) => (enabled ? withSpan : withoutSpan).apply(this, args) as Effect.Effect<unknown, unknown, unknown>
+          // Its real success, error and requirements are the body's: `Effect.fn.Gen` types each call site.
+          (enabled) => (enabled ? withSpan : withoutSpan).apply(this, args) as Effect.Effect<unknown>
         )
       },
       "length",
