@@ -4,7 +4,7 @@
  * `Effect.fn("Name.method")` pays for its span at every call even under `Effect.withTracerEnabled(false)`: a
  * call-site `Error` (its stack captured), a no-op span registered in a `WeakMap`, and `withParentSpan`, which copies
  * the fiber's whole context (every service of the server, some 40) to add the span. In the server that was about
- * 10-20 µs per call and ten calls per turn (bench/README.md, "Spans"). `fn` asks the fiber whether tracing is on
+ * 10-20 µs per call and eight calls per turn (bench/README.md, "Tracing off"). `fn` asks the fiber whether tracing is on
  * when the effect runs: on, it is `Effect.fn(name, options)` (the same span and attributes; the stack it records for a
  * failed span, `code.stacktrace`, points here rather than at the caller); off, it is `Effect.fnUntraced` (no span, no
  * stack, no context copy).
