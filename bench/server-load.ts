@@ -410,6 +410,7 @@ const withSpanTotals = <A, E>(self: Effect.Effect<A, E>) => {
 }
 
 const role = process.argv[2]
+const withSpans = (process.env["BENCH_SPANS"] ?? "") !== ""
 if (role === "serve-bare") {
   NodeRuntime.runMain(onProductionScheduler(Layer.launch(bareLayer)))
 } else if (role === "serve-baton") {
@@ -421,7 +422,8 @@ if (role === "serve-bare") {
       port: 0,
       ...(flag === "--database-url" ? { databaseUrl: value } : { db: value })
     })
-    return yield* Layer.launch(batonLayer(settings))
+    // As `Server.run` does (tracing off unless configured), except that BENCH_SPANS needs the spans.
+    return yield* Layer.launch(batonLayer(settings)).pipe(Server.withTracing({ tracing: settings.tracing === true || withSpans }))
   }).pipe(withSpanTotals)))
 } else {
   NodeRuntime.runMain(main)

@@ -18,9 +18,9 @@ import { IdGenerator, OrchestratorConfig, OrchestratorLayer, RunDriver, ThreadRe
 import type { ProviderInstance } from "@baton/contracts"
 import { Database, NativeMessageStore } from "@baton/persistence"
 import { CodexAdapter, ModelProviders, ModelSummariser, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser, Summariser } from "@baton/providers"
-import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpRouter, HttpServer } from "@effect/platform"
+import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Console, Data, Effect, Layer, type Scope } from "effect"
+import { Console, Data, Effect, Function, Layer, type Scope } from "effect"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
@@ -293,6 +293,21 @@ const listenError = (settings: Pick<ServerConfig.ServerSettings, "host" | "port"
 }
 
 /**
+ * Runs `self` (the server's launch: every request's fiber and the run driver's are forked beneath it and inherit this)
+ * with the tracer enabled as the settings say (`tracing`, default off). Off, no span is opened: `sql.execute` spans
+ * become no-ops, the platform's `http.server` middleware steps aside, and the orchestrator's `Effect.fn` service methods skip theirs entirely (its
+ * `internal/Span.fn`), about a tenth of a turn's CPU (bench/README.md, "Tracing off"). Logged failures then carry no
+ * span frames (their messages and stacks stay). The gateway's requests run without spans either way.
+ */
+export const withTracing = (settings: Pick<ServerConfig.ServerSettings, "tracing">) =>
+<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  settings.tracing === true
+    ? Effect.withTracerEnabled(self, true)
+    // The platform's `http.server` middleware asks only its own predicate: without it each request still parsed its
+    // URL and trace headers, copied its headers and provided a no-op span.
+    : Effect.withTracerEnabled(HttpMiddleware.withTracerDisabledWhenEffect(self, Function.constTrue), false)
+
+/**
  * Serves until interrupted, then shuts down in order (see the module's docblock). Fails with `ListenError` when the
  * listener cannot start (before, "ServeError: An error has occurred" without its cause), and with the storage's error
  * when the database cannot be opened.
@@ -300,5 +315,8 @@ const listenError = (settings: Pick<ServerConfig.ServerSettings, "host" | "port"
 export const run = (settings: ServerConfig.ServerSettings) =>
   Effect.zipRight(
     describeSettings(settings),
-    Layer.launch(layer(settings)).pipe(Effect.catchTag("ServeError", (e) => Effect.fail(listenError(settings, e.cause))))
+    Layer.launch(layer(settings)).pipe(
+      withTracing(settings),
+      Effect.catchTag("ServeError", (e) => Effect.fail(listenError(settings, e.cause)))
+    )
   )

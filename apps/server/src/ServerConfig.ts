@@ -176,7 +176,9 @@ export const defaultGatewayMaxBodyBytes = 32 * 1024 * 1024
  *   thread's window its reported usage must reach), `keepTokens` (default: the window's default), `approvalMode`
  *   (what the PreCompact hook is told; default `server-policy`);
  * - `gateway`: the agent-facing gateway (docs/gateway.md): `routes` (`GatewayRouteJson`, first match wins) and
- *   `maxBodyBytes` (an agent's request body, bytes; default 32 MiB).
+ *   `maxBodyBytes` (an agent's request body, bytes; default 32 MiB);
+ * - `tracing`: whether the server opens its spans (`Effect.fn` service methods, `sql.execute`, `http.server`; default
+ *   false: Baton ships no tracer or exporter, so they would only add span frames to logged failures).
  */
 export const ConfigFile = Schema.Struct({
   host: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
@@ -216,7 +218,8 @@ export const ConfigFile = Schema.Struct({
   gateway: Schema.optional(Schema.Struct({
     routes: Schema.Array(GatewayRouteJson),
     maxBodyBytes: Schema.optional(Schema.Int.pipe(Schema.between(1_024, 1_073_741_824)))
-  }))
+  })),
+  tracing: Schema.optional(Schema.Boolean)
 })
 /** A config file as read: `ConfigFile` with its provider entries decoded. */
 export type ConfigFile = Omit<typeof ConfigFile.Type, "providers"> & { readonly providers?: ReadonlyArray<ProviderEntryJson> }
@@ -307,6 +310,11 @@ export interface ServerSettings {
   }
   /** The gateway's routes (in order; none: the gateway answers every model 404) and its body limit (bytes). */
   readonly gateway?: { readonly routes: ReadonlyArray<GatewayRouteJson>; readonly maxBodyBytes: number }
+  /**
+   * Whether the server's fibers open spans (default false: no tracer is installed, and a span costs its call even
+   * then: bench/README.md, "Tracing off"). `Server.run` applies it with `Effect.withTracerEnabled`.
+   */
+  readonly tracing?: boolean
 }
 
 /** The command-line flags of `baton serve` (each overrides the file and the environment). */
@@ -369,6 +377,16 @@ const env = (name: string) =>
     Effect.map(Option.getOrUndefined)
   )
 
+/** An optional environment variable holding a switch: `1`, `true`, `on` or `0`, `false`, `off` (any case). */
+const envBoolean = (name: string) =>
+  Effect.flatMap(env(name), (text) => {
+    if (text === undefined) return Effect.succeed(undefined)
+    const word = text.toLowerCase()
+    if (word === "1" || word === "true" || word === "on") return Effect.succeed(true)
+    if (word === "0" || word === "false" || word === "off") return Effect.succeed(false)
+    return Effect.fail(new ConfigInvalid({ source: name, reason: `expected 1, true, on, 0, false or off, got "${text}"` }))
+  })
+
 /** An optional environment variable holding an integer within `[min, max]`. */
 const envInt = (name: string, min: number, max: number) =>
   Effect.flatMap(env(name), (text) => {
@@ -419,7 +437,7 @@ export const tokenFromFile = (file: string) => {
 /**
  * Resolves the configuration: defaults, then the config file (`flags.config`, else `BATON_CONFIG`), then the
  * environment (`BATON_HOST`, `BATON_PORT`, `BATON_DATABASE_URL`, `BATON_DATA_DIR`, `BATON_PROVIDERS`,
- * `BATON_TOKEN`, `BATON_READ_TOKEN`, `BATON_MAX_BODY_BYTES`), then the flags. Creates the token file when it
+ * `BATON_TOKEN`, `BATON_READ_TOKEN`, `BATON_MAX_BODY_BYTES`, `BATON_TRACING`), then the flags. Creates the token file when it
  * supplies the admin token. Fails with `ConfigInvalid`.
  */
 export const resolve = (flags: ServeFlags = {}) =>
@@ -570,7 +588,8 @@ export const resolve = (flags: ServeFlags = {}) =>
           auto: { thresholdRatio: auto.thresholdRatio, keepTokens: auto.keepTokens ?? null, approvalMode: auto.approvalMode ?? defaultAutoApprovalMode }
         })
       },
-      gateway: { routes, maxBodyBytes: file.gateway?.maxBodyBytes ?? defaultGatewayMaxBodyBytes }
+      gateway: { routes, maxBodyBytes: file.gateway?.maxBodyBytes ?? defaultGatewayMaxBodyBytes },
+      tracing: (yield* envBoolean("BATON_TRACING")) ?? file.tracing ?? false
     } satisfies ServerSettings
   })
 

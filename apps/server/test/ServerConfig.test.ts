@@ -84,11 +84,22 @@ describe("ServerConfig", () => {
       expect([fromFlags.host, fromFlags.port, fromFlags.database]).toEqual(["localhost", 0, { _tag: "sqlite", path: "/tmp/x.sqlite" }])
     }))
 
+  it.effect("tracing: off by default, on from the file, BATON_TRACING overriding it; a bad value named", () =>
+    Effect.gen(function*() {
+      expect((yield* resolveWith({})).settings.tracing).toBe(false)
+      expect((yield* resolveWith({ file: { tracing: true } })).settings.tracing).toBe(true)
+      expect((yield* resolveWith({ file: { tracing: true }, env: { BATON_TRACING: "off" } })).settings.tracing).toBe(false)
+      expect((yield* resolveWith({ env: { BATON_TRACING: "1" } })).settings.tracing).toBe(true)
+      expect((yield* resolveWith({ env: { BATON_TRACING: "TRUE" } })).settings.tracing).toBe(true)
+      expect(yield* failure({ env: { BATON_TRACING: "yes" } })).toBe("BATON_TRACING: expected 1, true, on, 0, false or off, got \"yes\"")
+      expect(yield* failure({ file: { tracing: "on" } })).toBe("baton.json: tracing: Expected boolean, actual \"on\"")
+    }))
+
   it.effect("a bad config file is refused whole, naming each field's path", () =>
     Effect.gen(function*() {
       expect(yield* failure({ file: "{ not json" })).toMatch(/^baton\.json: not valid JSON/)
       expect(yield* failure({ file: { port: "80" } })).toBe("baton.json: port: Expected number, actual \"80\"")
-      expect(yield* failure({ file: { prot: 80 } })).toBe("baton.json: prot: is unexpected, expected: \"host\" | \"port\" | \"database\" | \"providers\" | \"auth\" | \"limits\" | \"offload\" | \"gateway\"")
+      expect(yield* failure({ file: { prot: 80 } })).toBe("baton.json: prot: is unexpected, expected: \"host\" | \"port\" | \"database\" | \"providers\" | \"auth\" | \"limits\" | \"offload\" | \"gateway\" | \"tracing\"")
       expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000 }, { name: "codex", window: 500 }] } }))
         .toBe("baton.json: providers[1].window: Expected a number between 1000 and 100000000, actual 500")
       expect(yield* failure({ file: { providers: [{ name: "codex", window: 44_000, autoCompactThreshold: 50_000 }] } }))

@@ -36,6 +36,7 @@ import * as CommandReceipts from "./CommandReceipts.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { RunLifecycle } from "./RunLifecycle.js"
+import * as Span from "./internal/Span.js"
 
 /**
  * A SubmitToolResults receipt: what the first request answered (the run, its position and its status then), so a
@@ -176,7 +177,7 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
      * (the receipt), not the run's status now. Fails with `RunNotFound`, `RunNotWaiting` (409), `InvalidRequest`
      * (400, naming the ids).
      */
-    const submit = Effect.fn("ClientToolWaits.submit")(function*(command: Commands.SubmitToolResults) {
+    const submit = Span.fn("ClientToolWaits.submit")(function*(command: Commands.SubmitToolResults) {
       yield* Schema.validate(Commands.SubmitToolResults)(command).pipe(
         Effect.mapError((e) => new InvalidRequest({ reason: ParseResult.ArrayFormatter.formatErrorSync(e).map((i) => i.message).join("; ") }))
       )
@@ -222,7 +223,7 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
      * after the provider with `tool_results_timeout`. Returns the run as it stands (unchanged when not due: results
      * came meanwhile, or another process expired it).
      */
-    const expire = Effect.fn("ClientToolWaits.expire")(function*(threadId: Run["threadId"], runId: Run["id"]) {
+    const expire = Span.fn("ClientToolWaits.expire")(function*(threadId: Run["threadId"], runId: Run["id"]) {
       return yield* uow.thread(threadId, "ClientToolWaits.expire")(Effect.gen(function*() {
         const found = yield* store.getRun(runId)
         if (found._tag === "None") return null

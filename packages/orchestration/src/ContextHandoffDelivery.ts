@@ -30,6 +30,7 @@ import { Calibration, Selection, TokenCounter } from "@baton/context"
 import { ThreadStore, type StoredHandoff } from "@baton/persistence"
 import { DateTime, Effect } from "effect"
 import { IdGenerator } from "./IdGenerator.js"
+import * as Span from "./internal/Span.js"
 
 /**
  * Items that are never owed to another native thread: provider-private reasoning, Baton's own markers, and calls to
@@ -183,7 +184,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * to the `handoff.created` event. Returns `null` (and writes
        * nothing) when the runs hold no transferable item.
        */
-      const createHandoff = Effect.fn("ContextHandoffDelivery.createHandoff")(function*(
+      const createHandoff = Span.fn("ContextHandoffDelivery.createHandoff")(function*(
         threadId: ThreadId,
         kind: HandoffKind,
         target: ProviderThread,
@@ -205,7 +206,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * `inline`) to `native`. A fork or merge run, whose items its own handoff owes, is therefore never owed a second
        * time by a switch or by missed-run recovery. Fails with `PersistenceError`.
        */
-      const coveredRuns = Effect.fn("ContextHandoffDelivery.coveredRuns")(function*(
+      const coveredRuns = Span.fn("ContextHandoffDelivery.coveredRuns")(function*(
         target: ProviderThread,
         native: NativeThreadId | null
       ) {
@@ -217,7 +218,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * delivery to `native` is still `deferred` (or not yet created) instead of allocating a new record. Runs that a
        * handoff toward `target` already covers (see `coveredRuns`) are not owed again.
        */
-      const recoverMissedRuns = Effect.fn("ContextHandoffDelivery.recoverMissedRuns")(function*(
+      const recoverMissedRuns = Span.fn("ContextHandoffDelivery.recoverMissedRuns")(function*(
         threadId: ThreadId,
         target: ProviderThread,
         native: NativeThread,
@@ -263,7 +264,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       })
 
       /** The open handoffs toward `target`, each with its delivery to `native` (created `deferred` when missing). */
-      const owedTo = Effect.fn("ContextHandoffDelivery.owedTo")(function*(
+      const owedTo = Span.fn("ContextHandoffDelivery.owedTo")(function*(
         threadId: ThreadId,
         target: ProviderThread,
         native: NativeThread
@@ -316,7 +317,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * the caller read in the same unit of work (a replacement's whole history), not read again; the rest of the
        * owed items are read by id.
        */
-      const plan = Effect.fn("ContextHandoffDelivery.plan")(function*(
+      const plan = Span.fn("ContextHandoffDelivery.plan")(function*(
         threadId: ThreadId,
         owed: ReadonlyArray<OwedHandoff>,
         budget: number,
@@ -345,7 +346,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       })
 
       /** Records a deferral of every owed delivery: `deferCount + 1`, the reason, one event each. */
-      const defer = Effect.fn("ContextHandoffDelivery.defer")(function*(
+      const defer = Span.fn("ContextHandoffDelivery.defer")(function*(
         threadId: ThreadId,
         owed: ReadonlyArray<OwedHandoff>,
         budget: number,
@@ -383,7 +384,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * under, so invariant 5 can be checked in the provider's units (`Calibration.apply(ratio, renderedTokens) <=
        * budget`).
        */
-      const markPending = Effect.fn("ContextHandoffDelivery.markPending")(function*(
+      const markPending = Span.fn("ContextHandoffDelivery.markPending")(function*(
         threadId: ThreadId,
         deliveryPlan: DeliveryPlan,
         mode: "injected" | "inline",
@@ -442,7 +443,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       const markSettled = (threadId: ThreadId, deliveries: ReadonlyArray<HandoffDelivery>, status: "injected" | "inline") =>
         // No deliveries (a turn with no inline history, the common one): nothing to read or write, no span.
         deliveries.length === 0 ? Effect.succeed<Array<HandoffDelivery>>([]) : settle(threadId, deliveries, status)
-      const settle = Effect.fn("ContextHandoffDelivery.markSettled")(function*(
+      const settle = Span.fn("ContextHandoffDelivery.markSettled")(function*(
         threadId: ThreadId,
         deliveries: ReadonlyArray<HandoffDelivery>,
         status: "injected" | "inline"
@@ -470,7 +471,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
       })
 
       /** Returns `pending` deliveries whose turn never reached the provider to `deferred` (no defer counted). */
-      const revertToDeferred = Effect.fn("ContextHandoffDelivery.revertToDeferred")(function*(
+      const revertToDeferred = Span.fn("ContextHandoffDelivery.revertToDeferred")(function*(
         threadId: ThreadId,
         deliveries: ReadonlyArray<HandoffDelivery>,
         reason: string
@@ -512,7 +513,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * Supersedes every non-settled delivery to `native` and closes the open handoffs toward `target`: a
        * replacement handoff that covers the whole history takes their place.
        */
-      const supersedeForReplacement = Effect.fn("ContextHandoffDelivery.supersedeForReplacement")(function*(
+      const supersedeForReplacement = Span.fn("ContextHandoffDelivery.supersedeForReplacement")(function*(
         threadId: ThreadId,
         target: ProviderThread,
         native: NativeThread,
@@ -541,7 +542,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
        * (`holdsCovered`): they keep owing their originals, which reach it once. Returns the superseded and the new
        * handoff ids. Runs inside the caller's transaction.
        */
-      const supersedeForSummary = Effect.fn("ContextHandoffDelivery.supersedeForSummary")(function*(
+      const supersedeForSummary = Span.fn("ContextHandoffDelivery.supersedeForSummary")(function*(
         threadId: ThreadId,
         summary: Item,
         covered: (itemId: ItemId) => boolean,

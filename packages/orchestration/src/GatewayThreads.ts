@@ -45,6 +45,7 @@ import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog, type NewItem } from "./ItemLog.js"
 import * as RunCosts from "./RunCosts.js"
 import { RunLifecycle } from "./RunLifecycle.js"
+import * as Span from "./internal/Span.js"
 
 /** A message of the Anthropic Messages API as the agent sent it (`role`, `content`: a string or content blocks). */
 export interface WireMessage {
@@ -892,7 +893,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * two, the reply's prints written with the request's baseline), so the run is never seen `running`; a failure
      * of either records neither. Fails with `PersistenceError` or `ConcurrentModification` (retried twice).
      */
-    const begin = Effect.fn("GatewayThreads.begin")(function*(request: GatewayRequest, outcome?: Outcome) {
+    const begin = Span.fn("GatewayThreads.begin")(function*(request: GatewayRequest, outcome?: Outcome) {
       const wire = request.wire
       const key = conversationKey(request.session, request.system, request.messages, wire)
       // A known conversation is read without a unit of work of its own (its thread's unit of work reads it again under
@@ -1051,7 +1052,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       completeIn(begun, reply, expansion, null, false, null).pipe(
         uow.thread(begun.threadId, "GatewayThreads.complete"),
         (e) => written(begun.conversationKey, e),
-        Effect.withSpan("GatewayThreads.complete")
+        Span.withSpan("GatewayThreads.complete")
       )
 
     /**
@@ -1169,7 +1170,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * Ends a begun request's run without an answer: `failed` (the upstream refused or failed: `reason` says how) or
      * `interrupted` (the agent hung up). Fails with `PersistenceError` or `ConcurrentModification`.
      */
-    const fail = Effect.fn("GatewayThreads.fail")(function*(
+    const fail = Span.fn("GatewayThreads.fail")(function*(
       begun: Begun,
       status: "failed" | "interrupted",
       code: Run["failureCode"] & string,

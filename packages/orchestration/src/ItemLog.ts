@@ -8,6 +8,7 @@ import { Render, TokenCounter } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import { DateTime, Effect } from "effect"
 import { IdGenerator } from "./IdGenerator.js"
+import * as Span from "./internal/Span.js"
 
 /** The fields of an item the caller supplies; ids, order, time and token count are assigned by `append`. */
 export interface NewItem {
@@ -30,7 +31,7 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
      * `append` without its event: the items are written and their `items.appended` event is returned for the caller
      * to append (in the same unit of work, with its others: `ThreadStore.appendEvents`); `null` for no items.
      */
-    const stage = Effect.fn("ItemLog.stage")(function*(
+    const stage = Span.fn("ItemLog.stage")(function*(
       threadId: ThreadId,
       runId: RunId | null,
       items: ReadonlyArray<NewItem>
@@ -72,7 +73,7 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
      */
     const append = (threadId: ThreadId, runId: RunId | null, items: ReadonlyArray<NewItem>) =>
       Effect.flatMap(stage(threadId, runId, items), ({ event, items }) => (event === null ? Effect.succeed(items) : Effect.as(store.appendEvent(event), items))).pipe(
-        Effect.withSpan("ItemLog.append")
+        Span.withSpan("ItemLog.append")
       )
 
     return { append, stage }

@@ -13,6 +13,7 @@ import type { ProviderAdapter } from "@baton/providers"
 import { ThreadStore } from "@baton/persistence"
 import { DateTime, Duration, Effect, Option } from "effect"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
+import * as Span from "./internal/Span.js"
 
 export class NativeThreadTrust extends Effect.Service<NativeThreadTrust>()("@baton/orchestration/NativeThreadTrust", {
   effect: Effect.gen(function*() {
@@ -44,7 +45,7 @@ export class NativeThreadTrust extends Effect.Service<NativeThreadTrust>()("@bat
        * thread already replaced is left as it is (one event per replacement). Returns whether it changed anything.
        * Fails with `PersistenceError` / `ConcurrentModification`; call it inside a unit of work.
        */
-      distrust: Effect.fn("NativeThreadTrust.distrust")(function*(threadId: ThreadId, native: NativeThread, reason: string) {
+      distrust: Span.fn("NativeThreadTrust.distrust")(function*(threadId: ThreadId, native: NativeThread, reason: string) {
         const current = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
         if (current.status !== "active") return false
         yield* store.updateNativeThread({ ...current, status: "replaced", updatedAt: yield* DateTime.now })

@@ -16,6 +16,7 @@ import { type ProviderCalibration as StoredCalibration, ThreadStore, UnitOfWork 
 import { ProviderFailure } from "@baton/providers"
 import { DateTime, Effect, type Option } from "effect"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
+import * as Span from "./internal/Span.js"
 
 /**
  * Where a turn's sample starts: the native thread's last trusted reported usage (`usedTokens`, provider tokens) and
@@ -66,7 +67,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         config.calibration ? storedOf(found) : Calibration.identity
 
       /** The calibration in force for `instance`: the stored one, `Calibration.identity` if none or turned off. */
-      const current = Effect.fn("ProviderCalibration.current")(function*(instance: ProviderInstance) {
+      const current = Span.fn("ProviderCalibration.current")(function*(instance: ProviderInstance) {
         if (!config.calibration) return Calibration.identity
         return currentOf(yield* store.getCalibration(instance))
       })
@@ -134,7 +135,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
        * calibration in force afterwards. `collect`: its `calibration.updated` event is pushed there instead of appended
        * (the caller appends it in the same unit of work, before any event it appends later).
        */
-      const learn = Effect.fn("ProviderCalibration.learn")(function*(
+      const learn = Span.fn("ProviderCalibration.learn")(function*(
         threadId: ThreadId,
         instance: ProviderInstance,
         turn: TurnSample,
@@ -156,7 +157,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
        * a retried `/compact` sent the very injection the provider had rejected). Nothing is learned when `error` is no overflow, gives no requested size, or `base`
        * is `null` (no trusted usage; the same rules as `learn`). Returns the calibration in force afterwards.
        */
-      const learnFromOverflow = Effect.fn("ProviderCalibration.learnFromOverflow")(function*(
+      const learnFromOverflow = Span.fn("ProviderCalibration.learnFromOverflow")(function*(
         threadId: ThreadId,
         instance: ProviderInstance,
         base: SampleBase | null,
@@ -182,7 +183,7 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
        * sample, applied under the thread's lock (`learnSample`). A text under the policy's minimum sample, or a count
        * that fails, teaches nothing and is logged: the turn never waits on it beyond the two count requests.
        */
-      const seedFromCount = Effect.fn("ProviderCalibration.seedFromCount")(function*(
+      const seedFromCount = Span.fn("ProviderCalibration.seedFromCount")(function*(
         threadId: ThreadId,
         instance: ProviderInstance,
         count: (text: string) => Effect.Effect<number, ProviderError>,

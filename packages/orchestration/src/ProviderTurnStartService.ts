@@ -26,6 +26,7 @@ import { recordedToolResults } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration, type SampleBase } from "./ProviderCalibration.js"
+import * as Span from "./internal/Span.js"
 
 /** What turn start decided, for the caller and for the replay's per-run line (the schema lives in contracts). */
 export { TurnStartReport } from "@baton/contracts"
@@ -89,7 +90,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * once a turn brings no usage report; a settled delivery left out of it made Baton believe a native thread
        * held 15,355 tokens less than it did, and turn start injected history up to the window (sim seed 220048).
        */
-      const reconcile = Effect.fn("ProviderTurnStartService.reconcile")(function*(
+      const reconcile = Span.fn("ProviderTurnStartService.reconcile")(function*(
         threadId: Run["threadId"],
         providerThread: ProviderThread,
         native: NativeThread,
@@ -127,7 +128,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       })
 
       /** Records a native thread the provider just started (generation = previous + 1) and makes it active. */
-      const recordNative = Effect.fn("ProviderTurnStartService.recordNative")(function*(
+      const recordNative = Span.fn("ProviderTurnStartService.recordNative")(function*(
         providerThread: ProviderThread,
         previous: NativeThread | null,
         nativeRef: string
@@ -159,7 +160,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       })
 
       /** Replaces an untrusted native thread: supersede its open deliveries, owe the whole history to the new one. */
-      const replaceNative = Effect.fn("ProviderTurnStartService.replaceNative")(function*(
+      const replaceNative = Span.fn("ProviderTurnStartService.replaceNative")(function*(
         run: Run,
         providerThread: ProviderThread,
         old: NativeThread,
@@ -240,7 +241,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * outside transactions; the bookkeeping between them is one transaction each, so the `pending` intent is
        * durable before `injectHistory` is called and the outcome is written after it returns.
        */
-      const prepare = Effect.fn("ProviderTurnStartService.prepare")(function*(
+      const prepare = Span.fn("ProviderTurnStartService.prepare")(function*(
         run: Run,
         providerThreadIn: ProviderThread,
         adapter: ProviderAdapter.ProviderAdapterShape,

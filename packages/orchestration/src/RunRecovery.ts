@@ -27,6 +27,7 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { RunLifecycle } from "./RunLifecycle.js"
+import * as Span from "./internal/Span.js"
 
 export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestration/RunRecovery", {
   effect: Effect.gen(function*() {
@@ -83,7 +84,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * once: its result is recorded with the interrupt, and the same command id again answers that run without
      * interrupting another. Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest`.
      */
-    const interrupt = Effect.fn("RunRecovery.interrupt")(function*(
+    const interrupt = Span.fn("RunRecovery.interrupt")(function*(
       command: Commands.InterruptRun,
       by: "user" | "shutdown" = "user",
       receipt: CommandReceipts.Key | null = null
@@ -173,7 +174,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * client's results, and its deadline ends it otherwise. Then records the prompts owed (runs that ended while
      * queued) whose runs ahead have all ended (`RunLifecycle.recordOwedPrompts`). Returns the runs it ended.
      */
-    const recover = Effect.fn("RunRecovery.recover")(function*() {
+    const recover = Span.fn("RunRecovery.recover")(function*() {
       const unfinished = (yield* store.listUnfinishedRuns()).filter((r) => r.status !== "waiting")
       const openAttempts = yield* store.listOpenAttempts()
       const candidates = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))

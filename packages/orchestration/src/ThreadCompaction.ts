@@ -34,6 +34,7 @@ import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { recordedToolResults } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
+import * as Span from "./internal/Span.js"
 
 /** What `/compact` did (the schema lives in contracts). */
 export { CompactReport } from "@baton/contracts"
@@ -125,7 +126,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
      * compaction's final transaction), so a client retrying after a crash gets this report back instead of compacting
      * again. Fails with the adapter's `ProviderError` (no receipt: the command may be retried) or `PersistenceError`.
      */
-    const compact = Effect.fn("ThreadCompaction.compact")(function*(
+    const compact = Span.fn("ThreadCompaction.compact")(function*(
       threadId: ThreadId,
       providerThread: ProviderThread,
       adapter: ProviderAdapter.ProviderAdapterShape,

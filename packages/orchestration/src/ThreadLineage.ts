@@ -34,6 +34,7 @@ import { DateTime, Effect } from "effect"
 import { ContextHandoffDelivery, isTransferable } from "./ContextHandoffDelivery.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
+import * as Span from "./internal/Span.js"
 
 /**
  * What a fork or a merge-back wrote: the link, its synthetic run, the copied item count, the handoff, and (a native
@@ -165,7 +166,7 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
      * provider thread starts on that native thread instead, which holds the copies already: no handoff, and the
      * provider thread is synced through the fork's run. Joins the caller's transaction.
      */
-    const fork = Effect.fn("ThreadLineage.fork")(function*(
+    const fork = Span.fn("ThreadLineage.fork")(function*(
       parent: Thread,
       forkThread: Thread,
       providerThread: ProviderThread,
@@ -234,7 +235,7 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
      * the parent is not disturbed: the handoff is delivered at the parent's next turn start. Joins the caller's
      * transaction.
      */
-    const mergeBack = Effect.fn("ThreadLineage.mergeBack")(function*(
+    const mergeBack = Span.fn("ThreadLineage.mergeBack")(function*(
       forkThread: Thread,
       parent: Thread,
       providerThread: ProviderThread,

@@ -52,6 +52,7 @@ import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
 import { ItemLog } from "./ItemLog.js"
+import * as Span from "./internal/Span.js"
 
 /**
  * A chunked summary cannot go on: the summary so far fills the summariser's input window (not retryable), or a call
@@ -352,7 +353,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * The model-visible history of `threadId`: [latest summary] + every item after its cut (offload summaries
      * excepted); without an offload, every item. Fails with `PersistenceError`.
      */
-    const visibleHistory = Effect.fn("ThreadOffload.visibleHistory")(function*(threadId: ThreadId) {
+    const visibleHistory = Span.fn("ThreadOffload.visibleHistory")(function*(threadId: ThreadId) {
       // An undone offload's summary stays in the log but in no visible history.
       const undone = new Set(yield* store.listUndoneSummaryItemIds(threadId))
       const items = (yield* store.listItems(threadId)).filter((i) => !undone.has(i.id))
@@ -474,7 +475,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * most `maxEstimatedSummaryTokens`, plus the pinned items), and the cache rewrite. Calls no summariser and writes
      * nothing. Fails with `PersistenceError`.
      */
-    const preview = Effect.fn("ThreadOffload.preview")(function*(
+    const preview = Span.fn("ThreadOffload.preview")(function*(
       threadId: ThreadId,
       keepTokens: number,
       operationId: string,
@@ -917,7 +918,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * is what the PreCompact hook is told; `rule` (default: any change makes the summary stale) how the commit judges
      * the thread's changes meanwhile (`CommitRule`).
      */
-    const offload = Effect.fn("ThreadOffload.offload")(function*(
+    const offload = Span.fn("ThreadOffload.offload")(function*(
       threadId: ThreadId,
       keepTokens: number,
       key: OperationKey,
@@ -951,7 +952,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     })
 
     /** `offload` once the thread is marked as running `key` (see there). */
-    const begin = Effect.fn("ThreadOffload.begin")(function*(
+    const begin = Span.fn("ThreadOffload.begin")(function*(
       threadId: ThreadId,
       keepTokens: number,
       key: OperationKey,
@@ -1039,7 +1040,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * the request stays recorded). An operation whose process is gone is settled as failed (nothing was applied).
      * Fails with `OffloadOperationNotFound`, `PersistenceError`.
      */
-    const cancel = Effect.fn("ThreadOffload.cancel")(function*(threadId: ThreadId, operationId: string) {
+    const cancel = Span.fn("ThreadOffload.cancel")(function*(threadId: ThreadId, operationId: string) {
       const s = yield* stored(threadId, operationId)
       if (s.report !== null) return s.report
       const entry = inFlight.get(operationId)
@@ -1062,7 +1063,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     })
 
     /** The outcome of operation `operationId` of `threadId` (`running` while in flight). Fails with `OffloadOperationNotFound`. */
-    const get = Effect.fn("ThreadOffload.get")(function*(threadId: ThreadId, operationId: string) {
+    const get = Span.fn("ThreadOffload.get")(function*(threadId: ThreadId, operationId: string) {
       return yield* outcome(threadId, operationId, false)
     })
 
@@ -1077,7 +1078,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
      * there is no offload, or a handoff owes or delivered its summary (the originals would have to be owed again).
      * Fails with `RunInProgress`, `PersistenceError`, `ConcurrentModification`.
      */
-    const undo = Effect.fn("ThreadOffload.undo")(function*(threadId: ThreadId, receiptKey: CommandReceipts.Key) {
+    const undo = Span.fn("ThreadOffload.undo")(function*(threadId: ThreadId, receiptKey: CommandReceipts.Key) {
       return yield* uow.thread(threadId, "ThreadOffload.undo")(Effect.gen(function*() {
         const active = yield* store.findActiveRun(threadId)
         if (active._tag === "Some") return yield* new RunInProgress({ threadId, runId: active.value.id })

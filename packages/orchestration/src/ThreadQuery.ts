@@ -45,6 +45,7 @@ import { Text, Timeline } from "@baton/contracts"
 import { type StoredHandoff, ThreadStore } from "@baton/persistence"
 import { DateTime, Effect, Encoding, Either, Option, Schema } from "effect"
 import * as RunCosts from "./RunCosts.js"
+import * as Span from "./internal/Span.js"
 
 /** The default page size of the paged reads. */
 export const defaultPageSize = 100
@@ -87,7 +88,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * Threads oldest first, `limit` per page (default 100). `cursor` is a previous page's `nextCursor`. Fails with
      * `InvalidRequest` (a cursor this server did not issue), `PersistenceError`.
      */
-    const listThreads = Effect.fn("ThreadQuery.listThreads")(function*(options: {
+    const listThreads = Span.fn("ThreadQuery.listThreads")(function*(options: {
       readonly cursor?: string | undefined
       readonly limit?: number | undefined
     }) {
@@ -114,7 +115,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /** A thread's snapshot (see `ThreadSnapshot`). Fails with `ThreadNotFound`, `PersistenceError`. */
-    const snapshot = Effect.fn("ThreadQuery.snapshot")(function*(threadId: ThreadId) {
+    const snapshot = Span.fn("ThreadQuery.snapshot")(function*(threadId: ThreadId) {
       const t = yield* thread(threadId)
       const providerThreads = yield* store.listProviderThreads(t.id)
       const views: Array<ProviderThreadView> = []
@@ -170,7 +171,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /** A thread's runs with `seq > afterSeq`, `limit` per page. Fails with `ThreadNotFound`, `PersistenceError`. */
-    const listRuns = Effect.fn("ThreadQuery.listRuns")(function*(threadId: ThreadId, options: {
+    const listRuns = Span.fn("ThreadQuery.listRuns")(function*(threadId: ThreadId, options: {
       readonly afterSeq?: number | undefined
       readonly limit?: number | undefined
     }) {
@@ -190,7 +191,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * The thread's run in progress: its first run not yet ended (running, or the next to run), `null` when none.
      * Fails with `ThreadNotFound`, `PersistenceError`.
      */
-    const currentRun = Effect.fn("ThreadQuery.currentRun")(function*(threadId: ThreadId) {
+    const currentRun = Span.fn("ThreadQuery.currentRun")(function*(threadId: ThreadId) {
       yield* thread(threadId)
       return Option.getOrNull(yield* store.findFirstUnfinishedRun(threadId))
     })
@@ -200,7 +201,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * `known`: the run's record as the caller has just read it (e.g. `RunDriver.awaitEnd`'s, on the run's end), taken
      * instead of reading it again; the rest is read after it, as always. Fails with `RunNotFound`, `PersistenceError`.
      */
-    const run = Effect.fn("ThreadQuery.run")(function*(runId: RunId, known?: Run) {
+    const run = Span.fn("ThreadQuery.run")(function*(runId: RunId, known?: Run) {
       const found = known !== undefined && known.id === runId ? Option.some(known) : yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
       const wait = found.value.status === "waiting" ? Option.getOrNull(yield* store.getToolWait(runId)) : null
@@ -220,7 +221,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * (`isBatonToolItem`) are left out unless `batonTools` is `"true"` (pages then hold up to `limit` of the others).
      * Fails with `ThreadNotFound`, `PersistenceError`.
      */
-    const listItems = Effect.fn("ThreadQuery.listItems")(function*(threadId: ThreadId, options: {
+    const listItems = Span.fn("ThreadQuery.listItems")(function*(threadId: ThreadId, options: {
       readonly afterSeq?: number | undefined
       readonly limit?: number | undefined
       readonly batonTools?: "true" | "false" | undefined
@@ -247,7 +248,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * offset 0, limit 65,536). An offset past the end gives an empty window. Fails with `ItemNotFound`,
      * `PersistenceError`.
      */
-    const itemText = Effect.fn("ThreadQuery.itemText")(function*(itemId: ItemId, options: {
+    const itemText = Span.fn("ThreadQuery.itemText")(function*(itemId: ItemId, options: {
       readonly offset?: number | undefined
       readonly limit?: number | undefined
     }) {
@@ -270,7 +271,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * originals its summary replaced, in order. Fails with `ThreadNotFound`, `OffloadNotFound` (unknown, of another
      * thread, or never committed), `PersistenceError`.
      */
-    const offloadArchive = Effect.fn("ThreadQuery.offloadArchive")(function*(threadId: ThreadId, offloadId: string, options: {
+    const offloadArchive = Span.fn("ThreadQuery.offloadArchive")(function*(threadId: ThreadId, offloadId: string, options: {
       readonly offset?: number | undefined
       readonly limit?: number | undefined
     }) {
@@ -289,7 +290,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /** A thread's handoffs with their deliveries, oldest first. Fails with `ThreadNotFound`, `PersistenceError`. */
-    const handoffs = Effect.fn("ThreadQuery.handoffs")(function*(threadId: ThreadId) {
+    const handoffs = Span.fn("ThreadQuery.handoffs")(function*(threadId: ThreadId) {
       yield* thread(threadId)
       const all = yield* store.listHandoffs(threadId)
       const deliveries = yield* store.listDeliveriesOfThread(threadId)
@@ -302,7 +303,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * A thread's handoffs with their deliveries, oldest first, each id list as its count (`HandoffSummaryList`: what
      * the dashboard lists; the ids are paged by `handoffItemIds`). Fails with `ThreadNotFound`, `PersistenceError`.
      */
-    const handoffSummaries = Effect.fn("ThreadQuery.handoffSummaries")(function*(threadId: ThreadId) {
+    const handoffSummaries = Span.fn("ThreadQuery.handoffSummaries")(function*(threadId: ThreadId) {
       yield* thread(threadId)
       // Counted by the database: no id is read.
       const counted = yield* store.listHandoffCounts(threadId)
@@ -329,7 +330,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * `limit` (default 500). Fails with `HandoffNotFound`, `InvalidRequest` (a delivery of another handoff, `items`
      * of a delivery, `delivered` without one), `PersistenceError`.
      */
-    const handoffItemIds = Effect.fn("ThreadQuery.handoffItemIds")(function*(handoffId: HandoffId, options: {
+    const handoffItemIds = Span.fn("ThreadQuery.handoffItemIds")(function*(handoffId: HandoffId, options: {
       readonly list: HandoffIdList
       readonly deliveryId?: DeliveryId | undefined
       readonly offset?: number | undefined
@@ -367,7 +368,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     })
 
     /** One handoff with its deliveries. Fails with `HandoffNotFound`, `PersistenceError`. */
-    const handoff = Effect.fn("ThreadQuery.handoff")(function*(handoffId: HandoffId) {
+    const handoff = Span.fn("ThreadQuery.handoff")(function*(handoffId: HandoffId) {
       const found = yield* store.getHandoff(handoffId)
       if (found._tag === "None") return yield* new HandoffNotFound({ handoffId })
       return yield* handoffView(found.value)
@@ -376,7 +377,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
     /**
      * A thread's stored events with `seq > afterSeq`, at most `limit`. Fails with `ThreadNotFound`, `PersistenceError`.
      */
-    const threadEvents = Effect.fn("ThreadQuery.threadEvents")(function*(threadId: ThreadId, afterSeq: number, limit: number) {
+    const threadEvents = Span.fn("ThreadQuery.threadEvents")(function*(threadId: ThreadId, afterSeq: number, limit: number) {
       yield* thread(threadId)
       return yield* store.listEvents(threadId, { afterSeq, limit })
     })
@@ -385,13 +386,13 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * The seq of the thread's last event (0 without events): no event stream of the thread has sent an id above it.
      * Fails with `ThreadNotFound`, `PersistenceError`.
      */
-    const lastEventSeq = Effect.fn("ThreadQuery.lastEventSeq")(function*(threadId: ThreadId) {
+    const lastEventSeq = Span.fn("ThreadQuery.lastEventSeq")(function*(threadId: ThreadId) {
       yield* thread(threadId)
       return yield* store.threadVersion(threadId)
     })
 
     /** The log's largest `globalSeq` (0 without events): no `/events` stream has sent an id above it. */
-    const lastGlobalSeq = Effect.fn("ThreadQuery.lastGlobalSeq")(function*() {
+    const lastGlobalSeq = Span.fn("ThreadQuery.lastGlobalSeq")(function*() {
       return yield* store.lastGlobalSeq()
     })
 
@@ -408,7 +409,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * thread's previous timeline request (a reload or a second viewer reads the tail, not the whole log). Fails with
      * `ThreadNotFound` or `PersistenceError`.
      */
-    const timeline = Effect.fn("ThreadQuery.timeline")(function*(threadId: ThreadId) {
+    const timeline = Span.fn("ThreadQuery.timeline")(function*(threadId: ThreadId) {
       yield* thread(threadId)
       const cached = timelines.get(threadId)
       const fold = cached ?? new Timeline.EventFold()
@@ -429,7 +430,7 @@ export class ThreadQuery extends Effect.Service<ThreadQuery>()("@baton/orchestra
      * Readiness: the database answers and every migration this build knows is applied. Fails with `NotReady`
      * naming what is missing.
      */
-    const readiness = Effect.fn("ThreadQuery.readiness")(function*() {
+    const readiness = Span.fn("ThreadQuery.readiness")(function*() {
       const status = yield* store.schemaStatus().pipe(
         Effect.mapError((e) => new NotReady({ reason: `the database does not answer (${e.message})` }))
       )

@@ -19,6 +19,7 @@ import { Render } from "@baton/context"
 import { ThreadStore } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { Effect, Either, Schema } from "effect"
+import * as Span from "./internal/Span.js"
 
 /** Characters per page when the call does not say. */
 export const defaultLimit = 8_000
@@ -144,7 +145,7 @@ export class ThreadRead extends Effect.Service<ThreadRead>()("@baton/orchestrati
      * `isError` (sent as a failed tool result: Anthropic `is_error`, OpenAI's `Error: ` marker); a storage failure
      * is answered as "could not read", also an error, and logged.
      */
-    const answer = Effect.fn("ThreadRead.answer")(function*(threadId: ThreadId, args: string) {
+    const answer = Span.fn("ThreadRead.answer")(function*(threadId: ThreadId, args: string) {
       const failed = (output: string): ProviderAdapter.LocalToolAnswer => ({ output, isError: true })
       const parsed = Schema.decodeUnknownEither(Arguments)(args)
       if (Either.isLeft(parsed)) return failed(`thread_read: the arguments are not {"refs": "...", "offset"?: n, "limit"?: n}`)

@@ -52,6 +52,7 @@ import { ThreadLineage } from "./ThreadLineage.js"
 import * as OffloadControls from "./OffloadControls.js"
 import { defaultKeepTokens, noPrices, ThreadOffload } from "./ThreadOffload.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
+import * as Span from "./internal/Span.js"
 
 /** The results of the commands (schemas in contracts), under the names this module exported before. */
 export { ForkResult, MergeResult, SendResult } from "@baton/contracts"
@@ -140,7 +141,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
         return yield* CommandReceipts.write(store, key, schema, yield* effect)
       })
 
-    const ensureProviderThread = Effect.fn("ThreadService.ensureProviderThread")(function*(
+    const ensureProviderThread = Span.fn("ThreadService.ensureProviderThread")(function*(
       threadId: ThreadId,
       adapter: ProviderAdapter.ProviderAdapterShape
     ) {
@@ -167,7 +168,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     })
 
     /** Creates a thread whose first provider is `providerInstance`. Fails with `UnknownProvider`. */
-    const createThread = Effect.fn("ThreadService.createThread")(function*(command: Commands.CreateThread) {
+    const createThread = Span.fn("ThreadService.createThread")(function*(command: Commands.CreateThread) {
       return yield* withReceipt(
         command,
         null,
@@ -198,7 +199,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * next turn start's missed-run recovery owes after reading the native thread back (they may have reached it).
      * Fails with `ThreadNotFound`, `UnknownProvider`, `RunInProgress`.
      */
-    const switchProvider = Effect.fn("ThreadService.switchProvider")(function*(command: Commands.SwitchProvider) {
+    const switchProvider = Span.fn("ThreadService.switchProvider")(function*(command: Commands.SwitchProvider) {
       return yield* withReceipt(
         command,
         command.threadId,
@@ -246,7 +247,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * under the lock. With an unfinished run ahead, `behind` queues the run behind it (`claimed` null), else the
      * command fails with `RunInProgress`.
      */
-    const queueRun = Effect.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean, claim = false) {
+    const queueRun = Span.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean, claim = false) {
       yield* validateCommand(Commands.SendMessage, command)
       // The command is recorded with the run it creates, in this transaction, first thing (one statement: written
       // unless the id was seen before): a retry after a crash finds the run instead of queueing a second one. A
@@ -340,7 +341,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * byte-identical whatever happens to owed history. Fails with `ThreadNotFound`, `RunInProgress`,
      * `InvalidRequest`; provider faults end the run as `failed`/`interrupted` (they do not fail the command).
      */
-    const sendMessage = Effect.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
+    const sendMessage = Span.fn("ThreadService.sendMessage")(function*(command: Commands.SendMessage) {
       const queued = yield* queueRun(command, false, true)
       if (queued.created) {
         // A run that completes has its receipt completed in the same unit of work (`ReceiptCompletion`); any other
@@ -458,7 +459,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * holds nothing Baton owes). A turn running on the parent is not waited for (the fork then takes the handoff).
      * Fails with `ThreadNotFound`, `UnknownProvider`, `InvalidRequest`.
      */
-    const fork = Effect.fn("ThreadService.fork")(function*(command: Commands.ForkThread) {
+    const fork = Span.fn("ThreadService.fork")(function*(command: Commands.ForkThread) {
       const seen = yield* CommandReceipts.find(store, CommandReceipts.keyOf(command, command.threadId))
       const source = seen._tag === "Some" ? null : yield* Effect.gen(function*() {
         const point = yield* forkPoint(command)
@@ -524,7 +525,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * new; nothing new is a no-op (`runId: null`). A turn running on the parent is not disturbed: the merge is
      * delivered at its next turn start. Fails with `ThreadNotFound`, `InvalidRequest` (not a fork).
      */
-    const mergeBack = Effect.fn("ThreadService.mergeBack")(function*(command: Commands.MergeBack) {
+    const mergeBack = Span.fn("ThreadService.mergeBack")(function*(command: Commands.MergeBack) {
       return yield* withReceipt(
         command,
         command.forkThreadId,
@@ -560,7 +561,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     })
 
     /** `/compact` on the thread's active provider thread (see ThreadCompaction). */
-    const compact = Effect.fn("ThreadService.compact")(function*(command: Commands.CompactThread) {
+    const compact = Span.fn("ThreadService.compact")(function*(command: Commands.CompactThread) {
       const receiptKey = CommandReceipts.keyOf(command, command.threadId)
       const seen = yield* CommandReceipts.find(store, receiptKey)
       if (seen._tag === "Some") return yield* CommandReceipts.decode(CompactReport, command.commandId, seen.value.result)
@@ -602,7 +603,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * queued, running or waiting), `OffloadFailed` (the summariser failed: nothing was changed),
      * `InvalidRequest`, `PersistenceError`.
      */
-    const offload = Effect.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
+    const offload = Span.fn("ThreadService.offload")(function*(command: Commands.OffloadThread) {
       const receiptKey = CommandReceipts.keyOf(command, command.threadId)
       // An id another command type used is refused (the offload's own outcomes are its operation records).
       yield* CommandReceipts.find(store, receiptKey)
@@ -631,7 +632,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * offload was undone (the user's call stands until they offload again). Fails like
      * `offload`.
      */
-    const autoOffload = Effect.fn("ThreadService.autoOffload")(function*(threadId: ThreadId, runId: Run["id"]) {
+    const autoOffload = Span.fn("ThreadService.autoOffload")(function*(threadId: ThreadId, runId: Run["id"]) {
       const policy = config.autoOffload
       if (policy === null) return null
       const thread = yield* getThread(threadId)
@@ -671,7 +672,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * Undoes the thread's newest `/offload` (see `Commands.UndoOffload`, ThreadOffload.undo). A repeated command id
      * answers as the first time. Fails with `ThreadNotFound`, `RunInProgress`, `InvalidRequest` (a reused id).
      */
-    const undoOffload = Effect.fn("ThreadService.undoOffload")(function*(command: Commands.UndoOffload) {
+    const undoOffload = Span.fn("ThreadService.undoOffload")(function*(command: Commands.UndoOffload) {
       const receiptKey = CommandReceipts.keyOf(command, command.threadId)
       const seen = yield* CommandReceipts.find(store, receiptKey)
       if (seen._tag === "Some") return yield* CommandReceipts.decode(OffloadUndoReport, command.commandId, seen.value.result)
@@ -680,7 +681,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
     })
 
     /** The outcome of `/offload` operation `operationId` of `threadId`. Fails with `ThreadNotFound`, `OffloadOperationNotFound`. */
-    const getOffload = Effect.fn("ThreadService.getOffload")(function*(threadId: ThreadId, operationId: string) {
+    const getOffload = Span.fn("ThreadService.getOffload")(function*(threadId: ThreadId, operationId: string) {
       const thread = yield* getThread(threadId)
       return yield* offloader.get(thread.id, operationId)
     })
@@ -689,7 +690,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * Cancels `/offload` operation `operationId` of `threadId` if its summary is still being written; answers the
      * settled outcome (`cancelled`, or what it finished with). Fails with `ThreadNotFound`, `OffloadOperationNotFound`.
      */
-    const cancelOffload = Effect.fn("ThreadService.cancelOffload")(function*(threadId: ThreadId, operationId: string) {
+    const cancelOffload = Span.fn("ThreadService.cancelOffload")(function*(threadId: ThreadId, operationId: string) {
       const thread = yield* getThread(threadId)
       return yield* offloader.cancel(thread.id, operationId)
     })
@@ -725,7 +726,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * with `ThreadNotFound`, `InvalidRequest` (see `offloadLane`), `UnknownProvider`, `ProviderError` (the message list
      * could not be read).
      */
-    const previewToolResultOffload = Effect.fn("ThreadService.previewToolResultOffload")(function*(threadId: ThreadId) {
+    const previewToolResultOffload = Span.fn("ThreadService.previewToolResultOffload")(function*(threadId: ThreadId) {
       const thread = yield* getThread(threadId)
       const { capability, native, providerThread } = yield* offloadLane(thread)
       const { resolved } = yield* OffloadControls.resolve(store, thread.id)
@@ -739,7 +740,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * `Commands.UndoToolResultOffload`), under the thread's lock with no run queued, running or waiting, and records
      * a `context.offload_undone` event. A repeated command id answers as the first time.
      */
-    const undoToolResultOffload = Effect.fn("ThreadService.undoToolResultOffload")(function*(command: Commands.UndoToolResultOffload) {
+    const undoToolResultOffload = Span.fn("ThreadService.undoToolResultOffload")(function*(command: Commands.UndoToolResultOffload) {
       return yield* withReceipt(
         command,
         command.threadId,
@@ -796,7 +797,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       })
 
     /** Thread `threadId`'s tool-result offload control and what it comes to (see `controlView`). Fails with `ThreadNotFound`. */
-    const getToolResultOffloadControl = Effect.fn("ThreadService.getToolResultOffloadControl")(function*(threadId: ThreadId) {
+    const getToolResultOffloadControl = Span.fn("ThreadService.getToolResultOffloadControl")(function*(threadId: ThreadId) {
       const thread = yield* getThread(threadId)
       return (yield* controlView(thread, yield* store.getOffloadControl(thread.id))).view
     })
@@ -808,7 +809,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * defaults when the thread has no model-API instance yet), keep the policy's rules (`InvalidRequest` naming the
      * field otherwise).
      */
-    const setToolResultOffloadControl = Effect.fn("ThreadService.setToolResultOffloadControl")(function*(command: Commands.SetToolResultOffloadControl) {
+    const setToolResultOffloadControl = Span.fn("ThreadService.setToolResultOffloadControl")(function*(command: Commands.SetToolResultOffloadControl) {
       return yield* withReceipt(
         command,
         command.threadId,

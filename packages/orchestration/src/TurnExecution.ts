@@ -45,6 +45,7 @@ import * as OffloadControls from "./OffloadControls.js"
 import { ThreadRead } from "./ThreadRead.js"
 import { recordedToolResults, TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
+import * as Span from "./internal/Span.js"
 
 /**
  * A run's result as the record tells it, without a turn-start report (a continuation has none; another process
@@ -213,7 +214,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
      * queued and claimed (`starting`, this driver's) in the caller's unit of work, with its provider thread and
      * adapter as read there and the tools it wrote; the lookup, the claim and the run's tools' read are skipped.
      */
-    const processRun = Effect.fn("TurnExecution.run")(function*(runId: Run["id"], claimed?: ClaimedRun, receipt?: ReceiptCompletion) {
+    const processRun = Span.fn("TurnExecution.run")(function*(runId: Run["id"], claimed?: ClaimedRun, receipt?: ReceiptCompletion) {
       if (claimed !== undefined) return yield* drive(claimed.run, claimed.providerThread, claimed.adapter, claimed.tools, receipt ?? null)
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
@@ -809,7 +810,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
      * is not waiting with posted results is returned as it is. Fails with `RunNotFound`, `PersistenceError`,
      * `ConcurrentModification`.
      */
-    const continueRun = Effect.fn("TurnExecution.continueRun")(function*(runId: Run["id"]) {
+    const continueRun = Span.fn("TurnExecution.continueRun")(function*(runId: Run["id"]) {
       const found = yield* store.getRun(runId)
       if (found._tag === "None") return yield* new RunNotFound({ runId })
       const providerThread = yield* Effect.flatMap(store.getProviderThread(found.value.providerThreadId), Option.match({

@@ -1,0 +1,68 @@
+/**
+ * The server's `tracing` setting (`Server.withTracing`, applied by `Server.run`): off (the default) no fiber of the
+ * server opens a span, neither a request's (`http.server`, the handlers' service calls, `sql.execute`) nor the run
+ * driver's that runs the turn (`TurnExecution.run`, the provider turn); on, they all reach the installed tracer.
+ */
+import { RunDriver } from "@baton/orchestration"
+import { Server } from "@baton/server"
+import { Harness } from "@baton/testing"
+import { HttpClientRequest } from "@effect/platform"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Tracer } from "effect"
+import { get, post, raw, serve } from "./helpers.js"
+
+/** A tracer noting the name of every span it is asked to open. */
+const recording = () => {
+  const names: Array<string> = []
+  const tracer = Tracer.make({
+    span: (name, parent, context, links, startTime, kind) => {
+      names.push(name)
+      return {
+        _tag: "Span", name, spanId: "s", traceId: "t", parent, context, status: { _tag: "Started", startTime },
+        attributes: new Map(), links: [...links], sampled: true, kind,
+        end: () => {}, attribute: () => {}, event: () => {}, addLinks: () => {}
+      }
+    },
+    context: (f) => f()
+  })
+  return { names, tracer }
+}
+
+/** One turn over HTTP (create, send, wait for the run's end, the driver idle); the run's final status. */
+const turn = (h: Harness.Harness) =>
+  Effect.gen(function*() {
+    const driver = yield* RunDriver.RunDriver
+    const created = yield* raw(post("/threads", { providerInstance: "codex" }))
+    const threadId = created.body!.threadId as string
+    h.script.enqueue(Harness.reply(20))
+    const sent = yield* raw(post(`/threads/${threadId}/messages`, { text: "hello" }).pipe(HttpClientRequest.setHeader("idempotency-key", "k1")))
+    expect(sent.status).toBe(202)
+    const waited = yield* raw(get(`/runs/${sent.body!.runId as string}?waitMs=60000`))
+    while (driver.working().length > 0 || driver.inFlight().length > 0) yield* Effect.sleep(Duration.millis(2))
+    return (waited.body!.run as { status: string }).status
+  })
+
+describe.each(Harness.dialects.slice(0, 1))("%s", (_dialect, db) => {
+  beforeAll(() => Harness.useDb(db))
+
+  it.live("tracing off (the default): a whole turn through the API and the run driver opens no span", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
+    const { names, tracer } = recording()
+    return Effect.gen(function*() {
+      expect(yield* turn(h)).toBe("completed")
+      expect(names).toEqual([])
+    }).pipe(Effect.provide(serve(h)), Effect.withTracer(tracer), Server.withTracing({}))
+  })
+
+  it.live("tracing on: the requests', the handlers', the statements' and the run driver's spans reach the tracer", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
+    const { names, tracer } = recording()
+    return Effect.gen(function*() {
+      expect(yield* turn(h)).toBe("completed")
+      const seen = new Set(names)
+      for (const name of ["http.server POST", "http.server GET", "ThreadService.createThread", "ThreadService.queueRun", "TurnExecution.run", "ThreadQuery.run", "sql.execute"]) {
+        expect(seen, name).toContain(name)
+      }
+    }).pipe(Effect.provide(serve(h)), Effect.withTracer(tracer), Server.withTracing({ tracing: true }))
+  })
+})
