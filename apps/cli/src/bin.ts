@@ -344,10 +344,40 @@ const handoffs = Command.make(
 const threadIdArg = Args.text({ name: "thread-id" })
 const jsonOption = (what: string) => Options.boolean("json").pipe(Options.withDescription(what))
 
+/**
+ * The message `send` sends: `text` as given, or for `-` standard input read whole, byte for byte (a trailing newline
+ * included). An argument is limited by the system (about 128 KiB) and decoded lossily by Node (invalid UTF-8 becomes
+ * U+FFFD unseen); standard input is neither. Fails with a `{ message }` for input that is empty or not UTF-8.
+ */
+const messageText = (text: string) =>
+  text !== "-"
+    ? Effect.succeed(text)
+    // Read as a stream: `readFileSync(0)` fails with EAGAIN on a pipe node set non-blocking.
+    : Effect.tryPromise({
+      try: async () => {
+        const chunks: Array<Buffer> = []
+        for await (const chunk of process.stdin) chunks.push(chunk as Buffer)
+        return Buffer.concat(chunks)
+      },
+      catch: (e) => ({ message: `cannot read the message from standard input (${e instanceof Error ? e.message : String(e)})` })
+    }).pipe(Effect.flatMap((bytes) =>
+      bytes.length === 0
+        ? Effect.fail({ message: "standard input was empty: no message to send" })
+        : Effect.try({
+          try: () => new TextDecoder("utf-8", { fatal: true }).decode(bytes),
+          catch: () => ({ message: `standard input is not UTF-8 text (${bytes.length} bytes): not sent` })
+        })
+    ))
+
 const send = Command.make(
   "send",
-  { id: threadIdArg, text: Args.text({ name: "text" }), json: jsonOption("print each event as one JSON line, nothing else") },
-  (o) => remoteOnly("send")((target) => Remote.send(target, o.id, o.text, o.json)).pipe(badInput)
+  {
+    id: threadIdArg,
+    text: Args.text({ name: "text" }).pipe(Args.withDescription("the message; - reads it from standard input, byte for byte")),
+    json: jsonOption("print each event as one JSON line, nothing else")
+  },
+  (o) =>
+    remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInput)
 ).pipe(Command.withDescription("sends a message and prints the run's events until it ends; exit 1 if it failed (needs --server)"))
 
 const switchCommand = Command.make(

@@ -41,6 +41,20 @@ const baton = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
     })
   )
 
+/** `baton ARGS` with `input` on its standard input (then closed). */
+const batonWithInput = (args: ReadonlyArray<string>, input: Uint8Array) =>
+  Effect.promise(() =>
+    new Promise<Result>((resolve) => {
+      const child = execFile(
+        process.execPath,
+        batonArgs(args),
+        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "" } },
+        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
+      )
+      child.stdin!.end(input)
+    })
+  )
+
 /** The API on a real loopback port over `h`'s orchestrator, with an admin and a read-only token. */
 const serve = (h: Harness.Harness) =>
   Server.httpLayer({
@@ -202,6 +216,35 @@ describe("baton --server (the CLI as a client)", () => {
       expect(runs).toBe(3)
     }).pipe(Effect.provide(serve(h)))
   }, 600_000)
+
+  // Tester r36: `send` took its text only as an argument: `echo hi | baton send T` failed (Missing argument), an
+  // argument over about 128 KiB could not be passed at all, and invalid UTF-8 in one became U+FFFD unseen.
+  it.live("send THREAD - reads the message from standard input byte for byte; empty or non-UTF-8 input is refused, nothing sent", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+    return Effect.gen(function*() {
+      const url = HttpServer.formatAddress((yield* HttpServer.HttpServer).address)
+      const admin = ["--server", url, "--token", adminToken]
+      const threadId = (yield* baton([...admin, "thread", "create", "--provider", "codex"])).stdout.trim()
+      const message = `Review this file ✓\r\n${"line\tof a long file 🚀\n".repeat(9_000)}`
+      expect(Buffer.byteLength(message)).toBeGreaterThan(200_000)
+      h.script.enqueue(Harness.reply(10))
+      const sent = yield* batonWithInput([...admin, "send", threadId, "-"], Buffer.from(message, "utf8"))
+      expect([sent.code, sent.stderr]).toEqual([0, ""])
+      const turns = h.providers.codex!.received.filter((r) => r.type === "turn")
+      expect(turns.map((t) => t.type === "turn" && t.prompt === message)).toEqual([true])
+      const [empty, latin1] = yield* Effect.all([
+        batonWithInput([...admin, "send", threadId, "-"], new Uint8Array()),
+        batonWithInput([...admin, "send", threadId, "-"], Buffer.from("caf\xe9\n", "latin1"))
+      ], { concurrency: "unbounded" })
+      expect(empty).toEqual({ code: 2, stdout: "", stderr: "baton: standard input was empty: no message to send\n" })
+      expect(latin1).toEqual({ code: 2, stdout: "", stderr: "baton: standard input is not UTF-8 text (5 bytes): not sent\n" })
+      const runs = yield* Effect.promise(async () => {
+        const response = await fetch(`${url}/threads/${threadId}/runs`, { headers: { authorization: `Bearer ${adminToken}` } })
+        return (await response.json() as { readonly runs: ReadonlyArray<unknown> }).runs.length
+      })
+      expect(runs).toBe(1)
+    }).pipe(Effect.provide(serve(h)))
+  }, 120_000)
 
   it.live("input the API's schema refuses is reported as the user's, not sent; an answer that is not the API's blames the server", () => {
     const h = Harness.make([{ name: "codex", window: 44_000, inject: true }])
