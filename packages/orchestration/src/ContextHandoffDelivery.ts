@@ -437,7 +437,7 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
 
       /**
        * Settles `pending` deliveries as `injected`/`inline` after the provider acknowledged; closes their handoffs.
-       * Returns the deliveries this call settled (as they were while `pending`): one settled, reverted or superseded
+       * Returns the deliveries this call settled (as they were while `pending`, `updatedAt` the settling time): one settled, reverted or superseded
        * meanwhile is left as it is and not returned.
        */
       const markSettled = (threadId: ThreadId, deliveries: ReadonlyArray<HandoffDelivery>, status: "injected" | "inline") =>
@@ -451,12 +451,12 @@ export class ContextHandoffDelivery extends Effect.Service<ContextHandoffDeliver
         const now = yield* DateTime.now
         const settled: Array<HandoffDelivery> = []
         for (const stale of deliveries) {
-          // Re-read: a delivery another path settled, reverted or superseded meanwhile (a timed-out turn, a
-          // replacement) keeps that outcome; only a still `pending` delivery settles.
-          const current = yield* store.findDelivery(stale.handoffId, stale.nativeThreadId)
-          if (current._tag === "None" || current.value.status !== "pending") continue
+          // Conditional: a delivery another path settled, reverted or superseded meanwhile (a timed-out turn, a
+          // replacement) keeps that outcome; only a still `pending` delivery settles. One statement, which writes
+          // the status alone (the id lists stay as `markPending` wrote them).
+          const current = yield* store.settlePendingDelivery(stale.handoffId, stale.nativeThreadId, status, now)
+          if (current._tag === "None") continue
           const delivery = current.value
-          yield* store.updateDelivery({ ...delivery, status, updatedAt: now })
           yield* store.appendEvent({ threadId, type: status === "injected" ? "delivery.injected" : "delivery.inlined", payload: {
             deliveryId: delivery.id,
             handoffId: delivery.handoffId,

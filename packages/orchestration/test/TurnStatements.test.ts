@@ -86,6 +86,43 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
   // A quiet send whose usage teaches the calibration learns it from the row turn start read with the native thread:
   // one conditional write (`UPDATE … WHERE samples = <as read>`), no read under the lock and no upsert (they were two
   // statements). The locked read coming back fails this test.
+  // Issue 15, the first turn start after a switch (helper hswitch): settling its inline delivery writes the status
+  // alone, in one conditional statement. Before: the delivery re-read, then its row written whole again (its omitted
+  // ids re-encoded and rewritten, as when it went pending): two statements and every id list once more.
+  it.effect("the first turn after a switch settles its delivery in one statement, without rewriting its id lists", () => {
+    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }, { name: "codex", window: 1_000_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("claude")
+      for (let r = 0; r < 10; r++) {
+        h.script.enqueue(Harness.reply(20))
+        expect((yield* o.send(threadId, `step ${r}`)).status).toBe("completed")
+      }
+      yield* o.switchTo(threadId, "codex")
+      h.script.enqueue(Harness.reply(20))
+      recording.statements = []
+      recording.on = true
+      const sent = yield* o.send(threadId, "after the switch")
+      recording.on = false
+      expect(sent.status).toBe("completed")
+      expect(sent.turnStart?.mode).toBe("inline")
+      const texts = recording.statements.map((s) => s.text)
+      // The delivery: read once, written whole as it is made and goes pending, then settled by its status alone (no
+      // second read, no third whole write).
+      const shape = (t: string) =>
+        /^SELECT \* FROM "?handoff_deliveries"?/.test(t)
+          ? "read"
+          : /omitted_item_ids/.test(t)
+          ? "whole"
+          : /^UPDATE handoff_deliveries SET status = \S+, updated_at = \S+ WHERE handoff_id = \S+ AND native_thread_id = \S+ AND status = 'pending' RETURNING \*$/.test(t)
+          ? "settle"
+          : t
+      expect(texts.filter((t) => /handoff_deliveries/.test(t)).map(shape)).toEqual(["read", "whole", "whole", "settle"])
+      const settled = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "delivery.inlined")
+      expect(settled).toHaveLength(1)
+    }).pipe(Effect.provide(h.layer), Effect.withTracer(recordingTracer))
+  })
+
   it.effect("a send that owes nothing and teaches the calibration writes it in one statement, without reading it again", () => {
     const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }])
     return Effect.gen(function*() {

@@ -971,6 +971,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         }),
       insertDelivery: (d: HandoffDelivery) => deliveries.insert(d),
       updateDelivery: (d: HandoffDelivery) => deliveries.update(d),
+      /**
+       * Settles the delivery of `handoffId` to `nativeThreadId` as `status` if it is still `pending`, in one
+       * statement that writes only its status and `updatedAt` (its id lists, written when it went `pending`, are
+       * neither re-encoded nor rewritten). Returns the delivery as it was while `pending` (`None`: no such delivery,
+       * or not `pending`: another path settled, reverted or superseded it).
+       */
+      settlePendingDelivery: (handoffId: HandoffId, nativeThreadId: NativeThreadId, status: "injected" | "inline", updatedAt: DateTime.Utc) =>
+        deliveries.findOne(
+          "handoff_deliveries.settle",
+          sql`UPDATE handoff_deliveries SET status = ${status}, updated_at = ${DateTime.formatIso(updatedAt)}
+              WHERE handoff_id = ${handoffId} AND native_thread_id = ${nativeThreadId} AND status = 'pending' RETURNING *`
+        ).pipe(Effect.map(Option.map((d): HandoffDelivery => ({ ...d, status: "pending" })))),
       findDelivery: (handoffId: HandoffId, nativeThreadId: NativeThreadId) =>
         deliveries.findOne(
           "handoff_deliveries.find",
