@@ -303,7 +303,7 @@ export const eventLine = (e: ThreadEvent, withThread: boolean) => {
     case "run.interrupted":
       return `${head} ${e.payload.runId} ${e.payload.stopPoint}${e.payload.code === undefined ? "" : ` ${e.payload.code}`}: ${e.payload.reason}`
     case "run.prompt_deferred":
-      return `${head} ${e.payload.runId} prompt recorded after ${e.payload.behindRunId} ends`
+      return `${head} ${e.payload.runId} prompt owed (queued behind ${e.payload.behindRunId}): recorded when every run ahead has ended`
     case "run.waiting":
       return `${head} ${e.payload.runId} round ${e.payload.round} waits for ${e.payload.calls.map((c) => `${c.name} ${c.toolCallId}`).join(", ")}`
     case "run.tool_results_recorded":

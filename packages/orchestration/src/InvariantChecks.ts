@@ -178,7 +178,9 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       const endedAt = new Map<string, number>()
       const late = new Set<string>()
       for (const e of events) {
-        if ((e.type === "run.interrupted" || e.type === "run.failed" || e.type === "run.completed") && !endedAt.has(e.payload.runId)) {
+        // Not `run.completed`: a completed turn's output is all recorded before its end (review r36q: counting it hid
+        // output recorded after the run completed, behind a later run's items).
+        if ((e.type === "run.interrupted" || e.type === "run.failed") && !endedAt.has(e.payload.runId)) {
           endedAt.set(e.payload.runId, e.seq)
         } else if (e.type === "items.appended" && e.payload.runId !== null && endedAt.has(e.payload.runId) && !deferred.has(e.payload.runId)) {
           for (const id of e.payload.itemIds) late.add(id)

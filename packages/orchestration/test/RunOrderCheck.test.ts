@@ -1,0 +1,48 @@
+/**
+ * InvariantChecks' run-order check (no item of a run follows an item of a later run) on records altered the way a
+ * misorder would leave them. Its exemption for output recorded after its run ended is for a turn the provider never
+ * stopped (`run.interrupted`, `run.failed`): output of a run recorded after its `run.completed`, behind a later run's
+ * items, is a misorder and is reported (review r36q: the exemption counted `run.completed` as an end too, so such a
+ * record passed).
+ */
+import { type CommandId, Commands, type ThreadEvent, type ThreadId } from "@baton/contracts"
+import { InvariantChecks, RunDriver, ThreadService } from "@baton/orchestration"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+
+let n = 0
+const cid = () => `cmd_runorder_${++n}` as CommandId
+
+describe("InvariantChecks run-order", () => {
+  it.live("a completed run's output recorded after its end, behind the next run's items, is reported", () => {
+    const h = Harness.make([{ name: "claude", window: 200_000, inject: false }])
+    const layer = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))
+    return Effect.gen(function*() {
+      const service = yield* ThreadService.ThreadService
+      const driver = yield* RunDriver.RunDriver
+      const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({
+        commandId: cid(),
+        title: "run order",
+        providerInstance: "claude" as Commands.CreateThread["providerInstance"]
+      }))
+      for (const text of ["First", "Second"]) {
+        h.script.enqueue({ items: [Harness.produced("assistant_message", `${text} answered.`, { messageId: `msg_${text}` })] })
+        const sent = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text }))
+        expect((yield* driver.awaitRun(sent.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+      }
+      const record = yield* InvariantChecks.readRecord(threadId)
+      expect(InvariantChecks.checkRecord(record)).toEqual([])
+      expect(record.items.map((i) => i.text)).toEqual(["First", "First answered.", "Second", "Second answered."])
+
+      // The first run's answer recorded last: after the first run's `run.completed` and the second run's items.
+      const moved = record.items[1]!
+      const items = [record.items[0]!, record.items[2]!, record.items[3]!, moved].map((i, k) => ({ ...i, seq: k + 1 }))
+      const appended = record.events.find((e) => e.type === "items.appended" && e.payload.itemIds.includes(moved.id))!
+      const last = record.events.at(-1)!.seq
+      const events: ReadonlyArray<ThreadEvent> = [...record.events.filter((e) => e !== appended), { ...appended, seq: last + 1 }]
+      const violations = InvariantChecks.checkRecord({ ...record, items, events })
+      expect(violations.filter((v) => v.startsWith("run-order:"))).toHaveLength(1)
+    }).pipe(Effect.scoped, Effect.provide(layer))
+  })
+})
