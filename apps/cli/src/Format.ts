@@ -84,9 +84,16 @@ export const threadLine = (t: Thread, runs: number, itemCount: number) =>
  * A title as one line for the terminal: each run of control characters (C0, DEL, C1: a newline, a tab, the ESC of a
  * terminal escape) becomes one space. A title is any text a client set (`POST /threads`, a gateway conversation's
  * first prompt); printed as it is, a newline split `threads`' one line per thread and an escape reached the terminal.
+ * The same for any outside text in a one-line event (a provider's failure reason: a proxy's HTML page).
  */
 // eslint-disable-next-line no-control-regex
 const titleLine = (title: string) => title.replace(/[\u0000-\u001f\u007f-\u009f]+/g, " ")
+
+/** `text` cut to `max` code points (the last one `…` when cut), never half a surrogate pair. */
+const cut = (text: string, max: number) => {
+  const points = Array.from(text)
+  return points.length > max ? `${points.slice(0, max - 1).join("")}…` : text
+}
 
 /** Dollars to the cent's ten-thousandth (`$0.012825`), or `unpriced`. */
 const usd = (x: number | null) => x === null ? "unpriced" : `$${x.toFixed(6)}`
@@ -281,7 +288,7 @@ const retryStatus = (status: number | null) =>
  * + 1: the first retry is the second attempt); the reason is the provider's text, cut at 100 characters.
  */
 export const retryLine = (p: { readonly attempt: number; readonly delayMs: number; readonly httpStatus: number | null; readonly reason: string }) => {
-  const reason = p.reason.length > 100 ? `${p.reason.slice(0, 99)}…` : p.reason
+  const reason = cut(titleLine(p.reason), 100)
   return `retrying in ${(p.delayMs / 1000).toFixed(1)} s (attempt ${p.attempt + 1}, ${retryStatus(p.httpStatus)}: ${reason})`
 }
 
@@ -301,7 +308,7 @@ export const eventLine = (e: ThreadEvent, withThread: boolean) => {
       return `${head} ${e.payload.runId} ${items(e.payload.itemCount)}`
     case "run.failed":
     case "run.interrupted":
-      return `${head} ${e.payload.runId} ${e.payload.stopPoint}${e.payload.code === undefined ? "" : ` ${e.payload.code}`}: ${e.payload.reason}`
+      return `${head} ${e.payload.runId} ${e.payload.stopPoint}${e.payload.code === undefined ? "" : ` ${e.payload.code}`}: ${titleLine(e.payload.reason)}`
     case "run.prompt_deferred":
       return `${head} ${e.payload.runId} prompt owed (queued behind ${e.payload.behindRunId}): recorded when every run ahead has ended`
     case "run.waiting":
@@ -313,8 +320,8 @@ export const eventLine = (e: ThreadEvent, withThread: boolean) => {
     case "run.retry_scheduled":
       return `${head} ${e.payload.runId} ${retryLine(e.payload)}`
     default: {
-      const json = JSON.stringify(e.payload)
-      return `${head} ${json.length > 120 ? `${json.slice(0, 119)}…` : json}`
+      // JSON escapes C0 controls but not DEL or C1 (U+009B, a CSI).
+      return `${head} ${cut(titleLine(JSON.stringify(e.payload)), 120)}`
     }
   }
 }
@@ -325,7 +332,7 @@ export const eventLine = (e: ThreadEvent, withThread: boolean) => {
  */
 export const runReply = (v: RunView) => {
   const r = v.run
-  const head = `run ${r.seq} ${r.status}${r.failureCode === null ? "" : ` (${r.failureCode})`}${r.failureReason === null ? "" : `: ${r.failureReason}`}`
+  const head = `run ${r.seq} ${r.status}${r.failureCode === null ? "" : ` (${r.failureCode})`}${r.failureReason === null ? "" : `: ${titleLine(r.failureReason)}`}`
   return [head, ...v.items.filter((i) => i.kind === "assistant_message").map((i) => i.text)].join("\n")
 }
 

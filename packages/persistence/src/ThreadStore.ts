@@ -974,8 +974,8 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       /**
        * Settles the delivery of `handoffId` to `nativeThreadId` as `status` if it is still `pending`, in one
        * statement that writes only its status and `updatedAt` (its id lists, written when it went `pending`, are
-       * neither re-encoded nor rewritten). Returns the delivery as it was while `pending` (`None`: no such delivery,
-       * or not `pending`: another path settled, reverted or superseded it).
+       * neither re-encoded nor rewritten). Returns the delivery as it was while `pending`, `updatedAt` the settling time
+       * (`None`: no such delivery, or not `pending`: another path settled, reverted or superseded it).
        */
       settlePendingDelivery: (handoffId: HandoffId, nativeThreadId: NativeThreadId, status: "injected" | "inline", updatedAt: DateTime.Utc) =>
         deliveries.findOne(
