@@ -364,7 +364,7 @@ const messageText = (text: string) =>
       bytes.length === 0
         ? Effect.fail({ message: "standard input was empty: no message to send" })
         : Effect.try({
-          try: () => new TextDecoder("utf-8", { fatal: true }).decode(bytes),
+          try: () => new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes),
           catch: () => ({ message: `standard input is not UTF-8 text (${bytes.length} bytes): not sent` })
         })
     ))
