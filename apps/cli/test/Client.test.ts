@@ -12,48 +12,21 @@ import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Layer, Redacted, Schedule, Schema } from "effect"
-import { execFile, spawn } from "node:child_process"
+import { spawn } from "node:child_process"
 import * as Http from "node:http"
 import { fileURLToPath } from "node:url"
 import * as Format from "../src/Format.js"
-import { batonArgs } from "./support/CliEntry.js"
+import { batonArgs, runBaton } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const adminToken = "admin-token-0123456789abcdef"
 const readToken = "read-token-0123456789abcdef"
 
-interface Result {
-  readonly code: number
-  readonly stdout: string
-  readonly stderr: string
-}
-
 /** Runs `baton ARGS` as a process (no BATON_SERVER/BATON_TOKEN from the environment unless `env` sets them). */
-const baton = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
-  Effect.promise(() =>
-    new Promise<Result>((resolve) => {
-      execFile(
-        process.execPath,
-        batonArgs(args),
-        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "", ...env } },
-        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
-      )
-    })
-  )
+const baton = (args: ReadonlyArray<string>, env: Record<string, string> = {}) => Effect.promise(() => runBaton(args, env))
 
 /** `baton ARGS` with `input` on its standard input (then closed). */
-const batonWithInput = (args: ReadonlyArray<string>, input: Uint8Array) =>
-  Effect.promise(() =>
-    new Promise<Result>((resolve) => {
-      const child = execFile(
-        process.execPath,
-        batonArgs(args),
-        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "" } },
-        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
-      )
-      child.stdin!.end(input)
-    })
-  )
+const batonWithInput = (args: ReadonlyArray<string>, input: Uint8Array) => Effect.promise(() => runBaton(args, {}, input))
 
 /** The API on a real loopback port over `h`'s orchestrator, with an admin and a read-only token. */
 const serve = (h: Harness.Harness) =>

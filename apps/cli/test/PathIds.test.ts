@@ -8,13 +8,10 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { execFile } from "node:child_process"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
-import { fileURLToPath } from "node:url"
-import { batonArgs } from "./support/CliEntry.js"
+import { runBaton } from "./support/CliEntry.js"
 
-const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const token = "admin-token-0123456789abcdef"
 
 const standIn = (listEverywhere = false) => Effect.acquireRelease(
@@ -34,17 +31,7 @@ const standIn = (listEverywhere = false) => Effect.acquireRelease(
   ({ server }) => Effect.promise(() => new Promise<void>((done) => server.close(() => done())))
 )
 
-const baton = (args: ReadonlyArray<string>) =>
-  Effect.promise(() =>
-    new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
-      execFile(
-        process.execPath,
-        batonArgs(args),
-        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "" } },
-        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
-      )
-    })
-  )
+const baton = (args: ReadonlyArray<string>) => Effect.promise(() => runBaton(args))
 
 describe("ids typed into the CLI's client commands", () => {
   it.live("each is one percent-encoded path segment: never another endpoint or another thread", () =>

@@ -10,14 +10,11 @@
 import { ThreadEvent } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Schema } from "effect"
-import { execFile } from "node:child_process"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
-import { fileURLToPath } from "node:url"
 import * as Format from "../src/Format.js"
-import { batonArgs } from "./support/CliEntry.js"
+import { runBaton } from "./support/CliEntry.js"
 
-const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const token = "admin-token-0123456789abcdef"
 const threadId = "thr_cut"
 const runId = "run_cut"
@@ -124,17 +121,7 @@ const standIn = (cutAfter: number, staysGone = false) =>
     ({ server }) => Effect.promise(() => new Promise<void>((done) => server.listening ? server.close(() => done()) : done()))
   )
 
-const baton = (args: ReadonlyArray<string>) =>
-  Effect.promise(() =>
-    new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
-      execFile(
-        process.execPath,
-        batonArgs(args),
-        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "" } },
-        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
-      )
-    })
-  )
+const baton = (args: ReadonlyArray<string>) => Effect.promise(() => runBaton(args))
 
 const lines = (events: ReadonlyArray<(typeof log)[number]>) =>
   events.map((e) => Format.eventLine(Schema.decodeUnknownSync(ThreadEvent)(e), false))

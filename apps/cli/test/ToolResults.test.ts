@@ -11,28 +11,15 @@ import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Redacted } from "effect"
-import { execFile } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Http from "node:http"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
-import { batonArgs } from "./support/CliEntry.js"
+import { runBaton } from "./support/CliEntry.js"
 
-const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const adminToken = "admin-token-0123456789abcdef"
 
-const baton = (args: ReadonlyArray<string>) =>
-  Effect.promise(() =>
-    new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
-      execFile(
-        process.execPath,
-        batonArgs(args),
-        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "" } },
-        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
-      )
-    })
-  )
+const baton = (args: ReadonlyArray<string>) => Effect.promise(() => runBaton(args))
 
 const serve = (h: Harness.Harness) =>
   Server.httpLayer({ tokens: { admin: Redacted.make(adminToken), read: null }, maxBodyBytes: 2 * 1024 * 1024 }).pipe(
