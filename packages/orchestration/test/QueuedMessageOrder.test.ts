@@ -44,6 +44,19 @@ const untilWaitingOn = (runId: RunId, toolCallId: string) =>
     }
   }).pipe(Effect.timeout("10 seconds"))
 
+/** Waits until run `runId` is where a test holds it: waiting on `call_a`, or running with its first answer recorded. */
+const untilAhead = (runId: RunId, ahead: "waiting" | "running") =>
+  ahead === "waiting"
+    ? untilWaitingOn(runId, "call_a")
+    : Effect.gen(function*() {
+      const store = yield* ThreadStore
+      yield* untilStatus(runId, "running")
+      for (;;) {
+        if ((yield* store.listItemsOfRuns([runId])).some((i) => i.kind === "assistant_message")) return
+        yield* Effect.sleep(Duration.millis(10))
+      }
+    }).pipe(Effect.timeout("10 seconds"))
+
 describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on %s", (_label, db) => {
   const providers = [{ name: "claude", window: 200_000, inject: false }, { name: "codex", window: 200_000, inject: false }]
 
@@ -210,14 +223,7 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
           })
         }
         const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
-        if (ahead === "waiting") yield* untilWaitingOn(a.runId, "call_a")
-        else {
-          yield* untilStatus(a.runId, "running")
-          for (;;) {
-            if ((yield* store.listItemsOfRuns([a.runId])).some((i) => i.kind === "assistant_message")) break
-            yield* Effect.sleep(Duration.millis(10))
-          }
-        }
+        yield* untilAhead(a.runId, ahead)
         const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
         const c = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "And list its exports." }))
         for (const run of [c, b]) {
@@ -289,14 +295,7 @@ describe.each(Harness.dialects)("a crash between a queued message's end and the 
               }
               : { items: [Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }), Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })], hold: { afterItems: 1, gate } })
             const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
-            if (ahead === "waiting") yield* untilWaitingOn(a.runId, "call_a")
-            else {
-              yield* untilStatus(a.runId, "running")
-              for (;;) {
-                if ((yield* store.listItemsOfRuns([a.runId])).some((i) => i.kind === "assistant_message")) break
-                yield* Effect.sleep(Duration.millis(10))
-              }
-            }
+            yield* untilAhead(a.runId, ahead)
             const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
             expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: b.runId }))).status).toBe("interrupted")
             // B owes its prompt: marked, nothing recorded for it yet.
