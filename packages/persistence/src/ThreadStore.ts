@@ -245,6 +245,10 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
     const sql = yield* SqlClient.SqlClient
     const threads = Table.make(sql, "threads", ThreadRow)
     const runs = Table.make(sql, "runs", RunRow)
+    // What a statement that ends a run answers besides: does any run of its thread owe its prompt (a probe of
+    // migration 0022's partial index; `updateRunEnded`, `updateRunIfRunning`).
+    const promptsOwedReturning =
+      sql`RETURNING EXISTS (SELECT 1 FROM runs AS owing WHERE owing.thread_id = runs.thread_id AND owing.prompt_owed = 1) AS prompts_owed`
     const attempts = Table.make(sql, "run_attempts", RunAttemptRow)
     const items = Table.make(sql, "items", ItemRow, decodeItemRowFast)
     const encodeItemRow = Schema.encode(ItemRow)
@@ -443,7 +447,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           const { id, ...rest } = row as Record<string, unknown>
           return Effect.flatMap(
             sql`UPDATE runs SET ${sql.update(rest)} WHERE id = ${id as string}
-              RETURNING EXISTS (SELECT 1 FROM runs AS owing WHERE owing.thread_id = runs.thread_id AND owing.prompt_owed = 1) AS prompts_owed`,
+              ${promptsOwedReturning}`,
             decodePromptsOwed
           )
         }).pipe(Effect.map((rows) => rows.length > 0 && Boolean(rows[0]!.promptsOwed)), orPersistence("runs.updateEnded")),
@@ -458,7 +462,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         Effect.flatMap(
           sql`UPDATE runs SET status = ${status}, updated_at = ${DateTime.formatIso(updatedAt)}
             WHERE id = ${id} AND status = 'running'
-            RETURNING EXISTS (SELECT 1 FROM runs AS owing WHERE owing.thread_id = runs.thread_id AND owing.prompt_owed = 1) AS prompts_owed`,
+            ${promptsOwedReturning}`,
           decodePromptsOwed
         ).pipe(
           Effect.map((rows) => ({ moved: rows.length > 0, promptsOwed: rows.length > 0 && Boolean(rows[0]!.promptsOwed) })),
