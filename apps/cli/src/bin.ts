@@ -17,7 +17,7 @@ import { Database, ThreadStore } from "@baton/persistence"
 import { ProviderSpec } from "@baton/providers"
 import { RunCosts } from "@baton/orchestration"
 import { Server, ServerConfig } from "@baton/server"
-import type { ThreadId } from "@baton/contracts"
+import { Commands, type ThreadId } from "@baton/contracts"
 import type { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import * as Replay from "./Replay.js"
@@ -347,7 +347,9 @@ const jsonOption = (what: string) => Options.boolean("json").pipe(Options.withDe
 /**
  * The message `send` sends: `text` as given, or for `-` standard input read whole, byte for byte (a trailing newline
  * included). An argument is limited by the system (about 128 KiB) and decoded lossily by Node (invalid UTF-8 becomes
- * U+FFFD unseen); standard input is neither. Fails with a `{ message }` for input that is empty or not UTF-8.
+ * U+FFFD unseen); standard input is neither. Fails with a `{ message }` for input that is empty, not UTF-8, or only
+ * whitespace (`Commands.isBlank`, which the API refuses too: an argument of only whitespace is refused by the API's
+ * schema before it is sent).
  */
 const messageText = (text: string) =>
   text !== "-"
@@ -366,7 +368,10 @@ const messageText = (text: string) =>
         : Effect.try({
           try: () => new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes),
           catch: () => ({ message: `standard input is not UTF-8 text (${bytes.length} bytes): not sent` })
-        })
+        }).pipe(Effect.filterOrFail(
+          (decoded) => !Commands.isBlank(decoded),
+          () => ({ message: `standard input holds only whitespace (${bytes.length} bytes): no message to send` })
+        ))
     ))
 
 const send = Command.make(
