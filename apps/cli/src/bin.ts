@@ -2,7 +2,8 @@
 /**
  * `baton`: the command-line app. Assembles the Layer graph (SQLite under the data directory, scripted providers,
  * the orchestrator) and runs one command. Bad input (a missing file, a malformed transcript, an unknown provider,
- * an unknown thread, `baton demo` without the sample transcripts) prints one line naming the problem and exits 2,
+ * an unknown thread, `baton demo` without the sample transcripts, a command line that does not parse) prints one line
+ * `baton: …` naming the problem and exits 2,
  * before anything is written; an invariant violation in a replay exits 1. stdout carries only the command's output
  * (with `--json`, one JSON document); log lines go to stderr. SIGINT/SIGTERM stop a replay once the run in flight is
  * recorded, and exit 130/143 (see CliRuntime). With `--server URL` (or `BATON_SERVER`) the thread commands and
@@ -24,6 +25,7 @@ import * as Replay from "./Replay.js"
 import * as CliRuntime from "./CliRuntime.js"
 import * as Format from "./Format.js"
 import * as Remote from "./Remote.js"
+import * as UsageError from "./UsageError.js"
 
 const dbOption = Options.text("db").pipe(
   Options.withDescription("SQLite file (default: $BATON_DATA_DIR/baton.sqlite, else ./.baton/baton.sqlite)"),
@@ -572,6 +574,8 @@ const baton = root.pipe(Command.withSubcommands([
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
 
 cli(process.argv).pipe(
+  // @effect/cli prints its usage errors itself: as `baton: <message>` lines like every other error (UsageError).
+  UsageError.reworded(process.argv.slice(2)),
   // @effect/cli has already printed a usage error on stderr: exit 2 (bad input) without a second report.
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => void (process.exitCode = 2))),
   // Anything unexpected still gets one line, never a stack trace on stdout.
