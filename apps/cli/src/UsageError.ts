@@ -7,12 +7,12 @@
  * module owns the rewording only: one line `baton: <message>`, naming the option whose value did not parse. It does
  * not decide exit codes, and it leaves every line that already starts `baton:` as it is.
  */
-import { Console, Effect } from "effect"
+import { Console, type Effect } from "effect"
 
 const prefix = "baton: "
 
 /** ANSI escape sequences (styles) the library's help text may carry. */
-const ansi = /\x1b\[[0-9;]*m/g
+const ansi = new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, "g")
 
 /** `'<value>' is not a <type>`: a primitive option or argument value that did not parse. */
 const notA = /^'([\s\S]*)' is not a (\w+)$/
