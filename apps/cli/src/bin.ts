@@ -385,7 +385,7 @@ const send = Command.make(
   },
   (o) =>
     remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInput)
-).pipe(Command.withDescription("sends a message and prints the run's events until it ends; exit 1 if it failed (needs --server)"))
+).pipe(Command.withDescription("sends a message and prints the run's events until it ends; exit 1 if it failed; Ctrl-C stops the command, not the run (needs --server)"))
 
 const switchCommand = Command.make(
   "switch",
