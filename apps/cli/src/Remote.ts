@@ -8,10 +8,10 @@
  * 404, 409, 400 — the `message` every Baton error body carries), or "cannot reach the Baton server at URL" when
  * nothing answered. A `send` whose run ends failed or interrupted exits 1.
  */
-import { Api, ClientTool, type ItemId, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, type ToolResultOffloadControl, terminalRunStatuses } from "@baton/contracts"
+import { Api, ClientTool, type ItemId, type OpenToolCall, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, type ToolResultOffloadControl, terminalRunStatuses } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest } from "@effect/platform"
-import { Console, Data, Duration, Effect, Option, ParseResult, Schedule, Schema, Stream } from "effect"
+import { Console, Data, DateTime, Duration, Effect, Either, Option, ParseResult, Ref, Schedule, Schema, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Format from "./Format.js"
 
@@ -189,10 +189,20 @@ export const createThread = (target: Target, providerInstance: string, title: Op
   }))
 
 /** The lines of a run waiting for tool results: what it waits for and how to answer. */
-const waitingLines = (threadId: string, view: RunView) => [
-  `run ${view.run.seq} waiting for tool results${view.toolResultsDeadline === null ? "" : ` until ${view.toolResultsDeadline.toJSON()}`}:`,
-  ...view.openToolCalls.map((c) => `  ${c.toolCallId} ${c.name} ${c.arguments}`),
-  `post them with: baton tool-results ${threadId} ${view.run.id} --results FILE|JSON`
+const waitingLines = (threadId: string, view: RunView) =>
+  waitingText(threadId, view.run.seq, view.run.id, view.openToolCalls, view.toolResultsDeadline)
+
+/** `waitingLines` from its parts (a `run.waiting` event carries them too: its calls and deadline). */
+const waitingText = (
+  threadId: string,
+  runSeq: number,
+  runId: string,
+  calls: ReadonlyArray<OpenToolCall>,
+  deadline: DateTime.Utc | null
+) => [
+  `run ${runSeq} waiting for tool results${deadline === null ? "" : ` until ${DateTime.formatIso(deadline)}`}:`,
+  ...calls.map((c) => `  ${c.toolCallId} ${c.name} ${c.arguments}`),
+  `post them with: baton tool-results ${threadId} ${runId} --results FILE|JSON`
 ].join("\n")
 
 /**
@@ -484,6 +494,49 @@ const runOf = (event: ThreadEvent): string | null => {
 const endTypes: ReadonlyArray<ThreadEvent["type"]> = ["run.completed", "run.failed", "run.interrupted", "run.waiting"]
 
 /**
+ * How far `send` got, for the line it prints when Ctrl-C stops it: the message not yet answered (`posting`), the
+ * run accepted and going on (`accepted`), or its end event received (`ended`, while its reply is read).
+ */
+type SendProgress =
+  | { readonly _tag: "posting" }
+  | { readonly _tag: "accepted"; readonly runSeq: number; readonly runId: string }
+  | { readonly _tag: "ended"; readonly runSeq: number; readonly runId: string; readonly status: string }
+
+/** How a user looks at the thread afterwards: the command, with the server's URL (never the token). */
+const showCommand = (target: Target, threadId: string) => `baton --server ${target.url} thread show ${threadId}`
+
+/**
+ * The one line (without `baton: `) `send` prints on stderr when SIGINT (Ctrl-C) stops it: the run is the server's, so
+ * stopping the command does not stop the run; the line says what became of it and how to see it.
+ */
+export const sendInterruptedLine = (target: Target, threadId: string, progress: SendProgress): string => {
+  switch (progress._tag) {
+    case "posting":
+      return `interrupted before the server answered: the message may have been queued; see with \`${showCommand(target, threadId)}\``
+    case "accepted":
+      return `interrupted: run ${progress.runSeq} ${progress.runId} goes on on the server (Ctrl-C stops only this command); ` +
+        `see it with \`${showCommand(target, threadId)}\``
+    case "ended":
+      return `interrupted while reading the reply of run ${progress.runSeq} ${progress.runId} (${progress.status}); ` +
+        `see it with \`${showCommand(target, threadId)}\``
+  }
+}
+
+/** The status a run's end event gives it. */
+const endStatus = (event: ThreadEvent) =>
+  event.type === "run.completed" ? "completed" : event.type === "run.failed" ? "failed" : event.type === "run.interrupted" ? "interrupted" : "waiting"
+
+/** Reads run `runId` until it has ended or waits for tool results (`GET /runs/{id}`, then with `waitMs`). */
+const settledView = (client: Effect.Effect.Success<ReturnType<typeof api>>, runId: RunId) =>
+  Effect.gen(function*() {
+    let view = yield* client.runs.get({ path: { runId }, urlParams: {} })
+    while (!terminalRunStatuses.includes(view.run.status) && view.run.status !== "waiting") {
+      view = yield* client.runs.get({ path: { runId }, urlParams: { waitMs: 30_000 } })
+    }
+    return view
+  })
+
+/**
  * `baton --server URL send ID TEXT [--json]`: posts the message (202 with the run id), then follows the thread's event
  * stream and prints `sent: run N ID queued`, every event from the run's `run.queued` until the run ends (one line each, or with `--json` each
  * event as one JSON line), then the run's reply. Exit code 1 when the run failed or was interrupted. A run that waits
@@ -491,30 +544,59 @@ const endTypes: ReadonlyArray<ThreadEvent["type"]> = ["run.completed", "run.fail
  *
  * The stream is read from the thread's first event (the 202 does not say the seq of the run's `run.queued`), so on a
  * long thread the earlier events are received and skipped. Should the stream end before the run (a server shutting
- * down), the run is awaited with `GET /runs/{id}?waitMs=`.
+ * down), the run is awaited with `GET /runs/{id}?waitMs=`. Once the run's end event has arrived its outcome is known:
+ * should the reply then be unreadable (the server stopped right after the run ended), the command prints the run's
+ * end as the event gave it, says on stderr why the reply is missing, and exits with the run's code (0, or 1 for a
+ * failed or interrupted run), not 2.
+ *
+ * SIGINT (Ctrl-C) stops the command, not the run: it prints one line on stderr (`sendInterruptedLine`) and the
+ * process exits 130.
  */
 export const send = (target: Target, threadId: string, text: string, json: boolean) =>
-  call(target, Effect.gen(function*() {
-    const client = yield* api(target)
-    const accepted = yield* client.messages.send({ path: { threadId: threadId as ThreadId }, payload: { text }, headers: {} })
-    if (!json) yield* Console.log(`sent: run ${accepted.runSeq} ${accepted.runId} ${accepted.status}`)
-    const runId: string = accepted.runId
-    yield* eventStream(target, `/threads/${encodeURIComponent(threadId)}/events?follow=true`).pipe(
-      Stream.dropWhile((e) => !(e.type === "run.queued" && runOf(e) === runId)),
-      Stream.takeUntil((e) => endTypes.includes(e.type) && runOf(e) === runId),
-      Stream.runForEach((e) => Console.log(json ? JSON.stringify(Schema.encodeSync(ThreadEvent)(e)) : Format.eventLine(e, false)))
-    )
-    let view = yield* client.runs.get({ path: { runId: accepted.runId as RunId }, urlParams: {} })
-    while (!terminalRunStatuses.includes(view.run.status) && view.run.status !== "waiting") {
-      view = yield* client.runs.get({ path: { runId: accepted.runId as RunId }, urlParams: { waitMs: 30_000 } })
-    }
-    if (view.run.status === "waiting") {
-      if (!json) yield* Console.log(waitingLines(threadId, view))
-      return
-    }
-    if (!json) yield* Console.log(Format.runReply(view))
-    if (view.run.status !== "completed") process.exitCode = 1
-  }))
+  Effect.flatMap(Ref.make<SendProgress>({ _tag: "posting" }), (progress) =>
+    call(target, Effect.gen(function*() {
+      const client = yield* api(target)
+      const accepted = yield* client.messages.send({ path: { threadId: threadId as ThreadId }, payload: { text }, headers: {} })
+      yield* Ref.set(progress, { _tag: "accepted", runSeq: accepted.runSeq, runId: accepted.runId })
+      if (!json) yield* Console.log(`sent: run ${accepted.runSeq} ${accepted.runId} ${accepted.status}`)
+      const runId: string = accepted.runId
+      const isEnd = (e: ThreadEvent) => endTypes.includes(e.type) && runOf(e) === runId
+      const ended = yield* eventStream(target, `/threads/${encodeURIComponent(threadId)}/events?follow=true`).pipe(
+        Stream.dropWhile((e) => !(e.type === "run.queued" && runOf(e) === runId)),
+        Stream.takeUntil(isEnd),
+        Stream.tap((e) => Console.log(json ? JSON.stringify(Schema.encodeSync(ThreadEvent)(e)) : Format.eventLine(e, false))),
+        Stream.filter(isEnd),
+        Stream.runLast
+      )
+      if (Option.isSome(ended)) {
+        yield* Ref.set(progress, { _tag: "ended", runSeq: accepted.runSeq, runId, status: endStatus(ended.value) })
+      }
+      // Without the end event the reply's read decides (its failure is the command's); with it, the outcome is known.
+      const read = yield* (Option.isNone(ended)
+        ? Effect.map(settledView(client, accepted.runId), Either.right)
+        : Effect.either(Effect.mapError(settledView(client, accepted.runId), explain(target))))
+      if (Either.isLeft(read)) {
+        const event = Option.getOrThrow(ended)
+        const status = endStatus(event)
+        if (!json) {
+          yield* Console.log(event.type === "run.waiting"
+            ? waitingText(threadId, accepted.runSeq, runId, event.payload.calls, event.payload.deadlineAt)
+            : `run ${accepted.runSeq} ${status}`)
+        }
+        yield* Console.error(`baton: run ${accepted.runSeq} ${status}, but its reply could not be read (${read.left.message}); ` +
+          `see it with \`${showCommand(target, threadId)}\``)
+        if (status === "failed" || status === "interrupted") process.exitCode = 1
+        return
+      }
+      const view = read.right
+      if (view.run.status === "waiting") {
+        if (!json) yield* Console.log(waitingLines(threadId, view))
+        return
+      }
+      if (!json) yield* Console.log(Format.runReply(view))
+      if (view.run.status !== "completed") process.exitCode = 1
+    })).pipe(Effect.onInterrupt(() =>
+      Effect.flatMap(Ref.get(progress), (p) => Console.error(`baton: ${sendInterruptedLine(target, threadId, p)}`)))))
 
 /**
  * `baton --server URL events [--thread ID] [--follow] [--json]`: the thread's (or every thread's) events, one line

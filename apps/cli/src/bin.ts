@@ -2,7 +2,8 @@
 /**
  * `baton`: the command-line app. Assembles the Layer graph (SQLite under the data directory, scripted providers,
  * the orchestrator) and runs one command. Bad input (a missing file, a malformed transcript, an unknown provider,
- * an unknown thread, `baton demo` without the sample transcripts) prints one line naming the problem and exits 2,
+ * an unknown thread, `baton demo` without the sample transcripts, a command line that does not parse) prints one line
+ * `baton: …` naming the problem and exits 2,
  * before anything is written; an invariant violation in a replay exits 1. stdout carries only the command's output
  * (with `--json`, one JSON document); log lines go to stderr. SIGINT/SIGTERM stop a replay once the run in flight is
  * recorded, and exit 130/143 (see CliRuntime). With `--server URL` (or `BATON_SERVER`) the thread commands and
@@ -17,13 +18,14 @@ import { Database, ThreadStore } from "@baton/persistence"
 import { ProviderSpec } from "@baton/providers"
 import { RunCosts } from "@baton/orchestration"
 import { Server, ServerConfig } from "@baton/server"
-import type { ThreadId } from "@baton/contracts"
+import { Commands, type ThreadId } from "@baton/contracts"
 import type { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
 import * as Replay from "./Replay.js"
 import * as CliRuntime from "./CliRuntime.js"
 import * as Format from "./Format.js"
 import * as Remote from "./Remote.js"
+import * as UsageError from "./UsageError.js"
 
 const dbOption = Options.text("db").pipe(
   Options.withDescription("SQLite file (default: $BATON_DATA_DIR/baton.sqlite, else ./.baton/baton.sqlite)"),
@@ -347,7 +349,9 @@ const jsonOption = (what: string) => Options.boolean("json").pipe(Options.withDe
 /**
  * The message `send` sends: `text` as given, or for `-` standard input read whole, byte for byte (a trailing newline
  * included). An argument is limited by the system (about 128 KiB) and decoded lossily by Node (invalid UTF-8 becomes
- * U+FFFD unseen); standard input is neither. Fails with a `{ message }` for input that is empty or not UTF-8.
+ * U+FFFD unseen); standard input is neither. Fails with a `{ message }` for input that is empty, not UTF-8, or only
+ * whitespace (`Commands.isBlank`, which the API refuses too: an argument of only whitespace is refused by the API's
+ * schema before it is sent).
  */
 const messageText = (text: string) =>
   text !== "-"
@@ -366,7 +370,10 @@ const messageText = (text: string) =>
         : Effect.try({
           try: () => new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes),
           catch: () => ({ message: `standard input is not UTF-8 text (${bytes.length} bytes): not sent` })
-        })
+        }).pipe(Effect.filterOrFail(
+          (decoded) => !Commands.isBlank(decoded),
+          () => ({ message: `standard input holds only whitespace (${bytes.length} bytes): no message to send` })
+        ))
     ))
 
 const send = Command.make(
@@ -378,7 +385,7 @@ const send = Command.make(
   },
   (o) =>
     remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInput)
-).pipe(Command.withDescription("sends a message and prints the run's events until it ends; exit 1 if it failed (needs --server)"))
+).pipe(Command.withDescription("sends a message and prints the run's events until it ends; exit 1 if it failed; Ctrl-C stops the command, not the run (needs --server)"))
 
 const switchCommand = Command.make(
   "switch",
@@ -567,6 +574,8 @@ const baton = root.pipe(Command.withSubcommands([
 const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
 
 cli(process.argv).pipe(
+  // @effect/cli prints its usage errors itself: as `baton: <message>` lines like every other error (UsageError).
+  UsageError.reworded(process.argv.slice(2)),
   // @effect/cli has already printed a usage error on stderr: exit 2 (bad input) without a second report.
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => void (process.exitCode = 2))),
   // Anything unexpected still gets one line, never a stack trace on stdout.

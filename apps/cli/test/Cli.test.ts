@@ -59,7 +59,7 @@ describe("baton (process)", () => {
     expect(missing.stderr).toBe(`baton: ${Path.join(dir, "nope.jsonl")}: file not found\n`)
     expect(broken.stderr).toMatch(new RegExp(`^baton: ${truncated}:41: truncated record`))
     expect(badProvider.stderr).toContain(`unknown provider "gpt9"`)
-    expect(badSeed.stderr.trim()).toBe("'x' is not a integer")
+    expect(badSeed.stderr).toBe("baton: --seed: 'x' is not an integer\n")
     expect(badDb.stderr).toMatch(/^baton: .*(file is not a database|not a database)/)
     expect(directory.stderr).toBe(`baton: ${raw} is a directory; give one transcript file\n`)
     expect(Fs.existsSync(db)).toBe(false)
@@ -89,6 +89,26 @@ describe("baton (process)", () => {
     expect(Fs.existsSync(Path.join(dir, "absent.sqlite"))).toBe(false)
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 300_000)
+
+  // Found by a user: `baton offload T --keep-tokens abc` printed `'abc' is not a integer` and a blank line, without
+  // the `baton:` every other error has and without naming the option; so did every command line @effect/cli itself
+  // refuses (a value that does not parse, a missing argument or option, an unknown option or subcommand).
+  it("a command line that does not parse is one `baton:` line (the option named when its value is wrong), exit 2", async () => {
+    const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+      [["offload", "thr_x", "--keep-tokens", "abc"], "baton: --keep-tokens: 'abc' is not an integer"],
+      [["offload", "thr_x", "--keep-tokens=1.5"], "baton: --keep-tokens: '1.5' is not an integer"],
+      [["offload-control", "thr_x", "--keep-newest", "many"], "baton: --keep-newest: 'many' is not an integer"],
+      [["replay", "x.jsonl", "--interrupt-rate", "often"], "baton: --interrupt-rate: 'often' is not a float"],
+      [["serve", "--port", "http"], "baton: --port: 'http' is not an integer"],
+      [["thread", "create"], "baton: Expected to find option: '--provider'"],
+      [["send", "thr_x"], "baton: Missing argument <text>"],
+      [["threads", "--bogus"], "baton: Received unknown argument: '--bogus'"],
+      [["frobnicate"], "baton: Invalid subcommand for baton - use one of 'replay', 'demo', 'threads', 'thread', 'handoffs', " +
+        "'send', 'switch', 'compact', 'offload', 'offload-control', 'tool-results', 'events', 'serve'"]
+    ]
+    const results = await Promise.all(cases.map(([args]) => baton(args)))
+    expect(results.map((r) => [r.code, r.stdout, r.stderr])).toEqual(cases.map(([, line]) => [2, "", `${line}\n`]))
+  })
 
   it("takes --db/--data-dir before the command too (`baton --data-dir DIR threads`); the command's own win", async () => {
     const dir = tmp()

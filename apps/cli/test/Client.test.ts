@@ -204,19 +204,27 @@ describe("baton --server (the CLI as a client)", () => {
       h.script.enqueue(Harness.reply(10))
       const sent = yield* batonWithInput([...admin, "send", threadId, "-"], Buffer.from(message, "utf8"))
       expect([sent.code, sent.stderr]).toEqual([0, ""])
-      const turns = h.providers.codex!.received.filter((r) => r.type === "turn")
-      expect(turns.map((t) => t.type === "turn" && t.prompt === message)).toEqual([true])
-      const [empty, latin1] = yield* Effect.all([
+      // Whitespace around words is the message's own: kept byte for byte.
+      const padded = "  \n\tfix it \u00a0\n\n"
+      h.script.enqueue(Harness.reply(10))
+      const paddedSent = yield* batonWithInput([...admin, "send", threadId, "-"], Buffer.from(padded, "utf8"))
+      expect([paddedSent.code, paddedSent.stderr]).toEqual([0, ""])
+      const [empty, latin1, blank] = yield* Effect.all([
         batonWithInput([...admin, "send", threadId, "-"], new Uint8Array()),
-        batonWithInput([...admin, "send", threadId, "-"], Buffer.from("caf\xe9\n", "latin1"))
+        batonWithInput([...admin, "send", threadId, "-"], Buffer.from("caf\xe9\n", "latin1")),
+        batonWithInput([...admin, "send", threadId, "-"], Buffer.from("   \n\t\r\n", "utf8"))
       ], { concurrency: "unbounded" })
       expect(empty).toEqual({ code: 2, stdout: "", stderr: "baton: standard input was empty: no message to send\n" })
       expect(latin1).toEqual({ code: 2, stdout: "", stderr: "baton: standard input is not UTF-8 text (5 bytes): not sent\n" })
+      // Whitespace only: refused as the API and the dashboard refuse it (it was sent, and a run queued of it).
+      expect(blank).toEqual({ code: 2, stdout: "", stderr: "baton: standard input holds only whitespace (7 bytes): no message to send\n" })
       const runs = yield* Effect.promise(async () => {
         const response = await fetch(`${url}/threads/${threadId}/runs`, { headers: { authorization: `Bearer ${adminToken}` } })
         return (await response.json() as { readonly runs: ReadonlyArray<unknown> }).runs.length
       })
-      expect(runs).toBe(1)
+      expect(runs).toBe(2)
+      const turns = h.providers.codex!.received.filter((r) => r.type === "turn")
+      expect(turns.map((t) => t.type === "turn" ? t.prompt : null)).toEqual([message, padded])
     }).pipe(Effect.provide(serve(h)))
   }, 120_000)
 
@@ -228,11 +236,14 @@ describe("baton --server (the CLI as a client)", () => {
       const threadId = (yield* baton([...admin, "thread", "create", "--provider", "codex"])).stdout.trim()
       // Before: "the server at URL answered something that is not Baton's API: (<declaration schema> <-> …", for
       // input the client's own encoding refused before anything was sent.
-      const [empty, badProvider] = yield* Effect.all([
+      const [empty, blank, badProvider] = yield* Effect.all([
         baton([...admin, "send", threadId, ""]),
+        baton([...admin, "send", threadId, "   \n\t"]),
         baton([...admin, "switch", threadId, "UPPER"])
       ], { concurrency: "unbounded" })
       expect(empty).toEqual({ code: 2, stdout: "", stderr: "baton: invalid input, not sent: text: Expected a string at least 1 character(s) long, actual \"\"\n" })
+      // Whitespace only: refused by the API's schema before it is sent, as the dashboard refuses it (a run was queued).
+      expect(blank).toEqual({ code: 2, stdout: "", stderr: "baton: invalid input, not sent: text: the message is blank (only whitespace): write something to send\n" })
       expect(badProvider).toEqual({
         code: 2,
         stdout: "",

@@ -17,6 +17,7 @@ import { Database } from "@baton/persistence"
 import { Config, Data, Effect, Either, Option, ParseResult, Redacted, Schema } from "effect"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
+import * as Net from "node:net"
 import * as Path from "node:path"
 
 /** The default address: loopback only. */
@@ -596,5 +597,23 @@ export const resolve = (flags: ServeFlags = {}) =>
 /** What the PreCompact hook is told of an automatic `/offload`'s approval: the server's configured policy. */
 export const defaultAutoApprovalMode = "server-policy"
 
-/** Whether `host` binds only the loopback interface. */
-export const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\./.test(host)
+/**
+ * Whether `host` (as `--host`, `BATON_HOST` or the file's `host` give it) binds only the loopback interface:
+ * `localhost` (any case), an IPv4 address of 127.0.0.0/8 (a dotted quad), or an IPv6 address (brackets allowed) that
+ * is `::1` or an IPv4-mapped address of 127.0.0.0/8 (`::ffff:127.0.0.1`, `::ffff:7f00:1`, `::ffff:127.x.y.z`), in any
+ * spelling of either. Anything else is beyond loopback: the wildcards `0.0.0.0` and `::`, another address, an address
+ * with a zone (`fe80::1%eth0`), or a host name, even one that starts with `127.` (DNS says where it points).
+ */
+export const isLoopback = (host: string): boolean => {
+  const name = host.toLowerCase()
+  if (name === "localhost") return true
+  if (Net.isIPv4(name)) return name.startsWith("127.")
+  const bare = name.startsWith("[") && name.endsWith("]") ? name.slice(1, -1) : name
+  if (!Net.isIPv6(bare) || bare.includes("%")) return false
+  // The URL standard's serialisation of an IPv6 address is canonical: compressed, lower case, a mapped IPv4 address
+  // as two hex groups (`::ffff:127.0.0.1` is `[::ffff:7f00:1]`).
+  const canonical = new URL(`http://[${bare}]/`).hostname
+  if (canonical === "[::1]") return true
+  const mapped = /^\[::ffff:([0-9a-f]{1,4}):[0-9a-f]{1,4}\]$/.exec(canonical)
+  return mapped !== null && Number.parseInt(mapped[1]!, 16) >> 8 === 127
+}

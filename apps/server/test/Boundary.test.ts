@@ -122,6 +122,14 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const lone = yield* raw(post(`/threads/${threadId}/messages`, { text: "broken \ud800 surrogate" }))
       expect(lone.status).toBe(400)
       expect(lone.text).toContain("lone surrogate at index 7")
+      // Whitespace only (the dashboard's Send refuses it; the API and `baton send` queued a run of it): 400 naming the
+      // field, whichever whitespace it is made of (Commands.test: whitespace around a word is kept).
+      for (const text of ["   \n\t", " ", "\r\n", "\u00a0\u2028\ufeff"]) {
+        const blank = yield* raw(post(`/threads/${threadId}/messages`, { text }))
+        expect([blank.status, blank.body?._tag, (blank.body?.issues as Array<{ path: Array<string> }>).map((i) => i.path)])
+          .toEqual([400, "HttpApiDecodeError", [["text"]]])
+        expect(blank.body?.message).toBe("the request does not match the API: text: the message is blank (only whitespace): write something to send")
+      }
       // A cursor past the 32-bit seq column is refused before it reaches a query (it was a Postgres error: 500).
       const hugeSeq = yield* raw(get(`/threads/${threadId}/items?afterSeq=9007199254740991`))
       expect([hugeSeq.status, (hugeSeq.body?.issues as Array<{ path: Array<string> }>)[0]!.path]).toEqual([400, ["afterSeq"]])

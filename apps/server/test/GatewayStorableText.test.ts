@@ -2,7 +2,8 @@
  * A gateway request or answer whose text holds a NUL character (U+0000) or a lone surrogate is forwarded as sent and
  * recorded with each such character as U+FFFD (`Text.toStorableText`), as a provider's output is: on Postgres, which
  * refuses NUL in text (22021), the request's run and items were not recorded at all (the conversation lost from the
- * thread, an error logged), and SQLite kept the raw NUL, so the two dialects differed (new user r35). Loopback
+ * thread, an error logged), and SQLite kept the raw NUL, so the two dialects differed (new user r35). A
+ * whitespace-only message, which the API refuses, is the agent's to send: recorded as it came. Loopback
  * upstream over real HTTP, on SQLite and Postgres.
  */
 import type { Item } from "@baton/contracts"
@@ -62,6 +63,24 @@ describe("Gateway: text that cannot be stored as sent", () => {
           ])
           const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
           expect(runs.map((r) => [r.status, r.prompt])).toEqual([["completed", "a NUL \uFFFD and a lone \uFFFD surrogate"]])
+        }), dialect), 60_000)
+
+    // The API refuses a whitespace-only message (`Commands.MessageText`, as the dashboard does); an agent's message
+    // reaches the gateway as the agent sent it and is forwarded and recorded so, whitespace only or not.
+    it.live(`${dialect}: an agent's whitespace-only message is forwarded and recorded as it came (the API's refusal is not the gateway's)`, () =>
+      withGateway((upstream) =>
+        Effect.gen(function*() {
+          upstream.enqueue(ModelApi.answer("anthropic-messages", "still here", usage))
+          const history = [{ role: "user", content: [{ type: "text", text: "   \n\t" }] }]
+          const response = yield* raw(messages(history))
+          expect(response.status).toBe(200)
+          expect(JSON.parse(upstream.requests[0]!.body).messages).toEqual(history)
+          const api = yield* client()
+          const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+          const items: ReadonlyArray<Item> = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+          expect(items.map((i) => [i.kind, i.text])).toEqual([["user_message", "   \n\t"], ["assistant_message", "still here"]])
+          const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
+          expect(runs.map((r) => [r.status, r.prompt])).toEqual([["completed", "   \n\t"]])
         }), dialect), 60_000)
 
     it.live(`${dialect}: an upstream error whose body holds a NUL: the run fails with the upstream's words, not output_not_recorded`, () =>

@@ -30,6 +30,22 @@ const failure = (options: Parameters<typeof resolveWith>[0]) =>
   Effect.map(Effect.flip(resolveWith(options)), (e) => e.message.replace(/^.*baton\.json: /, "baton.json: "))
 
 describe("ServerConfig", () => {
+  // Found by a user: `--host ::ffff:127.0.0.1` (IPv4-mapped loopback) was warned about as beyond loopback, and a host
+  // name starting with "127." was taken for loopback.
+  it("isLoopback: 127.0.0.0/8, ::1 and IPv4-mapped 127.0.0.0/8 in any spelling, localhost; nothing else", () => {
+    const loopback = [
+      "127.0.0.1", "127.0.0.2", "127.255.255.254", "localhost", "LocalHost", "::1", "[::1]", "0:0:0:0:0:0:0:1",
+      "::ffff:127.0.0.1", "::ffff:7f00:1", "::FFFF:127.9.8.7", "[::ffff:127.0.0.1]", "0:0:0:0:0:ffff:7f00:0001",
+      "::ffff:7fff:ffff"
+    ]
+    const beyond = [
+      "0.0.0.0", "::", "[::]", "192.168.1.10", "10.0.0.1", "128.0.0.1", "::2", "::ffff:192.168.1.10", "::ffff:c0a8:10a",
+      "::ffff:0.0.0.0", "::ffff:8000:1", "::127.0.0.1", "fe80::1%lo", "127.example.com", "example.com", "localhost.example.com"
+    ]
+    expect(loopback.filter((h) => !ServerConfig.isLoopback(h))).toEqual([])
+    expect(beyond.filter((h) => ServerConfig.isLoopback(h))).toEqual([])
+  })
+
   it.effect("defaults: loopback on 8787, SQLite in the data dir, the default providers, a generated token file (0600)", () =>
     Effect.gen(function*() {
       const { dir, settings } = yield* resolveWith({})

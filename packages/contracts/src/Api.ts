@@ -14,7 +14,7 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { ClientTools, PromptText, storableText } from "./Commands.js"
+import { ClientTools, MessageText, storableText } from "./Commands.js"
 import { Run, ToolResult, ToolResultOffloadControl } from "./Domain.js"
 import {
   ConcurrentModification,
@@ -141,10 +141,10 @@ export const CreateThreadPayload = Schema.Struct({
 }).annotations(strict)
 
 /**
- * `POST /threads/{id}/messages`: a user message; `text` reaches the provider byte-identical; `tools`: client tools
- * for this run over the thread's (one with a thread tool's name replaces it).
+ * `POST /threads/{id}/messages`: a user message (`MessageText`: not blank); `text` reaches the provider
+ * byte-identical; `tools`: client tools for this run over the thread's (one with a thread tool's name replaces it).
  */
-export const SendMessagePayload = Schema.Struct({ text: PromptText, tools: Schema.optional(ClientTools), ...commandId }).annotations(strict)
+export const SendMessagePayload = Schema.Struct({ text: MessageText, tools: Schema.optional(ClientTools), ...commandId }).annotations(strict)
 
 /** `POST /threads/{id}/runs/{runId}/tool-results`: one result per open tool call of the waiting run. */
 export const ToolResultsPayload = Schema.Struct({

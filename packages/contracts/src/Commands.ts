@@ -49,6 +49,25 @@ export const PromptText = Schema.String.pipe(
 )
 
 /**
+ * Whether `text` holds nothing but whitespace (ECMAScript's `String.prototype.trim` set: spaces, tabs, line breaks,
+ * U+00A0, U+FEFF, U+2028 and the other Unicode space separators), or is empty. The dashboard's Send button uses the same
+ * test (`text.trim() === ""`).
+ */
+export const isBlank = (text: string): boolean => text.trim() === ""
+
+/**
+ * A message a user sends through the API (`POST /threads/{id}/messages`, so `baton send` and the dashboard alike): a
+ * `PromptText` that is not blank (`isBlank`). Whitespace-only text is a typing mistake or an empty pipe,
+ * never a turn a user means, so it is refused; text with anything else in it is kept as typed, whitespace included.
+ *
+ * Only the API's entry refuses it: `SendMessage` (the orchestrator's command) takes any `PromptText`, because a
+ * replayed transcript's empty user turn is sent as " ", and the gateway records agents' messages as they come.
+ */
+export const MessageText = PromptText.pipe(
+  Schema.filter((text) => !isBlank(text) || "the message is blank (only whitespace): write something to send")
+)
+
+/**
  * Sends a user message (one run) to a thread. `text` reaches the provider byte-identical. `tools`: client tools for
  * this run, over the thread's (`Domain.mergeTools`: one with a thread tool's name replaces it, the others are added).
  */

@@ -1,4 +1,4 @@
-import { Commands, type CommandId, type ThreadId } from "@baton/contracts"
+import { Api, Commands, type CommandId, type ThreadId } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
 import { Either, ParseResult, Schema } from "effect"
 
@@ -66,5 +66,34 @@ describe("client tools and tool results: storable text, no reserved name", () =>
     expect(errors(Commands.ClientTools, [tool({ name: "thread_read" })])).toEqual([
       "0.name: \"thread_read\" is Baton's own tool (it reads omitted history back); give the client's tool another name"
     ])
+  })
+})
+
+// Found by a user: whitespace-only text was accepted by the API and `baton send` (a run queued of "   \n\t") while the
+// dashboard's Send button refused it. The API's entry (`MessageText`) refuses it; the orchestrator's command does not.
+describe("Api.SendMessagePayload.text (MessageText)", () => {
+  const payload = Schema.decodeUnknownEither(Api.SendMessagePayload)
+  const issues = (text: string) =>
+    Either.match(payload({ text }), {
+      onLeft: (e) => ParseResult.ArrayFormatter.formatErrorSync(e).map((i) => `${i.path.join(".")}: ${i.message}`),
+      onRight: () => []
+    })
+
+  it("refuses whitespace only, naming the field, whichever whitespace (what the dashboard's text.trim() refuses)", () => {
+    for (const text of ["   \n\t", " ", "\r\n", "\u00a0", "\u2028\u3000", "\ufeff"]) {
+      expect(issues(text)).toEqual(["text: the message is blank (only whitespace): write something to send"])
+    }
+  })
+
+  it("keeps a message with whitespace around its words unchanged", () => {
+    const text = "  \n\tfix it \u00a0\n\n"
+    expect(Either.getOrThrow(payload({ text })).text).toBe(text)
+    // A character trim() does not remove (U+200B ZERO WIDTH SPACE) is not whitespace here, as on the dashboard.
+    expect(issues("\u200b")).toEqual([])
+  })
+
+  it("the orchestrator's SendMessage still takes a blank prompt (a replayed transcript's empty turn is sent as \" \")", () => {
+    expect(messages(" ")).toEqual([])
+    expect(Commands.isBlank(" \n")).toBe(true)
   })
 })

@@ -1,0 +1,61 @@
+/**
+ * UsageError: `@effect/cli`'s own errors for a command line it cannot parse, in the form of every other CLI error.
+ *
+ * The library prints them itself, before any command runs, through `Console.error` as a bare paragraph and a blank
+ * line (`'abc' is not a integer`, `Missing argument <text>`, `Received unknown argument: '--seed'`, `Invalid
+ * subcommand for baton - use one of …`), then fails with a `ValidationError` that the app turns into exit code 2. This
+ * module owns the rewording only: one line `baton: <message>`, naming the option whose value did not parse. It does
+ * not decide exit codes, and it leaves every line that already starts `baton:` as it is.
+ */
+import { Console, type Effect } from "effect"
+
+const prefix = "baton: "
+
+/** ANSI escape sequences (styles) the library's help text may carry. */
+const ansi = new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, "g")
+
+/** `'<value>' is not a <type>`: a primitive option or argument value that did not parse. */
+const notA = /^'([\s\S]*)' is not a (\w+)$/
+
+/**
+ * The option of `argv` (the command line after the program) whose value is `value`: `--name` for `--name value` or
+ * `--name=value`, or `undefined` when the value is no option's (an argument's) or appears more than once.
+ */
+const optionOf = (argv: ReadonlyArray<string>, value: string): string | undefined => {
+  const named = argv.flatMap((arg, i) => {
+    if (arg.startsWith("-") && arg.includes("=") && arg.slice(arg.indexOf("=") + 1) === value) return [arg.slice(0, arg.indexOf("="))]
+    const previous = argv[i - 1]
+    return arg === value && previous !== undefined && previous.startsWith("-") && !previous.includes("=") ? [previous] : []
+  })
+  return named.length === 1 ? named[0] : undefined
+}
+
+/**
+ * `text` (what the library printed, any number of lines) as one `baton: …` line: its first non-blank line, styles
+ * removed; a value that did not parse names its option (`baton: --keep-tokens: 'abc' is not an integer`). Text that
+ * already starts `baton:` is returned unchanged. `argv`: the command line after the program, to find the option.
+ */
+export const phrase = (text: string, argv: ReadonlyArray<string>): string => {
+  if (text.startsWith(prefix)) return text
+  const line = text.replace(ansi, "").split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? ""
+  const parsed = notA.exec(line)
+  if (parsed === null) return `${prefix}${line}`
+  const [, value, type] = parsed as unknown as [string, string, string]
+  const article = /^[aeiou]/.test(type) ? "an" : "a"
+  const option = optionOf(argv, value)
+  return `${prefix}${option === undefined ? "" : `${option}: `}'${value}' is not ${article} ${type}`
+}
+
+/**
+ * `console` with `error` (the library's channel for usage errors) rewording what it is given with `phrase`; every
+ * other method, and error lines already starting `baton:`, unchanged.
+ */
+export const console = (argv: ReadonlyArray<string>) => (inner: Console.Console): Console.Console => ({
+  ...inner,
+  error: (...args) => inner.error(phrase(args.map(String).join(" "), argv)),
+  unsafe: { ...inner.unsafe, error: (...args) => inner.unsafe.error(phrase(args.map(String).join(" "), argv)) }
+})
+
+/** Runs `self` with usage errors printed as `baton:` lines (see `console`). */
+export const reworded = (argv: ReadonlyArray<string>) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Console.consoleWith((inner) => Console.withConsole(self, console(argv)(inner)))
