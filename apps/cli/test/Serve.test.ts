@@ -27,10 +27,10 @@ interface Server {
 /** The server did not print its "listening on" line within 60 s. */
 class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
 
-/** Starts `baton serve --port 0 --data-dir DIR` and waits for its "listening on" line (at most 60 s). */
-const start = (dataDir: string) =>
+/** Starts `baton serve --port 0 --data-dir DIR [...extra]` and waits for its "listening on" line (at most 60 s). */
+const start = (dataDir: string, extra: ReadonlyArray<string> = []) =>
   Effect.async<Server, NotListening>((resume) => {
-    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--data-dir", dataDir]), {
+    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--data-dir", dataDir, ...extra]), {
       cwd: repo,
       env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "" },
       stdio: ["ignore", "pipe", "pipe"]
@@ -58,6 +58,22 @@ const call = (url: string, init: RequestInit = {}) =>
   })
 
 describe("baton serve", () => {
+  it.live("--host [::1] and ::ffff:127.0.0.1 listen, print a usable bracketed URL, and are loopback (no warning)", () =>
+    Effect.gen(function*() {
+      for (const [host, url] of [["[::1]", /^http:\/\/\[::1\]:\d+$/], ["::ffff:127.0.0.1", /^http:\/\/\[::ffff:127\.0\.0\.1\]:\d+$/]] as const) {
+        const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-serve-v6-"))
+        // Before: `[::1]` failed to listen (getaddrinfo ENOTFOUND), and `::ffff:127.0.0.1` printed
+        // `http://::ffff:127.0.0.1:PORT`, not a URL.
+        const server = yield* start(dir, ["--host", host])
+        expect(server.url).toMatch(url)
+        expect(yield* call(`${server.url}/healthz`)).toEqual({ status: 200, body: { status: "ok" } })
+        server.child.kill("SIGTERM")
+        expect(yield* Effect.promise(() => server.exited)).toBe(143)
+        expect(server.output().stderr).not.toContain("beyond loopback")
+        Fs.rmSync(dir, { recursive: true, force: true })
+      }
+    }), 150_000)
+
   it.live("reconciles a dead process's run, serves a thread behind its token, stops on SIGTERM with exit 143", () =>
     Effect.gen(function*() {
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-serve-"))

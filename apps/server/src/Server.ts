@@ -192,7 +192,7 @@ export const listener = (settings: Pick<ServerConfig.ServerSettings, "host" | "p
           setTimeout(() => server.closeAllConnections(), settings.limits.shutdownTimeoutMs).unref()
         })
       )))
-    return Layer.provideMerge(deadline, NodeHttpServer.layer(() => server, { host: settings.host, port: settings.port }))
+    return Layer.provideMerge(deadline, NodeHttpServer.layer(() => server, { host: ServerConfig.listenHost(settings.host), port: settings.port }))
   }))
 
 /** `url` with the password of its user info, if any, shown as `***`. */
@@ -261,7 +261,7 @@ export const layer = (settings: ServerConfig.ServerSettings) =>
       ServerConfig.isLoopback(settings.host)
         ? Effect.void
         : Effect.logWarning(`listening on ${settings.host}, beyond loopback: anyone who can reach it and holds a token can use it; serve it behind TLS`),
-      Console.log(`listening on ${HttpServer.formatAddress(server.address)}`)
+      Console.log(`listening on ${server.address._tag === "TcpAddress" ? ServerConfig.serverUrl(server.address) : HttpServer.formatAddress(server.address)}`)
     )
   )).pipe(
     Layer.provideMerge(httpLayer({

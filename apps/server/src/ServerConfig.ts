@@ -598,6 +598,20 @@ export const resolve = (flags: ServeFlags = {}) =>
 export const defaultAutoApprovalMode = "server-policy"
 
 /**
+ * The host to hand the listener: `host` without the brackets of an IPv6 literal (`[::1]` -> `::1`; node's `listen`
+ * resolves a bracketed literal as a host name and fails with `ENOTFOUND`); anything else as given.
+ */
+export const listenHost = (host: string): string =>
+  host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host
+
+/**
+ * The base URL of a listener at `hostname`:`port` (a TCP address as node reports it): `http://HOST:PORT`, an IPv6
+ * address in brackets (`http://[::1]:8787`), so the printed line is a usable `--server` URL.
+ */
+export const serverUrl = (address: { readonly hostname: string; readonly port: number }): string =>
+  `http://${address.hostname.includes(":") ? `[${address.hostname}]` : address.hostname}:${address.port}`
+
+/**
  * Whether `host` (as `--host`, `BATON_HOST` or the file's `host` give it) binds only the loopback interface:
  * `localhost` (any case), an IPv4 address of 127.0.0.0/8 (a dotted quad), or an IPv6 address (brackets allowed) that
  * is `::1` or an IPv4-mapped address of 127.0.0.0/8 (`::ffff:127.0.0.1`, `::ffff:7f00:1`, `::ffff:127.x.y.z`), in any
