@@ -750,7 +750,9 @@ export const layer = (options: GatewayOptions) =>
         }).pipe(
           // Without spans: the request's own work and its record (the fiber forked here inherits it) make none. Baton
           // installs no tracer, so they were never seen, and their creation was about a tenth of the record's time
-          // (bench/gateway.ts); a failure's logged cause has no span frames (its message and stack stay).
+          // (bench/gateway.ts); a failure's logged cause has no span frames (its message and stack stay). Not redundant
+          // with the server's `tracing` (off by default): with it on, this keeps the gateway's requests without spans
+          // (docs/server.md; Tracing.test.ts sees `GatewayThreads.begin` and `ItemLog.stage` without it).
           Effect.withTracerEnabled(false)
         )
 

@@ -86,9 +86,17 @@ export interface AutoOffloadPolicy {
  * - `sample_omits_output`: a turn's calibration sample leaves out what the turn produced, so the provider's growth
  *   is compared with the prompt alone and the ratio learned is too high;
  * - `offload_keeps_lane`: a committed `/offload` leaves the active lane's native thread as it is, so the next turn
- *   goes on holding every original the summary replaced.
+ *   goes on holding every original the summary replaced;
+ * - `resume_opens_replay_window`: a resumed native thread's replay window opens whatever the adapter's
+ *   `resumeMayReplay` says (the build before tester r36's fix), so a model API's answer equal to an earlier one,
+ *   same id, is skipped as a replay.
  */
-export type Mutation = "ignore_known_full" | "retry_overflow_on_same_native" | "sample_omits_output" | "offload_keeps_lane"
+export type Mutation =
+  | "ignore_known_full"
+  | "retry_overflow_on_same_native"
+  | "sample_omits_output"
+  | "offload_keeps_lane"
+  | "resume_opens_replay_window"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

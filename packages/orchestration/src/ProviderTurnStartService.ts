@@ -296,10 +296,9 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
               if (resumed._tag === "Left") replaceReason = "the provider no longer has the native thread (resume failed)"
               // The replay window opens only where the provider's resumed session may replay (`resumeMayReplay`).
               else {
-                yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(
-                  store.holdSession(current.id, driver.driverId, adapter.resumeMayReplay === true)
-                )
-                replayClosed = adapter.resumeMayReplay !== true
+                const mayReplay = adapter.resumeMayReplay === true || config.mutations.has("resume_opens_replay_window")
+                yield* uow.thread(run.threadId, "ProviderTurnStartService.resumed")(store.holdSession(current.id, driver.driverId, mayReplay))
+                replayClosed = !mayReplay
               }
             }
             if (replaceReason === null) replaceReason = yield* fullReason(current)

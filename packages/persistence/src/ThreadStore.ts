@@ -194,6 +194,8 @@ const decodeNextRunSeq = Schema.decodeUnknown(Schema.Array(Schema.Struct({ nextR
 const decodeAttemptCounts = Schema.decodeUnknown(Schema.Array(Schema.Struct({ attemptCount: Count })))
 /** `EXISTS (...)` as a result column: Postgres answers a boolean, SQLite `0` or `1`. */
 const decodePromptsOwed = Schema.decodeUnknown(Schema.Array(Schema.Struct({ promptsOwed: Schema.Union(Schema.Boolean, Schema.Number) })))
+/** What a statement ending a run answered (`promptsOwedReturning`): whether a run of its thread owes its prompt. */
+const promptsOwedOf = (rows: ReadonlyArray<{ readonly promptsOwed: boolean | number }>) => rows.length > 0 && Boolean(rows[0]!.promptsOwed)
 const decodeDeclaredTools = Schema.decodeUnknown(Schema.Array(Schema.Struct({ declaredTools: Schema.NullOr(ToolsRow.fields.tools) })))
 const OffloadControlRow = Schema.Struct({ control: Schema.parseJson(ToolResultOffloadControl) })
 const decodeOffloadControl = Schema.decodeUnknown(Schema.Array(OffloadControlRow))
@@ -443,14 +445,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * 0022), so a run's end costs no statement more for it.
        */
       updateRunEnded: (r: Run) =>
-        Effect.flatMap(Schema.encode(RunRow)(r), (row) => {
-          const { id, ...rest } = row as Record<string, unknown>
-          return Effect.flatMap(
-            sql`UPDATE runs SET ${sql.update(rest)} WHERE id = ${id as string}
-              ${promptsOwedReturning}`,
-            decodePromptsOwed
-          )
-        }).pipe(Effect.map((rows) => rows.length > 0 && Boolean(rows[0]!.promptsOwed)), orPersistence("runs.updateEnded")),
+        Effect.map(runs.updateReturning(r, promptsOwedReturning, decodePromptsOwed, "runs.updateEnded"), promptsOwedOf),
       /**
        * Moves run `id` from `running` to `status` (`updatedAt` its time) in one statement, nothing read back but
        * whether any run of its thread owes its prompt (as `updateRunEnded`): `moved` is `false` when the run is not
@@ -465,7 +460,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             ${promptsOwedReturning}`,
           decodePromptsOwed
         ).pipe(
-          Effect.map((rows) => ({ moved: rows.length > 0, promptsOwed: rows.length > 0 && Boolean(rows[0]!.promptsOwed) })),
+          Effect.map((rows) => ({ moved: rows.length > 0, promptsOwed: promptsOwedOf(rows) })),
           orPersistence("runs.updateIfRunning")
         ),
       /**

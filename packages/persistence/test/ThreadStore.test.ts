@@ -231,7 +231,7 @@ describe("ThreadStore on a SQLite file", () => {
       expect([receipt.payloadFingerprint, receipt.result]).toEqual(["abc", { runId: "run_6" }])
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
-  it.effect("updateRunIfRunning completes a running run once: a run another path ended, or none, is left as it is", () =>
+  it.effect("updateRunIfRunning completes a running run once: a run another path ended, or none, is left as it is; updateRunEnded writes the run and answers whether a prompt is owed", () =>
     Effect.gen(function*() {
       const store = yield* ThreadStore
       const now = yield* DateTime.now
@@ -272,6 +272,21 @@ describe("ThreadStore on a SQLite file", () => {
       expect(yield* store.updateRunIfRunning("run_8" as RunId, "completed", later)).toEqual({ moved: false, promptsOwed: false })
       expect(yield* read("run_8")).toEqual(run("run_8", 2, "interrupted"))
       expect(yield* store.updateRunIfRunning("run_9" as RunId, "completed", later)).toEqual({ moved: false, promptsOwed: false })
+      // `updateRunEnded` writes every field of the run and answers, in the same statement, whether a run of the
+      // thread owes its prompt; a run that is not there is written nowhere and owes nothing.
+      yield* store.insertRun(run("run_10", 3, "running"))
+      yield* store.setPromptOwed("run_8" as RunId, true)
+      const ended = { ...run("run_10", 3, "failed"), failureReason: "r", failureCode: "provider_timeout" as const, updatedAt: later }
+      expect(yield* store.updateRunEnded(ended)).toBe(true)
+      expect(yield* read("run_10")).toEqual(ended)
+      yield* store.setPromptOwed("run_8" as RunId, false)
+      expect(yield* store.updateRunEnded({ ...ended, status: "interrupted" })).toBe(false)
+      expect((yield* read("run_10")).status).toBe("interrupted")
+      expect(yield* store.updateRunEnded({ ...ended, id: "run_11" as RunId })).toBe(false)
+      expect(yield* store.updateRunIfRunning("run_7" as RunId, "completed", later)).toEqual({ moved: false, promptsOwed: false })
+      yield* store.setPromptOwed("run_8" as RunId, true)
+      yield* store.insertRun(run("run_12", 4, "running"))
+      expect(yield* store.updateRunIfRunning("run_12" as RunId, "completed", later)).toEqual({ moved: true, promptsOwed: true })
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
   it.live("long reads (a thread's runs by page, items by chunks of ids) yield to the event loop between statements, and return every row in order", () =>

@@ -171,6 +171,12 @@ export interface ScriptedConfig {
    */
   readonly replayOnResume?: boolean
   /**
+   * The adapter's `resumeMayReplay` (default `true`: a session runtime, whose resumed session may replay). `false`
+   * plays a stateless model API, whose resume re-reads nothing (Baton then opens no replay window); do not combine
+   * it with `replayOnResume`.
+   */
+  readonly resumeMayReplay?: boolean
+  /**
    * How many of this provider's tokens one of Baton's tokens is (default 1): every text a native thread is sent or
    * produces counts `ceil(counted * tokenScale)`. Models a provider whose model tokenizer differs from Baton's
    * (seen in the field: about 1.15, 247k estimated against 270k-295k reported).
@@ -253,6 +259,11 @@ export interface ScriptedProvider extends ProviderAdapterShape {
   readonly tokenScale: number
   /** How many items this instance's turns produced, in all (a resumed thread's replay not counted again). */
   readonly producedItems: () => number
+  /**
+   * Every turn that began by re-emitting its resumed native thread's history (`replayOnResume`), with how many items
+   * it re-emitted: the only output Baton may skip as a replay (the simulator's oracle reads it).
+   */
+  readonly replays: ReadonlyArray<{ readonly nativeRef: string; readonly runId: string; readonly items: number }>
 }
 
 const defaultReply: ScriptedResponse = {
@@ -283,6 +294,7 @@ export const make = (
   const threads = new Map<string, NativeState>()
   const received: Array<Received> = []
   const truth: Array<TruthRecord> = []
+  const replays: Array<{ readonly nativeRef: string; readonly runId: string; readonly items: number }> = []
   let producedItems = 0
   const overhead = config.requestOverhead ?? 0
   const enforced = config.enforceWindow !== false ? config.contextWindow : null
@@ -408,6 +420,7 @@ export const make = (
     ).map((i) => i.toolCallId!)
     const replayed = state.replayNext ? [...state.produced] : []
     state.replayNext = false
+    if (replayed.length > 0) replays.push({ nativeRef: input.nativeRef, runId: input.runId, items: replayed.length })
     const failAt = typeof fault === "object" && fault !== null ? Math.min(fault.items, response.items.length) : null
     const callAt = fault === "interrupt_in_tool_call" ? response.items.findIndex((i) => i.kind === "tool_call") : -1
     let stopped = false
@@ -513,8 +526,9 @@ export const make = (
       Effect.map(lookup("resumeThread", nativeRef), (state) => {
         if (config.replayOnResume === true) state.replayNext = true
       }),
-    // It plays a session runtime (with `replayOnResume`, one that replays): the replay guard is always on for it.
-    resumeMayReplay: true,
+    // By default it plays a session runtime (with `replayOnResume`, one that replays): the replay guard is on for it;
+    // `resumeMayReplay: false` plays a model API (the simulator's `plain` provider with its `modelApi` feature).
+    resumeMayReplay: config.resumeMayReplay ?? true,
     startTurn,
     continueTurn,
     interrupt: (nativeRef) =>
@@ -550,6 +564,7 @@ export const make = (
     forgetDeliveries: (nativeRef) => void threads.get(nativeRef)?.deliveryIds.splice(0),
     truth,
     producedItems: () => producedItems,
+    replays,
     tokenScale,
     awaitToolCall: Effect.suspend(() => Deferred.await(toolCallReached)).pipe(
       Effect.tap(() => Effect.sync(() => void (toolCallReached = Deferred.unsafeMake(FiberId.none))))

@@ -2,7 +2,8 @@
  * Simulation: a seeded, deterministic simulator of Baton. It drives the real orchestration services (real SQLite
  * file, real migrations, the real tokenizer, scripted providers) through random sequences of operations — send a
  * message, interrupt (before start, or while the run is processed), switch provider (between a 1,000,000-token
- * window, a small auto-compacting one and one without native injection), `/compact`, provider faults (refusal
+ * window, a small auto-compacting one and one without native injection, which plays a model API whose resume cannot
+ * replay and whose response ids repeat), `/compact`, provider faults (refusal
  * before the prompt is read, turn start failing after a successful injection, lost injection acknowledgement),
  * scripted usage reports (missing, near full, impossible) — and crash-restarts at any durable step: the process
  * state is dropped between two writes or between a write and a provider call, and a fresh orchestrator resumes
@@ -78,6 +79,7 @@ const simplifications = (op: Operation): ReadonlyArray<Operation> => {
       if (op.interruptAt !== null) out.push({ ...op, interruptAt: null })
       if (op.reply.tools.length > 0) out.push({ ...op, reply: { ...op.reply, tools: [] } })
       if (op.reply.reasoning) out.push({ ...op, reply: { ...op.reply, reasoning: false } })
+      if (op.reply.same === true) out.push({ ...op, reply: { ...op.reply, same: false } })
       if (op.reply.usage.kind !== "counted") out.push({ ...op, reply: { ...op.reply, usage: { kind: "counted" } } })
       if (op.prompt > 20) out.push({ ...op, prompt: 20 }, { ...op, prompt: Math.floor(op.prompt / 2) })
       if (op.reply.tokens > 20) {

@@ -623,3 +623,81 @@ describe("a message queued behind a run waiting on a client tool call, in the si
       for (const site of ["store.setPromptOwed", "store.updateRunEnded"]) expect(sites).toContain(site)
     }), { timeout: 180_000 })
 })
+
+// Tester r36: after a restart, an OpenAI-compatible server that reused its response id and answered the same text
+// again had that answer skipped as a replay and lost (fixed by `ProviderAdapter.resumeMayReplay`). The simulator never
+// restarted a model-API provider whose ids repeat, so it could not find it; its `modelApi` feature does (`plain` plays
+// that server, a third of the answers are `Done.`), and the oracle compares what Baton skipped as a replay with what the
+// provider replayed. Mutation `resume_opens_replay_window` is the build before the fix.
+describe("a model API's resume in the simulation (tester r36)", () => {
+  const mutations = new Set(["resume_opens_replay_window"] as const)
+  const done = { ...reply, same: true }
+  const scenario = (crash: ReturnType<typeof crashAt> | null, between: Op): Simulation.Scenario => ({
+    seed: 13,
+    providers: providers(allRead).map((p) => p.name === "plain" ? { ...p, modelApi: true } : p),
+    ops: [
+      { kind: "create", id: 0, provider: "big", crash: null },
+      { kind: "switch", id: 1, to: "plain", crash: null },
+      send(9, { reply: done }),
+      between,
+      send(14, { reply: done, crash })
+    ]
+  })
+  // Shrunk from seed 13 × 40 under the mutation: a switch away that crashed before its handoff (the thread stays on
+  // `plain`), then an answer equal to the first one, same response id, on the resumed native thread.
+  const shrunk = scenario(null, { kind: "switch", id: 13, to: "small", crash: crashAt(3) })
+  const lost = /^nothing-lost: run run_r2\.000002 had 1 item\(s\) of its output skipped as a replay \(message ids chatcmpl-[0-9a-f]+\), but its provider replayed 0: an answer was lost$/
+
+  it.live("the seed that found it: seed 13 × 40 reports the lost answer under the mutation, and none on this build", () =>
+    Effect.gen(function*() {
+      const broken = yield* Simulation.runSeed(13, 40, ci, { mutations })
+      expect(broken.violations.some((v) => v.startsWith("nothing-lost: "))).toBe(true)
+      const fixed = yield* Simulation.runSeed(13, 40, ci)
+      expect(fixed.violations).toEqual([])
+    }), { timeout: 120_000 })
+
+  it.live("mutation resume_opens_replay_window: the shrunk scenario's second `Done.` is skipped as a replay and the oracle names it", () =>
+    Effect.gen(function*() {
+      const broken = yield* Simulation.execute(shrunk, { mutations })
+      expect(broken.violations).toHaveLength(1)
+      expect(broken.violations[0]).toMatch(lost)
+      expect(broken.failedAt).toBe(4)
+      const fixed = yield* Simulation.execute(shrunk)
+      expect(fixed.violations).toEqual([])
+      expect(fixed.executed).toBe(5)
+      expect(fixed.trace[4]).toContain("=>  completed")
+    }), { timeout: 60_000 })
+
+  it.live("a crash at every durable step of the second send (retried on every other one): no violation after restart", () =>
+    Effect.gen(function*() {
+      const crashed: Array<string> = []
+      let caught = 0
+      for (let at = 1; at <= 40; at++) {
+        const s = scenario(crashAt(at, at % 2 === 0), { kind: "restart", id: 13 })
+        const outcome = yield* Simulation.execute(s)
+        expect([at, outcome.violations]).toEqual([at, []])
+        if (outcome.crashes === 0) break
+        crashed.push(...outcome.crashPoints)
+        // The same crash under the mutation: the answer after the restart (the send's, or its retry's) is lost.
+        if ((yield* Simulation.execute(s, { mutations })).violations.some((v) => v.startsWith("nothing-lost: "))) caught++
+      }
+      expect(crashed.length).toBeGreaterThan(10)
+      expect(caught).toBeGreaterThan(0)
+      const sites = new Set(crashed.map((p) => p.replace(/^[^:]+: /, "").replace(/#\d+$/, "")))
+      for (const site of ["before provider.startTurn", "after provider.startTurn", "store.updateRunEnded"]) expect(sites).toContain(site)
+    }), { timeout: 180_000 })
+
+  it("--without api: no model-API provider, no alike answers, every other draw of the seed unchanged", () => {
+    const without = Simulation.generate(7, 60, { ...ci, modelApi: false })
+    const withApi = Simulation.generate(7, 60, ci)
+    expect(without.providers.some((p) => p.modelApi === true)).toBe(false)
+    expect(withApi.providers.filter((p) => p.modelApi === true).map((p) => p.name)).toEqual(["plain"])
+    expect(withApi.ops.some((op) => op.kind === "send" && op.reply.same === true)).toBe(true)
+    const strip = (s: Simulation.Scenario) => ({
+      ...s,
+      providers: s.providers.map(({ modelApi: _, ...p }) => p),
+      ops: s.ops.map((op) => op.kind === "send" ? { ...op, reply: (({ same: _, ...r }) => r)(op.reply) } : op)
+    })
+    expect(strip(withApi)).toEqual(without)
+  })
+})

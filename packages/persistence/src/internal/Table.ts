@@ -5,7 +5,7 @@
 import type { ConcurrentModification, PersistenceError } from "@baton/contracts"
 import type { SqlClient } from "@effect/sql"
 import type { Statement } from "@effect/sql"
-import { Effect, Option, Schema } from "effect"
+import { Effect, Option, type ParseResult, Schema } from "effect"
 import { orPersistence } from "./errors.js"
 
 export interface Table<A> {
@@ -13,6 +13,16 @@ export interface Table<A> {
   readonly insertMany: (values: ReadonlyArray<A>) => Effect.Effect<void, PersistenceError | ConcurrentModification>
   /** Replaces every column of the row with the same `id`. */
   readonly update: (value: A) => Effect.Effect<void, PersistenceError | ConcurrentModification>
+  /**
+   * `update`, in the same one statement answering `returning` (a `RETURNING …` fragment) for the row: its result
+   * rows (none when no row has the `id`) through `decode`. Fails with `PersistenceError` named `operation`.
+   */
+  readonly updateReturning: <B>(
+    value: A,
+    returning: Statement.Fragment,
+    decode: (rows: unknown) => Effect.Effect<B, ParseResult.ParseError>,
+    operation: string
+  ) => Effect.Effect<B, PersistenceError | ConcurrentModification>
   readonly findAll: (
     operation: string,
     query: Statement.Statement<unknown>
@@ -50,14 +60,19 @@ export const make = <A, I extends { readonly id?: unknown }>(
       Effect.forEach(values, (v) => encode(v)),
       (rows) => sql`INSERT INTO ${sql(name)} ${sql.insert(rows as ReadonlyArray<Record<string, unknown>>)}`
     ).pipe(Effect.asVoid, orPersistence(`${name}.insert`))
+  /** The statement that replaces the encoded `row`'s columns (with `returning`, answering it). */
+  const updateOf = (row: I, returning?: Statement.Fragment) => {
+    const { id, ...rest } = row as Record<string, unknown>
+    return returning === undefined
+      ? sql`UPDATE ${sql(name)} SET ${sql.update(rest)} WHERE id = ${id as string}`
+      : sql`UPDATE ${sql(name)} SET ${sql.update(rest)} WHERE id = ${id as string} ${returning}`
+  }
   return {
     insert: (value) => insertMany([value]),
     insertMany,
-    update: (value) =>
-      Effect.flatMap(encode(value), (row) => {
-        const { id, ...rest } = row as Record<string, unknown>
-        return sql`UPDATE ${sql(name)} SET ${sql.update(rest)} WHERE id = ${id as string}`
-      }).pipe(Effect.asVoid, orPersistence(`${name}.update`)),
+    update: (value) => Effect.flatMap(encode(value), (row) => updateOf(row)).pipe(Effect.asVoid, orPersistence(`${name}.update`)),
+    updateReturning: (value, returning, decode, operation) =>
+      Effect.flatMap(encode(value), (row) => Effect.flatMap(updateOf(row, returning), decode)).pipe(orPersistence(operation)),
     findAll: (operation, query) => Effect.flatMap(query, decodeAll).pipe(orPersistence(operation)),
     findOne: (operation, query) =>
       Effect.flatMap(query, decodeAll).pipe(Effect.map((rows) => Option.fromNullable(rows[0])), orPersistence(operation))

@@ -11,6 +11,9 @@
  *   every delivery the record settles did arrive, and a run the record says a native thread saw was in fact received
  *   by it;
  * - lifecycle: a run reaches a terminal status once;
+ * - nothing lost to the replay guard (invariant 6 as the provider saw it): the output Baton skips as a replay of a
+ *   resumed native thread (`items.replay_skipped`) is at most what the provider re-emitted in that run's turns
+ *   (`ScriptedProvider.replays`): anything more was a genuine answer, lost (tester r36);
  * - well-formed requests (invariant 7 as the provider saw it): every tool call in a history Baton sent (inline or
  *   injected) is followed by its result in the same text, and every tool call in the record has a result (a call a
  *   turn left open is closed with a synthetic result when it is recorded).
@@ -454,6 +457,10 @@ export const check = (
     }
   }
 
+  // What each run's turns re-emitted of a resumed native thread (the only output that may be skipped as a replay).
+  const replayedOf = new Map<string, number>()
+  for (const p of providers) for (const r of p.replays) replayedOf.set(r.runId, (replayedOf.get(r.runId) ?? 0) + r.items)
+
   // Well-formed requests: no history Baton sent carries a tool call without its result.
   for (const p of providers) {
     for (const r of p.received) {
@@ -489,6 +496,19 @@ export const check = (
     }
     for (const [runId, ends] of ended) {
       if (ends.length > 1) violations.push(`lifecycle: run ${runId} ended ${ends.length} times (${ends.join(", ")})`)
+    }
+
+    // Nothing lost to the replay guard: a run's skipped output is at most what the provider replayed in its turns.
+    for (const e of events) {
+      if (e.type !== "items.replay_skipped") continue
+      const payload = e.payload as { readonly runId: string; readonly count: number; readonly messageIds: ReadonlyArray<string> }
+      const replayed = replayedOf.get(payload.runId) ?? 0
+      if (payload.count > replayed) {
+        violations.push(
+          `nothing-lost: run ${payload.runId} had ${payload.count} item(s) of its output skipped as a replay ` +
+            `(message ids ${payload.messageIds.join(", ") || "none"}), but its provider replayed ${replayed}: an answer was lost`
+        )
+      }
     }
 
     // Exactly once, as the providers saw it.

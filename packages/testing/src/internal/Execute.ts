@@ -88,6 +88,11 @@ export interface ExecuteOptions {
    * deterministic run to run but not byte-identical to the SQLite dump of the same seed.
    */
   readonly dialect?: "sqlite" | "postgres"
+  /**
+   * Deliberately broken behaviours (`OrchestratorConfig.mutations`), for the mutation tests that show an oracle
+   * property catching a broken build. Default none.
+   */
+  readonly mutations?: ReadonlySet<OrchestratorConfig.Mutation>
 }
 
 
@@ -195,13 +200,14 @@ const database = (db: string): Layer.Layer<SqlClient.SqlClient> =>
 const worldLayer = (
   adapters: ReadonlyArray<ProviderAdapter.ProviderAdapterShape>,
   counter: TokenCounter.TokenCounterShape,
-  summariser: ScriptedSummariser.ScriptedSummariser
+  summariser: ScriptedSummariser.ScriptedSummariser,
+  mutations: ReadonlySet<OrchestratorConfig.Mutation>
 ) =>
   Layer.mergeAll(
     ProviderRegistry.layer(adapters),
     ScriptedSummariser.layer(summariser),
     Layer.succeed(TokenCounter.TokenCounter, counter),
-    OrchestratorConfig.layer(simulationConfig)
+    OrchestratorConfig.layer(mutations.size === 0 ? simulationConfig : { ...simulationConfig, mutations })
   )
 
 /**
@@ -385,6 +391,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         ...(p.requestOverhead === undefined ? {} : { requestOverhead: p.requestOverhead }),
         ...(p.enforceWindow === undefined ? {} : { enforceWindow: p.enforceWindow }),
         ...(p.overflowSignal === undefined ? {} : { overflowSignal: p.overflowSignal }),
+        ...(p.modelApi === true ? { resumeMayReplay: false } : {}),
         ...(p.ackUsage === undefined ? {} : {
           ackUsage: ({ call }: { readonly call: number }) =>
             call % p.ackUsage!.missingEvery === 0 ? "missing" as const : call % p.ackUsage!.impossibleEvery === 0 ? "impossible" as const : "counted" as const
@@ -407,7 +414,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       verbose: (call) => call % scenario.summariser!.verboseEvery === 0,
       onCall
     })
-    const windowOf = new Map(scenario.providers.map((p) => [p.name, p.window]))
+    const setupOf = new Map(scenario.providers.map((p) => [p.name as string, p]))
     const turnFaults = new Set<ScriptedProvider.Fault>(["refuse", "interrupt_before_start", "timeout", "overflow", "interrupt_in_tool_call"])
     const armFault = (fault: ScriptedProvider.Fault | null) => {
       armed.startTurn = fault !== null && (typeof fault === "object" || turnFaults.has(fault)) ? fault : null
@@ -445,7 +452,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       return c === null ? Effect.void : Scope.close(c.scope, Exit.void)
     })
     const idle = (c: Context.Context<SqlClient.SqlClient>) => Effect.provide(outsideTransaction, c)
-    const world = yield* Effect.scoped(Layer.build(worldLayer(adapters, counter, summariser)))
+    const world = yield* Effect.scoped(Layer.build(worldLayer(adapters, counter, summariser, options.mutations ?? new Set())))
     const open = Effect.gen(function*() {
       incarnation++
       const s = yield* Scope.make()
@@ -595,14 +602,18 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         return { result: r as Attempt<A>, violations, retried }
       })
 
-    const activeWindow = (thread: ThreadId) =>
+    /** The thread's active provider as the scenario set it up: its window, and whether it plays a model API. */
+    const activeProvider = (thread: ThreadId) =>
       within(Effect.gen(function*() {
         const store = yield* ThreadStore
         const t = yield* store.getThread(thread)
         if (t._tag === "None" || t.value.activeProviderThreadId === null) return null
         const p = yield* store.getProviderThread(t.value.activeProviderThreadId)
-        return p._tag === "Some" ? windowOf.get(p.value.providerInstance) ?? null : null
-      })).pipe(Effect.orElseSucceed(() => null))
+        return p._tag === "Some" ? setupOf.get(p.value.providerInstance) ?? null : null
+      })).pipe(
+        Effect.orElseSucceed(() => null),
+        Effect.map((p) => ({ window: p?.window ?? null, modelApi: p?.modelApi === true }))
+      )
 
     /**
      * The model-visible history: its item ids as one line (to compare before and after a failed offload) and its
@@ -667,9 +678,9 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
             const thread = threadId!
             const text = promptText(op.id, op.prompt)
             const cmd = Commands.SendMessage.make({ commandId: cid(op.id), threadId: thread, text })
-            const window = yield* activeWindow(thread)
+            const { window, modelApi } = yield* activeProvider(thread)
             script.clear()
-            script.enqueue(responseFor(op.id, 1, op.reply, window))
+            script.enqueue(responseFor(op.id, 1, op.reply, window, modelApi))
             if (op.kind === "send") armFault(op.fault)
             else {
               armFault("interrupt_in_tool_call")
@@ -680,7 +691,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
               onInterrupt: interruptHook(op.id, thread),
               beforeRetry: () => {
                 script.clear()
-                script.enqueue(responseFor(op.id, 2, op.reply, window))
+                script.enqueue(responseFor(op.id, 2, op.reply, window, modelApi))
               }
             })
             armFault(null)
@@ -706,9 +717,9 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
             const thread = threadId!
             const text = promptText(op.id, op.prompt)
             const cmd = Commands.SendMessage.make({ commandId: cid(op.id), threadId: thread, text })
-            const window = yield* activeWindow(thread)
+            const { window, modelApi } = yield* activeProvider(thread)
             script.clear()
-            script.enqueue(responseFor(op.id, 1, op.reply, window))
+            script.enqueue(responseFor(op.id, 1, op.reply, window, modelApi))
             const send = service((s) => Effect.map(s.sendMessage(cmd), (r) => `${r.status}; gen ${r.nativeGeneration ?? "-"}, used ${r.usedTokens ?? "?"}`))
             const offload = service((s) => Effect.map(
               s.offload(Commands.OffloadThread.make({ commandId: cid(op.id, op.outer === "offload" ? "" : "_race"), threadId: thread, keepTokens: op.keepTokens })),

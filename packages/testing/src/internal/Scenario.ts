@@ -32,6 +32,13 @@ export interface ProviderSetup {
   readonly ackUsage?: { readonly missingEvery: number; readonly impossibleEvery: number }
   /** How it signals an overflow (`ScriptedConfig.overflowSignal`); absent = a typed code. */
   readonly overflowSignal?: "code" | "text"
+  /**
+   * `true`: it plays a stateless model API (an OpenAI-compatible server): its resume opens no replay window
+   * (`resumeMayReplay: false`) and its response ids repeat, the id of an answer being derived from the answer's text
+   * (`chatcmpl-<hash>`), so the same answer comes back under the same id, after a restart too (tester r36's server).
+   * Absent: a session runtime with ids unique per answer.
+   */
+  readonly modelApi?: boolean
 }
 
 /**
@@ -51,6 +58,11 @@ export interface ReplySpec {
   readonly tools: ReadonlyArray<number>
   readonly reasoning: boolean
   readonly usage: UsageReport
+  /**
+   * The answer is the same short text every time (`Done.`), whatever `tokens` says: a model answering two questions
+   * alike. On a `modelApi` provider it comes back under the same response id. Absent: a text of its own.
+   */
+  readonly same?: boolean
 }
 
 /** A crash planned inside an operation. */
@@ -210,6 +222,14 @@ export interface Features {
    * inside a provider call), from a PRNG of their own like offloads.
    */
   readonly races: boolean
+  /**
+   * A model-API provider: `plain` plays a stateless model API whose resume cannot replay and whose response ids
+   * repeat (`ProviderSetup.modelApi`), and about a third of the answers are the same short text (`ReplySpec.same`,
+   * from a PRNG of its own like offloads), so a restart (a crash, the client's retry, a clean restart) between two
+   * alike answers on its native thread resumes it with an answer equal to an earlier one, same id. Tester r36: such
+   * an answer was skipped as a replay and lost.
+   */
+  readonly modelApi: boolean
 }
 
 export const allFeatures: Features = {
@@ -222,7 +242,8 @@ export const allFeatures: Features = {
   forks: true,
   truth: true,
   races: true,
-  queues: true
+  queues: true,
+  modelApi: true
 }
 
 /**
@@ -340,7 +361,10 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rr = Prng.make((seed ^ 0x4ace5) >>> 0)
   // And so do messages queued behind a waiting run.
   const rq = Prng.make((seed ^ 0x0e0e0e) >>> 0)
+  // And so do alike answers (the model-API feature).
+  const rm = Prng.make((seed ^ 0xa91a11) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
+    .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
   let active = r.pick(names)
   const ops: Array<Operation> = [{ kind: "create", id: 0, provider: active, crash: crashFor(r, features, "create", 0.3) }]
@@ -356,7 +380,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
     switch (kind) {
       case "send": {
         const prompt = promptSize(r)
-        const reply = replyFor(r, features)
+        const drawn = replyFor(r, features)
+        const reply = features.modelApi && rm.chance(0.35) ? { ...drawn, same: true } : drawn
         const fault = features.faults && r.chance(0.2)
           ? r.weighted<ScriptedProvider.Fault>([
             [30, "refuse"],
@@ -499,22 +524,36 @@ const usageOf = (usage: UsageReport, window: number | null): ContextUsage | null
   }
 }
 
+/** A model API's response id for an answer: derived from its text (FNV-1a), so the same answer has the same id. */
+const responseIdOf = (text: string) => {
+  let h = 0x811c9dc5
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193)
+  return `chatcmpl-${(h >>> 0).toString(16)}`
+}
+
+/** The text of a send's answer: its own (`a<id>: ...`, about `reply.tokens` tokens), or `Done.` when `reply.same`. */
+const answerText = (id: number, reply: ReplySpec) => reply.same === true ? "Done." : `a${id}: ${filler(Prng.mix(id, 3), reply.tokens)}`
+
 /**
  * The scripted response of a send operation. Tool call ids are unique per attempt (`call_<id>_<attempt>_<k>`), as
- * a real provider's are; the assistant message and its tool calls share a message id (one tool unit).
+ * a real provider's are; the assistant message and its tool calls share a message id (one tool unit): unique per
+ * attempt (`msg_<id>_<attempt>`, none for a lone answer) from a session runtime, the response id of the answer's
+ * text from a model API (`modelApi`: `chatcmpl-<hash>`, on every answer, repeating with the text).
  */
 export const responseFor = (
   id: number,
   attempt: number,
   reply: ReplySpec,
-  window: number | null
+  window: number | null,
+  modelApi = false
 ): ScriptedProvider.ScriptedResponse => {
-  const messageId = reply.tools.length > 0 || reply.reasoning ? `msg_${id}_${attempt}` : null
+  const answer = answerText(id, reply)
+  const messageId = modelApi ? responseIdOf(answer) : reply.tools.length > 0 || reply.reasoning ? `msg_${id}_${attempt}` : null
   const item = (kind: ProviderAdapter.ProducedItem["kind"], text: string, extra: Partial<ProviderAdapter.ProducedItem> = {}) =>
     produced(kind, text, { messageId, ...extra })
   const items: Array<ProviderAdapter.ProducedItem> = []
   if (reply.reasoning) items.push(item("reasoning", filler(Prng.mix(id, 2), 40)))
-  items.push(item("assistant_message", `a${id}: ${filler(Prng.mix(id, 3), reply.tokens)}`))
+  items.push(item("assistant_message", answer))
   reply.tools.forEach((_, k) => {
     const toolCallId = `call_${id}_${attempt}_${k}`
     items.push(item("tool_call", JSON.stringify({ cmd: `cat src/file${k}.ts` }), { toolCallId, toolName: "bash", toolCallState: "answered" }))
@@ -523,7 +562,10 @@ export const responseFor = (
     const toolCallId = `call_${id}_${attempt}_${k}`
     items.push(item("tool_result", filler(Prng.mix(id, 10 + k), size), { toolCallId, toolName: "bash", messageId: null }))
   })
-  if (reply.tools.length > 0) items.push(item("assistant_message", `done ${id}`, { messageId: `msg_${id}_${attempt}_end` }))
+  if (reply.tools.length > 0) {
+    const end = `done ${id}`
+    items.push(item("assistant_message", end, { messageId: modelApi ? responseIdOf(end) : `msg_${id}_${attempt}_end` }))
+  }
   const usage = usageOf(reply.usage, window)
   return usage === undefined ? { items } : { items, usage }
 }
@@ -549,7 +591,7 @@ export const formatOperation = (op: Operation): string => {
     case "send":
       return `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok` +
         `${op.reply.tools.length > 0 ? `, tools [${op.reply.tools.join(", ")}]` : ""}` +
-        `${op.reply.reasoning ? ", reasoning" : ""}${usageText(op.reply.usage)})` +
+        `${op.reply.reasoning ? ", reasoning" : ""}${op.reply.same === true ? ", answer Done." : ""}${usageText(op.reply.usage)})` +
         `${op.fault === null ? "" : ` fault ${faultText(op.fault)}`}` +
         `${op.interruptAt === null ? "" : ` interrupt at step ${op.interruptAt}`}${crashText(op.crash)}`
     case "interrupt_in_tool_call":
@@ -583,7 +625,7 @@ export const formatOperation = (op: Operation): string => {
 
 export const formatScenario = (scenario: Scenario): ReadonlyArray<string> => [
   `providers: ${scenario.providers.map((p) =>
-    `${p.name} ${p.window ?? "?"}${p.autoCompactThreshold === null ? "" : `/${p.autoCompactThreshold}`} ${p.inject ? "inject" : "noinject"}${p.readThread ? "" : " noread"}${p.tokenScale === undefined || p.tokenScale === 1 ? "" : ` x${p.tokenScale}`}`
+    `${p.name} ${p.window ?? "?"}${p.autoCompactThreshold === null ? "" : `/${p.autoCompactThreshold}`} ${p.inject ? "inject" : "noinject"}${p.readThread ? "" : " noread"}${p.tokenScale === undefined || p.tokenScale === 1 ? "" : ` x${p.tokenScale}`}${p.modelApi === true ? " model-api" : ""}`
   ).join(", ")}`,
   ...scenario.ops.map((op, i) => `${String(i).padStart(3)}  ${formatOperation(op)}`)
 ]
