@@ -100,7 +100,8 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     /**
      * Stops running `run` at the provider (outside the lock: asks it to stop and reads the native thread back), then
      * ends it under the lock with the stop point that read-back gives — if the run, read again there, is still
-     * running on the same native thread; else `null` (it moved on meanwhile: the caller decides again).
+     * running on the same native thread, or has ended (it keeps its ending; an untrusted native thread is distrusted
+     * all the same); else `null` (it moved on, unfinished, meanwhile: the caller decides again).
      */
     const stopRunning = (command: Commands.InterruptRun, receipt: CommandReceipts.Key | null, run: Run, who: string, code: InterruptRequest["code"]) =>
       // `running` is written just before the provider call: read the native thread back, where the adapter can,
@@ -131,13 +132,14 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           }
         }
         return yield* uow.thread(run.threadId, "RunRecovery.interruptRunning")(Effect.gen(function*() {
-          // Read again under the lock: the provider was asked outside it, and the run may have moved on meanwhile
-          // (ended, waiting on a client tool call, or restarted on another native thread by a retry). What was read
-          // back is about the turn asked to stop: only for that run, still running there, is it the stop point.
+          // Read again under the lock: the provider was asked outside it, and the run may have moved on meanwhile. A
+          // turn that ended (most often: answering this interrupt) keeps its ending, and what the read-back showed
+          // of its native thread still holds. A run still unfinished but no longer running there (waiting on a
+          // client tool call, or restarted by a retry) is decided again: the read-back is not about where it is now.
           const current = yield* store.getRun(run.id)
-          if (current._tag === "None" || current.value.status !== "running" || current.value.nativeThreadId !== run.nativeThreadId) {
-            return null
-          }
+          if (current._tag === "None") return yield* new RunNotFound({ runId: run.id })
+          const ended = terminalRunStatuses.includes(current.value.status)
+          if (!ended && (current.value.status !== "running" || current.value.nativeThreadId !== run.nativeThreadId)) return null
           return yield* answeredOnce(command, receipt, Effect.gen(function*() {
             if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
             // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
