@@ -118,8 +118,9 @@ export type ForkThread = typeof ForkThread.Type
 /**
  * Merges a fork back into its parent: the fork's runs that ended since the fork (or since its previous merge) are
  * appended to the parent as one merge run and owed to the parent's active provider thread by a `merge` handoff. It
- * does not wait for a running turn on the parent: the merge is delivered at the parent's next turn start. Fails with
- * `ThreadNotFound`, `InvalidRequest` (the thread is not a fork).
+ * does not wait for a running turn on the parent: the merge is delivered at the parent's next turn start, and its
+ * history takes its place in the parent's order after every run unfinished when it was merged (recorded when they
+ * end: the result's `behindRunId`). Fails with `ThreadNotFound`, `InvalidRequest` (the thread is not a fork).
  */
 export const MergeBack = Schema.TaggedStruct("MergeBack", {
   commandId: CommandId,

@@ -84,7 +84,10 @@ export const ThreadForked = event(
 
 /**
  * A fork was merged back. On the parent: `{linkId, forkThreadId, runId, fromRunSeq, throughRunSeq, itemCount,
- * handoffId}`; on the fork: `{linkId, parentThreadId, throughRunSeq}`.
+ * handoffId, behindRunId?}`; on the fork: `{linkId, parentThreadId, throughRunSeq}`. `behindRunId`: the parent's
+ * unfinished run the merge came behind (a turn running, waiting, or queued): its copies and its handoff (`handoffId`
+ * null here) are recorded when every run ahead of it has ended, after what they record (`items.appended`,
+ * `handoff.created`).
  */
 export const ThreadMerged = event(
   "thread.merged",
@@ -96,7 +99,8 @@ export const ThreadMerged = event(
       fromRunSeq: Count,
       throughRunSeq: Count,
       itemCount: Count,
-      handoffId: Schema.NullOr(HandoffId)
+      handoffId: Schema.NullOr(HandoffId),
+      behindRunId: Schema.optional(RunId)
     }),
     Schema.Struct({ linkId: Schema.String, parentThreadId: ThreadId, throughRunSeq: Count })
   )

@@ -309,7 +309,13 @@ export const MergeResult = Schema.Struct({
   itemCount: ItemCount,
   /** Tokens (rendered) of the merged history: the `merge` handoff's size. */
   tokens: Tokens,
-  handoffId: Schema.NullOr(HandoffId)
+  handoffId: Schema.NullOr(HandoffId),
+  /**
+   * Present when the parent had an unfinished run (running, waiting or queued) ahead of the merge: the merge takes its
+   * place after it, as a message queued behind it would. Its copies and its handoff (`handoffId` null here) are
+   * recorded when every run ahead of it has ended (`thread.merged`'s `behindRunId`).
+   */
+  behindRunId: Schema.optional(RunId)
 })
 export type MergeResult = typeof MergeResult.Type
 

@@ -174,7 +174,9 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       // Output recorded after its run ended (an `items.appended` after the run's `run.interrupted` or `run.failed`: a
       // turn the provider never stopped, whose native thread is no longer trusted) is late by design and not checked;
       // a prompt owed by a run that ended while queued (`run.prompt_deferred`) is recorded after its run's end and is.
-      // Nor are a fork's or a merge's copied history (its run takes the next seq while runs ahead may still be queued).
+      // So is a fork's or a merge's copied history: a merge behind an unfinished run records its copies when every run
+      // ahead has ended (ThreadLineage), so no copy lands inside a run's span, between its prompt and its output (found
+      // in review: a merge during a running turn took seqs between the turn's prompt and its answer).
       const endedAt = new Map<string, number>()
       const late = new Set<string>()
       for (const e of events) {
@@ -189,13 +191,25 @@ export const checkRecord = (record: ThreadRecord, options: CheckOptions = {}): R
       const seqOfRun = new Map<string, number>(runs.map((r) => [r.id, r.seq]))
       let latest: { readonly runSeq: number; readonly itemSeq: number } | null = null
       for (const i of items) {
-        const runSeq = i.runId === null || late.has(i.id) || copyRuns.has(i.runId) ? undefined : seqOfRun.get(i.runId)
+        const runSeq = i.runId === null || late.has(i.id) ? undefined : seqOfRun.get(i.runId)
         if (runSeq === undefined) continue
         if (latest !== null && runSeq < latest.runSeq) {
           violations.push(`run-order: item ${i.id} (${i.kind}, seq ${i.seq}) of run seq ${runSeq} follows item seq ${latest.itemSeq} of run seq ${latest.runSeq}`)
           break
         }
         if (latest === null || runSeq > latest.runSeq) latest = { runSeq, itemSeq: i.seq }
+      }
+    }
+    // A merge's copies are recorded once every run ahead of its run has ended (owed till then: ThreadLineage): its
+    // marker and `itemCount` copies. A merge run still empty with nothing unfinished ahead lost them.
+    const firstUnfinished = runs.find((r) => !terminalRunStatuses.includes(r.status))?.seq
+    for (const link of record.links) {
+      if (link.kind !== "merge" || link.parentThreadId !== threadId) continue
+      const run = runs.find((r) => r.id === link.runId)
+      if (run === undefined || (firstUnfinished !== undefined && firstUnfinished < run.seq)) continue
+      const held = items.filter((i) => i.runId === run.id).length
+      if (held !== link.itemCount + 1) {
+        violations.push(`nothing-lost: merge ${link.id} (run seq ${run.seq}) holds ${held} items, ${link.itemCount} copies and a marker owed`)
       }
     }
     if (options.observed !== undefined) {

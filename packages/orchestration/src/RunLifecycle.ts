@@ -26,12 +26,15 @@
  * everything that run produces, so `seq` follows the conversation the model saw (handoffs, `thread_read` ranges,
  * item pages). Only that mark makes a run owe its prompt: a run that ended `before_provider` otherwise (a gateway
  * retry interrupted through the API, a starting run interrupted) never has its prompt appended by another run's end.
+ * A merge-back written behind an unfinished run owes its copied history by the same mark, and the same end records
+ * it (`ThreadLineage.recordOwedMerge`), in the same seq order as the prompts owed.
  */
 import type { NativeThreadId, Run, RunFailureCode, RunStatus, RunStopPoint } from "@baton/contracts"
 import { terminalRunStatuses } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { Data, DateTime, Effect, Option } from "effect"
 import { ItemLog, type NewItem } from "./ItemLog.js"
+import { ThreadLineage } from "./ThreadLineage.js"
 
 /** For each status, the statuses a run may move to (the same status: a correction or a retry's reset). */
 export const transitions: Readonly<Record<RunStatus, ReadonlyArray<RunStatus>>> = {
@@ -80,6 +83,7 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
     const itemLog = yield* ItemLog
+    const lineage = yield* ThreadLineage
     // Interrupts being carried out by this process, by run id. In memory on purpose: a provider reports a turn
     // `interrupted` only in answer to an interrupt asked of it, and that is asked through this process's own adapter
     // (a turn in flight elsewhere is not stopped by it), so the request and the turn's end meet in this process. A
@@ -128,9 +132,11 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
     /**
      * Records the prompts owed on `threadId` (runs that ended while queued behind an unfinished run: `update`) whose
      * runs ahead have all ended now, in seq order, each clearing its mark; the others stay owed (a run ahead of them
-     * is still unfinished). In the caller's unit of work, after the end of a run (`update` calls it when the run's end
-     * reports a prompt owed; so must a path that ends a run without `update`: the gateway's one-statement completion;
-     * restart reconciliation calls it for every thread that owes one). Fails with the store's errors.
+     * is still unfinished). A merge run owing its copies (`ThreadLineage.mergeBack` behind an unfinished run) is one
+     * of them: its copies and handoff are recorded in its place (`ThreadLineage.recordOwedMerge`). In the caller's unit
+     * of work, after the end of a run (`update` calls it when the run's end reports a prompt owed; so must a path that
+     * ends a run without `update`: the gateway's one-statement completion; restart reconciliation calls it for every
+     * thread that owes one). Fails with the store's errors.
      */
     const recordOwedPrompts = (threadId: Run["threadId"]) =>
       Effect.gen(function*() {
@@ -139,7 +145,9 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
         const ahead = yield* store.findFirstUnfinishedRun(threadId)
         for (const run of owed) {
           if (ahead._tag === "Some" && ahead.value.seq < run.seq) return
-          yield* recordPrompt(run)
+          const link = yield* store.findLinkOfRun(run.id)
+          if (link._tag === "Some" && link.value.kind === "merge") yield* lineage.recordOwedMerge(run, link.value)
+          else yield* recordPrompt(run)
           yield* store.setPromptOwed(run.id, false)
         }
       })

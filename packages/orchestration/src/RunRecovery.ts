@@ -26,7 +26,7 @@ import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
-import { RunLifecycle } from "./RunLifecycle.js"
+import { type InterruptRequest, RunLifecycle } from "./RunLifecycle.js"
 import * as Span from "./internal/Span.js"
 
 export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestration/RunRecovery", {
@@ -45,27 +45,6 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     const delivery = yield* ContextHandoffDelivery
 
     /**
-     * The run an interrupt stops, read under the thread's lock: the command's `runId`, else the thread's first
-     * unfinished run. With a receipt key, a command id seen before answers its first result instead (`Answered`):
-     * read in the same transaction, so a retry never resolves to the run queued behind the one it interrupted.
-     * Fails with `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest` (a key another command used).
-     */
-    const interruptTarget = (command: Commands.InterruptRun, receipt: CommandReceipts.Key | null) =>
-      uow.thread(command.threadId, "RunRecovery.interruptTarget")(Effect.gen(function*() {
-        if (receipt !== null) {
-          const seen = yield* CommandReceipts.find(store, receipt)
-          if (seen._tag === "Some") {
-            return { _tag: "Answered", run: yield* CommandReceipts.decode(Run, command.commandId, seen.value.result) } as const
-          }
-        }
-        if (command.runId !== undefined) return { _tag: "Stop", runId: command.runId } as const
-        if ((yield* store.getThread(command.threadId))._tag === "None") return yield* new ThreadNotFound({ threadId: command.threadId })
-        const current = yield* store.findFirstUnfinishedRun(command.threadId)
-        if (current._tag === "None") return yield* new NoRunInProgress({ threadId: command.threadId })
-        return { _tag: "Stop", runId: current.value.id } as const
-      }))
-
-    /**
      * Inside an interrupt's unit of work: with a receipt key, a command id recorded meanwhile (a concurrent copy of
      * the same request) answers its first result; else `effect`'s run is recorded as the command's result.
      */
@@ -77,71 +56,91 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
       })
 
     /**
-     * Interrupts a run: `command.runId`, else the thread's run in progress. A run not yet started ends `interrupted`
-     * before the provider (a missed run); a running run is interrupted at the provider. A terminal run is left as it
-     * is. `by`: `user` (failure code `interrupted_by_user`) or `shutdown` (the process is stopping:
-     * `process_stopped`). With `receipt` (the key of the command as the client sent it) the command is answered
-     * once: its result is recorded with the interrupt, and the same command id again answers that run without
-     * interrupting another. Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest`.
+     * What an interrupt does, decided in one unit of work under the thread's lock from the run as read there: the
+     * command's `runId`, else the thread's first unfinished run. With a receipt key, a command id seen before answers
+     * its first result (read in the same transaction, so a retry never resolves to the run queued behind the one it
+     * interrupted). A run not yet started ends `interrupted` before the provider, a waiting run's open calls are
+     * answered with error results, an ended run is answered as it is — all in this unit of work (`Answered`); a
+     * running run must be stopped at the provider first, outside the lock (`Running`). Read before the lock, the
+     * run could move on before it was taken (review: a run read `starting` whose turn then moved it to `running` and
+     * called the provider was ended `before_provider`, its native thread dropped, the provider never asked to stop).
+     * Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest` (a key another command used).
      */
-    const interrupt = Span.fn("RunRecovery.interrupt")(function*(
-      command: Commands.InterruptRun,
-      by: "user" | "shutdown" = "user",
-      receipt: CommandReceipts.Key | null = null
-    ) {
-      const target = yield* interruptTarget(command, receipt)
-      if (target._tag === "Answered") return target.run
-      const runId: RunId = target.runId
-      const found = yield* store.getRun(runId)
-      if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId })
-      const run = found.value
-      const who = by === "user" ? "the user" : "the process stopping"
-      const code = by === "user" ? "interrupted_by_user" as const : "process_stopped" as const
-      if (run.status === "queued" || run.status === "starting") {
-        return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(answeredOnce(
-          command,
-          receipt,
-          finishRun(run, "interrupted", "before_provider", `interrupted by ${who} before the provider started`, code)
-        ))
-      }
-      if (run.status === "waiting") {
-        // No provider turn is in flight: the open calls are answered with error results and the run ends after the
-        // provider (which read the prompt and called the tools).
-        return yield* uow.thread(run.threadId, "RunRecovery.interruptWaiting")(answeredOnce(command, receipt, Effect.gen(function*() {
-          const current = yield* store.getRun(run.id)
-          if (current._tag === "None" || current.value.status !== "waiting") return current._tag === "Some" ? current.value : run
-          return yield* toolWaits.interrupt(current.value, who, code)
-        })))
-      }
-      if (run.status === "running") {
-        // `running` is written just before the provider call: read the native thread back, where the adapter can,
-        // to record whether the provider read the prompt (a turn that starts after this is corrected on completion).
-        // Where it cannot be told, the native thread is no longer trusted: the next turn start replaces it and owes
-        // it the whole history, so the prompt is neither lost nor delivered twice.
-        // A provider that does not acknowledge the interrupt within `interruptTimeoutMillis` may still be running the
-        // turn: the run ends `interrupted` anyway (the thread accepts the next message) and that native thread is no
-        // longer trusted either.
-        // Who asked is known to the turn while the provider is asked: a turn that ends with the provider's own
-        // "interrupted" before this records the interrupt is ended with this code (RunLifecycle.interrupting).
-        return yield* lifecycle.interrupting(run.id, { code, reason: `interrupted by ${who}` }, Effect.gen(function*() {
-          let read: boolean | "unknown" = "unknown"
-          let untrusted: { readonly native: NativeThread; readonly reason: string } | null = null
-          const providerThread = yield* store.getProviderThread(run.providerThreadId)
-          if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
-            const adapter = yield* registry.get(providerThread.value.providerInstance)
-            const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
-            if (native !== null) {
-              const probe = yield* stopAndReadBack(adapter, native, run.id)
-              // Output the turn already recorded proves the provider read the prompt, whatever the read-back says.
-              read = (yield* hasOutput(run.id)) || probe.read
-              if (!probe.answered) {
-                untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
-              } else if (probe.read === "unknown") {
-                untrusted = { native, reason: "interrupted mid-turn: cannot tell whether the provider read the prompt" }
-              }
+    const decide = (command: Commands.InterruptRun, receipt: CommandReceipts.Key | null, who: string, code: InterruptRequest["code"]) =>
+      uow.thread(command.threadId, "RunRecovery.interrupt")(Effect.gen(function*() {
+        if (receipt !== null) {
+          const seen = yield* CommandReceipts.find(store, receipt)
+          if (seen._tag === "Some") {
+            return { _tag: "Answered", run: yield* CommandReceipts.decode(Run, command.commandId, seen.value.result) } as const
+          }
+        }
+        let runId: RunId
+        if (command.runId !== undefined) runId = command.runId
+        else {
+          if ((yield* store.getThread(command.threadId))._tag === "None") return yield* new ThreadNotFound({ threadId: command.threadId })
+          const current = yield* store.findFirstUnfinishedRun(command.threadId)
+          if (current._tag === "None") return yield* new NoRunInProgress({ threadId: command.threadId })
+          runId = current.value.id
+        }
+        const found = yield* store.getRun(runId)
+        if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId })
+        const run = found.value
+        if (run.status === "running") return { _tag: "Running", run } as const
+        const answered = run.status === "queued" || run.status === "starting"
+          ? finishRun(run, "interrupted", "before_provider", `interrupted by ${who} before the provider started`, code)
+          // No provider turn is in flight: the open calls are answered with error results and the run ends after the
+          // provider (which read the prompt and called the tools).
+          : run.status === "waiting"
+          ? toolWaits.interrupt(run, who, code)
+          // Already ended: answered as it is (and, with a receipt, that answer recorded).
+          : Effect.succeed(run)
+        return { _tag: "Answered", run: yield* answeredOnce(command, receipt, answered) } as const
+      }))
+
+    /**
+     * Stops running `run` at the provider (outside the lock: asks it to stop and reads the native thread back), then
+     * ends it under the lock with the stop point that read-back gives — if the run, read again there, is still
+     * running on the same native thread, or has ended (it keeps its ending; an untrusted native thread is distrusted
+     * all the same); else `null` (it moved on, unfinished, meanwhile: the caller decides again).
+     */
+    const stopRunning = (command: Commands.InterruptRun, receipt: CommandReceipts.Key | null, run: Run, who: string, code: InterruptRequest["code"]) =>
+      // `running` is written just before the provider call: read the native thread back, where the adapter can,
+      // to record whether the provider read the prompt (a turn that starts after this is corrected on completion).
+      // Where it cannot be told, the native thread is no longer trusted: the next turn start replaces it and owes
+      // it the whole history, so the prompt is neither lost nor delivered twice.
+      // A provider that does not acknowledge the interrupt within `interruptTimeoutMillis` may still be running the
+      // turn: the run ends `interrupted` anyway (the thread accepts the next message) and that native thread is no
+      // longer trusted either.
+      // Who asked is known to the turn while the provider is asked: a turn that ends with the provider's own
+      // "interrupted" before this records the interrupt is ended with this code (RunLifecycle.interrupting).
+      lifecycle.interrupting(run.id, { code, reason: `interrupted by ${who}` }, Effect.gen(function*() {
+        let read: boolean | "unknown" = "unknown"
+        let untrusted: { readonly native: NativeThread; readonly reason: string } | null = null
+        const providerThread = yield* store.getProviderThread(run.providerThreadId)
+        if (providerThread._tag === "Some" && run.nativeThreadId !== null) {
+          const adapter = yield* registry.get(providerThread.value.providerInstance)
+          const native = Option.getOrNull(yield* store.getNativeThread(run.nativeThreadId))
+          if (native !== null) {
+            const probe = yield* stopAndReadBack(adapter, native, run.id)
+            // Output the turn already recorded proves the provider read the prompt, whatever the read-back says.
+            read = (yield* hasOutput(run.id)) || probe.read
+            if (!probe.answered) {
+              untrusted = { native, reason: "interrupted mid-turn: the provider did not acknowledge the interrupt" }
+            } else if (probe.read === "unknown") {
+              untrusted = { native, reason: "interrupted mid-turn: cannot tell whether the provider read the prompt" }
             }
           }
-          return yield* uow.thread(run.threadId, "RunRecovery.interrupt")(answeredOnce(command, receipt, Effect.gen(function*() {
+        }
+        return yield* uow.thread(run.threadId, "RunRecovery.interruptRunning")(Effect.gen(function*() {
+          // Read again under the lock: the provider was asked outside it, and the run may have moved on meanwhile. A
+          // turn that ended (most often: answering this interrupt) keeps its ending, and what the read-back showed
+          // of its native thread still holds. A run still unfinished but no longer running there (waiting on a
+          // client tool call, or restarted by a retry) is decided again: the read-back is not about where it is now.
+          const current = yield* store.getRun(run.id)
+          if (current._tag === "None") return yield* new RunNotFound({ runId: run.id })
+          const ended = terminalRunStatuses.includes(current.value.status)
+          if (!ended && (current.value.status !== "running" || current.value.nativeThreadId !== run.nativeThreadId)) return null
+          return yield* answeredOnce(command, receipt, Effect.gen(function*() {
             if (untrusted !== null) yield* distrustNative(run.threadId, untrusted.native, untrusted.reason)
             // The attempt's outcome is known now too (the turn's own completion may still correct it if it returns).
             const now = yield* DateTime.now
@@ -151,17 +150,40 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
               }
             }
             return yield* finishRun(
-              read === true ? run : { ...run, nativeThreadId: null },
+              read === true ? current.value : { ...current.value, nativeThreadId: null },
               "interrupted",
               read === true ? "after_provider" : "before_provider",
               `interrupted by ${who}`,
               code
             )
-          })))
+          }))
         }))
+      }))
+
+    /**
+     * Interrupts a run: `command.runId`, else the thread's run in progress. A run not yet started ends `interrupted`
+     * before the provider (a missed run); a running run is interrupted at the provider. A terminal run is left as it
+     * is. Which applies is decided from the run as read under the thread's lock (`decide`). `by`: `user` (failure
+     * code `interrupted_by_user`) or `shutdown` (the process is stopping: `process_stopped`). With `receipt` (the key
+     * of the command as the client sent it) the command is answered once: its result is recorded with the interrupt,
+     * and the same command id again answers that run without interrupting another. Fails with `RunNotFound`,
+     * `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest`.
+     */
+    const interrupt = Span.fn("RunRecovery.interrupt")(function*(
+      command: Commands.InterruptRun,
+      by: "user" | "shutdown" = "user",
+      receipt: CommandReceipts.Key | null = null
+    ) {
+      const who = by === "user" ? "the user" : "the process stopping"
+      const code = by === "user" ? "interrupted_by_user" as const : "process_stopped" as const
+      for (let target = command;;) {
+        const decided = yield* decide(target, receipt, who, code)
+        if (decided._tag === "Answered") return decided.run
+        const stopped = yield* stopRunning(target, receipt, decided.run, who, code)
+        if (stopped !== null) return stopped
+        // The run moved on while the provider was asked: decided again, from the record, for the same run.
+        target = { ...target, runId: decided.run.id }
       }
-      // Already ended: answered as it is (and, with a receipt, that answer recorded).
-      return receipt === null ? run : yield* uow.thread(run.threadId, "RunRecovery.interruptEnded")(answeredOnce(command, receipt, Effect.succeed(run)))
     })
 
     /**

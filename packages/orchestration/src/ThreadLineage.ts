@@ -18,12 +18,23 @@
  * and no handoff owes it: nothing is replayed, and everything else (a switch, a replacement native thread, a merge)
  * treats it as the history of a run that native thread ran. ThreadService decides when a native fork is exact.
  *
+ * A merge-back into a parent with an unfinished run (a turn running, waiting on a client tool, or messages queued)
+ * takes its place in the parent's order after that run, as a message queued behind it would: its synthetic run is
+ * written at once (the next seq, with the link and `thread.merged` naming `behindRunId`) but owes its copies
+ * (`runs.prompt_owed`, the mark a queued message's owed prompt uses), and they and the handoff are written by the end
+ * of the last run ahead of it (`recordOwedMerge`, called from `RunLifecycle.recordOwedPrompts`), after everything
+ * that run records. Written at once, the copies took seqs between the running turn's prompt and its answer: the record
+ * read as if the model had seen the merged history before it answered, and a provider later given that history got
+ * the answer after content its model never saw. A crash in between loses nothing: the mark is durable, and the run
+ * ahead is ended by restart recovery, which records what is owed.
+ *
  * It owns the copying and the link records. It does not own command receipts or validation (ThreadService).
  */
 import {
   type ContextHandoff,
   type Item,
   type NativeThread,
+  PersistenceError,
   type ProviderThread,
   type Run,
   type Thread,
@@ -47,6 +58,8 @@ export interface LinkOutcome {
   readonly tokens: number
   readonly handoff: ContextHandoff | null
   readonly native: NativeThread | null
+  /** A merge written behind an unfinished run of the parent: that run; its copies and handoff are owed till it ends. */
+  readonly behind: Run | null
 }
 
 /**
@@ -62,6 +75,11 @@ export interface HeldFork {
 
 const range = (from: number, through: number) => (from + 1 === through ? `run ${through}` : `runs ${from + 1}–${through}`)
 
+/** The `handoff_marker` text of a merge-back's copies. */
+const mergeMarker = (forkThreadId: Thread["id"], fromRunSeq: number, throughRunSeq: number, itemCount: number, providerInstance: string) =>
+  `Merged back from fork ${forkThreadId} (${range(fromRunSeq, throughRunSeq)}): ${itemCount} item(s), owed to ` +
+  `${providerInstance} as a merge handoff. The originals stay readable by id in ${forkThreadId}.`
+
 export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orchestration/ThreadLineage", {
   effect: Effect.gen(function*() {
     const store = yield* ThreadStore
@@ -69,20 +87,8 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
     const itemLog = yield* ItemLog
     const delivery = yield* ContextHandoffDelivery
 
-    /**
-     * Appends to `threadId` a synthetic run on `providerThread` holding `marker` (a `handoff_marker` item) and copies
-     * of `source` (same kind, text, tool call id, name and state; new ids), then owes the copies to `providerThread`
-     * with a handoff of `kind` — unless `held`, the native thread that already holds them (a native fork): the run is
-     * then recorded as seen by it and nothing is owed. Joins the caller's transaction.
-     */
-    const copyInto = (
-      kind: "fork" | "merge",
-      threadId: Thread["id"],
-      providerThread: ProviderThread,
-      marker: string,
-      source: ReadonlyArray<Item>,
-      held: NativeThread | null = null
-    ) =>
+    /** Inserts the synthetic run of a fork or merge into `threadId` (see `copyInto`), with the next seq. */
+    const insertCopyRun = (threadId: Thread["id"], providerThread: ProviderThread, held: NativeThread | null) =>
       Effect.gen(function*() {
         const now = yield* DateTime.now
         const run: Run = {
@@ -100,6 +106,23 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
           updatedAt: now
         }
         yield* store.insertRun(run)
+        return run
+      })
+
+    /**
+     * Appends to synthetic `run` its `marker` and copies of `source`, and owes them to `providerThread` with a handoff
+     * of `kind` (none when `held`: see `copyInto`). Returns the handoff and the copies' tokens.
+     */
+    const writeCopies = (
+      kind: "fork" | "merge",
+      run: Run,
+      providerThread: ProviderThread,
+      marker: string,
+      source: ReadonlyArray<Item>,
+      held: NativeThread | null
+    ) =>
+      Effect.gen(function*() {
+        const threadId = run.threadId
         const copies = yield* itemLog.append(threadId, run.id, [
           {
             kind: "handoff_marker",
@@ -123,6 +146,22 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
         const handoff = held === null ? yield* delivery.createHandoff(threadId, kind, providerThread, [run]) : null
         return { run, handoff, tokens: copies.slice(1).reduce((n, i) => n + i.tokens, 0) }
       })
+
+    /**
+     * Appends to `threadId` a synthetic run on `providerThread` holding `marker` (a `handoff_marker` item) and copies
+     * of `source` (same kind, text, tool call id, name and state; new ids), then owes the copies to `providerThread`
+     * with a handoff of `kind` — unless `held`, the native thread that already holds them (a native fork): the run is
+     * then recorded as seen by it and nothing is owed. Joins the caller's transaction.
+     */
+    const copyInto = (
+      kind: "fork" | "merge",
+      threadId: Thread["id"],
+      providerThread: ProviderThread,
+      marker: string,
+      source: ReadonlyArray<Item>,
+      held: NativeThread | null = null
+    ) =>
+      Effect.flatMap(insertCopyRun(threadId, providerThread, held), (run) => writeCopies(kind, run, providerThread, marker, source, held))
 
     /**
      * Records the native thread the provider forked (`heldFork`) as the first, active native thread (generation 1)
@@ -225,15 +264,16 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
         handoffId: link.handoffId,
         ...(native === null ? {} : { nativeThreadId: native.id })
       } })
-      return { link, run: copied.run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff, native } satisfies LinkOutcome
+      return { link, run: copied.run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff, native, behind: null } satisfies LinkOutcome
     })
 
     /**
      * Merges the fork's runs `(fromRunSeq, throughRunSeq]` (all ended) back into `parent`: copies their transferable
      * items into a new run of the parent and owes them to `providerThread` (the parent's active provider thread) with
      * a `merge` handoff. Returns `null` (writes nothing) when those runs hold no transferable item. A turn running on
-     * the parent is not disturbed: the handoff is delivered at the parent's next turn start. Joins the caller's
-     * transaction.
+     * the parent is not disturbed: the handoff is delivered at the parent's next turn start. With an unfinished run of
+     * the parent ahead of the new run (`behind`), only the run, the link and the events are written now, the run marked
+     * as owing its copies (see the module's docblock; `recordOwedMerge` writes them). Joins the caller's transaction.
      */
     const mergeBack = Span.fn("ThreadLineage.mergeBack")(function*(
       forkThread: Thread,
@@ -245,16 +285,24 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
       const throughRunSeq = sourceRuns.at(-1)?.seq ?? fromRunSeq
       const source = (yield* store.listItemsOfRuns(sourceRuns.map((r) => r.id))).filter(isTransferable)
       if (source.length === 0) return null
-      const marker = `Merged back from fork ${forkThread.id} (${range(fromRunSeq, throughRunSeq)}): ` +
-        `${source.length} item(s), owed to ${providerThread.providerInstance} as a merge handoff. The originals stay ` +
-        `readable by id in ${forkThread.id}.`
-      const copied = yield* copyInto("merge", parent.id, providerThread, marker, source)
+      const run = yield* insertCopyRun(parent.id, providerThread, null)
+      const ahead = yield* store.findFirstUnfinishedRun(parent.id)
+      const behind = ahead._tag === "Some" && ahead.value.seq < run.seq ? ahead.value : null
+      let copied: { readonly handoff: ContextHandoff | null; readonly tokens: number }
+      if (behind === null) {
+        const marker = mergeMarker(forkThread.id, fromRunSeq, throughRunSeq, source.length, providerThread.providerInstance)
+        copied = yield* writeCopies("merge", run, providerThread, marker, source, null)
+      } else {
+        yield* store.setPromptOwed(run.id, true)
+        // The copies' counts are their originals' (the same rendered form, counted by the same counter).
+        copied = { handoff: null, tokens: source.reduce((n, i) => n + i.tokens, 0) }
+      }
       const link: ThreadLink = {
         id: ids.next("lnk"),
         kind: "merge",
         parentThreadId: parent.id,
         forkThreadId: forkThread.id,
-        runId: copied.run.id,
+        runId: run.id,
         fromRunSeq,
         throughRunSeq,
         itemCount: source.length,
@@ -265,16 +313,40 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
       yield* store.appendEvent({ threadId: parent.id, type: "thread.merged", payload: {
         linkId: link.id,
         forkThreadId: forkThread.id,
-        runId: copied.run.id,
+        runId: run.id,
         fromRunSeq,
         throughRunSeq,
         itemCount: source.length,
-        handoffId: link.handoffId
+        handoffId: link.handoffId,
+        ...(behind === null ? {} : { behindRunId: behind.id })
       } })
       yield* store.appendEvent({ threadId: forkThread.id, type: "thread.merged", payload: { linkId: link.id, parentThreadId: parent.id, throughRunSeq } })
-      return { link, run: copied.run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff, native: null } satisfies LinkOutcome
+      return { link, run, itemCount: source.length, tokens: copied.tokens, handoff: copied.handoff, native: null, behind } satisfies LinkOutcome
     })
 
-    return { fork, mergeBack }
+    /**
+     * Writes the copies a merge recorded behind an unfinished run owes (`mergeBack`): merge `link`'s synthetic `run`
+     * gets its marker and the fork's transferable items of runs `(fromRunSeq, throughRunSeq]` — the first
+     * `link.itemCount` of them, in seq order: the items there were at the merge (output a fork's run records after
+     * its end comes later in the fork's order, and is not part of this merge) — owed to the run's provider thread by
+     * a `merge` handoff, named on the link. The caller clears the run's mark (`RunLifecycle.recordOwedPrompts`, once
+     * every run ahead has ended; no switch can happen meanwhile: a thread with an unfinished run refuses one). Joins
+     * the caller's transaction. Fails with `PersistenceError` (the run's provider thread missing included).
+     */
+    const recordOwedMerge = Span.fn("ThreadLineage.recordOwedMerge")(function*(run: Run, link: ThreadLink) {
+      const forkRuns = yield* store.listRunsBetween(link.forkThreadId, link.fromRunSeq, link.throughRunSeq + 1)
+      const source = (yield* store.listItemsOfRuns(forkRuns.map((r) => r.id))).filter(isTransferable).slice(0, link.itemCount)
+      const found = yield* store.getProviderThread(run.providerThreadId)
+      if (found._tag === "None") {
+        return yield* new PersistenceError({ operation: "ThreadLineage.recordOwedMerge", detail: `provider thread ${run.providerThreadId} of merge run ${run.id} not found` })
+      }
+      const providerThread = found.value
+      const marker = mergeMarker(link.forkThreadId, link.fromRunSeq, link.throughRunSeq, source.length, providerThread.providerInstance)
+      const copied = yield* writeCopies("merge", run, providerThread, marker, source, null)
+      if (copied.handoff !== null) yield* store.setLinkHandoff(link.id, copied.handoff.id)
+      return copied
+    })
+
+    return { fork, mergeBack, recordOwedMerge }
   })
 }) {}

@@ -523,7 +523,9 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * since the fork or its previous merge (up to its first run still in progress) become one merge run of the
      * parent, owed to the parent's active provider thread by a `merge` handoff. Merging again merges only what is
      * new; nothing new is a no-op (`runId: null`). A turn running on the parent is not disturbed: the merge is
-     * delivered at its next turn start. Fails with `ThreadNotFound`, `InvalidRequest` (not a fork).
+     * delivered at its next turn start, and takes its place in the parent's order after every unfinished run ahead of
+     * it (`behindRunId`: its copies and handoff are recorded when they have ended, see ThreadLineage). Fails with
+     * `ThreadNotFound`, `InvalidRequest` (not a fork).
      */
     const mergeBack = Span.fn("ThreadService.mergeBack")(function*(command: Commands.MergeBack) {
       return yield* withReceipt(
@@ -554,7 +556,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
             throughRunSeq: merged?.link.throughRunSeq ?? fromRunSeq,
             itemCount: merged?.itemCount ?? 0,
             tokens: merged?.tokens ?? 0,
-            handoffId: merged?.handoff?.id ?? null
+            handoffId: merged?.handoff?.id ?? null,
+            ...(merged?.behind == null ? {} : { behindRunId: merged.behind.id })
           }
         })
       ).pipe(uow.thread(command.forkThreadId, "ThreadService.mergeBack"))

@@ -245,10 +245,14 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const queued = yield* o.service.enqueueMessage(Commands.SendMessage.make({ commandId: "queued-p4" as CommandId, threadId: parent, text: "queued before the merge" }))
         const merged = yield* o.merge(forkId)
         expect((yield* o.store.getRun(merged.runId as never)).pipe((r) => r._tag === "Some" ? r.value.seq : null)).toBe(5)
+        expect(merged.behindRunId).toBe(queued.id)
         h.script.enqueue(Harness.reply(20))
         const first = yield* o.service.processRun(queued.id)
         expect(first.runSeq).toBe(4)
         expect(first.turnStart?.deliveredItems).toBe(0)
+        // The merge's copies follow the queued run's prompt and answer, as a message queued behind it would.
+        const order = (yield* o.store.listItems(parent)).slice(-5).map((i) => [i.runId === queued.id ? 4 : i.runId === merged.runId ? 5 : 0, i.kind])
+        expect(order).toEqual([[4, "user_message"], [4, "assistant_message"], [5, "handoff_marker"], [5, "user_message"], [5, "assistant_message"]])
         h.script.enqueue(Harness.reply(20))
         const next = yield* o.send(parent, "after the merge")
         expect(next.runSeq).toBe(6)
@@ -293,12 +297,28 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
           expect((yield* o.store.getRun(runId as never)).pipe((r) => r._tag === "Some" ? r.value.status : null)).toBe("running")
 
           const merged = yield* o.merge(forkId)
-          expect(merged).toMatchObject({ throughRunSeq: 2, itemCount: 2 })
+          // Behind the running turn: the merge run is written, its copies and handoff owed till the turn ends.
+          expect(merged).toMatchObject({ throughRunSeq: 2, itemCount: 2, handoffId: null, behindRunId: runId })
+          expect(yield* o.store.listItemsOfRuns([merged.runId as never])).toEqual([])
           yield* Deferred.succeed(gate, undefined)
           const finished = yield* Fiber.join(running)
           expect(finished.status).toBe("completed")
           expect(finished.runSeq).toBe(4)
           expect(finished.turnStart?.deliveredItems).toBe(0)
+          // The turn's prompt and answer, then the merge's marker and copies: nothing merged inside the turn's span
+          // (the copies took seqs between its prompt and its answer: the record read as if the model saw them).
+          const items = yield* o.store.listItems(parent)
+          const label = (runIdOf: string | null) => runIdOf === runId ? "run 4" : runIdOf === merged.runId ? "merge" : "earlier"
+          expect(items.slice(-5).map((i) => [label(i.runId), i.kind])).toEqual([
+            ["run 4", "user_message"],
+            ["run 4", "assistant_message"],
+            ["merge", "handoff_marker"],
+            ["merge", "user_message"],
+            ["merge", "assistant_message"]
+          ])
+          const link = (yield* o.store.listLinks(parent)).find((l) => l.kind === "merge")!
+          expect(link.handoffId).not.toBeNull()
+          expect(yield* o.store.listPromptOwedRuns(parent)).toEqual([])
 
           base.script.enqueue(Harness.reply(20))
           const next = yield* o.send(parent, "parent next turn")

@@ -338,3 +338,93 @@ describe.each(Harness.dialects)("a crash between a queued message's end and the 
     })
   }
 })
+
+// A merge-back into a thread whose run A is in progress (waiting on a client tool call, or streaming) owes its copies
+// till A ends (ThreadLineage: written at once, they took seqs inside A's span, between its prompt and its answer).
+// A crash between the merge and A's end: the next process ends A (the user's interrupt, or restart recovery) and the
+// merge's marker and copies are recorded once, after every item of A, with their handoff named on the link.
+describe.each(Harness.dialects)("a crash between a merge-back behind a run and that run's end, on %s", (_label, db) => {
+  const providers = [{ name: "claude", window: 200_000, inject: false }]
+
+  for (const ahead of ["waiting", "running"] as const) {
+    it.live(`the run ahead ${ahead === "waiting" ? "waits on a client tool call" : "streams a turn"}: the merge's copies are recorded once, after its items`, () => {
+      Harness.useDb(db)
+      const h = Harness.make(providers, { db })
+      const claude = h.providers.claude!
+      const config = { toolResultTimeoutMillis: 60_000 }
+      return Harness.withDbFile((file) =>
+        Effect.gen(function*() {
+          const dead = { now: false }
+          const gate = yield* Deferred.make<void>()
+          const first = yield* Scope.make()
+          const p1 = yield* Layer.buildWithScope(
+            RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, `m1${ahead}`, undefined, Harness.dyingStore(dead)))),
+            first
+          )
+          const { a, merged, threadId } = yield* Effect.gen(function*() {
+            const service = yield* ThreadService.ThreadService
+            const driver = yield* RunDriver.RunDriver
+            const store = yield* ThreadStore
+            const threadId: ThreadId = yield* service.createThread(Commands.CreateThread.make({
+              commandId: cid(),
+              title: "merge order",
+              providerInstance: "claude" as Commands.CreateThread["providerInstance"],
+              tools: [readFile]
+            }))
+            const fork = yield* service.fork(Commands.ForkThread.make({ commandId: cid(), threadId }))
+            h.script.enqueue({ items: [Harness.produced("assistant_message", "Found the bug.", { messageId: "msg_f" })] })
+            const f = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId: fork.threadId, text: "Find the bug" }))
+            expect((yield* driver.awaitRun(f.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+            h.script.enqueue(ahead === "waiting"
+              ? {
+                items: [
+                  Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
+                  Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
+                ]
+              }
+              : { items: [Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }), Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })], hold: { afterItems: 1, gate } })
+            const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
+            yield* untilAhead(a.runId, ahead)
+            const merged = yield* service.mergeBack(Commands.MergeBack.make({ commandId: cid(), forkThreadId: fork.threadId }))
+            expect(merged).toMatchObject({ itemCount: 2, handoffId: null, behindRunId: a.runId })
+            // The merge owes its copies: marked, nothing recorded for it yet.
+            expect((yield* store.listPromptOwedRuns(threadId)).map((r) => r.id)).toEqual([merged.runId])
+            expect(yield* store.listItemsOfRuns([merged.runId!])).toEqual([])
+            return { a, merged, threadId }
+          }).pipe(Effect.provide(p1))
+          // The process dies here: the merge is recorded, A did not end.
+          dead.now = true
+          yield* Effect.exit(Scope.close(first, Exit.void))
+
+          const p2 = RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, `m2${ahead}`)))
+          yield* Effect.gen(function*() {
+            const driver = yield* RunDriver.RunDriver
+            const store = yield* ThreadStore
+            if (ahead === "waiting") {
+              expect(yield* store.listItemsOfRuns([merged.runId!])).toEqual([])
+              expect((yield* driver.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: a.runId }))).status).toBe("interrupted")
+            } else {
+              expect((yield* untilStatus(a.runId, "interrupted")).failureCode).toBe("process_restarted")
+            }
+            const label = (runId: RunId | null) => runId === a.runId ? "A" : runId === merged.runId ? "M" : "?"
+            const items = yield* store.listItems(threadId)
+            expect(items.map((i) => [label(i.runId), i.kind])).toEqual([
+              ["A", "user_message"],
+              ["A", "assistant_message"],
+              ...(ahead === "waiting" ? [["A", "tool_call"], ["A", "tool_result"]] : []),
+              ["M", "handoff_marker"],
+              ["M", "user_message"],
+              ["M", "assistant_message"]
+            ])
+            expect(yield* store.listPromptOwedRuns(threadId)).toEqual([])
+            const link = (yield* store.listLinks(threadId)).find((l) => l.kind === "merge")!
+            const handoffs = yield* store.listHandoffs(threadId)
+            expect(handoffs.filter((x) => x.kind === "merge").map((x) => x.id)).toEqual([link.handoffId])
+            const o = yield* Harness.ops
+            expect(yield* o.check(threadId, h)).toEqual([])
+          }).pipe(Effect.scoped, Effect.provide(p2))
+        })
+      ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
+    })
+  }
+})

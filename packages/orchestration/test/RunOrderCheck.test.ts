@@ -46,3 +46,46 @@ describe("InvariantChecks run-order", () => {
     }).pipe(Effect.scoped, Effect.provide(layer))
   })
 })
+
+// A merge-back written while a run of the parent was in progress took seqs inside that run's span, between its prompt
+// and its answer (review: the record read as if the model had seen the merged history before it answered). Its
+// copies are now recorded after the run ahead ends (ThreadLineage); the check had exempted copied history, so the old
+// record passed it. Here the fixed record passes, and the same record with the merge's items moved inside the run's
+// span — the old behaviour's — is reported; so is a merge whose owed copies were never recorded.
+describe("InvariantChecks run-order: a merge-back inside a run's span", () => {
+  it.effect("merge items between a run's prompt and its answer are reported; a merge that never got its copies too", () => {
+    const h = Harness.make([{ name: "claude", window: 200_000, inject: false }])
+    return Effect.gen(function*() {
+      const o = yield* Harness.ops
+      const parent = yield* o.create("claude")
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(parent, "parent first")
+      const forkId = (yield* o.fork(parent)).threadId as ThreadId
+      h.script.enqueue(Harness.reply(20))
+      yield* o.send(forkId, "fork finds the bug")
+      const queued = yield* o.service.enqueueMessage(Commands.SendMessage.make({ commandId: cid(), threadId: parent, text: "parent second" }))
+      const merged = yield* o.merge(forkId)
+      h.script.enqueue(Harness.reply(20))
+      yield* o.service.processRun(queued.id)
+
+      const record = yield* InvariantChecks.readRecord(parent)
+      expect(InvariantChecks.checkRecord(record)).toEqual([])
+      const ofRun = (runId: string | null) => runId === queued.id ? "queued" : runId === merged.runId ? "merge" : "first"
+      expect(record.items.map((i) => ofRun(i.runId))).toEqual(["first", "first", "queued", "queued", "merge", "merge", "merge"])
+
+      // The old record: the merge's marker and copies between the queued run's prompt and its answer.
+      const [p1, a1, p2, a2, ...copies] = record.items
+      const old = [p1!, a1!, p2!, ...copies, a2!].map((i, k) => ({ ...i, seq: k + 1 }))
+      const violations = InvariantChecks.checkRecord({ ...record, items: old })
+      expect(violations.filter((v) => v.startsWith("run-order:"))).toEqual([
+        `run-order: item ${a2!.id} (assistant_message, seq 7) of run seq 2 follows item seq 4 of run seq 3`
+      ])
+
+      // A merge whose owed copies were lost (never recorded though the run ahead has ended).
+      const lost = InvariantChecks.checkRecord({ ...record, items: record.items.filter((i) => i.runId !== merged.runId) })
+      expect(lost.filter((v) => v.startsWith("nothing-lost: merge"))).toEqual([
+        `nothing-lost: merge ${record.links.find((l) => l.kind === "merge")!.id} (run seq 3) holds 0 items, 2 copies and a marker owed`
+      ])
+    }).pipe(Effect.provide(h.layer))
+  })
+})

@@ -465,8 +465,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         ),
       /**
        * Marks run `runId` as owing its prompt (`owed`: it ended while queued behind an unfinished run, its prompt not
-       * yet recorded) or clears the mark (its prompt has just been recorded). In the caller's unit of work, with the
-       * run's end or the prompt's item. See migration 0022.
+       * yet recorded) or clears the mark (its prompt has just been recorded). A merge's synthetic run written behind an
+       * unfinished run owes its copied history the same way (`ThreadLineage.mergeBack`). In the caller's unit of work,
+       * with the run's end or the prompt's item. See migration 0022.
        */
       setPromptOwed: (runId: RunId, owed: boolean) =>
         sql`UPDATE runs SET prompt_owed = ${owed ? 1 : 0} WHERE id = ${runId}`.pipe(Effect.asVoid, orPersistence("runs.setPromptOwed")),
@@ -1037,6 +1038,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           "thread_links.findFork",
           sql`SELECT * FROM thread_links WHERE fork_thread_id = ${forkThreadId} AND kind = 'fork'`
         ),
+      /**
+       * The fork or merge whose synthetic run is `runId` (`ThreadLink.runId`), if it is one. Read for a run that owes its
+       * history (`prompt_owed` on a merge run: `RunLifecycle.recordOwedPrompts`), so rarely.
+       */
+      findLinkOfRun: (runId: RunId) =>
+        links.findOne("thread_links.findOfRun", sql`SELECT * FROM thread_links WHERE run_id = ${runId}`),
+      /**
+       * Names `handoffId` as the handoff that owes link `linkId`'s copies: a merge recorded behind a run in progress
+       * (`ThreadLineage.recordOwedMerge`) has none until its copies are written. In the caller's unit of work.
+       */
+      setLinkHandoff: (linkId: ThreadLink["id"], handoffId: ContextHandoff["id"]) =>
+        sql`UPDATE thread_links SET handoff_id = ${handoffId} WHERE id = ${linkId}`.pipe(Effect.asVoid, orPersistence("thread_links.setHandoff")),
       /** The newest merge of `forkThreadId` into its parent, if any. */
       findLastMerge: (forkThreadId: ThreadId) =>
         links.findOne(

@@ -257,6 +257,21 @@ const allSamples = (threadId: ThreadId): ReadonlyArray<NewThreadEvent> => [
       handoffId: null
     }
   },
+  // A merge behind an unfinished run of the parent: its copies and handoff are owed till that run ends.
+  {
+    threadId,
+    type: "thread.merged",
+    payload: {
+      linkId: "lnk_3",
+      forkThreadId: thr("thr_fork"),
+      runId: run("run_6"),
+      fromRunSeq: 5,
+      throughRunSeq: 6,
+      itemCount: 2,
+      handoffId: null,
+      behindRunId: run("run_5")
+    }
+  },
   { threadId, type: "usage.reported", payload: { nativeThreadId: nat("nat_1"), usage: { usedTokens: 1_200 }, trusted: true } }
 ]
 

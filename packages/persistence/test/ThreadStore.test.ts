@@ -1,4 +1,4 @@
-import type { CommandId, Item, ItemId, NativeThreadId, ProviderInstance, ProviderThreadId, Run, RunId, ThreadId, ToolCallId } from "@baton/contracts"
+import type { CommandId, HandoffId, Item, ItemId, NativeThreadId, ProviderInstance, ProviderThreadId, Run, RunId, ThreadId, ToolCallId } from "@baton/contracts"
 import { Database, Migrations, ThreadStore } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -287,6 +287,58 @@ describe("ThreadStore on a SQLite file", () => {
       yield* store.setPromptOwed("run_8" as RunId, true)
       yield* store.insertRun(run("run_12", 4, "running"))
       expect(yield* store.updateRunIfRunning("run_12" as RunId, "completed", later)).toEqual({ moved: true, promptsOwed: true })
+    }).pipe(Effect.provide(layerAt(":memory:"))))
+
+  it.effect("findLinkOfRun finds the fork or merge whose synthetic run it is (None for another run); setLinkHandoff names a merge's handoff once its copies are written", () =>
+    Effect.gen(function*() {
+      const store = yield* ThreadStore
+      const now = yield* DateTime.now
+      yield* store.insertThread(thread("thr_p", now))
+      yield* store.insertThread(thread("thr_f", now))
+      yield* store.insertProviderThread({
+        id: "pth_p" as ProviderThreadId,
+        threadId: "thr_p" as ThreadId,
+        providerInstance: "claude" as ProviderInstance,
+        model: "m",
+        contextWindow: null,
+        activeNativeThreadId: null,
+        syncedRunSeq: 0,
+        createdAt: now,
+        updatedAt: now
+      })
+      const run = (id: string, seq: number): Run => ({
+        id: id as RunId,
+        threadId: "thr_p" as ThreadId,
+        seq,
+        providerThreadId: "pth_p" as ProviderThreadId,
+        status: "completed",
+        prompt: "",
+        stopPoint: "before_provider",
+        failureReason: null,
+        failureCode: null,
+        nativeThreadId: null,
+        createdAt: now,
+        updatedAt: now
+      })
+      yield* store.insertRun(run("run_p1", 1))
+      yield* store.insertRun(run("run_p2", 2))
+      const link = {
+        id: "lnk_m",
+        kind: "merge" as const,
+        parentThreadId: "thr_p" as ThreadId,
+        forkThreadId: "thr_f" as ThreadId,
+        runId: "run_p2" as RunId,
+        fromRunSeq: 1,
+        throughRunSeq: 3,
+        itemCount: 4,
+        handoffId: null,
+        createdAt: now
+      }
+      yield* store.insertLink(link)
+      expect(yield* store.findLinkOfRun("run_p2" as RunId)).toEqual(Option.some(link))
+      expect(yield* store.findLinkOfRun("run_p1" as RunId)).toEqual(Option.none())
+      yield* store.setLinkHandoff("lnk_m", "hnd_9" as HandoffId)
+      expect(yield* store.findLinkOfRun("run_p2" as RunId)).toEqual(Option.some({ ...link, handoffId: "hnd_9" }))
     }).pipe(Effect.provide(layerAt(":memory:"))))
 
   it.live("long reads (a thread's runs by page, items by chunks of ids) yield to the event loop between statements, and return every row in order", () =>

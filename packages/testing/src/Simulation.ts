@@ -101,6 +101,9 @@ const simplifications = (op: Operation): ReadonlyArray<Operation> => {
     case "fork":
       if (op.provider !== null) out.push({ ...op, provider: null })
       break
+    case "merge":
+      if (op.behindWait) out.push({ ...op, behindWait: false })
+      break
     case "interrupt_before_start":
       if (op.prompt > 20) out.push({ ...op, prompt: 20 }, { ...op, prompt: Math.floor(op.prompt / 2) })
       break

@@ -701,3 +701,46 @@ describe("a model API's resume in the simulation (tester r36)", () => {
     expect(strip(withApi)).toEqual(without)
   })
 })
+
+// Review: a merge-back while the parent's run was in progress (here waiting on a client tool call, its call held in
+// its tool wait) recorded the merge's copies inside that run's span, before its call and result: the record read as
+// if the model had seen the merged history first. The run-order check (InvariantChecks) reports it (seeds 6 and 8 of
+// the soak with `mergesBehind`, before the fix); the merge now owes its copies until the run ahead ends
+// (ThreadLineage, runs.prompt_owed). A crash at every durable step of the merge: after the restart the client
+// interrupts the parent's waiting run, and the copies are recorded once, after its items.
+describe("a merge-back behind a parent's run waiting on a client tool call, in the simulation", () => {
+  const scenario = (crash: ReturnType<typeof crashAt> | null): Simulation.Scenario => ({
+    seed: 36,
+    providers: providers({ big: true, small: false, plain: false }),
+    ops: [
+      { kind: "create", id: 0, provider: "big", crash: null },
+      send(1),
+      { kind: "fork", id: 2, provider: "plain", crash: null },
+      send(3),
+      { kind: "merge", id: 4, leave: true, behindWait: true, crash },
+      send(6)
+    ]
+  })
+
+  it.live("no violation: the merge's copies after the waiting run's call and result", () =>
+    Effect.gen(function*() {
+      const outcome = yield* Simulation.execute(scenario(null))
+      expect(outcome.violations).toEqual([])
+      expect(outcome.trace[4]!.split("  =>  ")[1]).toBe("merged runs 2-2: 2 items (64 tok); parent's waiting run interrupted")
+    }), { timeout: 60_000 })
+
+  it.live("a crash at every durable step of the merge: no violation after restart", () =>
+    Effect.gen(function*() {
+      const crashed: Array<string> = []
+      for (let at = 1; at <= 40; at++) {
+        const outcome = yield* Simulation.execute(scenario(crashAt(at, at % 2 === 0)))
+        expect([at, outcome.violations]).toEqual([at, []])
+        if (outcome.crashes === 0) break
+        crashed.push(...outcome.crashPoints)
+      }
+      // Every write of the merge's unit of work: its run, the mark that it owes its copies, the link, the events, the
+      // receipt.
+      const sites = new Set(crashed.map((p) => p.replace(/^[^:]+: /, "").replace(/#\d+$/, "")))
+      expect([...sites].sort()).toEqual(["store.appendEvent", "store.insertLink", "store.insertReceipt", "store.insertRun", "store.setPromptOwed"])
+    }), { timeout: 180_000 })
+})

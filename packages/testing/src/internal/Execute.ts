@@ -905,6 +905,19 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
               break
             }
             const cmd = Commands.MergeBack.make({ commandId: cid(op.id), forkThreadId: fork })
+            if (op.behindWait) {
+              // The parent's run waits on a client tool call while the fork is merged into it.
+              script.clear()
+              script.enqueue({
+                items: [
+                  produced("assistant_message", `m${op.id}: reading`, { messageId: `msg_${op.id}_mwait` }),
+                  produced("tool_call", JSON.stringify({ path: `src/merge${op.id}.ts` }), { toolCallId: `call_${op.id}_mclient`, toolName: clientTool.name, messageId: `msg_${op.id}_mwait` })
+                ]
+              })
+              const ahead = Commands.SendMessage.make({ commandId: cid(op.id, "_ahead"), threadId: parent, text: promptText(op.id, 12), tools: [clientTool] })
+              const sent = yield* attempt(noPlan, service((s) => s.sendMessage(ahead)))
+              if (sent._tag === "failed") violations.push(describeFailure(op, sent.message))
+            }
             const copyRuns = within(Effect.map(Effect.flatMap(ThreadStore, (s) => s.listLinks(parent)), (ls) =>
               ls.filter((l) => l.kind === "merge" && l.parentThreadId === parent).length)).pipe(Effect.orElseSucceed(() => -1))
             const before = yield* copyRuns
@@ -919,6 +932,14 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
             } else if (c.result._tag === "failed") violations.push(describeFailure(op, c.result.message))
             const after = yield* copyRuns
             if (after > before + 1) violations.push(`idempotency: MergeBack ${cmd.commandId} merged ${after - before} times`)
+            // The parent's run in progress is interrupted (after a crash: whatever the restart left unfinished).
+            for (let k = 0; op.behindWait && k < 3; k++) {
+              const open = yield* within(Effect.flatMap(ThreadStore, (st) => st.findFirstUnfinishedRun(parent))).pipe(Effect.orElseSucceed(() => Option.none()))
+              if (open._tag === "None") break
+              const left = yield* attempt(noPlan, service((s) => s.interrupt(Commands.InterruptRun.make({ commandId: cid(op.id, `_mleft${k}`), threadId: parent, runId: open.value.id }))))
+              if (left._tag === "failed") violations.push(describeFailure(op, left.message))
+              result += `; parent's ${open.value.status} run interrupted`
+            }
             break
           }
           case "restart":

@@ -132,6 +132,13 @@ export type Operation =
     readonly kind: "merge"
     readonly id: number
     readonly leave: boolean
+    /**
+     * The parent has a run in progress when the fork is merged: a send on the parent whose turn calls a client
+     * tool (the run waits for the client's result), then the merge, then that run interrupted (after a crash: whatever
+     * the restart left unfinished). Review: the merge's copies took seqs inside that run's span, between its prompt
+     * and its call's result.
+     */
+    readonly behindWait: boolean
     readonly crash: CrashSpec | null
   }
   | { readonly kind: "restart"; readonly id: number }
@@ -218,6 +225,11 @@ export interface Features {
    */
   readonly queues: boolean
   /**
+   * Merge-backs into a parent whose run waits on a client tool call (`merge` with `behindWait`), from a PRNG of their
+   * own like offloads.
+   */
+  readonly mergesBehind: boolean
+  /**
    * Commands racing a turn on the same thread (`race`: `/compact`, `/offload` or a switch issued while a turn is
    * inside a provider call), from a PRNG of their own like offloads.
    */
@@ -243,7 +255,8 @@ export const allFeatures: Features = {
   truth: true,
   races: true,
   queues: true,
-  modelApi: true
+  modelApi: true,
+  mergesBehind: true
 }
 
 /**
@@ -363,6 +376,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rq = Prng.make((seed ^ 0x0e0e0e) >>> 0)
   // And so do alike answers (the model-API feature).
   const rm = Prng.make((seed ^ 0xa91a11) >>> 0)
+  // And so do merges behind a waiting run.
+  const rb = Prng.make((seed ^ 0x3e76eb) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
     .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
@@ -463,7 +478,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
       } else {
         const leave = rl.chance(0.6)
         if (leave) depth--
-        ops.push({ kind: "merge", id: id2, leave, crash: crashFor(rl, features, "merge", 0.25) })
+        const crash = crashFor(rl, features, "merge", 0.25)
+        ops.push({ kind: "merge", id: id2, leave, behindWait: features.mergesBehind && rb.chance(0.5), crash })
       }
     }
   }
@@ -608,7 +624,7 @@ export const formatOperation = (op: Operation): string => {
     case "fork":
       return `fork${op.provider === null ? "" : ` onto ${op.provider}`}${crashText(op.crash)}`
     case "merge":
-      return `merge back${op.leave ? " and leave the fork" : ""}${crashText(op.crash)}`
+      return `merge back${op.behindWait ? " behind a run of the parent waiting on a client tool" : ""}${op.leave ? " and leave the fork" : ""}${crashText(op.crash)}`
     case "restart":
       return "restart"
     case "queue_behind_wait":
