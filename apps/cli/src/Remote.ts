@@ -225,21 +225,44 @@ const untilSettled = (client: Effect.Effect.Success<ReturnType<typeof api>>, run
  * for tool results again (the new open calls). With `--json`, the run view as one JSON object.
  */
 export const toolResults = (target: Target, threadId: string, runId: string, results: string, json: boolean) =>
-  call(target, Effect.gen(function*() {
-    const client = yield* api(target)
-    const parsed = yield* jsonArgument("--results", results, ResultsArgument, `a JSON array of {"toolCallId", "output", "isError"?} or {"results": [...]}`)
-    const list = "results" in parsed ? parsed.results : parsed
-    const accepted = yield* client.runs.toolResults({
-      path: { threadId: threadId as ThreadId, runId: runId as RunId },
-      payload: { results: list },
-      headers: {}
-    })
-    if (!json) yield* Console.log(`posted: ${list.length} result(s) for run ${accepted.runSeq} ${accepted.runId}`)
-    const view = yield* untilSettled(client, accepted.runId, new Set(list.map((r) => r.toolCallId)))
-    if (json) yield* Console.log(JSON.stringify(yield* Schema.encode(RunView)(view)))
-    else yield* Console.log(view.run.status === "waiting" ? waitingLines(threadId, view) : Format.runReply(view))
-    if (view.run.status !== "completed" && view.run.status !== "waiting") process.exitCode = 1
-  }))
+  Effect.flatMap(Ref.make<Option.Option<{ readonly runSeq: number }>>(Option.none()), (posted) =>
+    call(target, Effect.gen(function*() {
+      const client = yield* api(target)
+      const parsed = yield* jsonArgument("--results", results, ResultsArgument, `a JSON array of {"toolCallId", "output", "isError"?} or {"results": [...]}`)
+      const list = "results" in parsed ? parsed.results : parsed
+      const accepted = yield* client.runs.toolResults({
+        path: { threadId: threadId as ThreadId, runId: runId as RunId },
+        payload: { results: list },
+        headers: {}
+      })
+      yield* Ref.set(posted, Option.some({ runSeq: accepted.runSeq }))
+      if (!json) yield* Console.log(`posted: ${list.length} result(s) for run ${accepted.runSeq} ${accepted.runId}`)
+      const view = yield* untilSettled(client, accepted.runId, new Set(list.map((r) => r.toolCallId)))
+      if (json) yield* Console.log(JSON.stringify(yield* Schema.encode(RunView)(view)))
+      else yield* Console.log(view.run.status === "waiting" ? waitingLines(threadId, view) : Format.runReply(view))
+      if (view.run.status !== "completed" && view.run.status !== "waiting") process.exitCode = 1
+    })).pipe(Effect.onInterrupt(() =>
+      Effect.flatMap(Ref.get(posted), (p) => Console.error(`baton: ${toolResultsInterruptedLine(target, threadId, runId, p)}`)))))
+
+/**
+ * The one line (without `baton: `) `tool-results` prints on stderr when SIGINT (Ctrl-C) stops it: before the server
+ * accepted the results they may or may not have been recorded; after, the run goes on on the server. Either way the
+ * line says how to see the run.
+ */
+export const toolResultsInterruptedLine = (
+  target: Target,
+  threadId: string,
+  runId: string,
+  posted: Option.Option<{ readonly runSeq: number }>
+): string =>
+  Option.match(posted, {
+    onNone: () =>
+      `interrupted before the server answered: the results for run ${runId} may have been recorded; ` +
+      `see with \`${showCommand(target, threadId)}\``,
+    onSome: ({ runSeq }) =>
+      `interrupted: run ${runSeq} ${runId} goes on on the server with the results (Ctrl-C stops only this command); ` +
+      `see it with \`${showCommand(target, threadId)}\``
+  })
 
 /** `baton --server URL thread show ID`: the thread's snapshot, as the in-process command prints it. */
 export const threadShow = (target: Target, threadId: string) =>

@@ -6,7 +6,7 @@
  * The server is a loopback stand-in speaking the API's wire format (as in StreamCut.test), so each edge is exact:
  * `stopAfterEnd` sends the run's events through its end, then stops listening and drops every connection, as a
  * `baton serve` stopped (SIGTERM) right then does; `hold` sends the run's start and keeps the stream open;
- * `silentPost` never answers the message's POST.
+ * `silentPost` never answers the message's POST (or the tool results' POST); `hold` also leaves `GET /runs/{id}` unanswered.
  */
 import { ThreadEvent } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
@@ -67,6 +67,14 @@ const standIn = (mode: Mode) =>
             res.writeHead(202, { "content-type": "application/json" })
             return res.end(JSON.stringify({ runId, threadId, runSeq: 1, status: "starting" }))
           }
+          if (req.method === "POST" && path === `/threads/${threadId}/runs/${runId}/tool-results`) {
+            req.resume()
+            if (mode._tag === "silentPost") return Deferred.unsafeDone(streaming, Effect.void)
+            res.writeHead(202, { "content-type": "application/json" })
+            return res.end(JSON.stringify({ runId, threadId, runSeq: 1, status: "running" }))
+          }
+          // `tool-results` then reads the run until it settles: held unanswered, the run going on.
+          if (req.method === "GET" && path === `/runs/${runId}` && mode._tag === "hold") return Deferred.unsafeDone(streaming, Effect.void)
           if (req.method === "GET" && path === `/threads/${threadId}/events`) {
             res.writeHead(200, { "content-type": "text/event-stream" })
             res.write(started.map(sse).join(""))
@@ -159,6 +167,32 @@ describe("baton --server URL send: the run's end and Ctrl-C", () => {
       expect(sent.stdout).toBe("")
       expect(sent.stderr).toBe(
         `baton: interrupted before the server answered: the message may have been queued; see with \`baton --server ${url} thread show ${threadId}\`\n`
+      )
+      expect(sent.code).toBe(130)
+    }).pipe(Effect.scoped), 60_000)
+
+  // Found in review: `tool-results`, which also waits on the run, exited 130 on Ctrl-C without a word.
+  const results = JSON.stringify([{ toolCallId: "call_1", output: "42" }])
+  it.live("tool-results, Ctrl-C while the run goes on: one line saying it goes on on the server with the results, exit 130", () =>
+    Effect.gen(function*() {
+      const { streaming, url } = yield* standIn({ _tag: "hold" })
+      const sent = yield* signalled(["--server", url, "--token", token, "tool-results", threadId, runId, "--results", results], streaming, "SIGINT")
+      expect(sent.stdout).toBe(`posted: 1 result(s) for run 1 ${runId}\n`)
+      expect(sent.stderr).toBe(
+        `baton: interrupted: run 1 ${runId} goes on on the server with the results (Ctrl-C stops only this command); ` +
+          `see it with \`baton --server ${url} thread show ${threadId}\`\n`
+      )
+      expect(sent.code).toBe(130)
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("tool-results, Ctrl-C before the server answered: one line saying the results may have been recorded, exit 130", () =>
+    Effect.gen(function*() {
+      const { streaming, url } = yield* standIn({ _tag: "silentPost" })
+      const sent = yield* signalled(["--server", url, "--token", token, "tool-results", threadId, runId, "--results", results], streaming, "SIGINT")
+      expect(sent.stdout).toBe("")
+      expect(sent.stderr).toBe(
+        `baton: interrupted before the server answered: the results for run ${runId} may have been recorded; ` +
+          `see with \`baton --server ${url} thread show ${threadId}\`\n`
       )
       expect(sent.code).toBe(130)
     }).pipe(Effect.scoped), 60_000)
