@@ -171,17 +171,28 @@ export const answerNodeRefusals = (server: Http.Server): Http.Server => {
 /**
  * A Node HTTP server on `host:port` whose open connections are closed `shutdownTimeoutMs` after shutdown begins
  * (the listener stops accepting at once; requests still open by the deadline are cut). Until the API is served on it,
- * every request is answered 503 `ServerStarting` with `Retry-After: 1`.
+ * every request is answered 503 `ServerStarting` with `Retry-After: 1`; once the API has left it (the shutdown: a
+ * request on a connection still open), 503 `ServerStopping` with `Retry-After: 1` and `connection: close`.
  */
 export const listener = (settings: Pick<ServerConfig.ServerSettings, "host" | "port" | "limits">) =>
   Layer.unwrapEffect(Effect.sync(() => {
     const server = Http.createServer()
     // The socket listens before the API is attached (the API is built on the listening server): a request in that
     // window would find no handler and hang. Until the API's handler joins this one, answer 503 with Retry-After.
+    // After the API's handler has joined and left again, the server is stopping, not starting (found by a user: a
+    // request on a kept-alive connection during the shutdown was told "the server is starting").
+    let served = false
     server.on("request", (_request: Http.IncomingMessage, response: Http.ServerResponse) => {
       if (server.listenerCount("request") > 1) return
+      if (served) {
+        response.writeHead(503, { "content-type": "application/json", "retry-after": "1", connection: "close" })
+        return response.end(JSON.stringify({ _tag: "ServerStopping", message: "the server is stopping; retry in a moment (it or another process may serve then)" }))
+      }
       response.writeHead(503, { "content-type": "application/json", "retry-after": "1" })
       response.end(JSON.stringify({ _tag: "ServerStarting", message: "the server is starting; retry in a moment" }))
+    })
+    server.on("newListener", (event: string | symbol) => {
+      if (event === "request") served = true
     })
     answerNodeRefusals(server)
     // Built after the server, so its finalizer runs before the server's close (which waits for open connections).

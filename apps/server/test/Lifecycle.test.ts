@@ -8,7 +8,7 @@ import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { Server, type ServerConfig } from "@baton/server"
-import { HttpServer } from "@effect/platform"
+import { HttpServer, HttpServerResponse } from "@effect/platform"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Scope } from "effect"
 import * as Http from "node:http"
 import { client, get, raw, serve } from "./helpers.js"
@@ -77,5 +77,37 @@ describe("start-up", () => {
       expect(answer.status).toBe(503)
       expect(answer.retryAfter).toBe("1")
       expect(JSON.parse(answer.body)).toMatchObject({ _tag: "ServerStarting" })
+    }))
+
+  // Found by a user: during a shutdown, a request on a connection still open was answered 503 "the server is
+  // starting": the start-up answer stood in for the API once it had left, too.
+  it.live("a request after the API has left the listener (the shutdown) gets 503 ServerStopping, not ServerStarting", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const context = yield* Layer.buildWithScope(
+        Server.listener({ host: "127.0.0.1", port: 0, limits: { shutdownTimeoutMs: 5_000 } as ServerConfig.ServerSettings["limits"] }),
+        scope
+      )
+      const address = Context.get(context, HttpServer.HttpServer).address
+      const port = address._tag === "TcpAddress" ? address.port : 0
+      const ask = Effect.async<{ status: number; retryAfter: string | undefined; body: string }>((resume) => {
+        const request = Http.get({ host: "127.0.0.1", port, path: "/healthz", timeout: 5_000, agent: false }, (response) => {
+          let body = ""
+          response.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")))
+          response.on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, retryAfter: response.headers["retry-after"], body })))
+        })
+        request.on("timeout", () => request.destroy(new Error("no answer within 5 s")))
+        request.on("error", (e) => resume(Effect.succeed({ status: 0, retryAfter: undefined, body: e.message })))
+      })
+      // An app served on the listener, then gone (its scope closed, as the API's is first at a shutdown).
+      const app = yield* Scope.make()
+      yield* Layer.buildWithScope(HttpServer.serve(HttpServerResponse.text("served")), app).pipe(Effect.provide(context))
+      const served = yield* ask
+      yield* Scope.close(app, Exit.void)
+      const after = yield* ask
+      yield* Scope.close(scope, Exit.void)
+      expect([served.status, served.body]).toEqual([200, "served"])
+      expect([after.status, after.retryAfter]).toEqual([503, "1"])
+      expect(JSON.parse(after.body)).toMatchObject({ _tag: "ServerStopping" })
     }))
 })
