@@ -547,7 +547,9 @@ const portOption = Options.text("port").pipe(
     /^[0-9]+$/.test(text)
       ? Effect.succeed(Number(text))
       : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--port: expected an integer from 0 to 65535 in decimal digits, got '${text}'`)))
-  )
+  ),
+  Options.withDescription("port (default 8787; 0: any free port)"),
+  Options.optional
 )
 
 /**
@@ -559,7 +561,7 @@ const serve = Command.make(
   "serve",
   {
     host: Options.text("host").pipe(Options.withDescription("address to bind (default 127.0.0.1: loopback only)"), Options.optional),
-    port: portOption.pipe(Options.withDescription("port (default 8787; 0: any free port)"), Options.optional),
+    port: portOption,
     // Read (and a missing or unreadable file refused, one `baton: FILE: …` line) by ServerConfig.
     config: Options.file("config").pipe(Options.withDescription("JSON config file (see docs/server.md)"), Options.optional),
     db: dbOption,
