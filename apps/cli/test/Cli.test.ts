@@ -147,7 +147,7 @@ describe("baton (process)", () => {
     for (const port of ["0x50", "8e3"]) {
       const result = await baton(["serve", "--port", port, "--data-dir", dir])
       expect([result.code, result.stdout]).toEqual([2, ""])
-      expect(result.stderr.trim()).toBe(`--port: expected an integer from 0 to 65535 in decimal digits, got '${port}'`)
+      expect(result.stderr).toBe(`baton: --port: expected an integer from 0 to 65535 in decimal digits, got '${port}'\n`)
     }
     expect(Fs.readdirSync(dir)).toEqual([])
     Fs.rmSync(dir, { recursive: true, force: true })
