@@ -10,7 +10,7 @@
  */
 import { Api, ClientTool, type ItemId, type OpenToolCall, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, type ToolResultOffloadControl, terminalRunStatuses } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
-import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest } from "@effect/platform"
+import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Console, Data, DateTime, Duration, Effect, Either, Option, ParseResult, Ref, Schedule, Schema, Stream } from "effect"
 import * as Fs from "node:fs"
 import * as Format from "./Format.js"
@@ -446,13 +446,21 @@ const maxCutsWithoutProgress = 5
 const isRequestError = (error: unknown) => HttpClientError.isHttpClientError(error) && error._tag === "RequestError"
 
 /**
+ * A reconnecting stream's server answered 503: a restarting `baton serve` listens before its API is attached and
+ * answers every request `503 ServerStarting` (`Retry-After: 1`) until then, so the try is retried like a server that
+ * does not answer yet; `response` is handed on as the answer once the schedule is spent.
+ */
+class NotServingYet extends Data.TaggedError("NotServingYet")<{ readonly response: HttpClientResponse.HttpClientResponse }> {}
+
+/**
  * The events of a stream endpoint (`path`, e.g. `/threads/ID/events?follow=true`) as they arrive, decoded, from after
  * `lastEventId` when given. The stream resumes with `Last-Event-ID` whenever it ends early, so nothing is missed or
  * repeated:
  * - a client that fell behind is sent `subscriber_too_slow` naming its cursor and the stream ends: it reconnects
  *   with that cursor;
  * - a connection cut after its 200 (the server killed mid-run, a dropped connection: the body's read fails) is
- *   reconnected after the last event received, retried on `reconnectSchedule` while nothing answers; an event cut in
+ *   reconnected after the last event received, retried on `reconnectSchedule` while nothing answers or the server
+ *   answers 503 (a restarted server not serving its API yet: `ServerStarting`); an event cut in
  *   half by it is never handed on (the next connection sends it whole).
  * Fails with `RemoteFailure` carrying the server's sentence when it answers an error instead of a stream, "cannot
  * reach" when a cut stream's server stays gone, and "lost" after `maxCutsWithoutProgress` cuts without an event.
@@ -469,7 +477,10 @@ const eventStream = (
   let received = false
   const execute = Effect.flatMap(HttpClient.HttpClient, (client) => client.execute(streamRequest(target, path, lastEventId)))
   const once = Effect.gen(function*() {
-    const response = yield* (reconnect === undefined ? execute : Effect.retry(execute, { schedule: reconnectSchedule, while: isRequestError }))
+    const response = yield* (reconnect === undefined ? execute : Effect.retry(
+      Effect.flatMap(execute, (r) => r.status === 503 ? Effect.fail(new NotServingYet({ response: r })) : Effect.succeed(r)),
+      { schedule: reconnectSchedule, while: (e) => isRequestError(e) || e instanceof NotServingYet }
+    ).pipe(Effect.catchTag("NotServingYet", (e) => Effect.succeed(e.response))))
     if (response.status !== 200) {
       const text = yield* response.text
       const body = Schema.decodeUnknownOption(ErrorBody)(text)

@@ -9,7 +9,7 @@
  * recorded, and exit 130/143 (see CliRuntime). With `--server URL` (or `BATON_SERVER`) the thread commands and
  * `send`, `switch`, `compact`, `offload`, `events` talk to a Baton server over HTTP instead (see Remote).
  */
-import { Args, Command, Options, ValidationError } from "@effect/cli"
+import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
 import { Cause, Console, Effect, Either, Layer, Option } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
@@ -537,6 +537,22 @@ const events = Command.make(
 ).pipe(Command.withDescription("prints the event log (of one thread or all), then with --follow the live tail (needs --server)"))
 
 /**
+ * `--port N`: decimal digits only. `Options.integer` reads its value with `Number`, so `--port 0x50` listened on port
+ * 80 and `--port 8e3` on 8000; such a value is refused as a non-number is (one line naming `--port`, exit 2). The
+ * range (0..65535) is ServerConfig's to check.
+ */
+const portOption = Options.text("port").pipe(
+  Options.withPseudoName("integer"),
+  Options.mapEffect((text) =>
+    /^[0-9]+$/.test(text)
+      ? Effect.succeed(Number(text))
+      : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--port: expected an integer from 0 to 65535 in decimal digits, got '${text}'`)))
+  ),
+  Options.withDescription("port (default 8787; 0: any free port)"),
+  Options.optional
+)
+
+/**
  * `baton serve`: the HTTP server (see apps/server and docs/server.md) on the embedded default — SQLite under
  * ./.baton/, scripted providers — or on what the flags, `--config FILE` and the environment say. A configuration
  * error names the field and exits 2 before anything starts. Serves until SIGINT/SIGTERM, then shuts down in order.
@@ -545,7 +561,7 @@ const serve = Command.make(
   "serve",
   {
     host: Options.text("host").pipe(Options.withDescription("address to bind (default 127.0.0.1: loopback only)"), Options.optional),
-    port: Options.integer("port").pipe(Options.withDescription("port (default 8787; 0: any free port)"), Options.optional),
+    port: portOption,
     // Read (and a missing or unreadable file refused, one `baton: FILE: …` line) by ServerConfig.
     config: Options.file("config").pipe(Options.withDescription("JSON config file (see docs/server.md)"), Options.optional),
     db: dbOption,

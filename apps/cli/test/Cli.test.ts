@@ -142,6 +142,17 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
+  it("serve --port takes decimal digits only: 0x50 and 8e3 are refused, not read as ports 80 and 8000", async () => {
+    const dir = tmp()
+    for (const port of ["0x50", "8e3"]) {
+      const result = await baton(["serve", "--port", port, "--data-dir", dir])
+      expect([result.code, result.stdout]).toEqual([2, ""])
+      expect(result.stderr).toBe(`baton: --port: expected an integer from 0 to 65535 in decimal digits, got '${port}'\n`)
+    }
+    expect(Fs.readdirSync(dir)).toEqual([])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {
     const dir = tmp()
     const holder = Net.createServer()

@@ -79,9 +79,12 @@ const runView = {
 
 /**
  * The stand-in server: the first event stream sends the events up to `cutAfter` and is destroyed; each later one
- * sends the events after its `Last-Event-ID` and ends. `staysGone`: the server stops listening as it cuts the stream. `cursors` collects each stream request's `Last-Event-ID`.
+ * sends the events after its `Last-Event-ID` and ends. `staysGone`: the server stops listening as it cuts the stream.
+ * `startingAnswers`: the first that many stream requests after the cut are answered as a restarted `baton serve`
+ * answers before its API is attached (`503 ServerStarting`, `Retry-After: 1`). `cursors` collects each stream
+ * request's `Last-Event-ID`.
  */
-const standIn = (cutAfter: number, staysGone = false) =>
+const standIn = (cutAfter: number, staysGone = false, startingAnswers = 0) =>
   Effect.acquireRelease(
     Effect.async<{ readonly url: string; readonly cursors: Array<string | undefined>; readonly server: Http.Server }>((resume) => {
       const cursors: Array<string | undefined> = []
@@ -99,6 +102,10 @@ const standIn = (cutAfter: number, staysGone = false) =>
         if (req.method === "GET" && path === `/threads/${threadId}/events`) {
           const cursor = req.headers["last-event-id"] as string | undefined
           cursors.push(cursor)
+          if (cursors.length > 1 && cursors.length <= 1 + startingAnswers) {
+            res.writeHead(503, { "content-type": "application/json", "retry-after": "1" })
+            return res.end(JSON.stringify({ _tag: "ServerStarting", message: "the server is starting; retry in a moment" }))
+          }
           res.writeHead(200, { "content-type": "text/event-stream" })
           res.write(": heartbeat\n\n")
           if (cursors.length === 1) {
@@ -150,6 +157,21 @@ describe("the CLI's event stream cut after its 200", () => {
         "the reply"
       ])
       expect(cursors).toEqual([undefined, "3"])
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("send retries a restarted server's 503 ServerStarting and prints the run's end and reply", () =>
+    Effect.gen(function*() {
+      const { cursors, url } = yield* standIn(3, false, 2)
+      const sent = yield* baton(["--server", url, "--token", token, "send", threadId, "hello"])
+      expect(sent.stderr).toBe("")
+      expect(sent.code).toBe(0)
+      expect(sent.stdout.trimEnd().split("\n")).toEqual([
+        `sent: run 1 ${runId} starting`,
+        ...lines(log.slice(1)),
+        "run 1 completed",
+        "the reply"
+      ])
+      expect(cursors).toEqual([undefined, "3", "3", "3"])
     }).pipe(Effect.scoped), 60_000)
 
   it.live("a server that stays gone after the cut: the events printed, then \"cannot reach\" on one line, exit 2", () =>

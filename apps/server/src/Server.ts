@@ -7,7 +7,7 @@
  * - `orchestratorLayer` is the embedded default: the database of the settings (SQLite file or Postgres), its provider
  *   instances (scripted, or model APIs: Anthropic Messages, OpenAI Responses, Chat Completions), random ids, and the `RunDriver` (which reconciles runs left by a dead process when built).
  * - `run` serves both on `host:port` until interrupted (SIGINT/SIGTERM under the CLI's runtime), then shuts down in
- *   order: the listener stops accepting and open requests get `shutdownTimeoutMs` to finish before their
+ *   order: the run driver stops taking runs, the listener stops accepting and open requests get `shutdownTimeoutMs` to finish before their
  *   connections are closed; then the run driver interrupts the turns in flight (each bounded by
  *   `interruptTimeoutMs`) so each ends with a recorded outcome (`process_stopped`).
  */
@@ -264,17 +264,22 @@ export const gatewayOf = (settings: ServerConfig.ServerSettings): Omit<Gateway.G
 
 /**
  * The whole server of the settings: orchestrator, API and listener; prints `listening on http://HOST:PORT` on
- * stdout once it accepts connections (after a warning on stderr when the host is beyond loopback).
+ * stdout once it accepts connections (after a warning on stderr when the host is beyond loopback). Its shutdown
+ * begins by telling the run driver to stop taking runs (`RunDriver.stopTaking`), before the listener gives open
+ * requests their deadline: a live event stream holds the shutdown until that deadline, and the driver must not start
+ * the queued runs meanwhile (each would reach the provider only to be interrupted).
  */
 export const layer = (settings: ServerConfig.ServerSettings) =>
-  Layer.effectDiscard(Effect.flatMap(HttpServer.HttpServer, (server) =>
-    Effect.zipRight(
-      ServerConfig.isLoopback(settings.host)
-        ? Effect.void
-        : Effect.logWarning(`listening on ${settings.host}, beyond loopback: anyone who can reach it and holds a token can use it; serve it behind TLS`),
-      Console.log(`listening on ${server.address._tag === "TcpAddress" ? ServerConfig.serverUrl(server.address) : HttpServer.formatAddress(server.address)}`)
-    )
-  )).pipe(
+  Layer.scopedDiscard(Effect.gen(function*() {
+    const server = yield* HttpServer.HttpServer
+    const driver = yield* RunDriver.RunDriver
+    // Built last, so released first: before the listener's deadline and close.
+    yield* Effect.addFinalizer(() => driver.stopTaking)
+    yield* ServerConfig.isLoopback(settings.host)
+      ? Effect.void
+      : Effect.logWarning(`listening on ${settings.host}, beyond loopback: anyone who can reach it and holds a token can use it; serve it behind TLS`)
+    yield* Console.log(`listening on ${server.address._tag === "TcpAddress" ? ServerConfig.serverUrl(server.address) : HttpServer.formatAddress(server.address)}`)
+  })).pipe(
     Layer.provideMerge(httpLayer({
       tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken },
       maxBodyBytes: settings.limits.maxBodyBytes,

@@ -388,11 +388,14 @@ const envBoolean = (name: string) =>
     return Effect.fail(new ConfigInvalid({ source: name, reason: `expected 1, true, on, 0, false or off, got "${text}"` }))
   })
 
-/** An optional environment variable holding an integer within `[min, max]`. */
+/**
+ * An optional environment variable holding an integer within `[min, max]`, in decimal digits: `Number` alone also
+ * read `0x50` as 80 (`BATON_PORT=0x50` listened on port 80) and `1e6` as 1,000,000.
+ */
 const envInt = (name: string, min: number, max: number) =>
   Effect.flatMap(env(name), (text) => {
     if (text === undefined) return Effect.succeed(Option.none<number>())
-    const n = Number(text)
+    const n = /^[0-9]+$/.test(text.trim()) ? Number(text.trim()) : Number.NaN
     return Number.isInteger(n) && n >= min && n <= max
       ? Effect.succeed(Option.some(n))
       : Effect.fail(new ConfigInvalid({ source: name, reason: `expected an integer from ${min} to ${max}, got "${text}"` }))

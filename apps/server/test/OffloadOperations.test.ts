@@ -145,11 +145,20 @@ describe("/offload over HTTP: server-owned operations", () => {
         const api = yield* client()
         const { reply, release } = held(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
         summariser.enqueue(reply)
+        const preview = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })
+        expect(preview.coveredItems).toBeGreaterThan(0)
         const offloading = yield* Effect.fork(api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, operationId: "op-cancel" }, headers: {} }))
         yield* until(() => summariser.requests.length === 1)
         const cancelled = yield* api.threads.cancelOffload({ path: { threadId, operationId: "op-cancel" } })
         expect(cancelled).toMatchObject({ operationId: "op-cancel", outcome: "cancelled", offloaded: false, summaryItemId: null })
         expect(cancelled.message).toBe("The offload was cancelled before it was applied. The conversation is unchanged.")
+        // Nothing applied: every item is kept, and every token with it (the kept tokens once counted only those after
+        // the cut it would have made).
+        expect([cancelled.keptItems, cancelled.keptTokens, cancelled.tokensAfter]).toEqual([
+          preview.coveredItems + preview.keptItems,
+          preview.coveredTokens + preview.keptTokens,
+          preview.tokensBefore
+        ])
         // The request that started it answers the same outcome; the provider's late answer changes nothing.
         expect(yield* Fiber.join(offloading)).toEqual(cancelled)
         release()

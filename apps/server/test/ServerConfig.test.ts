@@ -127,6 +127,11 @@ describe("ServerConfig", () => {
       expect(yield* failure({ file: { limits: { maxBodyBytes: 10 } } }))
         .toBe("baton.json: limits.maxBodyBytes: Expected a number between 1024 and 1073741824, actual 10")
       expect(yield* failure({ env: { BATON_PORT: "http" } })).toBe("BATON_PORT: expected an integer from 0 to 65535, got \"http\"")
+      // Decimal digits only: `Number` read these as 80, 1,000,000 and 4,096.
+      expect(yield* failure({ env: { BATON_PORT: "0x50" } })).toBe("BATON_PORT: expected an integer from 0 to 65535, got \"0x50\"")
+      expect(yield* failure({ env: { BATON_MAX_BODY_BYTES: "1e6" } })).toBe("BATON_MAX_BODY_BYTES: expected an integer from 1024 to 1073741824, got \"1e6\"")
+      expect(yield* failure({ env: { BATON_MAX_BODY_BYTES: "0b1000000000000" } }))
+        .toBe("BATON_MAX_BODY_BYTES: expected an integer from 1024 to 1073741824, got \"0b1000000000000\"")
       expect(yield* failure({ env: { BATON_TOKEN: "same-token-0123456789", BATON_READ_TOKEN: "same-token-0123456789" } }))
         .toBe("auth: the read-only token must differ from the admin token")
     }))

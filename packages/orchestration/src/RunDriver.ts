@@ -29,7 +29,8 @@
  *   signal each other: the process that records the results or the interrupt wakes its own worker, which takes the
  *   thread's next run (a worker stopped elsewhere stays stopped until its own wake: the deadline timer or a send).
  * - At shutdown (its scope closing, e.g. on SIGTERM) it stops taking runs and interrupts the runs in flight the same
- *   way, so each ends with a recorded outcome.
+ *   way, so each ends with a recorded outcome. `stopTaking` stops taking runs earlier, while the server still gives
+ *   open requests their deadline.
  *
  * Fiber bookkeeping (which threads have a worker here, which run each fiber drives) is process-local runtime state;
  * everything two processes must agree on is in the database.
@@ -572,6 +573,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (!terminalRunStatuses.includes(accepted.status)) yield* wake(accepted.threadId)
           return accepted
         }),
+      /**
+       * Stops taking runs, the first step of a shutdown (the server calls it as soon as it stops accepting
+       * connections, before open requests are given their deadline): each thread's worker ends after the run it
+       * drives, which goes on until the driver's scope closes and interrupts it; runs queued meanwhile stay queued
+       * for the next process, and a send accepted from now on is ended at the scope's close as a run in flight is.
+       * Idempotent; never fails.
+       */
+      stopTaking: mutex.withPermits(1)(Effect.sync(() => void (stopping = true))),
       /** Runs this process drives right now. */
       inFlight: () => [...inFlight.keys()],
       /** Threads with a worker fiber here right now (one that has not yet found its thread's queue empty). */

@@ -1,0 +1,137 @@
+/**
+ * `baton serve` stopped (SIGTERM) while a client follows a thread's events and runs are queued behind the run in
+ * flight: the shutdown gives open requests `limits.shutdownTimeoutMs`, and the live event stream is one of them, so
+ * the run driver must stop taking runs when the shutdown begins, not when the deadline ends. Found by trying it: the
+ * driver went on starting the queued runs during the deadline, each reaching the provider only to be interrupted
+ * (`process_stopped`) a few seconds later.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Data, Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import { frame, loopback, type Reply, sse } from "../../../packages/providers/test/support/Loopback.js"
+import { batonArgs } from "./support/CliEntry.js"
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url))
+const token = "admin-token-0123456789abcdef"
+const kind = "anthropic-messages" as const
+
+interface Served {
+  readonly child: ChildProcess
+  readonly url: string
+}
+
+class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
+
+/** Starts `baton serve --port 0 --config FILE --data-dir DIR`; waits for its URL. */
+const serve = (config: string, dataDir: string) =>
+  Effect.async<Served, NotListening>((resume) => {
+    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--config", config, "--data-dir", dataDir]), {
+      cwd: repo,
+      env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "", BATON_PROVIDERS: "", TEST_MODEL_KEY: "sk-test-0123456789" },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 60_000)
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      const found = /listening on (http:\/\/\S+)/.exec(stdout)
+      if (found !== null) {
+        clearTimeout(timer)
+        resume(Effect.succeed({ child, url: found[1]! }))
+      }
+    })
+    return Effect.sync(() => void child.kill("SIGKILL"))
+  })
+
+/** A JSON request to the server with the admin token. */
+const call = (url: string, method: "GET" | "POST", body?: unknown) =>
+  Effect.promise(async () => {
+    const response = await fetch(url, {
+      method,
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) })
+    })
+    return (await response.json()) as Record<string, unknown>
+  })
+
+/** An answer that streams for about `millis` (pings 100 ms apart) and then ends the turn with `text`. */
+const answer = (text: string, millis: number): Reply =>
+  sse(frame(kind, [
+    `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":50,"output_tokens":1}}}`,
+    ...Array.from({ length: Math.ceil(millis / 100) }, () => `{"type":"ping"}`),
+    `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+    `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}`,
+    `{"type":"content_block_stop","index":0}`,
+    `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}`,
+    `{"type":"message_stop"}`
+  ]), { gapMillis: 100 })
+
+describe("baton serve stopped (SIGTERM) with a follower connected and runs queued", () => {
+  it.live("the queued runs never reach the provider during the shutdown's deadline", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      // The turn in flight ends about 2 s after the SIGTERM, well inside the 8 s deadline the open stream holds.
+      loop.enqueue(answer("first", 2_500), answer("second", 0), answer("third", 0))
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-shutdown-grace-"))
+      const config = Path.join(dir, "baton.json")
+      Fs.writeFileSync(config, JSON.stringify({
+        providers: [{
+          kind,
+          name: "claude",
+          baseUrl: loop.url,
+          model: "claude-sonnet-4-5",
+          apiKeyEnv: "TEST_MODEL_KEY",
+          contextWindow: 200_000,
+          autoCompactThreshold: 180_000,
+          maxOutputTokens: 4_096,
+          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
+          maxRetries: 0,
+          toolResultOffload: false
+        }],
+        auth: { token },
+        limits: { shutdownTimeoutMs: 8_000 }
+      }))
+      const served = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const { threadId } = yield* call(`${served.url}/threads`, "POST", { title: "grace", providerInstance: "claude" })
+      // A follower (the dashboard, `baton events --follow`): its stream stays open until the deadline.
+      const follower = new AbortController()
+      const stream = yield* Effect.promise(() =>
+        fetch(`${served.url}/threads/${threadId}/events`, { headers: { authorization: `Bearer ${token}` }, signal: follower.signal })
+      )
+      expect(stream.status).toBe(200)
+      const reading = stream.body!.pipeTo(new WritableStream()).catch(() => undefined)
+      const runs: Array<string> = []
+      for (const text of ["one", "two", "three"]) {
+        runs.push((yield* call(`${served.url}/threads/${threadId}/messages`, "POST", { text })).runId as string)
+      }
+      // The first run's request is at the provider: stop the server.
+      const turns = () => loop.requests.filter((r) => r.url === "/v1/messages").length
+      for (let i = 0; i < 200 && turns() === 0; i++) yield* Effect.sleep("50 millis")
+      expect(turns()).toBe(1)
+      served.child.kill("SIGTERM")
+      const code = yield* Effect.promise(() => new Promise<number | null>((done) => served.child.once("exit", (c) => done(c))))
+      follower.abort()
+      yield* Effect.promise(() => reading)
+      expect(code).toBe(143)
+      // Only the run in flight reached the provider; the queued ones stayed queued for the next process.
+      expect(turns()).toBe(1)
+
+      const next = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const statuses = []
+      for (const runId of runs) {
+        const view = (yield* call(`${next.url}/runs/${runId}`, "GET")) as { run: { status: string; failureCode: string | null } }
+        statuses.push([view.run.status, view.run.failureCode])
+      }
+      expect(statuses).toEqual([
+        ["completed", null],
+        ["interrupted", "process_restarted"],
+        ["interrupted", "process_restarted"]
+      ])
+    }).pipe(Effect.scoped), 180_000)
+})
