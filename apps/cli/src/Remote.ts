@@ -447,7 +447,8 @@ const isRequestError = (error: unknown) => HttpClientError.isHttpClientError(err
 
 /**
  * A reconnecting stream's server answered 503: a restarting `baton serve` listens before its API is attached and
- * answers every request `503 ServerStarting` (`Retry-After: 1`) until then, so the try is retried like a server that
+ * answers every request `503 ServerStarting` (`Retry-After: 1`) until then (a stopping one, on a connection still
+ * open, `503 ServerStopping`), so the try is retried like a server that
  * does not answer yet; `response` is handed on as the answer once the schedule is spent.
  */
 class NotServingYet extends Data.TaggedError("NotServingYet")<{ readonly response: HttpClientResponse.HttpClientResponse }> {}
@@ -460,7 +461,7 @@ class NotServingYet extends Data.TaggedError("NotServingYet")<{ readonly respons
  *   with that cursor;
  * - a connection cut after its 200 (the server killed mid-run, a dropped connection: the body's read fails) is
  *   reconnected after the last event received, retried on `reconnectSchedule` while nothing answers or the server
- *   answers 503 (a restarted server not serving its API yet: `ServerStarting`); an event cut in
+ *   answers 503 (a restarted server not serving its API yet: `ServerStarting`; one stopping: `ServerStopping`); an event cut in
  *   half by it is never handed on (the next connection sends it whole).
  * Fails with `RemoteFailure` carrying the server's sentence when it answers an error instead of a stream, "cannot
  * reach" when a cut stream's server stays gone, and "lost" after `maxCutsWithoutProgress` cuts without an event.
