@@ -459,7 +459,8 @@ class NotServingYet extends Data.TaggedError("NotServingYet")<{ readonly respons
  * repeated:
  * - a client that fell behind is sent `subscriber_too_slow` naming its cursor and the stream ends: it reconnects
  *   with that cursor;
- * - a connection cut after its 200 (the server killed mid-run, a dropped connection: the body's read fails) is
+ * - a connection cut after its 200 (the server killed mid-run, a dropped connection: the body's read fails), or a
+ *   stream the server ended with `server_stopping` (its shutdown), is
  *   reconnected after the last event received, retried on `reconnectSchedule` while nothing answers or the server
  *   answers 503 (a restarted server not serving its API yet: `ServerStarting`; one stopping: `ServerStopping`); an event cut in
  *   half by it is never handed on (the next connection sends it whole).
@@ -494,6 +495,12 @@ const eventStream = (
       Stream.filterMapEffect((event) => {
         if (event.event === "subscriber_too_slow") {
           resumeFrom = event.id
+          return Option.none()
+        }
+        // The server is stopping (its shutdown ends live streams with this, then the stream ends): resumed like a
+        // cut, after the last event received, while the server (this one back, or another) does not answer.
+        if (event.event === "server_stopping") {
+          cut = true
           return Option.none()
         }
         return Option.some(unreadable(decodeEvent(event.data)).pipe(Effect.tap(() => {

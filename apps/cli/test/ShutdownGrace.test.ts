@@ -1,9 +1,10 @@
 /**
  * `baton serve` stopped (SIGTERM) while a client follows a thread's events and runs are queued behind the run in
- * flight: the shutdown gives open requests `limits.shutdownTimeoutMs`, and the live event stream is one of them, so
- * the run driver must stop taking runs when the shutdown begins, not when the deadline ends. Found by trying it: the
- * driver went on starting the queued runs during the deadline, each reaching the provider only to be interrupted
- * (`process_stopped`) a few seconds later.
+ * flight: the shutdown gives open requests `limits.shutdownTimeoutMs`, so the run driver must stop taking runs when
+ * the shutdown begins, not when the deadline ends (found by trying it: the driver went on starting the queued runs
+ * during the deadline, each reaching the provider only to be interrupted a few seconds later), and the live event
+ * stream must not be one of those open requests: it ends at once with a `server_stopping` event (found by the same
+ * tester: a follower, which the dashboard always is, held every shutdown till the deadline).
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Data, Effect } from "effect"
@@ -76,8 +77,8 @@ describe("baton serve stopped (SIGTERM) with a follower connected and runs queue
   it.live("the queued runs never reach the provider during the shutdown's deadline", () =>
     Effect.gen(function*() {
       const loop = yield* loopback
-      // The turn in flight ends about 2 s after the SIGTERM, well inside the 8 s deadline the open stream holds.
-      loop.enqueue(answer("first", 2_500), answer("second", 0), answer("third", 0))
+      // The turn in flight would end about 6 s after the SIGTERM, inside the 8 s deadline an open stream held before.
+      loop.enqueue(answer("first", 6_000), answer("second", 0), answer("third", 0))
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-shutdown-grace-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
@@ -99,13 +100,14 @@ describe("baton serve stopped (SIGTERM) with a follower connected and runs queue
       }))
       const served = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
       const { threadId } = yield* call(`${served.url}/threads`, "POST", { title: "grace", providerInstance: "claude" })
-      // A follower (the dashboard, `baton events --follow`): its stream stays open until the deadline.
+      // A follower (the dashboard, `baton events --follow`): its stream is ended when the shutdown begins.
       const follower = new AbortController()
       const stream = yield* Effect.promise(() =>
         fetch(`${served.url}/threads/${threadId}/events`, { headers: { authorization: `Bearer ${token}` }, signal: follower.signal })
       )
       expect(stream.status).toBe(200)
-      const reading = stream.body!.pipeTo(new WritableStream()).catch(() => undefined)
+      let streamed = ""
+      const reading = stream.body!.pipeThrough(new TextDecoderStream()).pipeTo(new WritableStream({ write: (chunk) => void (streamed += chunk) })).catch(() => undefined)
       const runs: Array<string> = []
       for (const text of ["one", "two", "three"]) {
         runs.push((yield* call(`${served.url}/threads/${threadId}/messages`, "POST", { text })).runId as string)
@@ -121,6 +123,8 @@ describe("baton serve stopped (SIGTERM) with a follower connected and runs queue
       expect(code).toBe(143)
       // Only the run in flight reached the provider; the queued ones stayed queued for the next process.
       expect(turns()).toBe(1)
+      // The follower's stream ended with the server's word, last (it resumes with Last-Event-ID elsewhere or later).
+      expect(streamed.endsWith(`event: server_stopping\ndata: {"message":"the server is stopping: reconnect with Last-Event-ID (the last id received)"}\n\n`)).toBe(true)
 
       const next = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
       const statuses = []
@@ -128,8 +132,10 @@ describe("baton serve stopped (SIGTERM) with a follower connected and runs queue
         const view = (yield* call(`${next.url}/runs/${runId}`, "GET")) as { run: { status: string; failureCode: string | null } }
         statuses.push([view.run.status, view.run.failureCode])
       }
+      // The follower no longer held the shutdown till the deadline: the turn in flight was interrupted and recorded
+      // (before, the open stream kept the server up past the turn's end, 6 s in, and it completed).
       expect(statuses).toEqual([
-        ["completed", null],
+        ["interrupted", "process_stopped"],
         ["interrupted", "process_restarted"],
         ["interrupted", "process_restarted"]
       ])

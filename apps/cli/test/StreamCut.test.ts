@@ -81,10 +81,11 @@ const runView = {
  * The stand-in server: the first event stream sends the events up to `cutAfter` and is destroyed; each later one
  * sends the events after its `Last-Event-ID` and ends. `staysGone`: the server stops listening as it cuts the stream.
  * `startingAnswers`: the first that many stream requests after the cut are answered as a restarted `baton serve`
- * answers before its API is attached (`503 ServerStarting`, `Retry-After: 1`). `cursors` collects each stream
- * request's `Last-Event-ID`.
+ * answers before its API is attached (`503 ServerStarting`, `Retry-After: 1`). `stopping`: the first stream is not
+ * cut but ended cleanly after a `server_stopping` event, as a `baton serve` whose shutdown has begun ends it.
+ * `cursors` collects each stream request's `Last-Event-ID`.
  */
-const standIn = (cutAfter: number, staysGone = false, startingAnswers = 0) =>
+const standIn = (cutAfter: number, staysGone = false, startingAnswers = 0, stopping = false) =>
   Effect.acquireRelease(
     Effect.async<{ readonly url: string; readonly cursors: Array<string | undefined>; readonly server: Http.Server }>((resume) => {
       const cursors: Array<string | undefined> = []
@@ -108,6 +109,11 @@ const standIn = (cutAfter: number, staysGone = false, startingAnswers = 0) =>
           }
           res.writeHead(200, { "content-type": "text/event-stream" })
           res.write(": heartbeat\n\n")
+          if (cursors.length === 1 && stopping) {
+            // A stopping `baton serve`: the events so far, its `server_stopping` word, and a clean end.
+            return res.end(log.filter((e) => e.seq <= cutAfter).map(sse).join("") +
+              `event: server_stopping\ndata: {"message":"the server is stopping: reconnect with Last-Event-ID (the last id received)"}\n\n`)
+          }
           if (cursors.length === 1) {
             res.write(log.filter((e) => e.seq <= cutAfter).map(sse).join(""))
             // Half of the next event, then the connection dies (SIGKILL): no end of the chunked body.
@@ -137,6 +143,18 @@ describe("the CLI's event stream cut after its 200", () => {
   it.live("events --follow resumes after the last event printed: each event once, exit 0", () =>
     Effect.gen(function*() {
       const { cursors, url } = yield* standIn(2)
+      const followed = yield* baton(["--server", url, "--token", token, "events", "--thread", threadId, "--follow"])
+      expect(followed.stderr).toBe("")
+      expect(followed.code).toBe(0)
+      expect(followed.stdout.trimEnd().split("\n")).toEqual(lines(log))
+      expect(cursors).toEqual([undefined, "2"])
+    }).pipe(Effect.scoped), 60_000)
+
+  // A stopping server ends its live streams with `server_stopping` (its shutdown no longer waits on followers): the
+  // CLI resumes as after a cut, where `events --follow` took the clean end for the end of the log before.
+  it.live("events --follow resumes after a stopping server's server_stopping end: each event once, exit 0", () =>
+    Effect.gen(function*() {
+      const { cursors, url } = yield* standIn(2, false, 0, true)
       const followed = yield* baton(["--server", url, "--token", token, "events", "--thread", threadId, "--follow"])
       expect(followed.stderr).toBe("")
       expect(followed.code).toBe(0)

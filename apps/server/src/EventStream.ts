@@ -6,18 +6,41 @@
  * `live` replays what was committed after the cursor and then follows the live tail (`EventFeed`: across
  * processes, a bounded buffer per subscriber), with a heartbeat comment every `heartbeatIntervalMillis`; a client
  * that fell too far behind gets a last `subscriber_too_slow` event naming its cursor and the stream ends (it
- * reconnects with `Last-Event-ID`). `replay` replays and ends (`follow=false`).
+ * reconnects with `Last-Event-ID`). When the server begins to stop (`Stopping`), a live stream ends at once with a
+ * last `server_stopping` event (no id: the client resumes from the last id it received, from this process once it is
+ * back or from another one), instead of holding the shutdown until its deadline. `replay` replays and ends
+ * (`follow=false`).
  */
 import { EventStream as Frames, InvalidRequest, type PersistenceError, type SubscriberTooSlow, ThreadEvent } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpServerResponse } from "@effect/platform"
-import { Chunk, Duration, Effect, Option, Schema, Stream } from "effect"
+import { Chunk, Context, Deferred, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
+
+const encodeEvent = Schema.encodeSync(ThreadEvent)
+const utf8 = new TextEncoder()
+
+const utf8Frame = (event: Sse.Event) => utf8.encode(Sse.encoder.write(event))
+
+/**
+ * The server's shutdown has begun: completed by `Server.layer` as the first step of its shutdown (with the run
+ * driver's `stopTaking`), before the listener gives open requests their deadline. Live event streams end on it.
+ */
+export class Stopping extends Context.Tag("@baton/server/EventStream/Stopping")<Stopping, Deferred.Deferred<void>>() {
+  /** A fresh, not yet completed signal. */
+  static readonly layer = Layer.effect(Stopping, Deferred.make<void>())
+}
+
+/** The last frame of a live stream ended by the server's shutdown (`Stopping`). */
+export const serverStoppingFrame = utf8Frame({
+  _tag: "Event",
+  id: undefined,
+  event: "server_stopping",
+  data: JSON.stringify({ message: "the server is stopping: reconnect with Last-Event-ID (the last id received)" })
+})
 
 /** Events read per database page while replaying. */
 export const pageSize = 500
 
-const encodeEvent = Schema.encodeSync(ThreadEvent)
-const utf8 = new TextEncoder()
 
 /** One event as SSE bytes, `id` being its cursor on this stream. */
 export const encode = (event: ThreadEvent, id: number) =>
@@ -62,11 +85,14 @@ const sseHeaders = { "cache-control": "no-cache", "x-accel-buffering": "no" }
  * live tail), each event's id `cursorOf(event)`, opening with `Frames.heartbeat` and sending it every
  * `heartbeatMillis` (default `Frames.heartbeatIntervalMillis`). It ends when the feed ends (shutdown); a `SubscriberTooSlow` ends it with a
  * `subscriber_too_slow` event whose data is `{ message, cursor }`; a storage failure is logged and ends it (the
- * client reconnects by cursor either way).
+ * client reconnects by cursor either way). `stopping` completed (the server's shutdown has begun) ends it at once with
+ * `serverStoppingFrame` (found by a tester: a follower, which the dashboard always is, held every shutdown until the
+ * listener's deadline, 10 s by default).
  */
 export const live = (
   events: Stream.Stream<ThreadEvent, SubscriberTooSlow | PersistenceError>,
   cursorOf: (event: ThreadEvent) => number,
+  stopping: Deferred.Deferred<void>,
   heartbeatMillis: number = Frames.heartbeatIntervalMillis
 ) =>
   HttpServerResponse.stream(
@@ -89,6 +115,10 @@ export const live = (
       ),
       Stream.tick(Duration.millis(heartbeatMillis)).pipe(Stream.drop(1), Stream.map(() => utf8.encode(Frames.heartbeat))),
       { haltStrategy: "left" }
+    ).pipe(
+      Stream.interruptWhen(Deferred.await(stopping)),
+      // Ended by the shutdown (not by the feed, a slow client or a storage failure): say so, last.
+      Stream.concat(Stream.unwrap(Effect.map(Deferred.isDone(stopping), (done) => done ? Stream.make(serverStoppingFrame) : Stream.empty)))
     )),
     { contentType: "text/event-stream", headers: sseHeaders }
   )

@@ -173,6 +173,7 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
   Effect.gen(function*() {
     const query = yield* ThreadQuery.ThreadQuery
     const feed = yield* EventFeed.EventFeed
+    const stopping = yield* EventStream.Stopping
     return handlers
       .handle("thread", ({ headers, path, urlParams }) =>
         Effect.gen(function*() {
@@ -187,7 +188,7 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
               after
             )
           }
-          return EventStream.live(yield* feed.thread(path.threadId, { afterSeq: after }), (e) => e.seq)
+          return EventStream.live(yield* feed.thread(path.threadId, { afterSeq: after }), (e) => e.seq, stopping)
         }))
       .handle("timeline", ({ path }) => query.timeline(path.threadId))
       .handle("all", ({ headers, urlParams }) =>
@@ -207,7 +208,7 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
           if (urlParams.follow === false) {
             return EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)
           }
-          return EventStream.live(yield* feed.all({ afterGlobalSeq: after }), (e) => e.globalSeq)
+          return EventStream.live(yield* feed.all({ afterGlobalSeq: after }), (e) => e.globalSeq, stopping)
         }))
   }))
 

@@ -20,10 +20,11 @@ import { Database, NativeMessageStore } from "@baton/persistence"
 import { CodexAdapter, ModelProviders, ModelSummariser, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser, Summariser } from "@baton/providers"
 import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Console, Data, Effect, Function, Layer, type Scope } from "effect"
+import { Console, Data, Deferred, Effect, Function, Layer, type Scope } from "effect"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
+import * as EventStream from "./EventStream.js"
 import * as Gateway from "./Gateway.js"
 import * as Handlers from "./Handlers.js"
 import * as HttpGuard from "./HttpGuard.js"
@@ -57,7 +58,9 @@ export const httpLayer = (options: HttpOptions) =>
     )),
     // Path parameters up to the longest id the API accepts (200 characters, percent-encoded up to 3 bytes each):
     // the router's default (100) answered a longer, valid operation id 404 RouteNotFound (review finding).
-    Layer.provide(HttpRouter.setRouterConfig({ maxParamLength: 1_024 }))
+    Layer.provide(HttpRouter.setRouterConfig({ maxParamLength: 1_024 })),
+    // The shutdown signal the live event streams end on (completed by `layer`'s shutdown), also in the output.
+    Layer.provideMerge(EventStream.Stopping.layer)
   )
 
 /** The database Layer of the settings. */
@@ -273,8 +276,10 @@ export const layer = (settings: ServerConfig.ServerSettings) =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const server = yield* HttpServer.HttpServer
     const driver = yield* RunDriver.RunDriver
-    // Built last, so released first: before the listener's deadline and close.
-    yield* Effect.addFinalizer(() => driver.stopTaking)
+    const stopping = yield* EventStream.Stopping
+    // Built last, so released first: before the listener's deadline and close. The live event streams end now too
+    // (each with a `server_stopping` event), so a follower does not hold the shutdown till the deadline.
+    yield* Effect.addFinalizer(() => Effect.zipRight(driver.stopTaking, Deferred.succeed(stopping, undefined)))
     yield* ServerConfig.isLoopback(settings.host)
       ? Effect.void
       : Effect.logWarning(`listening on ${settings.host}, beyond loopback: anyone who can reach it and holds a token can use it; serve it behind TLS`)
