@@ -5,7 +5,7 @@
 import { Command, Options } from "@effect/cli"
 import { NodeContext } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Console, Effect, Logger } from "effect"
+import { Cause, Console, Effect, Layer, Logger } from "effect"
 import * as UsageError from "../src/UsageError.js"
 
 /** A console that keeps what `error` is given (one string a call, as the console would print it). */
@@ -30,8 +30,7 @@ const app = (argv: ReadonlyArray<string>, base: Console.Console) => {
   return cli(["node", "t", ...argv]).pipe(
     UsageError.reworded(argv),
     Effect.catchAll(() => Effect.void),
-    Effect.provide(Logger.replace(Logger.defaultLogger, Logger.prettyLogger({ stderr: true, colors: false }))),
-    Effect.provide(NodeContext.layer),
+    Effect.provide(Layer.mergeAll(Logger.replace(Logger.defaultLogger, Logger.prettyLogger({ stderr: true, colors: false })), NodeContext.layer)),
     Effect.withConsole(base)
   )
 }
