@@ -319,6 +319,16 @@ export const eventLine = (e: ThreadEvent, withThread: boolean) => {
       return `${head} items ${e.payload.fromSeq}..${e.payload.toSeq}${e.payload.runId === null ? "" : ` of ${e.payload.runId}`}`
     case "run.retry_scheduled":
       return `${head} ${e.payload.runId} ${retryLine(e.payload)}`
+    case "thread.merged": {
+      // The generic JSON line is cut at 120 characters, before `handoffId` and `behindRunId` (ids are UUIDs): a
+      // merge behind an unfinished run read as a merge without a handoff (review r37).
+      const p = e.payload
+      if (!("forkThreadId" in p)) return `${head} merged into ${p.parentThreadId} through run ${p.throughRunSeq}`
+      const merged = `${head} ${p.runId} from ${p.forkThreadId} (${p.itemCount} item(s) of runs ${p.fromRunSeq + 1}..${p.throughRunSeq})`
+      return p.behindRunId === undefined
+        ? `${merged}: handoff ${p.handoffId ?? "none"}`
+        : `${merged} owed behind ${p.behindRunId}: its copies and handoff recorded when every run ahead has ended`
+    }
     default: {
       // JSON escapes C0 controls but not DEL or C1 (U+009B, a CSI).
       return `${head} ${cut(titleLine(JSON.stringify(e.payload)), 120)}`

@@ -6,6 +6,11 @@
  * subcommand for baton - use one of …`), then fails with a `ValidationError` that the app turns into exit code 2. This
  * module owns the rewording only: one line `baton: <message>`, naming the option whose value did not parse. It does
  * not decide exit codes, and it leaves every line that already starts `baton:` as it is.
+ *
+ * Only the library's own lines are reworded: a command's handler runs with the console as it was (`unreworded`), so
+ * its output and its log lines (the pretty logger writes through `Console.error`, a failure's cause over several
+ * lines) reach stderr whole. Found in review: every log line of `baton serve` came out as `baton: [12:00:00.000] INFO
+ * …`, and a logged cause was cut to its first line.
  */
 import { Console, type Effect } from "effect"
 
@@ -46,16 +51,36 @@ export const phrase = (text: string, argv: ReadonlyArray<string>): string => {
   return `${prefix}${option === undefined ? "" : `${option}: `}'${value}' is not ${article} ${type}`
 }
 
+/** Each rewording console (`console`) and the console it wraps, so a command's handler gets the latter back. */
+const wrapped = new WeakMap<Console.Console, Console.Console>()
+
 /**
  * `console` with `error` (the library's channel for usage errors) rewording what it is given with `phrase`; every
  * other method, and error lines already starting `baton:`, unchanged.
  */
-export const console = (argv: ReadonlyArray<string>) => (inner: Console.Console): Console.Console => ({
-  ...inner,
-  error: (...args) => inner.error(phrase(args.map(String).join(" "), argv)),
-  unsafe: { ...inner.unsafe, error: (...args) => inner.unsafe.error(phrase(args.map(String).join(" "), argv)) }
-})
+export const console = (argv: ReadonlyArray<string>) => (inner: Console.Console): Console.Console => {
+  const rewording: Console.Console = {
+    ...inner,
+    error: (...args) => inner.error(phrase(args.map(String).join(" "), argv)),
+    unsafe: { ...inner.unsafe, error: (...args) => inner.unsafe.error(phrase(args.map(String).join(" "), argv)) }
+  }
+  wrapped.set(rewording, inner)
+  return rewording
+}
 
-/** Runs `self` with usage errors printed as `baton:` lines (see `console`). */
+/**
+ * Runs `self` with usage errors printed as `baton:` lines (see `console`). Give the command's handler `unreworded`
+ * (`Command.transformHandler`), or its own `Console.error` lines and log lines are reworded too.
+ */
 export const reworded = (argv: ReadonlyArray<string>) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Console.consoleWith((inner) => Console.withConsole(self, console(argv)(inner)))
+
+/**
+ * Runs `self` (a command's handler) with the console `reworded` wrapped, so what the command prints and logs is not
+ * taken for a usage error; outside `reworded`, `self` as it is.
+ */
+export const unreworded = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Console.consoleWith((current) => {
+    const inner = wrapped.get(current)
+    return inner === undefined ? self : Console.withConsole(self, inner)
+  })

@@ -587,7 +587,8 @@ const baton = root.pipe(Command.withSubcommands([
   replay, demo, threads, thread, handoffs, send, switchCommand, compact, offload, offloadControl, toolResults, events, serve
 ]))
 
-const cli = Command.run(baton, { name: "baton", version: "0.1.0" })
+// A command's own output and log lines are not usage errors: its handler runs with the console UsageError wraps.
+const cli = Command.run(baton.pipe(Command.transformHandler((effect) => UsageError.unreworded(effect))), { name: "baton", version: "0.1.0" })
 
 cli(process.argv).pipe(
   // @effect/cli prints its usage errors itself: as `baton: <message>` lines like every other error (UsageError).

@@ -110,6 +110,24 @@ describe("baton (process)", () => {
     expect(results.map((r) => [r.code, r.stdout, r.stderr])).toEqual(cases.map(([, line]) => [2, "", `${line}\n`]))
   })
 
+  // Found in review: the rewording of @effect/cli's usage errors wrapped the console of the whole program, so every
+  // log line a command wrote (the pretty logger writes through Console.error) came out as `baton: [12:00:00.000] INFO
+  // …`, and a logged cause, printed over several lines in one call, was cut to its first line.
+  it("a command's log lines are not reworded as usage errors (no `baton:` prefix); its own error line is one", async () => {
+    const dir = tmp()
+    const holder = Net.createServer()
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve))
+    const port = (holder.address() as Net.AddressInfo).port
+    const taken = await baton(["serve", "--port", String(port), "--data-dir", dir])
+    await new Promise<void>((resolve) => holder.close(() => resolve()))
+    const lines = taken.stderr.trim().split("\n")
+    expect(taken.code).toBe(2)
+    expect(lines.slice(0, -1).filter((l) => /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \(#\d+\): /.test(l)).length).toBeGreaterThanOrEqual(2)
+    expect(lines.slice(0, -1).filter((l) => l.startsWith("baton: "))).toEqual([])
+    expect(lines.at(-1)).toMatch(/^baton: cannot listen on 127\.0\.0\.1:/)
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   it("takes --db/--data-dir before the command too (`baton --data-dir DIR threads`); the command's own win", async () => {
     const dir = tmp()
     const db = Path.join(dir, "baton.sqlite")
