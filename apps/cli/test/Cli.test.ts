@@ -99,7 +99,7 @@ describe("baton (process)", () => {
       [["offload", "thr_x", "--keep-tokens=1.5"], "baton: --keep-tokens: '1.5' is not an integer"],
       [["offload-control", "thr_x", "--keep-newest", "many"], "baton: --keep-newest: 'many' is not an integer"],
       [["replay", "x.jsonl", "--interrupt-rate", "often"], "baton: --interrupt-rate: 'often' is not a float"],
-      [["serve", "--port", "http"], "baton: --port: 'http' is not an integer"],
+      [["serve", "--port", "http"], "baton: --port: expected an integer from 0 to 65535 in decimal digits, got 'http'"],
       [["thread", "create"], "baton: Expected to find option: '--provider'"],
       [["send", "thr_x"], "baton: Missing argument <text>"],
       [["threads", "--bogus"], "baton: Received unknown argument: '--bogus'"],
@@ -173,20 +173,27 @@ describe("baton (process)", () => {
 
   it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {
     const dir = tmp()
+    const lastLine = (text: string) => text.trim().split("\n").at(-1)
     const holder = Net.createServer()
     await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve))
     const port = (holder.address() as Net.AddressInfo).port
     const wide = Net.createServer()
     await new Promise<void>((resolve) => wide.listen(0, "0.0.0.0", resolve))
     const widePort = (wide.address() as Net.AddressInfo).port
-    const [taken, noDatabase, wideTaken] = await Promise.all([
+    const six = Net.createServer()
+    await new Promise<void>((resolve) => six.listen(0, "::1", resolve))
+    const sixPort = (six.address() as Net.AddressInfo).port
+    const [taken, noDatabase, wideTaken, sixTaken] = await Promise.all([
       baton(["serve", "--port", String(port), "--data-dir", dir]),
       baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test", "--data-dir", dir]),
-      baton(["serve", "--host", "0.0.0.0", "--port", String(widePort), "--data-dir", dir])
+      baton(["serve", "--host", "0.0.0.0", "--port", String(widePort), "--data-dir", dir]),
+      baton(["serve", "--host", "[::1]", "--port", String(sixPort), "--data-dir", dir])
     ])
     await new Promise<void>((resolve) => holder.close(() => resolve()))
     await new Promise<void>((resolve) => wide.close(() => resolve()))
-    const lastLine = (text: string) => text.trim().split("\n").at(-1)
+    await new Promise<void>((resolve) => six.close(() => resolve()))
+    // An IPv6 host in brackets, so the port is told apart (review r37: `cannot listen on ::1:PORT`).
+    expect([sixTaken.code, lastLine(sixTaken.stderr)?.startsWith(`baton: cannot listen on [::1]:${sixPort} (listen EADDRINUSE`)]).toEqual([2, true])
     // Beyond loopback: the warning comes once the listener is up, so a listen that fails says only why (it warned
     // "listening on 0.0.0.0, beyond loopback" first before).
     expect([wideTaken.code, wideTaken.stdout, wideTaken.stderr.includes("beyond loopback"), lastLine(wideTaken.stderr)]).toEqual([
