@@ -187,7 +187,7 @@ describe("baton (process)", () => {
       baton(["serve", "--port", String(port), "--data-dir", dir]),
       baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test", "--data-dir", dir]),
       baton(["serve", "--host", "0.0.0.0", "--port", String(widePort), "--data-dir", dir]),
-      baton(["serve", "--host", "[::1]", "--port", String(sixPort), "--data-dir", dir])
+      baton(["serve", "--host", "::1", "--port", String(sixPort), "--data-dir", dir])
     ])
     await new Promise<void>((resolve) => holder.close(() => resolve()))
     await new Promise<void>((resolve) => wide.close(() => resolve()))
