@@ -33,7 +33,7 @@
 import { Api } from "@baton/contracts"
 import { Database } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
-import { Auth, Handlers, HttpGuard, Server, ServerConfig } from "@baton/server"
+import { Auth, EventStream, Handlers, HttpGuard, Server, ServerConfig } from "@baton/server"
 import { HttpApi, HttpApiBuilder, HttpApiEndpoint, HttpApiGroup, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import autocannon from "autocannon"
@@ -121,6 +121,7 @@ const batonLayer = (settings: ServerConfig.ServerSettings) => {
     Layer.provideMerge(HttpApiBuilder.serve((app) => timing(guard(app)))),
     Layer.provide(HttpApiBuilder.api(Api.BatonApi).pipe(
       Layer.provide(Handlers.layer),
+      Layer.provide(EventStream.Stopping.layer),
       Layer.provide(Auth.sessionLayer({ admin: settings.auth.adminToken, read: settings.auth.readToken })),
       Layer.provide(Auth.layer({ admin: settings.auth.adminToken, read: settings.auth.readToken }))
     )),
