@@ -16,27 +16,13 @@ import * as Path from "node:path"
 import * as ModelApi from "../../server/test/support/ModelApi.js"
 import { held } from "../../server/test/support/Offload.js"
 import { runBaton } from "./support/CliEntry.js"
-import { serveBaton } from "./support/Served.js"
+import { anthropicInstance, serveBaton } from "./support/Served.js"
 
 const adminToken = "admin-token-0123456789abcdef"
 const marker = "sk-MARKER-5b1e0d9f44c2a871"
 
 /** Runs `baton ARGS` as a process, without `BATON_CONFIG` or the key in `TEST_MODEL_KEY`. */
 const baton = (args: ReadonlyArray<string>) => Effect.promise(() => runBaton(args, { BATON_CONFIG: "", TEST_MODEL_KEY: "" }))
-
-/** The config entry of a loopback Anthropic Messages instance `name` at `upstream` ($3 / $15 per million tokens). */
-const anthropic = (name: string, upstream: ModelApi.ModelApi) => ({
-  kind: "anthropic-messages",
-  name,
-  baseUrl: upstream.url,
-  model: "claude-sonnet-4-5",
-  apiKeyEnv: "TEST_MODEL_KEY",
-  contextWindow: 200_000,
-  autoCompactThreshold: 180_000,
-  maxOutputTokens: 4_096,
-  prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
-  maxRetries: 0
-})
 
 /** About `tokens` tokens of distinct short words. */
 const words = (tokens: number) => Array.from({ length: tokens }, (_, i) => ["alpha", "beta", "gamma", "delta", "river", "stone"][i % 6]).join(" ")
@@ -52,7 +38,7 @@ describe("baton serve with a model-API instance", () => {
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-model-serve-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [anthropic("claude", upstream)],
+        providers: [anthropicInstance("claude", upstream.url)],
         auth: { token: adminToken }
       }))
       const server = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
@@ -122,7 +108,7 @@ describe("baton serve with a model-API instance", () => {
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-offload-cli-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [anthropic("claude", chat), anthropic("sum", summariser)],
+        providers: [anthropicInstance("claude", chat.url), anthropicInstance("sum", summariser.url)],
         offload: { summariser: "sum" },
         auth: { token: adminToken }
       }))
@@ -213,18 +199,7 @@ describe("baton serve with a model-API instance", () => {
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-model-retry-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [{
-          kind: "anthropic-messages",
-          name: "claude",
-          baseUrl: upstream.url,
-          model: "claude-sonnet-4-5",
-          apiKeyEnv: "TEST_MODEL_KEY",
-          contextWindow: 200_000,
-          autoCompactThreshold: 180_000,
-          maxOutputTokens: 4_096,
-          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
-          maxRetries: 2
-        }],
+        providers: [{ ...anthropicInstance("claude", upstream.url), maxRetries: 2 }],
         auth: { token: adminToken }
       }))
       const server = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))

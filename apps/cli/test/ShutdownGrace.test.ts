@@ -12,7 +12,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { frame, loopback, type Reply, sse } from "../../../packages/providers/test/support/Loopback.js"
-import { serveBaton } from "./support/Served.js"
+import { anthropicInstance, callWith, serveBaton } from "./support/Served.js"
 
 const token = "admin-token-0123456789abcdef"
 const kind = "anthropic-messages" as const
@@ -22,15 +22,7 @@ const serve = (config: string, dataDir: string) =>
   serveBaton(["--port", "0", "--config", config, "--data-dir", dataDir], { env: { TEST_MODEL_KEY: "sk-test-0123456789" } })
 
 /** A JSON request to the server with the admin token. */
-const call = (url: string, method: "GET" | "POST", body?: unknown) =>
-  Effect.promise(async () => {
-    const response = await fetch(url, {
-      method,
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) })
-    })
-    return (await response.json()) as Record<string, unknown>
-  })
+const call = callWith(token)
 
 /** An answer that streams for about `millis` (pings 100 ms apart) and then ends the turn with `text`. */
 const answer = (text: string, millis: number): Reply =>
@@ -53,19 +45,7 @@ describe("baton serve stopped (SIGTERM) with a follower connected and runs queue
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-shutdown-grace-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [{
-          kind,
-          name: "claude",
-          baseUrl: loop.url,
-          model: "claude-sonnet-4-5",
-          apiKeyEnv: "TEST_MODEL_KEY",
-          contextWindow: 200_000,
-          autoCompactThreshold: 180_000,
-          maxOutputTokens: 4_096,
-          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
-          maxRetries: 0,
-          toolResultOffload: false
-        }],
+        providers: [{ ...anthropicInstance("claude", loop.url), toolResultOffload: false }],
         auth: { token },
         limits: { shutdownTimeoutMs: 8_000 }
       }))

@@ -75,3 +75,35 @@ export const serveBaton = (
       child.kill("SIGKILL")
     })
   })
+
+/**
+ * The config entry (`providers[]` of a `--config` file) of an Anthropic Messages instance `name` at `baseUrl`: model
+ * `claude-sonnet-4-5`, key in `TEST_MODEL_KEY`, a 200 000-token window, $3 / $15 per million input / output tokens,
+ * no retries.
+ */
+export const anthropicInstance = (name: string, baseUrl: string) => ({
+  kind: "anthropic-messages" as const,
+  name,
+  baseUrl,
+  model: "claude-sonnet-4-5",
+  apiKeyEnv: "TEST_MODEL_KEY",
+  contextWindow: 200_000,
+  autoCompactThreshold: 180_000,
+  maxOutputTokens: 4_096,
+  prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
+  maxRetries: 0
+})
+
+/**
+ * A JSON request to a served API with `token` as its bearer token: `body` (when given) sent as JSON, the answer's
+ * JSON body returned whatever its status.
+ */
+export const callWith = (token: string) => (url: string, method: "GET" | "POST", body?: unknown) =>
+  Effect.promise(async () => {
+    const response = await fetch(url, {
+      method,
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) })
+    })
+    return (await response.json()) as Record<string, unknown>
+  })
