@@ -9,88 +9,27 @@
  * are refused in one line.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Data, Effect, Fiber } from "effect"
-import { type ChildProcess, execFile, spawn } from "node:child_process"
+import { Effect, Fiber } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 import * as ModelApi from "../../server/test/support/ModelApi.js"
 import { held } from "../../server/test/support/Offload.js"
-import { batonArgs } from "./support/CliEntry.js"
+import { runBaton } from "./support/CliEntry.js"
+import { anthropicInstance, serveBaton } from "./support/Served.js"
 
-const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const adminToken = "admin-token-0123456789abcdef"
 const marker = "sk-MARKER-5b1e0d9f44c2a871"
 
-interface Result {
-  readonly code: number
-  readonly stdout: string
-  readonly stderr: string
-}
-
-/** Runs `baton ARGS` as a process. */
-const baton = (args: ReadonlyArray<string>) =>
-  Effect.promise(() =>
-    new Promise<Result>((resolve) => {
-      execFile(
-        process.execPath,
-        batonArgs(args),
-        { cwd: repo, env: { ...process.env, BATON_SERVER: "", BATON_TOKEN: "", BATON_DATA_DIR: "", BATON_CONFIG: "", TEST_MODEL_KEY: "" } },
-        (error, stdout, stderr) => resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
-      )
-    })
-  )
-
-interface Served {
-  readonly child: ChildProcess
-  readonly url: string
-  readonly output: () => { readonly stdout: string; readonly stderr: string }
-  readonly exited: Promise<number | null>
-}
-
-class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
-
-/** The config entry of a loopback Anthropic Messages instance `name` at `upstream` ($3 / $15 per million tokens). */
-const anthropic = (name: string, upstream: ModelApi.ModelApi) => ({
-  kind: "anthropic-messages",
-  name,
-  baseUrl: upstream.url,
-  model: "claude-sonnet-4-5",
-  apiKeyEnv: "TEST_MODEL_KEY",
-  contextWindow: 200_000,
-  autoCompactThreshold: 180_000,
-  maxOutputTokens: 4_096,
-  prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
-  maxRetries: 0
-})
+/** Runs `baton ARGS` as a process, without `BATON_CONFIG` or the key in `TEST_MODEL_KEY`. */
+const baton = (args: ReadonlyArray<string>) => Effect.promise(() => runBaton(args, { BATON_CONFIG: "", TEST_MODEL_KEY: "" }))
 
 /** About `tokens` tokens of distinct short words. */
 const words = (tokens: number) => Array.from({ length: tokens }, (_, i) => ["alpha", "beta", "gamma", "delta", "river", "stone"][i % 6]).join(" ")
 
 /** Starts `baton serve --port 0 --config FILE --data-dir DIR` with the key in `TEST_MODEL_KEY`; waits for its URL. */
 const serve = (config: string, dataDir: string) =>
-  Effect.async<Served, NotListening>((resume) => {
-    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--config", config, "--data-dir", dataDir]), {
-      cwd: repo,
-      env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "", BATON_PROVIDERS: "", TEST_MODEL_KEY: marker },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    const exited = new Promise<number | null>((done) => child.on("close", (code) => done(code)))
-    const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 60_000)
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-      stdout += chunk
-      const found = /listening on (http:\/\/\S+)/.exec(stdout)
-      if (found !== null) {
-        clearTimeout(timer)
-        resume(Effect.succeed({ child, url: found[1]!, output: () => ({ stdout, stderr }), exited }))
-      }
-    })
-    return Effect.sync(() => void child.kill("SIGKILL"))
-  })
+  serveBaton(["--port", "0", "--config", config, "--data-dir", dataDir], { env: { TEST_MODEL_KEY: marker } })
 
 describe("baton serve with a model-API instance", () => {
   it.scoped("runs on the model; thread show prints each run's cost and the totals, over HTTP and in process; the key never shows", () =>
@@ -99,18 +38,7 @@ describe("baton serve with a model-API instance", () => {
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-model-serve-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [{
-          kind: "anthropic-messages",
-          name: "claude",
-          baseUrl: upstream.url,
-          model: "claude-sonnet-4-5",
-          apiKeyEnv: "TEST_MODEL_KEY",
-          contextWindow: 200_000,
-          autoCompactThreshold: 180_000,
-          maxOutputTokens: 4_096,
-          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
-          maxRetries: 0
-        }],
+        providers: [anthropicInstance("claude", upstream.url)],
         auth: { token: adminToken }
       }))
       const server = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
@@ -180,7 +108,7 @@ describe("baton serve with a model-API instance", () => {
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-offload-cli-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [anthropic("claude", chat), anthropic("sum", summariser)],
+        providers: [anthropicInstance("claude", chat.url), anthropicInstance("sum", summariser.url)],
         offload: { summariser: "sum" },
         auth: { token: adminToken }
       }))
@@ -271,18 +199,7 @@ describe("baton serve with a model-API instance", () => {
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-model-retry-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [{
-          kind: "anthropic-messages",
-          name: "claude",
-          baseUrl: upstream.url,
-          model: "claude-sonnet-4-5",
-          apiKeyEnv: "TEST_MODEL_KEY",
-          contextWindow: 200_000,
-          autoCompactThreshold: 180_000,
-          maxOutputTokens: 4_096,
-          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
-          maxRetries: 2
-        }],
+        providers: [{ ...anthropicInstance("claude", upstream.url), maxRetries: 2 }],
         auth: { token: adminToken }
       }))
       const server = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))

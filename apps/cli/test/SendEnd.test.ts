@@ -8,32 +8,20 @@
  * `baton serve` stopped (SIGTERM) right then does; `hold` sends the run's start and keeps the stream open;
  * `silentPost` never answers the message's POST (or the tool results' POST); `hold` also leaves `GET /runs/{id}` unanswered.
  */
-import { ThreadEvent } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Schema } from "effect"
+import { Deferred, Effect } from "effect"
 import { spawn } from "node:child_process"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import { fileURLToPath } from "node:url"
-import * as Format from "../src/Format.js"
 import { batonArgs, runBaton } from "./support/CliEntry.js"
+import { eventsOf, lines, sse, type WireEvent } from "./support/WireEvents.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const token = "admin-token-0123456789abcdef"
 const threadId = "thr_end"
 const runId = "run_end"
-const at = "2026-12-06T07:31:47.740Z"
-
-const event = (seq: number, type: string, payload: Record<string, unknown>) => ({
-  eventId: `evt_${seq}`,
-  threadId,
-  seq,
-  globalSeq: seq,
-  commandId: null,
-  createdAt: at,
-  type,
-  payload
-})
+const event = eventsOf(threadId)
 
 const started = [
   event(1, "thread.created", { title: "end" }),
@@ -43,10 +31,8 @@ const started = [
 const completed = event(4, "run.completed", { runId, itemCount: 1 })
 const failed = event(4, "run.failed", { runId, stopPoint: "after_provider", reason: "the provider went away", code: "provider_interrupted" })
 
-const sse = (e: ReturnType<typeof event>) => `id: ${e.seq}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`
-
 type Mode =
-  | { readonly _tag: "stopAfterEnd"; readonly end: ReturnType<typeof event> }
+  | { readonly _tag: "stopAfterEnd"; readonly end: WireEvent }
   | { readonly _tag: "hold" }
   | { readonly _tag: "silentPost" }
 
@@ -98,9 +84,6 @@ const standIn = (mode: Mode) =>
     )
     return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, streaming }
   })
-
-const lines = (events: ReadonlyArray<ReturnType<typeof event>>) =>
-  events.map((e) => Format.eventLine(Schema.decodeUnknownSync(ThreadEvent)(e), false))
 
 /** `baton ARGS` as a process, sent `signal` once `ready` completes; its exit code and output. */
 const signalled = (args: ReadonlyArray<string>, ready: Deferred.Deferred<void>, signal: NodeJS.Signals) =>

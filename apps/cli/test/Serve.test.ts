@@ -7,49 +7,14 @@ import { Commands, type CommandId, type ProviderInstance } from "@baton/contract
 import { ThreadService } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Data, Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
+import { Effect } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
-import { batonArgs } from "./support/CliEntry.js"
-
-const repo = fileURLToPath(new URL("../../../", import.meta.url))
-
-interface Server {
-  readonly child: ChildProcess
-  readonly url: string
-  readonly output: () => { readonly stdout: string; readonly stderr: string }
-  readonly exited: Promise<number | null>
-}
-
-/** The server did not print its "listening on" line within 60 s. */
-class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
+import { serveBaton } from "./support/Served.js"
 
 /** Starts `baton serve --port 0 --data-dir DIR [...extra]` and waits for its "listening on" line (at most 60 s). */
-const start = (dataDir: string, extra: ReadonlyArray<string> = []) =>
-  Effect.async<Server, NotListening>((resume) => {
-    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--data-dir", dataDir, ...extra]), {
-      cwd: repo,
-      env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "" },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    const exited = new Promise<number | null>((done) => child.on("close", (code) => done(code)))
-    const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 60_000)
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-      stdout += chunk
-      const found = /listening on (http:\/\/\S+)/.exec(stdout)
-      if (found !== null) {
-        clearTimeout(timer)
-        resume(Effect.succeed({ child, url: found[1]!, output: () => ({ stdout, stderr }), exited }))
-      }
-    })
-    return Effect.sync(() => void child.kill("SIGKILL"))
-  })
+const start = (dataDir: string, extra: ReadonlyArray<string> = []) => serveBaton(["--port", "0", "--data-dir", dataDir, ...extra])
 
 const call = (url: string, init: RequestInit = {}) =>
   Effect.promise(async () => {

@@ -7,59 +7,22 @@
  * tester: a follower, which the dashboard always is, held every shutdown till the deadline).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Data, Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
+import { Effect } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 import { frame, loopback, type Reply, sse } from "../../../packages/providers/test/support/Loopback.js"
-import { batonArgs } from "./support/CliEntry.js"
+import { anthropicInstance, callWith, serveBaton } from "./support/Served.js"
 
-const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const token = "admin-token-0123456789abcdef"
 const kind = "anthropic-messages" as const
 
-interface Served {
-  readonly child: ChildProcess
-  readonly url: string
-}
-
-class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
-
 /** Starts `baton serve --port 0 --config FILE --data-dir DIR`; waits for its URL. */
 const serve = (config: string, dataDir: string) =>
-  Effect.async<Served, NotListening>((resume) => {
-    const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--config", config, "--data-dir", dataDir]), {
-      cwd: repo,
-      env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: "", BATON_CONFIG: "", BATON_PROVIDERS: "", TEST_MODEL_KEY: "sk-test-0123456789" },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 60_000)
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-      stdout += chunk
-      const found = /listening on (http:\/\/\S+)/.exec(stdout)
-      if (found !== null) {
-        clearTimeout(timer)
-        resume(Effect.succeed({ child, url: found[1]! }))
-      }
-    })
-    return Effect.sync(() => void child.kill("SIGKILL"))
-  })
+  serveBaton(["--port", "0", "--config", config, "--data-dir", dataDir], { env: { TEST_MODEL_KEY: "sk-test-0123456789" } })
 
 /** A JSON request to the server with the admin token. */
-const call = (url: string, method: "GET" | "POST", body?: unknown) =>
-  Effect.promise(async () => {
-    const response = await fetch(url, {
-      method,
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) })
-    })
-    return (await response.json()) as Record<string, unknown>
-  })
+const call = callWith(token)
 
 /** An answer that streams for about `millis` (pings 100 ms apart) and then ends the turn with `text`. */
 const answer = (text: string, millis: number): Reply =>
@@ -82,19 +45,7 @@ describe("baton serve stopped (SIGTERM) with a follower connected and runs queue
       const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-shutdown-grace-"))
       const config = Path.join(dir, "baton.json")
       Fs.writeFileSync(config, JSON.stringify({
-        providers: [{
-          kind,
-          name: "claude",
-          baseUrl: loop.url,
-          model: "claude-sonnet-4-5",
-          apiKeyEnv: "TEST_MODEL_KEY",
-          contextWindow: 200_000,
-          autoCompactThreshold: 180_000,
-          maxOutputTokens: 4_096,
-          prices: { input: 3, cacheWrite: 3.75, cacheRead: 0.3, output: 15 },
-          maxRetries: 0,
-          toolResultOffload: false
-        }],
+        providers: [{ ...anthropicInstance("claude", loop.url), toolResultOffload: false }],
         auth: { token },
         limits: { shutdownTimeoutMs: 8_000 }
       }))
@@ -117,7 +68,7 @@ describe("baton serve stopped (SIGTERM) with a follower connected and runs queue
       for (let i = 0; i < 200 && turns() === 0; i++) yield* Effect.sleep("50 millis")
       expect(turns()).toBe(1)
       served.child.kill("SIGTERM")
-      const code = yield* Effect.promise(() => new Promise<number | null>((done) => served.child.once("exit", (c) => done(c))))
+      const code = yield* Effect.promise(() => served.exited)
       follower.abort()
       yield* Effect.promise(() => reading)
       expect(code).toBe(143)

@@ -7,30 +7,17 @@
  * The server here is a loopback stand-in speaking the API's wire format: it cuts the first stream after a few events
  * (`socket.destroy()`, as a SIGKILLed process does) and answers the second from the cursor it is sent.
  */
-import { ThreadEvent } from "@baton/contracts"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Schema } from "effect"
+import { Effect } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
-import * as Format from "../src/Format.js"
 import { runBaton } from "./support/CliEntry.js"
+import { at, eventsOf, lines, sse } from "./support/WireEvents.js"
 
 const token = "admin-token-0123456789abcdef"
 const threadId = "thr_cut"
 const runId = "run_cut"
-const at = "2026-12-06T07:31:47.740Z"
-
-/** Event `seq` of the thread, as the server writes it (`type` and `payload` as the log holds them). */
-const event = (seq: number, type: string, payload: Record<string, unknown>) => ({
-  eventId: `evt_${seq}`,
-  threadId,
-  seq,
-  globalSeq: seq,
-  commandId: null,
-  createdAt: at,
-  type,
-  payload
-})
+const event = eventsOf(threadId)
 
 const log = [
   event(1, "thread.created", { title: "cut" }),
@@ -38,8 +25,6 @@ const log = [
   event(3, "run.started", { runId, nativeThreadId: "nat_cut", attempt: 1 }),
   event(4, "run.completed", { runId, itemCount: 1 })
 ]
-
-const sse = (e: (typeof log)[number]) => `id: ${e.seq}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`
 
 const runView = {
   run: {
@@ -136,61 +121,51 @@ const standIn = (cutAfter: number, staysGone = false, startingAnswers = 0, stopp
 
 const baton = (args: ReadonlyArray<string>) => Effect.promise(() => runBaton(args))
 
-const lines = (events: ReadonlyArray<(typeof log)[number]>) =>
-  events.map((e) => Format.eventLine(Schema.decodeUnknownSync(ThreadEvent)(e), false))
+/**
+ * `events --follow` on the stand-in `server`: prints every event of the log once and exits 0, the
+ * stand-in sent `cursors` as the streams' `Last-Event-ID`s.
+ */
+const followsWholeLog = (server: ReturnType<typeof standIn>, cursors: ReadonlyArray<string | undefined>) =>
+  Effect.gen(function*() {
+    const stand = yield* server
+    const followed = yield* baton(["--server", stand.url, "--token", token, "events", "--thread", threadId, "--follow"])
+    expect(followed.stderr).toBe("")
+    expect(followed.code).toBe(0)
+    expect(followed.stdout.trimEnd().split("\n")).toEqual(lines(log))
+    expect(stand.cursors).toEqual(cursors)
+  }).pipe(Effect.scoped)
+
+/**
+ * `send` on the stand-in `server`: prints the run's start, its events after the queued one, its end
+ * and its reply, and exits 0, the stand-in sent `cursors` as the streams' `Last-Event-ID`s.
+ */
+const sendsWholeRun = (server: ReturnType<typeof standIn>, cursors: ReadonlyArray<string | undefined>) =>
+  Effect.gen(function*() {
+    const stand = yield* server
+    const sent = yield* baton(["--server", stand.url, "--token", token, "send", threadId, "hello"])
+    expect(sent.stderr).toBe("")
+    expect(sent.code).toBe(0)
+    expect(sent.stdout.trimEnd().split("\n")).toEqual([
+      `sent: run 1 ${runId} starting`,
+      ...lines(log.slice(1)),
+      "run 1 completed",
+      "the reply"
+    ])
+    expect(stand.cursors).toEqual(cursors)
+  }).pipe(Effect.scoped)
 
 describe("the CLI's event stream cut after its 200", () => {
-  it.live("events --follow resumes after the last event printed: each event once, exit 0", () =>
-    Effect.gen(function*() {
-      const { cursors, url } = yield* standIn(2)
-      const followed = yield* baton(["--server", url, "--token", token, "events", "--thread", threadId, "--follow"])
-      expect(followed.stderr).toBe("")
-      expect(followed.code).toBe(0)
-      expect(followed.stdout.trimEnd().split("\n")).toEqual(lines(log))
-      expect(cursors).toEqual([undefined, "2"])
-    }).pipe(Effect.scoped), 60_000)
+  it.live("events --follow resumes after the last event printed: each event once, exit 0", () => followsWholeLog(standIn(2), [undefined, "2"]), 60_000)
 
   // A stopping server ends its live streams with `server_stopping` (its shutdown no longer waits on followers): the
   // CLI resumes as after a cut, where `events --follow` took the clean end for the end of the log before.
   it.live("events --follow resumes after a stopping server's server_stopping end: each event once, exit 0", () =>
-    Effect.gen(function*() {
-      const { cursors, url } = yield* standIn(2, false, 0, true)
-      const followed = yield* baton(["--server", url, "--token", token, "events", "--thread", threadId, "--follow"])
-      expect(followed.stderr).toBe("")
-      expect(followed.code).toBe(0)
-      expect(followed.stdout.trimEnd().split("\n")).toEqual(lines(log))
-      expect(cursors).toEqual([undefined, "2"])
-    }).pipe(Effect.scoped), 60_000)
+    followsWholeLog(standIn(2, false, 0, true), [undefined, "2"]), 60_000)
 
-  it.live("send resumes the stream cut mid-run and prints the run's end and reply", () =>
-    Effect.gen(function*() {
-      const { cursors, url } = yield* standIn(3)
-      const sent = yield* baton(["--server", url, "--token", token, "send", threadId, "hello"])
-      expect(sent.stderr).toBe("")
-      expect(sent.code).toBe(0)
-      expect(sent.stdout.trimEnd().split("\n")).toEqual([
-        `sent: run 1 ${runId} starting`,
-        ...lines(log.slice(1)),
-        "run 1 completed",
-        "the reply"
-      ])
-      expect(cursors).toEqual([undefined, "3"])
-    }).pipe(Effect.scoped), 60_000)
+  it.live("send resumes the stream cut mid-run and prints the run's end and reply", () => sendsWholeRun(standIn(3), [undefined, "3"]), 60_000)
 
   it.live("send retries a restarted server's 503 ServerStarting and prints the run's end and reply", () =>
-    Effect.gen(function*() {
-      const { cursors, url } = yield* standIn(3, false, 2)
-      const sent = yield* baton(["--server", url, "--token", token, "send", threadId, "hello"])
-      expect(sent.stderr).toBe("")
-      expect(sent.code).toBe(0)
-      expect(sent.stdout.trimEnd().split("\n")).toEqual([
-        `sent: run 1 ${runId} starting`,
-        ...lines(log.slice(1)),
-        "run 1 completed",
-        "the reply"
-      ])
-      expect(cursors).toEqual([undefined, "3", "3", "3"])
-    }).pipe(Effect.scoped), 60_000)
+    sendsWholeRun(standIn(3, false, 2), [undefined, "3", "3", "3"]), 60_000)
 
   it.live("a server that stays gone after the cut: the events printed, then \"cannot reach\" on one line, exit 2", () =>
     Effect.gen(function*() {

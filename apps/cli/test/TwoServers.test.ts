@@ -18,13 +18,10 @@
  */
 import { Database } from "@baton/persistence"
 import { describe, expect, it } from "@effect/vitest"
-import { Data, Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
+import { Effect } from "effect"
 import * as Http from "node:http"
-import { fileURLToPath } from "node:url"
-import { batonArgs } from "./support/CliEntry.js"
+import { type Served, serveBaton } from "./support/Served.js"
 
-const repo = fileURLToPath(new URL("../../../", import.meta.url))
 const token = "two-servers-admin-token-0123456789"
 const clients = 50
 const threadCount = 10
@@ -34,49 +31,22 @@ const threadCount = 10
  */
 const messagesPerClient = Number(process.env.BATON_TWO_SERVERS_MESSAGES ?? 4)
 
-interface Server {
-  readonly child: ChildProcess
-  readonly url: string
-  readonly stderr: () => string
-}
-
-/** The server did not print its "listening on" line within 90 s. */
-class NotListening extends Data.TaggedError("NotListening")<{ readonly stderr: string }> {}
-
-/** Starts `baton serve --port 0 --database-url URL` with the admin token and waits for its "listening on" line. */
+/**
+ * Starts `baton serve --port 0 --database-url URL` with the admin token and waits (at most 90 s) for its URL; on
+ * release, stops it (SIGTERM) and waits for it to exit.
+ */
 const start = (databaseUrl: string) =>
   Effect.acquireRelease(
-    Effect.async<Server, NotListening>((resume) => {
-      const child = spawn(process.execPath, batonArgs(["serve", "--port", "0", "--database-url", databaseUrl]), {
-        cwd: repo,
-        env: { ...process.env, BATON_DATA_DIR: "", BATON_DATABASE_URL: "", BATON_TOKEN: token, BATON_CONFIG: "", BATON_PROVIDERS: "" },
-        stdio: ["ignore", "pipe", "pipe"]
-      })
-      let stdout = ""
-      let stderr = ""
-      const timer = setTimeout(() => resume(Effect.fail(new NotListening({ stderr }))), 90_000)
-      child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
-      child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-        stdout += chunk
-        const found = /listening on (http:\/\/\S+)/.exec(stdout)
-        if (found !== null) {
-          clearTimeout(timer)
-          resume(Effect.succeed({ child, url: found[1]!, stderr: () => stderr }))
-        }
-      })
-    }),
+    serveBaton(["--port", "0", "--database-url", databaseUrl], { env: { BATON_TOKEN: token }, timeoutMillis: 90_000 }),
     (server) =>
-      Effect.promise(() =>
-        new Promise<void>((done) => {
-          if (server.child.exitCode !== null) return done()
-          server.child.once("close", () => done())
-          server.child.kill("SIGTERM")
-        })
-      )
+      Effect.promise(() => {
+        server.child.kill("SIGTERM")
+        return server.exited
+      })
   )
 
 /** Where the test is and the processes it started, for the failure report. */
-const diagnostics = { phase: "start", servers: [] as Array<Server>, since: Date.now() }
+const diagnostics = { phase: "start", servers: [] as Array<Served>, since: Date.now() }
 const phase = (name: string) => {
   console.log(`${name} (${Date.now() - diagnostics.since} ms)`)
   diagnostics.phase = name
@@ -283,7 +253,7 @@ describe("two server processes on one Postgres", () => {
       Effect.tapErrorCause(() =>
         Effect.sync(() => {
           for (const server of diagnostics.servers) {
-            console.log(`phase ${diagnostics.phase}; ${server.url} exit ${server.child.exitCode}:\n${server.stderr().slice(-3_000)}`)
+            console.log(`phase ${diagnostics.phase}; ${server.url} exit ${server.child.exitCode}:\n${server.output().stderr.slice(-3_000)}`)
           }
         })
       ),

@@ -44,6 +44,24 @@ const untilWaitingOn = (runId: RunId, toolCallId: string) =>
     }
   }).pipe(Effect.timeout("10 seconds"))
 
+/**
+ * The turn of run A that a test holds ahead of queued work: "waiting", A says "Reading." and calls `read_file`
+ * (`call_a`), then waits on the client; "running", A says "Reading." and is held after that item till `gate`, then
+ * says "Done.".
+ */
+const aheadTurn = (ahead: "waiting" | "running", gate: Deferred.Deferred<void>) =>
+  ahead === "waiting"
+    ? {
+      items: [
+        Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
+        Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
+      ]
+    }
+    : {
+      items: [Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }), Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })],
+      hold: { afterItems: 1, gate }
+    }
+
 /** Waits until run `runId` is where a test holds it: waiting on `call_a`, or running with its first answer recorded. */
 const untilAhead = (runId: RunId, ahead: "waiting" | "running") =>
   ahead === "waiting"
@@ -206,22 +224,7 @@ describe.each(Harness.dialects)("a message queued behind a run's tool rounds, on
           tools: [readFile]
         }))
         const gate = yield* Deferred.make<void>()
-        if (ahead === "waiting") {
-          h.script.enqueue({
-            items: [
-              Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
-              Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
-            ]
-          })
-        } else {
-          h.script.enqueue({
-            items: [
-              Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
-              Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })
-            ],
-            hold: { afterItems: 1, gate }
-          })
-        }
+        h.script.enqueue(aheadTurn(ahead, gate))
         const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
         yield* untilAhead(a.runId, ahead)
         const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
@@ -286,14 +289,7 @@ describe.each(Harness.dialects)("a crash between a queued message's end and the 
               providerInstance: "claude" as Commands.CreateThread["providerInstance"],
               tools: [readFile]
             }))
-            h.script.enqueue(ahead === "waiting"
-              ? {
-                items: [
-                  Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
-                  Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
-                ]
-              }
-              : { items: [Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }), Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })], hold: { afterItems: 1, gate } })
+            h.script.enqueue(aheadTurn(ahead, gate))
             const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
             yield* untilAhead(a.runId, ahead)
             const b = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Then summarise it." }))
@@ -375,14 +371,7 @@ describe.each(Harness.dialects)("a crash between a merge-back behind a run and t
             h.script.enqueue({ items: [Harness.produced("assistant_message", "Found the bug.", { messageId: "msg_f" })] })
             const f = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId: fork.threadId, text: "Find the bug" }))
             expect((yield* driver.awaitRun(f.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
-            h.script.enqueue(ahead === "waiting"
-              ? {
-                items: [
-                  Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }),
-                  Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_a" })
-                ]
-              }
-              : { items: [Harness.produced("assistant_message", "Reading.", { messageId: "msg_a" }), Harness.produced("assistant_message", "Done.", { messageId: "msg_a2" })], hold: { afterItems: 1, gate } })
+            h.script.enqueue(aheadTurn(ahead, gate))
             const a = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
             yield* untilAhead(a.runId, ahead)
             const merged = yield* service.mergeBack(Commands.MergeBack.make({ commandId: cid(), forkThreadId: fork.threadId }))

@@ -17,6 +17,36 @@ const thread = (id: string, now: DateTime.Utc) => ({
   updatedAt: now
 })
 
+/** Provider thread `id` of thread `threadId` on `providerInstance` with `model`: no context window, nothing synced. */
+const providerThread = (id: string, threadId: string, providerInstance: string, now: DateTime.Utc, model = "m") => ({
+  id: id as ProviderThreadId,
+  threadId: threadId as ThreadId,
+  providerInstance: providerInstance as ProviderInstance,
+  model,
+  contextWindow: null,
+  activeNativeThreadId: null,
+  syncedRunSeq: 0,
+  createdAt: now,
+  updatedAt: now
+})
+
+/** Run `id`, number `seq` of thread `threadId` on `providerThreadId`: queued, prompt "p", no stop point or failure; `patch` over that. */
+const runRow = (id: string, threadId: string, providerThreadId: string, seq: number, now: DateTime.Utc, patch: Partial<Run> = {}): Run => ({
+  id: id as RunId,
+  threadId: threadId as ThreadId,
+  seq,
+  providerThreadId: providerThreadId as ProviderThreadId,
+  status: "queued",
+  prompt: "p",
+  stopPoint: null,
+  failureReason: null,
+  failureCode: null,
+  nativeThreadId: null,
+  createdAt: now,
+  updatedAt: now,
+  ...patch
+})
+
 const item = (threadId: ThreadId, seq: number, now: DateTime.Utc, patch: Partial<Item> = {}): Item => ({
   id: `itm_${seq}` as ItemId,
   threadId,
@@ -123,17 +153,7 @@ describe("ThreadStore on a SQLite file", () => {
       const store = yield* ThreadStore
       const now = yield* DateTime.now
       yield* store.insertThread(thread("thr_4", now))
-      yield* store.insertProviderThread({
-        id: "pth_1" as ProviderThreadId,
-        threadId: "thr_4" as ThreadId,
-        providerInstance: "codex" as ProviderInstance,
-        model: "gpt-5",
-        contextWindow: null,
-        activeNativeThreadId: null,
-        syncedRunSeq: 0,
-        createdAt: now,
-        updatedAt: now
-      })
+      yield* store.insertProviderThread(providerThread("pth_1", "thr_4", "codex", now, "gpt-5"))
       const native = {
         id: "nat_1" as NativeThreadId,
         providerThreadId: "pth_1" as ProviderThreadId,
@@ -195,31 +215,8 @@ describe("ThreadStore on a SQLite file", () => {
       const store = yield* ThreadStore
       const now = yield* DateTime.now
       yield* store.insertThread(thread("thr_6", now))
-      yield* store.insertProviderThread({
-        id: "pth_6" as ProviderThreadId,
-        threadId: "thr_6" as ThreadId,
-        providerInstance: "codex" as ProviderInstance,
-        model: "m",
-        contextWindow: null,
-        activeNativeThreadId: null,
-        syncedRunSeq: 0,
-        createdAt: now,
-        updatedAt: now
-      })
-      const run: Run = {
-        id: "run_6" as RunId,
-        threadId: "thr_6" as ThreadId,
-        seq: 1,
-        providerThreadId: "pth_6" as ProviderThreadId,
-        status: "queued",
-        prompt: "p",
-        stopPoint: null,
-        failureReason: null,
-        failureCode: null,
-        nativeThreadId: null,
-        createdAt: now,
-        updatedAt: now
-      }
+      yield* store.insertProviderThread(providerThread("pth_6", "thr_6", "codex", now))
+      const run = runRow("run_6", "thr_6", "pth_6", 1, now)
       yield* store.insertRun(run)
       const read = (id: RunId) => Effect.map(store.getRun(id), Option.getOrThrow)
       expect((yield* read(run.id)).failureCode).toBe(null)
@@ -237,31 +234,8 @@ describe("ThreadStore on a SQLite file", () => {
       const now = yield* DateTime.now
       const later = DateTime.add(now, { seconds: 5 })
       yield* store.insertThread(thread("thr_7", now))
-      yield* store.insertProviderThread({
-        id: "pth_7" as ProviderThreadId,
-        threadId: "thr_7" as ThreadId,
-        providerInstance: "claude" as ProviderInstance,
-        model: "m",
-        contextWindow: null,
-        activeNativeThreadId: null,
-        syncedRunSeq: 0,
-        createdAt: now,
-        updatedAt: now
-      })
-      const run = (id: string, seq: number, status: Run["status"]): Run => ({
-        id: id as RunId,
-        threadId: "thr_7" as ThreadId,
-        seq,
-        providerThreadId: "pth_7" as ProviderThreadId,
-        status,
-        prompt: "p",
-        stopPoint: null,
-        failureReason: null,
-        failureCode: null,
-        nativeThreadId: null,
-        createdAt: now,
-        updatedAt: now
-      })
+      yield* store.insertProviderThread(providerThread("pth_7", "thr_7", "claude", now))
+      const run = (id: string, seq: number, status: Run["status"]) => runRow(id, "thr_7", "pth_7", seq, now, { status })
       yield* store.insertRun(run("run_7", 1, "running"))
       yield* store.insertRun(run("run_8", 2, "interrupted"))
       const read = (id: string) => Effect.map(store.getRun(id as RunId), Option.getOrThrow)
@@ -295,31 +269,8 @@ describe("ThreadStore on a SQLite file", () => {
       const now = yield* DateTime.now
       yield* store.insertThread(thread("thr_p", now))
       yield* store.insertThread(thread("thr_f", now))
-      yield* store.insertProviderThread({
-        id: "pth_p" as ProviderThreadId,
-        threadId: "thr_p" as ThreadId,
-        providerInstance: "claude" as ProviderInstance,
-        model: "m",
-        contextWindow: null,
-        activeNativeThreadId: null,
-        syncedRunSeq: 0,
-        createdAt: now,
-        updatedAt: now
-      })
-      const run = (id: string, seq: number): Run => ({
-        id: id as RunId,
-        threadId: "thr_p" as ThreadId,
-        seq,
-        providerThreadId: "pth_p" as ProviderThreadId,
-        status: "completed",
-        prompt: "",
-        stopPoint: "before_provider",
-        failureReason: null,
-        failureCode: null,
-        nativeThreadId: null,
-        createdAt: now,
-        updatedAt: now
-      })
+      yield* store.insertProviderThread(providerThread("pth_p", "thr_p", "claude", now))
+      const run = (id: string, seq: number) => runRow(id, "thr_p", "pth_p", seq, now, { status: "completed", prompt: "", stopPoint: "before_provider" })
       yield* store.insertRun(run("run_p1", 1))
       yield* store.insertRun(run("run_p2", 2))
       const link = {
@@ -346,32 +297,9 @@ describe("ThreadStore on a SQLite file", () => {
       const store = yield* ThreadStore
       const now = yield* DateTime.now
       yield* store.insertThread(thread("thr_y", now))
-      yield* store.insertProviderThread({
-        id: "pth_y" as ProviderThreadId,
-        threadId: "thr_y" as ThreadId,
-        providerInstance: "claude" as ProviderInstance,
-        model: "m",
-        contextWindow: null,
-        activeNativeThreadId: null,
-        syncedRunSeq: 0,
-        createdAt: now,
-        updatedAt: now
-      })
+      yield* store.insertProviderThread(providerThread("pth_y", "thr_y", "claude", now))
       for (let seq = 1; seq <= 2_500; seq++) {
-        yield* store.insertRun({
-          id: `run_y${seq}` as RunId,
-          threadId: "thr_y" as ThreadId,
-          seq,
-          providerThreadId: "pth_y" as ProviderThreadId,
-          status: "completed",
-          prompt: "p",
-          stopPoint: null,
-          failureReason: null,
-          failureCode: null,
-          nativeThreadId: null,
-          createdAt: now,
-          updatedAt: now
-        })
+        yield* store.insertRun(runRow(`run_y${seq}`, "thr_y", "pth_y", seq, now, { status: "completed" }))
       }
       yield* store.insertItems(Array.from({ length: 1_500 }, (_, i) => item("thr_y" as ThreadId, i + 1, now, { runId: `run_y${i + 1}` as RunId })))
       // Turns of the event loop while a read runs: with SQLite every statement is synchronous, so without the yields
@@ -412,19 +340,8 @@ describe("ThreadStore on a SQLite file", () => {
       const store = yield* ThreadStore
       const now = yield* DateTime.now
       yield* store.insertThread(thread("thr_a", now))
-      const lane = (id: string, instance: string) => ({
-        id: id as ProviderThreadId,
-        threadId: "thr_a" as ThreadId,
-        providerInstance: instance as ProviderInstance,
-        model: "m",
-        contextWindow: null,
-        activeNativeThreadId: null,
-        syncedRunSeq: 0,
-        createdAt: now,
-        updatedAt: now
-      })
-      yield* store.insertProviderThread(lane("pth_a", "claude"))
-      yield* store.insertProviderThread(lane("pth_b", "codex"))
+      yield* store.insertProviderThread(providerThread("pth_a", "thr_a", "claude", now))
+      yield* store.insertProviderThread(providerThread("pth_b", "thr_a", "codex", now))
       const on = (instance: string) => store.activeProviderThreadOn("thr_a" as ThreadId, instance as ProviderInstance)
       // No active provider thread yet.
       expect(yield* on("claude")).toEqual(Option.none())
