@@ -544,8 +544,8 @@ const events = Command.make(
 const portOption = Options.text("port").pipe(
   Options.withPseudoName("integer"),
   Options.mapEffect((text) =>
-    /^[0-9]+$/.test(text)
-      ? Effect.succeed(Number(text))
+    Number.isInteger(ServerConfig.decimal(text))
+      ? Effect.succeed(ServerConfig.decimal(text))
       : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--port: expected an integer from 0 to 65535 in decimal digits, got '${text}'`)))
   ),
   Options.withDescription("port (default 8787; 0: any free port)"),

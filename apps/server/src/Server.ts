@@ -310,8 +310,7 @@ const listenError = (settings: Pick<ServerConfig.ServerSettings, "host" | "port"
   const hint = e.code === "EADDRINUSE"
     ? "another process holds that port: stop it, or pass another --port (0: any free port)"
     : "check --host (an address of this machine, e.g. 127.0.0.1) and --port"
-  const host = ServerConfig.listenHost(settings.host)
-  return new ListenError({ message: `cannot listen on ${host.includes(":") ? `[${host}]` : host}:${settings.port} (${said}); ${hint}` })
+  return new ListenError({ message: `cannot listen on ${ServerConfig.hostPort(settings.host, settings.port)} (${said}); ${hint}` })
 }
 
 /**

@@ -395,7 +395,7 @@ const envBoolean = (name: string) =>
 const envInt = (name: string, min: number, max: number) =>
   Effect.flatMap(env(name), (text) => {
     if (text === undefined) return Effect.succeed(Option.none<number>())
-    const n = /^[0-9]+$/.test(text.trim()) ? Number(text.trim()) : Number.NaN
+    const n = decimal(text.trim())
     return Number.isInteger(n) && n >= min && n <= max
       ? Effect.succeed(Option.some(n))
       : Effect.fail(new ConfigInvalid({ source: name, reason: `expected an integer from ${min} to ${max}, got "${text}"` }))
@@ -607,12 +607,24 @@ export const defaultAutoApprovalMode = "server-policy"
 export const listenHost = (host: string): string =>
   host.startsWith("[") && host.endsWith("]") ? host.slice(1, -1) : host
 
+/** `host:port`, an IPv6 address in brackets (`[::1]:8787`) so the port is told apart; `host` as given or bare. */
+export const hostPort = (host: string, port: number): string => {
+  const bare = listenHost(host)
+  return `${bare.includes(":") ? `[${bare}]` : bare}:${port}`
+}
+
 /**
  * The base URL of a listener at `hostname`:`port` (a TCP address as node reports it): `http://HOST:PORT`, an IPv6
  * address in brackets (`http://[::1]:8787`), so the printed line is a usable `--server` URL.
  */
 export const serverUrl = (address: { readonly hostname: string; readonly port: number }): string =>
-  `http://${address.hostname.includes(":") ? `[${address.hostname}]` : address.hostname}:${address.port}`
+  `http://${hostPort(address.hostname, address.port)}`
+
+/**
+ * `text` read as a non-negative integer in decimal digits only, else `NaN`: `Number` alone also reads `0x50` as 80
+ * and `1e6` as 1,000,000 (`--port`, `BATON_PORT`, `BATON_MAX_BODY_BYTES`).
+ */
+export const decimal = (text: string): number => /^[0-9]+$/.test(text) ? Number(text) : Number.NaN
 
 /**
  * Whether `host` (as `--host`, `BATON_HOST` or the file's `host` give it) binds only the loopback interface:
@@ -625,7 +637,7 @@ export const isLoopback = (host: string): boolean => {
   const name = host.toLowerCase()
   if (name === "localhost") return true
   if (Net.isIPv4(name)) return name.startsWith("127.")
-  const bare = name.startsWith("[") && name.endsWith("]") ? name.slice(1, -1) : name
+  const bare = listenHost(name)
   if (!Net.isIPv6(bare) || bare.includes("%")) return false
   // The URL standard's serialisation of an IPv6 address is canonical: compressed, lower case, a mapped IPv4 address
   // as two hex groups (`::ffff:127.0.0.1` is `[::ffff:7f00:1]`).

@@ -53,6 +53,21 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     ))
 })
 
+/**
+ * `GET /healthz` on `127.0.0.1:port` on a connection of its own: its status, `Retry-After` and body; no answer within
+ * 5 s or a refused connection is status 0 with the reason as the body.
+ */
+const healthz = (port: number) =>
+  Effect.async<{ status: number; retryAfter: string | undefined; body: string }>((resume) => {
+    const request = Http.get({ host: "127.0.0.1", port, path: "/healthz", timeout: 5_000, agent: false }, (response) => {
+      let body = ""
+      response.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")))
+      response.on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, retryAfter: response.headers["retry-after"], body })))
+    })
+    request.on("timeout", () => request.destroy(new Error("no answer within 5 s")))
+    request.on("error", (e) => resume(Effect.succeed({ status: 0, retryAfter: undefined, body: e.message })))
+  })
+
 describe("start-up", () => {
   it.live("a request that reaches the socket before the API is attached gets 503 ServerStarting with Retry-After, not a hang", () =>
     Effect.gen(function*() {
@@ -63,16 +78,8 @@ describe("start-up", () => {
       )
       const address = Context.get(context, HttpServer.HttpServer).address
       const port = address._tag === "TcpAddress" ? address.port : 0
-      const answer = yield* Effect.async<{ status: number; retryAfter: string | undefined; body: string }>((resume) => {
-        const request = Http.get({ host: "127.0.0.1", port, path: "/healthz", timeout: 5_000 }, (response) => {
-          let body = ""
-          response.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")))
-          response.on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, retryAfter: response.headers["retry-after"], body })))
-        })
-        request.on("timeout", () => request.destroy(new Error("no answer within 5 s")))
-        // No answer (the hang this test is about) or a refused connection: status 0, the reason as the body.
-        request.on("error", (e) => resume(Effect.succeed({ status: 0, retryAfter: undefined, body: e.message })))
-      })
+      // No answer (the hang this test is about) or a refused connection: status 0, the reason as the body.
+      const answer = yield* healthz(port)
       yield* Scope.close(scope, Exit.void)
       expect(answer.status).toBe(503)
       expect(answer.retryAfter).toBe("1")
@@ -90,15 +97,7 @@ describe("start-up", () => {
       )
       const address = Context.get(context, HttpServer.HttpServer).address
       const port = address._tag === "TcpAddress" ? address.port : 0
-      const ask = Effect.async<{ status: number; retryAfter: string | undefined; body: string }>((resume) => {
-        const request = Http.get({ host: "127.0.0.1", port, path: "/healthz", timeout: 5_000, agent: false }, (response) => {
-          let body = ""
-          response.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")))
-          response.on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, retryAfter: response.headers["retry-after"], body })))
-        })
-        request.on("timeout", () => request.destroy(new Error("no answer within 5 s")))
-        request.on("error", (e) => resume(Effect.succeed({ status: 0, retryAfter: undefined, body: e.message })))
-      })
+      const ask = healthz(port)
       // An app served on the listener, then gone (its scope closed, as the API's is first at a shutdown).
       const app = yield* Scope.make()
       yield* Layer.buildWithScope(HttpServer.serve(HttpServerResponse.text("served")), app).pipe(Effect.provide(context))
