@@ -95,15 +95,33 @@ const startFailure = <A, E extends { readonly message: string }, R>(self: Effect
 const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
   "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"
 
+/**
+ * An integer flag read in decimal digits only (an optional leading `-`): `Options.integer` reads its value with
+ * `Number`, so `--port 0x50` listened on port 80, `--port 8e3` on 8000 and `--seed 1e3` seeded 1000. Such a value is
+ * refused as a non-number is (one line naming the flag, exit 2). `what` completes "expected ..." (the range, where
+ * the command checks one itself). Shape: `Options<number>`; the caller adds its default or `Options.optional`.
+ */
+const integerOption = (name: string, what: string, description: string) =>
+  Options.text(name).pipe(
+    Options.withPseudoName("integer"),
+    Options.mapEffect((text) => {
+      const n = text.startsWith("-") ? -ServerConfig.decimal(text.slice(1)) : ServerConfig.decimal(text)
+      return Number.isInteger(n)
+        ? Effect.succeed(n === 0 ? 0 : n)
+        : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--${name}: expected ${what} in decimal digits, got '${text}'`)))
+    }),
+    Options.withDescription(description)
+  )
+
 const replayOptions = {
   providers: Options.text("providers").pipe(
     Options.withDefault(ProviderSpec.defaultProviders),
     Options.withDescription("NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject],...")
   ),
-  switchEvery: Options.integer("switch-every").pipe(Options.withDefault(10)),
+  switchEvery: integerOption("switch-every", "an integer (0: never)", "switch provider every N runs (0: never)").pipe(Options.withDefault(10)),
   interruptRate: Options.float("interrupt-rate").pipe(Options.withDefault(0.05)),
-  compactEvery: Options.integer("compact-every").pipe(Options.withDefault(40)),
-  seed: Options.integer("seed").pipe(Options.withDefault(1)),
+  compactEvery: integerOption("compact-every", "an integer (0: never)", "/compact every N runs (0: never)").pipe(Options.withDefault(40)),
+  seed: integerOption("seed", "an integer", "seed of the replay's random choices (interrupts)").pipe(Options.withDefault(1)),
   skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
   json: Options.boolean("json").pipe(Options.withDescription("print one JSON summary object on stdout (log lines go to stderr)")),
   db: dbOption,
@@ -441,7 +459,7 @@ const offload = Command.make(
   "offload",
   {
     id: threadIdArg,
-    keepTokens: Options.integer("keep-tokens").pipe(Options.withDescription("tokens of newest history kept verbatim"), Options.optional),
+    keepTokens: integerOption("keep-tokens", "a number of tokens", "tokens of newest history kept verbatim").pipe(Options.optional),
     dryRun: Options.boolean("dry-run").pipe(Options.withDescription(
       "change nothing: show the tool units tool-result offload would replace with stubs before the next request, tokens before and after, the cache-rewrite cost and break-even"
     )),
@@ -491,7 +509,7 @@ const offloadControl = Command.make(
     id: threadIdArg,
     on: Options.boolean("on").pipe(Options.withDescription("turn tool-result offload on for this thread")),
     off: Options.boolean("off").pipe(Options.withDescription("turn tool-result offload off for this thread")),
-    keepNewest: Options.integer("keep-newest").pipe(Options.withDescription("tool units always kept verbatim (the newest N)"), Options.optional),
+    keepNewest: integerOption("keep-newest", "a number of tool units", "tool units always kept verbatim (the newest N)").pipe(Options.optional),
     pin: Options.text("pin").pipe(Options.withDescription("an item id never offloaded (repeatable)"), Options.repeated),
     unpin: Options.text("unpin").pipe(Options.withDescription("an item id to unpin (repeatable)"), Options.repeated),
     reset: Options.boolean("reset").pipe(Options.withDescription("drop the thread's own settings and pins first (inherit the instance's)")),
@@ -536,21 +554,8 @@ const events = Command.make(
   (o) => remoteOnly("events")((target) => Remote.events(target, o.thread, o.follow, o.json)).pipe(badInput)
 ).pipe(Command.withDescription("prints the event log (of one thread or all), then with --follow the live tail (needs --server)"))
 
-/**
- * `--port N`: decimal digits only. `Options.integer` reads its value with `Number`, so `--port 0x50` listened on port
- * 80 and `--port 8e3` on 8000; such a value is refused as a non-number is (one line naming `--port`, exit 2). The
- * range (0..65535) is ServerConfig's to check.
- */
-const portOption = Options.text("port").pipe(
-  Options.withPseudoName("integer"),
-  Options.mapEffect((text) =>
-    Number.isInteger(ServerConfig.decimal(text))
-      ? Effect.succeed(ServerConfig.decimal(text))
-      : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--port: expected an integer from 0 to 65535 in decimal digits, got '${text}'`)))
-  ),
-  Options.withDescription("port (default 8787; 0: any free port)"),
-  Options.optional
-)
+/** `--port N` (0..65535, ServerConfig checks the range; 0: any free port). */
+const portOption = integerOption("port", "an integer from 0 to 65535", "port (default 8787; 0: any free port)").pipe(Options.optional)
 
 /**
  * `baton serve`: the HTTP server (see apps/server and docs/server.md) on the embedded default — SQLite under

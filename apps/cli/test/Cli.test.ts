@@ -171,6 +171,21 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
+  it("every integer flag takes decimal digits only: replay's --seed 1e3 and --switch-every 0x10, offload's --keep-tokens 1e3", async () => {
+    const dir = tmp()
+    const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+      [["replay", "missing.jsonl", "--seed", "1e3", "--data-dir", dir], "baton: --seed: expected an integer in decimal digits, got '1e3'"],
+      [["replay", "missing.jsonl", "--switch-every", "0x10", "--data-dir", dir], "baton: --switch-every: expected an integer (0: never) in decimal digits, got '0x10'"],
+      [["--server", "http://127.0.0.1:1", "offload", "thr_x", "--keep-tokens", "1e3"], "baton: --keep-tokens: expected a number of tokens in decimal digits, got '1e3'"]
+    ]
+    const results = await Promise.all(cases.map(([args]) => baton(args)))
+    results.forEach((result, i) => {
+      expect([result.code, result.stdout, result.stderr]).toEqual([2, "", `${cases[i]![1]}\n`])
+    })
+    expect(Fs.readdirSync(dir)).toEqual([])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {
     const dir = tmp()
     const lastLine = (text: string) => text.trim().split("\n").at(-1)
