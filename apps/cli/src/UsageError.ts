@@ -37,7 +37,7 @@ const optionOf = (argv: ReadonlyArray<string>, value: string): string | undefine
 
 /**
  * `text` (what the library printed, any number of lines) as one `baton: …` line: its first non-blank line, styles
- * removed; a value that did not parse names its option (`baton: --keep-tokens: 'abc' is not an integer`). Text that
+ * removed; a value that did not parse names its option (`baton: --interrupt-rate: 'often' is not a float`). Text that
  * already starts `baton:` is returned unchanged. `argv`: the command line after the program, to find the option.
  */
 export const phrase = (text: string, argv: ReadonlyArray<string>): string => {
