@@ -5,7 +5,7 @@
 import { InvariantChecks } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer } from "effect"
+import { Deferred, Effect, Exit, Fiber, FiberId, Layer, Scheduler } from "effect"
 import { spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -188,5 +188,36 @@ describe("CliRuntime.timeSliced (the runtime's scheduler)", () => {
     ticking = false
     // About one turn per 10 ms slice of work; Effect's default scheduler would give none (microtasks throughout).
     expect(seen).toBeGreaterThanOrEqual(5)
+  })
+})
+
+// `baton serve` on a taken port hung now and then (about 1 round in 6, three processes on one data directory): the
+// listen failed, `Layer.mergeAll` interrupted its sibling layers, and one sibling, itself a `mergeAll`, was
+// interrupted after it had forked the coordinator of its concurrent build but before that coordinator had run (the
+// time-sliced scheduler runs a task queued later on a microtask ahead of one queued earlier on `setImmediate`).
+// Effect 3.22.4's `forEachConcurrentDiscard` then dropped the workers it had not started, so the coordinator, once it
+// ran, started none and waited forever for their results; the interrupted fiber waited uninterruptibly for the
+// coordinator, so the server never exited and SIGTERM was not acted on. patches/effect@3.22.4.patch ends the
+// coordinator when it finds nothing left to start. Here the interleaving is forced with a scheduler run by hand.
+describe("a concurrent Effect.all interrupted before its coordinator starts (the serve-on-a-taken-port hang)", () => {
+  it("ends interrupted instead of waiting forever for workers it never started", () => {
+    const queue: Array<() => void> = []
+    const byHand = Scheduler.make((task) => void queue.push(task))
+    const runNext = (order: "fifo" | "lifo") => (order === "fifo" ? queue.shift() : queue.pop())!()
+    const fiber = Effect.runFork(
+      Effect.all([Effect.void, Effect.void], { concurrency: "unbounded", discard: true }),
+      { scheduler: byHand }
+    )
+    // The fiber starts, forks the coordinator (its start queued) and waits for it.
+    runNext("fifo")
+    expect(queue.length).toBe(1)
+    // The interrupt is queued after the coordinator's start and, as the time-sliced scheduler may, runs before it.
+    fiber.unsafeInterruptAsFork(FiberId.none)
+    runNext("lifo")
+    for (let steps = 0; queue.length > 0 && steps < 1_000; steps++) runNext("fifo")
+    const exit = fiber.unsafePoll()
+    // Without the patch: "still waiting", with nothing left to run (a hang).
+    expect(exit === null ? "still waiting" : Exit.isInterrupted(exit) ? "interrupted" : Exit.isSuccess(exit) ? "succeeded" : "failed")
+      .toBe("interrupted")
   })
 })
