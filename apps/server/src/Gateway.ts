@@ -142,6 +142,22 @@ const toEventLoop = Effect.async<void>((resume) => {
   return Effect.sync(() => clearImmediate(handle))
 })
 
+/**
+ * Cuts the agent's connection as an upstream's broken stream cut Baton's: what was written goes out first (the socket
+ * ends, flushing it), then the socket is destroyed, so the agent's HTTP client sees the answer break off (no chunked
+ * terminator) instead of a clean end. The platform's own end of the answer that follows writes nothing to a destroyed
+ * socket.
+ */
+const cutConnection = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.async<void>((resume) => {
+    const socket = NodeHttpServerRequest.toServerResponse(request).socket
+    if (socket === null || socket.destroyed) return resume(Effect.void)
+    socket.end(() => {
+      socket.destroy()
+      resume(Effect.void)
+    })
+  })
+
 /** The request body could not be read whole (`reason` says why). */
 class BodyNotRead extends Data.TaggedError("BodyNotRead")<{ readonly reason: string }> {}
 
@@ -734,8 +750,14 @@ export const layer = (options: GatewayOptions) =>
                 return settle(failed("provider_unavailable", `the upstream's stream broke off: ${e.message}`))
               })).pipe(
                 // A spliced stream (re-encoded, its hops joined) ends with the protocol's error event, so the agent is
-                // told rather than left with a stream that stops (a pass-through stream stops as the upstream's did).
-                Stream.flatMap(() => (splicing ? Stream.make(encoder.encode(offloader!.streamError("", "the upstream's stream broke off"))) : Stream.empty))
+                // told rather than left with a stream that stops. A pass-through stream stops as the upstream's did:
+                // its connection is cut (the platform would end the answer cleanly, and an agent reads a clean end of
+                // a cut stream as a whole, malformed answer: Claude Code gave up where it retries a cut).
+                Stream.flatMap(() =>
+                  splicing
+                    ? Stream.make(encoder.encode(offloader!.streamError("", "the upstream's stream broke off")))
+                    : Stream.drain(Stream.fromEffect(cutConnection(request)))
+                )
               )
             ),
             Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),

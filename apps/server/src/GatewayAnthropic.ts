@@ -38,6 +38,7 @@ const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens =>
 export const replyAssembler = (): Assembler => {
   const decoder = Sse.makeDecoder()
   let id: string | null = null
+  let started = false
   const blocks: Array<Record<string, unknown> | undefined> = []
   const json: Array<string> = []
   let usage: Record<string, unknown> | null = null
@@ -65,8 +66,18 @@ export const replyAssembler = (): Assembler => {
       }
       case "message_start": {
         const message = isRecord(data.message) ? data.message : {}
-        id = typeof message.id === "string" ? message.id : null
-        if (isRecord(message.usage)) usage = { ...message.usage }
+        const next = typeof message.id === "string" ? message.id : null
+        if (started) {
+          // A repeated message_start of the same message changes nothing; one of another message restarts the
+          // answer (a stream spliced after a retry upstream, the recorded `spliced-message-start`): the first
+          // attempt's blocks are dropped, as Anthropic's SDK drops them for the agent and Baton's adapter does.
+          if (next === id) break
+          blocks.length = 0
+          json.length = 0
+        }
+        started = true
+        id = next
+        usage = isRecord(message.usage) ? { ...message.usage } : null
         break
       }
       case "content_block_start": {

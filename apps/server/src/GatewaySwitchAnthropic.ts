@@ -538,6 +538,9 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
   let blocks = new Map<number, { kind: "text"; text: string; at: number } | { kind: "call"; id: string; name: string; args: string; hidden: boolean; at: number } | { kind: "other" }>()
   let visibleCalls = 0
   let anyVisible = false
+  /** This hop's message id (its `message_start`'s) and whether any of its text or calls went to the agent yet. */
+  let messageId: string | null = null
+  let shown = false
   const out: Array<string> = []
   const fail = (body: Json) => {
     done = true
@@ -559,8 +562,24 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
     if (!isRecord(e)) return
     switch (e.type) {
       case "message_start": {
-        answered = true
         const message = isRecord(e.message) ? e.message : {}
+        const id = typeof message.id === "string" ? message.id : null
+        if (answered) {
+          // A repeated message_start of the same message changes nothing. One of another message restarts the
+          // hop's answer (seen in the field: a stream spliced after a retry upstream; Anthropic's SDK keeps the
+          // second message only, as Baton's adapter does): what the first attempt left is dropped, when none of it
+          // reached the agent; else the agent holds part of an answer that is no more (a call cut mid-arguments),
+          // and the answer ends with an error (the agent retries) instead of going on as two answers in one.
+          if (id === messageId) return
+          if (shown) {
+            fail(errorBody("server_error", "the upstream restarted its answer (another message_start) after part of it was sent"))
+            return
+          }
+          blocks = new Map()
+          stopReason = null
+        }
+        answered = true
+        messageId = id
         usage = usageOver(noUsage, message.usage)
         if (!started) {
           started = true
@@ -584,7 +603,10 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
           }
           const id = String(block.id ?? `call_${index}`)
           blocks.set(index, { kind: "call", id, name, args: "", hidden, at })
-          if (!hidden) out.push(emit.callStart(at, id, name))
+          if (!hidden) {
+            out.push(emit.callStart(at, id, name))
+            shown = true
+          }
         } else blocks.set(index, { kind: "other" })
         return
       }
@@ -597,6 +619,7 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
           block.text += delta.text
           out.push(emit.text(block.at, delta.text, first && texted))
           texted = true
+          shown = true
         } else if (block?.kind === "call" && delta.type === "input_json_delta" && typeof delta.partial_json === "string") {
           block.args += delta.partial_json
           if (!block.hidden && delta.partial_json !== "") out.push(emit.callDelta(block.at, delta.partial_json))
@@ -667,6 +690,8 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
       pending = null
       visibleCalls = 0
       blocks = new Map()
+      messageId = null
+      shown = false
       decoder = Sse.makeDecoder()
     },
     stop: () => {

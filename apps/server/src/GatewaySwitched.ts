@@ -76,7 +76,21 @@ export interface Input {
 const maxReadHops = 8
 
 /** An error answer (its body in the agent's shape). */
-const errorAnswer = (status: number, body: unknown) => HttpServerResponse.unsafeJson(body, { status })
+const errorAnswer = (status: number, body: unknown, headers: Record<string, string> = {}) => HttpServerResponse.unsafeJson(body, { status, headers })
+
+/**
+ * The upstream's retry advice on an error answer (`retry-after`, in seconds or an HTTP date, and `retry-after-ms`),
+ * passed on with the converted error: both SDKs of the agents (Anthropic's and OpenAI's) wait as long as it says
+ * before retrying a 429 or a 5xx, and back off by their own schedule without it.
+ */
+const retryAdvice = (headers: Readonly<Record<string, string | undefined>>): Record<string, string> => {
+  const advice: Record<string, string> = {}
+  for (const name of ["retry-after", "retry-after-ms"]) {
+    const value = headers[name]
+    if (value !== undefined) advice[name] = value
+  }
+  return advice
+}
 
 /**
  * An item's text as the conversation's content: a tool result's without the `<system-reminder>` elements that end it
@@ -391,7 +405,7 @@ export const serve = (input: Input) =>
         const converted = agent.upstreamError(upstream.status, text.right)
         const code = upstream.status === 429 || upstream.status >= 500 ? "provider_unavailable" : converted.status === 400 && agent.isOverflow(converted.body) ? "overflow" : "provider_refused"
         yield* settle((b) => threads.fail(b, "failed", code, upstreamFailureReason(upstream.status, text.right)))
-        return errorAnswer(converted.status, converted.body)
+        return errorAnswer(converted.status, converted.body, retryAdvice(upstream.headers))
       }
       // The upstream's own thread_read calls: answered here and the conversation continued (up to 8 rounds).
       let answer = parseJson(text.right)
@@ -414,7 +428,7 @@ export const serve = (input: Input) =>
         if (next.right.r.status < 200 || next.right.r.status >= 300) {
           const converted = agent.upstreamError(next.right.r.status, next.right.t)
           yield* settle((b) => threads.fail(b, "failed", "provider_refused", upstreamFailureReason(next.right.r.status, next.right.t, " after thread_read")))
-          return errorAnswer(converted.status, converted.body)
+          return errorAnswer(converted.status, converted.body, retryAdvice(next.right.r.headers))
         }
         answer = parseJson(next.right.t)
         if (!isRecord(answer)) return yield* notJson(next.right.t)

@@ -25,6 +25,10 @@ export interface Reply {
    * that has begun and not yet ended (the gateway records the request while it streams, the reply at its end).
    */
   readonly rest?: { readonly at: number; readonly hold: Promise<unknown> }
+  /** More response headers (e.g. `retry-after` on a 429). */
+  readonly headers?: Record<string, string>
+  /** The body's first `cut` characters are written, then the connection is destroyed: a stream that breaks off. */
+  readonly cut?: number
 }
 
 /** One received request. */
@@ -72,7 +76,11 @@ export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquire
         requests.push(received)
         const reply = replies.shift() ?? error(500, "no scripted reply")
         const write = () => {
-          res.writeHead(reply.status, { "content-type": reply.contentType })
+          res.writeHead(reply.status, { ...reply.headers, "content-type": reply.contentType })
+          if (reply.cut !== undefined) {
+            // Destroyed once the bytes are handed to the socket: the head and the first bytes arrive, then the cut.
+            return void res.write(reply.body.slice(0, reply.cut), () => res.socket?.destroy())
+          }
           const rest = reply.rest
           if (rest === undefined) return void res.end(reply.body)
           res.write(reply.body.slice(0, rest.at))
