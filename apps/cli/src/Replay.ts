@@ -59,6 +59,8 @@ export interface RunLine {
   readonly representedRuns: number
   /** Printed instead of the turn-start figures when set: how a run cut short by a signal ended. */
   readonly stopped: string | null
+  /** Why a run that did not complete ended (`Run.failureReason`), `null` otherwise. */
+  readonly failureReason: string | null
 }
 
 export interface ReplaySummary {
@@ -73,6 +75,12 @@ export interface ReplaySummary {
   readonly failedRuns: number
   /** Runs failed by the fault plan (provider faults), counted apart. */
   readonly faultFailedRuns: number
+  /**
+   * Runs failed as `overflow`: the prompt alone is larger than the provider's window, so it was never sent (a clear
+   * failure that names what to do, not a wedge). Counted apart from `faultFailedRuns`: the replay's providers have
+   * no fault plan, and a prompt too large for the window is the transcript's size against the window, not a fault.
+   */
+  readonly overflowFailedRuns: number
   readonly interruptedRuns: number
   readonly switches: number
   readonly compactions: number
@@ -139,7 +147,8 @@ const notStarted = {
   stubbedItems: 0,
   owedRuns: 0,
   representedRuns: 0,
-  stopped: null
+  stopped: null,
+  failureReason: null
 } as const
 
 /** Imports `file` only (no database touched): fails with `TranscriptError`. */
@@ -192,7 +201,7 @@ export const replay = (
       const store = yield* ThreadStore
       // A write command reconciles what a killed process left unfinished on this database (runs of gone drivers).
       yield* service.recover()
-      let runs = 0, completed = 0, failed = 0, faultFailed = 0, interrupted = 0, switches = 0, compactions = 0, usageAboveWindow = 0
+      let runs = 0, completed = 0, failed = 0, faultFailed = 0, overflowFailed = 0, interrupted = 0, switches = 0, compactions = 0, usageAboveWindow = 0
       let items = 0
       const violations: Array<string> = []
       const threadIds: Array<ThreadId> = []
@@ -274,6 +283,7 @@ export const replay = (
             if (result.usedTokens !== null && result.window > 0 && result.usedTokens > result.window) usageAboveWindow++
             if (result.status === "completed") completed++
             else if (result.status === "interrupted") interrupted++
+            else if (result.failureCode === "overflow") overflowFailed++
             else if (InvariantChecks.isFaultCode(result.failureCode)) faultFailed++
             else failed++
             const report = result.turnStart
@@ -297,7 +307,8 @@ export const replay = (
               stubbedItems: report?.stubbedItems ?? 0,
               owedRuns: report?.owedRuns ?? 0,
               representedRuns: report?.representedRuns ?? 0,
-              stopped: null
+              stopped: null,
+              failureReason: result.status === "completed" ? null : result.failureReason
             })
           }
         }).pipe(Effect.onInterrupt(() => endRunInFlight(threadIndex, threadId)))
@@ -353,6 +364,7 @@ export const replay = (
         completedRuns: completed,
         failedRuns: failed,
         faultFailedRuns: faultFailed,
+        overflowFailedRuns: overflowFailed,
         interruptedRuns: interrupted,
         switches,
         compactions,
