@@ -2,6 +2,7 @@ import { NodeFileSystem } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
 import * as Fs from "node:fs"
+import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { ProviderSpec } from "@baton/providers"
@@ -111,6 +112,19 @@ describe("baton replay on every real transcript", () => {
           "more than its 1000-token context window: it was not sent. Shorten it, or switch the thread to a provider with a larger window"
       )
       expect(Format.summary(summary).split("\n")[1]).toBe("runs: 0 completed, 0 interrupted, 1 failed as larger than the window, 0 failed by faults, 0 failed")
+    }))
+
+  it.live("two replays with different seeds on one database: the second judges the calibration against the same provider", () =>
+    Effect.gen(function*() {
+      // Each replay drew its providers' tokenizer ratios from its seed while Baton learns one calibration per instance
+      // in the database: after seed 1 taught codex x1.163, a one-run replay with seed 2 (codex x1.03) reported "the
+      // calibration of codex is 1.163 ... more than 10% from the provider's true ratio 1.030" and exited 1.
+      const db = Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-replay-")), "shared.sqlite")
+      const codex = Either.getOrThrow(ProviderSpec.parse("codex:200000"))
+      const first = yield* run({ ...defaults(Path.join(raw, "pi/before-compaction.jsonl")), providers: codex, switchEvery: 0, seed: 1, db })
+      const second = yield* run({ ...defaults(Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj")), providers: codex, switchEvery: 0, seed: 2, db })
+      expect([first.invariantViolations, second.invariantViolations, second.completedRuns]).toEqual([[], [], 1])
+      expect(Replay.providerTruth("codex", Replay.rng(1)).tokenScale).toBe(Replay.providerTruth("codex", Replay.rng(2)).tokenScale)
     }))
 
   it.live("same seed, same summary (apart from wall time)", () =>
