@@ -42,7 +42,11 @@ export const runLine = (l: RunLine) => {
   const head = `${l.thread > 1 ? `t${l.thread} ` : ""}run ${lpad(String(l.run), 4)} ${pad(l.provider, 8)} ${pad(l.generation === null ? "-" : `g${l.generation}`, 3)} ${pad(l.status, 11)}`
   if (l.stopped !== null) return `${head} | ${l.stopped}`
   if (l.budget === null) {
-    return `${head} | ${l.status === "interrupted" ? "interrupted before the provider started: its prompt is owed to the next turn" : "did not start"}`
+    return `${head} | ${
+      l.status === "interrupted"
+        ? "interrupted before the provider started: its prompt is owed to the next turn"
+        : `did not start${l.failureReason === null ? "" : `: ${l.failureReason}`}`
+    }`
   }
   const start = `start ${lpad(l.usedAtStart === null ? "-" : n(l.usedAtStart), 9)}/${pad(n(l.window), 9)} budget ${lpad(n(l.budget), 6)}` +
     (l.ratio === 1 ? "" : ` x${l.ratio.toFixed(3)}`)
@@ -66,7 +70,8 @@ export const progressBar = (done: number, total: number) => {
 export const summary = (s: ReplaySummary) =>
   [
     `replayed ${s.file} (${s.format}): ${s.threads} thread(s) ${s.threadIds.join(", ")}, ${n(s.runs)} runs, ${n(s.items)} items in ${n(s.elapsedMs)} ms`,
-    `runs: ${s.completedRuns} completed, ${s.interruptedRuns} interrupted, ${s.faultFailedRuns} failed by faults, ${s.failedRuns} failed`,
+    `runs: ${s.completedRuns} completed, ${s.interruptedRuns} interrupted, ${s.overflowFailedRuns} failed as larger than the window, ` +
+    `${s.faultFailedRuns} failed by faults, ${s.failedRuns} failed`,
     `switches ${s.switches}, /compact ${s.compactions}; handoffs: ${s.handoffs.created} created, ${s.handoffs.deferred} deferred at least once, ` +
     `${s.handoffs.delivered} delivered, ${s.handoffs.superseded} superseded, ${s.handoffs.stillOwed} still owed`,
     `deliveries: ${s.deliveries.injected} injected, ${s.deliveries.inline} inline; prompts unchanged ${s.promptsUnchanged}/${s.promptsSent}`,

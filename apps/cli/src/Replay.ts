@@ -59,6 +59,8 @@ export interface RunLine {
   readonly representedRuns: number
   /** Printed instead of the turn-start figures when set: how a run cut short by a signal ended. */
   readonly stopped: string | null
+  /** Why a run that did not complete ended (`Run.failureReason`), `null` otherwise. */
+  readonly failureReason: string | null
 }
 
 export interface ReplaySummary {
@@ -73,6 +75,12 @@ export interface ReplaySummary {
   readonly failedRuns: number
   /** Runs failed by the fault plan (provider faults), counted apart. */
   readonly faultFailedRuns: number
+  /**
+   * Runs failed as `overflow`: the prompt alone is larger than the provider's window, so it was never sent (a clear
+   * failure that names what to do, not a wedge). Counted apart from `faultFailedRuns`: the replay's providers have
+   * no fault plan, and a prompt too large for the window is the transcript's size against the window, not a fault.
+   */
+  readonly overflowFailedRuns: number
   readonly interruptedRuns: number
   readonly switches: number
   readonly compactions: number
@@ -92,12 +100,27 @@ export interface ReplaySummary {
   readonly elapsedMs: number
 }
 
+/** FNV-1a of a provider instance's name (32 bits): the seed its tokenizer ratio is drawn from. */
+const nameSeed = (name: string) => {
+  let h = 0x811c9dc5
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193)
+  return h >>> 0
+}
+
 /**
- * A replay provider's true tokenizer ratio (1.00-1.20 provider tokens per Baton token: the field saw about 1.15) and
- * system-prompt overhead (500-3,000 tokens, capped at 5% of the window by the caller), drawn from `random`.
+ * A replay provider's truth: its tokenizer ratio (1.01-1.20 provider tokens per Baton token: the field saw about
+ * 1.15), drawn from the instance's name, and its system-prompt overhead (500-3,000 tokens, capped at 5% of the window
+ * by the caller), drawn from `random` (the replay's seed).
+ *
+ * The ratio is the instance's, not the seed's: Baton learns it per instance in the database (`provider_calibrations`),
+ * and a real provider's tokenizer is the same in every process. Drawn from the seed, two replays with different seeds
+ * on one database (one after the other on the default data directory, or two processes at once) played two different
+ * tokenizers under one instance name, and the second replay's oracle judged the calibration learned from the first
+ * against its own ratio: "the calibration of codex is 1.163 ... more than 10% from the provider's true ratio 1.030",
+ * exit 1, for a replay Baton got right.
  */
-export const providerTruth = (random: () => number) => ({
-  tokenScale: 1 + Math.round(random() * 20) / 100,
+export const providerTruth = (instance: string, random: () => number) => ({
+  tokenScale: 1.01 + Math.round(rng(nameSeed(instance) ^ 0x5eed)() * 19) / 100,
   requestOverhead: 500 + Math.round(random() * 2_500)
 })
 
@@ -139,7 +162,8 @@ const notStarted = {
   stubbedItems: 0,
   owedRuns: 0,
   representedRuns: 0,
-  stopped: null
+  stopped: null,
+  failureReason: null
 } as const
 
 /** Imports `file` only (no database touched): fails with `TranscriptError`. */
@@ -159,11 +183,12 @@ export const replay = (
     const started = Date.now()
     const counter = TokenCounter.make()
     const script = ScriptedProvider.makeScript()
-    // Each provider's own truth (see ScriptedProvider): a tokenizer that differs from Baton's and a system prompt
-    // Baton never sees, drawn from their own seeded stream so that the run's random choices stay as they were.
+    // Each provider's own truth (see ScriptedProvider): a tokenizer that differs from Baton's (the instance's own) and
+    // a system prompt Baton never sees, drawn from their own seeded stream so that the run's random choices stay as
+    // they were.
     const truth = rng(options.seed ^ 0x5eed)
     const adapters = options.providers.map((spec) => {
-      const own = providerTruth(truth)
+      const own = providerTruth(spec.name, truth)
       return ScriptedProvider.make({
         instance: spec.name as ProviderInstance,
         contextWindow: spec.window,
@@ -192,7 +217,7 @@ export const replay = (
       const store = yield* ThreadStore
       // A write command reconciles what a killed process left unfinished on this database (runs of gone drivers).
       yield* service.recover()
-      let runs = 0, completed = 0, failed = 0, faultFailed = 0, interrupted = 0, switches = 0, compactions = 0, usageAboveWindow = 0
+      let runs = 0, completed = 0, failed = 0, faultFailed = 0, overflowFailed = 0, interrupted = 0, switches = 0, compactions = 0, usageAboveWindow = 0
       let items = 0
       const violations: Array<string> = []
       const threadIds: Array<ThreadId> = []
@@ -274,6 +299,7 @@ export const replay = (
             if (result.usedTokens !== null && result.window > 0 && result.usedTokens > result.window) usageAboveWindow++
             if (result.status === "completed") completed++
             else if (result.status === "interrupted") interrupted++
+            else if (result.failureCode === "overflow") overflowFailed++
             else if (InvariantChecks.isFaultCode(result.failureCode)) faultFailed++
             else failed++
             const report = result.turnStart
@@ -297,7 +323,8 @@ export const replay = (
               stubbedItems: report?.stubbedItems ?? 0,
               owedRuns: report?.owedRuns ?? 0,
               representedRuns: report?.representedRuns ?? 0,
-              stopped: null
+              stopped: null,
+              failureReason: result.status === "completed" ? null : result.failureReason
             })
           }
         }).pipe(Effect.onInterrupt(() => endRunInFlight(threadIndex, threadId)))
@@ -353,6 +380,7 @@ export const replay = (
         completedRuns: completed,
         failedRuns: failed,
         faultFailedRuns: faultFailed,
+        overflowFailedRuns: overflowFailed,
         interruptedRuns: interrupted,
         switches,
         compactions,

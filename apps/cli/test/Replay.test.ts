@@ -2,9 +2,11 @@ import { NodeFileSystem } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
 import * as Fs from "node:fs"
+import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { ProviderSpec } from "@baton/providers"
+import * as Format from "../src/Format.js"
 import * as Replay from "../src/Replay.js"
 
 const raw = fileURLToPath(new URL("../../../../shared/transcripts/raw/", import.meta.url))
@@ -49,7 +51,7 @@ describe("baton replay on every real transcript", () => {
         }
         expect(summary.invariantViolations).toEqual([])
         expect(summary.failedRuns).toBe(0)
-        expect(summary.completedRuns + summary.interruptedRuns + summary.faultFailedRuns).toBe(summary.runs)
+        expect(summary.completedRuns + summary.interruptedRuns + summary.faultFailedRuns + summary.overflowFailedRuns).toBe(summary.runs)
         expect(summary.promptsUnchanged).toBe(summary.promptsSent)
         expect(summary.promptsSent).toBe(summary.completedRuns)
       }))
@@ -93,6 +95,36 @@ describe("baton replay on every real transcript", () => {
       // instead of sending it a request it knew would be rejected.
       expect(summary.overflows.outputStopped).toBeGreaterThan(0)
       expect(summary.promptsUnchanged).toBe(summary.promptsSent)
+    }))
+
+  it.live("a prompt larger than the window: counted as an overflow failure, not a provider fault, and its run line says why", () =>
+    Effect.gen(function*() {
+      // The replay's providers have no fault plan, yet this run was counted "1 failed by faults" and printed as
+      // "failed | did not start" with no reason (SWE-agent's one prompt is about 1,046 tokens; the window 1,000).
+      const lines: Array<Replay.RunLine> = []
+      const options = { ...defaults(Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj")), providers: Either.getOrThrow(ProviderSpec.parse("codex:1000")) }
+      const summary = yield* Effect.flatMap(Replay.load(options), (imported) =>
+        Replay.replay(imported, options, (line) => Effect.sync(() => void lines.push(line)))).pipe(Effect.provide(NodeFileSystem.layer))
+      expect([summary.runs, summary.overflowFailedRuns, summary.faultFailedRuns, summary.failedRuns, summary.promptsSent]).toEqual([1, 1, 0, 0, 0])
+      expect(summary.invariantViolations).toEqual([])
+      expect(Format.runLine(lines[0]!)).toBe(
+        "run    1 codex    -   failed      | did not start: the prompt alone is about 1046 tokens of codex (1046 counted x1.000), " +
+          "more than its 1000-token context window: it was not sent. Shorten it, or switch the thread to a provider with a larger window"
+      )
+      expect(Format.summary(summary).split("\n")[1]).toBe("runs: 0 completed, 0 interrupted, 1 failed as larger than the window, 0 failed by faults, 0 failed")
+    }))
+
+  it.live("two replays with different seeds on one database: the second judges the calibration against the same provider", () =>
+    Effect.gen(function*() {
+      // Each replay drew its providers' tokenizer ratios from its seed while Baton learns one calibration per instance
+      // in the database: after seed 1 taught codex x1.163, a one-run replay with seed 2 (codex x1.03) reported "the
+      // calibration of codex is 1.163 ... more than 10% from the provider's true ratio 1.030" and exited 1.
+      const db = Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-replay-")), "shared.sqlite")
+      const codex = Either.getOrThrow(ProviderSpec.parse("codex:200000"))
+      const first = yield* run({ ...defaults(Path.join(raw, "pi/before-compaction.jsonl")), providers: codex, switchEvery: 0, seed: 1, db })
+      const second = yield* run({ ...defaults(Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj")), providers: codex, switchEvery: 0, seed: 2, db })
+      expect([first.invariantViolations, second.invariantViolations, second.completedRuns]).toEqual([[], [], 1])
+      expect(Replay.providerTruth("codex", Replay.rng(1)).tokenScale).toBe(Replay.providerTruth("codex", Replay.rng(2)).tokenScale)
     }))
 
   it.live("same seed, same summary (apart from wall time)", () =>
