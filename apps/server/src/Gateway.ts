@@ -413,10 +413,17 @@ export const layer = (options: GatewayOptions) =>
               offload: offloads[dialect.kind]
             })
           }
+          if (target.config.kind !== dialect.kind && upstreamPath === "/v1/messages/count_tokens") {
+            // `count_tokens` for a model routed to another protocol: no upstream counts Anthropic requests there, so
+            // Baton answers with its own count (`TokenCounter`, o200k) of what the count covers: the system prompt,
+            // the messages and the tools, each as its JSON; an estimate, as a switched request is fitted afresh anyway.
+            const counted = ["system", "messages", "tools"].reduce((n, key) => parsed[key] === undefined ? n : n + count(JSON.stringify(parsed[key])), 0)
+            return HttpServerResponse.unsafeJson({ input_tokens: counted })
+          }
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
               "unrouted",
-              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts model requests between protocols (a provider switch), not compaction requests`
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts model requests between protocols (a provider switch), not Codex's compaction requests (/v1/responses/compact)`
             )
           }
 

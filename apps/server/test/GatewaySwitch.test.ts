@@ -498,6 +498,29 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upst
       })
     ), { timeout: 60_000 })
 
+  // Found by a new user (hgw): count_tokens for a model routed to the Chat Completions instance was refused 404 with a
+  // message about compaction requests. No upstream there counts an Anthropic request: Baton answers with its own count.
+  it.live("count_tokens for a switched model is answered with Baton's own count of system, messages and tools; nothing goes upstream, nothing is recorded", () =>
+    withGateway((anthropic, chat) =>
+      Effect.gen(function*() {
+        const history = longHistory()
+        const body = { model: "gpt-5", system, tools, messages: [...history, { role: "user", content: "How long is this?" }] }
+        const counted = yield* raw(
+          HttpClientRequest.post("/v1/messages/count_tokens?beta=true").pipe(
+            HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01" }),
+            HttpClientRequest.bodyText(JSON.stringify(body), "application/json")
+          )
+        )
+        expect(counted.status).toBe(200)
+        const expected = counter.count(JSON.stringify(system)) + counter.count(JSON.stringify(body.messages)) + counter.count(JSON.stringify(tools))
+        expect(counted.body).toEqual({ input_tokens: expected })
+        expect(expected).toBeGreaterThan(window)
+        expect([chat.requests.length, anthropic.requests.length, anthropic.counts.length]).toEqual([0, 0, 0])
+        const api = yield* client()
+        expect((yield* api.threads.list({ urlParams: {} })).threads).toEqual([])
+      })
+    ), { timeout: 60_000 })
+
   it.live("thread_read continuations stay under the window: an answer that does not fit is refused to the model, never sent", () =>
     withGateway((_anthropic, chat) =>
       Effect.gen(function*() {
