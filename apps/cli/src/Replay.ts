@@ -349,9 +349,10 @@ export const replay = (
         for (const v of yield* ProviderTruthChecks.checkOffloadFreesLane(threadId, adapters.map((a) => a.received))) {
           violations.push(`thread ${threadIndex + 1}: ${v}`)
         }
-        violations.push(...(yield* ProviderTruthChecks.checkCalibration(adapters.map((a) => ({ instance: a.instance, trueRatio: a.tokenScale })))))
         items += appended + markers
       }
+      // The calibration is the provider instance's, learned across the threads: judged once, after the last.
+      violations.push(...(yield* ProviderTruthChecks.checkCalibration(adapters.map((a) => ({ instance: a.instance, trueRatio: a.tokenScale })))))
 
       let created = 0, deferred = 0, delivered = 0, superseded = 0, stillOwed = 0, injected = 0, inline = 0
       for (const threadId of threadIds) {

@@ -6,6 +6,8 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { ProviderSpec } from "@baton/providers"
+import { Database } from "@baton/persistence"
+import { SqlClient } from "@effect/sql"
 import * as Format from "../src/Format.js"
 import * as Replay from "../src/Replay.js"
 
@@ -125,6 +127,28 @@ describe("baton replay on every real transcript", () => {
       const second = yield* run({ ...defaults(Path.join(raw, "swe-agent/pydicom__pydicom-1458.traj")), providers: codex, switchEvery: 0, seed: 2, db })
       expect([first.invariantViolations, second.invariantViolations, second.completedRuns]).toEqual([[], [], 1])
       expect(Replay.providerTruth("codex", Replay.rng(1)).tokenScale).toBe(Replay.providerTruth("codex", Replay.rng(2)).tokenScale)
+    }))
+
+  it.live("a calibration off the provider's true ratio is reported once, not once per thread of a many-thread transcript", () =>
+    Effect.gen(function*() {
+      // The calibration is the provider instance's, shared by the threads: judged after each thread, a wrong one was
+      // reported once per thread (three times for this OpenHands file).
+      const db = Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-replay-")), "calibrated.sqlite")
+      const codex = Either.getOrThrow(ProviderSpec.parse("codex:200000"))
+      const file = Path.join(raw, "openhands/multi_swe_bench-output.jsonl")
+      const first = yield* run({ ...defaults(file), providers: codex, switchEvery: 0, db })
+      expect(first.threadIds.length).toBeGreaterThan(1)
+      expect(first.invariantViolations).toEqual([])
+      // Evidence no replay can outweigh, for a ratio three times the provider's.
+      const changed = yield* Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const recent = JSON.stringify(Array.from({ length: 16 }, () => ({ ratio: 3.5, tokens: 1_000_000 })))
+        yield* sql`DELETE FROM provider_calibrations WHERE provider_instance = 'codex'`
+        return yield* sql`INSERT INTO provider_calibrations (provider_instance, ratio, samples, weight, recent, updated_at) VALUES ('codex', 3.5, 100000, 1.6e7, ${recent}, ${new Date().toISOString()}) RETURNING ratio`
+      }).pipe(Effect.provide(Database.layerSqlite(db)))
+      expect(changed).toHaveLength(1)
+      const second = yield* run({ ...defaults(file), providers: codex, switchEvery: 0, db })
+      expect(second.invariantViolations.filter((v) => v.includes("calibration of codex"))).toHaveLength(1)
     }))
 
   it.live("same seed, same summary (apart from wall time)", () =>
