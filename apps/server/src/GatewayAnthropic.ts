@@ -70,7 +70,7 @@ export const replyAssembler = (): Assembler => {
         if (started) {
           // A repeated message_start of the same message changes nothing; one of another message restarts the
           // answer (a stream spliced after a retry upstream, the recorded `spliced-message-start`): the first
-          // attempt's blocks are dropped, as Anthropic's SDK drops them for the agent and Baton's adapter does.
+          // attempt's blocks are dropped, as Baton's adapter drops them (Anthropic's SDK's MessageStream rejects the restart).
           if (next === id) break
           blocks.length = 0
           json.length = 0

@@ -840,10 +840,10 @@ export const makeHop = (offset: number, first: boolean): Hop => {
           const id = isRecord(data.message) && typeof data.message.id === "string" ? data.message.id : null
           if (messageId !== undefined && id !== messageId) {
             // The upstream restarted its answer (another message's message_start; the assembler keeps the second
-            // message alone, as Anthropic's SDK does). What the first attempt held back (a thread_read call cut) is
-            // dropped, and the restart is not held with it: the first hop's message_start goes to the agent, whose
-            // SDK drops what it got of the first attempt, and the blocks are held from the second message's own
-            // thread_read on. A continuation cannot restart the agent's message (it holds the earlier hops' blocks):
+            // message alone, as Baton's adapter does). What the first attempt held back (a thread_read call cut) is
+            // dropped, and the restart is not held with it: the second message_start goes to the agent as it came
+            // (a client that reads on keeps the second message; Anthropic's MessageStream rejects the restart), and
+            // the blocks are held from the second message's own thread_read on. A continuation cannot restart the agent's message (it holds the earlier hops' blocks):
             // when part of this hop reached the agent, the answer ends with the protocol's error (the agent retries).
             held = null
             heldAt = 0

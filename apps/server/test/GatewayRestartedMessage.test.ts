@@ -1,7 +1,7 @@
 /**
  * `/v1/messages` to an Anthropic upstream whose stream restarts its answer: a `message_start` of another message
- * mid-stream (a stream spliced after a retry upstream, as the recorded `spliced-message-start`). Anthropic's SDK, and so
- * Claude Code, keeps the second message only; so does Baton's adapter, and so must the gateway's reading of the answer:
+ * mid-stream (a stream spliced after a retry upstream, as the recorded `spliced-message-start`). Baton's adapter keeps the
+ * second message only (Anthropic's SDK's MessageStream rejects the restart), and so must the gateway's reading:
  * a `thread_read` call the first attempt left cut is no call of the answer's (it was answered and the answer continued
  * upstream in its place, the model's real answer lost), and the reply recorded is the second message alone (the first
  * attempt's blocks stayed in it, and the agent's next request, which echoes the second message, was a divergence).
@@ -113,7 +113,7 @@ describe("Gateway: an Anthropic stream that restarts its answer", () => {
         const answer = yield* send([{ role: "user", content: "hi" }])
         expect(answer.status).toBe(200)
         expect(upstream.requests).toHaveLength(2)
-        // As Anthropic's SDK reads the stream: the message after the last message_start, its blocks numbered from 0.
+        // As a client that reads on reads the stream: the message after the last message_start, its blocks numbered from 0.
         const events = answer.text.split("\n\n").flatMap((e) => e.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as Record<string, unknown>))
         const last = events.map((e) => e.type).lastIndexOf("message_start")
         const held = events.slice(last).filter((e) => e.type === "content_block_start").map((e) => e.index)
