@@ -74,6 +74,8 @@ export const replyAssembler = (): Assembler => {
           if (next === id) break
           blocks.length = 0
           json.length = 0
+          // The second message is whole at its own message_stop (a first one that had ended does not make it so).
+          stopped = false
         }
         started = true
         id = next

@@ -9,6 +9,7 @@
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as GatewayAnthropic from "../src/GatewayAnthropic.js"
 import { adminToken, client, get, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor, threadEvents } from "./support/ModelServer.js"
@@ -206,4 +207,22 @@ describe("Gateway: an Anthropic stream that restarts its answer", () => {
         expect(events.filter((e) => e === "gateway.diverged" || e === "gateway.rerendered")).toEqual([])
       })
     ))
+
+  // The second message is the answer: a first one that had ended (message_stop) does not make the second whole.
+  it("a restart after the first message's message_stop, the second cut before its own: the answer is unfinished", () => {
+    const assembler = GatewayAnthropic.replyAssembler()
+    assembler.push(new TextEncoder().encode(sse([
+      { type: "message_start", message: { id: "msg_first", type: "message", role: "assistant", content: [], model: "m", usage } },
+      { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+      { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "First." } },
+      { type: "content_block_stop", index: 0 },
+      { type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 5 } },
+      { type: "message_stop" },
+      { type: "message_start", message: { id: "msg_second", type: "message", role: "assistant", content: [], model: "m", usage } },
+      { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+      { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Sec" } }
+    ])))
+    // Before: "completed", the reply the second message's cut "Sec".
+    expect(assembler.outcome()._tag).toBe("unfinished")
+  })
 })
