@@ -70,10 +70,12 @@ export const replyAssembler = (): Assembler => {
         if (started) {
           // A repeated message_start of the same message changes nothing; one of another message restarts the
           // answer (a stream spliced after a retry upstream, the recorded `spliced-message-start`): the first
-          // attempt's blocks are dropped, as Anthropic's SDK drops them for the agent and Baton's adapter does.
+          // attempt's blocks are dropped, as Baton's adapter drops them (Anthropic's SDK's MessageStream rejects the restart).
           if (next === id) break
           blocks.length = 0
           json.length = 0
+          // The second message is whole at its own message_stop (a first one that had ended does not make it so).
+          stopped = false
         }
         started = true
         id = next

@@ -819,8 +819,14 @@ export const makeHop = (offset: number, first: boolean): Hop => {
   /** The held events: the event's name, its data (parsed; `null`: not JSON) and its text as sent with `offset`. */
   let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
   let heldAt = 0
+  /** The hop's message id (its first `message_start`'s; `undefined` before it), whether a block of it reached the agent. */
+  let messageId: string | null | undefined = undefined
+  let shown = false
+  /** The hop restarted its answer after part of it reached the agent as a continuation: ended with an error. */
+  let broken = false
   return {
     push: (chunk) => {
+      if (broken) return ""
       assembler.push(chunk)
       let out = ""
       for (const m of decoder.push(chunk)) {
@@ -830,6 +836,25 @@ export const makeHop = (offset: number, first: boolean): Hop => {
           else held.push({ event: m.event, data: null, text: encodeEvent(m.event, m.data) })
           continue
         }
+        if (data.type === "message_start") {
+          const id = isRecord(data.message) && typeof data.message.id === "string" ? data.message.id : null
+          if (messageId !== undefined && id !== messageId) {
+            // The upstream restarted its answer (another message's message_start; the assembler keeps the second
+            // message alone, as Baton's adapter does). What the first attempt held back (a thread_read call cut) is
+            // dropped, and the restart is not held with it: the second message_start goes to the agent as it came
+            // (a client that reads on keeps the second message; Anthropic's MessageStream rejects the restart), and
+            // the blocks are held from the second message's own thread_read on. A continuation cannot restart the agent's message (it holds the earlier hops' blocks):
+            // when part of this hop reached the agent, the answer ends with the protocol's error (the agent retries).
+            held = null
+            heldAt = 0
+            if (!first && shown) {
+              broken = true
+              return out + anthropic.streamError("", "the upstream restarted its answer (another message_start) after part of it was sent")
+            }
+          }
+          messageId = id
+          if (!first) continue
+        }
         if (!first && data.type === "message_start") continue
         const indexed = typeof data.index === "number" && String(data.type).startsWith("content_block")
         if (held === null && data.type === "content_block_start" && isRecord(data.content_block) && data.content_block.type === "tool_use" &&
@@ -838,12 +863,15 @@ export const makeHop = (offset: number, first: boolean): Hop => {
           heldAt = data.index as number
         }
         const text = indexed && offset > 0 ? encodeEvent(m.event, JSON.stringify({ ...data, index: (data.index as number) + offset })) : encodeEvent(m.event, m.data)
-        if (held === null) out += text
-        else held.push({ event: m.event, data, text })
+        if (held === null) {
+          out += text
+          if (indexed) shown = true
+        } else held.push({ event: m.event, data, text })
       }
       return out
     },
     end: () => {
+      if (broken) return { _tag: "release", held: "" }
       const text = held === null ? "" : held.map((h) => h.text).join("")
       const outcome = assembler.outcome()
       if (held === null || outcome._tag !== "completed") return { _tag: "release", held: text }

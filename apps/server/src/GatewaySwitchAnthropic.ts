@@ -566,8 +566,8 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
         const id = typeof message.id === "string" ? message.id : null
         if (answered) {
           // A repeated message_start of the same message changes nothing. One of another message restarts the
-          // hop's answer (seen in the field: a stream spliced after a retry upstream; Anthropic's SDK keeps the
-          // second message only, as Baton's adapter does): what the first attempt left is dropped, when none of it
+          // hop's answer (seen in the field: a stream spliced after a retry upstream; Baton's adapter keeps the
+          // second message only; Anthropic's SDK's MessageStream rejects the restart): what the first attempt left is dropped, when none of it
           // reached the agent; else the agent holds part of an answer that is no more (a call cut mid-arguments),
           // and the answer ends with an error (the agent retries) instead of going on as two answers in one.
           if (id === messageId) return

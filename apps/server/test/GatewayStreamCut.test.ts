@@ -5,10 +5,10 @@
  * (the OpenAI SDK of pi and opencode ends such a stream without an error: "The comp" was the assistant's message).
  * The run fails `provider_unavailable`; the request's message is recorded, once.
  */
-import { HttpClientRequest } from "@effect/platform"
+import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
-import { adminToken, client, raw } from "./helpers.js"
+import { Effect, Stream } from "effect"
+import { adminToken, client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
 
@@ -46,16 +46,24 @@ describe("Gateway, an upstream stream that breaks off", () => {
         yield* Effect.gen(function*() {
           // The answer's first half (head and first events), then the upstream's connection is destroyed.
           const whole = ModelApi.answer(c.kind, "The complete answer is forty-two.", usage)
-          upstream.enqueue({ ...whole, cut: whole.body.indexOf("forty-two") })
-          const answer = yield* Effect.either(raw(
+          const cut = whole.body.indexOf("forty-two")
+          upstream.enqueue({ ...whole, cut })
+          const response = yield* HttpClient.execute(
             HttpClientRequest.post(c.path).pipe(
               HttpClientRequest.setHeaders(c.headers),
               HttpClientRequest.bodyText(JSON.stringify(c.body), "application/json")
             )
-          ))
-          // Before the fix: Right, HTTP 200 whose body ended cleanly after "The complete answer is ".
-          expect(answer._tag).toBe("Left")
-          if (answer._tag === "Left") expect(answer.left._tag).toBe("ResponseError")
+          )
+          expect(response.status).toBe(200)
+          let got = ""
+          const decoder = new TextDecoder()
+          const end = yield* Effect.either(Stream.runForEach(response.stream, (chunk) => Effect.sync(() => void (got += decoder.decode(chunk, { stream: true })))))
+          // Before the fix: Right, the body ended cleanly after "The complete answer is ".
+          expect(end._tag).toBe("Left")
+          if (end._tag === "Left") expect(end.left._tag).toBe("ResponseError")
+          // Every byte that came before the cut reached the agent, as it came (the socket ends, flushed, then is
+          // destroyed), and nothing more.
+          expect(got).toBe(whole.body.slice(0, cut))
 
           const api = yield* client()
           const threads = (yield* api.threads.list({ urlParams: {} })).threads

@@ -1,7 +1,7 @@
 /**
  * A switch to an Anthropic upstream (a Chat Completions or a Responses agent) whose stream restarts its answer: a
  * second `message_start` of another message (the recorded `spliced-message-start`: a thinking block, a call cut
- * mid-arguments, then the whole answer again). Anthropic's SDK keeps the second message only (so does Baton's adapter);
+ * mid-arguments, then the whole answer again). Baton's adapter keeps the second message only (Anthropic's SDK's MessageStream rejects the restart);
  * the agent had the first attempt's call already, cut mid-arguments, so its answer ends with the protocol's error (it
  * retries) and the run fails, instead of one answer holding both attempts' calls (`{"value":"Spark` among them, which
  * the agent would run). A restart before anything reached the agent goes on with the second message alone (the first
