@@ -114,6 +114,18 @@ export interface ScriptedResponse {
   readonly hold?: { readonly afterItems: number; readonly gate: Deferred.Deferred<void> } | undefined
   /** The tokens the turn is billed, reported with its usage (model APIs report them; the count alone does not). */
   readonly tokens?: TurnTokens | undefined
+  /**
+   * A stale usage report (issue 8: "usage that is missing, stale or above the window"), `lag` turns old: the turn
+   * reports the usage its native thread had before the request of the `lag`-th most recent turn (1: this turn's;
+   * the thread's oldest figure kept when it has had fewer turns, at most 8 are kept), lower than the provider's own
+   * count, which stays as it is. Baton is told it has more room than it does, and the window the instance enforces
+   * rejects a request that no longer fits. When that figure is not lower (the thread compacted itself since), the
+   * counted usage is reported. `fillLeaving` (tokens, provider units): the turn also grew the native thread to that
+   * many tokens short of its auto-compaction point (the threshold, else the window; at least 1 short) with content
+   * Baton never sees (a server-side tool's result, hidden context), so the stale figure hides a thread that is nearly
+   * full. Ignored when `usage` is set.
+   */
+  readonly staleUsage?: { readonly lag: number; readonly fillLeaving?: number | undefined } | undefined
 }
 
 /** A FIFO of responses shared by the scripted instances of one process. */
@@ -231,6 +243,8 @@ export type Received =
 
 interface NativeState {
   used: number
+  /** `used` before each recent turn's request (or tool results) was added, oldest first: what stale reports say. */
+  readonly usedBefore: Array<number>
   /** Everything its turns produced, in order (what a replaying resume re-emits). */
   readonly produced: Array<ProducedItem>
   /** Resumed with `replayOnResume`: the next turn re-emits `produced` before its own output. */
@@ -324,6 +338,12 @@ export const make = (
     return kind === "counted" ? usageOf(state) : kind === "missing" ? null : { usedTokens: 777_000, maxTokens: 258_000 }
   }
 
+  /** Keeps `state.used` before a request is added (the last 8), for stale reports (`ScriptedResponse.staleUsage`). */
+  const remember = (state: NativeState) => {
+    state.usedBefore.push(state.used)
+    if (state.usedBefore.length > 8) state.usedBefore.shift()
+  }
+
   /**
    * Native auto-compaction at the configured threshold; without one, at the window (a provider compacts, or a
    * harness like Claude Code does, rather than let a native thread grow past its model's window).
@@ -397,8 +417,17 @@ export const make = (
       if (response.usage !== undefined && (enforced === null || response.usage.usedTokens <= enforced)) {
         state.used = response.usage.usedTokens
       }
+      // A stale report's hidden growth is the provider's true state too (never past the enforced window).
+      const leaving = response.usage === undefined ? response.staleUsage?.fillLeaving : undefined
+      if (leaving !== undefined && compactAt !== null) state.used = Math.max(state.used, compactAt - Math.max(1, leaving))
       autoCompact(state, nativeRef)
-      return [TurnEvent.usage_reported({ usage: response.usage ?? usageOf(state), tokens: response.tokens }), ended]
+      const counted = usageOf(state)
+      const lag = response.staleUsage?.lag
+      const before = lag === undefined ? undefined : state.usedBefore[Math.max(0, state.usedBefore.length - lag)]
+      const stale = response.usage === undefined && before !== undefined && before < state.used
+        ? { ...counted, usedTokens: before }
+        : counted
+      return [TurnEvent.usage_reported({ usage: response.usage ?? stale, tokens: response.tokens }), ended]
     })
 
   /**
@@ -482,6 +511,7 @@ export const make = (
       received.push({ type: "turn", nativeRef: input.nativeRef, runId: input.runId, prompt: input.prompt, inlineHistory: input.inlineHistory })
       state.runIds.push(input.runId)
       const response = script.next() ?? defaultReply
+      remember(state)
       state.used = requestTokens
       if (fault === "timeout") return yield* fail("startTurn", "timeout", "no answer from the provider before its deadline", true)
       if (fault === "hang") return yield* Effect.never
@@ -504,6 +534,7 @@ export const make = (
       const requestTokens = state.used + count(text)
       yield* admit("startTurn", input.nativeRef, input.runId, requestTokens, counter.count(text))
       received.push({ type: "tool_results", nativeRef: input.nativeRef, runId: input.runId, results, tools: (input.tools ?? []).map((t) => t.name) })
+      remember(state)
       state.used = requestTokens
       state.open = []
       const response = script.next() ?? defaultReply
@@ -519,7 +550,7 @@ export const make = (
       Effect.sync(() => {
         created++
         const nativeRef = `${instance}-n${created}`
-        threads.set(nativeRef, { used: overhead, deliveryIds: [], runIds: [], produced: [], replayNext: false, open: [] })
+        threads.set(nativeRef, { used: overhead, usedBefore: [], deliveryIds: [], runIds: [], produced: [], replayNext: false, open: [] })
         return { nativeRef }
       }),
     resumeThread: (nativeRef) =>

@@ -5,7 +5,7 @@
  * window, a small auto-compacting one and one without native injection, which plays a model API whose resume cannot
  * replay and whose response ids repeat), `/compact`, provider faults (refusal
  * before the prompt is read, turn start failing after a successful injection, lost injection acknowledgement),
- * scripted usage reports (missing, near full, impossible) — and crash-restarts at any durable step: the process
+ * scripted usage reports (missing, near full, impossible, stale) — and crash-restarts at any durable step: the process
  * state is dropped between two writes or between a write and a provider call, and a fresh orchestrator resumes
  * from the database (`ThreadService.recover()`), after which the client may retry its command (every service is
  * built again; the SQLite connection is kept when the crash left it outside any transaction: see `Execute.ts`).

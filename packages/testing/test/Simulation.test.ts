@@ -624,6 +624,54 @@ describe("a message queued behind a run waiting on a client tool call, in the si
     }), { timeout: 180_000 })
 })
 
+// Mutations the simulator's random runs must catch, each pinned to a seed that does (a mutation is a deliberate
+// product bug, `OrchestratorConfig.mutations`): the test fails when the seed stops catching it, so the oracle property
+// that guards the mechanism cannot pass vacuously. The same seed runs clean on this build. `resume_opens_replay_window`
+// is pinned below with its shrunk scenario (seed 13 × 40).
+// - `retry_overflow_on_same_native` needs the provider to reject a request Baton could not foresee; before stale
+//   usage reports (issue 8) no seed did (0 of 24 × 40). Seed 9 × 40: a stale report (44,220 used) hid that `big`'s
+//   native thread was truly filled to 1,310 tokens short of its window; the next 7,496-token prompt overflowed, and the
+//   mutation sent it to the same native thread again.
+// - `sample_omits_output` (the calibration check) needs one instance with 8 samples and 10,000 tokens of evidence.
+//   Stale usage reports do not help it (a stale report breaks the sample it ends and the next one), and no seed
+//   caught it with them on (1-4 × 150, 5-12 × 120, 13-24 × 60, 1-12 × 40); with them off, seed 2 × 150 does (the
+//   calibration of `small` reaches 2.18 against a true 1.25), so that seed is pinned without them.
+describe("mutations the simulation catches (pinned seeds)", () => {
+  const pinned: ReadonlyArray<{
+    readonly mutation: "retry_overflow_on_same_native" | "sample_omits_output"
+    readonly seed: number
+    readonly steps: number
+    readonly features: Simulation.Features
+    readonly caught: RegExp
+  }> = [
+    {
+      mutation: "retry_overflow_on_same_native",
+      seed: 9,
+      steps: 40,
+      features: ci,
+      caught: /^truth: big-n2 was sent a startTurn request of \d+ tokens \(window 1000000\) after it already rejected one of \d+ tokens, with nothing compacted in between$/
+    },
+    {
+      mutation: "sample_omits_output",
+      seed: 2,
+      steps: 150,
+      features: { ...ci, staleUsage: false },
+      caught: /^truth: the calibration of small is \d\.\d{3} after \d+ samples \(\d+ tokens of evidence\), more than 10% from the provider's true ratio 1\.250$/
+    }
+  ]
+  for (const { caught, features, mutation, seed, steps } of pinned) {
+    it.live(`${mutation}: seed ${seed} × ${steps} reports it under the mutation, and nothing on this build`, () =>
+      Effect.gen(function*() {
+        const broken = yield* Simulation.runSeed(seed, steps, features, { mutations: new Set([mutation]) })
+        expect(broken.violations.filter((v) => caught.test(v))).not.toEqual([])
+        const fixed = yield* Simulation.runSeed(seed, steps, features)
+        expect(fixed.violations).toEqual([])
+        // The provider rejected a request on this build too: the seed has the overflow the mutation mishandles.
+        if (mutation === "retry_overflow_on_same_native") expect(fixed.stats.overflowsRejected).toBeGreaterThan(0)
+      }), { timeout: 240_000 })
+  }
+})
+
 // Tester r36: after a restart, an OpenAI-compatible server that reused its response id and answered the same text
 // again had that answer skipped as a replay and lost (fixed by `ProviderAdapter.resumeMayReplay`). The simulator never
 // restarted a model-API provider whose ids repeat, so it could not find it; its `modelApi` feature does (`plain` plays

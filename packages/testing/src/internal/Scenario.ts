@@ -43,13 +43,18 @@ export interface ProviderSetup {
 
 /**
  * The usage a scripted reply reports: the provider's own count, none (`usage: null`), a thread set near full
- * (`fraction` of the active provider's window), or an impossible report (`777,000` used of `258,000`).
+ * (`fraction` of the active provider's window), an impossible report (`777,000` used of `258,000`), or a stale one
+ * (the native thread's count from before the request of its `lag`-th most recent turn, 1 = this one, lower than the
+ * provider's own count, which it leaves unchanged: `ScriptedResponse.staleUsage`; with a `fillLeaving`, the turn also
+ * truly filled the thread to that many tokens short of its auto-compaction point with content Baton never sees,
+ * hidden by the stale figure).
  */
 export type UsageReport =
   | { readonly kind: "counted" }
   | { readonly kind: "missing" }
   | { readonly kind: "near_full"; readonly fraction: number }
   | { readonly kind: "impossible" }
+  | { readonly kind: "stale"; readonly lag: number; readonly fillLeaving: number | null }
 
 /** What the provider answers to a turn: an assistant message of `tokens` tokens and tool call/result pairs. */
 export interface ReplySpec {
@@ -208,6 +213,17 @@ export interface Features {
   readonly faults: boolean
   /** Scripted usage reports: missing, near full, impossible. */
   readonly usageReports: boolean
+  /**
+   * Stale usage reports (issue 8): about one send in six reports the usage its native thread had before the request
+   * of one of its last 1-6 turns, lower than the provider's true count, which the report leaves as it is; half of
+   * them also hide that the turn truly filled the thread to within 2,000 tokens of its auto-compaction point (content
+   * Baton never sees). Baton believes it has more room than it does, and the provider's window (with `truth`)
+   * rejects a request that no longer fits, as an overflow (a typed code, or on `plain` a plain-text HTTP 400): the
+   * overflows `retry_overflow_on_same_native` needs. Drawn from a PRNG of its own, so every other draw of a seed
+   * stays as it was. The oracle stays fair: a stale report is Baton's last knowledge, so it lowers what Baton is
+   * held to have known.
+   */
+  readonly staleUsage: boolean
   /** `/offload` between operations (from a PRNG of its own, so the other operations of a seed stay the same). */
   readonly offloads: boolean
   /** Forks and merge-backs between operations (from a PRNG of their own, like offloads). */
@@ -250,6 +266,7 @@ export const allFeatures: Features = {
   interrupts: true,
   faults: true,
   usageReports: true,
+  staleUsage: true,
   offloads: true,
   forks: true,
   truth: true,
@@ -323,6 +340,9 @@ const promptSize = (r: Prng.Prng) =>
     [10, () => r.int(5_000, 20_000)]
   ])()
 
+/** The share of sends whose reply reports stale usage (with `Features.staleUsage`). */
+const staleShare = 0.17
+
 const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
   const tokens = r.weighted<() => number>([
     [60, () => r.int(5, 300)],
@@ -378,6 +398,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rm = Prng.make((seed ^ 0xa91a11) >>> 0)
   // And so do merges behind a waiting run.
   const rb = Prng.make((seed ^ 0x3e76eb) >>> 0)
+  // And so do stale usage reports.
+  const rs = Prng.make((seed ^ 0x57a1e) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
     .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
@@ -396,7 +418,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
       case "send": {
         const prompt = promptSize(r)
         const drawn = replyFor(r, features)
-        const reply = features.modelApi && rm.chance(0.35) ? { ...drawn, same: true } : drawn
+        const alike = features.modelApi && rm.chance(0.35) ? { ...drawn, same: true } : drawn
+        const reply: ReplySpec = features.staleUsage && rs.chance(staleShare) ? { ...alike, usage: { kind: "stale", lag: rs.int(1, 6), fillLeaving: rs.chance(0.5) ? rs.int(1, 2_000) : null } } : alike
         const fault = features.faults && r.chance(0.2)
           ? r.weighted<ScriptedProvider.Fault>([
             [30, "refuse"],
@@ -528,6 +551,7 @@ export const promptText = (id: number, tokens: number) => `m${id}: ${filler(Prng
 const usageOf = (usage: UsageReport, window: number | null): ContextUsage | null | undefined => {
   switch (usage.kind) {
     case "counted":
+    case "stale":
       return undefined
     case "missing":
       return null
@@ -583,7 +607,10 @@ export const responseFor = (
     items.push(item("assistant_message", end, { messageId: modelApi ? responseIdOf(end) : `msg_${id}_${attempt}_end` }))
   }
   const usage = usageOf(reply.usage, window)
-  return usage === undefined ? { items } : { items, usage }
+  const stale = reply.usage.kind === "stale"
+    ? { staleUsage: { lag: reply.usage.lag, ...(reply.usage.fillLeaving === null ? {} : { fillLeaving: reply.usage.fillLeaving }) } }
+    : {}
+  return usage === undefined ? { items, ...stale } : { items, usage }
 }
 
 // ---- formatting
@@ -594,7 +621,13 @@ const crashText = (c: CrashSpec | null) =>
     : ` [crash at step ${c.at}${c.inRecoveryAt === null ? "" : `, again at recovery step ${c.inRecoveryAt}`}${c.retry ? ", client retries" : ""}]`
 
 const usageText = (u: UsageReport) =>
-  u.kind === "counted" ? "" : u.kind === "near_full" ? `, usage near full ${u.fraction}` : `, usage ${u.kind}`
+  u.kind === "counted"
+    ? ""
+    : u.kind === "near_full"
+    ? `, usage near full ${u.fraction}`
+    : u.kind === "stale"
+    ? `, usage stale by ${u.lag} turn(s)${u.fillLeaving === null ? "" : `, thread truly filled to ${u.fillLeaving} tok short of compaction`}`
+    : `, usage ${u.kind}`
 
 const faultText = (fault: ScriptedProvider.Fault) =>
   typeof fault === "string" ? fault : `${fault._tag}(${fault.items}, ${fault.code})`
