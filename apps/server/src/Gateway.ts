@@ -417,7 +417,8 @@ export const layer = (options: GatewayOptions) =>
             // `count_tokens` for a model routed to another protocol: no upstream counts Anthropic requests there, so
             // Baton answers with its own count (`TokenCounter`, o200k) of what the count covers: the system prompt,
             // the messages and the tools, each as its JSON; an estimate, as a switched request is fitted afresh anyway.
-            const counted = ["system", "messages", "tools"].reduce((n, key) => parsed[key] === undefined ? n : n + count(JSON.stringify(parsed[key])), 0)
+            // (`counter`, not the memo `count`: a whole history's JSON kept as a key per request would hold megabytes.)
+            const counted = ["system", "messages", "tools"].reduce((n, key) => parsed[key] === undefined ? n : n + counter.count(JSON.stringify(parsed[key])), 0)
             return HttpServerResponse.unsafeJson({ input_tokens: counted })
           }
           if (target.config.kind !== dialect.kind) {
