@@ -855,7 +855,6 @@ export const makeHop = (offset: number, first: boolean): Hop => {
           messageId = id
           if (!first) continue
         }
-        if (!first && data.type === "message_start") continue
         const indexed = typeof data.index === "number" && String(data.type).startsWith("content_block")
         if (held === null && data.type === "content_block_start" && isRecord(data.content_block) && data.content_block.type === "tool_use" &&
           data.content_block.name === ThreadRead.definition.name) {
