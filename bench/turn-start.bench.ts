@@ -29,7 +29,9 @@
  * statements by total time), `BENCH_ITEM_CHUNKS=1` (replay the provider's turn to Baton one event per stream chunk,
  * as a provider that streams item by item with pauses between items; by default the played turn is replayed as
  * one chunk, as a provider that delivers the turn's items together), `BENCH_HEAP_PHASES=1` (also print the bytes
- * allocated per phase), `BENCH_HEAPPROF=<prefix>` (write a sampling heap profile of the measured turns, objects
+ * allocated per phase), `BENCH_TRACING=0` (run with the tracer disabled, as `baton serve` runs by default: the
+ * counting tracer's spans cost about a tenth of a turn; the phase clock then only tells the provider's time from
+ * Baton's, so the report gives totals without the phase and statement split), `BENCH_HEAPPROF=<prefix>` (write a sampling heap profile of the measured turns, objects
  * collected since included, to `<prefix>.<size>.heapprofile`; `BENCH_HEAPPROF_LIVE=1`: only the objects still live).
  *
  * Allocation: "allocated per turn" is the growth of V8's used heap across the measured `sendMessage` (the median
@@ -58,6 +60,8 @@ const itemChunks = process.env.BENCH_ITEM_CHUNKS === "1"
 const heapProfile = process.env.BENCH_HEAPPROF
 const heapLive = process.env.BENCH_HEAPPROF_LIVE === "1"
 const heapPhases = process.env.BENCH_HEAP_PHASES === "1"
+/** `BENCH_TRACING=0`: run as the server does by default (`tracing` off, no span opened); otherwise the counting tracer. */
+const tracing = process.env.BENCH_TRACING !== "0"
 
 /** Samples the measured turns' allocations (objects collected since included) into `BENCH_HEAPPROF`. */
 const inspector = heapProfile === undefined ? undefined : (() => {
@@ -243,6 +247,11 @@ const report = (label: string, samples: ReadonlyArray<Sample>) => {
   const phaseBytes = heapPhases && quiet.length > 0
     ? `\n    KiB per phase (median of turns without GC): ${(["provider", ...phases] as const).map((p) => `${p} ${(median(quiet.map((s) => s.bytes_.get(p) ?? 0)) / 1024).toFixed(0)}`).join(" ")}`
     : ""
+  if (!tracing) {
+    return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms (tracing off: no phase or statement split)` +
+      `\n    GC inside a turn: median ${fmt(median(gcTotals))} ms, p99 ${fmt(quantile(gcTotals, 0.99))} ms; ` +
+      `allocated per turn: median ${bytes.length === 0 ? "n/a" : `${(median(bytes) / 1024).toFixed(0)} KiB`} (of ${bytes.length} turns without GC)`
+  }
   return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms, ` +
     `statements median ${median(statements)} (max ${Math.max(...statements)}); per phase ms/statements: ${byPhase}` +
     `\n    slowest ${fmt(slowest.total)} ms (GC ${fmt(gc.ms)} ms${gc.kinds === "" ? "" : `, kinds ${gc.kinds}`}): ${slowPhases}` +
@@ -321,7 +330,7 @@ for (const size of sizes) {
     return { plain, owed, buildMs, switches }
   })
   const { plain, owed, buildMs, switches } = await Effect.runPromise(
-    program.pipe(Effect.withTracer(countingTracer), Effect.provide(h.layer))
+    program.pipe(tracing ? Effect.withTracer(countingTracer) : Effect.withTracerEnabled(false), Effect.provide(h.layer))
   )
   // The GC observer's entries arrive asynchronously: let them in before reporting.
   await new Promise((resolve) => setTimeout(resolve, 50))
