@@ -99,7 +99,9 @@ const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session
  * An integer flag read in decimal digits only (an optional leading `-`): `Options.integer` reads its value with
  * `Number`, so `--port 0x50` listened on port 80, `--port 8e3` on 8000 and `--seed 1e3` seeded 1000. Such a value is
  * refused as a non-number is (one line naming the flag, exit 2). `what` completes "expected ..." (the range, where
- * the command checks one itself). Shape: `Options<number>`; the caller adds its default or `Options.optional`.
+ * the command checks one itself). Shape: `Options<number>`; the caller adds its default or `Options.optional`. Its
+ * help says it takes "An integer in decimal digits" (UsageError.helpText: the text primitive's own paragraph would
+ * call it "A user-defined piece of text.").
  */
 const integerOption = (name: string, what: string, description: string) =>
   Options.text(name).pipe(

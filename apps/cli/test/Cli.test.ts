@@ -175,6 +175,29 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
+  it("--help says each integer flag takes an integer in decimal digits, not \"A user-defined piece of text.\"", async () => {
+    const styles = new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, "g")
+    const integerFlags: Record<string, ReadonlyArray<string>> = {
+      replay: ["--switch-every", "--compact-every", "--seed"],
+      demo: ["--switch-every", "--compact-every", "--seed"],
+      offload: ["--keep-tokens"],
+      "offload-control": ["--keep-newest"],
+      serve: ["--port"]
+    }
+    for (const [command, flags] of Object.entries(integerFlags)) {
+      const help = await baton([command, "--help"])
+      expect(help.code).toBe(0)
+      // One block per flag: its heading, then its paragraphs up to the next heading.
+      const blocks = help.stdout.replace(styles, "").split(/\n(?=--)/)
+      for (const flag of flags) {
+        const block = blocks.filter((b) => b.startsWith(`${flag} integer\n`))
+        expect(block).toHaveLength(1)
+        expect(block[0]!.split("\n\n")[1]).toBe("  An integer in decimal digits (e.g. 42; not 0x2a or 4.2e1).")
+        expect(block[0]).not.toContain("A user-defined piece of text")
+      }
+    }
+  }, 60_000)
+
   it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {
     const dir = tmp()
     const lastLine = (text: string) => text.trim().split("\n").at(-1)
