@@ -71,6 +71,15 @@ const integerFlagHelp = new RegExp(`(--[a-z][a-z0-9-]* integer(?:${ansi.source})
  */
 export const helpText = (text: string): string => text.replace(integerFlagHelp, `$1${integerHelp}`)
 
+/**
+ * `text` (a usage error as the library prints it) as `phrase` words it, without the `baton: ` prefix: the message of
+ * the JSON error document a command given `--json` prints on stdout.
+ */
+export const message = (text: string, argv: ReadonlyArray<string>): string => {
+  const line = phrase(text, argv)
+  return line.startsWith(prefix) ? line.slice(prefix.length) : line
+}
+
 /** Each rewording console (`console`) and the console it wraps, so a command's handler gets the latter back. */
 const wrapped = new WeakMap<Console.Console, Console.Console>()
 
