@@ -394,3 +394,11 @@ export const errorDocument = (code: "bad_input" | "usage", message: string): str
  */
 export const interruptedDocument = (signal: StopSignal, runs: number, totalRuns: number, threadIds: ReadonlyArray<string>): string =>
   JSON.stringify({ interrupted: { signal, runs, totalRuns, threadIds } })
+
+/**
+ * The JSON line `send --json` and the JSON document `tool-results --json` print on stdout when a signal stopped the
+ * command (exit 130; the run goes on on the server): `{"interrupted":{"signal","runId","message"}}`, `runId` the run's
+ * (`null` before the server said which), `message` the stderr line without `baton: `.
+ */
+export const interruptedCommandDocument = (signal: StopSignal, runId: string | null, message: string): string =>
+  JSON.stringify({ interrupted: { signal, runId, message } })
