@@ -1,4 +1,7 @@
-/** Plain-text rendering of the CLI's output: one line per run, the replay summary, thread and handoff listings. */
+/**
+ * Plain-text rendering of the CLI's output: one line per run, the replay summary, thread and handoff listings; and the
+ * JSON documents `--json` prints in place of a result (`errorDocument`, `interruptedDocument`).
+ */
 import {
   type CompactReport,
   type CostTotals,
@@ -22,6 +25,7 @@ import {
   type ThreadSnapshot
 } from "@baton/contracts"
 import { DateTime } from "effect"
+import type { StopSignal } from "./CliRuntime.js"
 import type { ReplaySummary, RunLine } from "./Replay.js"
 
 const nativeThreadId = (names: ReadonlyMap<string, string>, id: string) => names.get(id) ?? id
@@ -372,3 +376,29 @@ export const handoffs = (
   }
   return lines.join("\n")
 }
+
+/**
+ * The JSON document a command given `--json` prints on stdout when it exits 2 (its `baton: <message>` line still goes
+ * to stderr), so `--json` prints exactly one JSON document on stdout whatever the outcome (issue 15):
+ * `{"error":{"code","message"}}`, `code` `bad_input` (a missing file, a malformed transcript, an unknown provider or
+ * thread, a server's refusal) or `usage` (a command line that does not parse), `message` the stderr line without
+ * `baton: `.
+ */
+export const errorDocument = (code: "bad_input" | "usage", message: string): string => JSON.stringify({ error: { code, message } })
+
+/**
+ * The JSON document `baton replay --json` prints on stdout when a signal stopped it (exit 130 or 143), in place of the
+ * summary: `{"interrupted":{"signal","runs","totalRuns","threadIds"}}`, `runs` the run lines recorded of `totalRuns`
+ * (the run in flight, ended `interrupted`, among them), `threadIds` the threads created so far (for `baton thread
+ * show`), as the stderr line `baton: stopped by SIGTERM after N of M runs` says.
+ */
+export const interruptedDocument = (signal: StopSignal, runs: number, totalRuns: number, threadIds: ReadonlyArray<string>): string =>
+  JSON.stringify({ interrupted: { signal, runs, totalRuns, threadIds } })
+
+/**
+ * The JSON line `send --json` and the JSON document `tool-results --json` print on stdout when a signal stopped the
+ * command (exit 130; the run goes on on the server): `{"interrupted":{"signal","runId","message"}}`, `runId` the run's
+ * (`null` before the server said which), `message` the stderr line without `baton: `.
+ */
+export const interruptedCommandDocument = (signal: StopSignal, runId: string | null, message: string): string =>
+  JSON.stringify({ interrupted: { signal, runId, message } })

@@ -13,6 +13,7 @@ import { Sse } from "@effect/experimental"
 import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Console, Data, DateTime, Duration, Effect, Either, Option, ParseResult, Ref, Schedule, Schema, Stream } from "effect"
 import * as Fs from "node:fs"
+import * as CliRuntime from "./CliRuntime.js"
 import * as Format from "./Format.js"
 
 /** Where the server is (`url`, e.g. `http://127.0.0.1:8787`) and the bearer token to send, if any. */
@@ -242,7 +243,7 @@ export const toolResults = (target: Target, threadId: string, runId: string, res
       else yield* Console.log(view.run.status === "waiting" ? waitingLines(threadId, view) : Format.runReply(view))
       if (view.run.status !== "completed" && view.run.status !== "waiting") process.exitCode = 1
     })).pipe(Effect.onInterrupt(() =>
-      Effect.flatMap(Ref.get(posted), (p) => Console.error(`baton: ${toolResultsInterruptedLine(target, threadId, runId, p)}`)))))
+      Effect.flatMap(Ref.get(posted), (p) => interruptedLines(toolResultsInterruptedLine(target, threadId, runId, p), json ? runId : undefined)))))
 
 /**
  * The one line (without `baton: `) `tool-results` prints on stderr when SIGINT (Ctrl-C) stops it: before the server
@@ -548,6 +549,20 @@ type SendProgress =
 const showCommand = (target: Target, threadId: string) => `baton --server ${target.url} thread show ${threadId}`
 
 /**
+ * What a command stopped by a signal prints: `message` on stderr as `baton: <message>`; with `--json` (`runId` given:
+ * the run's id, `null` when not known yet) also `Format.interruptedCommandDocument` on stdout, when a signal stopped it
+ * (not a closed stdout, which cannot take it).
+ */
+const interruptedLines = (message: string, runId: string | null | undefined) =>
+  Effect.zipRight(
+    Console.error(`baton: ${message}`),
+    runId === undefined
+      ? Effect.void
+      : Effect.flatMap(CliRuntime.receivedSignal, (signal) =>
+        Option.isSome(signal) ? Console.log(Format.interruptedCommandDocument(signal.value, runId, message)) : Effect.void)
+  )
+
+/**
  * The one line (without `baton: `) `send` prints on stderr when SIGINT (Ctrl-C) stops it: the run is the server's, so
  * stopping the command does not stop the run; the line says what became of it and how to see it.
  */
@@ -638,7 +653,7 @@ export const send = (target: Target, threadId: string, text: string, json: boole
       if (!json) yield* Console.log(Format.runReply(view))
       if (view.run.status !== "completed") process.exitCode = 1
     })).pipe(Effect.onInterrupt(() =>
-      Effect.flatMap(Ref.get(progress), (p) => Console.error(`baton: ${sendInterruptedLine(target, threadId, p)}`)))))
+      Effect.flatMap(Ref.get(progress), (p) => interruptedLines(sendInterruptedLine(target, threadId, p), json ? (p._tag === "posting" ? null : p.runId) : undefined)))))
 
 /**
  * `baton --server URL events [--thread ID] [--follow] [--json]`: the thread's (or every thread's) events, one line

@@ -171,13 +171,14 @@ export const load = (options: Pick<ReplayOptions, "file" | "skipInvalid">) =>
   TranscriptImporter.importFile(options.file, { skipInvalid: options.skipInvalid })
 
 /**
- * Replays an imported transcript on a fresh database at `options.db`. `onRun` is called after each run.
- * Requires nothing; assembles its own Layer graph (SQLite, scripted providers, sequential ids).
+ * Replays an imported transcript on a fresh database at `options.db`. `onRun` is called after each run, `onThread`
+ * with each thread's id once it is created (before its first run). Requires nothing; assembles its own Layer graph (SQLite, scripted providers, sequential ids).
  */
 export const replay = (
   imported: Transcript.ImportResult,
   options: ReplayOptions,
-  onRun: (line: RunLine) => Effect.Effect<void> = () => Effect.void
+  onRun: (line: RunLine) => Effect.Effect<void> = () => Effect.void,
+  onThread: (threadId: ThreadId) => Effect.Effect<void> = () => Effect.void
 ) =>
   Effect.gen(function*() {
     const started = Date.now()
@@ -254,6 +255,7 @@ export const replay = (
           providerInstance: options.providers[0]!.name as ProviderInstance
         }))
         threadIds.push(threadId)
+        yield* onThread(threadId)
         let appended = 0
         const producedBefore = adapters.reduce((n, a) => n + a.producedItems(), 0)
         // A signal interrupts this fiber between any two steps: the run in flight is ended `interrupted` (and shown)

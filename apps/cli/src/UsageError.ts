@@ -7,6 +7,10 @@
  * module owns the rewording only: one line `baton: <message>`, naming the option whose value did not parse. It does
  * not decide exit codes, and it leaves every line that already starts `baton:` as it is.
  *
+ * Its help says what an integer flag takes: Baton reads those flags as text (in decimal digits only, see bin.ts's
+ * `integerOption`), and the library gives every text flag the paragraph "A user-defined piece of text."; under a flag
+ * whose pseudo-name is `integer` that paragraph is replaced (`helpText`).
+ *
  * Only the library's own lines are reworded: a command's handler runs with the console as it was (`unreworded`), so
  * its output and its log lines (the pretty logger writes through `Console.error`, a failure's cause over several
  * lines) reach stderr whole. Found in review: every log line of `baton serve` came out as `baton: [12:00:00.000] INFO
@@ -51,17 +55,43 @@ export const phrase = (text: string, argv: ReadonlyArray<string>): string => {
   return `${prefix}${option === undefined ? "" : `${option}: `}'${value}' is not ${article} ${type}`
 }
 
+/** What an integer flag's help says it takes, in place of the text primitive's paragraph. */
+export const integerHelp = "An integer in decimal digits (e.g. 42; not 0x2a or 4.2e1)."
+
+/**
+ * A flag's heading in the library's help whose pseudo-name is `integer` (`--port integer`, styles around it), the blank
+ * line and indentation after it, then the text primitive's paragraph. Found in review: `baton replay --help` said
+ * `--seed`, `--switch-every` and `--compact-every` each took "A user-defined piece of text.".
+ */
+const integerFlagHelp = new RegExp(`(--[a-z][a-z0-9-]* integer(?:${ansi.source})*\\n\\n[ \\t]*)A user-defined piece of text\\.`, "g")
+
+/**
+ * `text` (what the library printed on stdout: its help) with each integer flag's paragraph "A user-defined piece of
+ * text." replaced by `integerHelp`; every other line unchanged.
+ */
+export const helpText = (text: string): string => text.replace(integerFlagHelp, `$1${integerHelp}`)
+
+/**
+ * `text` (a usage error as the library prints it) as `phrase` words it, without the `baton: ` prefix: the message of
+ * the JSON error document a command given `--json` prints on stdout.
+ */
+export const message = (text: string, argv: ReadonlyArray<string>): string => {
+  const line = phrase(text, argv)
+  return line.startsWith(prefix) ? line.slice(prefix.length) : line
+}
+
 /** Each rewording console (`console`) and the console it wraps, so a command's handler gets the latter back. */
 const wrapped = new WeakMap<Console.Console, Console.Console>()
 
 /**
- * `console` with `error` (the library's channel for usage errors) rewording what it is given with `phrase`; every
- * other method, and error lines already starting `baton:`, unchanged.
+ * `console` with `error` (the library's channel for usage errors) rewording what it is given with `phrase`, and `log`
+ * (its channel for help) with `helpText`; every other method, and error lines already starting `baton:`, unchanged.
  */
 export const console = (argv: ReadonlyArray<string>) => (inner: Console.Console): Console.Console => {
   const rewording: Console.Console = {
     ...inner,
     error: (...args) => inner.error(phrase(args.map(String).join(" "), argv)),
+    log: (...args) => inner.log(...args.map((a) => typeof a === "string" ? helpText(a) : a)),
     unsafe: { ...inner.unsafe, error: (...args) => inner.unsafe.error(phrase(args.map(String).join(" "), argv)) }
   }
   wrapped.set(rewording, inner)

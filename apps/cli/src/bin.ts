@@ -73,19 +73,25 @@ const resolveDatabaseUrl = (url: Option.Option<string>, db: Option.Option<string
 const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? text
 
 /**
- * Prints `baton: <message>` on stderr and sets exit code 2 (bad input) for any typed failure, and for a defect
- * raised while opening the database (a directory, a non-SQLite file), which is bad input too.
+ * Prints `baton: <message>` on stderr (with `json`, also `Format.errorDocument` on stdout) and sets exit code 2 (bad input)
+ * for any typed failure, and for a defect raised while opening the database (a directory, a non-SQLite file), which
+ * is bad input too.
  */
-const badInput = <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
-  self.pipe(
-    Effect.catchAll((e) =>
-      Effect.zipRight(Console.error(`baton: ${oneLine(e.message)}`), Effect.sync(() => void (process.exitCode = 2)))),
-    Effect.catchAllDefect((defect) =>
-      Effect.zipRight(
-        Console.error(`baton: ${oneLine(defect instanceof Error ? defect.message : String(defect))}`),
-        Effect.sync(() => void (process.exitCode = 2))
-      ))
+const badInputAs = (json: boolean) => <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) => {
+  const report = (message: string) =>
+    Effect.all([
+      Console.error(`baton: ${message}`),
+      json ? Console.log(Format.errorDocument("bad_input", message)) : Effect.void,
+      Effect.sync(() => void (process.exitCode = 2))
+    ], { discard: true })
+  return self.pipe(
+    Effect.catchAll((e) => report(oneLine(e.message))),
+    Effect.catchAllDefect((defect) => report(oneLine(defect instanceof Error ? defect.message : String(defect))))
   )
+}
+
+/** `badInputAs` for a command without `--json`. */
+const badInput = badInputAs(false)
 
 /** Prints `baton: <message>` on stderr and sets exit code 2 for a typed failure (not a defect): a server that could not start. */
 const startFailure = <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
@@ -99,7 +105,9 @@ const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session
  * An integer flag read in decimal digits only (an optional leading `-`): `Options.integer` reads its value with
  * `Number`, so `--port 0x50` listened on port 80, `--port 8e3` on 8000 and `--seed 1e3` seeded 1000. Such a value is
  * refused as a non-number is (one line naming the flag, exit 2). `what` completes "expected ..." (the range, where
- * the command checks one itself). Shape: `Options<number>`; the caller adds its default or `Options.optional`.
+ * the command checks one itself). Shape: `Options<number>`; the caller adds its default or `Options.optional`. Its
+ * help says it takes "An integer in decimal digits" (UsageError.helpText: the text primitive's own paragraph would
+ * call it "A user-defined piece of text.").
  */
 const integerOption = (name: string, what: string, description: string) =>
   Options.text(name).pipe(
@@ -123,7 +131,10 @@ const replayOptions = {
   compactEvery: integerOption("compact-every", "an integer (0: never)", "/compact every N runs (0: never)").pipe(Options.withDefault(40)),
   seed: integerOption("seed", "an integer", "seed of the replay's random choices (interrupts)").pipe(Options.withDefault(1)),
   skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
-  json: Options.boolean("json").pipe(Options.withDescription("print one JSON summary object on stdout (log lines go to stderr)")),
+  json: Options.boolean("json").pipe(Options.withDescription(
+    "print one JSON document on stdout: the summary; on bad input (exit 2) {\"error\":{\"code\",\"message\"}}; " +
+      "stopped by a signal (exit 130/143) {\"interrupted\":{\"signal\",\"runs\",\"totalRuns\",\"threadIds\"}} (log lines go to stderr)"
+  )),
   db: dbOption,
   dataDir: dataDirOption,
   databaseUrl: databaseUrlOption
@@ -146,8 +157,8 @@ interface ReplayCommand {
 /**
  * `baton replay`: validates the whole input before the database is opened (bad input writes nothing), prints one
  * line per run on stdout (a progress bar on stderr when it is a terminal) and the summary, or with `--json` only the
- * summary as one JSON document. Exit code 1 when an invariant is violated. A signal stops it after the run in
- * flight is recorded (see CliRuntime).
+ * summary as one JSON document (`Format.errorDocument` for bad input, `Format.interruptedDocument` when a signal stopped it). Exit
+ * code 1 when an invariant is violated. A signal stops it after the run in flight is recorded (see CliRuntime).
  */
 const runReplay = (command: ReplayCommand) =>
   Effect.gen(function*() {
@@ -187,6 +198,7 @@ const runReplay = (command: ReplayCommand) =>
     const total = imported.threads.reduce((n, t) => n + t.turns.length, 0)
     const tty = process.stderr.isTTY === true && !o.json
     let done = 0
+    const threadIds: Array<string> = []
     const summary = yield* Replay.replay(imported, options, (line) =>
       Effect.sync(() => {
         done++
@@ -194,16 +206,18 @@ const runReplay = (command: ReplayCommand) =>
         if (tty) process.stderr.write("\r\x1b[K")
         process.stdout.write(Format.runLine(line) + "\n")
         if (tty) process.stderr.write(Format.progressBar(done, total))
-      })).pipe(Effect.onInterrupt(() =>
+      }), (threadId) => Effect.sync(() => void threadIds.push(threadId))).pipe(Effect.onInterrupt(() =>
         Effect.gen(function*() {
           if (tty) process.stderr.write("\r\x1b[K")
           const signal = yield* CliRuntime.receivedSignal
           yield* Console.error(`baton: stopped by ${Option.getOrElse(signal, () => "an interrupt")} after ${done} of ${total} runs`)
+          // Stopped by a signal, `--json` still prints its one document (stdout is gone when its reader went away).
+          if (o.json && Option.isSome(signal)) yield* Console.log(Format.interruptedDocument(signal.value, done, total, threadIds))
         })))
     if (tty) process.stderr.write("\r\x1b[K")
     yield* Console.log(o.json ? JSON.stringify(summary) : Format.summary(summary))
     if (summary.invariantViolations.length > 0) process.exitCode = 1
-  }).pipe(badInput)
+  }).pipe(badInputAs(command.json))
 
 const replay = Command.make(
   "replay",
@@ -238,7 +252,7 @@ const demo = Command.make(
       : Effect.fail({
         message: `the sample transcripts are not beside this repository (no ${file}); ` +
           `replay one of your own agent sessions instead: ${ownSessions}`
-      }).pipe(badInput)
+      }).pipe(badInputAs(o.json))
   }
 ).pipe(Command.withDescription("replays the sample pi session (../shared/transcripts/raw/pi/before-compaction.jsonl)"))
 
@@ -402,7 +416,7 @@ const send = Command.make(
     json: jsonOption("print each event as one JSON line, nothing else")
   },
   (o) =>
-    remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInput)
+    remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInputAs(o.json))
 ).pipe(Command.withDescription("sends a message and prints the run's events until it ends; exit 1 if it failed; Ctrl-C stops the command, not the run (needs --server)"))
 
 const switchCommand = Command.make(
@@ -414,7 +428,7 @@ const switchCommand = Command.make(
 const compact = Command.make(
   "compact",
   { id: threadIdArg, json: jsonOption("print the report as one JSON object") },
-  (o) => remoteOnly("compact")((target) => Remote.compact(target, o.id, o.json)).pipe(badInput)
+  (o) => remoteOnly("compact")((target) => Remote.compact(target, o.id, o.json)).pipe(badInputAs(o.json))
 ).pipe(Command.withDescription("/compact: drains deferred history into the active native thread, then compacts it (needs --server)"))
 
 /**
@@ -497,7 +511,7 @@ const offload = Command.make(
             return Remote.offload(target, o.id, o.keepTokens, o.json, { operationId: o.operationId, preview: mode === "--preview" })
         }
       })
-    ).pipe(badInput)
+    ).pipe(badInputAs(o.json))
 ).pipe(Command.withDescription(
   "/offload: summarises older history, keeping the newest verbatim; --preview shows what it would do, --get OP reads an operation's outcome, " +
     "--cancel OP cancels one in flight, --undo-summary undoes the newest summary; --dry-run previews and --undo undoes tool-result offload (needs --server)"
@@ -528,7 +542,7 @@ const offloadControl = Command.make(
           pin: o.pin,
           unpin: o.unpin
         }, o.json)
-    ).pipe(badInput)
+    ).pipe(badInputAs(o.json))
 ).pipe(Command.withDescription("shows, and with options changes, the thread's tool-result offload control: on/off, units kept verbatim, pinned items (needs --server)"))
 
 const toolResults = Command.make(
@@ -541,7 +555,7 @@ const toolResults = Command.make(
     ),
     json: jsonOption("print the run as one JSON object once it ended or waits again")
   },
-  (o) => remoteOnly("tool-results")((target) => Remote.toolResults(target, o.id, o.runId, o.results, o.json)).pipe(badInput)
+  (o) => remoteOnly("tool-results")((target) => Remote.toolResults(target, o.id, o.runId, o.results, o.json)).pipe(badInputAs(o.json))
 ).pipe(Command.withDescription("posts the results of a waiting run's tool calls, then prints its reply or its next calls (needs --server)"))
 
 const events = Command.make(
@@ -551,7 +565,7 @@ const events = Command.make(
     follow: Options.boolean("follow").pipe(Options.withDescription("keep printing new events until interrupted")),
     json: jsonOption("print each event as one JSON line")
   },
-  (o) => remoteOnly("events")((target) => Remote.events(target, o.thread, o.follow, o.json)).pipe(badInput)
+  (o) => remoteOnly("events")((target) => Remote.events(target, o.thread, o.follow, o.json)).pipe(badInputAs(o.json))
 ).pipe(Command.withDescription("prints the event log (of one thread or all), then with --follow the live tail (needs --server)"))
 
 /** `--port N` (0..65535, ServerConfig checks the range; 0: any free port). */
@@ -595,11 +609,22 @@ const baton = root.pipe(Command.withSubcommands([
 // A command's own output and log lines are not usage errors: its handler runs with the console UsageError wraps.
 const cli = Command.run(baton.pipe(Command.transformHandler((effect) => UsageError.unreworded(effect))), { name: "baton", version: "0.1.0" })
 
+/** The command line after the program. */
+const argv = process.argv.slice(2)
+
 cli(process.argv).pipe(
   // @effect/cli prints its usage errors itself: as `baton: <message>` lines like every other error (UsageError).
-  UsageError.reworded(process.argv.slice(2)),
-  // @effect/cli has already printed a usage error on stderr: exit 2 (bad input) without a second report.
-  Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => void (process.exitCode = 2))),
+  UsageError.reworded(argv),
+  // @effect/cli has already printed a usage error on stderr: exit 2 (bad input) without a second report there; a
+  // command line asking for `--json` gets its one JSON document on stdout too (the options did not parse, so only the
+  // command line can tell).
+  Effect.catchIf(ValidationError.isValidationError, (e) =>
+    Effect.zipRight(
+      argv.includes("--json") && e._tag !== "HelpRequested"
+        ? Console.log(Format.errorDocument("usage", UsageError.message(HelpDoc.toAnsiText(e.error), argv)))
+        : Effect.void,
+      Effect.sync(() => void (process.exitCode = 2))
+    )),
   // Anything unexpected still gets one line, never a stack trace on stdout.
   Effect.catchAllCause((cause) =>
     Effect.sync(() => {

@@ -27,6 +27,7 @@ import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import { fileURLToPath } from "node:url"
 import * as CliRuntime from "./CliRuntime.js"
+import * as Format from "./Format.js"
 
 interface Args {
   readonly seeds: number
@@ -336,6 +337,8 @@ const main = Effect.gen(function*() {
   const args = parse(process.argv.slice(2))
   if (typeof args === "string") {
     console.error(`sim: ${args}`)
+    // `--json` prints exactly one JSON document on stdout, a command line that does not parse included.
+    if (process.argv.slice(2).includes("--json")) console.log(Format.errorDocument("usage", args.split("\n")[0]!))
     process.exitCode = 2
     return
   }

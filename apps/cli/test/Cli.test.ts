@@ -53,7 +53,8 @@ describe("baton (process)", () => {
     ])
     for (const r of [missing, broken, badProvider, badSeed, badDb, directory]) {
       expect(r.code).toBe(2)
-      expect(r.stdout).toBe("")
+      // With --json, stdout is the one JSON document naming the failure as stderr's line does.
+      expect(r.stdout).toBe(r === badSeed ? `{"error":{"code":"usage","message":"--seed: expected an integer in decimal digits, got 'x'"}}\n` : "")
       expect(r.stderr.trim().split("\n")).toHaveLength(1)
     }
     expect(missing.stderr).toBe(`baton: ${Path.join(dir, "nope.jsonl")}: file not found\n`)
@@ -114,6 +115,36 @@ describe("baton (process)", () => {
     expect(results.map((r) => [r.code, r.stdout, r.stderr])).toEqual(cases.map(([, line]) => [2, "", `${line}\n`]))
   })
 
+  // Issue 15: `--json` prints exactly one JSON document on stdout, an exit 2 included (it printed nothing).
+  it("with --json, bad input (exit 2) is one JSON error document on stdout beside the `baton:` line on stderr, in every --json command", async () => {
+    const dir = tmp()
+    const needsServer = (name: string) => `\`baton ${name}\` talks to a Baton server: pass --server URL before the command (or set BATON_SERVER)`
+    const cases: ReadonlyArray<readonly [ReadonlyArray<string>, "bad_input" | "usage", string]> = [
+      [["replay", Path.join(dir, "nope.jsonl"), "--json", "--db", Path.join(dir, "b.sqlite")], "bad_input", `${Path.join(dir, "nope.jsonl")}: file not found`],
+      [["replay", Path.join(raw, "pi/large-session.jsonl"), "--providers", "gpt9:1000", "--json", "--db", Path.join(dir, "b.sqlite")], "bad_input",
+        "--providers: \"gpt9:1000\": unknown provider \"gpt9\" (known: codex, claude, openai, anthropic, pi, openhands, gemini, scripted)"],
+      [["demo", "--samples", dir, "--json"], "bad_input",
+        `the sample transcripts are not beside this repository (no ${Path.join(dir, "raw", "pi", "before-compaction.jsonl")}); replay one of your own agent sessions instead: ` +
+        "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
+        "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"],
+      [["compact", "thr_x", "--json"], "bad_input", needsServer("compact")],
+      [["offload", "thr_x", "--json"], "bad_input", needsServer("offload")],
+      [["offload-control", "thr_x", "--json"], "bad_input", needsServer("offload-control")],
+      [["tool-results", "thr_x", "run_x", "--results", "[]", "--json"], "bad_input", needsServer("tool-results")],
+      [["send", "thr_x", "hi", "--json"], "bad_input", needsServer("send")],
+      [["events", "--json"], "bad_input", needsServer("events")],
+      [["offload", "thr_x", "--keep-tokens", "abc", "--json"], "usage", "--keep-tokens: expected a number of tokens in decimal digits, got 'abc'"]
+    ]
+    const results = await Promise.all(cases.map(([args]) => baton(args)))
+    expect(results.map((r) => [r.code, r.stdout, r.stderr])).toEqual(cases.map(([, code, message]) => [
+      2,
+      `${JSON.stringify({ error: { code, message } })}\n`,
+      `baton: ${message}\n`
+    ]))
+    expect(Fs.readdirSync(dir)).toEqual([])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   // Found in review: the rewording of @effect/cli's usage errors wrapped the console of the whole program, so every
   // log line a command wrote (the pretty logger writes through Console.error) came out as `baton: [12:00:00.000] INFO
   // …`, and a logged cause, printed over several lines in one call, was cut to its first line.
@@ -173,6 +204,29 @@ describe("baton (process)", () => {
     }
     expect(Fs.readdirSync(dir)).toEqual([])
     Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
+  it("--help says each integer flag takes an integer in decimal digits, not \"A user-defined piece of text.\"", async () => {
+    const styles = new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, "g")
+    const integerFlags: Record<string, ReadonlyArray<string>> = {
+      replay: ["--switch-every", "--compact-every", "--seed"],
+      demo: ["--switch-every", "--compact-every", "--seed"],
+      offload: ["--keep-tokens"],
+      "offload-control": ["--keep-newest"],
+      serve: ["--port"]
+    }
+    for (const [command, flags] of Object.entries(integerFlags)) {
+      const help = await baton([command, "--help"])
+      expect(help.code).toBe(0)
+      // One block per flag: its heading, then its paragraphs up to the next heading.
+      const blocks = help.stdout.replace(styles, "").split(/\n(?=--)/)
+      for (const flag of flags) {
+        const block = blocks.filter((b) => b.startsWith(`${flag} integer\n`))
+        expect(block).toHaveLength(1)
+        expect(block[0]!.split("\n\n")[1]).toBe("  An integer in decimal digits (e.g. 42; not 0x2a or 4.2e1).")
+        expect(block[0]).not.toContain("A user-defined piece of text")
+      }
+    }
   }, 60_000)
 
   it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {

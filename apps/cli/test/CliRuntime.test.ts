@@ -24,10 +24,17 @@ interface Exited {
   readonly stderr: string
 }
 
+/** The run lines of a replay's stdout. */
+const runLines = (stdout: string) => stdout.split("\n").filter((l) => l.startsWith("run ")).length
+
 /**
- * Spawns `baton <args>` with tsx, as a user runs it. `stop`: once stdout holds `afterRuns` run lines, sends `signal`.
+ * Spawns `baton <args>` with tsx, as a user runs it. `stop`: once `when` holds for the output so far (by default: stdout
+ * holds `afterRuns` run lines), sends `signal`.
  */
-const baton = (args: ReadonlyArray<string>, stop?: { readonly signal: NodeJS.Signals; readonly afterRuns: number }) =>
+const baton = (
+  args: ReadonlyArray<string>,
+  stop?: { readonly signal: NodeJS.Signals; readonly afterRuns?: number; readonly when?: (stdout: string, stderr: string) => boolean }
+) =>
   new Promise<Exited>((resolve, reject) => {
     const child = spawn(process.execPath, batonArgs(args), {
       cwd: repo,
@@ -37,14 +44,21 @@ const baton = (args: ReadonlyArray<string>, stop?: { readonly signal: NodeJS.Sig
     let stdout = ""
     let stderr = ""
     let sent = false
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-      stdout += chunk
-      if (stop !== undefined && !sent && stdout.split("\n").filter((l) => l.startsWith("run ")).length >= stop.afterRuns) {
+    const check = () => {
+      if (stop === undefined || sent) return
+      if (stop.when !== undefined ? stop.when(stdout, stderr) : runLines(stdout) >= (stop.afterRuns ?? 0)) {
         sent = true
         child.kill(stop.signal)
       }
+    }
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      stdout += chunk
+      check()
     })
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+      stderr += chunk
+      check()
+    })
     child.on("error", reject)
     child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }))
   })
@@ -107,6 +121,34 @@ describe("baton as a process (CliRuntime)", () => {
         expect(runs.filter((run) => ["queued", "starting", "running"].includes(run.status))).toEqual([])
         // Every run the replay started is in the database and was shown as a line.
         expect(runs.length).toBe(lines.length)
+      }), 120_000)
+
+    it.live(`${signal} stops a replay --json: stdout is one JSON document saying so (runs recorded, threads), exit ${exitCode}`, () =>
+      Effect.gen(function*() {
+        const db = tmpDb()
+        // With --json stdout is silent until the end; the orchestrator's warnings on stderr (a 1,000-token window
+        // fills at every run) tell that runs are going on.
+        const r = yield* Effect.promise(() =>
+          baton(["replay", transcript, "--providers", "codex:1000,claude:1000:noinject", "--switch-every", "1", "--json", "--db", db], {
+            signal,
+            when: (_stdout, stderr) => (stderr.match(/ is full /g) ?? []).length >= 3
+          })
+        )
+        expect({ code: r.code, signal: r.signal }).toEqual({ code: exitCode, signal: null })
+        // Before: nothing on stdout.
+        const document = JSON.parse(r.stdout) as { interrupted: { signal: string; runs: number; totalRuns: number; threadIds: Array<string> } }
+        expect(r.stdout.trim().split("\n")).toHaveLength(1)
+        expect(Object.keys(document)).toEqual(["interrupted"])
+        expect(document.interrupted.signal).toBe(signal)
+        expect(document.interrupted.totalRuns).toBe(55)
+        expect(document.interrupted.runs).toBeLessThan(55)
+        expect(r.stderr).toContain(`baton: stopped by ${signal} after ${document.interrupted.runs} of 55 runs\n`)
+
+        const { runs, threads, unfinished } = yield* readRuns(db)
+        expect(threads).toBe(1)
+        expect(unfinished).toEqual([])
+        expect(runs.length).toBe(document.interrupted.runs)
+        expect(document.interrupted.threadIds).toEqual([...new Set(runs.map((run) => run.threadId))])
       }), 120_000)
   }
 })

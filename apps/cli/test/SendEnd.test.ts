@@ -179,4 +179,31 @@ describe("baton --server URL send: the run's end and Ctrl-C", () => {
       )
       expect(sent.code).toBe(130)
     }).pipe(Effect.scoped), 60_000)
+
+  // Issue 15: `--json` prints JSON on stdout whatever the outcome; a Ctrl-C printed none (send's event lines ended
+  // without a word, tool-results printed nothing at all).
+  it.live("with --json, Ctrl-C ends stdout with a JSON document saying so: send's last line, tool-results' only document", () =>
+    Effect.gen(function*() {
+      const interrupted = (runIdOf: string | null, message: string) => JSON.stringify({ interrupted: { signal: "SIGINT", runId: runIdOf, message } })
+      const going = yield* standIn({ _tag: "hold" })
+      const sent = yield* signalled(["--server", going.url, "--token", token, "send", threadId, "hello", "--json"], going.streaming, "SIGINT")
+      const sentLines = sent.stdout.trimEnd().split("\n")
+      expect(sentLines.at(-1)).toBe(interrupted(
+        runId,
+        `interrupted: run 1 ${runId} goes on on the server (Ctrl-C stops only this command); see it with \`baton --server ${going.url} thread show ${threadId}\``
+      ))
+      // Every line before it is one of the run's events, as JSON.
+      expect(sentLines.slice(0, -1).map((l) => (JSON.parse(l) as { type: string }).type)).toEqual(started.slice(1).map((e) => e.type))
+      expect(sent.code).toBe(130)
+
+      const silent = yield* standIn({ _tag: "silentPost" })
+      const early = yield* signalled(["--server", silent.url, "--token", token, "send", threadId, "hello", "--json"], silent.streaming, "SIGINT")
+      expect(early.stdout).toBe(`${interrupted(null, `interrupted before the server answered: the message may have been queued; see with \`baton --server ${silent.url} thread show ${threadId}\``)}\n`)
+      expect(early.code).toBe(130)
+
+      const held = yield* standIn({ _tag: "hold" })
+      const posted = yield* signalled(["--server", held.url, "--token", token, "tool-results", threadId, runId, "--results", results, "--json"], held.streaming, "SIGINT")
+      expect(posted.stdout).toBe(`${interrupted(runId, `interrupted: run 1 ${runId} goes on on the server with the results (Ctrl-C stops only this command); see it with \`baton --server ${held.url} thread show ${threadId}\``)}\n`)
+      expect(posted.code).toBe(130)
+    }).pipe(Effect.scoped), 90_000)
 })

@@ -28,6 +28,17 @@ interface Summary {
   readonly violations: number
 }
 
+describe("pnpm sim --json", () => {
+  it("a command line that does not parse is one JSON error document on stdout (issue 15: exactly one), exit 2", async () => {
+    const r = await sim(["--seeds", "many", "--json"])
+    expect(r.code).toBe(2)
+    const message = r.stderr.split("\n")[0]!.replace(/^sim: /, "")
+    expect(message).toMatch(/--seeds/)
+    // Before: nothing on stdout.
+    expect(r.stdout).toBe(`${JSON.stringify({ error: { code: "usage", message } })}\n`)
+  }, 60_000)
+})
+
 describe("pnpm sim --jobs", () => {
   it("runs the seeds one process runs, split over the jobs, with the same figures", async () => {
     const common = ["--seeds", "3", "--steps", "5", "--seed-start", "1900", "--no-shrink", "--json"]

@@ -75,14 +75,33 @@ const streamFailureCode = (code: unknown, message: unknown, otherwise: RunFailur
 /**
  * Assembles the reply of a Responses SSE stream from its bytes as they pass: the `response.output_item.done` items
  * by `output_index` (the final response's `output` when the stream gave none), the usage of the final response.
+ * A `response.created` of another response mid-stream restarts the answer (a stream spliced after a retry upstream):
+ * the first attempt's items are dropped and the reply is the second response's alone, whole at its own
+ * `response.completed`, as `GatewayAnthropic.replyAssembler` does on a second `message_start`; a repeated
+ * `response.created` of the same response changes nothing.
  */
 export const replyAssembler = (): Assembler => {
   const decoder = Sse.makeDecoder()
   const items: Array<unknown> = []
-  let outcome: StreamOutcome = { _tag: "unfinished", reason: "the upstream's stream ended before response.completed" }
+  const unfinished: StreamOutcome = { _tag: "unfinished", reason: "the upstream's stream ended before response.completed" }
+  let outcome: StreamOutcome = unfinished
+  /** The response's id (its `response.created`'s; `undefined` before it, `null` when it had none). */
+  let id: string | null | undefined = undefined
   const onEvent = (data: unknown) => {
     if (!isRecord(data)) return
     switch (data.type) {
+      case "response.created": {
+        const next = isRecord(data.response) && typeof data.response.id === "string" ? data.response.id : null
+        if (id !== undefined) {
+          if (next === id) break
+          // Found in review: the first attempt's items stayed in the reply (those at an output index the second
+          // response did not reach), and a first response that had completed made the second's cut answer whole.
+          items.length = 0
+          if (outcome._tag === "completed") outcome = unfinished
+        }
+        id = next
+        break
+      }
       case "response.output_item.done":
         if (typeof data.output_index === "number" && isRecord(data.item)) items[data.output_index] = data.item
         else if (isRecord(data.item)) items.push(data.item)

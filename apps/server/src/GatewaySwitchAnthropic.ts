@@ -404,8 +404,32 @@ export const answersMessage = (answers: ReadonlyArray<{ readonly toolCallId: str
   content: answers.map((a) => ({ type: "tool_result", tool_use_id: a.toolCallId, content: a.output, ...(a.isError ? { is_error: true } : {}) }))
 })
 
-/** OpenAI's error type for an HTTP status. */
-const errorTypeOf = (status: number) => status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error"
+/**
+ * OpenAI's error `type` for an HTTP status, as OpenAI's own error bodies carry it: a rate limit's `type` names the
+ * limit (`requests` per minute, or `tokens`; its `code` is `rate_limit_exceeded`; `rate_limit_error` is the type of
+ * `slow_down` only), `service_unavailable_error` for 503 (`server_is_overloaded`), `server_error` for another 5xx,
+ * else `invalid_request_error`. Sources: OpenAI's 429 bodies in the field (`{"message":"Rate limit reached for gpt-5
+ * … on requests per min …","type":"requests","param":null,"code":"rate_limit_exceeded"}`) and the error table of
+ * Microsoft's Dev Proxy, which returns OpenAI's errors (learn.microsoft.com, dev-proxy "openai-rate-limit-reached").
+ * Found in review: a switched 429 was `type: "rate_limit_error"` with Anthropic's `rate_limit_error` as its `code`.
+ */
+export const errorTypeOf = (status: number): string =>
+  status === 429 ? "requests" : status === 503 ? "service_unavailable_error" : status >= 500 ? "server_error" : "invalid_request_error"
+
+/**
+ * OpenAI's status and `code` for an upstream error (its status and Anthropic type, `null` when it had none): a rate
+ * limit (`rate_limit_error`, or 429) is 429 `rate_limit_exceeded`; an overload (`overloaded_error`, 529, 503) is 503
+ * `server_is_overloaded` (OpenAI sends no 529); a server error (`api_error`, or 5xx) keeps its status with no code,
+ * as OpenAI's 500 has none; anything else keeps its status with its Anthropic type as the code.
+ */
+const openAiStatusOf = (status: number, type: string | null): { readonly status: number; readonly code: string | null } =>
+  type === "rate_limit_error" || (type === null && status === 429)
+    ? { status: 429, code: "rate_limit_exceeded" }
+    : type === "overloaded_error" || (type === null && (status === 529 || status === 503))
+    ? { status: 503, code: "server_is_overloaded" }
+    : type === "api_error" || (type === null && status >= 500)
+    ? { status: status >= 500 ? status : 500, code: null }
+    : { status, code: type }
 
 /** An OpenAI error body. */
 export const errorBody = (type: string, message: string, code: string | null = null, param: string | null = null): Json => ({ error: { message, type, param, code } })
@@ -424,8 +448,9 @@ export const isOverflow = (body: Json): boolean => isRecord(body.error) && body.
 
 /**
  * An Anthropic upstream's error (its status and body, `{"type":"error","error":{"type","message"}}` or any text) in
- * OpenAI's shape and status: its message kept, its Anthropic type as the `code`; "prompt is too long: N tokens > M
- * maximum" as the `context_length_exceeded` 400 (`overflowBody`).
+ * OpenAI's shape and status: its message kept, its status, `type` and `code` OpenAI's (`openAiStatusOf`,
+ * `errorTypeOf`: a rate limit is 429 `requests` / `rate_limit_exceeded`); "prompt is too long: N tokens > M maximum"
+ * as the `context_length_exceeded` 400 (`overflowBody`).
  */
 export const chatError = (status: number, text: string): { readonly status: number; readonly body: Json } => {
   const parsed = parseJson(text)
@@ -441,7 +466,8 @@ export const chatError = (status: number, text: string): { readonly status: numb
         : overflowBody(Number(numbers[1]), Number(numbers[2]))
     }
   }
-  return { status, body: errorBody(errorTypeOf(status), message === "" ? `the upstream answered HTTP ${status}` : message, type) }
+  const openAi = openAiStatusOf(status, type)
+  return { status: openAi.status, body: errorBody(errorTypeOf(openAi.status), message === "" ? `the upstream answered HTTP ${status}` : message, openAi.code) }
 }
 
 /** One Chat Completions SSE line. */
@@ -462,7 +488,8 @@ export const streamFailureOf = (text: string): { readonly code: "overflow" | "pr
   const code = String(error.code ?? "")
   const kind = code === "context_length_exceeded"
     ? "overflow"
-    : ["rate_limit_error", "overloaded_error", "api_error"].includes(code) || error.type === "server_error" || error.type === "rate_limit_error"
+    : ["rate_limit_exceeded", "server_is_overloaded", "rate_limit_error", "overloaded_error", "api_error"].includes(code) ||
+        ["server_error", "service_unavailable_error", "rate_limit_error"].includes(String(error.type))
     ? "provider_unavailable"
     : "provider_refused"
   return { code: kind, reason: `the upstream's stream reported an error: ${code}: ${message.slice(0, 300)}` }

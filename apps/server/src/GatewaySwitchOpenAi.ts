@@ -111,7 +111,7 @@ export const openAiError = (status: number, text: string): { readonly status: nu
   if (error !== null && typeof error.message === "string") {
     return {
       status,
-      body: { error: { message: error.message, type: typeof error.type === "string" ? error.type : status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error", param: error.param ?? null, code: error.code ?? null } }
+      body: { error: { message: error.message, type: typeof error.type === "string" ? error.type : GatewaySwitchAnthropic.errorTypeOf(status), param: error.param ?? null, code: error.code ?? null } }
     }
   }
   return GatewaySwitchAnthropic.chatError(read.status, JSON.stringify(read.body))

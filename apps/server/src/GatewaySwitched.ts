@@ -207,6 +207,13 @@ export const serve = (input: Input) =>
     const { body, count, history, model, target, threads } = input
     const wire = input.wire ?? GatewaySwitchWire.chat
     const agent = wire.agent
+    /**
+     * The run failure code of an upstream's HTTP error (`status`; `converted`: it in the agent's shape), the first
+     * request's and each `thread_read` continuation's alike: `provider_unavailable` for 429 and 5xx, `overflow` for the
+     * agent's overflow 400, `provider_refused` otherwise. Found in review: a continuation's 429 was `provider_refused`.
+     */
+    const upstreamFailureCode = (status: number, converted: { readonly status: number; readonly body: Record<string, unknown> }) =>
+      status === 429 || status >= 500 ? "provider_unavailable" : converted.status === 400 && agent.isOverflow(converted.body) ? "overflow" : "provider_refused"
     const begun = yield* threads.begin({
       wire: agent.dialect.wire,
       session: history.session,
@@ -403,8 +410,7 @@ export const serve = (input: Input) =>
       }
       if (!ok) {
         const converted = agent.upstreamError(upstream.status, text.right)
-        const code = upstream.status === 429 || upstream.status >= 500 ? "provider_unavailable" : converted.status === 400 && agent.isOverflow(converted.body) ? "overflow" : "provider_refused"
-        yield* settle((b) => threads.fail(b, "failed", code, upstreamFailureReason(upstream.status, text.right)))
+        yield* settle((b) => threads.fail(b, "failed", upstreamFailureCode(upstream.status, converted), upstreamFailureReason(upstream.status, text.right)))
         return errorAnswer(converted.status, converted.body, retryAdvice(upstream.headers))
       }
       // The upstream's own thread_read calls: answered here and the conversation continued (up to 8 rounds).
@@ -427,7 +433,9 @@ export const serve = (input: Input) =>
         }
         if (next.right.r.status < 200 || next.right.r.status >= 300) {
           const converted = agent.upstreamError(next.right.r.status, next.right.t)
-          yield* settle((b) => threads.fail(b, "failed", "provider_refused", upstreamFailureReason(next.right.r.status, next.right.t, " after thread_read")))
+          yield* settle((b) =>
+            threads.fail(b, "failed", upstreamFailureCode(next.right.r.status, converted), upstreamFailureReason(next.right.r.status, next.right.t, " after thread_read"))
+          )
           return errorAnswer(converted.status, converted.body, retryAdvice(next.right.r.headers))
         }
         answer = parseJson(next.right.t)

@@ -479,6 +479,35 @@ describe("Gateway, a provider switch (Anthropic Messages agent, openai-chat upst
       })
     ), { timeout: 60_000 })
 
+  it.live("a whole answer's thread_read continuation refused 429 fails the run provider_unavailable, as the first request's 429 does", () =>
+    withGateway((_anthropic, chat) =>
+      Effect.gen(function*() {
+        const read = { id: "call_r", type: "function", function: { name: "thread_read", arguments: JSON.stringify({ refs: "tool:toolu_a" }) } }
+        chat.enqueue(
+          {
+            status: 200,
+            contentType: "application/json",
+            body: JSON.stringify({
+              id: "chatcmpl-1",
+              object: "chat.completion",
+              choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [read] }, finish_reason: "tool_calls" }],
+              usage: { prompt_tokens: 100, completion_tokens: 5 }
+            })
+          },
+          { status: 429, contentType: "application/json", body: JSON.stringify({ error: { message: "Rate limit reached for gpt-5", type: "requests", param: null, code: "rate_limit_exceeded" } }) }
+        )
+        const limited = yield* raw(messages({ model: "gpt-5", max_tokens: 1_000, system, tools, messages: [{ role: "user", content: "hi" }] }))
+        expect(limited.status).toBe(429)
+        expect(limited.body).toEqual({ type: "error", error: { type: "rate_limit_error", message: "Rate limit reached for gpt-5" } })
+        expect(chat.requests).toHaveLength(2)
+
+        const api = yield* client()
+        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+        const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
+        expect(runs.map((r) => [r.status, r.failureCode])).toEqual([["failed", "provider_unavailable"]])
+      })
+    ), { timeout: 60_000 })
+
   it.live("an overflow Baton cannot fit (the newest message alone is over the window) is Anthropic's prompt-is-too-long 400, never sent", () =>
     withGateway((_anthropic, chat) =>
       Effect.gen(function*() {

@@ -404,14 +404,15 @@ describe("Gateway, a provider switch (Chat Completions agent, anthropic-messages
       })
     ), { timeout: 60_000 })
 
-  it.live("upstream errors reach the agent in OpenAI's shape: a 529 overloaded, an Anthropic prompt-is-too-long as context_length_exceeded", () =>
+  it.live("upstream errors reach the agent in OpenAI's shape: a 529 overloaded as OpenAI's 503 server_is_overloaded, an Anthropic prompt-is-too-long as context_length_exceeded", () =>
     withGateway((_chat, anthropic) =>
       Effect.gen(function*() {
         const body = { model: "claude-x", messages: [system, { role: "user", content: "hi" }] }
         anthropic.enqueue({ status: 529, contentType: "application/json", body: JSON.stringify({ type: "error", error: { type: "overloaded_error", message: "Overloaded" } }) })
         const overloaded = yield* raw(chat(body))
-        expect(overloaded.status).toBe(529)
-        expect(overloaded.body).toEqual({ error: { message: "Overloaded", type: "server_error", param: null, code: "overloaded_error" } })
+        // OpenAI's overload: 503 `server_is_overloaded` (OpenAI sends no 529; Anthropic's type is no OpenAI code).
+        expect(overloaded.status).toBe(503)
+        expect(overloaded.body).toEqual({ error: { message: "Overloaded", type: "service_unavailable_error", param: null, code: "server_is_overloaded" } })
 
         anthropic.enqueue({ status: 400, contentType: "application/json", body: JSON.stringify({ type: "error", error: { type: "invalid_request_error", message: "prompt is too long: 208310 tokens > 200000 maximum" } }) })
         const long = yield* raw(chat({ ...body, messages: [...body.messages, { role: "assistant", content: "x" }, { role: "user", content: "again" }] }))

@@ -333,7 +333,8 @@ describe("Gateway, a provider switch (Responses agent, anthropic-messages upstre
         anthropic.enqueue({ status: 429, contentType: "application/json", body: JSON.stringify({ type: "error", error: { type: "rate_limit_error", message: "Number of request tokens has exceeded your per-minute rate limit" } }) })
         const limited = yield* raw(responses(body))
         expect(limited.status).toBe(429)
-        expect(limited.body).toEqual({ error: { message: "Number of request tokens has exceeded your per-minute rate limit", type: "rate_limit_error", param: null, code: "rate_limit_error" } })
+        // OpenAI's own 429: `code` `rate_limit_exceeded`, `type` the limit (`rate_limit_error` is `slow_down`'s type only).
+        expect(limited.body).toEqual({ error: { message: "Number of request tokens has exceeded your per-minute rate limit", type: "requests", param: null, code: "rate_limit_exceeded" } })
 
         anthropic.enqueue({
           status: 200,
