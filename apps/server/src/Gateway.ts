@@ -379,6 +379,9 @@ export const layer = (options: GatewayOptions) =>
           const read = bodies.parse(bodyScope, body)
           const parsed = read.value
           if (!isRecord(parsed)) return dialect.refuse("invalid", "the body is not a JSON object")
+          if (GatewayBody.nestsDeeperThan(parsed, GatewayBody.maxNesting)) {
+            return dialect.refuse("invalid", `the body nests arrays and objects more than ${GatewayBody.maxNesting} levels deep`)
+          }
           const modelField = modelId(parsed.model)
           if (Either.isLeft(modelField)) return dialect.refuse("invalid", modelField.left)
           const asSent = dialect.history(parsed, request.headers)
