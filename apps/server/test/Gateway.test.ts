@@ -142,6 +142,22 @@ describe("Gateway", () => {
       })
     ))
 
+  // New user hnew: curl sends `Expect: 100-continue` with a body over 1 MiB; forwarded, the upstream's client refused
+  // it ("expect header not supported") and the agent got a 502 saying the upstream could not be reached.
+  it.live("an agent's Expect: 100-continue is met by Baton, not forwarded: the request goes upstream and is answered", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const reply = ModelApi.answer("anthropic-messages", "big one", usage)
+        upstream.enqueue(reply)
+        const body = { model: "claude-x", max_tokens: 10, stream: true, messages: [user("x".repeat(1_100_000))] }
+        const answer = yield* raw(messages(body, { "x-api-key": adminToken, expect: "100-continue" }))
+        expect([answer.status, answer.text]).toEqual([200, reply.body])
+        expect(upstream.requests.length).toBe(1)
+        expect(upstream.requests[0]!.headers["expect"]).toBeUndefined()
+        expect((yield* onlyThread).runs.map((r) => r.status)).toEqual(["completed"])
+      })
+    ))
+
   it.live("another method than POST on a gateway path is the API's RouteNotFound in JSON, not an empty 404", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
