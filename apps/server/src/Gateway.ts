@@ -125,6 +125,10 @@ const dropped = new Set([
   "content-length",
   "authorization",
   "x-api-key",
+  // The agent's `Expect: 100-continue` was met by this server (Node answers it before the body is read); forwarded, the
+  // upstream client refused the request ("expect header not supported"): curl sends it for bodies over 1 MiB, and each
+  // such request was a 502 saying the upstream could not be reached (new user hnew).
+  "expect",
   // The answer is read on its way back (the record), so it must arrive uncompressed.
   "accept-encoding"
 ])
@@ -379,6 +383,9 @@ export const layer = (options: GatewayOptions) =>
           const read = bodies.parse(bodyScope, body)
           const parsed = read.value
           if (!isRecord(parsed)) return dialect.refuse("invalid", "the body is not a JSON object")
+          if (GatewayBody.nestsDeeperThan(parsed, GatewayBody.maxNesting)) {
+            return dialect.refuse("invalid", `the body nests arrays and objects more than ${GatewayBody.maxNesting} levels deep`)
+          }
           const modelField = modelId(parsed.model)
           if (Either.isLeft(modelField)) return dialect.refuse("invalid", modelField.left)
           const asSent = dialect.history(parsed, request.headers)

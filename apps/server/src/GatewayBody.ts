@@ -19,6 +19,7 @@
  *
  * It only saves work: every answer is the one `JSON.parse` gives. It keeps no state that must outlive the process.
  */
+import { GatewayMemo } from "@baton/orchestration"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 
 /** What `remember` keeps of a body: its bytes and where its history's entries are, with their parsed values. */
@@ -175,6 +176,30 @@ export const keysAfter = (bytes: Uint8Array, close: number): Array<string> | nul
     i = skipSpace(bytes, end)
   }
   return null
+}
+
+/**
+ * The deepest nesting of arrays and objects the gateway takes in a request body (an agent's bodies nest a tool's
+ * input or schema a few dozen levels at most). Deeper, the gateway's walks over the body (interning, fingerprints,
+ * token counts: each recursive, one frame per level) exhausted the stack: new user hnew sent `"metadata"` (or a
+ * `tool_use` input) nesting 100,000 arrays and got an empty 500.
+ */
+export const maxNesting = 512
+
+/**
+ * Whether `value` (a parsed body) nests arrays and objects more than `limit` levels deep. A walk with its own stack
+ * (it never recurses) that skips interned objects (`GatewayMemo`: the history an earlier request of the conversation
+ * sent, checked then), so a request costs the walk of its new parts only.
+ */
+export const nestsDeeperThan = (value: unknown, limit: number): boolean => {
+  const stack: Array<readonly [unknown, number]> = [[value, 1]]
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!
+    if (typeof v !== "object" || v === null || GatewayMemo.isInterned(v)) continue
+    if (depth > limit) return true
+    for (const child of Object.values(v)) if (typeof child === "object" && child !== null) stack.push([child, depth + 1])
+  }
+  return false
 }
 
 /** `bytes` as a `Buffer` (the same memory). */

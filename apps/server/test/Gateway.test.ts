@@ -115,6 +115,49 @@ describe("Gateway", () => {
       })
     ))
 
+  // New user hnew: a body nesting 100,000 arrays (in `metadata`, or in a new message's `tool_use` input after a
+  // conversation's shared history) exhausted the stack of the gateway's walks over it: an empty 500, nothing said.
+  it.live("refuses a body nesting deeper than 512 levels in Anthropic's error shape, in a new message or a top-level field; 512 levels go through", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        // A body's text with `"DEEP"` replaced by `levels` nested arrays (JSON.stringify cannot write 100,000 levels).
+        const deep = (body: unknown, levels: number) => JSON.stringify(body).replace("\"DEEP\"", "[".repeat(levels) + "]".repeat(levels))
+        const session = { "x-api-key": adminToken, "x-claude-code-session-id": "session-deep" }
+        const call = { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "x", input: { a: "DEEP" } }] }
+        const result = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "ok" }] }
+        // The call's `input` object is the body's 6th level: 506 arrays in it make 512.
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", usage))
+        const first = [user("first"), call, result]
+        const deepest = yield* raw(messages(deep({ model: "claude-x", max_tokens: 10, messages: first }, 506), session))
+        expect(deepest.status).toBe(200)
+
+        const refusal = { type: "error", error: { type: "invalid_request_error", message: "the body nests arrays and objects more than 512 levels deep" } }
+        const next = { model: "claude-x", max_tokens: 10, messages: [...first, assistant("fine"), user("again"), { ...call, content: [{ ...call.content[0]!, id: "toolu_2" }] }] }
+        const inMessage = yield* raw(messages(deep(next, 506).replace("\"DEEP\"", "[".repeat(100_000) + "]".repeat(100_000)), session))
+        expect([inMessage.status, inMessage.body]).toEqual([400, refusal])
+        const inField = yield* raw(messages(deep({ model: "claude-x", max_tokens: 10, messages: [user("hi")], metadata: "DEEP" }, 100_000)))
+        expect([inField.status, inField.body]).toEqual([400, refusal])
+        expect(upstream.requests.length).toBe(1)
+        expect((yield* onlyThread).items.map((i) => i.kind)).toEqual(["user_message", "tool_call", "tool_result", "assistant_message"])
+      })
+    ))
+
+  // New user hnew: curl sends `Expect: 100-continue` with a body over 1 MiB; forwarded, the upstream's client refused
+  // it ("expect header not supported") and the agent got a 502 saying the upstream could not be reached.
+  it.live("an agent's Expect: 100-continue is met by Baton, not forwarded: the request goes upstream and is answered", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const reply = ModelApi.answer("anthropic-messages", "big one", usage)
+        upstream.enqueue(reply)
+        const body = { model: "claude-x", max_tokens: 10, stream: true, messages: [user("x".repeat(1_100_000))] }
+        const answer = yield* raw(messages(body, { "x-api-key": adminToken, expect: "100-continue" }))
+        expect([answer.status, answer.text]).toEqual([200, reply.body])
+        expect(upstream.requests.length).toBe(1)
+        expect(upstream.requests[0]!.headers["expect"]).toBeUndefined()
+        expect((yield* onlyThread).runs.map((r) => r.status)).toEqual(["completed"])
+      })
+    ))
+
   it.live("another method than POST on a gateway path is the API's RouteNotFound in JSON, not an empty 404", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {

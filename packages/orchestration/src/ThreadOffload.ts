@@ -468,7 +468,11 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
     const nothingReason = (plan: Plan, keepTokens: number): string | null =>
       plan.cut.cut !== 0 ? null : plan.cut.naiveCut === 0
         ? `nothing to offload: the ${plan.candidates.length} item(s) after the ${plan.previous === null ? "start" : "last summary"} ` +
-          `hold ${plan.cut.keptTokens} tokens, within the ${keepTokens} kept verbatim`
+          // Over keepTokens, the oldest item is the one that reaches it, kept whole (new user hnew: "hold 16 tokens,
+          // within the 10 kept verbatim" for a --keep-tokens 10 that read as a contradiction).
+          (plan.cut.keptTokens <= keepTokens
+            ? `hold ${plan.cut.keptTokens} tokens, within the ${keepTokens} kept verbatim`
+            : `hold ${plan.cut.keptTokens} tokens: keeping the newest ${keepTokens} verbatim keeps them all (the oldest reaches it and is kept whole)`)
         : `nothing to offload: every cut within the oldest ${plan.cut.naiveCut} item(s) would split a tool unit`
 
     /**

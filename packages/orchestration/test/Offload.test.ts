@@ -85,6 +85,25 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       }).pipe(Effect.provide(h.layer))
     })
 
+    // New user hnew: `--keep-tokens 10` on two items of 16 tokens said "hold 16 tokens, within the 10 kept verbatim".
+    it.effect("a keepTokens the oldest item is needed to reach: a no-op that says why, not that the history is within it", () => {
+      const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+      return Effect.gen(function*() {
+        const o = yield* ops
+        const t = yield* o.create("codex")
+        h.script.enqueue(Harness.reply(100))
+        yield* o.send(t, "hello")
+        // One token fewer than both items hold: the newest alone does not reach it, so the oldest is kept too.
+        const keepTokens = (yield* o.offload(t)).keptTokens - 1
+        const report = yield* o.offload(t, keepTokens)
+        expect(report.offloaded).toBe(false)
+        expect(report.keptTokens).toBeGreaterThan(keepTokens)
+        expect(report.reason).toBe(
+          `nothing to offload: the 2 item(s) after the start hold ${report.keptTokens} tokens: keeping the newest ${keepTokens} verbatim keeps them all (the oldest reaches it and is kept whole)`
+        )
+      }).pipe(Effect.provide(h.layer))
+    })
+
     it.effect("the default keepTokens is a quarter of a small window (32,000 -> 8,000)", () => {
       const h = Harness.make([{ name: "small", window: 32_000, inject: true }])
       return Effect.gen(function*() {
