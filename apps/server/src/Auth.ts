@@ -29,13 +29,35 @@ export const sameToken = (presented: Buffer, expected: Buffer) => Crypto.timingS
  * The role of an `Authorization` header value (`Bearer <token>`, scheme case-insensitive), or why it grants none.
  * Both tokens are compared whatever the first comparison says, so the time does not tell which one matched.
  */
-export const roleOf = (header: string | undefined, tokens: { readonly admin: Buffer; readonly read: Buffer | null }):
-  | { readonly _tag: "granted"; readonly role: Role }
-  | { readonly _tag: "denied"; readonly reason: string } => {
+export const roleOf = (header: string | undefined, tokens: { readonly admin: Buffer; readonly read: Buffer | null }): Verdict => {
   if (header === undefined || header.trim() === "") return { _tag: "denied", reason: "no bearer token" }
   const match = /^bearer\s+(\S+)\s*$/i.exec(header)
   if (match === null) return { _tag: "denied", reason: "the Authorization header is not a bearer token" }
-  const presented = digest(match[1]!)
+  return roleOfToken(match[1]!, tokens)
+}
+
+/**
+ * The role of a token sent bare in a key header `name` (the gateway's `x-api-key`), or why it grants none, naming that
+ * header: an empty value, or one holding whitespace or a comma (no token does; a header sent twice arrives as its
+ * values joined with ", "), is refused as such. It was refused as "the Authorization header is not a bearer token"
+ * when no Authorization header had been sent (the value went through `roleOf` as `Bearer <value>`).
+ */
+export const roleOfKey = (name: string, value: string, tokens: { readonly admin: Buffer; readonly read: Buffer | null }): Verdict => {
+  if (value.trim() === "") return { _tag: "denied", reason: `the ${name} header is empty` }
+  if (/[\s,]/.test(value)) {
+    return { _tag: "denied", reason: `the ${name} header is not one token (it holds a space or a comma; a header sent twice arrives as its values joined by ", ")` }
+  }
+  return roleOfToken(value, tokens)
+}
+
+/** What a presented token grants, or why it grants none. */
+export type Verdict =
+  | { readonly _tag: "granted"; readonly role: Role }
+  | { readonly _tag: "denied"; readonly reason: string }
+
+/** The role `token` grants (compared as digests, both tokens whatever the first comparison says), else "unknown token". */
+const roleOfToken = (token: string, tokens: { readonly admin: Buffer; readonly read: Buffer | null }): Verdict => {
+  const presented = digest(token)
   const isAdmin = sameToken(presented, tokens.admin)
   const isRead = tokens.read !== null && sameToken(presented, tokens.read)
   return isAdmin

@@ -22,8 +22,10 @@
  *   `count_tokens` is forwarded only.
  * - Baton's own refusals are in Anthropic's error shape (`{"type":"error","error":{"type","message"}}`): a body
  *   that is not a Messages request 400 `invalid_request_error`, an unrouted model 404 `not_found_error`, a missing or
- *   unknown token 401 `authentication_error`, a body over the limit 413 `request_too_large`, an unreachable upstream
- *   502 `api_error`.
+ *   unknown token 401 `authentication_error` (an `x-api-key` that is not one token named as such), a body over the
+ *   limit 413 `request_too_large`, a compressed body (`Content-Encoding`) 415 `invalid_request_error`, an unreachable
+ *   upstream 502 `api_error`, and anything unexpected (a defect) 500 `api_error`, logged with its cause (the handler's
+ *   boundary). Headers over Node's limit are the listener's 431 (`nodeRefusalOf`, `Server.answerNodeRefusals`).
  *
  * - On the way out (`/v1/messages`, `/v1/responses` and `/v1/chat/completions`, the routed instance's
  *   `toolResultOffload` on; `GatewayOffload`, `GatewayResponsesOffload`, `GatewayChatOffload`): the request
@@ -63,7 +65,7 @@ import { refuseAfterDrain } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
-import { type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
+import { type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayChatOffload from "./GatewayChatOffload.js"
 import * as GatewayOffload from "./GatewayOffload.js"
@@ -84,6 +86,30 @@ export const paths = ["/v1/messages", "/v1/messages/count_tokens", "/v1/response
 
 /** Whether `url` (path and query) is one of the gateway's paths. */
 export const isGatewayPath = (url: string) => (paths as ReadonlyArray<string>).includes(url.split("?")[0]!)
+
+/**
+ * The dialect of a gateway path (`url`: path and query): Anthropic's for `/v1/messages` and its `count_tokens`, OpenAI
+ * Responses' for `/v1/responses` and `/compact`, Chat Completions' for `/v1/chat/completions`; `undefined` for another.
+ */
+export const dialectOf = (url: string): Dialect | undefined => {
+  if (!isGatewayPath(url)) return undefined
+  const path = url.split("?")[0]!
+  return path.startsWith("/v1/messages") ? GatewayAnthropic.dialect : path.startsWith("/v1/responses") ? GatewayResponses.dialect : GatewayChat.dialect
+}
+
+/**
+ * A refusal of the gateway's in the protocol of the request whose first bytes are `head` (a request line `POST
+ * <gateway path> HTTP/1.x` at its start), as its status and JSON body, for the listener's answers to what Node refuses
+ * before any handler runs (`Server.answerNodeRefusals`); `null` when `head` does not start with such a line (another
+ * path, or the bytes Node had when it refused are not the request's first).
+ */
+export const nodeRefusalOf = (head: Buffer | undefined, reason: Refusal, message: string): { readonly status: number; readonly body: Uint8Array } | null => {
+  const line = head === undefined ? null : /^POST (\S+) HTTP\/1\.[01]\r?\n/.exec(head.subarray(0, 2_100).toString("latin1"))
+  const dialect = line === null ? undefined : dialectOf(line[1]!)
+  if (dialect === undefined) return null
+  const response = dialect.refuse(reason, message)
+  return response.body._tag === "Uint8Array" ? { status: response.status, body: response.body.body } : null
+}
 
 /** What the gateway needs: the tokens it accepts, its routes, the provider instances and the body limit (bytes). */
 export interface GatewayOptions {
@@ -132,6 +158,17 @@ const dropped = new Set([
   // The answer is read on its way back (the record), so it must arrive uncompressed.
   "accept-encoding"
 ])
+
+/**
+ * A request's `Content-Encoding` when it names a coding other than `identity` (`gzip`, `deflate`, `br`, `zstd`, a list
+ * of them), else `null`: the gateway reads and forwards bodies as they are and decodes none (an agent sends none:
+ * Claude Code, Codex on an API key, the OpenAI-compatible clients), so such a body is refused, 415, not read as JSON.
+ */
+export const contentEncodingOf = (header: string | undefined): string | null => {
+  if (header === undefined) return null
+  const codings = header.split(",").map((c) => c.trim().toLowerCase()).filter((c) => c !== "" && c !== "identity")
+  return codings.length === 0 ? null : header.trim()
+}
 
 /** Response headers not passed back (the connection's own; the length is the stream's). */
 const droppedBack = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"])
@@ -344,7 +381,11 @@ export const layer = (options: GatewayOptions) =>
       const handle = ({ dialect, record, upstreamPath }: Endpoint) =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
-          const verdict = Auth.roleOf(dialect.token(request.headers), digests)
+          // The protocol's key header when sent (its refusal names it), else `Authorization: Bearer`.
+          const key = dialect.keyHeader === undefined ? undefined : request.headers[dialect.keyHeader]
+          const verdict = key === undefined || dialect.keyHeader === undefined
+            ? Auth.roleOf(request.headers.authorization, digests)
+            : Auth.roleOfKey(dialect.keyHeader, key, digests)
           if (verdict._tag === "denied") {
             return dialect.refuse("unauthenticated", `Baton gateway: ${verdict.reason}; send a Baton token as ${dialect.tokenHint}`)
           }
@@ -356,6 +397,19 @@ export const layer = (options: GatewayOptions) =>
               record
                 ? `Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as ${dialect.tokenHint}`
                 : `Baton gateway: the read-only token may not send requests upstream (they go with the instance's key); send the admin token as ${dialect.tokenHint}`
+            )
+          }
+          const encoding = contentEncodingOf(request.headers["content-encoding"])
+          if (encoding !== null) {
+            // Read as it came, a compressed body was "not a JSON object". Refused before it is read (drained, then the
+            // connection closed, as a body over the limit): the gateway decodes no content coding (docs/gateway.md).
+            // `Accept-Encoding` says which coding it takes (RFC 9110 §15.5.16).
+            return yield* refuseAfterDrain(
+              request,
+              dialect.refuse(
+                "unsupported",
+                `Content-Encoding: ${encoding.slice(0, 60)} is not supported by Baton's gateway; send the body uncompressed (identity)`
+              ).pipe(HttpServerResponse.setHeader("accept-encoding", "identity"))
             )
           }
           const declared = request.headers["content-length"]
@@ -431,7 +485,7 @@ export const layer = (options: GatewayOptions) =>
           if (target.config.kind !== dialect.kind) {
             return dialect.refuse(
               "unrouted",
-              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not a ${dialect.kind} upstream; this gateway converts model requests between protocols (a provider switch), not Codex's compaction requests (/v1/responses/compact)`
+              `model: ${model.slice(0, 200)} routes to provider instance "${target.name}" (${target.config.kind}), not ${GatewayDialect.withArticle(dialect.kind)} upstream; this gateway converts model requests between protocols (a provider switch), not Codex's compaction requests (/v1/responses/compact)`
             )
           }
 
@@ -785,6 +839,21 @@ export const layer = (options: GatewayOptions) =>
           )
           return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })
         }).pipe(
+          // The handler's boundary: anything it did not answer itself (a defect, a failure no step maps) is logged with
+          // its cause and answered 500 in the agent's protocol (Anthropic `api_error`, OpenAI `server_error`). The
+          // platform answered it an empty 500, which an agent reads as no error at all; the API's guard does the same
+          // for the API's paths (`InternalError`), but leaves the gateway's answers to it. An interruption (the agent
+          // hung up) is not a failure: nobody reads the answer. A stream that fails after its head went out is not
+          // seen here (its status is sent): it is cut, as `cutConnection` says.
+          Effect.catchAllCause((cause) =>
+            Cause.isInterruptedOnly(cause)
+              ? Effect.failCause(cause)
+              : Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+                Effect.as(
+                  Effect.logError(`gateway: POST ${request.url.split("?")[0]} failed unexpectedly`, cause),
+                  dialect.refuse("internal", "Baton's gateway failed unexpectedly; the failure is logged (see the server's log)")
+                ))
+          ),
           // Without spans: the request's own work and its record (the fiber forked here inherits it) make none. Baton
           // installs no tracer, so they were never seen, and their creation was about a tenth of the record's time
           // (bench/gateway.ts); a failure's logged cause has no span frames (its message and stack stay). Not redundant

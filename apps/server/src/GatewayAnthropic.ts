@@ -143,7 +143,12 @@ const anthropicErrors: Record<Refusal, readonly [number, ErrorType]> = {
   forbidden: [403, "permission_error"],
   unrouted: [404, "not_found_error"],
   too_large: [413, "request_too_large"],
-  unreachable: [502, "api_error"]
+  // Anthropic has no error type of its own for 431 or 415; a request it cannot read is `invalid_request_error`.
+  headers_too_large: [431, "invalid_request_error"],
+  unsupported: [415, "invalid_request_error"],
+  unreachable: [502, "api_error"],
+  // Anthropic's own type for "an unexpected error internal to Anthropic's systems" (500).
+  internal: [500, "api_error"]
 }
 
 /** The Anthropic Messages dialect (Claude Code): `x-api-key`, `anthropic-version`, `x-claude-code-session-id`. */
@@ -152,7 +157,7 @@ export const dialect: Dialect = {
   wire: GatewayThreads.anthropicMessages,
   refuse: (reason, message) => errorResponse(anthropicErrors[reason][0], anthropicErrors[reason][1], message),
   tokenHint: "x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer",
-  token: (headers) => (headers["x-api-key"] !== undefined ? `Bearer ${headers["x-api-key"]}` : headers.authorization),
+  keyHeader: "x-api-key",
   upstreamHeaders: (key, out) => {
     if (out["anthropic-version"] === undefined) out["anthropic-version"] = AnthropicMessages.apiVersion
     if (Option.isSome(key)) out["x-api-key"] = Redacted.value(key.value)

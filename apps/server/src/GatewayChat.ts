@@ -20,7 +20,7 @@ import type { ProviderAdapter } from "@baton/providers"
 import { GatewayChatWire, type GatewayThreads } from "@baton/orchestration"
 import { ProviderFailure, Sse } from "@baton/providers"
 import { type Assembler, type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
-import { bearerToken, bearerUpstream, errorResponse } from "./GatewayResponses.js"
+import { bearerUpstream, errorResponse } from "./GatewayResponses.js"
 
 /**
  * The billed tokens of a Chat Completions `usage` object (absent fields: 0): `prompt_tokens` include
@@ -112,7 +112,6 @@ export const dialect: Dialect = {
   wire: GatewayChatWire.openAiChat,
   refuse: errorResponse,
   tokenHint: "Authorization: Bearer (the agent's OpenAI API key setting)",
-  token: bearerToken,
   upstreamHeaders: bearerUpstream,
   history: (body, headers) => {
     if (!Array.isArray(body.messages) || !body.messages.every(isRecord)) return "messages: expected an array of messages"

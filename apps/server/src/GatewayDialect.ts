@@ -12,8 +12,22 @@ import type { HttpServerResponse } from "@effect/platform"
 import type { Option, Redacted } from "effect"
 
 /** Why Baton itself refuses a request: each dialect answers it in its protocol's error shape and status. */
-/** (`forbidden`: a token Baton knows that may not do this, the read-only one; `unauthenticated`: no token or an unknown one.) */
-export type Refusal = "invalid" | "unauthenticated" | "forbidden" | "unrouted" | "too_large" | "unreachable"
+/**
+ * (`forbidden`: a token Baton knows that may not do this, the read-only one; `unauthenticated`: no token or an unknown
+ * one; `headers_too_large`: headers over Node's limit (431, answered by the listener, `Server.answerNodeRefusals`);
+ * `unsupported`: a body in a form the gateway does not read, a `Content-Encoding` (415); `internal`: Baton failed
+ * unexpectedly (a defect, logged; 500).)
+ */
+export type Refusal =
+  | "invalid"
+  | "unauthenticated"
+  | "forbidden"
+  | "unrouted"
+  | "too_large"
+  | "headers_too_large"
+  | "unsupported"
+  | "unreachable"
+  | "internal"
 
 /** How a stream's reply ended: whole (`completed`), refused by the upstream in the stream, or cut short. */
 export type StreamOutcome =
@@ -50,8 +64,11 @@ export interface Dialect {
   readonly kind: ProviderConfig.ModelApiKind
   readonly wire: GatewayThreads.Wire
   readonly refuse: (reason: Refusal, message: string) => HttpServerResponse.HttpServerResponse
-  /** The agent's token (the header value as `Bearer …`), from the protocol's key header. */
-  readonly token: (headers: Readonly<Record<string, string | undefined>>) => string | undefined
+  /**
+   * The protocol's own key header (Anthropic's `x-api-key`), read before `Authorization: Bearer` and named in its
+   * refusals; absent: the token comes in `Authorization: Bearer` only (OpenAI's wires).
+   */
+  readonly keyHeader?: string
   /** Where the agent puts its token, for the 401's message (`x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer`). */
   readonly tokenHint: string
   /** Adds the upstream's credentials (the instance's key) and the protocol's default headers to the forwarded ones. */
@@ -63,6 +80,12 @@ export interface Dialect {
   /** The reply of a whole (non-streamed) 2xx answer's parsed body. */
   readonly replyOfBody: (body: unknown) => GatewayThreads.Reply
 }
+
+/**
+ * `word` with its indefinite article by how it is spoken: "an" before a vowel (`an openai-responses`, `an
+ * anthropic-messages`), "a" otherwise (`a codex`). A message read "not a openai-responses upstream".
+ */
+export const withArticle = (word: string): string => `${/^[aeiou]/i.test(word) ? "an" : "a"} ${word}`
 
 /** Whether `u` is a JSON object (not an array). */
 export const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)

@@ -32,7 +32,11 @@ const errors: Record<Refusal, readonly [number, string, string | null]> = {
   forbidden: [403, "invalid_request_error", null],
   unrouted: [404, "invalid_request_error", "model_not_found"],
   too_large: [413, "invalid_request_error", "request_too_large"],
-  unreachable: [502, "server_error", null]
+  headers_too_large: [431, "invalid_request_error", null],
+  unsupported: [415, "invalid_request_error", "unsupported_content_encoding"],
+  unreachable: [502, "server_error", null],
+  // OpenAI's own type for a failure on its side (500).
+  internal: [500, "server_error", null]
 }
 
 /** An error answer in OpenAI's shape. */
@@ -140,9 +144,6 @@ export const replyAssembler = (): Assembler => {
 export const replyOfBody = (body: unknown): GatewayThreads.Reply =>
   isRecord(body) && Array.isArray(body.output) ? replyOf(body.output, body) : { messages: [], tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null }
 
-/** The agent's token on OpenAI's wires: its `Authorization` header (`Bearer …`). */
-export const bearerToken: Dialect["token"] = (headers) => headers.authorization
-
 /** The upstream's credentials on OpenAI's wires: the instance's key as `Authorization: Bearer`. */
 export const bearerUpstream: Dialect["upstreamHeaders"] = (key, out) => {
   if (Option.isSome(key)) out["authorization"] = `Bearer ${Redacted.value(key.value)}`
@@ -166,7 +167,6 @@ export const dialect: Dialect = {
   wire: GatewayResponsesWire.openAiResponses,
   refuse: errorResponse,
   tokenHint: "Authorization: Bearer (the model provider's env_key)",
-  token: bearerToken,
   upstreamHeaders: bearerUpstream,
   history: (body, headers) => {
     const input = typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input

@@ -140,7 +140,9 @@ export const orchestratorLayer = (
 /**
  * Makes `server` answer the requests Node refuses before the API sees them (malformed HTTP: 400, headers over Node's
  * limit: 431, a request timeout: 408, an `Expect` other than `100-continue`: 417) in the API's error shape (JSON with
- * `_tag`, `reason` and `message`, `connection: close`) instead of Node's bodyless answers. Returns `server`.
+ * `_tag`, `reason` and `message`, `connection: close`) instead of Node's bodyless answers; a 431 or 400 of a request to
+ * a gateway path, in its agent's protocol (`Gateway.nodeRefusalOf`: Anthropic's or OpenAI's error shape). Returns
+ * `server`.
  */
 export const answerNodeRefusals = (server: Http.Server): Http.Server => {
   // Requests Node refuses before the API sees them (malformed HTTP, headers over its limit, an `Expect` other than
@@ -158,7 +160,11 @@ export const answerNodeRefusals = (server: Http.Server): Http.Server => {
       : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
       ? [408, "Request Timeout", "RequestTimeout", "the request did not arrive in time"]
       : [400, "Bad Request", "InvalidRequest", `malformed HTTP request (${error.code ?? "parse error"})`]
-    const body = JSON.stringify({ _tag: tag, reason, message: reason })
+    // On the gateway's paths (a `POST /v1/messages` request line in the bytes Node refused), in the agent's protocol:
+    // its client reads Baton's `_tag` body as no error it knows. A request timeout stays the API's (no agent protocol
+    // has an error of its own for it, and its request line is long gone).
+    const agents = status === 408 ? null : Gateway.nodeRefusalOf(error.rawPacket, status === 431 ? "headers_too_large" : "invalid", reason)
+    const body = agents === null ? JSON.stringify({ _tag: tag, reason, message: reason }) : Buffer.from(agents.body).toString("utf8")
     // The answer to a HEAD request carries no body (a client would read it as the start of the next answer).
     const head = error.rawPacket?.subarray(0, 5).toString("latin1") === "HEAD "
     socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${head ? "" : body}`)

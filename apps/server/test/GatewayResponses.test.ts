@@ -88,7 +88,7 @@ describe("Gateway, OpenAI Responses", () => {
         expect(otherProtocol.status).toBe(404)
         expect(otherProtocol.body).toMatchObject({
           error: {
-            message: "model: claude-x routes to provider instance \"anthropic\" (anthropic-messages), not a openai-responses upstream; this gateway converts model requests between protocols (a provider switch), not Codex's compaction requests (/v1/responses/compact)",
+            message: "model: claude-x routes to provider instance \"anthropic\" (anthropic-messages), not an openai-responses upstream; this gateway converts model requests between protocols (a provider switch), not Codex's compaction requests (/v1/responses/compact)",
             code: "model_not_found"
           }
         })

@@ -18,7 +18,7 @@ export const readToken = "read-token-0123456789abcdef"
  * `NodeHttpServer.layerTest` on a Node server that answers Node's own refusals in the API's shape, as `baton serve`'s
  * listener does (`Server.answerNodeRefusals`): a real server on a loopback port and an `HttpClient` aimed at it.
  */
-const testListener = HttpServer.layerTestClient.pipe(
+export const testListener = HttpServer.layerTestClient.pipe(
   Layer.provide(NodeHttpClient.layerWithoutAgent),
   Layer.provide(NodeHttpClient.makeAgentLayer({ keepAlive: false })),
   Layer.provideMerge(NodeHttpServer.layer(() => Server.answerNodeRefusals(Http.createServer()), { port: 0 }))

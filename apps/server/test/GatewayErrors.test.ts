@@ -1,0 +1,195 @@
+/**
+ * Every error of the gateway's endpoints in the agent's own protocol (Anthropic's `{"type":"error","error":{…}}`,
+ * OpenAI's `{"error":{"message","type","param","code"}}`), as a tester found them answered otherwise: an unexpected
+ * failure (an empty 500), an `x-api-key` that is not one token (refused as a malformed Authorization header that was
+ * never sent), headers over Node's limit (the API's `RequestHeadersTooLarge`), a compressed body ("the body is not a
+ * JSON object"). (The article of "not an openai-responses upstream" is GatewayResponses.test.ts's.)
+ */
+import { GatewayThreads } from "@baton/orchestration"
+import { Server } from "@baton/server"
+import { HttpClientRequest, HttpServer } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer, Logger } from "effect"
+import * as Net from "node:net"
+import * as Zlib from "node:zlib"
+import { adminToken, raw, testListener } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, settingsFor } from "./support/ModelServer.js"
+
+const routes = [{ model: "claude-*", provider: "anthropic" }, { model: "gpt-*", provider: "openai" }, { model: "chat-*", provider: "chat" }]
+
+/**
+ * The production server (on the listener of the API's tests) over one loopback upstream serving the three protocols (`claude-*`, `gpt-*`, `chat-*`), with
+ * `GatewayThreads` as `swap` makes it (the seam a test replaces: the gateway's record service).
+ */
+const withGateway = <A, E, R>(
+  test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>,
+  swap: (threads: GatewayThreads.GatewayThreads) => GatewayThreads.GatewayThreads = (t) => t
+) =>
+  Effect.scoped(Effect.gen(function*() {
+    const upstream = yield* ModelApi.start
+    const settings = yield* settingsFor(
+      [instance("anthropic", "anthropic-messages", upstream), instance("openai", "openai-responses", upstream), instance("chat", "openai-chat", upstream)],
+      { TEST_MODEL_KEY: marker },
+      undefined,
+      { gateway: { routes } }
+    )
+    const swapped = Layer.effect(GatewayThreads.GatewayThreads, Effect.map(GatewayThreads.GatewayThreads, swap))
+    const layer = Server.httpLayer({
+      tokens: { admin: settings.auth.adminToken, read: settings.auth.readToken },
+      maxBodyBytes: settings.limits.maxBodyBytes,
+      gateway: Server.gatewayOf(settings)
+    }).pipe(
+      Layer.provide(swapped),
+      // The listener as `baton serve`'s answers what Node refuses (`Server.answerNodeRefusals`).
+      Layer.provideMerge(testListener),
+      Layer.provideMerge(Server.orchestratorLayer(settings))
+    )
+    return yield* test(upstream).pipe(Effect.provide(layer))
+  }))
+
+/** A POST to a gateway path with `headers` and `body` (a string is sent as is). */
+const post = (path: string, headers: Record<string, string>, body: unknown) =>
+  HttpClientRequest.post(path).pipe(
+    HttpClientRequest.setHeaders(headers),
+    HttpClientRequest.bodyText(typeof body === "string" ? body : JSON.stringify(body), "application/json")
+  )
+
+const anthropicKey = { "x-api-key": adminToken, "anthropic-version": "2023-06-01" }
+const bearer = { authorization: `Bearer ${adminToken}` }
+const hi = [{ role: "user", content: "hi" }]
+
+/**
+ * Sends `head` (the request line and headers, CRLF-separated, without the blank line) and `body` in one write to the
+ * test server, on a socket of its own (headers the HTTP client would not send: one twice, 20 KiB of them); the answer's
+ * status and JSON body once the server closes or has sent `content-length` bytes.
+ */
+const rawHttp = (head: string, body = "") =>
+  Effect.flatMap(HttpServer.HttpServer, (server) =>
+    Effect.async<{ readonly status: number; readonly body: unknown }>((resume) => {
+      const port = server.address._tag === "TcpAddress" ? server.address.port : 0
+      const socket = Net.connect(port, "127.0.0.1")
+      let text = ""
+      const done = () => {
+        socket.destroy()
+        const [top = "", rest = ""] = text.split("\r\n\r\n", 2)
+        resume(Effect.succeed({ status: Number(top.split(" ")[1]), body: rest === "" ? null : JSON.parse(rest) }))
+      }
+      socket.on("data", (chunk) => {
+        text += chunk.toString("utf8")
+        const length = /content-length: (\d+)/i.exec(text)
+        const at = text.indexOf("\r\n\r\n")
+        if (length !== null && at >= 0 && Buffer.byteLength(text.slice(at + 4)) >= Number(length[1])) done()
+      })
+      socket.on("end", done)
+      socket.on("error", done)
+      socket.write(`${head}\r\ncontent-length: ${Buffer.byteLength(body)}\r\ncontent-type: application/json\r\n\r\n${body}`)
+      return Effect.sync(() => socket.destroy())
+    }))
+
+describe("Gateway errors in the agent's protocol", () => {
+  // Found by a tester: a defect on a gateway path was an empty 500 (no content type, no body), which Claude Code and
+  // Codex read as no error they know; the API's paths answer it `InternalError` as JSON.
+  it.live("answers an unexpected failure 500 in the agent's protocol and logs it with its cause", () => {
+    const logs: Array<string> = []
+    const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ cause, message }) => void logs.push(`${String(message)} ${cause}`)))
+    return withGateway(
+      (upstream) =>
+        Effect.gen(function*() {
+          const anthropic = yield* raw(post("/v1/messages", anthropicKey, { model: "claude-x", max_tokens: 10, messages: hi }))
+          expect([anthropic.status, anthropic.body]).toEqual([500, {
+            type: "error",
+            error: { type: "api_error", message: "Baton's gateway failed unexpectedly; the failure is logged (see the server's log)" }
+          }])
+          const openai = { message: "Baton's gateway failed unexpectedly; the failure is logged (see the server's log)", type: "server_error", param: null, code: null }
+          const responses = yield* raw(post("/v1/responses", bearer, { model: "gpt-x", input: "hi" }))
+          expect([responses.status, responses.body]).toEqual([500, { error: openai }])
+          const chat = yield* raw(post("/v1/chat/completions", bearer, { model: "chat-x", messages: hi }))
+          expect([chat.status, chat.body]).toEqual([500, { error: openai }])
+          expect(upstream.requests.length).toBe(0)
+          const failures = logs.filter((l) => l.includes("failed unexpectedly"))
+          expect(failures.map((l) => l.split(" failed unexpectedly")[0])).toEqual([
+            "gateway: POST /v1/messages",
+            "gateway: POST /v1/responses",
+            "gateway: POST /v1/chat/completions"
+          ])
+          for (const l of failures) expect(l).toContain("Error: the conversation's lookup broke")
+        }),
+      // The lookup of the conversation (tool-result offload is on) dies: an unexpected failure inside the handler.
+      (t) => new GatewayThreads.GatewayThreads({ ...t, conversationOf: () => Effect.die(new Error("the conversation's lookup broke")) })
+    ).pipe(Effect.provide(capture))
+  })
+
+  // Found by a tester: `x-api-key: a b`, or the key sent twice (Node joins the values with ", "), was refused as "the
+  // Authorization header is not a bearer token" though no Authorization header was sent.
+  it.live("names the x-api-key header when its value is not one token: a space, sent twice, empty", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const refusal = (reason: string) => ({
+          type: "error",
+          error: { type: "authentication_error", message: `Baton gateway: ${reason}; send a Baton token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer` }
+        })
+        const notOne = "the x-api-key header is not one token (it holds a space or a comma; a header sent twice arrives as its values joined by \", \")"
+        const body = JSON.stringify({ model: "claude-x", max_tokens: 10, messages: hi })
+        const spaced = yield* rawHttp("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: a b", body)
+        expect(spaced).toEqual({ status: 401, body: refusal(notOne) })
+        const twice = yield* rawHttp(`POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: ${adminToken}\r\nx-api-key: ${adminToken}`, body)
+        expect(twice).toEqual({ status: 401, body: refusal(notOne) })
+        const empty = yield* rawHttp("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: ", body)
+        expect(empty).toEqual({ status: 401, body: refusal("the x-api-key header is empty") })
+        // Without x-api-key, a malformed Authorization header is still named as such.
+        const basic = yield* raw(post("/v1/messages", { authorization: "Basic abc" }, body))
+        expect(basic.body).toEqual(refusal("the Authorization header is not a bearer token"))
+        expect(upstream.requests.length).toBe(0)
+      })
+    ))
+
+  // Found by a tester: Node's 431 for headers over its limit came back as the API's `RequestHeadersTooLarge` on the
+  // gateway's paths too.
+  it.live("answers headers over Node's limit 431 in the agent's protocol on gateway paths, in the API's on the API's", () =>
+    withGateway(() =>
+      Effect.gen(function*() {
+        const big = `x-big: ${"a".repeat(20_000)}`
+        const reason = "the request's headers are larger than the server accepts (16 KiB)"
+        const anthropic = yield* rawHttp(`POST /v1/messages?beta=true HTTP/1.1\r\nhost: x\r\n${big}`, "{}")
+        expect(anthropic).toEqual({ status: 431, body: { type: "error", error: { type: "invalid_request_error", message: reason } } })
+        const responses = yield* rawHttp(`POST /v1/responses HTTP/1.1\r\nhost: x\r\n${big}`, "{}")
+        expect(responses).toEqual({ status: 431, body: { error: { message: reason, type: "invalid_request_error", param: null, code: null } } })
+        const chat = yield* rawHttp(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n${big}`, "{}")
+        expect(chat.body).toEqual({ error: { message: reason, type: "invalid_request_error", param: null, code: null } })
+        const api = yield* rawHttp(`POST /threads HTTP/1.1\r\nhost: x\r\n${big}`, "{}")
+        expect(api).toEqual({ status: 431, body: { _tag: "RequestHeadersTooLarge", reason, message: reason } })
+      })
+    ))
+
+  // Found by a tester: a gzip body was refused "the body is not a JSON object".
+  it.live("refuses a compressed body 415 naming its Content-Encoding, in the agent's protocol; identity goes through", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const body = JSON.stringify({ model: "claude-x", max_tokens: 10, messages: hi })
+        const gzip = yield* raw(HttpClientRequest.post("/v1/messages").pipe(
+          HttpClientRequest.setHeaders({ ...anthropicKey, "content-encoding": "gzip" }),
+          HttpClientRequest.bodyUint8Array(Zlib.gzipSync(body), "application/json")
+        ))
+        expect(gzip.headers["accept-encoding"]).toBe("identity")
+        expect([gzip.status, gzip.body]).toEqual([415, {
+          type: "error",
+          error: { type: "invalid_request_error", message: "Content-Encoding: gzip is not supported by Baton's gateway; send the body uncompressed (identity)" }
+        }])
+        const zstd = yield* raw(post("/v1/responses", { ...bearer, "content-encoding": "zstd" }, "(zstd bytes)"))
+        expect([zstd.status, zstd.body]).toEqual([415, {
+          error: {
+            message: "Content-Encoding: zstd is not supported by Baton's gateway; send the body uncompressed (identity)",
+            type: "invalid_request_error",
+            param: null,
+            code: "unsupported_content_encoding"
+          }
+        }])
+        expect(upstream.requests.length).toBe(0)
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        const identity = yield* raw(post("/v1/messages", { ...anthropicKey, "content-encoding": "identity" }, body))
+        expect(identity.status).toBe(200)
+        expect(upstream.requests.length).toBe(1)
+      })
+    ))
+})
