@@ -620,7 +620,7 @@ cli(process.argv).pipe(
   // command line can tell).
   Effect.catchIf(ValidationError.isValidationError, (e) =>
     Effect.zipRight(
-      argv.includes("--json") && e._tag !== "HelpRequested"
+      UsageError.asksForJson(argv) && e._tag !== "HelpRequested"
         ? Console.log(Format.errorDocument("usage", UsageError.message(HelpDoc.toAnsiText(e.error), argv)))
         : Effect.void,
       Effect.sync(() => void (process.exitCode = 2))
