@@ -390,9 +390,10 @@ export const errorDocument = (code: "bad_input" | "usage", message: string): str
  * The JSON document `baton replay --json` prints on stdout when a signal stopped it (exit 130 or 143), in place of the
  * summary: `{"interrupted":{"signal","runs","totalRuns","threadIds"}}`, `runs` the run lines recorded of `totalRuns`
  * (the run in flight, ended `interrupted`, among them), `threadIds` the threads created so far (for `baton thread
- * show`), as the stderr line `baton: stopped by SIGTERM after N of M runs` says.
+ * show`), as the stderr line `baton: stopped by SIGTERM after N of M runs` says; `totalRuns` `null` (and `runs` 0)
+ * when it stopped before the transcript was read (`baton: stopped by SIGTERM before the replay started`).
  */
-export const interruptedDocument = (signal: StopSignal, runs: number, totalRuns: number, threadIds: ReadonlyArray<string>): string =>
+export const interruptedDocument = (signal: StopSignal, runs: number, totalRuns: number | null, threadIds: ReadonlyArray<string>): string =>
   JSON.stringify({ interrupted: { signal, runs, totalRuns, threadIds } })
 
 /**

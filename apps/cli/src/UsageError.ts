@@ -80,6 +80,14 @@ export const message = (text: string, argv: ReadonlyArray<string>): string => {
   return line.startsWith(prefix) ? line.slice(prefix.length) : line
 }
 
+/**
+ * Whether a command line asks for `--json`: a `--json` argument, or `--json=V` with V one of the library's true values
+ * (`true`, `1`, `y`, `yes`, `on`), which it reads as `--json` too. Found in review: a usage error under `--json=true`
+ * printed no JSON document (only `--json` itself was looked for).
+ */
+export const asksForJson = (argv: ReadonlyArray<string>): boolean =>
+  argv.some((a) => a === "--json" || (a.startsWith("--json=") && ["true", "1", "y", "yes", "on"].includes(a.slice("--json=".length))))
+
 /** Each rewording console (`console`) and the console it wraps, so a command's handler gets the latter back. */
 const wrapped = new WeakMap<Console.Console, Console.Console>()
 

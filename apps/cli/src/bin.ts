@@ -160,8 +160,13 @@ interface ReplayCommand {
  * summary as one JSON document (`Format.errorDocument` for bad input, `Format.interruptedDocument` when a signal stopped it). Exit
  * code 1 when an invariant is violated. A signal stops it after the run in flight is recorded (see CliRuntime).
  */
-const runReplay = (command: ReplayCommand) =>
-  Effect.gen(function*() {
+const runReplay = (command: ReplayCommand) => {
+  // What a signal's report says: the runs shown, of how many (`null` until the transcript is read), the threads created.
+  let done = 0
+  let total: number | null = null
+  const threadIds: Array<string> = []
+  const tty = process.stderr.isTTY === true && !command.json
+  return Effect.gen(function*() {
     const o = yield* databaseOptions(command)
     const providers = ProviderSpec.parse(o.providers)
     if (Either.isLeft(providers)) return yield* Effect.fail(providers.left)
@@ -195,29 +200,35 @@ const runReplay = (command: ReplayCommand) =>
       databaseUrl: yield* resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir),
       skipInvalid: o.skipInvalid
     }
-    const total = imported.threads.reduce((n, t) => n + t.turns.length, 0)
-    const tty = process.stderr.isTTY === true && !o.json
-    let done = 0
-    const threadIds: Array<string> = []
+    const runs = imported.threads.reduce((n, t) => n + t.turns.length, 0)
+    total = runs
     const summary = yield* Replay.replay(imported, options, (line) =>
       Effect.sync(() => {
         done++
         if (o.json) return
         if (tty) process.stderr.write("\r\x1b[K")
         process.stdout.write(Format.runLine(line) + "\n")
-        if (tty) process.stderr.write(Format.progressBar(done, total))
-      }), (threadId) => Effect.sync(() => void threadIds.push(threadId))).pipe(Effect.onInterrupt(() =>
-        Effect.gen(function*() {
-          if (tty) process.stderr.write("\r\x1b[K")
-          const signal = yield* CliRuntime.receivedSignal
-          yield* Console.error(`baton: stopped by ${Option.getOrElse(signal, () => "an interrupt")} after ${done} of ${total} runs`)
-          // Stopped by a signal, `--json` still prints its one document (stdout is gone when its reader went away).
-          if (o.json && Option.isSome(signal)) yield* Console.log(Format.interruptedDocument(signal.value, done, total, threadIds))
-        })))
+        if (tty) process.stderr.write(Format.progressBar(done, runs))
+      }), (threadId) => Effect.sync(() => void threadIds.push(threadId)))
     if (tty) process.stderr.write("\r\x1b[K")
     yield* Console.log(o.json ? JSON.stringify(summary) : Format.summary(summary))
     if (summary.invariantViolations.length > 0) process.exitCode = 1
-  }).pipe(badInputAs(command.json))
+  }).pipe(
+    // The whole command, not only the replay: found in review, a signal while the transcript was being read (seconds
+    // for a large one) ended it with exit 143 and nothing on either stream, under `--json` no document.
+    Effect.onInterrupt(() =>
+      Effect.gen(function*() {
+        if (tty) process.stderr.write("\r\x1b[K")
+        const signal = yield* CliRuntime.receivedSignal
+        const by = Option.getOrElse(signal, () => "an interrupt")
+        yield* Console.error(total === null ? `baton: stopped by ${by} before the replay started` : `baton: stopped by ${by} after ${done} of ${total} runs`)
+        // Stopped by a signal, `--json` still prints its one document (stdout is gone when its reader went away).
+        if (command.json && Option.isSome(signal)) yield* Console.log(Format.interruptedDocument(signal.value, done, total, threadIds))
+      })
+    ),
+    badInputAs(command.json)
+  )
+}
 
 const replay = Command.make(
   "replay",
@@ -620,7 +631,7 @@ cli(process.argv).pipe(
   // command line can tell).
   Effect.catchIf(ValidationError.isValidationError, (e) =>
     Effect.zipRight(
-      argv.includes("--json") && e._tag !== "HelpRequested"
+      UsageError.asksForJson(argv) && e._tag !== "HelpRequested"
         ? Console.log(Format.errorDocument("usage", UsageError.message(HelpDoc.toAnsiText(e.error), argv)))
         : Effect.void,
       Effect.sync(() => void (process.exitCode = 2))

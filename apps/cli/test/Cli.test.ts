@@ -133,7 +133,9 @@ describe("baton (process)", () => {
       [["tool-results", "thr_x", "run_x", "--results", "[]", "--json"], "bad_input", needsServer("tool-results")],
       [["send", "thr_x", "hi", "--json"], "bad_input", needsServer("send")],
       [["events", "--json"], "bad_input", needsServer("events")],
-      [["offload", "thr_x", "--keep-tokens", "abc", "--json"], "usage", "--keep-tokens: expected a number of tokens in decimal digits, got 'abc'"]
+      [["offload", "thr_x", "--keep-tokens", "abc", "--json"], "usage", "--keep-tokens: expected a number of tokens in decimal digits, got 'abc'"],
+      // Found in review: `--json=true` (which the library reads as `--json`) got no document on a usage error.
+      [["replay", Path.join(dir, "nope.jsonl"), "--json=true", "--seed", "x", "--db", Path.join(dir, "b.sqlite")], "usage", "--seed: expected an integer in decimal digits, got 'x'"]
     ]
     const results = await Promise.all(cases.map(([args]) => baton(args)))
     expect(results.map((r) => [r.code, r.stdout, r.stderr])).toEqual(cases.map(([, code, message]) => [

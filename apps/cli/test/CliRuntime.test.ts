@@ -153,6 +153,37 @@ describe("baton as a process (CliRuntime)", () => {
   }
 })
 
+describe("baton replay stopped before its replay starts", () => {
+  // Found in review: the interrupt handler was around the replay only, so a signal before it (the transcript being
+  // read, seconds for a large one, or its skipped records being reported) ended the command with exit 143 and nothing
+  // on either stream: under --json no document.
+  it.live("SIGTERM while the skipped records are reported: one `baton:` line saying so, one JSON document on stdout, exit 143", () =>
+    Effect.gen(function*() {
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-runtime-"))
+      // The session's first turn, then many records without their message: 100,000 `baton: skipped` lines to print,
+      // among which the signal comes.
+      const file = Path.join(dir, "session.jsonl")
+      const head = Fs.readFileSync(transcript, "utf8").split("\n").slice(0, 3).join("\n")
+      Fs.writeFileSync(file, `${head}\n${"{\"type\":\"message\"}\n".repeat(100_000)}`)
+      const db = Path.join(dir, "baton.sqlite")
+      const r = yield* Effect.promise(() =>
+        baton(["replay", file, "--skip-invalid", "--json", "--db", db], {
+          signal: "SIGTERM",
+          when: (_stdout, stderr) => stderr.includes("baton: skipped ")
+        })
+      )
+      expect({ code: r.code, signal: r.signal, stdout: r.stdout }).toEqual({
+        code: 143,
+        signal: null,
+        stdout: `${JSON.stringify({ interrupted: { signal: "SIGTERM", runs: 0, totalRuns: null, threadIds: [] } })}\n`
+      })
+      expect(r.stderr.endsWith("\nbaton: stopped by SIGTERM before the replay started\n")).toBe(true)
+      // Nothing was written: the database was never opened.
+      expect(Fs.existsSync(db)).toBe(false)
+      Fs.rmSync(dir, { recursive: true, force: true })
+    }), 120_000)
+})
+
 describe("baton with its stdout closed by the reader (`baton ... | head`)", () => {
   it.live("stops as an interrupt does: no stack trace, nothing left running, exit 141", () =>
     Effect.gen(function*() {

@@ -159,9 +159,27 @@ export const continuation = (
 const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}${Sse.dataLines(data)}\n\n`
 
 /**
+ * The `response.failed` event that ends a spliced stream Baton cannot go on with: `code` and `message` its error's (the
+ * agent reads `server_error` as a failure to retry).
+ */
+const failedEvent = (code: string, message: string) =>
+  `event: response.failed\ndata: ${JSON.stringify({ type: "response.failed", response: { status: "failed", error: { code, message } } })}\n\n`
+
+/**
  * A streamed hop of a Responses answer as the agent sees it (see the module docblock): `previous` is the hop whose
  * `thread_read` calls this one continues (`null`: the first hop, whose events pass on as they are until a
  * `thread_read` call starts).
+ *
+ * An upstream stream that restarts its answer (a `response.created` of another response mid-stream, spliced after a
+ * retry upstream; `GatewayResponses.replyAssembler` keeps the second response alone) is read as `GatewayOffload.makeHop`
+ * reads a second `message_start`: what the first attempt held back (a `thread_read` call, cut or done) is dropped, and
+ * the second response's events are held from its own `thread_read` call on, numbered from its own output indexes. On
+ * the first hop the second `response.created` goes to the agent as it came (an agent that reads on keeps the second
+ * response, as the record does); a continuation's is dropped as its first one is, and when part of the continuation
+ * had reached the agent (an output item of the response the agent is receiving), the answer ends with `response.failed`
+ * (`server_error`: the agent retries), since the agent's response cannot restart. Found in review: the second
+ * attempt's events were held behind the first attempt's cut call and released with it (the agent got a `thread_read`
+ * call, a tool it does not have), or its `thread_read` was answered at the first attempt's output index.
  */
 export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffload.Hop => {
   const first = previous === null
@@ -175,12 +193,18 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   let heldAt = 0
   let heldSequence = 0
   let items = 0
+  /** The hop's response id (its first `response.created`'s; `undefined` before it, `null` when it had none). */
+  let responseId: string | null | undefined = undefined
+  /** An output item of this continuation reached the agent; the hop restarted after that (it ended with an error). */
+  let shown = false
+  let broken = false
   const itemsOf = () => {
     const outcome = assembler.outcome()
     return outcome._tag === "completed" ? outcome.reply.messages.map((m) => m.message) : []
   }
   return {
     push: (chunk) => {
+      if (broken) return ""
       assembler.push(chunk)
       let out = ""
       for (const m of decoder.push(chunk)) {
@@ -189,6 +213,22 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           if (held === null) out += encodeEvent(m.event, m.data)
           else held.push({ event: m.event, data: null, text: encodeEvent(m.event, m.data) })
           continue
+        }
+        if (data.type === "response.created") {
+          const id = isRecord(data.response) && typeof data.response.id === "string" ? data.response.id : null
+          if (responseId !== undefined && id !== responseId) {
+            // A restart (see the docblock): the first attempt's held events are dropped, its indexes forgotten, and
+            // a continuation's sequence numbers go on from the first one held.
+            if (held !== null && !first) sequence = heldSequence
+            held = null
+            heldAt = 0
+            items = 0
+            if (!first && shown) {
+              broken = true
+              return out + failedEvent("server_error", "the upstream restarted its answer (another response.created) after part of it was sent")
+            }
+          }
+          responseId = id
         }
         if (!first && (data.type === "response.created" || data.type === "response.in_progress")) continue
         // Held from the call's first event: its `added` (OpenAI sends one per item), else its `done`.
@@ -215,12 +255,15 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           }
           text = encodeEvent(m.event, JSON.stringify(next))
         }
-        if (held === null) out += text
-        else held.push({ event: m.event, data: sent, text })
+        if (held === null) {
+          out += text
+          if (typeof data.output_index === "number") shown = true
+        } else held.push({ event: m.event, data: sent, text })
       }
       return out
     },
     end: () => {
+      if (broken) return { _tag: "release", held: "" }
       const text = held === null ? "" : held.map((h) => h.text).join("")
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = itemsOf()
@@ -312,10 +355,6 @@ export const offload: GatewayOffload.Offload = {
   streamError: (body, text) => {
     const parsed = parseJson(body)
     const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : {}
-    const failed = {
-      type: "response.failed",
-      response: { status: "failed", error: { code: typeof error.code === "string" ? error.code : "server_error", message: typeof error.message === "string" ? error.message : text } }
-    }
-    return `event: response.failed\ndata: ${JSON.stringify(failed)}\n\n`
+    return failedEvent(typeof error.code === "string" ? error.code : "server_error", typeof error.message === "string" ? error.message : text)
   }
 }

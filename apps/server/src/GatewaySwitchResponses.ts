@@ -323,6 +323,9 @@ export const streamTranslator = (
   let openFor: number | null = null
   let calls: Array<Call & { readonly callId: string; readonly rawName: string; readonly rawArguments: string }> = []
   let pending: ReadonlyArray<GatewaySwitch.HiddenCall> | null = null
+  /** This hop's response id (its first `response.created`'s; `undefined` before it) and whether any of its text or calls reached the agent. */
+  let responseId: string | null | undefined = undefined
+  let shown = false
   const out: Array<string> = []
   const start = (id: unknown) => {
     if (started) return
@@ -348,6 +351,7 @@ export const streamTranslator = (
       out.push(event({ type: "content_block_start", index: open, content_block: { type: "text", text: "" } }))
     }
     out.push(event({ type: "content_block_delta", index: open, delta: { type: "text_delta", text: piece } }))
+    shown = true
   }
   const onItem = (outputIndex: number, item: Json) => {
     if (item.type === "message") {
@@ -368,6 +372,7 @@ export const streamTranslator = (
         out.push(event({ type: "content_block_start", index, content_block: { type: "tool_use", id: c.id, name: c.name, input: {} } }))
         if (c.arguments !== "") out.push(event({ type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: c.arguments } }))
         out.push(event({ type: "content_block_stop", index }))
+        shown = true
       }
     }
   }
@@ -402,9 +407,30 @@ export const streamTranslator = (
     const outputIndex = typeof e.output_index === "number" ? e.output_index : -1
     switch (e.type) {
       case "response.created":
-      case "response.in_progress":
-        start(isRecord(e.response) ? e.response.id : null)
+      case "response.in_progress": {
+        const id = isRecord(e.response) && typeof e.response.id === "string" ? e.response.id : null
+        if (responseId !== undefined && id !== responseId) {
+          // Another response mid-stream: the upstream restarted its answer (a stream spliced after a retry upstream;
+          // `GatewayResponses.replyAssembler` keeps the second response alone). As the translator from an Anthropic
+          // upstream does on a second message_start: what the first attempt left is dropped when none of it reached
+          // the agent (a hidden thread_read call it made is no call to answer); else the agent holds part of an
+          // answer that is no more, and the answer ends with an error (the agent retries). Found in review: both
+          // attempts went out as one message, and a first attempt's hidden call was answered and continued upstream.
+          if (shown) {
+            fail(GatewaySwitch.errorBody("api_error", "the upstream restarted its answer (another response.created) after part of it was sent"))
+            return
+          }
+          itemsSeen = false
+          text = ""
+          refused = false
+          streamed = new Set()
+          calls = []
+          usage = null
+        }
+        responseId = id
+        start(id)
         return
+      }
       case "response.output_text.delta":
       case "response.refusal.delta":
         start(null)
@@ -452,6 +478,8 @@ export const streamTranslator = (
     next: () => {
       earlier.push(usage)
       usage = null
+      responseId = undefined
+      shown = false
       itemsSeen = false
       done = false
       text = ""

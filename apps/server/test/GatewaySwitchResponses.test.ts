@@ -362,6 +362,55 @@ describe("GatewaySwitchResponses (the conversion)", () => {
   })
 })
 
+/**
+ * A Responses stream as OpenAI frames it of responses `parts` spliced one after the other (each its `response.created`,
+ * its items' `output_item.done` events, then its `response.completed` unless `cut`), sequence numbers going on.
+ */
+const spliced = (parts: ReadonlyArray<{ readonly id: string; readonly items: ReadonlyArray<Record<string, unknown>>; readonly cut?: boolean }>) => {
+  let seq = 0
+  const framed = (e: Record<string, unknown>) => `event: ${String(e.type)}\ndata: ${JSON.stringify({ ...e, sequence_number: seq++ })}\n\n`
+  return parts.map(({ id, items, cut }) =>
+    [
+      framed({ type: "response.created", response: { id, status: "in_progress", output: [] } }),
+      ...items.map((item, i) => framed({ type: "response.output_item.done", output_index: i, item })),
+      cut === true ? "" : framed({ type: "response.completed", response: { id, status: "completed", output: items, usage: { input_tokens: 10, output_tokens: 5 } } })
+    ].join("")
+  ).join("")
+}
+const textItem = (id: string, text: string) => ({ type: "message", id, role: "assistant", status: "completed", content: [{ type: "output_text", text, annotations: [] }] })
+const readItem = { type: "function_call", id: "fc_read", call_id: "call_read", name: "thread_read", arguments: "{\"refs\":\"tool:t\"}", status: "completed" }
+
+// Found in review: a `response.created` of another response mid-stream (a stream spliced after a retry upstream) was
+// read as more of the same message: both attempts' text went out as one answer, and a hidden thread_read call the
+// first attempt made was answered and continued upstream in place of the second response's answer.
+describe("GatewaySwitchResponses.streamTranslator, a restarted upstream stream", () => {
+  it("a first attempt of which nothing reached the agent (a hidden thread_read call) is dropped: the message is the second response's", () => {
+    const t = GatewaySwitchResponses.streamTranslator("gpt-x", new Set(["thread_read"]))
+    const out = t.push(new TextEncoder().encode(spliced([{ id: "resp_first", items: [readItem], cut: true }, { id: "resp_second", items: [textItem("msg_2", "Hello, World!")] }]))) + t.end()
+    expect(t.hidden()).toBeNull()
+    expect(eventTypes(out).filter((e) => e === "message_start" || e === "message_stop" || e === "error")).toEqual(["message_start", "message_stop"])
+    expect((assembled(out).messages[0]!.message as Message).content).toEqual([{ type: "text", text: "Hello, World!" }])
+  })
+
+  it("a repeated response.created of the same response changes nothing", () => {
+    const t = GatewaySwitchResponses.streamTranslator("gpt-x")
+    const body = spliced([{ id: "resp_one", items: [textItem("msg_1", "Hello")], cut: true }, { id: "resp_one", items: [] }])
+    const out = t.push(new TextEncoder().encode(body)) + t.end()
+    expect((assembled(out).messages[0]!.message as Message).content).toEqual([{ type: "text", text: "Hello" }])
+  })
+
+  it("a restart after part of the first attempt reached the agent: the answer ends with an error event, not as two answers in one", () => {
+    const t = GatewaySwitchResponses.streamTranslator("gpt-x")
+    const out = t.push(new TextEncoder().encode(spliced([
+      { id: "resp_first", items: [textItem("msg_1", "Retracted words.")], cut: true },
+      { id: "resp_second", items: [textItem("msg_2", "Hello, World!")] }
+    ]))) + t.end()
+    expect(eventTypes(out).at(-1)).toBe("error")
+    expect(out).not.toContain("message_stop")
+    expect(out).not.toContain("Hello, World!")
+  })
+})
+
 describe("Gateway, a provider switch (Anthropic Messages agent, openai-responses upstream)", () => {
   for (const dialect of ["SQLite", "Postgres"] as const) {
     it.live(`${dialect}: a long Claude Code conversation switched to a 32,000-token Responses window fits, runs the recorded calculator session (streamed and whole), and switches back with nothing lost`, () =>
