@@ -290,8 +290,19 @@ const readError = (file: string, cause: PlatformError): TranscriptError =>
     : error(file, `cannot read file: ${cause.message}`)
 
 /**
+ * The file's bytes as a stream: a regular file (or anything seekable) in 64 KiB chunks read at their positions; a
+ * pipe, a character device or a socket (`baton replay <(zcat session.jsonl.gz)`, `/dev/stdin`: no positions to read
+ * at, the positioned stream failed `ESPIPE: invalid seek`) read to its end at once, then handed on as one chunk.
+ */
+const bytesOf = (fs: FileSystem.FileSystem, file: string): Stream.Stream<Uint8Array, PlatformError> =>
+  Stream.unwrap(Effect.map(fs.stat(file), (info) =>
+    info.type === "FIFO" || info.type === "CharacterDevice" || info.type === "Socket"
+      ? Stream.fromEffect(fs.readFile(file))
+      : fs.stream(file, { chunkSize: FileSystem.KiB(64) })))
+
+/**
  * Imports the transcript at path `file`, streamed in 64 KiB chunks and processed line by line (a 3.4 MB Claude Code
- * session imports in well under a second).
+ * session imports in well under a second); a pipe (`<(zcat session.jsonl.gz)`, `/dev/stdin`) is read whole first.
  *
  * Fails with `TranscriptError`: `"file not found"`; `"cannot read file: …"` for other read failures; and every
  * failure of `importText`.
@@ -302,7 +313,7 @@ export const importFile = Effect.fn("TranscriptImporter.importFile")(function*(
 ) {
   const fs = yield* FileSystem.FileSystem
   const driver = new LineDriver(file, options)
-  yield* fs.stream(file, { chunkSize: FileSystem.KiB(64) }).pipe(
+  yield* bytesOf(fs, file).pipe(
     Stream.decodeText(),
     Stream.mapError((cause) => readError(file, cause)),
     Stream.runForEach((chunk) => {

@@ -7,6 +7,7 @@ import { FileSystem } from "@effect/platform"
 import { NodeFileSystem } from "@effect/platform-node"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Either } from "effect"
+import { execFileSync, spawn } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import { Transcript, TranscriptImporter } from "../src/index.js"
 import type { ImportedThread, ImportResult, TranscriptCounts, TranscriptFormat } from "../src/Transcript.js"
@@ -268,6 +269,22 @@ layer(NodeFileSystem.layer)("importFile", (it) => {
       const error = yield* Effect.flip(TranscriptImporter.importFile(`${dir}/notes.jsonl`))
       expect(error.line).toBe(1)
       expect(error.reason).toMatch(/^unknown transcript format/)
+    })))
+
+  it.effect("a named pipe is read to its end (it has no positions to read at: ESPIPE before)", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const dir = yield* fs.makeTempDirectoryScoped()
+      const fifo = `${dir}/session.fifo`
+      execFileSync("mkfifo", [fifo])
+      // The writer: a child process that copies the real transcript into the pipe (opening a FIFO for writing blocks
+      // until a reader opens it, so it runs beside the import).
+      const writer = spawn("sh", ["-c", `cat "$0" > "$1"`, claudeFile, fifo], { stdio: "ignore" })
+      const viaPipe = yield* TranscriptImporter.importFile(fifo)
+      yield* Effect.async<void>((resume) => writer.exitCode !== null ? resume(Effect.void) : void writer.once("exit", () => resume(Effect.void)))
+      const direct = yield* TranscriptImporter.importFile(claudeFile)
+      expect(viaPipe.threads.length).toBeGreaterThan(0)
+      expect(viaPipe).toEqual({ ...direct, threads: direct.threads.map((t) => ({ ...t, file: fifo })) })
     })))
 
   it.effect("a directory is not readable as a transcript", () =>
