@@ -27,6 +27,9 @@ import * as Format from "./Format.js"
 import * as Remote from "./Remote.js"
 import * as UsageError from "./UsageError.js"
 
+/** A thread's id argument (`thr_…`, as `baton threads` lists them). */
+const threadIdArg = Args.text({ name: "thread-id" }).pipe(Args.withDescription("the thread's id (thr_…, as `baton threads` lists them)"))
+
 const dbOption = Options.text("db").pipe(
   Options.withDescription("SQLite file (default: $BATON_DATA_DIR/baton.sqlite, else ./.baton/baton.sqlite)"),
   Options.optional
@@ -340,7 +343,7 @@ const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption, 
 
 const threadShow = Command.make(
   "show",
-  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
+  { id: threadIdArg, db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
   (o) =>
     remoteOr((target) => Remote.threadShow(target, o.id), withStore(o, (store) =>
       Effect.gen(function*() {
@@ -372,7 +375,7 @@ const thread = Command.make("thread").pipe(Command.withSubcommands([threadShow, 
 
 const handoffs = Command.make(
   "handoffs",
-  { id: Args.text({ name: "thread-id" }), db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
+  { id: threadIdArg, db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
   (o) =>
     remoteOr((target) => Remote.handoffs(target, o.id), withStore(o, (store) =>
       Effect.gen(function*() {
@@ -386,7 +389,6 @@ const handoffs = Command.make(
       }))).pipe(badInput)
 )
 
-const threadIdArg = Args.text({ name: "thread-id" })
 const jsonOption = (what: string) => Options.boolean("json").pipe(Options.withDescription(what))
 
 /**
@@ -424,7 +426,7 @@ const send = Command.make(
   {
     id: threadIdArg,
     text: Args.text({ name: "text" }).pipe(Args.withDescription("the message; - reads it from standard input, byte for byte")),
-    json: jsonOption("print each event as one JSON line, nothing else")
+    json: jsonOption("print each event as one JSON line, nothing else; bad input is one {\"error\":…} line (exit 2), Ctrl-C ends with one {\"interrupted\":{\"signal\",\"runId\",\"message\"}} line (exit 130)")
   },
   (o) =>
     remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInputAs(o.json))
@@ -432,7 +434,7 @@ const send = Command.make(
 
 const switchCommand = Command.make(
   "switch",
-  { id: threadIdArg, provider: Args.text({ name: "provider" }) },
+  { id: threadIdArg, provider: Args.text({ name: "provider" }).pipe(Args.withDescription("the provider instance to switch to (a name the server's providers list, e.g. claude)")) },
   (o) => remoteOnly("switch")((target) => Remote.switchProvider(target, o.id, o.provider)).pipe(badInput)
 ).pipe(Command.withDescription("switches the thread's provider for its next run (needs --server)"))
 
@@ -560,7 +562,7 @@ const toolResults = Command.make(
   "tool-results",
   {
     id: threadIdArg,
-    runId: Args.text({ name: "run-id" }),
+    runId: Args.text({ name: "run-id" }).pipe(Args.withDescription("the run's id (run_…, as `baton send` and the thread's events name it)")),
     results: Options.text("results").pipe(
       Options.withDescription("the results: a JSON array of {toolCallId, output, isError?} (or {\"results\": [...]}), inline or a file")
     ),
