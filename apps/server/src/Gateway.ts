@@ -365,6 +365,21 @@ export const layer = (options: GatewayOptions) =>
         }
         return n
       }
+      /**
+       * `count` of each of `values`' JSON texts longer than `TokenCounter.sliceChars`, counted ahead with the event
+       * loop handed back between their stretches (`TokenCounter.countYielding`) and kept in `counts`: the offload
+       * plan, synchronous, then finds them there (a 20 MB message held every other request of the server for the
+       * seconds its count took).
+       */
+      const countAhead = (values: ReadonlyArray<unknown>) =>
+        Effect.forEach(values, (value) => {
+          const text = GatewayMemo.json(value)
+          if (text === undefined || text.length <= TokenCounter.sliceChars || counts.has(text)) return Effect.void
+          return Effect.map(TokenCounter.countYielding(counter, text), (n) => {
+            if (counts.size >= 20_000) counts.clear()
+            counts.set(text, n)
+          })
+        }, { discard: true })
 
       const upstreamHeaders = (request: HttpServerRequest.HttpServerRequest, dialect: Dialect, key: Option.Option<Redacted.Redacted>) => {
         const out: Record<string, string> = {}
@@ -529,6 +544,7 @@ export const layer = (options: GatewayOptions) =>
             const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
             const known = Option.flatten(conversation)
             const now = yield* Clock.currentTimeMillis
+            yield* countAhead(offloader.shape.history(parsed) ?? [])
             const plan = GatewayOffload.plan(offloader.shape, {
               body: parsed,
               offloaded: Option.match(known, { onNone: () => [], onSome: (c) => c.offloaded }),

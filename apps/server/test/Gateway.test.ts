@@ -301,6 +301,28 @@ describe("Gateway", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })))
 
+  it.live("a request of 3,001 new messages (more than one insert statement binds on SQLite) goes upstream as sent and is recorded once, in order", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* gatewaySettings(upstream)
+      if (settings.database._tag !== "sqlite") return yield* Effect.die("expected SQLite")
+      const sql = Context.get(yield* Layer.build(Database.layerSqlite(settings.database.path)), SqlClient.SqlClient)
+      yield* Effect.gen(function*() {
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "done", usage))
+        const history = Array.from({ length: 3_001 }, (_, i) => (i % 2 === 0 ? user(`question ${i}`) : assistant(`answer ${i}`)))
+        const body = { model: "claude-x", max_tokens: 10, stream: true, messages: history }
+        const answer = yield* raw(messages(body, { "x-api-key": adminToken, "x-claude-code-session-id": "session-many" }))
+        expect(answer.status).toBe(200)
+        expect(upstream.requests.map((r) => r.body)).toEqual([JSON.stringify(body)])
+        const rows = yield* sql<{ seq: number; kind: string; text: string }>`SELECT seq, kind, text FROM items ORDER BY seq`
+        expect(rows.length).toBe(3_002)
+        const expected = [...history.map((m, i) => [i + 1, m.role === "user" ? "user_message" : "assistant_message", m.content[0]!.text]), [3_002, "assistant_message", "done"]]
+        expect(rows.map((r) => [Number(r.seq), r.kind, r.text])).toEqual(expected)
+        const runs = yield* sql<{ status: string }>`SELECT status FROM runs`
+        expect(runs.map((r) => r.status)).toEqual(["completed"])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })))
+
   it.live("passes a stream back byte for byte with Baton's key upstream (Bearer works too); the reply and usage are recorded", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {

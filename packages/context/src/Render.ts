@@ -30,6 +30,8 @@
  * `thread_read` accepts, never random ids.
  */
 import { type ItemKind, Text, type ToolCallState } from "@baton/contracts"
+import { Effect } from "effect"
+import * as TokenCounter from "./TokenCounter.js"
 import type { TokenCounterShape } from "./TokenCounter.js"
 
 /**
@@ -115,6 +117,13 @@ export const renderItem = (item: RenderableItem): string => {
  */
 export const itemTokens = (counter: TokenCounterShape, item: RenderableItem): number =>
   counter.count(renderItem(item)) + separatorTokens(counter)
+
+/**
+ * `itemTokens`, counted with `TokenCounter.countYielding`: the event loop is handed back between the stretches of a
+ * long item (the same number).
+ */
+export const itemTokensYielding = (counter: TokenCounterShape, item: RenderableItem): Effect.Effect<number> =>
+  Effect.map(TokenCounter.countYielding(counter, renderItem(item)), (n) => n + separatorTokens(counter))
 
 /** `counter.count(SEPARATOR)`, counted once per counter (a counter is pure: the same text, the same count). */
 const separatorCounts = new WeakMap<TokenCounterShape, number>()

@@ -8,7 +8,7 @@
  * Counting is pure and synchronous, so the shape is a plain function rather than an `Effect`: Selection calls it on
  * the hot path and a counter cannot fail.
  */
-import { Context, Layer } from "effect"
+import { Context, Effect, Layer } from "effect"
 import * as O200k from "./internal/O200k.js"
 
 /**
@@ -19,10 +19,14 @@ import * as O200k from "./internal/O200k.js"
  * - `count(text)`: the exact number of tokens (a non-negative integer) `text` encodes to. Total: never throws, for any
  *   JavaScript string, including lone surrogates (encoded as U+FFFD, as UTF-8 encoders do) and text that spells a
  *   special token such as `<|endoftext|>` (counted as the plain text it is, since history is data, not control).
+ * - `stretches(text)` (optional): `text` cut into consecutive parts whose counts add up to `count(text)` exactly, each
+ *   short enough to count in a few milliseconds; `countYielding` hands the event loop back between them. Without
+ *   it, a text is counted in one go.
  */
 export interface TokenCounterShape {
   readonly name: string
   readonly count: (text: string) => number
+  readonly stretches?: (text: string) => ReadonlyArray<string>
 }
 
 /** The token counter service. Implementations: `make()` (o200k_base); tests may provide their own. */
@@ -41,8 +45,31 @@ export class TokenCounter extends Context.Tag("@baton/context/TokenCounter")<Tok
  */
 export const make = (): TokenCounterShape => ({
   name: "o200k_base (gpt-tokenizer 3.4.0)",
-  count: O200k.makeCount()
+  count: O200k.makeCount(),
+  stretches: (text) => O200k.stretchesOf(text, sliceChars)
 })
+
+/**
+ * Texts up to this many UTF-16 code units are counted in one go by `countYielding`; longer ones in `stretches` of
+ * about this size (a few milliseconds each: gpt-tokenizer counts 3-6 MB a second here).
+ */
+export const sliceChars = 16_384
+
+/**
+ * `counter.count(text)`, handing the event loop back (`Effect.yieldNow`: under `baton serve`'s scheduler a turn of
+ * the loop once 10 ms of work went by without one) between the `stretches` of a long text: counting 20 MB of text
+ * takes seconds, during which every other request of the server would otherwise wait. The same number as `count`.
+ */
+export const countYielding = (counter: TokenCounterShape, text: string): Effect.Effect<number> => {
+  const stretches = counter.stretches
+  if (stretches === undefined || text.length <= sliceChars) return Effect.sync(() => counter.count(text))
+  return Effect.suspend(() => {
+    let total = 0
+    return Effect.forEach(stretches(text), (s) => Effect.zipRight(Effect.yieldNow(), Effect.sync(() => {
+      total += counter.count(s)
+    })), { discard: true }).pipe(Effect.map(() => total))
+  })
+}
 
 /** `TokenCounter` provided by `make()`. */
 export const layer: Layer.Layer<TokenCounter> = Layer.sync(TokenCounter, make)

@@ -137,6 +137,16 @@ describe("TokenCounter", () => {
     { fastCheck: { numRuns: 3_000 } }
   )
 
+  it.prop(
+    "agrees with tiktoken when a text is counted in stretches cut at nearly every cut point",
+    [fc.array(fc.oneof(text, fc.constantFrom("a b", "Zz  y", "x\n", "it's so", "q 1", "w 'll")), { maxLength: 6 }).map((xs) => xs.join("")), fc.integer({ min: 1, max: 8 })],
+    ([input, stretch]) => {
+      expect(O200k.makeCount(O200k.defaultLongPiece, stretch)(input)).toBe(reference(input))
+      expect(O200k.stretchesOf(input, stretch).join("")).toBe(input)
+    },
+    { fastCheck: { numRuns: 3_000 } }
+  )
+
   it("does not let a cut before a long piece re-split the whitespace before it", () => {
     // Smallest input found: "  123" splits as " ", " ", "123"; cut before "123", "  " alone is one piece.
     expect(reference("  123")).toBe(3)

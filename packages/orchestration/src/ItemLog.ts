@@ -38,7 +38,11 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
     ) {
       if (items.length === 0) return { items: [] as ReadonlyArray<Item>, event: null }
       const createdAt = yield* DateTime.now
-      const built: Array<Item> = items.map((p) => {
+      // Counted with the event loop handed back between long texts' stretches and every 256 items: a request
+      // storing 20 MB of text or 300,000 messages counts for seconds, which every other request waited out.
+      const built: Array<Item> = []
+      for (const p of items) {
+        if (built.length % 256 === 255) yield* Effect.yieldNow()
         const base = {
           id: ids.next("itm") as Item["id"],
           threadId,
@@ -54,8 +58,8 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
           toolCallState: p.toolCallState,
           createdAt
         }
-        return { ...base, tokens: Render.itemTokens(counter, base) }
-      })
+        built.push({ ...base, tokens: yield* Render.itemTokensYielding(counter, base) })
+      }
       // One statement: the rows and their `seq` (after the thread's last item), no read of the last `seq` first.
       const first = yield* store.insertItemsAfterLast(threadId, built)
       const stored: Array<Item> = built.map((item, i) => ({ ...item, seq: first + i }))

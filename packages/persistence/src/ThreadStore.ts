@@ -272,6 +272,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
         orPersistence(operation)
       )
 
+    /** Items per statement of `insertItemsAfterLast` (13 parameters each). */
+    const itemPage = 500
+
     /** Runs per statement of `listRunsBetween`. */
     const runPage = 1_000
     // The sort key that puts a thread's run in progress before the runs queued behind it (`findActiveRun`).
@@ -671,7 +674,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * statement: each row's `seq` is the thread's last before the statement plus its place (every row reads the
        * table as it was before the insert, on SQLite and Postgres alike), so no `nextItemSeq` read goes first. To be
        * run under the thread's lock (see UnitOfWork). Returns the first row's `seq` (the others follow it); `1` and
-       * nothing written for no items.
+       * nothing written for no items. More than 500 items take one statement per 500 (each after the rows of the one
+       * before): one statement for 2,521 items or more bound more parameters than SQLite takes ("too many SQL
+       * variables") and the request's record failed.
        */
       insertItemsAfterLast: (threadId: ThreadId, values: ReadonlyArray<Item>) =>
         Effect.gen(function*() {
@@ -681,16 +686,25 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             const fast = encodeItemRowFast(item)
             return fast === undefined ? encodeItemRow(item) : Effect.succeed(fast)
           })
-          const tuples = rows.map((r, i) =>
-            sql`(${r.id}, ${r.threadId}, ${r.runId}, (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ${threadId}) + ${sql.literal(String(i + 1))},
+          // One statement per `itemPage` rows (SQLite binds at most 32,766 parameters, 13 a row): each reads the
+          // thread's last `seq` as the previous statement left it, in the same transaction, so the rows still follow
+          // one another. Between statements the fiber yields, as `inChunks` does.
+          let first = Infinity
+          for (let from = 0; from < rows.length; from += itemPage) {
+            if (from > 0) yield* Effect.yieldNow()
+            const page = rows.slice(from, from + itemPage)
+            const tuples = page.map((r, i) =>
+              sql`(${r.id}, ${r.threadId}, ${r.runId}, (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ${threadId}) + ${sql.literal(String(i + 1))},
               ${r.kind}, ${r.text}, ${r.toolCallId}, ${r.toolName}, ${r.messageId}, ${r.isError}, ${r.toolCallState}, ${r.tokens}, ${r.createdAt})`
-          )
-          const assigned = yield* sql`INSERT INTO items (id, thread_id, run_id, seq, kind, text, tool_call_id, tool_name, message_id, is_error,
+            )
+            const assigned = yield* sql`INSERT INTO items (id, thread_id, run_id, seq, kind, text, tool_call_id, tool_name, message_id, is_error,
               tool_call_state, tokens, created_at) VALUES ${sql.join(", ", false)(tuples)} RETURNING seq`.pipe(Effect.flatMap(decodeSeqRows))
-          if (assigned.length !== values.length) {
-            return yield* new PersistenceError({ operation: "items.insert", detail: `the insert returned ${assigned.length} rows for ${values.length} items` })
+            if (assigned.length !== page.length) {
+              return yield* new PersistenceError({ operation: "items.insert", detail: `the insert returned ${assigned.length} rows for ${page.length} items` })
+            }
+            for (const a of assigned) first = Math.min(first, Number(a.seq))
           }
-          return Math.min(...assigned.map((a) => Number(a.seq)))
+          return first
         }).pipe(orPersistence("items.insert")),
       nextItemSeq: (threadId: ThreadId) =>
         nextSeq("items.nextSeq", sql`SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM items WHERE thread_id = ${threadId}`),

@@ -219,6 +219,35 @@ for (const [dialect, db] of dialects) {
         expect((yield* store.listItems("thr_j" as ThreadId)).map((i) => i.seq)).toEqual([1])
       }).pipe(Effect.provide(layerOn(db))))
 
+    it.effect("insertItemsAfterLast: 3,000 items at once (more parameters than one SQLite statement binds) all stored, in order, after the last", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_many", now))
+        const item = (n: number): Item => ({
+          id: `itm_${n}` as ItemId,
+          threadId: "thr_many" as ThreadId,
+          runId: null,
+          seq: 0,
+          kind: "user_message",
+          text: `message ${n}`,
+          toolCallId: null,
+          toolName: null,
+          messageId: `user@0.${n}`,
+          isError: false,
+          toolCallState: null,
+          tokens: 2,
+          createdAt: now
+        })
+        expect(yield* store.insertItemsAfterLast("thr_many" as ThreadId, [item(0)])).toBe(1)
+        const many = Array.from({ length: 3_000 }, (_, i) => item(i + 1))
+        expect(yield* store.insertItemsAfterLast("thr_many" as ThreadId, many)).toBe(2)
+        const stored = yield* store.listItems("thr_many" as ThreadId)
+        expect(stored.length).toBe(3_001)
+        expect(stored.every((s, i) => s.seq === i + 1 && s.id === `itm_${i}` && s.text === `message ${i}`)).toBe(true)
+        expect(yield* store.nextItemSeq("thr_many" as ThreadId)).toBe(3_002)
+      }).pipe(Effect.provide(layerOn(db))))
+
     it.effect("findActiveRunWithNextSeq: findActiveRun and nextRunSeq as they read them, for no run, ended runs only and unfinished ones", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore

@@ -19,7 +19,7 @@
  * threshold small enough to cut at nearly every piece, against gpt-tokenizer and js-tiktoken.
  */
 import o200kRanks from "gpt-tokenizer/bpeRanks/o200k_base"
-import { countTokens } from "gpt-tokenizer/encoding/o200k_base"
+import { clearMergeCache, countTokens } from "gpt-tokenizer/encoding/o200k_base"
 import { O200K_TOKEN_SPLIT_REGEX } from "gpt-tokenizer/encodingParams/constants"
 import * as BytePair from "./BytePair.js"
 
@@ -30,7 +30,26 @@ import * as BytePair from "./BytePair.js"
  */
 const plainText = { disallowedSpecial: new Set<string>() }
 
-const countWithGptTokenizer = (text: string): number => countTokens(text, plainText)
+/**
+ * gpt-tokenizer keeps the merges of the pieces it met in a least-recently-used cache of 100,000 entries (a `Map`: a hit
+ * deletes and re-adds its entry, a miss when full deletes the first key). Once full, every miss walks over the deleted
+ * slots left at the front of V8's hash table before it finds that first key: on 300,000 short messages counted a
+ * second time (a gateway request's entries as JSON, then its items) the second pass took 24.7 s instead of 5.3 s
+ * without the cache. So the cache is emptied before it can fill: each count adds at most one entry per character, and
+ * it is cleared once `mergeCacheChars` characters went through it (a text longer than that with no cut point, see
+ * `stretchesOf`, may still fill it).
+ */
+const mergeCacheChars = 100_000
+let charsSinceClear = 0
+
+const countWithGptTokenizer = (text: string): number => {
+  charsSinceClear += text.length
+  if (charsSinceClear > mergeCacheChars) {
+    clearMergeCache()
+    charsSinceClear = text.length
+  }
+  return countTokens(text, plainText)
+}
 
 let rankTable: BytePair.RankTable | undefined
 /** Built on first use (about 0.3 s and 13 MB of heap): most texts never hold a piece that needs it. */
@@ -90,10 +109,47 @@ const longestPieceBound = (text: string): number => {
 export const defaultLongPiece = 3_000
 
 /**
- * A counting function. `longPiece` (code units, >= 1) is the length above which a piece is merged here; tests lower
- * it to push nearly every piece through this module's path.
+ * Whether a piece of the o200k split pattern ends at `p` in every text that has `text`'s characters around `p`, and
+ * the pieces before it are the same when the text ends there: an ASCII letter at `p - 1` and a U+0020 at `p`. No
+ * piece holds a letter and then a space (letter pieces take one non-letter only as their first character, whitespace
+ * and punctuation pieces take no letter), and a piece ending in a letter was matched without look-ahead (the
+ * pattern's only one, `\s+(?!\S)`, ends whitespace pieces; the optional contraction `'s` needs a `'` at `p`). The
+ * pattern has no look-behind, so the pieces after `p` are the same in the text that starts there.
  */
-export const makeCount = (longPiece: number = defaultLongPiece): ((text: string) => number) => {
+const isCut = (text: string, p: number): boolean => {
+  if (text.charCodeAt(p) !== 0x20) return false
+  const c = text.charCodeAt(p - 1) | 0x20
+  return c >= 0x61 && c <= 0x7a
+}
+
+/**
+ * `text` cut at piece boundaries (`isCut`) into stretches of at least `chars` UTF-16 code units (the last one may be
+ * shorter; a text without a cut point after `chars` is one stretch). Counting each stretch and adding the counts gives
+ * the count of `text`. One pass over `text`.
+ */
+export const stretchesOf = (text: string, chars: number): Array<string> => {
+  const out: Array<string> = []
+  let from = 0
+  while (text.length - from > chars) {
+    let p = from + Math.max(1, chars)
+    while (p < text.length && !isCut(text, p)) p++
+    if (p >= text.length) break
+    out.push(text.slice(from, p))
+    from = p
+  }
+  out.push(text.slice(from))
+  return out
+}
+
+/** The stretch length (UTF-16 code units) above which `makeCount` counts a text stretch by stretch. */
+export const defaultStretch = 65_536
+
+/**
+ * A counting function. `longPiece` (code units, >= 1) is the length above which a piece is merged here; tests lower
+ * it to push nearly every piece through this module's path. `stretch` (code units, >= 1): a longer text is counted
+ * in `stretchesOf(text, stretch)`; tests lower it to cut at nearly every cut point.
+ */
+export const makeCount = (longPiece: number = defaultLongPiece, stretch: number = defaultStretch): ((text: string) => number) => {
   // A private instance: `exec` keeps its position in `lastIndex`.
   const splitter = new RegExp(O200K_TOKEN_SPLIT_REGEX.source, "gu")
   const encoder = new TextEncoder()
@@ -136,9 +192,17 @@ export const makeCount = (longPiece: number = defaultLongPiece): ((text: string)
     return total
   }
 
-  return (text) => {
+  const countStretch = (text: string): number => {
     if (text.length <= longPiece && !text.includes("\uFEFF")) return countWithGptTokenizer(text)
     const bound = longestPieceBound(text)
     return bound >= 0 && bound <= longPiece ? countWithGptTokenizer(text) : countPieceByPiece(text)
+  }
+
+  // A long text goes to gpt-tokenizer in stretches, so its merge cache is emptied between them (`mergeCacheChars`).
+  return (text) => {
+    if (text.length <= stretch) return countStretch(text)
+    let total = 0
+    for (const s of stretchesOf(text, stretch)) total += countStretch(s)
+    return total
   }
 }
