@@ -1,4 +1,5 @@
 import { defineConfig } from "vitest/config"
+import DurationSequencer from "./vitest.sequencer.js"
 
 export default defineConfig({
   test: {
@@ -10,6 +11,8 @@ export default defineConfig({
     // is spent waiting on subprocesses (real CLIs, \`baton serve\`), Postgres and loopback HTTP, not on the CPU.
     maxWorkers: 2,
     minWorkers: 1,
-    globalSetup: ["./vitest.global-setup.ts"]
+    globalSetup: ["./vitest.global-setup.ts"],
+    // Longest files first, by the committed test-durations.json: a fresh clone has no duration cache (see the file).
+    sequence: { sequencer: DurationSequencer }
   }
 })
