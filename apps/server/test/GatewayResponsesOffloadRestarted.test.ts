@@ -14,8 +14,8 @@ import { Effect } from "effect"
 import * as Fs from "node:fs"
 import { fileURLToPath } from "node:url"
 import { adminToken, client, raw } from "./helpers.js"
-import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+import type * as ModelApi from "./support/ModelApi.js"
+import { withResponsesGateway } from "./support/ModelServer.js"
 
 type Item = Record<string, unknown>
 
@@ -74,14 +74,7 @@ const lastResponse = (events: ReadonlyArray<Item>) => {
   }
 }
 
-const withGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const upstream = yield* ModelApi.start
-    const settings = yield* settingsFor([instance("openai", "openai-responses", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-      gateway: { routes: [{ model: "gpt-*", provider: "openai" }] }
-    })
-    return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
-  }))
+const withGateway = withResponsesGateway
 
 const send = raw(HttpClientRequest.post("/v1/responses").pipe(
   HttpClientRequest.setHeaders({ accept: "text/event-stream", authorization: `Bearer ${adminToken}`, "thread-id": "codex-restart" }),

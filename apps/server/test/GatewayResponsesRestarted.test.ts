@@ -11,8 +11,7 @@ import * as Fs from "node:fs"
 import { fileURLToPath } from "node:url"
 import * as GatewayResponses from "../src/GatewayResponses.js"
 import { adminToken, client, raw } from "./helpers.js"
-import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+import { withResponsesGateway } from "./support/ModelServer.js"
 
 /** `../shared/provider-fixtures/openai-responses/` beside the repository. */
 const fixtures = fileURLToPath(new URL("../../../../shared/provider-fixtures/openai-responses/", import.meta.url))
@@ -61,15 +60,7 @@ describe("GatewayResponses.replyAssembler, a restarted answer", () => {
   })
 })
 
-/** A gateway routing `gpt-*` to an `openai-responses` instance on a loopback upstream. */
-const withGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const upstream = yield* ModelApi.start
-    const settings = yield* settingsFor([instance("openai", "openai-responses", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-      gateway: { routes: [{ model: "gpt-*", provider: "openai" }] }
-    })
-    return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
-  }))
+const withGateway = withResponsesGateway
 
 describe("Gateway, OpenAI Responses: a restarted stream", () => {
   it.live("passes the spliced stream through and records the second response's items only", () =>

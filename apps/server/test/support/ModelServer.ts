@@ -67,6 +67,19 @@ export const serveSettings = (settings: ServerConfig.ServerSettings) =>
     Layer.provideMerge(Server.orchestratorLayer(settings))
   )
 
+/**
+ * Runs `test` against a gateway that routes `gpt-*` to an `openai-responses` instance named `openai` on a fresh
+ * loopback upstream (given to `test`), the server's API and gateway on a loopback port (SQLite in a fresh directory).
+ */
+export const withResponsesGateway = <A, E, R>(test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const upstream = yield* ModelApi.start
+    const settings = yield* settingsFor([instance("openai", "openai-responses", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+      gateway: { routes: [{ model: "gpt-*", provider: "openai" }] }
+    })
+    return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
 /** Sends `text` on `threadId` and waits for its run to end: the run view. */
 export const sendAndWait = (threadId: ThreadId, text: string) =>
   Effect.gen(function*() {
