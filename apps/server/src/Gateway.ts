@@ -627,7 +627,10 @@ export const layer = (options: GatewayOptions) =>
               )
             })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
-            Effect.option,
+            // A defect too is a record that failed (`None`): `Effect.option` let it through, and the handler that
+            // joined it answered 500 in place of the upstream's answer (review r39b). An interruption stays one.
+            Effect.map(Option.some),
+            Effect.catchAllCause((cause) => Cause.isInterruptedOnly(cause) ? Effect.interrupt : Effect.succeed(Option.none())),
             Effect.forkDaemon
           )
           const recorded: Effect.Effect<Option.Option<{ readonly begun: GatewayThreads.Begun; readonly settled: boolean }>> = recording === null

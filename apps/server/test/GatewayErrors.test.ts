@@ -124,6 +124,25 @@ describe("Gateway errors in the agent's protocol", () => {
     ).pipe(Effect.provide(capture))
   })
 
+  // Found by review r39b: a record that failed with a defect (not a typed failure) reached the agent: `Effect.option`
+  // let the defect through the record's fiber, and joining it failed the handler, 500 for an answer that had come.
+  it.live("gives the agent the upstream's answer when its record dies (a defect), logged", () => {
+    const logs: Array<string> = []
+    const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ cause, message }) => void logs.push(`${String(message)} ${cause}`)))
+    return withGateway(
+      (upstream) =>
+        Effect.gen(function*() {
+          // A whole answer (the upstream's error, passed back as it came): the record is settled before it is sent.
+          upstream.enqueue(ModelApi.error(529, "Overloaded"))
+          const answer = yield* raw(post("/v1/messages", anthropicKey, { model: "claude-x", max_tokens: 10, messages: hi }))
+          expect([answer.status, answer.body]).toEqual([529, { type: "error", error: { type: "invalid_request_error", message: "Overloaded" } }])
+          expect(logs.some((l) => l.includes("could not record a request") && l.includes("the record broke"))).toBe(true)
+          expect(logs.some((l) => l.includes("failed unexpectedly"))).toBe(false)
+        }),
+      (t) => new GatewayThreads.GatewayThreads({ ...t, begin: () => Effect.die(new Error("the record broke")) })
+    ).pipe(Effect.provide(capture))
+  })
+
   // Found by a tester: `x-api-key: a b`, or the key sent twice (Node joins the values with ", "), was refused as "the
   // Authorization header is not a bearer token" though no Authorization header was sent.
   it.live("names the x-api-key header when its value is not one token: a space, sent twice, empty", () =>
