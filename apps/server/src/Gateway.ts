@@ -105,7 +105,17 @@ export const dialectOf = (url: string): Dialect | undefined => {
  */
 export const nodeRefusalOf = (head: Buffer | undefined, reason: Refusal, message: string): { readonly status: number; readonly body: Uint8Array } | null => {
   const line = head === undefined ? null : /^POST (\S+) HTTP\/1\.[01]\r?\n/.exec(head.subarray(0, 2_100).toString("latin1"))
-  const dialect = line === null ? undefined : dialectOf(line[1]!)
+  return line === null ? null : refusalOn("POST", line[1]!, reason, message)
+}
+
+/**
+ * A refusal of the gateway's for a request `method url` (path and query) whose head Node has parsed, as its status and
+ * JSON body: in the path's protocol for a `POST` to a gateway path, else `null` (the API's). For the listener's answer
+ * to an `Expect` other than `100-continue` (`Server.answerNodeRefusals`: 417), which came in the API's shape on the
+ * gateway's paths too (review r39b).
+ */
+export const refusalOn = (method: string, url: string, reason: Refusal, message: string): { readonly status: number; readonly body: Uint8Array } | null => {
+  const dialect = method === "POST" ? dialectOf(url) : undefined
   if (dialect === undefined) return null
   const response = dialect.refuse(reason, message)
   return response.body._tag === "Uint8Array" ? { status: response.status, body: response.body.body } : null
@@ -617,7 +627,10 @@ export const layer = (options: GatewayOptions) =>
               )
             })),
             Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a request (forwarded all the same)", cause)),
-            Effect.option,
+            // A defect too is a record that failed (`None`): `Effect.option` let it through, and the handler that
+            // joined it answered 500 in place of the upstream's answer (review r39b). An interruption stays one.
+            Effect.map(Option.some),
+            Effect.catchAllCause((cause) => Cause.isInterruptedOnly(cause) ? Effect.interrupt : Effect.succeed(Option.none())),
             Effect.forkDaemon
           )
           const recorded: Effect.Effect<Option.Option<{ readonly begun: GatewayThreads.Begun; readonly settled: boolean }>> = recording === null

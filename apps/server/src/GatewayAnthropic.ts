@@ -143,8 +143,9 @@ const anthropicErrors: Record<Refusal, readonly [number, ErrorType]> = {
   forbidden: [403, "permission_error"],
   unrouted: [404, "not_found_error"],
   too_large: [413, "request_too_large"],
-  // Anthropic has no error type of its own for 431 or 415; a request it cannot read is `invalid_request_error`.
+  // Anthropic has no error type of its own for 431, 417 or 415; a request it cannot read is `invalid_request_error`.
   headers_too_large: [431, "invalid_request_error"],
+  expectation: [417, "invalid_request_error"],
   unsupported: [415, "invalid_request_error"],
   unreachable: [502, "api_error"],
   // Anthropic's own type for "an unexpected error internal to Anthropic's systems" (500).

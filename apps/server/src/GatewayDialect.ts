@@ -15,6 +15,7 @@ import type { Option, Redacted } from "effect"
 /**
  * (`forbidden`: a token Baton knows that may not do this, the read-only one; `unauthenticated`: no token or an unknown
  * one; `headers_too_large`: headers over Node's limit (431, answered by the listener, `Server.answerNodeRefusals`);
+ * `expectation`: an `Expect` other than `100-continue` (417, answered by the listener as well);
  * `unsupported`: a body in a form the gateway does not read, a `Content-Encoding` (415); `internal`: Baton failed
  * unexpectedly (a defect, logged; 500).)
  */
@@ -25,6 +26,7 @@ export type Refusal =
   | "unrouted"
   | "too_large"
   | "headers_too_large"
+  | "expectation"
   | "unsupported"
   | "unreachable"
   | "internal"

@@ -33,6 +33,7 @@ const errors: Record<Refusal, readonly [number, string, string | null]> = {
   unrouted: [404, "invalid_request_error", "model_not_found"],
   too_large: [413, "invalid_request_error", "request_too_large"],
   headers_too_large: [431, "invalid_request_error", null],
+  expectation: [417, "invalid_request_error", null],
   unsupported: [415, "invalid_request_error", "unsupported_content_encoding"],
   unreachable: [502, "server_error", null],
   // OpenAI's own type for a failure on its side (500).

@@ -140,8 +140,9 @@ export const orchestratorLayer = (
 /**
  * Makes `server` answer the requests Node refuses before the API sees them (malformed HTTP: 400, headers over Node's
  * limit: 431, a request timeout: 408, an `Expect` other than `100-continue`: 417) in the API's error shape (JSON with
- * `_tag`, `reason` and `message`, `connection: close`) instead of Node's bodyless answers; a 431 or 400 of a request to
- * a gateway path, in its agent's protocol (`Gateway.nodeRefusalOf`: Anthropic's or OpenAI's error shape). Returns
+ * `_tag`, `reason` and `message`, `connection: close`) instead of Node's bodyless answers; a 431, 400 or 417 of a
+ * request to a gateway path, in its agent's protocol (`Gateway.nodeRefusalOf`, `Gateway.refusalOn`: Anthropic's or
+ * OpenAI's error shape). Returns
  * `server`.
  */
 export const answerNodeRefusals = (server: Http.Server): Http.Server => {
@@ -171,8 +172,10 @@ export const answerNodeRefusals = (server: Http.Server): Http.Server => {
   })
   server.on("checkExpectation", (request: Http.IncomingMessage, response: Http.ServerResponse) => {
     const reason = `Expect: only 100-continue is supported, got ${JSON.stringify(String(request.headers["expect"] ?? "").slice(0, 60))}`
+    // On the gateway's paths in the agent's protocol, as the 431 and 400 above.
+    const agents = Gateway.refusalOn(request.method ?? "", request.url ?? "", "expectation", reason)
     response.writeHead(417, { "content-type": "application/json", connection: "close" })
-    response.end(JSON.stringify({ _tag: "InvalidRequest", reason, message: reason }))
+    response.end(agents === null ? JSON.stringify({ _tag: "InvalidRequest", reason, message: reason }) : agents.body)
   })
   return server
 }

@@ -72,7 +72,11 @@ const rawHttp = (head: string, body = "") =>
       let text = ""
       const done = () => {
         socket.destroy()
-        const [top = "", rest = ""] = text.split("\r\n\r\n", 2)
+        const at = text.indexOf("\r\n\r\n")
+        const top = at < 0 ? text : text.slice(0, at)
+        let rest = at < 0 ? "" : text.slice(at + 4)
+        // A chunked answer (Node's own `response.end`) as its one chunk's text.
+        if (/transfer-encoding: chunked/i.test(top)) rest = rest.split("\r\n")[1] ?? ""
         resume(Effect.succeed({ status: Number(top.split(" ")[1]), body: rest === "" ? null : JSON.parse(rest) }))
       }
       socket.on("data", (chunk) => {
@@ -120,6 +124,25 @@ describe("Gateway errors in the agent's protocol", () => {
     ).pipe(Effect.provide(capture))
   })
 
+  // Found by review r39b: a record that failed with a defect (not a typed failure) reached the agent: `Effect.option`
+  // let the defect through the record's fiber, and joining it failed the handler, 500 for an answer that had come.
+  it.live("gives the agent the upstream's answer when its record dies (a defect), logged", () => {
+    const logs: Array<string> = []
+    const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ cause, message }) => void logs.push(`${String(message)} ${cause}`)))
+    return withGateway(
+      (upstream) =>
+        Effect.gen(function*() {
+          // A whole answer (the upstream's error, passed back as it came): the record is settled before it is sent.
+          upstream.enqueue(ModelApi.error(529, "Overloaded"))
+          const answer = yield* raw(post("/v1/messages", anthropicKey, { model: "claude-x", max_tokens: 10, messages: hi }))
+          expect([answer.status, answer.body]).toEqual([529, { type: "error", error: { type: "invalid_request_error", message: "Overloaded" } }])
+          expect(logs.some((l) => l.includes("could not record a request") && l.includes("the record broke"))).toBe(true)
+          expect(logs.some((l) => l.includes("failed unexpectedly"))).toBe(false)
+        }),
+      (t) => new GatewayThreads.GatewayThreads({ ...t, begin: () => Effect.die(new Error("the record broke")) })
+    ).pipe(Effect.provide(capture))
+  })
+
   // Found by a tester: `x-api-key: a b`, or the key sent twice (Node joins the values with ", "), was refused as "the
   // Authorization header is not a bearer token" though no Authorization header was sent.
   it.live("names the x-api-key header when its value is not one token: a space, sent twice, empty", () =>
@@ -159,6 +182,25 @@ describe("Gateway errors in the agent's protocol", () => {
         expect(chat.body).toEqual({ error: { message: reason, type: "invalid_request_error", param: null, code: null } })
         const api = yield* rawHttp(`POST /threads HTTP/1.1\r\nhost: x\r\n${big}`, "{}")
         expect(api).toEqual({ status: 431, body: { _tag: "RequestHeadersTooLarge", reason, message: reason } })
+      })
+    ))
+
+  // Found by review r39b: an `Expect` other than `100-continue` (Node's 417, answered by the listener) was the API's
+  // `InvalidRequest` body on the gateway's paths too.
+  it.live("answers an Expect other than 100-continue 417 in the agent's protocol on gateway paths, in the API's on the API's", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const reason = "Expect: only 100-continue is supported, got \"200-ok\""
+        const anthropic = yield* rawHttp("POST /v1/messages HTTP/1.1\r\nhost: x\r\nexpect: 200-ok", "{}")
+        expect(anthropic).toEqual({ status: 417, body: { type: "error", error: { type: "invalid_request_error", message: reason } } })
+        const responses = yield* rawHttp("POST /v1/responses?x=1 HTTP/1.1\r\nhost: x\r\nexpect: 200-ok", "{}")
+        expect(responses).toEqual({ status: 417, body: { error: { message: reason, type: "invalid_request_error", param: null, code: null } } })
+        const api = yield* rawHttp("POST /threads HTTP/1.1\r\nhost: x\r\nexpect: 200-ok", "{}")
+        expect(api).toEqual({ status: 417, body: { _tag: "InvalidRequest", reason, message: reason } })
+        // Another method on a gateway path is the API's (as the guard answers it: RouteNotFound's shape).
+        const get = yield* rawHttp("GET /v1/messages HTTP/1.1\r\nhost: x\r\nexpect: 200-ok", "")
+        expect(get).toEqual({ status: 417, body: { _tag: "InvalidRequest", reason, message: reason } })
+        expect(upstream.requests.length).toBe(0)
       })
     ))
 
