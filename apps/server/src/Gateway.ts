@@ -367,14 +367,13 @@ export const layer = (options: GatewayOptions) =>
       const bodies = GatewayBody.makeParser()
       /** Token counts of message texts, kept while a conversation repeats them (cleared when large). */
       const counts = new Map<string, number>()
-      const count = (text: string) => {
-        let n = counts.get(text)
-        if (n === undefined) {
-          if (counts.size >= 20_000) counts.clear()
-          counts.set(text, n = counter.count(text))
-        }
+      /** Keeps `n` as `text`'s count (the memo cleared first when it holds 20,000). */
+      const remember = (text: string, n: number) => {
+        if (counts.size >= 20_000) counts.clear()
+        counts.set(text, n)
         return n
       }
+      const count = (text: string) => counts.get(text) ?? remember(text, counter.count(text))
       /**
        * `count` of each of `values`' JSON texts longer than `TokenCounter.sliceChars`, counted ahead with the event
        * loop handed back between their stretches (`TokenCounter.countYielding`) and kept in `counts`: the offload
@@ -385,10 +384,7 @@ export const layer = (options: GatewayOptions) =>
         Effect.forEach(values, (value) => {
           const text = GatewayMemo.json(value)
           if (text === undefined || text.length <= TokenCounter.sliceChars || counts.has(text)) return Effect.void
-          return Effect.map(TokenCounter.countYielding(counter, text), (n) => {
-            if (counts.size >= 20_000) counts.clear()
-            counts.set(text, n)
-          })
+          return Effect.map(TokenCounter.countYielding(counter, text), (n) => void remember(text, n))
         }, { discard: true })
 
       const upstreamHeaders = (request: HttpServerRequest.HttpServerRequest, dialect: Dialect, key: Option.Option<Redacted.Redacted>) => {

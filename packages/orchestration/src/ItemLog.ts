@@ -58,7 +58,9 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
           toolCallState: p.toolCallState,
           createdAt
         }
-        built.push({ ...base, tokens: yield* Render.itemTokensYielding(counter, base) })
+        // Only a long text takes the yielding count (the same number): a turn's usual items stay synchronous.
+        const tokens = base.text.length > TokenCounter.sliceChars ? yield* Render.itemTokensYielding(counter, base) : Render.itemTokens(counter, base)
+        built.push({ ...base, tokens })
       }
       // One statement: the rows and their `seq` (after the thread's last item), no read of the last `seq` first.
       const first = yield* store.insertItemsAfterLast(threadId, built)
