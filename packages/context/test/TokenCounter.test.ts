@@ -58,7 +58,11 @@ const fragment = fc.oneof(
   ),
   fc.string({ unit: "grapheme", maxLength: 4 }),
   fc.string({ unit: "binary", maxLength: 4 }),
-  fc.string({ maxLength: 6 })
+  fc.string({ maxLength: 6 }),
+  // Base64 and hex (letters and digits alternating), CJK with its punctuation, letters before marks and apostrophes.
+  fc.base64String({ maxLength: 12 }),
+  fc.stringMatching(/^[0-9a-f]{1,8}$/),
+  fc.constantFrom("文字。", "上下文，预算", "ｱｲ１２", "x\u0301'", "Ω’s", "٣٤a", "a\u{1D400}1", "𝐀.")
 )
 const text = fc.array(fragment, { maxLength: 30 }).map((parts) => parts.join(""))
 

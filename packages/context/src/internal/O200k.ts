@@ -109,33 +109,36 @@ const longestPieceBound = (text: string): number => {
 export const defaultLongPiece = 3_000
 
 /**
- * Whether a piece of the o200k split pattern ends at `p` in every text that has `text`'s characters around `p`, and
- * the pieces before it are the same when the text ends there: an ASCII letter at `p - 1` and a U+0020 at `p`. No
- * piece holds a letter and then a space (letter pieces take one non-letter only as their first character, whitespace
- * and punctuation pieces take no letter), and a piece ending in a letter was matched without look-ahead (the
- * pattern's only one, `\s+(?!\S)`, ends whitespace pieces; the optional contraction `'s` needs a `'` at `p`). The
- * pattern has no look-behind, so the pieces after `p` are the same in the text that starts there.
+ * The cut points of `stretchesOf`: positions `p` where a piece of the o200k split pattern ends in every text that has
+ * the characters of `text` around `p`, and the pieces before it are the same when the text ends there. Two kinds:
+ * - a letter (`\p{L}`) at `p - 1` and, at `p`, neither a letter, a mark (`\p{M}`) nor an apostrophe: the piece
+ *   holding that letter is a letter piece (whitespace, digit and punctuation pieces hold no letter), which ends at its
+ *   last letter or mark unless a contraction (`'s`, `'ll`…) follows, and takes a non-letter only as its first character;
+ * - a digit (`\p{N}`) at `p - 1` and no digit at `p`: digits are split in threes from the start of their run
+ *   (`\p{N}{1,3}`; no other alternative takes one), so the run's last piece ends at `p`.
+ * Both pieces ending at `p` were matched without look-ahead (the pattern's only one, `\s+(?!\S)`, ends whitespace
+ * pieces, and the stretch before `p` ends in a letter or a digit); the pattern has no look-behind, so the pieces after
+ * `p` are the same in the text that starts there. The first kind is what cuts prose ("word word", "word."), CJK with
+ * its punctuation ("文字。文字") and code; both cut base64 data (letters and digits alternate) and hex. Matched by
+ * one sticky-free `RegExp` (`u`: code points, so a cut never splits a surrogate pair).
  */
-const isCut = (text: string, p: number): boolean => {
-  if (text.charCodeAt(p) !== 0x20) return false
-  const c = text.charCodeAt(p - 1) | 0x20
-  return c >= 0x61 && c <= 0x7a
-}
+const cutPoint = /(?<=\p{L})(?=[^\p{L}\p{M}'])|(?<=\p{N})(?=\P{N})/gu
 
 /**
- * `text` cut at piece boundaries (`isCut`) into stretches of at least `chars` UTF-16 code units (the last one may be
- * shorter; a text without a cut point after `chars` is one stretch). Counting each stretch and adding the counts gives
- * the count of `text`. One pass over `text`.
+ * `text` cut at piece boundaries (`cutPoint`) into stretches of at least `chars` UTF-16 code units (the last one may
+ * be shorter; a text without a cut point after `chars` is one stretch). Counting each stretch and adding the counts
+ * gives the count of `text`. One pass over `text`.
  */
 export const stretchesOf = (text: string, chars: number): Array<string> => {
   const out: Array<string> = []
   let from = 0
   while (text.length - from > chars) {
-    let p = from + Math.max(1, chars)
-    while (p < text.length && !isCut(text, p)) p++
-    if (p >= text.length) break
-    out.push(text.slice(from, p))
-    from = p
+    cutPoint.lastIndex = from + Math.max(1, chars)
+    const cut = cutPoint.exec(text)
+    // `index > from` always (the search starts past `from`); checked so that no input can loop here.
+    if (cut === null || cut.index <= from || cut.index >= text.length) break
+    out.push(text.slice(from, cut.index))
+    from = cut.index
   }
   out.push(text.slice(from))
   return out
