@@ -65,6 +65,7 @@ import { refuseAfterDrain } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
+import * as GatewayMedia from "./GatewayMedia.js"
 import { type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayChatOffload from "./GatewayChatOffload.js"
@@ -382,8 +383,8 @@ export const layer = (options: GatewayOptions) =>
        */
       const countAhead = (values: ReadonlyArray<unknown>) =>
         Effect.forEach(values, (value) => {
-          const text = GatewayMemo.json(value)
-          if (text === undefined || text.length <= TokenCounter.sliceChars || counts.has(text)) return Effect.void
+          const { text } = GatewayMedia.countable(value)
+          if (text.length <= TokenCounter.sliceChars || counts.has(text)) return Effect.void
           return Effect.map(TokenCounter.countYielding(counter, text), (n) => void remember(text, n))
         }, { discard: true })
 
@@ -500,7 +501,7 @@ export const layer = (options: GatewayOptions) =>
             // Baton answers with its own count (`TokenCounter`, o200k) of what the count covers: the system prompt,
             // the messages and the tools, each as its JSON; an estimate, as a switched request is fitted afresh anyway.
             // (`counter`, not the memo `count`: a whole history's JSON kept as a key per request would hold megabytes.)
-            const counted = ["system", "messages", "tools"].reduce((n, key) => parsed[key] === undefined ? n : n + counter.count(JSON.stringify(parsed[key])), 0)
+            const counted = ["system", "messages", "tools"].reduce((n, key) => parsed[key] === undefined ? n : n + GatewayMedia.jsonTokens(counter.count, parsed[key]), 0)
             return HttpServerResponse.unsafeJson({ input_tokens: counted })
           }
           if (target.config.kind !== dialect.kind) {
@@ -648,7 +649,7 @@ export const layer = (options: GatewayOptions) =>
                   onNone: () => Effect.succeed({ id: r.id, output: "thread_read: this conversation has no record to read from yet", isError: true }),
                   onSome: (id) => Effect.map(reader.answer(id, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a }))
                 }))
-              const used = counter.count(JSON.stringify(body)) + counter.count(JSON.stringify(content ?? null))
+              const used = GatewayMedia.jsonTokens(counter.count, body) + GatewayMedia.jsonTokens(counter.count, content ?? null)
               const limit = fitLimit(target.config.contextWindow, target.config.maxOutputTokens, body)
               return GatewayDialect.fitAnswers(answers, used, limit, (a) => counter.count(a.output) + answerOverhead).answers
             })

@@ -32,6 +32,7 @@ import { ToolResultOffload } from "@baton/context"
 import { GatewayMemo, type GatewayThreads, ThreadRead } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
+import * as GatewayMedia from "./GatewayMedia.js"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 
 /** The conversation's state and the instance's settings a rewrite needs. */
@@ -307,11 +308,11 @@ const memoOf = (shape: Shape): ShapeMemo => {
   return m
 }
 const tokenMemos = new WeakMap<(text: string) => number, (value: object) => number>()
-/** The tokens of `value`'s JSON by `count` (kept for an interned value). */
+/** The tokens of `value`'s JSON by `count`, inline images as `GatewayMedia.imageTokens` (kept for an interned value). */
 const tokensOf = (count: (text: string) => number, value: unknown): number => {
-  if (!GatewayMemo.isInterned(value)) return count(JSON.stringify(value))
+  if (!GatewayMemo.isInterned(value)) return GatewayMedia.jsonTokens(count, value)
   let f = tokenMemos.get(count)
-  if (f === undefined) tokenMemos.set(count, f = GatewayMemo.memo((v: object) => count(GatewayMemo.json(v))))
+  if (f === undefined) tokenMemos.set(count, f = GatewayMemo.memo((v: object) => GatewayMedia.jsonTokens(count, v)))
   return f(value as object)
 }
 

@@ -38,6 +38,7 @@ import { ToolResultOffload } from "@baton/context"
 import { OpenAiChat, type ProviderAdapter, Sse } from "@baton/providers"
 import * as Crypto from "node:crypto"
 import { fitLimit, isRecord, outputRoom, parseJson } from "./GatewayDialect.js"
+import * as GatewayMedia from "./GatewayMedia.js"
 
 type Json = Record<string, unknown>
 
@@ -182,7 +183,7 @@ export type FitResult =
   | { readonly _tag: "overflow"; readonly tokens: number; readonly limit: number }
 
 /** Tokens of one Chat Completions message, with a few for its framing. */
-const messageTokens = (count: (text: string) => number, m: ChatMessage) => count(JSON.stringify(m)) + 4
+const messageTokens = (count: (text: string) => number, m: ChatMessage) => GatewayMedia.jsonTokens(count, m) + 4
 
 /** The `tool_use` calls of Anthropic messages by id: their tool and input (a stub's line names them). */
 export const callsOf = (messages: ReadonlyArray<Json>): ReadonlyMap<string, { readonly name: string; readonly input: unknown }> => {
@@ -315,7 +316,7 @@ export const toChat = (input: FitInput): FitResult => {
   const tools = agentTools.length === 0 ? agentTools : [...agentTools, ...(input.offered ?? []).map((t) => parseJson(OpenAiChat.encodeTool(t)) as Json)]
   const system = systemText(body.system)
   const head: Array<ChatMessage> = system === "" ? [] : [{ role: "system", content: system }]
-  const fixed = head.reduce((n, m) => n + size(m), 0) + (tools.length === 0 ? 0 : input.sizes?.tools(tools) ?? count(JSON.stringify(tools))) + 16
+  const fixed = head.reduce((n, m) => n + size(m), 0) + (tools.length === 0 ? 0 : input.sizes?.tools(tools) ?? GatewayMedia.jsonTokens(count, tools)) + 16
   const fitted = fitMessages(input, messages, limit, outputTokens, {
     convert: chatMessagesOf,
     size,

@@ -31,6 +31,7 @@ import { ToolResultOffload } from "@baton/context"
 import type { ProviderAdapter } from "@baton/providers"
 import { Sse } from "@baton/providers"
 import { fitLimit, isRecord, outputRoom, parseJson } from "./GatewayDialect.js"
+import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 
 type Json = Record<string, unknown>
@@ -149,7 +150,7 @@ const toolChoiceOf = (c: unknown, parallel: unknown): Json | undefined => {
 }
 
 /** Tokens of one Anthropic message as it goes out (its JSON, a few for its framing). */
-export const messageTokens = (count: (text: string) => number, m: unknown) => count(JSON.stringify(m)) + 4
+export const messageTokens = (count: (text: string) => number, m: unknown) => GatewayMedia.jsonTokens(count, m) + 4
 
 /**
  * One Anthropic message with the results of the `stubbed` call ids as stubs (`ToolResultOffload.stubText`, the ref
@@ -272,7 +273,7 @@ export const fitConverted = (input: GatewaySwitch.FitInput, request: AnthropicRe
   const limit = fitLimit(input.windowTokens, input.maxOutputTokens, body)
   const tools = request.tools.length === 0 ? request.tools : [...request.tools, ...(input.offered ?? []).map(offeredTool)]
   // With the framing, the cache breakpoints' few tokens (`withBreakpoint`: at most two).
-  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : count(JSON.stringify(tools))) + 16 + 2 * breakpointTokens
+  const fixed = (converted.system === "" ? 0 : count(converted.system) + 4) + (tools.length === 0 ? 0 : GatewayMedia.jsonTokens(count, tools)) + 16 + 2 * breakpointTokens
   const counts = inAgentMessages(converted.sources, input)
   const fitted = GatewaySwitch.fitMessages(
     counts.input,

@@ -35,6 +35,7 @@
  */
 import { OpenAiResponses, Sse } from "@baton/providers"
 import { isRecord, parseJson } from "./GatewayDialect.js"
+import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 
 type Json = Record<string, unknown>
@@ -68,7 +69,7 @@ export const answerItems = (answers: ReadonlyArray<{ readonly toolCallId: string
   answers.length === 0 ? [] : parseJson(`[${OpenAiResponses.dialect.toolResults(answers, [])}]`) as ReadonlyArray<InputItem>
 
 /** Tokens of one input item as it goes out (Baton's count of its JSON, plus 4 for its framing, as the fit counts). */
-export const itemTokens = (count: (text: string) => number, item: unknown) => count(JSON.stringify(item)) + 4
+export const itemTokens = (count: (text: string) => number, item: unknown) => GatewayMedia.jsonTokens(count, item) + 4
 
 /** A Chat Completions function (the fit's encoding) as a Responses function (the Responses adapter's encoding). */
 const toolOfChat = (t: Json): Json => {
@@ -98,7 +99,7 @@ export const toResponses = (input: GatewaySwitch.FitInput): GatewaySwitch.FitRes
     body: fitBody,
     sizes: {
       message: (m) => itemsOfChat(m).reduce((n, item) => n + itemTokens(count, item), 0),
-      tools: (tools) => count(JSON.stringify(tools.map(toolOfChat)))
+      tools: (tools) => GatewayMedia.jsonTokens(count, tools.map(toolOfChat))
     }
   })
   if (fitted._tag === "overflow") return fitted

@@ -14,6 +14,7 @@ import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import { type Dialect, isRecord, parseJson } from "./GatewayDialect.js"
+import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchAnthropic from "./GatewaySwitchAnthropic.js"
 import * as GatewaySwitchOpenAi from "./GatewaySwitchOpenAi.js"
@@ -96,7 +97,7 @@ export interface SwitchWire {
   readonly translator: (model: string, hidden: ReadonlySet<string>, offered: ReadonlySet<string>, request: Record<string, unknown>) => Translator
 }
 
-const chatTokens = (count: (text: string) => number, m: unknown) => count(JSON.stringify(m)) + 4
+const chatTokens = (count: (text: string) => number, m: unknown) => GatewayMedia.jsonTokens(count, m) + 4
 
 /** An Anthropic Messages agent (Claude Code). */
 export const anthropicAgent: AgentSide = {

@@ -40,6 +40,7 @@ import type { ThreadStore } from "@baton/persistence"
 import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option, type Scope, Stream } from "effect"
 import { fitAnswers, type History, isRecord, parseJson, upstreamFailureReason } from "./GatewayDialect.js"
+import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
@@ -391,7 +392,7 @@ export const serve = (input: Input) =>
             : Effect.map(input.reader.answer(threadId as ThreadId, JSON.stringify(r.input ?? {})), (a) => ({ id: r.id, ...a })))
         // The next request carries the request sent, the upstream's answer (its text and calls, counted as the
         // same-protocol path counts a reply: its JSON) and these answers: they must fit in it.
-        const fitting = fitAnswers(answers, used + count(JSON.stringify(full)), limit, (a) => wire.answerTokens(count, { toolCallId: a.id, output: a.output, isError: a.isError }))
+        const fitting = fitAnswers(answers, used + GatewayMedia.jsonTokens(count, full), limit, (a) => wire.answerTokens(count, { toolCallId: a.id, output: a.output, isError: a.isError }))
         return agentOffload.expansions(received, before, 0, full, expansionKey, fitting.answers)
       })
     const response = yield* Effect.either(post(chatBody))

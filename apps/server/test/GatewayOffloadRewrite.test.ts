@@ -8,6 +8,7 @@
 import { ToolResultOffload } from "@baton/context"
 import { describe, expect, it } from "@effect/vitest"
 import * as GatewayChatOffload from "../src/GatewayChatOffload.js"
+import * as GatewayMedia from "../src/GatewayMedia.js"
 import * as GatewayOffload from "../src/GatewayOffload.js"
 import * as GatewayResponsesOffload from "../src/GatewayResponsesOffload.js"
 
@@ -46,13 +47,13 @@ const body = (read: Record<string, unknown>, mixed = false) => ({
 
 const count = (text: string) => Math.ceil(text.length / 4)
 
-/** The rewrite of `b` at the window's edge (every eligible unit is stubbed). */
+/** The rewrite of `b` at the window's edge, as the gateway counts it (every eligible unit is stubbed). */
 const rewrite = (b: Record<string, unknown>) =>
   GatewayOffload.rewrite({
     body: b,
     offloaded: [],
     settings: ToolResultOffload.defaults,
-    windowTokens: count(JSON.stringify(b)),
+    windowTokens: GatewayMedia.jsonTokens(count, b),
     prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75 },
     requestsSoFar: 20,
     msSinceLastRequest: 1_000,
@@ -197,7 +198,7 @@ describe("GatewayOffload", () => {
       body: responses,
       offloaded: [],
       settings: ToolResultOffload.defaults,
-      windowTokens: count(JSON.stringify(responses)),
+      windowTokens: GatewayMedia.jsonTokens(count, responses),
       prices: { input: 3, cacheRead: 0.3, cacheWrite: 0 },
       requestsSoFar: 20,
       msSinceLastRequest: 1_000,
@@ -243,7 +244,7 @@ describe("GatewayOffload", () => {
         body: b,
         offloaded: [],
         settings: ToolResultOffload.defaults,
-        windowTokens: count(JSON.stringify(b)),
+        windowTokens: GatewayMedia.jsonTokens(count, b),
         prices: { input: 1.25, cacheRead: 0.125, cacheWrite: 0 },
         requestsSoFar: 20,
         msSinceLastRequest: 1_000,
