@@ -29,7 +29,8 @@
  * statements by total time), `BENCH_ITEM_CHUNKS=1` (replay the provider's turn to Baton one event per stream chunk,
  * as a provider that streams item by item with pauses between items; by default the played turn is replayed as
  * one chunk, as a provider that delivers the turn's items together), `BENCH_HEAP_PHASES=1` (also print the bytes
- * allocated per phase), `BENCH_TRACING=0` (run with the tracer disabled, as `baton serve` runs by default: the
+ * allocated per phase), `BENCH_SPANS=1` (also print each span's own time per turn: its time less its child spans', the
+ * Effect runtime's work inside a service method counted to it), `BENCH_TRACING=0` (run with the tracer disabled, as `baton serve` runs by default: the
  * counting tracer's spans cost about a tenth of a turn; the phase clock then only tells the provider's time from
  * Baton's, so the report gives totals without the phase and statement split), `BENCH_HEAPPROF=<prefix>` (write a sampling heap profile of the measured turns, objects
  * collected since included, to `<prefix>.<size>.heapprofile`; `BENCH_HEAPPROF_LIVE=1`: only the objects still live).
@@ -60,6 +61,8 @@ const itemChunks = process.env.BENCH_ITEM_CHUNKS === "1"
 const heapProfile = process.env.BENCH_HEAPPROF
 const heapLive = process.env.BENCH_HEAPPROF_LIVE === "1"
 const heapPhases = process.env.BENCH_HEAP_PHASES === "1"
+/** `BENCH_SPANS=1`: also print each span name's time per turn, its own (children's spans subtracted) and in all. */
+const spanTimes = process.env.BENCH_SPANS === "1"
 /** `BENCH_TRACING=0`: run as the server does by default (`tracing` off, no span opened); otherwise the counting tracer. */
 const tracing = process.env.BENCH_TRACING !== "0"
 
@@ -85,6 +88,8 @@ const clock = {
   bytes: new Map<Phase, number>(),
   heap: 0,
   texts: new Map<string, { count: number; ms: number }>(),
+  /** Per span name: calls, own time (ms, the child spans' time subtracted) and whole time, of the current turn. */
+  spans: new Map<string, { count: number; self: number; total: number; bytes: number }>(),
   enter(next: Phase) {
     const now = performance.now()
     this.ms.set(this.phase, (this.ms.get(this.phase) ?? 0) + now - this.since)
@@ -102,6 +107,7 @@ const clock = {
     this.bytes.clear()
     this.heap = V8.getHeapStatistics().used_heap_size
     this.texts.clear()
+    this.spans.clear()
     this.phase = "idle"
     this.since = performance.now()
   },
@@ -135,6 +141,11 @@ const insideTransaction = (parent: Option.Option<Tracer.AnySpan>): boolean => {
   return false
 }
 
+/** The time of each open span's finished child spans (ms), to tell a span's own time (`BENCH_SPANS`). */
+const childMs = new WeakMap<Tracer.AnySpan, number>()
+/** The bytes allocated by each open span's finished child spans (`BENCH_SPANS`). */
+const childBytes = new WeakMap<Tracer.AnySpan, number>()
+
 let spanIds = 0
 /** A tracer that counts statements and moves the phase clock; its spans are minimal and export nowhere. */
 const countingTracer = Tracer.make({
@@ -144,6 +155,7 @@ const countingTracer = Tracer.make({
     if (phase !== undefined && clock.phase !== "idle") clock.enter(phase)
     const nested = name === "sql.transaction" && insideTransaction(parent)
     const t0 = performance.now()
+    const heap0 = spanTimes ? V8.getHeapStatistics().used_heap_size : 0
     const span: Tracer.Span = {
       _tag: "Span",
       name,
@@ -157,6 +169,22 @@ const countingTracer = Tracer.make({
       sampled: true,
       kind,
       end: () => {
+        if (spanTimes && clock.phase !== "idle") {
+          const total = performance.now() - t0
+          // Negative when a GC ran inside: such a turn's bytes are not reported (see `report`).
+          const bytes = V8.getHeapStatistics().used_heap_size - heap0
+          const t = clock.spans.get(name) ?? { count: 0, self: 0, total: 0, bytes: 0 }
+          t.bytes += bytes - (childBytes.get(span) ?? 0)
+          t.count += 1
+          t.self += total - (childMs.get(span) ?? 0)
+          t.total += total
+          clock.spans.set(name, t)
+          const up = Option.getOrUndefined(parent)
+          if (up !== undefined) {
+            childMs.set(up, (childMs.get(up) ?? 0) + total)
+            childBytes.set(up, (childBytes.get(up) ?? 0) + bytes)
+          }
+        }
         if (name === "sql.execute") clock.count(1, String(attributes.get("db.query.text") ?? ""), performance.now() - t0)
         else if (name === "sql.transaction") clock.count(nested ? 1 : 2, nested ? "SAVEPOINT" : "BEGIN + COMMIT", 0)
         const next = onEnd[name]
@@ -211,6 +239,7 @@ interface Sample {
   readonly ms: ReadonlyMap<Phase, number>
   readonly statements: ReadonlyMap<Phase, number>
   readonly bytes_: ReadonlyMap<Phase, number>
+  readonly spans: ReadonlyMap<string, { readonly count: number; readonly self: number; readonly total: number; readonly bytes: number }>
   /** When the measured `sendMessage` started and ended (`performance.now()`), to find the GC pauses inside it. */
   readonly from: number
   readonly to: number
@@ -247,6 +276,16 @@ const report = (label: string, samples: ReadonlyArray<Sample>) => {
   const phaseBytes = heapPhases && quiet.length > 0
     ? `\n    KiB per phase (median of turns without GC): ${(["provider", ...phases] as const).map((p) => `${p} ${(median(quiet.map((s) => s.bytes_.get(p) ?? 0)) / 1024).toFixed(0)}`).join(" ")}`
     : ""
+  const spanLines = spanTimes
+    ? "\n    spans by own time per turn (median ms over the turns: own / whole, calls; own KiB allocated, turns without GC):" + [...new Set(samples.flatMap((s) => [...s.spans.keys()]))]
+      .map((name) => {
+        const of = (f: (t: { readonly count: number; readonly self: number; readonly total: number; readonly bytes: number }) => number, among = samples) =>
+          median(among.map((s) => (s.spans.has(name) ? f(s.spans.get(name)!) : 0)))
+        return { name, self: of((t) => t.self), total: of((t) => t.total), count: of((t) => t.count), bytes: quiet.length === 0 ? Number.NaN : of((t) => t.bytes, quiet) }
+      })
+      .sort((a, b) => b.self - a.self)
+      .map((t) => `\n      ${fmt(t.self)} / ${fmt(t.total)} ms, ${t.count}x, ${(t.bytes / 1024).toFixed(0)} KiB ${t.name}`).join("")
+    : ""
   if (!tracing) {
     return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms (tracing off: no phase or statement split)` +
       `\n    GC inside a turn: median ${fmt(median(gcTotals))} ms, p99 ${fmt(quantile(gcTotals, 0.99))} ms; ` +
@@ -257,7 +296,7 @@ const report = (label: string, samples: ReadonlyArray<Sample>) => {
     `\n    slowest ${fmt(slowest.total)} ms (GC ${fmt(gc.ms)} ms${gc.kinds === "" ? "" : `, kinds ${gc.kinds}`}): ${slowPhases}` +
     `\n    GC inside a turn: median ${fmt(median(gcTotals))} ms, p99 ${fmt(quantile(gcTotals, 0.99))} ms; ` +
     `without it: p99 ${fmt(quantile(samples.map((s, i) => s.total - gcTotals[i]!), 0.99))} ms; ` +
-    `allocated per turn: median ${bytes.length === 0 ? "n/a" : `${(median(bytes) / 1024).toFixed(0)} KiB`} (of ${bytes.length} turns without GC)` + phaseBytes
+    `allocated per turn: median ${bytes.length === 0 ? "n/a" : `${(median(bytes) / 1024).toFixed(0)} KiB`} (of ${bytes.length} turns without GC)` + phaseBytes + spanLines
 }
 
 for (const size of sizes) {
@@ -317,7 +356,7 @@ for (const size of sizes) {
       const heapAfter = V8.getHeapStatistics().used_heap_size
       const ms = new Map(clock.ms)
       const total = phases.reduce((t, p) => t + (ms.get(p) ?? 0), 0)
-      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements), bytes_: new Map(clock.bytes), from, to, bytes: heapAfter >= heapBefore ? heapAfter - heapBefore : Number.NaN })
+      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements), bytes_: new Map(clock.bytes), spans: new Map(clock.spans), from, to, bytes: heapAfter >= heapBefore ? heapAfter - heapBefore : Number.NaN })
       if (listStatements && i >= measured - 2) {
         console.log(switching ? "statements of the last turn after a switch:" : "statements of the last turn with nothing owed:")
         for (const [key, t] of [...clock.texts].sort((a, b) => b[1].ms - a[1].ms)) console.log(`  ${t.count}x ${fmt(t.ms)} ms ${key}`)
