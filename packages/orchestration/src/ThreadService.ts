@@ -266,13 +266,15 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           if (existing._tag === "Some") return { run: existing.value, created: false, claimed: null }
         }
       }
-      // The thread, the tools it declared and its active provider thread, in one statement.
-      const { thread, tools: threadTools, providerThread: activeProviderThread } = yield* Effect.flatMap(store.getThreadWithTools(command.threadId), Option.match({
-        onNone: () => Effect.fail(new ThreadNotFound({ threadId: command.threadId })),
-        onSome: Effect.succeed
-      }))
-      // The unfinished run ahead (if any) and the new run's seq, in one statement.
-      const { active, nextSeq } = yield* store.findActiveRunWithNextSeq(thread.id)
+      // The thread, the tools it declared, its active provider thread, the unfinished run ahead (if any) and the new
+      // run's seq, in one statement.
+      const { thread, tools: threadTools, providerThread: activeProviderThread, active, nextSeq } = yield* Effect.flatMap(
+        store.getThreadForQueue(command.threadId),
+        Option.match({
+          onNone: () => Effect.fail(new ThreadNotFound({ threadId: command.threadId })),
+          onSome: Effect.succeed
+        })
+      )
       if (active._tag === "Some" && !behind) return yield* new RunInProgress({ threadId: thread.id, runId: active.value.id })
       // Read with the thread (same statement); the same failures as `getProviderThread`.
       const providerThread = yield* getProviderThread(thread, activeProviderThread)

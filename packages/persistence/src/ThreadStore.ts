@@ -370,32 +370,51 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       updateThread: (t: Thread) => threads.update(t),
       getThread: (id: ThreadId) => threads.findOne("threads.get", sql`SELECT * FROM threads WHERE id = ${id}`),
       /**
-       * Thread `id` with the client tools it declared at creation (`[]`: none) and its active provider thread
-       * (`providerThread`, as `getProviderThread` reads it; `None` when the thread has none or it is missing), in one
-       * statement (a run's queueing needs all three). `None`: no such thread.
+       * Everything a run's queueing reads, in one statement: thread `id`, the client tools it declared at creation
+       * (`tools`, `[]`: none), its active provider thread (`providerThread`, as `getProviderThread` reads it; `None`
+       * when the thread has none or it is missing), its run in progress (`active`, as `findActiveRun` reads it; `None`:
+       * no unfinished run) and the seq a new run of the thread takes (`nextSeq`, as `nextRunSeq` reads it: `1` for its
+       * first). `None`: no such thread.
        */
-      getThreadWithTools: (id: ThreadId) =>
+      getThreadForQueue: (id: ThreadId) =>
         Effect.gen(function*() {
           const rows = yield* sql`SELECT threads.*, thread_tools.tools AS declared_tools,
                 pt.id AS pt_id, pt.thread_id AS pt_thread_id, pt.provider_instance AS pt_provider_instance,
                 pt.model AS pt_model, pt.context_window AS pt_context_window,
                 pt.active_native_thread_id AS pt_active_native_thread_id, pt.synced_run_seq AS pt_synced_run_seq,
-                pt.created_at AS pt_created_at, pt.updated_at AS pt_updated_at
+                pt.created_at AS pt_created_at, pt.updated_at AS pt_updated_at,
+                (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE thread_id = ${id}) AS next_run_seq,
+                ar.id AS ar_id, ar.thread_id AS ar_thread_id, ar.seq AS ar_seq, ar.provider_thread_id AS ar_provider_thread_id,
+                ar.status AS ar_status, ar.prompt AS ar_prompt, ar.stop_point AS ar_stop_point,
+                ar.failure_reason AS ar_failure_reason, ar.failure_code AS ar_failure_code,
+                ar.native_thread_id AS ar_native_thread_id, ar.created_at AS ar_created_at, ar.updated_at AS ar_updated_at
               FROM threads
               LEFT JOIN thread_tools ON thread_tools.thread_id = threads.id
               LEFT JOIN provider_threads pt ON pt.id = threads.active_provider_thread_id
+              LEFT JOIN (SELECT * FROM runs WHERE thread_id = ${id}
+                AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY ${inProgressFirst}, seq LIMIT 1) AS ar ON 1 = 1
               WHERE threads.id = ${id}`
           if (rows.length === 0) {
-            return Option.none<{ readonly thread: Thread; readonly tools: ReadonlyArray<ClientTool>; readonly providerThread: Option.Option<ProviderThread> }>()
+            return Option.none<{
+              readonly thread: Thread
+              readonly tools: ReadonlyArray<ClientTool>
+              readonly providerThread: Option.Option<ProviderThread>
+              readonly active: Option.Option<Run>
+              readonly nextSeq: number
+            }>()
           }
           const [thread] = yield* decodeThreadRows(rows)
           const [declared] = yield* decodeDeclaredTools(rows)
+          const [next] = yield* decodeNextRunSeq(rows)
           const row = rows[0] as Record<string, unknown>
           const providerThread = row.ptId === null || row.ptId === undefined
             ? Option.none<ProviderThread>()
             : Option.some(yield* decodeProviderThread(unprefixed(row, "pt")))
-          return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [], providerThread })
-        }).pipe(orPersistence("threads.getWithTools")),
+          const active = row.arId === null || row.arId === undefined
+            ? Option.none<Run>()
+            : Option.some((yield* decodeRunRows([unprefixed(row, "ar")]))[0]!)
+          return Option.some({ thread: thread!, tools: declared!.declaredTools ?? [], providerThread, active, nextSeq: next!.nextRunSeq })
+        }).pipe(orPersistence("threads.getForQueue")),
       listThreads: () => threads.findAll("threads.list", sql`SELECT * FROM threads ORDER BY created_at, id`),
       /**
        * Records that thread `id` is a sub-agent spawned by thread `parentThreadId` (`threads.parent_thread_id`,
@@ -558,21 +577,6 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           ).pipe(orPersistence("runs.drivers"))).pipe(
             Effect.map((rows) => new Map(rows.map((r) => [r.id, r.driverId])))
           ),
-      /**
-       * `findActiveRun` and `nextRunSeq` in one statement (a run's queueing needs both): the run in progress as
-       * `findActiveRun` reads it (`None`: no unfinished run) and the seq a new run of the thread takes (`1` for its
-       * first).
-       */
-      findActiveRunWithNextSeq: (threadId: ThreadId) =>
-        Effect.gen(function*() {
-          const rows = yield* sql`SELECT (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs WHERE thread_id = ${threadId}) AS next_run_seq, active.*
-              FROM (SELECT 1 AS anchor) AS anchor LEFT JOIN (SELECT * FROM runs WHERE thread_id = ${threadId}
-                AND status IN ('queued', 'starting', 'running', 'waiting') ORDER BY ${inProgressFirst}, seq LIMIT 1) AS active ON 1 = 1`
-          const [next] = yield* decodeNextRunSeq(rows)
-          const row = rows[0] as { readonly id?: unknown } | undefined
-          const active = row === undefined || row.id === null || row.id === undefined ? Option.none<Run>() : Option.some((yield* decodeRunRows([row]))[0]!)
-          return { active, nextSeq: next?.nextRunSeq ?? 1 }
-        }).pipe(orPersistence("runs.findActiveWithNextSeq")),
       /**
        * The run that keeps a command from running now (the run a `RunInProgress` names, the one to interrupt): the
        * thread's unfinished run that is in progress (`starting`, `running`, `waiting`; the driver runs one at a time,

@@ -38,7 +38,7 @@ const run = (id: string, threadId: string, seq: number, now: DateTime.Utc): Run 
 
 for (const [dialect, db] of dialects) {
   describe(`ThreadStore folded reads on ${dialect}`, () => {
-    it.effect("getThreadWithTools: the thread as getThread reads it, with the tools getThreadTools reads ([] for none); None for no thread", () =>
+    it.effect("getThreadForQueue: the thread as getThread reads it, with the tools getThreadTools reads ([] for none); None for no thread", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
         const now = yield* DateTime.now
@@ -50,16 +50,16 @@ for (const [dialect, db] of dialects) {
         ]
         yield* store.setThreadTools("thr_a" as ThreadId, tools)
         for (const id of ["thr_a", "thr_b"] as const) {
-          const both = Option.getOrThrow(yield* store.getThreadWithTools(id as ThreadId))
+          const both = Option.getOrThrow(yield* store.getThreadForQueue(id as ThreadId))
           expect(both.thread).toEqual(Option.getOrThrow(yield* store.getThread(id as ThreadId)))
           expect(both.tools).toEqual(yield* store.getThreadTools(id as ThreadId))
         }
-        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_a" as ThreadId)).tools.map((t) => t.name)).toEqual(["lookup", "noop"])
-        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_b" as ThreadId)).tools).toEqual([])
-        expect(yield* store.getThreadWithTools("thr_none" as ThreadId)).toEqual(Option.none())
+        expect(Option.getOrThrow(yield* store.getThreadForQueue("thr_a" as ThreadId)).tools.map((t) => t.name)).toEqual(["lookup", "noop"])
+        expect(Option.getOrThrow(yield* store.getThreadForQueue("thr_b" as ThreadId)).tools).toEqual([])
+        expect(yield* store.getThreadForQueue("thr_none" as ThreadId)).toEqual(Option.none())
       }).pipe(Effect.provide(layerOn(db))))
 
-    it.effect("getThreadWithTools: the active provider thread as getProviderThread reads it; None when the thread has none or it is missing", () =>
+    it.effect("getThreadForQueue: the active provider thread as getProviderThread reads it; None when the thread has none or it is missing", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
         const now = yield* DateTime.now
@@ -71,15 +71,15 @@ for (const [dialect, db] of dialects) {
         }
         yield* store.insertProviderThread(providerThread)
         // A thread with no provider thread reads None; one naming a provider thread reads it as getProviderThread does.
-        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_p" as ThreadId)).providerThread).toEqual(Option.none())
+        expect(Option.getOrThrow(yield* store.getThreadForQueue("thr_p" as ThreadId)).providerThread).toEqual(Option.none())
         yield* store.updateThread({ ...thread("thr_p", now), activeProviderThreadId: "pth_p" as ProviderThreadId })
-        const read = Option.getOrThrow(yield* store.getThreadWithTools("thr_p" as ThreadId))
+        const read = Option.getOrThrow(yield* store.getThreadForQueue("thr_p" as ThreadId))
         expect(read.providerThread).toEqual(yield* store.getProviderThread("pth_p" as ProviderThreadId))
         expect(Option.getOrThrow(read.providerThread).syncedRunSeq).toBe(3)
         expect(read.thread).toEqual(Option.getOrThrow(yield* store.getThread("thr_p" as ThreadId)))
         // A thread naming a provider thread that is not there (a damaged record) reads None.
         yield* store.updateThread({ ...thread("thr_q", now), activeProviderThreadId: "pth_gone" as ProviderThreadId })
-        expect(Option.getOrThrow(yield* store.getThreadWithTools("thr_q" as ThreadId)).providerThread).toEqual(Option.none())
+        expect(Option.getOrThrow(yield* store.getThreadForQueue("thr_q" as ThreadId)).providerThread).toEqual(Option.none())
       }).pipe(Effect.provide(layerOn(db))))
 
     it.effect("getNativeThreadSession: the native thread as getNativeThread reads it, its session's driver and replay window, whether listDeliveriesByStatus(pending) and listOpenHandoffs would find anything, and the calibration as getCalibration reads it", () =>
@@ -248,7 +248,7 @@ for (const [dialect, db] of dialects) {
         expect(yield* store.nextItemSeq("thr_many" as ThreadId)).toBe(3_002)
       }).pipe(Effect.provide(layerOn(db))))
 
-    it.effect("findActiveRunWithNextSeq: findActiveRun and nextRunSeq as they read them, for no run, ended runs only and unfinished ones", () =>
+    it.effect("getThreadForQueue: the active run and the next run seq as findActiveRun and nextRunSeq read them, for no run, ended runs only and unfinished ones; None for no thread", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
         const now = yield* DateTime.now
@@ -256,10 +256,11 @@ for (const [dialect, db] of dialects) {
         yield* store.insertThread(thread("thr_r", now))
         const check = (threadId: string) =>
           Effect.gen(function*() {
-            const both = yield* store.findActiveRunWithNextSeq(threadId as ThreadId)
-            expect(both.active).toEqual(yield* store.findActiveRun(threadId as ThreadId))
-            expect(both.nextSeq).toBe(yield* store.nextRunSeq(threadId as ThreadId))
-            return both
+            const read = Option.getOrThrow(yield* store.getThreadForQueue(threadId as ThreadId))
+            expect(read.active).toEqual(yield* store.findActiveRun(threadId as ThreadId))
+            expect(read.nextSeq).toBe(yield* store.nextRunSeq(threadId as ThreadId))
+            expect(read.thread).toEqual(Option.getOrThrow(yield* store.getThread(threadId as ThreadId)))
+            return { active: read.active, nextSeq: read.nextSeq }
           })
         expect(yield* check("thr_q")).toEqual({ active: Option.none(), nextSeq: 1 })
         yield* store.insertRun({ ...run("run_q1", "thr_q", 1, now), status: "completed" })
@@ -272,7 +273,7 @@ for (const [dialect, db] of dialects) {
         expect(Option.map(found.active, (r) => r.id)).toEqual(Option.some("run_q2"))
         expect(found.nextSeq).toBe(5)
         expect(Option.map((yield* check("thr_r")).active, (r) => r.id)).toEqual(Option.some("run_r1"))
-        expect(yield* check("thr_none")).toEqual({ active: Option.none(), nextSeq: 1 })
+        expect(yield* store.getThreadForQueue("thr_none" as ThreadId)).toEqual(Option.none())
       }).pipe(Effect.provide(layerOn(db))))
 
     it.effect("listCoveredSourceRunIds: the source runs of handoffs toward the target that are open or settled (injected/inline) to the native thread, as a read of every handoff and its delivery finds them", () =>
