@@ -35,6 +35,10 @@
  * Baton's, so the report gives totals without the phase and statement split), `BENCH_HEAPPROF=<prefix>` (write a sampling heap profile of the measured turns, objects
  * collected since included, to `<prefix>.<size>.heapprofile`; `BENCH_HEAPPROF_LIVE=1`: only the objects still live).
  *
+ * CPU: "CPU per turn" is the process's CPU time (`process.cpuUsage`, user + system, GC threads included) across the
+ * measured `sendMessage`, the provider's share included: on a shared machine the wall time counts the time the
+ * process waited for a core, its CPU time much less so (A/B runs under load compare it, and its low decile).
+ *
  * Allocation: "allocated per turn" is the growth of V8's used heap across the measured `sendMessage` (the median
  * over the turns no GC ran inside; a turn with a GC in it is left out). It includes what the scripted provider and
  * this bench's tracer allocate (about 600 KiB of a quiet turn is the provider's: `BENCH_HEAP_PHASES=1`, `provider`).
@@ -245,6 +249,8 @@ interface Sample {
   readonly to: number
   /** Bytes allocated on the V8 heap during the turn (its used size after minus before; NaN when a GC ran inside). */
   readonly bytes: number
+  /** The process's CPU time (user + system, ms) during the measured `sendMessage`, provider included. */
+  readonly cpu: number
 }
 
 /** Every garbage collection pause of the run (start and duration, ms): the slowest samples say how much was GC. */
@@ -286,13 +292,17 @@ const report = (label: string, samples: ReadonlyArray<Sample>) => {
       .sort((a, b) => b.self - a.self)
       .map((t) => `\n      ${fmt(t.self)} / ${fmt(t.total)} ms, ${t.count}x, ${(t.bytes / 1024).toFixed(0)} KiB ${t.name}`).join("")
     : ""
+  const cpu = samples.map((s) => s.cpu)
+  const cpuLine = `\n    CPU per turn (the process's user + system time across sendMessage, provider included; less disturbed by other ` +
+    `processes than the wall time): median ${fmt(median(cpu))} ms, p10 ${fmt(quantile(cpu, 0.1))} ms`
   if (!tracing) {
-    return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms (tracing off: no phase or statement split)` +
+    return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms (tracing off: no phase or statement split)` + cpuLine +
       `\n    GC inside a turn: median ${fmt(median(gcTotals))} ms, p99 ${fmt(quantile(gcTotals, 0.99))} ms; ` +
       `allocated per turn: median ${bytes.length === 0 ? "n/a" : `${(median(bytes) / 1024).toFixed(0)} KiB`} (of ${bytes.length} turns without GC)`
   }
   return `${label}: median ${fmt(median(totals))} ms, p99 ${fmt(quantile(totals, 0.99))} ms, ` +
     `statements median ${median(statements)} (max ${Math.max(...statements)}); per phase ms/statements: ${byPhase}` +
+    cpuLine +
     `\n    slowest ${fmt(slowest.total)} ms (GC ${fmt(gc.ms)} ms${gc.kinds === "" ? "" : `, kinds ${gc.kinds}`}): ${slowPhases}` +
     `\n    GC inside a turn: median ${fmt(median(gcTotals))} ms, p99 ${fmt(quantile(gcTotals, 0.99))} ms; ` +
     `without it: p99 ${fmt(quantile(samples.map((s, i) => s.total - gcTotals[i]!), 0.99))} ms; ` +
@@ -348,15 +358,17 @@ for (const size of sizes) {
       }
       clock.reset()
       const heapBefore = V8.getHeapStatistics().used_heap_size
+      const cpuBefore = process.cpuUsage()
       const from = performance.now()
       clock.enter("accept")
       yield* service.sendMessage(command)
       clock.enter("idle")
       const to = performance.now()
+      const cpuUsed = process.cpuUsage(cpuBefore)
       const heapAfter = V8.getHeapStatistics().used_heap_size
       const ms = new Map(clock.ms)
       const total = phases.reduce((t, p) => t + (ms.get(p) ?? 0), 0)
-      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements), bytes_: new Map(clock.bytes), spans: new Map(clock.spans), from, to, bytes: heapAfter >= heapBefore ? heapAfter - heapBefore : Number.NaN })
+      ;(switching ? owed : plain).push({ total, ms, statements: new Map(clock.statements), bytes_: new Map(clock.bytes), spans: new Map(clock.spans), from, to, bytes: heapAfter >= heapBefore ? heapAfter - heapBefore : Number.NaN, cpu: (cpuUsed.user + cpuUsed.system) / 1000 })
       if (listStatements && i >= measured - 2) {
         console.log(switching ? "statements of the last turn after a switch:" : "statements of the last turn with nothing owed:")
         for (const [key, t] of [...clock.texts].sort((a, b) => b[1].ms - a[1].ms)) console.log(`  ${t.count}x ${fmt(t.ms)} ms ${key}`)
