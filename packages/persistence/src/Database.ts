@@ -15,9 +15,10 @@ import type * as ConfigError from "effect/ConfigError"
 import type { YieldWrap } from "effect/Utils"
 import { PgClient } from "@effect/sql-pg"
 import { SqliteClient } from "@effect/sql-sqlite-node"
-import { Cause, Config, Context, Data, Duration, Effect, Layer, Option, Redacted, Schedule, String as Str } from "effect"
+import { Cause, Config, Context, Data, Duration, Effect, Layer, Option, Redacted, Schedule } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
+import { names } from "./internal/Names.js"
 import * as Migrations from "./Migrations.js"
 import * as WalCheckpointer from "./WalCheckpointer.js"
 
@@ -33,7 +34,6 @@ export const sqliteFileName = "baton.sqlite"
 export const resolveSqlitePath = (options: { readonly db?: string | undefined; readonly dataDir?: string | undefined }) =>
   options.db ?? Path.join(options.dataDir ?? process.env.BATON_DATA_DIR ?? defaultDataDir, sqliteFileName)
 
-const names = { transformQueryNames: Str.camelToSnake, transformResultNames: Str.snakeToCamel }
 
 /** A directory that `makeDirectories` could not create: `path` the level that failed, `code` the system's (`ENOENT`, ...). */
 export class DirectoryNotMade extends Data.TaggedError("DirectoryNotMade")<{
