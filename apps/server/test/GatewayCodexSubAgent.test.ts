@@ -11,6 +11,14 @@
  * divergence, nothing of one conversation in the other; the sub-agent's thread names its parent's (`parentThreadId`,
  * the parent's `subAgents`) and is titled as a sub-agent. Run with the sub-agent started empty and with
  * `fork_context` (its history the parent's, then its task), and with `multi_agent_v2`.
+ *
+ * Codex tells the parent that its sub-agent ended with a `<subagent_notification>` user message (v2: an
+ * `agent_message`) sent from a detached task that races the wait's own result (`maybe_start_completion_watcher` in
+ * codex-rs). Usually the notification is in the parent's request after the wait; when it arrives while that request
+ * is in flight, Codex asks the model once more with it and prints both answers (CI, once under load: `expected
+ * [ …(2) ] to deeply equal [ Array(1) ]`, the scripted model having played its final answer again). The scripted model
+ * answers such a follow-up with `noted`; the test takes either order and asserts it whole, and the last test forces
+ * the late order.
  */
 import type { Item } from "@baton/contracts"
 import { HttpServer } from "@effect/platform"
@@ -56,8 +64,34 @@ const prompt = "Use a sub-agent to write sub.txt, then tell me what it did."
 const task = "Write sub.txt containing 'from the sub-agent' and report."
 const subAnswer = "SUB: wrote sub.txt."
 const mainAnswer = "MAIN: the sub-agent wrote sub.txt."
+/** The main agent's answer to a request whose news is only the sub-agent's notification (after `mainAnswer`). */
+const noted = "MAIN: noted, the sub-agent is done."
 
 const outputs = (body: Entry) => (body.input as ReadonlyArray<Entry>).filter((i) => i.type === "function_call_output")
+/** The text of an assistant message item Codex sends back, else null. */
+const assistantText = (item: Entry) =>
+  item.type === "message" && item.role === "assistant" ? (item.content as ReadonlyArray<{ readonly text?: string }>).map((c) => c.text ?? "").join("") : null
+/** Whether the input already holds the main agent's answer: Codex asks again after it (a late notification). */
+const answered = (body: Entry) => (body.input as ReadonlyArray<Entry>).some((i) => assistantText(i) === mainAnswer)
+/** Whether an input item tells the parent that its sub-agent ended with `subAnswer` (v1: a user message; v2: an `agent_message`). */
+const notifies = (item: Entry) =>
+  ((item.type === "message" && item.role === "user") || item.type === "agent_message") && JSON.stringify(item.content).includes(subAnswer) &&
+  (item.type === "agent_message" || JSON.stringify(item.content).includes("<subagent_notification>"))
+
+/** One line a request for a failed test's report: thread, arrival, input size, the last input item (shortened). */
+const requestLine = (main: string, t0: number) => (r: Received) => {
+  const input = (JSON.parse(r.body) as { input: ReadonlyArray<Entry> }).input
+  return `${r.headers["thread-id"] === main ? "main" : `sub ${String(r.headers["thread-id"])}`} +${r.at - t0}ms ${r.url} ${input.length} items, last: ${JSON.stringify(input.at(-1)).slice(0, 200)}`
+}
+
+/** What a failed test prints: every request the upstream received, then everything Codex printed. */
+const report = (requests: ReadonlyArray<Received>, result: CodexExec.ExecResult | null) =>
+  [
+    "upstream requests:",
+    ...requests.map(requestLine(result?.threadId ?? "", requests[0]?.at ?? 0)),
+    "codex printed:",
+    result?.output ?? "(codex exec failed: its output is in the error)"
+  ].join("\n")
 
 /**
  * The scripted model, for both conversations: the first `thread-id` it sees is the main agent's. The main agent spawns
@@ -75,6 +109,7 @@ const model = (mode: Mode) => {
     if (thread !== main) {
       return events(n, done.some((o) => o.call_id === "call_sub_shell") ? [say(n, subAnswer)] : [shell(n, "printf 'from the sub-agent\\n' > sub.txt && echo ok")])
     }
+    if (answered(body)) return events(n, [say(n, noted)])
     const spawned = done.find((o) => o.call_id === "call_spawn_agent")
     if (spawned === undefined) {
       const args = mode === "v2" ? { task_name: "writer", message: task, fork_turns: "none" } : { message: task, ...(mode === "v1 fork" ? { fork_context: true } : {}) }
@@ -113,9 +148,11 @@ const metadataOf = (r: Received) => JSON.parse(String(r.headers["x-codex-turn-me
 describe("Gateway with Codex's sub-agents", () => {
   for (const mode of ["v1", "v1 fork", "v2"] as const) {
     const fork = mode === "v1 fork"
-    it.live(`a spawned sub-agent (${mode}) and its parent complete through Baton, each Codex thread its own Baton thread, every item once`, () =>
+    it.live(`a spawned sub-agent (${mode}) and its parent complete through Baton, each Codex thread its own Baton thread, every item once`, (ctx) =>
       Effect.scoped(Effect.gen(function*() {
         const upstream = yield* loopback
+        let ran: CodexExec.ExecResult | null = null
+        ctx.onTestFailed(() => console.error(report(upstream.requests, ran)))
         const script = model(mode)
         for (let i = 0; i < 8; i++) upstream.enqueue(script)
         const settings = yield* settingsFor([openAiInstance(upstream.url)], { TEST_MODEL_KEY: marker }, undefined, { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } })
@@ -131,17 +168,23 @@ describe("Gateway with Codex's sub-agents", () => {
             env: { CODEX_TEST_KEY: adminToken },
             config: mode === "v2" ? ["features.multi_agent_v2=true"] : []
           })
-
-          // The session completes: the sub-agent ran its command, the main agent answered after waiting on it.
-          expect(result.messages).toEqual([mainAnswer])
-          expect(Fs.readFileSync(Path.join(dir, "sub.txt"), "utf8")).toBe("from the sub-agent\n")
-
-          // What Codex sent: three requests of the main thread, two of the sub-agent's, its own thread-id, the parent's
-          // session-id and prompt_cache_key, its parent named in the turn metadata; the sub-agent has no agent tools.
-          const namespace = mode === "v2" ? "collaboration" : "multi_agent_v1"
+          ran = result
           const main = upstream.requests.filter((r) => r.headers["thread-id"] === result.threadId)
           const sub = upstream.requests.filter((r) => r.headers["thread-id"] !== result.threadId)
-          expect([main.length, sub.length]).toEqual([3, 2])
+          // The sub-agent's notification came while the parent's request after the wait was in flight (see the top):
+          // Codex asked once more.
+          const late = main.length === 4
+          const answers = late ? [mainAnswer, noted] : [mainAnswer]
+
+          // The session completes: the sub-agent ran its command, the main agent answered after waiting on it.
+          expect(result.messages).toEqual(answers)
+          expect(Fs.readFileSync(Path.join(dir, "sub.txt"), "utf8")).toBe("from the sub-agent\n")
+
+          // What Codex sent: three requests of the main thread (four when late), two of the sub-agent's, its own
+          // thread-id, the parent's session-id and prompt_cache_key, its parent named in the turn metadata; the
+          // sub-agent has no agent tools.
+          const namespace = mode === "v2" ? "collaboration" : "multi_agent_v1"
+          expect([main.length, sub.length]).toEqual([late ? 4 : 3, 2])
           const subThread = String(sub[0]!.headers["thread-id"])
           expect(subThread).not.toBe(result.threadId)
           for (const r of sub) {
@@ -157,6 +200,12 @@ describe("Gateway with Codex's sub-agents", () => {
           const subInputs = sub.map((r) => (JSON.parse(r.body) as { input: ReadonlyArray<Entry> }).input)
           // With fork_context, the sub-agent's history starts with its parent's (up to the spawn), then its task.
           if (fork) expect(subInputs[0]!.slice(1, mainInputs[0]!.length)).toEqual(mainInputs[0]!.slice(1))
+          // Late: the fourth request is the third, its answer and the notification, nothing else.
+          if (late) {
+            expect(mainInputs[3]!.slice(0, mainInputs[2]!.length)).toEqual(mainInputs[2])
+            expect(mainInputs[3]!.slice(mainInputs[2]!.length).map((i) => assistantText(i) ?? notifies(i))).toEqual([mainAnswer, true])
+          }
+          const notifications = mainInputs.at(-1)!.filter(notifies).length
 
           // Through Baton: one thread per Codex thread, every request a completed run of its own thread.
           const api = yield* client()
@@ -179,13 +228,15 @@ describe("Gateway with Codex's sub-agents", () => {
             const items: ReadonlyArray<Item> = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
             // Every input item of the conversation once (message ids: the last request's items and the last reply).
             expect(new Set(items.map((i) => i.messageId)).size).toBe(inputs.at(-1)!.length + 1)
-            expect(items.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual([answer])
+            expect(items.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual(id === result.threadId ? answers : [answer])
             const events = threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text)
             expect(events.filter((e) => e.type === "gateway.diverged")).toEqual([])
             if (id === result.threadId) {
               // The main thread: the user's prompt, the spawn and the wait with their outputs, once; nothing of the
               // sub-agent's own rounds.
               expect(items.filter((i) => i.kind === "user_message" && i.text === prompt).length).toBe(1)
+              // The sub-agent's notification as often as Codex sent it: once.
+              expect(items.filter((i) => i.kind === "user_message" && i.text.includes(subAnswer)).length).toBe(notifications)
               for (const call of ["call_spawn_agent", "call_wait_agent"]) {
                 expect(items.filter((i) => i.kind === "tool_call" && i.toolCallId === call).length).toBe(1)
                 expect(items.filter((i) => i.kind === "tool_result" && i.toolCallId === call).length).toBe(1)
@@ -214,4 +265,64 @@ describe("Gateway with Codex's sub-agents", () => {
         }).pipe(Effect.provide(serveSettings(settings)))
       })), { timeout: 180_000 })
   }
+
+  // The late order of the race above, forced: the parent answers without waiting, its answer held back until the
+  // sub-agent's last reply has been sent and Codex has had time to pass the notification on (2 s; it takes
+  // milliseconds). Codex then asks the parent once more, with its answer and the notification.
+  it.live("a sub-agent that ends while its parent's last request is in flight: Codex asks the parent once more with the notification, recorded once", (ctx) =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* loopback
+      let ran: CodexExec.ExecResult | null = null
+      ctx.onTestFailed(() => console.error(report(upstream.requests, ran)))
+      let subEnded = () => {}
+      const settled = new Promise<void>((resolve) => {
+        subEnded = () => void setTimeout(resolve, 2_000)
+      })
+      let main: string | null = null
+      let n = 0
+      const script = (request: Received): Reply => {
+        n++
+        const body = JSON.parse(request.body) as Entry
+        const thread = String(request.headers["thread-id"])
+        main ??= thread
+        if (thread !== main) {
+          return outputs(body).some((o) => o.call_id === "call_sub_shell")
+            ? { ...events(n, [say(n, subAnswer)]), onEnd: subEnded }
+            : events(n, [shell(n, "printf 'from the sub-agent\\n' > sub.txt && echo ok")])
+        }
+        if (answered(body)) return events(n, [say(n, noted)])
+        if (outputs(body).some((o) => o.call_id === "call_spawn_agent")) return { ...events(n, [say(n, mainAnswer)]), headAfter: settled }
+        return events(n, [agentCall("v1", n, "spawn_agent", { message: task })])
+      }
+      for (let i = 0; i < 6; i++) upstream.enqueue(script)
+      const settings = yield* settingsFor([openAiInstance(upstream.url)], { TEST_MODEL_KEY: marker }, undefined, { gateway: { routes: [{ model: "gpt-*", provider: "openai" }] } })
+      yield* Effect.gen(function*() {
+        const server = yield* HttpServer.HttpServer
+        const home = yield* codexHome(`http://127.0.0.1:${(server.address as HttpServer.TcpAddress).port}`, { envKey: "CODEX_TEST_KEY" })
+        const dir = yield* tempDir("baton-codex-sub-")
+        const result = yield* CodexExec.exec({ codexHome: home, cwd: dir, prompt, env: { CODEX_TEST_KEY: adminToken } })
+        ran = result
+
+        // Codex printed both answers; the parent's third request is its second, the answer and the notification.
+        expect(result.messages).toEqual([mainAnswer, noted])
+        const inputs = upstream.requests.filter((r) => r.headers["thread-id"] === result.threadId).map((r) => (JSON.parse(r.body) as { input: ReadonlyArray<Entry> }).input)
+        expect(inputs.length).toBe(3)
+        expect(inputs[2]!.slice(0, inputs[1]!.length)).toEqual(inputs[1])
+        expect(inputs[2]!.slice(inputs[1]!.length).map((i) => assistantText(i) ?? notifies(i))).toEqual([mainAnswer, true])
+
+        // Through Baton: three completed runs of the parent's thread, every item once, the notification once, both
+        // answers once each, no divergence.
+        const api = yield* client()
+        const threads = (yield* api.threads.list({ urlParams: {} })).threads
+        const threadId = threads.find((t) => t.title === `Codex session ${result.threadId}`)!.id
+        expect((yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs.map((r) => r.status)).toEqual(["completed", "completed", "completed"])
+        const items: ReadonlyArray<Item> = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
+        expect(new Set(items.map((i) => i.messageId)).size).toBe(inputs[2]!.length + 1)
+        expect(items.filter((i) => i.kind === "assistant_message").map((i) => i.text)).toEqual([mainAnswer, noted])
+        expect(items.filter((i) => i.kind === "user_message" && i.text.includes(subAnswer)).map((i) => i.text)).toEqual([
+          expect.stringMatching(/^<subagent_notification>/)
+        ])
+        expect(threadEvents((yield* raw(get(`/threads/${threadId}/events?follow=false`))).text).filter((e) => e.type === "gateway.diverged")).toEqual([])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), { timeout: 180_000 })
 })

@@ -18,6 +18,8 @@ export interface ExecResult {
   readonly messages: ReadonlyArray<string>
   readonly commands: ReadonlyArray<{ readonly command: string; readonly output: string; readonly exitCode: number | null }>
   readonly usage: { readonly input_tokens: number; readonly output_tokens: number }
+  /** Everything it printed (stdout, then stderr): for a failed test's report. */
+  readonly output: string
 }
 
 interface Event {
@@ -74,7 +76,8 @@ export const exec = (options: {
         threadId,
         messages: items.flatMap((i) => (i.type === "agent_message" && i.text !== undefined ? [i.text] : [])),
         commands: items.flatMap((i) => (i.type === "command_execution" ? [{ command: i.command ?? "", output: i.aggregated_output ?? "", exitCode: i.exit_code ?? null }] : [])),
-        usage: completed.usage ?? { input_tokens: 0, output_tokens: 0 }
+        usage: completed.usage ?? { input_tokens: 0, output_tokens: 0 },
+        output: `${stdout}\n--- stderr ---\n${stderr}`
       }))
     })
     // Codex reads more of the prompt from a stdin that is not a terminal: it gets none.

@@ -50,6 +50,10 @@ export interface Reply {
   readonly gapMillis?: number
   /** Milliseconds before the status line and headers are sent (default 0): a provider still deciding to accept. */
   readonly headMillis?: number
+  /** The status line and headers wait for this too (after `headMillis`): a model still thinking until an event of the test. */
+  readonly headAfter?: PromiseLike<unknown>
+  /** Called once the last chunk is written and the response ended. */
+  readonly onEnd?: () => void
 }
 
 export const sse = (chunks: ReadonlyArray<string>, extra: Partial<Reply> = {}): Reply => ({
@@ -104,7 +108,7 @@ export const loopback: Effect.Effect<Loopback, never, Scope.Scope> = Effect.acqu
             return
           }
           if (i === reply.chunks.length) {
-            res.end()
+            res.end(() => reply.onEnd?.())
             return
           }
           res.write(reply.chunks[i++])
@@ -115,8 +119,9 @@ export const loopback: Effect.Effect<Loopback, never, Scope.Scope> = Effect.acqu
           res.writeHead(reply.status ?? 200, reply.headers ?? {})
           next()
         }
-        if (reply.headMillis === undefined || reply.headMillis === 0) head()
-        else setTimeout(head, reply.headMillis)
+        const held = () => (reply.headAfter === undefined ? head() : void Promise.resolve(reply.headAfter).then(head))
+        if (reply.headMillis === undefined || reply.headMillis === 0) held()
+        else setTimeout(held, reply.headMillis)
       })
     })
     server.listen(0, "127.0.0.1", () => {
