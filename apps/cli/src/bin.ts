@@ -136,7 +136,7 @@ const replayOptions = {
   skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
   json: Options.boolean("json").pipe(Options.withDescription(
     "print one JSON document on stdout: the summary; on bad input (exit 2) {\"error\":{\"code\",\"message\"}}; " +
-      "stopped by a signal (exit 130/143) {\"interrupted\":{\"signal\",\"runs\",\"totalRuns\",\"threadIds\"}} (log lines go to stderr)"
+      "stopped by a signal (exit 130/143) {\"interrupted\":{\"signal\",\"message\",\"runs\",\"totalRuns\",\"threadIds\"}} (log lines go to stderr)"
   )),
   db: dbOption,
   dataDir: dataDirOption,
@@ -224,9 +224,12 @@ const runReplay = (command: ReplayCommand) => {
         if (tty) process.stderr.write("\r\x1b[K")
         const signal = yield* CliRuntime.receivedSignal
         const by = Option.getOrElse(signal, () => "an interrupt")
-        yield* Console.error(total === null ? `baton: stopped by ${by} before the replay started` : `baton: stopped by ${by} after ${done} of ${total} runs`)
+        const message = total === null ? `stopped by ${by} before the replay started` : `stopped by ${by} after ${done} of ${total} runs`
+        yield* Console.error(`baton: ${message}`)
         // Stopped by a signal, `--json` still prints its one document (stdout is gone when its reader went away).
-        if (command.json && Option.isSome(signal)) yield* Console.log(Format.interruptedDocument(signal.value, done, total, threadIds))
+        if (command.json && Option.isSome(signal)) {
+          yield* Console.log(Format.interruptedDocument(signal.value, message, { runs: done, totalRuns: total, threadIds }))
+        }
       })
     ),
     badInputAs(command.json)
@@ -426,7 +429,7 @@ const send = Command.make(
   {
     id: threadIdArg,
     text: Args.text({ name: "text" }).pipe(Args.withDescription("the message; - reads it from standard input, byte for byte")),
-    json: jsonOption("print each event as one JSON line, nothing else; bad input is one {\"error\":…} line (exit 2), Ctrl-C ends with one {\"interrupted\":{\"signal\",\"runId\",\"message\"}} line (exit 130)")
+    json: jsonOption("print each event as one JSON line, nothing else; bad input is one {\"error\":…} line (exit 2), Ctrl-C ends with one {\"interrupted\":{\"signal\",\"message\",\"runId\"}} line (exit 130)")
   },
   (o) =>
     remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInputAs(o.json))
