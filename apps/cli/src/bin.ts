@@ -130,7 +130,10 @@ const replayOptions = {
     Options.withDescription("NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject],...")
   ),
   switchEvery: integerOption("switch-every", "an integer (0: never)", "switch provider every N runs (0: never)").pipe(Options.withDefault(10)),
-  interruptRate: Options.float("interrupt-rate").pipe(Options.withDefault(0.05)),
+  interruptRate: Options.float("interrupt-rate").pipe(
+    Options.withDefault(0.05),
+    Options.withDescription("fraction of runs interrupted before the provider starts, 0..1")
+  ),
   compactEvery: integerOption("compact-every", "an integer (0: never)", "/compact every N runs (0: never)").pipe(Options.withDefault(40)),
   seed: integerOption("seed", "an integer", "seed of the replay's random choices (interrupts)").pipe(Options.withDefault(1)),
   skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
@@ -365,7 +368,7 @@ const threadCreate = Command.make(
   "create",
   {
     provider: Options.text("provider").pipe(Options.withDescription("the provider instance of the thread's first run, e.g. codex")),
-    title: Options.text("title").pipe(Options.optional),
+    title: Options.text("title").pipe(Options.withDescription("the thread's title (default: none)"), Options.optional),
     tools: Options.text("tools").pipe(
       Options.withDescription("the client's tools every run offers: a JSON array of {name, description, inputSchema}, inline or a file"),
       Options.optional
