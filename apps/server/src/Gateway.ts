@@ -402,8 +402,12 @@ export const layer = (options: GatewayOptions) =>
       const handle = ({ dialect, record, upstreamPath }: Endpoint) =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
-          // The protocol's key header when sent (its refusal names it), else `Authorization: Bearer`.
-          const key = dialect.keyHeader === undefined ? undefined : request.headers[dialect.keyHeader]
+          // The protocol's key header when sent (its refusal names it), else `Authorization: Bearer`. A key header
+          // sent empty beside an Authorization header is no key: the bearer token decides (found at an earlier stop:
+          // `x-api-key:` with a valid bearer token was refused "the x-api-key header is empty"; a client that sets
+          // both, one of them blank, is common). Empty without Authorization, it is still refused naming it.
+          const keySent = dialect.keyHeader === undefined ? undefined : request.headers[dialect.keyHeader]
+          const key = keySent !== undefined && keySent.trim() === "" && request.headers.authorization !== undefined ? undefined : keySent
           const verdict = key === undefined || dialect.keyHeader === undefined
             ? Auth.roleOf(request.headers.authorization, digests)
             : Auth.roleOfKey(dialect.keyHeader, key, digests)

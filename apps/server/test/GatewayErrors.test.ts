@@ -145,7 +145,7 @@ describe("Gateway errors in the agent's protocol", () => {
 
   // Found by a tester: `x-api-key: a b`, or the key sent twice (Node joins the values with ", "), was refused as "the
   // Authorization header is not a bearer token" though no Authorization header was sent.
-  it.live("names the x-api-key header when its value is not one token: a space, sent twice, empty", () =>
+  it.live("names the x-api-key header when its value is not one token: a space, sent twice, empty (alone)", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
         const refusal = (reason: string) => ({
@@ -160,10 +160,18 @@ describe("Gateway errors in the agent's protocol", () => {
         expect(twice).toEqual({ status: 401, body: refusal(notOne) })
         const empty = yield* rawHttp("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: ", body)
         expect(empty).toEqual({ status: 401, body: refusal("the x-api-key header is empty") })
+        // A present but empty key beside a valid bearer token is no key: the token decides (found at an earlier
+        // stop: refused "the x-api-key header is empty"); beside an unknown one, that one is refused.
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        const emptyBesideBearer = yield* raw(post("/v1/messages", { "x-api-key": "", authorization: `Bearer ${adminToken}` }, body))
+        expect(emptyBesideBearer.status).toBe(200)
+        expect(upstream.requests.length).toBe(1)
+        const emptyBesideWrong = yield* rawHttp("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: \r\nauthorization: Bearer wrong", body)
+        expect(emptyBesideWrong).toEqual({ status: 401, body: refusal("unknown token") })
         // Without x-api-key, a malformed Authorization header is still named as such.
         const basic = yield* raw(post("/v1/messages", { authorization: "Basic abc" }, body))
         expect(basic.body).toEqual(refusal("the Authorization header is not a bearer token"))
-        expect(upstream.requests.length).toBe(0)
+        expect(upstream.requests.length).toBe(1)
       })
     ))
 
