@@ -180,6 +180,18 @@ export const contentEncodingOf = (header: string | undefined): string | null => 
   return codings.length === 0 ? null : header.trim()
 }
 
+/**
+ * A request's `Transfer-Encoding` codings other than `chunked` (which Node's parser undoes) and `identity` (`gzip`,
+ * `deflate`, `compress`, a list of them), else `null`: Node reads `Transfer-Encoding: gzip, chunked` as a chunked body
+ * and hands on the gzip bytes, which the gateway would read as JSON, so it is refused 415 as a `Content-Encoding` is
+ * (found at an earlier stop: `gzip, chunked` went through to the JSON check). The codings named, as sent.
+ */
+export const transferCodingOf = (header: string | undefined): string | null => {
+  if (header === undefined) return null
+  const codings = header.split(",").map((c) => c.trim()).filter((c) => c !== "" && !["chunked", "identity"].includes(c.toLowerCase()))
+  return codings.length === 0 ? null : codings.join(", ")
+}
+
 /** Response headers not passed back (the connection's own; the length is the stream's). */
 const droppedBack = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"])
 
@@ -434,6 +446,16 @@ export const layer = (options: GatewayOptions) =>
               dialect.refuse(
                 "unsupported",
                 `Content-Encoding: ${encoding.slice(0, 60)} is not supported by Baton's gateway; send the body uncompressed (identity)`
+              ).pipe(HttpServerResponse.setHeader("accept-encoding", "identity"))
+            )
+          }
+          const transfer = transferCodingOf(request.headers["transfer-encoding"])
+          if (transfer !== null) {
+            return yield* refuseAfterDrain(
+              request,
+              dialect.refuse(
+                "unsupported",
+                `Transfer-Encoding: ${transfer.slice(0, 60)} is not supported by Baton's gateway; send the body uncompressed (chunked alone, or with Content-Length)`
               ).pipe(HttpServerResponse.setHeader("accept-encoding", "identity"))
             )
           }

@@ -87,7 +87,9 @@ const rawHttp = (head: string, body = "") =>
       })
       socket.on("end", done)
       socket.on("error", done)
-      socket.write(`${head}\r\ncontent-length: ${Buffer.byteLength(body)}\r\ncontent-type: application/json\r\n\r\n${body}`)
+      // A head naming its Transfer-Encoding frames the body itself (no Content-Length beside it).
+      const length = /transfer-encoding:/i.test(head) ? "" : `content-length: ${Buffer.byteLength(body)}\r\n`
+      socket.write(`${head}\r\n${length}content-type: application/json\r\n\r\n${body}`)
       return Effect.sync(() => socket.destroy())
     }))
 
@@ -213,7 +215,7 @@ describe("Gateway errors in the agent's protocol", () => {
     ))
 
   // Found by a tester: a gzip body was refused "the body is not a JSON object".
-  it.live("refuses a compressed body 415 naming its Content-Encoding, in the agent's protocol; identity goes through", () =>
+  it.live("refuses a compressed body 415 naming its Content-Encoding or Transfer-Encoding, in the agent's protocol; identity goes through", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
         const body = JSON.stringify({ model: "claude-x", max_tokens: 10, messages: hi })
@@ -235,6 +237,17 @@ describe("Gateway errors in the agent's protocol", () => {
             code: "unsupported_content_encoding"
           }
         }])
+        expect(upstream.requests.length).toBe(0)
+        // Found at an earlier stop: a gzip transfer coding (Node undoes only `chunked`) went through to the JSON check.
+        const chunk = (text: string) => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n0\r\n\r\n`
+        const transfer = (message: string) => `Transfer-Encoding: ${message} is not supported by Baton's gateway; send the body uncompressed (chunked alone, or with Content-Length)`
+        const gzipChunked = yield* rawHttp(`POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: ${adminToken}\r\ntransfer-encoding: gzip, chunked`, chunk("(gzip bytes)"))
+        expect(gzipChunked).toEqual({ status: 415, body: { type: "error", error: { type: "invalid_request_error", message: transfer("gzip") } } })
+        const chatChunked = yield* rawHttp(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${adminToken}\r\ntransfer-encoding: deflate, chunked`, chunk("(deflate bytes)"))
+        expect(chatChunked).toEqual({
+          status: 415,
+          body: { error: { message: transfer("deflate"), type: "invalid_request_error", param: null, code: "unsupported_content_encoding" } }
+        })
         expect(upstream.requests.length).toBe(0)
         upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }))
         const identity = yield* raw(post("/v1/messages", { ...anthropicKey, "content-encoding": "identity" }, body))
