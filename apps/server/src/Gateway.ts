@@ -98,6 +98,24 @@ export const dialectOf = (url: string): Dialect | undefined => {
 }
 
 /**
+ * The answer to a request under `/v1/` that no endpoint serves (`method url`, `headers` its headers), in the protocol
+ * an agent there speaks: 404 Anthropic `not_found_error` when it sends `anthropic-version` or `x-api-key`, else
+ * OpenAI `invalid_request_error` / `unknown_url` (`/v1` is an OpenAI client's base URL: an SDK probing `GET /v1/models`
+ * or `POST /v1/embeddings` reads Baton's `RouteNotFound` body as no error it knows). `null` outside `/v1/` and on the
+ * gateway's own paths, whose other methods stay the API's `RouteNotFound` (new user r35).
+ */
+export const unknownPathRefusal = (method: string, url: string, headers: Readonly<Record<string, string | undefined>>) => {
+  const path = url.split("?")[0]!
+  if (!path.startsWith("/v1/") || isGatewayPath(url)) return null
+  const dialect = headers["anthropic-version"] !== undefined || headers["x-api-key"] !== undefined ? GatewayAnthropic.dialect : GatewayResponses.dialect
+  return dialect.refuse(
+    "unknown_path",
+    `Unknown request URL: ${method} ${path.slice(0, 300)}. Baton's gateway serves POST /v1/messages, /v1/messages/count_tokens, ` +
+      `/v1/responses, /v1/responses/compact and /v1/chat/completions (docs/gateway.md)`
+  )
+}
+
+/**
  * A refusal of the gateway's in the protocol of the request whose first bytes are `head` (a request line `POST
  * <gateway path> HTTP/1.x` at its start), as its status and JSON body, for the listener's answers to what Node refuses
  * before any handler runs (`Server.answerNodeRefusals`); `null` when `head` does not start with such a line (another

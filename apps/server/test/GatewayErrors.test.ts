@@ -255,4 +255,25 @@ describe("Gateway errors in the agent's protocol", () => {
         expect(upstream.requests.length).toBe(1)
       })
     ))
+
+  // Found at an earlier stop: a path under `/v1/` that no endpoint serves (an OpenAI SDK's `GET /v1/models`, `POST
+  // /v1/embeddings`) was answered Baton's `RouteNotFound` body, no error an agent's SDK knows.
+  it.live("answers a path under /v1/ that no endpoint serves 404 in the agent's protocol; the gateway's paths' other methods stay the API's", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const served = "Baton's gateway serves POST /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/responses/compact and /v1/chat/completions (docs/gateway.md)"
+        const openAi = (what: string) => ({ error: { message: `Unknown request URL: ${what}. ${served}`, type: "invalid_request_error", param: null, code: "unknown_url" } })
+        const embeddings = yield* raw(post("/v1/embeddings", bearer, { model: "gpt-x", input: "hi" }))
+        expect([embeddings.status, embeddings.body]).toEqual([404, openAi("POST /v1/embeddings")])
+        const models = yield* raw(HttpClientRequest.get("/v1/models?limit=1").pipe(HttpClientRequest.setHeaders(bearer)))
+        expect([models.status, models.body]).toEqual([404, openAi("GET /v1/models")])
+        const complete = yield* raw(post("/v1/complete", anthropicKey, { model: "claude-x", prompt: "hi" }))
+        expect([complete.status, complete.body]).toEqual([404, { type: "error", error: { type: "not_found_error", message: `Unknown request URL: POST /v1/complete. ${served}` } }])
+        const getMessages = yield* raw(HttpClientRequest.get("/v1/messages").pipe(HttpClientRequest.setHeaders(anthropicKey)))
+        expect([getMessages.status, (getMessages.body as { _tag?: string })._tag]).toEqual([404, "RouteNotFound"])
+        const api = yield* raw(HttpClientRequest.get("/v2/models").pipe(HttpClientRequest.setHeaders(bearer)))
+        expect([api.status, (api.body as { _tag?: string })._tag]).toEqual([404, "RouteNotFound"])
+        expect(upstream.requests.length).toBe(0)
+      })
+    ))
 })
