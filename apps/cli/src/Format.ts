@@ -387,19 +387,33 @@ export const handoffs = (
 export const errorDocument = (code: "bad_input" | "usage", message: string): string => JSON.stringify({ error: { code, message } })
 
 /**
- * The JSON document `baton replay --json` prints on stdout when a signal stopped it (exit 130 or 143), in place of the
- * summary: `{"interrupted":{"signal","runs","totalRuns","threadIds"}}`, `runs` the run lines recorded of `totalRuns`
- * (the run in flight, ended `interrupted`, among them), `threadIds` the threads created so far (for `baton thread
- * show`), as the stderr line `baton: stopped by SIGTERM after N of M runs` says; `totalRuns` `null` (and `runs` 0)
- * when it stopped before the transcript was read (`baton: stopped by SIGTERM before the replay started`).
+ * What a command stopped by a signal had done, beside `signal` and `message` in its `interruptedDocument`: a replay's
+ * runs recorded of `totalRuns` and the threads it created, the run `send`/`tool-results` follow (`runId`, `null`
+ * before the server said which), the figures of the seeds `pnpm sim` finished; nothing more for a single request
+ * (`compact`, `offload`, `offload-control`) or for `events`, whose lines are what it did.
  */
-export const interruptedDocument = (signal: StopSignal, runs: number, totalRuns: number | null, threadIds: ReadonlyArray<string>): string =>
-  JSON.stringify({ interrupted: { signal, runs, totalRuns, threadIds } })
+export type InterruptedProgress =
+  | { readonly runs: number; readonly totalRuns: number | null; readonly threadIds: ReadonlyArray<string> }
+  | { readonly runId: string | null }
+  | {
+    readonly seeds: number
+    readonly operations: number
+    readonly crashRestarts: number
+    readonly violations: number
+    readonly failingSeeds: ReadonlyArray<number>
+  }
+  | { readonly events: number }
+  | Record<string, never>
 
 /**
- * The JSON line `send --json` and the JSON document `tool-results --json` print on stdout when a signal stopped the
- * command (exit 130; the run goes on on the server): `{"interrupted":{"signal","runId","message"}}`, `runId` the run's
- * (`null` before the server said which), `message` the stderr line without `baton: `.
+ * The one JSON document (or, for `send` and `events`, whose output is one JSON line per event, the last line) a
+ * command given `--json` prints on stdout when SIGINT or SIGTERM stopped it (exit 130 or 143), in place of its result,
+ * the same shape for every command: `{"interrupted":{"signal","message",...progress}}`, `signal` `SIGINT` or
+ * `SIGTERM`, `message` the line the command printed on stderr without `baton: ` (what became of the work and how to
+ * see it), then the command's `InterruptedProgress` fields. A script tells it from a result by its one key,
+ * `interrupted`. Replay: `runs` the run lines recorded of `totalRuns` (the run in flight, ended `interrupted`, among
+ * them), `threadIds` the threads created so far (for `baton thread show`), `totalRuns` `null` (and `runs` 0) when it
+ * stopped before the transcript was read.
  */
-export const interruptedCommandDocument = (signal: StopSignal, runId: string | null, message: string): string =>
-  JSON.stringify({ interrupted: { signal, runId, message } })
+export const interruptedDocument = (signal: StopSignal, message: string, progress: InterruptedProgress = {}): string =>
+  JSON.stringify({ interrupted: { signal, message, ...progress } })

@@ -243,7 +243,7 @@ export const toolResults = (target: Target, threadId: string, runId: string, res
       else yield* Console.log(view.run.status === "waiting" ? waitingLines(threadId, view) : Format.runReply(view))
       if (view.run.status !== "completed" && view.run.status !== "waiting") process.exitCode = 1
     })).pipe(Effect.onInterrupt(() =>
-      Effect.flatMap(Ref.get(posted), (p) => interruptedLines(toolResultsInterruptedLine(target, threadId, runId, p), json ? runId : undefined)))))
+      Effect.flatMap(Ref.get(posted), (p) => interruptedLines(toolResultsInterruptedLine(target, threadId, runId, p), json, { runId })))))
 
 /**
  * The one line (without `baton: `) `tool-results` prints on stderr when SIGINT (Ctrl-C) stops it: before the server
@@ -305,7 +305,7 @@ export const compact = (target: Target, threadId: string, json: boolean) =>
     const client = yield* api(target)
     const report = yield* client.threads.compact({ path: { threadId: threadId as ThreadId }, payload: {}, headers: {} })
     yield* Console.log(json ? JSON.stringify(report) : Format.compactReport(report))
-  }))
+  })).pipe(sayingWhenStopped(requestInterruptedLine(target, threadId, "/compact may have run"), json))
 
 /**
  * `baton --server URL offload ID [--keep-tokens N] [--operation-id OP] [--preview] [--json]`: prints the server's
@@ -331,7 +331,15 @@ export const offload = (
       headers: {}
     })
     yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
-  }))
+  })).pipe(sayingWhenStopped(
+    options.preview === true
+      ? requestInterruptedLine(target, threadId, null)
+      : requestInterruptedLine(target, threadId, Option.match(options.operationId ?? Option.none(), {
+        onNone: () => "/offload may have started",
+        onSome: (id) => `/offload may have started (its outcome: \`baton --server ${target.url} offload ${threadId} --get ${id}\`)`
+      })),
+    json
+  ))
 
 /**
  * `baton --server URL offload ID --get OP [--json]`: the outcome of `/offload` operation `OP` (`GET
@@ -343,7 +351,7 @@ export const offloadGet = (target: Target, threadId: string, operationId: string
     const client = yield* api(target)
     const report = yield* client.threads.getOffload({ path: { threadId: threadId as ThreadId, operationId } })
     yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
-  }))
+  })).pipe(sayingWhenStopped(requestInterruptedLine(target, threadId, null), json))
 
 /**
  * `baton --server URL offload ID --cancel OP [--json]`: cancels `/offload` operation `OP` if its summary is still
@@ -355,7 +363,7 @@ export const offloadCancel = (target: Target, threadId: string, operationId: str
     const client = yield* api(target)
     const report = yield* client.threads.cancelOffload({ path: { threadId: threadId as ThreadId, operationId } })
     yield* Console.log(json ? JSON.stringify(report) : Format.offloadReport(report))
-  }))
+  })).pipe(sayingWhenStopped(requestInterruptedLine(target, threadId, `operation ${operationId} may have been cancelled`), json))
 
 /**
  * `baton --server URL offload ID --undo-summary [--json]`: undoes the thread's newest `/offload` summary (`POST
@@ -367,7 +375,7 @@ export const offloadUndoSummary = (target: Target, threadId: string, json: boole
     const client = yield* api(target)
     const report = yield* client.threads.undoOffload({ path: { threadId: threadId as ThreadId }, payload: {}, headers: {} })
     yield* Console.log(json ? JSON.stringify(report) : Format.offloadUndoReport(report))
-  }))
+  })).pipe(sayingWhenStopped(requestInterruptedLine(target, threadId, "the newest /offload summary may have been undone"), json))
 
 /** `baton --server URL offload ID --dry-run [--json]`: the tool-result offload preview of the active native thread. */
 export const offloadPreview = (target: Target, threadId: string, json: boolean) =>
@@ -375,7 +383,7 @@ export const offloadPreview = (target: Target, threadId: string, json: boolean) 
     const client = yield* api(target)
     const preview = yield* client.threads.previewToolResultOffload({ path: { threadId: threadId as ThreadId } })
     yield* Console.log(json ? JSON.stringify(preview) : Format.toolResultOffloadPreview(preview))
-  }))
+  })).pipe(sayingWhenStopped(requestInterruptedLine(target, threadId, null), json))
 
 /** What `baton offload-control` changes: absent fields keep the thread's current control. */
 export interface ControlChange {
@@ -385,6 +393,10 @@ export interface ControlChange {
   readonly pin: ReadonlyArray<string>
   readonly unpin: ReadonlyArray<string>
 }
+
+/** Whether `change` asks to change the control (else it is only shown). */
+const changes = (change: ControlChange) =>
+  change.reset || Option.isSome(change.enabled) || Option.isSome(change.keepNewestUnits) || change.pin.length > 0 || change.unpin.length > 0
 
 /**
  * `baton --server URL offload-control ID [--on|--off] [--keep-newest N] [--pin ITEM]... [--unpin ITEM]... [--reset]
@@ -396,9 +408,7 @@ export const offloadControl = (target: Target, threadId: string, change: Control
     const client = yield* api(target)
     const path = { threadId: threadId as ThreadId }
     let view = yield* client.threads.getToolResultOffloadControl({ path })
-    const changes = change.reset || Option.isSome(change.enabled) || Option.isSome(change.keepNewestUnits) ||
-      change.pin.length > 0 || change.unpin.length > 0
-    if (changes) {
+    if (changes(change)) {
       const base: ToolResultOffloadControl = change.reset ? {} : view.control
       const pins = [...new Set([...(base.pinnedItemIds ?? []), ...change.pin])].filter((id) => !change.unpin.includes(id))
       const { pinnedItemIds: _, ...rest } = base
@@ -411,7 +421,12 @@ export const offloadControl = (target: Target, threadId: string, change: Control
       view = yield* client.threads.setToolResultOffloadControl({ path, payload, headers: {} })
     }
     yield* Console.log(json ? JSON.stringify(view) : Format.toolResultOffloadControl(view))
-  }))
+  })).pipe(sayingWhenStopped(
+    changes(change)
+      ? requestInterruptedLine(target, threadId, `the offload control may have been changed (see it with \`baton --server ${target.url} offload-control ${threadId}\`)`)
+      : requestInterruptedLine(target, threadId, null),
+    json
+  ))
 
 /** `baton --server URL offload ID --undo [--json]`: undoes the newest tool-result offload flush. */
 export const offloadUndo = (target: Target, threadId: string, json: boolean) =>
@@ -419,7 +434,7 @@ export const offloadUndo = (target: Target, threadId: string, json: boolean) =>
     const client = yield* api(target)
     const undo = yield* client.threads.undoToolResultOffload({ path: { threadId: threadId as ThreadId }, payload: {}, headers: {} })
     yield* Console.log(json ? JSON.stringify(undo) : Format.toolResultOffloadUndo(undo))
-  }))
+  })).pipe(sayingWhenStopped(requestInterruptedLine(target, threadId, "the newest tool-result offload flush may have been undone"), json))
 
 const decodeEvent = Schema.decodeUnknown(Schema.parseJson(ThreadEvent))
 
@@ -549,18 +564,37 @@ type SendProgress =
 const showCommand = (target: Target, threadId: string) => `baton --server ${target.url} thread show ${threadId}`
 
 /**
- * What a command stopped by a signal prints: `message` on stderr as `baton: <message>`; with `--json` (`runId` given:
- * the run's id, `null` when not known yet) also `Format.interruptedCommandDocument` on stdout, when a signal stopped it
- * (not a closed stdout, which cannot take it).
+ * What a command stopped by a signal prints: `message` on stderr as `baton: <message>`; with `--json` (`json`) also
+ * `Format.interruptedDocument` on stdout (`message` and `progress` in it), when a signal stopped it (not a closed
+ * stdout, which cannot take it).
  */
-const interruptedLines = (message: string, runId: string | null | undefined) =>
+const interruptedLines = (message: string, json: boolean, progress: Format.InterruptedProgress = {}) =>
   Effect.zipRight(
     Console.error(`baton: ${message}`),
-    runId === undefined
+    !json
       ? Effect.void
       : Effect.flatMap(CliRuntime.receivedSignal, (signal) =>
-        Option.isSome(signal) ? Console.log(Format.interruptedCommandDocument(signal.value, runId, message)) : Effect.void)
+        Option.isSome(signal) ? Console.log(Format.interruptedDocument(signal.value, message, progress)) : Effect.void)
   )
+
+/**
+ * `self`, a command of one request or a few, saying when a signal stops it what may have become of the request
+ * (`interruptedLines`: `message` on stderr, with `json` the JSON document on stdout). Found by a user: `compact`,
+ * `offload` and `offload-control` stopped by Ctrl-C exited 130 without a word, under `--json` without the document
+ * `--json` promises.
+ */
+const sayingWhenStopped = (message: string, json: boolean) => <A, E, R>(self: Effect.Effect<A, E, R>) =>
+  Effect.onInterrupt(self, () => interruptedLines(message, json))
+
+/**
+ * The line (without `baton: `) a command of one request stopped by a signal prints: `what` may have been done on the
+ * server (e.g. "/compact may have run"), or for a request that changes nothing, that nothing was changed; either way
+ * how to see the thread.
+ */
+export const requestInterruptedLine = (target: Target, threadId: string, what: string | null): string =>
+  what === null
+    ? `interrupted before the server answered; nothing was changed`
+    : `interrupted before the server answered: ${what} on the server; see with \`${showCommand(target, threadId)}\``
 
 /**
  * The one line (without `baton: `) `send` prints on stderr when SIGINT (Ctrl-C) stops it: the run is the server's, so
@@ -653,19 +687,27 @@ export const send = (target: Target, threadId: string, text: string, json: boole
       if (!json) yield* Console.log(Format.runReply(view))
       if (view.run.status !== "completed") process.exitCode = 1
     })).pipe(Effect.onInterrupt(() =>
-      Effect.flatMap(Ref.get(progress), (p) => interruptedLines(sendInterruptedLine(target, threadId, p), json ? (p._tag === "posting" ? null : p.runId) : undefined)))))
+      Effect.flatMap(Ref.get(progress), (p) => interruptedLines(sendInterruptedLine(target, threadId, p), json, { runId: p._tag === "posting" ? null : p.runId })))))
 
 /**
  * `baton --server URL events [--thread ID] [--follow] [--json]`: the thread's (or every thread's) events, one line
- * each (or one JSON line each); with `--follow`, then the live tail until interrupted.
+ * each (or one JSON line each); with `--follow`, then the live tail until interrupted. A signal (Ctrl-C, the way a
+ * follow ends) prints one line on stderr, `interrupted after N events`, and with `--json` ends stdout with the
+ * interrupted document (`events`: N).
  */
 export const events = (target: Target, threadId: Option.Option<string>, follow: boolean, json: boolean) =>
-  call(target, eventStream(
-    target,
-    Option.match(threadId, {
-      onNone: () => `/events?follow=${follow}`,
-      onSome: (id) => `/threads/${encodeURIComponent(id)}/events?follow=${follow}`
-    })
-  ).pipe(
-    Stream.runForEach((e) => Console.log(json ? JSON.stringify(Schema.encodeSync(ThreadEvent)(e)) : Format.eventLine(e, Option.isNone(threadId))))
-  ))
+  Effect.flatMap(Ref.make(0), (printed) =>
+    call(target, eventStream(
+      target,
+      Option.match(threadId, {
+        onNone: () => `/events?follow=${follow}`,
+        onSome: (id) => `/threads/${encodeURIComponent(id)}/events?follow=${follow}`
+      })
+    ).pipe(
+      Stream.runForEach((e) =>
+        Effect.zipRight(
+          Console.log(json ? JSON.stringify(Schema.encodeSync(ThreadEvent)(e)) : Format.eventLine(e, Option.isNone(threadId))),
+          Ref.update(printed, (n) => n + 1)
+        ))
+    )).pipe(Effect.onInterrupt(() =>
+      Effect.flatMap(Ref.get(printed), (n) => interruptedLines(`interrupted after ${n} event${n === 1 ? "" : "s"}`, json, { events: n })))))

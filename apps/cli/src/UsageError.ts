@@ -9,7 +9,8 @@
  *
  * Its help says what an integer flag takes: Baton reads those flags as text (in decimal digits only, see bin.ts's
  * `integerOption`), and the library gives every text flag the paragraph "A user-defined piece of text."; under a flag
- * whose pseudo-name is `integer` that paragraph is replaced (`helpText`).
+ * whose pseudo-name is `integer` that paragraph is replaced, and under every other text argument or flag, which has a
+ * description of its own, removed (`helpText`).
  *
  * Only the library's own lines are reworded: a command's handler runs with the console as it was (`unreworded`), so
  * its output and its log lines (the pretty logger writes through `Console.error`, a failure's cause over several
@@ -66,10 +67,21 @@ export const integerHelp = "An integer in decimal digits (e.g. 42; not 0x2a or 4
 const integerFlagHelp = new RegExp(`(--[a-z][a-z0-9-]* integer(?:${ansi.source})*\\n\\n[ \\t]*)A user-defined piece of text\\.`, "g")
 
 /**
- * `text` (what the library printed on stdout: its help) with each integer flag's paragraph "A user-defined piece of
- * text." replaced by `integerHelp`; every other line unchanged.
+ * The text primitive's own paragraph, "A user-defined piece of text.", with the blank line after it. @effect/cli 0.77
+ * prints it above the description of every text argument and text flag: its help of a single argument or option is
+ * always `sequence(p(primitive's help), description)`, and `withDescription` appends to that description instead of
+ * replacing the primitive's line (args.ts and options.ts, `getHelpInternal`), so no way of building `Args.text` or
+ * `Options.text` leaves it out. Found at an earlier stop: `baton send --help` said "A user-defined piece of text."
+ * above "the thread's id (thr_…)" and above "the message; - reads it from standard input".
  */
-export const helpText = (text: string): string => text.replace(integerFlagHelp, `$1${integerHelp}`)
+const textPrimitiveHelp = /^[ \t]*A user-defined piece of text\.\n\n/gm
+
+/**
+ * `text` (what the library printed on stdout: its help) with each integer flag's paragraph "A user-defined piece of
+ * text." replaced by `integerHelp`, and the same paragraph under every other text argument or flag removed (each has
+ * its own description); every other line unchanged.
+ */
+export const helpText = (text: string): string => text.replace(integerFlagHelp, `$1${integerHelp}`).replace(textPrimitiveHelp, "")
 
 /**
  * `text` (a usage error as the library prints it) as `phrase` words it, without the `baton: ` prefix: the message of

@@ -130,13 +130,16 @@ const replayOptions = {
     Options.withDescription("NAME:WINDOW[:AUTOCOMPACT][:inject|:noinject],...")
   ),
   switchEvery: integerOption("switch-every", "an integer (0: never)", "switch provider every N runs (0: never)").pipe(Options.withDefault(10)),
-  interruptRate: Options.float("interrupt-rate").pipe(Options.withDefault(0.05)),
+  interruptRate: Options.float("interrupt-rate").pipe(
+    Options.withDefault(0.05),
+    Options.withDescription("fraction of runs interrupted before the provider starts, 0..1")
+  ),
   compactEvery: integerOption("compact-every", "an integer (0: never)", "/compact every N runs (0: never)").pipe(Options.withDefault(40)),
   seed: integerOption("seed", "an integer", "seed of the replay's random choices (interrupts)").pipe(Options.withDefault(1)),
   skipInvalid: Options.boolean("skip-invalid").pipe(Options.withDescription("import the valid records and report the rest")),
   json: Options.boolean("json").pipe(Options.withDescription(
     "print one JSON document on stdout: the summary; on bad input (exit 2) {\"error\":{\"code\",\"message\"}}; " +
-      "stopped by a signal (exit 130/143) {\"interrupted\":{\"signal\",\"runs\",\"totalRuns\",\"threadIds\"}} (log lines go to stderr)"
+      "stopped by a signal (exit 130/143) {\"interrupted\":{\"signal\",\"message\",\"runs\",\"totalRuns\",\"threadIds\"}} (log lines go to stderr)"
   )),
   db: dbOption,
   dataDir: dataDirOption,
@@ -224,9 +227,12 @@ const runReplay = (command: ReplayCommand) => {
         if (tty) process.stderr.write("\r\x1b[K")
         const signal = yield* CliRuntime.receivedSignal
         const by = Option.getOrElse(signal, () => "an interrupt")
-        yield* Console.error(total === null ? `baton: stopped by ${by} before the replay started` : `baton: stopped by ${by} after ${done} of ${total} runs`)
+        const message = total === null ? `stopped by ${by} before the replay started` : `stopped by ${by} after ${done} of ${total} runs`
+        yield* Console.error(`baton: ${message}`)
         // Stopped by a signal, `--json` still prints its one document (stdout is gone when its reader went away).
-        if (command.json && Option.isSome(signal)) yield* Console.log(Format.interruptedDocument(signal.value, done, total, threadIds))
+        if (command.json && Option.isSome(signal)) {
+          yield* Console.log(Format.interruptedDocument(signal.value, message, { runs: done, totalRuns: total, threadIds }))
+        }
       })
     ),
     badInputAs(command.json)
@@ -362,7 +368,7 @@ const threadCreate = Command.make(
   "create",
   {
     provider: Options.text("provider").pipe(Options.withDescription("the provider instance of the thread's first run, e.g. codex")),
-    title: Options.text("title").pipe(Options.optional),
+    title: Options.text("title").pipe(Options.withDescription("the thread's title (default: none)"), Options.optional),
     tools: Options.text("tools").pipe(
       Options.withDescription("the client's tools every run offers: a JSON array of {name, description, inputSchema}, inline or a file"),
       Options.optional
@@ -426,7 +432,7 @@ const send = Command.make(
   {
     id: threadIdArg,
     text: Args.text({ name: "text" }).pipe(Args.withDescription("the message; - reads it from standard input, byte for byte")),
-    json: jsonOption("print each event as one JSON line, nothing else; bad input is one {\"error\":…} line (exit 2), Ctrl-C ends with one {\"interrupted\":{\"signal\",\"runId\",\"message\"}} line (exit 130)")
+    json: jsonOption("print each event as one JSON line, nothing else; bad input is one {\"error\":…} line (exit 2), Ctrl-C ends with one {\"interrupted\":{\"signal\",\"message\",\"runId\"}} line (exit 130)")
   },
   (o) =>
     remoteOnly("send")((target) => Effect.flatMap(messageText(o.text), (text) => Remote.send(target, o.id, text, o.json))).pipe(badInputAs(o.json))

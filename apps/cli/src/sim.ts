@@ -254,6 +254,47 @@ const appendSoakLog = (f: Figures, args: Args) => {
 /** What a job's last stdout line starts with: its figures as JSON follow. */
 const jobReportMark = "sim-job-report "
 
+/** What a job's stdout line after each seed starts with: its `Progress` so far as JSON follows. */
+const jobProgressMark = "sim-job-progress "
+
+/**
+ * What the seeds finished so far add up to: what `--json` prints (`Format.interruptedDocument`) when a signal stops
+ * the run before its figures are complete (a seed cut short is not counted).
+ */
+interface Progress {
+  readonly seeds: number
+  readonly operations: number
+  readonly crashRestarts: number
+  readonly violations: number
+  readonly failingSeeds: ReadonlyArray<number>
+}
+
+const noProgress: Progress = { seeds: 0, operations: 0, crashRestarts: 0, violations: 0, failingSeeds: [] }
+
+/** `progress` after one more seed (`outcome`). */
+const afterSeed = (progress: Progress, outcome: Simulation.Outcome): Progress => ({
+  seeds: progress.seeds + 1,
+  operations: progress.operations + outcome.executed,
+  crashRestarts: progress.crashRestarts + outcome.crashes,
+  violations: progress.violations + (outcome.violations.length > 0 ? 1 : 0),
+  failingSeeds: outcome.violations.length > 0 ? [...progress.failingSeeds, outcome.seed] : progress.failingSeeds
+})
+
+/** The jobs' progress added up (failing seeds in order). */
+const addProgress = (all: ReadonlyArray<Progress>): Progress => ({
+  seeds: all.reduce((n, p) => n + p.seeds, 0),
+  operations: all.reduce((n, p) => n + p.operations, 0),
+  crashRestarts: all.reduce((n, p) => n + p.crashRestarts, 0),
+  violations: all.reduce((n, p) => n + p.violations, 0),
+  failingSeeds: all.flatMap((p) => p.failingSeeds).sort((a, b) => a - b)
+})
+
+/**
+ * The run's progress so far, for the interrupted document: this process's seeds, or each job's latest
+ * `sim-job-progress` line. Set as seeds finish.
+ */
+const progressSoFar: { own: Progress; jobs: Array<Progress> } = { own: noProgress, jobs: [] }
+
 /** The arguments job `j` of `args.jobs` runs with: its seeds `S + j, S + j + J, …`, the rest as given. */
 const jobArgs = (args: Args, j: number): ReadonlyArray<string> | null => {
   const own = args.soakMinutes === null ? Math.ceil((args.seeds - j) / args.jobs) : null
@@ -276,7 +317,7 @@ class JobFailed extends Data.TaggedError("JobFailed")<{ readonly message: string
  * ended without one (it crashed; its exit code and last stderr lines say why). The child is killed (SIGTERM) when
  * this is interrupted (the parent was stopped).
  */
-const runJob = (args: ReadonlyArray<string>, j: number) =>
+const runJob = (args: ReadonlyArray<string>, j: number, onProgress: (progress: Progress) => void) =>
   Effect.async<Figures, JobFailed>((resume) => {
     const child: ChildProcess = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), ...args], {
       stdio: ["ignore", "pipe", "pipe"]
@@ -284,7 +325,13 @@ const runJob = (args: ReadonlyArray<string>, j: number) =>
     let out = ""
     let err = ""
     let errTail: Array<string> = []
-    child.stdout!.setEncoding("utf8").on("data", (s: string) => { out += s })
+    let outLine = ""
+    child.stdout!.setEncoding("utf8").on("data", (s: string) => {
+      out += s
+      const lines = (outLine + s).split("\n")
+      outLine = lines.pop()!
+      for (const line of lines) if (line.startsWith(jobProgressMark)) onProgress(JSON.parse(line.slice(jobProgressMark.length)) as Progress)
+    })
     child.stderr!.setEncoding("utf8").on("data", (s: string) => {
       err += s
       const lines = err.split("\n")
@@ -356,7 +403,8 @@ const main = Effect.gen(function*() {
   }
 
   if (args.jobs > 1) {
-    const jobs = Array.from({ length: args.jobs }, (_, j) => jobArgs(args, j)).flatMap((a, j) => a === null ? [] : [runJob(a, j)])
+    const jobs = Array.from({ length: args.jobs }, (_, j) => jobArgs(args, j))
+      .flatMap((a, j) => a === null ? [] : [runJob(a, j, (p) => void (progressSoFar.jobs[j] = p))])
     const figures = yield* Effect.all(jobs, { concurrency: "unbounded" })
     report(combine(figures, args.steps, args.seedStart), args)
     return
@@ -381,6 +429,8 @@ const main = Effect.gen(function*() {
     onSeed: (outcome, index) =>
       Effect.sync(() => {
         const done = index + 1
+        progressSoFar.own = afterSeed(progressSoFar.own, outcome)
+        if (args.jobReport) console.log(jobProgressMark + JSON.stringify(progressSoFar.own))
         operations += outcome.executed
         if (outcome.violations.length > 0) violations++
         if (until !== undefined) {
@@ -411,7 +461,24 @@ const main = Effect.gen(function*() {
   report(figuresOf(soaked), args)
 })
 
+/**
+ * When a signal stopped the run: `sim: stopped by SIGINT after N of M seeds` on stderr and, under `--json`, the one
+ * interrupted document (`Format.interruptedDocument`) with the seeds finished so far (a job prints none: its parent
+ * reads its progress lines). Found at an earlier stop: `pnpm sim --json` stopped by Ctrl-C printed nothing.
+ */
+const stopped = Effect.gen(function*() {
+  const signal = yield* CliRuntime.receivedSignal
+  const args = parse(process.argv.slice(2))
+  if (typeof args === "string" || args.jobReport || args.scenario !== null) return
+  const progress = args.jobs > 1 ? addProgress(progressSoFar.jobs.filter((p) => p !== undefined)) : progressSoFar.own
+  const by = signal._tag === "Some" ? signal.value : "an interrupt"
+  const message = `stopped by ${by} after ${progress.seeds}${args.soakMinutes === null ? ` of ${args.seeds}` : ""} seeds`
+  process.stderr.write(`sim: ${message}\n`)
+  if (args.json && signal._tag === "Some") console.log(Format.interruptedDocument(signal.value, message, progress))
+})
+
 main.pipe(
+  Effect.onInterrupt(() => stopped),
   Effect.catchAllCause((cause) =>
     Effect.sync(() => {
       console.error(`sim: ${Cause.pretty(cause)}`)

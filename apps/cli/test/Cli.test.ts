@@ -231,6 +231,21 @@ describe("baton (process)", () => {
     }
   }, 60_000)
 
+  // Found at an earlier stop: every text argument's and text flag's help began with the library's "A user-defined
+  // piece of text." above its description (`baton send --help`: above "the thread's id" and "the message; …").
+  it("--help shows only Baton's description under each text argument and flag, never \"A user-defined piece of text.\"", async () => {
+    const styles = new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, "g")
+    const send = await baton(["send", "--help"])
+    expect(send.code).toBe(0)
+    const text = send.stdout.replace(styles, "")
+    expect(text).toContain("<thread-id>\n\n  the thread's id (thr_…, as `baton threads` lists them)\n\n<text>\n\n  the message; - reads it from standard input")
+    const helps = await Promise.all(
+      [["--help"], ["replay", "--help"], ["thread", "create", "--help"], ["offload-control", "--help"], ["tool-results", "--help"], ["serve", "--help"]]
+        .map((args) => baton(args))
+    )
+    for (const help of [send, ...helps]) expect(help.stdout).not.toContain("A user-defined piece of text")
+  }, 60_000)
+
   it("serve on a port another process holds, or on an unreachable database: one `baton:` line saying why, exit 2", async () => {
     const dir = tmp()
     const lastLine = (text: string) => text.trim().split("\n").at(-1)

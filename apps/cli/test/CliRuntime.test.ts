@@ -136,10 +136,13 @@ describe("baton as a process (CliRuntime)", () => {
         )
         expect({ code: r.code, signal: r.signal }).toEqual({ code: exitCode, signal: null })
         // Before: nothing on stdout.
-        const document = JSON.parse(r.stdout) as { interrupted: { signal: string; runs: number; totalRuns: number; threadIds: Array<string> } }
+        const document = JSON.parse(r.stdout) as { interrupted: { signal: string; message: string; runs: number; totalRuns: number; threadIds: Array<string> } }
         expect(r.stdout.trim().split("\n")).toHaveLength(1)
         expect(Object.keys(document)).toEqual(["interrupted"])
+        // The one shape every command's interrupted document has: signal, message (stderr's line), then its progress.
+        expect(Object.keys(document.interrupted)).toEqual(["signal", "message", "runs", "totalRuns", "threadIds"])
         expect(document.interrupted.signal).toBe(signal)
+        expect(document.interrupted.message).toBe(`stopped by ${signal} after ${document.interrupted.runs} of 55 runs`)
         expect(document.interrupted.totalRuns).toBe(55)
         expect(document.interrupted.runs).toBeLessThan(55)
         expect(r.stderr).toContain(`baton: stopped by ${signal} after ${document.interrupted.runs} of 55 runs\n`)
@@ -175,7 +178,7 @@ describe("baton replay stopped before its replay starts", () => {
       expect({ code: r.code, signal: r.signal, stdout: r.stdout }).toEqual({
         code: 143,
         signal: null,
-        stdout: `${JSON.stringify({ interrupted: { signal: "SIGTERM", runs: 0, totalRuns: null, threadIds: [] } })}\n`
+        stdout: `${JSON.stringify({ interrupted: { signal: "SIGTERM", message: "stopped by SIGTERM before the replay started", runs: 0, totalRuns: null, threadIds: [] } })}\n`
       })
       // The line once, and no skipped record reported after it (a line Node itself may add at exit is not the CLI's:
       // the exact end of stderr made this test fail once in a fresh clone's run, its other assertions holding).

@@ -184,7 +184,7 @@ describe("baton --server URL send: the run's end and Ctrl-C", () => {
   // without a word, tool-results printed nothing at all).
   it.live("with --json, Ctrl-C ends stdout with a JSON document saying so: send's last line, tool-results' only document", () =>
     Effect.gen(function*() {
-      const interrupted = (runIdOf: string | null, message: string) => JSON.stringify({ interrupted: { signal: "SIGINT", runId: runIdOf, message } })
+      const interrupted = (runIdOf: string | null, message: string) => JSON.stringify({ interrupted: { signal: "SIGINT", message, runId: runIdOf } })
       const going = yield* standIn({ _tag: "hold" })
       const sent = yield* signalled(["--server", going.url, "--token", token, "send", threadId, "hello", "--json"], going.streaming, "SIGINT")
       const sentLines = sent.stdout.trimEnd().split("\n")

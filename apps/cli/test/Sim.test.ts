@@ -3,7 +3,7 @@
  * child processes, and adds their figures up; a soak by time with jobs logs one line naming them.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { execFile } from "node:child_process"
+import { execFile, spawn } from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -82,4 +82,56 @@ describe("pnpm sim --jobs", () => {
     expect(run.code).toBe(2)
     expect(run.stderr).toContain("--jobs needs an integer >= 1")
   })
+})
+
+/**
+ * `pnpm sim ARGS` as a process, sent SIGINT once its stderr shows a seed's trace (`--trace` prints each finished
+ * seed's operations there): its exit code and output.
+ */
+const simInterrupted = (args: ReadonlyArray<string>) =>
+  new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/sim.ts", ...args], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    let signalled = false
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => void (stdout += chunk))
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+      stderr += chunk
+      if (!signalled && /^(\[job \d\] )? +\d+ {2}\S/m.test(stderr)) {
+        signalled = true
+        child.kill("SIGINT")
+      }
+    })
+    child.on("close", (code) => resolve({ code, stdout, stderr }))
+  })
+
+interface Interrupted {
+  readonly interrupted: {
+    readonly signal: string
+    readonly message: string
+    readonly seeds: number
+    readonly operations: number
+    readonly crashRestarts: number
+    readonly violations: number
+    readonly failingSeeds: ReadonlyArray<number>
+  }
+}
+
+describe("pnpm sim --json stopped by Ctrl-C", () => {
+  // Found at an earlier stop: stdout was empty, against --json's one document on every exit.
+  for (const jobs of [1, 2]) {
+    it(`prints one interrupted document with the seeds finished so far (--jobs ${jobs}), exit 130`, async () => {
+      const r = await simInterrupted(["--seeds", "10000", "--steps", "4", "--seed-start", "700", "--no-shrink", "--trace", "--json", "--jobs", String(jobs)])
+      expect(r.code, r.stderr.slice(-2_000)).toBe(130)
+      expect(r.stdout.trim().split("\n").filter((l) => !l.startsWith("sim-job"))).toHaveLength(1)
+      const document = JSON.parse(r.stdout) as Interrupted
+      expect(Object.keys(document.interrupted)).toEqual(["signal", "message", "seeds", "operations", "crashRestarts", "violations", "failingSeeds"])
+      expect(document.interrupted.signal).toBe("SIGINT")
+      expect(document.interrupted.seeds).toBeGreaterThanOrEqual(1)
+      expect(document.interrupted.operations).toBeGreaterThanOrEqual(document.interrupted.seeds)
+      expect(document.interrupted.violations).toBe(document.interrupted.failingSeeds.length)
+      expect(document.interrupted.message).toBe(`stopped by SIGINT after ${document.interrupted.seeds} of 10000 seeds`)
+      expect(r.stderr).toContain(`sim: ${document.interrupted.message}\n`)
+    }, 120_000)
+  }
 })

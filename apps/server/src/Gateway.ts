@@ -99,6 +99,24 @@ export const dialectOf = (url: string): Dialect | undefined => {
 }
 
 /**
+ * The answer to a request under `/v1/` that no endpoint serves (`method url`, `headers` its headers), in the protocol
+ * an agent there speaks: 404 Anthropic `not_found_error` when it sends `anthropic-version` or `x-api-key`, else
+ * OpenAI `invalid_request_error` / `unknown_url` (`/v1` is an OpenAI client's base URL: an SDK probing `GET /v1/models`
+ * or `POST /v1/embeddings` reads Baton's `RouteNotFound` body as no error it knows). `null` outside `/v1/` and on the
+ * gateway's own paths, whose other methods stay the API's `RouteNotFound` (new user r35).
+ */
+export const unknownPathRefusal = (method: string, url: string, headers: Readonly<Record<string, string | undefined>>) => {
+  const path = url.split("?")[0]!
+  if (!path.startsWith("/v1/") || isGatewayPath(url)) return null
+  const dialect = headers["anthropic-version"] !== undefined || headers["x-api-key"] !== undefined ? GatewayAnthropic.dialect : GatewayResponses.dialect
+  return dialect.refuse(
+    "unknown_path",
+    `Unknown request URL: ${method} ${path.slice(0, 300)}. Baton's gateway serves POST /v1/messages, /v1/messages/count_tokens, ` +
+      `/v1/responses, /v1/responses/compact and /v1/chat/completions (docs/gateway.md)`
+  )
+}
+
+/**
  * A refusal of the gateway's in the protocol of the request whose first bytes are `head` (a request line `POST
  * <gateway path> HTTP/1.x` at its start), as its status and JSON body, for the listener's answers to what Node refuses
  * before any handler runs (`Server.answerNodeRefusals`); `null` when `head` does not start with such a line (another
@@ -179,6 +197,18 @@ export const contentEncodingOf = (header: string | undefined): string | null => 
   if (header === undefined) return null
   const codings = header.split(",").map((c) => c.trim().toLowerCase()).filter((c) => c !== "" && c !== "identity")
   return codings.length === 0 ? null : header.trim()
+}
+
+/**
+ * A request's `Transfer-Encoding` codings other than `chunked` (which Node's parser undoes) and `identity` (`gzip`,
+ * `deflate`, `compress`, a list of them), else `null`: Node reads `Transfer-Encoding: gzip, chunked` as a chunked body
+ * and hands on the gzip bytes, which the gateway would read as JSON, so it is refused 415 as a `Content-Encoding` is
+ * (found at an earlier stop: `gzip, chunked` went through to the JSON check). The codings named, as sent.
+ */
+export const transferCodingOf = (header: string | undefined): string | null => {
+  if (header === undefined) return null
+  const codings = header.split(",").map((c) => c.trim()).filter((c) => c !== "" && !["chunked", "identity"].includes(c.toLowerCase()))
+  return codings.length === 0 ? null : codings.join(", ")
 }
 
 /** Response headers not passed back (the connection's own; the length is the stream's). */
@@ -403,8 +433,12 @@ export const layer = (options: GatewayOptions) =>
       const handle = ({ dialect, record, upstreamPath }: Endpoint) =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
-          // The protocol's key header when sent (its refusal names it), else `Authorization: Bearer`.
-          const key = dialect.keyHeader === undefined ? undefined : request.headers[dialect.keyHeader]
+          // The protocol's key header when sent (its refusal names it), else `Authorization: Bearer`. A key header
+          // sent empty beside an Authorization header is no key: the bearer token decides (found at an earlier stop:
+          // `x-api-key:` with a valid bearer token was refused "the x-api-key header is empty"; a client that sets
+          // both, one of them blank, is common). Empty without Authorization, it is still refused naming it.
+          const keySent = dialect.keyHeader === undefined ? undefined : request.headers[dialect.keyHeader]
+          const key = keySent !== undefined && keySent.trim() === "" && request.headers.authorization !== undefined ? undefined : keySent
           const verdict = key === undefined || dialect.keyHeader === undefined
             ? Auth.roleOf(request.headers.authorization, digests)
             : Auth.roleOfKey(dialect.keyHeader, key, digests)
@@ -431,6 +465,16 @@ export const layer = (options: GatewayOptions) =>
               dialect.refuse(
                 "unsupported",
                 `Content-Encoding: ${encoding.slice(0, 60)} is not supported by Baton's gateway; send the body uncompressed (identity)`
+              ).pipe(HttpServerResponse.setHeader("accept-encoding", "identity"))
+            )
+          }
+          const transfer = transferCodingOf(request.headers["transfer-encoding"])
+          if (transfer !== null) {
+            return yield* refuseAfterDrain(
+              request,
+              dialect.refuse(
+                "unsupported",
+                `Transfer-Encoding: ${transfer.slice(0, 60)} is not supported by Baton's gateway; send the body uncompressed (chunked alone, or with Content-Length)`
               ).pipe(HttpServerResponse.setHeader("accept-encoding", "identity"))
             )
           }

@@ -13,7 +13,14 @@ import { Option, Redacted } from "effect"
 import { type Assembler, type Dialect, isRecord, parseJson, type Refusal } from "./GatewayDialect.js"
 
 /** Anthropic's error types Baton answers with. */
-type ErrorType = "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "request_too_large" | "api_error"
+type ErrorType =
+  | "invalid_request_error"
+  | "authentication_error"
+  | "permission_error"
+  | "not_found_error"
+  | "request_too_large"
+  | "api_error"
+  | "overloaded_error"
 
 /** An error answer in Anthropic's shape. */
 export const errorResponse = (status: number, type: ErrorType, message: string) =>
@@ -149,7 +156,10 @@ const anthropicErrors: Record<Refusal, readonly [number, ErrorType]> = {
   unsupported: [415, "invalid_request_error"],
   unreachable: [502, "api_error"],
   // Anthropic's own type for "an unexpected error internal to Anthropic's systems" (500).
-  internal: [500, "api_error"]
+  internal: [500, "api_error"],
+  // Anthropic's type for "temporarily overloaded", which its SDK (Claude Code) retries, honouring Retry-After.
+  unavailable: [503, "overloaded_error"],
+  unknown_path: [404, "not_found_error"]
 }
 
 /** The Anthropic Messages dialect (Claude Code): `x-api-key`, `anthropic-version`, `x-claude-code-session-id`. */

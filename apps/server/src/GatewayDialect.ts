@@ -17,7 +17,8 @@ import type { Option, Redacted } from "effect"
  * one; `headers_too_large`: headers over Node's limit (431, answered by the listener, `Server.answerNodeRefusals`);
  * `expectation`: an `Expect` other than `100-continue` (417, answered by the listener as well);
  * `unsupported`: a body in a form the gateway does not read, a `Content-Encoding` (415); `internal`: Baton failed
- * unexpectedly (a defect, logged; 500).)
+ * unexpectedly (a defect, logged; 500); `unavailable`: the server is starting or stopping, its API not attached (503
+ * with `Retry-After`, answered by the listener); `unknown_path`: no gateway endpoint at that path under `/v1/` (404).)
  */
 export type Refusal =
   | "invalid"
@@ -30,6 +31,8 @@ export type Refusal =
   | "unsupported"
   | "unreachable"
   | "internal"
+  | "unavailable"
+  | "unknown_path"
 
 /** How a stream's reply ended: whole (`completed`), refused by the upstream in the stream, or cut short. */
 export type StreamOutcome =

@@ -37,7 +37,11 @@ const errors: Record<Refusal, readonly [number, string, string | null]> = {
   unsupported: [415, "invalid_request_error", "unsupported_content_encoding"],
   unreachable: [502, "server_error", null],
   // OpenAI's own type for a failure on its side (500).
-  internal: [500, "server_error", null]
+  internal: [500, "server_error", null],
+  // OpenAI's 503 ("The server is overloaded or not ready yet."), which its SDKs retry, honouring Retry-After.
+  unavailable: [503, "server_error", null],
+  // OpenAI's answer to a path it has no endpoint at ("Unknown request URL: POST /v1/…").
+  unknown_path: [404, "invalid_request_error", "unknown_url"]
 }
 
 /** An error answer in OpenAI's shape. */

@@ -418,19 +418,32 @@ export const errorTypeOf = (status: number): string =>
   status === 429 ? "requests" : status === 503 ? "service_unavailable_error" : status >= 500 ? "server_error" : "invalid_request_error"
 
 /**
- * OpenAI's status and `code` for an upstream error (its status and Anthropic type, `null` when it had none): a rate
- * limit (`rate_limit_error`, or 429) is 429 `rate_limit_exceeded`; an overload (`overloaded_error`, 529, 503) is 503
- * `server_is_overloaded` (OpenAI sends no 529); a server error (`api_error`, or 5xx) keeps its status with no code,
- * as OpenAI's 500 has none; anything else keeps its status with its Anthropic type as the code.
+ * OpenAI's status and `code` for an upstream error (its status, Anthropic type, `null` when it had none, and message):
+ * a rate limit (`rate_limit_error`, or 429) is 429 `rate_limit_exceeded`; an overload (`overloaded_error`, 529, 503)
+ * is 503 `server_is_overloaded` (OpenAI sends no 529); a server error (`api_error`, or 5xx) keeps its status with no
+ * code, as OpenAI's 500 has none; an authentication failure (`authentication_error`, or 401) is OpenAI's
+ * `invalid_api_key`; a not-found (`not_found_error`, or 404) `model_not_found` when its message names a model, else
+ * `unknown_url` (OpenAI's code for a path it has no endpoint at); a permission failure (`permission_error`, or 403)
+ * and a plain `invalid_request_error` have no code, as OpenAI's have none; anything else keeps its status with its
+ * Anthropic type as the code. Found at an earlier stop: 401/403/404 reached an OpenAI agent with the Anthropic types
+ * `authentication_error`, `permission_error`, `not_found_error` as their code.
  */
-const openAiStatusOf = (status: number, type: string | null): { readonly status: number; readonly code: string | null } =>
-  type === "rate_limit_error" || (type === null && status === 429)
+const openAiStatusOf = (status: number, given: string | null, message: string): { readonly status: number; readonly code: string | null } => {
+  const type = given ?? (status === 401 ? "authentication_error" : status === 403 ? "permission_error" : status === 404 ? "not_found_error" : null)
+  return type === "rate_limit_error" || (type === null && status === 429)
     ? { status: 429, code: "rate_limit_exceeded" }
     : type === "overloaded_error" || (type === null && (status === 529 || status === 503))
     ? { status: 503, code: "server_is_overloaded" }
     : type === "api_error" || (type === null && status >= 500)
     ? { status: status >= 500 ? status : 500, code: null }
+    : type === "authentication_error"
+    ? { status, code: "invalid_api_key" }
+    : type === "not_found_error"
+    ? { status, code: /\bmodel\b/i.test(message) ? "model_not_found" : "unknown_url" }
+    : type === "permission_error" || type === "invalid_request_error"
+    ? { status, code: null }
     : { status, code: type }
+}
 
 /** An OpenAI error body. */
 export const errorBody = (type: string, message: string, code: string | null = null, param: string | null = null): Json => ({ error: { message, type, param, code } })
@@ -467,7 +480,7 @@ export const chatError = (status: number, text: string): { readonly status: numb
         : overflowBody(Number(numbers[1]), Number(numbers[2]))
     }
   }
-  const openAi = openAiStatusOf(status, type)
+  const openAi = openAiStatusOf(status, type, message)
   return { status: openAi.status, body: errorBody(errorTypeOf(openAi.status), message === "" ? `the upstream answered HTTP ${status}` : message, openAi.code) }
 }
 

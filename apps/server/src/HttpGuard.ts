@@ -43,7 +43,7 @@ import {
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect, Option, Schema } from "effect"
 import { refuseAfterDrain } from "./BodyDrain.js"
-import { isGatewayPath } from "./Gateway.js"
+import { isGatewayPath, unknownPathRefusal } from "./Gateway.js"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
 const BoundaryError = Schema.Union(
@@ -230,13 +230,15 @@ const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: n
   })
 
 /**
- * The last step before a response is sent: an empty 404 (the router found no route) becomes `RouteNotFound`, an
+ * The last step before a response is sent: an empty 404 (the router found no route) becomes `RouteNotFound` (under
+ * `/v1/`, outside the gateway's paths, the agent's protocol's 404: `Gateway.unknownPathRefusal`), an
  * empty 5xx (a defect) becomes `InternalError`, both as JSON; an error body gets its `message`.
  */
 const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
   Effect.succeed(
     response.body._tag === "Empty" && response.status === 404
-      ? errorResponse(new RouteNotFound({ method: request.method, path: request.url.split("?")[0]!.slice(0, 500) }), 404)
+      ? unknownPathRefusal(request.method, request.url, request.headers) ??
+        errorResponse(new RouteNotFound({ method: request.method, path: request.url.split("?")[0]!.slice(0, 500) }), 404)
       : response.body._tag === "Empty" && response.status >= 500
       ? HttpServerResponse.unsafeJson(
         { _tag: "InternalError", message: "the server failed unexpectedly; the failure is logged" },

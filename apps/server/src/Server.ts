@@ -184,7 +184,8 @@ export const answerNodeRefusals = (server: Http.Server): Http.Server => {
  * A Node HTTP server on `host:port` whose open connections are closed `shutdownTimeoutMs` after shutdown begins
  * (the listener stops accepting at once; requests still open by the deadline are cut). Until the API is served on it,
  * every request is answered 503 `ServerStarting` with `Retry-After: 1`; once the API has left it (the shutdown: a
- * request on a connection still open), 503 `ServerStopping` with `Retry-After: 1` and `connection: close`.
+ * request on a connection still open), 503 `ServerStopping` with `Retry-After: 1` and `connection: close`. A `POST`
+ * to a gateway path gets the same 503 in its agent's protocol (`Gateway.refusalOn`, `unavailable`).
  */
 export const listener = (settings: Pick<ServerConfig.ServerSettings, "host" | "port" | "limits">) =>
   Layer.unwrapEffect(Effect.sync(() => {
@@ -193,15 +194,18 @@ export const listener = (settings: Pick<ServerConfig.ServerSettings, "host" | "p
     // window would find no handler and hang. Until the API's handler joins this one, answer 503 with Retry-After.
     // After the API's handler has joined and left again, the server is stopping, not starting (found by a user: a
     // request on a kept-alive connection during the shutdown was told "the server is starting").
+    // On the gateway's paths the 503 is in the agent's protocol (Anthropic `overloaded_error`, OpenAI `server_error`),
+    // which its SDK retries after `Retry-After`: found at an earlier stop, an agent was given Baton's `_tag` body, no
+    // error it knows.
     let served = false
-    server.on("request", (_request: Http.IncomingMessage, response: Http.ServerResponse) => {
+    server.on("request", (request: Http.IncomingMessage, response: Http.ServerResponse) => {
       if (server.listenerCount("request") > 1) return
-      if (served) {
-        response.writeHead(503, { "content-type": "application/json", "retry-after": "1", connection: "close" })
-        return response.end(JSON.stringify({ _tag: "ServerStopping", message: "the server is stopping; retry in a moment (it or another process may serve then)" }))
-      }
-      response.writeHead(503, { "content-type": "application/json", "retry-after": "1" })
-      response.end(JSON.stringify({ _tag: "ServerStarting", message: "the server is starting; retry in a moment" }))
+      const [tag, message, close] = served
+        ? ["ServerStopping", "the server is stopping; retry in a moment (it or another process may serve then)", true] as const
+        : ["ServerStarting", "the server is starting; retry in a moment", false] as const
+      const agents = Gateway.refusalOn(request.method ?? "", request.url ?? "", "unavailable", `Baton: ${message}`)
+      response.writeHead(503, { "content-type": "application/json", "retry-after": "1", ...(close ? { connection: "close" } : {}) })
+      response.end(agents === null ? JSON.stringify({ _tag: tag, message }) : agents.body)
     })
     server.on("newListener", (event: string | symbol) => {
       if (event === "request") served = true

@@ -87,7 +87,9 @@ const rawHttp = (head: string, body = "") =>
       })
       socket.on("end", done)
       socket.on("error", done)
-      socket.write(`${head}\r\ncontent-length: ${Buffer.byteLength(body)}\r\ncontent-type: application/json\r\n\r\n${body}`)
+      // A head naming its Transfer-Encoding frames the body itself (no Content-Length beside it).
+      const length = /transfer-encoding:/i.test(head) ? "" : `content-length: ${Buffer.byteLength(body)}\r\n`
+      socket.write(`${head}\r\n${length}content-type: application/json\r\n\r\n${body}`)
       return Effect.sync(() => socket.destroy())
     }))
 
@@ -145,7 +147,7 @@ describe("Gateway errors in the agent's protocol", () => {
 
   // Found by a tester: `x-api-key: a b`, or the key sent twice (Node joins the values with ", "), was refused as "the
   // Authorization header is not a bearer token" though no Authorization header was sent.
-  it.live("names the x-api-key header when its value is not one token: a space, sent twice, empty", () =>
+  it.live("names the x-api-key header when its value is not one token: a space, sent twice, empty (alone)", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
         const refusal = (reason: string) => ({
@@ -160,10 +162,18 @@ describe("Gateway errors in the agent's protocol", () => {
         expect(twice).toEqual({ status: 401, body: refusal(notOne) })
         const empty = yield* rawHttp("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: ", body)
         expect(empty).toEqual({ status: 401, body: refusal("the x-api-key header is empty") })
+        // A present but empty key beside a valid bearer token is no key: the token decides (found at an earlier
+        // stop: refused "the x-api-key header is empty"); beside an unknown one, that one is refused.
+        upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }))
+        const emptyBesideBearer = yield* raw(post("/v1/messages", { "x-api-key": "", authorization: `Bearer ${adminToken}` }, body))
+        expect(emptyBesideBearer.status).toBe(200)
+        expect(upstream.requests.length).toBe(1)
+        const emptyBesideWrong = yield* rawHttp("POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: \r\nauthorization: Bearer wrong", body)
+        expect(emptyBesideWrong).toEqual({ status: 401, body: refusal("unknown token") })
         // Without x-api-key, a malformed Authorization header is still named as such.
         const basic = yield* raw(post("/v1/messages", { authorization: "Basic abc" }, body))
         expect(basic.body).toEqual(refusal("the Authorization header is not a bearer token"))
-        expect(upstream.requests.length).toBe(0)
+        expect(upstream.requests.length).toBe(1)
       })
     ))
 
@@ -205,7 +215,7 @@ describe("Gateway errors in the agent's protocol", () => {
     ))
 
   // Found by a tester: a gzip body was refused "the body is not a JSON object".
-  it.live("refuses a compressed body 415 naming its Content-Encoding, in the agent's protocol; identity goes through", () =>
+  it.live("refuses a compressed body 415 naming its Content-Encoding or Transfer-Encoding, in the agent's protocol; identity goes through", () =>
     withGateway((upstream) =>
       Effect.gen(function*() {
         const body = JSON.stringify({ model: "claude-x", max_tokens: 10, messages: hi })
@@ -228,10 +238,42 @@ describe("Gateway errors in the agent's protocol", () => {
           }
         }])
         expect(upstream.requests.length).toBe(0)
+        // Found at an earlier stop: a gzip transfer coding (Node undoes only `chunked`) went through to the JSON check.
+        const chunk = (text: string) => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n0\r\n\r\n`
+        const transfer = (message: string) => `Transfer-Encoding: ${message} is not supported by Baton's gateway; send the body uncompressed (chunked alone, or with Content-Length)`
+        const gzipChunked = yield* rawHttp(`POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: ${adminToken}\r\ntransfer-encoding: gzip, chunked`, chunk("(gzip bytes)"))
+        expect(gzipChunked).toEqual({ status: 415, body: { type: "error", error: { type: "invalid_request_error", message: transfer("gzip") } } })
+        const chatChunked = yield* rawHttp(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${adminToken}\r\ntransfer-encoding: deflate, chunked`, chunk("(deflate bytes)"))
+        expect(chatChunked).toEqual({
+          status: 415,
+          body: { error: { message: transfer("deflate"), type: "invalid_request_error", param: null, code: "unsupported_content_encoding" } }
+        })
+        expect(upstream.requests.length).toBe(0)
         upstream.enqueue(ModelApi.answer("anthropic-messages", "fine", { input: 10, cacheWrite: 0, cacheRead: 0, output: 5 }))
         const identity = yield* raw(post("/v1/messages", { ...anthropicKey, "content-encoding": "identity" }, body))
         expect(identity.status).toBe(200)
         expect(upstream.requests.length).toBe(1)
+      })
+    ))
+
+  // Found at an earlier stop: a path under `/v1/` that no endpoint serves (an OpenAI SDK's `GET /v1/models`, `POST
+  // /v1/embeddings`) was answered Baton's `RouteNotFound` body, no error an agent's SDK knows.
+  it.live("answers a path under /v1/ that no endpoint serves 404 in the agent's protocol; the gateway's paths' other methods stay the API's", () =>
+    withGateway((upstream) =>
+      Effect.gen(function*() {
+        const served = "Baton's gateway serves POST /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/responses/compact and /v1/chat/completions (docs/gateway.md)"
+        const openAi = (what: string) => ({ error: { message: `Unknown request URL: ${what}. ${served}`, type: "invalid_request_error", param: null, code: "unknown_url" } })
+        const embeddings = yield* raw(post("/v1/embeddings", bearer, { model: "gpt-x", input: "hi" }))
+        expect([embeddings.status, embeddings.body]).toEqual([404, openAi("POST /v1/embeddings")])
+        const models = yield* raw(HttpClientRequest.get("/v1/models?limit=1").pipe(HttpClientRequest.setHeaders(bearer)))
+        expect([models.status, models.body]).toEqual([404, openAi("GET /v1/models")])
+        const complete = yield* raw(post("/v1/complete", anthropicKey, { model: "claude-x", prompt: "hi" }))
+        expect([complete.status, complete.body]).toEqual([404, { type: "error", error: { type: "not_found_error", message: `Unknown request URL: POST /v1/complete. ${served}` } }])
+        const getMessages = yield* raw(HttpClientRequest.get("/v1/messages").pipe(HttpClientRequest.setHeaders(anthropicKey)))
+        expect([getMessages.status, (getMessages.body as { _tag?: string })._tag]).toEqual([404, "RouteNotFound"])
+        const api = yield* raw(HttpClientRequest.get("/v2/models").pipe(HttpClientRequest.setHeaders(bearer)))
+        expect([api.status, (api.body as { _tag?: string })._tag]).toEqual([404, "RouteNotFound"])
+        expect(upstream.requests.length).toBe(0)
       })
     ))
 })

@@ -54,6 +54,22 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
 })
 
 /**
+ * A `POST path` with a JSON body on `127.0.0.1:port` on a connection of its own: its status, `Retry-After` and JSON
+ * body (the reason of a failure as the body's `error`).
+ */
+const postTo = (port: number, path: string) =>
+  Effect.async<{ status: number; retryAfter: string | undefined; body: unknown }>((resume) => {
+    const request = Http.request({ host: "127.0.0.1", port, path, method: "POST", timeout: 5_000, agent: false, headers: { "content-type": "application/json" } }, (response) => {
+      let body = ""
+      response.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")))
+      response.on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, retryAfter: response.headers["retry-after"], body: JSON.parse(body) as unknown })))
+    })
+    request.on("timeout", () => request.destroy(new Error("no answer within 5 s")))
+    request.on("error", (e) => resume(Effect.succeed({ status: 0, retryAfter: undefined, body: { error: e.message } })))
+    request.end(JSON.stringify({ model: "m", messages: [] }))
+  })
+
+/**
  * `GET /healthz` on `127.0.0.1:port` on a connection of its own: its status, `Retry-After` and body; no answer within
  * 5 s or a refused connection is status 0 with the reason as the body.
  */
@@ -108,5 +124,34 @@ describe("start-up", () => {
       expect([served.status, served.body]).toEqual([200, "served"])
       expect([after.status, after.retryAfter]).toEqual([503, "1"])
       expect(JSON.parse(after.body)).toMatchObject({ _tag: "ServerStopping" })
+    }))
+
+  // Found at an earlier stop: an agent's request while the server started or stopped got Baton's `_tag` body, which
+  // its SDK reads as no error it knows; in its own protocol it is an overload its SDK retries after Retry-After.
+  it.live("a gateway request while starting or stopping gets 503 in the agent's protocol with Retry-After", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const context = yield* Layer.buildWithScope(
+        Server.listener({ host: "127.0.0.1", port: 0, limits: { shutdownTimeoutMs: 5_000 } as ServerConfig.ServerSettings["limits"] }),
+        scope
+      )
+      const address = Context.get(context, HttpServer.HttpServer).address
+      const port = address._tag === "TcpAddress" ? address.port : 0
+      const starting = "Baton: the server is starting; retry in a moment"
+      const openAi = (message: string) => ({ error: { message, type: "server_error", param: null, code: null } })
+      const early = yield* Effect.all([postTo(port, "/v1/messages"), postTo(port, "/v1/responses"), postTo(port, "/v1/chat/completions?x=1")])
+      expect(early).toEqual([
+        { status: 503, retryAfter: "1", body: { type: "error", error: { type: "overloaded_error", message: starting } } },
+        { status: 503, retryAfter: "1", body: openAi(starting) },
+        { status: 503, retryAfter: "1", body: openAi(starting) }
+      ])
+      // The API's paths keep the API's body.
+      expect(yield* postTo(port, "/threads")).toMatchObject({ status: 503, body: { _tag: "ServerStarting" } })
+      const app = yield* Scope.make()
+      yield* Layer.buildWithScope(HttpServer.serve(HttpServerResponse.text("served")), app).pipe(Effect.provide(context))
+      yield* Scope.close(app, Exit.void)
+      const late = yield* postTo(port, "/v1/responses")
+      yield* Scope.close(scope, Exit.void)
+      expect(late).toEqual({ status: 503, retryAfter: "1", body: openAi("Baton: the server is stopping; retry in a moment (it or another process may serve then)") })
     }))
 })
