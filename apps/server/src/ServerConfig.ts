@@ -410,27 +410,50 @@ const envToken = (name: string) =>
     })).pipe(Effect.map(Option.getOrUndefined))
 
 /**
+ * Writes a new token to `file` (mode 0600) unless the file exists, in which case its token is read: several
+ * `baton serve` processes started on one data directory at once all end with the one token that was written. The
+ * token is written to a file of this process's own and linked into place, so `file` appears whole (a bare
+ * `open(wx)` + write let another process read it empty, and refused the process that lost the race with `EEXIST`).
+ * Where the file system has no hard links, written in place (`wx`). Throws the file system's error otherwise.
+ */
+export const createTokenFile = (file: string): { readonly token: string; readonly created: boolean } => {
+  const token = Crypto.randomBytes(32).toString("base64url")
+  const own = `${file}.${process.pid}.${Crypto.randomBytes(6).toString("hex")}.tmp`
+  const existing = () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false })
+  try {
+    Fs.writeFileSync(own, token + "\n", { mode: 0o600, flag: "wx" })
+    Fs.linkSync(own, file)
+    return { token, created: true }
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code
+    if (code === "EEXIST") return existing()
+    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP" && code !== "ENOSYS") throw e
+    try {
+      Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" })
+      return { token, created: true }
+    } catch (e2) {
+      if ((e2 as NodeJS.ErrnoException).code === "EEXIST") return existing()
+      throw e2
+    }
+  } finally {
+    Fs.rmSync(own, { force: true })
+  }
+}
+
+/**
  * The admin token in `file`, or a new one written there (mode 0600, its directory created). Fails with
  * `ConfigInvalid` when the file cannot be read or written, or holds no usable token.
  */
 export const tokenFromFile = (file: string) => {
   const unusable = (e: unknown) =>
     new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
-  const create = Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
-    Effect.mapError(unusable),
-    Effect.zipRight(Effect.try({
-      try: () => {
-        const token = Crypto.randomBytes(32).toString("base64url")
-        Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" })
-        return { token, created: true }
-      },
-      catch: unusable
-    }))
-  )
   return Effect.suspend(() =>
     Fs.existsSync(file)
       ? Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false }), catch: unusable })
-      : create
+      : Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
+        Effect.mapError(unusable),
+        Effect.zipRight(Effect.try({ try: () => createTokenFile(file), catch: unusable }))
+      )
   ).pipe(Effect.flatMap((found) =>
     Schema.is(Token)(found.token)
       ? Effect.succeed(found)
