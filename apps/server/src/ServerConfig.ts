@@ -414,45 +414,50 @@ const envToken = (name: string) =>
  * `baton serve` processes started on one data directory at once all end with the one token that was written. The
  * token is written to a file of this process's own and linked into place, so `file` appears whole (a bare
  * `open(wx)` + write let another process read it empty, and refused the process that lost the race with `EEXIST`).
- * Where the file system has no hard links, written in place (`wx`). Throws the file system's error otherwise.
+ * Where the file system has no hard links, written in place (`wx`). Fails with `ConfigInvalid` on any other error.
  */
-export const createTokenFile = (file: string): { readonly token: string; readonly created: boolean } => {
-  const token = Crypto.randomBytes(32).toString("base64url")
-  const own = `${file}.${process.pid}.${Crypto.randomBytes(6).toString("hex")}.tmp`
-  const existing = () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false })
-  try {
-    Fs.writeFileSync(own, token + "\n", { mode: 0o600, flag: "wx" })
-    Fs.linkSync(own, file)
-    return { token, created: true }
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code
-    if (code === "EEXIST") return existing()
-    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP" && code !== "ENOSYS") throw e
-    try {
-      Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" })
-      return { token, created: true }
-    } catch (e2) {
-      if ((e2 as NodeJS.ErrnoException).code === "EEXIST") return existing()
-      throw e2
-    }
-  } finally {
-    Fs.rmSync(own, { force: true })
-  }
-}
+export const createTokenFile = (file: string): Effect.Effect<{ readonly token: string; readonly created: boolean }, ConfigInvalid> =>
+  Effect.suspend(() => {
+    const unusable = unusableTokenFile(file)
+    const token = Crypto.randomBytes(32).toString("base64url")
+    const own = `${file}.${process.pid}.${Crypto.randomBytes(6).toString("hex")}.tmp`
+    const existing = Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false }), catch: unusable })
+    const written = (write: () => void, otherwise: (code: string | undefined, e: unknown) => Effect.Effect<{ readonly token: string; readonly created: boolean }, ConfigInvalid>) =>
+      Effect.try({ try: write, catch: (e) => e }).pipe(
+        Effect.as({ token, created: true }),
+        Effect.catchAll((e) => {
+          const code = (e as NodeJS.ErrnoException).code
+          return code === "EEXIST" ? existing : otherwise(code, e)
+        })
+      )
+    const inPlace = written(() => Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" }), (_, e) => Effect.fail(unusable(e)))
+    return written(() => {
+      Fs.writeFileSync(own, token + "\n", { mode: 0o600, flag: "wx" })
+      Fs.linkSync(own, file)
+    }, (code, e) => (code !== undefined && noHardLinks.has(code) ? inPlace : Effect.fail(unusable(e)))).pipe(
+      Effect.ensuring(Effect.sync(() => Fs.rmSync(own, { force: true })))
+    )
+  })
+
+/** The errors of `link` on a file system without hard links. */
+const noHardLinks = new Set(["EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS"])
+
+/** The token file's `ConfigInvalid` for a file-system error. */
+const unusableTokenFile = (file: string) => (e: unknown) =>
+  new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
 
 /**
  * The admin token in `file`, or a new one written there (mode 0600, its directory created). Fails with
  * `ConfigInvalid` when the file cannot be read or written, or holds no usable token.
  */
 export const tokenFromFile = (file: string) => {
-  const unusable = (e: unknown) =>
-    new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
+  const unusable = unusableTokenFile(file)
   return Effect.suspend(() =>
     Fs.existsSync(file)
       ? Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false }), catch: unusable })
       : Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
         Effect.mapError(unusable),
-        Effect.zipRight(Effect.try({ try: () => createTokenFile(file), catch: unusable }))
+        Effect.zipRight(createTokenFile(file))
       )
   ).pipe(Effect.flatMap((found) =>
     Schema.is(Token)(found.token)

@@ -258,16 +258,16 @@ describe("ServerConfig", () => {
       )
     }))
 
-  it("a token file another serve process wrote after this one looked is read, not refused (four serve processes on one directory: EEXIST)", () => {
+  it.effect("a token file another serve process wrote after this one looked is read, not refused (four serve processes on one directory: EEXIST)", () => Effect.gen(function*() {
     const dir = tempDir()
     const file = Path.join(dir, "token")
-    const won = ServerConfig.createTokenFile(file)
+    const won = yield* ServerConfig.createTokenFile(file)
     // The loser of the race: it found no file, then creates one.
-    const lost = ServerConfig.createTokenFile(file)
+    const lost = yield* ServerConfig.createTokenFile(file)
     expect([won.created, lost.created, lost.token]).toEqual([true, false, won.token])
     expect(Fs.readFileSync(file, "utf8")).toBe(`${won.token}\n`)
     expect((Fs.statSync(file).mode & 0o777).toString(8)).toBe("600")
     // Nothing of either attempt is left beside it.
     expect(Fs.readdirSync(dir)).toEqual(["token"])
-  })
+  }))
 })
