@@ -423,12 +423,9 @@ export const createTokenFile = (file: string): Effect.Effect<{ readonly token: s
     const own = `${file}.${process.pid}.${Crypto.randomBytes(6).toString("hex")}.tmp`
     const existing = Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false }), catch: unusable })
     const written = (write: () => void, otherwise: (code: string | undefined, e: unknown) => Effect.Effect<{ readonly token: string; readonly created: boolean }, ConfigInvalid>) =>
-      Effect.try({ try: write, catch: (e) => e }).pipe(
+      Effect.try({ try: write, catch: (e) => new FileSystemError({ code: (e as NodeJS.ErrnoException).code, cause: e }) }).pipe(
         Effect.as({ token, created: true }),
-        Effect.catchAll((e) => {
-          const code = (e as NodeJS.ErrnoException).code
-          return code === "EEXIST" ? existing : otherwise(code, e)
-        })
+        Effect.catchTag("FileSystemError", (e) => (e.code === "EEXIST" ? existing : otherwise(e.code, e.cause)))
       )
     const inPlace = written(() => Fs.writeFileSync(file, token + "\n", { mode: 0o600, flag: "wx" }), (_, e) => Effect.fail(unusable(e)))
     return written(() => {
@@ -438,6 +435,9 @@ export const createTokenFile = (file: string): Effect.Effect<{ readonly token: s
       Effect.ensuring(Effect.sync(() => Fs.rmSync(own, { force: true })))
     )
   })
+
+/** A file-system call that failed: its `errno` code (`EEXIST`, ...) and the error. */
+class FileSystemError extends Data.TaggedError("FileSystemError")<{ readonly code: string | undefined; readonly cause: unknown }> {}
 
 /** The errors of `link` on a file system without hard links. */
 const noHardLinks = new Set(["EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS"])
