@@ -124,6 +124,16 @@ export const live = (
   )
 
 /**
+ * The SSE response replaying `events` (a finite stream: `EventFeed.replayAll`) and ending, `cursorOf` giving each
+ * event's id on this stream.
+ */
+export const replayStream = <E>(events: Stream.Stream<ThreadEvent, E>, cursorOf: (event: ThreadEvent) => number) =>
+  HttpServerResponse.stream(
+    Stream.map(events, (e) => encode(e, cursorOf(e))),
+    { contentType: "text/event-stream", headers: sseHeaders }
+  )
+
+/**
  * The SSE response replaying `read(after)` page by page (each page the events after the cursor, at most
  * `pageSize`) from `after`, `cursorOf` giving each event's id on this stream.
  */

@@ -206,7 +206,9 @@ const events = HttpApiBuilder.group(Api.BatonApi, "events", (handlers) =>
           const after = urlParams.tail === true && !resuming ? last : yield* EventStream.startCursor(headers["last-event-id"], urlParams.after)
           yield* EventStream.notPastTheEnd(after, last, headers["last-event-id"], "the log")
           if (urlParams.follow === false) {
-            return EventStream.replay((cursor) => query.allEvents(cursor, EventStream.pageSize), (e) => e.globalSeq, after)
+            // In the feed's order (commit-safe on Postgres), as the live stream sends it: resuming from either's ids
+            // gives exactly the events after it.
+            return EventStream.replayStream(yield* feed.replayAll({ afterGlobalSeq: after }), (e) => e.globalSeq)
           }
           return EventStream.live(yield* feed.all({ afterGlobalSeq: after }), (e) => e.globalSeq, stopping)
         }))

@@ -6,11 +6,13 @@
  * `/events?tail=true` with `after` too is 400 (two starts; `after` was dropped in silence). An integer parameter past
  * 2^53 - 1 is 400 "too large" naming the digits sent. On SQLite and Postgres.
  */
+import type { RunId, ThreadId } from "@baton/contracts"
+import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Harness } from "@baton/testing"
-import { HttpClientRequest } from "@effect/platform"
+import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
-import { get, parseSse, post, raw, serve } from "./helpers.js"
+import { Deferred, Effect, Fiber, Stream } from "effect"
+import { get, parseSse, post, raw, type SseEvent, serve } from "./helpers.js"
 
 const providers = () => Harness.make([{ name: "codex", window: 44_000, autoCompactThreshold: 42_000, inject: true }])
 
@@ -126,6 +128,67 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
             `expected an integer of at most 9007199254740991, got ${big}`
           ])
         }
+      }
+    }).pipe(Effect.provide(serve(providers()))))
+})
+
+/** The live SSE stream at `path` from `lastEventId` (it does not end) up to the first event satisfying `until`. */
+const follow = (path: string, lastEventId: string, until: (e: SseEvent) => boolean) =>
+  Effect.gen(function*() {
+    const response = yield* HttpClient.execute(get(path).pipe(HttpClientRequest.setHeader("last-event-id", lastEventId)))
+    let text = ""
+    const decoder = new TextDecoder()
+    yield* response.stream.pipe(
+      Stream.map((bytes) => decoder.decode(bytes, { stream: true })),
+      Stream.takeUntil((piece) => {
+        text += piece
+        return parseSse(text.slice(0, text.lastIndexOf("\n\n") + 2)).some(until)
+      }),
+      Stream.runDrain
+    )
+    return parseSse(text.slice(0, text.lastIndexOf("\n\n") + 2))
+  }).pipe(Effect.scoped)
+
+describe("Postgres: /events?follow=false in the live stream's order", () => {
+  beforeAll(() => Harness.useDb(Harness.postgres))
+
+  // Regression (hbreak, found with two server processes on one Postgres: a client following /events that resumed with
+  // follow=false and its Last-Event-ID got events it had already received and missed one): follow=false paged by
+  // globalSeq, while the live stream (and the cursor's meaning) follow the commit-safe order, where a transaction
+  // that began first but inserted last comes first with the higher globalSeq.
+  it.live("resumed from each id of the live stream, follow=false gives exactly the events after it", () =>
+    Effect.gen(function*() {
+      const a = (yield* raw(post("/threads", { providerInstance: "codex" }))).body!.threadId as ThreadId
+      const b = (yield* raw(post("/threads", { providerInstance: "codex" }))).body!.threadId as ThreadId
+      const before = parseSse((yield* raw(get("/events?follow=false"))).text)
+      const cursor = before.at(-1)!.id!
+      const store = yield* ThreadStore
+      const uow = yield* UnitOfWork
+      const append = (threadId: ThreadId, itemCount: number) =>
+        store.appendEvent({ threadId, type: "run.completed", payload: { runId: "run_order" as RunId, itemCount } })
+      // A locks its thread (its transaction id is taken), B inserts and commits, then A inserts and commits.
+      const locked = yield* Deferred.make<void>()
+      const insert = yield* Deferred.make<void>()
+      const slow = yield* Effect.fork(uow.thread(a, "test.slow")(Effect.gen(function*() {
+        yield* Deferred.succeed(locked, undefined)
+        yield* Deferred.await(insert)
+        yield* append(a, 1)
+      })))
+      yield* Deferred.await(locked)
+      yield* uow.thread(b, "test.b1")(append(b, 2))
+      yield* Deferred.succeed(insert, undefined)
+      yield* Fiber.join(slow)
+      yield* uow.thread(b, "test.b2")(append(b, 3))
+
+      // The live stream's order after the cursor: A's event (the higher globalSeq) first.
+      const live = (yield* follow("/events", cursor, (e) => e.data.includes("\"itemCount\":3"))).filter((e) => e.data.includes("run_order"))
+      expect(live.map((e) => (JSON.parse(e.data) as { threadId: string }).threadId)).toEqual([a, b, b])
+      expect(Number(live[0]!.id)).toBeGreaterThan(Number(live[1]!.id))
+      const replayed = parseSse((yield* raw(get("/events?follow=false").pipe(HttpClientRequest.setHeader("last-event-id", cursor)))).text)
+      expect(replayed.map((e) => e.id)).toEqual(live.map((e) => e.id))
+      for (let i = 0; i < live.length; i++) {
+        const after = parseSse((yield* raw(get("/events?follow=false").pipe(HttpClientRequest.setHeader("last-event-id", live[i]!.id!)))).text)
+        expect([i, after.map((e) => e.id)]).toEqual([i, live.slice(i + 1).map((e) => e.id)])
       }
     }).pipe(Effect.provide(serve(providers()))))
 })

@@ -90,7 +90,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const deadlines = new Map<string, Fiber.RuntimeFiber<void, never>>()
 
     /**
-     * Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), or until it is a run
+     * Waits until `runId` is no longer the thread's first unfinished run (it is driven elsewhere), until it is
+     * `waiting` for the client's tool results (the worker's loop then looks at its wait: results posted here are this
+     * worker's to continue), or until it is a run
      * this driver claimed at its queueing and `submit` has handed over (`claimedHere`: the worker read it before the
      * hand-over and took it for another driver's), polling. If the
      * driver driving it is gone (a crash, or a process that stopped mid-run), its runs are reconciled here
@@ -104,6 +106,10 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (claimedHere.has(runId)) return
           const first = yield* store.findFirstUnfinishedRun(threadId)
           if (first._tag === "None" || first.value.id !== runId) return
+          // Gone `waiting` for the client's tool results: no process drives it until the results are posted or its
+          // deadline passes, and they may be posted here, where this worker is what continues it. The loop looks at
+          // the wait (continue, expire, or stop until a post or the deadline wakes it) instead of polling on.
+          if (first.value.status === "waiting") return
           const owner = (yield* store.runDrivers([runId])).get(runId) ?? null
           if (!(yield* registry.aliveAmong([owner])).has(owner ?? "")) {
             yield* threads.recover().pipe(Effect.catchAllCause((cause) => Effect.logWarning(`reconciling run ${runId} of a gone driver failed`, cause)))

@@ -9,7 +9,8 @@ import { RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Context, DateTime, Duration, Effect, Layer } from "effect"
+import type { ProviderAdapter } from "@baton/providers"
+import { Context, DateTime, Deferred, Duration, Effect, Layer, Stream } from "effect"
 
 let n = 0
 const cid = () => `cmd_tools_${++n}` as CommandId
@@ -300,6 +301,60 @@ describe.each(Harness.dialects)("client tools on %s", (_label, db) => {
           const done = yield* b.awaitRun(queued.runId).pipe(Effect.timeout("5 seconds"))
           expect(done.status).toBe("completed")
           expect(Date.now() - started).toBeLessThan(5_000)
+          const o = yield* Harness.ops
+          expect(yield* o.check(threadId, h)).toEqual([])
+        }).pipe(Effect.provide(contextB))
+      }).pipe(Effect.scoped)
+    ).pipe(Effect.ensuring(Effect.sync(() => Harness.useDb(":memory:"))))
+  })
+
+  // Regression (hbreak, found by two servers on one Postgres with sends and tool results posted round-robin): a
+  // process whose worker was waiting for a run another process drove (a message queued here behind it) kept polling
+  // while that run went `waiting`; results posted here only told that busy worker to look again, which it never did
+  // until the run ended, and the driving process's worker had stopped at the wait: the answered run and the queue
+  // behind it stood still until the wait's deadline (10 minutes by default).
+  it.live("results posted on the process queued behind a run another process drives into a wait: the run continues there", () => {
+    Harness.useDb(db)
+    const h = Harness.make(providers, { db })
+    const claude = h.providers.claude!
+    return Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const entered = yield* Deferred.make<void>()
+        const gate = yield* Deferred.make<void>()
+        // Process a holds its first turn open until process b has queued a message behind it.
+        let turns = 0
+        const held: ProviderAdapter.ProviderAdapterShape = {
+          ...claude,
+          startTurn: (input) =>
+            ++turns === 1
+              ? Stream.unwrap(Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), claude.startTurn(input)))
+              : claude.startTurn(input)
+        }
+        const config = { toolResultTimeoutMillis: 600_000 }
+        const a = Context.get(yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([held], h.counter, file, config, "w1")))), RunDriver.RunDriver)
+        const contextB = yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([claude], h.counter, file, config, "w2"))))
+        const b = Context.get(contextB, RunDriver.RunDriver)
+        yield* Effect.gen(function*() {
+          const threadId = yield* setup([readFile])
+          h.script.enqueue(callsFor(1, ["a.ts"]))
+          h.script.enqueue(finalAnswer)
+          h.script.enqueue(Harness.reply(10))
+          const first = yield* a.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Read a.ts" }))
+          yield* Deferred.await(entered)
+          // b's worker starts on the thread and finds a's run ahead of its own.
+          const queued = yield* b.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "Something else." }))
+          yield* Deferred.succeed(gate, undefined)
+          yield* untilStatus(first.runId, "waiting")
+          yield* b.submitToolResults(Commands.SubmitToolResults.make({
+            commandId: cid(),
+            threadId,
+            runId: first.runId,
+            results: [result("call_1_0", "export const a = 1")]
+          }))
+          const done = yield* b.awaitRun(first.runId).pipe(Effect.timeout("20 seconds"))
+          expect(done.status).toBe("completed")
+          const after = yield* b.awaitRun(queued.runId).pipe(Effect.timeout("20 seconds"))
+          expect(after.status).toBe("completed")
           const o = yield* Harness.ops
           expect(yield* o.check(threadId, h)).toEqual([])
         }).pipe(Effect.provide(contextB))

@@ -124,6 +124,9 @@ export interface EventFeedShape {
   readonly all: (
     options: AllFeedOptions
   ) => Effect.Effect<Stream.Stream<ThreadEvent, SubscriberTooSlow | PersistenceError>, InvalidRequest | PersistenceError>
+  readonly replayAll: (
+    options: { readonly afterGlobalSeq: number }
+  ) => Effect.Effect<Stream.Stream<ThreadEvent, PersistenceError>, InvalidRequest | PersistenceError>
 }
 
 /**
@@ -654,6 +657,26 @@ export const make = (options: EventFeedOptions) =>
           cursorOf: (event) => event.globalSeq,
           tooSlow: (cursor) => new SubscriberTooSlow({ threadId: null, cursor, bufferSize: capacity })
         })
+      }),
+      /**
+       * What `all` replays before it follows, then the end: the events of every thread after the event with
+       * `globalSeq = afterGlobalSeq` that are final now, in the same order as `all` (so a client may resume either
+       * from the last id the other gave). Paging by `globalSeq` alone (`ThreadStore.listEventsGlobal`) is not that
+       * order on Postgres: resumed from an id a live stream sent, it repeated events sent before it and skipped
+       * events it had not sent yet (found by a tester: `/events?follow=false` after a live `/events` under two
+       * server processes). Fails with `InvalidRequest` for a cursor outside 0..`Number.MAX_SAFE_INTEGER`.
+       */
+      replayAll: Effect.fn("EventFeed.replayAll")(function*(replayOptions: { readonly afterGlobalSeq: number }) {
+        yield* checkCursor("afterGlobalSeq", replayOptions.afterGlobalSeq, Number.MAX_SAFE_INTEGER)
+        const start = yield* globalPositionOf(replayOptions.afterGlobalSeq)
+        return Stream.paginateChunkEffect(start, (from) =>
+          Effect.map(readGlobal(from), (page) => {
+            const last = page.entries.at(-1)
+            return [
+              Chunk.unsafeFromArray(page.entries.map((entry) => entry.event)),
+              page.pending || last === undefined || page.entries.length < pageSize ? Option.none() : Option.some(last.position)
+            ] as const
+          }))
       })
     }
     return feed
