@@ -29,18 +29,22 @@ const isImageDataUrl = (value: unknown): boolean => typeof value === "string" &&
 
 /**
  * `JSON.stringify`'s replacer: an image part's payload as `""` (`this` is the object holding `key`), counted in
- * `found`.
+ * `found`. A Chat Completions part is recognised at its `image_url` object (the part's `type` beside it), not at any
+ * `url` key: a data URL the model wrote in a tool call's input (`{"url": "data:image/…"}`) is text it reads.
  */
 const dropPayloads = (found: { images: number }) =>
   function(this: unknown, key: string, value: unknown): unknown {
     const holder = this as Record<string, unknown>
     if (
       (key === "data" && holder.type === "base64" && typeof holder.media_type === "string" && holder.media_type.startsWith("image/") && typeof value === "string") ||
-      (key === "url" && isImageDataUrl(value)) ||
       (key === "image_url" && holder.type === "input_image" && isImageDataUrl(value))
     ) {
       found.images += 1
       return ""
+    }
+    if (key === "image_url" && holder.type === "image_url" && typeof value === "object" && value !== null && isImageDataUrl((value as Record<string, unknown>).url)) {
+      found.images += 1
+      return { ...value, url: "" }
     }
     return value
   }

@@ -40,6 +40,13 @@ describe("GatewayMedia", () => {
     expect(GatewayMedia.jsonTokens(count, undefined)).toBe(0)
   })
 
+  it("counts a data URL the model wrote in a tool call's input as its JSON (text the model wrote and reads), not as an image", () => {
+    // Anthropic `tool_use` inputs are objects: a `url` key there is no Chat Completions `image_url` part.
+    const call = { type: "tool_use", id: "toolu_1", name: "browser_navigate", input: { url: `data:image/png;base64,${payload.slice(0, 4_000)}` } }
+    expect(GatewayMedia.countable(call).images).toBe(0)
+    expect(GatewayMedia.jsonTokens(count, call)).toBe(count(JSON.stringify(call)))
+  })
+
   it("a screenshot in a tool result does not make the offload plan flush a short conversation (it counted the payload)", () => {
     const unit = (id: string, output: unknown) => [
       { role: "assistant", content: [{ type: "tool_use", id, name: "Read", input: { file_path: id } }] },
