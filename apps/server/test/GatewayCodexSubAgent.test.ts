@@ -267,8 +267,8 @@ describe("Gateway with Codex's sub-agents", () => {
   }
 
   // The late order of the race above, forced: the parent answers without waiting, its answer held back until the
-  // sub-agent's last reply has been sent and Codex has had time to pass the notification on (2 s; it takes
-  // milliseconds). Codex then asks the parent once more, with its answer and the notification.
+  // sub-agent's last reply has been sent and Codex has had time to pass the notification on (5 s, a margin for a loaded
+  // machine; it takes milliseconds). Codex then asks the parent once more, with its answer and the notification.
   it.live("a sub-agent that ends while its parent's last request is in flight: Codex asks the parent once more with the notification, recorded once", (ctx) =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* loopback
@@ -276,7 +276,7 @@ describe("Gateway with Codex's sub-agents", () => {
       ctx.onTestFailed(() => console.error(report(upstream.requests, ran)))
       let subEnded = () => {}
       const settled = new Promise<void>((resolve) => {
-        subEnded = () => void setTimeout(resolve, 2_000)
+        subEnded = () => void setTimeout(resolve, 5_000)
       })
       let main: string | null = null
       let n = 0
