@@ -12,7 +12,9 @@
  * - `many`: `MANY` (300,000) short messages, alternately user and assistant (~13 MB).
  * Each case runs `RUNS` (2) times on a fresh session each (the first time Baton sees the conversation: it stores every
  * message). The poller sends `GET /healthz` one after the other (a new request as soon as the last one answered) from
- * before the big request starts until it ends; the worst stall is the longest of those requests.
+ * before the big request starts until it ends; the worst stall is the longest of those requests. A neighbour agent
+ * meanwhile sends short `/v1/messages` requests of a conversation of its own, one after the other (each needs the
+ * database: its worst time shows how long the big request's units of work held it; `NEIGHBOUR=off`: none).
  *
  * Run: `npx tsx bench/gateway-big.ts`. `CPUPROF=<file>`: a CPU profile of the runs (`.cpuprofile`).
  */
@@ -37,7 +39,7 @@ const workerSource = `
 const { parentPort, workerData } = require("node:worker_threads")
 const Http = require("node:http")
 const { performance } = require("node:perf_hooks")
-const { cases, singleMb, many, runs } = workerData
+const { cases, singleMb, many, runs, neighbourOn } = workerData
 const frame = (events) => events.map((e) => "event: " + e.type + "\\ndata: " + JSON.stringify(e) + "\\n\\n").join("")
 const sse = () => frame([
   { type: "message_start", message: { id: "msg_big", type: "message", role: "assistant", model: "claude-bench", content: [], stop_reason: null, usage: { input_tokens: 100, output_tokens: 1 } } },
@@ -64,7 +66,7 @@ const server = Http.createServer((req, res) => {
   let n = 0
   req.on("data", (c) => { n += c.length })
   req.on("end", () => {
-    upstreamBytes = n
+    upstreamBytes = Math.max(upstreamBytes, n)
     res.writeHead(200, { "content-type": "text/event-stream" })
     res.end(sse())
   })
@@ -104,12 +106,31 @@ parentPort.once("message", async ({ baton, token }) => {
           polls++
         }
       })()
+      // Another agent's conversation meanwhile: one short request after another, each its history plus "ok" and a
+      // new question (its records need the database: what the big request's units of work hold up).
+      let neighbourWorst = 0
+      let neighbourRequests = 0
+      let neighbourFailed = 0
+      const neighbourStatuses = []
+      const neighbour = (async () => {
+        const history = []
+        const neighbourHeaders = { "anthropic-version": "2023-06-01", "x-claude-code-session-id": "neighbour-" + kind + "-" + run, "x-api-key": token }
+        while (polling && neighbourOn) {
+          if (history.length > 0) history.push({ role: "assistant", content: "ok" })
+          history.push({ role: "user", content: "question " + history.length })
+          const r = await request(baton + "/v1/messages", "POST", JSON.stringify({ model: "claude-bench", max_tokens: 64, stream: true, messages: history }), neighbourHeaders)
+          if (r.status !== 200) { neighbourFailed++; neighbourStatuses.push(r.status) }
+          neighbourWorst = Math.max(neighbourWorst, r.ms)
+          neighbourRequests++
+        }
+      })()
       await new Promise((resolve) => setTimeout(resolve, 50))
       upstreamBytes = 0
       const r = await request(baton + "/v1/messages", "POST", body, headers)
       polling = false
       await poller
-      results.push({ kind, run, bytes: Buffer.byteLength(body), upstreamBytes, ms: r.ms, status: r.status, worst, polls, failed })
+      await neighbour
+      results.push({ kind, run, bytes: Buffer.byteLength(body), upstreamBytes, ms: r.ms, status: r.status, worst, polls, failed, neighbourWorst, neighbourRequests, neighbourFailed, neighbourStatuses })
     }
   }
   server.close()
@@ -127,10 +148,14 @@ interface Result {
   readonly polls: number
   readonly failed: number
   readonly status: number
+  readonly neighbourWorst: number
+  readonly neighbourRequests: number
+  readonly neighbourFailed: number
+  readonly neighbourStatuses: ReadonlyArray<number>
 }
 
 const main = Effect.gen(function*() {
-  const worker = new Worker(workerSource, { eval: true, workerData: { cases, singleMb, many, runs } })
+  const worker = new Worker(workerSource, { eval: true, workerData: { cases, singleMb, many, runs, neighbourOn: process.env["NEIGHBOUR"] !== "off" } })
   yield* Effect.addFinalizer(() => Effect.promise(() => worker.terminate()))
   const upstream = yield* Effect.promise(() => new Promise<string>((resolve) => worker.once("message", (m: { upstream: string }) => resolve(m.upstream))))
   const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-big-"))
@@ -185,7 +210,7 @@ const main = Effect.gen(function*() {
   for (const r of results) {
     const label = r.kind === "single" ? `one message of ${singleMb} MB` : `${many.toLocaleString("en")} messages`
     console.log(
-      `${label.padEnd(22)} run ${r.run}: body ${(r.bytes / 1e6).toFixed(1)} MB (upstream got ${(r.upstreamBytes / 1e6).toFixed(1)} MB)  request ${(r.ms / 1000).toFixed(2).padStart(6)} s (status ${r.status})  worst /healthz ${r.worst.toFixed(0).padStart(6)} ms (${r.polls} polls${r.failed > 0 ? `, ${r.failed} not answered 200` : ""})`
+      `${label.padEnd(22)} run ${r.run}: body ${(r.bytes / 1e6).toFixed(1)} MB (upstream got ${(r.upstreamBytes / 1e6).toFixed(1)} MB)  request ${(r.ms / 1000).toFixed(2).padStart(6)} s (status ${r.status})  worst /healthz ${r.worst.toFixed(0).padStart(6)} ms (${r.polls} polls${r.failed > 0 ? `, ${r.failed} not answered 200` : ""})  worst neighbour request ${r.neighbourWorst.toFixed(0).padStart(6)} ms (${r.neighbourRequests} requests${r.neighbourFailed > 0 ? `, ${r.neighbourFailed} not answered 200: ${r.neighbourStatuses.join(", ")}` : ""})`
     )
   }
 })

@@ -30,10 +30,11 @@ import {
   type ToolWait
 } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
+import { TokenCounter } from "@baton/context"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Duration, Effect, Option, ParseResult, Schema } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
-import { ItemLog, type NewItem } from "./ItemLog.js"
+import { ItemLog, type NewItem, withCountsFrom } from "./ItemLog.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { RunLifecycle } from "./RunLifecycle.js"
 import * as Span from "./internal/Span.js"
@@ -84,6 +85,24 @@ export const resultsProblem = (calls: ReadonlyArray<OpenToolCall>, results: Read
 
 const toPending = (i: NewItem): PendingItem => ({ ...i })
 const fromPending = (i: PendingItem): NewItem => ({ ...i })
+
+/**
+ * One `tool_result` item per open call of `wait`, in the calls' order: the client's result for it, else an error
+ * result `fallback`.
+ */
+const answersOf = (wait: ToolWait, results: ReadonlyArray<ToolResult>, fallback: string): ReadonlyArray<NewItem> =>
+  wait.calls.map((c) => {
+    const r = results.find((x) => x.toolCallId === c.toolCallId)
+    return {
+      kind: "tool_result",
+      text: r?.output ?? fallback,
+      toolCallId: c.toolCallId,
+      toolName: c.name === "" ? null : c.name,
+      messageId: null,
+      isError: r === undefined ? true : r.isError,
+      toolCallState: null
+    }
+  })
 
 export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/orchestration/ClientToolWaits", {
   effect: Effect.gen(function*() {
@@ -141,26 +160,16 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
       results: ReadonlyArray<ToolResult>,
       source: "client" | "deadline" | "interrupt",
       callState: "answered" | "dangling" | "interrupted",
-      fallback: string
+      fallback: string,
+      /** Items counted ahead (`ItemLog.countAhead`, before the caller's unit of work): their counts are taken. */
+      ahead: ReadonlyArray<NewItem> = []
     ) =>
       Effect.gen(function*() {
         const open = new Set<string>(wait.calls.map((c) => c.toolCallId))
         const calls = wait.held.map(fromPending).map((i) =>
           i.kind === "tool_call" && i.toolCallId !== null && open.has(i.toolCallId) ? { ...i, toolCallState: callState } : i
         )
-        const answers: ReadonlyArray<NewItem> = wait.calls.map((c) => {
-          const r = results.find((x) => x.toolCallId === c.toolCallId)
-          return {
-            kind: "tool_result",
-            text: r?.output ?? fallback,
-            toolCallId: c.toolCallId,
-            toolName: c.name === "" ? null : c.name,
-            messageId: null,
-            isError: r === undefined ? true : r.isError,
-            toolCallState: null
-          }
-        })
-        yield* itemLog.append(run.threadId, run.id, [...calls, ...answers])
+        yield* itemLog.append(run.threadId, run.id, [...calls, ...withCountsFrom(ahead, answersOf(wait, results, fallback))])
         yield* store.appendEvent({ threadId: run.threadId, type: "run.tool_results_recorded", payload: {
           runId: run.id,
           round: wait.round,
@@ -181,6 +190,13 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
       yield* Schema.validate(Commands.SubmitToolResults)(command).pipe(
         Effect.mapError((e) => new InvalidRequest({ reason: ParseResult.ArrayFormatter.formatErrorSync(e).map((i) => i.message).join("; ") }))
       )
+      // Long results are counted before the unit of work, for the calls of the wait as read now (under the lock the
+      // counts of the answers that render alike are taken): a 2 MiB result took about a second to count, which every
+      // other thread's writes waited out on SQLite. Only then is the wait read twice.
+      const ahead = command.results.some((r) => r.output.length > TokenCounter.sliceChars)
+        ? yield* Effect.flatMap(store.getToolWait(command.runId), (w) =>
+          w._tag === "None" ? Effect.succeed([]) : itemLog.countAhead(answersOf(w.value, command.results, "")))
+        : []
       return yield* uow.thread(command.threadId, "ClientToolWaits.submit")(Effect.gen(function*() {
         const key = CommandReceipts.keyOf(command, command.threadId)
         const seen = yield* CommandReceipts.find(store, key)
@@ -199,7 +215,7 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
         }
         const problem = resultsProblem(wait.value.calls, command.results)
         if (problem !== null) return yield* new InvalidRequest({ reason: `run ${run.id}: ${problem}` })
-        yield* record(run, wait.value, command.results, "client", "answered", "")
+        yield* record(run, wait.value, command.results, "client", "answered", "", ahead)
         const ordered = wait.value.calls.map((c) => command.results.find((r) => r.toolCallId === c.toolCallId)!)
         yield* store.putToolWait({ ...wait.value, state: "answered", results: ordered, updatedAt: yield* DateTime.now })
         return yield* CommandReceipts.write(store, key, SubmitReceipt, accepted)

@@ -42,7 +42,7 @@ import * as Crypto from "node:crypto"
 import { DriverRegistry } from "./DriverRegistry.js"
 import * as GatewayMemo from "./GatewayMemo.js"
 import { IdGenerator } from "./IdGenerator.js"
-import { ItemLog, type NewItem } from "./ItemLog.js"
+import { ItemLog, type NewItem, withCountsFrom } from "./ItemLog.js"
 import * as RunCosts from "./RunCosts.js"
 import { RunLifecycle } from "./RunLifecycle.js"
 import * as Span from "./internal/Span.js"
@@ -689,6 +689,25 @@ const replyItems = (wire: Wire, reply: Reply, prompt: number, seq: number): Read
   return storable(reply.messages.flatMap((r, i) => wire.itemsOf(r.message, r.id ?? `${wire.roleOf(r.message)}@reply${seq}.${prompt + i}`, names)))
 }
 
+/**
+ * The items a request likely stores, for `ItemLog.countAhead` before its unit of work: its messages after the prefix
+ * it shares with `storedPrints` (the conversation's baseline as last read; what `begin` finds under the lock may differ,
+ * and then only the counts of items that render alike are used), and an answer recorded with it. Only their counts
+ * matter (message ids are left empty: no item's render shows one).
+ */
+const likelyItems = (
+  wire: Wire,
+  messages: ReadonlyArray<unknown>,
+  storedPrints: ReadonlyArray<string>,
+  prints: ReadonlyArray<string>,
+  outcome: Outcome | undefined
+): ReadonlyArray<NewItem> => {
+  const fresh = messages.slice(sharedPrefix(storedPrints, prints))
+  const names = wire.toolNamesOf(messages)
+  const request = storable(fresh.flatMap((m) => wire.itemsOf(m, "", names)))
+  return outcome?._tag === "completed" ? [...request, ...replyItems(wire, outcome.reply, prints.length, 0)] : request
+}
+
 /** `text` as it can be stored: `Text.toStorableText` of it, `null` kept. */
 const storableOrNull = (text: string | null) => text === null ? null : Text.toStorableText(text)
 
@@ -912,7 +931,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
        * (`updateIfUnchanged`, the read folded into the write), else the unit of work is rolled back (`StaleConversation`)
        * and made again reading the row (another process wrote it since).
        */
-      const record = (trusted: GatewayConversations.Conversation | undefined) => Effect.gen(function*() {
+      const record = (trusted: GatewayConversations.Conversation | undefined, ahead: ReadonlyArray<NewItem>) => Effect.gen(function*() {
         const conversation = trusted ?? Option.getOrElse(yield* conversations.find(key), () => created)
         const stored = conversation.baseline
         const prefix = sharedPrefix(stored.prints, prints)
@@ -988,14 +1007,14 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           } })
         }
         const names = wire.toolNamesOf(request.messages)
-        const requestItems = storable(fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names)))
+        const requestItems = withCountsFrom(ahead, storable(fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))))
         // An answer recorded with the request (`outcome`), without hidden rounds: its reply's items are appended with
         // the request's (one append) and its prints join the baseline here.
         // A retry's answer equal to the reply recorded for the request it repeats is not stored again.
         const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
           ? {
             baseline: replyBaseline(wire, { prints, content }, outcome.reply),
-            items: sameReply(wire, retried, outcome.reply) ? [] : replyItems(wire, outcome.reply, prints.length, run.seq)
+            items: sameReply(wire, retried, outcome.reply) ? [] : withCountsFrom(ahead, replyItems(wire, outcome.reply, prints.length, run.seq))
           }
           : null
         const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
@@ -1037,9 +1056,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"), (e) => written(key, e))
       const trusted = keeps && !pending.has(key) ? kept.get(key) : undefined
+      // The long items the request likely stores, counted before the unit of work (`ItemLog.countAhead`): which of its
+      // messages are new is known for sure only under the lock, so those after what the conversation held when last
+      // read are counted here (and an answer recorded with it), and the unit of work takes the counts of the items
+      // that render alike. A 20 MB message was counted for seconds under the lock: on SQLite (one connection) every
+      // other conversation's and thread's writes waited that out.
+      const ahead = yield* itemLog.countAhead(likelyItems(wire, request.messages, (trusted ?? created).baseline.prints, prints, outcome))
       return yield* trusted === undefined
-        ? record(undefined)
-        : Effect.catchTag(record(trusted), "StaleConversation", () => record(undefined))
+        ? record(undefined, ahead)
+        : Effect.catchTag(record(trusted, ahead), "StaleConversation", () => record(undefined, ahead))
     })
 
     /**
@@ -1049,11 +1074,12 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
      * the conversation's record). Fails with `PersistenceError` or `ConcurrentModification`.
      */
     const complete = (begun: Begun, reply: Reply, expansion?: Expansion | ReadonlyArray<Expansion>) =>
-      completeIn(begun, reply, expansion, null, false, null).pipe(
-        uow.thread(begun.threadId, "GatewayThreads.complete"),
-        (e) => written(begun.conversationKey, e),
-        Span.withSpan("GatewayThreads.complete")
-      )
+      // The reply's long items counted before the unit of work (`ItemLog.countAhead`), not under its lock.
+      Effect.flatMap(itemLog.countAhead(replyItems(begun.wire, reply, begun.fingerprints.length, begun.run.seq)), (counted) =>
+        completeIn(begun, reply, expansion, null, false, null, counted).pipe(
+          uow.thread(begun.threadId, "GatewayThreads.complete"),
+          (e) => written(begun.conversationKey, e)
+        )).pipe(Span.withSpan("GatewayThreads.complete"))
 
     /**
      * `complete`'s record, in the caller's unit of work; `joined`: the reply's items as `begin` stored them, its prints
@@ -1067,7 +1093,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       expansion: Expansion | ReadonlyArray<Expansion> | undefined,
       joined: ReadonlyArray<Item> | null,
       written: boolean,
-      collect: Array<NewThreadEvent> | null
+      collect: Array<NewThreadEvent> | null,
+      /** The reply's items (`replyItems`), their long ones counted, when the caller counted them ahead. */
+      counted?: ReadonlyArray<NewItem>
     ) =>
       Effect.gen(function*() {
         const expanded = expansionsOf(expansion)
@@ -1127,7 +1155,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             }
           }
           if (!same) {
-            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, replyItems(wire, reply, begun.fingerprints.length, begun.run.seq))
+            const staged = yield* itemLog.stage(begun.threadId, begun.run.id, counted ?? replyItems(wire, reply, begun.fingerprints.length, begun.run.seq))
             stored = staged.items
             if (staged.event !== null) events.push(staged.event)
           }

@@ -19,6 +19,38 @@ export interface NewItem {
   readonly messageId: string | null
   readonly isError: boolean
   readonly toolCallState: ToolCallState | null
+  /**
+   * The item's token count, when the caller counted it ahead (`ItemLog.countAhead`), outside its unit of work: what
+   * `stage` would count (`Render.itemTokens` of the item as stored, `seq` 0). Absent: `stage` counts it.
+   */
+  readonly tokens?: number
+}
+
+/** Whether `a` and `b` render alike (`Render.renderItem` reads these fields): the same count. */
+const rendersAlike = (a: NewItem, b: NewItem): boolean =>
+  a.text === b.text && a.kind === b.kind && a.toolName === b.toolName && a.toolCallId === b.toolCallId &&
+  a.isError === b.isError && a.toolCallState === b.toolCallState
+
+/**
+ * `items` with the counts `ahead` holds for items that render alike (`ahead`: items `countAhead` returned, perhaps
+ * built again since from the same request); the others as they are. For a caller that can only tell under its unit
+ * of work's lock which items it stores (the gateway: the request's messages after what its conversation already
+ * holds), having counted the likely ones before it. Linear in the items; compares texts only of the same length.
+ */
+export const withCountsFrom = (ahead: ReadonlyArray<NewItem>, items: ReadonlyArray<NewItem>): ReadonlyArray<NewItem> => {
+  const byLength = new Map<number, Array<NewItem>>()
+  for (const a of ahead) {
+    if (a.tokens === undefined) continue
+    const same = byLength.get(a.text.length)
+    if (same === undefined) byLength.set(a.text.length, [a])
+    else same.push(a)
+  }
+  if (byLength.size === 0) return items
+  return items.map((i) => {
+    if (i.tokens !== undefined) return i
+    const found = byLength.get(i.text.length)?.find((a) => rendersAlike(a, i))
+    return found === undefined ? i : { ...i, tokens: found.tokens! }
+  })
 }
 
 export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/ItemLog", {
@@ -26,6 +58,21 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
     const counter = yield* TokenCounter.TokenCounter
+
+    /**
+     * `items` with each long one (text over `TokenCounter.sliceChars` characters) counted now, set as its `tokens`
+     * (`Render.itemTokens` of the item with `seq` 0, as `stage` counts it; the event loop handed back between its
+     * stretches). For callers to run before their unit of work: `stage` then takes the count as given. A request that
+     * stored 20 MB of text counted it for seconds under its unit of work's lock, and on SQLite (one connection) every
+     * other thread's writes waited that out. Short items are left to `stage` (a synchronous count of microseconds).
+     */
+    const countAhead = (items: ReadonlyArray<NewItem>): Effect.Effect<ReadonlyArray<NewItem>> =>
+      items.every((p) => p.tokens !== undefined || p.text.length <= TokenCounter.sliceChars)
+        ? Effect.succeed(items)
+        : Effect.forEach(items, (p) =>
+          p.tokens !== undefined || p.text.length <= TokenCounter.sliceChars
+            ? Effect.succeed(p)
+            : Effect.map(Render.itemTokensYielding(counter, { ...p, id: "", seq: 0 }), (tokens): NewItem => ({ ...p, tokens })))
 
     /**
      * `append` without its event: the items are written and their `items.appended` event is returned for the caller
@@ -58,8 +105,10 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
           toolCallState: p.toolCallState,
           createdAt
         }
-        // Only a long text takes the yielding count (the same number): a turn's usual items stay synchronous.
-        const tokens = base.text.length > TokenCounter.sliceChars ? yield* Render.itemTokensYielding(counter, base) : Render.itemTokens(counter, base)
+        // Counted ahead by the caller (outside its unit of work), else here; only a long text takes the yielding count
+        // (the same number): a turn's usual items stay synchronous.
+        const tokens = p.tokens ??
+          (base.text.length > TokenCounter.sliceChars ? yield* Render.itemTokensYielding(counter, base) : Render.itemTokens(counter, base))
         built.push({ ...base, tokens })
       }
       // One statement: the rows and their `seq` (after the thread's last item), no read of the last `seq` first.
@@ -82,6 +131,6 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
         Span.withSpan("ItemLog.append")
       )
 
-    return { append, stage }
+    return { append, countAhead, stage }
   })
 }) {}

@@ -45,7 +45,7 @@ import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { RunRecovery } from "./RunRecovery.js"
 import { type ClaimedRun, type ReceiptCompletion, TurnExecution } from "./TurnExecution.js"
 import { IdGenerator } from "./IdGenerator.js"
-import { ItemLog } from "./ItemLog.js"
+import { ItemLog, type NewItem } from "./ItemLog.js"
 import { promptItem } from "./RunLifecycle.js"
 import { notCompacted, ThreadCompaction } from "./ThreadCompaction.js"
 import { ThreadLineage } from "./ThreadLineage.js"
@@ -247,8 +247,21 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
      * under the lock. With an unfinished run ahead, `behind` queues the run behind it (`claimed` null), else the
      * command fails with `RunInProgress`.
      */
-    const queueRun = Span.fn("ThreadService.queueRun")(function*(command: Commands.SendMessage, behind: boolean, claim = false) {
-      yield* validateCommand(Commands.SendMessage, command)
+    const queueRun = (command: Commands.SendMessage, behind: boolean, claim = false) =>
+      Effect.gen(function*() {
+        yield* validateCommand(Commands.SendMessage, command)
+        // A long prompt is counted before the unit of work (a 2 MiB message took about a second, which every other
+        // thread's writes waited out on SQLite); the rest of the prompt item's recording is in it.
+        const [prompt] = claim ? yield* itemLog.countAhead([promptItem(command.text)]) : [undefined]
+        return yield* queueRunLocked(command, behind, claim, prompt)
+      })
+
+    const queueRunLocked = Span.fn("ThreadService.queueRun")(function*(
+      command: Commands.SendMessage,
+      behind: boolean,
+      claim: boolean,
+      counted: NewItem | undefined
+    ) {
       // The command is recorded with the run it creates, in this transaction, first thing (one statement: written
       // unless the id was seen before): a retry after a crash finds the run instead of queueing a second one. A
       // failure below (no thread, a run in progress, an unknown provider) rolls the receipt back with the rest. The
@@ -303,7 +316,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // The prompt joins the thread's items when the run leaves `queued` (RunLifecycle): at once when claimed here,
       // else when the driver starts it (or it ends unstarted), after the items of the runs before it.
       // Its `items.appended` event and `run.queued` in one statement, in that order.
-      const prompt = claimNow ? (yield* itemLog.stage(thread.id, run.id, [promptItem(command.text)])).event : null
+      const prompt = claimNow ? (yield* itemLog.stage(thread.id, run.id, [counted ?? promptItem(command.text)])).event : null
       yield* store.appendEvents([
         ...(prompt === null ? [] : [prompt]),
         { threadId: thread.id, type: "run.queued", payload: { runId: run.id, seq: run.seq, providerThreadId: providerThread.id }, commandId: command.commandId }

@@ -1,0 +1,180 @@
+/**
+ * Long texts are counted before the unit of work that stores them, not under its lock (`ItemLog.countAhead`), on SQLite
+ * and Postgres. A gateway request holding a 20 MB message counted it for seconds inside `GatewayThreads.begin`'s unit
+ * of work; on SQLite (one connection) every other conversation's and thread's writes waited that out. The same held
+ * for a long reply (`complete`) and a long message sent through the API (`sendMessage`).
+ *
+ * A long text (over `TokenCounter.sliceChars` characters) is counted in stretches (`counter.stretches`); the test
+ * records, for each such call, whether a transaction was open (a tracer counting open `sql.transaction` spans), and
+ * checks the stored counts are the ones `stage` would have made.
+ */
+import { type ClientTool, Commands, type CommandId, type ProviderInstance, type RunId, type ThreadId, type ToolCallId } from "@baton/contracts"
+import { Render, type TokenCounter } from "@baton/context"
+import { GatewayThreads, RunDriver, ThreadService } from "@baton/orchestration"
+import { ThreadStore } from "@baton/persistence"
+import { Harness } from "@baton/testing"
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Layer, Tracer } from "effect"
+
+/** Open `sql.transaction` spans, and for each long text counted, whether one was open. */
+const tracked = { open: 0, counts: [] as Array<{ readonly chars: number; readonly inTransaction: boolean }> }
+const tracer = Tracer.make({
+  span: (name, parent, context, links, startTime, kind) => {
+    if (name === "sql.transaction") tracked.open++
+    return {
+      _tag: "Span", name, spanId: "s", traceId: "t", parent, context, status: { _tag: "Started", startTime },
+      attributes: new Map(), links: [...links], sampled: true, kind,
+      end: () => {
+        if (name === "sql.transaction") tracked.open--
+      },
+      attribute: () => {}, event: () => {}, addLinks: () => {}
+    }
+  },
+  context: (f) => f()
+})
+
+/** Runs `effect` with `counter.stretches` recording each long count and whether a transaction was open. */
+const watching = <A, E, R>(counter: TokenCounter.TokenCounterShape, effect: Effect.Effect<A, E, R>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => {
+      const original = counter.stretches!
+      tracked.counts = []
+      ;(counter as { stretches: (text: string) => ReadonlyArray<string> }).stretches = (text) => {
+        tracked.counts.push({ chars: text.length, inTransaction: tracked.open > 0 })
+        return original(text)
+      }
+      return original
+    }),
+    () => effect,
+    (original) => Effect.sync(() => void ((counter as { stretches: (text: string) => ReadonlyArray<string> }).stretches = original))
+  )
+
+/** About `chars` characters of a command's output: lines of words and numbers. */
+const longText = (chars: number, seed: number) => {
+  const lines: Array<string> = []
+  let n = 0
+  for (let i = 0; n < chars; i++) {
+    const line = `line ${i * 7919 + seed} of a long output: ${(i * 2654435761) % 1000003}\n`
+    lines.push(line)
+    n += line.length
+  }
+  return lines.join("").slice(0, chars)
+}
+
+const wire = GatewayThreads.anthropicMessages
+const gatewayRequest = (session: string, messages: ReadonlyArray<unknown>) => ({
+  wire,
+  session,
+  agent: "Claude Code",
+  system: [{ type: "text", text: "You are a coding agent." }],
+  messages,
+  model: "claude-x",
+  providerInstance: "anthropic" as ProviderInstance,
+  contextWindow: 1_000_000,
+  prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75, output: 15 },
+  offload: { offloaded: [], flush: null }
+})
+
+/** The thread's items of `chars` characters have the count `ItemLog.stage` makes (`Render.itemTokens`, `seq` 0). */
+const expectCounted = (counter: TokenCounter.TokenCounterShape, threadId: ThreadId, chars: number) =>
+  Effect.gen(function*() {
+    const items = (yield* (yield* ThreadStore).listItems(threadId)).filter((i) => i.text.length === chars)
+    expect(items).toHaveLength(1)
+    expect(items[0]!.tokens).toBe(Render.itemTokens(counter, { ...items[0]!, seq: 0 }))
+  })
+
+describe.each(Harness.dialects)("long texts are counted outside the unit of work on %s", (_label, db) => {
+  it.live("a gateway request's long message and its long reply", () => {
+    const h = Harness.make([{ name: "anthropic", window: 1_000_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const message = longText(100_000, 1)
+      const reply = longText(60_000, 2)
+      const begun = yield* watching(
+        h.counter,
+        threads.begin(gatewayRequest("long-message", [{ role: "user", content: [{ type: "text", text: message }] }]))
+      )
+      expect(tracked.counts.filter((c) => c.chars >= message.length)).not.toEqual([])
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      yield* watching(
+        h.counter,
+        threads.complete(begun, { messages: [{ id: "msg_long", message: { role: "assistant", content: [{ type: "text", text: reply }] } }], tokens: null })
+      )
+      expect(tracked.counts.filter((c) => c.chars >= reply.length)).not.toEqual([])
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      yield* expectCounted(h.counter, begun.threadId, message.length)
+      yield* expectCounted(h.counter, begun.threadId, reply.length)
+      // The conversation's next request: only its new message is counted (ahead), the stored history not again.
+      const next = longText(30_000, 3)
+      yield* watching(
+        h.counter,
+        threads.begin(gatewayRequest("long-message", [
+          { role: "user", content: [{ type: "text", text: message }] },
+          { role: "assistant", content: [{ type: "text", text: reply }] },
+          { role: "user", content: [{ type: "text", text: next }] }
+        ]))
+      )
+      expect(tracked.counts.map((c) => c.chars >= next.length && c.chars < reply.length)).toEqual([true])
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      yield* expectCounted(h.counter, begun.threadId, next.length)
+    }).pipe(Effect.withTracer(tracer), Effect.provide(h.layer))
+  })
+
+  it.live("a long message sent through the service", () => {
+    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const o = yield* Harness.ops
+      const threadId = yield* o.create("claude")
+      const prompt = longText(80_000, 4)
+      h.script.enqueue(Harness.reply(20))
+      const sent = yield* watching(h.counter, o.send(threadId, prompt))
+      expect(sent.status).toBe("completed")
+      expect(tracked.counts.filter((c) => c.chars >= prompt.length)).not.toEqual([])
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      yield* expectCounted(h.counter, threadId, prompt.length)
+    }).pipe(Effect.withTracer(tracer), Effect.provide(h.layer))
+  })
+
+  it.live("a client tool's long result", () => {
+    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }], { db })
+    const readFile: ClientTool = {
+      name: "read_file",
+      description: "Reads a file of the workspace",
+      inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
+    }
+    return Effect.gen(function*() {
+      const service = yield* ThreadService.ThreadService
+      const driver = yield* RunDriver.RunDriver
+      const store = yield* ThreadStore
+      const threadId = yield* service.createThread(Commands.CreateThread.make({
+        commandId: "cmd_count_tools_1" as CommandId,
+        title: "tools",
+        providerInstance: "claude" as ProviderInstance,
+        tools: [readFile]
+      }))
+      h.script.enqueue({ items: [Harness.produced("tool_call", JSON.stringify({ path: "big.log" }), { toolCallId: "call_big", toolName: "read_file", messageId: "msg_1" })] })
+      h.script.enqueue({ items: [Harness.produced("assistant_message", "Read it.", { messageId: "msg_2" })] })
+      const accepted = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_count_tools_2" as CommandId, threadId, text: "Read big.log" }))
+      const waiting = (runId: RunId) =>
+        Effect.gen(function*() {
+          for (;;) {
+            const run = yield* store.getRun(runId)
+            if (run._tag === "Some" && run.value.status === "waiting") return
+            yield* Effect.sleep(Duration.millis(10))
+          }
+        }).pipe(Effect.timeout("10 seconds"))
+      yield* waiting(accepted.runId)
+      const output = longText(70_000, 5)
+      yield* watching(h.counter, driver.submitToolResults(Commands.SubmitToolResults.make({
+        commandId: "cmd_count_tools_3" as CommandId,
+        threadId,
+        runId: accepted.runId,
+        results: [{ toolCallId: "call_big" as ToolCallId, output, isError: false }]
+      })))
+      expect(tracked.counts.filter((c) => c.chars >= output.length)).not.toEqual([])
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      expect((yield* driver.awaitRun(accepted.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
+      yield* expectCounted(h.counter, threadId, output.length)
+    }).pipe(Effect.withTracer(tracer), Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
+  })
+})
