@@ -690,10 +690,10 @@ const replyItems = (wire: Wire, reply: Reply, prompt: number, seq: number): Read
 }
 
 /**
- * The items a request likely stores, for `ItemLog.countAhead` before its unit of work: its messages after the prefix
- * it shares with `storedPrints` (the conversation's baseline as last read; what `begin` finds under the lock may differ,
- * and then only the counts of items that render alike are used), and an answer recorded with it. Only their counts
- * matter (message ids are left empty: no item's render shows one).
+ * The items a request likely stores, for `ItemLog.countAhead` before its unit of work: its messages' items after the
+ * prefix it shares with `storedPrints` (the conversation's baseline as last read; what `begin` finds under the lock may
+ * differ, and then only the counts of items that render alike are used), and an answer's recorded with it (`reply`).
+ * Only their counts matter (message ids are left empty: no item's render shows one).
  */
 const likelyItems = (
   wire: Wire,
@@ -701,11 +701,13 @@ const likelyItems = (
   storedPrints: ReadonlyArray<string>,
   prints: ReadonlyArray<string>,
   outcome: Outcome | undefined
-): ReadonlyArray<NewItem> => {
+): { readonly request: ReadonlyArray<NewItem>; readonly reply: ReadonlyArray<NewItem> } => {
   const fresh = messages.slice(sharedPrefix(storedPrints, prints))
   const names = wire.toolNamesOf(messages)
-  const request = storable(fresh.flatMap((m) => wire.itemsOf(m, "", names)))
-  return outcome?._tag === "completed" ? [...request, ...replyItems(wire, outcome.reply, prints.length, 0)] : request
+  return {
+    request: storable(fresh.flatMap((m) => wire.itemsOf(m, "", names))),
+    reply: outcome?._tag === "completed" ? replyItems(wire, outcome.reply, prints.length, 0) : []
+  }
 }
 
 /** `text` as it can be stored: `Text.toStorableText` of it, `null` kept. */
@@ -931,7 +933,10 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
        * (`updateIfUnchanged`, the read folded into the write), else the unit of work is rolled back (`StaleConversation`)
        * and made again reading the row (another process wrote it since).
        */
-      const record = (trusted: GatewayConversations.Conversation | undefined, ahead: ReadonlyArray<NewItem>) => Effect.gen(function*() {
+      const record = (
+        trusted: GatewayConversations.Conversation | undefined,
+        ahead: { readonly request: ReadonlyArray<NewItem>; readonly reply: ReadonlyArray<NewItem> }
+      ) => Effect.gen(function*() {
         const conversation = trusted ?? Option.getOrElse(yield* conversations.find(key), () => created)
         const stored = conversation.baseline
         const prefix = sharedPrefix(stored.prints, prints)
@@ -1007,14 +1012,14 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           } })
         }
         const names = wire.toolNamesOf(request.messages)
-        const requestItems = withCountsFrom(ahead, storable(fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))))
+        const requestItems = withCountsFrom(ahead.request, storable(fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))))
         // An answer recorded with the request (`outcome`), without hidden rounds: its reply's items are appended with
         // the request's (one append) and its prints join the baseline here.
         // A retry's answer equal to the reply recorded for the request it repeats is not stored again.
         const joined = outcome?._tag === "completed" && expansionsOf(outcome.expansion).length === 0 && outcome.reply.messages.length > 0
           ? {
             baseline: replyBaseline(wire, { prints, content }, outcome.reply),
-            items: sameReply(wire, retried, outcome.reply) ? [] : withCountsFrom(ahead, replyItems(wire, outcome.reply, prints.length, run.seq))
+            items: sameReply(wire, retried, outcome.reply) ? [] : withCountsFrom(ahead.reply, replyItems(wire, outcome.reply, prints.length, run.seq))
           }
           : null
         const staged = yield* itemLog.stage(threadId, run.id, joined === null ? requestItems : [...requestItems, ...joined.items])
@@ -1056,12 +1061,13 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         return begun
       }).pipe(uow.thread(threadId, "GatewayThreads.begin"), (e) => written(key, e))
       const trusted = keeps && !pending.has(key) ? kept.get(key) : undefined
-      // The long items the request likely stores, counted before the unit of work (`ItemLog.countAhead`): which of its
+      // The items the request likely stores, counted before the unit of work (`ItemLog.countAhead`): which of its
       // messages are new is known for sure only under the lock, so those after what the conversation held when last
       // read are counted here (and an answer recorded with it), and the unit of work takes the counts of the items
-      // that render alike. A 20 MB message was counted for seconds under the lock: on SQLite (one connection) every
-      // other conversation's and thread's writes waited that out.
-      const ahead = yield* itemLog.countAhead(likelyItems(wire, request.messages, (trusted ?? created).baseline.prints, prints, outcome))
+      // that render alike. A 20 MB message, or 100,000 short ones, were counted for seconds under the lock: on SQLite
+      // (one connection) every other conversation's and thread's writes waited that out.
+      const likely = likelyItems(wire, request.messages, (trusted ?? created).baseline.prints, prints, outcome)
+      const ahead = { request: yield* itemLog.countAhead(likely.request), reply: yield* itemLog.countAhead(likely.reply) }
       return yield* trusted === undefined
         ? record(undefined, ahead)
         : Effect.catchTag(record(trusted, ahead), "StaleConversation", () => record(undefined, ahead))

@@ -35,23 +35,43 @@ const rendersAlike = (a: NewItem, b: NewItem): boolean =>
  * `items` with the counts `ahead` holds for items that render alike (`ahead`: items `countAhead` returned, perhaps
  * built again since from the same request); the others as they are. For a caller that can only tell under its unit
  * of work's lock which items it stores (the gateway: the request's messages after what its conversation already
- * holds), having counted the likely ones before it. Linear in the items; compares texts only of the same length.
+ * holds), having counted the likely ones before it. `items` is matched to `ahead` from the end (the usual case: the
+ * same items, or their newest part), then each item not matched so is looked up among `ahead`'s long items by its
+ * text's length. Linear in the items.
  */
 export const withCountsFrom = (ahead: ReadonlyArray<NewItem>, items: ReadonlyArray<NewItem>): ReadonlyArray<NewItem> => {
+  if (ahead.length === 0 || items.length === 0) return items
+  const out = [...items]
+  // From the end, while the two render alike.
+  let matched = 0
+  while (matched < out.length && matched < ahead.length) {
+    const a = ahead[ahead.length - 1 - matched]!
+    const i = out[out.length - 1 - matched]!
+    if (!rendersAlike(a, i)) break
+    if (i.tokens === undefined && a.tokens !== undefined) out[out.length - 1 - matched] = { ...i, tokens: a.tokens }
+    matched++
+  }
+  if (matched === out.length) return out
+  // The rest: long items only (few, and the only ones that take long to count), by their text's length.
   const byLength = new Map<number, Array<NewItem>>()
   for (const a of ahead) {
-    if (a.tokens === undefined) continue
+    if (a.tokens === undefined || a.text.length <= TokenCounter.sliceChars) continue
     const same = byLength.get(a.text.length)
     if (same === undefined) byLength.set(a.text.length, [a])
     else same.push(a)
   }
-  if (byLength.size === 0) return items
-  return items.map((i) => {
-    if (i.tokens !== undefined) return i
+  if (byLength.size === 0) return out
+  for (let k = 0; k < out.length - matched; k++) {
+    const i = out[k]!
+    if (i.tokens !== undefined) continue
     const found = byLength.get(i.text.length)?.find((a) => rendersAlike(a, i))
-    return found === undefined ? i : { ...i, tokens: found.tokens! }
-  })
+    if (found !== undefined) out[k] = { ...i, tokens: found.tokens! }
+  }
+  return out
 }
+
+/** How many items `countAhead` counts in one go before it hands the event loop back. */
+const countAheadBatch = 256
 
 export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/ItemLog", {
   effect: Effect.gen(function*() {
@@ -60,19 +80,31 @@ export class ItemLog extends Effect.Service<ItemLog>()("@baton/orchestration/Ite
     const counter = yield* TokenCounter.TokenCounter
 
     /**
-     * `items` with each long one (text over `TokenCounter.sliceChars` characters) counted now, set as its `tokens`
-     * (`Render.itemTokens` of the item with `seq` 0, as `stage` counts it; the event loop handed back between its
-     * stretches). For callers to run before their unit of work: `stage` then takes the count as given. A request that
-     * stored 20 MB of text counted it for seconds under its unit of work's lock, and on SQLite (one connection) every
-     * other thread's writes waited that out. Short items are left to `stage` (a synchronous count of microseconds).
+     * `items` counted now, each count set as its `tokens` (`Render.itemTokens` of the item with `seq` 0, as `stage`
+     * counts it), for callers to run before their unit of work: `stage` then takes the counts as given. Counted: each
+     * long item (text over `TokenCounter.sliceChars` characters, the event loop handed back between its stretches),
+     * and every item when there are more than 256 (the event loop handed back every 256). A request that stored 20
+     * MB of text, or 100,000 messages, counted them for seconds under its unit of work's lock, and on SQLite (one
+     * connection) every other thread's writes waited that out. A few short items are left to `stage` (a synchronous
+     * count of microseconds).
      */
-    const countAhead = (items: ReadonlyArray<NewItem>): Effect.Effect<ReadonlyArray<NewItem>> =>
-      items.every((p) => p.tokens !== undefined || p.text.length <= TokenCounter.sliceChars)
-        ? Effect.succeed(items)
-        : Effect.forEach(items, (p) =>
-          p.tokens !== undefined || p.text.length <= TokenCounter.sliceChars
-            ? Effect.succeed(p)
-            : Effect.map(Render.itemTokensYielding(counter, { ...p, id: "", seq: 0 }), (tokens): NewItem => ({ ...p, tokens })))
+    const countAhead = (items: ReadonlyArray<NewItem>): Effect.Effect<ReadonlyArray<NewItem>> => {
+      const all = items.length > countAheadBatch
+      const wanted = (p: NewItem) => p.tokens === undefined && (all || p.text.length > TokenCounter.sliceChars)
+      if (!items.some(wanted)) return Effect.succeed(items)
+      return Effect.suspend(() => {
+        const out = [...items]
+        return Effect.forEach(out, (p, k) => {
+          if (!wanted(p)) return Effect.void
+          const renderable = { ...p, id: "", seq: 0 }
+          if (p.text.length > TokenCounter.sliceChars) {
+            return Effect.map(Render.itemTokensYielding(counter, renderable), (tokens) => void (out[k] = { ...p, tokens }))
+          }
+          out[k] = { ...p, tokens: Render.itemTokens(counter, renderable) }
+          return k % countAheadBatch === countAheadBatch - 1 ? Effect.yieldNow() : Effect.void
+        }, { discard: true }).pipe(Effect.as(out as ReadonlyArray<NewItem>))
+      })
+    }
 
     /**
      * `append` without its event: the items are written and their `items.appended` event is returned for the caller

@@ -9,15 +9,15 @@
  * checks the stored counts are the ones `stage` would have made.
  */
 import { type ClientTool, Commands, type CommandId, type ProviderInstance, type RunId, type ThreadId, type ToolCallId } from "@baton/contracts"
-import { Render, type TokenCounter } from "@baton/context"
-import { GatewayThreads, RunDriver, ThreadService } from "@baton/orchestration"
+import { Render, TokenCounter } from "@baton/context"
+import { GatewayThreads, ItemLog, RunDriver, ThreadService } from "@baton/orchestration"
 import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Layer, Tracer } from "effect"
+import { Duration, Effect, FastCheck as fc, Layer, Tracer } from "effect"
 
 /** Open `sql.transaction` spans, and for each long text counted, whether one was open. */
-const tracked = { open: 0, counts: [] as Array<{ readonly chars: number; readonly inTransaction: boolean }> }
+const tracked = { open: 0, counts: [] as Array<{ readonly chars: number; readonly inTransaction: boolean }>, countsInTransaction: 0 }
 const tracer = Tracer.make({
   span: (name, parent, context, links, startTime, kind) => {
     if (name === "sql.transaction") tracked.open++
@@ -33,20 +33,31 @@ const tracer = Tracer.make({
   context: (f) => f()
 })
 
-/** Runs `effect` with `counter.stretches` recording each long count and whether a transaction was open. */
+type Writable = { stretches: (text: string) => ReadonlyArray<string>; count: (text: string) => number }
+
+/**
+ * Runs `effect` with `counter.stretches` recording each long count and whether a transaction was open, and
+ * `counter.count` the number of counts made in one (`tracked.countsInTransaction`).
+ */
 const watching = <A, E, R>(counter: TokenCounter.TokenCounterShape, effect: Effect.Effect<A, E, R>) =>
   Effect.acquireUseRelease(
     Effect.sync(() => {
-      const original = counter.stretches!
+      const original = { stretches: counter.stretches!, count: counter.count }
       tracked.counts = []
-      ;(counter as { stretches: (text: string) => ReadonlyArray<string> }).stretches = (text) => {
+      tracked.countsInTransaction = 0
+      const writable = counter as Writable
+      writable.stretches = (text) => {
         tracked.counts.push({ chars: text.length, inTransaction: tracked.open > 0 })
-        return original(text)
+        return original.stretches(text)
+      }
+      writable.count = (text) => {
+        if (tracked.open > 0) tracked.countsInTransaction++
+        return original.count(text)
       }
       return original
     }),
     () => effect,
-    (original) => Effect.sync(() => void ((counter as { stretches: (text: string) => ReadonlyArray<string> }).stretches = original))
+    (original) => Effect.sync(() => void Object.assign(counter as Writable, original))
   )
 
 /** About `chars` characters of a command's output: lines of words and numbers. */
@@ -120,6 +131,19 @@ describe.each(Harness.dialects)("long texts are counted outside the unit of work
     }).pipe(Effect.withTracer(tracer), Effect.provide(h.layer))
   })
 
+  it.live("a gateway request of 1,000 messages: none counted under the lock", () => {
+    const h = Harness.make([{ name: "anthropic", window: 1_000_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const messages = Array.from({ length: 1_001 }, (_, i) => ({ role: i % 2 === 0 ? "user" : "assistant", content: [{ type: "text", text: `message ${i}` }] }))
+      const begun = yield* watching(h.counter, threads.begin(gatewayRequest("many-messages", messages)))
+      expect(tracked.countsInTransaction).toBe(0)
+      const items = yield* (yield* ThreadStore).listItems(begun.threadId)
+      expect(items).toHaveLength(1_001)
+      expect(items.filter((i) => i.tokens !== Render.itemTokens(h.counter, { ...i, seq: 0 }))).toEqual([])
+    }).pipe(Effect.withTracer(tracer), Effect.provide(h.layer))
+  })
+
   it.live("a long message sent through the service", () => {
     const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }], { db })
     return Effect.gen(function*() {
@@ -176,5 +200,35 @@ describe.each(Harness.dialects)("long texts are counted outside the unit of work
       expect((yield* driver.awaitRun(accepted.runId).pipe(Effect.timeout("10 seconds"))).status).toBe("completed")
       yield* expectCounted(h.counter, threadId, output.length)
     }).pipe(Effect.withTracer(tracer), Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
+  })
+})
+
+describe("withCountsFrom", () => {
+  const kinds = ["user_message", "assistant_message", "tool_result"] as const
+  const item = fc.record({
+    kind: fc.constantFrom(...kinds),
+    text: fc.oneof(fc.constantFrom("a", "b", "ab", ""), fc.string({ maxLength: 3 }), fc.constant("x".repeat(TokenCounter.sliceChars + 1)), fc.constant("y".repeat(TokenCounter.sliceChars + 1))),
+    toolName: fc.constantFrom(null, "read"),
+    toolCallId: fc.constantFrom(null, "call_1"),
+    isError: fc.boolean()
+  }).map((r): ItemLog.NewItem => ({ ...r, messageId: null, toolCallState: null }))
+  /** A stand-in count that differs with everything an item's render shows. */
+  const countOf = (i: ItemLog.NewItem) => i.text.length * 31 + i.kind.length * 7 + (i.toolName?.length ?? 0) * 3 + (i.isError ? 1 : 0) + (i.toolCallId === null ? 0 : 2)
+
+  it.prop("every count taken is an item's that renders alike; nothing else changes", [fc.array(item, { maxLength: 12 }), fc.array(item, { maxLength: 12 })], ([items, others]) => {
+    const ahead = others.map((i) => ({ ...i, tokens: countOf(i) }))
+    const out = ItemLog.withCountsFrom(ahead, items)
+    expect(out).toHaveLength(items.length)
+    out.forEach((o, k) => {
+      const { tokens, ...rest } = o
+      expect(rest).toEqual(items[k])
+      if (tokens !== undefined) expect(tokens).toBe(countOf(items[k]!))
+    })
+  })
+
+  it.prop("the same items counted ahead, or the newest part of them: every one takes its count", [fc.array(item, { maxLength: 12 }), fc.nat(12)], ([items, from]) => {
+    const ahead = items.map((i) => ({ ...i, tokens: countOf(i) }))
+    const newest = items.slice(Math.min(from, items.length))
+    expect(ItemLog.withCountsFrom(ahead, newest).map((o) => o.tokens)).toEqual(newest.map(countOf))
   })
 })
