@@ -52,6 +52,17 @@ export interface RunAccepted {
   readonly status: Run["status"]
 }
 
+/**
+ * The interrupt a process gives a run it drives when another process recorded one for it (no receipt here: the
+ * process that received the client's command answers it, with its receipt, once the run has ended).
+ */
+const remoteCommand = (run: { readonly id: RunId; readonly threadId: ThreadId }): Commands.InterruptRun => ({
+  _tag: "InterruptRun",
+  commandId: `cmd_remote_${run.id}` as Commands.InterruptRun["commandId"],
+  threadId: run.threadId,
+  runId: run.id
+})
+
 const backoff = (pause: number) => Math.min(1_000, pause * 2)
 
 export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration/RunDriver", {
@@ -193,6 +204,24 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
       })
 
+    /**
+     * Watches `run`, driven here, for an interrupt another process recorded on it (`runs.interrupt_requested_at`, see
+     * RunRecovery): read every `interruptPollMillis` (the first read after one pause, so a shorter turn costs no
+     * statement), and when one is there, the run is stopped as an interrupt sent here stops it (`stopRun`, by the
+     * user). A failed read counts as no request (the next one retries). Interrupted when the run's fiber ends; once it
+     * is stopping the run, it finishes that first (the interrupt's outcome is recorded whole).
+     */
+    const watchRemoteInterrupt = (run: Run) =>
+      Effect.sleep(Duration.millis(config.interruptPollMillis)).pipe(
+        Effect.zipRight(Effect.orElseSucceed(store.runsInterruptRequested([run.id]), () => [])),
+        Effect.repeat({ until: (requested) => requested.length > 0 }),
+        Effect.zipRight(Effect.uninterruptible(
+          stopRun(remoteCommand(run), "user").pipe(
+            Effect.catchAllCause((cause) => Effect.logWarning(`interrupting run ${run.id} as another process asked failed`, cause))
+          )
+        ))
+      )
+
     /** Runs `effect` (a turn of `run`) as this process's fiber for the run and settles its waiting callers. */
     const drive = (run: Run, effect: Effect.Effect<SendResult, unknown>) =>
       Effect.gen(function*() {
@@ -200,7 +229,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         const fiber = yield* Effect.forkIn(effect, scope)
         inFlight.set(runId, fiber)
         driving.set(runId, run)
+        const watcher = yield* Effect.forkIn(watchRemoteInterrupt(run), scope)
         const exit = yield* Fiber.await(fiber)
+        yield* Fiber.interrupt(watcher)
         // Cleared before the waiters are settled: a caller that still finds the run in `driving` is settled below.
         inFlight.delete(runId)
         driving.delete(runId)
