@@ -204,7 +204,11 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     const awaitRemote = (run: Run) =>
       Effect.repeat(heldElsewhere(run), { schedule: remotePolls, while: (held) => held }).pipe(
         Effect.timeoutOption(Duration.millis(remoteInterruptWaitMillis)),
-        Effect.flatMap((done) => Option.isSome(done) ? Effect.succeedNone : Effect.map(store.getRun(run.id), Option.orElseSome(() => run)))
+        Effect.flatMap((done) =>
+          Option.isSome(done) ? Effect.succeedNone : Effect.map(store.getRun(run.id), (current) =>
+            // Ended just now after all: decided again (answered with its receipt).
+            Option.isSome(current) && terminalRunStatuses.includes(current.value.status) ? Option.none() : Option.orElseSome(current, () => run))
+        )
       )
 
     /**
