@@ -25,6 +25,14 @@ export interface OrchestratorConfigShape {
    */
   readonly interruptTimeoutMillis: number
   /**
+   * How often a run driver reads whether another process asked to interrupt the runs it has in flight (two server
+   * processes on one database: the process that receives an interrupt of a run driven elsewhere records the request
+   * on the run, `runs.interrupt_requested_at`), in milliseconds: one statement per poll while runs are in flight, none
+   * for a turn shorter than it. The interrupt reaches the turn within this much of its request. Default 200 (as
+   * `/offload`'s cancellation across processes, `ThreadOffload.cancelPollMillis`).
+   */
+  readonly interruptPollMillis: number
+  /**
    * A caller waiting for a run this process is not driving (`RunDriver.awaitRun` / `awaitEnd`, the API's
    * `GET /runs/{id}?waitMs`) reads the run's record after this many milliseconds, then at doubling pauses up to
    * 1 s, until a signal here answers it: the backstop for a run that ends where nothing here looks (e.g. interrupted
@@ -108,6 +116,7 @@ export const defaults: OrchestratorConfigShape = {
   deferralPointer: true,
   maxCompactionsWithoutProgress: 3,
   interruptTimeoutMillis: 30_000,
+  interruptPollMillis: 200,
   waitBackstopMillis: 250,
   turnTimeoutMillis: 1_800_000,
   toolResultTimeoutMillis: 600_000,

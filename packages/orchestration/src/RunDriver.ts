@@ -20,7 +20,10 @@
  *   here of a run with no fiber here (queued, claimed, waiting) answers its waiters itself.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
- *   run's outcome is already recorded and the thread takes the next run.
+ *   run's outcome is already recorded and the thread takes the next run. An interrupt that another process received
+ *   for a run in flight here is recorded on the run there (RunRecovery): one poller here reads those requests for all
+ *   runs in flight, every `interruptPollMillis`, and stops each run asked the same way, so the driving process, whose
+ *   fiber and adapter hold the turn, records its outcome before the thread takes its next run.
  * - At start it reconciles what gone drivers left unfinished (ThreadService.recover).
  * - A run `waiting` for the client's tool results holds its thread's queue without a fiber: the worker stops, and
  *   is woken when the results are posted here (`submitToolResults`: it continues the run), when the run is
@@ -51,6 +54,17 @@ export interface RunAccepted {
   readonly threadId: ThreadId
   readonly status: Run["status"]
 }
+
+/**
+ * The interrupt a process gives a run it drives when another process recorded one for it (no receipt here: the
+ * process that received the client's command answers it, with its receipt, once the run has ended).
+ */
+const remoteCommand = (run: { readonly id: RunId; readonly threadId: ThreadId }): Commands.InterruptRun => ({
+  _tag: "InterruptRun",
+  commandId: `cmd_remote_${run.id}` as Commands.InterruptRun["commandId"],
+  threadId: run.threadId,
+  runId: run.id
+})
 
 const backoff = (pause: number) => Math.min(1_000, pause * 2)
 
@@ -193,6 +207,50 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         }
       })
 
+    /** The poller of interrupts asked elsewhere (`pollRemoteInterrupts`), while runs are in flight here. */
+    let interruptPoller: Fiber.RuntimeFiber<void, never> | null = null
+    /** Runs in flight here that the poller is stopping (so a later poll does not stop them again). */
+    const stoppingRemotely = new Set<string>()
+
+    /**
+     * Reads, every `interruptPollMillis` while runs are in flight here, which of them another process asked to
+     * interrupt (`runs.interrupt_requested_at`, recorded by RunRecovery when it received the interrupt): one statement
+     * for all of them (none for a turn shorter than one pause: the first read comes after it). Each one asked is
+     * stopped as an interrupt sent here stops it (`stopRun`, by the user), beside the poll. A failed read counts as no
+     * request (the next one retries). Ends when no run is in flight here (decided under the driver's mutex, so a run
+     * that starts meanwhile starts a new poller: `watchInterrupts`).
+     */
+    const pollRemoteInterrupts: Effect.Effect<void> = Effect.gen(function*() {
+      for (;;) {
+        yield* Effect.sleep(Duration.millis(config.interruptPollMillis))
+        const watched = [...inFlight.keys()].filter((id) => !stoppingRemotely.has(id)) as Array<RunId>
+        const asked = watched.length === 0 ? [] : yield* Effect.orElseSucceed(store.runsInterruptRequested(watched), () => [])
+        for (const runId of asked) {
+          const run = driving.get(runId)
+          if (run === undefined) continue
+          stoppingRemotely.add(runId)
+          yield* Effect.forkIn(
+            stopRun(remoteCommand(run), "user").pipe(
+              Effect.catchAllCause((cause) => Effect.logWarning(`interrupting run ${runId} as another process asked failed`, cause)),
+              Effect.ensuring(Effect.sync(() => void stoppingRemotely.delete(runId)))
+            ),
+            scope
+          )
+        }
+        const done = yield* mutex.withPermits(1)(Effect.sync(() => {
+          if (inFlight.size > 0) return false
+          interruptPoller = null
+          return true
+        }))
+        if (done) return
+      }
+    })
+
+    /** Starts the poller of interrupts asked elsewhere unless it runs (called once a run is in flight here). */
+    const watchInterrupts = mutex.withPermits(1)(Effect.gen(function*() {
+      if (interruptPoller === null) interruptPoller = yield* Effect.forkIn(pollRemoteInterrupts, scope)
+    }))
+
     /** Runs `effect` (a turn of `run`) as this process's fiber for the run and settles its waiting callers. */
     const drive = (run: Run, effect: Effect.Effect<SendResult, unknown>) =>
       Effect.gen(function*() {
@@ -200,6 +258,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         const fiber = yield* Effect.forkIn(effect, scope)
         inFlight.set(runId, fiber)
         driving.set(runId, run)
+        yield* watchInterrupts
         const exit = yield* Fiber.await(fiber)
         // Cleared before the waiters are settled: a caller that still finds the run in `driving` is settled below.
         inFlight.delete(runId)

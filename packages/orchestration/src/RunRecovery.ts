@@ -2,7 +2,9 @@
  * RunRecovery: ends runs that cannot go on by themselves — a user's interrupt (a run not yet started ends before the
  * provider, a running run is stopped at the provider and read back) and restart recovery (the runs of drivers that
  * are gone). Where it cannot be told whether the provider read a prompt, the native thread is no longer trusted, so
- * the prompt is neither lost nor delivered twice.
+ * the prompt is neither lost nor delivered twice. A running run that another live process drives is not ended here:
+ * the interrupt is recorded on the run for its driver (the run driver there polls for it and stops the run as a local
+ * interrupt does), and this process answers once the run has ended there (or stops it itself if that driver dies).
  *
  * It does not run turns (TurnExecution) or decide when to recover (the run driver and the CLI's write commands do).
  */
@@ -20,12 +22,13 @@ import {
 } from "@baton/contracts"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { ProviderRegistry } from "@baton/providers"
-import { DateTime, Effect, Option } from "effect"
+import { DateTime, Duration, Effect, Option, Schedule } from "effect"
 import { ClientToolWaits } from "./ClientToolWaits.js"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
+import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { type InterruptRequest, RunLifecycle } from "./RunLifecycle.js"
 import * as Span from "./internal/Span.js"
 
@@ -43,6 +46,11 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     const hasOutput = lifecycle.hasOutput
     const toolWaits = yield* ClientToolWaits
     const delivery = yield* ContextHandoffDelivery
+    const config = yield* OrchestratorConfig
+    /** See `awaitRemote`: the driver's interrupt and read-back, each bounded, with a margin for its poll. */
+    const remoteInterruptWaitMillis = 2 * config.interruptTimeoutMillis + 10 * config.interruptPollMillis
+    /** 25 ms doubling, at most 1 s apart (the run driver's polls of a run driven elsewhere). */
+    const remotePolls = Schedule.union(Schedule.exponential(Duration.millis(25)), Schedule.spaced(Duration.seconds(1)))
 
     /**
      * Inside an interrupt's unit of work: with a receipt key, a command id recorded meanwhile (a concurrent copy of
@@ -61,7 +69,9 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * its first result (read in the same transaction, so a retry never resolves to the run queued behind the one it
      * interrupted). A run not yet started ends `interrupted` before the provider, a waiting run's open calls are
      * answered with error results, an ended run is answered as it is — all in this unit of work (`Answered`); a
-     * running run must be stopped at the provider first, outside the lock (`Running`). Read before the lock, the
+     * running run must be stopped at the provider first, outside the lock (`Running`), by the process that drives it:
+     * when that is another live process, the request is recorded on the run for it (`Remote`) and the run is left
+     * running (its attempt open) for that driver to end. Read before the lock, the
      * run could move on before it was taken (review: a run read `starting` whose turn then moved it to `running` and
      * called the provider was ended `before_provider`, its native thread dropped, the provider never asked to stop).
      * Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest` (a key another command used).
@@ -85,7 +95,18 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
         const found = yield* store.getRun(runId)
         if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId })
         const run = found.value
-        if (run.status === "running") return { _tag: "Running", run } as const
+        if (run.status === "running") {
+          // Driven by another live process: only its fiber and its adapter can stop the turn (this process's adapter
+          // has no call to stop, and could not tell that the provider read the prompt). The request is recorded for
+          // that driver, which stops the run as a local interrupt does; the run is left to it meanwhile. (A run with
+          // no native thread, a gateway's, has no provider turn of Baton's to stop: it is ended here as before.)
+          const owner = run.nativeThreadId === null ? null : (yield* store.runDrivers([run.id])).get(run.id) ?? null
+          if (owner !== null && owner !== driver.driverId && (yield* driver.aliveAmong([owner])).has(owner)) {
+            yield* store.requestRunInterrupt(run.id, yield* DateTime.now)
+            return { _tag: "Remote", run } as const
+          }
+          return { _tag: "Running", run } as const
+        }
         const answered = run.status === "queued" || run.status === "starting"
           ? finishRun(run, "interrupted", "before_provider", `interrupted by ${who} before the provider started`, code)
           // No provider turn is in flight: the open calls are answered with error results and the run ends after the
@@ -161,6 +182,36 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
       }))
 
     /**
+     * Whether `run` is still held by a live driver other than this one: still `running` on the same native thread,
+     * and its driver (`runs.driver_id`) alive. `false` when the run is gone too (deciding again answers `RunNotFound`).
+     */
+    const heldElsewhere = (run: Run) =>
+      Effect.gen(function*() {
+        const current = yield* store.getRun(run.id)
+        if (current._tag === "None" || current.value.status !== "running" || current.value.nativeThreadId !== run.nativeThreadId) return false
+        const owner = (yield* store.runDrivers([run.id])).get(run.id) ?? null
+        return owner !== null && owner !== driver.driverId && (yield* driver.aliveAmong([owner])).has(owner)
+      })
+
+    /**
+     * Waits while another live process drives `run` after an interrupt was requested of it (`decide`'s `Remote`):
+     * polled at pauses of 25 ms doubling to 1 s, until the run ended or moved on (`None`: decide again, from the
+     * record) or its driver is gone (`None` too: deciding again stops it here, as a gone driver's run). Bounded by
+     * `remoteInterruptWaitMillis`, what the driver may take to stop it (its two provider calls, interrupt and
+     * read-back, each bounded by its `interruptTimeoutMillis`, after its poll): past it, `Some` with the run as it
+     * stands (its request stays recorded, and the driver ends it when it sees it).
+     */
+    const awaitRemote = (run: Run) =>
+      Effect.repeat(heldElsewhere(run), { schedule: remotePolls, while: (held) => held }).pipe(
+        Effect.timeoutOption(Duration.millis(remoteInterruptWaitMillis)),
+        Effect.flatMap((done) =>
+          Option.isSome(done) ? Effect.succeedNone : Effect.map(store.getRun(run.id), (current) =>
+            // Ended just now after all: decided again (answered with its receipt).
+            Option.isSome(current) && terminalRunStatuses.includes(current.value.status) ? Option.none() : Option.orElseSome(current, () => run))
+        )
+      )
+
+    /**
      * Interrupts a run: `command.runId`, else the thread's run in progress. A run not yet started ends `interrupted`
      * before the provider (a missed run); a running run is interrupted at the provider. A terminal run is left as it
      * is. Which applies is decided from the run as read under the thread's lock (`decide`). `by`: `user` (failure
@@ -179,6 +230,14 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
       for (let target = command;;) {
         const decided = yield* decide(target, receipt, who, code)
         if (decided._tag === "Answered") return decided.run
+        if (decided._tag === "Remote") {
+          // Its driver stops it and records the outcome; then it is decided again here (answered as it ended, with
+          // the receipt), or, when the driver is gone meanwhile, stopped here.
+          const standing = yield* awaitRemote(decided.run)
+          if (Option.isSome(standing)) return standing.value
+          target = { ...target, runId: decided.run.id }
+          continue
+        }
         const stopped = yield* stopRunning(target, receipt, decided.run, who, code)
         if (stopped !== null) return stopped
         // The run moved on while the provider was asked: decided again, from the record, for the same run.

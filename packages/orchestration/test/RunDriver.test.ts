@@ -294,6 +294,40 @@ describe.each(Harness.dialects)("two run drivers on one database (%s)", (_label,
         expect(yield* Effect.provide(Effect.flatMap(Harness.ops, (o) => o.check(threadId, h)), contextA)).toEqual([])
       }).pipe(Effect.scoped))
   })
+
+  // Issue 7: an interrupt of a run that another live driver drives is that driver's to carry out (its fiber, its
+  // adapter); the driver receiving it records the request and waits, and stops the run itself only once that driver
+  // is gone (its runs stay reconcilable). Before, it ended the run at once, the other driver's turn still in flight.
+  it.live("an interrupt of a run another live driver drives waits for it; when that driver goes away, it stops the run itself", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return shared((file) =>
+      Effect.gen(function*() {
+        const { entered, held } = yield* holding(h)
+        // A drives run 1 without a run driver (nothing there reads interrupts asked elsewhere), its turn held.
+        const scopeA = yield* Scope.make()
+        const contextA = yield* Layer.buildWithScope(Harness.makeLayer([held], h.counter, file, {}, "a"), scopeA)
+        const contextB = yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([h.providers.codex!], h.counter, file, {}, "b"))))
+        const b = Context.get(contextB, RunDriver.RunDriver)
+        const o = yield* Effect.provide(Harness.ops, contextB)
+        const threadId = yield* o.create("codex")
+        yield* Effect.fork(Effect.provide(Effect.flatMap(ThreadService.ThreadService, (s) => s.sendMessage(send(threadId, "first"))), contextA))
+        const runId = (yield* Queue.take(entered)) as RunId
+        const interrupting = yield* Effect.fork(b.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId })))
+        // B records the request and leaves the run running for A.
+        while ((yield* o.store.runsInterruptRequested([runId])).length === 0 && interrupting.unsafePoll() === null) yield* Effect.sleep("5 millis")
+        expect(Option.getOrThrow(yield* o.store.getRun(runId)).status).toBe("running")
+        expect(interrupting.unsafePoll()).toBeNull()
+        // A goes away without ending it (its Layer released; its turn never returns): B stops the run itself.
+        yield* Scope.close(scopeA, Exit.void)
+        const interrupted = yield* Fiber.join(interrupting)
+        expect(interrupted).toMatchObject({ id: runId, status: "interrupted", failureCode: "interrupted_by_user" })
+        // The thread goes on.
+        h.script.enqueue(Harness.reply(10))
+        const second = yield* b.submit(send(threadId, "second"))
+        expect(yield* b.awaitRun(second.runId)).toMatchObject({ runSeq: 2, status: "completed" })
+        expect(yield* Effect.provide(o.check(threadId, h), contextB)).toEqual([])
+      }).pipe(Effect.scoped))
+  })
 })
 
 describe.each(Harness.dialects)("a run driver that goes away mid-run (%s)", (_label, db) => {

@@ -25,6 +25,7 @@ import migration0019 from "./migrations/0019_offload_cancel_requests.js"
 import migration0020 from "./migrations/0020_gateway_offload.js"
 import migration0021 from "./migrations/0021_thread_parents.js"
 import migration0022 from "./migrations/0022_run_prompt_owed.js"
+import migration0023 from "./migrations/0023_run_interrupt_requests.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -49,7 +50,8 @@ export const migrations = {
   "0019_offload_cancel_requests": migration0019,
   "0020_gateway_offload": migration0020,
   "0021_thread_parents": migration0021,
-  "0022_run_prompt_owed": migration0022
+  "0022_run_prompt_owed": migration0022,
+  "0023_run_interrupt_requests": migration0023
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

@@ -220,6 +220,7 @@ const decodeWaits = Schema.decodeUnknown(Schema.Array(ToolWaitRow))
 // The row decoders below are built once: a schema built inside a call is a new AST each time, and the parser
 // compiled for it (cached by AST) was compiled again at every call.
 const decodeRunDrivers = Schema.decodeUnknown(Schema.Array(Schema.Struct({ id: Schema.String, driverId: Schema.NullOr(Schema.String) })))
+const decodeRunIds = Schema.decodeUnknown(Schema.Array(Schema.Struct({ id: Schema.String })))
 const decodeItemRefRows = Schema.decodeUnknown(Schema.Array(Schema.Struct({
   messageId: Schema.NullOr(Schema.String),
   toolCallId: Schema.NullOr(Schema.String),
@@ -576,6 +577,29 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
             decodeRunDrivers
           ).pipe(orPersistence("runs.drivers"))).pipe(
             Effect.map((rows) => new Map(rows.map((r) => [r.id, r.driverId])))
+          ),
+      /**
+       * Records that a client asked to interrupt run `runId` at `at` while another process drives it (migration
+       * 0023; the first request's time is kept); `true` when the run is still `running` (its driver will see the
+       * request), `false` when it is not (it moved on or ended meanwhile: the caller decides again).
+       */
+      requestRunInterrupt: (runId: RunId, at: DateTime.Utc) =>
+        sql`UPDATE runs SET interrupt_requested_at = COALESCE(interrupt_requested_at, ${DateTime.formatIso(at)})
+            WHERE id = ${runId} AND status = 'running' RETURNING id`.pipe(
+          Effect.map((rows) => rows.length > 0),
+          orPersistence("runs.requestInterrupt")
+        ),
+      /**
+       * Which of `runIds` are `running` with an interrupt requested by another process (`requestRunInterrupt`): the
+       * runs their driver must stop. One statement per chunk of ids.
+       */
+      runsInterruptRequested: (runIds: ReadonlyArray<RunId>) =>
+        inChunks(runIds, (c) =>
+          Effect.flatMap(
+            sql`SELECT id FROM runs WHERE ${sql.in("id", c)} AND status = 'running' AND interrupt_requested_at IS NOT NULL`,
+            decodeRunIds
+          ).pipe(orPersistence("runs.interruptRequested"))).pipe(
+            Effect.map((rows) => rows.map((r) => r.id as RunId))
           ),
       /**
        * The run that keeps a command from running now (the run a `RunInProgress` names, the one to interrupt): the

@@ -50,8 +50,8 @@ describe("migrations check", () => {
         SqliteClient.layer({ filename: file })
       ))
       const again = yield* open(file)
-      // The latest migration's statements ran (0022: runs.prompt_owed).
-      expect(again.some((q) => q.includes("prompt_owed"))).toBe(true)
+      // The latest migration's statements ran (0023: runs.interrupt_requested_at).
+      expect(again.some((q) => q.includes("interrupt_requested_at"))).toBe(true)
       const rows = yield* Effect.scoped(Effect.flatMap(Layer.build(Database.layerSqlite(file)), (context) =>
         Effect.provide(Effect.flatMap(SqlClient.SqlClient, (sql) =>
           sql<{ readonly n: number }>`SELECT COUNT(*) AS n FROM effect_sql_migrations`), context)))

@@ -36,6 +36,11 @@ export interface Received {
   readonly url: string
   readonly headers: Http.IncomingHttpHeaders
   readonly body: string
+  /**
+   * How its reply ended, set when it did: `answered` (written whole to the connection), `aborted` (the client
+   * closed the connection first: a call Baton stopped).
+   */
+  readonly ended: () => "answered" | "aborted" | null
 }
 
 export interface ModelApi {
@@ -60,7 +65,10 @@ export const start: Effect.Effect<ModelApi, never, Scope.Scope> = Effect.acquire
       const parts: Array<Buffer> = []
       req.on("data", (c: Buffer) => parts.push(c))
       req.on("end", () => {
-        const received = { url: req.url ?? "", headers: req.headers, body: Buffer.concat(parts).toString("utf8") }
+        let ended: "answered" | "aborted" | null = null
+        res.on("finish", () => void (ended ??= "answered"))
+        res.on("close", () => void (ended ??= "aborted"))
+        const received: Received = { url: req.url ?? "", headers: req.headers, body: Buffer.concat(parts).toString("utf8"), ended: () => ended }
         // Claude Code checks its base URL with `HEAD /api/hello` first: not a model request, not from the queue.
         if (req.method !== "POST") {
           res.writeHead(404, { "content-type": "application/json" })
