@@ -81,16 +81,27 @@ const decodedBytes = (base64: string): number => {
 const head = (base64: string, bytes: number): string =>
   Buffer.from(base64.slice(0, Math.ceil(bytes / 3) * 4), "base64").toString("latin1")
 
-/** A PDF page object's type entry, `/Type /Page` (not `/Pages`, the page tree's): a PDF name ends at a delimiter. */
-const pageType = /\/Type\s*\/Page(?=[\s/<>[\]()%]|$)/g
-/** An object stream's type entry: pages of a PDF 1.5 file may be packed, compressed, in object streams. */
-const objectStreamType = /\/Type\s*\/ObjStm(?=[\s/<>[\]()%]|$)/g
+/** Whether `byte` is PDF white space (ISO 32000-1, 7.2.2). */
+const isWhite = (byte: number | undefined): boolean => byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09 || byte === 0x0c || byte === 0x00
+/** Whether `byte` ends a PDF name: white space, a delimiter, or the end of the data. */
+const endsName = (byte: number | undefined): boolean => byte === undefined || isWhite(byte) || "/<>[]()%{}".includes(String.fromCharCode(byte))
 
-/** The occurrences of `pattern` (a global expression) in `text`. */
-const occurrences = (pattern: RegExp, text: string): number => {
+/**
+ * The objects of `bytes` whose type entry is `/Type /<name>` (`/Type/Page` too; not `/Pages`: a name ends at a
+ * delimiter), found by a byte search for `/Type` (no text made of the bytes); `each` is given the offset after each.
+ */
+const typed = (bytes: Buffer, name: string, each: (end: number) => void = () => {}): number => {
+  const target = Buffer.from(`/${name}`, "latin1")
   let n = 0
-  pattern.lastIndex = 0
-  while (pattern.exec(text) !== null) n++
+  for (let at = bytes.indexOf("/Type"); at >= 0; at = bytes.indexOf("/Type", at + 5)) {
+    let value = at + 5
+    while (isWhite(bytes[value])) value++
+    const end = value + target.length
+    if (end <= bytes.length && bytes.compare(target, 0, target.length, value, end) === 0 && endsName(bytes[end])) {
+      n++
+      each(end)
+    }
+  }
   return n
 }
 
@@ -99,33 +110,35 @@ const inflateBudget = 32 * 1024 * 1024
 
 /**
  * The pages of the PDF whose bytes `base64` encodes, counted cheaply, or `undefined` when that fails (not a PDF, or no
- * page object found): the decoded file is scanned once for page objects (`/Type /Page`), and when it has none in the
- * clear, its object streams are inflated (at most `inflateBudget` bytes in all) and scanned. An estimate: an incrementally updated file's replaced pages
- * count too. Work: one decode and one scan of the file, plus the bounded inflation; nothing is kept.
+ * page object found): the decoded file is searched once for page objects (`/Type /Page`), and when it has none in the
+ * clear (pages of a PDF 1.5 file may be packed, compressed, in object streams), its object streams (`/Type /ObjStm`)
+ * are inflated (at most `inflateBudget` bytes in all) and searched. An estimate: an incrementally updated file's
+ * replaced pages count too. Work: one decode and two byte searches of the file, plus the bounded inflation; nothing
+ * is kept.
  */
 export const pdfPages = (base64: string): number | undefined => {
   if (!head(base64, 1_024).includes("%PDF-")) return undefined
   const bytes = Buffer.from(base64, "base64")
-  const text = bytes.toString("latin1")
-  const clear = occurrences(pageType, text)
+  const clear = typed(bytes, "Page")
   if (clear > 0) return clear
   let packed = 0
   let budget = inflateBudget
-  objectStreamType.lastIndex = 0
-  for (let found = objectStreamType.exec(text); found !== null && budget > 0; found = objectStreamType.exec(text)) {
-    const keyword = text.indexOf("stream", found.index)
-    if (keyword < 0) break
-    const from = keyword + (text.startsWith("\r\n", keyword + 6) ? 8 : 7)
-    const to = text.indexOf("endstream", from)
-    if (to < 0) break
+  let after = 0
+  typed(bytes, "ObjStm", (end) => {
+    if (budget <= 0 || end < after) return
+    const keyword = bytes.indexOf("stream", end)
+    if (keyword < 0) return
+    const from = keyword + (bytes[keyword + 6] === 0x0d && bytes[keyword + 7] === 0x0a ? 8 : 7)
+    const to = bytes.indexOf("endstream", from)
+    if (to < 0) return
+    after = to
     // A stream that does not inflate (another filter, encrypted, damaged) holds no page we can see: the next one may.
     const inflated = Either.try(() => Zlib.inflateSync(bytes.subarray(from, to), { maxOutputLength: budget }))
     if (Either.isRight(inflated)) {
       budget -= inflated.right.length
-      packed += occurrences(pageType, inflated.right.toString("latin1"))
+      packed += typed(inflated.right, "Page")
     }
-    objectStreamType.lastIndex = to
-  }
+  })
   return packed > 0 ? packed : undefined
 }
 
