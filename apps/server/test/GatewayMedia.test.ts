@@ -101,6 +101,9 @@ describe("GatewayMedia", () => {
     expect(GatewayMedia.pdfPages(Media.pdf(3, { layout: "classic" }).toString("base64"))).toBe(3)
     expect(GatewayMedia.pdfPages(Media.pdf(5, { layout: "packed" }).toString("base64"))).toBe(5)
     expect(GatewayMedia.pdfPages(Media.pdf(1, { layout: "packed", imageBytes: 50_000 }).toString("base64"))).toBe(1)
+    // Names with no space between them (`/Type/Page/Parent`), and the page tree's `/Type/Pages` not taken for a page.
+    expect(GatewayMedia.pdfPages(Media.pdf(4, { layout: "classic", compact: true }).toString("base64"))).toBe(4)
+    expect(GatewayMedia.pdfPages(Media.pdf(2, { layout: "packed", compact: true }).toString("base64"))).toBe(2)
     // Not a PDF; a PDF header over bytes that hold no page (damaged, or encrypted object streams).
     expect(GatewayMedia.pdfPages(payload)).toBeUndefined()
     expect(GatewayMedia.pdfPages(Buffer.concat([Buffer.from("%PDF-1.7\n"), Crypto.randomBytes(120_000)]).toString("base64"))).toBeUndefined()

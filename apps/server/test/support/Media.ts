@@ -15,6 +15,8 @@ export interface PdfOptions {
   readonly layout: "classic" | "packed"
   /** Bytes of incompressible data (a scanned page's image, say) drawn on the first page; 0 by default. */
   readonly imageBytes?: number
+  /** Dictionaries written with no space before a name (`<</Type/Page/Parent 2 0 R…`), as Ghostscript writes them. */
+  readonly compact?: boolean
 }
 
 /**
@@ -37,6 +39,7 @@ export const pdf = (pages: number, options: PdfOptions): Buffer => {
     const image = i === 0 && imageBytes > 0 ? " /XObject << /Im1 4 0 R >>" : ""
     dictionaries.set(pageNumber(i), `<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >>${image} >> /Contents ${contentNumber(i)} 0 R >>`)
   }
+  if (options.compact === true) for (const [n, d] of dictionaries) dictionaries.set(n, d.replace(/ ?(\/|<<|>>)/g, "$1"))
   const streams = new Map<number, { readonly dictionary: string; readonly data: Buffer }>()
   if (imageBytes > 0) {
     streams.set(4, { dictionary: `/Type /XObject /Subtype /Image /Width ${side} /Height ${side} /ColorSpace /DeviceGray /BitsPerComponent 8`, data: samples })
