@@ -308,7 +308,7 @@ const memoOf = (shape: Shape): ShapeMemo => {
   return m
 }
 const tokenMemos = new WeakMap<(text: string) => number, (value: object) => number>()
-/** The tokens of `value`'s JSON by `count`, inline images as `GatewayMedia.imageTokens` (kept for an interned value). */
+/** The tokens of `value`'s JSON by `count`, inline media as `GatewayMedia.jsonTokens` counts them (kept for an interned value). */
 const tokensOf = (count: (text: string) => number, value: unknown): number => {
   if (!GatewayMemo.isInterned(value)) return GatewayMedia.jsonTokens(count, value)
   let f = tokenMemos.get(count)
