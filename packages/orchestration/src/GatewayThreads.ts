@@ -1053,7 +1053,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
           wire
         }
         if (outcome?._tag === "completed") {
-          yield* completeIn(begun, outcome.reply, outcome.expansion, joined === null ? null : staged.items.slice(requestItems.length), true, events)
+          // The reply's counts made ahead are taken when it is recorded there too (after hidden rounds: `joined` null).
+          const counted = joined === null ? withCountsFrom(ahead.reply, replyItems(wire, outcome.reply, prints.length, run.seq)) : undefined
+          yield* completeIn(begun, outcome.reply, outcome.expansion, joined === null ? null : staged.items.slice(requestItems.length), true, events, counted)
         }
         yield* store.appendEvents(events)
         // A failed answer's run is ended after the request's events (its own event follows them).

@@ -211,6 +211,13 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     let interruptPoller: Fiber.RuntimeFiber<void, never> | null = null
     /** Runs in flight here that the poller is stopping (so a later poll does not stop them again). */
     const stoppingRemotely = new Set<string>()
+    /**
+     * Runs whose turn here ended without ending them (its fiber failed or died): still `running` and this driver's,
+     * with no fiber to drive them. Another process's interrupt of one is recorded for this driver (it is alive), so
+     * the poller reads them too until they end (`stopRun`). Review r41: it read only the runs in flight, and such a
+     * run could be interrupted only through this process (elsewhere the request waited out its bound).
+     */
+    const stranded = new Map<string, Run>()
 
     /**
      * Reads, every `interruptPollMillis` while runs are in flight here, which of them another process asked to
@@ -223,10 +230,10 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const pollRemoteInterrupts: Effect.Effect<void> = Effect.gen(function*() {
       for (;;) {
         yield* Effect.sleep(Duration.millis(config.interruptPollMillis))
-        const watched = [...inFlight.keys()].filter((id) => !stoppingRemotely.has(id)) as Array<RunId>
+        const watched = [...inFlight.keys(), ...stranded.keys()].filter((id) => !stoppingRemotely.has(id)) as Array<RunId>
         const asked = watched.length === 0 ? [] : yield* Effect.orElseSucceed(store.runsInterruptRequested(watched), () => [])
         for (const runId of asked) {
-          const run = driving.get(runId)
+          const run = driving.get(runId) ?? stranded.get(runId)
           if (run === undefined) continue
           stoppingRemotely.add(runId)
           yield* Effect.forkIn(
@@ -238,7 +245,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           )
         }
         const done = yield* mutex.withPermits(1)(Effect.sync(() => {
-          if (inFlight.size > 0) return false
+          if (inFlight.size > 0 || stranded.size > 0) return false
           interruptPoller = null
           return true
         }))
@@ -250,6 +257,19 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const watchInterrupts = mutex.withPermits(1)(Effect.gen(function*() {
       if (interruptPoller === null) interruptPoller = yield* Effect.forkIn(pollRemoteInterrupts, scope)
     }))
+
+    /**
+     * After `run`'s turn failed here: kept in `stranded` (and the poller started) when it is still `running` and this
+     * driver's. A failed read leaves it out (as before: an interrupt through this process still ends it).
+     */
+    const strand = (run: Run) =>
+      Effect.gen(function*() {
+        const current = yield* store.getRun(run.id)
+        if (Option.isNone(current) || current.value.status !== "running") return
+        if ((yield* store.runDrivers([run.id])).get(run.id) !== registry.driverId) return
+        stranded.set(run.id, current.value)
+        yield* watchInterrupts
+      }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`reading run ${run.id} after its turn failed failed`, cause)))
 
     /** Runs `effect` (a turn of `run`) as this process's fiber for the run and settles its waiting callers. */
     const drive = (run: Run, effect: Effect.Effect<SendResult, unknown>) =>
@@ -264,6 +284,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         inFlight.delete(runId)
         driving.delete(runId)
         drivesEnded++
+        if (Exit.isFailure(exit)) yield* strand(run)
         yield* settle(runId, exit)
         return exit
       })
@@ -405,6 +426,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (Option.isNone(ended)) yield* Fiber.interrupt(fiber)
         }
         if (terminalRunStatuses.includes(run.status)) {
+          stranded.delete(runId)
           // A run claimed at its queueing and ended before the worker took it is never driven: its hand-over goes.
           claimedHere.delete(runId)
           // Ended without a fiber here (queued, claimed, or waiting for tool results): nothing else settles its

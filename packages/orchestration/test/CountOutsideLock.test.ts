@@ -131,6 +131,36 @@ describe.each(Harness.dialects)("long texts are counted outside the unit of work
     }).pipe(Effect.withTracer(tracer), Effect.provide(h.layer))
   })
 
+  // Review r41: `begin` counted the answer ahead, then, when the answer ended hidden `thread_read` rounds (recorded
+  // by `completeIn`, not with the request's items), dropped those counts and counted the reply again under the lock.
+  it.live("a gateway request answered at once after hidden rounds: its long reply is not counted under the lock", () => {
+    const h = Harness.make([{ name: "anthropic", window: 1_000_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const threads = yield* GatewayThreads.GatewayThreads
+      const text = longText(40_000, 6)
+      const message = { role: "assistant", content: [{ type: "text", text }] }
+      const expansion: ReadonlyArray<GatewayThreads.Expansion> = [{
+        fingerprint: GatewayThreads.expansionKeyOf(wire, message),
+        messages: [
+          { role: "assistant", content: [{ type: "tool_use", id: "toolu_read_1", name: "thread_read", input: { refs: "#1" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_read_1", content: "1 2 3" }] },
+          message
+        ]
+      }]
+      const begun = yield* watching(
+        h.counter,
+        threads.begin(gatewayRequest("hidden-rounds", [{ role: "user", content: [{ type: "text", text: "read #1 again" }] }]), {
+          _tag: "completed",
+          reply: { messages: [{ id: "msg_hidden", message }], tokens: null },
+          expansion
+        })
+      )
+      expect(tracked.counts.filter((c) => c.chars >= text.length)).not.toEqual([])
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      yield* expectCounted(h.counter, begun.threadId, text.length)
+    }).pipe(Effect.withTracer(tracer), Effect.provide(h.layer))
+  })
+
   it.live("a gateway request of 1,000 messages: none counted under the lock", () => {
     const h = Harness.make([{ name: "anthropic", window: 1_000_000, inject: false }], { db })
     return Effect.gen(function*() {

@@ -328,6 +328,38 @@ describe.each(Harness.dialects)("two run drivers on one database (%s)", (_label,
         expect(yield* Effect.provide(o.check(threadId, h), contextB)).toEqual([])
       }).pipe(Effect.scoped))
   })
+
+  // Review r41: a run whose turn fiber died (a defect) stays `running`, its driver alive but driving it no more (no
+  // fiber, so its poller does not read the run). An interrupt sent to another process was recorded for that driver and
+  // waited out its whole bound, answered `running`: the thread stayed stuck unless the interrupt went to that process.
+  it.live("an interrupt of a run whose live driver's turn died is carried out (it is not left to that driver)", () => {
+    const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
+    return shared((file) =>
+      Effect.gen(function*() {
+        const entered = yield* Queue.unbounded<string>()
+        const codex = h.providers.codex!
+        const dying: ProviderAdapter.ProviderAdapterShape = {
+          ...codex,
+          startTurn: (input) => Stream.unwrap(Effect.zipRight(Queue.offer(entered, input.runId), Effect.dieMessage("adapter bug")))
+        }
+        const contextA = yield* Layer.build(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([dying], h.counter, file, {}, "a"))))
+        const contextB = yield* Layer.build(RunDriver.RunDriver.Default.pipe(
+          Layer.provideMerge(Harness.makeLayer([codex], h.counter, file, { interruptTimeoutMillis: 200, interruptPollMillis: 20 }, "b"))
+        ))
+        const a = Context.get(contextA, RunDriver.RunDriver)
+        const b = Context.get(contextB, RunDriver.RunDriver)
+        const o = yield* Effect.provide(Harness.ops, contextB)
+        const threadId = yield* o.create("codex")
+        const first = yield* a.submit(send(threadId, "first"))
+        expect(yield* Queue.take(entered)).toBe(first.runId)
+        // A's turn dies: the run is left `running`, A alive (waiting for the run does not end it: given a second, for
+        // the turn's fiber to be gone).
+        yield* Effect.exit(a.awaitRun(first.runId).pipe(Effect.timeout("1 second")))
+        expect(Option.getOrThrow(yield* o.store.getRun(first.runId as RunId)).status).toBe("running")
+        const interrupted = yield* b.interrupt(Commands.InterruptRun.make({ commandId: cid(), threadId, runId: first.runId })).pipe(Effect.timeout("10 seconds"))
+        expect(interrupted).toMatchObject({ id: first.runId, status: "interrupted", failureCode: "interrupted_by_user" })
+      }).pipe(Effect.scoped))
+  })
 })
 
 describe.each(Harness.dialects)("a run driver that goes away mid-run (%s)", (_label, db) => {
