@@ -33,7 +33,7 @@ import type { NativeThreadId, Run, RunFailureCode, RunStatus, RunStopPoint } fro
 import { terminalRunStatuses } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
 import { Data, DateTime, Effect, Option } from "effect"
-import { ItemLog, type NewItem } from "./ItemLog.js"
+import { ItemLog, type NewItem, withCountsFrom } from "./ItemLog.js"
 import { ThreadLineage } from "./ThreadLineage.js"
 
 /** For each status, the statuses a run may move to (the same status: a correction or a retry's reset). */
@@ -122,11 +122,11 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
      * Appends `run`'s prompt as its `user_message` item, unless the run has one (a run queued by an earlier version,
      * which wrote it at queue time). In the caller's unit of work.
      */
-    const recordPrompt = (run: Run) =>
+    const recordPrompt = (run: Run, counted?: NewItem) =>
       Effect.gen(function*() {
         const items = yield* store.listItemsOfRuns([run.id])
         if (items.some((i) => i.kind === "user_message")) return
-        yield* itemLog.append(run.threadId, run.id, [promptItem(run.prompt)])
+        yield* itemLog.append(run.threadId, run.id, withCountsFrom(counted === undefined ? [] : [counted], [promptItem(run.prompt)]))
       })
 
     /**
@@ -175,14 +175,16 @@ export class RunLifecycle extends Effect.Service<RunLifecycle>()("@baton/orchest
      * when it starts, and when it ends without starting unless a run ahead of it is unfinished (then it owes its
      * prompt: `endQueued`); a run's end records the prompts owed that are now due (`recordOwedPrompts`; the statement
      * that ends the run tells whether any is owed, so a thread that owes none pays no statement for it). Dies with
-     * `IllegalRunTransition` on an illegal move; fails with the store's errors.
+     * `IllegalRunTransition` on an illegal move; fails with the store's errors. `prompt`: the prompt's item as the
+     * caller counted it ahead (`ItemLog.countAhead`, before its unit of work), its count taken when the prompt is
+     * recorded here (a long prompt is not counted under the lock).
      */
-    const update = (previous: Run, next: Run) =>
+    const update = (previous: Run, next: Run, prompt?: NewItem) =>
       !canMove(previous.status, next.status)
         ? Effect.die(new IllegalRunTransition({ runId: next.id, from: previous.status, to: next.status }))
         : !terminalRunStatuses.includes(next.status) || terminalRunStatuses.includes(previous.status)
         ? previous.status === "queued" && next.status !== "queued"
-          ? Effect.zipRight(store.updateRun(next), recordPrompt(next))
+          ? Effect.zipRight(store.updateRun(next), recordPrompt(next, prompt))
           : store.updateRun(next)
         : Effect.gen(function*() {
           const owed = yield* store.updateRunEnded(next)

@@ -35,11 +35,12 @@ import { ClientToolWaits, toolDefinitions } from "./ClientToolWaits.js"
 import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { IdGenerator } from "./IdGenerator.js"
+import { ItemLog } from "./ItemLog.js"
 import { NativeThreadTrust } from "./NativeThreadTrust.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService, type TurnStartPlan } from "./ProviderTurnStartService.js"
-import { RunLifecycle } from "./RunLifecycle.js"
+import { promptItem, RunLifecycle } from "./RunLifecycle.js"
 import * as RunCosts from "./RunCosts.js"
 import * as OffloadControls from "./OffloadControls.js"
 import { ThreadRead } from "./ThreadRead.js"
@@ -133,6 +134,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
     const driver = yield* DriverRegistry
     const trust = yield* NativeThreadTrust
     const lifecycle = yield* RunLifecycle
+    const itemLog = yield* ItemLog
     const store = yield* ThreadStore
     const ids = yield* IdGenerator
     const registry = yield* ProviderRegistry.ProviderRegistry
@@ -271,6 +273,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       })
       if (!alreadyClaimed && run.status !== "queued") return result(null, null, providerThread.contextWindow ?? 0)
 
+      // The prompt's item, a long one counted before the claim's unit of work (recorded in it: not counted under the
+      // lock, where every other thread's writes would wait the count out on SQLite).
+      const prompt = alreadyClaimed ? undefined : (yield* itemLog.countAhead([promptItem(run.prompt)]))[0]
       // Read and move to `starting` in one transaction: an interrupt written in between is never overwritten.
       const claimed = alreadyClaimed ? run : yield* uow.thread(run.threadId, "TurnExecution.claimRun")(Effect.gen(function*() {
         const current = yield* store.getRun(runId)
@@ -279,7 +284,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         const first = yield* store.findFirstUnfinishedRun(current.value.threadId)
         if (first._tag === "Some" && first.value.id !== runId) return null
         const starting: Run = { ...current.value, status: "starting", updatedAt: yield* DateTime.now }
-        yield* lifecycle.update(current.value, starting)
+        yield* lifecycle.update(current.value, starting, prompt)
         // From here the run is this driver's: recovery elsewhere reconciles it only once this driver is gone.
         yield* store.setRunDriver(runId, driver.driverId)
         return starting

@@ -231,6 +231,54 @@ describe.each(Harness.dialects)("long texts are counted outside the unit of work
       yield* expectCounted(h.counter, threadId, output.length)
     }).pipe(Effect.withTracer(tracer), Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
   })
+
+  // Review r41: a long prompt queued behind an unfinished run was counted when its run started, in the claim's unit of
+  // work (RunLifecycle.recordPrompt); only a prompt claimed with its queueing was counted ahead.
+  it.live("a long message queued behind an unfinished run", () => {
+    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }], { db })
+    const readFile: ClientTool = {
+      name: "read_file",
+      description: "Reads a file of the workspace",
+      inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
+    }
+    return Effect.gen(function*() {
+      const service = yield* ThreadService.ThreadService
+      const driver = yield* RunDriver.RunDriver
+      const store = yield* ThreadStore
+      const threadId = yield* service.createThread(Commands.CreateThread.make({
+        commandId: "cmd_count_queued_1" as CommandId,
+        title: "queued",
+        providerInstance: "claude" as ProviderInstance,
+        tools: [readFile]
+      }))
+      // The first run waits for the client's tool result: the second queues behind it.
+      h.script.enqueue({ items: [Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_1" })] })
+      h.script.enqueue({ items: [Harness.produced("assistant_message", "Read it.", { messageId: "msg_2" })] })
+      h.script.enqueue(Harness.reply(20))
+      const first = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_count_queued_2" as CommandId, threadId, text: "Read a.ts" }))
+      for (;;) {
+        const run = yield* store.getRun(first.runId)
+        if (run._tag === "Some" && run.value.status === "waiting") break
+        yield* Effect.sleep(Duration.millis(10))
+      }
+      const prompt = longText(50_000, 6)
+      const second = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_count_queued_3" as CommandId, threadId, text: prompt }))
+      expect((yield* store.getRun(second.runId)).pipe((r) => r._tag === "Some" ? r.value.status : null)).toBe("queued")
+      const done = yield* watching(h.counter, Effect.zipRight(
+        driver.submitToolResults(Commands.SubmitToolResults.make({
+          commandId: "cmd_count_queued_4" as CommandId,
+          threadId,
+          runId: first.runId,
+          results: [{ toolCallId: "call_a" as ToolCallId, output: "export const a = 1", isError: false }]
+        })),
+        driver.awaitRun(second.runId).pipe(Effect.timeout("10 seconds"))
+      ))
+      expect(done.status).toBe("completed")
+      expect(tracked.counts.filter((c) => c.chars >= prompt.length)).not.toEqual([])
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      yield* expectCounted(h.counter, threadId, prompt.length)
+    }).pipe(Effect.withTracer(tracer), Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
+  })
 })
 
 describe("withCountsFrom", () => {
