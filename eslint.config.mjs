@@ -6,7 +6,7 @@
  * by the promise rules below. The rest of `recommendedTypeChecked` is left off: on this code it reports ~250
  * "unnecessary" non-null assertions and `String(unknown)` in error messages, noise rather than bugs. Effect-specific
  * checks (floating Effects, missing error or context types, `unknown` in an error channel) come from
- * `@effect/language-service`, configured in tsconfig.base.json and run by `pnpm lint` as well.
+ * `@effect/language-service`, configured in tsconfig.base.json and run by `pnpm typecheck` (scripts/typecheck.mjs).
  */
 import js from "@eslint/js"
 import tseslint from "typescript-eslint"
@@ -14,7 +14,7 @@ import tseslint from "typescript-eslint"
 export default tseslint.config(
   { ignores: ["**/node_modules/**", "**/.turbo/**", "**/*.tmp.ts", "**/*.tmp.mts", "tmp-breaker/**", "**/.test-bundle/**", "apps/web/dist/**", "apps/web/test-results/**"] },
   {
-    files: ["packages/*/{src,test}/**/*.ts", "apps/*/{src,test}/**/*.ts", "bench/*.ts", "bench/test/*.ts"],
+    files: ["packages/*/{src,test}/**/*.ts", "apps/*/{src,test}/**/*.ts", "bench/*.ts", "bench/test/*.ts", "scripts/test/*.ts"],
     extends: [js.configs.recommended, ...tseslint.configs.recommended],
     languageOptions: {
       parserOptions: {
