@@ -1,20 +1,34 @@
 // @ts-check
 /**
- * ESLint for every package, app and the benchmarks (`pnpm lint`, run by CI after the typecheck).
+ * ESLint for every package, app and the benchmarks (`pnpm lint`; CI's `pnpm check` runs it from
+ * scripts/typecheck.mjs).
  *
- * Type-aware: one TypeScript program over `tsconfig.lint.json` (about 17 s of CPU for the whole repository), used only
- * by the promise rules below. The rest of `recommendedTypeChecked` is left off: on this code it reports ~250
- * "unnecessary" non-null assertions and `String(unknown)` in error messages, noise rather than bugs. Effect-specific
- * checks (floating Effects, missing error or context types, `unknown` in an error channel) come from
- * `@effect/language-service`, configured in tsconfig.base.json and run by `pnpm typecheck` (scripts/typecheck.mjs).
+ * Type-aware: one TypeScript program over `tsconfig.lint.json` plus the dashboard's two, used only by the promise rules
+ * below. Run alone, ESLint builds and type-checks them itself (about 55 s of CPU more than without types); `pnpm check`
+ * hands it the programs its typecheck already built (`parserOptions.programs`). The rest of `recommendedTypeChecked`
+ * is left off: on this code it reports ~250 "unnecessary" non-null assertions and `String(unknown)` in error messages,
+ * noise rather than bugs. Effect-specific checks (floating Effects, missing error or context types, `unknown` in an
+ * error channel) come from `@effect/language-service`, configured in tsconfig.base.json and run by `pnpm typecheck`
+ * (scripts/typecheck.mjs).
  */
 import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
+/** The files typed by the program over tsconfig.lint.json (`scripts/typecheck.mjs --lint` hands ESLint its program). */
+export const typedFiles = [
+  "packages/*/{src,test}/**/*.ts",
+  "apps/*/{src,test}/**/*.ts",
+  "bench/*.ts",
+  "bench/test/*.ts",
+  "scripts/test/*.ts"
+]
+/** The dashboard's files, typed by its own programs (apps/web/tsconfig.json and tsconfig.test.json). */
+export const dashboardFiles = ["apps/web/src/**/*.{ts,tsx}", "apps/web/test/**/*.ts"]
+
 export default tseslint.config(
   { ignores: ["**/node_modules/**", "**/.turbo/**", "**/*.tmp.ts", "**/*.tmp.mts", "tmp-breaker/**", "**/.test-bundle/**", "apps/web/dist/**", "apps/web/test-results/**"] },
   {
-    files: ["packages/*/{src,test}/**/*.ts", "apps/*/{src,test}/**/*.ts", "bench/*.ts", "bench/test/*.ts", "scripts/test/*.ts"],
+    files: typedFiles,
     extends: [js.configs.recommended, ...tseslint.configs.recommended],
     languageOptions: {
       parserOptions: {
@@ -40,7 +54,7 @@ export default tseslint.config(
   },
   {
     // The dashboard (browser code with JSX, and its browser tests) is typed by its own programs.
-    files: ["apps/web/src/**/*.{ts,tsx}", "apps/web/test/**/*.ts"],
+    files: dashboardFiles,
     extends: [js.configs.recommended, ...tseslint.configs.recommended],
     languageOptions: {
       parserOptions: {
