@@ -17,6 +17,36 @@ const count = counter.count
 /** A screenshot's worth of base64 (about 400 KB of PNG). */
 const payload = Crypto.randomBytes(300_000).toString("base64")
 
+/**
+ * The offload plan of a short Claude Code conversation (200,000-token window): `prompt`, one `Read` whose result is
+ * `media` (an image or document block), four Reads of about 2,000 tokens each, and a last question.
+ */
+const planWithMedia = (prompt: string, mediaCallId: string, media: unknown) => {
+  const unit = (id: string, output: unknown) => [
+    { role: "assistant", content: [{ type: "tool_use", id, name: "Read", input: { file_path: id } }] },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: id, content: output }] }
+  ]
+  return GatewayOffload.rewrite({
+    body: {
+      model: "claude-x",
+      tools: [{ name: "Read", input_schema: { type: "object" } }],
+      messages: [
+        { role: "user", content: prompt },
+        ...unit(mediaCallId, [media]),
+        ...["one", "two", "three", "four"].flatMap((tag) => unit(`toolu_${tag}`, `${tag}: ${"0123456789 ".repeat(800)}`)),
+        { role: "user", content: "and now?" }
+      ]
+    },
+    offloaded: [],
+    settings: ToolResultOffload.defaults,
+    windowTokens: 200_000,
+    prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75 },
+    requestsSoFar: 20,
+    msSinceLastRequest: 1_000,
+    count
+  })
+}
+
 describe("GatewayMedia", () => {
   it("counts an Anthropic image block, a Chat Completions image_url part and a Responses input_image as imageTokens beside their JSON", () => {
     const anthropic = { type: "image", source: { type: "base64", media_type: "image/png", data: payload } }
@@ -50,31 +80,8 @@ describe("GatewayMedia", () => {
   })
 
   it("a screenshot in a tool result does not make the offload plan flush a short conversation (it counted the payload)", () => {
-    const unit = (id: string, output: unknown) => [
-      { role: "assistant", content: [{ type: "tool_use", id, name: "Read", input: { file_path: id } }] },
-      { role: "user", content: [{ type: "tool_result", tool_use_id: id, content: output }] }
-    ]
     const image = { type: "image", source: { type: "base64", media_type: "image/png", data: payload } }
-    const body = {
-      model: "claude-x",
-      tools: [{ name: "Read", input_schema: { type: "object" } }],
-      messages: [
-        { role: "user", content: "go" },
-        ...unit("toolu_shot", [image]),
-        ...["one", "two", "three", "four"].flatMap((tag) => unit(`toolu_${tag}`, `${tag}: ${"0123456789 ".repeat(800)}`)),
-        { role: "user", content: "and now?" }
-      ]
-    }
-    const out = GatewayOffload.rewrite({
-      body,
-      offloaded: [],
-      settings: ToolResultOffload.defaults,
-      windowTokens: 200_000,
-      prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75 },
-      requestsSoFar: 20,
-      msSinceLastRequest: 1_000,
-      count
-    })
+    const out = planWithMedia("go", "toolu_shot", image)
     // About 12,000 tokens of a 200,000-token window: nothing to flush (before: about 400,000 tokens counted, every
     // eligible unit stubbed at once).
     expect(out.flush).toBeNull()
@@ -160,33 +167,10 @@ describe("GatewayMedia", () => {
   })
 
   it("a PDF Claude Code read does not make the offload plan flush a short conversation (it counted the payload: about 400,000 tokens)", () => {
-    const unit = (id: string, output: unknown) => [
-      { role: "assistant", content: [{ type: "tool_use", id, name: "Read", input: { file_path: id } }] },
-      { role: "user", content: [{ type: "tool_result", tool_use_id: id, content: output }] }
-    ]
     // A 3-page scan of about 600 KB.
     const scan = Media.pdf(3, { layout: "packed", imageBytes: 600_000 }).toString("base64")
     const document = { type: "document", source: { type: "base64", media_type: "application/pdf", data: scan } }
-    const body = {
-      model: "claude-x",
-      tools: [{ name: "Read", input_schema: { type: "object" } }],
-      messages: [
-        { role: "user", content: "summarise paper.pdf" },
-        ...unit("toolu_pdf", [document]),
-        ...["one", "two", "three", "four"].flatMap((tag) => unit(`toolu_${tag}`, `${tag}: ${"0123456789 ".repeat(800)}`)),
-        { role: "user", content: "and now?" }
-      ]
-    }
-    const out = GatewayOffload.rewrite({
-      body,
-      offloaded: [],
-      settings: ToolResultOffload.defaults,
-      windowTokens: 200_000,
-      prices: { input: 3, cacheRead: 0.3, cacheWrite: 3.75 },
-      requestsSoFar: 20,
-      msSinceLastRequest: 1_000,
-      count
-    })
+    const out = planWithMedia("summarise paper.pdf", "toolu_pdf", document)
     expect(out.flush).toBeNull()
     expect(out.offloaded).toEqual([])
   })

@@ -94,6 +94,33 @@ const expectCounted = (counter: TokenCounter.TokenCounterShape, threadId: Thread
     expect(items[0]!.tokens).toBe(Render.itemTokens(counter, { ...items[0]!, seq: 0 }))
   })
 
+const readFile: ClientTool = {
+  name: "read_file",
+  description: "Reads a file of the workspace",
+  inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
+}
+
+/** A thread on `claude` offering the client's `read_file` tool. */
+const toolThread = (commandId: string) =>
+  Effect.flatMap(ThreadService.ThreadService, (service) =>
+    service.createThread(Commands.CreateThread.make({
+      commandId: commandId as CommandId,
+      title: "tools",
+      providerInstance: "claude" as ProviderInstance,
+      tools: [readFile]
+    })))
+
+/** Polls the record until run `runId` waits for the client's tool results (at most 10 s). */
+const untilWaiting = (runId: RunId) =>
+  Effect.gen(function*() {
+    const store = yield* ThreadStore
+    for (;;) {
+      const run = yield* store.getRun(runId)
+      if (run._tag === "Some" && run.value.status === "waiting") return
+      yield* Effect.sleep(Duration.millis(10))
+    }
+  }).pipe(Effect.timeout("10 seconds"))
+
 describe.each(Harness.dialects)("long texts are counted outside the unit of work on %s", (_label, db) => {
   it.live("a gateway request's long message and its long reply", () => {
     const h = Harness.make([{ name: "anthropic", window: 1_000_000, inject: false }], { db })
@@ -191,33 +218,13 @@ describe.each(Harness.dialects)("long texts are counted outside the unit of work
 
   it.live("a client tool's long result", () => {
     const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }], { db })
-    const readFile: ClientTool = {
-      name: "read_file",
-      description: "Reads a file of the workspace",
-      inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
-    }
     return Effect.gen(function*() {
-      const service = yield* ThreadService.ThreadService
       const driver = yield* RunDriver.RunDriver
-      const store = yield* ThreadStore
-      const threadId = yield* service.createThread(Commands.CreateThread.make({
-        commandId: "cmd_count_tools_1" as CommandId,
-        title: "tools",
-        providerInstance: "claude" as ProviderInstance,
-        tools: [readFile]
-      }))
+      const threadId = yield* toolThread("cmd_count_tools_1")
       h.script.enqueue({ items: [Harness.produced("tool_call", JSON.stringify({ path: "big.log" }), { toolCallId: "call_big", toolName: "read_file", messageId: "msg_1" })] })
       h.script.enqueue({ items: [Harness.produced("assistant_message", "Read it.", { messageId: "msg_2" })] })
       const accepted = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_count_tools_2" as CommandId, threadId, text: "Read big.log" }))
-      const waiting = (runId: RunId) =>
-        Effect.gen(function*() {
-          for (;;) {
-            const run = yield* store.getRun(runId)
-            if (run._tag === "Some" && run.value.status === "waiting") return
-            yield* Effect.sleep(Duration.millis(10))
-          }
-        }).pipe(Effect.timeout("10 seconds"))
-      yield* waiting(accepted.runId)
+      yield* untilWaiting(accepted.runId)
       const output = longText(70_000, 5)
       yield* watching(h.counter, driver.submitToolResults(Commands.SubmitToolResults.make({
         commandId: "cmd_count_tools_3" as CommandId,
@@ -236,31 +243,16 @@ describe.each(Harness.dialects)("long texts are counted outside the unit of work
   // work (RunLifecycle.recordPrompt); only a prompt claimed with its queueing was counted ahead.
   it.live("a long message queued behind an unfinished run", () => {
     const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }], { db })
-    const readFile: ClientTool = {
-      name: "read_file",
-      description: "Reads a file of the workspace",
-      inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
-    }
     return Effect.gen(function*() {
-      const service = yield* ThreadService.ThreadService
       const driver = yield* RunDriver.RunDriver
       const store = yield* ThreadStore
-      const threadId = yield* service.createThread(Commands.CreateThread.make({
-        commandId: "cmd_count_queued_1" as CommandId,
-        title: "queued",
-        providerInstance: "claude" as ProviderInstance,
-        tools: [readFile]
-      }))
+      const threadId = yield* toolThread("cmd_count_queued_1")
       // The first run waits for the client's tool result: the second queues behind it.
       h.script.enqueue({ items: [Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_a", toolName: "read_file", messageId: "msg_1" })] })
       h.script.enqueue({ items: [Harness.produced("assistant_message", "Read it.", { messageId: "msg_2" })] })
       h.script.enqueue(Harness.reply(20))
       const first = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_count_queued_2" as CommandId, threadId, text: "Read a.ts" }))
-      for (;;) {
-        const run = yield* store.getRun(first.runId)
-        if (run._tag === "Some" && run.value.status === "waiting") break
-        yield* Effect.sleep(Duration.millis(10))
-      }
+      yield* untilWaiting(first.runId)
       const prompt = longText(50_000, 6)
       const second = yield* driver.submit(Commands.SendMessage.make({ commandId: "cmd_count_queued_3" as CommandId, threadId, text: prompt }))
       expect((yield* store.getRun(second.runId)).pipe((r) => r._tag === "Some" ? r.value.status : null)).toBe("queued")
