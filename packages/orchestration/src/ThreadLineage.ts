@@ -133,6 +133,8 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
             isError: false,
             toolCallState: null
           },
+          // A copy renders as its original does (no field of the render differs; `seq` is not counted): it takes the
+          // original's count, so a fork or merge of a long thread counts nothing under its unit of work's lock.
           ...source.map((i) => ({
             kind: i.kind,
             text: i.text,
@@ -140,7 +142,8 @@ export class ThreadLineage extends Effect.Service<ThreadLineage>()("@baton/orche
             toolName: i.toolName,
             messageId: i.messageId,
             isError: i.isError,
-            toolCallState: i.toolCallState
+            toolCallState: i.toolCallState,
+            tokens: i.tokens
           }))
         ])
         const handoff = held === null ? yield* delivery.createHandoff(threadId, kind, providerThread, [run]) : null

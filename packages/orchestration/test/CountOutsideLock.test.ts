@@ -239,6 +239,22 @@ describe.each(Harness.dialects)("long texts are counted outside the unit of work
     }).pipe(Effect.withTracer(tracer), Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
   })
 
+  it.live("a fork of a thread holding a long item: the copy takes the original's count", () => {
+    const h = Harness.make([{ name: "claude", window: 1_000_000, inject: false }], { db })
+    return Effect.gen(function*() {
+      const o = yield* Harness.ops
+      const parent = yield* o.create("claude")
+      const prompt = longText(40_000, 7)
+      h.script.enqueue(Harness.reply(20))
+      expect((yield* o.send(parent, prompt)).status).toBe("completed")
+      const fork = yield* watching(h.counter, o.fork(parent))
+      expect(tracked.counts.filter((c) => c.inTransaction)).toEqual([])
+      const forkId = fork.threadId as ThreadId
+      yield* expectCounted(h.counter, parent, prompt.length)
+      yield* expectCounted(h.counter, forkId, prompt.length)
+    }).pipe(Effect.withTracer(tracer), Effect.provide(h.layer))
+  })
+
   // Review r41: a long prompt queued behind an unfinished run was counted when its run started, in the claim's unit of
   // work (RunLifecycle.recordPrompt); only a prompt claimed with its queueing was counted ahead.
   it.live("a long message queued behind an unfinished run", () => {
