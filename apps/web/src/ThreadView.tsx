@@ -122,7 +122,7 @@ function Conversation(props: { readonly store: ThreadStore; readonly open: (id: 
 /**
  * One id list of a handoff or delivery (`list`), `count` ids: read from `GET /handoffs/{id}/item-ids` 200 at a time
  * when the user opens it ("more" for the next 200), each id opening the original in the drawer. An open list is read
- * again when its count changes (a delivery settled).
+ * again when its count changes (a delivery settled), and when it is opened again after its first page failed.
  */
 function IdList(props: {
   readonly handoffId: string
@@ -154,7 +154,12 @@ function IdList(props: {
     if (opened) void load(0)
   }, [opened, props.count])
   return (
-    <details data-testid={props.testId} onToggle={(e) => e.currentTarget.open && setOpened(true)}>
+    <details data-testid={props.testId} onToggle={(e) => {
+      if (!e.currentTarget.open) return
+      // Opened again after its first page failed: read it again (a failed "more" keeps its button).
+      if (opened && error !== null && ids.length === 0) void load(0)
+      else setOpened(true)
+    }}>
       <summary>{fmt(props.count)} {props.label}</summary>
       {ids.map((id) => <button key={id} className={`link ref ${props.list}`} data-testid={props.refTestId} onClick={() => props.open(id)}>{id}</button>)}
       {next !== null && <button onClick={() => void load(next)}>more ({fmt(props.count - ids.length)} left)</button>}

@@ -336,6 +336,26 @@ describe("the dashboard, broken as a new user would", () => {
     await close()
     expect(errors).toEqual([])
   })
+  it("a handoff's id list whose first page failed is read again when it is opened again", async () => {
+    const threadId = await thread(3, "ids")
+    const switched = await api<{ handoffId: string }>(server.url, "POST", `/threads/${threadId}/switch`, { providerInstance: "claude" })
+    expect(switched.status).toBe(200)
+    const { page, errors, close } = await open(`/ui/threads/${threadId}`)
+    let refusing = true
+    await page.route("**/item-ids?*", (route) => refusing ? route.abort() : route.continue())
+    const owed = page.locator(`[data-testid=handoff][data-handoff-id="${switched.body.handoffId}"] details`).first()
+    await owed.locator("summary").click()
+    await owed.locator(".error:has-text('cannot reach the server')").waitFor()
+    refusing = false
+    // Closed and opened again: before, the error stayed and nothing was asked (the list loaded on its first opening
+    // only); the retry was a reload of the page.
+    await owed.locator("summary").click()
+    await owed.locator("summary").click()
+    await expect.poll(() => owed.locator("button.ref").count(), { timeout: 15_000 }).toBe(6)
+    expect(await owed.locator(".error").count()).toBe(0)
+    await close()
+    expect(errors.filter((e) => !/ERR_FAILED|Failed to load resource/.test(e))).toEqual([])
+  })
   it("a token with a character no header can carry is refused in the form, not kept as 'cannot reach the server'", async () => {
     const context = await browser.newContext()
     const page = await context.newPage()
