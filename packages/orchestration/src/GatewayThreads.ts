@@ -693,17 +693,17 @@ const replyItems = (wire: Wire, reply: Reply, prompt: number, seq: number): Read
  * The items a request likely stores, for `ItemLog.countAhead` before its unit of work: its messages' items after the
  * prefix it shares with `storedPrints` (the conversation's baseline as last read; what `begin` finds under the lock may
  * differ, and then only the counts of items that render alike are used), and an answer's recorded with it (`reply`).
- * Only their counts matter (message ids are left empty: no item's render shows one).
+ * `names`: the request's tool names by call id (`Wire.toolNamesOf` of `messages`). Only their counts matter (message ids are left empty: no item's render shows one).
  */
 const likelyItems = (
   wire: Wire,
   messages: ReadonlyArray<unknown>,
+  names: ReadonlyMap<string, string>,
   storedPrints: ReadonlyArray<string>,
   prints: ReadonlyArray<string>,
   outcome: Outcome | undefined
 ): { readonly request: ReadonlyArray<NewItem>; readonly reply: ReadonlyArray<NewItem> } => {
   const fresh = messages.slice(sharedPrefix(storedPrints, prints))
-  const names = wire.toolNamesOf(messages)
   return {
     request: storable(fresh.flatMap((m) => wire.itemsOf(m, "", names))),
     reply: outcome?._tag === "completed" ? replyItems(wire, outcome.reply, prints.length, 0) : []
@@ -927,6 +927,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       )
       const threadId = created.threadId as ThreadId
       const { content, hashed, prints } = printCache.printsOf(key, request.messages, wire)
+      // The request's tool names by call id (its items name the tool of each result), for the items counted ahead and
+      // those the unit of work stores.
+      const names = wire.toolNamesOf(request.messages)
       /**
        * The unit of work; `trusted`: the conversation as this process last wrote it (SQLite's `kept`), used without
        * reading its row under the lock: the conversation's update is then made only if the row is still that
@@ -1011,7 +1014,6 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
             tokensAfter: Math.round(f.tokensAfter)
           } })
         }
-        const names = wire.toolNamesOf(request.messages)
         const requestItems = withCountsFrom(ahead.request, storable(fresh.flatMap((m, i) => wire.itemsOf(m, `${wire.roleOf(m)}@${generation}.${shared + i}`, names))))
         // An answer recorded with the request (`outcome`), without hidden rounds: its reply's items are appended with
         // the request's (one append) and its prints join the baseline here.
@@ -1068,7 +1070,7 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
       // read are counted here (and an answer recorded with it), and the unit of work takes the counts of the items
       // that render alike. A 20 MB message, or 100,000 short ones, were counted for seconds under the lock: on SQLite
       // (one connection) every other conversation's and thread's writes waited that out.
-      const likely = likelyItems(wire, request.messages, (trusted ?? created).baseline.prints, prints, outcome)
+      const likely = likelyItems(wire, request.messages, names, (trusted ?? created).baseline.prints, prints, outcome)
       const ahead = { request: yield* itemLog.countAhead(likely.request), reply: yield* itemLog.countAhead(likely.reply) }
       return yield* trusted === undefined
         ? record(undefined, ahead)

@@ -52,6 +52,13 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     /** 25 ms doubling, at most 1 s apart (the run driver's polls of a run driven elsewhere). */
     const remotePolls = Schedule.union(Schedule.exponential(Duration.millis(25)), Schedule.spaced(Duration.seconds(1)))
 
+    /** Whether run `runId`'s driver (`runs.driver_id`) is another process's, and alive. */
+    const drivenElsewhere = (runId: Run["id"]) =>
+      Effect.gen(function*() {
+        const owner = (yield* store.runDrivers([runId])).get(runId) ?? null
+        return owner !== null && owner !== driver.driverId && (yield* driver.aliveAmong([owner])).has(owner)
+      })
+
     /**
      * Inside an interrupt's unit of work: with a receipt key, a command id recorded meanwhile (a concurrent copy of
      * the same request) answers its first result; else `effect`'s run is recorded as the command's result.
@@ -100,8 +107,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           // has no call to stop, and could not tell that the provider read the prompt). The request is recorded for
           // that driver, which stops the run as a local interrupt does; the run is left to it meanwhile. (A run with
           // no native thread, a gateway's, has no provider turn of Baton's to stop: it is ended here as before.)
-          const owner = run.nativeThreadId === null ? null : (yield* store.runDrivers([run.id])).get(run.id) ?? null
-          if (owner !== null && owner !== driver.driverId && (yield* driver.aliveAmong([owner])).has(owner)) {
+          if (run.nativeThreadId !== null && (yield* drivenElsewhere(run.id))) {
             yield* store.requestRunInterrupt(run.id, yield* DateTime.now)
             return { _tag: "Remote", run } as const
           }
@@ -183,14 +189,13 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
 
     /**
      * Whether `run` is still held by a live driver other than this one: still `running` on the same native thread,
-     * and its driver (`runs.driver_id`) alive. `false` when the run is gone too (deciding again answers `RunNotFound`).
+     * and `drivenElsewhere`. `false` when the run is gone too (deciding again answers `RunNotFound`).
      */
     const heldElsewhere = (run: Run) =>
       Effect.gen(function*() {
         const current = yield* store.getRun(run.id)
         if (current._tag === "None" || current.value.status !== "running" || current.value.nativeThreadId !== run.nativeThreadId) return false
-        const owner = (yield* store.runDrivers([run.id])).get(run.id) ?? null
-        return owner !== null && owner !== driver.driverId && (yield* driver.aliveAmong([owner])).has(owner)
+        return yield* drivenElsewhere(run.id)
       })
 
     /**

@@ -580,15 +580,12 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           ),
       /**
        * Records that a client asked to interrupt run `runId` at `at` while another process drives it (migration
-       * 0023; the first request's time is kept); `true` when the run is still `running` (its driver will see the
-       * request), `false` when it is not (it moved on or ended meanwhile: the caller decides again).
+       * 0023; the first request's time is kept), if the run is `running` (the caller read it so under the thread's
+       * lock); its driver sees the request (`runsInterruptRequested`).
        */
       requestRunInterrupt: (runId: RunId, at: DateTime.Utc) =>
         sql`UPDATE runs SET interrupt_requested_at = COALESCE(interrupt_requested_at, ${DateTime.formatIso(at)})
-            WHERE id = ${runId} AND status = 'running' RETURNING id`.pipe(
-          Effect.map((rows) => rows.length > 0),
-          orPersistence("runs.requestInterrupt")
-        ),
+            WHERE id = ${runId} AND status = 'running'`.pipe(Effect.asVoid, orPersistence("runs.requestInterrupt")),
       /**
        * Which of `runIds` are `running` with an interrupt requested by another process (`requestRunInterrupt`): the
        * runs their driver must stop. One statement per chunk of ids.
