@@ -31,26 +31,33 @@ const threadCount = 10
  */
 const messagesPerClient = Number(process.env.BATON_TWO_SERVERS_MESSAGES ?? 4)
 
+/** Where the test is, how far it got and the processes it started, for the failure report. */
+const diagnostics = { phase: "start", progress: "", servers: [] as Array<Served>, since: Date.now(), stuckOnExit: [] as Array<string> }
+const phase = (name: string) => {
+  console.log(`${name} (${Date.now() - diagnostics.since} ms)`)
+  diagnostics.phase = name
+  diagnostics.progress = ""
+}
+
 /**
  * Starts `baton serve --port 0 --database-url URL` with the admin token and waits (at most 90 s) for its URL; on
- * release, stops it (SIGTERM) and waits for it to exit.
+ * release, stops it (SIGTERM) and waits for it to exit: at most 30 s (its shutdown deadline is shorter), after which
+ * it is killed and the test fails naming it (a server that does not end on SIGTERM is a defect, not a slow test).
  */
 const start = (databaseUrl: string) =>
   Effect.acquireRelease(
     serveBaton(["--port", "0", "--database-url", databaseUrl], { env: { BATON_TOKEN: token }, timeoutMillis: 90_000 }),
     (server) =>
-      Effect.promise(() => {
+      Effect.promise(async () => {
         server.child.kill("SIGTERM")
-        return server.exited
+        const timer = setTimeout(() => {
+          diagnostics.stuckOnExit.push(`${server.url}:\n${server.output().stderr.slice(-3_000)}`)
+          server.child.kill("SIGKILL")
+        }, 30_000)
+        await server.exited
+        clearTimeout(timer)
       })
   )
-
-/** Where the test is and the processes it started, for the failure report. */
-const diagnostics = { phase: "start", servers: [] as Array<Served>, since: Date.now() }
-const phase = (name: string) => {
-  console.log(`${name} (${Date.now() - diagnostics.since} ms)`)
-  diagnostics.phase = name
-}
 
 /** A connection per request: a reused keep-alive socket the server is closing as idle would reset a request. */
 const agent = new Http.Agent({ keepAlive: false, maxSockets: 64 })
@@ -166,13 +173,16 @@ describe("two server processes on one Postgres", () => {
 
       // Every run ends, completed (asked of either process).
       phase("await runs")
+      let ended = 0
       const runs = yield* Effect.promise(() =>
         Promise.all(sent.map(async (s, i) => {
           for (;;) {
+            diagnostics.progress = `${ended} of ${sent.length} runs ended`
             const view = await call(`${servers[i % 2]}/runs/${s.runId}?waitMs=30000`)
             expect(view.status).toBe(200)
             const run = view.body.run as { status: string; seq: number; threadId: string; startedAt: string | null }
             if (run.status === "queued" || run.status === "starting" || run.status === "running") continue
+            ended++
             return { sent: s, run, items: view.body.items as Array<{ id: string; seq: number; kind: string; text: string }> }
           }
         }))
@@ -230,7 +240,10 @@ describe("two server processes on one Postgres", () => {
       })
       expect(stored.length).toBeGreaterThan(sent.length * 3)
       // The subscribers catch up (bounded by the test's timeout: a lost event never arrives).
-      while (subscribers.some((s) => s.received.length < stored.length)) yield* Effect.sleep("100 millis")
+      while (subscribers.some((s) => s.received.length < stored.length)) {
+        diagnostics.progress = `stored ${stored.length} events; the subscribers received ${subscribers.map((s) => s.received.length).join(" and ")}`
+        yield* Effect.sleep("100 millis")
+      }
       yield* Effect.sleep("500 millis")
       const key = (e: Received) => e.globalSeq
       for (const s of subscribers) {
@@ -249,15 +262,21 @@ describe("two server processes on one Postgres", () => {
       )
       agent.destroy()
     }).pipe(
+      // Bounded here, under vitest's timeout, so that a stuck phase fails with the report below.
+      Effect.timeoutFail({ duration: "200 seconds", onTimeout: () => new Error(`stuck in phase ${diagnostics.phase}: ${diagnostics.progress}`) }),
       // On a failure, what the processes said (and whether they are still alive).
       Effect.tapErrorCause(() =>
         Effect.sync(() => {
           for (const server of diagnostics.servers) {
-            console.log(`phase ${diagnostics.phase}; ${server.url} exit ${server.child.exitCode}:\n${server.output().stderr.slice(-3_000)}`)
+            console.log(
+              `phase ${diagnostics.phase} (${diagnostics.progress}); ${server.url} exit ${server.child.exitCode}:\n${server.output().stderr.slice(-3_000)}`
+            )
           }
         })
       ),
       Effect.scoped,
+      // Stopped on SIGTERM within 30 s, each of them.
+      Effect.tap(() => expect(diagnostics.stuckOnExit).toEqual([])),
       Effect.provide(Database.layerPgSchema())
     ), 240_000)
 })
