@@ -18,7 +18,7 @@
  */
 import { Database } from "@baton/persistence"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 import * as Http from "node:http"
 import { type Served, serveBaton } from "./support/Served.js"
 
@@ -30,6 +30,9 @@ const threadCount = 10
  * process (`BATON_TWO_SERVERS_MESSAGES` overrides it).
  */
 const messagesPerClient = Number(process.env.BATON_TWO_SERVERS_MESSAGES ?? 4)
+
+/** A phase did not end within the test's bound: which, and how far it got. */
+class Stuck extends Data.TaggedError("Stuck")<{ readonly phase: string; readonly progress: string }> {}
 
 /** Where the test is, how far it got and the processes it started, for the failure report. */
 const diagnostics = { phase: "start", progress: "", servers: [] as Array<Served>, since: Date.now(), stuckOnExit: [] as Array<string> }
@@ -263,7 +266,7 @@ describe("two server processes on one Postgres", () => {
       agent.destroy()
     }).pipe(
       // Bounded here, under vitest's timeout, so that a stuck phase fails with the report below.
-      Effect.timeoutFail({ duration: "200 seconds", onTimeout: () => new Error(`stuck in phase ${diagnostics.phase}: ${diagnostics.progress}`) }),
+      Effect.timeoutFail({ duration: "200 seconds", onTimeout: () => new Stuck({ phase: diagnostics.phase, progress: diagnostics.progress }) }),
       // On a failure, what the processes said (and whether they are still alive).
       Effect.tapErrorCause(() =>
         Effect.sync(() => {

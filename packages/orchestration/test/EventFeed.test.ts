@@ -16,11 +16,12 @@ import {
   ThreadNotFound
 } from "@baton/contracts"
 import { ThreadService } from "@baton/orchestration"
-import { EventFeed, ThreadStore, UnitOfWork } from "@baton/persistence"
+import { Database, EventFeed, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Option, Schedule, Scope, Stream } from "effect"
+import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Option, Redacted, Schedule, Scope, Stream } from "effect"
 
 let k = 0
 const cid = () => `cmd_feed_${++k}` as CommandId
@@ -448,6 +449,51 @@ describe("EventFeed on Postgres", () => {
         const got = yield* Fiber.join(feed)
         expect(got.map((e) => e.threadId)).toEqual([a, b])
         expect(got[0]!.globalSeq).toBeLessThan(got[1]!.globalSeq)
+      })
+    ).pipe(Effect.scoped)
+  })
+
+  it.live("a write transaction left open in another database, or in this one outside Baton's schema, holds the feed of all threads back no more", () => {
+    const h = Harness.make([...providers])
+    // Stop 41's CI: a write transaction open anywhere on the server held back the snapshot's xmin, the feed's horizon,
+    // so `/events` delivered nothing and `/events?follow=false` returned nothing until it ended.
+    const otherDatabase = new URL(Database.testPgUrl())
+    otherDatabase.pathname = "/postgres"
+    return Harness.withDbFile((db) =>
+      Effect.gen(function*() {
+        const p = yield* open(h, db, "a")
+        const t = yield* p.create()
+        const cursor = (yield* p.store.listEvents(t)).at(-1)!.globalSeq
+        // Two transactions holding a transaction id (no lock on any of Baton's relations), open until the end.
+        const release = yield* Deferred.make<void>()
+        for (const url of [otherDatabase.toString(), Database.testPgUrl()]) {
+          const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })), SqlClient.SqlClient)
+          const opened = yield* Deferred.make<void>()
+          yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
+            yield* other`SELECT pg_current_xact_id()`
+            yield* Deferred.succeed(opened, undefined)
+            yield* Deferred.await(release)
+          })).pipe(Effect.orDie))
+          yield* Deferred.await(opened)
+        }
+        yield* p.append(t, 2)
+        const live = yield* Effect.flatMap(p.feed.all({ afterGlobalSeq: cursor }), (s) => take(s, 2))
+        expect(live.map((e) => [e.threadId, e.seq])).toEqual([[t, live[0]!.seq], [t, live[0]!.seq + 1]])
+        const replayed = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: cursor }), Stream.runCollect)
+        expect(ids(Chunk.toArray(replayed))).toEqual(ids(live))
+        // A transaction of this schema still holds back what commits after it began (it may yet write before them).
+        const locked = yield* Deferred.make<void>()
+        const commit = yield* Deferred.make<void>()
+        const mine = yield* Effect.fork(p.uow.thread(t, "test.open")(Effect.zipRight(Deferred.succeed(locked, undefined), Deferred.await(commit))))
+        yield* Deferred.await(locked)
+        const u = yield* p.create()
+        const held = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: live[1]!.globalSeq }), Stream.runCollect)
+        expect(Chunk.toArray(held)).toEqual([])
+        yield* Deferred.succeed(commit, undefined)
+        yield* Fiber.join(mine)
+        const after = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: live[1]!.globalSeq }), Stream.runCollect)
+        expect(new Set(Chunk.toArray(after).map((e) => e.threadId))).toEqual(new Set([u]))
+        yield* Deferred.succeed(release, undefined)
       })
     ).pipe(Effect.scoped)
   })

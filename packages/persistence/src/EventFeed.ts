@@ -30,9 +30,12 @@
  *   must resume from the LAST event it received (what SSE's `Last-Event-ID` is), which on Postgres is not always the
  *   largest `globalSeq` it saw. (The alternatives: a global lock around every commit that writes events would
  *   serialise all writers; re-reading a window behind the cursor cannot bound how late a commit lands.) The cost is
- *   latency: an event of the feed of all threads is delivered once every transaction older than its own has ended
- *   (transactions are short units of work; one left open elsewhere on the server delays the feed, never loses an
- *   event). SQLite has one writer at a time: its `globalSeq` is in commit order and every row is final.
+ *   latency: an event of the feed of all threads is delivered once every transaction of this schema older than its
+ *   own has ended (transactions are short units of work). The snapshot's xmin counts every write transaction on the
+ *   server, so when it holds rows back the feed reads again with this schema's own horizon, which leaves out the
+ *   transactions of other databases and schemas (`ownHorizon`; before it, one left open anywhere on the server
+ *   stopped the feed of all threads until it ended). SQLite has one writer at a time: its `globalSeq` is in commit
+ *   order and every row is final.
  * - Slow subscribers: each has a queue of at most `bufferSize` events (plus the chunk of at most `pageSize` its
  *   stream is handing over). When the tailer finds the queue full, the subscriber is dropped; its stream delivers what it had queued and fails with `SubscriberTooSlow` carrying the
  *   cursor of the last event it delivered, from which the client resumes. The other subscribers are not slowed.
@@ -259,18 +262,60 @@ export const make = (options: EventFeedOptions) =>
       )
 
     /**
+     * Postgres: the horizon below which every transaction that could still write to this schema has ended, as a
+     * `WITH` list ending in `horizon(h)`. The snapshot's own xmin (`pg_snapshot_xmin`) is that bound for the whole
+     * server: a write transaction left open in another database, or in another schema of this one (another Baton,
+     * another application, a test suite), held the feed of all threads back for as long as it stayed open (an open
+     * write transaction in database `postgres` stopped `/events` of every Baton on the server, and `/events?follow=
+     * false` returned nothing). This one leaves out of the snapshot's in-progress transactions those known to be
+     * another's: a transaction that, in one consistent reading of `pg_locks`, holds its transaction id and no lock on
+     * any relation of this schema. A transaction of Baton takes a lock on one of its relations (the thread's row,
+     * `FOR UPDATE`; or the relation it writes) before it has a transaction id and keeps it to its end, so it is
+     * never left out while it runs; one that ended after the snapshot is not in `pg_locks` and is kept (its rows
+     * are not visible to this snapshot: they are read at the next read). A prepared transaction (no pid) is kept.
+     * Costs a read of `pg_locks` when the snapshot has transactions in progress, so it is used only when the plain
+     * xmin holds rows back (`readGlobal`) and where a tailer starts (`lastGlobalPosition`).
+     */
+    const ownHorizon = sql`WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+        locks AS MATERIALIZED (SELECT locktype, database, relation, transactionid, pid, mode, granted FROM pg_locks),
+        here AS MATERIALIZED (SELECT d.oid AS db, c.relnamespace AS ns FROM pg_database d, pg_class c
+          WHERE d.datname = current_database() AND c.oid = 'thread_events'::regclass),
+        elsewhere AS (SELECT t.transactionid FROM locks t
+          WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock' AND t.granted AND t.pid IS NOT NULL
+            AND t.transactionid IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM locks r JOIN pg_class c ON c.oid = r.relation, here
+              WHERE r.pid = t.pid AND r.locktype = 'relation' AND r.database = here.db AND c.relnamespace = here.ns)),
+        horizon AS (SELECT COALESCE(
+          (SELECT min(x) FROM snap, pg_snapshot_xip(snap.s) x WHERE x::xid NOT IN (SELECT transactionid FROM elsewhere)),
+          (SELECT pg_snapshot_xmax(s) FROM snap)) AS h)`
+
+    /**
      * The final events after `from` in the order of the feed of all threads, at most `pageSize`. Postgres reads the
      * rows after `from` in `(xact_id, global_seq)` order with the snapshot's horizon, and keeps those below it up to
-     * the first that is not (everything after that one is not final either).
+     * the first that is not (everything after that one is not final either). When some are held back, it reads again
+     * with this schema's own horizon (`ownHorizon`: another database's or schema's open transaction holds nothing
+     * back).
      */
     const readGlobal = (from: Position) =>
       Effect.gen(function*() {
+        const page = yield* readGlobalWith(from, false)
+        return page.pending && isPg ? yield* readGlobalWith(from, true) : page
+      }).pipe(readFailure("thread_events.feedGlobal"))
+
+    const readGlobalWith = (from: Position, own: boolean) =>
+      Effect.gen(function*() {
         const rows = yield* sql.onDialectOrElse({
           pg: () =>
-            sql`SELECT e.*, e.xact_id::text AS xact, e.xact_id < h.horizon AS final
-                FROM thread_events e CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) h
-                WHERE (e.xact_id, e.global_seq) > (${from.xact.toString()}::xid8, ${from.at})
-                ORDER BY e.xact_id, e.global_seq LIMIT ${pageSize}`,
+            own
+              ? sql`${ownHorizon}
+                  SELECT e.*, e.xact_id::text AS xact, e.xact_id < horizon.h AS final
+                  FROM thread_events e CROSS JOIN horizon
+                  WHERE (e.xact_id, e.global_seq) > (${from.xact.toString()}::xid8, ${from.at})
+                  ORDER BY e.xact_id, e.global_seq LIMIT ${pageSize}`
+              : sql`SELECT e.*, e.xact_id::text AS xact, e.xact_id < h.horizon AS final
+                  FROM thread_events e CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS horizon) h
+                  WHERE (e.xact_id, e.global_seq) > (${from.xact.toString()}::xid8, ${from.at})
+                  ORDER BY e.xact_id, e.global_seq LIMIT ${pageSize}`,
           orElse: () =>
             sql`SELECT *, '0' AS xact, 1 AS final FROM thread_events WHERE global_seq > ${from.at}
                 ORDER BY global_seq LIMIT ${pageSize}`
@@ -283,14 +328,15 @@ export const make = (options: EventFeedOptions) =>
           entries: events.slice(0, final).map((event, i): Entry => ({ event, position: { xact: BigInt(marks[i]!.xact), at: event.globalSeq } })),
           pending: firstPending !== -1
         } satisfies GlobalPage
-      }).pipe(readFailure("thread_events.feedGlobal"))
+      })
 
     /** The position of the last final event (`origin` when there is none): where a new tailer of all threads starts. */
     const lastGlobalPosition = Effect.gen(function*() {
       const query = sql.onDialectOrElse({
         pg: () =>
-          sql`SELECT xact_id::text AS xact, global_seq FROM thread_events
-              WHERE xact_id < pg_snapshot_xmin(pg_current_snapshot())
+          sql`${ownHorizon}
+              SELECT xact_id::text AS xact, global_seq FROM thread_events, horizon
+              WHERE xact_id < horizon.h
               ORDER BY xact_id DESC, global_seq DESC LIMIT 1`,
         orElse: () => sql`SELECT '0' AS xact, global_seq FROM thread_events ORDER BY global_seq DESC LIMIT 1`
       })

@@ -67,9 +67,16 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
         orElse: () => sql`UPDATE threads SET lock_version = lock_version + 1 WHERE id = ${threadId}`
       })
 
-    /** The statement a unit of work with no thread takes first: SQLite's write lock; nothing on Postgres. */
+    /**
+     * The statement a unit of work with no thread takes first: SQLite's write lock; on Postgres a lock on a relation
+     * of this schema that conflicts with nothing but DDL. With it every Postgres unit of work holds a lock on one of
+     * this schema's relations from before it has a transaction id to its end (a thread's unit of work: its row's
+     * `FOR UPDATE`), what the event feed relies on to tell this schema's open transactions from other databases' and
+     * schemas' (`EventFeed`, its horizon): without it, a unit whose first write was in a savepoint rolled back would
+     * hold a transaction id and no such lock.
+     */
     const lockDatabase = sql.onDialectOrElse({
-      pg: () => Effect.void,
+      pg: () => Effect.asVoid(sql`LOCK TABLE database_lock IN ROW SHARE MODE`),
       orElse: () => Effect.asVoid(sql`UPDATE database_lock SET version = version + 1 WHERE id = 1`)
     })
 
