@@ -19,11 +19,12 @@
  */
 import { type ClientTool, Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
-import { Database, ThreadStore } from "@baton/persistence"
+import { Database, EventFeed, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { Cause, Chunk, Clock, Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Option, Scope } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Cause, Chunk, Clock, Context, Data, Deferred, Effect, Exit, FiberRef, HashSet, Layer, Logger, Option, Redacted, Scope, Stream } from "effect"
 import { createHash } from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -348,15 +349,39 @@ const clientTool: ClientTool = {
 }
 
 /**
+ * Another application's write transaction on the Postgres server, open while `effect` runs: a transaction holding a
+ * transaction id in database `postgres` (beside the test database), as a long batch job of another application on a
+ * shared server. It holds back the server's snapshot horizon (`pg_snapshot_xmin`) for the whole seed, which stopped
+ * Baton's feed of all threads before the feed learnt to tell other databases' transactions from its own (stop 41;
+ * the end-of-seed check `feedCheck`). Fails with `SqlError` when that database is unreachable.
+ */
+const withForeignTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const url = new URL(Database.testPgUrl())
+    url.pathname = "/postgres"
+    const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 1 })), SqlClient.SqlClient)
+    const opened = yield* Deferred.make<void>()
+    const release = yield* Deferred.make<void>()
+    yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
+      yield* other`SELECT pg_current_xact_id()`
+      yield* Deferred.succeed(opened, undefined)
+      yield* Deferred.await(release)
+    })).pipe(Effect.orDie))
+    yield* Deferred.await(opened)
+    return yield* Effect.ensuring(effect, Deferred.succeed(release, undefined))
+  }))
+
+/**
  * Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards), or with
- * `dialect: "postgres"` on a fresh Postgres schema (dropped afterwards). Never fails (an unreachable Postgres
- * server is a defect).
+ * `dialect: "postgres"` on a fresh Postgres schema (dropped afterwards), with another application's write
+ * transaction open on the server meanwhile (`withForeignTransaction`). Never fails (an unreachable Postgres server is
+ * a defect).
  */
 export const execute = (scenario: Scenario, options: ExecuteOptions = {}): Effect.Effect<Outcome> =>
   Effect.suspend(() =>
     (options.dialect === "postgres"
-      ? Effect.scoped(Effect.flatMap(Layer.build(Database.layerPgSchema()), (schema) =>
-        simulate(scenario, Context.get(schema, Database.PgSchemaUrl), options))).pipe(Effect.orDie)
+      ? withForeignTransaction(Effect.scoped(Effect.flatMap(Layer.build(Database.layerPgSchema()), (schema) =>
+        simulate(scenario, Context.get(schema, Database.PgSchemaUrl), options)))).pipe(Effect.orDie)
       : Effect.acquireUseRelease(
         Effect.sync(() => Fs.mkdtempSync(Path.join(simulationDir(), "baton-sim-"))),
         (dir) =>
@@ -974,6 +999,24 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const traceLogger = Logger.make(({ logLevel, message }) =>
       void notes.push(`${logLevel.label}: ${Array.isArray(message) ? message.join(" ") : String(message)}`))
 
+    /**
+     * The feed of all threads (`EventFeed.replayAll` from the start, what `/events?follow=false` serves) against the
+     * log read directly in the feed's order (`(xact_id, global_seq)` on Postgres, `global_seq` on SQLite): every
+     * stored event once, in that order. A violation `feed: ...` names how many it replayed of how many stored.
+     */
+    const feedCheck = Effect.scoped(Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const feed = yield* EventFeed.make({})
+      const replayed = Chunk.toArray(yield* Stream.runCollect(yield* feed.replayAll({ afterGlobalSeq: 0 }))).map((e) => e.eventId as string)
+      const stored = (yield* sql.onDialectOrElse({
+        pg: () => sql<{ readonly eventId: string }>`SELECT event_id FROM thread_events ORDER BY xact_id, global_seq`,
+        orElse: () => sql<{ readonly eventId: string }>`SELECT event_id FROM thread_events ORDER BY global_seq`
+      })).map((r) => r.eventId)
+      return replayed.length === stored.length && replayed.every((id, i) => id === stored[i])
+        ? []
+        : [`feed: the feed of all threads replayed ${replayed.length} events of the ${stored.length} stored${replayed.length === stored.length ? ", out of order" : ""}`]
+    })).pipe(Effect.orDie)
+
     // ---- the run
     const run = Effect.gen(function*() {
       yield* open
@@ -993,6 +1036,9 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           break
         }
       }
+
+      // The event log as clients read it: the feed of all threads replays every stored event once, in its order.
+      if (violations.length === 0) violations = yield* within(feedCheck)
 
       const summary = yield* within(Effect.gen(function*() {
         const store = yield* ThreadStore
