@@ -66,7 +66,10 @@ export type RunStopPoint = typeof RunStopPoint.Type
  * - `process_stopped`: the process was asked to stop (SIGINT/SIGTERM, a shutdown) while the run was in flight and
  *   interrupted it on the way out;
  * - `tool_results_timeout`: the run waited for the client's tool results past its deadline (OrchestratorConfig
- *   `toolResultTimeoutMillis`); every open call was answered with an error result.
+ *   `toolResultTimeoutMillis`); every open call was answered with an error result;
+ * - `turn_crashed`: the run's turn stopped inside the process that drove it without recording an outcome (a defect,
+ *   or the database failing as the turn ended); that process, still running, ended it as restart recovery would
+ *   (the native thread read back), so the thread goes on. A defect of Baton's, never a provider's.
  */
 export const RunFailureCode = Schema.Literal(
   "provider_refused",
@@ -84,7 +87,8 @@ export const RunFailureCode = Schema.Literal(
   "interrupted_by_user",
   "process_restarted",
   "process_stopped",
-  "tool_results_timeout"
+  "tool_results_timeout",
+  "turn_crashed"
 )
 export type RunFailureCode = typeof RunFailureCode.Type
 

@@ -24,7 +24,10 @@
  *   for a run in flight here is recorded on the run there (RunRecovery): one poller here reads those requests for all
  *   runs in flight, every `interruptPollMillis`, and stops each run asked the same way, so the driving process, whose
  *   fiber and adapter hold the turn, records its outcome before the thread takes its next run.
- * - At start it reconciles what gone drivers left unfinished (ThreadService.recover).
+ * - At start it reconciles what gone drivers left unfinished (ThreadService.recover). A turn that fails here without
+ *   an outcome (its fiber failed: a defect, or the database as the turn ended) leaves its run unfinished and this
+ *   live driver's, which no process would ever end: the driver ends it as recovery would (`failed`, `turn_crashed`;
+ *   `endOrphan`, retried while it fails) and the thread takes its next run.
  * - A run `waiting` for the client's tool results holds its thread's queue without a fiber: the worker stops, and
  *   is woken when the results are posted here (`submitToolResults`: it continues the run), when the run is
  *   interrupted here (`interrupt`: the runs queued behind it start at once) or at the wait's deadline (it ends the
@@ -40,7 +43,7 @@
  */
 import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId, type ToolWait } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { DateTime, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -211,13 +214,6 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     let interruptPoller: Fiber.RuntimeFiber<void, never> | null = null
     /** Runs in flight here that the poller is stopping (so a later poll does not stop them again). */
     const stoppingRemotely = new Set<string>()
-    /**
-     * Runs whose turn here ended without ending them (its fiber failed or died): still `running` and this driver's,
-     * with no fiber to drive them. Another process's interrupt of one is recorded for this driver (it is alive), so
-     * the poller reads them too until they end (`stopRun`). Review r41: it read only the runs in flight, and such a
-     * run could be interrupted only through this process (elsewhere the request waited out its bound).
-     */
-    const stranded = new Map<string, Run>()
 
     /**
      * Reads, every `interruptPollMillis` while runs are in flight here, which of them another process asked to
@@ -230,10 +226,10 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     const pollRemoteInterrupts: Effect.Effect<void> = Effect.gen(function*() {
       for (;;) {
         yield* Effect.sleep(Duration.millis(config.interruptPollMillis))
-        const watched = [...inFlight.keys(), ...stranded.keys()].filter((id) => !stoppingRemotely.has(id)) as Array<RunId>
+        const watched = [...inFlight.keys()].filter((id) => !stoppingRemotely.has(id)) as Array<RunId>
         const asked = watched.length === 0 ? [] : yield* Effect.orElseSucceed(store.runsInterruptRequested(watched), () => [])
         for (const runId of asked) {
-          const run = driving.get(runId) ?? stranded.get(runId)
+          const run = driving.get(runId)
           if (run === undefined) continue
           stoppingRemotely.add(runId)
           yield* Effect.forkIn(
@@ -245,7 +241,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           )
         }
         const done = yield* mutex.withPermits(1)(Effect.sync(() => {
-          if (inFlight.size > 0 || stranded.size > 0) return false
+          if (inFlight.size > 0) return false
           interruptPoller = null
           return true
         }))
@@ -259,17 +255,26 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     }))
 
     /**
-     * After `run`'s turn failed here: kept in `stranded` (and the poller started) when it is still `running` and this
-     * driver's. A failed read leaves it out (as before: an interrupt through this process still ends it).
+     * After `run`'s turn failed here (not interrupted) and left it unfinished: ends it as restart recovery would
+     * (`ThreadService.recover([run.id])`: `failed`, `turn_crashed`, the native thread read back), so the runs queued
+     * behind it go on. Nothing else would: the thread's worker waits behind a run of a live driver, and restart
+     * recovery leaves a live driver's runs alone, so the thread stayed wedged until the user interrupted the run or the
+     * process restarted. A recovery that fails (the database may be what failed the turn) is tried again at pauses of
+     * 100 ms doubling to 5 s until it succeeds or the driver stops. Whether it ended it (or found nothing to end).
      */
-    const strand = (run: Run) =>
+    const endOrphan = (run: Run) =>
       Effect.gen(function*() {
-        const current = yield* store.getRun(run.id)
-        if (Option.isNone(current) || current.value.status !== "running") return
-        if ((yield* store.runDrivers([run.id])).get(run.id) !== registry.driverId) return
-        stranded.set(run.id, current.value)
-        yield* watchInterrupts
-      }).pipe(Effect.catchAllCause((cause) => Effect.logWarning(`reading run ${run.id} after its turn failed failed`, cause)))
+        let pause = 100
+        for (;;) {
+          const done = yield* threads.recover([run.id]).pipe(
+            Effect.as(true),
+            Effect.catchAllCause((cause) => Effect.as(Effect.logWarning(`ending run ${run.id}, whose turn stopped without an outcome, failed`, cause), false))
+          )
+          if (done || stopping) return done
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = Math.min(5_000, pause * 2)
+        }
+      })
 
     /** Runs `effect` (a turn of `run`) as this process's fiber for the run and settles its waiting callers. */
     const drive = (run: Run, effect: Effect.Effect<SendResult, unknown>) =>
@@ -284,7 +289,12 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         inFlight.delete(runId)
         driving.delete(runId)
         drivesEnded++
-        if (Exit.isFailure(exit)) yield* strand(run)
+        // A turn that failed (a defect, storage) rather than being interrupted (an interrupt or the shutdown records
+        // the run's outcome itself) is ended here.
+        if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause) && !stopping) {
+          yield* Effect.logError(`the turn of run ${run.id} stopped without an outcome; ending the run`, exit.cause)
+          yield* endOrphan(run)
+        }
         yield* settle(runId, exit)
         return exit
       })
@@ -426,7 +436,6 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (Option.isNone(ended)) yield* Fiber.interrupt(fiber)
         }
         if (terminalRunStatuses.includes(run.status)) {
-          stranded.delete(runId)
           // A run claimed at its queueing and ended before the worker took it is never driven: its hand-over goes.
           claimedHere.delete(runId)
           // Ended without a fiber here (queued, claimed, or waiting for tool results): nothing else settles its

@@ -259,11 +259,22 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * A `waiting` run is left as it is: its wait is durable (no provider turn is in flight), it still accepts the
      * client's results, and its deadline ends it otherwise. Then records the prompts owed (runs that ended while
      * queued) whose runs ahead have all ended (`RunLifecycle.recordOwedPrompts`). Returns the runs it ended.
+     *
+     * With `orphans`: only those runs, each this driver's own and left unfinished by a turn that stopped in this
+     * process without an outcome (its fiber failed or died: a defect, or the database failing as the turn ended; the
+     * run driver calls it). No process will drive them on, and the driver is alive, so restart recovery would never
+     * end them: the thread was wedged behind them until the user interrupted or the process restarted. They are ended
+     * the same way (the native thread read back), `failed` with `turn_crashed`. A run of another driver is left alone.
      */
-    const recover = Span.fn("RunRecovery.recover")(function*() {
-      const unfinished = (yield* store.listUnfinishedRuns()).filter((r) => r.status !== "waiting")
-      const openAttempts = yield* store.listOpenAttempts()
-      const candidates = new Map<string, Run>(unfinished.map((r) => [r.id as string, r]))
+    const recover = Span.fn("RunRecovery.recover")(function*(orphans: ReadonlyArray<RunId> = []) {
+      const orphaned = orphans.length > 0
+      const openAttempts = orphaned ? (yield* store.listOpenAttempts()).filter((a) => orphans.includes(a.runId)) : yield* store.listOpenAttempts()
+      const unfinished = orphaned
+        ? (yield* Effect.forEach(orphans, (id) => store.getRun(id))).flatMap((r) =>
+          Option.isSome(r) && !terminalRunStatuses.includes(r.value.status) ? [r.value] : []
+        )
+        : yield* store.listUnfinishedRuns()
+      const candidates = new Map<string, Run>(unfinished.filter((r) => r.status !== "waiting").map((r) => [r.id as string, r]))
       for (const a of openAttempts) {
         if (!candidates.has(a.runId)) {
           const r = yield* store.getRun(a.runId)
@@ -271,12 +282,12 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
         }
       }
       // Only the runs of drivers that are gone: another process on the same database (or this incarnation) may be
-      // driving the others right now.
+      // driving the others right now. Orphans: only this driver's.
       const owners = yield* store.runDrivers([...candidates.values()].map((r) => r.id))
       const alive = yield* driver.aliveAmong([...owners.values()])
       const toCheck = new Map([...candidates].filter(([id]) => {
         const owner = owners.get(id) ?? null
-        return owner === null || !alive.has(owner)
+        return orphaned ? owner === driver.driverId : owner === null || !alive.has(owner)
       }))
       const ended: Array<Run> = []
       for (const run of toCheck.values()) {
@@ -324,7 +335,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             yield* distrustNative(run.threadId, untrusted, "restart: cannot tell whether the provider read an unfinished run")
           }
           if (attempt !== null) {
-            yield* store.updateAttempt({ ...attempt, status: "interrupted", error: "process restarted", updatedAt: now })
+            yield* store.updateAttempt({ ...attempt, status: "interrupted", error: orphaned ? "the turn crashed" : "process restarted", updatedAt: now })
           }
           if (unanswered.length > 0 && untrusted === null) {
             // The partial answer joins the lane's native thread at its next turn start (a late-output handoff), so
@@ -339,6 +350,17 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             const corrected: Run = { ...run, stopPoint, nativeThreadId, updatedAt: now }
             yield* lifecycle.update(run, corrected)
             return corrected
+          }
+          if (orphaned) {
+            return yield* finishRun(
+              { ...run, nativeThreadId },
+              "failed",
+              stopPoint,
+              read === true
+                ? "the turn stopped in this process without an outcome during the provider turn"
+                : "the turn stopped in this process without an outcome before the provider started",
+              "turn_crashed"
+            )
           }
           return yield* finishRun(
             { ...run, nativeThreadId },
