@@ -268,25 +268,35 @@ export const make = (options: EventFeedOptions) =>
      * another application, a test suite), held the feed of all threads back for as long as it stayed open (an open
      * write transaction in database `postgres` stopped `/events` of every Baton on the server, and `/events?follow=
      * false` returned nothing). This one leaves out of the snapshot's in-progress transactions those known to be
-     * another's: a transaction that, in one consistent reading of `pg_locks`, holds its transaction id and no lock on
-     * any relation of this schema. A transaction of Baton takes a lock on one of its relations (the thread's row,
-     * `FOR UPDATE`; or the relation it writes) before it has a transaction id and keeps it to its end, so it is
-     * never left out while it runs; one that ended after the snapshot is not in `pg_locks` and is kept (its rows
-     * are not visible to this snapshot: they are read at the next read). A prepared transaction (no pid) is kept.
-     * Costs a read of `pg_locks` when the snapshot has transactions in progress, so it is used only when the plain
-     * xmin holds rows back (`readGlobal`) and where a tailer starts (`lastGlobalPosition`).
+     * another's: a transaction that, in one reading of `pg_locks`, holds its transaction id and no lock on any
+     * relation of this schema, and that is still in progress after that reading (`pg_xact_status`). A transaction
+     * of Baton takes a lock on one of its relations (the thread's row, `FOR UPDATE`; or the relation it writes)
+     * before it has a transaction id and keeps it to its end, so it is never left out while it runs; one that ended
+     * after the snapshot is kept (its rows are not visible to this snapshot: they are read at the next read). The
+     * last check is what keeps one that is ending: a reading of `pg_locks` is not one instant (the per-backend
+     * fast-path locks are read first, then the shared lock table), and a transaction that ends releases its
+     * fast-path relation locks before its transaction id's lock, both after it left the snapshots' in-progress list.
+     * Without it, a Baton transaction that committed between the snapshot and that reading showed its transaction
+     * id and no lock, was left out, and the feed passed its events, which this snapshot cannot see, for good (a gap;
+     * shown by stopping the committing backend in `LockReleaseAll` under gdb). A prepared transaction (no pid) is
+     * kept. Costs a read of `pg_locks` when the snapshot has transactions in progress, so it is used only when the
+     * plain xmin holds rows back (`readGlobal`) and where a tailer starts (`lastGlobalPosition`).
      */
+    // `running` reads `elsewhere`, whose rows exist only once `locks` was read: the status is checked after the
+    // reading of `pg_locks` (materialized CTEs: the planner cannot move the check before it).
     const ownHorizon = sql`WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
         locks AS MATERIALIZED (SELECT locktype, database, relation, transactionid, pid, mode, granted FROM pg_locks),
         here AS MATERIALIZED (SELECT d.oid AS db, c.relnamespace AS ns FROM pg_database d, pg_class c
           WHERE d.datname = current_database() AND c.oid = 'thread_events'::regclass),
-        elsewhere AS (SELECT t.transactionid FROM locks t
+        elsewhere AS MATERIALIZED (SELECT x FROM snap, pg_snapshot_xip(snap.s) x WHERE x::xid IN (
+          SELECT t.transactionid FROM locks t
           WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock' AND t.granted AND t.pid IS NOT NULL
             AND t.transactionid IS NOT NULL
             AND NOT EXISTS (SELECT 1 FROM locks r JOIN pg_class c ON c.oid = r.relation, here
-              WHERE r.pid = t.pid AND r.locktype = 'relation' AND r.database = here.db AND c.relnamespace = here.ns)),
+              WHERE r.pid = t.pid AND r.locktype = 'relation' AND r.database = here.db AND c.relnamespace = here.ns))),
+        running AS MATERIALIZED (SELECT x FROM elsewhere WHERE pg_xact_status(x) = 'in progress'),
         horizon AS (SELECT COALESCE(
-          (SELECT min(x) FROM snap, pg_snapshot_xip(snap.s) x WHERE x::xid NOT IN (SELECT transactionid FROM elsewhere)),
+          (SELECT min(x) FROM snap, pg_snapshot_xip(snap.s) x WHERE x NOT IN (SELECT x FROM running)),
           (SELECT pg_snapshot_xmax(s) FROM snap)) AS h)`
 
     /**
