@@ -457,25 +457,23 @@ describe("EventFeed on Postgres", () => {
     const h = Harness.make([...providers])
     // Stop 41's CI: a write transaction open anywhere on the server held back the snapshot's xmin, the feed's horizon,
     // so `/events` delivered nothing and `/events?follow=false` returned nothing until it ended.
-    const otherDatabase = new URL(Database.testPgUrl())
-    otherDatabase.pathname = "/postgres"
     return Harness.withDbFile((db) =>
       Effect.gen(function*() {
         const p = yield* open(h, db, "a")
         const t = yield* p.create()
         const cursor = (yield* p.store.listEvents(t)).at(-1)!.globalSeq
-        // Two transactions holding a transaction id (no lock on any of Baton's relations), open until the end.
+        // Two transactions holding a transaction id (no lock on any of Baton's relations), open until the end: one in
+        // database `postgres`, one in this database outside Baton's schema.
+        yield* Harness.foreignTransaction
         const release = yield* Deferred.make<void>()
-        for (const url of [otherDatabase.toString(), Database.testPgUrl()]) {
-          const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })), SqlClient.SqlClient)
-          const opened = yield* Deferred.make<void>()
-          yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
-            yield* other`SELECT pg_current_xact_id()`
-            yield* Deferred.succeed(opened, undefined)
-            yield* Deferred.await(release)
-          })).pipe(Effect.orDie))
-          yield* Deferred.await(opened)
-        }
+        const here = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(Database.testPgUrl()), maxConnections: 1 })), SqlClient.SqlClient)
+        const opened = yield* Deferred.make<void>()
+        yield* Effect.forkScoped(here.withTransaction(Effect.gen(function*() {
+          yield* here`SELECT pg_current_xact_id()`
+          yield* Deferred.succeed(opened, undefined)
+          yield* Deferred.await(release)
+        })).pipe(Effect.orDie))
+        yield* Deferred.await(opened)
         yield* p.append(t, 2)
         const live = yield* Effect.flatMap(p.feed.all({ afterGlobalSeq: cursor }), (s) => take(s, 2))
         expect(live.map((e) => [e.threadId, e.seq])).toEqual([[t, live[0]!.seq], [t, live[0]!.seq + 1]])

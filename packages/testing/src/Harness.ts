@@ -7,7 +7,9 @@ import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { Database, EventFeed, ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
-import { Context, Effect, Layer } from "effect"
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { Context, Deferred, Effect, Layer, Redacted } from "effect"
 import * as Produced from "./internal/Produced.js"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -247,3 +249,25 @@ export const ops = Effect.gen(function*() {
   }
 })
 
+/**
+ * Another application's write transaction on the test Postgres server, open until the scope closes: a transaction
+ * holding a transaction id (and no lock on any of Baton's relations) in database `postgres`, beside the test
+ * database, as a long batch job of another application on a shared server. It holds back the server's snapshot
+ * horizon (`pg_snapshot_xmin`), which stopped Baton's feed of all threads before the feed learnt to tell other
+ * databases' transactions from its own (`EventFeed`, its own horizon). Fails with `SqlError` when that database is
+ * unreachable.
+ */
+export const foreignTransaction = Effect.gen(function*() {
+  const url = new URL(Database.testPgUrl())
+  url.pathname = "/postgres"
+  const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 1 })), SqlClient.SqlClient)
+  const opened = yield* Deferred.make<void>()
+  const release = yield* Deferred.make<void>()
+  yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
+    yield* other`SELECT pg_current_xact_id()`
+    yield* Deferred.succeed(opened, undefined)
+    yield* Deferred.await(release)
+  })).pipe(Effect.orDie))
+  yield* Effect.addFinalizer(() => Deferred.succeed(release, undefined))
+  yield* Deferred.await(opened)
+})

@@ -23,12 +23,12 @@ import { Database, EventFeed, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
-import { Cause, Chunk, Clock, Context, Data, Deferred, Effect, Exit, FiberRef, HashSet, Layer, Logger, Option, Redacted, Scope, Stream } from "effect"
+import { Cause, Chunk, Clock, Context, Data, Effect, Exit, FiberRef, HashSet, Layer, Logger, Option, Scope, Stream } from "effect"
 import { createHash } from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import * as Harness from "../Harness.js"
 import * as Checks from "./Checks.js"
 import * as Crash from "./Crash.js"
 import { produced } from "./Produced.js"
@@ -348,28 +348,8 @@ const clientTool: ClientTool = {
   inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
 }
 
-/**
- * Another application's write transaction on the Postgres server, open while `effect` runs: a transaction holding a
- * transaction id in database `postgres` (beside the test database), as a long batch job of another application on a
- * shared server. It holds back the server's snapshot horizon (`pg_snapshot_xmin`) for the whole seed, which stopped
- * Baton's feed of all threads before the feed learnt to tell other databases' transactions from its own (stop 41;
- * the end-of-seed check `feedCheck`). Fails with `SqlError` when that database is unreachable.
- */
-const withForeignTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const url = new URL(Database.testPgUrl())
-    url.pathname = "/postgres"
-    const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(url.toString()), maxConnections: 1 })), SqlClient.SqlClient)
-    const opened = yield* Deferred.make<void>()
-    const release = yield* Deferred.make<void>()
-    yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
-      yield* other`SELECT pg_current_xact_id()`
-      yield* Deferred.succeed(opened, undefined)
-      yield* Deferred.await(release)
-    })).pipe(Effect.orDie))
-    yield* Deferred.await(opened)
-    return yield* Effect.ensuring(effect, Deferred.succeed(release, undefined))
-  }))
+/** `effect` with another application's write transaction open on the Postgres server meanwhile (`Harness.foreignTransaction`). */
+const withForeignTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.scoped(Effect.zipRight(Harness.foreignTransaction, effect))
 
 /**
  * Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards), or with
