@@ -73,7 +73,8 @@ export const systemText = (system: unknown): string =>
 export const chatMessagesOf = (
   message: Json,
   stubbed: ReadonlySet<string> = new Set(),
-  calls: ReadonlyMap<string, { readonly name: string; readonly input: unknown }> = new Map()
+  calls: ReadonlyMap<string, { readonly name: string; readonly input: unknown }> = new Map(),
+  media = true
 ): ReadonlyArray<ChatMessage> => {
   const blocks = blocksOf(message.content)
   if (message.role === "assistant") {
@@ -95,7 +96,7 @@ export const chatMessagesOf = (
       const call = calls.get(id)
       const output = stubbed.has(id)
         ? ToolResultOffload.stubText([{ toolName: call?.name ?? "tool", argumentsText: JSON.stringify(call?.input ?? {}), releasedChars: resultText(r).length }], `tool:${id}`)
-        : toolOutput(r)
+        : toolOutput(r, media)
       return { toolCallId: id, output, isError: r.is_error === true }
     }), [])
   }]`) as ReadonlyArray<ChatMessage>
@@ -103,10 +104,10 @@ export const chatMessagesOf = (
   // result's after a line naming its call. A stubbed result's are left out with the rest of its content.
   const moved = results.flatMap((r) => {
     const id = String(r.tool_use_id)
-    const media = stubbed.has(id) ? [] : blocksOf(r.content).filter(GatewaySwitchMedia.isBinaryMedia)
-    return media.length === 0 ? [] : [{ type: "text", text: `Attached from the tool result ${id}:` }, ...media.flatMap((b) => GatewaySwitchMedia.chatPartsOf(b) ?? [])]
+    const attached = stubbed.has(id) || !media ? [] : blocksOf(r.content).filter(GatewaySwitchMedia.isBinaryMedia)
+    return attached.length === 0 ? [] : [{ type: "text", text: `Attached from the tool result ${id}:` }, ...attached.flatMap((b) => GatewaySwitchMedia.chatPartsOf(b) ?? [])]
   })
-  const parts = [...moved, ...rest.flatMap((b) => GatewaySwitchMedia.chatPartsOf(b) ?? [{ type: "text", text: blockText(b) }])]
+  const parts = [...moved, ...rest.flatMap((b) => GatewaySwitchMedia.chatPartsOf(b, media) ?? [{ type: "text", text: blockText(b) }])]
   // Text alone stays one string (as before media was converted); an image or a file makes the content an array of parts.
   const content = parts.some((p) => p.type !== "text") ? parts : parts.map((p) => String(p.text)).join("\n\n")
   return [...tools, ...(parts.length === 0 ? [] : [{ role: "user", content }])]
@@ -115,11 +116,12 @@ export const chatMessagesOf = (
 /**
  * A `tool_result` block's output as a Chat Completions `tool` message carries it (text only): its text blocks and
  * plain-text documents as text, each image or PDF a line saying it follows in the user message after the tool results
- * (`chatMessagesOf` puts it there), other blocks `[type]`; joined by a newline.
+ * (`chatMessagesOf` puts it there; with `media` false, a line saying it was not sent), other blocks `[type]`; joined
+ * by a newline.
  */
-export const toolOutput = (block: Json): string =>
+export const toolOutput = (block: Json, media = true): string =>
   typeof block.content === "string" ? block.content : blocksOf(block.content).map((b) => {
-    const parts = GatewaySwitchMedia.chatPartsOf(b)
+    const parts = GatewaySwitchMedia.chatPartsOf(b, media)
     if (parts === null) return blockText(b)
     return parts.map((p) => p.type === "text" ? String(p.text) : `[${isRecord(b) ? String(b.type) : "media"}: attached in the user message after the tool results]`).join("\n")
   }).join("\n")
@@ -178,6 +180,11 @@ export interface FitInput {
    * newest first); none by default.
    */
   readonly summaries?: ReadonlyArray<FitSummary> | undefined
+  /**
+   * Whether the target's model reads inline images and files (`ModelProviderConfig.media`; default true): `false`
+   * sends each as a one-line text (a switch to an OpenAI instance; the switch to Anthropic sends them as they are).
+   */
+  readonly media?: boolean | undefined
 }
 
 /**
@@ -346,7 +353,7 @@ export const toChat = (input: FitInput): FitResult => {
   const head: Array<ChatMessage> = system === "" ? [] : [{ role: "system", content: system }]
   const fixed = head.reduce((n, m) => n + size(m), 0) + (tools.length === 0 ? 0 : input.sizes?.tools(tools) ?? GatewayMedia.jsonTokens(count, tools)) + 16
   const fitted = fitMessages(input, messages, limit, outputTokens, {
-    convert: chatMessagesOf,
+    convert: (m, stubbed, calls) => chatMessagesOf(m, stubbed, calls, input.media !== false),
     size,
     note: (text): ChatMessage => ({ role: "user", content: text }),
     fixed

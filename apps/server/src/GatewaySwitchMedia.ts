@@ -45,7 +45,9 @@ const pdfName = (title: unknown): string => {
 }
 
 /**
- * An Anthropic `image` or `document` block as Chat Completions content parts; `null` for any other block:
+ * An Anthropic `image` or `document` block as Chat Completions content parts; `null` for any other block. With
+ * `media` false (an instance whose model reads no images or files: `ModelProviderConfig.media`), every part but text
+ * is a text `[image: not sent, this model reads no images or files]` (`[document …]` likewise). Else:
  * - an image: an `image_url` part (a `base64` source as a `data:<media_type>;base64,` URL, a `url` source its URL);
  * - a `base64` document (a PDF): a `file` part, `file_data` a `data:` URL, `filename` its title (`pdfName`);
  * - a `text` document: a text part of its text (after a `[document: <title>]` line when it has a title);
@@ -53,8 +55,11 @@ const pdfName = (title: unknown): string => {
  * - a `url` document: a text `[document at <url>]` (Chat Completions takes no file by URL);
  * - a `file` source (an id of Anthropic's Files API, which no OpenAI upstream reads): a text naming the id.
  */
-export const chatPartsOf = (block: unknown): ReadonlyArray<Json> | null => {
+export const chatPartsOf = (block: unknown, media = true): ReadonlyArray<Json> | null => {
   if (!isRecord(block) || !isMedia(block)) return null
+  if (!media) {
+    return (chatPartsOf(block) ?? []).map((p) => p.type === "text" ? p : text(`[${String(block.type)}: not sent, this model reads no images or files]`))
+  }
   const source = isRecord(block.source) ? block.source : {}
   const title = str(block.title)
   // A block without a source's type is no media the model could read: `[type]`, as any unknown block.

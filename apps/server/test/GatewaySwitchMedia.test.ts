@@ -268,74 +268,98 @@ describe("Media between the two OpenAI protocols", () => {
   })
 })
 
+/** The Claude Code request of the loopback tests: a 1 MB screenshot pasted, a Read's 1 MB image, a new prompt. */
+const withImages = () => {
+  const pasted = png(1_000_000)
+  const read = png(1_000_000)
+  const body = {
+    model: "gpt-5",
+    max_tokens: 32_000,
+    stream: true,
+    system: [{ type: "text", text: "You are Claude Code." }],
+    tools: claudeCode().tools,
+    messages: [
+      { role: "user", content: [image(pasted), { type: "text", text: "what is wrong in this screenshot?" }] },
+      { role: "assistant", content: [{ type: "tool_use", id: "toolu_01", name: "Read", input: { file_path: "/repo/icon.png" } }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_01", content: [image(read)] }] },
+      { role: "assistant", content: [{ type: "text", text: "I have both images." }] },
+      { role: "user", content: [{ type: "text", text: "so what is wrong?" }] }
+    ]
+  }
+  return { pasted, read, body }
+}
+
+/**
+ * `body` sent by a Claude Code session through a gateway whose `gpt-*` models route to a loopback Chat Completions
+ * instance with a 32,000-token window (`extra`: more of its config); the messages the upstream received.
+ */
+const sendSwitched = (body: unknown, extra: Record<string, unknown> = {}) =>
+  Effect.scoped(Effect.gen(function*() {
+    const chat = yield* ModelApi.start
+    const settings = yield* settingsFor(
+      [instance("chat", "openai-chat", chat, { contextWindow: window, autoCompactThreshold: null, maxOutputTokens: 4_096, ...extra })],
+      { TEST_MODEL_KEY: marker },
+      undefined,
+      { gateway: { routes: [{ model: "gpt-*", provider: "chat" }] } }
+    )
+    return yield* Effect.gen(function*() {
+      chat.enqueue(ModelApi.answer("openai-chat", "The icon is cut off on the right.", { input: 3_500, cacheWrite: 0, cacheRead: 0, output: 12 }))
+      const answer = yield* raw(
+        HttpClientRequest.post("/v1/messages?beta=true").pipe(
+          HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "sess-media" }),
+          HttpClientRequest.bodyText(JSON.stringify(body), "application/json")
+        )
+      )
+      expect(answer.status).toBe(200)
+      const a = GatewayAnthropic.replyAssembler()
+      a.push(new TextEncoder().encode(answer.text))
+      expect(a.outcome()._tag).toBe("completed")
+      expect(chat.requests).toHaveLength(1)
+      // The run is recorded completed on the Chat instance.
+      const api = yield* client()
+      const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
+      expect((yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs.map((r) => r.status)).toEqual(["completed"])
+      return (JSON.parse(chat.requests[0]!.body) as { messages: ReadonlyArray<unknown> }).messages
+    }).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
 describe("Gateway, media on a switch (Anthropic Messages agent, openai-chat upstream over loopback HTTP)", () => {
   it.live("a pasted 1 MB screenshot and a Read's 1 MB image reach the Chat Completions upstream as image_url parts, untouched by the fit; the prompt unchanged", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const chat = yield* ModelApi.start
-      const settings = yield* settingsFor(
-        [instance("chat", "openai-chat", chat, { contextWindow: window, autoCompactThreshold: null, maxOutputTokens: 4_096 })],
-        { TEST_MODEL_KEY: marker },
-        undefined,
-        { gateway: { routes: [{ model: "gpt-*", provider: "chat" }] } }
-      )
-      yield* Effect.gen(function*() {
-        const pasted = png(1_000_000)
-        const read = png(1_000_000)
-        const usage = { input: 3_500, cacheWrite: 0, cacheRead: 0, output: 12 }
-        chat.enqueue(ModelApi.answer("openai-chat", "The icon is cut off on the right.", usage))
-        const prompt = { role: "user", content: [{ type: "text", text: "so what is wrong?" }] }
-        const body = {
-          model: "gpt-5",
-          max_tokens: 32_000,
-          stream: true,
-          system: [{ type: "text", text: "You are Claude Code." }],
-          tools: claudeCode().tools,
-          messages: [
-            { role: "user", content: [image(pasted), { type: "text", text: "what is wrong in this screenshot?" }] },
-            { role: "assistant", content: [{ type: "tool_use", id: "toolu_01", name: "Read", input: { file_path: "/repo/icon.png" } }] },
-            { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_01", content: [image(read)] }] },
-            { role: "assistant", content: [{ type: "text", text: "I have both images." }] },
-            prompt
-          ]
-        }
-        const answer = yield* raw(
-          HttpClientRequest.post("/v1/messages?beta=true").pipe(
-            HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "sess-media" }),
-            HttpClientRequest.bodyText(JSON.stringify(body), "application/json")
-          )
-        )
-        // Counted as their base64 (2.7 million characters), the two images alone would be far over the 32,000-token
-        // window: an overflow 400, never sent.
-        expect(JSON.stringify(body).length).toBeGreaterThan(2_600_000)
-        expect(answer.status).toBe(200)
-        const a = GatewayAnthropic.replyAssembler()
-        a.push(new TextEncoder().encode(answer.text))
-        const outcome = a.outcome()
-        expect(outcome._tag).toBe("completed")
-        expect(chat.requests).toHaveLength(1)
-        const sent = JSON.parse(chat.requests[0]!.body) as { messages: ReadonlyArray<{ role: string; content: unknown; tool_call_id?: string }> }
-        expect(sent.messages).toEqual([
-          { role: "system", content: "You are Claude Code." },
-          { role: "user", content: [{ type: "image_url", image_url: { url: `data:image/png;base64,${pasted}` } }, { type: "text", text: "what is wrong in this screenshot?" }] },
-          { role: "assistant", content: null, tool_calls: [{ id: "toolu_01", type: "function", function: { name: "Read", arguments: "{\"file_path\":\"/repo/icon.png\"}" } }] },
-          { role: "tool", tool_call_id: "toolu_01", content: "[image: attached in the user message after the tool results]" },
-          { role: "user", content: [{ type: "text", text: "Attached from the tool result toolu_01:" }, { type: "image_url", image_url: { url: `data:image/png;base64,${read}` } }] },
-          { role: "assistant", content: "I have both images." },
-          { role: "user", content: "so what is wrong?" }
-        ])
-        // The fit's counts: the two images at 1,600 tokens each beside a few hundred of text, nothing stubbed or left out.
-        const fitted = GatewaySwitch.toChat(fitInput(body))
-        expect(fitted._tag).toBe("fits")
-        if (fitted._tag !== "fits") return
-        expect(fitted.fit).toMatchObject({ stubbed: [], leftOut: 0, summarised: 0 })
-        expect(fitted.fit.tokensBefore).toBe(fitted.fit.tokensAfter)
-        expect(fitted.fit.tokensAfter).toBeGreaterThan(2 * 1_600)
-        expect(fitted.fit.tokensAfter).toBeLessThan(2 * 1_600 + 1_000)
-        // The run is recorded completed on the Chat instance.
-        const api = yield* client()
-        const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
-        const runs = (yield* api.runs.list({ path: { threadId }, urlParams: {} })).runs
-        expect(runs.map((r) => r.status)).toEqual(["completed"])
-      }).pipe(Effect.provide(serveSettings(settings)))
-    })), { timeout: 120_000 })
+    Effect.gen(function*() {
+      const { body, pasted, read } = withImages()
+      // Counted as their base64 (2.7 million characters), the two images alone would be far over the 32,000-token
+      // window: an overflow 400, never sent.
+      expect(JSON.stringify(body).length).toBeGreaterThan(2_600_000)
+      const sent = yield* sendSwitched(body)
+      expect(sent).toEqual([
+        { role: "system", content: "You are Claude Code." },
+        { role: "user", content: [{ type: "image_url", image_url: { url: `data:image/png;base64,${pasted}` } }, { type: "text", text: "what is wrong in this screenshot?" }] },
+        { role: "assistant", content: null, tool_calls: [{ id: "toolu_01", type: "function", function: { name: "Read", arguments: "{\"file_path\":\"/repo/icon.png\"}" } }] },
+        { role: "tool", tool_call_id: "toolu_01", content: "[image: attached in the user message after the tool results]" },
+        { role: "user", content: [{ type: "text", text: "Attached from the tool result toolu_01:" }, { type: "image_url", image_url: { url: `data:image/png;base64,${read}` } }] },
+        { role: "assistant", content: "I have both images." },
+        { role: "user", content: "so what is wrong?" }
+      ])
+      // The fit's counts: the two images at 1,600 tokens each beside a few hundred of text, nothing stubbed or left out.
+      const fitted = GatewaySwitch.toChat(fitInput(body))
+      expect(fitted._tag).toBe("fits")
+      if (fitted._tag !== "fits") return
+      expect(fitted.fit).toMatchObject({ stubbed: [], leftOut: 0, summarised: 0 })
+      expect(fitted.fit.tokensBefore).toBe(fitted.fit.tokensAfter)
+      expect(fitted.fit.tokensAfter).toBeGreaterThan(2 * 1_600)
+      expect(fitted.fit.tokensAfter).toBeLessThan(2 * 1_600 + 1_000)
+    }), { timeout: 120_000 })
+
+  it.live("an instance configured media: false (a text-only model) gets each image as a line of text, as before media were converted", () =>
+    Effect.gen(function*() {
+      const sent = yield* sendSwitched(withImages().body, { media: false })
+      expect(sent).toEqual([
+        { role: "system", content: "You are Claude Code." },
+        { role: "user", content: "[image: not sent, this model reads no images or files]\n\nwhat is wrong in this screenshot?" },
+        { role: "assistant", content: null, tool_calls: [{ id: "toolu_01", type: "function", function: { name: "Read", arguments: "{\"file_path\":\"/repo/icon.png\"}" } }] },
+        { role: "tool", tool_call_id: "toolu_01", content: "[image: not sent, this model reads no images or files]" },
+        { role: "assistant", content: "I have both images." },
+        { role: "user", content: "so what is wrong?" }
+      ])
+    }), { timeout: 120_000 })
 })
