@@ -184,8 +184,11 @@ export const audioTokens = (format: string, base64: string): number => {
   return Math.max(1, Math.ceil(seconds * audioTokensPerSecond))
 }
 
-/** `value`'s media type and base64 payload when it is a base64 data URL (`data:<type>[;…];base64,<payload>`). */
-const dataUrl = (value: unknown): { readonly mediaType: string; readonly base64: string } | undefined => {
+/**
+ * `value`'s media type and base64 payload when it is a base64 data URL (`data:<type>[;…];base64,<payload>`, the header
+ * at most 256 characters); `undefined` for anything else.
+ */
+export const dataUrl = (value: unknown): { readonly mediaType: string; readonly base64: string } | undefined => {
   if (typeof value !== "string" || !value.startsWith("data:")) return undefined
   const comma = value.indexOf(",")
   if (comma < 0 || comma > 256 || !value.slice(0, comma).endsWith(";base64")) return undefined

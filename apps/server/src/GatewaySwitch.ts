@@ -8,14 +8,20 @@
  *   adapter renders tool results, `OpenAiChat.dialect.toolResults`: a failed result's output starts with `Error: `),
  *   then its other blocks one `user` message; an assistant message's text its `content` and its `tool_use` blocks
  *   `tool_calls` (arguments the input's JSON); `thinking` blocks left out (another provider cannot read them); a
- *   mid-conversation `system` message a `system` message; images, documents and server-tool blocks a one-line
- *   `[type]` text. Tools (those with an `input_schema`) as the adapter encodes them (`OpenAiChat.encodeTool`),
+ *   mid-conversation `system` message a `system` message; images and documents as Chat Completions parts
+ *   (`GatewaySwitchMedia.chatPartsOf`: an image an `image_url` part, a base64 source as a `data:` URL; a PDF a `file`
+ *   part, `file_data` a `data:` URL; a plain-text document text; a URL document a line naming it), the user message's
+ *   content then an array of parts (text alone stays one string); a `tool_result`'s images and PDFs, which a `tool`
+ *   message cannot carry (text only), a line in its output (`toolOutput`) and the parts themselves in the `user`
+ *   message right after the tool messages, after a line naming the call (valid Chat Completions: a user message may
+ *   follow tool messages), a stubbed result's left out with its content; server-tool blocks a one-line `[type]` text.
+ *   Tools (those with an `input_schema`) as the adapter encodes them (`OpenAiChat.encodeTool`),
  *   `tool_choice` mapped, `max_tokens` the output room below, `stream` with `stream_options.include_usage`. The
  *   request's `model` goes out unchanged, as on every gateway route.
  * - **The fit** (`fitMessages`, generic over the target's message form: every switch direction fits with it, the
  *   Anthropic target through `GatewaySwitchAnthropic.fitConverted`) under the instance's `contextWindow`, in Baton
- *   tokens (o200k, counted on each converted message's
- *   JSON, so over rather than under the upstream's count): the output room is `min(max_tokens, the instance's
+ *   tokens (o200k, counted on each converted message's JSON by `GatewayMedia.jsonTokens`: an inline image or PDF as
+ *   what the provider bills, not its base64; so over rather than under the upstream's count): the output room is `min(max_tokens, the instance's
  *   maxOutputTokens, window / 4)` and a margin of 5% of the window is kept for the tokenizers' difference. When the
  *   request is over: (1) stubs, oldest tool result first, each result's content replaced by
  *   `ToolResultOffload.stubText` with the ref `tool:<tool_use id>` (which `thread_read` reads back from the thread);
@@ -39,6 +45,7 @@ import { OpenAiChat, type ProviderAdapter, Sse } from "@baton/providers"
 import * as Crypto from "node:crypto"
 import { fitLimit, isRecord, outputRoom, parseJson } from "./GatewayDialect.js"
 import * as GatewayMedia from "./GatewayMedia.js"
+import * as GatewaySwitchMedia from "./GatewaySwitchMedia.js"
 
 type Json = Record<string, unknown>
 
@@ -66,7 +73,8 @@ export const systemText = (system: unknown): string =>
 export const chatMessagesOf = (
   message: Json,
   stubbed: ReadonlySet<string> = new Set(),
-  calls: ReadonlyMap<string, { readonly name: string; readonly input: unknown }> = new Map()
+  calls: ReadonlyMap<string, { readonly name: string; readonly input: unknown }> = new Map(),
+  media = true
 ): ReadonlyArray<ChatMessage> => {
   const blocks = blocksOf(message.content)
   if (message.role === "assistant") {
@@ -88,13 +96,35 @@ export const chatMessagesOf = (
       const call = calls.get(id)
       const output = stubbed.has(id)
         ? ToolResultOffload.stubText([{ toolName: call?.name ?? "tool", argumentsText: JSON.stringify(call?.input ?? {}), releasedChars: resultText(r).length }], `tool:${id}`)
-        : resultText(r)
+        : toolOutput(r, media)
       return { toolCallId: id, output, isError: r.is_error === true }
     }), [])
   }]`) as ReadonlyArray<ChatMessage>
-  const text = rest.map(blockText).join("\n\n")
-  return [...tools, ...(rest.length === 0 ? [] : [{ role: "user", content: text }])]
+  // A result's images and PDFs cannot go in its `tool` message (text only): they follow in the user message, each
+  // result's after a line naming its call. A stubbed result's are left out with the rest of its content.
+  const moved = results.flatMap((r) => {
+    const id = String(r.tool_use_id)
+    const attached = stubbed.has(id) || !media ? [] : blocksOf(r.content).filter(GatewaySwitchMedia.isBinaryMedia)
+    return attached.length === 0 ? [] : [{ type: "text", text: `Attached from the tool result ${id}:` }, ...attached.flatMap((b) => GatewaySwitchMedia.chatPartsOf(b) ?? [])]
+  })
+  const parts = [...moved, ...rest.flatMap((b) => GatewaySwitchMedia.chatPartsOf(b, media) ?? [{ type: "text", text: blockText(b) }])]
+  // Text alone stays one string (as before media was converted); an image or a file makes the content an array of parts.
+  const content = parts.some((p) => p.type !== "text") ? parts : parts.map((p) => String(p.text)).join("\n\n")
+  return [...tools, ...(parts.length === 0 ? [] : [{ role: "user", content }])]
 }
+
+/**
+ * A `tool_result` block's output as a Chat Completions `tool` message carries it (text only): its text blocks and
+ * plain-text documents as text, each image or PDF a line saying it follows in the user message after the tool results
+ * (`chatMessagesOf` puts it there; with `media` false, a line saying it was not sent), other blocks `[type]`; joined
+ * by a newline.
+ */
+export const toolOutput = (block: Json, media = true): string =>
+  typeof block.content === "string" ? block.content : blocksOf(block.content).map((b) => {
+    const parts = GatewaySwitchMedia.chatPartsOf(b, media)
+    if (parts === null) return blockText(b)
+    return parts.map((p) => p.type === "text" ? String(p.text) : `[${isRecord(b) ? String(b.type) : "media"}: attached in the user message after the tool results]`).join("\n")
+  }).join("\n")
 
 /** An Anthropic tool as a Chat Completions function (as the Chat Completions adapter encodes tools); `null` for server tools. */
 const toolOf = (t: unknown): Json | null =>
@@ -150,6 +180,11 @@ export interface FitInput {
    * newest first); none by default.
    */
   readonly summaries?: ReadonlyArray<FitSummary> | undefined
+  /**
+   * Whether the target's model reads inline images and files (`ModelProviderConfig.media`; default true): `false`
+   * sends each as a one-line text (a switch to an OpenAI instance; the switch to Anthropic sends them as they are).
+   */
+  readonly media?: boolean | undefined
 }
 
 /**
@@ -318,7 +353,7 @@ export const toChat = (input: FitInput): FitResult => {
   const head: Array<ChatMessage> = system === "" ? [] : [{ role: "system", content: system }]
   const fixed = head.reduce((n, m) => n + size(m), 0) + (tools.length === 0 ? 0 : input.sizes?.tools(tools) ?? GatewayMedia.jsonTokens(count, tools)) + 16
   const fitted = fitMessages(input, messages, limit, outputTokens, {
-    convert: chatMessagesOf,
+    convert: (m, stubbed, calls) => chatMessagesOf(m, stubbed, calls, input.media !== false),
     size,
     note: (text): ChatMessage => ({ role: "user", content: text }),
     fixed

@@ -6,7 +6,9 @@
  *
  * - **The request** (`anthropicOf`, `toAnthropic`): the leading `system` / `developer` messages (their texts joined by
  *   a blank line) Anthropic's `system`; a later one a `user` message of its text; a `user` message's parts text blocks
- *   (an `image_url` an `image` block: a `data:` URL as base64, else as a URL; other parts a one-line `[type]` text); an
+ *   (an `image_url` an `image` block: a `data:` URL as base64, else as a URL; a `file` part a `document` block, a PDF
+ *   with a `base64` source, a text file with a `text` source, `GatewaySwitchMedia.anthropicBlockOfFile`; other parts a
+ *   one-line `[type]` text); an
  *   `assistant` message its text (a text block) and its `tool_calls` `tool_use` blocks (the arguments parsed: an
  *   object, else `{}`; ids made what Anthropic accepts, `GatewaySwitch.toolUseId`); `tool` messages `tool_result`
  *   blocks, consecutive ones and the `user` message right after them one `user` message (Anthropic wants a call's
@@ -33,6 +35,7 @@ import { Sse } from "@baton/providers"
 import { fitLimit, isRecord, outputRoom, parseJson } from "./GatewayDialect.js"
 import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
+import * as GatewaySwitchMedia from "./GatewaySwitchMedia.js"
 
 type Json = Record<string, unknown>
 
@@ -53,6 +56,7 @@ export const blockOf = (part: unknown): Json => {
     const data = /^data:([^;,]+);base64,(.*)$/s.exec(url)
     return data !== null ? { type: "image", source: { type: "base64", media_type: data[1], data: data[2] } } : { type: "image", source: { type: "url", url } }
   }
+  if (part.type === "file" && isRecord(part.file)) return GatewaySwitchMedia.anthropicBlockOfFile(part.file)
   return { type: "text", text: `[${String(part.type)}]` }
 }
 

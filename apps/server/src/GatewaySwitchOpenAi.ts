@@ -13,7 +13,8 @@
  *   messages with tool calls and results, tools, `tool_choice`, stop sequences), with the agent's own tool call ids
  *   (no Anthropic upstream reads them: they go out as the agent sent them, and a stub's ref is `tool:<the agent's id>`),
  *   then fitted and encoded by the switch from `/v1/messages` to the target (`GatewaySwitchResponses.toResponses`,
- *   `GatewaySwitch.toChat`): stubs, then deferral with a pointer, then a summary, the agent's newest turn unchanged, each
+ *   `GatewaySwitch.toChat`; media too: `image_url` <-> `input_image`, `file` <-> `input_file` through Anthropic's
+ *   `image` and `document` blocks, `GatewaySwitchMedia`): stubs, then deferral with a pointer, then a summary, the agent's newest turn unchanged, each
  *   message counted as what goes out. The pointer, the summaries, `Fit.leftOut` and `Fit.summarised` count the
  *   agent's messages (`GatewaySwitchAnthropic.inAgentMessages`).
  * - **The answer**: the target's answer read by the switch from `/v1/messages` (`GatewaySwitchWire.responses`,

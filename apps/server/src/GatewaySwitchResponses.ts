@@ -7,7 +7,10 @@
  *   pointer, the agent's newest turn pinned, `overflow` when that alone is over), with each converted message counted
  *   as the Responses items it becomes (`sizes`), so the limit holds for what goes out. The fitted Chat messages then
  *   become Responses `input` items: the system prompt the body's `instructions`; a user (or pointer, or
- *   mid-conversation `system`) message a `message` item with one `input_text` part (the adapter's encoding); an
+ *   mid-conversation `system`) message a `message` item with one `input_text` part (the adapter's encoding), or, when
+ *   the Chat message holds media (an array of parts), its parts as `input_text`, `input_image` and `input_file` parts
+ *   (`GatewaySwitchMedia.responsesPartOf`; a tool result's media arrive in the user message after its
+ *   `function_call_output`, as on the Chat switch); an
  *   assistant message a `message` item with one `output_text` part (when it has text) and a `function_call` item per
  *   call (`call_id` the `tool_use` id, `arguments` the input's JSON); a `tool` message a `function_call_output` item
  *   (`OpenAiResponses.dialect.toolResults`: a failed result's output starts with `Error: `, as on the Chat switch).
@@ -37,6 +40,7 @@ import { OpenAiResponses, Sse } from "@baton/providers"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
+import * as GatewaySwitchMedia from "./GatewaySwitchMedia.js"
 
 type Json = Record<string, unknown>
 
@@ -60,7 +64,12 @@ export const itemsOfChat = (m: GatewaySwitch.ChatMessage): ReadonlyArray<InputIt
     case "tool":
       return answerItems([{ toolCallId: String(m.tool_call_id ?? ""), output: text, isError: false }])
     default:
-      return [{ type: "message", role: m.role === "system" ? "system" : "user", content: [{ type: "input_text", text }] }]
+      return [{
+        type: "message",
+        role: m.role === "system" ? "system" : "user",
+        // A user message with images or files (`GatewaySwitch.chatMessagesOf`) is an array of parts: each in Responses' form.
+        content: Array.isArray(m.content) ? m.content.map(GatewaySwitchMedia.responsesPartOf) : [{ type: "input_text", text }]
+      }]
   }
 }
 

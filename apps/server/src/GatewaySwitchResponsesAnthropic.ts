@@ -7,12 +7,14 @@
  *
  * - **The request** (`anthropicOfResponses`, `toAnthropicFromResponses`): `instructions` and the leading `system` /
  *   `developer` input messages (Codex's system prompt) Anthropic's `system`, joined by a blank line; the other input
- *   items in order: a `user` message's parts text blocks (`input_image` an `image` block, others `[type]`); a
+ *   items in order: a `user` message's parts text blocks (`input_image` an `image` block, `input_file` a `document`
+ *   block or a text naming it, `GatewaySwitchMedia.anthropicBlockOfFile`; others `[type]`); a
  *   `system` / `developer` message a `user` message of its text; an `assistant` message's `output_text` parts and the
  *   `function_call` / `custom_tool_call` items after it one `assistant` message (text, then `tool_use` blocks: a
  *   function call's arguments parsed, a custom call's input as `{"input": …}`); `function_call_output` /
  *   `custom_tool_call_output` / `local_shell_call_output` items (consecutive ones, and a `user` message right after
- *   them) one `user` message of `tool_result` blocks, first; Codex's `local_shell_call` the assistant's text
+ *   them) one `user` message of `tool_result` blocks, first (an output of parts: their text, or, with an image or a
+ *   file among them, the parts as blocks: Anthropic reads images and PDFs in a tool result); Codex's `local_shell_call` the assistant's text
  *   `[local_shell_call <id>: <action>]`, and an output whose call is not a `tool_use` of the request (a local shell
  *   call's, a call left out) a text block `[<type> <call id>]` then its text, never a `tool_result` without its
  *   `tool_use`; Codex's `agent_message` (a message between its agents: a sub-agent's task, its final answer to its
@@ -34,6 +36,7 @@
  */
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
+import * as GatewaySwitchMedia from "./GatewaySwitchMedia.js"
 import * as A from "./GatewaySwitchAnthropic.js"
 
 type Json = Record<string, unknown>
@@ -46,12 +49,25 @@ const partBlock = (part: unknown): Json => {
   if (!isRecord(part)) return { type: "text", text: "[part]" }
   if ((part.type === "input_text" || part.type === "output_text" || part.type === "text") && typeof part.text === "string") return { type: "text", text: part.text }
   if (part.type === "input_image" && typeof part.image_url === "string") return A.blockOf({ type: "image_url", image_url: { url: part.image_url } })
+  if (part.type === "input_image" && typeof part.file_id === "string") return { type: "text", text: `[image: OpenAI file ${part.file_id}, not readable by this model]` }
+  if (part.type === "input_file") return GatewaySwitchMedia.anthropicBlockOfFile(part)
   return { type: "text", text: `[${String(part.type)}]` }
 }
 
 /** A message's content as blocks (a string one text block). */
 const blocksOfContent = (content: unknown): Array<Json> =>
   typeof content === "string" ? (content === "" ? [] : [{ type: "text", text: content }]) : Array.isArray(content) ? content.map(partBlock) : []
+
+/**
+ * A tool output as a `tool_result`'s content: a string as it is; parts (a `function_call_output`'s `input_text`,
+ * `input_image`, `input_file`) as Anthropic blocks (`partBlock`: images and PDFs kept, Anthropic reads them in a tool
+ * result), or their text joined by a blank line when all are text.
+ */
+const resultContent = (output: unknown): string | ReadonlyArray<Json> => {
+  if (typeof output === "string") return output
+  const blocks = blocksOfContent(output)
+  return blocks.every((b) => b.type === "text") ? blocks.map((b) => String(b.text)).join("\n\n") : A.nonEmpty(blocks)
+}
 
 /** A tool output (a string, or parts) as text. */
 const outputText = (output: unknown): string =>
@@ -120,7 +136,7 @@ export const anthropicOfResponses = (body: Json): A.Converted => {
       // A result answers a tool_use only when its call went out as one (Anthropic refuses a tool_result without its
       // tool_use): the output of a call left out or sent as text (a local_shell_call) goes as text.
       const block = callIds.has(id)
-        ? { type: "tool_result", tool_use_id: id, content: outputText(item.output) }
+        ? { type: "tool_result", tool_use_id: id, content: resultContent(item.output) }
         : { type: "text", text: `[${type} ${raw}]\n${outputText(item.output)}` }
       push("user", "results", [block], j, last === "results")
     }

@@ -270,7 +270,7 @@ export const serve = (input: Input) =>
     })
     const fitHistory = fitBody === body ? history.messages : ((h) => (typeof h === "string" ? history.messages : h.messages))(agent.dialect.history(fitBody, {}))
     const fitWith = (pointer: (n: number) => string, summaries: ReadonlyArray<GatewaySwitch.FitSummary> = []) =>
-      wire.fit({ body: fitBody, windowTokens: window, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered, summaries })
+      wire.fit({ body: fitBody, windowTokens: window, maxOutputTokens: target.config.maxOutputTokens, count, pointer, offered, summaries, media: target.config.media !== false })
     // A first pass with a pointer of the thread's size; the thread's items (and its /offload summaries, the fit's
     // third step) are read only when messages are left out.
     let fitted = fitWith(pointerFor(threadId, []))

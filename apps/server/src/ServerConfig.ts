@@ -40,7 +40,7 @@ const Token = Schema.String.pipe(
 /**
  * A model-API provider instance in the config file (docs/providers.md): a `ProviderConfig.ModelProviderConfig`
  * (`kind` one of `anthropic-messages`, `openai-responses`, `openai-chat`; `baseUrl`, `model`, `apiKeyEnv`,
- * `contextWindow`, `autoCompactThreshold`, `maxOutputTokens`, `prices`, `maxRetries`, `systemPrompt`) with its
+ * `contextWindow`, `autoCompactThreshold`, `maxOutputTokens`, `prices`, `maxRetries`, `systemPrompt`, `media`) with its
  * instance `name` (a free identifier: a lowercase letter, then up to 39 of `a-z 0-9 _ -`) and `toolResultOffload`
  * (default true: answered tool results are stubbed in the message list when that pays, docs/offload.md; `true`,
  * `false`, or `ToolResultOffloadJson`). The threshold must not exceed the window, nor the output limit reach it.

@@ -37,7 +37,10 @@ export type Prices = typeof Prices.Type
  *   compacts this instance by itself);
  * - `prices`: per million tokens (see `Prices`);
  * - `maxRetries`: how many times a 429/529/5xx answer is retried (default 4); `systemPrompt`: the lane's system
- *   prompt (default none), sent first in every request so it stays in the cached prefix.
+ *   prompt (default none), sent first in every request so it stays in the cached prefix;
+ * - `media`: whether the model reads inline images and files (default true); `false`: a provider switch to this
+ *   (OpenAI) instance sends each as a one-line text instead (a text-only model on vLLM or llama.cpp refuses image
+ *   parts: every request of a conversation holding a screenshot would fail).
  */
 export const ModelProviderConfig = Schema.Struct({
   kind: ModelApiKind,
@@ -49,7 +52,8 @@ export const ModelProviderConfig = Schema.Struct({
   maxOutputTokens: PositiveInt,
   prices: Prices,
   maxRetries: Schema.optional(Schema.Int.pipe(Schema.between(0, 10))),
-  systemPrompt: Schema.optional(Schema.String)
+  systemPrompt: Schema.optional(Schema.String),
+  media: Schema.optional(Schema.Boolean)
 })
 export type ModelProviderConfig = typeof ModelProviderConfig.Type
 
