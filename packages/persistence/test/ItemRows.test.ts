@@ -115,6 +115,12 @@ describe("encodeItemRowFast", () => {
     }), { numRuns: 5000 })
   })
 
+  it("encodes each item's own createdAt when items of one instant and of others alternate (the last instant is remembered)", () => {
+    const [item] = fc.sample(wellFormedItem, { numRuns: 1, seed: 11 })
+    const instants = [1_000, 1_000, 1_001, 1_000, 86_400_000 * 365 * 30, 1_001, 1_001].map((ms) => DateTime.unsafeMake(ms))
+    expect(instants.map((createdAt) => encodeItemRowFast({ ...item, createdAt })?.createdAt)).toEqual(instants.map((at) => DateTime.formatIso(at)))
+  })
+
   it("leaves odd items to the schema: a numeric isError, an ISO string date, a zoned date, an unknown kind", () => {
     const [item] = fc.sample(wellFormedItem, { numRuns: 1, seed: 7 })
     for (const odd of [{ isError: 1 }, { createdAt: "2026-12-04T00:00:00.000Z" }, { createdAt: DateTime.unsafeMakeZoned(0, { timeZone: "Europe/Paris" }) }, { kind: "note" }, { tokens: -1 }]) {

@@ -119,9 +119,25 @@ export const encodeItemRowFast = (item: unknown): typeof ItemRow.Encoded | undef
     isError: isError ? 1 : 0,
     toolCallState: r.toolCallState as Item["toolCallState"],
     tokens: r.tokens,
-    createdAt: DateTime.formatIso(createdAt)
+    createdAt: isoOf(createdAt)
   }
 }
+
+/**
+ * `DateTime.formatIso(at)`, remembering the last instant formatted: the items of one append share their `createdAt`,
+ * and formatting it again for each of 100,000 items cost about 60 ms under the unit of work's lock.
+ */
+const isoOf = (() => {
+  let lastMillis = Number.NaN
+  let lastIso = ""
+  return (at: DateTime.Utc): string => {
+    if (at.epochMillis !== lastMillis) {
+      lastIso = DateTime.formatIso(at)
+      lastMillis = at.epochMillis
+    }
+    return lastIso
+  }
+})()
 
 export const HandoffRow = Schema.Struct({
   ...ContextHandoff.fields,
