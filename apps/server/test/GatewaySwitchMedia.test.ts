@@ -218,6 +218,48 @@ describe("Media on a switch to Anthropic Messages", () => {
       }
     ])
   })
+
+  it("an image Anthropic would refuse never goes as an image block: a mislabelled data: URL typed by its bytes, one without ;base64, another type or URL named (each failed every request of the switch)", () => {
+    const jpeg = Buffer.concat([Buffer.from("ffd8ffe000104a464946", "hex"), Crypto.randomBytes(64)]).toString("base64")
+    const svg = Buffer.from("<svg xmlns='http://www.w3.org/2000/svg'/>").toString("base64")
+    const url = (u: string) => ({ type: "image_url", image_url: { url: u } })
+    const converted = GatewaySwitchAnthropic.anthropicOf({
+      messages: [{
+        role: "user",
+        content: [
+          url(`data:image/jpeg;base64,${readPng}`),
+          url(`data:image/png;charset=binary;base64,${jpeg}`),
+          url("data:image/png,%89PNG"),
+          url(`data:image/svg+xml;base64,${svg}`),
+          url("file:///tmp/shot.png"),
+          url(""),
+          url("https://example.com/logo.png"),
+          { type: "file", file: { filename: "a.png", file_data: `data:image/webp;base64,${readPng}` } }
+        ]
+      }]
+    })
+    expect(converted.messages).toEqual([{
+      role: "user",
+      content: [
+        image(readPng),
+        { type: "image", source: { type: "base64", media_type: "image/jpeg", data: jpeg } },
+        { type: "text", text: "[image: a data: URL that is not base64, not readable by this model]" },
+        { type: "text", text: "[image (image/svg+xml): a type this model cannot read]" },
+        { type: "text", text: "[image at file:///tmp/shot.png: not a URL this model reads]" },
+        { type: "text", text: "[image at an empty URL: not a URL this model reads]" },
+        { type: "image", source: { type: "url", url: "https://example.com/logo.png" } },
+        image(readPng)
+      ]
+    }])
+    // From Responses likewise (Codex's input_image).
+    const responses = GatewaySwitchResponsesAnthropic.anthropicOfResponses({
+      input: [{ type: "message", role: "user", content: [{ type: "input_image", image_url: `data:image/gif;base64,${readPng}` }, { type: "input_image", image_url: "data:image/png,raw" }] }]
+    })
+    expect(responses.messages).toEqual([{
+      role: "user",
+      content: [image(readPng), { type: "text", text: "[image: a data: URL that is not base64, not readable by this model]" }]
+    }])
+  })
 })
 
 describe("Media between the two OpenAI protocols", () => {
