@@ -16,6 +16,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import * as GatewayAnthropic from "../src/GatewayAnthropic.js"
+import * as GatewayMedia from "../src/GatewayMedia.js"
 import * as GatewaySwitch from "../src/GatewaySwitch.js"
 import * as GatewaySwitchAnthropic from "../src/GatewaySwitchAnthropic.js"
 import * as GatewaySwitchResponses from "../src/GatewaySwitchResponses.js"
@@ -158,6 +159,23 @@ describe("Media on a switch from Anthropic Messages", () => {
       expect(result.fit.tokensAfter).toBeLessThan(2 * 1_600 + 500)
       expect(JSON.stringify(result.body).split(big).length - 1).toBe(2)
     }
+  })
+})
+
+describe("Media by URL in the fit", () => {
+  it("an image by URL counts as an image in every switch's fit (20 of them counted as their JSON, about 400 tokens, went out to a 16,000-token window the upstream bills some 30,000 for)", () => {
+    const urls = Array.from({ length: 20 }, (_, i) => ({ type: "image", source: { type: "url", url: `https://example.com/${i}.png` } }))
+    const body = { model: "gpt-x", max_tokens: 1_000, messages: [{ role: "user", content: [...urls, { type: "text", text: "describe them" }] }] }
+    const input = { body, windowTokens: 16_000, maxOutputTokens: 4_096, count, pointer: () => "unused" }
+    // The agent's newest message alone is over: an overflow, as for 20 inline screenshots, not a request sent over the window.
+    expect(GatewaySwitch.toChat(input)._tag).toBe("overflow")
+    expect(GatewaySwitchResponses.toResponses(input)._tag).toBe("overflow")
+    const roomy = GatewaySwitch.toChat({ ...input, windowTokens: 64_000 })
+    if (roomy._tag !== "fits") throw new Error("expected a fit")
+    expect(roomy.fit.tokensBefore).toBeGreaterThan(20 * GatewayMedia.imageTokens)
+    // From a Chat agent to Anthropic (the image URL an image block with a url source) likewise.
+    const chat = { model: "claude-x", max_tokens: 1_000, messages: [{ role: "user", content: [...urls.map((u) => ({ type: "image_url", image_url: { url: u.source.url } })), { type: "text", text: "describe them" }] }] }
+    expect(GatewaySwitchAnthropic.toAnthropic({ ...input, body: chat })._tag).toBe("overflow")
   })
 })
 
