@@ -18,8 +18,12 @@
  *   format}}`;
  * - OpenAI Responses: `{type: "input_image", image_url: "data:image/…;base64,…"}`, `{type: "input_file", file_data}`,
  *   `{type: "input_audio", input_audio: {data, format}}`.
+ * An image by reference (an Anthropic `image` with a `url` or `file` source, a Chat `image_url` whose `url` is no
+ * `data:` URL, a Responses `input_image` with an `image_url` that is none or a `file_id`) is its JSON plus
+ * `imageTokens`: the provider fetches it and bills its pixels as for an inline one (a switch sends an agent's image URL
+ * as an image part, and 20 of them counted as their JSON, about 400 tokens, overflowed a 16,000-token window upstream).
  * Anything else is counted as its JSON, as before: a plain-text document (`source: {type: "text", data}`: its text is
- * what the model reads), media by URL or file id (short), base64 inside a tool result's text (text the model does
+ * what the model reads), documents by URL or file id (their pages unknown), base64 inside a tool result's text (text the model does
  * read), and anything inside an Anthropic tool call's `input` (text the model wrote, whatever its shape: a
  * `{type: "base64", media_type: "image/png", data}` the model passes to a tool is no image block).
  */
@@ -197,6 +201,9 @@ export const dataUrl = (value: unknown): { readonly mediaType: string; readonly 
 
 const isImageDataUrl = (value: unknown): boolean => typeof value === "string" && value.startsWith("data:image/")
 
+/** An image URL by reference (a non-empty URL that is no `data:` URL): the provider fetches the image. */
+const isReference = (value: unknown): boolean => typeof value === "string" && value !== "" && !value.startsWith("data:")
+
 /** An object's string field, or `""`. */
 const field = (value: object, key: string): string => {
   const v = (value as Record<string, unknown>)[key]
@@ -255,6 +262,19 @@ const dropPayloads = (found: Found) => {
       }
       return ""
     }
+    // An image by reference: counted as an image, its JSON kept (short).
+    if (key === "source" && holder.type === "image" && isObject(value) && (field(value, "type") === "url" || field(value, "type") === "file")) {
+      found.images += 1
+      return value
+    }
+    if (key === "image_url" && holder.type === "image_url" && isObject(value) && isReference(field(value, "url"))) {
+      found.images += 1
+      return value
+    }
+    if (key === "type" && value === "input_image" && (isReference(holder.image_url) || (holder.image_url === undefined && typeof holder.file_id === "string"))) {
+      found.images += 1
+      return value
+    }
     if (key === "image_url" && holder.type === "input_image" && isImageDataUrl(value)) {
       found.images += 1
       return ""
@@ -303,6 +323,10 @@ const withoutPayloads = GatewayMemo.memo((value: object): Countable => {
 
 const nothing = { images: 0, documents: 0, audio: 0, tokens: 0 } as const
 
+/** Whether a JSON text may hold an image by reference (`dropPayloads`: an `image_url`, an `input_image`, a `url` or `file` source). */
+const hasReference = (json: string): boolean =>
+  json.includes("\"image_url\"") || json.includes("\"input_image\"") || json.includes("\"type\":\"url\"") || json.includes("\"type\":\"file\"")
+
 /**
  * What `jsonTokens` counts of `value` (see `Countable`): its JSON text (`GatewayMemo.json`, kept for an interned
  * value), or, when that text may hold an inline payload, the text with the payloads left out and their estimates.
@@ -312,8 +336,9 @@ export const countable = (value: unknown): Countable => {
   const json = GatewayMemo.json(value) as string | undefined
   if (json === undefined) return { text: "", ...nothing }
   // Every payload recognised is base64 named as such (a `base64` source, a `;base64,` data URL) or sits under a
-  // `file_data` or `input_audio` key: a text without any of the three has none (a scan, not a parse).
-  if (!isObject(value) || !(json.includes("base64") || json.includes("\"file_data\"") || json.includes("\"input_audio\""))) {
+  // `file_data` or `input_audio` key, and every image by reference is an `image_url` or an `image` block's `url` or
+  // `file` source: a text without any of these has none (a scan, not a parse).
+  if (!isObject(value) || !(json.includes("base64") || json.includes("\"file_data\"") || json.includes("\"input_audio\"") || hasReference(json))) {
     return { text: json, ...nothing }
   }
   return withoutPayloads(value)

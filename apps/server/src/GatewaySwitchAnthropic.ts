@@ -6,7 +6,9 @@
  *
  * - **The request** (`anthropicOf`, `toAnthropic`): the leading `system` / `developer` messages (their texts joined by
  *   a blank line) Anthropic's `system`; a later one a `user` message of its text; a `user` message's parts text blocks
- *   (an `image_url` an `image` block: a `data:` URL as base64, else as a URL; a `file` part a `document` block, a PDF
+ *   (an `image_url` an `image` block, `GatewaySwitchMedia.anthropicImageOfUrl`: a base64 `data:` URL a `base64`
+ *   source typed by its bytes, an http(s) URL a `url` source, another URL or an image type Anthropic does not read a
+ *   text naming it; a `file` part a `document` block, a PDF
  *   with a `base64` source, a text file with a `text` source, `GatewaySwitchMedia.anthropicBlockOfFile`; other parts a
  *   one-line `[type]` text); an
  *   `assistant` message its text (a text block) and its `tool_calls` `tool_use` blocks (the arguments parsed: an
@@ -52,9 +54,7 @@ export const blockOf = (part: unknown): Json => {
   if (!isRecord(part)) return { type: "text", text: "[part]" }
   if (part.type === "text" && typeof part.text === "string") return { type: "text", text: part.text }
   if (part.type === "image_url") {
-    const url = isRecord(part.image_url) ? String(part.image_url.url ?? "") : String(part.image_url ?? "")
-    const data = /^data:([^;,]+);base64,(.*)$/s.exec(url)
-    return data !== null ? { type: "image", source: { type: "base64", media_type: data[1], data: data[2] } } : { type: "image", source: { type: "url", url } }
+    return GatewaySwitchMedia.anthropicImageOfUrl(isRecord(part.image_url) ? String(part.image_url.url ?? "") : String(part.image_url ?? ""))
   }
   if (part.type === "file" && isRecord(part.file)) return GatewaySwitchMedia.anthropicBlockOfFile(part.file)
   return { type: "text", text: `[${String(part.type)}]` }

@@ -113,6 +113,47 @@ export const responsesPartOf = (part: unknown): Json => {
   return { type: "input_text", text: `[${String(part.type)}]` }
 }
 
+/** The image types Anthropic reads in a `base64` source (Anthropic, "Vision": JPEG, PNG, GIF, WebP). */
+const anthropicImageTypes: ReadonlySet<string> = new Set(["image/jpeg", "image/png", "image/gif", "image/webp"])
+
+/**
+ * The image type a base64 payload's first bytes show (PNG, JPEG, GIF, WebP signatures); `undefined` for others.
+ * Anthropic refuses a `base64` image whose bytes do not match its `media_type` ("Image does not match the provided
+ * media type"), which OpenAI upstreams accept: an agent's `data:image/jpeg` PNG would fail every request on a switch.
+ */
+const sniffedImageType = (base64: string): string | undefined => {
+  const head = Buffer.from(base64.slice(0, 24), "base64")
+  if (head.length >= 8 && head.subarray(0, 8).equals(Buffer.from("89504e470d0a1a0a", "hex"))) return "image/png"
+  if (head.length >= 3 && head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) return "image/jpeg"
+  if (head.length >= 6 && /^GIF8[79]a$/.test(head.toString("latin1", 0, 6))) return "image/gif"
+  if (head.length >= 12 && head.toString("latin1", 0, 4) === "RIFF" && head.toString("latin1", 8, 12) === "WEBP") return "image/webp"
+  return undefined
+}
+
+/**
+ * An OpenAI image URL (a Chat `image_url` part's `url`, a Responses `input_image`'s `image_url`) as an Anthropic block:
+ * - a base64 `data:` URL (`GatewayMedia.dataUrl`, parameters allowed): an `image` block with a `base64` source, its
+ *   `media_type` the type its bytes show (`sniffedImageType`), else the URL's; a type Anthropic does not read (not
+ *   JPEG, PNG, GIF or WebP) a text naming it;
+ * - another `data:` URL (no `;base64`): a text naming it (Anthropic reads no such URL);
+ * - an http(s) URL: an `image` block with a `url` source;
+ * - anything else (empty, a relative path): a text naming it.
+ * Anthropic refuses a request holding an image it cannot read, and the conversation keeps it: each of these as a
+ * block would fail every later request of the switch.
+ */
+export const anthropicImageOfUrl = (url: string): Json => {
+  if (url.startsWith("data:")) {
+    const data = GatewayMedia.dataUrl(url)
+    if (data === undefined) return text("[image: a data: URL that is not base64, not readable by this model]")
+    const mediaType = sniffedImageType(data.base64) ?? data.mediaType
+    return anthropicImageTypes.has(mediaType)
+      ? { type: "image", source: { type: "base64", media_type: mediaType, data: data.base64 } }
+      : text(`[image (${mediaType === "" ? "no type" : mediaType}): a type this model cannot read]`)
+  }
+  if (/^https?:\/\//i.test(url)) return { type: "image", source: { type: "url", url } }
+  return text(`[image at ${url === "" ? "an empty URL" : url.slice(0, 200)}: not a URL this model reads]`)
+}
+
 /** A URL's path ends in `.pdf` (its query and fragment aside). */
 const isPdfUrl = (url: string) => /\.pdf$/i.test(url.split(/[?#]/)[0] ?? "")
 
@@ -122,7 +163,7 @@ const isPdfUrl = (url: string) => /\.pdf$/i.test(url.split(/[?#]/)[0] ?? "")
  * - a PDF (`file_data` a `data:application/pdf;base64,` URL, or base64 whose bytes start `%PDF`): a `document` block
  *   with a `base64` source, its `filename` the `title`;
  * - a text file (`data:text/…;base64,`): a `document` block with a `text` source of the decoded text (UTF-8);
- * - an image sent as a file (`data:image/…;base64,`): an `image` block with a `base64` source;
+ * - an image sent as a file (`data:image/…;base64,`): an `image` block with a `base64` source (`anthropicImageOfUrl`);
  * - a PDF by URL (`file_url` ending `.pdf`): a `document` block with a `url` source;
  * - anything else (an OpenAI file id, which Anthropic cannot read; another file type; another URL): a text block
  *   naming it.
@@ -136,7 +177,7 @@ export const anthropicBlockOfFile = (file: Json): Json => {
   if (base64 !== "" && (url === undefined || url.mediaType === "application/pdf" || base64.startsWith("JVBER"))) {
     return { type: "document", source: { type: "base64", media_type: "application/pdf", data: base64 }, ...title }
   }
-  if (url !== undefined && url.mediaType.startsWith("image/")) return { type: "image", source: { type: "base64", media_type: url.mediaType, data: url.base64 } }
+  if (url !== undefined && url.mediaType.startsWith("image/")) return anthropicImageOfUrl(data)
   if (url !== undefined && url.mediaType.startsWith("text/")) {
     return { type: "document", source: { type: "text", media_type: "text/plain", data: Buffer.from(url.base64, "base64").toString("utf8") }, ...title }
   }

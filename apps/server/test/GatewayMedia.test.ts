@@ -61,15 +61,31 @@ describe("GatewayMedia", () => {
     expect(GatewayMedia.jsonTokens(count, message)).toBeLessThan(2 * GatewayMedia.imageTokens + 100)
   })
 
-  it("counts base64 that is text, plain-text documents and images by URL as their JSON", () => {
+  it("counts base64 that is text, plain-text documents and documents by URL as their JSON", () => {
     const text = { type: "tool_result", tool_use_id: "toolu_1", content: `$ base64 shot.png\n${payload.slice(0, 20_000)}` }
     const notes = { type: "document", source: { type: "text", media_type: "text/plain", data: "Release notes: the base64 encoder is faster.\n".repeat(50) } }
-    const byUrl = { type: "image_url", image_url: { url: "https://example.com/shot.png" } }
     const pdfByUrl = { type: "document", source: { type: "url", url: "https://example.com/paper.pdf" } }
-    for (const value of [text, notes, byUrl, pdfByUrl, "plain", null, [1, 2]]) {
+    for (const value of [text, notes, pdfByUrl, "plain", null, [1, 2]]) {
       expect(GatewayMedia.jsonTokens(count, value)).toBe(count(JSON.stringify(value)))
     }
     expect(GatewayMedia.jsonTokens(count, undefined)).toBe(0)
+  })
+
+  it("counts an image by URL or file id as its JSON plus imageTokens (the provider fetches it and bills its pixels), in each wire format", () => {
+    const byReference = [
+      { type: "image_url", image_url: { url: "https://example.com/shot.png" } },
+      { type: "image", source: { type: "url", url: "https://example.com/shot.png" } },
+      { type: "image", source: { type: "file", file_id: "file_011" } },
+      { type: "input_image", image_url: "https://example.com/shot.png", detail: "auto" },
+      { type: "input_image", file_id: "file-abc", detail: "auto" }
+    ]
+    for (const value of byReference) {
+      expect(GatewayMedia.countable(value).images).toBe(1)
+      expect(GatewayMedia.jsonTokens(count, value)).toBe(count(JSON.stringify(value)) + GatewayMedia.imageTokens)
+    }
+    // A tool call's input shaped like one is text the model wrote.
+    const call = { type: "tool_use", id: "toolu_1", name: "show", input: { type: "image", source: { type: "url", url: "https://example.com/a.png" } } }
+    expect(GatewayMedia.jsonTokens(count, call)).toBe(count(JSON.stringify(call)))
   })
 
   it("counts a data URL the model wrote in a tool call's input as its JSON (text the model wrote and reads), not as an image", () => {

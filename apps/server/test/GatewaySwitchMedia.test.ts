@@ -16,6 +16,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import * as GatewayAnthropic from "../src/GatewayAnthropic.js"
+import * as GatewayMedia from "../src/GatewayMedia.js"
 import * as GatewaySwitch from "../src/GatewaySwitch.js"
 import * as GatewaySwitchAnthropic from "../src/GatewaySwitchAnthropic.js"
 import * as GatewaySwitchResponses from "../src/GatewaySwitchResponses.js"
@@ -161,6 +162,23 @@ describe("Media on a switch from Anthropic Messages", () => {
   })
 })
 
+describe("Media by URL in the fit", () => {
+  it("an image by URL counts as an image in every switch's fit (20 of them counted as their JSON, about 400 tokens, went out to a 16,000-token window the upstream bills some 30,000 for)", () => {
+    const urls = Array.from({ length: 20 }, (_, i) => ({ type: "image", source: { type: "url", url: `https://example.com/${i}.png` } }))
+    const body = { model: "gpt-x", max_tokens: 1_000, messages: [{ role: "user", content: [...urls, { type: "text", text: "describe them" }] }] }
+    const input = { body, windowTokens: 16_000, maxOutputTokens: 4_096, count, pointer: () => "unused" }
+    // The agent's newest message alone is over: an overflow, as for 20 inline screenshots, not a request sent over the window.
+    expect(GatewaySwitch.toChat(input)._tag).toBe("overflow")
+    expect(GatewaySwitchResponses.toResponses(input)._tag).toBe("overflow")
+    const roomy = GatewaySwitch.toChat({ ...input, windowTokens: 64_000 })
+    if (roomy._tag !== "fits") throw new Error("expected a fit")
+    expect(roomy.fit.tokensBefore).toBeGreaterThan(20 * GatewayMedia.imageTokens)
+    // From a Chat agent to Anthropic (the image URL an image block with a url source) likewise.
+    const chat = { model: "claude-x", max_tokens: 1_000, messages: [{ role: "user", content: [...urls.map((u) => ({ type: "image_url", image_url: { url: u.source.url } })), { type: "text", text: "describe them" }] }] }
+    expect(GatewaySwitchAnthropic.toAnthropic({ ...input, body: chat })._tag).toBe("overflow")
+  })
+})
+
 describe("Media on a switch to Anthropic Messages", () => {
   it("from Chat Completions: a file part's PDF a base64 document, a text file a text document, an image file and an image_url an image; a file id and audio named", () => {
     const text = Buffer.from("a,b\n1,2\n").toString("base64")
@@ -217,6 +235,48 @@ describe("Media on a switch to Anthropic Messages", () => {
         ]
       }
     ])
+  })
+
+  it("an image Anthropic would refuse never goes as an image block: a mislabelled data: URL typed by its bytes, one without ;base64, another type or URL named (each failed every request of the switch)", () => {
+    const jpeg = Buffer.concat([Buffer.from("ffd8ffe000104a464946", "hex"), Crypto.randomBytes(64)]).toString("base64")
+    const svg = Buffer.from("<svg xmlns='http://www.w3.org/2000/svg'/>").toString("base64")
+    const url = (u: string) => ({ type: "image_url", image_url: { url: u } })
+    const converted = GatewaySwitchAnthropic.anthropicOf({
+      messages: [{
+        role: "user",
+        content: [
+          url(`data:image/jpeg;base64,${readPng}`),
+          url(`data:image/png;charset=binary;base64,${jpeg}`),
+          url("data:image/png,%89PNG"),
+          url(`data:image/svg+xml;base64,${svg}`),
+          url("file:///tmp/shot.png"),
+          url(""),
+          url("https://example.com/logo.png"),
+          { type: "file", file: { filename: "a.png", file_data: `data:image/webp;base64,${readPng}` } }
+        ]
+      }]
+    })
+    expect(converted.messages).toEqual([{
+      role: "user",
+      content: [
+        image(readPng),
+        { type: "image", source: { type: "base64", media_type: "image/jpeg", data: jpeg } },
+        { type: "text", text: "[image: a data: URL that is not base64, not readable by this model]" },
+        { type: "text", text: "[image (image/svg+xml): a type this model cannot read]" },
+        { type: "text", text: "[image at file:///tmp/shot.png: not a URL this model reads]" },
+        { type: "text", text: "[image at an empty URL: not a URL this model reads]" },
+        { type: "image", source: { type: "url", url: "https://example.com/logo.png" } },
+        image(readPng)
+      ]
+    }])
+    // From Responses likewise (Codex's input_image).
+    const responses = GatewaySwitchResponsesAnthropic.anthropicOfResponses({
+      input: [{ type: "message", role: "user", content: [{ type: "input_image", image_url: `data:image/gif;base64,${readPng}` }, { type: "input_image", image_url: "data:image/png,raw" }] }]
+    })
+    expect(responses.messages).toEqual([{
+      role: "user",
+      content: [image(readPng), { type: "text", text: "[image: a data: URL that is not base64, not readable by this model]" }]
+    }])
   })
 })
 

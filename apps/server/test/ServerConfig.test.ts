@@ -180,6 +180,7 @@ describe("ServerConfig", () => {
       expect(yield* one({ ...claude, maxOutputTokens: 200_000 }))
         .toBe("baton.json: providers[1].maxOutputTokens: maxOutputTokens 200000 must be below contextWindow 200000")
       expect(yield* one({ ...claude, name: "codex" })).toBe("baton.json: providers[1].name: \"codex\" given twice")
+      expect(yield* one({ ...claude, media: "no" })).toBe("baton.json: providers[1].media: Expected boolean, actual \"no\"")
       // Tool-result offload: true, false, or on/off with the policy's settings (issue 11 item 4); bad ones named.
       const tuned = yield* resolveWith({ file: { providers: [{ ...claude, toolResultOffload: { keepNewestUnits: 1, aggressiveRatio: 0.9 } }] }, env: { ANTHROPIC_API_KEY: "k" } })
       const only = tuned.settings.providers[0]!
