@@ -3,7 +3,7 @@
  * an adapter that dies after streaming output, a storage failure as the turn ends, a death while another driver's
  * interrupt of the run is pending. Both dialects.
  */
-import { Commands, type CommandId, PersistenceError, type RunId, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, PersistenceError, type Run, type RunId, type ThreadId } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
 import { Database, ThreadStore } from "@baton/persistence"
 import { ProviderAdapter } from "@baton/providers"
@@ -70,7 +70,7 @@ describe.each(Harness.dialects)("a turn that crashes in its live driver (%s)", (
       const failing = (real: ThreadStore): ThreadStore =>
         ThreadStore.make({
           ...real,
-          updateRunEnded: (r) =>
+          updateRunEnded: (r: Run) =>
             r.seq === 1 && (r.failureCode !== "turn_crashed" || crashedFails-- > 0)
               ? Effect.fail(new PersistenceError({ operation: "runs.update", detail: "the database went away" }))
               : real.updateRunEnded(r)
