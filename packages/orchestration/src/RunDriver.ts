@@ -260,7 +260,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
      * behind it go on. Nothing else would: the thread's worker waits behind a run of a live driver, and restart
      * recovery leaves a live driver's runs alone, so the thread stayed wedged until the user interrupted the run or the
      * process restarted. A recovery that fails (the database may be what failed the turn) is tried again at pauses of
-     * 100 ms doubling to 5 s until it succeeds or the driver stops. Whether it ended it (or found nothing to end).
+     * 100 ms doubling to 5 s until it succeeds or the driver stops (once only when it is stopping already: what is left
+     * is restart recovery's). Whether it ended it (or found nothing to end).
      */
     const endOrphan = (run: Run) =>
       Effect.gen(function*() {
@@ -290,8 +291,10 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         driving.delete(runId)
         drivesEnded++
         // A turn that failed (a defect, storage) rather than being interrupted (an interrupt or the shutdown records
-        // the run's outcome itself) is ended here.
-        if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause) && !stopping) {
+        // the run's outcome itself) is ended here, while the driver drains too (after `stopTaking` the runs in flight
+        // go on until the scope closes, and one no longer in flight is not stopped there: review r42a, it stayed
+        // `running` and its caller waited out the server's deadline). Draining, it is tried once (`endOrphan`).
+        if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
           yield* Effect.logError(`the turn of run ${run.id} stopped without an outcome; ending the run`, exit.cause)
           yield* endOrphan(run)
         }

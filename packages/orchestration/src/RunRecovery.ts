@@ -264,7 +264,9 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * process without an outcome (its fiber failed or died: a defect, or the database failing as the turn ended; the
      * run driver calls it). No process will drive them on, and the driver is alive, so restart recovery would never
      * end them: the thread was wedged behind them until the user interrupted or the process restarted. They are ended
-     * the same way (the native thread read back), `failed` with `turn_crashed`. A run of another driver is left alone.
+     * the same way (the native thread read back), `failed` with `turn_crashed`; so is such a run still `queued`,
+     * whichever driver accepted it (its turn died before the claim: ended before the provider). A run another driver
+     * claimed is left alone.
      */
     const recover = Span.fn("RunRecovery.recover")(function*(orphans: ReadonlyArray<RunId> = []) {
       const orphaned = orphans.length > 0
@@ -287,7 +289,12 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
       const alive = yield* driver.aliveAmong([...owners.values()])
       const toCheck = new Map([...candidates].filter(([id]) => {
         const owner = owners.get(id) ?? null
-        return orphaned ? owner === driver.driverId : owner === null || !alive.has(owner)
+        // A turn that died before its claim leaves its run `queued`, the driver's that accepted it (another process's,
+        // alive; review r42a: this worker took it again and again, about 460 times a second, and the runs behind it
+        // waited for good). No turn of a queued run is in flight anywhere: it is ended here as an interrupt would end
+        // it; a driver that claims it meanwhile moves it on, and the check under the lock below leaves it to that one.
+        if (orphaned) return owner === driver.driverId || candidates.get(id)?.status === "queued"
+        return owner === null || !alive.has(owner)
       }))
       const ended: Array<Run> = []
       for (const run of toCheck.values()) {
