@@ -345,6 +345,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     /** Drives the thread's queued runs until none is left. */
     const work = (threadId: ThreadId): Effect.Effect<void> =>
       Effect.gen(function*() {
+        /** Continuations of a waiting run that failed in a row (their backoff). */
+        let continueFailures = 0
         while (!stopping) {
           // A run claimed at its queueing is the thread's first unfinished run without reading the queue: it was
           // claimed under the thread's lock when the thread had no unfinished run (every earlier run had ended, and a
@@ -368,7 +370,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           if (run.status === "waiting") {
             const step = yield* waitingStep(run)
             if (step === "continue") {
-              yield* drive(run, threads.continueRun(run.id))
+              const exit = yield* drive(run, threads.continueRun(run.id))
+              // A continuation that failed leaves the run `waiting` with its results posted (recovery leaves waiting
+              // runs alone): the loop would continue it again at once, in a tight loop while the cause lasts (a
+              // database failure, a provider thread gone; review r42a). Each failure in a row waits longer first:
+              // 100 ms doubling to 5 s.
+              if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
+                yield* Effect.sleep(Duration.millis(Math.min(5_000, 100 * 2 ** Math.min(6, continueFailures++))))
+              } else continueFailures = 0
               continue
             }
             if (step === "expire") {
