@@ -21,7 +21,7 @@ const readFile: ClientTool = {
 
 describe("a waiting run whose continuation keeps failing", () => {
   it.live("is continued again after growing pauses, not in a tight loop, and goes on once the cause is gone", () => {
-    const h = Harness.make([{ name: "claude", window: 200_000 }])
+    const h = Harness.make([{ name: "claude", window: 200_000, inject: false }])
     // While `failing`, reading the provider thread of the waiting run (the continuation's first read, before its
     // claim) dies: the continuation fails with the run still `waiting`.
     let failing = false
