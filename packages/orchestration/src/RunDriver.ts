@@ -278,6 +278,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
       })
 
     /** Runs `effect` (a turn of `run`) as this process's fiber for the run and settles its waiting callers. */
+    /** Lost races in a row of each run taken again while still queued (`drive`), for their pauses. */
+    const lostRaces = new Map<string, number>()
+
     const drive = (run: Run, effect: Effect.Effect<SendResult, unknown>) =>
       Effect.gen(function*() {
         const runId = run.id
@@ -294,10 +297,22 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         // the run's outcome itself) is ended here, while the driver drains too (after `stopTaking` the runs in flight
         // go on until the scope closes, and one no longer in flight is not stopped there: review r42a, it stayed
         // `running` and its caller waited out the server's deadline). Draining, it is tried once (`endOrphan`).
+        // A lost race (`ConcurrentModification`) that left the run `queued` is no crash: nothing of it ran, and the
+        // thread's worker takes it again after a pause (100 ms doubling to 5 s per loss in a row) instead.
         if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
-          yield* Effect.logError(`the turn of run ${run.id} stopped without an outcome; ending the run`, exit.cause)
-          yield* endOrphan(run)
+          const lostRace = Option.exists(Cause.failureOption(exit.cause), (e) => (e as { readonly _tag?: unknown })._tag === "ConcurrentModification")
+          const stillQueued = lostRace && Option.exists(yield* Effect.option(store.getRun(runId)), Option.exists((r) => r.status === "queued"))
+          if (stillQueued && !stopping) {
+            const losses = lostRaces.get(runId) ?? 0
+            lostRaces.set(runId, losses + 1)
+            yield* Effect.logWarning(`run ${run.id} lost a race before its turn; taking it again`, exit.cause)
+            yield* Effect.sleep(Duration.millis(Math.min(5_000, 100 * 2 ** Math.min(6, losses))))
+          } else {
+            yield* Effect.logError(`the turn of run ${run.id} stopped without an outcome; ending the run`, exit.cause)
+            yield* endOrphan(run)
+          }
         }
+        if (Exit.isSuccess(exit)) lostRaces.delete(runId)
         yield* settle(runId, exit)
         return exit
       })
