@@ -4,7 +4,6 @@
  */
 import { Commands, type CommandId, ConcurrentModification, type RunId } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
-import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import type { ProviderAdapter } from "@baton/providers"
@@ -20,28 +19,15 @@ describe("a queued run that lost a race before its claim", () => {
     // transaction rolls back and the run stays `queued`.
     let losses = 0
     let tries = 0
-    const losing = (real: ThreadStore): ThreadStore => {
-      const wrapped: Record<string, unknown> = {}
-      for (const [name, value] of Object.entries(real)) {
-        if (typeof value !== "function") {
-          wrapped[name] = value
-          continue
-        }
-        const method = value as (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown, unknown>
-        // @effect-diagnostics-next-line anyUnknownInErrorContext:off
-        wrapped[name] = (...args: ReadonlyArray<unknown>) =>
-          Effect.suspend(() => {
-            const next = args[0] as { readonly status?: unknown } | undefined
-            if (name === "updateRun" && next?.status === "starting" && losses > 0) {
-              losses--
-              tries++
-              return Effect.fail(new ConcurrentModification({ operation: "test.lost" }))
-            }
-            return method(...args)
-          })
+    const losing = Harness.interceptStore((name, args, call) => {
+      const next = args[0] as { readonly status?: unknown } | undefined
+      if (name === "updateRun" && next?.status === "starting" && losses > 0) {
+        losses--
+        tries++
+        return Effect.fail(new ConcurrentModification({ operation: "test.lost" }))
       }
-      return ThreadStore.make(wrapped as unknown as Parameters<typeof ThreadStore.make>[0])
-    }
+      return call()
+    })
     return Effect.gen(function*() {
       // The first run's turn is held until the second is queued behind it (a run claimed at its queueing is never read
       // `queued` by its turn).

@@ -3,7 +3,7 @@
  */
 import { Commands, type CommandId, type RunId, type ThreadId } from "@baton/contracts"
 import { DriverRegistry, RunDriver } from "@baton/orchestration"
-import { Database, ThreadStore } from "@baton/persistence"
+import { Database } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
@@ -48,35 +48,22 @@ describe.each(Harness.dialects)("a turn that dies before its claim (%s)", (_labe
       let poison: string | null = null
       let counts = 0
       let last: string | null = null
-      const poisoning = (real: ThreadStore): ThreadStore => {
-        const wrapped: Record<string, unknown> = {}
-        for (const [name, value] of Object.entries(real)) {
-          if (typeof value !== "function") {
-            wrapped[name] = value
-            continue
-          }
-          const method = value as (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown, unknown>
-          // @effect-diagnostics-next-line anyUnknownInErrorContext:off
-          wrapped[name] = (...args: ReadonlyArray<unknown>) =>
-            Effect.suspend(() => {
-              const after = last
-              last = null
-              if (name === "getProviderThread" && poison !== null && after === poison) {
-                counts++
-                return Effect.dieMessage("store bug reading the provider thread")
-              }
-              // Armed by a read of the poisoned run while it is still queued (its turn before the claim).
-              return name === "getRun"
-                ? Effect.tap(method(...args), (found) =>
-                  Effect.sync(() => {
-                    const run = found as Option.Option<{ readonly id: string; readonly status: string }>
-                    last = Option.isSome(run) && run.value.status === "queued" ? run.value.id : null
-                  }))
-                : method(...args)
-            })
+      const poisoning = Harness.interceptStore((name, _args, call) => {
+        const after = last
+        last = null
+        if (name === "getProviderThread" && poison !== null && after === poison) {
+          counts++
+          return Effect.dieMessage("store bug reading the provider thread")
         }
-        return ThreadStore.make(wrapped as unknown as Parameters<typeof ThreadStore.make>[0])
-      }
+        // Armed by a read of the poisoned run while it is still queued (its turn before the claim).
+        return name === "getRun"
+          ? Effect.tap(call(), (found) =>
+            Effect.sync(() => {
+              const run = found as Option.Option<{ readonly id: string; readonly status: string }>
+              last = Option.isSome(run) && run.value.status === "queued" ? run.value.id : null
+            }))
+          : call()
+      })
       const { entered, gate, held } = yield* holding(h)
       const context = yield* Layer.build(RunDriver.RunDriver.Default.pipe(
         Layer.provideMerge(Harness.makeLayer([held], h.counter, file, {}, "p", undefined, poisoning))

@@ -5,7 +5,6 @@
  */
 import { type ClientTool, Commands, type CommandId, type RunId, type ToolCallId } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
-import { ThreadStore } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Option } from "effect"
@@ -27,34 +26,21 @@ describe("a waiting run whose continuation keeps failing", () => {
     let failing = false
     let tries = 0
     let waitingRead: string | null = null
-    const failingWhenArmed = (real: ThreadStore): ThreadStore => {
-      const wrapped: Record<string, unknown> = {}
-      for (const [name, value] of Object.entries(real)) {
-        if (typeof value !== "function") {
-          wrapped[name] = value
-          continue
-        }
-        const method = value as (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown, unknown>
-        // @effect-diagnostics-next-line anyUnknownInErrorContext:off
-        wrapped[name] = (...args: ReadonlyArray<unknown>) =>
-          Effect.suspend(() => {
-            const after = waitingRead
-            waitingRead = null
-            if (name === "getProviderThread" && failing && after !== null) {
-              tries++
-              return Effect.dieMessage("storage failing")
-            }
-            return name === "getRun"
-              ? Effect.tap(method(...args), (found) =>
-                Effect.sync(() => {
-                  const run = found as Option.Option<{ readonly id: string; readonly status: string }>
-                  waitingRead = Option.isSome(run) && run.value.status === "waiting" ? run.value.id : null
-                }))
-              : method(...args)
-          })
+    const failingWhenArmed = Harness.interceptStore((name, _args, call) => {
+      const after = waitingRead
+      waitingRead = null
+      if (name === "getProviderThread" && failing && after !== null) {
+        tries++
+        return Effect.dieMessage("storage failing")
       }
-      return ThreadStore.make(wrapped as unknown as Parameters<typeof ThreadStore.make>[0])
-    }
+      return name === "getRun"
+        ? Effect.tap(call(), (found) =>
+          Effect.sync(() => {
+            const run = found as Option.Option<{ readonly id: string; readonly status: string }>
+            waitingRead = Option.isSome(run) && run.value.status === "waiting" ? run.value.id : null
+          }))
+        : call()
+    })
     return Effect.gen(function*() {
       const context = yield* Layer.build(RunDriver.RunDriver.Default.pipe(
         Layer.provideMerge(Harness.makeLayer(Object.values(h.providers), h.counter, ":memory:", {}, "w", undefined, failingWhenArmed))

@@ -2,7 +2,7 @@
  * Harness: a complete orchestrator on a real SQLite database (a file or `:memory:`) with scripted provider
  * instances, sequential ids and the real tokenizer — the Layer graph tests and benchmarks run against.
  */
-import { Commands, type CommandId, type ContextUsage, PersistenceError, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, type ConcurrentModification, type ContextUsage, PersistenceError, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { IdGenerator, InvariantChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { Database, EventFeed, ThreadStore } from "@baton/persistence"
@@ -144,13 +144,22 @@ export const make = (
 let counterInstance: TokenCounter.TokenCounterShape | undefined
 const sharedCounter = () => (counterInstance ??= TokenCounter.make())
 
+/** What the store's methods fail with. */
+export type StoreError = PersistenceError | ConcurrentModification
+
 /**
- * A `ThreadStore` over `real` for a process that dies (a crash, or `kill -9`): once `dead.now` is set, every call
- * fails (a `PersistenceError` naming the method) before it reaches the database, so nothing the process does after
- * that point is durable — its shutdown (interrupting the runs in flight) and its driver's `stopped` mark included.
- * The durable state is exactly what it committed before, as after a real crash between two units of work.
+ * A `ThreadStore` over `real` whose every call goes through `intercept(name, args, call)`: `call()` is the real
+ * method's effect; `intercept` returns it, or another effect in its place (a failure, a defect, a delay), to inject
+ * faults at a chosen store call. One forwarder for every method cannot name each method's error and requirements.
  */
-export const dyingStore = (dead: { now: boolean }) => (real: ThreadStore): ThreadStore => {
+export const interceptStore = (
+  intercept: (
+    name: string,
+    args: ReadonlyArray<unknown>,
+    call: () => Effect.Effect<unknown, StoreError>
+  ) => Effect.Effect<unknown, StoreError>
+) =>
+(real: ThreadStore): ThreadStore => {
   const wrapped: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(real)) {
     if (typeof value !== "function") {
@@ -158,13 +167,20 @@ export const dyingStore = (dead: { now: boolean }) => (real: ThreadStore): Threa
       continue
     }
     const method = value as (...args: ReadonlyArray<unknown>) => Effect.Effect<unknown, unknown, unknown>
-    // One forwarder for every method cannot name each method's error and requirements (as `Crash.wrapStore`).
     // @effect-diagnostics-next-line anyUnknownInErrorContext:off
-    wrapped[name] = (...args: ReadonlyArray<unknown>) =>
-      Effect.suspend(() => dead.now ? Effect.fail(new PersistenceError({ operation: name, detail: "the process died" })) : method(...args))
+    wrapped[name] = (...args: ReadonlyArray<unknown>) => Effect.suspend(() => intercept(name, args, () => method(...args) as Effect.Effect<unknown, StoreError>))
   }
   return ThreadStore.make(wrapped as unknown as Parameters<typeof ThreadStore.make>[0])
 }
+
+/**
+ * A `ThreadStore` over `real` for a process that dies (a crash, or `kill -9`): once `dead.now` is set, every call
+ * fails (a `PersistenceError` naming the method) before it reaches the database, so nothing the process does after
+ * that point is durable — its shutdown (interrupting the runs in flight) and its driver's `stopped` mark included.
+ * The durable state is exactly what it committed before, as after a real crash between two units of work.
+ */
+export const dyingStore = (dead: { now: boolean }) =>
+  interceptStore((name, _args, call) => dead.now ? Effect.fail(new PersistenceError({ operation: name, detail: "the process died" })) : call())
 
 /** A scripted response of one assistant message of about `tokens` tokens (ASCII words), reporting `usage`. */
 export const reply = (tokens: number, usage?: ContextUsage | null) => ({
