@@ -43,7 +43,7 @@
  */
 import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId, type ToolWait } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, Option, Predicate } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -70,6 +70,9 @@ const remoteCommand = (run: { readonly id: RunId; readonly threadId: ThreadId })
 })
 
 const backoff = (pause: number) => Math.min(1_000, pause * 2)
+
+/** The pause before the next try after `failures` failures in a row: 100 ms doubling to 5 s. */
+const retryPause = (failures: number) => Duration.millis(Math.min(5_000, 100 * 2 ** Math.min(6, failures)))
 
 export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration/RunDriver", {
   scoped: Effect.gen(function*() {
@@ -265,15 +268,13 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
      */
     const endOrphan = (run: Run) =>
       Effect.gen(function*() {
-        let pause = 100
-        for (;;) {
+        for (let failures = 0;; failures++) {
           const done = yield* threads.recover([run.id]).pipe(
             Effect.as(true),
             Effect.catchAllCause((cause) => Effect.as(Effect.logWarning(`ending run ${run.id}, whose turn stopped without an outcome, failed`, cause), false))
           )
           if (done || stopping) return done
-          yield* Effect.sleep(Duration.millis(pause))
-          pause = Math.min(5_000, pause * 2)
+          yield* Effect.sleep(retryPause(failures))
         }
       })
 
@@ -300,14 +301,15 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         // A lost race (`ConcurrentModification`) that left the run `queued` is no crash: nothing of it ran, and the
         // thread's worker takes it again after a pause (100 ms doubling to 5 s per loss in a row) instead.
         if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
-          const lostRace = Option.exists(Cause.failureOption(exit.cause), (e) => (e as { readonly _tag?: unknown })._tag === "ConcurrentModification")
+          const lostRace = Option.exists(Cause.failureOption(exit.cause), (e) => Predicate.isTagged(e, "ConcurrentModification"))
           const stillQueued = lostRace && Option.exists(yield* Effect.option(store.getRun(runId)), Option.exists((r) => r.status === "queued"))
           if (stillQueued && !stopping) {
             const losses = lostRaces.get(runId) ?? 0
             lostRaces.set(runId, losses + 1)
             yield* Effect.logWarning(`run ${run.id} lost a race before its turn; taking it again`, exit.cause)
-            yield* Effect.sleep(Duration.millis(Math.min(5_000, 100 * 2 ** Math.min(6, losses))))
+            yield* Effect.sleep(retryPause(losses))
           } else {
+            lostRaces.delete(runId)
             yield* Effect.logError(`the turn of run ${run.id} stopped without an outcome; ending the run`, exit.cause)
             yield* endOrphan(run)
           }
@@ -391,7 +393,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               // database failure, a provider thread gone; review r42a). Each failure in a row waits longer first:
               // 100 ms doubling to 5 s.
               if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
-                yield* Effect.sleep(Duration.millis(Math.min(5_000, 100 * 2 ** Math.min(6, continueFailures++))))
+                yield* Effect.sleep(retryPause(continueFailures++))
               } else continueFailures = 0
               continue
             }
