@@ -28,6 +28,8 @@
  *   an outcome (its fiber failed: a defect, or the database as the turn ended) leaves its run unfinished and this
  *   live driver's, which no process would ever end: the driver ends it as recovery would (`failed`, `turn_crashed`;
  *   `endOrphan`, retried while it fails) and the thread takes its next run.
+ * - A worker whose pass fails (a read of the queue, a wait or a record: the database gone for a moment) reads again
+ *   after a pause (100 ms doubling to 5 s) rather than stopping with the thread's queued runs left for a later wake.
  * - A run `waiting` for the client's tool results holds its thread's queue without a fiber: the worker stops, and
  *   is woken when the results are posted here (`submitToolResults`: it continues the run), when the run is
  *   interrupted here (`interrupt`: the runs queued behind it start at once) or at the wait's deadline (it ends the
@@ -359,8 +361,11 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         return "idle" as const
       })
 
-    /** Drives the thread's queued runs until none is left. */
-    const work = (threadId: ThreadId): Effect.Effect<void> =>
+    /**
+     * One pass of `threadId`'s worker: drives the thread's queued runs until none is left (or the first is waiting
+     * for the client, or the driver stops). Fails as the store fails (a read of the queue, a wait, a record).
+     */
+    const workPass = (threadId: ThreadId, progress: { drove: boolean }) =>
       Effect.gen(function*() {
         /** Continuations of a waiting run that failed in a row (their backoff). */
         let continueFailures = 0
@@ -388,6 +393,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             const step = yield* waitingStep(run)
             if (step === "continue") {
               const exit = yield* drive(run, threads.continueRun(run.id))
+              progress.drove = true
               // A continuation that failed leaves the run `waiting` with its results posted (recovery leaves waiting
               // runs alone): the loop would continue it again at once, in a tight loop while the cause lasts (a
               // database failure, a provider thread gone; review r42a). Each failure in a row waits longer first:
@@ -419,6 +425,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             continue
           }
           const exit = yield* drive(run, threads.processRun(run.id, claimed))
+          progress.drove = true
           // Near the window after a completed run: the automatic /offload (off unless configured) runs beside the
           // driver, so a run queued meanwhile is not held up (it makes the summary stale instead).
           if (Exit.isSuccess(exit) && exit.value.status === "completed" && autoOffloadOn) {
@@ -435,15 +442,34 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             yield* waitWhileFirst(threadId, run.id)
           }
         }
-      }).pipe(
-        Effect.catchAllCause((cause) =>
-          Effect.gen(function*() {
-            yield* Effect.logError(`run driver for thread ${threadId} stopped`, cause)
+      })
+
+    /**
+     * Drives the thread's queued runs until none is left (`workPass`). A pass that fails (the database unreachable
+     * for a moment as the worker reads the queue, a tool wait or a record) is started again after a pause (100 ms
+     * doubling to 5 s per failure in a row; a pass that drove a run meanwhile starts the count again): before, the
+     * worker stopped for good, the runs queued behind stayed `queued` until a later send or a restart woke the thread,
+     * and their callers were failed although nothing of their runs had run. Only a driver that is stopping gives up:
+     * its thread's callers are failed with the cause (restart recovery takes what is left).
+     */
+    const work = (threadId: ThreadId): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        let failures = 0
+        for (;;) {
+          const progress = { drove: false }
+          const exit = yield* Effect.exit(workPass(threadId, progress))
+          if (Exit.isSuccess(exit)) return
+          if (stopping || Cause.isInterruptedOnly(exit.cause)) {
+            yield* Effect.logError(`run driver for thread ${threadId} stopped`, exit.cause)
             yield* mutex.withPermits(1)(Effect.sync(() => void workers.delete(threadId)))
-            for (const w of waiting.values()) if (w.threadId === threadId) yield* Deferred.failCause(w.deferred, cause)
-          })
-        )
-      )
+            for (const w of waiting.values()) if (w.threadId === threadId) yield* Deferred.failCause(w.deferred, exit.cause)
+            return
+          }
+          if (progress.drove) failures = 0
+          yield* Effect.logWarning(`run driver for thread ${threadId}: its pass failed; reading its runs again`, exit.cause)
+          yield* Effect.sleep(retryPause(failures++))
+        }
+      })
 
     /** Starts the thread's worker, or tells the running one to look again. */
     const wake = (threadId: ThreadId) =>
