@@ -500,6 +500,36 @@ describe("EventFeed on Postgres", () => {
     ).pipe(Effect.scoped)
   })
 
+  it.live("a transaction that reads Baton's tables and writes elsewhere (a report) holds the feed of all threads back no more", () => {
+    const h = Harness.make([...providers])
+    // A fresh pair of eyes: `BEGIN; INSERT INTO rpt.x SELECT count(*) FROM runs; …` held open in psql on Baton's
+    // database stopped `/events` until it ended: its read lock (AccessShareLock) on `runs` counted as a Baton writer's.
+    return Harness.withDbFile((db) =>
+      Effect.gen(function*() {
+        const p = yield* open(h, db, "a")
+        const t = yield* p.create()
+        const cursor = (yield* p.store.listEvents(t)).at(-1)!.globalSeq
+        const [{ schema }] = yield* p.sql<{ readonly schema: string }>`SELECT current_schema() AS schema`.pipe(Effect.orDie)
+        const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(Database.testPgUrl()), maxConnections: 1 })), SqlClient.SqlClient)
+        const opened = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
+          yield* other`SELECT count(*) FROM ${other(schema!)}.runs`
+          yield* other`SELECT pg_current_xact_id()`
+          yield* Deferred.succeed(opened, undefined)
+          yield* Deferred.await(release)
+        })).pipe(Effect.orDie))
+        yield* Deferred.await(opened)
+        yield* p.append(t, 2)
+        const replayed = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: cursor }), Stream.runCollect)
+        expect(Chunk.toArray(replayed).map((e) => [e.threadId, e.type])).toEqual([[t, "run.completed"], [t, "run.completed"]])
+        const live = yield* Effect.flatMap(p.feed.all({ afterGlobalSeq: cursor }), (s) => take(s, 2))
+        expect(ids(live)).toEqual(ids(Chunk.toArray(replayed)))
+        yield* Deferred.succeed(release, undefined)
+      })
+    ).pipe(Effect.scoped)
+  })
+
   it.live("a transaction that began first but inserted last comes first; resuming from either event's globalSeq skips nothing", () => {
     const h = Harness.make([...providers])
     return Harness.withDbFile((db) =>
