@@ -21,7 +21,7 @@ import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Option, Redacted, Schedule, Scope, Stream } from "effect"
+import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Logger, Option, Redacted, Schedule, Scope, Stream } from "effect"
 
 let k = 0
 const cid = () => `cmd_feed_${++k}` as CommandId
@@ -423,6 +423,31 @@ describe("EventFeed on Postgres", () => {
         expect((yield* got(2)).map((e) => e.seq)).toEqual([1, 2].map((i) => known + i))
       })
     ).pipe(Effect.scoped)
+  })
+
+  it.live("a healthy LISTEN connection is kept: the self-check hears its own notification", () => {
+    const h = Harness.make([...providers])
+    // A fresh pair of eyes: a server with a live event stream logged "NOTIFY baton_events failed" and "LISTEN
+    // baton_events stopped hearing notifications; listening again" every 30 s and replaced its LISTEN connection:
+    // `PgClient.notify` sends `NOTIFY channel, $1`, which Postgres refuses, so the self-check never heard itself.
+    const warnings: Array<string> = []
+    const capture = Logger.make(({ logLevel, message }) => {
+      if (logLevel._tag === "Warning") warnings.push(String(message))
+    })
+    return Harness.withDbFile((db) =>
+      Effect.gen(function*() {
+        const there = yield* open(h, db, "b")
+        const quiet = yield* open(h, db, "a", { pollMillis: 600_000, listenCheckMillis: 150 })
+        const t = yield* there.create()
+        const known = (yield* there.store.listEvents(t)).length
+        const got = yield* collect(yield* quiet.feed.thread(t, { afterSeq: known }))
+        // Ten self-checks and more (150 ms apart, each waiting 150 ms for its notification).
+        yield* Effect.sleep(Duration.seconds(3))
+        expect(warnings.filter((w) => w.includes("LISTEN") || w.includes("NOTIFY"))).toEqual([])
+        yield* there.append(t, 2)
+        expect((yield* got(2)).map((e) => e.seq)).toEqual([1, 2].map((i) => known + i))
+      })
+    ).pipe(Effect.scoped, Effect.provide(Logger.add(capture)))
   })
 
   it.live("two transactions committing out of globalSeq order: the feed of all threads skips neither", () => {

@@ -463,7 +463,10 @@ export const make = (options: EventFeedOptions) =>
       )
       const hears = Effect.gen(function*() {
         const sentAt = yield* Clock.currentTimeMillis
-        yield* pg.value.notify(channel, prefix)
+        // `pg_notify`, not `PgClient.notify`: that one sends `NOTIFY channel, $1`, which Postgres refuses (a syntax
+        // error: NOTIFY takes no parameters), so every check failed and a healthy LISTEN was torn down and started
+        // again every `listenCheckMillis`, with two warnings each time.
+        yield* sql`SELECT pg_notify(${channel}, ${prefix})`
         yield* Effect.sleep(Duration.millis(Math.min(5_000, listenCheckMillis)))
         return (yield* Ref.get(heard)) >= sentAt
       }).pipe(Effect.catchAll((e) => Effect.as(Effect.logWarning(`EventFeed: NOTIFY ${channel} failed: ${e.message}`), false)))
