@@ -65,6 +65,12 @@ export interface OrchestratorConfigShape {
    */
   readonly driverLeaseMillis: number
   /**
+   * How often the run driver looks for unfinished runs of drivers that are gone (another process on the same database
+   * killed mid-turn) and reconciles them (restart recovery), in milliseconds. Default 5,000; 0 turns it off (they are
+   * then reconciled only when a worker here meets one, or at a start).
+   */
+  readonly goneDriverSweepMillis: number
+  /**
    * Deliberately broken behaviours, for the simulator's mutation tests only: each proves that an oracle property
    * (`ProviderTruthChecks`) fails when the mechanism it guards is broken, so that it cannot pass vacuously. Empty
    * by default; never set outside tests.
@@ -123,6 +129,7 @@ export const defaults: OrchestratorConfigShape = {
   calibration: true,
   calibrationPolicy: Calibration.defaultPolicy,
   driverLeaseMillis: 30_000,
+  goneDriverSweepMillis: 5_000,
   mutations: new Set(),
   autoOffload: null
 }

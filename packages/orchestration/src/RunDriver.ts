@@ -24,7 +24,8 @@
  *   for a run in flight here is recorded on the run there (RunRecovery): one poller here reads those requests for all
  *   runs in flight, every `interruptPollMillis`, and stops each run asked the same way, so the driving process, whose
  *   fiber and adapter hold the turn, records its outcome before the thread takes its next run.
- * - At start it reconciles what gone drivers left unfinished (ThreadService.recover). A turn that fails here without
+ * - At start it reconciles what gone drivers left unfinished (ThreadService.recover), and then every
+ *   `goneDriverSweepMillis` what a driver that died since left (another process on the database, killed mid-turn). A turn that fails here without
  *   an outcome (its fiber failed: a defect, or the database as the turn ended) leaves its run unfinished and this
  *   live driver's, which no process would ever end: the driver ends it as recovery would (`failed`, `turn_crashed`;
  *   `endOrphan`, retried while it fails) and the thread takes its next run.
@@ -45,7 +46,7 @@
  */
 import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId, type ToolWait } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, Option, Predicate } from "effect"
+import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, Option, Predicate, Schedule } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -631,6 +632,25 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
 
     // Runs left unfinished by drivers that are gone are reconciled before this driver takes any.
     yield* threads.recover()
+
+    /**
+     * Whether an unfinished run (not `waiting`: a wait outlives its driver) belongs to a driver that is gone; if so,
+     * restart recovery ends it (ThreadService.recover). A process on the same database killed mid-turn left its run
+     * `running` while this one lived, until a message to its thread here, an interrupt or a restart looked: a client
+     * waiting on the run here waited for good.
+     */
+    const sweepGone = Effect.gen(function*() {
+      if (stopping) return
+      const unfinished = (yield* store.listUnfinishedRuns()).filter((r) => r.status !== "waiting")
+      if (unfinished.length === 0) return
+      const owners = [...(yield* store.runDrivers(unfinished.map((r) => r.id))).values()].filter((o): o is string => o !== null)
+      const alive = yield* registry.aliveAmong(owners)
+      if (owners.every((o) => alive.has(o))) return
+      yield* threads.recover()
+    }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("reconciling the runs of a gone driver failed", cause)))
+    if (config.goneDriverSweepMillis > 0) {
+      yield* Effect.forkScoped(Effect.repeat(sweepGone, Schedule.spaced(Duration.millis(config.goneDriverSweepMillis))))
+    }
     // Waits survive a restart: their threads' workers continue those with posted results and watch the others'
     // deadlines.
     for (const wait of yield* store.listLiveToolWaits()) yield* wake(wait.threadId)

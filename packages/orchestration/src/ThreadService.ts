@@ -190,7 +190,15 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
           yield* store.updateThread({ ...thread, activeProviderThreadId: providerThread.id })
           return { threadId: thread.id }
         })
-      ).pipe(uow.global("ThreadService.createThread"), Effect.map((r) => r.threadId))
+      ).pipe(
+        uow.global("ThreadService.createThread"),
+        // One command id twice at once (a client's retry racing its original): on Postgres a unit with no thread takes
+        // no lock that orders the two, so the later insert of the receipt waits for the first's commit and fails on
+        // its unique key (`ConcurrentModification`, nothing written). Run again, the unit finds that receipt and
+        // answers the first result (or `InvalidRequest` for another payload), as a sequential retry would.
+        Effect.retry({ times: 1, while: (e) => e._tag === "ConcurrentModification" }),
+        Effect.map((r) => r.threadId)
+      )
     })
 
     /**

@@ -21,7 +21,7 @@ import { Harness } from "@baton/testing"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Option, Redacted, Schedule, Scope, Stream } from "effect"
+import { Chunk, Context, Data, Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Logger, Option, Redacted, Schedule, Scope, Stream } from "effect"
 
 let k = 0
 const cid = () => `cmd_feed_${++k}` as CommandId
@@ -425,6 +425,31 @@ describe("EventFeed on Postgres", () => {
     ).pipe(Effect.scoped)
   })
 
+  it.live("a healthy LISTEN connection is kept: the self-check hears its own notification", () => {
+    const h = Harness.make([...providers])
+    // A fresh pair of eyes: a server with a live event stream logged "NOTIFY baton_events failed" and "LISTEN
+    // baton_events stopped hearing notifications; listening again" every 30 s and replaced its LISTEN connection:
+    // `PgClient.notify` sends `NOTIFY channel, $1`, which Postgres refuses, so the self-check never heard itself.
+    const warnings: Array<string> = []
+    const capture = Logger.make(({ logLevel, message }) => {
+      if (logLevel._tag === "Warning") warnings.push(String(message))
+    })
+    return Harness.withDbFile((db) =>
+      Effect.gen(function*() {
+        const there = yield* open(h, db, "b")
+        const quiet = yield* open(h, db, "a", { pollMillis: 600_000, listenCheckMillis: 150 })
+        const t = yield* there.create()
+        const known = (yield* there.store.listEvents(t)).length
+        const got = yield* collect(yield* quiet.feed.thread(t, { afterSeq: known }))
+        // Ten self-checks and more (150 ms apart, each waiting 150 ms for its notification).
+        yield* Effect.sleep(Duration.seconds(3))
+        expect(warnings.filter((w) => w.includes("LISTEN") || w.includes("NOTIFY"))).toEqual([])
+        yield* there.append(t, 2)
+        expect((yield* got(2)).map((e) => e.seq)).toEqual([1, 2].map((i) => known + i))
+      })
+    ).pipe(Effect.scoped, Effect.provide(Logger.add(capture)))
+  })
+
   it.live("two transactions committing out of globalSeq order: the feed of all threads skips neither", () => {
     const h = Harness.make([...providers])
     return Harness.withDbFile((db) =>
@@ -495,6 +520,36 @@ describe("EventFeed on Postgres", () => {
         yield* Fiber.join(mine)
         const after = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: live[1]!.globalSeq }), Stream.runCollect)
         expect(new Set(Chunk.toArray(after).map((e) => e.threadId))).toEqual(new Set([u]))
+        yield* Deferred.succeed(release, undefined)
+      })
+    ).pipe(Effect.scoped)
+  })
+
+  it.live("a transaction that reads Baton's tables and writes elsewhere (a report) holds the feed of all threads back no more", () => {
+    const h = Harness.make([...providers])
+    // A fresh pair of eyes: `BEGIN; INSERT INTO rpt.x SELECT count(*) FROM runs; …` held open in psql on Baton's
+    // database stopped `/events` until it ended: its read lock (AccessShareLock) on `runs` counted as a Baton writer's.
+    return Harness.withDbFile((db) =>
+      Effect.gen(function*() {
+        const p = yield* open(h, db, "a")
+        const t = yield* p.create()
+        const cursor = (yield* p.store.listEvents(t)).at(-1)!.globalSeq
+        const [{ schema }] = yield* p.sql<{ readonly schema: string }>`SELECT current_schema() AS schema`.pipe(Effect.orDie)
+        const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(Database.testPgUrl()), maxConnections: 1 })), SqlClient.SqlClient)
+        const opened = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
+          yield* other`SELECT count(*) FROM ${other(schema!)}.runs`
+          yield* other`SELECT pg_current_xact_id()`
+          yield* Deferred.succeed(opened, undefined)
+          yield* Deferred.await(release)
+        })).pipe(Effect.orDie))
+        yield* Deferred.await(opened)
+        yield* p.append(t, 2)
+        const replayed = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: cursor }), Stream.runCollect)
+        expect(Chunk.toArray(replayed).map((e) => [e.threadId, e.type])).toEqual([[t, "run.completed"], [t, "run.completed"]])
+        const live = yield* Effect.flatMap(p.feed.all({ afterGlobalSeq: cursor }), (s) => take(s, 2))
+        expect(ids(live)).toEqual(ids(Chunk.toArray(replayed)))
         yield* Deferred.succeed(release, undefined)
       })
     ).pipe(Effect.scoped)

@@ -268,10 +268,13 @@ export const make = (options: EventFeedOptions) =>
      * another application, a test suite), held the feed of all threads back for as long as it stayed open (an open
      * write transaction in database `postgres` stopped `/events` of every Baton on the server, and `/events?follow=
      * false` returned nothing). This one leaves out of the snapshot's in-progress transactions those known to be
-     * another's: a transaction that, in one reading of `pg_locks`, holds its transaction id and no lock on any
-     * relation of this schema, and that is still in progress after that reading (`pg_xact_status`). A transaction
-     * of Baton takes a lock on one of its relations (the thread's row, `FOR UPDATE`; or the relation it writes)
-     * before it has a transaction id and keeps it to its end, so it is never left out while it runs; one that ended
+     * another's: a transaction that, in one reading of `pg_locks`, holds its transaction id and no lock stronger
+     * than `AccessShareLock` on any relation of this schema, and that is still in progress after that reading
+     * (`pg_xact_status`). A transaction of Baton takes such a lock on one of its relations (`ROW SHARE` on the thread's
+     * row `FOR UPDATE` or on `database_lock`, `ROW EXCLUSIVE` on the relation it writes) before it has a transaction id
+     * and keeps it to its end, so it is never left out while it runs. A plain read takes only `AccessShareLock`: a
+     * report that reads Baton's tables and writes its own (`INSERT INTO report.x SELECT … FROM runs`) cannot add an
+     * event, and before this it held the feed of all threads back for as long as it stayed open. One that ended
      * after the snapshot is kept (its rows are not visible to this snapshot: they are read at the next read). The
      * last check is what keeps one that is ending: a reading of `pg_locks` is not one instant (the per-backend
      * fast-path locks are read first, then the shared lock table), and a transaction that ends releases its
@@ -293,7 +296,8 @@ export const make = (options: EventFeedOptions) =>
           WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock' AND t.granted AND t.pid IS NOT NULL
             AND t.transactionid IS NOT NULL
             AND NOT EXISTS (SELECT 1 FROM locks r JOIN pg_class c ON c.oid = r.relation, here
-              WHERE r.pid = t.pid AND r.locktype = 'relation' AND r.database = here.db AND c.relnamespace = here.ns))),
+              WHERE r.pid = t.pid AND r.locktype = 'relation' AND r.mode <> 'AccessShareLock'
+                AND r.database = here.db AND c.relnamespace = here.ns))),
         running AS MATERIALIZED (SELECT x FROM elsewhere WHERE pg_xact_status(x) = 'in progress'),
         horizon AS (SELECT COALESCE(
           (SELECT min(x) FROM snap, pg_snapshot_xip(snap.s) x WHERE x NOT IN (SELECT x FROM running)),
@@ -459,7 +463,10 @@ export const make = (options: EventFeedOptions) =>
       )
       const hears = Effect.gen(function*() {
         const sentAt = yield* Clock.currentTimeMillis
-        yield* pg.value.notify(channel, prefix)
+        // `pg_notify`, not `PgClient.notify`: that one sends `NOTIFY channel, $1`, which Postgres refuses (a syntax
+        // error: NOTIFY takes no parameters), so every check failed and a healthy LISTEN was torn down and started
+        // again every `listenCheckMillis`, with two warnings each time.
+        yield* sql`SELECT pg_notify(${channel}, ${prefix})`
         yield* Effect.sleep(Duration.millis(Math.min(5_000, listenCheckMillis)))
         return (yield* Ref.get(heard)) >= sentAt
       }).pipe(Effect.catchAll((e) => Effect.as(Effect.logWarning(`EventFeed: NOTIFY ${channel} failed: ${e.message}`), false)))
