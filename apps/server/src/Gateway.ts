@@ -65,6 +65,7 @@ import { refuseAfterDrain } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
+import * as EventStream from "./EventStream.js"
 import * as GatewayMedia from "./GatewayMedia.js"
 import { type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
@@ -387,6 +388,9 @@ export const layer = (options: GatewayOptions) =>
       const threadOffload = yield* ThreadOffload.ThreadOffload
       const scope = yield* Effect.scope
       const http = yield* HttpClient.HttpClient
+      /** Whether the server's shutdown has begun (an answer stopped then was stopped by it). */
+      const stopped = GatewayDialect.stoppedOf(yield* EventStream.Stopping)
+      const unended = (u: GatewayDialect.Unended): GatewayThreads.Outcome => ({ _tag: "ended", ...u })
       // The read-only token is known (so its refusal says what it is) but never granted: a gateway request writes.
       const digests = {
         admin: Auth.digest(Redacted.value(options.tokens.admin)),
@@ -537,7 +541,8 @@ export const layer = (options: GatewayOptions) =>
               model,
               agent: agentOf(request.headers["user-agent"]),
               wire: switchWire,
-              offload: offloads[dialect.kind]
+              offload: offloads[dialect.kind],
+              stopped
             })
           }
           if (target.config.kind !== dialect.kind && upstreamPath === "/v1/messages/count_tokens") {
@@ -886,7 +891,7 @@ export const layer = (options: GatewayOptions) =>
             Stream.catchAll((e) =>
               Stream.fromEffect(Effect.suspend(() => {
                 settled = true
-                return settle(failed("provider_unavailable", `the upstream's stream broke off: ${e.message}`))
+                return Effect.flatMap(stopped, (s) => settle(unended(GatewayDialect.brokeOff(s, e.message))))
               })).pipe(
                 // A spliced stream (re-encoded, its hops joined) ends with the protocol's error event, so the agent is
                 // told rather than left with a stream that stops. A pass-through stream stops as the upstream's did:
@@ -904,7 +909,7 @@ export const layer = (options: GatewayOptions) =>
             Stream.ensuring(Effect.suspend(() =>
               settled
                 ? Effect.void
-                : settle({ _tag: "ended", status: "interrupted", code: "interrupted_by_user", reason: "the agent closed the connection before the answer ended" })
+                : Effect.flatMap(stopped, (s) => settle(unended(GatewayDialect.hungUp(s))))
             ))
           )
           return HttpServerResponse.stream(stream, { status: upstream.status, headers, contentType })

@@ -9,7 +9,7 @@ import { type RunFailureCode, Text } from "@baton/contracts"
 import type { GatewayThreads } from "@baton/orchestration"
 import type { ProviderConfig } from "@baton/providers"
 import type { HttpServerResponse } from "@effect/platform"
-import type { Option, Redacted } from "effect"
+import { Deferred, type Effect, type Option, type Redacted } from "effect"
 
 /** Why Baton itself refuses a request: each dialect answers it in its protocol's error shape and status. */
 /**
@@ -176,3 +176,40 @@ export const fitAnswers = <A extends { readonly output: string; readonly isError
   })
   return { answers: out, used: total }
 }
+
+/** How a gateway answer that did not end is recorded: its run's status, failure code and reason. */
+export interface Unended {
+  readonly status: "interrupted" | "failed"
+  readonly code: "interrupted_by_user" | "process_stopped" | "provider_unavailable"
+  readonly reason: string
+}
+
+/** The reason of a run whose answer the server's shutdown cut off (`stoppedOutcome`). */
+const stoppedReason = "the server stopped before the answer ended (its shutdown closes the connections still open after limits.shutdownTimeoutMs)"
+
+/**
+ * Whether the server's shutdown has begun (`stopping`, the signal the live event streams end on): from then on, an
+ * answer that stops before its end was stopped by the shutdown (the server closes the connections still open after
+ * `limits.shutdownTimeoutMs`, which cuts the agent's answer and the upstream's stream alike).
+ */
+export const stoppedOf = (stopping: Deferred.Deferred<void>): Effect.Effect<boolean> => Deferred.isDone(stopping)
+
+/**
+ * An answer the agent stopped reading before its end: the agent hung up (`interrupted_by_user`), or, the server
+ * stopping (`stopped`), its shutdown closed the connection (`process_stopped`, as the run driver records its turns
+ * stopped by a shutdown). Before branch `b43gw`: always the agent's hang-up.
+ */
+export const hungUp = (stopped: boolean): Unended =>
+  stopped
+    ? { status: "interrupted", code: "process_stopped", reason: stoppedReason }
+    : { status: "interrupted", code: "interrupted_by_user", reason: "the agent closed the connection before the answer ended" }
+
+/**
+ * An upstream stream that broke off (`message`, the client's error): `provider_unavailable`, or, the server stopping
+ * (`stopped`), `process_stopped` with the break named (the shutdown's close of the connections cuts the upstream's
+ * stream too). Before branch `b43gw`: a run cut by the shutdown said the upstream had failed.
+ */
+export const brokeOff = (stopped: boolean, message: string): Unended =>
+  stopped
+    ? { status: "interrupted", code: "process_stopped", reason: `${stoppedReason}; the upstream's stream broke off: ${message}` }
+    : { status: "failed", code: "provider_unavailable", reason: `the upstream's stream broke off: ${message}` }

@@ -39,6 +39,7 @@ import { GatewayThreads, ThreadOffload, ThreadRead } from "@baton/orchestration"
 import type { ThreadStore } from "@baton/persistence"
 import { type HttpClient, type HttpClientError, HttpClientRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option, type Scope, Stream } from "effect"
+import * as GatewayDialect from "./GatewayDialect.js"
 import { fitAnswers, type History, isRecord, parseJson, upstreamFailureReason } from "./GatewayDialect.js"
 import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewayOffload from "./GatewayOffload.js"
@@ -71,6 +72,8 @@ export interface Input {
    * (see `serve`). Absent: such calls are dropped unanswered.
    */
   readonly offload?: GatewayOffload.Offload | undefined
+  /** Whether the server's shutdown has begun (`GatewayDialect.stoppedOf`): an answer stopped then was stopped by it. */
+  readonly stopped: Effect.Effect<boolean>
 }
 
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
@@ -546,7 +549,10 @@ export const serve = (input: Input) =>
       Stream.catchAll((e) =>
         Stream.fromEffect(Effect.suspend(() => {
           settled = true
-          return settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream's stream broke off: ${e.message}`))
+          return Effect.flatMap(input.stopped, (stopped) => {
+            const u = GatewayDialect.brokeOff(stopped, e.message)
+            return settle((b) => threads.fail(b, u.status, u.code, u.reason))
+          })
         })).pipe(
           // The agent is told (its protocol's error event), not left with a stream that stops mid-block.
           Stream.as(encoder.encode(streamError(agent.error("api_error", "the upstream's stream broke off"))))
@@ -554,7 +560,10 @@ export const serve = (input: Input) =>
       ),
       Stream.concat(Stream.drain(Stream.fromEffect(Effect.suspend(() => (settled ? Effect.void : finish))))),
       Stream.ensuring(Effect.suspend(() =>
-        settled ? Effect.void : settle((b) => threads.fail(b, "interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"))
+        settled ? Effect.void : Effect.flatMap(input.stopped, (stopped) => {
+          const u = GatewayDialect.hungUp(stopped)
+          return settle((b) => threads.fail(b, u.status, u.code, u.reason))
+        })
       ))
     )
     return HttpServerResponse.stream(stream, { status: 200, contentType: "text/event-stream", headers: { "cache-control": "no-cache" } })

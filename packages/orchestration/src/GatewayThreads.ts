@@ -669,6 +669,36 @@ export const retriedReply = (stored: GatewayConversations.Baseline, prints: Read
 }
 
 /**
+ * How many of a request's leading messages are its conversation's when, though it does not extend `stored`, it goes on
+ * from another reply Baton recorded for the request whose reply ends `stored` (`stored.others`: an answer to a
+ * concurrent request repeating it, which the agent took instead): the request's messages then begin with that
+ * request's and that other reply's, and the count is theirs (the longest such reply's). `null` when it does not.
+ * Such a request is no divergence: those messages are stored already (the other reply as its own run's items).
+ */
+export const otherReplyExtended = (stored: GatewayConversations.Baseline, prints: ReadonlyArray<string>, prefix: number): number | null => {
+  const replied = stored.replied ?? 0
+  const request = stored.prints.length - replied
+  if (replied === 0 || prefix < request) return null
+  let found: number | null = null
+  for (const other of stored.others ?? []) {
+    const end = request + other.length
+    if (prints.length >= end && other.every((p, i) => prints[request + i] === p) && (found === null || end > found)) found = end
+  }
+  return found
+}
+
+/**
+ * `stored` (whose reply answers the request of `fingerprints`) with `reply` among its other replies (`others`), when
+ * it is neither that reply nor one of them already.
+ */
+const withOtherReply = (stored: GatewayConversations.Baseline, reply: ReadonlyArray<string>): GatewayConversations.Baseline => {
+  const known = [stored.prints.slice(stored.prints.length - (stored.replied ?? 0)), ...(stored.others ?? [])]
+  return known.some((k) => k.length === reply.length && k.every((p, i) => p === reply[i]))
+    ? stored
+    : { ...stored, others: [...(stored.others ?? []), reply] }
+}
+
+/**
  * The request's newest input: its messages after the last one of the model's side (`roleOf` `assistant`), all of them
  * when it has none. What an extending request stores as new (the messages past the previous request's reply), so the
  * prompt of a retry (which stores none) is the prompt of the run it repeats.
@@ -948,12 +978,15 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
         // before that reply), the same conversation re-rendered by the agent (its context moved or rewritten), or a
         // divergence.
         const retried = extended ? null : retriedReply(stored, prints, prefix)
-        const rerendered = extended || retried !== null || stored.content === null || content === null ? null : rerenderedPrefix(stored.content, content)
-        const diverged = !extended && retried === null && rerendered === null
-        const shared = rerendered ?? prefix
+        // Nor an extension of another answer recorded for the baseline's request (concurrent requests repeating it:
+        // the agent went on from one that is not the baseline's), whose messages are stored already.
+        const other = extended || retried !== null ? null : otherReplyExtended(stored, prints, prefix)
+        const rerendered = extended || retried !== null || other !== null || stored.content === null || content === null ? null : rerenderedPrefix(stored.content, content)
+        const diverged = !extended && retried === null && other === null && rerendered === null
+        const shared = rerendered ?? other ?? prefix
         // A re-render starts a generation of message ids too: its positions count another rendering's messages. A
-        // retry stores none of its messages: it keeps the generation.
-        const generation = conversation.divergences + (extended || retried !== null ? 0 : 1)
+        // retry stores none of its messages: it keeps the generation (so does going on from another recorded answer).
+        const generation = conversation.divergences + (extended || retried !== null || other !== null ? 0 : 1)
         const fresh = request.messages.slice(shared)
         // Exactly the baseline's messages, no reply recorded for them: a retry of a request still answered (or failed).
         const repeats = extended && fresh.length === 0 && prints.length > 0 && (stored.replied ?? 0) === 0
@@ -1130,37 +1163,53 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               baseline,
               DateTime.formatIso(now)
             )
-            // A retry sent while the request it repeats was still answered: that answer joined first. This one is the
-            // agent's (it sent the retry after giving up on the first), so it supersedes it, stored only when it
-            // differs (review r26: else the agent's next request was a divergence, storing this answer twice).
-            // Only while no request began after this one (review r31: a retry of this retry ended first and joined;
-            // this answer, ending later, superseded the one the agent went on from).
-            if (!applied && begun.repeats) {
+            // Another answer to the same request joined first (concurrent requests repeating it). A retry sent while
+            // the request it repeats was still answered is the agent's (it sent the retry after giving up on the
+            // first), so it supersedes that answer, stored only when it differs (review r26: else the agent's next
+            // request was a divergence, storing this answer twice). Only while no request began after this one
+            // (review r31: a retry of this retry ended first and joined; this answer, ending later, superseded the
+            // one the agent went on from). Any other such answer is stored only when it differs from every answer
+            // recorded for that request, and kept among its `others`: should the agent go on from it, its next request
+            // extends it (before: an equal answer ending after the one that joined was stored twice, and a request
+            // going on from a different one was a divergence storing it twice).
+            if (!applied) {
               const conversation = yield* conversations.find(begun.conversationKey)
-              const other = Option.isSome(conversation) && conversation.value.requests === begun.requestNumber
-                ? otherReply(conversation.value.baseline, begun.fingerprints)
-                : null
-              if (Option.isSome(conversation) && other !== null) {
-                same = sameReply(wire, other, reply)
-                yield* conversations.update({ ...conversation.value, baseline, updatedAt: DateTime.formatIso(now) })
+              const found = Option.isSome(conversation) ? otherReply(conversation.value.baseline, begun.fingerprints) : null
+              if (Option.isSome(conversation) && found !== null) {
+                const known = conversation.value.baseline
+                const supersedes = begun.repeats && conversation.value.requests === begun.requestNumber
+                same = same || sameReply(wire, found, reply) || (known.others ?? []).some((o) => sameReply(wire, o, reply))
+                const prints = baseline.prints.slice(begun.fingerprints.length)
+                const next = supersedes
+                  ? withOtherReply({ ...baseline, others: (known.others ?? []).filter((o) => !sameReply(wire, o, reply)) }, found)
+                  : withOtherReply(known, prints)
+                if (next !== known) yield* conversations.update({ ...conversation.value, baseline: next, updatedAt: DateTime.formatIso(now) })
               }
             }
           }
           if (expanded.length > 0) {
             const conversation = yield* conversations.find(begun.conversationKey)
             if (Option.isSome(conversation)) {
-              const moved = conversation.value.baseline.prints.join() !== begun.fingerprints.join()
+              const known = conversation.value.baseline
+              const moved = known.prints.join() !== begun.fingerprints.join()
               // As above: a retry sent while the request it repeats was still answered supersedes that answer when it
               // joined first, its hidden rounds' answer included (before: it stayed the first answer's, and the agent's
-              // next request was a divergence storing this answer twice).
-              const other = moved && begun.repeats && conversation.value.requests === begun.requestNumber
-                ? otherReply(conversation.value.baseline, begun.fingerprints)
-                : null
-              if (other !== null) same = sameReply(wire, other, reply)
+              // next request was a divergence storing this answer twice); any other answer to that request is kept
+              // among the baseline's `others`, stored only when it differs from every answer recorded for it.
+              const found = moved ? otherReply(known, begun.fingerprints) : null
+              const supersedes = found !== null && begun.repeats && conversation.value.requests === begun.requestNumber
+              if (found !== null) same = same || sameReply(wire, found, reply) || (known.others ?? []).some((o) => sameReply(wire, o, reply))
+              const next = !moved
+                ? baseline
+                : found === null
+                ? known
+                : supersedes
+                ? withOtherReply({ ...baseline, others: (known.others ?? []).filter((o) => !sameReply(wire, o, reply)) }, found)
+                : withOtherReply(known, baseline.prints.slice(begun.fingerprints.length))
               yield* conversations.update({
                 ...conversation.value,
                 expansions: withExpansions(conversation.value.expansions),
-                ...(moved && other === null ? {} : { baseline, updatedAt: DateTime.formatIso(now) })
+                ...(next === known ? {} : { baseline: next, updatedAt: DateTime.formatIso(now) })
               })
             }
           }

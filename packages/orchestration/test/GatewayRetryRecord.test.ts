@@ -4,6 +4,8 @@
  * - a retry sent while the request it repeats is still answered, whose answer came after hidden `thread_read` rounds
  *   (an `expansion`), ending after the first answer joined the baseline: the retry's answer is the conversation's
  *   (before: the first answer stayed, and the agent's next request was a divergence storing the retry's answer twice);
+ * - two concurrent requests repeating one request: an answer equal to one recorded for it is stored once, and the
+ *   agent's next request going on from either answer extends it (before: stored twice; a divergence storing it again);
  * - a retry's run names the prompt it retried, as the run it repeats did (before: `""`);
  * - a baseline stored before replies were counted (no `replied`, in either of its old column forms) is read, and the
  *   conversation goes on from it; a retry of its last request is a divergence, as documented.
@@ -111,6 +113,61 @@ describe.each(Harness.dialects)("GatewayThreads retries on %s", (_label, db) => 
           expect([next.diverged, next.newMessages]).toEqual([false, 1])
           const { diverged } = yield* recordOf(next.threadId)
           expect(diverged).toBe(0)
+        }).pipe(Effect.provide(layer(db))))
+    }
+  }
+
+  // Branch b43gw: two concurrent requests repeating one request (the same body sent twice before either answer ended).
+  // Only the last begun's answer could supersede the one that joined the baseline first, so when the first begun
+  // ended last, an answer equal to the joined one was stored again (the same message twice in the thread), and the
+  // agent's next request going on from a different one was a divergence storing that answer a second time.
+  for (const hidden of [false, true]) {
+    it.live(`two concurrent requests answered alike, the first begun ending last (${hidden ? "with" : "without"} hidden rounds): the answer is stored once`, () =>
+      Effect.gen(function*() {
+        const threads = yield* GatewayThreads.GatewayThreads
+        const session = `alike-${hidden}`
+        const first = yield* threads.begin(request(session, [user("hello")]))
+        const second = yield* threads.begin(request(session, [user("hello")]))
+        for (const begun of [second, first]) {
+          const a = answer("A", hidden)
+          yield* threads.complete(begun, a.reply, a.expansion)
+        }
+        const next = yield* threads.begin(request(session, [user("hello"), assistant("A"), user("next")]))
+        expect([next.diverged, next.newMessages]).toEqual([false, 1])
+        const { diverged, items } = yield* recordOf(next.threadId)
+        expect(diverged).toBe(0)
+        expect(items).toEqual([["user_message", "hello"], ["assistant_message", "A"], ["user_message", "next"]])
+      }).pipe(Effect.provide(layer(db))))
+
+    for (const order of [["second", "first"], ["first", "second"]] as const) {
+      it.live(`the agent goes on from the first begun's answer, answers ending ${order.join(", ")} (${hidden ? "with" : "without"} hidden rounds): no divergence, every message once`, () =>
+        Effect.gen(function*() {
+          const threads = yield* GatewayThreads.GatewayThreads
+          const session = `other-${hidden}-${order.join("-")}`
+          const begun = {
+            first: yield* threads.begin(request(session, [user("hello")])),
+            second: yield* threads.begin(request(session, [user("hello")]))
+          }
+          const text = { first: "A", second: "B" }
+          for (const which of order) {
+            const a = answer(text[which], hidden)
+            yield* threads.complete(begun[which], a.reply, a.expansion)
+          }
+          const next = yield* threads.begin(request(session, [user("hello"), assistant("A"), user("next")]))
+          expect([next.diverged, next.newMessages]).toEqual([false, 1])
+          yield* threads.complete(next, answer("C", false).reply)
+          // And the conversation goes on from there.
+          const after = yield* threads.begin(request(session, [user("hello"), assistant("A"), user("next"), assistant("C"), user("more")]))
+          expect([after.diverged, after.newMessages]).toEqual([false, 1])
+          const { diverged, items } = yield* recordOf(next.threadId)
+          expect(diverged).toBe(0)
+          expect(items).toEqual([
+            ["user_message", "hello"],
+            ...order.map((which) => ["assistant_message", text[which]]),
+            ["user_message", "next"],
+            ["assistant_message", "C"],
+            ["user_message", "more"]
+          ])
         }).pipe(Effect.provide(layer(db))))
     }
   }

@@ -15,19 +15,23 @@ import { orPersistence } from "./internal/errors.js"
  * length) each message's content print (what the gateway compares when the agent re-renders its history; `""`: a
  * message of the agent's context only), `null` when not known; `replied` how many of the last `prints` are the reply
  * Baton recorded for the request before them (absent or 0: none recorded since that request, or a baseline written
- * before replies were counted), so that a retry of that request is recognised as one.
+ * before replies were counted), so that a retry of that request is recognised as one; `others` (only beside a
+ * `replied` reply) the fingerprints of each other reply Baton recorded for that same request (answers to concurrent
+ * requests repeating it), so that the agent's next request going on from one of them is recognised as such.
  */
 export const Baseline = Schema.Struct({
   prints: Schema.Array(Schema.String),
   content: Schema.NullOr(Schema.Array(Schema.String)),
-  replied: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
+  replied: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+  others: Schema.optional(Schema.Array(Schema.Array(Schema.String)))
 })
 export type Baseline = typeof Baseline.Type
 
 /**
  * The `baseline` column: a JSON array of the fingerprints (as migration 0016 wrote it: no content prints), or
  * `{"prints":[…],"content":[…]}` when the content prints are known, and `{"prints":[…],"content":[…] or
- * null,"replied":n}` when the baseline ends with a recorded reply. The object form needs no new column: the column is
+ * null,"replied":n}` when the baseline ends with a recorded reply (with `"others":[[…],…]` when other replies to its
+ * request were recorded). The object form needs no new column: the column is
  * JSON text either way, and a row written in an earlier form still reads (its content `null`, no reply counted). A
  * baseline without a reply is written as before, so `extendBaseline`'s comparison of column texts holds.
  */
@@ -37,7 +41,8 @@ const BaselineColumn = Schema.transform(
     Schema.Struct({
       prints: Schema.Array(Schema.String),
       content: Schema.NullOr(Schema.Array(Schema.String)),
-      replied: Schema.optional(Schema.Int.pipe(Schema.nonNegative()))
+      replied: Schema.optional(Schema.Int.pipe(Schema.nonNegative())),
+      others: Schema.optional(Schema.Array(Schema.Array(Schema.String)))
     })
   )),
   Baseline,
@@ -51,7 +56,9 @@ const BaselineColumn = Schema.transform(
 /** A baseline in its column's form: the fingerprints alone, or the object (see `BaselineColumn`). */
 const columnForm = (b: Baseline) =>
   b.replied !== undefined && b.replied > 0
-    ? { prints: b.prints, content: b.content, replied: b.replied }
+    ? b.others !== undefined && b.others.length > 0
+      ? { prints: b.prints, content: b.content, replied: b.replied, others: b.others }
+      : { prints: b.prints, content: b.content, replied: b.replied }
     : b.content === null
     ? b.prints
     : { prints: b.prints, content: b.content }
@@ -134,14 +141,19 @@ const decodeFast = (row: unknown): Conversation | undefined => {
   if (!Number.isInteger(requests) || !Number.isInteger(divergences)) return undefined
   const column = parsedOrUndefined(row.baseline)
   const replied = isObject(column) ? column.replied : undefined
+  const others = isObject(column) ? column.others : undefined
   const baseline: Baseline | undefined = isStrings(column)
     ? { prints: column, content: null }
     : !isObject(column) || !isStrings(column.prints) || !(column.content === null || isStrings(column.content))
     ? undefined
     : replied === undefined
-    ? { prints: column.prints, content: column.content }
-    : Number.isInteger(replied) && (replied as number) >= 0
+    ? others === undefined ? { prints: column.prints, content: column.content } : undefined
+    : !Number.isInteger(replied) || (replied as number) < 0
+    ? undefined
+    : others === undefined
     ? { prints: column.prints, content: column.content, replied: replied as number }
+    : Array.isArray(others) && others.every(isStrings)
+    ? { prints: column.prints, content: column.content, replied: replied as number, others }
     : undefined
   if (baseline === undefined) return undefined
   const offloaded = parsedOrUndefined(row.offloaded)

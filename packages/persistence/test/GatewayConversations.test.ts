@@ -48,6 +48,18 @@ describe("GatewayConversations.Conversation", () => {
     expect(GatewayConversations.baselineColumn({ prints: ["f1"], content: null, replied: 0 })).toBe("[\"f1\"]")
     expect(GatewayConversations.baselineColumn({ prints: ["f1"], content: ["c1"], replied: 0 })).toBe("{\"prints\":[\"f1\"],\"content\":[\"c1\"]}")
   })
+
+  it("writes the other replies recorded for the baseline's request (`others`) beside its reply, and reads them back; none: as before", () => {
+    const empty = Schema.decodeUnknownSync(GatewayConversations.Conversation)(row("[]"))
+    const baseline = { prints: ["f1", "f2"], content: ["c1", "f2"], replied: 1, others: [["f3"], ["f4", "f5"]] }
+    const encoded = Schema.encodeSync(GatewayConversations.Conversation)({ ...empty, baseline })
+    expect(encoded.baseline).toBe(GatewayConversations.baselineColumn(baseline))
+    expect(JSON.parse(encoded.baseline)).toEqual(baseline)
+    expect(Schema.decodeUnknownSync(GatewayConversations.Conversation)(encoded).baseline).toEqual(baseline)
+    expect(GatewayConversations.baselineColumn({ prints: ["f1", "f2"], content: null, replied: 1, others: [] })).toBe(
+      "{\"prints\":[\"f1\",\"f2\"],\"content\":null,\"replied\":1}"
+    )
+  })
 })
 
 const dialects: ReadonlyArray<readonly [string, () => Layer.Layer<SqlClient.SqlClient, Database.DatabaseError>]> = [
@@ -133,7 +145,8 @@ describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db
       for (const [key, baseline] of [
         ["legacy", "[\"f1\",\"f2\"]"],
         ["object", "{\"prints\":[\"f1\"],\"content\":[\"\"]}"],
-        ["replied", "{\"prints\":[\"f1\",\"f2\"],\"content\":null,\"replied\":1}"]
+        ["replied", "{\"prints\":[\"f1\",\"f2\"],\"content\":null,\"replied\":1}"],
+        ["others", "{\"prints\":[\"f1\",\"f2\"],\"content\":null,\"replied\":1,\"others\":[[\"f3\"]]}"]
       ] as const) {
         yield* insert(key, baseline)
         const read = Option.getOrThrow(yield* conversations.find(key))
@@ -147,6 +160,8 @@ describe.each(dialects)("GatewayConversations.extendBaseline on %s", (_label, db
       expect((yield* Effect.flip(conversations.find("not-strings")))._tag).toBe("PersistenceError")
       yield* insert("bad-replied", "{\"prints\":[\"f1\"],\"content\":null,\"replied\":-1}")
       expect((yield* Effect.flip(conversations.find("bad-replied")))._tag).toBe("PersistenceError")
+      yield* insert("bad-others", "{\"prints\":[\"f1\"],\"content\":null,\"replied\":1,\"others\":[[2]]}")
+      expect((yield* Effect.flip(conversations.find("bad-others")))._tag).toBe("PersistenceError")
       yield* insert("bad-expansions", "[]", "[]", "{\"f1\":3}")
       expect((yield* Effect.flip(conversations.find("bad-expansions")))._tag).toBe("PersistenceError")
     }).pipe(Effect.provide(Layer.orDie(db()))))
