@@ -4,13 +4,13 @@
  * the provider starts and `/compact` are interleaved on a fixed schedule and a seeded random draw, so the same
  * options give the same run, byte for byte. After each thread it checks docs/design.md's invariants.
  */
-import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, type ProviderInstance, type ThreadId, TranscriptError } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { ProviderRegistry, type ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { type Transcript, TranscriptImporter } from "@baton/transcripts"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Schema } from "effect"
 import { randomInt, randomUUID } from "node:crypto"
 
 export interface ReplayOptions {
@@ -166,9 +166,47 @@ const notStarted = {
   failureReason: null
 } as const
 
-/** Imports `file` only (no database touched): fails with `TranscriptError`. */
+/** The prompt a turn is replayed with: its recorded text, or " " for an empty one (a prompt cannot be empty). */
+export const promptOf = (turn: Transcript.ImportedTurn): string => turn.userText.length > 0 ? turn.userText : " "
+
+// A plain predicate: as a type guard it would narrow the text to `never` where it fails (the type is `string`).
+const isPromptText: (text: string) => boolean = Schema.is(Commands.PromptText)
+
+/**
+ * Why `prompt` cannot be sent as a message (`Commands.PromptText`), or `null`: longer than `Commands.maxPromptChars`
+ * characters, or not storable text (a NUL character, a lone surrogate: `Commands.storableText`).
+ */
+const unsendable = (prompt: string): string | null => {
+  if (isPromptText(prompt)) return null
+  if (prompt.length > Commands.maxPromptChars) {
+    return `the prompt is ${prompt.length} characters, more than the ${Commands.maxPromptChars} Baton takes in one message`
+  }
+  const storable = Commands.storableText("the prompt")(prompt)
+  return storable === true ? "the prompt is not a message Baton can send" : storable
+}
+
+/**
+ * Imports `file` only (no database touched). Fails with `TranscriptError`: the importer's, and for a recorded prompt
+ * Baton would refuse to send (`unsendable`; with or without `skipInvalid`, the record is valid transcript) its line
+ * and why: found by a user, such a file created its thread, then died on a schema dump (`{ readonly _tag:
+ * "SendMessage"; ... }`) thrown by `SendMessage.make`, exit 2 with the thread left in the database.
+ */
 export const load = (options: Pick<ReplayOptions, "file" | "skipInvalid">) =>
-  TranscriptImporter.importFile(options.file, { skipInvalid: options.skipInvalid })
+  Effect.flatMap(TranscriptImporter.importFile(options.file, { skipInvalid: options.skipInvalid }), (imported) => {
+    for (const thread of imported.threads) {
+      for (const turn of thread.turns) {
+        const reason = unsendable(promptOf(turn))
+        if (reason !== null) {
+          return Effect.fail(new TranscriptError({
+            file: options.file,
+            line: turn.sourceLine,
+            reason: `${reason}: Baton refuses such a prompt, so this transcript cannot be replayed as recorded`
+          }))
+        }
+      }
+    }
+    return Effect.succeed(imported)
+  })
 
 /**
  * Replays an imported transcript on a fresh database at `options.db`. `onRun` is called after each run, `onThread`
@@ -275,7 +313,7 @@ export const replay = (
               yield* service.compact(Commands.CompactThread.make({ commandId: cid(), threadId }))
               compactions++
             }
-            const prompt = turn.userText.length > 0 ? turn.userText : " "
+            const prompt = promptOf(turn)
             const interruptNow = random() < options.interruptRate
             script.clear()
             // A preamble (e.g. a summary the transcript opens with) is recorded as the first run's output so that
