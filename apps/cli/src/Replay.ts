@@ -186,10 +186,44 @@ const unsendable = (prompt: string): string | null => {
 }
 
 /**
- * Imports `file` only (no database touched). Fails with `TranscriptError`: the importer's, and for a recorded prompt
+ * The tool results of `thread` that answer no tool call of their own turn, with why: a turn is replayed as one run
+ * (which may be interrupted before the provider starts, so none of its items are recorded), and a result without its
+ * call in the same run is a tool unit split in Baton's record. Found by a user: a transcript with a result for a call
+ * no record issued, or for a call of an earlier turn, replayed to "invariants: 1 violation(s)" (tool-pairing) and
+ * exit 1, as if Baton had split the unit. Real transcripts have none (the ten samples: 0).
+ */
+const unpairedResults = (thread: Transcript.ImportedThread) => {
+  const issuedIn = new Map<string, number>()
+  const found: Array<{ readonly turn: number; readonly item: Transcript.ImportedItem; readonly reason: string }> = []
+  thread.turns.forEach((turn, index) => {
+    const own = new Set<string>()
+    for (const item of turn.items) {
+      if (item.toolCallId === null) continue
+      if (item.kind === "tool_call") {
+        own.add(item.toolCallId)
+        issuedIn.set(item.toolCallId, turn.sourceLine)
+      } else if (item.kind === "tool_result" && !own.has(item.toolCallId)) {
+        const earlier = issuedIn.get(item.toolCallId)
+        found.push({
+          turn: index,
+          item,
+          reason: `this turn holds a tool result for call ${item.toolCallId}, ` +
+            (earlier === undefined ? "which no tool call in the file issued" : `which the turn at line ${earlier} issued`) +
+            ": a turn is replayed as one run, so its tool calls and their results must be in it"
+        })
+      }
+    }
+  })
+  return found
+}
+
+/**
+ * Imports `file` only (no database touched). Fails with `TranscriptError`: the importer's; for a recorded prompt
  * Baton would refuse to send (`unsendable`; with or without `skipInvalid`, the record is valid transcript) its line
  * and why: found by a user, such a file created its thread, then died on a schema dump (`{ readonly _tag:
- * "SendMessage"; ... }`) thrown by `SendMessage.make`, exit 2 with the thread left in the database.
+ * "SendMessage"; ... }`) thrown by `SendMessage.make`, exit 2 with the thread left in the database; and for a tool
+ * result that answers no call of its own turn (`unpairedResults`) the turn's line, unless `skipInvalid`, which leaves
+ * such results out and lists them among the skipped records (at their turn's line).
  */
 export const load = (options: Pick<ReplayOptions, "file" | "skipInvalid">) =>
   Effect.flatMap(TranscriptImporter.importFile(options.file, { skipInvalid: options.skipInvalid }), (imported) => {
@@ -205,7 +239,23 @@ export const load = (options: Pick<ReplayOptions, "file" | "skipInvalid">) =>
         }
       }
     }
-    return Effect.succeed(imported)
+    const skipped: Array<Transcript.SkippedRecord> = [...imported.skipped]
+    const threads: Array<Transcript.ImportedThread> = []
+    for (const thread of imported.threads) {
+      const unpaired = unpairedResults(thread)
+      const first = unpaired[0]
+      if (first === undefined) {
+        threads.push(thread)
+        continue
+      }
+      if (!options.skipInvalid) {
+        return Effect.fail(new TranscriptError({ file: options.file, line: thread.turns[first.turn]!.sourceLine, reason: first.reason }))
+      }
+      const left = new Set(unpaired.map((u) => u.item))
+      for (const u of unpaired) skipped.push({ line: thread.turns[u.turn]!.sourceLine, field: undefined, reason: u.reason })
+      threads.push({ ...thread, turns: thread.turns.map((turn) => ({ ...turn, items: turn.items.filter((i) => !left.has(i)) })) })
+    }
+    return Effect.succeed<Transcript.ImportResult>({ threads, skipped })
   })
 
 /**
