@@ -93,7 +93,8 @@ export interface ReplaySummary {
   /**
    * The providers' side (their own truth, see ScriptedProvider): requests they rejected as over their window
    * (`rejected`), turns whose output stopped at the window (`outputStopped`), and runs after which Baton recorded a
-   * usage above the window (`usageAboveWindow`: must be 0).
+   * usage above the provider's window (`usageAboveWindow`, against `--providers`' WINDOW, not an auto-compaction
+   * threshold: must be 0).
    */
   readonly overflows: { readonly rejected: number; readonly outputStopped: number; readonly usageAboveWindow: number }
   readonly invariantViolations: ReadonlyArray<string>
@@ -386,7 +387,12 @@ export const replay = (
               continue
             }
             const result = yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
-            if (result.usedTokens !== null && result.window > 0 && result.usedTokens > result.window) usageAboveWindow++
+            // Against the provider's own window (`--providers NAME:WINDOW`): `result.window` is the budget's, which an
+            // auto-compaction threshold narrows, and a native thread between its threshold and its window is no
+            // overflow (found by a user: `codex:1500:1000` counted 10 runs "recorded above the window" in a replay
+            // whose providers never held more than their windows).
+            const providerWindow = options.providers.find((p) => p.name === result.providerInstance)?.window ?? result.window
+            if (result.usedTokens !== null && providerWindow > 0 && result.usedTokens > providerWindow) usageAboveWindow++
             if (result.status === "completed") completed++
             else if (result.status === "interrupted") interrupted++
             else if (result.failureCode === "overflow") overflowFailed++

@@ -99,6 +99,22 @@ describe("baton replay on every real transcript", () => {
       expect(summary.promptsUnchanged).toBe(summary.promptsSent)
     }))
 
+  // Found by a user: with an auto-compaction threshold below the window (codex:1500:1000), 10 runs were counted
+  // "recorded above the window" (documented: always 0): the count compared usage with the budget's window, which the
+  // threshold narrows, not with the provider's.
+  it.live("a provider whose auto-compaction threshold is below its window: no run counted above the window", () =>
+    Effect.gen(function*() {
+      const summary = yield* run({
+        ...defaults(Path.join(raw, "pi/before-compaction.jsonl")),
+        providers: Either.getOrThrow(ProviderSpec.parse("codex:1500:1000:inject,claude:2000:noinject,gemini:3000:inject")),
+        switchEvery: 1,
+        interruptRate: 0.3,
+        compactEvery: 2,
+        seed: 5
+      })
+      expect([summary.overflows.usageAboveWindow, summary.failedRuns, summary.invariantViolations]).toEqual([0, 0, []])
+    }))
+
   it.live("a prompt larger than the window: counted as an overflow failure, not a provider fault, and its run line says why", () =>
     Effect.gen(function*() {
       // The replay's providers have no fault plan, yet this run was counted "1 failed by faults" and printed as
