@@ -4,13 +4,13 @@
  * the provider starts and `/compact` are interleaved on a fixed schedule and a seeded random draw, so the same
  * options give the same run, byte for byte. After each thread it checks docs/design.md's invariants.
  */
-import { Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
+import { Commands, type CommandId, type ProviderInstance, type ThreadId, TranscriptError } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
 import { Database, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { ProviderRegistry, type ProviderSpec, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { type Transcript, TranscriptImporter } from "@baton/transcripts"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Schema } from "effect"
 import { randomInt, randomUUID } from "node:crypto"
 
 export interface ReplayOptions {
@@ -93,7 +93,8 @@ export interface ReplaySummary {
   /**
    * The providers' side (their own truth, see ScriptedProvider): requests they rejected as over their window
    * (`rejected`), turns whose output stopped at the window (`outputStopped`), and runs after which Baton recorded a
-   * usage above the window (`usageAboveWindow`: must be 0).
+   * usage above the provider's window (`usageAboveWindow`, against `--providers`' WINDOW, not an auto-compaction
+   * threshold: must be 0).
    */
   readonly overflows: { readonly rejected: number; readonly outputStopped: number; readonly usageAboveWindow: number }
   readonly invariantViolations: ReadonlyArray<string>
@@ -166,9 +167,97 @@ const notStarted = {
   failureReason: null
 } as const
 
-/** Imports `file` only (no database touched): fails with `TranscriptError`. */
+/** The prompt a turn is replayed with: its recorded text, or " " for an empty one (a prompt cannot be empty). */
+export const promptOf = (turn: Transcript.ImportedTurn): string => turn.userText.length > 0 ? turn.userText : " "
+
+// A plain predicate: as a type guard it would narrow the text to `never` where it fails (the type is `string`).
+const isPromptText: (text: string) => boolean = Schema.is(Commands.PromptText)
+
+/**
+ * Why `prompt` cannot be sent as a message (`Commands.PromptText`), or `null`: longer than `Commands.maxPromptChars`
+ * characters, or not storable text (a NUL character, a lone surrogate: `Commands.storableText`).
+ */
+const unsendable = (prompt: string): string | null => {
+  if (isPromptText(prompt)) return null
+  if (prompt.length > Commands.maxPromptChars) {
+    return `the prompt is ${prompt.length} characters, more than the ${Commands.maxPromptChars} Baton takes in one message`
+  }
+  const storable = Commands.storableText("the prompt")(prompt)
+  return storable === true ? "the prompt is not a message Baton can send" : storable
+}
+
+/**
+ * The tool results of `thread` that answer no tool call of their own turn, with why: a turn is replayed as one run
+ * (which may be interrupted before the provider starts, so none of its items are recorded), and a result without its
+ * call in the same run is a tool unit split in Baton's record. Found by a user: a transcript with a result for a call
+ * no record issued, or for a call of an earlier turn, replayed to "invariants: 1 violation(s)" (tool-pairing) and
+ * exit 1, as if Baton had split the unit. Real transcripts have none (the ten samples: 0).
+ */
+const unpairedResults = (thread: Transcript.ImportedThread) => {
+  const issuedIn = new Map<string, number>()
+  const found: Array<{ readonly turn: number; readonly item: Transcript.ImportedItem; readonly reason: string }> = []
+  thread.turns.forEach((turn, index) => {
+    const own = new Set<string>()
+    for (const item of turn.items) {
+      if (item.toolCallId === null) continue
+      if (item.kind === "tool_call") {
+        own.add(item.toolCallId)
+        issuedIn.set(item.toolCallId, turn.sourceLine)
+      } else if (item.kind === "tool_result" && !own.has(item.toolCallId)) {
+        const earlier = issuedIn.get(item.toolCallId)
+        found.push({
+          turn: index,
+          item,
+          reason: `this turn holds a tool result for call ${item.toolCallId}, ` +
+            (earlier === undefined ? "which no tool call in the file issued" : `which the turn at line ${earlier} issued`) +
+            ": a turn is replayed as one run, so its tool calls and their results must be in it"
+        })
+      }
+    }
+  })
+  return found
+}
+
+/**
+ * Imports `file` only (no database touched). Fails with `TranscriptError`: the importer's; for a recorded prompt
+ * Baton would refuse to send (`unsendable`; with or without `skipInvalid`, the record is valid transcript) its line
+ * and why: found by a user, such a file created its thread, then died on a schema dump (`{ readonly _tag:
+ * "SendMessage"; ... }`) thrown by `SendMessage.make`, exit 2 with the thread left in the database; and for a tool
+ * result that answers no call of its own turn (`unpairedResults`) the turn's line, unless `skipInvalid`, which leaves
+ * such results out and lists them among the skipped records (at their turn's line).
+ */
 export const load = (options: Pick<ReplayOptions, "file" | "skipInvalid">) =>
-  TranscriptImporter.importFile(options.file, { skipInvalid: options.skipInvalid })
+  Effect.flatMap(TranscriptImporter.importFile(options.file, { skipInvalid: options.skipInvalid }), (imported) => {
+    for (const thread of imported.threads) {
+      for (const turn of thread.turns) {
+        const reason = unsendable(promptOf(turn))
+        if (reason !== null) {
+          return Effect.fail(new TranscriptError({
+            file: options.file,
+            line: turn.sourceLine,
+            reason: `${reason}: Baton refuses such a prompt, so this transcript cannot be replayed as recorded`
+          }))
+        }
+      }
+    }
+    const skipped: Array<Transcript.SkippedRecord> = [...imported.skipped]
+    const threads: Array<Transcript.ImportedThread> = []
+    for (const thread of imported.threads) {
+      const unpaired = unpairedResults(thread)
+      const first = unpaired[0]
+      if (first === undefined) {
+        threads.push(thread)
+        continue
+      }
+      if (!options.skipInvalid) {
+        return Effect.fail(new TranscriptError({ file: options.file, line: thread.turns[first.turn]!.sourceLine, reason: first.reason }))
+      }
+      const left = new Set(unpaired.map((u) => u.item))
+      for (const u of unpaired) skipped.push({ line: thread.turns[u.turn]!.sourceLine, field: undefined, reason: u.reason })
+      threads.push({ ...thread, turns: thread.turns.map((turn) => ({ ...turn, items: turn.items.filter((i) => !left.has(i)) })) })
+    }
+    return Effect.succeed<Transcript.ImportResult>({ threads, skipped })
+  })
 
 /**
  * Replays an imported transcript on a fresh database at `options.db`. `onRun` is called after each run, `onThread`
@@ -275,7 +364,7 @@ export const replay = (
               yield* service.compact(Commands.CompactThread.make({ commandId: cid(), threadId }))
               compactions++
             }
-            const prompt = turn.userText.length > 0 ? turn.userText : " "
+            const prompt = promptOf(turn)
             const interruptNow = random() < options.interruptRate
             script.clear()
             // A preamble (e.g. a summary the transcript opens with) is recorded as the first run's output so that
@@ -298,7 +387,12 @@ export const replay = (
               continue
             }
             const result = yield* service.sendMessage(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt }))
-            if (result.usedTokens !== null && result.window > 0 && result.usedTokens > result.window) usageAboveWindow++
+            // Against the provider's own window (`--providers NAME:WINDOW`): `result.window` is the budget's, which an
+            // auto-compaction threshold narrows, and a native thread between its threshold and its window is no
+            // overflow (found by a user: `codex:1500:1000` counted 10 runs "recorded above the window" in a replay
+            // whose providers never held more than their windows).
+            const providerWindow = options.providers.find((p) => p.name === result.providerInstance)?.window ?? result.window
+            if (result.usedTokens !== null && providerWindow > 0 && result.usedTokens > providerWindow) usageAboveWindow++
             if (result.status === "completed") completed++
             else if (result.status === "interrupted") interrupted++
             else if (result.failureCode === "overflow") overflowFailed++

@@ -91,6 +91,30 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 300_000)
 
+  // Found by a user: a transcript whose recorded prompt Baton refuses to send (a NUL, a lone surrogate, more than 1 MiB)
+  // created its thread, then died on a schema dump (`{ readonly _tag: "SendMessage"; ... }`), exit 2 with the thread
+  // left in the database. It is bad input at the prompt's line, found before the database is opened.
+  it("a recorded prompt Baton would refuse is bad input at its line, exit 2, nothing written", async () => {
+    const dir = tmp()
+    const session = JSON.stringify({ type: "session", id: "s1", timestamp: "2025-11-20T23:33:50.805Z", cwd: "/x" })
+    const user = (text: string) => JSON.stringify({ type: "message", message: { role: "user", content: [{ type: "text", text }] } })
+    const cases = [
+      ["nul", "hello\u0000world", "the prompt contains a NUL character (U+0000) at index 5, which cannot be stored"],
+      ["surrogate", "hi \ud800 there", "the prompt is not well-formed Unicode: lone surrogate at index 3"],
+      ["long", "x".repeat(1_048_577), "the prompt is 1048577 characters, more than the 1048576 Baton takes in one message"]
+    ] as const
+    const results = await Promise.all(cases.map(([name, text]) => {
+      const file = Path.join(dir, `${name}.jsonl`)
+      Fs.writeFileSync(file, [session, user("fine"), user(text)].join("\n") + "\n")
+      return baton(["replay", file, "--json", "--db", Path.join(dir, `${name}.sqlite`)])
+    }))
+    expect(results.map((r) => [r.code, r.stderr])).toEqual(cases.map(([name, , reason]) =>
+      [2, `baton: ${Path.join(dir, `${name}.jsonl`)}:3: ${reason}: Baton refuses such a prompt, so this transcript cannot be replayed as recorded\n`]))
+    for (const [name] of cases) expect(Fs.existsSync(Path.join(dir, `${name}.sqlite`))).toBe(false)
+    expect(JSON.parse(results[0]!.stdout)).toEqual({ error: { code: "bad_input", message: results[0]!.stderr.slice("baton: ".length, -1) } })
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 120_000)
+
   // Found by a user: `baton offload T --keep-tokens abc` printed `'abc' is not a integer` and a blank line, without
   // the `baton:` every other error has and without naming the option; so did every command line @effect/cli itself
   // refuses (a value that does not parse, a missing argument or option, an unknown option or subcommand).

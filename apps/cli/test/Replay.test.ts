@@ -99,6 +99,22 @@ describe("baton replay on every real transcript", () => {
       expect(summary.promptsUnchanged).toBe(summary.promptsSent)
     }))
 
+  // Found by a user: with an auto-compaction threshold below the window (codex:1500:1000), 10 runs were counted
+  // "recorded above the window" (documented: always 0): the count compared usage with the budget's window, which the
+  // threshold narrows, not with the provider's.
+  it.live("a provider whose auto-compaction threshold is below its window: no run counted above the window", () =>
+    Effect.gen(function*() {
+      const summary = yield* run({
+        ...defaults(Path.join(raw, "pi/before-compaction.jsonl")),
+        providers: Either.getOrThrow(ProviderSpec.parse("codex:1500:1000:inject,claude:2000:noinject,gemini:3000:inject")),
+        switchEvery: 1,
+        interruptRate: 0.3,
+        compactEvery: 2,
+        seed: 5
+      })
+      expect([summary.overflows.usageAboveWindow, summary.failedRuns, summary.invariantViolations]).toEqual([0, 0, []])
+    }))
+
   it.live("a prompt larger than the window: counted as an overflow failure, not a provider fault, and its run line says why", () =>
     Effect.gen(function*() {
       // The replay's providers have no fault plan, yet this run was counted "1 failed by faults" and printed as
@@ -149,6 +165,38 @@ describe("baton replay on every real transcript", () => {
       expect(changed).toHaveLength(1)
       const second = yield* run({ ...defaults(file), providers: codex, switchEvery: 0, db })
       expect(second.invariantViolations.filter((v) => v.includes("calibration of codex"))).toHaveLength(1)
+    }))
+
+  // Found by a user: a tool result for a call no record issued replayed to "invariants: 1 violation(s)" (tool-pairing),
+  // exit 1, as if Baton had split the unit; so did a result recorded after the next prompt once the replay interrupted
+  // the run of its call. Each turn is one run: a result must answer a call of its own turn.
+  it.live("a tool result that answers no call of its own turn is bad input at the turn's line; --skip-invalid leaves it out and the replay holds", () =>
+    Effect.gen(function*() {
+      const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-replay-"))
+      const message = (message: object) => JSON.stringify({ type: "message", message })
+      const user = (text: string) => message({ role: "user", content: [{ type: "text", text }] })
+      const call = (id: string) => message({ role: "assistant", content: [{ type: "toolCall", id, name: "bash", arguments: { command: "ls" } }] })
+      const result = (id: string) => message({ role: "toolResult", toolCallId: id, toolName: "bash", content: [{ type: "text", text: "a.ts" }] })
+      const session = JSON.stringify({ type: "session", id: "s1" })
+      const write = (name: string, lines: ReadonlyArray<string>) => {
+        const file = Path.join(dir, name)
+        Fs.writeFileSync(file, lines.join("\n") + "\n")
+        return file
+      }
+      const ghost = write("ghost.jsonl", [session, user("do"), call("t1"), result("t1"), result("tX")])
+      const late = write("late.jsonl", [session, user("do"), call("t1"), result("t1"), user("again"), call("t2"), user("third"), result("t2")])
+      const strict = yield* Effect.all([ghost, late].map((file) => Effect.flip(Replay.load({ file, skipInvalid: false })))).pipe(Effect.provide(NodeFileSystem.layer))
+      expect(strict.map((e) => e.message)).toEqual([
+        `${ghost}:2: this turn holds a tool result for call tX, which no tool call in the file issued: a turn is replayed as one run, so its tool calls and their results must be in it`,
+        `${late}:7: this turn holds a tool result for call t2, which the turn at line 5 issued: a turn is replayed as one run, so its tool calls and their results must be in it`
+      ])
+      const options = { ...defaults(ghost), skipInvalid: true, interruptRate: 0 }
+      const loaded = yield* Replay.load(options).pipe(Effect.provide(NodeFileSystem.layer))
+      expect(loaded.skipped.map((s) => s.line)).toEqual([2])
+      expect(loaded.threads[0]!.turns[0]!.items.map((i) => [i.kind, i.toolCallId])).toEqual([["tool_call", "t1"], ["tool_result", "t1"]])
+      const summary = yield* Replay.replay(loaded, options)
+      expect([summary.runs, summary.skippedRecords, summary.invariantViolations]).toEqual([1, 1, []])
+      Fs.rmSync(dir, { recursive: true, force: true })
     }))
 
   it.live("same seed, same summary (apart from wall time)", () =>

@@ -251,6 +251,12 @@ export const NativeThread = Schema.Struct({
   estimatedTokens: Tokens,
   /** How many `/compact` or auto-compactions in a row freed nothing. */
   compactionsWithoutProgress: Schema.Int.pipe(Schema.nonNegative()),
+  /**
+   * The least this native thread holds by the provider's own count (provider tokens), learned from a request the
+   * provider rejected as over its window (the size it gave for that request less what the request added); absent
+   * when none was rejected. A later usage report does not lower it (a report can be stale); a compaction clears it.
+   */
+  heldAtLeast: Schema.optional(Tokens),
   createdAt: Schema.DateTimeUtc,
   updatedAt: Schema.DateTimeUtc
 })

@@ -13,10 +13,10 @@
  *
  * It does not start the provider turn itself (ThreadService does, then settles inline deliveries).
  */
-import { type HandoffDelivery, type Item, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
+import { type HandoffDelivery, type Item, type NativeThread, type ProviderError, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
 import { type ProviderCalibration as StoredCalibration, ThreadStore, UnitOfWork } from "@baton/persistence"
-import type { ProviderAdapter } from "@baton/providers"
+import { type ProviderAdapter, ProviderFailure } from "@baton/providers"
 import { DateTime, Effect, Option } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -26,6 +26,7 @@ import { recordedToolResults } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration, type SampleBase } from "./ProviderCalibration.js"
+import * as KnownUsage from "./internal/KnownUsage.js"
 import * as Span from "./internal/Span.js"
 
 /** What turn start decided, for the caller and for the replay's per-run line (the schema lives in contracts). */
@@ -182,6 +183,19 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       })
 
       /**
+       * The least a native thread holds (provider tokens) by a rejection `error` of a request that added `sentTokens`
+       * (Baton tokens) to it: the size the provider gave for the rejected request less the request at `ratio`; `null`
+       * when `error` is no overflow or gives no size (`ProviderFailure.classify`, so a size told only in the text
+       * counts).
+       */
+      const heldAtLeast = (error: ProviderError, ratio: number, sentTokens: number): number | null => {
+        const classified = ProviderFailure.classify(error)
+        if (classified.code !== "overflow") return null
+        const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
+        return requested === null ? null : Math.max(0, requested - Calibration.apply(ratio, sentTokens))
+      }
+
+      /**
        * Why `native` is known to be too full for `prompt`, or `null`: its last trusted usage report — or, when the
        * latest turn brought none (a missing or untrusted report), Baton's own estimate of what it holds, calibrated,
        * which counts from that report on — plus the prompt's calibrated size exceeds the window (invariant 1: a
@@ -194,16 +208,21 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         Effect.gen(function*() {
           const window = Math.min(providerThread.contextWindow ?? Infinity, native.usage?.maxTokens ?? Infinity)
           if (!Number.isFinite(window)) return null
+          // A floor a rejection proved (`heldAtLeast`) counts over a lower report: the report was stale (sim seed 9101).
+          const floor = native.heldAtLeast ?? 0
           if (native.usage !== null) {
-            const over = yield* overflowing(native.usage.usedTokens, promptTokens, window, providerThread.providerInstance)
-            return over === null ? null :
-              `the provider reported ${native.usage.usedTokens} of its ${window}-token window used: the prompt (about ${over.tokens} tokens) does not fit`
+            const used = Math.max(native.usage.usedTokens, floor)
+            const over = yield* overflowing(used, promptTokens, window, providerThread.providerInstance)
+            return over === null ? null : used > native.usage.usedTokens
+              ? `the provider rejected a request that shows it holds at least ${used} of its ${window}-token window ` +
+                `(its last report said ${native.usage.usedTokens}): the prompt (about ${over.tokens} tokens) does not fit`
+              : `the provider reported ${native.usage.usedTokens} of its ${window}-token window used: the prompt (about ${over.tokens} tokens) does not fit`
           }
           const maxRatio = Calibration.defaultPolicy.maxRatio
-          if ((native.estimatedTokens + promptTokens) * maxRatio <= window) return null
+          if ((native.estimatedTokens + promptTokens) * maxRatio <= window && floor + promptTokens * maxRatio <= window) return null
           // One calibration read for both figures (`overflowing` would read it again).
           const { ratio } = yield* calibration.current(providerThread.providerInstance)
-          const used = Calibration.apply(ratio, native.estimatedTokens)
+          const used = Math.max(Calibration.apply(ratio, native.estimatedTokens), floor)
           const tokens = Calibration.apply(ratio, promptTokens)
           return used + tokens <= window ? null :
             `Baton estimates ${used} of its ${window}-token window used (no usage report since the last one): the prompt (about ${tokens} tokens) does not fit`
@@ -371,7 +390,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         if (outcome._tag === "Left") {
           // A rejection as over the window teaches the calibration first (as /compact's does), so the next turn
           // start plans the history with it rather than sending the rejected injection again.
-          yield* uow.thread(run.threadId, "ProviderTurnStartService.overflowLearned")(
+          const learned = yield* uow.thread(run.threadId, "ProviderTurnStartService.overflowLearned")(
             calibration.learnFromOverflow(run.threadId, plan.providerThread.providerInstance, plan.sampleBase, outcome.left, injection.tokens)
           )
           // The provider may hold the history. Read the native thread back where the adapter can: the deliveries
@@ -387,8 +406,22 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             const ids = new Set(injection.pending.map((d) => d.id))
             const lost = (yield* store.listDeliveriesOfThread(run.threadId)).some((d) => ids.has(d.id) && d.status === "deferred")
             if (!lost) return reconciled
+            // Rejected, and the native thread does not hold it: it holds at least the rejected size less the
+            // injection. Recorded as a floor that later reports do not lower (sim seed 9101: a stale report said
+            // 837 of 1,000,000, and the next turn start sent the very injection the native thread had rejected).
+            const floor = heldAtLeast(outcome.left, learned.ratio, injection.tokens)
+            const native = floor === null ? reconciled.native : yield* uow.thread(run.threadId, "ProviderTurnStartService.rejectionFloor")(
+              Effect.gen(function*() {
+                const stored = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => reconciled.native)
+                if (stored.heldAtLeast !== undefined && stored.heldAtLeast >= floor) return stored
+                const raised: NativeThread = { ...stored, heldAtLeast: floor, updatedAt: yield* DateTime.now }
+                yield* store.updateNativeThread(raised)
+                return raised
+              })
+            )
             return {
               ...reconciled,
+              native,
               report: {
                 ...plan.report,
                 mode: "none" as const,
@@ -491,7 +524,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         const budget = Budget.compute(
           {
             modelWindow: providerThread.contextWindow ?? undefined,
-            usage: native.usage,
+            usage: KnownUsage.of(native, ratio),
             estimatedUsedTokens: native.estimatedTokens,
             requestTokens,
             ratio

@@ -34,6 +34,7 @@ import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
 import { recordedToolResults } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
+import * as KnownUsage from "./internal/KnownUsage.js"
 import * as Span from "./internal/Span.js"
 
 /** What `/compact` did (the schema lives in contracts). */
@@ -117,8 +118,11 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         }
       )
 
-    /** The native thread's usage in the provider's units: reported, else Baton's estimate scaled by `ratio`. */
-    const usedAt = (ratio: number) => (n: NativeThread) => n.usage?.usedTokens ?? Calibration.apply(ratio, n.estimatedTokens)
+    /**
+     * The native thread's usage in the provider's units: reported, else Baton's estimate scaled by `ratio`; never below
+     * the floor a rejection proved (`KnownUsage`).
+     */
+    const usedAt = (ratio: number) => (n: NativeThread) => KnownUsage.of(n, ratio)?.usedTokens ?? Calibration.apply(ratio, n.estimatedTokens)
 
     /**
      * `/compact` on `providerThread`'s active native thread; returns what it did (`compacted: false` with the reason
@@ -191,8 +195,9 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         const result = yield* compactThread(native.nativeRef)
         const now = yield* DateTime.now
         const after = UsageSanity.check(result.usageAfter, providerThread.contextWindow, config.budget.defaultWindow).usage
+        // A compaction frees what a rejection measured: the floor goes (`KnownUsage.withoutFloor`).
         native = {
-          ...native,
+          ...KnownUsage.withoutFloor(native),
           usage: after ?? native.usage,
           estimatedTokens: after === null ? native.estimatedTokens : Calibration.toRaw(ratio, after.usedTokens),
           updatedAt: now
@@ -280,7 +285,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
     const headroomOf = (providerThread: ProviderThread, native: NativeThread, ratio: number) =>
       Budget.compute({
         modelWindow: providerThread.contextWindow ?? undefined,
-        usage: native.usage,
+        usage: KnownUsage.of(native, ratio),
         estimatedUsedTokens: native.estimatedTokens,
         requestTokens: 0,
         ratio

@@ -26,6 +26,7 @@ import migration0020 from "./migrations/0020_gateway_offload.js"
 import migration0021 from "./migrations/0021_thread_parents.js"
 import migration0022 from "./migrations/0022_run_prompt_owed.js"
 import migration0023 from "./migrations/0023_run_interrupt_requests.js"
+import migration0024 from "./migrations/0024_native_held_at_least.js"
 
 /** `{"0001_core": Effect}`: keys are `<id>_<name>`, ids strictly increasing. */
 export const migrations = {
@@ -51,7 +52,8 @@ export const migrations = {
   "0020_gateway_offload": migration0020,
   "0021_thread_parents": migration0021,
   "0022_run_prompt_owed": migration0022,
-  "0023_run_interrupt_requests": migration0023
+  "0023_run_interrupt_requests": migration0023,
+  "0024_native_held_at_least": migration0024
 }
 
 /** Runs every pending migration. Fails with `MigrationError` or `SqlError`; requires `SqlClient`. */

@@ -144,6 +144,33 @@ for (const [dialect, db] of dialects) {
         expect(yield* store.getNativeThreadSession("nat_none" as NativeThreadId, "pth_n" as ProviderThreadId, "claude" as ProviderInstance)).toEqual(Option.none())
       }).pipe(Effect.provide(layerOn(db))))
 
+    // Sim seed 9101: the least a native thread holds, proved by a rejection, outlives later (stale) usage reports.
+    it.effect("a native thread's heldAtLeast: stored and read back by getNativeThread and getNativeThreadSession, kept by recordNativeUsage, gone when written without it", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_h", now))
+        yield* store.insertProviderThread({
+          id: "pth_h" as ProviderThreadId, threadId: "thr_h" as ThreadId, providerInstance: "big" as ProviderInstance, model: "m",
+          contextWindow: 1_000_000, activeNativeThreadId: null, syncedRunSeq: 0, createdAt: now, updatedAt: now
+        })
+        const native = {
+          id: "nat_h" as NativeThreadId, providerThreadId: "pth_h" as ProviderThreadId, generation: 1, nativeRef: "h", status: "active" as const,
+          usage: { usedTokens: 837 }, estimatedTokens: 700, compactionsWithoutProgress: 0, createdAt: now, updatedAt: now
+        }
+        yield* store.insertNativeThread(native)
+        const held = () => Effect.map(store.getNativeThread(native.id), (n) => Option.getOrThrow(n).heldAtLeast)
+        expect(yield* held()).toBeUndefined()
+        yield* store.updateNativeThread({ ...native, heldAtLeast: 999_741 })
+        expect(yield* held()).toBe(999_741)
+        const session = Option.getOrThrow(yield* store.getNativeThreadSession(native.id, native.providerThreadId, "big" as ProviderInstance))
+        expect(session.native.heldAtLeast).toBe(999_741)
+        yield* store.recordNativeUsage(native.id, { usedTokens: 837 }, 700, now)
+        expect(yield* held()).toBe(999_741)
+        yield* store.updateNativeThread(native)
+        expect(yield* held()).toBeUndefined()
+      }).pipe(Effect.provide(layerOn(db))))
+
     it.effect("getRunWithAttemptCount: the run as getRun reads it, with listAttempts' length (only its own attempts); None for no run", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore

@@ -50,8 +50,8 @@ describe("migrations check", () => {
         SqliteClient.layer({ filename: file })
       ))
       const again = yield* open(file)
-      // The latest migration's statements ran (0023: runs.interrupt_requested_at).
-      expect(again.some((q) => q.includes("interrupt_requested_at"))).toBe(true)
+      // The latest migration's statements ran (0024: native_threads.held_at_least).
+      expect(again.some((q) => q.includes("held_at_least"))).toBe(true)
       const rows = yield* Effect.scoped(Effect.flatMap(Layer.build(Database.layerSqlite(file)), (context) =>
         Effect.provide(Effect.flatMap(SqlClient.SqlClient, (sql) =>
           sql<{ readonly n: number }>`SELECT COUNT(*) AS n FROM effect_sql_migrations`), context)))

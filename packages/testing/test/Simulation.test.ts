@@ -474,8 +474,22 @@ describe("races: two commands on one thread in flight at once", () => {
     }), { timeout: 120_000 })
 })
 
+/**
+ * R (seed 9101, 40 steps): a stale usage report said big-n1 held 837 tokens while a turn had truly filled it to 352
+ * short of its 1,000,000 window. The next turn start injected a missed run's history; the provider rejected it
+ * (1,000,107 tokens) and the prompt went alone. That turn's report was stale too (837 again), so the turn start after
+ * it sent the same injection, now larger (1,000,158), to the native thread that had just rejected it. A rejection now
+ * records the least the native thread holds (`NativeThread.heldAtLeast`: the rejected size less the injection), which
+ * later reports do not lower and a compaction clears; the budget and the known-full check take it over a lower report.
+ */
+const rejectedInjectionResent = {
+  name: "R. after an injection was rejected and a stale report followed, the next turn start sent the same injection again (seed 9101)",
+  category: "truth",
+  scenario: JSON.parse("{\"seed\":9101,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.1400000000000001,\"requestOverhead\":837,\"overflowSignal\":\"code\"},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.24,\"requestOverhead\":1491,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.17,\"requestOverhead\":864,\"overflowSignal\":\"text\",\"ackUsage\":{\"missingEvery\":4,\"impossibleEvery\":6},\"modelApi\":true}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":3},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"plain\",\"crash\":null},{\"kind\":\"switch\",\"id\":6,\"to\":\"big\",\"crash\":null},{\"kind\":\"send\",\"id\":10,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"stale\",\"lag\":5,\"fillLeaving\":352}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"interrupt_before_start\",\"id\":11,\"prompt\":321,\"crash\":null},{\"kind\":\"send\",\"id\":12,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"stale\",\"lag\":6,\"fillLeaving\":null}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":13,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}") as Simulation.Scenario
+}
+
 describe("regressions (shrunk simulation failures, fixed)", () => {
-  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull, ...summaryToLaneThatSawCovered, largeTurnHeldCalibration, pinnedTwiceInChain, pendingDeliveryAtOffload, promptAloneKnownFull, laneHoldsEarlierShare, compactOverflowTaughtNothing, reconciledDeliveryUncounted]) {
+  for (const regression of [...regressions, ...knownViolations, outputProvesRead, interruptRacedTurn, usageJumpCalibration, missingReportForgetsFull, ...summaryToLaneThatSawCovered, largeTurnHeldCalibration, pinnedTwiceInChain, pendingDeliveryAtOffload, promptAloneKnownFull, laneHoldsEarlierShare, compactOverflowTaughtNothing, reconciledDeliveryUncounted, rejectedInjectionResent]) {
     it.live(regression.name, () =>
       Effect.gen(function*() {
         const outcome = yield* Simulation.execute(regression.scenario)

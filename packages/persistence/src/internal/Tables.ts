@@ -167,6 +167,7 @@ export const NativeThreadRow = Schema.transform(
     autoCompactThreshold: Schema.NullOr(Tokens),
     estimatedTokens: Tokens,
     compactionsWithoutProgress: Schema.Int,
+    heldAtLeast: Schema.NullOr(Tokens),
     createdAt: Schema.String,
     updatedAt: Schema.String
   }),
@@ -186,6 +187,7 @@ export const NativeThreadRow = Schema.transform(
       },
       estimatedTokens: row.estimatedTokens,
       compactionsWithoutProgress: row.compactionsWithoutProgress,
+      ...(row.heldAtLeast === null ? {} : { heldAtLeast: row.heldAtLeast }),
       createdAt: row.createdAt,
       updatedAt: row.updatedAt
     }),
@@ -200,6 +202,7 @@ export const NativeThreadRow = Schema.transform(
       autoCompactThreshold: n.usage?.autoCompactThreshold ?? null,
       estimatedTokens: n.estimatedTokens,
       compactionsWithoutProgress: n.compactionsWithoutProgress,
+      heldAtLeast: n.heldAtLeast ?? null,
       createdAt: n.createdAt,
       updatedAt: n.updatedAt
     })
