@@ -325,6 +325,12 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             unanswered = items.slice(lastResult + 1).filter((i) => i.kind !== "user_message" && i.kind !== "handoff_marker")
           }
         }
+        // A run `running` with no attempt at all is a gateway request's (a turn's run moves to `running` with its
+        // attempt, in one unit of work): the gateway forwards a request before it records it, so the upstream had it.
+        // Review b43gw: it was ended `before_provider`, "process restarted before the provider started".
+        const forwarded = attempt === null && run.status === "running" &&
+          Option.exists(yield* store.getRunWithAttemptCount(run.id), (r) => r.attempts === 0)
+        if (forwarded) read = true
         const untrusted = read === "unknown" ? native : null
         const stopPoint: RunStopPoint = read === true ? "after_provider" : "before_provider"
         const nativeThreadId = read === true ? nativeId : null
@@ -363,7 +369,9 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
               { ...run, nativeThreadId },
               "failed",
               stopPoint,
-              read === true
+              forwarded
+                ? "the gateway's request stopped in this process without an outcome while it was with the upstream"
+                : read === true
                 ? "the turn stopped in this process without an outcome during the provider turn"
                 : "the turn stopped in this process without an outcome before the provider started",
               "turn_crashed"
@@ -373,7 +381,11 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             { ...run, nativeThreadId },
             "interrupted",
             stopPoint,
-            read === true ? "process restarted during the provider turn" : "process restarted before the provider started",
+            forwarded
+              ? "process restarted while the gateway's request was with the upstream"
+              : read === true
+              ? "process restarted during the provider turn"
+              : "process restarted before the provider started",
             "process_restarted"
           )
         }))

@@ -40,13 +40,15 @@ type Op =
   | { readonly kind: "interrupt"; readonly thread: Slot; readonly via: Slot }
   | { readonly kind: "pause"; readonly millis: number }
   | { readonly kind: "restart"; readonly via: Slot }
+  | { readonly kind: "compact" | "offload" | "switch"; readonly thread: Slot; readonly via: Slot }
 
 const slot = fc.constantFrom(0 as const, 1 as const)
 const op: fc.Arbitrary<Op> = fc.oneof(
   { weight: 5, arbitrary: fc.record({ kind: fc.constant("send" as const), thread: slot, via: slot }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant("interrupt" as const), thread: slot, via: slot }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant("pause" as const), millis: fc.integer({ min: 1, max: 40 }) }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant("restart" as const), via: slot }) }
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("restart" as const), via: slot }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constantFrom("compact" as const, "offload" as const, "switch" as const), thread: slot, via: slot }) }
 )
 
 const terminal = new Set(["completed", "failed", "interrupted", "cancelled"])
@@ -57,7 +59,7 @@ const terminal = new Set(["completed", "failed", "interrupted", "cancelled"])
  * whole).
  */
 const runCase = (db: string, ops: ReadonlyArray<Op>, seed: number, failRate: number, healAfter: number) => {
-  const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
+  const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }])
   const random = prng(seed)
   const faults = { on: false, injected: 0 }
   const flaky = Harness.interceptStore((name, _args, call) => {
@@ -73,7 +75,7 @@ const runCase = (db: string, ops: ReadonlyArray<Op>, seed: number, failRate: num
     for (let tries = 1;; tries++) {
       const scope = yield* Scope.make()
       const layer = RunDriver.RunDriver.Default.pipe(
-        Layer.provideMerge(Harness.makeLayer([h.providers.codex!], h.counter, file, {}, `v${++incarnation}_`, undefined, flaky))
+        Layer.provideMerge(Harness.makeLayer([h.providers.codex!, h.providers.claude!], h.counter, file, {}, `v${++incarnation}_`, undefined, flaky))
       )
       // A start has many statements (registration, recovery): past ten failed tries the storage heals for it.
       const faulty = faults.on
@@ -90,6 +92,8 @@ const runCase = (db: string, ops: ReadonlyArray<Op>, seed: number, failRate: num
     const o = yield* Effect.provide(Harness.ops, drivers[0]!.context)
     const threads: Array<ThreadId> = [yield* o.create("codex"), yield* o.create("codex")]
     const accepted: Array<{ readonly runId: RunId; readonly threadId: ThreadId; readonly prompt: string }> = []
+    /** Each thread's provider instance, as the switches that succeeded left it. */
+    const active = ["codex", "codex"]
     faults.on = true
     for (const [i, step] of ops.entries()) {
       if (step.kind === "pause") {
@@ -104,6 +108,17 @@ const runCase = (db: string, ops: ReadonlyArray<Op>, seed: number, failRate: num
       }
       const threadId = threads[step.thread]!
       const driver = drivers[step.via]!.driver
+      if (step.kind === "compact" || step.kind === "offload" || step.kind === "switch") {
+        // Beside the runs in flight: each either happens whole or fails (typed, or the injected defect).
+        const via = yield* Effect.provide(Harness.ops, drivers[step.via]!.context)
+        if (step.kind === "compact") yield* Effect.exit(via.compact(threadId))
+        else if (step.kind === "offload") yield* Effect.exit(via.offload(threadId, 50))
+        else {
+          const to = active[step.thread] === "codex" ? "claude" : "codex"
+          if (Exit.isSuccess(yield* Effect.exit(via.switchTo(threadId, to)))) active[step.thread] = to
+        }
+        continue
+      }
       if (step.kind === "send") {
         const prompt = `prompt ${i} of case ${seed}`
         const sent = yield* Effect.exit(driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: prompt })))
