@@ -6,8 +6,7 @@ import { Commands, type CommandId, ConcurrentModification, type RunId } from "@b
 import { RunDriver } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import type { ProviderAdapter } from "@baton/providers"
-import { Context, Deferred, Effect, Layer, Option, Stream } from "effect"
+import { Context, Effect, Layer, Option } from "effect"
 
 let n = 0
 const cid = () => `cmd_lostrace_${++n}` as CommandId
@@ -31,14 +30,9 @@ describe("a queued run that lost a race before its claim", () => {
     return Effect.gen(function*() {
       // The first run's turn is held until the second is queued behind it (a run claimed at its queueing is never read
       // `queued` by its turn).
-      const gate = yield* Deferred.make<void>()
-      const codex = h.providers.codex!
-      const held: ProviderAdapter.ProviderAdapterShape = {
-        ...codex,
-        startTurn: (input) => Stream.unwrap(Effect.as(Deferred.await(gate), codex.startTurn(input)))
-      }
+      const held = yield* Harness.gated(h.providers.codex!)
       const context = yield* Layer.build(RunDriver.RunDriver.Default.pipe(
-        Layer.provideMerge(Harness.makeLayer([held], h.counter, ":memory:", {}, "l", undefined, losing))
+        Layer.provideMerge(Harness.makeLayer([held.adapter], h.counter, ":memory:", {}, "l", undefined, losing))
       ))
       const driver = Context.get(context, RunDriver.RunDriver)
       const o = yield* Effect.provide(Harness.ops, context)
@@ -49,7 +43,7 @@ describe("a queued run that lost a race before its claim", () => {
       const accepted = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "second" }))
       expect(accepted.status).toBe("queued")
       losses = 2
-      yield* Deferred.succeed(gate, undefined)
+      yield* held.open
       expect(yield* driver.awaitRun(first.runId as RunId)).toMatchObject({ status: "completed" })
       expect(yield* driver.awaitRun(accepted.runId as RunId).pipe(Effect.timeout("20 seconds"))).toMatchObject({ status: "completed" })
       expect(tries).toBe(2)

@@ -11,7 +11,7 @@
  */
 import { Commands, type CommandId, PersistenceError, type RunId, type ThreadId } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
-import { Harness } from "@baton/testing"
+import { Harness, Prng } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Database, ThreadStore } from "@baton/persistence"
 import { Cause, Context, Duration, Effect, Exit, FastCheck as fc, Layer, Option, Scope } from "effect"
@@ -21,18 +21,6 @@ import * as Path from "node:path"
 
 let n = 0
 const cid = () => `cmd_liveness_${++n}` as CommandId
-
-/** mulberry32: a small seeded PRNG, so a failing case replays from its seed. */
-const prng = (seed: number) => {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
-  }
-}
 
 type Slot = 0 | 1
 type Op =
@@ -60,7 +48,7 @@ const terminal = new Set(["completed", "failed", "interrupted", "cancelled"])
  */
 const runCase = (db: string, ops: ReadonlyArray<Op>, seed: number, failRate: number, healAfter: number) => {
   const h = Harness.make([{ name: "codex", window: 200_000, inject: true }, { name: "claude", window: 200_000, inject: false }])
-  const random = prng(seed)
+  const random = Prng.make(seed).next
   const faults = { on: false, injected: 0 }
   const flaky = Harness.interceptStore((name, _args, call) => {
     if (!faults.on || random() >= failRate) return call()

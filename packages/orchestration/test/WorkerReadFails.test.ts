@@ -8,8 +8,7 @@ import { Commands, type CommandId, PersistenceError, type RunId } from "@baton/c
 import { RunDriver } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
-import type { ProviderAdapter } from "@baton/providers"
-import { Context, Deferred, Effect, Layer, Option, Stream } from "effect"
+import { Context, Effect, Layer, Option } from "effect"
 
 let n = 0
 const cid = () => `cmd_workerread_${++n}` as CommandId
@@ -30,14 +29,9 @@ describe("a thread's worker whose read of the queue fails", () => {
     })
     return Effect.gen(function*() {
       // The first run's turn is held until the second is queued behind it and the reads are set to fail.
-      const gate = yield* Deferred.make<void>()
-      const codex = h.providers.codex!
-      const held: ProviderAdapter.ProviderAdapterShape = {
-        ...codex,
-        startTurn: (input) => Stream.unwrap(Effect.as(Deferred.await(gate), codex.startTurn(input)))
-      }
+      const held = yield* Harness.gated(h.providers.codex!)
       const context = yield* Layer.build(RunDriver.RunDriver.Default.pipe(
-        Layer.provideMerge(Harness.makeLayer([held], h.counter, ":memory:", {}, "q", undefined, flaky))
+        Layer.provideMerge(Harness.makeLayer([held.adapter], h.counter, ":memory:", {}, "q", undefined, flaky))
       ))
       const driver = Context.get(context, RunDriver.RunDriver)
       const o = yield* Effect.provide(Harness.ops, context)
@@ -48,7 +42,7 @@ describe("a thread's worker whose read of the queue fails", () => {
       const second = yield* driver.submit(Commands.SendMessage.make({ commandId: cid(), threadId, text: "second" }))
       expect(second.status).toBe("queued")
       failures = 3
-      yield* Deferred.succeed(gate, undefined)
+      yield* held.open
       expect(yield* driver.awaitRun(first.runId as RunId)).toMatchObject({ status: "completed" })
       expect(yield* driver.awaitRun(second.runId as RunId).pipe(Effect.timeout("20 seconds"))).toMatchObject({ status: "completed" })
       expect(failed).toBe(3)

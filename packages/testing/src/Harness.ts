@@ -9,7 +9,7 @@ import { Database, EventFeed, ThreadStore } from "@baton/persistence"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Context, Deferred, Effect, Layer, Redacted } from "effect"
+import { Context, Deferred, Effect, Layer, Redacted, Stream } from "effect"
 import * as Produced from "./internal/Produced.js"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -143,6 +143,16 @@ export const make = (
 
 let counterInstance: TokenCounter.TokenCounterShape | undefined
 const sharedCounter = () => (counterInstance ??= TokenCounter.make())
+
+/**
+ * `adapter` with its turns held at a gate: each `startTurn` waits until `open` has run, then plays the adapter's turn.
+ * For tests that queue runs behind a turn in flight, or change the world (a fault, a second process) meanwhile.
+ */
+export const gated = (adapter: ProviderAdapter.ProviderAdapterShape) =>
+  Effect.map(Deferred.make<void>(), (gate) => ({
+    adapter: { ...adapter, startTurn: (input) => Stream.unwrap(Effect.as(Deferred.await(gate), adapter.startTurn(input))) } satisfies ProviderAdapter.ProviderAdapterShape,
+    open: Deferred.succeed(gate, undefined)
+  }))
 
 /** What the store's methods fail with. */
 export type StoreError = PersistenceError | ConcurrentModification
