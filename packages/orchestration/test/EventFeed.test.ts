@@ -93,6 +93,24 @@ const collect = <E>(stream: Stream.Stream<ThreadEvent, E>) =>
 
 const ids = (events: ReadonlyArray<ThreadEvent>) => events.map((e) => e.eventId)
 
+/**
+ * Another session on the test database (a connection of its own) that runs `statements` in a transaction and holds it
+ * open until the effect answered is run (or the scope closes): a report in psql, say, beside Baton.
+ */
+const openTransaction = <E>(statements: (sql: SqlClient.SqlClient) => Effect.Effect<unknown, E>) =>
+  Effect.gen(function*() {
+    const sql = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(Database.testPgUrl()), maxConnections: 1 })), SqlClient.SqlClient)
+    const opened = yield* Deferred.make<void>()
+    const release = yield* Deferred.make<void>()
+    yield* Effect.forkScoped(sql.withTransaction(Effect.gen(function*() {
+      yield* statements(sql)
+      yield* Deferred.succeed(opened, undefined)
+      yield* Deferred.await(release)
+    })).pipe(Effect.orDie))
+    yield* Deferred.await(opened)
+    return Deferred.succeed(release, undefined)
+  })
+
 /** Every event of the database in the order of the feed of all threads (an independent reading of the log). */
 const allInFeedOrder = (sql: SqlClient.SqlClient) =>
   sql.onDialectOrElse({
@@ -494,15 +512,7 @@ describe("EventFeed on Postgres", () => {
         // Two transactions holding a transaction id (no lock on any of Baton's relations), open until the end: one in
         // database `postgres`, one in this database outside Baton's schema.
         yield* Harness.foreignTransaction
-        const release = yield* Deferred.make<void>()
-        const here = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(Database.testPgUrl()), maxConnections: 1 })), SqlClient.SqlClient)
-        const opened = yield* Deferred.make<void>()
-        yield* Effect.forkScoped(here.withTransaction(Effect.gen(function*() {
-          yield* here`SELECT pg_current_xact_id()`
-          yield* Deferred.succeed(opened, undefined)
-          yield* Deferred.await(release)
-        })).pipe(Effect.orDie))
-        yield* Deferred.await(opened)
+        const release = yield* openTransaction((here) => here`SELECT pg_current_xact_id()`)
         yield* p.append(t, 2)
         const live = yield* Effect.flatMap(p.feed.all({ afterGlobalSeq: cursor }), (s) => take(s, 2))
         expect(live.map((e) => [e.threadId, e.seq])).toEqual([[t, live[0]!.seq], [t, live[0]!.seq + 1]])
@@ -520,7 +530,7 @@ describe("EventFeed on Postgres", () => {
         yield* Fiber.join(mine)
         const after = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: live[1]!.globalSeq }), Stream.runCollect)
         expect(new Set(Chunk.toArray(after).map((e) => e.threadId))).toEqual(new Set([u]))
-        yield* Deferred.succeed(release, undefined)
+        yield* release
       })
     ).pipe(Effect.scoped)
   })
@@ -535,22 +545,15 @@ describe("EventFeed on Postgres", () => {
         const t = yield* p.create()
         const cursor = (yield* p.store.listEvents(t)).at(-1)!.globalSeq
         const [{ schema }] = yield* p.sql<{ readonly schema: string }>`SELECT current_schema() AS schema`.pipe(Effect.orDie)
-        const other = Context.get(yield* Layer.build(PgClient.layer({ url: Redacted.make(Database.testPgUrl()), maxConnections: 1 })), SqlClient.SqlClient)
-        const opened = yield* Deferred.make<void>()
-        const release = yield* Deferred.make<void>()
-        yield* Effect.forkScoped(other.withTransaction(Effect.gen(function*() {
-          yield* other`SELECT count(*) FROM ${other(schema!)}.runs`
-          yield* other`SELECT pg_current_xact_id()`
-          yield* Deferred.succeed(opened, undefined)
-          yield* Deferred.await(release)
-        })).pipe(Effect.orDie))
-        yield* Deferred.await(opened)
+        const release = yield* openTransaction((other) =>
+          Effect.zipRight(other`SELECT count(*) FROM ${other(schema!)}.runs`, other`SELECT pg_current_xact_id()`)
+        )
         yield* p.append(t, 2)
         const replayed = yield* Effect.flatMap(p.feed.replayAll({ afterGlobalSeq: cursor }), Stream.runCollect)
         expect(Chunk.toArray(replayed).map((e) => [e.threadId, e.type])).toEqual([[t, "run.completed"], [t, "run.completed"]])
         const live = yield* Effect.flatMap(p.feed.all({ afterGlobalSeq: cursor }), (s) => take(s, 2))
         expect(ids(live)).toEqual(ids(Chunk.toArray(replayed)))
-        yield* Deferred.succeed(release, undefined)
+        yield* release
       })
     ).pipe(Effect.scoped)
   })
