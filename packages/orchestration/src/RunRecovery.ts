@@ -339,10 +339,14 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           // owner changed and is alive); then it is not recovery's to end.
           const current = yield* store.getRun(run.id)
           if (current._tag === "None") return null
+          // Moved on since it was read (another process's recovery ended it, or an interrupt did): what was read of it
+          // is stale, and acting on it closed its attempt again and handed a cut answer's recorded part to the lane a
+          // second time (review r43: every live process's gone-driver sweep meets the others' on one gone run).
+          // Left as it is; a run a gone driver still holds is read again by the next recovery.
+          if (current.value.status !== run.status) return null
           const ownerNow = (yield* store.runDrivers([run.id])).get(run.id) ?? null
           const ownerBefore = owners.get(run.id) ?? null
-          if ((current.value.status !== run.status || ownerNow !== ownerBefore) && ownerNow !== null &&
-            (yield* driver.aliveAmong([ownerNow])).has(ownerNow)) return null
+          if (ownerNow !== ownerBefore && ownerNow !== null && (yield* driver.aliveAmong([ownerNow])).has(ownerNow)) return null
           const now = yield* DateTime.now
           if (untrusted !== null) {
             yield* distrustNative(run.threadId, untrusted, "restart: cannot tell whether the provider read an unfinished run")
