@@ -25,7 +25,8 @@
  *   runs in flight, every `interruptPollMillis`, and stops each run asked the same way, so the driving process, whose
  *   fiber and adapter hold the turn, records its outcome before the thread takes its next run.
  * - At start it reconciles what gone drivers left unfinished (ThreadService.recover), and then every
- *   `goneDriverSweepMillis` what a driver that died since left (another process on the database, killed mid-turn). A turn that fails here without
+ *   `goneDriverSweepMillis` what a driver that died since left (another process on the database, killed mid-turn);
+ *   a gone driver's `waiting` runs are taken on by this driver's workers (their deadlines watched here). A turn that fails here without
  *   an outcome (its fiber failed: a defect, or the database as the turn ended) leaves its run unfinished and this
  *   live driver's, which no process would ever end: the driver ends it as recovery would (`failed`, `turn_crashed`;
  *   `endOrphan`, retried while it fails) and the thread takes its next run.
@@ -641,12 +642,19 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
      */
     const sweepGone = Effect.gen(function*() {
       if (stopping) return
-      const unfinished = (yield* store.listUnfinishedRuns()).filter((r) => r.status !== "waiting")
+      const unfinished = yield* store.listUnfinishedRuns()
       if (unfinished.length === 0) return
-      const owners = [...(yield* store.runDrivers(unfinished.map((r) => r.id))).values()].filter((o): o is string => o !== null)
-      const alive = yield* registry.aliveAmong(owners)
-      if (owners.every((o) => alive.has(o))) return
-      yield* threads.recover()
+      const ownerOf = yield* store.runDrivers(unfinished.map((r) => r.id))
+      const alive = yield* registry.aliveAmong([...ownerOf.values()].filter((o): o is string => o !== null))
+      const gone = (run: Run) => {
+        const owner = ownerOf.get(run.id) ?? null
+        return owner !== null && !alive.has(owner)
+      }
+      // A wait of a gone driver: only that driver watched its deadline (and would have continued results posted there),
+      // so it never expired while other processes lived (review r43). This driver's worker takes it on: it watches the
+      // deadline, or continues the run when its results are posted.
+      for (const run of unfinished) if (run.status === "waiting" && gone(run) && !deadlines.has(run.id)) yield* wake(run.threadId)
+      if (unfinished.some((run) => run.status !== "waiting" && gone(run))) yield* threads.recover()
     }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("reconciling the runs of a gone driver failed", cause)))
     if (config.goneDriverSweepMillis > 0) {
       yield* Effect.forkScoped(Effect.repeat(sweepGone, Schedule.spaced(Duration.millis(config.goneDriverSweepMillis))))

@@ -5,12 +5,12 @@
  * runs of gone drivers every `goneDriverSweepMillis` and reconciles them as restart recovery does. Here the killed
  * process is a run row `running` under a driver id that no process holds.
  */
-import { type Run, type RunId } from "@baton/contracts"
+import { type ClientTool, Commands, type CommandId, type Run, type RunId } from "@baton/contracts"
 import { RunDriver } from "@baton/orchestration"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { DateTime, Duration, Effect, Layer, Option } from "effect"
+import { Context, DateTime, Duration, Effect, Exit, Layer, Option, Scope } from "effect"
 
 describe.each(Harness.dialects)("a run of a gone driver on %s", (_label, db) => {
   beforeAll(() => Harness.useDb(db))
@@ -49,4 +49,49 @@ describe.each(Harness.dialects)("a run of a gone driver on %s", (_label, db) => 
       expect(status).toEqual(["interrupted", "process_restarted"])
     }).pipe(Effect.provide(RunDriver.RunDriver.Default.pipe(Layer.provideMerge(h.layer))))
   })
+})
+
+const readFile: ClientTool = {
+  name: "read_file",
+  description: "Reads a file of the workspace",
+  inputSchema: { type: "object", properties: { path: { type: "string" } }, required: ["path"] }
+}
+
+describe("a wait of a gone driver", () => {
+  // Review r43: the sweep left `waiting` runs alone, and only the process that died watched their deadlines: a wait of
+  // a dead process never expired while the other processes lived (until a send to its thread or a restart).
+  it.live("expires at its deadline through a live driver's sweep", () =>
+    Harness.withDbFile((file) =>
+      Effect.gen(function*() {
+        const h = Harness.make([{ name: "claude", window: 200_000, inject: false }])
+        const config = { goneDriverSweepMillis: 100, toolResultTimeoutMillis: 1_500 }
+        const layer = (ns: string) => RunDriver.RunDriver.Default.pipe(Layer.provideMerge(Harness.makeLayer([h.providers.claude!], h.counter, file, config, ns)))
+        // B runs from the start; A takes the send, its run waits for the client's tool results, and A dies.
+        const b = yield* Layer.build(layer("b"))
+        const scopeA = yield* Scope.make()
+        const a = yield* Layer.buildWithScope(layer("a"), scopeA)
+        const o = yield* Effect.provide(Harness.ops, a)
+        const threadId = yield* o.create("claude")
+        h.script.enqueue({
+          items: [
+            Harness.produced("assistant_message", "Reading it.", { messageId: "msg_1" }),
+            Harness.produced("tool_call", JSON.stringify({ path: "a.txt" }), { toolCallId: "call_1", toolName: "read_file", messageId: "msg_1" })
+          ]
+        })
+        const accepted = yield* Context.get(a, RunDriver.RunDriver).submit(Commands.SendMessage.make({ commandId: "cmd_gone_wait" as CommandId, threadId, text: "read a.txt", tools: [readFile] }))
+        const runId = accepted.runId as RunId
+        const store = Context.get(b, ThreadStore)
+        for (let i = 0; i < 200 && Option.getOrThrow(yield* store.getRun(runId)).status !== "waiting"; i++) yield* Effect.sleep(Duration.millis(10))
+        expect(Option.getOrThrow(yield* store.getRun(runId)).status).toBe("waiting")
+        yield* Scope.close(scopeA, Exit.void)
+        let status: ReadonlyArray<string | null> = []
+        for (let i = 0; i < 100; i++) {
+          yield* Effect.sleep(Duration.millis(50))
+          const now = Option.getOrThrow(yield* store.getRun(runId))
+          status = [now.status, now.failureCode]
+          if (now.status !== "waiting") break
+        }
+        expect(status).toEqual(["failed", "tool_results_timeout"])
+      })
+    ).pipe(Effect.scoped))
 })
