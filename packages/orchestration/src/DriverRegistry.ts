@@ -8,7 +8,7 @@
  * Liveness of another driver (`isAlive`), in order:
  * - an incarnation of this process still running (its Layer not released) is alive;
  * - a stopped driver, or an earlier incarnation of this process, is gone;
- * - a driver on this host is alive while its pid is (signal 0);
+ * - a driver on this host (this host name and pid namespace: `hostIdentity`) is alive while its pid is (signal 0);
  * - a driver on another host is alive while its heartbeat is younger than `driverLeaseMillis` (default 30 s,
  *   refreshed every third of it).
  * The first rule needs a process-local set of incarnations: it is the one fact that is process-local by nature.
@@ -17,9 +17,25 @@
  */
 import { type DriverRecord, ThreadStore, UnitOfWork } from "@baton/persistence"
 import { DateTime, Duration, Effect, Schedule } from "effect"
+import * as Fs from "node:fs"
 import * as Os from "node:os"
 import { IdGenerator } from "./IdGenerator.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
+
+/**
+ * This host as driver rows name it: the host name and, on Linux, the process's pid namespace (`/proc/self/ns/pid`,
+ * e.g. `pid:[4026531836]`). Two processes that share a host name but not a pid namespace (containers with host
+ * networking) cannot see each other's pids: judged by `kill(pid, 0)` each found the other gone and ended its runs in
+ * flight (every `goneDriverSweepMillis`, review r43). With the namespace in the name they are other hosts to each
+ * other, judged by their heartbeats. Where the namespace cannot be read, the host name alone.
+ */
+export const hostIdentity = (): string => {
+  try {
+    return `${Os.hostname()} ${Fs.readlinkSync("/proc/self/ns/pid")}`
+  } catch {
+    return Os.hostname()
+  }
+}
 
 /** Driver ids of the incarnations running in this process (their Layer is built and not yet released). */
 const runningHere = new Set<string>()
@@ -41,7 +57,7 @@ export class DriverRegistry extends Effect.Service<DriverRegistry>()("@baton/orc
     const uow = yield* UnitOfWork
     const ids = yield* IdGenerator
     const config = yield* OrchestratorConfig
-    const host = Os.hostname()
+    const host = hostIdentity()
     const driverId = ids.next("drv")
     const now = yield* DateTime.now
     yield* uow.global("DriverRegistry.register")(store.insertDriver({
