@@ -635,10 +635,10 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
     yield* threads.recover()
 
     /**
-     * Whether an unfinished run (not `waiting`: a wait outlives its driver) belongs to a driver that is gone; if so,
-     * restart recovery ends it (ThreadService.recover). A process on the same database killed mid-turn left its run
-     * `running` while this one lived, until a message to its thread here, an interrupt or a restart looked: a client
-     * waiting on the run here waited for good.
+     * Looks for unfinished runs of drivers that are gone. One not `waiting` is ended by restart recovery
+     * (ThreadService.recover): a process on the same database killed mid-turn left its run `running` while this one
+     * lived, until a message to its thread here, an interrupt or a restart looked, and a client waiting on the run
+     * here waited for good. A `waiting` one outlives its driver: this driver's worker takes it on (below).
      */
     const sweepGone = Effect.gen(function*() {
       if (stopping) return
