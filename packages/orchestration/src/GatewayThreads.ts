@@ -699,6 +699,28 @@ const withOtherReply = (stored: GatewayConversations.Baseline, reply: ReadonlyAr
 }
 
 /**
+ * An answer `reply` that did not join the stored baseline `known`, whose reply `found` answers the same request (of
+ * `requestPrints` messages); `baseline` is what this answer would have stored. `same`: it equals an answer recorded
+ * for that request (it is not stored again). `next`: the baseline to store (`known` when unchanged): with `supersedes`
+ * (a retry the agent sent after giving up on `found`) this answer's, `found` kept among its others; else `known` with
+ * this answer among its others.
+ */
+const joinOtherReply = (
+  wire: Wire,
+  known: GatewayConversations.Baseline,
+  baseline: GatewayConversations.Baseline,
+  requestPrints: number,
+  found: ReadonlyArray<string>,
+  reply: Reply,
+  supersedes: boolean
+) => ({
+  same: sameReply(wire, found, reply) || (known.others ?? []).some((o) => sameReply(wire, o, reply)),
+  next: supersedes
+    ? withOtherReply({ ...baseline, others: (known.others ?? []).filter((o) => !sameReply(wire, o, reply)) }, found)
+    : withOtherReply(known, baseline.prints.slice(requestPrints))
+})
+
+/**
  * The request's newest input: its messages after the last one of the model's side (`roleOf` `assistant`), all of them
  * when it has none. What an extending request stores as new (the messages past the previous request's reply), so the
  * prompt of a retry (which stores none) is the prompt of the run it repeats.
@@ -1178,11 +1200,9 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               if (Option.isSome(conversation) && found !== null) {
                 const known = conversation.value.baseline
                 const supersedes = begun.repeats && conversation.value.requests === begun.requestNumber
-                same = same || sameReply(wire, found, reply) || (known.others ?? []).some((o) => sameReply(wire, o, reply))
-                const prints = baseline.prints.slice(begun.fingerprints.length)
-                const next = supersedes
-                  ? withOtherReply({ ...baseline, others: (known.others ?? []).filter((o) => !sameReply(wire, o, reply)) }, found)
-                  : withOtherReply(known, prints)
+                const joined = joinOtherReply(wire, known, baseline, begun.fingerprints.length, found, reply, supersedes)
+                same = same || joined.same
+                const next = joined.next
                 if (next !== known) yield* conversations.update({ ...conversation.value, baseline: next, updatedAt: DateTime.formatIso(now) })
               }
             }
@@ -1197,15 +1217,11 @@ export class GatewayThreads extends Effect.Service<GatewayThreads>()("@baton/orc
               // next request was a divergence storing this answer twice); any other answer to that request is kept
               // among the baseline's `others`, stored only when it differs from every answer recorded for it.
               const found = moved ? otherReply(known, begun.fingerprints) : null
-              const supersedes = found !== null && begun.repeats && conversation.value.requests === begun.requestNumber
-              if (found !== null) same = same || sameReply(wire, found, reply) || (known.others ?? []).some((o) => sameReply(wire, o, reply))
-              const next = !moved
-                ? baseline
-                : found === null
-                ? known
-                : supersedes
-                ? withOtherReply({ ...baseline, others: (known.others ?? []).filter((o) => !sameReply(wire, o, reply)) }, found)
-                : withOtherReply(known, baseline.prints.slice(begun.fingerprints.length))
+              const joined = found === null
+                ? null
+                : joinOtherReply(wire, known, baseline, begun.fingerprints.length, found, reply, begun.repeats && conversation.value.requests === begun.requestNumber)
+              if (joined !== null) same = same || joined.same
+              const next = !moved ? baseline : joined === null ? known : joined.next
               yield* conversations.update({
                 ...conversation.value,
                 expansions: withExpansions(conversation.value.expansions),
