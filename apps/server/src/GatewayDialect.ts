@@ -184,7 +184,7 @@ export interface Unended {
   readonly reason: string
 }
 
-/** The reason of a run whose answer the server's shutdown cut off (`stoppedOutcome`). */
+/** The reason of a run whose answer the server's shutdown cut off (`hungUp`, `brokeOff`). */
 const stoppedReason = "the server stopped before the answer ended (its shutdown closes the connections still open after limits.shutdownTimeoutMs)"
 
 /**
