@@ -446,9 +446,16 @@ export const toolUseId = (id: string) =>
 export const chatCallId = (id: unknown): string =>
   id !== undefined && id !== null && String(id) !== "" ? String(id) : `call_${Crypto.randomBytes(12).toString("hex")}`
 
-/** Anthropic's stop reason for a Chat Completions `finish_reason`. */
-export const stopReasonOf = (finish: unknown): string =>
-  finish === "tool_calls" || finish === "function_call" ? "tool_use" : finish === "length" ? "max_tokens" : finish === "content_filter" ? "refusal" : "end_turn"
+/**
+ * Anthropic's stop reason for a Chat Completions `finish_reason` and whether the agent gets a call (`visibleCalls`):
+ * `length` -> `max_tokens`, `content_filter` -> `refusal`, else `tool_use` when a call is visible and `end_turn` when
+ * none is (only hidden `thread_read` calls, or none). A visible call decides, not `finish_reason`: OpenAI answers a
+ * named `tool_choice` with `finish_reason: "stop"` beside its call (so do vLLM and older Ollama), and Anthropic's
+ * contract is `tool_use` whenever the turn ends with a call the client must run (an agent looping on
+ * `stop_reason === "tool_use"` stopped with the call unrun).
+ */
+export const stopReasonOf = (finish: unknown, visibleCalls: boolean): string =>
+  finish === "length" ? "max_tokens" : finish === "content_filter" ? "refusal" : visibleCalls ? "tool_use" : "end_turn"
 
 /** Anthropic's usage of a Chat Completions `usage` (`prompt_tokens` include `prompt_tokens_details.cached_tokens`). */
 export const usageOf = (usage: unknown) => {
@@ -504,7 +511,7 @@ export const messageOf = (
     role: "assistant",
     model,
     content,
-    stop_reason: choice.finish_reason === "tool_calls" && !content.some((b) => b.type === "tool_use") ? "end_turn" : stopReasonOf(choice.finish_reason),
+    stop_reason: stopReasonOf(choice.finish_reason, content.some((b) => b.type === "tool_use")),
     stop_sequence: null,
     usage: [...earlier, a.usage].map(usageOf).reduce((x, y) => ({
       input_tokens: x.input_tokens + y.input_tokens,
@@ -657,7 +664,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       return
     }
     // Hidden calls beside the agent's own are dropped (the agent answers its own; the message ends here).
-    const reason = visible.length === 0 && finish === "tool_calls" ? "end_turn" : stopReasonOf(finish)
+    const reason = stopReasonOf(finish, visible.length > 0)
     out.push(event({ type: "message_delta", delta: { stop_reason: reason, stop_sequence: null }, usage: total() }))
     out.push(event({ type: "message_stop" }))
   }
