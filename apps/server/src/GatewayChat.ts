@@ -34,6 +34,32 @@ export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTo
   return { inputTokens: n(usage.prompt_tokens) - cached - written, cacheWriteTokens: written, cacheReadTokens: cached, outputTokens: n(usage.completion_tokens) }
 }
 
+/**
+ * Which call a streamed `tool_calls` delta belongs to: a function of the deltas in stream order, giving each its
+ * call's slot (0, 1, …). A delta with a numeric `index` is that call (OpenAI's form). One without an `index` (Google's
+ * OpenAI-compatible endpoint sends none: each parallel call a delta of its own with its `id`, or one call's arguments
+ * over several deltas after the first with its `id`) starts a new call when it carries an `id` other than the previous
+ * call's (or is the first), else goes on with the previous call. Before, a missing `index` was 0 on a switch (Gemini's
+ * parallel calls became one call, their arguments glued, `{}` for the agent, the others lost) and a new call at each
+ * delta in the record (a call's later argument pieces recorded as calls without a name).
+ */
+export const callSlots = (): (call: Record<string, unknown>) => number => {
+  let last: { readonly slot: number; id: string } | null = null
+  let next = 0
+  return (call) => {
+    const id = typeof call.id === "string" && call.id !== "" ? call.id : null
+    const slot = typeof call.index === "number"
+      ? call.index
+      : last === null || (id !== null && id !== last.id)
+      ? next
+      : last.slot
+    if (last === null || last.slot !== slot) last = { slot, id: id ?? "" }
+    else if (id !== null) last.id = id
+    next = Math.max(next, slot + 1)
+    return slot
+  }
+}
+
 /** Whether `m` is a system prompt message. */
 const isSystem = (m: unknown) => isRecord(m) && (m.role === "system" || m.role === "developer")
 
@@ -46,6 +72,7 @@ export const replyAssembler = (): Assembler => {
   let content = ""
   let refusal: string | null = null
   const calls: Array<{ id: string; name: string; arguments: string }> = []
+  const slotOf = callSlots()
   let finished = false
   let usage: Record<string, unknown> | null = null
   let failure: StreamOutcome | null = null
@@ -71,7 +98,7 @@ export const replyAssembler = (): Assembler => {
     if (typeof delta.refusal === "string") refusal = (refusal ?? "") + delta.refusal
     for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
       if (!isRecord(c)) continue
-      const at = typeof c.index === "number" ? c.index : calls.length
+      const at = slotOf(c)
       const call = calls[at] ?? (calls[at] = { id: "", name: "", arguments: "" })
       if (typeof c.id === "string") call.id = c.id
       const fn = isRecord(c.function) ? c.function : {}

@@ -224,6 +224,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   const assembler = GatewayChat.replyAssembler()
   /** The name of each tool call so far, by `index`. */
   const names = new Map<number, string>()
+  const slotOf = GatewayChat.callSlots()
   /** The held chunks: the event's name, the chunk as encoded (`null`: not JSON) and its text. */
   let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
   const contentOf = () => {
@@ -249,7 +250,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           const delta = isRecord(choice) && isRecord(choice.delta) ? choice.delta : {}
           for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
             if (!isRecord(c)) continue
-            const at = typeof c.index === "number" ? c.index : names.size
+            const at = slotOf(c)
             const name = (names.get(at) ?? "") + (typeof fnOf(c).name === "string" ? fnOf(c).name as string : "")
             names.set(at, name)
             if (name === ThreadRead.definition.name) held = []

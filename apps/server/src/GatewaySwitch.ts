@@ -44,6 +44,7 @@ import { ToolResultOffload } from "@baton/context"
 import { OpenAiChat, type ProviderAdapter, Sse } from "@baton/providers"
 import * as Crypto from "node:crypto"
 import { fitLimit, isRecord, outputRoom, parseJson } from "./GatewayDialect.js"
+import * as GatewayChat from "./GatewayChat.js"
 import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewaySwitchMedia from "./GatewaySwitchMedia.js"
 
@@ -612,6 +613,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   let answered = false
   let text = ""
   const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean; sent?: boolean }>()
+  let slotOf = GatewayChat.callSlots()
   let pending: ReadonlyArray<HiddenCall> | null = null
   const out: Array<string> = []
   const total = () => {
@@ -706,7 +708,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
     for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
       if (!isRecord(c)) continue
       const fn = isRecord(c.function) ? c.function : {}
-      const callIndex = typeof c.index === "number" ? c.index : 0
+      const callIndex = slotOf(c)
       let call = calls.get(callIndex)
       if (call === undefined) {
         const name = String(fn.name ?? "")
@@ -741,6 +743,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       answered = false
       text = ""
       calls.clear()
+      slotOf = GatewayChat.callSlots()
       pending = null
       done = false
       decoder = Sse.makeDecoder()

@@ -1,0 +1,116 @@
+/**
+ * A Chat Completions upstream whose streamed `tool_calls` deltas carry no `index` (Google's OpenAI-compatible
+ * endpoint: each parallel call a delta of its own with its `id`; a call's arguments possibly over several deltas, the
+ * later ones without an `id`; `finish_reason: "stop"`). On a switch from `/v1/messages` the agent gets each call as
+ * a `tool_use` block of its own with its whole input (before: a missing `index` was 0, so the parallel calls became
+ * one call named after the first, its arguments the glued `{…}{…}`, parsed to `{}`, and the second call was lost); on
+ * the pass-through path the thread records the calls as made (before: each indexless delta was a call of its own, so
+ * a call's later argument pieces were recorded as calls without a name).
+ */
+import type { Item } from "@baton/contracts"
+import { HttpClientRequest } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { adminToken, client, parseSse, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+
+type Json = Record<string, unknown>
+
+/** A Chat Completions stream of `deltas` (each the `tool_calls` of one chunk), finished `"stop"` as Gemini does. */
+const indexless = (deltas: ReadonlyArray<ReadonlyArray<Json>>): ModelApi.Reply => {
+  const chunk = (choice: Json, extra: Json = {}) => `data: ${JSON.stringify({ id: "gem-1", object: "chat.completion.chunk", model: "gemini", choices: [{ index: 0, ...choice }], ...extra })}\n\n`
+  return {
+    status: 200,
+    contentType: "text/event-stream",
+    body: [
+      ...deltas.map((calls, i) => chunk({ delta: { ...(i === 0 ? { role: "assistant" } : {}), tool_calls: calls }, finish_reason: null })),
+      chunk({ delta: {}, finish_reason: "stop" }, { usage: { prompt_tokens: 100, completion_tokens: 20 } }),
+      "data: [DONE]\n\n"
+    ].join("")
+  }
+}
+
+const call = (id: string | null, name: string | null, args: string): Json => ({
+  ...(id === null ? {} : { id, type: "function" }),
+  function: { ...(name === null ? {} : { name }), arguments: args }
+})
+
+const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const chat = yield* ModelApi.start
+    const settings = yield* settingsFor(
+      [instance("chat", "openai-chat", chat, { contextWindow: 32_000, autoCompactThreshold: null })],
+      { TEST_MODEL_KEY: marker },
+      undefined,
+      { gateway: { routes: [{ model: "gemini-*", provider: "chat" }] } }
+    )
+    return yield* test(chat).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
+const onlyItems = Effect.gen(function*() {
+  const api = yield* client()
+  const threads = (yield* api.threads.list({ urlParams: {} })).threads
+  expect(threads).toHaveLength(1)
+  const items: ReadonlyArray<Item> = (yield* api.items.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).items
+  return items.map((i) => [i.kind, i.text])
+})
+
+// Two parallel calls, each a delta of its own; the second's arguments in two pieces (the later without an id).
+const deltas = [
+  [call("call_1", "Read", "{\"file_path\":\"/a.txt\"}")],
+  [call("call_2", "Bash", "{\"command\":")],
+  [call(null, null, "\"ls\"}")]
+]
+
+describe("Gateway, streamed tool calls without an index", () => {
+  it.live("switched to an Anthropic agent: each call a tool_use block with its whole input", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        chat.enqueue(indexless(deltas))
+        const tools = ["Read", "Bash"].map((name) => ({ name, description: name, input_schema: { type: "object", properties: {} } }))
+        const answer = yield* raw(HttpClientRequest.post("/v1/messages?beta=true").pipe(
+          HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01" }),
+          HttpClientRequest.bodyText(JSON.stringify({ model: "gemini-3", max_tokens: 500, stream: true, tools, messages: [{ role: "user", content: "read a.txt and list" }] }), "application/json")
+        ))
+        expect(answer.status).toBe(200)
+        const events = parseSse(answer.text).map((e) => JSON.parse(e.data) as Json)
+        const blocks = new Map<number, { name: unknown; id: unknown; json: string }>()
+        for (const e of events) {
+          if (e.type === "content_block_start") {
+            const b = e.content_block as Json
+            blocks.set(e.index as number, { name: b.name, id: b.id, json: "" })
+          }
+          if (e.type === "content_block_delta") blocks.get(e.index as number)!.json += String((e.delta as Json).partial_json ?? "")
+        }
+        // Before the fix: one block, Read, whose input was `{"file_path":"/a.txt"}{"command":"ls"}` (not JSON).
+        expect([...blocks.values()].map((b) => [b.id, b.name, JSON.parse(b.json)])).toEqual([
+          ["call_1", "Read", { file_path: "/a.txt" }],
+          ["call_2", "Bash", { command: "ls" }]
+        ])
+        expect((events.find((e) => e.type === "message_delta")!.delta as Json).stop_reason).toBe("tool_use")
+        expect((yield* onlyItems).filter(([kind]) => kind === "tool_call")).toEqual([
+          ["tool_call", "{\"file_path\":\"/a.txt\"}"],
+          ["tool_call", "{\"command\":\"ls\"}"]
+        ])
+      })), { timeout: 60_000 })
+
+  it.live("on /v1/chat/completions (pass-through): the agent gets the bytes as they came, the thread records the two calls", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        const reply = indexless(deltas)
+        chat.enqueue(reply)
+        const answer = yield* raw(HttpClientRequest.post("/v1/chat/completions").pipe(
+          HttpClientRequest.bearerToken(adminToken),
+          HttpClientRequest.bodyText(JSON.stringify({ model: "gemini-3", stream: true, messages: [{ role: "user", content: "read a.txt and list" }] }), "application/json")
+        ))
+        expect(answer.status).toBe(200)
+        expect(answer.text).toBe(reply.body)
+        // Before the fix: three calls, the third without a name holding `"ls"}`, the second `{"command":`.
+        expect(yield* onlyItems).toEqual([
+          ["user_message", "read a.txt and list"],
+          ["tool_call", "{\"file_path\":\"/a.txt\"}"],
+          ["tool_call", "{\"command\":\"ls\"}"]
+        ])
+      })), { timeout: 60_000 })
+})
