@@ -776,7 +776,10 @@ export type HopEnd =
     readonly visible?: ReadonlyArray<unknown> | undefined
     /** Responses: the next `sequence_number` the agent expects. */
     readonly nextSequence?: number | undefined
-    /** Chat Completions: what every chunk the agent receives carries from the first hop (its `id`, `created`). */
+    /**
+     * Chat Completions: what every chunk the agent receives carries from the first hop (its `id`, `created`);
+     * Responses: what a continuation's `response` objects carry from the first hop's (its `id`, `created_at`).
+     */
     readonly head?: Readonly<Record<string, unknown>> | undefined
   }
   | {

@@ -186,6 +186,11 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   const offset = previous?.nextOffset ?? 0
   const before = previous?.visible ?? []
   let sequence = previous?.nextSequence ?? 0
+  /**
+   * The response the agent is receiving (the first hop's `response.created`: its `id` and `created_at`): a
+   * continuation's `response` objects carry them, so the agent's one response keeps one id.
+   */
+  let head: Readonly<Record<string, unknown>> | undefined = previous?.head
   const decoder = Sse.makeDecoder()
   const assembler = GatewayResponses.replyAssembler()
   /** The held events: the event's name, its data as encoded (`null`: not JSON) and its text. */
@@ -229,6 +234,9 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
             }
           }
           responseId = id
+          if (first && isRecord(data.response)) {
+            head = { ...(id === null ? {} : { id }), ...(data.response.created_at !== undefined ? { created_at: data.response.created_at } : {}) }
+          }
         }
         if (!first && (data.type === "response.created" || data.type === "response.in_progress")) continue
         // Held from the call's first event: its `added` (OpenAI sends one per item), else its `done`.
@@ -250,8 +258,9 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           sent = next
           if (typeof data.output_index === "number") next.output_index = data.output_index + offset
           if (typeof data.sequence_number === "number") next.sequence_number = sequence++
+          if (isRecord(data.response)) next.response = { ...data.response, ...head }
           if ((data.type === "response.completed" || data.type === "response.incomplete") && isRecord(data.response)) {
-            next.response = { ...data.response, output: [...before, ...(Array.isArray(data.response.output) ? data.response.output : [])] }
+            next.response = { ...data.response, ...head, output: [...before, ...(Array.isArray(data.response.output) ? data.response.output : [])] }
           }
           text = encodeEvent(m.event, JSON.stringify(next))
         }
@@ -269,7 +278,16 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       const content = itemsOf()
       const reads = readsOf(content)
       if (reads !== null) {
-        return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text, visible: [...before, ...content.slice(0, heldAt)], nextSequence: heldSequence }
+        return {
+          _tag: "reads",
+          reads,
+          content,
+          nextOffset: offset + heldAt,
+          held: text,
+          visible: [...before, ...content.slice(0, heldAt)],
+          nextSequence: heldSequence,
+          head
+        }
       }
       const beside = besideOf(content)
       if (beside === null) return { _tag: "release", held: text }
