@@ -29,7 +29,7 @@
  *   `response.content_part.done`, `response.output_item.done`; each `tool_use` block a `function_call` item (its
  *   `response.function_call_arguments.delta`s and `.done`) or, for a custom tool, a `custom_tool_call` item whose
  *   `input` is the call's `input`; then `response.completed`, or `response.incomplete` with `incomplete_details.reason:
- *   max_output_tokens` at Anthropic's `max_tokens`), each with its `sequence_number`. Usage: `input_tokens` the input
+ *   max_output_tokens` at Anthropic's `max_tokens`, `content_filter` at its `refusal`), each with its `sequence_number`. Usage: `input_tokens` the input
  *   with cache writes and reads, `input_tokens_details.cached_tokens` the reads and `cache_write_tokens` the writes.
  *   An error in the stream is `response.failed` (its `error.code`: `context_length_exceeded`, `rate_limit_exceeded`,
  *   `server_is_overloaded`, else the Anthropic type).
@@ -221,9 +221,18 @@ const messageItem = (id: string, text: string, status = "completed"): Json => ({
   content: [{ type: "output_text", text, annotations: [] }]
 })
 
-/** The response's status fields for Anthropic's stop reason. */
+/**
+ * The response's status fields for Anthropic's stop reason: `incomplete` with `incomplete_details.reason`
+ * `max_output_tokens` at `max_tokens` (or the model's window), `content_filter` at a `refusal` (OpenAI's form of a
+ * response its filter stopped; before, a refusal was a `completed` response without output, which Codex ended the
+ * turn on silently, the refusal lost), else `completed`.
+ */
 const statusOf = (stop: unknown): Json =>
-  stop === "max_tokens" || stop === "model_context_window_exceeded" ? { status: "incomplete", incomplete_details: { reason: "max_output_tokens" } } : { status: "completed", incomplete_details: null }
+  stop === "max_tokens" || stop === "model_context_window_exceeded"
+    ? { status: "incomplete", incomplete_details: { reason: "max_output_tokens" } }
+    : stop === "refusal"
+    ? { status: "incomplete", incomplete_details: { reason: "content_filter" } }
+    : { status: "completed", incomplete_details: null }
 
 /**
  * A whole Anthropic answer as a Responses `response` (`model`: the agent's): each text block a `message` item, each
