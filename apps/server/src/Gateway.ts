@@ -347,7 +347,11 @@ const offloads: Partial<Record<string, GatewayOffload.Offload>> = {
   "openai-chat": GatewayChatOffload.offload
 }
 
-/** The most `thread_read` rounds the gateway answers for one agent request (then the reply goes to the agent). */
+/**
+ * The most `thread_read` rounds the gateway continues for one agent request: a reply after them that still calls only
+ * `thread_read` is answered as reads beside the agent's calls are (`Offload.besideOf` with `alone`), and the agent
+ * gets it without the calls.
+ */
 const maxReadHops = 8
 
 /** `reply` with the usage of the hidden hops (answered `thread_read` rounds) added to its own. */
@@ -788,7 +792,9 @@ export const layer = (options: GatewayOptions) =>
             if (ok && status >= 200 && status < 300 && outBody !== null && offloader?.besideOf !== undefined && offloader.withContent !== undefined && ownsReads) {
               const reply = parseJson(new TextDecoder().decode(bytesBack))
               const content = isRecord(reply) ? offloader.contentOfBody(reply) : null
-              const found = content === null ? null : offloader.besideOf(content)
+              // After the last round the gateway answers, a reply that still calls only thread_read is answered the same
+              // way (the agent never gets the call; the reply without it ends the turn).
+              const found = content === null ? null : offloader.besideOf(content, hidden.length >= maxReadHops)
               if (isRecord(reply) && content !== null && found !== null) {
                 beside = { answers: yield* answerReads(found.reads, outBody, content), content }
                 bytesBack = new TextEncoder().encode(JSON.stringify(offloader.withContent(reply, found.visible)))
@@ -835,7 +841,7 @@ export const layer = (options: GatewayOptions) =>
               Stream.filter((text) => text !== ""),
               Stream.map((text) => encoder.encode(text)),
               Stream.concat(Stream.unwrap(Effect.gen(function*() {
-                const end = hop.end()
+                const end = hop.end(hops.length > maxReadHops)
                 if (end._tag === "beside") {
                   // Answered here; the agent gets the message without the calls (the record keeps them, `finish`).
                   beside = { answers: yield* answerReads(end.reads, body, end.content), content: end.content }

@@ -123,20 +123,23 @@ export const readsOf = (content: unknown): ReadonlyArray<GatewayOffload.Read> | 
 
 /**
  * The `thread_read` calls of a reply (`content`: the one assistant message) beside calls of the agent's own tools (at
- * least one of each; `null` otherwise), and the message without them (what the agent receives).
+ * least one of each; `null` otherwise), and the message without them (what the agent receives: without `tool_calls`
+ * when none is left). `alone`: also when every call is a `thread_read` (the last round, `Offload.besideOf`).
  */
-export const besideOf = (content: unknown): GatewayOffload.Beside | null => {
+export const besideOf = (content: unknown, alone = false): GatewayOffload.Beside | null => {
   const message = Array.isArray(content) ? content[0] : undefined
   if (!isRecord(message) || !Array.isArray(message.tool_calls)) return null
   const calls = message.tool_calls.filter(isRecord)
   const reads = calls.filter((c) => fnOf(c).name === ThreadRead.definition.name && typeof c.id === "string")
-  if (reads.length === 0 || reads.length === calls.length) return null
+  if (reads.length === 0 || (reads.length === calls.length && !alone)) return null
+  const { tool_calls: _, ...rest } = message
+  const left = message.tool_calls.filter((c) => !reads.includes(c as Record<string, unknown>))
   return {
     reads: reads.map((c) => {
       const args = fnOf(c).arguments
       return { id: c.id as string, input: typeof args === "string" ? parseJson(args) ?? {} : args ?? {} }
     }),
-    visible: [{ ...message, tool_calls: message.tool_calls.filter((c) => !reads.includes(c as Record<string, unknown>)) }]
+    visible: [left.length === 0 ? rest : { ...message, tool_calls: left }]
   }
 }
 
@@ -148,7 +151,13 @@ export const withContent = (body: Record<string, unknown>, content: ReadonlyArra
   const choice = choices[at]
   const own = isRecord(choice) ? choice.message : undefined
   if (!isRecord(message) || !isRecord(choice) || !isRecord(own)) return body
-  return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, message: { ...own, tool_calls: message.tool_calls } } : c)) }
+  if (Array.isArray(message.tool_calls)) {
+    return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, message: { ...own, tool_calls: message.tool_calls } } : c)) }
+  }
+  // No call left (the last round's reads taken out): the answer ended its turn.
+  const { tool_calls: _, ...without } = own
+  const finish = choice.finish_reason === "tool_calls" ? { finish_reason: "stop" } : {}
+  return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, ...finish, message: without } : c)) }
 }
 
 /** The `tool` messages of the gateway's answers to `thread_read` calls. */
@@ -270,20 +279,25 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       }
       return out
     },
-    end: () => {
+    end: (last = false) => {
       const text = held === null ? "" : held.map((h) => h.text).join("")
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = contentOf()
       const reads = readsOf(content)
-      if (reads !== null) return { _tag: "reads", reads, content, nextOffset: 0, held: text, head }
-      const beside = besideOf(content)
+      if (reads !== null && !last) return { _tag: "reads", reads, content, nextOffset: 0, held: text, head }
+      const beside = besideOf(content, last)
       if (beside === null) return { _tag: "release", held: text }
+      const noCall = !beside.visible.some((m) => isRecord(m) && Array.isArray(m.tool_calls))
       // The `index` of each thread_read call: its deltas are left out, the calls after it numbered down.
       const hidden = new Set([...names].filter(([, name]) => name === ThreadRead.definition.name).map(([at]) => at))
       const shown = held.flatMap((h) => {
         const data = h.data
         const choices = data !== null && Array.isArray(data.choices) ? data.choices : []
         const at = choices.findIndex((c) => isRecord(c) && (c.index ?? 0) === 0 && isRecord(c.delta) && Array.isArray(c.delta.tool_calls))
+        if (data !== null && at < 0 && noCall && choices.some((c) => isRecord(c) && c.finish_reason === "tool_calls")) {
+          const stopped = choices.map((c) => (isRecord(c) && c.finish_reason === "tool_calls" ? { ...c, finish_reason: "stop" } : c))
+          return [encodeEvent(h.event, JSON.stringify({ ...data, choices: stopped }))]
+        }
         if (data === null || at < 0) return [h.text]
         const choice = choices[at] as Record<string, unknown> & { delta: Record<string, unknown> & { tool_calls: Array<unknown> } }
         const calls = choice.delta.tool_calls.flatMap((c, k) => {
@@ -296,7 +310,8 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         const { tool_calls: _, ...delta } = choice.delta
         // A chunk that carried only the hidden calls' deltas is left out.
         if (calls.length === 0 && Object.keys(delta).length === 0 && choice.finish_reason == null && data.usage == null && choices.length === 1) return []
-        const out = { ...data, choices: choices.map((c, i) => (i === at ? { ...choice, delta: calls.length === 0 ? delta : { ...delta, tool_calls: calls } } : c)) }
+        const finish = noCall && choice.finish_reason === "tool_calls" ? { finish_reason: "stop" } : {}
+        const out = { ...data, choices: choices.map((c, i) => (i === at ? { ...choice, ...finish, delta: calls.length === 0 ? delta : { ...delta, tool_calls: calls } } : c)) }
         return [encodeEvent(h.event, JSON.stringify(out))]
       })
       return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }

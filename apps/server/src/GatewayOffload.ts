@@ -690,13 +690,14 @@ export interface Beside {
 
 /**
  * The `thread_read` calls of a reply's content beside calls of the agent's own tools (at least one of each; `null`
- * otherwise): the gateway answers them itself and the agent gets the content without them (`Beside`).
+ * otherwise): the gateway answers them itself and the agent gets the content without them (`Beside`). `alone`: also
+ * when every call is a `thread_read` (the last round an answer may take, `Offload.besideOf`).
  */
-export const besideOf = (content: unknown): Beside | null => {
+export const besideOf = (content: unknown, alone = false): Beside | null => {
   if (!Array.isArray(content)) return null
   const uses = content.filter((b): b is Record<string, unknown> => isRecord(b) && b.type === "tool_use")
   const reads = uses.filter((b) => b.name === ThreadRead.definition.name && typeof b.id === "string")
-  if (reads.length === 0 || reads.length === uses.length) return null
+  if (reads.length === 0 || (reads.length === uses.length && !alone)) return null
   return { reads: reads.map((b) => ({ id: b.id as string, input: b.input })), visible: content.filter((b) => !reads.includes(b)) }
 }
 
@@ -799,8 +800,12 @@ export type HopEnd =
 export interface Hop {
   /** Feeds upstream bytes; returns the text to send to the agent now. */
   readonly push: (chunk: Uint8Array) => string
-  /** The hop's end (call when the upstream stream has ended). */
-  readonly end: () => HopEnd
+  /**
+   * The hop's end (call when the upstream stream has ended). `last`: the answer may take no more rounds, so a hop
+   * whose every call is a `thread_read` ends `beside` (answered, the agent gets the message without the calls and its
+   * stop reason without a call: `end_turn`, `stop`), never `reads`.
+   */
+  readonly end: (last?: boolean) => HopEnd
   /** The hop's message content as the upstream sent it (empty before its stream completed). */
   readonly content: () => ReadonlyArray<unknown>
   /** The hop's own usage (its `message_start` and `message_delta`), when its stream completed. */
@@ -873,7 +878,7 @@ export const makeHop = (offset: number, first: boolean): Hop => {
       }
       return out
     },
-    end: () => {
+    end: (last = false) => {
       if (broken) return { _tag: "release", held: "" }
       const text = held === null ? "" : held.map((h) => h.text).join("")
       const outcome = assembler.outcome()
@@ -881,9 +886,10 @@ export const makeHop = (offset: number, first: boolean): Hop => {
       const message = outcome.reply.messages[0]?.message
       const content = isRecord(message) && Array.isArray(message.content) ? message.content : []
       const reads = readsOf(content)
-      if (reads !== null) return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
-      const beside = besideOf(content)
+      if (reads !== null && !last) return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
+      const beside = besideOf(content, last)
       if (beside === null) return { _tag: "release", held: text }
+      const noCall = !beside.visible.some((b) => isRecord(b) && b.type === "tool_use")
       // The upstream's indexes of the thread_read blocks: their events are left out, the later blocks numbered down.
       const hidden = new Set<number>()
       for (const h of held) {
@@ -892,6 +898,9 @@ export const makeHop = (offset: number, first: boolean): Hop => {
       }
       const shown = held.flatMap((h) => {
         const index = h.data !== null && String(h.data.type).startsWith("content_block") && typeof h.data.index === "number" ? h.data.index : null
+        if (noCall && h.data?.type === "message_delta" && isRecord(h.data.delta) && h.data.delta.stop_reason === "tool_use") {
+          return [encodeEvent(h.event, JSON.stringify({ ...h.data, delta: { ...h.data.delta, stop_reason: "end_turn" } }))]
+        }
         if (index === null) return [h.text]
         if (hidden.has(index)) return []
         let before = 0
@@ -940,9 +949,11 @@ export interface Offload {
   readonly readsOf: (content: unknown) => ReadonlyArray<Read> | null
   /**
    * The `thread_read` calls of a reply's content beside the agent's own calls (`null`: none, or not both), answered
-   * by the gateway, and the content the agent gets. Absent: such a reply goes to the agent as it is.
+   * by the gateway, and the content the agent gets. `alone`: also a reply whose every call is a `thread_read` (the
+   * last round an answer may take: answered like reads beside the agent's calls, so the agent never gets the call).
+   * Absent: such a reply goes to the agent as it is.
    */
-  readonly besideOf?: ((content: unknown) => Beside | null) | undefined
+  readonly besideOf?: ((content: unknown, alone?: boolean) => Beside | null) | undefined
   /** A whole answer's body with another content (the agent's, `besideOf`'s `visible`). */
   readonly withContent?: ((body: Record<string, unknown>, content: ReadonlyArray<unknown>) => Record<string, unknown>) | undefined
   readonly continuation: (body: Record<string, unknown>, content: ReadonlyArray<unknown>, answers: ReadonlyArray<Answer>) => Record<string, unknown>
@@ -978,7 +989,12 @@ export const anthropic: Offload = {
   },
   readsOf,
   besideOf,
-  withContent: (body, content) => ({ ...body, content }),
+  // Without a call left (the last round's reads taken out) the answer ended its turn.
+  withContent: (body, content) => ({
+    ...body,
+    content,
+    ...(body.stop_reason === "tool_use" && !content.some((b) => isRecord(b) && b.type === "tool_use") ? { stop_reason: "end_turn" } : {})
+  }),
   continuation,
   sendable: withMovedBreakpoint,
   hop: (previous) => makeHop(previous === null ? 0 : previous.nextOffset, previous === null),

@@ -121,13 +121,14 @@ const isRead = (item: unknown): item is Record<string, unknown> => isRecord(item
 
 /**
  * The `thread_read` calls of a response's output items beside calls of the agent's own tools (at least one of each;
- * `null` otherwise), read as `readsOf` reads them, and the items without them (what the agent receives).
+ * `null` otherwise), read as `readsOf` reads them, and the items without them (what the agent receives). `alone`: also
+ * when every call is a `thread_read` (the last round, `Offload.besideOf`).
  */
-export const besideOf = (items: unknown): GatewayOffload.Beside | null => {
+export const besideOf = (items: unknown, alone = false): GatewayOffload.Beside | null => {
   if (!Array.isArray(items)) return null
   const calls = items.filter((i): i is Record<string, unknown> => isRecord(i) && isCall(i))
   const reads = calls.filter(isRead)
-  if (reads.length === 0 || reads.length === calls.length) return null
+  if (reads.length === 0 || (reads.length === calls.length && !alone)) return null
   return {
     reads: reads.map(readOf),
     visible: items.filter((i) => !reads.includes(i as Record<string, unknown>))
@@ -271,13 +272,13 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       }
       return out
     },
-    end: () => {
+    end: (last = false) => {
       if (broken) return { _tag: "release", held: "" }
       const text = held === null ? "" : held.map((h) => h.text).join("")
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = itemsOf()
       const reads = readsOf(content)
-      if (reads !== null) {
+      if (reads !== null && !last) {
         return {
           _tag: "reads",
           reads,
@@ -289,7 +290,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           head
         }
       }
-      const beside = besideOf(content)
+      const beside = besideOf(content, last)
       if (beside === null) return { _tag: "release", held: text }
       // The agent-visible `output_index` of each thread_read call: its events are left out, the items after it
       // numbered down, the sequence numbers continued without gaps, and the final output without the calls.

@@ -1,0 +1,131 @@
+/**
+ * An upstream that keeps calling only `thread_read` past the rounds the gateway continues for one agent request (8; a
+ * model paging through a long original makes that many): the agent never gets the call. The reply after the last
+ * round is answered as reads beside the agent's calls are (the gateway answers the reads, records the round for the
+ * agent's next request) and reaches the agent without the call, its stop reason without a call (`end_turn`, `stop`).
+ * On each endpoint, streamed and whole. Before, that reply went to the agent as it came: a `thread_read` call, a tool
+ * the agent does not have (Claude Code answers "No such tool available"), recorded in the thread as the agent's.
+ */
+import { HttpClientRequest } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { adminToken, client, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+
+type Json = Record<string, unknown>
+const usage = { input: 900, cacheWrite: 0, cacheRead: 0, output: 20 }
+const output = "hello output ".repeat(60)
+const read = (i: number): ModelApi.Call => ({ id: `call_r${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "tool:call_a", offset: i }) })
+
+/** A whole answer of `kind` calling `call` (Anthropic, Responses and Chat Completions bodies). */
+const whole = (kind: ModelApi.Kind, call: ModelApi.Call): ModelApi.Reply => {
+  const body = kind === "anthropic-messages"
+    ? { id: "msg_w", type: "message", role: "assistant", model: "m", content: [{ type: "tool_use", id: call.id, name: call.name, input: JSON.parse(call.arguments) }], stop_reason: "tool_use", stop_sequence: null, usage: { input_tokens: 900, output_tokens: 20 } }
+    : kind === "openai-responses"
+    ? { id: "resp_w", object: "response", status: "completed", output: [{ type: "function_call", id: `fc_${call.id}`, call_id: call.id, name: call.name, arguments: call.arguments, status: "completed" }], usage: { input_tokens: 900, output_tokens: 20, total_tokens: 920 } }
+    : { id: "chatcmpl-w", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [{ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } }] }, finish_reason: "tool_calls" }], usage: { prompt_tokens: 900, completion_tokens: 20 } }
+  return { status: 200, contentType: "application/json", body: JSON.stringify(body) }
+}
+
+/** Each endpoint's request: a history whose tool result `call_a` is what the reads read. */
+const cases = [
+  {
+    kind: "anthropic-messages" as const,
+    path: "/v1/messages",
+    headers: { "x-api-key": adminToken, "anthropic-version": "2023-06-01" },
+    body: {
+      model: "m-1",
+      max_tokens: 1_000,
+      tools: [{ name: "Bash", description: "Run", input_schema: { type: "object", properties: { command: { type: "string" } } } }],
+      messages: [
+        { role: "user", content: "run it" },
+        { role: "assistant", content: [{ type: "tool_use", id: "call_a", name: "Bash", input: { command: "echo" } }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "call_a", content: output }] }
+      ]
+    },
+    stop: (text: string, streamed: boolean) => streamed ? /"stop_reason":"([a-z_]+)"/.exec(text.slice(text.lastIndexOf("message_delta")))?.[1] : (JSON.parse(text) as Json).stop_reason
+  },
+  {
+    kind: "openai-responses" as const,
+    path: "/v1/responses",
+    headers: { authorization: `Bearer ${adminToken}` },
+    body: {
+      model: "m-1",
+      tools: [{ type: "function", name: "shell", description: "Run", parameters: { type: "object", properties: { command: { type: "string" } } } }],
+      input: [
+        { type: "message", role: "user", content: [{ type: "input_text", text: "run it" }] },
+        { type: "function_call", call_id: "call_a", name: "shell", arguments: "{\"command\":\"echo\"}" },
+        { type: "function_call_output", call_id: "call_a", output }
+      ]
+    },
+    stop: () => undefined
+  },
+  {
+    kind: "openai-chat" as const,
+    path: "/v1/chat/completions",
+    headers: { authorization: `Bearer ${adminToken}` },
+    body: {
+      model: "m-1",
+      tools: [{ type: "function", function: { name: "bash", description: "Run", parameters: { type: "object", properties: { command: { type: "string" } } } } }],
+      messages: [
+        { role: "user", content: "run it" },
+        { role: "assistant", content: null, tool_calls: [{ id: "call_a", type: "function", function: { name: "bash", arguments: "{\"command\":\"echo\"}" } }] },
+        { role: "tool", tool_call_id: "call_a", content: output }
+      ]
+    },
+    stop: (text: string, streamed: boolean) =>
+      streamed
+        ? [...text.matchAll(/"finish_reason":"([a-z_]+)"/g)].map((m) => m[1]).at(-1)
+        : ((JSON.parse(text) as { choices: Array<Json> }).choices[0]!.finish_reason)
+  }
+]
+
+describe("Gateway, a reply that still calls only thread_read after the last round", () => {
+  for (const c of cases) {
+    for (const streamed of [true, false]) {
+      it.live(`${c.kind} (${streamed ? "streamed" : "whole"}): the agent never gets the call, its turn ends, the record holds none`, () =>
+        Effect.scoped(Effect.gen(function*() {
+          const upstream = yield* ModelApi.start
+          const settings = yield* settingsFor([instance("up", c.kind, upstream, { contextWindow: 200_000 })], { TEST_MODEL_KEY: marker }, undefined, {
+            gateway: { routes: [{ model: "m-*", provider: "up" }] }
+          })
+          yield* Effect.gen(function*() {
+            for (let i = 0; i < 9; i++) upstream.enqueue(streamed ? ModelApi.answer(c.kind, "", usage, [read(i)]) : whole(c.kind, read(i)))
+            const answer = yield* raw(HttpClientRequest.post(c.path).pipe(
+              HttpClientRequest.setHeaders(c.headers),
+              HttpClientRequest.bodyText(JSON.stringify({ ...c.body, stream: streamed }), "application/json")
+            ))
+            expect(answer.status).toBe(200)
+            // The first request and 8 continuations.
+            expect(upstream.requests).toHaveLength(9)
+            // Before the fix: the ninth reply's thread_read call reached the agent.
+            expect(answer.text).not.toContain("thread_read")
+            expect(answer.text).not.toContain("call_r8")
+            if (c.kind === "anthropic-messages") expect(c.stop(answer.text, streamed)).toBe("end_turn")
+            if (c.kind === "openai-chat") expect(c.stop(answer.text, streamed)).toBe("stop")
+            // The record holds the agent's conversation, no thread_read call in it; the run completed.
+            const api = yield* client()
+            const threads = (yield* api.threads.list({ urlParams: {} })).threads
+            expect(threads).toHaveLength(1)
+            const items = (yield* api.items.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).items
+            expect(items.map((i) => i.kind)).toEqual(["user_message", "tool_call", "tool_result"])
+            const runs = (yield* api.runs.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).runs
+            expect(runs.map((r) => r.status)).toEqual(["completed"])
+            if (c.kind === "openai-chat") {
+              // The ninth read was answered by the gateway: when the agent goes on, the upstream gets it answered
+              // (the agent's echo of the message it received, `content: ""`, is expanded into the rounds).
+              upstream.enqueue(ModelApi.answer(c.kind, "done", usage))
+              const more = yield* raw(HttpClientRequest.post(c.path).pipe(
+                HttpClientRequest.setHeaders(c.headers),
+                HttpClientRequest.bodyText(JSON.stringify({ ...c.body, messages: [...c.body.messages!, { role: "assistant", content: "" }, { role: "user", content: "go on" }], stream: true }), "application/json")
+              ))
+              expect(more.status).toBe(200)
+              const sent = JSON.parse(upstream.requests.at(-1)!.body) as { messages: Array<Json> }
+              expect(sent.messages.filter((m) => m.role === "tool").map((m) => m.tool_call_id)).toEqual(["call_a", ...Array.from({ length: 9 }, (_, i) => `call_r${i}`)])
+            }
+          }).pipe(Effect.provide(serveSettings(settings)))
+        })), { timeout: 60_000 })
+    }
+  }
+})
