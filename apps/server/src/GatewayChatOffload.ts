@@ -234,8 +234,13 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   /** The name of each tool call so far, by `index`. */
   const names = new Map<number, string>()
   const slotOf = GatewayChat.callSlots()
-  /** The held chunks: the event's name, the chunk as encoded (`null`: not JSON) and its text. */
-  let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
+  /**
+   * The held chunks: the event's name, the chunk as encoded (`null`: not JSON), its text, and the call (`names`'
+   * key) of each of its choice's `tool_calls` deltas.
+   */
+  let held:
+    | Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string; readonly slots?: ReadonlyArray<number> }>
+    | null = null
   const contentOf = () => {
     const outcome = assembler.outcome()
     const message = outcome._tag === "completed" ? outcome.reply.messages[0]?.message : undefined
@@ -254,16 +259,22 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         }
         if (first && head === undefined && typeof data.id === "string") head = { id: data.id, ...(data.created !== undefined ? { created: data.created } : {}) }
         const before = held === null
-        if (held === null) {
-          const choice = Array.isArray(data.choices) ? data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
-          const delta = isRecord(choice) && isRecord(choice.delta) ? choice.delta : {}
-          for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
-            if (!isRecord(c)) continue
-            const at = slotOf(c)
-            const name = (names.get(at) ?? "") + (typeof fnOf(c).name === "string" ? fnOf(c).name as string : "")
-            names.set(at, name)
-            if (name === ThreadRead.definition.name) held = []
+        // Every call's name, held or not: a thread_read call that starts after the first (read, the agent's call,
+        // read, each in chunks of its own as OpenAI streams them) is left out too (before, only the calls begun
+        // before the hold were named, and such a second read reached the agent).
+        const choice = Array.isArray(data.choices) ? data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+        const delta = isRecord(choice) && isRecord(choice.delta) ? choice.delta : {}
+        const slots: Array<number> = []
+        for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+          if (!isRecord(c)) {
+            slots.push(-1)
+            continue
           }
+          const at = slotOf(c)
+          slots.push(at)
+          const name = (names.get(at) ?? "") + (typeof fnOf(c).name === "string" ? fnOf(c).name as string : "")
+          names.set(at, name)
+          if (held === null && name === ThreadRead.definition.name) held = []
         }
         const sent = (d: Record<string, unknown>) => (first || head === undefined ? d : joined(d, head))
         const encode = (d: Record<string, unknown>, raw: string | null) =>
@@ -273,9 +284,9 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           // The chunk that starts the hidden call also carries text: the text goes on (the agent assembles it before
           // the continuation's), the rest of the chunk is held.
           out += encode(split.visible, null)
-          held!.push({ event: m.event, data: sent(split.rest), text: encode(split.rest, null) })
+          held!.push({ event: m.event, data: sent(split.rest), text: encode(split.rest, null), slots })
         } else if (held === null) out += encode(data, m.data)
-        else held.push({ event: m.event, data: sent(data), text: encode(data, m.data) })
+        else held.push({ event: m.event, data: sent(data), text: encode(data, m.data), slots })
       }
       return out
     },
@@ -301,7 +312,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         if (data === null || at < 0) return [h.text]
         const choice = choices[at] as Record<string, unknown> & { delta: Record<string, unknown> & { tool_calls: Array<unknown> } }
         const calls = choice.delta.tool_calls.flatMap((c, k) => {
-          const index = isRecord(c) && typeof c.index === "number" ? c.index : k
+          const index = h.slots?.[k] ?? (isRecord(c) && typeof c.index === "number" ? c.index : k)
           if (hidden.has(index)) return []
           let before = 0
           for (const i of hidden) if (i < index) before++
