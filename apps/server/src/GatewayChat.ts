@@ -60,6 +60,19 @@ export const callSlots = (): (call: Record<string, unknown>) => number => {
   }
 }
 
+/**
+ * A streamed tool call's `extra_content` so far with a delta's merged in (records merged key by key, other values
+ * replaced; `undefined` while none came). Google's OpenAI-compatible endpoint sends a call's
+ * `extra_content.google.thought_signature` in a delta (possibly one of its own), and Gemini 3 expects it back on the
+ * assistant's call in the next request: the assembled call keeps it, so a continuation after `thread_read` carries it.
+ */
+export const mergeExtra = (so: Record<string, unknown> | undefined, delta: unknown): Record<string, unknown> | undefined => {
+  if (!isRecord(delta)) return so
+  const out: Record<string, unknown> = { ...so }
+  for (const [k, v] of Object.entries(delta)) out[k] = isRecord(v) && isRecord(out[k]) ? mergeExtra(out[k], v) : v
+  return out
+}
+
 /** Whether `m` is a system prompt message. */
 const isSystem = (m: unknown) => isRecord(m) && (m.role === "system" || m.role === "developer")
 
@@ -71,7 +84,7 @@ export const replyAssembler = (): Assembler => {
   const decoder = Sse.makeDecoder()
   let content = ""
   let refusal: string | null = null
-  const calls: Array<{ id: string; name: string; arguments: string }> = []
+  const calls: Array<{ id: string; name: string; arguments: string; extra?: Record<string, unknown> | undefined }> = []
   const slotOf = callSlots()
   let finished = false
   let usage: Record<string, unknown> | null = null
@@ -104,6 +117,7 @@ export const replyAssembler = (): Assembler => {
       const fn = isRecord(c.function) ? c.function : {}
       if (typeof fn.name === "string") call.name += fn.name
       if (typeof fn.arguments === "string") call.arguments += fn.arguments
+      if (c.extra_content !== undefined) call.extra = mergeExtra(call.extra, c.extra_content)
     }
     if (typeof choice.finish_reason === "string") finished = true
   }
@@ -117,7 +131,12 @@ export const replyAssembler = (): Assembler => {
       const message: Record<string, unknown> = { role: "assistant", content: content === "" ? null : content }
       if (refusal !== null) message.refusal = refusal
       const made = calls.filter((c) => c !== undefined)
-      if (made.length > 0) message.tool_calls = made.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }))
+      if (made.length > 0) message.tool_calls = made.map((c) => ({
+          id: c.id,
+          type: "function",
+          function: { name: c.name, arguments: c.arguments },
+          ...(c.extra === undefined ? {} : { extra_content: c.extra })
+        }))
       return { _tag: "completed", reply: { messages: [{ id: null, message }], tokens: usage === null ? null : tokensOf(usage) } }
     }
   }

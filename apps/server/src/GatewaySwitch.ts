@@ -612,7 +612,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   /** Whether this hop's stream carried a JSON chunk: `[DONE]` after none is no answer, not an empty message. */
   let answered = false
   let text = ""
-  const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean; sent?: boolean }>()
+  const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean; sent?: boolean; extra?: Record<string, unknown> | undefined }>()
   let slotOf = GatewayChat.callSlots()
   let pending: ReadonlyArray<HiddenCall> | null = null
   const out: Array<string> = []
@@ -716,6 +716,8 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
         calls.set(callIndex, call)
       }
       if (typeof fn.arguments === "string") call.arguments += fn.arguments
+      // Gemini's thought signature goes back on the call in a continuation (`GatewayChat.mergeExtra`).
+      if (c.extra_content !== undefined) call.extra = GatewayChat.mergeExtra(call.extra, c.extra_content)
       // Sent whole at the end (`sendCalls`); a hidden tool's call (thread_read, answered by the gateway) never.
     }
     if (choice.finish_reason !== undefined && choice.finish_reason !== null) {
@@ -734,7 +736,12 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
     assistant: () => ({
       role: "assistant",
       content: text === "" ? null : text,
-      tool_calls: [...calls.values()].map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } }))
+      tool_calls: [...calls.values()].map((c) => ({
+        id: c.id,
+        type: "function",
+        function: { name: c.name, arguments: c.arguments },
+        ...(c.extra === undefined ? {} : { extra_content: c.extra })
+      }))
     }),
     next: () => {
       earlier.push(usage)

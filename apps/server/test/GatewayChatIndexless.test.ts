@@ -5,7 +5,9 @@
  * a `tool_use` block of its own with its whole input (before: a missing `index` was 0, so the parallel calls became
  * one call named after the first, its arguments the glued `{…}{…}`, parsed to `{}`, and the second call was lost); on
  * the pass-through path the thread records the calls as made (before: each indexless delta was a call of its own, so
- * a call's later argument pieces were recorded as calls without a name).
+ * a call's later argument pieces were recorded as calls without a name). And a hidden `thread_read` round's
+ * continuation sends the call back with the `extra_content` (Gemini 3's `thought_signature`) its deltas carried,
+ * which Gemini expects on the assistant's call (before, the assembled call dropped it).
  */
 import type { Item } from "@baton/contracts"
 import { HttpClientRequest } from "@effect/platform"
@@ -112,5 +114,42 @@ describe("Gateway, streamed tool calls without an index", () => {
           ["tool_call", "{\"file_path\":\"/a.txt\"}"],
           ["tool_call", "{\"command\":\"ls\"}"]
         ])
+      })), { timeout: 60_000 })
+
+  it.live("a hidden thread_read round's continuation carries the call's thought signature (pass-through and switched)", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        const signature = { google: { thought_signature: "c2lnbmF0dXJl" } }
+        // The call (no index), then its signature in a metadata-only delta, as Gemini streams them.
+        const reads = [[call("call_r", "thread_read", "{\"refs\":\"#1\"}")], [{ id: "call_r", extra_content: signature }]]
+        const send = (path: string, headers: Record<string, string>, body: Json) =>
+          raw(HttpClientRequest.post(path).pipe(HttpClientRequest.setHeaders(headers), HttpClientRequest.bodyText(JSON.stringify(body), "application/json")))
+        // Pass-through (/v1/chat/completions), then switched (/v1/messages).
+        chat.enqueue(indexless(reads), ModelApi.answer("openai-chat", "It says hi.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 2 }))
+        const passed = yield* send("/v1/chat/completions", { authorization: `Bearer ${adminToken}`, "x-session-id": "p" }, {
+          model: "gemini-3",
+          stream: true,
+          tools: [{ type: "function", function: { name: "bash", description: "Run", parameters: { type: "object", properties: {} } } }],
+          messages: [{ role: "user", content: "hi" }]
+        })
+        expect(passed.status).toBe(200)
+        expect(passed.text).not.toContain("thread_read")
+        chat.enqueue(indexless(reads), ModelApi.answer("openai-chat", "It says hi.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 2 }))
+        const switched = yield* send("/v1/messages", { "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "s" }, {
+          model: "gemini-3",
+          max_tokens: 500,
+          stream: true,
+          tools: [{ name: "Bash", description: "Run", input_schema: { type: "object", properties: {} } }],
+          messages: [{ role: "user", content: "hi" }]
+        })
+        expect(switched.status).toBe(200)
+        expect(switched.text).not.toContain("thread_read")
+        expect(chat.requests).toHaveLength(4)
+        for (const continued of [chat.requests[1]!, chat.requests[3]!]) {
+          const messages = (JSON.parse(continued.body) as { messages: Array<Json> }).messages
+          const assistant = messages.find((m) => m.role === "assistant")!
+          // Before the fix: the call without its extra_content.
+          expect((assistant.tool_calls as Array<Json>).map((c) => c.extra_content)).toEqual([signature])
+        }
       })), { timeout: 60_000 })
 })
