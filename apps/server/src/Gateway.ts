@@ -65,7 +65,6 @@ import { refuseAfterDrain } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
-import * as EventStream from "./EventStream.js"
 import * as GatewayMedia from "./GatewayMedia.js"
 import { type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
@@ -76,6 +75,7 @@ import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
 import * as GatewaySwitched from "./GatewaySwitched.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
 import * as ServerConfig from "./ServerConfig.js"
+import * as ServerShutdown from "./ServerShutdown.js"
 
 /** Tokens an answer's framing adds beside its text (the result block or item, its call id). */
 const answerOverhead = 16
@@ -388,8 +388,9 @@ export const layer = (options: GatewayOptions) =>
       const threadOffload = yield* ThreadOffload.ThreadOffload
       const scope = yield* Effect.scope
       const http = yield* HttpClient.HttpClient
-      /** Whether the server's shutdown has begun (an answer stopped then was stopped by it). */
-      const stopped = GatewayDialect.stoppedOf(yield* EventStream.Stopping)
+      const shutdown = yield* ServerShutdown.ServerShutdown
+      /** Whether the shutdown's deadline has come (an answer stopped then was cut by it, not by its agent). */
+      const stopped = GatewayDialect.stoppedOf(shutdown.cutting)
       const unended = (u: GatewayDialect.Unended): GatewayThreads.Outcome => ({ _tag: "ended", ...u })
       // The read-only token is known (so its refusal says what it is) but never granted: a gateway request writes.
       const digests = {
@@ -520,6 +521,9 @@ export const layer = (options: GatewayOptions) =>
           if (target === undefined) {
             return dialect.refuse("unrouted", `model: ${model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
           }
+          // From here on the request is forwarded and recorded: the shutdown waits for its outcome's record (the
+          // request's scope closes once its answer is sent or cut and that outcome recorded; `ServerShutdown`).
+          if (record) yield* shutdown.holdScoped
           // Codex's compaction requests (`/responses/compact`) are never switched (their answer is no Responses turn).
           const switchWire = upstreamPath === "/responses/compact" ? undefined : GatewaySwitchWire.forRoute(dialect.kind, target.config.kind)
           if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
@@ -677,6 +681,8 @@ export const layer = (options: GatewayOptions) =>
             // joined it answered 500 in place of the upstream's answer (review r39b). An interruption stays one.
             Effect.map(Option.some),
             Effect.catchAllCause((cause) => Cause.isInterruptedOnly(cause) ? Effect.interrupt : Effect.succeed(Option.none())),
+            // Waited for by the shutdown too (its handler may be gone: an agent that hung up on a whole answer).
+            shutdown.hold,
             Effect.forkDaemon
           )
           const recorded: Effect.Effect<Option.Option<{ readonly begun: GatewayThreads.Begun; readonly settled: boolean }>> = recording === null

@@ -72,7 +72,7 @@ export interface Input {
    * (see `serve`). Absent: such calls are dropped unanswered.
    */
   readonly offload?: GatewayOffload.Offload | undefined
-  /** Whether the server's shutdown has begun (`GatewayDialect.stoppedOf`): an answer stopped then was stopped by it. */
+  /** Whether the shutdown's deadline has come (`GatewayDialect.stoppedOf`): an answer stopped then was cut by it. */
   readonly stopped: Effect.Effect<boolean>
 }
 

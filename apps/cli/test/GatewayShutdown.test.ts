@@ -1,0 +1,149 @@
+/**
+ * `baton serve` stopped (SIGTERM) while an agent's answer streams through the gateway, then started again on the same
+ * data directory (issue 14, docs/gateway.md "Forward first, record alongside").
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { frame, loopback, type Reply, sse } from "../../../packages/providers/test/support/Loopback.js"
+import { anthropicInstance, callWith, serveBaton } from "./support/Served.js"
+
+const token = "admin-token-0123456789abcdef"
+
+/** Starts `baton serve --port 0 --config FILE --data-dir DIR`; waits for its URL. */
+const serve = (config: string, dataDir: string) =>
+  serveBaton(["--port", "0", "--config", config, "--data-dir", dataDir], { env: { TEST_MODEL_KEY: "sk-test-0123456789" } })
+
+const call = callWith(token)
+
+/** An Anthropic answer: its head, pings `gapMillis` apart for about `millis`, then `text` and the end of the message. */
+const answer = (text: string, millis: number, gapMillis = 100): Reply =>
+  sse(frame("anthropic-messages", [
+    `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-sonnet-4-5","usage":{"input_tokens":50,"output_tokens":1}}}`,
+    ...Array.from({ length: Math.ceil(millis / gapMillis) }, () => `{"type":"ping"}`),
+    `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+    `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(text)}}}`,
+    `{"type":"content_block_stop","index":0}`,
+    `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}`,
+    `{"type":"message_stop"}`
+  ]), { gapMillis })
+
+/** A config file in a fresh directory: one Anthropic instance at `upstream`, `claude-*` routed to it, `limits`. */
+const configIn = (upstream: string, limits: Record<string, number>) => {
+  const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-gateway-shutdown-"))
+  const config = Path.join(dir, "baton.json")
+  Fs.writeFileSync(config, JSON.stringify({
+    providers: [{ ...anthropicInstance("up", upstream), toolResultOffload: false }],
+    gateway: { routes: [{ model: "claude-*", provider: "up" }] },
+    auth: { token },
+    limits
+  }))
+  return { dir, config }
+}
+
+/** The agent's streamed request (Claude Code's shape): `messages` as given; the response, its body not read yet. */
+const ask = (url: string, messages: ReadonlyArray<unknown>, signal?: AbortSignal) =>
+  fetch(`${url}/v1/messages`, {
+    method: "POST",
+    headers: { "x-api-key": token, "anthropic-version": "2023-06-01", "content-type": "application/json" },
+    body: JSON.stringify({ model: "claude-sonnet-4-5", max_tokens: 100, stream: true, system: "You are terse.", messages }),
+    ...(signal === undefined ? {} : { signal })
+  })
+
+/** Reads `response`'s body to its end or its cut; resolves with what arrived (never rejects). */
+const readAll = (response: Response) => {
+  let text = ""
+  let first: () => void = () => {}
+  const started = new Promise<void>((resolve) => (first = resolve))
+  const done = response.body!.pipeThrough(new TextDecoderStream()).pipeTo(new WritableStream({
+    write: (chunk) => {
+      text += chunk
+      first()
+    }
+  })).then(() => "ended" as const, () => "cut" as const).then((how) => ({ how, text: () => text }))
+  return { started, done }
+}
+
+interface RunView {
+  readonly id: string
+  readonly status: string
+  readonly failureCode: string | null
+  readonly failureReason: string | null
+}
+
+/** The one gateway thread's runs (oldest first), `[]` before it exists. */
+const runsOf = (url: string) =>
+  Effect.gen(function*() {
+    const threads = (yield* call(`${url}/threads`, "GET")).threads as ReadonlyArray<{ id: string }>
+    if (threads.length === 0) return [] as ReadonlyArray<RunView>
+    expect(threads.length).toBe(1)
+    return (yield* call(`${url}/threads/${threads[0]!.id}/runs`, "GET")).runs as ReadonlyArray<RunView>
+  })
+
+/** Polls `runsOf` until `until` holds (at most 20 s). */
+const runsUntil = (url: string, until: (runs: ReadonlyArray<RunView>) => boolean) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 400; i++) {
+      const runs = yield* runsOf(url)
+      if (until(runs)) return runs
+      yield* Effect.sleep("50 millis")
+    }
+    return yield* runsOf(url)
+  })
+
+const stoppedReason = "the server stopped before the answer ended (its shutdown closes the connections still open after limits.shutdownTimeoutMs)"
+
+describe("baton serve stopped (SIGTERM) with a gateway answer streaming", () => {
+  it.live("an answer the shutdown's deadline cuts is recorded process_stopped before the process exits", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      // Streams for 30 s: the 1 s deadline cuts it.
+      loop.enqueue(answer("never seen", 30_000))
+      const { config, dir } = configIn(loop.url, { shutdownTimeoutMs: 1_000 })
+      const served = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const reading = readAll(yield* Effect.promise(() => ask(served.url, [{ role: "user", content: "hello" }])))
+      yield* Effect.promise(() => reading.started)
+      expect((yield* runsUntil(served.url, (r) => r.length === 1)).map((r) => r.status)).toEqual(["running"])
+      served.child.kill("SIGTERM")
+      const code = yield* Effect.promise(() => served.exited)
+      expect(code).toBe(143)
+      expect((yield* Effect.promise(() => reading.done)).how).toBe("cut")
+
+      // Started again: what the stopped process recorded (restart recovery would say process_restarted instead).
+      const next = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const runs = yield* runsOf(next.url)
+      expect(runs.map((r) => [r.status, r.failureCode, r.failureReason])).toEqual([["interrupted", "process_stopped", stoppedReason]])
+    }).pipe(Effect.scoped), 120_000)
+
+  // Found by stopping the server a moment after the agent gave up on its answer (branch b44gw): the agent's hang-up
+  // during the grace period let the listener close at once, and the hang-up's record (in the request's fiber, which
+  // the shutdown did not wait for) found the database closed ("The database connection is not open"), so the run
+  // stayed `running` till the next start said `process_restarted`. With the record waited for, it said
+  // `process_stopped` (the shutdown's start taken for its cut) where the agent had hung up on its own.
+  it.live("an agent that hangs up during the grace period: its run is recorded as its hang-up before the process exits", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      loop.enqueue(answer("never seen", 30_000))
+      const { config, dir } = configIn(loop.url, { shutdownTimeoutMs: 20_000 })
+      const served = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const agent = new AbortController()
+      const reading = readAll(yield* Effect.promise(() => ask(served.url, [{ role: "user", content: "hello" }], agent.signal)))
+      yield* Effect.promise(() => reading.started)
+      expect((yield* runsUntil(served.url, (r) => r.length === 1)).map((r) => r.status)).toEqual(["running"])
+      served.child.kill("SIGTERM")
+      // The shutdown has begun (its 20 s deadline far off) when the agent gives up.
+      yield* Effect.sleep("300 millis")
+      agent.abort()
+      expect(yield* Effect.promise(() => served.exited)).toBe(143)
+      expect(served.output().stderr).not.toContain("could not record")
+
+      const next = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+      const runs = yield* runsOf(next.url)
+      expect(runs.map((r) => [r.status, r.failureCode, r.failureReason])).toEqual([
+        ["interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"]
+      ])
+    }).pipe(Effect.scoped), 120_000)
+})
+
