@@ -435,7 +435,20 @@ export const layer = (options: GatewayOptions) =>
       const backHeaders = (response: HttpClientResponse.HttpClientResponse) =>
         Object.fromEntries(Object.entries(response.headers).filter(([name]) => !droppedBack.has(name)))
 
-      const handle = ({ dialect, record, upstreamPath }: Endpoint) =>
+      /**
+       * One request to `endpoint` (see `answer`). Interrupted before it has answered (the agent hung up, or the
+       * shutdown's deadline cut its connection, while a whole answer was on its way or, switched, before the
+       * upstream's head), its run is ended by what `answer` left in `onHangUp` (`GatewayDialect.hungUp`): without it the
+       * run stayed `running` until the next start (found by the restart attack of branch b44gw,
+       * `GatewayWholeHangUp.test.ts`). A streamed answer's hang-up is its stream's (`Stream.ensuring`).
+       */
+      const handle = (endpoint: Endpoint) =>
+        Effect.suspend(() => {
+          const onHangUp: GatewayDialect.HangUp = { record: Effect.void }
+          return answer(endpoint, onHangUp).pipe(Effect.onInterrupt(() => onHangUp.record))
+        })
+
+      const answer = ({ dialect, record, upstreamPath }: Endpoint, onHangUp: GatewayDialect.HangUp) =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           // The protocol's key header when sent (its refusal names it), else `Authorization: Bearer`. A key header
@@ -546,7 +559,8 @@ export const layer = (options: GatewayOptions) =>
               agent: agentOf(request.headers["user-agent"]),
               wire: switchWire,
               offload: offloads[dialect.kind],
-              stopped
+              stopped,
+              onHangUp
             })
           }
           if (target.config.kind !== dialect.kind && upstreamPath === "/v1/messages/count_tokens") {
@@ -657,6 +671,8 @@ export const layer = (options: GatewayOptions) =>
           // once): the request's record takes it into its own unit of work (`settled`), one transaction instead of two.
           let early: GatewayThreads.Outcome | null = null
           let beginning = false
+          /** Whether an outcome has been given to the record (`settleOf`): a hang-up after it records nothing more. */
+          let given = false
           // Record alongside: once the upstream's answer has begun and the event loop has turned (its head and first
           // bytes go out first), in a fiber of its own (it outlives this handler: the stream's end waits for it).
           // `null`: nothing to record (`count_tokens`); `None`: the record failed (logged; the agent still gets its answer).
@@ -727,6 +743,7 @@ export const layer = (options: GatewayOptions) =>
           /** `settle` of an outcome computed once (`once`). */
           const settleOf = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, Cause.UnknownException>) =>
             Effect.suspend(() => {
+              given = true
               offer(outcomeOf)
               return recorded
             }).pipe(
@@ -742,6 +759,8 @@ export const layer = (options: GatewayOptions) =>
               }))
             )
 
+          // Interrupted before it answers (a whole answer on its way), the handler records the hang-up or the cut.
+          onHangUp.record = Effect.suspend(() => given ? Effect.void : Effect.flatMap(stopped, (s) => settle(unended(GatewayDialect.hungUp(s)))))
           if (response._tag === "Left") {
             const why = transportReason(response.left)
             yield* settle(failed("provider_unavailable", `the upstream could not be reached: ${why}`))

@@ -184,6 +184,16 @@ export interface Unended {
   readonly reason: string
 }
 
+/**
+ * What ends a request's run when its handler is interrupted before it has answered (`record`: the agent's hang-up or
+ * the shutdown's cut, `hungUp`, once the request's record has started; `Effect.void` before), set by the handler as
+ * it goes: `Gateway` runs it when its handler is interrupted (a whole answer still on its way, a switched request
+ * before the upstream's head).
+ */
+export interface HangUp {
+  record: Effect.Effect<void>
+}
+
 /** The reason of a run whose answer the server's shutdown cut off (`hungUp`, `brokeOff`). */
 const stoppedReason = "the server stopped before the answer ended (its shutdown closes the connections still open after limits.shutdownTimeoutMs)"
 
