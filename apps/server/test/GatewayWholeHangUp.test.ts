@@ -4,7 +4,8 @@
  * attacking the gateway's restart story (branch b44gw): the handler, interrupted while it read the upstream's body,
  * never recorded an outcome, so the run stayed `running` (the dashboard showed it in flight) until the next start
  * said `process_restarted`; on a switched request (recorded before it is forwarded) even a hang-up before the
- * upstream's head did.
+ * upstream's head did. A pass-through request its agent hung up on before the upstream's head had no run at all (the
+ * upstream had it): it is recorded with that outcome too, so every request Baton forwarded has its run.
  */
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
@@ -36,8 +37,6 @@ const stopped = "the server stopped before the answer ended (its shutdown closes
 describe("Gateway, an agent that hangs up on a whole answer", () => {
   for (const c of cases) {
     for (const when of ["after the head", "before the head", "cut by the shutdown"] as const) {
-      // A pass-through request is recorded once the upstream's head came: before it, nothing is recorded.
-      if (c.label === "pass-through" && when === "before the head") continue
       it.live(`${c.label} ${c.path}: ${when}`, () =>
         Effect.scoped(Effect.gen(function*() {
           const upstream = yield* ModelApi.start
@@ -58,17 +57,29 @@ describe("Gateway, an agent that hangs up on a whole answer", () => {
               )
             ))
             const api = yield* client()
-            const threadId = (yield* Effect.repeat(api.threads.list({ urlParams: {} }), { until: (p) => p.threads.length === 1 })).threads[0]!.id
-            yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }), { until: (p) => p.runs.length === 1 })
-            yield* Effect.repeat(Effect.sync(() => upstream.requests.length), { until: (n) => n === 1 })
+            const threadOf = Effect.map(
+              Effect.repeat(api.threads.list({ urlParams: {} }).pipe(Effect.delay("20 millis")), { until: (p) => p.threads.length === 1, times: 150 }),
+              (p) => p.threads[0]?.id ?? "no thread"
+            )
+            // The upstream has the request (and, after the head, the request is recorded).
+            yield* Effect.repeat(Effect.sync(() => upstream.requests.length).pipe(Effect.delay("20 millis")), { until: (n) => n === 1 })
+            // A pass-through request is recorded once its upstream's head came; a switched one before it is forwarded.
+            const recorded = c.label === "switched" || when !== "before the head"
+            if (recorded) {
+              const threadId = yield* threadOf
+              yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }), { until: (p) => p.runs.length === 1 })
+            }
             if (when === "cut by the shutdown") yield* Deferred.succeed((yield* ServerShutdown.ServerShutdown).cutting, undefined)
             // The agent's connection closes before the answer came (its hang-up, or the shutdown's close at its deadline).
             yield* Fiber.interrupt(asking)
+            const threadId = yield* threadOf
             const run = (yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }).pipe(Effect.delay("20 millis")), {
               until: (p) => p.runs[0]!.status !== "running",
               times: 150
             })).runs[0]!
-            // Before the fix: still ["running", null, null].
+            // The request's prompt is on its run, however far it got.
+            expect(run.prompt).toBe("first")
+            // Before the fix: still ["running", null, null] (pass-through before the head: no run at all).
             expect([run.status, run.failureCode, run.failureReason]).toEqual(
               when === "cut by the shutdown" ? ["interrupted", "process_stopped", stopped] : ["interrupted", "interrupted_by_user", hangUp]
             )
