@@ -5,7 +5,7 @@
 import { Database } from "@baton/persistence"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Layer } from "effect"
+import { Deferred, Effect, Fiber, Layer } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -193,4 +193,55 @@ describe("baton serve stopped (SIGTERM) with a gateway answer streaming", () => 
         Layer.provideMerge(Database.layerPgSchema())
       ))
     ), 180_000)
+})
+
+interface ItemView {
+  readonly kind: string
+  readonly text?: string | null
+}
+
+describe("baton serve stopped mid-answer, started again, and the agent's retry", () => {
+  // The agent (Claude Code) retries a request whose answer was cut with the same request. Whatever the stop (SIGKILL:
+  // nothing runs after it; SIGTERM: the shutdown's 1 s deadline cuts the answer) and wherever the answer was (before
+  // the upstream's head, mid-stream), after the retry: every message once, the reply once, no run left `running`.
+  for (const signal of ["SIGKILL", "SIGTERM"] as const) {
+    for (const phase of ["before the head", "mid-stream"] as const) {
+      it.live(`${signal} ${phase}`, () =>
+        Effect.gen(function*() {
+          const loop = yield* loopback
+          const never = new Promise<void>(() => {})
+          loop.enqueue(
+            phase === "before the head" ? { ...answer("never seen", 0), headAfter: never } : answer("never seen", 30_000),
+            answer("the answer", 0)
+          )
+          const { config, dir } = configIn(loop.url, { shutdownTimeoutMs: 1_000 })
+          const served = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+          const messages = [{ role: "user", content: "hello" }]
+          const asked = Effect.promise(() => ask(served.url, messages).then((r) => readAll(r).done, () => ({ how: "cut" as const, text: () => "" })))
+          const answered = yield* Effect.fork(asked)
+          if (phase === "mid-stream") yield* runsUntil(served.url, (r) => r.length === 1)
+          else for (let i = 0; i < 200 && loop.requests.length === 0; i++) yield* Effect.sleep("20 millis")
+          expect(loop.requests.length).toBe(1)
+          served.child.kill(signal)
+          yield* Effect.promise(() => served.exited)
+          const next = yield* Effect.acquireRelease(serve(config, dir), (s) => Effect.sync(() => void s.child.kill("SIGKILL")))
+          const retried = yield* Effect.promise(() => ask(next.url, messages).then((r) => r.text()))
+          expect(retried).toContain("the answer")
+          const runs = yield* runsUntil(next.url, (r) => r.every((run) => run.status !== "running"))
+          const threads = (yield* call(`${next.url}/threads`, "GET")).threads as ReadonlyArray<{ id: string }>
+          const items = (yield* call(`${next.url}/threads/${threads[0]!.id}/items`, "GET")).items as ReadonlyArray<ItemView>
+          expect(items.map((i) => [i.kind, i.text])).toEqual([["user_message", "hello"], ["assistant_message", "the answer"]])
+          const stopped = signal === "SIGKILL"
+            ? [["interrupted", "process_restarted"]]
+            : [["interrupted", "process_stopped"]]
+          // SIGKILL before the head: the request was never recorded (the process died between forwarding and
+          // recording): its retry is the conversation's first run.
+          expect(runs.map((r) => [r.status, r.failureCode])).toEqual([
+            ...(signal === "SIGKILL" && phase === "before the head" ? [] : stopped),
+            ["completed", null]
+          ])
+          yield* Fiber.interrupt(answered)
+        }).pipe(Effect.scoped), 120_000)
+    }
+  }
 })
