@@ -667,12 +667,11 @@ export const layer = (options: GatewayOptions) =>
           const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
           // Interrupted before the upstream's head (the agent hung up, or the shutdown's deadline cut the connection),
           // the request the upstream had is recorded with that outcome (no run for it before branch b44gw).
-          if (record) {
-            onHangUp.record = Effect.flatMap(stopped, (s) => threads.begin(requestRecord, unended(GatewayDialect.hungUp(s)))).pipe(
+          const response = yield* Fiber.join(sent).pipe(Effect.onInterrupt(() =>
+            !record ? Effect.void : Effect.flatMap(stopped, (s) => threads.begin(requestRecord, unended(GatewayDialect.hungUp(s)))).pipe(
               Effect.catchAllCause((cause) => Effect.logError("gateway: could not record a request its agent hung up on (forwarded all the same)", cause))
             )
-          }
-          const response = yield* Fiber.join(sent)
+          ))
           // The answer's outcome when it was known before the request's record began (an upstream that answered at
           // once): the request's record takes it into its own unit of work (`settled`), one transaction instead of two.
           let early: GatewayThreads.Outcome | null = null
