@@ -65,7 +65,6 @@ import { refuseAfterDrain } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
-import * as EventStream from "./EventStream.js"
 import * as GatewayMedia from "./GatewayMedia.js"
 import { type Dialect, isRecord, parseJson, type Refusal, type StreamOutcome } from "./GatewayDialect.js"
 import * as GatewayChat from "./GatewayChat.js"
@@ -76,6 +75,7 @@ import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
 import * as GatewaySwitched from "./GatewaySwitched.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
 import * as ServerConfig from "./ServerConfig.js"
+import * as ServerShutdown from "./ServerShutdown.js"
 
 /** Tokens an answer's framing adds beside its text (the result block or item, its call id). */
 const answerOverhead = 16
@@ -392,8 +392,9 @@ export const layer = (options: GatewayOptions) =>
       const threadOffload = yield* ThreadOffload.ThreadOffload
       const scope = yield* Effect.scope
       const http = yield* HttpClient.HttpClient
-      /** Whether the server's shutdown has begun (an answer stopped then was stopped by it). */
-      const stopped = GatewayDialect.stoppedOf(yield* EventStream.Stopping)
+      const shutdown = yield* ServerShutdown.ServerShutdown
+      /** Whether the shutdown's deadline has come (an answer stopped then was cut by it, not by its agent). */
+      const stopped = GatewayDialect.stoppedOf(shutdown.cutting)
       const unended = (u: GatewayDialect.Unended): GatewayThreads.Outcome => ({ _tag: "ended", ...u })
       // The read-only token is known (so its refusal says what it is) but never granted: a gateway request writes.
       const digests = {
@@ -438,7 +439,20 @@ export const layer = (options: GatewayOptions) =>
       const backHeaders = (response: HttpClientResponse.HttpClientResponse) =>
         Object.fromEntries(Object.entries(response.headers).filter(([name]) => !droppedBack.has(name)))
 
-      const handle = ({ dialect, record, upstreamPath }: Endpoint) =>
+      /**
+       * One request to `endpoint` (see `answer`). Interrupted before it has answered (the agent hung up, or the
+       * shutdown's deadline cut its connection, while a whole answer was on its way or, switched, before the
+       * upstream's head), its run is ended by what `answer` left in `onHangUp` (`GatewayDialect.hungUp`): without it the
+       * run stayed `running` until the next start (found by the restart attack of branch b44gw,
+       * `GatewayWholeHangUp.test.ts`). A streamed answer's hang-up is its stream's (`Stream.ensuring`).
+       */
+      const handle = (endpoint: Endpoint) =>
+        Effect.suspend(() => {
+          const onHangUp: GatewayDialect.HangUp = { record: Effect.void }
+          return answer(endpoint, onHangUp).pipe(Effect.onInterrupt(() => onHangUp.record))
+        })
+
+      const answer = ({ dialect, record, upstreamPath }: Endpoint, onHangUp: GatewayDialect.HangUp) =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           // The protocol's key header when sent (its refusal names it), else `Authorization: Bearer`. A key header
@@ -524,6 +538,9 @@ export const layer = (options: GatewayOptions) =>
           if (target === undefined) {
             return dialect.refuse("unrouted", `model: ${model.slice(0, 200)} is not routed by this Baton gateway (routes: ${options.routes.map((r) => r.model).join(", ") || "none"})`)
           }
+          // From here on the request is forwarded and recorded: the shutdown waits for its outcome's record (the
+          // request's scope closes once its answer is sent or cut and that outcome recorded; `ServerShutdown`).
+          if (record) yield* shutdown.holdScoped
           // Codex's compaction requests (`/responses/compact`) are never switched (their answer is no Responses turn).
           const switchWire = upstreamPath === "/responses/compact" ? undefined : GatewaySwitchWire.forRoute(dialect.kind, target.config.kind)
           if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
@@ -546,7 +563,8 @@ export const layer = (options: GatewayOptions) =>
               agent: agentOf(request.headers["user-agent"]),
               wire: switchWire,
               offload: offloads[dialect.kind],
-              stopped
+              stopped,
+              onHangUp
             })
           }
           if (target.config.kind !== dialect.kind && upstreamPath === "/v1/messages/count_tokens") {
@@ -635,10 +653,6 @@ export const layer = (options: GatewayOptions) =>
               HttpClientRequest.bodyUint8Array(bytes, request.headers["content-type"] ?? "application/json")
             )
           const outgoing = post(sentBody)
-          // Forward first: the upstream request starts before anything is recorded.
-          const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
-
-          const response = yield* Fiber.join(sent)
           const requestRecord: GatewayThreads.GatewayRequest = {
             wire: dialect.wire,
             session: history.session,
@@ -653,10 +667,21 @@ export const layer = (options: GatewayOptions) =>
             offload,
             conversation: stored
           }
+          // Forward first: the upstream request starts before anything is recorded.
+          const sent = yield* Effect.fork(Effect.either(http.execute(outgoing)))
+          // Interrupted before the upstream's head (the agent hung up, or the shutdown's deadline cut the connection),
+          // the request the upstream had is recorded with that outcome (no run for it before branch b44gw).
+          const response = yield* Fiber.join(sent).pipe(Effect.onInterrupt(() =>
+            !record ? Effect.void : Effect.flatMap(stopped, (s) => threads.begin(requestRecord, unended(GatewayDialect.hungUp(s)))).pipe(
+              Effect.catchAllCause((cause) => Effect.logError("gateway: could not record a request its agent hung up on (forwarded all the same)", cause))
+            )
+          ))
           // The answer's outcome when it was known before the request's record began (an upstream that answered at
           // once): the request's record takes it into its own unit of work (`settled`), one transaction instead of two.
           let early: GatewayThreads.Outcome | null = null
           let beginning = false
+          /** Whether an outcome has been given to the record (`settleOf`): a hang-up after it records nothing more. */
+          let given = false
           // Record alongside: once the upstream's answer has begun and the event loop has turned (its head and first
           // bytes go out first), in a fiber of its own (it outlives this handler: the stream's end waits for it).
           // `null`: nothing to record (`count_tokens`); `None`: the record failed (logged; the agent still gets its answer).
@@ -681,6 +706,8 @@ export const layer = (options: GatewayOptions) =>
             // joined it answered 500 in place of the upstream's answer (review r39b). An interruption stays one.
             Effect.map(Option.some),
             Effect.catchAllCause((cause) => Cause.isInterruptedOnly(cause) ? Effect.interrupt : Effect.succeed(Option.none())),
+            // Waited for by the shutdown too (its handler may be gone: an agent that hung up on a whole answer).
+            shutdown.hold,
             Effect.forkDaemon
           )
           const recorded: Effect.Effect<Option.Option<{ readonly begun: GatewayThreads.Begun; readonly settled: boolean }>> = recording === null
@@ -725,6 +752,7 @@ export const layer = (options: GatewayOptions) =>
           /** `settle` of an outcome computed once (`once`). */
           const settleOf = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, Cause.UnknownException>) =>
             Effect.suspend(() => {
+              given = true
               offer(outcomeOf)
               return recorded
             }).pipe(
@@ -740,6 +768,8 @@ export const layer = (options: GatewayOptions) =>
               }))
             )
 
+          // Interrupted before it answers (a whole answer on its way), the handler records the hang-up or the cut.
+          onHangUp.record = Effect.suspend(() => given ? Effect.void : Effect.flatMap(stopped, (s) => settle(unended(GatewayDialect.hungUp(s)))))
           if (response._tag === "Left") {
             const why = transportReason(response.left)
             yield* settle(failed("provider_unavailable", `the upstream could not be reached: ${why}`))

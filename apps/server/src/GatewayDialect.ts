@@ -184,20 +184,33 @@ export interface Unended {
   readonly reason: string
 }
 
+/**
+ * What ends a request's run when its handler is interrupted before it has answered (`record`: the agent's hang-up or
+ * the shutdown's cut, `hungUp`, once the request's record has started; `Effect.void` before), set by the handler as
+ * it goes: `Gateway` runs it when its handler is interrupted (a whole answer still on its way, a switched request
+ * before the upstream's head).
+ */
+export interface HangUp {
+  record: Effect.Effect<void>
+}
+
 /** The reason of a run whose answer the server's shutdown cut off (`hungUp`, `brokeOff`). */
 const stoppedReason = "the server stopped before the answer ended (its shutdown closes the connections still open after limits.shutdownTimeoutMs)"
 
 /**
- * Whether the server's shutdown has begun (`stopping`, the signal the live event streams end on): from then on, an
- * answer that stops before its end was stopped by the shutdown (the server closes the connections still open after
- * `limits.shutdownTimeoutMs`, which cuts the agent's answer and the upstream's stream alike).
+ * Whether the shutdown's deadline has come (`cutting`, `ServerShutdown.cutting`: completed as the listener closes the
+ * connections still open, `limits.shutdownTimeoutMs` after the shutdown began): from then on, an answer that stops
+ * before its end was stopped by the shutdown (the close cuts the agent's answer and, with it, the upstream's stream).
+ * During the grace period before it, an answer that stops was stopped by its agent or its upstream, as at any time
+ * (before branch `b44gw`: by the shutdown from its start, the signal the live event streams end on, so an agent that
+ * hung up during the grace period was recorded `process_stopped`).
  */
-export const stoppedOf = (stopping: Deferred.Deferred<void>): Effect.Effect<boolean> => Deferred.isDone(stopping)
+export const stoppedOf = (cutting: Deferred.Deferred<void>): Effect.Effect<boolean> => Deferred.isDone(cutting)
 
 /**
- * An answer the agent stopped reading before its end: the agent hung up (`interrupted_by_user`), or, the server
- * stopping (`stopped`), its shutdown closed the connection (`process_stopped`, as the run driver records its turns
- * stopped by a shutdown). Before branch `b43gw`: always the agent's hang-up.
+ * An answer the agent stopped reading before its end: the agent hung up (`interrupted_by_user`), or, the shutdown's
+ * deadline come (`stopped`, `stoppedOf`), its close of the connection cut it (`process_stopped`, as the run driver
+ * records its turns stopped by a shutdown). Before branch `b43gw`: always the agent's hang-up.
  */
 export const hungUp = (stopped: boolean): Unended =>
   stopped
@@ -205,8 +218,8 @@ export const hungUp = (stopped: boolean): Unended =>
     : { status: "interrupted", code: "interrupted_by_user", reason: "the agent closed the connection before the answer ended" }
 
 /**
- * An upstream stream that broke off (`message`, the client's error): `provider_unavailable`, or, the server stopping
- * (`stopped`), `process_stopped` with the break named (the shutdown's close of the connections cuts the upstream's
+ * An upstream stream that broke off (`message`, the client's error): `provider_unavailable`, or, the shutdown's
+ * deadline come (`stopped`, `stoppedOf`), `process_stopped` with the break named (the shutdown's close of the connections cuts the upstream's
  * stream too). Before branch `b43gw`: a run cut by the shutdown said the upstream had failed.
  */
 export const brokeOff = (stopped: boolean, message: string): Unended =>

@@ -72,8 +72,10 @@ export interface Input {
    * (see `serve`). Absent: such calls are dropped unanswered.
    */
   readonly offload?: GatewayOffload.Offload | undefined
-  /** Whether the server's shutdown has begun (`GatewayDialect.stoppedOf`): an answer stopped then was stopped by it. */
+  /** Whether the shutdown's deadline has come (`GatewayDialect.stoppedOf`): an answer stopped then was cut by it. */
   readonly stopped: Effect.Effect<boolean>
+  /** Where `serve` leaves what records the agent's hang-up once the request is recorded (`GatewayDialect.HangUp`). */
+  readonly onHangUp: GatewayDialect.HangUp
 }
 
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
@@ -233,7 +235,14 @@ export const serve = (input: Input) =>
       Effect.tapErrorCause((cause) => Effect.logError("gateway: could not record a switched request (forwarded all the same)", cause)),
       Effect.option
     )
+    /** Whether an outcome has been given to the record (`settle`): a hang-up after it records nothing more. */
+    let given = false
     const settle = <E>(record: (b: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
+      Effect.suspend(() => {
+        given = true
+        return settleWith(record)
+      })
+    const settleWith = <E>(record: (b: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
       Option.match(begun, {
         onNone: () => Effect.void,
         onSome: (b) =>
@@ -245,6 +254,14 @@ export const serve = (input: Input) =>
           ))
       })
 
+    // Recorded before it is forwarded: interrupted before it answers (the upstream's head or whole answer still to
+    // come), the handler records the hang-up or the shutdown's cut (without it the run stayed `running`).
+    input.onHangUp.record = Effect.suspend(() =>
+      given ? Effect.void : Effect.flatMap(input.stopped, (stopped) => {
+        const u = GatewayDialect.hungUp(stopped)
+        return settle((b) => threads.fail(b, u.status, u.code, u.reason))
+      })
+    )
     const threadId = Option.match(begun, { onNone: () => null, onSome: (b) => b.threadId as string })
     // thread_read is offered (beside the agent's tools) when there is a thread to read from; the gateway answers it.
     const offered = threadId === null ? [] : [ThreadRead.definition]

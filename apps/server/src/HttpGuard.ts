@@ -41,7 +41,7 @@ import {
   UnsupportedMediaType
 } from "@baton/contracts"
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Effect, Option, Schema } from "effect"
+import { Cause, Chunk, Effect, Option, Schema } from "effect"
 import { refuseAfterDrain } from "./BodyDrain.js"
 import { isGatewayPath, unknownPathRefusal } from "./Gateway.js"
 
@@ -268,12 +268,25 @@ export const middleware = (options: { readonly maxBodyBytes: number }) =>
       Effect.tapErrorCause((cause) =>
         Effect.gen(function*() {
           const failure = Cause.failureOption(cause)
-          if (Cause.isInterruptedOnly(cause) || (Option.isSome(failure) && isRouteNotFound(failure.value))) return
+          if (isClientGone(cause) || (Option.isSome(failure) && isRouteNotFound(failure.value))) return
           const request = yield* HttpServerRequest.HttpServerRequest
           yield* Effect.logError(`${request.method} ${request.url.split("?")[0]} failed unexpectedly`, cause)
         })
       )
     )
+
+/**
+ * Whether `cause` is the client's going away and nothing else: interruptions only, or interruptions beside the empty
+ * 499 answer the platform gives a client that closed its connection (`HttpApp.toHandled` answers an interrupted
+ * request and fails on with the interruption then that answer as a defect, which is the cause a middleware sees). It
+ * was logged as a failure ("POST /v1/messages failed unexpectedly" with the 499 as its cause) each time an agent hung
+ * up before its answer was sent (branch b44gw, `GatewayWholeHangUp.test.ts`).
+ */
+const isClientGone = (cause: Cause.Cause<unknown>) =>
+  Cause.isInterruptedOnly(cause) || (
+    Cause.isInterrupted(cause) && Chunk.isEmpty(Cause.failures(cause)) &&
+    Chunk.every(Cause.defects(cause), (d) => HttpServerResponse.isServerResponse(d) && d.status === 499)
+  )
 
 const isRouteNotFound = (e: unknown) =>
   typeof e === "object" && e !== null && "_tag" in e && (e as { readonly _tag: unknown })._tag === "RouteNotFound"

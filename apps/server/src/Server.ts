@@ -8,8 +8,9 @@
  *   instances (scripted, or model APIs: Anthropic Messages, OpenAI Responses, Chat Completions), random ids, and the `RunDriver` (which reconciles runs left by a dead process when built).
  * - `run` serves both on `host:port` until interrupted (SIGINT/SIGTERM under the CLI's runtime), then shuts down in
  *   order: the run driver stops taking runs, the listener stops accepting and open requests get `shutdownTimeoutMs` to finish before their
- *   connections are closed; then the run driver interrupts the turns in flight (each bounded by
- *   `interruptTimeoutMs`) so each ends with a recorded outcome (`process_stopped`).
+ *   connections are closed; then the gateway's records still in flight are waited for (`ServerShutdown`, at most
+ *   `recordGraceMs`), so each request the gateway forwarded has its outcome recorded; then the run driver interrupts
+ *   the turns in flight (each bounded by `interruptTimeoutMs`) so each ends with a recorded outcome (`process_stopped`).
  */
 import * as PreCompactHooks from "./PreCompactHooks.js"
 import { Api } from "@baton/contracts"
@@ -20,7 +21,7 @@ import { Database, NativeMessageStore } from "@baton/persistence"
 import { CodexAdapter, ModelProviders, ModelSummariser, type ProviderAdapter, ProviderRegistry, ProviderSpec, ScriptedProvider, ScriptedSummariser, Summariser } from "@baton/providers"
 import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Console, Data, Deferred, Effect, Function, Layer, type Scope } from "effect"
+import { Console, Data, Deferred, Effect, Exit, Function, Layer, type Scope } from "effect"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
@@ -29,6 +30,7 @@ import * as Gateway from "./Gateway.js"
 import * as Handlers from "./Handlers.js"
 import * as HttpGuard from "./HttpGuard.js"
 import * as ServerConfig from "./ServerConfig.js"
+import * as ServerShutdown from "./ServerShutdown.js"
 import * as WebApp from "./WebApp.js"
 
 /** What `httpLayer` needs to know: the tokens it accepts and the request body limit in bytes. */
@@ -60,7 +62,10 @@ export const httpLayer = (options: HttpOptions) =>
     // the router's default (100) answered a longer, valid operation id 404 RouteNotFound (review finding).
     Layer.provide(HttpRouter.setRouterConfig({ maxParamLength: 1_024 })),
     // The shutdown signal the live event streams end on (completed by `layer`'s shutdown), also in the output.
-    Layer.provideMerge(EventStream.Stopping.layer)
+    Layer.provideMerge(EventStream.Stopping.layer),
+    // The gateway's records in flight, which the shutdown waits for, and the deadline's signal (`ServerShutdown`):
+    // the same value `listener` merges beneath its server, so one instance in a whole server.
+    Layer.provideMerge(ServerShutdown.layer)
   )
 
 /** The database Layer of the settings. */
@@ -182,7 +187,9 @@ export const answerNodeRefusals = (server: Http.Server): Http.Server => {
 
 /**
  * A Node HTTP server on `host:port` whose open connections are closed `shutdownTimeoutMs` after shutdown begins
- * (the listener stops accepting at once; requests still open by the deadline are cut). Until the API is served on it,
+ * (the listener stops accepting at once; requests still open by the deadline are cut, `ServerShutdown.cutting`
+ * completed first), and whose release then waits for the gateway's records in flight (`ServerShutdown`, at most
+ * `recordGraceMs`). Until the API is served on it,
  * every request is answered 503 `ServerStarting` with `Retry-After: 1`; once the API has left it (the shutdown: a
  * request on a connection still open), 503 `ServerStopping` with `Retry-After: 1` and `connection: close`. A `POST`
  * to a gateway path gets the same 503 in its agent's protocol (`Gateway.refusalOn`, `unavailable`).
@@ -212,14 +219,25 @@ export const listener = (settings: Pick<ServerConfig.ServerSettings, "host" | "p
     })
     answerNodeRefusals(server)
     // Built after the server, so its finalizer runs before the server's close (which waits for open connections).
-    const deadline = Layer.scopedDiscard(Effect.flatMap(HttpServer.HttpServer, () =>
+    // At the deadline the shutdown's `cutting` is completed first: an answer the close cuts is the shutdown's doing
+    // (`process_stopped`), one its agent stopped reading before it is the agent's hang-up.
+    const deadline = Layer.scopedDiscard(Effect.flatMap(Effect.zipRight(HttpServer.HttpServer, ServerShutdown.ServerShutdown), ({ cutting }) =>
       Effect.addFinalizer(() =>
         Effect.sync(() => {
           server.closeIdleConnections()
-          setTimeout(() => server.closeAllConnections(), settings.limits.shutdownTimeoutMs).unref()
+          setTimeout(() => {
+            Deferred.unsafeDone(cutting, Exit.void)
+            server.closeAllConnections()
+          }, settings.limits.shutdownTimeoutMs).unref()
         })
       )))
-    return Layer.provideMerge(deadline, NodeHttpServer.layer(() => server, { host: ServerConfig.listenHost(settings.host), port: settings.port }))
+    // `ServerShutdown` beneath the server (built before it, released after its close): the gateway's records still in
+    // flight once the connections are closed are waited for (`ServerShutdown.recordGraceMs` at most) before what
+    // was built before the listener (the orchestrator, its database) is released. The same value `httpLayer`
+    // merges: one instance in a whole server.
+    return Layer.provideMerge(deadline, NodeHttpServer.layer(() => server, { host: ServerConfig.listenHost(settings.host), port: settings.port })).pipe(
+      Layer.provideMerge(ServerShutdown.layer)
+    )
   }))
 
 /** `url` with the password of its user info, if any, shown as `***`. */

@@ -7,11 +7,17 @@
  * agent was still reading (or, when the close cut the upstream's stream first, that the upstream had failed). On the
  * pass-through path (`/v1/messages` to an `anthropic-messages` instance) and a switched one (`/v1/chat/completions` to
  * the same instance).
+ *
+ * Only once the deadline has come (`ServerShutdown.cutting`, completed as the listener closes the connections still
+ * open): an agent that hangs up during the grace period before it hung up on its own (`interrupted_by_user`). Found
+ * by stopping `baton serve` with an agent that hung up a moment after the SIGTERM (branch b44gw): its run said the
+ * server had stopped the answer (`process_stopped`), because the shutdown's start was taken for its cut.
  */
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Stream } from "effect"
 import * as EventStream from "../src/EventStream.js"
+import * as ServerShutdown from "../src/ServerShutdown.js"
 import { adminToken, client } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
@@ -25,8 +31,13 @@ const cases = [
 
 describe("Gateway, an answer stopped by the server's shutdown", () => {
   for (const c of cases) {
-    for (const stopping of [true, false]) {
-      it.live(`${c.path}: the answer stops ${stopping ? "once the shutdown has begun: process_stopped" : "before any shutdown: the agent's hang-up"}`, () =>
+    for (const when of ["cut", "grace", "serving"] as const) {
+      const title = when === "cut"
+        ? "cut at the shutdown's deadline: process_stopped"
+        : when === "grace"
+        ? "stopped by the agent during the shutdown's grace period: the agent's hang-up"
+        : "stopped by the agent before any shutdown: the agent's hang-up"
+      it.live(`${c.path}: the answer is ${title}`, () =>
         Effect.scoped(Effect.gen(function*() {
           const upstream = yield* ModelApi.start
           const settings = yield* settingsFor([instance("up", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
@@ -50,15 +61,18 @@ describe("Gateway, an answer stopped by the server's shutdown", () => {
             const api = yield* client()
             const threadId = (yield* Effect.repeat(api.threads.list({ urlParams: {} }), { until: (p) => p.threads.length === 1 })).threads[0]!.id
             yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }), { until: (p) => p.runs.length === 1 })
-            if (stopping) yield* Deferred.succeed(yield* EventStream.Stopping, undefined)
+            // The shutdown begins (the live event streams end on it); at its deadline the listener cuts the connections.
+            if (when !== "serving") yield* Deferred.succeed(yield* EventStream.Stopping, undefined)
+            if (when === "cut") yield* Deferred.succeed((yield* ServerShutdown.ServerShutdown).cutting, undefined)
             // The connection closes before the answer's end (the shutdown's close at its deadline, or the agent).
             yield* Fiber.interrupt(reading)
             const runs = yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }), {
               until: (p) => p.runs[0]!.status !== "running"
             })
             const run = runs.runs[0]!
-            // Before the fix: ["interrupted", "interrupted_by_user", "the agent closed the connection …"] either way.
-            expect([run.status, run.failureCode, run.failureReason]).toEqual(stopping
+            // Before b43gw: ["interrupted", "interrupted_by_user", "the agent closed the connection …"] either way;
+            // before b44gw, "grace" was ["interrupted", "process_stopped", …] as "cut" is.
+            expect([run.status, run.failureCode, run.failureReason]).toEqual(when === "cut"
               ? ["interrupted", "process_stopped", "the server stopped before the answer ended (its shutdown closes the connections still open after limits.shutdownTimeoutMs)"]
               : ["interrupted", "interrupted_by_user", "the agent closed the connection before the answer ended"])
           }).pipe(Effect.provide(serveSettings(settings)))
