@@ -7,7 +7,7 @@ import { Api, Commands, type CommandId, InvalidRequest } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { EventFeed } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import { Deferred, Effect, Layer } from "effect"
 import * as EventStream from "./EventStream.js"
 
 /**
@@ -129,6 +129,7 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
     const query = yield* ThreadQuery.ThreadQuery
     const driver = yield* RunDriver.RunDriver
     const ids = yield* IdGenerator.IdGenerator
+    const stopping = yield* EventStream.Stopping
     return handlers
       .handle("toolResults", ({ headers, path, payload }) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
@@ -144,8 +145,12 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
             // Waits for the run to end, at most `waitMs`; then answers the run as it stands (with the ended record
             // the wait read, when it read one: not read twice). The bound is the driver's, on the waiting alone: a
             // run found ended answers without a timer raced against the read.
+            // The server's shutdown ends the wait too (answering the run as it stands), as it ends a live event
+            // stream: a run in flight goes on until the open requests have finished, so the wait held the shutdown
+            // till the listener's deadline and was then cut without an answer (new user b44srv).
             const ended = yield* driver.awaitEnd(path.runId, urlParams.waitMs).pipe(
-              Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null))
+              Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null)),
+              Effect.raceFirst(Effect.as(Deferred.await(stopping), null))
             )
             return yield* query.run(path.runId, ended ?? undefined)
           }
