@@ -5,11 +5,37 @@
 import { type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect } from "effect"
+import type * as Http from "node:http"
 
 /** How much of a refused body is read and discarded before answering, in bytes past the limit. */
 const drainCapBytes = 64 * 1024 * 1024
 /** How long a refused body is drained before answering anyway, in milliseconds. */
 const drainTimeoutMs = 5_000
+
+/** Requests sent with `Expect: 100-continue` whose `100 Continue` has not been sent yet (`continueOnRead`). */
+const awaitingContinue = new WeakSet<Http.IncomingMessage>()
+
+/**
+ * Makes `server` answer `Expect: 100-continue` lazily: the request goes to the app at once, and `100 Continue` is
+ * sent when its body is first read, if no answer has started by then. A body refused before it is read (over the
+ * limit: 413; chunked: 411; ...) is thus refused without the client having been told to send it, and `drain` skips
+ * it. Node's default (without a `checkContinue` listener) sent `100 Continue` before the app saw the request, so a
+ * client (curl, for any body over 1 MiB) uploaded a body over the limit only to be refused after it (new user
+ * b44srv). Returns `server`.
+ */
+export const continueOnRead = (server: Http.Server): Http.Server =>
+  server.on("checkContinue", (request: Http.IncomingMessage, response: Http.ServerResponse) => {
+    awaitingContinue.add(request)
+    // Readable calls `_read` whenever its consumer wants data (flowing or not): the first read asks for the body.
+    const read = request._read
+    request._read = function(this: Http.IncomingMessage, size: number) {
+      request._read = read
+      // Node reads (dumps) an unread body itself once the answer is sent: no 100 after a final answer.
+      if (awaitingContinue.delete(request) && !response.headersSent) response.writeContinue()
+      return read.call(this, size)
+    }
+    server.emit("request", request, response)
+  })
 
 /**
  * Reads and discards what is left of a request body (at most `drainCapBytes`, for at most `drainTimeoutMs`), so
@@ -21,7 +47,9 @@ const drainTimeoutMs = 5_000
 export const drain = (request: HttpServerRequest.HttpServerRequest) =>
   Effect.async<void>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
-    if (source.readableEnded || source.destroyed) return resume(Effect.void)
+    // A client waiting for `100 Continue` that was never sent (`continueOnRead`) sends no body: nothing to drain, and
+    // reading would send the 100 and invite the body that is being refused.
+    if (source.readableEnded || source.destroyed || awaitingContinue.has(source)) return resume(Effect.void)
     let bytes = 0
     const onData = (chunk: Buffer) => {
       bytes += chunk.length

@@ -3,11 +3,11 @@
  * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
  * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
  */
-import { Api, Commands, type CommandId, InvalidRequest } from "@baton/contracts"
+import { Api, Commands, type CommandId, InvalidRequest, type RunId } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
-import { EventFeed } from "@baton/persistence"
+import { EventFeed, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import { Deferred, Duration, Effect, Layer } from "effect"
 import * as EventStream from "./EventStream.js"
 
 /**
@@ -124,11 +124,33 @@ const messages = HttpApiBuilder.group(Api.BatonApi, "messages", (handlers) =>
         }, { disableValidation: true }))))
   }))
 
+/** How often a run's wait looks whether the run now waits for the client's tool results, in milliseconds. */
+export const clientWaitPollMillis = 250
+
+/**
+ * Completes (with `null`) once run `runId` waits for the client's tool results (status `waiting`, its wait `open`):
+ * looked at every `clientWaitPollMillis`, the first time after one interval (a wait on a run that ends sooner reads
+ * nothing more). Never fails: a read that fails is looked at again at the next interval.
+ */
+const waitsForClient = (store: ThreadStore, runId: RunId) =>
+  Effect.gen(function*() {
+    for (;;) {
+      yield* Effect.sleep(Duration.millis(clientWaitPollMillis))
+      const run = yield* Effect.option(store.getRun(runId))
+      if (run._tag === "Some" && run.value._tag === "Some" && run.value.value.status === "waiting") {
+        const wait = yield* Effect.option(store.getToolWait(runId))
+        if (wait._tag === "Some" && wait.value._tag === "Some" && wait.value.value.state === "open") return null
+      }
+    }
+  })
+
 const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
   Effect.gen(function*() {
     const query = yield* ThreadQuery.ThreadQuery
     const driver = yield* RunDriver.RunDriver
     const ids = yield* IdGenerator.IdGenerator
+    const stopping = yield* EventStream.Stopping
+    const store = yield* ThreadStore
     return handlers
       .handle("toolResults", ({ headers, path, payload }) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
@@ -143,9 +165,16 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
           if (urlParams.waitMs !== undefined && urlParams.waitMs > 0) {
             // Waits for the run to end, at most `waitMs`; then answers the run as it stands (with the ended record
             // the wait read, when it read one: not read twice). The bound is the driver's, on the waiting alone: a
-            // run found ended answers without a timer raced against the read.
+            // run found ended answers without a timer raced against the read. A run that waits for the client's tool
+            // results is answered too: it cannot end before the client posts them, and the client waited the whole
+            // `waitMs` for it (`baton tool-results` 30 s a round; new user b44srv).
+            // The server's shutdown ends the wait too (answering the run as it stands), as it ends a live event
+            // stream: a run in flight goes on until the open requests have finished, so the wait held the shutdown
+            // till the listener's deadline and was then cut without an answer (new user b44srv).
             const ended = yield* driver.awaitEnd(path.runId, urlParams.waitMs).pipe(
-              Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null))
+              Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null)),
+              Effect.raceFirst(Effect.as(Deferred.await(stopping), null)),
+              Effect.raceFirst(waitsForClient(store, path.runId))
             )
             return yield* query.run(path.runId, ended ?? undefined)
           }

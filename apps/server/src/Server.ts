@@ -25,6 +25,7 @@ import { Console, Data, Deferred, Effect, Exit, Function, Layer, type Scope } fr
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
+import { continueOnRead } from "./BodyDrain.js"
 import * as EventStream from "./EventStream.js"
 import * as Gateway from "./Gateway.js"
 import * as Handlers from "./Handlers.js"
@@ -147,8 +148,8 @@ export const orchestratorLayer = (
  * limit: 431, a request timeout: 408, an `Expect` other than `100-continue`: 417) in the API's error shape (JSON with
  * `_tag`, `reason` and `message`, `connection: close`) instead of Node's bodyless answers; a 431, 400 or 417 of a
  * request to a gateway path, in its agent's protocol (`Gateway.nodeRefusalOf`, `Gateway.refusalOn`: Anthropic's or
- * OpenAI's error shape). Returns
- * `server`.
+ * OpenAI's error shape); and `Expect: 100-continue` answered lazily (`BodyDrain.continueOnRead`: `100 Continue` once
+ * the body is read, so a body refused unread is refused without it). Returns `server`.
  */
 export const answerNodeRefusals = (server: Http.Server): Http.Server => {
   // Requests Node refuses before the API sees them (malformed HTTP, headers over its limit, an `Expect` other than
@@ -182,7 +183,7 @@ export const answerNodeRefusals = (server: Http.Server): Http.Server => {
     response.writeHead(417, { "content-type": "application/json", connection: "close" })
     response.end(agents === null ? JSON.stringify({ _tag: "InvalidRequest", reason, message: reason }) : agents.body)
   })
-  return server
+  return continueOnRead(server)
 }
 
 /**

@@ -384,7 +384,7 @@ export class RunsGroup extends HttpApiGroup.make("runs")
       .setUrlParams(Schema.Struct({ waitMs: Schema.optional(DecimalFromString.pipe(Schema.int(), Schema.between(0, 60_000))) }))
       .addSuccess(RunView)
       .addError(RunNotFound)
-      .annotate(OpenApi.Description, "A run with its attempts and items. `waitMs` (0..60000) waits up to that long for the run to end before answering (it answers as the run stands then).")
+      .annotate(OpenApi.Description, "A run with its attempts and items. `waitMs` (0..60000) waits up to that long for the run to end, or to wait for the client's tool results, before answering (it answers as the run stands then).")
   )
   .add(
     HttpApiEndpoint.get("list", "/threads/:threadId/runs")
