@@ -96,7 +96,7 @@ export interface AutoOffloadPolicy {
  * - `ignore_known_full`: turn start sends a request even when Baton knows it would exceed the window (a trusted
  *   usage report leaves no room for the prompt, or the prompt alone is larger than the window);
  * - `retry_overflow_on_same_native`: after an overflow with the prompt alone, the retry goes to the same native
- *   thread instead of a replacement;
+ *   thread instead of a replacement (and the overflow records no floor, which would make turn start replace it);
  * - `sample_omits_output`: a turn's calibration sample leaves out what the turn produced, so the provider's growth
  *   is compared with the prompt alone and the ratio learned is too high;
  * - `offload_keeps_lane`: a committed `/offload` leaves the active lane's native thread as it is, so the next turn

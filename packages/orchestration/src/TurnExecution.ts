@@ -46,6 +46,7 @@ import * as OffloadControls from "./OffloadControls.js"
 import { ThreadRead } from "./ThreadRead.js"
 import { recordedToolResults, TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
+import * as KnownUsage from "./internal/KnownUsage.js"
 import * as Span from "./internal/Span.js"
 
 /**
@@ -332,10 +333,21 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * too: from the turn's sample base, it teaches the calibration what this request cost in the provider's units
        * (`ProviderCalibration.learn`, same policy as a completed turn), so the retry and later turns are budgeted
        * in the units the provider really counts.
-       * Returns `false` (nothing written) when a user interrupt ended the run meanwhile: it is not retried.
+       * Whatever became of the run, the rejection is information about the native thread: it teaches the calibration
+       * and records the least the native thread holds (`NativeThread.heldAtLeast`, `KnownUsage.floorOf`), so no later
+       * turn start plans below it.
+       * Returns `false` (nothing else written) when a user interrupt ended the run meanwhile: it is not retried.
        */
       const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
         uow.thread(run.threadId, "TurnExecution.overflowRecovery")(Effect.gen(function*() {
+          const learned = yield* calibration.learnFromOverflow(
+            run.threadId, plan.providerThread.providerInstance, plan.sampleBase, error, plan.requestTokens + plan.inlineTokens
+          )
+          // Before the interrupt check: an overflow raced by an interrupt used to teach nothing, and the next turn
+          // start sent the interrupted run's prompt as a missed run's history to the native thread that had just
+          // rejected less (sim seed 44018).
+          const floor = KnownUsage.floorOf(error, learned.ratio, plan.requestTokens + plan.inlineTokens)
+          if (floor !== null && !config.mutations.has("retry_overflow_on_same_native")) yield* KnownUsage.raiseFloor(store, plan.native.id, floor)
           const current = yield* store.getRun(run.id)
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
@@ -343,7 +355,6 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // in the native thread for good (for a model API, the lane's message list): a retry there would repeat
           // the rejected request, so the native thread is replaced instead.
           const injected = plan.report.mode === "injected"
-          yield* calibration.learnFromOverflow(run.threadId, plan.providerThread.providerInstance, plan.sampleBase, error, plan.requestTokens + plan.inlineTokens)
           yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
           yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
           const window = plan.report.budget.window
@@ -700,18 +711,21 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
           if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, now))
+          const outputTokens = items.reduce((n, i) => n + counter.count(i.text), 0)
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
             base: plan.sampleBase,
             reportedUsedTokens: checked?.usedTokens ?? null,
-            estimatedTokens: plan.requestTokens + inlineTokens +
-              (config.mutations.has("sample_omits_output") ? 0 : items.reduce((n, i) => n + counter.count(i.text), 0))
+            estimatedTokens: plan.requestTokens + inlineTokens + (config.mutations.has("sample_omits_output") ? 0 : outputTokens)
           }, pendingEvents, plan.calibrationSeen ?? null)
           // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales the
           // estimate back by the ratio when no trusted report exists).
           const estimatedTokens = checked !== null ? Calibration.toRaw(learned.ratio, checked.usedTokens) : plan.native.estimatedTokens + sent
           // Only the usage columns are written; the status comes back as stored: an interrupt or timeout may have
-          // stopped trusting the native thread meanwhile.
-          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now)
+          // stopped trusting the native thread meanwhile. A rejection's floor (`heldAtLeast`) rises by what the turn
+          // added (the texts as the provider counts them, at the calibration): the native thread grew past what the
+          // rejection proved, and a stale report after it must not let the next turn start plan below that.
+          const heldGrowth = Calibration.apply(learned.ratio, plan.requestTokens + inlineTokens + outputTokens)
+          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now, heldGrowth)
           const native = {
             ...plan.native,
             status: statusNow._tag === "Some" ? statusNow.value : plan.native.status,
@@ -915,7 +929,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         const added = (claimed.wait.results ?? []).reduce((n, r) => n + counter.count(r.output), 0) + items.reduce((n, i) => n + i.tokens, 0)
         const ratio = (yield* calibration.current(providerThread.providerInstance)).ratio
         const estimatedTokens = checked !== null ? Calibration.toRaw(ratio, checked.usedTokens) : currentNative.estimatedTokens + added
-        yield* store.recordNativeUsage(native.id, checked, estimatedTokens, now)
+        // A rejection's floor rises by what the continuation added (see `turnCompleted`).
+        yield* store.recordNativeUsage(native.id, checked, estimatedTokens, now, Calibration.apply(ratio, added))
         if (output.usage !== null) {
           yield* store.appendEvent({ threadId: settledRun.threadId, type: "usage.reported", payload: {
             nativeThreadId: native.id,
