@@ -13,7 +13,7 @@
  *
  * It does not start the provider turn itself (ThreadService does, then settles inline deliveries).
  */
-import { type ContextUsage, type HandoffDelivery, type Item, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
+import { type HandoffDelivery, type Item, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
 import { type ProviderCalibration as StoredCalibration, ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
@@ -181,22 +181,6 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         yield* store.updateProviderThread(synced)
         return { native: started.native, providerThread: synced, history }
       })
-
-      /**
-       * `native` after it took `addedTokens` (Baton tokens) more, as stored now (read under the caller's lock), with a
-       * rejection's floor (`heldAtLeast`) raised by them at the calibration: the native thread grew past what the
-       * rejection proved. A trusted `acknowledged` report at or above the raised floor clears it (the report says
-       * more). Without a floor, `native` as given and no statement.
-       */
-      const heldAfterGrowth = (native: NativeThread, providerThread: ProviderThread, addedTokens: number, acknowledged: ContextUsage | null) =>
-        Effect.gen(function*() {
-          if (native.heldAtLeast === undefined) return native
-          const stored = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
-          if (stored.heldAtLeast === undefined) return KnownUsage.withoutFloor(native)
-          const { ratio } = yield* calibration.current(providerThread.providerInstance)
-          const raised = stored.heldAtLeast + Calibration.apply(ratio, addedTokens)
-          return acknowledged !== null && acknowledged.usedTokens >= raised ? KnownUsage.withoutFloor(native) : { ...native, heldAtLeast: raised }
-        })
 
       /**
        * Why `native` is known to be too full for `prompt`, or `null`: its last trusted usage report — or, when the
@@ -443,7 +427,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           yield* delivery.markSettled(run.threadId, injection.pending, "injected")
           const now = yield* DateTime.now
           const native: NativeThread = {
-            ...(yield* heldAfterGrowth(plan.native, plan.providerThread, injection.tokens, acknowledged)),
+            // A rejection's floor rises by the injection (`KnownUsage.afterGrowth`).
+            ...(plan.native.heldAtLeast === undefined ? plan.native : yield* KnownUsage.afterGrowth(
+              store, plan.native, (yield* calibration.current(plan.providerThread.providerInstance)).ratio, injection.tokens, acknowledged
+            )),
             // Without a trusted acknowledgement the earlier report no longer describes the native thread (it
             // leaves the injection out, and the budget takes a report over the estimate): cleared, so a turn start
             // before the next report budgets with the estimate that counts the injection (review r24).

@@ -57,3 +57,24 @@ export const raiseFloor = (store: Context.Tag.Service<typeof ThreadStore>, id: N
     yield* store.updateNativeThread(raised)
     return Option.some(raised)
   })
+
+/**
+ * `native` after it took `addedTokens` (Baton tokens) more, as stored now (read through `store`, under the caller's
+ * lock), with a rejection's floor raised by them at `ratio` (provider tokens per Baton token): the native thread grew
+ * past what the rejection proved. A trusted `acknowledged` report at or above the raised floor clears it (the report
+ * says more). Without a floor in `native`, `native` as given and no statement.
+ */
+export const afterGrowth = (
+  store: Context.Tag.Service<typeof ThreadStore>,
+  native: NativeThread,
+  ratio: number,
+  addedTokens: number,
+  acknowledged: ContextUsage | null
+) =>
+  Effect.gen(function*() {
+    if (native.heldAtLeast === undefined) return native
+    const stored = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
+    if (stored.heldAtLeast === undefined) return withoutFloor(native)
+    const raised = stored.heldAtLeast + Calibration.apply(ratio, addedTokens)
+    return acknowledged !== null && acknowledged.usedTokens >= raised ? withoutFloor(native) : { ...native, heldAtLeast: raised }
+  })
