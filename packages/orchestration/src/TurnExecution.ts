@@ -359,16 +359,23 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
           const window = plan.report.budget.window
           // The retry leaves the inline history out and goes to the same native thread only when the prompt alone
-          // fits there by what Baton knows: the native thread's last trusted usage plus the prompt at the calibration
-          // in force now (this overflow may just have taught it). Otherwise the prompt alone would overflow too (sim
-          // seed 100087: 51,840 used + 11,592 x1.12 > 64,000, sent again): the native thread is replaced instead.
+          // fits there by what Baton knows: the native thread's last trusted usage (or a rejection's floor above it)
+          // plus the prompt at the calibration in force now (this overflow may just have taught it). Otherwise the
+          // prompt alone would overflow too (sim seed 100087: 51,840 used + 11,592 x1.12 > 64,000, sent again): the
+          // native thread is replaced instead.
           const native = plan.inlineHistory === null || injected
             ? null
             : Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
-          const aloneFits = native === null ? false : native.usage === null || (yield* Effect.map(
+          // What Baton knows it holds counts the floor this overflow just proved (`KnownUsage.of`): by the stale report
+          // alone, the prompt went back to the native thread that had just rejected it with less history than its
+          // size (sim seed 44052: a floor of 199,116 in a 200,000 window, then 12,204 tokens).
+          const aloneFits = native === null ? false : yield* Effect.map(
             calibration.current(plan.providerThread.providerInstance),
-            ({ ratio }) => native.usage!.usedTokens + Calibration.apply(ratio, plan.requestTokens) <= window
-          ))
+            ({ ratio }) => {
+              const known = KnownUsage.of(native, ratio)
+              return known === null || known.usedTokens + Calibration.apply(ratio, plan.requestTokens) <= window
+            }
+          )
           const carriedHistory = native !== null && aloneFits
           if (native !== null && carriedHistory) {
             yield* store.updateNativeThread({
