@@ -2,7 +2,7 @@
  * What a rejection proves about a native thread (`NativeThread.heldAtLeast`, internal/KnownUsage): shrunk simulator
  * scenarios in which Baton sent a request it had the information to know would overflow (docs/design.md invariant 1;
  * the oracle's "rejected before" and "held since a rejection" properties, ProviderTruthChecks). Each must run
- * without a violation.
+ * without a violation, on SQLite and on the real Postgres.
  */
 import { Simulation } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
@@ -83,11 +83,11 @@ const aloneJudgedAfterToolWait: Simulation.Scenario = JSON.parse(
   "{\"seed\":44039,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":false,\"tokenScale\":1.21,\"requestOverhead\":2942,\"overflowSignal\":\"code\",\"ackUsage\":{\"missingEvery\":3,\"impossibleEvery\":7}},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.24,\"requestOverhead\":1998,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.25,\"requestOverhead\":1881,\"overflowSignal\":\"text\",\"ackUsage\":{\"missingEvery\":3,\"impossibleEvery\":4},\"modelApi\":true}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":4},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"big\",\"crash\":null},{\"kind\":\"switch\",\"id\":70,\"to\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":72,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"near_full\",\"fraction\":0.8700000000000001},\"same\":false},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"queue_behind_wait\",\"id\":556,\"prompt\":17,\"queuedFirst\":true,\"crash\":null},{\"kind\":\"send\",\"id\":80,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"stale\",\"lag\":3,\"fillLeaving\":1226}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":81,\"prompt\":1045,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}"
 ) as Simulation.Scenario
 
-describe("a rejection's floor (heldAtLeast)", () => {
+describe.each(["sqlite", "postgres"] as const)("a rejection's floor (heldAtLeast) on %s", (dialect) => {
   for (const [name, scenario] of Object.entries({ grown, interruptRaced, interruptRacedAfterStale, floorLostInCrash, interruptRacedLong, injectionRejectedThenPrompt, aloneJudgedByStaleReport, aloneJudgedAfterToolWait })) {
     it.live(name, () =>
       Effect.gen(function*() {
-        const outcome = yield* Simulation.execute(scenario, { digest: false })
+        const outcome = yield* Simulation.execute(scenario, { digest: false, dialect })
         expect(outcome.violations).toEqual([])
         expect(outcome.executed).toBe(scenario.ops.length)
       }), { timeout: 60_000 })
