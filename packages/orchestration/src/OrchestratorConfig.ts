@@ -103,7 +103,10 @@ export interface AutoOffloadPolicy {
  *   goes on holding every original the summary replaced;
  * - `resume_opens_replay_window`: a resumed native thread's replay window opens whatever the adapter's
  *   `resumeMayReplay` says (the build before tester r36's fix), so a model API's answer equal to an earlier one,
- *   same id, is skipped as a replay.
+ *   same id, is skipped as a replay;
+ * - `floor_ignores_growth`: a rejection's floor (`NativeThread.heldAtLeast`) stays where the rejection put it while
+ *   the native thread grows (the build before this property), so a stale report after it lets turn start send a
+ *   prompt that fits the floor but not what the native thread holds by then.
  */
 export type Mutation =
   | "ignore_known_full"
@@ -111,6 +114,7 @@ export type Mutation =
   | "sample_omits_output"
   | "offload_keeps_lane"
   | "resume_opens_replay_window"
+  | "floor_ignores_growth"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

@@ -731,7 +731,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // stopped trusting the native thread meanwhile. A rejection's floor (`heldAtLeast`) rises by what the turn
           // added (the texts as the provider counts them, at the calibration): the native thread grew past what the
           // rejection proved, and a stale report after it must not let the next turn start plan below that.
-          const heldGrowth = Calibration.apply(learned.ratio, plan.requestTokens + inlineTokens + outputTokens)
+          const heldGrowth = config.mutations.has("floor_ignores_growth") ? 0 : Calibration.apply(learned.ratio, plan.requestTokens + inlineTokens + outputTokens)
           const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now, heldGrowth)
           const native = {
             ...plan.native,

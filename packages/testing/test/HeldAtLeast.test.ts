@@ -93,3 +93,13 @@ describe.each(["sqlite", "postgres"] as const)("a rejection's floor (heldAtLeast
       }), { timeout: 60_000 })
   }
 })
+
+// The oracle's "held since a rejection" property catches a build that lets the floor stand still (a mutation), so it
+// cannot pass vacuously; the same scenario runs clean on this build (above).
+it.live("mutation floor_ignores_growth: the oracle names the request sent over what the rejection and the growth since proved", () =>
+  Effect.gen(function*() {
+    const outcome = yield* Simulation.execute(grown, { digest: false, mutations: new Set(["floor_ignores_growth"]) })
+    expect(outcome.violations).toEqual([
+      expect.stringMatching(/^truth: run \S+ was sent to big-n1 although Baton knew it would not fit: an earlier rejection and what the native thread took since prove it held at least \d+/)
+    ])
+  }), { timeout: 60_000 })
