@@ -575,8 +575,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const classified = ProviderFailure.classify(outcome.left)
           // The prompt went alone (no history inline or injected) to a native thread this run started, which holds
           // nothing: no recovery can make it fit, so the run fails now as an overflow saying so.
-          const promptAloneOnEmpty = classified.code === "overflow" && plan.inlineHistory === null &&
-            plan.report.mode !== "injected" && plan.native.id !== nativeAtStart
+          // Likewise when the prompt went with inline history (a deferral pointer) to such a native thread and the
+          // size the provider gave, less that history at the calibration, still exceeds the window: the prompt alone
+          // would be rejected too (Baton would send a request it knows cannot fit, invariant 1), and a replacement
+          // would be as empty.
+          const emptyNative = classified.code === "overflow" && plan.report.mode !== "injected" && plan.native.id !== nativeAtStart
+          const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
+          const promptAloneOnEmpty = emptyNative && (plan.inlineHistory === null || (requested !== null && window > 0 &&
+            requested - Calibration.apply((yield* calibration.current(plan.providerThread.providerInstance)).ratio, plan.inlineTokens) > window))
           const error = promptAloneOnEmpty
             ? new ProviderError({
               provider: classified.provider,
