@@ -489,7 +489,7 @@ export const replay = (
         promptsUnchanged: turnsReceived.filter((t) => prompts.get(t.runId) === t.prompt).length,
         overflows: {
           rejected: adapters.reduce((n, a) => n + a.truth.filter((t) => !t.accepted && t.operation !== "output").length, 0),
-          outputStopped: adapters.reduce((n, a) => n + a.truth.filter((t) => t.operation === "output").length, 0),
+          outputStopped: adapters.reduce((n, a) => n + a.truth.filter((t) => t.operation === "output" && !t.accepted).length, 0),
           usageAboveWindow
         },
         invariantViolations: violations,

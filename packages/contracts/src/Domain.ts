@@ -254,7 +254,9 @@ export const NativeThread = Schema.Struct({
   /**
    * The least this native thread holds by the provider's own count (provider tokens), learned from a request the
    * provider rejected as over its window (the size it gave for that request less what the request added); absent
-   * when none was rejected. A later usage report does not lower it (a report can be stale); a compaction clears it.
+   * when none was rejected. It rises by what the native thread takes after (turns, their output, injections, at
+   * the calibration); a later usage report does not lower it (a report can be stale), a trusted one at or above it
+   * clears it (the report says more), and so does a compaction.
    */
   heldAtLeast: Schema.optional(Tokens),
   createdAt: Schema.DateTimeUtc,

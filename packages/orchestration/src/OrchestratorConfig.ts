@@ -96,14 +96,17 @@ export interface AutoOffloadPolicy {
  * - `ignore_known_full`: turn start sends a request even when Baton knows it would exceed the window (a trusted
  *   usage report leaves no room for the prompt, or the prompt alone is larger than the window);
  * - `retry_overflow_on_same_native`: after an overflow with the prompt alone, the retry goes to the same native
- *   thread instead of a replacement;
+ *   thread instead of a replacement (and the overflow records no floor, which would make turn start replace it);
  * - `sample_omits_output`: a turn's calibration sample leaves out what the turn produced, so the provider's growth
  *   is compared with the prompt alone and the ratio learned is too high;
  * - `offload_keeps_lane`: a committed `/offload` leaves the active lane's native thread as it is, so the next turn
  *   goes on holding every original the summary replaced;
  * - `resume_opens_replay_window`: a resumed native thread's replay window opens whatever the adapter's
  *   `resumeMayReplay` says (the build before tester r36's fix), so a model API's answer equal to an earlier one,
- *   same id, is skipped as a replay.
+ *   same id, is skipped as a replay;
+ * - `floor_ignores_growth`: a rejection's floor (`NativeThread.heldAtLeast`) stays where the rejection put it while
+ *   the native thread grows (the build before this property), so a stale report after it lets turn start send a
+ *   prompt that fits the floor but not what the native thread holds by then.
  */
 export type Mutation =
   | "ignore_known_full"
@@ -111,6 +114,7 @@ export type Mutation =
   | "sample_omits_output"
   | "offload_keeps_lane"
   | "resume_opens_replay_window"
+  | "floor_ignores_growth"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

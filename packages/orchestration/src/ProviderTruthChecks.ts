@@ -9,10 +9,15 @@
  *   report, a compaction's result, or a fresh start at 0) plus what the request added (Baton's own count times the
  *   calibration ratio Baton had learned by then, or 1) already exceeds the window the provider advertised;
  * - **rejected before:** the same native thread already rejected a request no larger, and nothing was compacted
- *   in between (a provider's rejection is information too).
+ *   in between (a provider's rejection is information too);
+ * - **held since a rejection:** a rejection that gave its size proves the native thread held at least that size
+ *   less what the request added; what the native thread took after it (accepted requests, the items its turns
+ *   produced, which Baton records) only adds to that, until a compaction. That floor plus the request exceeds the
+ *   window.
  *
- * Both lower-bound what Baton knew (growth since the last report is not counted), so a flag is never a judgment
- * call. `checkCalibration` adds the third property: once a provider instance's calibration rests on enough
+ * All lower-bound what Baton knew (growth since the last report is not counted; a rejection's floor takes the
+ * largest ratio Baton held for what the rejected request added and the smallest for what came after), so a flag is
+ * never a judgment call. `checkCalibration` adds the third property: once a provider instance's calibration rests on enough
  * evidence, its ratio is within 10% of the provider's true tokenizer ratio. It owns these checks only; the other
  * invariants stay in InvariantChecks.
  */
@@ -176,16 +181,34 @@ export const checkRecord = (
       list.push(e)
       startsOf.set(e.payload.runId, list)
     }
+    /** The least and largest ratio `instance`'s calibration held (the identity first) before position `beforeSeq`. */
+    const ratiosBefore = (instance: string, beforeSeq: number) => {
+      let min = 1
+      let max = 1
+      for (const e of events) {
+        if (e.seq >= beforeSeq) break
+        if (e.type !== "calibration.updated" || e.payload.providerInstance !== instance) continue
+        min = Math.min(min, e.payload.newRatio)
+        max = Math.max(max, e.payload.newRatio)
+      }
+      return { min, max }
+    }
     for (const log of logs) {
       const smallestRejected = new Map<string, number>()
+      // What a rejection proved of each native thread (its size, what the rejected request added) and what the
+      // native thread took since (Baton tokens), until a compaction.
+      const rejection = new Map<string, { readonly tokens: number; readonly added: number; since: number }>()
       const sentOf = new Map<string, number>()
       for (const r of log) {
         const native = natives.get(r.nativeRef)
         if (native === undefined) continue
         if (r.operation === "compact") {
           smallestRejected.delete(r.nativeRef)
+          rejection.delete(r.nativeRef)
           continue
         }
+        const proof = rejection.get(r.nativeRef)
+        if (r.accepted && proof !== undefined) proof.since += r.addedBatonTokens
         if (r.operation === "output") continue
         // The k-th request of a run is its k-th attempt (`run.started` is written before each one).
         let started: ThreadEvent | undefined
@@ -206,14 +229,26 @@ export const checkRecord = (
         if (started !== undefined && r.window !== null) {
           const known = knownBefore(events, native.id, native.instance, started.seq)
           const expected = known.used + r.addedBatonTokens * known.ratio
+          const ratios = ratiosBefore(native.instance, started.seq)
+          const floor = proof === undefined ? null : proof.tokens - proof.added * ratios.max + proof.since * ratios.min
+          const proved = floor === null ? null : floor + r.addedBatonTokens * ratios.min
           if (expected > r.window) {
             violations.push(
               `truth: run ${r.runId} was sent to ${r.nativeRef} although Baton knew it would not fit: last known usage ` +
                 `${known.used} + request ${r.addedBatonTokens} x${known.ratio.toFixed(3)} = ${Math.round(expected)} > window ` +
                 `${r.window} (the provider counted ${r.tokens})`
             )
+          } else if (proved !== null && proved > r.window) {
+            violations.push(
+              `truth: run ${r.runId} was sent to ${r.nativeRef} although Baton knew it would not fit: an earlier rejection ` +
+                `and what the native thread took since prove it held at least ${Math.floor(floor!)}, + request ` +
+                `${r.addedBatonTokens} x${ratios.min.toFixed(3)} = ${Math.round(proved)} > window ${r.window} (the provider counted ${r.tokens})`
+            )
           }
         }
+        // A rejection that gave its size (both overflow signals do) proves what the native thread held without it.
+        // Only the latest is kept: a weaker bound at worst, never a flag Baton could not have known.
+        rejection.set(r.nativeRef, { tokens: r.tokens, added: r.addedBatonTokens, since: 0 })
       }
     }
     return violations

@@ -13,10 +13,10 @@
  *
  * It does not start the provider turn itself (ThreadService does, then settles inline deliveries).
  */
-import { type HandoffDelivery, type Item, type NativeThread, type ProviderError, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
+import { type HandoffDelivery, type Item, type NativeThread, type ProviderThread, type Run, type TurnStartReport } from "@baton/contracts"
 import { Budget, Calibration, Render, TokenCounter } from "@baton/context"
 import { type ProviderCalibration as StoredCalibration, ThreadStore, UnitOfWork } from "@baton/persistence"
-import { type ProviderAdapter, ProviderFailure } from "@baton/providers"
+import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Option } from "effect"
 import { ContextHandoffDelivery, type OwedHandoff } from "./ContextHandoffDelivery.js"
 import { DriverRegistry } from "./DriverRegistry.js"
@@ -183,19 +183,6 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
       })
 
       /**
-       * The least a native thread holds (provider tokens) by a rejection `error` of a request that added `sentTokens`
-       * (Baton tokens) to it: the size the provider gave for the rejected request less the request at `ratio`; `null`
-       * when `error` is no overflow or gives no size (`ProviderFailure.classify`, so a size told only in the text
-       * counts).
-       */
-      const heldAtLeast = (error: ProviderError, ratio: number, sentTokens: number): number | null => {
-        const classified = ProviderFailure.classify(error)
-        if (classified.code !== "overflow") return null
-        const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
-        return requested === null ? null : Math.max(0, requested - Calibration.apply(ratio, sentTokens))
-      }
-
-      /**
        * Why `native` is known to be too full for `prompt`, or `null`: its last trusted usage report — or, when the
        * latest turn brought none (a missing or untrusted report), Baton's own estimate of what it holds, calibrated,
        * which counts from that report on — plus the prompt's calibrated size exceeds the window (invariant 1: a
@@ -260,7 +247,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * outside transactions; the bookkeeping between them is one transaction each, so the `pending` intent is
        * durable before `injectHistory` is called and the outcome is written after it returns.
        */
-      const prepare = Span.fn("ProviderTurnStartService.prepare")(function*(
+      const prepareOnce = Span.fn("ProviderTurnStartService.prepare")(function*(
         run: Run,
         providerThreadIn: ProviderThread,
         adapter: ProviderAdapter.ProviderAdapterShape,
@@ -278,6 +265,8 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           readonly deferHistory?: boolean
           /** Baton's count of the run's prompt, when the caller has it (the prompt is counted once per run). */
           readonly promptTokens?: number
+          /** Internal: a second pass after a rejected injection showed the native thread full (see `prepare`). */
+          readonly afterRejection?: boolean
         } = {}
       ) {
         const requestTokens = options.promptTokens ?? counter.count(run.prompt)
@@ -389,10 +378,18 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
         }).pipe(Effect.either)
         if (outcome._tag === "Left") {
           // A rejection as over the window teaches the calibration first (as /compact's does), so the next turn
-          // start plans the history with it rather than sending the rejected injection again.
-          const learned = yield* uow.thread(run.threadId, "ProviderTurnStartService.overflowLearned")(
-            calibration.learnFromOverflow(run.threadId, plan.providerThread.providerInstance, plan.sampleBase, outcome.left, injection.tokens)
-          )
+          // start plans the history with it rather than sending the rejected injection again; and, in the same unit
+          // of work, it records the least the native thread holds by the rejection (`KnownUsage.floorOf`): the
+          // rejected size less the injection, true whether or not the provider kept the injection, so it is recorded
+          // in the first write after the rejection rather than after the read-back (sim seed 9101: a stale report
+          // said 837 of 1,000,000, and the next turn start sent the very injection the native thread had rejected;
+          // seed 44012: a crash after the read-back lost the floor and the injection was sent again). Later reports
+          // do not lower it.
+          yield* uow.thread(run.threadId, "ProviderTurnStartService.overflowLearned")(Effect.gen(function*() {
+            const learned = yield* calibration.learnFromOverflow(run.threadId, plan.providerThread.providerInstance, plan.sampleBase, outcome.left, injection.tokens)
+            const floor = KnownUsage.floorOf(outcome.left, learned.ratio, injection.tokens)
+            if (floor !== null) yield* KnownUsage.raiseFloor(store, plan.native.id, floor)
+          }))
           // The provider may hold the history. Read the native thread back where the adapter can: the deliveries
           // settle or return to `deferred`, and the turn goes on. Otherwise they stay `pending` (uncertain) and
           // the next turn start will not trust this native thread.
@@ -406,22 +403,13 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             const ids = new Set(injection.pending.map((d) => d.id))
             const lost = (yield* store.listDeliveriesOfThread(run.threadId)).some((d) => ids.has(d.id) && d.status === "deferred")
             if (!lost) return reconciled
-            // Rejected, and the native thread does not hold it: it holds at least the rejected size less the
-            // injection. Recorded as a floor that later reports do not lower (sim seed 9101: a stale report said
-            // 837 of 1,000,000, and the next turn start sent the very injection the native thread had rejected).
-            const floor = heldAtLeast(outcome.left, learned.ratio, injection.tokens)
-            const native = floor === null ? reconciled.native : yield* uow.thread(run.threadId, "ProviderTurnStartService.rejectionFloor")(
-              Effect.gen(function*() {
-                const stored = Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => reconciled.native)
-                if (stored.heldAtLeast !== undefined && stored.heldAtLeast >= floor) return stored
-                const raised: NativeThread = { ...stored, heldAtLeast: floor, updatedAt: yield* DateTime.now }
-                yield* store.updateNativeThread(raised)
-                return raised
-              })
-            )
+            // What the rejection proved (the floor, recorded above) may leave no room for the prompt either: sent
+            // anyway, it was rejected in turn (sim seed 4: a floor of 60,094 in a 64,000 window, then a 5,123-token
+            // prompt). The turn start is done again, and its known-full check starts a replacement.
+            if (options.afterRejection !== true && options.retryWithoutHistory !== true &&
+              (yield* knownFull(reconciled.native, reconciled.providerThread, requestTokens)) !== null) return "native_full" as const
             return {
               ...reconciled,
-              native,
               report: {
                 ...plan.report,
                 mode: "none" as const,
@@ -439,7 +427,10 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
           yield* delivery.markSettled(run.threadId, injection.pending, "injected")
           const now = yield* DateTime.now
           const native: NativeThread = {
-            ...plan.native,
+            // A rejection's floor rises by the injection (`KnownUsage.afterGrowth`).
+            ...(plan.native.heldAtLeast === undefined ? plan.native : yield* KnownUsage.afterGrowth(
+              store, plan.native, (yield* calibration.current(plan.providerThread.providerInstance)).ratio, injection.tokens, acknowledged
+            )),
             // Without a trusted acknowledgement the earlier report no longer describes the native thread (it
             // leaves the injection out, and the budget takes a report over the estimate): cleared, so a turn start
             // before the next report budgets with the estimate that counts the injection (review r24).
@@ -651,6 +642,27 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
        * may start with the replayed history); answers `true` once per resume.
        */
       const takeReplayWindow = (nativeThreadId: NativeThread["id"]) => store.takeReplayWindow(nativeThreadId)
+
+      /**
+       * Prepares the turn of `run` on `providerThread` (`prepareOnce`). When an injection was rejected and what the
+       * rejection proved leaves the native thread too full for the prompt, turn start runs once more: its known-full
+       * check then starts a replacement, owed the history under a fresh budget, rather than sending the prompt to a
+       * native thread Baton knows cannot take it (invariant 1).
+       */
+      const prepare = (
+        run: Run,
+        providerThread: ProviderThread,
+        adapter: ProviderAdapter.ProviderAdapterShape,
+        options: Omit<Parameters<typeof prepareOnce>[3] & {}, "afterRejection"> = {}
+      ) =>
+        Effect.flatMap(prepareOnce(run, providerThread, adapter, options), (plan) =>
+          plan !== "native_full" ? Effect.succeed(plan) : Effect.flatMap(
+            store.getProviderThread(providerThread.id),
+            (fresh) => prepareOnce(run, Option.getOrElse(fresh, () => providerThread), adapter, { ...options, afterRejection: true })
+          ).pipe(Effect.flatMap((again) =>
+            // The second pass never answers `native_full` (`afterRejection`).
+            again === "native_full" ? Effect.dieMessage("turn start answered native_full after a rejection") : Effect.succeed(again)
+          )))
 
       return { prepare, reconcile, takeReplayWindow, promptTooLarge }
     })

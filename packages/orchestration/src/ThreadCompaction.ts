@@ -323,15 +323,20 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         if (outcome._tag === "Left") {
           // A rejection as over the window teaches the calibration first (its own unit of work, before the read-back):
           // a /compact retried after a crash plans the next injection with it instead of sending the rejected one again.
-          yield* uow.thread(threadId, "ThreadCompaction.overflowLearned")(
-            calibration.learnFromOverflow(
+          // In the same unit of work it records the least the native thread holds (`KnownUsage.floorOf`), as a turn
+          // start's rejected injection does: a drain that no compaction follows (a model API) left a stale report to
+          // plan the next turn start with, and it sent the same history again.
+          yield* uow.thread(threadId, "ThreadCompaction.overflowLearned")(Effect.gen(function*() {
+            const learned = yield* calibration.learnFromOverflow(
               threadId,
               providerThread.providerInstance,
               native.usage === null ? null : { usedTokens: native.usage.usedTokens, unreportedTokens: 0 },
               outcome.left,
               plan.selection.tokens
             )
-          )
+            const floor = KnownUsage.floorOf(outcome.left, learned.ratio, plan.selection.tokens)
+            if (floor !== null) yield* KnownUsage.raiseFloor(store, native.id, floor)
+          }))
           // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
           if (!(yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter))) return { native, injected: nothingInjected }
           const reread = yield* store.getNativeThread(native.id)
@@ -348,7 +353,8 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           // reported usage stale: it is advanced by the block's size in the provider's units until a request reports.
           const reported = UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage
           const next: NativeThread = {
-            ...native,
+            // A rejection's floor rises by the block (`KnownUsage.afterGrowth`).
+            ...(yield* KnownUsage.afterGrowth(store, native, ratio, plan.selection.tokens, reported)),
             usage: reported ?? (native.usage === null ? null : {
               ...native.usage,
               usedTokens: native.usage.usedTokens + Calibration.apply(ratio, plan.selection.tokens)

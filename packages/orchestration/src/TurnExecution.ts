@@ -46,6 +46,7 @@ import * as OffloadControls from "./OffloadControls.js"
 import { ThreadRead } from "./ThreadRead.js"
 import { recordedToolResults, TurnStream } from "./TurnStream.js"
 import * as UsageSanity from "./UsageSanity.js"
+import * as KnownUsage from "./internal/KnownUsage.js"
 import * as Span from "./internal/Span.js"
 
 /**
@@ -332,10 +333,21 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * too: from the turn's sample base, it teaches the calibration what this request cost in the provider's units
        * (`ProviderCalibration.learn`, same policy as a completed turn), so the retry and later turns are budgeted
        * in the units the provider really counts.
-       * Returns `false` (nothing written) when a user interrupt ended the run meanwhile: it is not retried.
+       * Whatever became of the run, the rejection is information about the native thread: it teaches the calibration
+       * and records the least the native thread holds (`NativeThread.heldAtLeast`, `KnownUsage.floorOf`), so no later
+       * turn start plans below it.
+       * Returns `false` (nothing else written) when a user interrupt ended the run meanwhile: it is not retried.
        */
       const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
         uow.thread(run.threadId, "TurnExecution.overflowRecovery")(Effect.gen(function*() {
+          const learned = yield* calibration.learnFromOverflow(
+            run.threadId, plan.providerThread.providerInstance, plan.sampleBase, error, plan.requestTokens + plan.inlineTokens
+          )
+          // Before the interrupt check: an overflow raced by an interrupt used to teach nothing, and the next turn
+          // start sent the interrupted run's prompt as a missed run's history to the native thread that had just
+          // rejected less (sim seed 44018).
+          const floor = KnownUsage.floorOf(error, learned.ratio, plan.requestTokens + plan.inlineTokens)
+          if (floor !== null && !config.mutations.has("retry_overflow_on_same_native")) yield* KnownUsage.raiseFloor(store, plan.native.id, floor)
           const current = yield* store.getRun(run.id)
           if (current._tag === "Some" && current.value.status === "interrupted") return false
           const now = yield* DateTime.now
@@ -343,21 +355,27 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // in the native thread for good (for a model API, the lane's message list): a retry there would repeat
           // the rejected request, so the native thread is replaced instead.
           const injected = plan.report.mode === "injected"
-          yield* calibration.learnFromOverflow(run.threadId, plan.providerThread.providerInstance, plan.sampleBase, error, plan.requestTokens + plan.inlineTokens)
           yield* delivery.revertToDeferred(run.threadId, plan.inlineDeliveries, "context overflow: the provider did not read the turn")
           yield* store.updateAttempt({ ...attempt, status: "failed", error: error.message, updatedAt: now })
           const window = plan.report.budget.window
           // The retry leaves the inline history out and goes to the same native thread only when the prompt alone
-          // fits there by what Baton knows: the native thread's last trusted usage plus the prompt at the calibration
-          // in force now (this overflow may just have taught it). Otherwise the prompt alone would overflow too (sim
-          // seed 100087: 51,840 used + 11,592 x1.12 > 64,000, sent again): the native thread is replaced instead.
+          // fits there by what Baton knows: the native thread's last trusted usage (or a rejection's floor above it)
+          // plus the prompt at the calibration in force now (this overflow may just have taught it). Otherwise the
+          // prompt alone would overflow too (sim seed 100087: 51,840 used + 11,592 x1.12 > 64,000, sent again): the
+          // native thread is replaced instead.
           const native = plan.inlineHistory === null || injected
             ? null
             : Option.getOrElse(yield* store.getNativeThread(plan.native.id), () => plan.native)
-          const aloneFits = native === null ? false : native.usage === null || (yield* Effect.map(
+          // What Baton knows it holds counts the floor this overflow just proved (`KnownUsage.of`): by the stale report
+          // alone, the prompt went back to the native thread that had just rejected it with less history than its
+          // size (sim seed 44052: a floor of 199,116 in a 200,000 window, then 12,204 tokens).
+          const aloneFits = native === null ? false : yield* Effect.map(
             calibration.current(plan.providerThread.providerInstance),
-            ({ ratio }) => native.usage!.usedTokens + Calibration.apply(ratio, plan.requestTokens) <= window
-          ))
+            ({ ratio }) => {
+              const known = KnownUsage.of(native, ratio)
+              return known === null || known.usedTokens + Calibration.apply(ratio, plan.requestTokens) <= window
+            }
+          )
           const carriedHistory = native !== null && aloneFits
           if (native !== null && carriedHistory) {
             yield* store.updateNativeThread({
@@ -557,8 +575,14 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const classified = ProviderFailure.classify(outcome.left)
           // The prompt went alone (no history inline or injected) to a native thread this run started, which holds
           // nothing: no recovery can make it fit, so the run fails now as an overflow saying so.
-          const promptAloneOnEmpty = classified.code === "overflow" && plan.inlineHistory === null &&
-            plan.report.mode !== "injected" && plan.native.id !== nativeAtStart
+          // Likewise when the prompt went with inline history (a deferral pointer) to such a native thread and the
+          // size the provider gave, less that history at the calibration, still exceeds the window: the prompt alone
+          // would be rejected too (Baton would send a request it knows cannot fit, invariant 1), and a replacement
+          // would be as empty.
+          const emptyNative = classified.code === "overflow" && plan.report.mode !== "injected" && plan.native.id !== nativeAtStart
+          const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
+          const promptAloneOnEmpty = emptyNative && (plan.inlineHistory === null || (requested !== null && window > 0 &&
+            requested - Calibration.apply((yield* calibration.current(plan.providerThread.providerInstance)).ratio, plan.inlineTokens) > window))
           const error = promptAloneOnEmpty
             ? new ProviderError({
               provider: classified.provider,
@@ -700,18 +724,21 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Calibration: between two trusted reports, the usage growth against Baton's count of the same texts (the
           // item texts as the provider counts them, not their rendered cost) teaches the provider's ratio.
           if (output.tokens !== null) yield* store.recordRunCost(RunCosts.of(run, adapter, output.tokens, now))
+          const outputTokens = items.reduce((n, i) => n + counter.count(i.text), 0)
           const learned = yield* calibration.learn(run.threadId, plan.providerThread.providerInstance, {
             base: plan.sampleBase,
             reportedUsedTokens: checked?.usedTokens ?? null,
-            estimatedTokens: plan.requestTokens + inlineTokens +
-              (config.mutations.has("sample_omits_output") ? 0 : items.reduce((n, i) => n + counter.count(i.text), 0))
+            estimatedTokens: plan.requestTokens + inlineTokens + (config.mutations.has("sample_omits_output") ? 0 : outputTokens)
           }, pendingEvents, plan.calibrationSeen ?? null)
           // `estimatedTokens` is Baton's count: a trusted report is stored in Baton's units (the budget scales the
           // estimate back by the ratio when no trusted report exists).
           const estimatedTokens = checked !== null ? Calibration.toRaw(learned.ratio, checked.usedTokens) : plan.native.estimatedTokens + sent
           // Only the usage columns are written; the status comes back as stored: an interrupt or timeout may have
-          // stopped trusting the native thread meanwhile.
-          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now)
+          // stopped trusting the native thread meanwhile. A rejection's floor (`heldAtLeast`) rises by what the turn
+          // added (the texts as the provider counts them, at the calibration): the native thread grew past what the
+          // rejection proved, and a stale report after it must not let the next turn start plan below that.
+          const heldGrowth = config.mutations.has("floor_ignores_growth") ? 0 : Calibration.apply(learned.ratio, plan.requestTokens + inlineTokens + outputTokens)
+          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now, heldGrowth)
           const native = {
             ...plan.native,
             status: statusNow._tag === "Some" ? statusNow.value : plan.native.status,
@@ -915,7 +942,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
         const added = (claimed.wait.results ?? []).reduce((n, r) => n + counter.count(r.output), 0) + items.reduce((n, i) => n + i.tokens, 0)
         const ratio = (yield* calibration.current(providerThread.providerInstance)).ratio
         const estimatedTokens = checked !== null ? Calibration.toRaw(ratio, checked.usedTokens) : currentNative.estimatedTokens + added
-        yield* store.recordNativeUsage(native.id, checked, estimatedTokens, now)
+        // A rejection's floor rises by what the continuation added (see `turnCompleted`).
+        yield* store.recordNativeUsage(native.id, checked, estimatedTokens, now, Calibration.apply(ratio, added))
         if (output.usage !== null) {
           yield* store.appendEvent({ threadId: settledRun.threadId, type: "usage.reported", payload: {
             nativeThreadId: native.id,

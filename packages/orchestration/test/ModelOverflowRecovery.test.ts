@@ -92,7 +92,7 @@ describe("context overflow through a real adapter", () => {
       }).pipe(Effect.provide(Harness.makeLayer([codex, model], counter, file, {})))
     }).pipe(Effect.provide(httpLayer), Effect.scoped), { timeout: 60_000 })
 
-  it.live("an overflow on every attempt: history is never sent again after the first overflow, and the run fails as a typed overflow once the prompt alone overflowed an empty native thread", () =>
+  it.live("an overflow on every attempt: history is never sent again after the first overflow, and the run fails as a typed overflow once an empty native thread proves the prompt alone cannot fit", () =>
     Effect.gen(function*() {
       const loop = yield* loopback
       const file = yield* sqliteFile
@@ -117,9 +117,11 @@ describe("context overflow through a real adapter", () => {
         expect(turns[0]!.body).toContain("conversation_history")
         // After the first overflow, no request re-sends the history the provider already refused.
         expect(turns.slice(1).map((r) => r.body.includes("conversation_history"))).toEqual(turns.slice(1).map(() => false))
-        // 1: injected history (replaced); 2: the prompt and a deferral pointer on the replacement (recorded full);
-        // 3: the prompt alone there, which holds nothing: retrying cannot help, the run fails as a typed overflow.
-        expect(turns.length).toBe(3)
+        // 1: injected history (replaced); 2: the prompt and a deferral pointer on the replacement, which holds
+        // nothing: the size the provider gave less the pointer is still over the window, so the prompt alone would be
+        // refused too and is not sent (it was, as a third request, before the rejection's floor counted); retrying
+        // cannot help, the run fails as a typed overflow.
+        expect(turns.length).toBe(2)
         expect(run.status).toBe("failed")
         const runs = yield* o.store.listRuns(t)
         const failed = runs.find((r) => r.id === run.runId)!

@@ -873,12 +873,18 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       /**
        * Records a turn's outcome on a native thread in one statement: its context `usage` (`null`: none trusted) and
        * Baton's `estimatedTokens`, leaving every other column (status, generation, compaction count) as it is now.
+       * `heldGrowth` (provider tokens, a non-negative integer, default 0) is what the turn added to the native thread:
+       * a rejection's floor (`heldAtLeast`, where one is stored) rises by it, since the native thread grew past what
+       * the rejection proved; a trusted `usage` at or above the raised floor clears it (the report now says more).
        * Returns the native thread's status as stored (`None`: no such native thread).
        */
-      recordNativeUsage: (id: NativeThreadId, usage: ContextUsage | null, estimatedTokens: number, updatedAt: DateTime.Utc) =>
+      recordNativeUsage: (id: NativeThreadId, usage: ContextUsage | null, estimatedTokens: number, updatedAt: DateTime.Utc, heldGrowth = 0) =>
         Effect.flatMap(
           sql`UPDATE native_threads SET used_tokens = ${usage?.usedTokens ?? null}, max_tokens = ${usage?.maxTokens ?? null},
               auto_compact_threshold = ${usage?.autoCompactThreshold ?? null}, estimated_tokens = ${estimatedTokens},
+              held_at_least = ${usage === null
+                ? sql`held_at_least + ${heldGrowth}`
+                : sql`CASE WHEN held_at_least + ${heldGrowth} <= ${usage.usedTokens} THEN NULL ELSE held_at_least + ${heldGrowth} END`},
               updated_at = ${DateTime.formatIso(updatedAt)} WHERE id = ${id} RETURNING status`,
           decodeNativeStatusRows
         ).pipe(Effect.map((rows) => Option.fromNullable(rows[0]?.status)), orPersistence("native_threads.recordUsage")),

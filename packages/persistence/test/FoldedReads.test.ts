@@ -171,6 +171,34 @@ for (const [dialect, db] of dialects) {
         expect(yield* held()).toBeUndefined()
       }).pipe(Effect.provide(layerOn(db))))
 
+    // Sim scenario R with a 250-token prompt: the floor must grow with the native thread, or a stale report after the
+    // rejection lets turn start plan below what the native thread holds by then.
+    it.effect("recordNativeUsage's heldGrowth: raises a stored floor (none stays none), and a report at or above the raised floor clears it", () =>
+      Effect.gen(function*() {
+        const store = yield* ThreadStore
+        const now = yield* DateTime.now
+        yield* store.insertThread(thread("thr_g", now))
+        yield* store.insertProviderThread({
+          id: "pth_g" as ProviderThreadId, threadId: "thr_g" as ThreadId, providerInstance: "big" as ProviderInstance, model: "m",
+          contextWindow: 1_000_000, activeNativeThreadId: null, syncedRunSeq: 0, createdAt: now, updatedAt: now
+        })
+        const native = {
+          id: "nat_g" as NativeThreadId, providerThreadId: "pth_g" as ProviderThreadId, generation: 1, nativeRef: "g", status: "active" as const,
+          usage: { usedTokens: 837 }, estimatedTokens: 700, compactionsWithoutProgress: 0, createdAt: now, updatedAt: now
+        }
+        yield* store.insertNativeThread(native)
+        const held = () => Effect.map(store.getNativeThread(native.id), (n) => Option.getOrThrow(n).heldAtLeast)
+        yield* store.recordNativeUsage(native.id, { usedTokens: 837 }, 700, now, 46)
+        expect(yield* held()).toBeUndefined()
+        yield* store.updateNativeThread({ ...native, heldAtLeast: 999_705 })
+        yield* store.recordNativeUsage(native.id, { usedTokens: 837 }, 700, now, 46)
+        expect(yield* held()).toBe(999_751)
+        yield* store.recordNativeUsage(native.id, null, 760, now, 49)
+        expect(yield* held()).toBe(999_800)
+        yield* store.recordNativeUsage(native.id, { usedTokens: 999_820 }, 870_000, now, 20)
+        expect(yield* held()).toBeUndefined()
+      }).pipe(Effect.provide(layerOn(db))))
+
     it.effect("getRunWithAttemptCount: the run as getRun reads it, with listAttempts' length (only its own attempts); None for no run", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore

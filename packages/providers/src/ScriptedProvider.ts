@@ -213,9 +213,9 @@ export interface ScriptedConfig {
 /**
  * One request the provider received, as the provider saw it: the native thread's size in the provider's units had
  * it been accepted (`tokens`), its window, and whether it was accepted; `addedBatonTokens` is what the request
- * added, counted with Baton's own tokenizer (no scale, no overhead). `operation` is what Baton asked (`output`: a
- * turn's output stopped at the window; `compact`: the thread was compacted, by request or automatically; `tokens`
- * is then its size after).
+ * added, counted with Baton's own tokenizer (no scale, no overhead). `operation` is what Baton asked (`output`: one
+ * item a turn produced, `accepted: false` when it stopped at the window; `compact`: the thread was compacted, by
+ * request or automatically; `tokens` is then its size after).
  */
 export interface TruthRecord {
   readonly nativeRef: string
@@ -394,6 +394,9 @@ export const make = (
         truth.push({ nativeRef, operation: "output", runId, tokens, addedBatonTokens: counter.count(item.text), window: config.contextWindow, accepted: false })
         return null
       }
+      // Recorded accepted too: what a turn's output added is growth Baton saw (it records the item), which the
+      // oracle counts on top of a size a rejection proved (`ProviderTruthChecks`).
+      truth.push({ nativeRef, operation: "output", runId, tokens, addedBatonTokens: counter.count(item.text), window: config.contextWindow, accepted: true })
       state.used = tokens
       state.produced.push(item)
       producedItems++

@@ -1081,7 +1081,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           retries,
           faultsFired,
           overflowsRejected: providers.reduce((n, p) => n + p.truth.filter((t) => !t.accepted && t.operation !== "output").length, 0),
-          outputStopped: providers.reduce((n, p) => n + p.truth.filter((t) => t.operation === "output").length, 0),
+          outputStopped: providers.reduce((n, p) => n + p.truth.filter((t) => t.operation === "output" && !t.accepted).length, 0),
           interruptsLanded,
           maxSteps
         }
