@@ -18,7 +18,7 @@
  */
 import type { ProviderAdapter } from "@baton/providers"
 import { GatewayChatWire, type GatewayThreads } from "@baton/orchestration"
-import { ProviderFailure, Sse } from "@baton/providers"
+import { OpenAiChat, ProviderFailure, Sse } from "@baton/providers"
 import { type Assembler, type Dialect, isRecord, parseJson, type StreamOutcome } from "./GatewayDialect.js"
 import { bearerUpstream, errorResponse } from "./GatewayResponses.js"
 
@@ -35,30 +35,10 @@ export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTo
 }
 
 /**
- * Which call a streamed `tool_calls` delta belongs to: a function of the deltas in stream order, giving each its
- * call's slot (0, 1, …). A delta with a numeric `index` is that call (OpenAI's form). One without an `index` (Google's
- * OpenAI-compatible endpoint sends none: each parallel call a delta of its own with its `id`, or one call's arguments
- * over several deltas after the first with its `id`) starts a new call when it carries an `id` other than the previous
- * call's (or is the first), else goes on with the previous call. Before, a missing `index` was 0 on a switch (Gemini's
- * parallel calls became one call, their arguments glued, `{}` for the agent, the others lost) and a new call at each
- * delta in the record (a call's later argument pieces recorded as calls without a name).
+ * Which call a streamed `tool_calls` delta belongs to (`OpenAiChat.callSlots`, shared with the Chat Completions
+ * provider adapter): OpenAI's numeric `index`, else Google's indexless form by the delta's `id`.
  */
-export const callSlots = (): (call: Record<string, unknown>) => number => {
-  let last: { readonly slot: number; id: string } | null = null
-  let next = 0
-  return (call) => {
-    const id = typeof call.id === "string" && call.id !== "" ? call.id : null
-    const slot = typeof call.index === "number"
-      ? call.index
-      : last === null || (id !== null && id !== last.id)
-      ? next
-      : last.slot
-    if (last === null || last.slot !== slot) last = { slot, id: id ?? "" }
-    else if (id !== null) last.id = id
-    next = Math.max(next, slot + 1)
-    return slot
-  }
-}
+export const callSlots = OpenAiChat.callSlots
 
 /**
  * A streamed tool call's `extra_content` so far with a delta's merged in (records merged key by key, other values

@@ -3,7 +3,7 @@
  * llama.cpp's server, Ollama and LM Studio, as a `ProviderAdapter`.
  *
  * Streamed tool calls arrive as deltas keyed by `index` (the first carries `id` and `function.name`, the rest pieces
- * of `function.arguments`) and are assembled per index; the answer's items are emitted when its `finish_reason`
+ * of `function.arguments`; Google's endpoint sends no `index`: `callSlots`) and are assembled per call; the answer's items are emitted when its `finish_reason`
  * arrives, the usage with the final chunk (`stream_options.include_usage`), and the stream ends at `data: [DONE]`.
  * `reasoning_content`/`reasoning` deltas (vLLM, llama.cpp, DeepSeek-style servers) become a reasoning item and are
  * not sent back. The system prompt is the first message of every request, outside the stored list.
@@ -18,6 +18,32 @@ import { callItem, type Dialect, duplicateCall, entryParts, field, markedOutput,
 import type { SseMessage } from "./internal/Sse.js"
 import * as ModelApiAdapter from "./ModelApiAdapter.js"
 import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } from "./ProviderAdapter.js"
+
+/**
+ * Which call a streamed `tool_calls` delta belongs to: a function of the deltas in stream order, giving each its
+ * call's slot (0, 1, …). A delta with a numeric `index` is that call (OpenAI's form). One without an `index` (Google's
+ * OpenAI-compatible endpoint sends none: each parallel call a delta of its own with its `id`, or one call's arguments
+ * over several deltas after the first with its `id`) starts a new call when it carries an `id` other than the previous
+ * call's (or is the first), else goes on with the previous call. Before, a missing `index` was 0 in the gateway's switch and in this adapter
+ * (Gemini's parallel calls became one call, their arguments glued, the others lost) and a new call at each delta in
+ * the gateway's record (a call's later argument pieces recorded as calls without a name).
+ */
+export const callSlots = (): (call: Record<string, unknown>) => number => {
+  let last: { readonly slot: number; id: string } | null = null
+  let next = 0
+  return (call) => {
+    const id = typeof call.id === "string" && call.id !== "" ? call.id : null
+    const slot = typeof call.index === "number"
+      ? call.index
+      : last === null || (id !== null && id !== last.id)
+      ? next
+      : last.slot
+    if (last === null || last.slot !== slot) last = { slot, id: id ?? "" }
+    else if (id !== null) last.id = id
+    next = Math.max(next, slot + 1)
+    return slot
+  }
+}
 
 /** A tool as Chat Completions `tools` entry (JSON text): a function with the tool's name, description and schema. */
 export const encodeTool = (t: ToolDefinition) =>
@@ -50,6 +76,7 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
   let reasoning = ""
   let messageId: string | null = null
   const tools: Array<Assembling | undefined> = []
+  const slotOf = callSlots()
   let finished = false
   let complete = false
   let usage: { input: number; cached: number; output: number } | null = null
@@ -118,7 +145,8 @@ const parser = (_offered: ReadonlySet<string>, onDelta: ((delta: TextDelta) => v
     const deltas = field(delta, "tool_calls")
     if (Array.isArray(deltas)) {
       for (const d of deltas) {
-        const index = num(field(d, "index")) ?? 0
+        if (typeof d !== "object" || d === null || Array.isArray(d)) continue
+        const index = slotOf(d as Record<string, unknown>)
         const fn = field(d, "function")
         const t = tools[index] ?? (tools[index] = { id: "", name: "", arguments: "" })
         t.id = str(field(d, "id")) ?? t.id

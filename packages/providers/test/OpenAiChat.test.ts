@@ -91,6 +91,30 @@ describe("Chat Completions", () => {
       ])
     }).pipe(Effect.provide(httpLayer)))
 
+  // Found in review (stop 44, after the gateway's fix of the same, branch b44gwp): Google's OpenAI-compatible endpoint
+  // sends tool-call deltas without `index`; each was call 0, so Gemini's parallel calls were glued into one call
+  // (`{"location": "Paris"}{"city": "Rome"}` under the first id) and the second was lost.
+  it.scoped("tool-call deltas without an index (Gemini's OpenAI-compatible form): each new id a call of its own, later argument pieces the previous call's", () =>
+    Effect.gen(function*() {
+      const loop = yield* loopback
+      const file = yield* sqliteFile
+      const indexless = [
+        `{"id":"chatcmpl-g","choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"id":"call_a","type":"function","function":{"name":"weather","arguments":"{\\"location\\": "}}]},"finish_reason":null}]}`,
+        `{"id":"chatcmpl-g","choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"\\"Paris\\"}"}}]},"finish_reason":null}]}`,
+        `{"id":"chatcmpl-g","choices":[{"index":0,"delta":{"tool_calls":[{"id":"call_b","type":"function","function":{"name":"cityAttractions","arguments":"{\\"city\\": \\"Rome\\"}"}}]},"finish_reason":null}]}`,
+        `{"id":"chatcmpl-g","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`
+      ]
+      loop.enqueue(sse(frame(kind, indexless)), sse(frame(kind, fixtureLines("openai-chat/openai-text.chunks.txt"))))
+      const adapter = yield* adapterFor(kind, loop, file)
+      const { nativeRef } = yield* adapter.startThread()
+      const { events, exit } = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Paris weather and Rome sights?", inlineHistory: null, tools }))
+      expect(Exit.isSuccess(exit)).toBe(true)
+      expect(itemsOf(events)).toEqual([
+        ["tool_call", `{"location": "Paris"}`, "call_a", "weather"],
+        ["tool_call", `{"city": "Rome"}`, "call_b", "cityAttractions"]
+      ])
+    }).pipe(Effect.provide(httpLayer)))
+
   // Found by a review: an answer cut by finish_reason "length" inside a call's arguments ran the call with truncated JSON.
   it.scoped("an answer cut by finish_reason length inside a tool call: the text and the complete call stand, the cut call is neither run nor stored and an error item says why", () =>
     Effect.gen(function*() {
