@@ -73,4 +73,39 @@ describe("Gateway, a hang-up while a whole answer's outcome is recorded", () => 
         expect([runs.runs[0]!.status, runs.runs[0]!.failureCode]).toEqual(["interrupted", "interrupted_by_user"])
       }).pipe(Effect.provide(serveSettings({ ...settings, database: { _tag: "postgres", url } })))
     })), { timeout: 60_000 })
+
+  it.live("switched (recorded before it is forwarded): the run ends, not running", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("up", "anthropic-messages", upstream)], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "m-*", provider: "up" }] }
+      })
+      const url = Context.get(yield* Layer.build(Database.layerPgSchema()), Database.PgSchemaUrl)
+      yield* Effect.gen(function*() {
+        let open = () => {}
+        upstream.enqueue({ status: 200, contentType: "application/json", body: whole, hold: new Promise<void>((ok) => (open = ok)) })
+        const asking = yield* Effect.fork(HttpClient.execute(
+          HttpClientRequest.post("/v1/chat/completions").pipe(
+            HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}` }),
+            HttpClientRequest.bodyText(JSON.stringify({ model: "m-x", messages: [{ role: "user", content: "first" }] }), "application/json")
+          )
+        ))
+        const api = yield* client()
+        const threads = yield* Effect.repeat(api.threads.list({ urlParams: {} }).pipe(Effect.delay("20 millis")), { until: (p) => p.threads.length === 1, times: 200 })
+        const threadId = threads.threads[0]!.id
+        yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }).pipe(Effect.delay("20 millis")), { until: (p) => p.runs.length === 1, times: 200 })
+        // The run is recorded; its outcome's write will wait for the lock. The upstream answers whole.
+        const released = yield* lockRuns(url, 1.5)
+        open()
+        yield* Effect.sleep("400 millis")
+        yield* Fiber.interrupt(asking)
+        yield* released
+        const runs = yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }).pipe(Effect.delay("50 millis")), {
+          until: (p) => p.runs[0]!.status !== "running",
+          times: 60
+        })
+        // Before the fix: "running" (the hang-up cut the outcome's write, and recorded nothing itself).
+        expect(runs.runs[0]!.status).not.toBe("running")
+      }).pipe(Effect.provide(serveSettings({ ...settings, database: { _tag: "postgres", url } })))
+    })), { timeout: 60_000 })
 })
