@@ -680,7 +680,13 @@ export const layer = (options: GatewayOptions) =>
           // once): the request's record takes it into its own unit of work (`settled`), one transaction instead of two.
           let early: GatewayThreads.Outcome | null = null
           let beginning = false
-          /** Whether an outcome has been given to the record (`settleOf`): a hang-up after it records nothing more. */
+          /**
+           * Whether an outcome is being written to the record, or was (`settleOf`): a hang-up after it records nothing
+           * more. Set once the request's record is there and the write of the outcome begins (uninterruptible): set
+           * before the record was joined, an agent that hung up while the record was still being written (a busy
+           * database) interrupted the join, and neither the answer's outcome nor the hang-up was written, the run
+           * `running` until the next start (review r44, `GatewaySettleHangUp.test.ts`).
+           */
           let given = false
           // Record alongside: once the upstream's answer has begun and the event loop has turned (its head and first
           // bytes go out first), in a fiber of its own (it outlives this handler: the stream's end waits for it).
@@ -752,20 +758,24 @@ export const layer = (options: GatewayOptions) =>
           /** `settle` of an outcome computed once (`once`). */
           const settleOf = (outcomeOf: () => Either.Either<GatewayThreads.Outcome, Cause.UnknownException>) =>
             Effect.suspend(() => {
-              given = true
               offer(outcomeOf)
               return recorded
             }).pipe(
-              Effect.flatMap(Option.match({
-                onNone: () => Effect.void,
-                onSome: ({ begun, settled }) =>
-                  settled ? Effect.void : Effect.flatMap(outcomeOf(), (o) => threads.settle(begun, o)).pipe(Effect.catchAllCause((cause) =>
-                    Effect.logError("gateway: could not record an answer (the agent got it all the same); the run is marked failed", cause).pipe(
-                      Effect.zipRight(threads.fail(begun, "failed", "output_not_recorded", "Baton could not record the upstream's answer (see the server's log)")),
-                      Effect.catchAllCause((again) => Effect.logError("gateway: could not mark the run failed either", again))
-                    )
-                  ))
-              }))
+              Effect.flatMap((r) =>
+                Effect.uninterruptible(Effect.suspend(() => {
+                  given = true
+                  return Option.match(r, {
+                    onNone: () => Effect.void,
+                    onSome: ({ begun, settled }) =>
+                      settled ? Effect.void : Effect.flatMap(outcomeOf(), (o) => threads.settle(begun, o)).pipe(Effect.catchAllCause((cause) =>
+                        Effect.logError("gateway: could not record an answer (the agent got it all the same); the run is marked failed", cause).pipe(
+                          Effect.zipRight(threads.fail(begun, "failed", "output_not_recorded", "Baton could not record the upstream's answer (see the server's log)")),
+                          Effect.catchAllCause((again) => Effect.logError("gateway: could not mark the run failed either", again))
+                        )
+                      ))
+                  })
+                }))
+              )
             )
 
           // Interrupted before it answers (a whole answer on its way), the handler records the hang-up or the cut.

@@ -237,11 +237,12 @@ export const serve = (input: Input) =>
     )
     /** Whether an outcome has been given to the record (`settle`): a hang-up after it records nothing more. */
     let given = false
+    // Uninterruptible: a hang-up during the write (once `given`) would cut it, and record nothing either (review r44).
     const settle = <E>(record: (b: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
-      Effect.suspend(() => {
+      Effect.uninterruptible(Effect.suspend(() => {
         given = true
         return settleWith(record)
-      })
+      }))
     const settleWith = <E>(record: (b: GatewayThreads.Begun) => Effect.Effect<void, E>) =>
       Option.match(begun, {
         onNone: () => Effect.void,
