@@ -34,11 +34,6 @@ export const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTo
   return { inputTokens: n(usage.prompt_tokens) - cached - written, cacheWriteTokens: written, cacheReadTokens: cached, outputTokens: n(usage.completion_tokens) }
 }
 
-/**
- * Which call a streamed `tool_calls` delta belongs to (`OpenAiChat.callSlots`, shared with the Chat Completions
- * provider adapter): OpenAI's numeric `index`, else Google's indexless form by the delta's `id`.
- */
-export const callSlots = OpenAiChat.callSlots
 
 /**
  * A streamed tool call's `extra_content` so far with a delta's merged in (records merged key by key, other values
@@ -65,7 +60,7 @@ export const replyAssembler = (): Assembler => {
   let content = ""
   let refusal: string | null = null
   const calls: Array<{ id: string; name: string; arguments: string; extra?: Record<string, unknown> | undefined }> = []
-  const slotOf = callSlots()
+  const slotOf = OpenAiChat.callSlots()
   let finished = false
   let usage: Record<string, unknown> | null = null
   let failure: StreamOutcome | null = null

@@ -36,7 +36,7 @@
  * Pure: no I/O.
  */
 import { ThreadRead } from "@baton/orchestration"
-import { Sse } from "@baton/providers"
+import { OpenAiChat, Sse } from "@baton/providers"
 import * as GatewayChat from "./GatewayChat.js"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
@@ -233,7 +233,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   const assembler = GatewayChat.replyAssembler()
   /** The name of each tool call so far, by `index`. */
   const names = new Map<number, string>()
-  const slotOf = GatewayChat.callSlots()
+  const slotOf = OpenAiChat.callSlots()
   /**
    * The held chunks: the event's name, the chunk as encoded (`null`: not JSON), its text, and the call (`names`'
    * key) of each of its choice's `tool_calls` deltas.

@@ -613,7 +613,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   let answered = false
   let text = ""
   const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean; sent?: boolean; extra?: Record<string, unknown> | undefined }>()
-  let slotOf = GatewayChat.callSlots()
+  let slotOf = OpenAiChat.callSlots()
   let pending: ReadonlyArray<HiddenCall> | null = null
   const out: Array<string> = []
   const total = () => {
@@ -750,7 +750,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       answered = false
       text = ""
       calls.clear()
-      slotOf = GatewayChat.callSlots()
+      slotOf = OpenAiChat.callSlots()
       pending = null
       done = false
       decoder = Sse.makeDecoder()

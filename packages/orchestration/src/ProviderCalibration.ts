@@ -164,9 +164,8 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
         error: ProviderError,
         sentTokens: number
       ) {
-        const classified = ProviderFailure.classify(error)
-        if (classified.code !== "overflow") return yield* current(instance)
-        const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
+        if (ProviderFailure.classify(error).code !== "overflow") return yield* current(instance)
+        const requested = ProviderFailure.requestedTokensOf(error)
         return yield* learn(threadId, instance, {
           base,
           reportedUsedTokens: requested,

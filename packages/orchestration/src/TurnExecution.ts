@@ -580,7 +580,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // would be rejected too (Baton would send a request it knows cannot fit, invariant 1), and a replacement
           // would be as empty.
           const emptyNative = classified.code === "overflow" && plan.report.mode !== "injected" && plan.native.id !== nativeAtStart
-          const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
+          const requested = ProviderFailure.requestedTokensOf(classified)
           const promptAloneOnEmpty = emptyNative && (plan.inlineHistory === null || (requested !== null && window > 0 &&
             requested - Calibration.apply((yield* calibration.current(plan.providerThread.providerInstance)).ratio, plan.inlineTokens) > window))
           const error = promptAloneOnEmpty

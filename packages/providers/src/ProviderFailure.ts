@@ -71,3 +71,14 @@ export const classify = (error: ProviderError): ProviderError => {
     ...(error.httpStatus === undefined ? {} : { httpStatus: error.httpStatus })
   })
 }
+
+/**
+ * The size (provider tokens) of the request `error` rejected as over the window: its `requestedTokens`, else the size
+ * its text gives (an adapter that classified the overflow by its code may leave the field empty); `null` when `error`
+ * is no overflow (`classify`) or gives no size.
+ */
+export const requestedTokensOf = (error: ProviderError): number | null => {
+  const classified = classify(error)
+  if (classified.code !== "overflow") return null
+  return classified.requestedTokens ?? overflowOf(classified.reason)?.requestedTokens ?? null
+}

@@ -31,13 +31,11 @@ export const withoutFloor = (native: NativeThread): NativeThread => {
 /**
  * The least a native thread holds (provider tokens) by a rejection `error` of a request that added `sentTokens`
  * (Baton tokens) to it: the size the provider gave for the rejected request less the request at `ratio`; `null`
- * when `error` is no overflow or gives no size (`ProviderFailure.classify`, so a size told only in the text
- * counts). Pure.
+ * when `error` is no overflow or gives no size (`ProviderFailure.requestedTokensOf`: a size told only in the
+ * text counts). Pure.
  */
 export const floorOf = (error: ProviderError, ratio: number, sentTokens: number): number | null => {
-  const classified = ProviderFailure.classify(error)
-  if (classified.code !== "overflow") return null
-  const requested = classified.requestedTokens ?? ProviderFailure.overflowOf(classified.reason)?.requestedTokens ?? null
+  const requested = ProviderFailure.requestedTokensOf(error)
   return requested === null ? null : Math.max(0, requested - Calibration.apply(ratio, sentTokens))
 }
 
