@@ -357,8 +357,10 @@ export const UsageReported = event(
 
 /**
  * `{runId, nativeThreadId, attempt, recovery, window}`: the provider rejected a turn as too long for its context
- * (`window` in provider tokens); `recovery` is `defer_history` (native thread recorded as full) or
- * `replace_native_thread`. The turn is retried.
+ * (`window` in provider tokens) before reading it, and Baton recorded what the rejection taught (the calibration, the
+ * native thread's floor) in the same unit of work; `recovery` is how the run goes on: `defer_history` (native thread
+ * recorded as full) or `replace_native_thread`, and the turn is retried; `none`: it is not (a user interrupt ended
+ * the run meanwhile, or no retry is left and the run fails as an overflow).
  */
 export const ContextOverflowed = event(
   "context.overflowed",
@@ -366,7 +368,7 @@ export const ContextOverflowed = event(
     runId: RunId,
     nativeThreadId: NativeThreadId,
     attempt: Seq,
-    recovery: Schema.Literal("defer_history", "replace_native_thread"),
+    recovery: Schema.Literal("defer_history", "replace_native_thread", "none"),
     window: Schema.Number
   })
 )

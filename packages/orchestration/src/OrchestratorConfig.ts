@@ -106,7 +106,10 @@ export interface AutoOffloadPolicy {
  *   same id, is skipped as a replay;
  * - `floor_ignores_growth`: a rejection's floor (`NativeThread.heldAtLeast`) stays where the rejection put it while
  *   the native thread grows (the build before this property), so a stale report after it lets turn start send a
- *   prompt that fits the floor but not what the native thread holds by then.
+ *   prompt that fits the floor but not what the native thread holds by then;
+ * - `race_forgets_rejection`: a context overflow raced by a user interrupt records nothing (no calibration sample,
+ *   no floor, no `context.overflowed`: the build before sim seed 44018's fix), so the next turn start sends the
+ *   interrupted run's prompt, as a missed run's history, to the native thread that had just rejected less.
  */
 export type Mutation =
   | "ignore_known_full"
@@ -115,6 +118,7 @@ export type Mutation =
   | "offload_keeps_lane"
   | "resume_opens_replay_window"
   | "floor_ignores_growth"
+  | "race_forgets_rejection"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

@@ -9,7 +9,8 @@
  *   report, a compaction's result, or a fresh start at 0) plus what the request added (Baton's own count times the
  *   calibration ratio Baton had learned by then, or 1) already exceeds the window the provider advertised;
  * - **rejected before:** the same native thread already rejected a request no larger, and nothing was compacted
- *   in between (a provider's rejection is information too);
+ *   in between (a provider's rejection is information too; a crash can lose a turn's rejection before Baton records
+ *   it, its `context.overflowed`: such a rejection is not counted after the restart);
  * - **held since a rejection:** a rejection that gave its size proves the native thread held at least that size
  *   less what the request added; what the native thread took after it (accepted requests, the items its turns
  *   produced, which Baton records) only adds to that, until a compaction. That floor plus the request exceeds the
@@ -161,10 +162,16 @@ export const check = (threadId: ThreadId, logs: ReadonlyArray<TruthLog>) =>
     return checkRecord({ providerThreads, nativeThreads, events: yield* store.listEvents(threadId) }, logs)
   })
 
-/** `check` on the thread's record already read (`InvariantChecks.readRecord`): pure. */
+/**
+ * `check` on the thread's record already read (`InvariantChecks.readRecord`): pure. `restarts[i]`: where the process
+ * restarted in `logs[i]` (the log's length at each restart, ascending; none by default): a turn's rejection Baton
+ * did not record (no `context.overflowed` follows the attempt's `run.started`) and a restart then lost is not
+ * counted for the requests after that restart.
+ */
 export const checkRecord = (
   record: Pick<InvariantChecks.ThreadRecord, "providerThreads" | "nativeThreads" | "events">,
-  logs: ReadonlyArray<TruthLog>
+  logs: ReadonlyArray<TruthLog>,
+  restarts: ReadonlyArray<ReadonlyArray<number>> = []
 ): ReadonlyArray<string> => {
     const violations: Array<string> = []
     const instanceOf = new Map<string, string>(record.providerThreads.map((pt) => [pt.id, pt.providerInstance]))
@@ -193,20 +200,36 @@ export const checkRecord = (
       }
       return { min, max }
     }
-    for (const log of logs) {
-      const smallestRejected = new Map<string, number>()
+    /** Whether the rejection of the attempt `started` began was recorded (see the check below). */
+    const overflowRecorded = (started: ThreadEvent) => {
+      if (started.type !== "run.started") return false
+      const runId = started.payload.runId
+      for (const e of events) {
+        if (e.seq <= started.seq) continue
+        if (e.type === "run.started" && e.payload.runId === runId) return false
+        if (e.type === "context.overflowed" && e.payload.runId === runId) return true
+      }
+      return false
+    }
+    for (const [l, log] of logs.entries()) {
+      const restartMarks = restarts[l] ?? []
+      // Each native thread's rejections (`lostAt`: the log position from which a restart lost it, else infinite).
+      const rejections = new Map<string, Array<{ readonly tokens: number; readonly lostAt: number }>>()
       // What a rejection proved of each native thread (its size, what the rejected request added) and what the
       // native thread took since (Baton tokens), until a compaction.
-      const rejection = new Map<string, { readonly tokens: number; readonly added: number; since: number }>()
+      const rejection = new Map<string, { readonly tokens: number; readonly added: number; since: number; readonly lostAt: number }>()
       const sentOf = new Map<string, number>()
-      for (const r of log) {
+      for (const [j, r] of log.entries()) {
         const native = natives.get(r.nativeRef)
         if (native === undefined) continue
         if (r.operation === "compact") {
-          smallestRejected.delete(r.nativeRef)
+          rejections.delete(r.nativeRef)
           rejection.delete(r.nativeRef)
           continue
         }
+        const stillKnown = (rejections.get(r.nativeRef) ?? []).filter((x) => x.lostAt > j)
+        const lostProof = rejection.get(r.nativeRef)
+        if (lostProof !== undefined && lostProof.lostAt <= j) rejection.delete(r.nativeRef)
         const proof = rejection.get(r.nativeRef)
         if (r.accepted && proof !== undefined) proof.since += r.addedBatonTokens
         if (r.operation === "output") continue
@@ -218,14 +241,13 @@ export const checkRecord = (
           started = startsOf.get(r.runId)?.[k]
         }
         if (r.accepted) continue
-        const before = smallestRejected.get(r.nativeRef)
+        const before = stillKnown.length === 0 ? undefined : Math.min(...stillKnown.map((x) => x.tokens))
         if (before !== undefined && r.tokens >= before) {
           violations.push(
             `truth: ${r.nativeRef} was sent a ${r.operation} request of ${r.tokens} tokens (window ${r.window}) after it ` +
               `already rejected one of ${before} tokens, with nothing compacted in between`
           )
         }
-        smallestRejected.set(r.nativeRef, Math.min(before ?? Number.POSITIVE_INFINITY, r.tokens))
         if (started !== undefined && r.window !== null) {
           const known = knownBefore(events, native.id, native.instance, started.seq)
           const expected = known.used + r.addedBatonTokens * known.ratio
@@ -246,9 +268,18 @@ export const checkRecord = (
             )
           }
         }
+        // A turn's rejection is Baton's information once recorded: its `context.overflowed` (written in the unit of
+        // work that records what it taught) follows the attempt's `run.started`. A crash before that unit commits
+        // loses it (sim seed 44018: the restart ends the run `before_provider`, and nothing says the native thread is
+        // full): a rejection not recorded counts only until the next restart. Without a restart it counts: Baton had
+        // it and should have recorded it.
+        const lostAt = started === undefined || overflowRecorded(started)
+          ? Number.POSITIVE_INFINITY
+          : restartMarks.find((p) => p > j) ?? Number.POSITIVE_INFINITY
+        rejections.set(r.nativeRef, [...stillKnown, { tokens: r.tokens, lostAt }])
         // A rejection that gave its size (both overflow signals do) proves what the native thread held without it.
         // Only the latest is kept: a weaker bound at worst, never a flag Baton could not have known.
-        rejection.set(r.nativeRef, { tokens: r.tokens, added: r.addedBatonTokens, since: 0 })
+        rejection.set(r.nativeRef, { tokens: r.tokens, added: r.addedBatonTokens, since: 0, lostAt })
       }
     }
     return violations

@@ -318,6 +318,36 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
       const nativeAtStart = providerThreadAtStart.activeNativeThreadId
 
       /**
+       * What a rejection (a context overflow before the provider read the request) teaches, whatever becomes of the
+       * run: the calibration learns from the size the provider named (`ProviderCalibration.learn` via
+       * `learnFromOverflow`), and the native thread's floor (`NativeThread.heldAtLeast`, `KnownUsage.floorOf`) rises
+       * to what the rejection proves it holds, so no later turn start plans below it. Runs inside the caller's unit of
+       * work, with the `context.overflowed` event that says the rejection was recorded (`overflowed`).
+       */
+      const learnRejection = (plan: TurnStartPlan, error: ProviderError) =>
+        Effect.gen(function*() {
+          const learned = yield* calibration.learnFromOverflow(
+            run.threadId, plan.providerThread.providerInstance, plan.sampleBase, error, plan.requestTokens + plan.inlineTokens
+          )
+          const floor = KnownUsage.floorOf(error, learned.ratio, plan.requestTokens + plan.inlineTokens)
+          if (floor !== null && !config.mutations.has("retry_overflow_on_same_native")) yield* KnownUsage.raiseFloor(store, plan.native.id, floor)
+        })
+      /**
+       * The `context.overflowed` event of `attempt`'s rejection: `recovery` is how the run goes on (`none`: it does
+       * not, a user interrupt ended it meanwhile or no retry is left). Written in the unit of work that records what
+       * the rejection taught (`learnRejection`): a crash before it commits loses both, and the simulator's oracle
+       * counts a rejection as known to Baton only when this event follows it (ProviderTruthChecks).
+       */
+      const overflowed = (plan: TurnStartPlan, attempt: RunAttempt, recovery: "defer_history" | "replace_native_thread" | "none") =>
+        store.appendEvent({ threadId: run.threadId, type: "context.overflowed", payload: {
+          runId: run.id,
+          nativeThreadId: plan.native.id,
+          attempt: attempt.attempt,
+          recovery,
+          window: plan.report.budget.window
+        } })
+
+      /**
        * Recovery from a context overflow (`ProviderError` code `overflow`: the provider rejected the request before
        * reading it). No run fails because history does not fit (invariant 1): the attempt's inline deliveries go
        * back to `deferred`, and the turn is attempted again with the prompt unchanged.
@@ -336,20 +366,22 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        * Whatever became of the run, the rejection is information about the native thread: it teaches the calibration
        * and records the least the native thread holds (`NativeThread.heldAtLeast`, `KnownUsage.floorOf`), so no later
        * turn start plans below it.
-       * Returns `false` (nothing else written) when a user interrupt ended the run meanwhile: it is not retried.
+       * Returns `false` (a `context.overflowed` of recovery `none`, nothing else written) when a user interrupt ended
+       * the run meanwhile: it is not retried.
        */
       const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
         uow.thread(run.threadId, "TurnExecution.overflowRecovery")(Effect.gen(function*() {
-          const learned = yield* calibration.learnFromOverflow(
-            run.threadId, plan.providerThread.providerInstance, plan.sampleBase, error, plan.requestTokens + plan.inlineTokens
-          )
           // Before the interrupt check: an overflow raced by an interrupt used to teach nothing, and the next turn
           // start sent the interrupted run's prompt as a missed run's history to the native thread that had just
           // rejected less (sim seed 44018).
-          const floor = KnownUsage.floorOf(error, learned.ratio, plan.requestTokens + plan.inlineTokens)
-          if (floor !== null && !config.mutations.has("retry_overflow_on_same_native")) yield* KnownUsage.raiseFloor(store, plan.native.id, floor)
           const current = yield* store.getRun(run.id)
-          if (current._tag === "Some" && current.value.status === "interrupted") return false
+          const raced = current._tag === "Some" && current.value.status === "interrupted"
+          if (raced && config.mutations.has("race_forgets_rejection")) return false
+          yield* learnRejection(plan, error)
+          if (raced) {
+            yield* overflowed(plan, attempt, "none")
+            return false
+          }
           const now = yield* DateTime.now
           // Inline history is part of the rejected request only: the retry can leave it out. Injected history is
           // in the native thread for good (for a model API, the lane's message list): a retry there would repeat
@@ -391,13 +423,7 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
               ? "context overflow with inline history, and the prompt alone does not fit the native thread's last reported usage either"
               : "context overflow with the prompt alone: the native thread is full")
           }
-          yield* store.appendEvent({ threadId: run.threadId, type: "context.overflowed", payload: {
-            runId: run.id,
-            nativeThreadId: plan.native.id,
-            attempt: attempt.attempt,
-            recovery: carriedHistory ? "defer_history" : "replace_native_thread",
-            window
-          } })
+          yield* overflowed(plan, attempt, carriedHistory ? "defer_history" : "replace_native_thread")
           const again: Run = { ...run, status: "starting", nativeThreadId: null, updatedAt: now }
           yield* lifecycle.update(run, again)
           run = again
@@ -599,9 +625,13 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // Output before the failure (a mid-stream failure) proves the provider read the prompt: the items stay
           // recorded, the turn is not retried (a retry would produce them twice) and the run ends after the provider.
           const arrived = output.arrived > 0
+          // A rejection is recorded once (what it taught, its `context.overflowed`): by the recovery, or, when no
+          // recovery runs (no retry left, the prompt alone on an empty native thread), with the run's failure below.
+          let rejectionRecorded = false
           if (!arrived && error.code === "overflow" && retries.overflow < maxOverflowRetries && !promptAloneOnEmpty) {
             const retried = yield* overflowRecovery(plan, attempt, error)
             if (retried) return yield* new TurnRetry({ cause: "overflow" })
+            rejectionRecorded = true
           }
           if (!arrived && error.code === "thread_not_found" && retries.lost === 0) {
             retries.lost++
@@ -635,6 +665,10 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           const notRead = read !== true
           const status = error.code === "interrupted" ? "interrupted" as const : "failed" as const
           const finished = Effect.gen(function*() {
+            if (!arrived && error.code === "overflow" && !rejectionRecorded) {
+              yield* learnRejection(plan, error)
+              yield* overflowed(plan, attempt, "none")
+            }
             // As found before this outcome is written (see `handOverLateOutput`).
             const before = yield* store.getRun(run.id)
             const nativeBefore = yield* store.getNativeThread(plan.native.id)

@@ -322,8 +322,9 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const overflow = (yield* o.store.listEvents(t)).filter((e) => e.type === "context.overflowed")
         // The prompt alone overflows: replace; the replacement's injected history overflows: replace again, the
         // history deferred for the retry (never resent to a thread that keeps it); the pointer beside the prompt
-        // overflows: defer; the prompt alone then overflows the replacement, which holds nothing: the run fails.
-        expect(overflow.map((e) => e.payload.recovery)).toEqual(["replace_native_thread", "replace_native_thread", "defer_history"])
+        // overflows: defer; the prompt alone then overflows the replacement, which holds nothing: the run fails, that
+        // rejection recorded all the same (`none`: what it taught is kept, nothing is retried).
+        expect(overflow.map((e) => e.payload.recovery)).toEqual(["replace_native_thread", "replace_native_thread", "defer_history", "none"])
         const [, second] = yield* o.store.listRuns(t)
         expect(second!.stopPoint).toBe("before_provider")
         overflowing = false

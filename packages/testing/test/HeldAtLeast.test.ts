@@ -83,8 +83,20 @@ const aloneJudgedAfterToolWait: Simulation.Scenario = JSON.parse(
   "{\"seed\":44039,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":false,\"tokenScale\":1.21,\"requestOverhead\":2942,\"overflowSignal\":\"code\",\"ackUsage\":{\"missingEvery\":3,\"impossibleEvery\":7}},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.24,\"requestOverhead\":1998,\"overflowSignal\":\"code\"},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.25,\"requestOverhead\":1881,\"overflowSignal\":\"text\",\"ackUsage\":{\"missingEvery\":3,\"impossibleEvery\":4},\"modelApi\":true}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":4},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"big\",\"crash\":null},{\"kind\":\"switch\",\"id\":70,\"to\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":72,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"near_full\",\"fraction\":0.8700000000000001},\"same\":false},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"queue_behind_wait\",\"id\":556,\"prompt\":17,\"queuedFirst\":true,\"crash\":null},{\"kind\":\"send\",\"id\":80,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"stale\",\"lag\":3,\"fillLeaving\":1226}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":81,\"prompt\":1045,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":null}]}"
 ) as Simulation.Scenario
 
+/**
+ * Seed 44018 again, at 120 operations (shrunk from 128 to 4): m97's prompt alone was rejected (200,034 tokens of a
+ * 200,000 window) and the process crashed inside the overflow recovery's unit of work (step 10,
+ * `store.updateNativeThread`), which rolled back what the rejection taught; the restart ended the run
+ * `before_provider`, and the next turn (200,120 tokens) went to the same native thread. Baton no longer had the
+ * rejection, so the oracle flagged a request Baton could not have known would overflow: a rejection counts as known
+ * once its `context.overflowed` is recorded, or, without one, until the next restart (ProviderTruthChecks).
+ */
+const rejectionLostInCrash: Simulation.Scenario = JSON.parse(
+  "{\"seed\":44018,\"providers\":[{\"name\":\"big\",\"window\":1000000,\"autoCompactThreshold\":null,\"inject\":true,\"readThread\":true,\"tokenScale\":1.06,\"requestOverhead\":1234,\"overflowSignal\":\"code\",\"ackUsage\":{\"missingEvery\":2,\"impossibleEvery\":5}},{\"name\":\"small\",\"window\":64000,\"autoCompactThreshold\":60000,\"inject\":true,\"readThread\":true,\"tokenScale\":1.1,\"requestOverhead\":2054,\"overflowSignal\":\"code\",\"ackUsage\":{\"missingEvery\":4,\"impossibleEvery\":6}},{\"name\":\"plain\",\"window\":200000,\"autoCompactThreshold\":null,\"inject\":false,\"readThread\":true,\"tokenScale\":1.04,\"requestOverhead\":1300,\"overflowSignal\":\"text\",\"ackUsage\":{\"missingEvery\":4,\"impossibleEvery\":5},\"modelApi\":true}],\"summariser\":{\"inputWindow\":6000,\"verboseEvery\":3},\"ops\":[{\"kind\":\"create\",\"id\":0,\"provider\":\"plain\",\"crash\":null},{\"kind\":\"send\",\"id\":96,\"prompt\":20,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"stale\",\"lag\":1,\"fillLeaving\":60}},\"fault\":null,\"interruptAt\":null,\"crash\":null},{\"kind\":\"send\",\"id\":97,\"prompt\":87,\"reply\":{\"tokens\":20,\"tools\":[],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"fault\":null,\"interruptAt\":null,\"crash\":{\"at\":10,\"inRecoveryAt\":null,\"retry\":false}},{\"kind\":\"interrupt_in_tool_call\",\"id\":98,\"prompt\":20,\"reply\":{\"tokens\":70,\"tools\":[198],\"reasoning\":false,\"usage\":{\"kind\":\"counted\"}},\"answered\":true,\"crash\":null}]}"
+) as Simulation.Scenario
+
 describe.each(["sqlite", "postgres"] as const)("a rejection's floor (heldAtLeast) on %s", (dialect) => {
-  for (const [name, scenario] of Object.entries({ grown, interruptRaced, interruptRacedAfterStale, floorLostInCrash, interruptRacedLong, injectionRejectedThenPrompt, aloneJudgedByStaleReport, aloneJudgedAfterToolWait })) {
+  for (const [name, scenario] of Object.entries({ grown, interruptRaced, interruptRacedAfterStale, floorLostInCrash, interruptRacedLong, injectionRejectedThenPrompt, aloneJudgedByStaleReport, aloneJudgedAfterToolWait, rejectionLostInCrash })) {
     it.live(name, () =>
       Effect.gen(function*() {
         const outcome = yield* Simulation.execute(scenario, { digest: false, dialect })
@@ -102,4 +114,15 @@ it.live("mutation floor_ignores_growth: the oracle names the request sent over w
     expect(outcome.violations).toEqual([
       expect.stringMatching(/^truth: run \S+ was sent to big-n1 although Baton knew it would not fit: an earlier rejection and what the native thread took since prove it held at least \d+/)
     ])
+  }), { timeout: 60_000 })
+
+// Without a restart the oracle still counts a rejection Baton did not record: a build whose interrupt-raced overflow
+// records nothing (the mutation; the build before seed 44018's first fix) sends the next turn to the native thread
+// that rejected less, and the oracle names it.
+it.live("mutation race_forgets_rejection: the oracle names the request sent after a rejection Baton did not record", () =>
+  Effect.gen(function*() {
+    const outcome = yield* Simulation.execute(interruptRaced, { digest: false, mutations: new Set(["race_forgets_rejection"]) })
+    expect(outcome.violations).toContainEqual(
+      expect.stringMatching(/^truth: plain-n1 was sent a startTurn request of \d+ tokens \(window 200000\) after it already rejected one of \d+ tokens/)
+    )
   }), { timeout: 60_000 })

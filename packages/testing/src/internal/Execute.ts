@@ -494,6 +494,9 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const notes: Array<string> = []
     let crashes = 0
     let restarts = 0
+    // Each provider's truth-log length at every restart (ProviderTruthChecks.checkRecord's `restarts`: a rejection
+    // the crash kept Baton from recording is not Baton's information afterwards).
+    const restartMarks: Array<ReadonlyArray<number>> = []
     let retries = 0
     let interruptsLanded = 0
     const crashPoints = new Set<string>()
@@ -563,6 +566,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
         yield* close
         yield* open
         restarts++
+        restartMarks.push(providers.map((p) => p.truth.length))
         const recover = service((s) => s.recover())
         let r = yield* attempt({ crashAt: recoveryCrashAt, interruptAt: null, onInterrupt: null }, recover)
         if (r._tag === "crashed") {
@@ -967,7 +971,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       const truths = providers.map((p) => p.truth)
       const received = providers.map((p) => p.received)
       for (const r of read.records) violations.push(...InvariantChecks.checkRecord(r, { observed }))
-      for (const r of read.records) violations.push(...ProviderTruthChecks.checkRecord(r, truths))
+      const restartsOf = providers.map((_, i) => restartMarks.map((m) => m[i]!))
+      for (const r of read.records) violations.push(...ProviderTruthChecks.checkRecord(r, truths, restartsOf))
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkOffloadFreesLaneRecord(r, received))
       providers.forEach((p, i) => violations.push(...ProviderTruthChecks.checkCalibrationRecord(p.instance, p.tokenScale, read.calibrations[i]!)))
       violations.push(...Checks.check(read.records, providers))
