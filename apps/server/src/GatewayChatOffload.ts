@@ -22,7 +22,8 @@
  *   reply without them (a stream's held chunks without their deltas, the later calls' `index` numbered down) and the
  *   expansion ending with the gateway's `tool` answers (the agent's own `tool` messages follow them). The continuation sends the assistant message (`role`, `content`, `tool_calls`
  *   as assembled) and a `tool` message per call. A stream's chunks pass on until the chunk carrying the first delta of
- *   a `thread_read` call (its `function.name`), and are held from there (that hop's `finish_reason`, usage chunk and
+ *   a `thread_read` call (its `function.name`; a name that comes in pieces is held from its first piece while it may
+ *   still become `thread_read`, and released once it cannot), and are held from there (that hop's `finish_reason`, usage chunk and
  *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`); the continuation's chunks join the completion the agent is receiving: their `id` and
  *   `created` are the first hop's, the `role` of their deltas dropped (the agent has it), their content deltas
  *   appended to the text already sent. Their `tool_calls` keep their `index`: a hop that is continued had only
@@ -233,6 +234,8 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   const assembler = GatewayChat.replyAssembler()
   /** The name of each tool call so far, by `index`. */
   const names = new Map<number, string>()
+  /** The calls (by `index`) whose arguments have begun: their names are whole. */
+  const argued = new Set<number>()
   const slotOf = OpenAiChat.callSlots()
   /**
    * The held chunks: the event's name, the chunk as encoded (`null`: not JSON), its text, and the call (`names`'
@@ -274,7 +277,19 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           slots.push(at)
           const name = (names.get(at) ?? "") + (typeof fnOf(c).name === "string" ? fnOf(c).name as string : "")
           names.set(at, name)
-          if (held === null && name === ThreadRead.definition.name) held = []
+          if (typeof fnOf(c).arguments === "string" && fnOf(c).arguments !== "") argued.add(at)
+        }
+        // A call's name may come in pieces (the protocol makes every field of a delta a fragment): a call whose name
+        // so far begins `thread_read` and whose arguments have not begun may still be one, so its chunks are held
+        // too, and released as soon as no call is or may be one (before, the chunk with the first piece, `thread_`,
+        // reached the agent before the call was recognised).
+        const hold = [...names].some(([at, name]) =>
+          name === ThreadRead.definition.name || (name !== "" && !argued.has(at) && ThreadRead.definition.name.startsWith(name))
+        )
+        if (held === null && hold) held = []
+        else if (held !== null && !hold) {
+          out += held.map((h) => h.text).join("")
+          held = null
         }
         const sent = (d: Record<string, unknown>) => (first || head === undefined ? d : joined(d, head))
         const encode = (d: Record<string, unknown>, raw: string | null) =>
