@@ -81,6 +81,15 @@ export interface Input {
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
 const maxReadHops = 8
 
+/**
+ * What the agent gets when the upstream still calls only `thread_read` after the last round (`maxReadHops`): the
+ * calls are left out, and an answer with nothing else would be empty (an agent takes it as the model's final answer),
+ * so Baton's own text says why the answer stopped and what to do.
+ */
+export const readLimitNote =
+  `[Baton] The model asked to read earlier history more than ${maxReadHops} times in one answer, Baton's limit, ` +
+  "so its last reads were not answered and it gave no answer yet. Ask again (for example: \"go on\") to continue."
+
 /** An error answer (its body in the agent's shape). */
 const errorAnswer = (status: number, body: unknown, headers: Record<string, string> = {}) => HttpServerResponse.unsafeJson(body, { status, headers })
 
@@ -463,6 +472,8 @@ export const serve = (input: Input) =>
         answer = parseJson(next.right.t)
         if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
+      // Still only hidden calls after the last round: Baton's note instead of an empty answer (`readLimitNote`).
+      if (wire.hiddenCallsOf(answer, hidden) !== null) answer = wire.note.whole(readLimitNote, answer)
       const failure = wire.failureOf(answer)
       if (failure !== null) {
         const message = String((failure.body.error as { message?: unknown } | undefined)?.message ?? "")
@@ -543,7 +554,11 @@ export const serve = (input: Input) =>
           const tail = translator.end()
           const reads = translator.hidden()
           if (reads === null) return Stream.make(tail)
-          if (++hops > maxReadHops) return Stream.make(tail + translator.stop())
+          if (++hops > maxReadHops) {
+            // Still only hidden calls after the last round: Baton's note instead of an empty answer (`readLimitNote`).
+            translator.next()
+            return Stream.make(tail + translator.push(encoder.encode(wire.note.stream(readLimitNote))) + translator.end())
+          }
           const next = yield* Effect.either(Effect.flatMap(continued(translator.assistant(), reads), post))
           if (next._tag === "Right" && next.right.status >= 200 && next.right.status < 300 && (next.right.headers["content-type"] ?? "").includes("text/event-stream")) {
             translator.next()
