@@ -810,6 +810,13 @@ export interface Hop {
   readonly content: () => ReadonlyArray<unknown>
   /** The hop's own usage (its `message_start` and `message_delta`), when its stream completed. */
   readonly tokens: () => GatewayThreads.Reply["tokens"]
+  /**
+   * The event that ends the agent's stream with an error after what this hop sent (its continuation refused, its
+   * stream broken off; `body`, `message` as `Offload.streamError`'s), numbered on from the events the agent received
+   * (Responses: the next `sequence_number`, the response's `id`). Absent: `Offload.streamError` (a protocol whose
+   * events carry no numbers).
+   */
+  readonly error?: (body: string, message: string) => string
 }
 
 const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}${Sse.dataLines(data)}\n\n`

@@ -163,8 +163,23 @@ const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `eve
  * The `response.failed` event that ends a spliced stream Baton cannot go on with: `code` and `message` its error's (the
  * agent reads `server_error` as a failure to retry).
  */
-const failedEvent = (code: string, message: string) =>
-  `event: response.failed\ndata: ${JSON.stringify({ type: "response.failed", response: { status: "failed", error: { code, message } } })}\n\n`
+/**
+ * A `response.failed` event ending the agent's stream (Baton's, or a refused continuation's error) numbered as the
+ * rest of the stream: `sequence` the next `sequence_number` the agent expects, `head` the response's `id` and
+ * `created_at` (the first hop's `response.created`). Before, it carried neither, so the agent's stream ended with an
+ * event out of its numbering, of no response (a Responses client checks both).
+ */
+const failedEvent = (code: string, message: string, sequence: number, head: Readonly<Record<string, unknown>> | undefined) =>
+  `event: response.failed\ndata: ${
+    JSON.stringify({ type: "response.failed", sequence_number: sequence, response: { ...head, object: "response", status: "failed", error: { code, message }, output: [] } })
+  }\n\n`
+
+/** The code and message of an upstream's error body (`body`: its text, may be empty; `server_error` and `message` without one). */
+const errorOf = (body: string, message: string) => {
+  const parsed = parseJson(body)
+  const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : {}
+  return { code: typeof error.code === "string" ? error.code : "server_error", message: typeof error.message === "string" ? error.message : message }
+}
 
 /**
  * A streamed hop of a Responses answer as the agent sees it (see the module docblock): `previous` is the hop whose
@@ -198,6 +213,10 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
   let heldAt = 0
   let heldSequence = 0
+  /** The first hop: the last `sequence_number` the upstream sent (-1 before one). */
+  let lastSequence = -1
+  /** The next `sequence_number` the agent expects: a held event's is never sent. */
+  const nextSequence = () => (held !== null ? heldSequence : first ? lastSequence + 1 : sequence)
   let items = 0
   /** The hop's response id (its first `response.created`'s; `undefined` before it, `null` when it had none). */
   let responseId: string | null | undefined = undefined
@@ -231,7 +250,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
             items = 0
             if (!first && shown) {
               broken = true
-              return out + failedEvent("server_error", "the upstream restarted its answer (another response.created) after part of it was sent")
+              return out + failedEvent("server_error", "the upstream restarted its answer (another response.created) after part of it was sent", nextSequence(), head)
             }
           }
           responseId = id
@@ -239,6 +258,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
             head = { ...(id === null ? {} : { id }), ...(data.response.created_at !== undefined ? { created_at: data.response.created_at } : {}) }
           }
         }
+        if (first && typeof data.sequence_number === "number" && held === null) lastSequence = data.sequence_number
         if (!first && (data.type === "response.created" || data.type === "response.in_progress")) continue
         // Held from the call's first event: its `added` (OpenAI sends one per item), else its `done`.
         if (data.type === "response.output_item.added" || data.type === "response.output_item.done") {
@@ -319,6 +339,10 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },
     content: itemsOf,
+    error: (body, message) => {
+      const e = errorOf(body, message)
+      return failedEvent(e.code, e.message, nextSequence(), head)
+    },
     tokens: () => {
       const outcome = assembler.outcome()
       return outcome._tag === "completed" ? outcome.reply.tokens : null
@@ -372,8 +396,7 @@ export const offload: GatewayOffload.Offload = {
   hop: makeHop,
   expansions,
   streamError: (body, text) => {
-    const parsed = parseJson(body)
-    const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : {}
-    return failedEvent(typeof error.code === "string" ? error.code : "server_error", typeof error.message === "string" ? error.message : text)
+    const e = errorOf(body, text)
+    return failedEvent(e.code, e.message, 0, undefined)
   }
 }
