@@ -90,6 +90,14 @@ export const readLimitNote =
   `[Baton] The model asked to read earlier history more than ${maxReadHops} times in one answer, Baton's limit, ` +
   "so its last reads were not answered and it gave no answer yet. Ask again (for example: \"go on\") to continue."
 
+/**
+ * Whether a reply's recorded tokens must say what its last request carried (`carried`, `GatewayThreads.Reply`'s
+ * `carriedTokens`): after hidden rounds (`hops` over 1: the tokens are every request's), or when the billed input is
+ * not what the request carried (an Anthropic upstream's compaction iterations: `GatewaySwitchAnthropic.billedOf`).
+ */
+const carriedNeeded = (tokens: GatewayThreads.Reply["tokens"], carried: number | null, hops: number): carried is number =>
+  carried !== null && (hops > 1 || (tokens !== null && tokens.inputTokens + tokens.cacheWriteTokens + tokens.cacheReadTokens !== carried))
+
 /** An error answer (its body in the agent's shape). */
 const errorAnswer = (status: number, body: unknown, headers: Record<string, string> = {}) => HttpServerResponse.unsafeJson(body, { status, headers })
 
@@ -483,12 +491,15 @@ export const serve = (input: Input) =>
       }
       const message = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
-      const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)
+      const carried = wire.carriedOf(isRecord(answer) ? answer.usage : null)
       const expansion = agentOffload === undefined ? undefined : yield* besideRound(
         agentOffload.contentOfBody(message),
         agentOffload.contentOfBody(wire.messageOf(answer, model, new Set(), earlier, agentTools, body))
       )
-      yield* settle((b) => Effect.zipRight(threads.complete(b, { ...agent.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }, expansion), summariseLater(b)))
+      const reply = agent.dialect.replyOfBody(message)
+      yield* settle((b) =>
+        Effect.zipRight(threads.complete(b, carriedNeeded(reply.tokens, carried, earlier.length + 1) ? { ...reply, carriedTokens: carried } : reply, expansion), summariseLater(b))
+      )
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
       return HttpServerResponse.text(agent.wholeAsStream(message, body), { contentType: "text/event-stream" })
@@ -527,7 +538,10 @@ export const serve = (input: Input) =>
                 contents.slice(0, -1).map((content, i) => ({ content, answers: roundAnswers[i]! }))
               ),
             (expansion) =>
-              Effect.zipRight(threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply, expansion), summariseLater(b))
+              Effect.zipRight(
+                threads.complete(b, carriedNeeded(outcome.reply.tokens, hops.carried, hops.count) ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply, expansion),
+                summariseLater(b)
+              )
           )
           : streamFailure !== null
           ? threads.fail(b, "failed", streamFailure.code, streamFailure.reason)
