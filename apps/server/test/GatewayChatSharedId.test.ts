@@ -79,7 +79,33 @@ const ask = (session: string) =>
     )
   ))
 
+/** A Chat Completions stream of `deltas` (each the `tool_calls` of one chunk) as given, finished `"tool_calls"`. */
+const indexed = (deltas: ReadonlyArray<ReadonlyArray<Json>>): ModelApi.Reply => {
+  const reply = indexless(deltas)
+  return { ...reply, body: reply.body.replace("\"finish_reason\":\"stop\"", "\"finish_reason\":\"tool_calls\"") }
+}
+
 describe("Gateway, indexless tool-call deltas that share one call id", () => {
+  // Seen in the field (proxies in front of Gemini, whose parallel calls come one a chunk, and which numbered each by
+  // its place in its chunk): every call `index` 0, each with its own id. OpenAI never gives one index a second id,
+  // so a new id at an index that has one is another call (before: glued into the first, as without an index).
+  it.live("parallel calls each at index 0 with their own ids are two calls", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        chat.enqueue(indexed([
+          [{ index: 0, ...call("call_1", "Read", "{\"file_path\":") }],
+          [{ index: 0, function: { arguments: "\"/a.txt\"}" } }],
+          [{ index: 0, ...call("call_2", "Bash", "{\"command\":") }],
+          [{ index: 0, function: { arguments: "\"ls\"}" } }]
+        ]))
+        const answer = yield* ask("c")
+        expect(answer.status).toBe(200)
+        expect(toolUses(answer.text)).toEqual([
+          ["call_1", "Read", { file_path: "/a.txt" }],
+          ["call_2", "Bash", { command: "ls" }]
+        ])
+      })), { timeout: 60_000 })
+
   it.live("a call's signature delta after the next call began belongs to its call", () =>
     withGateway((chat) =>
       Effect.gen(function*() {

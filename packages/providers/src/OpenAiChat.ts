@@ -27,7 +27,9 @@ import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } fr
  * own with the call's `id`) is the call its `id` names (the previous delta's call when it has none), or a new call when
  * its `id` is new (or it is the first). Except that a delta naming a function (`function.name`) while the call it would
  * go on with already has a name and its arguments are whole (a JSON value) starts a new call: two parallel calls that
- * share one id (or have none) are two calls.
+ * share one id (or have none) are two calls. A delta whose `index` already has a call with another id is another call
+ * too, at the next free slot, and that `index` stands for it from then on: OpenAI never gives one index a second id,
+ * and proxies in front of Gemini number each parallel call 0 (its place in its chunk).
  *
  * Before, a missing `index` was 0 (Gemini's parallel calls became one call, their arguments glued, the others lost);
  * then only the previous delta's `id` was compared, so a call's metadata-only delta after the next call began became
@@ -37,8 +39,10 @@ import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } fr
 export const callSlots = (): (call: Record<string, unknown>) => number => {
   /** Each id's latest call. */
   const byId = new Map<string, number>()
-  /** Each call so far: whether it was named, and its arguments. */
-  const calls = new Map<number, { named: boolean; arguments: string }>()
+  /** Each call so far: its id (`null` before one), whether it was named, and its arguments. */
+  const calls = new Map<number, { id: string | null; named: boolean; arguments: string }>()
+  /** The slot each `index` stands for (its own number, unless another call took it). */
+  const byIndex = new Map<number, number>()
   let last: number | null = null
   let next = 0
   const whole = (slot: number) => {
@@ -50,12 +54,17 @@ export const callSlots = (): (call: Record<string, unknown>) => number => {
     const fn = typeof call.function === "object" && call.function !== null ? call.function as Record<string, unknown> : {}
     const named = typeof fn.name === "string" && fn.name !== ""
     let slot: number
-    if (typeof call.index === "number") slot = call.index
-    else {
+    if (typeof call.index === "number") {
+      const mapped = byIndex.get(call.index)
+      const other = mapped !== undefined && id !== null && (calls.get(mapped)?.id ?? id) !== id
+      slot = mapped !== undefined && !other ? mapped : calls.has(call.index) ? next : call.index
+      byIndex.set(call.index, slot)
+    } else {
       const known = id === null ? last : byId.get(id) ?? null
       slot = known === null || (named && whole(known)) ? next : known
     }
-    const c = calls.get(slot) ?? { named: false, arguments: "" }
+    const c = calls.get(slot) ?? { id: null, named: false, arguments: "" }
+    if (id !== null) c.id = id
     if (named) c.named = true
     if (typeof fn.arguments === "string") c.arguments += fn.arguments
     calls.set(slot, c)
