@@ -84,11 +84,9 @@ const maxReadHops = 8
 /**
  * What the agent gets when the upstream still calls only `thread_read` after the last round (`maxReadHops`): the
  * calls are left out, and an answer with nothing else would be empty (an agent takes it as the model's final answer),
- * so Baton's own text says why the answer stopped and what to do.
+ * so Baton's own text says why the answer stopped and what to do (`GatewayOffload.readLimitNote`).
  */
-export const readLimitNote =
-  `[Baton] The model asked to read earlier history more than ${maxReadHops} times in one answer, Baton's limit, ` +
-  "so its last reads were not answered and it gave no answer yet. Ask again (for example: \"go on\") to continue."
+export const readLimitNote = GatewayOffload.readLimitNote
 
 /**
  * Whether a reply's recorded tokens must say what its last request carried (`carried`, `GatewayThreads.Reply`'s

@@ -9,6 +9,7 @@
 import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { readLimitNote } from "../src/GatewayOffload.js"
 import { adminToken, client, raw } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
@@ -102,23 +103,39 @@ describe("Gateway, a reply that still calls only thread_read after the last roun
             // Before the fix: the ninth reply's thread_read call reached the agent.
             expect(answer.text).not.toContain("thread_read")
             expect(answer.text).not.toContain("call_r8")
-            if (c.kind === "anthropic-messages") expect(c.stop(answer.text, streamed)).toBe("end_turn")
-            if (c.kind === "openai-chat") expect(c.stop(answer.text, streamed)).toBe("stop")
+            if (c.kind === "anthropic-messages") {
+              expect(c.stop(answer.text, streamed)).toBe("end_turn")
+              // Not an answer without content: Baton's note (before, a message with no content block).
+              const text = streamed
+                ? answer.text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => JSON.parse(l.slice(6)) as Json)
+                  .filter((e) => e.type === "content_block_delta").map((e) => String((e.delta as Json).text ?? "")).join("")
+                : ((JSON.parse(answer.text) as { content: Array<Json> }).content.map((b) => String(b.text ?? "")).join(""))
+              expect(text).toBe(readLimitNote)
+            }
+            if (c.kind === "openai-chat") {
+              expect(c.stop(answer.text, streamed)).toBe("stop")
+              // Not an answer without content: Baton's note (before, `content` null or no content delta).
+              const text = streamed
+                ? answer.text.split("\n").filter((l) => l.startsWith("data: ") && l !== "data: [DONE]").map((l) => JSON.parse(l.slice(6)) as { choices: Array<Json> })
+                  .map((e) => String((e.choices[0]?.delta as Json | undefined)?.content ?? "")).join("")
+                : String(((JSON.parse(answer.text) as { choices: Array<Json> }).choices[0]!.message as Json).content)
+              expect(text).toBe(readLimitNote)
+            }
             // The record holds the agent's conversation, no thread_read call in it; the run completed.
             const api = yield* client()
             const threads = (yield* api.threads.list({ urlParams: {} })).threads
             expect(threads).toHaveLength(1)
             const items = (yield* api.items.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).items
-            expect(items.map((i) => i.kind)).toEqual(["user_message", "tool_call", "tool_result"])
+            expect(items.map((i) => i.kind)).toEqual(["user_message", "tool_call", "tool_result", ...(c.kind === "openai-responses" ? [] : ["assistant_message"])])
             const runs = (yield* api.runs.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).runs
             expect(runs.map((r) => r.status)).toEqual(["completed"])
             if (c.kind === "openai-chat") {
               // The ninth read was answered by the gateway: when the agent goes on, the upstream gets it answered
-              // (the agent's echo of the message it received, `content: ""`, is expanded into the rounds).
+              // (the agent's echo of the message it received, Baton's note, is expanded into the rounds).
               upstream.enqueue(ModelApi.answer(c.kind, "done", usage))
               const more = yield* raw(HttpClientRequest.post(c.path).pipe(
                 HttpClientRequest.setHeaders(c.headers),
-                HttpClientRequest.bodyText(JSON.stringify({ ...c.body, messages: [...c.body.messages!, { role: "assistant", content: "" }, { role: "user", content: "go on" }], stream: true }), "application/json")
+                HttpClientRequest.bodyText(JSON.stringify({ ...c.body, messages: [...c.body.messages!, { role: "assistant", content: readLimitNote }, { role: "user", content: "go on" }], stream: true }), "application/json")
               ))
               expect(more.status).toBe(200)
               const sent = JSON.parse(upstream.requests.at(-1)!.body) as { messages: Array<Json> }
