@@ -36,6 +36,7 @@ import { ThreadRead } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
+import { readLimitNote } from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 
 /** The item types a reply's output sends back that are the model's (besides assistant messages). */
@@ -134,6 +135,15 @@ export const besideOf = (items: unknown, alone = false): GatewayOffload.Beside |
     visible: items.filter((i) => !reads.includes(i as Record<string, unknown>))
   }
 }
+
+/** Whether output items give the agent something: a call, or a message with some text. */
+const answered = (items: ReadonlyArray<unknown>) =>
+  items.some((i) =>
+    isRecord(i) && (isCall(i) || (i.type === "message" && Array.isArray(i.content) && i.content.some((c) => isRecord(c) && typeof c.text === "string" && c.text !== "")))
+  )
+
+/** Baton's note (`readLimitNote`) as an output message item. */
+const noteItem = { type: "message", id: "msg_baton_note", role: "assistant", status: "completed", content: [{ type: "output_text", text: readLimitNote, annotations: [] }] }
 
 /**
  * The output items of the gateway's answers to `thread_read` calls, each of its call's kind among `items`:
@@ -321,9 +331,23 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         }
       }
       let seq = heldSequence
+      // Nothing for the agent in the whole response (no call, no text): Baton's note as an output message before the
+      // response's end, numbered on (before, a response without output, ending the agent's turn).
+      const at = offset + items - hidden.size
+      let note = !answered([...before, ...beside.visible])
+      const noted = (data: Record<string, unknown>) => {
+        if (!note || (data.type !== "response.completed" && data.type !== "response.incomplete")) return ""
+        note = false
+        return [
+          { type: "response.output_item.added", output_index: at, item: { ...noteItem, status: "in_progress", content: [] } },
+          { type: "response.output_text.delta", output_index: at, item_id: noteItem.id, content_index: 0, delta: readLimitNote },
+          { type: "response.output_item.done", output_index: at, item: noteItem }
+        ].map((e) => encodeEvent(e.type, JSON.stringify(typeof data.sequence_number === "number" ? { ...e, sequence_number: seq++ } : e))).join("")
+      }
       const shown = held.flatMap((h) => {
         const data = h.data
         if (data === null) return [h.text]
+        const lead = noted(data)
         const index = typeof data.output_index === "number" ? data.output_index : null
         if (index !== null && hidden.has(index)) return []
         const next: Record<string, unknown> = { ...data }
@@ -333,8 +357,11 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           next.output_index = index - below
         }
         if (typeof data.sequence_number === "number") next.sequence_number = seq++
-        if (isRecord(data.response) && Array.isArray(data.response.output)) next.response = { ...data.response, output: data.response.output.filter((i) => !isRead(i)) }
-        return [encodeEvent(h.event, JSON.stringify(next))]
+        if (isRecord(data.response) && Array.isArray(data.response.output)) {
+          const output = data.response.output.filter((i) => !isRead(i))
+          next.response = { ...data.response, output: lead === "" ? output : [...output, noteItem] }
+        }
+        return [lead + encodeEvent(h.event, JSON.stringify(next))]
       })
       return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },
@@ -390,7 +417,9 @@ export const offload: GatewayOffload.Offload = {
   contentOfReply: (reply) => reply.messages.map((m) => m.message),
   readsOf,
   besideOf,
-  withContent: (body, content) => ({ ...body, output: content }),
+  // Nothing left for the agent (no call, no text: the last round's reads taken out): Baton's note, never a response
+  // without output.
+  withContent: (body, content) => ({ ...body, output: answered(content) ? content : [...content, noteItem] }),
   continuation,
   sendable: (body) => body,
   hop: makeHop,
