@@ -898,7 +898,7 @@ export const layer = (options: GatewayOptions) =>
                 // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop,
                 // no response.completed).
                 const text = response._tag === "Left" ? "" : yield* Effect.orElseSucceed(response.right.text, () => "")
-                return Stream.make(encoder.encode(offloader!.streamError(
+                return Stream.make(encoder.encode((hop.error ?? offloader!.streamError)(
                   text,
                   `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}`
                 )))
@@ -945,7 +945,7 @@ export const layer = (options: GatewayOptions) =>
                 // a cut stream as a whole, malformed answer: Claude Code gave up where it retries a cut).
                 Stream.flatMap(() =>
                   splicing
-                    ? Stream.make(encoder.encode(offloader!.streamError("", "the upstream's stream broke off")))
+                    ? Stream.make(encoder.encode((hops.at(-1)?.error ?? offloader!.streamError)("", "the upstream's stream broke off")))
                     : Stream.drain(Stream.fromEffect(cutConnection(request)))
                 )
               )

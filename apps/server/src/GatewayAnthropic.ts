@@ -26,8 +26,8 @@ type ErrorType =
 export const errorResponse = (status: number, type: ErrorType, message: string) =>
   HttpServerResponse.unsafeJson({ type: "error", error: { type, message } }, { status })
 
-/** The billed tokens of an Anthropic `usage` object (absent fields: 0). */
-const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
+/** The tokens of one Anthropic `usage` object's own figures (absent fields: 0). */
+const figuresOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
   const n = (k: string) => (typeof usage[k] === "number" ? usage[k] : 0)
   return {
     inputTokens: n("input_tokens"),
@@ -35,6 +35,34 @@ const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens =>
     cacheReadTokens: n("cache_read_input_tokens"),
     outputTokens: n("output_tokens")
   }
+}
+
+/**
+ * The billed tokens of an Anthropic `usage` object (absent fields: 0): with `iterations` (server-side compaction,
+ * `context_management`'s `compact_…` edit: a `compaction` iteration, then the `message` one) their sum, since the
+ * top-level figures are the last iteration's alone, as the providers' adapter bills them (`AnthropicMessages`).
+ * Before, the compaction's iteration was in no recorded usage nor cost.
+ */
+const tokensOf = (usage: Record<string, unknown>): ProviderAdapter.TurnTokens => {
+  if (!Array.isArray(usage.iterations) || usage.iterations.length === 0) return figuresOf(usage)
+  return usage.iterations.filter(isRecord).map(figuresOf).reduce((a, b) => ({
+    inputTokens: a.inputTokens + b.inputTokens,
+    cacheWriteTokens: a.cacheWriteTokens + b.cacheWriteTokens,
+    cacheReadTokens: a.cacheReadTokens + b.cacheReadTokens,
+    outputTokens: a.outputTokens + b.outputTokens
+  }), { inputTokens: 0, cacheWriteTokens: 0, cacheReadTokens: 0, outputTokens: 0 })
+}
+
+/**
+ * A reply's tokens from its `usage`, with what the request carried (`carriedTokens`: the top-level input figures) when
+ * the billed tokens are compaction iterations' (`tokensOf`).
+ */
+const usageOf = (usage: Record<string, unknown> | null): Pick<GatewayThreads.Reply, "tokens" | "carriedTokens"> => {
+  if (usage === null) return { tokens: null }
+  const tokens = tokensOf(usage)
+  const own = figuresOf(usage)
+  const carried = own.inputTokens + own.cacheWriteTokens + own.cacheReadTokens
+  return tokens.inputTokens + tokens.cacheWriteTokens + tokens.cacheReadTokens === carried ? { tokens } : { tokens, carriedTokens: carried }
 }
 
 /**
@@ -129,7 +157,7 @@ export const replyAssembler = (): Assembler => {
           _tag: "completed",
           reply: {
             messages: blocks.length === 0 && id === null ? [] : [{ id, message: { role: "assistant", content: blocks.filter((b) => b !== undefined) } }],
-            tokens: usage === null ? null : tokensOf(usage)
+            ...usageOf(usage)
           }
         }
         : failure ?? { _tag: "unfinished", reason: "the upstream's stream ended before message_stop" }
@@ -141,7 +169,7 @@ const replyOfBody = (body: unknown): GatewayThreads.Reply => ({
   messages: isRecord(body) && Array.isArray(body.content)
     ? [{ id: typeof body.id === "string" ? body.id : null, message: { role: "assistant", content: body.content } }]
     : [],
-  tokens: isRecord(body) && isRecord(body.usage) ? tokensOf(body.usage) : null
+  ...usageOf(isRecord(body) && isRecord(body.usage) ? body.usage : null)
 })
 
 const anthropicErrors: Record<Refusal, readonly [number, ErrorType]> = {

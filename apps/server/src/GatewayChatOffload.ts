@@ -22,7 +22,8 @@
  *   reply without them (a stream's held chunks without their deltas, the later calls' `index` numbered down) and the
  *   expansion ending with the gateway's `tool` answers (the agent's own `tool` messages follow them). The continuation sends the assistant message (`role`, `content`, `tool_calls`
  *   as assembled) and a `tool` message per call. A stream's chunks pass on until the chunk carrying the first delta of
- *   a `thread_read` call (its `function.name`), and are held from there (that hop's `finish_reason`, usage chunk and
+ *   a `thread_read` call (its `function.name`; a name that comes in pieces is held from its first piece while it may
+ *   still become `thread_read`, and released once it cannot), and are held from there (that hop's `finish_reason`, usage chunk and
  *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`); the continuation's chunks join the completion the agent is receiving: their `id` and
  *   `created` are the first hop's, the `role` of their deltas dropped (the agent has it), their content deltas
  *   appended to the text already sent. Their `tool_calls` keep their `index`: a hop that is continued had only
@@ -40,6 +41,7 @@ import { OpenAiChat, Sse } from "@baton/providers"
 import * as GatewayChat from "./GatewayChat.js"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
+import { readLimitNote } from "./GatewayOffload.js"
 import { openAiCache } from "./GatewayResponsesOffload.js"
 
 /** Whether `m` is a system prompt message (`system` or `developer`). */
@@ -154,10 +156,13 @@ export const withContent = (body: Record<string, unknown>, content: ReadonlyArra
   if (Array.isArray(message.tool_calls)) {
     return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, message: { ...own, tool_calls: message.tool_calls } } : c)) }
   }
-  // No call left (the last round's reads taken out): the answer ended its turn.
+  // No call left (the last round's reads taken out): the answer ended its turn; with no text either, Baton's note
+  // (`readLimitNote`) is its content, never an answer without content.
   const { tool_calls: _, ...without } = own
   const finish = choice.finish_reason === "tool_calls" ? { finish_reason: "stop" } : {}
-  return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, ...finish, message: without } : c)) }
+  const said = typeof without.content === "string" ? without.content !== "" : Array.isArray(without.content) && without.content.length > 0
+  const noted = said ? without : { ...without, content: readLimitNote }
+  return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, ...finish, message: noted } : c)) }
 }
 
 /** The `tool` messages of the gateway's answers to `thread_read` calls. */
@@ -228,11 +233,15 @@ const textBeside = (data: Record<string, unknown>): { visible: Record<string, un
  */
 export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffload.Hop => {
   const first = previous === null
+  /** Whether text reached the agent in this answer so far (else the last round's end gives Baton's note). */
+  let texted = previous?.texted === true
   let head: Readonly<Record<string, unknown>> | undefined = previous?.head
   const decoder = Sse.makeDecoder()
   const assembler = GatewayChat.replyAssembler()
   /** The name of each tool call so far, by `index`. */
   const names = new Map<number, string>()
+  /** The calls (by `index`) whose arguments have begun: their names are whole. */
+  const argued = new Set<number>()
   const slotOf = OpenAiChat.callSlots()
   /**
    * The held chunks: the event's name, the chunk as encoded (`null`: not JSON), its text, and the call (`names`'
@@ -274,12 +283,25 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           slots.push(at)
           const name = (names.get(at) ?? "") + (typeof fnOf(c).name === "string" ? fnOf(c).name as string : "")
           names.set(at, name)
-          if (held === null && name === ThreadRead.definition.name) held = []
+          if (typeof fnOf(c).arguments === "string" && fnOf(c).arguments !== "") argued.add(at)
+        }
+        // A call's name may come in pieces (the protocol makes every field of a delta a fragment): a call whose name
+        // so far begins `thread_read` and whose arguments have not begun may still be one, so its chunks are held
+        // too, and released as soon as no call is or may be one (before, the chunk with the first piece, `thread_`,
+        // reached the agent before the call was recognised).
+        const hold = [...names].some(([at, name]) =>
+          name === ThreadRead.definition.name || (name !== "" && !argued.has(at) && ThreadRead.definition.name.startsWith(name))
+        )
+        if (held === null && hold) held = []
+        else if (held !== null && !hold) {
+          out += held.map((h) => h.text).join("")
+          held = null
         }
         const sent = (d: Record<string, unknown>) => (first || head === undefined ? d : joined(d, head))
         const encode = (d: Record<string, unknown>, raw: string | null) =>
           first || head === undefined ? encodeEvent(m.event, raw ?? JSON.stringify(d)) : encodeEvent(m.event, JSON.stringify(joined(d, head)))
         const split = before && held !== null ? textBeside(data) : null
+        if ((held === null || split !== null) && typeof delta.content === "string" && delta.content !== "") texted = true
         if (split !== null) {
           // The chunk that starts the hidden call also carries text: the text goes on (the agent assembles it before
           // the continuation's), the rest of the chunk is held.
@@ -295,21 +317,32 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = contentOf()
       const reads = readsOf(content)
-      if (reads !== null && !last) return { _tag: "reads", reads, content, nextOffset: 0, held: text, head }
+      if (reads !== null && !last) return { _tag: "reads", reads, content, nextOffset: 0, held: text, head, texted }
       const beside = besideOf(content, last)
       if (beside === null) return { _tag: "release", held: text }
       const noCall = !beside.visible.some((m) => isRecord(m) && Array.isArray(m.tool_calls))
       // The `index` of each thread_read call: its deltas are left out, the calls after it numbered down.
       const hidden = new Set([...names].filter(([, name]) => name === ThreadRead.definition.name).map(([at]) => at))
+      // Nothing for the agent in the whole answer (no text, no call): Baton's note as a content delta before the
+      // finish (before, the agent got a completion without content, ending its turn).
+      const said = (beside.visible as ReadonlyArray<unknown>).some((m) => isRecord(m) && typeof m.content === "string" && m.content !== "")
+      let note = noCall && !texted && !said
+      const noted = (data: Record<string, unknown>, choices: ReadonlyArray<unknown>) => {
+        if (!note || !choices.some((c) => isRecord(c) && (c.index ?? 0) === 0 && c.finish_reason != null)) return ""
+        note = false
+        const { usage: _, ...chunk } = data
+        return encodeEvent("", JSON.stringify({ ...chunk, choices: [{ index: 0, delta: { content: readLimitNote }, finish_reason: null }] }))
+      }
       const shown = held.flatMap((h) => {
         const data = h.data
         const choices = data !== null && Array.isArray(data.choices) ? data.choices : []
+        const lead = data === null ? "" : noted(data, choices)
         const at = choices.findIndex((c) => isRecord(c) && (c.index ?? 0) === 0 && isRecord(c.delta) && Array.isArray(c.delta.tool_calls))
         if (data !== null && at < 0 && noCall && choices.some((c) => isRecord(c) && c.finish_reason === "tool_calls")) {
           const stopped = choices.map((c) => (isRecord(c) && c.finish_reason === "tool_calls" ? { ...c, finish_reason: "stop" } : c))
-          return [encodeEvent(h.event, JSON.stringify({ ...data, choices: stopped }))]
+          return [lead + encodeEvent(h.event, JSON.stringify({ ...data, choices: stopped }))]
         }
-        if (data === null || at < 0) return [h.text]
+        if (data === null || at < 0) return [lead + h.text]
         const choice = choices[at] as Record<string, unknown> & { delta: Record<string, unknown> & { tool_calls: Array<unknown> } }
         const calls = choice.delta.tool_calls.flatMap((c, k) => {
           const index = h.slots?.[k] ?? (isRecord(c) && typeof c.index === "number" ? c.index : k)
@@ -323,7 +356,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         if (calls.length === 0 && Object.keys(delta).length === 0 && choice.finish_reason == null && data.usage == null && choices.length === 1) return []
         const finish = noCall && choice.finish_reason === "tool_calls" ? { finish_reason: "stop" } : {}
         const out = { ...data, choices: choices.map((c, i) => (i === at ? { ...choice, ...finish, delta: calls.length === 0 ? delta : { ...delta, tool_calls: calls } } : c)) }
-        return [encodeEvent(h.event, JSON.stringify(out))]
+        return [lead + encodeEvent(h.event, JSON.stringify(out))]
       })
       return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },

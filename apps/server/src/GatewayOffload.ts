@@ -777,6 +777,8 @@ export type HopEnd =
     readonly visible?: ReadonlyArray<unknown> | undefined
     /** Responses: the next `sequence_number` the agent expects. */
     readonly nextSequence?: number | undefined
+    /** Anthropic: whether text reached the agent in this answer so far (else the last round's end gives the note). */
+    readonly texted?: boolean | undefined
     /**
      * Chat Completions: what every chunk the agent receives carries from the first hop (its `id`, `created`);
      * Responses: what a continuation's `response` objects carry from the first hop's (its `id`, `created_at`).
@@ -810,6 +812,13 @@ export interface Hop {
   readonly content: () => ReadonlyArray<unknown>
   /** The hop's own usage (its `message_start` and `message_delta`), when its stream completed. */
   readonly tokens: () => GatewayThreads.Reply["tokens"]
+  /**
+   * The event that ends the agent's stream with an error after what this hop sent (its continuation refused, its
+   * stream broken off; `body`, `message` as `Offload.streamError`'s), numbered on from the events the agent received
+   * (Responses: the next `sequence_number`, the response's `id`). Absent: `Offload.streamError` (a protocol whose
+   * events carry no numbers).
+   */
+  readonly error?: (body: string, message: string) => string
 }
 
 const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `event: ${event}\n`}${Sse.dataLines(data)}\n\n`
@@ -822,7 +831,7 @@ const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `eve
  * with the agent's own calls beside the `thread_read` ones (`besideOf`), the held events go on without the
  * `thread_read` blocks' (`HopEnd` `beside`), the blocks after them numbered on without gaps.
  */
-export const makeHop = (offset: number, first: boolean): Hop => {
+export const makeHop = (offset: number, first: boolean, textedBefore = false): Hop => {
   const decoder = Sse.makeDecoder()
   const assembler = GatewayAnthropic.replyAssembler()
   /** The held events: the event's name, its data (parsed; `null`: not JSON) and its text as sent with `offset`. */
@@ -886,7 +895,9 @@ export const makeHop = (offset: number, first: boolean): Hop => {
       const message = outcome.reply.messages[0]?.message
       const content = isRecord(message) && Array.isArray(message.content) ? message.content : []
       const reads = readsOf(content)
-      if (reads !== null && !last) return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text }
+      if (reads !== null && !last) {
+        return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text, texted: textedBefore || content.slice(0, heldAt).some(isText) }
+      }
       const beside = besideOf(content, last)
       if (beside === null) return { _tag: "release", held: text }
       const noCall = !beside.visible.some((b) => isRecord(b) && b.type === "tool_use")
@@ -896,10 +907,20 @@ export const makeHop = (offset: number, first: boolean): Hop => {
         if (h.data?.type === "content_block_start" && isRecord(h.data.content_block) && h.data.content_block.type === "tool_use" &&
           h.data.content_block.name === ThreadRead.definition.name && typeof h.data.content_block.id === "string") hidden.add(h.data.index as number)
       }
+      // Nothing for the agent in the whole answer (no text, no call): Baton's note as a text block of its own before
+      // the message's end (before, the agent got a message without content, ending its turn).
+      const at = offset + content.length - hidden.size
+      const note = noCall && !textedBefore && !beside.visible.some(isText)
+        ? [
+          { type: "content_block_start", index: at, content_block: { type: "text", text: "" } },
+          { type: "content_block_delta", index: at, delta: { type: "text_delta", text: readLimitNote } },
+          { type: "content_block_stop", index: at }
+        ].map((e) => encodeEvent(e.type, JSON.stringify(e))).join("")
+        : ""
       const shown = held.flatMap((h) => {
         const index = h.data !== null && String(h.data.type).startsWith("content_block") && typeof h.data.index === "number" ? h.data.index : null
         if (noCall && h.data?.type === "message_delta" && isRecord(h.data.delta) && h.data.delta.stop_reason === "tool_use") {
-          return [encodeEvent(h.event, JSON.stringify({ ...h.data, delta: { ...h.data.delta, stop_reason: "end_turn" } }))]
+          return [note + encodeEvent(h.event, JSON.stringify({ ...h.data, delta: { ...h.data.delta, stop_reason: "end_turn" } }))]
         }
         if (index === null) return [h.text]
         if (hidden.has(index)) return []
@@ -920,6 +941,18 @@ export const makeHop = (offset: number, first: boolean): Hop => {
     }
   }
 }
+
+/**
+ * What the agent gets in place of an answer with no content when the upstream still calls only `thread_read` after
+ * the last round the gateway answers (8, on every path: `Gateway`, `GatewaySwitched`): the calls are never the
+ * agent's, and an answer with nothing else would be taken as the model's final, empty answer.
+ */
+export const readLimitNote =
+  "[Baton] The model asked to read earlier history more than 8 times in one answer, Baton's limit, and gave no answer " +
+  "yet. Ask again (for example: \"go on\") to continue."
+
+/** Whether an Anthropic content block is text with some text. */
+const isText = (b: unknown) => isRecord(b) && b.type === "text" && typeof b.text === "string" && b.text !== ""
 
 /** A streamed hop's end when its `thread_read` calls are to be answered. */
 export type ReadsEnd = Extract<HopEnd, { readonly _tag: "reads" }>
@@ -990,14 +1023,18 @@ export const anthropic: Offload = {
   readsOf,
   besideOf,
   // Without a call left (the last round's reads taken out) the answer ended its turn.
-  withContent: (body, content) => ({
-    ...body,
-    content,
-    ...(body.stop_reason === "tool_use" && !content.some((b) => isRecord(b) && b.type === "tool_use") ? { stop_reason: "end_turn" } : {})
-  }),
+  // Nothing left for the agent (no text, no call): Baton's note (`readLimitNote`), never an answer without content.
+  withContent: (body, content) => {
+    const noCall = !content.some((b) => isRecord(b) && b.type === "tool_use")
+    return {
+      ...body,
+      content: noCall && !content.some(isText) ? [...content, { type: "text", text: readLimitNote }] : content,
+      ...(body.stop_reason === "tool_use" && noCall ? { stop_reason: "end_turn" } : {})
+    }
+  },
   continuation,
   sendable: withMovedBreakpoint,
-  hop: (previous) => makeHop(previous === null ? 0 : previous.nextOffset, previous === null),
+  hop: (previous) => makeHop(previous === null ? 0 : previous.nextOffset, previous === null, previous?.texted === true),
   // Answers beside the agent's calls end the expansion as a user message, which the next request joins with the
   // agent's own answers (`anthropicShape.joinAnswers`).
   expansions: (received, last, sentCount, final, fingerprint, beside) => [{

@@ -36,6 +36,7 @@ import { ThreadRead } from "@baton/orchestration"
 import { Sse } from "@baton/providers"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
+import { readLimitNote } from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 
 /** The item types a reply's output sends back that are the model's (besides assistant messages). */
@@ -135,6 +136,15 @@ export const besideOf = (items: unknown, alone = false): GatewayOffload.Beside |
   }
 }
 
+/** Whether output items give the agent something: a call, or a message with some text. */
+const answered = (items: ReadonlyArray<unknown>) =>
+  items.some((i) =>
+    isRecord(i) && (isCall(i) || (i.type === "message" && Array.isArray(i.content) && i.content.some((c) => isRecord(c) && typeof c.text === "string" && c.text !== "")))
+  )
+
+/** Baton's note (`readLimitNote`) as an output message item. */
+const noteItem = { type: "message", id: "msg_baton_note", role: "assistant", status: "completed", content: [{ type: "output_text", text: readLimitNote, annotations: [] }] }
+
 /**
  * The output items of the gateway's answers to `thread_read` calls, each of its call's kind among `items`:
  * `custom_tool_call_output` for a custom tool call, else `function_call_output` (`{type, call_id, output}`).
@@ -163,8 +173,23 @@ const encodeEvent = (event: string, data: string) => `${event === "" ? "" : `eve
  * The `response.failed` event that ends a spliced stream Baton cannot go on with: `code` and `message` its error's (the
  * agent reads `server_error` as a failure to retry).
  */
-const failedEvent = (code: string, message: string) =>
-  `event: response.failed\ndata: ${JSON.stringify({ type: "response.failed", response: { status: "failed", error: { code, message } } })}\n\n`
+/**
+ * A `response.failed` event ending the agent's stream (Baton's, or a refused continuation's error) numbered as the
+ * rest of the stream: `sequence` the next `sequence_number` the agent expects, `head` the response's `id` and
+ * `created_at` (the first hop's `response.created`). Before, it carried neither, so the agent's stream ended with an
+ * event out of its numbering, of no response (a Responses client checks both).
+ */
+const failedEvent = (code: string, message: string, sequence: number, head: Readonly<Record<string, unknown>> | undefined) =>
+  `event: response.failed\ndata: ${
+    JSON.stringify({ type: "response.failed", sequence_number: sequence, response: { ...head, object: "response", status: "failed", error: { code, message }, output: [] } })
+  }\n\n`
+
+/** The code and message of an upstream's error body (`body`: its text, may be empty; `server_error` and `message` without one). */
+const errorOf = (body: string, message: string) => {
+  const parsed = parseJson(body)
+  const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : {}
+  return { code: typeof error.code === "string" ? error.code : "server_error", message: typeof error.message === "string" ? error.message : message }
+}
 
 /**
  * A streamed hop of a Responses answer as the agent sees it (see the module docblock): `previous` is the hop whose
@@ -198,6 +223,10 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   let held: Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string }> | null = null
   let heldAt = 0
   let heldSequence = 0
+  /** The first hop: the last `sequence_number` the upstream sent (-1 before one). */
+  let lastSequence = -1
+  /** The next `sequence_number` the agent expects: a held event's is never sent. */
+  const nextSequence = () => (held !== null ? heldSequence : first ? lastSequence + 1 : sequence)
   let items = 0
   /** The hop's response id (its first `response.created`'s; `undefined` before it, `null` when it had none). */
   let responseId: string | null | undefined = undefined
@@ -231,7 +260,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
             items = 0
             if (!first && shown) {
               broken = true
-              return out + failedEvent("server_error", "the upstream restarted its answer (another response.created) after part of it was sent")
+              return out + failedEvent("server_error", "the upstream restarted its answer (another response.created) after part of it was sent", nextSequence(), head)
             }
           }
           responseId = id
@@ -239,6 +268,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
             head = { ...(id === null ? {} : { id }), ...(data.response.created_at !== undefined ? { created_at: data.response.created_at } : {}) }
           }
         }
+        if (first && typeof data.sequence_number === "number" && held === null) lastSequence = data.sequence_number
         if (!first && (data.type === "response.created" || data.type === "response.in_progress")) continue
         // Held from the call's first event: its `added` (OpenAI sends one per item), else its `done`.
         if (data.type === "response.output_item.added" || data.type === "response.output_item.done") {
@@ -301,9 +331,23 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
         }
       }
       let seq = heldSequence
+      // Nothing for the agent in the whole response (no call, no text): Baton's note as an output message before the
+      // response's end, numbered on (before, a response without output, ending the agent's turn).
+      const at = offset + items - hidden.size
+      let note = !answered([...before, ...beside.visible])
+      const noted = (data: Record<string, unknown>) => {
+        if (!note || (data.type !== "response.completed" && data.type !== "response.incomplete")) return ""
+        note = false
+        return [
+          { type: "response.output_item.added", output_index: at, item: { ...noteItem, status: "in_progress", content: [] } },
+          { type: "response.output_text.delta", output_index: at, item_id: noteItem.id, content_index: 0, delta: readLimitNote },
+          { type: "response.output_item.done", output_index: at, item: noteItem }
+        ].map((e) => encodeEvent(e.type, JSON.stringify(typeof data.sequence_number === "number" ? { ...e, sequence_number: seq++ } : e))).join("")
+      }
       const shown = held.flatMap((h) => {
         const data = h.data
         if (data === null) return [h.text]
+        const lead = noted(data)
         const index = typeof data.output_index === "number" ? data.output_index : null
         if (index !== null && hidden.has(index)) return []
         const next: Record<string, unknown> = { ...data }
@@ -313,12 +357,19 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           next.output_index = index - below
         }
         if (typeof data.sequence_number === "number") next.sequence_number = seq++
-        if (isRecord(data.response) && Array.isArray(data.response.output)) next.response = { ...data.response, output: data.response.output.filter((i) => !isRead(i)) }
-        return [encodeEvent(h.event, JSON.stringify(next))]
+        if (isRecord(data.response) && Array.isArray(data.response.output)) {
+          const output = data.response.output.filter((i) => !isRead(i))
+          next.response = { ...data.response, output: lead === "" ? output : [...output, noteItem] }
+        }
+        return [lead + encodeEvent(h.event, JSON.stringify(next))]
       })
       return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },
     content: itemsOf,
+    error: (body, message) => {
+      const e = errorOf(body, message)
+      return failedEvent(e.code, e.message, nextSequence(), head)
+    },
     tokens: () => {
       const outcome = assembler.outcome()
       return outcome._tag === "completed" ? outcome.reply.tokens : null
@@ -366,14 +417,15 @@ export const offload: GatewayOffload.Offload = {
   contentOfReply: (reply) => reply.messages.map((m) => m.message),
   readsOf,
   besideOf,
-  withContent: (body, content) => ({ ...body, output: content }),
+  // Nothing left for the agent (no call, no text: the last round's reads taken out): Baton's note, never a response
+  // without output.
+  withContent: (body, content) => ({ ...body, output: answered(content) ? content : [...content, noteItem] }),
   continuation,
   sendable: (body) => body,
   hop: makeHop,
   expansions,
   streamError: (body, text) => {
-    const parsed = parseJson(body)
-    const error = isRecord(parsed) && isRecord(parsed.error) ? parsed.error : {}
-    return failedEvent(typeof error.code === "string" ? error.code : "server_error", typeof error.message === "string" ? error.message : text)
+    const e = errorOf(body, text)
+    return failedEvent(e.code, e.message, 0, undefined)
   }
 }

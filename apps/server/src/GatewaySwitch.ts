@@ -711,9 +711,15 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       const callIndex = slotOf(c)
       let call = calls.get(callIndex)
       if (call === undefined) {
-        const name = String(fn.name ?? "")
-        call = { id: callId(chatCallId(c.id)), name, arguments: "", hidden: hiddenTools.has(name) }
+        call = { id: callId(chatCallId(c.id)), name: "", arguments: "", hidden: false }
         calls.set(callIndex, call)
+      }
+      // The name may come in pieces (every field of a delta is a fragment): the calls are sent whole at the end, so
+      // whether a call is hidden is decided on its whole name (before, the first piece was the name: a thread_read
+      // named in pieces reached the agent as a call of `thread_`, an own tool `Bash` as `Ba`).
+      if (typeof fn.name === "string") {
+        call.name += fn.name
+        call.hidden = hiddenTools.has(call.name)
       }
       if (typeof fn.arguments === "string") call.arguments += fn.arguments
       // Gemini's thought signature goes back on the call in a continuation (`GatewayChat.mergeExtra`).

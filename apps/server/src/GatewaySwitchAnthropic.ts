@@ -341,6 +341,20 @@ export const usageOver = (base: Usage, usage: unknown): Usage => {
 export const sum = (all: ReadonlyArray<Usage>): Usage =>
   all.reduce((a, b) => ({ input: a.input + b.input, write: a.write + b.write, read: a.read + b.read, output: a.output + b.output }), noUsage)
 
+/**
+ * The billed usage of an Anthropic `usage` object with `iterations` (server-side compaction: a `compaction`
+ * iteration, then the `message` one): their sum, since its top-level figures are the last iteration's alone (what the
+ * request carried after the compaction); `null` without iterations. Before, the compaction's iteration (its whole
+ * history read once, e.g. 60,385 input tokens beside the message's 612) was in no recorded usage nor cost.
+ */
+export const billedOf = (usage: unknown): Usage | null =>
+  isRecord(usage) && Array.isArray(usage.iterations) && usage.iterations.length > 0
+    ? sum(usage.iterations.map((it) => usageOver(noUsage, it)))
+    : null
+
+/** The billed usage of an Anthropic `usage` object: `billedOf`'s, else its own figures over `base` (`usageOver`). */
+export const billedOver = (base: Usage, usage: unknown): Usage => billedOf(usage) ?? usageOver(base, usage)
+
 /** Chat Completions' `usage` of Anthropic usage (see the module docblock). */
 export const chatUsageOf = (u: Usage): Json => ({
   prompt_tokens: u.input + u.write + u.read,
@@ -387,7 +401,7 @@ export const completionOf = (answer: unknown, model: string, hidden: ReadonlySet
       message: { role: "assistant", content: text === "" ? null : text, ...(calls.length === 0 ? {} : { tool_calls: calls }) },
       finish_reason: finishReasonOf(a.stop_reason, calls.length > 0)
     }],
-    usage: chatUsageOf(sum([...earlier, a.usage].map((u) => usageOver(noUsage, u))))
+    usage: chatUsageOf(sum([...earlier, a.usage].map((u) => billedOver(noUsage, u))))
   }
 }
 
@@ -571,6 +585,8 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
   /** Whether text went to the agent already (a later text block starts with a blank line). */
   let texted = false
   let usage: Usage = noUsage
+  /** This hop's billed usage when it differs from `usage` (compaction iterations: `billedOf`); `null` otherwise. */
+  let billed: Usage | null = null
   let answered = false
   const earlier: Array<Usage> = []
   let stopReason: unknown = null
@@ -599,7 +615,7 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
       pending = calls.map((c) => ({ id: c.id, arguments: c.args === "" ? "{}" : c.args }))
       return
     }
-    out.push(emit.finish(stopReason, visibleCalls > 0, sum([...earlier, usage])))
+    out.push(emit.finish(stopReason, visibleCalls > 0, sum([...earlier, billed ?? usage])))
   }
   const onEvent = (text: string) => {
     if (done) return
@@ -626,6 +642,7 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
         answered = true
         messageId = id
         usage = usageOver(noUsage, message.usage)
+        billed = billedOf(message.usage)
         if (!started) {
           started = true
           out.push(emit.start(typeof message.id === "string" ? message.id : null))
@@ -686,6 +703,7 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
         const delta = isRecord(e.delta) ? e.delta : {}
         if (delta.stop_reason !== undefined && delta.stop_reason !== null) stopReason = delta.stop_reason
         usage = usageOver(usage, e.usage)
+        billed = billedOf(e.usage) ?? billed
         return
       }
       case "message_stop":
@@ -727,8 +745,9 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
       )
     }],
     next: () => {
-      earlier.push(usage)
+      earlier.push(billed ?? usage)
       usage = noUsage
+      billed = null
       stopReason = null
       answered = false
       done = false
@@ -741,7 +760,7 @@ export const anthropicStreamReader = (hiddenTools: ReadonlySet<string>, emit: St
     },
     stop: () => {
       pending = null
-      out.push(emit.finish("end_turn", anyVisible, sum([...earlier, usage])))
+      out.push(emit.finish("end_turn", anyVisible, sum([...earlier, billed ?? usage])))
       return drain()
     },
     hops: () => ({ count: earlier.length + 1, carried: answered ? usage.input + usage.write + usage.read : null }),

@@ -256,7 +256,7 @@ export const responseOf = (answer: unknown, model: string, hidden: ReadonlySet<s
     model,
     ...statusOf(a.stop_reason),
     output,
-    usage: responsesUsageOf(A.sum([...earlier, a.usage].map((u) => A.usageOver(A.noUsage, u))))
+    usage: responsesUsageOf(A.sum([...earlier, a.usage].map((u) => A.billedOver(A.noUsage, u))))
   }
 }
 

@@ -95,6 +95,63 @@ export interface SwitchWire {
   readonly carriedOf: (usage: unknown) => number | null
   /** A translator for one streamed answer (`request`: the agent's body). */
   readonly translator: (model: string, hidden: ReadonlySet<string>, offered: ReadonlySet<string>, request: Record<string, unknown>) => Translator
+  /**
+   * Baton's own final text as an answer of the upstream's protocol (`GatewaySwitched.readLimitNote`, when the
+   * `thread_read` rounds ran out): `whole` a body with `previous`'s (the last answer's) id and usage, `stream` a hop's SSE
+   * text without usage (its usage is the earlier hops').
+   */
+  readonly note: { readonly whole: (text: string, previous: unknown) => Json; readonly stream: (text: string) => string }
+}
+
+/** The id and usage of a whole answer (`{}` for what is none). */
+const idAndUsage = (previous: unknown): Json =>
+  isRecord(previous) ? { ...(previous.id === undefined ? {} : { id: previous.id }), ...(previous.usage === undefined ? {} : { usage: previous.usage }) } : {}
+
+/** Baton's note as a Chat Completions answer. */
+const chatNote: SwitchWire["note"] = {
+  whole: (text, previous) => ({
+    id: "chatcmpl-baton",
+    object: "chat.completion",
+    choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: "stop" }],
+    ...idAndUsage(previous)
+  }),
+  stream: (text) =>
+    `data: ${JSON.stringify({ id: "chatcmpl-baton", object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: text }, finish_reason: "stop" }] })}\n\ndata: [DONE]\n\n`
+}
+
+/** Baton's note as an OpenAI Responses answer. */
+const responsesNote: SwitchWire["note"] = {
+  whole: (text, previous) => ({
+    id: "resp_baton",
+    object: "response",
+    status: "completed",
+    output: [{ type: "message", id: "msg_baton", role: "assistant", status: "completed", content: [{ type: "output_text", text, annotations: [] }] }],
+    ...idAndUsage(previous)
+  }),
+  stream: (text) => `data: ${JSON.stringify({ type: "response.completed", response: responsesNote.whole(text, null) })}\n\n`
+}
+
+/** Baton's note as an Anthropic Messages answer. */
+const anthropicNote: SwitchWire["note"] = {
+  whole: (text, previous) => ({
+    id: "msg_baton",
+    type: "message",
+    role: "assistant",
+    content: [{ type: "text", text }],
+    stop_reason: "end_turn",
+    stop_sequence: null,
+    usage: { input_tokens: 0, output_tokens: 0 },
+    ...idAndUsage(previous)
+  }),
+  stream: (text) =>
+    [
+      { type: "message_start", message: { id: "msg_baton", type: "message", role: "assistant", content: [], stop_reason: null, usage: { input_tokens: 0, output_tokens: 0 } } },
+      { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+      { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } },
+      { type: "content_block_stop", index: 0 },
+      { type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 0 } },
+      { type: "message_stop" }
+    ].map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join("")
 }
 
 const chatTokens = (count: (text: string) => number, m: unknown) => GatewayMedia.jsonTokens(count, m) + 4
@@ -155,7 +212,8 @@ export const chat: SwitchWire = {
   translator: (model, hidden) => {
     const t = GatewaySwitch.streamTranslator(model, hidden)
     return { ...t, assistant: () => [t.assistant()] }
-  }
+  },
+  note: chatNote
 }
 
 /** OpenAI Responses (`GatewaySwitchResponses`). */
@@ -175,7 +233,8 @@ export const responses: SwitchWire = {
   messageOf: (answer, model, hidden, earlier, offered) => GatewaySwitchResponses.messageOf(answer, model, hidden, earlier, offered),
   failureOf: GatewaySwitchResponses.failureOf,
   carriedOf: GatewaySwitchResponses.carriedOf,
-  translator: (model, hidden, offered) => GatewaySwitchResponses.streamTranslator(model, hidden, offered)
+  translator: (model, hidden, offered) => GatewaySwitchResponses.streamTranslator(model, hidden, offered),
+  note: responsesNote
 }
 
 /** Anthropic Messages, for a Chat Completions agent (`GatewaySwitchAnthropic`). */
@@ -195,7 +254,8 @@ export const anthropic: SwitchWire = {
   messageOf: (answer, model, hidden, earlier) => GatewaySwitchAnthropic.completionOf(answer, model, hidden, earlier),
   failureOf: (answer) => isRecord(answer) && answer.type === "error" ? GatewaySwitchAnthropic.chatError(500, JSON.stringify(answer)) : null,
   carriedOf: GatewaySwitchAnthropic.carriedOf,
-  translator: (model, hidden, _offered, request) => GatewaySwitchAnthropic.streamTranslator(model, hidden, request)
+  translator: (model, hidden, _offered, request) => GatewaySwitchAnthropic.streamTranslator(model, hidden, request),
+  note: anthropicNote
 }
 
 /** Anthropic Messages, for a Responses agent (`GatewaySwitchResponsesAnthropic`; the rest is `anthropic`'s). */

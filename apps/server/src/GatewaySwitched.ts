@@ -81,6 +81,21 @@ export interface Input {
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
 const maxReadHops = 8
 
+/**
+ * What the agent gets when the upstream still calls only `thread_read` after the last round (`maxReadHops`): the
+ * calls are left out, and an answer with nothing else would be empty (an agent takes it as the model's final answer),
+ * so Baton's own text says why the answer stopped and what to do (`GatewayOffload.readLimitNote`).
+ */
+export const readLimitNote = GatewayOffload.readLimitNote
+
+/**
+ * Whether a reply's recorded tokens must say what its last request carried (`carried`, `GatewayThreads.Reply`'s
+ * `carriedTokens`): after hidden rounds (`hops` over 1: the tokens are every request's), or when the billed input is
+ * not what the request carried (an Anthropic upstream's compaction iterations: `GatewaySwitchAnthropic.billedOf`).
+ */
+const carriedNeeded = (tokens: GatewayThreads.Reply["tokens"], carried: number | null, hops: number): carried is number =>
+  carried !== null && (hops > 1 || (tokens !== null && tokens.inputTokens + tokens.cacheWriteTokens + tokens.cacheReadTokens !== carried))
+
 /** An error answer (its body in the agent's shape). */
 const errorAnswer = (status: number, body: unknown, headers: Record<string, string> = {}) => HttpServerResponse.unsafeJson(body, { status, headers })
 
@@ -463,6 +478,8 @@ export const serve = (input: Input) =>
         answer = parseJson(next.right.t)
         if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
+      // Still only hidden calls after the last round: Baton's note instead of an empty answer (`readLimitNote`).
+      if (wire.hiddenCallsOf(answer, hidden) !== null) answer = wire.note.whole(readLimitNote, answer)
       const failure = wire.failureOf(answer)
       if (failure !== null) {
         const message = String((failure.body.error as { message?: unknown } | undefined)?.message ?? "")
@@ -472,12 +489,15 @@ export const serve = (input: Input) =>
       }
       const message = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
-      const carried = earlier.length === 0 ? null : wire.carriedOf(isRecord(answer) ? answer.usage : null)
+      const carried = wire.carriedOf(isRecord(answer) ? answer.usage : null)
       const expansion = agentOffload === undefined ? undefined : yield* besideRound(
         agentOffload.contentOfBody(message),
         agentOffload.contentOfBody(wire.messageOf(answer, model, new Set(), earlier, agentTools, body))
       )
-      yield* settle((b) => Effect.zipRight(threads.complete(b, { ...agent.dialect.replyOfBody(message), ...(carried === null ? {} : { carriedTokens: carried }) }, expansion), summariseLater(b)))
+      const reply = agent.dialect.replyOfBody(message)
+      yield* settle((b) =>
+        Effect.zipRight(threads.complete(b, carriedNeeded(reply.tokens, carried, earlier.length + 1) ? { ...reply, carriedTokens: carried } : reply, expansion), summariseLater(b))
+      )
       if (!streamed) return HttpServerResponse.unsafeJson(message)
       // The agent asked for a stream and the upstream answered whole: the message as one stream's events.
       return HttpServerResponse.text(agent.wholeAsStream(message, body), { contentType: "text/event-stream" })
@@ -516,7 +536,10 @@ export const serve = (input: Input) =>
                 contents.slice(0, -1).map((content, i) => ({ content, answers: roundAnswers[i]! }))
               ),
             (expansion) =>
-              Effect.zipRight(threads.complete(b, hops.count > 1 && hops.carried !== null ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply, expansion), summariseLater(b))
+              Effect.zipRight(
+                threads.complete(b, carriedNeeded(outcome.reply.tokens, hops.carried, hops.count) ? { ...outcome.reply, carriedTokens: hops.carried } : outcome.reply, expansion),
+                summariseLater(b)
+              )
           )
           : streamFailure !== null
           ? threads.fail(b, "failed", streamFailure.code, streamFailure.reason)
@@ -543,7 +566,11 @@ export const serve = (input: Input) =>
           const tail = translator.end()
           const reads = translator.hidden()
           if (reads === null) return Stream.make(tail)
-          if (++hops > maxReadHops) return Stream.make(tail + translator.stop())
+          if (++hops > maxReadHops) {
+            // Still only hidden calls after the last round: Baton's note instead of an empty answer (`readLimitNote`).
+            translator.next()
+            return Stream.make(tail + translator.push(encoder.encode(wire.note.stream(readLimitNote))) + translator.end())
+          }
           const next = yield* Effect.either(Effect.flatMap(continued(translator.assistant(), reads), post))
           if (next._tag === "Right" && next.right.status >= 200 && next.right.status < 300 && (next.right.headers["content-type"] ?? "").includes("text/event-stream")) {
             translator.next()

@@ -466,7 +466,13 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         const events = eventsOf(answer.text)
         expect(JSON.stringify(events)).not.toContain("thread_read")
         expect(events.filter((e) => e.type === "response.output_item.done").map((e) => e.item)).toEqual([look])
-        expect(events.at(-1)).toEqual({ type: "response.failed", response: { status: "failed", error: { code: "string_above_max_length", message: "Invalid 'input': too long." } } })
+        // Numbered on from the events the agent received (created, in_progress, the message's added, delta and done:
+        // 0 to 4; the call's events from 5 were held), of the response it is receiving. Before: neither.
+        expect(events.at(-1)).toEqual({
+          type: "response.failed",
+          sequence_number: 5,
+          response: { id: (events[0]!.response as Item).id, object: "response", status: "failed", error: { code: "string_above_max_length", message: "Invalid 'input': too long." }, output: [] }
+        })
         const { runs } = yield* onlyThread
         expect(runs.at(-1)!.status).toBe("failed")
       }).pipe(Effect.provide(serveSettings(settings)))

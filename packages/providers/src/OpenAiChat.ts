@@ -22,24 +22,54 @@ import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } fr
 /**
  * Which call a streamed `tool_calls` delta belongs to: a function of the deltas in stream order, giving each its
  * call's slot (0, 1, …). A delta with a numeric `index` is that call (OpenAI's form). One without an `index` (Google's
- * OpenAI-compatible endpoint sends none: each parallel call a delta of its own with its `id`, or one call's arguments
- * over several deltas after the first with its `id`) starts a new call when it carries an `id` other than the previous
- * call's (or is the first), else goes on with the previous call. Before, a missing `index` was 0 in the gateway's switch and in this adapter
- * (Gemini's parallel calls became one call, their arguments glued, the others lost) and a new call at each delta in
- * the gateway's record (a call's later argument pieces recorded as calls without a name).
+ * OpenAI-compatible endpoint sends none: each parallel call a delta of its own with its `id`, one call's arguments
+ * possibly over several deltas after the first, and a call's `extra_content` possibly in a metadata-only delta of its
+ * own with the call's `id`) is the call its `id` names (the previous delta's call when it has none), or a new call when
+ * its `id` is new (or it is the first). Except that a delta naming a function (`function.name`) while the call it would
+ * go on with already has a name and its arguments are whole (a JSON value) starts a new call: two parallel calls that
+ * share one id (or have none) are two calls. A delta whose `index` already has a call with another id is another call
+ * too, at the next free slot, and that `index` stands for it from then on: OpenAI never gives one index a second id,
+ * and proxies in front of Gemini number each parallel call 0 (its place in its chunk).
+ *
+ * Before, a missing `index` was 0 (Gemini's parallel calls became one call, their arguments glued, the others lost);
+ * then only the previous delta's `id` was compared, so a call's metadata-only delta after the next call began became
+ * a call of its own without a name (on a switch, a `tool_use` block named `""`; the first call's thought signature
+ * lost), and a second call with the first's id went on with it (name `ReadRead`, arguments `{…}{…}`).
  */
 export const callSlots = (): (call: Record<string, unknown>) => number => {
-  let last: { readonly slot: number; id: string } | null = null
+  /** Each id's latest call. */
+  const byId = new Map<string, number>()
+  /** Each call so far: its id (`null` before one), whether it was named, and its arguments. */
+  const calls = new Map<number, { id: string | null; named: boolean; arguments: string }>()
+  /** The slot each `index` stands for (its own number, unless another call took it). */
+  const byIndex = new Map<number, number>()
+  let last: number | null = null
   let next = 0
+  const whole = (slot: number) => {
+    const c = calls.get(slot)
+    return c !== undefined && c.named && c.arguments.trim() !== "" && parseJson(c.arguments) !== undefined
+  }
   return (call) => {
     const id = typeof call.id === "string" && call.id !== "" ? call.id : null
-    const slot = typeof call.index === "number"
-      ? call.index
-      : last === null || (id !== null && id !== last.id)
-      ? next
-      : last.slot
-    if (last === null || last.slot !== slot) last = { slot, id: id ?? "" }
-    else if (id !== null) last.id = id
+    const fn = typeof call.function === "object" && call.function !== null ? call.function as Record<string, unknown> : {}
+    const named = typeof fn.name === "string" && fn.name !== ""
+    let slot: number
+    if (typeof call.index === "number") {
+      const mapped = byIndex.get(call.index)
+      const other = mapped !== undefined && id !== null && (calls.get(mapped)?.id ?? id) !== id
+      slot = mapped !== undefined && !other ? mapped : calls.has(call.index) ? next : call.index
+      byIndex.set(call.index, slot)
+    } else {
+      const known = id === null ? last : byId.get(id) ?? null
+      slot = known === null || (named && whole(known)) ? next : known
+    }
+    const c = calls.get(slot) ?? { id: null, named: false, arguments: "" }
+    if (id !== null) c.id = id
+    if (named) c.named = true
+    if (typeof fn.arguments === "string") c.arguments += fn.arguments
+    calls.set(slot, c)
+    if (id !== null) byId.set(id, slot)
+    last = slot
     next = Math.max(next, slot + 1)
     return slot
   }

@@ -1,0 +1,142 @@
+/**
+ * A Chat Completions upstream whose streamed `tool_calls` deltas carry no `index` (Google's OpenAI-compatible
+ * endpoint), where deltas are assigned to calls by their `id` (`OpenAiChat.callSlots`):
+ *
+ * - a call's later delta that is not adjacent to its first (Gemini's metadata-only delta with a call's
+ *   `extra_content.google.thought_signature` after the next parallel call began) belongs to that call: before, an id
+ *   other than the previous delta's started a new call, so the agent on a switch got a third `tool_use` without a name
+ *   and the first call's signature was lost;
+ * - two parallel calls that share one id (each delta naming its function, the first call's arguments whole before the
+ *   second begins) are two calls: before, the second's delta went on with the first (name `ReadRead`, arguments
+ *   `{…}{…}`, no JSON).
+ */
+import { HttpClientRequest } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { adminToken, parseSse, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+
+type Json = Record<string, unknown>
+
+/** A Chat Completions stream of `deltas` (each the `tool_calls` of one chunk) without `index`, finished `"stop"` as Gemini does. */
+const indexless = (deltas: ReadonlyArray<ReadonlyArray<Json>>): ModelApi.Reply => {
+  const chunk = (choice: Json, extra: Json = {}) => `data: ${JSON.stringify({ id: "gem-1", object: "chat.completion.chunk", model: "gemini", choices: [{ index: 0, ...choice }], ...extra })}\n\n`
+  return {
+    status: 200,
+    contentType: "text/event-stream",
+    body: [
+      ...deltas.map((calls, i) => chunk({ delta: { ...(i === 0 ? { role: "assistant" } : {}), tool_calls: calls }, finish_reason: null })),
+      chunk({ delta: {}, finish_reason: "stop" }, { usage: { prompt_tokens: 100, completion_tokens: 20 } }),
+      "data: [DONE]\n\n"
+    ].join("")
+  }
+}
+
+const call = (id: string, name: string, args: string): Json => ({ id, type: "function", function: { name, arguments: args } })
+
+const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const chat = yield* ModelApi.start
+    const settings = yield* settingsFor(
+      [instance("chat", "openai-chat", chat, { contextWindow: 32_000, autoCompactThreshold: null })],
+      { TEST_MODEL_KEY: marker },
+      undefined,
+      { gateway: { routes: [{ model: "gemini-*", provider: "chat" }] } }
+    )
+    return yield* test(chat).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
+/** The `tool_use` blocks of an Anthropic SSE answer: id, name and input. */
+const toolUses = (text: string) => {
+  const events = parseSse(text).map((e) => JSON.parse(e.data) as Json)
+  const blocks = new Map<number, { id: unknown; name: unknown; json: string }>()
+  for (const e of events) {
+    if (e.type === "content_block_start" && (e.content_block as Json).type === "tool_use") {
+      const b = e.content_block as Json
+      blocks.set(e.index as number, { id: b.id, name: b.name, json: "" })
+    }
+    if (e.type === "content_block_delta") {
+      const b = blocks.get(e.index as number)
+      if (b !== undefined) b.json += String((e.delta as Json).partial_json ?? "")
+    }
+  }
+  return [...blocks.values()].map((b) => [b.id, b.name, b.json === "" ? {} : JSON.parse(b.json)])
+}
+
+const ask = (session: string) =>
+  raw(HttpClientRequest.post("/v1/messages").pipe(
+    HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": session }),
+    HttpClientRequest.bodyText(
+      JSON.stringify({
+        model: "gemini-3",
+        max_tokens: 500,
+        stream: true,
+        tools: ["Read", "Bash"].map((name) => ({ name, description: name, input_schema: { type: "object", properties: {} } })),
+        messages: [{ role: "user", content: "read a.txt and list" }]
+      }),
+      "application/json"
+    )
+  ))
+
+/** A Chat Completions stream of `deltas` (each the `tool_calls` of one chunk) as given, finished `"tool_calls"`. */
+const indexed = (deltas: ReadonlyArray<ReadonlyArray<Json>>): ModelApi.Reply => {
+  const reply = indexless(deltas)
+  return { ...reply, body: reply.body.replace("\"finish_reason\":\"stop\"", "\"finish_reason\":\"tool_calls\"") }
+}
+
+describe("Gateway, indexless tool-call deltas that share one call id", () => {
+  // Seen in the field (proxies in front of Gemini, whose parallel calls come one a chunk, and which numbered each by
+  // its place in its chunk): every call `index` 0, each with its own id. OpenAI never gives one index a second id,
+  // so a new id at an index that has one is another call (before: glued into the first, as without an index).
+  it.live("parallel calls each at index 0 with their own ids are two calls", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        chat.enqueue(indexed([
+          [{ index: 0, ...call("call_1", "Read", "{\"file_path\":") }],
+          [{ index: 0, function: { arguments: "\"/a.txt\"}" } }],
+          [{ index: 0, ...call("call_2", "Bash", "{\"command\":") }],
+          [{ index: 0, function: { arguments: "\"ls\"}" } }]
+        ]))
+        const answer = yield* ask("c")
+        expect(answer.status).toBe(200)
+        expect(toolUses(answer.text)).toEqual([
+          ["call_1", "Read", { file_path: "/a.txt" }],
+          ["call_2", "Bash", { command: "ls" }]
+        ])
+      })), { timeout: 60_000 })
+
+  it.live("a call's signature delta after the next call began belongs to its call", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        const signature = { google: { thought_signature: "c2lnbmF0dXJl" } }
+        chat.enqueue(indexless([
+          [call("call_1", "Read", "{\"file_path\":\"/a.txt\"}")],
+          [call("call_2", "Bash", "{\"command\":\"ls\"}")],
+          [{ id: "call_1", extra_content: signature }]
+        ]))
+        const answer = yield* ask("a")
+        expect(answer.status).toBe(200)
+        // Before the fix: a third tool_use, [call_1, "", {}].
+        expect(toolUses(answer.text)).toEqual([
+          ["call_1", "Read", { file_path: "/a.txt" }],
+          ["call_2", "Bash", { command: "ls" }]
+        ])
+      })), { timeout: 60_000 })
+
+  it.live("two parallel calls with one id are two calls", () =>
+    withGateway((chat) =>
+      Effect.gen(function*() {
+        chat.enqueue(indexless([
+          [call("call_x", "Read", "{\"file_path\":\"/a.txt\"}")],
+          [call("call_x", "Read", "{\"file_path\":\"/b.txt\"}")]
+        ]))
+        const answer = yield* ask("b")
+        expect(answer.status).toBe(200)
+        // Before the fix: one call named ReadRead whose arguments were no JSON.
+        expect(toolUses(answer.text).map(([, name, input]) => [name, input])).toEqual([
+          ["Read", { file_path: "/a.txt" }],
+          ["Read", { file_path: "/b.txt" }]
+        ])
+      })), { timeout: 60_000 })
+})

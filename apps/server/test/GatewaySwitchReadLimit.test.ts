@@ -1,0 +1,92 @@
+/**
+ * A switched upstream that keeps calling only `thread_read` past the rounds the gateway continues for one agent
+ * request (8): the agent never gets an empty answer because Baton hid the calls. Before, the ninth answer's reads were
+ * left out and nothing else was there: the agent got a message with no content (`end_turn`, `stop`, an empty
+ * Responses output), which Claude Code and Codex take as the model's final, empty answer. Now the answer is Baton's
+ * note saying why it stopped and what to do (`GatewaySwitched.readLimitNote`), streamed and whole, on each direction
+ * (an Anthropic agent on a Chat instance, a Chat agent on an Anthropic instance, a Responses agent on a Chat one).
+ */
+import { HttpClientRequest } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { readLimitNote } from "../src/GatewaySwitched.js"
+import { adminToken, client, parseSse, raw } from "./helpers.js"
+import * as ModelApi from "./support/ModelApi.js"
+import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+
+type Json = Record<string, unknown>
+const usage = { input: 900, cacheWrite: 0, cacheRead: 0, output: 20 }
+const read = (i: number): ModelApi.Call => ({ id: `call_r${i}`, name: "thread_read", arguments: JSON.stringify({ refs: "#1", offset: i }) })
+
+/** A whole answer of `kind` calling `call`. */
+const whole = (kind: ModelApi.Kind, call: ModelApi.Call): ModelApi.Reply => {
+  const body = kind === "anthropic-messages"
+    ? { id: "msg_w", type: "message", role: "assistant", model: "m", content: [{ type: "tool_use", id: call.id, name: call.name, input: JSON.parse(call.arguments) }], stop_reason: "tool_use", stop_sequence: null, usage: { input_tokens: 900, output_tokens: 20 } }
+    : { id: "chatcmpl-w", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: null, tool_calls: [{ id: call.id, type: "function", function: { name: call.name, arguments: call.arguments } }] }, finish_reason: "tool_calls" }], usage: { prompt_tokens: 900, completion_tokens: 20 } }
+  return { status: 200, contentType: "application/json", body: JSON.stringify(body) }
+}
+
+/** The text the agent got, from its answer (streamed or whole) in its protocol. */
+const textOf = (path: string, text: string, streamed: boolean): string => {
+  if (!streamed) {
+    const b = JSON.parse(text) as Json
+    if (path === "/v1/messages") return (b.content as Array<Json>).map((c) => String(c.text ?? "")).join("")
+    if (path === "/v1/chat/completions") return String(((b.choices as Array<Json>)[0]!.message as Json).content ?? "")
+    return (b.output as Array<Json>).flatMap((o) => (Array.isArray(o.content) ? o.content as Array<Json> : [])).map((c) => String(c.text ?? "")).join("")
+  }
+  const events = parseSse(text).filter((e) => e.data !== "[DONE]").map((e) => JSON.parse(e.data) as Json)
+  if (path === "/v1/messages") return events.filter((e) => e.type === "content_block_delta").map((e) => String((e.delta as Json).text ?? "")).join("")
+  if (path === "/v1/chat/completions") return events.map((e) => String((((e.choices as Array<Json> | undefined)?.[0]?.delta as Json | undefined)?.content) ?? "")).join("")
+  return events.filter((e) => e.type === "response.output_text.delta").map((e) => String(e.delta)).join("")
+}
+
+const cases = [
+  {
+    upstream: "openai-chat" as const,
+    path: "/v1/messages",
+    headers: { "x-api-key": adminToken, "anthropic-version": "2023-06-01" },
+    body: { model: "m-1", max_tokens: 1_000, tools: [{ name: "Bash", description: "Run", input_schema: { type: "object", properties: {} } }], messages: [{ role: "user", content: "look back" }] }
+  },
+  {
+    upstream: "anthropic-messages" as const,
+    path: "/v1/chat/completions",
+    headers: { authorization: `Bearer ${adminToken}` },
+    body: { model: "m-1", tools: [{ type: "function", function: { name: "bash", description: "Run", parameters: { type: "object", properties: {} } } }], messages: [{ role: "user", content: "look back" }] }
+  },
+  {
+    upstream: "openai-chat" as const,
+    path: "/v1/responses",
+    headers: { authorization: `Bearer ${adminToken}` },
+    body: { model: "m-1", tools: [{ type: "function", name: "shell", description: "Run", parameters: { type: "object", properties: {} } }], input: [{ type: "message", role: "user", content: [{ type: "input_text", text: "look back" }] }] }
+  }
+]
+
+describe("Gateway switch, an upstream that still calls only thread_read after the last round", () => {
+  for (const c of cases) {
+    for (const streamed of [true, false]) {
+      it.live(`${c.path} on ${c.upstream} (${streamed ? "streamed" : "whole"}): the agent gets Baton's note, not an empty answer`, () =>
+        Effect.scoped(Effect.gen(function*() {
+          const upstream = yield* ModelApi.start
+          const settings = yield* settingsFor([instance("up", c.upstream, upstream, { contextWindow: 200_000 })], { TEST_MODEL_KEY: marker }, undefined, {
+            gateway: { routes: [{ model: "m-*", provider: "up" }] }
+          })
+          yield* Effect.gen(function*() {
+            for (let i = 0; i < 9; i++) upstream.enqueue(streamed ? ModelApi.answer(c.upstream, "", usage, [read(i)]) : whole(c.upstream, read(i)))
+            const answer = yield* raw(HttpClientRequest.post(c.path).pipe(
+              HttpClientRequest.setHeaders(c.headers),
+              HttpClientRequest.bodyText(JSON.stringify({ ...c.body, stream: streamed }), "application/json")
+            ))
+            expect(answer.status).toBe(200)
+            expect(upstream.requests).toHaveLength(9)
+            expect(answer.text).not.toContain("thread_read")
+            // Before the fix: "" (an answer with no content).
+            expect(textOf(c.path, answer.text, streamed)).toBe(readLimitNote)
+            const api = yield* client()
+            const threads = (yield* api.threads.list({ urlParams: {} })).threads
+            const runs = (yield* api.runs.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).runs
+            expect(runs.map((r) => r.status)).toEqual(["completed"])
+          }).pipe(Effect.provide(serveSettings(settings)))
+        })), { timeout: 60_000 })
+    }
+  }
+})
