@@ -150,7 +150,27 @@ const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
  * decodes as JSON; any other (`application/x+json` included) it would read again as bytes from a body this guard
  * has already consumed, and the request would hang.
  */
-const isJson = (contentType: string) => /^application\/json\s*(;|$)/i.test(contentType.trim())
+const isJson = (contentType: string) => /^application\/json\s*(;|$)/i.test(contentType.trim()) && charsetOf(contentType) !== "other"
+
+/**
+ * The charset a `Content-Type` declares: `"utf-8"` when none (JSON's only encoding between systems, RFC 8259 §8.1),
+ * `utf-8`/`utf8` or `us-ascii` (a subset of UTF-8; its bytes are checked as UTF-8 all the same); `"other"` for any
+ * other (`latin1`, `iso-8859-1`, `utf-16`...). A body in another charset is refused (415, naming UTF-8) rather than
+ * decoded as UTF-8: its non-ASCII characters would be stored altered (or refused as invalid UTF-8 for some texts and
+ * not others), and transcoding every legacy charset is not worth a surface no JSON client needs.
+ */
+const charsetOf = (contentType: string): "utf-8" | "other" => {
+  const declared = /;\s*charset\s*=\s*("([^"]*)"|[^;\s]*)/i.exec(contentType)
+  if (declared === null) return "utf-8"
+  const name = (declared[2] ?? declared[1] ?? "").trim().toLowerCase()
+  return name === "utf-8" || name === "utf8" || name === "us-ascii" ? "utf-8" : "other"
+}
+
+/** U+FEFF, the byte order mark: RFC 8259 §8.1 lets a parser ignore one at the start of a JSON text. */
+const byteOrderMark = "\uFEFF"
+
+/** `text` without a leading byte order mark. */
+const withoutBom = (text: string) => text.startsWith(byteOrderMark) ? text.slice(1) : text
 
 /** The deepest nesting of arrays and objects a body may have (none of the API's bodies nests beyond 2). */
 export const maxNesting = 32
@@ -218,15 +238,31 @@ const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: n
     if (text.right.includes("\uFFFD") && Buffer.byteLength(text.right, "utf8") !== length) {
       return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid UTF-8" }), 400))
     }
-    const depth = nestingDepth(text.right)
+    const json = withoutBom(text.right)
+    const depth = nestingDepth(json)
     if (depth > maxNesting) {
       return Option.some(errorResponse(new InvalidRequest({ reason: `the body nests ${depth} levels deep; at most ${maxNesting} are accepted` }), 400))
     }
-    const parsed = Option.liftThrowable((body: string): unknown => JSON.parse(body))(text.right)
+    const parsed = Option.liftThrowable((body: string): unknown => JSON.parse(body))(json)
     if (Option.isNone(parsed)) {
       return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid JSON" }), 400))
     }
     return none
+  })
+
+/**
+ * A request whose body (read and checked by `checkBody`) starts with a byte order mark: the same request with its
+ * text without it, for the API's decoding (which reads `text`, as `json` does); `null` for any other request. The
+ * platform's JSON parser does not skip the mark, so such a body was a 400 "not valid JSON" although RFC 8259 §8.1 lets
+ * a parser ignore it (editors on Windows and some HTTP tools write one).
+ */
+const startsWithBom = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.gen(function*() {
+    if (!HttpMethod.hasBody(request.method) || request.headers["content-length"] === undefined) return null
+    const text = yield* Effect.option(request.text)
+    if (Option.isNone(text) || !text.value.startsWith(byteOrderMark)) return null
+    // The request's own methods read `text` through `this`: a request that shadows it serves them all the new text.
+    return Object.create(request, { text: { value: Effect.succeed(text.value.slice(1)) } }) as HttpServerRequest.HttpServerRequest
   })
 
 /**
@@ -263,7 +299,8 @@ export const middleware = (options: { readonly maxBodyBytes: number }) =>
       const refused = yield* checkBody(request, options.maxBodyBytes)
       if (Option.isSome(refused)) return refused.value
       yield* HttpApp.appendPreResponseHandler(finish)
-      return yield* app
+      const bom = yield* startsWithBom(request)
+      return yield* bom === null ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, bom)
     }).pipe(
       Effect.tapErrorCause((cause) =>
         Effect.gen(function*() {
