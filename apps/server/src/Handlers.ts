@@ -3,7 +3,7 @@
  * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
  * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
  */
-import { Api, Commands, type CommandId, InvalidRequest, type RunId, terminalRunStatuses } from "@baton/contracts"
+import { Api, Commands, type CommandId, InvalidRequest, type RunId, terminalRunStatuses, type ThreadEvent } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { EventFeed, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
@@ -128,29 +128,33 @@ const messages = HttpApiBuilder.group(Api.BatonApi, "messages", (handlers) =>
 const answeringEvents: ReadonlySet<string> = new Set(["run.completed", "run.failed", "run.interrupted", "run.waiting"])
 
 /**
- * The wake-up of a wait on `runId` that another server process drives (on one Postgres): an effect that completes
- * (with `null`) at the first event of the run's thread after its current last one (read now, before the driver reads
- * the run) that ends the run or makes it wait for the client's tool results. The feed delivers other processes'
- * commits by `LISTEN/NOTIFY` (or its poll), so the wait needs no polling of its own. A run this process drives, or
- * one ended already, needs no feed: the driver's signal or its first read answers it. Never fails: an unknown run, a feed that fails or ends, wakes nothing (the
- * driver's wait, the bound and the shutdown still answer).
+ * The events of `runId`'s thread after its current last one (read now, before the driver reads the run), for the wait
+ * on a run that another server process may drive (on one Postgres): the feed delivers other processes' commits by
+ * `LISTEN/NOTIFY` (or its poll), so the wait needs no polling of its own. `null` when no feed is needed: a run this
+ * process drives (its fiber's end answers the wait), one ended already or unknown (the driver's first read answers
+ * it), or a feed that could not be opened (the driver's wait, the bound and the shutdown still answer).
  */
-const answeredInFeed = (store: ThreadStore, feed: EventFeed.EventFeed, driver: RunDriver.RunDriver, runId: RunId) =>
+const feedForWait = (store: ThreadStore, feed: EventFeed.EventFeed, driver: RunDriver.RunDriver, runId: RunId) =>
   Effect.gen(function*() {
-    // A run this process drives is answered by its fiber's end; one ended already by the driver's first read.
-    if (driver.inFlight().includes(runId)) return Effect.never
+    if (driver.inFlight().includes(runId)) return null
     const run = yield* store.getRun(runId)
-    if (run._tag === "None" || terminalRunStatuses.includes(run.value.status)) return Effect.never
+    if (run._tag === "None" || terminalRunStatuses.includes(run.value.status)) return null
     const threadId = run.value.threadId
-    const events = yield* feed.thread(threadId, { afterSeq: yield* store.threadVersion(threadId) })
-    return Effect.flatMap(
-      Stream.runHead(Stream.filter(events, (e) => answeringEvents.has(e.type) && "runId" in e.payload && e.payload.runId === runId)),
-      (found) => Option.isSome(found) ? Effect.succeed(null) : Effect.never
+    return yield* feed.thread(threadId, { afterSeq: yield* store.threadVersion(threadId) })
+  }).pipe(Effect.orElseSucceed(() => null))
+
+/**
+ * Completes (with `null`) at the first event of `events` that ends run `runId` or makes it wait for the client's
+ * tool results; never when there is no feed, or the feed fails or ends first. Never fails.
+ */
+const answeredInFeed = (events: Stream.Stream<ThreadEvent, unknown> | null, runId: RunId): Effect.Effect<null> =>
+  events === null
+    ? Effect.never
+    : Stream.filter(events, (e) => answeringEvents.has(e.type) && "runId" in e.payload && e.payload.runId === runId).pipe(
+      Stream.runHead,
+      Effect.flatMap((found) => Option.isSome(found) ? Effect.succeed(null) : Effect.never),
+      Effect.orElse(() => Effect.never)
     )
-  }).pipe(
-    Effect.map((wake) => Effect.catchAll(wake, () => Effect.never)),
-    Effect.catchAll(() => Effect.succeed(Effect.never))
-  )
 
 const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
   Effect.gen(function*() {
@@ -183,7 +187,7 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
             // Waiting for the client's tool results is signalled by the driver (its fiber's end carries the status),
             // not polled for; a run another process drives is woken by the thread's event feed, whose cursor is read
             // before the driver reads the run, so a change between the two is not missed.
-            const inFeed = yield* answeredInFeed(store, feed, driver, path.runId)
+            const inFeed = answeredInFeed(yield* feedForWait(store, feed, driver, path.runId), path.runId)
             const ended = yield* driver.awaitEnd(path.runId, urlParams.waitMs, { orWaiting: true }).pipe(
               Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null)),
               Effect.raceFirst(Effect.as(Deferred.await(stopping), null)),

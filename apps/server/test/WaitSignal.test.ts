@@ -5,12 +5,15 @@
  * bound) never fires: each answer can only come from the signal. Before, a run that came to wait for the client's tool
  * results was found by a read every 250 ms, and the waits below were never answered. On SQLite and Postgres; across
  * two server processes on one Postgres, where the run's thread's event feed (`LISTEN/NOTIFY`) wakes the wait.
+ * Also: the signal of a turn that stopped with the run waiting is spent once given, so a wait that joins during the
+ * continuation is answered by the continuation's end (a live test: it must join while the continuation is held).
  */
 import { RunDriver } from "@baton/orchestration"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import type { HttpClient } from "@effect/platform"
-import { Context, Deferred, Effect, Fiber, Layer } from "effect"
+import type { RunId } from "@baton/contracts"
+import { Context, Deferred, Duration, Effect, Fiber, Layer } from "effect"
 import { get, post, raw, serve } from "./helpers.js"
 
 const readFile = {
@@ -54,6 +57,43 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       expect([ended.status, (ended.body!.run as { status: string }).status]).toEqual([200, "completed"])
     }).pipe(Effect.provide(serve(h)))
   }, 60_000)
+  it.live("a wait that joins a run while its continuation is in flight is answered at the run's end, not by the earlier wait's signal", () => {
+    const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }], { config: { toolResultTimeoutMillis: 120_000 } })
+    return Effect.gen(function*() {
+      const driver = yield* RunDriver.RunDriver
+      const threadId = (yield* raw(post("/threads", { providerInstance: "codex", tools: [readFile] }))).body!.threadId as string
+      const first = yield* Deferred.make<void>()
+      h.script.enqueue({
+        items: [
+          Harness.produced("assistant_message", "Reading a.ts.", { messageId: "m1" }),
+          Harness.produced("tool_call", JSON.stringify({ path: "a.ts" }), { toolCallId: "call_1", toolName: "read_file", messageId: "m1" })
+        ],
+        hold: { afterItems: 1, gate: first }
+      })
+      const runId = (yield* raw(post(`/threads/${threadId}/messages`, { text: "Read a.ts" }))).body!.runId as string
+      while (!driver.inFlight().includes(runId)) yield* Effect.sleep(Duration.millis(2))
+      // A caller waiting for the run's end (as `sendAndWait` or `awaitRun` do) joins while the first turn is in flight
+      // and stays joined across the run's wait for the client.
+      const whole = yield* Effect.fork(driver.awaitRun(runId as RunId))
+      yield* Effect.sleep(Duration.millis(100))
+      yield* Deferred.succeed(first, undefined)
+      const waiting = yield* raw(get(`/runs/${runId}?waitMs=60000`))
+      expect((waiting.body!.run as { status: string }).status).toBe("waiting")
+      const gate = yield* Deferred.make<void>()
+      h.script.enqueue({ ...Harness.reply(20), hold: { afterItems: 1, gate } })
+      expect((yield* raw(post(`/threads/${threadId}/runs/${runId}/tool-results`, { results: [{ toolCallId: "call_1", output: "A" }] }))).status).toBe(202)
+      while (!driver.inFlight().includes(runId)) yield* Effect.sleep(Duration.millis(2))
+      const end = yield* Effect.fork(raw(get(`/runs/${runId}?waitMs=60000`)))
+      // Let the wait join the run's waiters while the continuation is held. Before, it joined the deferred the first
+      // turn's end had settled (with the run waiting) and was answered at once with the run still running.
+      yield* Effect.sleep(Duration.millis(300))
+      yield* Deferred.succeed(gate, undefined)
+      const ended = yield* Fiber.join(end)
+      expect([ended.status, (ended.body!.run as { status: string }).status]).toEqual([200, "completed"])
+      expect((yield* Fiber.join(whole)).status).toBe("completed")
+    }).pipe(Effect.provide(serve(h)))
+  }, 60_000)
+
   if (db === "postgres") {
     it.effect("a wait in one process on a run another process drives is woken by the event feed when the run comes to wait for the client", () => {
       const h = Harness.make([{ name: "codex", window: 1_000_000, inject: true }])
