@@ -11,7 +11,7 @@ import * as Http from "node:http"
 import { adminToken, get, raw, serve } from "./helpers.js"
 
 /** A POST of `body` with exactly `headers` (raw pairs: no `Content-Type` unless given), answered status and body. */
-const rawPost = (port: number, path: string, headers: ReadonlyArray<string>, body: string) =>
+const rawPost = (port: number, path: string, headers: ReadonlyArray<string>, body: string | Buffer) =>
   Effect.async<{ readonly status: number; readonly body: string }>((resume) => {
     const request = Http.request({
       host: "127.0.0.1",
@@ -100,5 +100,22 @@ describe("content types", () => {
       const items = yield* raw(get(`/threads/${threadId}/items`))
       // Only the mark before the JSON text goes: one inside a string is the client's text.
       expect((items.body!.items as ReadonlyArray<{ kind: string; text: string }>).filter((i) => i.kind === "user_message").map((i) => i.text)).toEqual(["\uFEFFhello"])
+    }).pipe(Effect.provide(serve(Harness.make([{ name: "codex", window: 200_000, inject: true }])))))
+
+  it.live("a body with a truncated 4-byte UTF-8 sequence is 400 not valid UTF-8, not stored with U+FFFD in its place", () =>
+    Effect.gen(function*() {
+      const server = yield* HttpServer.HttpServer
+      const port = server.address._tag === "TcpAddress" ? server.address.port : 0
+      const auth = ["authorization", `Bearer ${adminToken}`, "content-type", "application/json"]
+      const threadId = JSON.parse((yield* rawPost(port, "/threads", auth, JSON.stringify({ providerInstance: "codex" }))).body).threadId as string
+      // F0 9F 98 is 😀 (F0 9F 98 80) without its last byte: the platform's decoder made it one U+FFFD, 3 bytes long
+      // like the sequence, so the length check that catches other invalid sequences let it through.
+      const truncated = Buffer.concat([Buffer.from("{\"text\":\"a"), Buffer.from([0xf0, 0x9f, 0x98]), Buffer.from("b\"}")])
+      const answer = yield* rawPost(port, `/threads/${threadId}/messages`, auth, truncated).pipe(Effect.timeout(Duration.seconds(5)))
+      expect([answer.status, JSON.parse(answer.body).reason]).toEqual([400, "the body is not valid UTF-8"])
+      expect((yield* raw(get(`/threads/${threadId}/runs`))).body?.runs).toEqual([])
+      // A U+FFFD the client sends (EF BF BD) is text like any other.
+      const replacement = yield* rawPost(port, `/threads/${threadId}/messages`, auth, JSON.stringify({ text: "a\uFFFDb" }))
+      expect(replacement.status).toBe(202)
     }).pipe(Effect.provide(serve(Harness.make([{ name: "codex", window: 200_000, inject: true }])))))
 })
