@@ -3,11 +3,11 @@
  * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
  * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
  */
-import { Api, Commands, type CommandId, InvalidRequest, type RunId } from "@baton/contracts"
+import { Api, Commands, type CommandId, InvalidRequest, type RunId, terminalRunStatuses, type ThreadEvent } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { EventFeed, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
-import { Deferred, Duration, Effect, Layer } from "effect"
+import { Deferred, Effect, Layer, Option, Stream } from "effect"
 import * as EventStream from "./EventStream.js"
 
 /**
@@ -124,25 +124,37 @@ const messages = HttpApiBuilder.group(Api.BatonApi, "messages", (handlers) =>
         }, { disableValidation: true }))))
   }))
 
-/** How often a run's wait looks whether the run now waits for the client's tool results, in milliseconds. */
-export const clientWaitPollMillis = 250
+/** The events after which a waited-for run answers a wait: it ended, or it waits for the client's tool results. */
+const answeringEvents: ReadonlySet<string> = new Set(["run.completed", "run.failed", "run.interrupted", "run.waiting"])
 
 /**
- * Completes (with `null`) once run `runId` waits for the client's tool results (status `waiting`, its wait `open`):
- * looked at every `clientWaitPollMillis`, the first time after one interval (a wait on a run that ends sooner reads
- * nothing more). Never fails: a read that fails is looked at again at the next interval.
+ * The events of `runId`'s thread after its current last one (read now, before the driver reads the run), for the wait
+ * on a run that another server process may drive (on one Postgres): the feed delivers other processes' commits by
+ * `LISTEN/NOTIFY` (or its poll), so the wait needs no polling of its own. `null` when no feed is needed: a run this
+ * process drives (its fiber's end answers the wait), one ended already or unknown (the driver's first read answers
+ * it), or a feed that could not be opened (the driver's wait, the bound and the shutdown still answer).
  */
-const waitsForClient = (store: ThreadStore, runId: RunId) =>
+const feedForWait = (store: ThreadStore, feed: EventFeed.EventFeed, driver: RunDriver.RunDriver, runId: RunId) =>
   Effect.gen(function*() {
-    for (;;) {
-      yield* Effect.sleep(Duration.millis(clientWaitPollMillis))
-      const run = yield* Effect.option(store.getRun(runId))
-      if (run._tag === "Some" && run.value._tag === "Some" && run.value.value.status === "waiting") {
-        const wait = yield* Effect.option(store.getToolWait(runId))
-        if (wait._tag === "Some" && wait.value._tag === "Some" && wait.value.value.state === "open") return null
-      }
-    }
-  })
+    if (driver.inFlight().includes(runId)) return null
+    const run = yield* store.getRun(runId)
+    if (run._tag === "None" || terminalRunStatuses.includes(run.value.status)) return null
+    const threadId = run.value.threadId
+    return yield* feed.thread(threadId, { afterSeq: yield* store.threadVersion(threadId) })
+  }).pipe(Effect.orElseSucceed(() => null))
+
+/**
+ * Completes (with `null`) at the first event of `events` that ends run `runId` or makes it wait for the client's
+ * tool results; never when there is no feed, or the feed fails or ends first. Never fails.
+ */
+const answeredInFeed = (events: Stream.Stream<ThreadEvent, unknown> | null, runId: RunId): Effect.Effect<null> =>
+  events === null
+    ? Effect.never
+    : Stream.filter(events, (e) => answeringEvents.has(e.type) && "runId" in e.payload && e.payload.runId === runId).pipe(
+      Stream.runHead,
+      Effect.flatMap((found) => Option.isSome(found) ? Effect.succeed(null) : Effect.never),
+      Effect.orElse(() => Effect.never)
+    )
 
 const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
   Effect.gen(function*() {
@@ -151,6 +163,7 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
     const ids = yield* IdGenerator.IdGenerator
     const stopping = yield* EventStream.Stopping
     const store = yield* ThreadStore
+    const feed = yield* EventFeed.EventFeed
     return handlers
       .handle("toolResults", ({ headers, path, payload }) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
@@ -171,10 +184,14 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
             // The server's shutdown ends the wait too (answering the run as it stands), as it ends a live event
             // stream: a run in flight goes on until the open requests have finished, so the wait held the shutdown
             // till the listener's deadline and was then cut without an answer (new user b44srv).
-            const ended = yield* driver.awaitEnd(path.runId, urlParams.waitMs).pipe(
+            // Waiting for the client's tool results is signalled by the driver (its fiber's end carries the status),
+            // not polled for; a run another process drives is woken by the thread's event feed, whose cursor is read
+            // before the driver reads the run, so a change between the two is not missed.
+            const inFeed = answeredInFeed(yield* feedForWait(store, feed, driver, path.runId), path.runId)
+            const ended = yield* driver.awaitEnd(path.runId, urlParams.waitMs, { orWaiting: true }).pipe(
               Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null)),
               Effect.raceFirst(Effect.as(Deferred.await(stopping), null)),
-              Effect.raceFirst(waitsForClient(store, path.runId))
+              Effect.raceFirst(inFeed)
             )
             return yield* query.run(path.runId, ended ?? undefined)
           }

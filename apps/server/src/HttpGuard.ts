@@ -5,10 +5,12 @@
  * - **The body limit.** A body must declare its `Content-Length` (411 otherwise: chunked bodies are refused); one
  *   over the limit is answered 413 without being parsed (it is drained first, up to 64 MiB, so that the answer
  *   reaches the client, then the connection is closed). Nothing of such a request is written.
- * - **The body's form.** A body whose `Content-Type` is absent or not `application/json` is 415; a JSON body that does not parse is 400
- *   `InvalidRequest`, and so is a body that is not valid UTF-8 or nests deeper than `maxNesting` levels (a deep
- *   value would exhaust the stack of the schema error formatter). The body is read here once (the request caches
- *   it), so the API's own decoding never meets a transport failure it would turn into a 500.
+ * - **The body's form.** A body whose `Content-Type` is absent or not `application/json`, or declares a charset other
+ *   than UTF-8, is 415; a JSON body that does not parse is 400 `InvalidRequest`, and so is a body that is not valid
+ *   UTF-8 (strictly: no sequence is replaced) or nests deeper than `maxNesting` levels (a deep value would exhaust the
+ *   stack of the schema error formatter). A leading byte order mark is ignored. The body is read here once, as bytes,
+ *   and the API is served the text decoded here, so its own decoding never meets a transport failure it would turn
+ *   into a 500.
  * - **Unknown routes** are 404 `RouteNotFound` as JSON (the router's default is an empty 404).
  * - **Error bodies** get a `message` (the error's sentence for people, with what to do) beside `_tag` and its fields.
  * - **Anything unexpected** (a defect) is logged with its cause and answered 500 `InternalError` as JSON, never with
@@ -41,7 +43,7 @@ import {
   UnsupportedMediaType
 } from "@baton/contracts"
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Cause, Chunk, Effect, Option, Schema } from "effect"
+import { Cause, Chunk, Effect, Either, Option, Schema } from "effect"
 import { refuseAfterDrain } from "./BodyDrain.js"
 import { isGatewayPath, unknownPathRefusal } from "./Gateway.js"
 
@@ -150,7 +152,28 @@ const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
  * decodes as JSON; any other (`application/x+json` included) it would read again as bytes from a body this guard
  * has already consumed, and the request would hang.
  */
-const isJson = (contentType: string) => /^application\/json\s*(;|$)/i.test(contentType.trim())
+const isJson = (contentType: string) => /^application\/json\s*(;|$)/i.test(contentType.trim()) && charsetOf(contentType) !== "other"
+
+/**
+ * The charset a `Content-Type` declares: `"utf-8"` when none (JSON's only encoding between systems, RFC 8259 §8.1),
+ * `utf-8`/`utf8` or `us-ascii` (a subset of UTF-8; its bytes are checked as UTF-8 all the same); `"other"` for any
+ * other (`latin1`, `iso-8859-1`, `utf-16`...). A body in another charset is refused (415, naming UTF-8) rather than
+ * decoded as UTF-8: its non-ASCII characters would be stored altered (or refused as invalid UTF-8 for some texts and
+ * not others), and transcoding every legacy charset is not worth a surface no JSON client needs.
+ */
+const charsetOf = (contentType: string): "utf-8" | "other" => {
+  const declared = /;\s*charset\s*=\s*("([^"]*)"|[^;\s]*)/i.exec(contentType)
+  if (declared === null) return "utf-8"
+  const name = (declared[2] ?? declared[1] ?? "").trim().toLowerCase()
+  return name === "utf-8" || name === "utf8" || name === "us-ascii" ? "utf-8" : "other"
+}
+
+/**
+ * The body's bytes as UTF-8, strictly: any invalid sequence (a truncated one included) is an error, never a U+FFFD in
+ * the stored text. A leading byte order mark is dropped (RFC 8259 §8.1 lets a parser ignore it; one inside a string
+ * is the client's text and stays).
+ */
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false })
 
 /** The deepest nesting of arrays and objects a body may have (none of the API's bodies nests beyond 2). */
 export const maxNesting = 32
@@ -175,24 +198,23 @@ export const nestingDepth = (text: string) => {
   return deepest
 }
 
-/** A refusal sent after draining the body; the connection is closed after it. */
-const refuse = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
-  Effect.map(refuseAfterDrain(request, response), Option.some)
-
 /**
- * Checks and reads a request's body before the app sees it; returns the response to answer instead, if any. A body
- * must declare its length (411 otherwise); one longer than the limit is refused (413) before it is parsed.
+ * Checks and reads a request's body before the app sees it: the response to answer instead (`Left`), or the body's
+ * text for the app (`Right`; `null` for a request without a body). A body must declare its length (411 otherwise);
+ * one longer than the limit is refused (413) before it is read.
  */
 const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: number) =>
   Effect.gen(function*() {
-    const none = Option.none<HttpServerResponse.HttpServerResponse>()
+    const none = Either.right<string | null>(null)
+    const refused = (response: HttpServerResponse.HttpServerResponse) => Either.left(response)
     const declared = request.headers["content-length"]
     if (declared === undefined) {
-      return request.headers["transfer-encoding"] === undefined ? none : yield* refuse(request, errorResponse(new LengthRequired(), 411))
+      // A refusal sent after draining the body; the connection is closed after it (as for 413 below).
+      return request.headers["transfer-encoding"] === undefined ? none : refused(yield* refuseAfterDrain(request, errorResponse(new LengthRequired(), 411)))
     }
     // Node's parser has already refused a malformed Content-Length; a body is exactly this long.
     const length = Number(declared)
-    if (length > maxBodyBytes) return yield* refuse(request, errorResponse(new PayloadTooLarge({ limitBytes: maxBodyBytes }), 413))
+    if (length > maxBodyBytes) return refused(yield* refuseAfterDrain(request, errorResponse(new PayloadTooLarge({ limitBytes: maxBodyBytes }), 413)))
     if (!HttpMethod.hasBody(request.method)) return none
     if (length === 0) {
       // An empty body is no body (the command's defaults) without a Content-Type or with JSON's; declared as another
@@ -201,33 +223,43 @@ const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: n
       const declaredType = request.headers["content-type"]
       return declaredType === undefined || declaredType.trim() === "" || isJson(declaredType)
         ? none
-        : Option.some(errorResponse(new UnsupportedMediaType({ contentType: declaredType.slice(0, 200) }), 415))
+        : refused(errorResponse(new UnsupportedMediaType({ contentType: declaredType.slice(0, 200) }), 415))
     }
-    const text = yield* Effect.either(request.text)
-    if (text._tag === "Left") {
+    // The bytes, not the platform's text: its decoder turns an invalid sequence into U+FFFD, and a truncated 4-byte
+    // sequence (3 bytes, like the U+FFFD it becomes) could not be told from a U+FFFD the client sent: the prompt was
+    // stored altered (new user b45srv). The bytes are read once; the app is served the text decoded here.
+    const bytes = yield* Effect.either(request.arrayBuffer)
+    if (bytes._tag === "Left") {
       // The connection broke mid-body: nobody reads the answer, but it is a client's fault, not the server's.
-      return Option.some(errorResponse(new InvalidRequest({ reason: "the body could not be read (the connection broke)" }), 400))
+      return refused(errorResponse(new InvalidRequest({ reason: "the body could not be read (the connection broke)" }), 400))
     }
     // A body without a Content-Type is refused too: HttpApi would read it again as bytes (see `isJson`).
     const contentType = request.headers["content-type"] ?? ""
     if (!isJson(contentType)) {
-      return Option.some(errorResponse(new UnsupportedMediaType({ contentType: contentType.slice(0, 200) }), 415))
+      return refused(errorResponse(new UnsupportedMediaType({ contentType: contentType.slice(0, 200) }), 415))
     }
-    // Every invalid UTF-8 sequence the decoder met became U+FFFD, which (but for a truncated 4-byte sequence) does
-    // not re-encode to the declared length: such a body is refused instead of altered.
-    if (text.right.includes("\uFFFD") && Buffer.byteLength(text.right, "utf8") !== length) {
-      return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid UTF-8" }), 400))
+    const text = Option.liftThrowable((body: ArrayBuffer) => utf8.decode(body))(bytes.right)
+    if (Option.isNone(text)) {
+      return refused(errorResponse(new InvalidRequest({ reason: "the body is not valid UTF-8" }), 400))
     }
-    const depth = nestingDepth(text.right)
+    const depth = nestingDepth(text.value)
     if (depth > maxNesting) {
-      return Option.some(errorResponse(new InvalidRequest({ reason: `the body nests ${depth} levels deep; at most ${maxNesting} are accepted` }), 400))
+      return refused(errorResponse(new InvalidRequest({ reason: `the body nests ${depth} levels deep; at most ${maxNesting} are accepted` }), 400))
     }
-    const parsed = Option.liftThrowable((body: string): unknown => JSON.parse(body))(text.right)
+    const parsed = Option.liftThrowable((body: string): unknown => JSON.parse(body))(text.value)
     if (Option.isNone(parsed)) {
-      return Option.some(errorResponse(new InvalidRequest({ reason: "the body is not valid JSON" }), 400))
+      return refused(errorResponse(new InvalidRequest({ reason: "the body is not valid JSON" }), 400))
     }
-    return none
+    return Either.right<string | null>(text.value)
   })
+
+/**
+ * `request` serving `text` as its body's text to the app (the API's decoding reads `text`, as `json` does): the body's
+ * bytes were read by `checkBody`, and the stream cannot be read again.
+ */
+const withText = (request: HttpServerRequest.HttpServerRequest, text: string): HttpServerRequest.HttpServerRequest =>
+  // The request's own methods read `text` through `this`: a request that shadows it serves them all this text.
+  Object.create(request, { text: { value: Effect.succeed(text) } }) as HttpServerRequest.HttpServerRequest
 
 /**
  * The last step before a response is sent: an empty 404 (the router found no route) becomes `RouteNotFound` (under
@@ -260,10 +292,10 @@ export const middleware = (options: { readonly maxBodyBytes: number }) =>
       // bodies and answers are the gateway's (Gateway.ts), not the API's. They are POST only: another method on their
       // paths is the API's RouteNotFound (it was an empty 404 without a content type; new user r35).
       if (request.method === "POST" && isGatewayPath(request.url)) return yield* app
-      const refused = yield* checkBody(request, options.maxBodyBytes)
-      if (Option.isSome(refused)) return refused.value
+      const body = yield* checkBody(request, options.maxBodyBytes)
+      if (Either.isLeft(body)) return body.left
       yield* HttpApp.appendPreResponseHandler(finish)
-      return yield* app
+      return yield* body.right === null ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, withText(request, body.right))
     }).pipe(
       Effect.tapErrorCause((cause) =>
         Effect.gen(function*() {

@@ -11,7 +11,7 @@ import * as Http from "node:http"
 import { adminToken, get, raw, serve } from "./helpers.js"
 
 /** A POST of `body` with exactly `headers` (raw pairs: no `Content-Type` unless given), answered status and body. */
-const rawPost = (port: number, path: string, headers: ReadonlyArray<string>, body: string) =>
+const rawPost = (port: number, path: string, headers: ReadonlyArray<string>, body: string | Buffer) =>
   Effect.async<{ readonly status: number; readonly body: string }>((resume) => {
     const request = Http.request({
       host: "127.0.0.1",
@@ -45,7 +45,7 @@ describe("content types", () => {
       expect([vendor.status, vendor.body]).toEqual([415, {
         _tag: "UnsupportedMediaType",
         contentType: "application/vnd.baton+json",
-        message: "unsupported Content-Type \"application/vnd.baton+json\"; send application/json"
+        message: "unsupported Content-Type \"application/vnd.baton+json\"; send application/json in UTF-8 (no charset, or charset=utf-8)"
       }])
 
       const server = yield* HttpServer.HttpServer
@@ -57,5 +57,65 @@ describe("content types", () => {
 
       const runs = yield* raw(get(`/threads/${threadId}/runs`))
       expect(runs.body?.runs).toEqual([])
+    }).pipe(Effect.provide(serve(Harness.make([{ name: "codex", window: 200_000, inject: true }])))))
+
+  it.live("a body declared in a charset other than UTF-8 is 415 naming UTF-8, not decoded as UTF-8; nothing is written", () =>
+    Effect.gen(function*() {
+      const server = yield* HttpServer.HttpServer
+      const port = server.address._tag === "TcpAddress" ? server.address.port : 0
+      const threadId = (yield* raw(HttpClientRequest.post("/threads").pipe(
+        HttpClientRequest.bearerToken(adminToken),
+        HttpClientRequest.bodyUnsafeJson({ providerInstance: "codex" })
+      ))).body!.threadId as string
+      const auth = ["authorization", `Bearer ${adminToken}`]
+      const body = JSON.stringify({ text: "caf\u00e9" })
+      for (const contentType of ["application/json; charset=latin1", "application/json;charset=ISO-8859-1", "application/json; charset=\"utf-16\""]) {
+        const answer = yield* rawPost(port, `/threads/${threadId}/messages`, [...auth, "content-type", contentType], body).pipe(Effect.timeout(Duration.seconds(5)))
+        expect([answer.status, JSON.parse(answer.body)]).toEqual([415, {
+          _tag: "UnsupportedMediaType",
+          contentType,
+          message: `unsupported Content-Type "${contentType}"; send application/json in UTF-8 (no charset, or charset=utf-8)`
+        }])
+      }
+      expect((yield* raw(get(`/threads/${threadId}/runs`))).body?.runs).toEqual([])
+      // UTF-8 declared in any of its spellings is accepted, and the text arrives intact.
+      for (const contentType of ["application/json; charset=UTF-8", "application/json; charset=\"utf-8\"", "application/json;charset=utf8"]) {
+        const answer = yield* rawPost(port, `/threads/${threadId}/messages`, [...auth, "content-type", contentType], body).pipe(Effect.timeout(Duration.seconds(5)))
+        expect([contentType, answer.status]).toEqual([contentType, 202])
+      }
+    }).pipe(Effect.provide(serve(Harness.make([{ name: "codex", window: 200_000, inject: true }])))))
+
+  it.live("a JSON body that starts with a UTF-8 byte order mark is accepted (RFC 8259 §8.1) and its text stored without it", () =>
+    Effect.gen(function*() {
+      const server = yield* HttpServer.HttpServer
+      const port = server.address._tag === "TcpAddress" ? server.address.port : 0
+      const auth = ["authorization", `Bearer ${adminToken}`, "content-type", "application/json"]
+      const created = yield* rawPost(port, "/threads", auth, "\uFEFF" + JSON.stringify({ providerInstance: "codex", title: "caf\u00e9" }))
+      expect(created.status).toBe(201)
+      const threadId = JSON.parse(created.body).threadId as string
+      const sent = yield* rawPost(port, `/threads/${threadId}/messages`, auth, "\uFEFF" + JSON.stringify({ text: "\uFEFFhello" }))
+      expect(sent.status).toBe(202)
+      const thread = yield* raw(get(`/threads/${threadId}`))
+      expect((thread.body!.thread as { title: string }).title).toBe("caf\u00e9")
+      const items = yield* raw(get(`/threads/${threadId}/items`))
+      // Only the mark before the JSON text goes: one inside a string is the client's text.
+      expect((items.body!.items as ReadonlyArray<{ kind: string; text: string }>).filter((i) => i.kind === "user_message").map((i) => i.text)).toEqual(["\uFEFFhello"])
+    }).pipe(Effect.provide(serve(Harness.make([{ name: "codex", window: 200_000, inject: true }])))))
+
+  it.live("a body with a truncated 4-byte UTF-8 sequence is 400 not valid UTF-8, not stored with U+FFFD in its place", () =>
+    Effect.gen(function*() {
+      const server = yield* HttpServer.HttpServer
+      const port = server.address._tag === "TcpAddress" ? server.address.port : 0
+      const auth = ["authorization", `Bearer ${adminToken}`, "content-type", "application/json"]
+      const threadId = JSON.parse((yield* rawPost(port, "/threads", auth, JSON.stringify({ providerInstance: "codex" }))).body).threadId as string
+      // F0 9F 98 is 😀 (F0 9F 98 80) without its last byte: the platform's decoder made it one U+FFFD, 3 bytes long
+      // like the sequence, so the length check that catches other invalid sequences let it through.
+      const truncated = Buffer.concat([Buffer.from("{\"text\":\"a"), Buffer.from([0xf0, 0x9f, 0x98]), Buffer.from("b\"}")])
+      const answer = yield* rawPost(port, `/threads/${threadId}/messages`, auth, truncated).pipe(Effect.timeout(Duration.seconds(5)))
+      expect([answer.status, JSON.parse(answer.body).reason]).toEqual([400, "the body is not valid UTF-8"])
+      expect((yield* raw(get(`/threads/${threadId}/runs`))).body?.runs).toEqual([])
+      // A U+FFFD the client sends (EF BF BD) is text like any other.
+      const replacement = yield* rawPost(port, `/threads/${threadId}/messages`, auth, JSON.stringify({ text: "a\uFFFDb" }))
+      expect(replacement.status).toBe(202)
     }).pipe(Effect.provide(serve(Harness.make([{ name: "codex", window: 200_000, inject: true }])))))
 })

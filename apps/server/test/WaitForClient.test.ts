@@ -41,7 +41,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const answer = yield* Fiber.join(wait).pipe(Effect.timeout(Duration.seconds(5)))
       const view = answer.body as { readonly run: { readonly status: string }; readonly openToolCalls: ReadonlyArray<{ readonly toolCallId: string }> }
       expect([answer.status, view.run.status, view.openToolCalls.map((c) => c.toolCallId)]).toEqual([200, "waiting", ["call_1"]])
-      // A wait on the run already waiting answers too (within the look's interval), not at waitMs.
+      // A wait on the run already waiting answers too (at once), not at waitMs.
       const again = yield* raw(get(`/runs/${runId}?waitMs=60000`)).pipe(Effect.timeout(Duration.seconds(5)))
       expect((again.body!.run as { status: string }).status).toBe("waiting")
       // Its results posted, the run goes on and a wait answers its end.

@@ -307,14 +307,17 @@ export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()(
   }
 }
 
-/** The body is not JSON (a `Content-Type` other than `application/json`). */
+/**
+ * The body is not JSON in UTF-8: a `Content-Type` other than `application/json`, or one that declares a charset
+ * other than UTF-8 (`charset=utf-8`, or none; RFC 8259 §8.1).
+ */
 export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()(
   "UnsupportedMediaType",
   { contentType: Schema.String },
   HttpApiSchema.annotations({ status: 415 })
 ) {
   override get message() {
-    return `unsupported Content-Type "${this.contentType}"; send application/json`
+    return `unsupported Content-Type "${this.contentType}"; send application/json in UTF-8 (no charset, or charset=utf-8)`
   }
 }
 

@@ -17,7 +17,8 @@
  *   the run ends (a signal, no polling); a run this process is driving is joined without reading it. A run driven
  *   elsewhere is settled by the thread's worker here when it sees the run ended, or polled (25 ms doubling to 1 s)
  *   when there is no worker here (or when the worker stops with the run unsettled: `releaseWaiters`). An interrupt
- *   here of a run with no fiber here (queued, claimed, waiting) answers its waiters itself.
+ *   here of a run with no fiber here (queued, claimed, waiting) answers its waiters itself. `awaitEnd`'s `orWaiting`
+ *   also answers when the run comes to wait for the client's tool results: the fiber's end carries the status.
  * - `interrupt` records the interrupt and asks the provider to stop (ThreadService.interrupt, bounded by
  *   `interruptTimeoutMillis`); if the run's fiber has not ended within that bound too, the fiber is interrupted: the
  *   run's outcome is already recorded and the thread takes the next run. An interrupt that another process received
@@ -149,7 +150,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
      * doubling to 1 s; with `firstPause` (the backstop of a caller waiting for a signal here: `waitBackstopMillis`)
      * the first read after that pause, doubling from it. Fails with `RunNotFound`.
      */
-    const pollEnded = (runId: RunId, firstPause: number | null = null) =>
+    const pollEnded = (runId: RunId, firstPause: number | null = null, orWaiting = false) =>
       Effect.gen(function*() {
         let pause = firstPause ?? 25
         if (firstPause !== null) {
@@ -157,7 +158,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           pause = backoff(pause)
         }
         let found = yield* store.getRun(runId)
-        while (found._tag === "Some" && !terminalRunStatuses.includes(found.value.status)) {
+        while (found._tag === "Some" && !(yield* answers(found.value, orWaiting))) {
           yield* Effect.sleep(Duration.millis(pause))
           pause = backoff(pause)
           found = yield* store.getRun(runId)
@@ -166,14 +167,36 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         return found.value
       })
 
+    /**
+     * Whether `run` waits for the client's tool results now: status `waiting` with its wait `open` (one read of the
+     * wait; a wait whose results were posted is about to be continued, so the run goes on).
+     */
+    const waitsForClient = (run: Run) =>
+      run.status !== "waiting"
+        ? Effect.succeed(false)
+        : Effect.map(store.getToolWait(run.id), (wait) => wait._tag === "Some" && wait.value.state === "open")
+
+    /** Whether `run`, as read, answers a wait: it has ended, or (`orWaiting`) it waits for the client's tool results. */
+    const answers = (run: Run, orWaiting: boolean) =>
+      terminalRunStatuses.includes(run.status) ? Effect.succeed(true) : orWaiting ? waitsForClient(run) : Effect.succeed(false)
+
     const recorded = (r: Run) =>
       Effect.map(store.getProviderThread(r.providerThreadId), (p) =>
         resultFromRecord(r, p._tag === "Some" ? p.value.providerInstance : ("" as ProviderInstance)))
 
+    /**
+     * Settles the callers waiting for `runId` with its fiber's exit. An exit that leaves the run unfinished (it now
+     * waits for the client's tool results) spends the deferred: callers that join later (while a continuation is in
+     * flight) get a fresh one, settled by that continuation's end, rather than this stale answer at once.
+     */
     const settle = (runId: string, exit: Exit.Exit<SendResult, unknown>) =>
-      Effect.suspend(() => {
+      Effect.gen(function*() {
         const w = waiting.get(runId)
-        return w === undefined ? Effect.void : Effect.asVoid(Deferred.done(w.deferred, exit))
+        if (w === undefined) return
+        yield* Deferred.done(w.deferred, exit)
+        if (Exit.isSuccess(exit) && !terminalRunStatuses.includes(exit.value.status)) {
+          w.deferred = yield* Deferred.make<SendResult, unknown>()
+        }
       })
 
     /** Settles the callers waiting for `run` (ended) with its record's result, unless they are settled already. */
@@ -576,9 +599,11 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
      * process claimed) is polled as `awaitWith` does. `preferResult`: a run found ended answers the result another
      * caller's wait here was settled with, if there is one (as `awaitWith` does). `bound`: the longest wait, in
      * milliseconds (`null`: none), applied to the waiting alone, so a run found ended arms no timer; past it the
-     * answer is `timedOut`. Fails with `RunNotFound`.
+     * answer is `timedOut`. `orWaiting`: a run that waits for the client's tool results (status `waiting`, its wait
+     * `open`) answers too, as an ended one does: found so (its record), or its fiber here ending with it (the fiber's
+     * signal carries the status: `result`, the run `waiting`), or the poll finding it. Fails with `RunNotFound`.
      */
-    const awaitEnded = (runId: RunId, preferResult: boolean, bound: number | null = null) =>
+    const awaitEnded = (runId: RunId, preferResult: boolean, bound: number | null = null, orWaiting = false) =>
       Effect.gen(function*() {
         const bounded = <E>(wait: Effect.Effect<Ended, E>): Effect.Effect<Ended, E> =>
           bound === null ? wait : Effect.timeoutTo(wait, { duration: Duration.millis(bound), onSuccess: (ended) => ended, onTimeout: () => timedOut })
@@ -604,28 +629,31 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
               }
               return endedRecord(found.value)
             }
+            if (orWaiting && (yield* waitsForClient(found.value))) return endedRecord(found.value)
             deferred = join(runId, found.value.threadId, found.value.seq, fresh)
             joined = true
             if (drivesEnded !== endsBefore) {
               // A fiber here ended a run between the read and the join; it may have been this one, with nobody to settle.
               found = yield* store.getRun(runId)
               if (found._tag === "None") return yield* new RunNotFound({ runId })
-              if (terminalRunStatuses.includes(found.value.status)) return endedRecord(found.value)
+              if (yield* answers(found.value, orWaiting)) return endedRecord(found.value)
             }
             if (!workers.has(found.value.threadId) && !inFlight.has(runId)) {
-              return yield* bounded(Effect.map(pollEnded(runId), endedRecord))
+              return yield* bounded(Effect.map(pollEnded(runId, null, orWaiting), endedRecord))
             }
           }
           const signalled = Effect.gen(function*() {
             const exit = yield* Effect.exit(Deferred.await(deferred))
             if (Exit.isSuccess(exit) && terminalRunStatuses.includes(exit.value.status)) return endedHere(exit.value)
-            return endedRecord(yield* pollEnded(runId))
+            // The fiber here stopped with the run waiting for the client's tool results.
+            if (orWaiting && Exit.isSuccess(exit) && exit.value.status === "waiting") return endedHere(exit.value)
+            return endedRecord(yield* pollEnded(runId, null, orWaiting))
           })
           // A run this process is driving ends through its fiber here. Any other may end where nothing here looks
           // (interrupted by another process while queued behind a run in flight here: the worker looks at the queue
           // only when that run ends), so the record is also read now and then until the signal comes.
           if (here !== undefined) return yield* bounded(signalled)
-          return yield* bounded(Effect.raceFirst(signalled, Effect.map(pollEnded(runId, config.waitBackstopMillis), endedRecord)))
+          return yield* bounded(Effect.raceFirst(signalled, Effect.map(pollEnded(runId, config.waitBackstopMillis, orWaiting), endedRecord)))
         }).pipe(Effect.ensuring(Effect.sync(() => {
           if (joined) leave(runId)
         })))
@@ -728,9 +756,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * on the way (`null` when this process's fiber ended it while the caller waited, or when `waitMillis` passed
        * first: the caller reads the record if it needs it). For a caller that reads the run afterwards anyway (the
        * API's `GET /runs/{id}?waitMs`): at most one read of the run here, none of its provider thread; `waitMillis`
-       * bounds the waiting alone (a run found ended arms no timer). Fails with `RunNotFound`.
+       * bounds the waiting alone (a run found ended arms no timer). `orWaiting`: a run that waits for the client's tool
+       * results (status `waiting`, its wait `open`) answers too (its record when it was read so, else `null`): found
+       * so, or signalled by its fiber here stopping there, with no polling (a run driven by another process is found
+       * so by the backstop's reads, doubling to 1 s; the server also watches the thread's event feed). Fails with
+       * `RunNotFound`.
        */
-      awaitEnd: (runId: RunId, waitMillis?: number) => Effect.map(awaitEnded(runId, false, waitMillis ?? null), (ended) => ended.run),
+      awaitEnd: (runId: RunId, waitMillis?: number, options?: { readonly orWaiting?: boolean }) =>
+        Effect.map(awaitEnded(runId, false, waitMillis ?? null, options?.orWaiting === true), (ended) => ended.run),
       /**
        * Interrupts a run (`command.runId`, else the thread's run in progress): recorded at once (a queued run ends
        * `interrupted` before the provider), the provider asked to stop, and the run's fiber interrupted if it has not

@@ -59,7 +59,15 @@ export const defaultItemTextChars = 65_536
  * client input: a string this server never issued (a NUL, which Postgres refuses in text) is not a cursor.
  */
 const CursorKey = Schema.String.pipe(Schema.filter((s) => !s.includes("\u0000")))
-const Cursor = Schema.parseJson(Schema.Tuple(CursorKey, CursorKey))
+/**
+ * The creation time a cursor carries, as `DateTime.formatIso` writes it (`2026-12-07T11:41:44.432Z`). Thread times are
+ * stored as that text and a page starts after the cursor's by text order, so any other text (`"x"`, a date in another
+ * form) was not refused: it answered an empty last page (or a wrong one), and a client took it for the list's end.
+ */
+const CursorTime = Schema.String.pipe(Schema.filter((s) =>
+  /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(s) && !Number.isNaN(Date.parse(s)) && new Date(s).toISOString() === s
+))
+const Cursor = Schema.parseJson(Schema.Tuple(CursorTime, CursorKey))
 
 const encodeCursor = (createdAt: string, id: string) =>
   Encoding.encodeBase64Url(Schema.encodeSync(Cursor)([createdAt, id]))
