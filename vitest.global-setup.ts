@@ -22,11 +22,13 @@
  */
 import * as esbuild from "esbuild"
 import { build as viteBuild } from "vite"
+import { Effect, Either } from "effect"
 import { execFile } from "node:child_process"
 import { createRequire } from "node:module"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import * as Database from "./packages/persistence/src/Database.js"
 
 const repo = Path.dirname(fileURLToPath(import.meta.url))
 const bundleDir = Path.join(repo, "apps", "cli", ".test-bundle")
@@ -63,7 +65,22 @@ script.runInThisContext().call(main.exports, main.exports, Module.createRequire(
  */
 const buildWeb = () => viteBuild({ configFile: Path.join(repo, "apps", "web", "vite.config.ts"), logLevel: "warn" })
 
+/**
+ * Makes the migrated database `baton_tmpl_<pid>_<random>` on the test Postgres server (`Database.testPgUrl()`) and
+ * names it in `BATON_TEST_PG_TEMPLATE`, which the test processes inherit: `Database.layerPgIsolated` copies it
+ * instead of migrating a fresh schema for every Postgres test (`Database.testPgTemplate` says why). Returns its
+ * teardown (the template dropped), or nothing when the server cannot be reached: the tests then migrate schemas as
+ * before (and the Postgres ones fail as before).
+ */
+const pgTemplate = async (): Promise<(() => Promise<void>) | undefined> => {
+  const made = await Effect.runPromise(Effect.either(Database.makePgTemplate()))
+  if (Either.isLeft(made)) return undefined
+  process.env["BATON_TEST_PG_TEMPLATE"] = made.right
+  return () => Effect.runPromise(Database.dropPgDatabase(made.right))
+}
+
 export default async function setup() {
+  const dropTemplate = await pgTemplate()
   await buildWeb()
   const fromSqlite = createRequire(Fs.realpathSync(Path.join(repo, "packages", "persistence", "package.json")))
   const sqliteNode = Fs.realpathSync(Path.dirname(fromSqlite.resolve("@effect/sql-sqlite-node/package.json")))
@@ -94,4 +111,5 @@ export default async function setup() {
   await new Promise<void>((resolve, reject) =>
     execFile(process.execPath, [cliBundle, "--help"], { cwd: repo, env: { ...process.env, BATON_TEST_BUNDLE_CACHE: "write" } }, (error) =>
       error === null ? resolve() : reject(error)))
+  return dropTemplate
 }
