@@ -80,6 +80,8 @@ const pgTemplate = async (): Promise<(() => Promise<void>) | undefined> => {
 }
 
 export default async function setup() {
+  // Test databases commit without waiting for the WAL flush (`Database.testPgAsyncCommit` says why).
+  process.env["BATON_TEST_PG_SYNC_COMMIT"] = "off"
   const dropTemplate = await pgTemplate()
   await buildWeb()
   const fromSqlite = createRequire(Fs.realpathSync(Path.join(repo, "packages", "persistence", "package.json")))

@@ -290,19 +290,34 @@ export const testPgUrl = () => process.env.BATON_TEST_DATABASE_URL ?? "postgres:
 
 let isolatedCount = 0
 
+/**
+ * Whether the databases and schemas made for tests (`layerPgSchema`, `layerPgCopy`) run with `synchronous_commit`
+ * off: `BATON_TEST_PG_SYNC_COMMIT=off`, set by the test runner's global setup (`vitest.global-setup.ts`), not by
+ * benchmarks (their figures are for the server's default, a commit waiting for its WAL flush).
+ *
+ * Why: a commit then returns without waiting for the WAL to reach the disk. Visibility, locks and isolation are the
+ * same; only a crash of the Postgres server itself could lose the newest commits, which no test does (the tests
+ * crash Baton's processes, never the server). With the server's disk shared by the whole suite (and by other
+ * processes on the machine), the flush was most of a Postgres test's time: `Offload.test.ts`'s Postgres property
+ * (25 scenarios) took 75 s with it and 38 s without it, back to back at a load of 9-13.
+ */
+export const testPgAsyncCommit = (): boolean => process.env.BATON_TEST_PG_SYNC_COMMIT === "off"
+
 /** The URL of a Postgres schema made by `layerPgSchema`: `layerPg({ url })` connects to it. */
 export class PgSchemaUrl extends Context.Tag("@baton/persistence/PgSchemaUrl")<PgSchemaUrl, string>() {}
 
 /**
  * A fresh, empty schema `baton_t_<pid>_<n>_<random>` on the Postgres server at `url` (default `testPgUrl()`), for
- * tests and benchmarks, dropped (`CASCADE`) when the Layer is released. Provides the schema's URL (`PgSchemaUrl`),
+ * tests and benchmarks, dropped (`CASCADE`) when the Layer is released. Provides the schema's URL (`PgSchemaUrl`,
+ * with `synchronous_commit=off` among its options under `testPgAsyncCommit`),
  * so several Layer builds (a restart, a second process) can share it. Fails with `SqlError` when the server is
  * unreachable (CI starts it; see `.ci/run`).
  */
 export const layerPgSchema = (url: string = testPgUrl()) => {
   const schema = `baton_t_${process.pid}_${++isolatedCount}_${Math.random().toString(36).slice(2, 8)}`
   const separator = url.includes("?") ? "&" : "?"
-  const schemaUrl = `${url}${separator}options=${encodeURIComponent(`-c search_path=${schema}`)}`
+  const options = `-c search_path=${schema}${testPgAsyncCommit() ? " -c synchronous_commit=off" : ""}`
+  const schemaUrl = `${url}${separator}options=${encodeURIComponent(options)}`
   return Layer.scoped(
     PgSchemaUrl,
     Effect.as(
@@ -338,8 +353,8 @@ export const pgDatabaseUrl = (url: string, database: string): string => {
 
 /**
  * A fresh database `baton_t_<pid>_<n>_<random>` on the Postgres server at `url`, a copy of the migrated database
- * `template` (`CREATE DATABASE … TEMPLATE`: no session may be connected to the template meanwhile), dropped
- * `WITH (FORCE)` when the Layer is released. Provides its URL (as `PgSchemaUrl`: its tables are in its `public`
+ * `template` (`CREATE DATABASE … TEMPLATE`: no session may be connected to the template meanwhile), with
+ * `synchronous_commit` off under `testPgAsyncCommit`, dropped `WITH (FORCE)` when the Layer is released. Provides its URL (as `PgSchemaUrl`: its tables are in its `public`
  * schema). Fails with `SqlError` when the server is unreachable or the template is missing.
  */
 export const layerPgCopy = (template: string, url: string = testPgUrl()) => {
@@ -348,7 +363,12 @@ export const layerPgCopy = (template: string, url: string = testPgUrl()) => {
     PgSchemaUrl,
     Effect.as(
       Effect.acquireRelease(
-        Effect.flatMap(SqlClient.SqlClient, (sql) => sql`CREATE DATABASE ${sql(database)} TEMPLATE ${sql(template)}`),
+        Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          Effect.zipRight(
+            sql`CREATE DATABASE ${sql(database)} TEMPLATE ${sql(template)}`,
+            // Every session on it, a spawned process's too (a template's settings are not copied).
+            testPgAsyncCommit() ? sql`ALTER DATABASE ${sql(database)} SET synchronous_commit = off` : Effect.void
+          )),
         () => Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DROP DATABASE IF EXISTS ${sql(database)} WITH (FORCE)`).pipe(Effect.orDie)
       ),
       pgDatabaseUrl(url, database)
