@@ -82,8 +82,8 @@ const pgTemplate = async (): Promise<(() => Promise<void>) | undefined> => {
 export default async function setup() {
   // Test databases commit without waiting for the WAL flush (`Database.testPgAsyncCommit` says why).
   process.env["BATON_TEST_PG_SYNC_COMMIT"] = "off"
-  const dropTemplate = await pgTemplate()
-  await buildWeb()
+  // The template's migrations wait on the Postgres server, the dashboard's build on the CPU: side by side.
+  const [dropTemplate] = await Promise.all([pgTemplate(), buildWeb()])
   const fromSqlite = createRequire(Fs.realpathSync(Path.join(repo, "packages", "persistence", "package.json")))
   const sqliteNode = Fs.realpathSync(Path.dirname(fromSqlite.resolve("@effect/sql-sqlite-node/package.json")))
   const betterSqlite = createRequire(Path.join(sqliteNode, "package.json")).resolve("better-sqlite3")
