@@ -8,12 +8,17 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
+import { simArgs } from "./support/CliEntry.js"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
 
-const sim = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+/**
+ * Runs `pnpm sim args` as a process: the test bundle (CliEntry's `simArgs`), or with `tsx` true through tsx exactly as
+ * `pnpm sim` starts it (one test does, so that the script itself is known to start).
+ */
+const sim = (args: ReadonlyArray<string>, env: Record<string, string> = {}, tsx?: boolean) =>
   new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-    execFile(process.execPath, ["--import", "tsx", "apps/cli/src/sim.ts", ...args], { cwd: repo, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
+    execFile(process.execPath, simArgs(args, tsx), { cwd: repo, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
       resolve({ code: error === null ? 0 : (error.code as number), stdout, stderr })
     })
   })
@@ -30,7 +35,7 @@ interface Summary {
 
 describe("pnpm sim --json", () => {
   it("a command line that does not parse is one JSON error document on stdout (issue 15: exactly one), exit 2", async () => {
-    const r = await sim(["--seeds", "many", "--json"])
+    const r = await sim(["--seeds", "many", "--json"], {}, true)
     expect(r.code).toBe(2)
     const message = r.stderr.split("\n")[0]!.replace(/^sim: /, "")
     expect(message).toMatch(/--seeds/)
@@ -90,7 +95,7 @@ describe("pnpm sim --jobs", () => {
  */
 const simInterrupted = (args: ReadonlyArray<string>) =>
   new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "apps/cli/src/sim.ts", ...args], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] })
+    const child = spawn(process.execPath, simArgs(args), { cwd: repo, stdio: ["ignore", "pipe", "pipe"] })
     let stdout = ""
     let stderr = ""
     let signalled = false

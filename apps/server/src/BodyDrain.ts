@@ -4,13 +4,19 @@
  */
 import { type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Effect } from "effect"
+import { Context, Effect } from "effect"
 import type * as Http from "node:http"
 
 /** How much of a refused body is read and discarded before answering, in bytes past the limit. */
 const drainCapBytes = 64 * 1024 * 1024
-/** How long a refused body is drained before answering anyway, in milliseconds. */
-const drainTimeoutMs = 5_000
+/**
+ * How long a refused body is drained before answering anyway, in milliseconds: 5,000. A test that waits the bound out
+ * on purpose provides a shorter one (`Layer.succeed(DrainTimeout, 300)` under the server's Layer: the request fibers
+ * inherit the server's context); the server itself never changes it.
+ */
+export class DrainTimeout extends Context.Reference<DrainTimeout>()("@baton/server/BodyDrain/DrainTimeout", {
+  defaultValue: () => 5_000
+}) {}
 
 /** Requests sent with `Expect: 100-continue` whose `100 Continue` has not been sent yet (`continueOnRead`). */
 const awaitingContinue = new WeakSet<Http.IncomingMessage>()
@@ -38,13 +44,16 @@ export const continueOnRead = (server: Http.Server): Http.Server =>
   })
 
 /**
- * Reads and discards what is left of a request body (at most `drainCapBytes`, for at most `drainTimeoutMs`), so
+ * Reads and discards what is left of a request body (at most `drainCapBytes`, for at most `DrainTimeout`), so
  * that the refusal sent next reaches the client: closing a socket with unread data resets the connection and the
  * client may lose the answer. The deadline is a timer of its own, not `Effect.timeout`: the request's fiber runs
  * uninterruptibly here, so a timeout waited for the drain to end, and a client that declared a body over the limit
  * and sent less was never answered (new user r35; BodyLimitSlow.test.ts).
  */
 export const drain = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.flatMap(DrainTimeout, (drainTimeoutMs) => drainFor(request, drainTimeoutMs))
+
+const drainFor = (request: HttpServerRequest.HttpServerRequest, drainTimeoutMs: number) =>
   Effect.async<void>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
     // A client waiting for `100 Continue` that was never sent (`continueOnRead`) sends no body: nothing to drain, and

@@ -7,8 +7,9 @@
 import { Harness } from "@baton/testing"
 import { HttpServer } from "@effect/platform"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Data, Effect } from "effect"
+import { Data, Effect, Layer } from "effect"
 import * as Net from "node:net"
+import * as BodyDrain from "../src/BodyDrain.js"
 import { adminToken, serve } from "./helpers.js"
 import * as ModelApi from "./support/ModelApi.js"
 import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
@@ -17,6 +18,13 @@ import { instance, marker, serveSettings, settingsFor } from "./support/ModelSer
 class NoAnswer extends Data.TaggedError("NoAnswer")<{ readonly declared: number }> {}
 
 const providers = () => Harness.make([{ name: "codex", window: 44_000, inject: true }])
+
+/**
+ * The drain bound here, in milliseconds: short, since every test waits it out (each request below is answered once it
+ * has passed, 5 s by default); still 15 periods of `keepSending`'s 20 ms, so a client that keeps sending is drained
+ * for a while before it is answered, as with the default.
+ */
+const drainBound = Layer.succeed(BodyDrain.DrainTimeout, 300)
 
 /** Sends the head of a POST declaring `declared` bytes and `sent` bytes of it; resolves with the first line answered. */
 const firstLine = (port: number, declared: number, sent: number) =>
@@ -49,7 +57,7 @@ describe("SQLite", () => {
         )
         expect(line).toBe("HTTP/1.1 413 Payload Too Large")
       }
-    }).pipe(Effect.provide(serve(providers(), { maxBodyBytes: 4096 }))), 60_000)
+    }).pipe(Effect.provide(serve(providers(), { maxBodyBytes: 4096 }).pipe(Layer.provide(drainBound)))), 60_000)
 })
 
 /** The head of a gateway POST with the admin token and `framing` (`Content-Length: N` or `Transfer-Encoding: chunked`). */
@@ -105,7 +113,7 @@ const withGateway = <E, R>(f: (port: number) => Effect.Effect<void, E, R>) =>
       const server = yield* HttpServer.HttpServer
       yield* f((server.address as HttpServer.TcpAddress).port)
       expect(upstream.requests.length).toBe(0)
-    }).pipe(Effect.provide(serveSettings(settings)))
+    }).pipe(Effect.provide(serveSettings(settings).pipe(Layer.provide(drainBound))))
   }))
 
 describe("Gateway", () => {

@@ -251,12 +251,16 @@ describe("Gateway with the real Claude Code: a long session with tool-result off
       const started = Date.now()
       const prompt = "work through the cycles"
       const direct = yield* directRun(prompt)
-      // The model reads back every stub once, as soon as it sees it (the most a model can read back).
-      const everyStub = yield* batonRun(prompt, direct, (unread) => unread)
-      // The model reads back the first stub of each flush.
-      const oneStub = yield* batonRun(prompt, direct, (unread) => unread.slice(0, 1))
-      // The model reads back none (the stubbed results were consumed, which is what the policy bets on).
-      const noStub = yield* batonRun(prompt, direct, () => [])
+      // The three sessions through Baton at once: each has its own directory, upstream and server (its own database),
+      // and most of a session's time is spent waiting on the agent's process and its tools, not on the CPU.
+      const [everyStub, oneStub, noStub] = yield* Effect.all([
+        // The model reads back every stub once, as soon as it sees it (the most a model can read back).
+        batonRun(prompt, direct, (unread) => unread),
+        // The model reads back the first stub of each flush.
+        batonRun(prompt, direct, (unread) => unread.slice(0, 1)),
+        // The model reads back none (the stubbed results were consumed, which is what the policy bets on).
+        batonRun(prompt, direct, () => [])
+      ], { concurrency: "unbounded" })
       const d = { ...figures(direct.upstream.requests), ms: direct.ms }
       const ratio = (v: { weighted: number }) => Number((v.weighted / d.weighted).toFixed(3))
       console.log(JSON.stringify({

@@ -24,7 +24,7 @@ import { fileURLToPath } from "node:url"
 import { type Browser, chromium, type Page } from "playwright-core"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
-const cli = Path.join(repo, "apps", "cli", ".test-bundle", "bin.mjs")
+const cli = Path.join(repo, "apps", "cli", ".test-bundle", "bin.cjs")
 const transcript = Path.join(repo, "..", "shared", "transcripts", "raw", "pi", "before-compaction.jsonl")
 const artifacts = Path.join(repo, "apps", "web", "test-results")
 const chromiumPath = process.env["BATON_CHROMIUM"] ?? "/usr/bin/chromium"

@@ -17,7 +17,7 @@ import { fileURLToPath } from "node:url"
 import { type Browser, chromium } from "playwright-core"
 
 const repo = fileURLToPath(new URL("../../../", import.meta.url))
-const cli = Path.join(repo, "apps", "cli", ".test-bundle", "bin.mjs")
+const cli = Path.join(repo, "apps", "cli", ".test-bundle", "bin.cjs")
 const chromiumPath = process.env["BATON_CHROMIUM"] ?? "/usr/bin/chromium"
 const admin = "admin-token-0123456789abcdef"
 

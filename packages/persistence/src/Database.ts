@@ -290,19 +290,34 @@ export const testPgUrl = () => process.env.BATON_TEST_DATABASE_URL ?? "postgres:
 
 let isolatedCount = 0
 
+/**
+ * Whether the databases and schemas made for tests (`layerPgSchema`, `layerPgCopy`) run with `synchronous_commit`
+ * off: `BATON_TEST_PG_SYNC_COMMIT=off`, set by the test runner's global setup (`vitest.global-setup.ts`), not by
+ * benchmarks (their figures are for the server's default, a commit waiting for its WAL flush).
+ *
+ * Why: a commit then returns without waiting for the WAL to reach the disk. Visibility, locks and isolation are the
+ * same; only a crash of the Postgres server itself could lose the newest commits, which no test does (the tests
+ * crash Baton's processes, never the server). With the server's disk shared by the whole suite (and by other
+ * processes on the machine), the flush was most of a Postgres test's time: `Offload.test.ts`'s Postgres property
+ * (25 scenarios) took 75 s with it and 38 s without it, back to back at a load of 9-13.
+ */
+export const testPgAsyncCommit = (): boolean => process.env.BATON_TEST_PG_SYNC_COMMIT === "off"
+
 /** The URL of a Postgres schema made by `layerPgSchema`: `layerPg({ url })` connects to it. */
 export class PgSchemaUrl extends Context.Tag("@baton/persistence/PgSchemaUrl")<PgSchemaUrl, string>() {}
 
 /**
  * A fresh, empty schema `baton_t_<pid>_<n>_<random>` on the Postgres server at `url` (default `testPgUrl()`), for
- * tests and benchmarks, dropped (`CASCADE`) when the Layer is released. Provides the schema's URL (`PgSchemaUrl`),
+ * tests and benchmarks, dropped (`CASCADE`) when the Layer is released. Provides the schema's URL (`PgSchemaUrl`,
+ * with `synchronous_commit=off` among its options under `testPgAsyncCommit`),
  * so several Layer builds (a restart, a second process) can share it. Fails with `SqlError` when the server is
  * unreachable (CI starts it; see `.ci/run`).
  */
 export const layerPgSchema = (url: string = testPgUrl()) => {
   const schema = `baton_t_${process.pid}_${++isolatedCount}_${Math.random().toString(36).slice(2, 8)}`
   const separator = url.includes("?") ? "&" : "?"
-  const schemaUrl = `${url}${separator}options=${encodeURIComponent(`-c search_path=${schema}`)}`
+  const options = `-c search_path=${schema}${testPgAsyncCommit() ? " -c synchronous_commit=off" : ""}`
+  const schemaUrl = `${url}${separator}options=${encodeURIComponent(options)}`
   return Layer.scoped(
     PgSchemaUrl,
     Effect.as(
@@ -316,10 +331,81 @@ export const layerPgSchema = (url: string = testPgUrl()) => {
 }
 
 /**
- * A Postgres database of its own for one test or benchmark: `layerPg` on a fresh `layerPgSchema`, migrated, dropped
- * when released. Fails with `SqlError` when the server is unreachable.
+ * The name of a migrated Postgres database on the `testPgUrl()` server that `layerPgIsolated` copies instead of
+ * migrating a fresh schema: `BATON_TEST_PG_TEMPLATE`, set by the test runner's global setup
+ * (`vitest.global-setup.ts`, one per run, dropped after it); `undefined` when unset.
+ *
+ * Why: migrating an empty schema is about 150 DDL statements, 1.3 s of the Postgres server's time on a 2-core machine
+ * (the same statements replayed by psql in one transaction take as long), paid by every Postgres test; copying a
+ * migrated database (`CREATE DATABASE … TEMPLATE`, WAL-logged) and dropping it take about 0.3 s and 0.2 s.
  */
-export const layerPgIsolated = (url: string = testPgUrl()) =>
-  Layer.unwrapEffect(Effect.map(PgSchemaUrl, (schemaUrl) => layerPg({ url: schemaUrl, maxConnections: 4 }))).pipe(
-    Layer.provide(layerPgSchema(url))
+export const testPgTemplate = (): string | undefined => process.env.BATON_TEST_PG_TEMPLATE || undefined
+
+/**
+ * The URL of `database` on the server of `url` (its path replaced; its query, e.g. a `search_path` option, dropped).
+ */
+export const pgDatabaseUrl = (url: string, database: string): string => {
+  const parsed = new URL(url)
+  parsed.pathname = `/${database}`
+  parsed.search = ""
+  return parsed.toString()
+}
+
+/**
+ * A fresh database `baton_t_<pid>_<n>_<random>` on the Postgres server at `url`, a copy of the migrated database
+ * `template` (`CREATE DATABASE … TEMPLATE`: no session may be connected to the template meanwhile), with
+ * `synchronous_commit` off under `testPgAsyncCommit`, dropped `WITH (FORCE)` when the Layer is released. Provides its URL (as `PgSchemaUrl`: its tables are in its `public`
+ * schema). Fails with `SqlError` when the server is unreachable or the template is missing.
+ */
+export const layerPgCopy = (template: string, url: string = testPgUrl()) => {
+  const database = `baton_t_${process.pid}_${++isolatedCount}_${Math.random().toString(36).slice(2, 8)}`
+  return Layer.scoped(
+    PgSchemaUrl,
+    Effect.as(
+      Effect.acquireRelease(
+        Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          Effect.zipRight(
+            sql`CREATE DATABASE ${sql(database)} TEMPLATE ${sql(template)}`,
+            // Every session on it, a spawned process's too (a template's settings are not copied).
+            testPgAsyncCommit() ? sql`ALTER DATABASE ${sql(database)} SET synchronous_commit = off` : Effect.void
+          )),
+        () => Effect.flatMap(SqlClient.SqlClient, (sql) => sql`DROP DATABASE IF EXISTS ${sql(database)} WITH (FORCE)`).pipe(Effect.orDie)
+      ),
+      pgDatabaseUrl(url, database)
+    )
+  ).pipe(Layer.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })))
+}
+
+/** Runs `f` with a one-connection client on the Postgres server at `url` (its database as the URL names it). */
+const onPgServer = <A, E>(url: string, f: (sql: SqlClient.SqlClient) => Effect.Effect<A, E>) =>
+  Effect.scoped(Effect.flatMap(SqlClient.SqlClient, f).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(url), maxConnections: 1 }))))
+
+/**
+ * Makes the migrated database `baton_tmpl_<pid>_<random>` on the Postgres server at `url` for `testPgTemplate` (the
+ * test runner names it in `BATON_TEST_PG_TEMPLATE`) and closes its connections (a template must have none while it
+ * is copied). Yields its name. Fails with `SqlError` (unreachable server) or `MigrationError`; a failed migration
+ * leaves the database to `dropPgDatabase`.
+ */
+export const makePgTemplate = (url: string = testPgUrl()) => {
+  const name = `baton_tmpl_${process.pid}_${Math.random().toString(36).slice(2, 8)}`
+  return onPgServer(url, (sql) => sql`CREATE DATABASE ${sql(name)}`).pipe(
+    Effect.zipRight(Effect.scoped(Layer.build(layerPg({ url: pgDatabaseUrl(url, name), maxConnections: 1 })))),
+    Effect.as(name)
   )
+}
+
+/** Drops the database `name` on the Postgres server at `url`, its sessions ended (`WITH (FORCE)`). */
+export const dropPgDatabase = (name: string, url: string = testPgUrl()) =>
+  onPgServer(url, (sql) => sql`DROP DATABASE IF EXISTS ${sql(name)} WITH (FORCE)`).pipe(Effect.asVoid)
+
+/**
+ * A Postgres database of its own for one test or benchmark, migrated, dropped when released: a copy of the migrated
+ * `testPgTemplate()` when there is one and `url` is `testPgUrl()` (`layerPgCopy`), else `layerPg` on a fresh
+ * `layerPgSchema`, migrated. Fails with `SqlError` when the server is unreachable.
+ */
+export const layerPgIsolated = (url: string = testPgUrl()) => {
+  const template = testPgTemplate()
+  return Layer.unwrapEffect(Effect.map(PgSchemaUrl, (schemaUrl) => layerPg({ url: schemaUrl, maxConnections: 4 }))).pipe(
+    Layer.provide(template !== undefined && url === testPgUrl() ? layerPgCopy(template, url) : layerPgSchema(url))
+  )
+}

@@ -14,7 +14,16 @@ const repo = fileURLToPath(new URL("../../../../", import.meta.url))
 export const batonArgs = (args: ReadonlyArray<string>): Array<string> =>
   process.env["BATON_TEST_CLI"] === "tsx"
     ? ["--import", "tsx", "apps/cli/src/bin.ts", ...args]
-    : [Path.join(repo, "apps", "cli", ".test-bundle", "bin.mjs"), ...args]
+    : [Path.join(repo, "apps", "cli", ".test-bundle", "bin.cjs"), ...args]
+
+/**
+ * The arguments after `process.execPath` that run `pnpm sim args`: the bundle of apps/cli/src/sim.ts (beside the
+ * CLI's), or with `BATON_TEST_CLI=tsx` (or `tsx` true) `--import tsx apps/cli/src/sim.ts` as `pnpm sim` runs it.
+ */
+export const simArgs = (args: ReadonlyArray<string>, tsx = process.env["BATON_TEST_CLI"] === "tsx"): Array<string> =>
+  tsx
+    ? ["--import", "tsx", "apps/cli/src/sim.ts", ...args]
+    : [Path.join(repo, "apps", "cli", ".test-bundle", "sim.cjs"), ...args]
 
 /** What a `baton` process did: its exit code (0 on success) and its whole output. */
 export interface BatonResult {
