@@ -4,7 +4,7 @@
  * Each oracle property is also shown catching a deliberately broken build (`OrchestratorConfig.mutations`), so it
  * cannot pass vacuously.
  */
-import type { ThreadId } from "@baton/contracts"
+import type { NativeThread, ProviderThread, ThreadEvent, ThreadId } from "@baton/contracts"
 import { type OrchestratorConfig, ProviderTruthChecks } from "@baton/orchestration"
 import { ProviderFailure } from "@baton/providers"
 import { Harness } from "@baton/testing"
@@ -152,6 +152,33 @@ describe("oracle: a request the provider had already rejected", () => {
       const violations = yield* truthOf(h, threadId)
       expect(violations[0]).toMatch(/^truth: codex-n1 was sent a startTurn request of (\d+) tokens \(window 4000\) after it already rejected one of \1 tokens, with nothing compacted in between$/)
     }).pipe(Effect.provide(h.layer))
+  })
+})
+
+// What a restart does to a rejection the oracle counts (review r45, on `checkRecord` directly): a rejection whose
+// `context.overflowed` Baton recorded is Baton's information after any restart; one it did not record is lost with
+// the process, and counts until the restart only. The record: run r1's attempt rejected on codex-n1, then run r2 sends
+// a request as large to codex-n1 (nothing compacted in between), with or without r1's event, a restart in between or
+// not.
+describe("oracle: a rejection and a restart", () => {
+  const record = (recorded: boolean) => {
+    const at = (seq: number, type: string, payload: Record<string, unknown>) => ({ seq, type, payload }) as unknown as ThreadEvent
+    return {
+      providerThreads: [{ id: "pt_1", providerInstance: "codex" }] as unknown as ReadonlyArray<ProviderThread>,
+      nativeThreads: [{ id: "nt_1", providerThreadId: "pt_1", nativeRef: "codex-n1" }] as unknown as ReadonlyArray<NativeThread>,
+      events: [
+        at(1, "run.started", { runId: "r1", nativeThreadId: "nt_1", attempt: 1 }),
+        ...(recorded ? [at(2, "context.overflowed", { runId: "r1", nativeThreadId: "nt_1", attempt: 1, recovery: "none", window: 4_000 })] : []),
+        at(3, "run.started", { runId: "r2", nativeThreadId: "nt_1", attempt: 1 })
+      ]
+    }
+  }
+  const request = (runId: string) => ({ nativeRef: "codex-n1", operation: "startTurn", runId, tokens: 5_000, addedBatonTokens: 100, window: null, accepted: false }) as const
+  const log = [request("r1"), request("r2")]
+  const flagged = (recorded: boolean, restarts: ReadonlyArray<number>) => ProviderTruthChecks.checkRecord(record(recorded), [log], [restarts]).length
+
+  it("recorded: counted after a restart; not recorded: counted without a restart, not after one", () => {
+    expect([flagged(true, []), flagged(true, [1]), flagged(false, []), flagged(false, [1])]).toEqual([1, 1, 1, 0])
   })
 })
 
