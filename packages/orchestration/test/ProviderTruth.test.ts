@@ -280,6 +280,32 @@ describe("an overflow teaches the calibration", () => {
   })
 })
 
+// A rejection that ends the run is recorded too (review r45): the provider holds a 3,000-token system prompt Baton
+// never sees; a prompt of 1,200 words overflows codex-n1, then alone the replacement codex-n2 that the run started,
+// which holds nothing: the run fails. That last rejection still teaches what it proved: its `context.overflowed`
+// (`none`), and codex-n2's floor (`heldAtLeast`: the system prompt, what the provider counted less the prompt).
+describe("a rejection that ends the run", () => {
+  it.effect("is recorded with recovery none, and the native thread that rejected it keeps its floor", () => {
+    const h = harness({ requestOverhead: 3_000 })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(200, null))
+      expect((yield* o.send(threadId, Harness.words(400))).status).toBe("completed")
+      const second = yield* o.send(threadId, Harness.words(1_200))
+      expect([second.status, second.failureCode]).toEqual(["failed", "overflow"])
+      expect(h.providers.codex!.truth.filter((t) => !t.accepted).map((t) => t.nativeRef)).toEqual(["codex-n1", "codex-n2"])
+      const overflowed = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "context.overflowed")
+      expect(overflowed.map((e) => e.payload.recovery)).toEqual(["replace_native_thread", "none"])
+      const [lane] = yield* o.store.listProviderThreads(threadId)
+      const n2 = (yield* o.store.listNativeThreads(lane!.id)).find((n) => n.nativeRef === "codex-n2")!
+      // Before: no floor (the run's last rejection taught nothing).
+      expect(n2.heldAtLeast).toBeGreaterThanOrEqual(2_900)
+      expect(yield* truthOf(h, threadId)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
 describe("oracle: an /offload frees the lane that goes on", () => {
   // Four turns of ~600 tokens on one lane, an /offload keeping ~700 tokens verbatim, then the next turn.
   const offloadThenSend = (h: Harness.Harness) =>
