@@ -98,10 +98,18 @@ export interface SwitchWire {
   /**
    * Baton's own final text as an answer of the upstream's protocol (`GatewaySwitched.readLimitNote`, when the
    * `thread_read` rounds ran out): `whole` a body with `previous`'s (the last answer's) id and usage, `stream` a hop's SSE
-   * text without usage (its usage is the earlier hops').
+   * text without usage (its usage is the earlier hops'); `said` whether a whole answer has text of its own (then it is
+   * the answer, its hidden calls left out, and no note is needed).
    */
-  readonly note: { readonly whole: (text: string, previous: unknown) => Json; readonly stream: (text: string) => string }
+  readonly note: {
+    readonly whole: (text: string, previous: unknown) => Json
+    readonly stream: (text: string) => string
+    readonly said: (answer: unknown) => boolean
+  }
 }
+
+/** Whether `s` is a string with some text. */
+const someText = (s: unknown) => typeof s === "string" && s !== ""
 
 /** The id and usage of a whole answer (`{}` for what is none). */
 const idAndUsage = (previous: unknown): Json =>
@@ -116,7 +124,12 @@ const chatNote: SwitchWire["note"] = {
     ...idAndUsage(previous)
   }),
   stream: (text) =>
-    `data: ${JSON.stringify({ id: "chatcmpl-baton", object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: text }, finish_reason: "stop" }] })}\n\ndata: [DONE]\n\n`
+    `data: ${JSON.stringify({ id: "chatcmpl-baton", object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: text }, finish_reason: "stop" }] })}\n\ndata: [DONE]\n\n`,
+  said: (answer) => {
+    const choice = isRecord(answer) && Array.isArray(answer.choices) && isRecord(answer.choices[0]) ? answer.choices[0] : {}
+    const content = isRecord(choice.message) ? choice.message.content : null
+    return someText(content) || (Array.isArray(content) && content.some((p) => isRecord(p) && someText(p.text)))
+  }
 }
 
 /** Baton's note as an OpenAI Responses answer. */
@@ -128,7 +141,11 @@ const responsesNote: SwitchWire["note"] = {
     output: [{ type: "message", id: "msg_baton", role: "assistant", status: "completed", content: [{ type: "output_text", text, annotations: [] }] }],
     ...idAndUsage(previous)
   }),
-  stream: (text) => `data: ${JSON.stringify({ type: "response.completed", response: responsesNote.whole(text, null) })}\n\n`
+  stream: (text) => `data: ${JSON.stringify({ type: "response.completed", response: responsesNote.whole(text, null) })}\n\n`,
+  said: (answer) =>
+    isRecord(answer) && Array.isArray(answer.output) && answer.output.some((i) =>
+      isRecord(i) && i.type === "message" && Array.isArray(i.content) && i.content.some((c) => isRecord(c) && (someText(c.text) || someText(c.refusal)))
+    )
 }
 
 /** Baton's note as an Anthropic Messages answer. */
@@ -151,7 +168,8 @@ const anthropicNote: SwitchWire["note"] = {
       { type: "content_block_stop", index: 0 },
       { type: "message_delta", delta: { stop_reason: "end_turn", stop_sequence: null }, usage: { output_tokens: 0 } },
       { type: "message_stop" }
-    ].map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join("")
+    ].map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join(""),
+  said: (answer) => isRecord(answer) && Array.isArray(answer.content) && answer.content.some((b) => isRecord(b) && b.type === "text" && someText(b.text))
 }
 
 const chatTokens = (count: (text: string) => number, m: unknown) => GatewayMedia.jsonTokens(count, m) + 4

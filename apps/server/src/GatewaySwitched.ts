@@ -478,8 +478,9 @@ export const serve = (input: Input) =>
         answer = parseJson(next.right.t)
         if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
-      // Still only hidden calls after the last round: Baton's note instead of an empty answer (`readLimitNote`).
-      if (wire.hiddenCallsOf(answer, hidden) !== null) answer = wire.note.whole(readLimitNote, answer)
+      // Still only hidden calls after the last round and no text beside them: Baton's note instead of an empty answer
+      // (`readLimitNote`); text beside them is the answer, the calls left out (review r45: it was replaced by the note).
+      if (wire.hiddenCallsOf(answer, hidden) !== null && !wire.note.said(answer)) answer = wire.note.whole(readLimitNote, answer)
       const failure = wire.failureOf(answer)
       if (failure !== null) {
         const message = String((failure.body.error as { message?: unknown } | undefined)?.message ?? "")

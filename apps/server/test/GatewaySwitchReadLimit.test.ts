@@ -90,3 +90,39 @@ describe("Gateway switch, an upstream that still calls only thread_read after th
     }
   }
 })
+
+// Review r45: the last round's answer says something beside its thread_read calls. The calls are left out and the
+// text is the answer: Baton's note is only for an answer that would otherwise be empty. Before the fix, a whole
+// answer whose calls were all hidden was replaced by the note, the model's text lost.
+describe("Gateway switch, the last round's answer has text beside its thread_read calls", () => {
+  const said = "Found it: the config sets the limit to 8."
+  /** A whole answer of `kind` saying `said` and calling `call`. */
+  const saying = (kind: ModelApi.Kind, call: ModelApi.Call): ModelApi.Reply => {
+    const body = JSON.parse(whole(kind, call).body) as Json
+    if (kind === "anthropic-messages") return { ...whole(kind, call), body: JSON.stringify({ ...body, content: [{ type: "text", text: said }, ...(body.content as Array<Json>)] }) }
+    const choice = (body.choices as Array<Json>)[0]!
+    return { ...whole(kind, call), body: JSON.stringify({ ...body, choices: [{ ...choice, message: { ...(choice.message as Json), content: said } }] }) }
+  }
+  for (const c of cases) {
+    it.live(`${c.path} on ${c.upstream} (whole): the agent gets the text, not Baton's note`, () =>
+      Effect.scoped(Effect.gen(function*() {
+        const upstream = yield* ModelApi.start
+        const settings = yield* settingsFor([instance("up", c.upstream, upstream, { contextWindow: 200_000 })], { TEST_MODEL_KEY: marker }, undefined, {
+          gateway: { routes: [{ model: "m-*", provider: "up" }] }
+        })
+        yield* Effect.gen(function*() {
+          for (let i = 0; i < 8; i++) upstream.enqueue(whole(c.upstream, read(i)))
+          upstream.enqueue(saying(c.upstream, read(8)))
+          const answer = yield* raw(HttpClientRequest.post(c.path).pipe(
+            HttpClientRequest.setHeaders(c.headers),
+            HttpClientRequest.bodyText(JSON.stringify({ ...c.body, stream: false }), "application/json")
+          ))
+          expect(answer.status).toBe(200)
+          expect(upstream.requests).toHaveLength(9)
+          expect(answer.text).not.toContain("thread_read")
+          // Before the fix: readLimitNote (the text dropped).
+          expect(textOf(c.path, answer.text, false)).toBe(said)
+        }).pipe(Effect.provide(serveSettings(settings)))
+      })), { timeout: 60_000 })
+  }
+})

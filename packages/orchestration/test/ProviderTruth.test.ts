@@ -4,7 +4,7 @@
  * Each oracle property is also shown catching a deliberately broken build (`OrchestratorConfig.mutations`), so it
  * cannot pass vacuously.
  */
-import type { ThreadId } from "@baton/contracts"
+import type { NativeThread, ProviderThread, ThreadEvent, ThreadId } from "@baton/contracts"
 import { type OrchestratorConfig, ProviderTruthChecks } from "@baton/orchestration"
 import { ProviderFailure } from "@baton/providers"
 import { Harness } from "@baton/testing"
@@ -155,6 +155,33 @@ describe("oracle: a request the provider had already rejected", () => {
   })
 })
 
+// What a restart does to a rejection the oracle counts (review r45, on `checkRecord` directly): a rejection whose
+// `context.overflowed` Baton recorded is Baton's information after any restart; one it did not record is lost with
+// the process, and counts until the restart only. The record: run r1's attempt rejected on codex-n1, then run r2 sends
+// a request as large to codex-n1 (nothing compacted in between), with or without r1's event, a restart in between or
+// not.
+describe("oracle: a rejection and a restart", () => {
+  const record = (recorded: boolean) => {
+    const at = (seq: number, type: string, payload: Record<string, unknown>) => ({ seq, type, payload }) as unknown as ThreadEvent
+    return {
+      providerThreads: [{ id: "pt_1", providerInstance: "codex" }] as unknown as ReadonlyArray<ProviderThread>,
+      nativeThreads: [{ id: "nt_1", providerThreadId: "pt_1", nativeRef: "codex-n1" }] as unknown as ReadonlyArray<NativeThread>,
+      events: [
+        at(1, "run.started", { runId: "r1", nativeThreadId: "nt_1", attempt: 1 }),
+        ...(recorded ? [at(2, "context.overflowed", { runId: "r1", nativeThreadId: "nt_1", attempt: 1, recovery: "none", window: 4_000 })] : []),
+        at(3, "run.started", { runId: "r2", nativeThreadId: "nt_1", attempt: 1 })
+      ]
+    }
+  }
+  const request = (runId: string) => ({ nativeRef: "codex-n1", operation: "startTurn", runId, tokens: 5_000, addedBatonTokens: 100, window: null, accepted: false }) as const
+  const log = [request("r1"), request("r2")]
+  const flagged = (recorded: boolean, restarts: ReadonlyArray<number>) => ProviderTruthChecks.checkRecord(record(recorded), [log], [restarts]).length
+
+  it("recorded: counted after a restart; not recorded: counted without a restart, not after one", () => {
+    expect([flagged(true, []), flagged(true, [1]), flagged(false, []), flagged(false, [1])]).toEqual([1, 1, 1, 0])
+  })
+})
+
 describe("oracle: the calibration converges to the provider's true ratio", () => {
   // Sixteen turns of about 1,300 tokens each (a 1,000-token prompt, a 300-token answer) on a provider counting 1.2
   // of its tokens per Baton token, with a 2,000-token system prompt of its own: the learned ratio ends within 10%.
@@ -248,6 +275,32 @@ describe("an overflow teaches the calibration", () => {
       expect(learned).toHaveLength(1)
       expect(learned[0]!.payload.reportedTokens).toBe(rejected[0]!.tokens - 1_560)
       expect(learned[0]!.payload.newRatio).toBeCloseTo(1.5, 1)
+      expect(yield* truthOf(h, threadId)).toEqual([])
+    }).pipe(Effect.provide(h.layer))
+  })
+})
+
+// A rejection that ends the run is recorded too (review r45): the provider holds a 3,000-token system prompt Baton
+// never sees; a prompt of 1,200 words overflows codex-n1, then alone the replacement codex-n2 that the run started,
+// which holds nothing: the run fails. That last rejection still teaches what it proved: its `context.overflowed`
+// (`none`), and codex-n2's floor (`heldAtLeast`: the system prompt, what the provider counted less the prompt).
+describe("a rejection that ends the run", () => {
+  it.effect("is recorded with recovery none, and the native thread that rejected it keeps its floor", () => {
+    const h = harness({ requestOverhead: 3_000 })
+    return Effect.gen(function*() {
+      const o = yield* ops
+      const threadId = yield* o.create("codex")
+      h.script.enqueue(Harness.reply(200, null))
+      expect((yield* o.send(threadId, Harness.words(400))).status).toBe("completed")
+      const second = yield* o.send(threadId, Harness.words(1_200))
+      expect([second.status, second.failureCode]).toEqual(["failed", "overflow"])
+      expect(h.providers.codex!.truth.filter((t) => !t.accepted).map((t) => t.nativeRef)).toEqual(["codex-n1", "codex-n2"])
+      const overflowed = (yield* o.store.listEvents(threadId)).filter((e) => e.type === "context.overflowed")
+      expect(overflowed.map((e) => e.payload.recovery)).toEqual(["replace_native_thread", "none"])
+      const [lane] = yield* o.store.listProviderThreads(threadId)
+      const n2 = (yield* o.store.listNativeThreads(lane!.id)).find((n) => n.nativeRef === "codex-n2")!
+      // Before: no floor (the run's last rejection taught nothing).
+      expect(n2.heldAtLeast).toBeGreaterThanOrEqual(2_900)
       expect(yield* truthOf(h, threadId)).toEqual([])
     }).pipe(Effect.provide(h.layer))
   })
