@@ -371,9 +371,9 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
        */
       const overflowRecovery = (plan: TurnStartPlan, attempt: RunAttempt, error: ProviderError) =>
         uow.thread(run.threadId, "TurnExecution.overflowRecovery")(Effect.gen(function*() {
-          // Before the interrupt check: an overflow raced by an interrupt used to teach nothing, and the next turn
-          // start sent the interrupted run's prompt as a missed run's history to the native thread that had just
-          // rejected less (sim seed 44018).
+          // Whether or not a user interrupt ended the run meanwhile (`raced`), the rejection is learned and recorded:
+          // an overflow raced by an interrupt used to teach nothing, and the next turn start sent the interrupted
+          // run's prompt as a missed run's history to the native thread that had just rejected less (sim seed 44018).
           const current = yield* store.getRun(run.id)
           const raced = current._tag === "Some" && current.value.status === "interrupted"
           if (raced && config.mutations.has("race_forgets_rejection")) return false

@@ -574,6 +574,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           yield* close
           yield* open
           restarts++
+          restartMarks.push(providers.map((p) => p.truth.length))
           r = yield* attempt(noPlan, recover)
         }
         if (r._tag === "failed") violations.push(`crash-safety: restart recovery failed: ${r.message}`)
