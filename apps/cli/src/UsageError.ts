@@ -70,6 +70,18 @@ export const phrase = (text: string, argv: ReadonlyArray<string>): string => {
   return `${prefix}${option === undefined ? "" : `${option}: `}'${value}' is not ${article} ${type}`
 }
 
+/**
+ * The one line (without `baton: `) for a command line whose last argument is a flag of `valueFlags` (those that take a
+ * value: `--get`, `--pin`, …) with no value after it, or `undefined`. @effect/cli reads such a flag, when optional,
+ * as an argument it does not know (`Received unknown argument: '--get'`, though `--get` is a flag of `offload`), and
+ * a repeatable one (`offload-control T --pin`) as given no times: the command ran and exited 0 without pinning
+ * anything. Found by a newcomer's walk (b45ux).
+ */
+export const missingValue = (argv: ReadonlyArray<string>, valueFlags: ReadonlySet<string>): string | undefined => {
+  const last = argv.at(-1)
+  return last !== undefined && valueFlags.has(last) ? `${last}: expected a value after it` : undefined
+}
+
 /** What an integer flag's help says it takes, in place of the text primitive's paragraph. */
 export const integerHelp = "An integer in decimal digits (e.g. 42; not 0x2a or 4.2e1)."
 
