@@ -73,7 +73,8 @@ export const makeDirectories = (dir: string): Effect.Effect<void, DirectoryNotMa
       )
     }
     if (!isDirectory(target)) {
-      return yield* new DirectoryNotMade({ path: target, code: "EEXIST", message: `EEXIST: file already exists, mkdir '${target}'` })
+      // Found by a newcomer's walk (b45ux): `--data-dir FILE` said "EEXIST: file already exists, mkdir 'FILE'".
+      return yield* new DirectoryNotMade({ path: target, code: "EEXIST", message: `${target} is a file, not a directory` })
     }
   })
 
