@@ -164,7 +164,20 @@ const deepestIssue = (error: ParseResult.ParseError): string => {
   const deepest = issues.reduce<(typeof issues)[number] | undefined>((best, i) => best === undefined || i.path.length > best.path.length ? i : best, undefined)
   if (deepest === undefined) return oneLine(error.message)
   const path = deepest.path.map((p) => typeof p === "number" ? `[${p}]` : `.${String(p)}`).join("").replace(/^\./, "")
-  return oneLine(`${path === "" ? "" : `${path}: `}${deepest.message}`).slice(0, 300)
+  return oneLine(`${path === "" ? "" : `${path}: `}${shortType(deepest.message)}`).slice(0, 300)
+}
+
+/**
+ * A type mismatch's message without the schema's own rendering when that is long: `Expected { readonly name: { a
+ * string matching the pattern … } …, actual 1` becomes `unexpected value 1` (the caller's `shape` says what is
+ * expected), and so does `Expected Struct (Encoded side), actual 1`; a branded type is named without its brand
+ * (`Expected string & Brand<"ToolCallId">` as `Expected string`); a short one and any other message as they are. Found by a newcomer's walk
+ * (b45ux): `thread create --tools '[1]'` printed the schema's TypeScript-like text.
+ */
+const shortType = (message: string): string => {
+  const unbranded = message.replace(/ & Brand<"[^"]*">/g, "")
+  const type = /^Expected ([\s\S]*), actual ([\s\S]*)$/.exec(unbranded)
+  return type !== null && (type[1]!.length > 40 || / side\)$/.test(type[1]!)) ? `unexpected value ${type[2]!}` : unbranded
 }
 
 /** Tools as `--tools` takes them: a JSON array of `{name, description, inputSchema}`. */
@@ -177,7 +190,7 @@ const ResultsArgument = Schema.Union(Schema.Array(ToolResult), Schema.Struct({ r
 export const createThread = (target: Target, providerInstance: string, title: Option.Option<string>, tools: Option.Option<string> = Option.none()) =>
   call(target, Effect.gen(function*() {
     const client = yield* api(target)
-    const declared = Option.isSome(tools) ? yield* jsonArgument("--tools", tools.value, ToolsArgument) : undefined
+    const declared = Option.isSome(tools) ? yield* jsonArgument("--tools", tools.value, ToolsArgument, `a JSON array of {"name", "description", "inputSchema"}`) : undefined
     const created = yield* client.threads.create({
       payload: {
         providerInstance: providerInstance as ProviderInstance,

@@ -28,6 +28,13 @@ const ansi = new RegExp(`${String.fromCharCode(0x1b)}\\[[0-9;]*m`, "g")
 const notA = /^'([\s\S]*)' is not a (\w+)$/
 
 /**
+ * `Expected path '<path>' to be a regular file` (or `a directory`): a file or directory option given the other kind.
+ * Found by a newcomer's walk (b45ux): `baton serve --config /tmp` said only "Expected path '/tmp' to be a regular
+ * file", naming no option.
+ */
+const pathKind = /^Expected path '([\s\S]*)' to be a (regular file|directory)$/
+
+/**
  * The option of `argv` (the command line after the program) whose value is `value`: `--name` for `--name value` or
  * `--name=value`, or `undefined` when the value is no option's (an argument's) or appears more than once.
  */
@@ -43,17 +50,36 @@ const optionOf = (argv: ReadonlyArray<string>, value: string): string | undefine
 /**
  * `text` (what the library printed, any number of lines) as one `baton: …` line: its first non-blank line, styles
  * removed; a value that did not parse names its option (`baton: --interrupt-rate: 'often' is not a float`). Text that
- * already starts `baton:` is returned unchanged. `argv`: the command line after the program, to find the option.
+ * already starts `baton:` is returned unchanged; a file option given a directory, or a directory option a file, names
+ * its option too (`baton: --config: '/tmp' is not a regular file`). `argv`: the command line after the program, to find the option.
  */
 export const phrase = (text: string, argv: ReadonlyArray<string>): string => {
   if (text.startsWith(prefix)) return text
   const line = text.replace(ansi, "").split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? ""
+  const kind = pathKind.exec(line)
+  if (kind !== null) {
+    const [, path, what] = kind as unknown as [string, string, string]
+    const option = optionOf(argv, path)
+    return `${prefix}${option === undefined ? "" : `${option}: `}'${path}' is not a ${what}`
+  }
   const parsed = notA.exec(line)
   if (parsed === null) return `${prefix}${line}`
   const [, value, type] = parsed as unknown as [string, string, string]
   const article = /^[aeiou]/.test(type) ? "an" : "a"
   const option = optionOf(argv, value)
   return `${prefix}${option === undefined ? "" : `${option}: `}'${value}' is not ${article} ${type}`
+}
+
+/**
+ * The one line (without `baton: `) for a command line whose last argument is a flag of `valueFlags` (those that take a
+ * value: `--get`, `--pin`, …) with no value after it, or `undefined`. @effect/cli reads such a flag, when optional,
+ * as an argument it does not know (`Received unknown argument: '--get'`, though `--get` is a flag of `offload`), and
+ * a repeatable one (`offload-control T --pin`) as given no times: the command ran and exited 0 without pinning
+ * anything. Found by a newcomer's walk (b45ux).
+ */
+export const missingValue = (argv: ReadonlyArray<string>, valueFlags: ReadonlySet<string>): string | undefined => {
+  const last = argv.at(-1)
+  return last !== undefined && valueFlags.has(last) ? `${last}: expected a value after it` : undefined
 }
 
 /** What an integer flag's help says it takes, in place of the text primitive's paragraph. */

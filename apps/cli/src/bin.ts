@@ -631,7 +631,29 @@ const cli = Command.run(baton.pipe(Command.transformHandler((effect) => UsageErr
 /** The command line after the program. */
 const argv = process.argv.slice(2)
 
-cli(process.argv).pipe(
+/**
+ * Every flag of a command that takes a value (a text, number, file or directory option): given last with nothing after
+ * it, the command line is refused in one line naming it (`UsageError.missingValue`). Shape: `--name` strings.
+ */
+const valueFlags: ReadonlySet<string> = new Set([
+  "--server", "--token", "--db", "--data-dir", "--database-url", "--providers", "--switch-every", "--compact-every",
+  "--interrupt-rate", "--seed", "--samples", "--provider", "--title", "--tools", "--thread", "--keep-tokens",
+  "--operation-id", "--get", "--cancel", "--keep-newest", "--pin", "--unpin", "--results", "--host", "--port", "--config"
+])
+
+/** A flag given last without its value: one `baton:` line (and the JSON error document under `--json`), exit 2. */
+const refuseMissingValue = (message: string) =>
+  Effect.zipRight(
+    Effect.zipRight(
+      Console.error(`baton: ${message}`),
+      UsageError.asksForJson(argv) ? Console.log(Format.errorDocument("usage", message)) : Effect.void
+    ),
+    Effect.sync(() => void (process.exitCode = 2))
+  )
+
+const missing = UsageError.missingValue(argv, valueFlags)
+
+;(missing === undefined ? cli(process.argv) : refuseMissingValue(missing)).pipe(
   // @effect/cli prints its usage errors itself: as `baton: <message>` lines like every other error (UsageError).
   UsageError.reworded(argv),
   // @effect/cli has already printed a usage error on stderr: exit 2 (bad input) without a second report there; a

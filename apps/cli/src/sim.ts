@@ -380,6 +380,42 @@ const report = (f: Figures, args: Args) => {
   if (f.failures.length > 0) process.exitCode = 1
 }
 
+/**
+ * The scenario of `--scenario FILE` (the `regression:` JSON a failing seed prints), or the one line saying why it
+ * cannot be run: a missing file, a directory, an empty file, text that is not JSON, or JSON that is not a scenario
+ * (an object with a numeric `seed`, a `providers` array and an `ops` array whose first operation is `create`; the
+ * operations themselves are the simulator's own output and are not checked further). Found by a newcomer's walk
+ * (b45ux): each of these printed a stack trace (`sim: Error: ENOENT …`, `TypeError: Cannot read properties of
+ * undefined`) and exited 1, the code of a violation.
+ */
+const readScenario = (file: string): Simulation.Scenario | string => {
+  const at = `--scenario ${file}`
+  let text: string
+  try {
+    if (Fs.statSync(file).isDirectory()) return `${at}: is a directory; give the scenario's JSON file`
+    text = Fs.readFileSync(file, "utf8")
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code
+    return code === "ENOENT" ? `${at}: file not found` : `${at}: cannot read it (${e instanceof Error ? e.message : String(e)})`
+  }
+  if (text.trim().length === 0) return `${at}: empty file; give the scenario JSON a failing seed prints after "regression:"`
+  let json: unknown
+  try {
+    json = JSON.parse(text)
+  } catch (e) {
+    return `${at}: not JSON (${e instanceof Error ? e.message : String(e)})`
+  }
+  const o = json as { readonly seed?: unknown; readonly providers?: unknown; readonly ops?: unknown } | null
+  const first = typeof o === "object" && o !== null && Array.isArray(o.ops) ? (o.ops[0] as { readonly kind?: unknown } | undefined) : undefined
+  if (
+    typeof o !== "object" || o === null || Array.isArray(o) || typeof o.seed !== "number" || !Array.isArray(o.providers) ||
+    typeof first !== "object" || first === null || first.kind !== "create"
+  ) {
+    return `${at}: not a scenario: expected {"seed","providers":[…],"ops":[{"kind":"create",…},…]}, the JSON a failing seed prints after "regression:"`
+  }
+  return json as Simulation.Scenario
+}
+
 const main = Effect.gen(function*() {
   const args = parse(process.argv.slice(2))
   if (typeof args === "string") {
@@ -391,7 +427,13 @@ const main = Effect.gen(function*() {
   }
 
   if (args.scenario !== null) {
-    const scenario = JSON.parse(Fs.readFileSync(args.scenario, "utf8")) as Simulation.Scenario
+    const scenario = readScenario(args.scenario)
+    if (typeof scenario === "string") {
+      console.error(`sim: ${scenario}`)
+      if (args.json) console.log(Format.errorDocument("bad_input", scenario))
+      process.exitCode = 2
+      return
+    }
     const outcome = yield* Simulation.execute(scenario)
     for (const line of Simulation.formatScenario(scenario)) console.log(line)
     for (const line of outcome.trace) console.log(line)

@@ -44,6 +44,36 @@ describe("pnpm sim --json", () => {
   }, 60_000)
 })
 
+describe("pnpm sim --scenario", () => {
+  // Found by a newcomer's walk (b45ux): each of these printed a stack trace (`sim: Error: ENOENT …`, `TypeError:
+  // Cannot read properties of undefined (reading 'map')`) and exited 1, the code of a violation.
+  it("a file it cannot run (missing, a directory, empty, not JSON, not a scenario): one `sim:` line, exit 2", async () => {
+    const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-sim-scenario-"))
+    const file = (name: string, text: string) => {
+      const path = Path.join(dir, name)
+      Fs.writeFileSync(path, text)
+      return path
+    }
+    const missing = Path.join(dir, "missing.json")
+    const empty = file("empty.json", "")
+    const broken = file("broken.json", "{\"seed\":1,")
+    const shape = file("shape.json", "{\"a\":1}")
+    const results = await Promise.all([missing, dir, empty, broken, shape].map((f) => sim(["--scenario", f])))
+    expect(results.map((r) => [r.code, r.stdout, r.stderr.trim()])).toEqual([
+      [2, "", `sim: --scenario ${missing}: file not found`],
+      [2, "", `sim: --scenario ${dir}: is a directory; give the scenario's JSON file`],
+      [2, "", `sim: --scenario ${empty}: empty file; give the scenario JSON a failing seed prints after "regression:"`],
+      [2, "", expect.stringMatching(new RegExp(`^sim: --scenario ${broken}: not JSON \\(.+\\)$`))],
+      [2, "", `sim: --scenario ${shape}: not a scenario: expected {"seed","providers":[…],"ops":[{"kind":"create",…},…]}, ` +
+        `the JSON a failing seed prints after "regression:"`]
+    ])
+    // `--json`: the one error document on stdout.
+    const json = await sim(["--scenario", missing, "--json"])
+    expect([json.code, JSON.parse(json.stdout)]).toEqual([2, { error: { code: "bad_input", message: `--scenario ${missing}: file not found` } }])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+})
+
 describe("pnpm sim --jobs", () => {
   it("runs the seeds one process runs, split over the jobs, with the same figures", async () => {
     const common = ["--seeds", "3", "--steps", "5", "--seed-start", "1900", "--no-shrink", "--json"]

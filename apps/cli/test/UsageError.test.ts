@@ -48,4 +48,12 @@ describe("UsageError", () => {
       expect(ok.errors[0]).toMatch(/^\[[\d:.]+\] ERROR \(#\d+\): it broke$/)
       expect(ok.errors.join("\n")).toContain("second line of the failure")
     }))
+
+  // Found by a newcomer's walk (b45ux): `baton serve --config /tmp` said "Expected path '/tmp' to be a regular file".
+  it("a file option given a directory, or a directory option a file, names the option", () => {
+    expect(UsageError.phrase("Expected path '/tmp' to be a regular file", ["serve", "--config", "/tmp"]))
+      .toBe("baton: --config: '/tmp' is not a regular file")
+    expect(UsageError.phrase("Expected path '/tmp/a.json' to be a directory", ["demo", "--samples=/tmp/a.json"]))
+      .toBe("baton: --samples: '/tmp/a.json' is not a directory")
+  })
 })

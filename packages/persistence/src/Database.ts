@@ -73,7 +73,8 @@ export const makeDirectories = (dir: string): Effect.Effect<void, DirectoryNotMa
       )
     }
     if (!isDirectory(target)) {
-      return yield* new DirectoryNotMade({ path: target, code: "EEXIST", message: `EEXIST: file already exists, mkdir '${target}'` })
+      // Found by a newcomer's walk (b45ux): `--data-dir FILE` said "EEXIST: file already exists, mkdir 'FILE'".
+      return yield* new DirectoryNotMade({ path: target, code: "EEXIST", message: `${target} is a file, not a directory` })
     }
   })
 
@@ -126,9 +127,39 @@ const openError = (filename: string) => <E>(cause: Cause.Cause<E>): Layer.Layer<
     onSome: (defect) =>
       Layer.fail(new PersistenceError({
         operation: "database.open",
-        detail: `cannot open ${filename} as a SQLite database (${defect instanceof Error ? defect.message : String(defect)})`
+        detail: openFailureDetail(filename, defect instanceof Error ? defect.message : String(defect), writable)
       }))
   })
+
+/** Whether this process may write `path` (an existing file or directory; false when it does not exist). */
+const writable = (path: string): boolean => {
+  try {
+    Fs.accessSync(path, Fs.constants.W_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * The detail of `database.open`'s `PersistenceError` for `filename`, which the driver refused with `driverMessage`,
+ * naming what cannot be written when that is why: the database file, or its directory (SQLite in WAL mode writes its
+ * `-wal` and `-shm` files beside the database, even to read it). `canWrite(path)`: whether an existing path is
+ * writable (false for a missing one). Found by a newcomer's walk (b45ux): a database in a read-only directory (a
+ * read-only mount) said only "unable to open database file", as a path that is no database does.
+ */
+export const openFailureDetail = (filename: string, driverMessage: string, canWrite: (path: string) => boolean): string => {
+  const base = `cannot open ${filename} as a SQLite database (${driverMessage})`
+  if (!/unable to open database file|readonly database/.test(driverMessage)) return base
+  const directory = Path.dirname(Path.resolve(filename))
+  const isDirectory = Fs.existsSync(filename) && Fs.statSync(filename).isDirectory()
+  if (isDirectory || !Fs.existsSync(directory)) return base
+  if (!canWrite(directory)) {
+    return `${base}: its directory ${directory} is read-only (SQLite writes the database's -wal and -shm files beside it)`
+  }
+  if (Fs.existsSync(filename) && !canWrite(filename)) return `${base}: the file is read-only`
+  return base
+}
 
 /**
  * A SQLite client on `filename` (`:memory:` allowed) with migrations applied. Creates the parent directory.

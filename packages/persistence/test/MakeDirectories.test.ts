@@ -24,7 +24,8 @@ describe("Database.makeDirectories", () => {
     Fs.writeFileSync(file, "x")
     const failure = (dir: string) => Effect.runSync(Effect.flip(Database.makeDirectories(dir)))
     expect(failure(Path.join(file, "d"))).toMatchObject({ _tag: "DirectoryNotMade", code: "ENOTDIR", path: Path.join(file, "d") })
-    expect(failure(file)).toMatchObject({ _tag: "DirectoryNotMade", code: "EEXIST", path: file })
+    // A file where the directory should be says so (it said "EEXIST: file already exists, mkdir '<file>'").
+    expect(failure(file)).toMatchObject({ _tag: "DirectoryNotMade", code: "EEXIST", path: file, message: `${file} is a file, not a directory` })
     Fs.rmSync(root, { recursive: true, force: true })
   })
 
