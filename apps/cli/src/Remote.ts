@@ -168,16 +168,23 @@ const deepestIssue = (error: ParseResult.ParseError): string => {
 }
 
 /**
- * A type mismatch's message without the schema's own rendering when that is long: `Expected { readonly name: { a
+ * Whether a schema's rendering of an expected type is its structure (`{ readonly … }`, `ReadonlyArray<…>`,
+ * `(parseJson <-> …)`, `Struct (Encoded side)`) rather than a leaf's description (`a string matching the pattern
+ * ^[a-z][a-z0-9_-]{0,39}$`, which says what to send and stays).
+ */
+const structural = (type: string) => /^[{(]|^ReadonlyArray<|<->| side\)$/.test(type)
+
+/**
+ * A type mismatch's message without the schema's own rendering of a structure (`structural`): `Expected { readonly name: { a
  * string matching the pattern … } …, actual 1` becomes `unexpected value 1` (the caller's `shape` says what is
  * expected), and so does `Expected Struct (Encoded side), actual 1`; a branded type is named without its brand
- * (`Expected string & Brand<"ToolCallId">` as `Expected string`); a short one and any other message as they are. Found by a newcomer's walk
+ * (`Expected string & Brand<"ToolCallId">` as `Expected string`); a leaf and any other message as they are. Found by a newcomer's walk
  * (b45ux): `thread create --tools '[1]'` printed the schema's TypeScript-like text.
  */
 const shortType = (message: string): string => {
   const unbranded = message.replace(/ & Brand<"[^"]*">/g, "")
   const type = /^Expected ([\s\S]*), actual ([\s\S]*)$/.exec(unbranded)
-  return type !== null && (type[1]!.length > 40 || / side\)$/.test(type[1]!)) ? `unexpected value ${type[2]!}` : unbranded
+  return type !== null && structural(type[1]!) ? `unexpected value ${type[2]!}` : unbranded
 }
 
 /** Tools as `--tools` takes them: a JSON array of `{name, description, inputSchema}`. */
