@@ -130,18 +130,22 @@ const answeringEvents: ReadonlySet<string> = new Set(["run.completed", "run.fail
 /**
  * The events of `runId`'s thread after its current last one (read now, before the driver reads the run), for the wait
  * on a run that another server process may drive (on one Postgres): the feed delivers other processes' commits by
- * `LISTEN/NOTIFY` (or its poll), so the wait needs no polling of its own. `null` when no feed is needed: a run this
- * process drives (its fiber's end answers the wait), one ended already or unknown (the driver's first read answers
- * it), or a feed that could not be opened (the driver's wait, the bound and the shutdown still answer).
+ * `LISTEN/NOTIFY` (or its poll), so the wait needs no polling of its own. `{ended, events}`: `ended`, the run's
+ * record when this read found it ended (the answer: no other read, no wait); `events` `null` when no feed is needed:
+ * a run this process drives (its fiber's end answers the wait), one ended already or unknown (the driver's first read
+ * answers it with `RunNotFound`), or a feed that could not be opened (the driver's wait, the bound and the shutdown
+ * still answer).
  */
 const feedForWait = (store: ThreadStore, feed: EventFeed.EventFeed, driver: RunDriver.RunDriver, runId: RunId) =>
   Effect.gen(function*() {
-    if (driver.inFlight().includes(runId)) return null
+    const none = { ended: null, events: null }
+    if (driver.inFlight().includes(runId)) return none
     const run = yield* store.getRun(runId)
-    if (run._tag === "None" || terminalRunStatuses.includes(run.value.status)) return null
+    if (run._tag === "None") return none
+    if (terminalRunStatuses.includes(run.value.status)) return { ended: run.value, events: null }
     const threadId = run.value.threadId
-    return yield* feed.thread(threadId, { afterSeq: yield* store.threadVersion(threadId) })
-  }).pipe(Effect.orElseSucceed(() => null))
+    return { ended: null, events: yield* feed.thread(threadId, { afterSeq: yield* store.threadVersion(threadId) }) }
+  }).pipe(Effect.orElseSucceed(() => ({ ended: null, events: null })))
 
 /**
  * Completes (with `null`) at the first event of `events` that ends run `runId` or makes it wait for the client's
@@ -187,7 +191,10 @@ const runs = HttpApiBuilder.group(Api.BatonApi, "runs", (handlers) =>
             // Waiting for the client's tool results is signalled by the driver (its fiber's end carries the status),
             // not polled for; a run another process drives is woken by the thread's event feed, whose cursor is read
             // before the driver reads the run, so a change between the two is not missed.
-            const inFeed = answeredInFeed(yield* feedForWait(store, feed, driver, path.runId), path.runId)
+            // A run that read found ended is answered with that record (one read of the run, as before the feed).
+            const found = yield* feedForWait(store, feed, driver, path.runId)
+            if (found.ended !== null) return yield* query.run(path.runId, found.ended)
+            const inFeed = answeredInFeed(found.events, path.runId)
             const ended = yield* driver.awaitEnd(path.runId, urlParams.waitMs, { orWaiting: true }).pipe(
               Effect.catchIf((e) => e._tag !== "RunNotFound", () => Effect.succeed(null)),
               Effect.raceFirst(Effect.as(Deferred.await(stopping), null)),
