@@ -7,6 +7,7 @@ import type { NativeThread } from "@baton/contracts"
 import { Harness } from "@baton/testing"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { deferredTowardCodex } from "./support/DeferredHistory.js"
 
 const ops = Harness.ops
 
@@ -25,16 +26,7 @@ describe.each(Harness.dialects)("/compact's drain and a rejection's floor on %s"
     ])
     return Effect.gen(function*() {
       const o = yield* ops
-      const t = yield* o.create("codex")
-      h.script.enqueue(Harness.reply(10, { usedTokens: 190_000, maxTokens: 200_000 }))
-      yield* o.send(t, "first on codex")
-      yield* o.switchTo(t, "claude")
-      h.script.enqueue(Harness.reply(200))
-      yield* o.send(t, "on claude")
-      yield* o.switchTo(t, "codex")
-      h.script.enqueue(Harness.reply(10, { usedTokens: 190_100, maxTokens: 200_000 }))
-      const back = yield* o.send(t, "back on codex")
-      expect(back.turnStart?.deferredItems).toBe(2)
+      const t = yield* deferredTowardCodex(h)
       // The stale report Baton holds, and (when given) the floor a rejection proved.
       const codex = (yield* o.store.listProviderThreads(t)).find((p) => p.providerInstance === "codex")!
       const native = (yield* o.store.listNativeThreads(codex.id)).find((n) => n.status === "active")!

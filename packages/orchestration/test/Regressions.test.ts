@@ -3,25 +3,9 @@ import { Commands, type CommandId } from "@baton/contracts"
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { deferredTowardCodex } from "./support/DeferredHistory.js"
 
 const ops = Harness.ops
-
-/** codex at 190,000 of 200,000 (budget 0) owes a claude run: the deferred handoff /compact will drain. */
-const deferredTowardCodex = (h: Harness.Harness) =>
-  Effect.gen(function*() {
-    const o = yield* ops
-    const t = yield* o.create("codex")
-    h.script.enqueue(Harness.reply(10, { usedTokens: 190_000, maxTokens: 200_000 }))
-    yield* o.send(t, "first on codex")
-    yield* o.switchTo(t, "claude")
-    h.script.enqueue(Harness.reply(200))
-    yield* o.send(t, "on claude")
-    yield* o.switchTo(t, "codex")
-    h.script.enqueue(Harness.reply(10, { usedTokens: 190_100, maxTokens: 200_000 }))
-    const r = yield* o.send(t, "back on codex")
-    expect(r.turnStart?.deferredItems).toBe(2)
-    return t
-  })
 
 // Found by a review with the real Codex binary (the child killed during the injection): the injection never arrived,
 // read-back returned the history to deferred, and the turn start still reported it injected.
