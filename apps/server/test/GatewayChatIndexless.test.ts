@@ -14,41 +14,15 @@ import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { adminToken, client, parseSse, raw } from "./helpers.js"
+import { indexlessStream, withChatGateway } from "./support/ChatGateway.js"
 import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
 
 type Json = Record<string, unknown>
-
-/** A Chat Completions stream of `deltas` (each the `tool_calls` of one chunk), finished `"stop"` as Gemini does. */
-const indexless = (deltas: ReadonlyArray<ReadonlyArray<Json>>): ModelApi.Reply => {
-  const chunk = (choice: Json, extra: Json = {}) => `data: ${JSON.stringify({ id: "gem-1", object: "chat.completion.chunk", model: "gemini", choices: [{ index: 0, ...choice }], ...extra })}\n\n`
-  return {
-    status: 200,
-    contentType: "text/event-stream",
-    body: [
-      ...deltas.map((calls, i) => chunk({ delta: { ...(i === 0 ? { role: "assistant" } : {}), tool_calls: calls }, finish_reason: null })),
-      chunk({ delta: {}, finish_reason: "stop" }, { usage: { prompt_tokens: 100, completion_tokens: 20 } }),
-      "data: [DONE]\n\n"
-    ].join("")
-  }
-}
 
 const call = (id: string | null, name: string | null, args: string): Json => ({
   ...(id === null ? {} : { id, type: "function" }),
   function: { ...(name === null ? {} : { name }), arguments: args }
 })
-
-const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const chat = yield* ModelApi.start
-    const settings = yield* settingsFor(
-      [instance("chat", "openai-chat", chat, { contextWindow: 32_000, autoCompactThreshold: null })],
-      { TEST_MODEL_KEY: marker },
-      undefined,
-      { gateway: { routes: [{ model: "gemini-*", provider: "chat" }] } }
-    )
-    return yield* test(chat).pipe(Effect.provide(serveSettings(settings)))
-  }))
 
 const onlyItems = Effect.gen(function*() {
   const api = yield* client()
@@ -67,9 +41,9 @@ const deltas = [
 
 describe("Gateway, streamed tool calls without an index", () => {
   it.live("switched to an Anthropic agent: each call a tool_use block with its whole input", () =>
-    withGateway((chat) =>
+    withChatGateway("gemini-*", (chat) =>
       Effect.gen(function*() {
-        chat.enqueue(indexless(deltas))
+        chat.enqueue(indexlessStream(deltas))
         const tools = ["Read", "Bash"].map((name) => ({ name, description: name, input_schema: { type: "object", properties: {} } }))
         const answer = yield* raw(HttpClientRequest.post("/v1/messages?beta=true").pipe(
           HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01" }),
@@ -98,9 +72,9 @@ describe("Gateway, streamed tool calls without an index", () => {
       })), { timeout: 60_000 })
 
   it.live("on /v1/chat/completions (pass-through): the agent gets the bytes as they came, the thread records the two calls", () =>
-    withGateway((chat) =>
+    withChatGateway("gemini-*", (chat) =>
       Effect.gen(function*() {
-        const reply = indexless(deltas)
+        const reply = indexlessStream(deltas)
         chat.enqueue(reply)
         const answer = yield* raw(HttpClientRequest.post("/v1/chat/completions").pipe(
           HttpClientRequest.bearerToken(adminToken),
@@ -117,7 +91,7 @@ describe("Gateway, streamed tool calls without an index", () => {
       })), { timeout: 60_000 })
 
   it.live("a hidden thread_read round's continuation carries the call's thought signature (pass-through and switched)", () =>
-    withGateway((chat) =>
+    withChatGateway("gemini-*", (chat) =>
       Effect.gen(function*() {
         const signature = { google: { thought_signature: "c2lnbmF0dXJl" } }
         // The call (no index), then its signature in a metadata-only delta, as Gemini streams them.
@@ -125,7 +99,7 @@ describe("Gateway, streamed tool calls without an index", () => {
         const send = (path: string, headers: Record<string, string>, body: Json) =>
           raw(HttpClientRequest.post(path).pipe(HttpClientRequest.setHeaders(headers), HttpClientRequest.bodyText(JSON.stringify(body), "application/json")))
         // Pass-through (/v1/chat/completions), then switched (/v1/messages).
-        chat.enqueue(indexless(reads), ModelApi.answer("openai-chat", "It says hi.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 2 }))
+        chat.enqueue(indexlessStream(reads), ModelApi.answer("openai-chat", "It says hi.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 2 }))
         const passed = yield* send("/v1/chat/completions", { authorization: `Bearer ${adminToken}`, "x-session-id": "p" }, {
           model: "gemini-3",
           stream: true,
@@ -134,7 +108,7 @@ describe("Gateway, streamed tool calls without an index", () => {
         })
         expect(passed.status).toBe(200)
         expect(passed.text).not.toContain("thread_read")
-        chat.enqueue(indexless(reads), ModelApi.answer("openai-chat", "It says hi.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 2 }))
+        chat.enqueue(indexlessStream(reads), ModelApi.answer("openai-chat", "It says hi.", { input: 10, cacheWrite: 0, cacheRead: 0, output: 2 }))
         const switched = yield* send("/v1/messages", { "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "s" }, {
           model: "gemini-3",
           max_tokens: 500,

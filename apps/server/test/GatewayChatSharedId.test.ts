@@ -14,38 +14,12 @@ import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { adminToken, parseSse, raw } from "./helpers.js"
-import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+import { indexlessStream, withChatGateway } from "./support/ChatGateway.js"
+import type * as ModelApi from "./support/ModelApi.js"
 
 type Json = Record<string, unknown>
 
-/** A Chat Completions stream of `deltas` (each the `tool_calls` of one chunk) without `index`, finished `"stop"` as Gemini does. */
-const indexless = (deltas: ReadonlyArray<ReadonlyArray<Json>>): ModelApi.Reply => {
-  const chunk = (choice: Json, extra: Json = {}) => `data: ${JSON.stringify({ id: "gem-1", object: "chat.completion.chunk", model: "gemini", choices: [{ index: 0, ...choice }], ...extra })}\n\n`
-  return {
-    status: 200,
-    contentType: "text/event-stream",
-    body: [
-      ...deltas.map((calls, i) => chunk({ delta: { ...(i === 0 ? { role: "assistant" } : {}), tool_calls: calls }, finish_reason: null })),
-      chunk({ delta: {}, finish_reason: "stop" }, { usage: { prompt_tokens: 100, completion_tokens: 20 } }),
-      "data: [DONE]\n\n"
-    ].join("")
-  }
-}
-
 const call = (id: string, name: string, args: string): Json => ({ id, type: "function", function: { name, arguments: args } })
-
-const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const chat = yield* ModelApi.start
-    const settings = yield* settingsFor(
-      [instance("chat", "openai-chat", chat, { contextWindow: 32_000, autoCompactThreshold: null })],
-      { TEST_MODEL_KEY: marker },
-      undefined,
-      { gateway: { routes: [{ model: "gemini-*", provider: "chat" }] } }
-    )
-    return yield* test(chat).pipe(Effect.provide(serveSettings(settings)))
-  }))
 
 /** The `tool_use` blocks of an Anthropic SSE answer: id, name and input. */
 const toolUses = (text: string) => {
@@ -81,7 +55,7 @@ const ask = (session: string) =>
 
 /** A Chat Completions stream of `deltas` (each the `tool_calls` of one chunk) as given, finished `"tool_calls"`. */
 const indexed = (deltas: ReadonlyArray<ReadonlyArray<Json>>): ModelApi.Reply => {
-  const reply = indexless(deltas)
+  const reply = indexlessStream(deltas)
   return { ...reply, body: reply.body.replace("\"finish_reason\":\"stop\"", "\"finish_reason\":\"tool_calls\"") }
 }
 
@@ -90,7 +64,7 @@ describe("Gateway, indexless tool-call deltas that share one call id", () => {
   // its place in its chunk): every call `index` 0, each with its own id. OpenAI never gives one index a second id,
   // so a new id at an index that has one is another call (before: glued into the first, as without an index).
   it.live("parallel calls each at index 0 with their own ids are two calls", () =>
-    withGateway((chat) =>
+    withChatGateway("gemini-*", (chat) =>
       Effect.gen(function*() {
         chat.enqueue(indexed([
           [{ index: 0, ...call("call_1", "Read", "{\"file_path\":") }],
@@ -107,10 +81,10 @@ describe("Gateway, indexless tool-call deltas that share one call id", () => {
       })), { timeout: 60_000 })
 
   it.live("a call's signature delta after the next call began belongs to its call", () =>
-    withGateway((chat) =>
+    withChatGateway("gemini-*", (chat) =>
       Effect.gen(function*() {
         const signature = { google: { thought_signature: "c2lnbmF0dXJl" } }
-        chat.enqueue(indexless([
+        chat.enqueue(indexlessStream([
           [call("call_1", "Read", "{\"file_path\":\"/a.txt\"}")],
           [call("call_2", "Bash", "{\"command\":\"ls\"}")],
           [{ id: "call_1", extra_content: signature }]
@@ -125,9 +99,9 @@ describe("Gateway, indexless tool-call deltas that share one call id", () => {
       })), { timeout: 60_000 })
 
   it.live("two parallel calls with one id are two calls", () =>
-    withGateway((chat) =>
+    withChatGateway("gemini-*", (chat) =>
       Effect.gen(function*() {
-        chat.enqueue(indexless([
+        chat.enqueue(indexlessStream([
           [call("call_x", "Read", "{\"file_path\":\"/a.txt\"}")],
           [call("call_x", "Read", "{\"file_path\":\"/b.txt\"}")]
         ]))

@@ -10,8 +10,8 @@ import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { adminToken, parseSse, raw } from "./helpers.js"
+import { withChatGateway } from "./support/ChatGateway.js"
 import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
 
 type Json = Record<string, unknown>
 
@@ -38,18 +38,6 @@ const pieces = (index: number, id: string, parts: ReadonlyArray<string>, args: s
   [{ index, function: { arguments: args } }]
 ]
 
-const withGateway = <A, E, R>(test: (chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const chat = yield* ModelApi.start
-    const settings = yield* settingsFor(
-      [instance("chat", "openai-chat", chat, { contextWindow: 32_000, autoCompactThreshold: null })],
-      { TEST_MODEL_KEY: marker },
-      undefined,
-      { gateway: { routes: [{ model: "m-*", provider: "chat" }] } }
-    )
-    return yield* test(chat).pipe(Effect.provide(serveSettings(settings)))
-  }))
-
 const send = (path: string, headers: Record<string, string>, body: Json) =>
   raw(HttpClientRequest.post(path).pipe(HttpClientRequest.setHeaders(headers), HttpClientRequest.bodyText(JSON.stringify(body), "application/json")))
 
@@ -57,7 +45,7 @@ const final = () => ModelApi.answer("openai-chat", "It says hi.", { input: 10, c
 
 describe("Gateway, a streamed tool call's name in several deltas", () => {
   it.live("pass-through: a thread_read named in pieces is hidden and answered", () =>
-    withGateway((chat) =>
+    withChatGateway("m-*", (chat) =>
       Effect.gen(function*() {
         chat.enqueue(split(pieces(0, "call_r", ["thread_", "read"], "{\"refs\":\"#1\"}")), final())
         const answer = yield* send("/v1/chat/completions", { authorization: `Bearer ${adminToken}`, "x-session-id": "p" }, {
@@ -77,7 +65,7 @@ describe("Gateway, a streamed tool call's name in several deltas", () => {
       })), { timeout: 60_000 })
 
   it.live("pass-through: an agent's tool whose name starts like thread_read passes on whole", () =>
-    withGateway((chat) =>
+    withChatGateway("m-*", (chat) =>
       Effect.gen(function*() {
         const reply = split(pieces(0, "call_t", ["thread", "_list"], "{}"))
         chat.enqueue(reply)
@@ -93,7 +81,7 @@ describe("Gateway, a streamed tool call's name in several deltas", () => {
       })), { timeout: 60_000 })
 
   it.live("switched to an Anthropic agent: the calls' names are whole, thread_read hidden and answered", () =>
-    withGateway((chat) =>
+    withChatGateway("m-*", (chat) =>
       Effect.gen(function*() {
         chat.enqueue(
           split(pieces(0, "call_r", ["thread", "_re", "ad"], "{\"refs\":\"#1\"}")),
