@@ -132,9 +132,9 @@ const answeringEvents: ReadonlySet<string> = new Set(["run.completed", "run.fail
  * on a run that another server process may drive (on one Postgres): the feed delivers other processes' commits by
  * `LISTEN/NOTIFY` (or its poll), so the wait needs no polling of its own. `{ended, events}`: `ended`, the run's
  * record when this read found it ended (the answer: no other read, no wait); `events` `null` when no feed is needed:
- * a run this process drives (its fiber's end answers the wait), one ended already or unknown (the driver's first read
- * answers it with `RunNotFound`), or a feed that could not be opened (the driver's wait, the bound and the shutdown
- * still answer).
+ * a run this process drives or whose thread has a worker here (its fiber's or the worker's end answers the wait), one
+ * ended already or unknown (the driver's first read answers it with `RunNotFound`), or a feed that could not be
+ * opened (the driver's wait, the bound and the shutdown still answer).
  */
 const feedForWait = (store: ThreadStore, feed: EventFeed.EventFeed, driver: RunDriver.RunDriver, runId: RunId) =>
   Effect.gen(function*() {
@@ -144,6 +144,8 @@ const feedForWait = (store: ThreadStore, feed: EventFeed.EventFeed, driver: RunD
     if (run._tag === "None") return none
     if (terminalRunStatuses.includes(run.value.status)) return { ended: run.value, events: null }
     const threadId = run.value.threadId
+    // A thread with a worker here: that worker (or the run's fiber) settles the wait; the feed would only add a tailer.
+    if (driver.working().includes(threadId)) return none
     return { ended: null, events: yield* feed.thread(threadId, { afterSeq: yield* store.threadVersion(threadId) }) }
   }).pipe(Effect.orElseSucceed(() => ({ ended: null, events: null })))
 
