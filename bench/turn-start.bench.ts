@@ -33,7 +33,7 @@
  * Effect runtime's work inside a service method counted to it), `BENCH_TRACING=0` (run with the tracer disabled, as `baton serve` runs by default: the
  * counting tracer's spans cost about a tenth of a turn; the phase clock then only tells the provider's time from
  * Baton's, so the report gives totals without the phase and statement split), `BENCH_HEAPPROF=<prefix>` (write a sampling heap profile of the measured turns, objects
- * collected since included, to `<prefix>.<size>.heapprofile`; `BENCH_HEAPPROF_LIVE=1`: only the objects still live).
+ * collected since included, to `<prefix>.<size>.heapprofile`; `BENCH_HEAPPROF_LIVE=1`: only the objects still live), `BENCH_CPUPROF=<prefix>` (write a CPU profile of the measured turns, switches included, sampled every 100 µs, to `<prefix>.<size>.cpuprofile`).
  *
  * CPU: "CPU per turn" is the process's CPU time (`process.cpuUsage`, user + system, GC threads included) across the
  * measured `sendMessage`, the provider's share included: on a shared machine the wall time counts the time the
@@ -63,6 +63,8 @@ const measured = Number(process.env.BENCH_RUNS ?? 200)
 const listStatements = process.env.BENCH_STATEMENTS === "1"
 const itemChunks = process.env.BENCH_ITEM_CHUNKS === "1"
 const heapProfile = process.env.BENCH_HEAPPROF
+/** `BENCH_CPUPROF=<prefix>`: write a CPU profile of the measured turns (switches included) to `<prefix>.<size>.cpuprofile`. */
+const cpuProfile = process.env.BENCH_CPUPROF
 const heapLive = process.env.BENCH_HEAPPROF_LIVE === "1"
 const heapPhases = process.env.BENCH_HEAP_PHASES === "1"
 /** `BENCH_SPANS=1`: also print each span name's time per turn, its own (children's spans subtracted) and in all. */
@@ -71,7 +73,7 @@ const spanTimes = process.env.BENCH_SPANS === "1"
 const tracing = process.env.BENCH_TRACING !== "0"
 
 /** Samples the measured turns' allocations (objects collected since included) into `BENCH_HEAPPROF`. */
-const inspector = heapProfile === undefined ? undefined : (() => {
+const inspector = heapProfile === undefined && cpuProfile === undefined ? undefined : (() => {
   const session = new Inspector.Session()
   session.connect()
   const post = (method: string, params?: object) =>
@@ -352,7 +354,12 @@ for (const size of sizes) {
       }
       h.script.enqueue(runResponse(runsToBuild + i))
       const command = Commands.SendMessage.make({ commandId: cid(), threadId, text: `Measured step ${i}.` })
-      if (i === 0 && inspector !== undefined) {
+      if (i === 0 && inspector !== undefined && cpuProfile !== undefined) {
+        yield* Effect.promise(() => inspector.post("Profiler.enable"))
+        yield* Effect.promise(() => inspector.post("Profiler.setSamplingInterval", { interval: 100 }))
+        yield* Effect.promise(() => inspector.post("Profiler.start"))
+      }
+      if (i === 0 && inspector !== undefined && heapProfile !== undefined) {
         yield* Effect.promise(() => inspector.post("HeapProfiler.enable"))
         yield* Effect.promise(() => inspector.post("HeapProfiler.startSampling", { samplingInterval: 1024, includeObjectsCollectedByMajorGC: !heapLive, includeObjectsCollectedByMinorGC: !heapLive }))
       }
@@ -374,7 +381,11 @@ for (const size of sizes) {
         for (const [key, t] of [...clock.texts].sort((a, b) => b[1].ms - a[1].ms)) console.log(`  ${t.count}x ${fmt(t.ms)} ms ${key}`)
       }
     }
-    if (inspector !== undefined) {
+    if (inspector !== undefined && cpuProfile !== undefined) {
+      const { profile } = (yield* Effect.promise(() => inspector.post("Profiler.stop"))) as { profile: unknown }
+      Fs.writeFileSync(`${cpuProfile}.${size}.cpuprofile`, JSON.stringify(profile))
+    }
+    if (inspector !== undefined && heapProfile !== undefined) {
       const { profile } = (yield* Effect.promise(() => inspector.post("HeapProfiler.stopSampling"))) as { profile: unknown }
       Fs.writeFileSync(`${heapProfile}.${size}.heapprofile`, JSON.stringify(profile))
     }
