@@ -73,6 +73,7 @@ import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewayResponses from "./GatewayResponses.js"
 import * as GatewayResponsesOffload from "./GatewayResponsesOffload.js"
 import * as GatewaySwitched from "./GatewaySwitched.js"
+import * as GatewayThoughtSignatures from "./GatewayThoughtSignatures.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
 import * as ServerConfig from "./ServerConfig.js"
 import * as ServerShutdown from "./ServerShutdown.js"
@@ -404,6 +405,8 @@ export const layer = (options: GatewayOptions) =>
       const models = options.providers.filter(ServerConfig.isModelInstance)
       const counter = TokenCounter.make()
       const interner = GatewayMemo.makeInterner()
+      /** Answered calls' `extra_content` (Gemini's thought signatures) for switched conversations. */
+      const signatures = GatewayThoughtSignatures.make()
       const bodies = GatewayBody.makeParser()
       /** Token counts of message texts, kept while a conversation repeats them (cleared when large). */
       const counts = new Map<string, number>()
@@ -564,7 +567,8 @@ export const layer = (options: GatewayOptions) =>
               wire: switchWire,
               offload: offloads[dialect.kind],
               stopped,
-              onHangUp
+              onHangUp,
+              signatures
             })
           }
           if (target.config.kind !== dialect.kind && upstreamPath === "/v1/messages/count_tokens") {

@@ -45,6 +45,7 @@ import * as GatewayMedia from "./GatewayMedia.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
 import * as GatewaySwitchWire from "./GatewaySwitchWire.js"
+import * as GatewayThoughtSignatures from "./GatewayThoughtSignatures.js"
 import type * as ServerConfig from "./ServerConfig.js"
 
 /** What serving a switched request needs from the gateway. */
@@ -76,6 +77,11 @@ export interface Input {
   readonly stopped: Effect.Effect<boolean>
   /** Where `serve` leaves what records the agent's hang-up once the request is recorded (`GatewayDialect.HangUp`). */
   readonly onHangUp: GatewayDialect.HangUp
+  /**
+   * The gateway's memo of answered calls' `extra_content` (Gemini's thought signatures), given back on the calls the
+   * agent sends again (`GatewayThoughtSignatures`); absent: none remembered (a Gemini model still gets the bypass).
+   */
+  readonly signatures?: GatewayThoughtSignatures.Memo | undefined
 }
 
 /** The most `thread_read` rounds the gateway answers for one switched request (then the answer goes to the agent). */
@@ -373,7 +379,9 @@ export const serve = (input: Input) =>
         HttpClientRequest.setHeaders(headers),
         HttpClientRequest.bodyText(JSON.stringify(chatBody), "application/json")
       ))
-    let chatBody = fitted.body
+    // Gemini's thought signatures back on the calls the agent sends again (its protocol has no place for them).
+    const signatures = input.signatures ?? GatewayThoughtSignatures.make(0)
+    let chatBody = GatewayThoughtSignatures.restore(signatures, threadId, fitted.body)
     const { limit } = fitted.fit
     /** The continuation's tokens, counted as the fit counts them (it stays under the fit's limit). */
     let used = fitted.fit.tokensAfter
@@ -488,6 +496,7 @@ export const serve = (input: Input) =>
         yield* settle((b) => threads.fail(b, "failed", code, `the upstream's answer reports a failure: ${message.slice(0, 300)}`))
         return errorAnswer(failure.status, failure.body)
       }
+      if (threadId !== null) GatewayThoughtSignatures.recordAnswer(signatures, threadId, answer)
       const message = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
       const carried = wire.carriedOf(isRecord(answer) ? answer.usage : null)
@@ -566,7 +575,10 @@ export const serve = (input: Input) =>
           whole.assembler.push(encoder.encode(whole.translator.end()))
           const tail = translator.end()
           const reads = translator.hidden()
-          if (reads === null) return Stream.make(tail)
+          if (reads === null) {
+            if (threadId !== null) GatewayThoughtSignatures.recordAssistant(signatures, threadId, translator.assistant())
+            return Stream.make(tail)
+          }
           if (++hops > maxReadHops) {
             // Still only hidden calls after the last round: Baton's note instead of an empty answer (`readLimitNote`).
             translator.next()
