@@ -154,6 +154,42 @@ describe("GatewaySwitch to Gemini: thought signatures", () => {
     })), { timeout: 60_000 })
 })
 
+describe("GatewaySwitch to Gemini from Responses (Codex's protocol): thought signatures", () => {
+  it.live("the call Codex sends back as a function_call item goes out with its signature", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const chat = yield* ModelApi.start
+      const settings = yield* settingsFor(
+        [instance("gemini", "openai-chat", chat, { contextWindow: 64_000, autoCompactThreshold: null })],
+        { TEST_MODEL_KEY: marker },
+        undefined,
+        { gateway: { routes: [{ model: "gemini-*", provider: "gemini" }] } }
+      )
+      yield* Effect.gen(function*() {
+        const responsesTools = [{ type: "function", name: "Bash", description: "Run a command", parameters: tools[0]!.input_schema }]
+        const send = (input: ReadonlyArray<unknown>) =>
+          raw(HttpClientRequest.post("/v1/responses").pipe(
+            HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}`, session_id: "codex-gem-1" }),
+            HttpClientRequest.bodyText(JSON.stringify({ model: "gemini-3-pro-preview", stream: true, tools: responsesTools, input }), "application/json")
+          ))
+        const prompt = { type: "message", role: "user", content: [{ type: "input_text", text: "list the files" }] }
+        chat.enqueue(streamedCall("function-call-9", "sig-codex"))
+        const first = yield* send([prompt])
+        expect(first.status).toBe(200)
+        expect(first.text).toContain("function-call-9")
+
+        chat.enqueue(wholeText("Done."))
+        const second = yield* send([
+          prompt,
+          { type: "function_call", call_id: "function-call-9", name: "Bash", arguments: JSON.stringify({ command: "ls" }) },
+          { type: "function_call_output", call_id: "function-call-9", output: "a.txt" }
+        ])
+        expect(second.status).toBe(200)
+        // Before the fix: [{ function-call-9, null }].
+        expect(signatures(chat.requests.at(-1)!)).toEqual([{ id: "function-call-9", signature: "sig-codex" }])
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), { timeout: 60_000 })
+})
+
 describe("GatewayThoughtSignatures.make", () => {
   it("forgets the least recently used call past its capacity", () => {
     const memo = GatewayThoughtSignatures.make(2)
