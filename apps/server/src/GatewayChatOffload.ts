@@ -24,7 +24,8 @@
  *   as assembled) and a `tool` message per call. A stream's chunks pass on until the chunk carrying the first delta of
  *   a `thread_read` call (its `function.name`; a name that comes in pieces is held from its first piece while it may
  *   still become `thread_read`, and released once it cannot), and are held from there (that hop's `finish_reason`, usage chunk and
- *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`); the continuation's chunks join the completion the agent is receiving: their `id` and
+ *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`, and the held chunks' text at the
+ *   hop's end when the calls are answered); the continuation's chunks join the completion the agent is receiving: their `id` and
  *   `created` are the first hop's, the `role` of their deltas dropped (the agent has it), their content deltas
  *   appended to the text already sent. Their `tool_calls` keep their `index`: a hop that is continued had only
  *   `thread_read` calls, all held, so the agent has seen no call before the continuation's. A continuation the
@@ -317,7 +318,19 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = contentOf()
       const reads = readsOf(content)
-      if (reads !== null && !last) return { _tag: "reads", reads, content, nextOffset: 0, held: text, head, texted }
+      if (reads !== null && !last) {
+        // The text of the held chunks (after the hidden call began) is the agent's: sent before the continuation's,
+        // and counted as sent. Before branch `b46gw` it was dropped with the calls, and the last round's end gave
+        // Baton's note as though the agent had no text.
+        const said = held.flatMap((h) => {
+          const choice = h.data !== null && Array.isArray(h.data.choices) ? h.data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+          const content = isRecord(choice) && isRecord(choice.delta) ? choice.delta.content : undefined
+          if (h.data === null || typeof content !== "string" || content === "") return []
+          const { usage: _, ...chunk } = h.data
+          return [encodeEvent(h.event, JSON.stringify({ ...chunk, choices: [{ index: 0, delta: { content }, finish_reason: null }] }))]
+        })
+        return { _tag: "reads", reads, content, nextOffset: 0, held: text, head, texted: texted || said.length > 0, said: said.join("") }
+      }
       const beside = besideOf(content, last)
       if (beside === null) return { _tag: "release", held: text }
       const noCall = !beside.visible.some((m) => isRecord(m) && Array.isArray(m.tool_calls))
