@@ -554,10 +554,10 @@ export const hiddenCallsOf = (answer: unknown, hidden: ReadonlySet<string>): { r
   // continuation's assistant message and on the gateway's answers alike: before branch `b46gw` a call without an id
   // was answered with `tool_call_id: ""`, and two calls of one id with one id twice.
   const distinct = distinctIds()
-  const ided = calls.map((c) => ({ ...c, id: distinct(chatCallId(c.id)) }))
+  const ids = calls.map((c) => distinct(chatCallId(c.id)))
   return {
-    message: { role: "assistant", content: typeof message.content === "string" && message.content !== "" ? message.content : null, tool_calls: ided },
-    calls: ided.map((c) => ({ id: c.id, arguments: String((c.function as Json).arguments ?? "{}") }))
+    message: { role: "assistant", content: typeof message.content === "string" && message.content !== "" ? message.content : null, tool_calls: calls.map((c, i) => ({ ...c, id: ids[i] })) },
+    calls: calls.map((c, i) => ({ id: ids[i]!, arguments: String((c.function as Json).arguments ?? "{}") }))
   }
 }
 
