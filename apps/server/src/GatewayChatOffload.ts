@@ -43,6 +43,7 @@ import * as GatewayChat from "./GatewayChat.js"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import { readLimitNote } from "./GatewayOffload.js"
+import * as GatewaySwitch from "./GatewaySwitch.js"
 import { openAiCache } from "./GatewayResponsesOffload.js"
 
 /** Whether `m` is a system prompt message (`system` or `developer`). */
@@ -251,6 +252,31 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   let held:
     | Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string; readonly slots?: ReadonlyArray<number> }>
     | null = null
+  /** The id the agent gets for each call (by slot): the upstream's, made distinct in the answer (`distinctIds`). */
+  const agentIds = new Map<number, string>()
+  const distinct = GatewaySwitch.distinctIds()
+  /**
+   * A chunk with its calls' deltas as the agent tells the calls apart (the chunk itself when nothing changes): each
+   * delta's `index` its call's slot (`callSlots`), its `id` distinct in the answer. Proxies in front of Gemini give
+   * parallel calls one `index` 0 (and one shared id, or none); an agent assembles deltas by `index`, so before branch
+   * `b46gw` it got them as one call (names and arguments glued) and two calls of one id.
+   */
+  const apart = (data: Record<string, unknown>, choice: unknown, delta: Record<string, unknown>, slots: ReadonlyArray<number>): Record<string, unknown> => {
+    const calls: ReadonlyArray<unknown> = Array.isArray(delta.tool_calls) ? delta.tool_calls : []
+    const renamed = calls.map((c, k) => {
+      const slot = slots[k]!
+      if (!isRecord(c) || slot < 0) return c
+      let id = c.id
+      if (typeof c.id === "string" && c.id !== "") {
+        id = agentIds.get(slot) ?? distinct(c.id)
+        agentIds.set(slot, id as string)
+      }
+      const index = typeof c.index === "number" ? slot : c.index
+      return id === c.id && index === c.index ? c : { ...c, index, id }
+    })
+    if (renamed.every((c, k) => c === calls[k]) || !Array.isArray(data.choices)) return data
+    return { ...data, choices: data.choices.map((c) => (c === choice ? { ...(choice as Record<string, unknown>), delta: { ...delta, tool_calls: renamed } } : c)) }
+  }
   const contentOf = () => {
     const outcome = assembler.outcome()
     const message = outcome._tag === "completed" ? outcome.reply.messages[0]?.message : undefined
@@ -261,18 +287,18 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       assembler.push(chunk)
       let out = ""
       for (const m of decoder.push(chunk)) {
-        const data = m.data === "[DONE]" ? undefined : parseJson(m.data)
-        if (!isRecord(data)) {
+        const parsed = m.data === "[DONE]" ? undefined : parseJson(m.data)
+        if (!isRecord(parsed)) {
           if (held === null) out += encodeEvent(m.event, m.data)
           else held.push({ event: m.event, data: null, text: encodeEvent(m.event, m.data) })
           continue
         }
-        if (first && head === undefined && typeof data.id === "string") head = { id: data.id, ...(data.created !== undefined ? { created: data.created } : {}) }
+        if (first && head === undefined && typeof parsed.id === "string") head = { id: parsed.id, ...(parsed.created !== undefined ? { created: parsed.created } : {}) }
         const before = held === null
         // Every call's name, held or not: a thread_read call that starts after the first (read, the agent's call,
         // read, each in chunks of its own as OpenAI streams them) is left out too (before, only the calls begun
         // before the hold were named, and such a second read reached the agent).
-        const choice = Array.isArray(data.choices) ? data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+        const choice = Array.isArray(parsed.choices) ? parsed.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
         const delta = isRecord(choice) && isRecord(choice.delta) ? choice.delta : {}
         const slots: Array<number> = []
         for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
@@ -286,6 +312,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           names.set(at, name)
           if (typeof fnOf(c).arguments === "string" && fnOf(c).arguments !== "") argued.add(at)
         }
+        const data = apart(parsed, choice, delta, slots)
         // A call's name may come in pieces (the protocol makes every field of a delta a fragment): a call whose name
         // so far begins `thread_read` and whose arguments have not begun may still be one, so its chunks are held
         // too, and released as soon as no call is or may be one (before, the chunk with the first piece, `thread_`,
@@ -308,8 +335,8 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           // the continuation's), the rest of the chunk is held.
           out += encode(split.visible, null)
           held!.push({ event: m.event, data: sent(split.rest), text: encode(split.rest, null), slots })
-        } else if (held === null) out += encode(data, m.data)
-        else held.push({ event: m.event, data: sent(data), text: encode(data, m.data), slots })
+        } else if (held === null) out += encode(data, data === parsed ? m.data : null)
+        else held.push({ event: m.event, data: sent(data), text: encode(data, data === parsed ? m.data : null), slots })
       }
       return out
     },

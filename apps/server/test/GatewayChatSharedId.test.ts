@@ -204,3 +204,50 @@ describe("Gateway switch, a Chat Completions call's id", () => {
         }
       })), { timeout: 60_000 })
 })
+
+describe("Gateway /v1/chat/completions (same protocol), parallel calls all at index 0", () => {
+  /** The calls an agent assembles from a stream by each delta's `index` (as OpenAI's SDKs do): id, name, arguments. */
+  const byIndex = (text: string) => {
+    const calls = new Map<number, { id: string; name: string; arguments: string }>()
+    for (const e of parseSse(text)) {
+      if (e.data === "[DONE]") continue
+      const choice = ((JSON.parse(e.data) as Json).choices as Array<Json> | undefined)?.[0]
+      for (const c of ((choice?.delta as Json | undefined)?.tool_calls ?? []) as Array<Json>) {
+        const at = calls.get(c.index as number) ?? { id: "", name: "", arguments: "" }
+        const fn = (c.function ?? {}) as Json
+        if (typeof c.id === "string") at.id = c.id
+        at.name += String(fn.name ?? "")
+        at.arguments += String(fn.arguments ?? "")
+        calls.set(c.index as number, at)
+      }
+    }
+    return [...calls.values()]
+  }
+  // The proxies' form (see above) reached a Chat agent unchanged: one index for both calls, so the agent glued them
+  // (`ReadBash`, `{…}{…}`), and two calls of one id. The gateway numbers each call as its own and makes the ids distinct.
+  for (const [label, ids] of [["sharing one id", ["call_s", "call_s"]], ["with their own ids", ["call_1", "call_2"]]] as const) {
+    it.live(`calls ${label} reach the agent as two calls`, () =>
+      withChatGateway("gemini-*", (chat) =>
+        Effect.gen(function*() {
+          chat.enqueue(indexed([
+            [{ index: 0, ...call(ids[0], "Read", "{\"file_path\":") }],
+            [{ index: 0, function: { arguments: "\"/a.txt\"}" } }],
+            [{ index: 0, ...call(ids[1], "Bash", "{\"command\":") }],
+            [{ index: 0, function: { arguments: "\"ls\"}" } }]
+          ]))
+          const answer = yield* raw(HttpClientRequest.post("/v1/chat/completions").pipe(
+            HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}`, "x-session-id": `same-${label}` }),
+            HttpClientRequest.bodyText(JSON.stringify({
+              model: "gemini-3",
+              stream: true,
+              tools: ["Read", "Bash"].map((name) => ({ type: "function", function: { name, description: name, parameters: { type: "object", properties: {} } } })),
+              messages: [{ role: "user", content: "read a.txt and list" }]
+            }), "application/json")
+          ))
+          expect(answer.status).toBe(200)
+          const calls = byIndex(answer.text)
+          expect(calls.map((c) => [c.name, JSON.parse(c.arguments)])).toEqual([["Read", { file_path: "/a.txt" }], ["Bash", { command: "ls" }]])
+          expect(calls.map((c) => c.id)).toEqual(ids[0] === ids[1] ? ["call_s", "call_s_2"] : ["call_1", "call_2"])
+        })), { timeout: 60_000 })
+  }
+})
