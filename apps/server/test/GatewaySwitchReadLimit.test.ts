@@ -132,7 +132,13 @@ describe("Gateway switch, the last round's answer has text beside its thread_rea
 // Before branch `b46gw` Baton's note was appended after it (the text, then "[Baton] … gave no answer yet").
 describe("Gateway switch, a streamed answer whose text reached the agent before the read limit", () => {
   const said = "Found it: the config sets the limit to 8."
-  for (const c of cases) {
+  // The three other directions too (their translators end the answer through another reader's `stop`).
+  const others = [
+    { ...cases[0]!, upstream: "openai-responses" as const },
+    { ...cases[1]!, upstream: "openai-responses" as const },
+    { ...cases[2]!, upstream: "anthropic-messages" as const }
+  ]
+  for (const c of [...cases, ...others]) {
     for (const where of ["the last round", "the first round"] as const) {
       it.live(`${c.path} on ${c.upstream} (streamed, text in ${where}): the agent gets the text alone, not Baton's note`, () =>
         Effect.scoped(Effect.gen(function*() {
