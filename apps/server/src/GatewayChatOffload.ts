@@ -39,6 +39,7 @@
  */
 import { ThreadRead } from "@baton/orchestration"
 import { OpenAiChat, Sse } from "@baton/providers"
+import * as Crypto from "node:crypto"
 import * as GatewayChat from "./GatewayChat.js"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
@@ -106,8 +107,21 @@ export const shape: GatewayOffload.Shape = {
 export const assistantOf = (message: Record<string, unknown>): Record<string, unknown> => ({
   role: "assistant",
   content: message.content ?? null,
-  ...(Array.isArray(message.tool_calls) && message.tool_calls.length > 0 ? { tool_calls: message.tool_calls } : {})
+  ...(Array.isArray(message.tool_calls) && message.tool_calls.length > 0 ? { tool_calls: withIds(message.tool_calls) } : {})
 })
+
+/**
+ * Calls with an id each: a call without one (missing or empty: some OpenAI-compatible servers send none) gets
+ * `call_` and a digest of the calls and its place, the same on every reading of the same answer (the continuation,
+ * its answers and the recorded expansion agree). Before branch `b46gw` a whole answer's `thread_read` call without an
+ * id was not the gateway's to answer and reached the agent, a call of a tool it never offered (a streamed one was
+ * answered as `tool_call_id: ""`).
+ */
+const withIds = (calls: ReadonlyArray<unknown>): ReadonlyArray<unknown> => {
+  if (calls.every((c) => !isRecord(c) || (typeof c.id === "string" && c.id !== ""))) return calls
+  const digest = Crypto.createHash("sha256").update(JSON.stringify(calls)).digest("hex").slice(0, 16)
+  return calls.map((c, i) => (isRecord(c) && (typeof c.id !== "string" || c.id === "") ? { ...c, id: `call_${digest}_${i}` } : c))
+}
 
 /**
  * The `thread_read` calls of a reply (`content`: the one assistant message) when the gateway can answer them itself:

@@ -45,3 +45,40 @@ describe("Gateway /v1/chat/completions, tool_calls entries that are not objects"
       })), { timeout: 60_000 })
   }
 })
+
+describe("Gateway /v1/chat/completions (same protocol), a whole answer's thread_read call without an id", () => {
+  it.live("is the gateway's: answered under an id of its own, never the agent's", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const upstream = yield* ModelApi.start
+      const settings = yield* settingsFor([instance("up", "openai-chat", upstream, { contextWindow: 200_000 })], { TEST_MODEL_KEY: marker }, undefined, {
+        gateway: { routes: [{ model: "m-*", provider: "up" }] }
+      })
+      yield* Effect.gen(function*() {
+        const whole = (message: Record<string, unknown>): ModelApi.Reply => ({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({ id: "chatcmpl-w", object: "chat.completion", choices: [{ index: 0, message, finish_reason: "stop" }], usage: { prompt_tokens: 100, completion_tokens: 20 } })
+        })
+        upstream.enqueue(
+          whole({ role: "assistant", content: null, tool_calls: [{ type: "function", function: { name: "thread_read", arguments: "{\"refs\":\"#1\"}" } }] }),
+          whole({ role: "assistant", content: "It said list." })
+        )
+        const answer = yield* raw(HttpClientRequest.post("/v1/chat/completions").pipe(
+          HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}` }),
+          HttpClientRequest.bodyText(JSON.stringify({
+            model: "m-1",
+            tools: [{ type: "function", function: { name: "bash", description: "Run", parameters: { type: "object", properties: {} } } }],
+            messages: [{ role: "user", content: "what did I ask?" }]
+          }), "application/json")
+        ))
+        expect(answer.status).toBe(200)
+        // Before the fix: the agent got the thread_read call (a tool it never offered), and one upstream request.
+        expect(answer.text).not.toContain("thread_read")
+        expect(upstream.requests).toHaveLength(2)
+        const messages = (JSON.parse(upstream.requests[1]!.body) as { messages: Array<Record<string, unknown>> }).messages
+        const id = ((messages.at(-2)!.tool_calls as Array<Record<string, unknown>>)[0]!).id
+        expect(typeof id === "string" && id !== "").toBe(true)
+        expect(messages.at(-1)).toMatchObject({ role: "tool", tool_call_id: id })
+      }).pipe(Effect.provide(serveSettings(settings)))
+    })), { timeout: 60_000 })
+})
