@@ -892,20 +892,23 @@ export const layer = (options: GatewayOptions) =>
                   return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
                 }
                 if (end._tag === "release" || hops.length > maxReadHops) return end.held === "" ? Stream.empty : Stream.make(encoder.encode(end.held))
+                // The held text goes on first (Chat Completions: text that came after the hidden call began), then the
+                // continuation's stream or the error that ends the agent's.
+                const said = end.said === undefined || end.said === "" ? Stream.empty : Stream.make(encoder.encode(end.said))
                 const next = offloader!.continuation(body, end.content, yield* answerReads(end.reads, body, end.content))
                 const response = yield* Effect.either(http.execute(post(encoder.encode(JSON.stringify(offloader!.sendable(next))))))
                 lastBody = next
                 // A 2xx that is not a stream (a JSON body, an HTML page) cannot join the message: an error, as a refusal.
                 if (response._tag === "Right" && response.right.status >= 200 && response.right.status < 300 && (response.right.headers["content-type"] ?? "").includes("text/event-stream")) {
-                  return spliced(response.right.stream, offloader!.hop(end), next)
+                  return Stream.concat(said, spliced(response.right.stream, offloader!.hop(end), next))
                 }
                 // The continuation failed: the agent gets an error event in the stream (the run fails: no message_stop,
                 // no response.completed).
                 const text = response._tag === "Left" ? "" : yield* Effect.orElseSucceed(response.right.text, () => "")
-                return Stream.make(encoder.encode((hop.error ?? offloader!.streamError)(
+                return Stream.concat(said, Stream.make(encoder.encode((hop.error ?? offloader!.streamError)(
                   text,
                   `the upstream could not continue after thread_read${response._tag === "Left" ? `: ${response.left.message}` : ` (HTTP ${response.right.status})`}`
-                )))
+                ))))
               })))
             )
           }

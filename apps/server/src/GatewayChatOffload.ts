@@ -24,7 +24,8 @@
  *   as assembled) and a `tool` message per call. A stream's chunks pass on until the chunk carrying the first delta of
  *   a `thread_read` call (its `function.name`; a name that comes in pieces is held from its first piece while it may
  *   still become `thread_read`, and released once it cannot), and are held from there (that hop's `finish_reason`, usage chunk and
- *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`); the continuation's chunks join the completion the agent is receiving: their `id` and
+ *   `[DONE]` included; text that chunk carries beside the call goes on, `textBeside`, and the held chunks' text at the
+ *   hop's end when the calls are answered); the continuation's chunks join the completion the agent is receiving: their `id` and
  *   `created` are the first hop's, the `role` of their deltas dropped (the agent has it), their content deltas
  *   appended to the text already sent. Their `tool_calls` keep their `index`: a hop that is continued had only
  *   `thread_read` calls, all held, so the agent has seen no call before the continuation's. A continuation the
@@ -38,10 +39,12 @@
  */
 import { ThreadRead } from "@baton/orchestration"
 import { OpenAiChat, Sse } from "@baton/providers"
+import * as Crypto from "node:crypto"
 import * as GatewayChat from "./GatewayChat.js"
 import { isRecord, parseJson } from "./GatewayDialect.js"
 import * as GatewayOffload from "./GatewayOffload.js"
 import { readLimitNote } from "./GatewayOffload.js"
+import * as GatewaySwitch from "./GatewaySwitch.js"
 import { openAiCache } from "./GatewayResponsesOffload.js"
 
 /** Whether `m` is a system prompt message (`system` or `developer`). */
@@ -104,8 +107,21 @@ export const shape: GatewayOffload.Shape = {
 export const assistantOf = (message: Record<string, unknown>): Record<string, unknown> => ({
   role: "assistant",
   content: message.content ?? null,
-  ...(Array.isArray(message.tool_calls) && message.tool_calls.length > 0 ? { tool_calls: message.tool_calls } : {})
+  ...(Array.isArray(message.tool_calls) && message.tool_calls.length > 0 ? { tool_calls: withIds(message.tool_calls) } : {})
 })
+
+/**
+ * Calls with an id each: a call without one (missing or empty: some OpenAI-compatible servers send none) gets
+ * `call_` and a digest of the calls and its place, the same on every reading of the same answer (the continuation,
+ * its answers and the recorded expansion agree). Before branch `b46gw` a whole answer's `thread_read` call without an
+ * id was not the gateway's to answer and reached the agent, a call of a tool it never offered (a streamed one was
+ * answered as `tool_call_id: ""`).
+ */
+const withIds = (calls: ReadonlyArray<unknown>): ReadonlyArray<unknown> => {
+  if (calls.every((c) => !isRecord(c) || (typeof c.id === "string" && c.id !== ""))) return calls
+  const digest = Crypto.createHash("sha256").update(JSON.stringify(calls)).digest("hex").slice(0, 16)
+  return calls.map((c, i) => (isRecord(c) && (typeof c.id !== "string" || c.id === "") ? { ...c, id: `call_${digest}_${i}` } : c))
+}
 
 /**
  * The `thread_read` calls of a reply (`content`: the one assistant message) when the gateway can answer them itself:
@@ -250,6 +266,31 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
   let held:
     | Array<{ readonly event: string; readonly data: Record<string, unknown> | null; readonly text: string; readonly slots?: ReadonlyArray<number> }>
     | null = null
+  /** The id the agent gets for each call (by slot): the upstream's, made distinct in the answer (`distinctIds`). */
+  const agentIds = new Map<number, string>()
+  const distinct = GatewaySwitch.distinctIds()
+  /**
+   * A chunk with its calls' deltas as the agent tells the calls apart (the chunk itself when nothing changes): each
+   * delta's `index` its call's slot (`callSlots`), its `id` distinct in the answer. Proxies in front of Gemini give
+   * parallel calls one `index` 0 (and one shared id, or none); an agent assembles deltas by `index`, so before branch
+   * `b46gw` it got them as one call (names and arguments glued) and two calls of one id.
+   */
+  const apart = (data: Record<string, unknown>, choice: unknown, delta: Record<string, unknown>, slots: ReadonlyArray<number>): Record<string, unknown> => {
+    const calls: ReadonlyArray<unknown> = Array.isArray(delta.tool_calls) ? delta.tool_calls : []
+    const renamed = calls.map((c, k) => {
+      const slot = slots[k]!
+      if (!isRecord(c) || slot < 0) return c
+      let id = c.id
+      if (typeof c.id === "string" && c.id !== "") {
+        id = agentIds.get(slot) ?? distinct(c.id)
+        agentIds.set(slot, id as string)
+      }
+      const index = typeof c.index === "number" ? slot : c.index
+      return id === c.id && index === c.index ? c : { ...c, index, id }
+    })
+    if (renamed.every((c, k) => c === calls[k]) || !Array.isArray(data.choices)) return data
+    return { ...data, choices: data.choices.map((c) => (c === choice ? { ...(choice as Record<string, unknown>), delta: { ...delta, tool_calls: renamed } } : c)) }
+  }
   const contentOf = () => {
     const outcome = assembler.outcome()
     const message = outcome._tag === "completed" ? outcome.reply.messages[0]?.message : undefined
@@ -260,18 +301,18 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       assembler.push(chunk)
       let out = ""
       for (const m of decoder.push(chunk)) {
-        const data = m.data === "[DONE]" ? undefined : parseJson(m.data)
-        if (!isRecord(data)) {
+        const parsed = m.data === "[DONE]" ? undefined : parseJson(m.data)
+        if (!isRecord(parsed)) {
           if (held === null) out += encodeEvent(m.event, m.data)
           else held.push({ event: m.event, data: null, text: encodeEvent(m.event, m.data) })
           continue
         }
-        if (first && head === undefined && typeof data.id === "string") head = { id: data.id, ...(data.created !== undefined ? { created: data.created } : {}) }
+        if (first && head === undefined && typeof parsed.id === "string") head = { id: parsed.id, ...(parsed.created !== undefined ? { created: parsed.created } : {}) }
         const before = held === null
         // Every call's name, held or not: a thread_read call that starts after the first (read, the agent's call,
         // read, each in chunks of its own as OpenAI streams them) is left out too (before, only the calls begun
         // before the hold were named, and such a second read reached the agent).
-        const choice = Array.isArray(data.choices) ? data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+        const choice = Array.isArray(parsed.choices) ? parsed.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
         const delta = isRecord(choice) && isRecord(choice.delta) ? choice.delta : {}
         const slots: Array<number> = []
         for (const c of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
@@ -285,6 +326,7 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           names.set(at, name)
           if (typeof fnOf(c).arguments === "string" && fnOf(c).arguments !== "") argued.add(at)
         }
+        const data = apart(parsed, choice, delta, slots)
         // A call's name may come in pieces (the protocol makes every field of a delta a fragment): a call whose name
         // so far begins `thread_read` and whose arguments have not begun may still be one, so its chunks are held
         // too, and released as soon as no call is or may be one (before, the chunk with the first piece, `thread_`,
@@ -307,8 +349,8 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           // the continuation's), the rest of the chunk is held.
           out += encode(split.visible, null)
           held!.push({ event: m.event, data: sent(split.rest), text: encode(split.rest, null), slots })
-        } else if (held === null) out += encode(data, m.data)
-        else held.push({ event: m.event, data: sent(data), text: encode(data, m.data), slots })
+        } else if (held === null) out += encode(data, data === parsed ? m.data : null)
+        else held.push({ event: m.event, data: sent(data), text: encode(data, data === parsed ? m.data : null), slots })
       }
       return out
     },
@@ -317,7 +359,19 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = contentOf()
       const reads = readsOf(content)
-      if (reads !== null && !last) return { _tag: "reads", reads, content, nextOffset: 0, held: text, head, texted }
+      if (reads !== null && !last) {
+        // The text of the held chunks (after the hidden call began) is the agent's: sent before the continuation's,
+        // and counted as sent. Before branch `b46gw` it was dropped with the calls, and the last round's end gave
+        // Baton's note as though the agent had no text.
+        const said = held.flatMap((h) => {
+          const choice = h.data !== null && Array.isArray(h.data.choices) ? h.data.choices.find((c) => isRecord(c) && (c.index ?? 0) === 0) : undefined
+          const content = isRecord(choice) && isRecord(choice.delta) ? choice.delta.content : undefined
+          if (h.data === null || typeof content !== "string" || content === "") return []
+          const { usage: _, ...chunk } = h.data
+          return [encodeEvent(h.event, JSON.stringify({ ...chunk, choices: [{ index: 0, delta: { content }, finish_reason: null }] }))]
+        })
+        return { _tag: "reads", reads, content, nextOffset: 0, held: text, head, texted: texted || said.length > 0, said: said.join("") }
+      }
       const beside = besideOf(content, last)
       if (beside === null) return { _tag: "release", held: text }
       const noCall = !beside.visible.some((m) => isRecord(m) && Array.isArray(m.tool_calls))

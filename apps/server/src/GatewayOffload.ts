@@ -777,8 +777,13 @@ export type HopEnd =
     readonly visible?: ReadonlyArray<unknown> | undefined
     /** Responses: the next `sequence_number` the agent expects. */
     readonly nextSequence?: number | undefined
-    /** Anthropic: whether text reached the agent in this answer so far (else the last round's end gives the note). */
+    /** Anthropic, Chat Completions: whether text reached the agent in this answer so far (else the last round's end gives the note). */
     readonly texted?: boolean | undefined
+    /**
+     * Chat Completions: the held chunks' text, as chunks of their text alone, which the agent gets before the
+     * continuation's (a stream's text is the agent's, whatever its calls; counted in `texted`).
+     */
+    readonly said?: string | undefined
     /**
      * Chat Completions: what every chunk the agent receives carries from the first hop (its `id`, `created`);
      * Responses: what a continuation's `response` objects carry from the first hop's (its `id`, `created_at`).

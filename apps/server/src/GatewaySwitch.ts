@@ -448,6 +448,22 @@ export const chatCallId = (id: unknown): string =>
   id !== undefined && id !== null && String(id) !== "" ? String(id) : `call_${Crypto.randomBytes(12).toString("hex")}`
 
 /**
+ * A function that returns each call id it is given once unchanged and, given one it returned before, that id with
+ * `_2`, `_3`, … appended (a free one): the ids of one answer's calls for the agent. Proxies in front of Gemini give
+ * parallel calls one shared id, and an agent cannot answer two calls of one id apart (Anthropic refuses a message
+ * whose `tool_use` ids repeat); before branch `b46gw` such calls reached the agent with one id.
+ */
+export const distinctIds = (): (id: string) => string => {
+  const taken = new Set<string>()
+  return (id) => {
+    let out = id
+    for (let n = 2; taken.has(out); n++) out = `${id}_${n}`
+    taken.add(out)
+    return out
+  }
+}
+
+/**
  * Anthropic's stop reason for a Chat Completions `finish_reason` and whether the agent gets a call (`visibleCalls`):
  * `length` -> `max_tokens`, `content_filter` -> `refusal`, else `tool_use` when a call is visible and `end_turn` when
  * none is (only hidden `thread_read` calls, or none). A visible call decides, not `finish_reason`: OpenAI answers a
@@ -498,13 +514,14 @@ export const messageOf = (
   const choice = Array.isArray(a.choices) && isRecord(a.choices[0]) ? a.choices[0] : {}
   const message = isRecord(choice.message) ? choice.message : {}
   const content: Array<Json> = []
+  const distinct = distinctIds()
   if (typeof message.content === "string" && message.content !== "") content.push({ type: "text", text: message.content })
   for (const c of Array.isArray(message.tool_calls) ? message.tool_calls : []) {
     if (!isRecord(c)) continue
     const fn = isRecord(c.function) ? c.function : {}
     if (hidden.has(String(fn.name ?? ""))) continue
     const args = typeof fn.arguments === "string" ? parseJson(fn.arguments) : fn.arguments
-    content.push({ type: "tool_use", id: callId(chatCallId(c.id)), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
+    content.push({ type: "tool_use", id: distinct(callId(chatCallId(c.id))), name: String(fn.name ?? ""), input: isRecord(args) ? args : {} })
   }
   return {
     id: messageIdOf(a.id),
@@ -533,9 +550,14 @@ export const hiddenCallsOf = (answer: unknown, hidden: ReadonlySet<string>): { r
   const message = isRecord(choice.message) ? choice.message : {}
   const calls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).filter(isRecord)
   if (calls.length === 0 || !calls.every((c) => isRecord(c.function) && hidden.has(String(c.function.name)))) return null
+  // Each call with an id of its own (the upstream's; a fresh one for none, a suffix for a repeated one), in the
+  // continuation's assistant message and on the gateway's answers alike: before branch `b46gw` a call without an id
+  // was answered with `tool_call_id: ""`, and two calls of one id with one id twice.
+  const distinct = distinctIds()
+  const ids = calls.map((c) => distinct(chatCallId(c.id)))
   return {
-    message: { role: "assistant", content: typeof message.content === "string" && message.content !== "" ? message.content : null, tool_calls: calls },
-    calls: calls.map((c) => ({ id: String(c.id ?? ""), arguments: String((c.function as Json).arguments ?? "{}") }))
+    message: { role: "assistant", content: typeof message.content === "string" && message.content !== "" ? message.content : null, tool_calls: calls.map((c, i) => ({ ...c, id: ids[i] })) },
+    calls: calls.map((c, i) => ({ id: ids[i]!, arguments: String((c.function as Json).arguments ?? "{}") }))
   }
 }
 
@@ -612,7 +634,20 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
   /** Whether this hop's stream carried a JSON chunk: `[DONE]` after none is no answer, not an empty message. */
   let answered = false
   let text = ""
-  const calls = new Map<number, { id: string; name: string; arguments: string; hidden: boolean; sent?: boolean; extra?: Record<string, unknown> | undefined }>()
+  /**
+   * Each call of the hop by its slot: `upstreamId` the first id the upstream gave it (`null` before one: a call's id
+   * may come in a later delta than its first), `id` the agent's, fixed when first needed (`idOf`), after the calls are
+   * complete.
+   */
+  const calls = new Map<number, { upstreamId: string | null; id: string | null; name: string; arguments: string; hidden: boolean; sent?: boolean; extra?: Record<string, unknown> | undefined }>()
+  /** The agent's ids of the message's calls, distinct across its hops (one message for the agent). */
+  const distinct = distinctIds()
+  /**
+   * A call's id for the agent (and the continuation): the upstream's, or a fresh one when it gave none (`chatCallId`),
+   * distinct in the message. Before branch `b46gw` it was fixed at the call's first delta: an id that came in a later
+   * delta was lost, and the agent got a generated one.
+   */
+  const idOf = (c: { upstreamId: string | null; id: string | null }): string => c.id ??= distinct(callId(chatCallId(c.upstreamId)))
   let slotOf = OpenAiChat.callSlots()
   let pending: ReadonlyArray<HiddenCall> | null = null
   const out: Array<string> = []
@@ -649,7 +684,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       c.sent = true
       close()
       const index = blocks++
-      out.push(event({ type: "content_block_start", index, content_block: { type: "tool_use", id: c.id, name: c.name, input: {} } }))
+      out.push(event({ type: "content_block_start", index, content_block: { type: "tool_use", id: idOf(c), name: c.name, input: {} } }))
       if (c.arguments !== "") out.push(event({ type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: c.arguments } }))
       out.push(event({ type: "content_block_stop", index }))
     }
@@ -662,7 +697,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
     const visible = [...calls.values()].filter((c) => !c.hidden)
     if (visible.length === 0 && [...calls.values()].some((c) => c.hidden)) {
       // Only hidden calls: the message stays open for the continuation.
-      pending = [...calls.values()].map((c) => ({ id: c.id, arguments: c.arguments }))
+      pending = [...calls.values()].map((c) => ({ id: idOf(c), arguments: c.arguments }))
       return
     }
     // Hidden calls beside the agent's own are dropped (the agent answers its own; the message ends here).
@@ -711,9 +746,10 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       const callIndex = slotOf(c)
       let call = calls.get(callIndex)
       if (call === undefined) {
-        call = { id: callId(chatCallId(c.id)), name: "", arguments: "", hidden: false }
+        call = { upstreamId: null, id: null, name: "", arguments: "", hidden: false }
         calls.set(callIndex, call)
       }
+      if (call.upstreamId === null && typeof c.id === "string" && c.id !== "") call.upstreamId = c.id
       // The name may come in pieces (every field of a delta is a fragment): the calls are sent whole at the end, so
       // whether a call is hidden is decided on its whole name (before, the first piece was the name: a thread_read
       // named in pieces reached the agent as a call of `thread_`, an own tool `Bash` as `Ba`).
@@ -743,7 +779,7 @@ export const streamTranslator = (model: string, hiddenTools: ReadonlySet<string>
       role: "assistant",
       content: text === "" ? null : text,
       tool_calls: [...calls.values()].map((c) => ({
-        id: c.id,
+        id: idOf(c),
         type: "function",
         function: { name: c.name, arguments: c.arguments },
         ...(c.extra === undefined ? {} : { extra_content: c.extra })

@@ -95,6 +95,16 @@ const maxReadHops = 8
 export const readLimitNote = GatewayOffload.readLimitNote
 
 /**
+ * Whether a hop's assistant output (`GatewaySwitchWire.Translator.assistant`: a Chat message, Responses items or an
+ * Anthropic message) has text: a streamed hop's text reaches the agent as it comes, whatever its calls.
+ */
+const saidIn = (assistant: ReadonlyArray<unknown>): boolean =>
+  assistant.some((m) =>
+    isRecord(m) && ((typeof m.content === "string" && m.content !== "") ||
+      (Array.isArray(m.content) && m.content.some((c) => isRecord(c) && typeof c.text === "string" && c.text !== "")))
+  )
+
+/**
  * Whether a reply's recorded tokens must say what its last request carried (`carried`, `GatewayThreads.Reply`'s
  * `carriedTokens`): after hidden rounds (`hops` over 1: the tokens are every request's), or when the billed input is
  * not what the request carried (an Anthropic upstream's compaction iterations: `GatewaySwitchAnthropic.billedOf`).
@@ -557,6 +567,8 @@ export const serve = (input: Input) =>
       )
     })
     let hops = 0
+    /** Whether text of the answer reached the agent in an earlier hop or this one (then no note at the read limit). */
+    let said = false
     /** The gateway's error as the agent's stream's error event (numbered on by the translator when it numbers). */
     const streamError = (body: Record<string, unknown>) => translator.error === undefined ? agent.streamError(body) : translator.error(body)
     /**
@@ -579,8 +591,13 @@ export const serve = (input: Input) =>
             if (threadId !== null) GatewayThoughtSignatures.recordAssistant(signatures, threadId, translator.assistant())
             return Stream.make(tail)
           }
+          // The hop's text went to the agent as it came (only its calls are hidden).
+          said ||= saidIn(translator.assistant())
           if (++hops > maxReadHops) {
-            // Still only hidden calls after the last round: Baton's note instead of an empty answer (`readLimitNote`).
+            // Still only hidden calls after the last round. The agent got text (this hop's or an earlier one's): that
+            // is the answer, ended here, as a whole answer with text beside its reads is. Else Baton's note instead of
+            // an empty answer (`readLimitNote`). Before branch `b46gw` the note always came, after text already sent.
+            if (said) return Stream.make(tail + translator.stop())
             translator.next()
             return Stream.make(tail + translator.push(encoder.encode(wire.note.stream(readLimitNote))) + translator.end())
           }

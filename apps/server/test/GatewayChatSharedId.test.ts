@@ -80,6 +80,35 @@ describe("Gateway, indexless tool-call deltas that share one call id", () => {
         ])
       })), { timeout: 60_000 })
 
+  // The same proxies, giving the parallel calls one shared id, or none: a delta naming a function at an index whose
+  // call is named and whole is another call (before: glued into one call, `ReadBash` with `{…}{…}`).
+  for (const [label, ids] of [["sharing one id", ["call_s", "call_s"]], ["without ids", [null, null]]] as const) {
+    it.live(`parallel calls each at index 0 ${label} are two calls`, () =>
+      withChatGateway("gemini-*", (chat) =>
+        Effect.gen(function*() {
+          const named = (id: string | null, name: string, args: string): Json => {
+            const c = call(id ?? "", name, args)
+            if (id === null) delete c.id
+            return { index: 0, ...c }
+          }
+          chat.enqueue(indexed([
+            [named(ids[0], "Read", "{\"file_path\":")],
+            [{ index: 0, function: { arguments: "\"/a.txt\"}" } }],
+            [named(ids[1], "Bash", "{\"command\":")],
+            [{ index: 0, function: { arguments: "\"ls\"}" } }]
+          ]))
+          const answer = yield* ask(`d-${label}`)
+          expect(answer.status).toBe(200)
+          const uses = toolUses(answer.text)
+          expect(uses.map(([, name, input]) => [name, input])).toEqual([
+            ["Read", { file_path: "/a.txt" }],
+            ["Bash", { command: "ls" }]
+          ])
+          // Two calls the agent can answer apart: distinct ids (the shared one on the first; a fresh one otherwise).
+          expect(new Set(uses.map(([id]) => id)).size).toBe(2)
+        })), { timeout: 60_000 })
+  }
+
   it.live("a call's signature delta after the next call began belongs to its call", () =>
     withChatGateway("gemini-*", (chat) =>
       Effect.gen(function*() {
@@ -113,4 +142,112 @@ describe("Gateway, indexless tool-call deltas that share one call id", () => {
           ["Read", { file_path: "/b.txt" }]
         ])
       })), { timeout: 60_000 })
+})
+
+describe("Gateway switch, a Chat Completions call's id", () => {
+  // Some OpenAI-compatible servers send a call's name in its first delta and its id in a later one. The id is the
+  // call's: before, it was fixed at the first delta, and the agent got a generated `call_…` instead.
+  it.live("an id that arrives after the call's first delta is the call's id", () =>
+    withChatGateway("gemini-*", (chat) =>
+      Effect.gen(function*() {
+        chat.enqueue(indexed([
+          [{ index: 0, type: "function", function: { name: "Read", arguments: "" } }],
+          [{ index: 0, id: "call_late", function: { arguments: "{\"file_path\":\"/a.txt\"}" } }]
+        ]))
+        const answer = yield* ask("late")
+        expect(answer.status).toBe(200)
+        expect(toolUses(answer.text)).toEqual([["call_late", "Read", { file_path: "/a.txt" }]])
+      })), { timeout: 60_000 })
+
+  // A whole answer whose thread_read calls have no id (or one id for two): the continuation's assistant message and
+  // the gateway's answers name each call by an id of its own. Before, each answer's `tool_call_id` was "" (or the
+  // shared id twice), matching no call the upstream could tell apart.
+  it.live("whole thread_read calls without ids are answered by ids of their own", () =>
+    withChatGateway("gemini-*", (chat) =>
+      Effect.gen(function*() {
+        const read = (id: string | null, offset: number): Json => ({
+          ...(id === null ? {} : { id }),
+          type: "function",
+          function: { name: "thread_read", arguments: JSON.stringify({ refs: "#1", offset }) }
+        })
+        const whole = (message: Json): ModelApi.Reply => ({
+          status: 200,
+          contentType: "application/json",
+          body: JSON.stringify({ id: "gem-w", object: "chat.completion", choices: [{ index: 0, message, finish_reason: "tool_calls" }], usage: { prompt_tokens: 100, completion_tokens: 20 } })
+        })
+        chat.enqueue(
+          whole({ role: "assistant", content: null, tool_calls: [read(null, 0), read(null, 1)] }),
+          whole({ role: "assistant", content: null, tool_calls: [read("call_s", 0), read("call_s", 1)] }),
+          whole({ role: "assistant", content: "done" })
+        )
+        const answer = yield* raw(HttpClientRequest.post("/v1/messages").pipe(
+          HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "whole-ids" }),
+          HttpClientRequest.bodyText(JSON.stringify({
+            model: "gemini-3",
+            max_tokens: 500,
+            tools: [{ name: "Read", description: "Read", input_schema: { type: "object", properties: {} } }],
+            messages: [{ role: "user", content: "look back" }]
+          }), "application/json")
+        ))
+        expect(answer.status).toBe(200)
+        expect(chat.requests).toHaveLength(3)
+        for (const [hop, request] of chat.requests.slice(1).entries()) {
+          const messages = (JSON.parse(request.body) as { messages: Array<Json> }).messages
+          // Each hidden round so far: the assistant's calls, then one tool answer per call.
+          const rounds = messages.filter((m) => m.role === "assistant")
+          expect(rounds).toHaveLength(hop + 1)
+          const ids = rounds.flatMap((m) => (m.tool_calls as Array<Json>).map((c) => c.id))
+          const answered = messages.filter((m) => m.role === "tool").map((m) => m.tool_call_id)
+          expect(new Set(ids.slice(-2)).size).toBe(2)
+          expect(ids.every((id) => typeof id === "string" && id !== "")).toBe(true)
+          expect(answered).toEqual(ids)
+        }
+      })), { timeout: 60_000 })
+})
+
+describe("Gateway /v1/chat/completions (same protocol), parallel calls all at index 0", () => {
+  /** The calls an agent assembles from a stream by each delta's `index` (as OpenAI's SDKs do): id, name, arguments. */
+  const byIndex = (text: string) => {
+    const calls = new Map<number, { id: string; name: string; arguments: string }>()
+    for (const e of parseSse(text)) {
+      if (e.data === "[DONE]") continue
+      const choice = ((JSON.parse(e.data) as Json).choices as Array<Json> | undefined)?.[0]
+      for (const c of ((choice?.delta as Json | undefined)?.tool_calls ?? []) as Array<Json>) {
+        const at = calls.get(c.index as number) ?? { id: "", name: "", arguments: "" }
+        const fn = (c.function ?? {}) as Json
+        if (typeof c.id === "string") at.id = c.id
+        at.name += String(fn.name ?? "")
+        at.arguments += String(fn.arguments ?? "")
+        calls.set(c.index as number, at)
+      }
+    }
+    return [...calls.values()]
+  }
+  // The proxies' form (see above) reached a Chat agent unchanged: one index for both calls, so the agent glued them
+  // (`ReadBash`, `{…}{…}`), and two calls of one id. The gateway numbers each call as its own and makes the ids distinct.
+  for (const [label, ids] of [["sharing one id", ["call_s", "call_s"]], ["with their own ids", ["call_1", "call_2"]]] as const) {
+    it.live(`calls ${label} reach the agent as two calls`, () =>
+      withChatGateway("gemini-*", (chat) =>
+        Effect.gen(function*() {
+          chat.enqueue(indexed([
+            [{ index: 0, ...call(ids[0], "Read", "{\"file_path\":") }],
+            [{ index: 0, function: { arguments: "\"/a.txt\"}" } }],
+            [{ index: 0, ...call(ids[1], "Bash", "{\"command\":") }],
+            [{ index: 0, function: { arguments: "\"ls\"}" } }]
+          ]))
+          const answer = yield* raw(HttpClientRequest.post("/v1/chat/completions").pipe(
+            HttpClientRequest.setHeaders({ authorization: `Bearer ${adminToken}`, "x-session-id": `same-${label}` }),
+            HttpClientRequest.bodyText(JSON.stringify({
+              model: "gemini-3",
+              stream: true,
+              tools: ["Read", "Bash"].map((name) => ({ type: "function", function: { name, description: name, parameters: { type: "object", properties: {} } } })),
+              messages: [{ role: "user", content: "read a.txt and list" }]
+            }), "application/json")
+          ))
+          expect(answer.status).toBe(200)
+          const calls = byIndex(answer.text)
+          expect(calls.map((c) => [c.name, JSON.parse(c.arguments)])).toEqual([["Read", { file_path: "/a.txt" }], ["Bash", { command: "ls" }]])
+          expect(calls.map((c) => c.id)).toEqual(ids[0] === ids[1] ? ["call_s", "call_s_2"] : ["call_1", "call_2"])
+        })), { timeout: 60_000 })
+  }
 })

@@ -126,3 +126,48 @@ describe("Gateway switch, the last round's answer has text beside its thread_rea
       })), { timeout: 60_000 })
   }
 })
+
+// A streamed answer's text goes to the agent as it comes, so after the last round the agent has it already: it is the
+// answer, ended there (`end_turn`, `stop`, a completed response), as a whole answer with text beside its reads is.
+// Before branch `b46gw` Baton's note was appended after it (the text, then "[Baton] … gave no answer yet").
+describe("Gateway switch, a streamed answer whose text reached the agent before the read limit", () => {
+  const said = "Found it: the config sets the limit to 8."
+  // The three other directions too (their translators end the answer through another reader's `stop`).
+  const others = [
+    { ...cases[0]!, upstream: "openai-responses" as const },
+    { ...cases[1]!, upstream: "openai-responses" as const },
+    { ...cases[2]!, upstream: "anthropic-messages" as const }
+  ]
+  for (const c of [...cases, ...others]) {
+    for (const where of ["the last round", "the first round"] as const) {
+      it.live(`${c.path} on ${c.upstream} (streamed, text in ${where}): the agent gets the text alone, not Baton's note`, () =>
+        Effect.scoped(Effect.gen(function*() {
+          const upstream = yield* ModelApi.start
+          const settings = yield* settingsFor([instance("up", c.upstream, upstream, { contextWindow: 200_000 })], { TEST_MODEL_KEY: marker }, undefined, {
+            gateway: { routes: [{ model: "m-*", provider: "up" }] }
+          })
+          yield* Effect.gen(function*() {
+            const at = where === "the last round" ? 8 : 0
+            for (let i = 0; i < 9; i++) upstream.enqueue(ModelApi.answer(c.upstream, i === at ? said : "", usage, [read(i)]))
+            const answer = yield* raw(HttpClientRequest.post(c.path).pipe(
+              HttpClientRequest.setHeaders(c.headers),
+              HttpClientRequest.bodyText(JSON.stringify({ ...c.body, stream: true }), "application/json")
+            ))
+            expect(answer.status).toBe(200)
+            expect(upstream.requests).toHaveLength(9)
+            expect(answer.text).not.toContain("thread_read")
+            // Before the fix: said + readLimitNote.
+            expect(textOf(c.path, answer.text, true)).toBe(said)
+            // The answer ends its turn, once.
+            if (c.path === "/v1/messages") expect(answer.text.match(/"stop_reason":"end_turn"/g)).toHaveLength(1)
+            if (c.path === "/v1/chat/completions") expect(answer.text.match(/"finish_reason":"stop"/g)).toHaveLength(1)
+            if (c.path === "/v1/responses") expect(answer.text.match(/event: response\.completed/g)).toHaveLength(1)
+            const api = yield* client()
+            const threads = (yield* api.threads.list({ urlParams: {} })).threads
+            const runs = (yield* api.runs.list({ path: { threadId: threads[0]!.id }, urlParams: {} })).runs
+            expect(runs.map((r) => r.status)).toEqual(["completed"])
+          }).pipe(Effect.provide(serveSettings(settings)))
+        })), { timeout: 60_000 })
+    }
+  }
+})

@@ -76,6 +76,9 @@ export const toolNamesOf = (messages: ReadonlyArray<unknown>): ReadonlyMap<strin
   for (const m of messages) {
     if (!isRecord(m) || !Array.isArray(m.tool_calls)) continue
     for (const c of m.tool_calls) {
+      // A call that is no object names nothing (before branch `b46gw` it failed the request's record, and a switched
+      // request with a 500).
+      if (!isRecord(c)) continue
       const call = normaliseCall(c) as { id: string; name: string }
       names.set(call.id, call.name)
     }

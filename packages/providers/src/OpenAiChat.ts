@@ -29,12 +29,14 @@ import type { ProducedItem, ProviderAdapterShape, TextDelta, ToolDefinition } fr
  * go on with already has a name and its arguments are whole (a JSON value) starts a new call: two parallel calls that
  * share one id (or have none) are two calls. A delta whose `index` already has a call with another id is another call
  * too, at the next free slot, and that `index` stands for it from then on: OpenAI never gives one index a second id,
- * and proxies in front of Gemini number each parallel call 0 (its place in its chunk).
+ * and proxies in front of Gemini number each parallel call 0 (its place in its chunk). So is a delta naming a
+ * function at an `index` whose call is named and whole: such proxies give the parallel calls one shared id, or none.
  *
  * Before, a missing `index` was 0 (Gemini's parallel calls became one call, their arguments glued, the others lost);
  * then only the previous delta's `id` was compared, so a call's metadata-only delta after the next call began became
  * a call of its own without a name (on a switch, a `tool_use` block named `""`; the first call's thought signature
- * lost), and a second call with the first's id went on with it (name `ReadRead`, arguments `{…}{…}`).
+ * lost), and a second call with the first's id went on with it (name `ReadRead`, arguments `{…}{…}`); until branch
+ * `b46gw` the same held for calls that all came at `index` 0 with one id or none.
  */
 export const callSlots = (): (call: Record<string, unknown>) => number => {
   /** Each id's latest call. */
@@ -56,7 +58,7 @@ export const callSlots = (): (call: Record<string, unknown>) => number => {
     let slot: number
     if (typeof call.index === "number") {
       const mapped = byIndex.get(call.index)
-      const other = mapped !== undefined && id !== null && (calls.get(mapped)?.id ?? id) !== id
+      const other = mapped !== undefined && ((id !== null && (calls.get(mapped)?.id ?? id) !== id) || (named && whole(mapped)))
       slot = mapped !== undefined && !other ? mapped : calls.has(call.index) ? next : call.index
       byIndex.set(call.index, slot)
     } else {
