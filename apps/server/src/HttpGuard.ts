@@ -44,6 +44,7 @@ import {
 } from "@baton/contracts"
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Chunk, Effect, Either, Option, Schema } from "effect"
+import { MIMEType } from "node:util"
 import { refuseAfterDrain } from "./BodyDrain.js"
 import { isGatewayPath, unknownPathRefusal } from "./Gateway.js"
 
@@ -148,24 +149,34 @@ const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
 }
 
 /**
- * Whether a `Content-Type` is JSON: `application/json`, with parameters. Only that type: it is the one HttpApi
- * decodes as JSON; any other (`application/x+json` included) it would read again as bytes from a body this guard
- * has already consumed, and the request would hang.
+ * A `Content-Type` parsed as a media type (RFC 9110 §8.3.1) by Node's WHATWG MIME type parser: its essence
+ * (`type/subtype`, lower-cased) and its parameters, a quoted value read as one value (`foo="x; charset=latin1"` is
+ * `foo`'s value, not a charset). `None` when it does not parse as one media type (`application/json, text/plain`).
  */
-const isJson = (contentType: string) => /^application\/json\s*(;|$)/i.test(contentType.trim()) && charsetOf(contentType) !== "other"
+const mediaType = Option.liftThrowable((contentType: string) => new MIMEType(contentType))
 
 /**
- * The charset a `Content-Type` declares: `"utf-8"` when none (JSON's only encoding between systems, RFC 8259 §8.1),
- * `utf-8`/`utf8` or `us-ascii` (a subset of UTF-8; its bytes are checked as UTF-8 all the same); `"other"` for any
- * other (`latin1`, `iso-8859-1`, `utf-16`...). A body in another charset is refused (415, naming UTF-8) rather than
- * decoded as UTF-8: its non-ASCII characters would be stored altered (or refused as invalid UTF-8 for some texts and
- * not others), and transcoding every legacy charset is not worth a surface no JSON client needs.
+ * Whether a `Content-Type` is JSON: `application/json`, with parameters, in UTF-8 (`isUtf8`). Only that type: it is
+ * the one HttpApi decodes as JSON; any other (`application/x+json` included) it would read again as bytes from a body
+ * this guard has already consumed, and the request would hang.
  */
-const charsetOf = (contentType: string): "utf-8" | "other" => {
-  const declared = /;\s*charset\s*=\s*("([^"]*)"|[^;\s]*)/i.exec(contentType)
-  if (declared === null) return "utf-8"
-  const name = (declared[2] ?? declared[1] ?? "").trim().toLowerCase()
-  return name === "utf-8" || name === "utf8" || name === "us-ascii" ? "utf-8" : "other"
+const isJson = (contentType: string) => {
+  const parsed = mediaType(contentType)
+  return Option.isSome(parsed) && parsed.value.essence === "application/json" && isUtf8(parsed.value.params.get("charset"))
+}
+
+/**
+ * Whether a declared charset is UTF-8: none (JSON's only encoding between systems, RFC 8259 §8.1), `utf-8`/`utf8` or
+ * `us-ascii` (a subset of UTF-8; its bytes are checked as UTF-8 all the same). A body in another charset (`latin1`,
+ * `iso-8859-1`, `utf-16`...) is refused (415, naming UTF-8) rather than decoded as UTF-8: its non-ASCII characters
+ * would be stored altered (or refused as invalid UTF-8 for some texts and not others), and transcoding every legacy
+ * charset is not worth a surface no JSON client needs. The charset is the media type's own parameter, never one
+ * written inside another parameter's quoted value (it was: `foo="x; charset=latin1"` was refused as latin1).
+ */
+const isUtf8 = (charset: string | null) => {
+  if (charset === null) return true
+  const name = charset.trim().toLowerCase()
+  return name === "utf-8" || name === "utf8" || name === "us-ascii"
 }
 
 /**
