@@ -201,7 +201,9 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
         const key = CommandReceipts.keyOf(command, command.threadId)
         const seen = yield* CommandReceipts.find(store, key)
         const found = yield* store.getRun(command.runId)
-        if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
+        if (found._tag === "None" || found.value.threadId !== command.threadId) {
+          return yield* RunNotFound.onThread(command.runId, command.threadId, found)
+        }
         const run = found.value
         const accepted: RunAccepted = { runId: run.id, threadId: run.threadId, runSeq: run.seq, status: run.status }
         if (seen._tag === "Some") {
