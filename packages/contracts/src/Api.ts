@@ -47,7 +47,7 @@ import {
   CompactReport,
   CreateThreadResult,
   ForkResult,
-  MergeResult,
+  MergeAnswer,
   OffloadReport,
   OffloadUndoReport,
   SwitchResult,
@@ -250,9 +250,9 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .setPath(threadPath)
       .setPayload(CommandPayload)
       .setHeaders(IdempotencyHeaders)
-      .addSuccess(MergeResult)
+      .addSuccess(MergeAnswer)
       .addError(ThreadNotFound)
-      .annotate(OpenApi.Description, "Merges this fork's new runs back into its parent as one merge run owed by a `merge` handoff (`runId: null`: nothing new).")
+      .annotate(OpenApi.Description, "Merges this fork's new runs back into its parent as one merge run owed by a `merge` handoff (`merged: false`, `runId: null`: nothing new was merged; `message` says what was merged or why nothing was).")
   )
   .add(
     HttpApiEndpoint.post("compact", "/threads/:threadId/compact")
