@@ -98,8 +98,8 @@ export const refuseAfterDrain = (request: HttpServerRequest.HttpServerRequest, r
   Effect.as(drain(request), HttpServerResponse.setHeader(response, "connection", "close"))
 
 /**
- * `response` (the refusal of a request without a valid token: 401, or 403 for the read-only token on a write) with
- * `Connection: close`, its body drained only when it declares at most `unauthenticatedDrainCapBytes` (a chunked body:
+ * `response` (the refusal of a request without a valid token: 401, or 403 for the read-only token on a write; the
+ * API's guard and the gateway) with `Connection: close` when the request has a body, that body drained only when it declares at most `unauthenticatedDrainCapBytes` (a chunked body:
  * at most that much is read). A larger declared body is not read at all: the connection is closed after the answer,
  * and a client still sending may see it reset instead of reading the answer (`Expect: 100-continue` avoids that: no
  * `100 Continue` is sent, so no body comes). Answered kept alive, the unread body was read and discarded by Node for as
@@ -107,7 +107,11 @@ export const refuseAfterDrain = (request: HttpServerRequest.HttpServerRequest, r
  */
 export const refuseUnread = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) => {
   const declared = request.headers["content-length"]
-  const small = declared === undefined ? request.headers["transfer-encoding"] !== undefined : Number(declared) <= unauthenticatedDrainCapBytes
+  const chunked = request.headers["transfer-encoding"] !== undefined
+  // Without a body there is nothing to read: the answer as it is, the connection kept.
+  if (!chunked && (declared === undefined || Number(declared) === 0)) return Effect.succeed(response)
   const closed = HttpServerResponse.setHeader(response, "connection", "close")
-  return small ? Effect.as(drain(request, unauthenticatedDrainCapBytes), closed) : Effect.succeed(closed)
+  return chunked || Number(declared) <= unauthenticatedDrainCapBytes
+    ? Effect.as(drain(request, unauthenticatedDrainCapBytes), closed)
+    : Effect.succeed(closed)
 }

@@ -4,7 +4,8 @@
  * body guard ran first, and a client without a token was answered 413, 411, 415 or 400 (new user b46srv), and the
  * server read up to the whole limit of an unauthenticated client's body. Now a body of a client without a valid token
  * is read at most 64 KiB (`BodyDrain.refuseUnread`): a larger one is not waited for, the answer comes at once and the
- * connection is closed. Nothing of a refused request is written.
+ * connection is closed; the gateway's refusals of a token likewise (Node read such a body whole, the connection kept).
+ * Nothing of a refused request is written.
  */
 import { Harness } from "@baton/testing"
 import { HttpServer } from "@effect/platform"
@@ -93,5 +94,19 @@ describe("auth before the body", () => {
       const basic = yield* exchange(postHead(json, "content-length: 1000000", `authorization: Basic ${adminToken}`), "{")
       expect([basic.status, (basic.body as { reason: string }).reason]).toEqual([401, "the Authorization header is not a bearer token"])
       expect((yield* raw(get("/threads"))).body).toEqual({ threads: [], nextCursor: null })
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("the gateway's 401 and 403 do not read a large body either: answered at once, the connection closed", () =>
+    Effect.gen(function*() {
+      // Answered kept alive, Node read the unauthenticated body on for as long as it came (here: it waited for it).
+      const head = (key: string) => ["POST /v1/messages HTTP/1.1", "host: x", json, "anthropic-version: 2023-06-01", key, "content-length: 1000000"].join("\r\n")
+      const unknown = yield* exchange(head("x-api-key: wrong-token-0123456789"), "{")
+      expect([unknown.status, unknown.connection]).toEqual([401, "close"])
+      expect(unknown.body).toEqual({
+        type: "error",
+        error: { type: "authentication_error", message: "Baton gateway: unknown token; send a Baton token as x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer" }
+      })
+      const readOnly = yield* exchange(head(`x-api-key: ${readToken}`), "{")
+      expect([readOnly.status, readOnly.connection]).toEqual([403, "close"])
     }).pipe(Effect.provide(serve(providers()))))
 })
