@@ -2,7 +2,8 @@
  * A run addressed under a thread it is not a run of (`POST /threads/{A}/interrupt` with `runId` of thread B, or
  * `POST /threads/{A}/runs/{B's run}/tool-results`) is 404 `RunNotFound` saying so: which thread the path named, which
  * thread the run belongs to. It was a bare "run … not found", as if the run did not exist (new user b46srv). An id no
- * run has says that instead. Nothing is changed on either thread.
+ * run has says that instead, and under a thread that does not exist the thread is not found. Nothing is changed on
+ * either thread.
  */
 import { Harness } from "@baton/testing"
 import { describe, expect, it } from "@effect/vitest"
@@ -38,6 +39,13 @@ describe("a run addressed under another thread", () => {
         threadId: threadA,
         message: `run run_nope not found: no run has this id (thread ${threadA}'s runs: GET /threads/${threadA}/runs)`
       }])
+
+      // Under a thread that does not exist, the thread is what is not found (its runs' route would 404 too).
+      const noThread = { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (list threads with `baton threads`)" }
+      const interruptNoThread = yield* raw(post("/threads/thr_nope/interrupt", { runId: "run_nope" }))
+      expect([interruptNoThread.status, interruptNoThread.body]).toEqual([404, noThread])
+      const resultsNoThread = yield* raw(post(`/threads/thr_nope/runs/${runB}/tool-results`, { results: [{ toolCallId: "call_1", output: "x" }] }))
+      expect([resultsNoThread.status, resultsNoThread.body]).toEqual([404, noThread])
 
       // Nothing changed: B's run stays as it ended, A has no run.
       expect(((yield* raw(get(`/runs/${runB}`))).body!.run as { status: string }).status).toBe("completed")
