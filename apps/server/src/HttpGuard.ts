@@ -291,7 +291,9 @@ const withText = (request: HttpServerRequest.HttpServerRequest, text: string): H
  */
 const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
   Effect.succeed(
-    response.body._tag === "Empty" && response.status === 404
+    response.status === 401
+      ? withChallenge(request, withMessage(response))
+      : response.body._tag === "Empty" && response.status === 404
       ? unknownPathRefusal(request.method, request.url, request.headers) ??
         errorResponse(new RouteNotFound({ method: request.method, path: request.url.split("?")[0]!.slice(0, 500) }), 404)
       : response.body._tag === "Empty" && response.status >= 500
@@ -340,6 +342,18 @@ export const middleware = (options: { readonly maxBodyBytes: number; readonly to
 }
 
 /**
+ * `response` (a 401) with the `WWW-Authenticate` challenge a 401 must carry (RFC 9110 §11.6.1): the Bearer scheme
+ * (RFC 6750 §3), with `error="invalid_token"` when a bearer token was sent and refused. It had none, and a client that
+ * reads the scheme from the challenge (as HTTP libraries do) was not told which to use.
+ */
+const withChallenge = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  HttpServerResponse.setHeader(
+    response,
+    "www-authenticate",
+    /^bearer\s+\S/i.test(request.headers.authorization ?? "") ? `Bearer realm="baton", error="invalid_token"` : `Bearer realm="baton"`
+  )
+
+/**
  * The refusal of a write carrying a body, answered before its body is looked at: 401 `Unauthorized` without a valid
  * token, 403 `Forbidden` for the read-only token; `null` when the token may write, and for a read or a path under
  * `/v1/` (the gateway's protocol, whose agents send their token as `x-api-key`: an unknown path there is answered 404
@@ -347,7 +361,7 @@ export const middleware = (options: { readonly maxBodyBytes: number; readonly to
  */
 const authRefusal = (request: HttpServerRequest.HttpServerRequest, verdict: Auth.Verdict) => {
   if (!HttpMethod.hasBody(request.method) || request.url.startsWith("/v1/")) return null
-  if (verdict._tag === "denied") return errorResponse(new Unauthorized({ reason: verdict.reason }), 401)
+  if (verdict._tag === "denied") return withChallenge(request, errorResponse(new Unauthorized({ reason: verdict.reason }), 401))
   return verdict.role === "admin"
     ? null
     : errorResponse(new Forbidden({ reason: `the read-only token may not ${request.method}; use the admin token` }), 403)

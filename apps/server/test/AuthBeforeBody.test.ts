@@ -12,7 +12,7 @@ import { HttpServer } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Data, Effect } from "effect"
 import * as Net from "node:net"
-import { adminToken, get, raw, readToken, serve } from "./helpers.js"
+import { adminToken, get, post, raw, readToken, serve } from "./helpers.js"
 
 /** A request that got no answer (a hang): the server waited for a body it should not read. */
 class NoAnswer extends Data.TaggedError("NoAnswer")<{ readonly head: string }> {}
@@ -94,6 +94,19 @@ describe("auth before the body", () => {
       const basic = yield* exchange(postHead(json, "content-length: 1000000", `authorization: Basic ${adminToken}`), "{")
       expect([basic.status, (basic.body as { reason: string }).reason]).toEqual([401, "the Authorization header is not a bearer token"])
       expect((yield* raw(get("/threads"))).body).toEqual({ threads: [], nextCursor: null })
+    }).pipe(Effect.provide(serve(providers()))))
+
+  it.live("every 401 of the API carries the Bearer challenge (RFC 9110 §11.6.1), invalid_token when a token was refused", () =>
+    Effect.gen(function*() {
+      // It carried none (new user b46srv).
+      const none = yield* raw(get("/threads", null))
+      expect([none.status, none.headers["www-authenticate"]]).toEqual([401, "Bearer realm=\"baton\""])
+      const wrong = yield* raw(get("/threads", "wrong-token-0123456789"))
+      expect([wrong.status, wrong.headers["www-authenticate"]]).toEqual([401, "Bearer realm=\"baton\", error=\"invalid_token\""])
+      // The guard's own 401, before the body.
+      const guarded = yield* raw(post("/threads", { providerInstance: "codex" }, "wrong-token-0123456789"))
+      expect([guarded.status, guarded.headers["www-authenticate"]]).toEqual([401, "Bearer realm=\"baton\", error=\"invalid_token\""])
+      expect((yield* raw(get("/threads"))).headers["www-authenticate"]).toBeUndefined()
     }).pipe(Effect.provide(serve(providers()))))
 
   it.live("the gateway's 401 and 403 do not read a large body either: answered at once, the connection closed", () =>
