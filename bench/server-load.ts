@@ -116,14 +116,15 @@ const timed = (adapter: ProviderAdapter.ProviderAdapterShape): ProviderAdapter.P
 /** `Server.layer` as production builds it, with `timing` outside the guard and timed adapters (no /docs). */
 const batonLayer = (settings: ServerConfig.ServerSettings) => {
   const orchestrator = Server.orchestratorLayer(settings, timed)
-  const guard = HttpGuard.middleware({ maxBodyBytes: settings.limits.maxBodyBytes })
+  const tokens = { admin: settings.auth.adminToken, read: settings.auth.readToken }
+  const guard = HttpGuard.middleware({ maxBodyBytes: settings.limits.maxBodyBytes, tokens })
   return listening.pipe(
     Layer.provideMerge(HttpApiBuilder.serve((app) => timing(guard(app)))),
     Layer.provide(HttpApiBuilder.api(Api.BatonApi).pipe(
       Layer.provide(Handlers.layer),
       Layer.provide(EventStream.Stopping.layer),
-      Layer.provide(Auth.sessionLayer({ admin: settings.auth.adminToken, read: settings.auth.readToken })),
-      Layer.provide(Auth.layer({ admin: settings.auth.adminToken, read: settings.auth.readToken }))
+      Layer.provide(Auth.sessionLayer(tokens)),
+      Layer.provide(Auth.layer(tokens))
     )),
     Layer.provide(loopback),
     Layer.provide(orchestrator)

@@ -69,7 +69,8 @@ const roleOfToken = (token: string, tokens: { readonly admin: Buffer; readonly r
 
 const readMethods = new Set(["GET", "HEAD"])
 
-const digestsOf = (tokens: Tokens) => ({
+/** The SHA-256 digests of `tokens`, as `roleOf` compares them. */
+export const digestsOf = (tokens: Tokens) => ({
   admin: digest(Redacted.value(tokens.admin)),
   read: tokens.read === null ? null : digest(Redacted.value(tokens.read))
 })

@@ -10,6 +10,12 @@ import type * as Http from "node:http"
 /** How much of a refused body is read and discarded before answering, in bytes past the limit. */
 const drainCapBytes = 64 * 1024 * 1024
 /**
+ * How much of the body of a request without a valid token is read and discarded before its refusal (401/403): 64 KiB,
+ * enough for any command a client with a mistyped or missing token sends, so that it gets its answer. A larger body is
+ * not read at all (`refuseUnread`): a client without a token does not get the server to read megabytes for it.
+ */
+export const unauthenticatedDrainCapBytes = 64 * 1024
+/**
  * How long a refused body is drained before answering anyway, in milliseconds: 5,000. A test that waits the bound out
  * on purpose provides a shorter one (`Layer.succeed(DrainTimeout, 300)` under the server's Layer: the request fibers
  * inherit the server's context); the server itself never changes it.
@@ -50,10 +56,10 @@ export const continueOnRead = (server: Http.Server): Http.Server =>
  * uninterruptibly here, so a timeout waited for the drain to end, and a client that declared a body over the limit
  * and sent less was never answered (new user r35; BodyLimitSlow.test.ts).
  */
-export const drain = (request: HttpServerRequest.HttpServerRequest) =>
-  Effect.flatMap(DrainTimeout, (drainTimeoutMs) => drainFor(request, drainTimeoutMs))
+export const drain = (request: HttpServerRequest.HttpServerRequest, capBytes: number = drainCapBytes) =>
+  Effect.flatMap(DrainTimeout, (drainTimeoutMs) => drainFor(request, drainTimeoutMs, capBytes))
 
-const drainFor = (request: HttpServerRequest.HttpServerRequest, drainTimeoutMs: number) =>
+const drainFor = (request: HttpServerRequest.HttpServerRequest, drainTimeoutMs: number, capBytes: number) =>
   Effect.async<void>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
     // A client waiting for `100 Continue` that was never sent (`continueOnRead`) sends no body: nothing to drain, and
@@ -62,7 +68,7 @@ const drainFor = (request: HttpServerRequest.HttpServerRequest, drainTimeoutMs: 
     let bytes = 0
     const onData = (chunk: Buffer) => {
       bytes += chunk.length
-      if (bytes > drainCapBytes) finish()
+      if (bytes > capBytes) finish()
     }
     const stop = () => {
       clearTimeout(deadline)
@@ -90,3 +96,22 @@ const drainFor = (request: HttpServerRequest.HttpServerRequest, drainTimeoutMs: 
  */
 export const refuseAfterDrain = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
   Effect.as(drain(request), HttpServerResponse.setHeader(response, "connection", "close"))
+
+/**
+ * `response` (the refusal of a request without a valid token: 401, or 403 for the read-only token on a write; the
+ * API's guard and the gateway) with `Connection: close` when the request has a body, that body drained only when it declares at most `unauthenticatedDrainCapBytes` (a chunked body:
+ * at most that much is read). A larger declared body is not read at all: the connection is closed after the answer,
+ * and a client still sending may see it reset instead of reading the answer (`Expect: 100-continue` avoids that: no
+ * `100 Continue` is sent, so no body comes). Answered kept alive, the unread body was read and discarded by Node for as
+ * long as the client sent it.
+ */
+export const refuseUnread = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) => {
+  const declared = request.headers["content-length"]
+  const chunked = request.headers["transfer-encoding"] !== undefined
+  // Without a body there is nothing to read: the answer as it is, the connection kept.
+  if (!chunked && (declared === undefined || Number(declared) === 0)) return Effect.succeed(response)
+  const closed = HttpServerResponse.setHeader(response, "connection", "close")
+  return chunked || Number(declared) <= unauthenticatedDrainCapBytes
+    ? Effect.as(drain(request, unauthenticatedDrainCapBytes), closed)
+    : Effect.succeed(closed)
+}

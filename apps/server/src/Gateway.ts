@@ -61,7 +61,7 @@ import { TokenCounter } from "@baton/context"
 import { ProviderFailure } from "@baton/providers"
 import { Cause, Clock, Data, Effect, Either, Fiber, Layer, Option, Redacted, Stream } from "effect"
 import * as Auth from "./Auth.js"
-import { refuseAfterDrain } from "./BodyDrain.js"
+import { refuseAfterDrain, refuseUnread } from "./BodyDrain.js"
 import * as GatewayAnthropic from "./GatewayAnthropic.js"
 import * as GatewayBody from "./GatewayBody.js"
 import * as GatewayDialect from "./GatewayDialect.js"
@@ -467,17 +467,25 @@ export const layer = (options: GatewayOptions) =>
           const verdict = key === undefined || dialect.keyHeader === undefined
             ? Auth.roleOf(request.headers.authorization, digests)
             : Auth.roleOfKey(dialect.keyHeader, key, digests)
+          // Refused without reading the body beyond 64 KiB, then the connection closed (`refuseUnread`): answered kept
+          // alive, Node read and discarded an unauthenticated client's whole body (up to the declared 32 MiB and more).
           if (verdict._tag === "denied") {
-            return dialect.refuse("unauthenticated", `Baton gateway: ${verdict.reason}; send a Baton token as ${dialect.tokenHint}`)
+            return yield* refuseUnread(
+              request,
+              dialect.refuse("unauthenticated", `Baton gateway: ${verdict.reason}; send a Baton token as ${dialect.tokenHint}`)
+            )
           }
           if (verdict.role !== "admin") {
             // Known but read-only: 403, as the API answers it on a write. Counting tokens writes nothing, but it goes
             // upstream with the instance's key, which the read-only token does not hold either.
-            return dialect.refuse(
-              "forbidden",
-              record
-                ? `Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as ${dialect.tokenHint}`
-                : `Baton gateway: the read-only token may not send requests upstream (they go with the instance's key); send the admin token as ${dialect.tokenHint}`
+            return yield* refuseUnread(
+              request,
+              dialect.refuse(
+                "forbidden",
+                record
+                  ? `Baton gateway: the read-only token may not send model requests (each is recorded); send the admin token as ${dialect.tokenHint}`
+                  : `Baton gateway: the read-only token may not send requests upstream (they go with the instance's key); send the admin token as ${dialect.tokenHint}`
+              )
             )
           }
           const encoding = contentEncodingOf(request.headers["content-encoding"])

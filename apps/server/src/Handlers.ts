@@ -3,7 +3,7 @@
  * commands through `ThreadService` and the `RunDriver` (a message is submitted and answered 202 at once). Handlers
  * translate between the HTTP shapes (path, body, `Idempotency-Key`) and the commands; they decide nothing.
  */
-import { Api, Commands, type CommandId, InvalidRequest, type RunId, terminalRunStatuses, type ThreadEvent } from "@baton/contracts"
+import { Api, Commands, type CommandId, InvalidRequest, mergeAnswer, type RunId, terminalRunStatuses, type ThreadEvent } from "@baton/contracts"
 import { IdGenerator, RunDriver, ThreadQuery, ThreadService } from "@baton/orchestration"
 import { EventFeed, ThreadStore } from "@baton/persistence"
 import { HttpApiBuilder } from "@effect/platform"
@@ -64,7 +64,7 @@ const threads = HttpApiBuilder.group(Api.BatonApi, "threads", (handlers) =>
           }))))
       .handle("mergeBack", ({ headers, path, payload }) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
-          service.mergeBack(Commands.MergeBack.make({ commandId, forkThreadId: path.threadId }))))
+          Effect.map(service.mergeBack(Commands.MergeBack.make({ commandId, forkThreadId: path.threadId })), mergeAnswer)))
       .handle("compact", ({ headers, path, payload }) =>
         Effect.flatMap(commandIdOf(ids, headers, payload), (commandId) =>
           service.compact(Commands.CompactThread.make({ commandId, threadId: path.threadId }))))

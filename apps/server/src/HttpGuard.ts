@@ -2,6 +2,13 @@
  * HttpGuard: what stands between the network and the API so that bad input never hurts. It wraps the whole HTTP
  * app (API routes, `/openapi.json`, `/docs`) and owns:
  *
+ * - **Auth before the body.** A request that carries a body to a write method is refused 401 without a valid bearer
+ *   token (403 with the read-only token) before anything of its body is checked or read: a client without a token
+ *   learns nothing from the body's refusal (411, 413, 415, 400) and does not get the server to read a large body
+ *   (`BodyDrain.refuseUnread`: at most 64 KiB is drained, a larger body is not read and the connection is closed).
+ *   Any other request is authorised by the API's `Authorization` middleware, as before (the open endpoints take no
+ *   body); the gateway's paths by the gateway. A refused body of a request without a valid token is drained at most
+ *   64 KiB too.
  * - **The body limit.** A body must declare its `Content-Length` (411 otherwise: chunked bodies are refused); one
  *   over the limit is answered 413 without being parsed (it is drained first, up to 64 MiB, so that the answer
  *   reaches the client, then the connection is closed). Nothing of such a request is written.
@@ -44,7 +51,9 @@ import {
 } from "@baton/contracts"
 import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Cause, Chunk, Effect, Either, Option, Schema } from "effect"
-import { refuseAfterDrain } from "./BodyDrain.js"
+import { MIMEType } from "node:util"
+import * as Auth from "./Auth.js"
+import { refuseAfterDrain as refuseDrained, refuseUnread } from "./BodyDrain.js"
 import { isGatewayPath, unknownPathRefusal } from "./Gateway.js"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
@@ -148,24 +157,34 @@ const withMessage = (response: HttpServerResponse.HttpServerResponse) => {
 }
 
 /**
- * Whether a `Content-Type` is JSON: `application/json`, with parameters. Only that type: it is the one HttpApi
- * decodes as JSON; any other (`application/x+json` included) it would read again as bytes from a body this guard
- * has already consumed, and the request would hang.
+ * A `Content-Type` parsed as a media type (RFC 9110 §8.3.1) by Node's WHATWG MIME type parser: its essence
+ * (`type/subtype`, lower-cased) and its parameters, a quoted value read as one value (`foo="x; charset=latin1"` is
+ * `foo`'s value, not a charset). `None` when it does not parse as one media type (`application/json, text/plain`).
  */
-const isJson = (contentType: string) => /^application\/json\s*(;|$)/i.test(contentType.trim()) && charsetOf(contentType) !== "other"
+const mediaType = Option.liftThrowable((contentType: string) => new MIMEType(contentType))
 
 /**
- * The charset a `Content-Type` declares: `"utf-8"` when none (JSON's only encoding between systems, RFC 8259 §8.1),
- * `utf-8`/`utf8` or `us-ascii` (a subset of UTF-8; its bytes are checked as UTF-8 all the same); `"other"` for any
- * other (`latin1`, `iso-8859-1`, `utf-16`...). A body in another charset is refused (415, naming UTF-8) rather than
- * decoded as UTF-8: its non-ASCII characters would be stored altered (or refused as invalid UTF-8 for some texts and
- * not others), and transcoding every legacy charset is not worth a surface no JSON client needs.
+ * Whether a `Content-Type` is JSON: `application/json`, with parameters, in UTF-8 (`isUtf8`). Only that type: it is
+ * the one HttpApi decodes as JSON; any other (`application/x+json` included) it would read again as bytes from a body
+ * this guard has already consumed, and the request would hang.
  */
-const charsetOf = (contentType: string): "utf-8" | "other" => {
-  const declared = /;\s*charset\s*=\s*("([^"]*)"|[^;\s]*)/i.exec(contentType)
-  if (declared === null) return "utf-8"
-  const name = (declared[2] ?? declared[1] ?? "").trim().toLowerCase()
-  return name === "utf-8" || name === "utf8" || name === "us-ascii" ? "utf-8" : "other"
+const isJson = (contentType: string) => {
+  const parsed = mediaType(contentType)
+  return Option.isSome(parsed) && parsed.value.essence === "application/json" && isUtf8(parsed.value.params.get("charset"))
+}
+
+/**
+ * Whether a declared charset is UTF-8: none (JSON's only encoding between systems, RFC 8259 §8.1), `utf-8`/`utf8` or
+ * `us-ascii` (a subset of UTF-8; its bytes are checked as UTF-8 all the same). A body in another charset (`latin1`,
+ * `iso-8859-1`, `utf-16`...) is refused (415, naming UTF-8) rather than decoded as UTF-8: its non-ASCII characters
+ * would be stored altered (or refused as invalid UTF-8 for some texts and not others), and transcoding every legacy
+ * charset is not worth a surface no JSON client needs. The charset is the media type's own parameter, never one
+ * written inside another parameter's quoted value (it was: `foo="x; charset=latin1"` was refused as latin1).
+ */
+const isUtf8 = (charset: string | null) => {
+  if (charset === null) return true
+  const name = charset.trim().toLowerCase()
+  return name === "utf-8" || name === "utf8" || name === "us-ascii"
 }
 
 /**
@@ -203,8 +222,12 @@ export const nestingDepth = (text: string) => {
  * text for the app (`Right`; `null` for a request without a body). A body must declare its length (411 otherwise);
  * one longer than the limit is refused (413) before it is read.
  */
-const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: number) =>
+const checkBody = (request: HttpServerRequest.HttpServerRequest, maxBodyBytes: number, authenticated: boolean) =>
   Effect.gen(function*() {
+    // A refused body is drained so that the answer reaches the client: up to 64 MiB for a client with a valid token,
+    // up to 64 KiB (nothing of a larger one) for a client without (a GET with a body reaches here unauthenticated).
+    const refuseAfterDrain = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+      authenticated ? refuseDrained(request, response) : refuseUnread(request, response)
     const none = Either.right<string | null>(null)
     const refused = (response: HttpServerResponse.HttpServerResponse) => Either.left(response)
     const declared = request.headers["content-length"]
@@ -268,7 +291,9 @@ const withText = (request: HttpServerRequest.HttpServerRequest, text: string): H
  */
 const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
   Effect.succeed(
-    response.body._tag === "Empty" && response.status === 404
+    response.status === 401
+      ? withChallenge(request, withMessage(response))
+      : response.body._tag === "Empty" && response.status === 404
       ? unknownPathRefusal(request.method, request.url, request.headers) ??
         errorResponse(new RouteNotFound({ method: request.method, path: request.url.split("?")[0]!.slice(0, 500) }), 404)
       : response.body._tag === "Empty" && response.status >= 500
@@ -284,15 +309,23 @@ const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServ
  * The platform has answered a failure by the time the middleware sees it (through `finish`); what is left here is
  * logging a defect with its cause.
  */
-export const middleware = (options: { readonly maxBodyBytes: number }) =>
-  <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R | HttpServerRequest.HttpServerRequest> =>
+export const middleware = (options: { readonly maxBodyBytes: number; readonly tokens: Auth.Tokens }) => {
+  const digests = Auth.digestsOf(options.tokens)
+  return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<E, R | HttpServerRequest.HttpServerRequest> =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       // The gateway's endpoints speak the agent's protocol (Anthropic's error shape, its own body limit): their
       // bodies and answers are the gateway's (Gateway.ts), not the API's. They are POST only: another method on their
       // paths is the API's RouteNotFound (it was an empty 404 without a content type; new user r35).
       if (request.method === "POST" && isGatewayPath(request.url)) return yield* app
-      const body = yield* checkBody(request, options.maxBodyBytes)
+      const carriesBody = request.headers["transfer-encoding"] !== undefined ||
+        (request.headers["content-length"] !== undefined && request.headers["content-length"] !== "0")
+      // Only a request with a body is authorised here (the API's middleware authorises every request again): the
+      // token is hashed and compared once more per write, not per read.
+      const verdict = carriesBody ? Auth.roleOf(request.headers.authorization, digests) : null
+      const refusal = verdict === null ? null : authRefusal(request, verdict)
+      if (refusal !== null) return yield* refuseUnread(request, refusal)
+      const body = yield* checkBody(request, options.maxBodyBytes, verdict === null || verdict._tag === "granted")
       if (Either.isLeft(body)) return body.left
       yield* HttpApp.appendPreResponseHandler(finish)
       return yield* body.right === null ? app : Effect.provideService(app, HttpServerRequest.HttpServerRequest, withText(request, body.right))
@@ -306,6 +339,33 @@ export const middleware = (options: { readonly maxBodyBytes: number }) =>
         })
       )
     )
+}
+
+/**
+ * `response` (a 401) with the `WWW-Authenticate` challenge a 401 must carry (RFC 9110 §11.6.1): the Bearer scheme
+ * (RFC 6750 §3), with `error="invalid_token"` when a bearer token was sent and refused. It had none, and a client that
+ * reads the scheme from the challenge (as HTTP libraries do) was not told which to use.
+ */
+const withChallenge = (request: HttpServerRequest.HttpServerRequest, response: HttpServerResponse.HttpServerResponse) =>
+  HttpServerResponse.setHeader(
+    response,
+    "www-authenticate",
+    /^bearer\s+\S/i.test(request.headers.authorization ?? "") ? `Bearer realm="baton", error="invalid_token"` : `Bearer realm="baton"`
+  )
+
+/**
+ * The refusal of a write carrying a body, answered before its body is looked at: 401 `Unauthorized` without a valid
+ * token, 403 `Forbidden` for the read-only token; `null` when the token may write, and for a read or a path under
+ * `/v1/` (the gateway's protocol, whose agents send their token as `x-api-key`: an unknown path there is answered 404
+ * in that protocol, whatever the token).
+ */
+const authRefusal = (request: HttpServerRequest.HttpServerRequest, verdict: Auth.Verdict) => {
+  if (!HttpMethod.hasBody(request.method) || request.url.startsWith("/v1/")) return null
+  if (verdict._tag === "denied") return withChallenge(request, errorResponse(new Unauthorized({ reason: verdict.reason }), 401))
+  return verdict.role === "admin"
+    ? null
+    : errorResponse(new Forbidden({ reason: `the read-only token may not ${request.method}; use the admin token` }), 403)
+}
 
 /**
  * Whether `cause` is the client's going away and nothing else: interruptions only, or interruptions beside the empty

@@ -49,7 +49,7 @@ export interface HttpOptions {
  * Requires the orchestration services (`OrchestratorLayer.layer`), `RunDriver` and `IdGenerator`.
  */
 export const httpLayer = (options: HttpOptions) =>
-  HttpApiBuilder.serve(HttpGuard.middleware({ maxBodyBytes: options.maxBodyBytes })).pipe(
+  HttpApiBuilder.serve(HttpGuard.middleware({ maxBodyBytes: options.maxBodyBytes, tokens: options.tokens })).pipe(
     Layer.provide(WebApp.layer(options.webDir)),
     Layer.provide(Gateway.layer({ tokens: options.tokens, routes: [], providers: [], maxBodyBytes: ServerConfig.defaultGatewayMaxBodyBytes, ...options.gateway })),
     Layer.provide(HttpApiScalar.layer({ path: "/docs", scalar: { withDefaultFonts: false } })),

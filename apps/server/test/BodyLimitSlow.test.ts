@@ -26,11 +26,15 @@ const providers = () => Harness.make([{ name: "codex", window: 44_000, inject: t
  */
 const drainBound = Layer.succeed(BodyDrain.DrainTimeout, 300)
 
-/** Sends the head of a POST declaring `declared` bytes and `sent` bytes of it; resolves with the first line answered. */
+/** Sends the head of an admin's POST declaring `declared` bytes and `sent` bytes of it; resolves with the first line answered. */
 const firstLine = (port: number, declared: number, sent: number) =>
   Effect.async<string>((resume) => {
     const socket = Net.connect(port, "127.0.0.1", () => {
-      socket.write(`POST /threads HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nContent-Length: ${declared}\r\n\r\n${"x".repeat(sent)}`)
+      // With the admin token: without one the body is refused 401 before its length is looked at (AuthBeforeBody.test).
+      socket.write(
+        `POST /threads HTTP/1.1\r\nHost: x\r\nauthorization: Bearer ${adminToken}\r\ncontent-type: application/json\r\n` +
+          `Content-Length: ${declared}\r\n\r\n${"x".repeat(sent)}`
+      )
     })
     let answer = ""
     socket.on("data", (chunk) => {

@@ -69,7 +69,14 @@ describe("content types", () => {
       ))).body!.threadId as string
       const auth = ["authorization", `Bearer ${adminToken}`]
       const body = JSON.stringify({ text: "caf\u00e9" })
-      for (const contentType of ["application/json; charset=latin1", "application/json;charset=ISO-8859-1", "application/json; charset=\"utf-16\""]) {
+      for (
+        const contentType of [
+          "application/json; charset=latin1",
+          "application/json;charset=ISO-8859-1",
+          "application/json; charset=\"utf-16\"",
+          "application/json; foo=\"x; y\"; charset=latin1"
+        ]
+      ) {
         const answer = yield* rawPost(port, `/threads/${threadId}/messages`, [...auth, "content-type", contentType], body).pipe(Effect.timeout(Duration.seconds(5)))
         expect([answer.status, JSON.parse(answer.body)]).toEqual([415, {
           _tag: "UnsupportedMediaType",
@@ -79,7 +86,17 @@ describe("content types", () => {
       }
       expect((yield* raw(get(`/threads/${threadId}/runs`))).body?.runs).toEqual([])
       // UTF-8 declared in any of its spellings is accepted, and the text arrives intact.
-      for (const contentType of ["application/json; charset=UTF-8", "application/json; charset=\"utf-8\"", "application/json;charset=utf8"]) {
+      // A `charset=` inside another parameter's quoted value is that value, not the charset (it was read as the
+      // charset, and this body refused as latin1; new user b46srv).
+      for (
+        const contentType of [
+          "application/json; charset=UTF-8",
+          "application/json; charset=\"utf-8\"",
+          "application/json;charset=utf8",
+          "application/json; foo=\"x; charset=latin1\"",
+          "application/json; foo=\"a\\\"; charset=latin1\"; charset=utf-8"
+        ]
+      ) {
         const answer = yield* rawPost(port, `/threads/${threadId}/messages`, [...auth, "content-type", contentType], body).pipe(Effect.timeout(Duration.seconds(5)))
         expect([contentType, answer.status]).toEqual([contentType, 202])
       }

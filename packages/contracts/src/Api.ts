@@ -47,7 +47,7 @@ import {
   CompactReport,
   CreateThreadResult,
   ForkResult,
-  MergeResult,
+  MergeAnswer,
   OffloadReport,
   OffloadUndoReport,
   SwitchResult,
@@ -250,9 +250,9 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .setPath(threadPath)
       .setPayload(CommandPayload)
       .setHeaders(IdempotencyHeaders)
-      .addSuccess(MergeResult)
+      .addSuccess(MergeAnswer)
       .addError(ThreadNotFound)
-      .annotate(OpenApi.Description, "Merges this fork's new runs back into its parent as one merge run owed by a `merge` handoff (`runId: null`: nothing new).")
+      .annotate(OpenApi.Description, "Merges this fork's new runs back into its parent as one merge run owed by a `merge` handoff (`merged: false`, `runId: null`: nothing new was merged; `message` says what was merged or why nothing was).")
   )
   .add(
     HttpApiEndpoint.post("compact", "/threads/:threadId/compact")
@@ -400,6 +400,7 @@ export class RunsGroup extends HttpApiGroup.make("runs")
       .setPayload(ToolResultsPayload)
       .setHeaders(IdempotencyHeaders)
       .addSuccess(RunAccepted, { status: 202 })
+      .addError(ThreadNotFound)
       .addError(RunNotFound)
       .addError(RunNotWaiting)
       .annotate(OpenApi.Description, "Posts the client's results for the open tool calls of a `waiting` run (one per call: an unknown call id or a call left without a result is 400 naming it; a run not waiting is 409). Answers 202 at once: the results are recorded, each after its call, and the run continues with the next model request.")

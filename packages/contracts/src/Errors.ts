@@ -4,7 +4,7 @@
  * HttpApi reads when it encodes an error response (a plain `{ status }` object is ignored and served as 500).
  */
 import { HttpApiSchema } from "@effect/platform"
-import { Schema } from "effect"
+import { Option, Schema } from "effect"
 
 export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
   "ThreadNotFound",
@@ -16,13 +16,29 @@ export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
   }
 }
 
+/**
+ * No run `runId`, or none where the request looked for it: addressed under thread `threadId` (a path
+ * `/threads/{threadId}/…`), a run of another thread is not found there, and `ownerThreadId` names the thread it belongs
+ * to (absent: no run has this id).
+ */
 export class RunNotFound extends Schema.TaggedError<RunNotFound>()(
   "RunNotFound",
-  { runId: Schema.String },
+  { runId: Schema.String, threadId: Schema.optional(Schema.String), ownerThreadId: Schema.optional(Schema.String) },
   HttpApiSchema.annotations({ status: 404 })
 ) {
   override get message() {
-    return `run ${this.runId} not found`
+    if (this.threadId === undefined) return `run ${this.runId} not found`
+    if (this.ownerThreadId === undefined) return `run ${this.runId} not found: no run has this id (thread ${this.threadId}'s runs: GET /threads/${this.threadId}/runs)`
+    return `run ${this.runId} is not a run of thread ${this.threadId}: it belongs to thread ${this.ownerThreadId}; ` +
+      `address it under /threads/${this.ownerThreadId}`
+  }
+
+  /**
+   * The refusal of run `runId` addressed under thread `threadId` where `found` (the run the store holds under that
+   * id, if any) is not a run of that thread: naming the thread it belongs to, or saying that no run has the id.
+   */
+  static onThread(runId: string, threadId: string, found: Option.Option<{ readonly threadId: string }>) {
+    return new RunNotFound({ runId, threadId, ...(Option.isSome(found) ? { ownerThreadId: found.value.threadId } : {}) })
   }
 }
 

@@ -320,6 +320,42 @@ export const MergeResult = Schema.Struct({
 export type MergeResult = typeof MergeResult.Type
 
 /**
+ * The answer of `POST /threads/{id}/merge`: the `MergeResult` (as its command receipt keeps it) with `merged`, whether
+ * anything was merged (`false`: the fork has no run ended since it was forked or last merged; `runId` and `handoffId`
+ * are null, `fromRunSeq` equals `throughRunSeq`, an empty range), and `message`, the line for the user saying what was
+ * merged or that nothing was (`mergeAnswer`).
+ */
+export const MergeAnswer = Schema.Struct({ ...MergeResult.fields, merged: Schema.Boolean, message: Schema.String })
+export type MergeAnswer = typeof MergeAnswer.Type
+
+/** `n` things of a kind named `one` (`1 item`, `2 items`). */
+const count = (n: number, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`
+
+/**
+ * `result` as the API answers it (`MergeAnswer`). With nothing merged, the message says so and why; it used to carry
+ * only the fields, whose `fromRunSeq`/`throughRunSeq` (`1`, `1`) read as a range that had been merged.
+ */
+export const mergeAnswer = (result: MergeResult): MergeAnswer => {
+  const since = result.fromRunSeq <= 1 ? "since it was forked" : `since its last merge (through run ${result.fromRunSeq})`
+  if (result.runId === null) {
+    return {
+      ...result,
+      merged: false,
+      message: `nothing was merged: the fork has no ended run ${since}; a run still in progress is merged once it has ended`
+    }
+  }
+  const first = result.fromRunSeq + 1
+  const runs = first === result.throughRunSeq ? `run ${first}` : `runs ${first}..${result.throughRunSeq}`
+  const what = `merged the fork's ${runs} (${count(result.itemCount, "item")}, ${count(result.tokens, "token")}) into thread ${result.parentThreadId} as run ${result.runId}`
+  const owed = result.behindRunId !== undefined
+    ? `, behind run ${result.behindRunId}: its copies and handoff are recorded when every run ahead of it has ended`
+    : result.handoffId === null
+    ? ""
+    : `, owed to the parent's active provider by handoff ${result.handoffId}`
+  return { ...result, merged: true, message: what + owed }
+}
+
+/**
  * A thread's tool-result offload control and what it comes to on the active provider instance
  * (`GET`/`PUT /threads/{id}/tool-result-offload/control`, docs/offload.md "Control").
  *

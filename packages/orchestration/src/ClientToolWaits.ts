@@ -25,6 +25,7 @@ import {
   RunId,
   RunNotFound,
   RunNotWaiting,
+  ThreadNotFound,
   type ToolCallId,
   type ToolResult,
   type ToolWait
@@ -183,8 +184,8 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
      * calls, recorded (each result after the held calls, in the calls' order), the wait `answered`. Returns what
      * the request is answered: the run (id, thread, seq) and its status when the results were recorded (`waiting`);
      * the caller wakes the run driver to continue it. A repeated command id answers what the first request answered
-     * (the receipt), not the run's status now. Fails with `RunNotFound`, `RunNotWaiting` (409), `InvalidRequest`
-     * (400, naming the ids).
+     * (the receipt), not the run's status now. Fails with `ThreadNotFound`, `RunNotFound` (naming the thread the run
+     * belongs to), `RunNotWaiting` (409), `InvalidRequest` (400, naming the ids).
      */
     const submit = Span.fn("ClientToolWaits.submit")(function*(command: Commands.SubmitToolResults) {
       yield* Schema.validate(Commands.SubmitToolResults)(command).pipe(
@@ -201,7 +202,11 @@ export class ClientToolWaits extends Effect.Service<ClientToolWaits>()("@baton/o
         const key = CommandReceipts.keyOf(command, command.threadId)
         const seen = yield* CommandReceipts.find(store, key)
         const found = yield* store.getRun(command.runId)
-        if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId: command.runId })
+        if (found._tag === "None" || found.value.threadId !== command.threadId) {
+          // Under a thread that does not exist, the thread is what is not found (its runs' route would 404 too).
+          if ((yield* store.getThread(command.threadId))._tag === "None") return yield* new ThreadNotFound({ threadId: command.threadId })
+          return yield* RunNotFound.onThread(command.runId, command.threadId, found)
+        }
         const run = found.value
         const accepted: RunAccepted = { runId: run.id, threadId: run.threadId, runSeq: run.seq, status: run.status }
         if (seen._tag === "Some") {

@@ -100,7 +100,11 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           runId = current.value.id
         }
         const found = yield* store.getRun(runId)
-        if (found._tag === "None" || found.value.threadId !== command.threadId) return yield* new RunNotFound({ runId })
+        if (found._tag === "None" || found.value.threadId !== command.threadId) {
+          // Under a thread that does not exist, the thread is what is not found (its runs' route would 404 too).
+          if ((yield* store.getThread(command.threadId))._tag === "None") return yield* new ThreadNotFound({ threadId: command.threadId })
+          return yield* RunNotFound.onThread(runId, command.threadId, found)
+        }
         const run = found.value
         if (run.status === "running") {
           // Driven by another live process: only its fiber and its adapter can stop the turn (this process's adapter
