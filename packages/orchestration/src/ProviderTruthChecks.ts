@@ -284,3 +284,59 @@ export const checkRecord = (
     }
     return violations
 }
+
+/**
+ * Checks that a compaction's outcome is never recorded over a newer report (invariant 8: Baton's record of a native
+ * thread is never older than the last report it accepted; the outcome of a compaction never overwrites what a later
+ * operation wrote). For each `thread.compacted` event of a native thread, the compaction it reports is the provider's
+ * last compaction of that thread before the first turn that Baton started after the event (by the provider's own log,
+ * `received`, one list per instance in arrival order). A turn the provider took after that compaction whose attempt
+ * Baton started before the event raced the compaction: the usage Baton accepted for it (a trusted `usage.reported` of
+ * that native thread after the attempt's `run.started`, before the event) is newer than what the compaction
+ * answered, and the event's `usedAfter` (what Baton then records and plans the next turn with) must not be below it.
+ * One line per violation. Found by the simulator's race "/compact, inside its provider call, send": the compaction's
+ * 2,000 tokens overwrote the turn's report of 10,000, so the next turn start planned as if the thread were nearly empty.
+ */
+export const checkCompactionOrderRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "nativeThreads" | "events">,
+  received: ReadonlyArray<ReadonlyArray<ScriptedProvider.Received>>
+): ReadonlyArray<string> => {
+  const violations: Array<string> = []
+  const refOf = new Map<string, string>(record.nativeThreads.map((n) => [n.id, n.nativeRef]))
+  const events = record.events
+  for (const e of events) {
+    if (e.type !== "thread.compacted" || e.payload.usedAfter === null) continue
+    const nativeId = e.payload.nativeThreadId
+    const ref = refOf.get(nativeId)
+    if (ref === undefined) continue
+    /** The seq of the first attempt of `runId` on this native thread Baton started before the event, if any. */
+    const startedBefore = (runId: string) =>
+      events.find((x) => x.seq < e.seq && x.type === "run.started" && x.payload.runId === runId && x.payload.nativeThreadId === nativeId)?.seq
+    for (const log of received) {
+      const mine = log.filter((r) => r.nativeRef === ref)
+      if (mine.length === 0) continue
+      const bound = mine.findIndex((r) => r.type === "turn" && startedBefore(r.runId) === undefined)
+      const end = bound < 0 ? mine.length : bound
+      const compactedAt = mine.slice(0, end).map((r) => r.type).lastIndexOf("compact")
+      if (compactedAt < 0) continue
+      for (const r of mine.slice(compactedAt + 1, end)) {
+        if (r.type !== "turn") continue
+        const from = startedBefore(r.runId)!
+        const accepted = events.filter((x) =>
+          x.seq > from && x.seq < e.seq && x.type === "usage.reported" && x.payload.nativeThreadId === nativeId &&
+          x.payload.trusted && typeof x.payload.usage.usedTokens === "number"
+        ).map((x) => x.type === "usage.reported" ? x.payload.usage.usedTokens! : 0)
+        if (accepted.length === 0) continue
+        const newest = accepted.at(-1)!
+        if (e.payload.usedAfter < newest) {
+          violations.push(
+            `truth: the compaction recorded at seq ${e.seq} (${ref}: used ${e.payload.usedAfter} after) is older than the usage ` +
+              `report Baton accepted before it for run ${r.runId} (${newest} used), which the provider took after compacting: ` +
+              `the compaction's outcome overwrote a newer record`
+          )
+        }
+      }
+    }
+  }
+  return violations
+}

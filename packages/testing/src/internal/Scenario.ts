@@ -172,7 +172,12 @@ export type Operation =
      */
     readonly kind: "race"
     readonly id: number
-    readonly outer: "send" | "offload"
+    /**
+     * `"compact"`: a `/compact` whose provider call, once the provider has compacted and before it answers, lets the
+     * user send the message (`with: "send"`: a whole turn on the same native thread), then the compaction's answer
+     * is recorded. The compaction's outcome must not overwrite the turn's newer record.
+     */
+    readonly outer: "send" | "offload" | "compact"
     readonly prompt: number
     /** Has at least one tool. */
     readonly reply: ReplySpec
@@ -400,6 +405,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rb = Prng.make((seed ^ 0x3e76eb) >>> 0)
   // And so do stale usage reports.
   const rs = Prng.make((seed ^ 0x57a1e) >>> 0)
+  // And so do sends inside a /compact's provider call.
+  const rk = Prng.make((seed ^ 0xc0ac7) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
     .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
@@ -488,6 +495,19 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         with: withKind,
         to,
         keepTokens: rr.pick([0, 300, 2_000])
+      })
+    }
+    if (features.races && rk.chance(0.04)) {
+      const reply = replyFor(rk, features)
+      ops.push({
+        kind: "race",
+        id: 5 * steps + id,
+        outer: "compact",
+        prompt: promptSize(rk),
+        reply,
+        with: "send",
+        to: active,
+        keepTokens: 0
       })
     }
     if (features.queues && rq.chance(0.06)) {
@@ -665,7 +685,9 @@ export const formatOperation = (op: Operation): string => {
         `${op.queuedFirst ? "the queued one, then the waiting one" : "the waiting one, then the queued one"}${crashText(op.crash)}`
     case "race": {
       const send = `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}])`
-      return op.outer === "offload"
+      return op.outer === "compact"
+        ? `/compact and, inside its provider call, ${send.replace(/, tools \[\]/, "")}`
+        : op.outer === "offload"
         ? `/offload keep ${op.keepTokens} and, inside its summariser call, ${send}`
         : `${send} and, inside its first tool call, ${op.with === "compact" ? "/compact" : op.with === "offload" ? `/offload keep ${op.keepTokens}` : `switch to ${op.to}`}`
     }

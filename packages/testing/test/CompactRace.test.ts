@@ -1,0 +1,84 @@
+/**
+ * A message sent while `/compact`'s provider call is in flight (issue 8, item 3: commands racing on one thread; item
+ * 5: the outcome of a compaction never overwrites state written by a later operation). The provider compacts, the
+ * user's turn then runs on the same native thread and reports its usage, and only then does the compaction's answer
+ * come back. Before the fix Baton wrote the compaction's answer (2,000 used) over the turn's newer report (10,000),
+ * so the next turn start planned as if the native thread were nearly empty. The simulator's race
+ * "/compact, inside its provider call, send" found it; `ProviderTruthChecks.checkCompactionOrderRecord` is the oracle.
+ */
+import type { ProviderInstance } from "@baton/contracts"
+import { TokenCounter } from "@baton/context"
+import { ProviderTruthChecks } from "@baton/orchestration"
+import { ScriptedProvider, ScriptedSummariser } from "@baton/providers"
+import { Harness, Simulation } from "@baton/testing"
+import { expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+
+it.effect("a turn sent while the provider compacts keeps its usage report: the compaction's older answer is not recorded over it", () => {
+  const counter = TokenCounter.make()
+  const script = ScriptedProvider.makeScript()
+  let onCompact: Effect.Effect<void> = Effect.void
+  const codex = ScriptedProvider.make({
+    instance: "codex" as ProviderInstance,
+    contextWindow: 40_000,
+    autoCompactThreshold: null,
+    injectHistory: true,
+    onCompact: () => Effect.suspend(() => onCompact)
+  }, script, counter)
+  const layer = Harness.makeLayer([codex], counter, ":memory:", {}, "", ScriptedSummariser.make(counter))
+  return Effect.gen(function*() {
+    const o = yield* Harness.ops
+    const threadId = yield* o.create("codex")
+    script.enqueue(Harness.reply(3_000))
+    yield* o.send(threadId, Harness.words(2_000))
+    let raced: number | null = null
+    onCompact = Effect.gen(function*() {
+      onCompact = Effect.void
+      script.enqueue(Harness.reply(3_000))
+      raced = (yield* o.send(threadId, Harness.words(5_000))).usedTokens
+    }).pipe(Effect.orDie)
+    const report = yield* o.compact(threadId)
+    const [native] = yield* o.store.listNativeThreads((yield* o.store.listProviderThreads(threadId))[0]!.id)
+    // The provider compacted to 2,000, then took the turn: it holds 10,000, as the turn reported.
+    expect(codex.received.map((r) => r.type)).toEqual(["turn", "compact", "turn"])
+    expect(raced).toBe(10_000)
+    expect(codex.usageOf(native!.nativeRef)).toBe(10_000)
+    expect(native!.usage?.usedTokens).toBe(10_000)
+    expect(report).toMatchObject({ compacted: true, usedBefore: 5_000, usedAfter: 10_000 })
+    const record = { nativeThreads: [native!], events: yield* o.store.listEvents(threadId) }
+    expect(ProviderTruthChecks.checkCompactionOrderRecord(record, [codex.received])).toEqual([])
+  }).pipe(Effect.provide(layer))
+})
+
+// The race as the simulator plays it: a first turn, then a /compact on `big` inside whose provider call the user sends.
+const raced: Simulation.Scenario = {
+  seed: 0,
+  providers: [{ name: "big", window: 1_000_000, autoCompactThreshold: null, inject: true, readThread: true }],
+  ops: [
+    { kind: "create", id: 0, provider: "big", crash: null },
+    { kind: "send", id: 1, prompt: 2_000, reply: { tokens: 3_000, tools: [], reasoning: false, usage: { kind: "counted" } }, fault: null, interruptAt: null, crash: null },
+    {
+      kind: "race",
+      id: 2,
+      outer: "compact",
+      prompt: 5_000,
+      reply: { tokens: 3_000, tools: [], reasoning: false, usage: { kind: "counted" } },
+      with: "send",
+      to: "big",
+      keepTokens: 0
+    }
+  ]
+}
+
+it.live("the simulator's race: no violation on this build", () =>
+  Effect.gen(function*() {
+    const outcome = yield* Simulation.execute(raced, { digest: false })
+    expect(outcome.trace.join("\n")).toMatch(/\/compact and, inside its provider call, send m2 .*compacted .*; send: completed/)
+    expect(outcome.violations).toEqual([])
+  }))
+
+it.live("mutation compaction_overwrites_later: the oracle names the compaction recorded over the turn's newer report", () =>
+  Effect.gen(function*() {
+    const outcome = yield* Simulation.execute(raced, { digest: false, mutations: new Set(["compaction_overwrites_later"]) })
+    expect(outcome.violations.some((v) => v.startsWith("truth: the compaction recorded at seq") && v.includes("overwrote a newer record"))).toBe(true)
+  }))
