@@ -112,7 +112,11 @@ export interface AutoOffloadPolicy {
  *   interrupted run's prompt, as a missed run's history, to the native thread that had just rejected less;
  * - `compaction_overwrites_later`: `/compact` records the provider's answer over the native thread whatever was
  *   written meanwhile (the build before the sim race "/compact, inside its provider call, send" was fixed), so a
- *   turn sent while the provider compacted has its usage report overwritten by the compaction's older figure.
+ *   turn sent while the provider compacted has its usage report overwritten by the compaction's older figure;
+ * - `budget_ignores_reserve`: turn start computes the history budget without the reserve (`window - used -
+ *   request`, capped), so history crowds the model's own room; the budget Baton records is the wrong one, and the
+ *   check that compares a delivery with it passes (found by a mutation run: only an exactly-once side effect in one
+ *   seed of eight named it before `ProviderTruthChecks.checkBudgetRecord`).
  */
 export type Mutation =
   | "ignore_known_full"
@@ -123,6 +127,7 @@ export type Mutation =
   | "floor_ignores_growth"
   | "race_forgets_rejection"
   | "compaction_overwrites_later"
+  | "budget_ignores_reserve"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

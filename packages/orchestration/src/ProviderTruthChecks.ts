@@ -24,6 +24,7 @@
  */
 import type { NativeThread, ProviderInstance, ThreadEvent, ThreadId } from "@baton/contracts"
 import { type ProviderCalibration, ThreadStore } from "@baton/persistence"
+import { Budget } from "@baton/context"
 import type { ScriptedProvider } from "@baton/providers"
 import { Effect, type Option } from "effect"
 import type * as InvariantChecks from "./InvariantChecks.js"
@@ -336,6 +337,39 @@ export const checkCompactionOrderRecord = (
           )
         }
       }
+    }
+  }
+  return violations
+}
+
+/**
+ * Checks each turn start's delivery budget against the design's formula on the provider's own window, independently
+ * of the budget Baton recorded (invariant 5 as the design states it: InvariantChecks compares what was sent with the
+ * `budget` of its `delivery.pending` event, which a wrong budget passes). A turn start's budget is never above
+ * `min(tokenCap, window - reserve)`, `reserve = max(reserveFloor, ceil(window * reserveFraction))` (`policy`, default
+ * `Budget.defaultPolicy`), where `window` is the largest the provider had when it received that run (its truth log:
+ * the window Baton plans with is never larger than the provider's). `/compact`'s injections (no run) use the physical
+ * headroom and are not looked at. One line per violation.
+ */
+export const checkBudgetRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "events">,
+  logs: ReadonlyArray<TruthLog>,
+  policy: Budget.BudgetPolicy = Budget.defaultPolicy
+): ReadonlyArray<string> => {
+  const violations: Array<string> = []
+  for (const e of record.events) {
+    if (e.type !== "delivery.pending" || e.payload.runId === null) continue
+    const runId = e.payload.runId
+    const windows = logs.flatMap((log) => log.filter((r) => r.runId === runId && r.window !== null).map((r) => r.window!))
+    if (windows.length === 0) continue
+    const window = Math.max(...windows)
+    const reserve = Math.max(policy.reserveFloor, Math.ceil(window * policy.reserveFraction))
+    const most = Math.max(0, Math.min(policy.tokenCap, window - reserve))
+    if (e.payload.budget > most) {
+      violations.push(
+        `budget: delivery ${e.payload.deliveryId} of run ${runId} was planned under a budget of ${e.payload.budget} tokens, ` +
+          `above the design's most for the provider's window of ${window} (cap ${policy.tokenCap}, reserve ${reserve}): ${most}`
+      )
     }
   }
   return violations
