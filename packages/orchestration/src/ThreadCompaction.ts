@@ -231,7 +231,8 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       })
 
       native = yield* reconcileUncertain(threadId, providerThread, adapter, native)
-      const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
+      const deferredOwed = () => Effect.map(delivery.owedTo(threadId, providerThread, native), (all) => all.filter((o) => o.delivery.status === "deferred"))
+      const owed = yield* deferredOwed()
       let injected: Injected = nothingInjected
       if (owed.length > 0 && inject !== undefined) {
         const headroom = () => headroomOf(providerThread, native, ratio)
@@ -242,7 +243,9 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           yield* compactOnce
           compactedFirst = true
           room = headroom()
-          plan = yield* delivery.plan(threadId, owed, room, ratio)
+          // What is owed is read again after the provider call: a turn sent while the provider compacted may have
+          // delivered it meanwhile (sim seed 48304: the drain injected the merge's 24 items a second time).
+          plan = yield* delivery.plan(threadId, yield* deferredOwed(), room, ratio)
         }
         if (plan.selection.selected.length > 0) {
           const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, plan, room, ratio)
