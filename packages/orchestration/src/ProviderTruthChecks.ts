@@ -374,3 +374,35 @@ export const checkBudgetRecord = (
   }
   return violations
 }
+
+/**
+ * Checks that Baton never trusts a usage report that cannot be true (invariant 8: a report Baton did not trust never
+ * changes a decision, so one it must not trust must not be trusted): a trusted `usage.reported` whose `usedTokens`
+ * exceeds the provider's real window for that native thread (its truth log: the largest window of any request the
+ * native thread received) or the maximum the report itself states. A mutation run found the gap: with UsageSanity's
+ * two window checks removed, 8 seeds × 80 steps of impossible reports (777,000 used of 258,000) raised nothing.
+ * One line per violation.
+ */
+export const checkTrustedUsageRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "nativeThreads" | "events">,
+  logs: ReadonlyArray<TruthLog>
+): ReadonlyArray<string> => {
+  const violations: Array<string> = []
+  const refOf = new Map<string, string>(record.nativeThreads.map((n) => [n.id, n.nativeRef]))
+  for (const e of record.events) {
+    if (e.type !== "usage.reported" || !e.payload.trusted) continue
+    const used = e.payload.usage.usedTokens
+    if (typeof used !== "number") continue
+    const ref = refOf.get(e.payload.nativeThreadId)
+    const windows = ref === undefined ? [] : logs.flatMap((log) => log.filter((r) => r.nativeRef === ref && r.window !== null).map((r) => r.window!))
+    const window = windows.length === 0 ? null : Math.max(...windows)
+    const stated = e.payload.usage.maxTokens ?? null
+    if ((window !== null && used > window) || (stated !== null && used > stated)) {
+      violations.push(
+        `truth: a usage report of ${used} tokens on ${ref ?? e.payload.nativeThreadId} was trusted (seq ${e.seq}) although it exceeds ` +
+          `${window !== null && used > window ? `the provider's window of ${window}` : `the maximum it states, ${stated}`}`
+      )
+    }
+  }
+  return violations
+}

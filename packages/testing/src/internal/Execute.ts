@@ -985,6 +985,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkOffloadFreesLaneRecord(r, received))
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkCompactionOrderRecord(r, received))
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkBudgetRecord(r, truths))
+      for (const r of read.records) violations.push(...ProviderTruthChecks.checkTrustedUsageRecord(r, truths))
       providers.forEach((p, i) => violations.push(...ProviderTruthChecks.checkCalibrationRecord(p.instance, p.tokenScale, read.calibrations[i]!)))
       violations.push(...Checks.check(read.records, providers))
       return violations
