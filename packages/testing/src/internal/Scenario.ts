@@ -179,7 +179,7 @@ export type Operation =
      */
     readonly outer: "send" | "offload" | "compact"
     readonly prompt: number
-    /** Has at least one tool. */
+    /** Has at least one tool, except under `outer: "compact"` (its send needs no tool call to pause in). */
     readonly reply: ReplySpec
     readonly with: "compact" | "offload" | "switch" | "send"
     readonly to: string
@@ -373,7 +373,8 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * carries a crash. After about one operation in eight an `/offload` follows (its own PRNG stream; ids `steps + id`),
  * and after about one in ten a fork or a merge-back (another stream; ids `2 * steps + id`; at most two forks deep),
  * and after about one in twelve a race: a send with `/compact`, `/offload` or a switch issued inside its turn
- * (another stream; ids `3 * steps + id`).
+ * (another stream; ids `3 * steps + id`); after about one in twenty-five a `/compact` inside whose provider call the
+ * user sends a message (another stream; ids `5 * steps + id`).
  */
 /**
  * With usage reports on, about half the providers answer some acknowledgements and read-backs without usage or with
