@@ -109,7 +109,14 @@ export interface AutoOffloadPolicy {
  *   prompt that fits the floor but not what the native thread holds by then;
  * - `race_forgets_rejection`: a context overflow raced by a user interrupt records nothing (no calibration sample,
  *   no floor, no `context.overflowed`: the build before sim seed 44018's fix), so the next turn start sends the
- *   interrupted run's prompt, as a missed run's history, to the native thread that had just rejected less.
+ *   interrupted run's prompt, as a missed run's history, to the native thread that had just rejected less;
+ * - `compaction_overwrites_later`: `/compact` records the provider's answer over the native thread whatever was
+ *   written meanwhile (the build before the sim race "/compact, inside its provider call, send" was fixed), so a
+ *   turn sent while the provider compacted has its usage report overwritten by the compaction's older figure;
+ * - `budget_ignores_reserve`: turn start computes the history budget without the reserve (`window - used -
+ *   request`, capped), so history crowds the model's own room; the budget Baton records is the wrong one, and the
+ *   check that compares a delivery with it passes (found by a mutation run: only an exactly-once side effect in one
+ *   seed of eight named it before `ProviderTruthChecks.checkBudgetRecord`).
  */
 export type Mutation =
   | "ignore_known_full"
@@ -119,6 +126,8 @@ export type Mutation =
   | "resume_opens_replay_window"
   | "floor_ignores_growth"
   | "race_forgets_rejection"
+  | "compaction_overwrites_later"
+  | "budget_ignores_reserve"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

@@ -24,6 +24,7 @@
  */
 import type { NativeThread, ProviderInstance, ThreadEvent, ThreadId } from "@baton/contracts"
 import { type ProviderCalibration, ThreadStore } from "@baton/persistence"
+import { Budget } from "@baton/context"
 import type { ScriptedProvider } from "@baton/providers"
 import { Effect, type Option } from "effect"
 import type * as InvariantChecks from "./InvariantChecks.js"
@@ -283,4 +284,125 @@ export const checkRecord = (
       }
     }
     return violations
+}
+
+/**
+ * Checks that a compaction's outcome is never recorded over a newer report (invariant 8: Baton's record of a native
+ * thread is never older than the last report it accepted; the outcome of a compaction never overwrites what a later
+ * operation wrote). For each `thread.compacted` event of a native thread, the compaction it reports is the provider's
+ * last compaction of that thread before the first turn that Baton started after the event (by the provider's own log,
+ * `received`, one list per instance in arrival order). A turn the provider took after that compaction whose attempt
+ * Baton started before the event raced the compaction: the usage Baton accepted for it (a trusted `usage.reported` of
+ * that native thread after the attempt's `run.started`, before the event) is newer than what the compaction
+ * answered, and the event's `usedAfter` (what Baton then records and plans the next turn with) must not be below it.
+ * One line per violation. Found by the simulator's race "/compact, inside its provider call, send": the compaction's
+ * 2,000 tokens overwrote the turn's report of 10,000, so the next turn start planned as if the thread were nearly empty.
+ */
+export const checkCompactionOrderRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "nativeThreads" | "events">,
+  received: ReadonlyArray<ReadonlyArray<ScriptedProvider.Received>>
+): ReadonlyArray<string> => {
+  const violations: Array<string> = []
+  const refOf = new Map<string, string>(record.nativeThreads.map((n) => [n.id, n.nativeRef]))
+  const events = record.events
+  for (const e of events) {
+    if (e.type !== "thread.compacted" || e.payload.usedAfter === null) continue
+    const nativeId = e.payload.nativeThreadId
+    const ref = refOf.get(nativeId)
+    if (ref === undefined) continue
+    /** The seq of the first attempt of `runId` on this native thread Baton started before the event, if any. */
+    const startedBefore = (runId: string) =>
+      events.find((x) => x.seq < e.seq && x.type === "run.started" && x.payload.runId === runId && x.payload.nativeThreadId === nativeId)?.seq
+    for (const log of received) {
+      const mine = log.filter((r) => r.nativeRef === ref)
+      if (mine.length === 0) continue
+      const bound = mine.findIndex((r) => r.type === "turn" && startedBefore(r.runId) === undefined)
+      const end = bound < 0 ? mine.length : bound
+      const compactedAt = mine.slice(0, end).map((r) => r.type).lastIndexOf("compact")
+      if (compactedAt < 0) continue
+      for (const r of mine.slice(compactedAt + 1, end)) {
+        if (r.type !== "turn") continue
+        const from = startedBefore(r.runId)!
+        const accepted = events.filter((x) =>
+          x.seq > from && x.seq < e.seq && x.type === "usage.reported" && x.payload.nativeThreadId === nativeId &&
+          x.payload.trusted && typeof x.payload.usage.usedTokens === "number"
+        ).map((x) => x.type === "usage.reported" ? x.payload.usage.usedTokens! : 0)
+        if (accepted.length === 0) continue
+        const newest = accepted.at(-1)!
+        if (e.payload.usedAfter < newest) {
+          violations.push(
+            `truth: the compaction recorded at seq ${e.seq} (${ref}: used ${e.payload.usedAfter} after) is older than the usage ` +
+              `report Baton accepted before it for run ${r.runId} (${newest} used), which the provider took after compacting: ` +
+              `the compaction's outcome overwrote a newer record`
+          )
+        }
+      }
+    }
+  }
+  return violations
+}
+
+/**
+ * Checks each turn start's delivery budget against the design's formula on the provider's own window, independently
+ * of the budget Baton recorded (invariant 5 as the design states it: InvariantChecks compares what was sent with the
+ * `budget` of its `delivery.pending` event, which a wrong budget passes). A turn start's budget is never above
+ * `min(tokenCap, window - reserve)`, `reserve = max(reserveFloor, ceil(window * reserveFraction))` (`policy`, default
+ * `Budget.defaultPolicy`), where `window` is the largest the provider had when it received that run (its truth log:
+ * the window Baton plans with is never larger than the provider's). `/compact`'s injections (no run) use the physical
+ * headroom and are not looked at. One line per violation.
+ */
+export const checkBudgetRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "events">,
+  logs: ReadonlyArray<TruthLog>,
+  policy: Budget.BudgetPolicy = Budget.defaultPolicy
+): ReadonlyArray<string> => {
+  const violations: Array<string> = []
+  for (const e of record.events) {
+    if (e.type !== "delivery.pending" || e.payload.runId === null) continue
+    const runId = e.payload.runId
+    const windows = logs.flatMap((log) => log.filter((r) => r.runId === runId && r.window !== null).map((r) => r.window!))
+    if (windows.length === 0) continue
+    const window = Math.max(...windows)
+    const reserve = Math.max(policy.reserveFloor, Math.ceil(window * policy.reserveFraction))
+    const most = Math.max(0, Math.min(policy.tokenCap, window - reserve))
+    if (e.payload.budget > most) {
+      violations.push(
+        `budget: delivery ${e.payload.deliveryId} of run ${runId} was planned under a budget of ${e.payload.budget} tokens, ` +
+          `above the design's most for the provider's window of ${window} (cap ${policy.tokenCap}, reserve ${reserve}): ${most}`
+      )
+    }
+  }
+  return violations
+}
+
+/**
+ * Checks that Baton never trusts a usage report that cannot be true (invariant 8: a report Baton did not trust never
+ * changes a decision, so one it must not trust must not be trusted): a trusted `usage.reported` whose `usedTokens`
+ * exceeds the provider's real window for that native thread (its truth log: the largest window of any request the
+ * native thread received) or the maximum the report itself states. A mutation run found the gap: with UsageSanity's
+ * two window checks removed, 8 seeds × 80 steps of impossible reports (777,000 used of 258,000) raised nothing.
+ * One line per violation.
+ */
+export const checkTrustedUsageRecord = (
+  record: Pick<InvariantChecks.ThreadRecord, "nativeThreads" | "events">,
+  logs: ReadonlyArray<TruthLog>
+): ReadonlyArray<string> => {
+  const violations: Array<string> = []
+  const refOf = new Map<string, string>(record.nativeThreads.map((n) => [n.id, n.nativeRef]))
+  for (const e of record.events) {
+    if (e.type !== "usage.reported" || !e.payload.trusted) continue
+    const used = e.payload.usage.usedTokens
+    if (typeof used !== "number") continue
+    const ref = refOf.get(e.payload.nativeThreadId)
+    const windows = ref === undefined ? [] : logs.flatMap((log) => log.filter((r) => r.nativeRef === ref && r.window !== null).map((r) => r.window!))
+    const window = windows.length === 0 ? null : Math.max(...windows)
+    const stated = e.payload.usage.maxTokens ?? null
+    if ((window !== null && used > window) || (stated !== null && used > stated)) {
+      violations.push(
+        `truth: a usage report of ${used} tokens on ${ref ?? e.payload.nativeThreadId} was trusted (seq ${e.seq}) although it exceeds ` +
+          `${window !== null && used > window ? `the provider's window of ${window}` : `the maximum it states, ${stated}`}`
+      )
+    }
+  }
+  return violations
 }

@@ -520,7 +520,7 @@ export class ProviderTurnStartService extends Effect.Service<ProviderTurnStartSe
             requestTokens,
             ratio
           },
-          config.budget
+          config.mutations.has("budget_ignores_reserve") ? { ...config.budget, reserveFloor: 0, reserveFraction: 0 } : config.budget
         )
         const nothing = (report: Partial<TurnStartReport>): TurnStartPlan => ({
           native,

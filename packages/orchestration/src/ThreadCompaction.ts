@@ -26,7 +26,7 @@ import {
 import { Budget, Calibration } from "@baton/context"
 import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
-import { DateTime, Effect } from "effect"
+import { DateTime, Effect, Option } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { ContextHandoffDelivery, type DeliveryPlan } from "./ContextHandoffDelivery.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -88,6 +88,20 @@ const compactionPage = 8
 /** Same state; a recorded state that is missing or malformed (events written before it existed) is never the same. */
 const sameState = (recorded: unknown, now: CompactionState): boolean =>
   typeof recorded === "object" && recorded !== null && JSON.stringify(recorded) === JSON.stringify(now)
+
+/**
+ * Whether `stored` is still the native thread record `seen` (as read or written by the compaction): no other operation
+ * (a turn's usage, an injection, a replacement, a rejection's floor) wrote it since. Compares what those writes change.
+ */
+const unchangedSince = (stored: NativeThread, seen: NativeThread): boolean =>
+  stored.status === seen.status &&
+  stored.generation === seen.generation &&
+  stored.estimatedTokens === seen.estimatedTokens &&
+  stored.heldAtLeast === seen.heldAtLeast &&
+  (stored.usage?.usedTokens ?? null) === (seen.usage?.usedTokens ?? null) &&
+  (stored.usage?.maxTokens ?? null) === (seen.usage?.maxTokens ?? null) &&
+  (stored.usage?.autoCompactThreshold ?? null) === (seen.usage?.autoCompactThreshold ?? null) &&
+  DateTime.toEpochMillis(stored.updatedAt) === DateTime.toEpochMillis(seen.updatedAt)
 
 export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton/orchestration/ThreadCompaction", {
   effect: Effect.gen(function*() {
@@ -192,22 +206,33 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
 
       const compactOnce = Effect.gen(function*() {
         const before = used(native)
+        const seen = native
         const result = yield* compactThread(native.nativeRef)
-        const now = yield* DateTime.now
         const after = UsageSanity.check(result.usageAfter, providerThread.contextWindow, config.budget.defaultWindow).usage
-        // A compaction frees what a rejection measured: the floor goes (`KnownUsage.withoutFloor`).
-        native = {
-          ...KnownUsage.withoutFloor(native),
-          usage: after ?? native.usage,
-          estimatedTokens: after === null ? native.estimatedTokens : Calibration.toRaw(ratio, after.usedTokens),
-          updatedAt: now
-        }
+        // The outcome is written only over the record the compaction started from: an operation that wrote the native
+        // thread meanwhile (a turn sent while the provider compacted, and its usage report) is newer than what the
+        // compaction returned, or at worst counts more than the thread holds, so its record stays (sim race
+        // "/compact, inside its provider call, send": the compaction's 2,000 overwrote the turn's 10,000).
+        native = yield* uow.thread(threadId, "ThreadCompaction.compactedNative")(Effect.gen(function*() {
+          const stored = yield* store.getNativeThread(seen.id)
+          const later = !config.mutations.has("compaction_overwrites_later")
+          if (later && stored._tag === "Some" && !unchangedSince(stored.value, seen)) return stored.value
+          // A compaction frees what a rejection measured: the floor goes (`KnownUsage.withoutFloor`).
+          const compacted: NativeThread = {
+            ...KnownUsage.withoutFloor(seen),
+            usage: after ?? seen.usage,
+            estimatedTokens: after === null ? seen.estimatedTokens : Calibration.toRaw(ratio, after.usedTokens),
+            updatedAt: yield* DateTime.now
+          }
+          yield* store.updateNativeThread(compacted)
+          return compacted
+        }))
         if (used(native) < before) progressed = true
-        yield* store.updateNativeThread(native)
       })
 
       native = yield* reconcileUncertain(threadId, providerThread, adapter, native)
-      const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
+      const deferredOwed = () => Effect.map(delivery.owedTo(threadId, providerThread, native), (all) => all.filter((o) => o.delivery.status === "deferred"))
+      const owed = yield* deferredOwed()
       let injected: Injected = nothingInjected
       if (owed.length > 0 && inject !== undefined) {
         const headroom = () => headroomOf(providerThread, native, ratio)
@@ -218,7 +243,9 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           yield* compactOnce
           compactedFirst = true
           room = headroom()
-          plan = yield* delivery.plan(threadId, owed, room, ratio)
+          // What is owed is read again after the provider call: a turn sent while the provider compacted may have
+          // delivered it meanwhile (sim seed 48304: the drain injected the merge's 24 items a second time).
+          plan = yield* delivery.plan(threadId, yield* deferredOwed(), room, ratio)
         }
         if (plan.selection.selected.length > 0) {
           const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, plan, room, ratio)
@@ -231,13 +258,16 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       } else {
         yield* compactOnce
       }
-      const usedAfter = used(native)
-      native = {
-        ...native,
-        compactionsWithoutProgress: progressed || injected.items > 0 ? 0 : withoutProgress + 1
-      }
-      const outcome = native
+      const compactions = progressed || injected.items > 0 ? 0 : withoutProgress + 1
       return yield* uow.thread(threadId, "ThreadCompaction.compacted")(Effect.gen(function*() {
+        // The native thread as stored now (an operation may have written it since the compaction's own write): only
+        // the count of compactions without progress is the compaction's to set.
+        const stored = config.mutations.has("compaction_overwrites_later") ? Option.none() : yield* store.getNativeThread(native.id)
+        const outcome: NativeThread = {
+          ...Option.getOrElse(stored, () => native),
+          compactionsWithoutProgress: compactions
+        }
+        const usedAfter = used(outcome)
         yield* store.updateNativeThread(outcome)
         const owedAfter = yield* delivery.owedTo(threadId, providerThread, outcome)
         yield* store.appendEvent({ threadId, type: "thread.compacted", payload: {
@@ -337,9 +367,11 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
             const floor = KnownUsage.floorOf(outcome.left, learned.ratio, plan.selection.tokens)
             if (floor !== null) yield* KnownUsage.raiseFloor(store, native.id, floor)
           }))
-          // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`.
-          if (!(yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter))) return { native, injected: nothingInjected }
+          // Lost acknowledgement: read back now; if that is impossible the deliveries stay `pending`. The native thread
+          // is read again either way (the rejection may have raised its floor): the compaction that follows starts from it.
+          const reconciled = yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter)
           const reread = yield* store.getNativeThread(native.id)
+          if (!reconciled) return { native: Option.getOrElse(reread, () => native), injected: nothingInjected }
           const settled = (yield* store.listDeliveriesOfThread(threadId)).filter((d) =>
             pending.some((p) => p.id === d.id) && d.status === "injected"
           )
@@ -349,6 +381,22 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         const updated = yield* uow.thread(threadId, "ThreadCompaction.injected")(Effect.gen(function*() {
           yield* delivery.markSettled(threadId, pending, "injected")
           const now = yield* DateTime.now
+          // An operation that wrote the native thread meanwhile (a turn sent during the injection) is kept: the block
+          // is added to its record, and the acknowledgement's report (maybe older than that turn's) is not used.
+          const stored = yield* store.getNativeThread(native.id)
+          if (stored._tag === "Some" && !unchangedSince(stored.value, native)) {
+            const raced: NativeThread = {
+              ...(yield* KnownUsage.afterGrowth(store, stored.value, ratio, plan.selection.tokens, null)),
+              usage: stored.value.usage === null ? null : {
+                ...stored.value.usage,
+                usedTokens: stored.value.usage.usedTokens + Calibration.apply(ratio, plan.selection.tokens)
+              },
+              estimatedTokens: stored.value.estimatedTokens + plan.selection.tokens,
+              updatedAt: now
+            }
+            yield* store.updateNativeThread(raced)
+            return raced
+          }
           // An adapter that reports no usage for an injection (the model APIs: no request is sent) leaves the last
           // reported usage stale: it is advanced by the block's size in the provider's units until a request reports.
           const reported = UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage

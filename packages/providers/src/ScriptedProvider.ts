@@ -178,6 +178,11 @@ export interface ScriptedConfig {
    */
   readonly onToolCall?: (turn: { readonly nativeRef: string; readonly runId: string }) => Effect.Effect<void>
   /**
+   * Runs inside `compactThread` once the native thread is compacted, before the answer returns (the simulator issues
+   * a command on the thread from here: a send while the provider compacts). Default none.
+   */
+  readonly onCompact?: (call: { readonly nativeRef: string }) => Effect.Effect<void>
+  /**
    * After `resumeThread`, the next turn re-emits everything the native thread produced before its own output, with
    * the same message ids (seen in the field: a resumed session replaying its history). Default false.
    */
@@ -575,12 +580,13 @@ export const make = (
         if (waiting !== undefined) yield* Deferred.succeed(waiting, undefined)
       }),
     compactThread: (nativeRef): Effect.Effect<CompactResult, ProviderError> =>
-      Effect.map(lookup("compactThread", nativeRef), (state) => {
+      Effect.flatMap(lookup("compactThread", nativeRef), (state) => {
         const before = usageOf(state)
         state.used = Math.min(state.used, Math.max(summaryTokens, overhead))
         truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: config.contextWindow, accepted: true })
         received.push({ type: "compact", nativeRef, usedBefore: before.usedTokens, usedAfter: state.used })
-        return { usageBefore: before, usageAfter: usageOf(state) }
+        const after = usageOf(state)
+        return Effect.as(config.onCompact?.({ nativeRef }) ?? Effect.void, { usageBefore: before, usageAfter: after })
       }),
     readThread: (nativeRef): Effect.Effect<ReadThreadResult, ProviderError> =>
       Effect.map(lookup("readThread", nativeRef), (state) => ({

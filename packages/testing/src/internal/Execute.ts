@@ -385,6 +385,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     let onToolCall: Effect.Effect<void> = Effect.void
     // Runs inside the summariser's next call (a race: a command issued while a summary is being written).
     let onSummariserCall: Effect.Effect<void> = Effect.void
+    // Runs inside a provider's next compaction, once it compacted (a race: a send while /compact's call is in flight).
+    let onCompact: Effect.Effect<void> = Effect.void
     const providers = scenario.providers.map((p) =>
       ScriptedProvider.make({
         instance: p.name as ProviderInstance,
@@ -408,7 +410,8 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
           faultsFired++
           return fault
         },
-        onToolCall: () => Effect.suspend(() => onToolCall)
+        onToolCall: () => Effect.suspend(() => onToolCall),
+        onCompact: () => Effect.suspend(() => onCompact)
       }, script, counter)
     )
     const adapters = providers.map((p) => Crash.wrapAdapter(p, steps))
@@ -747,10 +750,11 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
                 (r) => `handoff ${r.handoffId ?? "none"}`
               )))
               : exitOf(send)
-            let raced = op.outer === "send" ? "the turn reached no tool call" : "the summariser was not called"
+            let raced = op.outer === "send" ? "the turn reached no tool call" : op.outer === "compact" ? "the provider did not compact" : "the summariser was not called"
             const hook = Effect.suspend(() => {
               onToolCall = Effect.void
               onSummariserCall = Effect.void
+              onCompact = Effect.void
               return inner.pipe(Effect.map((exit: Exit.Exit<string, { readonly _tag?: string }>) => {
                 if (Exit.isSuccess(exit)) raced = exit.value
                 else {
@@ -768,11 +772,15 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
               // finishes and the turn completes.
               armFault("interrupt_in_tool_call")
               onToolCall = hook
-            } else onSummariserCall = hook
-            const c = op.outer === "send" ? yield* command(op, send) : yield* command(op, offload)
+            } else if (op.outer === "compact") onCompact = hook
+            else onSummariserCall = hook
+            const compact = service((s) => Effect.map(s.compact(Commands.CompactThread.make({ commandId: cid(op.id, "_compact"), threadId: thread })), (r) =>
+              r.compacted ? `compacted ${r.usedBefore ?? "?"} -> ${r.usedAfter ?? "?"}` : `not compacted: ${r.reason ?? ""}`.slice(0, 80)))
+            const c = op.outer === "send" ? yield* command(op, send) : op.outer === "compact" ? yield* command(op, compact) : yield* command(op, offload)
             armFault(null)
             onToolCall = Effect.void
             onSummariserCall = Effect.void
+            onCompact = Effect.void
             violations.push(...c.violations)
             if (c.result._tag === "ok") result = `${c.result.value}; ${op.with}: ${raced}`
             else if (c.result._tag === "failed") {
@@ -975,6 +983,9 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
       const restartsOf = providers.map((_, i) => restartMarks.map((m) => m[i]!))
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkRecord(r, truths, restartsOf))
       for (const r of read.records) violations.push(...ProviderTruthChecks.checkOffloadFreesLaneRecord(r, received))
+      for (const r of read.records) violations.push(...ProviderTruthChecks.checkCompactionOrderRecord(r, received))
+      for (const r of read.records) violations.push(...ProviderTruthChecks.checkBudgetRecord(r, truths))
+      for (const r of read.records) violations.push(...ProviderTruthChecks.checkTrustedUsageRecord(r, truths))
       providers.forEach((p, i) => violations.push(...ProviderTruthChecks.checkCalibrationRecord(p.instance, p.tokenScale, read.calibrations[i]!)))
       violations.push(...Checks.check(read.records, providers))
       return violations

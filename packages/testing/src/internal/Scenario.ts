@@ -172,9 +172,14 @@ export type Operation =
      */
     readonly kind: "race"
     readonly id: number
-    readonly outer: "send" | "offload"
+    /**
+     * `"compact"`: a `/compact` whose provider call, once the provider has compacted and before it answers, lets the
+     * user send the message (`with: "send"`: a whole turn on the same native thread), then the compaction's answer
+     * is recorded. The compaction's outcome must not overwrite the turn's newer record.
+     */
+    readonly outer: "send" | "offload" | "compact"
     readonly prompt: number
-    /** Has at least one tool. */
+    /** Has at least one tool, except under `outer: "compact"` (its send needs no tool call to pause in). */
     readonly reply: ReplySpec
     readonly with: "compact" | "offload" | "switch" | "send"
     readonly to: string
@@ -368,7 +373,8 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * carries a crash. After about one operation in eight an `/offload` follows (its own PRNG stream; ids `steps + id`),
  * and after about one in ten a fork or a merge-back (another stream; ids `2 * steps + id`; at most two forks deep),
  * and after about one in twelve a race: a send with `/compact`, `/offload` or a switch issued inside its turn
- * (another stream; ids `3 * steps + id`).
+ * (another stream; ids `3 * steps + id`); after about one in twenty-five a `/compact` inside whose provider call the
+ * user sends a message (another stream; ids `5 * steps + id`).
  */
 /**
  * With usage reports on, about half the providers answer some acknowledgements and read-backs without usage or with
@@ -400,6 +406,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rb = Prng.make((seed ^ 0x3e76eb) >>> 0)
   // And so do stale usage reports.
   const rs = Prng.make((seed ^ 0x57a1e) >>> 0)
+  // And so do sends inside a /compact's provider call.
+  const rk = Prng.make((seed ^ 0xc0ac7) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
     .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
@@ -488,6 +496,19 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         with: withKind,
         to,
         keepTokens: rr.pick([0, 300, 2_000])
+      })
+    }
+    if (features.races && rk.chance(0.04)) {
+      const reply = replyFor(rk, features)
+      ops.push({
+        kind: "race",
+        id: 5 * steps + id,
+        outer: "compact",
+        prompt: promptSize(rk),
+        reply,
+        with: "send",
+        to: active,
+        keepTokens: 0
       })
     }
     if (features.queues && rq.chance(0.06)) {
@@ -665,7 +686,9 @@ export const formatOperation = (op: Operation): string => {
         `${op.queuedFirst ? "the queued one, then the waiting one" : "the waiting one, then the queued one"}${crashText(op.crash)}`
     case "race": {
       const send = `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}])`
-      return op.outer === "offload"
+      return op.outer === "compact"
+        ? `/compact and, inside its provider call, ${send.replace(/, tools \[\]/, "")}`
+        : op.outer === "offload"
         ? `/offload keep ${op.keepTokens} and, inside its summariser call, ${send}`
         : `${send} and, inside its first tool call, ${op.with === "compact" ? "/compact" : op.with === "offload" ? `/offload keep ${op.keepTokens}` : `switch to ${op.to}`}`
     }
