@@ -537,6 +537,14 @@ const offload = Command.make(
     "--cancel OP cancels one in flight, --undo-summary undoes the newest summary; --dry-run previews and --undo undoes tool-result offload (needs --server)"
 ))
 
+/**
+ * An option that may be given any number of times, none included: `Options.repeated`, shown in usage lines in
+ * brackets like every other optional option (`[--pin text]...`; the library's own rendering, `--pin text...`, reads
+ * as required). Shape: `Options<ReadonlyArray<A>>`, empty when not given.
+ */
+const repeatedOption = <A>(option: Options.Options<A>): Options.Options<ReadonlyArray<A>> =>
+  option.pipe(Options.repeated, Options.withDefault<ReadonlyArray<A>>([]))
+
 const offloadControl = Command.make(
   "offload-control",
   {
@@ -544,8 +552,8 @@ const offloadControl = Command.make(
     on: Options.boolean("on").pipe(Options.withDescription("turn tool-result offload on for this thread")),
     off: Options.boolean("off").pipe(Options.withDescription("turn tool-result offload off for this thread")),
     keepNewest: integerOption("keep-newest", "a number of tool units", "tool units always kept verbatim (the newest N)").pipe(Options.optional),
-    pin: Options.text("pin").pipe(Options.withDescription("an item id never offloaded (repeatable)"), Options.repeated),
-    unpin: Options.text("unpin").pipe(Options.withDescription("an item id to unpin (repeatable)"), Options.repeated),
+    pin: repeatedOption(Options.text("pin").pipe(Options.withDescription("an item id never offloaded (repeatable)"))),
+    unpin: repeatedOption(Options.text("unpin").pipe(Options.withDescription("an item id to unpin (repeatable)"))),
     reset: Options.boolean("reset").pipe(Options.withDescription("drop the thread's own settings and pins first (inherit the instance's)")),
     json: jsonOption("print the control as one JSON object")
   },
