@@ -616,14 +616,18 @@ const serve = Command.make(
     databaseUrl: databaseUrlOption
   },
   (command) =>
-    databaseOptions(command).pipe(Effect.flatMap((o) => ServerConfig.resolve({
-      host: Option.getOrUndefined(o.host),
-      port: Option.getOrUndefined(o.port),
-      config: Option.getOrUndefined(o.config),
-      db: Option.getOrUndefined(o.db),
-      dataDir: Option.getOrUndefined(o.dataDir),
-      databaseUrl: Option.getOrUndefined(o.databaseUrl)
-    }))).pipe(
+    databaseOptions(command).pipe(
+      Effect.map((o): ServerConfig.ServeFlags => ({
+        host: Option.getOrUndefined(o.host),
+        port: Option.getOrUndefined(o.port),
+        config: Option.getOrUndefined(o.config),
+        db: Option.getOrUndefined(o.db),
+        dataDir: Option.getOrUndefined(o.dataDir),
+        databaseUrl: Option.getOrUndefined(o.databaseUrl)
+      })),
+      // The port first: taken, it is said (one line, exit 2) before the token file and the database are created.
+      Effect.flatMap((flags) =>
+        ServerConfig.address(flags).pipe(Effect.flatMap(Server.checkListen), Effect.zipRight(ServerConfig.resolve(flags)))),
       badInput,
       // A server that cannot start (its port taken, its database unreachable) says why in one line, exit 2.
       Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings).pipe(startFailure))
