@@ -25,6 +25,19 @@ export interface Target {
 /** A failure already phrased for the user (one line); the CLI prints `baton: <message>` and exits 2. */
 export class RemoteFailure extends Data.TaggedError("RemoteFailure")<{ readonly message: string }> {}
 
+/**
+ * Checks that `target.url` is an `http:` or `https:` URL with a host before anything is sent. Fails with
+ * `RemoteFailure`. Found by a newcomer's walk (b46ux): `--server localhost:8787` (no scheme) is a URL of the scheme
+ * `localhost:` to the URL parser, and was reported as "cannot reach the Baton server at localhost:8787 (Invalid URL);
+ * start it with `baton serve`", when `--server 127.0.0.1:8787` was told it is not a URL.
+ */
+export const checkTarget = (target: Target): Effect.Effect<void, RemoteFailure> => {
+  const url = URL.canParse(target.url) ? new URL(target.url) : null
+  return url !== null && (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== ""
+    ? Effect.void
+    : Effect.fail(new RemoteFailure({ message: `--server ${target.url} is not an http:// or https:// URL (e.g. http://127.0.0.1:8787)` }))
+}
+
 /** The first non-empty line of a text, trimmed. */
 const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? text
 

@@ -311,8 +311,10 @@ const remoteOr = <A, E, R, A2, E2, R2>(
   f: (target: Remote.Target) => Effect.Effect<A, E, R>,
   inProcess: Effect.Effect<A2, E2, R2>
 ) =>
-  Effect.flatMap(remoteTarget, (target): Effect.Effect<A | A2, E | E2, Exclude<R, HttpClient.HttpClient> | R2> =>
-    Option.isSome(target) ? Effect.provide(f(target.value), NodeHttpClient.layerUndici) : inProcess)
+  Effect.flatMap(remoteTarget, (target): Effect.Effect<A | A2, E | E2 | Remote.RemoteFailure, Exclude<R, HttpClient.HttpClient> | R2> =>
+    Option.isSome(target)
+      ? Effect.provide(Effect.zipRight(Remote.checkTarget(target.value), f(target.value)), NodeHttpClient.layerUndici)
+      : inProcess)
 
 /** A command that only a server can carry out: without `--server`/`BATON_SERVER` it fails naming both. */
 const remoteOnly = (name: string) => <A, E, R>(f: (target: Remote.Target) => Effect.Effect<A, E, R>) =>

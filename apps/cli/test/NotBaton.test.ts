@@ -46,3 +46,16 @@ describe("baton --server URL at a server that is not Baton", () => {
       expect(events).toEqual({ code: 2, stdout: "", stderr: `baton: ${line(404, "GET /events")}\n` })
     }).pipe(Effect.scoped), 60_000)
 })
+
+describe("baton --server with what is not an http(s) URL", () => {
+  // Found by a newcomer's walk (b46ux): `localhost:8787` parses as a URL of the scheme `localhost:`, and was told
+  // "cannot reach the Baton server at localhost:8787 (Invalid URL); start it with `baton serve`".
+  it("says so in one line, whatever the parser makes of it (no scheme, another scheme), exit 2", async () => {
+    const results = await Promise.all(["localhost:8787", "127.0.0.1:8787", "ftp://127.0.0.1:8787"].map((url) => runBaton(["--server", url, "threads"])))
+    expect(results).toEqual(["localhost:8787", "127.0.0.1:8787", "ftp://127.0.0.1:8787"].map((url) => ({
+      code: 2,
+      stdout: "",
+      stderr: `baton: --server ${url} is not an http:// or https:// URL (e.g. http://127.0.0.1:8787)\n`
+    })))
+  }, 60_000)
+})
