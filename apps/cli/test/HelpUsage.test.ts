@@ -32,4 +32,15 @@ describe("baton --help usage lines", () => {
     for (const [name, options] of Object.entries(bare)) expect([name, options]).toEqual([name, required[name] ?? []])
     expect(text).toContain("[--pin text...] [--unpin text...]")
   }, 30_000)
+
+  // Found by a newcomer's walk (b46ux): a subcommand's help showed `$ create --provider text …`, which runs nothing.
+  it("a subcommand's usage line is the command line to type: `$ baton`, then its command path", async () => {
+    const helps = await Promise.all([["thread", "create", "--help"], ["--server", "http://127.0.0.1:1", "offload-control", "--help"]].map((args) => runBaton(args)))
+    // eslint-disable-next-line no-control-regex
+    const usage = helps.map((h) => h.stdout.replace(/\x1b\[[0-9;]*m/g, "").split("\n").find((l) => l.startsWith("$ ")))
+    expect(usage).toEqual([
+      "$ baton thread create --provider text [--title text] [--tools text]",
+      "$ baton offload-control [--on] [--off] [--keep-newest integer] [--pin text...] [--unpin text...] [--reset] [--json] <thread-id>"
+    ])
+  }, 30_000)
 })
