@@ -114,7 +114,7 @@ const commandNames: ReadonlySet<string> = new Set([
  * `baton`. Found by a newcomer's walk (b46ux): `baton thread create --help` showed `$ create …`, which runs nothing.
  */
 const usageLine = (text: string, argv: ReadonlyArray<string>): string =>
-  text.replace(/^(\$ (?:\x1b\[[0-9;]*m)*)([a-z][a-z-]*)(?= |$)/m, (line, start: string, name: string) => {
+  text.replace(new RegExp(`^(\\$ (?:${ansi.source})*)([a-z][a-z-]*)(?= |$)`, "m"), (line, start: string, name: string) => {
     if (name === "baton") return line
     const words = argv.filter((a) => commandNames.has(a))
     const end = words.indexOf(name)
