@@ -271,7 +271,9 @@ const demo = Command.make(
     return Fs.existsSync(file)
       ? runReplay({ ...o, file })
       : Effect.fail({
-        message: `the sample transcripts are not beside this repository (no ${file}); ` +
+        // Where the user said they are (`--samples DIR`), or the default beside the repository. Found by a newcomer's
+        // walk (b46ux): `--samples DIR` was told the samples "are not beside this repository".
+        message: `the sample transcripts are not ${samples === defaultSamples ? "beside this repository" : `in ${samples}`} (no ${file}); ` +
           `replay one of your own agent sessions instead: ${ownSessions}`
       }).pipe(badInputAs(o.json))
   }

@@ -148,7 +148,7 @@ describe("baton (process)", () => {
       [["replay", Path.join(raw, "pi/large-session.jsonl"), "--providers", "gpt9:1000", "--json", "--db", Path.join(dir, "b.sqlite")], "bad_input",
         "--providers: \"gpt9:1000\": unknown provider \"gpt9\" (known: codex, claude, openai, anthropic, pi, openhands, gemini, scripted)"],
       [["demo", "--samples", dir, "--json"], "bad_input",
-        `the sample transcripts are not beside this repository (no ${Path.join(dir, "raw", "pi", "before-compaction.jsonl")}); replay one of your own agent sessions instead: ` +
+        `the sample transcripts are not in ${dir} (no ${Path.join(dir, "raw", "pi", "before-compaction.jsonl")}); replay one of your own agent sessions instead: ` +
         "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
         "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"],
       [["compact", "thr_x", "--json"], "bad_input", needsServer("compact")],
@@ -371,7 +371,8 @@ describe("baton (process)", () => {
     expect(r.code).toBe(2)
     expect(r.stdout).toBe("")
     expect(r.stderr).toBe(
-      `baton: the sample transcripts are not beside this repository (no ${Path.join(samples, "raw/pi/before-compaction.jsonl")}); ` +
+      // `--samples DIR` is named as given (it said "not beside this repository", b46ux).
+      `baton: the sample transcripts are not in ${samples} (no ${Path.join(samples, "raw/pi/before-compaction.jsonl")}); ` +
         "replay one of your own agent sessions instead: " +
         "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
         "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)\n"
