@@ -202,7 +202,10 @@ export const compactReport = (r: CompactReport) => {
   const delivered = `delivered ${items(r.deliveredItems)} ${n(r.deliveredTokens)} tok, omitted ${items(r.omittedItems)}, still deferred ${handoffCount(r.stillDeferred)}`
   return r.compacted
     ? `compacted: used ${r.usedBefore === null ? "unknown" : n(r.usedBefore)} -> ${r.usedAfter === null ? "unknown" : n(r.usedAfter)}; ${delivered}`
-    : `not compacted: ${r.reason ?? "nothing to do"}${r.deliveredItems > 0 || r.stillDeferred > 0 ? `; ${delivered}` : ""}`
+    : r.deliveredItems > 0 || r.omittedItems > 0
+    ? `not compacted: ${r.reason ?? "nothing to do"}; ${delivered}`
+    // Nothing drained: the counts of nothing would only blur the reason (which says what is owed and when it goes out).
+    : `not compacted: ${r.reason ?? "nothing to do"}${r.stillDeferred > 0 ? `; still deferred ${handoffCount(r.stillDeferred)}` : ""}`
 }
 
 /**

@@ -25,6 +25,19 @@ export interface Target {
 /** A failure already phrased for the user (one line); the CLI prints `baton: <message>` and exits 2. */
 export class RemoteFailure extends Data.TaggedError("RemoteFailure")<{ readonly message: string }> {}
 
+/**
+ * Checks that `target.url` is an `http:` or `https:` URL with a host before anything is sent. Fails with
+ * `RemoteFailure`. Found by a newcomer's walk (b46ux): `--server localhost:8787` (no scheme) is a URL of the scheme
+ * `localhost:` to the URL parser, and was reported as "cannot reach the Baton server at localhost:8787 (Invalid URL);
+ * start it with `baton serve`", when `--server 127.0.0.1:8787` was told it is not a URL.
+ */
+export const checkTarget = (target: Target): Effect.Effect<void, RemoteFailure> => {
+  const url = URL.canParse(target.url) ? new URL(target.url) : null
+  return url !== null && (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== ""
+    ? Effect.void
+    : Effect.fail(new RemoteFailure({ message: `--server ${target.url} is not an http:// or https:// URL (e.g. http://127.0.0.1:8787)` }))
+}
+
 /** The first non-empty line of a text, trimmed. */
 const oneLine = (text: string) => text.split("\n").map((l) => l.trim()).find((l) => l.length > 0) ?? text
 
@@ -63,11 +76,52 @@ const encodingPathParams = <C extends Record<string, unknown>>(client: C): C =>
     )
   ])) as C
 
+/** A response's content type without its parameters, lower case (`text/html`), or `undefined` when it has none. */
+const contentType = (response: HttpClientResponse.HttpClientResponse): string | undefined => {
+  const type = response.headers["content-type"]?.split(";")[0]?.trim().toLowerCase()
+  return type === undefined || type === "" ? undefined : type
+}
+
+/**
+ * Whether a response can be Baton's: Baton's API answers JSON (`application/json`, or `+json`), server-sent events
+ * (`text/event-stream`) or no body at all (no content type). An HTML page, plain text, a file listing is another
+ * server's (a web server, a proxy's error page, a dev server on the port).
+ */
+const batonLike = (response: HttpClientResponse.HttpClientResponse): boolean => {
+  const type = contentType(response)
+  return type === undefined || type === "application/json" || type.endsWith("+json") || type === "text/event-stream"
+}
+
+/**
+ * The one line for an answer that is not Baton's API (`batonLike` false, or undecodable for lack of a body the API
+ * declares): what answered (the HTTP status, its content type) and what to check. Found by a newcomer's walk (b46ux):
+ * `--server` at a plain web server printed "answered 501 unexpectedly: Decode error (…)".
+ */
+const notBaton = (target: Target, response: HttpClientResponse.HttpClientResponse) =>
+  new RemoteFailure({
+    message: `the server at ${target.url} did not answer as a Baton server (HTTP ${response.status}, ` +
+      `${contentType(response) ?? "no content type"}, to ${response.request.method} ${new URL(response.request.url).pathname}); ` +
+      "check that --server (or BATON_SERVER) is the URL `baton serve` printed (\"listening on …\")"
+  })
+
+/**
+ * `client` failing with a `ResponseError` (reason `Decode`) for a response that is not `batonLike`, before anything
+ * tries to read it as the API's JSON (before, a 200 HTML page read as "Could not parse JSON").
+ */
+const onlyBatonAnswers = (client: HttpClient.HttpClient): HttpClient.HttpClient =>
+  HttpClient.filterOrFail(client, batonLike, (response) =>
+    new HttpClientError.ResponseError({
+      request: response.request,
+      response,
+      reason: "Decode",
+      description: `not a Baton answer (${contentType(response) ?? "no content type"})`
+    }))
+
 /** The typed client of `BatonApi` at `target` (path parameters percent-encoded). Requires an `HttpClient`. */
 const api = (target: Target) =>
   HttpApiClient.make(Api.BatonApi, {
     baseUrl: target.url,
-    transformClient: HttpClient.mapRequest(withToken(target)),
+    transformClient: (client) => onlyBatonAnswers(HttpClient.mapRequest(client, withToken(target))),
     transformResponse: unreadable
   }).pipe(Effect.map(encodingPathParams))
 
@@ -89,6 +143,8 @@ const explain = (target: Target) => (error: unknown): RemoteFailure => {
           : `cannot reach the Baton server at ${target.url} (${oneLine(String(error.cause instanceof Error ? error.cause.message : error.cause ?? error.reason))}); start it with \`baton serve\` or check --server`
       })
     }
+    // A status the API does not declare (or declares without this body): another server's, unless it is JSON.
+    if (!batonLike(error.response) || contentType(error.response) === undefined) return notBaton(target, error.response)
     return new RemoteFailure({ message: `the server at ${target.url} answered ${error.response.status} unexpectedly: ${oneLine(error.message)}` })
   }
   if (typeof error === "object" && error !== null && "_tag" in error) {
@@ -519,6 +575,7 @@ const eventStream = (
       Effect.flatMap(execute, (r) => r.status === 503 ? Effect.fail(new NotServingYet({ response: r })) : Effect.succeed(r)),
       { schedule: reconnectSchedule, while: (e) => isRequestError(e) || e instanceof NotServingYet }
     ).pipe(Effect.catchTag("NotServingYet", (e) => Effect.succeed(e.response))))
+    if (!batonLike(response)) return yield* notBaton(target, response)
     if (response.status !== 200) {
       const text = yield* response.text
       const body = Schema.decodeUnknownOption(ErrorBody)(text)

@@ -102,12 +102,35 @@ const integerFlagHelp = new RegExp(`(--[a-z][a-z0-9-]* integer(?:${ansi.source})
  */
 const textPrimitiveHelp = /^[ \t]*A user-defined piece of text\.\n\n/gm
 
+/** `baton`'s commands and subcommands, by name: the words of a command line that name its command. */
+const commandNames: ReadonlySet<string> = new Set([
+  "replay", "demo", "threads", "thread", "show", "create", "handoffs", "send", "switch", "compact", "offload",
+  "offload-control", "tool-results", "events", "serve"
+])
+
+/**
+ * A subcommand's usage line (`$ create --provider text …`: @effect/cli names only the subcommand itself) as the line
+ * a user types, `$ baton thread create --provider text …`: the command names of `argv` up to that subcommand, after
+ * `baton`. Found by a newcomer's walk (b46ux): `baton thread create --help` showed `$ create …`, which runs nothing.
+ */
+const usageLine = (text: string, argv: ReadonlyArray<string>): string =>
+  text.replace(new RegExp(`^(\\$ (?:${ansi.source})*)([a-z][a-z-]*)(?= |$)`, "m"), (line, start: string, name: string) => {
+    if (name === "baton") return line
+    const words = argv.filter((a) => commandNames.has(a))
+    const end = words.indexOf(name)
+    return end < 0 ? line : `${start}baton ${words.slice(0, end + 1).join(" ")}`
+  })
+
 /**
  * `text` (what the library printed on stdout: its help) with each integer flag's paragraph "A user-defined piece of
  * text." replaced by `integerHelp`, and the same paragraph under every other text argument or flag removed (each has
- * its own description); every other line unchanged.
+ * its own description); a subcommand's usage line starting `$ baton` and its command path (`usageLine`, when `argv`
+ * is given); every other line unchanged.
  */
-export const helpText = (text: string): string => text.replace(integerFlagHelp, `$1${integerHelp}`).replace(textPrimitiveHelp, "")
+export const helpText = (text: string, argv?: ReadonlyArray<string>): string => {
+  const helped = text.replace(integerFlagHelp, `$1${integerHelp}`).replace(textPrimitiveHelp, "")
+  return argv === undefined ? helped : usageLine(helped, argv)
+}
 
 /**
  * `text` (a usage error as the library prints it) as `phrase` words it, without the `baton: ` prefix: the message of
@@ -137,7 +160,7 @@ export const console = (argv: ReadonlyArray<string>) => (inner: Console.Console)
   const rewording: Console.Console = {
     ...inner,
     error: (...args) => inner.error(phrase(args.map(String).join(" "), argv)),
-    log: (...args) => inner.log(...args.map((a) => typeof a === "string" ? helpText(a) : a)),
+    log: (...args) => inner.log(...args.map((a) => typeof a === "string" ? helpText(a, argv) : a)),
     unsafe: { ...inner.unsafe, error: (...args) => inner.unsafe.error(phrase(args.map(String).join(" "), argv)) }
   }
   wrapped.set(rewording, inner)

@@ -162,8 +162,8 @@ interface ReplayCommand {
 
 /**
  * `baton replay`: validates the whole input before the database is opened (bad input writes nothing), prints one
- * line per run on stdout (a progress bar on stderr when it is a terminal) and the summary, or with `--json` only the
- * summary as one JSON document (`Format.errorDocument` for bad input, `Format.interruptedDocument` when a signal stopped it). Exit
+ * line per run on stdout and the summary, or with `--json` only the summary as one JSON document (either way a
+ * progress bar on stderr when it is a terminal) (`Format.errorDocument` for bad input, `Format.interruptedDocument` when a signal stopped it). Exit
  * code 1 when an invariant is violated. A signal stops it after the run in flight is recorded (see CliRuntime).
  */
 const runReplay = (command: ReplayCommand) => {
@@ -171,7 +171,9 @@ const runReplay = (command: ReplayCommand) => {
   let done = 0
   let total: number | null = null
   const threadIds: Array<string> = []
-  const tty = process.stderr.isTTY === true && !command.json
+  // A progress bar on stderr when it is a terminal, `--json` or not: stdout (the runs' lines, or the one JSON
+  // document) never carries it. Found by a newcomer's walk (b46ux): under `--json` a long replay showed nothing.
+  const tty = process.stderr.isTTY === true
   return Effect.gen(function*() {
     const o = yield* databaseOptions(command)
     const providers = ProviderSpec.parse(o.providers)
@@ -211,9 +213,8 @@ const runReplay = (command: ReplayCommand) => {
     const summary = yield* Replay.replay(imported, options, (line) =>
       Effect.sync(() => {
         done++
-        if (o.json) return
         if (tty) process.stderr.write("\r\x1b[K")
-        process.stdout.write(Format.runLine(line) + "\n")
+        if (!o.json) process.stdout.write(Format.runLine(line) + "\n")
         if (tty) process.stderr.write(Format.progressBar(done, runs))
       }), (threadId) => Effect.sync(() => void threadIds.push(threadId)))
     if (tty) process.stderr.write("\r\x1b[K")
@@ -270,7 +271,9 @@ const demo = Command.make(
     return Fs.existsSync(file)
       ? runReplay({ ...o, file })
       : Effect.fail({
-        message: `the sample transcripts are not beside this repository (no ${file}); ` +
+        // Where the user said they are (`--samples DIR`), or the default beside the repository. Found by a newcomer's
+        // walk (b46ux): `--samples DIR` was told the samples "are not beside this repository".
+        message: `the sample transcripts are not ${samples === defaultSamples ? "beside this repository" : `in ${samples}`} (no ${file}); ` +
           `replay one of your own agent sessions instead: ${ownSessions}`
       }).pipe(badInputAs(o.json))
   }
@@ -310,8 +313,10 @@ const remoteOr = <A, E, R, A2, E2, R2>(
   f: (target: Remote.Target) => Effect.Effect<A, E, R>,
   inProcess: Effect.Effect<A2, E2, R2>
 ) =>
-  Effect.flatMap(remoteTarget, (target): Effect.Effect<A | A2, E | E2, Exclude<R, HttpClient.HttpClient> | R2> =>
-    Option.isSome(target) ? Effect.provide(f(target.value), NodeHttpClient.layerUndici) : inProcess)
+  Effect.flatMap(remoteTarget, (target): Effect.Effect<A | A2, E | E2 | Remote.RemoteFailure, Exclude<R, HttpClient.HttpClient> | R2> =>
+    Option.isSome(target)
+      ? Effect.provide(Effect.zipRight(Remote.checkTarget(target.value), f(target.value)), NodeHttpClient.layerUndici)
+      : inProcess)
 
 /** A command that only a server can carry out: without `--server`/`BATON_SERVER` it fails naming both. */
 const remoteOnly = (name: string) => <A, E, R>(f: (target: Remote.Target) => Effect.Effect<A, E, R>) =>
@@ -536,6 +541,14 @@ const offload = Command.make(
     "--cancel OP cancels one in flight, --undo-summary undoes the newest summary; --dry-run previews and --undo undoes tool-result offload (needs --server)"
 ))
 
+/**
+ * An option that may be given any number of times, none included: `Options.repeated`, shown in usage lines in
+ * brackets like every other optional option (`[--pin text]...`; the library's own rendering, `--pin text...`, reads
+ * as required). Shape: `Options<ReadonlyArray<A>>`, empty when not given.
+ */
+const repeatedOption = <A>(option: Options.Options<A>): Options.Options<ReadonlyArray<A>> =>
+  option.pipe(Options.repeated, Options.withDefault<ReadonlyArray<A>>([]))
+
 const offloadControl = Command.make(
   "offload-control",
   {
@@ -543,8 +556,8 @@ const offloadControl = Command.make(
     on: Options.boolean("on").pipe(Options.withDescription("turn tool-result offload on for this thread")),
     off: Options.boolean("off").pipe(Options.withDescription("turn tool-result offload off for this thread")),
     keepNewest: integerOption("keep-newest", "a number of tool units", "tool units always kept verbatim (the newest N)").pipe(Options.optional),
-    pin: Options.text("pin").pipe(Options.withDescription("an item id never offloaded (repeatable)"), Options.repeated),
-    unpin: Options.text("unpin").pipe(Options.withDescription("an item id to unpin (repeatable)"), Options.repeated),
+    pin: repeatedOption(Options.text("pin").pipe(Options.withDescription("an item id never offloaded (repeatable)"))),
+    unpin: repeatedOption(Options.text("unpin").pipe(Options.withDescription("an item id to unpin (repeatable)"))),
     reset: Options.boolean("reset").pipe(Options.withDescription("drop the thread's own settings and pins first (inherit the instance's)")),
     json: jsonOption("print the control as one JSON object")
   },
@@ -607,14 +620,18 @@ const serve = Command.make(
     databaseUrl: databaseUrlOption
   },
   (command) =>
-    databaseOptions(command).pipe(Effect.flatMap((o) => ServerConfig.resolve({
-      host: Option.getOrUndefined(o.host),
-      port: Option.getOrUndefined(o.port),
-      config: Option.getOrUndefined(o.config),
-      db: Option.getOrUndefined(o.db),
-      dataDir: Option.getOrUndefined(o.dataDir),
-      databaseUrl: Option.getOrUndefined(o.databaseUrl)
-    }))).pipe(
+    databaseOptions(command).pipe(
+      Effect.map((o): ServerConfig.ServeFlags => ({
+        host: Option.getOrUndefined(o.host),
+        port: Option.getOrUndefined(o.port),
+        config: Option.getOrUndefined(o.config),
+        db: Option.getOrUndefined(o.db),
+        dataDir: Option.getOrUndefined(o.dataDir),
+        databaseUrl: Option.getOrUndefined(o.databaseUrl)
+      })),
+      // The port first: taken, it is said (one line, exit 2) before the token file and the database are created.
+      Effect.flatMap((flags) =>
+        ServerConfig.address(flags).pipe(Effect.flatMap(Server.checkListen), Effect.zipRight(ServerConfig.resolve(flags)))),
       badInput,
       // A server that cannot start (its port taken, its database unreachable) says why in one line, exit 2.
       Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings).pipe(startFailure))

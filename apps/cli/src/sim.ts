@@ -454,7 +454,9 @@ const main = Effect.gen(function*() {
 
   const features = { ...Simulation.allFeatures }
   for (const name of args.without) features[featureNames[name]!] = false
-  const tty = process.stderr.isTTY === true && !args.json && !args.jobReport
+  // Per-seed lines on a terminal's stderr, `--json` or not (stdout stays the one document). Found by a newcomer's
+  // walk (b46ux): `pnpm sim --json` showed nothing on a terminal while its seeds ran.
+  const tty = process.stderr.isTTY === true && !args.jobReport
   const started = Date.now()
   const until = args.soakMinutes === null ? undefined : started + args.soakMinutes * 60_000
   let lastProgress = started

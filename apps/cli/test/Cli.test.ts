@@ -148,7 +148,7 @@ describe("baton (process)", () => {
       [["replay", Path.join(raw, "pi/large-session.jsonl"), "--providers", "gpt9:1000", "--json", "--db", Path.join(dir, "b.sqlite")], "bad_input",
         "--providers: \"gpt9:1000\": unknown provider \"gpt9\" (known: codex, claude, openai, anthropic, pi, openhands, gemini, scripted)"],
       [["demo", "--samples", dir, "--json"], "bad_input",
-        `the sample transcripts are not beside this repository (no ${Path.join(dir, "raw", "pi", "before-compaction.jsonl")}); replay one of your own agent sessions instead: ` +
+        `the sample transcripts are not in ${dir} (no ${Path.join(dir, "raw", "pi", "before-compaction.jsonl")}); replay one of your own agent sessions instead: ` +
         "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
         "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"],
       [["compact", "thr_x", "--json"], "bad_input", needsServer("compact")],
@@ -176,16 +176,14 @@ describe("baton (process)", () => {
   // …`, and a logged cause, printed over several lines in one call, was cut to its first line.
   it("a command's log lines are not reworded as usage errors (no `baton:` prefix); its own error line is one", async () => {
     const dir = tmp()
-    const holder = Net.createServer()
-    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve))
-    const port = (holder.address() as Net.AddressInfo).port
-    const taken = await baton(["serve", "--port", String(port), "--data-dir", dir])
-    await new Promise<void>((resolve) => holder.close(() => resolve()))
-    const lines = taken.stderr.trim().split("\n")
-    expect(taken.code).toBe(2)
+    // A database that cannot be reached: the startup lines are logged before the connection fails. (A taken port
+    // is said before them now: ServeBusyPort.test.)
+    const unreachable = await baton(["serve", "--port", "0", "--database-url", "postgres://postgres@127.0.0.1:1/test", "--data-dir", dir])
+    const lines = unreachable.stderr.trim().split("\n")
+    expect(unreachable.code).toBe(2)
     expect(lines.slice(0, -1).filter((l) => /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO \(#\d+\): /.test(l)).length).toBeGreaterThanOrEqual(2)
     expect(lines.slice(0, -1).filter((l) => l.startsWith("baton: "))).toEqual([])
-    expect(lines.at(-1)).toMatch(/^baton: cannot listen on 127\.0\.0\.1:/)
+    expect(lines.at(-1)).toMatch(/^baton: storage error in database\.connect: cannot connect to postgres:/)
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
@@ -373,7 +371,8 @@ describe("baton (process)", () => {
     expect(r.code).toBe(2)
     expect(r.stdout).toBe("")
     expect(r.stderr).toBe(
-      `baton: the sample transcripts are not beside this repository (no ${Path.join(samples, "raw/pi/before-compaction.jsonl")}); ` +
+      // `--samples DIR` is named as given (it said "not beside this repository", b46ux).
+      `baton: the sample transcripts are not in ${samples} (no ${Path.join(samples, "raw/pi/before-compaction.jsonl")}); ` +
         "replay one of your own agent sessions instead: " +
         "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
         "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)\n"

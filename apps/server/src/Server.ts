@@ -23,6 +23,7 @@ import { HttpApiBuilder, HttpApiScalar, HttpClient, HttpMiddleware, HttpRouter, 
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Console, Data, Deferred, Effect, Exit, Function, Layer, type Scope } from "effect"
 import * as Http from "node:http"
+import * as Net from "node:net"
 import type { Duplex } from "node:stream"
 import * as Auth from "./Auth.js"
 import { continueOnRead } from "./BodyDrain.js"
@@ -344,6 +345,22 @@ const listenError = (settings: Pick<ServerConfig.ServerSettings, "host" | "port"
     : "check --host (an address of this machine, e.g. 127.0.0.1) and --port"
   return new ListenError({ message: `cannot listen on ${ServerConfig.hostPort(settings.host, settings.port)} (${said}); ${hint}` })
 }
+
+/**
+ * Checks, before anything is written, that the listener of `settings` can start: binds a probe on the host and port
+ * and closes it at once. Fails with the `ListenError` the listener itself would (the port taken, the host not an
+ * address of this machine), so `baton serve` on a busy port says so without leaving a token file or a database
+ * behind (found by a newcomer's walk, b46ux: both were created before the listen failed). Port 0 (any free port)
+ * needs no check. A port taken between the check and the listen still fails the listen, with the same message.
+ */
+export const checkListen = (settings: Pick<ServerConfig.ServerSettings, "host" | "port">): Effect.Effect<void, ListenError> =>
+  settings.port === 0 ? Effect.void : Effect.async<void, ListenError>((resume) => {
+    const probe = Net.createServer()
+    probe.once("error", (e) => resume(Effect.fail(listenError(settings, e))))
+    probe.listen({ host: ServerConfig.listenHost(settings.host), port: settings.port, exclusive: true }, () =>
+      probe.close(() => resume(Effect.void)))
+    return Effect.sync(() => void probe.close())
+  })
 
 /**
  * Runs `self` (the server's launch: every request's fiber and the run driver's are forked beneath it and inherit this)

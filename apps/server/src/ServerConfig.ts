@@ -466,22 +466,40 @@ export const tokenFromFile = (file: string) => {
   ))
 }
 
-/**
- * Resolves the configuration: defaults, then the config file (`flags.config`, else `BATON_CONFIG`), then the
- * environment (`BATON_HOST`, `BATON_PORT`, `BATON_DATABASE_URL`, `BATON_DATA_DIR`, `BATON_PROVIDERS`,
- * `BATON_TOKEN`, `BATON_READ_TOKEN`, `BATON_MAX_BODY_BYTES`, `BATON_TRACING`), then the flags. Creates the token file when it
- * supplies the admin token. Fails with `ConfigInvalid`.
- */
-export const resolve = (flags: ServeFlags = {}) =>
+/** The host and port of `flags`, else the environment, else the config file `file`, else the defaults. */
+const addressOf = (flags: ServeFlags, file: ConfigFile) =>
   Effect.gen(function*() {
-    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
-    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
-
     const host = flags.host ?? (yield* env("BATON_HOST")) ?? file.host ?? defaultHost
     const port = flags.port ?? (yield* envInt("BATON_PORT", 0, 65_535)) ?? file.port ?? defaultPort
     if (!Number.isInteger(port) || port < 0 || port > 65_535) {
       return yield* new ConfigInvalid({ source: "--port", reason: `expected 0 to 65535, got ${port}` })
     }
+    return { host, port }
+  })
+
+/**
+ * The host and port the server of `flags` listens on, as `resolve` reads them (flags, `BATON_HOST`/`BATON_PORT`,
+ * the config file, the defaults 127.0.0.1:8787), without writing anything: `baton serve` checks the port is free
+ * before `resolve` creates the token file and the server its database. Fails with `ConfigInvalid`.
+ */
+export const address = (flags: ServeFlags = {}) =>
+  Effect.gen(function*() {
+    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
+    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
+    return yield* addressOf(flags, file)
+  })
+
+/**
+ * Resolves the configuration: defaults, then the config file (`flags.config`, else `BATON_CONFIG`), then the
+ * environment (`BATON_HOST`, `BATON_PORT`, `BATON_DATABASE_URL`, `BATON_DATA_DIR`, `BATON_PROVIDERS`,
+ * `BATON_TOKEN`, `BATON_READ_TOKEN`, `BATON_MAX_BODY_BYTES`, `BATON_TRACING`), then the flags. Creates the token file when it
+ * supplies the admin token, once everything else has been checked. Fails with `ConfigInvalid`.
+ */
+export const resolve = (flags: ServeFlags = {}) =>
+  Effect.gen(function*() {
+    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
+    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
+    const { host, port } = yield* addressOf(flags, file)
 
     // The database: a flag wins, then BATON_DATABASE_URL / BATON_DATA_DIR, then the file, then ./.baton.
     const envUrl = yield* env("BATON_DATABASE_URL")
@@ -549,26 +567,6 @@ export const resolve = (flags: ServeFlags = {}) =>
       providers = resolved
     }
 
-    const envToken_ = yield* envToken("BATON_TOKEN")
-    const readToken = (yield* envToken("BATON_READ_TOKEN")) ?? file.auth?.readToken
-    let adminToken: string
-    let source: TokenSource
-    if (envToken_ !== undefined) {
-      adminToken = envToken_
-      source = { _tag: "env" }
-    } else if (file.auth?.token !== undefined) {
-      adminToken = file.auth.token
-      source = { _tag: "config" }
-    } else {
-      const tokenFile = file.auth?.tokenFile ?? Path.join(dataDir, "token")
-      const found = yield* tokenFromFile(tokenFile)
-      adminToken = found.token
-      source = { _tag: "file", path: tokenFile, created: found.created }
-    }
-    if (readToken !== undefined && readToken === adminToken) {
-      return yield* new ConfigInvalid({ source: "auth", reason: "the read-only token must differ from the admin token" })
-    }
-
     const maxBodyBytes = (yield* envInt("BATON_MAX_BODY_BYTES", 1_024, 1_073_741_824)) ?? file.limits?.maxBodyBytes ?? defaultMaxBodyBytes
     const summariser = file.offload?.summariser ?? null
     if (summariser !== null && !providers.some((p) => isModelInstance(p) && p.name === summariser)) {
@@ -596,6 +594,27 @@ export const resolve = (flags: ServeFlags = {}) =>
     if (hook !== undefined && (hook.url === undefined) === (hook.command === undefined)) {
       return yield* new ConfigInvalid({ source: configPath ?? "config", reason: "offload.preCompactHook: give exactly one of url and command" })
     }
+    // The token file last: a configuration refused above leaves no file behind.
+    const envToken_ = yield* envToken("BATON_TOKEN")
+    const readToken = (yield* envToken("BATON_READ_TOKEN")) ?? file.auth?.readToken
+    let adminToken: string
+    let source: TokenSource
+    if (envToken_ !== undefined) {
+      adminToken = envToken_
+      source = { _tag: "env" }
+    } else if (file.auth?.token !== undefined) {
+      adminToken = file.auth.token
+      source = { _tag: "config" }
+    } else {
+      const tokenFile = file.auth?.tokenFile ?? Path.join(dataDir, "token")
+      const found = yield* tokenFromFile(tokenFile)
+      adminToken = found.token
+      source = { _tag: "file", path: tokenFile, created: found.created }
+    }
+    if (readToken !== undefined && readToken === adminToken) {
+      return yield* new ConfigInvalid({ source: "auth", reason: "the read-only token must differ from the admin token" })
+    }
+
     return {
       host,
       port,

@@ -40,6 +40,20 @@ import * as Span from "./internal/Span.js"
 /** What `/compact` did (the schema lives in contracts). */
 export { CompactReport } from "@baton/contracts"
 
+/**
+ * Why `/compact` did nothing on `instance`'s provider thread before its first turn (`no_native_thread`), saying what
+ * happens to the `owed` handoffs open toward it (after a provider switch: the history it has not seen). There is no
+ * native thread to compact or to drain them into; its first turn starts one and delivers them as that turn's budget
+ * allows (docs/handoff-lifecycle.md, "/compact"). Found by a newcomer's walk (b46ux): right after a switch it said
+ * only "nothing to compact" while a handoff was owed.
+ */
+export const noNativeThreadReason = (instance: string) => (owed: number): string =>
+  owed === 0
+    ? `no native thread yet on ${instance} (no turn has run on it): nothing to compact`
+    : `no native thread yet on ${instance} (no turn has run on it): nothing to compact, and no thread to drain ` +
+      `the ${owed === 1 ? "handoff" : `${owed} handoffs`} owed to it into; its first turn starts one and delivers that history ` +
+      "as the turn's budget allows (what does not fit stays deferred for later turns and /compact)"
+
 /** The report of a `/compact` that did not compact, saying why (`stillDeferred` 0: callers set the real count). */
 export const notCompacted = (reason: string | null, reasonCode: CompactSkipCode | null = null): CompactReport => ({
   compacted: false,
@@ -161,11 +175,12 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         target === null
           ? Effect.map(store.listOpenHandoffs(providerThread.id), (open) => open.length)
           : Effect.map(delivery.owedTo(threadId, providerThread, target), (owed) => owed.filter((o) => o.delivery.status === "deferred").length)
-      const refuse = (reasonCode: CompactSkipCode, reason: string, target: NativeThread | null = null) =>
+      const refuse = (reasonCode: CompactSkipCode, reason: string | ((stillDeferred: number) => string), target: NativeThread | null = null) =>
         uow.thread(threadId, "ThreadCompaction.refuse")(
-          Effect.flatMap(deferredLeft(target), (stillDeferred) => receipt({ ...empty, reason, reasonCode, stillDeferred }))
+          Effect.flatMap(deferredLeft(target), (stillDeferred) =>
+            receipt({ ...empty, reason: typeof reason === "string" ? reason : reason(stillDeferred), reasonCode, stillDeferred }))
         )
-      if (providerThread.activeNativeThreadId === null) return yield* refuse("no_native_thread", "no native thread yet: nothing to compact")
+      if (providerThread.activeNativeThreadId === null) return yield* refuse("no_native_thread", noNativeThreadReason(providerThread.providerInstance))
       const found = yield* store.getNativeThread(providerThread.activeNativeThreadId)
       if (found._tag === "None") return yield* refuse("native_thread_missing", "the native thread record is missing")
       if (found.value.status === "replaced") {

@@ -115,7 +115,12 @@ describe("/compact's stillDeferred", () => {
         const t = yield* historyThenSwitch(script)
         const report = yield* o.compact(t)
         expect(report.compacted).toBe(false)
-        expect(report.reason).toContain("no native thread yet")
+        // Found by a newcomer's walk (b46ux): "no native thread yet: nothing to compact", silent about the handoff owed.
+        expect(report.reason).toBe(
+          "no native thread yet on anthropic (no turn has run on it): nothing to compact, and no thread to drain the handoff owed " +
+            "to it into; its first turn starts one and delivers that history as the turn's budget allows (what does not fit stays " +
+            "deferred for later turns and /compact)"
+        )
         expect(report.reasonCode).toBe("no_native_thread")
         expect(report.stillDeferred).toBe(1)
       }).pipe(Effect.provide(Harness.makeLayer([

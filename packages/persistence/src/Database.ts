@@ -196,23 +196,38 @@ export interface PgOptions {
   readonly maxConnections?: number
 }
 
+/** Whether `url` is a URL of the `postgres:` or `postgresql:` scheme (what the Postgres driver connects to). */
+const isPostgresUrl = (url: string): boolean => {
+  if (!URL.canParse(url)) return false
+  const protocol = new URL(url).protocol
+  return protocol === "postgres:" || protocol === "postgresql:"
+}
+
 /**
  * A Postgres client on `url` (e.g. `postgres://user@127.0.0.1:5432/baton`; a `?options=-c%20search_path%3DS` suffix
  * selects a schema) with migrations applied. Integer aggregates (`COUNT`, `MAX`) come back as numbers or strings
  * and every repository decodes both. Its statements run uninterruptibly (see `uninterruptibleStatements`); the
  * `PgClient` it also provides serves LISTEN/NOTIFY only. Fails with `SqlError` (unreachable server) or
- * `MigrationError`.
+ * `MigrationError`, and with `PersistenceError` (`database.connect`) for a `url` not of the `postgres:` or
+ * `postgresql:` scheme, before any connection is tried.
  */
 export const layerPg = (options: PgOptions): Layer.Layer<SqlClient.SqlClient, DatabaseError> =>
-  Layer.effectDiscard(migrate).pipe(
-    Layer.provideMerge(uninterruptibleStatements),
-    Layer.provide(PgClient.layer({
-      url: Redacted.make(options.url),
-      maxConnections: options.maxConnections ?? 10,
-      applicationName: "baton",
-      ...names
-    }).pipe(Layer.mapError((e) => new PersistenceError({ operation: "database.connect", detail: connectDetail(options.url, e) }))))
-  )
+  !isPostgresUrl(options.url)
+    // Found by a newcomer's walk (b46ux): `--database-url notaurl` was tried as a connection and reported as
+    // "getaddrinfo ENOTFOUND base" (the driver's reading of it), naming nothing the user wrote.
+    ? Layer.fail(new PersistenceError({
+      operation: "database.connect",
+      detail: `${options.url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")} is not a Postgres URL (e.g. postgres://user@127.0.0.1:5432/baton)`
+    }))
+    : Layer.effectDiscard(migrate).pipe(
+      Layer.provideMerge(uninterruptibleStatements),
+      Layer.provide(PgClient.layer({
+        url: Redacted.make(options.url),
+        maxConnections: options.maxConnections ?? 10,
+        applicationName: "baton",
+        ...names
+      }).pipe(Layer.mapError((e) => new PersistenceError({ operation: "database.connect", detail: connectDetail(options.url, e) }))))
+    )
 
 /**
  * A connection whose statements cannot be interrupted: an interruption that arrives while a statement runs (or
