@@ -13,15 +13,16 @@
  *   (`recordAnswer` for a whole answer, with the upstream's id and Anthropic's safe form of it; `recordAssistant` for a
  *   streamed one, whose ids are the agent's already), per thread, in a bounded memo (`make`, the newest
  *   `capacity` calls of the process).
- * - **Given back:** `restore` puts the remembered `extra_content` back on every call of the outgoing Chat Completions
- *   body that has none.
+ * - **Given back:** `restore` puts the remembered `extra_content` back on every call of an outgoing Chat Completions
+ *   body for a Gemini model that has none.
  * - **Otherwise the documented bypass:** for a Gemini model (`isGemini`), an assistant message whose calls still carry
  *   no signature (calls another model made before the switch, or remembered by a process that has restarted since) gets
  *   Google's value for histories Gemini did not produce, `skip_thought_signature_validator`, on its first call (Google's
  *   "Thought signatures" guide: the bypass for conversations transferred from another model or with injected calls).
  *   The request validates; the model does not get its earlier reasoning back for those calls.
  *
- * Other models get no `extra_content` they did not send (an OpenAI server may refuse unknown message fields).
+ * Other models get no `extra_content` the agent did not send, not even a remembered one of a Gemini call earlier in the
+ * same thread (an OpenAI server may refuse unknown message fields).
  */
 import { isRecord } from "./GatewayDialect.js"
 import * as GatewaySwitch from "./GatewaySwitch.js"
@@ -110,9 +111,9 @@ export const recordAnswer = (memo: Memo, scope: string, answer: unknown): void =
 }
 
 /**
- * The outgoing Chat Completions `body` with the remembered `extra_content` of thread `scope` (`null`: none) on each
- * assistant call that has none, and, when the body's model is a Gemini model, the bypass signature on the first call
- * of each assistant message whose calls still carry none (see the module docblock). The same object when nothing
+ * The outgoing Chat Completions `body` with, when the body's model is a Gemini model, the remembered `extra_content` of
+ * thread `scope` (`null`: none) on each assistant call that has none and the bypass signature on the first call of each
+ * assistant message whose calls still carry none (see the module docblock); another model's body as it is. The same object when nothing
  * changes; otherwise a copy (the input is not modified). A body without Chat `messages` is returned as it is.
  */
 export const restore = (memo: Memo, scope: string | null, body: Json): Json => {
@@ -122,7 +123,9 @@ export const restore = (memo: Memo, scope: string | null, body: Json): Json => {
   const messages = body.messages.map((m) => {
     if (!isRecord(m) || m.role !== "assistant" || !Array.isArray(m.tool_calls) || m.tool_calls.length === 0) return m
     let calls = m.tool_calls.map((c) => {
-      if (!isRecord(c) || c.extra_content !== undefined || scope === null || typeof c.id !== "string") return c
+      // Only a Gemini model gets remembered `extra_content` back: a thread switched from Gemini to another model keeps
+      // its memo, and that model's server may refuse the field (before, its calls went out with Gemini's signatures).
+      if (!gemini || !isRecord(c) || c.extra_content !== undefined || scope === null || typeof c.id !== "string") return c
       const extra = memo.recall(scope, c.id)
       return extra === undefined ? c : { ...c, extra_content: extra }
     })

@@ -8,7 +8,8 @@
  *   (`BodyDrain.refuseUnread`: at most 64 KiB is drained, a larger body is not read and the connection is closed).
  *   Any other request is authorised by the API's `Authorization` middleware, as before (the open endpoints take no
  *   body); the gateway's paths by the gateway. A refused body of a request without a valid token is drained at most
- *   64 KiB too.
+ *   64 KiB too, and a larger body of such a request that is not refused for its token (a `GET` with a body, a path
+ *   under `/v1/` that is not the gateway's) is refused unread as well (401; the gateway protocol's 404 under `/v1/`).
  * - **The body limit.** A body must declare its `Content-Length` (411 otherwise: chunked bodies are refused); one
  *   over the limit is answered 413 without being parsed (it is drained first, up to 64 MiB, so that the answer
  *   reaches the client, then the connection is closed). Nothing of such a request is written.
@@ -53,7 +54,7 @@ import { HttpApp, HttpMethod, HttpServerRequest, HttpServerResponse } from "@eff
 import { Cause, Chunk, Effect, Either, Option, Schema } from "effect"
 import { MIMEType } from "node:util"
 import * as Auth from "./Auth.js"
-import { refuseAfterDrain as refuseDrained, refuseUnread } from "./BodyDrain.js"
+import { refuseAfterDrain as refuseDrained, refuseUnread, unauthenticatedDrainCapBytes } from "./BodyDrain.js"
 import { isGatewayPath, unknownPathRefusal } from "./Gateway.js"
 
 /** Every boundary error the API answers with, to give its body a `message`. */
@@ -323,7 +324,7 @@ export const middleware = (options: { readonly maxBodyBytes: number; readonly to
       // Only a request with a body is authorised here (the API's middleware authorises every request again): the
       // token is hashed and compared once more per write, not per read.
       const verdict = carriesBody ? Auth.roleOf(request.headers.authorization, digests) : null
-      const refusal = verdict === null ? null : authRefusal(request, verdict)
+      const refusal = verdict === null ? null : authRefusal(request, verdict) ?? largeUnauthenticated(request, verdict)
       if (refusal !== null) return yield* refuseUnread(request, refusal)
       const body = yield* checkBody(request, options.maxBodyBytes, verdict === null || verdict._tag === "granted")
       if (Either.isLeft(body)) return body.left
@@ -365,6 +366,21 @@ const authRefusal = (request: HttpServerRequest.HttpServerRequest, verdict: Auth
   return verdict.role === "admin"
     ? null
     : errorResponse(new Forbidden({ reason: `the read-only token may not ${request.method}; use the admin token` }), 403)
+}
+
+/**
+ * The refusal of a body over `unauthenticatedDrainCapBytes` that a request without a valid token declares where
+ * `authRefusal` does not refuse it (a read with a body; a path under `/v1/` that is not the gateway's): 401 with the
+ * challenge, or, under `/v1/`, the gateway protocol's 404 for the unknown path (what it is answered whatever the token).
+ * `null` otherwise. Before, such a body was read up to the body limit (2 MiB by default) and parsed, and a client
+ * without a token was answered 400 for invalid JSON after the server had read 1.5 MB for it.
+ */
+const largeUnauthenticated = (request: HttpServerRequest.HttpServerRequest, verdict: Auth.Verdict) => {
+  if (verdict._tag !== "denied") return null
+  const declared = request.headers["content-length"]
+  if (declared === undefined || Number(declared) <= unauthenticatedDrainCapBytes) return null
+  return unknownPathRefusal(request.method, request.url, request.headers) ??
+    withChallenge(request, errorResponse(new Unauthorized({ reason: verdict.reason }), 401))
 }
 
 /**

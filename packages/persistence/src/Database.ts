@@ -292,8 +292,21 @@ const uninterruptibleStatements: Layer.Layer<SqlClient.SqlClient | PgClient.PgCl
 const connectDetail = (url: string, e: { readonly message: string; readonly cause?: unknown }) => {
   const cause = e.cause as { readonly code?: unknown; readonly message?: unknown } | undefined
   const why = cause?.message === undefined ? e.message : `${cause.code === undefined ? "" : `${String(cause.code)}: `}${String(cause.message)}`
-  const shown = url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")
-  return `cannot connect to ${shown}: ${why}`
+  return `cannot connect to ${withoutPassword(url)}: ${why}`
+}
+
+/**
+ * `url` with its password replaced by `***`, read as the URL parser reads it: a password may hold a raw `@` (the
+ * last `@` before the host ends the user information), and the regular expression used before stopped at the first,
+ * showing the rest (`postgres://baton:p@ss@host` was shown as `postgres://baton:***@ss@host`). A string that does not
+ * parse as a URL has everything between `//` and its last `@` hidden.
+ */
+const withoutPassword = (url: string): string => {
+  if (!URL.canParse(url)) return url.replace(/\/\/([^:@/]*):[^/]*@/, "//$1:***@")
+  const parsed = new URL(url)
+  if (parsed.password === "") return url
+  parsed.password = "***"
+  return parsed.href
 }
 
 /** What the apps may override of the configuration: `--database-url`, `--db`, `--data-dir`. */
