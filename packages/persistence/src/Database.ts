@@ -217,7 +217,7 @@ export const layerPg = (options: PgOptions): Layer.Layer<SqlClient.SqlClient, Da
     // "getaddrinfo ENOTFOUND base" (the driver's reading of it), naming nothing the user wrote.
     ? Layer.fail(new PersistenceError({
       operation: "database.connect",
-      detail: `${options.url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@")} is not a Postgres URL (e.g. postgres://user@127.0.0.1:5432/baton)`
+      detail: `${withoutPassword(options.url)} is not a Postgres URL (e.g. postgres://user@127.0.0.1:5432/baton)`
     }))
     : Layer.effectDiscard(migrate).pipe(
       Layer.provideMerge(uninterruptibleStatements),
@@ -299,10 +299,12 @@ const connectDetail = (url: string, e: { readonly message: string; readonly caus
  * `url` with its password replaced by `***`, read as the URL parser reads it: a password may hold a raw `@` (the
  * last `@` before the host ends the user information), and the regular expression used before stopped at the first,
  * showing the rest (`postgres://baton:p@ss@host` was shown as `postgres://baton:***@ss@host`). A string that does not
- * parse as a URL has everything between `//` and its last `@` hidden.
+ * parse as a URL (a mistyped scheme, a password with a `/`, a libpq key=value string) has everything between `//` and
+ * its last `@` hidden, and every `password=` value (review r46: `host=db password=s3cret` and
+ * `postgress://baton:pa/ss@db` were shown whole in the "not a Postgres URL" message).
  */
 const withoutPassword = (url: string): string => {
-  if (!URL.canParse(url)) return url.replace(/\/\/([^:@/]*):[^/]*@/, "//$1:***@")
+  if (!URL.canParse(url)) return url.replace(/\/\/[^@]*@/, "//***@").replace(/(password\s*=\s*)('[^']*'|"[^"]*"|\S*)/gi, "$1***")
   const parsed = new URL(url)
   if (parsed.password === "") return url
   parsed.password = "***"

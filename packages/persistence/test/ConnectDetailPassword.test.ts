@@ -17,4 +17,18 @@ describe("Database.layerPg's connection error", () => {
       expect(detail).toMatch(/^cannot connect to postgres:\/\/baton:\*\*\*@127\.0\.0\.1:1\/test: /)
       expect(detail).not.toContain("ss@")
     }))
+
+  // Review r46: a value that is not a Postgres URL was echoed whole in "... is not a Postgres URL", credentials and all.
+  it.effect("a value that is not a Postgres URL is named without its credentials", () =>
+    Effect.gen(function*() {
+      const refused = (url: string) =>
+        Layer.build(Database.layerPg({ url })).pipe(Effect.scoped, Effect.flip, Effect.map((e) => (e as { readonly detail: string }).detail))
+      const dsn = yield* refused("host=db user=baton password=s3cretPW")
+      expect(dsn).toBe("host=db user=baton password=*** is not a Postgres URL (e.g. postgres://user@127.0.0.1:5432/baton)")
+      const slash = yield* refused("postgress://baton:pa/ss@db/baton")
+      expect(slash).not.toContain("pa/ss")
+      expect(slash).toMatch(/^postgress:\/\/\*\*\*@db\/baton is not a Postgres URL/)
+      const mysql = yield* refused("mysql://u:secret@127.0.0.1/db")
+      expect(mysql).toBe("mysql://u:***@127.0.0.1/db is not a Postgres URL (e.g. postgres://user@127.0.0.1:5432/baton)")
+    }))
 })
