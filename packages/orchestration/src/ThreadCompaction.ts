@@ -28,7 +28,7 @@ import { ThreadStore, UnitOfWork } from "@baton/persistence"
 import type { ProviderAdapter } from "@baton/providers"
 import { DateTime, Effect, Option } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
-import { ContextHandoffDelivery, type DeliveryPlan } from "./ContextHandoffDelivery.js"
+import { ContextHandoffDelivery } from "./ContextHandoffDelivery.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
 import { ProviderCalibration } from "./ProviderCalibration.js"
 import { ProviderTurnStartService } from "./ProviderTurnStartService.js"
@@ -246,8 +246,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       })
 
       native = yield* reconcileUncertain(threadId, providerThread, adapter, native)
-      const deferredOwed = () => Effect.map(delivery.owedTo(threadId, providerThread, native), (all) => all.filter((o) => o.delivery.status === "deferred"))
-      const owed = yield* deferredOwed()
+      const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
       let injected: Injected = nothingInjected
       if (owed.length > 0 && inject !== undefined) {
         const headroom = () => headroomOf(providerThread, native, ratio)
@@ -258,15 +257,17 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           yield* compactOnce
           compactedFirst = true
           room = headroom()
-          // What is owed is read again after the provider call: a turn sent while the provider compacted may have
-          // delivered it meanwhile (sim seed 48304: the drain injected the merge's 24 items a second time).
-          plan = yield* delivery.plan(threadId, yield* deferredOwed(), room, ratio)
+          // Whether anything fits now. What is injected is planned again in `injectPlan`, under the thread's lock, from
+          // what is still deferred then: a turn sent while the provider compacted may have delivered some of it
+          // meanwhile (sim seed 48304: the drain injected the merge's 24 items a second time).
+          plan = yield* delivery.plan(threadId, owed, room, ratio)
         }
         if (plan.selection.selected.length > 0) {
-          const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, plan, room, ratio)
+          const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, room, ratio)
           native = outcome.native
           injected = outcome.injected
-          yield* compactOnce
+          // Nothing left to inject by then (delivered meanwhile) after a first compaction: nothing to compact again.
+          if (outcome.planned || !compactedFirst) yield* compactOnce
         } else if (!compactedFirst) {
           yield* compactOnce
         }
@@ -337,9 +338,11 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       }, config.budget).physicalHeadroom
 
     /**
-     * Injects `plan`'s selection into `native`: the `pending` intent first, then the adapter, then the deliveries
-     * settled `injected` with the native thread's usage (a lost acknowledgement is read back; deliveries that stay
-     * uncertain are left `pending` for the next turn start). Returns the native thread after it and what arrived.
+     * Injects what is still deferred toward `native` into it, as far as `room` (provider tokens) allows: the plan and
+     * the `pending` intent in one unit of work, then the adapter, then the deliveries settled `injected` with the native
+     * thread's usage (a lost acknowledgement is read back; deliveries that stay uncertain are left `pending` for the
+     * next turn start). Returns the native thread after it, what arrived, and whether anything was planned (`false`:
+     * nothing deferred fits by then, nothing was sent).
      */
     const injectPlan = (
       threadId: ThreadId,
@@ -347,17 +350,27 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       adapter: ProviderAdapter.ProviderAdapterShape,
       inject: NonNullable<ProviderAdapter.ProviderAdapterShape["injectHistory"]>,
       native: NativeThread,
-      plan: DeliveryPlan,
       room: number,
       ratio: number
     ) =>
       Effect.gen(function*() {
+        // Planned under the thread's lock, from what is still `deferred`, in the unit of work that writes the `pending`
+        // intent: a turn start that delivered some of it since the caller read what was owed (a turn sent while the
+        // provider compacted, or between that read and this unit of work) is neither delivered a second time nor set
+        // back to `pending` over its own delivery (review r46: the plan was read before, outside the lock).
+        const planned = yield* uow.thread(threadId, "ThreadCompaction.pending")(Effect.gen(function*() {
+          const owedNow = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
+          const current = owedNow.length === 0 ? null : yield* delivery.plan(threadId, owedNow, room, ratio)
+          if (current === null || current.selection.selected.length === 0) return null
+          return { plan: current, pending: yield* delivery.markPending(threadId, current, "injected", null, room, ratio) }
+        }))
+        if (planned === null) return { native, injected: nothingInjected, planned: false }
+        const { pending, plan } = planned
         const arrived: Injected = {
           items: plan.selection.selected.length,
           tokens: plan.selection.tokens,
           omitted: plan.selection.omittedItemIds.length
         }
-        const pending = yield* uow.thread(threadId, "ThreadCompaction.pending")(delivery.markPending(threadId, plan, "injected", null, room, ratio))
         const outcome = yield* inject({
           nativeRef: native.nativeRef,
           rendered: plan.selection.rendered,
@@ -386,11 +399,11 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           // is read again either way (the rejection may have raised its floor): the compaction that follows starts from it.
           const reconciled = yield* turnStart.reconcile(threadId, providerThread, native, pending, adapter)
           const reread = yield* store.getNativeThread(native.id)
-          if (!reconciled) return { native: Option.getOrElse(reread, () => native), injected: nothingInjected }
+          if (!reconciled) return { native: Option.getOrElse(reread, () => native), injected: nothingInjected, planned: true }
           const settled = (yield* store.listDeliveriesOfThread(threadId)).filter((d) =>
             pending.some((p) => p.id === d.id) && d.status === "injected"
           )
-          return { native: reread._tag === "Some" ? reread.value : native, injected: settled.length > 0 ? arrived : nothingInjected }
+          return { native: reread._tag === "Some" ? reread.value : native, injected: settled.length > 0 ? arrived : nothingInjected, planned: true }
         }
         const acknowledged = outcome.right
         const updated = yield* uow.thread(threadId, "ThreadCompaction.injected")(Effect.gen(function*() {
@@ -428,7 +441,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           yield* store.updateNativeThread(next)
           return next
         }))
-        return { native: updated, injected: arrived }
+        return { native: updated, injected: arrived, planned: true }
       })
 
     /**
@@ -456,7 +469,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         if (owed.length > 0) {
           const plan = yield* delivery.plan(threadId, owed, room, ratio)
           if (plan.selection.selected.length > 0) {
-            const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, plan, room, ratio)
+            const outcome = yield* injectPlan(threadId, providerThread, adapter, inject, native, room, ratio)
             native = outcome.native
             injected = outcome.injected
           }
