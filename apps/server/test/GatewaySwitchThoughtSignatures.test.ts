@@ -95,17 +95,26 @@ const signatures = (request: ModelApi.Received) =>
       : []
   )
 
+/**
+ * `body` against `baton serve` whose gateway routes each of `models` (patterns) to one `openai-chat` instance, a
+ * loopback upstream playing Gemini (`chat`: its received requests), with a 64,000-token window.
+ */
+const throughGemini = <A, E, R>(models: ReadonlyArray<string>, body: (chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const chat = yield* ModelApi.start
+    const settings = yield* settingsFor(
+      [instance("gemini", "openai-chat", chat, { contextWindow: 64_000, autoCompactThreshold: null })],
+      { TEST_MODEL_KEY: marker },
+      undefined,
+      { gateway: { routes: models.map((model) => ({ model, provider: "gemini" })) } }
+    )
+    return yield* body(chat).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
 describe("GatewaySwitch to Gemini: thought signatures", () => {
   it.live("each call goes back with its signature, Claude's call with Google's bypass; another model's with none", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const chat = yield* ModelApi.start
-      const settings = yield* settingsFor(
-        [instance("gemini", "openai-chat", chat, { contextWindow: 64_000, autoCompactThreshold: null })],
-        { TEST_MODEL_KEY: marker },
-        undefined,
-        { gateway: { routes: [{ model: "gemini-*", provider: "gemini" }, { model: "gpt-*", provider: "gemini" }] } }
-      )
-      yield* Effect.gen(function*() {
+    throughGemini(["gemini-*", "gpt-*"], (chat) =>
+      Effect.gen(function*() {
         const send = (session: string, model: string, stream: boolean, messages: ReadonlyArray<unknown>) =>
           raw(HttpClientRequest.post("/v1/messages?beta=true").pipe(
             HttpClientRequest.setHeaders({ "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": session }),
@@ -150,21 +159,13 @@ describe("GatewaySwitch to Gemini: thought signatures", () => {
         expect(other.status).toBe(200)
         expect(signatures(chat.requests.at(-1)!)).toEqual([{ id: "toolu_a", signature: null }])
         expect(chat.requests.at(-1)!.body).not.toContain("extra_content")
-      }).pipe(Effect.provide(serveSettings(settings)))
-    })), { timeout: 60_000 })
+      })), { timeout: 60_000 })
 })
 
 describe("GatewaySwitch to Gemini from Responses (Codex's protocol): thought signatures", () => {
   it.live("the call Codex sends back as a function_call item goes out with its signature", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const chat = yield* ModelApi.start
-      const settings = yield* settingsFor(
-        [instance("gemini", "openai-chat", chat, { contextWindow: 64_000, autoCompactThreshold: null })],
-        { TEST_MODEL_KEY: marker },
-        undefined,
-        { gateway: { routes: [{ model: "gemini-*", provider: "gemini" }] } }
-      )
-      yield* Effect.gen(function*() {
+    throughGemini(["gemini-*"], (chat) =>
+      Effect.gen(function*() {
         const responsesTools = [{ type: "function", name: "Bash", description: "Run a command", parameters: tools[0]!.input_schema }]
         const send = (input: ReadonlyArray<unknown>) =>
           raw(HttpClientRequest.post("/v1/responses").pipe(
@@ -186,8 +187,7 @@ describe("GatewaySwitch to Gemini from Responses (Codex's protocol): thought sig
         expect(second.status).toBe(200)
         // Before the fix: [{ function-call-9, null }].
         expect(signatures(chat.requests.at(-1)!)).toEqual([{ id: "function-call-9", signature: "sig-codex" }])
-      }).pipe(Effect.provide(serveSettings(settings)))
-    })), { timeout: 60_000 })
+      })), { timeout: 60_000 })
 })
 
 describe("GatewayThoughtSignatures.make", () => {
