@@ -313,6 +313,9 @@ export const checkCompactionOrderRecord = (
     /** The seq of the first attempt of `runId` on this native thread Baton started before the event, if any. */
     const startedBefore = (runId: string) =>
       events.find((x) => x.seq < e.seq && x.type === "run.started" && x.payload.runId === runId && x.payload.nativeThreadId === nativeId)?.seq
+    /** Whether an attempt of `runId` on this native thread started after the event. */
+    const startedAfter = (runId: string) =>
+      events.some((x) => x.seq > e.seq && x.type === "run.started" && x.payload.runId === runId && x.payload.nativeThreadId === nativeId)
     for (const log of received) {
       const mine = log.filter((r) => r.nativeRef === ref)
       if (mine.length === 0) continue
@@ -322,6 +325,10 @@ export const checkCompactionOrderRecord = (
       if (compactedAt < 0) continue
       for (const r of mine.slice(compactedAt + 1, end)) {
         if (r.type !== "turn") continue
+        // A run started again on this native thread after the event (a retry after a restart): the turn the provider
+        // took after compacting is that later attempt's, not one raced by the compaction; the reports before the event
+        // are the earlier attempt's, from before the compaction (review r46: a false violation).
+        if (startedAfter(r.runId)) continue
         const from = startedBefore(r.runId)!
         const accepted = events.filter((x) =>
           x.seq > from && x.seq < e.seq && x.type === "usage.reported" && x.payload.nativeThreadId === nativeId &&
