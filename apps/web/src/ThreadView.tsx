@@ -290,7 +290,7 @@ export function ThreadView(props: { readonly threadId: string; readonly admin: b
           </Suspense>
           <Handoffs handoffs={store.handoffs} fold={store.fold} native={native} open={setDrawer} />
           <section className="events">
-            <h2>Events <span className="dim">(last {store.events.length}, seq {store.fold.lastSeq})</span></h2>
+            <h2>Events <span className="dim">({store.events.length} received since this page opened; the thread is at seq {store.fold.lastSeq})</span></h2>
             <ol data-testid="events">
               {store.events.slice(-60).map((e) => <li key={e.seq} data-seq={e.seq} data-type={e.type}>{e.seq} {e.type}</li>)}
             </ol>
