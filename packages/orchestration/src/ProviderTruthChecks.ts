@@ -305,19 +305,42 @@ export const checkCompactionOrderRecord = (
   const violations: Array<string> = []
   const refOf = new Map<string, string>(record.nativeThreads.map((n) => [n.id, n.nativeRef]))
   const events = record.events
+  // Read once (the checks run after every step of long seeds): each run's attempt starts per native thread, and each
+  // native thread's trusted usage reports, both in seq order; each provider log's requests per native thread.
+  const starts = new Map<string, Array<number>>()
+  const reports = new Map<string, Array<{ readonly seq: number; readonly used: number }>>()
+  for (const x of events) {
+    if (x.type === "run.started") {
+      const key = `${x.payload.runId}\u0000${x.payload.nativeThreadId}`
+      starts.set(key, [...(starts.get(key) ?? []), x.seq])
+    } else if (x.type === "usage.reported" && x.payload.trusted && typeof x.payload.usage.usedTokens === "number") {
+      const list = reports.get(x.payload.nativeThreadId) ?? []
+      list.push({ seq: x.seq, used: x.payload.usage.usedTokens })
+      reports.set(x.payload.nativeThreadId, list)
+    }
+  }
+  for (const list of starts.values()) list.sort((a, b) => a - b)
+  for (const list of reports.values()) list.sort((a, b) => a.seq - b.seq)
+  const byRef = received.map((log) => {
+    const out = new Map<string, Array<ScriptedProvider.Received>>()
+    for (const r of log) out.set(r.nativeRef, [...(out.get(r.nativeRef) ?? []), r])
+    return out
+  })
   for (const e of events) {
     if (e.type !== "thread.compacted" || e.payload.usedAfter === null) continue
     const nativeId = e.payload.nativeThreadId
     const ref = refOf.get(nativeId)
     if (ref === undefined) continue
+    const startsOf = (runId: string) => starts.get(`${runId}\u0000${nativeId}`) ?? []
     /** The seq of the first attempt of `runId` on this native thread Baton started before the event, if any. */
-    const startedBefore = (runId: string) =>
-      events.find((x) => x.seq < e.seq && x.type === "run.started" && x.payload.runId === runId && x.payload.nativeThreadId === nativeId)?.seq
+    const startedBefore = (runId: string) => {
+      const first = startsOf(runId)[0]
+      return first !== undefined && first < e.seq ? first : undefined
+    }
     /** Whether an attempt of `runId` on this native thread started after the event. */
-    const startedAfter = (runId: string) =>
-      events.some((x) => x.seq > e.seq && x.type === "run.started" && x.payload.runId === runId && x.payload.nativeThreadId === nativeId)
-    for (const log of received) {
-      const mine = log.filter((r) => r.nativeRef === ref)
+    const startedAfter = (runId: string) => (startsOf(runId).at(-1) ?? -1) > e.seq
+    for (const logByRef of byRef) {
+      const mine = logByRef.get(ref) ?? []
       if (mine.length === 0) continue
       const bound = mine.findIndex((r) => r.type === "turn" && startedBefore(r.runId) === undefined)
       const end = bound < 0 ? mine.length : bound
@@ -330,12 +353,9 @@ export const checkCompactionOrderRecord = (
         // are the earlier attempt's, from before the compaction (review r46: a false violation).
         if (startedAfter(r.runId)) continue
         const from = startedBefore(r.runId)!
-        const accepted = events.filter((x) =>
-          x.seq > from && x.seq < e.seq && x.type === "usage.reported" && x.payload.nativeThreadId === nativeId &&
-          x.payload.trusted && typeof x.payload.usage.usedTokens === "number"
-        ).map((x) => x.type === "usage.reported" ? x.payload.usage.usedTokens! : 0)
+        const accepted = (reports.get(nativeId) ?? []).filter((x) => x.seq > from && x.seq < e.seq)
         if (accepted.length === 0) continue
-        const newest = accepted.at(-1)!
+        const newest = accepted.at(-1)!.used
         if (e.payload.usedAfter < newest) {
           violations.push(
             `truth: the compaction recorded at seq ${e.seq} (${ref}: used ${e.payload.usedAfter} after) is older than the usage ` +
