@@ -358,6 +358,21 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           if (attempt !== null) {
             yield* store.updateAttempt({ ...attempt, status: "interrupted", error: orphaned ? "the turn crashed" : "process restarted", updatedAt: now })
           }
+          if (attempt !== null && stopPoint === "after_provider" && untrusted === null && nativeThreadId !== null) {
+            // The provider took the turn, and its usage report died with the turn's completion: as for a turn that
+            // reports none, the last report no longer says what the native thread holds (the turn added its prompt,
+            // inline history and answer). It is dropped, and Baton's estimate grows by what the record holds of the
+            // turn, so the next turn start plans with the estimate instead of the stale report (sim seed 55017: a
+            // crash while the completion recorded the usage left the report of before that turn, and the next turn
+            // start sent 13,100 tokens of history into a native thread the turn had filled to 31,000 of 44,000).
+            const stored = yield* store.getNativeThread(nativeThreadId)
+            if (stored._tag === "Some") {
+              const items = yield* store.listItemsOfRuns([run.id])
+              const inline = (yield* store.listDeliveriesOfThread(run.threadId)).filter((d) => d.runId === run.id && d.mode === "inline")
+              const added = items.reduce((n, i) => n + i.tokens, 0) + inline.reduce((n, d) => n + d.deliveredTokens, 0)
+              yield* store.recordNativeUsage(stored.value.id, null, stored.value.estimatedTokens + added, now)
+            }
+          }
           if (unanswered.length > 0 && untrusted === null) {
             // The partial answer joins the lane's native thread at its next turn start (a late-output handoff), so
             // the record and the message list the model receives agree.
