@@ -117,19 +117,18 @@ export const recordAnswer = (memo: Memo, scope: string, answer: unknown): void =
  * changes; otherwise a copy (the input is not modified). A body without Chat `messages` is returned as it is.
  */
 export const restore = (memo: Memo, scope: string | null, body: Json): Json => {
-  if (!Array.isArray(body.messages)) return body
-  const gemini = isGemini(body.model)
+  // Only a Gemini model gets anything: a thread switched from Gemini to another model keeps its memo, and that model's
+  // server may refuse the field (before, its calls went out with Gemini's signatures).
+  if (!Array.isArray(body.messages) || !isGemini(body.model)) return body
   let changed = false
   const messages = body.messages.map((m) => {
     if (!isRecord(m) || m.role !== "assistant" || !Array.isArray(m.tool_calls) || m.tool_calls.length === 0) return m
     let calls = m.tool_calls.map((c) => {
-      // Only a Gemini model gets remembered `extra_content` back: a thread switched from Gemini to another model keeps
-      // its memo, and that model's server may refuse the field (before, its calls went out with Gemini's signatures).
-      if (!gemini || !isRecord(c) || c.extra_content !== undefined || scope === null || typeof c.id !== "string") return c
+      if (!isRecord(c) || c.extra_content !== undefined || scope === null || typeof c.id !== "string") return c
       const extra = memo.recall(scope, c.id)
       return extra === undefined ? c : { ...c, extra_content: extra }
     })
-    if (gemini && !calls.some((c) => signatureOf(c) !== undefined) && isRecord(calls[0])) {
+    if (!calls.some((c) => signatureOf(c) !== undefined) && isRecord(calls[0])) {
       const first = calls[0]
       const extra = isRecord(first.extra_content) ? first.extra_content : {}
       const google = isRecord(extra.google) ? extra.google : {}

@@ -369,6 +369,19 @@ export const checkCompactionOrderRecord = (
   return violations
 }
 
+/** The largest `window` of the truth logs' requests, by `keyOf` (requests without a window or a key left out). */
+const largestWindows = (logs: ReadonlyArray<TruthLog>, keyOf: (r: TruthLog[number]) => string | null): ReadonlyMap<string, number> => {
+  const out = new Map<string, number>()
+  for (const log of logs) {
+    for (const r of log) {
+      const key = keyOf(r)
+      if (r.window === null || key === null) continue
+      out.set(key, Math.max(out.get(key) ?? r.window, r.window))
+    }
+  }
+  return out
+}
+
 /**
  * Checks each turn start's delivery budget against the design's formula on the provider's own window, independently
  * of the budget Baton recorded (invariant 5 as the design states it: InvariantChecks compares what was sent with the
@@ -384,12 +397,13 @@ export const checkBudgetRecord = (
   policy: Budget.BudgetPolicy = Budget.defaultPolicy
 ): ReadonlyArray<string> => {
   const violations: Array<string> = []
+  // The largest window each run's requests had (read once, not per event).
+  const windowOf = largestWindows(logs, (r) => r.runId)
   for (const e of record.events) {
     if (e.type !== "delivery.pending" || e.payload.runId === null) continue
     const runId = e.payload.runId
-    const windows = logs.flatMap((log) => log.filter((r) => r.runId === runId && r.window !== null).map((r) => r.window!))
-    if (windows.length === 0) continue
-    const window = Math.max(...windows)
+    const window = windowOf.get(runId)
+    if (window === undefined) continue
     const reserve = Math.max(policy.reserveFloor, Math.ceil(window * policy.reserveFraction))
     const most = Math.max(0, Math.min(policy.tokenCap, window - reserve))
     if (e.payload.budget > most) {
@@ -416,13 +430,14 @@ export const checkTrustedUsageRecord = (
 ): ReadonlyArray<string> => {
   const violations: Array<string> = []
   const refOf = new Map<string, string>(record.nativeThreads.map((n) => [n.id, n.nativeRef]))
+  // The largest window of any request each native thread received (read once, not per event).
+  const windowOf = largestWindows(logs, (r) => r.nativeRef)
   for (const e of record.events) {
     if (e.type !== "usage.reported" || !e.payload.trusted) continue
     const used = e.payload.usage.usedTokens
     if (typeof used !== "number") continue
     const ref = refOf.get(e.payload.nativeThreadId)
-    const windows = ref === undefined ? [] : logs.flatMap((log) => log.filter((r) => r.nativeRef === ref && r.window !== null).map((r) => r.window!))
-    const window = windows.length === 0 ? null : Math.max(...windows)
+    const window = ref === undefined ? null : windowOf.get(ref) ?? null
     const stated = e.payload.usage.maxTokens ?? null
     if ((window !== null && used > window) || (stated !== null && used > stated)) {
       violations.push(

@@ -10,6 +10,7 @@
  */
 import {
   type Commands,
+  DeliveryStatus,
   type Item,
   type NativeThread,
   NoRunInProgress,
@@ -368,7 +369,7 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
             const stored = yield* store.getNativeThread(nativeThreadId)
             if (stored._tag === "Some") {
               const items = yield* store.listItemsOfRuns([run.id])
-              const inline = (yield* store.listDeliveriesOfThread(run.threadId)).filter((d) => d.runId === run.id && d.mode === "inline")
+              const inline = (yield* store.listDeliveriesToNative(stored.value.id, DeliveryStatus.literals)).filter((d) => d.runId === run.id && d.mode === "inline")
               const added = items.reduce((n, i) => n + i.tokens, 0) + inline.reduce((n, d) => n + d.deliveredTokens, 0)
               yield* store.recordNativeUsage(stored.value.id, null, stored.value.estimatedTokens + added, now)
             }

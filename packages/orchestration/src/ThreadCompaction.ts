@@ -411,31 +411,19 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
           const now = yield* DateTime.now
           // An operation that wrote the native thread meanwhile (a turn sent during the injection) is kept: the block
           // is added to its record, and the acknowledgement's report (maybe older than that turn's) is not used.
-          const stored = yield* store.getNativeThread(native.id)
-          if (stored._tag === "Some" && !unchangedSince(stored.value, native)) {
-            const raced: NativeThread = {
-              ...(yield* KnownUsage.afterGrowth(store, stored.value, ratio, plan.selection.tokens, null)),
-              usage: stored.value.usage === null ? null : {
-                ...stored.value.usage,
-                usedTokens: stored.value.usage.usedTokens + Calibration.apply(ratio, plan.selection.tokens)
-              },
-              estimatedTokens: stored.value.estimatedTokens + plan.selection.tokens,
-              updatedAt: now
-            }
-            yield* store.updateNativeThread(raced)
-            return raced
-          }
+          const raced = Option.filter(yield* store.getNativeThread(native.id), (stored) => !unchangedSince(stored, native))
+          const base = Option.getOrElse(raced, () => native)
           // An adapter that reports no usage for an injection (the model APIs: no request is sent) leaves the last
           // reported usage stale: it is advanced by the block's size in the provider's units until a request reports.
-          const reported = UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage
+          const reported = Option.isSome(raced) ? null : UsageSanity.check(acknowledged.usage, providerThread.contextWindow, config.budget.defaultWindow).usage
           const next: NativeThread = {
             // A rejection's floor rises by the block (`KnownUsage.afterGrowth`).
-            ...(yield* KnownUsage.afterGrowth(store, native, ratio, plan.selection.tokens, reported)),
-            usage: reported ?? (native.usage === null ? null : {
-              ...native.usage,
-              usedTokens: native.usage.usedTokens + Calibration.apply(ratio, plan.selection.tokens)
+            ...(yield* KnownUsage.afterGrowth(store, base, ratio, plan.selection.tokens, reported)),
+            usage: reported ?? (base.usage === null ? null : {
+              ...base.usage,
+              usedTokens: base.usage.usedTokens + Calibration.apply(ratio, plan.selection.tokens)
             }),
-            estimatedTokens: native.estimatedTokens + plan.selection.tokens,
+            estimatedTokens: base.estimatedTokens + plan.selection.tokens,
             updatedAt: now
           }
           yield* store.updateNativeThread(next)
