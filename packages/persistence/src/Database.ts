@@ -304,11 +304,12 @@ const connectDetail = (url: string, e: { readonly message: string; readonly caus
  * `postgress://baton:pa/ss@db` were shown whole in the "not a Postgres URL" message).
  */
 const withoutPassword = (url: string): string => {
-  if (!URL.canParse(url)) return url.replace(/\/\/[^@]*@/, "//***@").replace(/(password\s*=\s*)('[^']*'|"[^"]*"|\S*)/gi, "$1***")
+  // A `password=` value hidden anywhere: libpq's key=value form, and a URL's query (`?password=…`, which the driver reads).
+  const masked = (text: string) => text.replace(/(password\s*=\s*)('[^']*'|"[^"]*"|[^&\s]*)/gi, "$1***")
+  if (!URL.canParse(url)) return masked(url.replace(/\/\/[^@]*@/, "//***@"))
   const parsed = new URL(url)
-  if (parsed.password === "") return url
-  parsed.password = "***"
-  return parsed.href
+  if (parsed.password !== "") parsed.password = "***"
+  return masked(parsed.password === "" ? url : parsed.href)
 }
 
 /** What the apps may override of the configuration: `--database-url`, `--db`, `--data-dir`. */

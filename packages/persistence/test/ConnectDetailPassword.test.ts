@@ -28,6 +28,8 @@ describe("Database.layerPg's connection error", () => {
       const slash = yield* refused("postgress://baton:pa/ss@db/baton")
       expect(slash).not.toContain("pa/ss")
       expect(slash).toMatch(/^postgress:\/\/\*\*\*@db\/baton is not a Postgres URL/)
+      const query = yield* refused("mysql://u@127.0.0.1/db?password=secret&sslmode=disable")
+      expect(query).toBe("mysql://u@127.0.0.1/db?password=***&sslmode=disable is not a Postgres URL (e.g. postgres://user@127.0.0.1:5432/baton)")
       const mysql = yield* refused("mysql://u:secret@127.0.0.1/db")
       expect(mysql).toBe("mysql://u:***@127.0.0.1/db is not a Postgres URL (e.g. postgres://user@127.0.0.1:5432/baton)")
     }))
