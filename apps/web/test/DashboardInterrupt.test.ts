@@ -155,8 +155,14 @@ describe("the dashboard's Interrupt after a lost answer", () => {
     await page.waitForSelector("[data-testid=connection]:text('open')")
 
     const interrupt = page.locator("button[data-action=interrupt]")
+    /** Clicks Interrupt and resolves once its request failed on the page, after the server answered it. */
+    const clickLost = async () => {
+      const failed = page.waitForEvent("requestfailed", (r) => r.method() === "POST" && r.url().endsWith("/interrupt"))
+      await interrupt.click()
+      await failed
+    }
     await page.waitForSelector(`button[data-action=interrupt][data-run-id='${first}']`)
-    await interrupt.click()
+    await clickLost()
     await page.waitForSelector("[data-testid=outcome][data-action=interrupt][data-ok=false]")
     expect(await statusOf(first)).toBe("interrupted")
 
@@ -168,7 +174,9 @@ describe("the dashboard's Interrupt after a lost answer", () => {
     const base = new URL(`${server.url}/threads/${threadId}`).pathname
     await page.route((url) => url.pathname === base || url.pathname === `${base}/runs`, (route) =>
       route.request().method() === "GET" ? route.abort("connectionreset") : route.continue())
-    await interrupt.click()
+    // The first click's failed outcome is still on the page: wait for this click's own lost answer (the server has
+    // answered it), not for the outcome element.
+    await clickLost()
     await page.waitForSelector("[data-testid=outcome][data-action=interrupt][data-ok=false]")
     expect(await statusOf(second)).toBe("interrupted")
     // Clicked again: the same command for the same run (its first answer, the run as it ended).
