@@ -816,6 +816,9 @@ export const layer = (options: GatewayOptions) =>
             // The upstream's own thread_read calls: answered here, the conversation continued with the upstream, so
             // the agent gets only the last answer (the usage of every hop is the run's).
             const hidden: Array<GatewayThreads.Reply["tokens"]> = []
+            // The hidden rounds' content as the upstream sent it: what they show (their text) goes to the agent before
+            // the last round's, as a stream passes it on (`Offload.withContent`).
+            const rounds: Array<ReadonlyArray<unknown>> = []
             if (ok && outBody !== null && offloader !== undefined && ownsReads) {
               let reply = parseJson(new TextDecoder().decode(bytesBack))
               for (let hop = 0; hop < maxReadHops; hop++) {
@@ -823,6 +826,7 @@ export const layer = (options: GatewayOptions) =>
                 const reads = content === null ? null : offloader.readsOf(content)
                 if (reads === null || content === null) break
                 hidden.push(dialect.replyOfBody(reply).tokens)
+                rounds.push(content)
                 outBody = offloader.continuation(outBody, content, yield* answerReads(reads, outBody, content))
                 const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(offloader.sendable(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {
@@ -841,15 +845,24 @@ export const layer = (options: GatewayOptions) =>
             // thread_read calls beside the agent's own: answered here, the agent gets the reply without them, and the
             // agent's next request carries them again with these answers (the expansion).
             let beside: { readonly answers: ReadonlyArray<GatewayOffload.Answer>; readonly content: ReadonlyArray<unknown> } | null = null
-            if (ok && status >= 200 && status < 300 && outBody !== null && offloader?.besideOf !== undefined && offloader.withContent !== undefined && ownsReads) {
+            // The last round's content as the upstream sent it (the expansion's end; `null`: no whole reply to read).
+            let final: ReadonlyArray<unknown> | null = null
+            if (ok && status >= 200 && status < 300 && outBody !== null && offloader !== undefined && ownsReads) {
               const reply = parseJson(new TextDecoder().decode(bytesBack))
               const content = isRecord(reply) ? offloader.contentOfBody(reply) : null
+              final = content
               // After the last round the gateway answers, a reply that still calls only thread_read is answered the same
               // way (the agent never gets the call; the reply without it ends the turn).
-              const found = content === null ? null : offloader.besideOf(content, hidden.length >= maxReadHops)
-              if (isRecord(reply) && content !== null && found !== null) {
-                beside = { answers: yield* answerReads(found.reads, outBody, content), content }
-                bytesBack = new TextEncoder().encode(JSON.stringify(offloader.withContent(reply, found.visible)))
+              const found = content === null || offloader.besideOf === undefined ? null : offloader.besideOf(content, hidden.length >= maxReadHops)
+              if (isRecord(reply) && content !== null && found !== null) beside = { answers: yield* answerReads(found.reads, outBody, content), content }
+              if (isRecord(reply) && content !== null && offloader.withContent !== undefined && (found !== null || rounds.length > 0)) {
+                bytesBack = new TextEncoder().encode(JSON.stringify(offloader.withContent(reply, found?.visible ?? content, rounds, found !== null)))
+              }
+              // The answer's calls told apart as a stream's are (Chat Completions: ids made distinct).
+              if (isRecord(reply) && offloader.callsApart !== undefined) {
+                const parsed = parseJson(new TextDecoder().decode(bytesBack))
+                const apart = isRecord(parsed) ? offloader.callsApart(parsed) : parsed
+                if (apart !== parsed) bytesBack = new TextEncoder().encode(JSON.stringify(apart))
               }
             }
             if (recording !== null) {
@@ -867,7 +880,7 @@ export const layer = (options: GatewayOptions) =>
                     const content = offloader?.contentOfBody(parseJson(text)) ?? []
                     return completed(
                       withHidden(reply, hidden),
-                      (hidden.length > 0 || beside !== null) && outBody !== null ? expansionOf(content, outBody, beside?.content ?? content, beside?.answers) : undefined
+                      (hidden.length > 0 || beside !== null) && outBody !== null ? expansionOf(content, outBody, beside?.content ?? final ?? content, beside?.answers) : undefined
                     )
                   }
                   : failed(failureCode(status, text), GatewayDialect.upstreamFailureReason(status, text))

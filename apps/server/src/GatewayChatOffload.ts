@@ -161,14 +161,42 @@ export const besideOf = (content: unknown, alone = false): GatewayOffload.Beside
   }
 }
 
-/** A whole answer's body whose first choice's message has the tool calls of `content`'s message (`besideOf`'s `visible`). */
-export const withContent = (body: Record<string, unknown>, content: ReadonlyArray<unknown>): Record<string, unknown> => {
+/** The text of a Chat message's `content` (a string, or its text parts'); `""` when none. */
+const textOf = (content: unknown): string =>
+  typeof content === "string"
+    ? content
+    : Array.isArray(content)
+    ? content.map((p) => (isRecord(p) && typeof p.text === "string" ? p.text : "")).join("")
+    : ""
+
+/**
+ * A message's `content` with `before` (the hidden rounds' text) in front, as a stream's text deltas join: a string
+ * (`null` as none), or text parts with a text part first.
+ */
+const prefixed = (content: unknown, before: string): unknown =>
+  before === "" ? content : Array.isArray(content) ? [{ type: "text", text: before }, ...content] : before + (typeof content === "string" ? content : "")
+
+/**
+ * A whole answer's body whose first choice's message has the tool calls of `content`'s message (`besideOf`'s
+ * `visible`), and the text of the hidden rounds before it (`rounds`: each round's content, the assistant message as
+ * the upstream sent it) in front of its own text, as a stream passes that text on as it comes (before branch b47gw the
+ * whole answer lost it). `note`: Baton's note (`readLimitNote`) as the content of an answer left with no text and no
+ * call (`Offload.withContent`).
+ */
+export const withContent = (
+  body: Record<string, unknown>,
+  content: ReadonlyArray<unknown>,
+  rounds: ReadonlyArray<ReadonlyArray<unknown>> = [],
+  note = true
+): Record<string, unknown> => {
   const message = content[0]
   const choices = Array.isArray(body.choices) ? body.choices : []
   const at = choices.findIndex((c) => isRecord(c) && (c.index ?? 0) === 0)
   const choice = choices[at]
-  const own = isRecord(choice) ? choice.message : undefined
-  if (!isRecord(message) || !isRecord(choice) || !isRecord(own)) return body
+  const mine = isRecord(choice) ? choice.message : undefined
+  if (!isRecord(message) || !isRecord(choice) || !isRecord(mine)) return body
+  const before = rounds.map((r) => textOf(isRecord(r[0]) ? r[0].content : null)).join("")
+  const own = before === "" ? mine : { ...mine, content: prefixed(mine.content, before) }
   if (Array.isArray(message.tool_calls)) {
     return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, message: { ...own, tool_calls: message.tool_calls } } : c)) }
   }
@@ -177,8 +205,36 @@ export const withContent = (body: Record<string, unknown>, content: ReadonlyArra
   const { tool_calls: _, ...without } = own
   const finish = choice.finish_reason === "tool_calls" ? { finish_reason: "stop" } : {}
   const said = typeof without.content === "string" ? without.content !== "" : Array.isArray(without.content) && without.content.length > 0
-  const noted = said ? without : { ...without, content: readLimitNote }
+  const noted = said || !note ? without : { ...without, content: readLimitNote }
   return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, ...finish, message: noted } : c)) }
+}
+
+/**
+ * A whole answer's body with each choice's calls under distinct ids (`GatewaySwitch.distinctIds`: a repeated id gets
+ * `_2`, `_3`, …), as a streamed hop gives them (`makeHop`); the same object when no id repeats. Proxies in front of
+ * Gemini give parallel calls one shared id; before branch b47gw a whole answer reached the agent with them, and the
+ * agent could not answer the calls apart.
+ */
+export const callsApart = (body: Record<string, unknown>): Record<string, unknown> => {
+  if (!Array.isArray(body.choices)) return body
+  let changed = false
+  const choices = body.choices.map((choice) => {
+    const message = isRecord(choice) ? choice.message : undefined
+    if (!isRecord(choice) || !isRecord(message) || !Array.isArray(message.tool_calls)) return choice
+    const distinct = GatewaySwitch.distinctIds()
+    let renamed = false
+    const calls = message.tool_calls.map((c) => {
+      if (!isRecord(c) || typeof c.id !== "string" || c.id === "") return c
+      const id = distinct(c.id)
+      if (id === c.id) return c
+      renamed = true
+      return { ...c, id }
+    })
+    if (!renamed) return choice
+    changed = true
+    return { ...choice, message: { ...message, tool_calls: calls } }
+  })
+  return changed ? { ...body, choices } : body
 }
 
 /** The `tool` messages of the gateway's answers to `thread_read` calls. */
@@ -443,6 +499,7 @@ export const offload: GatewayOffload.Offload = {
   readsOf,
   besideOf,
   withContent,
+  callsApart,
   continuation,
   sendable: (body) => body,
   hop: makeHop,

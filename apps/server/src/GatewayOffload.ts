@@ -992,8 +992,22 @@ export interface Offload {
    * Absent: such a reply goes to the agent as it is.
    */
   readonly besideOf?: ((content: unknown, alone?: boolean) => Beside | null) | undefined
-  /** A whole answer's body with another content (the agent's, `besideOf`'s `visible`). */
-  readonly withContent?: ((body: Record<string, unknown>, content: ReadonlyArray<unknown>) => Record<string, unknown>) | undefined
+  /**
+   * A whole answer's body as the agent receives it: `content` (its own, or `besideOf`'s `visible`) after what the
+   * answer's hidden rounds show (`rounds`: each round's content as the upstream sent it, its `thread_read` calls left
+   * out: its text, as a stream passes it on as it comes). Before branch b47gw a whole answer gave the agent the last
+   * round's content alone, and the text of the rounds before it was lost. `note` (default true: the last round's reads
+   * were taken out): Baton's note (`readLimitNote`) when nothing of the answer has text or a call.
+   */
+  readonly withContent?:
+    | ((body: Record<string, unknown>, content: ReadonlyArray<unknown>, rounds?: ReadonlyArray<ReadonlyArray<unknown>>, note?: boolean) => Record<string, unknown>)
+    | undefined
+  /**
+   * A whole answer's body with its calls told apart as the wire's streamed hop tells them apart (the same object when
+   * nothing changes; Chat Completions: a call id the answer already gave is made distinct, `GatewaySwitch.distinctIds`).
+   * Absent: a whole answer's calls go to the agent as they came.
+   */
+  readonly callsApart?: ((body: Record<string, unknown>) => Record<string, unknown>) | undefined
   readonly continuation: (body: Record<string, unknown>, content: ReadonlyArray<unknown>, answers: ReadonlyArray<Answer>) => Record<string, unknown>
   /**
    * A continuation as it is sent (`continuation`'s body is what the conversation records): Anthropic moves the
@@ -1029,11 +1043,12 @@ export const anthropic: Offload = {
   besideOf,
   // Without a call left (the last round's reads taken out) the answer ended its turn.
   // Nothing left for the agent (no text, no call): Baton's note (`readLimitNote`), never an answer without content.
-  withContent: (body, content) => {
+  withContent: (body, own, rounds = [], note = true) => {
+    const content = [...rounds.flatMap((r) => besideOf(r, true)?.visible ?? r), ...own]
     const noCall = !content.some((b) => isRecord(b) && b.type === "tool_use")
     return {
       ...body,
-      content: noCall && !content.some(isText) ? [...content, { type: "text", text: readLimitNote }] : content,
+      content: note && noCall && !content.some(isText) ? [...content, { type: "text", text: readLimitNote }] : content,
       ...(body.stop_reason === "tool_use" && noCall ? { stop_reason: "end_turn" } : {})
     }
   },

@@ -419,7 +419,11 @@ export const offload: GatewayOffload.Offload = {
   besideOf,
   // Nothing left for the agent (no call, no text: the last round's reads taken out): Baton's note, never a response
   // without output.
-  withContent: (body, content) => ({ ...body, output: answered(content) ? content : [...content, noteItem] }),
+  // The hidden rounds' items (their thread_read calls left out) before the answer's own, as a stream shows them.
+  withContent: (body, own, rounds = [], note = true) => {
+    const content = [...rounds.flatMap((r) => besideOf(r, true)?.visible ?? r), ...own]
+    return { ...body, output: !note || answered(content) ? content : [...content, noteItem] }
+  },
   continuation,
   sendable: (body) => body,
   hop: makeHop,

@@ -477,10 +477,13 @@ export const serve = (input: Input) =>
         )
       if (!isRecord(answer)) return yield* notJson(text.right)
       const earlier: Array<unknown> = []
+      /** The hidden rounds' answers (the upstream's): what they say goes to the agent before the last answer's. */
+      const rounds: Array<unknown> = []
       for (let hop = 0; hop < maxReadHops; hop++) {
         const reads = wire.hiddenCallsOf(answer, hidden)
         if (reads === null) break
         earlier.push(isRecord(answer) ? answer.usage : null)
+        rounds.push(answer)
         const next = yield* Effect.either(Effect.flatMap(continued(reads.assistant, reads.calls).pipe(Effect.flatMap(post)), (r) => Effect.map(r.text, (t) => ({ r, t }))))
         if (next._tag === "Left") {
           yield* settle((b) => threads.fail(b, "failed", "provider_unavailable", `the upstream could not be reached after thread_read: ${next.left.message}`))
@@ -496,9 +499,10 @@ export const serve = (input: Input) =>
         answer = parseJson(next.right.t)
         if (!isRecord(answer)) return yield* notJson(next.right.t)
       }
-      // Still only hidden calls after the last round and no text beside them: Baton's note instead of an empty answer
-      // (`readLimitNote`); text beside them is the answer, the calls left out (review r45: it was replaced by the note).
-      if (wire.hiddenCallsOf(answer, hidden) !== null && !wire.note.said(answer)) answer = wire.note.whole(readLimitNote, answer)
+      // Still only hidden calls after the last round and no text beside them or in an earlier round: Baton's note
+      // instead of an empty answer (`readLimitNote`); text beside them is the answer, the calls left out (review r45:
+      // it was replaced by the note), and so is an earlier round's (as on a stream).
+      if (wire.hiddenCallsOf(answer, hidden) !== null && !wire.note.said(answer) && !rounds.some(wire.note.said)) answer = wire.note.whole(readLimitNote, answer)
       const failure = wire.failureOf(answer)
       if (failure !== null) {
         const message = String((failure.body.error as { message?: unknown } | undefined)?.message ?? "")
@@ -507,12 +511,20 @@ export const serve = (input: Input) =>
         return errorAnswer(failure.status, failure.body)
       }
       if (threadId !== null) GatewayThoughtSignatures.recordAnswer(signatures, threadId, answer)
-      const message = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
+      // The hidden rounds in the agent's protocol with their calls (`besideRound`'s rounds, with the answers they got).
+      const roundContents = agentOffload === undefined ? [] : rounds.map((r) => agentOffload.contentOfBody(wire.messageOf(r, model, new Set(), [], agentTools, body)) ?? [])
+      const last = wire.messageOf(answer, model, hidden, earlier, agentTools, body)
+      // What the hidden rounds said goes before the last answer's content, as a stream passes it on as it comes (before
+      // branch b47gw the agent got the last answer alone, and the earlier rounds' text was lost).
+      const message = rounds.length === 0 || agentOffload?.withContent === undefined
+        ? last
+        : agentOffload.withContent(last, agentOffload.contentOfBody(last) ?? [], roundContents, false)
       // After hidden rounds the run's tokens are every hop's; what the last request carried is the dashboard's point.
       const carried = wire.carriedOf(isRecord(answer) ? answer.usage : null)
-      const expansion = agentOffload === undefined ? undefined : yield* besideRound(
+      const expansion = agentOffload === undefined || roundAnswers.length < rounds.length ? undefined : yield* besideRound(
         agentOffload.contentOfBody(message),
-        agentOffload.contentOfBody(wire.messageOf(answer, model, new Set(), earlier, agentTools, body))
+        agentOffload.contentOfBody(wire.messageOf(answer, model, new Set(), earlier, agentTools, body)),
+        roundContents.map((content, i) => ({ content, answers: roundAnswers[i]! }))
       )
       const reply = agent.dialect.replyOfBody(message)
       yield* settle((b) =>

@@ -243,7 +243,7 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
-  it.live("a thread_read call of the upstream (whole answers) is answered with the exact original; the agent gets only the answer after it; its next request extends the continuation", () =>
+  it.live("a thread_read call of the upstream (whole answers) is answered with the exact original; the agent gets the round's text and the answer after it; its next request extends the continuation", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
       const settings = yield* gatewayOf(upstream)
@@ -256,9 +256,10 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
         upstream.enqueue(whole("Let me look.", [read], { input: 100, cached: 1000, output: 20 }), whole("It printed the values of module 1.", [], { input: 50, cached: 1100, output: 10 }))
         const answer = yield* raw(post(requestOf(messages, false)))
         expect(answer.status).toBe(200)
-        // The agent sees only the answer after the read.
+        // The agent sees the round's text joined with the answer after the read, as a stream gives it (before branch
+        // b47gw the round's text was lost).
         const received = (answer.body as { choices: Array<{ message: Message }> }).choices[0]!.message
-        expect(received).toMatchObject({ role: "assistant", content: "It printed the values of module 1." })
+        expect(received).toMatchObject({ role: "assistant", content: "Let me look.It printed the values of module 1." })
         expect(answer.text).not.toContain("thread_read")
         expect(upstream.requests.length).toBe(before + 2)
         const first = JSON.parse(upstream.requests[before]!.body) as Body
@@ -281,7 +282,7 @@ describe("Gateway tool-result offload on /v1/chat/completions", () => {
 
         // The agent's next request extends the continuation: the hidden round goes out again in place of the answer.
         upstream.enqueue(whole("Anything else?", [], small))
-        const echo = { role: "assistant", content: "It printed the values of module 1." }
+        const echo = { role: "assistant", content: "Let me look.It printed the values of module 1." }
         expect((yield* raw(post(requestOf([...messages, echo, user("thanks")], false)))).status).toBe(200)
         const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
         expect(third.messages.slice(0, second.messages.length)).toEqual(second.messages)

@@ -250,8 +250,9 @@ describe("Gateway: thread_read beside the agent's own calls (/v1/messages)", () 
           expect(upstream.requests.length).toBe(3)
           expect(answer.text).not.toContain("thread_read")
           const got = received(answer, streamed)
-          // Streamed: the text before the hidden call, then the continuation's blocks; whole: the last answer.
-          expect(got.content).toEqual([...(streamed ? [text("Let me look.")] : []), text("Now the files."), use("toolu_2", "Bash", { command: "ls" })])
+          // Streamed and whole alike: the text before the hidden call, then the continuation's blocks (before branch
+          // b47gw a whole answer was the last answer alone).
+          expect(got.content).toEqual([text("Let me look."), text("Now the files."), use("toolu_2", "Bash", { command: "ls" })])
           expect(got.stopReason).toBe("tool_use")
 
           const continuation = JSON.parse(upstream.requests[2]!.body) as Body

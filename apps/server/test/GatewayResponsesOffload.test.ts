@@ -195,7 +195,7 @@ describe("Gateway tool-result offload on /v1/responses", () => {
       }).pipe(Effect.provide(serveSettings(settings)))
     })), 180_000)
 
-  it.live("a thread_read call of the upstream (whole answers) is answered with the exact original; the agent gets only the answer after it; its next request extends the continuation", () =>
+  it.live("a thread_read call of the upstream (whole answers) is answered with the exact original; the agent gets the round's message and the answer after it; its next request extends the continuation", () =>
     Effect.scoped(Effect.gen(function*() {
       const upstream = yield* ModelApi.start
       const settings = yield* gatewayOf(upstream)
@@ -209,8 +209,9 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         upstream.enqueue(whole([look, read], { input: 100, cached: 1000, output: 20 }), whole([final], { input: 50, cached: 1100, output: 10 }))
         const answer = yield* raw(post(requestOf(input, false)))
         expect(answer.status).toBe(200)
-        // The agent sees only the answer after the read.
-        expect((answer.body as { output: Array<Item> }).output).toEqual([final])
+        // The agent sees the round's message, then the answer after the read (the read call never; before branch
+        // b47gw the round's message was lost).
+        expect((answer.body as { output: Array<Item> }).output).toEqual([look, final])
         expect(JSON.stringify(answer.body)).not.toContain("thread_read")
         expect(upstream.requests.length).toBe(before + 2)
         const first = JSON.parse(upstream.requests[before]!.body) as Body
@@ -229,7 +230,7 @@ describe("Gateway tool-result offload on /v1/responses", () => {
 
         // The agent's next request extends the continuation: the hidden round goes out again before the answer.
         upstream.enqueue(whole([said("Anything else?")], small))
-        expect((yield* raw(post(requestOf([...input, final, user("thanks")], false)))).status).toBe(200)
+        expect((yield* raw(post(requestOf([...input, look, final, user("thanks")], false)))).status).toBe(200)
         const third = JSON.parse(upstream.requests[before + 2]!.body) as Body
         expect(third.input.slice(0, second.input.length)).toEqual(second.input)
         expect(third.input.slice(second.input.length)).toEqual([final, user("thanks")])
@@ -373,7 +374,7 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         upstream.enqueue(whole([look, read], { input: 100, cached: 1000, output: 20 }), whole([final], { input: 50, cached: 1100, output: 10 }))
         const answer = yield* raw(post(requestOf(input, false)))
         expect(answer.status).toBe(200)
-        expect((answer.body as { output: Array<Item> }).output).toEqual([final])
+        expect((answer.body as { output: Array<Item> }).output).toEqual([look, final])
         expect(JSON.stringify(answer.body)).not.toContain("thread_read")
         expect(upstream.requests.length).toBe(before + 2)
         const first = JSON.parse(upstream.requests[before]!.body) as Body
@@ -389,7 +390,7 @@ describe("Gateway tool-result offload on /v1/responses", () => {
         const bad = customCalled("call_cread2", "thread_read", "tool:call_2")
         const gaveUp = said("I could not read it.")
         upstream.enqueue(whole([bad], small), whole([gaveUp], small))
-        const next = [...input, final, user("and the second?")]
+        const next = [...input, look, final, user("and the second?")]
         const again = yield* raw(post(requestOf(next, false)))
         expect(again.status).toBe(200)
         expect((again.body as { output: Array<Item> }).output).toEqual([gaveUp])
