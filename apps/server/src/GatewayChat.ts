@@ -127,6 +127,9 @@ export const replyOfBody = (body: unknown): GatewayThreads.Reply => {
   }
 }
 
+/** The roles of Chat Completions messages. */
+const roles: ReadonlySet<string> = new Set(["system", "developer", "user", "assistant", "tool", "function"])
+
 /** The OpenAI Chat Completions dialect (see the module docblock). */
 export const dialect: Dialect = {
   kind: "openai-chat",
@@ -134,8 +137,14 @@ export const dialect: Dialect = {
   refuse: errorResponse,
   tokenHint: "Authorization: Bearer (the agent's OpenAI API key setting)",
   upstreamHeaders: bearerUpstream,
+  // A message without a known role, or with content parts that are not objects, is refused here as OpenAI refuses it
+  // (400 `invalid_request_error`): before branch b47gw it was recorded (and, switched, converted and sent) first.
   history: (body, headers) => {
     if (!Array.isArray(body.messages) || !body.messages.every(isRecord)) return "messages: expected an array of messages"
+    const at = body.messages.findIndex((m) => !(typeof m.role === "string" && roles.has(m.role)))
+    if (at >= 0) return `messages[${at}].role: expected one of ${[...roles].join(", ")}`
+    const partAt = body.messages.findIndex((m) => m.content !== undefined && m.content !== null && typeof m.content !== "string" && !(Array.isArray(m.content) && m.content.every(isRecord)))
+    if (partAt >= 0) return `messages[${partAt}].content: expected a string or an array of content parts`
     let k = 0
     while (k < body.messages.length && isSystem(body.messages[k])) k++
     const session = headers["x-session-id"] ?? null

@@ -176,6 +176,11 @@ export const dialect: Dialect = {
   history: (body, headers) => {
     const input = typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input
     if (!Array.isArray(input) || !input.every(isRecord)) return "input: expected a string or an array of input items"
+    // A message whose content is neither a string nor an array of content parts (objects) is refused here as OpenAI
+    // refuses it: before branch b47gw it was recorded (and, switched, converted and sent) first.
+    const at = input.findIndex((i) => (i.type === "message" || (i.type === undefined && typeof i.role === "string")) &&
+      !(typeof i.content === "string" || (Array.isArray(i.content) && i.content.every(isRecord))))
+    if (at >= 0) return `input[${at}].content: expected a string or an array of content parts`
     const session = headers["thread-id"] ?? headers["session-id"] ?? (typeof body.prompt_cache_key === "string" ? body.prompt_cache_key : null)
     return { system: body.instructions, messages: input, session: session === "" ? null : session, parent: parentOf(headers["x-codex-turn-metadata"]) }
   },

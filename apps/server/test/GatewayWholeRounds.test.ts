@@ -137,6 +137,28 @@ describe("Gateway whole answers after hidden thread_read rounds", () => {
         expect(answer.text).not.toContain("thread_read")
         expect(yield* assistantTexts).toEqual(["Let me look.", "Once more.", "It printed hello."])
       })), { timeout: 60_000 })
+
+  it.live("switched (Responses agent, Anthropic upstream): the hidden round's text reaches the agent as an output message before the last answer's", () =>
+    withGateway("anthropic-messages", "claude-*", (upstream) =>
+      Effect.gen(function*() {
+        const message = (id: string, content: ReadonlyArray<Json>, stop: string) =>
+          json({ id, type: "message", role: "assistant", model: "m", content, stop_reason: stop, stop_sequence: null, usage: anthropicUsage })
+        upstream.enqueue(
+          message("msg_1", [{ type: "text", text: "Let me look." }, { type: "tool_use", id: "toolu_read", name: "thread_read", input: { refs: "#1" } }], "tool_use"),
+          message("msg_2", [{ type: "text", text: "It printed hello." }], "end_turn")
+        )
+        const answer = yield* post("/v1/responses", { authorization: `Bearer ${adminToken}`, "session-id": "whole-rounds-switched" }, {
+          model: "claude-x",
+          stream: false,
+          tools: [{ type: "function", name: "exec_command", description: "Runs a command.", strict: false, parameters: { type: "object", properties: {} } }],
+          input: [{ type: "message", role: "user", content: [{ type: "input_text", text: "what did it print?" }] }]
+        })
+        expect(answer.status).toBe(200)
+        expect(upstream.requests).toHaveLength(2)
+        const output = (answer.body as { output: Array<{ type: string; content?: Array<{ text: string }> }> }).output
+        expect(output.map((i) => [i.type, i.content?.map((c) => c.text).join("")])).toEqual([["message", "Let me look."], ["message", "It printed hello."]])
+        expect(answer.text).not.toContain("thread_read")
+      })), { timeout: 60_000 })
 })
 
 describe("Gateway whole Chat Completions answers (same protocol)", () => {
