@@ -33,7 +33,8 @@
  *   `gateway.offloaded`), the hidden `thread_read` rounds of earlier answers in place of what the agent received, and
  *   `thread_read` offered; the agent's newest message unchanged. The upstream's `thread_read` calls are answered here
  *   from the conversation's thread and the conversation continued with the upstream (whole answers: the agent gets the
- *   last; streams: the events from the call on are held, and the continuation's join the agent's message). On
+ *   last, after what the hidden rounds said, `Offload.withContent`; streams: the events from the call on are held, and
+ *   the continuation's join the agent's message). On
  *   `/v1/messages`, `thread_read` calls beside calls of the agent's own tools are answered here too, the agent gets
  *   the reply without them (streams: their events left out, the blocks after them numbered on), and the expansion
  *   recorded makes the agent's next request carry the calls and the answers (`GatewayOffload.besideOf`). Off: the
@@ -814,7 +815,7 @@ export const layer = (options: GatewayOptions) =>
             let status = upstream.status
             let back = { headers, contentType }
             // The upstream's own thread_read calls: answered here, the conversation continued with the upstream, so
-            // the agent gets only the last answer (the usage of every hop is the run's).
+            // the agent gets one answer: the last, after what the hidden rounds said (the usage of every hop is the run's).
             const hidden: Array<GatewayThreads.Reply["tokens"]> = []
             // The hidden rounds' content as the upstream sent it: what they show (their text) goes to the agent before
             // the last round's, as a stream passes it on (`Offload.withContent`).

@@ -16,7 +16,8 @@
  * such), with the usage and the instance's prices. `thread_read` is offered beside the agent's tools; when the
  * upstream's answer calls only it, the gateway answers from the thread (an answer that would take the request over the
  * fit's limit refused to the model, never sent) and continues with the upstream, and the agent gets one answer (whole:
- * the last answer; streamed: the continuation's joins it). When it calls `thread_read` beside the agent's own calls, the
+ * the last answer after what the hidden rounds said; streamed: the continuation's joins it). When it calls
+ * `thread_read` beside the agent's own calls, the
  * agent gets the answer without the read, the gateway answers the read and records the expansion in the agent's
  * protocol (`besideRound`; after a hidden round in the same streamed answer, the hidden rounds before it too), and every
  * request goes out with the conversation's expansions in place of the messages the agent received
