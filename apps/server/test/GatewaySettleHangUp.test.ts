@@ -25,18 +25,21 @@ const whole = JSON.stringify({
 })
 
 /**
- * Holds the `runs` table against writes (reads go on) for `seconds`, from another session (`psql` on `url`): a busy
- * database. Succeeds once the lock is held, with an effect that waits for its release.
+ * Holds the `runs` table against writes (reads go on) from another session (`psql` on `url`, its commands on stdin): a
+ * busy database. Succeeds once the lock is held, with an effect that releases it (`COMMIT`) and waits for the session
+ * to end. The lock is held until then, however slow the machine: a lock for a fixed time (1.5 s before) could end
+ * before the hang-up on a loaded machine, and the outcome was then written before it (`completed`).
  */
-const lockRuns = (url: string, seconds: number) =>
+const lockRuns = (url: string) =>
   Effect.async<Effect.Effect<void>>((resume) => {
-    const child = ChildProcess.spawn("psql", [
-      url,
-      "-q",
-      ...["BEGIN", "LOCK TABLE runs IN EXCLUSIVE MODE", "SELECT 'locked'", `SELECT pg_sleep(${seconds})`, "COMMIT"].flatMap((c) => ["-c", c])
-    ])
-    const released = Effect.async<void>((done) => void child.on("exit", () => done(Effect.void)))
-    child.stdout.on("data", (d) => String(d).includes("locked") && resume(Effect.succeed(released)))
+    const child = ChildProcess.spawn("psql", [url, "-q"], { stdio: ["pipe", "pipe", "inherit"] })
+    const exited = new Promise<void>((done) => void child.on("exit", () => done()))
+    const release = Effect.promise(() => {
+      child.stdin.end("COMMIT;\n")
+      return exited
+    })
+    child.stdout.on("data", (d) => String(d).includes("locked") && resume(Effect.succeed(release)))
+    child.stdin.write("BEGIN;\nLOCK TABLE runs IN EXCLUSIVE MODE;\nSELECT 'locked';\n")
   })
 
 describe("Gateway, a hang-up while a whole answer's outcome is recorded", () => {
@@ -48,7 +51,7 @@ describe("Gateway, a hang-up while a whole answer's outcome is recorded", () => 
       })
       const url = Context.get(yield* Layer.build(Database.layerPgSchema()), Database.PgSchemaUrl)
       yield* Effect.gen(function*() {
-        const released = yield* lockRuns(url, 1.5)
+        const released = yield* lockRuns(url)
         // The head at once (the request's record begins: it waits for the lock), the rest of the answer a moment later.
         upstream.enqueue({ status: 200, contentType: "application/json", body: whole, rest: { at: 10, hold: new Promise((ok) => setTimeout(ok, 200)) } })
         const asking = yield* Effect.fork(HttpClient.execute(
@@ -95,7 +98,7 @@ describe("Gateway, a hang-up while a whole answer's outcome is recorded", () => 
         const threadId = threads.threads[0]!.id
         yield* Effect.repeat(api.runs.list({ path: { threadId }, urlParams: {} }).pipe(Effect.delay("20 millis")), { until: (p) => p.runs.length === 1, times: 200 })
         // The run is recorded; its outcome's write will wait for the lock. The upstream answers whole.
-        const released = yield* lockRuns(url, 1.5)
+        const released = yield* lockRuns(url)
         open()
         yield* Effect.sleep("400 millis")
         yield* Fiber.interrupt(asking)
