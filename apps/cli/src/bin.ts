@@ -166,6 +166,11 @@ interface ReplayCommand {
  * progress bar on stderr when it is a terminal) (`Format.errorDocument` for bad input, `Format.interruptedDocument` when a signal stopped it). Exit
  * code 1 when an invariant is violated. A signal stops it after the run in flight is recorded (see CliRuntime).
  */
+/** Why `baton <name> --server URL` is refused: the command runs in this process, on the database. */
+const serverIgnored = (name: string) =>
+  `\`baton ${name}\` runs in this process on the database (--db, --data-dir or --database-url), not on a server: ` +
+  "--server is for threads, thread show, handoffs and the commands that need a server"
+
 const runReplay = (command: ReplayCommand) => {
   // What a signal's report says: the runs shown, of how many (`null` until the transcript is read), the threads created.
   let done = 0
@@ -176,6 +181,11 @@ const runReplay = (command: ReplayCommand) => {
   const tty = process.stderr.isTTY === true
   return Effect.gen(function*() {
     const o = yield* databaseOptions(command)
+    // `--server` names a server for the commands that talk to one; a replay runs here, on the database. Given
+    // before `replay`, it was ignored in silence and the replay wrote to ./.baton/baton.sqlite (newcomer's walk, b47ux).
+    if (Option.isSome((yield* root).server)) {
+      return yield* Effect.fail({ message: serverIgnored("replay") })
+    }
     const providers = ProviderSpec.parse(o.providers)
     if (Either.isLeft(providers)) return yield* Effect.fail(providers.left)
     if (!(o.interruptRate >= 0 && o.interruptRate <= 1)) {

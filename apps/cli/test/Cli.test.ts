@@ -158,6 +158,10 @@ describe("baton (process)", () => {
       [["send", "thr_x", "hi", "--json"], "bad_input", needsServer("send")],
       [["events", "--json"], "bad_input", needsServer("events")],
       [["offload", "thr_x", "--keep-tokens", "abc", "--json"], "usage", "--keep-tokens: expected a number of tokens in decimal digits, got 'abc'"],
+      // Newcomer's walk (b47ux): `--server` before `replay` was ignored in silence and the replay wrote to the local database.
+      [["--server", "http://127.0.0.1:1", "replay", Path.join(raw, "pi/before-compaction.jsonl"), "--json", "--db", Path.join(dir, "b.sqlite")], "bad_input",
+        "`baton replay` runs in this process on the database (--db, --data-dir or --database-url), not on a server: " +
+        "--server is for threads, thread show, handoffs and the commands that need a server"],
       // Found in review: `--json=true` (which the library reads as `--json`) got no document on a usage error.
       [["replay", Path.join(dir, "nope.jsonl"), "--json=true", "--seed", "x", "--db", Path.join(dir, "b.sqlite")], "usage", "--seed: expected an integer in decimal digits, got 'x'"]
     ]

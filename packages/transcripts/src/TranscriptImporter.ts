@@ -29,11 +29,26 @@ import type { ImportedThread, ImportResult, SkippedRecord, TranscriptFormat } fr
  *   on the first. Default `false`. File-level problems (missing, empty, unknown format, a `.traj` that is not one
  *   JSON document) still fail.
  * - `format`: skip detection and read the file as this format.
+ * - `maxRecordChars`: the longest record (one JSONL line, or a whole `.traj` document) read, in UTF-16 characters;
+ *   default `maxRecordCharsDefault`. A longer line is an invalid record (skipped under `skipInvalid`); a longer
+ *   `.traj` document fails the file.
  */
 export interface ImportOptions {
   readonly skipInvalid?: boolean
   readonly format?: TranscriptFormat
+  readonly maxRecordChars?: number
 }
+
+/**
+ * The longest record the importer reads, in UTF-16 characters: V8's longest string on 64-bit platforms
+ * (`require("node:buffer").constants.MAX_STRING_LENGTH`, 2^29 - 24 in Node 20). A longer line could not be held as
+ * one string: joining it failed with a bare `RangeError: Invalid string length`, which `baton replay` reported as
+ * "baton: Invalid string length", naming neither the file nor the line.
+ */
+export const maxRecordCharsDefault = 2 ** 29 - 24
+
+const tooLong = (max: number) =>
+  `record longer than ${max.toLocaleString("en-US")} characters, the longest Baton reads`
 
 const error = (file: string, reason: string, line?: number, field?: string): TranscriptError =>
   new TranscriptError({
@@ -161,36 +176,74 @@ const lineOfJsonError = (text: string, message: string): number | undefined => {
 class LineDriver {
   private lineNumber = 0
   private partial: Array<string> = []
+  /** The characters held in `partial`. */
+  private partialChars = 0
+  /** Dropping the rest of a line found too long (under `skipInvalid`) until its newline. */
+  private discarding = false
+  /** The characters of the SWE-agent document collected so far (its lines and their newlines). */
+  private documentChars = 0
   private format: TranscriptFormat | undefined
   private importer: RecordImporter | undefined
   /** The lines of a SWE-agent document, parsed at `end`. */
   private document: Array<string> | undefined
   private readonly skipped: Array<SkippedRecord> = []
   private readonly skipInvalid: boolean
+  private readonly maxRecordChars: number
 
   constructor(private readonly file: string, options: ImportOptions) {
     this.format = options.format
     this.skipInvalid = options.skipInvalid === true
+    this.maxRecordChars = options.maxRecordChars ?? maxRecordCharsDefault
   }
 
   push(chunk: string): TranscriptError | undefined {
     let start = 0
     for (let newline = chunk.indexOf("\n"); newline !== -1; newline = chunk.indexOf("\n", start)) {
-      let line = chunk.slice(start, newline)
+      const piece = chunk.slice(start, newline)
+      start = newline + 1
+      if (this.discarding) {
+        this.discarding = false
+        continue
+      }
+      if (this.partialChars + piece.length > this.maxRecordChars) {
+        const failure = this.overlong()
+        if (failure !== undefined) return failure
+        this.discarding = false
+        continue
+      }
+      let line = piece
       if (this.partial.length > 0) {
         this.partial.push(line)
         line = this.partial.join("")
         this.partial = []
+        this.partialChars = 0
       }
       const failure = this.line(line, true)
       if (failure !== undefined) return failure
-      start = newline + 1
     }
-    if (start < chunk.length) this.partial.push(chunk.slice(start))
+    if (start < chunk.length && !this.discarding) {
+      const rest = chunk.slice(start)
+      if (this.partialChars + rest.length > this.maxRecordChars) return this.overlong()
+      this.partial.push(rest)
+      this.partialChars += rest.length
+    }
     return undefined
   }
 
+  /**
+   * The line being read is longer than `maxRecordChars`: it is never joined. Fails the import, or under
+   * `skipInvalid` records it as skipped and drops the rest of it up to its newline.
+   */
+  private overlong(): TranscriptError | undefined {
+    this.lineNumber++
+    this.partial = []
+    this.partialChars = 0
+    this.discarding = true
+    return this.invalid(this.lineNumber, undefined, tooLong(this.maxRecordChars))
+  }
+
   end(): Either.Either<ImportResult, TranscriptError> {
+    this.discarding = false
     if (this.partial.length > 0) {
       const failure = this.line(this.partial.join(""), false)
       this.partial = []
@@ -204,10 +257,7 @@ class LineDriver {
   private line(raw: string, terminated: boolean): TranscriptError | undefined {
     this.lineNumber++
     const text = raw.endsWith("\r") ? raw.slice(0, -1) : raw
-    if (this.document !== undefined) {
-      this.document.push(text)
-      return undefined
-    }
+    if (this.document !== undefined) return this.documentLine(text)
     if (text.trim() === "") return undefined
     if (this.importer === undefined) {
       if (this.format === undefined) {
@@ -218,8 +268,8 @@ class LineDriver {
       if (this.format === "swe-agent") {
         // Keep line numbers of the document intact for JSON error positions.
         this.document = new Array<string>(this.lineNumber - 1).fill("")
-        this.document.push(text)
-        return undefined
+        this.documentChars = this.lineNumber - 1
+        return this.documentLine(text)
       }
       this.importer = importerFor(this.format, this.file)
     }
@@ -234,6 +284,16 @@ class LineDriver {
     }
     const issue = this.importer.record(this.lineNumber, value)
     return issue === undefined ? undefined : this.invalid(this.lineNumber, issue.field, issue.reason)
+  }
+
+  /** Collects one line of a SWE-agent document; fails the file once the document is longer than a record may be. */
+  private documentLine(text: string): TranscriptError | undefined {
+    this.documentChars += text.length + 1
+    if (this.documentChars - 1 > this.maxRecordChars) {
+      return error(this.file, `JSON document longer than ${this.maxRecordChars.toLocaleString("en-US")} characters, the longest Baton reads`, this.lineNumber)
+    }
+    this.document?.push(text)
+    return undefined
   }
 
   private invalid(line: number, field: string | undefined, reason: string): TranscriptError | undefined {
@@ -289,6 +349,14 @@ const readError = (file: string, cause: PlatformError): TranscriptError =>
     ? error(file, "file not found")
     : error(file, `cannot read file: ${cause.message}`)
 
+/** A buffer as 64 KiB views of it (no copy), so that decoding never makes one string of a whole pipe's bytes. */
+const chunksOf = (bytes: Uint8Array): Array<Uint8Array> => {
+  const size = 64 * 1024
+  const chunks: Array<Uint8Array> = []
+  for (let offset = 0; offset < bytes.length; offset += size) chunks.push(bytes.subarray(offset, offset + size))
+  return chunks
+}
+
 /**
  * The file's bytes as a stream: a regular file (or anything seekable) in 64 KiB chunks read at their positions; a
  * pipe, a character device or a socket (`baton replay <(zcat session.jsonl.gz)`, `/dev/stdin`: no positions to read
@@ -297,7 +365,7 @@ const readError = (file: string, cause: PlatformError): TranscriptError =>
 const bytesOf = (fs: FileSystem.FileSystem, file: string): Stream.Stream<Uint8Array, PlatformError> =>
   Stream.unwrap(Effect.map(fs.stat(file), (info) =>
     info.type === "FIFO" || info.type === "CharacterDevice" || info.type === "Socket"
-      ? Stream.fromEffect(fs.readFile(file))
+      ? Stream.fromEffect(fs.readFile(file)).pipe(Stream.mapConcat(chunksOf))
       : fs.stream(file, { chunkSize: FileSystem.KiB(64) })))
 
 /**

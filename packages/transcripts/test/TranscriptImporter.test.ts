@@ -197,6 +197,30 @@ describe("importText: invalid records", () => {
     })
   })
 
+  it("a line longer than maxRecordChars names its line instead of failing as 'Invalid string length' (b47ux)", () => {
+    // A 600 MB line (longer than V8's longest string) made `baton replay` say only "baton: Invalid string length";
+    // maxRecordChars stands in for that limit here.
+    const long = JSON.stringify(user("x".repeat(200)))
+    const text = jsonl(user("first")) + long + "\n" + jsonl(user("second"))
+    const error = failure(TranscriptImporter.importText("s.jsonl", text, { maxRecordChars: 100 }))
+    expect(error).toMatchObject({ file: "s.jsonl", line: 2 })
+    expect(error.message).toBe("s.jsonl:2: record longer than 100 characters, the longest Baton reads")
+
+    const result = TranscriptImporter.importText("s.jsonl", text, { skipInvalid: true, maxRecordChars: 100 })
+    if (Either.isLeft(result)) throw result.left
+    expect(result.right.skipped).toEqual([
+      { line: 2, field: undefined, reason: "record longer than 100 characters, the longest Baton reads" }
+    ])
+    expect(result.right.threads[0]!.turns.map((turn) => [turn.userText, turn.sourceLine])).toEqual([["first", 1], ["second", 3]])
+  })
+
+  it("a .traj document longer than maxRecordChars fails the file, naming the line it reached", () => {
+    const text = JSON.stringify({ trajectory: [], history: Array.from({ length: 20 }, () => ({ role: "user", content: "x" })) }, null, 2)
+    const error = failure(TranscriptImporter.importText("t.traj", text, { maxRecordChars: 100 }))
+    expect(error.reason).toBe("JSON document longer than 100 characters, the longest Baton reads")
+    expect(error.line).toBeGreaterThan(1)
+  })
+
   it("an empty or blank file fails", () => {
     expect(failure(TranscriptImporter.importText("e.jsonl", ""))).toMatchObject({ reason: "empty file: no records" })
     expect(failure(TranscriptImporter.importText("e.jsonl", "\n \r\n\n"))).toMatchObject({
@@ -285,6 +309,21 @@ layer(NodeFileSystem.layer)("importFile", (it) => {
       const direct = yield* TranscriptImporter.importFile(claudeFile)
       expect(viaPipe.threads.length).toBeGreaterThan(0)
       expect(viaPipe).toEqual({ ...direct, threads: direct.threads.map((t) => ({ ...t, file: fifo })) })
+    })))
+
+  it.effect("a line too long for maxRecordChars across many 64 KiB chunks is skipped whole with skipInvalid", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const dir = yield* fs.makeTempDirectoryScoped()
+      const file = `${dir}/long.jsonl`
+      yield* fs.writeFileString(file, jsonl(user("first"), user("y".repeat(300_000)), user("second")))
+
+      const error = yield* Effect.flip(TranscriptImporter.importFile(file, { maxRecordChars: 100_000 }))
+      expect(error.message).toBe(`${file}:2: record longer than 100,000 characters, the longest Baton reads`)
+
+      const result = yield* TranscriptImporter.importFile(file, { skipInvalid: true, maxRecordChars: 100_000 })
+      expect(result.skipped.map((s) => s.line)).toEqual([2])
+      expect(result.threads[0]!.turns.map((turn) => [turn.userText, turn.sourceLine])).toEqual([["first", 1], ["second", 3]])
     })))
 
   it.effect("a directory is not readable as a transcript", () =>
