@@ -80,16 +80,30 @@ export class RunInProgress extends Schema.TaggedError<RunInProgress>()(
  * (Postgres `40001`/`40P01`, SQLite `SQLITE_BUSY` after the busy timeout), or the server cancelled the statement
  * (Postgres `57014`: another session's `pg_cancel_backend`, a server-side `statement_timeout`; Baton never cancels
  * one itself). Nothing of the command was written; retry it.
- * `threadId` is set when the unit of work knew its thread; `operation` names the statement that lost.
+ * `threadId` is set when the unit of work knew its thread; `operation` names the statement that lost; `reason` says
+ * when it was a busy database or a cancelled statement rather than another writer's change (the message says which).
  */
 export class ConcurrentModification extends Schema.TaggedError<ConcurrentModification>()(
   "ConcurrentModification",
-  { threadId: Schema.optional(Schema.String), operation: Schema.optional(Schema.String) },
+  {
+    threadId: Schema.optional(Schema.String),
+    operation: Schema.optional(Schema.String),
+    /**
+     * What stopped the write, when it was not another writer's change: `busy` (SQLite: another process held the
+     * database's write lock past the busy timeout), `cancelled` (Postgres: the server cancelled the statement, 57014).
+     * Absent: another writer changed the record first (a unique violation, a serialization failure, a deadlock).
+     */
+    reason: Schema.optional(Schema.Literal("busy", "cancelled"))
+  },
   HttpApiSchema.annotations({ status: 409 })
 ) {
   override get message() {
     const what = this.threadId === undefined ? "the record" : `thread ${this.threadId}`
     const where = this.operation === undefined ? "" : ` (${this.operation})`
+    if (this.reason === "busy") {
+      return `the database was busy: another process held its write lock past the busy timeout${where}; nothing was written, retry the command`
+    }
+    if (this.reason === "cancelled") return `the database server cancelled the statement${where}; nothing was written, retry the command`
     return `${what} was changed by another writer${where}; retry the command`
   }
 }

@@ -45,7 +45,7 @@ import {
 import { SqlClient } from "@effect/sql"
 import { DateTime, Effect, FiberRef, Option, type ParseResult, Schema } from "effect"
 import { EventIds } from "./EventIds.js"
-import { isContention, orPersistence } from "./internal/errors.js"
+import { contentionReason, isContention, orPersistence, withReason } from "./internal/errors.js"
 import { decodeEvents, encodesToItself, stringifyFaithful } from "./internal/EventRows.js"
 import { Count, JsonSamples } from "./internal/Rows.js"
 import { pendingEvents } from "./UnitOfWork.js"
@@ -338,7 +338,7 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
           RETURNING global_seq, seq`.pipe(
           Effect.catchTag("SqlError", (e): Effect.Effect<never, ConcurrentModification | PersistenceError> =>
             isContention(e)
-              ? Effect.fail(new ConcurrentModification({ threadId, operation: "thread_events.append" }))
+              ? Effect.fail(new ConcurrentModification(withReason({ threadId, operation: "thread_events.append" }, contentionReason(e))))
               : Effect.fail(new PersistenceError({ operation: "thread_events.append", detail: String(e.message) }))),
           Effect.flatMap(decodeAssigned),
           orPersistence("thread_events.append")

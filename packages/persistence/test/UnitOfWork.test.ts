@@ -287,7 +287,7 @@ describe("persistence on Postgres: statements and interruption", () => {
       )
       yield* sql`SELECT pg_cancel_backend(${pid})`
       const error = yield* Fiber.join(work)
-      expect(error).toEqual(new ConcurrentModification({ operation: "test.cancelled" }))
+      expect(error).toEqual(new ConcurrentModification({ operation: "test.cancelled", reason: "cancelled" }))
       expect(yield* store.getThread("thr_c" as ThreadId)).toEqual(Option.none())
     }).pipe(Effect.provide(layer())))
 })

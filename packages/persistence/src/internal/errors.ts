@@ -43,11 +43,27 @@ export const driverCode = (e: SqlLike): string | null => {
   return typeof code === "string" ? code : null
 }
 
+/** SQLite's codes for a write lock not got within the busy timeout: `ConcurrentModification`'s `busy`. */
+const busyCodes = new Set(["SQLITE_BUSY", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY", "SQLITE_BUSY_TIMEOUT", "SQLITE_LOCKED"])
+
+/**
+ * The `reason` of the `ConcurrentModification` a contention code maps to: `busy` (a lock SQLite did not get within
+ * its busy timeout), `cancelled` (Postgres 57014), else none (another writer changed the record first).
+ */
+export const contentionReason = (e: SqlLike): "busy" | "cancelled" | undefined => {
+  const code = driverCode(e)
+  return code === null ? undefined : busyCodes.has(code) ? "busy" : code === "57014" ? "cancelled" : undefined
+}
+
 /** Whether a `SqlError` is a lost race (unique violation or write contention) rather than a storage fault. */
 export const isContention = (e: SqlLike) => {
   const code = driverCode(e)
   return code !== null && contentionCodes.has(code)
 }
+
+/** `fields` with `reason` when there is one (an absent optional field, not `undefined`). */
+export const withReason = <A extends object>(fields: A, reason: "busy" | "cancelled" | undefined): A & { readonly reason?: "busy" | "cancelled" } =>
+  reason === undefined ? fields : { ...fields, reason }
 
 /** Maps one `SqlError`/`ParseError` to `ConcurrentModification` (by driver code) or `PersistenceError`. */
 export const toBoundary = (operation: string, e: SqlLike): ConcurrentModification | PersistenceError =>
@@ -56,7 +72,7 @@ export const toBoundary = (operation: string, e: SqlLike): ConcurrentModificatio
     : e._tag === "PersistenceError"
     ? e as PersistenceError
     : isContention(e)
-    ? new ConcurrentModification({ operation })
+    ? new ConcurrentModification(withReason({ operation }, contentionReason(e)))
     : new PersistenceError({ operation, detail: detailOf(e).slice(0, 2000) })
 
 /**
