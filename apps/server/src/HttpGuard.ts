@@ -324,7 +324,7 @@ export const middleware = (options: { readonly maxBodyBytes: number; readonly to
       // Only a request with a body is authorised here (the API's middleware authorises every request again): the
       // token is hashed and compared once more per write, not per read.
       const verdict = carriesBody ? Auth.roleOf(request.headers.authorization, digests) : null
-      const refusal = verdict === null ? null : authRefusal(request, verdict) ?? largeUnauthenticated(request, verdict)
+      const refusal = verdict === null ? null : authRefusal(request, verdict) ?? largeUnauthenticated(request, verdict, options.maxBodyBytes)
       if (refusal !== null) return yield* refuseUnread(request, refusal)
       const body = yield* checkBody(request, options.maxBodyBytes, verdict === null || verdict._tag === "granted")
       if (Either.isLeft(body)) return body.left
@@ -369,16 +369,20 @@ const authRefusal = (request: HttpServerRequest.HttpServerRequest, verdict: Auth
 }
 
 /**
- * The refusal of a body over `unauthenticatedDrainCapBytes` that a request without a valid token declares where
- * `authRefusal` does not refuse it (a read with a body; a path under `/v1/` that is not the gateway's): 401 with the
- * challenge, or, under `/v1/`, the gateway protocol's 404 for the unknown path (what it is answered whatever the token).
- * `null` otherwise. Before, such a body was read up to the body limit (2 MiB by default) and parsed, and a client
- * without a token was answered 400 for invalid JSON after the server had read 1.5 MB for it.
+ * The refusal of a body over `unauthenticatedDrainCapBytes` or over the body limit `maxBodyBytes`, whichever is
+ * smaller, that a request without a valid token declares where `authRefusal` does not refuse it (a read with a body; a
+ * path under `/v1/` that is not the gateway's): 401 with the challenge, or, under `/v1/`, the gateway protocol's 404 for
+ * the unknown path (what it is answered whatever the token). `null` otherwise. Before, such a body was read up to the
+ * body limit (2 MiB by default) and parsed, and a client without a token was answered 400 for invalid JSON after the
+ * server had read 1.5 MB for it; under a body limit below 64 KiB a `GET` with a body over it was answered 413, and a
+ * chunked `GET` 411: the body's refusal before the token's (b47srv). A chunked body is refused so too.
  */
-const largeUnauthenticated = (request: HttpServerRequest.HttpServerRequest, verdict: Auth.Verdict) => {
+const largeUnauthenticated = (request: HttpServerRequest.HttpServerRequest, verdict: Auth.Verdict, maxBodyBytes: number) => {
   if (verdict._tag !== "denied") return null
   const declared = request.headers["content-length"]
-  if (declared === undefined || Number(declared) <= unauthenticatedDrainCapBytes) return null
+  // A chunked body declares no length: it is refused for its token too (it was 411, the body's refusal).
+  const chunked = request.headers["transfer-encoding"] !== undefined
+  if (!chunked && (declared === undefined || Number(declared) <= Math.min(unauthenticatedDrainCapBytes, maxBodyBytes))) return null
   return unknownPathRefusal(request.method, request.url, request.headers) ??
     withChallenge(request, errorResponse(new Unauthorized({ reason: verdict.reason }), 401))
 }
