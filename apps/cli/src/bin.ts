@@ -629,9 +629,11 @@ const serve = Command.make(
         dataDir: Option.getOrUndefined(o.dataDir),
         databaseUrl: Option.getOrUndefined(o.databaseUrl)
       })),
-      // The port first: taken, it is said (one line, exit 2) before the token file and the database are created.
+      // The config file read once (a FIFO or a file changed meanwhile read twice was inconsistent), then the port:
+      // taken, it is said (one line, exit 2) before the token file and the database are created.
       Effect.flatMap((flags) =>
-        ServerConfig.address(flags).pipe(Effect.flatMap(Server.checkListen), Effect.zipRight(ServerConfig.resolve(flags)))),
+        Effect.flatMap(ServerConfig.load(flags), (loaded) =>
+          ServerConfig.address(flags, loaded).pipe(Effect.flatMap(Server.checkListen), Effect.zipRight(ServerConfig.resolve(flags, loaded))))),
       badInput,
       // A server that cannot start (its port taken, its database unreachable) says why in one line, exit 2.
       Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings).pipe(startFailure))

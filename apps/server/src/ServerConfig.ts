@@ -478,27 +478,42 @@ const addressOf = (flags: ServeFlags, file: ConfigFile) =>
   })
 
 /**
+ * The config file of `flags` (`flags.config`, else `BATON_CONFIG`), read and validated once: `path` (absent: none)
+ * and its content (`{}` without one). `baton serve` hands it to both `address` and `resolve`: each read the file
+ * again, so a file changed between the reads was served half old, half new, and a FIFO (`--config <(...)`) was
+ * read empty the second time and the start hung there (b47srv). Fails with `ConfigInvalid`.
+ */
+export const load = (flags: ServeFlags = {}): Effect.Effect<LoadedConfig, ConfigInvalid> =>
+  Effect.gen(function*() {
+    const path = flags.config ?? (yield* env("BATON_CONFIG"))
+    return { path, file: path === undefined ? {} : yield* readConfigFile(path) }
+  })
+
+/** A config file as `load` read it: where from (`undefined`: none given) and what it says. */
+export interface LoadedConfig {
+  readonly path: string | undefined
+  readonly file: ConfigFile
+}
+
+/**
  * The host and port the server of `flags` listens on, as `resolve` reads them (flags, `BATON_HOST`/`BATON_PORT`,
  * the config file, the defaults 127.0.0.1:8787), without writing anything: `baton serve` checks the port is free
- * before `resolve` creates the token file and the server its database. Fails with `ConfigInvalid`.
+ * before `resolve` creates the token file and the server its database. `loaded` is the config file as `load` read it
+ * (absent: read here). Fails with `ConfigInvalid`.
  */
-export const address = (flags: ServeFlags = {}) =>
-  Effect.gen(function*() {
-    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
-    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
-    return yield* addressOf(flags, file)
-  })
+export const address = (flags: ServeFlags = {}, loaded?: LoadedConfig) =>
+  Effect.flatMap(loaded === undefined ? load(flags) : Effect.succeed(loaded), ({ file }) => addressOf(flags, file))
 
 /**
  * Resolves the configuration: defaults, then the config file (`flags.config`, else `BATON_CONFIG`), then the
  * environment (`BATON_HOST`, `BATON_PORT`, `BATON_DATABASE_URL`, `BATON_DATA_DIR`, `BATON_PROVIDERS`,
  * `BATON_TOKEN`, `BATON_READ_TOKEN`, `BATON_MAX_BODY_BYTES`, `BATON_TRACING`), then the flags. Creates the token file when it
- * supplies the admin token, once everything else has been checked. Fails with `ConfigInvalid`.
+ * supplies the admin token, once everything else has been checked. `loaded` is the config file as `load` read it
+ * (absent: read here). Fails with `ConfigInvalid`.
  */
-export const resolve = (flags: ServeFlags = {}) =>
+export const resolve = (flags: ServeFlags = {}, loaded?: LoadedConfig) =>
   Effect.gen(function*() {
-    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
-    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
+    const { path: configPath, file } = loaded ?? (yield* load(flags))
     const { host, port } = yield* addressOf(flags, file)
 
     // The database: a flag wins, then BATON_DATABASE_URL / BATON_DATA_DIR, then the file, then ./.baton.
