@@ -636,7 +636,11 @@ const serve = Command.make(
           ServerConfig.address(flags, loaded).pipe(Effect.flatMap(Server.checkListen), Effect.zipRight(ServerConfig.resolve(flags, loaded))))),
       badInput,
       // A server that cannot start (its port taken, its database unreachable) says why in one line, exit 2.
-      Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings).pipe(startFailure))
+      // The token file `resolve` created is removed again then: nothing is left of a server that never started.
+      Effect.flatMap((settings) =>
+        settings === undefined
+          ? Effect.void
+          : Server.run(settings).pipe(Effect.tapError(() => ServerConfig.removeCreatedTokenFile(settings.auth.source)), startFailure))
     )
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 

@@ -236,7 +236,13 @@ export class ConfigInvalid extends Data.TaggedError("ConfigInvalid")<{ readonly 
 export type TokenSource =
   | { readonly _tag: "config" }
   | { readonly _tag: "env" }
-  | { readonly _tag: "file"; readonly path: string; readonly created: boolean }
+  | {
+    readonly _tag: "file"
+    readonly path: string
+    readonly created: boolean
+    /** The outermost directory created for the token file (`null`: none; its directory existed). */
+    readonly madeDirectory: string | null
+  }
 
 /** The database the server opens. */
 export type DatabaseSetting =
@@ -447,24 +453,59 @@ const unusableTokenFile = (file: string) => (e: unknown) =>
   new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
 
 /**
- * The admin token in `file`, or a new one written there (mode 0600, its directory created). Fails with
- * `ConfigInvalid` when the file cannot be read or written, or holds no usable token.
+ * The admin token in `file`, or a new one written there (mode 0600, its directory created): `created` whether this
+ * call wrote it, `madeDirectory` the outermost directory it created for it (`null`: none). Fails with `ConfigInvalid`
+ * when the file cannot be read or written, or holds no usable token.
  */
 export const tokenFromFile = (file: string) => {
   const unusable = unusableTokenFile(file)
-  return Effect.suspend(() =>
-    Fs.existsSync(file)
-      ? Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false }), catch: unusable })
-      : Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
-        Effect.mapError(unusable),
-        Effect.zipRight(createTokenFile(file))
-      )
-  ).pipe(Effect.flatMap((found) =>
+  return Effect.suspend(() => {
+    if (Fs.existsSync(file)) {
+      return Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false, madeDirectory: null }), catch: unusable })
+    }
+    const madeDirectory = outermostMissing(Path.dirname(Path.resolve(file)))
+    return Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
+      Effect.mapError(unusable),
+      Effect.zipRight(createTokenFile(file)),
+      Effect.map((found) => ({ ...found, madeDirectory }))
+    )
+  }).pipe(Effect.flatMap((found) =>
     Schema.is(Token)(found.token)
       ? Effect.succeed(found)
       : Effect.fail(new ConfigInvalid({ source: file, reason: "the token file holds no usable token (16 to 512 printable ASCII characters)" }))
   ))
 }
+
+/** The outermost of `dir` and its ancestors that does not exist (`null`: `dir` exists). */
+const outermostMissing = (dir: string): string | null => {
+  let missing: string | null = null
+  for (let at = dir; !Fs.existsSync(at);) {
+    missing = at
+    const parent = Path.dirname(at)
+    if (parent === at) break
+    at = parent
+  }
+  return missing
+}
+
+/**
+ * Undoes what `resolve` wrote for a server that then could not start (its database unreachable, its port taken
+ * meanwhile): the token file it created and the directories it created for it, those left empty (a SQLite database
+ * created meanwhile keeps its directory). Nothing when the token came from elsewhere or the file was there before.
+ * `baton serve --database-url URL` of an unreachable database left `./.baton/token` behind (b47srv). Never fails: what
+ * cannot be removed stays.
+ */
+export const removeCreatedTokenFile = (source: TokenSource): Effect.Effect<void> =>
+  Effect.sync(() => {
+    if (source._tag !== "file" || !source.created) return
+    Fs.rmSync(source.path, { force: true })
+    if (source.madeDirectory === null) return
+    const outermost = Path.resolve(source.madeDirectory)
+    for (let dir = Path.dirname(Path.resolve(source.path)); ; dir = Path.dirname(dir)) {
+      // An empty directory only (rmdir refuses any other), up to the outermost one created.
+      if (Either.isLeft(Either.try(() => Fs.rmdirSync(dir))) || dir === outermost || Path.dirname(dir) === dir) return
+    }
+  })
 
 /** The host and port of `flags`, else the environment, else the config file `file`, else the defaults. */
 const addressOf = (flags: ServeFlags, file: ConfigFile) =>
@@ -624,7 +665,7 @@ export const resolve = (flags: ServeFlags = {}, loaded?: LoadedConfig) =>
       const tokenFile = file.auth?.tokenFile ?? Path.join(dataDir, "token")
       const found = yield* tokenFromFile(tokenFile)
       adminToken = found.token
-      source = { _tag: "file", path: tokenFile, created: found.created }
+      source = { _tag: "file", path: tokenFile, created: found.created, madeDirectory: found.madeDirectory }
     }
     if (readToken !== undefined && readToken === adminToken) {
       return yield* new ConfigInvalid({ source: "auth", reason: "the read-only token must differ from the admin token" })
