@@ -12,7 +12,8 @@ export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
   HttpApiSchema.annotations({ status: 404 })
 ) {
   override get message() {
-    return `thread ${this.threadId} not found (list threads with \`baton threads\`)`
+    // Any client reads it (curl, a web UI, the CLI under --server, which names its own command): the API's list.
+    return `thread ${this.threadId} not found (GET /threads lists the threads)`
   }
 }
 
