@@ -19,7 +19,8 @@
  *   stack of the schema error formatter). A leading byte order mark is ignored. The body is read here once, as bytes,
  *   and the API is served the text decoded here, so its own decoding never meets a transport failure it would turn
  *   into a 500.
- * - **Unknown routes** are 404 `RouteNotFound` as JSON (the router's default is an empty 404).
+ * - **Unknown routes** are 404 `RouteNotFound` as JSON (the router's default is an empty 404); a path whose
+ *   percent-encoding is not UTF-8 is 400 `InvalidRequest` (no endpoint could take it).
  * - **Error bodies** get a `message` (the error's sentence for people, with what to do) beside `_tag` and its fields.
  * - **Anything unexpected** (a defect) is logged with its cause and answered 500 `InternalError` as JSON, never with
  *   the defect's text.
@@ -297,8 +298,7 @@ const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServ
     response.status === 401
       ? withChallenge(request, withMessage(response))
       : response.body._tag === "Empty" && response.status === 404
-      ? unknownPathRefusal(request.method, request.url, request.headers) ??
-        errorResponse(new RouteNotFound({ method: request.method, path: request.url.split("?")[0]!.slice(0, 500) }), 404)
+      ? unknownPathRefusal(request.method, request.url, request.headers) ?? unroutable(request)
       : response.body._tag === "Empty" && response.status >= 500
       ? HttpServerResponse.unsafeJson(
         { _tag: "InternalError", message: "the server failed unexpectedly; the failure is logged" },
@@ -306,6 +306,18 @@ const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServ
       )
       : withMessage(response)
   )
+
+/**
+ * The refusal of a request the router matched to no endpoint: 400 `InvalidRequest` when its path's percent-encoding
+ * is not UTF-8 (`/threads/%FF`: the router cannot decode it, so no endpoint matches, though `/threads/{id}` is one;
+ * it was 404 "no endpoint GET /threads/%FF", b47srv), else 404 `RouteNotFound`.
+ */
+const unroutable = (request: HttpServerRequest.HttpServerRequest) => {
+  const path = request.url.split("?")[0]!
+  return Option.isNone(Option.liftThrowable(decodeURIComponent)(path))
+    ? errorResponse(new InvalidRequest({ reason: `the path ${path.slice(0, 500)} is not valid percent-encoded UTF-8; percent-encode each id's UTF-8 bytes` }), 400)
+    : errorResponse(new RouteNotFound({ method: request.method, path: path.slice(0, 500) }), 404)
+}
 
 /**
  * The guard as an HttpApp middleware (for `HttpApiBuilder.serve`), with the body limit `maxBodyBytes` in bytes.

@@ -183,6 +183,14 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const answer = yield* raw(request)
         expect([answer.status, answer.body]).toEqual([404, body])
       }
+      // An id whose percent-encoding is not UTF-8 reaches no endpoint, though `/threads/{id}` is one: it was 404
+      // "no endpoint GET /threads/%FF%FE" (b47srv), now 400 naming the path.
+      const undecodable = yield* raw(get("/threads/%FF%FE"))
+      expect([undecodable.status, undecodable.body]).toEqual([400, {
+        _tag: "InvalidRequest",
+        reason: "the path /threads/%FF%FE is not valid percent-encoded UTF-8; percent-encode each id's UTF-8 bytes",
+        message: "the path /threads/%FF%FE is not valid percent-encoded UTF-8; percent-encode each id's UTF-8 bytes"
+      }])
       // An unknown /offload operation of a thread that exists (found by the fuzz test: its body had no message).
       const created = yield* raw(post("/threads", { title: "t", providerInstance: "codex" }))
       const threadId = (created.body as { threadId: string }).threadId
