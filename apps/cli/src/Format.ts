@@ -20,11 +20,14 @@ import {
   type SwitchResult,
   type Thread,
   type ThreadEvent,
+  type ThreadSnapshot,
   type RunCost,
   snapshotRecentRuns,
-  type ThreadSnapshot
+  Thread as ThreadSchema,
+  ThreadSnapshot as ThreadSnapshotSchema,
+  ThreadTotals
 } from "@baton/contracts"
-import { DateTime } from "effect"
+import { DateTime, Schema } from "effect"
 import type { StopSignal } from "./CliRuntime.js"
 import type { ReplaySummary, RunLine } from "./Replay.js"
 
@@ -387,6 +390,20 @@ export const handoffs = (
  * thread, a server's refusal) or `usage` (a command line that does not parse), `message` the stderr line without
  * `baton: `.
  */
+const ThreadsDocument = Schema.Struct({
+  threads: Schema.Array(Schema.Struct({ ...ThreadSchema.fields, totals: ThreadTotals }))
+})
+
+/**
+ * `baton threads --json`: `{"threads": [...]}`, oldest first, each thread as the API serves it (`GET /threads`) with
+ * its snapshot's `totals` (runs, runs by status, items, item tokens, handoffs) beside its fields.
+ */
+export const threadsDocument = (threads: ReadonlyArray<{ readonly thread: Thread; readonly totals: ThreadSnapshot["totals"] }>): string =>
+  JSON.stringify(Schema.encodeSync(ThreadsDocument)({ threads: threads.map(({ thread, totals }) => ({ ...thread, totals })) }))
+
+/** `baton thread show --json`: the thread's snapshot as `GET /threads/{id}` serves it. */
+export const snapshotDocument = (snapshot: ThreadSnapshot): string => JSON.stringify(Schema.encodeSync(ThreadSnapshotSchema)(snapshot))
+
 export const errorDocument = (code: "bad_input" | "usage", message: string): string => JSON.stringify({ error: { code, message } })
 
 /**

@@ -160,6 +160,10 @@ const explain = (target: Target) => (error: unknown): RemoteFailure => {
     // Encoding the request failed: the input does not fit the API (nothing was sent).
     if (tagged._tag === "ParseError") return new RemoteFailure({ message: `invalid input, not sent: ${deepestIssue(error as ParseResult.ParseError)}` })
     if (tagged._tag === "Unauthorized") return new RemoteFailure({ message: `${tagged.message ?? "unauthorized"} (pass --token or set BATON_TOKEN)` })
+    // The server's hint names its API; this client's user lists threads with this command, against this server.
+    if (tagged._tag === "ThreadNotFound" && "threadId" in error) {
+      return new RemoteFailure({ message: `thread ${String(error.threadId)} not found (list threads with \`baton --server ${target.url} threads\`)` })
+    }
     if (typeof tagged.message === "string" && tagged.message !== "") return new RemoteFailure({ message: oneLine(tagged.message) })
     return new RemoteFailure({ message: `the server answered ${tagged._tag}` })
   }
@@ -183,11 +187,18 @@ const allThreads = (client: Effect.Effect.Success<ReturnType<typeof api>>) =>
     }
   })
 
-/** `baton --server URL threads`: one line per thread, as the in-process command prints it. */
-export const threads = (target: Target) =>
+/**
+ * `baton --server URL threads [--json]`: one line per thread, as the in-process command prints it, or with `json` one
+ * document (`Format.threadsDocument`).
+ */
+export const threads = (target: Target, json = false) =>
   call(target, Effect.gen(function*() {
     const client = yield* api(target)
     const list = yield* allThreads(client)
+    if (json) {
+      const totals = yield* Effect.forEach(list, (t) => Effect.map(client.threads.get({ path: { threadId: t.id } }), (s) => s.totals))
+      return yield* Console.log(Format.threadsDocument(list.map((thread, i) => ({ thread, totals: totals[i]! }))))
+    }
     if (list.length === 0) return yield* Console.log("no threads")
     for (const t of list) {
       const snapshot = yield* client.threads.get({ path: { threadId: t.id } })
@@ -341,12 +352,15 @@ export const toolResultsInterruptedLine = (
       `see it with \`${showCommand(target, threadId)}\``
   })
 
-/** `baton --server URL thread show ID`: the thread's snapshot, as the in-process command prints it. */
-export const threadShow = (target: Target, threadId: string) =>
+/**
+ * `baton --server URL thread show ID [--json]`: the thread's snapshot, as the in-process command prints it, or with
+ * `json` as the API serves it (`Format.snapshotDocument`).
+ */
+export const threadShow = (target: Target, threadId: string, json = false) =>
   call(target, Effect.gen(function*() {
     const client = yield* api(target)
     const snapshot = yield* client.threads.get({ path: { threadId: threadId as ThreadId } })
-    yield* Console.log(Format.threadSnapshot(snapshot))
+    yield* Console.log(json ? Format.snapshotDocument(snapshot) : Format.threadSnapshot(snapshot))
   }))
 
 /** `baton --server URL handoffs ID`: the thread's handoffs with their deliveries, as the in-process command prints them. */

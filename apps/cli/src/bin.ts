@@ -16,10 +16,11 @@ import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { Database, ThreadStore } from "@baton/persistence"
 import { ProviderSpec } from "@baton/providers"
-import { RunCosts } from "@baton/orchestration"
+import { RunCosts, ThreadQuery } from "@baton/orchestration"
 import { Server, ServerConfig } from "@baton/server"
 import { Commands, type ThreadId } from "@baton/contracts"
 import type { HttpClient } from "@effect/platform"
+import type { SqlClient } from "@effect/sql"
 import { NodeHttpClient } from "@effect/platform-node"
 import * as Replay from "./Replay.js"
 import * as CliRuntime from "./CliRuntime.js"
@@ -332,51 +333,78 @@ const remoteOr = <A, E, R, A2, E2, R2>(
 const remoteOnly = (name: string) => <A, E, R>(f: (target: Remote.Target) => Effect.Effect<A, E, R>) =>
   remoteOr(f, Effect.fail({ message: `\`baton ${name}\` talks to a Baton server: pass --server URL before the command (or set BATON_SERVER)` }))
 
+/**
+ * Runs `f` over the database of `command` (Postgres of `--database-url`/`BATON_DATABASE_URL`, else the SQLite file of
+ * `--db`/`--data-dir`, which must exist), with its `ThreadStore` and the read side the server answers from
+ * (`ThreadQuery`: a `--json` document in-process is the server's). Fails with a `{ message }` when there is no database.
+ */
 const withStore = <A, E, R>(command: DatabaseOptions, f: (store: ThreadStore) => Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
     const o = yield* databaseOptions(command)
     const url = yield* resolveDatabaseUrl(o.databaseUrl, o.db, o.dataDir)
+    const read = <E2>(database: Layer.Layer<SqlClient.SqlClient, E2>) =>
+      Layer.provideMerge(ThreadQuery.ThreadQuery.Default, ThreadStore.Default).pipe(Layer.provide(database))
     if (url !== undefined) {
-      return yield* Effect.flatMap(ThreadStore, f).pipe(
-        Effect.provide(ThreadStore.Default.pipe(Layer.provide(Database.layerPg({ url, maxConnections: 2 }))))
-      )
+      return yield* Effect.flatMap(ThreadStore, f).pipe(Effect.provide(read(Database.layerPg({ url, maxConnections: 2 }))))
     }
     const path = resolveDb(o.db, o.dataDir)
     if (path !== ":memory:" && !Fs.existsSync(path)) {
       return yield* Effect.fail({ message: `no database at ${path} (run \`baton replay\` first, or pass --db)` })
     }
-    return yield* Effect.flatMap(ThreadStore, f).pipe(
-      Effect.provide(ThreadStore.Default.pipe(Layer.provide(Database.layerSqlite(path))))
-    )
+    return yield* Effect.flatMap(ThreadStore, f).pipe(Effect.provide(read(Database.layerSqlite(path))))
   })
 
-const threads = Command.make("threads", { db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption }, (o) =>
-  remoteOr(Remote.threads, withStore(o, (store) =>
-    Effect.gen(function*() {
-      const list = yield* store.listThreads()
-      if (list.length === 0) return yield* Console.log("no threads")
-      for (const t of list) {
-        const runs = yield* store.listRuns(t.id)
-        const items = yield* store.countItems(t.id)
-        yield* Console.log(Format.threadLine(t, runs.length, items))
-      }
-    }))).pipe(badInput))
+/** The `--json` of `threads` and `thread show`. */
+const readJsonOption = (what: string) => Options.boolean("json").pipe(Options.withDescription(what))
+
+const threads = Command.make(
+  "threads",
+  {
+    db: dbOption,
+    dataDir: dataDirOption,
+    databaseUrl: databaseUrlOption,
+    json: readJsonOption("print {\"threads\": [...]} as one JSON object: each thread as the API serves it, with its snapshot's totals")
+  },
+  (o) =>
+    remoteOr((target) => Remote.threads(target, o.json), withStore(o, (store) =>
+      Effect.gen(function*() {
+        const list = yield* store.listThreads()
+        if (o.json) {
+          const query = yield* ThreadQuery.ThreadQuery
+          const totals = yield* Effect.forEach(list, (t) => Effect.map(query.snapshot(t.id), (s) => s.totals))
+          return yield* Console.log(Format.threadsDocument(list.map((thread, i) => ({ thread, totals: totals[i]! }))))
+        }
+        if (list.length === 0) return yield* Console.log("no threads")
+        for (const t of list) {
+          const runs = yield* store.listRuns(t.id)
+          const items = yield* store.countItems(t.id)
+          yield* Console.log(Format.threadLine(t, runs.length, items))
+        }
+      }))).pipe(badInputAs(o.json))
+)
 
 const threadShow = Command.make(
   "show",
-  { id: threadIdArg, db: dbOption, dataDir: dataDirOption, databaseUrl: databaseUrlOption },
+  {
+    id: threadIdArg,
+    db: dbOption,
+    dataDir: dataDirOption,
+    databaseUrl: databaseUrlOption,
+    json: readJsonOption("print the thread's snapshot as one JSON object, as GET /threads/{id} serves it")
+  },
   (o) =>
-    remoteOr((target) => Remote.threadShow(target, o.id), withStore(o, (store) =>
+    remoteOr((target) => Remote.threadShow(target, o.id, o.json), withStore(o, (store) =>
       Effect.gen(function*() {
         const thread = yield* store.getThread(o.id as ThreadId)
         if (thread._tag === "None") return yield* Effect.fail({ message: `thread ${o.id} not found (list threads with \`baton threads\`)` })
+        if (o.json) return yield* Console.log(Format.snapshotDocument(yield* (yield* ThreadQuery.ThreadQuery).snapshot(thread.value.id)))
         const runs = yield* store.listRuns(thread.value.id)
         const providerThreads = yield* store.listProviderThreads(thread.value.id)
         const natives = yield* Effect.forEach(providerThreads, (p) => store.listNativeThreads(p.id))
         const items = yield* store.countItems(thread.value.id)
         const costs = yield* store.listRunCosts(thread.value.id)
         yield* Console.log(Format.threadShow(thread.value, providerThreads, natives.flat(), runs, items, { all: costs, totals: RunCosts.total(costs) }))
-      }))).pipe(badInput)
+      }))).pipe(badInputAs(o.json))
 )
 
 const threadCreate = Command.make(
@@ -392,7 +420,15 @@ const threadCreate = Command.make(
   (o) => remoteOnly("thread create")((target) => Remote.createThread(target, o.provider, o.title, o.tools)).pipe(badInput)
 ).pipe(Command.withDescription("creates a thread on the server and prints its id (needs --server)"))
 
-const thread = Command.make("thread").pipe(Command.withSubcommands([threadShow, threadCreate]))
+/**
+ * `baton thread` names a subcommand: without one it is refused as a usage error (one `baton:` line, exit 2). It
+ * exited 0 having done nothing, and a script took that for success (b47srv).
+ */
+const thread = Command.make("thread", {}, () =>
+  Effect.zipRight(
+    Console.error("baton: `baton thread` needs a subcommand: `baton thread show THREAD-ID` or `baton thread create --provider P` (see `baton thread --help`)"),
+    Effect.sync(() => void (process.exitCode = 2))
+  )).pipe(Command.withSubcommands([threadShow, threadCreate]))
 
 const handoffs = Command.make(
   "handoffs",
@@ -639,12 +675,18 @@ const serve = Command.make(
         dataDir: Option.getOrUndefined(o.dataDir),
         databaseUrl: Option.getOrUndefined(o.databaseUrl)
       })),
-      // The port first: taken, it is said (one line, exit 2) before the token file and the database are created.
+      // The config file read once (a FIFO or a file changed meanwhile read twice was inconsistent), then the port:
+      // taken, it is said (one line, exit 2) before the token file and the database are created.
       Effect.flatMap((flags) =>
-        ServerConfig.address(flags).pipe(Effect.flatMap(Server.checkListen), Effect.zipRight(ServerConfig.resolve(flags)))),
+        Effect.flatMap(ServerConfig.load(flags), (loaded) =>
+          ServerConfig.address(flags, loaded).pipe(Effect.flatMap(Server.checkListen), Effect.zipRight(ServerConfig.resolve(flags, loaded))))),
       badInput,
       // A server that cannot start (its port taken, its database unreachable) says why in one line, exit 2.
-      Effect.flatMap((settings) => settings === undefined ? Effect.void : Server.run(settings).pipe(startFailure))
+      // The token file `resolve` created is removed again then: nothing is left of a server that never started.
+      Effect.flatMap((settings) =>
+        settings === undefined
+          ? Effect.void
+          : Server.run(settings).pipe(Effect.tapError(() => ServerConfig.removeCreatedTokenFile(settings.auth.source)), startFailure))
     )
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 

@@ -87,6 +87,22 @@ describe("baton (process)", () => {
     expect(unknown.code).toBe(2)
     expect(unknown.stderr).toBe("baton: thread thr_unknown not found (list threads with `baton threads`)\n")
     expect(noDb.code).toBe(2)
+    // `--json` in-process: the documents the server serves (they had no `--json`: b47srv); `thread` alone is refused.
+    const [threadsJson, showJson, bare] = await Promise.all([
+      baton(["threads", "--db", okDb, "--json"]),
+      baton(["thread", "show", threadId, "--db", okDb, "--json"]),
+      baton(["thread"])
+    ])
+    const listed = JSON.parse(threadsJson.stdout) as { threads: Array<{ id: string; totals: { runs: number; items: number } }> }
+    expect([threadsJson.code, listed.threads.map((t) => t.id)]).toEqual([0, [threadId]])
+    const shown = JSON.parse(showJson.stdout) as { thread: { id: string }; totals: { runs: number; items: number } }
+    expect([showJson.code, shown.thread.id, shown.totals]).toEqual([0, threadId, listed.threads[0]!.totals])
+    expect(shown.totals.runs).toBeGreaterThan(0)
+    expect(bare).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "baton: `baton thread` needs a subcommand: `baton thread show THREAD-ID` or `baton thread create --provider P` (see `baton thread --help`)\n"
+    })
     expect(Fs.existsSync(Path.join(dir, "absent.sqlite"))).toBe(false)
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 300_000)

@@ -177,7 +177,7 @@ describe("baton --server (the CLI as a client)", () => {
       expect(noToken.stderr).toBe("baton: no bearer token; send \"Authorization: Bearer <token>\" (pass --token or set BATON_TOKEN)\n")
       expect(wrongToken.stderr).toBe("baton: unknown token; send \"Authorization: Bearer <token>\" (pass --token or set BATON_TOKEN)\n")
       expect(readOnly.stderr).toMatch(/^baton: .*read-only/)
-      expect(unknownThread.stderr).toBe("baton: thread thr_unknown not found (list threads with `baton threads`)\n")
+      expect(unknownThread.stderr).toBe(`baton: thread thr_unknown not found (list threads with \`baton --server ${url} threads\`)\n`)
       expect(unknownProvider.stderr).toBe("baton: unknown provider \"gpt9\" (configured: codex, claude)\n")
       expect(unreachable.stderr).toMatch(/^baton: cannot reach the Baton server at http:\/\/127\.0\.0\.1:1 \(.*ECONNREFUSED.*\)/)
       expect(noServer.stderr).toBe("baton: `baton compact` talks to a Baton server: pass --server URL before the command (or set BATON_SERVER)\n")
@@ -192,6 +192,29 @@ describe("baton --server (the CLI as a client)", () => {
 
   // Tester r36: `send` took its text only as an argument: `echo hi | baton send T` failed (Missing argument), an
   // argument over about 128 KiB could not be passed at all, and invalid UTF-8 in one became U+FFFD unseen.
+  it.live("threads --json and thread show --json print the API's documents; an unknown thread names this server's list", () => {
+    const h = Harness.make([{ name: "codex", window: 44_000, inject: true }])
+    return Effect.gen(function*() {
+      const url = HttpServer.formatAddress((yield* HttpServer.HttpServer).address)
+      const admin = ["--server", url, "--token", adminToken]
+      const threadId = (yield* baton([...admin, "thread", "create", "--provider", "codex"])).stdout.trim()
+      // Neither command had `--json` (b47srv): "Received unknown argument: '--json'", exit 2.
+      const [list, show, unknown] = yield* Effect.all([
+        baton([...admin, "threads", "--json"]),
+        baton([...admin, "thread", "show", threadId, "--json"]),
+        baton([...admin, "thread", "show", "thr_unknown", "--json"])
+      ], { concurrency: "unbounded" })
+      const served = yield* Effect.promise(async () =>
+        (await fetch(`${url}/threads/${threadId}`, { headers: { authorization: `Bearer ${adminToken}` } })).json() as Promise<{ thread: Record<string, unknown>; totals: unknown }>
+      )
+      expect([list.code, list.stderr, JSON.parse(list.stdout)]).toEqual([0, "", { threads: [{ ...served.thread, totals: served.totals }] }])
+      expect([show.code, show.stderr, JSON.parse(show.stdout)]).toEqual([0, "", served])
+      // The hint names the command that lists this server's threads, not the in-process `baton threads`.
+      const hint = `thread thr_unknown not found (list threads with \`baton --server ${url} threads\`)`
+      expect([unknown.code, unknown.stderr, JSON.parse(unknown.stdout)]).toEqual([2, `baton: ${hint}\n`, { error: { code: "bad_input", message: hint } }])
+    }).pipe(Effect.provide(serve(h)))
+  }, 60_000)
+
   it.live("send THREAD - reads the message from standard input byte for byte; empty or non-UTF-8 input is refused, nothing sent", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
     return Effect.gen(function*() {

@@ -48,7 +48,7 @@ describe("ids typed into the CLI's client commands", () => {
       for (const c of cases) {
         paths.length = 0
         const result = yield* baton([...admin, ...c.args])
-        expect(result).toEqual({ code: 2, stdout: "", stderr: `baton: thread ${c.id} not found (list threads with \`baton threads\`)\n` })
+        expect(result).toEqual({ code: 2, stdout: "", stderr: `baton: thread ${c.id} not found (list threads with \`baton --server ${url} threads\`)\n` })
         expect(paths).toEqual([c.path])
       }
     }).pipe(Effect.scoped), 120_000)

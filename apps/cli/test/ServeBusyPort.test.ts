@@ -40,4 +40,21 @@ describe("baton serve that cannot start", () => {
     expect(Fs.existsSync(dir)).toBe(false)
     Fs.rmSync(root, { recursive: true, force: true })
   }, 30_000)
+
+  it("on a database it cannot reach: one line naming it, exit 2, the token file it created removed with its directories", async () => {
+    const root = Fs.mkdtempSync(Path.join(Os.tmpdir(), "baton-nodb-"))
+    const dir = Path.join(root, "data", "nested")
+    // Nothing listens on port 1: the connection is refused. The token file (data/nested/token) was left behind (b47srv).
+    const refused = await runBaton(["serve", "--port", "0", "--data-dir", dir, "--database-url", "postgres://u@127.0.0.1:1/x"])
+    expect([refused.code, refused.stdout]).toEqual([2, ""])
+    expect(refused.stderr).toContain("baton: storage error in database.connect: cannot connect to postgres://u@127.0.0.1:1/x")
+    expect(Fs.readdirSync(root)).toEqual([])
+    // A token file that was there before stays, as does its directory.
+    Fs.mkdirSync(dir, { recursive: true })
+    Fs.writeFileSync(Path.join(dir, "token"), "kept-admin-token-0123456789\n")
+    const again = await runBaton(["serve", "--port", "0", "--data-dir", dir, "--database-url", "postgres://u@127.0.0.1:1/x"])
+    expect(again.code).toBe(2)
+    expect(Fs.readFileSync(Path.join(dir, "token"), "utf8")).toBe("kept-admin-token-0123456789\n")
+    Fs.rmSync(root, { recursive: true, force: true })
+  }, 60_000)
 })

@@ -19,7 +19,8 @@
  *   stack of the schema error formatter). A leading byte order mark is ignored. The body is read here once, as bytes,
  *   and the API is served the text decoded here, so its own decoding never meets a transport failure it would turn
  *   into a 500.
- * - **Unknown routes** are 404 `RouteNotFound` as JSON (the router's default is an empty 404).
+ * - **Unknown routes** are 404 `RouteNotFound` as JSON (the router's default is an empty 404); a path whose
+ *   percent-encoding is not UTF-8 is 400 `InvalidRequest` (no endpoint could take it).
  * - **Error bodies** get a `message` (the error's sentence for people, with what to do) beside `_tag` and its fields.
  * - **Anything unexpected** (a defect) is logged with its cause and answered 500 `InternalError` as JSON, never with
  *   the defect's text.
@@ -32,6 +33,7 @@ import {
   ItemNotFound,
   LengthRequired,
   NoRunInProgress,
+  RunAlreadyEnded,
   NotReady,
   OffloadFailed,
   OffloadInProgress,
@@ -67,6 +69,7 @@ const BoundaryError = Schema.Union(
   InvalidRequest,
   RunInProgress,
   NoRunInProgress,
+  RunAlreadyEnded,
   RunNotWaiting,
   ConcurrentModification,
   PersistenceError,
@@ -295,8 +298,7 @@ const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServ
     response.status === 401
       ? withChallenge(request, withMessage(response))
       : response.body._tag === "Empty" && response.status === 404
-      ? unknownPathRefusal(request.method, request.url, request.headers) ??
-        errorResponse(new RouteNotFound({ method: request.method, path: request.url.split("?")[0]!.slice(0, 500) }), 404)
+      ? unknownPathRefusal(request.method, request.url, request.headers) ?? unroutable(request)
       : response.body._tag === "Empty" && response.status >= 500
       ? HttpServerResponse.unsafeJson(
         { _tag: "InternalError", message: "the server failed unexpectedly; the failure is logged" },
@@ -304,6 +306,18 @@ const finish = (request: HttpServerRequest.HttpServerRequest, response: HttpServ
       )
       : withMessage(response)
   )
+
+/**
+ * The refusal of a request the router matched to no endpoint: 400 `InvalidRequest` when its path's percent-encoding
+ * is not UTF-8 (`/threads/%FF`: the router cannot decode it, so no endpoint matches, though `/threads/{id}` is one;
+ * it was 404 "no endpoint GET /threads/%FF", b47srv), else 404 `RouteNotFound`.
+ */
+const unroutable = (request: HttpServerRequest.HttpServerRequest) => {
+  const path = request.url.split("?")[0]!
+  return Option.isNone(Option.liftThrowable(decodeURIComponent)(path))
+    ? errorResponse(new InvalidRequest({ reason: `the path ${path.slice(0, 500)} is not valid percent-encoded UTF-8; percent-encode each id's UTF-8 bytes` }), 400)
+    : errorResponse(new RouteNotFound({ method: request.method, path: path.slice(0, 500) }), 404)
+}
 
 /**
  * The guard as an HttpApp middleware (for `HttpApiBuilder.serve`), with the body limit `maxBodyBytes` in bytes.
@@ -324,7 +338,7 @@ export const middleware = (options: { readonly maxBodyBytes: number; readonly to
       // Only a request with a body is authorised here (the API's middleware authorises every request again): the
       // token is hashed and compared once more per write, not per read.
       const verdict = carriesBody ? Auth.roleOf(request.headers.authorization, digests) : null
-      const refusal = verdict === null ? null : authRefusal(request, verdict) ?? largeUnauthenticated(request, verdict)
+      const refusal = verdict === null ? null : authRefusal(request, verdict) ?? largeUnauthenticated(request, verdict, options.maxBodyBytes)
       if (refusal !== null) return yield* refuseUnread(request, refusal)
       const body = yield* checkBody(request, options.maxBodyBytes, verdict === null || verdict._tag === "granted")
       if (Either.isLeft(body)) return body.left
@@ -369,16 +383,20 @@ const authRefusal = (request: HttpServerRequest.HttpServerRequest, verdict: Auth
 }
 
 /**
- * The refusal of a body over `unauthenticatedDrainCapBytes` that a request without a valid token declares where
- * `authRefusal` does not refuse it (a read with a body; a path under `/v1/` that is not the gateway's): 401 with the
- * challenge, or, under `/v1/`, the gateway protocol's 404 for the unknown path (what it is answered whatever the token).
- * `null` otherwise. Before, such a body was read up to the body limit (2 MiB by default) and parsed, and a client
- * without a token was answered 400 for invalid JSON after the server had read 1.5 MB for it.
+ * The refusal of a body over `unauthenticatedDrainCapBytes` or over the body limit `maxBodyBytes`, whichever is
+ * smaller, that a request without a valid token declares where `authRefusal` does not refuse it (a read with a body; a
+ * path under `/v1/` that is not the gateway's): 401 with the challenge, or, under `/v1/`, the gateway protocol's 404 for
+ * the unknown path (what it is answered whatever the token). `null` otherwise. Before, such a body was read up to the
+ * body limit (2 MiB by default) and parsed, and a client without a token was answered 400 for invalid JSON after the
+ * server had read 1.5 MB for it; under a body limit below 64 KiB a `GET` with a body over it was answered 413, and a
+ * chunked `GET` 411: the body's refusal before the token's (b47srv). A chunked body is refused so too.
  */
-const largeUnauthenticated = (request: HttpServerRequest.HttpServerRequest, verdict: Auth.Verdict) => {
+const largeUnauthenticated = (request: HttpServerRequest.HttpServerRequest, verdict: Auth.Verdict, maxBodyBytes: number) => {
   if (verdict._tag !== "denied") return null
   const declared = request.headers["content-length"]
-  if (declared === undefined || Number(declared) <= unauthenticatedDrainCapBytes) return null
+  // A chunked body declares no length: it is refused for its token too (it was 411, the body's refusal).
+  const chunked = request.headers["transfer-encoding"] !== undefined
+  if (!chunked && (declared === undefined || Number(declared) <= Math.min(unauthenticatedDrainCapBytes, maxBodyBytes))) return null
   return unknownPathRefusal(request.method, request.url, request.headers) ??
     withChallenge(request, errorResponse(new Unauthorized({ reason: verdict.reason }), 401))
 }

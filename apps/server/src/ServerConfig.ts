@@ -236,7 +236,13 @@ export class ConfigInvalid extends Data.TaggedError("ConfigInvalid")<{ readonly 
 export type TokenSource =
   | { readonly _tag: "config" }
   | { readonly _tag: "env" }
-  | { readonly _tag: "file"; readonly path: string; readonly created: boolean }
+  | {
+    readonly _tag: "file"
+    readonly path: string
+    readonly created: boolean
+    /** The outermost directory created for the token file (`null`: none; its directory existed). */
+    readonly madeDirectory: string | null
+  }
 
 /** The database the server opens. */
 export type DatabaseSetting =
@@ -447,24 +453,59 @@ const unusableTokenFile = (file: string) => (e: unknown) =>
   new ConfigInvalid({ source: file, reason: `cannot read or create the token file (${e instanceof Error ? e.message : String(e)})` })
 
 /**
- * The admin token in `file`, or a new one written there (mode 0600, its directory created). Fails with
- * `ConfigInvalid` when the file cannot be read or written, or holds no usable token.
+ * The admin token in `file`, or a new one written there (mode 0600, its directory created): `created` whether this
+ * call wrote it, `madeDirectory` the outermost directory it created for it (`null`: none). Fails with `ConfigInvalid`
+ * when the file cannot be read or written, or holds no usable token.
  */
 export const tokenFromFile = (file: string) => {
   const unusable = unusableTokenFile(file)
-  return Effect.suspend(() =>
-    Fs.existsSync(file)
-      ? Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false }), catch: unusable })
-      : Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
-        Effect.mapError(unusable),
-        Effect.zipRight(createTokenFile(file))
-      )
-  ).pipe(Effect.flatMap((found) =>
+  return Effect.suspend(() => {
+    if (Fs.existsSync(file)) {
+      return Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false, madeDirectory: null }), catch: unusable })
+    }
+    const madeDirectory = outermostMissing(Path.dirname(Path.resolve(file)))
+    return Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
+      Effect.mapError(unusable),
+      Effect.zipRight(createTokenFile(file)),
+      Effect.map((found) => ({ ...found, madeDirectory }))
+    )
+  }).pipe(Effect.flatMap((found) =>
     Schema.is(Token)(found.token)
       ? Effect.succeed(found)
       : Effect.fail(new ConfigInvalid({ source: file, reason: "the token file holds no usable token (16 to 512 printable ASCII characters)" }))
   ))
 }
+
+/** The outermost of `dir` and its ancestors that does not exist (`null`: `dir` exists). */
+const outermostMissing = (dir: string): string | null => {
+  let missing: string | null = null
+  for (let at = dir; !Fs.existsSync(at);) {
+    missing = at
+    const parent = Path.dirname(at)
+    if (parent === at) break
+    at = parent
+  }
+  return missing
+}
+
+/**
+ * Undoes what `resolve` wrote for a server that then could not start (its database unreachable, its port taken
+ * meanwhile): the token file it created and the directories it created for it, those left empty (a SQLite database
+ * created meanwhile keeps its directory). Nothing when the token came from elsewhere or the file was there before.
+ * `baton serve --database-url URL` of an unreachable database left `./.baton/token` behind (b47srv). Never fails: what
+ * cannot be removed stays.
+ */
+export const removeCreatedTokenFile = (source: TokenSource): Effect.Effect<void> =>
+  Effect.sync(() => {
+    if (source._tag !== "file" || !source.created) return
+    Fs.rmSync(source.path, { force: true })
+    if (source.madeDirectory === null) return
+    const outermost = Path.resolve(source.madeDirectory)
+    for (let dir = Path.dirname(Path.resolve(source.path)); ; dir = Path.dirname(dir)) {
+      // An empty directory only (rmdir refuses any other), up to the outermost one created.
+      if (Either.isLeft(Either.try(() => Fs.rmdirSync(dir))) || dir === outermost || Path.dirname(dir) === dir) return
+    }
+  })
 
 /** The host and port of `flags`, else the environment, else the config file `file`, else the defaults. */
 const addressOf = (flags: ServeFlags, file: ConfigFile) =>
@@ -478,27 +519,42 @@ const addressOf = (flags: ServeFlags, file: ConfigFile) =>
   })
 
 /**
+ * The config file of `flags` (`flags.config`, else `BATON_CONFIG`), read and validated once: `path` (absent: none)
+ * and its content (`{}` without one). `baton serve` hands it to both `address` and `resolve`: each read the file
+ * again, so a file changed between the reads was served half old, half new, and a FIFO (`--config <(...)`) was
+ * read empty the second time and the start hung there (b47srv). Fails with `ConfigInvalid`.
+ */
+export const load = (flags: ServeFlags = {}): Effect.Effect<LoadedConfig, ConfigInvalid> =>
+  Effect.gen(function*() {
+    const path = flags.config ?? (yield* env("BATON_CONFIG"))
+    return { path, file: path === undefined ? {} : yield* readConfigFile(path) }
+  })
+
+/** A config file as `load` read it: where from (`undefined`: none given) and what it says. */
+export interface LoadedConfig {
+  readonly path: string | undefined
+  readonly file: ConfigFile
+}
+
+/**
  * The host and port the server of `flags` listens on, as `resolve` reads them (flags, `BATON_HOST`/`BATON_PORT`,
  * the config file, the defaults 127.0.0.1:8787), without writing anything: `baton serve` checks the port is free
- * before `resolve` creates the token file and the server its database. Fails with `ConfigInvalid`.
+ * before `resolve` creates the token file and the server its database. `loaded` is the config file as `load` read it
+ * (absent: read here). Fails with `ConfigInvalid`.
  */
-export const address = (flags: ServeFlags = {}) =>
-  Effect.gen(function*() {
-    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
-    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
-    return yield* addressOf(flags, file)
-  })
+export const address = (flags: ServeFlags = {}, loaded?: LoadedConfig) =>
+  Effect.flatMap(loaded === undefined ? load(flags) : Effect.succeed(loaded), ({ file }) => addressOf(flags, file))
 
 /**
  * Resolves the configuration: defaults, then the config file (`flags.config`, else `BATON_CONFIG`), then the
  * environment (`BATON_HOST`, `BATON_PORT`, `BATON_DATABASE_URL`, `BATON_DATA_DIR`, `BATON_PROVIDERS`,
  * `BATON_TOKEN`, `BATON_READ_TOKEN`, `BATON_MAX_BODY_BYTES`, `BATON_TRACING`), then the flags. Creates the token file when it
- * supplies the admin token, once everything else has been checked. Fails with `ConfigInvalid`.
+ * supplies the admin token, once everything else has been checked. `loaded` is the config file as `load` read it
+ * (absent: read here). Fails with `ConfigInvalid`.
  */
-export const resolve = (flags: ServeFlags = {}) =>
+export const resolve = (flags: ServeFlags = {}, loaded?: LoadedConfig) =>
   Effect.gen(function*() {
-    const configPath = flags.config ?? (yield* env("BATON_CONFIG"))
-    const file: ConfigFile = configPath === undefined ? {} : yield* readConfigFile(configPath)
+    const { path: configPath, file } = loaded ?? (yield* load(flags))
     const { host, port } = yield* addressOf(flags, file)
 
     // The database: a flag wins, then BATON_DATABASE_URL / BATON_DATA_DIR, then the file, then ./.baton.
@@ -609,7 +665,7 @@ export const resolve = (flags: ServeFlags = {}) =>
       const tokenFile = file.auth?.tokenFile ?? Path.join(dataDir, "token")
       const found = yield* tokenFromFile(tokenFile)
       adminToken = found.token
-      source = { _tag: "file", path: tokenFile, created: found.created }
+      source = { _tag: "file", path: tokenFile, created: found.created, madeDirectory: found.madeDirectory }
     }
     if (readToken !== undefined && readToken === adminToken) {
       return yield* new ConfigInvalid({ source: "auth", reason: "the read-only token must differ from the admin token" })

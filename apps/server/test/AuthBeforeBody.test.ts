@@ -110,6 +110,23 @@ describe("auth before the body", () => {
       expect([small.status, (small.body as { _tag: string })._tag]).toEqual([401, "Unauthorized"])
     }).pipe(Effect.provide(serve(providers()))))
 
+  it.live("a GET with a body over the limit or chunked and no token is 401, not 413 or 411", () =>
+    Effect.gen(function*() {
+      // Under a 4,096-byte limit a 5,000-byte body (below the 64 KiB the guard reads of a client without a token) was
+      // answered 413 and a chunked one 411: the body's refusal before the token's (b47srv).
+      const over = "x".repeat(5_000)
+      const large = yield* exchange(["GET /threads HTTP/1.1", "host: x", json, `content-length: ${over.length}`].join("\r\n"), over)
+      expect([large.status, (large.body as { reason: string }).reason]).toEqual([401, "no bearer token"])
+      const chunked = yield* exchange(["GET /threads HTTP/1.1", "host: x", json, "transfer-encoding: chunked"].join("\r\n"), "2\r\n{}\r\n0\r\n\r\n")
+      expect([chunked.status, (chunked.body as { reason: string }).reason]).toEqual([401, "no bearer token"])
+      // With the admin token the body's own refusal still comes.
+      const admin = yield* exchange(
+        ["GET /threads HTTP/1.1", "host: x", json, `authorization: Bearer ${adminToken}`, "connection: close", `content-length: ${over.length}`].join("\r\n"),
+        over
+      )
+      expect(admin.status).toBe(413)
+    }).pipe(Effect.provide(serve(providers(), { maxBodyBytes: 4096 }))))
+
   it.live("every 401 of the API carries the Bearer challenge (RFC 9110 §11.6.1), invalid_token when a token was refused", () =>
     Effect.gen(function*() {
       // It carried none (new user b46srv).

@@ -170,12 +170,12 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
   it.live("unknown ids and routes are 404 with a JSON body", () =>
     Effect.gen(function*() {
       const cases = [
-        [get("/threads/thr_nope"), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (list threads with `baton threads`)" }],
+        [get("/threads/thr_nope"), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (GET /threads lists the threads)" }],
         [get("/runs/run_nope"), { _tag: "RunNotFound", runId: "run_nope", message: "run run_nope not found" }],
         [get("/items/itm_nope"), { _tag: "ItemNotFound", itemId: "itm_nope", message: "item itm_nope not found" }],
         [get("/handoffs/hnd_nope"), { _tag: "HandoffNotFound", handoffId: "hnd_nope", message: "handoff hnd_nope not found (list a thread's handoffs with GET /threads/{threadId}/handoffs)" }],
-        [post("/threads/thr_nope/messages", { text: "hi" }), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (list threads with `baton threads`)" }],
-        [get("/threads/thr_nope/events"), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (list threads with `baton threads`)" }],
+        [post("/threads/thr_nope/messages", { text: "hi" }), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (GET /threads lists the threads)" }],
+        [get("/threads/thr_nope/events"), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (GET /threads lists the threads)" }],
         [get("/no/such/route?x=1"), { _tag: "RouteNotFound", method: "GET", path: "/no/such/route", message: "no endpoint GET /no/such/route (the API is described at /openapi.json and /docs)" }],
         [HttpClientRequest.del("/threads"), { _tag: "RouteNotFound", method: "DELETE", path: "/threads", message: "no endpoint DELETE /threads (the API is described at /openapi.json and /docs)" }]
       ] as const
@@ -183,6 +183,14 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         const answer = yield* raw(request)
         expect([answer.status, answer.body]).toEqual([404, body])
       }
+      // An id whose percent-encoding is not UTF-8 reaches no endpoint, though `/threads/{id}` is one: it was 404
+      // "no endpoint GET /threads/%FF%FE" (b47srv), now 400 naming the path.
+      const undecodable = yield* raw(get("/threads/%FF%FE"))
+      expect([undecodable.status, undecodable.body]).toEqual([400, {
+        _tag: "InvalidRequest",
+        reason: "the path /threads/%FF%FE is not valid percent-encoded UTF-8; percent-encode each id's UTF-8 bytes",
+        message: "the path /threads/%FF%FE is not valid percent-encoded UTF-8; percent-encode each id's UTF-8 bytes"
+      }])
       // An unknown /offload operation of a thread that exists (found by the fuzz test: its body had no message).
       const created = yield* raw(post("/threads", { title: "t", providerInstance: "codex" }))
       const threadId = (created.body as { threadId: string }).threadId

@@ -41,7 +41,7 @@ describe("a run addressed under another thread", () => {
       }])
 
       // Under a thread that does not exist, the thread is what is not found (its runs' route would 404 too).
-      const noThread = { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (list threads with `baton threads`)" }
+      const noThread = { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (GET /threads lists the threads)" }
       const interruptNoThread = yield* raw(post("/threads/thr_nope/interrupt", { runId: "run_nope" }))
       expect([interruptNoThread.status, interruptNoThread.body]).toEqual([404, noThread])
       const resultsNoThread = yield* raw(post(`/threads/thr_nope/runs/${runB}/tool-results`, { results: [{ toolCallId: "call_1", output: "x" }] }))

@@ -12,7 +12,8 @@ export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
   HttpApiSchema.annotations({ status: 404 })
 ) {
   override get message() {
-    return `thread ${this.threadId} not found (list threads with \`baton threads\`)`
+    // Any client reads it (curl, a web UI, the CLI under --server, which names its own command): the API's list.
+    return `thread ${this.threadId} not found (GET /threads lists the threads)`
   }
 }
 
@@ -287,6 +288,22 @@ export class NoRunInProgress extends Schema.TaggedError<NoRunInProgress>()(
 ) {
   override get message() {
     return `thread ${this.threadId} has no run queued or running; there is nothing to interrupt`
+  }
+}
+
+/**
+ * An interrupt named a run (`runId` of thread `threadId`) that had already ended (`status`: `completed`, `failed`,
+ * `interrupted`, `cancelled`) when it arrived: nothing was interrupted. A client that retries an interrupt it sent
+ * with an `Idempotency-Key` gets its first answer instead (the run it interrupted); an interrupt that found the run in
+ * progress answers the run as it ended, whichever way it ended.
+ */
+export class RunAlreadyEnded extends Schema.TaggedError<RunAlreadyEnded>()(
+  "RunAlreadyEnded",
+  { runId: Schema.String, threadId: Schema.String, status: Schema.String },
+  HttpApiSchema.annotations({ status: 409 })
+) {
+  override get message() {
+    return `run ${this.runId} had already ended (${this.status}) when the interrupt arrived; nothing was interrupted (read the run with GET /runs/${this.runId})`
   }
 }
 

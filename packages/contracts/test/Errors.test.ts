@@ -23,6 +23,7 @@ const intended: Record<string, number> = {
   ItemNotFound: 404,
   HandoffNotFound: 404,
   NoRunInProgress: 409,
+  RunAlreadyEnded: 409,
   RunNotWaiting: 409,
   Unauthorized: 401,
   Forbidden: 403,
