@@ -80,3 +80,175 @@ describe("a provider reconfigured between restarts", () => {
     expect(reconfigured).toBeLessThan(operations / 20)
   })
 })
+
+// Sim seed 57206 × 200 (found with reconfiguring restarts on), shrunk: `small` comes back with a 32,000-token window;
+// a `/compact` of its native thread compacts first (the deferred history does not fit), and inside that provider call
+// a send finds the native thread full by its last report and starts a replacement, whose handoff owes everything. The
+// compaction's drain then injected that history into the replaced native thread, which held most of it already
+// (items delivered twice, items it had seen natively delivered as history). The drain now injects nothing into a
+// native thread that is no longer active.
+const seed57206: Simulation.Scenario = {
+  "seed": 57206,
+  "providers": [
+    {
+      "name": "big",
+      "window": 1000000,
+      "autoCompactThreshold": null,
+      "inject": true,
+      "readThread": true,
+      "tokenScale": 1.11,
+      "requestOverhead": 1539,
+      "overflowSignal": "code"
+    },
+    {
+      "name": "small",
+      "window": 64000,
+      "autoCompactThreshold": 60000,
+      "inject": true,
+      "readThread": true,
+      "tokenScale": 1.23,
+      "requestOverhead": 2645,
+      "overflowSignal": "code",
+      "ackUsage": {
+        "missingEvery": 3,
+        "impossibleEvery": 3
+      }
+    },
+    {
+      "name": "plain",
+      "window": 200000,
+      "autoCompactThreshold": null,
+      "inject": false,
+      "readThread": true,
+      "tokenScale": 1.17,
+      "requestOverhead": 730,
+      "overflowSignal": "text",
+      "modelApi": true
+    }
+  ],
+  "summariser": {
+    "inputWindow": 6000,
+    "verboseEvery": 4
+  },
+  "ops": [
+    {
+      "kind": "create",
+      "id": 0,
+      "provider": "small",
+      "crash": null
+    },
+    {
+      "kind": "switch",
+      "id": 81,
+      "to": "plain",
+      "crash": null
+    },
+    {
+      "kind": "send",
+      "id": 110,
+      "prompt": 20,
+      "reply": {
+        "tokens": 20,
+        "tools": [],
+        "reasoning": false,
+        "usage": {
+          "kind": "counted"
+        }
+      },
+      "fault": null,
+      "interruptAt": null,
+      "crash": null
+    },
+    {
+      "kind": "switch",
+      "id": 113,
+      "to": "small",
+      "crash": null
+    },
+    {
+      "kind": "restart",
+      "id": 1315,
+      "reconfigure": {
+        "provider": "small",
+        "model": "scripted-small",
+        "window": 32000,
+        "autoCompactThreshold": 29773
+      }
+    },
+    {
+      "kind": "send",
+      "id": 123,
+      "prompt": 12925,
+      "reply": {
+        "tokens": 20,
+        "tools": [],
+        "reasoning": false,
+        "usage": {
+          "kind": "counted"
+        }
+      },
+      "fault": null,
+      "interruptAt": null,
+      "crash": null
+    },
+    {
+      "kind": "switch",
+      "id": 148,
+      "to": "plain",
+      "crash": null
+    },
+    {
+      "kind": "race",
+      "id": 751,
+      "outer": "send",
+      "prompt": 7673,
+      "reply": {
+        "tokens": 1405,
+        "tools": [
+          1439
+        ],
+        "reasoning": false,
+        "usage": {
+          "kind": "counted"
+        }
+      },
+      "with": "compact",
+      "to": "small",
+      "keepTokens": 2000
+    },
+    {
+      "kind": "switch",
+      "id": 154,
+      "to": "small",
+      "crash": null
+    },
+    {
+      "kind": "race",
+      "id": 1154,
+      "outer": "compact",
+      "prompt": 13374,
+      "reply": {
+        "tokens": 67,
+        "tools": [],
+        "reasoning": false,
+        "usage": {
+          "kind": "counted"
+        }
+      },
+      "with": "send",
+      "to": "small",
+      "keepTokens": 0
+    }
+  ]
+}
+
+describe("sim seed 57206: /compact's drain after a send replaced the native thread during the compaction", () => {
+  for (const dialect of ["sqlite", "postgres"] as const) {
+    it.live(`${dialect}: nothing is injected into the replaced native thread; no item reaches it twice`, () =>
+      Effect.gen(function*() {
+        const outcome = yield* Simulation.execute(seed57206, { digest: false, dialect })
+        expect(outcome.violations).toEqual([])
+        expect(outcome.trace.at(-1)).toMatch(/send: completed; gen 2/)
+      }), { timeout: 60_000 })
+  }
+})
