@@ -18,7 +18,7 @@
  * time, and the soak log gets one line with `jobs`. A job's stderr is relayed with `[job j]` before each line.
  *
  *   pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--jobs J] [--json]
- *            [--without crashes,retries,interrupts,faults,usage,stale,offload,forks,truth,races,queues,api,merges]
+ *            [--without crashes,retries,interrupts,faults,usage,stale,offload,forks,truth,races,queues,api,merges,reconfigure]
  *            [--shrink-limit K] [--no-shrink] [--trace] [--scenario FILE]
  */
 import { Simulation } from "@baton/testing"
@@ -61,7 +61,8 @@ const featureNames: Record<string, keyof Simulation.Features> = {
   races: "races",
   queues: "queues",
   api: "modelApi",
-  merges: "mergesBehind"
+  merges: "mergesBehind",
+  reconfigure: "reconfigures"
 }
 
 const usage = "usage: pnpm sim [--seeds N] [--steps M] [--seed-start S] [--soak MINUTES] [--jobs J] [--json] [--without " +

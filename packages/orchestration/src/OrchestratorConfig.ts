@@ -116,7 +116,10 @@ export interface AutoOffloadPolicy {
  * - `budget_ignores_reserve`: turn start computes the history budget without the reserve (`window - used -
  *   request`, capped), so history crowds the model's own room; the budget Baton records is the wrong one, and the
  *   check that compares a delivery with it passes (found by a mutation run: only an exactly-once side effect in one
- *   seed of eight named it before `ProviderTruthChecks.checkBudgetRecord`).
+ *   seed of eight named it before `ProviderTruthChecks.checkBudgetRecord`);
+ * - `ignore_reconfiguration`: turn start keeps the model and window the lane recorded when the provider instance
+ *   comes back from a restart with another configuration (no `provider_thread.reconfigured`), so budgets and
+ *   known-full checks use a window the provider no longer enforces (the simulator's reconfiguring restarts).
  */
 export type Mutation =
   | "ignore_known_full"
@@ -128,6 +131,7 @@ export type Mutation =
   | "race_forgets_rejection"
   | "compaction_overwrites_later"
   | "budget_ignores_reserve"
+  | "ignore_reconfiguration"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

@@ -359,6 +359,11 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
         // provider compacted, or between that read and this unit of work) is neither delivered a second time nor set
         // back to `pending` over its own delivery (review r46: the plan was read before, outside the lock).
         const planned = yield* uow.thread(threadId, "ThreadCompaction.pending")(Effect.gen(function*() {
+          // A native thread replaced meanwhile (a turn sent while the provider compacted found it full and started a
+          // replacement) is owed nothing more: what was deferred is the replacement's to take, and the replacement's
+          // handoff owes everything the old one already holds (sim seed 57206: the drain injected it a second time).
+          const stored = yield* store.getNativeThread(native.id)
+          if (stored._tag === "Some" && stored.value.status !== "active") return null
           const owedNow = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
           const current = owedNow.length === 0 ? null : yield* delivery.plan(threadId, owedNow, room, ratio)
           if (current === null || current.selection.selected.length === 0) return null

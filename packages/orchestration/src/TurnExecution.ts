@@ -191,7 +191,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
      * budgets and known-full checks use the window the provider enforces now. Unchanged: no statement.
      */
     const reconfigure = (run: Run, providerThread: ProviderThread, adapter: ProviderAdapter.ProviderAdapterShape) =>
-      adapter.model === providerThread.model && adapter.modelContextWindow === providerThread.contextWindow
+      (adapter.model === providerThread.model && adapter.modelContextWindow === providerThread.contextWindow) ||
+        config.mutations.has("ignore_reconfiguration")
         ? Effect.succeed(providerThread)
         : uow.thread(run.threadId, "TurnExecution.reconfigure")(Effect.gen(function*() {
           const current = Option.getOrElse(yield* store.getProviderThread(providerThread.id), () => providerThread)

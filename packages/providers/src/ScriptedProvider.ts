@@ -263,6 +263,17 @@ interface NativeState {
 /** The adapter plus the test-facing controls of the scripted instance. */
 export interface ScriptedProvider extends ProviderAdapterShape {
   readonly received: ReadonlyArray<Received>
+  /**
+   * A new configuration of the instance (a process restarted with another model or window for it): from now on it
+   * advertises `model` and `contextWindow` (`ProviderAdapterShape.model`, `modelContextWindow`), enforces that window
+   * and compacts at that threshold; its native threads stay as they are (the provider keeps its sessions). Fields
+   * left out keep their value.
+   */
+  readonly reconfigure: (change: {
+    readonly model?: string
+    readonly contextWindow?: number | null
+    readonly autoCompactThreshold?: number | null
+  }) => void
   /** Forces a native thread's usage (e.g. "the thread is at 39,761 of 41,800"). */
   readonly setUsage: (nativeRef: string, usedTokens: number) => void
   readonly usageOf: (nativeRef: string) => number | undefined
@@ -316,7 +327,12 @@ export const make = (
   const replays: Array<{ readonly nativeRef: string; readonly runId: string; readonly items: number }> = []
   let producedItems = 0
   const overhead = config.requestOverhead ?? 0
-  const enforced = config.enforceWindow !== false ? config.contextWindow : null
+  // The instance's model, window and threshold: as configured, until `reconfigure` (a new configuration between
+  // restarts) changes them.
+  let model = config.model ?? `scripted-${config.instance}`
+  let contextWindow = config.contextWindow
+  let autoCompactThreshold = config.autoCompactThreshold
+  let enforced = config.enforceWindow !== false ? contextWindow : null
   const calls = { startTurn: 0, injectHistory: 0, interrupt: 0 }
   let created = 0
   let failNextTurn = false
@@ -333,8 +349,8 @@ export const make = (
 
   const usageOf = (state: NativeState): ContextUsage => ({
     usedTokens: state.used,
-    ...(config.contextWindow === null ? {} : { maxTokens: config.contextWindow }),
-    ...(config.autoCompactThreshold === null ? {} : { autoCompactThreshold: config.autoCompactThreshold })
+    ...(contextWindow === null ? {} : { maxTokens: contextWindow }),
+    ...(autoCompactThreshold === null ? {} : { autoCompactThreshold })
   })
   let ackCalls = 0
   /** The usage of an acknowledgement or a read-back (`ScriptedConfig.ackUsage`). */
@@ -353,11 +369,11 @@ export const make = (
    * Native auto-compaction at the configured threshold; without one, at the window (a provider compacts, or a
    * harness like Claude Code does, rather than let a native thread grow past its model's window).
    */
-  const compactAt = config.autoCompactThreshold ?? config.contextWindow
+  let compactAt = autoCompactThreshold ?? contextWindow
   const autoCompact = (state: NativeState, nativeRef: string) => {
     if (compactAt === null || state.used < compactAt) return
     state.used = Math.min(state.used, Math.max(summaryTokens, overhead))
-    truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: config.contextWindow, accepted: true })
+    truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: contextWindow, accepted: true })
   }
 
   /**
@@ -372,7 +388,7 @@ export const make = (
     addedBatonTokens: number
   ): Effect.Effect<void, ProviderError> => {
     const accepted = enforced === null || tokens <= enforced
-    truth.push({ nativeRef, operation, runId, tokens, addedBatonTokens, window: config.contextWindow, accepted })
+    truth.push({ nativeRef, operation, runId, tokens, addedBatonTokens, window: contextWindow, accepted })
     if (accepted) return Effect.void
     return config.overflowSignal === "text"
       ? fail(operation, "refused", `HTTP 400: This model's maximum context length is ${enforced} tokens. However, your messages resulted in ${tokens} tokens. Please reduce the length of the messages.`)
@@ -396,12 +412,12 @@ export const make = (
       const tokens = state.used + count(item.text)
       if (enforced !== null && tokens > enforced) {
         // (What it would have produced of that item is not modelled: the thread holds exactly what Baton saw.)
-        truth.push({ nativeRef, operation: "output", runId, tokens, addedBatonTokens: counter.count(item.text), window: config.contextWindow, accepted: false })
+        truth.push({ nativeRef, operation: "output", runId, tokens, addedBatonTokens: counter.count(item.text), window: contextWindow, accepted: false })
         return null
       }
       // Recorded accepted too: what a turn's output added is growth Baton saw (it records the item), which the
       // oracle counts on top of a size a rejection proved (`ProviderTruthChecks`).
-      truth.push({ nativeRef, operation: "output", runId, tokens, addedBatonTokens: counter.count(item.text), window: config.contextWindow, accepted: true })
+      truth.push({ nativeRef, operation: "output", runId, tokens, addedBatonTokens: counter.count(item.text), window: contextWindow, accepted: true })
       state.used = tokens
       state.produced.push(item)
       producedItems++
@@ -551,8 +567,16 @@ export const make = (
 
   const adapter: ScriptedProvider = {
     instance,
-    model: config.model ?? `scripted-${instance}`,
-    modelContextWindow: config.contextWindow,
+    // Read live (see `live` below): a reconfigured instance advertises its new model and window.
+    model,
+    modelContextWindow: contextWindow,
+    reconfigure: (change) => {
+      if (change.model !== undefined) model = change.model
+      if (change.contextWindow !== undefined) contextWindow = change.contextWindow
+      if (change.autoCompactThreshold !== undefined) autoCompactThreshold = change.autoCompactThreshold
+      enforced = config.enforceWindow !== false ? contextWindow : null
+      compactAt = autoCompactThreshold ?? contextWindow
+    },
     ...(config.prices === undefined ? {} : { prices: config.prices }),
     startThread: () =>
       Effect.sync(() => {
@@ -583,7 +607,7 @@ export const make = (
       Effect.flatMap(lookup("compactThread", nativeRef), (state) => {
         const before = usageOf(state)
         state.used = Math.min(state.used, Math.max(summaryTokens, overhead))
-        truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: config.contextWindow, accepted: true })
+        truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: contextWindow, accepted: true })
         received.push({ type: "compact", nativeRef, usedBefore: before.usedTokens, usedAfter: state.used })
         const after = usageOf(state)
         return Effect.as(config.onCompact?.({ nativeRef }) ?? Effect.void, { usageBefore: before, usageAfter: after })
@@ -610,10 +634,16 @@ export const make = (
       Effect.tap(() => Effect.sync(() => void (toolCallReached = Deferred.unsafeMake(FiberId.none))))
     )
   }
+  /** `adapter` with `model` and `modelContextWindow` read from the instance's current configuration (`reconfigure`). */
+  const live = (adapter: ScriptedProvider): ScriptedProvider =>
+    Object.defineProperties(adapter, {
+      model: { get: () => model, enumerable: true, configurable: true },
+      modelContextWindow: { get: () => contextWindow, enumerable: true, configurable: true }
+    })
   const { readThread: _readThread, ...unreadable } = adapter
   const readable: ScriptedProvider = config.readThread === false ? unreadable : adapter
-  if (!config.injectHistory) return readable
-  return {
+  if (!config.injectHistory) return live(readable)
+  return live({
     ...readable,
     injectHistory: (input) =>
       Effect.gen(function*() {
@@ -634,5 +664,5 @@ export const make = (
         if (fault === "fail_after_injection") failNextTurn = true
         return { usage: ackUsageOf("injectHistory", state) }
       })
-  }
+  })
 }

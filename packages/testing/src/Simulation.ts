@@ -5,7 +5,8 @@
  * window, a small auto-compacting one and one without native injection, which plays a model API whose resume cannot
  * replay and whose response ids repeat), `/compact`, provider faults (refusal
  * before the prompt is read, turn start failing after a successful injection, lost injection acknowledgement),
- * scripted usage reports (missing, near full, impossible, stale) — and crash-restarts at any durable step: the process
+ * scripted usage reports (missing, near full, impossible, stale), restarts with a provider instance reconfigured
+ * (another model, window or threshold) — and crash-restarts at any durable step: the process
  * state is dropped between two writes or between a write and a provider call, and a fresh orchestrator resumes
  * from the database (`ThreadService.recover()`), after which the client may retry its command (every service is
  * built again; the SQLite connection is kept when the crash left it outside any transaction: see `Execute.ts`).
@@ -35,6 +36,7 @@ export {
   generate,
   type Operation,
   type ProviderSetup,
+  type Reconfiguration,
   type ReplySpec,
   type Scenario,
   type UsageReport
@@ -103,6 +105,9 @@ const simplifications = (op: Operation): ReadonlyArray<Operation> => {
       break
     case "merge":
       if (op.behindWait) out.push({ ...op, behindWait: false })
+      break
+    case "restart":
+      if (op.reconfigure !== undefined) out.push({ kind: "restart", id: op.id })
       break
     case "interrupt_before_start":
       if (op.prompt > 20) out.push({ ...op, prompt: 20 }, { ...op, prompt: Math.floor(op.prompt / 2) })

@@ -10,6 +10,14 @@ import { Effect } from "effect"
 /** CI features: every operation, crash point, fault, usage report, interrupt while a run is processed and client retry. */
 const ci: Simulation.Features = Simulation.allFeatures
 
+/**
+ * The bounded soak's features: `ci` without reconfiguring restarts. Its crash-site list is pinned to these seeds'
+ * draws, and a reconfiguring restart (added later, from a stream of its own) moves where the seeds' crashes land:
+ * with them, no crash of seeds 1..30 × 40 fell after `provider.startTurn`. They run in `pnpm sim` by default and in
+ * ReconfigureRestart.test.ts; without them every draw of these seeds is what it was.
+ */
+const bounded: Simulation.Features = { ...ci, reconfigures: false }
+
 describe("simulation soak (bounded)", () => {
   it.live("seeds 1..30 × 40 operations: no violation, crash-restarts at many distinct durable steps", () =>
     Effect.gen(function*() {
@@ -19,7 +27,7 @@ describe("simulation soak (bounded)", () => {
       const points = new Set<string>()
       const failures: Array<string> = []
       for (let seed = 1; seed <= 30; seed++) {
-        const outcome = yield* Simulation.runSeed(seed, 40, ci)
+        const outcome = yield* Simulation.runSeed(seed, 40, bounded)
         crashes += outcome.crashes
         restarts += outcome.stats.restarts
         for (const p of outcome.crashPoints) points.add(p)

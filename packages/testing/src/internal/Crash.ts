@@ -140,7 +140,7 @@ export const wrapAdapter = (
     ))
   }
   const { compactThread, injectHistory, readThread } = adapter
-  return {
+  const wrapped: ProviderAdapter.ProviderAdapterShape = {
     ...adapter,
     startThread: () => around("startThread", adapter.startThread()),
     resumeThread: (nativeRef) => around("resumeThread", adapter.resumeThread(nativeRef)),
@@ -150,4 +150,10 @@ export const wrapAdapter = (
     ...(compactThread === undefined ? {} : { compactThread: (nativeRef) => around("compactThread", compactThread(nativeRef)) }),
     ...(readThread === undefined ? {} : { readThread: (nativeRef) => around("readThread", readThread(nativeRef)) })
   }
+  // The model and window are read from the adapter each time: a scripted instance reconfigured between restarts
+  // (`ScriptedProvider.reconfigure`) advertises its new ones.
+  return Object.defineProperties(wrapped, {
+    model: { get: () => adapter.model, enumerable: true, configurable: true },
+    modelContextWindow: { get: () => adapter.modelContextWindow, enumerable: true, configurable: true }
+  })
 }

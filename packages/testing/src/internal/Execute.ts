@@ -960,10 +960,19 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
             }
             break
           }
-          case "restart":
+          case "restart": {
+            const change = op.reconfigure
+            if (change !== undefined) {
+              // The process comes back with a new configuration of one provider instance; its sessions stay.
+              const provider = providers.find((p) => p.instance === change.provider)
+              provider?.reconfigure({ model: change.model, contextWindow: change.window, autoCompactThreshold: change.autoCompactThreshold })
+              const setup = setupOf.get(change.provider)
+              if (setup !== undefined) setupOf.set(change.provider, { ...setup, window: change.window, autoCompactThreshold: change.autoCompactThreshold })
+            }
             violations.push(...(yield* restart("restart", null)))
-            result = "restarted"
+            result = change === undefined ? "restarted" : `restarted; ${change.provider} now ${change.model}, window ${change.window}`
             break
+          }
         }
         return { violations, result }
       })

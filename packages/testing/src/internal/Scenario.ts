@@ -146,7 +146,17 @@ export type Operation =
     readonly behindWait: boolean
     readonly crash: CrashSpec | null
   }
-  | { readonly kind: "restart"; readonly id: number }
+  | {
+    readonly kind: "restart"
+    readonly id: number
+    /**
+     * The process restarts with a new configuration of one provider instance (issue 8 item 4: "a provider instance
+     * whose model or window changes between restarts"): it advertises `model` and `window` from then on, enforces
+     * that window and compacts at `autoCompactThreshold`; its native threads stay (`ScriptedProvider.reconfigure`).
+     * Absent: a plain restart.
+     */
+    readonly reconfigure?: Reconfiguration
+  }
   | {
     /**
      * A send whose turn calls a client tool (the run waits for the client's result, its call held in the tool wait),
@@ -185,6 +195,14 @@ export type Operation =
     readonly to: string
     readonly keepTokens: number
   }
+
+/** A provider instance's new configuration at a restart (see `Operation` `restart`). */
+export interface Reconfiguration {
+  readonly provider: string
+  readonly model: string
+  readonly window: number
+  readonly autoCompactThreshold: number | null
+}
 
 /**
  * The `/offload` summariser's truth: the input window it declares and enforces (Baton's tokens) and every how many
@@ -263,6 +281,11 @@ export interface Features {
    * an answer was skipped as a replay and lost.
    */
   readonly modelApi: boolean
+  /**
+   * Restarts with a provider instance reconfigured (another model, window or auto-compaction threshold: see
+   * `Reconfiguration`), about one operation in fifty, from a PRNG of its own like offloads.
+   */
+  readonly reconfigures: boolean
 }
 
 export const allFeatures: Features = {
@@ -278,7 +301,8 @@ export const allFeatures: Features = {
   races: true,
   queues: true,
   modelApi: true,
-  mergesBehind: true
+  mergesBehind: true,
+  reconfigures: true
 }
 
 /**
@@ -345,6 +369,24 @@ const promptSize = (r: Prng.Prng) =>
     [10, () => r.int(5_000, 20_000)]
   ])()
 
+/**
+ * A new configuration of provider `name`: a window among those its kind of model has (a smaller one, the original,
+ * a larger one; `small`'s with an auto-compaction threshold below it), and half the time another model.
+ */
+const reconfigurationFor = (r: Prng.Prng, name: string): Reconfiguration => {
+  const window = name === "big"
+    ? r.pick([200_000, 400_000, 1_000_000])
+    : name === "small"
+    ? r.pick([32_000, 44_000, 64_000, 128_000])
+    : r.pick([64_000, 128_000, 200_000])
+  return {
+    provider: name,
+    model: r.chance(0.5) ? `scripted-${name}` : `scripted-${name}-${r.pick(["mini", "v2", "long"])}`,
+    window,
+    autoCompactThreshold: name === "small" ? window - r.int(2_000, 4_000) : null
+  }
+}
+
 /** The share of sends whose reply reports stale usage (with `Features.staleUsage`). */
 const staleShare = 0.17
 
@@ -374,7 +416,8 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * and after about one in ten a fork or a merge-back (another stream; ids `2 * steps + id`; at most two forks deep),
  * and after about one in twelve a race: a send with `/compact`, `/offload` or a switch issued inside its turn
  * (another stream; ids `3 * steps + id`); after about one in twenty-five a `/compact` inside whose provider call the
- * user sends a message (another stream; ids `5 * steps + id`).
+ * user sends a message (another stream; ids `5 * steps + id`); after about one in fifty a restart with a provider
+ * instance reconfigured (another stream; ids `6 * steps + id`).
  */
 /**
  * With usage reports on, about half the providers answer some acknowledgements and read-backs without usage or with
@@ -408,6 +451,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rs = Prng.make((seed ^ 0x57a1e) >>> 0)
   // And so do sends inside a /compact's provider call.
   const rk = Prng.make((seed ^ 0xc0ac7) >>> 0)
+  // And so do reconfigurations between restarts.
+  const rc = Prng.make((seed ^ 0x2ec0f) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
     .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
@@ -510,6 +555,9 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         to: active,
         keepTokens: 0
       })
+    }
+    if (features.reconfigures && rc.chance(0.02)) {
+      ops.push({ kind: "restart", id: 6 * steps + id, reconfigure: reconfigurationFor(rc, rc.pick(names)) })
     }
     if (features.queues && rq.chance(0.06)) {
       ops.push({ kind: "queue_behind_wait", id: 4 * steps + id, prompt: promptSize(rq), queuedFirst: rq.chance(0.5), crash: crashFor(rq, features, "queue_behind_wait", 0.3) })
@@ -680,7 +728,10 @@ export const formatOperation = (op: Operation): string => {
     case "merge":
       return `merge back${op.behindWait ? " behind a run of the parent waiting on a client tool" : ""}${op.leave ? " and leave the fork" : ""}${crashText(op.crash)}`
     case "restart":
-      return "restart"
+      return op.reconfigure === undefined
+        ? "restart"
+        : `restart with ${op.reconfigure.provider} reconfigured: model ${op.reconfigure.model}, window ${op.reconfigure.window}` +
+          `${op.reconfigure.autoCompactThreshold === null ? "" : `/${op.reconfigure.autoCompactThreshold}`}`
     case "queue_behind_wait":
       return `send m${op.id} (${op.prompt} tok) that waits on a client tool call, queue a message behind it, interrupt ` +
         `${op.queuedFirst ? "the queued one, then the waiting one" : "the waiting one, then the queued one"}${crashText(op.crash)}`
