@@ -24,7 +24,6 @@ import {
   ItemNotFound,
   LengthRequired,
   NoRunInProgress,
-  RunAlreadyEnded,
   NotReady,
   OffloadFailed,
   OffloadInProgress,
@@ -355,9 +354,8 @@ export class ThreadsGroup extends HttpApiGroup.make("threads")
       .addError(ThreadNotFound)
       .addError(RunNotFound)
       .addError(NoRunInProgress)
-      .addError(RunAlreadyEnded)
       .addError(UnknownProvider)
-      .annotate(OpenApi.Description, "Interrupts `runId`, or the thread's run in progress: a queued run ends before the provider, a running one is stopped at the provider. Answers the run as it ended (`completed` or `failed` when it ended on its own while it was being stopped). 409 `NoRunInProgress` when the thread has no run in progress, 409 `RunAlreadyEnded` when `runId` had already ended (nothing was interrupted); the same `Idempotency-Key` again answers the first answer.")
+      .annotate(OpenApi.Description, "Interrupts `runId`, or the thread's run in progress: a queued run ends before the provider, a running one is stopped at the provider. Answers the run as it ended.")
   )
   .middleware(Authorization)
 {}

@@ -292,22 +292,6 @@ export class NoRunInProgress extends Schema.TaggedError<NoRunInProgress>()(
 }
 
 /**
- * An interrupt named a run (`runId` of thread `threadId`) that had already ended (`status`: `completed`, `failed`,
- * `interrupted`, `cancelled`) when it arrived: nothing was interrupted. A client that retries an interrupt it sent
- * with an `Idempotency-Key` gets its first answer instead (the run it interrupted); an interrupt that found the run in
- * progress answers the run as it ended, whichever way it ended.
- */
-export class RunAlreadyEnded extends Schema.TaggedError<RunAlreadyEnded>()(
-  "RunAlreadyEnded",
-  { runId: Schema.String, threadId: Schema.String, status: Schema.String },
-  HttpApiSchema.annotations({ status: 409 })
-) {
-  override get message() {
-    return `run ${this.runId} had already ended (${this.status}) when the interrupt arrived; nothing was interrupted (read the run with GET /runs/${this.runId})`
-  }
-}
-
-/**
  * Tool results were posted for a run that is not waiting for them: it has not called a client tool yet (`queued`,
  * `starting`, `running`), its results were already posted, or it has ended. `status` is the run's status now.
  */

@@ -23,7 +23,6 @@ const intended: Record<string, number> = {
   ItemNotFound: 404,
   HandoffNotFound: 404,
   NoRunInProgress: 409,
-  RunAlreadyEnded: 409,
   RunNotWaiting: 409,
   Unauthorized: 401,
   Forbidden: 403,

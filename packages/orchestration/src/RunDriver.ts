@@ -264,8 +264,6 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
           stoppingRemotely.add(runId)
           yield* Effect.forkIn(
             stopRun(remoteCommand(run), "user").pipe(
-              // Ended meanwhile, on its own: nothing left to stop (the asking process answers it as it ended).
-              Effect.catchTag("RunAlreadyEnded", () => Effect.void),
               Effect.catchAllCause((cause) => Effect.logWarning(`interrupting run ${runId} as another process asked failed`, cause)),
               Effect.ensuring(Effect.sync(() => void stoppingRemotely.delete(runId)))
             ),
@@ -771,7 +769,7 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * `interrupted` before the provider), the provider asked to stop, and the run's fiber interrupted if it has not
        * ended within `interruptTimeoutMillis`; then the thread's worker is woken, so the runs queued behind (e.g.
        * behind a `waiting` run) start at once. The command is answered once: its id again answers the run it
-       * interrupted (never the run queued behind). Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `RunAlreadyEnded`,
+       * interrupted (never the run queued behind). Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`,
        * `InvalidRequest` (a command id another command used).
        */
       interrupt: (command: Commands.InterruptRun) => stopRun(command, "user", CommandReceipts.keyOf(command, command.threadId)),

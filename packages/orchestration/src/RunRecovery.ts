@@ -14,7 +14,6 @@ import {
   type Item,
   type NativeThread,
   NoRunInProgress,
-  RunAlreadyEnded,
   Run,
   type RunId,
   type RunStopPoint,
@@ -77,17 +76,15 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
      * command's `runId`, else the thread's first unfinished run. With a receipt key, a command id seen before answers
      * its first result (read in the same transaction, so a retry never resolves to the run queued behind the one it
      * interrupted). A run not yet started ends `interrupted` before the provider, a waiting run's open calls are
-     * answered with error results, an ended run is refused (`RunAlreadyEnded`) — all in this unit of work (`Answered`); a
+     * answered with error results, an ended run is answered as it is — all in this unit of work (`Answered`); a
      * running run must be stopped at the provider first, outside the lock (`Running`), by the process that drives it:
      * when that is another live process, the request is recorded on the run for it (`Remote`) and the run is left
      * running (its attempt open) for that driver to end. Read before the lock, the
      * run could move on before it was taken (review: a run read `starting` whose turn then moved it to `running` and
      * called the provider was ended `before_provider`, its native thread dropped, the provider never asked to stop).
-     * `again`: decided again for a run that was in progress when the interrupt arrived (an ended run is then answered as
-     * it ended). Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `RunAlreadyEnded` (a run named by
-     * `runId` that had ended before the interrupt), `InvalidRequest` (a key another command used).
+     * Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest` (a key another command used).
      */
-    const decide = (command: Commands.InterruptRun, receipt: CommandReceipts.Key | null, who: string, code: InterruptRequest["code"], again = false) =>
+    const decide = (command: Commands.InterruptRun, receipt: CommandReceipts.Key | null, who: string, code: InterruptRequest["code"]) =>
       uow.thread(command.threadId, "RunRecovery.interrupt")(Effect.gen(function*() {
         if (receipt !== null) {
           const seen = yield* CommandReceipts.find(store, receipt)
@@ -121,20 +118,13 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
           }
           return { _tag: "Running", run } as const
         }
-        if (!again && run.status !== "queued" && run.status !== "starting" && run.status !== "waiting") {
-          // Already ended when the interrupt arrived: nothing to interrupt, said so (409). It was answered as it is
-          // (200 with a `completed` run), which a client took for a successful interrupt (b47srv). A retry with the
-          // command's key was answered above, from its receipt.
-          return yield* new RunAlreadyEnded({ runId: run.id, threadId: run.threadId, status: run.status })
-        }
         const answered = run.status === "queued" || run.status === "starting"
           ? finishRun(run, "interrupted", "before_provider", `interrupted by ${who} before the provider started`, code)
           // No provider turn is in flight: the open calls are answered with error results and the run ends after the
           // provider (which read the prompt and called the tools).
           : run.status === "waiting"
           ? toolWaits.interrupt(run, who, code)
-          // Decided `again` (the run was in progress when the interrupt arrived, and ended while it was being
-          // stopped): answered as it ended (and, with a receipt, that answer recorded).
+          // Already ended: answered as it is (and, with a receipt, that answer recorded).
           : Effect.succeed(run)
         return { _tag: "Answered", run: yield* answeredOnce(command, receipt, answered) } as const
       }))
@@ -233,12 +223,12 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
 
     /**
      * Interrupts a run: `command.runId`, else the thread's run in progress. A run not yet started ends `interrupted`
-     * before the provider (a missed run); a running run is interrupted at the provider. A run that had ended is refused
-     * (`RunAlreadyEnded`); one that ends while it is being stopped is answered as it ended. Which applies is decided from the run as read under the thread's lock (`decide`). `by`: `user` (failure
+     * before the provider (a missed run); a running run is interrupted at the provider. A terminal run is left as it
+     * is. Which applies is decided from the run as read under the thread's lock (`decide`). `by`: `user` (failure
      * code `interrupted_by_user`) or `shutdown` (the process is stopping: `process_stopped`). With `receipt` (the key
      * of the command as the client sent it) the command is answered once: its result is recorded with the interrupt,
      * and the same command id again answers that run without interrupting another. Fails with `RunNotFound`,
-     * `ThreadNotFound`, `NoRunInProgress`, `RunAlreadyEnded`, `InvalidRequest`.
+     * `ThreadNotFound`, `NoRunInProgress`, `InvalidRequest`.
      */
     const interrupt = Span.fn("RunRecovery.interrupt")(function*(
       command: Commands.InterruptRun,
@@ -247,8 +237,8 @@ export class RunRecovery extends Effect.Service<RunRecovery>()("@baton/orchestra
     ) {
       const who = by === "user" ? "the user" : "the process stopping"
       const code = by === "user" ? "interrupted_by_user" as const : "process_stopped" as const
-      for (let target = command, again = false;; again = true) {
-        const decided = yield* decide(target, receipt, who, code, again)
+      for (let target = command;;) {
+        const decided = yield* decide(target, receipt, who, code)
         if (decided._tag === "Answered") return decided.run
         if (decided._tag === "Remote") {
           // Its driver stops it and records the outcome; then it is decided again here (answered as it ended, with
