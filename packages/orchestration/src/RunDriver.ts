@@ -48,7 +48,7 @@
  */
 import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId, type ToolWait } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, Option, Predicate, Schedule } from "effect"
+import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberId, Option, Predicate, Schedule } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -242,6 +242,11 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
 
     /** The poller of interrupts asked elsewhere (`pollRemoteInterrupts`), while runs are in flight here. */
     let interruptPoller: Fiber.RuntimeFiber<void, never> | null = null
+    /**
+     * The user's interrupts being carried out here, by command (id, thread, payload): each settles its `Deferred` with
+     * its outcome, which a copy of the same command arriving meanwhile awaits (`interrupt`).
+     */
+    const interruptsInFlight = new Map<string, Deferred.Deferred<Run, Effect.Effect.Error<ReturnType<typeof stopRun>>>>()
     /** Runs in flight here that the poller is stopping (so a later poll does not stop them again). */
     const stoppingRemotely = new Set<string>()
 
@@ -771,10 +776,34 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * `interrupted` before the provider), the provider asked to stop, and the run's fiber interrupted if it has not
        * ended within `interruptTimeoutMillis`; then the thread's worker is woken, so the runs queued behind (e.g.
        * behind a `waiting` run) start at once. The command is answered once: its id again answers the run it
-       * interrupted (never the run queued behind). Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `RunAlreadyEnded`,
-       * `InvalidRequest` (a command id another command used).
+       * interrupted (never the run queued behind). It is carried out in the driver's scope: a caller that stops waiting
+       * (a client that hung up) does not stop it, and the same command again while it is carried out waits for its
+       * answer. Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `RunAlreadyEnded`, `InvalidRequest` (a
+       * command id another command used).
        */
-      interrupt: (command: Commands.InterruptRun) => stopRun(command, "user", CommandReceipts.keyOf(command, command.threadId)),
+      interrupt: (command: Commands.InterruptRun) => {
+        const receipt = CommandReceipts.keyOf(command, command.threadId)
+        const key = JSON.stringify([receipt.commandId, receipt.threadId, receipt.fingerprint])
+        // Carried out in the driver's scope, not the caller's fiber: a client that hangs up (its connection cut)
+        // does not stop it half-way, so its answer is recorded with the command's key; and a copy of the same command
+        // arriving meanwhile (the client's retry) waits for it rather than deciding alone. Before (b47srv review), a
+        // retry after a cut connection found the run its first attempt had stopped ended with no answer recorded, and
+        // was refused 409 `RunAlreadyEnded` ("nothing was interrupted").
+        return Effect.uninterruptibleMask((restore) =>
+          Effect.suspend(() => {
+            const inFlight = interruptsInFlight.get(key)
+            if (inFlight !== undefined) return restore(Deferred.await(inFlight))
+            const done = Deferred.unsafeMake<Run, Effect.Effect.Error<ReturnType<typeof stopRun>>>(FiberId.none)
+            interruptsInFlight.set(key, done)
+            return Effect.forkIn(
+              Effect.exit(stopRun(command, "user", receipt)).pipe(
+                Effect.flatMap((exit) => Effect.zipRight(Effect.sync(() => void interruptsInFlight.delete(key)), Deferred.done(done, exit)))
+              ),
+              scope
+            ).pipe(Effect.zipRight(restore(Deferred.await(done))))
+          })
+        )
+      },
       /**
        * Posts the client's tool results for a waiting run (ThreadService `submitToolResults`) and wakes the thread's
        * worker, which continues the run. Answers at once with the run as it stood when the results were recorded (a
