@@ -786,9 +786,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
         const key = JSON.stringify([receipt.commandId, receipt.threadId, receipt.fingerprint])
         // Carried out in the driver's scope, not the caller's fiber: a client that hangs up (its connection cut)
         // does not stop it half-way, so its answer is recorded with the command's key; and a copy of the same command
-        // arriving meanwhile (the client's retry) waits for it rather than deciding alone. Before (b47srv review), a
-        // retry after a cut connection found the run its first attempt had stopped ended with no answer recorded, and
-        // was refused 409 `RunAlreadyEnded` ("nothing was interrupted").
+        // arriving meanwhile (the client's retry) waits for it rather than deciding alone. Before (review r47), a
+        // hang-up stopped it half-way: before the provider was asked, the run went on as if never interrupted (the
+        // dashboard's click lost with its tab); after, the run ended with no answer recorded for the key.
         return Effect.uninterruptibleMask((restore) =>
           Effect.suspend(() => {
             const inFlight = interruptsInFlight.get(key)
@@ -796,7 +796,8 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             const done = Deferred.unsafeMake<Run, Effect.Effect.Error<ReturnType<typeof stopRun>>>(FiberId.none)
             interruptsInFlight.set(key, done)
             return Effect.forkIn(
-              Effect.exit(stopRun(command, "user", receipt)).pipe(
+              // Interruptible within (its timeouts stop their waits): forked here it would inherit the mask.
+              Effect.exit(Effect.interruptible(stopRun(command, "user", receipt))).pipe(
                 Effect.flatMap((exit) => Effect.zipRight(Effect.sync(() => void interruptsInFlight.delete(key)), Deferred.done(done, exit)))
               ),
               scope
