@@ -776,15 +776,14 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * `interrupted` before the provider), the provider asked to stop, and the run's fiber interrupted if it has not
        * ended within `interruptTimeoutMillis`; then the thread's worker is woken, so the runs queued behind (e.g.
        * behind a `waiting` run) start at once. The command is answered once: its id again answers the run it
-       * interrupted (never the run queued behind). It is carried out in the driver's scope: a caller that stops waiting
-       * (a client that hung up) does not stop it, and the same command again while it is carried out waits for its
-       * answer. Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `RunAlreadyEnded`, `InvalidRequest` (a
-       * command id another command used).
+       * interrupted (never the run queued behind). Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`, `RunAlreadyEnded`,
+       * `InvalidRequest` (a command id another command used).
        */
       interrupt: (command: Commands.InterruptRun) => {
         const receipt = CommandReceipts.keyOf(command, command.threadId)
         const key = JSON.stringify([receipt.commandId, receipt.threadId, receipt.fingerprint])
-        // Carried out in the driver's scope, not the caller's fiber: a client that hangs up (its connection cut)
+        // (Documented with the method above.) Carried out in the driver's scope, not the caller's fiber: a caller that
+        // stops waiting, a client that hangs up (its connection cut),
         // does not stop it half-way, so its answer is recorded with the command's key; and a copy of the same command
         // arriving meanwhile (the client's retry) waits for it rather than deciding alone. Before (review r47), a
         // hang-up stopped it half-way: before the provider was asked, the run went on as if never interrupted (the
