@@ -782,9 +782,9 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
       interrupt: (command: Commands.InterruptRun) => {
         const receipt = CommandReceipts.keyOf(command, command.threadId)
         const key = JSON.stringify([receipt.commandId, receipt.threadId, receipt.fingerprint])
-        // (Documented with the method above.) Carried out in the driver's scope, not the caller's fiber: a caller that
-        // stops waiting, a client that hangs up (its connection cut),
-        // does not stop it half-way, so its answer is recorded with the command's key; and a copy of the same command
+        // Carried out in the driver's scope, not the caller's fiber: a caller that stops waiting (a client that hangs
+        // up, its connection cut) does not stop it half-way, so its answer is recorded with the command's key (docs/
+        // server.md, Idempotency); and a copy of the same command
         // arriving meanwhile (the client's retry) waits for it rather than deciding alone. Before (review r47), a
         // hang-up stopped it half-way: before the provider was asked, the run went on as if never interrupted (the
         // dashboard's click lost with its tab); after, the run ended with no answer recorded for the key.
