@@ -48,7 +48,7 @@
  */
 import { type Commands, type ProviderInstance, RunNotFound, terminalRunStatuses, type Run, type RunId, type ThreadId, type ToolWait } from "@baton/contracts"
 import { ThreadStore } from "@baton/persistence"
-import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, Option, Predicate, Schedule } from "effect"
+import { Cause, DateTime, Deferred, Duration, Effect, Exit, Fiber, FiberId, Option, Predicate, Schedule } from "effect"
 import * as CommandReceipts from "./CommandReceipts.js"
 import { DriverRegistry } from "./DriverRegistry.js"
 import { OrchestratorConfig } from "./OrchestratorConfig.js"
@@ -242,6 +242,11 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
 
     /** The poller of interrupts asked elsewhere (`pollRemoteInterrupts`), while runs are in flight here. */
     let interruptPoller: Fiber.RuntimeFiber<void, never> | null = null
+    /**
+     * The user's interrupts being carried out here, by command (id, thread, payload): each settles its `Deferred` with
+     * its outcome, which a copy of the same command arriving meanwhile awaits (`interrupt`).
+     */
+    const interruptsInFlight = new Map<string, Deferred.Deferred<Run, Effect.Effect.Error<ReturnType<typeof stopRun>>>>()
     /** Runs in flight here that the poller is stopping (so a later poll does not stop them again). */
     const stoppingRemotely = new Set<string>()
 
@@ -772,7 +777,31 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
        * interrupted (never the run queued behind). Fails with `RunNotFound`, `ThreadNotFound`, `NoRunInProgress`,
        * `InvalidRequest` (a command id another command used).
        */
-      interrupt: (command: Commands.InterruptRun) => stopRun(command, "user", CommandReceipts.keyOf(command, command.threadId)),
+      interrupt: (command: Commands.InterruptRun) => {
+        const receipt = CommandReceipts.keyOf(command, command.threadId)
+        const key = JSON.stringify([receipt.commandId, receipt.threadId, receipt.fingerprint])
+        // Carried out in the driver's scope, not the caller's fiber: a caller that stops waiting (a client that hangs
+        // up, its connection cut) does not stop it half-way, so its answer is recorded with the command's key (docs/
+        // server.md, Idempotency); and a copy of the same command
+        // arriving meanwhile (the client's retry) waits for it rather than deciding alone. Before (review r47), a
+        // hang-up stopped it half-way: before the provider was asked, the run went on as if never interrupted (the
+        // dashboard's click lost with its tab); after, the run ended with no answer recorded for the key.
+        return Effect.uninterruptibleMask((restore) =>
+          Effect.suspend(() => {
+            const inFlight = interruptsInFlight.get(key)
+            if (inFlight !== undefined) return restore(Deferred.await(inFlight))
+            const done = Deferred.unsafeMake<Run, Effect.Effect.Error<ReturnType<typeof stopRun>>>(FiberId.none)
+            interruptsInFlight.set(key, done)
+            return Effect.forkIn(
+              // Interruptible within (its timeouts stop their waits): forked here it would inherit the mask.
+              Effect.exit(Effect.interruptible(stopRun(command, "user", receipt))).pipe(
+                Effect.flatMap((exit) => Effect.zipRight(Effect.sync(() => void interruptsInFlight.delete(key)), Deferred.done(done, exit)))
+              ),
+              scope
+            ).pipe(Effect.zipRight(restore(Deferred.await(done))))
+          })
+        )
+      },
       /**
        * Posts the client's tool results for a waiting run (ThreadService `submitToolResults`) and wakes the thread's
        * worker, which continues the run. Answers at once with the run as it stood when the results were recorded (a
