@@ -794,8 +794,10 @@ export class RunDriver extends Effect.Service<RunDriver>()("@baton/orchestration
             interruptsInFlight.set(key, done)
             return Effect.forkIn(
               // Interruptible within (its timeouts stop their waits): forked here it would inherit the mask.
-              Effect.exit(Effect.interruptible(stopRun(command, "user", receipt))).pipe(
-                Effect.flatMap((exit) => Effect.zipRight(Effect.sync(() => void interruptsInFlight.delete(key)), Deferred.done(done, exit)))
+              // Settled on every exit, its own interruption too (the driver's scope closing at shutdown): a caller
+              // waiting for it is never left waiting.
+              Effect.interruptible(stopRun(command, "user", receipt)).pipe(
+                Effect.onExit((exit) => Effect.zipRight(Effect.sync(() => void interruptsInFlight.delete(key)), Deferred.done(done, exit)))
               ),
               scope
             ).pipe(Effect.zipRight(restore(Deferred.await(done))))
