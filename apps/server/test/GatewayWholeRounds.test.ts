@@ -44,14 +44,15 @@ const assistantTexts = Effect.gen(function*() {
 
 const anthropicUsage = { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 5 }
 const anthropicTools = [{ name: "Bash", description: "Runs a command.", input_schema: { type: "object", properties: { command: { type: "string" } } } }]
+/** A whole Anthropic Messages answer of `content`, stopped for `stop`. */
+const message = (id: string, content: ReadonlyArray<Json>, stop: string) =>
+  json({ id, type: "message", role: "assistant", model: "m", content, stop_reason: stop, stop_sequence: null, usage: anthropicUsage })
 const anthropicHeaders = { "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "whole-rounds" }
 
 describe("Gateway whole answers after hidden thread_read rounds", () => {
   it.live("Anthropic Messages: the text of a round with a hidden thread_read call reaches the agent before the last round's", () =>
     withGateway("anthropic-messages", "claude-*", (upstream) =>
       Effect.gen(function*() {
-        const message = (id: string, content: ReadonlyArray<Json>, stop: string) =>
-          json({ id, type: "message", role: "assistant", model: "m", content, stop_reason: stop, stop_sequence: null, usage: anthropicUsage })
         upstream.enqueue(
           message("msg_1", [{ type: "text", text: "Let me look." }, { type: "tool_use", id: "toolu_read", name: "thread_read", input: { refs: "#1" } }], "tool_use"),
           message("msg_2", [{ type: "text", text: "It printed hello." }], "end_turn")
@@ -141,8 +142,6 @@ describe("Gateway whole answers after hidden thread_read rounds", () => {
   it.live("switched (Responses agent, Anthropic upstream): the hidden round's text reaches the agent as an output message before the last answer's", () =>
     withGateway("anthropic-messages", "claude-*", (upstream) =>
       Effect.gen(function*() {
-        const message = (id: string, content: ReadonlyArray<Json>, stop: string) =>
-          json({ id, type: "message", role: "assistant", model: "m", content, stop_reason: stop, stop_sequence: null, usage: anthropicUsage })
         upstream.enqueue(
           message("msg_1", [{ type: "text", text: "Let me look." }, { type: "tool_use", id: "toolu_read", name: "thread_read", input: { refs: "#1" } }], "tool_use"),
           message("msg_2", [{ type: "text", text: "It printed hello." }], "end_turn")
