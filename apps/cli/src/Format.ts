@@ -383,13 +383,6 @@ export const handoffs = (
   return lines.join("\n")
 }
 
-/**
- * The JSON document a command given `--json` prints on stdout when it exits 2 (its `baton: <message>` line still goes
- * to stderr), so `--json` prints exactly one JSON document on stdout whatever the outcome (issue 15):
- * `{"error":{"code","message"}}`, `code` `bad_input` (a missing file, a malformed transcript, an unknown provider or
- * thread, a server's refusal) or `usage` (a command line that does not parse), `message` the stderr line without
- * `baton: `.
- */
 const ThreadsDocument = Schema.Struct({
   threads: Schema.Array(Schema.Struct({ ...ThreadSchema.fields, totals: ThreadTotals }))
 })
@@ -404,6 +397,13 @@ export const threadsDocument = (threads: ReadonlyArray<{ readonly thread: Thread
 /** `baton thread show --json`: the thread's snapshot as `GET /threads/{id}` serves it. */
 export const snapshotDocument = (snapshot: ThreadSnapshot): string => JSON.stringify(Schema.encodeSync(ThreadSnapshotSchema)(snapshot))
 
+/**
+ * The JSON document a command given `--json` prints on stdout when it exits 2 (its `baton: <message>` line still goes
+ * to stderr), so `--json` prints exactly one JSON document on stdout whatever the outcome (issue 15):
+ * `{"error":{"code","message"}}`, `code` `bad_input` (a missing file, a malformed transcript, an unknown provider or
+ * thread, a server's refusal) or `usage` (a command line that does not parse), `message` the stderr line without
+ * `baton: `.
+ */
 export const errorDocument = (code: "bad_input" | "usage", message: string): string => JSON.stringify({ error: { code, message } })
 
 /**

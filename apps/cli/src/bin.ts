@@ -161,17 +161,17 @@ interface ReplayCommand {
   readonly databaseUrl: Option.Option<string>
 }
 
+/** Why `baton <name> --server URL` is refused: the command runs in this process, on the database. */
+const serverIgnored = (name: string) =>
+  `\`baton ${name}\` runs in this process on the database (--db, --data-dir or --database-url), not on a server: ` +
+  "--server is for threads, thread show, handoffs and the commands that need a server"
+
 /**
  * `baton replay`: validates the whole input before the database is opened (bad input writes nothing), prints one
  * line per run on stdout and the summary, or with `--json` only the summary as one JSON document (either way a
  * progress bar on stderr when it is a terminal) (`Format.errorDocument` for bad input, `Format.interruptedDocument` when a signal stopped it). Exit
  * code 1 when an invariant is violated. A signal stops it after the run in flight is recorded (see CliRuntime).
  */
-/** Why `baton <name> --server URL` is refused: the command runs in this process, on the database. */
-const serverIgnored = (name: string) =>
-  `\`baton ${name}\` runs in this process on the database (--db, --data-dir or --database-url), not on a server: ` +
-  "--server is for threads, thread show, handoffs and the commands that need a server"
-
 const runReplay = (command: ReplayCommand) => {
   // What a signal's report says: the runs shown, of how many (`null` until the transcript is read), the threads created.
   let done = 0

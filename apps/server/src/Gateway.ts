@@ -856,14 +856,14 @@ export const layer = (options: GatewayOptions) =>
               // way (the agent never gets the call; the reply without it ends the turn).
               const found = content === null || offloader.besideOf === undefined ? null : offloader.besideOf(content, hidden.length >= maxReadHops)
               if (isRecord(reply) && content !== null && found !== null) beside = { answers: yield* answerReads(found.reads, outBody, content), content }
-              if (isRecord(reply) && content !== null && offloader.withContent !== undefined && (found !== null || rounds.length > 0)) {
-                bytesBack = new TextEncoder().encode(JSON.stringify(offloader.withContent(reply, found?.visible ?? content, rounds, found !== null)))
-              }
-              // The answer's calls told apart as a stream's are (Chat Completions: ids made distinct).
-              if (isRecord(reply) && offloader.callsApart !== undefined) {
-                const parsed = parseJson(new TextDecoder().decode(bytesBack))
-                const apart = isRecord(parsed) ? offloader.callsApart(parsed) : parsed
-                if (apart !== parsed) bytesBack = new TextEncoder().encode(JSON.stringify(apart))
+              if (isRecord(reply)) {
+                // What the agent receives, from the reply parsed once: after the hidden rounds' content, and with its
+                // calls told apart as a stream's are (Chat Completions: ids made distinct); encoded again only if changed.
+                let shown = content !== null && offloader.withContent !== undefined && (found !== null || rounds.length > 0)
+                  ? offloader.withContent(reply, found?.visible ?? content, rounds, found !== null)
+                  : reply
+                if (offloader.callsApart !== undefined) shown = offloader.callsApart(shown)
+                if (shown !== reply) bytesBack = new TextEncoder().encode(JSON.stringify(shown))
               }
             }
             if (recording !== null) {

@@ -15,10 +15,10 @@
  *
  * It does not decide anything about threads; services call it with the effect that is their unit of work.
  */
-import { ConcurrentModification, type PersistenceError, type ThreadEvent } from "@baton/contracts"
+import { type ConcurrentModification, type PersistenceError, type ThreadEvent } from "@baton/contracts"
 import { SqlClient } from "@effect/sql"
 import { Effect, FiberRef, Option, PubSub } from "effect"
-import { toBoundary, withReason } from "./internal/errors.js"
+import { onThread, toBoundary } from "./internal/errors.js"
 
 /** Events appended in the current unit of work, published after it commits (`null` outside a unit of work). */
 export const pendingEvents: FiberRef.FiberRef<Array<ThreadEvent> | null> = FiberRef.unsafeMake<Array<ThreadEvent> | null>(null)
@@ -86,12 +86,12 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
         if (tag === "SqlError" || tag === "ParseError") {
           const mapped = toBoundary(operation, e as { readonly _tag: string })
           return mapped._tag === "ConcurrentModification" && threadId !== null && mapped.threadId === undefined
-            ? new ConcurrentModification(withReason({ threadId, operation: mapped.operation ?? operation }, mapped.reason))
+            ? onThread(mapped, threadId, operation)
             : mapped
         }
         if (tag === "ConcurrentModification" && threadId !== null) {
           const c = e as ConcurrentModification
-          if (c.threadId === undefined) return new ConcurrentModification(withReason({ threadId, operation: c.operation ?? operation }, c.reason))
+          if (c.threadId === undefined) return onThread(c, threadId, operation)
         }
         return e as Mapped<E>
       })

@@ -15,6 +15,7 @@ import { FileSystem } from "@effect/platform"
 import type { PlatformError } from "@effect/platform/Error"
 import { TranscriptError } from "@baton/contracts"
 import { Effect, Either, Stream } from "effect"
+import { constants as BufferConstants } from "node:buffer"
 import * as ClaudeCodeImporter from "./ClaudeCodeImporter.js"
 import * as OpenHandsImporter from "./OpenHandsImporter.js"
 import * as PiImporter from "./PiImporter.js"
@@ -40,12 +41,12 @@ export interface ImportOptions {
 }
 
 /**
- * The longest record the importer reads, in UTF-16 characters: V8's longest string on 64-bit platforms
- * (`require("node:buffer").constants.MAX_STRING_LENGTH`, 2^29 - 24 in Node 20). A longer line could not be held as
- * one string: joining it failed with a bare `RangeError: Invalid string length`, which `baton replay` reported as
+ * The longest record the importer reads, in UTF-16 characters: V8's longest string (`node:buffer`'s
+ * `constants.MAX_STRING_LENGTH`, 2^29 - 24 in Node 20 on 64-bit platforms). A longer line could not be held as one
+ * string: joining it failed with a bare `RangeError: Invalid string length`, which `baton replay` reported as
  * "baton: Invalid string length", naming neither the file nor the line.
  */
-export const maxRecordCharsDefault = 2 ** 29 - 24
+export const maxRecordCharsDefault = BufferConstants.MAX_STRING_LENGTH
 
 const tooLong = (max: number) =>
   `record longer than ${max.toLocaleString("en-US")} characters, the longest Baton reads`

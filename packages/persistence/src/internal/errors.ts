@@ -23,6 +23,9 @@ const detailOf = (e: SqlLike) => {
  * `Database.layerPg`). Sources: PostgreSQL "Appendix A. Error Codes"; SQLite "Result and Error Codes"
  * (better-sqlite3 reports `code`).
  */
+/** SQLite's codes for a write lock not got within the busy timeout: `ConcurrentModification`'s `busy`. */
+const busyCodes = new Set(["SQLITE_BUSY", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY", "SQLITE_BUSY_TIMEOUT", "SQLITE_LOCKED"])
+
 const contentionCodes = new Set([
   "23505",
   "40001",
@@ -30,11 +33,7 @@ const contentionCodes = new Set([
   "57014",
   "SQLITE_CONSTRAINT_UNIQUE",
   "SQLITE_CONSTRAINT_PRIMARYKEY",
-  "SQLITE_BUSY",
-  "SQLITE_BUSY_SNAPSHOT",
-  "SQLITE_BUSY_RECOVERY",
-  "SQLITE_BUSY_TIMEOUT",
-  "SQLITE_LOCKED"
+  ...busyCodes
 ])
 
 /** The driver's error code of a `SqlError` (its cause's `code`), if any. */
@@ -42,9 +41,6 @@ export const driverCode = (e: SqlLike): string | null => {
   const code = (e.cause as DriverCause | undefined)?.code
   return typeof code === "string" ? code : null
 }
-
-/** SQLite's codes for a write lock not got within the busy timeout: `ConcurrentModification`'s `busy`. */
-const busyCodes = new Set(["SQLITE_BUSY", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY", "SQLITE_BUSY_TIMEOUT", "SQLITE_LOCKED"])
 
 /**
  * The `reason` of the `ConcurrentModification` a contention code maps to: `busy` (a lock SQLite did not get within
@@ -64,6 +60,13 @@ export const isContention = (e: SqlLike) => {
 /** `fields` with `reason` when there is one (an absent optional field, not `undefined`). */
 export const withReason = <A extends object>(fields: A, reason: "busy" | "cancelled" | undefined): A & { readonly reason?: "busy" | "cancelled" } =>
   reason === undefined ? fields : { ...fields, reason }
+
+/**
+ * `lost` (a `ConcurrentModification` that names no thread) as it happened on thread `threadId`: its operation (else
+ * `operation`) and its `reason` kept.
+ */
+export const onThread = (lost: ConcurrentModification, threadId: string, operation: string): ConcurrentModification =>
+  new ConcurrentModification(withReason({ threadId, operation: lost.operation ?? operation }, lost.reason))
 
 /** Maps one `SqlError`/`ParseError` to `ConcurrentModification` (by driver code) or `PersistenceError`. */
 export const toBoundary = (operation: string, e: SqlLike): ConcurrentModification | PersistenceError =>
