@@ -256,7 +256,8 @@ export const NativeThread = Schema.Struct({
    * provider rejected as over its window (the size it gave for that request less what the request added); absent
    * when none was rejected. It rises by what the native thread takes after (turns, their output, injections, at
    * the calibration); a later usage report does not lower it (a report can be stale), a trusted one at or above it
-   * clears it (the report says more), and so does a compaction.
+   * moves it up to the report (the report says more, measured where the growth was estimated), and only a compaction
+   * or a replacement native thread lets it go.
    */
   heldAtLeast: Schema.optional(Tokens),
   createdAt: Schema.DateTimeUtc,

@@ -173,7 +173,7 @@ for (const [dialect, db] of dialects) {
 
     // Sim scenario R with a 250-token prompt: the floor must grow with the native thread, or a stale report after the
     // rejection lets turn start plan below what the native thread holds by then.
-    it.effect("recordNativeUsage's heldGrowth: raises a stored floor (none stays none), and a report at or above the raised floor clears it", () =>
+    it.effect("recordNativeUsage's heldGrowth: raises a stored floor (none stays none), and a report at or above the raised floor moves it to the report, where a later lower report leaves it rising", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
         const now = yield* DateTime.now
@@ -196,7 +196,10 @@ for (const [dialect, db] of dialects) {
         yield* store.recordNativeUsage(native.id, null, 760, now, 49)
         expect(yield* held()).toBe(999_800)
         yield* store.recordNativeUsage(native.id, { usedTokens: 999_820 }, 870_000, now, 20)
-        expect(yield* held()).toBeUndefined()
+        expect(yield* held()).toBe(999_820)
+        // A report that falls (stale: sim seed 22) does not lower or clear it; the growth still raises it.
+        yield* store.recordNativeUsage(native.id, { usedTokens: 1_542 }, 870_100, now, 30)
+        expect(yield* held()).toBe(999_850)
       }).pipe(Effect.provide(layerOn(db))))
 
     it.effect("getRunWithAttemptCount: the run as getRun reads it, with listAttempts' length (only its own attempts); None for no run", () =>

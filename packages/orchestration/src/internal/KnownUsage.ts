@@ -59,8 +59,9 @@ export const raiseFloor = (store: Context.Tag.Service<typeof ThreadStore>, id: N
 /**
  * `native` after it took `addedTokens` (Baton tokens) more, as stored now (read through `store`, under the caller's
  * lock), with a rejection's floor raised by them at `ratio` (provider tokens per Baton token): the native thread grew
- * past what the rejection proved. A trusted `acknowledged` report at or above the raised floor clears it (the report
- * says more). Without a floor in `native`, `native` as given and no statement.
+ * past what the rejection proved. A trusted `acknowledged` report at or above the raised floor moves the floor to the
+ * report (the report says more; the floor stays, since a later report can be stale: sim seed 22). Without a floor in
+ * `native`, `native` as given and no statement.
  */
 export const afterGrowth = (
   store: Context.Tag.Service<typeof ThreadStore>,
@@ -74,5 +75,5 @@ export const afterGrowth = (
     const stored = Option.getOrElse(yield* store.getNativeThread(native.id), () => native)
     if (stored.heldAtLeast === undefined) return withoutFloor(native)
     const raised = stored.heldAtLeast + Calibration.apply(ratio, addedTokens)
-    return acknowledged !== null && acknowledged.usedTokens >= raised ? withoutFloor(native) : { ...native, heldAtLeast: raised }
+    return { ...native, heldAtLeast: acknowledged !== null && acknowledged.usedTokens >= raised ? acknowledged.usedTokens : raised }
   })
