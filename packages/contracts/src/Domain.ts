@@ -257,7 +257,8 @@ export const NativeThread = Schema.Struct({
    * when none was rejected. It rises by what the native thread takes after (turns, their output, injections, at
    * the calibration); a later usage report does not lower it (a report can be stale), a trusted one at or above it
    * moves it up to the report (the report says more, measured where the growth was estimated), and only a compaction
-   * or a replacement native thread lets it go.
+   * (Baton's, or the provider's own when it says so: `TurnEvent.native_compacted`) or a replacement native thread
+   * lets it go.
    */
   heldAtLeast: Schema.optional(Tokens),
   createdAt: Schema.DateTimeUtc,

@@ -773,7 +773,8 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           // added (the texts as the provider counts them, at the calibration): the native thread grew past what the
           // rejection proved, and a stale report after it must not let the next turn start plan below that.
           const heldGrowth = config.mutations.has("floor_ignores_growth") ? 0 : Calibration.apply(learned.ratio, plan.requestTokens + inlineTokens + outputTokens)
-          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now, heldGrowth)
+          // The provider's own compaction during the turn frees what a rejection proved: the floor goes.
+          const statusNow = yield* store.recordNativeUsage(plan.native.id, checked, estimatedTokens, now, heldGrowth, output.compacted)
           const native = {
             ...plan.native,
             status: statusNow._tag === "Some" ? statusNow.value : plan.native.status,

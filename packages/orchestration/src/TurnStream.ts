@@ -170,6 +170,8 @@ export interface TurnOutput {
   readonly tokens: ProviderAdapter.TurnTokens | null
   /** `turn_ended` said the turn stopped at an interrupt. */
   readonly interrupted: boolean
+  /** The provider said it compacted the native thread on its own during the turn (`native_compacted`). */
+  readonly compacted: boolean
   /** Whether the stream delivered `turn_ended`. */
   readonly ended: boolean
   /** The client tool calls `turn_ended` left open (the run waits for their results); `[]` when none. */
@@ -237,6 +239,7 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         // The tokens the turn was billed so far (the last report's: model APIs report the turn's running total).
         tokens: null as ProviderAdapter.TurnTokens | null,
         interrupted: false,
+        compacted: false,
         ended: false,
         pending: [] as ReadonlyArray<string>,
         retryWaitMillis: 0,
@@ -492,6 +495,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
         get interrupted() {
           return state.interrupted
         },
+        get compacted() {
+          return state.compacted
+        },
         get ended() {
           return state.ended
         },
@@ -531,6 +537,9 @@ export class TurnStream extends Effect.Service<TurnStream>()("@baton/orchestrati
                     break
                   case "context_offloaded":
                     offloads.push(event.flush)
+                    break
+                  case "native_compacted":
+                    state.compacted = true
                     break
                   case "retry_scheduled":
                     // Counted at once: the turn timeout's deadline moves before the adapter starts waiting.

@@ -876,17 +876,25 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
        * `heldGrowth` (provider tokens, a non-negative integer, default 0) is what the turn added to the native thread:
        * a rejection's floor (`heldAtLeast`, where one is stored) rises by it, since the native thread grew past what
        * the rejection proved; a trusted `usage` at or above the raised floor moves it to the report's `usedTokens` (the
-       * report says more, and it is a measure where the growth was an estimate). A floor, once proved, is never cleared
-       * here: a later report can be stale and fall below what the native thread holds (sim seed 22: a report of 198,792
-       * cleared the floor, then one stale by six turns said 1,542 and the next turn inlined history onto a full native
-       * thread); only a compaction (`ThreadCompaction`) or a replacement lets it go.
+       * report says more, and it is a measure where the growth was an estimate). No report clears it: a later one can
+       * be stale and fall below what the native thread holds (sim seed 22: a report of 198,792 cleared the floor, then
+       * one stale by six turns said 1,542 and the next turn inlined history onto a full native thread). A compaction
+       * does: the provider's own during the turn (`compacted`, default `false`: the floor is cleared here whatever the
+       * report says), Baton's (`ThreadCompaction`), or a replacement native thread.
        * Returns the native thread's status as stored (`None`: no such native thread).
        */
-      recordNativeUsage: (id: NativeThreadId, usage: ContextUsage | null, estimatedTokens: number, updatedAt: DateTime.Utc, heldGrowth = 0) =>
+      recordNativeUsage: (
+        id: NativeThreadId,
+        usage: ContextUsage | null,
+        estimatedTokens: number,
+        updatedAt: DateTime.Utc,
+        heldGrowth = 0,
+        compacted = false
+      ) =>
         Effect.flatMap(
           sql`UPDATE native_threads SET used_tokens = ${usage?.usedTokens ?? null}, max_tokens = ${usage?.maxTokens ?? null},
               auto_compact_threshold = ${usage?.autoCompactThreshold ?? null}, estimated_tokens = ${estimatedTokens},
-              held_at_least = ${usage === null
+              held_at_least = ${compacted ? sql`NULL` : usage === null
                 ? sql`held_at_least + ${heldGrowth}`
                 : sql`CASE WHEN held_at_least + ${heldGrowth} <= ${usage.usedTokens} THEN ${usage.usedTokens} ELSE held_at_least + ${heldGrowth} END`},
               updated_at = ${DateTime.formatIso(updatedAt)} WHERE id = ${id} RETURNING status`,

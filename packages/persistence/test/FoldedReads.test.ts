@@ -173,7 +173,7 @@ for (const [dialect, db] of dialects) {
 
     // Sim scenario R with a 250-token prompt: the floor must grow with the native thread, or a stale report after the
     // rejection lets turn start plan below what the native thread holds by then.
-    it.effect("recordNativeUsage's heldGrowth: raises a stored floor (none stays none), and a report at or above the raised floor moves it to the report, where a later lower report leaves it rising", () =>
+    it.effect("recordNativeUsage's heldGrowth: raises a stored floor (none stays none), and a report at or above the raised floor moves it to the report, where a later lower report leaves it rising, and the provider's own compaction clears it", () =>
       Effect.gen(function*() {
         const store = yield* ThreadStore
         const now = yield* DateTime.now
@@ -200,6 +200,9 @@ for (const [dialect, db] of dialects) {
         // A report that falls (stale: sim seed 22) does not lower or clear it; the growth still raises it.
         yield* store.recordNativeUsage(native.id, { usedTokens: 1_542 }, 870_100, now, 30)
         expect(yield* held()).toBe(999_850)
+        // The provider's own compaction during the turn (`compacted`) clears it, whatever the report says.
+        yield* store.recordNativeUsage(native.id, { usedTokens: 2_000 }, 1_800, now, 30, true)
+        expect(yield* held()).toBeUndefined()
       }).pipe(Effect.provide(layerOn(db))))
 
     it.effect("getRunWithAttemptCount: the run as getRun reads it, with listAttempts' length (only its own attempts); None for no run", () =>

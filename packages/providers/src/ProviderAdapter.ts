@@ -166,6 +166,7 @@ export interface TurnTokens {
  * - `usage_reported`: the provider reported the native thread's context usage (tokens); the last report of a turn
  *   counts. A turn that reports none leaves Baton on its own estimate.
  * - `context_offloaded`: the adapter stubbed answered tool results in the native thread before a request (see below).
+ * - `native_compacted`: the provider compacted the native thread by itself (see below).
  * - `retry_scheduled`: a request is sent again after a delay (rate limit, overload); nothing was streamed for it.
  * - `turn_ended`: the turn is over and nothing follows. `interrupted: true` when it stopped at an `interrupt`: the
  *   items before it are what the provider produced (a tool call may have no result), and the adapter has closed any
@@ -188,6 +189,12 @@ export type TurnEvent = Data.TaggedEnum<{
    * of items changes: the stubs live in the native message list only.
    */
   context_offloaded: { readonly flush: OffloadReport }
+  /**
+   * The provider compacted the native thread on its own during the turn (Codex's `contextCompaction` item; the
+   * scripted provider's auto-compaction): what an earlier rejection proved it holds (`NativeThread.heldAtLeast`) no
+   * longer holds, and the turn's usage report after it may fall without being stale.
+   */
+  native_compacted: {}
   /**
    * The provider refused a request before its answer started (HTTP 429, 529, 500-504, or no answer) and the adapter
    * sends it again after `delayMillis` milliseconds (the provider's `retry-after`, else its backoff): emitted before the

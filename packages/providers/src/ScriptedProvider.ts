@@ -370,10 +370,12 @@ export const make = (
    * harness like Claude Code does, rather than let a native thread grow past its model's window).
    */
   let compactAt = autoCompactThreshold ?? contextWindow
-  const autoCompact = (state: NativeState, nativeRef: string) => {
-    if (compactAt === null || state.used < compactAt) return
+  const autoCompact = (state: NativeState, nativeRef: string): ReadonlyArray<TurnEvent> => {
+    if (compactAt === null || state.used < compactAt) return []
     state.used = Math.min(state.used, Math.max(summaryTokens, overhead))
     truth.push({ nativeRef, operation: "compact", runId: null, tokens: state.used, addedBatonTokens: 0, window: contextWindow, accepted: true })
+    // Told, as Codex tells its `contextCompaction` item.
+    return [TurnEvent.native_compacted()]
   }
 
   /**
@@ -425,17 +427,14 @@ export const make = (
     })
 
   /**
-   * The end of a turn: native auto-compaction, the usage report (unless the script omits it), `turn_ended` (with the
+   * The end of a turn: native auto-compaction (told with `native_compacted`), the usage report (unless the script omits it), `turn_ended` (with the
    * client tool calls `pending` left open, when not interrupted).
    */
   const endTurn = (state: NativeState, nativeRef: string, response: ScriptedResponse, interrupted: boolean, pending: ReadonlyArray<string> = []) =>
     Effect.sync((): ReadonlyArray<TurnEvent> => {
       state.open = interrupted ? [] : pending
       const ended = TurnEvent.turn_ended({ interrupted, ...(interrupted || pending.length === 0 ? {} : { pendingToolCalls: pending }) })
-      if (response.usage === null) {
-        autoCompact(state, nativeRef)
-        return [ended]
-      }
+      if (response.usage === null) return [...autoCompact(state, nativeRef), ended]
       // A scripted report is reported verbatim (even an impossible one); the thread's own count follows a possible
       // one (the provider's true state), never one past the enforced window.
       if (response.usage !== undefined && (enforced === null || response.usage.usedTokens <= enforced)) {
@@ -444,14 +443,14 @@ export const make = (
       // A stale report's hidden growth is the provider's true state too (never past the enforced window).
       const leaving = response.usage === undefined ? response.staleUsage?.fillLeaving : undefined
       if (leaving !== undefined && compactAt !== null) state.used = Math.max(state.used, compactAt - Math.max(1, leaving))
-      autoCompact(state, nativeRef)
+      const compacted = autoCompact(state, nativeRef)
       const counted = usageOf(state)
       const lag = response.staleUsage?.lag
       const before = lag === undefined ? undefined : state.usedBefore[Math.max(0, state.usedBefore.length - lag)]
       const stale = response.usage === undefined && before !== undefined && before < state.used
         ? { ...counted, usedTokens: before }
         : counted
-      return [TurnEvent.usage_reported({ usage: response.usage ?? stale, tokens: response.tokens }), ended]
+      return [...compacted, TurnEvent.usage_reported({ usage: response.usage ?? stale, tokens: response.tokens }), ended]
     })
 
   /**

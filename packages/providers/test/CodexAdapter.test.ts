@@ -143,6 +143,23 @@ describe("CodexAdapter (real binary, loopback Responses API)", () => {
       expect(recorded).toBe(checkFixture("adapter-round-trip.jsonl", recorded))
     })))
 
+  it.live("Codex's own compaction inside a turn is told as native_compacted (what a rejection proved no longer holds); a turn without one tells nothing", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { adapter, loop } = yield* setup()
+      const { nativeRef } = yield* adapter.startThread()
+      // The first turn leaves the thread past the auto-compact limit (42,000): Codex compacts it before the next.
+      loop.enqueue(answer("Big.", 43_000, 20))
+      const first = yield* collect(adapter.startTurn({ nativeRef, runId: "run-1", prompt: "Read everything", inlineHistory: null }))
+      expect(first.exit._tag).toBe("Success")
+      expect(first.events.filter(TurnEvent.$is("native_compacted"))).toEqual([])
+      loop.enqueue(answer("SUMMARY of the thread", 2_000, 40), answer("After.", 3_000, 10))
+      const second = yield* collect(adapter.startTurn({ nativeRef, runId: "run-2", prompt: "Next", inlineHistory: null }))
+      expect(second.exit._tag).toBe("Success")
+      expect(loop.requests.filter(isCompaction)).toHaveLength(1)
+      expect(second.events.filter(TurnEvent.$is("native_compacted"))).toEqual([TurnEvent.native_compacted()])
+      expect(itemsOf(second.events)).toEqual([["assistant_message", "After.", null, null]])
+    })))
+
   it.live("forkThread: thread/fork gives a new Codex thread holding the parent's whole history (turns, injections, tools); the parent is unchanged; the exchange is the fixture", () =>
     Effect.scoped(Effect.gen(function*() {
       const trace: Array<TraceLine> = []

@@ -348,6 +348,8 @@ export const make = (options: CodexAdapterOptions): Effect.Effect<CodexAdapter, 
             case Protocol.Notification.itemCompleted: {
               reconnects = 0
               const completed = yield* decode(Protocol.ItemNotification, event.params)
+              // Codex compacted the thread by itself (its auto-compaction): Baton is told, nothing is recorded.
+              if (completed.item.type === "contextCompaction") return [TurnEvent.native_compacted()]
               return itemsOf(completed.item).map((i) => TurnEvent.item_produced({ item: i }))
             }
             case Protocol.Notification.threadTokenUsageUpdated: {
