@@ -32,7 +32,7 @@ import * as Harness from "../Harness.js"
 import * as Checks from "./Checks.js"
 import * as Crash from "./Crash.js"
 import { produced } from "./Produced.js"
-import { formatOperation, type Operation, promptText, responseFor, type Scenario } from "./Scenario.js"
+import { formatOperation, type Operation, promptText, responseFor, type Scenario, verboseCall } from "./Scenario.js"
 
 /** Counts of what a run exercised. */
 export interface Stats {
@@ -419,7 +419,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const onCall = () => Effect.suspend(() => onSummariserCall)
     const summariser = ScriptedSummariser.make(counter, scenario.summariser === undefined ? { onCall } : {
       inputWindow: scenario.summariser.inputWindow,
-      verbose: (call) => call % scenario.summariser!.verboseEvery === 0,
+      verbose: (call) => verboseCall(scenario.seed, scenario.summariser!, call),
       onCall
     })
     const setupOf = new Map(scenario.providers.map((p) => [p.name as string, p]))
