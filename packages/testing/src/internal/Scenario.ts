@@ -185,13 +185,16 @@ export type Operation =
     /**
      * `"compact"`: a `/compact` whose provider call, once the provider has compacted and before it answers, lets the
      * user send the message (`with: "send"`: a whole turn on the same native thread), then the compaction's answer
-     * is recorded. The compaction's outcome must not overwrite the turn's newer record.
+     * is recorded. The compaction's outcome must not overwrite the turn's newer record. There the user may instead
+     * fork the thread onto provider `to` (`with: "fork"`: they stay on the parent; the fork is a thread of its own from
+     * then on, checked like every other) or send the message and interrupt its run before it starts (`with:
+     * "interrupt"`: its prompt is then owed as a missed run).
      */
     readonly outer: "send" | "offload" | "compact"
     readonly prompt: number
     /** Has at least one tool, except under `outer: "compact"` (its send needs no tool call to pause in). */
     readonly reply: ReplySpec
-    readonly with: "compact" | "offload" | "switch" | "send"
+    readonly with: "compact" | "offload" | "switch" | "send" | "fork" | "interrupt"
     readonly to: string
     readonly keepTokens: number
   }
@@ -432,7 +435,9 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * and after about one in twelve a race: a send with `/compact`, `/offload` or a switch issued inside its turn
  * (another stream; ids `3 * steps + id`); after about one in twenty-five a `/compact` inside whose provider call the
  * user sends a message (another stream; ids `5 * steps + id`); after about one in fifty a restart with a provider
- * instance reconfigured (another stream; ids `6 * steps + id`).
+ * instance reconfigured (another stream; ids `6 * steps + id`); after about one in thirty-three a `/compact` inside
+ * whose provider call the user forks the thread or sends a message and interrupts it (another stream; ids
+ * `7 * steps + id`).
  */
 /**
  * With usage reports on, about half the providers answer some acknowledgements and read-backs without usage or with
@@ -468,6 +473,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rk = Prng.make((seed ^ 0xc0ac7) >>> 0)
   // And so do reconfigurations between restarts.
   const rc = Prng.make((seed ^ 0x2ec0f) >>> 0)
+  // And so do forks and interrupts inside a /compact's provider call.
+  const rf = Prng.make((seed ^ 0xf0c4c7) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
     .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
@@ -568,6 +575,18 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         reply,
         with: "send",
         to: active,
+        keepTokens: 0
+      })
+    }
+    if (features.races && rf.chance(0.03)) {
+      ops.push({
+        kind: "race",
+        id: 7 * steps + id,
+        outer: "compact",
+        prompt: promptSize(rf),
+        reply: replyFor(rf, features),
+        with: rf.chance(0.5) ? "fork" : "interrupt",
+        to: rf.pick(names),
         keepTokens: 0
       })
     }
@@ -755,7 +774,13 @@ export const formatOperation = (op: Operation): string => {
     case "race": {
       const send = `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}])`
       return op.outer === "compact"
-        ? `/compact and, inside its provider call, ${send.replace(/, tools \[\]/, "")}`
+        ? `/compact and, inside its provider call, ${
+          op.with === "fork"
+            ? `fork onto ${op.to}`
+            : op.with === "interrupt"
+            ? `send m${op.id} (${op.prompt} tok) and interrupt it before it starts`
+            : send.replace(/, tools \[\]/, "")
+        }`
         : op.outer === "offload"
         ? `/offload keep ${op.keepTokens} and, inside its summariser call, ${send}`
         : `${send} and, inside its first tool call, ${op.with === "compact" ? "/compact" : op.with === "offload" ? `/offload keep ${op.keepTokens}` : `switch to ${op.to}`}`
