@@ -39,7 +39,9 @@ export {
   type Reconfiguration,
   type ReplySpec,
   type Scenario,
-  type UsageReport
+  type SummariserSetup,
+  type UsageReport,
+  verboseCall
 } from "./internal/Scenario.js"
 
 /** The category of a violation: the text before its first colon (`exactly-once`, `crash-safety`, ...). */

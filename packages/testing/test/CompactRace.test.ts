@@ -98,3 +98,34 @@ for (const dialect of ["sqlite", "postgres"] as const) {
       expect(outcome.violations).toEqual([])
     }), { timeout: 120_000 })
 }
+
+// The other commands a user may issue while /compact's provider call is in flight (b48sim: forks and interrupts never
+// raced /compact in the simulator): a fork onto another provider (the user stays on the parent; the fork is a thread
+// of its own, checked after every step like every other), and a message sent then interrupted before it starts (its
+// prompt owed to the compacted native thread as a missed run, which the next turn delivers).
+const forkAndInterrupt: Simulation.Scenario = {
+  seed: 0,
+  providers: [
+    { name: "big", window: 1_000_000, autoCompactThreshold: null, inject: true, readThread: true },
+    { name: "small", window: 44_000, autoCompactThreshold: 42_000, inject: true, readThread: true }
+  ],
+  ops: [
+    { kind: "create", id: 0, provider: "big", crash: null },
+    { kind: "send", id: 1, prompt: 2_000, reply: { tokens: 3_000, tools: [], reasoning: false, usage: { kind: "counted" } }, fault: null, interruptAt: null, crash: null },
+    { kind: "race", id: 2, outer: "compact", prompt: 20, reply: { tokens: 20, tools: [], reasoning: false, usage: { kind: "counted" } }, with: "fork", to: "small", keepTokens: 0 },
+    { kind: "race", id: 3, outer: "compact", prompt: 500, reply: { tokens: 20, tools: [], reasoning: false, usage: { kind: "counted" } }, with: "interrupt", to: "big", keepTokens: 0 },
+    { kind: "send", id: 4, prompt: 20, reply: { tokens: 20, tools: [], reasoning: false, usage: { kind: "counted" } }, fault: null, interruptAt: null, crash: null }
+  ]
+}
+
+it.live("a fork, and a message interrupted before it starts, inside /compact's provider call: both land, no violation", () =>
+  Effect.gen(function*() {
+    const outcome = yield* Simulation.execute(forkAndInterrupt, { digest: false })
+    expect(outcome.violations).toEqual([])
+    const [fork, interrupt, next] = outcome.trace.slice(2).map((line) => line.split("  =>  ")[1]!)
+    expect(outcome.trace[2]).toContain("/compact and, inside its provider call, fork onto small")
+    expect(fork).toMatch(/^compacted \d+ -> \d+; fork: forked at run 1: \d+ items -> thr_/)
+    expect(outcome.trace[3]).toContain("/compact and, inside its provider call, send m3 (500 tok) and interrupt it before it starts")
+    expect(interrupt).toMatch(/^(compacted \d+ -> \d+|not compacted: .*); interrupt: interrupted before_provider$/)
+    expect(next).toMatch(/^completed; budget \d+, \w+, delivered [1-9]/)
+  }), { timeout: 120_000 })

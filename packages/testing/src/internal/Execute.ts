@@ -32,7 +32,7 @@ import * as Harness from "../Harness.js"
 import * as Checks from "./Checks.js"
 import * as Crash from "./Crash.js"
 import { produced } from "./Produced.js"
-import { formatOperation, type Operation, promptText, responseFor, type Scenario } from "./Scenario.js"
+import { formatOperation, type Operation, promptText, responseFor, type Scenario, verboseCall } from "./Scenario.js"
 
 /** Counts of what a run exercised. */
 export interface Stats {
@@ -419,7 +419,7 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
     const onCall = () => Effect.suspend(() => onSummariserCall)
     const summariser = ScriptedSummariser.make(counter, scenario.summariser === undefined ? { onCall } : {
       inputWindow: scenario.summariser.inputWindow,
-      verbose: (call) => call % scenario.summariser!.verboseEvery === 0,
+      verbose: (call) => verboseCall(scenario.seed, scenario.summariser!, call),
       onCall
     })
     const setupOf = new Map(scenario.providers.map((p) => [p.name as string, p]))
@@ -749,6 +749,22 @@ const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
                 s.switchProvider(Commands.SwitchProvider.make({ commandId: cid(op.id, "_race"), threadId: thread, providerInstance: op.to as ProviderInstance })),
                 (r) => `handoff ${r.handoffId ?? "none"}`
               )))
+              : op.with === "fork"
+              // The user stays on the parent: the fork is checked as every thread is, after every step.
+              ? exitOf(service((s) => Effect.map(
+                s.fork(Commands.ForkThread.make({ commandId: cid(op.id, "_race"), threadId: thread, providerInstance: op.to as ProviderInstance })),
+                (r) => `forked at run ${r.atRunSeq}: ${r.itemCount} items -> ${r.threadId}`
+              )))
+              : op.with === "interrupt"
+              ? exitOf(service((s) =>
+                Effect.flatMap(
+                  s.enqueueMessage(cmd),
+                  (run) => Effect.map(
+                    s.interrupt(Commands.InterruptRun.make({ commandId: cid(op.id, "_interrupt"), threadId: thread, runId: run.id })),
+                    (r) => `${r.status} ${r.stopPoint ?? ""}`
+                  )
+                )
+              ))
               : exitOf(send)
             let raced = op.outer === "send" ? "the turn reached no tool call" : op.outer === "compact" ? "the provider did not compact" : "the summariser was not called"
             const hook = Effect.suspend(() => {

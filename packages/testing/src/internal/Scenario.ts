@@ -185,13 +185,16 @@ export type Operation =
     /**
      * `"compact"`: a `/compact` whose provider call, once the provider has compacted and before it answers, lets the
      * user send the message (`with: "send"`: a whole turn on the same native thread), then the compaction's answer
-     * is recorded. The compaction's outcome must not overwrite the turn's newer record.
+     * is recorded. The compaction's outcome must not overwrite the turn's newer record. There the user may instead
+     * fork the thread onto provider `to` (`with: "fork"`: they stay on the parent; the fork is a thread of its own from
+     * then on, checked like every other) or send the message and interrupt its run before it starts (`with:
+     * "interrupt"`: its prompt is then owed as a missed run).
      */
     readonly outer: "send" | "offload" | "compact"
     readonly prompt: number
     /** Has at least one tool, except under `outer: "compact"` (its send needs no tool call to pause in). */
     readonly reply: ReplySpec
-    readonly with: "compact" | "offload" | "switch" | "send"
+    readonly with: "compact" | "offload" | "switch" | "send" | "fork" | "interrupt"
     readonly to: string
     readonly keepTokens: number
   }
@@ -205,13 +208,28 @@ export interface Reconfiguration {
 }
 
 /**
- * The `/offload` summariser's truth: the input window it declares and enforces (Baton's tokens) and every how many
- * calls it answers verbosely (longer than its input). Absent: no window, never verbose.
+ * The `/offload` summariser's truth: the input window it declares and enforces (Baton's tokens) and how often it
+ * answers verbosely (longer than its input). Absent: no window, never verbose.
+ *
+ * `verboseOneIn` (generated): each call is verbose with probability `1 / verboseOneIn`, drawn from the scenario's
+ * seed and the call's number (`verboseCall`), so an offload of several chunks commits unless one of its own calls
+ * draws verbose. `verboseEvery` (older scenario files, read when `verboseOneIn` is absent): every `verboseEvery`-th
+ * call of the run is verbose; with a global count every offload of `verboseEvery` chunks or more failed.
  */
 export interface SummariserSetup {
   readonly inputWindow: number
-  readonly verboseEvery: number
+  readonly verboseOneIn?: number
+  readonly verboseEvery?: number
 }
+
+/**
+ * Whether the summariser's call `call` (1-based, counted over the whole run: the summariser survives restarts) answers
+ * verbosely under `setup`, for the scenario of `seed`. Deterministic: the same seed and call give the same answer.
+ */
+export const verboseCall = (seed: number, setup: SummariserSetup, call: number): boolean =>
+  setup.verboseOneIn !== undefined
+    ? Prng.make((Math.imul(seed, 0x9E3779B1) + call) >>> 0).next() < 1 / setup.verboseOneIn
+    : setup.verboseEvery !== undefined && call % setup.verboseEvery === 0
 
 export interface Scenario {
   readonly seed: number
@@ -417,7 +435,9 @@ const replyFor = (r: Prng.Prng, features: Features): ReplySpec => {
  * and after about one in twelve a race: a send with `/compact`, `/offload` or a switch issued inside its turn
  * (another stream; ids `3 * steps + id`); after about one in twenty-five a `/compact` inside whose provider call the
  * user sends a message (another stream; ids `5 * steps + id`); after about one in fifty a restart with a provider
- * instance reconfigured (another stream; ids `6 * steps + id`).
+ * instance reconfigured (another stream; ids `6 * steps + id`); after about one in thirty-three a `/compact` inside
+ * whose provider call the user forks the thread or sends a message and interrupts it (another stream; ids
+ * `7 * steps + id`).
  */
 /**
  * With usage reports on, about half the providers answer some acknowledgements and read-backs without usage or with
@@ -453,6 +473,8 @@ export const generate = (seed: number, steps: number, features: Features = allFe
   const rk = Prng.make((seed ^ 0xc0ac7) >>> 0)
   // And so do reconfigurations between restarts.
   const rc = Prng.make((seed ^ 0x2ec0f) >>> 0)
+  // And so do forks and interrupts inside a /compact's provider call.
+  const rf = Prng.make((seed ^ 0xf0c4c7) >>> 0)
   const providers = withAckUsage(providersFor(r, rt, features.truth), (seed ^ 0xac4a6e) >>> 0, features.usageReports)
     .map((p) => features.modelApi && p.name === "plain" ? { ...p, modelApi: true } : p)
   const names = providers.map((p) => p.name)
@@ -556,6 +578,18 @@ export const generate = (seed: number, steps: number, features: Features = allFe
         keepTokens: 0
       })
     }
+    if (features.races && rf.chance(0.03)) {
+      ops.push({
+        kind: "race",
+        id: 7 * steps + id,
+        outer: "compact",
+        prompt: promptSize(rf),
+        reply: replyFor(rf, features),
+        with: rf.chance(0.5) ? "fork" : "interrupt",
+        to: rf.pick(names),
+        keepTokens: 0
+      })
+    }
     if (features.reconfigures && rc.chance(0.02)) {
       ops.push({ kind: "restart", id: 6 * steps + id, reconfigure: reconfigurationFor(rc, rc.pick(names)) })
     }
@@ -575,8 +609,10 @@ export const generate = (seed: number, steps: number, features: Features = allFe
       }
     }
   }
-  // A summariser with a 6,000-token window that answers every 4th call verbosely (from the truth stream too).
-  const summariser: SummariserSetup | null = features.truth ? { inputWindow: 6_000, verboseEvery: rt.int(3, 5) } : null
+  // A summariser with a 6,000-token window that answers about one call in 16-24 verbosely (from the truth stream too).
+  // An offload takes one call per chunk, 8 on average in seeds 59000-59009 × 80 (up to 30): at one in 6-10, 20 of
+  // their 121 offloads committed against 44 failed by a verbose chunk; at one in 16-24, 38 against 20.
+  const summariser: SummariserSetup | null = features.truth ? { inputWindow: 6_000, verboseOneIn: rt.int(16, 24) } : null
   return summariser === null ? { seed, providers, ops } : { seed, providers, summariser, ops }
 }
 
@@ -738,7 +774,13 @@ export const formatOperation = (op: Operation): string => {
     case "race": {
       const send = `send m${op.id} (${op.prompt} tok; reply ${op.reply.tokens} tok, tools [${op.reply.tools.join(", ")}])`
       return op.outer === "compact"
-        ? `/compact and, inside its provider call, ${send.replace(/, tools \[\]/, "")}`
+        ? `/compact and, inside its provider call, ${
+          op.with === "fork"
+            ? `fork onto ${op.to}`
+            : op.with === "interrupt"
+            ? `send m${op.id} (${op.prompt} tok) and interrupt it before it starts`
+            : send.replace(/, tools \[\]/, "")
+        }`
         : op.outer === "offload"
         ? `/offload keep ${op.keepTokens} and, inside its summariser call, ${send}`
         : `${send} and, inside its first tool call, ${op.with === "compact" ? "/compact" : op.with === "offload" ? `/offload keep ${op.keepTokens}` : `switch to ${op.to}`}`
