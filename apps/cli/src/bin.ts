@@ -10,7 +10,7 @@
  * `send`, `switch`, `compact`, `offload`, `events` talk to a Baton server over HTTP instead (see Remote).
  */
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
-import { Cause, Console, Effect, Either, Layer, Option } from "effect"
+import { Cause, Console, Effect, Either, Layer, Option, Redacted } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -686,7 +686,12 @@ const serve = Command.make(
       Effect.flatMap((settings) =>
         settings === undefined
           ? Effect.void
-          : Server.run(settings).pipe(Effect.tapError(() => ServerConfig.removeCreatedTokenFile(settings.auth.source)), startFailure))
+          : Server.run(settings).pipe(
+            Effect.tapError(() => ServerConfig.removeCreatedTokenFile(settings.auth.source, Redacted.value(settings.auth.adminToken))),
+            // The in-use mark on a token file another serve created goes when this one stops, however it stops.
+            Effect.ensuring(ServerConfig.releaseTokenFile(settings.auth.source)),
+            startFailure
+          ))
     )
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 

@@ -271,4 +271,35 @@ describe("ServerConfig", () => {
     // Nothing of either attempt is left beside it.
     expect(Fs.readdirSync(dir)).toEqual(["token"])
   }))
+
+  // Two `baton serve` on a fresh data directory: A created the token file, B read A's token from it and serves with
+  // it, then A could not start. A's cleanup removed the file B's clients read the token from (b48srv).
+  it.effect("a serve that cannot start leaves the token file another serve read and holds (released: removed)", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const file = Path.join(dir, "data", "token")
+      const a = yield* ServerConfig.tokenFromFile(file)
+      const b = yield* ServerConfig.tokenFromFile(file)
+      expect([a.created, b.created, b.token]).toEqual([true, false, a.token])
+      const sourceA = { _tag: "file" as const, path: file, created: a.created, madeDirectory: a.madeDirectory, held: a.held }
+      yield* ServerConfig.removeCreatedTokenFile(sourceA, a.token)
+      expect(Fs.readFileSync(file, "utf8")).toBe(`${a.token}\n`)
+      // B stops: its hold goes; A's cleanup now removes the file and the directory it made, nothing left behind.
+      yield* ServerConfig.releaseTokenFile({ _tag: "file", path: file, created: b.created, madeDirectory: b.madeDirectory, held: b.held })
+      yield* ServerConfig.removeCreatedTokenFile(sourceA, a.token)
+      expect(Fs.readdirSync(dir)).toEqual([])
+    }))
+
+  it.effect("a serve that cannot start leaves a token file that no longer holds its token", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const file = Path.join(dir, "token")
+      const a = yield* ServerConfig.tokenFromFile(file)
+      // Meanwhile the file was removed and another serve wrote its own.
+      Fs.rmSync(file)
+      const other = yield* ServerConfig.tokenFromFile(file)
+      yield* ServerConfig.removeCreatedTokenFile({ _tag: "file", path: file, created: true, madeDirectory: null, held: null }, a.token)
+      expect(Fs.readFileSync(file, "utf8")).toBe(`${other.token}\n`)
+      expect(Fs.readdirSync(dir)).toEqual(["token"])
+    }))
 })
