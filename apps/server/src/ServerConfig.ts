@@ -481,6 +481,8 @@ export const tokenFromFile = (file: string): Effect.Effect<
     // Marked before it is read: a cleanup that has not seen the mark yet has moved the file away first, so the read
     // below finds no file (or another process's new one) instead of a token about to be deleted.
     const held = inUseMark(file)
+    // The marks of killed processes are swept here too, so restarts after SIGKILL do not pile them up.
+    liveMarks(file)
     return Effect.try({ try: () => Fs.writeFileSync(held, "", { flag: "wx" }), catch: unusable }).pipe(
       Effect.zipRight(Effect.try({ try: () => Fs.readFileSync(file, "utf8").trim(), catch: (e) => e })),
       Effect.matchEffect({

@@ -284,8 +284,10 @@ describe("ServerConfig", () => {
       const sourceA = { _tag: "file" as const, path: file, created: a.created, madeDirectory: a.madeDirectory, held: a.held }
       yield* ServerConfig.removeCreatedTokenFile(sourceA, a.token)
       expect(Fs.readFileSync(file, "utf8")).toBe(`${a.token}\n`)
-      // B stops: its hold goes; A's cleanup now removes the file and the directory it made, nothing left behind.
+      // B stops: its hold goes; A's cleanup now removes the file and the directory it made, nothing left behind. The
+      // mark of a process that is gone (killed) holds nothing and is swept.
       yield* ServerConfig.releaseTokenFile({ _tag: "file", path: file, created: b.created, madeDirectory: b.madeDirectory, held: b.held })
+      Fs.writeFileSync(`${file}.in-use.999999999.0a0b`, "")
       yield* ServerConfig.removeCreatedTokenFile(sourceA, a.token)
       expect(Fs.readdirSync(dir)).toEqual([])
     }))
