@@ -223,15 +223,25 @@ export const threads = (target: Target, json = false) =>
 
 /**
  * A JSON argument given inline (text starting with `[` or `{`) or as the path of a file holding it, decoded with
- * `schema`; `what` names it in the one-line failure (a file that cannot be read, JSON that does not parse, a field
- * that does not match, with its path).
+ * `schema`; `what` names it in the one-line failure (a value that is neither inline JSON nor a file, saying what the
+ * flag accepts; a file that cannot be read; JSON that does not parse; a field that does not match, with its path).
  */
 const jsonArgument = <A, I>(what: string, text: string, schema: Schema.Schema<A, I>, shape?: string) =>
   Effect.gen(function*() {
     const trimmed = text.trimStart()
+    const unreadable = (e: unknown) => {
+      const code = (e as NodeJS.ErrnoException).code
+      // `--results notjson` said only "ENOENT: no such file or directory" (b48srv): the value was meant as JSON.
+      return new RemoteFailure({
+        message: code === "ENOENT" || code === "EISDIR"
+          ? `${what}: '${oneLine(text).slice(0, 80)}' is neither JSON nor a file: give ${shape ?? "the JSON"} inline ` +
+            "(starting with [ or {), or the path of a file holding it"
+          : `${what}: cannot read ${text} (${oneLine(String(e instanceof Error ? e.message : e))})`
+      })
+    }
     const source = trimmed.startsWith("[") || trimmed.startsWith("{")
       ? text
-      : yield* Effect.try({ try: () => Fs.readFileSync(text, "utf8"), catch: (e) => new RemoteFailure({ message: `${what}: cannot read ${text} (${oneLine(String(e instanceof Error ? e.message : e))})` }) })
+      : yield* Effect.try({ try: () => Fs.readFileSync(text, "utf8"), catch: unreadable })
     return yield* Schema.decodeUnknown(Schema.parseJson(schema))(source).pipe(
       Effect.mapError((e) => new RemoteFailure({ message: `${what}: ${shape === undefined ? oneLine(e.message) : `expected ${shape}; ${deepestIssue(e)}`}` }))
     )
