@@ -409,6 +409,22 @@ export const threadsDocument = (threads: ReadonlyArray<{ readonly thread: Thread
 /** `baton thread show --json`: the thread's snapshot as `GET /threads/{id}` serves it. */
 export const snapshotDocument = (snapshot: ThreadSnapshot): string => JSON.stringify(Schema.encodeSync(ThreadSnapshotSchema)(snapshot))
 
+/** Where Claude Code and pi keep their sessions, for a user without the sample transcripts. */
+const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
+  "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"
+
+/**
+ * `baton demo`'s refusal when its transcript `file` is not in the samples directory `samples`: where it looked (the
+ * directory `--samples DIR` gave, or the default beside the repository: `byDefault`), that `--samples DIR` says where
+ * they are (the default's message did not name the flag: b48srv), and how to replay one's own sessions instead.
+ * Found by a newcomer's walk (b46ux): `--samples DIR` was told the samples "are not beside this repository".
+ */
+export const samplesMissing = (samples: string, file: string, byDefault: boolean): string =>
+  byDefault
+    ? `the sample transcripts are not beside this repository (no ${file}); pass --samples DIR where they are, ` +
+      `or replay one of your own agent sessions instead: ${ownSessions}`
+    : `the sample transcripts are not in ${samples} (no ${file}); replay one of your own agent sessions instead: ${ownSessions}`
+
 /**
  * The JSON document a command given `--json` prints on stdout when it exits 2 (its `baton: <message>` line still goes
  * to stderr), so `--json` prints exactly one JSON document on stdout whatever the outcome (issue 15):

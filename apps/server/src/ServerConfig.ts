@@ -365,7 +365,13 @@ export const readConfigFile = (file: string) =>
   Effect.gen(function*() {
     const text = yield* Effect.try({
       try: () => Fs.readFileSync(file, "utf8"),
-      catch: (e) => new ConfigInvalid({ source: file, reason: `cannot read it (${e instanceof Error ? e.message : String(e)})` })
+      catch: (e) =>
+        new ConfigInvalid({
+          source: file,
+          reason: (e as NodeJS.ErrnoException).code === "EISDIR"
+            ? "is a directory; give the JSON config file (docs/server.md)"
+            : `cannot read it (${e instanceof Error ? e.message : String(e)})`
+        })
     })
     const json = yield* Effect.try({
       try: (): unknown => JSON.parse(text),
@@ -473,7 +479,7 @@ export const tokenFromFile = (file: string): Effect.Effect<
     return Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
       Effect.mapError(unusable),
       Effect.zipRight(createTokenFile(file)),
-      Effect.map((found) => ({ ...found, madeDirectory }))
+      Effect.map((found) => ({ ...found, madeDirectory, held: null }))
     )
   })
   return Effect.suspend(() => {
@@ -483,14 +489,15 @@ export const tokenFromFile = (file: string): Effect.Effect<
     const held = inUseMark(file)
     // The marks of killed processes are swept here too, so restarts after SIGKILL do not pile them up.
     liveMarks(file)
-    return Effect.try({ try: () => Fs.writeFileSync(held, "", { flag: "wx" }), catch: unusable }).pipe(
-      Effect.zipRight(Effect.try({ try: () => Fs.readFileSync(file, "utf8").trim(), catch: (e) => e })),
+    const fileSystem = (e: unknown) => new FileSystemError({ code: (e as NodeJS.ErrnoException).code, cause: e })
+    return Effect.try({ try: () => Fs.writeFileSync(held, "", { flag: "wx" }), catch: fileSystem }).pipe(
+      Effect.zipRight(Effect.try({ try: () => Fs.readFileSync(file, "utf8").trim(), catch: fileSystem })),
       Effect.matchEffect({
         onSuccess: (token) => Effect.succeed({ token, created: false, madeDirectory: null, held }),
         onFailure: (e) => {
           Fs.rmSync(held, { force: true })
           // Removed between the look and the read: created here after all.
-          return (e as NodeJS.ErrnoException).code === "ENOENT" ? create : Effect.fail(e instanceof ConfigInvalid ? e : unusable(e))
+          return e.code === "ENOENT" ? create : Effect.fail(unusable(e.cause))
         }
       })
     )
