@@ -490,10 +490,12 @@ export const tokenFromFile = (file: string): Effect.Effect<
     // The marks of killed processes are swept here too, so restarts after SIGKILL do not pile them up.
     liveMarks(file)
     const fileSystem = (e: unknown) => new FileSystemError({ code: (e as NodeJS.ErrnoException).code, cause: e })
-    return Effect.try({ try: () => Fs.writeFileSync(held, "", { flag: "wx" }), catch: fileSystem }).pipe(
-      Effect.zipRight(Effect.try({ try: () => Fs.readFileSync(file, "utf8").trim(), catch: fileSystem })),
+    // A directory this process may not write (a token file provisioned read-only) takes no mark: the file is read
+    // all the same (it was not created by a serve that could not write there either, so no cleanup removes it).
+    const marked = Either.isRight(Either.try(() => Fs.writeFileSync(held, "", { flag: "wx" })))
+    return Effect.try({ try: () => Fs.readFileSync(file, "utf8").trim(), catch: fileSystem }).pipe(
       Effect.matchEffect({
-        onSuccess: (token) => Effect.succeed({ token, created: false, madeDirectory: null, held }),
+        onSuccess: (token) => Effect.succeed({ token, created: false, madeDirectory: null, held: marked ? held : null }),
         onFailure: (e) => {
           Fs.rmSync(held, { force: true })
           // Removed between the look and the read: created here after all.
