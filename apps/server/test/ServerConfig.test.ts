@@ -54,7 +54,7 @@ describe("ServerConfig", () => {
       expect(settings.providers.map((p) => p.name)).toEqual(["codex", "claude"])
       expect(settings.limits.maxBodyBytes).toBe(2 * 1024 * 1024)
       const tokenFile = Path.join(dir, "token")
-      expect(settings.auth.source).toEqual({ _tag: "file", path: tokenFile, created: true, madeDirectory: null })
+      expect(settings.auth.source).toEqual({ _tag: "file", path: tokenFile, created: true, madeDirectory: null, held: null })
       expect(Fs.statSync(tokenFile).mode & 0o777).toBe(0o600)
       expect(Fs.readFileSync(tokenFile, "utf8").trim()).toBe(Redacted.value(settings.auth.adminToken))
       expect(Redacted.value(settings.auth.adminToken)).toMatch(/^[A-Za-z0-9_-]{43}$/)
