@@ -106,7 +106,8 @@ describe("baton --server (the CLI as a client)", () => {
       expect(compacted).toMatchObject({ code: 0, stderr: "" })
       expect(compacted.stdout).toMatch(/^compacted: used [\d,]+ -> [\d,]+; delivered 0 items 0 tok, omitted 0 items, still deferred 0 handoffs\n$/)
       expect(JSON.parse(compactedJson.stdout)).toMatchObject({ compacted: true, deliveredItems: 0, stillDeferred: 0 })
-      expect(offloaded.stdout).toMatch(/^Nothing was offloaded: the \d+ item\(s\) after the start hold \d+ tokens.*The conversation is unchanged\.\nnothing: nothing to offload/)
+      // The reason once (the message says it), then the operation (b48srv: `nothing: nothing to offload: …` repeated it).
+      expect(offloaded.stdout).toMatch(/^Nothing was offloaded: the \d+ item\(s\) after the start hold \d+ tokens.*The conversation is unchanged\.\noperation \S+\n$/)
       expect(listed.stdout).toMatch(new RegExp(`^${threadId}  \\S+Z +2 runs +4 items  over http\\n$`))
       expect(shown.stdout.split("\n").slice(0, 2)).toEqual([`thread ${threadId}: over http`, expect.stringMatching(/^ {2}2 runs, 4 items, created /)])
       expect(shown.stdout).toContain("  provider codex: window 44000, synced through run 1")
