@@ -213,23 +213,35 @@ export const compactReport = (r: CompactReport) => {
 
 /**
  * `/offload`'s report: the server's message for the user (e.g. "Offloaded 6 older messages, freeing up context window
- * space. Conversation: ~1.0K -> ~250 tokens (75% decrease), 4 messages kept."), then what the summary covers and what
- * stays verbatim (tokens are rendered tokens), the operation id (not for a preview, which stores none) and the
- * summariser's cost.
+ * space. Conversation: ~1.0K -> ~250 tokens (75% decrease), 4 messages kept."), then what the summary covers (or, for
+ * a preview, would cover) and what stays verbatim (tokens are rendered tokens), the operation id (not for a preview,
+ * which stores none) and the summariser's cost. The reason of an outcome that offloaded nothing is on the second line
+ * only when the message does not already say it: it was printed twice (`Nothing was offloaded: X. …` then `nothing:
+ * nothing to offload: X`), and a preview that would offload said `preview: nothing to do` under it (b48srv).
  */
 export const offloadReport = (r: OffloadReport) => {
   const cost = r.cost === null
-    ? ""
-    : `; summariser ${r.cost.calls} call(s) ${n(r.cost.inputTokens + r.cost.cacheWriteTokens + r.cost.cacheReadTokens)} in / ` +
+    ? null
+    : `summariser ${r.cost.calls} call(s) ${n(r.cost.inputTokens + r.cost.cacheWriteTokens + r.cost.cacheReadTokens)} in / ` +
       `${n(r.cost.outputTokens)} out tok${r.cost.costUsd === null ? "" : ` $${r.cost.costUsd}`} (${r.cost.state})`
+  const covers = (verb: string, summary: string) =>
+    `${verb} through item ${r.cutSeq ?? "-"}: ${items(r.coveredItems)} ${n(r.coveredTokens)} tok -> ${summary} ${n(r.summaryTokens)} tok; ` +
+    `kept ${items(r.keptItems)} ${n(r.keptTokens)} tok verbatim (asked ${n(r.keepTokens)})`
+  const reason = r.reason ?? "nothing to do"
+  const said = r.message.includes(reason.replace(/^nothing (to offload|worth offloading): /, ""))
   const detail = r.offloaded
-    ? `offloaded through item ${r.cutSeq ?? "-"}: ${items(r.coveredItems)} ${n(r.coveredTokens)} tok -> summary ${r.summaryItemId ?? "-"} ` +
-      `${n(r.summaryTokens)} tok; kept ${items(r.keptItems)} ${n(r.keptTokens)} tok verbatim (asked ${n(r.keepTokens)})`
+    ? covers("offloaded", `summary ${r.summaryItemId ?? "-"}`)
+    : r.outcome === "preview" && r.coveredItems > 0
+    ? covers("would offload", "a summary of about")
     : r.outcome === "running"
     ? "running: the summary is being written or committed"
-    : `${r.outcome}: ${r.reason ?? "nothing to do"}`
+    : said
+    ? null
+    : `${r.outcome}: ${reason}`
   // A preview is not an operation (nothing is stored under its id: `--get` would answer "no /offload operation").
-  return `${r.message}\n${detail}${r.outcome === "preview" ? "" : `; operation ${r.operationId}`}${cost}`
+  const operation = r.outcome === "preview" ? null : `operation ${r.operationId}`
+  const second = [detail, operation, cost].filter((part) => part !== null).join("; ")
+  return second === "" ? r.message : `${r.message}\n${second}`
 }
 
 /**
@@ -396,6 +408,22 @@ export const threadsDocument = (threads: ReadonlyArray<{ readonly thread: Thread
 
 /** `baton thread show --json`: the thread's snapshot as `GET /threads/{id}` serves it. */
 export const snapshotDocument = (snapshot: ThreadSnapshot): string => JSON.stringify(Schema.encodeSync(ThreadSnapshotSchema)(snapshot))
+
+/** Where Claude Code and pi keep their sessions, for a user without the sample transcripts. */
+const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
+  "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"
+
+/**
+ * `baton demo`'s refusal when its transcript `file` is not in the samples directory `samples`: where it looked (the
+ * directory `--samples DIR` gave, or the default beside the repository: `byDefault`), that `--samples DIR` says where
+ * they are (the default's message did not name the flag: b48srv), and how to replay one's own sessions instead.
+ * Found by a newcomer's walk (b46ux): `--samples DIR` was told the samples "are not beside this repository".
+ */
+export const samplesMissing = (samples: string, file: string, byDefault: boolean): string =>
+  byDefault
+    ? `the sample transcripts are not beside this repository (no ${file}); pass --samples DIR where they are, ` +
+      `or replay one of your own agent sessions instead: ${ownSessions}`
+    : `the sample transcripts are not in ${samples} (no ${file}); replay one of your own agent sessions instead: ${ownSessions}`
 
 /**
  * The JSON document a command given `--json` prints on stdout when it exits 2 (its `baton: <message>` line still goes

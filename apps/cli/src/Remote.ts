@@ -8,7 +8,7 @@
  * 404, 409, 400 — the `message` every Baton error body carries), or "cannot reach the Baton server at URL" when
  * nothing answered. A `send` whose run ends failed or interrupted exits 1.
  */
-import { Api, ClientTool, type ItemId, type OpenToolCall, type ProviderInstance, type RunId, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, type ToolResultOffloadControl, terminalRunStatuses } from "@baton/contracts"
+import { Api, ClientTool, type ItemId, type OpenToolCall, type ProviderInstance, type RunId, type RunNotFound, RunView, type Thread, ThreadEvent, type ThreadId, ToolResult, type ToolResultOffloadControl, terminalRunStatuses } from "@baton/contracts"
 import { Sse } from "@effect/experimental"
 import { HttpApiClient, HttpClient, HttpClientError, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Console, Data, DateTime, Duration, Effect, Either, Option, ParseResult, Ref, Schedule, Schema, Stream } from "effect"
@@ -128,6 +128,9 @@ const api = (target: Target) =>
 /** The error body's `message` (every Baton error body has one), else the first 200 characters of the body. */
 const ErrorBody = Schema.parseJson(Schema.Struct({ message: Schema.String }))
 
+/** A Baton boundary error's body: its `_tag` and `message` (and its fields, kept). */
+const TaggedBody = Schema.Struct({ _tag: Schema.String, message: Schema.String })
+
 /**
  * A failure as the user should read it: the server's sentence for an error it answered (the decoded boundary error's
  * `message`, the same text as the body's), a 400 schema error with the field path, input the API's schema refused
@@ -164,10 +167,22 @@ const explain = (target: Target) => (error: unknown): RemoteFailure => {
     if (tagged._tag === "ThreadNotFound" && "threadId" in error) {
       return new RemoteFailure({ message: `thread ${String(error.threadId)} not found (list threads with \`baton --server ${target.url} threads\`)` })
     }
+    if (tagged._tag === "RunNotFound" && "runId" in error) return new RemoteFailure({ message: runNotFound(target, error as RunNotFound) })
     if (typeof tagged.message === "string" && tagged.message !== "") return new RemoteFailure({ message: oneLine(tagged.message) })
     return new RemoteFailure({ message: `the server answered ${tagged._tag}` })
   }
   return new RemoteFailure({ message: oneLine(String(error)) })
+}
+
+/**
+ * `RunNotFound` as this client's user reads it: the server's hint names its API (`GET /threads/{id}/runs`); here the
+ * command that shows a thread's runs on this server (`baton --server URL thread show THREAD`).
+ */
+const runNotFound = (target: Target, error: RunNotFound): string => {
+  const show = (thread: string) => `\`baton --server ${target.url} thread show ${thread}\``
+  if (error.threadId === undefined) return `run ${error.runId} not found (list a thread's runs with ${show("THREAD")})`
+  if (error.ownerThreadId === undefined) return `run ${error.runId} not found on thread ${error.threadId} (its runs: ${show(error.threadId)})`
+  return `run ${error.runId} is not a run of thread ${error.threadId}: it belongs to thread ${error.ownerThreadId}; give that thread's id with it`
 }
 
 /** Runs `self` against `target`, every failure turned into a `RemoteFailure` phrased for the user. */
@@ -208,15 +223,25 @@ export const threads = (target: Target, json = false) =>
 
 /**
  * A JSON argument given inline (text starting with `[` or `{`) or as the path of a file holding it, decoded with
- * `schema`; `what` names it in the one-line failure (a file that cannot be read, JSON that does not parse, a field
- * that does not match, with its path).
+ * `schema`; `what` names it in the one-line failure (a value that is neither inline JSON nor a file, saying what the
+ * flag accepts; a file that cannot be read; JSON that does not parse; a field that does not match, with its path).
  */
 const jsonArgument = <A, I>(what: string, text: string, schema: Schema.Schema<A, I>, shape?: string) =>
   Effect.gen(function*() {
     const trimmed = text.trimStart()
+    const unreadable = (e: unknown) => {
+      const code = (e as NodeJS.ErrnoException).code
+      // `--results notjson` said only "ENOENT: no such file or directory" (b48srv): the value was meant as JSON.
+      return new RemoteFailure({
+        message: code === "ENOENT" || code === "EISDIR"
+          ? `${what}: '${oneLine(text).slice(0, 80)}' is neither JSON nor a file: give ${shape ?? "the JSON"} inline ` +
+            "(starting with [ or {), or the path of a file holding it"
+          : `${what}: cannot read ${text} (${oneLine(String(e instanceof Error ? e.message : e))})`
+      })
+    }
     const source = trimmed.startsWith("[") || trimmed.startsWith("{")
       ? text
-      : yield* Effect.try({ try: () => Fs.readFileSync(text, "utf8"), catch: (e) => new RemoteFailure({ message: `${what}: cannot read ${text} (${oneLine(String(e instanceof Error ? e.message : e))})` }) })
+      : yield* Effect.try({ try: () => Fs.readFileSync(text, "utf8"), catch: unreadable })
     return yield* Schema.decodeUnknown(Schema.parseJson(schema))(source).pipe(
       Effect.mapError((e) => new RemoteFailure({ message: `${what}: ${shape === undefined ? oneLine(e.message) : `expected ${shape}; ${deepestIssue(e)}`}` }))
     )
@@ -592,6 +617,10 @@ const eventStream = (
     if (!batonLike(response)) return yield* notBaton(target, response)
     if (response.status !== 200) {
       const text = yield* response.text
+      // A Baton error (`_tag`, `message`) is explained as every other answer is: `baton events --thread X` of an
+      // unknown thread named the API's list (GET /threads), not this client's command (b48srv).
+      const tagged = Option.liftThrowable((t: string): unknown => JSON.parse(t))(text).pipe(Option.filter(Schema.is(TaggedBody)))
+      if (Option.isSome(tagged)) return yield* explain(target)(tagged.value)
       const body = Schema.decodeUnknownOption(ErrorBody)(text)
       const words = Option.match(body, { onNone: () => `${response.status} ${oneLine(text).slice(0, 200)}`, onSome: (b) => oneLine(b.message) })
       return yield* new RemoteFailure({ message: response.status === 401 ? `${words} (pass --token or set BATON_TOKEN)` : words })

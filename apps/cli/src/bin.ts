@@ -10,7 +10,7 @@
  * `send`, `switch`, `compact`, `offload`, `events` talk to a Baton server over HTTP instead (see Remote).
  */
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
-import { Cause, Console, Effect, Either, Layer, Option } from "effect"
+import { Cause, Console, Effect, Either, Layer, Option, Redacted } from "effect"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -100,10 +100,6 @@ const badInput = badInputAs(false)
 /** Prints `baton: <message>` on stderr and sets exit code 2 for a typed failure (not a defect): a server that could not start. */
 const startFailure = <A, E extends { readonly message: string }, R>(self: Effect.Effect<A, E, R>) =>
   Effect.catchAll(self, (e) => Effect.zipRight(Console.error(`baton: ${oneLine(e.message)}`), Effect.sync(() => void (process.exitCode = 2))))
-
-/** Where Claude Code and pi keep their sessions, for a user without the sample transcripts. */
-const ownSessions = "pnpm baton replay ~/.claude/projects/<project-dir>/<session-id>.jsonl (Claude Code) or " +
-  "pnpm baton replay ~/.pi/agent/sessions/<project-dir>/<timestamp>_<session-id>.jsonl (pi)"
 
 /**
  * An integer flag read in decimal digits only (an optional leading `-`): `Options.integer` reads its value with
@@ -281,12 +277,7 @@ const demo = Command.make(
     const file = demoTranscript(samples)
     return Fs.existsSync(file)
       ? runReplay({ ...o, file })
-      : Effect.fail({
-        // Where the user said they are (`--samples DIR`), or the default beside the repository. Found by a newcomer's
-        // walk (b46ux): `--samples DIR` was told the samples "are not beside this repository".
-        message: `the sample transcripts are not ${samples === defaultSamples ? "beside this repository" : `in ${samples}`} (no ${file}); ` +
-          `replay one of your own agent sessions instead: ${ownSessions}`
-      }).pipe(badInputAs(o.json))
+      : Effect.fail({ message: Format.samplesMissing(samples, file, samples === defaultSamples) }).pipe(badInputAs(o.json))
   }
 ).pipe(Command.withDescription("replays the sample pi session (../shared/transcripts/raw/pi/before-compaction.jsonl)"))
 
@@ -319,15 +310,51 @@ const remoteTarget: Effect.Effect<Option.Option<Remote.Target>, never, Command.C
     token: Option.orElse(g.token, () => fromEnv("BATON_TOKEN"))
   })))
 
-/** Runs `f` against the server when there is one (with an HTTP client), else `inProcess`. */
+/**
+ * The database flag given with a server (`--db`, `--data-dir` or `--database-url`, the command's own or before it),
+ * as the refusal says it, or `undefined`: none given.
+ */
+const databaseFlag = (options: ReadonlyArray<DatabaseOptions>): string | undefined => {
+  for (const o of options) {
+    if (Option.isSome(o.db)) return `--db ${o.db.value}`
+    if (Option.isSome(o.dataDir)) return `--data-dir ${o.dataDir.value}`
+    if (Option.isSome(o.databaseUrl)) return "--database-url"
+  }
+  return undefined
+}
+
+/**
+ * Runs `f` against the server when there is one (with an HTTP client), else `inProcess`. With a server, a database
+ * flag (`command`'s or the root's) contradicts it: the server reads its own database, and `baton --server URL threads
+ * --db X` listed the server's threads, not X's, without a word (b48srv). Without a server, `--token` has nobody to go
+ * to. Both refused (a `{ message }`, exit 2) before anything is read or asked.
+ */
 const remoteOr = <A, E, R, A2, E2, R2>(
   f: (target: Remote.Target) => Effect.Effect<A, E, R>,
-  inProcess: Effect.Effect<A2, E2, R2>
+  inProcess: Effect.Effect<A2, E2, R2>,
+  command?: DatabaseOptions
 ) =>
-  Effect.flatMap(remoteTarget, (target): Effect.Effect<A | A2, E | E2 | Remote.RemoteFailure, Exclude<R, HttpClient.HttpClient> | R2> =>
-    Option.isSome(target)
-      ? Effect.provide(Effect.zipRight(Remote.checkTarget(target.value), f(target.value)), NodeHttpClient.layerUndici)
-      : inProcess)
+  Effect.flatMap(Effect.zip(remoteTarget, root), ([target, g]): Effect.Effect<
+    A | A2,
+    E | E2 | Remote.RemoteFailure | { readonly message: string },
+    Exclude<R, HttpClient.HttpClient> | R2
+  > => {
+    if (Option.isNone(target)) {
+      // `--token` is what a client sends to a server: without one it was ignored in silence.
+      return Option.isSome(g.token)
+        ? Effect.fail({ message: "--token is sent to a Baton server: pass --server URL too (or set BATON_SERVER), or drop --token to read the database in this process" })
+        : inProcess
+    }
+    const flag = databaseFlag(command === undefined ? [g] : [command, g])
+    if (flag !== undefined) {
+      const server = Option.isSome(g.server) ? `--server ${target.value.url}` : `BATON_SERVER (${target.value.url})`
+      return Effect.fail({
+        message: `${flag} and ${server} contradict: with a server the command reads the server's database, not this one; ` +
+          `drop ${flag.split(" ")[0]}, or ${Option.isSome(g.server) ? "--server" : "unset BATON_SERVER"} to read the database in this process`
+      })
+    }
+    return Effect.provide(Effect.zipRight(Remote.checkTarget(target.value), f(target.value)), NodeHttpClient.layerUndici)
+  })
 
 /** A command that only a server can carry out: without `--server`/`BATON_SERVER` it fails naming both. */
 const remoteOnly = (name: string) => <A, E, R>(f: (target: Remote.Target) => Effect.Effect<A, E, R>) =>
@@ -380,7 +407,7 @@ const threads = Command.make(
           const items = yield* store.countItems(t.id)
           yield* Console.log(Format.threadLine(t, runs.length, items))
         }
-      }))).pipe(badInputAs(o.json))
+      })), o).pipe(badInputAs(o.json))
 )
 
 const threadShow = Command.make(
@@ -404,7 +431,7 @@ const threadShow = Command.make(
         const items = yield* store.countItems(thread.value.id)
         const costs = yield* store.listRunCosts(thread.value.id)
         yield* Console.log(Format.threadShow(thread.value, providerThreads, natives.flat(), runs, items, { all: costs, totals: RunCosts.total(costs) }))
-      }))).pipe(badInputAs(o.json))
+      })), o).pipe(badInputAs(o.json))
 )
 
 const threadCreate = Command.make(
@@ -443,7 +470,7 @@ const handoffs = Command.make(
         const providerThreads = yield* store.listProviderThreads(found.value.id)
         const natives = yield* Effect.forEach(providerThreads, (p) => store.listNativeThreads(p.id))
         yield* Console.log(Format.handoffs(list, deliveries, providerThreads, natives.flat()))
-      }))).pipe(badInput)
+      })), o).pipe(badInput)
 )
 
 const jsonOption = (what: string) => Options.boolean("json").pipe(Options.withDescription(what))
@@ -646,6 +673,21 @@ const events = Command.make(
   (o) => remoteOnly("events")((target) => Remote.events(target, o.thread, o.follow, o.json)).pipe(badInputAs(o.json))
 ).pipe(Command.withDescription("prints the event log (of one thread or all), then with --follow the live tail (needs --server)"))
 
+/**
+ * `baton --server URL serve` and `baton --token T serve` are refused (a `{ message }`, exit 2): the client's flags
+ * before `serve` were ignored in silence, and it served this machine's database with another token (b48srv).
+ * `BATON_SERVER` set in the environment is a client's setting and does not stop a server.
+ */
+const serveRefusesClientFlags = Effect.flatMap(root, (g) =>
+  Option.isSome(g.server)
+    ? Effect.fail({ message: serverIgnored("serve") })
+    : Option.isSome(g.token)
+    ? Effect.fail({
+      message: "`baton serve` takes its admin token from BATON_TOKEN or the config file's auth.token (else its token file), " +
+        "not --token: --token is what a client sends to --server"
+    })
+    : Effect.void)
+
 /** `--port N` (0..65535, ServerConfig checks the range; 0: any free port). */
 const portOption = integerOption("port", "an integer from 0 to 65535", "port (default 8787; 0: any free port)").pipe(Options.optional)
 
@@ -659,14 +701,19 @@ const serve = Command.make(
   {
     host: Options.text("host").pipe(Options.withDescription("address to bind (default 127.0.0.1: loopback only)"), Options.optional),
     port: portOption,
-    // Read (and a missing or unreadable file refused, one `baton: FILE: …` line) by ServerConfig.
-    config: Options.file("config").pipe(Options.withDescription("JSON config file (see docs/server.md)"), Options.optional),
+    // Read (and a missing or unreadable file refused, one `baton: FILE: …` line) by ServerConfig. A path, not
+    // `Options.file`, which takes a regular file only: `--config <(generate-config)` (a FIFO) was refused (b48srv).
+    config: Options.text("config").pipe(
+      Options.withPseudoName("file"),
+      Options.withDescription("JSON config file, or any readable path such as a pipe (see docs/server.md)"),
+      Options.optional
+    ),
     db: dbOption,
     dataDir: dataDirOption,
     databaseUrl: databaseUrlOption
   },
   (command) =>
-    databaseOptions(command).pipe(
+    Effect.zipRight(serveRefusesClientFlags, databaseOptions(command)).pipe(
       Effect.map((o): ServerConfig.ServeFlags => ({
         host: Option.getOrUndefined(o.host),
         port: Option.getOrUndefined(o.port),
@@ -686,7 +733,12 @@ const serve = Command.make(
       Effect.flatMap((settings) =>
         settings === undefined
           ? Effect.void
-          : Server.run(settings).pipe(Effect.tapError(() => ServerConfig.removeCreatedTokenFile(settings.auth.source)), startFailure))
+          : Server.run(settings).pipe(
+            Effect.tapError(() => ServerConfig.removeCreatedTokenFile(settings.auth.source, Redacted.value(settings.auth.adminToken))),
+            // The in-use mark on a token file another serve created goes when this one stops, however it stops.
+            Effect.ensuring(ServerConfig.releaseTokenFile(settings.auth.source)),
+            startFailure
+          ))
     )
 ).pipe(Command.withDescription("serves the HTTP API (default http://127.0.0.1:8787; see docs/server.md)"))
 

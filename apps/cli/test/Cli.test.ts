@@ -191,6 +191,35 @@ describe("baton (process)", () => {
     Fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
+  // b48srv: `baton --server URL threads --db X` listed the server's threads without a word about X, and
+  // `baton --server URL serve` (or `--token T serve`) served this machine's database, the flag ignored.
+  it("a database flag beside --server, and --server or --token before serve, are refused: one line, exit 2, nothing written", async () => {
+    const dir = tmp()
+    const db = Path.join(dir, "b.sqlite")
+    const server = "http://127.0.0.1:1"
+    const contradict = (flag: string) =>
+      `${flag} and --server ${server} contradict: with a server the command reads the server's database, not this one; ` +
+      `drop ${flag.split(" ")[0]}, or --server to read the database in this process`
+    const cases: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+      [["--server", server, "threads", "--db", db], contradict(`--db ${db}`)],
+      [["--server", server, "--data-dir", dir, "thread", "show", "thr_x"], contradict(`--data-dir ${dir}`)],
+      [["--server", server, "handoffs", "thr_x", "--database-url", "postgres://127.0.0.1:1/x"], contradict("--database-url")],
+      [["--server", server, "--db", db, "send", "thr_x", "hi"], contradict(`--db ${db}`)],
+      [["--token", "0123456789abcdef0123", "threads", "--db", db],
+        "--token is sent to a Baton server: pass --server URL too (or set BATON_SERVER), or drop --token to read the database in this process"],
+      [["--server", server, "serve", "--port", "0", "--data-dir", dir],
+        "`baton serve` runs in this process on the database (--db, --data-dir or --database-url), not on a server: " +
+        "--server is for threads, thread show, handoffs and the commands that need a server"],
+      [["--token", "0123456789abcdef0123", "serve", "--port", "0", "--data-dir", dir],
+        "`baton serve` takes its admin token from BATON_TOKEN or the config file's auth.token (else its token file), " +
+        "not --token: --token is what a client sends to --server"]
+    ]
+    const results = await Promise.all(cases.map(([args]) => baton(args)))
+    expect(results.map((r) => [r.code, r.stdout, r.stderr])).toEqual(cases.map(([, message]) => [2, "", `baton: ${message}\n`]))
+    expect(Fs.readdirSync(dir)).toEqual([])
+    Fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
   // Found in review: the rewording of @effect/cli's usage errors wrapped the console of the whole program, so every
   // log line a command wrote (the pretty logger writes through Console.error) came out as `baton: [12:00:00.000] INFO
   // …`, and a logged cause, printed over several lines in one call, was cut to its first line.

@@ -106,7 +106,8 @@ describe("baton --server (the CLI as a client)", () => {
       expect(compacted).toMatchObject({ code: 0, stderr: "" })
       expect(compacted.stdout).toMatch(/^compacted: used [\d,]+ -> [\d,]+; delivered 0 items 0 tok, omitted 0 items, still deferred 0 handoffs\n$/)
       expect(JSON.parse(compactedJson.stdout)).toMatchObject({ compacted: true, deliveredItems: 0, stillDeferred: 0 })
-      expect(offloaded.stdout).toMatch(/^Nothing was offloaded: the \d+ item\(s\) after the start hold \d+ tokens.*The conversation is unchanged\.\nnothing: nothing to offload/)
+      // The reason once (the message says it), then the operation (b48srv: `nothing: nothing to offload: …` repeated it).
+      expect(offloaded.stdout).toMatch(/^Nothing was offloaded: the \d+ item\(s\) after the start hold \d+ tokens.*The conversation is unchanged\.\noperation \S+\n$/)
       expect(listed.stdout).toMatch(new RegExp(`^${threadId}  \\S+Z +2 runs +4 items  over http\\n$`))
       expect(shown.stdout.split("\n").slice(0, 2)).toEqual([`thread ${threadId}: over http`, expect.stringMatching(/^ {2}2 runs, 4 items, created /)])
       expect(shown.stdout).toContain("  provider codex: window 44000, synced through run 1")
@@ -212,6 +213,13 @@ describe("baton --server (the CLI as a client)", () => {
       // The hint names the command that lists this server's threads, not the in-process `baton threads`.
       const hint = `thread thr_unknown not found (list threads with \`baton --server ${url} threads\`)`
       expect([unknown.code, unknown.stderr, JSON.parse(unknown.stdout)]).toEqual([2, `baton: ${hint}\n`, { error: { code: "bad_input", message: hint } }])
+      // `events --thread` of an unknown thread named the API's list (GET /threads) (b48srv).
+      const events = yield* baton([...admin, "events", "--thread", "thr_unknown", "--json"])
+      expect([events.code, events.stderr, JSON.parse(events.stdout)]).toEqual([2, `baton: ${hint}\n`, { error: { code: "bad_input", message: hint } }])
+      // An unknown run had the API's hint, or none (b48srv): here the command that shows the thread's runs.
+      const results = yield* baton([...admin, "tool-results", threadId, "run_unknown", "--results", `[{"toolCallId":"call_1","output":"ok"}]`, "--json"])
+      const runHint = `run run_unknown not found on thread ${threadId} (its runs: \`baton --server ${url} thread show ${threadId}\`)`
+      expect([results.code, results.stderr, JSON.parse(results.stdout)]).toEqual([2, `baton: ${runHint}\n`, { error: { code: "bad_input", message: runHint } }])
     }).pipe(Effect.provide(serve(h)))
   }, 60_000)
 

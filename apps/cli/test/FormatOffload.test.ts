@@ -75,21 +75,52 @@ describe("a retried provider request", () => {
 describe("baton offload --preview / /offload lines", () => {
   // The server's answer to `POST /threads/{id}/offload {"keepTokens":8000,"dryRun":true}` (a fresh server, 2 runs).
   const preview = {
-    operationId: "cmd_1688bcb3-2183-4a4f-9fd5-bde5f5f0b57b", outcome: "preview", message: "Nothing would be offloaded: nothing to do.",
+    operationId: "cmd_1688bcb3-2183-4a4f-9fd5-bde5f5f0b57b", outcome: "preview",
+    message: "Nothing would be offloaded: the 4 item(s) after the start hold 32 tokens, within the 8000 kept verbatim.",
     offloaded: false, reason: "nothing to offload: the 4 item(s) after the start hold 32 tokens, within the 8000 kept verbatim",
     offloadId: null, summaryItemId: null, cutSeq: null, coveredItems: 0, coveredTokens: 0, summaryTokens: 0, keptItems: 4,
     keptTokens: 32, keepTokens: 8000, movedForToolUnits: 0, supersededHandoffIds: [], handoffIds: [], coveredItemIds: [],
     tokensBefore: 32, tokensAfter: 32, cacheRewriteTokens: 0, cacheRewriteUsd: null, cost: null, retryable: false
   } as unknown as OffloadReport
 
-  it("a preview names no operation id (none is stored: `--get` of it answers 404)", () => {
-    expect(Format.offloadReport(preview)).toBe(
+  // b48srv: the reason came twice (the message says it, then `preview: nothing to offload: …` / `nothing: …` again).
+  it("a preview of nothing is its message alone, naming no operation id (none is stored: `--get` of it answers 404)", () => {
+    expect(Format.offloadReport(preview)).toBe("Nothing would be offloaded: the 4 item(s) after the start hold 32 tokens, within the 8000 kept verbatim.")
+    // A server whose message does not say the reason (older ones said "nothing to do"): the reason follows.
+    expect(Format.offloadReport({ ...preview, message: "Nothing would be offloaded: nothing to do." })).toBe(
       "Nothing would be offloaded: nothing to do.\n" +
         "preview: nothing to offload: the 4 item(s) after the start hold 32 tokens, within the 8000 kept verbatim"
     )
   })
 
-  it("an operation names its id, which `--get` reads", () => {
-    expect(Format.offloadReport({ ...preview, outcome: "nothing", operationId: "op-1" })).toContain("; operation op-1")
+  it("an offload of nothing: its message, then only the operation id, which `--get` reads", () => {
+    expect(Format.offloadReport({
+      ...preview,
+      outcome: "nothing",
+      operationId: "op-1",
+      message: "Nothing was offloaded: the 25 tokens before the cut are fewer than their summary (38 tokens). The conversation is unchanged.",
+      reason: "nothing worth offloading: the 25 tokens before the cut are fewer than their summary (38 tokens)"
+    })).toBe(
+      "Nothing was offloaded: the 25 tokens before the cut are fewer than their summary (38 tokens). The conversation is unchanged.\n" +
+        "operation op-1"
+    )
+  })
+
+  // b48srv: a preview that would offload printed `preview: nothing to do` under its message.
+  it("a preview that would offload: what it would cover and keep, not `preview: nothing to do`", () => {
+    const message = "Would offload 2 older messages (items up to #2). Conversation: ~43 -> ~42 tokens (2% decrease) estimated, 2 messages " +
+      "kept; the provider's prompt cache is rewritten once (49 input-token equivalents). Nothing was changed."
+    expect(Format.offloadReport({
+      ...preview,
+      message,
+      reason: null,
+      cutSeq: 2,
+      coveredItems: 2,
+      coveredTokens: 25,
+      summaryTokens: 24,
+      keptItems: 2,
+      keptTokens: 18,
+      keepTokens: 10
+    } as OffloadReport)).toBe(`${message}\nwould offload through item 2: 2 items 25 tok -> a summary of about 24 tok; kept 2 items 18 tok verbatim (asked 10)`)
   })
 })

@@ -27,4 +27,20 @@ describe("a JSON argument that does not match", () => {
       [2, "", `${resultsShape}; [0].toolCallId: Expected string, actual 1\n`]
     ])
   }, 60_000)
+
+  // b48srv: a value that is neither JSON nor a file said "cannot read notjson (ENOENT: no such file or directory …)".
+  it("a value that is neither inline JSON nor a file says what the flag accepts, exit 2", async () => {
+    const [results, tools, directory] = await Promise.all([
+      runBaton([...server, "tool-results", "thr_x", "run_x", "--results", "notjson"]),
+      runBaton([...server, "thread", "create", "--provider", "p", "--tools", "read_file"]),
+      runBaton([...server, "tool-results", "thr_x", "run_x", "--results", "."])
+    ])
+    const resultsShape = "a JSON array of {\"toolCallId\", \"output\", \"isError\"?} or {\"results\": [...]}"
+    expect([results, tools, directory].map((r) => [r.code, r.stdout, r.stderr])).toEqual([
+      [2, "", `baton: --results: 'notjson' is neither JSON nor a file: give ${resultsShape} inline (starting with [ or {), or the path of a file holding it\n`],
+      [2, "", "baton: --tools: 'read_file' is neither JSON nor a file: give a JSON array of {\"name\", \"description\", \"inputSchema\"} " +
+        "inline (starting with [ or {), or the path of a file holding it\n"],
+      [2, "", `baton: --results: '.' is neither JSON nor a file: give ${resultsShape} inline (starting with [ or {), or the path of a file holding it\n`]
+    ])
+  }, 60_000)
 })

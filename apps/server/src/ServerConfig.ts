@@ -242,6 +242,11 @@ export type TokenSource =
     readonly created: boolean
     /** The outermost directory created for the token file (`null`: none; its directory existed). */
     readonly madeDirectory: string | null
+    /**
+     * The in-use mark this process holds on a token file another process created (`null`: none, it created the file):
+     * while it exists, that process's cleanup leaves the file (`removeCreatedTokenFile`). Removed by `releaseTokenFile`.
+     */
+    readonly held: string | null
   }
 
 /** The database the server opens. */
@@ -360,7 +365,13 @@ export const readConfigFile = (file: string) =>
   Effect.gen(function*() {
     const text = yield* Effect.try({
       try: () => Fs.readFileSync(file, "utf8"),
-      catch: (e) => new ConfigInvalid({ source: file, reason: `cannot read it (${e instanceof Error ? e.message : String(e)})` })
+      catch: (e) =>
+        new ConfigInvalid({
+          source: file,
+          reason: (e as NodeJS.ErrnoException).code === "EISDIR"
+            ? "is a directory; give the JSON config file (docs/server.md)"
+            : `cannot read it (${e instanceof Error ? e.message : String(e)})`
+        })
     })
     const json = yield* Effect.try({
       try: (): unknown => JSON.parse(text),
@@ -454,27 +465,89 @@ const unusableTokenFile = (file: string) => (e: unknown) =>
 
 /**
  * The admin token in `file`, or a new one written there (mode 0600, its directory created): `created` whether this
- * call wrote it, `madeDirectory` the outermost directory it created for it (`null`: none). Fails with `ConfigInvalid`
- * when the file cannot be read or written, or holds no usable token.
+ * call wrote it, `madeDirectory` the outermost directory it created for it (`null`: none), `held` the in-use mark it
+ * put beside a file it read (`inUseMark`; `null` when it created the file). Fails with `ConfigInvalid` when the file
+ * cannot be read or written, or holds no usable token.
  */
-export const tokenFromFile = (file: string) => {
+export const tokenFromFile = (file: string): Effect.Effect<
+  { readonly token: string; readonly created: boolean; readonly madeDirectory: string | null; readonly held: string | null },
+  ConfigInvalid
+> => {
   const unusable = unusableTokenFile(file)
-  return Effect.suspend(() => {
-    if (Fs.existsSync(file)) {
-      return Effect.try({ try: () => ({ token: Fs.readFileSync(file, "utf8").trim(), created: false, madeDirectory: null }), catch: unusable })
-    }
+  const create = Effect.suspend(() => {
     const madeDirectory = outermostMissing(Path.dirname(Path.resolve(file)))
     return Database.makeDirectories(Path.dirname(Path.resolve(file))).pipe(
       Effect.mapError(unusable),
       Effect.zipRight(createTokenFile(file)),
-      Effect.map((found) => ({ ...found, madeDirectory }))
+      Effect.map((found) => ({ ...found, madeDirectory, held: null }))
     )
-  }).pipe(Effect.flatMap((found) =>
-    Schema.is(Token)(found.token)
-      ? Effect.succeed(found)
-      : Effect.fail(new ConfigInvalid({ source: file, reason: "the token file holds no usable token (16 to 512 printable ASCII characters)" }))
-  ))
+  })
+  return Effect.suspend(() => {
+    if (!Fs.existsSync(file)) return create
+    // Marked before it is read: a cleanup that has not seen the mark yet has moved the file away first, so the read
+    // below finds no file (or another process's new one) instead of a token about to be deleted.
+    const held = inUseMark(file)
+    // The marks of killed processes are swept here too, so restarts after SIGKILL do not pile them up.
+    liveMarks(file)
+    const fileSystem = (e: unknown) => new FileSystemError({ code: (e as NodeJS.ErrnoException).code, cause: e })
+    // A directory this process may not write (a token file provisioned read-only) takes no mark: the file is read
+    // all the same (it was not created by a serve that could not write there either, so no cleanup removes it).
+    const marked = Either.isRight(Either.try(() => Fs.writeFileSync(held, "", { flag: "wx" })))
+    return Effect.try({ try: () => Fs.readFileSync(file, "utf8").trim(), catch: fileSystem }).pipe(
+      Effect.matchEffect({
+        onSuccess: (token) => Effect.succeed({ token, created: false, madeDirectory: null, held: marked ? held : null }),
+        onFailure: (e) => {
+          Fs.rmSync(held, { force: true })
+          // Removed between the look and the read: created here after all.
+          return e.code === "ENOENT" ? create : Effect.fail(unusable(e.cause))
+        }
+      })
+    )
+  }).pipe(Effect.flatMap((found) => {
+    if (Schema.is(Token)(found.token)) return Effect.succeed(found)
+    if (found.held !== null) Fs.rmSync(found.held, { force: true })
+    return Effect.fail(new ConfigInvalid({ source: file, reason: "the token file holds no usable token (16 to 512 printable ASCII characters)" }))
+  }))
 }
+
+/**
+ * A fresh in-use mark for the token file `file`: `FILE.in-use.PID.RANDOM` beside it, named by the process that holds
+ * it so that a mark left by a killed process is told apart (`liveMarks`).
+ */
+const inUseMark = (file: string) => `${file}.in-use.${process.pid}.${Crypto.randomBytes(6).toString("hex")}`
+
+/**
+ * The in-use marks beside the token file `file` whose process is alive; the marks of processes that are gone are
+ * removed on the way (a `baton serve` killed with SIGKILL leaves its mark).
+ */
+const liveMarks = (file: string): ReadonlyArray<string> => {
+  const dir = Path.dirname(Path.resolve(file))
+  const prefix = `${Path.basename(file)}.in-use.`
+  const names = Either.getOrElse(Either.try(() => Fs.readdirSync(dir)), (): Array<string> => [])
+  return names.filter((name) => {
+    if (!name.startsWith(prefix)) return false
+    const pid = Number(name.slice(prefix.length).split(".")[0])
+    if (!Number.isInteger(pid) || pid <= 0 || processAlive(pid)) return true
+    Either.try(() => Fs.rmSync(Path.join(dir, name), { force: true }))
+    return false
+  })
+}
+
+/** Whether process `pid` exists (signal 0 checks without sending; `EPERM`: it exists under another user). */
+const processAlive = (pid: number) =>
+  Either.match(Either.try(() => process.kill(pid, 0)), {
+    onLeft: (e) => (e as NodeJS.ErrnoException).code === "EPERM",
+    onRight: () => true
+  })
+
+/**
+ * Removes this process's in-use mark on a token file another process created (`source.held`), when it stops serving
+ * with that file's token. Nothing for any other source. Never fails.
+ */
+export const releaseTokenFile = (source: TokenSource): Effect.Effect<void> =>
+  Effect.sync(() => {
+    if (source._tag === "file" && source.held !== null) Either.try(() => Fs.rmSync(source.held!, { force: true }))
+  })
 
 /** The outermost of `dir` and its ancestors that does not exist (`null`: `dir` exists). */
 const outermostMissing = (dir: string): string | null => {
@@ -490,15 +563,30 @@ const outermostMissing = (dir: string): string | null => {
 
 /**
  * Undoes what `resolve` wrote for a server that then could not start (its database unreachable, its port taken
- * meanwhile): the token file it created and the directories it created for it, those left empty (a SQLite database
- * created meanwhile keeps its directory). Nothing when the token came from elsewhere or the file was there before.
- * `baton serve --database-url URL` of an unreachable database left `./.baton/token` behind (b47srv). Never fails: what
- * cannot be removed stays.
+ * meanwhile): the token file it created, `token` its admin token, and the directories it created for it, those left
+ * empty (a SQLite database created meanwhile keeps its directory). Nothing when the token came from elsewhere or the
+ * file was there before. `baton serve --database-url URL` of an unreachable database left `./.baton/token` behind
+ * (b47srv). The file stays when it no longer holds `token` (removed and written again by another process) or when a
+ * live process holds an in-use mark on it (it read the token and serves with it): two `baton serve` started at once on
+ * a fresh data directory, the one that could not start removed the token file the other served with (b48srv). The
+ * file is first moved aside, then the marks are read, so a process that marks it later finds it gone and writes its
+ * own; one that wrote a new file in that instant keeps it, and a reader that marked it just before then serves a
+ * token no file holds. Never fails: what cannot be removed stays.
  */
-export const removeCreatedTokenFile = (source: TokenSource): Effect.Effect<void> =>
+export const removeCreatedTokenFile = (source: TokenSource, token: string): Effect.Effect<void> =>
   Effect.sync(() => {
     if (source._tag !== "file" || !source.created) return
-    Fs.rmSync(source.path, { force: true })
+    const holds = (path: string) => Either.getOrElse(Either.try(() => Fs.readFileSync(path, "utf8").trim() === token), () => false)
+    if (!holds(source.path)) return
+    const aside = `${source.path}.removing.${process.pid}.${Crypto.randomBytes(6).toString("hex")}`
+    if (Either.isLeft(Either.try(() => Fs.renameSync(source.path, aside)))) return
+    if (!holds(aside) || liveMarks(source.path).length > 0) {
+      // Put back where it was, unless another process has written a new one meanwhile.
+      Either.try(() => Fs.linkSync(aside, source.path))
+      Either.try(() => Fs.rmSync(aside, { force: true }))
+      return
+    }
+    Fs.rmSync(aside, { force: true })
     if (source.madeDirectory === null) return
     const outermost = Path.resolve(source.madeDirectory)
     for (let dir = Path.dirname(Path.resolve(source.path)); ; dir = Path.dirname(dir)) {
@@ -665,9 +753,10 @@ export const resolve = (flags: ServeFlags = {}, loaded?: LoadedConfig) =>
       const tokenFile = file.auth?.tokenFile ?? Path.join(dataDir, "token")
       const found = yield* tokenFromFile(tokenFile)
       adminToken = found.token
-      source = { _tag: "file", path: tokenFile, created: found.created, madeDirectory: found.madeDirectory }
+      source = { _tag: "file", path: tokenFile, created: found.created, madeDirectory: found.madeDirectory, held: found.held }
     }
     if (readToken !== undefined && readToken === adminToken) {
+      yield* releaseTokenFile(source)
       return yield* new ConfigInvalid({ source: "auth", reason: "the read-only token must differ from the admin token" })
     }
 

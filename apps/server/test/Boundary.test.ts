@@ -171,7 +171,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     Effect.gen(function*() {
       const cases = [
         [get("/threads/thr_nope"), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (GET /threads lists the threads)" }],
-        [get("/runs/run_nope"), { _tag: "RunNotFound", runId: "run_nope", message: "run run_nope not found" }],
+        [get("/runs/run_nope"), { _tag: "RunNotFound", runId: "run_nope", message: "run run_nope not found (list a thread's runs with GET /threads/{threadId}/runs)" }],
         [get("/items/itm_nope"), { _tag: "ItemNotFound", itemId: "itm_nope", message: "item itm_nope not found" }],
         [get("/handoffs/hnd_nope"), { _tag: "HandoffNotFound", handoffId: "hnd_nope", message: "handoff hnd_nope not found (list a thread's handoffs with GET /threads/{threadId}/handoffs)" }],
         [post("/threads/thr_nope/messages", { text: "hi" }), { _tag: "ThreadNotFound", threadId: "thr_nope", message: "thread thr_nope not found (GET /threads lists the threads)" }],
@@ -252,7 +252,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     }).pipe(Effect.provide(serve(h)))
   })
 
-  it.live("idempotency: a repeated key answers the first result; a reused key for another payload or a mismatch is 400", () => {
+  it.live("idempotency: a repeated key answers the first result; a reused key for another payload is 422, a header/body mismatch 400", () => {
     const h = providers()
     return Effect.gen(function*() {
       const threadId = yield* createThread
@@ -264,7 +264,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
       const byBody = yield* raw(post(`/threads/${threadId}/messages`, { text: "once", commandId: "key-1" }))
       expect(byBody.body?.runId).toBe(first.body?.runId)
       const other = yield* send("something else", "key-1")
-      expect([other.status, other.body?._tag]).toEqual([400, "InvalidRequest"])
+      expect([other.status, other.body?._tag, other.body?.mismatch]).toEqual([422, "IdempotencyKeyReused", "payload"])
       const mismatch = yield* raw(post(`/threads/${threadId}/messages`, { text: "x", commandId: "key-2" }).pipe(
         HttpClientRequest.setHeader("idempotency-key", "key-3")
       ))

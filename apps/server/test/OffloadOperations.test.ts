@@ -227,8 +227,12 @@ describe("/offload over HTTP: server-owned operations", () => {
         summariser.enqueue(ModelApi.answer("anthropic-messages", summaryText, sumUsage))
         const done = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700 }, headers: {} })
         expect(done.outcome).toBe("offloaded")
-        // After the offload nothing is left to summarise within the kept tail.
-        expect((yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })).coveredItems).toBe(0)
+        // After the offload nothing is left to summarise within the kept tail; the preview's message says why (it said
+        // "Nothing would be offloaded: nothing to do." whatever the reason: b48srv).
+        const nothingLeft = yield* api.threads.offload({ path: { threadId }, payload: { keepTokens: 700, dryRun: true }, headers: {} })
+        expect(nothingLeft.coveredItems).toBe(0)
+        expect(nothingLeft.reason).toMatch(/^nothing (to|worth) offload/)
+        expect(nothingLeft.message).toBe(`Nothing would be offloaded: ${nothingLeft.reason!.replace(/^nothing (to offload|worth offloading): /, "")}.`)
 
         const undone = yield* api.threads.undoOffload({ path: { threadId }, payload: { commandId: "undo-1" }, headers: {} })
         expect(undone).toMatchObject({

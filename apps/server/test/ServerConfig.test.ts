@@ -54,7 +54,7 @@ describe("ServerConfig", () => {
       expect(settings.providers.map((p) => p.name)).toEqual(["codex", "claude"])
       expect(settings.limits.maxBodyBytes).toBe(2 * 1024 * 1024)
       const tokenFile = Path.join(dir, "token")
-      expect(settings.auth.source).toEqual({ _tag: "file", path: tokenFile, created: true, madeDirectory: null })
+      expect(settings.auth.source).toEqual({ _tag: "file", path: tokenFile, created: true, madeDirectory: null, held: null })
       expect(Fs.statSync(tokenFile).mode & 0o777).toBe(0o600)
       expect(Fs.readFileSync(tokenFile, "utf8").trim()).toBe(Redacted.value(settings.auth.adminToken))
       expect(Redacted.value(settings.auth.adminToken)).toMatch(/^[A-Za-z0-9_-]{43}$/)
@@ -271,4 +271,37 @@ describe("ServerConfig", () => {
     // Nothing of either attempt is left beside it.
     expect(Fs.readdirSync(dir)).toEqual(["token"])
   }))
+
+  // Two `baton serve` on a fresh data directory: A created the token file, B read A's token from it and serves with
+  // it, then A could not start. A's cleanup removed the file B's clients read the token from (b48srv).
+  it.effect("a serve that cannot start leaves the token file another serve read and holds (released: removed)", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const file = Path.join(dir, "data", "token")
+      const a = yield* ServerConfig.tokenFromFile(file)
+      const b = yield* ServerConfig.tokenFromFile(file)
+      expect([a.created, b.created, b.token]).toEqual([true, false, a.token])
+      const sourceA = { _tag: "file" as const, path: file, created: a.created, madeDirectory: a.madeDirectory, held: a.held }
+      yield* ServerConfig.removeCreatedTokenFile(sourceA, a.token)
+      expect(Fs.readFileSync(file, "utf8")).toBe(`${a.token}\n`)
+      // B stops: its hold goes; A's cleanup now removes the file and the directory it made, nothing left behind. The
+      // mark of a process that is gone (killed) holds nothing and is swept.
+      yield* ServerConfig.releaseTokenFile({ _tag: "file", path: file, created: b.created, madeDirectory: b.madeDirectory, held: b.held })
+      Fs.writeFileSync(`${file}.in-use.999999999.0a0b`, "")
+      yield* ServerConfig.removeCreatedTokenFile(sourceA, a.token)
+      expect(Fs.readdirSync(dir)).toEqual([])
+    }))
+
+  it.effect("a serve that cannot start leaves a token file that no longer holds its token", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const file = Path.join(dir, "token")
+      const a = yield* ServerConfig.tokenFromFile(file)
+      // Meanwhile the file was removed and another serve wrote its own.
+      Fs.rmSync(file)
+      const other = yield* ServerConfig.tokenFromFile(file)
+      yield* ServerConfig.removeCreatedTokenFile({ _tag: "file", path: file, created: true, madeDirectory: null, held: null }, a.token)
+      expect(Fs.readFileSync(file, "utf8")).toBe(`${other.token}\n`)
+      expect(Fs.readdirSync(dir)).toEqual(["token"])
+    }))
 })

@@ -8,7 +8,7 @@
  *   for the read-only token on anything but `GET`.
  * - A write takes an idempotency key: the `Idempotency-Key` header or the body's `commandId` (both: they must be
  *   equal). A key seen before answers with the first result (command receipts); reused for another command, thread
- *   or payload it is refused (400). Without one, the command is not deduplicated.
+ *   or payload it is refused (422 `IdempotencyKeyReused`). Without one, the command is not deduplicated.
  * - Errors are JSON `{ "_tag", ...fields, "message" }` with the status of their class (`Errors.ts`); a body that does
  *   not match its schema is 400 `HttpApiDecodeError` whose `issues[].path` names the field.
  */
@@ -20,6 +20,7 @@ import {
   ConcurrentModification,
   Forbidden,
   HandoffNotFound,
+  IdempotencyKeyReused,
   InvalidRequest,
   ItemNotFound,
   LengthRequired,
@@ -566,8 +567,8 @@ export class HealthGroup extends HttpApiGroup.make("health")
 
 /**
  * The Baton HTTP API. Errors any endpoint may answer: 400 `InvalidRequest` (a command that cannot be carried out as
- * given), 409 `ConcurrentModification` (another writer won; retry), 411, 413, 415, 404 `RouteNotFound`, 500
- * `PersistenceError`.
+ * given), 422 `IdempotencyKeyReused` (a write's idempotency key first used for another request), 409
+ * `ConcurrentModification` (another writer won; retry), 411, 413, 415, 404 `RouteNotFound`, 500 `PersistenceError`.
  */
 export class BatonApi extends HttpApi.make("BatonApi")
   .add(ThreadsGroup)
@@ -579,6 +580,7 @@ export class BatonApi extends HttpApi.make("BatonApi")
   .add(SessionGroup)
   .add(HealthGroup)
   .addError(InvalidRequest)
+  .addError(IdempotencyKeyReused)
   .addError(ConcurrentModification)
   .addError(PersistenceError)
   .addError(PayloadTooLarge)

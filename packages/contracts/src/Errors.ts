@@ -20,7 +20,8 @@ export class ThreadNotFound extends Schema.TaggedError<ThreadNotFound>()(
 /**
  * No run `runId`, or none where the request looked for it: addressed under thread `threadId` (a path
  * `/threads/{threadId}/…`), a run of another thread is not found there, and `ownerThreadId` names the thread it belongs
- * to (absent: no run has this id).
+ * to (absent: no run has this id). Its message names the API's list of a thread's runs, as `ThreadNotFound`'s names
+ * the API's list of threads; the CLI under `--server` says its own command instead.
  */
 export class RunNotFound extends Schema.TaggedError<RunNotFound>()(
   "RunNotFound",
@@ -28,7 +29,7 @@ export class RunNotFound extends Schema.TaggedError<RunNotFound>()(
   HttpApiSchema.annotations({ status: 404 })
 ) {
   override get message() {
-    if (this.threadId === undefined) return `run ${this.runId} not found`
+    if (this.threadId === undefined) return `run ${this.runId} not found (list a thread's runs with GET /threads/{threadId}/runs)`
     if (this.ownerThreadId === undefined) return `run ${this.runId} not found: no run has this id (thread ${this.threadId}'s runs: GET /threads/${this.threadId}/runs)`
     return `run ${this.runId} is not a run of thread ${this.threadId}: it belongs to thread ${this.ownerThreadId}; ` +
       `address it under /threads/${this.ownerThreadId}`
@@ -61,6 +62,34 @@ export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()(
 ) {
   override get message() {
     return this.reason
+  }
+}
+
+/**
+ * An idempotency key (the `Idempotency-Key` header, or the body's `commandId`) that a request reuses for another
+ * request: `commandId` was first used by `usedBy` (a command type: `SendMessage`, …), on thread `threadId` when it had
+ * one, and this request is `commandType`; `mismatch` says what differs: `command` (another command type), `thread`
+ * (the same command on another thread), `payload` (the same command and thread, other fields). Nothing was written and
+ * the first command's result stands. HTTP 422 Unprocessable Content, as draft-ietf-httpapi-idempotency-key-header
+ * ("Error Scenarios") answers a key reused with a different request payload.
+ */
+export class IdempotencyKeyReused extends Schema.TaggedError<IdempotencyKeyReused>()(
+  "IdempotencyKeyReused",
+  {
+    commandId: Schema.String,
+    commandType: Schema.String,
+    usedBy: Schema.String,
+    threadId: Schema.optional(Schema.String),
+    mismatch: Schema.Literal("command", "thread", "payload")
+  },
+  HttpApiSchema.annotations({ status: 422 })
+) {
+  override get message() {
+    const on = this.threadId === undefined ? "" : ` on thread ${this.threadId}`
+    return this.mismatch === "payload"
+      ? `command id ${this.commandId} was already used by ${this.usedBy}${on} with a different payload; ` +
+        `a retry must repeat the command unchanged: send this ${this.commandType} with a new command id`
+      : `command id ${this.commandId} was already used by ${this.usedBy}${on}; send ${this.commandType} with a new command id`
   }
 }
 

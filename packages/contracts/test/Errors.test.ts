@@ -10,6 +10,7 @@ const intended: Record<string, number> = {
   RunNotFound: 404,
   UnknownProvider: 400,
   InvalidRequest: 400,
+  IdempotencyKeyReused: 422,
   TranscriptError: 400,
   RunInProgress: 409,
   ConcurrentModification: 409,

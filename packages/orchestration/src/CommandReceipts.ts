@@ -7,7 +7,7 @@
  *
  * It does not decide when a receipt is written (each command writes it in the transaction of its outcome).
  */
-import { type CommandId, type Commands, InvalidRequest, type ThreadId } from "@baton/contracts"
+import { type CommandId, type Commands, IdempotencyKeyReused, InvalidRequest, type ThreadId } from "@baton/contracts"
 import type { ThreadStore } from "@baton/persistence"
 import { hash } from "node:crypto"
 import { DateTime, Effect, Schema } from "effect"
@@ -65,7 +65,7 @@ export const keyOf = (command: Commands.Command, threadId: ThreadId | null): Key
 
 /**
  * The receipt of `key.commandId` if the command was seen before, checked to be the same command. Fails with
- * `InvalidRequest` when the id was used by another command type, on another thread, or with another payload;
+ * `IdempotencyKeyReused` when the id was used by another command type, on another thread, or with another payload;
  * `PersistenceError`.
  */
 export const find = (store: ThreadStore, key: Key) =>
@@ -73,19 +73,21 @@ export const find = (store: ThreadStore, key: Key) =>
     const seen = yield* store.findReceipt(key.commandId)
     if (seen._tag === "None") return seen
     const r = seen.value
-    if (r.commandType !== key.commandType || (key.threadId !== null && r.threadId !== null && r.threadId !== key.threadId)) {
-      return yield* new InvalidRequest({
-        reason: `command id ${key.commandId} was already used by ${r.commandType}${r.threadId === null ? "" : ` on thread ${r.threadId}`}; ` +
-          `send ${key.commandType} with a new command id`
-      })
-    }
-    if (r.payloadFingerprint !== null && r.payloadFingerprint !== key.fingerprint) {
-      return yield* new InvalidRequest({
-        reason: `command id ${key.commandId} was already used by ${r.commandType} with a different payload; ` +
-          `a retry must repeat the command unchanged: send this ${key.commandType} with a new command id`
-      })
-    }
-    return seen
+    const mismatch = r.commandType !== key.commandType
+      ? "command"
+      : key.threadId !== null && r.threadId !== null && r.threadId !== key.threadId
+      ? "thread"
+      : r.payloadFingerprint !== null && r.payloadFingerprint !== key.fingerprint
+      ? "payload"
+      : null
+    if (mismatch === null) return seen
+    return yield* new IdempotencyKeyReused({
+      commandId: key.commandId,
+      commandType: key.commandType,
+      usedBy: r.commandType,
+      ...(r.threadId === null || mismatch === "payload" ? {} : { threadId: r.threadId }),
+      mismatch
+    })
   })
 
 /** Decodes a stored result; one that does not decode (a receipt of an older shape) is an `InvalidRequest`. */

@@ -16,7 +16,7 @@ const reused = (commandId: CommandId, type: string) =>
   `a retry must repeat the command unchanged: send this ${type} with a new command id`
 
 describe("a reused command id with a different payload", () => {
-  it.effect("SendMessage: the second prompt is an InvalidRequest, not silently dropped for the first run's result", () => {
+  it.effect("SendMessage: the second prompt is an IdempotencyKeyReused, not silently dropped for the first run's result", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
     return Effect.gen(function*() {
       const o = yield* ops
@@ -24,9 +24,9 @@ describe("a reused command id with a different payload", () => {
       const id = "cmd_send" as CommandId
       const first = yield* o.service.sendMessage(Commands.SendMessage.make({ commandId: id, threadId: t, text: "a" }))
       const error = yield* Effect.flip(o.service.sendMessage(Commands.SendMessage.make({ commandId: id, threadId: t, text: "b" })))
-      expect([error._tag, error.message]).toEqual(["InvalidRequest", reused(id, "SendMessage")])
+      expect([error._tag, error.message]).toEqual(["IdempotencyKeyReused", reused(id, "SendMessage")])
       const queued = yield* Effect.flip(o.service.enqueueMessage(Commands.SendMessage.make({ commandId: id, threadId: t, text: "b" })))
-      expect([queued._tag, queued.message]).toEqual(["InvalidRequest", reused(id, "SendMessage")])
+      expect([queued._tag, queued.message]).toEqual(["IdempotencyKeyReused", reused(id, "SendMessage")])
       // The same command again is a retry: the first result, decoded from the receipt, and no second turn.
       expect(yield* o.service.sendMessage(Commands.SendMessage.make({ commandId: id, threadId: t, text: "a" }))).toEqual(first)
       expect((yield* o.store.listRuns(t)).map((r) => r.prompt)).toEqual(["a"])

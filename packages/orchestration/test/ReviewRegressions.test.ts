@@ -111,7 +111,7 @@ describe("review regressions", () => {
     }).pipe(Effect.provide(h.layer))
   })
 
-  it.effect("a command id reused for another command or thread is an InvalidRequest, never another command's result", () => {
+  it.effect("a command id reused for another command or thread is an IdempotencyKeyReused, never another command's result", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }])
     return Effect.gen(function*() {
       const o = yield* ops
@@ -121,21 +121,21 @@ describe("review regressions", () => {
       const same = cid("same")
       const forked = yield* o.service.fork(Commands.ForkThread.make({ commandId: same, threadId: parent }))
       const merge = yield* Effect.flip(o.service.mergeBack(Commands.MergeBack.make({ commandId: same, forkThreadId: forked.threadId as ThreadId })))
-      expect(merge._tag).toBe("InvalidRequest")
+      expect(merge._tag).toBe("IdempotencyKeyReused")
       expect(merge.message).toBe(`command id ${same} was already used by ForkThread on thread ${parent}; send MergeBack with a new command id`)
       const offload = yield* Effect.flip(o.service.offload(Commands.OffloadThread.make({ commandId: same, threadId: parent })))
-      expect(offload._tag).toBe("InvalidRequest")
+      expect(offload._tag).toBe("IdempotencyKeyReused")
       const compact = yield* Effect.flip(o.service.compact(Commands.CompactThread.make({ commandId: same, threadId: parent })))
-      expect(compact._tag).toBe("InvalidRequest")
+      expect(compact._tag).toBe("IdempotencyKeyReused")
       const send = yield* Effect.flip(o.service.sendMessage(Commands.SendMessage.make({ commandId: same, threadId: parent, text: "hello again" })))
-      expect(send._tag).toBe("InvalidRequest")
+      expect(send._tag).toBe("IdempotencyKeyReused")
       // Nothing was recorded for the rejected commands, and the fork's receipt still answers a retried fork.
       expect((yield* o.store.listRuns(parent)).length).toBe(1)
       expect(yield* o.service.fork(Commands.ForkThread.make({ commandId: same, threadId: parent }))).toEqual(forked)
       const created = cid("c")
       yield* o.service.createThread(Commands.CreateThread.make({ commandId: created, title: "x", providerInstance: "codex" as never }))
       const reused = yield* Effect.flip(o.service.sendMessage(Commands.SendMessage.make({ commandId: created, threadId: parent, text: "hi" })))
-      expect(reused._tag).toBe("InvalidRequest")
+      expect(reused._tag).toBe("IdempotencyKeyReused")
     }).pipe(Effect.provide(h.layer))
   })
 

@@ -24,7 +24,7 @@ describe.each(Harness.dialects)("one command id sent twice at once on %s", (_lab
     }).pipe(Effect.provide(h.layer))
   })
 
-  it.live("another message under the same id at once: one is queued, the other refused with InvalidRequest", () => {
+  it.live("another message under the same id at once: one is queued, the other refused with IdempotencyKeyReused", () => {
     const h = Harness.make([{ name: "codex", window: 200_000, inject: true }], { db })
     return Effect.gen(function*() {
       const o = yield* Harness.ops
@@ -33,7 +33,7 @@ describe.each(Harness.dialects)("one command id sent twice at once on %s", (_lab
         Effect.either(o.service.enqueueMessage(Commands.SendMessage.make({ commandId: "cmd_same_2" as CommandId, threadId, text }), { queueBehind: true }))
       const outcomes = yield* Effect.all([send("first text"), send("second text")], { concurrency: 2 })
       const refused = outcomes.filter(Either.isLeft).map((e) => e.left._tag)
-      expect(refused).toEqual(["InvalidRequest"])
+      expect(refused).toEqual(["IdempotencyKeyReused"])
       expect((yield* o.store.listRuns(threadId)).length).toBe(1)
     }).pipe(Effect.provide(h.layer))
   })
