@@ -55,8 +55,7 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
     return Effect.gen(function*() {
       const o = yield* ops
       const threadId = yield* o.create("claude")
-      // Two sends first: the native thread starts, and the provider's calibration row exists (Postgres writes it
-      // before it locks it, the first time a turn learns).
+      // Two sends first: the native thread starts (their samples are too small to teach the calibration).
       for (const [i, usedTokens] of [1_000, 2_000].entries()) {
         h.script.enqueue(Harness.reply(20, { usedTokens, maxTokens: 1_000_000 }))
         expect((yield* o.send(threadId, `warm-up ${i}`)).status).toBe("completed")
@@ -77,8 +76,11 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(texts.filter((t) => /SELECT \* FROM handoffs WHERE target_provider_thread_id/.test(t))).toEqual([])
         expect(texts.filter((t) => /replay_window = 0/.test(t))).toEqual([])
         expect(texts.filter((t) => /^SELECT \(SELECT COALESCE\(MAX\(seq\), 0\) \+ 1 FROM runs/.test(t))).toEqual([])
-        // Turn start reads the calibration with the native thread; the completion reads it again, under the lock.
+        // Turn start reads the calibration with the native thread; the completion, whose sample is too small to teach
+        // it, reads it again in its unit of work, without locking it or writing a row (on Postgres the locked read
+        // inserted the identity row first, and made other threads' turns on the provider wait for this one).
         expect(recording.statements.filter((s) => /FROM provider_calibrations WHERE/.test(s.text)).map((s) => s.inTransaction)).toEqual([true])
+        expect(texts.filter((t) => /provider_calibrations .*FOR UPDATE|INSERT INTO provider_calibrations/.test(t))).toEqual([])
         // The receipt's result is written once, inside the run's completion.
         expect(recording.statements.filter((s) => /UPDATE command_receipts SET result/.test(s.text)).map((s) => s.inTransaction)).toEqual([true])
         expect(recording.transactions).toBe(4)
@@ -153,9 +155,9 @@ describe.each(Harness.dialects)("%s", (_dialect, db) => {
         expect(sent.status).toBe("completed")
         const texts = recording.statements.map((s) => s.text)
         expect(texts.filter((t) => /FROM provider_calibrations WHERE/.test(t))).toEqual([])
-        // The calibration's one write: the first sample inserts the row unless one appeared (SQLite has none yet: the
-        // warm-ups' samples were too small; Postgres wrote the identity row when it first locked it), later ones update
-        // it where its sample count is still as read.
+        // The calibration's one write: the first sample inserts the row unless one appeared (none yet: the warm-ups'
+        // samples were too small, and a rejected sample reads the row without locking it), later ones update it where
+        // its sample count is still as read.
         const writes = recording.statements.filter((s) => /(INSERT INTO|UPDATE) provider_calibrations/.test(s.text))
         expect(writes.map((s) => s.inTransaction)).toEqual([true])
         expect(writes[0]!.text).toMatch(/ON CONFLICT \(provider_instance\) DO NOTHING RETURNING|WHERE provider_instance = \S+ AND samples = \S+ RETURNING/)
