@@ -6,7 +6,9 @@
  *   writers to other threads do not wait); on SQLite the first statement is a write to the thread row
  *   (`lock_version`), which takes the database's write lock before any read — the effect of `BEGIN IMMEDIATE`: a
  *   second process waits under the busy timeout instead of failing with `SQLITE_BUSY_SNAPSHOT` when its snapshot
- *   goes stale. Correctness never relies on SQLite's single connection: the same suites run on Postgres.
+ *   goes stale. A unit of work whose first statement is always a write (`threadWritingFirst`) needs no such statement
+ *   on SQLite: its own write takes the lock the same way. Correctness never relies on SQLite's single connection: the
+ *   same suites run on Postgres.
  * - Errors: a unique violation or write contention (by driver code, see `internal/errors.ts`) is a
  *   `ConcurrentModification` naming the thread; anything else a `PersistenceError` naming the unit of work.
  * - Nesting: a unit of work inside another joins it (a savepoint), takes no second lock and publishes nothing.
