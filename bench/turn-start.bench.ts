@@ -30,7 +30,8 @@
  * as a provider that streams item by item with pauses between items; by default the played turn is replayed as
  * one chunk, as a provider that delivers the turn's items together), `BENCH_HEAP_PHASES=1` (also print the bytes
  * allocated per phase), `BENCH_SPANS=1` (also print each span's own time per turn: its time less its child spans', the
- * Effect runtime's work inside a service method counted to it), `BENCH_TRACING=0` (run with the tracer disabled, as `baton serve` runs by default: the
+ * Effect runtime's work inside a service method counted to it), `BENCH_QUIET=1` (no switch between the measured turns: every one owes
+ * nothing, for a profile of the quiet path alone), `BENCH_TRACING=0` (run with the tracer disabled, as `baton serve` runs by default: the
  * counting tracer's spans cost about a tenth of a turn; the phase clock then only tells the provider's time from
  * Baton's, so the report gives totals without the phase and statement split), `BENCH_HEAPPROF=<prefix>` (write a sampling heap profile of the measured turns, objects
  * collected since included, to `<prefix>.<size>.heapprofile`; `BENCH_HEAPPROF_LIVE=1`: only the objects still live), `BENCH_CPUPROF=<prefix>` (write a CPU profile of the measured turns, switches included, sampled every 100 µs, to `<prefix>.<size>.cpuprofile`).
@@ -69,6 +70,8 @@ const heapLive = process.env.BENCH_HEAPPROF_LIVE === "1"
 const heapPhases = process.env.BENCH_HEAP_PHASES === "1"
 /** `BENCH_SPANS=1`: also print each span name's time per turn, its own (children's spans subtracted) and in all. */
 const spanTimes = process.env.BENCH_SPANS === "1"
+/** `BENCH_QUIET=1`: never switch between the measured turns (all of them owe nothing: a profile of the quiet path alone). */
+const quietOnly = process.env.BENCH_QUIET === "1"
 /** `BENCH_TRACING=0`: run as the server does by default (`tracing` off, no span opened); otherwise the counting tracer. */
 const tracing = process.env.BENCH_TRACING !== "0"
 
@@ -345,7 +348,7 @@ for (const size of sizes) {
     const owed: Array<Sample> = []
     let provider: "claude" | "codex" = "claude"
     for (let i = 0; i < measured; i++) {
-      const switching = i % 2 === 0
+      const switching = !quietOnly && i % 2 === 0
       if (switching) {
         provider = provider === "claude" ? "codex" : "claude"
         const switchedAt = performance.now()
@@ -398,7 +401,7 @@ for (const size of sizes) {
   await new Promise((resolve) => setTimeout(resolve, 50))
   console.log(`${dialect} ${size} items (built in ${(buildMs / 1000).toFixed(1)} s)`)
   console.log(`  ${report("nothing owed", plain)}`)
-  console.log(`  ${report("after a switch", owed)}`)
+  if (owed.length > 0) console.log(`  ${report("after a switch", owed)}`)
   if (switches.length >= 20) {
     // A switch must not slow down as switches accumulate: the first and the last tenth of them side by side.
     const tenth = Math.max(1, Math.floor(switches.length / 10))

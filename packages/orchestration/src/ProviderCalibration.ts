@@ -108,6 +108,10 @@ export class ProviderCalibration extends Effect.Service<ProviderCalibration>()(
             }
           }
           if (learned === null) {
+            // A sample `learn` rejects teaches nothing whatever the row holds (`Calibration.rejection` looks at the
+            // sample alone): the calibration in force is read without the lock (on Postgres the locked read made every
+            // other thread's turn on this provider wait for this unit of work, and inserted a placeholder row first).
+            if (Calibration.rejection(sample, config.calibrationPolicy) !== null) return storedOf(yield* store.getCalibration(instance))
             const before = storedOf(yield* store.getCalibrationForUpdate(instance))
             const after = Calibration.learn(before, sample, config.calibrationPolicy)
             if (after === before) return before

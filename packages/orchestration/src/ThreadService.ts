@@ -271,7 +271,8 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       counted: NewItem | undefined
     ) {
       // The command is recorded with the run it creates, in this transaction, first thing (one statement: written
-      // unless the id was seen before): a retry after a crash finds the run instead of queueing a second one. A
+      // unless the id was seen before; a write, so on SQLite it takes the database's write lock itself:
+      // `UnitOfWork.threadWritingFirst`): a retry after a crash finds the run instead of queueing a second one. A
       // failure below (no thread, a run in progress, an unknown provider) rolls the receipt back with the rest. The
       // receipt's result is completed when the run ends.
       const key = CommandReceipts.keyOf(command, command.threadId)
@@ -333,7 +334,7 @@ export class ThreadService extends Effect.Service<ThreadService>()("@baton/orche
       // did (a unique violation: `ConcurrentModification`).
       if (!fresh) yield* CommandReceipts.write(store, key, QueuedReceipt, { runId: run.id })
       return { run, created: true, claimed: claimNow ? { run, providerThread, adapter, tools } : null }
-    }, (effect, command) => uow.thread(command.threadId, "ThreadService.queueRun")(effect))
+    }, (effect, command) => uow.threadWritingFirst(command.threadId, "ThreadService.queueRun")(effect))
 
     /**
      * The result of a SendMessage whose run a concurrent caller with the same command id queued and drives: waits

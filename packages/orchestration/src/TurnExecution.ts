@@ -501,9 +501,11 @@ export class TurnExecution extends Effect.Service<TurnExecution>()("@baton/orche
           return result(plan.report, { generation: plan.native.generation, used: plan.native.usage?.usedTokens ?? null }, window)
         }
 
-        // One transaction: the attempt, the interrupt check and the move to `running`.
+        // One transaction: the attempt, the interrupt check and the move to `running`. A `starting` run's unit of
+        // work opens with the write that moves it (`lifecycle.start`), so it needs no separate lock statement on SQLite.
         const queuedRun = run
-        const begun = yield* uow.thread(queuedRun.threadId, "TurnExecution.beginAttempt")(Effect.gen(function*() {
+        const beginUnit = queuedRun.status === "starting" ? uow.threadWritingFirst : uow.thread
+        const begun = yield* beginUnit(queuedRun.threadId, "TurnExecution.beginAttempt")(Effect.gen(function*() {
           const startedAt = yield* DateTime.now
           // The common case in one statement: the run still `starting` moves to `running`, its attempts counted.
           const moved = queuedRun.status === "starting" ? yield* lifecycle.start(queuedRun, plan.native.id, startedAt) : Option.none()

@@ -6,7 +6,9 @@
  *   writers to other threads do not wait); on SQLite the first statement is a write to the thread row
  *   (`lock_version`), which takes the database's write lock before any read — the effect of `BEGIN IMMEDIATE`: a
  *   second process waits under the busy timeout instead of failing with `SQLITE_BUSY_SNAPSHOT` when its snapshot
- *   goes stale. Correctness never relies on SQLite's single connection: the same suites run on Postgres.
+ *   goes stale. A unit of work whose first statement is always a write (`threadWritingFirst`) needs no such statement
+ *   on SQLite: its own write takes the lock the same way. Correctness never relies on SQLite's single connection: the
+ *   same suites run on Postgres.
  * - Errors: a unique violation or write contention (by driver code, see `internal/errors.ts`) is a
  *   `ConcurrentModification` naming the thread; anything else a `PersistenceError` naming the unit of work.
  * - Nesting: a unit of work inside another joins it (a savepoint), takes no second lock and publishes nothing.
@@ -96,7 +98,21 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
         return e as Mapped<E>
       })
 
-    const run = <A, E, R>(operation: string, threadId: string | null, self: Effect.Effect<A, E, R>) =>
+    /**
+     * The lock statement of an outermost unit of work on `threadId` (`null`: none) whose first statement is a write
+     * when `writesFirst`: on SQLite that write takes the database's write lock before any read, as the lock
+     * statement would (a write as the first statement of a deferred transaction waits under the busy timeout and
+     * takes the newest snapshot, never `SQLITE_BUSY_SNAPSHOT`), so none is run; on Postgres the row lock is taken as
+     * ever (writers to one thread queue on it).
+     */
+    const lockOf = (threadId: string | null, writesFirst: boolean) =>
+      threadId === null
+        ? lockDatabase
+        : writesFirst
+        ? sql.onDialectOrElse({ pg: () => Effect.asVoid(lockThread(threadId)), orElse: () => Effect.void })
+        : lockThread(threadId)
+
+    const run = <A, E, R>(operation: string, threadId: string | null, self: Effect.Effect<A, E, R>, writesFirst = false) =>
       Effect.flatMap(Effect.serviceOption(SqlClient.TransactionConnection), (outer) => {
         if (Option.isSome(outer)) {
           // Nested (a savepoint): its events join the outer unit's only if the savepoint is kept.
@@ -110,7 +126,7 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
         }
         return Effect.gen(function*() {
           const events: Array<ThreadEvent> = []
-          const body = Effect.zipRight(threadId === null ? lockDatabase : lockThread(threadId), self)
+          const body = Effect.zipRight(lockOf(threadId, writesFirst), self)
           const result = yield* mapErrors(
             operation,
             threadId,
@@ -136,6 +152,16 @@ export class UnitOfWork extends Effect.Service<UnitOfWork>()("@baton/persistence
        * `ParseError`), `ConcurrentModification` (lost race, retry) or `PersistenceError` (naming `operation`).
        */
       thread: (threadId: string, operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) => run(operation, threadId, self),
+      /**
+       * `thread`, for a unit of work whose first statement is always a write (an `INSERT` or `UPDATE`, whether or not
+       * it changes a row): on SQLite that write takes the database's write lock itself, so the lock statement
+       * (`lock_version`) is left out, one statement less; on Postgres the thread's row lock is taken first as by
+       * `thread`. A unit of work that may read before its first write must use `thread`: on SQLite a read first
+       * pins a snapshot that another process's commit can make stale (`SQLITE_BUSY_SNAPSHOT` at the write). Same
+       * errors as `thread`.
+       */
+      threadWritingFirst: (threadId: string, operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) =>
+        run(operation, threadId, self, true),
       /**
        * Inside a unit of work, takes the lock of another thread it writes to as well (a merge-back writes into the
        * parent): Postgres locks the row; SQLite already holds the database's write lock. Locks are taken child
