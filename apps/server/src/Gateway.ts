@@ -827,7 +827,7 @@ export const layer = (options: GatewayOptions) =>
                 const reads = content === null ? null : offloader.readsOf(content)
                 if (reads === null || content === null) break
                 hidden.push(dialect.replyOfBody(reply).tokens)
-                rounds.push(content)
+                rounds.push(offloader.roundOfBody?.(reply) ?? content)
                 outBody = offloader.continuation(outBody, content, yield* answerReads(reads, outBody, content))
                 const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(offloader.sendable(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {

@@ -1005,6 +1005,12 @@ export interface Answer {
 export interface Offload {
   readonly shape: Shape
   readonly contentOfBody: (body: unknown) => ReadonlyArray<unknown> | null
+  /**
+   * A hidden round's content as `withContent` reads it, from the round's whole body (`null`: none). Absent:
+   * `contentOfBody`'s. Chat Completions keeps what the continuation leaves out (`reasoning_content`, `reasoning`), which
+   * the agent gets as a stream passes it on.
+   */
+  readonly roundOfBody?: ((body: unknown) => ReadonlyArray<unknown> | null) | undefined
   readonly contentOfReply: (reply: GatewayThreads.Reply) => ReadonlyArray<unknown>
   readonly readsOf: (content: unknown) => ReadonlyArray<Read> | null
   /**
