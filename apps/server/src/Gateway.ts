@@ -556,6 +556,16 @@ export const layer = (options: GatewayOptions) =>
           // Codex's compaction requests (`/responses/compact`) are never switched (their answer is no Responses turn).
           const switchWire = upstreamPath === "/responses/compact" ? undefined : GatewaySwitchWire.forRoute(dialect.kind, target.config.kind)
           if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
+            // Nothing beside the system prompt (a Chat Completions request of system messages alone, a Responses one
+            // with `instructions` and no input): converted, no message is left for the other protocol, which Anthropic
+            // Messages refuses and a model cannot answer. Refused before anything is recorded or sent (before branch
+            // b48gw it was recorded, sent, and the upstream's refusal was the agent's answer).
+            if (asSent.messages.length === 0) {
+              return dialect.refuse(
+                "invalid",
+                `${dialect.kind === "openai-responses" ? "input" : "messages"}: expected at least one message beside the system prompt (model ${model.slice(0, 200)} routes to provider instance "${target.name}", ${GatewayDialect.withArticle(target.config.kind)} upstream, which needs one)`
+              )
+            }
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
             // Its own parse: the switch's conversion is given objects no earlier request holds (not the frozen ones).
             const own = read.reused === 0 ? null : parseJson(new TextDecoder().decode(body))
