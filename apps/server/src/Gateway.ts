@@ -19,7 +19,7 @@
  *   record takes its turn is recorded with it, in its unit of work). A record that fails is logged and never keeps
  *   the answer from the agent: a failed request record leaves no run (the next request repeats the history, so its
  *   messages are stored then); a failed answer record marks the run `failed` (`output_not_recorded`).
- *   `count_tokens` is forwarded only.
+ *   `count_tokens` is forwarded only (with offload on, as the conversation would go out: see "On the way out").
  * - Baton's own refusals are in Anthropic's error shape (`{"type":"error","error":{"type","message"}}`): a body
  *   that is not a Messages request 400 `invalid_request_error`, an unrouted model 404 `not_found_error`, a missing or
  *   unknown token 401 `authentication_error` (an `x-api-key` that is not one token named as such), a body over the
@@ -556,6 +556,16 @@ export const layer = (options: GatewayOptions) =>
           // Codex's compaction requests (`/responses/compact`) are never switched (their answer is no Responses turn).
           const switchWire = upstreamPath === "/responses/compact" ? undefined : GatewaySwitchWire.forRoute(dialect.kind, target.config.kind)
           if (target.config.kind !== dialect.kind && record && switchWire !== undefined) {
+            // Nothing beside the system prompt (a Chat Completions request of system messages alone, a Responses one
+            // with `instructions` and no input): converted, no message is left for the other protocol, which Anthropic
+            // Messages refuses and a model cannot answer. Refused before anything is recorded or sent (before branch
+            // b48gw it was recorded, sent, and the upstream's refusal was the agent's answer).
+            if (asSent.messages.length === 0) {
+              return dialect.refuse(
+                "invalid",
+                `${dialect.kind === "openai-responses" ? "input" : "messages"}: expected at least one message beside the system prompt (model ${model.slice(0, 200)} routes to provider instance "${target.name}", ${GatewayDialect.withArticle(target.config.kind)} upstream, which needs one)`
+              )
+            }
             // A provider switch: the history converted and fitted for the other protocol, the answer converted back.
             // Its own parse: the switch's conversion is given objects no earlier request holds (not the frozen ones).
             const own = read.reused === 0 ? null : parseJson(new TextDecoder().decode(body))
@@ -631,7 +641,12 @@ export const layer = (options: GatewayOptions) =>
             final: ReadonlyArray<unknown>,
             beside?: ReadonlyArray<GatewayOffload.Answer>
           ) => offloader === undefined ? [] : offloader.expansions(visible, last, sentCount, final, fingerprint, beside)
-          if (record && offloader !== undefined && target.toolResultOffload.enabled) {
+          // `count_tokens` (same protocol) counts what Baton would send for the conversation: its stubs, its hidden
+          // rounds and `thread_read` offered, as `/v1/messages` would send them now (planned, never recorded). Before
+          // branch b48gw it counted the agent's body, the history the upstream no longer gets: an agent that sizes its
+          // context by it (Claude Code's `/context`) saw the unstubbed conversation, its answers' usage the stubbed one.
+          const counting = upstreamPath === "/v1/messages/count_tokens"
+          if ((record || counting) && offloader !== undefined && target.toolResultOffload.enabled) {
             const conversation = yield* Effect.option(threads.conversationOf(dialect.wire, history.session, history.system, history.messages))
             const known = Option.flatten(conversation)
             const now = yield* Clock.currentTimeMillis
@@ -648,13 +663,15 @@ export const layer = (options: GatewayOptions) =>
               expansions: Option.match(known, { onNone: () => undefined, onSome: (c) => c.expansions }),
               fingerprint,
               fingerprintOf: (m) => GatewayThreads.fingerprintOf(dialect.wire, m)
-            })
-            offload = { offloaded: plan.offloaded, flush: plan.flush }
-            outBody = plan.body
-            sentCount = offloader.shape.history(plan.body)?.length ?? 0
-            knownThread = Option.map(known, (c) => c.threadId as ThreadId)
-            stored = Option.getOrUndefined(known)
+            }, !counting)
             if (plan.changed) sentBody = new TextEncoder().encode(GatewayMemo.bodyJson(plan.body))
+            if (!counting) {
+              offload = { offloaded: plan.offloaded, flush: plan.flush }
+              outBody = plan.body
+              sentCount = offloader.shape.history(plan.body)?.length ?? 0
+              knownThread = Option.map(known, (c) => c.threadId as ThreadId)
+              stored = Option.getOrUndefined(known)
+            }
           }
 
           const query = request.url.includes("?") ? request.url.slice(request.url.indexOf("?")) : ""
@@ -827,7 +844,7 @@ export const layer = (options: GatewayOptions) =>
                 const reads = content === null ? null : offloader.readsOf(content)
                 if (reads === null || content === null) break
                 hidden.push(dialect.replyOfBody(reply).tokens)
-                rounds.push(content)
+                rounds.push(offloader.roundOfBody?.(reply) ?? content)
                 outBody = offloader.continuation(outBody, content, yield* answerReads(reads, outBody, content))
                 const next = yield* Effect.either(Effect.flatMap(http.execute(post(new TextEncoder().encode(JSON.stringify(offloader.sendable(outBody))))), (r) => Effect.map(r.arrayBuffer, (b) => ({ r, b }))))
                 if (next._tag === "Left") {

@@ -201,7 +201,7 @@ export const dialect: Dialect = {
     if (out["anthropic-version"] === undefined) out["anthropic-version"] = AnthropicMessages.apiVersion
     if (Option.isSome(key)) out["x-api-key"] = Redacted.value(key.value)
   },
-  // A block that is not an object with a `type` is refused here as Anthropic refuses it (400 `invalid_request_error`):
+  // A block that is not an object with a `type`, or no message at all, is refused here as Anthropic refuses it (400 `invalid_request_error`):
   // before branch b47gw it was recorded (and, switched, converted and sent) first. Roles are not checked: Claude Code
   // sends its reminders as `system` messages to a model that is not Claude (`GatewayRerender.test.ts`).
   history: (body, headers) => {
@@ -209,6 +209,8 @@ export const dialect: Dialect = {
     if (!Array.isArray(messages) || !messages.every((m) => isRecord(m) && typeof m.role === "string" && (typeof m.content === "string" || Array.isArray(m.content)))) {
       return "messages: expected an array of {role, content} (content a string or an array of blocks)"
     }
+    // Anthropic's own refusal, in its words: before branch b48gw an empty history was recorded and sent (switched too).
+    if (messages.length === 0) return "messages: at least one message is required"
     const blockAt = messages.findIndex((m) => Array.isArray(m.content) && !m.content.every((b: unknown) => isRecord(b) && typeof b.type === "string"))
     if (blockAt >= 0) return `messages.${blockAt}.content: expected content blocks (objects with a type)`
     return { system: body.system, messages, session: headers["x-claude-code-session-id"] ?? null }

@@ -141,6 +141,8 @@ export const dialect: Dialect = {
   // (400 `invalid_request_error`): before branch b47gw it was recorded (and, switched, converted and sent) first.
   history: (body, headers) => {
     if (!Array.isArray(body.messages) || !body.messages.every(isRecord)) return "messages: expected an array of messages"
+    // OpenAI refuses it ("[] is too short - 'messages'"): before branch b48gw it was recorded and sent (switched too).
+    if (body.messages.length === 0) return "messages: expected at least one message"
     const at = body.messages.findIndex((m) => !(typeof m.role === "string" && roles.has(m.role)))
     if (at >= 0) return `messages[${at}].role: expected one of ${[...roles].join(", ")}`
     const partAt = body.messages.findIndex((m) => m.content !== undefined && m.content !== null && typeof m.content !== "string" && !(Array.isArray(m.content) && m.content.every(isRecord)))

@@ -176,11 +176,15 @@ const textOf = (content: unknown): string =>
 const prefixed = (content: unknown, before: string): unknown =>
   before === "" ? content : Array.isArray(content) ? [{ type: "text", text: before }, ...content] : before + (typeof content === "string" ? content : "")
 
+/** The fields in which OpenAI-compatible servers send a message's reasoning as text. */
+const reasoningFields = ["reasoning_content", "reasoning"] as const
+
 /**
  * A whole answer's body whose first choice's message has the tool calls of `content`'s message (`besideOf`'s
  * `visible`), and the text of the hidden rounds before it (`rounds`: each round's content, the assistant message as
- * the upstream sent it) in front of its own text, as a stream passes that text on as it comes (before branch b47gw the
- * whole answer lost it). `note`: Baton's note (`readLimitNote`) as the content of an answer left with no text and no
+ * the upstream sent it, `roundOfBody`) in front of its own text, and their reasoning (`reasoning_content`,
+ * `reasoning`) in front of its own, as a stream passes them on as they come (before branches b47gw and b48gw the
+ * whole answer lost them). `note`: Baton's note (`readLimitNote`) as the content of an answer left with no text and no
  * call (`Offload.withContent`).
  */
 export const withContent = (
@@ -196,7 +200,12 @@ export const withContent = (
   const mine = isRecord(choice) ? choice.message : undefined
   if (!isRecord(message) || !isRecord(choice) || !isRecord(mine)) return body
   const before = rounds.map((r) => textOf(isRecord(r[0]) ? r[0].content : null)).join("")
-  const own = before === "" ? mine : { ...mine, content: prefixed(mine.content, before) }
+  // The hidden rounds' reasoning before the answer's own, field by field (`roundOfBody`), as a stream's deltas join.
+  const reasoning = Object.fromEntries(reasoningFields.flatMap((k) => {
+    const said = rounds.map((r) => (isRecord(r[0]) && typeof r[0][k] === "string" ? r[0][k] : "")).join("")
+    return said === "" ? [] : [[k, said + (typeof mine[k] === "string" ? mine[k] : "")]]
+  }))
+  const own = { ...(before === "" ? mine : { ...mine, content: prefixed(mine.content, before) }), ...reasoning }
   if (Array.isArray(message.tool_calls)) {
     return { ...body, choices: choices.map((c, i) => (i === at ? { ...choice, message: { ...own, tool_calls: message.tool_calls } } : c)) }
   }
@@ -258,6 +267,17 @@ export const continuation = (
 export const contentOfBody = (body: unknown): ReadonlyArray<unknown> | null => {
   const message = GatewayChat.replyOfBody(body).messages[0]?.message
   return isRecord(message) ? [assistantOf(message)] : null
+}
+
+/**
+ * A hidden round's content for `withContent`: its assistant message as `assistantOf` gives it, with the reasoning the
+ * server sent beside it (`reasoning_content`: DeepSeek, vLLM, llama.cpp; `reasoning`: OpenRouter) kept; `null`: none.
+ */
+export const roundOfBody = (body: unknown): ReadonlyArray<unknown> | null => {
+  const message = GatewayChat.replyOfBody(body).messages[0]?.message
+  if (!isRecord(message)) return null
+  const kept = Object.fromEntries(reasoningFields.filter((k) => typeof message[k] === "string").map((k) => [k, message[k]]))
+  return [{ ...assistantOf(message), ...kept }]
 }
 
 /** An SSE event as OpenAI sends a chunk: a `data:` line (an event name only when the upstream sent one other than the default). */
@@ -495,6 +515,7 @@ export const expansions: GatewayOffload.Offload["expansions"] = (received, last,
 export const offload: GatewayOffload.Offload = {
   shape,
   contentOfBody,
+  roundOfBody,
   contentOfReply: (reply) => reply.messages.map((m) => m.message),
   readsOf,
   besideOf,

@@ -780,8 +780,10 @@ export type HopEnd =
     /** Anthropic, Chat Completions: whether text reached the agent in this answer so far (else the last round's end gives the note). */
     readonly texted?: boolean | undefined
     /**
-     * Chat Completions: the held chunks' text, as chunks of their text alone, which the agent gets before the
-     * continuation's (a stream's text is the agent's, whatever its calls; counted in `texted`).
+     * What of the held events the agent gets before the continuation's (what the model said after its first
+     * `thread_read` call is the agent's, whatever its calls; counted in `texted`). Chat Completions: the held chunks'
+     * text, as chunks of their text alone; Anthropic Messages and Responses: the events of the blocks (output items)
+     * after the calls, numbered on as the agent sees them.
      */
     readonly said?: string | undefined
     /**
@@ -899,19 +901,41 @@ export const makeHop = (offset: number, first: boolean, textedBefore = false): H
       if (held === null || outcome._tag !== "completed") return { _tag: "release", held: text }
       const message = outcome.reply.messages[0]?.message
       const content = isRecord(message) && Array.isArray(message.content) ? message.content : []
-      const reads = readsOf(content)
-      if (reads !== null && !last) {
-        return { _tag: "reads", reads, content, nextOffset: offset + heldAt, held: text, texted: textedBefore || content.slice(0, heldAt).some(isText) }
-      }
-      const beside = besideOf(content, last)
-      if (beside === null) return { _tag: "release", held: text }
-      const noCall = !beside.visible.some((b) => isRecord(b) && b.type === "tool_use")
       // The upstream's indexes of the thread_read blocks: their events are left out, the later blocks numbered down.
       const hidden = new Set<number>()
       for (const h of held) {
         if (h.data?.type === "content_block_start" && isRecord(h.data.content_block) && h.data.content_block.type === "tool_use" &&
           h.data.content_block.name === ThreadRead.definition.name && typeof h.data.content_block.id === "string") hidden.add(h.data.index as number)
       }
+      /** A held block event's index as the agent sees it (the hidden blocks before it taken out). */
+      const shownIndex = (index: number) => {
+        let before = 0
+        for (const i of hidden) if (i < index) before++
+        return index + offset - before
+      }
+      const reads = readsOf(content)
+      if (reads !== null && !last) {
+        // The blocks the model streamed after its calls (text, thinking) are the agent's: they go on before the
+        // continuation's (`said`), numbered on; the message's own end events are the continuation's to send. Before
+        // branch b48gw they were dropped with the calls (a whole answer and a Chat Completions stream kept them).
+        const kept = content.filter((_, i) => i >= heldAt && !hidden.has(i))
+        const said = held.flatMap((h) => {
+          const index = h.data !== null && String(h.data.type).startsWith("content_block") && typeof h.data.index === "number" ? h.data.index : null
+          return index === null || hidden.has(index) ? [] : [encodeEvent(h.event, JSON.stringify({ ...h.data, index: shownIndex(index) }))]
+        })
+        return {
+          _tag: "reads",
+          reads,
+          content,
+          nextOffset: offset + heldAt + kept.length,
+          held: text,
+          said: said.join(""),
+          texted: textedBefore || content.slice(0, heldAt).some(isText) || kept.some(isText)
+        }
+      }
+      const beside = besideOf(content, last)
+      if (beside === null) return { _tag: "release", held: text }
+      const noCall = !beside.visible.some((b) => isRecord(b) && b.type === "tool_use")
       // Nothing for the agent in the whole answer (no text, no call): Baton's note as a text block of its own before
       // the message's end (before, the agent got a message without content, ending its turn).
       const at = offset + content.length - hidden.size
@@ -929,9 +953,7 @@ export const makeHop = (offset: number, first: boolean, textedBefore = false): H
         }
         if (index === null) return [h.text]
         if (hidden.has(index)) return []
-        let before = 0
-        for (const i of hidden) if (i < index) before++
-        return before === 0 ? [h.text] : [encodeEvent(h.event, JSON.stringify({ ...h.data, index: index + offset - before }))]
+        return shownIndex(index) === index + offset ? [h.text] : [encodeEvent(h.event, JSON.stringify({ ...h.data, index: shownIndex(index) }))]
       })
       return { _tag: "beside", reads: beside.reads, content, held: shown.join("") }
     },
@@ -983,6 +1005,12 @@ export interface Answer {
 export interface Offload {
   readonly shape: Shape
   readonly contentOfBody: (body: unknown) => ReadonlyArray<unknown> | null
+  /**
+   * A hidden round's content as `withContent` reads it, from the round's whole body (`null`: none). Absent:
+   * `contentOfBody`'s. Chat Completions keeps what the continuation leaves out (`reasoning_content`, `reasoning`), which
+   * the agent gets as a stream passes it on.
+   */
+  readonly roundOfBody?: ((body: unknown) => ReadonlyArray<unknown> | null) | undefined
   readonly contentOfReply: (reply: GatewayThreads.Reply) => ReadonlyArray<unknown>
   readonly readsOf: (content: unknown) => ReadonlyArray<Read> | null
   /**

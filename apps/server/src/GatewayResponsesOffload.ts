@@ -307,21 +307,6 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
       const text = held === null ? "" : held.map((h) => h.text).join("")
       if (held === null || assembler.outcome()._tag !== "completed") return { _tag: "release", held: text }
       const content = itemsOf()
-      const reads = readsOf(content)
-      if (reads !== null && !last) {
-        return {
-          _tag: "reads",
-          reads,
-          content,
-          nextOffset: offset + heldAt,
-          held: text,
-          visible: [...before, ...content.slice(0, heldAt)],
-          nextSequence: heldSequence,
-          head
-        }
-      }
-      const beside = besideOf(content, last)
-      if (beside === null) return { _tag: "release", held: text }
       // The agent-visible `output_index` of each thread_read call: its events are left out, the items after it
       // numbered down, the sequence numbers continued without gaps, and the final output without the calls.
       const hidden = new Set<number>()
@@ -330,7 +315,40 @@ export const makeHop = (previous: GatewayOffload.ReadsEnd | null): GatewayOffloa
           hidden.add(h.data.output_index)
         }
       }
+      /** A held item event's `output_index` as the agent sees it (the hidden calls before it taken out). */
+      const shownIndex = (index: number) => {
+        let below = 0
+        for (const i of hidden) if (i < index) below++
+        return index - below
+      }
       let seq = heldSequence
+      const reads = readsOf(content)
+      if (reads !== null && !last) {
+        // The items the model streamed after its calls (a message, reasoning) are the agent's: their events go on
+        // before the continuation's (`said`), numbered on; the response's own events are the continuation's to send.
+        // Before branch b48gw they were dropped with the calls (a whole answer kept them).
+        const kept = content.filter((item, i) => i >= heldAt && !isRead(item))
+        const said = held.flatMap((h) => {
+          const index = typeof h.data?.output_index === "number" ? h.data.output_index : null
+          if (h.data === null || index === null || hidden.has(index)) return []
+          const next: Record<string, unknown> = { ...h.data, output_index: shownIndex(index) }
+          if (typeof h.data.sequence_number === "number") next.sequence_number = seq++
+          return [encodeEvent(h.event, JSON.stringify(next))]
+        })
+        return {
+          _tag: "reads",
+          reads,
+          content,
+          nextOffset: offset + heldAt + kept.length,
+          held: text,
+          said: said.join(""),
+          visible: [...before, ...content.slice(0, heldAt), ...kept],
+          nextSequence: seq,
+          head
+        }
+      }
+      const beside = besideOf(content, last)
+      if (beside === null) return { _tag: "release", held: text }
       // Nothing for the agent in the whole response (no call, no text): Baton's note as an output message before the
       // response's end, numbered on (before, a response without output, ending the agent's turn).
       const at = offset + items - hidden.size

@@ -88,10 +88,17 @@ export const anthropicOf = (body: Json): Converted => {
   const callIds = new Map<string, string>()
   /** Whether the last Anthropic message is the `user` message of tool results (a user message after them joins it). */
   let results = false
+  /**
+   * The `tool_use` ids sent for the last assistant message's calls, in order, by the agent's call id: its tool results
+   * take them in turn. Calls sharing one id (proxies in front of Gemini; the agent got them so with offload off, or
+   * before branch b46gw) go out under distinct ids (`distinctIds`), as Anthropic refuses a message whose `tool_use`
+   * ids repeat; before branch b48gw they went out as they came, and every such switched request was refused.
+   */
+  let sent = new Map<string, Array<string>>()
   all.slice(k).forEach((m, j) => {
     if (m.role === "tool") {
       const id = String(m.tool_call_id ?? "")
-      const block = { type: "tool_result", tool_use_id: GatewaySwitch.toolUseId(id), content: textOf(m.content) }
+      const block = { type: "tool_result", tool_use_id: sent.get(id)?.shift() ?? GatewaySwitch.toolUseId(id), content: textOf(m.content) }
       if (results) {
         messages.at(-1)!.content.push(block)
         sources.at(-1)!.push(j)
@@ -104,11 +111,15 @@ export const anthropicOf = (body: Json): Converted => {
     }
     if (m.role === "assistant") {
       const text = textOf(m.content)
+      const distinct = GatewaySwitch.distinctIds()
+      sent = new Map()
       const calls = (Array.isArray(m.tool_calls) ? m.tool_calls : []).filter(isRecord).map((c): Json => {
         const fn = isRecord(c.function) ? c.function : {}
         const args = typeof fn.arguments === "string" ? parseJson(fn.arguments) : fn.arguments
-        const id = GatewaySwitch.toolUseId(String(c.id ?? ""))
-        callIds.set(id, String(c.id ?? ""))
+        const own = String(c.id ?? "")
+        const id = distinct(GatewaySwitch.toolUseId(own))
+        sent.set(own, [...(sent.get(own) ?? []), id])
+        callIds.set(id, own)
         return { type: "tool_use", id, name: String(fn.name ?? ""), input: isRecord(args) ? args : {} }
       })
       messages.push({ role: "assistant", content: calls.length > 0 && text.trim() === "" ? calls : nonEmpty([{ type: "text", text }, ...calls]) })
