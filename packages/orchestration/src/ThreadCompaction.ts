@@ -153,6 +153,16 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
     const usedAt = (ratio: number) => (n: NativeThread) => KnownUsage.of(n, ratio)?.usedTokens ?? Calibration.apply(ratio, n.estimatedTokens)
 
     /**
+     * The handoffs owed to `native` with their deliveries (`ContextHandoffDelivery.owedTo`), in a unit of work on the
+     * thread: a missing delivery is created there with its `delivery.created` event, so under the thread's lock. Read
+     * outside one, the insert and the event committed apart and raced every locked writer of the thread: on Postgres
+     * the event took the `seq` a concurrent send was writing (a deadlock, `ConcurrentModification` for one of them).
+     * Fails with `PersistenceError` or `ConcurrentModification`.
+     */
+    const owedLocked = (threadId: ThreadId, providerThread: ProviderThread, native: NativeThread) =>
+      uow.thread(threadId, "ThreadCompaction.owed")(delivery.owedTo(threadId, providerThread, native))
+
+    /**
      * `/compact` on `providerThread`'s active native thread; returns what it did (`compacted: false` with the reason
      * when it did not call the provider). With `receipt`, the command receipt is written with the outcome (in the
      * compaction's final transaction), so a client retrying after a crash gets this report back instead of compacting
@@ -201,7 +211,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       // No compaction loops: after N attempts in a row on an unchanged native thread that freed nothing, stop calling
       // the provider and say why. The count is about that unchanged thread: once a turn, an injection or newly owed
       // history has changed it since the last attempt, compaction may free something again and the count restarts.
-      const owedBefore = yield* delivery.owedTo(threadId, providerThread, native)
+      const owedBefore = yield* owedLocked(threadId, providerThread, native)
       const last = yield* lastCompaction(threadId, native.id)
       const withoutProgress = last !== undefined && sameState(last.payload.state, stateOf(native, owedBefore))
         ? native.compactionsWithoutProgress
@@ -246,7 +256,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       })
 
       native = yield* reconcileUncertain(threadId, providerThread, adapter, native)
-      const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
+      const owed = (yield* owedLocked(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
       let injected: Injected = nothingInjected
       if (owed.length > 0 && inject !== undefined) {
         const headroom = () => headroomOf(providerThread, native, ratio)
@@ -455,7 +465,7 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
       Effect.gen(function*() {
         const inject = adapter.injectHistory!
         let native = yield* reconcileUncertain(threadId, providerThread, adapter, start)
-        const owed = (yield* delivery.owedTo(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
+        const owed = (yield* owedLocked(threadId, providerThread, native)).filter((o) => o.delivery.status === "deferred")
         const answerRoom = adapter.maxOutputTokens ?? 0
         const room = Math.max(0, headroomOf(providerThread, native, ratio) - answerRoom)
         let injected: Injected = nothingInjected
