@@ -119,7 +119,11 @@ export interface AutoOffloadPolicy {
  *   seed of eight named it before `ProviderTruthChecks.checkBudgetRecord`);
  * - `ignore_reconfiguration`: turn start keeps the model and window the lane recorded when the provider instance
  *   comes back from a restart with another configuration (no `provider_thread.reconfigured`), so budgets and
- *   known-full checks use a window the provider no longer enforces (the simulator's reconfiguring restarts).
+ *   known-full checks use a window the provider no longer enforces (the simulator's reconfiguring restarts);
+ * - `owed_outside_unit_of_work`: `/compact` reads what is owed to the native thread outside a unit of work (the
+ *   build before reviewer r48's fix), so the owed delivery it creates and its `delivery.created` event are written
+ *   without the thread's lock (on Postgres that deadlocked a concurrent send; the simulator appends events only in
+ *   a unit of work, `requireUnitOfWork`).
  */
 export type Mutation =
   | "ignore_known_full"
@@ -132,6 +136,7 @@ export type Mutation =
   | "compaction_overwrites_later"
   | "budget_ignores_reserve"
   | "ignore_reconfiguration"
+  | "owed_outside_unit_of_work"
 
 export class OrchestratorConfig extends Context.Tag("@baton/orchestration/OrchestratorConfig")<
   OrchestratorConfig,

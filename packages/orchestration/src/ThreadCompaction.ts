@@ -160,7 +160,9 @@ export class ThreadCompaction extends Effect.Service<ThreadCompaction>()("@baton
      * Fails with `PersistenceError` or `ConcurrentModification`.
      */
     const owedLocked = (threadId: ThreadId, providerThread: ProviderThread, native: NativeThread) =>
-      uow.thread(threadId, "ThreadCompaction.owed")(delivery.owedTo(threadId, providerThread, native))
+      config.mutations.has("owed_outside_unit_of_work")
+        ? delivery.owedTo(threadId, providerThread, native)
+        : uow.thread(threadId, "ThreadCompaction.owed")(delivery.owedTo(threadId, providerThread, native))
 
     /**
      * `/compact` on `providerThread`'s active native thread; returns what it did (`compacted: false` with the reason

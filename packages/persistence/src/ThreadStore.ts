@@ -48,7 +48,7 @@ import { EventIds } from "./EventIds.js"
 import { contentionReason, isContention, orPersistence, withReason } from "./internal/errors.js"
 import { decodeEvents, encodesToItself, stringifyFaithful } from "./internal/EventRows.js"
 import { Count, JsonSamples } from "./internal/Rows.js"
-import { pendingEvents } from "./UnitOfWork.js"
+import { pendingEvents, requireUnitOfWork } from "./UnitOfWork.js"
 import { migrations } from "./Migrations.js"
 import * as Table from "./internal/Table.js"
 import {
@@ -316,6 +316,9 @@ export class ThreadStore extends Effect.Service<ThreadStore>()("@baton/persisten
       Effect.gen(function*() {
         const threadId = events[0]?.threadId
         if (threadId === undefined) return [] as ReadonlyArray<ThreadEvent>
+        if ((yield* FiberRef.get(requireUnitOfWork)) && (yield* FiberRef.get(pendingEvents)) === null) {
+          return yield* Effect.dieMessage(`thread event ${events.map((e) => e.type).join(", ")} on ${threadId} appended outside a unit of work`)
+        }
         if (events.some((e) => e.threadId !== threadId)) {
           return yield* new PersistenceError({ operation: "thread_events.append", detail: "a batch of events of several threads" })
         }

@@ -26,6 +26,16 @@ import { onThread, toBoundary } from "./internal/errors.js"
 export const pendingEvents: FiberRef.FiberRef<Array<ThreadEvent> | null> = FiberRef.unsafeMake<Array<ThreadEvent> | null>(null)
 
 /**
+ * When `true`, a thread event appended outside a unit of work is a defect (`ThreadStore.appendEvents` dies before
+ * writing it): every state change appends its event in the same transaction, under the thread's lock (DESIGN.md).
+ * Off by default (tests that drive the store directly append bare events); the simulator turns it on for every
+ * operation it runs, so a write that escapes its unit of work is caught where it happens (reviewer r48 found one by
+ * hand: `/compact` created an owed delivery and its event outside any, which deadlocked a concurrent send on
+ * Postgres).
+ */
+export const requireUnitOfWork: FiberRef.FiberRef<boolean> = FiberRef.unsafeMake(false)
+
+/**
  * The post-commit event bus of this process: subscribers see a thread event only after the transaction that
  * appended it committed, in append order. Other processes see it through the event log (`afterSeq` cursors).
  */

@@ -194,6 +194,7 @@ export type TurnEvent = Data.TaggedEnum<{
    * scripted provider's auto-compaction): what an earlier rejection proved it holds (`NativeThread.heldAtLeast`) no
    * longer holds, and the turn's usage report after it may fall without being stale.
    */
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type -- a variant without fields (Data.TaggedEnum's form)
   native_compacted: {}
   /**
    * The provider refused a request before its answer started (HTTP 429, 529, 500-504, or no answer) and the adapter

@@ -658,9 +658,12 @@ describe("a message queued behind a run waiting on a client tool call, in the si
 //   Stale usage reports do not help it (a stale report breaks the sample it ends and the next one), and no seed
 //   caught it with them on (1-4 × 150, 5-12 × 120, 13-24 × 60, 1-12 × 40); with them off, seed 2 × 150 does (the
 //   calibration of `small` reaches 2.18 against a true 1.25), so that seed is pinned without them.
+// - `owed_outside_unit_of_work` (reviewer r48's `/compact` writing an owed delivery and its event without the thread's
+//   lock) needs `/compact` to find history owed with no delivery yet; the simulator appends events only inside a unit
+//   of work (`requireUnitOfWork`), so the first such write dies where it happens. Seed 60302 × 60 does.
 describe("mutations the simulation catches (pinned seeds)", () => {
   const pinned: ReadonlyArray<{
-    readonly mutation: "retry_overflow_on_same_native" | "sample_omits_output"
+    readonly mutation: "retry_overflow_on_same_native" | "sample_omits_output" | "owed_outside_unit_of_work"
     readonly seed: number
     readonly steps: number
     readonly features: Simulation.Features
@@ -679,6 +682,13 @@ describe("mutations the simulation catches (pinned seeds)", () => {
       steps: 150,
       features: { ...ci, staleUsage: false },
       caught: /^truth: the calibration of small is \d\.\d{3} after \d+ samples \(\d+ tokens of evidence\), more than 10% from the provider's true ratio 1\.250$/
+    },
+    {
+      mutation: "owed_outside_unit_of_work",
+      seed: 60302,
+      steps: 60,
+      features: ci,
+      caught: /^no-wedge: send m\d+ failed: RuntimeException: thread event delivery\.created on \S+ appended outside a unit of work$/
     }
   ]
   for (const { caught, features, mutation, seed, steps } of pinned) {

@@ -19,7 +19,7 @@
  */
 import { type ClientTool, Commands, type CommandId, type ProviderInstance, type ThreadId } from "@baton/contracts"
 import { TokenCounter } from "@baton/context"
-import { Database, EventFeed, ThreadStore } from "@baton/persistence"
+import { Database, EventFeed, requireUnitOfWork, ThreadStore } from "@baton/persistence"
 import { IdGenerator, InvariantChecks, ProviderTruthChecks, OrchestratorConfig, OrchestratorLayer, ThreadService } from "@baton/orchestration"
 import { type ProviderAdapter, ProviderRegistry, ScriptedProvider, ScriptedSummariser } from "@baton/providers"
 import { SqlClient } from "@effect/sql"
@@ -354,8 +354,8 @@ const withForeignTransaction = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effe
 /**
  * Executes `scenario` on a fresh SQLite file in a temporary directory (removed afterwards), or with
  * `dialect: "postgres"` on a fresh Postgres schema (dropped afterwards), with another application's write
- * transaction open on the server meanwhile (`withForeignTransaction`). Never fails (an unreachable Postgres server is
- * a defect).
+ * transaction open on the server meanwhile (`withForeignTransaction`). A thread event appended outside a unit of work
+ * is a defect there (`requireUnitOfWork` of @baton/persistence). Never fails (an unreachable Postgres server is a defect).
  */
 export const execute = (scenario: Scenario, options: ExecuteOptions = {}): Effect.Effect<Outcome> =>
   Effect.suspend(() =>
@@ -371,7 +371,7 @@ export const execute = (scenario: Scenario, options: ExecuteOptions = {}): Effec
             return simulate(scenario, file, options)
           }),
         (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
-      )).pipe(Effect.withClock(logicalClock()))
+      )).pipe(Effect.withClock(logicalClock()), Effect.locally(requireUnitOfWork, true))
   )
 
 const simulate = (scenario: Scenario, file: string, options: ExecuteOptions) =>
