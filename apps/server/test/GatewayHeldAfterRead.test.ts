@@ -5,26 +5,15 @@
  * before the continuation's, numbered on. Before branch b48gw it was dropped with the calls (the whole answer and
  * Chat Completions' stream kept it: `Offload.withContent`, `said`), so the agent and the thread lost the model's words.
  */
-import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as GatewayAnthropic from "../src/GatewayAnthropic.js"
 import * as GatewayResponses from "../src/GatewayResponses.js"
-import { adminToken, client, raw } from "./helpers.js"
-import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+import { adminToken } from "./helpers.js"
+import { anthropicUsage, assistantTexts, post, withGateway } from "./support/GatewayRounds.js"
+import type * as ModelApi from "./support/ModelApi.js"
 
 type Json = Record<string, unknown>
-
-/** A gateway routing `model` to one loopback instance of `kind` (offload on, the default). */
-const withGateway = <A, E, R>(kind: "anthropic-messages" | "openai-responses", model: string, test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const upstream = yield* ModelApi.start
-    const settings = yield* settingsFor([instance("up", kind, upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-      gateway: { routes: [{ model, provider: "up" }] }
-    })
-    return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
-  }))
 
 const sse = (events: ReadonlyArray<Json>): ModelApi.Reply => ({
   status: 200,
@@ -32,18 +21,6 @@ const sse = (events: ReadonlyArray<Json>): ModelApi.Reply => ({
   body: events.map((e) => `event: ${String(e.type)}\ndata: ${JSON.stringify(e)}\n\n`).join("")
 })
 
-const post = (path: string, headers: Record<string, string>, body: unknown) =>
-  raw(HttpClientRequest.post(path).pipe(HttpClientRequest.setHeaders(headers), HttpClientRequest.bodyText(JSON.stringify(body), "application/json")))
-
-/** The assistant texts the conversation's thread holds. */
-const assistantTexts = Effect.gen(function*() {
-  const api = yield* client()
-  const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
-  const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
-  return items.filter((i) => i.kind === "assistant_message").map((i) => i.text)
-})
-
-const anthropicUsage = { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 5 }
 
 /** An Anthropic text block's events at `index`. */
 const textBlock = (index: number, text: string): Array<Json> => [

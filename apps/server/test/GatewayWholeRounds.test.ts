@@ -10,39 +10,16 @@
  *   reached the agent with duplicate ids (a stream's calls are told apart, `distinctIds`).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { HttpClientRequest } from "@effect/platform"
 import { Effect } from "effect"
-import { adminToken, client, raw } from "./helpers.js"
+import { adminToken } from "./helpers.js"
+import { anthropicUsage, assistantTexts, post, withGateway } from "./support/GatewayRounds.js"
 import { withChatGateway } from "./support/ChatGateway.js"
-import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
+import type * as ModelApi from "./support/ModelApi.js"
 
 type Json = Record<string, unknown>
 
 const json = (body: Json): ModelApi.Reply => ({ status: 200, contentType: "application/json", body: JSON.stringify(body) })
 
-/** A gateway routing `model` to one loopback instance of `kind` (offload on, the default). */
-const withGateway = <A, E, R>(kind: "anthropic-messages" | "openai-responses", model: string, test: (upstream: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const upstream = yield* ModelApi.start
-    const settings = yield* settingsFor([instance("up", kind, upstream)], { TEST_MODEL_KEY: marker }, undefined, {
-      gateway: { routes: [{ model, provider: "up" }] }
-    })
-    return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
-  }))
-
-const post = (path: string, headers: Record<string, string>, body: unknown) =>
-  raw(HttpClientRequest.post(path).pipe(HttpClientRequest.setHeaders(headers), HttpClientRequest.bodyText(JSON.stringify(body), "application/json")))
-
-/** The assistant texts the conversation's thread holds. */
-const assistantTexts = Effect.gen(function*() {
-  const api = yield* client()
-  const threadId = (yield* api.threads.list({ urlParams: {} })).threads[0]!.id
-  const items = (yield* api.items.list({ path: { threadId }, urlParams: { limit: 500 } })).items
-  return items.filter((i) => i.kind === "assistant_message").map((i) => i.text)
-})
-
-const anthropicUsage = { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 5 }
 const anthropicTools = [{ name: "Bash", description: "Runs a command.", input_schema: { type: "object", properties: { command: { type: "string" } } } }]
 /** A whole Anthropic Messages answer of `content`, stopped for `stop`. */
 const message = (id: string, content: ReadonlyArray<Json>, stop: string) =>
