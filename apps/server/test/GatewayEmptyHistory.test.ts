@@ -4,26 +4,10 @@
  * 'messages'"), so the gateway refuses it, 400 in the agent's protocol, before anything is recorded or sent, on a
  * provider switch as on the same protocol.
  */
-import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { adminToken, client, raw } from "./helpers.js"
-import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
-
-/** A gateway routing `claude-*` to an Anthropic instance and `gpt-*` to a Chat Completions one. */
-const withGateway = <A, E, R>(test: (anthropic: ModelApi.ModelApi, chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const anthropic = yield* ModelApi.start
-    const chat = yield* ModelApi.start
-    const settings = yield* settingsFor([instance("a", "anthropic-messages", anthropic), instance("c", "openai-chat", chat)], { TEST_MODEL_KEY: marker }, undefined, {
-      gateway: { routes: [{ model: "claude-*", provider: "a" }, { model: "gpt-*", provider: "c" }] }
-    })
-    return yield* test(anthropic, chat).pipe(Effect.provide(serveSettings(settings)))
-  }))
-
-const post = (path: string, headers: Record<string, string>, body: unknown) =>
-  raw(HttpClientRequest.post(path).pipe(HttpClientRequest.setHeaders(headers), HttpClientRequest.bodyText(JSON.stringify(body), "application/json")))
+import { adminToken, client } from "./helpers.js"
+import { post, withAnthropicAndChat } from "./support/GatewayRounds.js"
 
 const anthropicHeaders = { "x-api-key": adminToken, "anthropic-version": "2023-06-01", "x-claude-code-session-id": "empty" }
 const chatHeaders = { authorization: `Bearer ${adminToken}`, "x-session-id": "empty" }
@@ -35,7 +19,7 @@ const threadCount = Effect.gen(function*() {
 
 describe("Gateway requests with an empty history", () => {
   it.live("are refused 400 in the agent's protocol, recorded nowhere and sent nowhere", () =>
-    withGateway((anthropic, chat) =>
+    withAnthropicAndChat((anthropic, chat) =>
       Effect.gen(function*() {
         // Before the fix: each went upstream (the upstream's refusal the agent's answer) and left a thread behind.
         for (const model of ["claude-x", "gpt-x"]) {

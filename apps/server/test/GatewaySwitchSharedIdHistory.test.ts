@@ -9,23 +9,12 @@ import { HttpClientRequest } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { adminToken, raw } from "./helpers.js"
+import { withAnthropicAndChat } from "./support/GatewayRounds.js"
 import * as ModelApi from "./support/ModelApi.js"
-import { instance, marker, serveSettings, settingsFor } from "./support/ModelServer.js"
-
-/** A gateway routing `claude-*` to an Anthropic instance and `gpt-*` to a Chat Completions one. */
-const withGateway = <A, E, R>(test: (anthropic: ModelApi.ModelApi, chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
-  Effect.scoped(Effect.gen(function*() {
-    const anthropic = yield* ModelApi.start
-    const chat = yield* ModelApi.start
-    const settings = yield* settingsFor([instance("a", "anthropic-messages", anthropic), instance("c", "openai-chat", chat)], { TEST_MODEL_KEY: marker }, undefined, {
-      gateway: { routes: [{ model: "claude-*", provider: "a" }, { model: "gpt-*", provider: "c" }] }
-    })
-    return yield* test(anthropic, chat).pipe(Effect.provide(serveSettings(settings)))
-  }))
 
 describe("Gateway provider switch, Chat Completions history to Anthropic Messages", () => {
   it.live("calls sharing one id go out under distinct tool_use ids, each result paired with its call in order", () =>
-    withGateway((anthropic) =>
+    withAnthropicAndChat((anthropic) =>
       Effect.gen(function*() {
         anthropic.enqueue(ModelApi.answer("anthropic-messages", "ok", { input: 1, cacheWrite: 0, cacheRead: 0, output: 1 }))
         const call = (name: string) => ({ id: "call_s", type: "function", function: { name, arguments: "{}" } })

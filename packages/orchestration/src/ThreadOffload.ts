@@ -490,7 +490,7 @@ export class ThreadOffload extends Effect.Service<ThreadOffload>()("@baton/orche
       const plan = yield* planOf(threadId, keepTokens)
       const base = baseReport(plan, operationId, keepTokens, cache)
       const reason = nothingReason(plan, keepTokens)
-      // The message says why (it said "nothing to do" whatever the reason: b48srv).
+      // The message says why nothing is offloaded.
       if (reason !== null) return { ...base, outcome: "preview", reason, message: Message.preview({ ...base, reason }) } satisfies OffloadReport
       const pinned = pinnedItems(plan.all, (yield* store.getOffloadControl(threadId)).pinnedItemIds ?? [], plan.cutSeq!)
       const summaryTokens = Math.min(plan.replaced,

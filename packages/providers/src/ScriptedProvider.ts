@@ -427,8 +427,8 @@ export const make = (
     })
 
   /**
-   * The end of a turn: native auto-compaction (told with `native_compacted`), the usage report (unless the script omits it), `turn_ended` (with the
-   * client tool calls `pending` left open, when not interrupted).
+   * The end of a turn: native auto-compaction (told with `native_compacted`), the usage report (unless the script
+   * omits it), `turn_ended` (with the client tool calls `pending` left open, when not interrupted).
    */
   const endTurn = (state: NativeState, nativeRef: string, response: ScriptedResponse, interrupted: boolean, pending: ReadonlyArray<string> = []) =>
     Effect.sync((): ReadonlyArray<TurnEvent> => {

@@ -1,6 +1,7 @@
 /**
- * What the tests of the gateway's hidden `thread_read` rounds share (GatewayWholeRounds, GatewayHeldAfterRead): a
- * gateway routed to one loopback model API, a JSON POST through it, and the assistant texts its thread recorded.
+ * What gateway tests share (GatewayWholeRounds, GatewayHeldAfterRead, GatewayEmptyHistory,
+ * GatewaySwitchSharedIdHistory): a gateway routed to loopback model APIs, a JSON POST through it, and the assistant
+ * texts its thread recorded.
  */
 import { HttpClientRequest } from "@effect/platform"
 import { Effect } from "effect"
@@ -20,6 +21,17 @@ export const withGateway = <A, E, R>(
       gateway: { routes: [{ model, provider: "up" }] }
     })
     return yield* test(upstream).pipe(Effect.provide(serveSettings(settings)))
+  }))
+
+/** A gateway routing `claude-*` to an Anthropic instance and `gpt-*` to a Chat Completions one. */
+export const withAnthropicAndChat = <A, E, R>(test: (anthropic: ModelApi.ModelApi, chat: ModelApi.ModelApi) => Effect.Effect<A, E, R>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const anthropic = yield* ModelApi.start
+    const chat = yield* ModelApi.start
+    const settings = yield* settingsFor([instance("a", "anthropic-messages", anthropic), instance("c", "openai-chat", chat)], { TEST_MODEL_KEY: marker }, undefined, {
+      gateway: { routes: [{ model: "claude-*", provider: "a" }, { model: "gpt-*", provider: "c" }] }
+    })
+    return yield* test(anthropic, chat).pipe(Effect.provide(serveSettings(settings)))
   }))
 
 /** `body` POSTed as JSON to the gateway's `path` with `headers` (the raw response). */

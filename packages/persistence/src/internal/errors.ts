@@ -14,6 +14,9 @@ const detailOf = (e: SqlLike) => {
   return `${e._tag ?? "Error"}: ${String(e.message ?? e)}${causeText === "" ? "" : ` (${causeText})`}`
 }
 
+/** SQLite's codes for a write lock not got within the busy timeout: `ConcurrentModification`'s `busy`. */
+const busyCodes = new Set(["SQLITE_BUSY", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY", "SQLITE_BUSY_TIMEOUT", "SQLITE_LOCKED"])
+
 /**
  * Driver error codes that mean "retry the command: nothing of it was written", never a storage fault: another writer
  * got there first (Postgres `23505` unique_violation, `40001` serialization_failure, `40P01` deadlock_detected;
@@ -23,9 +26,6 @@ const detailOf = (e: SqlLike) => {
  * `Database.layerPg`). Sources: PostgreSQL "Appendix A. Error Codes"; SQLite "Result and Error Codes"
  * (better-sqlite3 reports `code`).
  */
-/** SQLite's codes for a write lock not got within the busy timeout: `ConcurrentModification`'s `busy`. */
-const busyCodes = new Set(["SQLITE_BUSY", "SQLITE_BUSY_SNAPSHOT", "SQLITE_BUSY_RECOVERY", "SQLITE_BUSY_TIMEOUT", "SQLITE_LOCKED"])
-
 const contentionCodes = new Set([
   "23505",
   "40001",
